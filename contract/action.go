@@ -1,0 +1,116 @@
+package contract
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Outbound op names (hermes-wire.md §7.3). A platform advertises the ones its
+// egress implements in its descriptor's supported_ops.
+const (
+	OpSend         = "send"
+	OpEdit         = "edit"
+	OpTyping       = "typing"
+	OpFollowUp     = "follow_up"
+	OpGetChatInfo  = "get_chat_info"
+	OpSendMedia    = "send_media"
+	OpPrompt       = "prompt"
+	OpReact        = "react"
+	OpThreadCreate = "thread_create"
+	OpThreadRename = "thread_rename"
+	OpDelete       = "delete"
+	OpDraft        = "draft"
+	OpTaskCard     = "task_card"
+	OpTaskCardStop = "task_card_stop"
+)
+
+// Action is the op and its fields of an outbound frame. Fields an op does not
+// use are empty; unknown fields are ignored.
+type Action struct {
+	Op       string   `json:"op"`
+	ChatID   ID       `json:"chat_id"`
+	Content  string   `json:"content"`
+	ReplyTo  ID       `json:"reply_to"`
+	Metadata Metadata `json:"metadata"`
+
+	// edit, react, delete, thread_rename (the thread id)
+	MessageID ID `json:"message_id"`
+
+	// follow_up
+	SessionKey string `json:"session_key"`
+	Kind       string `json:"kind"`
+
+	// react
+	Emoji  string `json:"emoji"`
+	Remove bool   `json:"remove"`
+
+	// send_media
+	MediaKind string `json:"media_kind"`
+	SourceURL string `json:"source_url"`
+	Filename  string `json:"filename"`
+
+	// prompt
+	PromptKind string         `json:"prompt_kind"`
+	PromptID   string         `json:"prompt_id"`
+	Options    []PromptOption `json:"options"`
+	TimeoutS   int            `json:"timeout_s"`
+
+	// thread_create, thread_rename
+	ThreadName             string  `json:"thread_name"`
+	OnlyIfConnectorCreated bool    `json:"only_if_connector_created"`
+	OnlyIfCurrentName      *string `json:"only_if_current_name"`
+
+	// draft
+	DraftID int64 `json:"draft_id"`
+	Final   bool  `json:"final"`
+
+	// task_card, task_card_stop
+	CardID string          `json:"card_id"`
+	Chunks json.RawMessage `json:"chunks"`
+}
+
+// PromptOption is one button of a prompt.
+type PromptOption struct {
+	ID    string `json:"id"`
+	Label string `json:"label"`
+	Style string `json:"style,omitempty"`
+}
+
+// Metadata holds the metadata keys the connector uses (hermes-wire.md §7.4);
+// the gateway may send more, which are ignored.
+type Metadata struct {
+	ScopeID          ID     `json:"scope_id"`
+	UserID           ID     `json:"user_id"`
+	Profile          string `json:"profile"`
+	ThreadID         ID     `json:"thread_id"`
+	ReplyToMessageID ID     `json:"reply_to_message_id"`
+}
+
+// UnmarshalJSON tolerates a null or non-object metadata (read as empty).
+func (m *Metadata) UnmarshalJSON(data []byte) error {
+	*m = Metadata{}
+	if len(data) == 0 || data[0] != '{' {
+		return nil
+	}
+	type plain Metadata
+	return json.Unmarshal(data, (*plain)(m))
+}
+
+// DecodeAction parses the action object of an outbound frame.
+func DecodeAction(raw json.RawMessage) (Action, error) {
+	var a Action
+	if len(raw) == 0 || string(raw) == "null" {
+		return a, errors.New("outbound has no action")
+	}
+	if raw[0] != '{' {
+		return a, errors.New("outbound action is not an object")
+	}
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return Action{}, fmt.Errorf("decode action: %w", err)
+	}
+	if a.Op == "" {
+		return a, errors.New("outbound action has no op")
+	}
+	return a, nil
+}

@@ -1,0 +1,74 @@
+package contract
+
+import "fmt"
+
+// CloseCode is a WebSocket close status the connector sends on /relay.
+//
+// The gateway client interprets only 4401; every other code while it is not
+// shutting down is an "unexpected close" and it re-dials with backoff
+// (1 s doubling to 30 s), re-sending all hellos, after which buffered inbound
+// is replayed. Codes 4000-4999 are ours; reasons are at most
+// MaxCloseReasonBytes (a longer one makes coder/websocket send no close frame).
+type CloseCode int
+
+const (
+	// CloseNormal (1000): orderly close requested by the gateway.
+	CloseNormal CloseCode = 1000
+	// CloseGoingAway (1001): the connector is shutting down; the gateway
+	// reconnects, possibly to another connector instance.
+	CloseGoingAway CloseCode = 1001
+	// CloseMessageTooBig (1009): a gateway frame exceeded MaxFrameBytes.
+	CloseMessageTooBig CloseCode = 1009
+	// CloseInternalError (1011): an unexpected server error.
+	CloseInternalError CloseCode = 1011
+
+	// CloseUnauthorized (4401): upgrade token missing, malformed, unknown,
+	// wrong or expired. Reason "expired" means a valid but stale token: the
+	// gateway reconnects normally. Any other reason after the gateway once had
+	// a descriptor makes it re-dial once and then latch "revoked" (no more
+	// dials) if refused again, so it is only sent when a token really fails.
+	CloseUnauthorized CloseCode = 4401
+	// CloseUnsupportedPlatform (4404): a hello named a platform this connector
+	// does not front (or the tenant has no route on it). Sent instead of
+	// leaving the gateway to time out its 30 s handshake.
+	CloseUnsupportedPlatform CloseCode = 4404
+	// CloseSlowConsumer (4408): the gateway did not read fast enough and its
+	// bounded send queue overflowed. Undelivered inbound stays buffered and is
+	// replayed after the gateway reconnects.
+	CloseSlowConsumer CloseCode = 4408
+	// CloseReplaced (4409): too many concurrent connections for one gateway id;
+	// the oldest is closed.
+	CloseReplaced CloseCode = 4409
+)
+
+// Close reasons paired with CloseUnauthorized.
+const (
+	ReasonUnauthorized = "unauthorized"
+	ReasonExpired      = "expired"
+)
+
+// MaxCloseReasonBytes is the longest close reason that still fits a close frame.
+const MaxCloseReasonBytes = 123
+
+// CloseError is returned by connection handlers to close the socket with a
+// code and a reason. The reason must not contain secrets.
+type CloseError struct {
+	Code   CloseCode
+	Reason string
+}
+
+func (e *CloseError) Error() string {
+	return fmt.Sprintf("close %d: %s", e.Code, e.Reason)
+}
+
+// TruncateReason shortens reason to MaxCloseReasonBytes on a UTF-8 boundary.
+func TruncateReason(reason string) string {
+	if len(reason) <= MaxCloseReasonBytes {
+		return reason
+	}
+	cut := MaxCloseReasonBytes
+	for cut > 0 && reason[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return reason[:cut]
+}

@@ -1,0 +1,176 @@
+package contract
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"connector/session"
+)
+
+// Message types the gateway understands; any other reads as MessageText.
+const (
+	MessageText     = "text"
+	MessageCommand  = "command"
+	MessagePhoto    = "photo"
+	MessageVideo    = "video"
+	MessageAudio    = "audio"
+	MessageVoice    = "voice"
+	MessageDocument = "document"
+	MessageSticker  = "sticker"
+	MessageLocation = "location"
+)
+
+// Event is the MessageEvent carried by an inbound frame (hermes-wire.md §6.2).
+type Event struct {
+	Text             string
+	MessageType      string
+	MessageID        string
+	Source           session.Source
+	ReplyToMessageID string
+	ReplyTo          *ReplyTo
+	MediaURLs        []string
+	Media            []Media
+	Context          []ContextMessage
+	PromptResponse   *PromptResponse
+}
+
+// ReplyTo describes the message an event replies to.
+type ReplyTo struct {
+	Text   string `json:"text"`
+	Author string `json:"author"`
+	IsOwn  bool   `json:"is_own"`
+}
+
+// Media describes one attachment; the gateway matches it to MediaURLs by URL.
+type Media struct {
+	URL      string `json:"url"`
+	MIME     string `json:"mime,omitempty"`
+	Kind     string `json:"kind,omitempty"`
+	Size     int64  `json:"size,omitempty"`
+	Filename string `json:"filename,omitempty"`
+	Caption  string `json:"caption,omitempty"`
+}
+
+// ContextMessage is a recent channel message attached for reference.
+type ContextMessage struct {
+	Text   string        `json:"text"`
+	Source ContextAuthor `json:"source"`
+}
+
+// ContextAuthor names the author of a ContextMessage.
+type ContextAuthor struct {
+	UserName string `json:"user_name,omitempty"`
+	UserID   string `json:"user_id,omitempty"`
+}
+
+// PromptResponse is a button press answering a prompt op.
+type PromptResponse struct {
+	PromptID        string `json:"prompt_id"`
+	OptionID        string `json:"option_id"`
+	Label           string `json:"label,omitempty"`
+	PromptMessageID string `json:"prompt_message_id,omitempty"`
+}
+
+// MarshalJSON encodes the event; see AppendJSON.
+func (e Event) MarshalJSON() ([]byte, error) {
+	return e.AppendJSON(make([]byte, 0, 512)), nil
+}
+
+// AppendJSON appends the event object to dst. text, message_type and source
+// are always written (message_type defaults to "text"); the rest only when set.
+func (e *Event) AppendJSON(dst []byte) []byte {
+	dst = append(dst, `{"text":`...)
+	dst = session.AppendJSONString(dst, e.Text)
+	dst = append(dst, `,"message_type":`...)
+	mt := e.MessageType
+	if mt == "" {
+		mt = MessageText
+	}
+	dst = session.AppendJSONString(dst, mt)
+	if e.MessageID != "" {
+		dst = append(dst, `,"message_id":`...)
+		dst = session.AppendJSONString(dst, e.MessageID)
+	}
+	dst = append(dst, `,"source":`...)
+	dst = e.Source.AppendJSON(dst)
+	if e.ReplyToMessageID != "" {
+		dst = append(dst, `,"reply_to_message_id":`...)
+		dst = session.AppendJSONString(dst, e.ReplyToMessageID)
+	}
+	if e.ReplyTo != nil {
+		dst = append(dst, `,"reply_to":{"text":`...)
+		dst = session.AppendJSONString(dst, e.ReplyTo.Text)
+		dst = append(dst, `,"author":`...)
+		dst = session.AppendJSONString(dst, e.ReplyTo.Author)
+		dst = append(dst, `,"is_own":`...)
+		dst = strconv.AppendBool(dst, e.ReplyTo.IsOwn)
+		dst = append(dst, '}')
+	}
+	if len(e.MediaURLs) > 0 {
+		dst = append(dst, `,"media_urls":[`...)
+		for i, u := range e.MediaURLs {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = session.AppendJSONString(dst, u)
+		}
+		dst = append(dst, ']')
+	}
+	dst = appendMarshaled(dst, `,"media":`, e.Media, len(e.Media) > 0)
+	dst = appendMarshaled(dst, `,"context":`, e.Context, len(e.Context) > 0)
+	dst = appendMarshaled(dst, `,"prompt_response":`, e.PromptResponse, e.PromptResponse != nil)
+	return append(dst, '}')
+}
+
+// appendMarshaled appends key and the JSON of v when present is true. The
+// types passed here marshal without error by construction.
+func appendMarshaled(dst []byte, key string, v any, present bool) []byte {
+	if !present {
+		return dst
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return dst
+	}
+	return append(append(dst, key...), b...)
+}
+
+// UnmarshalJSON reads an event object (used by tests and tools that play the
+// gateway's part).
+func (e *Event) UnmarshalJSON(data []byte) error {
+	var w struct {
+		Text             string           `json:"text"`
+		MessageType      string           `json:"message_type"`
+		MessageID        ID               `json:"message_id"`
+		Source           session.Source   `json:"source"`
+		ReplyToMessageID ID               `json:"reply_to_message_id"`
+		ReplyTo          *ReplyTo         `json:"reply_to"`
+		MediaURLs        []string         `json:"media_urls"`
+		Media            []Media          `json:"media"`
+		Context          []ContextMessage `json:"context"`
+		PromptResponse   *PromptResponse  `json:"prompt_response"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*e = Event{
+		Text: w.Text, MessageType: w.MessageType, MessageID: string(w.MessageID),
+		Source: w.Source, ReplyToMessageID: string(w.ReplyToMessageID), ReplyTo: w.ReplyTo,
+		MediaURLs: w.MediaURLs, Media: w.Media, Context: w.Context, PromptResponse: w.PromptResponse,
+	}
+	return nil
+}
+
+// Forward is the body of a passthrough_forward frame: a platform request the
+// connector verified and sanitized (credentials stripped) for a gateway's
+// passthrough handler.
+type Forward struct {
+	Platform string      `json:"platform"`
+	BotID    string      `json:"botId"`
+	Method   string      `json:"method"`
+	Path     string      `json:"path"`
+	Headers  [][2]string `json:"headers"`
+	// BodyB64 is the sanitized body, standard base64 with padding.
+	BodyB64 string  `json:"bodyB64"`
+	Profile *string `json:"profile"`
+}

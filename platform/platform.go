@@ -1,0 +1,168 @@
+// Package platform defines what a chat platform plugs into the connector:
+// ingest that normalizes platform events into tenant-scoped deliveries, a
+// descriptor, tenant resolution from the platform's own ids, and egress that
+// executes the gateway's outbound actions.
+//
+// Implementations live in platform/discord, platform/telegram and
+// platform/nexscope. They never import the relay: deliveries go into a Sink
+// (the relay's bus), actions come in through Execute.
+package platform
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"connector/contract"
+	"connector/descriptor"
+	"connector/session"
+	"connector/vault"
+)
+
+// Platform is one chat platform fronted by the connector.
+type Platform interface {
+	// Name is the platform value used on the wire ("discord", "telegram", …).
+	Name() string
+	// Descriptor is answered to a gateway hello for this platform. Its
+	// SupportedOps come from the egress handler table.
+	Descriptor() descriptor.Descriptor
+	// Run ingests platform events into sink until ctx is done. It returns nil
+	// after ctx is cancelled, and an error only when ingest cannot go on
+	// (e.g. the platform refused the credentials).
+	Run(ctx context.Context, sink Sink) error
+	// ChatTenant resolves the tenant that owns chatID from the platform's own
+	// discriminators (Discord guild, Telegram chat id, nexscope room). It
+	// returns ErrUnknownChat when no tenant claims the chat.
+	ChatTenant(ctx context.Context, chatID string) (string, error)
+	// Execute performs one outbound action for tenant. The relay has already
+	// checked that the op is advertised and, for chat-addressed ops, that the
+	// chat belongs to tenant. Execute honours ctx's deadline (the gateway
+	// waits 30 s) and never returns secrets in the result.
+	Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result
+	// Status reports readiness for /readyz.
+	Status() Status
+}
+
+// ErrUnknownChat is returned by ChatTenant when no tenant claims a chat.
+var ErrUnknownChat = errors.New("no tenant claims this chat")
+
+// Status is a platform's readiness.
+type Status struct {
+	Ready bool `json:"ready"`
+	// Detail says why not (or what it is connected as); never a secret.
+	Detail string `json:"detail,omitempty"`
+	// Terminal is true when the platform gave up for good (bad token,
+	// disallowed intents) and will not recover without a config change.
+	Terminal bool `json:"terminal,omitempty"`
+}
+
+// Routes is implemented by platforms that serve HTTP endpoints on the
+// connector's listener (webhooks, the nexscope WebSocket).
+type Routes interface {
+	// Routes maps a net/http ServeMux pattern to its handler.
+	Routes() map[string]http.Handler
+}
+
+// HelloObserver is implemented by platforms that act on a gateway's hello,
+// such as Discord reconciling the gateway's slash-command manifest. It must
+// return quickly and never fail the handshake.
+type HelloObserver interface {
+	ObserveHello(tenant, gatewayID string, hello *contract.GatewayFrame)
+}
+
+// Kind says what a Delivery carries.
+type Kind uint8
+
+// Delivery kinds.
+const (
+	// KindInbound carries a normalized MessageEvent.
+	KindInbound Kind = iota + 1
+	// KindInterrupt asks the owner of SessionKey to stop its turn (a
+	// platform-side /stop).
+	KindInterrupt
+	// KindPassthrough carries a sanitized platform request for the gateway's
+	// passthrough handler.
+	KindPassthrough
+)
+
+// Delivery is one normalized, tenant-scoped item for the tenant's gateways.
+type Delivery struct {
+	Kind     Kind
+	Tenant   string
+	Platform string
+	// SessionKey is the key the tenant's gateway computes for this event's
+	// source (KeyFunc); the relay routes by it.
+	SessionKey string
+	// ChatID is the chat the delivery belongs to (interrupt_inbound carries it).
+	ChatID string
+	// Event is set for KindInbound.
+	Event *contract.Event
+	// Forward is set for KindPassthrough.
+	Forward *contract.Forward
+	// Received is when the platform event reached the connector.
+	Received time.Time
+}
+
+// Sink accepts deliveries. The relay's bus implements it.
+type Sink interface {
+	// Deliver hands d to the tenant's gateways (or their buffer). It does not
+	// block on sockets.
+	Deliver(ctx context.Context, d Delivery) error
+}
+
+// KeyFunc computes the session key a tenant's gateway would compute for src,
+// with that tenant's gateway knobs.
+type KeyFunc func(tenant string, src *session.Source) string
+
+// Metrics receives the platform-side measurements the connector exports.
+// Implementations must be safe for concurrent use and cheap.
+type Metrics interface {
+	// RateLimitWait records time an egress call spent waiting for budget.
+	RateLimitWait(platform string, d time.Duration)
+	// RateLimited counts a 429 answered by the platform.
+	RateLimited(platform string)
+	// Dropped counts an ingested event that was not delivered, by reason
+	// ("unclaimed", "duplicate", "gated", "malformed", …).
+	Dropped(platform, reason string)
+}
+
+// NopMetrics discards everything.
+type NopMetrics struct{}
+
+// RateLimitWait implements Metrics.
+func (NopMetrics) RateLimitWait(string, time.Duration) {}
+
+// RateLimited implements Metrics.
+func (NopMetrics) RateLimited(string) {}
+
+// Dropped implements Metrics.
+func (NopMetrics) Dropped(string, string) {}
+
+// Deps are the shared services a platform is built with.
+type Deps struct {
+	Log   *slog.Logger
+	Vault vault.Store
+	Key   KeyFunc
+	// Metrics may be nil (NopMetrics).
+	Metrics Metrics
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// M returns d.Metrics or NopMetrics.
+func (d *Deps) M() Metrics {
+	if d.Metrics != nil {
+		return d.Metrics
+	}
+	return NopMetrics{}
+}
+
+// Clock returns d.Now or time.Now.
+func (d *Deps) Clock() func() time.Time {
+	if d.Now != nil {
+		return d.Now
+	}
+	return time.Now
+}

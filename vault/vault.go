@@ -1,0 +1,209 @@
+// Package vault is the connector's capability vault: credentials that act on
+// the shared bot identity (a Discord interaction token, say) are stripped from
+// inbound payloads at the edge and kept here, keyed by tenant, session key and
+// kind. A gateway later names the session and kind (the follow_up op) and the
+// connector resolves the value itself, so no capability ever reaches a
+// gateway, and a lookup under another tenant finds nothing.
+//
+// Values are Secret: they print, marshal and log as "[redacted]".
+package vault
+
+import (
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+)
+
+// Kind names a capability type. Its TTL is fixed per kind.
+type Kind string
+
+// KindDiscordInteractionToken is a Discord interaction token: valid for
+// follow-ups and edits for 15 minutes after the interaction.
+const KindDiscordInteractionToken Kind = "discord.interaction_token"
+
+// TTL returns the lifetime of a kind's values (ok false for an unknown kind).
+func (k Kind) TTL() (time.Duration, bool) {
+	switch k {
+	case KindDiscordInteractionToken:
+		return 15 * time.Minute, true
+	}
+	return 0, false
+}
+
+// Kinds lists every kind the vault stores.
+func Kinds() []Kind { return []Kind{KindDiscordInteractionToken} }
+
+// Secret is a credential value that never prints.
+type Secret struct{ v string }
+
+// NewSecret wraps s.
+func NewSecret(s string) Secret { return Secret{v: s} }
+
+// Reveal returns the raw value, for the one call that sends it to the platform.
+func (s Secret) Reveal() string { return s.v }
+
+// IsZero reports whether the secret is empty.
+func (s Secret) IsZero() bool { return s.v == "" }
+
+const redacted = "[redacted]"
+
+// String hides the value.
+func (Secret) String() string { return redacted }
+
+// GoString hides the value from %#v.
+func (Secret) GoString() string { return redacted }
+
+// Format hides the value from every fmt verb.
+func (Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(redacted)) }
+
+// MarshalJSON hides the value from JSON.
+func (Secret) MarshalJSON() ([]byte, error) { return []byte(`"` + redacted + `"`), nil }
+
+// MarshalText hides the value from text encoders.
+func (Secret) MarshalText() ([]byte, error) { return []byte(redacted), nil }
+
+// LogValue hides the value from log/slog.
+func (Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
+
+// Key addresses one capability.
+type Key struct {
+	Tenant     string
+	SessionKey string
+	Kind       Kind
+}
+
+// Entry is a stored capability with the context needed to use it.
+type Entry struct {
+	Value Secret
+	// Ref is non-secret context the user of the capability needs, e.g. the
+	// interaction id or application id for a Discord token.
+	Ref string
+	// Stored is when the capability was captured; it expires Stored + TTL.
+	Stored time.Time
+}
+
+// Store is the vault's storage. Memory is the in-process implementation; a
+// shared store (Redis) can implement the same interface.
+type Store interface {
+	// Put stores e under k, replacing an older value.
+	Put(k Key, e Entry) error
+	// Get returns the live entry under k. A key of another tenant is a
+	// different key, so it finds nothing.
+	Get(k Key) (Entry, bool)
+	// Delete removes k.
+	Delete(k Key)
+	// Stats reports counters for metrics.
+	Stats() Stats
+}
+
+// Stats are vault counters.
+type Stats struct {
+	Size   int    // live and not yet swept entries
+	Hits   uint64 // lookups that found a live capability
+	Misses uint64 // lookups that found nothing (absent, expired, other tenant)
+	// Expiries counts lookups that found only an expired capability.
+	Expiries uint64
+	// Evicted counts entries the LRU removed: capacity, TTL sweep or delete.
+	Evicted uint64
+}
+
+// Config sizes the in-memory vault.
+type Config struct {
+	// MaxEntries bounds each kind's LRU. Zero means 100,000.
+	MaxEntries int
+	// Now is the clock expiry is judged by. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Memory is a bounded in-process Store: one expirable LRU per kind, each with
+// the kind's TTL. Expired values are never returned, even before the sweeper
+// removes them.
+type Memory struct {
+	caches map[Kind]*expirable.LRU[Key, Entry]
+	now    func() time.Time
+
+	hits, misses, expiries, evicted atomic.Uint64
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory creates the vault. Create it once per process: each kind's LRU
+// owns a sweeper goroutine that never stops.
+func NewMemory(cfg Config) *Memory {
+	if cfg.MaxEntries <= 0 {
+		cfg.MaxEntries = 100_000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m := &Memory{caches: make(map[Kind]*expirable.LRU[Key, Entry]), now: cfg.Now}
+	for _, k := range Kinds() {
+		ttl, _ := k.TTL()
+		m.caches[k] = expirable.NewLRU(cfg.MaxEntries, m.onEvict, ttl)
+	}
+	return m
+}
+
+// onEvict runs under the cache lock, so it only counts.
+func (m *Memory) onEvict(Key, Entry) { m.evicted.Add(1) }
+
+// Put implements Store.
+func (m *Memory) Put(k Key, e Entry) error {
+	c, ok := m.caches[k.Kind]
+	if !ok {
+		return fmt.Errorf("vault: unknown capability kind %q", k.Kind)
+	}
+	if k.Tenant == "" || k.SessionKey == "" {
+		return fmt.Errorf("vault: capability %q needs a tenant and a session key", k.Kind)
+	}
+	if e.Stored.IsZero() {
+		e.Stored = m.now()
+	}
+	c.Add(k, e)
+	return nil
+}
+
+// Get implements Store.
+func (m *Memory) Get(k Key) (Entry, bool) {
+	c, ok := m.caches[k.Kind]
+	if !ok || k.Tenant == "" {
+		m.misses.Add(1)
+		return Entry{}, false
+	}
+	e, ok := c.Get(k)
+	if !ok {
+		m.misses.Add(1)
+		return Entry{}, false
+	}
+	ttl, _ := k.Kind.TTL()
+	if m.now().Sub(e.Stored) >= ttl {
+		m.expiries.Add(1)
+		m.misses.Add(1)
+		c.Remove(k)
+		return Entry{}, false
+	}
+	m.hits.Add(1)
+	return e, true
+}
+
+// Delete implements Store.
+func (m *Memory) Delete(k Key) {
+	if c, ok := m.caches[k.Kind]; ok {
+		c.Remove(k)
+	}
+}
+
+// Stats implements Store.
+func (m *Memory) Stats() Stats {
+	size := 0
+	for _, c := range m.caches {
+		size += c.Len()
+	}
+	return Stats{
+		Size: size, Hits: m.hits.Load(), Misses: m.misses.Load(),
+		Expiries: m.expiries.Load(), Evicted: m.evicted.Load(),
+	}
+}

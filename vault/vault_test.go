@@ -1,0 +1,137 @@
+package vault_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connector/vault"
+)
+
+const token = "aW50ZXJhY3Rpb246c2VjcmV0LXRva2Vu"
+
+// fakeClock is a settable clock for expiry tests.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// testStore is the conformance suite every Store implementation must pass.
+func testStore(t *testing.T, newStore func(now func() time.Time) vault.Store) {
+	clock := &fakeClock{now: time.Unix(1_767_225_300, 0)}
+	s := newStore(clock.Now)
+	k := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
+	if err := s.Put(k, vault.Entry{Value: vault.NewSecret(token), Ref: "app-1"}); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("same tenant finds it", func(t *testing.T) {
+		e, ok := s.Get(k)
+		if !ok || e.Value.Reveal() != token || e.Ref != "app-1" {
+			t.Fatalf("Get = %v, %v", e, ok)
+		}
+	})
+	t.Run("other tenant finds nothing", func(t *testing.T) {
+		other := k
+		other.Tenant = "t2"
+		if _, ok := s.Get(other); ok {
+			t.Fatal("tenant t2 read tenant t1's capability")
+		}
+	})
+	t.Run("other session finds nothing", func(t *testing.T) {
+		other := k
+		other.SessionKey = "agent:main:discord:dm:2"
+		if _, ok := s.Get(other); ok {
+			t.Fatal("found a capability under another session")
+		}
+	})
+	t.Run("unknown kind refused", func(t *testing.T) {
+		bad := k
+		bad.Kind = "slack.response_url"
+		if err := s.Put(bad, vault.Entry{Value: vault.NewSecret(token)}); err == nil {
+			t.Fatal("Put accepted an unknown kind")
+		} else if strings.Contains(err.Error(), token) {
+			t.Fatal("error leaks the value")
+		}
+	})
+	t.Run("missing tenant refused", func(t *testing.T) {
+		bad := k
+		bad.Tenant = ""
+		if err := s.Put(bad, vault.Entry{Value: vault.NewSecret(token)}); err == nil {
+			t.Fatal("Put accepted an empty tenant")
+		}
+	})
+	t.Run("expires after its kind's TTL", func(t *testing.T) {
+		clock.Advance(14*time.Minute + 59*time.Second)
+		if _, ok := s.Get(k); !ok {
+			t.Fatal("expired early")
+		}
+		clock.Advance(time.Second)
+		if _, ok := s.Get(k); ok {
+			t.Fatal("still valid after 15 minutes")
+		}
+	})
+	t.Run("delete", func(t *testing.T) {
+		k2 := k
+		k2.SessionKey = "agent:main:discord:dm:3"
+		_ = s.Put(k2, vault.Entry{Value: vault.NewSecret(token)})
+		s.Delete(k2)
+		if _, ok := s.Get(k2); ok {
+			t.Fatal("found after Delete")
+		}
+	})
+}
+
+func TestMemory(t *testing.T) {
+	testStore(t, func(now func() time.Time) vault.Store {
+		return vault.NewMemory(vault.Config{MaxEntries: 100, Now: now})
+	})
+}
+
+func TestMemoryBounded(t *testing.T) {
+	m := vault.NewMemory(vault.Config{MaxEntries: 10})
+	for i := range 25 {
+		k := vault.Key{Tenant: "t1", SessionKey: fmt.Sprint("s", i), Kind: vault.KindDiscordInteractionToken}
+		if err := m.Put(k, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := m.Stats(); st.Size != 10 || st.Evicted != 15 {
+		t.Fatalf("stats = %+v, want size 10, evicted 15", st)
+	}
+	k := vault.Key{Tenant: "t1", SessionKey: "s24", Kind: vault.KindDiscordInteractionToken}
+	if _, ok := m.Get(k); !ok {
+		t.Fatal("newest entry evicted")
+	}
+}
+
+func TestSecretNeverPrints(t *testing.T) {
+	s := vault.NewSecret(token)
+	e := vault.Entry{Value: s, Ref: "app"}
+	var logged strings.Builder
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("x", "secret", s, "entry", e)
+	js, _ := json.Marshal(e)
+	outs := []string{
+		fmt.Sprint(s), fmt.Sprintf("%v %+v %#v %s %q %x", s, s, s, s, s, s),
+		fmt.Sprintf("%v %+v %#v", e, e, e), string(js), logged.String(),
+	}
+	for _, out := range outs {
+		if strings.Contains(out, token) {
+			t.Errorf("secret leaked: %s", out)
+		}
+	}
+	if s.Reveal() != token {
+		t.Fatal("Reveal lost the value")
+	}
+}
