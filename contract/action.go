@@ -25,6 +25,12 @@ const (
 	OpTaskCardStop = "task_card_stop"
 )
 
+// Ops lists every op name of the contract.
+var Ops = []string{
+	OpSend, OpEdit, OpTyping, OpFollowUp, OpGetChatInfo, OpSendMedia, OpPrompt,
+	OpReact, OpThreadCreate, OpThreadRename, OpDelete, OpDraft, OpTaskCard, OpTaskCardStop,
+}
+
 // Action is the op and its fields of an outbound frame. Fields an op does not
 // use are empty; unknown fields are ignored.
 type Action struct {

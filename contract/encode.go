@@ -11,17 +11,16 @@ import (
 // complete "\n"-terminated frame: a frame without its newline is silently
 // lost by the gateway together with the one after it.
 
-// AppendInbound appends an inbound frame. eventJSON is the encoded Event
-// (Event.AppendJSON); bufferID, when set, makes the gateway answer with
-// inbound_ack after handling it.
-func AppendInbound(dst []byte, bufferID string, eventJSON []byte) []byte {
+// AppendInbound appends an inbound frame carrying ev. bufferID, when set,
+// makes the gateway answer with inbound_ack after handling it.
+func AppendInbound(dst []byte, bufferID string, ev *Event) []byte {
 	dst = append(dst, `{"type":"inbound"`...)
 	if bufferID != "" {
 		dst = append(dst, `,"bufferId":`...)
 		dst = session.AppendJSONString(dst, bufferID)
 	}
 	dst = append(dst, `,"event":`...)
-	dst = append(dst, eventJSON...)
+	dst = ev.AppendJSON(dst)
 	return append(dst, "}\n"...)
 }
 

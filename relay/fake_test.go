@@ -1,0 +1,141 @@
+package relay_test
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"connector/contract"
+	"connector/descriptor"
+	"connector/platform"
+)
+
+// egress is one action a fakePlatform executed.
+type egress struct {
+	Tenant string
+	Action contract.Action
+}
+
+// fakePlatform is a platform whose chats belong to fixed tenants and whose
+// egress is recorded. Sends to a chat listed in block wait until that
+// channel is closed, to model a slow platform call.
+type fakePlatform struct {
+	name  string
+	ops   []string
+	chats map[string]string // chat id -> tenant
+
+	mu    sync.Mutex
+	sink  platform.Sink
+	ready chan struct{}
+	block map[string]chan struct{}
+
+	egress chan egress
+}
+
+func newFake(name string, chats map[string]string) *fakePlatform {
+	return &fakePlatform{
+		name: name, chats: chats,
+		ops:    []string{contract.OpSend, contract.OpEdit, contract.OpTyping, contract.OpFollowUp},
+		ready:  make(chan struct{}),
+		block:  make(map[string]chan struct{}),
+		egress: make(chan egress, 100),
+	}
+}
+
+func (p *fakePlatform) Name() string { return p.name }
+
+func (p *fakePlatform) Descriptor() descriptor.Descriptor {
+	d := descriptor.Discord(p.ops)
+	d.Platform, d.Label = p.name, p.name
+	return d
+}
+
+func (p *fakePlatform) Run(ctx context.Context, sink platform.Sink) error {
+	p.mu.Lock()
+	p.sink = sink
+	p.mu.Unlock()
+	close(p.ready)
+	<-ctx.Done()
+	return nil
+}
+
+func (p *fakePlatform) ChatTenant(_ context.Context, chatID string) (string, error) {
+	if t, ok := p.chats[chatID]; ok {
+		return t, nil
+	}
+	return "", platform.ErrUnknownChat
+}
+
+func (p *fakePlatform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+	p.mu.Lock()
+	wait := p.block[string(a.ChatID)]
+	p.mu.Unlock()
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return contract.Failed(contract.CodeUnavailable, "timed out")
+		}
+	}
+	p.egress <- egress{Tenant: tenant, Action: *a}
+	return contract.OK("m-" + string(a.ChatID))
+}
+
+func (p *fakePlatform) Status() platform.Status { return platform.Status{Ready: true} }
+
+// slowChat makes sends to chatID wait until the returned func is called.
+func (p *fakePlatform) slowChat(chatID string) (release func()) {
+	ch := make(chan struct{})
+	p.mu.Lock()
+	p.block[chatID] = ch
+	p.mu.Unlock()
+	return sync.OnceFunc(func() { close(ch) })
+}
+
+// deliver publishes an inbound message from chat for tenant.
+func (p *fakePlatform) deliver(tenant, chatID, userID, text string) {
+	<-p.ready
+	p.mu.Lock()
+	sink := p.sink
+	p.mu.Unlock()
+	ev := &contract.Event{Text: text, MessageID: "msg-" + text}
+	ev.Source.Platform = p.name
+	ev.Source.ChatID = chatID
+	ev.Source.ChatType = "group"
+	ev.Source.UserID.Value, ev.Source.UserID.Valid = userID, true
+	_ = sink.Deliver(context.Background(), platform.Delivery{
+		Kind: platform.KindInbound, Tenant: tenant, Platform: p.name,
+		SessionKey: sessionKey(p.name, chatID, userID), ChatID: chatID, Event: ev, Received: time.Now(),
+	})
+}
+
+// interrupt publishes a platform-side /stop for a session.
+func (p *fakePlatform) interrupt(tenant, chatID, userID string) {
+	<-p.ready
+	p.mu.Lock()
+	sink := p.sink
+	p.mu.Unlock()
+	_ = sink.Deliver(context.Background(), platform.Delivery{
+		Kind: platform.KindInterrupt, Tenant: tenant, Platform: p.name,
+		SessionKey: sessionKey(p.name, chatID, userID), ChatID: chatID,
+	})
+}
+
+func sessionKey(platform, chatID, userID string) string {
+	return "agent:main:" + platform + ":group:" + chatID + ":" + userID
+}
+
+// nextEgress waits for the platform's next executed action.
+func (p *fakePlatform) nextEgress(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}) egress {
+	t.Helper()
+	select {
+	case e := <-p.egress:
+		return e
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no egress on %s", p.name)
+	}
+	return egress{}
+}

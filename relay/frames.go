@@ -1,0 +1,249 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"connector/contract"
+	"connector/platform"
+)
+
+// maxLoggedMalformed is how many malformed frames a connection logs one by
+// one; after that only every 1000th is logged, so a broken gateway cannot
+// flood the log.
+const maxLoggedMalformed = 10
+
+// handleLine dispatches one frame read from the gateway. Malformed frames
+// are logged and skipped; unknown frame types are ignored.
+func (c *conn) handleLine(line []byte) {
+	f, err := contract.DecodeGatewayFrame(line)
+	if err != nil {
+		c.malformed++
+		if c.malformed <= maxLoggedMalformed || c.malformed%1000 == 0 {
+			c.log.Warn("skipping malformed frame", "err", err, "bytes", len(line), "malformed_total", c.malformed)
+		}
+		return
+	}
+	switch f.Type {
+	case contract.TypeHello:
+		c.handleHello(&f)
+	case contract.TypeOutbound:
+		c.handleOutbound(&f)
+	case contract.TypeInterrupt:
+		c.handleInterrupt(&f)
+	case contract.TypeGoingIdle:
+		c.hub.goIdle(c)
+		c.enqueue([]byte(contract.GoingIdleAck))
+		c.log.Info("gateway going idle: inbound buffered until it reconnects")
+	case contract.TypeInboundAck:
+		if !c.hub.ack(string(f.BufferID)) {
+			c.log.Debug("inbound_ack for an unknown bufferId", "buffer_id", string(f.BufferID))
+		}
+	default:
+		c.log.Debug("ignoring frame of unknown type", "type", truncateForLog(f.Type))
+	}
+}
+
+// handleHello answers one hello with its platform's descriptor. A platform
+// this connector does not front closes the connection with 4404 at once,
+// rather than leaving the gateway to wait out its 30 s handshake.
+func (c *conn) handleHello(f *contract.GatewayFrame) {
+	name := f.Platform
+	frame, ok := c.srv.descriptorFrames[name]
+	if !ok {
+		reason := fmt.Sprintf("platform %q is not fronted by this connector", truncateForLog(name))
+		c.log.Warn("hello refused: platform not fronted", "platform", truncateForLog(name))
+		c.closeWith(contract.CloseUnsupportedPlatform, reason)
+		return
+	}
+	c.identities = append(c.identities, name)
+	c.enqueue(frame)
+	c.log.Info("hello", "platform", name, "bot_id", truncateForLog(string(f.BotID)))
+	if p, ok := c.srv.platforms[name].(platform.HelloObserver); ok {
+		p.ObserveHello(c.hub.id, c.gw.id, f)
+	}
+	c.hub.hello(c, name)
+}
+
+// handleInterrupt publishes a gateway's interrupt on the bus; the relay
+// holding the session's owner delivers it as interrupt_inbound. It is looked
+// up under the connection's own tenant only.
+func (c *conn) handleInterrupt(f *contract.GatewayFrame) {
+	if f.SessionKey == "" {
+		c.log.Debug("interrupt without session_key ignored")
+		return
+	}
+	err := c.srv.cfg.Bus.Deliver(c.ctx, platform.Delivery{
+		Kind: platform.KindInterrupt, Tenant: c.hub.id, SessionKey: f.SessionKey, Received: c.srv.cfg.Now(),
+	})
+	if err != nil {
+		c.log.Warn("interrupt not published", "err", err)
+	}
+}
+
+// handleOutbound starts one outbound op and answers it with exactly one
+// outbound_result, on its own goroutine so a slow platform call never holds
+// up the connection.
+func (c *conn) handleOutbound(f *contract.GatewayFrame) {
+	reqID := string(f.RequestID)
+	if reqID == "" {
+		c.log.Warn("outbound without requestId ignored")
+		return
+	}
+	a, err := contract.DecodeAction(f.Action)
+	if err != nil {
+		c.answer(reqID, "", contract.Failed(contract.CodeBadRequest, err.Error()), time.Time{})
+		return
+	}
+	target := c.target(f.Platform)
+	select {
+	case c.outSlots <- struct{}{}:
+	default:
+		c.answer(reqID, a.Op, contract.Failed(contract.CodeRateLimited, "too many outbound requests in flight on this connection"), time.Time{})
+		return
+	}
+	s := c.srv
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		<-c.outSlots
+		c.answer(reqID, a.Op, contract.Failed(contract.CodeUnavailable, "connector is shutting down"), time.Time{})
+		return
+	}
+	s.outbound.Add(1)
+	s.mu.Unlock()
+	start := s.cfg.Now()
+	go func() {
+		defer s.outbound.Done()
+		defer func() { <-c.outSlots }()
+		// Not c.ctx: an op the platform already started is answered even if
+		// the gateway reconnects meanwhile, and shutdown waits for it.
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OutboundTimeout)
+		defer cancel()
+		c.answer(reqID, a.Op, c.execute(ctx, target, &a), start)
+	}()
+}
+
+// outboundTarget is the platform an outbound frame addresses, as decided on
+// the read loop (which owns the connection's hello list).
+type outboundTarget struct {
+	name     string // a platform name or "relay" (resolve from the action)
+	declined bool   // tagged with a platform this connection does not front
+}
+
+// target resolves the platform tag of an outbound frame: the tag if the
+// connection hello'd it (or hello'd "relay"), else the first hello.
+func (c *conn) target(tag string) outboundTarget {
+	if tag == "" {
+		if len(c.identities) == 0 {
+			return outboundTarget{name: contract.PlatformRelay}
+		}
+		return outboundTarget{name: c.identities[0]}
+	}
+	for _, id := range c.identities {
+		if id == tag || (id == contract.PlatformRelay && c.srv.platforms[tag] != nil) {
+			return outboundTarget{name: tag}
+		}
+	}
+	return outboundTarget{name: tag, declined: true}
+}
+
+// execute checks an action against the connection's tenant and runs it on
+// its platform.
+func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action) contract.Result {
+	if t.declined {
+		return contract.Declined(truncateForLog(t.name))
+	}
+	name := t.name
+	if name == contract.PlatformRelay {
+		var ok bool
+		if name, ok = c.resolvePlatform(ctx, a); !ok {
+			return contract.Declined(contract.PlatformRelay)
+		}
+	}
+	p := c.srv.platforms[name]
+	if p == nil {
+		return contract.Declined(name)
+	}
+	d := c.srv.descriptors[name]
+	if !d.HasOp(a.Op) {
+		return contract.Failed(contract.CodeUnsupportedOp,
+			fmt.Sprintf("op %q is not supported on %s", truncateForLog(a.Op), name))
+	}
+	if a.Op == contract.OpFollowUp {
+		if a.SessionKey == "" {
+			return contract.Failed(contract.CodeBadRequest, "follow_up needs a session_key")
+		}
+		if owner, known := c.srv.sessionTenant(a.SessionKey); known && owner != c.hub.id {
+			return contract.Declined(name)
+		}
+	} else {
+		chatID := string(a.ChatID)
+		if chatID == "" {
+			return contract.Failed(contract.CodeBadRequest, fmt.Sprintf("%s needs a chat_id", a.Op))
+		}
+		owner, err := p.ChatTenant(ctx, chatID)
+		if err != nil && !errors.Is(err, platform.ErrUnknownChat) {
+			c.log.Warn("chat tenant lookup failed", "platform", name, "err", err)
+		}
+		if err != nil || owner != c.hub.id {
+			return contract.Declined(name)
+		}
+	}
+	return p.Execute(ctx, c.hub.id, a)
+}
+
+// resolvePlatform finds the platform of an action sent on a "relay"
+// connection without a platform tag: the prefix of a follow_up's kind, the
+// platform the chat's inbound came from, or the first platform that places
+// the chat in this tenant.
+func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action) (string, bool) {
+	if a.Op == contract.OpFollowUp {
+		name, _, _ := strings.Cut(a.Kind, ".")
+		return name, c.srv.platforms[name] != nil
+	}
+	chatID := string(a.ChatID)
+	if name, ok := c.hub.chatPlatform(chatID); ok {
+		return name, true
+	}
+	for _, name := range c.srv.order {
+		if owner, err := c.srv.platforms[name].ChatTenant(ctx, chatID); err == nil && owner == c.hub.id {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// answer enqueues the outbound_result for reqID and records the op.
+func (c *conn) answer(reqID, op string, r contract.Result, start time.Time) {
+	code := "ok"
+	if !r.Success {
+		code = r.Code
+		if code == "" {
+			code = contract.CodePlatformError
+		}
+	}
+	var took time.Duration
+	if !start.IsZero() {
+		took = c.srv.cfg.Now().Sub(start)
+	}
+	if !slices.Contains(contract.Ops, op) {
+		op = "unknown" // gateway-chosen strings never become metric labels
+	}
+	c.srv.cfg.Metrics.Outbound(op, code, took)
+	c.enqueue(contract.AppendOutboundResult(nil, reqID, r))
+}
+
+// truncateForLog bounds a gateway-supplied string before it is logged or
+// echoed in an error.
+func truncateForLog(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	return cutUTF8(s, limit) + "…"
+}

@@ -1,0 +1,35 @@
+package relay
+
+import "time"
+
+// Metrics receives the relay's measurements. Implementations must be safe
+// for concurrent use and cheap: they are called on the hot path.
+type Metrics interface {
+	// ConnOpened and ConnClosed track authenticated gateway connections.
+	ConnOpened(tenant string)
+	ConnClosed(tenant string)
+	// Refused counts upgrades refused at authentication, by close reason.
+	Refused(reason string)
+	// Inbound counts a delivery from a platform by outcome: "queued" (taken
+	// into the tenant's ledger), "dropped_unknown_tenant", "dropped_overflow"
+	// (the oldest buffered entry pushed out by a full buffer), "truncated".
+	Inbound(platform, tenant, outcome string)
+	// Delivered records the time from platform receipt to the frame being
+	// written to a gateway socket (first delivery only).
+	Delivered(platform string, d time.Duration)
+	// Outbound records one outbound op and its result code ("ok" on success).
+	Outbound(op, result string, d time.Duration)
+	// Buffered reports the number of inbound entries a tenant's ledger holds
+	// (sent but unacknowledged, or waiting for a gateway).
+	Buffered(tenant string, n int)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) ConnOpened(string)                      {}
+func (nopMetrics) ConnClosed(string)                      {}
+func (nopMetrics) Refused(string)                         {}
+func (nopMetrics) Inbound(string, string, string)         {}
+func (nopMetrics) Delivered(string, time.Duration)        {}
+func (nopMetrics) Outbound(string, string, time.Duration) {}
+func (nopMetrics) Buffered(string, int)                   {}

@@ -1,0 +1,426 @@
+// Package relay is the gateway-facing side of the connector: the /relay
+// WebSocket server that Hermes gateways dial out to.
+//
+// A connection goes through these steps (frames are defined in contract):
+//
+//  1. Upgrade. The Authorization bearer token is verified (HMAC-SHA256 over
+//     "<gateway id>:<exp>", each of the gateway's secrets tried in constant
+//     time, clock skew tolerated). A bad token is refused by accepting the
+//     upgrade and closing 4401 "unauthorized" or "expired", never with HTTP
+//     401, which the gateway would retry forever. The tenant is the one the
+//     gateway id is configured under; no frame can change it.
+//  2. Handshake. Every hello is answered with one descriptor, in hello order.
+//     A hello for a platform this connector does not front closes the socket
+//     with 4404 and a reason naming the platform. Platform "relay" (the
+//     gateway's default when it configures no platform list) fronts every
+//     platform: its descriptor is the intersection of all platforms'
+//     capabilities (descriptor.Merge), and the connection receives every
+//     platform's inbound for its tenant.
+//  3. Inbound. Platforms publish tenant-scoped deliveries on the Bus. Each
+//     tenant has a ledger: every inbound gets a bufferId that stays the same
+//     across redeliveries, is sent to one eligible connection of the tenant
+//     (the session's owner if it is live, otherwise the least loaded one,
+//     which becomes the owner), and leaves the ledger only when the gateway
+//     answers inbound_ack. While no connection is live (or after going_idle)
+//     entries wait in the ledger, bounded by Config.BufferEntries and
+//     Config.BufferBytes (the oldest entry is dropped first, with a log line),
+//     and are replayed in order after the next handshake. At most
+//     Config.AckWindow unacknowledged entries are in flight per connection.
+//  4. Outbound. Each outbound runs on its own goroutine under a 30 s deadline
+//     and is answered with exactly one outbound_result carrying its
+//     requestId. Ops the target platform does not advertise fail with
+//     code "unsupported_op"; a chat, session or platform outside the
+//     connection's tenant gets the structured decline (egress_declined).
+//  5. Interrupts. The connector remembers which connection owns each session
+//     key (the one it delivered that session's inbound to); an interrupt from
+//     any connection of the tenant, or a platform-side /stop, reaches the
+//     owner as interrupt_inbound.
+//  6. Keepalive and shutdown. The server pings every 30 s; a connection whose
+//     send queue exceeds Config.SendQueueBytes is closed 4408 (its
+//     unacknowledged inbound is redelivered). Shutdown stops accepting, lets
+//     in-flight outbound finish, and closes every connection with 1001.
+package relay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"connector/contract"
+	"connector/descriptor"
+	"connector/platform"
+	"connector/session"
+)
+
+// Tenant is one customer of the connector: its gateways and the session-key
+// knobs those gateways run with.
+type Tenant struct {
+	ID       string
+	Gateways []Gateway
+	// Session holds the tenant's gateway knobs that change session keys
+	// (group/thread per-user, profile). Nil means the gateway defaults.
+	Session *session.Options
+}
+
+// Gateway is one gateway identity allowed to dial /relay.
+type Gateway struct {
+	ID string
+	// Secrets are the HMAC secrets the gateway may sign with; several while a
+	// secret is rotated.
+	Secrets []string
+}
+
+// Config configures a Server. The zero value of every field but Tenants and
+// Platforms is a working default.
+type Config struct {
+	Tenants   []Tenant
+	Platforms []platform.Platform
+	// Bus carries deliveries; nil means a new MemoryBus.
+	Bus Bus
+	// Log receives connection lifecycle lines; nil discards.
+	Log *slog.Logger
+	// Metrics receives measurements; nil discards.
+	Metrics Metrics
+	// Now is the clock tokens and latencies are judged by; nil is time.Now.
+	Now func() time.Time
+
+	// ClockSkew is tolerated past a token's expiry. Zero means 30 s.
+	ClockSkew time.Duration
+	// PingInterval is how often the server pings each gateway; a ping not
+	// answered within the same interval closes the connection. Zero means 30 s.
+	PingInterval time.Duration
+	// WriteTimeout bounds each socket write; a write that takes longer means
+	// a slow consumer. Zero means 10 s.
+	WriteTimeout time.Duration
+	// OutboundTimeout bounds each outbound op (the gateway gives up after
+	// 30 s). Zero means 30 s.
+	OutboundTimeout time.Duration
+	// SendQueueBytes bounds the frames waiting to be written to one
+	// connection; beyond it the connection is closed 4408. Zero means 8 MiB.
+	SendQueueBytes int
+	// MaxOutboundInFlight bounds concurrent outbound ops per connection;
+	// beyond it an op fails at once with code "rate_limited". Zero means 1024.
+	MaxOutboundInFlight int
+	// AckWindow bounds unacknowledged inbound per connection. Zero means 256.
+	AckWindow int
+	// BufferEntries bounds a tenant's ledger (in flight plus waiting).
+	// Zero means 10,000.
+	BufferEntries int
+	// BufferBytes bounds the encoded size of a tenant's ledger. Zero means
+	// 64 MiB.
+	BufferBytes int
+	// MaxConnsPerGateway bounds concurrent connections of one gateway id; a
+	// new one closes the oldest with 4409. Zero means 16.
+	MaxConnsPerGateway int
+	// SessionOwners bounds the remembered session owners per tenant (least
+	// recently used are forgotten). Zero means 100,000.
+	SessionOwners int
+}
+
+func (c *Config) setDefaults() {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defInt := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.Bus == nil {
+		c.Bus = NewMemoryBus()
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Metrics == nil {
+		c.Metrics = nopMetrics{}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	def(&c.ClockSkew, 30*time.Second)
+	def(&c.PingInterval, 30*time.Second)
+	def(&c.WriteTimeout, 10*time.Second)
+	def(&c.OutboundTimeout, 30*time.Second)
+	defInt(&c.SendQueueBytes, 8<<20)
+	defInt(&c.MaxOutboundInFlight, 1024)
+	defInt(&c.AckWindow, 256)
+	defInt(&c.BufferEntries, 10_000)
+	defInt(&c.BufferBytes, 64<<20)
+	defInt(&c.MaxConnsPerGateway, 16)
+	defInt(&c.SessionOwners, 100_000)
+}
+
+// Server is the /relay WebSocket endpoint. Create it with New and mount it
+// with http.Handle("/relay", s).
+type Server struct {
+	cfg         Config
+	log         *slog.Logger
+	gateways    map[string]*gatewayRecord
+	tenants     map[string]*hub
+	platforms   map[string]platform.Platform
+	descriptors map[string]descriptor.Descriptor
+	// descriptorFrames holds the encoded descriptor frame answered to a
+	// hello for each platform, "relay" included.
+	descriptorFrames map[string][]byte
+	order            []string // platform names in configured order
+	// sessions remembers which tenant each delivered session key belongs
+	// to, so a follow_up naming another tenant's session is declined.
+	sessions    *lru.Cache[string, string]
+	unsubscribe func()
+	// bufferPrefix makes bufferIds of this process distinct from those of an
+	// earlier one, so a gateway never confuses a replay with a new entry.
+	bufferPrefix string
+
+	connID   atomic.Uint64
+	mu       sync.Mutex
+	closing  bool
+	conns    map[*conn]struct{}
+	outbound sync.WaitGroup // in-flight outbound ops of every connection
+	connsWG  sync.WaitGroup
+}
+
+type gatewayRecord struct {
+	id      string
+	tenant  *hub
+	secrets []string
+}
+
+// New validates cfg and returns a Server subscribed to cfg.Bus.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	s := &Server{
+		cfg:         cfg,
+		log:         cfg.Log,
+		gateways:    make(map[string]*gatewayRecord),
+		tenants:     make(map[string]*hub),
+		platforms:   make(map[string]platform.Platform),
+		descriptors: make(map[string]descriptor.Descriptor),
+		conns:       make(map[*conn]struct{}),
+
+		descriptorFrames: make(map[string][]byte),
+	}
+	s.sessions, _ = lru.New[string, string](cfg.SessionOwners)
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:])
+	s.bufferPrefix = hex.EncodeToString(nonce[:]) + "-"
+
+	var all []descriptor.Descriptor
+	for _, p := range cfg.Platforms {
+		name := p.Name()
+		if name == contract.PlatformRelay || name == "" {
+			return nil, fmt.Errorf("relay: platform name %q is reserved", name)
+		}
+		if _, dup := s.platforms[name]; dup {
+			return nil, fmt.Errorf("relay: platform %q configured twice", name)
+		}
+		d := p.Descriptor()
+		s.platforms[name] = p
+		s.descriptors[name] = d
+		s.descriptorFrames[name] = contract.EncodeDescriptor(d)
+		s.order = append(s.order, name)
+		all = append(all, d)
+	}
+	s.descriptorFrames[contract.PlatformRelay] = contract.EncodeDescriptor(descriptor.Merge(contract.PlatformRelay, all...))
+
+	for _, t := range cfg.Tenants {
+		if t.ID == "" {
+			return nil, errors.New("relay: a tenant has an empty id")
+		}
+		if _, dup := s.tenants[t.ID]; dup {
+			return nil, fmt.Errorf("relay: tenant %q configured twice", t.ID)
+		}
+		h := newHub(s, t.ID)
+		s.tenants[t.ID] = h
+		for _, g := range t.Gateways {
+			if g.ID == "" {
+				return nil, fmt.Errorf("relay: tenant %q has a gateway with an empty id", t.ID)
+			}
+			if len(g.Secrets) == 0 {
+				return nil, fmt.Errorf("relay: gateway %q has no secrets", g.ID)
+			}
+			if _, dup := s.gateways[g.ID]; dup {
+				return nil, fmt.Errorf("relay: gateway %q configured twice", g.ID)
+			}
+			s.gateways[g.ID] = &gatewayRecord{id: g.ID, tenant: h, secrets: g.Secrets}
+		}
+	}
+	s.unsubscribe = cfg.Bus.Subscribe(s.route)
+	return s, nil
+}
+
+// Sink is where platforms deliver: the server's bus.
+func (s *Server) Sink() platform.Sink { return s.cfg.Bus }
+
+// KeyFunc returns the session-key function for tenants: session.Key with each
+// tenant's gateway knobs (the gateway defaults for an unknown tenant).
+func KeyFunc(tenants []Tenant) platform.KeyFunc {
+	opts := make(map[string]session.Options, len(tenants))
+	for _, t := range tenants {
+		if t.Session != nil {
+			opts[t.ID] = *t.Session
+		} else {
+			opts[t.ID] = session.DefaultOptions
+		}
+	}
+	return func(tenant string, src *session.Source) string {
+		o, ok := opts[tenant]
+		if !ok {
+			o = session.DefaultOptions
+		}
+		return session.Key(src, o)
+	}
+}
+
+// noteSession records that sessionKey belongs to tenant.
+func (s *Server) noteSession(sessionKey, tenant string) {
+	if t, ok := s.sessions.Peek(sessionKey); !ok || t != tenant {
+		s.sessions.Add(sessionKey, tenant)
+	}
+}
+
+// sessionTenant returns the tenant a session key was delivered to, if known.
+func (s *Server) sessionTenant(sessionKey string) (string, bool) {
+	return s.sessions.Get(sessionKey)
+}
+
+// route takes one delivery off the bus.
+func (s *Server) route(d platform.Delivery) {
+	h := s.tenants[d.Tenant]
+	if h == nil {
+		s.cfg.Metrics.Inbound(d.Platform, d.Tenant, "dropped_unknown_tenant")
+		s.log.Warn("delivery dropped: unknown tenant", "tenant", d.Tenant, "platform", d.Platform)
+		return
+	}
+	switch d.Kind {
+	case platform.KindInbound, platform.KindPassthrough:
+		h.enqueue(d)
+	case platform.KindInterrupt:
+		h.interrupt(d.SessionKey, d.ChatID)
+	default:
+		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
+	}
+}
+
+// ServeHTTP upgrades a gateway's request and serves the connection until it
+// closes. Authentication failures are reported with close 4401 after the
+// upgrade, as the gateway expects.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	closing := s.closing
+	s.mu.Unlock()
+	if closing {
+		http.Error(w, "connector is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	gw, authErr := s.authenticate(r.Header.Get("Authorization"))
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	if err != nil {
+		s.log.Debug("websocket accept failed", "remote", r.RemoteAddr, "err", err)
+		return
+	}
+	if authErr != nil {
+		reason := contract.ReasonUnauthorized
+		if errors.Is(authErr, contract.ErrTokenExpired) {
+			reason = contract.ReasonExpired
+		}
+		s.cfg.Metrics.Refused(reason)
+		s.log.Info("gateway refused", "remote", r.RemoteAddr, "reason", reason, "err", authErr)
+		_ = ws.Close(websocket.StatusCode(contract.CloseUnauthorized), reason)
+		return
+	}
+	c := newConn(s, gw, ws, r.RemoteAddr)
+	if !s.track(c) {
+		_ = ws.Close(websocket.StatusCode(contract.CloseGoingAway), "connector is shutting down")
+		return
+	}
+	defer s.untrack(c)
+	c.serve()
+}
+
+// track registers c; false when the server is shutting down. It enforces
+// MaxConnsPerGateway by closing the gateway's oldest connection.
+func (s *Server) track(c *conn) bool {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.connsWG.Add(1)
+	var oldest *conn
+	n := 0
+	for o := range s.conns {
+		if o.gw == c.gw {
+			n++
+			if o != c && (oldest == nil || o.id < oldest.id) {
+				oldest = o
+			}
+		}
+	}
+	s.mu.Unlock()
+	if n > s.cfg.MaxConnsPerGateway && oldest != nil {
+		oldest.closeWith(contract.CloseReplaced, "too many connections for this gateway id")
+	}
+	return true
+}
+
+func (s *Server) untrack(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.connsWG.Done()
+}
+
+// Shutdown stops accepting gateways, waits (bounded by ctx) for in-flight
+// outbound ops to be answered, then closes every connection with 1001 so the
+// gateways reconnect, possibly to another instance, and waits for them to
+// finish. Unacknowledged inbound stays in the (in-memory) ledger until the
+// process exits.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.unsubscribe()
+
+	if err := waitCtx(ctx, &s.outbound); err != nil {
+		s.log.Warn("shutdown: outbound ops still running at the deadline")
+	}
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.closeWith(contract.CloseGoingAway, "connector shutting down")
+	}
+	return waitCtx(ctx, &s.connsWG)
+}
+
+// waitCtx waits for wg or ctx, whichever comes first.
+func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
