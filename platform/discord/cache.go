@@ -1,0 +1,142 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// chanInfo is what normalization needs to know about a channel or thread.
+type chanInfo struct {
+	ID       string
+	Type     int
+	GuildID  string
+	Name     string
+	ParentID string
+	// Topic is "" when absent or whitespace only (the adapter reads such a
+	// topic as None).
+	Topic   string
+	OwnerID string
+}
+
+func infoFrom(c *wireChannel) chanInfo {
+	topic := c.Topic
+	if strings.TrimSpace(topic) == "" {
+		topic = ""
+	}
+	return chanInfo{ID: c.ID, Type: c.Type, GuildID: c.GuildID, Name: c.Name, ParentID: c.ParentID, Topic: topic, OwnerID: c.OwnerID}
+}
+
+func (c chanInfo) isThread() bool {
+	return c.Type == chanAnnounceThr || c.Type == chanPublicThread || c.Type == chanPrivateThread
+}
+
+func (c chanInfo) isForum() bool { return c.Type == chanGuildForum || c.Type == chanGuildMedia }
+
+// errNotFound reports a channel or guild that does not exist or that the bot
+// cannot see.
+var errNotFound = errors.New("not found")
+
+// lookup is what normalization consults besides the event itself: the live
+// cache (filled from Gateway events, REST on a miss) or a fixture's context.
+type lookup interface {
+	channel(ctx context.Context, id string) (chanInfo, error)
+	guildName(ctx context.Context, id string) (string, error)
+	participates(threadID string) bool
+}
+
+// fetcher reads what the cache misses from Discord's REST API.
+type fetcher interface {
+	fetchChannel(ctx context.Context, id string) (wireChannel, error)
+	fetchGuildName(ctx context.Context, id string) (string, error)
+}
+
+// Cache sizes. Channels and threads of every guild the bot is in are kept;
+// the bounds only matter for very large deployments, where the least recently
+// used entries fall back to REST.
+const (
+	maxCachedChannels = 200_000
+	maxParticipation  = 100_000
+)
+
+// cache is the channel/thread/guild state discord.py would keep, fed by
+// GUILD_CREATE, CHANNEL_* and THREAD_* events and filled by REST on a miss.
+type cache struct {
+	chans   *lru.Cache[string, chanInfo]
+	joined  *lru.Cache[string, struct{}]
+	fetch   fetcher
+	guildMu sync.RWMutex
+	guilds  map[string]string
+}
+
+func newCache(f fetcher) *cache {
+	chans, _ := lru.New[string, chanInfo](maxCachedChannels) // size > 0: cannot fail
+	joined, _ := lru.New[string, struct{}](maxParticipation)
+	return &cache{chans: chans, joined: joined, fetch: f, guilds: make(map[string]string)}
+}
+
+func (c *cache) putChannel(ch *wireChannel) {
+	if ch == nil || ch.ID == "" {
+		return
+	}
+	c.chans.Add(ch.ID, infoFrom(ch))
+}
+
+func (c *cache) deleteChannel(id string) { c.chans.Remove(id) }
+
+func (c *cache) putGuild(id, name string) {
+	if id == "" {
+		return
+	}
+	c.guildMu.Lock()
+	c.guilds[id] = name
+	c.guildMu.Unlock()
+}
+
+func (c *cache) join(threadID string) {
+	if threadID != "" {
+		c.joined.Add(threadID, struct{}{})
+	}
+}
+
+func (c *cache) leave(threadID string) { c.joined.Remove(threadID) }
+
+func (c *cache) participates(threadID string) bool { return c.joined.Contains(threadID) }
+
+func (c *cache) cachedChannel(id string) (chanInfo, bool) { return c.chans.Get(id) }
+
+func (c *cache) channel(ctx context.Context, id string) (chanInfo, error) {
+	if ci, ok := c.chans.Get(id); ok {
+		return ci, nil
+	}
+	if c.fetch == nil || !isSnowflake(id) {
+		return chanInfo{}, errNotFound
+	}
+	wc, err := c.fetch.fetchChannel(ctx, id)
+	if err != nil {
+		return chanInfo{}, err
+	}
+	c.putChannel(&wc)
+	return infoFrom(&wc), nil
+}
+
+func (c *cache) guildName(ctx context.Context, id string) (string, error) {
+	c.guildMu.RLock()
+	name, ok := c.guilds[id]
+	c.guildMu.RUnlock()
+	if ok && name != "" {
+		return name, nil
+	}
+	if c.fetch == nil || !isSnowflake(id) {
+		return "", errNotFound
+	}
+	name, err := c.fetch.fetchGuildName(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	c.putGuild(id, name)
+	return name, nil
+}

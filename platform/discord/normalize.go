@@ -1,0 +1,361 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"connector/contract"
+	"connector/session"
+)
+
+// platformName is the platform value on the wire.
+const platformName = "discord"
+
+// dropError says why an event produced no delivery; reason is the metrics
+// label ("own_message", "not_mentioned", …).
+type dropError struct{ reason string }
+
+func (e *dropError) Error() string { return "event dropped: " + e.reason }
+
+func drop(reason string) error { return &dropError{reason: reason} }
+
+// dropReason returns the metrics label of err.
+func dropReason(err error) string {
+	var d *dropError
+	if errors.As(err, &d) {
+		return d.reason
+	}
+	return "lookup_failed"
+}
+
+// turn is a normalized event: its session source and the event the gateway
+// receives (or, for /stop, an interrupt of that session).
+type turn struct {
+	ev        contract.Event
+	interrupt bool
+}
+
+// threadStarter creates a thread from a message and returns its id. Live
+// ingest calls Discord; the fixture path answers the message id, which is
+// the id Discord gives a message-started thread.
+type threadStarter func(ctx context.Context, channelID, messageID, name string) (string, error)
+
+// normalizer maps one tenant's Discord events to sessions exactly as the
+// native Hermes adapter does (docs/session-key.md §3).
+type normalizer struct {
+	look        lookup
+	botID       string
+	pol         *policy
+	startThread threadStarter
+}
+
+// message normalizes a MESSAGE_CREATE (edit false) or MESSAGE_UPDATE (edit
+// true) after the native adapter's gates.
+func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*turn, error) {
+	if m.Author == nil || m.ID == "" || m.ChannelID == "" {
+		return nil, drop("malformed")
+	}
+	if m.Author.ID == n.botID {
+		return nil, drop("own_message")
+	}
+	if m.Type != msgDefault && m.Type != msgReply {
+		return nil, drop("system_message")
+	}
+	if edit && m.EditedTimestamp == "" {
+		return nil, drop("not_an_edit")
+	}
+	ch, err := n.channelOf(ctx, m.ChannelID, m.GuildID)
+	if err != nil {
+		return nil, err
+	}
+	mentioned := n.mentionsBot(m)
+	if m.Author.Bot || m.WebhookID != "" {
+		switch {
+		case n.pol.allowBots == AllowBotsAll:
+		case n.pol.allowBots == AllowBotsMentions && mentioned:
+		default:
+			return nil, drop("bot_author")
+		}
+	}
+	if !n.pol.admits(m.Author, m.Member) {
+		return nil, drop("user_not_allowed")
+	}
+	t := &turn{ev: n.messageEvent(m)}
+	src := &t.ev.Source
+	src.Platform = platformName
+	src.UserID = session.Str(m.Author.ID)
+	src.IsBot = m.Author.Bot
+	src.MessageID = m.ID
+	src.MessageIsEdit = edit
+
+	switch ch.Type {
+	case chanDM:
+		src.ChatID = m.ChannelID
+		src.ChatType = session.ChatTypeDM
+		src.ChatName = session.Str(m.Author.Username)
+		src.UserName = session.Str(firstNonEmpty(m.Author.GlobalName, m.Author.Username))
+		t.interrupt = isStop(t.ev.Text)
+		return t, nil
+	case chanGroupDM:
+		return nil, drop("group_dm")
+	}
+
+	free := n.pol.free.has(ch.ID) || (ch.isThread() && n.pol.free.has(ch.ParentID))
+	voice := n.pol.voiceLinked.has(ch.ID)
+	if n.pol.requireMention && !mentioned && !free && !voice && !(ch.isThread() && n.look.participates(ch.ID)) {
+		return nil, drop("not_mentioned")
+	}
+	if n.pol.ignoreNoMention && !mentioned && len(m.Mentions) > 0 {
+		return nil, drop("mentions_others")
+	}
+	guildID := firstNonEmpty(m.GuildID, ch.GuildID)
+	guild := n.guildName(ctx, guildID)
+	src.ScopeID = guildID
+	src.UserName = session.Str(memberName(m.Member, m.Author))
+	t.interrupt = isStop(t.ev.Text)
+
+	switch {
+	case edit && m.Thread != nil && m.Thread.ID != "":
+		// An edit of a message that started a thread belongs to that thread.
+		thr := infoFrom(m.Thread)
+		thr.ParentID = firstNonEmpty(thr.ParentID, ch.ID)
+		n.threadSource(src, thr, ch, guild)
+	case ch.isThread():
+		n.threadSource(src, ch, n.parentOf(ctx, ch), guild)
+	case n.pol.autoThread && !edit && m.Type == msgDefault && !n.pol.noThread.has(ch.ID) && !free && !voice &&
+		ch.Type != chanGuildForum && ch.Type != chanGuildMedia:
+		if ch.Type != chanGuildText && ch.Type != chanAnnouncement {
+			// Voice and stage text chats cannot hold message threads; the
+			// native adapter posts an error there and does not dispatch.
+			return nil, drop("auto_thread_unsupported")
+		}
+		name := threadName(m.Content, n.botID)
+		id, err := n.startThread(ctx, ch.ID, m.ID, name)
+		if err != nil {
+			return nil, drop("auto_thread_failed")
+		}
+		src.ChatID = id
+		src.ChatType = session.ChatTypeThread
+		src.ThreadID = session.Str(id)
+		src.ParentChatID = ch.ID
+		src.ChatName = session.Str(guild + " / #" + ch.Name + " / " + name)
+		src.ChatTopic = session.StrOrNull(ch.Topic)
+		src.AutoThreadCreated = true
+		src.AutoThreadInitialName = name
+	default:
+		src.ChatID = ch.ID
+		src.ChatType = session.ChatTypeGroup
+		src.ChatName = session.Str(guild + " / #" + ch.Name)
+		src.ChatTopic = channelTopic(ch)
+	}
+	return t, nil
+}
+
+// threadSource fills src for a message inside thread thr under parent.
+func (n *normalizer) threadSource(src *session.Source, thr, parent chanInfo, guild string) {
+	src.ChatID = thr.ID
+	src.ChatType = session.ChatTypeThread
+	src.ThreadID = session.Str(thr.ID)
+	src.ParentChatID = thr.ParentID
+	if parent.isForum() {
+		src.ChatName = session.Str(guild + " / " + parent.Name + " / " + thr.Name)
+		src.ChatTopic = session.StrOrNull(parent.Topic)
+	} else {
+		src.ChatName = session.Str(guild + " / #" + parent.Name + " / " + thr.Name)
+	}
+}
+
+// channelOf resolves a message's channel. A channel unknown to Discord's
+// cache and REST in an event without a guild is a DM channel.
+func (n *normalizer) channelOf(ctx context.Context, channelID, guildID string) (chanInfo, error) {
+	ch, err := n.look.channel(ctx, channelID)
+	if err == nil {
+		return ch, nil
+	}
+	if guildID == "" {
+		return chanInfo{ID: channelID, Type: chanDM}, nil
+	}
+	if errors.Is(err, errNotFound) {
+		return chanInfo{}, drop("unknown_channel")
+	}
+	return chanInfo{}, err
+}
+
+// parentOf returns a thread's parent, or a bare stand-in when it cannot be
+// looked up (the source then lacks the parent's name, never its ids).
+func (n *normalizer) parentOf(ctx context.Context, thr chanInfo) chanInfo {
+	if p, err := n.look.channel(ctx, thr.ParentID); err == nil {
+		return p
+	}
+	return chanInfo{ID: thr.ParentID, Type: chanGuildText}
+}
+
+// guildName returns the guild's name, or its id when the name is unknown.
+func (n *normalizer) guildName(ctx context.Context, id string) string {
+	if name, err := n.look.guildName(ctx, id); err == nil {
+		return name
+	}
+	return id
+}
+
+// channelTopic is a guild channel's effective topic: voice channels have
+// none; whitespace-only topics read as none.
+func channelTopic(ch chanInfo) session.Nullable {
+	if ch.Type == chanGuildVoice {
+		return session.Nullable{}
+	}
+	return session.StrOrNull(ch.Topic)
+}
+
+// mentionsBot reports a mention of the bot in mentions or as a raw <@id> /
+// <@!id> token in the content.
+func (n *normalizer) mentionsBot(m *wireMessage) bool {
+	if n.botID == "" {
+		return false
+	}
+	for i := range m.Mentions {
+		if m.Mentions[i].ID == n.botID {
+			return true
+		}
+	}
+	return containsMention(m.Content, n.botID)
+}
+
+// containsMention reports whether s holds <@id> or <@!id>.
+func containsMention(s, id string) bool {
+	for {
+		i := strings.Index(s, "<@")
+		if i < 0 {
+			return false
+		}
+		s = s[i+2:]
+		rest := strings.TrimPrefix(s, "!")
+		if strings.HasPrefix(rest, id) && strings.HasPrefix(rest[len(id):], ">") {
+			return true
+		}
+	}
+}
+
+// stripMention removes the bot's own mention tokens and trims the result.
+func stripMention(s, id string) string {
+	if id == "" || !containsMention(s, id) {
+		return strings.TrimSpace(s)
+	}
+	s = strings.ReplaceAll(s, "<@"+id+">", "")
+	s = strings.ReplaceAll(s, "<@!"+id+">", "")
+	return strings.TrimSpace(s)
+}
+
+// messageEvent builds the event fields that come from the message itself.
+func (n *normalizer) messageEvent(m *wireMessage) contract.Event {
+	ev := contract.Event{
+		Text:        stripMention(m.Content, n.botID),
+		MessageType: contract.MessageText,
+		MessageID:   m.ID,
+	}
+	if ref := m.MessageReference; ref != nil {
+		ev.ReplyToMessageID = ref.MessageID
+	}
+	if rm := m.ReferencedMessage; rm != nil && rm.Author != nil {
+		ev.ReplyTo = &contract.ReplyTo{
+			Text:   rm.Content,
+			Author: memberName(rm.Member, rm.Author),
+			IsOwn:  rm.Author.ID == n.botID,
+		}
+		if ev.ReplyToMessageID == "" {
+			ev.ReplyToMessageID = rm.ID
+		}
+	}
+	if len(m.Attachments) > 0 {
+		ev.MediaURLs = make([]string, 0, len(m.Attachments))
+		ev.Media = make([]contract.Media, 0, len(m.Attachments))
+		for i, a := range m.Attachments {
+			kind := mediaKind(a.ContentType, m.Flags)
+			if i == 0 {
+				ev.MessageType = kind
+			}
+			ev.MediaURLs = append(ev.MediaURLs, a.URL)
+			ev.Media = append(ev.Media, contract.Media{URL: a.URL, MIME: a.ContentType, Kind: kind, Size: a.Size, Filename: a.Filename})
+		}
+	}
+	return ev
+}
+
+// flagVoiceMessage marks a voice message (message flag 1<<13).
+const flagVoiceMessage = 1 << 13
+
+func mediaKind(mime string, flags int) string {
+	switch {
+	case flags&flagVoiceMessage != 0:
+		return contract.MessageVoice
+	case strings.HasPrefix(mime, "image/"):
+		return contract.MessagePhoto
+	case strings.HasPrefix(mime, "video/"):
+		return contract.MessageVideo
+	case strings.HasPrefix(mime, "audio/"):
+		return contract.MessageAudio
+	}
+	return contract.MessageDocument
+}
+
+// memberName is the guild display name: nick, else global name, else
+// username (for a webhook, the webhook's name).
+func memberName(member *wireMember, u *wireUser) string {
+	if member != nil && member.Nick != "" {
+		return member.Nick
+	}
+	return firstNonEmpty(u.GlobalName, u.Username)
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// isStop reports the platform-side interrupt command.
+func isStop(text string) bool {
+	return text == "/stop" || strings.HasPrefix(text, "/stop ")
+}
+
+// mentionToken matches user, role and channel mention tokens.
+var mentionToken = regexp.MustCompile(`<(?:@[!&]?|#)\d+>`)
+
+// Auto-thread names: at most maxThreadName code points, longer text is cut
+// to maxThreadName-3 plus "...".
+const (
+	maxThreadName     = 80
+	defaultThreadName = "Hermes"
+)
+
+// threadName derives an auto-thread's name from the message text as the
+// native adapter does: mentions removed, whitespace collapsed, "Hermes" when
+// empty, cut to 77 code points plus "..." above 80.
+func threadName(content, botID string) string {
+	s := content
+	if botID != "" {
+		s = strings.ReplaceAll(s, "<@"+botID+">", "")
+		s = strings.ReplaceAll(s, "<@!"+botID+">", "")
+	}
+	s = mentionToken.ReplaceAllString(s, "")
+	s = strings.Join(strings.Fields(s), " ")
+	if s == "" {
+		return defaultThreadName
+	}
+	if utf8.RuneCountInString(s) > maxThreadName {
+		cut, n := 0, 0
+		for i := range s {
+			if n == maxThreadName-3 {
+				cut = i
+				break
+			}
+			n++
+		}
+		s = s[:cut] + "..."
+	}
+	return s
+}

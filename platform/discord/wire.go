@@ -1,0 +1,148 @@
+package discord
+
+import "encoding/json"
+
+// Lean views of Discord's JSON objects: only the fields ingest reads. Live
+// dispatches, webhook bodies and fixture cases all decode into these, so the
+// three paths share one decoder. Nullable strings decode as "".
+
+// Channel types (channel.mdx).
+const (
+	chanGuildText     = 0
+	chanDM            = 1
+	chanGuildVoice    = 2
+	chanGroupDM       = 3
+	chanAnnouncement  = 5
+	chanAnnounceThr   = 10
+	chanPublicThread  = 11
+	chanPrivateThread = 12
+	chanStageVoice    = 13
+	chanGuildForum    = 15
+	chanGuildMedia    = 16
+)
+
+// Message types that start agent turns; every other type is a system message.
+const (
+	msgDefault = 0
+	msgReply   = 19
+)
+
+// Interaction types.
+const (
+	interactionPing         = 1
+	interactionCommand      = 2
+	interactionComponent    = 3
+	interactionAutocomplete = 4
+	interactionModalSubmit  = 5
+)
+
+// Application command option types that nest other options.
+const (
+	optSubCommand      = 1
+	optSubCommandGroup = 2
+)
+
+type wireUser struct {
+	ID         string `json:"id"`
+	Username   string `json:"username"`
+	GlobalName string `json:"global_name"`
+	Bot        bool   `json:"bot"`
+}
+
+type wireMember struct {
+	Nick  string    `json:"nick"`
+	Roles []string  `json:"roles"`
+	User  *wireUser `json:"user"`
+}
+
+type wireChannel struct {
+	ID         string     `json:"id"`
+	Type       int        `json:"type"`
+	GuildID    string     `json:"guild_id"`
+	Name       string     `json:"name"`
+	ParentID   string     `json:"parent_id"`
+	Topic      string     `json:"topic"`
+	OwnerID    string     `json:"owner_id"`
+	Recipients []wireUser `json:"recipients"`
+}
+
+type wireAttachment struct {
+	URL         string `json:"url"`
+	Filename    string `json:"filename"`
+	ContentType string `json:"content_type"`
+	Size        int64  `json:"size"`
+}
+
+type wireMessageRef struct {
+	MessageID string `json:"message_id"`
+}
+
+type wireMessage struct {
+	ID                string           `json:"id"`
+	ChannelID         string           `json:"channel_id"`
+	GuildID           string           `json:"guild_id"`
+	Content           string           `json:"content"`
+	Type              int              `json:"type"`
+	Author            *wireUser        `json:"author"`
+	Member            *wireMember      `json:"member"`
+	WebhookID         string           `json:"webhook_id"`
+	Mentions          []wireUser       `json:"mentions"`
+	MessageReference  *wireMessageRef  `json:"message_reference"`
+	ReferencedMessage *wireMessage     `json:"referenced_message"`
+	Attachments       []wireAttachment `json:"attachments"`
+	Thread            *wireChannel     `json:"thread"`
+	EditedTimestamp   string           `json:"edited_timestamp"`
+	Flags             int              `json:"flags"`
+}
+
+type wireInteraction struct {
+	ID            string              `json:"id"`
+	ApplicationID string              `json:"application_id"`
+	Type          int                 `json:"type"`
+	Token         string              `json:"token"`
+	GuildID       string              `json:"guild_id"`
+	ChannelID     string              `json:"channel_id"`
+	Channel       *wireChannel        `json:"channel"`
+	Member        *wireMember         `json:"member"`
+	User          *wireUser           `json:"user"`
+	Data          wireInteractionData `json:"data"`
+	Message       *wireMessage        `json:"message"`
+}
+
+type wireInteractionData struct {
+	Name       string         `json:"name"`
+	Options    []wireOption   `json:"options"`
+	CustomID   string         `json:"custom_id"`
+	Values     []string       `json:"values"`
+	Components []wireModalRow `json:"components"`
+}
+
+type wireOption struct {
+	Name    string          `json:"name"`
+	Type    int             `json:"type"`
+	Value   json.RawMessage `json:"value"`
+	Options []wireOption    `json:"options"`
+}
+
+type wireModalRow struct {
+	Components []struct {
+		CustomID string `json:"custom_id"`
+		Value    string `json:"value"`
+	} `json:"components"`
+}
+
+// wireDispatch is a Gateway dispatch envelope.
+type wireDispatch struct {
+	Op int             `json:"op"`
+	S  int64           `json:"s"`
+	T  string          `json:"t"`
+	D  json.RawMessage `json:"d"`
+}
+
+// user returns the interaction's invoker: member.user in a guild, user in a DM.
+func (in *wireInteraction) user() *wireUser {
+	if in.Member != nil && in.Member.User != nil {
+		return in.Member.User
+	}
+	return in.User
+}
