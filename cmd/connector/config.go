@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"connector/relay"
+	"connector/session"
+)
+
+// Config is the connector's YAML configuration file. Unknown keys are
+// errors; every field's zero value means its documented default.
+type Config struct {
+	// Listen is the address of the HTTP listener (/relay, webhooks,
+	// /healthz, /readyz, /metrics). Default 127.0.0.1:8080.
+	Listen string `yaml:"listen"`
+	// ShutdownGrace bounds how long SIGTERM waits for in-flight outbound ops
+	// before closing gateways with 1001. Default 30s.
+	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// Log configures structured logging.
+	Log LogConfig `yaml:"log"`
+	// TLS, when cert_file and key_file are set, serves https:// and wss://
+	// directly instead of plain HTTP.
+	TLS TLSConfig `yaml:"tls"`
+	// Relay tunes the gateway-facing /relay server.
+	Relay RelayConfig `yaml:"relay"`
+	// Tenants are the customers of the connector and their gateways.
+	Tenants []TenantConfig `yaml:"tenants"`
+}
+
+// LogConfig configures log/slog output.
+type LogConfig struct {
+	// Level is debug, info, warn or error. Default info.
+	Level string `yaml:"level"`
+	// Format is text, json or auto (text on a terminal, JSON otherwise).
+	// Default auto.
+	Format string `yaml:"format"`
+}
+
+// TLSConfig holds the certificate for serving TLS directly.
+type TLSConfig struct {
+	// CertFile is a PEM certificate chain. Empty: plain HTTP.
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `yaml:"key_file"`
+}
+
+// RelayConfig tunes the /relay server; see relay.Config for each default.
+type RelayConfig struct {
+	// ClockSkew tolerated past a token's expiry. Default 30s.
+	ClockSkew time.Duration `yaml:"clock_skew"`
+	// PingInterval between WebSocket pings to each gateway. Default 30s.
+	PingInterval time.Duration `yaml:"ping_interval"`
+	// WriteTimeout of one socket write before the gateway counts as slow.
+	// Default 10s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// OutboundTimeout bounds one outbound op. Default 30s.
+	OutboundTimeout time.Duration `yaml:"outbound_timeout"`
+	// SendQueueBytes bounds one connection's unsent frames; beyond it the
+	// connection is closed 4408. Default 8388608 (8 MiB).
+	SendQueueBytes int `yaml:"send_queue_bytes"`
+	// AckWindow bounds unacknowledged inbound per connection. Default 256.
+	AckWindow int `yaml:"ack_window"`
+	// BufferEntries bounds a tenant's buffered inbound. Default 10000.
+	BufferEntries int `yaml:"buffer_entries"`
+	// BufferBytes bounds a tenant's buffered inbound in bytes. Default
+	// 67108864 (64 MiB).
+	BufferBytes int `yaml:"buffer_bytes"`
+	// MaxConnsPerGateway bounds concurrent connections of one gateway id.
+	// Default 16.
+	MaxConnsPerGateway int `yaml:"max_conns_per_gateway"`
+}
+
+// TenantConfig is one tenant.
+type TenantConfig struct {
+	// ID names the tenant in platform routing (which guilds, chats and rooms
+	// it owns) and in logs and metrics.
+	ID string `yaml:"id"`
+	// Gateways are the gateway identities that connect for this tenant.
+	Gateways []GatewayConfig `yaml:"gateways"`
+	// Session holds the knobs of the tenant's gateways that change session
+	// keys; they must match the gateways' config.yaml. Defaults are the
+	// gateway's: group_sessions_per_user true, thread_sessions_per_user
+	// false, no profile.
+	Session SessionConfig `yaml:"session"`
+}
+
+// GatewayConfig is one gateway identity.
+type GatewayConfig struct {
+	// ID is the gateway's GATEWAY_RELAY_ID.
+	ID string `yaml:"id"`
+	// Secrets are accepted GATEWAY_RELAY_SECRET values, several while one is
+	// rotated. More come from the environment variable
+	// CONNECTOR_GATEWAY_SECRETS_<ID> (comma-separated; the id upper-cased,
+	// every character outside A-Z and 0-9 replaced by "_").
+	Secrets []string `yaml:"secrets"`
+}
+
+// SessionConfig mirrors the gateway's session-key knobs.
+type SessionConfig struct {
+	// GroupSessionsPerUser isolates users outside threads. Default true.
+	GroupSessionsPerUser *bool `yaml:"group_sessions_per_user"`
+	// ThreadSessionsPerUser isolates users inside threads. Default false.
+	ThreadSessionsPerUser *bool `yaml:"thread_sessions_per_user"`
+	// Profile is the namespace under gateway multiplex_profiles. Default none.
+	Profile string `yaml:"profile"`
+}
+
+// Options returns the session-key options the knobs describe.
+func (s SessionConfig) Options() session.Options {
+	o := session.DefaultOptions
+	if s.GroupSessionsPerUser != nil {
+		o.GroupSessionsPerUser = *s.GroupSessionsPerUser
+	}
+	if s.ThreadSessionsPerUser != nil {
+		o.ThreadSessionsPerUser = *s.ThreadSessionsPerUser
+	}
+	o.Profile = s.Profile
+	return o
+}
+
+const defaultListen = "127.0.0.1:8080"
+
+// LoadConfig reads a YAML config file. Unknown keys and invalid values are
+// errors that name the key.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseConfig(data)
+}
+
+var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type (\S+)`)
+
+// ParseConfig decodes a YAML config document strictly.
+func ParseConfig(data []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		msg := err.Error()
+		if m := unknownField.FindAllStringSubmatch(msg, -1); m != nil {
+			var parts []string
+			for _, f := range m {
+				parts = append(parts, fmt.Sprintf("unknown key %q (line %s)", f[2], f[1]))
+			}
+			return nil, fmt.Errorf("config: %s", strings.Join(parts, "; "))
+		}
+		return nil, fmt.Errorf("config: %s", strings.TrimPrefix(msg, "yaml: "))
+	}
+	return &c, nil
+}
+
+// ApplyEnv adds secrets from the environment (lookup is os.LookupEnv in
+// production).
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
+	for ti := range c.Tenants {
+		for gi := range c.Tenants[ti].Gateways {
+			g := &c.Tenants[ti].Gateways[gi]
+			if v, ok := lookup(GatewaySecretsEnv(g.ID)); ok {
+				for s := range strings.SplitSeq(v, ",") {
+					if s = strings.TrimSpace(s); s != "" {
+						g.Secrets = append(g.Secrets, s)
+					}
+				}
+			}
+		}
+	}
+}
+
+// GatewaySecretsEnv is the environment variable holding extra secrets of
+// gateway id.
+func GatewaySecretsEnv(id string) string {
+	b := []byte(strings.ToUpper(id))
+	for i, ch := range b {
+		if (ch < 'A' || ch > 'Z') && (ch < '0' || ch > '9') {
+			b[i] = '_'
+		}
+	}
+	return "CONNECTOR_GATEWAY_SECRETS_" + string(b)
+}
+
+// Validate reports the first invalid value, naming its key.
+func (c *Config) Validate() error {
+	if c.Listen == "" {
+		c.Listen = defaultListen
+	}
+	if c.ShutdownGrace < 0 {
+		return errors.New("config: shutdown_grace: must not be negative")
+	}
+	switch c.Log.Level {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("config: log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "", "auto", "text", "json":
+	default:
+		return fmt.Errorf("config: log.format: %q is not one of auto, text, json", c.Log.Format)
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		return errors.New("config: tls: cert_file and key_file must be set together")
+	}
+	for key, v := range map[string]time.Duration{
+		"relay.clock_skew": c.Relay.ClockSkew, "relay.ping_interval": c.Relay.PingInterval,
+		"relay.write_timeout": c.Relay.WriteTimeout, "relay.outbound_timeout": c.Relay.OutboundTimeout,
+	} {
+		if v < 0 {
+			return fmt.Errorf("config: %s: must not be negative", key)
+		}
+	}
+	for key, v := range map[string]int{
+		"relay.send_queue_bytes": c.Relay.SendQueueBytes, "relay.ack_window": c.Relay.AckWindow,
+		"relay.buffer_entries": c.Relay.BufferEntries, "relay.buffer_bytes": c.Relay.BufferBytes,
+		"relay.max_conns_per_gateway": c.Relay.MaxConnsPerGateway,
+	} {
+		if v < 0 {
+			return fmt.Errorf("config: %s: must not be negative", key)
+		}
+	}
+	tenants := map[string]bool{}
+	gateways := map[string]bool{}
+	for ti, t := range c.Tenants {
+		key := fmt.Sprintf("tenants[%d]", ti)
+		if t.ID == "" {
+			return fmt.Errorf("config: %s.id: required", key)
+		}
+		if tenants[t.ID] {
+			return fmt.Errorf("config: %s.id: tenant %q is defined twice", key, t.ID)
+		}
+		tenants[t.ID] = true
+		for gi, g := range t.Gateways {
+			gkey := fmt.Sprintf("%s.gateways[%d]", key, gi)
+			if g.ID == "" {
+				return fmt.Errorf("config: %s.id: required", gkey)
+			}
+			if gateways[g.ID] {
+				return fmt.Errorf("config: %s.id: gateway %q is defined twice", gkey, g.ID)
+			}
+			gateways[g.ID] = true
+			if len(g.Secrets) == 0 {
+				return fmt.Errorf("config: %s.secrets: at least one secret is required (or set %s)", gkey, GatewaySecretsEnv(g.ID))
+			}
+			for si, s := range g.Secrets {
+				if s == "" {
+					return fmt.Errorf("config: %s.secrets[%d]: empty", gkey, si)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// TenantIDs returns the configured tenant ids.
+func (c *Config) TenantIDs() map[string]bool {
+	ids := make(map[string]bool, len(c.Tenants))
+	for _, t := range c.Tenants {
+		ids[t.ID] = true
+	}
+	return ids
+}
+
+// RelayTenants converts the tenants section for the relay.
+func (c *Config) RelayTenants() []relay.Tenant {
+	out := make([]relay.Tenant, 0, len(c.Tenants))
+	for _, t := range c.Tenants {
+		rt := relay.Tenant{ID: t.ID}
+		opts := t.Session.Options()
+		rt.Session = &opts
+		for _, g := range t.Gateways {
+			rt.Gateways = append(rt.Gateways, relay.Gateway{ID: g.ID, Secrets: g.Secrets})
+		}
+		out = append(out, rt)
+	}
+	return out
+}

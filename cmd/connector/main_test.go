@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/relay/relaytest"
+)
+
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestConformanceKeysPassesEveryFixture(t *testing.T) {
+	code, out, errOut := runCmd(t, "conformance", "keys", "../../session/testdata/session_keys.json")
+	if code != 0 || !strings.HasSuffix(out, "254 passed, 0 failed\n") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
+	}
+}
+
+func TestConformanceReportsFailuresWithExpectedAndGot(t *testing.T) {
+	bad := `[{"name": "tampered", "source": {"platform": "telegram", "chat_id": "1", "chat_type": "dm"}, "options": {}, "key": "agent:main:telegram:dm:2"}]`
+	path := filepath.Join(t.TempDir(), "keys.json")
+	if err := os.WriteFile(path, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runCmd(t, "conformance", "keys", path)
+	if code != 1 || !strings.Contains(out, "expected key agent:main:telegram:dm:2") ||
+		!strings.Contains(out, "got      key agent:main:telegram:dm:1") || !strings.HasSuffix(out, "0 passed, 1 failed\n") {
+		t.Fatalf("exit %d, output:\n%s", code, out)
+	}
+}
+
+func TestTokenCommandMintsTheGatewaysToken(t *testing.T) {
+	code, out, _ := runCmd(t, "token", "-gateway-id", "gw-example", "-secret", "s3cr3t-example-secret")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	tok, err := contract.ParseToken(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok.GatewayID != "gw-example" || tok.Verify([]string{"s3cr3t-example-secret"}, time.Now(), 0) != nil {
+		t.Fatalf("token %q does not verify", out)
+	}
+	if code, _, _ := runCmd(t, "token", "-gateway-id", "x"); code != 2 {
+		t.Fatalf("missing secret: exit %d", code)
+	}
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	cases := map[string]string{
+		"listen: 127.0.0.1:1\nlisten_typo: x\n":                                       `unknown key "listen_typo"`,
+		"tenants:\n  - id: t1\n    gateways:\n      - id: gw1\n        secret: [s]\n": `unknown key "secret"`,
+		"tenants:\n  - id: t1\n    gateways:\n      - id: gw1\n":                      "tenants[0].gateways[0].secrets",
+		"tenants:\n  - gateways: []\n":                                                "tenants[0].id",
+		"log:\n  level: loud\n":                                                       "log.level",
+		"relay:\n  ping_interval: soon\n":                                             "soon",
+		"tls:\n  cert_file: a.pem\n":                                                  "tls",
+	}
+	for doc, want := range cases {
+		path := filepath.Join(t.TempDir(), "c.yaml")
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut := runCmd(t, "serve", "-config", path, "-check")
+		if code == 0 || !strings.Contains(errOut, want) {
+			t.Errorf("config %q: exit %d, stderr %q, want mention of %q", doc, code, errOut, want)
+		}
+	}
+}
+
+func TestPinnedConfigChecksAndEnvAddsSecrets(t *testing.T) {
+	doc := "listen: 127.0.0.1:8080\ntenants:\n  - id: t1\n    gateways:\n      - id: gw1\n        secrets: [\"s1\"]\n"
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCmd(t, "serve", "-config", path, "-check"); code != 0 || out != "config ok\n" {
+		t.Fatalf("exit %d %q %q", code, out, errOut)
+	}
+	cfg, _, err := loadOrDefault(path, func(k string) (string, bool) {
+		if k == "CONNECTOR_GATEWAY_SECRETS_GW1" {
+			return "rotated-1, rotated-2", true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Tenants[0].Gateways[0].Secrets; strings.Join(got, ",") != "s1,rotated-1,rotated-2" {
+		t.Fatalf("secrets %v", got)
+	}
+}
+
+// TestServeDefaultsEndToEnd runs the connector on its embedded defaults,
+// connects a gateway with the printed credentials, and shuts it down the way
+// SIGTERM does: the gateway sees 1001.
+func TestServeDefaultsEndToEnd(t *testing.T) {
+	cfg, gen, err := loadOrDefault("", func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Listen = "127.0.0.1:0"
+	ctx, cancel := context.WithCancel(context.Background())
+	addrCh := make(chan string, 1)
+	var banner bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &banner, func(a string) { addrCh <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrCh:
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	}
+	if !strings.Contains(banner.String(), "GATEWAY_RELAY_SECRET="+gen.GatewaySecret) {
+		t.Fatalf("banner does not say how to connect:\n%s", banner.String())
+	}
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "ok\n" {
+		t.Fatalf("healthz %d %q", resp.StatusCode, body)
+	}
+
+	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer dcancel()
+	gw, err := relaytest.Dial(dctx, "ws://"+addr+"/relay", relaytest.Token(gen.GatewayID, gen.GatewaySecret, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gw.CloseNow()
+	if d, err := gw.Hello(dctx, "relay", ""); err != nil || d.Platform != "relay" || d.ContractVersion != 1 {
+		t.Fatalf("hello: %+v %v", d, err)
+	}
+	cancel()
+	code, _, err := gw.Closed(dctx)
+	if err != nil || code != 1001 {
+		t.Fatalf("gateway closed with %d (%v), want 1001", code, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("serve returned %v", err)
+	}
+}
