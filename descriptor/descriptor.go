@@ -62,7 +62,7 @@ func (d *Descriptor) HasOp(op string) bool { return slices.Contains(d.SupportedO
 
 // sortedOps returns a sorted copy so descriptors are byte-stable.
 func sortedOps(ops []string) []string {
-	out := slices.Clone(ops)
+	out := append([]string{}, ops...) // never nil: the wire wants an array
 	slices.Sort(out)
 	return slices.Compact(out)
 }
