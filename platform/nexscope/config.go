@@ -1,0 +1,201 @@
+package nexscope
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultMaxUsers          = 50
+	DefaultMaxPayload        = 10 << 20  // 10 MiB
+	DefaultMaxFile           = 100 << 20 // 100 MiB
+	DefaultTransferTimeout   = 60 * time.Second
+	DefaultHeartbeatInterval = 30 * time.Second
+	DefaultWriteTimeout      = 10 * time.Second
+	DefaultSendQueueBytes    = 4 << 20 // 4 MiB
+	DefaultHopLimit          = 3
+	DefaultBotName           = "hermes"
+	DefaultMaxText           = 4096
+	DefaultRememberMessages  = 1024
+	// DefaultRoom is the name (and chat_id) of the room served at /ws.
+	DefaultRoom = "default"
+)
+
+// Config configures the nexscope relay. The zero value plus a Token works:
+// New fills every zero field with the default its comment names.
+type Config struct {
+	// Token is the shared token every client presents as ?token=. Required.
+	// The connector fills it from NEXSCOPE_TOKEN or its config file; it is
+	// compared in constant time and never logged.
+	Token string `yaml:"token"`
+	// MaxUsers is the default member cap of a room, the connector's bot
+	// member included (NEXSCOPE_MAX_USERS). Default 50.
+	MaxUsers int `yaml:"max_users"`
+	// MaxPayload caps one WebSocket message, text or binary, in bytes
+	// (NEXSCOPE_MAX_PAYLOAD). A larger one gets msg_too_large and close 4011.
+	// Default 10 MiB.
+	MaxPayload int64 `yaml:"max_payload"`
+	// MaxFile caps attachment.size of a file-start in bytes
+	// (NEXSCOPE_MAX_FILE). Default 100 MiB.
+	MaxFile int64 `yaml:"max_file"`
+	// TransferTimeout is how long after file-start the file-end must arrive
+	// before the transfer is abandoned (sender closed 4014). Default 60 s.
+	TransferTimeout time.Duration `yaml:"transfer_timeout"`
+	// HeartbeatInterval is the period of the relay's WebSocket pings; two
+	// consecutive unanswered pings close the connection with 4010.
+	// Default 30 s.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// WriteTimeout bounds one WebSocket write to a member; a member that does
+	// not take a frame within it is disconnected. Default 10 s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// SendQueueBytes is the per-member send window: a file chunk waits
+	// (backpressure on the sender) while a recipient has this many bytes
+	// queued, and a member whose queue exceeds it by more than MaxPayload is
+	// closed as a slow consumer (4016). Default 4 MiB.
+	SendQueueBytes int64 `yaml:"send_queue_bytes"`
+	// HopLimit drops a message to the bot whose hopCount is at least this
+	// value, so agents cannot start reply loops through the bridge. Default 3;
+	// negative means no limit.
+	HopLimit int `yaml:"hop_limit"`
+	// BotName is the default member name of the connector's bot in rooms bound
+	// to a tenant. Default "hermes".
+	BotName string `yaml:"bot_name"`
+	// MaxText is the descriptor's max_message_length and the largest text, in
+	// bytes, of one msg the bot sends; longer replies are split on rune
+	// boundaries. Default 4096 (the protocol's suggested 4 KB).
+	MaxText int `yaml:"max_text"`
+	// RememberMessages is how many inbound messages per room the bridge
+	// remembers to address replies (author, thread, hopCount). Default 1024.
+	RememberMessages int `yaml:"remember_messages"`
+	// OriginPatterns lists browser origins allowed to connect besides the
+	// request's own host (coder/websocket AcceptOptions.OriginPatterns).
+	// Default none; clients that send no Origin header are always allowed.
+	OriginPatterns []string `yaml:"origin_patterns"`
+	// Rooms configures named rooms and the default room (Name "default").
+	// The default room always exists; a room is served at /ws/{name}, the
+	// default room also at /ws. Default: only the default room, unbound.
+	Rooms []Room `yaml:"rooms"`
+
+	// Clock drives ts values and every timer. Default: the real clock, with
+	// platform.Deps.Now as its Now when set.
+	Clock Clock `yaml:"-"`
+}
+
+// Room configures one room.
+type Room struct {
+	// Name selects the room: clients connect to /ws/{Name}. It follows the
+	// user-name rule ^[a-zA-Z0-9_-]{1,32}$ and is the chat_id gateways see.
+	// "default" configures the room at /ws.
+	Name string `yaml:"name"`
+	// Tenant binds the room to a tenant: the connector's bot member joins its
+	// presence and bridges messages addressed to it to that tenant's
+	// gateways. Empty: a plain relay room with no bot.
+	Tenant string `yaml:"tenant"`
+	// BotName is the bot's member name in this room. Default Config.BotName.
+	BotName string `yaml:"bot_name"`
+	// MaxUsers caps this room's members, the bot included. Default
+	// Config.MaxUsers.
+	MaxUsers int `yaml:"max_users"`
+}
+
+// Validate reports the first invalid field, naming its config key.
+func (c *Config) Validate() error {
+	if c.Token == "" {
+		return errors.New("nexscope: token is required")
+	}
+	for _, f := range []struct {
+		key string
+		v   int64
+	}{
+		{"max_users", int64(c.MaxUsers)},
+		{"max_payload", c.MaxPayload},
+		{"max_file", c.MaxFile},
+		{"transfer_timeout", int64(c.TransferTimeout)},
+		{"heartbeat_interval", int64(c.HeartbeatInterval)},
+		{"write_timeout", int64(c.WriteTimeout)},
+		{"send_queue_bytes", c.SendQueueBytes},
+		{"max_text", int64(c.MaxText)},
+		{"remember_messages", int64(c.RememberMessages)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("nexscope: %s must not be negative", f.key)
+		}
+	}
+	if c.MaxPayload > 0 && c.MaxPayload < minPayload {
+		return fmt.Errorf("nexscope: max_payload must be at least %d bytes", minPayload)
+	}
+	if c.MaxText > 0 && c.MaxText < 8 {
+		return errors.New("nexscope: max_text must be at least 8 bytes")
+	}
+	if c.BotName != "" && !validName(c.BotName) {
+		return errors.New("nexscope: bot_name must match ^[a-zA-Z0-9_-]{1,32}$")
+	}
+	seen := make(map[string]bool, len(c.Rooms))
+	for i, r := range c.Rooms {
+		if !validName(r.Name) {
+			return fmt.Errorf("nexscope: rooms[%d].name must match ^[a-zA-Z0-9_-]{1,32}$", i)
+		}
+		if seen[r.Name] {
+			return fmt.Errorf("nexscope: rooms[%d].name %q is configured twice", i, r.Name)
+		}
+		seen[r.Name] = true
+		if r.BotName != "" && !validName(r.BotName) {
+			return fmt.Errorf("nexscope: rooms[%d].bot_name must match ^[a-zA-Z0-9_-]{1,32}$", i)
+		}
+		if r.MaxUsers < 0 {
+			return fmt.Errorf("nexscope: rooms[%d].max_users must not be negative", i)
+		}
+		if r.BotName != "" && r.Tenant == "" {
+			return fmt.Errorf("nexscope: rooms[%d].bot_name is set but the room has no tenant", i)
+		}
+	}
+	return nil
+}
+
+// minPayload is the smallest MaxPayload that still carries every frame the
+// relay itself sends (presence of a full room, errors, acks).
+const minPayload = 4096
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	setDefault(&c.MaxUsers, DefaultMaxUsers)
+	setDefault(&c.MaxPayload, DefaultMaxPayload)
+	setDefault(&c.MaxFile, DefaultMaxFile)
+	setDefault(&c.TransferTimeout, DefaultTransferTimeout)
+	setDefault(&c.HeartbeatInterval, DefaultHeartbeatInterval)
+	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	setDefault(&c.SendQueueBytes, DefaultSendQueueBytes)
+	setDefault(&c.HopLimit, DefaultHopLimit)
+	setDefault(&c.BotName, DefaultBotName)
+	setDefault(&c.MaxText, DefaultMaxText)
+	setDefault(&c.RememberMessages, DefaultRememberMessages)
+	return c
+}
+
+func setDefault[T comparable](p *T, def T) {
+	var zero T
+	if *p == zero {
+		*p = def
+	}
+}
+
+// validName reports whether s matches ^[a-zA-Z0-9_-]{1,32}$ (user and room
+// names).
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !nameByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// nameByte reports whether b may appear in a name.
+func nameByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-'
+}

@@ -1,0 +1,148 @@
+package nexscope
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+
+	"connector/contract"
+)
+
+// egressFunc performs one outbound op in a room bound to the caller's tenant.
+type egressFunc func(p *Platform, r *room, a *contract.Action) contract.Result
+
+// egress is the op table; the descriptor's supported_ops are its keys. edit
+// is absent: a relayed msg cannot be changed.
+var egress = map[string]egressFunc{
+	contract.OpSend:        (*Platform).send,
+	contract.OpTyping:      (*Platform).typing,
+	contract.OpGetChatInfo: (*Platform).chatInfo,
+}
+
+// supportedOps lists the egress table's ops.
+func supportedOps() []string { return slices.Sorted(maps.Keys(egress)) }
+
+// Execute performs a gateway's outbound action for tenant. chat_id is a room
+// name; a room that is not bound to tenant is declined.
+func (p *Platform) Execute(_ context.Context, tenant string, a *contract.Action) contract.Result {
+	h, ok := egress[a.Op]
+	if !ok {
+		return contract.Failed(contract.CodeUnsupportedOp, "nexscope does not support this op")
+	}
+	r := p.rooms[string(a.ChatID)]
+	if r == nil || r.tenant == "" || r.tenant != tenant {
+		return contract.Declined(platformName)
+	}
+	return h(p, r, a)
+}
+
+// send posts content as the bot's msg (role userAgent). Addressing:
+//
+//   - the reply target is the inbound named by reply_to (or
+//     metadata.reply_to_message_id); else the last inbound in
+//     metadata.thread_id; else, without a thread, the room's last inbound;
+//   - threadId is metadata.thread_id, else the target's thread;
+//   - to is the target's author, else metadata.user_id, else everyone online
+//     (to: []);
+//   - hopCount is the target's hopCount + 1, else 0.
+//
+// Content longer than MaxText bytes goes out as several msgs split on rune
+// boundaries; message_id is the first one's msgId. It fails with
+// "unavailable" when no recipient is online (the relay keeps no queue).
+func (p *Platform) send(r *room, a *contract.Action) contract.Result {
+	if a.Content == "" {
+		return contract.Failed(contract.CodeBadRequest, "nexscope: send needs content")
+	}
+	r.mu.Lock()
+	defer r.unlock()
+	ref := r.replyTarget(a)
+	thread := string(a.Metadata.ThreadID)
+	if thread == "" {
+		thread = ref.thread
+	}
+	if thread == "" {
+		return contract.Failed(contract.CodeBadRequest, "nexscope: no thread to post in; set metadata.thread_id or reply_to")
+	}
+	m := botMsg{from: r.bot, threadID: thread}
+	var online []*member
+	switch {
+	case ref.valid:
+		m.to, m.hopCount = []string{ref.from}, ref.hop+1
+	case a.Metadata.UserID != "":
+		m.to = []string{string(a.Metadata.UserID)}
+	}
+	if m.to == nil {
+		for _, mem := range r.members {
+			online = append(online, mem)
+		}
+	} else if mem, ok := r.members[m.to[0]]; ok {
+		online = append(online, mem)
+	}
+	if len(online) == 0 {
+		return contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)")
+	}
+	var first string
+	for _, piece := range splitText(a.Content, p.cfg.MaxText) {
+		m.msgID, m.text = p.newMsgID(), piece
+		if first == "" {
+			first = m.msgID
+		}
+		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), &m, p.nowMs())
+		for _, mem := range online {
+			r.pushLocked(mem, websocket.MessageText, frame)
+		}
+	}
+	return contract.OK(first)
+}
+
+// replyTarget finds the inbound a send answers (see send). Called under mu.
+func (r *room) replyTarget(a *contract.Action) msgRef {
+	for _, id := range []contract.ID{a.ReplyTo, a.Metadata.ReplyToMessageID} {
+		if id == "" {
+			continue
+		}
+		if ref, ok := r.msgs.Get(string(id)); ok {
+			return ref
+		}
+	}
+	if a.Metadata.ThreadID != "" {
+		ref, _ := r.threads.Get(string(a.Metadata.ThreadID))
+		return ref
+	}
+	return r.last
+}
+
+// typing is a documented no-op: the protocol has no typing indicator, and an
+// invented frame type would earn unknown-type handling in clients.
+func (p *Platform) typing(*room, *contract.Action) contract.Result { return contract.OK("") }
+
+// chatInfo answers get_chat_info: the room's name, type "group".
+func (p *Platform) chatInfo(r *room, _ *contract.Action) contract.Result {
+	return contract.Result{Success: true, ChatInfo: &contract.ChatInfo{Name: r.name, Type: "group"}}
+}
+
+// splitText cuts s into pieces of at most max bytes on rune boundaries.
+func splitText(s string, max int) []string {
+	if len(s) <= max {
+		return []string{s}
+	}
+	var out []string
+	for len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		if cut == 0 { // not UTF-8: cut anywhere rather than loop
+			cut = max
+		}
+		out = append(out, s[:cut])
+		s = s[cut:]
+	}
+	if s != "" {
+		out = append(out, s)
+	}
+	return out
+}

@@ -1,0 +1,73 @@
+package nexscope
+
+// handleText dispatches one text frame from the member.
+func (m *member) handleText(data []byte) {
+	f, err := parseFrame(data)
+	if err != nil {
+		m.send(errorFrame(ErrBadJSON, err.Error()))
+		return
+	}
+	typ, _ := stringValue(f.typ)
+	switch string(typ) {
+	case "msg":
+		m.handleMsg(&f)
+	case "file-start":
+		m.handleFileStart(&f)
+	case "file-end":
+		m.handleFileEnd(&f)
+	case "ping":
+		m.send(appendPong(make([]byte, 0, 40), m.p.nowMs()))
+	default:
+		m.send(errorFrame(ErrUnknownType, "unknown frame type"))
+	}
+}
+
+// handleMsg relays a msg verbatim plus ts and acks the sender.
+func (m *member) handleMsg(f *clientFrame) {
+	if !m.checkFrom(f) || !m.checkTo(f) {
+		return
+	}
+	r := m.room
+	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
+	r.mu.Lock()
+	res := r.routeLocked(m, f.to, out, f.text, false)
+	r.unlock()
+	m.send(appendAck(make([]byte, 0, 64+len(f.msgID)+len(f.threadID)), f.msgID, f.threadID, res.delivered, res.offline))
+	if res.toBot {
+		r.bridge(f, "")
+	}
+}
+
+// checkFrom enforces that from is present and is the member's own name;
+// a failure is a strike.
+func (m *member) checkFrom(f *clientFrame) bool {
+	if len(f.from) == 0 || string(f.from) == "null" {
+		m.strike(ErrMissingFrom, "frame has no from", f.msgID)
+		return false
+	}
+	if from, ok := stringValue(f.from); !ok || string(from) != m.name {
+		m.strike(ErrFromMismatch, "from does not match your name", f.msgID)
+		return false
+	}
+	return true
+}
+
+// checkTo enforces that to is an array of names; a failure is a strike.
+func (m *member) checkTo(f *clientFrame) bool {
+	if !isStringArray(f.to) {
+		m.strike(ErrMissingTo, "to must be an array of names", f.msgID)
+		return false
+	}
+	return true
+}
+
+// strike answers a missing_from / from_mismatch / missing_to error; the
+// strikeLimit-th closes the connection with 4013 after the error frame.
+func (m *member) strike(code, message string, msgID []byte) {
+	m.strikes++
+	m.send(appendError(nil, code, message, msgID))
+	if m.strikes >= strikeLimit {
+		m.log.Info("nexscope member closed after too many errors", "strikes", m.strikes)
+		m.closeAfterFlush(CloseTooManyErrors, "too many errors")
+	}
+}

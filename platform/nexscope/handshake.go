@@ -1,0 +1,96 @@
+package nexscope
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// handshakeWriteTimeout bounds the error frame of a refused handshake.
+const handshakeWriteTimeout = 5 * time.Second
+
+// serveWS runs one client connection: /ws?name=&token=&v= (default room) or
+// /ws/{room}?... The checks, in order: token (1008, no error frame),
+// version (version_mismatch, 1008), name (invalid_name, 4012), room
+// (unknown_room, 4017), uniqueness (name_taken, 4009), cap (room_full,
+// 4015). On success the first frame is presence.
+func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
+	if !p.track() {
+		http.Error(w, "nexscope is shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	defer p.wg.Done()
+	q := req.URL.Query()
+	roomName := req.PathValue("room")
+	if roomName == "" {
+		roomName = DefaultRoom
+	}
+	name := q.Get("name")
+	m := newMember(p, nil, name)
+	ws, err := websocket.Accept(w, req, &websocket.AcceptOptions{
+		OriginPatterns: p.cfg.OriginPatterns,
+		OnPongReceived: m.pong,
+	})
+	if err != nil {
+		p.log.Debug("nexscope upgrade refused", "err", err)
+		return
+	}
+	m.ws = ws
+	ws.SetReadLimit(p.cfg.MaxPayload + 1) // readMessage enforces MaxPayload itself
+
+	if !p.tokenOK(q.Get("token")) {
+		p.metrics.Dropped(platformName, "unauthorized")
+		_ = ws.Close(CloseUnauthorized, "")
+		return
+	}
+	if v := q.Get("v"); v != "" {
+		if n, err := strconv.Atoi(v); err != nil || n != 1 {
+			refuse(ws, ErrVersionMismatch, "unsupported protocol version; this relay speaks v1", CloseUnauthorized)
+			return
+		}
+	}
+	if !validName(name) {
+		refuse(ws, ErrInvalidName, "name must match ^[a-zA-Z0-9_-]{1,32}$", CloseInvalidName)
+		return
+	}
+	r := p.rooms[roomName]
+	if r == nil {
+		refuse(ws, ErrUnknownRoom, "no such room", CloseUnknownRoom)
+		return
+	}
+	m.room = r
+	m.log = p.log.With("room", r.name, "member", name, "conn", p.nextID.Add(1))
+	if !p.register(m) {
+		_ = ws.Close(CloseGoingAway, "shutting down")
+		return
+	}
+	defer p.unregister(m)
+	switch r.join(m) {
+	case ErrNameTaken:
+		refuse(ws, ErrNameTaken, fmt.Sprintf("username %q already in room", name), CloseNameTaken)
+		return
+	case ErrRoomFull:
+		refuse(ws, ErrRoomFull, "room is full", CloseRoomFull)
+		return
+	case errLeft:
+		_ = ws.Close(CloseGoingAway, "shutting down")
+		return
+	}
+	m.log.Debug("nexscope member joined")
+	m.run()
+}
+
+// refuse sends a handshake error frame and closes with code.
+func refuse(ws *websocket.Conn, code, message string, closeCode websocket.StatusCode) {
+	ctx, cancel := context.WithTimeout(context.Background(), handshakeWriteTimeout)
+	defer cancel()
+	if err := ws.Write(ctx, websocket.MessageText, errorFrame(code, message)); err != nil {
+		_ = ws.CloseNow()
+		return
+	}
+	_ = ws.Close(closeCode, code)
+}

@@ -1,0 +1,124 @@
+package nexscope
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"connector/platform"
+)
+
+func TestHandshakeRefusals(t *testing.T) {
+	tr := startRelay(t, Config{Rooms: []Room{{Name: "small", MaxUsers: 1}}})
+	tr.join(t, "", "bob")
+	tr.join(t, "small", "solo")
+
+	cases := []struct {
+		name, path, query string
+		errCode           string // "" = no error frame
+		close             websocket.StatusCode
+	}{
+		{"missing token", "/ws", "name=alice&v=1", "", CloseUnauthorized},
+		{"wrong token", "/ws", "name=alice&token=nope&v=1", "", CloseUnauthorized},
+		{"token prefix", "/ws", "name=alice&token=" + testToken[:5], "", CloseUnauthorized},
+		{"wrong token, unknown room", "/ws/nosuch", "name=alice&token=x", "", CloseUnauthorized},
+		{"future version", "/ws", "name=alice&token=" + testToken + "&v=2", ErrVersionMismatch, CloseUnauthorized},
+		{"non-numeric version", "/ws", "name=alice&token=" + testToken + "&v=one", ErrVersionMismatch, CloseUnauthorized},
+		{"missing name", "/ws", "token=" + testToken, ErrInvalidName, CloseInvalidName},
+		{"name with space", "/ws", "name=a%20b&token=" + testToken, ErrInvalidName, CloseInvalidName},
+		{"name too long", "/ws", "name=" + strings.Repeat("a", 33) + "&token=" + testToken, ErrInvalidName, CloseInvalidName},
+		{"non-ascii name", "/ws", "name=%C3%BC&token=" + testToken, ErrInvalidName, CloseInvalidName},
+		{"name taken", "/ws", "name=bob&token=" + testToken, ErrNameTaken, CloseNameTaken},
+		{"room full", "/ws/small", "name=other&token=" + testToken, ErrRoomFull, CloseRoomFull},
+		{"unknown room", "/ws/nosuch", "name=alice&token=" + testToken, ErrUnknownRoom, CloseUnknownRoom},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tr.dialURL(t, tc.path, tc.query, nil)
+			if tc.errCode != "" {
+				c.expectError(tc.errCode)
+			}
+			c.expectClose(tc.close)
+		})
+	}
+}
+
+func TestHandshakeAccepts(t *testing.T) {
+	tr := startRelay(t, Config{})
+	// v missing means 1; v=1 explicit; the longest legal name.
+	for _, q := range []string{"name=a_b-C9", "name=x&v=1", "name=" + strings.Repeat("z", 32) + "&v=01"} {
+		c := tr.dialURL(t, "/ws", q+"&token="+testToken, nil)
+		c.expect("presence")
+	}
+}
+
+func TestNameTakenMessage(t *testing.T) {
+	tr := startRelay(t, Config{})
+	tr.join(t, "", "bob")
+	c := tr.dialURL(t, "/ws", "name=bob&token="+testToken, nil)
+	e := c.expectError(ErrNameTaken)
+	if e["message"] != `username "bob" already in room` {
+		t.Fatalf("message = %q", e["message"])
+	}
+}
+
+func TestPresenceJoinLeaveCrash(t *testing.T) {
+	tr := startRelay(t, Config{})
+	alice := tr.join(t, "", "alice")
+	bob := tr.join(t, "", "bob")
+	alice.expectPresence("alice", "bob")
+
+	carol := tr.join(t, "", "carol")
+	alice.expectPresence("alice", "bob", "carol")
+	bob.expectPresence("alice", "bob", "carol")
+
+	// Explicit close.
+	_ = bob.ws.Close(websocket.StatusNormalClosure, "bye")
+	alice.expectPresence("alice", "carol")
+	carol.expectPresence("alice", "carol")
+
+	// Crash: the TCP connection drops without a close frame.
+	_ = carol.ws.CloseNow()
+	alice.expectPresence("alice")
+
+	// The name is free again.
+	tr.join(t, "", "bob")
+	alice.expectPresence("alice", "bob")
+}
+
+func TestPresenceIsSortedAndRoomsAreSeparate(t *testing.T) {
+	tr := startRelay(t, Config{Rooms: []Room{{Name: "ops"}}})
+	zed := tr.join(t, "", "zed")
+	tr.join(t, "", "Amy")
+	zed.expectPresence("Amy", "zed") // byte order: uppercase first
+	ops := tr.join(t, "ops", "zed")  // same name, other room
+	tr.join(t, "ops", "bo")
+	ops.expectPresence("bo", "zed")
+}
+
+func TestShutdownClosesMembersGoingAway(t *testing.T) {
+	tr := newRelay(t, Config{})
+	stop := tr.run(t, &recordingSink{ch: make(chan platform.Delivery, 1)})
+	c := tr.join(t, "", "alice")
+	// Keep reading while Run shuts down, as a live client does, so the
+	// close handshake completes.
+	ended := make(chan error, 1)
+	go func() {
+		_, _, err := c.ws.Read(context.Background())
+		ended <- err
+	}()
+	stop()
+	if err := <-ended; websocket.CloseStatus(err) != CloseGoingAway {
+		t.Fatalf("alice ended with %v, want close %d", err, CloseGoingAway)
+	}
+	if tr.p.Status().Ready {
+		t.Fatal("ready after Run returned")
+	}
+	// New connections are refused once Run has returned.
+	_, resp, err := websocket.Dial(context.Background(), tr.url+"/ws?name=bob&token="+testToken, nil)
+	if err == nil || resp == nil || resp.StatusCode != 503 {
+		t.Fatalf("dial after shutdown: err %v, resp %v; want HTTP 503", err, resp)
+	}
+}

@@ -1,0 +1,271 @@
+package nexscope
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// member is one connected client: one WebSocket, one session. Its handler
+// goroutine reads (readLoop), one writer goroutine drains its sendQueue, and
+// heartbeat ticks come from the platform's Clock.
+type member struct {
+	p      *Platform
+	room   *room
+	name   string
+	quoted []byte // name as a JSON string, for presence-free ack lists
+	ws     *websocket.Conn
+	q      *sendQueue
+	log    *slog.Logger
+
+	ctx    context.Context // cancelled when the member is finished
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // writer and ping goroutines
+
+	left atomic.Bool   // removed from the room
+	done chan struct{} // closed when left
+
+	// heartbeat
+	awaitingPong atomic.Bool
+	hbMu         sync.Mutex
+	hbTimer      Timer
+	missed       int // touched only by the heartbeat chain
+
+	// writeWatch disconnects a member whose write exceeds WriteTimeout.
+	writeWatch *time.Timer
+
+	// reader goroutine only
+	strikes  int
+	stop     bool      // the reader must return (a close was requested)
+	transfer *transfer // the transfer this member sends, if any
+	dropTail []byte    // msgId of an aborted transfer whose chunks are dropped
+	scratch  []byte
+}
+
+func newMember(p *Platform, r *room, name string) *member {
+	m := &member{
+		p:      p,
+		room:   r,
+		name:   name,
+		quoted: appendQuoted(nil, name),
+		q:      newSendQueue(p.cfg.SendQueueBytes, p.cfg.SendQueueBytes+p.cfg.MaxPayload),
+		done:   make(chan struct{}),
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	return m
+}
+
+// appendQuoted appends a valid member name as a JSON string (names need no
+// escaping).
+func appendQuoted(dst []byte, name string) []byte {
+	dst = append(dst, '"')
+	dst = append(dst, name...)
+	return append(dst, '"')
+}
+
+// run serves the member after it joined: it starts the writer and the
+// heartbeat, reads until the connection ends, and returns once every
+// goroutine of the member has finished.
+func (m *member) run() {
+	// The heartbeat is armed before the writer sends the first presence, so
+	// a client that has its presence knows the heartbeat is running.
+	m.hbMu.Lock()
+	if !m.left.Load() {
+		m.hbTimer = m.p.clock.AfterFunc(m.p.cfg.HeartbeatInterval, m.heartbeat)
+	}
+	m.hbMu.Unlock()
+	m.writeWatch = time.AfterFunc(time.Hour, m.writeTimedOut)
+	m.writeWatch.Stop()
+	m.wg.Add(1)
+	go m.writeLoop()
+
+	err := m.readLoop()
+	m.leave()
+	m.q.close(closeNoHandshake, "", false)
+	m.cancel()
+	m.wg.Wait()
+	m.log.Debug("nexscope member disconnected", "close_status", int(websocket.CloseStatus(err)))
+}
+
+// readLoop reads messages until the connection fails or a close was
+// requested.
+func (m *member) readLoop() error {
+	limit := m.p.cfg.MaxPayload
+	for !m.stop {
+		typ, rd, err := m.ws.Reader(context.Background())
+		if err != nil {
+			return err
+		}
+		data, err := readMessage(rd, &m.scratch, limit)
+		if errors.Is(err, errTooLarge) {
+			m.log.Info("nexscope frame over max_payload", "max_payload", limit)
+			m.leave()
+			m.q.push(websocket.MessageText, errorFrame(ErrMsgTooLarge, "frame exceeds max payload"))
+			m.q.close(CloseTooLarge, ErrMsgTooLarge, true)
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if typ == websocket.MessageBinary {
+			m.handleChunk(data)
+		} else {
+			m.handleText(data)
+		}
+	}
+	return nil
+}
+
+// errTooLarge reports a message over MaxPayload.
+var errTooLarge = errors.New("message exceeds max payload")
+
+// maxScratch is the largest read buffer a member keeps between messages.
+const maxScratch = 1 << 20
+
+// readMessage reads one message of at most limit bytes into *scratch (grown
+// as needed and kept when small) and returns it.
+func readMessage(r io.Reader, scratch *[]byte, limit int64) ([]byte, error) {
+	buf := (*scratch)[:0]
+	for {
+		if len(buf) == cap(buf) {
+			n := max(2*cap(buf), 4096)
+			if int64(n) > limit+1 {
+				n = int(limit + 1)
+			}
+			if n <= cap(buf) {
+				return nil, errTooLarge
+			}
+			grown := make([]byte, len(buf), n)
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, errTooLarge
+		}
+		if err == io.EOF {
+			if cap(buf) <= maxScratch {
+				*scratch = buf
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// writeLoop writes queued frames until the queue closes, then closes the
+// socket as asked.
+func (m *member) writeLoop() {
+	defer m.wg.Done()
+	for {
+		f, ok, code, reason := m.q.next()
+		if !ok {
+			if code == closeNoHandshake {
+				_ = m.ws.CloseNow()
+			} else {
+				_ = m.ws.Close(code, reason)
+			}
+			return
+		}
+		m.writeWatch.Reset(m.p.cfg.WriteTimeout)
+		err := m.ws.Write(context.Background(), f.typ, f.data)
+		m.writeWatch.Stop()
+		m.q.written(len(f.data))
+		if err != nil {
+			m.q.close(closeNoHandshake, "", false)
+			_ = m.ws.CloseNow()
+			return
+		}
+	}
+}
+
+// writeTimedOut disconnects a member stuck in one write for WriteTimeout.
+func (m *member) writeTimedOut() {
+	m.log.Info("nexscope member too slow, disconnecting", "write_timeout", m.p.cfg.WriteTimeout)
+	m.p.metrics.Dropped(platformName, "slow_consumer")
+	m.leave()
+	m.q.close(CloseSlowConsumer, "slow consumer", false)
+	_ = m.ws.CloseNow()
+}
+
+// send queues a frame for this member; a queue overflow disconnects it.
+func (m *member) send(data []byte) {
+	if m.q.push(websocket.MessageText, data) {
+		m.kick(CloseSlowConsumer, "slow consumer")
+	}
+}
+
+// kick removes the member from its room and closes its socket with code at
+// once (queued frames are dropped).
+func (m *member) kick(code websocket.StatusCode, reason string) {
+	if code == CloseSlowConsumer {
+		m.log.Info("nexscope member send queue overflowed, disconnecting")
+		m.p.metrics.Dropped(platformName, "slow_consumer")
+	}
+	m.leave()
+	m.q.close(code, reason, false)
+}
+
+// closeAfterFlush removes the member and closes with code once the frames
+// queued so far (an error frame) are written; the reader stops.
+func (m *member) closeAfterFlush(code websocket.StatusCode, reason string) {
+	m.leave()
+	m.q.close(code, reason, true)
+	m.stop = true
+}
+
+// leave removes the member from its room once: presence goes to the others,
+// a transfer it sends is abandoned, its heartbeat stops.
+func (m *member) leave() {
+	if m.left.Swap(true) {
+		return
+	}
+	m.hbMu.Lock()
+	if m.hbTimer != nil {
+		m.hbTimer.Stop()
+	}
+	m.hbMu.Unlock()
+	close(m.done)
+	m.room.leave(m)
+}
+
+// heartbeat runs every HeartbeatInterval: a ping still unanswered at the next
+// tick is a miss, and the second consecutive miss closes with 4010.
+func (m *member) heartbeat() {
+	if m.awaitingPong.Load() {
+		m.missed++
+	} else {
+		m.missed = 0
+	}
+	if m.missed >= 2 {
+		m.log.Info("nexscope heartbeat_timeout", "missed_pongs", m.missed)
+		m.kick(CloseHeartbeatTimeout, "heartbeat_timeout")
+		return
+	}
+	m.awaitingPong.Store(true)
+	// Under hbMu, left cannot flip between the check and wg.Add, so run's
+	// wg.Wait (after leave) sees every ping goroutine.
+	m.hbMu.Lock()
+	defer m.hbMu.Unlock()
+	if m.left.Load() {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		_ = m.ws.Ping(m.ctx)
+	}()
+	m.hbTimer = m.p.clock.AfterFunc(m.p.cfg.HeartbeatInterval, m.heartbeat)
+}
+
+// pong records a WebSocket pong (AcceptOptions.OnPongReceived).
+func (m *member) pong(context.Context, []byte) { m.awaitingPong.Store(false) }

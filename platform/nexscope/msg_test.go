@@ -1,0 +1,223 @@
+package nexscope
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+)
+
+func TestMsgDeliveredVerbatimWithTSAndAcked(t *testing.T) {
+	tr := startRelay(t, Config{})
+	alice := tr.join(t, "", "alice")
+	bob := tr.join(t, "", "bob")
+	alice.expectPresence("alice", "bob")
+
+	// Unknown fields, odd spacing and escapes must survive byte for byte.
+	sent := `{"type":"msg", "msgId":"01HQX5C9","from":"alice","to":["bob","carol"],"role":"userAgent",` +
+		`"threadId":"t-2026-04-28-xyz","text":"please refactor auth.ts \u00e9\n","hopCount":0,"attachments":[],` +
+		`"x-custom":{"nested":[1,2,{"a":"}"}]}}  `
+	alice.sendText(sent)
+	got := bob.readRaw()
+	ts := strconv.FormatInt(tr.clock.Now().UnixMilli(), 10)
+	want := strings.TrimRight(sent, " ")
+	want = want[:len(want)-1] + `,"ts":` + ts + `}`
+	if string(got) != want {
+		t.Fatalf("delivered\n%s\nwant\n%s", got, want)
+	}
+	if !json.Valid(got) {
+		t.Fatal("delivered frame is not valid JSON")
+	}
+
+	ack := alice.readRaw()
+	wantAck := `{"type":"ack","msgId":"01HQX5C9","threadId":"t-2026-04-28-xyz","delivered":["bob"],"offline":["carol"]}`
+	if string(ack) != wantAck {
+		t.Fatalf("ack\n%s\nwant\n%s", ack, wantAck)
+	}
+}
+
+func TestMsgBroadcast(t *testing.T) {
+	tr := startRelay(t, Config{})
+	alice := tr.join(t, "", "alice")
+	bob := tr.join(t, "", "bob")
+	carol := tr.join(t, "", "carol")
+	alice.expectPresence("alice", "bob")
+	alice.expectPresence("alice", "bob", "carol")
+	bob.expectPresence("alice", "bob", "carol")
+
+	bob.sendJSON(msg("m1", "bob", []string{}, "hi all"))
+	for _, c := range []*client{alice, carol} {
+		m := c.expect("msg")
+		if m["msgId"] != "m1" || m["from"] != "bob" || m["ts"] == nil {
+			t.Fatalf("%s got %v", c.name, m)
+		}
+	}
+	ack := bob.expect("ack")
+	if fmt.Sprint(ack["delivered"]) != "[alice carol]" || fmt.Sprint(ack["offline"]) != "[]" {
+		t.Fatalf("broadcast ack %v", ack)
+	}
+	// The sender never gets its own broadcast: the next frame is the pong.
+	bob.sendText(`{"type":"ping"}`)
+	bob.expect("pong")
+}
+
+func TestMsgDuplicateAndSelfRecipients(t *testing.T) {
+	tr := startRelay(t, Config{})
+	alice := tr.join(t, "", "alice")
+	bob := tr.join(t, "", "bob")
+	alice.expectPresence("alice", "bob")
+	alice.sendJSON(msg("m1", "alice", []string{"bob", "bob", "b\u006fb", "zed", "zed"}, "x"))
+	bob.expect("msg")
+	ack := alice.expect("ack")
+	if fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[zed]" {
+		t.Fatalf("ack %v", ack)
+	}
+	bob.sendText(`{"type":"ping"}`)
+	bob.expect("pong") // bob got exactly one copy
+}
+
+func TestMsgOfflineOnly(t *testing.T) {
+	tr := startRelay(t, Config{})
+	alice := tr.join(t, "", "alice")
+	alice.sendJSON(msg("m9", "alice", []string{"ghost"}, "anyone?"))
+	ack := alice.expect("ack")
+	if fmt.Sprint(ack["delivered"]) != "[]" || fmt.Sprint(ack["offline"]) != "[ghost]" || ack["msgId"] != "m9" {
+		t.Fatalf("ack %v", ack)
+	}
+}
+
+func TestPingPong(t *testing.T) {
+	tr := startRelay(t, Config{})
+	alice := tr.join(t, "", "alice")
+	alice.sendText(`{"type":"ping"}`)
+	pong := alice.expect("pong")
+	if pong["ts"] != float64(tr.clock.Now().UnixMilli()) {
+		t.Fatalf("pong %v", pong)
+	}
+}
+
+func TestFrameErrors(t *testing.T) {
+	tr := startRelay(t, Config{})
+	alice := tr.join(t, "", "alice")
+	cases := []struct {
+		name, frame, code string
+	}{
+		{"not json", `{"type":"msg",`, ErrBadJSON},
+		{"not an object", `["msg"]`, ErrBadJSON},
+		{"a string", `"msg"`, ErrBadJSON},
+		{"invalid utf-8", "{\"type\":\"msg\",\"text\":\"\xff\"}", ErrBadJSON},
+		{"unknown type", `{"type":"shout"}`, ErrUnknownType},
+		{"no type", `{"from":"alice"}`, ErrUnknownType},
+		{"type not a string", `{"type":1}`, ErrUnknownType},
+		{"relay-only type", `{"type":"presence"}`, ErrUnknownType},
+		{"missing from", `{"type":"msg","msgId":"m","to":["bob"],"text":"x"}`, ErrMissingFrom},
+		{"null from", `{"type":"msg","msgId":"m","from":null,"to":["bob"]}`, ErrMissingFrom},
+		{"from mismatch", `{"type":"msg","msgId":"m","from":"bob","to":["bob"]}`, ErrFromMismatch},
+		{"from not a string", `{"type":"msg","msgId":"m","from":7,"to":["bob"]}`, ErrFromMismatch},
+		{"from case spoof", `{"type":"msg","msgId":"m","from":"bob","From":"alice","to":["x"]}`, ErrFromMismatch},
+		{"missing to", `{"type":"msg","msgId":"m","from":"alice"}`, ErrMissingTo},
+		{"to not an array", `{"type":"msg","msgId":"m","from":"alice","to":"bob"}`, ErrMissingTo},
+		{"to of numbers", `{"type":"msg","msgId":"m","from":"alice","to":[1]}`, ErrMissingTo},
+		{"file-start missing from", `{"type":"file-start","msgId":"f","to":[],"attachment":{"size":1}}`, ErrMissingFrom},
+		{"file-end from mismatch", `{"type":"file-end","msgId":"f","from":"eve"}`, ErrFromMismatch},
+	}
+	for i, tc := range cases {
+		// Strikes accumulate; stay under the limit with a fresh member.
+		if i%9 == 8 {
+			alice = tr.join(t, "", fmt.Sprintf("alice%d", i))
+		}
+		frame := strings.ReplaceAll(tc.frame, `"alice"`, strconv.Quote(alice.name))
+		t.Run(tc.name, func(t *testing.T) {
+			alice.t = t
+			alice.sendText(frame)
+			e := alice.expectError(tc.code)
+			if msg, _ := e["message"].(string); msg == "" {
+				t.Fatalf("error without message: %v", e)
+			}
+		})
+	}
+}
+
+func TestStrikeErrorsEchoMsgID(t *testing.T) {
+	tr := startRelay(t, Config{})
+	alice := tr.join(t, "", "alice")
+	alice.sendText(`{"type":"msg","msgId":"m-42","from":"bob","to":[]}`)
+	if e := alice.expectError(ErrFromMismatch); e["msgId"] != "m-42" {
+		t.Fatalf("error %v does not name the msgId", e)
+	}
+}
+
+func TestTenStrikesClose4013(t *testing.T) {
+	tr := startRelay(t, Config{})
+	watcher := tr.join(t, "", "watcher")
+	alice := tr.join(t, "", "alice")
+	watcher.expectPresence("alice", "watcher")
+	bad := []string{
+		`{"type":"msg","msgId":"m","to":[]}`,
+		`{"type":"msg","msgId":"m","from":"bob","to":[]}`,
+		`{"type":"msg","msgId":"m","from":"alice"}`,
+	}
+	for i := range strikeLimit - 1 {
+		alice.sendText(bad[i%3])
+		alice.expect("error")
+		// Other errors do not count.
+		alice.sendText(`{"type":"nope"}`)
+		alice.expectError(ErrUnknownType)
+		alice.sendText(`{`)
+		alice.expectError(ErrBadJSON)
+	}
+	// Still usable after nine strikes.
+	alice.sendJSON(msg("ok", "alice", []string{"watcher"}, "still here"))
+	watcher.expect("msg")
+	alice.expect("ack")
+	// The tenth: error frame, then 4013.
+	alice.sendText(bad[0])
+	alice.expectError(ErrMissingFrom)
+	alice.expectClose(CloseTooManyErrors)
+	watcher.expectPresence("watcher")
+}
+
+func TestPayloadCap(t *testing.T) {
+	const limit = 64 << 10
+	tr := startRelay(t, Config{MaxPayload: limit})
+	bob := tr.join(t, "", "bob")
+
+	// A text frame of exactly the limit is fine.
+	alice := tr.join(t, "", "alice")
+	bob.expectPresence("alice", "bob")
+	pad := limit - len(`{"type":"msg","msgId":"m","from":"alice","to":["bob"],"text":""}`)
+	alice.sendText(`{"type":"msg","msgId":"m","from":"alice","to":["bob"],"text":"` + strings.Repeat("a", pad) + `"}`)
+	if got := len(bob.readRaw()); got != limit+len(`,"ts":`)+13 {
+		t.Fatalf("delivered %d bytes", got)
+	}
+	alice.expect("ack")
+
+	for _, typ := range []websocket.MessageType{websocket.MessageText, websocket.MessageBinary} {
+		c := tr.join(t, "", "big"+typ.String())
+		bob.expect("presence")
+		over := make([]byte, limit+1)
+		for i := range over {
+			over[i] = 'a'
+		}
+		if typ == websocket.MessageText {
+			c.sendText(string(over))
+		} else {
+			c.sendBinary(over)
+		}
+		c.expectError(ErrMsgTooLarge)
+		c.expectClose(CloseTooLarge)
+		bob.expect("presence")
+	}
+}
+
+func TestUnexpectedBinary(t *testing.T) {
+	tr := startRelay(t, Config{})
+	alice := tr.join(t, "", "alice")
+	alice.sendBinary([]byte("stray bytes"))
+	alice.expectError(ErrUnexpectedBinary)
+	alice.sendText(`{"type":"ping"}`)
+	alice.expect("pong")
+}

@@ -1,0 +1,248 @@
+package nexscope
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"unicode/utf8"
+)
+
+// clientFrame is one text frame from a member, parsed without copying: each
+// field is the raw JSON text of the top-level member of that exact,
+// case-sensitive name, or nil when absent. Of duplicate names the last wins,
+// as in the JavaScript and Python readers on the other end, so what the relay
+// checks is what recipients read. (encoding/json matches names without regard
+// to case, which would let {"from":"bob","From":"alice"} pass as alice.)
+type clientFrame struct {
+	raw                                        []byte
+	typ, msgID, from, to, threadID, role, text []byte
+	hopCount, attachment                       []byte
+}
+
+// Parse errors; both are answered with bad_json.
+var (
+	errNotJSON   = errors.New("text frame is not valid UTF-8 JSON")
+	errNotObject = errors.New("text frame is not a JSON object")
+)
+
+// parseFrame parses a member's text frame.
+func parseFrame(data []byte) (clientFrame, error) {
+	f := clientFrame{raw: data}
+	if !utf8.Valid(data) || !json.Valid(data) {
+		return f, errNotJSON
+	}
+	i := skipSpace(data, 0)
+	if data[i] != '{' {
+		return f, errNotObject
+	}
+	eachMember(data, i, func(key, val []byte) {
+		switch {
+		case keyIs(key, "type"):
+			f.typ = val
+		case keyIs(key, "msgId"):
+			f.msgID = val
+		case keyIs(key, "from"):
+			f.from = val
+		case keyIs(key, "to"):
+			f.to = val
+		case keyIs(key, "threadId"):
+			f.threadID = val
+		case keyIs(key, "role"):
+			f.role = val
+		case keyIs(key, "text"):
+			f.text = val
+		case keyIs(key, "hopCount"):
+			f.hopCount = val
+		case keyIs(key, "attachment"):
+			f.attachment = val
+		}
+	})
+	return f, nil
+}
+
+// eachMember calls fn with the raw key (quotes included) and raw value of
+// every member of the object starting at data[i]. data must be valid JSON.
+func eachMember(data []byte, i int, fn func(key, val []byte)) {
+	i = skipSpace(data, i+1)
+	for i < len(data) && data[i] == '"' {
+		kEnd := skipString(data, i)
+		key := data[i:kEnd]
+		i = skipSpace(data, kEnd)
+		i = skipSpace(data, i+1) // ':'
+		vEnd := skipValue(data, i)
+		fn(key, data[i:vEnd])
+		i = skipSpace(data, vEnd)
+		if i < len(data) && data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+	}
+}
+
+// eachElement calls fn with every raw element of the array starting at
+// data[i]. data must be valid JSON.
+func eachElement(data []byte, i int, fn func(val []byte)) {
+	i = skipSpace(data, i+1)
+	for i < len(data) && data[i] != ']' {
+		end := skipValue(data, i)
+		fn(data[i:end])
+		i = skipSpace(data, end)
+		if i < len(data) && data[i] == ',' {
+			i = skipSpace(data, i+1)
+		}
+	}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at data[i].
+func skipString(data []byte, i int) int {
+	for i++; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(data)
+}
+
+// skipValue returns the index after the value starting at data[i].
+func skipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return i
+	}
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for i < len(data) {
+			switch data[i] {
+			case '"':
+				i = skipString(data, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	default:
+		for i < len(data) {
+			switch data[i] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return i
+			}
+			i++
+		}
+		return i
+	}
+}
+
+// keyIs reports whether the raw JSON string key decodes to name.
+func keyIs(key []byte, name string) bool {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return len(key) == len(name)+2 && string(key[1:len(key)-1]) == name
+	}
+	s, ok := jsonString(key)
+	return ok && s == name
+}
+
+// stringValue returns the contents of a raw JSON string without copying when
+// it has no escapes; ok is false when raw is not a string.
+func stringValue(raw []byte) (s []byte, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return nil, false
+	}
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return raw[1 : len(raw)-1], true
+	}
+	str, ok := jsonString(raw)
+	return []byte(str), ok
+}
+
+// jsonString decodes a raw JSON string (escapes included).
+func jsonString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// namesOf calls fn with the raw form and the decoded value of every element
+// of the JSON array raw; ok is false when raw is not an array of strings.
+func namesOf(raw []byte, fn func(raw, name []byte)) (ok bool) {
+	if len(raw) == 0 || raw[0] != '[' {
+		return false
+	}
+	ok = true
+	eachElement(raw, 0, func(v []byte) {
+		if !ok {
+			return
+		}
+		name, isStr := stringValue(v)
+		if !isStr {
+			ok = false
+			return
+		}
+		fn(v, name)
+	})
+	return ok
+}
+
+// isStringArray reports whether raw is a JSON array of strings.
+func isStringArray(raw []byte) bool {
+	return namesOf(raw, func(_, _ []byte) {})
+}
+
+// intValue reads a raw JSON number that is a non-negative integer.
+func intValue(raw []byte) (int64, bool) {
+	if len(raw) == 0 || raw[0] < '0' || raw[0] > '9' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err == nil {
+		return n, true
+	}
+	// 1e3 or 12.0 spell integers too.
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || f != float64(int64(f)) || f > 1<<53 {
+		return 0, false
+	}
+	return int64(f), true
+}
+
+// attachmentSize reads attachment.size from a file-start's raw attachment.
+func attachmentSize(raw []byte) (int64, bool) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return 0, false
+	}
+	var size []byte
+	eachMember(raw, 0, func(key, val []byte) {
+		if keyIs(key, "size") {
+			size = val
+		}
+	})
+	return intValue(size)
+}

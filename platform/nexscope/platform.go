@@ -1,0 +1,196 @@
+package nexscope
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"connector/descriptor"
+	"connector/platform"
+	"connector/session"
+)
+
+// platformName is the platform value on the wire.
+const platformName = "nexscope"
+
+// Platform is the nexscope relay hosted by the connector. Create it with New.
+type Platform struct {
+	cfg       Config
+	log       *slog.Logger
+	metrics   platform.Metrics
+	clock     Clock
+	keyFunc   platform.KeyFunc
+	tokenHash [sha256.Size]byte
+	rooms     map[string]*room
+	desc      descriptor.Descriptor
+
+	sink   atomic.Pointer[sinkRef]
+	runCtx atomic.Pointer[context.Context]
+
+	mu      sync.Mutex
+	members map[*member]struct{}
+	closed  bool
+	wg      sync.WaitGroup // connection handlers
+	nextID  atomic.Uint64
+}
+
+// sinkRef boxes the Sink given to Run.
+type sinkRef struct{ platform.Sink }
+
+var (
+	_ platform.Platform = (*Platform)(nil)
+	_ platform.Routes   = (*Platform)(nil)
+)
+
+// New validates cfg, applies its defaults and builds the relay. Rooms are
+// served as soon as the Routes are mounted; the bridge delivers once Run has
+// been called.
+func New(cfg Config, deps platform.Deps) (*Platform, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	p := &Platform{
+		cfg:       cfg,
+		log:       deps.Log,
+		metrics:   deps.M(),
+		clock:     cfg.Clock,
+		keyFunc:   deps.Key,
+		tokenHash: sha256.Sum256([]byte(cfg.Token)),
+		rooms:     make(map[string]*room, len(cfg.Rooms)+1),
+		members:   make(map[*member]struct{}),
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.clock == nil {
+		p.clock = systemClock{now: deps.Clock()}
+	}
+	for _, rc := range cfg.Rooms {
+		p.rooms[rc.Name] = newRoom(p, rc)
+	}
+	if p.rooms[DefaultRoom] == nil {
+		p.rooms[DefaultRoom] = newRoom(p, Room{Name: DefaultRoom})
+	}
+	p.desc = descriptor.Nexscope(supportedOps(), cfg.MaxText)
+	return p, nil
+}
+
+// Name implements platform.Platform.
+func (p *Platform) Name() string { return platformName }
+
+// Descriptor implements platform.Platform: plain text up to MaxText, no
+// edit, no thread API, supported_ops from the egress table.
+func (p *Platform) Descriptor() descriptor.Descriptor { return p.desc }
+
+// Routes implements platform.Routes: the default room at /ws and named rooms
+// at /ws/{room}.
+func (p *Platform) Routes() map[string]http.Handler {
+	h := http.HandlerFunc(p.serveWS)
+	return map[string]http.Handler{"GET /ws": h, "GET /ws/{room}": h}
+}
+
+// Run bridges messages addressed to the bot into sink until ctx is done,
+// then closes every member with 1001 and waits for their handlers.
+func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
+	p.runCtx.Store(&ctx)
+	p.sink.Store(&sinkRef{sink})
+	<-ctx.Done()
+	p.sink.Store(nil)
+	p.mu.Lock()
+	p.closed = true
+	members := make([]*member, 0, len(p.members))
+	for m := range p.members {
+		members = append(members, m)
+	}
+	p.mu.Unlock()
+	for _, m := range members {
+		m.kick(CloseGoingAway, "shutting down")
+	}
+	p.wg.Wait()
+	return nil
+}
+
+// ChatTenant implements platform.Platform: a chat is a room, owned by the
+// tenant it is bound to.
+func (p *Platform) ChatTenant(_ context.Context, chatID string) (string, error) {
+	if r := p.rooms[chatID]; r != nil && r.tenant != "" {
+		return r.tenant, nil
+	}
+	return "", platform.ErrUnknownChat
+}
+
+// Status implements platform.Platform: ready while Run is bridging.
+func (p *Platform) Status() platform.Status {
+	p.mu.Lock()
+	n, closed := len(p.members), p.closed
+	p.mu.Unlock()
+	if closed || p.sink.Load() == nil {
+		return platform.Status{Detail: "nexscope bridge not running"}
+	}
+	return platform.Status{Ready: true, Detail: fmt.Sprintf("%d rooms, %d members online", len(p.rooms), n)}
+}
+
+// deliver hands d to the sink given to Run; without one it is dropped.
+func (p *Platform) deliver(d platform.Delivery) {
+	s, ctx := p.sink.Load(), p.runCtx.Load()
+	if s == nil || ctx == nil {
+		p.metrics.Dropped(platformName, "unavailable")
+		return
+	}
+	if err := s.Deliver(*ctx, d); err != nil {
+		p.metrics.Dropped(platformName, "sink_error")
+		p.log.Warn("nexscope delivery failed", "tenant", d.Tenant, "chat_id", d.ChatID, "err", err)
+	}
+}
+
+// key is the tenant's session key for src.
+func (p *Platform) key(tenant string, src *session.Source) string {
+	if p.keyFunc != nil {
+		return p.keyFunc(tenant, src)
+	}
+	return session.Key(src, session.DefaultOptions)
+}
+
+// tokenOK compares a presented token with the configured one in constant
+// time (over digests, so the length does not leak either).
+func (p *Platform) tokenOK(token string) bool {
+	sum := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(sum[:], p.tokenHash[:]) == 1
+}
+
+// nowMs is the relay timestamp of frames.
+func (p *Platform) nowMs() int64 { return p.clock.Now().UnixMilli() }
+
+// register tracks m for shutdown; it fails once Run has ended.
+func (p *Platform) register(m *member) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.members[m] = struct{}{}
+	return true
+}
+
+func (p *Platform) unregister(m *member) {
+	p.mu.Lock()
+	delete(p.members, m)
+	p.mu.Unlock()
+}
+
+// track counts a handler for Run's shutdown wait; it fails once Run ended.
+func (p *Platform) track() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.wg.Add(1)
+	return true
+}

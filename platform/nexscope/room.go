@@ -1,0 +1,234 @@
+package nexscope
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/coder/websocket"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+)
+
+// room is one relay room: its members, its file-transfer lock and, when bound
+// to a tenant, the connector's bot member and what the bridge remembers.
+type room struct {
+	p      *Platform
+	name   string
+	tenant string // "" for a plain relay room
+	bot    string // the bot's member name; "" when unbound
+	cap    int
+
+	mu       sync.Mutex
+	members  map[string]*member
+	users    []string // sorted presence list, the bot included
+	transfer *transfer
+	kicks    []*member // slow consumers found under mu, kicked by unlock
+
+	// Bridge memory (under mu): inbound message id -> its author, thread and
+	// hop count, the last inbound per thread, and the room's last inbound.
+	msgs    *simplelru.LRU[string, msgRef]
+	threads *simplelru.LRU[string, msgRef]
+	last    msgRef
+}
+
+// msgRef is what the bridge remembers of an inbound message to address the
+// reply.
+type msgRef struct {
+	from, thread string
+	hop          int
+	valid        bool
+}
+
+func newRoom(p *Platform, rc Room) *room {
+	r := &room{
+		p:       p,
+		name:    rc.Name,
+		tenant:  rc.Tenant,
+		cap:     rc.MaxUsers,
+		members: make(map[string]*member),
+	}
+	if r.cap == 0 {
+		r.cap = p.cfg.MaxUsers
+	}
+	if rc.Tenant != "" {
+		r.bot = rc.BotName
+		if r.bot == "" {
+			r.bot = p.cfg.BotName
+		}
+		r.users = []string{r.bot}
+		// Sizes are positive (defaults applied), so NewLRU cannot fail.
+		r.msgs, _ = simplelru.NewLRU[string, msgRef](p.cfg.RememberMessages, nil)
+		r.threads, _ = simplelru.NewLRU[string, msgRef](p.cfg.RememberMessages, nil)
+	}
+	return r
+}
+
+// unlock releases mu and then disconnects the slow consumers found while it
+// was held (their leave needs mu).
+func (r *room) unlock() {
+	kicks := r.kicks
+	r.kicks = nil
+	r.mu.Unlock()
+	for _, m := range kicks {
+		m.kick(CloseSlowConsumer, "slow consumer")
+	}
+}
+
+// pushLocked queues a frame for m; an overflow schedules m's kick.
+func (r *room) pushLocked(m *member, typ websocket.MessageType, data []byte) {
+	if m.q.push(typ, data) {
+		r.kicks = append(r.kicks, m)
+	}
+}
+
+// errLeft is join's answer for a member closed (by shutdown) before it joined.
+const errLeft = "left"
+
+// join adds m; it returns the error code that refuses it, or "".
+func (r *room) join(m *member) string {
+	r.mu.Lock()
+	defer r.unlock()
+	if m.left.Load() {
+		return errLeft
+	}
+	if _, taken := r.members[m.name]; taken || m.name == r.bot {
+		return ErrNameTaken
+	}
+	if len(r.users) >= r.cap {
+		return ErrRoomFull
+	}
+	r.members[m.name] = m
+	i, _ := slices.BinarySearch(r.users, m.name)
+	r.users = slices.Insert(r.users, i, m.name)
+	r.broadcastPresenceLocked()
+	return ""
+}
+
+// leave removes m (once; member.leave guards), tells everyone else, and
+// abandons the transfer m was sending.
+func (r *room) leave(m *member) {
+	r.mu.Lock()
+	defer r.unlock()
+	if r.members[m.name] != m {
+		return
+	}
+	delete(r.members, m.name)
+	if i, ok := slices.BinarySearch(r.users, m.name); ok {
+		r.users = slices.Delete(r.users, i, i+1)
+	}
+	if t := r.transfer; t != nil && t.sender == m {
+		r.abortLocked(t)
+	}
+	r.broadcastPresenceLocked()
+}
+
+// broadcastPresenceLocked sends the full sorted list to every member.
+func (r *room) broadcastPresenceLocked() {
+	frame := appendPresence(make([]byte, 0, 48+len(r.users)*12), r.users, r.p.nowMs())
+	for _, m := range r.members {
+		r.pushLocked(m, websocket.MessageText, frame)
+	}
+}
+
+// routed is the outcome of fanning a frame out.
+type routed struct {
+	delivered, offline [][]byte // raw JSON strings, for the ack
+	recipients         []*member
+	toBot              bool // the bot is addressed (bridge it)
+}
+
+// routeLocked delivers frame from sender to the members named by the raw
+// JSON array to ([] broadcasts to every member but the sender) and reports
+// who got it. The bot counts as delivered when online and named (or, for a
+// broadcast, always); toBot is set when the bot is named or, in a broadcast,
+// the text mentions "@<bot>". keepRecipients collects the members reached.
+func (r *room) routeLocked(sender *member, to []byte, frame []byte, text []byte, keepRecipients bool) routed {
+	var out routed
+	deliver := func(m *member, quoted []byte) {
+		r.pushLocked(m, websocket.MessageText, frame)
+		out.delivered = append(out.delivered, quoted)
+		if keepRecipients {
+			out.recipients = append(out.recipients, m)
+		}
+	}
+	broadcast := true
+	eachElement(to, 0, func([]byte) { broadcast = false })
+	if broadcast {
+		for _, u := range r.users {
+			switch {
+			case u == sender.name:
+			case u == r.bot:
+				out.delivered = append(out.delivered, appendQuoted(nil, u))
+				out.toBot = mentions(text, r.bot)
+			default:
+				m := r.members[u]
+				deliver(m, m.quoted)
+			}
+		}
+		return out
+	}
+	var seen nameSet
+	namesOf(to, func(raw, name []byte) {
+		if !seen.add(name) {
+			return
+		}
+		if m, ok := r.members[string(name)]; ok {
+			deliver(m, raw)
+			return
+		}
+		if r.bot != "" && string(name) == r.bot {
+			out.delivered = append(out.delivered, raw)
+			out.toBot = true
+			return
+		}
+		out.offline = append(out.offline, raw)
+	})
+	return out
+}
+
+// nameSet dedupes the names of one "to" list: a linear scan while small, a
+// map beyond that (a 10 MiB frame can name a million recipients).
+type nameSet struct {
+	small [][]byte
+	big   map[string]struct{}
+}
+
+// add reports whether name was not in the set yet.
+func (s *nameSet) add(name []byte) bool {
+	if s.big != nil {
+		if _, ok := s.big[string(name)]; ok {
+			return false
+		}
+		s.big[string(name)] = struct{}{}
+		return true
+	}
+	for _, n := range s.small {
+		if string(n) == string(name) {
+			return false
+		}
+	}
+	s.small = append(s.small, name)
+	if len(s.small) > 16 {
+		s.big = make(map[string]struct{}, 64)
+		for _, n := range s.small {
+			s.big[string(n)] = struct{}{}
+		}
+		s.small = nil
+	}
+	return true
+}
+
+// mentions reports whether text (a raw JSON string) contains "@"+bot as a
+// whole name.
+func mentions(text []byte, bot string) bool {
+	s, ok := stringValue(text)
+	if !ok {
+		return false
+	}
+	for i := 0; i+1+len(bot) <= len(s); i++ {
+		end := i + 1 + len(bot)
+		if s[i] == '@' && string(s[i+1:end]) == bot && (end == len(s) || !nameByte(s[end])) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,207 @@
+package nexscope
+
+import (
+	"bytes"
+
+	"github.com/coder/websocket"
+)
+
+// transfer is a file stream in progress: the room's lock while it is the
+// room's transfer. Recipients are fixed at file-start (those who got it).
+type transfer struct {
+	sender     *member
+	start      clientFrame // the forwarded file-start (spans of its own copy)
+	size       int64
+	received   int64 // sender's reader only (read under room.mu by nobody else)
+	recipients []*member
+	offline    [][]byte
+	botNamed   bool // the bot is among the recipients
+	toBot      bool // bridge the file's message to the tenant at file-end
+	timer      Timer
+	done       chan struct{} // closed when the transfer ends either way
+}
+
+func (t *transfer) finished() bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// handleFileStart takes the room's transfer lock and forwards file-start.
+func (m *member) handleFileStart(f *clientFrame) {
+	if !m.checkFrom(f) || !m.checkTo(f) {
+		return
+	}
+	size, ok := attachmentSize(f.attachment)
+	if !ok {
+		m.send(appendError(nil, ErrBadFileStart, "file-start needs attachment.size, a non-negative integer", f.msgID))
+		return
+	}
+	if size > m.p.cfg.MaxFile {
+		m.send(appendError(nil, ErrFileTooLarge, "attachment.size exceeds the relay's max file size", f.msgID))
+		return
+	}
+	m.dropTail = nil
+	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
+	start, _ := parseFrame(out) // out is f.raw plus ts: valid
+
+	r := m.room
+	r.mu.Lock()
+	if r.transfer != nil {
+		r.unlock()
+		m.send(appendError(nil, ErrTransferBusy, "another file transfer is in progress in this room", f.msgID))
+		return
+	}
+	t := &transfer{sender: m, start: start, size: size, done: make(chan struct{})}
+	// Armed before file-start goes out: a recipient that has it knows the
+	// deadline runs.
+	t.timer = m.p.clock.AfterFunc(m.p.cfg.TransferTimeout, func() { r.stall(t) })
+	res := r.routeLocked(m, start.to, out, start.text, true)
+	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
+	t.botNamed = len(res.delivered) > len(res.recipients)
+	r.transfer = t
+	r.unlock()
+	m.transfer = t
+}
+
+// handleChunk forwards a binary frame of the member's transfer, waiting
+// while any recipient's queue is full.
+func (m *member) handleChunk(data []byte) {
+	t := m.transfer
+	if t == nil || t.finished() {
+		m.transfer = nil
+		if m.dropTail == nil {
+			m.send(errorFrame(ErrUnexpectedBinary, "binary frame outside a file transfer"))
+		}
+		return
+	}
+	if t.received+int64(len(data)) > t.size {
+		m.abortTransfer(t, "chunks exceed attachment.size", true)
+		return
+	}
+	for _, rc := range t.recipients {
+		rc.q.waitSpace(t.done)
+	}
+	chunk := bytes.Clone(data)
+	r := m.room
+	r.mu.Lock()
+	if r.transfer != t {
+		r.unlock()
+		return
+	}
+	for _, rc := range t.recipients {
+		r.pushLocked(rc, websocket.MessageBinary, chunk)
+	}
+	t.received += int64(len(data))
+	r.unlock()
+}
+
+// handleFileEnd completes the member's transfer: file-end to the
+// recipients, the lock released, the ack to the sender.
+func (m *member) handleFileEnd(f *clientFrame) {
+	if !m.checkFrom(f) {
+		return
+	}
+	t := m.transfer
+	if t == nil || t.finished() || !sameValue(f.msgID, t.start.msgID) {
+		if m.dropTail != nil && sameValue(f.msgID, m.dropTail) {
+			m.dropTail = nil // the end of a transfer already aborted
+			return
+		}
+		m.send(appendError(nil, ErrBadFileEnd, "file-end msgId does not match the file-start in progress", f.msgID))
+		return
+	}
+	if t.received != t.size {
+		m.abortTransfer(t, "file-end before attachment.size bytes arrived", false)
+		return
+	}
+	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
+	r := m.room
+	r.mu.Lock()
+	if r.transfer != t {
+		r.unlock()
+		m.transfer = nil
+		return
+	}
+	r.transfer = nil
+	t.finish()
+	delivered := make([][]byte, 0, len(t.recipients)+1)
+	offline := t.offline
+	for _, rc := range t.recipients {
+		if rc.left.Load() {
+			offline = append(offline, rc.quoted)
+			continue
+		}
+		r.pushLocked(rc, websocket.MessageText, out)
+		delivered = append(delivered, rc.quoted)
+	}
+	if t.botNamed {
+		delivered = append(delivered, appendQuoted(nil, r.bot))
+	}
+	r.unlock()
+	m.transfer = nil
+	m.send(appendAck(nil, t.start.msgID, t.start.threadID, delivered, offline))
+	if t.toBot {
+		r.bridge(&t.start, fileNote(t.start.attachment, t.size))
+	}
+}
+
+// abortTransfer ends the member's own transfer on a size mismatch: the
+// recipients get transfer_incomplete, the sender size_mismatch. With
+// dropRest, the sender's remaining chunks and file-end are dropped quietly.
+func (m *member) abortTransfer(t *transfer, why string, dropRest bool) {
+	r := m.room
+	r.mu.Lock()
+	if r.transfer == t {
+		r.abortLocked(t)
+	}
+	r.unlock()
+	m.transfer = nil
+	if dropRest {
+		m.dropTail = t.start.msgID
+	}
+	m.send(appendError(nil, ErrSizeMismatch, why, t.start.msgID))
+}
+
+// finish marks the transfer over and stops its deadline.
+func (t *transfer) finish() {
+	close(t.done)
+	t.timer.Stop()
+}
+
+// abortLocked releases the lock held by t and tells the recipients who got
+// its file-start that it will not complete.
+func (r *room) abortLocked(t *transfer) {
+	r.transfer = nil
+	t.finish()
+	frame := appendError(nil, ErrTransferIncomplete, "the sender's file transfer did not complete", t.start.msgID)
+	for _, rc := range t.recipients {
+		r.pushLocked(rc, websocket.MessageText, frame)
+	}
+}
+
+// stall ends t when its file-end did not arrive within TransferTimeout: the
+// lock is released, recipients are told, the sender is closed with 4014.
+func (r *room) stall(t *transfer) {
+	r.mu.Lock()
+	if r.transfer != t {
+		r.unlock()
+		return
+	}
+	r.abortLocked(t)
+	r.unlock()
+	t.sender.log.Info("nexscope file transfer stalled, closing sender", "transfer_timeout", r.p.cfg.TransferTimeout)
+	t.sender.kick(CloseTransferStalled, ErrTransferIncomplete)
+}
+
+// sameValue compares two raw JSON values, strings by their decoded text.
+func sameValue(a, b []byte) bool {
+	if as, ok := stringValue(a); ok {
+		bs, ok := stringValue(b)
+		return ok && bytes.Equal(as, bs)
+	}
+	return bytes.Equal(a, b)
+}
