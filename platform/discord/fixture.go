@@ -86,7 +86,6 @@ func threadFromMessage(_ context.Context, _, messageID, _ string) (string, error
 	return messageID, nil
 }
 
-
 // fixtureLookup answers lookups from a fixture's context.
 type fixtureLookup struct {
 	chans  map[string]chanInfo

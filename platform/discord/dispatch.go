@@ -1,0 +1,174 @@
+package discord
+
+import (
+	"encoding/json"
+	"hash/fnv"
+	"time"
+)
+
+// Gateway dispatches the cache keeps up with.
+type wireReady struct {
+	User        wireUser `json:"user"`
+	Application struct {
+		ID string `json:"id"`
+	} `json:"application"`
+}
+
+type wireThreadMember struct {
+	ID     string `json:"id"` // thread id (absent inside a channel object)
+	UserID string `json:"user_id"`
+}
+
+type wireGuild struct {
+	ID       string        `json:"id"`
+	Name     string        `json:"name"`
+	Channels []wireChannel `json:"channels"`
+	Threads  []wireThread  `json:"threads"`
+}
+
+type wireThread struct {
+	wireChannel
+	Member       *wireThreadMember `json:"member"`
+	NewlyCreated bool              `json:"newly_created"`
+}
+
+type wireThreadListSync struct {
+	GuildID string             `json:"guild_id"`
+	Threads []wireChannel      `json:"threads"`
+	Members []wireThreadMember `json:"members"`
+}
+
+type wireThreadMembersUpdate struct {
+	ID               string             `json:"id"`
+	AddedMembers     []wireThreadMember `json:"added_members"`
+	RemovedMemberIDs []string           `json:"removed_member_ids"`
+}
+
+// onDispatch handles one Gateway dispatch on discordgo's reader goroutine
+// (SyncEvents), so dispatches are seen in order: state events update the
+// cache at once; messages are decoded and queued to the ingest shard of
+// their channel; interactions are acknowledged and processed like webhook
+// ones. Nothing here waits on the network except a full ingest queue.
+func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
+	switch typ {
+	case "READY":
+		var r wireReady
+		if json.Unmarshal(raw, &r) == nil && r.User.ID != "" {
+			id := r.User.ID
+			p.botID.Store(&id)
+		}
+		p.gw.budget.record()
+	case "GUILD_CREATE", "GUILD_UPDATE":
+		var g wireGuild
+		if json.Unmarshal(raw, &g) != nil {
+			return
+		}
+		p.cache.putGuild(g.ID, g.Name)
+		for i := range g.Channels {
+			c := &g.Channels[i]
+			if c.GuildID == "" {
+				c.GuildID = g.ID // GUILD_CREATE's channels omit it
+			}
+			p.cache.putChannel(c)
+		}
+		for i := range g.Threads {
+			p.putThread(&g.Threads[i], g.ID)
+		}
+	case "CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE":
+		var t wireThread
+		if json.Unmarshal(raw, &t) == nil {
+			p.putThread(&t, "")
+		}
+	case "CHANNEL_DELETE", "THREAD_DELETE":
+		var c wireChannel
+		if json.Unmarshal(raw, &c) == nil {
+			p.cache.deleteChannel(c.ID)
+			p.cache.leave(c.ID)
+		}
+	case "THREAD_LIST_SYNC":
+		var s wireThreadListSync
+		if json.Unmarshal(raw, &s) != nil {
+			return
+		}
+		for i := range s.Threads {
+			p.cache.putChannel(&s.Threads[i])
+		}
+		for _, m := range s.Members {
+			if m.UserID == p.bot() {
+				p.cache.join(m.ID)
+			}
+		}
+	case "THREAD_MEMBER_UPDATE":
+		var m wireThreadMember
+		if json.Unmarshal(raw, &m) == nil && (m.UserID == "" || m.UserID == p.bot()) {
+			p.cache.join(m.ID)
+		}
+	case "THREAD_MEMBERS_UPDATE":
+		var u wireThreadMembersUpdate
+		if json.Unmarshal(raw, &u) != nil {
+			return
+		}
+		for _, m := range u.AddedMembers {
+			if m.UserID == p.bot() {
+				p.cache.join(u.ID)
+			}
+		}
+		for _, id := range u.RemovedMemberIDs {
+			if id == p.bot() {
+				p.cache.leave(u.ID)
+			}
+		}
+	case "MESSAGE_CREATE", "MESSAGE_UPDATE":
+		p.enqueueMessage(typ == "MESSAGE_UPDATE", raw)
+	case "INTERACTION_CREATE":
+		p.gatewayInteraction(raw)
+	}
+}
+
+// putThread caches a channel or thread; the bot takes part in threads it
+// owns or is a member of.
+func (p *Platform) putThread(t *wireThread, guildID string) {
+	if t.GuildID == "" {
+		t.GuildID = guildID
+	}
+	p.cache.putChannel(&t.wireChannel)
+	if bot := p.bot(); bot != "" && (t.OwnerID == bot || t.Member != nil) {
+		p.cache.join(t.ID)
+	}
+}
+
+// ingestItem is a message waiting for normalization.
+type ingestItem struct {
+	msg      wireMessage
+	edit     bool
+	received time.Time
+}
+
+// ingestShards is how many ordered ingest workers run; a channel always maps
+// to the same one, so its messages are delivered in Gateway order.
+const (
+	ingestShards     = 4
+	ingestQueueDepth = 256
+)
+
+func (p *Platform) enqueueMessage(edit bool, raw json.RawMessage) {
+	it := ingestItem{edit: edit, received: p.now()}
+	if err := json.Unmarshal(raw, &it.msg); err != nil {
+		p.metrics.Dropped(platformName, "malformed")
+		p.log.Warn("discord message dispatch not decodable", "error", err)
+		return
+	}
+	life := p.running()
+	if life == nil {
+		return
+	}
+	h := fnv.New32a()
+	h.Write([]byte(it.msg.ChannelID))
+	q := p.queues[h.Sum32()%ingestShards]
+	// Blocking here stalls the Gateway reader: Discord then resumes the
+	// session and replays, so nothing is lost.
+	select {
+	case q <- it:
+	case <-life.ctx.Done():
+	}
+}

@@ -1,0 +1,88 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/bwmarrin/discordgo"
+
+	"connector/contract"
+)
+
+// Errors from discordgo and net/http may carry the request URL, and an
+// interaction follow-up's URL holds its token. Nothing outside this file
+// prints such an error: failed calls become a result or a log attribute
+// through describe, which keeps only the status, Discord's error code and
+// message, or the network error without its URL.
+
+// failure is a failed REST call in a form safe to log and to return.
+type failure struct {
+	code       string
+	msg        string
+	retryAfter int64 // ms
+	status     int
+}
+
+func (f failure) result() contract.Result {
+	r := contract.Failed(f.code, f.msg)
+	r.RetryAfterMS = f.retryAfter
+	return r
+}
+
+// describe classifies err without ever quoting a URL.
+func describe(err error) failure {
+	var rl *rateLimitedError
+	var dr *discordgo.RateLimitError
+	var re *discordgo.RESTError
+	var ue *url.Error
+	switch {
+	case errors.As(err, &rl):
+		return failure{code: contract.CodeRateLimited, msg: rl.Error(), retryAfter: rl.retryAfter.Milliseconds()}
+	case errors.As(err, &dr) && dr.RateLimit != nil && dr.TooManyRequests != nil:
+		return failure{code: contract.CodeRateLimited, msg: "discord rate limit", retryAfter: dr.RetryAfter.Milliseconds()}
+	case errors.Is(err, errBreakerOpen):
+		return failure{code: contract.CodeUnavailable, msg: errBreakerOpen.Error()}
+	case errors.As(err, &re) && re.Response != nil:
+		msg := fmt.Sprintf("discord: HTTP %d", re.Response.StatusCode)
+		if re.Message != nil && (re.Message.Code != 0 || re.Message.Message != "") {
+			msg = fmt.Sprintf("%s (code %d: %s)", msg, re.Message.Code, truncate(re.Message.Message, 200))
+		}
+		return failure{code: contract.CodePlatformError, msg: msg, status: re.Response.StatusCode}
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return failure{code: contract.CodeUnavailable, msg: "discord request timed out"}
+	case errors.As(err, &ue):
+		return failure{code: contract.CodeUnavailable, msg: "discord unreachable: " + truncate(describeNet(ue.Err), 200)}
+	}
+	return failure{code: contract.CodePlatformError, msg: "discord request failed"}
+}
+
+// describeNet prints a transport error, which never holds the URL once
+// unwrapped from url.Error (a nested url.Error is described recursively).
+func describeNet(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return describeNet(ue.Err)
+	}
+	return err.Error()
+}
+
+// isNotFound reports a 404 or 403 (a channel the bot cannot see).
+func isNotFound(err error) bool {
+	var re *discordgo.RESTError
+	return errors.As(err, &re) && re.Response != nil &&
+		(re.Response.StatusCode == http.StatusNotFound || re.Response.StatusCode == http.StatusForbidden)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && s[cut]&0xC0 == 0x80 {
+		cut--
+	}
+	return s[:cut]
+}

@@ -1,0 +1,251 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+	"github.com/gorilla/websocket"
+)
+
+// RefusedError is returned by Run when Discord closed the Gateway with a
+// code that must not be retried: 4004 (authentication failed: the bot token
+// is wrong), 4010, 4011, 4012, 4013 (invalid intents) or 4014 (disallowed
+// intents: enable MESSAGE_CONTENT in the developer portal). The platform
+// then reports a terminal, not-ready Status.
+type RefusedError struct {
+	Code int
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("discord gateway refused the bot: close %d (%s)", e.Code, closeMeaning(e.Code))
+}
+
+func closeMeaning(code int) string {
+	switch code {
+	case 4004:
+		return "authentication failed: check bot_token"
+	case 4010:
+		return "invalid shard"
+	case 4011:
+		return "sharding required"
+	case 4012:
+		return "invalid API version"
+	case 4013:
+		return "invalid intents"
+	case 4014:
+		return "disallowed intents: enable the MESSAGE_CONTENT privileged intent in the developer portal"
+	}
+	return "terminal"
+}
+
+// terminalClose reports the Gateway close codes that must not be reconnected.
+func terminalClose(code int) bool {
+	switch code {
+	case 4004, 4010, 4011, 4012, 4013, 4014:
+		return true
+	}
+	return false
+}
+
+// gateway supervises discordgo's Gateway connection in place of its own
+// reconnect loop, which ignores close codes and would retry a bad token
+// forever. It opens the session with a handshake watchdog (discordgo sets no
+// read deadline while waiting for HELLO and READY), stops for good on a
+// terminal close code, reconnects with jittered exponential backoff that
+// only resets after a connection stayed up StableAfter, and keeps a rolling
+// 24-hour identify budget.
+type gateway struct {
+	p            *Platform
+	disconnected chan struct{}
+	budget       *identifyBudget
+
+	connMu sync.Mutex
+	conn   net.Conn // the socket being opened, closed by the watchdog
+}
+
+func newGateway(p *Platform) *gateway {
+	return &gateway{
+		p:            p,
+		disconnected: make(chan struct{}, 1),
+		budget:       &identifyBudget{max: p.cfg.MaxIdentifiesPerDay, now: p.now},
+	}
+}
+
+// dial is the Gateway dialer's NetDialContext; it remembers the socket so
+// the watchdog can abort a stuck handshake.
+func (g *gateway) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err == nil {
+		g.connMu.Lock()
+		g.conn = c
+		g.connMu.Unlock()
+	}
+	return c, err
+}
+
+func (g *gateway) signalDisconnect() {
+	select {
+	case g.disconnected <- struct{}{}:
+	default:
+	}
+}
+
+// open runs discordgo's Open under the handshake watchdog and ctx.
+func (g *gateway) open(ctx context.Context) error {
+	g.connMu.Lock()
+	g.conn = nil
+	g.connMu.Unlock()
+	abort := func() {
+		g.connMu.Lock()
+		c := g.conn
+		g.connMu.Unlock()
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	timer := time.AfterFunc(g.p.cfg.HandshakeTimeout, abort)
+	stop := context.AfterFunc(ctx, abort)
+	err := g.p.sess.Open()
+	timer.Stop()
+	stop()
+	return err
+}
+
+// run keeps the Gateway connected until ctx ends (nil) or Discord refuses
+// the bot (*RefusedError).
+func (g *gateway) run(ctx context.Context) error {
+	cfg := &g.p.cfg
+	backoff := cfg.ReconnectMin
+	for {
+		if !g.budget.ready() {
+			g.p.setStatus(false, false, "identify budget for 24h spent; waiting before reconnecting")
+			g.p.log.Error("discord identify budget spent; waiting", "max_per_day", cfg.MaxIdentifiesPerDay)
+		}
+		if err := g.budget.wait(ctx); err != nil {
+			return nil
+		}
+		select {
+		case <-g.disconnected:
+		default:
+		}
+		err := g.open(ctx)
+		if ctx.Err() != nil {
+			if err == nil {
+				_ = g.p.sess.Close()
+			}
+			return nil
+		}
+		switch {
+		case err == nil || errors.Is(err, discordgo.ErrWSAlreadyOpen):
+			up := g.p.now()
+			g.p.setStatus(true, false, "connected")
+			g.p.log.Info("discord gateway connected")
+			select {
+			case <-ctx.Done():
+				_ = g.p.sess.Close()
+				return nil
+			case <-g.disconnected:
+			}
+			g.p.setStatus(false, false, "gateway disconnected; reconnecting")
+			g.p.log.Warn("discord gateway disconnected; reconnecting")
+			if g.p.now().Sub(up) >= cfg.StableAfter {
+				backoff = cfg.ReconnectMin
+			}
+		default:
+			g.budget.record() // a failed open may have spent an identify
+			var ce *websocket.CloseError
+			if errors.As(err, &ce) && terminalClose(ce.Code) {
+				refused := &RefusedError{Code: ce.Code}
+				g.p.setStatus(false, true, refused.Error())
+				g.p.log.Error("discord gateway refused the bot; not reconnecting", "close_code", ce.Code, "meaning", closeMeaning(ce.Code))
+				return refused
+			}
+			g.p.setStatus(false, false, "gateway connect failed; retrying")
+			g.p.log.Warn("discord gateway connect failed", "error", gatewayErrText(err), "retry_in", backoff)
+		}
+		if sleepCtx(ctx, jitter(backoff)) != nil {
+			return nil
+		}
+		backoff = min(2*backoff, cfg.ReconnectMax)
+	}
+}
+
+// jitter spreads d over [d/2, d].
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// gatewayErrText describes an Open failure without quoting URLs.
+func gatewayErrText(err error) string {
+	var ce *websocket.CloseError
+	if errors.As(err, &ce) {
+		return fmt.Sprintf("closed by Discord with %d", ce.Code)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return "network: " + describeNet(ne)
+	}
+	return describe(err).msg
+}
+
+// identifyWindow is the period of Discord's identify limit.
+const identifyWindow = 24 * time.Hour
+
+// identifyBudget counts Gateway sessions started (READY) and failed opens,
+// which may each have spent an identify, over a rolling 24 hours.
+type identifyBudget struct {
+	max int
+	now func() time.Time
+
+	mu    sync.Mutex
+	times []time.Time
+}
+
+func (b *identifyBudget) record() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.times = append(b.pruneLocked(), b.now())
+}
+
+func (b *identifyBudget) pruneLocked() []time.Time {
+	cut := b.now().Add(-identifyWindow)
+	i := 0
+	for i < len(b.times) && !b.times[i].After(cut) {
+		i++
+	}
+	b.times = b.times[i:]
+	return b.times
+}
+
+func (b *identifyBudget) ready() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.pruneLocked()) < b.max
+}
+
+// wait blocks until an identify may be spent.
+func (b *identifyBudget) wait(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		times := b.pruneLocked()
+		if len(times) < b.max {
+			b.mu.Unlock()
+			return ctx.Err()
+		}
+		until := times[0].Add(identifyWindow).Sub(b.now())
+		b.mu.Unlock()
+		if err := sleepCtx(ctx, until); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,244 @@
+package discord
+
+import (
+	"context"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// route identifies a REST call for Discord's per-route rate limits: the
+// method and path template, plus the major parameter (channel, guild, or
+// webhook id with its token) that Discord limits separately. Interaction
+// tokens are hashed so no token is ever kept in the limiter's maps.
+type route struct {
+	key string
+	// exemptGlobal: interaction callbacks and follow-ups are not counted
+	// against the bot's global rate limit.
+	exemptGlobal bool
+	gateway      bool
+}
+
+// parseRoute classifies an API path like /api/v9/channels/1/messages/2.
+func parseRoute(method, path string) route {
+	rest := path
+	if i := strings.Index(rest, "/api/v"); i >= 0 {
+		rest = rest[i+len("/api/v"):]
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			rest = rest[j+1:]
+		} else {
+			rest = ""
+		}
+	}
+	segs := strings.Split(strings.Trim(rest, "/"), "/")
+	var b strings.Builder
+	b.WriteString(method)
+	r := route{}
+	for i := 0; i < len(segs); i++ {
+		s := segs[i]
+		b.WriteByte(' ')
+		switch {
+		case i == 1 && (segs[0] == "channels" || segs[0] == "guilds" || segs[0] == "interactions"):
+			b.WriteString(s) // major parameter
+		case i == 1 && segs[0] == "webhooks":
+			b.WriteString(s)
+			if i+1 < len(segs) && !isSnowflake(segs[i+1]) {
+				b.WriteString(" #")
+				b.WriteString(hashToken(segs[i+1]))
+				i++
+			}
+			r.exemptGlobal = true
+		case i == 2 && segs[0] == "interactions":
+			b.WriteString(":token")
+			r.exemptGlobal = true
+		case isSnowflake(s):
+			b.WriteString(":id")
+		default:
+			b.WriteString(s)
+		}
+	}
+	r.key = b.String()
+	r.gateway = method == "GET" && rest == "gateway"
+	return r
+}
+
+func hashToken(tok string) string {
+	h := fnv.New64a()
+	h.Write([]byte(tok))
+	return strconv.FormatUint(h.Sum64(), 36)
+}
+
+// routeLimiter keeps Discord's per-route buckets, learned from the
+// X-RateLimit-* headers. Routes that share a bucket (same X-RateLimit-Bucket)
+// share its state per major parameter.
+type routeLimiter struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	hashes  map[string]string // route template -> bucket hash
+	buckets map[string]*bucketState
+}
+
+type bucketState struct {
+	limit     int
+	remaining int
+	reset     time.Time
+}
+
+// maxBuckets triggers a sweep of buckets whose reset passed.
+const maxBuckets = 10_000
+
+func newRouteLimiter(now func() time.Time) *routeLimiter {
+	return &routeLimiter{now: now, hashes: map[string]string{}, buckets: map[string]*bucketState{}}
+}
+
+// bucketKey maps a route to its bucket: the shared hash when Discord told us
+// one, else the route itself.
+func (l *routeLimiter) bucketKey(r string) string {
+	if h, ok := l.hashes[templateOf(r)]; ok {
+		return h + "|" + majorOf(r)
+	}
+	return r
+}
+
+// templateOf drops the major parameter from a route key ("POST 123
+// messages" keeps "POST channels"): the part of the key shared by every
+// channel.
+func templateOf(r string) string {
+	f := strings.Fields(r)
+	if len(f) > 2 && hasMajor(f[1]) {
+		f[2] = "{major}"
+		if f[1] == "webhooks" && len(f) > 3 && strings.HasPrefix(f[3], "#") {
+			f[3] = "{token}"
+		}
+	}
+	return strings.Join(f, " ")
+}
+
+// hasMajor reports the top-level resources Discord limits per id.
+func hasMajor(resource string) bool {
+	switch resource {
+	case "channels", "guilds", "webhooks", "interactions":
+		return true
+	}
+	return false
+}
+
+func majorOf(r string) string {
+	f := strings.Fields(r)
+	if len(f) > 2 && hasMajor(f[1]) {
+		if f[1] == "webhooks" && len(f) > 3 && strings.HasPrefix(f[3], "#") {
+			return f[2] + f[3]
+		}
+		return f[2]
+	}
+	return ""
+}
+
+// rateLimitedError says a call could not be made within its deadline.
+type rateLimitedError struct {
+	retryAfter time.Duration
+	global     bool
+}
+
+func (e *rateLimitedError) Error() string {
+	scope := "route"
+	if e.global {
+		scope = "global"
+	}
+	return "discord " + scope + " rate limit: retry after " + e.retryAfter.Round(time.Millisecond).String()
+}
+
+// acquire waits until the route's bucket has a request left, reserving it.
+// It fails at once when the bucket resets after ctx's deadline.
+func (l *routeLimiter) acquire(ctx context.Context, r string) error {
+	for {
+		l.mu.Lock()
+		now := l.now()
+		st := l.buckets[l.bucketKey(r)]
+		if st == nil || st.remaining > 0 || !now.Before(st.reset) {
+			if st != nil {
+				if !now.Before(st.reset) && st.limit > 0 {
+					st.remaining = st.limit
+				}
+				if st.remaining > 0 {
+					st.remaining--
+				}
+			}
+			l.mu.Unlock()
+			return nil
+		}
+		wait := st.reset.Sub(now)
+		l.mu.Unlock()
+		if dl, ok := ctx.Deadline(); ok && now.Add(wait).After(dl) {
+			return &rateLimitedError{retryAfter: wait}
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// update records the bucket state Discord reported for r.
+func (l *routeLimiter) update(r string, rl rateHeaders) {
+	if !rl.known {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rl.bucket != "" {
+		l.hashes[templateOf(r)] = rl.bucket
+	}
+	k := l.bucketKey(r)
+	st := l.buckets[k]
+	if st == nil {
+		if len(l.buckets) >= maxBuckets {
+			l.sweepLocked()
+		}
+		st = &bucketState{}
+		l.buckets[k] = st
+	}
+	st.limit = rl.limit
+	st.remaining = rl.remaining
+	st.reset = l.now().Add(rl.resetAfter)
+}
+
+// limited empties r's bucket until retryAfter from now (a route 429).
+func (l *routeLimiter) limited(r string, retryAfter time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := l.bucketKey(r)
+	st := l.buckets[k]
+	if st == nil {
+		st = &bucketState{}
+		l.buckets[k] = st
+	}
+	st.remaining = 0
+	st.reset = l.now().Add(retryAfter)
+}
+
+func (l *routeLimiter) sweepLocked() {
+	now := l.now()
+	for k, st := range l.buckets {
+		if now.After(st.reset) {
+			delete(l.buckets, k)
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

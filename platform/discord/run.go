@@ -1,0 +1,108 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"connector/platform"
+)
+
+// Run implements platform.Platform: it connects the Gateway and ingests
+// until ctx ends (nil) or Discord refuses the bot (*RefusedError). It also
+// runs the ingest workers, the command-manifest reconciler and, while it
+// runs, interactions received on the webhook are delivered. Run may be
+// called once.
+func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p.lifeMu.Lock()
+	if p.life != nil {
+		p.lifeMu.Unlock()
+		return errors.New("discord: Run called twice")
+	}
+	p.life = &lifecycle{ctx: ctx, sink: sink}
+	p.lifeMu.Unlock()
+
+	var wg sync.WaitGroup
+	for i := range p.queues {
+		wg.Go(func() { p.ingestLoop(ctx, p.queues[i]) })
+	}
+	wg.Go(func() { p.cmds.loop(ctx) })
+	p.setStatus(false, false, "connecting")
+	err := p.gw.run(ctx)
+	cancel()
+	wg.Wait()
+	p.work.Wait()
+	if err == nil {
+		p.setStatus(false, false, "stopped")
+	}
+	return err
+}
+
+func (p *Platform) ingestLoop(ctx context.Context, q <-chan ingestItem) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case it := <-q:
+			p.ingestMessage(ctx, &it)
+		}
+	}
+}
+
+// ingestMessage resolves the tenant from the message's own guild (or the DM
+// rule), normalizes it under that tenant's knobs and delivers it.
+func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
+	m := &it.msg
+	tenant, ok := p.guildTenant(m.GuildID)
+	if !ok {
+		p.dropUnclaimed(m.GuildID, m.ChannelID)
+		return
+	}
+	t, err := p.normalizer(tenant).message(withTenant(ctx, tenant), m, it.edit)
+	if err != nil {
+		p.dropped(err, "message_id", m.ID)
+		return
+	}
+	p.deliver(ctx, tenant, t, it.received)
+}
+
+func (p *Platform) dropUnclaimed(guildID, channelID string) {
+	if guildID == "" {
+		p.metrics.Dropped(platformName, "dm_no_tenant")
+		p.log.Info("discord DM dropped: no dm_tenant configured", "channel_id", channelID)
+		return
+	}
+	p.metrics.Dropped(platformName, "unclaimed")
+	p.log.Info("discord event dropped: no tenant claims its guild", "guild_id", guildID)
+}
+
+func (p *Platform) dropped(err error, attrs ...any) {
+	reason := dropReason(err)
+	p.metrics.Dropped(platformName, reason)
+	p.log.Debug("discord event dropped", append(attrs, "reason", reason)...)
+}
+
+// deliver hands a normalized turn to the tenant's gateways: an inbound event,
+// or an interrupt of the session for /stop.
+func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received time.Time) {
+	life := p.running()
+	if life == nil {
+		return
+	}
+	src := &t.ev.Source
+	d := platform.Delivery{
+		Tenant: tenant, Platform: platformName, SessionKey: p.key(tenant, src),
+		ChatID: src.ChatID, Received: received,
+	}
+	if t.interrupt {
+		d.Kind = platform.KindInterrupt
+	} else {
+		d.Kind, d.Event = platform.KindInbound, &t.ev
+	}
+	if err := life.sink.Deliver(ctx, d); err != nil {
+		p.log.Warn("discord delivery failed", "tenant", tenant, "chat_id", src.ChatID, "error", err)
+	}
+}

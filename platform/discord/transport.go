@@ -1,0 +1,290 @@
+package discord
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"connector/platform"
+	"connector/platform/fairshare"
+)
+
+// discordHost is the host discordgo's endpoint variables point at.
+const discordHost = "discord.com"
+
+// errBreakerOpen is returned for REST calls refused by the breaker.
+var errBreakerOpen = errors.New("discord REST paused: too many invalid requests (401/403/429) recently")
+
+// maxRateLimitRetries bounds how often one call is retried after 429s.
+const maxRateLimitRetries = 8
+
+// transport is the http.RoundTripper under discordgo's REST client. It is
+// where the connector takes over what discordgo does badly:
+//
+//   - the request's context rules every wait (discordgo's limiter sleeps
+//     without one), and a request without a deadline gets RequestTimeout;
+//   - the global budget is granted by the fair-share scheduler, per tenant;
+//   - per-route buckets come from the X-RateLimit-* headers;
+//   - a 429 (global or not, with or without Reset-After) pauses the right
+//     scope and is retried while the deadline allows;
+//   - 401/403/429 answers feed the invalid-request breaker;
+//   - rate-limit headers are removed before discordgo sees them, so its own
+//     limiter never sleeps.
+//
+// It also points discord.com at APIBaseURL and answers GET /gateway with
+// GatewayURL when those are configured.
+type transport struct {
+	base       http.RoundTripper
+	api        *url.URL
+	gatewayURL string
+	sched      *fairshare.Scheduler
+	routes     *routeLimiter
+	breaker    *breaker
+	metrics    platform.Metrics
+	log        *slog.Logger
+	now        func() time.Time
+	timeout    time.Duration
+}
+
+type tenantKey struct{}
+
+// withTenant marks ctx's REST calls as made for tenant (their share of the
+// global budget).
+func withTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+func tenantOf(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Host != discordHost {
+		return t.base.RoundTrip(req)
+	}
+	r := parseRoute(req.Method, req.URL.Path)
+	if r.gateway && t.gatewayURL != "" {
+		return gatewayAnswer(req, t.gatewayURL), nil
+	}
+	ctx := req.Context()
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, t.timeout)
+	}
+	resp, err := t.roundTrip(ctx, req, r)
+	if err != nil || resp == nil {
+		cancel()
+		return resp, err
+	}
+	resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+func (t *transport) roundTrip(ctx context.Context, req *http.Request, r route) (*http.Response, error) {
+	tenant := tenantOf(ctx)
+	for attempt := 0; ; attempt++ {
+		if !t.breaker.allow() {
+			return nil, errBreakerOpen
+		}
+		start := t.now()
+		if !r.exemptGlobal {
+			if err := t.sched.Wait(ctx, tenant); err != nil {
+				return nil, waitError(err)
+			}
+		}
+		if err := t.routes.acquire(ctx, r.key); err != nil {
+			return nil, waitError(err)
+		}
+		if waited := t.now().Sub(start); waited > time.Millisecond {
+			t.metrics.RateLimitWait(platformName, waited)
+		}
+		out, err := t.outgoing(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := t.base.RoundTrip(out)
+		if err != nil {
+			return nil, err
+		}
+		rl := readRateHeaders(resp.Header)
+		t.routes.update(r.key, rl)
+		switch resp.StatusCode {
+		case http.StatusTooManyRequests:
+			lim := read429(resp, rl)
+			t.metrics.RateLimited(platformName)
+			if lim.scope != "shared" {
+				t.breaker.record()
+			}
+			if lim.global {
+				t.sched.Pause(lim.retryAfter)
+			} else {
+				t.routes.limited(r.key, lim.retryAfter)
+			}
+			t.log.Debug("discord 429", "route", redactRoute(r.key), "retry_after", lim.retryAfter, "global", lim.global, "attempt", attempt)
+			dl, ok := ctx.Deadline()
+			if attempt >= maxRateLimitRetries || (ok && t.now().Add(lim.retryAfter).After(dl)) {
+				return nil, &rateLimitedError{retryAfter: lim.retryAfter, global: lim.global}
+			}
+			continue
+		case http.StatusUnauthorized:
+			t.breaker.record()
+			t.breaker.pause(unauthorizedPause)
+			t.log.Error("discord answered 401: the bot token is not valid; REST paused", "pause", unauthorizedPause)
+		case http.StatusForbidden:
+			t.breaker.record()
+		}
+		stripRateHeaders(resp.Header)
+		return resp, nil
+	}
+}
+
+// outgoing clones req for one attempt: a fresh body, ctx, and the API base
+// rewritten when configured.
+func (t *transport) outgoing(ctx context.Context, req *http.Request) (*http.Request, error) {
+	out := req.Clone(ctx)
+	if req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		out.Body = body
+	}
+	if t.api != nil {
+		out.URL.Scheme = t.api.Scheme
+		out.URL.Host = t.api.Host
+		out.URL.Path = strings.TrimSuffix(t.api.Path, "/") + out.URL.Path
+		out.URL.RawPath = ""
+		out.Host = ""
+	}
+	return out, nil
+}
+
+// waitError turns a failed wait into the error the op reports.
+func waitError(err error) error {
+	var rl *rateLimitedError
+	if errors.As(err, &rl) {
+		return rl
+	}
+	if errors.Is(err, fairshare.ErrQueueFull) {
+		return &rateLimitedError{retryAfter: time.Second}
+	}
+	return err
+}
+
+// rateHeaders are the X-RateLimit-* headers of one answer.
+type rateHeaders struct {
+	known      bool
+	limit      int
+	remaining  int
+	resetAfter time.Duration
+	bucket     string
+	global     bool
+	scope      string
+}
+
+func readRateHeaders(h http.Header) rateHeaders {
+	var rl rateHeaders
+	rl.bucket = h.Get("X-RateLimit-Bucket")
+	rl.global = h.Get("X-RateLimit-Global") != ""
+	rl.scope = h.Get("X-RateLimit-Scope")
+	rem, err1 := strconv.Atoi(h.Get("X-RateLimit-Remaining"))
+	after, err2 := strconv.ParseFloat(h.Get("X-RateLimit-Reset-After"), 64)
+	if err1 != nil || err2 != nil || after < 0 || math.IsNaN(after) || math.IsInf(after, 0) {
+		return rl
+	}
+	rl.known = true
+	rl.remaining = rem
+	rl.limit, _ = strconv.Atoi(h.Get("X-RateLimit-Limit"))
+	rl.resetAfter = seconds(after)
+	return rl
+}
+
+func stripRateHeaders(h http.Header) {
+	for k := range h {
+		if strings.HasPrefix(k, "X-Ratelimit-") {
+			delete(h, k)
+		}
+	}
+}
+
+// limit429 is what a 429 says about when to retry.
+type limit429 struct {
+	retryAfter time.Duration
+	global     bool
+	scope      string
+}
+
+// read429 reads (and closes) a 429 body {message, retry_after, global}; the
+// body's float seconds win over the Retry-After header, which wins over
+// Reset-After; a 429 that says nothing waits one second.
+func read429(resp *http.Response, rl rateHeaders) limit429 {
+	defer resp.Body.Close()
+	lim := limit429{global: rl.global || rl.scope == "global", scope: rl.scope}
+	var body struct {
+		RetryAfter float64 `json:"retry_after"`
+		Global     bool    `json:"global"`
+	}
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(raw, &body) == nil && body.RetryAfter > 0 && body.RetryAfter < 1e6 {
+		lim.retryAfter = seconds(body.RetryAfter)
+	}
+	lim.global = lim.global || body.Global
+	if lim.retryAfter == 0 {
+		if s, err := strconv.ParseFloat(resp.Header.Get("Retry-After"), 64); err == nil && s > 0 && s < 1e6 {
+			lim.retryAfter = seconds(s)
+		} else if rl.known {
+			lim.retryAfter = rl.resetAfter
+		}
+	}
+	if lim.retryAfter <= 0 {
+		lim.retryAfter = time.Second
+	}
+	return lim
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// gatewayAnswer is the synthetic GET /gateway response.
+func gatewayAnswer(req *http.Request, gatewayURL string) *http.Response {
+	body, _ := json.Marshal(map[string]string{"url": gatewayURL})
+	return &http.Response{
+		StatusCode: http.StatusOK, Status: "200 OK", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:  http.Header{"Content-Type": []string{"application/json"}},
+		Body:    io.NopCloser(bytes.NewReader(body)),
+		Request: req, ContentLength: int64(len(body)),
+	}
+}
+
+// cancelBody releases the request's own timeout once the body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// redactRoute is a route key fit for logs (token hashes dropped).
+func redactRoute(key string) string {
+	f := strings.Fields(key)
+	for i, s := range f {
+		if strings.HasPrefix(s, "#") {
+			f[i] = "{token}"
+		}
+	}
+	return strings.Join(f, " ")
+}

@@ -1,0 +1,211 @@
+package discord
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/bwmarrin/discordgo"
+
+	"connector/vault"
+)
+
+// The interactions endpoint, POST /discord/interactions:
+//
+//	413  body over MaxInteractionBytes
+//	401  missing or bad X-Signature-Ed25519, or X-Signature-Timestamp more
+//	     than InteractionSkew away from now (Discord's routine checks
+//	     expect 401 for bad signatures)
+//	400  body not an interaction
+//	409  interaction id already seen (a replay)
+//	503  the platform is not running (Run not started or stopped)
+//	200  PING -> {"type":1}; autocomplete -> {"type":8} with no choices;
+//	     a guild no tenant claims, or a DM with no dm_tenant -> an
+//	     ephemeral "not connected" message (type 4); otherwise the deferred
+//	     response, type 5 (type 6 for components), written before any
+//	     processing. The token then goes to the vault and a normalized
+//	     inbound (or interrupt) reaches the tenant's gateways.
+
+var (
+	ackPong         = []byte(`{"type":1}`)
+	ackDeferred     = []byte(`{"type":5}`)
+	ackDeferredComp = []byte(`{"type":6}`)
+	ackNoChoices    = []byte(`{"type":8,"data":{"choices":[]}}`)
+	ackNotConnected = []byte(`{"type":4,"data":{"content":"This server is not connected to an agent.","flags":64}}`)
+)
+
+// bufPool holds request bodies and signed-message scratch space.
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
+	received := p.now()
+	buf := bufPool.Get().(*bytes.Buffer)
+	defer bufPool.Put(buf)
+	buf.Reset()
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxInteractionBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		p.reject(w, http.StatusRequestEntityTooLarge, "body too large")
+		return
+	case err != nil:
+		p.reject(w, http.StatusBadRequest, "unreadable body")
+		return
+	}
+	body := buf.Bytes()
+	scratch := bufPool.Get().(*bytes.Buffer)
+	defer bufPool.Put(scratch)
+	if !verifySignature(p.pubKey, r.Header.Get(headerSignature), r.Header.Get(headerTimestamp),
+		body, received, p.cfg.InteractionSkew, scratch) {
+		p.reject(w, http.StatusUnauthorized, "invalid request signature")
+		return
+	}
+	var in wireInteraction
+	if err := json.Unmarshal(body, &in); err != nil || in.ID == "" || in.Type == 0 {
+		p.reject(w, http.StatusBadRequest, "not an interaction")
+		return
+	}
+	if !p.seen.add(in.ID) {
+		p.metrics.Dropped(platformName, "duplicate")
+		p.reject(w, http.StatusConflict, "duplicate interaction")
+		return
+	}
+	ack, status := p.acceptInteraction(&in, received, nil)
+	if status != 0 {
+		p.reject(w, status, "not running")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(ack)
+}
+
+func (p *Platform) reject(w http.ResponseWriter, status int, msg string) {
+	p.metrics.Dropped(platformName, "rejected_"+http.StatusText(status))
+	http.Error(w, msg, status)
+}
+
+// acceptInteraction decides the immediate answer to a verified, new
+// interaction and starts its processing. respond, when set, sends that
+// answer through the REST callback first (interactions that arrive over the
+// Gateway); a webhook answers inline. A non-zero status means refuse.
+func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, respond func(ctx context.Context, ack []byte) error) ([]byte, int) {
+	switch in.Type {
+	case interactionPing:
+		return ackPong, 0
+	case interactionAutocomplete:
+		return ackNoChoices, 0
+	case interactionCommand, interactionComponent, interactionModalSubmit:
+	default:
+		p.metrics.Dropped(platformName, "unsupported_interaction")
+		return nil, http.StatusBadRequest
+	}
+	life := p.running()
+	if life == nil {
+		return nil, http.StatusServiceUnavailable
+	}
+	tenant, ok := p.guildTenant(in.GuildID)
+	if !ok {
+		p.dropUnclaimed(in.GuildID, in.ChannelID)
+		return ackNotConnected, 0
+	}
+	ack := ackDeferred
+	if in.Type == interactionComponent {
+		ack = ackDeferredComp
+	}
+	select {
+	case p.slots <- struct{}{}:
+	default:
+		p.metrics.Dropped(platformName, "overloaded")
+		return nil, http.StatusServiceUnavailable
+	}
+	p.work.Add(1)
+	go func() {
+		defer p.work.Done()
+		defer func() { <-p.slots }()
+		ctx := withTenant(life.ctx, tenant)
+		if respond != nil {
+			if err := respond(ctx, ack); err != nil {
+				p.log.Warn("discord interaction callback failed", "interaction_id", in.ID, "error", describe(err).msg)
+				return
+			}
+		}
+		p.processInteraction(ctx, tenant, in, received)
+	}()
+	return ack, 0
+}
+
+// processInteraction normalizes an acknowledged interaction, moves its token
+// into the vault under the session it belongs to, and delivers the event,
+// which never carries the token.
+func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wireInteraction, received time.Time) {
+	token := vault.NewSecret(in.Token)
+	in.Token = ""
+	t, err := p.normalizer(tenant).interaction(ctx, in)
+	if err != nil {
+		p.dropped(err, "interaction_id", in.ID)
+		return
+	}
+	key := p.key(tenant, &t.ev.Source)
+	if !token.IsZero() {
+		appID := p.cfg.ApplicationID
+		if isSnowflake(in.ApplicationID) {
+			appID = in.ApplicationID
+		}
+		err := p.vault.Put(vault.Key{Tenant: tenant, SessionKey: key, Kind: vault.KindDiscordInteractionToken},
+			vault.Entry{Value: token, Ref: appID, Stored: received})
+		if err != nil {
+			p.log.Warn("discord interaction token not stored", "interaction_id", in.ID, "error", err)
+		}
+	}
+	p.deliver(ctx, tenant, t, received)
+}
+
+// gatewayInteraction handles INTERACTION_CREATE delivered over the Gateway
+// (when no interactions endpoint URL is set): same dedupe and processing,
+// acknowledged through POST /interactions/{id}/{token}/callback.
+func (p *Platform) gatewayInteraction(raw json.RawMessage) {
+	received := p.now()
+	var in wireInteraction
+	if err := json.Unmarshal(raw, &in); err != nil || in.ID == "" || !isSnowflake(in.ID) {
+		p.metrics.Dropped(platformName, "malformed")
+		return
+	}
+	if !p.seen.add(in.ID) {
+		p.metrics.Dropped(platformName, "duplicate")
+		return
+	}
+	token := in.Token
+	respond := func(ctx context.Context, ack []byte) error {
+		return p.rest(ctx, "POST", discordgo.EndpointInteractionResponse(in.ID, token), json.RawMessage(ack), nil)
+	}
+	switch in.Type {
+	case interactionPing:
+		return
+	case interactionAutocomplete:
+		p.respondLater(respond, ackNoChoices)
+		return
+	}
+	ack, status := p.acceptInteraction(&in, received, respond)
+	if status == 0 && bytes.Equal(ack, ackNotConnected) {
+		p.respondLater(respond, ack)
+	}
+}
+
+// respondLater sends a Gateway interaction's only answer in the background.
+func (p *Platform) respondLater(respond func(context.Context, []byte) error, ack []byte) {
+	life := p.running()
+	if life == nil {
+		return
+	}
+	p.work.Add(1)
+	go func() {
+		defer p.work.Done()
+		if err := respond(life.ctx, ack); err != nil {
+			p.log.Warn("discord interaction callback failed", "error", describe(err).msg)
+		}
+	}()
+}
