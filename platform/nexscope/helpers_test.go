@@ -338,11 +338,20 @@ func (c *client) readRaw() []byte {
 func (c *client) next() map[string]any {
 	c.t.Helper()
 	b := c.readRaw()
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		c.t.Fatalf("%s: frame %q is not JSON: %v", c.name, b, err)
+	m, err := decodeFrame(b)
+	if err != nil {
+		c.t.Fatalf("%s: %v", c.name, err)
 	}
 	return m
+}
+
+// decodeFrame decodes a relay frame, which must be one line of JSON.
+func decodeFrame(b []byte) (map[string]any, error) {
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("frame %q is not JSON: %w", b, err)
+	}
+	return m, nil
 }
 
 // expect reads the next text frame and checks its type.
