@@ -29,16 +29,18 @@ type fakePlatform struct {
 	ready chan struct{}
 	block map[string]chan struct{}
 
-	egress chan egress
+	egress  chan egress
+	entered chan string // chat ids of actions Execute started
 }
 
 func newFake(name string, chats map[string]string) *fakePlatform {
 	return &fakePlatform{
 		name: name, chats: chats,
-		ops:    []string{contract.OpSend, contract.OpEdit, contract.OpTyping, contract.OpFollowUp},
-		ready:  make(chan struct{}),
-		block:  make(map[string]chan struct{}),
-		egress: make(chan egress, 100),
+		ops:     []string{contract.OpSend, contract.OpEdit, contract.OpTyping, contract.OpFollowUp},
+		ready:   make(chan struct{}),
+		block:   make(map[string]chan struct{}),
+		egress:  make(chan egress, 100),
+		entered: make(chan string, 100),
 	}
 }
 
@@ -67,6 +69,10 @@ func (p *fakePlatform) ChatTenant(_ context.Context, chatID string) (string, err
 }
 
 func (p *fakePlatform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+	select {
+	case p.entered <- string(a.ChatID):
+	default: // nobody is watching
+	}
 	p.mu.Lock()
 	wait := p.block[string(a.ChatID)]
 	p.mu.Unlock()
@@ -138,4 +144,28 @@ func (p *fakePlatform) nextEgress(t interface {
 		t.Fatalf("no egress on %s", p.name)
 	}
 	return egress{}
+}
+
+// publish puts d on the platform's sink.
+func (p *fakePlatform) publish(d platform.Delivery) {
+	<-p.ready
+	p.mu.Lock()
+	sink := p.sink
+	p.mu.Unlock()
+	_ = sink.Deliver(context.Background(), d)
+}
+
+// nextEntered waits until Execute started on another action.
+func (p *fakePlatform) nextEntered(t interface {
+	Helper()
+	Fatalf(string, ...any)
+}) string {
+	t.Helper()
+	select {
+	case c := <-p.entered:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no action reached %s", p.name)
+	}
+	return ""
 }

@@ -1,0 +1,206 @@
+package relay_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/relay"
+	"connector/relay/relaytest"
+)
+
+func TestRelayHelloFrontsEveryPlatform(t *testing.T) {
+	h, p := twoTenants(t)
+	gw := h.Dial(t, "gw1", "s1")
+	d := gw.Hello(t, "relay", "")
+	if d.Platform != "relay" || !d.HasOp(contract.OpSend) || d.HasOp(contract.OpReact) {
+		t.Fatalf("relay descriptor %+v", d)
+	}
+	p.deliver("t1", "c1", "u1", "via relay")
+	ev, id := gw.NextInbound(t)
+	if ev.Source.Platform != "discord" || id == "" {
+		t.Fatalf("inbound on a relay socket: %+v", ev.Source)
+	}
+	// Untagged outbound resolves to the chat's platform.
+	if res := gw.Outbound(t, "", sendAction("c1b", "hi")); !res.Success {
+		t.Fatalf("untagged send: %+v", res)
+	}
+	if e := p.nextEgress(t); string(e.Action.ChatID) != "c1b" {
+		t.Fatalf("egress %+v", e)
+	}
+	if res := gw.Outbound(t, "", sendAction("c2", "hi")); res.Code != contract.CodeEgressDeclined {
+		t.Fatalf("foreign chat over relay: %+v", res)
+	}
+}
+
+func TestPassthroughForwardCarriesBufferID(t *testing.T) {
+	h, p := twoTenants(t)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	p.publish(platform.Delivery{Kind: platform.KindPassthrough, Tenant: "t1", Platform: "discord",
+		Forward: &contract.Forward{Platform: "discord", Method: "POST", Path: "/interactions",
+			Headers: [][2]string{{"content-type", "application/json"}}, BodyB64: "e30="}})
+	f := gw.Next(t, contract.TypePassthroughForward)
+	if f.BufferID == "" || f.Forward.Path != "/interactions" || f.Forward.BodyB64 != "e30=" ||
+		len(f.Forward.Headers) != 1 {
+		t.Fatalf("passthrough %+v", f)
+	}
+}
+
+func TestOversizedInboundIsTruncatedBelowTheGatewayLimit(t *testing.T) {
+	h, p := twoTenants(t)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	ev := &contract.Event{Text: strings.Repeat("é", 1<<20), MessageID: "big"} // 2 MiB of text
+	ev.Source.Platform, ev.Source.ChatID, ev.Source.ChatType = "discord", "c1", "group"
+	p.publish(platform.Delivery{Kind: platform.KindInbound, Tenant: "t1", Platform: "discord", ChatID: "c1", Event: ev})
+	f := gw.Next(t, contract.TypeInbound)
+	if len(f.Raw) >= contract.MaxFrameBytes || !strings.HasSuffix(f.Event.Text, "[…]") ||
+		!utf8.ValidString(f.Event.Text) || len(f.Event.Text) < 1<<19 {
+		t.Fatalf("frame %d bytes, text %d bytes ending %q", len(f.Raw), len(f.Event.Text), f.Event.Text[len(f.Event.Text)-8:])
+	}
+}
+
+func TestTooManyConnectionsCloseTheOldest(t *testing.T) {
+	p := newFake("discord", nil)
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:            []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms:          []platform.Platform{p},
+		MaxConnsPerGateway: 2,
+		Log:                relaytest.TestLogger(t),
+	})
+	first := h.Dial(t, "gw1", "s1")
+	first.Hello(t, "discord", "")
+	second := h.Dial(t, "gw1", "s1")
+	second.Hello(t, "discord", "")
+	third := h.Dial(t, "gw1", "s1")
+	third.Hello(t, "discord", "")
+	if code, _ := first.Closed(t); code != int(contract.CloseReplaced) {
+		t.Fatalf("oldest closed with %d, want 4409", code)
+	}
+}
+
+// TestSlowConsumerIsDroppedAndItsInboundRedelivered: a gateway that stops
+// reading is cut off when a write times out, and everything it had not
+// acknowledged reaches its next connection, in order.
+func TestSlowConsumerIsDroppedAndItsInboundRedelivered(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:      []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms:    []platform.Platform{p},
+		WriteTimeout: time.Second,
+		AckWindow:    1000,
+		Log:          relaytest.TestLogger(t),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer cancel()
+	// A raw client that reads its descriptor and then nothing more.
+	hdr := map[string][]string{"Authorization": {"Bearer " + relaytest.Token("gw1", "s1", time.Now())}}
+	ws, _, err := websocket.Dial(ctx, h.RelayURL(), &websocket.DialOptions{HTTPHeader: hdr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, msg, err := ws.Read(ctx); err != nil || !strings.Contains(string(msg), `"descriptor"`) {
+		t.Fatalf("descriptor: %s %v", msg, err)
+	}
+	const n = 300
+	pad := strings.Repeat("x", 64<<10)
+	for i := range n {
+		p.deliver("t1", "c1", "u1", strconv.Itoa(i)+":"+pad)
+	}
+	// The stalled socket is dropped; fresh connections get all n, in order.
+	// They read raw messages (no JSON decoding) so that even under the race
+	// detector they keep up with a one-second write timeout.
+	next := 0
+	for attempt := 0; next < n && attempt < 5; attempt++ {
+		c, _, err := websocket.Dial(ctx, h.RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
+			"Authorization": {"Bearer " + relaytest.Token("gw1", "s1", time.Now())}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadLimit(contract.MaxFrameBytes)
+		_ = c.Write(ctx, websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n"))
+		for next < n {
+			_, msg, err := c.Read(ctx)
+			if err != nil {
+				t.Logf("reader %d dropped after %d events: %v", attempt, next, err)
+				break
+			}
+			for line := range strings.SplitSeq(strings.TrimSuffix(string(msg), "\n"), "\n") {
+				if !strings.HasPrefix(line, `{"type":"inbound"`) {
+					continue
+				}
+				id := between(line, `"bufferId":"`, `"`)
+				seq := between(line, `"text":"`, ":")
+				if seq != strconv.Itoa(next) {
+					t.Fatalf("event %s arrived when %d was due", seq, next)
+				}
+				next++
+				ack := `{"type": "inbound_ack", "bufferId": "` + id + `"}` + "\n"
+				if err := c.Write(ctx, websocket.MessageText, []byte(ack)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		_ = c.CloseNow()
+	}
+	if next != n {
+		t.Fatalf("only %d of %d events arrived", next, n)
+	}
+}
+
+// between returns the text of s between the first prefix and the following sep.
+func between(s, prefix, sep string) string {
+	_, rest, _ := strings.Cut(s, prefix)
+	v, _, _ := strings.Cut(rest, sep)
+	return v
+}
+
+func TestShutdownAnswersInFlightOutboundThenCloses1001(t *testing.T) {
+	h, p := twoTenants(t)
+	release := p.slowChat("c1")
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	id := relaytest.NewRequestID()
+	gw.Send(t, map[string]any{"type": "outbound", "requestId": id, "action": sendAction("c1", "in flight")})
+	p.nextEntered(t) // the op reached the platform
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+		defer cancel()
+		done <- h.Server.Shutdown(ctx)
+	}()
+	// New gateways are refused while shutting down.
+	dctx, dcancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer dcancel()
+	for {
+		c, err := relaytest.Dial(dctx, h.RelayURL(), relaytest.Token("gw1", "s1", time.Now()))
+		if err != nil {
+			break
+		}
+		// Raced Shutdown's start: this one is closed with 1001 below too.
+		_ = c.CloseNow()
+	}
+	release()
+	f := gw.Next(t, contract.TypeOutboundResult)
+	if f.RequestID != id || !f.Result.Success {
+		t.Fatalf("in-flight op answered %+v", f)
+	}
+	if code, _ := gw.Closed(t); code != int(websocket.StatusGoingAway) {
+		t.Fatalf("closed %d, want 1001", code)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
