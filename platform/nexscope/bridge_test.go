@@ -1,0 +1,255 @@
+package nexscope
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/session"
+)
+
+func boundConfig() Config {
+	return Config{Rooms: []Room{
+		{Name: "lab", Tenant: "t1"},
+		{Name: "ops", Tenant: "t2", BotName: "opsbot"},
+		{Name: "plain"},
+	}}
+}
+
+func TestBoundRoomHasBotInPresence(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	tr.join(t, "lab", "alice")
+	c := tr.dialURL(t, "/ws/lab", "name=alice2&token="+testToken, nil)
+	c.name = "alice2"
+	c.expectPresence("alice", "alice2", "hermes")
+	ops := tr.dialURL(t, "/ws/ops", "name=x&token="+testToken, nil)
+	ops.name = "x"
+	ops.expectPresence("opsbot", "x") // per-room bot name
+	// The bot's name is taken in its room, free elsewhere.
+	tr.dialURL(t, "/ws/lab", "name=hermes&token="+testToken, nil).expectError(ErrNameTaken)
+	tr.join(t, "plain", "hermes")
+}
+
+func TestMsgToBotBecomesInbound(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	alice := tr.join(t, "lab", "alice")
+	alice.sendJSON(map[string]any{
+		"type": "msg", "msgId": "01HQX5C9", "from": "alice", "to": []string{"hermes", "ghost"},
+		"role": "userAgent", "threadId": "t-9", "text": "please refactor auth.ts", "hopCount": 1,
+	})
+	ack := alice.expect("ack")
+	if fmt.Sprint(ack["delivered"]) != "[hermes]" || fmt.Sprint(ack["offline"]) != "[ghost]" {
+		t.Fatalf("ack %v", ack)
+	}
+	d := tr.sink.next(t)
+	want := session.Source{
+		Platform: "nexscope", ChatID: "lab", ChatName: session.Str("lab"), ChatType: "group",
+		UserID: session.Str("alice"), UserName: session.Str("alice"), ThreadID: session.Str("t-9"),
+		MessageID: "01HQX5C9", IsBot: true,
+	}
+	if d.Kind != platform.KindInbound || d.Tenant != "t1" || d.Platform != "nexscope" || d.ChatID != "lab" {
+		t.Fatalf("delivery %+v", d)
+	}
+	if d.Event == nil || d.Event.Text != "please refactor auth.ts" || d.Event.MessageID != "01HQX5C9" ||
+		d.Event.MessageType != "" || d.Event.Source != want {
+		t.Fatalf("event %+v", d.Event)
+	}
+	if wantKey := "agent:main:nexscope:group:lab:t-9"; d.SessionKey != wantKey || session.Key(&want, session.DefaultOptions) != wantKey {
+		t.Fatalf("session key %q, want %q", d.SessionKey, wantKey)
+	}
+	if d.Received.IsZero() {
+		t.Fatal("no Received time")
+	}
+}
+
+func TestBridgeFilters(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	alice := tr.join(t, "lab", "alice")
+	send := func(id string, to []string, text string, hop any, role string) {
+		t.Helper()
+		alice.sendJSON(map[string]any{"type": "msg", "msgId": id, "from": "alice", "to": to,
+			"role": role, "threadId": "th", "text": text, "hopCount": hop})
+		alice.expect("ack")
+	}
+	send("hop3", []string{"hermes"}, "loop?", DefaultHopLimit, "userAgent") // at the limit: dropped
+	send("hopbad", []string{"hermes"}, "x", "2", "userAgent")               // not a number: dropped
+	send("bcast", []string{}, "hello room", 0, "user")                      // broadcast, no mention
+	send("near", []string{}, "hey @hermesbot", 0, "user")                   // another name
+	send("mention", []string{}, "hey @hermes, look", 0, "user")             // mentioned: bridged
+	send("hop2", []string{"hermes"}, "ok", DefaultHopLimit-1, "user")       // under the limit
+	send("stop", []string{"hermes"}, " /stop ", 0, "user")                  // interrupt
+	send("cmd", []string{"hermes"}, "/help", 0, "user")                     // command
+
+	d := tr.sink.next(t)
+	if d.Event == nil || d.Event.MessageID != "mention" || d.Event.Source.IsBot {
+		t.Fatalf("first delivery %+v, want the mention", d.Event)
+	}
+	if d = tr.sink.next(t); d.Event == nil || d.Event.MessageID != "hop2" {
+		t.Fatalf("second delivery %+v, want hop2", d)
+	}
+	d = tr.sink.next(t)
+	if d.Kind != platform.KindInterrupt || d.Event != nil || d.ChatID != "lab" || d.SessionKey != "agent:main:nexscope:group:lab:th" {
+		t.Fatalf("interrupt %+v", d)
+	}
+	if d = tr.sink.next(t); d.Event == nil || d.Event.MessageType != contract.MessageCommand {
+		t.Fatalf("command %+v", d.Event)
+	}
+}
+
+func TestUnboundRoomHasNoBot(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	alice := tr.join(t, "plain", "alice")
+	alice.sendJSON(msg("m", "alice", []string{"hermes"}, "anyone?"))
+	if ack := alice.expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("ack %v", ack)
+	}
+	if _, err := tr.p.ChatTenant(context.Background(), "plain"); !errors.Is(err, platform.ErrUnknownChat) {
+		t.Fatalf("ChatTenant(plain) = %v", err)
+	}
+}
+
+func TestFileToBotBridgesDescription(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	alice := tr.join(t, "lab", "alice")
+	sendFile(alice, "f1", []string{"hermes"}, 5, 5)
+	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
+		t.Fatalf("ack %v", ack)
+	}
+	d := tr.sink.next(t)
+	if d.Event == nil || !strings.HasPrefix(d.Event.Text, "attached: current auth.ts\n[file \"auth.ts\", 5 bytes;") {
+		t.Fatalf("event %+v", d.Event)
+	}
+}
+
+func TestChatTenantAndDescriptor(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	for chat, want := range map[string]string{"lab": "t1", "ops": "t2"} {
+		if got, err := tr.p.ChatTenant(context.Background(), chat); err != nil || got != want {
+			t.Fatalf("ChatTenant(%s) = %q, %v", chat, got, err)
+		}
+	}
+	for _, chat := range []string{"nosuch", "default", ""} {
+		if _, err := tr.p.ChatTenant(context.Background(), chat); !errors.Is(err, platform.ErrUnknownChat) {
+			t.Fatalf("ChatTenant(%q) = %v", chat, err)
+		}
+	}
+	d := tr.p.Descriptor()
+	if d.Platform != "nexscope" || d.SupportsEdit || d.SupportsThreads || d.MaxMessageLength != DefaultMaxText ||
+		fmt.Sprint(d.SupportedOps) != "[get_chat_info send typing]" || d.HasOp("edit") {
+		t.Fatalf("descriptor %+v", d)
+	}
+	if tr.p.Name() != "nexscope" {
+		t.Fatal(tr.p.Name())
+	}
+}
+
+// inbound sends alice's msg to the bot and waits for its delivery.
+func inbound(t *testing.T, tr *testRelay, c *client, id, thread string, hop int) {
+	t.Helper()
+	c.sendJSON(map[string]any{"type": "msg", "msgId": id, "from": c.name, "to": []string{"hermes"},
+		"role": "user", "threadId": thread, "text": "q", "hopCount": hop})
+	c.expect("ack")
+	tr.sink.next(t)
+}
+
+func send(tr *testRelay, tenant string, a contract.Action) contract.Result {
+	if a.Op == "" {
+		a.Op = contract.OpSend
+	}
+	return tr.p.Execute(context.Background(), tenant, &a)
+}
+
+func TestEgressSendAddressing(t *testing.T) {
+	tr := startRelay(t, Config{MaxText: 16, Rooms: []Room{{Name: "lab", Tenant: "t1"}}})
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.expectPresence("alice", "bob", "hermes")
+
+	// The very first send has nothing to answer and no thread.
+	if r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "hi"}); r.Success || r.Code != contract.CodeBadRequest {
+		t.Fatalf("send without thread: %+v", r)
+	}
+	// A thread and a user: to that user, hopCount 0.
+	r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "hello bob",
+		Metadata: contract.Metadata{ThreadID: "new", UserID: "bob"}})
+	m := bob.expect("msg")
+	if !r.Success || m["msgId"] != r.MessageID || len(r.MessageID) != 26 || m["from"] != "hermes" ||
+		fmt.Sprint(m["to"]) != "[bob]" || m["threadId"] != "new" || m["hopCount"] != float64(0) ||
+		m["role"] != "userAgent" || m["text"] != "hello bob" || m["ts"] == nil {
+		t.Fatalf("result %+v msg %v", r, m)
+	}
+	// A thread alone: everyone online.
+	send(tr, "t1", contract.Action{ChatID: "lab", Content: "all", Metadata: contract.Metadata{ThreadID: "new"}})
+	for _, c := range []*client{alice, bob} {
+		if m := c.expect("msg"); fmt.Sprint(m["to"]) != "[]" {
+			t.Fatalf("%s got %v", c.name, m)
+		}
+	}
+
+	inbound(t, tr, alice, "a1", "th-a", 1)
+	inbound(t, tr, bob, "b1", "th-b", 0)
+
+	// reply_to names the message: its author, its thread, its hop + 1.
+	send(tr, "t1", contract.Action{ChatID: "lab", Content: "re a1", ReplyTo: "a1"})
+	if m := alice.expect("msg"); fmt.Sprint(m["to"]) != "[alice]" || m["threadId"] != "th-a" || m["hopCount"] != float64(2) {
+		t.Fatalf("reply to a1: %v", m)
+	}
+	// metadata.thread_id alone: the last inbound of that thread.
+	send(tr, "t1", contract.Action{ChatID: "lab", Content: "in th-a", Metadata: contract.Metadata{ThreadID: "th-a"}})
+	if m := alice.expect("msg"); m["threadId"] != "th-a" || m["hopCount"] != float64(2) {
+		t.Fatalf("thread reply: %v", m)
+	}
+	// Nothing: the room's last inbound (bob's).
+	send(tr, "t1", contract.Action{ChatID: "lab", Content: "latest"})
+	if m := bob.expect("msg"); fmt.Sprint(m["to"]) != "[bob]" || m["threadId"] != "th-b" || m["hopCount"] != float64(1) {
+		t.Fatalf("default reply: %v", m)
+	}
+	// Long content is split on rune boundaries into MaxText-byte msgs.
+	long := strings.Repeat("é", 10) // 20 bytes
+	r = send(tr, "t1", contract.Action{ChatID: "lab", Content: long, ReplyTo: "b1"})
+	first, second := bob.expect("msg"), bob.expect("msg")
+	if first["msgId"] != r.MessageID || first["text"].(string)+second["text"].(string) != long || len(first["text"].(string)) != 16 {
+		t.Fatalf("split: %v / %v", first, second)
+	}
+
+	// The recipient left: nothing is queued.
+	_ = alice.ws.CloseNow()
+	bob.expectPresence("bob", "hermes")
+	if r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "gone?", ReplyTo: "a1"}); r.Success || r.Code != contract.CodeUnavailable {
+		t.Fatalf("send to offline: %+v", r)
+	}
+	if r := send(tr, "t1", contract.Action{ChatID: "lab"}); r.Success || r.Code != contract.CodeBadRequest {
+		t.Fatalf("empty send: %+v", r)
+	}
+}
+
+func TestEgressOtherOps(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	tr.join(t, "lab", "alice")
+	for _, tc := range []struct {
+		tenant string
+		a      contract.Action
+		want   contract.Result
+	}{
+		{"t1", contract.Action{Op: "typing", ChatID: "lab"}, contract.OK("")},
+		{"t1", contract.Action{Op: "get_chat_info", ChatID: "lab"},
+			contract.Result{Success: true, ChatInfo: &contract.ChatInfo{Name: "lab", Type: "group"}}},
+		{"t1", contract.Action{Op: "edit", ChatID: "lab", MessageID: "x", Content: "y"},
+			contract.Failed(contract.CodeUnsupportedOp, "nexscope does not support this op")},
+		{"t2", contract.Action{Op: "send", ChatID: "lab", Content: "x"}, contract.Declined("nexscope")},
+		{"t2", contract.Action{Op: "get_chat_info", ChatID: "lab"}, contract.Declined("nexscope")},
+		{"t1", contract.Action{Op: "send", ChatID: "plain", Content: "x"}, contract.Declined("nexscope")},
+		{"t1", contract.Action{Op: "send", ChatID: "nosuch", Content: "x"}, contract.Declined("nexscope")},
+	} {
+		got, _ := json.Marshal(tr.p.Execute(context.Background(), tc.tenant, &tc.a))
+		want, _ := json.Marshal(tc.want)
+		if string(got) != string(want) {
+			t.Errorf("%s %s for %s: %s, want %s", tc.a.Op, tc.a.ChatID, tc.tenant, got, want)
+		}
+	}
+}

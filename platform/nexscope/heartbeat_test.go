@@ -1,0 +1,109 @@
+package nexscope
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// A client that stops answering WebSocket pings is closed with 4010 at the
+// tick after its second missed pong, and leaves the room.
+func TestHeartbeatTimeout4010(t *testing.T) {
+	tr := startRelay(t, Config{})
+	pings := make(chan struct{}, 8)
+	mute := tr.joinOpts(t, "", "mute", &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool {
+			pings <- struct{}{}
+			return false // swallow: no pong
+		},
+	})
+
+	// Reading is what processes pings on the client, so read in the
+	// background; the frames it gets are checked at the end.
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := mute.ws.Read(context.Background()); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	awaitPing := func() {
+		t.Helper()
+		select {
+		case <-pings:
+		case <-time.After(testTimeout):
+			t.Fatal("no ping reached the client")
+		}
+	}
+	tr.clock.Advance(DefaultHeartbeatInterval) // ping 1
+	awaitPing()
+	tr.clock.Advance(DefaultHeartbeatInterval) // miss 1, ping 2
+	awaitPing()
+	select {
+	case err := <-ended:
+		t.Fatalf("closed after one miss: %v", err)
+	default:
+	}
+	tr.clock.Advance(DefaultHeartbeatInterval) // miss 2: terminate
+	if err := <-ended; websocket.CloseStatus(err) != CloseHeartbeatTimeout {
+		t.Fatalf("mute ended with %v, want %d", err, CloseHeartbeatTimeout)
+	}
+	// A member that joins now sees it gone.
+	tr.join(t, "", "watcher")
+	if tr.member("mute") != nil {
+		t.Fatal("mute still in the room")
+	}
+	if !strings.Contains(tr.logs.String(), "heartbeat_timeout") {
+		t.Fatal("heartbeat timeout not logged")
+	}
+}
+
+// A client whose library answers pings stays connected across many ticks.
+func TestHeartbeatAnsweredKeepsConnection(t *testing.T) {
+	tr := startRelay(t, Config{})
+	pings := make(chan struct{}, 8)
+	alice := tr.joinOpts(t, "", "alice", &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool {
+			pings <- struct{}{}
+			return true
+		},
+	})
+	frames := make(chan []byte, 8)
+	go func() {
+		for {
+			_, b, err := alice.ws.Read(context.Background())
+			if err != nil {
+				close(frames)
+				return
+			}
+			frames <- b
+		}
+	}()
+	for range 5 {
+		tr.clock.Advance(DefaultHeartbeatInterval)
+		select {
+		case <-pings:
+		case <-time.After(testTimeout):
+			t.Fatal("no ping")
+		}
+		// The pong was written before this ping frame, so by the time the
+		// relay answers the app ping it has read the pong.
+		alice.sendText(`{"type":"ping"}`)
+		select {
+		case b, ok := <-frames:
+			if !ok {
+				t.Fatal("connection closed although every ping was answered")
+			}
+			if m, err := decodeFrame(b); err != nil || m["type"] != "pong" {
+				t.Fatalf("got %s", b)
+			}
+		case <-time.After(testTimeout):
+			t.Fatal("no pong")
+		}
+	}
+}
