@@ -1,0 +1,304 @@
+// Package discordtest is a fake Discord for tests and load tools: a REST API
+// and a Gateway WebSocket on loopback that speak Discord's real JSON (API v9),
+// enough for discordgo and the connector's Discord platform.
+//
+// REST: GET /api/v9/gateway; GET /channels/{id}; GET /guilds/{id}; POST and
+// PATCH channel messages; POST typing; POST message threads; POST
+// /webhooks/{app}/{token} (interaction follow-ups, for tokens registered with
+// AddInteractionToken); POST /interactions/{id}/{token}/callback; GET and
+// PUT /applications/{app}/commands. Every call but webhooks and interaction
+// callbacks needs "Authorization: Bot <Token>" (else 401); GET /gateway is public, as on Discord. Every request is
+// recorded (Requests, WaitRequest), and Hook may answer any request itself,
+// e.g. with a 429.
+//
+// Gateway (/gw/): HELLO, IDENTIFY -> READY plus one GUILD_CREATE per guild,
+// RESUME -> RESUMED, heartbeat -> ACK. A wrong token is closed with 4004,
+// an intent in DisallowedIntents with 4014. Dispatch sends any event,
+// CloseGateway closes the current connection with a code.
+package discordtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Token is the bot token the fake accepts ("Bot " + Token on REST).
+	Token string
+	// BotID, BotName and AppID describe the bot; defaults 9000, hermes, 9000.
+	BotID, BotName, AppID string
+	// DisallowedIntents are intents the application may not use (e.g.
+	// 1<<15, MESSAGE_CONTENT): identifying with one closes with 4014.
+	DisallowedIntents int
+	// HeartbeatInterval in HELLO; default 41250 ms.
+	HeartbeatInterval int
+	// Silent makes the Gateway accept the socket and never send HELLO.
+	Silent bool
+}
+
+// Channel is a channel or thread as Discord's JSON describes it.
+type Channel struct {
+	ID       string  `json:"id"`
+	Type     int     `json:"type"`
+	GuildID  string  `json:"guild_id,omitempty"`
+	Name     string  `json:"name,omitempty"`
+	ParentID string  `json:"parent_id,omitempty"`
+	Topic    *string `json:"topic,omitempty"`
+	OwnerID  string  `json:"owner_id,omitempty"`
+}
+
+// Guild is a guild with its channels and active threads.
+type Guild struct {
+	ID   string
+	Name string
+}
+
+// Request is one recorded REST call.
+type Request struct {
+	Method string
+	Path   string
+	Query  string
+	Header http.Header
+	Body   []byte
+}
+
+// Message is a message the fake stores.
+type Message struct {
+	ID        string
+	ChannelID string
+	Content   string
+	ReplyTo   string
+	Edited    bool
+}
+
+// Server is the fake Discord.
+type Server struct {
+	// URL is the HTTP base to use as the platform's APIBaseURL.
+	URL string
+	// GatewayURL is what GET /api/v9/gateway answers.
+	GatewayURL string
+	opts       Options
+	srv        *httptest.Server
+
+	mu        sync.Mutex
+	hook      func(w http.ResponseWriter, r *http.Request, body []byte) bool
+	guilds    []Guild
+	channels  map[string]Channel
+	messages  map[string]*Message
+	order     []string
+	tokens    map[string]bool
+	commands  []map[string]any
+	requests  []Request
+	changed   chan struct{} // closed and replaced on every recorded change
+	nextID    uint64
+	conn      *gwConn
+	sessionID string
+	seq       int64
+	identify  int
+	resume    int
+	closers   sync.WaitGroup
+}
+
+// New starts a fake Discord; it stops when the test ends.
+func New(tb interface {
+	Helper()
+	Cleanup(func())
+}, opts Options) *Server {
+	tb.Helper()
+	if opts.BotID == "" {
+		opts.BotID = "9000"
+	}
+	if opts.AppID == "" {
+		opts.AppID = opts.BotID
+	}
+	if opts.BotName == "" {
+		opts.BotName = "hermes"
+	}
+	if opts.HeartbeatInterval == 0 {
+		opts.HeartbeatInterval = 41250
+	}
+	s := &Server{
+		opts: opts, channels: map[string]Channel{}, messages: map[string]*Message{},
+		tokens: map[string]bool{}, changed: make(chan struct{}), nextID: 1_400_000_000_000_000_000,
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/gw/", s.serveGateway)
+	mux.HandleFunc("/api/v9/", s.serveREST)
+	s.srv = httptest.NewServer(mux)
+	s.URL = s.srv.URL
+	s.GatewayURL = "ws" + strings.TrimPrefix(s.srv.URL, "http") + "/gw"
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// Close stops the server and closes the Gateway connection.
+func (s *Server) Close() {
+	s.mu.Lock()
+	c := s.conn
+	s.mu.Unlock()
+	if c != nil {
+		c.c.CloseNow()
+	}
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+	s.closers.Wait()
+}
+
+// Options returns the server's effective options.
+func (s *Server) Options() Options { return s.opts }
+
+// AddGuild adds a guild with its channels (sent in GUILD_CREATE).
+func (s *Server) AddGuild(g Guild, channels ...Channel) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.guilds = append(s.guilds, g)
+	for _, c := range channels {
+		if c.GuildID == "" && c.Type != 1 {
+			c.GuildID = g.ID
+		}
+		s.channels[c.ID] = c
+	}
+}
+
+// AddChannel adds a channel or thread that GET /channels/{id} answers.
+func (s *Server) AddChannel(c Channel) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.channels[c.ID] = c
+}
+
+// AddInteractionToken makes POST /webhooks/{app}/{token} accept token.
+func (s *Server) AddInteractionToken(token string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens[token] = true
+}
+
+// SetHook installs fn in front of every REST route: when it returns true it
+// has answered the request itself. body is the request body.
+func (s *Server) SetHook(fn func(w http.ResponseWriter, r *http.Request, body []byte) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hook = fn
+}
+
+// Requests returns the REST calls recorded so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// WaitRequest returns the first recorded request matching match, waiting
+// for it until ctx ends.
+func (s *Server) WaitRequest(ctx context.Context, match func(Request) bool) (Request, error) {
+	for i := 0; ; {
+		s.mu.Lock()
+		for ; i < len(s.requests); i++ {
+			if match(s.requests[i]) {
+				r := s.requests[i]
+				s.mu.Unlock()
+				return r, nil
+			}
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return Request{}, fmt.Errorf("discordtest: no matching request: %w", ctx.Err())
+		}
+	}
+}
+
+// Messages returns the messages of a channel, oldest first.
+func (s *Server) Messages(channelID string) []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Message
+	for _, id := range s.order {
+		if m := s.messages[id]; m.ChannelID == channelID {
+			out = append(out, *m)
+		}
+	}
+	return out
+}
+
+// Commands returns the registered global commands.
+func (s *Server) Commands() []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]map[string]any(nil), s.commands...)
+}
+
+// Identifies and Resumes count Gateway sessions started and resumed.
+func (s *Server) Identifies() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.identify
+}
+
+// Resumes: see Identifies.
+func (s *Server) Resumes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resume
+}
+
+// notifyLocked wakes WaitRequest and WaitSession callers.
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Server) newIDLocked() string {
+	s.nextID++
+	return strconv.FormatUint(s.nextID, 10)
+}
+
+// Sign returns the X-Signature-Ed25519 value Discord sends for body at
+// timestamp ts.
+func Sign(priv ed25519.PrivateKey, ts string, body []byte) string {
+	return hex.EncodeToString(ed25519.Sign(priv, append([]byte(ts), body...)))
+}
+
+// InteractionRequest builds a signed POST of body to url, as Discord sends
+// interactions, stamped at ts.
+func InteractionRequest(url string, priv ed25519.PrivateKey, ts time.Time, body []byte) *http.Request {
+	r, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	stamp := strconv.FormatInt(ts.Unix(), 10)
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("X-Signature-Timestamp", stamp)
+	r.Header.Set("X-Signature-Ed25519", Sign(priv, stamp, body))
+	return r
+}
+
+func readBody(r *http.Request) []byte {
+	b, _ := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	return b
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func apiError(w http.ResponseWriter, status, code int, msg string) {
+	writeJSON(w, status, map[string]any{"message": msg, "code": code})
+}
+
+var errNoGateway = errors.New("discordtest: no Gateway session")

@@ -1,0 +1,238 @@
+package discordtest
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/coder/websocket"
+)
+
+// gwConn is one Gateway connection.
+type gwConn struct {
+	c   *websocket.Conn
+	wmu sync.Mutex // orders sequence numbers with writes
+}
+
+func (g *gwConn) send(ctx context.Context, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return g.c.Write(ctx, websocket.MessageText, b)
+}
+
+type gwFrame struct {
+	Op int             `json:"op"`
+	D  json.RawMessage `json:"d"`
+}
+
+func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	c.SetReadLimit(1 << 20)
+	ctx := context.Background()
+	g := &gwConn{c: c}
+	defer c.CloseNow()
+	if s.opts.Silent {
+		for {
+			if _, _, err := c.Read(ctx); err != nil {
+				return
+			}
+		}
+	}
+	if g.send(ctx, map[string]any{"op": 10, "d": map[string]int{"heartbeat_interval": s.opts.HeartbeatInterval}}) != nil {
+		return
+	}
+	for {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			s.mu.Lock()
+			if s.conn == g {
+				s.conn = nil
+			}
+			s.mu.Unlock()
+			return
+		}
+		var f gwFrame
+		if json.Unmarshal(data, &f) != nil {
+			s.closeWith(g, 4002, "Decode error")
+			return
+		}
+		switch f.Op {
+		case 1:
+			_ = g.send(ctx, map[string]any{"op": 11})
+		case 2:
+			if !s.handleIdentify(ctx, g, f.D) {
+				return
+			}
+		case 6:
+			if !s.handleResume(ctx, g, f.D) {
+				return
+			}
+		}
+	}
+}
+
+// closeWith closes g with a Gateway close code in the background (the
+// close handshake waits for the client's answer).
+func (s *Server) closeWith(g *gwConn, code int, reason string) {
+	s.closers.Add(1)
+	go func() {
+		defer s.closers.Done()
+		_ = g.c.Close(websocket.StatusCode(code), reason)
+	}()
+}
+
+func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessage) bool {
+	var id struct {
+		Token   string `json:"token"`
+		Intents int    `json:"intents"`
+	}
+	_ = json.Unmarshal(d, &id)
+	if id.Token != "Bot "+s.opts.Token {
+		s.closeWith(g, 4004, "Authentication failed.")
+		return false
+	}
+	if id.Intents&s.opts.DisallowedIntents != 0 {
+		s.closeWith(g, 4014, "Disallowed intent(s).")
+		return false
+	}
+	s.mu.Lock()
+	s.identify++
+	s.sessionID = "session-" + strconv.Itoa(s.identify)
+	s.seq = 0
+	guilds := make([]map[string]any, 0, len(s.guilds))
+	creates := make([]map[string]any, 0, len(s.guilds))
+	for _, gl := range s.guilds {
+		guilds = append(guilds, map[string]any{"id": gl.ID, "unavailable": true})
+		var chans, threads []Channel
+		for _, c := range s.channels {
+			if c.GuildID != gl.ID {
+				continue
+			}
+			if c.Type == 10 || c.Type == 11 || c.Type == 12 {
+				threads = append(threads, c)
+			} else {
+				chans = append(chans, c)
+			}
+		}
+		creates = append(creates, map[string]any{
+			"id": gl.ID, "name": gl.Name, "channels": nonNil(chans), "threads": nonNil(threads),
+			"unavailable": false, "members": []any{}, "roles": []any{}, "emojis": []any{},
+		})
+	}
+	ready := map[string]any{
+		"v": 9, "session_id": s.sessionID, "resume_gateway_url": s.GatewayURL,
+		"user":        map[string]any{"id": s.opts.BotID, "username": s.opts.BotName, "bot": true, "discriminator": "0"},
+		"guilds":      guilds,
+		"application": map[string]any{"id": s.opts.AppID, "flags": 0},
+	}
+	s.conn = g
+	s.mu.Unlock()
+	if s.dispatchTo(ctx, g, "READY", ready) != nil {
+		return false
+	}
+	for _, gc := range creates {
+		if s.dispatchTo(ctx, g, "GUILD_CREATE", gc) != nil {
+			return false
+		}
+	}
+	s.mu.Lock()
+	s.notifyLocked()
+	s.mu.Unlock()
+	return true
+}
+
+func nonNil(c []Channel) []Channel {
+	if c == nil {
+		return []Channel{}
+	}
+	return c
+}
+
+func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage) bool {
+	var rs struct {
+		Token     string `json:"token"`
+		SessionID string `json:"session_id"`
+	}
+	_ = json.Unmarshal(d, &rs)
+	if rs.Token != "Bot "+s.opts.Token {
+		s.closeWith(g, 4004, "Authentication failed.")
+		return false
+	}
+	s.mu.Lock()
+	valid := rs.SessionID == s.sessionID
+	if valid {
+		s.resume++
+		s.conn = g
+	}
+	s.mu.Unlock()
+	if !valid {
+		return g.send(ctx, map[string]any{"op": 9, "d": false}) == nil
+	}
+	if s.dispatchTo(ctx, g, "RESUMED", map[string]any{}) != nil {
+		return false
+	}
+	s.mu.Lock()
+	s.notifyLocked()
+	s.mu.Unlock()
+	return true
+}
+
+// dispatchTo sends an op 0 dispatch with the next sequence number.
+func (s *Server) dispatchTo(ctx context.Context, g *gwConn, typ string, d any) error {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	s.mu.Lock()
+	s.seq++
+	seq := s.seq
+	s.mu.Unlock()
+	return g.send(ctx, map[string]any{"op": 0, "s": seq, "t": typ, "d": d})
+}
+
+// Dispatch sends an event to the current Gateway session.
+func (s *Server) Dispatch(ctx context.Context, typ string, d any) error {
+	s.mu.Lock()
+	g := s.conn
+	s.mu.Unlock()
+	if g == nil {
+		return errNoGateway
+	}
+	return s.dispatchTo(ctx, g, typ, d)
+}
+
+// WaitSession waits until n sessions were identified or resumed in total.
+func (s *Server) WaitSession(ctx context.Context, n int) error {
+	for {
+		s.mu.Lock()
+		done := s.identify+s.resume >= n && s.conn != nil
+		ch := s.changed
+		s.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// CloseGateway closes the current Gateway connection with code.
+func (s *Server) CloseGateway(code int, reason string) error {
+	s.mu.Lock()
+	g := s.conn
+	s.conn = nil
+	s.mu.Unlock()
+	if g == nil {
+		return errNoGateway
+	}
+	s.closeWith(g, code, reason)
+	return nil
+}

@@ -1,0 +1,232 @@
+package discordtest
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// serveREST routes /api/v9/... like Discord.
+func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
+	body := readBody(r)
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+	s.notifyLocked()
+	hook := s.hook
+	s.mu.Unlock()
+	if hook != nil && hook(w, r, body) {
+		return
+	}
+	segs := strings.Split(strings.Trim(strings.TrimPrefix(r.URL.Path, "/api/v9/"), "/"), "/")
+	public := segs[0] == "webhooks" || segs[0] == "interactions" || segs[0] == "gateway"
+	if !public && r.Header.Get("Authorization") != "Bot "+s.opts.Token {
+		apiError(w, http.StatusUnauthorized, 0, "401: Unauthorized")
+		return
+	}
+	route := r.Method + " " + segs[0]
+	switch {
+	case route == "GET gateway" && len(segs) == 1:
+		writeJSON(w, http.StatusOK, map[string]string{"url": s.GatewayURL})
+	case route == "GET channels" && len(segs) == 2:
+		s.getChannel(w, segs[1])
+	case route == "GET guilds" && len(segs) == 2:
+		s.getGuild(w, segs[1])
+	case route == "POST channels" && len(segs) == 3 && segs[2] == "messages":
+		s.postMessage(w, segs[1], body)
+	case route == "PATCH channels" && len(segs) == 4 && segs[2] == "messages":
+		s.patchMessage(w, segs[1], segs[3], body)
+	case route == "POST channels" && len(segs) == 3 && segs[2] == "typing":
+		if !s.hasChannel(segs[1]) {
+			apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	case route == "POST channels" && len(segs) == 5 && segs[2] == "messages" && segs[4] == "threads":
+		s.startThread(w, segs[1], segs[3], body)
+	case route == "POST webhooks" && len(segs) == 3:
+		s.followUp(w, segs[2], body)
+	case route == "POST interactions" && len(segs) == 4 && segs[3] == "callback":
+		w.WriteHeader(http.StatusNoContent)
+	case (route == "GET applications" || route == "PUT applications") && len(segs) == 3 && segs[2] == "commands":
+		s.commandsRoute(w, r.Method, body)
+	default:
+		apiError(w, http.StatusNotFound, 0, "404: Not Found")
+	}
+}
+
+func (s *Server) hasChannel(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.channels[id]
+	return ok
+}
+
+func (s *Server) getChannel(w http.ResponseWriter, id string) {
+	s.mu.Lock()
+	c, ok := s.channels[id]
+	s.mu.Unlock()
+	if !ok {
+		apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (s *Server) getGuild(w http.ResponseWriter, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range s.guilds {
+		if g.ID == id {
+			writeJSON(w, http.StatusOK, map[string]string{"id": g.ID, "name": g.Name})
+			return
+		}
+	}
+	apiError(w, http.StatusNotFound, 10004, "Unknown Guild")
+}
+
+// messageJSON is a message object as Discord returns it.
+func (s *Server) messageJSON(m *Message) map[string]any {
+	out := map[string]any{
+		"id": m.ID, "channel_id": m.ChannelID, "content": m.Content, "type": 0,
+		"timestamp": time.Now().UTC().Format(time.RFC3339Nano), "tts": false, "mentions": []any{},
+		"author": map[string]any{"id": s.opts.BotID, "username": s.opts.BotName, "bot": true, "discriminator": "0"},
+		"embeds": []any{}, "attachments": []any{}, "pinned": false, "mention_everyone": false,
+		"edited_timestamp": nil, "flags": 0, "components": []any{},
+	}
+	if m.ReplyTo != "" {
+		out["type"] = 19
+		out["message_reference"] = map[string]any{"message_id": m.ReplyTo, "channel_id": m.ChannelID}
+	}
+	return out
+}
+
+type messageBody struct {
+	Content   *string `json:"content"`
+	Reference *struct {
+		MessageID string `json:"message_id"`
+	} `json:"message_reference"`
+}
+
+func (s *Server) postMessage(w http.ResponseWriter, channelID string, body []byte) {
+	var b messageBody
+	if err := json.Unmarshal(body, &b); err != nil || b.Content == nil || *b.Content == "" {
+		apiError(w, http.StatusBadRequest, 50006, "Cannot send an empty message")
+		return
+	}
+	if n := len([]rune(*b.Content)); n > 2000 {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body: content must be 2000 or fewer in length")
+		return
+	}
+	s.mu.Lock()
+	if _, ok := s.channels[channelID]; !ok {
+		s.mu.Unlock()
+		apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return
+	}
+	m := &Message{ID: s.newIDLocked(), ChannelID: channelID, Content: *b.Content}
+	if b.Reference != nil {
+		m.ReplyTo = b.Reference.MessageID
+	}
+	s.messages[m.ID] = m
+	s.order = append(s.order, m.ID)
+	s.notifyLocked()
+	out := s.messageJSON(m)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) patchMessage(w http.ResponseWriter, channelID, msgID string, body []byte) {
+	var b messageBody
+	if err := json.Unmarshal(body, &b); err != nil {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body")
+		return
+	}
+	s.mu.Lock()
+	m, ok := s.messages[msgID]
+	if !ok || m.ChannelID != channelID {
+		s.mu.Unlock()
+		apiError(w, http.StatusNotFound, 10008, "Unknown Message")
+		return
+	}
+	if b.Content != nil {
+		m.Content = *b.Content
+	}
+	m.Edited = true
+	s.notifyLocked()
+	out := s.messageJSON(m)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) startThread(w http.ResponseWriter, channelID, msgID string, body []byte) {
+	var b struct {
+		Name string `json:"name"`
+	}
+	_ = json.Unmarshal(body, &b)
+	s.mu.Lock()
+	parent, ok := s.channels[channelID]
+	if !ok {
+		s.mu.Unlock()
+		apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return
+	}
+	if parent.Type != 0 && parent.Type != 5 {
+		s.mu.Unlock()
+		apiError(w, http.StatusBadRequest, 50024, "Cannot execute action on this channel type")
+		return
+	}
+	th := Channel{ID: msgID, Type: 11, GuildID: parent.GuildID, Name: b.Name, ParentID: channelID, OwnerID: s.opts.BotID}
+	s.channels[th.ID] = th
+	s.notifyLocked()
+	s.mu.Unlock()
+	writeJSON(w, http.StatusCreated, th)
+}
+
+func (s *Server) followUp(w http.ResponseWriter, token string, body []byte) {
+	var b messageBody
+	if err := json.Unmarshal(body, &b); err != nil || b.Content == nil || *b.Content == "" {
+		apiError(w, http.StatusBadRequest, 50006, "Cannot send an empty message")
+		return
+	}
+	s.mu.Lock()
+	if !s.tokens[token] {
+		s.mu.Unlock()
+		apiError(w, http.StatusNotFound, 10015, "Unknown Webhook")
+		return
+	}
+	m := &Message{ID: s.newIDLocked(), ChannelID: "webhook", Content: *b.Content}
+	s.messages[m.ID] = m
+	s.order = append(s.order, m.ID)
+	s.notifyLocked()
+	out := s.messageJSON(m)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) commandsRoute(w http.ResponseWriter, method string, body []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if method == http.MethodGet {
+		out := s.commands
+		if out == nil {
+			out = []map[string]any{}
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
+	}
+	var cmds []map[string]any
+	if err := json.Unmarshal(body, &cmds); err != nil {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body")
+		return
+	}
+	for _, c := range cmds {
+		c["id"] = s.newIDLocked()
+		c["application_id"] = s.opts.AppID
+		c["version"] = s.newIDLocked()
+		c["type"] = 1
+	}
+	s.commands = cmds
+	s.notifyLocked()
+	writeJSON(w, http.StatusOK, cmds)
+}

@@ -1,0 +1,162 @@
+package discord
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"connector/platform"
+	"connector/platform/discord/discordtest"
+)
+
+func TestGatewayGuildMessageAutoThreads(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.dispatch(t, "MESSAGE_CREATE", msg("7001", chanGeneral, guildLab, "deploy   the <#101> build", true))
+	d := e.sink.next(t)
+	if d.Kind != platform.KindInbound || d.Tenant != "t1" || d.Platform != "discord" {
+		t.Fatalf("delivery = %+v", d)
+	}
+	src := d.Event.Source
+	if src.ChatID != "7001" || src.ThreadID.Value != "7001" || src.ChatType != "thread" || src.ParentChatID != chanGeneral ||
+		src.ScopeID != guildLab || !src.AutoThreadCreated || src.AutoThreadInitialName != "deploy the build" ||
+		src.ChatName.Value != "Lab / #general / deploy the build" || src.ChatTopic.Value != "General chat" {
+		t.Fatalf("source = %+v", src)
+	}
+	if d.SessionKey != "agent:main:discord:thread:7001:7001" {
+		t.Fatalf("key = %q", d.SessionKey)
+	}
+	if d.Event.Text != "deploy   the <#101> build" {
+		t.Fatalf("text = %q (bot mention must be stripped)", d.Event.Text)
+	}
+	req, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+		return r.Method == "POST" && r.Path == "/api/v9/channels/101/messages/7001/threads"
+	})
+	if err != nil || !strings.Contains(string(req.Body), `"name":"deploy the build"`) {
+		t.Fatalf("thread creation request = %s, %v", req.Body, err)
+	}
+}
+
+func TestGatewayDMThreadEditAndUnclaimed(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+
+	e.dispatch(t, "MESSAGE_CREATE", msg("7002", chanDMAda, "", "hello there", false))
+	d := e.sink.next(t)
+	if d.Tenant != "t1" || d.SessionKey != "agent:main:discord:dm:301" || d.Event.Source.ChatName.Value != "ada.l" ||
+		d.Event.Source.UserName.Value != "Ada" || d.Event.Source.ScopeID != "" {
+		t.Fatalf("DM delivery = %+v / %+v", d, d.Event.Source)
+	}
+
+	e.dispatch(t, "MESSAGE_CREATE", msg("7003", threadPlan, guildLab, "status?", true))
+	d = e.sink.next(t)
+	src := d.Event.Source
+	if src.ChatType != "thread" || src.ChatID != threadPlan || src.ParentChatID != chanGeneral ||
+		src.ChatName.Value != "Lab / #general / Deploy plan" || src.ChatTopic.Valid || d.SessionKey != "agent:main:discord:thread:103:103" {
+		t.Fatalf("thread source = %+v key %q", src, d.SessionKey)
+	}
+
+	edit := msg("7004", chanRandom, guildLab, "fixed typo", true)
+	edit["edited_timestamp"] = "2026-01-15T12:05:00.000000+00:00"
+	e.dispatch(t, "MESSAGE_UPDATE", edit)
+	d = e.sink.next(t)
+	src = d.Event.Source
+	if !src.MessageIsEdit || src.ChatType != "group" || src.ChatID != chanRandom || src.AutoThreadCreated ||
+		d.SessionKey != "agent:main:discord:group:102:"+userAda {
+		t.Fatalf("edit source = %+v key %q", src, d.SessionKey)
+	}
+
+	// A guild no tenant claims is dropped, never broadcast.
+	e.dispatch(t, "MESSAGE_CREATE", msg("7005", "999", "999", "anyone?", true))
+	e.metrics.waitDrop(t, "unclaimed", 1)
+	// A guild message without a mention is gated; a system message too.
+	e.dispatch(t, "MESSAGE_CREATE", msg("7006", chanRandom, guildLab, "no mention", false))
+	e.metrics.waitDrop(t, "not_mentioned", 1)
+	select {
+	case d := <-e.sink.ch:
+		t.Fatalf("unexpected delivery %+v", d)
+	default:
+	}
+
+	// Tenant t2's guild goes to t2.
+	e.dispatch(t, "MESSAGE_CREATE", msg("7007", chanOther, guildOther, "hi", true))
+	if d := e.sink.next(t); d.Tenant != "t2" {
+		t.Fatalf("tenant = %q", d.Tenant)
+	}
+}
+
+func TestGatewayStopBecomesInterrupt(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.dispatch(t, "MESSAGE_CREATE", msg("7010", threadPlan, guildLab, "/stop", true))
+	d := e.sink.next(t)
+	if d.Kind != platform.KindInterrupt || d.SessionKey != "agent:main:discord:thread:103:103" || d.ChatID != threadPlan || d.Event != nil {
+		t.Fatalf("delivery = %+v", d)
+	}
+}
+
+func TestGatewayTerminalCloseCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts discordtest.Options
+		cfg  func(*Config)
+		code int
+	}{
+		{"bad token 4004", discordtest.Options{Token: "another-token"}, nil, 4004},
+		{"disallowed intents 4014", discordtest.Options{DisallowedIntents: 1 << 15}, nil, 4014},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.opts, tc.cfg)
+			e.start(t)
+			var err error
+			select {
+			case err = <-e.done:
+			case <-waitCtx(t).Done():
+				t.Fatal("Run kept retrying a terminal close code")
+			}
+			e.done <- nil // for the cleanup
+			var refused *RefusedError
+			if !errors.As(err, &refused) || refused.Code != tc.code {
+				t.Fatalf("Run = %v, want RefusedError %d", err, tc.code)
+			}
+			st := e.p.Status()
+			if st.Ready || !st.Terminal || !strings.Contains(st.Detail, "refused") {
+				t.Fatalf("status = %+v", st)
+			}
+			if n := e.fake.Identifies(); n != 0 {
+				t.Fatalf("identifies = %d", n)
+			}
+		})
+	}
+}
+
+func TestGatewayReconnectResumes(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.fake.CloseGateway(4000, "Unknown error"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fake.WaitSession(waitCtx(t), 2); err != nil {
+		t.Fatal(err)
+	}
+	if e.fake.Resumes() != 1 || e.fake.Identifies() != 1 {
+		t.Fatalf("identifies %d resumes %d, want 1 and 1", e.fake.Identifies(), e.fake.Resumes())
+	}
+	e.logs.waitFor(t, "discord gateway disconnected")
+	e.dispatch(t, "MESSAGE_CREATE", msg("7020", threadPlan, guildLab, "still there?", true))
+	if d := e.sink.next(t); d.Event.Source.MessageID != "7020" {
+		t.Fatalf("delivery after resume = %+v", d)
+	}
+}
+
+func TestGatewayHandshakeWatchdog(t *testing.T) {
+	e := newEnv(t, discordtest.Options{Silent: true}, func(c *Config) {
+		c.HandshakeTimeout = 100 * 1e6 // 100ms
+	})
+	e.start(t)
+	e.logs.waitFor(t, "discord gateway connect failed")
+	if st := e.p.Status(); st.Ready || st.Terminal {
+		t.Fatalf("status = %+v", st)
+	}
+}
+
