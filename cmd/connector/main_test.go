@@ -139,6 +139,16 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		t.Fatalf("healthz %d %q", resp.StatusCode, body)
 	}
 
+	resp, err = http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "go_goroutines") {
+		t.Fatalf("metrics %d: %.200s", resp.StatusCode, body)
+	}
+
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer dcancel()
 	gw, err := relaytest.Dial(dctx, "ws://"+addr+"/relay", relaytest.Token(gen.GatewayID, gen.GatewaySecret, time.Now()))
@@ -148,6 +158,15 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	defer gw.CloseNow()
 	if d, err := gw.Hello(dctx, "relay", ""); err != nil || d.Platform != "relay" || d.ContractVersion != 1 {
 		t.Fatalf("hello: %+v %v", d, err)
+	}
+	resp, err = http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `connector_gateway_connections{tenant="local"} 1`) {
+		t.Fatalf("metrics do not count the gateway:\n%s", body)
 	}
 	cancel()
 	code, _, err := gw.Closed(dctx)

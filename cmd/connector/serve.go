@@ -134,17 +134,21 @@ func orDefault(v, def string) string {
 // accepts connections.
 func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(addr string)) error {
 	tenants := cfg.RelayTenants()
+	m := newMetrics()
 	deps := platform.Deps{
-		Log:   log,
-		Vault: vault.NewMemory(vault.Config{}),
-		Key:   relay.KeyFunc(tenants),
+		Log:     log,
+		Vault:   vault.NewMemory(vault.Config{}),
+		Key:     relay.KeyFunc(tenants),
+		Metrics: m,
 	}
 	platforms, err := buildPlatforms(cfg, deps)
 	if err != nil {
 		return err
 	}
+	m.watchVault(deps.Vault)
+	m.watchPlatforms(platforms)
 	srv, err := relay.New(relay.Config{
-		Tenants: tenants, Platforms: platforms, Log: log,
+		Tenants: tenants, Platforms: platforms, Log: log, Metrics: m,
 		ClockSkew: cfg.Relay.ClockSkew, PingInterval: cfg.Relay.PingInterval,
 		WriteTimeout: cfg.Relay.WriteTimeout, OutboundTimeout: cfg.Relay.OutboundTimeout,
 		SendQueueBytes: cfg.Relay.SendQueueBytes, AckWindow: cfg.Relay.AckWindow,
@@ -162,6 +166,7 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("GET /readyz", readyHandler(platforms))
+	mux.Handle("GET /metrics", m.handler())
 	for _, p := range platforms {
 		if r, ok := p.(platform.Routes); ok {
 			for pattern, h := range r.Routes() {
@@ -295,5 +300,5 @@ func printBanner(w io.Writer, addr string, tlsOn bool, cfg *Config, gen *generat
 			fmt.Fprintf(w, "  nexscope:  %s://%s/ws?name=<you>&token=%s&v=1\n", wsScheme, addr, gen.NexscopeToken)
 		}
 	}
-	fmt.Fprintf(w, "  health:    %s/healthz  %s/readyz\n", base, base)
+	fmt.Fprintf(w, "  health:    %s/healthz  %s/readyz  %s/metrics\n", base, base, base)
 }

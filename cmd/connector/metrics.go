@@ -1,0 +1,149 @@
+package main
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"connector/platform"
+	"connector/relay"
+	"connector/vault"
+)
+
+// metrics exports the connector's measurements in Prometheus format. It
+// implements relay.Metrics and platform.Metrics. Label values come from
+// configuration (tenants, platforms) or fixed vocabularies (ops, outcomes,
+// reasons), never from what a gateway or platform user sends.
+type metrics struct {
+	reg *prometheus.Registry
+
+	connections   *prometheus.GaugeVec
+	refused       *prometheus.CounterVec
+	inbound       *prometheus.CounterVec
+	deliveryDelay *prometheus.HistogramVec
+	outbound      *prometheus.CounterVec
+	outboundTime  *prometheus.HistogramVec
+	buffered      *prometheus.GaugeVec
+	rateWait      *prometheus.HistogramVec
+	rateLimited   *prometheus.CounterVec
+}
+
+var (
+	_ relay.Metrics    = (*metrics)(nil)
+	_ platform.Metrics = (*metrics)(nil)
+)
+
+// latencyBuckets span 50 µs to 30 s: in-process hops to a platform call
+// that waited out a rate limit.
+var latencyBuckets = prometheus.ExponentialBucketsRange(50e-6, 30, 18)
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "connector_gateway_connections", Help: "Authenticated gateway connections."}, []string{"tenant"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_gateway_refused_total", Help: "Gateway upgrades refused with close 4401, by reason."}, []string{"reason"}),
+		inbound: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_inbound_events_total",
+			Help: "Platform events by outcome: queued for the tenant's gateways, or dropped (with the reason); tenant is empty when no tenant claimed the event."},
+			[]string{"platform", "tenant", "outcome"}),
+		deliveryDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "connector_inbound_delivery_seconds", Help: "Time from platform receipt to the inbound frame written to a gateway.",
+			Buckets: latencyBuckets}, []string{"platform"}),
+		outbound: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_outbound_ops_total", Help: "Outbound ops by op and result (ok or the failure code)."}, []string{"op", "result"}),
+		outboundTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "connector_outbound_seconds", Help: "Time from an outbound request to its result.",
+			Buckets: latencyBuckets}, []string{"op"}),
+		buffered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "connector_buffered_events", Help: "Inbound events held for a tenant: in flight without ack, or waiting for a gateway."}, []string{"tenant"}),
+		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "connector_ratelimit_wait_seconds", Help: "Time egress calls waited for the platform's rate-limit budget.",
+			Buckets: latencyBuckets}, []string{"platform"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_platform_429_total", Help: "HTTP 429 answers from the platform."}, []string{"platform"}),
+	}
+	m.reg.MustRegister(m.connections, m.refused, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
+		m.buffered, m.rateWait, m.rateLimited,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// watchVault exports the vault's counters.
+func (m *metrics) watchVault(v vault.Store) {
+	stat := func(f func(vault.Stats) float64) func() float64 { return func() float64 { return f(v.Stats()) } }
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "connector_vault_entries", Help: "Capabilities held in the vault."},
+			stat(func(s vault.Stats) float64 { return float64(s.Size) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_vault_hits_total", Help: "Vault lookups that found a live capability."},
+			stat(func(s vault.Stats) float64 { return float64(s.Hits) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_vault_misses_total", Help: "Vault lookups that found nothing usable."},
+			stat(func(s vault.Stats) float64 { return float64(s.Misses) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_vault_expiries_total", Help: "Vault lookups that found only an expired capability."},
+			stat(func(s vault.Stats) float64 { return float64(s.Expiries) })),
+	)
+}
+
+// watchPlatforms exports each platform's readiness (1 ready, 0 not).
+func (m *metrics) watchPlatforms(ps []platform.Platform) {
+	for _, p := range ps {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "connector_platform_ready", Help: "1 when the platform is connected and ready.",
+			ConstLabels: prometheus.Labels{"platform": p.Name()}},
+			func() float64 {
+				if p.Status().Ready {
+					return 1
+				}
+				return 0
+			}))
+	}
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// ConnOpened implements relay.Metrics.
+func (m *metrics) ConnOpened(tenant string) { m.connections.WithLabelValues(tenant).Inc() }
+
+// ConnClosed implements relay.Metrics.
+func (m *metrics) ConnClosed(tenant string) { m.connections.WithLabelValues(tenant).Dec() }
+
+// Refused implements relay.Metrics.
+func (m *metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
+
+// Inbound implements relay.Metrics.
+func (m *metrics) Inbound(platform, tenant, outcome string) {
+	m.inbound.WithLabelValues(platform, tenant, outcome).Inc()
+}
+
+// Delivered implements relay.Metrics.
+func (m *metrics) Delivered(platform string, d time.Duration) {
+	m.deliveryDelay.WithLabelValues(platform).Observe(d.Seconds())
+}
+
+// Outbound implements relay.Metrics.
+func (m *metrics) Outbound(op, result string, d time.Duration) {
+	m.outbound.WithLabelValues(op, result).Inc()
+	m.outboundTime.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// Buffered implements relay.Metrics.
+func (m *metrics) Buffered(tenant string, n int) { m.buffered.WithLabelValues(tenant).Set(float64(n)) }
+
+// RateLimitWait implements platform.Metrics.
+func (m *metrics) RateLimitWait(platform string, d time.Duration) {
+	m.rateWait.WithLabelValues(platform).Observe(d.Seconds())
+}
+
+// RateLimited implements platform.Metrics.
+func (m *metrics) RateLimited(platform string) { m.rateLimited.WithLabelValues(platform).Inc() }
+
+// Dropped implements platform.Metrics: an event the platform did not deliver.
+func (m *metrics) Dropped(platform, reason string) {
+	m.inbound.WithLabelValues(platform, "", "dropped_"+reason).Inc()
+}
