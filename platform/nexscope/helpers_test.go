@@ -230,11 +230,17 @@ type client struct {
 // dialURL opens a WebSocket to path with query; it does not read.
 func (tr *testRelay) dialURL(t testing.TB, path, query string, opts *websocket.DialOptions) *client {
 	t.Helper()
+	return dialMember(t, tr.url+path+"?"+query, opts)
+}
+
+// dialMember opens a member WebSocket to url (ws://...); it does not read.
+func dialMember(t testing.TB, url string, opts *websocket.DialOptions) *client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	ws, _, err := websocket.Dial(ctx, tr.url+path+"?"+query, opts)
+	ws, _, err := websocket.Dial(ctx, url, opts)
 	if err != nil {
-		t.Fatalf("dial %s: %v", path, err)
+		t.Fatalf("dial: %v", err)
 	}
 	ws.SetReadLimit(-1)
 	c := &client{t: t, ws: ws}
