@@ -159,4 +159,3 @@ func TestGatewayHandshakeWatchdog(t *testing.T) {
 		t.Fatalf("status = %+v", st)
 	}
 }
-

@@ -13,6 +13,7 @@ import (
 
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/session"
 	"connector/vault"
 )
 
@@ -276,3 +277,5 @@ func msg(id, channel, guild, content string, mentionBot bool) map[string]any {
 	}
 	return m
 }
+
+func sessionStr(s string) session.Nullable { return session.Str(s) }

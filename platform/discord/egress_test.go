@@ -1,0 +1,178 @@
+package discord
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"connector/contract"
+	"connector/platform/discord/discordtest"
+	"connector/vault"
+)
+
+func execute(t *testing.T, e *env, tenant string, action string) contract.Result {
+	t.Helper()
+	a, err := contract.DecodeAction(json.RawMessage(action))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return e.p.Execute(ctx, tenant, &a)
+}
+
+func TestEgressSendSplitsAndReplies(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	long := strings.Repeat("word ", 300) + "\n```go\n" + strings.Repeat("fmt.Println(\"x\")\n", 120) + "```\nend"
+	body, _ := json.Marshal(map[string]any{"op": "send", "chat_id": chanGeneral, "content": long, "reply_to": "6000", "metadata": map[string]any{}})
+	r := execute(t, e, "t1", string(body))
+	if !r.Success || r.MessageID == "" {
+		t.Fatalf("send = %+v", r)
+	}
+	msgs := e.fake.Messages(chanGeneral)
+	if len(msgs) < 2 {
+		t.Fatalf("want a split send, got %d messages", len(msgs))
+	}
+	if msgs[0].ID != r.MessageID || msgs[0].ReplyTo != "6000" || msgs[1].ReplyTo != "" {
+		t.Fatalf("first piece must reply and carry the result id: %+v", msgs)
+	}
+	for i, m := range msgs {
+		if n := utf8.RuneCountInString(m.Content); n > MaxMessageLength {
+			t.Fatalf("piece %d has %d code points", i, n)
+		}
+		if strings.Count(m.Content, "```")%2 != 0 {
+			t.Fatalf("piece %d breaks a code fence:\n%s", i, m.Content)
+		}
+	}
+	req, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+		return r.Method == "POST" && r.Path == "/api/v9/channels/101/messages"
+	})
+	if err != nil || !strings.Contains(string(req.Body), `"allowed_mentions":{"parse":["users"],"replied_user":true}`) ||
+		req.Header.Get("Authorization") != "Bot "+testToken {
+		t.Fatalf("send request = %s %v", req.Body, err)
+	}
+}
+
+func TestEgressEditTypingChatInfo(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	r := execute(t, e, "t1", `{"op":"send","chat_id":"102","content":"draft","reply_to":null,"metadata":{}}`)
+	if !r.Success {
+		t.Fatalf("send = %+v", r)
+	}
+	r2 := execute(t, e, "t1", `{"op":"edit","chat_id":"102","message_id":"`+r.MessageID+`","content":"final","metadata":{}}`)
+	if !r2.Success || r2.MessageID != r.MessageID {
+		t.Fatalf("edit = %+v", r2)
+	}
+	if m := e.fake.Messages(chanRandom); len(m) != 1 || m[0].Content != "final" || !m[0].Edited {
+		t.Fatalf("messages = %+v", m)
+	}
+	if r := execute(t, e, "t1", `{"op":"typing","chat_id":"103","metadata":{}}`); !r.Success {
+		t.Fatalf("typing = %+v", r)
+	}
+	if _, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool { return r.Path == "/api/v9/channels/103/typing" }); err != nil {
+		t.Fatal(err)
+	}
+	info := execute(t, e, "t1", `{"op":"get_chat_info","chat_id":"103"}`)
+	if !info.Success || info.ChatInfo == nil || info.ChatInfo.Type != "thread" || info.ChatInfo.Name != "Lab / #general / Deploy plan" {
+		t.Fatalf("chat info = %+v %+v", info, info.ChatInfo)
+	}
+	if r := execute(t, e, "t1", `{"op":"edit","chat_id":"102","message_id":"123456","content":"x","metadata":{}}`); r.Success || r.Code != contract.CodePlatformError {
+		t.Fatalf("edit of unknown message = %+v", r)
+	}
+}
+
+func TestEgressDeclinesForeignChats(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	before := len(e.fake.Requests())
+	for _, a := range []string{
+		`{"op":"send","chat_id":"201","content":"hi","reply_to":null,"metadata":{}}`, // t2's channel
+		`{"op":"typing","chat_id":"201","metadata":{}}`,
+		`{"op":"get_chat_info","chat_id":"201"}`,
+		`{"op":"send","chat_id":"424242","content":"hi","reply_to":null,"metadata":{}}`, // unknown channel
+	} {
+		r := execute(t, e, "t1", a)
+		if r.Success || r.Code != contract.CodeEgressDeclined || r.Error != contract.Declined("discord").Error {
+			t.Fatalf("%s -> %+v", a, r)
+		}
+	}
+	for _, a := range []string{
+		`{"op":"send","chat_id":"../../users/@me","content":"hi","reply_to":null,"metadata":{}}`,
+		`{"op":"send","chat_id":"101","content":"hi","reply_to":"x/../1","metadata":{}}`,
+		`{"op":"send","chat_id":"101","content":"","reply_to":null,"metadata":{}}`,
+	} {
+		if r := execute(t, e, "t1", a); r.Success || r.Code != contract.CodeBadRequest {
+			t.Fatalf("%s -> %+v", a, r)
+		}
+	}
+	if r := execute(t, e, "t1", `{"op":"react","chat_id":"101","message_id":"1","emoji":"x"}`); r.Code != contract.CodeUnsupportedOp {
+		t.Fatalf("react = %+v", r)
+	}
+	for _, r := range e.fake.Requests()[before:] {
+		if strings.Contains(r.Path, "/messages") || strings.Contains(r.Path, "/typing") {
+			t.Fatalf("a declined op reached Discord: %s %s", r.Method, r.Path)
+		}
+	}
+}
+
+func TestEgressFollowUp(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	token := "followup-token-secret"
+	e.fake.AddInteractionToken(token)
+	key := "agent:main:discord:group:101:501"
+	if err := e.vault.Put(vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
+		vault.Entry{Value: vault.NewSecret(token), Ref: "9000"}); err != nil {
+		t.Fatal(err)
+	}
+	action := `{"op":"follow_up","session_key":"` + key + `","kind":"discord.interaction_token","content":"done!","metadata":{}}`
+	r := execute(t, e, "t1", action)
+	if !r.Success || r.MessageID == "" {
+		t.Fatalf("follow_up = %+v", r)
+	}
+	req, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+		return r.Method == "POST" && r.Path == "/api/v9/webhooks/9000/"+token
+	})
+	if err != nil || req.Query != "wait=true" || !strings.Contains(string(req.Body), `"content":"done!"`) {
+		t.Fatalf("webhook request = %+v %v", req, err)
+	}
+	// Another tenant naming the same session finds nothing.
+	if r := execute(t, e, "t2", action); r.Success || r.Code != contract.CodeCapabilityMissing {
+		t.Fatalf("foreign follow_up = %+v", r)
+	}
+	// Absent session.
+	if r := execute(t, e, "t1", strings.Replace(action, key, "agent:main:discord:dm:1", 1)); r.Success || r.Code != contract.CodeCapabilityMissing {
+		t.Fatalf("absent follow_up = %+v", r)
+	}
+	// Unknown kind.
+	if r := execute(t, e, "t1", strings.Replace(action, "discord.interaction_token", "slack.response_url", 1)); r.Code != contract.CodeBadRequest {
+		t.Fatalf("kind = %+v", r)
+	}
+	for _, l := range []string{e.logs.text()} {
+		if strings.Contains(l, token) {
+			t.Fatal("token in logs")
+		}
+	}
+}
+
+func TestFollowUpExpiredToken(t *testing.T) {
+	now := time.Now()
+	clock := func() time.Time { return now }
+	v := vault.NewMemory(vault.Config{Now: clock})
+	key := vault.Key{Tenant: "t1", SessionKey: "s", Kind: vault.KindDiscordInteractionToken}
+	if err := v.Put(key, vault.Entry{Value: vault.NewSecret("tok"), Ref: "9000"}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(15*time.Minute + time.Second)
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.p.vault = v
+	r := execute(t, e, "t1", `{"op":"follow_up","session_key":"s","kind":"discord.interaction_token","content":"late","metadata":{}}`)
+	if r.Success || r.Code != contract.CodeCapabilityMissing {
+		t.Fatalf("expired follow_up = %+v", r)
+	}
+}

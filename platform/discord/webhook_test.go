@@ -1,0 +1,196 @@
+package discord
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/platform/discord/discordtest"
+	"connector/vault"
+)
+
+// slashBody is an APPLICATION_COMMAND interaction in guildLab's general.
+func slashBody(id, token, guild, channel string) []byte {
+	in := map[string]any{
+		"id": id, "application_id": "9000", "type": 2, "token": token, "version": 1,
+		"channel_id": channel,
+		"data": map[string]any{"id": "1", "name": "model", "type": 1, "options": []any{
+			map[string]any{"type": 3, "name": "name", "value": "gpt"},
+		}},
+		"member": map[string]any{"nick": "Captain", "roles": []any{}, "user": map[string]any{
+			"id": userAda, "username": "ada.l", "global_name": "Ada"}},
+	}
+	if guild != "" {
+		in["guild_id"] = guild
+		in["channel"] = map[string]any{"id": channel, "type": 0, "guild_id": guild, "name": "general"}
+	} else {
+		delete(in, "member")
+		in["user"] = map[string]any{"id": userAda, "username": "ada.l", "global_name": "Ada"}
+		in["channel"] = map[string]any{"id": channel, "type": 1}
+	}
+	b, _ := json.Marshal(in)
+	return b
+}
+
+// webhookServer serves the platform's routes on loopback.
+func (e *env) webhookServer(t *testing.T) string {
+	t.Helper()
+	mux := http.NewServeMux()
+	for pattern, h := range e.p.Routes() {
+		mux.Handle(pattern, h)
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/discord/interactions"
+}
+
+func post(t *testing.T, r *http.Request) (int, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestInteractionsWebhook(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	url := e.webhookServer(t)
+	now := time.Now()
+	token := "aW50ZXJhY3Rpb24-secret-token-1"
+
+	// PING -> PONG.
+	ping := []byte(`{"id":"8000","application_id":"9000","type":1,"token":"x","version":1}`)
+	if code, body := post(t, discordtest.InteractionRequest(url, e.priv, now, ping)); code != 200 || body != `{"type":1}` {
+		t.Fatalf("PING = %d %s", code, body)
+	}
+
+	// A valid slash command: deferred ack, inbound without the token, token in the vault.
+	body := slashBody("8001", token, guildLab, chanGeneral)
+	code, ack := post(t, discordtest.InteractionRequest(url, e.priv, now, body))
+	if code != 200 || ack != `{"type":5}` {
+		t.Fatalf("slash = %d %s", code, ack)
+	}
+	d := e.sink.next(t)
+	if d.Kind != platform.KindInbound || d.Tenant != "t1" || d.Event.Text != "/model gpt" || d.Event.MessageType != contract.MessageCommand {
+		t.Fatalf("delivery = %+v %+v", d, d.Event)
+	}
+	src := d.Event.Source
+	if src.ChatID != chanGeneral || src.ChatType != "group" || src.ChatName.Value != "Lab / #general" ||
+		src.UserName.Value != "Captain" || src.ScopeID != guildLab || src.ChatTopic.Value != "General chat" {
+		t.Fatalf("source = %+v", src)
+	}
+	frame := contract.AppendInbound(nil, "", d.Event)
+	if strings.Contains(string(frame), token) {
+		t.Fatalf("inbound frame carries the interaction token: %s", frame)
+	}
+	entry, ok := e.vault.Get(vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken})
+	if !ok || entry.Value.Reveal() != token || entry.Ref != "9000" {
+		t.Fatalf("vault entry = %v %v", entry, ok)
+	}
+	if _, ok := e.vault.Get(vault.Key{Tenant: "t2", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); ok {
+		t.Fatal("another tenant found the token")
+	}
+
+	// Replayed id -> 409, no second delivery.
+	if code, _ := post(t, discordtest.InteractionRequest(url, e.priv, now, body)); code != http.StatusConflict {
+		t.Fatalf("replay = %d", code)
+	}
+	// Bad signature -> 401.
+	bad := discordtest.InteractionRequest(url, e.priv, now, slashBody("8002", token, guildLab, chanGeneral))
+	bad.Header.Set("X-Signature-Ed25519", strings.Repeat("ab", 64))
+	if code, _ := post(t, bad); code != http.StatusUnauthorized {
+		t.Fatalf("bad signature = %d", code)
+	}
+	// Tampered body with the original signature -> 401.
+	tampered := discordtest.InteractionRequest(url, e.priv, now, slashBody("8003", token, guildLab, chanGeneral))
+	tampered.Body = io.NopCloser(strings.NewReader(string(slashBody("8003", token, guildOther, chanOther))))
+	tampered.ContentLength = -1
+	if code, _ := post(t, tampered); code != http.StatusUnauthorized {
+		t.Fatalf("tampered = %d", code)
+	}
+	// Stale (6 minutes) and future timestamps -> 401, even when signed.
+	for _, at := range []time.Time{now.Add(-6 * time.Minute), now.Add(6 * time.Minute)} {
+		if code, _ := post(t, discordtest.InteractionRequest(url, e.priv, at, slashBody("8004", token, guildLab, chanGeneral))); code != http.StatusUnauthorized {
+			t.Fatalf("stale/future = %d", code)
+		}
+	}
+	// Missing headers -> 401.
+	plain, _ := http.NewRequest("POST", url, strings.NewReader(string(body)))
+	if code, _ := post(t, plain); code != http.StatusUnauthorized {
+		t.Fatalf("unsigned = %d", code)
+	}
+	// Oversized -> 413.
+	huge := []byte(fmt.Sprintf(`{"id":"8005","type":2,"pad":%q}`, strings.Repeat("x", DefaultMaxInteractionBytes)))
+	if code, _ := post(t, discordtest.InteractionRequest(url, e.priv, now, huge)); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("huge = %d", code)
+	}
+	// Signed but not an interaction -> 400.
+	if code, _ := post(t, discordtest.InteractionRequest(url, e.priv, now, []byte(`[1,2]`))); code != http.StatusBadRequest {
+		t.Fatalf("garbage = %d", code)
+	}
+	// A guild no tenant claims: ephemeral "not connected", no delivery, no token kept.
+	code, ack = post(t, discordtest.InteractionRequest(url, e.priv, now, slashBody("8006", "tok-unclaimed", "999", "998")))
+	if code != 200 || !strings.Contains(ack, `"type":4`) || !strings.Contains(ack, `"flags":64`) {
+		t.Fatalf("unclaimed = %d %s", code, ack)
+	}
+	e.metrics.waitDrop(t, "unclaimed", 1)
+	select {
+	case d := <-e.sink.ch:
+		t.Fatalf("unexpected delivery %+v", d)
+	default:
+	}
+}
+
+func TestInteractionComponentsAndDM(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	url := e.webhookServer(t)
+	now := time.Now()
+
+	comp := []byte(`{"id":"8100","application_id":"9000","type":3,"token":"tok-c","guild_id":"100","channel_id":"103",
+		"channel":{"id":"103","type":11,"guild_id":"100","parent_id":"101","name":"Deploy plan"},
+		"message":{"id":"7777","channel_id":"103"},
+		"data":{"custom_id":"hp1:a1b2c3.0000beef:once","component_type":2},
+		"member":{"nick":null,"roles":[],"user":{"id":"501","username":"ada.l","global_name":"Ada"}}}`)
+	code, ack := post(t, discordtest.InteractionRequest(url, e.priv, now, comp))
+	if code != 200 || ack != `{"type":6}` {
+		t.Fatalf("component = %d %s", code, ack)
+	}
+	d := e.sink.next(t)
+	pr := d.Event.PromptResponse
+	if pr == nil || pr.PromptID != "a1b2c3.0000beef" || pr.OptionID != "once" || pr.PromptMessageID != "7777" || d.Event.Text != "/once" {
+		t.Fatalf("prompt response = %+v text %q", pr, d.Event.Text)
+	}
+	if d.SessionKey != "agent:main:discord:thread:103:103" || d.Event.Source.ChatName.Value != "Lab / #Deploy plan" {
+		t.Fatalf("key %q source %+v", d.SessionKey, d.Event.Source)
+	}
+
+	code, _ = post(t, discordtest.InteractionRequest(url, e.priv, now, slashBody("8101", "tok-dm", "", chanDMAda)))
+	if code != 200 {
+		t.Fatalf("dm slash = %d", code)
+	}
+	d = e.sink.next(t)
+	if d.Tenant != "t1" || d.SessionKey != "agent:main:discord:dm:301" || d.Event.Source.ChatName != (sessionStr("")) {
+		t.Fatalf("dm = %+v %+v", d, d.Event.Source)
+	}
+}
+
+func TestInteractionsNotRunning(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	url := e.webhookServer(t)
+	code, _ := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), slashBody("8200", "tok", guildLab, chanGeneral)))
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("before Run = %d", code)
+	}
+}
