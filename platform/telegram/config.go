@@ -1,0 +1,266 @@
+package telegram
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config configures the shared Telegram bot. Its zero value plus Token (and
+// the tenants' Chats) is a working long-polling configuration.
+type Config struct {
+	// Token is the bot token from @BotFather ("<bot id>:<secret>"). Required.
+	// It never appears in logs, errors, metrics or frames.
+	Token string `yaml:"token"`
+	// WebhookURL is the public HTTPS URL Telegram posts updates to; it must
+	// reach this connector's POST /telegram/webhook. Set, the platform runs in
+	// webhook mode and registers the URL with setWebhook; empty (the default),
+	// it long-polls getUpdates, so the connector can run behind NAT.
+	WebhookURL string `yaml:"webhook_url"`
+	// WebhookSecret is the secret_token registered with setWebhook and
+	// required in every delivery's X-Telegram-Bot-Api-Secret-Token header
+	// (1-256 characters of A-Z a-z 0-9 _ -). Required in webhook mode;
+	// ignored when polling.
+	WebhookSecret string `yaml:"webhook_secret"`
+	// APIServerURL is the Bot API server. Default https://api.telegram.org;
+	// tests and self-hosted Bot API servers set their own.
+	APIServerURL string `yaml:"api_server_url"`
+
+	// Chats maps a chat id (decimal, as Telegram sends it: negative for
+	// groups and channels) to the tenant that owns it. Updates from chats no
+	// tenant claims are dropped; egress to them is declined. The config
+	// loader fills it from the tenants section. Default empty.
+	Chats map[string]string `yaml:"chats"`
+	// TenantWeights weights each tenant's share of the global send budget;
+	// missing or zero means 1.
+	TenantWeights map[string]int `yaml:"tenant_weights"`
+	// GroupTopics names forum topics, like the native adapter's
+	// extra.group_topics: a bound topic's name becomes the source's
+	// chat_topic (it never changes the session key). Default none.
+	GroupTopics []TopicBinding `yaml:"group_topics"`
+	// DMTopics names private-chat topics, like the native adapter's
+	// extra.dm_topics. Default none.
+	DMTopics []TopicBinding `yaml:"dm_topics"`
+
+	// GlobalPerSecond is the bot's overall send budget, shared fairly between
+	// tenants. Default 30 (Telegram's bulk limit); negative disables it.
+	GlobalPerSecond int `yaml:"global_per_second"`
+	// ChatPerSecond caps messages (sends and edits) into one chat in any one
+	// second. Default 1; negative disables it.
+	ChatPerSecond int `yaml:"chat_per_second"`
+	// GroupPerMinute caps messages sent into one group, supergroup or channel
+	// in any 60 s. Default 20; negative disables it.
+	GroupPerMinute int `yaml:"group_per_minute"`
+
+	// PollTimeout is the getUpdates long-poll duration. Default 50s; at least 2s.
+	PollTimeout time.Duration `yaml:"poll_timeout"`
+	// RequestTimeout bounds an outbound action whose context has no deadline
+	// (the gateway itself gives up after 30 s). Default 30s.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// WebhookMaxConnections is setWebhook's max_connections (1-100). Default 40.
+	WebhookMaxConnections int `yaml:"webhook_max_connections"`
+	// MaxWebhookBytes limits a webhook request body; a larger one gets 413.
+	// Default 1 MiB.
+	MaxWebhookBytes int64 `yaml:"max_webhook_bytes"`
+	// DedupeWindow is how many recent update_ids are remembered to drop
+	// redeliveries. Default 10,000.
+	DedupeWindow int `yaml:"dedupe_window"`
+}
+
+// TopicBinding names the topics of one chat.
+type TopicBinding struct {
+	// ChatID is the chat's id.
+	ChatID string `yaml:"chat_id"`
+	// Topics are the named topics of the chat.
+	Topics []Topic `yaml:"topics"`
+}
+
+// Topic is one named topic.
+type Topic struct {
+	// ThreadID is the topic's message_thread_id ("1" is the General topic).
+	ThreadID string `yaml:"thread_id"`
+	// Name is reported as the source's chat_topic.
+	Name string `yaml:"name"`
+}
+
+// Defaults applied by New to zero fields.
+const (
+	DefaultAPIServerURL          = "https://api.telegram.org"
+	DefaultGlobalPerSecond       = 30
+	DefaultChatPerSecond         = 1
+	DefaultGroupPerMinute        = 20
+	DefaultPollTimeout           = 50 * time.Second
+	DefaultRequestTimeout        = 30 * time.Second
+	DefaultWebhookMaxConnections = 40
+	DefaultMaxWebhookBytes       = 1 << 20
+	DefaultDedupeWindow          = 10_000
+)
+
+// WebhookPath is where Telegram posts updates in webhook mode.
+const WebhookPath = "/telegram/webhook"
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.APIServerURL == "" {
+		c.APIServerURL = DefaultAPIServerURL
+	}
+	c.APIServerURL = strings.TrimRight(c.APIServerURL, "/")
+	if c.GlobalPerSecond == 0 {
+		c.GlobalPerSecond = DefaultGlobalPerSecond
+	}
+	if c.ChatPerSecond == 0 {
+		c.ChatPerSecond = DefaultChatPerSecond
+	}
+	if c.GroupPerMinute == 0 {
+		c.GroupPerMinute = DefaultGroupPerMinute
+	}
+	if c.PollTimeout == 0 {
+		c.PollTimeout = DefaultPollTimeout
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.WebhookMaxConnections == 0 {
+		c.WebhookMaxConnections = DefaultWebhookMaxConnections
+	}
+	if c.MaxWebhookBytes == 0 {
+		c.MaxWebhookBytes = DefaultMaxWebhookBytes
+	}
+	if c.DedupeWindow == 0 {
+		c.DedupeWindow = DefaultDedupeWindow
+	}
+	return c
+}
+
+// Validate reports the first invalid field, naming its key (never its value
+// when the value is a secret).
+func (c Config) Validate() error {
+	if err := validToken(c.Token); err != nil {
+		return fmt.Errorf("telegram.token: %w", err)
+	}
+	if c.WebhookURL != "" {
+		if err := validHTTPURL(c.WebhookURL); err != nil {
+			return fmt.Errorf("telegram.webhook_url: %w", err)
+		}
+		if err := validSecretToken(c.WebhookSecret); err != nil {
+			return fmt.Errorf("telegram.webhook_secret: %w", err)
+		}
+	}
+	if c.APIServerURL != "" {
+		if err := validHTTPURL(c.APIServerURL); err != nil {
+			return fmt.Errorf("telegram.api_server_url: %w", err)
+		}
+	}
+	for chat, tenant := range c.Chats {
+		if _, err := parseChatID(chat); err != nil {
+			return fmt.Errorf("telegram.chats[%q]: %w", chat, err)
+		}
+		if tenant == "" {
+			return fmt.Errorf("telegram.chats[%q]: empty tenant", chat)
+		}
+	}
+	for tenant, w := range c.TenantWeights {
+		if w < 0 {
+			return fmt.Errorf("telegram.tenant_weights[%q]: negative weight", tenant)
+		}
+	}
+	if err := validTopics("telegram.group_topics", c.GroupTopics); err != nil {
+		return err
+	}
+	if err := validTopics("telegram.dm_topics", c.DMTopics); err != nil {
+		return err
+	}
+	if c.PollTimeout != 0 && c.PollTimeout < 2*time.Second {
+		return errors.New("telegram.poll_timeout: must be at least 2s")
+	}
+	if c.RequestTimeout < 0 {
+		return errors.New("telegram.request_timeout: negative")
+	}
+	if c.WebhookMaxConnections < 0 || c.WebhookMaxConnections > 100 {
+		return errors.New("telegram.webhook_max_connections: must be 1-100")
+	}
+	if c.MaxWebhookBytes < 0 {
+		return errors.New("telegram.max_webhook_bytes: negative")
+	}
+	if c.DedupeWindow < 0 {
+		return errors.New("telegram.dedupe_window: negative")
+	}
+	return nil
+}
+
+// validToken checks the "<bot id>:<secret>" shape without echoing the token.
+func validToken(token string) error {
+	if token == "" {
+		return errors.New("required")
+	}
+	id, secret, ok := strings.Cut(token, ":")
+	if !ok || secret == "" {
+		return errors.New("want <bot id>:<secret>")
+	}
+	if n, err := strconv.ParseInt(id, 10, 64); err != nil || n <= 0 {
+		return errors.New("the part before ':' must be the numeric bot id")
+	}
+	for _, r := range token {
+		if r <= ' ' || r == '/' || r > '~' {
+			return errors.New("contains a character that cannot appear in a URL path")
+		}
+	}
+	return nil
+}
+
+// validSecretToken checks setWebhook's secret_token rules.
+func validSecretToken(s string) error {
+	if s == "" {
+		return errors.New("required in webhook mode")
+	}
+	if len(s) > 256 {
+		return errors.New("longer than 256 characters")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return errors.New("only A-Z a-z 0-9 _ - are allowed")
+		}
+	}
+	return nil
+}
+
+func validHTTPURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return errors.New("not a URL")
+	}
+	if u.Scheme != "https" && u.Scheme != "http" {
+		return errors.New("want an http(s) URL")
+	}
+	if u.Host == "" {
+		return errors.New("no host")
+	}
+	return nil
+}
+
+func validTopics(key string, bindings []TopicBinding) error {
+	for i, b := range bindings {
+		if _, err := parseChatID(b.ChatID); err != nil {
+			return fmt.Errorf("%s[%d].chat_id: %w", key, i, err)
+		}
+		for j, t := range b.Topics {
+			if n, err := strconv.Atoi(t.ThreadID); err != nil || n <= 0 {
+				return fmt.Errorf("%s[%d].topics[%d].thread_id: want a positive integer", key, i, j)
+			}
+		}
+	}
+	return nil
+}
+
+// parseChatID parses a chat id in its canonical decimal spelling.
+func parseChatID(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n == 0 || strconv.FormatInt(n, 10) != s {
+		return 0, errors.New("want a non-zero decimal chat id")
+	}
+	return n, nil
+}

@@ -1,0 +1,87 @@
+// Package telegram fronts one shared Telegram bot for many tenants: it
+// ingests updates (webhook or long polling), normalizes them into the
+// tenant-scoped MessageEvents the native Hermes Telegram adapter would
+// build, and executes the gateways' outbound actions within Telegram's
+// limits. It uses github.com/go-telegram/bot for the Bot API.
+//
+// # Ingest
+//
+// With webhook_url set the platform runs in webhook mode: Run registers the
+// URL with setWebhook (secret_token = webhook_secret) and the connector
+// serves POST /telegram/webhook (see serveWebhook for every answer). Without
+// it, Run long-polls getUpdates, so the connector works behind NAT; it first
+// calls deleteWebhook (keeping pending updates) so a leftover webhook does
+// not make getUpdates fail with 409. New does no I/O and skips the startup
+// getMe: the connector starts while Telegram is unreachable, Run retries
+// with backoff, and Status says what is wrong. A 401 from Telegram (bad
+// token) is terminal.
+//
+// Updates carry message, edited_message, channel_post, edited_channel_post
+// or callback_query; others are dropped. The mapping to a SessionSource is
+// the native adapter's (docs/session-key.md §4, checked against every
+// Telegram case of testdata/platform_events.json through NormalizeFixture):
+// private -> dm, group and supergroup -> group, channel -> channel (the
+// channel is also the participant); chat_name is the title, else the chat's
+// full name; user_name is first + " " + last name; thread_id is the
+// message_thread_id only for is_topic_message, except in forums, where any
+// message_thread_id counts and the General topic is "1"; chat_topic comes
+// from group_topics / dm_topics (for private topics also from the topic's
+// forum_topic_created). Sources also carry is_bot and message_is_edit. A
+// reply sets reply_to_message_id and reply_to, except the implicit "reply"
+// of every topic message to the topic's creation message. Media messages
+// arrive as their message_type with the caption as text; file URLs are not
+// forwarded (they would contain the bot token). A callback query becomes an
+// event whose text is the button's data (hp1:<prompt>:<option> becomes a
+// prompt_response with text "/<option>"), sourced from the message the
+// button is on and the user who pressed it; it is answered after delivery.
+// "/stop" (or "/stop@<this bot>") in a new message becomes an interrupt of
+// the session it was sent in instead of an event.
+//
+// The tenant is the one whose chats map claims the chat id; an update from
+// an unclaimed chat is dropped with an info log line, never broadcast. The
+// bot's own messages are dropped. Redeliveries are dropped by update_id
+// (the last dedupe_window ids). One chat's updates are delivered one at a
+// time in arrival order: the long poll runs a single synchronous worker,
+// and a webhook update is delivered before it is answered (Telegram's Bot
+// API server sends a chat's next update only after the previous one was
+// answered). A delivery the relay refuses is retried (polling) or answered
+// 503 so Telegram retries (webhook). When polling, an update whose delivery
+// is still failing when the connector shuts down is logged as lost.
+//
+// # Egress
+//
+// The ops are send, edit, typing and get_chat_info (the descriptor's
+// supported_ops are the keys of the handler table). An action on a chat the
+// tenant does not own gets contract.Declined. send splits content over
+// 4,096 code points at paragraph, line or word boundaries (carrying code
+// fences across parts), renders markdown as MarkdownV2 with full escaping
+// (the backslash included), falls back to plain text when Telegram rejects
+// the entities, replies with reply_parameters (allow_sending_without_reply),
+// and posts into metadata.thread_id's topic, never into thread 1 (the
+// General topic takes no message_thread_id; a topic Telegram no longer
+// finds is retried without it). Results carry message_id (the first part's
+// for a split send). edit is editMessageText ("message is not modified" is
+// success), typing is sendChatAction with the topic, get_chat_info is
+// getChat.
+//
+// # Limits
+//
+// Every send and edit waits for its chat's window (chat_per_second,
+// default 1 per second; sends into groups also group_per_minute, default
+// 20 per 60 s, as sliding windows reserved in call order), then for the
+// tenant's fair share of the global budget (global_per_second, default 30,
+// weighted by tenant_weights; platform/fairshare is the one policy shared
+// with Discord). A 429 blocks the chat for retry_after (found with
+// errors.As, since the library's own check fails on wrapped errors) and the
+// message is retried, because Telegram did not take it; nothing else is
+// retried, so nothing is sent twice. When a slot would come after the
+// request's deadline (30 s by default) the result is rate_limited with
+// retry_after_ms, and nothing was sent. typing is not paced but is skipped
+// for a chat under a flood wait.
+//
+// # Secrets
+//
+// The bot token and webhook secret never reach logs, errors, results or
+// frames: the library redacts the token from URLs, and every error text is
+// scrubbed of both before it is logged or returned.
+package telegram

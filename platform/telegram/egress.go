@@ -1,0 +1,160 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-telegram/bot"
+
+	"connector/contract"
+)
+
+// handler performs one op for tenant in chat (already checked to be the
+// tenant's).
+type handler func(p *Platform, ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result
+
+// handlers is the egress table; the descriptor's supported_ops are its keys.
+var handlers = map[string]handler{
+	contract.OpSend:        (*Platform).send,
+	contract.OpEdit:        (*Platform).edit,
+	contract.OpTyping:      (*Platform).typing,
+	contract.OpGetChatInfo: (*Platform).getChatInfo,
+}
+
+// callMargin is kept free before a request's deadline for the API call that
+// follows a rate-limit wait.
+const callMargin = time.Second
+
+// Execute implements platform.Platform. An op outside the table is
+// unsupported; a chat the tenant does not own (or that is not a chat id)
+// gets the structured decline. Without a deadline on ctx the action gets
+// request_timeout.
+func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+	h, ok := handlers[a.Op]
+	if !ok {
+		return contract.Failed(contract.CodeUnsupportedOp, fmt.Sprintf("telegram does not support op %.40q", a.Op))
+	}
+	chat, owner := p.chatOwner(string(a.ChatID))
+	if owner == "" || owner != tenant {
+		return contract.Declined(platformName)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
+		defer cancel()
+	}
+	return h(p, ctx, tenant, chat, a)
+}
+
+// rateLimitedError says a message could not be paced before the deadline.
+type rateLimitedError struct{ wait time.Duration }
+
+func (e *rateLimitedError) Error() string {
+	return fmt.Sprintf("telegram: rate limited; next slot in %s, after the request's deadline", e.wait.Round(time.Millisecond))
+}
+
+// paced runs call for one message into chat: it waits for the chat's (and,
+// when countGroup, the group's) window, then for tenant's fair share of the
+// global budget, then calls. A 429 blocks the chat for retry_after and
+// repeats, as long as the deadline allows: a 429 means Telegram did not
+// take the message, so repeating never duplicates it. Errors other than a
+// 429 are returned as they are (never retried: the call may have gone
+// through).
+func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGroup bool, call func(context.Context) error) error {
+	deadline, _ := ctx.Deadline()
+	latest := deadline.Add(-callMargin)
+	for {
+		now := p.now()
+		at, ok := p.limits.reserve(chat, countGroup, now, latest)
+		if !ok {
+			return &rateLimitedError{wait: at.Sub(now)}
+		}
+		if err := p.sleepUntil(ctx, at); err != nil {
+			return err
+		}
+		waitCtx, cancel := context.WithDeadline(ctx, latest)
+		err := p.budget.Wait(waitCtx, tenant)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &rateLimitedError{wait: time.Second}
+		}
+		if d := p.now().Sub(now); d > 0 {
+			p.metrics.RateLimitWait(platformName, d)
+		}
+		err = call(ctx)
+		var tooMany *bot.TooManyRequestsError
+		if !errors.As(err, &tooMany) {
+			return err
+		}
+		p.metrics.RateLimited(platformName)
+		retry := time.Duration(max(tooMany.RetryAfter, 1)) * time.Second
+		p.limits.block(chat, p.now().Add(retry), p.now())
+		p.log.Info("telegram 429; waiting retry_after", "chat_id", chat, "retry_after", retry)
+	}
+}
+
+func (p *Platform) sleepUntil(ctx context.Context, at time.Time) error {
+	d := at.Sub(p.now())
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// failure turns an egress error into a result whose text carries no secret.
+func (p *Platform) failure(op string, err error) contract.Result {
+	var limited *rateLimitedError
+	var migrated *bot.MigrateError
+	switch {
+	case errors.As(err, &limited):
+		r := contract.Failed(contract.CodeRateLimited, "telegram "+op+": rate limited; retry later")
+		r.RetryAfterMS = max(limited.wait.Milliseconds(), 1)
+		return r
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return contract.Failed(contract.CodeUnavailable, "telegram "+op+": no answer from Telegram before the deadline")
+	case errors.As(err, &migrated):
+		return contract.Failed(contract.CodePlatformError,
+			fmt.Sprintf("telegram %s: the group became supergroup %d", op, migrated.MigrateToChatID))
+	}
+	return contract.Failed(contract.CodePlatformError, "telegram "+op+": "+p.errorText(err))
+}
+
+// isBadRequest reports Telegram's 400 whose description contains phrase.
+func isBadRequest(err error, phrase string) bool {
+	return errors.Is(err, bot.ErrorBadRequest) && strings.Contains(strings.ToLower(err.Error()), phrase)
+}
+
+// messageRef parses a message id the gateway sent back; 0 when it is not one
+// (for example the id of a callback event).
+func messageRef(id contract.ID) int {
+	n, err := strconv.Atoi(string(id))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+// topicThread is the message_thread_id to send with for the source's
+// thread_id: a forum topic or private-chat topic, never the General topic
+// (Telegram answers "message thread not found" for 1).
+func topicThread(thread contract.ID) int {
+	n := messageRef(thread)
+	if n == generalTopic {
+		return 0
+	}
+	return n
+}

@@ -1,0 +1,114 @@
+package telegram
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/go-telegram/bot/models"
+
+	"connector/contract"
+	"connector/session"
+)
+
+// NormalizeFixture maps a fixture case's raw Bot API Update, with its
+// context (the bot, and the native adapter_config's group_topics/dm_topics),
+// to the Source the native adapter builds. It runs the same decoding and
+// normalization as live ingest; `connector conformance events` calls it for
+// every telegram case of testdata/platform_events.json.
+func NormalizeFixture(raw, context json.RawMessage) (session.Source, error) {
+	m, err := fixtureMapping(context)
+	if err != nil {
+		return session.Source{}, err
+	}
+	var u models.Update
+	if err := decodeUpdate(raw, &u); err != nil {
+		return session.Source{}, err
+	}
+	in, drop := normalize(&u, &m)
+	if drop != "" {
+		return session.Source{}, fmt.Errorf("telegram: the update is not ingested (%s)", drop)
+	}
+	return in.event.Source, nil
+}
+
+// decodeUpdate parses one Bot API Update (a webhook body or a fixture).
+func decodeUpdate(body []byte, u *models.Update) error {
+	if len(body) == 0 || body[0] != '{' {
+		return errors.New("telegram: update is not a JSON object")
+	}
+	if err := json.Unmarshal(body, u); err != nil {
+		return fmt.Errorf("telegram: decode update: %w", err)
+	}
+	return nil
+}
+
+// fixtureContext is a fixture case's context object.
+type fixtureContext struct {
+	Bot struct {
+		ID       int64  `json:"id"`
+		Username string `json:"username"`
+	} `json:"bot"`
+	AdapterConfig struct {
+		GroupTopics []fixtureBinding `json:"group_topics"`
+		DMTopics    []fixtureBinding `json:"dm_topics"`
+	} `json:"adapter_config"`
+}
+
+type fixtureBinding struct {
+	ChatID contract.ID `json:"chat_id"`
+	Topics []struct {
+		ThreadID contract.ID `json:"thread_id"`
+		Name     string      `json:"name"`
+	} `json:"topics"`
+}
+
+func fixtureMapping(raw json.RawMessage) (mapping, error) {
+	var fc fixtureContext
+	if len(raw) > 0 && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &fc); err != nil {
+			return mapping{}, fmt.Errorf("telegram: fixture context: %w", err)
+		}
+	}
+	group, err := topicNames(bindingsOf(fc.AdapterConfig.GroupTopics))
+	if err != nil {
+		return mapping{}, fmt.Errorf("telegram: fixture group_topics: %w", err)
+	}
+	dm, err := topicNames(bindingsOf(fc.AdapterConfig.DMTopics))
+	if err != nil {
+		return mapping{}, fmt.Errorf("telegram: fixture dm_topics: %w", err)
+	}
+	return mapping{botID: fc.Bot.ID, botUsername: fc.Bot.Username, groupTopics: group, dmTopics: dm}, nil
+}
+
+func bindingsOf(fb []fixtureBinding) []TopicBinding {
+	out := make([]TopicBinding, 0, len(fb))
+	for _, b := range fb {
+		tb := TopicBinding{ChatID: string(b.ChatID)}
+		for _, t := range b.Topics {
+			tb.Topics = append(tb.Topics, Topic{ThreadID: string(t.ThreadID), Name: t.Name})
+		}
+		out = append(out, tb)
+	}
+	return out
+}
+
+// topicNames indexes topic bindings by chat and thread.
+func topicNames(bindings []TopicBinding) (map[topicKey]string, error) {
+	names := make(map[topicKey]string)
+	for _, b := range bindings {
+		chat, err := parseChatID(b.ChatID)
+		if err != nil {
+			return nil, fmt.Errorf("chat_id %q: %w", b.ChatID, err)
+		}
+		for _, t := range b.Topics {
+			thread, err := strconv.Atoi(t.ThreadID)
+			if err != nil || thread <= 0 {
+				return nil, fmt.Errorf("thread_id %q: want a positive integer", t.ThreadID)
+			}
+			names[topicKey{chat: chat, thread: thread}] = t.Name
+		}
+	}
+	return names, nil
+}

@@ -1,0 +1,54 @@
+package telegram
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+
+	"connector/platform"
+)
+
+// health is the platform's readiness, as Status reports it. Every change
+// closes changed, so a waiter can watch it without polling.
+type health struct {
+	mu      sync.Mutex
+	st      platform.Status
+	changed chan struct{}
+}
+
+func newHealth(detail string) *health {
+	return &health{st: platform.Status{Detail: detail}, changed: make(chan struct{})}
+}
+
+func (h *health) set(st platform.Status) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.st == st || h.st.Terminal {
+		return
+	}
+	h.st = st
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+func (h *health) get() platform.Status {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.st
+}
+
+// pollObserver marks the platform ready whenever a getUpdates long poll is
+// answered with 200: the library reports failures, never successes.
+type pollObserver struct {
+	base    http.RoundTripper
+	onReady func()
+}
+
+// RoundTrip implements http.RoundTripper.
+func (o *pollObserver) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := o.base.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusOK && strings.HasSuffix(r.URL.Path, "/getUpdates") {
+		o.onReady()
+	}
+	return resp, err
+}

@@ -1,0 +1,86 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-telegram/bot/models"
+
+	"connector/platform"
+)
+
+// errNotRunning answers updates that arrive while Run is not running.
+var errNotRunning = errors.New("telegram: not running")
+
+// handle ingests one update: normalize, resolve the tenant from the chat,
+// drop redeliveries, deliver. Updates of one chat are delivered one at a
+// time in arrival order. It returns an error only when the sink refused the
+// delivery, so the caller can have the update redelivered; a dropped update
+// is not an error.
+func (p *Platform) handle(ctx context.Context, u *models.Update, received time.Time) error {
+	sink := p.sink.Load()
+	if sink == nil {
+		return errNotRunning
+	}
+	in, drop := normalize(u, p.mapping.Load())
+	if drop != "" {
+		p.drop(drop, u.ID, 0)
+		return nil
+	}
+	tenant := p.chats[in.chatID]
+	if tenant == "" {
+		p.drop(dropUnclaimed, u.ID, in.chatID)
+		return nil
+	}
+	mu := &p.stripes[uint64(in.chatID)%uint64(len(p.stripes))]
+	mu.Lock()
+	defer mu.Unlock()
+	if u.ID != 0 && p.seen.contains(u.ID) {
+		p.drop(dropDuplicate, u.ID, in.chatID)
+		return nil
+	}
+	if err := (*sink).Deliver(ctx, p.delivery(tenant, &in, received)); err != nil {
+		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
+	}
+	if u.ID != 0 {
+		p.seen.add(u.ID)
+	}
+	if in.callbackID != "" {
+		p.queueCallbackAnswer(in.callbackID)
+	}
+	return nil
+}
+
+// delivery wraps a normalized update for tenant: a "/stop" becomes an
+// interrupt of the session it was sent in, anything else an inbound event.
+func (p *Platform) delivery(tenant string, in *inbound, received time.Time) platform.Delivery {
+	src := &in.event.Source
+	d := platform.Delivery{
+		Tenant:     tenant,
+		Platform:   platformName,
+		SessionKey: p.key(tenant, src),
+		ChatID:     src.ChatID,
+		Received:   received,
+	}
+	if in.stop {
+		d.Kind = platform.KindInterrupt
+		return d
+	}
+	d.Kind = platform.KindInbound
+	d.Event = &in.event
+	return d
+}
+
+// drop counts and logs an update that is not delivered. Unclaimed chats are
+// logged at info level (an operator may have to add the chat to a tenant);
+// the rest at debug.
+func (p *Platform) drop(reason string, updateID, chatID int64) {
+	p.metrics.Dropped(platformName, reason)
+	if reason == dropUnclaimed {
+		p.log.Info("telegram update from a chat no tenant claims dropped", "chat_id", chatID, "update_id", updateID)
+		return
+	}
+	p.log.Debug("telegram update dropped", "reason", reason, "chat_id", chatID, "update_id", updateID)
+}

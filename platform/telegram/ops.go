@@ -1,0 +1,151 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	"connector/contract"
+)
+
+// send posts content, split into 4,096-character messages, rendered as
+// MarkdownV2 (plain text if Telegram rejects the entities), into the topic
+// of metadata.thread_id, the first part replying to reply_to. The result
+// carries the first message's id. If a later part cannot be sent, the
+// failure says how many parts went out and still carries that id.
+func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
+	if strings.TrimSpace(a.Content) == "" {
+		return contract.Failed(contract.CodeBadRequest, "telegram send: content is empty")
+	}
+	thread := topicThread(a.Metadata.ThreadID)
+	reply := messageRef(a.ReplyTo)
+	parts := splitMessage(a.Content, maxMessageRunes)
+	first := ""
+	for i, part := range parts {
+		params := &bot.SendMessageParams{
+			ChatID:          chat,
+			MessageThreadID: thread,
+			Text:            renderMarkdownV2(part),
+			ParseMode:       models.ParseModeMarkdown,
+		}
+		if i == 0 && reply != 0 {
+			params.ReplyParameters = &models.ReplyParameters{MessageID: reply, AllowSendingWithoutReply: true}
+		}
+		var msg *models.Message
+		err := p.paced(ctx, tenant, chat, true, func(ctx context.Context) (err error) {
+			msg, err = p.sendMessage(ctx, params, part)
+			return err
+		})
+		if err != nil {
+			r := p.failure(contract.OpSend, err)
+			if i > 0 {
+				r.Error = fmt.Sprintf("%s (sent %d of %d parts)", r.Error, i, len(parts))
+				r.MessageID = first
+			}
+			return r
+		}
+		if i == 0 {
+			first = strconv.Itoa(msg.ID)
+		}
+	}
+	return contract.OK(first)
+}
+
+// sendMessage calls sendMessage once, and once more without what Telegram
+// refused: the entities (resent as the plain part) or a topic that no longer
+// exists (resent without message_thread_id).
+func (p *Platform) sendMessage(ctx context.Context, params *bot.SendMessageParams, plain string) (*models.Message, error) {
+	msg, err := p.bot.SendMessage(ctx, params)
+	switch {
+	case err == nil:
+		return msg, nil
+	case params.ParseMode != "" && isBadRequest(err, "can't parse entities"):
+		p.log.Debug("telegram rejected the MarkdownV2 entities; sending plain text", "err", p.errorText(err))
+		params.Text, params.ParseMode = plain, ""
+	case params.MessageThreadID != 0 && isBadRequest(err, "thread not found"):
+		p.log.Info("telegram topic not found; sending without message_thread_id", "chat_id", params.ChatID)
+		params.MessageThreadID = 0
+	default:
+		return nil, err
+	}
+	return p.bot.SendMessage(ctx, params)
+}
+
+// edit replaces a message's text (editMessageText). Content must fit one
+// message. "message is not modified" counts as success.
+func (p *Platform) edit(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
+	id := messageRef(a.MessageID)
+	switch {
+	case id == 0:
+		return contract.Failed(contract.CodeBadRequest, "telegram edit: message_id is not a Telegram message id")
+	case strings.TrimSpace(a.Content) == "":
+		return contract.Failed(contract.CodeBadRequest, "telegram edit: content is empty")
+	case utf8.RuneCountInString(a.Content) > maxMessageRunes:
+		return contract.Failed(contract.CodeBadRequest, "telegram edit: content exceeds 4096 characters")
+	}
+	params := &bot.EditMessageTextParams{
+		ChatID: chat, MessageID: id, Text: renderMarkdownV2(a.Content), ParseMode: models.ParseModeMarkdown,
+	}
+	err := p.paced(ctx, tenant, chat, false, func(ctx context.Context) error {
+		_, err := p.bot.EditMessageText(ctx, params)
+		if err != nil && isBadRequest(err, "can't parse entities") {
+			params.Text, params.ParseMode = a.Content, ""
+			_, err = p.bot.EditMessageText(ctx, params)
+		}
+		if err != nil && isBadRequest(err, "message is not modified") {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return p.failure(contract.OpEdit, err)
+	}
+	return contract.OK(strconv.Itoa(id))
+}
+
+// typing shows "typing…" in the chat (and topic) via sendChatAction. It is
+// not paced: a chat under a 429 flood wait is skipped instead.
+func (p *Platform) typing(ctx context.Context, _ string, chat int64, a *contract.Action) contract.Result {
+	now := p.now()
+	if until := p.limits.blockedUntil(chat); until.After(now) {
+		return p.failure(contract.OpTyping, &rateLimitedError{wait: until.Sub(now)})
+	}
+	params := &bot.SendChatActionParams{ChatID: chat, MessageThreadID: topicThread(a.Metadata.ThreadID), Action: models.ChatActionTyping}
+	_, err := p.bot.SendChatAction(ctx, params)
+	if err != nil && params.MessageThreadID != 0 && isBadRequest(err, "thread not found") {
+		params.MessageThreadID = 0
+		_, err = p.bot.SendChatAction(ctx, params)
+	}
+	var tooMany *bot.TooManyRequestsError
+	if errors.As(err, &tooMany) {
+		p.metrics.RateLimited(platformName)
+		p.limits.block(chat, now.Add(time.Duration(max(tooMany.RetryAfter, 1))*time.Second), now)
+	}
+	if err != nil {
+		return p.failure(contract.OpTyping, err)
+	}
+	return contract.OK("")
+}
+
+// getChatInfo answers get_chat_info from getChat: the title (or a private
+// chat's full name) and the chat type as sources name it.
+func (p *Platform) getChatInfo(ctx context.Context, _ string, chat int64, _ *contract.Action) contract.Result {
+	info, err := p.bot.GetChat(ctx, &bot.GetChatParams{ChatID: chat})
+	if err != nil {
+		return p.failure(contract.OpGetChatInfo, err)
+	}
+	name := info.Title
+	if name == "" {
+		name = fullName(info.FirstName, info.LastName)
+	}
+	r := contract.OK("")
+	r.ChatInfo = &contract.ChatInfo{Name: name, Type: chatType(info.Type)}
+	return r
+}

@@ -1,0 +1,206 @@
+package telegram
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	"connector/descriptor"
+	"connector/platform"
+	"connector/platform/fairshare"
+	"connector/session"
+)
+
+// Platform is the shared Telegram bot. Build it with New.
+type Platform struct {
+	cfg     Config
+	log     *slog.Logger
+	key     platform.KeyFunc
+	metrics platform.Metrics
+	now     func() time.Time
+
+	bot       *bot.Bot
+	transport *http.Transport
+	scrubber  *strings.Replacer
+	secretSum [32]byte // sha256 of the webhook secret
+
+	chats   map[int64]string
+	mapping atomic.Pointer[mapping]
+	seen    *recentIDs
+	stripes [64]sync.Mutex // serialize delivery per chat (by chat id)
+
+	budget *fairshare.Scheduler
+	limits *limiter
+	desc   descriptor.Descriptor
+	health *health
+
+	running   atomic.Bool
+	sink      atomic.Pointer[platform.Sink]
+	callbacks chan string // callback query ids to answer
+	stopPoll  atomic.Pointer[context.CancelCauseFunc]
+}
+
+var (
+	_ platform.Platform = (*Platform)(nil)
+	_ platform.Routes   = (*Platform)(nil)
+)
+
+// allowedUpdates are the update types the connector ingests.
+var allowedUpdates = []string{
+	models.AllowedUpdateMessage, models.AllowedUpdateEditedMessage,
+	models.AllowedUpdateChannelPost, models.AllowedUpdateEditedChannelPost,
+	models.AllowedUpdateCallbackQuery,
+}
+
+// New builds the platform. It does no I/O: the connector starts even when
+// Telegram is unreachable, and Status says so until Run gets through.
+func New(cfg Config, deps platform.Deps) (*Platform, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	p := &Platform{
+		cfg:       cfg,
+		log:       deps.Log,
+		key:       deps.Key,
+		metrics:   deps.M(),
+		now:       deps.Clock(),
+		chats:     make(map[int64]string, len(cfg.Chats)),
+		seen:      newRecentIDs(cfg.DedupeWindow),
+		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
+		health:    newHealth("not started"),
+		callbacks: make(chan string, 256),
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	p.log = p.log.With("platform", platformName)
+	if p.key == nil {
+		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
+	}
+	for chat, tenant := range cfg.Chats {
+		id, _ := parseChatID(chat) // Validate checked it
+		p.chats[id] = tenant
+	}
+	m, err := p.liveMapping()
+	if err != nil {
+		return nil, err
+	}
+	p.mapping.Store(m)
+	p.secretSum = sha256.Sum256([]byte(cfg.WebhookSecret))
+	p.scrubber = newScrubber(cfg.Token, cfg.WebhookSecret)
+	p.budget = fairshare.New(fairshare.Config{
+		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.TenantWeights,
+	})
+	p.desc = descriptor.Telegram(supportedOps())
+
+	p.transport = http.DefaultTransport.(*http.Transport).Clone()
+	p.transport.MaxIdleConnsPerHost = 32
+	client := &http.Client{
+		Transport: &pollObserver{base: p.transport, onReady: p.pollReady},
+		Timeout:   cfg.PollTimeout + 15*time.Second,
+	}
+	p.bot, err = bot.New(cfg.Token,
+		bot.WithSkipGetMe(),
+		bot.WithServerURL(cfg.APIServerURL),
+		bot.WithHTTPClient(cfg.PollTimeout, client),
+		bot.WithErrorsHandler(p.libraryError),
+		bot.WithDefaultHandler(p.polled),
+		bot.WithNotAsyncHandlers(),
+		bot.WithWorkers(1),
+		bot.WithUpdatesChannelCap(0),
+		bot.WithAllowedUpdates(allowedUpdates),
+	)
+	if err != nil {
+		return nil, errors.New("telegram: cannot build the bot client")
+	}
+	return p, nil
+}
+
+// liveMapping builds the normalization context from the config; the bot id
+// is the token's numeric prefix, so no getMe is needed to start.
+func (p *Platform) liveMapping() (*mapping, error) {
+	idText, _, _ := strings.Cut(p.cfg.Token, ":")
+	id, _ := strconv.ParseInt(idText, 10, 64) // Validate checked it
+	group, err := topicNames(p.cfg.GroupTopics)
+	if err != nil {
+		return nil, fmt.Errorf("telegram.group_topics: %w", err)
+	}
+	dm, err := topicNames(p.cfg.DMTopics)
+	if err != nil {
+		return nil, fmt.Errorf("telegram.dm_topics: %w", err)
+	}
+	return &mapping{botID: id, groupTopics: group, dmTopics: dm}, nil
+}
+
+// Name implements platform.Platform.
+func (p *Platform) Name() string { return platformName }
+
+// Descriptor implements platform.Platform.
+func (p *Platform) Descriptor() descriptor.Descriptor { return p.desc }
+
+// ChatTenant implements platform.Platform: the tenant is the one whose
+// config claims the chat id.
+func (p *Platform) ChatTenant(_ context.Context, chatID string) (string, error) {
+	if _, tenant := p.chatOwner(chatID); tenant != "" {
+		return tenant, nil
+	}
+	return "", platform.ErrUnknownChat
+}
+
+func (p *Platform) chatOwner(chatID string) (int64, string) {
+	id, err := strconv.ParseInt(chatID, 10, 64)
+	if err != nil {
+		return 0, ""
+	}
+	return id, p.chats[id]
+}
+
+// Status implements platform.Platform.
+func (p *Platform) Status() platform.Status { return p.health.get() }
+
+// Routes implements platform.Routes: the webhook endpoint in webhook mode,
+// nothing when long polling.
+func (p *Platform) Routes() map[string]http.Handler {
+	if p.cfg.WebhookURL == "" {
+		return nil
+	}
+	return map[string]http.Handler{http.MethodPost + " " + WebhookPath: http.HandlerFunc(p.serveWebhook)}
+}
+
+// scrub removes the bot token and the webhook secret from s.
+func (p *Platform) scrub(s string) string { return p.scrubber.Replace(s) }
+
+func newScrubber(token, webhookSecret string) *strings.Replacer {
+	pairs := []string{token, "[redacted]"}
+	if _, secret, ok := strings.Cut(token, ":"); ok && secret != "" {
+		pairs = append(pairs, secret, "[redacted]")
+	}
+	if webhookSecret != "" {
+		pairs = append(pairs, webhookSecret, "[redacted]")
+	}
+	return strings.NewReplacer(pairs...)
+}
+
+// supportedOps lists the egress handler table's ops.
+func supportedOps() []string {
+	ops := make([]string, 0, len(handlers))
+	for op := range handlers {
+		ops = append(ops, op)
+	}
+	return ops
+}
+
+// errorText is err's text for logs and results, secrets removed.
+func (p *Platform) errorText(err error) string { return p.scrub(err.Error()) }

@@ -1,0 +1,210 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+
+	"connector/platform"
+)
+
+// errTokenRejected ends Run: Telegram answered 401, so nothing works until
+// the token in the config is fixed.
+var errTokenRejected = errors.New("telegram: the bot token was rejected (401 Unauthorized)")
+
+// Reconnect backoff while Telegram is unreachable.
+const (
+	connectBackoffMin = 500 * time.Millisecond
+	connectBackoffMax = 30 * time.Second
+	connectTimeout    = 15 * time.Second
+	answerTimeout     = 10 * time.Second
+)
+
+// Run implements platform.Platform. It introduces the bot to Telegram
+// (getMe, then setWebhook in webhook mode or deleteWebhook before polling),
+// retrying with backoff while Telegram is unreachable, then long-polls or
+// waits for webhook deliveries until ctx is done. It returns an error only
+// when Telegram rejects the token.
+func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return errors.New("telegram: Run is already running")
+	}
+	defer p.running.Store(false)
+	p.sink.Store(&sink)
+	defer p.sink.Store(nil)
+	defer p.transport.CloseIdleConnections()
+
+	var wg sync.WaitGroup
+	wg.Go(func() { p.answerCallbacks(ctx) })
+	defer wg.Wait()
+
+	if err := p.connect(ctx); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if p.cfg.WebhookURL != "" {
+		<-ctx.Done()
+		return nil
+	}
+	return p.poll(ctx)
+}
+
+// connect runs connectOnce until it succeeds, ctx ends, or the token is
+// rejected.
+func (p *Platform) connect(ctx context.Context) error {
+	p.health.set(platform.Status{Detail: "connecting to the Telegram Bot API"})
+	backoff := connectBackoffMin
+	for {
+		err := p.connectOnce(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, bot.ErrorUnauthorized):
+			p.health.set(platform.Status{Detail: "Telegram rejected the bot token (401)", Terminal: true})
+			p.log.Error("telegram rejected the bot token; check telegram.token")
+			return errTokenRejected
+		}
+		text := p.errorText(err)
+		p.health.set(platform.Status{Detail: "cannot reach the Telegram Bot API: " + text})
+		p.log.Warn("telegram bot api unreachable, retrying", "err", text, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, connectBackoffMax)
+	}
+}
+
+func (p *Platform) connectOnce(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	me, err := p.bot.GetMe(ctx)
+	if err != nil {
+		return err
+	}
+	m := *p.mapping.Load()
+	m.botUsername = me.Username
+	p.mapping.Store(&m)
+	if p.cfg.WebhookURL != "" {
+		if _, err := p.bot.SetWebhook(ctx, &bot.SetWebhookParams{
+			URL:            p.cfg.WebhookURL,
+			SecretToken:    p.cfg.WebhookSecret,
+			AllowedUpdates: allowedUpdates,
+			MaxConnections: p.cfg.WebhookMaxConnections,
+		}); err != nil {
+			return err
+		}
+		p.health.set(platform.Status{Ready: true, Detail: "webhook registered for @" + me.Username})
+		p.log.Info("telegram webhook registered", "bot", me.Username)
+		return nil
+	}
+	// A webhook left from an earlier deployment makes getUpdates fail with
+	// 409; pending updates are kept.
+	if _, err := p.bot.DeleteWebhook(ctx, &bot.DeleteWebhookParams{}); err != nil {
+		return err
+	}
+	p.health.set(platform.Status{Detail: "connected as @" + me.Username + "; starting to poll"})
+	return nil
+}
+
+// poll long-polls getUpdates until ctx ends or the token is rejected. The
+// library runs one worker on an unbuffered channel with synchronous
+// handlers, so updates are ingested strictly in order.
+func (p *Platform) poll(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	p.stopPoll.Store(&cancel)
+	defer p.stopPoll.Store(nil)
+	p.log.Info("telegram long polling started")
+	p.bot.Start(ctx)
+	if errors.Is(context.Cause(ctx), errTokenRejected) {
+		return errTokenRejected
+	}
+	return nil
+}
+
+// pollReady is called when a getUpdates long poll was answered.
+func (p *Platform) pollReady() {
+	p.health.set(platform.Status{Ready: true, Detail: "long polling as @" + p.mapping.Load().botUsername})
+}
+
+// libraryError receives the errors the library does not return to a caller
+// (getUpdates failures, lost updates at shutdown).
+func (p *Platform) libraryError(err error) {
+	text := p.errorText(err)
+	switch {
+	case errors.Is(err, bot.ErrorUnauthorized):
+		p.health.set(platform.Status{Detail: "Telegram rejected the bot token (401)", Terminal: true})
+		p.log.Error("telegram rejected the bot token; check telegram.token")
+		if stop := p.stopPoll.Load(); stop != nil {
+			(*stop)(errTokenRejected)
+		}
+		return
+	case errors.Is(err, bot.ErrorConflict):
+		p.health.set(platform.Status{Detail: "getUpdates conflicts with another poller or a webhook: " + text})
+	case strings.Contains(text, "get updates"):
+		p.health.set(platform.Status{Detail: "getUpdates failing: " + text})
+	}
+	p.log.Warn("telegram bot api error", "err", text)
+}
+
+// polled ingests one update from the long poll. A delivery failure is
+// retried with backoff, holding the poll (Telegram keeps the rest queued),
+// so nothing is dropped while the connector runs.
+func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
+	received := p.now()
+	backoff := 50 * time.Millisecond
+	for {
+		err := p.handle(context.WithoutCancel(ctx), u, received)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			p.log.Error("telegram update not delivered at shutdown", "update_id", u.ID, "err", err)
+			return
+		}
+		p.log.Warn("telegram update not delivered, retrying", "update_id", u.ID, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// answerCallbacks acknowledges delivered callback queries so the button's
+// spinner stops, until ctx ends.
+func (p *Platform) answerCallbacks(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case id := <-p.callbacks:
+			actx, cancel := context.WithTimeout(ctx, answerTimeout)
+			if _, err := p.bot.AnswerCallbackQuery(actx, &bot.AnswerCallbackQueryParams{CallbackQueryID: id}); err != nil {
+				p.log.Debug("telegram answerCallbackQuery failed", "err", p.errorText(err))
+			}
+			cancel()
+		}
+	}
+}
+
+// queueCallbackAnswer schedules an answerCallbackQuery; when the queue is
+// full the answer is skipped (Telegram stops the spinner by itself).
+func (p *Platform) queueCallbackAnswer(id string) {
+	select {
+	case p.callbacks <- id:
+	default:
+		p.log.Debug("telegram callback answer queue full; skipping")
+	}
+}

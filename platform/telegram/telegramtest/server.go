@@ -1,0 +1,414 @@
+// Package telegramtest is a fake Telegram Bot API server for tests and load
+// tools: it speaks the real wire format (POST /bot<token>/<method> with
+// multipart/form-data, answers {"ok":…,"result":…} or {"ok":false,
+// "error_code":…,"description":…,"parameters":{"retry_after":…}}), serves
+// getUpdates long polls from a queue, validates sendMessage/editMessageText
+// text (MarkdownV2 parsed by ParseMarkdownV2, 4,096 visible code points, no
+// message_thread_id 1), records every call, and fails calls on request.
+package telegramtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// Server is a fake Bot API server on loopback.
+type Server struct {
+	// URL is the base URL to give the client (bot.WithServerURL).
+	URL string
+	// BotID and Username are what getMe answers.
+	BotID    int64
+	Username string
+
+	token string
+	srv   *httptest.Server
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every recorded call or queued update
+	calls    []Call
+	updates  []queued
+	failures map[string][]Failure
+	messages map[msgKey]string
+	chats    map[int64]map[string]any
+	nextID   int
+	webhook  Webhook
+}
+
+// Call is one recorded API call.
+type Call struct {
+	Method string
+	// Form holds the form fields as sent (structured ones as JSON text).
+	Form map[string]string
+	// At is when the call arrived.
+	At time.Time
+}
+
+// Failure is a scripted error answer.
+type Failure struct {
+	// Code is error_code and the HTTP status (400, 403, 429, …).
+	Code int
+	// Description is Telegram's text, e.g. "Bad Request: chat not found".
+	Description string
+	// RetryAfter is parameters.retry_after, in seconds (429).
+	RetryAfter int
+	// MigrateToChatID is parameters.migrate_to_chat_id (400).
+	MigrateToChatID int64
+}
+
+// Webhook is the last setWebhook registration.
+type Webhook struct {
+	URL            string
+	SecretToken    string
+	AllowedUpdates string
+	MaxConnections string
+}
+
+type queued struct {
+	id  int64
+	raw json.RawMessage
+}
+
+type msgKey struct {
+	chat int64
+	id   int
+}
+
+// New starts a fake for the bot token (whose numeric prefix is BotID) and
+// closes it when the test ends.
+func New(t cleaner, token string) *Server {
+	s := NewServer(token)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// cleaner is the part of testing.TB New needs.
+type cleaner interface{ Cleanup(func()) }
+
+// NewServer starts a fake for the bot token; Close stops it.
+func NewServer(token string) *Server {
+	idText, _, _ := strings.Cut(token, ":")
+	id, _ := strconv.ParseInt(idText, 10, 64)
+	s := &Server{
+		BotID: id, Username: "hermes_test_bot", token: token,
+		changed:  make(chan struct{}),
+		failures: make(map[string][]Failure),
+		messages: make(map[msgKey]string),
+		chats:    make(map[int64]map[string]any),
+		nextID:   100,
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /{tok}/{method}", s.serve)
+	s.srv = httptest.NewServer(mux)
+	s.URL = s.srv.URL
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() { s.srv.Close() }
+
+// Enqueue queues a raw Update (it must carry update_id) for getUpdates.
+func (s *Server) Enqueue(raw []byte) {
+	var head struct {
+		ID int64 `json:"update_id"`
+	}
+	_ = json.Unmarshal(raw, &head)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.updates = append(s.updates, queued{id: head.ID, raw: append(json.RawMessage(nil), raw...)})
+	s.notify()
+}
+
+// Fail makes the next call of method answer f (failures queue per method).
+func (s *Server) Fail(method string, f Failure) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures[method] = append(s.failures[method], f)
+}
+
+// AddChat makes getChat for id answer chat (a ChatFullInfo object).
+func (s *Server) AddChat(id int64, chat map[string]any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.chats[id] = chat
+}
+
+// Calls returns the recorded calls of method ("" for all), oldest first.
+func (s *Server) Calls(method string) []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.callsLocked(method)
+}
+
+func (s *Server) callsLocked(method string) []Call {
+	var out []Call
+	for _, c := range s.calls {
+		if method == "" || c.Method == method {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// WaitCalls waits until n calls of method were recorded or ctx ends, and
+// returns the calls seen so far.
+func (s *Server) WaitCalls(ctx context.Context, method string, n int) ([]Call, error) {
+	for {
+		s.mu.Lock()
+		calls, ch := s.callsLocked(method), s.changed
+		s.mu.Unlock()
+		if len(calls) >= n {
+			return calls, nil
+		}
+		select {
+		case <-ctx.Done():
+			return calls, fmt.Errorf("telegramtest: %d of %d %s calls: %w", len(calls), n, method, ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+// Registered returns the current webhook registration.
+func (s *Server) Registered() Webhook {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.webhook
+}
+
+// notify wakes waiters. Called with s.mu held.
+func (s *Server) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	tok, method := r.PathValue("tok"), r.PathValue("method")
+	if !strings.HasPrefix(tok, "bot") {
+		writeError(w, Failure{Code: http.StatusNotFound, Description: "Not Found"})
+		return
+	}
+	if tok[len("bot"):] != s.token {
+		writeError(w, Failure{Code: http.StatusUnauthorized, Description: "Unauthorized"})
+		return
+	}
+	form := map[string]string{}
+	if err := r.ParseMultipartForm(8 << 20); err != nil && !errors.Is(err, http.ErrNotMultipart) {
+		writeError(w, Failure{Code: http.StatusBadRequest, Description: "Bad Request: cannot parse the form"})
+		return
+	}
+	if r.MultipartForm != nil {
+		for k, v := range r.MultipartForm.Value {
+			form[k] = v[0]
+		}
+	}
+	s.mu.Lock()
+	s.calls = append(s.calls, Call{Method: method, Form: form, At: time.Now()})
+	s.notify()
+	var fail *Failure
+	if q := s.failures[method]; len(q) > 0 {
+		fail = &q[0]
+		s.failures[method] = q[1:]
+	}
+	s.mu.Unlock()
+	if fail != nil {
+		writeError(w, *fail)
+		return
+	}
+	if method == "getUpdates" {
+		s.getUpdates(w, r, form)
+		return
+	}
+	result, f := s.answer(method, form)
+	if f != nil {
+		writeError(w, *f)
+		return
+	}
+	writeResult(w, result)
+}
+
+// answer computes the result of every method but getUpdates.
+func (s *Server) answer(method string, form map[string]string) (any, *Failure) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch method {
+	case "getMe":
+		return map[string]any{"id": s.BotID, "is_bot": true, "first_name": "Hermes", "username": s.Username}, nil
+	case "setWebhook":
+		s.webhook = Webhook{URL: form["url"], SecretToken: form["secret_token"],
+			AllowedUpdates: form["allowed_updates"], MaxConnections: form["max_connections"]}
+		return true, nil
+	case "deleteWebhook":
+		s.webhook = Webhook{}
+		return true, nil
+	case "sendMessage":
+		return s.sendMessage(form)
+	case "editMessageText":
+		return s.editMessageText(form)
+	case "sendChatAction":
+		if _, f := chatID(form); f != nil {
+			return nil, f
+		}
+		if f := threadCheck(form); f != nil {
+			return nil, f
+		}
+		return true, nil
+	case "answerCallbackQuery":
+		return true, nil
+	case "getChat":
+		id, f := chatID(form)
+		if f != nil {
+			return nil, f
+		}
+		chat, ok := s.chats[id]
+		if !ok {
+			return nil, &Failure{Code: 400, Description: "Bad Request: chat not found"}
+		}
+		return chat, nil
+	}
+	return nil, &Failure{Code: http.StatusNotFound, Description: "Not Found"}
+}
+
+func (s *Server) sendMessage(form map[string]string) (any, *Failure) {
+	chat, f := chatID(form)
+	if f != nil {
+		return nil, f
+	}
+	if f := threadCheck(form); f != nil {
+		return nil, f
+	}
+	text, f := visibleText(form)
+	if f != nil {
+		return nil, f
+	}
+	s.nextID++
+	s.messages[msgKey{chat, s.nextID}] = text
+	msg := map[string]any{"message_id": s.nextID, "date": time.Now().Unix(), "chat": map[string]any{"id": chat, "type": "private"}, "text": text}
+	if t := form["message_thread_id"]; t != "" {
+		n, _ := strconv.Atoi(t)
+		msg["message_thread_id"], msg["is_topic_message"] = n, true
+	}
+	return msg, nil
+}
+
+func (s *Server) editMessageText(form map[string]string) (any, *Failure) {
+	chat, f := chatID(form)
+	if f != nil {
+		return nil, f
+	}
+	id, _ := strconv.Atoi(form["message_id"])
+	old, ok := s.messages[msgKey{chat, id}]
+	if !ok {
+		return nil, &Failure{Code: 400, Description: "Bad Request: message to edit not found"}
+	}
+	text, f := visibleText(form)
+	if f != nil {
+		return nil, f
+	}
+	if text == old {
+		return nil, &Failure{Code: 400, Description: "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"}
+	}
+	s.messages[msgKey{chat, id}] = text
+	return map[string]any{"message_id": id, "date": time.Now().Unix(), "chat": map[string]any{"id": chat, "type": "private"}, "text": text}, nil
+}
+
+// getUpdates answers from the queue at once, or holds the long poll until
+// an update is queued, timeout seconds pass or the client goes away.
+func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[string]string) {
+	offset, _ := strconv.ParseInt(form["offset"], 10, 64)
+	timeout, _ := strconv.Atoi(form["timeout"])
+	deadline := time.NewTimer(time.Duration(timeout) * time.Second)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		for len(s.updates) > 0 && s.updates[0].id < offset {
+			s.updates = s.updates[1:] // confirmed by the higher offset
+		}
+		batch := make([]json.RawMessage, 0, len(s.updates))
+		for _, u := range s.updates {
+			batch = append(batch, u.raw)
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		if len(batch) > 0 {
+			writeResult(w, batch)
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-deadline.C:
+			writeResult(w, batch)
+			return
+		case <-ch:
+		}
+	}
+}
+
+func chatID(form map[string]string) (int64, *Failure) {
+	id, err := strconv.ParseInt(form["chat_id"], 10, 64)
+	if err != nil || id == 0 {
+		return 0, &Failure{Code: 400, Description: "Bad Request: chat not found"}
+	}
+	return id, nil
+}
+
+// threadCheck refuses message_thread_id 1: the General topic takes none.
+func threadCheck(form map[string]string) *Failure {
+	if form["message_thread_id"] == "1" {
+		return &Failure{Code: 400, Description: "Bad Request: message thread not found"}
+	}
+	return nil
+}
+
+// visibleText parses the text with its parse_mode and checks its length.
+func visibleText(form map[string]string) (string, *Failure) {
+	text := form["text"]
+	switch form["parse_mode"] {
+	case "":
+	case "MarkdownV2":
+		v, err := ParseMarkdownV2(text)
+		if err != nil {
+			return "", &Failure{Code: 400, Description: "Bad Request: " + err.Error()}
+		}
+		text = v
+	default:
+		return "", &Failure{Code: 400, Description: "Bad Request: unsupported parse_mode in this fake"}
+	}
+	if strings.TrimSpace(text) == "" {
+		return "", &Failure{Code: 400, Description: "Bad Request: message text is empty"}
+	}
+	if utf8.RuneCountInString(text) > 4096 {
+		return "", &Failure{Code: 400, Description: "Bad Request: message is too long"}
+	}
+	return text, nil
+}
+
+func writeResult(w http.ResponseWriter, result any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "result": result})
+}
+
+func writeError(w http.ResponseWriter, f Failure) {
+	body := map[string]any{"ok": false, "error_code": f.Code, "description": f.Description}
+	params := map[string]any{}
+	if f.RetryAfter > 0 {
+		params["retry_after"] = f.RetryAfter
+	}
+	if f.MigrateToChatID != 0 {
+		params["migrate_to_chat_id"] = f.MigrateToChatID
+	}
+	if len(params) > 0 {
+		body["parameters"] = params
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(f.Code)
+	_ = json.NewEncoder(w).Encode(body)
+}
