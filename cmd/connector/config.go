@@ -12,6 +12,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"connector/platform/discord"
+	"connector/platform/nexscope"
+	"connector/platform/telegram"
 	"connector/relay"
 	"connector/session"
 )
@@ -34,6 +37,19 @@ type Config struct {
 	Relay RelayConfig `yaml:"relay"`
 	// Tenants are the customers of the connector and their gateways.
 	Tenants []TenantConfig `yaml:"tenants"`
+
+	// Discord fronts the shared Discord bot; enabled when the section is
+	// present or DISCORD_BOT_TOKEN is set. Routing: guilds (guild id ->
+	// tenant) and dm_tenant.
+	Discord *discord.Config `yaml:"discord"`
+	// Telegram fronts the shared Telegram bot; enabled when the section is
+	// present or TELEGRAM_BOT_TOKEN is set. Routing: chats (chat id ->
+	// tenant). Long polling unless webhook_url is set.
+	Telegram *telegram.Config `yaml:"telegram"`
+	// Nexscope hosts nexscope rooms at /ws and /ws/{room}; enabled when the
+	// section is present or NEXSCOPE_TOKEN is set, and on embedded defaults.
+	// Routing: rooms[].tenant.
+	Nexscope *nexscope.Config `yaml:"nexscope"`
 }
 
 // LogConfig configures log/slog output.
@@ -227,6 +243,13 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: %s: must not be negative", key)
 		}
 	}
+	if err := c.validateTenants(); err != nil {
+		return err
+	}
+	return c.validatePlatforms()
+}
+
+func (c *Config) validateTenants() error {
 	tenants := map[string]bool{}
 	gateways := map[string]bool{}
 	for ti, t := range c.Tenants {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"connector/contract"
 	"connector/relay/relaytest"
 )
@@ -39,6 +41,13 @@ func TestConformanceReportsFailuresWithExpectedAndGot(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "expected key agent:main:telegram:dm:2") ||
 		!strings.Contains(out, "got      key agent:main:telegram:dm:1") || !strings.HasSuffix(out, "0 passed, 1 failed\n") {
 		t.Fatalf("exit %d, output:\n%s", code, out)
+	}
+}
+
+func TestConformanceEventsPassesEveryFixture(t *testing.T) {
+	code, out, errOut := runCmd(t, "conformance", "events", "../../testdata/platform_events.json")
+	if code != 0 || !strings.HasSuffix(out, "62 passed, 0 failed\n") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }
 
@@ -159,15 +168,35 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	if d, err := gw.Hello(dctx, "relay", ""); err != nil || d.Platform != "relay" || d.ContractVersion != 1 {
 		t.Fatalf("hello: %+v %v", d, err)
 	}
+	// A nexscope member talks to the local gateway through the bot.
+	member, _, err := websocket.Dial(dctx, "ws://"+addr+"/ws?name=alice&v=1&token="+gen.NexscopeToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.CloseNow()
+	if _, msg, err := member.Read(dctx); err != nil || !strings.Contains(string(msg), `"presence"`) || !strings.Contains(string(msg), `"hermes"`) {
+		t.Fatalf("presence: %s %v", msg, err)
+	}
+	err = member.Write(dctx, websocket.MessageText, []byte(`{"type":"msg","msgId":"m1","from":"alice","to":["hermes"],"role":"user","threadId":"t1","text":"hello bot"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := gw.Next(dctx, contract.TypeInbound)
+	if err != nil || in.Event.Text != "hello bot" || in.Event.Source.Platform != "nexscope" {
+		t.Fatalf("inbound from nexscope: %+v %v", in.Event, err)
+	}
+
 	resp, err = http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), `connector_gateway_connections{tenant="local"} 1`) {
+	if !strings.Contains(string(body), `connector_gateway_connections{tenant="local"} 1`) ||
+		!strings.Contains(string(body), `connector_inbound_events_total{outcome="queued",platform="nexscope",tenant="local"} 1`) {
 		t.Fatalf("metrics do not count the gateway:\n%s", body)
 	}
+	_ = member.CloseNow()
 	cancel()
 	code, _, err := gw.Closed(dctx)
 	if err != nil || code != 1001 {

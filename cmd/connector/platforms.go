@@ -1,13 +1,188 @@
 package main
 
-import "connector/platform"
+import (
+	"fmt"
+	"slices"
+	"strconv"
 
-// buildPlatforms constructs every platform the config enables, in the order
-// descriptors merge and untagged "relay" outbound is resolved.
-func buildPlatforms(cfg *Config, deps platform.Deps) ([]platform.Platform, error) {
-	return nil, nil
+	"connector/platform"
+	"connector/platform/discord"
+	"connector/platform/nexscope"
+	"connector/platform/telegram"
+)
+
+func init() {
+	eventNormalizers["discord"] = discord.NormalizeFixture
+	eventNormalizers["telegram"] = telegram.NormalizeFixture
 }
 
-// applyPlatformEnv fills platform credentials from the environment.
-func applyPlatformEnv(cfg *Config, gen *generatedSecrets, lookup func(string) (string, bool)) {
+// Environment variables that enable a platform or fill its credentials.
+// A value set in the environment overrides the config file.
+const (
+	envDiscordToken     = "DISCORD_BOT_TOKEN"
+	envDiscordPublicKey = "DISCORD_PUBLIC_KEY"
+	envDiscordAppID     = "DISCORD_APPLICATION_ID"
+	envTelegramToken    = "TELEGRAM_BOT_TOKEN"
+	envTelegramSecret   = "TELEGRAM_WEBHOOK_SECRET"
+	envTelegramURL      = "TELEGRAM_WEBHOOK_URL"
+	envNexscopeToken    = "NEXSCOPE_TOKEN"
+	envNexscopeMaxUsers = "NEXSCOPE_MAX_USERS"
+	envNexscopePayload  = "NEXSCOPE_MAX_PAYLOAD"
+	envNexscopeMaxFile  = "NEXSCOPE_MAX_FILE"
+)
+
+// applyPlatformEnv fills platform credentials from the environment: a
+// platform whose credential variable is set is enabled even without a
+// config section. With embedded defaults (gen not nil), nexscope runs with
+// a generated token and its default room bound to the local tenant.
+func applyPlatformEnv(cfg *Config, gen *generatedSecrets, lookup func(string) (string, bool)) error {
+	set := func(dst *string, key string) bool {
+		if v, ok := lookup(key); ok && v != "" {
+			*dst = v
+			return true
+		}
+		return false
+	}
+	if _, ok := lookup(envDiscordToken); ok && cfg.Discord == nil {
+		cfg.Discord = &discord.Config{}
+	}
+	if cfg.Discord != nil {
+		set(&cfg.Discord.BotToken, envDiscordToken)
+		set(&cfg.Discord.PublicKey, envDiscordPublicKey)
+		set(&cfg.Discord.ApplicationID, envDiscordAppID)
+	}
+	if _, ok := lookup(envTelegramToken); ok && cfg.Telegram == nil {
+		cfg.Telegram = &telegram.Config{}
+	}
+	if cfg.Telegram != nil {
+		set(&cfg.Telegram.Token, envTelegramToken)
+		set(&cfg.Telegram.WebhookSecret, envTelegramSecret)
+		set(&cfg.Telegram.WebhookURL, envTelegramURL)
+	}
+	if _, ok := lookup(envNexscopeToken); ok && cfg.Nexscope == nil {
+		cfg.Nexscope = &nexscope.Config{}
+	}
+	if gen != nil && cfg.Nexscope == nil {
+		cfg.Nexscope = &nexscope.Config{
+			Token: gen.NexscopeToken,
+			Rooms: []nexscope.Room{{Name: nexscope.DefaultRoom, Tenant: cfg.Tenants[0].ID}},
+		}
+	}
+	if cfg.Nexscope != nil {
+		if set(&cfg.Nexscope.Token, envNexscopeToken) && gen != nil {
+			gen.NexscopeToken = cfg.Nexscope.Token
+		}
+		for key, dst := range map[string]*int64{envNexscopePayload: &cfg.Nexscope.MaxPayload, envNexscopeMaxFile: &cfg.Nexscope.MaxFile} {
+			if v, ok := lookup(key); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || n < 0 {
+					return fmt.Errorf("config: %s: %q is not a byte count", key, v)
+				}
+				*dst = n
+			}
+		}
+		if v, ok := lookup(envNexscopeMaxUsers); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("config: %s: %q is not a member count", envNexscopeMaxUsers, v)
+			}
+			cfg.Nexscope.MaxUsers = n
+		}
+	} else if gen != nil {
+		gen.NexscopeToken = ""
+	}
+	return nil
+}
+
+// validatePlatforms checks each enabled platform's section and that every
+// tenant it routes to is configured.
+func (c *Config) validatePlatforms() error {
+	tenants := c.TenantIDs()
+	known := func(key, tenant string) error {
+		if tenant != "" && !tenants[tenant] {
+			return fmt.Errorf("config: %s: tenant %q is not defined in tenants", key, tenant)
+		}
+		return nil
+	}
+	if d := c.Discord; d != nil {
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		for _, g := range sortedKeys(d.Guilds) {
+			if err := known(fmt.Sprintf("discord.guilds[%q]", g), d.Guilds[g]); err != nil {
+				return err
+			}
+		}
+		if err := known("discord.dm_tenant", d.DMTenant); err != nil {
+			return err
+		}
+		for _, t := range sortedKeys(d.Tenants) {
+			if err := known(fmt.Sprintf("discord.tenants[%q]", t), t); err != nil {
+				return err
+			}
+		}
+	}
+	if t := c.Telegram; t != nil {
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		for _, chat := range sortedKeys(t.Chats) {
+			if err := known(fmt.Sprintf("telegram.chats[%q]", chat), t.Chats[chat]); err != nil {
+				return err
+			}
+		}
+		for _, tenant := range sortedKeys(t.TenantWeights) {
+			if err := known(fmt.Sprintf("telegram.tenant_weights[%q]", tenant), tenant); err != nil {
+				return err
+			}
+		}
+	}
+	if n := c.Nexscope; n != nil {
+		if err := n.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		for i, r := range n.Rooms {
+			if err := known(fmt.Sprintf("nexscope.rooms[%d].tenant", i), r.Tenant); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// buildPlatforms constructs every enabled platform, in the order descriptors
+// merge and untagged outbound on a "relay" connection is resolved.
+func buildPlatforms(cfg *Config, deps platform.Deps) ([]platform.Platform, error) {
+	var out []platform.Platform
+	if cfg.Discord != nil {
+		p, err := discord.New(*cfg.Discord, deps)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		out = append(out, p)
+	}
+	if cfg.Telegram != nil {
+		p, err := telegram.New(*cfg.Telegram, deps)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		out = append(out, p)
+	}
+	if cfg.Nexscope != nil {
+		p, err := nexscope.New(*cfg.Nexscope, deps)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }

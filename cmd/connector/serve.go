@@ -88,7 +88,9 @@ func loadOrDefault(path string, lookup func(string) (string, bool)) (*Config, *g
 		}
 	}
 	cfg.ApplyEnv(lookup)
-	applyPlatformEnv(cfg, gen, lookup)
+	if err := applyPlatformEnv(cfg, gen, lookup); err != nil {
+		return nil, nil, err
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -296,7 +298,7 @@ func printBanner(w io.Writer, addr string, tlsOn bool, cfg *Config, gen *generat
 	if gen != nil {
 		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
 			base, gen.GatewayID, gen.GatewaySecret)
-		if gen.NexscopeToken != "" {
+		if cfg.Nexscope != nil {
 			fmt.Fprintf(w, "  nexscope:  %s://%s/ws?name=<you>&token=%s&v=1\n", wsScheme, addr, gen.NexscopeToken)
 		}
 	}
