@@ -1,0 +1,300 @@
+package discord
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/platform/discord/discordtest"
+)
+
+// storm answers some message posts with 429s: every 5th with a route 429,
+// every 11th with a global 429 that carries only Retry-After (the kind
+// discordgo misses). It records when every request arrived.
+type storm struct {
+	mu       sync.Mutex
+	n        int
+	arrivals []time.Time
+	globals  []time.Time
+}
+
+const stormGlobalRetry = 200 * time.Millisecond
+
+func (s *storm) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+	if r.Method != "POST" || !strings.HasSuffix(r.URL.Path, "/messages") {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	s.arrivals = append(s.arrivals, now)
+	s.n++
+	switch {
+	case s.n%11 == 0:
+		s.globals = append(s.globals, now)
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("X-RateLimit-Global", "true")
+		w.Header().Set("X-RateLimit-Scope", "global")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprintf(w, `{"message":"You are being rate limited.","retry_after":%g,"global":true}`, stormGlobalRetry.Seconds())
+		return true
+	case s.n%5 == 0:
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("X-RateLimit-Limit", "5")
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("X-RateLimit-Reset-After", "0.05")
+		w.Header().Set("X-RateLimit-Bucket", "abcd")
+		w.Header().Set("X-RateLimit-Scope", "user")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"message":"You are being rate limited.","retry_after":0.05,"global":false}`)
+		return true
+	}
+	return false
+}
+
+func TestRateLimitStormLosesNothingAndHoldsGlobalLimit(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, func(c *Config) {
+		c.GlobalRate, c.GlobalBurst = 40, 5
+		c.RequestTimeout = 60 * time.Second
+	})
+	e.startReady(t)
+	st := &storm{}
+	e.fake.SetHook(st.hook)
+
+	type job struct{ tenant, chat, content string }
+	var jobs []job
+	for i := range 90 {
+		jobs = append(jobs, job{"t1", []string{chanGeneral, chanRandom}[i%2], fmt.Sprintf("flood-%03d", i)})
+	}
+	for i := range 15 {
+		jobs = append(jobs, job{"t2", chanOther, fmt.Sprintf("quiet-%03d", i)})
+	}
+	var (
+		mu    sync.Mutex
+		order []string
+		wg    sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for _, j := range jobs {
+		wg.Go(func() {
+			<-start
+			body, _ := json.Marshal(map[string]any{"op": "send", "chat_id": j.chat, "content": j.content, "reply_to": nil, "metadata": map[string]any{}})
+			r := execute(t, e, j.tenant, string(body))
+			if !r.Success {
+				t.Errorf("%s: %+v", j.content, r)
+			}
+			mu.Lock()
+			order = append(order, j.tenant)
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	// No request lost or duplicated: every content exactly once.
+	seen := map[string]int{}
+	for _, ch := range []string{chanGeneral, chanRandom, chanOther} {
+		for _, m := range e.fake.Messages(ch) {
+			seen[m.Content]++
+		}
+	}
+	for _, j := range jobs {
+		if seen[j.content] != 1 {
+			t.Errorf("%s delivered %d times", j.content, seen[j.content])
+		}
+	}
+	if len(seen) != len(jobs) {
+		t.Errorf("fake holds %d distinct messages, want %d", len(seen), len(jobs))
+	}
+
+	st.mu.Lock()
+	arrivals := slices.Clone(st.arrivals)
+	globals := slices.Clone(st.globals)
+	st.mu.Unlock()
+	if len(globals) == 0 || len(arrivals) <= len(jobs) {
+		t.Fatalf("storm too mild: %d arrivals, %d global 429s", len(arrivals), len(globals))
+	}
+	// The global limit holds: at most 50 requests reach Discord in any second.
+	slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
+	for i, a := range arrivals {
+		n := 0
+		for _, b := range arrivals[i:] {
+			if b.Sub(a) >= time.Second {
+				break
+			}
+			n++
+		}
+		if n > 50 {
+			t.Fatalf("%d requests within one second from %v", n, a)
+		}
+	}
+	// A global 429 without Reset-After pauses every route.
+	for _, g := range globals {
+		for _, a := range arrivals {
+			if d := a.Sub(g); d > 50*time.Millisecond && d < stormGlobalRetry-50*time.Millisecond {
+				t.Fatalf("request %v after a global 429 that asked for %v", d, stormGlobalRetry)
+			}
+		}
+	}
+	// Fair share: the quiet tenant is not starved behind the flood.
+	lastQuiet := 0
+	for i, tenant := range order {
+		if tenant == "t2" {
+			lastQuiet = i
+		}
+	}
+	if lastQuiet > len(order)/2 {
+		t.Fatalf("t2's last send finished at position %d of %d", lastQuiet, len(order))
+	}
+}
+
+// bucketed answers message posts with per-channel buckets of 2 per 300 ms,
+// and a 429 to a client that does not respect them.
+type bucketed struct {
+	mu      sync.Mutex
+	used    map[string]int
+	reset   map[string]time.Time
+	over    int
+	arrived int
+}
+
+func (b *bucketed) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+	if r.Method != "POST" || !strings.HasSuffix(r.URL.Path, "/messages") {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.arrived++
+	ch := r.URL.Path
+	now := time.Now()
+	if now.After(b.reset[ch]) {
+		b.used[ch], b.reset[ch] = 0, now.Add(300*time.Millisecond)
+	}
+	b.used[ch]++
+	left := b.reset[ch].Sub(now).Seconds()
+	w.Header().Set("X-RateLimit-Limit", "2")
+	w.Header().Set("X-RateLimit-Reset-After", strconv.FormatFloat(left, 'f', 3, 64))
+	w.Header().Set("X-RateLimit-Bucket", "msgs")
+	if b.used[ch] > 2 {
+		b.over++
+		w.Header().Set("X-RateLimit-Remaining", "0")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprintf(w, `{"message":"You are being rate limited.","retry_after":%.3f,"global":false}`, left)
+		return true
+	}
+	w.Header().Set("X-RateLimit-Remaining", strconv.Itoa(2-b.used[ch]))
+	return false
+}
+
+func TestRouteBucketsAreHonoured(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	b := &bucketed{used: map[string]int{}, reset: map[string]time.Time{}}
+	e.fake.SetHook(b.hook)
+	for i := range 7 {
+		r := execute(t, e, "t1", fmt.Sprintf(`{"op":"send","chat_id":"102","content":"seq-%d","reply_to":null,"metadata":{}}`, i))
+		if !r.Success {
+			t.Fatalf("send %d = %+v", i, r)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Only the very first burst can overrun (before any header was seen).
+	if b.over > 0 {
+		t.Fatalf("%d requests overran a known bucket", b.over)
+	}
+	if got := len(e.fake.Messages(chanRandom)); got != 7 {
+		t.Fatalf("%d messages, want 7", got)
+	}
+}
+
+func TestRateLimitBeyondDeadlineFailsFast(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.RequestTimeout = 500 * time.Millisecond })
+	e.startReady(t)
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.Method != "POST" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"message":"You are being rate limited.","retry_after":30,"global":false}`)
+		return true
+	})
+	a, _ := contract.DecodeAction(json.RawMessage(`{"op":"send","chat_id":"102","content":"x","reply_to":null,"metadata":{}}`))
+	r := e.p.Execute(t.Context(), "t1", &a)
+	if r.Success || r.Code != contract.CodeRateLimited || r.RetryAfterMS != 30000 {
+		t.Fatalf("result = %+v", r)
+	}
+}
+
+func TestBreakerStopsBeforeBan(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.InvalidRequestLimit = 5 })
+	e.startReady(t)
+	var mu sync.Mutex
+	forbidden := 0
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.Method != "POST" {
+			return false
+		}
+		mu.Lock()
+		forbidden++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `{"message":"Missing Access","code":50001}`)
+		return true
+	})
+	for i := range 8 {
+		r := execute(t, e, "t1", `{"op":"typing","chat_id":"102","metadata":{}}`)
+		if r.Success {
+			t.Fatalf("typing %d succeeded", i)
+		}
+		if i >= 5 && r.Code != contract.CodeUnavailable {
+			t.Fatalf("call %d after the breaker opened = %+v", i, r)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if forbidden != 5 {
+		t.Fatalf("%d requests reached Discord, want 5", forbidden)
+	}
+	if st := e.p.Status(); st.Ready {
+		t.Fatalf("status with the breaker open = %+v", st)
+	}
+}
+
+func TestUnauthorizedPausesREST(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	calls := 0
+	var mu sync.Mutex
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.Method != "POST" {
+			return false
+		}
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"message":"401: Unauthorized","code":0}`)
+		return true
+	})
+	r1 := execute(t, e, "t1", `{"op":"typing","chat_id":"102","metadata":{}}`)
+	r2 := execute(t, e, "t1", `{"op":"typing","chat_id":"102","metadata":{}}`)
+	mu.Lock()
+	defer mu.Unlock()
+	if r1.Success || r2.Code != contract.CodeUnavailable || calls != 1 {
+		t.Fatalf("r1 %+v r2 %+v calls %d", r1, r2, calls)
+	}
+}
