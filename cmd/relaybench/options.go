@@ -1,0 +1,116 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Driver names accepted by -driver.
+const (
+	driverSynthetic = "synthetic"
+	driverNexscope  = "nexscope"
+	driverIdle      = "idle"
+)
+
+// options are relaybench's flags.
+type options struct {
+	// URL targets a running connector's /relay (ws:// or wss://); empty runs
+	// the connector in-process.
+	URL string
+	// GatewayPrefix names gateway i "<prefix><i>"; with -url the connector
+	// must know these ids with Secret.
+	GatewayPrefix string
+	Secret        string
+	Gateways      int
+	Tenants       int
+	Driver        string
+	// Rate is events per second; 0 sends as fast as Window allows.
+	Rate     float64
+	Duration time.Duration
+	// Window bounds events sent and not yet acknowledged by a gateway.
+	Window int
+	// Echo runs the bare-transport baseline after the connector run.
+	Echo bool
+	// ConnectWorkers is how many gateways dial at once.
+	ConnectWorkers int
+	// Drain bounds the wait for the last events after the driver stopped.
+	Drain time.Duration
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("relaybench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.URL, "url", "", "target a running connector's /relay URL instead of an in-process one (driver idle only)")
+	fs.StringVar(&o.GatewayPrefix, "gateway-prefix", "bench-gw-", "gateway i is named <prefix><i>")
+	fs.StringVar(&o.Secret, "secret", "", "gateway HMAC secret (required with -url; random in-process)")
+	fs.IntVar(&o.Gateways, "gateways", 10, "gateways to connect")
+	fs.IntVar(&o.Tenants, "tenants", 0, "tenants the gateways are spread over, round-robin (default: one per gateway)")
+	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope or idle")
+	fs.Float64Var(&o.Rate, "rate", 1000, "events per second (0: as fast as -window allows)")
+	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "how long to drive events")
+	fs.IntVar(&o.Window, "window", 1024, "most events sent and not yet acknowledged by a gateway")
+	fs.BoolVar(&o.Echo, "echo", true, "also measure a bare coder/websocket echo server with the same load")
+	fs.IntVar(&o.ConnectWorkers, "connect-workers", 8, "gateways dialing at once")
+	fs.DurationVar(&o.Drain, "drain", 10*time.Second, "longest wait for events still in flight after the driver stopped")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.Tenants <= 0 {
+		o.Tenants = o.Gateways
+	}
+	if o.Secret == "" && o.URL == "" {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		o.Secret = hex.EncodeToString(b[:])
+	}
+	return o, o.validate()
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.Gateways < 1:
+		return errors.New("-gateways must be at least 1")
+	case o.Tenants > o.Gateways:
+		return errors.New("-tenants must not exceed -gateways")
+	case o.Rate < 0:
+		return errors.New("-rate must not be negative")
+	case o.Duration <= 0 && o.Driver != driverIdle:
+		return errors.New("-duration must be positive")
+	case o.Window < 1:
+		return errors.New("-window must be at least 1")
+	case o.ConnectWorkers < 1:
+		return errors.New("-connect-workers must be at least 1")
+	case o.URL != "" && o.Secret == "":
+		return errors.New("-url needs -secret")
+	case o.URL != "" && o.Driver != driverIdle:
+		return fmt.Errorf("-driver %s needs the in-process connector; with -url use -driver idle", o.Driver)
+	}
+	switch o.Driver {
+	case driverSynthetic, driverNexscope, driverIdle:
+		return nil
+	}
+	return fmt.Errorf("unknown -driver %q (synthetic, nexscope or idle)", o.Driver)
+}
+
+// gatewayID is gateway i's id.
+func (o *options) gatewayID(i int) string { return fmt.Sprintf("%s%d", o.GatewayPrefix, i) }
+
+// helloPlatform is the platform the gateways hello.
+func (o *options) helloPlatform() string {
+	switch o.Driver {
+	case driverNexscope:
+		return driverNexscope
+	case driverSynthetic:
+		return syntheticPlatformName
+	}
+	return "relay"
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// stats summarize one measured run.
+type stats struct {
+	Sent     int // events the driver produced
+	Received int // events a client read
+	Errors   int // failed sends, dropped events, broken connections
+	Elapsed  time.Duration
+	P50      time.Duration
+	P90      time.Duration
+	P99      time.Duration
+	Max      time.Duration
+}
+
+// Lost is how many sent events never arrived.
+func (s stats) Lost() int { return max(0, s.Sent-s.Received) }
+
+// PerSecond is the received events per second of Elapsed.
+func (s stats) PerSecond() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Received) / s.Elapsed.Seconds()
+}
+
+// fields encodes s for the child protocol.
+func (s stats) fields() string {
+	return fmt.Sprintf("%d %d %d %d %d %d %d %d", s.Sent, s.Received, s.Errors,
+		s.Elapsed, s.P50, s.P90, s.P99, s.Max)
+}
+
+// parseStats decodes what fields wrote.
+func parseStats(f []string) (stats, error) {
+	if len(f) != 8 {
+		return stats{}, fmt.Errorf("stats: want 8 fields, got %q", strings.Join(f, " "))
+	}
+	var v [8]int64
+	for i := range v {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return stats{}, fmt.Errorf("stats field %d: %w", i, err)
+		}
+		v[i] = n
+	}
+	return stats{Sent: int(v[0]), Received: int(v[1]), Errors: int(v[2]), Elapsed: time.Duration(v[3]),
+		P50: time.Duration(v[4]), P90: time.Duration(v[5]), P99: time.Duration(v[6]), Max: time.Duration(v[7])}, nil
+}
+
+// recorder collects latencies from many goroutines.
+type recorder struct {
+	mu     sync.Mutex
+	lat    []time.Duration
+	errors int
+}
+
+func (r *recorder) add(d time.Duration) {
+	r.mu.Lock()
+	r.lat = append(r.lat, d)
+	r.mu.Unlock()
+}
+
+func (r *recorder) fail() {
+	r.mu.Lock()
+	r.errors++
+	r.mu.Unlock()
+}
+
+// take returns the stats of everything recorded since the last take, and
+// starts over.
+func (r *recorder) take() stats {
+	r.mu.Lock()
+	l, errs := r.lat, r.errors
+	r.lat, r.errors = nil, 0
+	r.mu.Unlock()
+	s := stats{Received: len(l), Errors: errs}
+	if len(l) == 0 {
+		return s
+	}
+	slices.Sort(l)
+	at := func(q float64) time.Duration { return l[min(len(l)-1, int(q*float64(len(l))))] }
+	s.P50, s.P90, s.P99, s.Max = at(0.50), at(0.90), at(0.99), l[len(l)-1]
+	return s
+}
+
+// stampPrefix starts the stamp every generated event text carries:
+// "rb=<unix ns of the scheduled send> …".
+const stampPrefix = "rb="
+
+// appendStamp appends the stamp for t.
+func appendStamp(dst []byte, t time.Time) []byte {
+	return strconv.AppendInt(append(dst, stampPrefix...), t.UnixNano(), 10)
+}
+
+// parseStamp finds the stamp in text and returns its time.
+func parseStamp(text []byte) (time.Time, bool) {
+	i := strings.Index(string(text), stampPrefix)
+	if i < 0 {
+		return time.Time{}, false
+	}
+	rest := text[i+len(stampPrefix):]
+	n := 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' {
+		n++
+	}
+	ns, err := strconv.ParseInt(string(rest[:n]), 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
+}
