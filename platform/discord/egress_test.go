@@ -3,6 +3,8 @@ package discord
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -174,5 +176,71 @@ func TestFollowUpExpiredToken(t *testing.T) {
 	r := execute(t, e, "t1", `{"op":"follow_up","session_key":"s","kind":"discord.interaction_token","content":"late","metadata":{}}`)
 	if r.Success || r.Code != contract.CodeCapabilityMissing {
 		t.Fatalf("expired follow_up = %+v", r)
+	}
+}
+
+// TestErrorPathsLogNoSecrets drives follow-ups into a 404, a 429 beyond the
+// deadline and a dropped connection: every error names the failure, and no
+// log line or result holds the interaction token or the bot token.
+func TestErrorPathsLogNoSecrets(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.RequestTimeout = 2 * time.Second })
+	e.startReady(t)
+	token := "errpath-interaction-token-abcdef123456"
+	key := "agent:main:discord:group:101:501"
+	if err := e.vault.Put(vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
+		vault.Entry{Value: vault.NewSecret(token), Ref: "9000"}); err != nil {
+		t.Fatal(err)
+	}
+	action := `{"op":"follow_up","session_key":"` + key + `","kind":"discord.interaction_token","content":"x","metadata":{}}`
+	var results []contract.Result
+	// 1. Unknown webhook (404).
+	results = append(results, execute(t, e, "t1", action))
+	// 2. 429 far beyond the deadline.
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if !strings.Contains(r.URL.Path, "/webhooks/") {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprint(w, `{"message":"You are being rate limited.","retry_after":60,"global":false}`)
+		return true
+	})
+	results = append(results, execute(t, e, "t1", action))
+	// 3. The connection dropped mid-request.
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if !strings.Contains(r.URL.Path, "/webhooks/") {
+			return false
+		}
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+		return true
+	})
+	// A fresh token: the 429 above emptied the first one's bucket.
+	token2 := token + "-second"
+	if err := e.vault.Put(vault.Key{Tenant: "t1", SessionKey: key + "x", Kind: vault.KindDiscordInteractionToken},
+		vault.Entry{Value: vault.NewSecret(token2), Ref: "9000"}); err != nil {
+		t.Fatal(err)
+	}
+	results = append(results, execute(t, e, "t1", strings.Replace(action, key, key+"x", 1)))
+	wantCodes := []string{contract.CodePlatformError, contract.CodeRateLimited, contract.CodeUnavailable}
+	for i, r := range results {
+		if r.Success || r.Code != wantCodes[i] {
+			t.Errorf("case %d = %+v, want code %s", i, r, wantCodes[i])
+		}
+		b, _ := json.Marshal(r)
+		if strings.Contains(string(b), token) {
+			t.Errorf("result %d holds the token: %s", i, b)
+		}
+	}
+	logs := e.logs.text()
+	if !strings.Contains(logs, "discord egress failed") {
+		t.Fatalf("failures were not logged:\n%s", logs)
+	}
+	for _, s := range []string{token, testToken} {
+		if strings.Contains(logs, s) {
+			t.Fatalf("a secret is in the logs:\n%s", logs)
+		}
 	}
 }
