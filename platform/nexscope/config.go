@@ -150,6 +150,9 @@ func (c *Config) Validate() error {
 		if r.BotName != "" && r.Tenant == "" {
 			return fmt.Errorf("nexscope: rooms[%d].bot_name is set but the room has no tenant", i)
 		}
+		if r.Tenant != "" && (r.MaxUsers == 1 || r.MaxUsers == 0 && c.MaxUsers == 1) {
+			return fmt.Errorf("nexscope: rooms[%d].max_users leaves no place beside the bot", i)
+		}
 	}
 	return nil
 }

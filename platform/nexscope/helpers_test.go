@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -417,10 +416,4 @@ func msg(id, from string, to []string, text string) map[string]any {
 		"type": "msg", "msgId": id, "from": from, "to": to, "role": "user",
 		"threadId": "t1", "text": text, "hopCount": 0, "attachments": []any{},
 	}
-}
-
-// isCloseErr reports whether err carries a close frame.
-func isCloseErr(err error) bool {
-	var ce websocket.CloseError
-	return errors.As(err, &ce)
 }

@@ -19,7 +19,7 @@ type member struct {
 	p      *Platform
 	room   *room
 	name   string
-	quoted []byte // name as a JSON string, for presence-free ack lists
+	quoted []byte // name as a JSON string, for ack lists
 	ws     *websocket.Conn
 	q      *sendQueue
 	log    *slog.Logger

@@ -1,0 +1,265 @@
+package nexscope
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// drainInBackground reads c until its connection ends, counting frames.
+func drainInBackground(c *client, frames *atomic.Int64) {
+	go func() {
+		for {
+			if _, _, err := c.ws.Read(context.Background()); err != nil {
+				return
+			}
+			frames.Add(1)
+		}
+	}()
+}
+
+// BenchmarkMsgAck measures msg -> ack round trips in a room of 50 members
+// (the default cap): the sender waits for each ack before the next msg.
+// p50/p99 are reported per round trip.
+func BenchmarkMsgAck(b *testing.B) {
+	for _, mode := range []string{"direct", "broadcast"} {
+		b.Run(mode+"/50members", func(b *testing.B) {
+			tr := startRelay(b, Config{})
+			var got atomic.Int64
+			for i := range DefaultMaxUsers - 1 {
+				c := tr.join(b, "", "m"+strconv.Itoa(i))
+				drainInBackground(c, &got)
+			}
+			sender := tr.join(b, "", "sender")
+			to := `["m7"]`
+			if mode == "broadcast" {
+				to = `[]`
+			}
+			frame := []byte(`{"type":"msg","msgId":"01HQX5C9ABCDEFGHJKMNPQRSTV","from":"sender","to":` + to +
+				`,"role":"userAgent","threadId":"t-2026-04-28-xyz","text":"please refactor auth.ts, write tests first","hopCount":0,"attachments":[]}`)
+			ctx := context.Background()
+			lat := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				if err := sender.ws.Write(ctx, websocket.MessageText, frame); err != nil {
+					b.Fatal(err)
+				}
+				for {
+					_, resp, err := sender.ws.Read(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if len(resp) > 12 && string(resp[:12]) == `{"type":"ack` {
+						break
+					}
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		})
+	}
+}
+
+const benchFileSize = 32 << 20
+
+// BenchmarkFileRelay streams a file through the relay to 1 and 10
+// recipients; MB/s counts the file's bytes once (not once per recipient).
+// Compare with BenchmarkLoopbackCopy for the ratio.
+func BenchmarkFileRelay(b *testing.B) {
+	for _, n := range []int{1, 10} {
+		b.Run(fmt.Sprintf("recipients=%d", n), func(b *testing.B) {
+			tr := startRelay(b, Config{})
+			to := make([]string, n)
+			ends := make(chan struct{}, n)
+			for i := range n {
+				to[i] = "r" + strconv.Itoa(i)
+				c := tr.join(b, "", to[i])
+				go func() {
+					for {
+						typ, rd, err := c.ws.Reader(context.Background())
+						if err != nil {
+							return
+						}
+						if typ == websocket.MessageBinary {
+							_, _ = io.Copy(io.Discard, rd)
+							continue
+						}
+						msg, _ := io.ReadAll(rd)
+						if len(msg) > 20 && string(msg[:20]) == `{"type":"file-end","` {
+							ends <- struct{}{}
+						}
+					}
+				}()
+			}
+			sender := tr.join(b, "", "sender")
+			src := newChunkSource(benchFileSize, 64<<10)
+			var chunks [][]byte
+			for c := src.next(); c != nil; c = src.next() {
+				chunks = append(chunks, slices.Clone(c))
+			}
+			b.SetBytes(benchFileSize)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				id := "f" + strconv.Itoa(i)
+				sender.sendJSON(fileStart(id, "sender", to, benchFileSize))
+				for _, c := range chunks {
+					sender.sendBinary(c)
+				}
+				sender.sendJSON(fileEnd(id, "sender"))
+				sender.expect("ack")
+				for range n {
+					<-ends
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLoopbackCopy is the baseline: the same bytes in the same 64 KiB
+// writes over a bare loopback TCP connection.
+func BenchmarkLoopbackCopy(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	var wg sync.WaitGroup
+	received := make(chan int64)
+	wg.Go(func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		for {
+			var total int64
+			for total < benchFileSize {
+				n, err := io.CopyN(io.Discard, conn, benchFileSize-total)
+				total += n
+				if err != nil {
+					return
+				}
+			}
+			received <- total
+		}
+	})
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := newChunkSource(benchFileSize, 64<<10)
+	var chunks [][]byte
+	for c := src.next(); c != nil; c = src.next() {
+		chunks = append(chunks, slices.Clone(c))
+	}
+	b.SetBytes(benchFileSize)
+	b.ResetTimer()
+	for range b.N {
+		for _, c := range chunks {
+			if _, err := conn.Write(c); err != nil {
+				b.Fatal(err)
+			}
+		}
+		<-received
+	}
+	b.StopTimer()
+	conn.Close()
+	wg.Wait()
+}
+
+// BenchmarkSlowRecipientMemory sends a 100 MiB file to a fast and a slow
+// recipient (the slow one pauses 100 µs after every frame) and reports the
+// Go heap in use at its peak during the transfer (relay and in-process
+// clients together, above the level before it), plus the slow recipient's
+// peak send queue: the relay's own buffering for it.
+func BenchmarkSlowRecipientMemory(b *testing.B) {
+	const size = 100 << 20
+	tr := startRelay(b, Config{})
+	ends := make(chan struct{}, 2)
+	read := func(c *client, pause time.Duration) {
+		for {
+			typ, msg, err := c.ws.Read(context.Background())
+			if err != nil {
+				return
+			}
+			if pause > 0 {
+				time.Sleep(pause) // the slow reader being simulated, not synchronization
+			}
+			if typ == websocket.MessageText && len(msg) > 20 && string(msg[:20]) == `{"type":"file-end","` {
+				ends <- struct{}{}
+			}
+		}
+	}
+	go read(tr.join(b, "", "fast"), 0)
+	go read(tr.join(b, "", "slow"), 100*time.Microsecond)
+	sender := tr.join(b, "", "sender")
+	slow := tr.member("slow")
+	src := newChunkSource(size, 64<<10)
+	var chunks [][]byte
+	for c := src.next(); c != nil; c = src.next() {
+		chunks = append(chunks, slices.Clone(c))
+	}
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := range b.N {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		base := ms.HeapInuse
+		var peakHeap, peakQueue atomic.Uint64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			t := time.NewTicker(5 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				if ms.HeapInuse > base && ms.HeapInuse-base > peakHeap.Load() {
+					peakHeap.Store(ms.HeapInuse - base)
+				}
+				slow.q.mu.Lock()
+				q := uint64(slow.q.queued)
+				slow.q.mu.Unlock()
+				if q > peakQueue.Load() {
+					peakQueue.Store(q)
+				}
+			}
+		}()
+		id := "f" + strconv.Itoa(i)
+		sender.sendJSON(fileStart(id, "sender", []string{"fast", "slow"}, size))
+		for _, c := range chunks {
+			sender.sendBinary(c)
+		}
+		sender.sendJSON(fileEnd(id, "sender"))
+		sender.expect("ack")
+		<-ends
+		<-ends
+		close(stop)
+		<-sampled
+		b.ReportMetric(float64(peakHeap.Load())/(1<<20), "peak-heap-MiB")
+		b.ReportMetric(float64(peakQueue.Load())/(1<<10), "peak-slow-queue-KiB")
+	}
+}

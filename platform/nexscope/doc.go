@@ -1,0 +1,138 @@
+// Package nexscope is the connector's third chat platform: the nexscope relay
+// protocol v1 (a WebSocket chat relay for coding agents and their users,
+// shared/seeds/002) hosted on the connector's listener, with rooms that a
+// tenant's Hermes gateways join through a bot member.
+//
+// # Endpoints and rooms
+//
+// Routes serves GET /ws (the room named "default") and GET /ws/{room} (a room
+// listed in Config.Rooms; the default room may be configured there too). A
+// client selects its room by the URL path; query parameters are the
+// protocol's name, token and v. Each room has its own members, presence,
+// file-transfer lock and member cap. A member is in exactly one room.
+//
+// # Handshake
+//
+// Checks run in this order; a refused client never enters the message loop:
+//
+//	token missing or wrong      close 1008, no error frame (constant-time compare)
+//	v not 1 (absent means 1)    error version_mismatch, close 1008
+//	name not ^[a-zA-Z0-9_-]{1,32}$  error invalid_name, close 4012
+//	room not configured         error unknown_room, close 4017
+//	name online in the room     error name_taken, close 4009 (the bot's name too)
+//	room at its cap             error room_full, close 4015 (the bot counts)
+//
+// The first frame after a successful handshake is presence; every join and
+// every leave (close, crash, heartbeat timeout, any kick) sends the full
+// sorted list, the recipient and the bot included, with the relay's ts (ms),
+// to every member of the room.
+//
+// # Messages
+//
+// A text frame must be UTF-8 JSON and an object (else bad_json). Its type
+// selects msg, file-start, file-end or ping (else unknown_type). Field names
+// are matched exactly and the last duplicate wins, as recipients' JSON
+// readers do, so what the relay validates is what they read. msg and
+// file-start need from equal to the authenticated name (missing_from,
+// from_mismatch) and to an array of strings (missing_to); file-end needs
+// from. Each of those three errors is a strike; the tenth closes with 4013
+// after its error frame. Errors about a msg or file frame carry its msgId.
+//
+// A msg is forwarded to each online member named in to (deduplicated; [] is
+// every member but the sender) byte for byte with `,"ts":<ms>` spliced in
+// before the closing brace, unknown fields and spacing kept. The sender then
+// gets {"type":"ack","msgId","threadId","delivered","offline"}: for a
+// broadcast delivered is every other member in sorted order; names that were
+// not online are offline and the message is dropped for them (no queue).
+// {"type":"ping"} is answered with {"type":"pong","ts":<ms>}.
+//
+// # Files
+//
+// file-start takes the room's lock (held: transfer_busy with retryAfterMs
+// 2000) and is forwarded, with ts, to the members online at that moment; they
+// are the transfer's recipients, and only they get its binary frames, in
+// order, and its file-end. attachment.size must be a non-negative integer
+// (bad_file_start) of at most MaxFile (file_too_large). The chunk that would
+// pass attachment.size, or a file-end before all of it arrived, aborts the
+// transfer (size_mismatch to the sender, transfer_incomplete to recipients;
+// the rest of that stream is dropped quietly). A file-end whose msgId does
+// not match is dropped with bad_file_end and the transfer goes on. On
+// file-end the lock is released and the sender's ack lists the recipients
+// still online as delivered and the others (offline at file-start, or gone
+// since) as offline. If file-end has not arrived TransferTimeout (60 s)
+// after file-start, the lock is released, recipients get transfer_incomplete
+// with the msgId, and the sender is closed with 4014; a sender that
+// disconnects mid-transfer releases the lock and notifies the same way. A
+// binary frame from a member that holds no transfer gets unexpected_binary.
+//
+// # Backpressure and slow members
+//
+// Every member has one writer goroutine and a send queue bounded in bytes.
+// A file chunk is handed to the recipients only once each of their queues
+// holds less than SendQueueBytes: a slow recipient slows the sender (its
+// reads stop, so TCP pushes back on it) instead of making the relay buffer
+// the file; memory per recipient stays under SendQueueBytes plus one chunk.
+// Other frames never wait; a member whose queue passes SendQueueBytes +
+// MaxPayload, or whose single write takes longer than WriteTimeout, is
+// closed with 4016 (slow consumer) and leaves the room. A transfer slowed
+// this way is still bound by the 60 s deadline.
+//
+// # Heartbeat and limits
+//
+// The relay pings every member every HeartbeatInterval (30 s) at the
+// WebSocket level; a ping still unanswered at the next tick is a miss, and
+// the second consecutive miss closes the member with 4010 (logged as
+// heartbeat_timeout, no error frame). Any message over MaxPayload (10 MiB),
+// text or binary, gets msg_too_large and close 4011. Nothing is persisted:
+// the relay holds only its member tables, locks and send queues.
+//
+// # Bridge to Hermes gateways
+//
+// A room with a Tenant has the connector's bot (Room.BotName, default
+// Config.BotName "hermes") in its presence. A msg whose to names the bot, or
+// a broadcast whose text mentions "@<bot>", is counted delivered to it and
+// becomes a platform.Delivery for the tenant: an inbound MessageEvent with
+// text, message_id msgId and the SessionSource
+//
+//	platform "nexscope", chat_id = chat_name = room name, chat_type "group",
+//	user_id = user_name = from, thread_id = threadId (null when absent),
+//	message_id = msgId, is_bot = (role == "userAgent")
+//
+// keyed by platform.Deps.Key, so the session key follows the tenant's
+// session options (agent:main:nexscope:group:<room>:<threadId> with the
+// gateway defaults). Text starting with "/" is message_type command, and
+// "/stop" becomes a KindInterrupt delivery for that session instead. A
+// file-start to the bot is bridged at its file-end as the text plus a note
+// naming the file and its size; file bytes are never forwarded to gateways.
+// Messages whose hopCount is at least HopLimit (default 3), or whose msgId is
+// not a non-empty string, are dropped (metrics reason hop_limit, malformed).
+//
+// Gateways act through Execute on rooms bound to their tenant (others get
+// the uniform egress decline; ChatTenant resolves a room's tenant or
+// ErrUnknownChat):
+//
+//   - send: a msg from the bot, role userAgent, text = content (split into
+//     msgs of at most MaxText bytes on rune boundaries). It answers the
+//     inbound named by reply_to (or metadata.reply_to_message_id), else the
+//     last inbound of metadata.thread_id, else the room's last inbound; the
+//     threadId is metadata.thread_id or that inbound's; to is that inbound's
+//     author, else metadata.user_id, else everyone online ([]); hopCount is
+//     that inbound's hopCount + 1, else 0. No thread at all is bad_request;
+//     no recipient online is unavailable (nothing is queued). message_id is
+//     the bot msg's msgId (a ULID).
+//   - typing: a no-op success; the protocol has no typing frame.
+//   - get_chat_info: the room's name and type "group".
+//
+// edit is not offered: the descriptor (descriptor.Nexscope) says
+// supports_edit false and supports_threads false, plain markdown, and
+// max_message_length MaxText; supported_ops are the keys of the egress table.
+//
+// # Close codes
+//
+//	1001 shutting down          4012 invalid_name
+//	1008 bad token / version    4013 ten from/to errors
+//	4009 name_taken             4014 file transfer stalled
+//	4010 heartbeat timeout      4015 room_full
+//	4011 msg_too_large          4016 slow consumer
+//	                            4017 unknown_room
+package nexscope

@@ -1,0 +1,114 @@
+package nexscope
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+
+	"github.com/coder/websocket"
+
+	"connector/platform"
+)
+
+// checkingSink fails the fuzz run on a delivery that does not encode.
+type checkingSink struct{ t *testing.T }
+
+func (s checkingSink) Deliver(_ context.Context, d platform.Delivery) error {
+	if d.Event != nil && !json.Valid(d.Event.AppendJSON(nil)) {
+		s.t.Fatalf("delivery encodes to invalid JSON: %+v", d.Event)
+	}
+	return nil
+}
+
+// drain empties q without a socket and returns its frames.
+func drain(q *sendQueue) []outFrame {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := append([]outFrame(nil), q.frames[q.head:]...)
+	q.frames, q.head, q.queued = q.frames[:0], 0, 0
+	return out
+}
+
+// FuzzMemberFrames drives a member's frame handlers (what its reader calls
+// for every message) with arbitrary frames, no socket needed: nothing may
+// panic, every frame the relay queues for anyone must be one line of valid
+// JSON with a type, and the room's lock must be held only by a live sender.
+//
+// Input: frames separated by 0x1e; a frame starting with 'B' is binary (the
+// rest), one starting with 'T' advances the clock past the transfer
+// deadline, anything else is a text frame from alice.
+func FuzzMemberFrames(f *testing.F) {
+	join := func(b ...string) []byte { return bytes.Join(toBytes(b), []byte{0x1e}) }
+	for _, s := range seedFrames {
+		f.Add([]byte(s))
+	}
+	f.Add(join(`{"type":"msg","msgId":"m","from":"alice","to":["bob","hermes"],"role":"user","threadId":"t","text":"hi","hopCount":0}`,
+		`{"type":"msg","msgId":"m","from":"alice","to":[],"text":"@hermes /stop","threadId":"t"}`))
+	f.Add(join(`{"type":"file-start","msgId":"f","from":"alice","to":["bob","hermes"],"attachment":{"name":"a","size":4}}`,
+		"Babcd", `{"type":"file-end","msgId":"f","from":"alice"}`))
+	f.Add(join(`{"type":"file-start","msgId":"f","from":"alice","to":["bob"],"attachment":{"size":4}}`, "Babcdef", "Bx",
+		`{"type":"file-end","msgId":"f","from":"alice"}`, `{"type":"file-start","msgId":"g","from":"alice","to":[],"attachment":{"size":1}}`, "T"))
+	f.Fuzz(func(t *testing.T, input []byte) {
+		clock := newFakeClock()
+		p, err := New(Config{Token: "x", Clock: clock, Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}},
+			platform.Deps{Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		p.runCtx.Store(&ctx)
+		p.sink.Store(&sinkRef{checkingSink{t}})
+		r := p.rooms[DefaultRoom]
+		alice, bob := newMember(p, r, "alice"), newMember(p, r, "bob")
+		for _, m := range []*member{alice, bob} {
+			m.log = p.log
+			if code := r.join(m); code != "" {
+				t.Fatal(code)
+			}
+		}
+		check := func() {
+			for _, m := range []*member{alice, bob} {
+				for _, fr := range drain(m.q) {
+					if fr.typ == websocket.MessageBinary {
+						continue
+					}
+					var v map[string]any
+					if err := json.Unmarshal(fr.data, &v); err != nil || v["type"] == nil {
+						t.Fatalf("queued frame %q is not a typed JSON object: %v", fr.data, err)
+					}
+				}
+			}
+			r.mu.Lock()
+			if tr := r.transfer; tr != nil && tr.sender.left.Load() {
+				t.Fatal("a departed sender still holds the room's lock")
+			}
+			r.mu.Unlock()
+		}
+		check()
+		for _, frame := range bytes.Split(input, []byte{0x1e}) {
+			if alice.stop || alice.left.Load() {
+				break
+			}
+			switch {
+			case len(frame) > 0 && frame[0] == 'B':
+				alice.handleChunk(frame[1:])
+			case len(frame) > 0 && frame[0] == 'T':
+				clock.Advance(DefaultTransferTimeout)
+			default:
+				alice.handleText(frame)
+			}
+			check()
+		}
+	})
+}
+
+func toBytes(ss []string) [][]byte {
+	out := make([][]byte, len(ss))
+	for i, s := range ss {
+		out[i] = []byte(s)
+	}
+	return out
+}
