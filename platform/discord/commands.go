@@ -164,6 +164,8 @@ func (c *commandSync) loop(ctx context.Context) {
 			c.p.log.Warn("discord command registry sync failed", "error", describe(err).msg)
 		case changed:
 			c.p.log.Info("discord global commands updated")
+		default:
+			c.p.log.Debug("discord global commands already in sync")
 		}
 	}
 }

@@ -18,7 +18,8 @@ const maxFenceHeader = 24
 // line break, then a space, and cutting mid-word only when a piece has
 // neither. A piece that ends inside a ``` code block is closed with ``` and
 // the next piece reopens it with the same fence line, so no code block is
-// broken. The separator at a cut is dropped.
+// broken. The separator at a cut is dropped. limit must leave room for a
+// reopened fence line and its close (at least 64 when s has fences).
 func splitMessage(s string, limit int) []string {
 	if utf8.RuneCountInString(s) <= limit {
 		return []string{s}
@@ -35,11 +36,16 @@ func splitMessage(s string, limit int) []string {
 			out = append(out, prefix+s)
 			break
 		}
-		room -= len(fenceClose) // the piece may need closing
 		cut, skip := cutPoint(s, room)
+		next := fenceAfter(fence, s[:cut])
+		if next != "" {
+			// The piece ends inside a code block: make room to close it.
+			cut, skip = cutPoint(s, room-len(fenceClose))
+			next = fenceAfter(fence, s[:cut])
+		}
 		piece := s[:cut]
 		s = s[cut+skip:]
-		fence = fenceAfter(fence, piece)
+		fence = next
 		text := prefix + piece
 		if fence != "" {
 			text += fenceClose
@@ -54,6 +60,7 @@ func splitMessage(s string, limit int) []string {
 // cutPoint returns where to cut s so the piece holds at most room code
 // points, and how many separator bytes to drop after it.
 func cutPoint(s string, room int) (cut, skip int) {
+	room = max(room, 1)
 	end, n := 0, 0
 	for i := range s {
 		if n == room {
