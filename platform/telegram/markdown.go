@@ -162,7 +162,7 @@ func (r *mdRenderer) inline(s string, open spans) {
 	}
 }
 
-// codeSpan renders `code` (or ``code``) starting at s[i]; an unclosed run of
+// codeSpan renders a code span opened by the run of backticks at s[i]; an unclosed run of
 // backticks is literal.
 func (r *mdRenderer) codeSpan(s string, i int) int {
 	n := runLen(s, i, '`')

@@ -159,8 +159,10 @@ func (p *Platform) ChatTenant(_ context.Context, chatID string) (string, error) 
 	return "", platform.ErrUnknownChat
 }
 
+// chatOwner parses a chat id in its canonical spelling (as sources carry
+// it) and returns the tenant that claims it.
 func (p *Platform) chatOwner(chatID string) (int64, string) {
-	id, err := strconv.ParseInt(chatID, 10, 64)
+	id, err := parseChatID(chatID)
 	if err != nil {
 		return 0, ""
 	}

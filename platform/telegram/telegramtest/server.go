@@ -8,10 +8,14 @@
 package telegramtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -199,15 +203,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Failure{Code: http.StatusUnauthorized, Description: "Unauthorized"})
 		return
 	}
-	form := map[string]string{}
-	if err := r.ParseMultipartForm(8 << 20); err != nil && !errors.Is(err, http.ErrNotMultipart) {
+	form, err := readForm(r)
+	if err != nil {
 		writeError(w, Failure{Code: http.StatusBadRequest, Description: "Bad Request: cannot parse the form"})
 		return
-	}
-	if r.MultipartForm != nil {
-		for k, v := range r.MultipartForm.Value {
-			form[k] = v[0]
-		}
 	}
 	s.mu.Lock()
 	s.calls = append(s.calls, Call{Method: method, Form: form, At: time.Now()})
@@ -328,9 +327,13 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		for len(s.updates) > 0 && s.updates[0].id < offset {
-			s.updates = s.updates[1:] // confirmed by the higher offset
+		kept := s.updates[:0]
+		for _, u := range s.updates {
+			if u.id >= offset { // lower ones are confirmed by the offset
+				kept = append(kept, u)
+			}
 		}
+		s.updates = kept
 		batch := make([]json.RawMessage, 0, len(s.updates))
 		for _, u := range s.updates {
 			batch = append(batch, u.raw)
@@ -349,6 +352,38 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 			return
 		case <-ch:
 		}
+	}
+}
+
+// readForm reads a multipart/form-data body; a method without parameters
+// comes with an empty body.
+func readForm(r *http.Request) (map[string]string, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+	if err != nil {
+		return nil, err
+	}
+	form := map[string]string{}
+	if len(body) == 0 {
+		return form, nil
+	}
+	_, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		return nil, err
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return form, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		v, err := io.ReadAll(part)
+		if err != nil {
+			return nil, err
+		}
+		form[part.FormName()] = string(v)
 	}
 }
 

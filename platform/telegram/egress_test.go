@@ -1,0 +1,379 @@
+package telegram
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"connector/contract"
+	"connector/platform/telegram/telegramtest"
+)
+
+// act runs one action for tenant with the gateway's 30 s budget.
+func (e *env) act(t *testing.T, tenant string, a contract.Action) contract.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return e.p.Execute(ctx, tenant, &a)
+}
+
+func sendAction(chat, content string) contract.Action {
+	return contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: content}
+}
+
+// visible parses a recorded call's text as Telegram would.
+func visible(t *testing.T, c telegramtest.Call) string {
+	t.Helper()
+	if c.Form["parse_mode"] == "" {
+		return c.Form["text"]
+	}
+	if c.Form["parse_mode"] != "MarkdownV2" {
+		t.Fatalf("parse_mode %q", c.Form["parse_mode"])
+	}
+	v, err := telegramtest.ParseMarkdownV2(c.Form["text"])
+	if err != nil {
+		t.Fatalf("sent text %q does not parse: %v", c.Form["text"], err)
+	}
+	return v
+}
+
+func TestDescriptorFromHandlerTable(t *testing.T) {
+	e := newEnv(t, nil)
+	d := e.p.Descriptor()
+	want := []string{"edit", "get_chat_info", "send", "typing"}
+	if d.Platform != "telegram" || !slices.Equal(d.SupportedOps, want) || !d.SupportsEdit || d.MaxMessageLength != 4096 {
+		t.Errorf("descriptor = %+v", d)
+	}
+}
+
+func TestSendMarkdown(t *testing.T) {
+	e := newEnv(t, nil)
+	r := e.act(t, "t1", sendAction("123456789", `**Done**: saved to C:\tmp\out.txt (1+1=2)!`))
+	if !r.Success || r.MessageID == "" {
+		t.Fatalf("result %+v", r)
+	}
+	c := e.fake.Calls("sendMessage")[0]
+	if c.Form["chat_id"] != "123456789" || c.Form["message_thread_id"] != "" || c.Form["reply_parameters"] != "" {
+		t.Errorf("form %v", c.Form)
+	}
+	if got := visible(t, c); got != `Done: saved to C:\tmp\out.txt (1+1=2)!` {
+		t.Errorf("visible text %q", got)
+	}
+}
+
+func TestSendReplyIntoTopic(t *testing.T) {
+	e := newEnv(t, nil)
+	a := sendAction("-1001112223334", "on it")
+	a.ReplyTo = "3003"
+	a.Metadata.ThreadID = "42"
+	if r := e.act(t, "t1", a); !r.Success {
+		t.Fatalf("result %+v", r)
+	}
+	f := e.fake.Calls("sendMessage")[0].Form
+	if f["message_thread_id"] != "42" || f["reply_parameters"] != `{"message_id":3003,"allow_sending_without_reply":true}` {
+		t.Errorf("form %v", f)
+	}
+}
+
+func TestSendGeneralTopicHasNoThread(t *testing.T) {
+	e := newEnv(t, nil)
+	a := sendAction("-1001112223334", "hello General")
+	a.Metadata.ThreadID = "1"
+	a.ReplyTo = "callback:abc" // not a message id: no reply
+	if r := e.act(t, "t1", a); !r.Success {
+		t.Fatalf("result %+v", r)
+	}
+	f := e.fake.Calls("sendMessage")[0].Form
+	if _, ok := f["message_thread_id"]; ok {
+		t.Errorf("General topic sent with message_thread_id %q", f["message_thread_id"])
+	}
+	if _, ok := f["reply_parameters"]; ok {
+		t.Error("reply_parameters for a non-message id")
+	}
+}
+
+func TestSendSplitsLongContent(t *testing.T) {
+	e := newEnv(t, nil)
+	var b strings.Builder
+	for i := range 90 {
+		b.WriteString(strings.Repeat("word_", 19))
+		b.WriteString("end. ")
+		if i%10 == 9 {
+			b.WriteString("\n\n")
+		}
+	}
+	content := b.String() // ~9,000 code points of reserved characters
+	a := sendAction("-4001234567", content)
+	a.ReplyTo = "5"
+	r := e.act(t, "t1", a)
+	if !r.Success {
+		t.Fatalf("result %+v", r)
+	}
+	calls := e.fake.Calls("sendMessage")
+	if len(calls) != 3 {
+		t.Fatalf("%d sendMessage calls, want 3", len(calls))
+	}
+	var got strings.Builder
+	for i, c := range calls {
+		v := visible(t, c)
+		if n := utf8.RuneCountInString(v); n > maxMessageRunes {
+			t.Errorf("part %d: %d code points", i, n)
+		}
+		if _, ok := c.Form["reply_parameters"]; ok != (i == 0) {
+			t.Errorf("part %d: reply_parameters present %v", i, ok)
+		}
+		got.WriteString(v)
+	}
+	if squeeze(got.String()) != squeeze(content) {
+		t.Error("the parts do not add up to the content")
+	}
+	if r.MessageID != "101" {
+		t.Errorf("message_id %q, want the first part's (101)", r.MessageID)
+	}
+}
+
+func TestSendFallsBackToPlainText(t *testing.T) {
+	e := newEnv(t, nil)
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 400, Description: "Bad Request: can't parse entities: Can't find end of Bold entity at byte offset 3"})
+	content := "**odd** text"
+	if r := e.act(t, "t1", sendAction("123456789", content)); !r.Success {
+		t.Fatalf("result %+v", r)
+	}
+	calls := e.fake.Calls("sendMessage")
+	if len(calls) != 2 || calls[1].Form["parse_mode"] != "" || calls[1].Form["text"] != content {
+		t.Fatalf("calls %+v, want a MarkdownV2 try then the plain content", calls)
+	}
+}
+
+func TestSendWithoutVanishedTopic(t *testing.T) {
+	e := newEnv(t, nil)
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 400, Description: "Bad Request: message thread not found"})
+	a := sendAction("-1001112223334", "still here")
+	a.Metadata.ThreadID = "42"
+	if r := e.act(t, "t1", a); !r.Success {
+		t.Fatalf("result %+v", r)
+	}
+	calls := e.fake.Calls("sendMessage")
+	if len(calls) != 2 || calls[0].Form["message_thread_id"] != "42" || calls[1].Form["message_thread_id"] != "" {
+		t.Fatalf("calls %+v", calls)
+	}
+}
+
+func TestSendHonours429RetryAfter(t *testing.T) {
+	m := &countingMetrics{}
+	e := newEnv(t, nil)
+	e.p.metrics = m
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 1", RetryAfter: 1})
+	r := e.act(t, "t1", sendAction("123456789", "once"))
+	if !r.Success {
+		t.Fatalf("result %+v", r)
+	}
+	calls := e.fake.Calls("sendMessage")
+	if len(calls) != 2 {
+		t.Fatalf("%d sendMessage calls, want the refused one and one retry", len(calls))
+	}
+	if gap := calls[1].At.Sub(calls[0].At); gap < time.Second {
+		t.Errorf("retried after %v, before retry_after (1s)", gap)
+	}
+	if m.limited.Load() != 1 {
+		t.Errorf("RateLimited counted %d", m.limited.Load())
+	}
+}
+
+func TestSend429BeyondDeadline(t *testing.T) {
+	e := newEnv(t, nil)
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 60", RetryAfter: 60})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	a := sendAction("123456789", "later")
+	r := e.p.Execute(ctx, "t1", &a)
+	if r.Success || r.Code != contract.CodeRateLimited || r.RetryAfterMS < 50_000 {
+		t.Fatalf("result %+v, want rate_limited with retry_after_ms ≈ 60 s", r)
+	}
+	if n := len(e.fake.Calls("sendMessage")); n != 1 {
+		t.Errorf("%d sendMessage calls, want 1 (nothing sent twice)", n)
+	}
+	// The chat stays blocked: typing is skipped, another send fails fast.
+	if r := e.act(t, "t1", contract.Action{Op: contract.OpTyping, ChatID: "123456789"}); r.Code != contract.CodeRateLimited {
+		t.Errorf("typing during the flood wait: %+v", r)
+	}
+	if n := len(e.fake.Calls("sendChatAction")); n != 0 {
+		t.Errorf("%d sendChatAction calls during the flood wait", n)
+	}
+}
+
+func TestEgressDeclinesOtherTenants(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, chat := range []string{"-1001234567890", "-1007778889990", "abc", "", "0123456789"} {
+		for _, op := range []string{contract.OpSend, contract.OpEdit, contract.OpTyping, contract.OpGetChatInfo} {
+			r := e.act(t, "t1", contract.Action{Op: op, ChatID: contract.ID(chat), Content: "x", MessageID: "5"})
+			if r != contract.Declined("telegram") {
+				t.Errorf("%s to %q: %+v, want the structured decline", op, chat, r)
+			}
+		}
+	}
+	if n := len(e.fake.Calls("")); n != 0 {
+		t.Errorf("%d calls reached Telegram", n)
+	}
+}
+
+func TestEgressBadRequests(t *testing.T) {
+	e := newEnv(t, nil)
+	cases := []struct {
+		a    contract.Action
+		code string
+	}{
+		{contract.Action{Op: "react", ChatID: "123456789"}, contract.CodeUnsupportedOp},
+		{sendAction("123456789", "  \n "), contract.CodeBadRequest},
+		{contract.Action{Op: contract.OpEdit, ChatID: "123456789", MessageID: "callback:x", Content: "x"}, contract.CodeBadRequest},
+		{contract.Action{Op: contract.OpEdit, ChatID: "123456789", MessageID: "7", Content: ""}, contract.CodeBadRequest},
+		{contract.Action{Op: contract.OpEdit, ChatID: "123456789", MessageID: "7", Content: strings.Repeat("x", 4097)}, contract.CodeBadRequest},
+	}
+	for _, c := range cases {
+		if r := e.act(t, "t1", c.a); r.Success || r.Code != c.code {
+			t.Errorf("%+v: %+v, want %s", c.a, r, c.code)
+		}
+	}
+}
+
+func TestEdit(t *testing.T) {
+	e := newEnv(t, nil)
+	sent := e.act(t, "t1", sendAction("123456789", "draft"))
+	edit := contract.Action{Op: contract.OpEdit, ChatID: "123456789", MessageID: contract.ID(sent.MessageID), Content: "final *answer*"}
+	if r := e.act(t, "t1", edit); !r.Success || r.MessageID != sent.MessageID {
+		t.Fatalf("edit result %+v", r)
+	}
+	c := e.fake.Calls("editMessageText")[0]
+	if c.Form["message_id"] != sent.MessageID || visible(t, c) != "final answer" {
+		t.Errorf("editMessageText %v", c.Form)
+	}
+	// The same content again: Telegram says "not modified", which is fine.
+	if r := e.act(t, "t1", edit); !r.Success {
+		t.Errorf("unchanged edit: %+v", r)
+	}
+	missing := edit
+	missing.MessageID = "999999"
+	if r := e.act(t, "t1", missing); r.Success || r.Code != contract.CodePlatformError || !strings.Contains(r.Error, "message to edit not found") {
+		t.Errorf("edit of a missing message: %+v", r)
+	}
+}
+
+func TestTyping(t *testing.T) {
+	e := newEnv(t, nil)
+	a := contract.Action{Op: contract.OpTyping, ChatID: "-1001112223334"}
+	a.Metadata.ThreadID = "42"
+	if r := e.act(t, "t1", a); !r.Success {
+		t.Fatalf("typing %+v", r)
+	}
+	a.Metadata.ThreadID = "1"
+	if r := e.act(t, "t1", a); !r.Success {
+		t.Fatalf("typing in General %+v", r)
+	}
+	calls := e.fake.Calls("sendChatAction")
+	if calls[0].Form["action"] != "typing" || calls[0].Form["message_thread_id"] != "42" || calls[1].Form["message_thread_id"] != "" {
+		t.Errorf("sendChatAction %v / %v", calls[0].Form, calls[1].Form)
+	}
+}
+
+func TestGetChatInfo(t *testing.T) {
+	e := newEnv(t, nil)
+	e.fake.AddChat(-1001112223334, map[string]any{"id": -1001112223334, "type": "supergroup", "title": "Dev Forum", "is_forum": true})
+	e.fake.AddChat(123456789, map[string]any{"id": 123456789, "type": "private", "first_name": "Ada", "last_name": "Lovelace"})
+	for chat, want := range map[string]contract.ChatInfo{
+		"-1001112223334": {Name: "Dev Forum", Type: "group"},
+		"123456789":      {Name: "Ada Lovelace", Type: "dm"},
+	} {
+		r := e.act(t, "t1", contract.Action{Op: contract.OpGetChatInfo, ChatID: contract.ID(chat)})
+		if !r.Success || r.ChatInfo == nil || *r.ChatInfo != want {
+			t.Errorf("%s: %+v, want %+v", chat, r, want)
+		}
+	}
+	r := e.act(t, "t1", contract.Action{Op: contract.OpGetChatInfo, ChatID: "987654321"})
+	if r.Success || r.Code != contract.CodePlatformError || !strings.Contains(r.Error, "chat not found") {
+		t.Errorf("unknown chat: %+v", r)
+	}
+}
+
+func TestSendForbiddenAndMigrated(t *testing.T) {
+	e := newEnv(t, nil)
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 403, Description: "Forbidden: bot was blocked by the user"})
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 400, Description: "Bad Request: group chat was upgraded to a supergroup chat", MigrateToChatID: -1009999})
+	if r := e.act(t, "t1", sendAction("123456789", "hi")); r.Code != contract.CodePlatformError || !strings.Contains(r.Error, "blocked by the user") {
+		t.Errorf("forbidden: %+v", r)
+	}
+	if r := e.act(t, "t1", sendAction("-4001234567", "hi")); r.Code != contract.CodePlatformError || !strings.Contains(r.Error, "supergroup -1009999") {
+		t.Errorf("migrated: %+v", r)
+	}
+}
+
+func TestChatWindowPacesSends(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ChatPerSecond = 1 })
+	for _, text := range []string{"one", "two"} {
+		if r := e.act(t, "t1", sendAction("123456789", text)); !r.Success {
+			t.Fatalf("send %s: %+v", text, r)
+		}
+	}
+	calls := e.fake.Calls("sendMessage")
+	if gap := calls[1].At.Sub(calls[0].At); gap < time.Second {
+		t.Errorf("second message %v after the first, want ≥ 1s", gap)
+	}
+}
+
+// TestFairShareBetweenTenants floods the global budget from t2 and checks
+// that t1's messages are served alongside, not after, t2's backlog.
+func TestFairShareBetweenTenants(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.GlobalPerSecond = 20 })
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() { e.act(t, "t2", sendAction("-1001234567890", "flood")) })
+	}
+	// Wait until t2's burst is spent and its backlog waits for budget.
+	deadline := time.Now().Add(waitFor)
+	for e.p.budget.Waiting("t2") < 10 {
+		if time.Now().After(deadline) {
+			t.Fatal("t2's sends never queued for budget")
+		}
+		runtime.Gosched()
+	}
+	for range 2 {
+		wg.Go(func() { e.act(t, "t1", sendAction("123456789", "quiet")) })
+	}
+	wg.Wait()
+	calls := e.fake.Calls("sendMessage")
+	if len(calls) != 42 {
+		t.Fatalf("%d sends, want 42", len(calls))
+	}
+	var quietAt []int
+	for i, c := range calls {
+		if c.Form["chat_id"] == "123456789" {
+			quietAt = append(quietAt, i)
+		}
+	}
+	if len(quietAt) != 2 || quietAt[1] > 30 {
+		t.Errorf("t1's sends were at positions %v of 42; a FIFO would put them last", quietAt)
+	}
+}
+
+// countingMetrics counts what the tests look at.
+type countingMetrics struct {
+	limited atomic.Int64
+	mu      sync.Mutex
+	dropped map[string]int
+}
+
+func (m *countingMetrics) RateLimitWait(string, time.Duration) {}
+func (m *countingMetrics) RateLimited(string)                  { m.limited.Add(1) }
+func (m *countingMetrics) Dropped(_, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dropped == nil {
+		m.dropped = map[string]int{}
+	}
+	m.dropped[reason]++
+}

@@ -1,0 +1,271 @@
+package telegram
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connector/platform"
+	"connector/platform/telegram/telegramtest"
+)
+
+// TestMain fails the package when a goroutine of this package or of the
+// Bot API library outlives the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
+			fmt.Fprintf(os.Stderr, "goroutines leaked:\n%s\n", leaked)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func leakedGoroutines(d time.Duration) string {
+	deadline := time.Now().Add(d)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var leaked []string
+		for g := range strings.SplitSeq(string(buf), "\n\n") {
+			if (strings.Contains(g, "connector/platform/telegram.") || strings.Contains(g, "go-telegram/bot.")) &&
+				!strings.Contains(g, "leakedGoroutines") {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 || time.Now().After(deadline) {
+			return strings.Join(leaked, "\n\n")
+		}
+		time.Sleep(50 * time.Millisecond) // polling the runtime, not synchronizing a test
+	}
+}
+
+const (
+	testToken  = "7012345678:AAH-test_SECRET_part_0123456789abcdef"
+	testSecret = "wh_Secret-0123456789"
+	waitFor    = 10 * time.Second
+)
+
+// Chats of the fixtures, claimed by two tenants; -1007778889990 is unclaimed.
+var testChats = map[string]string{
+	"123456789":      "t1", // Ada's DM
+	"987654321":      "t1", // Bob's DM
+	"555666777":      "t1", // Ñandú's DM
+	"-4001234567":    "t1", // Book Club (group)
+	"-1001112223334": "t1", // Dev Forum (forum supergroup)
+	"-1001234567890": "t2", // Hermes Users (supergroup)
+	"-1009876543210": "t2", // Hermes News (channel)
+}
+
+// recordingSink collects deliveries; it can refuse the next few.
+type recordingSink struct {
+	ch     chan platform.Delivery
+	refuse atomic.Int32
+}
+
+func newSink() *recordingSink { return &recordingSink{ch: make(chan platform.Delivery, 1024)} }
+
+func (s *recordingSink) Deliver(_ context.Context, d platform.Delivery) error {
+	if s.refuse.Add(-1) >= 0 {
+		return errors.New("bus refused the delivery")
+	}
+	s.ch <- d
+	return nil
+}
+
+func (s *recordingSink) next(t *testing.T) platform.Delivery {
+	t.Helper()
+	select {
+	case d := <-s.ch:
+		return d
+	case <-time.After(waitFor):
+		t.Fatal("no delivery")
+		return platform.Delivery{}
+	}
+}
+
+// empty asserts nothing was delivered. Only meaningful after a synchronous
+// ingest (a webhook request returns after its delivery).
+func (s *recordingSink) empty(t *testing.T) {
+	t.Helper()
+	if n := len(s.ch); n != 0 {
+		t.Fatalf("%d unexpected deliveries, first %+v", n, <-s.ch)
+	}
+}
+
+// logBuffer is a concurrency-safe log capture.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// env is a platform wired to a fake Bot API.
+type env struct {
+	p    *Platform
+	fake *telegramtest.Server
+	sink *recordingSink
+	logs *logBuffer
+	// hook is the webhook endpoint (webhook mode only).
+	hook string
+}
+
+// newEnv builds a platform against a fake Bot API; configure adjusts the
+// config (limits are off unless it turns them on).
+func newEnv(t *testing.T, configure func(*Config)) *env {
+	t.Helper()
+	fake := telegramtest.New(t, testToken)
+	cfg := Config{
+		Token: testToken, APIServerURL: fake.URL, Chats: testChats,
+		GlobalPerSecond: -1, ChatPerSecond: -1, GroupPerMinute: -1, PollTimeout: 2 * time.Second,
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	logs := &logBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p, err := New(cfg, platform.Deps{Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.transport.CloseIdleConnections)
+	return &env{p: p, fake: fake, sink: newSink(), logs: logs}
+}
+
+// webhookEnv runs a webhook-mode platform with its route on a loopback
+// server, registered with the fake.
+func webhookEnv(t *testing.T, configure func(*Config)) *env {
+	t.Helper()
+	e := newEnv(t, func(c *Config) {
+		c.WebhookURL = "https://connector.example" + WebhookPath
+		c.WebhookSecret = testSecret
+		if configure != nil {
+			configure(c)
+		}
+	})
+	mux := http.NewServeMux()
+	for pattern, h := range e.p.Routes() {
+		mux.Handle(pattern, h)
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	e.hook = srv.URL + WebhookPath
+	e.run(t)
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+	return e
+}
+
+// pollingEnv runs a long-polling platform.
+func pollingEnv(t *testing.T, configure func(*Config)) *env {
+	t.Helper()
+	e := newEnv(t, configure)
+	e.run(t)
+	return e
+}
+
+// run starts Run until the test ends.
+func (e *env) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, e.sink) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(waitFor):
+			t.Error("Run did not return after cancel")
+		}
+	})
+}
+
+// post delivers raw to the webhook with the right secret and returns the status.
+func (e *env) post(t *testing.T, raw []byte) int {
+	t.Helper()
+	return e.postSecret(t, raw, testSecret)
+}
+
+func (e *env) postSecret(t *testing.T, raw []byte, secret string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	code, err := telegramtest.PostUpdate(ctx, http.DefaultClient, e.hook, secret, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
+}
+
+// waitStatus waits until Status satisfies ok.
+func (e *env) waitStatus(t *testing.T, ok func(platform.Status) bool) platform.Status {
+	t.Helper()
+	timeout := time.After(waitFor)
+	for {
+		e.p.health.mu.Lock()
+		st, ch := e.p.health.st, e.p.health.changed
+		e.p.health.mu.Unlock()
+		if ok(st) {
+			return st
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("status stayed %+v", st)
+		}
+	}
+}
+
+// calls waits for n calls of method on the fake.
+func (e *env) calls(t *testing.T, method string, n int) []telegramtest.Call {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	calls, err := e.fake.WaitCalls(ctx, method, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return calls
+}
+
+// fixture returns the raw update of the named fixture case.
+func fixture(t *testing.T, name string) fixtureCase {
+	t.Helper()
+	for _, c := range telegramFixtures(t) {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no fixture %q", name)
+	return fixtureCase{}
+}
