@@ -206,9 +206,12 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 	var ingest sync.WaitGroup
 	for _, p := range platforms {
 		ingest.Go(func() {
-			if err := p.Run(ingestCtx, srv.Sink()); err != nil {
+			err := p.Run(ingestCtx, srv.Sink())
+			if err != nil && ingestCtx.Err() == nil {
 				log.Error("platform ingest stopped", "platform", p.Name(), "err", err)
+				return
 			}
+			log.Debug("platform ingest stopped", "platform", p.Name())
 		})
 	}
 

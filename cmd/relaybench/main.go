@@ -42,7 +42,7 @@ const roleEnv = "RELAYBENCH_ROLE"
 
 func main() {
 	if os.Getenv(roleEnv) == roleFleet {
-		os.Exit(fleetMain(os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(fleetMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr))
 }

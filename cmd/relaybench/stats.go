@@ -14,6 +14,7 @@ type stats struct {
 	Sent     int // events the driver produced
 	Received int // events a client read
 	Errors   int // failed sends, dropped events, broken connections
+	Bytes    int // bytes of the received frames (or messages)
 	Elapsed  time.Duration
 	P50      time.Duration
 	P90      time.Duration
@@ -23,6 +24,14 @@ type stats struct {
 
 // Lost is how many sent events never arrived.
 func (s stats) Lost() int { return max(0, s.Sent-s.Received) }
+
+// AvgBytes is the mean size of a received frame.
+func (s stats) AvgBytes() int {
+	if s.Received == 0 {
+		return 0
+	}
+	return s.Bytes / s.Received
+}
 
 // PerSecond is the received events per second of Elapsed.
 func (s stats) PerSecond() float64 {
@@ -34,16 +43,16 @@ func (s stats) PerSecond() float64 {
 
 // fields encodes s for the child protocol.
 func (s stats) fields() string {
-	return fmt.Sprintf("%d %d %d %d %d %d %d %d", s.Sent, s.Received, s.Errors,
-		s.Elapsed, s.P50, s.P90, s.P99, s.Max)
+	return fmt.Sprintf("%d %d %d %d %d %d %d %d %d", s.Sent, s.Received, s.Errors, s.Bytes,
+		int64(s.Elapsed), int64(s.P50), int64(s.P90), int64(s.P99), int64(s.Max))
 }
 
 // parseStats decodes what fields wrote.
 func parseStats(f []string) (stats, error) {
-	if len(f) != 8 {
-		return stats{}, fmt.Errorf("stats: want 8 fields, got %q", strings.Join(f, " "))
+	var v [9]int64
+	if len(f) != len(v) {
+		return stats{}, fmt.Errorf("stats: want %d fields, got %q", len(v), strings.Join(f, " "))
 	}
-	var v [8]int64
 	for i := range v {
 		n, err := strconv.ParseInt(f[i], 10, 64)
 		if err != nil {
@@ -51,8 +60,8 @@ func parseStats(f []string) (stats, error) {
 		}
 		v[i] = n
 	}
-	return stats{Sent: int(v[0]), Received: int(v[1]), Errors: int(v[2]), Elapsed: time.Duration(v[3]),
-		P50: time.Duration(v[4]), P90: time.Duration(v[5]), P99: time.Duration(v[6]), Max: time.Duration(v[7])}, nil
+	return stats{Sent: int(v[0]), Received: int(v[1]), Errors: int(v[2]), Bytes: int(v[3]), Elapsed: time.Duration(v[4]),
+		P50: time.Duration(v[5]), P90: time.Duration(v[6]), P99: time.Duration(v[7]), Max: time.Duration(v[8])}, nil
 }
 
 // recorder collects latencies from many goroutines.
@@ -60,11 +69,14 @@ type recorder struct {
 	mu     sync.Mutex
 	lat    []time.Duration
 	errors int
+	bytes  int
 }
 
-func (r *recorder) add(d time.Duration) {
+// add records one received frame of n bytes that took d.
+func (r *recorder) add(d time.Duration, n int) {
 	r.mu.Lock()
 	r.lat = append(r.lat, d)
+	r.bytes += n
 	r.mu.Unlock()
 }
 
@@ -78,10 +90,10 @@ func (r *recorder) fail() {
 // starts over.
 func (r *recorder) take() stats {
 	r.mu.Lock()
-	l, errs := r.lat, r.errors
-	r.lat, r.errors = nil, 0
+	l, errs, n := r.lat, r.errors, r.bytes
+	r.lat, r.errors, r.bytes = nil, 0, 0
 	r.mu.Unlock()
-	s := stats{Received: len(l), Errors: errs}
+	s := stats{Received: len(l), Errors: errs, Bytes: n}
 	if len(l) == 0 {
 		return s
 	}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"connector/platform"
+	"connector/relay"
+)
+
+// connectWait bounds the wait for the relay to count every connection.
+const connectWait = 60 * time.Second
+
+func benchMain(args []string, stdout, stderr io.Writer) int {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "relaybench: %v\n", err)
+		}
+		return 2
+	}
+	raiseFileLimit()
+	res, err := run(&o)
+	if res != nil {
+		res.print(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "relaybench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// result is everything one run measured.
+type result struct {
+	Opts          options
+	Connected     int
+	ConnectFailed int
+	ConnectTime   time.Duration
+	// Memory is the connector's cost per idle gateway connection; nil when
+	// the connector is not in this process (-url).
+	Memory *connMemory
+	// EchoMemory is the echo server's cost per idle connection.
+	EchoMemory  *connMemory
+	EchoConnect time.Duration
+	// Connector is the event run through the connector; nil for -driver idle.
+	Connector *stats
+	// Echo is the same load against the bare echo server.
+	Echo *stats
+}
+
+// eventDriver produces the events of a run.
+type eventDriver interface {
+	fire(seq int, at time.Time) error
+}
+
+// run performs one measurement: connect, measure idle memory, drive events,
+// then the echo baseline.
+func run(o *options) (*result, error) {
+	res := &result{Opts: *o}
+	var (
+		c        *connector
+		drv      eventDriver
+		nexDrv   *nexscopeDriver
+		relayURL = o.URL
+		echoURL  string
+		err      error
+	)
+	if o.URL == "" {
+		var newPlatform func([]relay.Tenant) (platform.Platform, error)
+		switch o.Driver {
+		case driverSynthetic:
+			newPlatform = func(ts []relay.Tenant) (platform.Platform, error) {
+				p := newSyntheticPlatform(ts)
+				drv = p
+				return p, nil
+			}
+		case driverNexscope:
+			nexDrv = &nexscopeDriver{token: randomToken()}
+			drv = nexDrv
+			newPlatform = nexDrv.newPlatform
+		}
+		if c, err = startConnector(o, newPlatform); err != nil {
+			return nil, err
+		}
+		defer c.close()
+		relayURL, echoURL = c.RelayURL, c.EchoURL
+	} else {
+		stopEcho, url, err := startEchoServer()
+		if err != nil {
+			return nil, err
+		}
+		defer stopEcho()
+		echoURL = url
+	}
+
+	fl, err := startFleet(o, relayURL)
+	if err != nil {
+		return nil, err
+	}
+	defer fl.stop()
+
+	base := snapshot()
+	if res.ConnectFailed, res.ConnectTime, err = fl.connect(); err != nil {
+		return res, err
+	}
+	res.Connected = o.Gateways - res.ConnectFailed
+	if c != nil {
+		if err := c.waitConns(res.Connected, connectWait); err != nil {
+			return res, err
+		}
+		res.Memory = perConn(base, snapshot(), res.Connected)
+	}
+
+	if drv != nil {
+		if nexDrv != nil {
+			if err := nexDrv.connect(c.BaseURL, len(c.Tenants)); err != nil {
+				return res, err
+			}
+			defer nexDrv.close()
+		}
+		st, err := driveConnector(o, c, drv, fl)
+		if nexDrv != nil {
+			st.Errors += int(nexDrv.errors.Load())
+		}
+		res.Connector = &st
+		if err != nil {
+			return res, err
+		}
+	}
+	if err := fl.closeGateways(); err != nil {
+		return res, err
+	}
+	if c != nil {
+		if err := c.waitConns(0, connectWait); err != nil {
+			return res, err
+		}
+	}
+
+	if o.Echo {
+		base := snapshot()
+		if res.EchoConnect, err = fl.echoConnect(echoURL, res.Connected); err != nil {
+			return res, err
+		}
+		res.EchoMemory = perConn(base, snapshot(), res.Connected)
+		if res.Connector != nil {
+			size := max(res.Connector.AvgBytes(), 64)
+			st, err := fl.echoRun(size, pacer{Rate: o.Rate, Duration: o.Duration, Window: o.Window})
+			if err != nil {
+				return res, err
+			}
+			res.Echo = &st
+		}
+	}
+	return res, nil
+}
+
+// driveConnector runs the pacer over drv and collects the gateways' stats.
+// In flight are events fired and neither acknowledged by a gateway nor
+// dropped by the relay.
+func driveConnector(o *options, c *connector, drv eventDriver, fl *fleetProcess) (stats, error) {
+	m := c.Metrics
+	ackedBefore, droppedBefore := m.acked.Load(), m.dropped.Load()
+	var fired atomic.Int64
+	done := func() int64 { return m.acked.Load() - ackedBefore + m.dropped.Load() - droppedBefore }
+	p := pacer{Rate: o.Rate, Duration: o.Duration, Window: o.Window,
+		InFlight: func() int64 { return fired.Load() - done() }, Progress: m.progress}
+	start := time.Now()
+	sent, failed, runErr := p.run(context.Background(), func(seq int, at time.Time) error {
+		err := drv.fire(seq, at)
+		if err == nil {
+			fired.Add(1)
+		}
+		return err
+	})
+	drain(func() bool { return done() >= fired.Load() }, m.progress, o.Drain)
+	elapsed := time.Since(start)
+	st, err := fl.report()
+	if err != nil {
+		return st, err
+	}
+	st.Sent, st.Elapsed = sent, elapsed
+	st.Errors += failed + int(m.dropped.Load()-droppedBefore)
+	return st, runErr
+}
+
+// startEchoServer serves the echo baseline on its own loopback port, for
+// runs against a remote connector.
+func startEchoServer() (stop func(), url string, err error) {
+	c := &connector{}
+	mux := http.NewServeMux()
+	mux.Handle("/echo", echoHandler())
+	addr, err := c.listen(mux)
+	if err != nil {
+		return nil, "", err
+	}
+	return c.close, "ws://" + addr + "/echo", nil
+}
+
+// connMemory is a server's cost per connection.
+type connMemory struct {
+	HeapBytes  float64
+	StackBytes float64
+	Goroutines float64
+}
+
+// memSnapshot is this process after a forced GC.
+type memSnapshot struct {
+	heap, stack uint64
+	goroutines  int
+}
+
+func snapshot() memSnapshot {
+	runtime.GC()
+	runtime.GC() // a second cycle frees what the first one's finalizers released
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return memSnapshot{heap: m.HeapInuse, stack: m.StackInuse, goroutines: runtime.NumGoroutine()}
+}
+
+// perConn is the growth from a to z spread over n connections.
+func perConn(a, z memSnapshot, n int) *connMemory {
+	if n == 0 {
+		return nil
+	}
+	d := func(x, y uint64) float64 { return (float64(y) - float64(x)) / float64(n) }
+	return &connMemory{
+		HeapBytes: d(a.heap, z.heap), StackBytes: d(a.stack, z.stack),
+		Goroutines: float64(z.goroutines-a.goroutines) / float64(n),
+	}
+}
+
+func randomToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"connector/contract"
+	"connector/relay/relaytest"
+	"connector/session"
+)
+
+// roleFleet is roleEnv's value for the gateway process.
+const roleFleet = "fleet"
+
+// dialTimeout bounds one gateway's dial and handshake.
+const dialTimeout = 30 * time.Second
+
+// fleetMain is the gateway process. Its flags name the gateways; then it
+// answers commands, one per stdin line, until stdin ends:
+//
+//	connect                  dial every gateway, hello, read and ack inbound
+//	                         -> "connected <ns> <failed>"
+//	report                   latencies read since the last report
+//	                         -> "stats <stats fields>"
+//	close                    close every gateway -> "closed"
+//	echo-connect URL N       open N echo connections -> "echo-connected <ns>"
+//	echo-run SIZE RATE NS WINDOW
+//	                         run the echo baseline over them
+//	                         -> "echo <stats fields>"
+//
+// A failed command answers "error <text>".
+func fleetMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var f fleet
+	fs := flag.NewFlagSet("relaybench fleet", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.url, "url", "", "relay URL")
+	fs.StringVar(&f.prefix, "prefix", "", "gateway id prefix")
+	fs.StringVar(&f.platform, "platform", "", "platform to hello")
+	fs.IntVar(&f.gateways, "gateways", 0, "gateways")
+	fs.IntVar(&f.workers, "workers", 8, "gateways dialing at once")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	f.secret = os.Getenv(secretEnv)
+	raiseFileLimit()
+	in := bufio.NewScanner(stdin)
+	for in.Scan() {
+		fmt.Fprintln(stdout, f.handle(strings.Fields(in.Text())))
+	}
+	f.closeAll()
+	f.echo.close()
+	return 0
+}
+
+// handle runs one command and returns its answer line.
+func (f *fleet) handle(cmd []string) string {
+	if len(cmd) == 0 {
+		return "error empty command"
+	}
+	switch cmd[0] {
+	case "connect":
+		start := time.Now()
+		failed, err := f.connect()
+		if err != nil {
+			return "error " + err.Error()
+		}
+		return fmt.Sprintf("connected %d %d", time.Since(start), failed)
+	case "report":
+		return "stats " + f.rec.take().fields()
+	case "echo-connect":
+		start := time.Now()
+		if err := f.echo.connectCommand(cmd[1:]); err != nil {
+			return "error " + err.Error()
+		}
+		return fmt.Sprintf("echo-connected %d", time.Since(start))
+	case "echo-run":
+		s, err := f.echo.runCommand(cmd[1:])
+		if err != nil {
+			return "error " + err.Error()
+		}
+		return "echo " + s.fields()
+	case "close":
+		f.closeAll()
+		return "closed"
+	}
+	return fmt.Sprintf("error unknown command %q", cmd[0])
+}
+
+// fleet is the child's set of gateway connections.
+type fleet struct {
+	url, prefix, secret, platform string
+	gateways, workers             int
+
+	rec     recorder
+	echo    echoClients
+	conns   []*websocket.Conn
+	closing atomic.Bool
+	readers sync.WaitGroup
+}
+
+// connect dials every gateway; it returns how many failed, and an error if
+// all did.
+func (f *fleet) connect() (failed int, err error) {
+	conns := make([]*websocket.Conn, f.gateways)
+	var next, fails atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range f.workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(conns) {
+					return
+				}
+				ws, err := dialGateway(f.url, fmt.Sprintf("%s%d", f.prefix, i), f.secret, f.platform)
+				if err != nil {
+					fails.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				conns[i] = ws
+			}
+		})
+	}
+	wg.Wait()
+	for _, ws := range conns {
+		if ws != nil {
+			f.conns = append(f.conns, ws)
+			f.readers.Go(func() { f.read(ws) })
+		}
+	}
+	if len(f.conns) == 0 {
+		return int(fails.Load()), fmt.Errorf("no gateway connected: %v", firstErr.Load())
+	}
+	return int(fails.Load()), nil
+}
+
+// dialGateway connects as gateway id the way the Hermes gateway does: a
+// fresh upgrade token, then hello, then the descriptor.
+func dialGateway(url, id, secret, platform string) (*websocket.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	h := http.Header{"Authorization": {"Bearer " + relaytest.Token(id, secret, time.Now())}}
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", id, err)
+	}
+	ws.SetReadLimit(contract.MaxFrameBytes)
+	hello := session.AppendJSONString([]byte(`{"type": "hello", "platform": `), platform)
+	hello = append(hello, `, "botId": ""}`+"\n"...)
+	if err := ws.Write(ctx, websocket.MessageText, hello); err != nil {
+		_ = ws.CloseNow()
+		return nil, fmt.Errorf("hello %s: %w", id, err)
+	}
+	for {
+		_, msg, err := ws.Read(ctx)
+		if err != nil {
+			_ = ws.CloseNow()
+			return nil, fmt.Errorf("descriptor for %s: %w", id, err)
+		}
+		if bytes.Contains(msg, []byte(`"type":"descriptor"`)) {
+			return ws, nil
+		}
+	}
+}
+
+// gatewayFrame is the part of a connector frame the fleet reads.
+type gatewayFrame struct {
+	Type     string `json:"type"`
+	BufferID string `json:"bufferId"`
+	Event    struct {
+		Text string `json:"text"`
+	} `json:"event"`
+}
+
+// read records each inbound's latency and acknowledges it, one frame per
+// message as the gateway writes, until the connection ends.
+func (f *fleet) read(ws *websocket.Conn) {
+	ctx := context.Background()
+	var ack []byte
+	for {
+		_, msg, err := ws.Read(ctx)
+		if err != nil {
+			if !f.closing.Load() {
+				f.rec.fail()
+			}
+			return
+		}
+		now := time.Now()
+		contract.SplitLines(msg, func(line []byte) {
+			var fr gatewayFrame
+			if json.Unmarshal(line, &fr) != nil || fr.Type != contract.TypeInbound {
+				return
+			}
+			if at, ok := parseStamp([]byte(fr.Event.Text)); ok {
+				f.rec.add(now.Sub(at), len(line))
+			}
+			if fr.BufferID == "" {
+				return
+			}
+			ack = session.AppendJSONString(append(ack[:0], `{"type": "inbound_ack", "bufferId": `...), fr.BufferID)
+			ack = append(ack, "}\n"...)
+			if err := ws.Write(ctx, websocket.MessageText, ack); err != nil && !f.closing.Load() {
+				f.rec.fail()
+			}
+		})
+	}
+}
+
+func (f *fleet) closeAll() {
+	f.closing.Store(true)
+	var wg sync.WaitGroup
+	for _, ws := range f.conns {
+		wg.Go(func() { _ = ws.Close(websocket.StatusNormalClosure, "") })
+	}
+	wg.Wait()
+	f.readers.Wait()
+	f.conns = nil
+	f.closing.Store(false)
+}
+

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"text/tabwriter"
+	"time"
+)
+
+// print writes the human-readable report.
+func (r *result) print(w io.Writer) {
+	o := &r.Opts
+	rate := "max"
+	if o.Rate > 0 {
+		rate = fmt.Sprintf("%g/s", o.Rate)
+	}
+	target := "in-process connector"
+	if o.URL != "" {
+		target = o.URL
+	}
+	fmt.Fprintf(w, "relaybench: %s, driver=%s gateways=%d tenants=%d rate=%s duration=%s window=%d\n",
+		target, o.Driver, o.Gateways, o.Tenants, rate, o.Duration, o.Window)
+	fmt.Fprintf(w, "machine:    %d CPUs, %s/%s, %s, open-file limit %d\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), fileLimit())
+	if r.Connected > 0 || r.ConnectFailed > 0 {
+		fmt.Fprintf(w, "connect:    %d gateways in %s (%s each), %d failed\n", r.Connected,
+			round(r.ConnectTime), round(r.ConnectTime/time.Duration(max(1, r.Connected))), r.ConnectFailed)
+	}
+	if r.EchoConnect > 0 {
+		fmt.Fprintf(w, "            %d echo connections in %s\n", r.Connected, round(r.EchoConnect))
+	}
+	printMemory(w, "memory:     connector", r.Memory)
+	printMemory(w, "            echo     ", r.EchoMemory)
+	if r.Memory != nil && r.EchoMemory != nil && r.EchoMemory.total() > 0 {
+		fmt.Fprintf(w, "            connector/echo memory per connection: %.2fx\n", r.Memory.total()/r.EchoMemory.total())
+	}
+	if r.Connector == nil {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tsent\treceived\tlost\terrors\tper second\tp50\tp90\tp99\tmax\tframe bytes\t")
+	printRow(tw, "connector (one way)", r.Connector)
+	if r.Echo != nil {
+		printRow(tw, "echo (round trip)", r.Echo)
+	}
+	_ = tw.Flush()
+	if e := r.Echo; e != nil && e.PerSecond() > 0 && e.P50 > 0 {
+		c := r.Connector
+		fmt.Fprintf(w, "connector/echo: throughput %.2fx, p50 %.2fx, p99 %.2fx\n",
+			c.PerSecond()/e.PerSecond(), float64(c.P50)/float64(e.P50), float64(c.P99)/float64(max(1, e.P99)))
+	}
+}
+
+func printRow(w io.Writer, name string, s *stats) {
+	fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%d\t\n", name, s.Sent, s.Received, s.Lost(), s.Errors,
+		s.PerSecond(), round(s.P50), round(s.P90), round(s.P99), round(s.Max), s.AvgBytes())
+}
+
+func printMemory(w io.Writer, label string, m *connMemory) {
+	if m == nil {
+		return
+	}
+	fmt.Fprintf(w, "%s %.1f KiB/conn (heap %.1f KiB, stacks %.1f KiB), %.1f goroutines/conn\n",
+		label, m.total()/1024, m.HeapBytes/1024, m.StackBytes/1024, m.Goroutines)
+}
+
+// total is heap plus stacks.
+func (m *connMemory) total() float64 { return m.HeapBytes + m.StackBytes }
+
+// round shortens d for display.
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"connector/contract"
+	"connector/descriptor"
+	"connector/platform"
+	"connector/relay"
+	"connector/session"
+)
+
+// syntheticPlatformName is the synthetic driver's platform on the wire.
+const syntheticPlatformName = "synthetic"
+
+// messageBody pads generated texts to a typical chat message.
+const messageBody = " hey @bot can you summarize the thread above and list the open questions? thanks!"
+
+// sessionsPerGateway is how many distinct sessions the synthetic driver
+// rotates through per gateway of a tenant.
+const sessionsPerGateway = 4
+
+// syntheticPlatform publishes generated deliveries straight onto the sink
+// the relay runs it with: no platform parsing, the relay alone.
+type syntheticPlatform struct {
+	running  chan struct{}
+	sink     platform.Sink // set before running is closed
+	tenants  []string
+	sessions [][]syntheticSession // per tenant
+	text     []byte
+}
+
+type syntheticSession struct {
+	key    string
+	source session.Source
+}
+
+func newSyntheticPlatform(tenants []relay.Tenant) *syntheticPlatform {
+	key := relay.KeyFunc(tenants)
+	p := &syntheticPlatform{running: make(chan struct{}), sessions: make([][]syntheticSession, len(tenants))}
+	for ti, t := range tenants {
+		p.tenants = append(p.tenants, t.ID)
+		for s := range sessionsPerGateway * max(1, len(t.Gateways)) {
+			src := session.Source{
+				Platform: syntheticPlatformName, ChatID: "chat-" + t.ID + "-" + strconv.Itoa(s),
+				ChatName: session.Str("general"), ChatType: session.ChatTypeGroup,
+				UserID: session.Str("1000" + strconv.Itoa(s)), UserName: session.Str("alice"),
+			}
+			p.sessions[ti] = append(p.sessions[ti], syntheticSession{key: key(t.ID, &src), source: src})
+		}
+	}
+	return p
+}
+
+// Name implements platform.Platform.
+func (p *syntheticPlatform) Name() string { return syntheticPlatformName }
+
+// Descriptor implements platform.Platform.
+func (p *syntheticPlatform) Descriptor() descriptor.Descriptor {
+	d := descriptor.Nexscope(nil, 4000)
+	d.Platform, d.Label = syntheticPlatformName, syntheticPlatformName
+	return d
+}
+
+// Run implements platform.Platform: it keeps the sink until ctx ends.
+func (p *syntheticPlatform) Run(ctx context.Context, sink platform.Sink) error {
+	p.sink = sink
+	close(p.running)
+	<-ctx.Done()
+	return nil
+}
+
+// ChatTenant implements platform.Platform: generated chats take no egress.
+func (p *syntheticPlatform) ChatTenant(context.Context, string) (string, error) {
+	return "", platform.ErrUnknownChat
+}
+
+// Execute implements platform.Platform.
+func (p *syntheticPlatform) Execute(context.Context, string, *contract.Action) contract.Result {
+	return contract.Failed(contract.CodeUnsupportedOp, "the synthetic platform sends nothing")
+}
+
+// Status implements platform.Platform.
+func (p *syntheticPlatform) Status() platform.Status { return platform.Status{Ready: true} }
+
+// delivery builds event seq, stamped at: tenants in turn, then each
+// tenant's sessions in turn.
+func (p *syntheticPlatform) delivery(seq int, at time.Time) platform.Delivery {
+	ti := seq % len(p.tenants)
+	ss := p.sessions[ti]
+	s := &ss[(seq/len(p.tenants))%len(ss)]
+	p.text = append(appendStamp(p.text[:0], at), messageBody...)
+	ev := &contract.Event{Text: string(p.text), MessageType: contract.MessageText,
+		MessageID: strconv.Itoa(seq), Source: s.source}
+	return platform.Delivery{Kind: platform.KindInbound, Tenant: p.tenants[ti], Platform: syntheticPlatformName,
+		SessionKey: s.key, ChatID: s.source.ChatID, Event: ev, Received: at}
+}
+
+// fire publishes event seq; the pacer calls it from one goroutine.
+func (p *syntheticPlatform) fire(seq int, at time.Time) error {
+	<-p.running
+	return p.sink.Deliver(context.Background(), p.delivery(seq, at))
+}
+
+// frameBytes is the size of the inbound frame of a typical event, for the
+// echo baseline's messages.
+func (p *syntheticPlatform) frameBytes() int {
+	d := p.delivery(0, time.Now())
+	return len(contract.AppendInbound(nil, "0123abcd-1", d.Event))
+}
