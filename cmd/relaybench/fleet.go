@@ -231,4 +231,3 @@ func (f *fleet) closeAll() {
 	f.conns = nil
 	f.closing.Store(false)
 }
-
