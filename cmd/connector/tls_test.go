@@ -62,6 +62,9 @@ func TestServeTLS(t *testing.T) {
 		t.Fatalf("descriptor over wss: %s %v", msg, err)
 	}
 	cancel()
+	if _, _, err := ws.Read(dctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
+		t.Fatalf("shutdown closed the gateway with %v, want 1001", err)
+	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
