@@ -137,4 +137,3 @@ func hexKey(pub ed25519.PublicKey) string {
 	}
 	return string(b)
 }
-

@@ -22,7 +22,8 @@ import (
 //	     expect 401 for bad signatures)
 //	400  body not an interaction
 //	409  interaction id already seen (a replay)
-//	503  the platform is not running (Run not started or stopped)
+//	503  the platform is not running (Run not started or stopped), or
+//	     maxProcessing interactions are in flight for over a second
 //	200  PING -> {"type":1}; autocomplete -> {"type":8} with no choices;
 //	     a guild no tenant claims, or a DM with no dm_tenant -> an
 //	     ephemeral "not connected" message (type 4); otherwise the deferred
@@ -76,7 +77,7 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 	}
 	ack, status := p.acceptInteraction(&in, received, nil)
 	if status != 0 {
-		p.reject(w, status, "not running")
+		p.reject(w, status, http.StatusText(status))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -116,9 +117,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	if in.Type == interactionComponent {
 		ack = ackDeferredComp
 	}
-	select {
-	case p.slots <- struct{}{}:
-	default:
+	if !p.acquireSlot(life.ctx) {
 		p.metrics.Dropped(platformName, "overloaded")
 		return nil, http.StatusServiceUnavailable
 	}
@@ -136,6 +135,28 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		p.processInteraction(ctx, tenant, in, received)
 	}()
 	return ack, 0
+}
+
+// slotWait bounds how long an interaction waits for a processing slot
+// before it is refused with 503 (Discord gives up after 3 s).
+const slotWait = time.Second
+
+// acquireSlot takes one of the maxProcessing slots, waiting up to slotWait.
+func (p *Platform) acquireSlot(ctx context.Context) bool {
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(slotWait)
+	defer t.Stop()
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
 }
 
 // processInteraction normalizes an acknowledged interaction, moves its token
