@@ -60,7 +60,10 @@ type result struct {
 
 // eventDriver produces the events of a run.
 type eventDriver interface {
+	// fire produces event seq, stamped with its scheduled time at.
 	fire(seq int, at time.Time) error
+	// failures counts events fired that will never reach the relay.
+	failures() int64
 }
 
 // run performs one measurement: connect, measure idle memory, drive events,
@@ -71,6 +74,7 @@ func run(o *options) (*result, error) {
 		c        *connector
 		drv      eventDriver
 		nexDrv   *nexscopeDriver
+		discDrv  *discordDriver
 		relayURL = o.URL
 		echoURL  string
 		err      error
@@ -88,6 +92,11 @@ func run(o *options) (*result, error) {
 			nexDrv = &nexscopeDriver{token: randomToken()}
 			drv = nexDrv
 			newPlatform = nexDrv.newPlatform
+		case driverDiscord:
+			discDrv = &discordDriver{}
+			drv = discDrv
+			newPlatform = discDrv.newPlatform
+			defer discDrv.close()
 		}
 		if c, err = startConnector(o, newPlatform); err != nil {
 			return nil, err
@@ -128,10 +137,12 @@ func run(o *options) (*result, error) {
 			}
 			defer nexDrv.close()
 		}
-		st, err := driveConnector(o, c, drv, fl)
-		if nexDrv != nil {
-			st.Errors += int(nexDrv.errors.Load())
+		if discDrv != nil {
+			if err := discDrv.start(c.BaseURL, c.Metrics.progress); err != nil {
+				return res, err
+			}
 		}
+		st, err := driveConnector(o, c, drv, fl)
 		res.Connector = &st
 		if err != nil {
 			return res, err
@@ -165,13 +176,15 @@ func run(o *options) (*result, error) {
 }
 
 // driveConnector runs the pacer over drv and collects the gateways' stats.
-// In flight are events fired and neither acknowledged by a gateway nor
-// dropped by the relay.
+// In flight are events fired and neither acknowledged by a gateway, nor
+// dropped by the relay, nor failed before reaching it.
 func driveConnector(o *options, c *connector, drv eventDriver, fl *fleetProcess) (stats, error) {
 	m := c.Metrics
-	ackedBefore, droppedBefore := m.acked.Load(), m.dropped.Load()
+	ackedBefore, droppedBefore, failedBefore := m.acked.Load(), m.dropped.Load(), drv.failures()
 	var fired atomic.Int64
-	done := func() int64 { return m.acked.Load() - ackedBefore + m.dropped.Load() - droppedBefore }
+	done := func() int64 {
+		return m.acked.Load() - ackedBefore + m.dropped.Load() - droppedBefore + drv.failures() - failedBefore
+	}
 	p := pacer{Rate: o.Rate, Duration: o.Duration, Window: o.Window,
 		InFlight: func() int64 { return fired.Load() - done() }, Progress: m.progress}
 	start := time.Now()
@@ -189,7 +202,7 @@ func driveConnector(o *options, c *connector, drv eventDriver, fl *fleetProcess)
 		return st, err
 	}
 	st.Sent, st.Elapsed = sent, elapsed
-	st.Errors += failed + int(m.dropped.Load()-droppedBefore)
+	st.Errors += failed + int(m.dropped.Load()-droppedBefore) + int(drv.failures()-failedBefore)
 	return st, runErr
 }
 

@@ -23,12 +23,17 @@
 //	nexscope   members of nexscope rooms (one room per tenant, bound to it)
 //	           sending msgs addressed to the bot over real WebSockets; latency
 //	           runs from the member's send to the gateway's read.
+//	discord    signed Ed25519 slash-command interactions POSTed to
+//	           /discord/interactions (one guild per tenant), with a fake
+//	           Discord (discordtest) for REST and the platform's Gateway
+//	           session; latency runs from the scheduled POST to the read.
 //	idle       no events: connect the gateways and measure the connection cost.
 //
 // Examples:
 //
 //	relaybench -gateways 1000 -tenants 100 -rate 5000 -duration 10s
 //	relaybench -driver nexscope -gateways 100 -rate 0 -duration 10s
+//	relaybench -driver discord -gateways 100 -rate 500 -duration 10s
 //	relaybench -url ws://10.0.0.5:8080/relay -secret S -gateway-prefix bench-gw- -gateways 100 -driver idle
 package main
 

@@ -25,7 +25,7 @@ import (
 type nexscopeDriver struct {
 	token   string
 	members []*websocket.Conn
-	errors  atomic.Int64 // error frames and broken member connections
+	errors  atomic.Int64 // error frames (a msg not bridged) and broken member connections
 	closing atomic.Bool
 	readers sync.WaitGroup
 	msg     []byte
@@ -105,6 +105,9 @@ func (d *nexscopeDriver) fire(seq int, at time.Time) error {
 	defer cancel()
 	return d.members[i].Write(ctx, websocket.MessageText, m)
 }
+
+// failures implements eventDriver.
+func (d *nexscopeDriver) failures() int64 { return d.errors.Load() }
 
 func (d *nexscopeDriver) close() {
 	d.closing.Store(true)

@@ -14,6 +14,7 @@ import (
 const (
 	driverSynthetic = "synthetic"
 	driverNexscope  = "nexscope"
+	driverDiscord   = "discord"
 	driverIdle      = "idle"
 )
 
@@ -51,7 +52,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Secret, "secret", "", "gateway HMAC secret (required with -url; random in-process)")
 	fs.IntVar(&o.Gateways, "gateways", 10, "gateways to connect")
 	fs.IntVar(&o.Tenants, "tenants", 0, "tenants the gateways are spread over, round-robin (default: one per gateway)")
-	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope or idle")
+	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope, discord or idle")
 	fs.Float64Var(&o.Rate, "rate", 1000, "events per second (0: as fast as -window allows)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "how long to drive events")
 	fs.IntVar(&o.Window, "window", 1024, "most events sent and not yet acknowledged by a gateway")
@@ -95,10 +96,10 @@ func (o *options) validate() error {
 		return fmt.Errorf("-driver %s needs the in-process connector; with -url use -driver idle", o.Driver)
 	}
 	switch o.Driver {
-	case driverSynthetic, driverNexscope, driverIdle:
+	case driverSynthetic, driverNexscope, driverDiscord, driverIdle:
 		return nil
 	}
-	return fmt.Errorf("unknown -driver %q (synthetic, nexscope or idle)", o.Driver)
+	return fmt.Errorf("unknown -driver %q (synthetic, nexscope, discord or idle)", o.Driver)
 }
 
 // gatewayID is gateway i's id.
@@ -107,8 +108,8 @@ func (o *options) gatewayID(i int) string { return fmt.Sprintf("%s%d", o.Gateway
 // helloPlatform is the platform the gateways hello.
 func (o *options) helloPlatform() string {
 	switch o.Driver {
-	case driverNexscope:
-		return driverNexscope
+	case driverNexscope, driverDiscord:
+		return o.Driver
 	case driverSynthetic:
 		return syntheticPlatformName
 	}

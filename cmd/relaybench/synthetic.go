@@ -104,9 +104,5 @@ func (p *syntheticPlatform) fire(seq int, at time.Time) error {
 	return p.sink.Deliver(context.Background(), p.delivery(seq, at))
 }
 
-// frameBytes is the size of the inbound frame of a typical event, for the
-// echo baseline's messages.
-func (p *syntheticPlatform) frameBytes() int {
-	d := p.delivery(0, time.Now())
-	return len(contract.AppendInbound(nil, "0123abcd-1", d.Event))
-}
+// failures implements eventDriver: publishing cannot fail.
+func (p *syntheticPlatform) failures() int64 { return 0 }
