@@ -22,6 +22,7 @@ type RefusedError struct {
 	Code int
 }
 
+// Error names the close code and what to fix.
 func (e *RefusedError) Error() string {
 	return fmt.Sprintf("discord gateway refused the bot: close %d (%s)", e.Code, closeMeaning(e.Code))
 }

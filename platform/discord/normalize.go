@@ -18,6 +18,7 @@ const platformName = "discord"
 // label ("own_message", "not_mentioned", …).
 type dropError struct{ reason string }
 
+// Error names the drop reason.
 func (e *dropError) Error() string { return "event dropped: " + e.reason }
 
 func drop(reason string) error { return &dropError{reason: reason} }

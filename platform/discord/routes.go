@@ -143,6 +143,7 @@ type rateLimitedError struct {
 	global     bool
 }
 
+// Error says which limit and how long to wait.
 func (e *rateLimitedError) Error() string {
 	scope := "route"
 	if e.global {

@@ -272,6 +272,7 @@ type cancelBody struct {
 	cancel context.CancelFunc
 }
 
+// Close closes the body and releases the timeout.
 func (b *cancelBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.cancel()

@@ -1,0 +1,115 @@
+// Package discord fronts ONE shared Discord bot for many tenants: it ingests
+// Gateway events and signed interactions, normalizes them into
+// tenant-scoped MessageEvents whose SessionSource gives exactly the session
+// key the native Hermes Discord adapter would, keeps interaction tokens in
+// the capability vault, and executes the gateways' outbound ops under
+// Discord's rate limits, sharing the bot's budget fairly between tenants.
+//
+// # Ingest
+//
+// discordgo runs the Gateway connection with intents GUILDS |
+// GUILD_MESSAGES | DIRECT_MESSAGES | MESSAGE_CONTENT (37377). Its own
+// reconnect loop is off: a supervisor opens the session with a handshake
+// watchdog (discordgo sets no deadline while waiting for HELLO and READY),
+// treats close codes 4004, 4010-4014 as terminal (Run returns a
+// *RefusedError and Status turns Terminal instead of reconnecting forever),
+// resumes after other closes with jittered backoff (ReconnectMin doubling to
+// ReconnectMax, reset only after StableAfter of uptime) and keeps a rolling
+// 24-hour identify budget (MaxIdentifiesPerDay), so a crash loop never burns
+// Discord's 1,000 identifies a day.
+//
+// Dispatches are handled on discordgo's reader goroutine, in order. GUILD_*,
+// CHANNEL_*, THREAD_* events feed a channel/thread/guild cache (REST
+// GET /channels/{id} or /guilds/{id} on a miss) and the set of threads the
+// bot takes part in. MESSAGE_CREATE and MESSAGE_UPDATE are queued to one of
+// four ingest workers chosen by channel, so each channel's messages are
+// delivered in order; a full queue blocks the reader, and Discord replays
+// on resume, so nothing is lost.
+//
+// The tenant comes from the event itself: guild id -> Config.Guilds; no
+// guild (a DM) -> Config.DMTenant, or dropped with a log line when that is
+// empty. Events of guilds no tenant claims are dropped, never broadcast.
+//
+// Normalization follows docs/session-key.md §3 with the tenant's
+// TenantConfig: the native gates (own and system messages, bots and
+// webhooks per allow_bots, allowlists, require_mention with free-response
+// channels, voice-linked channels and joined threads exempt, messages that
+// mention only others), DM / group / thread mapping, names and topics, and
+// auto-threading: a mention in a text or announcement channel creates a
+// thread from the message (POST .../messages/{id}/threads) and keys the
+// turn on it; if creation fails the turn is dropped, as the native adapter
+// does. NormalizeFixture runs the same code with a fixture's context as the
+// cache and the message id as the thread id. Edits (MESSAGE_UPDATE with an
+// edited_timestamp) arrive as inbound events with message_is_edit true,
+// never auto-thread, and belong to the thread the message started, if any.
+// The bot's own mention is stripped from the text; "/stop" becomes an
+// interrupt of the session instead of an inbound event. Every dropped event
+// is counted in Metrics.Dropped with its reason: unclaimed, dm_no_tenant,
+// own_message, system_message, not_an_edit, bot_author, user_not_allowed,
+// not_mentioned, mentions_others, group_dm, unknown_channel,
+// auto_thread_unsupported, auto_thread_failed, malformed, duplicate,
+// unsupported_interaction, overloaded, lookup_failed.
+//
+// # Interactions
+//
+// POST /discord/interactions (Routes) reads at most MaxInteractionBytes
+// (413 above), verifies Ed25519 over X-Signature-Timestamp + body with the
+// application's public key and rejects timestamps more than InteractionSkew
+// away (401 for both), dedupes interaction ids (409 for a replay), answers
+// PING with PONG, and otherwise writes the deferred response (type 5; type
+// 6 for components) before any processing. Processing then stores the
+// interaction token in the vault under (tenant, session key,
+// discord.interaction_token) for 15 minutes, with the application id as
+// Ref, and delivers a normalized inbound event: a slash command as the
+// command message "/name args", a component press as its custom_id (a
+// prompt button "hp1:<prompt>:<option>" as a prompt_response with text
+// "/<option>"), a modal as "custom_id=value" lines. The token is never in
+// anything sent to a gateway. Interactions that arrive over the Gateway
+// (no endpoint URL configured) are processed the same way and acknowledged
+// through the REST callback.
+//
+// # Egress
+//
+// Execute runs the ops of its handler table (send, edit, typing,
+// follow_up, get_chat_info), which is also the descriptor's supported_ops.
+// Chat ids, message ids and reply_to must be Discord ids (digits), so no
+// gateway can steer a request to another route; a chat outside the
+// caller's tenant gets the uniform structured decline. Content over 2,000
+// code points is split at line or word boundaries; a cut inside a ```
+// block closes it and reopens it in the next piece. send replies to
+// reply_to with the first piece and returns its id; edit keeps the first
+// piece and posts the rest. Mentions are limited to users and the replied
+// author. follow_up resolves the token for (caller's tenant, session_key)
+// and POSTs to /webhooks/{app}/{token}?wait=true; absent, expired or another
+// tenant's capability answers capability_missing.
+//
+// # Rate limits and fair share
+//
+// discordgo builds and sends every REST call, on a fresh bucket each time,
+// so its own limiter (which sleeps without a context and misses global 429s
+// without Reset-After) never waits; the transport under its http.Client
+// does the limiting under the request's context: the global budget
+// (GlobalRate + GlobalBurst <= 50 requests in any second) is granted by the
+// one fair-share policy (platform/fairshare: a token bucket with weighted
+// round robin between tenants that have requests waiting, per-tenant FIFO
+// queues, TenantConfig.Weight as the weight, an idle tenant's share going
+// to those waiting; the connector's own calls form the tenant ""), then
+// the per-route bucket learned from X-RateLimit-* headers. A 429 pauses its
+// scope (every route when global) for retry_after and is retried while the
+// deadline allows, else the op fails with rate_limited and retry_after_ms.
+// Interaction callbacks and follow-ups skip the global budget, as Discord
+// exempts them. A breaker refuses every REST call (unavailable) while 401,
+// 403 and 429 answers within 10 minutes reach InvalidRequestLimit, below
+// Discord's 10,000 ban threshold, and for a minute after any 401.
+//
+// # Commands
+//
+// A discord hello's command_manifest (HelloObserver) is validated entry by
+// entry and, after CommandSyncDebounce, reconciled with the global command
+// registry: GET, compare, bulk PUT only on a difference. It is best effort
+// and never affects the handshake.
+//
+// Secrets (the bot token, interaction tokens) never reach logs, errors,
+// metrics or frames: errors are described without their URLs, and
+// discordgo's own logging is off.
+package discord

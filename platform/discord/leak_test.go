@@ -1,0 +1,54 @@
+package discord
+
+import (
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/platform/discord/discordtest"
+)
+
+// TestRunLeavesNoGoroutines runs the platform through ingest, interactions
+// and egress, stops it, and checks that every goroutine it started is gone.
+func TestRunLeavesNoGoroutines(t *testing.T) {
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	before := runtime.NumGoroutine()
+	func() {
+		e := newEnv(t, discordtest.Options{}, nil)
+		e.startReady(t)
+		e.dispatch(t, "MESSAGE_CREATE", msg("7900", threadPlan, guildLab, "hi", true))
+		e.sink.next(t)
+		if r := execute(t, e, "t1", `{"op":"typing","chat_id":"103","metadata":{}}`); !r.Success {
+			t.Fatalf("typing = %+v", r)
+		}
+		e.cancel()
+		if err := <-e.done; err != nil {
+			t.Fatal(err)
+		}
+		e.done <- nil
+		e.fake.Close()
+	}()
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			stacks := string(buf[:runtime.Stack(buf, true)])
+			t.Fatalf("%d goroutines left (had %d):\n%s", runtime.NumGoroutine(), before, leaked(stacks))
+		}
+		runtime.Gosched()
+		time.Sleep(5 * time.Millisecond) // polling for exits: goroutines signal nothing
+	}
+}
+
+func leaked(stacks string) string {
+	var out []string
+	for _, g := range strings.Split(stacks, "\n\n") {
+		if strings.Contains(g, "connector/platform/discord") || strings.Contains(g, "discordgo") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
+}
