@@ -40,8 +40,10 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	defer p.transport.CloseIdleConnections()
 
 	var wg sync.WaitGroup
-	wg.Go(func() { p.answerCallbacks(ctx) })
 	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Go(func() { p.answerCallbacks(ctx) })
 
 	if err := p.connect(ctx); err != nil {
 		return err

@@ -1,0 +1,97 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/platform/telegram/telegramtest"
+)
+
+// closedURL is the URL of a loopback port nothing listens on.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return "http://" + addr
+}
+
+func TestStartsWhileTelegramIsUnreachable(t *testing.T) {
+	url := closedURL(t)
+	e := newEnv(t, func(c *Config) { c.APIServerURL = url })
+	if st := e.p.Status(); st.Ready {
+		t.Fatalf("ready before Run: %+v", st)
+	}
+	e.run(t)
+	st := e.waitStatus(t, func(st platform.Status) bool { return strings.Contains(st.Detail, "cannot reach") })
+	if st.Ready || st.Terminal {
+		t.Errorf("status %+v, want not ready and not terminal", st)
+	}
+	// Egress fails cleanly meanwhile.
+	r := e.act(t, "t1", sendAction("123456789", "hello?"))
+	if r.Success || r.Code != contract.CodePlatformError {
+		t.Errorf("send while unreachable: %+v", r)
+	}
+}
+
+func TestRecoversWhenTelegramComesBack(t *testing.T) {
+	e := newEnv(t, nil)
+	e.fake.Fail("getMe", telegramtest.Failure{Code: 502, Description: "Bad Gateway"})
+	e.run(t)
+	e.waitStatus(t, func(st platform.Status) bool { return strings.Contains(st.Detail, "Bad Gateway") })
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+}
+
+func TestRejectedTokenIsTerminal(t *testing.T) {
+	other := telegramtest.New(t, "7012345678:ANOTHER-token") // knows another token
+	e := newEnv(t, func(c *Config) { c.APIServerURL = other.URL })
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	err := e.p.Run(ctx, e.sink)
+	if !errors.Is(err, errTokenRejected) {
+		t.Fatalf("Run = %v, want the token rejection", err)
+	}
+	if st := e.p.Status(); !st.Terminal || st.Ready {
+		t.Errorf("status %+v, want terminal", st)
+	}
+}
+
+func TestPollingTokenRevokedEndsRun(t *testing.T) {
+	e := newEnv(t, nil)
+	e.fake.Fail("getUpdates", telegramtest.Failure{Code: 401, Description: "Unauthorized"})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.p.Run(ctx, e.sink); !errors.Is(err, errTokenRejected) {
+		t.Fatalf("Run = %v, want the token rejection", err)
+	}
+	if st := e.p.Status(); !st.Terminal {
+		t.Errorf("status %+v, want terminal", st)
+	}
+}
+
+func TestPollingConflictReportedThenRecovers(t *testing.T) {
+	e := newEnv(t, nil)
+	e.fake.Fail("getUpdates", telegramtest.Failure{Code: 409, Description: "Conflict: terminated by other getUpdates request"})
+	e.run(t)
+	e.waitStatus(t, func(st platform.Status) bool { return strings.Contains(st.Detail, "conflicts") && !st.Ready })
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+}
+
+func TestRunTwice(t *testing.T) {
+	e := pollingEnv(t, nil)
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := e.p.Run(ctx, e.sink); err == nil {
+		t.Error("a second concurrent Run was accepted")
+	}
+}
