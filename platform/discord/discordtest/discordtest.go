@@ -110,6 +110,7 @@ type Server struct {
 	identify  int
 	resume    int
 	closers   sync.WaitGroup
+	closed    bool
 }
 
 // New starts a fake Discord; it stops when the test ends.
@@ -148,7 +149,12 @@ func New(tb interface {
 func (s *Server) Close() {
 	s.mu.Lock()
 	c := s.conn
+	already := s.closed
+	s.closed = true
 	s.mu.Unlock()
+	if already {
+		return
+	}
 	if c != nil {
 		c.c.CloseNow()
 	}

@@ -81,7 +81,14 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 // closeWith closes g with a Gateway close code in the background (the
 // close handshake waits for the client's answer).
 func (s *Server) closeWith(g *gwConn, code int, reason string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		g.c.CloseNow()
+		return
+	}
 	s.closers.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.closers.Done()
 		_ = g.c.Close(websocket.StatusCode(code), reason)
