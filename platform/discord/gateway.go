@@ -66,8 +66,9 @@ type gateway struct {
 	disconnected chan struct{}
 	budget       *identifyBudget
 
-	connMu sync.Mutex
-	conn   net.Conn // the socket being opened, closed by the watchdog
+	connMu  sync.Mutex
+	conn    net.Conn // the socket being opened, closed by the watchdog
+	aborted bool     // the watchdog fired: a socket dialed later is refused
 }
 
 func newGateway(p *Platform) *gateway {
@@ -83,13 +84,21 @@ func newGateway(p *Platform) *gateway {
 func (g *gateway) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, network, addr)
-	if err == nil {
-		g.connMu.Lock()
-		g.conn = c
-		g.connMu.Unlock()
+	if err != nil {
+		return nil, err
 	}
-	return c, err
+	g.connMu.Lock()
+	defer g.connMu.Unlock()
+	if g.aborted {
+		_ = c.Close()
+		return nil, errHandshakeTimeout
+	}
+	g.conn = c
+	return c, nil
 }
+
+// errHandshakeTimeout reports a Gateway open that outlived HandshakeTimeout.
+var errHandshakeTimeout = errors.New("gateway handshake timed out")
 
 func (g *gateway) signalDisconnect() {
 	select {
@@ -101,11 +110,12 @@ func (g *gateway) signalDisconnect() {
 // open runs discordgo's Open under the handshake watchdog and ctx.
 func (g *gateway) open(ctx context.Context) error {
 	g.connMu.Lock()
-	g.conn = nil
+	g.conn, g.aborted = nil, false
 	g.connMu.Unlock()
 	abort := func() {
 		g.connMu.Lock()
 		c := g.conn
+		g.aborted = true
 		g.connMu.Unlock()
 		if c != nil {
 			_ = c.Close()
