@@ -56,6 +56,10 @@ type normalizer struct {
 // message normalizes a MESSAGE_CREATE (edit false) or MESSAGE_UPDATE (edit
 // true) after the native adapter's gates.
 func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*turn, error) {
+	if edit && m.EditedTimestamp == "" {
+		// Discord also sends MESSAGE_UPDATE for embed unfurls, often partial.
+		return nil, drop("not_an_edit")
+	}
 	if m.Author == nil || m.ID == "" || m.ChannelID == "" {
 		return nil, drop("malformed")
 	}
@@ -64,9 +68,6 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 	}
 	if m.Type != msgDefault && m.Type != msgReply {
 		return nil, drop("system_message")
-	}
-	if edit && m.EditedTimestamp == "" {
-		return nil, drop("not_an_edit")
 	}
 	ch, err := n.channelOf(ctx, m.ChannelID, m.GuildID)
 	if err != nil {
