@@ -26,13 +26,15 @@ type Config struct {
 
 	// Guilds maps a guild id to the tenant that owns it. Messages and
 	// interactions of a guild no tenant claims are dropped, never broadcast.
-	// Filled by the config loader from the tenants section.
+	// Filled by the config loader from the tenants section. Default: none
+	// (every guild event is dropped).
 	Guilds map[string]string `yaml:"guilds"`
 	// DMTenant receives every direct message and DM interaction. Empty (the
 	// default) drops DMs with a log line.
 	DMTenant string `yaml:"dm_tenant"`
-	// Tenants holds per-tenant adapter knobs and fair-share weights; a tenant
-	// without an entry gets the native adapter's defaults and weight 1.
+	// Tenants holds per-tenant adapter knobs and fair-share weights. Default:
+	// none; a tenant without an entry gets the native adapter's defaults and
+	// weight 1.
 	Tenants map[string]TenantConfig `yaml:"tenants"`
 
 	// APIBaseURL replaces https://discord.com for every REST call (tests and
@@ -68,13 +70,13 @@ type Config struct {
 	// HandshakeTimeout bounds the Gateway dial plus HELLO and READY (discordgo
 	// sets no deadline of its own). Default 30s.
 	HandshakeTimeout time.Duration `yaml:"handshake_timeout"`
-	// ReconnectMin and ReconnectMax bound the Gateway reconnect backoff, which
-	// doubles per failed attempt (with jitter) and resets after a connection
-	// stayed up for StableAfter. Defaults 1s, 10m and 60s.
+	// ReconnectMin is the first Gateway reconnect delay; it doubles per
+	// failed attempt (jittered over [d/2, d]). Default 1s.
 	ReconnectMin time.Duration `yaml:"reconnect_min"`
-	// ReconnectMax: see ReconnectMin.
+	// ReconnectMax caps the reconnect delay. Default 10m.
 	ReconnectMax time.Duration `yaml:"reconnect_max"`
-	// StableAfter: see ReconnectMin.
+	// StableAfter is how long a connection must stay up before the delay
+	// resets to ReconnectMin, so a crash loop keeps backing off. Default 60s.
 	StableAfter time.Duration `yaml:"stable_after"`
 	// MaxIdentifiesPerDay bounds Gateway sessions started per rolling 24
 	// hours (Discord allows 1,000); when spent, reconnects wait. Default 900.
@@ -112,11 +114,13 @@ type TenantConfig struct {
 	// AllowBots admits bot and webhook authors: "none" (default), "all", or
 	// "mentions" (only when they mention the bot).
 	AllowBots string `yaml:"allow_bots"`
-	// AllowedUsers and AllowedRoles, when either is set, admit only those
-	// users or members holding one of those roles. Default: everyone (the
-	// tenant's gateway applies its own allowlist).
+	// AllowedUsers, when it or AllowedRoles is set, admits only these users
+	// (or members holding an AllowedRoles role). Default: none, everyone is
+	// admitted (unlike the native adapter, which fails closed; the tenant's
+	// gateway applies its own allowlist).
 	AllowedUsers []string `yaml:"allowed_users"`
-	// AllowedRoles: see AllowedUsers.
+	// AllowedRoles admits members holding one of these roles; see
+	// AllowedUsers. Default: none.
 	AllowedRoles []string `yaml:"allowed_roles"`
 	// Weight is the tenant's share of the bot's global budget relative to
 	// other tenants. Default 1.
