@@ -312,16 +312,37 @@ func TestSendForbiddenAndMigrated(t *testing.T) {
 	}
 }
 
-func TestChatWindowPacesSends(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.ChatPerSecond = 1 })
-	for _, text := range []string{"one", "two"} {
-		if r := e.act(t, "t1", sendAction("123456789", text)); !r.Success {
-			t.Fatalf("send %s: %+v", text, r)
+// TestWindowsPaceSends shows the per-chat and per-group windows at work
+// without timing anything: a message whose slot falls after the request's
+// deadline is refused at once as rate_limited, and nothing is sent.
+func TestWindowsPaceSends(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ChatPerSecond = 1; c.GroupPerMinute = 2 })
+	short := func(chat string) contract.Result {
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		a := sendAction(chat, "hi")
+		return e.p.Execute(ctx, "t1", &a)
+	}
+	if r := short("123456789"); !r.Success {
+		t.Fatalf("first send %+v", r)
+	}
+	// The DM's next slot is a second away, after this request's last slot.
+	if r := short("123456789"); r.Code != contract.CodeRateLimited || r.RetryAfterMS <= 0 {
+		t.Errorf("second send within the second: %+v, want rate_limited", r)
+	}
+	// Two messages into the group (paced a second apart), then the group's
+	// minute is full.
+	for range 2 {
+		if r := e.act(t, "t1", sendAction("-4001234567", "hi")); !r.Success {
+			t.Fatalf("group send %+v", r)
 		}
 	}
-	calls := e.fake.Calls("sendMessage")
-	if gap := calls[1].At.Sub(calls[0].At); gap < time.Second {
-		t.Errorf("second message %v after the first, want ≥ 1s", gap)
+	r := e.act(t, "t1", sendAction("-4001234567", "hi"))
+	if r.Code != contract.CodeRateLimited || r.RetryAfterMS < 30_000 {
+		t.Errorf("third group send within the minute: %+v, want rate_limited for ~a minute", r)
+	}
+	if n := len(e.fake.Calls("sendMessage")); n != 3 {
+		t.Errorf("%d sendMessage calls, want 3", n)
 	}
 }
 
