@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +58,9 @@ type result struct {
 	Connector *stats
 	// Echo is the same load against the bare echo server.
 	Echo *stats
+	// ConnectorNoise and EchoNoise are the cores other processes kept busy
+	// during each run (-1 unknown).
+	ConnectorNoise, EchoNoise float64
 }
 
 // eventDriver produces the events of a run.
@@ -142,7 +147,9 @@ func run(o *options) (*result, error) {
 				return res, err
 			}
 		}
+		before := sampleCPU(fl.pid())
 		st, err := driveConnector(o, c, drv, fl)
+		res.ConnectorNoise = othersCores(before, sampleCPU(fl.pid()))
 		res.Connector = &st
 		if err != nil {
 			return res, err
@@ -165,7 +172,9 @@ func run(o *options) (*result, error) {
 		res.EchoMemory = perConn(base, snapshot(), res.Connected)
 		if res.Connector != nil {
 			size := max(res.Connector.AvgBytes(), 64)
+			before := sampleCPU(fl.pid())
 			st, err := fl.echoRun(size, pacer{Rate: o.Rate, Duration: o.Duration, Window: o.Window})
+			res.EchoNoise = othersCores(before, sampleCPU(fl.pid()))
 			if err != nil {
 				return res, err
 			}
@@ -187,6 +196,13 @@ func driveConnector(o *options, c *connector, drv eventDriver, fl *fleetProcess)
 	}
 	p := pacer{Rate: o.Rate, Duration: o.Duration, Window: o.Window,
 		InFlight: func() int64 { return fired.Load() - done() }, Progress: m.progress}
+	if o.CPUProfile != "" {
+		stop, err := startCPUProfile(o.CPUProfile)
+		if err != nil {
+			return stats{}, err
+		}
+		defer stop()
+	}
 	start := time.Now()
 	sent, failed, runErr := p.run(context.Background(), func(seq int, at time.Time) error {
 		err := drv.fire(seq, at)
@@ -204,6 +220,22 @@ func driveConnector(o *options, c *connector, drv eventDriver, fl *fleetProcess)
 	st.Sent, st.Elapsed = sent, elapsed
 	st.Errors += failed + int(m.dropped.Load()-droppedBefore) + int(drv.failures()-failedBefore)
 	return st, runErr
+}
+
+// startCPUProfile profiles this process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // startEchoServer serves the echo baseline on its own loopback port, for

@@ -114,6 +114,9 @@ func (f *fleetProcess) echoRun(size int, p pacer) (stats, error) {
 	return parseStats(fields)
 }
 
+// pid is the gateway process's id.
+func (f *fleetProcess) pid() int { return f.cmd.Process.Pid }
+
 // stop ends the process (it exits at the end of its input).
 func (f *fleetProcess) stop() error {
 	_ = f.stdin.Close()

@@ -41,6 +41,9 @@ type options struct {
 	ConnectWorkers int
 	// Drain bounds the wait for the last events after the driver stopped.
 	Drain time.Duration
+	// CPUProfile, when set, receives a CPU profile of the connector's
+	// process during the event run.
+	CPUProfile string
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -59,6 +62,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.Echo, "echo", true, "also measure a bare coder/websocket echo server with the same load")
 	fs.IntVar(&o.ConnectWorkers, "connect-workers", 8, "gateways dialing at once")
 	fs.DurationVar(&o.Drain, "drain", 10*time.Second, "longest wait for events still in flight after the driver stopped")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the connector process during the event run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

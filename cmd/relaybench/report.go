@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"text/tabwriter"
 	"time"
@@ -21,8 +23,8 @@ func (r *result) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "relaybench: %s, driver=%s gateways=%d tenants=%d rate=%s duration=%s window=%d\n",
 		target, o.Driver, o.Gateways, o.Tenants, rate, o.Duration, o.Window)
-	fmt.Fprintf(w, "machine:    %d CPUs, %s/%s, %s, open-file limit %d\n",
-		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), fileLimit())
+	fmt.Fprintf(w, "machine:    %d CPUs, %s/%s, %s, open-file limit %d, load average %s\n",
+		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), fileLimit(), loadAverage())
 	if r.Connected > 0 || r.ConnectFailed > 0 {
 		fmt.Fprintf(w, "connect:    %d gateways in %s (%s each), %d failed\n", r.Connected,
 			round(r.ConnectTime), round(r.ConnectTime/time.Duration(max(1, r.Connected))), r.ConnectFailed)
@@ -46,6 +48,11 @@ func (r *result) print(w io.Writer) {
 		printRow(tw, "echo (round trip)", r.Echo)
 	}
 	_ = tw.Flush()
+	fmt.Fprintf(w, "other processes kept %s busy during the connector run", cores(r.ConnectorNoise))
+	if r.Echo != nil {
+		fmt.Fprintf(w, ", %s during the echo run", cores(r.EchoNoise))
+	}
+	fmt.Fprintln(w)
 	if e := r.Echo; e != nil && e.PerSecond() > 0 && e.P50 > 0 {
 		c := r.Connector
 		fmt.Fprintf(w, "connector/echo: throughput %.2fx, p50 %.2fx, p99 %.2fx\n",
@@ -69,6 +76,14 @@ func printMemory(w io.Writer, label string, m *connMemory) {
 // total is heap plus stacks.
 func (m *connMemory) total() float64 { return m.HeapBytes + m.StackBytes }
 
+// cores formats a number of busy cores.
+func cores(n float64) string {
+	if n < 0 {
+		return "an unknown number of cores"
+	}
+	return fmt.Sprintf("%.2f cores", n)
+}
+
 // round shortens d for display.
 func round(d time.Duration) time.Duration {
 	switch {
@@ -78,4 +93,16 @@ func round(d time.Duration) time.Duration {
 		return d.Round(10 * time.Microsecond)
 	}
 	return d.Round(time.Microsecond)
+}
+
+// loadAverage is the 1-minute load average at the end of the run ("n/a"
+// where /proc/loadavg does not exist): other work on the machine skews every
+// figure.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "n/a"
+	}
+	one, _, _ := bytes.Cut(b, []byte(" "))
+	return string(one)
 }
