@@ -1,12 +1,14 @@
 package discord
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/vault"
 )
 
 func TestGatewayGuildMessageAutoThreads(t *testing.T) {
@@ -157,5 +159,41 @@ func TestGatewayHandshakeWatchdog(t *testing.T) {
 	e.logs.waitFor(t, "discord gateway connect failed")
 	if st := e.p.Status(); st.Ready || st.Terminal {
 		t.Fatalf("status = %+v", st)
+	}
+}
+
+func TestGatewayAutoThreadThenFollowUpWithoutMention(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.dispatch(t, "MESSAGE_CREATE", msg("7030", chanGeneral, guildLab, "start a plan", true))
+	first := e.sink.next(t)
+	// The bot takes part in the thread it created: no mention needed there.
+	e.dispatch(t, "MESSAGE_CREATE", msg("7031", "7030", guildLab, "and also this", false))
+	d := e.sink.next(t)
+	if d.SessionKey != first.SessionKey || d.Event.Source.ChatName.Value != "Lab / #general / start a plan" {
+		t.Fatalf("follow-up key %q (want %q), source %+v", d.SessionKey, first.SessionKey, d.Event.Source)
+	}
+}
+
+func TestGatewayInteractionAcksThroughCallback(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	var in map[string]any
+	if err := json.Unmarshal(slashBody("8400", "gateway-delivered-token", guildLab, chanGeneral), &in); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "INTERACTION_CREATE", in)
+	req, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+		return r.Method == "POST" && r.Path == "/api/v9/interactions/8400/gateway-delivered-token/callback"
+	})
+	if err != nil || string(req.Body) != `{"type":5}` {
+		t.Fatalf("callback = %s %v", req.Body, err)
+	}
+	d := e.sink.next(t)
+	if d.Event.Text != "/model gpt" || d.Tenant != "t1" {
+		t.Fatalf("delivery = %+v", d.Event)
+	}
+	if _, ok := e.vault.Get(vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); !ok {
+		t.Fatal("token not in the vault")
 	}
 }
