@@ -77,6 +77,12 @@ func BenchmarkMsgAck(b *testing.B) {
 
 const benchFileSize = 32 << 20
 
+// isFileEnd reports whether a relay text frame is a file-end.
+func isFileEnd(frame []byte) bool {
+	m, err := decodeFrame(frame)
+	return err == nil && m["type"] == "file-end"
+}
+
 // BenchmarkFileRelay streams a file through the relay to 1 and 10
 // recipients; MB/s counts the file's bytes once (not once per recipient).
 // Compare with BenchmarkLoopbackCopy for the ratio.
@@ -100,7 +106,7 @@ func BenchmarkFileRelay(b *testing.B) {
 							continue
 						}
 						msg, _ := io.ReadAll(rd)
-						if len(msg) > 20 && string(msg[:20]) == `{"type":"file-end","` {
+						if isFileEnd(msg) {
 							ends <- struct{}{}
 						}
 					}
@@ -119,7 +125,9 @@ func BenchmarkFileRelay(b *testing.B) {
 				id := "f" + strconv.Itoa(i)
 				sender.sendJSON(fileStart(id, "sender", to, benchFileSize))
 				for _, c := range chunks {
-					sender.sendBinary(c)
+					if err := sender.ws.Write(context.Background(), websocket.MessageBinary, c); err != nil {
+						b.Fatal(err)
+					}
 				}
 				sender.sendJSON(fileEnd(id, "sender"))
 				sender.expect("ack")
@@ -201,7 +209,7 @@ func BenchmarkSlowRecipientMemory(b *testing.B) {
 			if pause > 0 {
 				time.Sleep(pause) // the slow reader being simulated, not synchronization
 			}
-			if typ == websocket.MessageText && len(msg) > 20 && string(msg[:20]) == `{"type":"file-end","` {
+			if typ == websocket.MessageText && isFileEnd(msg) {
 				ends <- struct{}{}
 			}
 		}
@@ -251,7 +259,9 @@ func BenchmarkSlowRecipientMemory(b *testing.B) {
 		id := "f" + strconv.Itoa(i)
 		sender.sendJSON(fileStart(id, "sender", []string{"fast", "slow"}, size))
 		for _, c := range chunks {
-			sender.sendBinary(c)
+			if err := sender.ws.Write(context.Background(), websocket.MessageBinary, c); err != nil {
+				b.Fatal(err)
+			}
 		}
 		sender.sendJSON(fileEnd(id, "sender"))
 		sender.expect("ack")

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"unicode/utf8"
 
-	"github.com/coder/websocket"
-
 	"connector/contract"
 )
 
@@ -92,7 +90,7 @@ func (p *Platform) send(r *room, a *contract.Action) contract.Result {
 		}
 		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), &m, p.nowMs())
 		for _, mem := range online {
-			r.pushLocked(mem, websocket.MessageText, frame)
+			r.pushLocked(mem, frame)
 		}
 	}
 	return contract.OK(first)

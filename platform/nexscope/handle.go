@@ -29,13 +29,18 @@ func (m *member) handleMsg(f *clientFrame) {
 	}
 	r := m.room
 	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
+	res := &m.routed
+	res.delivered, res.offline, res.toBot = res.delivered[:0], res.offline[:0], false
 	r.mu.Lock()
-	res := r.routeLocked(m, f.to, out, f.text, false)
+	r.routeLocked(m, f.to, out, f.text, false, res)
 	r.unlock()
-	m.send(appendAck(make([]byte, 0, 64+len(f.msgID)+len(f.threadID)), f.msgID, f.threadID, res.delivered, res.offline))
+	m.send(appendAck(make([]byte, 0, ackSize(f.msgID, f.threadID, res.delivered, res.offline)),
+		f.msgID, f.threadID, res.delivered, res.offline))
 	if res.toBot {
 		r.bridge(f, "")
 	}
+	clear(res.delivered) // drop references into the frame
+	clear(res.offline)
 }
 
 // checkFrom enforces that from is present and is the member's own name;

@@ -46,6 +46,7 @@ type member struct {
 	transfer *transfer // the transfer this member sends, if any
 	dropTail []byte    // msgId of an aborted transfer whose chunks are dropped
 	scratch  []byte
+	routed   routed // reused by handleMsg
 }
 
 func newMember(p *Platform, r *room, name string) *member {
@@ -106,7 +107,7 @@ func (m *member) readLoop() error {
 		if errors.Is(err, errTooLarge) {
 			m.log.Info("nexscope frame over max_payload", "max_payload", limit)
 			m.leave()
-			m.q.push(websocket.MessageText, errorFrame(ErrMsgTooLarge, "frame exceeds max payload"))
+			m.q.push(outFrame{typ: websocket.MessageText, data: errorFrame(ErrMsgTooLarge, "frame exceeds max payload")})
 			m.q.close(CloseTooLarge, ErrMsgTooLarge, true)
 			return err
 		}
@@ -180,6 +181,7 @@ func (m *member) writeLoop() {
 		err := m.ws.Write(context.Background(), f.typ, f.data)
 		m.writeWatch.Stop()
 		m.q.written(len(f.data))
+		f.done()
 		if err != nil {
 			m.q.close(closeNoHandshake, "", false)
 			_ = m.ws.CloseNow()
@@ -199,7 +201,7 @@ func (m *member) writeTimedOut() {
 
 // send queues a frame for this member; a queue overflow disconnects it.
 func (m *member) send(data []byte) {
-	if m.q.push(websocket.MessageText, data) {
+	if m.q.push(outFrame{typ: websocket.MessageText, data: data}) {
 		m.kick(CloseSlowConsumer, "slow consumer")
 	}
 }

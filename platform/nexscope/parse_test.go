@@ -186,3 +186,15 @@ func FuzzReadMessage(f *testing.F) {
 		}
 	})
 }
+
+func TestNameSetAcrossItsMapSwitch(t *testing.T) {
+	var s nameSet
+	seen := map[string]bool{}
+	for i := range 100 {
+		name := []byte(strings.Repeat("n", i%40+1))
+		if got, want := s.add(name), !seen[string(name)]; got != want {
+			t.Fatalf("add(%q) #%d = %v, want %v", name, i, got, want)
+		}
+		seen[string(name)] = true
+	}
+}

@@ -7,10 +7,19 @@ import (
 )
 
 // outFrame is one WebSocket message waiting for a member's writer. data is
-// shared by every recipient of a fan-out and never modified.
+// shared by every recipient of a fan-out and never modified; for a file
+// chunk it is chunk.buf, released once written or dropped.
 type outFrame struct {
-	typ  websocket.MessageType
-	data []byte
+	typ   websocket.MessageType
+	data  []byte
+	chunk *chunk
+}
+
+// done releases the frame's chunk, if any.
+func (f *outFrame) done() {
+	if f.chunk != nil {
+		f.chunk.release()
+	}
 }
 
 // closeNoHandshake is the sendQueue close code that drops the socket without
@@ -57,14 +66,15 @@ func newSendQueue(window, limit int64) *sendQueue {
 // push queues f. It reports overflow when the queue now holds more than its
 // limit; f is queued anyway (the caller closes the member). A closing queue
 // drops f.
-func (q *sendQueue) push(typ websocket.MessageType, data []byte) (overflow bool) {
+func (q *sendQueue) push(f outFrame) (overflow bool) {
 	q.mu.Lock()
 	if q.closing {
 		q.mu.Unlock()
+		f.done()
 		return false
 	}
-	q.frames = append(q.frames, outFrame{typ, data})
-	q.queued += int64(len(data))
+	q.frames = append(q.frames, f)
+	q.queued += int64(len(f.data))
 	overflow = q.queued > q.limit
 	q.mu.Unlock()
 	signal(q.wake)
@@ -141,6 +151,7 @@ func (q *sendQueue) close(code websocket.StatusCode, reason string, flush bool) 
 	if !flush {
 		for i := q.head; i < len(q.frames); i++ {
 			q.queued -= int64(len(q.frames[i].data))
+			q.frames[i].done()
 			q.frames[i] = outFrame{}
 		}
 		q.frames, q.head = nil, 0

@@ -73,9 +73,14 @@ func (r *room) unlock() {
 	}
 }
 
-// pushLocked queues a frame for m; an overflow schedules m's kick.
-func (r *room) pushLocked(m *member, typ websocket.MessageType, data []byte) {
-	if m.q.push(typ, data) {
+// pushLocked queues a text frame for m; an overflow schedules m's kick.
+func (r *room) pushLocked(m *member, data []byte) {
+	r.pushFrameLocked(m, outFrame{typ: websocket.MessageText, data: data})
+}
+
+// pushFrameLocked queues f for m; an overflow schedules m's kick.
+func (r *room) pushFrameLocked(m *member, f outFrame) {
+	if m.q.push(f) {
 		r.kicks = append(r.kicks, m)
 	}
 }
@@ -125,7 +130,7 @@ func (r *room) leave(m *member) {
 func (r *room) broadcastPresenceLocked() {
 	frame := appendPresence(make([]byte, 0, 48+len(r.users)*12), r.users, r.p.nowMs())
 	for _, m := range r.members {
-		r.pushLocked(m, websocket.MessageText, frame)
+		r.pushLocked(m, frame)
 	}
 }
 
@@ -138,13 +143,13 @@ type routed struct {
 
 // routeLocked delivers frame from sender to the members named by the raw
 // JSON array to ([] broadcasts to every member but the sender) and reports
-// who got it. The bot counts as delivered when online and named (or, for a
-// broadcast, always); toBot is set when the bot is named or, in a broadcast,
-// the text mentions "@<bot>". keepRecipients collects the members reached.
-func (r *room) routeLocked(sender *member, to []byte, frame []byte, text []byte, keepRecipients bool) routed {
-	var out routed
+// who got it in out, whose slices it appends to (callers pass reused ones).
+// The bot counts as delivered when online and named (or, for a broadcast,
+// always); toBot is set when the bot is named or, in a broadcast, the text
+// mentions "@<bot>". keepRecipients collects the members reached.
+func (r *room) routeLocked(sender *member, to []byte, frame []byte, text []byte, keepRecipients bool, out *routed) {
 	deliver := func(m *member, quoted []byte) {
-		r.pushLocked(m, websocket.MessageText, frame)
+		r.pushLocked(m, frame)
 		out.delivered = append(out.delivered, quoted)
 		if keepRecipients {
 			out.recipients = append(out.recipients, m)
@@ -164,7 +169,7 @@ func (r *room) routeLocked(sender *member, to []byte, frame []byte, text []byte,
 				deliver(m, m.quoted)
 			}
 		}
-		return out
+		return
 	}
 	var seen nameSet
 	namesOf(to, func(raw, name []byte) {
@@ -182,13 +187,14 @@ func (r *room) routeLocked(sender *member, to []byte, frame []byte, text []byte,
 		}
 		out.offline = append(out.offline, raw)
 	})
-	return out
 }
 
-// nameSet dedupes the names of one "to" list: a linear scan while small, a
-// map beyond that (a 10 MiB frame can name a million recipients).
+// nameSet dedupes the names of one "to" list: a linear scan of an inline
+// array while small, a map beyond that (a 10 MiB frame can name a million
+// recipients).
 type nameSet struct {
-	small [][]byte
+	small [16][]byte
+	n     int
 	big   map[string]struct{}
 }
 
@@ -201,19 +207,21 @@ func (s *nameSet) add(name []byte) bool {
 		s.big[string(name)] = struct{}{}
 		return true
 	}
-	for _, n := range s.small {
+	for _, n := range s.small[:s.n] {
 		if string(n) == string(name) {
 			return false
 		}
 	}
-	s.small = append(s.small, name)
-	if len(s.small) > 16 {
-		s.big = make(map[string]struct{}, 64)
-		for _, n := range s.small {
-			s.big[string(n)] = struct{}{}
-		}
-		s.small = nil
+	if s.n < len(s.small) {
+		s.small[s.n] = name
+		s.n++
+		return true
 	}
+	s.big = make(map[string]struct{}, 64)
+	for _, n := range s.small {
+		s.big[string(n)] = struct{}{}
+	}
+	s.big[string(name)] = struct{}{}
 	return true
 }
 

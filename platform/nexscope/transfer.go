@@ -59,7 +59,8 @@ func (m *member) handleFileStart(f *clientFrame) {
 	// Armed before file-start goes out: a recipient that has it knows the
 	// deadline runs.
 	t.timer = m.p.clock.AfterFunc(m.p.cfg.TransferTimeout, func() { r.stall(t) })
-	res := r.routeLocked(m, start.to, out, start.text, true)
+	var res routed
+	r.routeLocked(m, start.to, out, start.text, true, &res)
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
 	t.botNamed = len(res.delivered) > len(res.recipients)
 	r.transfer = t
@@ -85,15 +86,19 @@ func (m *member) handleChunk(data []byte) {
 	for _, rc := range t.recipients {
 		rc.q.waitSpace(t.done)
 	}
-	chunk := bytes.Clone(data)
 	r := m.room
 	r.mu.Lock()
 	if r.transfer != t {
 		r.unlock()
 		return
 	}
-	for _, rc := range t.recipients {
-		r.pushLocked(rc, websocket.MessageBinary, chunk)
+	if len(t.recipients) > 0 {
+		// Every recipient holds a reference; the queue of one that left is
+		// closed (or about to be) and releases its reference at once.
+		c := newChunk(data, len(t.recipients))
+		for _, rc := range t.recipients {
+			r.pushFrameLocked(rc, outFrame{typ: websocket.MessageBinary, data: c.buf, chunk: c})
+		}
 	}
 	t.received += int64(len(data))
 	r.unlock()
@@ -135,7 +140,7 @@ func (m *member) handleFileEnd(f *clientFrame) {
 			offline = append(offline, rc.quoted)
 			continue
 		}
-		r.pushLocked(rc, websocket.MessageText, out)
+		r.pushLocked(rc, out)
 		delivered = append(delivered, rc.quoted)
 	}
 	if t.botNamed {
@@ -179,7 +184,7 @@ func (r *room) abortLocked(t *transfer) {
 	t.finish()
 	frame := appendError(nil, ErrTransferIncomplete, "the sender's file transfer did not complete", t.start.msgID)
 	for _, rc := range t.recipients {
-		r.pushLocked(rc, websocket.MessageText, frame)
+		r.pushLocked(rc, frame)
 	}
 }
 

@@ -53,6 +53,19 @@ func appendAck(dst, msgID, threadID []byte, delivered, offline [][]byte) []byte 
 	return append(dst, '}')
 }
 
+// ackSize is the exact length of the ack appendAck writes.
+func ackSize(msgID, threadID []byte, delivered, offline [][]byte) int {
+	n := len(`{"type":"ack","msgId":,"threadId":,"delivered":[],"offline":[]}`) +
+		max(len(msgID), 4) + max(len(threadID), 4) + len(delivered) + len(offline)
+	for _, v := range delivered {
+		n += len(v)
+	}
+	for _, v := range offline {
+		n += len(v)
+	}
+	return n
+}
+
 func appendRaw(dst, raw []byte) []byte {
 	if len(raw) == 0 {
 		return append(dst, "null"...)

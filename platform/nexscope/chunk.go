@@ -1,0 +1,38 @@
+package nexscope
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// chunk is one file chunk shared by the send queues of all its recipients.
+// Its buffer comes from a pool and goes back once every recipient's writer
+// has written it (or dropped it), so streaming a file allocates nothing per
+// chunk in steady state.
+type chunk struct {
+	buf  []byte
+	refs atomic.Int32
+}
+
+// maxPooledChunk is the largest buffer kept for reuse (chunks are 64 KiB
+// by recommendation; larger ones are rare and left to the GC).
+const maxPooledChunk = 1 << 20
+
+var chunkPool = sync.Pool{New: func() any { return new(chunk) }}
+
+// newChunk copies data into a pooled chunk that refs recipients will release.
+func newChunk(data []byte, refs int) *chunk {
+	c := chunkPool.Get().(*chunk)
+	c.buf = append(c.buf[:0], data...)
+	c.refs.Store(int32(refs))
+	return c
+}
+
+// release drops one recipient's reference; the last one returns the buffer.
+// A chunk that is never released (its queue vanished mid-close) is simply
+// collected.
+func (c *chunk) release() {
+	if c.refs.Add(-1) == 0 && cap(c.buf) <= maxPooledChunk {
+		chunkPool.Put(c)
+	}
+}
