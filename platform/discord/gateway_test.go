@@ -197,3 +197,27 @@ func TestGatewayInteractionAcksThroughCallback(t *testing.T) {
 		t.Fatal("token not in the vault")
 	}
 }
+
+func TestGatewayCacheFollowsChannelEvents(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, func(c *Config) {
+		c.Tenants = map[string]TenantConfig{"t1": {AutoThread: new(false)}}
+	})
+	e.startReady(t)
+	e.dispatch(t, "CHANNEL_CREATE", map[string]any{"id": "110", "type": 0, "guild_id": guildLab, "name": "fresh", "topic": "new topic"})
+	e.dispatch(t, "MESSAGE_CREATE", msg("7040", "110", guildLab, "hello", true))
+	d := e.sink.next(t)
+	if d.Event.Source.ChatName.Value != "Lab / #fresh" || d.Event.Source.ChatTopic.Value != "new topic" {
+		t.Fatalf("source = %+v", d.Event.Source)
+	}
+	e.dispatch(t, "CHANNEL_UPDATE", map[string]any{"id": "110", "type": 0, "guild_id": guildLab, "name": "renamed", "topic": "  "})
+	e.dispatch(t, "MESSAGE_CREATE", msg("7041", "110", guildLab, "again", true))
+	d = e.sink.next(t)
+	if d.Event.Source.ChatName.Value != "Lab / #renamed" || d.Event.Source.ChatTopic.Valid {
+		t.Fatalf("source after update = %+v", d.Event.Source)
+	}
+	for _, r := range e.fake.Requests() {
+		if r.Path == "/api/v9/channels/110" {
+			t.Fatal("a cached channel was fetched over REST")
+		}
+	}
+}
