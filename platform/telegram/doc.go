@@ -7,9 +7,20 @@
 // # Ingest
 //
 // With webhook_url set the platform runs in webhook mode: Run registers the
-// URL with setWebhook (secret_token = webhook_secret) and the connector
-// serves POST /telegram/webhook (see serveWebhook for every answer). Without
-// it, Run long-polls getUpdates, so the connector works behind NAT; it first
+// URL with setWebhook (secret_token = webhook_secret, allowed_updates,
+// max_connections) and Routes mounts POST /telegram/webhook, which answers
+//
+//	200  ingested, or deliberately dropped (duplicate, unclaimed chat,
+//	     update type not ingested): Telegram must not retry
+//	400  the body is not a Bot API Update
+//	401  X-Telegram-Bot-Api-Secret-Token missing or wrong (compared in
+//	     constant time; the library's own check answers 200 and uses !=)
+//	405  any method but POST
+//	413  the body exceeds max_webhook_bytes
+//	503  the relay refused the delivery, or Run is not running: Telegram
+//	     retries, and update_id dedupe drops a copy that did get through
+//
+// Without webhook_url, Run long-polls getUpdates, so the connector works behind NAT; it first
 // calls deleteWebhook (keeping pending updates) so a leftover webhook does
 // not make getUpdates fail with 409. New does no I/O and skips the startup
 // getMe: the connector starts while Telegram is unreachable, Run retries

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-telegram/bot/models"
@@ -73,14 +74,38 @@ func (p *Platform) delivery(tenant string, in *inbound, received time.Time) plat
 	return d
 }
 
-// drop counts and logs an update that is not delivered. Unclaimed chats are
-// logged at info level (an operator may have to add the chat to a tenant);
-// the rest at debug.
+// drop counts and logs an update that is not delivered. The first update
+// of an unclaimed chat is logged at info level (an operator may have to add
+// the chat to a tenant), later ones and the other reasons at debug.
 func (p *Platform) drop(reason string, updateID, chatID int64) {
 	p.metrics.Dropped(platformName, reason)
-	if reason == dropUnclaimed {
+	if reason == dropUnclaimed && p.unclaimed.firstTime(chatID) {
 		p.log.Info("telegram update from a chat no tenant claims dropped", "chat_id", chatID, "update_id", updateID)
 		return
 	}
 	p.log.Debug("telegram update dropped", "reason", reason, "chat_id", chatID, "update_id", updateID)
+}
+
+// chatSet remembers up to maxUnclaimedLogged chats, forgetting all of them
+// when full, so the unclaimed-chat line repeats now and then but never
+// floods the log.
+type chatSet struct {
+	mu    sync.Mutex
+	chats map[int64]struct{}
+}
+
+const maxUnclaimedLogged = 1024
+
+// firstTime reports whether chat was not in the set, and adds it.
+func (s *chatSet) firstTime(chat int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.chats[chat]; ok {
+		return false
+	}
+	if s.chats == nil || len(s.chats) >= maxUnclaimedLogged {
+		s.chats = make(map[int64]struct{})
+	}
+	s.chats[chat] = struct{}{}
+	return true
 }

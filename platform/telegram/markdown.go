@@ -162,8 +162,8 @@ func (r *mdRenderer) inline(s string, open spans) {
 	}
 }
 
-// codeSpan renders a code span opened by the run of backticks at s[i]; an unclosed run of
-// backticks is literal.
+// codeSpan renders the code span opened by the run of backticks at s[i];
+// an unclosed run of backticks is literal.
 func (r *mdRenderer) codeSpan(s string, i int) int {
 	n := runLen(s, i, '`')
 	for j := i + n; j < len(s); {

@@ -16,7 +16,7 @@ const platformName = "telegram"
 // mapping is what the native adapter consults besides the update itself.
 type mapping struct {
 	botID       int64
-	botUsername string // lower case; "" until getMe answered
+	botUsername string // "" until getMe answered
 	groupTopics map[topicKey]string
 	dmTopics    map[topicKey]string
 }

@@ -35,10 +35,11 @@ type Platform struct {
 	scrubber  *strings.Replacer
 	secretSum [32]byte // sha256 of the webhook secret
 
-	chats   map[int64]string
-	mapping atomic.Pointer[mapping]
-	seen    *recentIDs
-	stripes [64]sync.Mutex // serialize delivery per chat (by chat id)
+	chats     map[int64]string
+	mapping   atomic.Pointer[mapping]
+	seen      *recentIDs
+	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
+	unclaimed chatSet        // unclaimed chats already logged
 
 	budget *fairshare.Scheduler
 	limits *limiter

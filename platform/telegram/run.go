@@ -76,8 +76,12 @@ func (p *Platform) connect(ctx context.Context) error {
 			return errTokenRejected
 		}
 		text := p.errorText(err)
-		p.health.set(platform.Status{Detail: "cannot reach the Telegram Bot API: " + text})
-		p.log.Warn("telegram bot api unreachable, retrying", "err", text, "retry_in", backoff)
+		detail := "cannot reach the Telegram Bot API: "
+		if isAPIError(err) {
+			detail = "Telegram refused the bot's setup: "
+		}
+		p.health.set(platform.Status{Detail: detail + text})
+		p.log.Warn("telegram bot api unreachable or refusing, retrying", "err", text, "retry_in", backoff)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -133,6 +137,16 @@ func (p *Platform) poll(ctx context.Context) error {
 		return errTokenRejected
 	}
 	return nil
+}
+
+// isAPIError reports an answer from Telegram (as opposed to no answer).
+func isAPIError(err error) bool {
+	for _, e := range []error{bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorNotFound, bot.ErrorConflict} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // pollReady is called when a getUpdates long poll was answered.

@@ -20,21 +20,11 @@ var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // maxPooledBody keeps unusually large buffers out of the pool.
 const maxPooledBody = 64 << 10
 
-// serveWebhook handles POST /telegram/webhook. Answers:
-//
-//	200  ingested, or deliberately dropped (duplicate, unclaimed chat,
-//	     update type not ingested): Telegram must not retry
-//	400  the body is not a Bot API Update
-//	401  X-Telegram-Bot-Api-Secret-Token is missing or wrong (compared in
-//	     constant time; the library's own check answers 200 and uses !=)
-//	413  the body exceeds max_webhook_bytes
-//	503  the update could not be handed to the relay (or Run is not
-//	     running): Telegram retries it later, and update_id dedupe drops
-//	     any copy that did get through
-//
-// The update is delivered before the answer, and Telegram sends a chat's
-// next update only after the previous one was answered, so a chat's
-// updates stay in order.
+// serveWebhook handles POST /telegram/webhook; the package doc lists its
+// answers. The update is delivered before the answer, and the Bot API
+// server sends a chat's next update only after the previous one was
+// answered (its webhook queues updates per chat), so a chat's updates stay
+// in order.
 func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	received := p.now()
 	if !p.secretOK(r.Header.Get(secretHeader)) {
