@@ -52,7 +52,7 @@ func newMetrics() *metrics {
 			Help: "Platform events by outcome: queued for the tenant's gateways, or dropped (with the reason); tenant is empty when no tenant claimed the event."},
 			[]string{"platform", "tenant", "outcome"}),
 		deliveryDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "connector_inbound_delivery_seconds", Help: "Time from platform receipt to the inbound frame written to a gateway.",
+			Name: "connector_inbound_delivery_seconds", Help: "Time from platform receipt to the inbound frame handed to a gateway connection's writer.",
 			Buckets: latencyBuckets}, []string{"platform"}),
 		outbound: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_outbound_ops_total", Help: "Outbound ops by op and result (ok or the failure code)."}, []string{"op", "result"}),
