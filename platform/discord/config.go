@@ -26,7 +26,7 @@ type Config struct {
 
 	// Guilds maps a guild id to the tenant that owns it. Messages and
 	// interactions of a guild no tenant claims are dropped, never broadcast.
-	// Filled by the config loader from the tenants section. Default: none
+	// Set under the discord section (e.g. guilds: {"1310000000000000500": acme}). Default: none
 	// (every guild event is dropped).
 	Guilds map[string]string `yaml:"guilds"`
 	// DMTenant receives every direct message and DM interaction. Empty (the
