@@ -30,8 +30,9 @@ const (
 	// room_full error frame).
 	CloseRoomFull websocket.StatusCode = 4015
 	// CloseSlowConsumer (4016): the member's send queue overflowed
-	// SendQueueBytes + MaxPayload, or one write took longer than
-	// WriteTimeout. No error frame (it would queue behind the backlog).
+	// SendQueueBytes + MaxPayload; its backlog is dropped. No error frame (it
+	// would queue behind the backlog). A member stuck in one write for
+	// WriteTimeout is dropped without a close frame instead.
 	CloseSlowConsumer websocket.StatusCode = 4016
 	// CloseUnknownRoom (4017): /ws/{room} names no configured room (after an
 	// unknown_room error frame; only sent to clients with a valid token).

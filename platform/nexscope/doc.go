@@ -73,9 +73,11 @@
 // reads stop, so TCP pushes back on it) instead of making the relay buffer
 // the file; memory per recipient stays under SendQueueBytes plus one chunk.
 // Other frames never wait; a member whose queue passes SendQueueBytes +
-// MaxPayload, or whose single write takes longer than WriteTimeout, is
-// closed with 4016 (slow consumer) and leaves the room. A transfer slowed
-// this way is still bound by the 60 s deadline.
+// MaxPayload is closed with 4016 (slow consumer, its backlog dropped) and
+// leaves the room; one whose single write takes longer than WriteTimeout
+// (10 s) leaves the room and its connection is dropped without a close
+// frame (none could get through). A transfer slowed by backpressure is still
+// bound by the 60 s deadline.
 //
 // # Heartbeat and limits
 //

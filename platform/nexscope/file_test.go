@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -458,4 +459,28 @@ func (tr *testRelay) member(name string) *member {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.members[name]
+}
+
+// A member stuck in one write for WriteTimeout is disconnected even while
+// its queue is within bounds.
+func TestStuckWriteDisconnects(t *testing.T) {
+	tr := startRelay(t, Config{WriteTimeout: 50 * time.Millisecond, SendQueueBytes: 1 << 30, MaxPayload: 2 << 20})
+	tr.join(t, "", "stuck") // never reads
+	alice := tr.join(t, "", "alice")
+	text := strings.Repeat("x", 1<<20)
+	for i := 0; ; i++ {
+		alice.sendJSON(msg(fmt.Sprint(i), "alice", []string{"stuck"}, text))
+		if m := alice.next(); m["type"] == "presence" {
+			if fmt.Sprint(users(m)) != "[alice]" {
+				t.Fatalf("presence %v", m)
+			}
+			break
+		}
+		if i > 10000 {
+			t.Fatal("stuck member never dropped")
+		}
+	}
+	if !strings.Contains(tr.logs.String(), "too slow") {
+		t.Fatal("write timeout not logged")
+	}
 }

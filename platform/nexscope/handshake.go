@@ -43,7 +43,6 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	ws.SetReadLimit(p.cfg.MaxPayload + 1) // readMessage enforces MaxPayload itself
 
 	if !p.tokenOK(q.Get("token")) {
-		p.metrics.Dropped(platformName, "unauthorized")
 		_ = ws.Close(CloseUnauthorized, "")
 		return
 	}

@@ -83,6 +83,10 @@ func TestTokenNeverLeaks(t *testing.T) {
 	collect(bob, 1)
 	collect(alice, 1)
 	tr.sink.next(t)
+	over := msg("m2", "alice", []string{"hermes"}, "loop")
+	over["hopCount"] = DefaultHopLimit
+	alice.sendJSON(over) // dropped by the hop limit: a metric
+	collect(alice, 1)
 	alice.sendText(`{"type":"msg","from":"bob"}`)
 	alice.sendText(`{oops`)
 	collect(alice, 2)
@@ -113,7 +117,7 @@ func TestTokenNeverLeaks(t *testing.T) {
 			t.Fatalf("the token appears in %s:\n%s", what, text)
 		}
 	}
-	if !strings.Contains(metrics.String(), "unauthorized") {
-		t.Fatalf("refused handshakes not counted: %s", metrics)
+	if !strings.Contains(metrics.String(), "nexscope hop_limit") {
+		t.Fatalf("hop-limit drop not counted: %s", metrics)
 	}
 }
