@@ -119,7 +119,7 @@ func (p *Platform) connectOnce(ctx context.Context) error {
 	if _, err := p.bot.DeleteWebhook(ctx, &bot.DeleteWebhookParams{}); err != nil {
 		return err
 	}
-	p.health.set(platform.Status{Detail: "connected as @" + me.Username + "; starting to poll"})
+	p.pollReady()
 	return nil
 }
 
@@ -149,7 +149,9 @@ func isAPIError(err error) bool {
 	return false
 }
 
-// pollReady is called when a getUpdates long poll was answered.
+// pollReady marks the platform ready for long polling: after the setup
+// calls went through, and again whenever a long poll is answered after a
+// failure.
 func (p *Platform) pollReady() {
 	p.health.set(platform.Status{Ready: true, Detail: "long polling as @" + p.mapping.Load().botUsername})
 }

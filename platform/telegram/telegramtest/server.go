@@ -68,11 +68,15 @@ type Failure struct {
 	MigrateToChatID int64
 }
 
-// Webhook is the last setWebhook registration.
+// Webhook is the last setWebhook registration, as the form fields came.
 type Webhook struct {
-	URL            string
-	SecretToken    string
+	// URL is the url parameter.
+	URL string
+	// SecretToken is the secret_token parameter.
+	SecretToken string
+	// AllowedUpdates is the allowed_updates parameter (a JSON array).
 	AllowedUpdates string
+	// MaxConnections is the max_connections parameter.
 	MaxConnections string
 }
 
