@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reflect"
-	"slices"
+	"strings"
 
 	"connector/session"
 )
@@ -23,17 +22,13 @@ func conformanceCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, "usage: connector conformance keys|events FILE\n")
 		return 2
 	}
-	data, err := os.ReadFile(args[1])
-	if err != nil {
-		fmt.Fprintf(stderr, "connector conformance: %v\n", err)
-		return 2
-	}
 	var failures []string
 	var total int
+	var err error
 	if args[0] == "keys" {
-		total, failures, err = checkKeys(data)
+		total, failures, err = checkKeys(args[1])
 	} else {
-		total, failures, err = checkEvents(data)
+		total, failures, err = checkEvents(args[1])
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "connector conformance: %s: %v\n", args[1], err)
@@ -51,7 +46,11 @@ func conformanceCmd(args []string, stdout, stderr io.Writer) int {
 
 // checkKeys runs every case of a session_keys.json fixture: source and
 // options in, key out.
-func checkKeys(data []byte) (int, []string, error) {
+func checkKeys(path string) (int, []string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, nil, err
+	}
 	var cases []struct {
 		Name    string          `json:"name"`
 		Source  json.RawMessage `json:"source"`
@@ -78,21 +77,14 @@ func checkKeys(data []byte) (int, []string, error) {
 // checkEvents runs every case of a platform_events.json fixture: a raw
 // platform payload through the platform's normalizer; every key of the
 // expected source must match, and the session key (gateway defaults) too.
-func checkEvents(data []byte) (int, []string, error) {
-	var cases []struct {
-		Name     string          `json:"name"`
-		Platform string          `json:"platform"`
-		Raw      json.RawMessage `json:"raw"`
-		Context  json.RawMessage `json:"context"`
-		Source   json.RawMessage `json:"source"`
-		Key      string          `json:"key"`
-	}
-	if err := json.Unmarshal(data, &cases); err != nil {
+func checkEvents(path string) (int, []string, error) {
+	cases, err := session.LoadEventCases(path, "")
+	if err != nil {
 		return 0, nil, err
 	}
 	var failures []string
 	for _, c := range cases {
-		if msg := checkEvent(c.Platform, c.Raw, c.Context, c.Source, c.Key); msg != "" {
+		if msg := checkEvent(c); msg != "" {
 			failures = append(failures, fmt.Sprintf("FAIL %s:\n%s", c.Name, msg))
 		}
 	}
@@ -100,49 +92,22 @@ func checkEvents(data []byte) (int, []string, error) {
 }
 
 // checkEvent returns "" when the case passes, else what differs.
-func checkEvent(platform string, raw, context, wantSource json.RawMessage, wantKey string) string {
-	normalize, ok := eventNormalizers[platform]
+func checkEvent(c session.EventCase) string {
+	normalize, ok := eventNormalizers[c.Platform]
 	if !ok {
-		return fmt.Sprintf("  platform %q is not implemented by this connector", platform)
+		return fmt.Sprintf("  platform %q is not implemented by this connector", c.Platform)
 	}
-	src, err := normalize(raw, context)
+	src, err := normalize(c.Raw, c.Context)
 	if err != nil {
 		return fmt.Sprintf("  normalize: %v", err)
 	}
-	var want, got map[string]any
-	if err := json.Unmarshal(wantSource, &want); err != nil {
-		return fmt.Sprintf("  expected source: %v", err)
+	diffs, err := session.Mismatches(&src, c.Source, c.Key)
+	if err != nil {
+		return "  " + err.Error()
 	}
-	gotJSON, _ := json.Marshal(src)
-	if err := json.Unmarshal(gotJSON, &got); err != nil {
-		return fmt.Sprintf("  connector source: %v", err)
+	var msg strings.Builder
+	for _, d := range diffs {
+		msg.WriteString("  " + d + "\n")
 	}
-	var msg string
-	keys := make([]string, 0, len(want))
-	for k := range want {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		g, present := got[k]
-		if !present || !reflect.DeepEqual(g, want[k]) {
-			msg += fmt.Sprintf("  source.%s: expected %s, got %s\n", k, jsonText(want[k]), presentText(g, present))
-		}
-	}
-	if key := session.Key(&src, session.DefaultOptions); key != wantKey {
-		msg += fmt.Sprintf("  key: expected %s\n       got      %s\n", wantKey, key)
-	}
-	return msg
-}
-
-func jsonText(v any) string {
-	b, _ := json.Marshal(v)
-	return string(b)
-}
-
-func presentText(v any, present bool) string {
-	if !present {
-		return "(absent)"
-	}
-	return jsonText(v)
+	return msg.String()
 }

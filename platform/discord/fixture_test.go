@@ -1,39 +1,18 @@
 package discord
 
 import (
-	"encoding/json"
-	"os"
 	"testing"
 
 	"connector/session"
 )
 
-type fixtureCase struct {
-	Name     string          `json:"name"`
-	Platform string          `json:"platform"`
-	Raw      json.RawMessage `json:"raw"`
-	Context  json.RawMessage `json:"context"`
-	Source   json.RawMessage `json:"source"`
-	Key      string          `json:"key"`
-}
-
-func loadFixtures(t testing.TB) []fixtureCase {
+func loadFixtures(t testing.TB) []session.EventCase {
 	t.Helper()
-	b, err := os.ReadFile("../../testdata/platform_events.json")
+	cases, err := session.LoadEventCases("../../testdata/platform_events.json", platformName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var all []fixtureCase
-	if err := json.Unmarshal(b, &all); err != nil {
-		t.Fatal(err)
-	}
-	var out []fixtureCase
-	for _, c := range all {
-		if c.Platform == "discord" {
-			out = append(out, c)
-		}
-	}
-	return out
+	return cases
 }
 
 // TestFixtures runs every Discord case of platform_events.json through
@@ -50,34 +29,13 @@ func TestFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var want map[string]any
-			if err := json.Unmarshal(c.Source, &want); err != nil {
+			diffs, err := session.Mismatches(&src, c.Source, c.Key)
+			if err != nil {
 				t.Fatal(err)
 			}
-			b, _ := json.Marshal(src)
-			var got map[string]any
-			if err := json.Unmarshal(b, &got); err != nil {
-				t.Fatal(err)
-			}
-			for k, v := range want {
-				gv, ok := got[k]
-				if !ok {
-					t.Errorf("source misses %q (want %v)", k, v)
-					continue
-				}
-				if !jsonEqual(gv, v) {
-					t.Errorf("source[%q] = %#v, want %#v", k, gv, v)
-				}
-			}
-			if key := session.Key(&src, session.DefaultOptions); key != c.Key {
-				t.Errorf("key = %q, want %q", key, c.Key)
+			for _, d := range diffs {
+				t.Error(d)
 			}
 		})
 	}
-}
-
-func jsonEqual(a, b any) bool {
-	ab, _ := json.Marshal(a)
-	bb, _ := json.Marshal(b)
-	return string(ab) == string(bb)
 }

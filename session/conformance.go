@@ -1,0 +1,78 @@
+package session
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+)
+
+// EventCase is one case of the oracle fixture platform_events.json: a raw
+// platform payload, the cached context a native Hermes adapter would
+// consult, and the SessionSource dict and session key the real Python code
+// produced from them.
+type EventCase struct {
+	Name     string          `json:"name"`
+	Platform string          `json:"platform"`
+	Raw      json.RawMessage `json:"raw"`
+	Context  json.RawMessage `json:"context"`
+	Source   json.RawMessage `json:"source"`
+	Key      string          `json:"key"`
+}
+
+// LoadEventCases reads a platform_events.json file; with platform set, only
+// that platform's cases are returned.
+func LoadEventCases(path, platform string) ([]EventCase, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var all []EventCase
+	if err := json.Unmarshal(data, &all); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if platform == "" {
+		return all, nil
+	}
+	return slices.DeleteFunc(all, func(c EventCase) bool { return c.Platform != platform }), nil
+}
+
+// Mismatches compares src with an oracle's SessionSource dict (want, in
+// to_dict() layout) and session key. Every key present in want must have
+// the same JSON value in src (src may carry more keys, such as is_bot), and
+// Key(src, DefaultOptions) must equal wantKey. It returns one line per
+// difference, in key order; none means the case passes.
+func Mismatches(src *Source, want json.RawMessage, wantKey string) ([]string, error) {
+	var wantMap, gotMap map[string]any
+	if err := json.Unmarshal(want, &wantMap); err != nil {
+		return nil, fmt.Errorf("expected source: %w", err)
+	}
+	if err := json.Unmarshal(src.AppendJSON(nil), &gotMap); err != nil {
+		return nil, fmt.Errorf("connector source: %w", err)
+	}
+	keys := make([]string, 0, len(wantMap))
+	for k := range wantMap {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		g, present := gotMap[k]
+		switch {
+		case !present:
+			out = append(out, fmt.Sprintf("source.%s: expected %s, got (absent)", k, jsonText(wantMap[k])))
+		case !reflect.DeepEqual(g, wantMap[k]):
+			out = append(out, fmt.Sprintf("source.%s: expected %s, got %s", k, jsonText(wantMap[k]), jsonText(g)))
+		}
+	}
+	if key := Key(src, DefaultOptions); key != wantKey {
+		out = append(out, fmt.Sprintf("key: expected %s, got %s", wantKey, key))
+	}
+	return out, nil
+}
+
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
