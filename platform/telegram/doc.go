@@ -24,8 +24,11 @@
 // calls deleteWebhook (keeping pending updates) so a leftover webhook does
 // not make getUpdates fail with 409. New does no I/O and skips the startup
 // getMe: the connector starts while Telegram is unreachable, Run retries
-// with backoff, and Status says what is wrong. A 401 from Telegram (bad
-// token) is terminal.
+// getMe and setWebhook/deleteWebhook with backoff (0.5 s doubling to 30 s),
+// and Status says what is wrong. Status is ready once they went through;
+// while polling, a failing getUpdates (including a 409 conflict) makes it
+// not ready until a poll succeeds again. A 401 from Telegram (bad token)
+// is terminal: Status says so and Run returns an error.
 //
 // Updates carry message, edited_message, channel_post, edited_channel_post
 // or callback_query; others are dropped. The mapping to a SessionSource is
@@ -49,7 +52,8 @@
 // the session it was sent in instead of an event.
 //
 // The tenant is the one whose chats map claims the chat id; an update from
-// an unclaimed chat is dropped with an info log line, never broadcast. The
+// an unclaimed chat is dropped, never broadcast (logged at info level the
+// first time per chat, at debug after that). The
 // bot's own messages are dropped. Redeliveries are dropped by update_id
 // (the last dedupe_window ids). One chat's updates are delivered one at a
 // time in arrival order: the long poll runs a single synchronous worker,
