@@ -88,11 +88,14 @@
 // weighted by tenant_weights; platform/fairshare is the one policy shared
 // with Discord). A 429 blocks the chat for retry_after (found with
 // errors.As, since the library's own check fails on wrapped errors) and the
-// message is retried, because Telegram did not take it; nothing else is
-// retried, so nothing is sent twice. When a slot would come after the
-// request's deadline (30 s by default) the result is rate_limited with
-// retry_after_ms, and nothing was sent. typing is not paced but is skipped
-// for a chat under a flood wait.
+// message is retried, because Telegram did not take it. Only calls Telegram
+// refused (429, rejected entities, a vanished topic) are made again; a
+// network error or timeout is reported, never retried, so nothing is sent
+// twice. When a slot would come after the request's deadline (30 s by
+// default) the result is rate_limited with retry_after_ms and that message
+// was not sent; for a split send the error says how many parts went out and
+// message_id is the first part's. typing is not paced but is skipped for a
+// chat under a flood wait.
 //
 // # Secrets
 //
