@@ -18,6 +18,7 @@ import (
 
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
+	"connector/session"
 )
 
 // TestMain fails the package when a goroutine of this package or of the
@@ -259,7 +260,7 @@ func (e *env) calls(t *testing.T, method string, n int) []telegramtest.Call {
 }
 
 // fixture returns the raw update of the named fixture case.
-func fixture(t *testing.T, name string) fixtureCase {
+func fixture(t *testing.T, name string) session.EventCase {
 	t.Helper()
 	for _, c := range telegramFixtures(t) {
 		if c.Name == name {
@@ -267,5 +268,5 @@ func fixture(t *testing.T, name string) fixtureCase {
 		}
 	}
 	t.Fatalf("no fixture %q", name)
-	return fixtureCase{}
+	return session.EventCase{}
 }
