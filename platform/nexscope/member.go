@@ -24,12 +24,11 @@ type member struct {
 	q      *sendQueue
 	log    *slog.Logger
 
-	ctx    context.Context // cancelled when the member is finished
+	ctx    context.Context // set by run, cancelled when the member is finished
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // writer and ping goroutines
 
-	left atomic.Bool   // removed from the room
-	done chan struct{} // closed when left
+	left atomic.Bool // removed from the room
 
 	// heartbeat
 	awaitingPong atomic.Bool
@@ -50,16 +49,13 @@ type member struct {
 }
 
 func newMember(p *Platform, r *room, name string) *member {
-	m := &member{
+	return &member{
 		p:      p,
 		room:   r,
 		name:   name,
 		quoted: appendQuoted(nil, name),
 		q:      newSendQueue(p.cfg.SendQueueBytes, p.cfg.SendQueueBytes+p.cfg.MaxPayload),
-		done:   make(chan struct{}),
 	}
-	m.ctx, m.cancel = context.WithCancel(context.Background())
-	return m
 }
 
 // appendQuoted appends a valid member name as a JSON string (names need no
@@ -74,6 +70,7 @@ func appendQuoted(dst []byte, name string) []byte {
 // heartbeat, reads until the connection ends, and returns once every
 // goroutine of the member has finished.
 func (m *member) run() {
+	m.ctx, m.cancel = context.WithCancel(context.Background())
 	// The heartbeat is armed before the writer sends the first presence, so
 	// a client that has its presence knows the heartbeat is running.
 	m.hbMu.Lock()
@@ -236,7 +233,6 @@ func (m *member) leave() {
 		m.hbTimer.Stop()
 	}
 	m.hbMu.Unlock()
-	close(m.done)
 	m.room.leave(m)
 }
 
