@@ -123,7 +123,7 @@ func TestSlowConsumerIsDroppedAndItsInboundRedelivered(t *testing.T) {
 	// They read raw messages (no JSON decoding) so that even under the race
 	// detector they keep up with a one-second write timeout.
 	next := 0
-	for attempt := 0; next < n && attempt < 5; attempt++ {
+	for attempt := 0; next < n && attempt < 20; attempt++ {
 		c, _, err := websocket.Dial(ctx, h.RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
 			"Authorization": {"Bearer " + relaytest.Token("gw1", "s1", time.Now())}}})
 		if err != nil {
@@ -142,14 +142,17 @@ func TestSlowConsumerIsDroppedAndItsInboundRedelivered(t *testing.T) {
 					continue
 				}
 				id := between(line, `"bufferId":"`, `"`)
-				seq := between(line, `"text":"`, ":")
-				if seq != strconv.Itoa(next) {
-					t.Fatalf("event %s arrived when %d was due", seq, next)
-				}
-				next++
+				seq, _ := strconv.Atoi(between(line, `"text":"`, ":"))
+				switch {
+				case seq > next:
+					t.Fatalf("event %d arrived when %d was due", seq, next)
+				case seq == next:
+					next++
+				} // seq < next: redelivered because its ack was lost with the connection
 				ack := `{"type": "inbound_ack", "bufferId": "` + id + `"}` + "\n"
 				if err := c.Write(ctx, websocket.MessageText, []byte(ack)); err != nil {
-					t.Fatal(err)
+					t.Logf("reader %d dropped while acking: %v", attempt, err)
+					break
 				}
 			}
 		}
