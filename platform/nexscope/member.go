@@ -103,9 +103,8 @@ func (m *member) readLoop() error {
 		data, err := readMessage(rd, &m.scratch, limit)
 		if errors.Is(err, errTooLarge) {
 			m.log.Info("nexscope frame over max_payload", "max_payload", limit)
-			m.leave()
-			m.q.push(outFrame{typ: websocket.MessageText, data: errorFrame(ErrMsgTooLarge, "frame exceeds max payload")})
-			m.q.close(CloseTooLarge, ErrMsgTooLarge, true)
+			m.send(errorFrame(ErrMsgTooLarge, "frame exceeds max payload"))
+			m.closeAfterFlush(CloseTooLarge, ErrMsgTooLarge)
 			return err
 		}
 		if err != nil {
