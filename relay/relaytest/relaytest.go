@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -51,7 +52,11 @@ type Client struct {
 	ws     *websocket.Conn
 	frames chan Frame
 	done   chan struct{}
-	err    error // set before done is closed
+	// closed is closed by Close and CloseNow, so a reader blocked on a full
+	// frames channel ends with the connection.
+	closed    chan struct{}
+	closeOnce sync.Once
+	err       error // set before done is closed
 
 	mu    sync.Mutex
 	stash []Frame // frames read while waiting for another type
@@ -73,7 +78,7 @@ func Dial(ctx context.Context, url, token string) (*Client, error) {
 		return nil, err
 	}
 	ws.SetReadLimit(contract.MaxFrameBytes) // the gateway's websockets max_size
-	c := &Client{ws: ws, frames: make(chan Frame, 1024), done: make(chan struct{})}
+	c := &Client{ws: ws, frames: make(chan Frame, 1024), done: make(chan struct{}), closed: make(chan struct{})}
 	go c.readLoop()
 	return c, nil
 }
@@ -105,8 +110,8 @@ func (c *Client) readLoop() {
 			}
 			select {
 			case c.frames <- f:
-			case <-time.After(time.Minute):
-				c.err = errors.New("relaytest: nobody reads this client's frames")
+			case <-c.closed:
+				c.err = net.ErrClosed
 				return
 			}
 		}
@@ -256,10 +261,16 @@ func (c *Client) Ack(ctx context.Context, bufferID string) error {
 }
 
 // Close closes the connection normally (1000), as a gateway shutting down does.
-func (c *Client) Close() error { return c.ws.Close(websocket.StatusNormalClosure, "") }
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.ws.Close(websocket.StatusNormalClosure, "")
+}
 
 // CloseNow drops the connection without a close handshake, like a crash.
-func (c *Client) CloseNow() error { return c.ws.CloseNow() }
+func (c *Client) CloseNow() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.ws.CloseNow()
+}
 
 // NewRequestID returns a requestId as the gateway makes them: 32 lowercase
 // hex characters.
