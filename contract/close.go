@@ -1,7 +1,5 @@
 package contract
 
-import "fmt"
-
 // CloseCode is a WebSocket close status the connector sends on /relay.
 //
 // The gateway client interprets only 4401; every other code while it is not
@@ -49,17 +47,6 @@ const (
 
 // MaxCloseReasonBytes is the longest close reason that still fits a close frame.
 const MaxCloseReasonBytes = 123
-
-// CloseError is returned by connection handlers to close the socket with a
-// code and a reason. The reason must not contain secrets.
-type CloseError struct {
-	Code   CloseCode
-	Reason string
-}
-
-func (e *CloseError) Error() string {
-	return fmt.Sprintf("close %d: %s", e.Code, e.Reason)
-}
 
 // TruncateReason shortens reason to MaxCloseReasonBytes on a UTF-8 boundary.
 func TruncateReason(reason string) string {

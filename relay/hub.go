@@ -309,10 +309,3 @@ func (h *hub) chatPlatform(chatID string) (string, bool) {
 	defer h.mu.Unlock()
 	return h.chats.Get(chatID)
 }
-
-// stats reports the ledger's size: entries waiting and in flight.
-func (h *hub) stats() (pending, inflight int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.pending), len(h.byID) - len(h.pending)
-}

@@ -76,7 +76,7 @@ func TestContractDoc(t *testing.T) {
 	}
 	var closeCode []string
 	for name, v := range consts {
-		if strings.HasPrefix(name, "Close") && name != "CloseError" {
+		if strings.HasPrefix(name, "Close") {
 			closeCode = append(closeCode, v+" "+name)
 		}
 	}
