@@ -34,7 +34,6 @@ type chunkSource struct {
 	size, off int64
 	chunkSize int
 	index     uint64
-	hash      [sha256.Size]byte
 }
 
 func newChunkSource(size int64, chunkSize int) *chunkSource {
