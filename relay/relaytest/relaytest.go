@@ -50,7 +50,7 @@ type Frame struct {
 // Client is a gateway connection to a connector's /relay endpoint.
 type Client struct {
 	ws     *websocket.Conn
-	frames chan Frame
+	frames chan *Frame
 	done   chan struct{}
 	// closed is closed by Close and CloseNow, so a reader blocked on a full
 	// frames channel ends with the connection.
@@ -78,7 +78,7 @@ func Dial(ctx context.Context, url, token string) (*Client, error) {
 		return nil, err
 	}
 	ws.SetReadLimit(contract.MaxFrameBytes) // the gateway's websockets max_size
-	c := &Client{ws: ws, frames: make(chan Frame, 1024), done: make(chan struct{}), closed: make(chan struct{})}
+	c := &Client{ws: ws, frames: make(chan *Frame, 256), done: make(chan struct{}), closed: make(chan struct{})}
 	go c.readLoop()
 	return c, nil
 }
@@ -109,7 +109,7 @@ func (c *Client) readLoop() {
 				return
 			}
 			select {
-			case c.frames <- f:
+			case c.frames <- &f:
 			case <-c.closed:
 				c.err = net.ErrClosed
 				return
@@ -190,12 +190,12 @@ func (c *Client) NextMatch(ctx context.Context, match func(Frame) bool, what str
 	}
 	c.mu.Unlock()
 	for {
-		var f Frame
+		var fp *Frame
 		select {
-		case f = <-c.frames:
+		case fp = <-c.frames:
 		case <-c.done:
 			select {
-			case f = <-c.frames: // read before the connection ended
+			case fp = <-c.frames: // read before the connection ended
 			default:
 				if c.err == nil {
 					return Frame{}, errors.New("relaytest: connection closed")
@@ -205,6 +205,7 @@ func (c *Client) NextMatch(ctx context.Context, match func(Frame) bool, what str
 		case <-ctx.Done():
 			return Frame{}, fmt.Errorf("relaytest: waiting for %s: %w", what, ctx.Err())
 		}
+		f := *fp
 		if match(f) {
 			return f, nil
 		}
