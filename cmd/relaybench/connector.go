@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -211,6 +210,3 @@ func (m *ledgerMetrics) Buffered(tenant string, n int) {
 		notify(m.progress)
 	}
 }
-
-// errNoPlatform reports a driver that needs the in-process connector.
-var errNoPlatform = errors.New("this driver needs the in-process connector")
