@@ -124,6 +124,9 @@ var ErrNotObject = errors.New("frame is not a JSON object")
 func DecodeGatewayFrame(line []byte) (GatewayFrame, error) {
 	var f GatewayFrame
 	line = bytes.TrimSpace(line)
+	if f, ok := decodeAck(line); ok {
+		return f, nil
+	}
 	if len(line) == 0 || line[0] != '{' {
 		if json.Valid(line) {
 			return f, ErrNotObject
@@ -134,6 +137,31 @@ func DecodeGatewayFrame(line []byte) (GatewayFrame, error) {
 		return GatewayFrame{}, fmt.Errorf("decode frame: %w", err)
 	}
 	return f, nil
+}
+
+// ackPrefix is an inbound_ack frame up to its bufferId value, spelled the
+// way the gateway's json.dumps writes it.
+const ackPrefix = `{"type": "inbound_ack", "bufferId": "`
+
+// decodeAck decodes the gateway's most frequent frame, an inbound_ack,
+// without reflection. It only accepts the exact spelling the gateway sends,
+// with a bufferId free of escapes and control characters (ours never have
+// any); every other line takes the general path, so both agree.
+func decodeAck(line []byte) (GatewayFrame, bool) {
+	rest, ok := bytes.CutPrefix(line, []byte(ackPrefix))
+	if !ok {
+		return GatewayFrame{}, false
+	}
+	id, tail, ok := bytes.Cut(rest, []byte{'"'})
+	if !ok || string(tail) != "}" {
+		return GatewayFrame{}, false
+	}
+	for _, b := range id {
+		if b < 0x20 || b == '\\' || b >= 0x80 {
+			return GatewayFrame{}, false
+		}
+	}
+	return GatewayFrame{Type: TypeInboundAck, BufferID: ID(id)}, true
 }
 
 // SplitLines calls fn for every non-blank "\n"-separated line of msg. The

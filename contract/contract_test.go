@@ -167,3 +167,46 @@ func FuzzDecodeGatewayFrame(f *testing.F) {
 		})
 	})
 }
+
+// decodeSlow is the general decoding path, for comparison with decodeAck.
+func decodeSlow(line []byte) (GatewayFrame, error) {
+	var f GatewayFrame
+	err := json.Unmarshal(line, &f)
+	return f, err
+}
+
+func TestDecodeAckFastPathAgreesWithJSON(t *testing.T) {
+	for _, line := range []string{
+		`{"type": "inbound_ack", "bufferId": "a1b2c3d4-17"}`,
+		`{"type": "inbound_ack", "bufferId": ""}`,
+		`{"type": "inbound_ack", "bufferId": "x\"y"}`,
+		`{"type": "inbound_ack", "bufferId": "\u00e9"}`,
+		`{"type": "inbound_ack", "bufferId": "a"}  `,
+		`{"type": "inbound_ack", "bufferId": "a", "x": 1}`,
+		`{"type": "inbound_ack", "bufferId": "a"`,
+	} {
+		got, gerr := DecodeGatewayFrame([]byte(line))
+		want, werr := decodeSlow([]byte(strings.TrimSpace(line)))
+		if (gerr == nil) != (werr == nil) || got.Type != want.Type || got.BufferID != want.BufferID {
+			t.Errorf("%s: fast %+v %v, json %+v %v", line, got, gerr, want, werr)
+		}
+	}
+	if _, ok := decodeAck([]byte(`{"type": "inbound_ack", "bufferId": "a1b2c3d4-17"}`)); !ok {
+		t.Fatal("the gateway's own spelling must take the fast path")
+	}
+}
+
+func FuzzDecodeAck(f *testing.F) {
+	f.Add([]byte(`{"type": "inbound_ack", "bufferId": "a1b2c3d4-17"}`))
+	f.Add([]byte(`{"type": "inbound_ack", "bufferId": "\u0041"}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		fast, ok := decodeAck(line)
+		if !ok {
+			return
+		}
+		slow, err := decodeSlow(line)
+		if err != nil || slow.Type != fast.Type || slow.BufferID != fast.BufferID {
+			t.Fatalf("%q: fast %+v, json %+v %v", line, fast, slow, err)
+		}
+	})
+}

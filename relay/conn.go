@@ -39,9 +39,14 @@ type conn struct {
 	qbytes  int
 	qclosed bool
 	wake    chan struct{} // capacity 1: the writer has work
+	written chan struct{} // capacity 1: the writer finished a batch
 	// wantPump is set when dispatch skipped c for a full queue; the writer
 	// asks the hub to dispatch again once it drained.
 	wantPump atomic.Bool
+
+	// writeTimer closes a socket whose write takes longer than
+	// WriteTimeout; one reusable timer instead of a context per write.
+	writeTimer *time.Timer
 
 	closeOnce sync.Once
 	closeCode atomic.Int32  // the code we closed with, for the log line
@@ -82,6 +87,7 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, remote string) *c
 		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, ctx: ctx, cancel: cancel,
 		log:       s.log.With("tenant", gw.tenant.id, "gateway_id", gw.id, "conn", id, "remote", remote),
 		wake:      make(chan struct{}, 1),
+		written:   make(chan struct{}, 1),
 		closeDone: make(chan struct{}),
 		outSlots:  make(chan struct{}, s.cfg.MaxOutboundInFlight),
 	}
@@ -131,25 +137,57 @@ func (c *conn) enqueue(frame []byte) bool {
 	return true
 }
 
-// closeWith closes the socket with code and reason, once. It does not wait
-// for the close handshake.
+// closeWith closes the socket with code and reason, once, without waiting.
+// Frames queued before it are written first (bounded by WriteTimeout), so a
+// result answered just before a shutdown still reaches the gateway ahead of
+// the close frame; a slow consumer or an unanswered ping is closed at once,
+// since nothing more can get through.
 func (c *conn) closeWith(code contract.CloseCode, reason string) {
 	c.closeOnce.Do(func() {
 		c.closeCode.Store(int32(code))
 		c.qmu.Lock()
 		c.qclosed = true
 		c.qmu.Unlock()
+		flush := code != contract.CloseSlowConsumer && code != contract.CloseInternalError
 		go func() {
 			defer close(c.closeDone)
+			if flush {
+				c.waitWritten(c.srv.cfg.WriteTimeout)
+			}
 			_ = c.ws.Close(websocket.StatusCode(code), contract.TruncateReason(reason))
 			c.cancel()
 		}()
 	})
 }
 
+// waitWritten waits until every queued frame was written, the writer ended,
+// or timeout passed.
+func (c *conn) waitWritten(timeout time.Duration) {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	for {
+		c.qmu.Lock()
+		pending := c.qbytes
+		c.qmu.Unlock()
+		if pending == 0 {
+			return
+		}
+		select {
+		case <-c.written:
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+			return
+		}
+	}
+}
+
 // serve runs the connection until it closes.
 func (c *conn) serve() {
 	c.ws.SetReadLimit(contract.MaxFrameBytes)
+	c.writeTimer = time.AfterFunc(time.Hour, func() { _ = c.ws.CloseNow() })
+	c.writeTimer.Stop()
+	defer c.writeTimer.Stop()
 	c.srv.cfg.Metrics.ConnOpened(c.hub.id)
 	c.log.Info("gateway connected")
 	var wg sync.WaitGroup
@@ -187,7 +225,11 @@ func (c *conn) logClosed(err error) {
 func (c *conn) readLoop() error {
 	var buf bytes.Buffer
 	for {
-		_, r, err := c.ws.Reader(c.ctx)
+		// No context: a cancellable one costs coder/websocket a timer
+		// registration per message. Every way the connection ends closes the
+		// socket (closeWith, a failed write or ping, the peer), which ends
+		// this read.
+		_, r, err := c.ws.Reader(context.Background())
 		if err != nil {
 			return err
 		}
@@ -237,17 +279,29 @@ func (c *conn) writeLoop() {
 		if cap(batch) > 4*maxBatchBytes {
 			batch = nil
 		}
+		select {
+		case c.written <- struct{}{}:
+		default:
+		}
 		if c.wantPump.CompareAndSwap(true, false) {
 			c.hub.pump()
 		}
 	}
 }
 
+// write writes one message. A write still blocked after WriteTimeout (the
+// gateway stopped reading) has its socket closed under it.
 func (c *conn) write(msg []byte) error {
-	ctx, cancel := context.WithTimeout(c.ctx, c.srv.cfg.WriteTimeout)
-	defer cancel()
-	return c.ws.Write(ctx, websocket.MessageText, msg)
+	c.writeTimer.Reset(c.srv.cfg.WriteTimeout)
+	err := c.ws.Write(context.Background(), websocket.MessageText, msg)
+	if !c.writeTimer.Stop() && err == nil {
+		err = errWriteTimeout // fired as the write completed: treat it as late
+	}
+	return err
 }
+
+// errWriteTimeout reports a write that outlasted WriteTimeout.
+var errWriteTimeout = errors.New("write timed out")
 
 // pingLoop pings the gateway every PingInterval; a pong that does not come
 // within the next interval ends the connection.

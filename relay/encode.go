@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"bytes"
 	"encoding/json"
+	"sync"
 	"unicode/utf8"
 
 	"connector/contract"
@@ -14,24 +16,37 @@ const truncationMark = " […]"
 // to be shortened, for the frame's envelope and JSON escaping slack.
 const frameHeadroom = 4096
 
+// encodeBufs are scratch buffers for encoding frames: the frame kept in the
+// ledger is then one allocation of exactly its size.
+var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// maxPooledBuffer keeps a rare huge frame's buffer out of the pool.
+const maxPooledBuffer = 64 << 10
+
 // encodeInbound returns the inbound frame for ev under bufferId id. An event
 // that would exceed the gateway's 1 MiB message limit (the gateway closes the
 // socket with 1009 and would be fed the same frame forever) is shortened:
 // first its reference-only context goes, then its text is cut.
 func encodeInbound(id string, ev *contract.Event) (frame []byte, truncated bool) {
-	frame = contract.AppendInbound(make([]byte, 0, 1024), id, ev)
-	if len(frame) <= contract.MaxFrameBytes {
-		return frame, false
+	bp := encodeBufs.Get().(*[]byte)
+	buf := contract.AppendInbound((*bp)[:0], id, ev)
+	if len(buf) > contract.MaxFrameBytes {
+		truncated = true
+		short := *ev
+		short.Context = nil
+		buf = contract.AppendInbound(buf[:0], id, &short)
+		for len(buf) > contract.MaxFrameBytes && short.Text != "" {
+			over := len(buf) - contract.MaxFrameBytes + frameHeadroom
+			short.Text = cutUTF8(short.Text, len(short.Text)-over-len(truncationMark)) + truncationMark
+			buf = contract.AppendInbound(buf[:0], id, &short)
+		}
 	}
-	short := *ev
-	short.Context = nil
-	frame = contract.AppendInbound(frame[:0], id, &short)
-	for len(frame) > contract.MaxFrameBytes && short.Text != "" {
-		over := len(frame) - contract.MaxFrameBytes + frameHeadroom
-		short.Text = cutUTF8(short.Text, len(short.Text)-over-len(truncationMark)) + truncationMark
-		frame = contract.AppendInbound(frame[:0], id, &short)
+	frame = bytes.Clone(buf)
+	if cap(buf) <= maxPooledBuffer {
+		*bp = buf[:0]
+		encodeBufs.Put(bp)
 	}
-	return frame, true
+	return frame, truncated
 }
 
 // encodePassthrough returns the passthrough_forward frame for f.

@@ -28,13 +28,15 @@ func (c *conn) handleLine(line []byte) {
 		}
 		return
 	}
+	// Frames go to the handlers by value: taking f's address here would move
+	// every frame, acks included, to the heap.
 	switch f.Type {
 	case contract.TypeHello:
-		c.handleHello(&f)
+		c.handleHello(f)
 	case contract.TypeOutbound:
-		c.handleOutbound(&f)
+		c.handleOutbound(f)
 	case contract.TypeInterrupt:
-		c.handleInterrupt(&f)
+		c.handleInterrupt(f)
 	case contract.TypeGoingIdle:
 		c.hub.goIdle(c)
 		c.enqueue([]byte(contract.GoingIdleAck))
@@ -51,7 +53,7 @@ func (c *conn) handleLine(line []byte) {
 // handleHello answers one hello with its platform's descriptor. A platform
 // this connector does not front closes the connection with 4404 at once,
 // rather than leaving the gateway to wait out its 30 s handshake.
-func (c *conn) handleHello(f *contract.GatewayFrame) {
+func (c *conn) handleHello(f contract.GatewayFrame) {
 	name := f.Platform
 	frame, ok := c.srv.descriptorFrames[name]
 	if !ok {
@@ -64,7 +66,7 @@ func (c *conn) handleHello(f *contract.GatewayFrame) {
 	c.enqueue(frame)
 	c.log.Info("hello", "platform", name, "bot_id", truncateForLog(string(f.BotID)))
 	if p, ok := c.srv.platforms[name].(platform.HelloObserver); ok {
-		p.ObserveHello(c.hub.id, c.gw.id, f)
+		p.ObserveHello(c.hub.id, c.gw.id, &f)
 	}
 	c.hub.hello(c, name)
 }
@@ -72,7 +74,7 @@ func (c *conn) handleHello(f *contract.GatewayFrame) {
 // handleInterrupt publishes a gateway's interrupt on the bus; the relay
 // holding the session's owner delivers it as interrupt_inbound. It is looked
 // up under the connection's own tenant only.
-func (c *conn) handleInterrupt(f *contract.GatewayFrame) {
+func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 	if f.SessionKey == "" {
 		c.log.Debug("interrupt without session_key ignored")
 		return
@@ -88,7 +90,7 @@ func (c *conn) handleInterrupt(f *contract.GatewayFrame) {
 // handleOutbound starts one outbound op and answers it with exactly one
 // outbound_result, on its own goroutine so a slow platform call never holds
 // up the connection.
-func (c *conn) handleOutbound(f *contract.GatewayFrame) {
+func (c *conn) handleOutbound(f contract.GatewayFrame) {
 	reqID := string(f.RequestID)
 	if reqID == "" {
 		c.log.Warn("outbound without requestId ignored")
