@@ -4,18 +4,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"connector/internal/leakcheck"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 	"connector/session"
@@ -24,33 +21,7 @@ import (
 // TestMain fails the package when a goroutine of this package or of the
 // Bot API library outlives the tests.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if leaked := leakedGoroutines(5 * time.Second); leaked != "" {
-			fmt.Fprintf(os.Stderr, "goroutines leaked:\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-func leakedGoroutines(d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var leaked []string
-		for g := range strings.SplitSeq(string(buf), "\n\n") {
-			if (strings.Contains(g, "connector/platform/telegram.") || strings.Contains(g, "go-telegram/bot.")) &&
-				!strings.Contains(g, "leakedGoroutines") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 || time.Now().After(deadline) {
-			return strings.Join(leaked, "\n\n")
-		}
-		time.Sleep(50 * time.Millisecond) // polling the runtime, not synchronizing a test
-	}
+	leakcheck.Main(m, 5*time.Second, "connector/platform/telegram.", "go-telegram/bot.")
 }
 
 const (
