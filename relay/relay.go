@@ -128,16 +128,6 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	defInt := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
 	if c.Bus == nil {
 		c.Bus = NewMemoryBus()
 	}
@@ -150,17 +140,24 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	def(&c.ClockSkew, 30*time.Second)
-	def(&c.PingInterval, 30*time.Second)
-	def(&c.WriteTimeout, 10*time.Second)
-	def(&c.OutboundTimeout, 30*time.Second)
-	defInt(&c.SendQueueBytes, 8<<20)
-	defInt(&c.MaxOutboundInFlight, 1024)
-	defInt(&c.AckWindow, 256)
-	defInt(&c.BufferEntries, 10_000)
-	defInt(&c.BufferBytes, 64<<20)
-	defInt(&c.MaxConnsPerGateway, 16)
-	defInt(&c.SessionOwners, 100_000)
+	orDefault(&c.ClockSkew, 30*time.Second)
+	orDefault(&c.PingInterval, 30*time.Second)
+	orDefault(&c.WriteTimeout, 10*time.Second)
+	orDefault(&c.OutboundTimeout, 30*time.Second)
+	orDefault(&c.SendQueueBytes, 8<<20)
+	orDefault(&c.MaxOutboundInFlight, 1024)
+	orDefault(&c.AckWindow, 256)
+	orDefault(&c.BufferEntries, 10_000)
+	orDefault(&c.BufferBytes, 64<<20)
+	orDefault(&c.MaxConnsPerGateway, 16)
+	orDefault(&c.SessionOwners, 100_000)
+}
+
+// orDefault sets *v to def when it is zero or negative.
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Server is the /relay WebSocket endpoint. Create it with New and mount it

@@ -152,36 +152,26 @@ const (
 
 // withDefaults returns cfg with every zero knob set to its default.
 func (cfg Config) withDefaults() Config {
-	setF := func(v *float64, d float64) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	setI := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	setD := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
-	setF(&cfg.GlobalRate, DefaultGlobalRate)
-	setI(&cfg.GlobalBurst, DefaultGlobalBurst)
-	setI(&cfg.InvalidRequestLimit, DefaultInvalidRequestLimit)
-	setD(&cfg.RequestTimeout, DefaultRequestTimeout)
-	if cfg.MaxInteractionBytes <= 0 {
-		cfg.MaxInteractionBytes = DefaultMaxInteractionBytes
-	}
-	setD(&cfg.InteractionSkew, DefaultInteractionSkew)
-	setD(&cfg.HandshakeTimeout, DefaultHandshakeTimeout)
-	setD(&cfg.ReconnectMin, DefaultReconnectMin)
-	setD(&cfg.ReconnectMax, DefaultReconnectMax)
-	setD(&cfg.StableAfter, DefaultStableAfter)
-	setI(&cfg.MaxIdentifiesPerDay, DefaultMaxIdentifiesPerDay)
-	setD(&cfg.CommandSyncDebounce, DefaultCommandSyncDebounce)
+	positiveOr(&cfg.GlobalRate, DefaultGlobalRate)
+	positiveOr(&cfg.GlobalBurst, DefaultGlobalBurst)
+	positiveOr(&cfg.InvalidRequestLimit, DefaultInvalidRequestLimit)
+	positiveOr(&cfg.RequestTimeout, DefaultRequestTimeout)
+	positiveOr(&cfg.MaxInteractionBytes, DefaultMaxInteractionBytes)
+	positiveOr(&cfg.InteractionSkew, DefaultInteractionSkew)
+	positiveOr(&cfg.HandshakeTimeout, DefaultHandshakeTimeout)
+	positiveOr(&cfg.ReconnectMin, DefaultReconnectMin)
+	positiveOr(&cfg.ReconnectMax, DefaultReconnectMax)
+	positiveOr(&cfg.StableAfter, DefaultStableAfter)
+	positiveOr(&cfg.MaxIdentifiesPerDay, DefaultMaxIdentifiesPerDay)
+	positiveOr(&cfg.CommandSyncDebounce, DefaultCommandSyncDebounce)
 	return cfg
+}
+
+// positiveOr sets *v to def when it is zero or negative.
+func positiveOr[T int | int64 | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Validate reports the first invalid field, naming its YAML key. Secrets are
