@@ -38,6 +38,36 @@ func LoadEventCases(path, platform string) ([]EventCase, error) {
 	return slices.DeleteFunc(all, func(c EventCase) bool { return c.Platform != platform }), nil
 }
 
+// EventResult is what CheckEvents found for one case: no Diffs means it
+// passed.
+type EventResult struct {
+	Name  string
+	Diffs []string
+}
+
+// CheckEvents runs every case of platform (all when "") in the fixture at
+// path through normalize and compares each result with Mismatches; a
+// normalize error is the case's one difference.
+func CheckEvents(path, platform string, normalize func(c EventCase) (Source, error)) ([]EventResult, error) {
+	cases, err := LoadEventCases(path, platform)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EventResult, len(cases))
+	for i, c := range cases {
+		out[i].Name = c.Name
+		src, err := normalize(c)
+		if err != nil {
+			out[i].Diffs = []string{"normalize: " + err.Error()}
+			continue
+		}
+		if out[i].Diffs, err = Mismatches(&src, c.Source, c.Key); err != nil {
+			out[i].Diffs = []string{err.Error()}
+		}
+	}
+	return out, nil
+}
+
 // Mismatches compares src with an oracle's SessionSource dict (want, in
 // to_dict() layout) and session key. Every key present in want must have
 // the same JSON value in src (src may carry more keys, such as is_bot), and

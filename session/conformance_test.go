@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -30,5 +31,27 @@ func TestLoadEventCases(t *testing.T) {
 	tg, _ := session.LoadEventCases("../testdata/platform_events.json", "telegram")
 	if len(tg) != 28 {
 		t.Fatalf("%d telegram cases", len(tg))
+	}
+}
+
+func TestCheckEventsReportsEveryFailure(t *testing.T) {
+	calls := 0
+	results, err := session.CheckEvents("../testdata/platform_events.json", "telegram", func(c session.EventCase) (session.Source, error) {
+		calls++
+		if calls == 1 {
+			return session.Source{}, errors.New("boom")
+		}
+		return session.Source{Platform: "telegram", ChatID: "wrong", ChatType: "dm"}, nil
+	})
+	if err != nil || len(results) != 28 {
+		t.Fatalf("%d results, %v", len(results), err)
+	}
+	if d := results[0].Diffs; len(d) != 1 || d[0] != "normalize: boom" {
+		t.Fatalf("normalize error reported as %q", d)
+	}
+	for _, r := range results[1:] {
+		if len(r.Diffs) == 0 {
+			t.Fatalf("%s: a wrong source passed", r.Name)
+		}
 	}
 }

@@ -75,39 +75,24 @@ func checkKeys(path string) (int, []string, error) {
 }
 
 // checkEvents runs every case of a platform_events.json fixture: a raw
-// platform payload through the platform's normalizer; every key of the
+// platform payload through its platform's normalizer; every key of the
 // expected source must match, and the session key (gateway defaults) too.
 func checkEvents(path string) (int, []string, error) {
-	cases, err := session.LoadEventCases(path, "")
+	results, err := session.CheckEvents(path, "", func(c session.EventCase) (session.Source, error) {
+		normalize, ok := eventNormalizers[c.Platform]
+		if !ok {
+			return session.Source{}, fmt.Errorf("platform %q is not implemented by this connector", c.Platform)
+		}
+		return normalize(c.Raw, c.Context)
+	})
 	if err != nil {
 		return 0, nil, err
 	}
 	var failures []string
-	for _, c := range cases {
-		if msg := checkEvent(c); msg != "" {
-			failures = append(failures, fmt.Sprintf("FAIL %s:\n%s", c.Name, msg))
+	for _, r := range results {
+		if len(r.Diffs) > 0 {
+			failures = append(failures, fmt.Sprintf("FAIL %s:\n  %s", r.Name, strings.Join(r.Diffs, "\n  ")))
 		}
 	}
-	return len(cases), failures, nil
-}
-
-// checkEvent returns "" when the case passes, else what differs.
-func checkEvent(c session.EventCase) string {
-	normalize, ok := eventNormalizers[c.Platform]
-	if !ok {
-		return fmt.Sprintf("  platform %q is not implemented by this connector", c.Platform)
-	}
-	src, err := normalize(c.Raw, c.Context)
-	if err != nil {
-		return fmt.Sprintf("  normalize: %v", err)
-	}
-	diffs, err := session.Mismatches(&src, c.Source, c.Key)
-	if err != nil {
-		return "  " + err.Error()
-	}
-	var msg strings.Builder
-	for _, d := range diffs {
-		msg.WriteString("  " + d + "\n")
-	}
-	return msg.String()
+	return len(results), failures, nil
 }
