@@ -133,25 +133,37 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 // outboundTarget is the platform an outbound frame addresses, as decided on
 // the read loop (which owns the connection's hello list).
 type outboundTarget struct {
-	name     string // a platform name or "relay" (resolve from the action)
+	name     string // the platform; "" to resolve from the action's chat or kind
 	declined bool   // tagged with a platform this connection does not front
+	// among are the platforms a resolution may pick (the hello'd ones); nil
+	// means every platform (the connection hello'd "relay", or nothing yet).
+	among []string
 }
 
-// target resolves the platform tag of an outbound frame: the tag if the
-// connection hello'd it (or hello'd "relay"), else the first hello.
+// target resolves the platform tag of an outbound frame. A tag the
+// connection hello'd (any platform, after a "relay" hello) is the target; any
+// other tag is declined. Untagged frames, and frames tagged "relay" (the
+// platform a stock gateway learns for a chat whose platform it does not know,
+// such as nexscope), are resolved from the action among the hello'd
+// platforms: the first hello is only the gateway's default, not the chat's
+// platform.
 func (c *conn) target(tag string) outboundTarget {
-	if tag == "" {
-		if len(c.identities) == 0 {
-			return outboundTarget{name: contract.PlatformRelay}
+	if tag != "" && tag != contract.PlatformRelay {
+		for _, id := range c.identities {
+			if id == tag || (id == contract.PlatformRelay && c.srv.platforms[tag] != nil) {
+				return outboundTarget{name: tag}
+			}
 		}
+		return outboundTarget{name: tag, declined: true}
+	}
+	if len(c.identities) == 0 || slices.Contains(c.identities, contract.PlatformRelay) {
+		return outboundTarget{}
+	}
+	if len(c.identities) == 1 {
 		return outboundTarget{name: c.identities[0]}
 	}
-	for _, id := range c.identities {
-		if id == tag || (id == contract.PlatformRelay && c.srv.platforms[tag] != nil) {
-			return outboundTarget{name: tag}
-		}
-	}
-	return outboundTarget{name: tag, declined: true}
+	// identities is only appended to, so this view stays as it is now.
+	return outboundTarget{among: c.identities[:len(c.identities):len(c.identities)]}
 }
 
 // execute checks an action against the connection's tenant and runs it on
@@ -161,9 +173,9 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		return contract.Declined(truncateForLog(t.name))
 	}
 	name := t.name
-	if name == contract.PlatformRelay {
+	if name == "" {
 		var ok bool
-		if name, ok = c.resolvePlatform(ctx, a); !ok {
+		if name, ok = c.resolvePlatform(ctx, a, t.among); !ok {
 			return contract.Declined(contract.PlatformRelay)
 		}
 	}
@@ -199,20 +211,26 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 	return p.Execute(ctx, c.hub.id, a)
 }
 
-// resolvePlatform finds the platform of an action sent on a "relay"
-// connection without a platform tag: the prefix of a follow_up's kind, the
-// platform the chat's inbound came from, or the first platform that places
-// the chat in this tenant.
-func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action) (string, bool) {
+// resolvePlatform finds the platform of an action whose frame names none
+// (or names "relay"), among the platforms in among (nil: all): the prefix of
+// a follow_up's kind, the platform the chat's inbound came from, or the
+// first platform, in configured order, that places the chat in this tenant.
+func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action, among []string) (string, bool) {
+	allowed := func(name string) bool {
+		return c.srv.platforms[name] != nil && (among == nil || slices.Contains(among, name))
+	}
 	if a.Op == contract.OpFollowUp {
 		name, _, _ := strings.Cut(a.Kind, ".")
-		return name, c.srv.platforms[name] != nil
+		return name, allowed(name)
 	}
 	chatID := string(a.ChatID)
-	if name, ok := c.hub.chatPlatform(chatID); ok {
+	if name, ok := c.hub.chatPlatform(chatID); ok && allowed(name) {
 		return name, true
 	}
 	for _, name := range c.srv.order {
+		if !allowed(name) {
+			continue
+		}
 		if owner, err := c.srv.platforms[name].ChatTenant(ctx, chatID); err == nil && owner == c.hub.id {
 			return name, true
 		}

@@ -28,7 +28,9 @@
 //     Config.AckWindow unacknowledged entries are in flight per connection.
 //  4. Outbound. Each outbound runs on its own goroutine under a 30 s deadline
 //     and is answered with exactly one outbound_result carrying its
-//     requestId. Ops the target platform does not advertise fail with
+//     requestId. It goes to the platform it is tagged with; an untagged one
+//     (or one tagged "relay") goes to the platform that places its chat in
+//     the tenant, among those the connection said hello for. Ops the target platform does not advertise fail with
 //     code "unsupported_op"; a chat, session or platform outside the
 //     connection's tenant gets the structured decline (egress_declined).
 //  5. Interrupts. The connector remembers which connection owns each session

@@ -40,6 +40,71 @@ func TestRelayHelloFrontsEveryPlatform(t *testing.T) {
 	}
 }
 
+// get_chat_info never names a platform. On a connection that said hello for
+// nexscope and then telegram, an untagged action goes to the platform that
+// places its chat in the tenant, not to the first hello; so does one tagged
+// "relay", the platform a stock gateway learns for a nexscope chat. Chats of
+// another tenant, or of a platform the connection did not hello, are declined.
+func TestUntaggedActionGoesToItsChatsPlatform(t *testing.T) {
+	nx := newFake("nexscope", map[string]string{"lab": "t1", "their-room": "t2"})
+	tg := newFake("telegram", map[string]string{"42": "t1", "43": "t1", "-99": "t2"})
+	dc := newFake("discord", map[string]string{"d1": "t1"})
+	for _, p := range []*fakePlatform{nx, tg, dc} {
+		p.ops = append(p.ops, contract.OpGetChatInfo)
+	}
+	tenants := []relay.Tenant{
+		{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}},
+		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{"s2"}}}},
+	}
+	h := relaytest.Start(t, tenants, dc, nx, tg)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "nexscope", "")
+	gw.Hello(t, "telegram", "")
+	tg.deliver("t1", "42", "u1", "hi")
+	_, id := gw.NextInbound(t)
+	gw.Ack(t, id)
+
+	chatInfo := func(chatID string) map[string]any { return map[string]any{"op": "get_chat_info", "chat_id": chatID} }
+	for _, c := range []struct {
+		tag, chat string
+		on        *fakePlatform
+	}{
+		{"", "42", tg},  // the chat's inbound came from telegram
+		{"", "43", tg},  // no inbound yet: telegram places it in t1
+		{"", "lab", nx}, // the first hello's own chat
+		{"relay", "lab", nx},
+		{"relay", "43", tg},
+	} {
+		res := gw.Outbound(t, c.tag, chatInfo(c.chat))
+		if !res.Success {
+			t.Fatalf("get_chat_info %s tagged %q: %+v", c.chat, c.tag, res)
+		}
+		if e := c.on.nextEgress(t); string(e.Action.ChatID) != c.chat || e.Tenant != "t1" {
+			t.Fatalf("get_chat_info %s tagged %q reached %s as %+v", c.chat, c.tag, c.on.name, e)
+		}
+	}
+	for _, chat := range []string{"-99", "their-room", "d1", "nowhere"} {
+		for _, tag := range []string{"", "relay"} {
+			if res := gw.Outbound(t, tag, chatInfo(chat)); res.Code != contract.CodeEgressDeclined {
+				t.Fatalf("get_chat_info %s tagged %q: %+v, want the decline", chat, tag, res)
+			}
+		}
+	}
+	// A follow_up resolves by its kind, among the hello'd platforms only.
+	followUp := map[string]any{"op": "follow_up", "session_key": "k", "kind": "discord.interaction_token", "content": "x", "metadata": map[string]any{}}
+	if res := gw.Outbound(t, "", followUp); res.Code != contract.CodeEgressDeclined {
+		t.Fatalf("follow_up for a platform not hello'd: %+v", res)
+	}
+	// Nothing declined reached a platform.
+	for _, p := range []*fakePlatform{nx, tg, dc} {
+		select {
+		case e := <-p.egress:
+			t.Fatalf("a declined action reached %s: %+v", p.name, e)
+		default:
+		}
+	}
+}
+
 func TestPassthroughForwardCarriesBufferID(t *testing.T) {
 	h, p := twoTenants(t)
 	gw := h.Dial(t, "gw1", "s1")
