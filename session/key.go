@@ -19,13 +19,39 @@ type Options struct {
 	ThreadSessionsPerUser bool
 	// Profile is the namespace slot; "" and "default" mean agent:main.
 	Profile string
+	// NexscopeKeyPlatform is the platform slot of the keys of nexscope
+	// sources. The stock gateway knows no platform "nexscope": it reads such
+	// a source's platform as "relay" (hermes-wire.md §6.2) and keys it so,
+	// which "" means too. A gateway with a nexscope platform plugin keys it
+	// as "nexscope".
+	NexscopeKeyPlatform string
+}
+
+// PlatformNexscope is the wire platform of nexscope rooms, and PlatformRelay
+// the platform the stock gateway reads it as.
+const (
+	PlatformNexscope = "nexscope"
+	PlatformRelay    = "relay"
+)
+
+// keyPlatform is the platform slot of the key of a source from platform p.
+func (o *Options) keyPlatform(p string) string {
+	if p != PlatformNexscope {
+		return p
+	}
+	if o.NexscopeKeyPlatform == "" {
+		return PlatformRelay
+	}
+	return o.NexscopeKeyPlatform
 }
 
 // DefaultOptions are the gateway's defaults: per-user group sessions, shared
 // threads, no profile.
 var DefaultOptions = Options{GroupSessionsPerUser: true}
 
-// Key returns the session key build_session_key() computes for src.
+// Key returns the session key build_session_key() computes for src as the
+// gateway reads it: a nexscope source is keyed under
+// opts.NexscopeKeyPlatform ("relay" unless set).
 //
 // One deliberate difference: for a WhatsApp identifier containing characters
 // outside [A-Za-z0-9@.+-] the Python function raises; Key uses the normalized
@@ -33,7 +59,7 @@ var DefaultOptions = Options{GroupSessionsPerUser: true}
 // has none).
 func Key(src *Source, opts Options) string {
 	var b strings.Builder
-	b.Grow(len("agent:main:") + len(opts.Profile) + len(src.Platform) + len(src.ChatType) +
+	b.Grow(len("agent:main:") + len(opts.Profile) + len(opts.keyPlatform(src.Platform)) + len(src.ChatType) +
 		len(src.ScopeID) + len(src.ChatID) + len(src.ThreadID.Value) + len(src.ProspectiveThreadID) +
 		len(src.UserID.Value) + len(src.UserIDAlt) + 8)
 	AppendKey(&b, src, opts)
@@ -86,7 +112,7 @@ func AppendKey(b *strings.Builder, src *Source, opts Options) {
 		b.WriteString(opts.Profile)
 	}
 	b.WriteByte(':')
-	b.WriteString(src.Platform)
+	b.WriteString(opts.keyPlatform(src.Platform))
 	b.WriteByte(':')
 	if threadFromProspective {
 		b.WriteString(ChatTypeThread)

@@ -76,6 +76,40 @@ func TestSourceRoundTrip(t *testing.T) {
 	}
 }
 
+// A nexscope source is keyed the way the gateway reads it: the stock gateway
+// knows no platform "nexscope" and keys it as "relay" (hermes-wire.md §6.2);
+// a gateway with a nexscope plugin keys it as "nexscope". Other platforms
+// are never renamed.
+func TestNexscopeKeyPlatform(t *testing.T) {
+	src := session.Source{Platform: "nexscope", ChatID: "lab", ChatType: "group",
+		UserID: session.Str("alice"), ThreadID: session.Str("t-1")}
+	group := session.Source{Platform: "nexscope", ChatID: "lab", ChatType: "group", UserID: session.Str("alice")}
+	plugin := session.DefaultOptions
+	plugin.NexscopeKeyPlatform = "nexscope"
+	relay := session.DefaultOptions
+	relay.NexscopeKeyPlatform = "relay"
+	discord := session.Source{Platform: "discord", ChatID: "c1", ChatType: "group", UserID: session.Str("u1")}
+	for _, c := range []struct {
+		name string
+		src  *session.Source
+		opts session.Options
+		want string
+	}{
+		{"stock gateway, thread", &src, session.DefaultOptions, "agent:main:relay:group:lab:t-1"},
+		{"stock gateway, no thread", &group, session.DefaultOptions, "agent:main:relay:group:lab:alice"},
+		{"relay spelled out", &src, relay, "agent:main:relay:group:lab:t-1"},
+		{"nexscope plugin", &src, plugin, "agent:main:nexscope:group:lab:t-1"},
+		{"other platforms unchanged", &discord, plugin, "agent:main:discord:group:c1:u1"},
+	} {
+		if got := session.Key(c.src, c.opts); got != c.want {
+			t.Errorf("%s: got %s, want %s", c.name, got, c.want)
+		}
+	}
+	if src.Platform != "nexscope" {
+		t.Fatalf("Key changed the source's platform to %q", src.Platform)
+	}
+}
+
 type orderedKV struct{ K, V string }
 
 func orderedKeys(t *testing.T, data []byte) []orderedKV {

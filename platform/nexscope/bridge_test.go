@@ -59,7 +59,7 @@ func TestMsgToBotBecomesInbound(t *testing.T) {
 		d.Event.MessageType != "" || d.Event.Source != want {
 		t.Fatalf("event %+v", d.Event)
 	}
-	if wantKey := "agent:main:nexscope:group:lab:t-9"; d.SessionKey != wantKey || session.Key(&want, session.DefaultOptions) != wantKey {
+	if wantKey := "agent:main:relay:group:lab:t-9"; d.SessionKey != wantKey || session.Key(&want, session.DefaultOptions) != wantKey {
 		t.Fatalf("session key %q, want %q", d.SessionKey, wantKey)
 	}
 	if d.Received.IsZero() {
@@ -93,7 +93,7 @@ func TestBridgeFilters(t *testing.T) {
 		t.Fatalf("second delivery %+v, want hop2", d)
 	}
 	d = tr.sink.next(t)
-	if d.Kind != platform.KindInterrupt || d.Event != nil || d.ChatID != "lab" || d.SessionKey != "agent:main:nexscope:group:lab:th" {
+	if d.Kind != platform.KindInterrupt || d.Event != nil || d.ChatID != "lab" || d.SessionKey != "agent:main:relay:group:lab:th" {
 		t.Fatalf("interrupt %+v", d)
 	}
 	if d = tr.sink.next(t); d.Event == nil || d.Event.MessageType != contract.MessageCommand {

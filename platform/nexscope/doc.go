@@ -101,8 +101,12 @@
 //	message_id = msgId, is_bot = (role == "userAgent")
 //
 // keyed by platform.Deps.Key, so the session key follows the tenant's
-// session options (agent:main:nexscope:group:<room>:<threadId> with the
-// gateway defaults). Text starting with "/" is message_type command, and
+// session options. A stock gateway knows no platform "nexscope" and reads
+// it as "relay" (hermes-wire.md §6.2), so by default the key is
+// agent:main:relay:group:<room>:<threadId>, the gateway's own; a tenant
+// whose gateways install a nexscope platform plugin sets
+// session.Options.NexscopeKeyPlatform "nexscope". The source keeps platform
+// "nexscope" either way. Text starting with "/" is message_type command, and
 // "/stop" becomes a KindInterrupt delivery for that session instead. A
 // file-start to the bot is bridged at its file-end as the text plus a note
 // naming the file and its size; file bytes are never forwarded to gateways.

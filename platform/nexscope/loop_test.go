@@ -9,15 +9,20 @@ import (
 	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
+	"connector/session"
 	"connector/vault"
 )
 
 // The whole bridge over real sockets: a member's msg to the bot reaches the
 // tenant's gateway on /relay as inbound, the gateway's send comes back to
-// the member as the bot's msg, and a /stop becomes interrupt_inbound.
+// the member as the bot's msg, and a /stop becomes interrupt_inbound. The
+// tenant's gateway has a nexscope platform plugin, so it keys the room's
+// sessions under "nexscope".
 func TestBridgeLoopThroughRelay(t *testing.T) {
+	plugin := session.DefaultOptions
+	plugin.NexscopeKeyPlatform = "nexscope"
 	tenants := []relay.Tenant{
-		{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}},
+		{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}, Session: &plugin},
 		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{"s2"}}}},
 	}
 	p, err := New(Config{Token: testToken, Clock: newFakeClock(), Rooms: []Room{{Name: "lab", Tenant: "t1"}}},
@@ -87,4 +92,61 @@ func TestBridgeLoopThroughRelay(t *testing.T) {
 	}
 	alice.sendText(`{"type":"ping"}`)
 	alice.expect("pong") // and nothing from the foreign gateway before it
+}
+
+// A stock gateway knows no platform "nexscope": it reads the inbound's
+// source.platform as "relay" and keys the room's sessions so. The connector
+// must key them the same way: the gateway's interrupt with its own key
+// reaches the session's owner, a member's /stop arrives with that key, and
+// the gateway's replies, which it tags "relay" (the platform it learned for
+// the chat), reach the room.
+func TestStockGatewayKeysNexscopeAsRelay(t *testing.T) {
+	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
+	p, err := New(Config{Token: testToken, Clock: newFakeClock(), Rooms: []Room{{Name: "lab", Tenant: "t1"}}},
+		platform.Deps{Log: relaytest.TestLogger(t), Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := relaytest.Start(t, tenants, p)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "nexscope", "")
+
+	alice := dialMember(t, "ws"+strings.TrimPrefix(h.URL, "http")+"/ws/lab?name=alice&token="+testToken+"&v=1", nil)
+	alice.name = "alice"
+	alice.expectPresence("alice", "hermes")
+	alice.sendText(`{"type":"msg","msgId":"m1","from":"alice","to":["hermes"],"role":"user","threadId":"t-1","text":"hi"}`)
+	alice.expect("ack")
+	ev, bufID := gw.NextInbound(t)
+	gw.Ack(t, bufID)
+	// The wire names the platform as it is; the gateway does the fallback.
+	if ev.Source.Platform != "nexscope" {
+		t.Fatalf("source.platform %q, want nexscope", ev.Source.Platform)
+	}
+	const want = "agent:main:relay:group:lab:t-1"
+	key := relaytest.StockSessionKey(ev.Source, session.DefaultOptions)
+	if key != want {
+		t.Fatalf("the stock gateway's key is %s, want %s", key, want)
+	}
+
+	gw.Send(t, map[string]any{"type": "interrupt", "session_key": key, "reason": nil})
+	if f := gw.Next(t, contract.TypeInterruptInbound); f.SessionKey != want || f.ChatID != "lab" {
+		t.Fatalf("interrupt_inbound for the gateway's interrupt: session_key %q chat_id %q, want %q lab", f.SessionKey, f.ChatID, want)
+	}
+
+	res := gw.Outbound(t, "relay", map[string]any{
+		"op": "send", "chat_id": "lab", "content": "stopped", "reply_to": ev.MessageID,
+		"metadata": map[string]any{"thread_id": "t-1"},
+	})
+	if !res.Success {
+		t.Fatalf("send tagged relay: %+v", res)
+	}
+	if m := alice.expect("msg"); m["text"] != "stopped" || m["threadId"] != "t-1" {
+		t.Fatalf("bot msg %v", m)
+	}
+
+	alice.sendText(`{"type":"msg","msgId":"m2","from":"alice","to":["hermes"],"role":"user","threadId":"t-1","text":"/stop"}`)
+	alice.expect("ack")
+	if f := gw.Next(t, contract.TypeInterruptInbound); f.SessionKey != want || f.ChatID != "lab" {
+		t.Fatalf("interrupt_inbound for a member's /stop: session_key %q chat_id %q, want %q lab", f.SessionKey, f.ChatID, want)
+	}
 }

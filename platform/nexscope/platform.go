@@ -16,7 +16,7 @@ import (
 )
 
 // platformName is the platform value on the wire.
-const platformName = "nexscope"
+const platformName = session.PlatformNexscope
 
 // Platform is the nexscope relay hosted by the connector. Create it with New.
 type Platform struct {
