@@ -103,9 +103,10 @@ type TenantConfig struct {
 	// Gateways are the gateway identities that connect for this tenant.
 	Gateways []GatewayConfig `yaml:"gateways"`
 	// Session holds the knobs of the tenant's gateways that change session
-	// keys; they must match the gateways' config.yaml. Defaults are the
-	// gateway's: group_sessions_per_user true, thread_sessions_per_user
-	// false, no profile.
+	// keys; they must match the gateways' config.yaml and installed
+	// platform plugins. Defaults are the stock gateway's:
+	// group_sessions_per_user true, thread_sessions_per_user false, no
+	// profile, nexscope rooms keyed as relay.
 	Session SessionConfig `yaml:"session"`
 }
 
@@ -128,6 +129,13 @@ type SessionConfig struct {
 	ThreadSessionsPerUser *bool `yaml:"thread_sessions_per_user"`
 	// Profile is the namespace under gateway multiplex_profiles. Default none.
 	Profile string `yaml:"profile"`
+	// NexscopeKeyPlatform is the platform in the session keys of nexscope
+	// rooms, which must be the one the tenant's gateways use: relay (the
+	// default) for stock gateways, which know no nexscope platform and read
+	// it as relay (agent:main:relay:group:<room>:<thread>); nexscope for
+	// gateways with a nexscope platform plugin. Inbound events say nexscope
+	// either way.
+	NexscopeKeyPlatform string `yaml:"nexscope_key_platform"`
 }
 
 // Options returns the session-key options the knobs describe.
@@ -140,6 +148,7 @@ func (s SessionConfig) Options() session.Options {
 		o.ThreadSessionsPerUser = *s.ThreadSessionsPerUser
 	}
 	o.Profile = s.Profile
+	o.NexscopeKeyPlatform = s.NexscopeKeyPlatform
 	return o
 }
 
@@ -261,6 +270,12 @@ func (c *Config) validateTenants() error {
 			return fmt.Errorf("config: %s.id: tenant %q is defined twice", key, t.ID)
 		}
 		tenants[t.ID] = true
+		switch p := t.Session.NexscopeKeyPlatform; p {
+		case "", session.PlatformRelay, session.PlatformNexscope:
+		default:
+			return fmt.Errorf("config: %s.session.nexscope_key_platform: %q is not one of %s, %s",
+				key, p, session.PlatformRelay, session.PlatformNexscope)
+		}
 		for gi, g := range t.Gateways {
 			gkey := fmt.Sprintf("%s.gateways[%d]", key, gi)
 			if g.ID == "" {

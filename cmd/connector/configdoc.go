@@ -183,6 +183,7 @@ tenants:
     gateways:
       - id: globex-gw
         secrets: ["another-long-random-secret"]
+    session: {nexscope_key_platform: nexscope}   # its gateways have a nexscope platform plugin
 discord:
   application_id: "1310000000000000000"
   public_key: "<64 hex digits from the developer portal>"

@@ -77,6 +77,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		"log:\n  level: loud\n":                                                       "log.level",
 		"relay:\n  ping_interval: soon\n":                                             "soon",
 		"tls:\n  cert_file: a.pem\n":                                                  "tls",
+		"tenants:\n  - id: t1\n    session: {nexscope_key_platform: nexscop}\n":       "tenants[0].session.nexscope_key_platform",
 	}
 	for doc, want := range cases {
 		path := filepath.Join(t.TempDir(), "c.yaml")
