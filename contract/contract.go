@@ -32,6 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"connector/session"
 )
 
 // Version is the contract_version the connector implements.
@@ -63,8 +65,10 @@ const (
 
 // PlatformRelay is the platform a gateway says hello with when its deployment
 // configures no platform list (GATEWAY_RELAY_PLATFORMS unset). The connector
-// reads it as "every platform my tenant is configured for".
-const PlatformRelay = "relay"
+// reads it as "every platform my tenant is configured for". It is also the
+// platform a gateway reads an inbound source's unknown platform as, and so
+// tags that chat's outbound with.
+const PlatformRelay = session.PlatformRelay
 
 // ID is an identifier that the gateway sends as a string but that tolerant
 // decoding also accepts as a JSON number (kept in its JSON spelling) or null.
