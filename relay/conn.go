@@ -60,7 +60,7 @@ type conn struct {
 	inflight int  // windowed entries sent and not acknowledged
 
 	// Owned by the read loop.
-	identities []string // hello'd platforms, in order; the first is the default
+	identities []string // hello'd platforms, in order; outbound resolves among them
 	malformed  int
 
 	outSlots chan struct{} // bounds concurrent outbound ops
