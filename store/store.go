@@ -19,7 +19,7 @@
 //
 //   - "embedded" (the default): go.etcd.io/bbolt in Config.Path. A write is
 //     committed with fsync before it returns; concurrent writers share one
-//     commit (group commit). One process owns the data directory.
+//     commit (bbolt's DB.Batch). One process owns the data directory.
 //   - "redis": github.com/redis/go-redis/v9 against one Redis 7 primary
 //     (not Cluster), shared by any number of connector instances. A write is
 //     as durable as the server's persistence settings make it (see
@@ -301,14 +301,23 @@ type Config struct {
 }
 
 // Open opens the backend cfg selects.
-func Open(_ context.Context, cfg Config) (Store, error) {
+func Open(ctx context.Context, cfg Config) (Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	switch cfg.Backend {
 	case BackendMemory:
 		return NewMemory(cfg.Now), nil
-	case BackendEmbedded, "", BackendRedis:
+	case BackendEmbedded, "":
+		if cfg.Path == "" {
+			p, err := DefaultPath()
+			if err != nil {
+				return nil, err
+			}
+			cfg.Path = p
+		}
+		return openEmbedded(ctx, cfg.Path, cfg.Now)
+	case BackendRedis:
 		return nil, fmt.Errorf("%w: store backend %q is not built yet", ErrInvalid, cfg.Backend)
 	}
 	return nil, fmt.Errorf("%w: unknown store backend %q (want embedded, redis or memory)", ErrInvalid, cfg.Backend)

@@ -78,6 +78,9 @@ func BenchmarkAppend(b *testing.B) {
 		cfg  func(b *testing.B) store.Config
 	}{
 		{"memory", func(*testing.B) store.Config { return store.Config{Backend: store.BackendMemory} }},
+		{"embedded", func(b *testing.B) store.Config {
+			return store.Config{Backend: store.BackendEmbedded, Path: b.TempDir()}
+		}},
 	}
 	payload := make([]byte, 512)
 	for _, be := range backends {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 type clock struct{ now time.Time }
@@ -19,6 +21,26 @@ func TestMemorySweep(t *testing.T) {
 	m.sweep()
 	if len(m.caps) != 1 || len(m.owners) != 1 {
 		t.Fatalf("after the sweep: %d capabilities, %d owners; want the 1 live of each", len(m.caps), len(m.owners))
+	}
+}
+
+func TestEmbeddedSweep(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	e, err := openEmbedded(context.Background(), t.TempDir(), c.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	fill(t, e, c)
+	e.sweep()
+	err = e.db.View(func(tx *bolt.Tx) error {
+		if n, o := tx.Bucket(bCaps).Stats().KeyN, tx.Bucket(bOwners).Stats().KeyN; n != 1 || o != 1 {
+			return fmt.Errorf("after the sweep: %d capabilities, %d owners; want the 1 live of each", n, o)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
