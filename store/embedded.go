@@ -55,10 +55,11 @@ var (
 const lockTimeout = time.Second
 
 // embedded is the bbolt-backed Store. Writes on the hot paths (Append, Ack,
-// owners, capabilities) go through DB.Batch, which gathers concurrent
-// writers into one transaction and so one fsync; the rest use DB.Update.
+// owners, capabilities) go through a groupCommit, which gathers concurrent
+// writers into one transaction and so one commit; the rest use DB.Update.
 type embedded struct {
 	db    *bolt.DB
+	group *groupCommit
 	now   func() time.Time
 	epoch string
 	ps    *broker
@@ -88,6 +89,7 @@ func openEmbedded(ctx context.Context, dir string, now func() time.Time) (*embed
 		_ = db.Close()
 		return nil, fmt.Errorf("store: initialize %s: %w", path, err)
 	}
+	e.group = startGroupCommit(db)
 	e.stopSweep = startSweeper(e.sweep)
 	return e, nil
 }
@@ -117,8 +119,8 @@ func (e *embedded) init(tx *bolt.Tx) error {
 }
 
 // view and update run fn unless ctx is done, and report a closed database
-// as ErrClosed. batch is update through DB.Batch: fn may run more than once
-// and must set, not accumulate, its results.
+// as ErrClosed. batch is update through the group commit: fn may run more
+// than once and must set, not accumulate, its results.
 func (e *embedded) view(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -137,7 +139,7 @@ func (e *embedded) batch(ctx context.Context, fn func(*bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return closedErr(e.db.Batch(fn))
+	return e.group.do(fn)
 }
 
 func closedErr(err error) error {
@@ -159,6 +161,7 @@ func (e *embedded) Close() error {
 	e.closeOnce.Do(func() {
 		e.stopSweep()
 		e.ps.close()
+		e.group.close()
 		e.closeErr = e.db.Close()
 	})
 	return e.closeErr

@@ -19,7 +19,7 @@
 //
 //   - "embedded" (the default): go.etcd.io/bbolt in Config.Path. A write is
 //     committed with fsync before it returns; concurrent writers share one
-//     commit (bbolt's DB.Batch). One process owns the data directory.
+//     commit (group commit). One process owns the data directory.
 //   - "redis": github.com/redis/go-redis/v9 against one Redis 7 primary
 //     (not Cluster), shared by any number of connector instances. A write is
 //     as durable as the server's persistence settings make it (see
