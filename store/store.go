@@ -318,7 +318,10 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 		}
 		return openEmbedded(ctx, cfg.Path, cfg.Now)
 	case BackendRedis:
-		return nil, fmt.Errorf("%w: store backend %q is not built yet", ErrInvalid, cfg.Backend)
+		if cfg.RedisPrefix == "" {
+			cfg.RedisPrefix = "connector:"
+		}
+		return openRedis(ctx, cfg.RedisURL, cfg.RedisPrefix, cfg.Now)
 	}
 	return nil, fmt.Errorf("%w: unknown store backend %q (want embedded, redis or memory)", ErrInvalid, cfg.Backend)
 }

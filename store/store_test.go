@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connector/internal/leakcheck"
+	"connector/internal/redistest"
 	"connector/store"
 	"connector/store/storetest"
 )
@@ -44,7 +45,9 @@ func TestMemory(t *testing.T) {
 func TestOpenErrors(t *testing.T) {
 	ctx := context.Background()
 	cases := map[string]store.Config{
-		"unknown backend": {Backend: "etcd"},
+		"unknown backend":   {Backend: "etcd"},
+		"redis without url": {Backend: store.BackendRedis},
+		"redis bad url":     {Backend: store.BackendRedis, RedisURL: "redis://:hunter2@host:notaport/x"},
 	}
 	for name, cfg := range cases {
 		_, err := store.Open(ctx, cfg)
@@ -54,6 +57,12 @@ func TestOpenErrors(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("%s: the error shows the password: %v", name, err)
 		}
+	}
+	// A server that is not there: a clear error, not a hang.
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := store.Open(dctx, store.Config{Backend: store.BackendRedis, RedisURL: "redis://127.0.0.1:1/0"}); err == nil {
+		t.Fatal("Open of redis on a closed port succeeded")
 	}
 }
 
@@ -80,6 +89,15 @@ func BenchmarkAppend(b *testing.B) {
 		{"memory", func(*testing.B) store.Config { return store.Config{Backend: store.BackendMemory} }},
 		{"embedded", func(b *testing.B) store.Config {
 			return store.Config{Backend: store.BackendEmbedded, Path: b.TempDir()}
+		}},
+		{"redis-nopersist", func(b *testing.B) store.Config {
+			return redisConfig(redistest.Start(b, redistest.Options{}))
+		}},
+		{"redis-everysec", func(b *testing.B) store.Config {
+			return redisConfig(redistest.Start(b, redistest.Options{AppendFsync: "everysec"}))
+		}},
+		{"redis-always", func(b *testing.B) store.Config {
+			return redisConfig(redistest.Start(b, redistest.Options{AppendFsync: "always"}))
 		}},
 	}
 	payload := make([]byte, 512)
