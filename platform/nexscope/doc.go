@@ -44,6 +44,7 @@
 // gets {"type":"ack","msgId","threadId","delivered","offline"}: for a
 // broadcast delivered is every other member in sorted order; names that were
 // not online are offline and the message is dropped for them (no queue).
+// The bot of a bound room is listed only as described under "Bridge".
 // {"type":"ping"} is answered with {"type":"pong","ts":<ms>}.
 //
 // # Files
@@ -92,9 +93,15 @@
 //
 // A room with a Tenant has the connector's bot (Room.BotName, default
 // Config.BotName "hermes") in its presence. A msg whose to names the bot, or
-// a broadcast whose text mentions "@<bot>", is counted delivered to it and
-// becomes a platform.Delivery for the tenant: an inbound MessageEvent with
-// text, message_id msgId and the SessionSource
+// a broadcast whose text mentions "@<bot>", is addressed to it. The bot
+// drops it when its hopCount is at least HopLimit (default 3; metrics reason
+// hop_limit), when msgId is not a non-empty string or threadId, text or
+// hopCount has the wrong type (malformed), or while Run is not bridging
+// (unavailable); the sender's ack then lists the bot in offline, as a member
+// that did not get the message. Otherwise the ack lists the bot in delivered
+// and the message becomes a platform.Delivery for the tenant. A broadcast
+// that does not mention the bot lists it in neither. The delivery is an
+// inbound MessageEvent with text, message_id msgId and the SessionSource
 //
 //	platform "nexscope", chat_id = chat_name = room name, chat_type "group",
 //	user_id = user_name = from, thread_id = threadId (null when absent),
@@ -110,8 +117,6 @@
 // "/stop" becomes a KindInterrupt delivery for that session instead. A
 // file-start to the bot is bridged at its file-end as the text plus a note
 // naming the file and its size; file bytes are never forwarded to gateways.
-// Messages whose hopCount is at least HopLimit (default 3), or whose msgId is
-// not a non-empty string, are dropped (metrics reason hop_limit, malformed).
 //
 // Gateways act through Execute on rooms bound to their tenant (others get
 // the uniform egress decline; ChatTenant resolves a room's tenant or

@@ -15,8 +15,7 @@ type transfer struct {
 	received   int64 // sender's reader only (read under room.mu by nobody else)
 	recipients []*member
 	offline    [][]byte
-	botNamed   bool // the bot is among the recipients
-	toBot      bool // bridge the file's message to the tenant at file-end
+	toBot      bool // the bot takes the file: delivered to it, bridged at file-end
 	timer      Timer
 	done       chan struct{} // closed when the transfer ends either way
 }
@@ -59,10 +58,13 @@ func (m *member) handleFileStart(f *clientFrame) {
 	// Armed before file-start goes out: a recipient that has it knows the
 	// deadline runs.
 	t.timer = m.p.clock.AfterFunc(m.p.cfg.TransferTimeout, func() { r.stall(t) })
+	botDrop := ""
+	if r.bot != "" {
+		botDrop = m.p.dropReason(&start)
+	}
 	var res routed
-	r.routeLocked(m, start.to, out, start.text, true, &res)
+	r.routeLocked(m, &start, out, botDrop, true, &res)
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
-	t.botNamed = len(res.delivered) > len(res.recipients)
 	r.transfer = t
 	r.unlock()
 	m.transfer = t
@@ -143,13 +145,17 @@ func (m *member) handleFileEnd(f *clientFrame) {
 		r.pushLocked(rc, out)
 		delivered = append(delivered, rc.quoted)
 	}
-	if t.botNamed {
+	toBot := t.toBot && m.p.sink.Load() != nil // Run may have ended since file-start
+	if toBot {
 		delivered = append(delivered, appendQuoted(nil, r.bot))
+	} else if t.toBot {
+		m.p.metrics.Dropped(platformName, dropUnavailable)
+		offline = append(offline, appendQuoted(nil, r.bot))
 	}
 	r.unlock()
 	m.transfer = nil
 	m.send(appendAck(nil, t.start.msgID, t.start.threadID, delivered, offline))
-	if t.toBot {
+	if toBot {
 		r.bridge(&t.start, fileNote(t.start.attachment, t.size))
 	}
 }
