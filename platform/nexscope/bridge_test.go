@@ -170,9 +170,15 @@ func TestEgressSendAddressing(t *testing.T) {
 	bob := tr.join(t, "lab", "bob")
 	alice.expectPresence("alice", "bob", "hermes")
 
-	// The very first send has nothing to answer and no thread.
-	if r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "hi"}); r.Success || r.Code != contract.CodeBadRequest {
+	// The very first send has nothing to answer and no thread: everyone
+	// online, in DefaultThread.
+	if r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "hi"}); !r.Success {
 		t.Fatalf("send without thread: %+v", r)
+	}
+	for _, c := range []*client{alice, bob} {
+		if m := c.expect("msg"); fmt.Sprint(m["to"]) != "[]" || m["threadId"] != DefaultThread || m["hopCount"] != float64(0) {
+			t.Fatalf("%s got %v", c.name, m)
+		}
 	}
 	// A thread and a user: to that user, hopCount 0.
 	r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "hello bob",

@@ -125,12 +125,13 @@
 //   - send: a msg from the bot, role userAgent, text = content (split into
 //     msgs of at most MaxText bytes on rune boundaries). It answers the
 //     inbound named by reply_to (or metadata.reply_to_message_id), else the
-//     last inbound of metadata.thread_id, else the room's last inbound; the
-//     threadId is metadata.thread_id or that inbound's; to is that inbound's
-//     author, else metadata.user_id, else everyone online ([]); hopCount is
-//     that inbound's hopCount + 1, else 0. No thread at all is bad_request;
-//     no recipient online is unavailable (nothing is queued). message_id is
-//     the bot msg's msgId (a ULID).
+//     last inbound of metadata.thread_id, else, when it names no message,
+//     the room's last inbound (a reply_to the bridge does not remember
+//     answers nothing); the threadId is metadata.thread_id, else that
+//     inbound's, else DefaultThread ("main"); to is that inbound's author,
+//     else metadata.user_id, else everyone online ([]); hopCount is that
+//     inbound's hopCount + 1, else 0. No recipient online is unavailable
+//     (nothing is queued). message_id is the bot msg's msgId (a ULID).
 //   - typing: a no-op success; the protocol has no typing frame.
 //   - get_chat_info: the room's name and type "group".
 //
