@@ -56,15 +56,20 @@
 // (bad_file_start) of at most MaxFile (file_too_large). The chunk that would
 // pass attachment.size, or a file-end before all of it arrived, aborts the
 // transfer (size_mismatch to the sender, transfer_incomplete to recipients;
-// the rest of that stream is dropped quietly). A file-end whose msgId does
+// the rest of that stream, up to MaxFile bytes, and its file-end are dropped
+// quietly). A file-start refused with transfer_busy is answered once: the
+// binary frames that follow it, up to its attachment.size bytes, and its
+// file-end are dropped quietly, since clients stream without waiting for an
+// answer. A file-end whose msgId does
 // not match is dropped with bad_file_end and the transfer goes on. On
 // file-end the lock is released and the sender's ack lists the recipients
 // still online as delivered and the others (offline at file-start, or gone
 // since) as offline. If file-end has not arrived TransferTimeout (60 s)
 // after file-start, the lock is released, recipients get transfer_incomplete
 // with the msgId, and the sender is closed with 4014; a sender that
-// disconnects mid-transfer releases the lock and notifies the same way. A
-// binary frame from a member that holds no transfer gets unexpected_binary.
+// disconnects mid-transfer releases the lock and notifies the same way. Any
+// other binary frame from a member that holds no transfer gets
+// unexpected_binary.
 //
 // # Backpressure and slow members
 //

@@ -41,9 +41,9 @@ type member struct {
 
 	// reader goroutine only
 	strikes  int
-	stop     bool      // the reader must return (a close was requested)
-	transfer *transfer // the transfer this member sends, if any
-	dropTail []byte    // msgId of an aborted transfer whose chunks are dropped
+	stop     bool       // the reader must return (a close was requested)
+	transfer *transfer  // the transfer this member sends, if any
+	dropping dropStream // a refused or aborted stream still arriving
 	scratch  []byte
 	routed   routed // reused by handleMsg
 }

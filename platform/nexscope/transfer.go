@@ -29,6 +29,38 @@ func (t *transfer) finished() bool {
 	}
 }
 
+// dropStream is the rest of a file stream the relay refused (transfer_busy)
+// or aborted (size_mismatch) while the client, which does not wait for an
+// answer, keeps sending it: its binary frames, up to left bytes, and its
+// file-end are dropped quietly, so one refused transfer costs the client one
+// error frame. The first binary frame past the bound ends the drop and is
+// unexpected_binary.
+type dropStream struct {
+	active bool
+	msgID  []byte // the stream's raw msgId, owned (not in the read buffer)
+	left   int64
+}
+
+// chunk reports whether a binary frame of n bytes is dropped as part of the
+// stream.
+func (d *dropStream) chunk(n int) bool {
+	if d.active && int64(n) <= d.left {
+		d.left -= int64(n)
+		return true
+	}
+	*d = dropStream{}
+	return false
+}
+
+// end reports whether a file-end with msgID ends the stream (and the drop).
+func (d *dropStream) end(msgID []byte) bool {
+	if d.active && sameValue(msgID, d.msgID) {
+		*d = dropStream{}
+		return true
+	}
+	return false
+}
+
 // handleFileStart takes the room's transfer lock and forwards file-start.
 func (m *member) handleFileStart(f *clientFrame) {
 	if !m.checkFrom(f) || !m.checkTo(f) {
@@ -43,7 +75,7 @@ func (m *member) handleFileStart(f *clientFrame) {
 		m.send(appendError(nil, ErrFileTooLarge, "attachment.size exceeds the relay's max file size", f.msgID))
 		return
 	}
-	m.dropTail = nil
+	m.dropping = dropStream{}
 	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
 	start, _ := parseFrame(out) // out is f.raw plus ts: valid
 
@@ -52,6 +84,7 @@ func (m *member) handleFileStart(f *clientFrame) {
 	if r.transfer != nil {
 		r.unlock()
 		m.send(appendError(nil, ErrTransferBusy, "another file transfer is in progress in this room", f.msgID))
+		m.dropping = dropStream{active: true, msgID: bytes.Clone(f.msgID), left: size}
 		return
 	}
 	t := &transfer{sender: m, start: start, size: size, done: make(chan struct{})}
@@ -76,7 +109,7 @@ func (m *member) handleChunk(data []byte) {
 	t := m.transfer
 	if t == nil || t.finished() {
 		m.transfer = nil
-		if m.dropTail == nil {
+		if !m.dropping.chunk(len(data)) {
 			m.send(errorFrame(ErrUnexpectedBinary, "binary frame outside a file transfer"))
 		}
 		return
@@ -114,9 +147,8 @@ func (m *member) handleFileEnd(f *clientFrame) {
 	}
 	t := m.transfer
 	if t == nil || t.finished() || !sameValue(f.msgID, t.start.msgID) {
-		if m.dropTail != nil && sameValue(f.msgID, m.dropTail) {
-			m.dropTail = nil // the end of a transfer already aborted
-			return
+		if m.dropping.end(f.msgID) {
+			return // the end of a stream refused or aborted
 		}
 		m.send(appendError(nil, ErrBadFileEnd, "file-end msgId does not match the file-start in progress", f.msgID))
 		return
@@ -172,7 +204,9 @@ func (m *member) abortTransfer(t *transfer, why string, dropRest bool) {
 	r.unlock()
 	m.transfer = nil
 	if dropRest {
-		m.dropTail = t.start.msgID
+		// The sender overran attachment.size, so how much more it sends is
+		// unknown; no file may exceed MaxFile.
+		m.dropping = dropStream{active: true, msgID: t.start.msgID, left: m.p.cfg.MaxFile}
 	}
 	m.send(appendError(nil, ErrSizeMismatch, why, t.start.msgID))
 }
