@@ -22,6 +22,13 @@
 //	name online in the room     error name_taken, close 4009 (the bot's name too)
 //	room at its cap             error room_full, close 4015 (the bot counts)
 //
+// A name held by a connection that does not answer a fresh WebSocket ping
+// within 5 s (nameProbeTimeout, on the Clock) is not refused: that holder is
+// a ghost, a client whose network dropped without a close that is now
+// reconnecting. The ghost is closed with 4010 (and leaves, with presence)
+// and the newcomer joins. A holder that answers keeps the name; the newcomer
+// gets name_taken after that round trip.
+//
 // The first frame after a successful handshake is presence; every join and
 // every leave (close, crash, heartbeat timeout, any kick) sends the full
 // sorted list, the recipient and the bot included, with the relay's ts (ms),
@@ -149,7 +156,7 @@
 //	1001 shutting down          4012 invalid_name
 //	1008 bad token / version    4013 ten from/to errors
 //	4009 name_taken             4014 file transfer stalled
-//	4010 heartbeat timeout      4015 room_full
+//	4010 heartbeat / ghost      4015 room_full
 //	4011 msg_too_large          4016 slow consumer
 //	                            4017 unknown_room
 package nexscope
