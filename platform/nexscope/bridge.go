@@ -12,7 +12,7 @@ import (
 // Reasons the bridge drops a message addressed to the bot (metrics labels).
 const (
 	dropHopLimit    = "hop_limit"   // hopCount at or over HopLimit
-	dropMalformed   = "malformed"   // msgId, threadId, text or hopCount of the wrong type
+	dropMalformed   = "malformed"   // msgId not a non-empty string; threadId, text or hopCount of the wrong type
 	dropUnavailable = "unavailable" // Run is not bridging
 )
 
