@@ -104,11 +104,12 @@ func randomSecret() string {
 }
 
 // newLogger returns the slog logger log configures: text on a terminal,
-// JSON otherwise, unless the format is set.
+// JSON otherwise, unless the format is set. Durations print as "30s" in
+// both formats.
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(orDefault(c.Level, "info")))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationAsString}
 	format := orDefault(c.Format, "auto")
 	if format == "auto" {
 		format = "json"
@@ -122,6 +123,15 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// durationAsString renders a time.Duration attribute as its String form; the
+// JSON handler would print it as an integer count of nanoseconds.
+func durationAsString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 func orDefault(v, def string) string {
