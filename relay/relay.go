@@ -322,7 +322,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "connector is shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	gw, authErr := s.authenticate(r.Header.Get("Authorization"))
+	gw, claimed, authErr := s.authenticate(r.Header.Get("Authorization"))
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		s.log.Debug("websocket accept failed", "remote", r.RemoteAddr, "err", err)
@@ -334,7 +334,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reason = contract.ReasonExpired
 		}
 		s.cfg.Metrics.Refused(reason)
-		s.log.Info("gateway refused", "remote", r.RemoteAddr, "reason", reason, "err", authErr)
+		s.log.Info("gateway refused", "gateway_id", truncateForLog(claimed), "remote", r.RemoteAddr, "reason", reason, "err", authErr)
 		_ = ws.Close(websocket.StatusCode(contract.CloseUnauthorized), reason)
 		return
 	}
