@@ -79,3 +79,20 @@ func TestRefusedUpgradeLogNamesClaimedGateway(t *testing.T) {
 		}
 	}
 }
+
+// TestDroppedInterruptLogNamesSessionAndGateway: an interrupt that reaches
+// no owner is logged with its session key and the gateway that sent it.
+func TestDroppedInterruptLogNamesSessionAndGateway(t *testing.T) {
+	h, _, logs := twoTenantsLogged(t)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	key := "agent:main:discord:thread:1310000000000000500:1310000000000000777:1310000000000000999"
+	gw.Send(t, map[string]any{"type": "interrupt", "session_key": key, "reason": nil})
+	// Frames are handled in order: once this result is back, the interrupt
+	// has been handled.
+	gw.Outbound(t, "", map[string]any{"op": "no_such_op"})
+	line := logs.line("interrupt dropped")
+	if !strings.Contains(line, "session_key="+key+" ") || !strings.Contains(line, "gateway_id=gw1") {
+		t.Fatalf("interrupt dropped line does not name the session and gateway: %q\n%s", line, logs.String())
+	}
+}

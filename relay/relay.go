@@ -305,7 +305,7 @@ func (s *Server) route(d platform.Delivery) {
 	case platform.KindInbound, platform.KindPassthrough:
 		h.enqueue(d)
 	case platform.KindInterrupt:
-		h.interrupt(d.SessionKey, d.ChatID)
+		h.interrupt(d.SessionKey, d.ChatID, d.GatewayID)
 	default:
 		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
 	}
