@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -94,5 +95,23 @@ func TestDroppedInterruptLogNamesSessionAndGateway(t *testing.T) {
 	line := logs.line("interrupt dropped")
 	if !strings.Contains(line, "session_key="+key+" ") || !strings.Contains(line, "gateway_id=gw1") {
 		t.Fatalf("interrupt dropped line does not name the session and gateway: %q\n%s", line, logs.String())
+	}
+}
+
+// TestShutdownLogCountsDiscardedInbound: inbound still in the ledger when
+// the relay shuts down is lost with the process, and the log says how much.
+func TestShutdownLogCountsDiscardedInbound(t *testing.T) {
+	h, p, logs := twoTenantsLogged(t)
+	p.deliver("t1", "c1", "u1", "one")
+	p.deliver("t1", "c1", "u1", "two")
+	p.deliver("t2", "c2", "u2", "three")
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer cancel()
+	if err := h.Server.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	line := logs.line("discard")
+	if !strings.Contains(line, "entries=3") {
+		t.Fatalf("shutdown does not say it discards 3 buffered inbound: %q\n%s", line, logs.String())
 	}
 }

@@ -385,7 +385,7 @@ func (s *Server) untrack(c *conn) {
 // outbound ops to be answered, then closes every connection with 1001 so the
 // gateways reconnect, possibly to another instance, and waits for them to
 // finish. Unacknowledged inbound stays in the (in-memory) ledger until the
-// process exits.
+// process exits; Shutdown logs how many entries that is.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -404,7 +404,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.closeWith(contract.CloseGoingAway, "connector shutting down")
 	}
-	return waitCtx(ctx, &s.connsWG)
+	err := waitCtx(ctx, &s.connsWG)
+	if n := s.buffered(); n > 0 {
+		s.log.Warn("shutdown discards buffered inbound the gateways have not acknowledged", "entries", n)
+	}
+	return err
+}
+
+// buffered counts the entries in every tenant's ledger.
+func (s *Server) buffered() int {
+	n := 0
+	for _, h := range s.tenants {
+		h.mu.Lock()
+		n += len(h.byID)
+		h.mu.Unlock()
+	}
+	return n
 }
 
 // waitCtx waits for wg or ctx, whichever comes first.
