@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -210,6 +211,9 @@ func (c *Config) Validate() error {
 	if c.Listen == "" {
 		c.Listen = defaultListen
 	}
+	if err := validListen(c.Listen); err != nil {
+		return fmt.Errorf("config: listen: %w", err)
+	}
 	if c.ShutdownGrace < 0 {
 		return errors.New("config: shutdown_grace: must not be negative")
 	}
@@ -247,6 +251,19 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return c.validatePlatforms()
+}
+
+// validListen checks addr the way net.Listen("tcp", addr) reads it, short of
+// resolving a host name.
+func validListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%q: %q is not a port", addr, port)
+	}
+	return nil
 }
 
 func (c *Config) validateTenants() error {

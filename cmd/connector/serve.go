@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -37,16 +38,15 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "connector serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, generated, err := loadOrDefault(*configPath, os.LookupEnv)
+	cfg, generated, err := loadOrDefault(*configPath, *listen, os.LookupEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "connector: %v\n", err)
 		return 1
 	}
-	if *listen != "" {
-		cfg.Listen = *listen
-	}
+	log := newLogger(cfg.Log, stderr)
 	if *check {
-		if _, err := buildPlatforms(cfg, platform.Deps{Log: slog.New(slog.DiscardHandler)}); err != nil {
+		// Everything serve builds, without listening.
+		if _, err := build(cfg, log); err != nil {
 			fmt.Fprintf(stderr, "connector: %v\n", err)
 			return 1
 		}
@@ -55,7 +55,6 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := newLogger(cfg.Log, stderr)
 	if err := serve(ctx, cfg, generated, log, stdout, nil); err != nil {
 		log.Error("connector stopped", "err", err)
 		return 1
@@ -71,8 +70,9 @@ type generatedSecrets struct {
 }
 
 // loadOrDefault reads the config file, or builds the embedded defaults when
-// path is empty, then applies the environment and validates.
-func loadOrDefault(path string, lookup func(string) (string, bool)) (*Config, *generatedSecrets, error) {
+// path is empty, then applies the environment and the -listen override
+// (when not empty) and validates.
+func loadOrDefault(path, listen string, lookup func(string) (string, bool)) (*Config, *generatedSecrets, error) {
 	var cfg *Config
 	var gen *generatedSecrets
 	if path == "" {
@@ -86,6 +86,9 @@ func loadOrDefault(path string, lookup func(string) (string, bool)) (*Config, *g
 		if cfg, err = LoadConfig(path); err != nil {
 			return nil, nil, err
 		}
+	}
+	if listen != "" {
+		cfg.Listen = listen
 	}
 	cfg.ApplyEnv(lookup)
 	if err := applyPlatformEnv(cfg, gen, lookup); err != nil {
@@ -141,10 +144,22 @@ func orDefault(v, def string) string {
 	return v
 }
 
-// serve runs the connector until ctx is cancelled, then shuts down
-// gracefully. ready, if not nil, receives the listener's address once it
-// accepts connections.
-func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(addr string)) error {
+// connector is everything serve runs, built from a config but not yet
+// listening.
+type connector struct {
+	cfg       *Config
+	log       *slog.Logger
+	platforms []platform.Platform
+	relay     *relay.Server
+	handler   http.Handler
+	tls       *tls.Config // nil: plain HTTP
+}
+
+// build constructs the platforms, the relay, the HTTP routes and the TLS
+// certificate cfg describes, without listening or starting ingest. serve
+// and serve -check both run it, so -check accepts exactly what serve starts
+// with.
+func build(cfg *Config, log *slog.Logger) (*connector, error) {
 	tenants := cfg.RelayTenants()
 	m := newMetrics()
 	deps := platform.Deps{
@@ -155,7 +170,7 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 	}
 	platforms, err := buildPlatforms(cfg, deps)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.watchVault(deps.Vault)
 	m.watchPlatforms(platforms)
@@ -168,7 +183,15 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 		MaxConnsPerGateway: cfg.Relay.MaxConnsPerGateway,
 	})
 	if err != nil {
-		return err
+		return nil, err
+	}
+	c := &connector{cfg: cfg, log: log, platforms: platforms, relay: srv}
+	if cfg.TLS.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: tls: %w", err)
+		}
+		c.tls = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 
 	mux := http.NewServeMux()
@@ -186,23 +209,41 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 			}
 		}
 	}
+	c.handler = mux
+	return c, nil
+}
 
+// serve builds the connector cfg describes and runs it until ctx is
+// cancelled, then shuts down gracefully. ready, if not nil, receives the
+// listener's address once it accepts connections.
+func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(addr string)) error {
+	c, err := build(cfg, log)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, gen, stdout, ready)
+}
+
+// run listens, starts ingest and serves until ctx is cancelled.
+func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Writer, ready func(addr string)) error {
+	cfg, log, platforms, srv := c.cfg, c.log, c.platforms, c.relay
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
 	httpSrv := &http.Server{
-		Handler:           mux,
+		Handler:           c.handler,
+		TLSConfig:         c.tls,
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	tlsOn := cfg.TLS.CertFile != ""
+	tlsOn := c.tls != nil
 	serveErr := make(chan error, 1)
 	go func() {
 		var err error
 		if tlsOn {
-			err = httpSrv.ServeTLS(ln, cfg.TLS.CertFile, cfg.TLS.KeyFile)
+			err = httpSrv.ServeTLS(ln, "", "")
 		} else {
 			err = httpSrv.Serve(ln)
 		}
@@ -227,7 +268,7 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 
 	addr := ln.Addr().String()
 	printBanner(stdout, addr, tlsOn, cfg, gen, platforms)
-	log.Info("connector listening", "addr", addr, "tls", tlsOn, "platforms", len(platforms), "tenants", len(tenants))
+	log.Info("connector listening", "addr", addr, "tls", tlsOn, "platforms", len(platforms), "tenants", len(cfg.Tenants))
 	if ready != nil {
 		ready(addr)
 	}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/platform/discord/discordtest"
+	"connector/platform/telegram/telegramtest"
+	"connector/relay/relaytest"
+)
+
+// noEnv is an empty environment.
+func noEnv(string) (string, bool) { return "", false }
+
+// writeConfig writes doc to a config file in a fresh directory.
+func writeConfig(t *testing.T, doc string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "connector.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// everyPlatformConfig is a config enabling Discord, Telegram and nexscope
+// against local fakes, with its credentials inline.
+func everyPlatformConfig(t *testing.T) string {
+	dfake := discordtest.New(t, discordtest.Options{Token: "MTQwMDAwMDAwMDAwMDAwMDAw.check-bot-token"})
+	dfake.AddGuild(discordtest.Guild{ID: "500", Name: "Lab"})
+	tfake := telegramtest.New(t, "123456:TELEGRAM-check-token")
+	pub, _, _ := ed25519.GenerateKey(nil)
+	return fmt.Sprintf(`listen: 127.0.0.1:0
+tenants:
+  - id: t1
+    gateways:
+      - id: gw1
+        secrets: ["s1"]
+discord:
+  bot_token: MTQwMDAwMDAwMDAwMDAwMDAw.check-bot-token
+  public_key: %s
+  application_id: "9000"
+  api_base_url: %s
+  gateway_url: %s
+  guilds: {"500": t1}
+telegram:
+  token: "123456:TELEGRAM-check-token"
+  api_server_url: %s
+  chats: {"42": t1}
+nexscope:
+  token: check-nexscope-token
+  rooms: [{name: default, tenant: t1}]
+`, hex.EncodeToString(pub), dfake.URL, dfake.GatewayURL, tfake.URL)
+}
+
+// TestCheckAcceptsWhatServeRuns: a config with every platform passes -check,
+// and serve starts with the same file.
+func TestCheckAcceptsWhatServeRuns(t *testing.T) {
+	path := writeConfig(t, everyPlatformConfig(t))
+	if code, out, errOut := runCmd(t, "serve", "-config", path, "-check"); code != 0 || out != "config ok\n" {
+		t.Fatalf("-check: exit %d %q %q", code, out, errOut)
+	}
+	cfg, gen, err := loadOrDefault(path, "", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &syncBuffer{}, func(a string) { ready <- a })
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve refused what -check accepted: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("timed out after 20s waiting for serve to listen")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}
+
+// TestCheckRejectsWhatServeWouldFailOn: TLS files that are missing or not
+// readable as a certificate, and listen addresses serve cannot listen on,
+// fail -check with an error naming the key.
+func TestCheckRejectsWhatServeWouldFailOn(t *testing.T) {
+	dir := t.TempDir()
+	garbage := filepath.Join(dir, "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, _ := selfSigned(t, dir)
+	base := "tenants: [{id: t1, gateways: [{id: gw1, secrets: [s1]}]}]\n"
+	cases := map[string]string{
+		"tls: {cert_file: " + filepath.Join(dir, "missing.pem") + ", key_file: " + keyFile + "}\n":      "missing.pem",
+		"tls: {cert_file: " + certFile + ", key_file: " + filepath.Join(dir, "missing-key.pem") + "}\n": "missing-key.pem",
+		"tls: {cert_file: " + dir + ", key_file: " + keyFile + "}\n":                                    "tls",
+		"tls: {cert_file: " + garbage + ", key_file: " + keyFile + "}\n":                                "tls",
+		"tls: {cert_file: " + certFile + ", key_file: " + certFile + "}\n":                              "tls",
+		"listen: 127.0.0.1\n":           "listen",
+		"listen: 127.0.0.1:99999\n":     "listen",
+		"listen: localhost:http-nope\n": "listen",
+	}
+	for doc, want := range cases {
+		path := writeConfig(t, base+doc)
+		code, _, errOut := runCmd(t, "serve", "-config", path, "-check")
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("config %q: exit %d, stderr %q, want exit 1 naming %q", doc, code, errOut, want)
+		}
+	}
+	// With a good certificate the same shape passes.
+	path := writeConfig(t, base+"tls: {cert_file: "+certFile+", key_file: "+keyFile+"}\n")
+	if code, out, errOut := runCmd(t, "serve", "-config", path, "-check"); code != 0 {
+		t.Fatalf("good TLS files: exit %d %q %q", code, out, errOut)
+	}
+}
