@@ -123,3 +123,42 @@ func TestCheckRejectsWhatServeWouldFailOn(t *testing.T) {
 		t.Fatalf("good TLS files: exit %d %q %q", code, out, errOut)
 	}
 }
+
+// TestIDsAreNormalizedAndDuplicatesRefused: a guild or chat id is read as
+// the number it spells, so "0500" routes guild 500, and one id under two
+// spellings is an error naming both.
+func TestIDsAreNormalizedAndDuplicatesRefused(t *testing.T) {
+	pub, _, _ := ed25519.GenerateKey(nil)
+	base := fmt.Sprintf(`tenants: [{id: t1, gateways: [{id: gw1, secrets: [s1]}]}, {id: t2, gateways: [{id: gw2, secrets: [s2]}]}]
+discord: {bot_token: x.y.z, public_key: %s, application_id: "9000"}
+telegram: {token: "123456:abc"}
+`, hex.EncodeToString(pub))
+	refused := map[string][]string{
+		`discord: {guilds: {"500": t1, "0500": t2}}`:         {`"500"`, `"0500"`, "discord.guilds"},
+		`telegram: {chats: {"42": t1, "042": t1}}`:           {`"42"`, `"042"`, "telegram.chats"},
+		`telegram: {chats: {"-100123": t1, "-0100123": t2}}`: {`"-100123"`, `"-0100123"`, "telegram.chats"},
+	}
+	for section, want := range refused {
+		doc := strings.Replace(base, section[:strings.Index(section, ":")]+": {", section[:len(section)-1]+", ", 1)
+		path := writeConfig(t, doc)
+		code, _, errOut := runCmd(t, "serve", "-config", path, "-check")
+		for _, w := range want {
+			if code != 1 || !strings.Contains(errOut, w) {
+				t.Errorf("%s: exit %d, stderr %q, want exit 1 naming %s", section, code, errOut, w)
+			}
+		}
+	}
+
+	doc := strings.Replace(base, "discord: {", `discord: {guilds: {"0500": t1}, `, 1)
+	doc = strings.Replace(doc, "telegram: {", `telegram: {chats: {"042": t2, "-0100123": t1}, `, 1)
+	cfg, _, err := loadOrDefault(writeConfig(t, doc), "", noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := cfg.Discord.Guilds; len(g) != 1 || g["500"] != "t1" {
+		t.Errorf("discord.guilds %v, want guild 500 -> t1", g)
+	}
+	if c := cfg.Telegram.Chats; len(c) != 2 || c["42"] != "t2" || c["-100123"] != "t1" {
+		t.Errorf("telegram.chats %v, want 42 -> t2 and -100123 -> t1", c)
+	}
+}

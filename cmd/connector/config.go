@@ -41,11 +41,14 @@ type Config struct {
 
 	// Discord fronts the shared Discord bot; enabled when the section is
 	// present or DISCORD_BOT_TOKEN is set. Routing: guilds (guild id ->
-	// tenant) and dm_tenant.
+	// tenant) and dm_tenant. A guild id is read as the number it spells
+	// ("0500" is guild 500); one guild under two spellings is an error.
 	Discord *discord.Config `yaml:"discord"`
 	// Telegram fronts the shared Telegram bot; enabled when the section is
 	// present or TELEGRAM_BOT_TOKEN is set. Routing: chats (chat id ->
-	// tenant). Long polling unless webhook_url is set.
+	// tenant), each id read as the number it spells ("-0100" is chat -100;
+	// one chat under two spellings is an error). Long polling unless
+	// webhook_url is set.
 	Telegram *telegram.Config `yaml:"telegram"`
 	// Nexscope hosts nexscope rooms at /ws and /ws/{room}; enabled when the
 	// section is present or NEXSCOPE_TOKEN is set, and on embedded defaults.
