@@ -162,3 +162,27 @@ telegram: {token: "123456:abc"}
 		t.Errorf("telegram.chats %v, want 42 -> t2 and -100123 -> t1", c)
 	}
 }
+
+// TestGatewaysSharingASecretsVariableAreRefused: gw-a and gw.a would both
+// read CONNECTOR_GATEWAY_SECRETS_GW_A, so one tenant's secret would
+// authenticate the other tenant's gateway. serve and -check refuse it.
+func TestGatewaysSharingASecretsVariableAreRefused(t *testing.T) {
+	path := writeConfig(t, `listen: 127.0.0.1:0
+tenants:
+  - id: a
+    gateways: [{id: gw-a, secrets: [secret-a]}]
+  - id: b
+    gateways: [{id: gw.a, secrets: [secret-b]}]
+`)
+	code, _, errOut := runCmd(t, "serve", "-config", path, "-check")
+	// serve loads its config the same way before it listens.
+	_, _, err := loadOrDefault(path, "", noEnv)
+	for _, w := range []string{`"gw-a"`, `"gw.a"`, "CONNECTOR_GATEWAY_SECRETS_GW_A"} {
+		if code != 1 || !strings.Contains(errOut, w) {
+			t.Errorf("-check: exit %d, stderr %q, want exit 1 naming %s", code, errOut, w)
+		}
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("serve: config error %v, want one naming %s", err, w)
+		}
+	}
+}

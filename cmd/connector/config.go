@@ -115,7 +115,9 @@ type TenantConfig struct {
 
 // GatewayConfig is one gateway identity.
 type GatewayConfig struct {
-	// ID is the gateway's GATEWAY_RELAY_ID.
+	// ID is the gateway's GATEWAY_RELAY_ID. Two ids that name the same
+	// CONNECTOR_GATEWAY_SECRETS_<ID> variable (gw-a and gw.a) are an error:
+	// they would share its secrets.
 	ID string `yaml:"id"`
 	// Secrets are accepted GATEWAY_RELAY_SECRET values, several while one is
 	// rotated. More come from the environment variable
@@ -272,6 +274,7 @@ func validListen(addr string) error {
 func (c *Config) validateTenants() error {
 	tenants := map[string]bool{}
 	gateways := map[string]bool{}
+	secretsEnv := map[string]string{} // CONNECTOR_GATEWAY_SECRETS_<ID> -> gateway id
 	for ti, t := range c.Tenants {
 		key := fmt.Sprintf("tenants[%d]", ti)
 		if t.ID == "" {
@@ -290,6 +293,13 @@ func (c *Config) validateTenants() error {
 				return fmt.Errorf("config: %s.id: gateway %q is defined twice", gkey, g.ID)
 			}
 			gateways[g.ID] = true
+			// Two ids sharing a variable would share its secrets, across
+			// tenants too.
+			env := GatewaySecretsEnv(g.ID)
+			if other, taken := secretsEnv[env]; taken {
+				return fmt.Errorf("config: %s.id: gateways %q and %q would both read their secrets from %s; rename one", gkey, other, g.ID, env)
+			}
+			secretsEnv[env] = g.ID
 			if len(g.Secrets) == 0 {
 				return fmt.Errorf("config: %s.secrets: at least one secret is required (or set %s)", gkey, GatewaySecretsEnv(g.ID))
 			}
