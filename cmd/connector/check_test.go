@@ -66,7 +66,7 @@ func TestCheckAcceptsWhatServeRuns(t *testing.T) {
 	if code, out, errOut := runCmd(t, "serve", "-config", path, "-check"); code != 0 || out != "config ok\n" {
 		t.Fatalf("-check: exit %d %q %q", code, out, errOut)
 	}
-	cfg, gen, err := loadOrDefault(path, "", noEnv)
+	cfg, gen, err := loadOrDefault(sources{configPath: path}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ telegram: {token: "123456:abc"}
 
 	doc := strings.Replace(base, "discord: {", `discord: {guilds: {"0500": t1}, `, 1)
 	doc = strings.Replace(doc, "telegram: {", `telegram: {chats: {"042": t2, "-0100123": t1}, `, 1)
-	cfg, _, err := loadOrDefault(writeConfig(t, doc), "", noEnv)
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc)}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ tenants:
 `)
 	code, _, errOut := runCmd(t, "serve", "-config", path, "-check")
 	// serve loads its config the same way before it listens.
-	_, _, err := loadOrDefault(path, "", noEnv)
+	_, _, err := loadOrDefault(sources{configPath: path}, noEnv)
 	for _, w := range []string{`"gw-a"`, `"gw.a"`, "CONNECTOR_GATEWAY_SECRETS_GW_A"} {
 		if code != 1 || !strings.Contains(errOut, w) {
 			t.Errorf("-check: exit %d, stderr %q, want exit 1 naming %s", code, errOut, w)

@@ -30,6 +30,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML config file (default: embedded defaults)")
 	listen := fs.String("listen", "", "listen address, overriding the config file")
+	dataDirFlag := fs.String("data-dir", "", "the data directory, where embedded defaults keep their generated secrets (default: $"+envDataDir+", $XDG_STATE_HOME/connector or ~/.local/state/connector)")
 	check := fs.Bool("check", false, "validate the config and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -38,7 +39,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "connector serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, generated, err := loadOrDefault(*configPath, *listen, os.LookupEnv)
+	cfg, generated, err := loadOrDefault(sources{configPath: *configPath, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "connector: %v\n", err)
 		return 1
@@ -62,33 +63,46 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// generatedSecrets are the credentials the embedded defaults make up at
-// start; they are printed once to stdout so a local gateway can connect.
+// generatedSecrets are the credentials the embedded defaults make up on
+// first start and keep in the data directory; they are printed to stdout so
+// a local gateway can connect.
 type generatedSecrets struct {
 	GatewayID, GatewaySecret string
 	NexscopeToken            string
+	// DataDir is the data directory holding them.
+	DataDir string
+}
+
+// sources are serve's flags that say where its configuration comes from.
+type sources struct {
+	configPath string // the YAML file; empty: embedded defaults
+	listen     string // overrides the listen address when set
+	dataDir    string // overrides the data directory when set
 }
 
 // loadOrDefault reads the config file, or builds the embedded defaults when
-// path is empty, then applies the environment and the -listen override
-// (when not empty) and validates.
-func loadOrDefault(path, listen string, lookup func(string) (string, bool)) (*Config, *generatedSecrets, error) {
+// there is none, then applies the environment and the -listen override and
+// validates.
+func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *generatedSecrets, error) {
 	var cfg *Config
 	var gen *generatedSecrets
-	if path == "" {
-		gen = &generatedSecrets{GatewayID: "local", GatewaySecret: randomSecret(), NexscopeToken: randomSecret()}
+	if src.configPath == "" {
+		var err error
+		if gen, err = loadGenerated(src.dataDir, lookup); err != nil {
+			return nil, nil, err
+		}
 		cfg = &Config{Tenants: []TenantConfig{{
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
 	} else {
 		var err error
-		if cfg, err = LoadConfig(path); err != nil {
+		if cfg, err = LoadConfig(src.configPath); err != nil {
 			return nil, nil, err
 		}
 	}
-	if listen != "" {
-		cfg.Listen = listen
+	if src.listen != "" {
+		cfg.Listen = src.listen
 	}
 	cfg.ApplyEnv(lookup)
 	if err := applyPlatformEnv(cfg, gen, lookup); err != nil {
@@ -98,6 +112,23 @@ func loadOrDefault(path, listen string, lookup func(string) (string, bool)) (*Co
 		return nil, nil, err
 	}
 	return cfg, gen, nil
+}
+
+// loadGenerated returns the embedded defaults' secrets from the data
+// directory, generating them on first use.
+func loadGenerated(dirFlag string, lookup func(string) (string, bool)) (*generatedSecrets, error) {
+	dir, err := dataDir(dirFlag, lookup)
+	if err != nil {
+		return nil, err
+	}
+	gen := &generatedSecrets{GatewayID: "local", DataDir: dir}
+	if gen.GatewaySecret, err = storedSecret(dir, gatewaySecretFile); err != nil {
+		return nil, err
+	}
+	if gen.NexscopeToken, err = storedSecret(dir, nexscopeTokenFile); err != nil {
+		return nil, err
+	}
+	return gen, nil
 }
 
 func randomSecret() string {
@@ -352,6 +383,7 @@ func printBanner(w io.Writer, addr string, tlsOn bool, cfg *Config, gen *generat
 	if gen != nil {
 		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
 			base, gen.GatewayID, gen.GatewaySecret)
+		fmt.Fprintf(w, "  secrets:   kept in the data directory %s, the same after a restart\n", gen.DataDir)
 		if cfg.Nexscope != nil {
 			fmt.Fprintf(w, "  nexscope:  %s://%s/ws?name=<you>&token=%s&v=1\n", wsScheme, addr, gen.NexscopeToken)
 		}
