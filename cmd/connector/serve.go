@@ -15,10 +15,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"connector/contract"
 	"connector/platform"
 	"connector/relay"
 	"connector/vault"
@@ -360,6 +362,33 @@ func readyHandler(platforms []platform.Platform) http.Handler {
 	})
 }
 
+// gatewayKnows lists the connector's platforms that the Hermes gateway knows
+// by name; it files events of any other platform (nexscope) under "relay"
+// (docs/hermes-wire.md §6.2).
+var gatewayKnows = map[string]bool{"discord": true, "telegram": true}
+
+// gatewayPlatforms is the GATEWAY_RELAY_PLATFORMS value a gateway of this
+// connector should run with: one hello per platform it knows by name, so
+// each gets that platform's own descriptor (edit, follow_up, Discord's
+// command manifest), then "relay" for the others, whose descriptor is the
+// capabilities they share. Unset, the gateway says hello relay alone and is
+// held to what every platform supports.
+func gatewayPlatforms(platforms []platform.Platform) string {
+	var names []string
+	relay := len(platforms) == 0
+	for _, p := range platforms {
+		if gatewayKnows[p.Name()] {
+			names = append(names, p.Name())
+		} else {
+			relay = true
+		}
+	}
+	if relay {
+		names = append(names, contract.PlatformRelay)
+	}
+	return strings.Join(names, ",")
+}
+
 // printBanner tells the operator, in a few lines, what listens and how a
 // gateway (or a nexscope client) connects.
 func printBanner(w io.Writer, addr string, tlsOn bool, cfg *Config, gen *generatedSecrets, platforms []platform.Platform) {
@@ -381,12 +410,15 @@ func printBanner(w io.Writer, addr string, tlsOn bool, cfg *Config, gen *generat
 	}
 	fmt.Fprintf(w, "  platforms: %s; tenants: %d\n", names, len(cfg.Tenants))
 	if gen != nil {
-		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
-			base, gen.GatewayID, gen.GatewaySecret)
+		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_PLATFORMS=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
+			base, gatewayPlatforms(platforms), gen.GatewayID, gen.GatewaySecret)
 		fmt.Fprintf(w, "  secrets:   kept in the data directory %s, the same after a restart\n", gen.DataDir)
 		if cfg.Nexscope != nil {
 			fmt.Fprintf(w, "  nexscope:  %s://%s/ws?name=<you>&token=%s&v=1\n", wsScheme, addr, gen.NexscopeToken)
 		}
+	} else {
+		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_PLATFORMS=%s (GATEWAY_RELAY_ID and GATEWAY_RELAY_SECRET: a gateway of the tenants section)\n",
+			base, gatewayPlatforms(platforms))
 	}
 	fmt.Fprintf(w, "  health:    %s/healthz  %s/readyz  %s/metrics\n", base, base, base)
 }
