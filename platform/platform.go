@@ -97,6 +97,9 @@ type Delivery struct {
 	SessionKey string
 	// ChatID is the chat the delivery belongs to (interrupt_inbound carries it).
 	ChatID string
+	// GatewayID is the gateway an interrupt came from; empty for a
+	// platform-side /stop.
+	GatewayID string
 	// Event is set for KindInbound.
 	Event *contract.Event
 	// Forward is set for KindPassthrough.

@@ -80,7 +80,7 @@ func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 		return
 	}
 	err := c.srv.cfg.Bus.Deliver(c.ctx, platform.Delivery{
-		Kind: platform.KindInterrupt, Tenant: c.hub.id, SessionKey: f.SessionKey, Received: c.srv.cfg.Now(),
+		Kind: platform.KindInterrupt, Tenant: c.hub.id, SessionKey: f.SessionKey, GatewayID: c.gw.id, Received: c.srv.cfg.Now(),
 	})
 	if err != nil {
 		c.log.Warn("interrupt not published", "err", err)

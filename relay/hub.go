@@ -287,14 +287,16 @@ func (h *hub) pump() {
 }
 
 // interrupt delivers interrupt_inbound to the connection owning sessionKey.
-// With no live owner there is no turn to stop, and it is dropped.
-func (h *hub) interrupt(sessionKey, chatID string) {
+// With no live owner there is no turn to stop, and it is dropped. gatewayID
+// is the sender, empty for a platform-side /stop.
+func (h *hub) interrupt(sessionKey, chatID, gatewayID string) {
 	h.mu.Lock()
 	o, ok := h.owners.Get(sessionKey)
 	live := ok && !o.conn.detached
 	h.mu.Unlock()
 	if !live {
-		h.srv.log.Info("interrupt dropped: no live connection owns the session", "tenant", h.id)
+		// A gateway-sent key is bounded, but well above real keys' length.
+		h.srv.log.Info("interrupt dropped: no live connection owns the session", "tenant", h.id, "session_key", cutUTF8(sessionKey, 256), "gateway_id", gatewayID)
 		return
 	}
 	if chatID == "" {

@@ -307,7 +307,7 @@ func (s *Server) route(d platform.Delivery) {
 	case platform.KindInbound, platform.KindPassthrough:
 		h.enqueue(d)
 	case platform.KindInterrupt:
-		h.interrupt(d.SessionKey, d.ChatID)
+		h.interrupt(d.SessionKey, d.ChatID, d.GatewayID)
 	default:
 		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
 	}
@@ -324,7 +324,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "connector is shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	gw, authErr := s.authenticate(r.Header.Get("Authorization"))
+	gw, claimed, authErr := s.authenticate(r.Header.Get("Authorization"))
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		s.log.Debug("websocket accept failed", "remote", r.RemoteAddr, "err", err)
@@ -336,7 +336,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reason = contract.ReasonExpired
 		}
 		s.cfg.Metrics.Refused(reason)
-		s.log.Info("gateway refused", "remote", r.RemoteAddr, "reason", reason, "err", authErr)
+		s.log.Info("gateway refused", "gateway_id", truncateForLog(claimed), "remote", r.RemoteAddr, "reason", reason, "err", authErr)
 		_ = ws.Close(websocket.StatusCode(contract.CloseUnauthorized), reason)
 		return
 	}
@@ -387,7 +387,7 @@ func (s *Server) untrack(c *conn) {
 // outbound ops to be answered, then closes every connection with 1001 so the
 // gateways reconnect, possibly to another instance, and waits for them to
 // finish. Unacknowledged inbound stays in the (in-memory) ledger until the
-// process exits.
+// process exits; Shutdown logs how many entries that is.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -406,7 +406,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.closeWith(contract.CloseGoingAway, "connector shutting down")
 	}
-	return waitCtx(ctx, &s.connsWG)
+	err := waitCtx(ctx, &s.connsWG)
+	if n := s.buffered(); n > 0 {
+		s.log.Warn("shutdown discards buffered inbound the gateways have not acknowledged", "entries", n)
+	}
+	return err
+}
+
+// buffered counts the entries in every tenant's ledger.
+func (s *Server) buffered() int {
+	n := 0
+	for _, h := range s.tenants {
+		h.mu.Lock()
+		n += len(h.byID)
+		h.mu.Unlock()
+	}
+	return n
 }
 
 // waitCtx waits for wg or ctx, whichever comes first.

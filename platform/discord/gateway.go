@@ -179,7 +179,7 @@ func (g *gateway) run(ctx context.Context) error {
 				return refused
 			}
 			g.p.setStatus(false, false, "gateway connect failed; retrying")
-			g.p.log.Warn("discord gateway connect failed", "error", gatewayErrText(err), "retry_in", backoff)
+			g.p.log.Warn("discord gateway connect failed", "err", gatewayErrText(err), "retry_in", backoff)
 		}
 		if sleepCtx(ctx, jitter(backoff)) != nil {
 			return nil

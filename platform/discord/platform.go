@@ -257,7 +257,7 @@ func (p *Platform) startThread(ctx context.Context, channelID, messageID, name s
 	err := p.rest(ctx, "POST", discordgo.EndpointChannelMessageThread(channelID, messageID),
 		&discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440}, &th)
 	if err != nil {
-		p.log.Warn("auto-thread creation failed", "channel_id", channelID, "error", describe(err).msg)
+		p.log.Warn("auto-thread creation failed", "channel_id", channelID, "err", describe(err).msg)
 		return "", err
 	}
 	if th.ID == "" {
