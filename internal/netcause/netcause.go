@@ -11,9 +11,19 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"syscall"
 )
+
+// IsNetwork reports whether err is a failure of the network path (a
+// net/http url.Error or a net.OpError anywhere in its chain) rather than an
+// answer from the remote API.
+func IsNetwork(err error) bool {
+	var ue *url.Error
+	var oe *net.OpError
+	return errors.As(err, &ue) || errors.As(err, &oe)
+}
 
 // Describe returns a short description of err's network cause that holds
 // no URL, host, address or port, for any error (the fallback is "network

@@ -44,6 +44,9 @@ func TestDescribeNamesTheClassOnly(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if c.name != "unknown" && !IsNetwork(c.err) {
+				t.Fatalf("IsNetwork(%v) = false", c.err)
+			}
 			got := Describe(c.err)
 			if got != c.want {
 				t.Fatalf("Describe(%v) = %q, want %q", c.err, got, c.want)
@@ -93,5 +96,13 @@ func TestDescribeRealFailures(t *testing.T) {
 		c.Close()
 	case <-time.After(10 * time.Second):
 		t.Fatal("timed out after 10s waiting for the silent server's accept")
+	}
+}
+
+func TestIsNetworkRejectsAnswers(t *testing.T) {
+	for _, err := range []error{errors.New("bad request, chat not found"), context.Canceled, nil} {
+		if IsNetwork(err) {
+			t.Errorf("IsNetwork(%v) = true", err)
+		}
 	}
 }
