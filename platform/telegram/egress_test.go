@@ -404,13 +404,8 @@ func (m *countingMetrics) Dropped(_, reason string) {
 // answers the retryable "unavailable" (not platform_error), and the text
 // names neither the Bot API server's address nor the request URL.
 func TestEgressWhileTelegramIsDown(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	down := "http://" + l.Addr().String()
-	l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
+	down := closedURL(t)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(down, "http://"))
 	e := newEnv(t, func(c *Config) { c.APIServerURL = down })
 	for _, a := range []contract.Action{
 		sendAction("123456789", "hi"),
