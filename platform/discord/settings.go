@@ -124,7 +124,7 @@ var (
 // yaml11Bool reports whether n is a plain (unquoted) scalar YAML 1.1 reads
 // as a boolean.
 func yaml11Bool(n *yaml.Node) bool {
-	return n.Kind == yaml.ScalarNode && n.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 &&
+	return n.Kind == yaml.ScalarNode && n.Style&(yaml.TaggedStyle|yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 &&
 		(yaml11True[n.Value] || yaml11False[n.Value])
 }
 

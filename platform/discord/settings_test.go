@@ -286,3 +286,31 @@ func FuzzTenantSettings(f *testing.F) {
 		}
 	})
 }
+
+// TestFlagSpellings: a plain YAML 1.1 boolean word is a boolean; the same
+// word quoted or tagged !!str follows the knob's variable rule.
+func TestFlagSpellings(t *testing.T) {
+	for setting, want := range map[string]bool{
+		"{ignore_no_mention: on}":       true,
+		"{ignore_no_mention: 'on'}":     false,
+		"{ignore_no_mention: !!str on}": false,
+		"{ignore_no_mention: Off}":      false,
+		"{ignore_no_mention: 1}":        true,
+		"{auto_thread: !!str on}":       true,
+		"{auto_thread: \"  No \"}":      false,
+		"{auto_thread: TRUE}":           true,
+		"auto_thread: |\n  yes\n":       true,
+	} {
+		var tc TenantConfig
+		if err := yaml.Unmarshal([]byte(setting), &tc); err != nil {
+			t.Fatalf("%s: %v", setting, err)
+		}
+		got := tc.IgnoreNoMention
+		if strings.Contains(setting, "auto_thread") {
+			got = tc.AutoThread
+		}
+		if got == nil || *got != want {
+			t.Errorf("%s: %v, want %v", setting, got, want)
+		}
+	}
+}
