@@ -32,7 +32,9 @@
 //     (or one tagged "relay") goes to the platform that places its chat in
 //     the tenant, among those the connection said hello for. Ops the target platform does not advertise fail with
 //     code "unsupported_op"; a chat, session or platform outside the
-//     connection's tenant gets the structured decline (egress_declined).
+//     connection's tenant gets the structured decline (egress_declined); a
+//     chat whose owner the platform cannot look up because it is unreachable
+//     gets the retryable code "unavailable" instead.
 //  5. Interrupts. The connector remembers which connection owns each session
 //     key (the one it delivered that session's inbound to); an interrupt from
 //     any connection of the tenant, or a platform-side /stop, reaches the

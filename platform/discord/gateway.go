@@ -11,6 +11,8 @@ import (
 
 	"github.com/bwmarrin/discordgo"
 	"github.com/gorilla/websocket"
+
+	"connector/internal/netcause"
 )
 
 // RefusedError is returned by Run when Discord closed the Gateway with a
@@ -204,7 +206,7 @@ func gatewayErrText(err error) string {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
-		return "network: " + describeNet(ne)
+		return "network: " + netcause.Describe(ne)
 	}
 	return describe(err).msg
 }
