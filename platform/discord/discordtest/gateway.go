@@ -63,17 +63,16 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 			s.closeWith(g, 4002, "Decode error")
 			return
 		}
+		// A refused IDENTIFY or RESUME starts the close handshake in the
+		// background; reading on lets it finish (the deferred CloseNow would
+		// cut it short, and the client would see 1006 instead of the code).
 		switch f.Op {
 		case 1:
 			_ = g.send(ctx, map[string]any{"op": 11})
 		case 2:
-			if !s.handleIdentify(ctx, g, f.D) {
-				return
-			}
+			s.handleIdentify(ctx, g, f.D)
 		case 6:
-			if !s.handleResume(ctx, g, f.D) {
-				return
-			}
+			s.handleResume(ctx, g, f.D)
 		}
 	}
 }
@@ -95,7 +94,7 @@ func (s *Server) closeWith(g *gwConn, code int, reason string) {
 	}()
 }
 
-func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessage) bool {
+func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessage) {
 	var id struct {
 		Token   string `json:"token"`
 		Intents int    `json:"intents"`
@@ -103,11 +102,11 @@ func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessag
 	_ = json.Unmarshal(d, &id)
 	if id.Token != "Bot "+s.opts.Token {
 		s.closeWith(g, 4004, "Authentication failed.")
-		return false
+		return
 	}
 	if id.Intents&s.opts.DisallowedIntents != 0 {
 		s.closeWith(g, 4014, "Disallowed intent(s).")
-		return false
+		return
 	}
 	s.mu.Lock()
 	s.identify++
@@ -142,17 +141,16 @@ func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessag
 	s.conn = g
 	s.mu.Unlock()
 	if s.dispatchTo(ctx, g, "READY", ready) != nil {
-		return false
+		return
 	}
 	for _, gc := range creates {
 		if s.dispatchTo(ctx, g, "GUILD_CREATE", gc) != nil {
-			return false
+			return
 		}
 	}
 	s.mu.Lock()
 	s.notifyLocked()
 	s.mu.Unlock()
-	return true
 }
 
 func nonNil(c []Channel) []Channel {
@@ -162,7 +160,7 @@ func nonNil(c []Channel) []Channel {
 	return c
 }
 
-func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage) bool {
+func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage) {
 	var rs struct {
 		Token     string `json:"token"`
 		SessionID string `json:"session_id"`
@@ -170,7 +168,7 @@ func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage)
 	_ = json.Unmarshal(d, &rs)
 	if rs.Token != "Bot "+s.opts.Token {
 		s.closeWith(g, 4004, "Authentication failed.")
-		return false
+		return
 	}
 	s.mu.Lock()
 	valid := rs.SessionID == s.sessionID
@@ -180,15 +178,15 @@ func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage)
 	}
 	s.mu.Unlock()
 	if !valid {
-		return g.send(ctx, map[string]any{"op": 9, "d": false}) == nil
+		_ = g.send(ctx, map[string]any{"op": 9, "d": false})
+		return
 	}
 	if s.dispatchTo(ctx, g, "RESUMED", map[string]any{}) != nil {
-		return false
+		return
 	}
 	s.mu.Lock()
 	s.notifyLocked()
 	s.mu.Unlock()
-	return true
 }
 
 // dispatchTo sends an op 0 dispatch with the next sequence number.
