@@ -3,23 +3,42 @@ package discord
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
 
-type fakeClock struct{ t time.Time }
+// fakeClock is an injected clock the test moves by hand; safe for use by
+// the platform's goroutines.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *fakeClock) now() time.Time { return c.t }
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
 
 func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	clk := newFakeClock()
 	b := &identifyBudget{max: 3, now: clk.now}
 	for range 3 {
 		if !b.ready() {
 			t.Fatal("budget spent too early")
 		}
 		b.record()
-		clk.t = clk.t.Add(time.Hour)
+		clk.advance(time.Hour)
 	}
 	if b.ready() {
 		t.Fatal("a fourth identify within 24h allowed")
@@ -29,36 +48,122 @@ func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
 	if err := b.wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("wait = %v", err)
 	}
-	clk.t = clk.t.Add(22 * time.Hour) // the first identify is now 24h+ old
+	clk.advance(22 * time.Hour) // the first identify is now 24h+ old
 	if !b.ready() {
 		t.Fatal("budget did not refill after 24h")
 	}
 }
 
 func TestBreakerWindow(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	b := newBreaker(3, clk.now)
+	clk := newFakeClock()
+	b := newBreaker(3, 3, clk.now)
 	for range 3 {
-		if !b.allow() {
+		if b.open() {
 			t.Fatal("opened too early")
 		}
-		b.record()
-		clk.t = clk.t.Add(time.Minute)
+		b.record("")
+		clk.advance(time.Minute)
 	}
-	if b.allow() {
+	if !b.open() || b.admit("t1") != errBreakerOpen {
 		t.Fatal("limit reached but calls allowed")
 	}
-	clk.t = clk.t.Add(8 * time.Minute) // the first record leaves the 10-minute window
-	if !b.allow() {
+	clk.advance(8 * time.Minute) // the first record leaves the 10-minute window
+	if b.open() {
 		t.Fatal("breaker did not close as the window slid")
 	}
 	b.pause(time.Minute)
-	if b.allow() {
+	if !b.open() {
 		t.Fatal("pause ignored")
 	}
-	clk.t = clk.t.Add(time.Minute)
-	if !b.allow() {
+	clk.advance(time.Minute)
+	if b.open() {
 		t.Fatal("pause did not end")
+	}
+}
+
+// TestBreakerChargesTheTenant: a tenant that reached its share is refused
+// alone, with the time until its oldest answers leave the window; the bot
+// and other tenants go on.
+func TestBreakerChargesTheTenant(t *testing.T) {
+	clk := newFakeClock()
+	b := newBreaker(40, 10, clk.now)
+	for range 4 {
+		b.record("a")
+	}
+	clk.advance(3 * time.Minute)
+	for range 6 {
+		b.record("a")
+	}
+	var spent *shareSpentError
+	if err := b.admit("a"); !errors.As(err, &spent) {
+		t.Fatalf("admit(a) at its share = %v, want *shareSpentError", err)
+	}
+	// Without the 4 oldest answers a is below 10: they leave the window 10
+	// minutes after their slot began, at most 7 minutes from now.
+	if spent.retryAfter <= 6*time.Minute+50*time.Second || spent.retryAfter > 7*time.Minute {
+		t.Fatalf("retry after %v, want about 7m", spent.retryAfter)
+	}
+	if err := b.admit("b"); err != nil {
+		t.Fatalf("admit(b) = %v", err)
+	}
+	if err := b.admit(""); err != nil || b.open() {
+		t.Fatalf("the connector's own calls refused: %v", err)
+	}
+	clk.advance(spent.retryAfter - time.Millisecond)
+	if b.admit("a") == nil {
+		t.Fatal("a admitted before its retry_after")
+	}
+	clk.advance(time.Millisecond)
+	if err := b.admit("a"); err != nil {
+		t.Fatalf("admit(a) at its retry_after = %v", err)
+	}
+}
+
+// TestBreakerKeepsTheBotBelowTheBan drives tenants that call as fast as they
+// are admitted, every answer invalid, for 30 minutes under the default
+// limits: in no 10-minute window do more than InvalidRequestLimit (< 10,000)
+// invalid answers reach the bot; seven such tenants never refuse a tenant
+// that behaves, thirty do (the bot-wide breaker, the last line).
+func TestBreakerKeepsTheBotBelowTheBan(t *testing.T) {
+	cfg := Config{}.withDefaults()
+	if cfg.InvalidRequestLimit >= discordInvalidBan || cfg.TenantInvalidRequestLimit != cfg.InvalidRequestLimit/8 {
+		t.Fatalf("defaults %d / %d", cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit)
+	}
+	for _, bad := range []int{7, 30} {
+		clk := newFakeClock()
+		b := newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, clk.now)
+		var perSecond []int
+		goodRefused := false
+		for range 30 * 60 {
+			n := 0
+			for i := range bad {
+				tenant := fmt.Sprintf("bad-%d", i)
+				for range 20 {
+					if b.admit(tenant) == nil {
+						b.record(tenant)
+						n++
+					}
+				}
+			}
+			goodRefused = goodRefused || b.admit("good") != nil
+			perSecond = append(perSecond, n)
+			clk.advance(time.Second)
+		}
+		worst := 0
+		for i := range perSecond {
+			sum := 0
+			for _, n := range perSecond[max(0, i-599) : i+1] {
+				sum += n
+			}
+			worst = max(worst, sum)
+		}
+		t.Logf("%d misbehaving tenants: at most %d invalid answers in any 10 minutes; a good tenant refused: %v", bad, worst, goodRefused)
+		if worst > cfg.InvalidRequestLimit {
+			t.Fatalf("%d misbehaving tenants: %d invalid answers within 10 minutes, limit %d", bad, worst, cfg.InvalidRequestLimit)
+		}
+		if want := bad*cfg.TenantInvalidRequestLimit >= cfg.InvalidRequestLimit; goodRefused != want {
+			t.Fatalf("%d misbehaving tenants: good tenant refused = %v, want %v", bad, goodRefused, want)
+		}
 	}
 }
 

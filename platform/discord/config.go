@@ -53,10 +53,19 @@ type Config struct {
 	// GlobalBurst is how many requests may go at once after a quiet period.
 	// Default 5.
 	GlobalBurst int `yaml:"global_burst"`
-	// InvalidRequestLimit opens the REST breaker when this many 401, 403 and
-	// 429 answers (429s of scope "shared" excluded) arrived within 10
-	// minutes; Discord bans an IP at 10,000. Default 8,000.
+	// InvalidRequestLimit opens the bot-wide REST breaker (every call
+	// answered unavailable) when this many 401, 403 and 429 answers (429s of
+	// scope "shared" excluded) arrived within 10 minutes; Discord bans an IP
+	// at 10,000, so it must stay below that. Default 8,000.
 	InvalidRequestLimit int `yaml:"invalid_request_limit"`
+	// TenantInvalidRequestLimit is one tenant's share of InvalidRequestLimit:
+	// a tenant whose calls drew this many 401, 403 and 429 answers within 10
+	// minutes has its further calls refused with rate_limited (and
+	// retry_after_ms) until older answers leave the window, while other
+	// tenants go on. At most InvalidRequestLimit. Default
+	// InvalidRequestLimit/8 (1,000): eight tenants must spend their whole
+	// share at once before the bot-wide breaker opens.
+	TenantInvalidRequestLimit int `yaml:"tenant_invalid_request_limit"`
 	// RequestTimeout bounds one egress op or REST call whose context has no
 	// deadline, including 429 retries. Default 30s (the gateway's own wait).
 	RequestTimeout time.Duration `yaml:"request_timeout"`
@@ -194,6 +203,7 @@ func (cfg Config) withDefaults() Config {
 	positiveOr(&cfg.GlobalRate, DefaultGlobalRate)
 	positiveOr(&cfg.GlobalBurst, DefaultGlobalBurst)
 	positiveOr(&cfg.InvalidRequestLimit, DefaultInvalidRequestLimit)
+	positiveOr(&cfg.TenantInvalidRequestLimit, max(1, cfg.InvalidRequestLimit/tenantShareDivisor))
 	positiveOr(&cfg.RequestTimeout, DefaultRequestTimeout)
 	positiveOr(&cfg.MaxInteractionBytes, DefaultMaxInteractionBytes)
 	positiveOr(&cfg.InteractionSkew, DefaultInteractionSkew)
@@ -249,6 +259,12 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.GlobalRate > 50 {
 		return fmt.Errorf("discord.global_rate: %v exceeds Discord's 50 requests/s", cfg.GlobalRate)
+	}
+	if cfg.InvalidRequestLimit >= discordInvalidBan {
+		return fmt.Errorf("discord.invalid_request_limit: %d reaches Discord's ban threshold of %d invalid requests per 10 minutes", cfg.InvalidRequestLimit, discordInvalidBan)
+	}
+	if botLimit := cfg.withDefaults().InvalidRequestLimit; cfg.TenantInvalidRequestLimit > botLimit {
+		return fmt.Errorf("discord.tenant_invalid_request_limit: %d exceeds invalid_request_limit %d", cfg.TenantInvalidRequestLimit, botLimit)
 	}
 	return nil
 }

@@ -101,9 +101,16 @@
 // scope (every route when global) for retry_after and is retried while the
 // deadline allows, else the op fails with rate_limited and retry_after_ms.
 // Interaction callbacks and follow-ups skip the global budget, as Discord
-// exempts them. A breaker refuses every REST call (unavailable) while 401,
-// 403 and 429 answers within 10 minutes reach InvalidRequestLimit, below
-// Discord's 10,000 ban threshold, and for a minute after any 401.
+// exempts them. Every 401, 403 and 429 answer is charged to the tenant
+// whose call drew it and to the bot, over a sliding 10 minutes: a tenant
+// whose answers reach TenantInvalidRequestLimit (default
+// InvalidRequestLimit/8) has its calls refused alone, before they reach
+// Discord, with rate_limited and the retry_after_ms until its oldest answers
+// leave the window; the bot-wide breaker, the last line, refuses every REST
+// call (unavailable, and Status not ready) while the bot's answers reach
+// InvalidRequestLimit, below Discord's 10,000 ban threshold, and for a
+// minute after a 401 to a bot-authenticated route (an interaction webhook's
+// 401 is about its own token). A global 429 is charged to the bot only.
 //
 // # Commands
 //

@@ -58,12 +58,15 @@ func (e *lookupError) result() contract.Result {
 // describe classifies err without ever quoting a URL.
 func describe(err error) failure {
 	var rl *rateLimitedError
+	var spent *shareSpentError
 	var dr *discordgo.RateLimitError
 	var re *discordgo.RESTError
 	var ue *url.Error
 	switch {
 	case errors.As(err, &rl):
 		return failure{code: contract.CodeRateLimited, msg: rl.Error(), retryAfter: rl.retryAfter.Milliseconds()}
+	case errors.As(err, &spent):
+		return failure{code: contract.CodeRateLimited, msg: spent.Error(), retryAfter: spent.retryAfter.Milliseconds()}
 	case errors.As(err, &dr) && dr.RateLimit != nil && dr.TooManyRequests != nil:
 		return failure{code: contract.CodeRateLimited, msg: "discord rate limit", retryAfter: dr.RetryAfter.Milliseconds()}
 	case errors.Is(err, errBreakerOpen):

@@ -195,6 +195,12 @@ func testConfig(f *discordtest.Server, pub ed25519.PublicKey) Config {
 // newEnv builds a platform against a fresh fake; mutate adjusts the config.
 func newEnv(t *testing.T, opts discordtest.Options, mutate func(*Config)) *env {
 	t.Helper()
+	return newEnvClock(t, opts, mutate, nil)
+}
+
+// newEnvClock is newEnv with an injected clock (nil: time.Now).
+func newEnvClock(t *testing.T, opts discordtest.Options, mutate func(*Config), now func() time.Time) *env {
+	t.Helper()
 	if opts.Token == "" {
 		opts.Token = testToken
 	}
@@ -206,7 +212,7 @@ func newEnv(t *testing.T, opts discordtest.Options, mutate func(*Config)) *env {
 		mutate(&cfg)
 	}
 	e := &env{fake: f, sink: newSink(), logs: newLogCapture(), metrics: newMetrics(), vault: sharedVault, priv: priv, cfg: cfg}
-	p, err := New(cfg, platform.Deps{Log: e.logs.logger(), Vault: e.vault, Metrics: e.metrics})
+	p, err := New(cfg, platform.Deps{Log: e.logs.logger(), Vault: e.vault, Metrics: e.metrics, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		}
 	}
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalRate, Burst: cfg.GlobalBurst, Weights: weights})
-	p.breaker = newBreaker(cfg.InvalidRequestLimit, p.now)
+	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.now)
 	p.cache = newCache(p)
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
 	for i := range p.queues {

@@ -238,7 +238,7 @@ func TestRateLimitBeyondDeadlineFailsFast(t *testing.T) {
 }
 
 func TestBreakerStopsBeforeBan(t *testing.T) {
-	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.InvalidRequestLimit = 5 })
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.InvalidRequestLimit, c.TenantInvalidRequestLimit = 5, 5 })
 	e.startReady(t)
 	var mu sync.Mutex
 	forbidden := 0
@@ -296,5 +296,78 @@ func TestUnauthorizedPausesREST(t *testing.T) {
 	defer mu.Unlock()
 	if r1.Success || r2.Code != contract.CodeUnavailable || calls != 1 {
 		t.Fatalf("r1 %+v r2 %+v calls %d", r1, r2, calls)
+	}
+}
+
+// forbidOn answers message posts and typing in channel with 403 Missing
+// Permissions, as Discord does where the bot lacks them, and counts them.
+type forbidOn struct {
+	channel string
+	mu      sync.Mutex
+	n       int
+}
+
+func (f *forbidOn) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+	if r.Method != "POST" || !strings.HasPrefix(r.URL.Path, "/api/v9/channels/"+f.channel+"/") {
+		return false
+	}
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusForbidden)
+	fmt.Fprint(w, `{"message":"Missing Permissions","code":50013}`)
+	return true
+}
+
+func (f *forbidOn) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+// TestOneTenantsInvalidRequestsDoNotStopOthers: tenant t1 keeps sending
+// where the bot may not post. Its 403s are charged to t1 alone: once its
+// share is spent its calls are refused with rate_limited before reaching
+// Discord, while t2's sends succeed and the platform stays ready. Its share
+// comes back as the answers leave the 10-minute window (injected clock).
+func TestOneTenantsInvalidRequestsDoNotStopOthers(t *testing.T) {
+	clk := newFakeClock()
+	const botLimit = 40 // default share: 40/8 = 5
+	e := newEnvClock(t, discordtest.Options{}, func(c *Config) { c.InvalidRequestLimit = botLimit }, clk.now)
+	e.startReady(t)
+	f := &forbidOn{channel: chanGeneral}
+	e.fake.SetHook(f.hook)
+
+	codes := map[string]int{}
+	for range 3 * botLimit {
+		r := execute(t, e, "t1", `{"op":"send","chat_id":"101","content":"x","reply_to":null,"metadata":{}}`)
+		codes[r.Code]++
+		if r.Code == contract.CodeRateLimited && (r.RetryAfterMS <= 0 || r.RetryAfterMS > 600_000) {
+			t.Fatalf("refusal = %+v, want retry_after_ms within 10 minutes", r)
+		}
+	}
+	t.Logf("t1's %d sends: %v; %d reached Discord", 3*botLimit, codes, f.count())
+	if got := f.count(); got != 5 {
+		t.Fatalf("%d of t1's calls reached Discord, want its share of 5", got)
+	}
+	if codes[contract.CodePlatformError] != 5 || codes[contract.CodeRateLimited] != 3*botLimit-5 {
+		t.Fatalf("t1's results = %v", codes)
+	}
+	// Another of t1's channels is refused too: the share is the tenant's.
+	if r := execute(t, e, "t1", `{"op":"typing","chat_id":"102","metadata":{}}`); r.Code != contract.CodeRateLimited {
+		t.Fatalf("t1's typing elsewhere = %+v", r)
+	}
+	for i := range 3 {
+		if r := execute(t, e, "t2", fmt.Sprintf(`{"op":"send","chat_id":"201","content":"b-%d","reply_to":null,"metadata":{}}`, i)); !r.Success {
+			t.Fatalf("t2's send %d while t1 misbehaves = %+v", i, r)
+		}
+	}
+	if st := e.p.Status(); !st.Ready {
+		t.Fatalf("status while one tenant misbehaves = %+v", st)
+	}
+	clk.advance(breakerWindow)
+	if r := execute(t, e, "t1", `{"op":"typing","chat_id":"102","metadata":{}}`); !r.Success {
+		t.Fatalf("t1 after its answers left the window = %+v", r)
 	}
 }
