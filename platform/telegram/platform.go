@@ -76,7 +76,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		log:       deps.Log,
 		key:       deps.Key,
 		metrics:   deps.M(),
-		now:       deps.Clock(),
+		now:       deps.Time().Now,
 		chats:     make(map[int64]string, len(cfg.Chats)),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
