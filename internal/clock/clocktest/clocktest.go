@@ -167,3 +167,50 @@ func (c *Fake) WaitPending(ctx context.Context, n int) error {
 		}
 	}
 }
+
+// Failer is the part of testing.TB that Drive needs.
+type Failer interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// driveStall bounds, in real time, how long Drive waits for the jobs to
+// finish or block before it fails the test.
+const driveStall = 10 * time.Second
+
+// Drive advances c, timer by timer, for n jobs running in their own
+// goroutines, until finished reports all n done. Before each step it waits
+// until every unfinished job is blocked on the clock: sleeping in c.Sleep,
+// or counted by waiting (e.g. queued in a fair-share scheduler on c). Jobs
+// must leave those states only inside Advance; then no job runs while the
+// clock moves, and what each one does happens at the very instant it was
+// released, however slow the machine. Drive fails t when the jobs neither
+// finish nor block for 10 s of real time, or wait with no timer armed.
+func (c *Fake) Drive(t Failer, n int, finished, waiting func() int) {
+	t.Helper()
+	for {
+		stall := time.Now().Add(driveStall)
+		for {
+			// finished first: between Advances a job only moves from
+			// running to blocked or finished, so the sum never counts a
+			// running job.
+			f := finished()
+			w, s := waiting(), c.Sleepers()
+			if f+w+s == n {
+				break
+			}
+			if time.Now().After(stall) {
+				t.Fatalf("timed out after %v waiting for every job to finish or block on the clock: %d finished, %d waiting, %d sleeping, of %d", driveStall, f, w, s, n)
+			}
+			time.Sleep(100 * time.Microsecond) // polling: blocking signals nothing
+		}
+		if finished() == n {
+			return
+		}
+		next, ok := c.Next()
+		if !ok {
+			t.Fatalf("%d jobs wait on the clock, but no timer is armed", n-finished())
+		}
+		c.Advance(next.Sub(c.Now()))
+	}
+}

@@ -3,6 +3,7 @@ package clocktest_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,5 +98,24 @@ func TestSleep(t *testing.T) {
 	}
 	if c.Pending() != 0 {
 		t.Fatal("a cancelled Sleep left its timer armed")
+	}
+}
+
+func TestDriveRunsSleepersToTheEnd(t *testing.T) {
+	c := clocktest.New(epoch)
+	var finished atomic.Int64
+	for i := range 3 {
+		go func() {
+			defer finished.Add(1)
+			for range 2 {
+				if err := c.Sleep(context.Background(), time.Duration(i+1)*time.Second); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	c.Drive(t, 3, func() int { return int(finished.Load()) }, func() int { return 0 })
+	if got := c.Now().Sub(epoch); got != 6*time.Second {
+		t.Fatalf("Drive ended at epoch+%v, want epoch+6s (the longest job: two 3s sleeps)", got)
 	}
 }
