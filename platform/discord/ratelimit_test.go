@@ -19,40 +19,8 @@ import (
 	"connector/platform/discord/discordtest"
 )
 
-// runOnClock drives clk for jobs running in their own goroutines until all
-// n finished: each step waits until every unfinished job blocks on the
-// clock (blocked counts those waiting for the global budget; the clock
-// counts those sleeping on a route), then moves clk to its next timer. No
-// request is in flight while the clock moves, so the fake Discord sees each
-// request at the very instant it was let go.
-func runOnClock(t *testing.T, clk *clocktest.Fake, n int, finished, blocked func() int) {
-	t.Helper()
-	for {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			// Read finished first: a job only ever moves from running to
-			// blocked or finished between Advances, so the sum never
-			// counts a running job.
-			f := finished()
-			b, s := blocked(), clk.Sleepers()
-			if f+b+s == n {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after 10s waiting for every job to finish or block on the clock: %d finished, %d waiting for the budget, %d sleeping, of %d", f, b, s, n)
-			}
-			time.Sleep(100 * time.Microsecond) // polling: blocking signals nothing
-		}
-		if finished() == n {
-			return
-		}
-		next, ok := clk.Next()
-		if !ok {
-			t.Fatalf("%d jobs wait on the clock but no timer is armed", n-finished())
-		}
-		clk.Advance(next.Sub(clk.Now()))
-	}
-}
+// epoch starts the fake clocks.
+var epoch = time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
 
 // globalWaiting counts the requests of tenants waiting for the global budget.
 func globalWaiting(e *env, tenants ...string) int {
@@ -112,13 +80,12 @@ func (s *storm) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 }
 
 // TestRateLimitStormLosesNothingAndHoldsGlobalLimit floods two tenants'
-// sends into a Discord answering 429s, on a fake clock: arrival times are
-// the platform's own, so "at most 50 a second" is checked exactly, whatever
-// the machine's load.
+// sends into a Discord answering 429s, on a fake clock that moves only while
+// no request is in flight (clocktest.Fake.Drive): arrival times are the
+// instants the limiter let each request go, so "at most 50 a second" is
+// checked exactly, whatever the machine's load.
 func TestRateLimitStormLosesNothingAndHoldsGlobalLimit(t *testing.T) {
-	// The fake clock starts at the real time because request deadlines are
-	// real: the storm spans a few fake seconds, well inside them.
-	clk := clocktest.New(time.Now())
+	clk := clocktest.New(epoch)
 	e := newEnvOn(t, clk, discordtest.Options{}, func(c *Config) {
 		c.GlobalRate, c.GlobalBurst = 40, 5
 	})
@@ -158,7 +125,7 @@ func TestRateLimitStormLosesNothingAndHoldsGlobalLimit(t *testing.T) {
 			mu.Unlock()
 		}()
 	}
-	runOnClock(t, clk, len(jobs), func() int { return int(finished.Load()) }, func() int { return globalWaiting(e, "t1", "t2") })
+	clk.Drive(t, len(jobs), func() int { return int(finished.Load()) }, func() int { return globalWaiting(e, "t1", "t2") })
 
 	// No request lost or duplicated: every content exactly once.
 	seen := map[string]int{}
@@ -261,7 +228,7 @@ func (b *bucketed) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 }
 
 func TestRouteBucketsAreHonoured(t *testing.T) {
-	clk := clocktest.New(time.Now()) // request deadlines are real; see the storm test
+	clk := clocktest.New(epoch)
 	e := newEnvOn(t, clk, discordtest.Options{}, nil)
 	e.startReady(t)
 	b := &bucketed{clock: clk, used: map[string]int{}, reset: map[string]time.Time{}}
@@ -278,7 +245,7 @@ func TestRouteBucketsAreHonoured(t *testing.T) {
 			}
 		}
 	}()
-	runOnClock(t, clk, 1, func() int { return int(finished.Load()) }, func() int { return globalWaiting(e, "t1") })
+	clk.Drive(t, 1, func() int { return int(finished.Load()) }, func() int { return globalWaiting(e, "t1") })
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	// Sends go one after another, so even the first one's answer is known

@@ -175,7 +175,9 @@ func (l *routeLimiter) acquire(ctx context.Context, r string) error {
 		}
 		wait := st.reset.Sub(now)
 		l.mu.Unlock()
-		if dl, ok := ctx.Deadline(); ok && now.Add(wait).After(dl) {
+		// ctx's deadline is on the real clock, not l.clock: compare what
+		// is left of it with the wait.
+		if dl, ok := ctx.Deadline(); ok && wait > time.Until(dl) {
 			return &rateLimitedError{retryAfter: wait}
 		}
 		if err := l.clock.Sleep(ctx, wait); err != nil {
