@@ -31,25 +31,14 @@ func newScheduler(t *testing.T, weights map[string]int) (*fairshare.Scheduler, *
 	return s, clk
 }
 
-// waitUntil polls cond until it holds, failing the test after testTimeout.
-// It observes goroutines that block inside the scheduler, which signal
-// nothing when they do.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", testTimeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// none counts no finished jobs, for clocktest.Fake.Settle.
+func none() int { return 0 }
 
 // waiters starts n[tenant] Waits per tenant, queuing each tenant's before
 // the next tenant's (so the ring order is order), and waits until all are
 // queued. The returned WaitGroup ends when all of them returned; their
 // errors go to t.
-func waiters(t *testing.T, s *fairshare.Scheduler, order []string, n map[string]int) *sync.WaitGroup {
+func waiters(t *testing.T, s *fairshare.Scheduler, clk *clocktest.Fake, order []string, n map[string]int) *sync.WaitGroup {
 	t.Helper()
 	var wg sync.WaitGroup
 	for _, tenant := range order {
@@ -60,7 +49,7 @@ func waiters(t *testing.T, s *fairshare.Scheduler, order []string, n map[string]
 				}
 			})
 		}
-		waitUntil(t, "all "+tenant+"'s requests to queue", func() bool { return s.Waiting(tenant) == n[tenant] })
+		clk.Settle(t, n[tenant], none, func() int { return s.Waiting(tenant) })
 	}
 	return &wg
 }
@@ -120,7 +109,7 @@ func repeat(seq []string, n int, tail ...string) []string {
 
 func TestFloodingTenantDoesNotStarveOthers(t *testing.T) {
 	s, clk := newScheduler(t, nil)
-	wg := waiters(t, s, []string{"flood", "quiet"}, map[string]int{"flood": 60, "quiet": 10})
+	wg := waiters(t, s, clk, []string{"flood", "quiet"}, map[string]int{"flood": 60, "quiet": 10})
 	got := grantOrder(t, s, clk, []string{"flood", "quiet"})
 	wait(t, wg, "every granted Wait to return")
 
@@ -134,7 +123,7 @@ func TestFloodingTenantDoesNotStarveOthers(t *testing.T) {
 
 func TestWeights(t *testing.T) {
 	s, clk := newScheduler(t, map[string]int{"gold": 3})
-	wg := waiters(t, s, []string{"gold", "basic"}, map[string]int{"gold": 60, "basic": 60})
+	wg := waiters(t, s, clk, []string{"gold", "basic"}, map[string]int{"gold": 60, "basic": 60})
 	got := grantOrder(t, s, clk, []string{"gold", "basic"})
 	wait(t, wg, "every granted Wait to return")
 
@@ -146,11 +135,11 @@ func TestWeights(t *testing.T) {
 }
 
 func TestCancelledWaiterLeavesQueue(t *testing.T) {
-	s, _ := newScheduler(t, nil)
+	s, clk := newScheduler(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Wait(ctx, "a") }()
-	waitUntil(t, "the request to queue", func() bool { return s.Waiting("a") == 1 })
+	clk.Settle(t, 1, none, func() int { return s.Waiting("a") })
 	cancel()
 	select {
 	case err := <-done:
@@ -178,7 +167,7 @@ func TestQueueBound(t *testing.T) {
 	for range 2 {
 		wg.Go(func() { _ = s.Wait(ctx, "a") })
 	}
-	waitUntil(t, "two requests to queue", func() bool { return s.Waiting("a") == 2 })
+	clk.Settle(t, 2, none, func() int { return s.Waiting("a") })
 	if err := s.Wait(ctx, "a"); !errors.Is(err, fairshare.ErrQueueFull) {
 		t.Fatalf("Wait = %v, want ErrQueueFull", err)
 	}
@@ -196,7 +185,7 @@ func TestPauseHoldsGrants(t *testing.T) {
 	s.Pause(time.Minute)
 	granted := make(chan error, 1)
 	go func() { granted <- s.Wait(context.Background(), "a") }()
-	waitUntil(t, "the request to queue behind the pause", func() bool { return s.Waiting("a") == 1 })
+	clk.Settle(t, 1, none, func() int { return s.Waiting("a") })
 	clk.Advance(time.Minute - time.Millisecond)
 	if n := s.Waiting("a"); n != 1 {
 		t.Fatalf("a request was granted %v before the pause ended", time.Millisecond)

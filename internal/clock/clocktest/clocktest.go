@@ -174,36 +174,41 @@ type Failer interface {
 	Fatalf(format string, args ...any)
 }
 
-// driveStall bounds, in real time, how long Drive waits for the jobs to
-// finish or block before it fails the test.
-const driveStall = 10 * time.Second
+// settleTimeout bounds, in real time, how long Settle waits.
+const settleTimeout = 10 * time.Second
+
+// Settle waits until each of n jobs running in their own goroutines has
+// finished or blocks on the clock: sleeping in c.Sleep, or counted by
+// waiting (e.g. queued in a fair-share scheduler on c). It fails t after
+// 10 s of real time. It reads finished first: while the clock stands still a
+// job only moves from running to blocked or finished, so the sum never counts
+// a running job.
+func (c *Fake) Settle(t Failer, n int, finished, waiting func() int) {
+	t.Helper()
+	deadline := time.Now().Add(settleTimeout)
+	for {
+		f := finished()
+		w, s := waiting(), c.Sleepers()
+		if f+w+s == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for every job to finish or block on the clock: %d finished, %d waiting, %d sleeping, of %d", settleTimeout, f, w, s, n)
+		}
+		time.Sleep(100 * time.Microsecond) // polling: blocking signals nothing
+	}
+}
 
 // Drive advances c, timer by timer, for n jobs running in their own
-// goroutines, until finished reports all n done. Before each step it waits
-// until every unfinished job is blocked on the clock: sleeping in c.Sleep,
-// or counted by waiting (e.g. queued in a fair-share scheduler on c). Jobs
-// must leave those states only inside Advance; then no job runs while the
-// clock moves, and what each one does happens at the very instant it was
-// released, however slow the machine. Drive fails t when the jobs neither
-// finish nor block for 10 s of real time, or wait with no timer armed.
+// goroutines, until finished reports all n done. Before each step it
+// Settles. Jobs must leave their blocked states only inside Advance; then no
+// job runs while the clock moves, and what each one does happens at the very
+// instant it was released, however slow the machine. Drive fails t when
+// Settle does, or when the jobs wait with no timer armed.
 func (c *Fake) Drive(t Failer, n int, finished, waiting func() int) {
 	t.Helper()
 	for {
-		stall := time.Now().Add(driveStall)
-		for {
-			// finished first: between Advances a job only moves from
-			// running to blocked or finished, so the sum never counts a
-			// running job.
-			f := finished()
-			w, s := waiting(), c.Sleepers()
-			if f+w+s == n {
-				break
-			}
-			if time.Now().After(stall) {
-				t.Fatalf("timed out after %v waiting for every job to finish or block on the clock: %d finished, %d waiting, %d sleeping, of %d", driveStall, f, w, s, n)
-			}
-			time.Sleep(100 * time.Microsecond) // polling: blocking signals nothing
-		}
+		c.Settle(t, n, finished, waiting)
 		if finished() == n {
 			return
 		}
