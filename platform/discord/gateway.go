@@ -183,7 +183,9 @@ func (g *gateway) run(ctx context.Context) error {
 			g.p.setStatus(false, false, "gateway connect failed; retrying")
 			g.p.log.Warn("discord gateway connect failed", "error", gatewayErrText(err), "retry_in", backoff)
 		}
-		if g.p.clock.Sleep(ctx, jitter(backoff)) != nil {
+		// Real time, like the handshake watchdog and discordgo's heartbeats:
+		// the Gateway's timing is not on the injected clock.
+		if clock.System.Sleep(ctx, jitter(backoff)) != nil {
 			return nil
 		}
 		backoff = min(2*backoff, cfg.ReconnectMax)
