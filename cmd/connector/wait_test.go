@@ -23,16 +23,17 @@ func listening(t *testing.T, addrCh <-chan string, done <-chan error) string {
 	return ""
 }
 
-// served waits for serve, whose context was cancelled, to return, and fails
-// t unless it returned nil.
+// served waits for serve, whose context was cancelled, to return, and marks
+// t failed unless it returned nil. It does not stop the test, so it also
+// serves in a Cleanup.
 func served(t *testing.T, done <-chan error) {
 	t.Helper()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("serve returned %v", err)
+			t.Errorf("serve returned %v", err)
 		}
 	case <-time.After(serveWait):
-		t.Fatalf("timed out after %v waiting for serve to return after cancel", serveWait)
+		t.Errorf("timed out after %v waiting for serve to return after cancel", serveWait)
 	}
 }
