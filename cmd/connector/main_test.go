@@ -130,12 +130,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	go func() {
 		done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &banner, func(a string) { addrCh <- a })
 	}()
-	var addr string
-	select {
-	case addr = <-addrCh:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
+	addr := listening(t, addrCh, done)
 	if !strings.Contains(banner.String(), "GATEWAY_RELAY_SECRET="+gen.GatewaySecret) {
 		t.Fatalf("banner does not say how to connect:\n%s", banner.String())
 	}
@@ -203,7 +198,5 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	if err != nil || code != 1001 {
 		t.Fatalf("gateway closed with %d (%v), want 1001", code, err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("serve returned %v", err)
-	}
+	served(t, done)
 }

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/vault"
@@ -166,14 +167,13 @@ func TestEgressFollowUp(t *testing.T) {
 }
 
 func TestFollowUpExpiredToken(t *testing.T) {
-	now := time.Now()
-	clock := func() time.Time { return now }
-	v := vault.NewMemory(vault.Config{Now: clock})
+	clk := clocktest.New(epoch)
+	v := vault.NewMemory(vault.Config{Now: clk.Now})
 	key := vault.Key{Tenant: "t1", SessionKey: "s", Kind: vault.KindDiscordInteractionToken}
 	if err := v.Put(key, vault.Entry{Value: vault.NewSecret("tok"), Ref: "9000"}); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(15*time.Minute + time.Second)
+	clk.Advance(15*time.Minute + time.Second)
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.p.vault = v
 	r := execute(t, e, "t1", `{"op":"follow_up","session_key":"s","kind":"discord.interaction_token","content":"late","metadata":{}}`)
