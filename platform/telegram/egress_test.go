@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"connector/contract"
@@ -397,4 +398,14 @@ func (m *countingMetrics) Dropped(_, reason string) {
 		m.dropped = map[string]int{}
 	}
 	m.dropped[reason]++
+}
+
+// squeeze drops whitespace and backticks, what splitting may drop or add.
+func squeeze(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || r == '`' {
+			return -1
+		}
+		return r
+	}, s)
 }
