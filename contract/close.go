@@ -1,5 +1,7 @@
 package contract
 
+import "connector/internal/textsplit"
+
 // CloseCode is a WebSocket close status the connector sends on /relay.
 //
 // The gateway client interprets only 4401; every other code while it is not
@@ -50,12 +52,5 @@ const MaxCloseReasonBytes = 123
 
 // TruncateReason shortens reason to MaxCloseReasonBytes on a UTF-8 boundary.
 func TruncateReason(reason string) string {
-	if len(reason) <= MaxCloseReasonBytes {
-		return reason
-	}
-	cut := MaxCloseReasonBytes
-	for cut > 0 && reason[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return reason[:cut]
+	return textsplit.Truncate(reason, MaxCloseReasonBytes)
 }

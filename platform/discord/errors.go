@@ -10,6 +10,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 )
 
 // Errors from discordgo and net/http may carry the request URL, and an
@@ -48,13 +49,13 @@ func describe(err error) failure {
 	case errors.As(err, &re) && re.Response != nil:
 		msg := fmt.Sprintf("discord: HTTP %d", re.Response.StatusCode)
 		if re.Message != nil && (re.Message.Code != 0 || re.Message.Message != "") {
-			msg = fmt.Sprintf("%s (code %d: %s)", msg, re.Message.Code, truncate(re.Message.Message, 200))
+			msg = fmt.Sprintf("%s (code %d: %s)", msg, re.Message.Code, textsplit.Truncate(re.Message.Message, 200))
 		}
 		return failure{code: contract.CodePlatformError, msg: msg, status: re.Response.StatusCode}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return failure{code: contract.CodeUnavailable, msg: "discord request timed out"}
 	case errors.As(err, &ue):
-		return failure{code: contract.CodeUnavailable, msg: "discord unreachable: " + truncate(describeNet(ue.Err), 200)}
+		return failure{code: contract.CodeUnavailable, msg: "discord unreachable: " + textsplit.Truncate(describeNet(ue.Err), 200)}
 	}
 	return failure{code: contract.CodePlatformError, msg: "discord request failed"}
 }
@@ -74,15 +75,4 @@ func isNotFound(err error) bool {
 	var re *discordgo.RESTError
 	return errors.As(err, &re) && re.Response != nil &&
 		(re.Response.StatusCode == http.StatusNotFound || re.Response.StatusCode == http.StatusForbidden)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut]
 }
