@@ -23,7 +23,8 @@ const (
 	CloseInternalError CloseCode = 1011
 
 	// CloseUnauthorized (4401): upgrade token missing, malformed, unknown,
-	// wrong or expired. Reason "expired" means a valid but stale token: the
+	// wrong, expiring too far ahead (ErrTokenLifetime, reason "unauthorized")
+	// or expired. Reason "expired" means a valid but stale token: the
 	// gateway reconnects normally. Any other reason after the gateway once had
 	// a descriptor makes it re-dial once and then latch "revoked" (no more
 	// dials) if refused again, so it is only sent when a token really fails.

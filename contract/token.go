@@ -18,12 +18,23 @@ const TokenTTL = 300 * time.Second
 // MaxTokenBytes bounds the bearer token we are willing to decode.
 const MaxTokenBytes = 1024
 
+// DefaultMaxTokenLifetime is how far ahead of now (plus the clock skew) a
+// token's exp may lie unless configured otherwise: twelve times the
+// gateway's TokenTTL, so a gateway clock running ahead by up to 55 minutes
+// still gets in, while a token minted to last (exp 9999999999, say) is
+// refused.
+const DefaultMaxTokenLifetime = time.Hour
+
 // Token errors. None of them carries the token or a secret.
 var (
 	ErrTokenMissing   = errors.New("no bearer token")
 	ErrTokenMalformed = errors.New("malformed token")
 	ErrTokenBadSig    = errors.New("token signature does not match")
 	ErrTokenExpired   = errors.New("token expired")
+	// ErrTokenLifetime reports an exp further ahead than the maximum
+	// lifetime allows. It is not "expired": re-dialing with a fresh token
+	// of the same kind would not help.
+	ErrTokenLifetime = errors.New("token expiry is further ahead than the maximum lifetime")
 )
 
 // MintToken returns the upgrade token the gateway's make_upgrade_token()
@@ -102,13 +113,25 @@ func BearerToken(header string) (string, error) {
 	return strings.TrimSpace(header[len(prefix):]), nil
 }
 
+// TokenWindow bounds the exp a token may carry.
+type TokenWindow struct {
+	// Skew is tolerated past the expiry and past MaxLifetime.
+	Skew time.Duration
+	// MaxLifetime is how far ahead of now exp may lie. Zero means
+	// DefaultMaxTokenLifetime.
+	MaxLifetime time.Duration
+}
+
 // Verify checks the signature against each of secrets (several while a
-// secret is being rotated) in constant time, then the expiry against now with
-// the given clock-skew tolerance. Exp 0 ("never") is refused as expired: the
-// gateway never uses it on an upgrade. There is no upper bound on Exp: only a
-// holder of the secret can mint a token, and refusing a gateway whose clock
-// runs ahead as "unauthorized" would make it latch itself revoked.
-func (t Token) Verify(secrets []string, now time.Time, skew time.Duration) error {
+// secret is being rotated) in constant time, then exp against now.
+//
+// A token whose signature matches is refused with ErrTokenExpired when exp
+// is past (by more than w.Skew) or 0 ("never" in the gateway's auth module,
+// which it never sends on an upgrade), and with ErrTokenLifetime when exp
+// lies more than w.MaxLifetime plus w.Skew ahead: the gateway mints 300 s
+// tokens, so only a token minted to outlive a leak, or a gateway clock far
+// ahead, gets there.
+func (t Token) Verify(secrets []string, now time.Time, w TokenWindow) error {
 	match := 0
 	for _, s := range secrets {
 		mac := hmac.New(sha256.New, []byte(s))
@@ -118,8 +141,15 @@ func (t Token) Verify(secrets []string, now time.Time, skew time.Duration) error
 	if match != 1 {
 		return ErrTokenBadSig
 	}
-	if t.Exp == 0 || now.Add(-skew).Unix() > t.Exp {
+	if t.Exp == 0 || now.Add(-w.Skew).Unix() > t.Exp {
 		return ErrTokenExpired
+	}
+	if w.MaxLifetime <= 0 {
+		w.MaxLifetime = DefaultMaxTokenLifetime
+	}
+	// Both are positive (now is past 1970), so the difference cannot wrap.
+	if t.Exp-now.Unix() > int64((w.MaxLifetime+w.Skew)/time.Second) {
+		return ErrTokenLifetime
 	}
 	return nil
 }

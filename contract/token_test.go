@@ -43,7 +43,7 @@ func TestParseAndVerifyGatewayVectors(t *testing.T) {
 		if tok.GatewayID != v.gatewayID || tok.Exp != v.exp {
 			t.Fatalf("parsed %q exp %d, want %q exp %d", tok.GatewayID, tok.Exp, v.gatewayID, v.exp)
 		}
-		err = tok.Verify([]string{"wrong", v.secret}, frozen, 30*time.Second)
+		err = tok.Verify([]string{"wrong", v.secret}, frozen, TokenWindow{Skew: 30 * time.Second})
 		if v.exp == 0 {
 			if !errors.Is(err, ErrTokenExpired) {
 				t.Errorf("exp 0 must be refused as expired, got %v", err)
@@ -53,7 +53,7 @@ func TestParseAndVerifyGatewayVectors(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: verify with the rotation list: %v", v.gatewayID, err)
 		}
-		if err := tok.Verify([]string{"wrong"}, frozen, 0); !errors.Is(err, ErrTokenBadSig) {
+		if err := tok.Verify([]string{"wrong"}, frozen, TokenWindow{}); !errors.Is(err, ErrTokenBadSig) {
 			t.Errorf("%s: wrong secret gave %v", v.gatewayID, err)
 		}
 	}
@@ -72,8 +72,41 @@ func TestVerifyExpiryAndSkew(t *testing.T) {
 		{exp.Add(20 * time.Second), 30 * time.Second, nil},
 		{exp.Add(31 * time.Second), 30 * time.Second, ErrTokenExpired},
 	} {
-		if err := tok.Verify([]string{tokenVectors[0].secret}, c.now, c.skew); !errors.Is(err, c.want) {
+		if err := tok.Verify([]string{tokenVectors[0].secret}, c.now, TokenWindow{Skew: c.skew}); !errors.Is(err, c.want) {
 			t.Errorf("now exp%+v skew %v: got %v, want %v", c.now.Sub(exp), c.skew, err, c.want)
+		}
+	}
+}
+
+// TestVerifyRefusesExpiryBeyondMaxLifetime: a token minted never to expire
+// (exp 9999999999 or 2^63-1) is refused, unlike before, when only the
+// signature and a past exp were checked.
+func TestVerifyRefusesExpiryBeyondMaxLifetime(t *testing.T) {
+	const secret = "s3cr3t-example-secret"
+	now := frozen.Unix()
+	for _, c := range []struct {
+		name string
+		exp  int64
+		w    TokenWindow
+		want error
+	}{
+		{"gateway's 300 s", now + 300, TokenWindow{Skew: 30 * time.Second}, nil},
+		{"at the default maximum plus skew", now + 3600 + 30, TokenWindow{Skew: 30 * time.Second}, nil},
+		{"a second beyond", now + 3600 + 31, TokenWindow{Skew: 30 * time.Second}, ErrTokenLifetime},
+		{"year 2286", 9999999999, TokenWindow{Skew: 30 * time.Second}, ErrTokenLifetime},
+		{"max int64", 1<<63 - 1, TokenWindow{Skew: 30 * time.Second}, ErrTokenLifetime},
+		{"configured maximum", now + 600, TokenWindow{MaxLifetime: 10 * time.Minute}, nil},
+		{"beyond the configured maximum", now + 601, TokenWindow{MaxLifetime: 10 * time.Minute}, ErrTokenLifetime},
+	} {
+		tok, err := ParseToken(MintToken("gw-example", secret, c.exp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tok.Verify([]string{secret}, frozen, c.w); !errors.Is(err, c.want) {
+			t.Errorf("%s: exp now%+d: got %v, want %v", c.name, c.exp-now, err, c.want)
+		}
+		if c.want != nil && errors.Is(err, ErrTokenExpired) {
+			t.Errorf("%s: a far exp must not read as expired (the gateway would just re-dial)", c.name)
 		}
 	}
 }
@@ -133,14 +166,26 @@ func FuzzParseToken(f *testing.F) {
 		if err != nil || again.GatewayID != tok.GatewayID || again.Exp != tok.Exp {
 			t.Fatalf("re-minted %q: %+v %v", s, again, err)
 		}
+		keys := []string{"other", "fuzz-secret"}
+		if err := again.Verify(nil, frozen, TokenWindow{}); !errors.Is(err, ErrTokenBadSig) {
+			t.Fatalf("verified with no keys: %v", err)
+		}
 		if tok.Exp > 0 {
 			at := time.Unix(tok.Exp, 0)
-			if err := again.Verify([]string{"other", "fuzz-secret"}, at, 0); err != nil {
+			if err := again.Verify(keys, at, TokenWindow{}); err != nil {
 				t.Fatalf("re-minted token does not verify: %v", err)
 			}
-			if err := again.Verify([]string{"other"}, at, 0); !errors.Is(err, ErrTokenBadSig) {
+			if err := again.Verify([]string{"other"}, at, TokenWindow{}); !errors.Is(err, ErrTokenBadSig) {
 				t.Fatalf("verified under the wrong secret: %v", err)
 			}
+			// Seen from an hour and a second earlier, exp is too far ahead.
+			if early := tok.Exp - 3601; early > 0 {
+				if err := again.Verify(keys, time.Unix(early, 0), TokenWindow{}); !errors.Is(err, ErrTokenLifetime) {
+					t.Fatalf("exp %d seen from %d: %v, want ErrTokenLifetime", tok.Exp, early, err)
+				}
+			}
+		} else if err := again.Verify(keys, frozen, TokenWindow{}); !errors.Is(err, ErrTokenExpired) {
+			t.Fatalf("exp 0 verified: %v", err)
 		}
 	})
 }

@@ -31,7 +31,7 @@ func (s *Server) authenticate(header string) (*gatewayRecord, error) {
 	if gw != nil {
 		secrets = gw.secrets
 	}
-	err = tok.Verify(secrets, s.cfg.Now(), s.cfg.ClockSkew)
+	err = tok.Verify(secrets, s.cfg.Now(), contract.TokenWindow{Skew: s.cfg.ClockSkew, MaxLifetime: s.cfg.MaxTokenLifetime})
 	if gw == nil {
 		return nil, errUnknownGateway
 	}
