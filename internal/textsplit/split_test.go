@@ -171,7 +171,7 @@ func BenchmarkSplit(b *testing.B) {
 		"formfeeds": "\f",
 		"fenced":    "```go\nfunc f() { return }\n```\n",
 	}
-	for _, size := range []int{64 << 10, 1 << 20} {
+	for _, size := range []int{64 << 10, 1 << 20, 4 << 20} {
 		for _, shape := range []string{"prose", "nospace", "formfeeds", "fenced"} {
 			in := "0G" + strings.Repeat(shapes[shape], size/len(shapes[shape]))
 			for _, rules := range []struct {
