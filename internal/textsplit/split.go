@@ -5,13 +5,16 @@
 // SplitBytes).
 //
 // Split is the one splitter of Discord and Telegram messages; Rules hold
-// what differs between them. Its guarantee, checked by FuzzSplit: every
-// piece has at most Rules.Limit code points and none is blank; with each
-// piece's reopened fence line and appended fence close taken off, the
-// pieces are the input in order, and what lies between them (and before
-// the first or after the last) is whitespace only. So nothing but
-// whitespace is ever dropped: the separator at a cut, and whitespace that
-// would otherwise make a blank piece, which both platforms refuse.
+// what differs between them. Text that fits is returned unchanged. For
+// longer text the guarantee, checked by FuzzSplit, is: every piece has at
+// most Rules.Limit code points and none is blank; valid UTF-8 stays valid
+// (no cut falls inside a rune); with each piece's reopened fence line and
+// appended fence close taken off, the pieces are the input in order, and
+// what lies between them (and before the first or after the last) is
+// whitespace only; and every piece but the last leaves no code block open.
+// So nothing but whitespace is ever dropped: the separator at a cut, and
+// whitespace that would otherwise make a blank piece, which both platforms
+// refuse.
 package textsplit
 
 import (
