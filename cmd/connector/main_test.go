@@ -60,7 +60,8 @@ func TestTokenCommandMintsTheGatewaysToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok.GatewayID != "gw-example" || tok.Verify([]string{"s3cr3t-example-secret"}, time.Now(), 0) != nil {
+	keys, _ := contract.NewTokenKeys([]string{"s3cr3t-example-secret"})
+	if tok.GatewayID != "gw-example" || tok.Verify(&keys, time.Now(), contract.TokenWindow{}) != nil {
 		t.Fatalf("token %q does not verify", out)
 	}
 	if code, _, _ := runCmd(t, "token", "-gateway-id", "x"); code != 2 {

@@ -292,3 +292,20 @@ func TestEgressWhileDiscordIsDown(t *testing.T) {
 		t.Fatalf("ChatTenant while Discord is down = %v, want platform.ErrUnavailable", err)
 	}
 }
+
+// TestEgressSendLongWhitespaceTail sends text whose last 2,000-code-point
+// stretch is only form feeds: no blank piece may reach Discord, which
+// refuses it (50006) after the first piece went out.
+func TestEgressSendLongWhitespaceTail(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	content := "0G" + strings.Repeat("\f", 3372)
+	body, _ := json.Marshal(map[string]any{"op": "send", "chat_id": chanGeneral, "content": content, "reply_to": nil, "metadata": map[string]any{}})
+	if r := execute(t, e, "t1", string(body)); !r.Success {
+		t.Fatalf("send = %+v", r)
+	}
+	msgs := e.fake.Messages(chanGeneral)
+	if len(msgs) != 1 || msgs[0].Content != content[:MaxMessageLength] {
+		t.Fatalf("want the first 2,000 code points as one message, got %d messages", len(msgs))
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"connector/contract"
@@ -459,4 +460,14 @@ func TestEgressWhileTelegramIsDown(t *testing.T) {
 			}
 		}
 	}
+}
+
+// squeeze drops whitespace and backticks, what splitting may drop or add.
+func squeeze(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || r == '`' {
+			return -1
+		}
+		return r
+	}, s)
 }
