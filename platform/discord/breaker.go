@@ -54,7 +54,8 @@ type window struct {
 	slotStart [breakerSlots]int64 // slot epoch each count belongs to
 }
 
-func epoch(t time.Time) int64 { return t.UnixNano() / int64(breakerSlotSpan) }
+// slotOf is the window slot t falls in.
+func slotOf(t time.Time) int64 { return t.UnixNano() / int64(breakerSlotSpan) }
 
 func (w *window) add(e int64) {
 	i := int(e % breakerSlots)
@@ -77,7 +78,7 @@ func (w *window) sum(e int64) int {
 // retryAfter is how long from now until the window holds fewer than limit
 // events, as its oldest slots expire.
 func (w *window) retryAfter(now time.Time, limit int) time.Duration {
-	e := epoch(now)
+	e := slotOf(now)
 	excess := w.sum(e) - limit + 1
 	for s := e - breakerSlots + 1; s <= e && excess > 0; s++ {
 		if i := int(s % breakerSlots); w.slotStart[i] == s {
@@ -117,10 +118,10 @@ func (b *breaker) admit(tenant string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
-	if now.Before(b.openUntil) || b.bot.sum(epoch(now)) >= b.limit {
+	if now.Before(b.openUntil) || b.bot.sum(slotOf(now)) >= b.limit {
 		return errBreakerOpen
 	}
-	if w := b.tenants[tenant]; w != nil && tenant != "" && w.sum(epoch(now)) >= b.tenantLimit {
+	if w := b.tenants[tenant]; w != nil && tenant != "" && w.sum(slotOf(now)) >= b.tenantLimit {
 		return &shareSpentError{limit: b.tenantLimit, retryAfter: w.retryAfter(now, b.tenantLimit)}
 	}
 	return nil
@@ -131,7 +132,7 @@ func (b *breaker) admit(tenant string) error {
 func (b *breaker) record(tenant string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := epoch(b.now())
+	e := slotOf(b.now())
 	b.bot.add(e)
 	if tenant == "" {
 		return

@@ -4,41 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
+
+	"connector/internal/clock/clocktest"
 )
 
-// fakeClock is an injected clock the test moves by hand; safe for use by
-// the platform's goroutines.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Unix(1_700_000_000, 0)} }
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
-	clk := newFakeClock()
-	b := &identifyBudget{max: 3, now: clk.now}
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	b := &identifyBudget{max: 3, clock: clk}
 	for range 3 {
 		if !b.ready() {
 			t.Fatal("budget spent too early")
 		}
 		b.record()
-		clk.advance(time.Hour)
+		clk.Advance(time.Hour)
 	}
 	if b.ready() {
 		t.Fatal("a fourth identify within 24h allowed")
@@ -48,26 +28,47 @@ func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
 	if err := b.wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("wait = %v", err)
 	}
-	clk.advance(22 * time.Hour) // the first identify is now 24h+ old
+	waited := make(chan error, 1)
+	go func() { waited <- b.wait(context.Background()) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := clk.WaitPending(wctx, 1); err != nil {
+		t.Fatal("timed out after 10s waiting for wait to sleep on the clock")
+	}
+	clk.Advance(21*time.Hour - time.Nanosecond)
+	select {
+	case err := <-waited:
+		t.Fatalf("wait returned %v before the first identify was 24h old", err)
+	default:
+	}
+	clk.Advance(time.Nanosecond) // the first identify is now 24h old
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("wait = %v", err)
+		}
+	case <-wctx.Done():
+		t.Fatal("timed out after 10s waiting for wait to return once the first identify was 24h old")
+	}
 	if !b.ready() {
 		t.Fatal("budget did not refill after 24h")
 	}
 }
 
 func TestBreakerWindow(t *testing.T) {
-	clk := newFakeClock()
-	b := newBreaker(3, 3, clk.now)
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	b := newBreaker(3, 3, clk.Now)
 	for range 3 {
 		if b.open() {
 			t.Fatal("opened too early")
 		}
 		b.record("")
-		clk.advance(time.Minute)
+		clk.Advance(time.Minute)
 	}
 	if !b.open() || b.admit("t1") != errBreakerOpen {
 		t.Fatal("limit reached but calls allowed")
 	}
-	clk.advance(8 * time.Minute) // the first record leaves the 10-minute window
+	clk.Advance(8 * time.Minute) // the first record leaves the 10-minute window
 	if b.open() {
 		t.Fatal("breaker did not close as the window slid")
 	}
@@ -75,7 +76,7 @@ func TestBreakerWindow(t *testing.T) {
 	if !b.open() {
 		t.Fatal("pause ignored")
 	}
-	clk.advance(time.Minute)
+	clk.Advance(time.Minute)
 	if b.open() {
 		t.Fatal("pause did not end")
 	}
@@ -85,12 +86,12 @@ func TestBreakerWindow(t *testing.T) {
 // alone, with the time until its oldest answers leave the window; the bot
 // and other tenants go on.
 func TestBreakerChargesTheTenant(t *testing.T) {
-	clk := newFakeClock()
-	b := newBreaker(40, 10, clk.now)
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	b := newBreaker(40, 10, clk.Now)
 	for range 4 {
 		b.record("a")
 	}
-	clk.advance(3 * time.Minute)
+	clk.Advance(3 * time.Minute)
 	for range 6 {
 		b.record("a")
 	}
@@ -109,11 +110,11 @@ func TestBreakerChargesTheTenant(t *testing.T) {
 	if err := b.admit(""); err != nil || b.open() {
 		t.Fatalf("the connector's own calls refused: %v", err)
 	}
-	clk.advance(spent.retryAfter - time.Millisecond)
+	clk.Advance(spent.retryAfter - time.Millisecond)
 	if b.admit("a") == nil {
 		t.Fatal("a admitted before its retry_after")
 	}
-	clk.advance(time.Millisecond)
+	clk.Advance(time.Millisecond)
 	if err := b.admit("a"); err != nil {
 		t.Fatalf("admit(a) at its retry_after = %v", err)
 	}
@@ -130,8 +131,8 @@ func TestBreakerKeepsTheBotBelowTheBan(t *testing.T) {
 		t.Fatalf("defaults %d / %d", cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit)
 	}
 	for _, bad := range []int{7, 30} {
-		clk := newFakeClock()
-		b := newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, clk.now)
+		clk := clocktest.New(time.Unix(1_700_000_000, 0))
+		b := newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, clk.Now)
 		var perSecond []int
 		goodRefused := false
 		for range 30 * 60 {
@@ -147,7 +148,7 @@ func TestBreakerKeepsTheBotBelowTheBan(t *testing.T) {
 			}
 			goodRefused = goodRefused || b.admit("good") != nil
 			perSecond = append(perSecond, n)
-			clk.advance(time.Second)
+			clk.Advance(time.Second)
 		}
 		worst := 0
 		for i := range perSecond {

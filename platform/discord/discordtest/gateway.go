@@ -35,6 +35,9 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.SetReadLimit(1 << 20)
+	s.mu.Lock()
+	s.dials++
+	s.mu.Unlock()
 	ctx := context.Background()
 	g := &gwConn{c: c}
 	defer c.CloseNow()
@@ -63,22 +66,27 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 			s.closeWith(g, 4002, "Decode error")
 			return
 		}
-		// A refused IDENTIFY or RESUME starts the close handshake in the
-		// background; reading on lets it finish (the deferred CloseNow would
-		// cut it short, and the client would see 1006 instead of the code).
 		switch f.Op {
 		case 1:
 			_ = g.send(ctx, map[string]any{"op": 11})
 		case 2:
-			s.handleIdentify(ctx, g, f.D)
+			if !s.handleIdentify(ctx, g, f.D) {
+				return
+			}
 		case 6:
-			s.handleResume(ctx, g, f.D)
+			if !s.handleResume(ctx, g, f.D) {
+				return
+			}
 		}
 	}
 }
 
-// closeWith closes g with a Gateway close code in the background (the
-// close handshake waits for the client's answer).
+// closeWith closes g with a Gateway close code and returns once the close
+// handshake is done (coder/websocket bounds it to 5 s each way). It closes
+// synchronously on purpose: the handler returns right after a refusal, and
+// its deferred CloseNow would win a background Close and drop the socket
+// before the close frame went out, so the client would see 1006 and retry
+// instead of the terminal code.
 func (s *Server) closeWith(g *gwConn, code int, reason string) {
 	s.mu.Lock()
 	if s.closed {
@@ -88,13 +96,11 @@ func (s *Server) closeWith(g *gwConn, code int, reason string) {
 	}
 	s.closers.Add(1)
 	s.mu.Unlock()
-	go func() {
-		defer s.closers.Done()
-		_ = g.c.Close(websocket.StatusCode(code), reason)
-	}()
+	defer s.closers.Done()
+	_ = g.c.Close(websocket.StatusCode(code), reason)
 }
 
-func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessage) {
+func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessage) bool {
 	var id struct {
 		Token   string `json:"token"`
 		Intents int    `json:"intents"`
@@ -102,11 +108,11 @@ func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessag
 	_ = json.Unmarshal(d, &id)
 	if id.Token != "Bot "+s.opts.Token {
 		s.closeWith(g, 4004, "Authentication failed.")
-		return
+		return false
 	}
 	if id.Intents&s.opts.DisallowedIntents != 0 {
 		s.closeWith(g, 4014, "Disallowed intent(s).")
-		return
+		return false
 	}
 	s.mu.Lock()
 	s.identify++
@@ -141,16 +147,17 @@ func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessag
 	s.conn = g
 	s.mu.Unlock()
 	if s.dispatchTo(ctx, g, "READY", ready) != nil {
-		return
+		return false
 	}
 	for _, gc := range creates {
 		if s.dispatchTo(ctx, g, "GUILD_CREATE", gc) != nil {
-			return
+			return false
 		}
 	}
 	s.mu.Lock()
 	s.notifyLocked()
 	s.mu.Unlock()
+	return true
 }
 
 func nonNil(c []Channel) []Channel {
@@ -160,7 +167,7 @@ func nonNil(c []Channel) []Channel {
 	return c
 }
 
-func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage) {
+func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage) bool {
 	var rs struct {
 		Token     string `json:"token"`
 		SessionID string `json:"session_id"`
@@ -168,7 +175,7 @@ func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage)
 	_ = json.Unmarshal(d, &rs)
 	if rs.Token != "Bot "+s.opts.Token {
 		s.closeWith(g, 4004, "Authentication failed.")
-		return
+		return false
 	}
 	s.mu.Lock()
 	valid := rs.SessionID == s.sessionID
@@ -178,15 +185,15 @@ func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage)
 	}
 	s.mu.Unlock()
 	if !valid {
-		_ = g.send(ctx, map[string]any{"op": 9, "d": false})
-		return
+		return g.send(ctx, map[string]any{"op": 9, "d": false}) == nil
 	}
 	if s.dispatchTo(ctx, g, "RESUMED", map[string]any{}) != nil {
-		return
+		return false
 	}
 	s.mu.Lock()
 	s.notifyLocked()
 	s.mu.Unlock()
+	return true
 }
 
 // dispatchTo sends an op 0 dispatch with the next sequence number.
@@ -229,7 +236,8 @@ func (s *Server) WaitSession(ctx context.Context, n int) error {
 	}
 }
 
-// CloseGateway closes the current Gateway connection with code.
+// CloseGateway closes the current Gateway connection with code and returns
+// once the close handshake is done.
 func (s *Server) CloseGateway(code int, reason string) error {
 	s.mu.Lock()
 	g := s.conn
