@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,4 +189,28 @@ func containsStr(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+func TestInvalidRequestLimitsValidated(t *testing.T) {
+	base := Config{BotToken: "x", PublicKey: strings.Repeat("ab", 32), ApplicationID: "9000"}
+	for _, tc := range []struct {
+		bot, tenant int
+		err         string
+	}{
+		{0, 0, ""},
+		{9999, 9999, ""},
+		{10_000, 0, "discord.invalid_request_limit"},
+		{0, 8001, "discord.tenant_invalid_request_limit"},
+		{100, 101, "discord.tenant_invalid_request_limit"},
+	} {
+		cfg := base
+		cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit = tc.bot, tc.tenant
+		err := cfg.Validate()
+		if (err == nil) != (tc.err == "") || (err != nil && !strings.HasPrefix(err.Error(), tc.err+":")) {
+			t.Errorf("limits %d/%d: Validate = %v, want %q", tc.bot, tc.tenant, err, tc.err)
+		}
+	}
+	if d := (Config{InvalidRequestLimit: 4}).withDefaults(); d.TenantInvalidRequestLimit != 1 {
+		t.Errorf("tenant share of a bot limit of 4 = %d, want 1", d.TenantInvalidRequestLimit)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/platform/discord/discordtest"
+	"connector/vault"
 )
 
 // epoch starts the fake clocks.
@@ -340,6 +341,42 @@ func TestUnauthorizedPausesREST(t *testing.T) {
 	defer mu.Unlock()
 	if r1.Success || r2.Code != contract.CodeUnavailable || calls != 1 {
 		t.Fatalf("r1 %+v r2 %+v calls %d", r1, r2, calls)
+	}
+}
+
+// TestExpiredInteractionTokenDoesNotPauseREST: Discord answers a follow-up
+// whose interaction token expired with 401 Invalid Webhook Token. That is
+// about the token, not the bot's: it is charged to the tenant, and other
+// calls go on (a bot-token 401 pauses everything; see above).
+func TestExpiredInteractionTokenDoesNotPauseREST(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if !strings.HasPrefix(r.URL.Path, "/api/v9/webhooks/") {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"message":"Invalid Webhook Token","code":50027}`)
+		return true
+	})
+	key := "agent:main:discord:group:101:501"
+	if err := e.vault.Put(vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
+		vault.Entry{Value: vault.NewSecret("expired-interaction-token"), Ref: "9000"}); err != nil {
+		t.Fatal(err)
+	}
+	r := execute(t, e, "t1", `{"op":"follow_up","session_key":"`+key+`","kind":"discord.interaction_token","content":"late","metadata":{}}`)
+	if r.Success || r.Code != contract.CodePlatformError {
+		t.Fatalf("follow_up with an expired token = %+v", r)
+	}
+	for _, tenant := range []string{"t1", "t2"} {
+		chat := map[string]string{"t1": chanRandom, "t2": chanOther}[tenant]
+		if r := execute(t, e, tenant, `{"op":"typing","chat_id":"`+chat+`","metadata":{}}`); !r.Success {
+			t.Fatalf("%s's typing after a webhook 401 = %+v", tenant, r)
+		}
+	}
+	if st := e.p.Status(); !st.Ready {
+		t.Fatalf("status after a webhook 401 = %+v", st)
 	}
 }
 
