@@ -12,7 +12,6 @@ import (
 	"connector/contract"
 	"connector/internal/netcause"
 	"connector/internal/textsplit"
-	"connector/platform"
 )
 
 // Errors from discordgo and net/http may carry the request URL, and an
@@ -33,26 +32,6 @@ type failure struct {
 func (f failure) result() contract.Result {
 	r := contract.Failed(f.code, f.msg)
 	r.RetryAfterMS = f.retryAfter
-	return r
-}
-
-// lookupError says a channel's owner could not be looked up because the
-// REST call failed; it wraps platform.ErrUnavailable so the relay answers
-// the action "unavailable" (retryable) rather than declining it.
-type lookupError struct{ f failure }
-
-func (e *lookupError) Error() string { return "discord: channel lookup failed: " + e.f.msg }
-
-func (e *lookupError) Unwrap() error { return platform.ErrUnavailable }
-
-// result is the answer to an action on the channel: rate_limited stays
-// rate_limited, every other failure is unavailable.
-func (e *lookupError) result() contract.Result {
-	r := e.f.result()
-	if r.Code != contract.CodeRateLimited {
-		r.Code = contract.CodeUnavailable
-	}
-	r.Error = e.Error() + "; retry later"
 	return r
 }
 

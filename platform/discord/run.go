@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connector/platform"
+	"connector/session"
 )
 
 // Run implements platform.Platform: it connects the Gateway and ingests
@@ -93,6 +94,11 @@ func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received
 		return
 	}
 	src := &t.ev.Source
+	if src.ChatType == session.ChatTypeDM {
+		// The DM channel is the DM tenant's from now on, even when Discord
+		// could not be asked about it (normalization's stand-in).
+		p.cache.rememberDM(src.ChatID)
+	}
 	d := platform.Delivery{
 		Tenant: tenant, Platform: platformName, SessionKey: p.key(tenant, src),
 		ChatID: src.ChatID, Received: received,
