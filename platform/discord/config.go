@@ -21,7 +21,7 @@ type Config struct {
 	// POST /discord/interactions.
 	PublicKey string `yaml:"public_key"`
 	// ApplicationID is the application (client) id, used for interaction
-	// follow-ups and the global command registry. Required.
+	// follow-ups and the command registries. Required.
 	ApplicationID string `yaml:"application_id"`
 
 	// Guilds maps a guild id to the tenant that owns it. Messages and
@@ -29,8 +29,9 @@ type Config struct {
 	// Set under the discord section (e.g. guilds: {"1310000000000000500": acme}). Default: none
 	// (every guild event is dropped).
 	Guilds map[string]string `yaml:"guilds"`
-	// DMTenant receives every direct message and DM interaction. Empty (the
-	// default) drops DMs with a log line.
+	// DMTenant receives every direct message and DM interaction, and its
+	// command_manifest is the only one registered as global (DM-only)
+	// commands. Empty (the default) drops DMs with a log line.
 	DMTenant string `yaml:"dm_tenant"`
 	// Tenants holds per-tenant adapter knobs and fair-share weights. Values
 	// take the native adapter's spellings: a list may also be a bare number
@@ -94,8 +95,9 @@ type Config struct {
 	MaxIdentifiesPerDay int `yaml:"max_identifies_per_day"`
 
 	// CommandSyncDebounce is the quiet period after the last discord hello
-	// carrying a command_manifest before the global commands are reconciled.
-	// Default 5s.
+	// carrying a command_manifest before the commands are reconciled: each
+	// tenant's on its own guilds, DMTenant's also globally for DMs (see
+	// docs/contract.md). Default 5s.
 	CommandSyncDebounce time.Duration `yaml:"command_sync_debounce"`
 }
 

@@ -86,6 +86,7 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 		if p.snap.created(g.ID) {
 			p.log.Info("discord guild snapshot loaded")
 		}
+		p.cmds.guildDelivered(g.ID)
 	case "CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE":
 		var t wireThread
 		if json.Unmarshal(raw, &t) == nil {

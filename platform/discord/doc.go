@@ -118,9 +118,11 @@
 // # Commands
 //
 // A discord hello's command_manifest (HelloObserver) is validated entry by
-// entry and, after CommandSyncDebounce, reconciled with the global command
-// registry: GET, compare, bulk PUT only on a difference. It is best effort
-// and never affects the handshake.
+// entry and becomes its tenant's manifest. After CommandSyncDebounce it is
+// reconciled, as guild commands, on every guild the tenant claims, and the
+// DM tenant's also as global commands usable only in DMs with the bot
+// (commands.go has the rule): GET, compare, bulk PUT only on a difference.
+// It is best effort and never affects the handshake.
 //
 // Secrets (the bot token, interaction tokens) never reach logs, errors,
 // metrics or frames: errors are described without their URLs, and
