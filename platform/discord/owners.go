@@ -28,7 +28,9 @@ import (
 //
 // A decline thus never depends on whether the chat exists or whom it
 // belongs to. The price: a DM channel or an archived thread the connector
-// has not seen since it started is declined until a message in it arrives.
+// has not seen since it started is declined until a message in it arrives,
+// and so is a channel pushed out of the cache (past maxCachedChannels, the
+// least recently used go) until an event names it again.
 
 // guildSnapshotTimeout bounds the wait for the GUILD_CREATE of a claimed
 // guild listed in READY (one in an outage may arrive much later); after it,
