@@ -17,7 +17,8 @@
 //     capabilities (descriptor.Merge), and the connection receives every
 //     platform's inbound for its tenant.
 //  3. Inbound. Platforms publish tenant-scoped deliveries on the Bus. Each
-//     tenant has a ledger: every inbound gets a bufferId that stays the same
+//     tenant has a ledger (package relay/ledger, which sees connections only
+//     as ledger.Consumers): every inbound gets a bufferId that stays the same
 //     across redeliveries, is sent to one eligible connection of the tenant
 //     (the session's owner if it is live, otherwise the least loaded one,
 //     which becomes the owner), and leaves the ledger only when the gateway
@@ -41,6 +42,19 @@
 //     send queue exceeds Config.SendQueueBytes is closed 4408 (its
 //     unacknowledged inbound is redelivered). Shutdown stops accepting, lets
 //     in-flight outbound finish, and closes every connection with 1001.
+//
+// # Locking
+//
+// Locks are taken in this order, never the other way round:
+//
+//  1. MemoryBus.mu, read-held while a delivery is routed to the relay;
+//  2. a tenant's ledger mutex (inside ledger.Ledger), which calls the
+//     connection's HasRoom and Offer while held;
+//  3. a connection's send-queue lock (conn.qmu).
+//
+// Server.mu (connections, closing), hub.chatsMu (chat platforms) and the
+// session-tenant cache's lock are leaves: nothing else is taken while one of
+// them is held. No lock is held across socket I/O or a platform call.
 package relay
 
 import (
