@@ -1,0 +1,684 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// The embedded backend keeps one bbolt file, DataFile, in its data
+// directory. Buckets:
+//
+//	meta         "version" -> formatVersion, "epoch" -> the epoch
+//	ledger       one bucket per tenant: seq (8 bytes) -> record; the
+//	             bucket's sequence is the tenant's last assigned seq
+//	ledgerstats  tenant -> entries (8 bytes) bytes (8 bytes)
+//	caps         key -> expiring value
+//	owners       tenant (as a string) + session key -> expiring owner
+//	leases       name -> lease; a released lease keeps its token
+//	registry     one bucket per namespace: key -> entry; the bucket's
+//	             sequence is the namespace's revision
+//
+// Tenant and namespace buckets are never deleted, so their sequences, and
+// with them seqs and revisions, are never reused.
+
+// DataFile is the embedded backend's file in its data directory.
+const DataFile = "connector.db"
+
+// formatVersion is the layout above; Open refuses a file of another.
+const formatVersion = 1
+
+var (
+	bMeta        = []byte("meta")
+	bLedger      = []byte("ledger")
+	bLedgerStats = []byte("ledgerstats")
+	bCaps        = []byte("caps")
+	bOwners      = []byte("owners")
+	bLeases      = []byte("leases")
+	bRegistry    = []byte("registry")
+
+	kVersion = []byte("version")
+	kEpoch   = []byte("epoch")
+)
+
+// lockTimeout bounds how long Open waits for another process to release
+// the data file.
+const lockTimeout = time.Second
+
+// embedded is the bbolt-backed Store. Writes on the hot paths (Append, Ack,
+// owners, capabilities) go through a groupCommit, which gathers concurrent
+// writers into one transaction and so one commit; the rest use DB.Update.
+type embedded struct {
+	db    *bolt.DB
+	group *groupCommit
+	now   func() time.Time
+	epoch string
+	ps    *broker
+
+	closeOnce sync.Once
+	stopSweep func()
+	closeErr  error
+}
+
+func openEmbedded(ctx context.Context, dir string, now func() time.Time) (*embedded, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("store: create data directory: %w", err)
+	}
+	path := filepath.Join(dir, DataFile)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("store: %s is in use by another process", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", path, err)
+	}
+	e := &embedded{db: db, now: now, ps: newBroker()}
+	if err := db.Update(e.init); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("store: initialize %s: %w", path, err)
+	}
+	e.group = startGroupCommit(db)
+	e.stopSweep = startSweeper(e.sweep)
+	return e, nil
+}
+
+// init creates the buckets, checks the format and loads or creates the
+// epoch.
+func (e *embedded) init(tx *bolt.Tx) error {
+	for _, name := range [][]byte{bMeta, bLedger, bLedgerStats, bCaps, bOwners, bLeases, bRegistry} {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return err
+		}
+	}
+	meta := tx.Bucket(bMeta)
+	if v := meta.Get(kVersion); v != nil {
+		if len(v) != 8 || binary.BigEndian.Uint64(v) != formatVersion {
+			return fmt.Errorf("data file format %x is not %d", v, formatVersion)
+		}
+	} else if err := meta.Put(kVersion, binary.BigEndian.AppendUint64(nil, formatVersion)); err != nil {
+		return err
+	}
+	if v := meta.Get(kEpoch); v != nil {
+		e.epoch = string(v)
+		return nil
+	}
+	e.epoch = newEpoch()
+	return meta.Put(kEpoch, []byte(e.epoch))
+}
+
+// view and update run fn unless ctx is done, and report a closed database
+// as ErrClosed. batch is update through the group commit: fn may run more
+// than once and must set, not accumulate, its results.
+func (e *embedded) view(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return closedErr(e.db.View(fn))
+}
+
+func (e *embedded) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return closedErr(e.db.Update(fn))
+}
+
+func (e *embedded) batch(ctx context.Context, fn func(*bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return e.group.do(fn)
+}
+
+func closedErr(err error) error {
+	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	return err
+}
+
+func (e *embedded) Epoch() string              { return e.epoch }
+func (e *embedded) Ledger() Ledger             { return embLedger{e} }
+func (e *embedded) Capabilities() Capabilities { return embCaps{e} }
+func (e *embedded) Owners() Owners             { return embOwners{e} }
+func (e *embedded) Leases() Leases             { return embLeases{e} }
+func (e *embedded) PubSub() PubSub             { return e.ps }
+func (e *embedded) Registry() Registry         { return embRegistry{e} }
+
+func (e *embedded) Close() error {
+	e.closeOnce.Do(func() {
+		e.stopSweep()
+		e.ps.close()
+		e.group.close()
+		e.closeErr = e.db.Close()
+	})
+	return e.closeErr
+}
+
+// sweep deletes expired capabilities and owners.
+func (e *embedded) sweep() {
+	_ = e.update(context.Background(), func(tx *bolt.Tx) error {
+		now := e.now()
+		for _, name := range [][]byte{bCaps, bOwners} {
+			b := tx.Bucket(name)
+			var expired [][]byte
+			err := b.ForEach(func(k, v []byte) error {
+				if _, exp, err := decodeExpiring(v); err != nil || !now.Before(exp) {
+					expired = append(expired, k)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, k := range expired {
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+type embLedger struct{ e *embedded }
+
+func (l embLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, ctx.Err()
+	}
+	now := l.e.now()
+	vals := make([][]byte, len(recs))
+	var size int64
+	for i := range recs {
+		r := recs[i]
+		if r.Received.IsZero() {
+			r.Received = now
+		}
+		r.Received = micros(r.Received)
+		vals[i] = encodeRecord(&r)
+		size += int64(len(r.Payload))
+	}
+	seqs := make([]uint64, len(recs))
+	err := l.e.batch(ctx, func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bLedger).CreateBucketIfNotExists([]byte(tenant))
+		if err != nil {
+			return err
+		}
+		for i, v := range vals {
+			seq, err := b.NextSequence()
+			if err != nil {
+				return err
+			}
+			seqs[i] = seq
+			if err := b.Put(seqKey(seq), v); err != nil {
+				return err
+			}
+		}
+		st := readStats(tx, tenant)
+		st.Entries += len(vals)
+		st.Bytes += size
+		return writeStats(tx, tenant, st)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, err)
+	}
+	return seqs, nil
+}
+
+func readStats(tx *bolt.Tx, tenant string) Stats {
+	v := tx.Bucket(bLedgerStats).Get([]byte(tenant))
+	if len(v) != 16 {
+		return Stats{}
+	}
+	return Stats{Entries: int(binary.BigEndian.Uint64(v)), Bytes: int64(binary.BigEndian.Uint64(v[8:]))}
+}
+
+func writeStats(tx *bolt.Tx, tenant string, st Stats) error {
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(st.Entries))
+	v = binary.BigEndian.AppendUint64(v, uint64(st.Bytes))
+	return tx.Bucket(bLedgerStats).Put([]byte(tenant), v)
+}
+
+func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return nil, err
+	}
+	if err := checkMax(max); err != nil {
+		return nil, err
+	}
+	if afterSeq == math.MaxUint64 {
+		return nil, ctx.Err()
+	}
+	var out []Record
+	err := l.e.view(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bLedger).Bucket([]byte(tenant))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Seek(seqKey(afterSeq + 1)); k != nil && len(out) < max; k, v = c.Next() {
+			r, err := decodeRecord(k, v)
+			if err != nil {
+				return fmt.Errorf("record %x: %w", k, err)
+			}
+			r.Payload = append([]byte(nil), r.Payload...)
+			out = append(out, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read tenant %q: %w", tenant, err)
+	}
+	return out, nil
+}
+
+func (l embLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return 0, err
+	}
+	if len(seqs) == 0 {
+		return 0, ctx.Err()
+	}
+	var removed int
+	err := l.e.batch(ctx, func(tx *bolt.Tx) error {
+		removed = 0
+		b := tx.Bucket(bLedger).Bucket([]byte(tenant))
+		if b == nil {
+			return nil
+		}
+		st := readStats(tx, tenant)
+		for _, seq := range seqs {
+			k := seqKey(seq)
+			v := b.Get(k)
+			if v == nil {
+				continue
+			}
+			r, err := decodeRecord(k, v)
+			if err != nil {
+				return fmt.Errorf("record %d: %w", seq, err)
+			}
+			st.Entries--
+			st.Bytes -= int64(len(r.Payload))
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+			removed++
+		}
+		if removed == 0 {
+			return nil
+		}
+		return writeStats(tx, tenant, st)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, err)
+	}
+	return removed, nil
+}
+
+func (l embLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]Dropped, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return nil, err
+	}
+	rule := bounds.at(l.e.now())
+	var out []Dropped
+	err := l.e.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bLedger).Bucket([]byte(tenant))
+		if b == nil {
+			return nil
+		}
+		st := readStats(tx, tenant)
+		var keys [][]byte
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			r, err := decodeRecord(k, v)
+			if err != nil {
+				return fmt.Errorf("record %x: %w", k, err)
+			}
+			if !rule.drop(st.Entries, st.Bytes, r.Received.UnixMicro()) {
+				break
+			}
+			st.Entries--
+			st.Bytes -= int64(len(r.Payload))
+			keys = append(keys, k)
+			out = append(out, Dropped{Seq: r.Seq, Kind: r.Kind, Platform: r.Platform, Bytes: len(r.Payload), Received: r.Received})
+		}
+		for _, k := range keys {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		if len(keys) == 0 {
+			return nil
+		}
+		return writeStats(tx, tenant, st)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: trim tenant %q: %w", tenant, err)
+	}
+	return out, nil
+}
+
+func (l embLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	err := l.e.view(ctx, func(tx *bolt.Tx) error {
+		st = readStats(tx, tenant)
+		return nil
+	})
+	return st, err
+}
+
+func (l embLedger) Tenants(ctx context.Context) ([]string, error) {
+	var out []string
+	err := l.e.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bLedgerStats).ForEach(func(k, v []byte) error {
+			if len(v) == 16 && binary.BigEndian.Uint64(v) > 0 {
+				out = append(out, string(k))
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+type embCaps struct{ e *embedded }
+
+func (c embCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
+	if err := checkName("capability key", key); err != nil {
+		return err
+	}
+	v := encodeExpiring(expires, value)
+	return c.e.batch(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bCaps).Put([]byte(key), v)
+	})
+}
+
+func (c embCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := checkName("capability key", key); err != nil {
+		return nil, false, err
+	}
+	var value []byte
+	var ok bool
+	err := c.e.view(ctx, func(tx *bolt.Tx) error {
+		v := tx.Bucket(bCaps).Get([]byte(key))
+		if v == nil {
+			return nil
+		}
+		val, expires, err := decodeExpiring(v)
+		if err != nil {
+			return fmt.Errorf("capability: %w", err)
+		}
+		if c.e.now().Before(expires) {
+			value, ok = append([]byte(nil), val...), true
+		}
+		return nil
+	})
+	return value, ok, err
+}
+
+func (c embCaps) Delete(ctx context.Context, key string) error {
+	if err := checkName("capability key", key); err != nil {
+		return err
+	}
+	return c.e.batch(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bCaps).Delete([]byte(key))
+	})
+}
+
+type embOwners struct{ e *embedded }
+
+// embOwnerKey is the owners bucket's key: the tenant as a length-prefixed
+// string, then the session key, so no two pairs share a key.
+func embOwnerKey(tenant, sessionKey string) []byte {
+	return append(appendString(nil, tenant), sessionKey...)
+}
+
+func (w embOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	k := embOwnerKey(tenant, sessionKey)
+	v := encodeExpiring(w.e.now().Add(ttl), encodeOwner(o))
+	return w.e.batch(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bOwners).Put(k, v)
+	})
+}
+
+func (w embOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return Owner{}, false, err
+	}
+	var o Owner
+	var ok bool
+	err := w.e.view(ctx, func(tx *bolt.Tx) error {
+		v := tx.Bucket(bOwners).Get(embOwnerKey(tenant, sessionKey))
+		if v == nil {
+			return nil
+		}
+		val, expires, err := decodeExpiring(v)
+		if err == nil {
+			o, err = decodeOwner(val)
+		}
+		if err != nil {
+			return fmt.Errorf("owner: %w", err)
+		}
+		ok = w.e.now().Before(expires)
+		return nil
+	})
+	if !ok {
+		o = Owner{}
+	}
+	return o, ok, err
+}
+
+func (w embOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return err
+	}
+	return w.e.batch(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bOwners).Delete(embOwnerKey(tenant, sessionKey))
+	})
+}
+
+type embLeases struct{ e *embedded }
+
+// getLease returns the stored lease name (zero when none).
+func getLease(tx *bolt.Tx, name string) (Lease, error) {
+	v := tx.Bucket(bLeases).Get([]byte(name))
+	if v == nil {
+		return Lease{}, nil
+	}
+	l, err := decodeLease(v)
+	if err != nil {
+		return Lease{}, fmt.Errorf("lease %q: %w", name, err)
+	}
+	return l, nil
+}
+
+func putLease(tx *bolt.Tx, name string, l Lease) error {
+	return tx.Bucket(bLeases).Put([]byte(name), encodeLease(l))
+}
+
+func (ls embLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
+	if err := checkLeaseArgs(name, holder, ttl); err != nil {
+		return Lease{}, false, err
+	}
+	var l Lease
+	var acquired bool
+	err := ls.e.update(ctx, func(tx *bolt.Tx) error {
+		cur, err := getLease(tx, name)
+		if err != nil {
+			return err
+		}
+		if l, acquired = nextLease(cur, ls.e.now(), holder, ttl); !acquired {
+			return nil
+		}
+		return putLease(tx, name, l)
+	})
+	if err != nil {
+		return Lease{}, false, err
+	}
+	return l, acquired, nil
+}
+
+func (ls embLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
+	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
+		return Lease{}, err
+	}
+	err := ls.e.update(ctx, func(tx *bolt.Tx) error {
+		cur, err := getLease(tx, name)
+		if err != nil {
+			return err
+		}
+		now := ls.e.now()
+		if !holds(cur, l, now) {
+			return ErrNotHeld
+		}
+		l.Expires = now.Add(ttl)
+		return putLease(tx, name, l)
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	return l, nil
+}
+
+func (ls embLeases) Release(ctx context.Context, name string, l Lease) error {
+	if err := checkName("lease name", name); err != nil {
+		return err
+	}
+	return ls.e.update(ctx, func(tx *bolt.Tx) error {
+		cur, err := getLease(tx, name)
+		if err != nil {
+			return err
+		}
+		if !holds(cur, l, ls.e.now()) {
+			return ErrNotHeld
+		}
+		return putLease(tx, name, Lease{Token: l.Token}) // the token outlives the tenure
+	})
+}
+
+func (ls embLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
+	if err := checkName("lease name", name); err != nil {
+		return Lease{}, false, err
+	}
+	var l Lease
+	err := ls.e.view(ctx, func(tx *bolt.Tx) error {
+		var err error
+		l, err = getLease(tx, name)
+		return err
+	})
+	if err != nil || l.Holder == "" || !ls.e.now().Before(l.Expires) {
+		return Lease{}, false, err
+	}
+	return l, true, nil
+}
+
+type embRegistry struct{ e *embedded }
+
+func (r embRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return 0, err
+	}
+	var rev uint64
+	err := r.e.update(ctx, func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bRegistry).CreateBucketIfNotExists([]byte(namespace))
+		if err != nil {
+			return err
+		}
+		if rev, err = b.NextSequence(); err != nil {
+			return err
+		}
+		return b.Put([]byte(key), encodeEntry(rev, value))
+	})
+	return rev, err
+}
+
+func (r embRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return Entry{}, false, err
+	}
+	var e Entry
+	var ok bool
+	err := r.e.view(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bRegistry).Bucket([]byte(namespace))
+		if b == nil {
+			return nil
+		}
+		v := b.Get([]byte(key))
+		if v == nil {
+			return nil
+		}
+		var err error
+		e, err = decodeEntry(key, v)
+		ok = err == nil
+		return err
+	})
+	return e, ok, err
+}
+
+func (r embRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	var deleted bool
+	err := r.e.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bRegistry).Bucket([]byte(namespace))
+		if b == nil || b.Get([]byte(key)) == nil {
+			return nil
+		}
+		if err := b.Delete([]byte(key)); err != nil {
+			return err
+		}
+		deleted = true
+		_, err := b.NextSequence()
+		return err
+	})
+	return deleted, err
+}
+
+func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
+	if err := checkName("namespace", namespace); err != nil {
+		return nil, 0, err
+	}
+	var out []Entry
+	var rev uint64
+	err := r.e.view(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bRegistry).Bucket([]byte(namespace))
+		if b == nil {
+			return nil
+		}
+		rev = b.Sequence()
+		return b.ForEach(func(k, v []byte) error {
+			e, err := decodeEntry(string(k), v)
+			out = append(out, e)
+			return err
+		})
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, rev, nil
+}

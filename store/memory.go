@@ -1,0 +1,552 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Memory is the in-process Store, for unit tests and benchmarks: one mutex
+// over plain maps, and nothing survives Close.
+type Memory struct {
+	now       func() time.Time
+	epoch     string
+	ps        *broker
+	stopSweep func()
+
+	mu      sync.Mutex
+	closed  bool
+	ledgers map[string]*memLog
+	caps    map[string]expiring
+	owners  map[ownerKey]memOwner
+	leases  map[string]Lease
+	reg     map[string]*memNamespace
+}
+
+var _ Store = (*Memory)(nil)
+
+// memLog is one tenant's ledger: records in sequence order.
+type memLog struct {
+	recs  []Record
+	seq   uint64
+	bytes int64
+}
+
+// expiring is a capability value with its expiry.
+type expiring struct {
+	value   []byte
+	expires time.Time
+}
+
+type ownerKey struct{ tenant, sessionKey string }
+
+type memOwner struct {
+	o       Owner
+	expires time.Time
+}
+
+type memNamespace struct {
+	rev     uint64
+	entries map[string]Entry
+}
+
+// NewMemory returns an empty in-process store on clock now (nil means
+// time.Now). Close it: it runs a sweeper goroutine that deletes expired
+// capabilities and owners.
+func NewMemory(now func() time.Time) *Memory {
+	if now == nil {
+		now = time.Now
+	}
+	m := &Memory{
+		now: now, epoch: newEpoch(), ps: newBroker(),
+		ledgers: make(map[string]*memLog), caps: make(map[string]expiring),
+		owners: make(map[ownerKey]memOwner), leases: make(map[string]Lease),
+		reg: make(map[string]*memNamespace),
+	}
+	m.stopSweep = startSweeper(m.sweep)
+	return m
+}
+
+// lock takes the store's mutex unless ctx is done or the store is closed.
+func (m *Memory) lock(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+// Epoch implements Store.
+func (m *Memory) Epoch() string { return m.epoch }
+
+// Ledger implements Store.
+func (m *Memory) Ledger() Ledger { return memLedger{m} }
+
+// Capabilities implements Store.
+func (m *Memory) Capabilities() Capabilities { return memCaps{m} }
+
+// Owners implements Store.
+func (m *Memory) Owners() Owners { return memOwners{m} }
+
+// Leases implements Store.
+func (m *Memory) Leases() Leases { return memLeases{m} }
+
+// PubSub implements Store.
+func (m *Memory) PubSub() PubSub { return m.ps }
+
+// Registry implements Store.
+func (m *Memory) Registry() Registry { return memRegistry{m} }
+
+// Close implements Store.
+func (m *Memory) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.mu.Unlock()
+	m.stopSweep()
+	m.ps.close()
+	return nil
+}
+
+// sweep deletes expired capabilities and owners.
+func (m *Memory) sweep() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	for k, e := range m.caps {
+		if !now.Before(e.expires) {
+			delete(m.caps, k)
+		}
+	}
+	for k, o := range m.owners {
+		if !now.Before(o.expires) {
+			delete(m.owners, k)
+		}
+	}
+}
+
+type memLedger struct{ m *Memory }
+
+func (l memLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return nil, err
+	}
+	m := l.m
+	if err := m.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	lg := m.ledgers[tenant]
+	if lg == nil {
+		lg = &memLog{}
+		m.ledgers[tenant] = lg
+	}
+	now := m.now()
+	seqs := make([]uint64, len(recs))
+	for i, r := range recs {
+		lg.seq++
+		r.Seq = lg.seq
+		r.Payload = slices.Clone(r.Payload)
+		if r.Received.IsZero() {
+			r.Received = now
+		}
+		r.Received = micros(r.Received)
+		lg.recs = append(lg.recs, r)
+		lg.bytes += int64(len(r.Payload))
+		seqs[i] = r.Seq
+	}
+	return seqs, nil
+}
+
+func (l memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return nil, err
+	}
+	if err := checkMax(max); err != nil {
+		return nil, err
+	}
+	m := l.m
+	if err := m.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	lg := m.ledgers[tenant]
+	if lg == nil {
+		return nil, nil
+	}
+	i := sort.Search(len(lg.recs), func(i int) bool { return lg.recs[i].Seq > afterSeq })
+	var out []Record
+	for ; i < len(lg.recs) && len(out) < max; i++ {
+		r := lg.recs[i]
+		r.Payload = slices.Clone(r.Payload)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (l memLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return 0, err
+	}
+	m := l.m
+	if err := m.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer m.mu.Unlock()
+	lg := m.ledgers[tenant]
+	if lg == nil {
+		return 0, nil
+	}
+	removed := 0
+	for _, seq := range seqs {
+		i, found := sort.Find(len(lg.recs), func(i int) int { return cmp.Compare(seq, lg.recs[i].Seq) })
+		if !found {
+			continue
+		}
+		lg.bytes -= int64(len(lg.recs[i].Payload))
+		lg.recs = slices.Delete(lg.recs, i, i+1)
+		removed++
+	}
+	return removed, nil
+}
+
+func (l memLedger) Trim(ctx context.Context, tenant string, b Bounds) ([]Dropped, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return nil, err
+	}
+	m := l.m
+	if err := m.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	lg := m.ledgers[tenant]
+	if lg == nil {
+		return nil, nil
+	}
+	rule := b.at(m.now())
+	n := 0
+	var out []Dropped
+	for n < len(lg.recs) && rule.drop(len(lg.recs)-n, lg.bytes, lg.recs[n].Received.UnixMicro()) {
+		r := lg.recs[n]
+		lg.bytes -= int64(len(r.Payload))
+		out = append(out, Dropped{Seq: r.Seq, Kind: r.Kind, Platform: r.Platform, Bytes: len(r.Payload), Received: r.Received})
+		n++
+	}
+	lg.recs = slices.Delete(lg.recs, 0, n)
+	return out, nil
+}
+
+func (l memLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return Stats{}, err
+	}
+	m := l.m
+	if err := m.lock(ctx); err != nil {
+		return Stats{}, err
+	}
+	defer m.mu.Unlock()
+	lg := m.ledgers[tenant]
+	if lg == nil {
+		return Stats{}, nil
+	}
+	return Stats{Entries: len(lg.recs), Bytes: lg.bytes}, nil
+}
+
+func (l memLedger) Tenants(ctx context.Context) ([]string, error) {
+	m := l.m
+	if err := m.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer m.mu.Unlock()
+	var out []string
+	for t, lg := range m.ledgers {
+		if len(lg.recs) > 0 {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+type memCaps struct{ m *Memory }
+
+func (c memCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
+	if err := checkName("capability key", key); err != nil {
+		return err
+	}
+	m := c.m
+	if err := m.lock(ctx); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	m.caps[key] = expiring{value: slices.Clone(value), expires: expires}
+	return nil
+}
+
+func (c memCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := checkName("capability key", key); err != nil {
+		return nil, false, err
+	}
+	m := c.m
+	if err := m.lock(ctx); err != nil {
+		return nil, false, err
+	}
+	defer m.mu.Unlock()
+	e, ok := m.caps[key]
+	if !ok || !m.now().Before(e.expires) {
+		return nil, false, nil
+	}
+	return slices.Clone(e.value), true, nil
+}
+
+func (c memCaps) Delete(ctx context.Context, key string) error {
+	if err := checkName("capability key", key); err != nil {
+		return err
+	}
+	m := c.m
+	if err := m.lock(ctx); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	delete(m.caps, key)
+	return nil
+}
+
+type memOwners struct{ m *Memory }
+
+func (w memOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	m := w.m
+	if err := m.lock(ctx); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	m.owners[ownerKey{tenant, sessionKey}] = memOwner{o: o, expires: m.now().Add(ttl)}
+	return nil
+}
+
+func (w memOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return Owner{}, false, err
+	}
+	m := w.m
+	if err := m.lock(ctx); err != nil {
+		return Owner{}, false, err
+	}
+	defer m.mu.Unlock()
+	e, ok := m.owners[ownerKey{tenant, sessionKey}]
+	if !ok || !m.now().Before(e.expires) {
+		return Owner{}, false, nil
+	}
+	return e.o, true, nil
+}
+
+func (w memOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return err
+	}
+	m := w.m
+	if err := m.lock(ctx); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	delete(m.owners, ownerKey{tenant, sessionKey})
+	return nil
+}
+
+func checkOwnerArgs(tenant, sessionKey string) error {
+	if err := checkName("tenant", tenant); err != nil {
+		return err
+	}
+	return checkName("session key", sessionKey)
+}
+
+type memLeases struct{ m *Memory }
+
+func (ls memLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
+	if err := checkLeaseArgs(name, holder, ttl); err != nil {
+		return Lease{}, false, err
+	}
+	m := ls.m
+	if err := m.lock(ctx); err != nil {
+		return Lease{}, false, err
+	}
+	defer m.mu.Unlock()
+	l, acquired := nextLease(m.leases[name], m.now(), holder, ttl)
+	if acquired {
+		m.leases[name] = l
+	}
+	return l, acquired, nil
+}
+
+func (ls memLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
+	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
+		return Lease{}, err
+	}
+	m := ls.m
+	if err := m.lock(ctx); err != nil {
+		return Lease{}, err
+	}
+	defer m.mu.Unlock()
+	now := m.now()
+	if !holds(m.leases[name], l, now) {
+		return Lease{}, ErrNotHeld
+	}
+	l.Expires = now.Add(ttl)
+	m.leases[name] = l
+	return l, nil
+}
+
+func (ls memLeases) Release(ctx context.Context, name string, l Lease) error {
+	if err := checkName("lease name", name); err != nil {
+		return err
+	}
+	m := ls.m
+	if err := m.lock(ctx); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	if !holds(m.leases[name], l, m.now()) {
+		return ErrNotHeld
+	}
+	m.leases[name] = Lease{Token: l.Token} // the token outlives the tenure
+	return nil
+}
+
+func (ls memLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
+	if err := checkName("lease name", name); err != nil {
+		return Lease{}, false, err
+	}
+	m := ls.m
+	if err := m.lock(ctx); err != nil {
+		return Lease{}, false, err
+	}
+	defer m.mu.Unlock()
+	l := m.leases[name]
+	if l.Holder == "" || !m.now().Before(l.Expires) {
+		return Lease{}, false, nil
+	}
+	return l, true, nil
+}
+
+func checkLeaseArgs(name, holder string, ttl time.Duration) error {
+	if err := checkName("lease name", name); err != nil {
+		return err
+	}
+	if err := checkName("lease holder", holder); err != nil {
+		return err
+	}
+	return checkTTL(ttl)
+}
+
+type memRegistry struct{ m *Memory }
+
+func (r memRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return 0, err
+	}
+	m := r.m
+	if err := m.lock(ctx); err != nil {
+		return 0, err
+	}
+	defer m.mu.Unlock()
+	ns := m.reg[namespace]
+	if ns == nil {
+		ns = &memNamespace{entries: make(map[string]Entry)}
+		m.reg[namespace] = ns
+	}
+	ns.rev++
+	ns.entries[key] = Entry{Key: key, Value: slices.Clone(value), Rev: ns.rev}
+	return ns.rev, nil
+}
+
+func (r memRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return Entry{}, false, err
+	}
+	m := r.m
+	if err := m.lock(ctx); err != nil {
+		return Entry{}, false, err
+	}
+	defer m.mu.Unlock()
+	ns := m.reg[namespace]
+	if ns == nil {
+		return Entry{}, false, nil
+	}
+	e, ok := ns.entries[key]
+	e.Value = slices.Clone(e.Value)
+	return e, ok, nil
+}
+
+func (r memRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	m := r.m
+	if err := m.lock(ctx); err != nil {
+		return false, err
+	}
+	defer m.mu.Unlock()
+	ns := m.reg[namespace]
+	if ns == nil {
+		return false, nil
+	}
+	if _, ok := ns.entries[key]; !ok {
+		return false, nil
+	}
+	delete(ns.entries, key)
+	ns.rev++
+	return true, nil
+}
+
+func (r memRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
+	if err := checkName("namespace", namespace); err != nil {
+		return nil, 0, err
+	}
+	m := r.m
+	if err := m.lock(ctx); err != nil {
+		return nil, 0, err
+	}
+	defer m.mu.Unlock()
+	ns := m.reg[namespace]
+	if ns == nil {
+		return nil, 0, nil
+	}
+	out := make([]Entry, 0, len(ns.entries))
+	for _, e := range ns.entries {
+		e.Value = slices.Clone(e.Value)
+		out = append(out, e)
+	}
+	sortEntries(out)
+	return out, ns.rev, nil
+}
+
+func sortEntries(es []Entry) {
+	slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
+}
+
+func checkRegistryArgs(namespace, key string) error {
+	if err := checkName("namespace", namespace); err != nil {
+		return err
+	}
+	return checkName("registry key", key)
+}

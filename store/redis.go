@@ -1,0 +1,841 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The redis backend's keys, each after the configured prefix. A kind's name
+// never begins another's, and the variable part comes last, so no two
+// (kind, name) pairs share a key.
+//
+//	epoch                  the epoch (SET NX once)
+//	seq:<tenant>           the tenant's last assigned seq (INCRBY)
+//	log:<tenant>           the tenant's ledger: a stream with ids 0-<seq>,
+//	                       fields k kind, p platform, s session key,
+//	                       c chat id, r received (Unix µs), d payload
+//	bytes:<tenant>         the sum of the stream's payload lengths
+//	tenants                set of tenants whose stream holds entries
+//	cap:<key>              expiring capability value, PX as garbage collection
+//	owner:<n>:<tenant><session key>  expiring owner (n = len(tenant)), PX
+//	lease:<name>           "<token>:<holder>", PX the lease's TTL
+//	leasetoken:<name>      the last fencing token (INCR)
+//	registry:<namespace>   hash key -> entry
+//	registryrev:<namespace> the namespace's revision (INCR)
+//	channel:<channel>      a pub/sub channel
+//
+// Every multi-key change is one Lua script, so it is atomic on the server
+// and seqs stay monotonic across instances. The scripts touch keys of
+// several tenants' slots (tenants), so Redis Cluster is not supported.
+
+// redisExpirySlack is added to the PX of capabilities and owners, whose
+// expiry is judged by the store's clock: the key outlives its expiry by this
+// much, so a client clock behind the server's still sees the value until it
+// expires by its own reckoning.
+const redisExpirySlack = time.Minute
+
+// minRedisVersion has exclusive XRANGE ranges.
+const minRedisVersion = "6.2"
+
+type redisStore struct {
+	c     *redis.Client
+	p     string // key prefix
+	now   func() time.Time
+	epoch string
+
+	mu     sync.Mutex
+	closed bool
+	subs   map[*redisSub]struct{}
+}
+
+func openRedis(ctx context.Context, url, prefix string, now func() time.Time) (*redisStore, error) {
+	if url == "" {
+		return nil, fmt.Errorf("%w: the redis backend needs store.redis_url", ErrInvalid)
+	}
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		// The URL may carry a password: name the problem, not the URL.
+		return nil, fmt.Errorf("%w: store.redis_url does not parse as redis://[user:password@]host[:port][/db]", ErrInvalid)
+	}
+	c := redis.NewClient(opt)
+	s := &redisStore{c: c, p: prefix, now: now, subs: make(map[*redisSub]struct{})}
+	if err := s.init(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// init checks the server and loads or creates the epoch.
+func (s *redisStore) init(ctx context.Context) error {
+	info, err := s.c.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("store: redis at %s: %w", s.c.Options().Addr, err)
+	}
+	if v := infoField(info, "redis_version"); !versionAtLeast(v, minRedisVersion) {
+		return fmt.Errorf("store: redis at %s is version %q; the store needs %s or later", s.c.Options().Addr, v, minRedisVersion)
+	}
+	if err := s.c.SetNX(ctx, s.p+"epoch", newEpoch(), 0).Err(); err != nil {
+		return fmt.Errorf("store: redis epoch: %w", err)
+	}
+	if s.epoch, err = s.c.Get(ctx, s.p+"epoch").Result(); err != nil {
+		return fmt.Errorf("store: redis epoch: %w", err)
+	}
+	return nil
+}
+
+// infoField returns field's value from an INFO reply.
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// versionAtLeast compares dotted versions numerically.
+func versionAtLeast(v, min string) bool {
+	have, want := strings.Split(v, "."), strings.Split(min, ".")
+	for i, w := range want {
+		if i >= len(have) {
+			return false
+		}
+		h, err := strconv.Atoi(have[i])
+		if err != nil {
+			return false
+		}
+		n, _ := strconv.Atoi(w)
+		if h != n {
+			return h > n
+		}
+	}
+	return true
+}
+
+// rerr reports a closed client as ErrClosed.
+func rerr(err error) error {
+	if errors.Is(err, redis.ErrClosed) {
+		return ErrClosed
+	}
+	return err
+}
+
+func (s *redisStore) Epoch() string              { return s.epoch }
+func (s *redisStore) Ledger() Ledger             { return redisLedger{s} }
+func (s *redisStore) Capabilities() Capabilities { return redisCaps{s} }
+func (s *redisStore) Owners() Owners             { return redisOwners{s} }
+func (s *redisStore) Leases() Leases             { return redisLeases{s} }
+func (s *redisStore) PubSub() PubSub             { return redisPubSub{s} }
+func (s *redisStore) Registry() Registry         { return redisRegistry{s} }
+
+func (s *redisStore) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	subs := s.subs
+	s.subs = nil
+	s.mu.Unlock()
+	for sub := range subs {
+		sub.stop()
+	}
+	return s.c.Close()
+}
+
+// pxMillis converts d to a PX argument: whole milliseconds, at least 1.
+func pxMillis(d time.Duration) int64 {
+	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+}
+
+type redisLedger struct{ s *redisStore }
+
+// appendScript assigns ARGV[2] consecutive seqs to the records that follow
+// (six arguments each) and adds them to the stream with ids 0-<seq>.
+var appendScript = redis.NewScript(`
+local n = tonumber(ARGV[2])
+local last = redis.call('INCRBY', KEYS[1], n)
+local first = last - n + 1
+local size = 0
+for i = 0, n - 1 do
+  local a = 3 + i * 6
+  redis.call('XADD', KEYS[2], string.format('0-%d', first + i),
+    'k', ARGV[a], 'p', ARGV[a + 1], 's', ARGV[a + 2], 'c', ARGV[a + 3], 'r', ARGV[a + 4], 'd', ARGV[a + 5])
+  size = size + string.len(ARGV[a + 5])
+end
+redis.call('INCRBY', KEYS[3], size)
+redis.call('SADD', KEYS[4], ARGV[1])
+return first
+`)
+
+func (l redisLedger) keys(tenant string) []string {
+	p := l.s.p
+	return []string{p + "seq:" + tenant, p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"}
+}
+
+func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, ctx.Err()
+	}
+	now := l.s.now()
+	args := make([]any, 0, 2+6*len(recs))
+	args = append(args, tenant, len(recs))
+	for i := range recs {
+		r := &recs[i]
+		received := r.Received
+		if received.IsZero() {
+			received = now
+		}
+		args = append(args, r.Kind, r.Platform, r.SessionKey, r.ChatID, received.UnixMicro(), r.Payload)
+	}
+	first, err := appendScript.Run(ctx, l.s.c, l.keys(tenant), args...).Int64()
+	if err != nil {
+		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
+	}
+	seqs := make([]uint64, len(recs))
+	for i := range seqs {
+		seqs[i] = uint64(first) + uint64(i)
+	}
+	return seqs, nil
+}
+
+func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return nil, err
+	}
+	if err := checkMax(max); err != nil {
+		return nil, err
+	}
+	if afterSeq == math.MaxUint64 {
+		return nil, ctx.Err()
+	}
+	msgs, err := l.s.c.XRangeN(ctx, l.s.p+"log:"+tenant, "(0-"+strconv.FormatUint(afterSeq, 10), "+", int64(max)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: read tenant %q: %w", tenant, rerr(err))
+	}
+	out := make([]Record, 0, len(msgs))
+	for _, m := range msgs {
+		r, err := streamRecord(m)
+		if err != nil {
+			return nil, fmt.Errorf("store: read tenant %q: entry %s: %w", tenant, m.ID, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// streamRecord decodes one ledger stream entry.
+func streamRecord(m redis.XMessage) (Record, error) {
+	seq, ok := streamSeq(m.ID)
+	if !ok {
+		return Record{}, errCorrupt
+	}
+	field := func(name string) string {
+		v, _ := m.Values[name].(string)
+		return v
+	}
+	kind, err1 := strconv.ParseUint(field("k"), 10, 8)
+	received, err2 := strconv.ParseInt(field("r"), 10, 64)
+	if err1 != nil || err2 != nil {
+		return Record{}, errCorrupt
+	}
+	return Record{
+		Seq: seq, Kind: uint8(kind), Platform: field("p"), SessionKey: field("s"), ChatID: field("c"),
+		Payload: []byte(field("d")), Received: time.UnixMicro(received),
+	}, nil
+}
+
+// streamSeq parses a ledger stream id, 0-<seq>.
+func streamSeq(id string) (uint64, bool) {
+	s, ok := strings.CutPrefix(id, "0-")
+	if !ok {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(s, 10, 64)
+	return seq, err == nil
+}
+
+// ackScript deletes the entries 0-<seq> for each seq in ARGV[2:], keeps
+// the bytes counter and drops the tenant from the set once its stream is
+// empty.
+var ackScript = redis.NewScript(`
+local removed, size = 0, 0
+for i = 2, #ARGV do
+  local id = '0-' .. ARGV[i]
+  local e = redis.call('XRANGE', KEYS[1], id, id)
+  if #e > 0 then
+    local f = e[1][2]
+    for j = 1, #f, 2 do
+      if f[j] == 'd' then size = size + string.len(f[j + 1]) end
+    end
+    redis.call('XDEL', KEYS[1], id)
+    removed = removed + 1
+  end
+end
+if removed > 0 then
+  redis.call('DECRBY', KEYS[2], size)
+  if redis.call('XLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) end
+end
+return removed
+`)
+
+func (l redisLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return 0, err
+	}
+	if len(seqs) == 0 {
+		return 0, ctx.Err()
+	}
+	p := l.s.p
+	args := make([]any, 0, 1+len(seqs))
+	args = append(args, tenant)
+	for _, seq := range seqs {
+		args = append(args, strconv.FormatUint(seq, 10))
+	}
+	n, err := ackScript.Run(ctx, l.s.c, []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"}, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, rerr(err))
+	}
+	return n, nil
+}
+
+// trimScript is trimRule.drop over the stream, oldest first: ARGV are the
+// tenant, max entries, max bytes and the cutoff in Unix µs (0: none). It
+// returns {id, kind, platform, bytes, received} per dropped entry.
+var trimScript = redis.NewScript(`
+local maxN, maxB, cutoff = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local n = redis.call('XLEN', KEYS[1])
+local b = tonumber(redis.call('GET', KEYS[2]) or '0')
+local out = {}
+local start = '-'
+local done = false
+while not done and n > 0 do
+  local es = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', 128)
+  if #es == 0 then break end
+  for _, e in ipairs(es) do
+    local f, v = e[2], {}
+    for j = 1, #f, 2 do v[f[j]] = f[j + 1] end
+    local size, r = string.len(v['d'] or ''), tonumber(v['r'] or '0')
+    if not ((maxN > 0 and n > maxN) or (maxB > 0 and b > maxB) or (cutoff ~= 0 and r < cutoff)) then
+      done = true
+      break
+    end
+    redis.call('XDEL', KEYS[1], e[1])
+    n = n - 1
+    b = b - size
+    out[#out + 1] = {e[1], v['k'] or '0', v['p'] or '', size, v['r'] or '0'}
+  end
+  start = '(' .. es[#es][1]
+end
+if #out > 0 then
+  redis.call('SET', KEYS[2], b)
+  if n == 0 then redis.call('SREM', KEYS[3], ARGV[1]) end
+end
+return out
+`)
+
+func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]Dropped, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return nil, err
+	}
+	rule := bounds.at(l.s.now())
+	p := l.s.p
+	res, err := trimScript.Run(ctx, l.s.c, []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"},
+		tenant, rule.maxEntries, rule.maxBytes, rule.cutoff).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("store: trim tenant %q: %w", tenant, rerr(err))
+	}
+	out := make([]Dropped, 0, len(res))
+	for _, row := range res {
+		d, ok := trimmedEntry(row)
+		if !ok {
+			return out, fmt.Errorf("store: trim tenant %q: %w", tenant, errCorrupt)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// trimmedEntry decodes one row of trimScript's reply.
+func trimmedEntry(row any) (Dropped, bool) {
+	f, ok := row.([]any)
+	if !ok || len(f) != 5 {
+		return Dropped{}, false
+	}
+	id, _ := f[0].(string)
+	kind, _ := f[1].(string)
+	platform, _ := f[2].(string)
+	size, _ := f[3].(int64)
+	received, _ := f[4].(string)
+	seq, ok := streamSeq(id)
+	k, err1 := strconv.ParseUint(kind, 10, 8)
+	r, err2 := strconv.ParseInt(received, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return Dropped{}, false
+	}
+	return Dropped{Seq: seq, Kind: uint8(k), Platform: platform, Bytes: int(size), Received: time.UnixMicro(r)}, true
+}
+
+func (l redisLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return Stats{}, err
+	}
+	var n *redis.IntCmd
+	var b *redis.StringCmd
+	_, err := l.s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		n = p.XLen(ctx, l.s.p+"log:"+tenant)
+		b = p.Get(ctx, l.s.p+"bytes:"+tenant)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Stats{}, fmt.Errorf("store: stats of tenant %q: %w", tenant, rerr(err))
+	}
+	bytes, err := b.Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Stats{}, fmt.Errorf("store: stats of tenant %q: %w", tenant, err)
+	}
+	return Stats{Entries: int(n.Val()), Bytes: bytes}, nil
+}
+
+func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
+	out, err := l.s.c.SMembers(ctx, l.s.p+"tenants").Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: tenants: %w", rerr(err))
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+type redisCaps struct{ s *redisStore }
+
+func (c redisCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
+	if err := checkName("capability key", key); err != nil {
+		return err
+	}
+	ttl := max(expires.Sub(c.s.now()), 0) + redisExpirySlack
+	if err := c.s.c.Set(ctx, c.s.p+"cap:"+key, encodeExpiring(expires, value), ttl).Err(); err != nil {
+		return fmt.Errorf("store: put capability: %w", rerr(err))
+	}
+	return nil
+}
+
+func (c redisCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := checkName("capability key", key); err != nil {
+		return nil, false, err
+	}
+	v, err := c.s.c.Get(ctx, c.s.p+"cap:"+key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("store: get capability: %w", rerr(err))
+	}
+	value, expires, err := decodeExpiring(v)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: get capability: %w", err)
+	}
+	if !c.s.now().Before(expires) {
+		return nil, false, nil
+	}
+	return value, true, nil
+}
+
+func (c redisCaps) Delete(ctx context.Context, key string) error {
+	if err := checkName("capability key", key); err != nil {
+		return err
+	}
+	if err := c.s.c.Del(ctx, c.s.p+"cap:"+key).Err(); err != nil {
+		return fmt.Errorf("store: delete capability: %w", rerr(err))
+	}
+	return nil
+}
+
+type redisOwners struct{ s *redisStore }
+
+func (w redisOwners) key(tenant, sessionKey string) string {
+	return w.s.p + "owner:" + strconv.Itoa(len(tenant)) + ":" + tenant + sessionKey
+}
+
+func (w redisOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return err
+	}
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	v := encodeExpiring(w.s.now().Add(ttl), encodeOwner(o))
+	if err := w.s.c.Set(ctx, w.key(tenant, sessionKey), v, ttl+redisExpirySlack).Err(); err != nil {
+		return fmt.Errorf("store: set owner: %w", rerr(err))
+	}
+	return nil
+}
+
+func (w redisOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return Owner{}, false, err
+	}
+	v, err := w.s.c.Get(ctx, w.key(tenant, sessionKey)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return Owner{}, false, nil
+	}
+	if err != nil {
+		return Owner{}, false, fmt.Errorf("store: get owner: %w", rerr(err))
+	}
+	val, expires, err := decodeExpiring(v)
+	if err != nil {
+		return Owner{}, false, fmt.Errorf("store: get owner: %w", err)
+	}
+	if !w.s.now().Before(expires) {
+		return Owner{}, false, nil
+	}
+	o, err := decodeOwner(val)
+	if err != nil {
+		return Owner{}, false, fmt.Errorf("store: get owner: %w", err)
+	}
+	return o, true, nil
+}
+
+func (w redisOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return err
+	}
+	if err := w.s.c.Del(ctx, w.key(tenant, sessionKey)).Err(); err != nil {
+		return fmt.Errorf("store: delete owner: %w", rerr(err))
+	}
+	return nil
+}
+
+type redisLeases struct{ s *redisStore }
+
+// acquireScript: KEYS lease, token counter; ARGV holder, ttl ms. Returns
+// {acquired 0/1, token, holder, remaining ms}.
+var acquireScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local sep = string.find(cur, ':', 1, true)
+  local token, holder = string.sub(cur, 1, sep - 1), string.sub(cur, sep + 1)
+  if holder ~= ARGV[1] then
+    return {0, token, holder, redis.call('PTTL', KEYS[1])}
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, token, holder, tonumber(ARGV[2])}
+end
+local token = string.format('%d', redis.call('INCR', KEYS[2]))
+redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
+return {1, token, ARGV[1], tonumber(ARGV[2])}
+`)
+
+// renewScript: KEYS lease; ARGV "<token>:<holder>", ttl ms. Returns 1 if
+// renewed.
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+`)
+
+// releaseScript: KEYS lease; ARGV "<token>:<holder>". Returns 1 if released.
+var releaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`)
+
+// holderScript: KEYS lease. Returns {value, remaining ms} or nil.
+var holderScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then return false end
+return {v, redis.call('PTTL', KEYS[1])}
+`)
+
+func leaseValue(l Lease) string { return strconv.FormatUint(l.Token, 10) + ":" + l.Holder }
+
+// lease builds a Lease from its token and holder and the remaining TTL.
+func (ls redisLeases) lease(token, holder string, pttl int64) (Lease, error) {
+	t, err := strconv.ParseUint(token, 10, 64)
+	if err != nil {
+		return Lease{}, errCorrupt
+	}
+	return Lease{Holder: holder, Token: t, Expires: ls.s.now().Add(time.Duration(pttl) * time.Millisecond)}, nil
+}
+
+func (ls redisLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
+	if err := checkLeaseArgs(name, holder, ttl); err != nil {
+		return Lease{}, false, err
+	}
+	p := ls.s.p
+	res, err := acquireScript.Run(ctx, ls.s.c, []string{p + "lease:" + name, p + "leasetoken:" + name}, holder, pxMillis(ttl)).Slice()
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("store: acquire lease %q: %w", name, rerr(err))
+	}
+	if len(res) != 4 {
+		return Lease{}, false, fmt.Errorf("store: acquire lease %q: %w", name, errCorrupt)
+	}
+	acquired, _ := res[0].(int64)
+	token, _ := res[1].(string)
+	cur, _ := res[2].(string)
+	pttl, _ := res[3].(int64)
+	l, err := ls.lease(token, cur, pttl)
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("store: acquire lease %q: %w", name, err)
+	}
+	return l, acquired == 1, nil
+}
+
+func (ls redisLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
+	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
+		return Lease{}, err
+	}
+	ok, err := renewScript.Run(ctx, ls.s.c, []string{ls.s.p + "lease:" + name}, leaseValue(l), pxMillis(ttl)).Int()
+	if err != nil {
+		return Lease{}, fmt.Errorf("store: renew lease %q: %w", name, rerr(err))
+	}
+	if ok != 1 {
+		return Lease{}, ErrNotHeld
+	}
+	l.Expires = ls.s.now().Add(ttl)
+	return l, nil
+}
+
+func (ls redisLeases) Release(ctx context.Context, name string, l Lease) error {
+	if err := checkName("lease name", name); err != nil {
+		return err
+	}
+	ok, err := releaseScript.Run(ctx, ls.s.c, []string{ls.s.p + "lease:" + name}, leaseValue(l)).Int()
+	if err != nil {
+		return fmt.Errorf("store: release lease %q: %w", name, rerr(err))
+	}
+	if ok != 1 {
+		return ErrNotHeld
+	}
+	return nil
+}
+
+func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
+	if err := checkName("lease name", name); err != nil {
+		return Lease{}, false, err
+	}
+	res, err := holderScript.Run(ctx, ls.s.c, []string{ls.s.p + "lease:" + name}).Slice()
+	if errors.Is(err, redis.Nil) {
+		return Lease{}, false, nil
+	}
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("store: lease %q: %w", name, rerr(err))
+	}
+	v, _ := res[0].(string)
+	pttl, _ := res[1].(int64)
+	token, holder, ok := strings.Cut(v, ":")
+	if !ok {
+		return Lease{}, false, fmt.Errorf("store: lease %q: %w", name, errCorrupt)
+	}
+	l, err := ls.lease(token, holder, pttl)
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("store: lease %q: %w", name, err)
+	}
+	return l, true, nil
+}
+
+type redisRegistry struct{ s *redisStore }
+
+func (r redisRegistry) keys(namespace string) []string {
+	return []string{r.s.p + "registry:" + namespace, r.s.p + "registryrev:" + namespace}
+}
+
+// registryPutScript: KEYS hash, revision; ARGV key, value. Stores the entry
+// (rev as 8 big-endian bytes, then the value) and returns the revision.
+var registryPutScript = redis.NewScript(`
+local rev = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], ARGV[1], struct.pack('>I8', rev) .. ARGV[2])
+return rev
+`)
+
+// registryDeleteScript: KEYS hash, revision; ARGV key. Returns 1 if deleted.
+var registryDeleteScript = redis.NewScript(`
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
+  redis.call('INCR', KEYS[2])
+  return 1
+end
+return 0
+`)
+
+// registryListScript: KEYS hash, revision. Returns {rev, {key, entry, ...}}.
+var registryListScript = redis.NewScript(`
+return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}
+`)
+
+func (r redisRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return 0, err
+	}
+	rev, err := registryPutScript.Run(ctx, r.s.c, r.keys(namespace), key, value).Uint64()
+	if err != nil {
+		return 0, fmt.Errorf("store: registry put: %w", rerr(err))
+	}
+	return rev, nil
+}
+
+func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return Entry{}, false, err
+	}
+	v, err := r.s.c.HGet(ctx, r.s.p+"registry:"+namespace, key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return Entry{}, false, nil
+	}
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("store: registry get: %w", rerr(err))
+	}
+	e, err := decodeEntry(key, v)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	return e, true, nil
+}
+
+func (r redisRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	n, err := registryDeleteScript.Run(ctx, r.s.c, r.keys(namespace), key).Int()
+	if err != nil {
+		return false, fmt.Errorf("store: registry delete: %w", rerr(err))
+	}
+	return n == 1, nil
+}
+
+func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
+	if err := checkName("namespace", namespace); err != nil {
+		return nil, 0, err
+	}
+	res, err := registryListScript.Run(ctx, r.s.c, r.keys(namespace)).Slice()
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: registry list: %w", rerr(err))
+	}
+	revText, _ := res[0].(string)
+	rev, err := strconv.ParseUint(revText, 10, 64)
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: registry list: revision: %w", errCorrupt)
+	}
+	flat, _ := res[1].([]any)
+	var out []Entry
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		v, _ := flat[i+1].(string)
+		e, err := decodeEntry(k, []byte(v))
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, e)
+	}
+	sortEntries(out)
+	return out, rev, nil
+}
+
+type redisPubSub struct{ s *redisStore }
+
+// redisSub forwards one Redis subscription to its channel.
+type redisSub struct {
+	ps   *redis.PubSub
+	sub  *subscription
+	once sync.Once
+	quit chan struct{} // closed by stop
+	done chan struct{} // closed when forward returns
+}
+
+func (p redisPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
+	if err := checkName("channel", channel); err != nil {
+		return err
+	}
+	if err := p.s.c.Publish(ctx, p.s.p+"channel:"+channel, msg).Err(); err != nil {
+		return fmt.Errorf("store: publish: %w", rerr(err))
+	}
+	return nil
+}
+
+func (p redisPubSub) Subscribe(ctx context.Context, channel string) (<-chan []byte, func(), error) {
+	if err := checkName("channel", channel); err != nil {
+		return nil, nil, err
+	}
+	s := p.s
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, nil, ErrClosed
+	}
+	ps := s.c.Subscribe(ctx, s.p+"channel:"+channel)
+	// Wait for the server's confirmation, so a message published after
+	// Subscribe returns is delivered.
+	if _, err := ps.Receive(ctx); err != nil {
+		_ = ps.Close()
+		return nil, nil, fmt.Errorf("store: subscribe: %w", rerr(err))
+	}
+	rs := &redisSub{ps: ps, sub: newSubscription(), quit: make(chan struct{}), done: make(chan struct{})}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ps.Close()
+		return nil, nil, ErrClosed
+	}
+	s.subs[rs] = struct{}{}
+	s.mu.Unlock()
+	go rs.forward()
+	cancel := func() {
+		s.mu.Lock()
+		delete(s.subs, rs)
+		s.mu.Unlock()
+		rs.stop()
+	}
+	stopAfter := context.AfterFunc(ctx, cancel)
+	return rs.sub.ch, func() { stopAfter(); cancel() }, nil
+}
+
+// forward moves messages from Redis to the subscription until the
+// subscription is closed. go-redis reconnects and resubscribes after a
+// connection error; what was published meanwhile is lost.
+func (rs *redisSub) forward() {
+	defer close(rs.done)
+	defer close(rs.sub.ch)
+	ctx := context.Background()
+	for {
+		msg, err := rs.ps.ReceiveMessage(ctx)
+		if err != nil {
+			select {
+			case <-rs.quit:
+				return
+			case <-time.After(100 * time.Millisecond): // back off before reconnecting
+			}
+			continue
+		}
+		rs.sub.offer([]byte(msg.Payload))
+	}
+}
+
+// stop closes the subscription and waits for forward to end.
+func (rs *redisSub) stop() {
+	rs.once.Do(func() {
+		close(rs.quit)
+		_ = rs.ps.Close()
+	})
+	<-rs.done
+}

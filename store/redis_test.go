@@ -1,0 +1,81 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connector/internal/redistest"
+	"connector/store"
+	"connector/store/storetest"
+)
+
+// prefixes makes every redis data set in this binary distinct on a shared
+// server.
+var prefixes atomic.Int64
+
+func redisConfig(srv *redistest.Server) store.Config {
+	return store.Config{
+		Backend: store.BackendRedis, RedisURL: srv.URL(),
+		RedisPrefix: fmt.Sprintf("test%d:", prefixes.Add(1)),
+	}
+}
+
+func TestRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	storetest.Run(t, storetest.Backend{
+		Fresh: func(t *testing.T) storetest.Opener {
+			return opener(t, redisConfig(srv))
+		},
+		Durable:           true,
+		Shared:            true,
+		ServerClockLeases: true,
+	})
+}
+
+func TestRedisAppendSurvivesServerKill(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{AppendFsync: "always"})
+	cfg := redisConfig(srv)
+	ctx := context.Background()
+	s, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []uint64
+	for i := range 20 {
+		seqs, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte(strconv.Itoa(i))}, {Payload: []byte("x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, seqs...)
+	}
+	epoch := s.Epoch()
+	_ = s.Close()
+
+	srv.Kill(t)
+	srv.Restart(t)
+	cfg.RedisURL = srv.URL()
+	s2 := opener(t, cfg)(time.Now)
+	if s2.Epoch() != epoch {
+		t.Fatalf("epoch after the server restart %q, before %q", s2.Epoch(), epoch)
+	}
+	got, err := s2.Ledger().Read(ctx, "t1", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d records after kill -9 of redis-server with appendfsync always, want %d", len(got), len(want))
+	}
+	for i, r := range got {
+		if r.Seq != want[i] {
+			t.Fatalf("record %d has seq %d, want %d", i, r.Seq, want[i])
+		}
+	}
+	next, err := s2.Ledger().Append(ctx, "t1", []store.Record{{}})
+	if err != nil || next[0] != want[len(want)-1]+1 {
+		t.Fatalf("Append after the restart = %v, %v; want seq %d", next, err, want[len(want)-1]+1)
+	}
+}

@@ -1,0 +1,421 @@
+// Package store is the connector's durable state: the per-tenant inbound
+// ledger the relay replays from, the capability vault's values, session
+// owners, leases, cross-instance notifications and a small registry. It is the
+// layer that makes "nothing confirmed to a platform is ever lost" hold across
+// restarts (the embedded backend) and across instances (the Redis backend).
+//
+// A Store bundles one small interface per kind of state:
+//
+//   - Ledger: an append-only inbound log per tenant. Append returns only once
+//     the records are durable and gives each a per-tenant sequence number
+//     that is never reused; gateways acknowledge, bounds trim the oldest.
+//   - Capabilities: opaque values with an expiry (the vault's backing store).
+//   - Owners: which instance and connection own a session, with a TTL.
+//   - Leases: named, exclusive, expiring leases with fencing tokens.
+//   - PubSub: at-most-once notifications between instances.
+//   - Registry: namespaced key/values with a revision per namespace.
+//
+// Three backends implement it, chosen by Config.Backend:
+//
+//   - "embedded" (the default): go.etcd.io/bbolt in Config.Path. A write is
+//     committed with fsync before it returns; concurrent writers share one
+//     commit (group commit). One process owns the data directory.
+//   - "redis": github.com/redis/go-redis/v9 against one Redis 7 primary
+//     (not Cluster), shared by any number of connector instances. A write is
+//     as durable as the server's persistence settings make it (see
+//     docs/durability.md).
+//   - "memory": in-process maps for unit tests and benchmarks; nothing
+//     survives Close.
+//
+// Expiry of capabilities and owners is judged by Config.Now on every
+// backend, so tests control time. Leases follow Config.Now on the memory and
+// embedded backends and the Redis server's clock on the redis backend.
+//
+// The conformance suite every backend passes is in store/storetest.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Store is the connector's durable state. Its methods are safe for
+// concurrent use; after Close every call fails with ErrClosed.
+type Store interface {
+	// Epoch identifies the data set: a random id created when the store was
+	// first initialized and kept with the data. It is the same across
+	// restarts and across instances sharing a Redis, and different after
+	// the data is wiped, so "<epoch>-<seq>" names one ledger record for good
+	// (the relay's bufferId).
+	Epoch() string
+	// Ledger is the per-tenant inbound log.
+	Ledger() Ledger
+	// Capabilities is the capability vault's backing store.
+	Capabilities() Capabilities
+	// Owners records which connection owns a session.
+	Owners() Owners
+	// Leases are named exclusive leases with fencing tokens.
+	Leases() Leases
+	// PubSub carries notifications between instances.
+	PubSub() PubSub
+	// Registry is a namespaced key/value store with revisions.
+	Registry() Registry
+	// Close releases the store: it ends every subscription and, for the
+	// embedded backend, unlocks the data directory. It is idempotent.
+	Close() error
+}
+
+// Ledger is an append-only log of inbound records per tenant. A tenant
+// never sees another tenant's records: every method is scoped to one.
+type Ledger interface {
+	// Append stores recs at the end of tenant's log and returns their
+	// sequence numbers, in the order of recs. Sequence numbers start at 1,
+	// grow by one per record and are never reused, even after acks, trims,
+	// restarts or from another instance. Append returns only once the
+	// records are durable. The store copies recs; their Seq is ignored, and
+	// a zero Received is set to the store's clock. Received is kept to the
+	// microsecond.
+	Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error)
+	// Read returns up to max (> 0) of tenant's records with a sequence
+	// number above afterSeq, in sequence order.
+	Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error)
+	// Ack removes tenant's records with the given sequence numbers and
+	// reports how many it removed. Unknown numbers (acknowledged before,
+	// trimmed, never assigned) are ignored.
+	Ack(ctx context.Context, tenant string, seqs ...uint64) (removed int, err error)
+	// Trim drops tenant's oldest records while the log exceeds b, and
+	// returns what it dropped, oldest first, so the caller can log and
+	// count it. A record alone larger than b.MaxBytes is dropped too.
+	Trim(ctx context.Context, tenant string, b Bounds) ([]Dropped, error)
+	// Stats reports the size of tenant's log.
+	Stats(ctx context.Context, tenant string) (Stats, error)
+	// Tenants lists, sorted, the tenants whose log holds records: the
+	// ledgers to recover after a restart.
+	Tenants(ctx context.Context) ([]string, error)
+}
+
+// Record is one inbound delivery in a tenant's ledger.
+type Record struct {
+	// Seq is the record's per-tenant sequence number, set by Append.
+	Seq uint64
+	// Kind is the caller's record kind (the relay stores platform.Kind).
+	Kind uint8
+	// Platform, SessionKey and ChatID route the record.
+	Platform   string
+	SessionKey string
+	ChatID     string
+	// Payload is the record's opaque content (an encoded event). Stats and
+	// Bounds count its length as the record's size.
+	Payload []byte
+	// Received is when the platform event reached the connector.
+	Received time.Time
+}
+
+// Bounds limit a tenant's ledger. A zero field is no limit.
+type Bounds struct {
+	// MaxEntries is the most records kept.
+	MaxEntries int
+	// MaxBytes is the most payload bytes kept.
+	MaxBytes int64
+	// MaxAge drops records received longer ago than this, by the store's
+	// clock.
+	MaxAge time.Duration
+}
+
+// Dropped describes a record Trim removed.
+type Dropped struct {
+	Seq      uint64
+	Kind     uint8
+	Platform string
+	// Bytes is the payload's length.
+	Bytes    int
+	Received time.Time
+}
+
+// Stats is the size of a tenant's ledger.
+type Stats struct {
+	Entries int
+	// Bytes is the sum of the records' payload lengths.
+	Bytes int64
+}
+
+// Capabilities stores opaque values until they expire: the capability
+// vault's backing store. Keys are the caller's (the vault composes tenant,
+// session and kind into them).
+type Capabilities interface {
+	// Put stores value under key until expires, replacing an older value.
+	Put(ctx context.Context, key string, value []byte, expires time.Time) error
+	// Get returns the value under key unless it is absent or expired by the
+	// store's clock.
+	Get(ctx context.Context, key string) (value []byte, ok bool, err error)
+	// Delete removes key; an absent key is not an error.
+	Delete(ctx context.Context, key string) error
+}
+
+// Owners records which instance and connection own a tenant's session, so
+// the session's inbound keeps going to one gateway connection. Entries
+// expire after their TTL, which bounds the records kept.
+type Owners interface {
+	// Set makes o the owner of tenant's session for ttl (> 0).
+	Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error
+	// Get returns the session's owner unless it is absent or expired by
+	// the store's clock.
+	Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error)
+	// Delete forgets the session's owner.
+	Delete(ctx context.Context, tenant, sessionKey string) error
+}
+
+// Owner is the connection a session's inbound goes to.
+type Owner struct {
+	// Instance names the connector instance holding the connection.
+	Instance string
+	// Conn names the connection within the instance.
+	Conn string
+	// ChatID is the chat the session's last inbound came from.
+	ChatID string
+}
+
+// Leases are named, exclusive, expiring leases (leader election, a job only
+// one instance may run). Every new holder gets a fencing token larger than
+// any earlier holder's, so a resource can refuse a stale holder's writes.
+//
+// On the memory and embedded backends a lease expires by the store's clock
+// (Config.Now). On the redis backend it expires by the Redis server's clock
+// (SET PX), and Lease.Expires is an estimate: the store's clock plus the
+// remaining TTL the server reported.
+type Leases interface {
+	// Acquire takes the lease name for holder for ttl (> 0) if it is free
+	// or expired, with a new fencing token. If holder already holds it,
+	// Acquire extends it and keeps the token. Otherwise acquired is false
+	// and the current lease is returned.
+	Acquire(ctx context.Context, name, holder string, ttl time.Duration) (l Lease, acquired bool, err error)
+	// Renew extends the lease l for ttl from now. It fails with ErrNotHeld
+	// when l has expired or another holder took the lease.
+	Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error)
+	// Release gives up l. It fails with ErrNotHeld when l is not the
+	// current lease; the lease then stays with whoever holds it.
+	Release(ctx context.Context, name string, l Lease) error
+	// Holder returns the current lease, ok false when it is free.
+	Holder(ctx context.Context, name string) (l Lease, ok bool, err error)
+}
+
+// Lease is one holder's tenure of a named lease.
+type Lease struct {
+	Holder string
+	// Token is the fencing token: it grows with every new holder.
+	Token   uint64
+	Expires time.Time
+}
+
+// PubSub carries notifications between the connector's instances (on the
+// memory and embedded backends, between the subscribers of one process).
+// Delivery is at most once: a message published while a subscriber is
+// disconnected, or when its buffer of SubscriptionBuffer messages is full,
+// is lost. Durable truth stays in the ledger; a notification only says
+// "look again".
+type PubSub interface {
+	// Publish sends msg to every current subscriber of channel.
+	Publish(ctx context.Context, channel string, msg []byte) error
+	// Subscribe returns the messages published on channel after it
+	// returns. The channel is closed after cancel is called, ctx is done or
+	// the store is closed. Receivers must not modify the messages.
+	Subscribe(ctx context.Context, channel string) (msgs <-chan []byte, cancel func(), err error)
+}
+
+// SubscriptionBuffer is how many undelivered messages a subscription holds
+// before newer ones are dropped.
+const SubscriptionBuffer = 256
+
+// Registry is a small namespaced key/value store for runtime configuration
+// (a tenant registry, say). Each namespace has a revision that grows with
+// every change in it, so a reader can tell whether anything changed.
+type Registry interface {
+	// Put stores value under key and returns the namespace's new revision.
+	Put(ctx context.Context, namespace, key string, value []byte) (rev uint64, err error)
+	// Get returns the entry under key.
+	Get(ctx context.Context, namespace, key string) (e Entry, ok bool, err error)
+	// Delete removes key, reporting whether it was there. A removal bumps
+	// the namespace's revision.
+	Delete(ctx context.Context, namespace, key string) (deleted bool, err error)
+	// List returns every entry of namespace sorted by key, and the
+	// namespace's revision (0 for a namespace never written).
+	List(ctx context.Context, namespace string) (entries []Entry, rev uint64, err error)
+}
+
+// Entry is one registry value.
+type Entry struct {
+	Key   string
+	Value []byte
+	// Rev is the namespace's revision when the value was written.
+	Rev uint64
+}
+
+// Errors. Test them with errors.Is.
+var (
+	// ErrClosed is returned by every method of a closed store.
+	ErrClosed = errors.New("store: closed")
+	// ErrInvalid is returned for a bad argument (an empty or too long
+	// name, a non-positive TTL or read size); the message says which.
+	ErrInvalid = errors.New("store: invalid argument")
+	// ErrNotHeld is returned by Renew and Release for a lease the caller
+	// no longer holds.
+	ErrNotHeld = errors.New("store: lease not held")
+)
+
+// MaxNameBytes bounds tenant ids, session keys, capability keys, lease
+// names, channels, namespaces and registry keys.
+const MaxNameBytes = 1024
+
+// Backends.
+const (
+	BackendMemory   = "memory"
+	BackendEmbedded = "embedded"
+	BackendRedis    = "redis"
+)
+
+// Config selects and configures a backend. The zero value opens the
+// embedded backend in DefaultPath. Its fields are the configuration keys
+// store.backend, store.path and store.redis_url (environment
+// CONNECTOR_REDIS_URL); docs/durability.md says what is wired.
+type Config struct {
+	// Backend is "embedded", "redis" or "memory". Empty means embedded.
+	Backend string
+	// Path is the embedded backend's data directory, created if missing.
+	// Empty means DefaultPath().
+	Path string
+	// RedisURL addresses the redis backend's server, e.g.
+	// redis://:password@host:6379/0 (rediss:// for TLS). Required for redis.
+	RedisURL string
+	// RedisPrefix starts every key the redis backend writes, so several
+	// deployments (or tests) can share one server. Empty means "connector:".
+	RedisPrefix string
+	// Now is the clock for expiry, record ages and (memory, embedded)
+	// leases. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Open opens the backend cfg selects.
+func Open(ctx context.Context, cfg Config) (Store, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	switch cfg.Backend {
+	case BackendMemory:
+		return NewMemory(cfg.Now), nil
+	case BackendEmbedded, "":
+		if cfg.Path == "" {
+			p, err := DefaultPath()
+			if err != nil {
+				return nil, err
+			}
+			cfg.Path = p
+		}
+		return openEmbedded(ctx, cfg.Path, cfg.Now)
+	case BackendRedis:
+		if cfg.RedisPrefix == "" {
+			cfg.RedisPrefix = "connector:"
+		}
+		return openRedis(ctx, cfg.RedisURL, cfg.RedisPrefix, cfg.Now)
+	}
+	return nil, fmt.Errorf("%w: unknown store backend %q (want embedded, redis or memory)", ErrInvalid, cfg.Backend)
+}
+
+// DefaultPath is the embedded backend's default data directory:
+// $XDG_STATE_HOME/connector, else ~/.local/state/connector.
+func DefaultPath() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return filepath.Join(d, "connector"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("store: no default data directory (set store.path): %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "connector"), nil
+}
+
+// checkName rejects an empty or oversized name; what says which argument.
+func checkName(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+	}
+	if len(s) > MaxNameBytes {
+		return fmt.Errorf("%w: %s longer than %d bytes", ErrInvalid, what, MaxNameBytes)
+	}
+	return nil
+}
+
+// checkTTL rejects a non-positive TTL.
+func checkTTL(ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: TTL %v is not positive", ErrInvalid, ttl)
+	}
+	return nil
+}
+
+// checkMax rejects a non-positive read size.
+func checkMax(max int) error {
+	if max <= 0 {
+		return fmt.Errorf("%w: read size %d is not positive", ErrInvalid, max)
+	}
+	return nil
+}
+
+// newEpoch returns a fresh random epoch id.
+func newEpoch() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}
+
+// micros truncates t to the microsecond, the precision records keep.
+func micros(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()) }
+
+// trimRule is Bounds resolved against one moment: the single statement of
+// which record Trim drops next, shared by the memory and embedded backends
+// and mirrored by the redis backend's trim script.
+type trimRule struct {
+	maxEntries int
+	maxBytes   int64
+	cutoff     int64 // drop records received before this, in Unix µs; 0: none
+}
+
+func (b Bounds) at(now time.Time) trimRule {
+	r := trimRule{maxEntries: b.MaxEntries, maxBytes: b.MaxBytes}
+	if b.MaxAge > 0 {
+		r.cutoff = now.Add(-b.MaxAge).UnixMicro()
+	}
+	return r
+}
+
+// drop reports whether the oldest record, received at receivedMicros, goes
+// from a log of entries records and bytes payload bytes.
+func (r trimRule) drop(entries int, bytes int64, receivedMicros int64) bool {
+	return (r.maxEntries > 0 && entries > r.maxEntries) ||
+		(r.maxBytes > 0 && bytes > r.maxBytes) ||
+		(r.cutoff != 0 && receivedMicros < r.cutoff)
+}
+
+// nextLease is the single statement of the lease rules for the backends
+// that keep leases themselves (memory, embedded): cur is the stored lease
+// (zero when none), and the result is what Acquire stores and returns.
+func nextLease(cur Lease, now time.Time, holder string, ttl time.Duration) (Lease, bool) {
+	live := cur.Holder != "" && now.Before(cur.Expires)
+	switch {
+	case !live:
+		return Lease{Holder: holder, Token: cur.Token + 1, Expires: now.Add(ttl)}, true
+	case cur.Holder == holder:
+		return Lease{Holder: holder, Token: cur.Token, Expires: now.Add(ttl)}, true
+	}
+	return cur, false
+}
+
+// holds reports whether l is the live lease cur.
+func holds(cur, l Lease, now time.Time) bool {
+	return cur.Holder != "" && now.Before(cur.Expires) && cur.Holder == l.Holder && cur.Token == l.Token
+}

@@ -1,0 +1,60 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+type clock struct{ now time.Time }
+
+func (c *clock) Now() time.Time { return c.now }
+
+func TestMemorySweep(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	m := NewMemory(c.Now)
+	defer m.Close()
+	fill(t, m, c)
+	m.sweep()
+	if len(m.caps) != 1 || len(m.owners) != 1 {
+		t.Fatalf("after the sweep: %d capabilities, %d owners; want the 1 live of each", len(m.caps), len(m.owners))
+	}
+}
+
+func TestEmbeddedSweep(t *testing.T) {
+	c := &clock{now: time.Unix(1000, 0)}
+	e, err := openEmbedded(context.Background(), t.TempDir(), c.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	fill(t, e, c)
+	e.sweep()
+	err = e.db.View(func(tx *bolt.Tx) error {
+		if n, o := tx.Bucket(bCaps).Stats().KeyN, tx.Bucket(bOwners).Stats().KeyN; n != 1 || o != 1 {
+			return fmt.Errorf("after the sweep: %d capabilities, %d owners; want the 1 live of each", n, o)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fill stores one live and two expired capabilities and owners.
+func fill(t *testing.T, s Store, c *clock) {
+	t.Helper()
+	ctx := context.Background()
+	for i, ttl := range []time.Duration{time.Second, 2 * time.Second, time.Hour} {
+		if err := s.Capabilities().Put(ctx, fmt.Sprint("k", i), []byte("v"), c.now.Add(ttl)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Owners().Set(ctx, "t", fmt.Sprint("s", i), Owner{Conn: "c"}, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.now = c.now.Add(2 * time.Second)
+}
