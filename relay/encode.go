@@ -17,9 +17,9 @@ const truncationMark = " […]"
 const frameHeadroom = 4096
 
 // maxEnvelopeBytes bounds what a frame adds around its payload: the frame
-// type, the bufferId (a store epoch and a sequence number) and the JSON
-// punctuation.
-const maxEnvelopeBytes = 256
+// type, the bufferId (a store epoch of at most maxEpochBytes and a sequence
+// number) and the JSON punctuation.
+const maxEnvelopeBytes = frameEnvelopeBytes + maxEpochBytes + 1 + 20
 
 // maxPayloadBytes is the largest encoded event or forward whose frame stays
 // within the gateway's 1 MiB message limit.
@@ -72,16 +72,23 @@ func appendForward(dst []byte, f *contract.Forward) []byte {
 // adds around its payload and bufferId.
 const frameEnvelopeBytes = len(`{"type":"passthrough_forward","bufferId":"","forward":}`) + 1
 
-// frameDelivery builds the frame of a ledger entry around its payload: an
-// inbound frame for an event, a passthrough_forward for a forward. It is one
-// allocation of (almost exactly) the frame's size.
-func frameDelivery(kind uint8, bufferID string, payload []byte) []byte {
+// framer frames ledger entries: an inbound frame around an encoded event, a
+// passthrough_forward around an encoded forward.
+type framer struct{}
+
+// Frame implements ledger.Framer in one allocation of (almost exactly) the
+// frame's size.
+func (framer) Frame(kind uint8, bufferID string, payload []byte) []byte {
 	frame := make([]byte, 0, len(payload)+len(bufferID)+frameEnvelopeBytes)
 	if platform.Kind(kind) == platform.KindPassthrough {
 		return contract.AppendPassthroughForward(frame, bufferID, payload)
 	}
 	return contract.AppendInboundEvent(frame, bufferID, payload)
 }
+
+// Windowed implements ledger.Framer: older gateways never acknowledge
+// passthrough frames, so they must not stall a connection's inbound window.
+func (framer) Windowed(kind uint8) bool { return platform.Kind(kind) != platform.KindPassthrough }
 
 // cutUTF8 returns the longest prefix of s of at most n bytes that ends on a
 // rune boundary.

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"context"
+	"fmt"
 	"sync"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -24,31 +26,19 @@ type hub struct {
 	chats   *simplelru.LRU[string, string]
 }
 
-func newHub(s *Server, id string) *hub {
-	chats, _ := simplelru.NewLRU[string, string](s.cfg.SessionOwners, nil)
-	h := &hub{srv: s, id: id, chats: chats}
-	h.ledger = ledger.New(ledger.Config{
-		Tenant:        id,
-		IDPrefix:      s.bufferPrefix,
-		Frame:         frameDelivery,
-		AckWindow:     s.cfg.AckWindow,
-		MaxEntries:    s.cfg.BufferEntries,
-		MaxBytes:      s.cfg.BufferBytes,
-		SessionOwners: s.cfg.SessionOwners,
-		Now:           s.cfg.Now,
-		Log:           s.log,
-		Metrics:       s.cfg.Metrics,
-	})
-	return h
+// init gives h its ledger.
+func (h *hub) init(l *ledger.Ledger) {
+	h.ledger = l
+	h.chats, _ = simplelru.NewLRU[string, string](h.srv.cfg.SessionOwners, nil)
 }
 
-// enqueue encodes a platform delivery and takes it into the ledger.
-func (h *hub) enqueue(d platform.Delivery) {
+// enqueue encodes a platform delivery and stores it in the ledger. It
+// returns once the delivery is durable; an error means it was not taken.
+func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
 	m := h.srv.cfg.Metrics
 	buf := getEncodeBuf()
 	defer putEncodeBuf(buf)
 	var payload []byte
-	windowed := true
 	switch {
 	case d.Kind == platform.KindInbound && d.Event != nil:
 		var truncated bool
@@ -60,19 +50,16 @@ func (h *hub) enqueue(d platform.Delivery) {
 		}
 	case d.Kind == platform.KindPassthrough && d.Forward != nil:
 		payload = appendForward((*buf)[:0], d.Forward)
-		// Older gateways never acknowledge passthrough frames; they must not
-		// stall the connection's inbound window.
-		windowed = false
 	default:
 		h.srv.log.Warn("delivery dropped: no payload", "tenant", h.id, "platform", d.Platform)
-		return
+		return nil
 	}
 	*buf = payload
 	if len(payload) > maxPayloadBytes {
 		m.Inbound(d.Platform, h.id, "dropped_oversized")
 		h.srv.log.Warn("delivery dropped: larger than the gateway's frame limit",
 			"tenant", h.id, "platform", d.Platform, "bytes", len(payload))
-		return
+		return nil
 	}
 	if d.ChatID != "" {
 		h.chatsMu.Lock()
@@ -82,11 +69,17 @@ func (h *hub) enqueue(d platform.Delivery) {
 	if d.SessionKey != "" {
 		h.srv.noteSession(d.SessionKey, h.id)
 	}
-	m.Inbound(d.Platform, h.id, "queued")
-	h.ledger.Append(ledger.Delivery{
+	_, err := h.ledger.Append(ctx, ledger.Delivery{
 		Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
-		Payload: payload, Windowed: windowed, Received: d.Received,
+		Payload: payload, Received: d.Received,
 	})
+	if err != nil {
+		m.Inbound(d.Platform, h.id, "store_failed")
+		h.srv.log.Warn("delivery refused: not stored", "tenant", h.id, "platform", d.Platform, "err", err)
+		return fmt.Errorf("relay: store inbound: %w", err)
+	}
+	m.Inbound(d.Platform, h.id, "queued")
+	return nil
 }
 
 // interrupt delivers interrupt_inbound to the connection owning sessionKey.

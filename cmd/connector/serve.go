@@ -154,7 +154,7 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 		ClockSkew: cfg.Relay.ClockSkew, PingInterval: cfg.Relay.PingInterval,
 		WriteTimeout: cfg.Relay.WriteTimeout, OutboundTimeout: cfg.Relay.OutboundTimeout,
 		SendQueueBytes: cfg.Relay.SendQueueBytes, AckWindow: cfg.Relay.AckWindow,
-		BufferEntries: cfg.Relay.BufferEntries, BufferBytes: cfg.Relay.BufferBytes,
+		BufferEntries: cfg.Relay.BufferEntries, BufferBytes: int64(cfg.Relay.BufferBytes),
 		MaxConnsPerGateway: cfg.Relay.MaxConnsPerGateway,
 	})
 	if err != nil {
