@@ -9,34 +9,61 @@ import (
 	"connector/session"
 )
 
-// bridge turns a message addressed to the room's bot into a delivery for the
-// room's tenant: an inbound MessageEvent, or an interrupt for "/stop". note,
-// when set, is appended to the text (a file's description). Messages at or
-// over the hop limit, or without a string msgId, are dropped and counted.
+// Reasons the bridge drops a message addressed to the bot (metrics labels).
+const (
+	dropHopLimit    = "hop_limit"   // hopCount at or over HopLimit
+	dropMalformed   = "malformed"   // msgId not a non-empty string; threadId, text or hopCount of the wrong type
+	dropUnavailable = "unavailable" // Run is not bridging
+)
+
+// dropReason reports why the bridge would drop f, a msg or file-start
+// addressed to the bot: one of the drop constants, or "" when it takes f.
+// The sender's ack lists the bot as delivered only when it takes f. It only
+// checks types (f is valid JSON), so it costs no allocation.
+func (p *Platform) dropReason(f *clientFrame) string {
+	hop, ok := hopCount(f)
+	switch {
+	case !ok:
+		return dropMalformed
+	case p.cfg.HopLimit >= 0 && hop >= p.cfg.HopLimit:
+		return dropHopLimit
+	case len(f.msgID) < 3 || f.msgID[0] != '"' || !stringOrNull(f.threadID) || !stringOrNull(f.text):
+		return dropMalformed // msgId must be a non-empty string
+	case p.sink.Load() == nil:
+		return dropUnavailable
+	}
+	return ""
+}
+
+// hopCount reads f's hopCount: 0 when absent or null; ok is false when it is
+// not a non-negative integer of at most 2^30.
+func hopCount(f *clientFrame) (int, bool) {
+	if len(f.hopCount) == 0 || string(f.hopCount) == "null" {
+		return 0, true
+	}
+	n, ok := intValue(f.hopCount)
+	if !ok || n > 1<<30 {
+		return 0, false
+	}
+	return int(n), true
+}
+
+// stringOrNull reports whether a raw JSON value is absent, null or a string.
+func stringOrNull(raw []byte) bool {
+	return len(raw) == 0 || string(raw) == "null" || raw[0] == '"'
+}
+
+// bridge turns a message the bot takes (dropReason "") into a delivery for
+// the room's tenant: an inbound MessageEvent, or an interrupt for "/stop".
+// note, when set, is appended to the text (a file's description).
 func (r *room) bridge(f *clientFrame, note string) {
 	p := r.p
-	hop := 0
-	if len(f.hopCount) > 0 && string(f.hopCount) != "null" {
-		n, ok := intValue(f.hopCount)
-		if !ok || n > 1<<30 {
-			p.metrics.Dropped(platformName, "malformed")
-			return
-		}
-		hop = int(n)
-	}
-	if p.cfg.HopLimit >= 0 && hop >= p.cfg.HopLimit {
-		p.metrics.Dropped(platformName, "hop_limit")
-		return
-	}
-	msgID, okID := stringValue(f.msgID)
+	hop, _ := hopCount(f)
+	msgID, _ := stringValue(f.msgID)
 	from, _ := stringValue(f.from)
-	thread, okThread := optionalString(f.threadID)
-	text, okText := optionalString(f.text)
+	thread, _ := optionalString(f.threadID)
+	text, _ := optionalString(f.text)
 	role, _ := stringValue(f.role)
-	if !okID || len(msgID) == 0 || !okThread || !okText {
-		p.metrics.Dropped(platformName, "malformed")
-		return
-	}
 	src := session.Source{
 		Platform:  platformName,
 		ChatID:    r.name,

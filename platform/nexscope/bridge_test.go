@@ -170,9 +170,15 @@ func TestEgressSendAddressing(t *testing.T) {
 	bob := tr.join(t, "lab", "bob")
 	alice.expectPresence("alice", "bob", "hermes")
 
-	// The very first send has nothing to answer and no thread.
-	if r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "hi"}); r.Success || r.Code != contract.CodeBadRequest {
+	// The very first send has nothing to answer and no thread: everyone
+	// online, in DefaultThread.
+	if r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "hi"}); !r.Success {
 		t.Fatalf("send without thread: %+v", r)
+	}
+	for _, c := range []*client{alice, bob} {
+		if m := c.expect("msg"); fmt.Sprint(m["to"]) != "[]" || m["threadId"] != DefaultThread || m["hopCount"] != float64(0) {
+			t.Fatalf("%s got %v", c.name, m)
+		}
 	}
 	// A thread and a user: to that user, hopCount 0.
 	r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "hello bob",
@@ -251,5 +257,76 @@ func TestEgressOtherOps(t *testing.T) {
 		if string(got) != string(want) {
 			t.Errorf("%s %s for %s: %s, want %s", tc.a.Op, tc.a.ChatID, tc.tenant, got, want)
 		}
+	}
+}
+
+// The ack lists the bot as delivered only for a message the bridge hands to
+// the tenant; a message addressed to the bot that it drops (hop limit,
+// malformed) lists it as offline, and a broadcast that does not mention it
+// lists it in neither.
+func TestAckListsBotOnlyWhenBridged(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	bob := tr.join(t, "lab", "bob")
+	alice := tr.join(t, "lab", "alice")
+	bob.expectPresence("alice", "bob", "hermes")
+	ackOf := func(frame string) string {
+		t.Helper()
+		alice.sendText(frame)
+		ack := alice.expect("ack")
+		return fmt.Sprintf("delivered %v offline %v", ack["delivered"], ack["offline"])
+	}
+	for _, tc := range []struct{ name, frame, want string }{
+		{"hop limit", `{"type":"msg","msgId":"h","from":"alice","to":["hermes"],"role":"userAgent","threadId":"t","text":"x","hopCount":3}`,
+			"delivered [] offline [hermes]"},
+		{"numeric msgId", `{"type":"msg","msgId":7,"from":"alice","to":["hermes"],"role":"user","threadId":"t","text":"x"}`,
+			"delivered [] offline [hermes]"},
+		{"empty msgId", `{"type":"msg","msgId":"","from":"alice","to":["hermes"],"role":"user","threadId":"t","text":"x"}`,
+			"delivered [] offline [hermes]"},
+		{"non-string text", `{"type":"msg","msgId":"n","from":"alice","to":["hermes"],"role":"user","threadId":"t","text":{"a":1}}`,
+			"delivered [] offline [hermes]"},
+		{"non-string threadId", `{"type":"msg","msgId":"n2","from":"alice","to":["hermes"],"role":"user","threadId":5,"text":"x"}`,
+			"delivered [] offline [hermes]"},
+		{"bad hopCount", `{"type":"msg","msgId":"n3","from":"alice","to":["hermes","bob"],"role":"user","threadId":"t","text":"x","hopCount":"1"}`,
+			"delivered [bob] offline [hermes]"},
+		{"mention over the hop limit", `{"type":"msg","msgId":"b1","from":"alice","to":[],"role":"user","threadId":"t","text":"@hermes hi","hopCount":9}`,
+			"delivered [bob] offline [hermes]"},
+		{"broadcast without mention", `{"type":"msg","msgId":"b2","from":"alice","to":[],"role":"user","threadId":"t","text":"hi all"}`,
+			"delivered [bob] offline []"},
+		{"bridged", `{"type":"msg","msgId":"ok","from":"alice","to":["hermes"],"role":"user","threadId":"t","text":"x","hopCount":2}`,
+			"delivered [hermes] offline []"},
+		{"bridged mention", `{"type":"msg","msgId":"ok2","from":"alice","to":[],"role":"user","threadId":"t","text":"@hermes hi"}`,
+			"delivered [bob hermes] offline []"},
+	} {
+		if got := ackOf(tc.frame); got != tc.want {
+			t.Errorf("%s: ack %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	// Only the two bridged messages reached the tenant.
+	for _, id := range []string{"ok", "ok2"} {
+		if d := tr.sink.next(t); d.Event == nil || d.Event.MessageID != id {
+			t.Fatalf("delivery %+v, want %s", d.Event, id)
+		}
+	}
+
+	// A file to the bot over the hop limit: the bot is offline in the ack.
+	start := fileStart("f1", "alice", []string{"hermes", "bob"}, 2)
+	start["hopCount"] = DefaultHopLimit
+	alice.sendJSON(start)
+	alice.sendBinary([]byte("ok"))
+	alice.sendJSON(fileEnd("f1", "alice"))
+	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("file ack %v", ack)
+	}
+	// The next delivery is the next bridged message, not the file.
+	inbound(t, tr, alice, "after", "t", 0)
+}
+
+// Before Run (or after it) nothing is bridged, so the bot is offline.
+func TestAckBotOfflineWhileBridgeNotRunning(t *testing.T) {
+	tr := newRelay(t, boundConfig())
+	alice := tr.join(t, "lab", "alice")
+	alice.sendJSON(msg("m", "alice", []string{"hermes"}, "anyone?"))
+	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("ack %v", ack)
 	}
 }

@@ -13,7 +13,8 @@ const (
 	// CloseNameTaken (4009): the name is already online in the room.
 	CloseNameTaken websocket.StatusCode = 4009
 	// CloseHeartbeatTimeout (4010): two consecutive WebSocket pings went
-	// unanswered. Logged only; no error frame.
+	// unanswered, or the name probe of a new connection with the same name
+	// did (the ghost is replaced). Logged only; no error frame.
 	CloseHeartbeatTimeout websocket.StatusCode = 4010
 	// CloseTooLarge (4011): one message exceeded MaxPayload (after a
 	// msg_too_large error frame).

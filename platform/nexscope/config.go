@@ -21,6 +21,10 @@ const (
 	DefaultRememberMessages  = 1024
 	// DefaultRoom is the name (and chat_id) of the room served at /ws.
 	DefaultRoom = "default"
+	// DefaultThread is the threadId of the bot's msgs when the gateway names
+	// no thread and the message it answers had none (threadId absent or
+	// null), or it answers nothing the bridge remembers.
+	DefaultThread = "main"
 )
 
 // Config configures the nexscope relay. The zero value plus a Token works:

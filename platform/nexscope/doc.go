@@ -22,6 +22,13 @@
 //	name online in the room     error name_taken, close 4009 (the bot's name too)
 //	room at its cap             error room_full, close 4015 (the bot counts)
 //
+// A name held by a connection that does not answer a fresh WebSocket ping
+// within 5 s (nameProbeTimeout, on the Clock) is not refused: that holder is
+// a ghost, a client whose network dropped without a close that is now
+// reconnecting. The ghost is closed with 4010 (and leaves, with presence)
+// and the newcomer joins. A holder that answers keeps the name; the newcomer
+// gets name_taken after that round trip.
+//
 // The first frame after a successful handshake is presence; every join and
 // every leave (close, crash, heartbeat timeout, any kick) sends the full
 // sorted list, the recipient and the bot included, with the relay's ts (ms),
@@ -44,6 +51,7 @@
 // gets {"type":"ack","msgId","threadId","delivered","offline"}: for a
 // broadcast delivered is every other member in sorted order; names that were
 // not online are offline and the message is dropped for them (no queue).
+// The bot of a bound room is listed only as described under "Bridge".
 // {"type":"ping"} is answered with {"type":"pong","ts":<ms>}.
 //
 // # Files
@@ -55,15 +63,20 @@
 // (bad_file_start) of at most MaxFile (file_too_large). The chunk that would
 // pass attachment.size, or a file-end before all of it arrived, aborts the
 // transfer (size_mismatch to the sender, transfer_incomplete to recipients;
-// the rest of that stream is dropped quietly). A file-end whose msgId does
+// the rest of that stream, up to MaxFile bytes, and its file-end are dropped
+// quietly). A file-start refused with transfer_busy is answered once: the
+// binary frames that follow it, up to its attachment.size bytes, and its
+// file-end are dropped quietly, since clients stream without waiting for an
+// answer. A file-end whose msgId does
 // not match is dropped with bad_file_end and the transfer goes on. On
 // file-end the lock is released and the sender's ack lists the recipients
 // still online as delivered and the others (offline at file-start, or gone
 // since) as offline. If file-end has not arrived TransferTimeout (60 s)
 // after file-start, the lock is released, recipients get transfer_incomplete
 // with the msgId, and the sender is closed with 4014; a sender that
-// disconnects mid-transfer releases the lock and notifies the same way. A
-// binary frame from a member that holds no transfer gets unexpected_binary.
+// disconnects mid-transfer releases the lock and notifies the same way. Any
+// other binary frame from a member that holds no transfer gets
+// unexpected_binary.
 //
 // # Backpressure and slow members
 //
@@ -92,9 +105,15 @@
 //
 // A room with a Tenant has the connector's bot (Room.BotName, default
 // Config.BotName "hermes") in its presence. A msg whose to names the bot, or
-// a broadcast whose text mentions "@<bot>", is counted delivered to it and
-// becomes a platform.Delivery for the tenant: an inbound MessageEvent with
-// text, message_id msgId and the SessionSource
+// a broadcast whose text mentions "@<bot>", is addressed to it. The bot
+// drops it when its hopCount is at least HopLimit (default 3; metrics reason
+// hop_limit), when msgId is not a non-empty string or threadId, text or
+// hopCount has the wrong type (malformed), or while Run is not bridging
+// (unavailable); the sender's ack then lists the bot in offline, as a member
+// that did not get the message. Otherwise the ack lists the bot in delivered
+// and the message becomes a platform.Delivery for the tenant. A broadcast
+// that does not mention the bot lists it in neither. The delivery is an
+// inbound MessageEvent with text, message_id msgId and the SessionSource
 //
 //	platform "nexscope", chat_id = chat_name = room name, chat_type "group",
 //	user_id = user_name = from, thread_id = threadId (null when absent),
@@ -110,8 +129,6 @@
 // "/stop" becomes a KindInterrupt delivery for that session instead. A
 // file-start to the bot is bridged at its file-end as the text plus a note
 // naming the file and its size; file bytes are never forwarded to gateways.
-// Messages whose hopCount is at least HopLimit (default 3), or whose msgId is
-// not a non-empty string, are dropped (metrics reason hop_limit, malformed).
 //
 // Gateways act through Execute on rooms bound to their tenant (others get
 // the uniform egress decline; ChatTenant resolves a room's tenant or
@@ -120,12 +137,13 @@
 //   - send: a msg from the bot, role userAgent, text = content (split into
 //     msgs of at most MaxText bytes on rune boundaries). It answers the
 //     inbound named by reply_to (or metadata.reply_to_message_id), else the
-//     last inbound of metadata.thread_id, else the room's last inbound; the
-//     threadId is metadata.thread_id or that inbound's; to is that inbound's
-//     author, else metadata.user_id, else everyone online ([]); hopCount is
-//     that inbound's hopCount + 1, else 0. No thread at all is bad_request;
-//     no recipient online is unavailable (nothing is queued). message_id is
-//     the bot msg's msgId (a ULID).
+//     last inbound of metadata.thread_id, else, when it names no message,
+//     the room's last inbound (a reply_to the bridge does not remember
+//     answers nothing); the threadId is metadata.thread_id, else that
+//     inbound's, else DefaultThread ("main"); to is that inbound's author,
+//     else metadata.user_id, else everyone online ([]); hopCount is that
+//     inbound's hopCount + 1, else 0. No recipient online is unavailable
+//     (nothing is queued). message_id is the bot msg's msgId (a ULID).
 //   - typing: a no-op success; the protocol has no typing frame.
 //   - get_chat_info: the room's name and type "group".
 //
@@ -138,7 +156,7 @@
 //	1001 shutting down          4012 invalid_name
 //	1008 bad token / version    4013 ten from/to errors
 //	4009 name_taken             4014 file transfer stalled
-//	4010 heartbeat timeout      4015 room_full
+//	4010 heartbeat / ghost      4015 room_full
 //	4011 msg_too_large          4016 slow consumer
 //	                            4017 unknown_room
 package nexscope

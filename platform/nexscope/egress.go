@@ -41,8 +41,11 @@ func (p *Platform) Execute(_ context.Context, tenant string, a *contract.Action)
 //
 //   - the reply target is the inbound named by reply_to (or
 //     metadata.reply_to_message_id); else the last inbound in
-//     metadata.thread_id; else, without a thread, the room's last inbound;
-//   - threadId is metadata.thread_id, else the target's thread;
+//     metadata.thread_id; else, when the send names no message at all, the
+//     room's last inbound (a reply_to the bridge does not remember has no
+//     target);
+//   - threadId is metadata.thread_id, else the target's thread, else
+//     DefaultThread;
 //   - to is the target's author, else metadata.user_id, else everyone online
 //     (to: []);
 //   - hopCount is the target's hopCount + 1, else 0.
@@ -62,7 +65,7 @@ func (p *Platform) send(r *room, a *contract.Action) contract.Result {
 		thread = ref.thread
 	}
 	if thread == "" {
-		return contract.Failed(contract.CodeBadRequest, "nexscope: no thread to post in; set metadata.thread_id or reply_to")
+		thread = DefaultThread
 	}
 	m := botMsg{from: r.bot, threadID: thread}
 	var online []*member
@@ -98,10 +101,12 @@ func (p *Platform) send(r *room, a *contract.Action) contract.Result {
 
 // replyTarget finds the inbound a send answers (see send). Called under mu.
 func (r *room) replyTarget(a *contract.Action) msgRef {
+	answers := false
 	for _, id := range []contract.ID{a.ReplyTo, a.Metadata.ReplyToMessageID} {
 		if id == "" {
 			continue
 		}
+		answers = true
 		if ref, ok := r.msgs.Get(string(id)); ok {
 			return ref
 		}
@@ -109,6 +114,11 @@ func (r *room) replyTarget(a *contract.Action) msgRef {
 	if a.Metadata.ThreadID != "" {
 		ref, _ := r.threads.Get(string(a.Metadata.ThreadID))
 		return ref
+	}
+	if answers {
+		// A message the bridge no longer remembers: guessing the room's
+		// last inbound could address another member.
+		return msgRef{}
 	}
 	return r.last
 }

@@ -211,7 +211,9 @@ func TestTransferBusy(t *testing.T) {
 	dan.sendJSON(fileEnd("f3", "dan"))
 	dan.expect("ack")
 
-	// Binary from a member that holds no lock is refused, not relayed.
+	// Binary from a member that holds no lock (its refused stream ended) is
+	// refused, not relayed.
+	carol.sendJSON(fileEnd("f2", "carol"))
 	carol.sendBinary([]byte("xyz"))
 	carol.expectError(ErrUnexpectedBinary)
 
@@ -226,6 +228,48 @@ func TestTransferBusy(t *testing.T) {
 	carol.sendJSON(fileStart("f4", "carol", []string{"bob"}, 0))
 	carol.sendJSON(fileEnd("f4", "carol"))
 	carol.expect("ack")
+}
+
+// A client refused with transfer_busy keeps streaming its file, as the real
+// client does: it gets that one error, its chunks (up to attachment.size
+// bytes) and its file-end are dropped quietly, and a binary frame past them
+// is unexpected again.
+func TestTransferBusyDropsTheRefusedStreamQuietly(t *testing.T) {
+	const chunkSize, chunks = 1024, 40
+	tr := startRelay(t, Config{})
+	bob := tr.join(t, "", "bob")
+	alice := tr.join(t, "", "alice")
+	carol := tr.join(t, "", "carol")
+	bob.expectPresence("alice", "bob")
+	bob.expectPresence("alice", "bob", "carol")
+	alice.expectPresence("alice", "bob", "carol")
+
+	alice.sendJSON(fileStart("f1", "alice", []string{"bob"}, 3))
+	bob.expect("file-start")
+	sendFile(carol, "f2", []string{"bob"}, chunkSize*chunks, chunkSize)
+	carol.expectError(ErrTransferBusy)
+	carol.sendText(`{"type":"ping"}`)
+	carol.expect("pong") // no unexpected_binary or bad_file_end before it
+
+	// The refused stream is over: stray binary is unexpected again.
+	carol.sendBinary([]byte("stray"))
+	carol.expectError(ErrUnexpectedBinary)
+
+	// The quiet drop is bounded by attachment.size.
+	carol.sendJSON(fileStart("f3", "carol", []string{"bob"}, 4))
+	carol.expectError(ErrTransferBusy)
+	carol.sendBinary([]byte("1234"))
+	carol.sendBinary([]byte("5"))
+	carol.expectError(ErrUnexpectedBinary)
+
+	// Bob got nothing of carol's, and alice's transfer is intact.
+	alice.sendBinary([]byte("abc"))
+	alice.sendJSON(fileEnd("f1", "alice"))
+	alice.expect("ack")
+	if typ, b := bob.read(); typ != websocket.MessageBinary || string(b) != "abc" {
+		t.Fatalf("bob got %s", b)
+	}
+	bob.expect("file-end")
 }
 
 func TestTransferStallClosesSender4014(t *testing.T) {

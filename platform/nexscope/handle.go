@@ -31,8 +31,12 @@ func (m *member) handleMsg(f *clientFrame) {
 	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
 	res := &m.routed
 	res.delivered, res.offline, res.toBot = res.delivered[:0], res.offline[:0], false
+	botDrop := ""
+	if r.bot != "" {
+		botDrop = m.p.dropReason(f)
+	}
 	r.mu.Lock()
-	r.routeLocked(m, f.to, out, f.text, false, res)
+	r.routeLocked(m, f, out, botDrop, false, res)
 	r.unlock()
 	m.send(appendAck(make([]byte, 0, ackSize(f.msgID, f.threadID, res.delivered, res.offline)),
 		f.msgID, f.threadID, res.delivered, res.offline))

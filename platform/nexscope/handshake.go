@@ -13,11 +13,19 @@ import (
 // handshakeWriteTimeout bounds the error frame of a refused handshake.
 const handshakeWriteTimeout = 5 * time.Second
 
+// nameProbeTimeout is how long the holder of a name has to answer a fresh
+// WebSocket ping when a new connection asks for that name. A holder that
+// does not is a ghost (a client whose network dropped without a close; the
+// heartbeat would need up to three intervals to notice): it is closed with
+// 4010 and the newcomer takes the name.
+const nameProbeTimeout = 5 * time.Second
+
 // serveWS runs one client connection: /ws?name=&token=&v= (default room) or
 // /ws/{room}?... The checks, in order: token (1008, no error frame),
 // version (version_mismatch, 1008), name (invalid_name, 4012), room
-// (unknown_room, 4017), uniqueness (name_taken, 4009), cap (room_full,
-// 4015). On success the first frame is presence.
+// (unknown_room, 4017), uniqueness (name_taken, 4009, unless the holder is
+// a ghost: see replaceGhost), cap (room_full, 4015). On success the first
+// frame is presence.
 func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	if !p.track() {
 		http.Error(w, "nexscope is shutting down", http.StatusServiceUnavailable)
@@ -68,7 +76,11 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer p.unregister(m)
-	switch r.join(m) {
+	code := r.join(m)
+	if code == ErrNameTaken && r.replaceGhost(name) {
+		code = r.join(m)
+	}
+	switch code {
 	case ErrNameTaken:
 		refuse(ws, ErrNameTaken, fmt.Sprintf("username %q already in room", name), CloseNameTaken)
 		return
@@ -92,4 +104,27 @@ func refuse(ws *websocket.Conn, code, message string, closeCode websocket.Status
 		return
 	}
 	_ = ws.Close(closeCode, code)
+}
+
+// replaceGhost probes the member holding name with a fresh WebSocket ping. If
+// it does not answer within nameProbeTimeout (or its connection fails), it is
+// closed with 4010 and leaves, and replaceGhost reports true: the name is
+// free for the newcomer. A live holder, or the bot, keeps the name.
+func (r *room) replaceGhost(name string) bool {
+	if name == r.bot {
+		return false
+	}
+	r.mu.Lock()
+	holder := r.members[name]
+	r.mu.Unlock()
+	if holder == nil {
+		return true // it left meanwhile
+	}
+	if holder.answersPing(nameProbeTimeout) {
+		return false
+	}
+	holder.log.Info("nexscope ghost replaced: no pong to the name probe of a new connection",
+		"probe_timeout", nameProbeTimeout)
+	holder.kick(CloseHeartbeatTimeout, "replaced by a new connection")
+	return true
 }

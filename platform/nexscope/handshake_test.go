@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -12,7 +13,7 @@ import (
 
 func TestHandshakeRefusals(t *testing.T) {
 	tr := startRelay(t, Config{Rooms: []Room{{Name: "small", MaxUsers: 1}}})
-	tr.join(t, "", "bob")
+	tr.join(t, "", "bob").discardInBackground() // alive: answers the name probe
 	tr.join(t, "small", "solo")
 
 	cases := []struct {
@@ -56,7 +57,7 @@ func TestHandshakeAccepts(t *testing.T) {
 
 func TestNameTakenMessage(t *testing.T) {
 	tr := startRelay(t, Config{})
-	tr.join(t, "", "bob")
+	tr.join(t, "", "bob").discardInBackground()
 	c := tr.dialURL(t, "/ws", "name=bob&token="+testToken, nil)
 	e := c.expectError(ErrNameTaken)
 	if e["message"] != `username "bob" already in room` {
@@ -120,5 +121,108 @@ func TestShutdownClosesMembersGoingAway(t *testing.T) {
 	_, resp, err := websocket.Dial(context.Background(), tr.url+"/ws?name=bob&token="+testToken, nil)
 	if err == nil || resp == nil || resp.StatusCode != 503 {
 		t.Fatalf("dial after shutdown: err %v, resp %v; want HTTP 503", err, resp)
+	}
+}
+
+// A client whose network dropped without a close reconnects under its name:
+// the old connection does not answer the relay's probe ping within
+// nameProbeTimeout, so it is closed with 4010 and the newcomer is admitted
+// at once instead of getting name_taken until the heartbeat notices.
+func TestGhostReplacedByReconnect(t *testing.T) {
+	tr := startRelay(t, Config{})
+	bob := tr.join(t, "", "bob")
+	pings := make(chan struct{}, 8)
+	ghost := tr.joinOpts(t, "", "alice", &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool {
+			pings <- struct{}{}
+			return false // its network is gone: no pong
+		},
+	})
+	bob.expectPresence("alice", "bob")
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := ghost.ws.Read(context.Background()); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+
+	again := tr.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", nil)
+	again.name = "alice"
+	select {
+	case <-pings:
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the probe ping on the old connection", testTimeout)
+	}
+	tr.clock.Advance(nameProbeTimeout - time.Millisecond)
+	select {
+	case err := <-ended:
+		t.Fatalf("ghost closed before the probe timed out: %v", err)
+	default:
+	}
+	tr.clock.Advance(time.Millisecond)
+	again.expectPresence("alice", "bob")
+	select {
+	case err := <-ended:
+		if websocket.CloseStatus(err) != CloseHeartbeatTimeout {
+			t.Fatalf("ghost ended with %v, want close %d", err, CloseHeartbeatTimeout)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the ghost's close", testTimeout)
+	}
+	bob.expectPresence("bob")
+	bob.expectPresence("alice", "bob")
+	if !strings.Contains(tr.logs.String(), "ghost") {
+		t.Fatal("replacement not logged")
+	}
+	// The newcomer is a full member.
+	again.sendJSON(msg("m1", "alice", []string{"bob"}, "back"))
+	again.expect("ack")
+	bob.expect("msg")
+}
+
+// A holder that answers the probe ping keeps its name; the newcomer gets
+// name_taken (4009) without any clock advance.
+func TestLiveHolderKeepsName(t *testing.T) {
+	tr := startRelay(t, Config{})
+	pings := make(chan struct{}, 8)
+	alice := tr.joinOpts(t, "", "alice", &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool {
+			pings <- struct{}{}
+			return true
+		},
+	})
+	frames := make(chan []byte, 8)
+	go func() {
+		defer close(frames)
+		for {
+			_, b, err := alice.ws.Read(context.Background())
+			if err != nil {
+				return
+			}
+			frames <- b
+		}
+	}()
+	c := tr.dialURL(t, "/ws", "name=alice&token="+testToken, nil)
+	c.expectError(ErrNameTaken)
+	c.expectClose(CloseNameTaken)
+	select {
+	case <-pings:
+	default:
+		t.Fatal("the holder was not probed")
+	}
+	alice.sendText(`{"type":"ping"}`)
+	select {
+	case b, ok := <-frames:
+		if !ok {
+			t.Fatal("the live holder was disconnected")
+		}
+		if m, err := decodeFrame(b); err != nil || m["type"] != "pong" {
+			t.Fatalf("holder got %s", b)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the holder's pong", testTimeout)
 	}
 }

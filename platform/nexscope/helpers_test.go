@@ -288,6 +288,19 @@ func users(presence map[string]any) []string {
 	return out
 }
 
+// discardInBackground reads and discards c's frames until its connection
+// ends, as a live client's library does: only a client that reads answers
+// WebSocket pings.
+func (c *client) discardInBackground() {
+	go func() {
+		for {
+			if _, _, err := c.ws.Read(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
+}
+
 // sendText writes one text frame.
 func (c *client) sendText(s string) {
 	c.t.Helper()

@@ -150,3 +150,77 @@ func TestStockGatewayKeysNexscopeAsRelay(t *testing.T) {
 		t.Fatalf("interrupt_inbound for a member's /stop: session_key %q chat_id %q, want %q lab", f.SessionKey, f.ChatID, want)
 	}
 }
+
+// A member's msg without threadId, answered the way the stock gateway does
+// (reply_to the member's msgId, no thread in metadata), is replied to in
+// DefaultThread.
+func TestReplyWithoutThreadUsesDefaultThread(t *testing.T) {
+	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
+	p, err := New(Config{Token: testToken, Clock: newFakeClock(), Rooms: []Room{{Name: "lab", Tenant: "t1"}}},
+		platform.Deps{Log: relaytest.TestLogger(t), Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := relaytest.Start(t, tenants, p)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "nexscope", "")
+	alice := dialMember(t, "ws"+strings.TrimPrefix(h.URL, "http")+"/ws/lab?name=alice&token="+testToken+"&v=1", nil)
+	alice.name = "alice"
+	alice.expectPresence("alice", "hermes")
+
+	for _, frame := range []string{
+		`{"type":"msg","msgId":"m1","from":"alice","to":["hermes"],"role":"user","text":"no thread"}`,
+		`{"type":"msg","msgId":"m2","from":"alice","to":["hermes"],"role":"user","threadId":null,"text":"null thread"}`,
+	} {
+		alice.sendText(frame)
+		alice.expect("ack")
+		ev, bufID := gw.NextInbound(t)
+		if ev.Source.ThreadID.Valid {
+			t.Fatalf("inbound thread_id %+v, want null", ev.Source.ThreadID)
+		}
+		if bufID != "" {
+			gw.Ack(t, bufID)
+		}
+		res := gw.Outbound(t, "relay", map[string]any{
+			"op": "send", "chat_id": "lab", "content": "answer to " + ev.MessageID, "reply_to": ev.MessageID,
+			"metadata": map[string]any{"user_id": "alice"},
+		})
+		if !res.Success {
+			t.Fatalf("reply to %s: %+v", ev.MessageID, res)
+		}
+		m := alice.expect("msg")
+		if m["threadId"] != DefaultThread || fmt.Sprint(m["to"]) != "[alice]" || m["hopCount"] != float64(1) ||
+			m["text"] != "answer to "+ev.MessageID || m["msgId"] != res.MessageID {
+			t.Fatalf("reply %v", m)
+		}
+	}
+
+	// reply_to a message the bridge does not remember (evicted, or from
+	// before a restart): DefaultThread and metadata.user_id, not the room's
+	// last inbound (bob's).
+	bob := dialMember(t, "ws"+strings.TrimPrefix(h.URL, "http")+"/ws/lab?name=bob&token="+testToken+"&v=1", nil)
+	bob.name = "bob"
+	bob.expectPresence("alice", "bob", "hermes")
+	alice.expectPresence("alice", "bob", "hermes")
+	bob.sendText(`{"type":"msg","msgId":"b1","from":"bob","to":["hermes"],"role":"user","threadId":"tb","text":"mine"}`)
+	bob.expect("ack")
+	ev, bufID := gw.NextInbound(t)
+	if ev.MessageID != "b1" {
+		t.Fatalf("inbound %+v", ev)
+	}
+	if bufID != "" {
+		gw.Ack(t, bufID)
+	}
+	res := gw.Outbound(t, "relay", map[string]any{
+		"op": "send", "chat_id": "lab", "content": "late answer", "reply_to": "forgotten",
+		"metadata": map[string]any{"user_id": "alice"},
+	})
+	if !res.Success {
+		t.Fatalf("reply to a forgotten message: %+v", res)
+	}
+	if m := alice.expect("msg"); m["threadId"] != DefaultThread || fmt.Sprint(m["to"]) != "[alice]" || m["text"] != "late answer" {
+		t.Fatalf("reply %v", m)
+	}
+	bob.sendText(`{"type":"ping"}`)
+	bob.expect("pong") // and no reply meant for alice before it
+}

@@ -24,7 +24,7 @@ type member struct {
 	q      *sendQueue
 	log    *slog.Logger
 
-	ctx    context.Context // set by run, cancelled when the member is finished
+	ctx    context.Context // cancelled by run when the member is finished
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // writer and ping goroutines
 
@@ -41,20 +41,25 @@ type member struct {
 
 	// reader goroutine only
 	strikes  int
-	stop     bool      // the reader must return (a close was requested)
-	transfer *transfer // the transfer this member sends, if any
-	dropTail []byte    // msgId of an aborted transfer whose chunks are dropped
+	stop     bool       // the reader must return (a close was requested)
+	transfer *transfer  // the transfer this member sends, if any
+	dropping dropStream // a refused or aborted stream still arriving
 	scratch  []byte
 	routed   routed // reused by handleMsg
 }
 
 func newMember(p *Platform, r *room, name string) *member {
+	// ctx exists before the member joins: once it is in the room, another
+	// connection's name probe may ping it before run starts.
+	ctx, cancel := context.WithCancel(context.Background())
 	return &member{
 		p:      p,
 		room:   r,
 		name:   name,
 		quoted: appendQuoted(nil, name),
 		q:      newSendQueue(p.cfg.SendQueueBytes, p.cfg.SendQueueBytes+p.cfg.MaxPayload),
+		ctx:    ctx,
+		cancel: cancel,
 	}
 }
 
@@ -70,7 +75,6 @@ func appendQuoted(dst []byte, name string) []byte {
 // heartbeat, reads until the connection ends, and returns once every
 // goroutine of the member has finished.
 func (m *member) run() {
-	m.ctx, m.cancel = context.WithCancel(context.Background())
 	// The heartbeat is armed before the writer sends the first presence, so
 	// a client that has its presence knows the heartbeat is running.
 	m.hbMu.Lock()
@@ -249,19 +253,54 @@ func (m *member) heartbeat() {
 		return
 	}
 	m.awaitingPong.Store(true)
-	// Under hbMu, left cannot flip between the check and wg.Add, so run's
-	// wg.Wait (after leave) sees every ping goroutine.
 	m.hbMu.Lock()
 	defer m.hbMu.Unlock()
-	if m.left.Load() {
+	if _, ok := m.pingLocked(); !ok {
 		return
 	}
+	m.hbTimer = m.p.clock.AfterFunc(m.p.cfg.HeartbeatInterval, m.heartbeat)
+}
+
+// pingLocked sends a WebSocket ping from a goroutine that run waits for; the
+// channel receives Ping's result, nil once the pong arrived. It reports false,
+// sending nothing, when the member has left. Called under hbMu: left is
+// checked and wg.Add done under it, and run's leave takes hbMu before
+// wg.Wait, so the wait sees every ping goroutine. The ping lives until its
+// pong, the connection's end or the member's end (never cancelled earlier:
+// coder/websocket drops a connection whose write context ends mid-write).
+func (m *member) pingLocked() (<-chan error, bool) {
+	if m.left.Load() {
+		return nil, false
+	}
+	result := make(chan error, 1)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		_ = m.ws.Ping(m.ctx)
+		result <- m.ws.Ping(m.ctx)
 	}()
-	m.hbTimer = m.p.clock.AfterFunc(m.p.cfg.HeartbeatInterval, m.heartbeat)
+	return result, true
+}
+
+// answersPing sends a WebSocket ping and reports whether the pong arrives
+// within timeout on the platform's Clock (false for a member that left).
+func (m *member) answersPing(timeout time.Duration) bool {
+	// Armed before the ping goes out: a client that has the ping knows the
+	// deadline runs.
+	expired := make(chan struct{})
+	deadline := m.p.clock.AfterFunc(timeout, func() { close(expired) })
+	defer deadline.Stop()
+	m.hbMu.Lock()
+	result, ok := m.pingLocked()
+	m.hbMu.Unlock()
+	if !ok {
+		return false
+	}
+	select {
+	case err := <-result:
+		return err == nil
+	case <-expired:
+		return false
+	}
 }
 
 // pong records a WebSocket pong (AcceptOptions.OnPongReceived).

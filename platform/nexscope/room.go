@@ -138,16 +138,20 @@ func (r *room) broadcastPresenceLocked() {
 type routed struct {
 	delivered, offline [][]byte // raw JSON strings, for the ack
 	recipients         []*member
-	toBot              bool // the bot is addressed (bridge it)
+	toBot              bool // the bot takes the frame (bridge it)
 }
 
-// routeLocked delivers frame from sender to the members named by the raw
-// JSON array to ([] broadcasts to every member but the sender) and reports
-// who got it in out, whose slices it appends to (callers pass reused ones).
-// The bot counts as delivered when online and named (or, for a broadcast,
-// always); toBot is set when the bot is named or, in a broadcast, the text
-// mentions "@<bot>". keepRecipients collects the members reached.
-func (r *room) routeLocked(sender *member, to []byte, frame []byte, text []byte, keepRecipients bool, out *routed) {
+// routeLocked delivers frame, the forwarded copy of sender's msg or
+// file-start f, to the members named by f.to ([] broadcasts to every member
+// but the sender) and reports who got it in out, whose slices it appends to
+// (callers pass reused ones). keepRecipients collects the members reached.
+//
+// The bot is addressed when f.to names it or, in a broadcast, f.text
+// mentions "@<bot>". botDrop is the bridge's dropReason for f: when it is ""
+// an addressed bot counts as delivered and toBot is set; otherwise the bot
+// is offline (the message is dropped for it) and the drop is counted. A
+// broadcast that does not mention the bot lists it in neither list.
+func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop string, keepRecipients bool, out *routed) {
 	deliver := func(m *member, quoted []byte) {
 		r.pushLocked(m, frame)
 		out.delivered = append(out.delivered, quoted)
@@ -155,15 +159,25 @@ func (r *room) routeLocked(sender *member, to []byte, frame []byte, text []byte,
 			out.recipients = append(out.recipients, m)
 		}
 	}
+	toBot := func(quoted []byte) {
+		if botDrop != "" {
+			r.p.metrics.Dropped(platformName, botDrop)
+			out.offline = append(out.offline, quoted)
+			return
+		}
+		out.delivered = append(out.delivered, quoted)
+		out.toBot = true
+	}
 	broadcast := true
-	eachElement(to, 0, func([]byte) { broadcast = false })
+	eachElement(f.to, 0, func([]byte) { broadcast = false })
 	if broadcast {
 		for _, u := range r.users {
 			switch {
 			case u == sender.name:
 			case u == r.bot:
-				out.delivered = append(out.delivered, appendQuoted(nil, u))
-				out.toBot = mentions(text, r.bot)
+				if mentions(f.text, r.bot) {
+					toBot(appendQuoted(nil, u))
+				}
 			default:
 				m := r.members[u]
 				deliver(m, m.quoted)
@@ -172,7 +186,7 @@ func (r *room) routeLocked(sender *member, to []byte, frame []byte, text []byte,
 		return
 	}
 	var seen nameSet
-	namesOf(to, func(raw, name []byte) {
+	namesOf(f.to, func(raw, name []byte) {
 		if !seen.add(name) {
 			return
 		}
@@ -181,8 +195,7 @@ func (r *room) routeLocked(sender *member, to []byte, frame []byte, text []byte,
 			return
 		}
 		if r.bot != "" && string(name) == r.bot {
-			out.delivered = append(out.delivered, raw)
-			out.toBot = true
+			toBot(raw)
 			return
 		}
 		out.offline = append(out.offline, raw)

@@ -15,8 +15,7 @@ type transfer struct {
 	received   int64 // sender's reader only (read under room.mu by nobody else)
 	recipients []*member
 	offline    [][]byte
-	botNamed   bool // the bot is among the recipients
-	toBot      bool // bridge the file's message to the tenant at file-end
+	toBot      bool // the bot takes the file: delivered to it, bridged at file-end
 	timer      Timer
 	done       chan struct{} // closed when the transfer ends either way
 }
@@ -28,6 +27,38 @@ func (t *transfer) finished() bool {
 	default:
 		return false
 	}
+}
+
+// dropStream is the rest of a file stream the relay refused (transfer_busy)
+// or aborted (size_mismatch) while the client, which does not wait for an
+// answer, keeps sending it: its binary frames, up to left bytes, and its
+// file-end are dropped quietly, so one refused transfer costs the client one
+// error frame. The first binary frame past the bound ends the drop and is
+// unexpected_binary.
+type dropStream struct {
+	active bool
+	msgID  []byte // the stream's raw msgId, owned (not in the read buffer)
+	left   int64
+}
+
+// chunk reports whether a binary frame of n bytes is dropped as part of the
+// stream.
+func (d *dropStream) chunk(n int) bool {
+	if d.active && int64(n) <= d.left {
+		d.left -= int64(n)
+		return true
+	}
+	*d = dropStream{}
+	return false
+}
+
+// end reports whether a file-end with msgID ends the stream (and the drop).
+func (d *dropStream) end(msgID []byte) bool {
+	if d.active && sameValue(msgID, d.msgID) {
+		*d = dropStream{}
+		return true
+	}
+	return false
 }
 
 // handleFileStart takes the room's transfer lock and forwards file-start.
@@ -44,7 +75,7 @@ func (m *member) handleFileStart(f *clientFrame) {
 		m.send(appendError(nil, ErrFileTooLarge, "attachment.size exceeds the relay's max file size", f.msgID))
 		return
 	}
-	m.dropTail = nil
+	m.dropping = dropStream{}
 	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
 	start, _ := parseFrame(out) // out is f.raw plus ts: valid
 
@@ -53,16 +84,20 @@ func (m *member) handleFileStart(f *clientFrame) {
 	if r.transfer != nil {
 		r.unlock()
 		m.send(appendError(nil, ErrTransferBusy, "another file transfer is in progress in this room", f.msgID))
+		m.dropping = dropStream{active: true, msgID: bytes.Clone(f.msgID), left: size}
 		return
 	}
 	t := &transfer{sender: m, start: start, size: size, done: make(chan struct{})}
 	// Armed before file-start goes out: a recipient that has it knows the
 	// deadline runs.
 	t.timer = m.p.clock.AfterFunc(m.p.cfg.TransferTimeout, func() { r.stall(t) })
+	botDrop := ""
+	if r.bot != "" {
+		botDrop = m.p.dropReason(&start)
+	}
 	var res routed
-	r.routeLocked(m, start.to, out, start.text, true, &res)
+	r.routeLocked(m, &start, out, botDrop, true, &res)
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
-	t.botNamed = len(res.delivered) > len(res.recipients)
 	r.transfer = t
 	r.unlock()
 	m.transfer = t
@@ -74,7 +109,7 @@ func (m *member) handleChunk(data []byte) {
 	t := m.transfer
 	if t == nil || t.finished() {
 		m.transfer = nil
-		if m.dropTail == nil {
+		if !m.dropping.chunk(len(data)) {
 			m.send(errorFrame(ErrUnexpectedBinary, "binary frame outside a file transfer"))
 		}
 		return
@@ -112,9 +147,8 @@ func (m *member) handleFileEnd(f *clientFrame) {
 	}
 	t := m.transfer
 	if t == nil || t.finished() || !sameValue(f.msgID, t.start.msgID) {
-		if m.dropTail != nil && sameValue(f.msgID, m.dropTail) {
-			m.dropTail = nil // the end of a transfer already aborted
-			return
+		if m.dropping.end(f.msgID) {
+			return // the end of a stream refused or aborted
 		}
 		m.send(appendError(nil, ErrBadFileEnd, "file-end msgId does not match the file-start in progress", f.msgID))
 		return
@@ -143,13 +177,17 @@ func (m *member) handleFileEnd(f *clientFrame) {
 		r.pushLocked(rc, out)
 		delivered = append(delivered, rc.quoted)
 	}
-	if t.botNamed {
+	toBot := t.toBot && m.p.sink.Load() != nil // Run may have ended since file-start
+	if toBot {
 		delivered = append(delivered, appendQuoted(nil, r.bot))
+	} else if t.toBot {
+		m.p.metrics.Dropped(platformName, dropUnavailable)
+		offline = append(offline, appendQuoted(nil, r.bot))
 	}
 	r.unlock()
 	m.transfer = nil
 	m.send(appendAck(nil, t.start.msgID, t.start.threadID, delivered, offline))
-	if t.toBot {
+	if toBot {
 		r.bridge(&t.start, fileNote(t.start.attachment, t.size))
 	}
 }
@@ -166,7 +204,9 @@ func (m *member) abortTransfer(t *transfer, why string, dropRest bool) {
 	r.unlock()
 	m.transfer = nil
 	if dropRest {
-		m.dropTail = t.start.msgID
+		// The sender overran attachment.size, so how much more it sends is
+		// unknown; no file may exceed MaxFile.
+		m.dropping = dropStream{active: true, msgID: t.start.msgID, left: m.p.cfg.MaxFile}
 	}
 	m.send(appendError(nil, ErrSizeMismatch, why, t.start.msgID))
 }
