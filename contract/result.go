@@ -41,8 +41,9 @@ const (
 	CodeRateLimited = "rate_limited"
 	// CodePlatformError: the platform refused or failed the call.
 	CodePlatformError = "platform_error"
-	// CodeUnavailable: the platform is not connected or the connector is
-	// shutting down.
+	// CodeUnavailable: the platform is not connected or unreachable (also
+	// when a chat's owner could not be looked up), or the connector is
+	// shutting down. The gateway may retry.
 	CodeUnavailable = "unavailable"
 )
 

@@ -34,7 +34,9 @@ type Platform interface {
 	Run(ctx context.Context, sink Sink) error
 	// ChatTenant resolves the tenant that owns chatID from the platform's own
 	// discriminators (Discord guild, Telegram chat id, nexscope room). It
-	// returns ErrUnknownChat when no tenant claims the chat.
+	// returns ErrUnknownChat when no tenant claims the chat, and an error
+	// wrapping ErrUnavailable when it cannot tell because the platform is
+	// unreachable.
 	ChatTenant(ctx context.Context, chatID string) (string, error)
 	// Execute performs one outbound action for tenant. The relay has already
 	// checked that the op is advertised and, for chat-addressed ops, that the
@@ -47,6 +49,13 @@ type Platform interface {
 
 // ErrUnknownChat is returned by ChatTenant when no tenant claims a chat.
 var ErrUnknownChat = errors.New("no tenant claims this chat")
+
+// ErrUnavailable is wrapped by ChatTenant's error when the chat's owner
+// cannot be looked up because the platform is unreachable (connection
+// refused, DNS failure, server errors, timeouts). The relay answers such an
+// action with the retryable code unavailable, never with the decline the
+// gateway treats as final.
+var ErrUnavailable = errors.New("platform unreachable")
 
 // Status is a platform's readiness.
 type Status struct {
@@ -97,6 +106,9 @@ type Delivery struct {
 	SessionKey string
 	// ChatID is the chat the delivery belongs to (interrupt_inbound carries it).
 	ChatID string
+	// GatewayID is the gateway an interrupt came from; empty for a
+	// platform-side /stop.
+	GatewayID string
 	// Event is set for KindInbound.
 	Event *contract.Event
 	// Forward is set for KindPassthrough.

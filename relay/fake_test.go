@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -23,6 +24,9 @@ type fakePlatform struct {
 	name  string
 	ops   []string
 	chats map[string]string // chat id -> tenant
+	// down lists chats whose owner the platform cannot look up, as when its
+	// API is unreachable: ChatTenant answers platform.ErrUnavailable.
+	down map[string]bool
 
 	mu    sync.Mutex
 	sink  platform.Sink
@@ -62,6 +66,9 @@ func (p *fakePlatform) Run(ctx context.Context, sink platform.Sink) error {
 }
 
 func (p *fakePlatform) ChatTenant(_ context.Context, chatID string) (string, error) {
+	if p.down[chatID] {
+		return "", fmt.Errorf("%w: dial tcp 10.1.2.3:443: connect: connection refused", platform.ErrUnavailable)
+	}
 	if t, ok := p.chats[chatID]; ok {
 		return t, nil
 	}

@@ -84,7 +84,7 @@ func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 		return
 	}
 	err := c.srv.cfg.Bus.Deliver(c.ctx, platform.Delivery{
-		Kind: platform.KindInterrupt, Tenant: c.hub.id, SessionKey: f.SessionKey, Received: c.srv.cfg.Now(),
+		Kind: platform.KindInterrupt, Tenant: c.hub.id, SessionKey: f.SessionKey, GatewayID: c.gw.id, Received: c.srv.cfg.Now(),
 	})
 	if err != nil {
 		c.log.Warn("interrupt not published", "err", err)
@@ -178,8 +178,12 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 	}
 	name := t.name
 	if name == "" {
-		var ok bool
-		if name, ok = c.resolvePlatform(ctx, a, t.among); !ok {
+		var err error
+		if name, err = c.resolvePlatform(ctx, a, t.among); err != nil {
+			if errors.Is(err, platform.ErrUnavailable) {
+				c.log.Warn("chat tenant lookup failed", "platform", contract.PlatformRelay, "err", err)
+				return ownerUnknown(contract.PlatformRelay)
+			}
 			return contract.Declined(contract.PlatformRelay)
 		}
 	}
@@ -207,6 +211,9 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		owner, err := p.ChatTenant(ctx, chatID)
 		if err != nil && !errors.Is(err, platform.ErrUnknownChat) {
 			c.log.Warn("chat tenant lookup failed", "platform", name, "err", err)
+			if errors.Is(err, platform.ErrUnavailable) {
+				return ownerUnknown(name)
+			}
 		}
 		if err != nil || owner != c.hub.id {
 			return contract.Declined(name)
@@ -215,31 +222,50 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 	return p.Execute(ctx, c.hub.id, a)
 }
 
+// ownerUnknown answers an action whose chat owner could not be looked up
+// because the platform is unreachable: retryable, and saying nothing about
+// whose chat it is.
+func ownerUnknown(name string) contract.Result {
+	return contract.Failed(contract.CodeUnavailable,
+		truncateForLog(name)+" is unreachable: the chat's owner could not be checked; retry later")
+}
+
 // resolvePlatform finds the platform of an action whose frame names none
 // (or names "relay"), among the platforms in among (nil: all): the prefix of
 // a follow_up's kind, the platform the chat's inbound came from, or the
 // first platform, in configured order, that places the chat in this tenant.
-func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action, among []string) (string, bool) {
+// It fails with platform.ErrUnknownChat, or with an error wrapping
+// platform.ErrUnavailable when no platform placed the chat and one of them
+// could not be asked.
+func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action, among []string) (string, error) {
 	allowed := func(name string) bool {
 		return c.srv.platforms[name] != nil && (among == nil || slices.Contains(among, name))
 	}
 	if a.Op == contract.OpFollowUp {
 		name, _, _ := strings.Cut(a.Kind, ".")
-		return name, allowed(name)
+		if !allowed(name) {
+			return "", platform.ErrUnknownChat
+		}
+		return name, nil
 	}
 	chatID := string(a.ChatID)
 	if name, ok := c.hub.chatPlatform(chatID); ok && allowed(name) {
-		return name, true
+		return name, nil
 	}
+	failure := platform.ErrUnknownChat
 	for _, name := range c.srv.order {
 		if !allowed(name) {
 			continue
 		}
-		if owner, err := c.srv.platforms[name].ChatTenant(ctx, chatID); err == nil && owner == c.hub.id {
-			return name, true
+		owner, err := c.srv.platforms[name].ChatTenant(ctx, chatID)
+		if err == nil && owner == c.hub.id {
+			return name, nil
+		}
+		if errors.Is(err, platform.ErrUnavailable) {
+			failure = err
 		}
 	}
-	return "", false
+	return "", failure
 }
 
 // answer enqueues the outbound_result for reqID and records the op.

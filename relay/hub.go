@@ -83,11 +83,13 @@ func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
 }
 
 // interrupt delivers interrupt_inbound to the connection owning sessionKey.
-// With no live owner there is no turn to stop, and it is dropped.
-func (h *hub) interrupt(sessionKey, chatID string) {
+// With no live owner there is no turn to stop, and it is dropped. gatewayID
+// is the sender, empty for a platform-side /stop.
+func (h *hub) interrupt(sessionKey, chatID, gatewayID string) {
 	c, ownerChat, ok := h.ledger.Owner(sessionKey)
 	if !ok {
-		h.srv.log.Info("interrupt dropped: no live connection owns the session", "tenant", h.id)
+		// A gateway-sent key is bounded, but well above real keys' length.
+		h.srv.log.Info("interrupt dropped: no live connection owns the session", "tenant", h.id, "session_key", cutUTF8(sessionKey, 256), "gateway_id", gatewayID)
 		return
 	}
 	if chatID == "" {

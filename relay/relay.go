@@ -38,7 +38,9 @@
 //     (or one tagged "relay") goes to the platform that places its chat in
 //     the tenant, among those the connection said hello for. Ops the target platform does not advertise fail with
 //     code "unsupported_op"; a chat, session or platform outside the
-//     connection's tenant gets the structured decline (egress_declined).
+//     connection's tenant gets the structured decline (egress_declined); a
+//     chat whose owner the platform cannot look up because it is unreachable
+//     gets the retryable code "unavailable" instead.
 //  5. Interrupts. The connector remembers which connection owns each session
 //     key (the one it delivered that session's inbound to); an interrupt from
 //     any connection of the tenant, or a platform-side /stop, reaches the
@@ -394,7 +396,7 @@ func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 	case platform.KindInbound, platform.KindPassthrough:
 		return h.enqueue(ctx, d)
 	case platform.KindInterrupt:
-		h.interrupt(d.SessionKey, d.ChatID)
+		h.interrupt(d.SessionKey, d.ChatID, d.GatewayID)
 	default:
 		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
 	}
@@ -412,7 +414,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "connector is shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	gw, authErr := s.authenticate(r.Header.Get("Authorization"))
+	gw, claimed, authErr := s.authenticate(r.Header.Get("Authorization"))
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
 		s.log.Debug("websocket accept failed", "remote", r.RemoteAddr, "err", err)
@@ -424,7 +426,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reason = contract.ReasonExpired
 		}
 		s.cfg.Metrics.Refused(reason)
-		s.log.Info("gateway refused", "remote", r.RemoteAddr, "reason", reason, "err", authErr)
+		s.log.Info("gateway refused", "gateway_id", truncateForLog(claimed), "remote", r.RemoteAddr, "reason", reason, "err", authErr)
 		_ = ws.Close(websocket.StatusCode(contract.CloseUnauthorized), reason)
 		return
 	}
@@ -474,9 +476,10 @@ func (s *Server) untrack(c *conn) {
 // Shutdown stops accepting gateways, waits (bounded by ctx) for in-flight
 // outbound ops to be answered, then closes every connection with 1001 so the
 // gateways reconnect, possibly to another instance, and waits for them to
-// finish. Last it writes the acknowledgements still queued to the store;
-// unacknowledged inbound stays there for the next start. It closes the store
-// only if New made it.
+// finish. Last it writes the acknowledgements still queued to the store,
+// where unacknowledged inbound stays for the next start, and logs how many
+// entries that is. It closes the store only if New made it (an in-memory
+// one: then the entries are discarded).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -497,6 +500,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	err := waitCtx(ctx, &s.connsWG)
 	s.ledgers.Close(ctx)
+	if n := s.ledgers.Len(); n > 0 && s.ownStore {
+		s.log.Warn("shutdown discards buffered inbound the gateways have not acknowledged: no store is configured", "entries", n)
+	} else if n > 0 {
+		s.log.Info("shutdown keeps buffered inbound the gateways have not acknowledged in the store for the next start", "entries", n)
+	}
 	if s.ownStore {
 		_ = s.cfg.Store.Close()
 	}

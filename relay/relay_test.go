@@ -297,3 +297,29 @@ func TestGoingIdleBuffersAndReconnectReplaysUntilAcked(t *testing.T) {
 		t.Fatalf("after replay got %q", ev.Text)
 	}
 }
+
+// TestOwnerLookupOutageIsUnavailable: when a platform cannot tell who owns a
+// chat because its API is unreachable, the answer is the retryable
+// "unavailable", never the decline the gateway treats as final, and the
+// text names no internal address.
+func TestOwnerLookupOutageIsUnavailable(t *testing.T) {
+	h, p := twoTenants(t)
+	p.down = map[string]bool{"uncached": true}
+	for _, tag := range []string{"discord", "relay"} {
+		gw := h.Dial(t, "gw1", "s1")
+		gw.Hello(t, tag, "")
+		res := gw.Outbound(t, tag, sendAction("uncached", "hi"))
+		if res.Success || res.Code != contract.CodeUnavailable {
+			t.Fatalf("%s: send while the owner lookup fails = %+v, want code unavailable", tag, res)
+		}
+		if strings.Contains(res.Error, "10.1.2.3") || strings.Contains(res.Error, "dial") {
+			t.Fatalf("%s: error text leaks the transport error: %q", tag, res.Error)
+		}
+	}
+	// A chat the platform positively knows is another tenant's is still declined.
+	gw := h.Dial(t, "gw2", "s2")
+	gw.Hello(t, "discord", "")
+	if res := gw.Outbound(t, "discord", sendAction("c1", "hi")); res.Code != contract.CodeEgressDeclined {
+		t.Fatalf("foreign chat = %+v, want the decline", res)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"regexp"
 	"strings"
@@ -40,11 +41,14 @@ type Config struct {
 
 	// Discord fronts the shared Discord bot; enabled when the section is
 	// present or DISCORD_BOT_TOKEN is set. Routing: guilds (guild id ->
-	// tenant) and dm_tenant.
+	// tenant) and dm_tenant. A guild id is read as the number it spells
+	// ("0500" is guild 500); one guild under two spellings is an error.
 	Discord *discord.Config `yaml:"discord"`
 	// Telegram fronts the shared Telegram bot; enabled when the section is
 	// present or TELEGRAM_BOT_TOKEN is set. Routing: chats (chat id ->
-	// tenant). Long polling unless webhook_url is set.
+	// tenant), each id read as the number it spells ("-0100" is chat -100;
+	// one chat under two spellings is an error). Long polling unless
+	// webhook_url is set.
 	Telegram *telegram.Config `yaml:"telegram"`
 	// Nexscope hosts nexscope rooms at /ws and /ws/{room}; enabled when the
 	// section is present or NEXSCOPE_TOKEN is set, and on embedded defaults.
@@ -112,7 +116,9 @@ type TenantConfig struct {
 
 // GatewayConfig is one gateway identity.
 type GatewayConfig struct {
-	// ID is the gateway's GATEWAY_RELAY_ID.
+	// ID is the gateway's GATEWAY_RELAY_ID. Two ids that name the same
+	// CONNECTOR_GATEWAY_SECRETS_<ID> variable (gw-a and gw.a) are an error:
+	// they would share its secrets.
 	ID string `yaml:"id"`
 	// Secrets are accepted GATEWAY_RELAY_SECRET values, several while one is
 	// rotated. More come from the environment variable
@@ -219,6 +225,9 @@ func (c *Config) Validate() error {
 	if c.Listen == "" {
 		c.Listen = defaultListen
 	}
+	if err := validListen(c.Listen); err != nil {
+		return fmt.Errorf("config: listen: %w", err)
+	}
 	if c.ShutdownGrace < 0 {
 		return errors.New("config: shutdown_grace: must not be negative")
 	}
@@ -258,9 +267,23 @@ func (c *Config) Validate() error {
 	return c.validatePlatforms()
 }
 
+// validListen checks addr the way net.Listen("tcp", addr) reads it, short of
+// resolving a host name.
+func validListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%q: %q is not a port", addr, port)
+	}
+	return nil
+}
+
 func (c *Config) validateTenants() error {
 	tenants := map[string]bool{}
 	gateways := map[string]bool{}
+	secretsEnv := map[string]string{} // CONNECTOR_GATEWAY_SECRETS_<ID> -> gateway id
 	for ti, t := range c.Tenants {
 		key := fmt.Sprintf("tenants[%d]", ti)
 		if t.ID == "" {
@@ -285,6 +308,13 @@ func (c *Config) validateTenants() error {
 				return fmt.Errorf("config: %s.id: gateway %q is defined twice", gkey, g.ID)
 			}
 			gateways[g.ID] = true
+			// Two ids sharing a variable would share its secrets, across
+			// tenants too.
+			env := GatewaySecretsEnv(g.ID)
+			if other, taken := secretsEnv[env]; taken {
+				return fmt.Errorf("config: %s.id: gateways %q and %q would both read their secrets from %s; rename one", gkey, other, g.ID, env)
+			}
+			secretsEnv[env] = g.ID
 			if len(g.Secrets) == 0 {
 				return fmt.Errorf("config: %s.secrets: at least one secret is required (or set %s)", gkey, GatewaySecretsEnv(g.ID))
 			}

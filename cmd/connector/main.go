@@ -3,7 +3,7 @@
 //
 // Subcommands:
 //
-//	connector [serve] [-config FILE] [-listen ADDR] [-check]
+//	connector [serve] [-config FILE] [-listen ADDR] [-data-dir DIR] [-check]
 //	connector conformance keys FILE     check session keys against a fixture
 //	connector conformance events FILE   check platform normalization against a fixture
 //	connector token -gateway-id ID -secret S [-ttl 300s]
@@ -12,7 +12,9 @@
 // With no -config, serve runs on embedded defaults: loopback only, one local
 // tenant whose gateway secret is generated and printed, and a nexscope room
 // whose token is generated and printed; no Discord or Telegram credentials
-// are needed.
+// are needed. The generated secrets are kept in the data directory
+// (-data-dir, $CONNECTOR_DATA_DIR, $XDG_STATE_HOME/connector or
+// ~/.local/state/connector), so they stay the same across restarts.
 package main
 
 import (
@@ -52,7 +54,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 const usage = `usage:
-  connector [serve] [-config FILE] [-listen ADDR] [-check]
+  connector [serve] [-config FILE] [-listen ADDR] [-data-dir DIR] [-check]
   connector conformance keys FILE
   connector conformance events FILE
   connector token -gateway-id ID -secret S [-ttl 300s]

@@ -100,7 +100,7 @@ func TestPinnedConfigChecksAndEnvAddsSecrets(t *testing.T) {
 	if code, out, errOut := runCmd(t, "serve", "-config", path, "-check"); code != 0 || out != "config ok\n" {
 		t.Fatalf("exit %d %q %q", code, out, errOut)
 	}
-	cfg, _, err := loadOrDefault(path, func(k string) (string, bool) {
+	cfg, _, err := loadOrDefault(sources{configPath: path}, func(k string) (string, bool) {
 		if k == "CONNECTOR_GATEWAY_SECRETS_GW1" {
 			return "rotated-1, rotated-2", true
 		}
@@ -118,7 +118,7 @@ func TestPinnedConfigChecksAndEnvAddsSecrets(t *testing.T) {
 // connects a gateway with the printed credentials, and shuts it down the way
 // SIGTERM does: the gateway sees 1001.
 func TestServeDefaultsEndToEnd(t *testing.T) {
-	cfg, gen, err := loadOrDefault("", func(string) (string, bool) { return "", false })
+	cfg, gen, err := loadOrDefault(sources{dataDir: t.TempDir()}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}

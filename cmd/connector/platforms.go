@@ -105,6 +105,14 @@ func (c *Config) validatePlatforms() error {
 		return nil
 	}
 	if d := c.Discord; d != nil {
+		guilds, err := canonicalIDs("discord.guilds", d.Guilds, func(id string) (string, bool) {
+			n, err := strconv.ParseUint(id, 10, 64)
+			return strconv.FormatUint(n, 10), err == nil
+		})
+		if err != nil {
+			return err
+		}
+		d.Guilds = guilds
 		if err := d.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
@@ -123,6 +131,14 @@ func (c *Config) validatePlatforms() error {
 		}
 	}
 	if t := c.Telegram; t != nil {
+		chats, err := canonicalIDs("telegram.chats", t.Chats, func(id string) (string, bool) {
+			n, err := strconv.ParseInt(id, 10, 64)
+			return strconv.FormatInt(n, 10), err == nil
+		})
+		if err != nil {
+			return err
+		}
+		t.Chats = chats
 		if err := t.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
@@ -148,6 +164,30 @@ func (c *Config) validatePlatforms() error {
 		}
 	}
 	return nil
+}
+
+// canonicalIDs rewrites the keys of ids (platform ids mapped to tenants) to
+// the spelling canonical returns, so "0500" routes id 500 as the platform
+// sends it; a key canonical cannot read is kept for the platform's own
+// validation to name. Two keys spelling one id are an error.
+func canonicalIDs(key string, ids map[string]string, canonical func(string) (string, bool)) (map[string]string, error) {
+	if ids == nil {
+		return nil, nil
+	}
+	out := make(map[string]string, len(ids))
+	spelled := make(map[string]string, len(ids)) // canonical -> the key that spelled it
+	for _, id := range sortedKeys(ids) {
+		c, ok := canonical(id)
+		if !ok {
+			c = id
+		}
+		if first, dup := spelled[c]; dup {
+			return nil, fmt.Errorf("config: %s: %q and %q are the same id %s; keep one", key, first, id, c)
+		}
+		spelled[c] = id
+		out[c] = ids[id]
+	}
+	return out, nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,10 +15,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"connector/contract"
 	"connector/platform"
 	"connector/relay"
 	"connector/vault"
@@ -29,6 +32,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", "", "YAML config file (default: embedded defaults)")
 	listen := fs.String("listen", "", "listen address, overriding the config file")
+	dataDirFlag := fs.String("data-dir", "", "the data directory, where embedded defaults keep their generated secrets (default: $"+envDataDir+", $XDG_STATE_HOME/connector or ~/.local/state/connector)")
 	check := fs.Bool("check", false, "validate the config and exit")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -37,16 +41,15 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "connector serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, generated, err := loadOrDefault(*configPath, os.LookupEnv)
+	cfg, generated, err := loadOrDefault(sources{configPath: *configPath, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "connector: %v\n", err)
 		return 1
 	}
-	if *listen != "" {
-		cfg.Listen = *listen
-	}
+	log := newLogger(cfg.Log, stderr)
 	if *check {
-		if _, err := buildPlatforms(cfg, platform.Deps{Log: slog.New(slog.DiscardHandler)}); err != nil {
+		// Everything serve builds, without listening.
+		if _, err := build(cfg, log); err != nil {
 			fmt.Fprintf(stderr, "connector: %v\n", err)
 			return 1
 		}
@@ -55,7 +58,6 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	log := newLogger(cfg.Log, stderr)
 	if err := serve(ctx, cfg, generated, log, stdout, nil); err != nil {
 		log.Error("connector stopped", "err", err)
 		return 1
@@ -63,29 +65,46 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// generatedSecrets are the credentials the embedded defaults make up at
-// start; they are printed once to stdout so a local gateway can connect.
+// generatedSecrets are the credentials the embedded defaults make up on
+// first start and keep in the data directory; they are printed to stdout so
+// a local gateway can connect.
 type generatedSecrets struct {
 	GatewayID, GatewaySecret string
 	NexscopeToken            string
+	// DataDir is the data directory holding them.
+	DataDir string
+}
+
+// sources are serve's flags that say where its configuration comes from.
+type sources struct {
+	configPath string // the YAML file; empty: embedded defaults
+	listen     string // overrides the listen address when set
+	dataDir    string // overrides the data directory when set
 }
 
 // loadOrDefault reads the config file, or builds the embedded defaults when
-// path is empty, then applies the environment and validates.
-func loadOrDefault(path string, lookup func(string) (string, bool)) (*Config, *generatedSecrets, error) {
+// there is none, then applies the environment and the -listen override and
+// validates.
+func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *generatedSecrets, error) {
 	var cfg *Config
 	var gen *generatedSecrets
-	if path == "" {
-		gen = &generatedSecrets{GatewayID: "local", GatewaySecret: randomSecret(), NexscopeToken: randomSecret()}
+	if src.configPath == "" {
+		var err error
+		if gen, err = loadGenerated(src.dataDir, lookup); err != nil {
+			return nil, nil, err
+		}
 		cfg = &Config{Tenants: []TenantConfig{{
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
 	} else {
 		var err error
-		if cfg, err = LoadConfig(path); err != nil {
+		if cfg, err = LoadConfig(src.configPath); err != nil {
 			return nil, nil, err
 		}
+	}
+	if src.listen != "" {
+		cfg.Listen = src.listen
 	}
 	cfg.ApplyEnv(lookup)
 	if err := applyPlatformEnv(cfg, gen, lookup); err != nil {
@@ -97,6 +116,23 @@ func loadOrDefault(path string, lookup func(string) (string, bool)) (*Config, *g
 	return cfg, gen, nil
 }
 
+// loadGenerated returns the embedded defaults' secrets from the data
+// directory, generating them on first use.
+func loadGenerated(dirFlag string, lookup func(string) (string, bool)) (*generatedSecrets, error) {
+	dir, err := dataDir(dirFlag, lookup)
+	if err != nil {
+		return nil, err
+	}
+	gen := &generatedSecrets{GatewayID: "local", DataDir: dir}
+	if gen.GatewaySecret, err = storedSecret(dir, gatewaySecretFile); err != nil {
+		return nil, err
+	}
+	if gen.NexscopeToken, err = storedSecret(dir, nexscopeTokenFile); err != nil {
+		return nil, err
+	}
+	return gen, nil
+}
+
 func randomSecret() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -104,11 +140,12 @@ func randomSecret() string {
 }
 
 // newLogger returns the slog logger log configures: text on a terminal,
-// JSON otherwise, unless the format is set.
+// JSON otherwise, unless the format is set. Durations print as "30s" in
+// both formats.
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(orDefault(c.Level, "info")))
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationAsString}
 	format := orDefault(c.Format, "auto")
 	if format == "auto" {
 		format = "json"
@@ -124,6 +161,15 @@ func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
+// durationAsString renders a time.Duration attribute as its String form; the
+// JSON handler would print it as an integer count of nanoseconds.
+func durationAsString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
+}
+
 func orDefault(v, def string) string {
 	if v == "" {
 		return def
@@ -131,10 +177,22 @@ func orDefault(v, def string) string {
 	return v
 }
 
-// serve runs the connector until ctx is cancelled, then shuts down
-// gracefully. ready, if not nil, receives the listener's address once it
-// accepts connections.
-func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(addr string)) error {
+// connector is everything serve runs, built from a config but not yet
+// listening.
+type connector struct {
+	cfg       *Config
+	log       *slog.Logger
+	platforms []platform.Platform
+	relay     *relay.Server
+	handler   http.Handler
+	tls       *tls.Config // nil: plain HTTP
+}
+
+// build constructs the platforms, the relay, the HTTP routes and the TLS
+// certificate cfg describes, without listening or starting ingest. serve
+// and serve -check both run it, so -check accepts exactly what serve starts
+// with.
+func build(cfg *Config, log *slog.Logger) (*connector, error) {
 	tenants := cfg.RelayTenants()
 	m := newMetrics()
 	deps := platform.Deps{
@@ -145,7 +203,7 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 	}
 	platforms, err := buildPlatforms(cfg, deps)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m.watchVault(deps.Vault)
 	m.watchPlatforms(platforms)
@@ -158,7 +216,15 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 		MaxConnsPerGateway: cfg.Relay.MaxConnsPerGateway,
 	})
 	if err != nil {
-		return err
+		return nil, err
+	}
+	c := &connector{cfg: cfg, log: log, platforms: platforms, relay: srv}
+	if cfg.TLS.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: tls: %w", err)
+		}
+		c.tls = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 
 	mux := http.NewServeMux()
@@ -176,23 +242,41 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 			}
 		}
 	}
+	c.handler = mux
+	return c, nil
+}
 
+// serve builds the connector cfg describes and runs it until ctx is
+// cancelled, then shuts down gracefully. ready, if not nil, receives the
+// listener's address once it accepts connections.
+func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(addr string)) error {
+	c, err := build(cfg, log)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, gen, stdout, ready)
+}
+
+// run listens, starts ingest and serves until ctx is cancelled.
+func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Writer, ready func(addr string)) error {
+	cfg, log, platforms, srv := c.cfg, c.log, c.platforms, c.relay
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
 	httpSrv := &http.Server{
-		Handler:           mux,
+		Handler:           c.handler,
+		TLSConfig:         c.tls,
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	tlsOn := cfg.TLS.CertFile != ""
+	tlsOn := c.tls != nil
 	serveErr := make(chan error, 1)
 	go func() {
 		var err error
 		if tlsOn {
-			err = httpSrv.ServeTLS(ln, cfg.TLS.CertFile, cfg.TLS.KeyFile)
+			err = httpSrv.ServeTLS(ln, "", "")
 		} else {
 			err = httpSrv.Serve(ln)
 		}
@@ -217,7 +301,7 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 
 	addr := ln.Addr().String()
 	printBanner(stdout, addr, tlsOn, cfg, gen, platforms)
-	log.Info("connector listening", "addr", addr, "tls", tlsOn, "platforms", len(platforms), "tenants", len(tenants))
+	log.Info("connector listening", "addr", addr, "tls", tlsOn, "platforms", len(platforms), "tenants", len(cfg.Tenants))
 	if ready != nil {
 		ready(addr)
 	}
@@ -278,6 +362,33 @@ func readyHandler(platforms []platform.Platform) http.Handler {
 	})
 }
 
+// gatewayKnows lists the connector's platforms that the Hermes gateway knows
+// by name; it files events of any other platform (nexscope) under "relay"
+// (docs/hermes-wire.md §6.2).
+var gatewayKnows = map[string]bool{"discord": true, "telegram": true}
+
+// gatewayPlatforms is the GATEWAY_RELAY_PLATFORMS value a gateway of this
+// connector should run with: one hello per platform it knows by name, so
+// each gets that platform's own descriptor (edit, follow_up, Discord's
+// command manifest), then "relay" for the others, whose descriptor is the
+// capabilities they share. Unset, the gateway says hello relay alone and is
+// held to what every platform supports.
+func gatewayPlatforms(platforms []platform.Platform) string {
+	var names []string
+	relay := len(platforms) == 0
+	for _, p := range platforms {
+		if gatewayKnows[p.Name()] {
+			names = append(names, p.Name())
+		} else {
+			relay = true
+		}
+	}
+	if relay {
+		names = append(names, contract.PlatformRelay)
+	}
+	return strings.Join(names, ",")
+}
+
 // printBanner tells the operator, in a few lines, what listens and how a
 // gateway (or a nexscope client) connects.
 func printBanner(w io.Writer, addr string, tlsOn bool, cfg *Config, gen *generatedSecrets, platforms []platform.Platform) {
@@ -299,11 +410,15 @@ func printBanner(w io.Writer, addr string, tlsOn bool, cfg *Config, gen *generat
 	}
 	fmt.Fprintf(w, "  platforms: %s; tenants: %d\n", names, len(cfg.Tenants))
 	if gen != nil {
-		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
-			base, gen.GatewayID, gen.GatewaySecret)
+		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_PLATFORMS=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
+			base, gatewayPlatforms(platforms), gen.GatewayID, gen.GatewaySecret)
+		fmt.Fprintf(w, "  secrets:   kept in the data directory %s, the same after a restart\n", gen.DataDir)
 		if cfg.Nexscope != nil {
 			fmt.Fprintf(w, "  nexscope:  %s://%s/ws?name=<you>&token=%s&v=1\n", wsScheme, addr, gen.NexscopeToken)
 		}
+	} else {
+		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_PLATFORMS=%s (GATEWAY_RELAY_ID and GATEWAY_RELAY_SECRET: a gateway of the tenants section)\n",
+			base, gatewayPlatforms(platforms))
 	}
 	fmt.Fprintf(w, "  health:    %s/healthz  %s/readyz  %s/metrics\n", base, base, base)
 }

@@ -28,7 +28,7 @@ import (
 func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile, pool := selfSigned(t, dir)
-	cfg, gen, err := loadOrDefault("", func(string) (string, bool) { return "", false })
+	cfg, gen, err := loadOrDefault(sources{dataDir: t.TempDir()}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func (p *Platform) ObserveHello(tenant, gatewayID string, hello *contract.Gatewa
 	}
 	entries, dropped, err := parseManifest(hello.CommandManifest)
 	if err != nil {
-		p.log.Warn("discord command_manifest ignored", "tenant", tenant, "gateway_id", gatewayID, "error", err)
+		p.log.Warn("discord command_manifest ignored", "tenant", tenant, "gateway_id", gatewayID, "err", err)
 		return
 	}
 	if dropped > 0 {
@@ -161,7 +161,7 @@ func (c *commandSync) loop(ctx context.Context) {
 		cancel()
 		switch {
 		case err != nil:
-			c.p.log.Warn("discord command registry sync failed", "error", describe(err).msg)
+			c.p.log.Warn("discord command registry sync failed", "err", describe(err).msg)
 		case changed:
 			c.p.log.Info("discord global commands updated")
 		default:

@@ -32,9 +32,11 @@ type Config struct {
 	// DMTenant receives every direct message and DM interaction. Empty (the
 	// default) drops DMs with a log line.
 	DMTenant string `yaml:"dm_tenant"`
-	// Tenants holds per-tenant adapter knobs and fair-share weights. Default:
-	// none; a tenant without an entry gets the native adapter's defaults and
-	// weight 1.
+	// Tenants holds per-tenant adapter knobs and fair-share weights. Values
+	// take the native adapter's spellings: a list may also be a bare number
+	// or a comma-separated string, a boolean also true/false, 1/0, yes/no or
+	// on/off (docs/settings-parity.md). Default: none; a tenant without an
+	// entry gets the native adapter's defaults and weight 1.
 	Tenants map[string]TenantConfig `yaml:"tenants"`
 
 	// APIBaseURL replaces https://discord.com for every REST call (tests and
@@ -88,39 +90,76 @@ type Config struct {
 	CommandSyncDebounce time.Duration `yaml:"command_sync_debounce"`
 }
 
-// TenantConfig holds the native adapter's knobs that change how a tenant's
-// messages map to sessions (docs/session-key.md §3), and its fair-share
-// weight.
+// TenantConfig holds the native adapter's knobs that change which of a
+// tenant's messages become turns and how they map to sessions
+// (docs/session-key.md §3), and its fair-share weight. Values are read as
+// the native Hermes Discord adapter reads its config.yaml and DISCORD_*
+// variables (docs/settings-parity.md): lists may be YAML lists, bare
+// numbers or comma-separated strings; booleans may be YAML booleans or the
+// variables' spellings (true/false, 1/0, yes/no, on/off).
 type TenantConfig struct {
 	// AutoThread starts a thread from a mention in a text or announcement
-	// channel and keys the turn on it (discord.auto_thread). Default true.
+	// channel and keys the turn on it (discord.auto_thread,
+	// DISCORD_AUTO_THREAD). Default true.
 	AutoThread *bool `yaml:"auto_thread"`
 	// RequireMention drops guild-channel messages that do not mention the
 	// bot, except in free-response channels, voice-linked text channels and
-	// threads the bot takes part in (discord.require_mention). Default true.
+	// threads the bot takes part in (discord.require_mention,
+	// DISCORD_REQUIRE_MENTION). Default true.
 	RequireMention *bool `yaml:"require_mention"`
+	// ThreadRequireMention keeps requiring the mention in threads the bot
+	// already takes part in, for threads several bots share
+	// (discord.thread_require_mention, DISCORD_THREAD_REQUIRE_MENTION).
+	// Default false.
+	ThreadRequireMention *bool `yaml:"thread_require_mention"`
 	// IgnoreNoMention drops guild messages that mention other users but not
-	// the bot (DISCORD_IGNORE_NO_MENTION). Default true.
+	// the bot, except in free-response channels (DISCORD_IGNORE_NO_MENTION;
+	// as there, the string "on" means false). Default true. A message that
+	// mentions other bots but not this one is always dropped.
 	IgnoreNoMention *bool `yaml:"ignore_no_mention"`
-	// FreeResponseChannels need no mention and are never auto-threaded; a
-	// thread whose parent is listed is free too. Default none.
+	// BotsRequireInlineMention admits a bot author (see AllowBots) only when
+	// its text holds a literal <@bot> mention, not a reply ping
+	// (discord.bots_require_inline_mention). Default false.
+	BotsRequireInlineMention *bool `yaml:"bots_require_inline_mention"`
+	// FreeResponseChannels need no mention and are never auto-threaded
+	// (discord.free_response_channels, DISCORD_FREE_RESPONSE_CHANNELS).
+	// Entries are channel ids, channel names ("general" or "#general",
+	// exact case) or "*" for every channel; a thread matches by its own id
+	// or name or its parent's. Default none.
 	FreeResponseChannels []string `yaml:"free_response_channels"`
-	// NoThreadChannels still need a mention but are never auto-threaded.
-	// Default none.
+	// NoThreadChannels still need a mention but are never auto-threaded
+	// (discord.no_thread_channels, DISCORD_NO_THREAD_CHANNELS): ids or
+	// names; "*" is not a wildcard here, as in the native adapter. Default
+	// none.
 	NoThreadChannels []string `yaml:"no_thread_channels"`
+	// AllowedChannels, when set, drops guild messages outside these
+	// channels (discord.allowed_channels, DISCORD_ALLOWED_CHANNELS): ids,
+	// names or "*", a thread matching by its parent too. Default none (every
+	// channel).
+	AllowedChannels []string `yaml:"allowed_channels"`
+	// IgnoredChannels drops guild messages in these channels even when they
+	// mention the bot, and wins over AllowedChannels
+	// (discord.ignored_channels, DISCORD_IGNORED_CHANNELS): ids, names or
+	// "*". Default none.
+	IgnoredChannels []string `yaml:"ignored_channels"`
 	// VoiceLinkedTextChannels are voice channels' text chats treated as
-	// voice-linked: free-response and never auto-threaded. Default none.
+	// voice-linked: free-response and never auto-threaded (channel ids; the
+	// native adapter sets this at runtime with /voice join). Default none.
 	VoiceLinkedTextChannels []string `yaml:"voice_linked_text_channels"`
 	// AllowBots admits bot and webhook authors: "none" (default), "all", or
-	// "mentions" (only when they mention the bot).
+	// "mentions" (only when they mention the bot); case and surrounding
+	// space are ignored (discord.allow_bots, DISCORD_ALLOW_BOTS). Admitted
+	// bots skip AllowedUsers and AllowedRoles.
 	AllowBots string `yaml:"allow_bots"`
 	// AllowedUsers, when it or AllowedRoles is set, admits only these users
-	// (or members holding an AllowedRoles role). Default: none, everyone is
-	// admitted (unlike the native adapter, which fails closed; the tenant's
-	// gateway applies its own allowlist).
+	// (or members holding an AllowedRoles role); "*" admits everyone
+	// (discord.allowed_users, DISCORD_ALLOWED_USERS). Entries are user ids;
+	// pasted <@id>, <@!id> and user:id forms are accepted, usernames are
+	// not. Default: none, everyone is admitted (unlike the native adapter,
+	// which fails closed; the tenant's gateway applies its own allowlist).
 	AllowedUsers []string `yaml:"allowed_users"`
-	// AllowedRoles admits members holding one of these roles; see
-	// AllowedUsers. Default: none.
+	// AllowedRoles admits members holding one of these role ids
+	// (DISCORD_ALLOWED_ROLES); see AllowedUsers. Default: none.
 	AllowedRoles []string `yaml:"allowed_roles"`
 	// Weight is the tenant's share of the bot's global budget relative to
 	// other tenants. Default 1.
@@ -195,25 +234,8 @@ func (cfg *Config) Validate() error {
 		}
 	}
 	for _, name := range sortedKeys(cfg.Tenants) {
-		tc := cfg.Tenants[name]
-		switch tc.AllowBots {
-		case "", AllowBotsNone, AllowBotsAll, AllowBotsMentions:
-		default:
-			return fmt.Errorf("discord.tenants[%q].allow_bots: want none, all or mentions, got %q", name, tc.AllowBots)
-		}
-		if tc.Weight < 0 {
-			return fmt.Errorf("discord.tenants[%q].weight: must not be negative", name)
-		}
-		for key, ids := range map[string][]string{
-			"free_response_channels": tc.FreeResponseChannels, "no_thread_channels": tc.NoThreadChannels,
-			"voice_linked_text_channels": tc.VoiceLinkedTextChannels, "allowed_users": tc.AllowedUsers,
-			"allowed_roles": tc.AllowedRoles,
-		} {
-			for _, id := range ids {
-				if !isSnowflake(id) {
-					return fmt.Errorf("discord.tenants[%q].%s: %q is not a Discord id", name, key, id)
-				}
-			}
+		if err := cfg.Tenants[name].validate(); err != nil {
+			return fmt.Errorf("discord.tenants[%q].%w", name, err)
 		}
 	}
 	for key, raw := range map[string]string{"api_base_url": cfg.APIBaseURL, "gateway_url": cfg.GatewayURL} {
@@ -227,6 +249,48 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.GlobalRate > 50 {
 		return fmt.Errorf("discord.global_rate: %v exceeds Discord's 50 requests/s", cfg.GlobalRate)
+	}
+	return nil
+}
+
+// validate checks a tenant's knobs in their normalized form; the error
+// starts with the YAML key.
+func (tc TenantConfig) validate() error {
+	switch normalizeAllowBots(tc.AllowBots) {
+	case AllowBotsNone, AllowBotsAll, AllowBotsMentions:
+	default:
+		return fmt.Errorf("allow_bots: want none, all or mentions, got %q (the native adapter would admit every bot)", tc.AllowBots)
+	}
+	if tc.Weight < 0 {
+		return fmt.Errorf("weight: must not be negative")
+	}
+	for _, l := range []struct {
+		key     string
+		entries []string
+	}{
+		{"free_response_channels", tc.FreeResponseChannels}, {"no_thread_channels", tc.NoThreadChannels},
+		{"allowed_channels", tc.AllowedChannels}, {"ignored_channels", tc.IgnoredChannels},
+	} {
+		for _, e := range normalizeList(l.entries) {
+			if err := checkChannelEntry(e); err != nil {
+				return fmt.Errorf("%s: %w", l.key, err)
+			}
+		}
+	}
+	for _, e := range normalizeList(tc.VoiceLinkedTextChannels) {
+		if !isSnowflake(e) {
+			return fmt.Errorf("voice_linked_text_channels: %q is not a Discord channel id", e)
+		}
+	}
+	for _, e := range normalizeList(tc.AllowedUsers) {
+		if err := checkUserEntry(cleanUserEntry(e)); err != nil {
+			return fmt.Errorf("allowed_users: %w", err)
+		}
+	}
+	for _, e := range normalizeList(tc.AllowedRoles) {
+		if _, err := canonicalRole(e); err != nil {
+			return fmt.Errorf("allowed_roles: %w", err)
+		}
 	}
 	return nil
 }

@@ -155,7 +155,7 @@ func (p *Platform) enqueueMessage(edit bool, raw json.RawMessage) {
 	it := ingestItem{edit: edit, received: p.now()}
 	if err := json.Unmarshal(raw, &it.msg); err != nil {
 		p.metrics.Dropped(platformName, "malformed")
-		p.log.Warn("discord message dispatch not decodable", "error", err)
+		p.log.Warn("discord message dispatch not decodable", "err", err)
 		return
 	}
 	life := p.running()

@@ -74,7 +74,10 @@
 // follow_up, get_chat_info), which is also the descriptor's supported_ops.
 // Chat ids, message ids and reply_to must be Discord ids (digits), so no
 // gateway can steer a request to another route; a chat outside the
-// caller's tenant gets the uniform structured decline. Content over 2,000
+// caller's tenant gets the uniform structured decline. A channel the cache
+// does not know while Discord cannot be asked (unreachable, 5xx) is
+// answered unavailable, which the gateway may retry; failure texts name the
+// class of a network failure, never a URL or address. Content over 2,000
 // code points is split at line or word boundaries; a cut inside a ```
 // block closes it and reopens it in the next piece. send replies to
 // reply_to with the first piece and returns its id; edit keeps the first

@@ -2,6 +2,7 @@ package discord
 
 import (
 	"context"
+	"errors"
 
 	"connector/contract"
 )
@@ -38,7 +39,8 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 }
 
 // chatOp wraps an op addressed to a chat: the chat id must be a Discord id
-// and belong to the tenant.
+// and belong to the tenant. When Discord cannot be asked who owns it, the
+// answer is unavailable (retryable), never the decline.
 func (p *Platform) chatOp(h opHandler) opHandler {
 	return func(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 		chatID := string(a.ChatID)
@@ -46,6 +48,10 @@ func (p *Platform) chatOp(h opHandler) opHandler {
 			return contract.Failed(contract.CodeBadRequest, "chat_id is not a Discord channel id")
 		}
 		owner, err := p.ChatTenant(ctx, chatID)
+		var lookup *lookupError
+		if errors.As(err, &lookup) {
+			return lookup.result()
+		}
 		if err != nil || owner != tenant {
 			return contract.Declined(platformName)
 		}

@@ -3,7 +3,9 @@ package discord
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"connector/contract"
+	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/vault"
 )
@@ -242,5 +245,50 @@ func TestErrorPathsLogNoSecrets(t *testing.T) {
 		if strings.Contains(logs, s) {
 			t.Fatalf("a secret is in the logs:\n%s", logs)
 		}
+	}
+}
+
+// closedPort returns a loopback URL nothing listens on: every connection to
+// it is refused at once.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := "http://" + l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestEgressWhileDiscordIsDown: with Discord unreachable, an action on a
+// channel the connector has not cached cannot have its owner checked. That
+// is answered with the retryable "unavailable" (never the decline the
+// gateway treats as final), and the text carries no internal URL or
+// address.
+func TestEgressWhileDiscordIsDown(t *testing.T) {
+	down := closedPort(t)
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.APIBaseURL = down })
+	_, port, _ := strings.Cut(strings.TrimPrefix(down, "http://"), ":")
+	for _, a := range []string{
+		`{"op":"send","chat_id":"101","content":"hi","reply_to":null,"metadata":{}}`,
+		`{"op":"typing","chat_id":"101","metadata":{}}`,
+		`{"op":"get_chat_info","chat_id":"101"}`,
+	} {
+		r := execute(t, e, "t1", a)
+		if r.Success || r.Code != contract.CodeUnavailable {
+			t.Fatalf("%s while Discord is down = %+v, want code unavailable", a, r)
+		}
+		for _, leak := range []string{"127.0.0.1", port, "http", "dial", "discord.com/api"} {
+			if strings.Contains(r.Error, leak) {
+				t.Fatalf("error %q leaks %q", r.Error, leak)
+			}
+		}
+	}
+	_, err := e.p.ChatTenant(waitCtx(t), "101")
+	if !errors.Is(err, platform.ErrUnavailable) {
+		t.Fatalf("ChatTenant while Discord is down = %v, want platform.ErrUnavailable", err)
 	}
 }

@@ -10,13 +10,16 @@ import (
 	"github.com/bwmarrin/discordgo"
 
 	"connector/contract"
+	"connector/internal/netcause"
+	"connector/platform"
 )
 
 // Errors from discordgo and net/http may carry the request URL, and an
 // interaction follow-up's URL holds its token. Nothing outside this file
 // prints such an error: failed calls become a result or a log attribute
 // through describe, which keeps only the status, Discord's error code and
-// message, or the network error without its URL.
+// message, or the class of a network failure (never its URL, address or
+// resolver).
 
 // failure is a failed REST call in a form safe to log and to return.
 type failure struct {
@@ -29,6 +32,26 @@ type failure struct {
 func (f failure) result() contract.Result {
 	r := contract.Failed(f.code, f.msg)
 	r.RetryAfterMS = f.retryAfter
+	return r
+}
+
+// lookupError says a channel's owner could not be looked up because the
+// REST call failed; it wraps platform.ErrUnavailable so the relay answers
+// the action "unavailable" (retryable) rather than declining it.
+type lookupError struct{ f failure }
+
+func (e *lookupError) Error() string { return "discord: channel lookup failed: " + e.f.msg }
+
+func (e *lookupError) Unwrap() error { return platform.ErrUnavailable }
+
+// result is the answer to an action on the channel: rate_limited stays
+// rate_limited, every other failure is unavailable.
+func (e *lookupError) result() contract.Result {
+	r := e.f.result()
+	if r.Code != contract.CodeRateLimited {
+		r.Code = contract.CodeUnavailable
+	}
+	r.Error = e.Error() + "; retry later"
 	return r
 }
 
@@ -54,19 +77,9 @@ func describe(err error) failure {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return failure{code: contract.CodeUnavailable, msg: "discord request timed out"}
 	case errors.As(err, &ue):
-		return failure{code: contract.CodeUnavailable, msg: "discord unreachable: " + truncate(describeNet(ue.Err), 200)}
+		return failure{code: contract.CodeUnavailable, msg: "discord unreachable: " + netcause.Describe(ue.Err)}
 	}
 	return failure{code: contract.CodePlatformError, msg: "discord request failed"}
-}
-
-// describeNet prints a transport error, which never holds the URL once
-// unwrapped from url.Error (a nested url.Error is described recursively).
-func describeNet(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return describeNet(ue.Err)
-	}
-	return err.Error()
 }
 
 // isNotFound reports a 404 or 403 (a channel the bot cannot see).

@@ -11,6 +11,8 @@ import (
 
 	"github.com/bwmarrin/discordgo"
 	"github.com/gorilla/websocket"
+
+	"connector/internal/netcause"
 )
 
 // RefusedError is returned by Run when Discord closed the Gateway with a
@@ -179,7 +181,7 @@ func (g *gateway) run(ctx context.Context) error {
 				return refused
 			}
 			g.p.setStatus(false, false, "gateway connect failed; retrying")
-			g.p.log.Warn("discord gateway connect failed", "error", gatewayErrText(err), "retry_in", backoff)
+			g.p.log.Warn("discord gateway connect failed", "err", gatewayErrText(err), "retry_in", backoff)
 		}
 		if sleepCtx(ctx, jitter(backoff)) != nil {
 			return nil
@@ -204,7 +206,7 @@ func gatewayErrText(err error) string {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
-		return "network: " + describeNet(ne)
+		return "network: " + netcause.Describe(ne)
 	}
 	return describe(err).msg
 }

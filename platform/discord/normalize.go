@@ -81,8 +81,11 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		default:
 			return nil, drop("bot_author")
 		}
-	}
-	if !n.pol.admits(m.Author, m.Member) {
+		if n.pol.botsInlineMention && !containsMention(m.Content, n.botID) {
+			return nil, drop("bot_not_inline_mentioned")
+		}
+	} else if !n.pol.admits(m.Author, m.Member) {
+		// Admitted bots skip the user allowlist, as natively.
 		return nil, drop("user_not_allowed")
 	}
 	t := &turn{ev: n.messageEvent(m)}
@@ -105,14 +108,16 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		return nil, drop("group_dm")
 	}
 
-	free := n.pol.free.has(ch.ID) || (ch.isThread() && n.pol.free.has(ch.ParentID))
+	var parent *chanInfo
+	if ch.isThread() {
+		p := n.parentOf(ctx, ch)
+		parent = &p
+	}
+	if err := n.gate(m, ch, parent, mentioned); err != nil {
+		return nil, err
+	}
+	free := n.pol.free.matches(channelKeys(ch, parent))
 	voice := n.pol.voiceLinked.has(ch.ID)
-	if n.pol.requireMention && !mentioned && !free && !voice && !(ch.isThread() && n.look.participates(ch.ID)) {
-		return nil, drop("not_mentioned")
-	}
-	if n.pol.ignoreNoMention && !mentioned && len(m.Mentions) > 0 {
-		return nil, drop("mentions_others")
-	}
 	guildID := firstNonEmpty(m.GuildID, ch.GuildID)
 	guild := n.guildName(ctx, guildID)
 	src.ScopeID = guildID
@@ -126,8 +131,8 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		thr.ParentID = firstNonEmpty(thr.ParentID, ch.ID)
 		n.threadSource(src, thr, ch, guild)
 	case ch.isThread():
-		n.threadSource(src, ch, n.parentOf(ctx, ch), guild)
-	case n.pol.autoThread && !edit && m.Type == msgDefault && !n.pol.noThread.has(ch.ID) && !free && !voice &&
+		n.threadSource(src, ch, *parent, guild)
+	case n.pol.autoThread && !edit && m.Type == msgDefault && !n.pol.noThread.matches(channelKeys(ch, nil)) && !free && !voice &&
 		ch.Type != chanGuildForum && ch.Type != chanGuildMedia:
 		if ch.Type != chanGuildText && ch.Type != chanAnnouncement {
 			// Voice and stage text chats cannot hold message threads; the
@@ -154,6 +159,38 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		src.ChatTopic = channelTopic(ch)
 	}
 	return t, nil
+}
+
+// gate applies the native adapter's guild-channel gates, in its order: a
+// message mentioning other bots but not this one; one mentioning only
+// other users (DISCORD_IGNORE_NO_MENTION, except in free-response
+// channels); allowed_channels; ignored_channels; then the mention
+// requirement, waived in free-response and voice-linked channels and in
+// threads the bot takes part in (unless thread_require_mention).
+func (n *normalizer) gate(m *wireMessage, ch chanInfo, parent *chanInfo, mentioned bool) error {
+	keys := channelKeys(ch, parent)
+	free := n.pol.free.matches(keys)
+	if !mentioned && len(m.Mentions) > 0 {
+		for i := range m.Mentions {
+			if m.Mentions[i].Bot && m.Mentions[i].ID != n.botID {
+				return drop("mentions_other_bots")
+			}
+		}
+		if n.pol.ignoreNoMention && !free {
+			return drop("mentions_others")
+		}
+	}
+	if !n.pol.allowed.empty() && !n.pol.allowed.matches(keys) {
+		return drop("channel_not_allowed")
+	}
+	if n.pol.ignored.matches(keys) {
+		return drop("channel_ignored")
+	}
+	inBotThread := ch.isThread() && n.look.participates(ch.ID) && !n.pol.threadRequireMention
+	if n.pol.requireMention && !mentioned && !free && !n.pol.voiceLinked.has(ch.ID) && !inBotThread {
+		return drop("not_mentioned")
+	}
+	return nil
 }
 
 // threadSource fills src for a message inside thread thr under parent.

@@ -39,7 +39,7 @@ func TestNormalizeGates(t *testing.T) {
 		{"bot without mention", TenantConfig{AllowBots: "mentions"}, false, `{"id":"1","channel_id":"101","guild_id":"100","author":{"id":"7","bot":true},"content":"hi"}`, "bot_author"},
 		{"not allowed", TenantConfig{AllowedUsers: []string{"42"}}, false, `{"id":"1","channel_id":"101","guild_id":"100",` + author + `,` + mention + `}`, "user_not_allowed"},
 		{"no mention", TenantConfig{}, false, `{"id":"1","channel_id":"101","guild_id":"100",` + author + `,"content":"hi"}`, "not_mentioned"},
-		{"mentions others", TenantConfig{FreeResponseChannels: []string{"101"}}, false, `{"id":"1","channel_id":"101","guild_id":"100",` + author + `,"mentions":[{"id":"77"}],"content":"<@77> look"}`, "mentions_others"},
+		{"mentions others", TenantConfig{}, false, `{"id":"1","channel_id":"101","guild_id":"100",` + author + `,"mentions":[{"id":"77"}],"content":"<@77> look"}`, "mentions_others"},
 		{"voice auto-thread", TenantConfig{}, false, `{"id":"1","channel_id":"105","guild_id":"100",` + author + `,` + mention + `}`, "auto_thread_unsupported"},
 		{"thread creation fails", TenantConfig{}, false, `{"id":"1","channel_id":"101","guild_id":"100",` + author + `,` + mention + `}`, "auto_thread_failed"},
 		{"group DM", TenantConfig{}, false, `{"id":"1","channel_id":"106",` + author + `,"content":"hi"}`, "group_dm"},

@@ -179,7 +179,7 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant string, a *contract.Ac
 // already done) and logs it, never quoting a URL.
 func (p *Platform) failed(op string, err error, done string) contract.Result {
 	f := describe(err)
-	p.log.Warn("discord egress failed", "op", op, "code", f.code, "error", f.msg)
+	p.log.Warn("discord egress failed", "op", op, "code", f.code, "err", f.msg)
 	r := f.result()
 	r.MessageID = done
 	return r

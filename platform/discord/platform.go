@@ -198,7 +198,9 @@ func (p *Platform) Routes() map[string]http.Handler {
 }
 
 // ChatTenant implements platform.Platform: a guild channel or thread belongs
-// to the tenant that claims its guild, a DM channel to DMTenant.
+// to the tenant that claims its guild, a DM channel to DMTenant. A channel
+// neither cached nor answered by Discord (unreachable, 5xx, rate limited)
+// fails with a *lookupError, which wraps platform.ErrUnavailable.
 func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
 	if !isSnowflake(chatID) {
 		return "", platform.ErrUnknownChat
@@ -208,7 +210,7 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 		return "", platform.ErrUnknownChat
 	}
 	if err != nil {
-		return "", errors.New(describe(err).msg)
+		return "", &lookupError{describe(err)}
 	}
 	if tenant, ok := p.channelTenant(ch); ok {
 		return tenant, nil
@@ -257,7 +259,7 @@ func (p *Platform) startThread(ctx context.Context, channelID, messageID, name s
 	err := p.rest(ctx, "POST", discordgo.EndpointChannelMessageThread(channelID, messageID),
 		&discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440}, &th)
 	if err != nil {
-		p.log.Warn("auto-thread creation failed", "channel_id", channelID, "error", describe(err).msg)
+		p.log.Warn("auto-thread creation failed", "channel_id", channelID, "err", describe(err).msg)
 		return "", err
 	}
 	if th.ID == "" {

@@ -2,15 +2,20 @@ package discord
 
 // policy is one tenant's TenantConfig in the form normalization reads.
 type policy struct {
-	autoThread      bool
-	requireMention  bool
-	ignoreNoMention bool
-	allowBots       string
-	free            set
-	noThread        set
-	voiceLinked     set
-	users           set
-	roles           set
+	autoThread           bool
+	requireMention       bool
+	threadRequireMention bool
+	ignoreNoMention      bool
+	botsInlineMention    bool
+	allowBots            string
+	free                 channelSet
+	noThread             channelSet
+	allowed              channelSet
+	ignored              channelSet
+	voiceLinked          set
+	users                set
+	anyUser              bool
+	roles                set
 }
 
 type set map[string]struct{}
@@ -31,6 +36,58 @@ func (s set) has(id string) bool {
 	return ok
 }
 
+// channelSet is a channel list: ids and names as written, and whether "*"
+// (every channel) is in it.
+type channelSet struct {
+	keys set
+	all  bool
+}
+
+// newChannelSet builds a channel list; wild says whether "*" means every
+// channel (in no_thread_channels it is an ordinary entry, as natively).
+func newChannelSet(entries []string, wild bool) channelSet {
+	entries = normalizeList(entries)
+	cs := channelSet{keys: newSet(entries)}
+	cs.all = wild && cs.keys.has(wildcard)
+	return cs
+}
+
+func (cs channelSet) empty() bool { return len(cs.keys) == 0 }
+
+// matches reports whether the list names any of a channel's keys (see
+// channelKeys), or holds "*".
+func (cs channelSet) matches(keys []string) bool {
+	if cs.all {
+		return true
+	}
+	for _, k := range keys {
+		if cs.keys.has(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// channelKeys are the spellings a channel list can name a channel by, as
+// the native adapter's channel gates see it: its id, name and #name, and
+// for a thread also its parent's id, name and #name.
+func channelKeys(ch chanInfo, parent *chanInfo) []string {
+	keys := make([]string, 0, 6)
+	add := func(c chanInfo) {
+		if c.ID != "" {
+			keys = append(keys, c.ID)
+		}
+		if c.Name != "" {
+			keys = append(keys, c.Name, "#"+c.Name)
+		}
+	}
+	add(ch)
+	if parent != nil {
+		add(*parent)
+	}
+	return keys
+}
+
 func orDefault(b *bool, def bool) bool {
 	if b == nil {
 		return def
@@ -38,30 +95,45 @@ func orDefault(b *bool, def bool) bool {
 	return *b
 }
 
+// newPolicy normalizes tc (Validate has checked it; entries it would refuse
+// match nothing here).
 func newPolicy(tc TenantConfig) *policy {
-	allow := tc.AllowBots
-	if allow == "" {
-		allow = AllowBotsNone
+	p := &policy{
+		autoThread:           orDefault(tc.AutoThread, true),
+		requireMention:       orDefault(tc.RequireMention, true),
+		threadRequireMention: orDefault(tc.ThreadRequireMention, false),
+		ignoreNoMention:      orDefault(tc.IgnoreNoMention, true),
+		botsInlineMention:    orDefault(tc.BotsRequireInlineMention, false),
+		allowBots:            normalizeAllowBots(tc.AllowBots),
+		free:                 newChannelSet(tc.FreeResponseChannels, true),
+		noThread:             newChannelSet(tc.NoThreadChannels, false),
+		allowed:              newChannelSet(tc.AllowedChannels, true),
+		ignored:              newChannelSet(tc.IgnoredChannels, true),
+		voiceLinked:          newSet(normalizeList(tc.VoiceLinkedTextChannels)),
 	}
-	return &policy{
-		autoThread:      orDefault(tc.AutoThread, true),
-		requireMention:  orDefault(tc.RequireMention, true),
-		ignoreNoMention: orDefault(tc.IgnoreNoMention, true),
-		allowBots:       allow,
-		free:            newSet(tc.FreeResponseChannels),
-		noThread:        newSet(tc.NoThreadChannels),
-		voiceLinked:     newSet(tc.VoiceLinkedTextChannels),
-		users:           newSet(tc.AllowedUsers),
-		roles:           newSet(tc.AllowedRoles),
+	var users, roles []string
+	for _, e := range normalizeList(tc.AllowedUsers) {
+		if e = cleanUserEntry(e); e == wildcard {
+			p.anyUser = true
+		}
+		users = append(users, e)
 	}
+	for _, e := range normalizeList(tc.AllowedRoles) {
+		if r, err := canonicalRole(e); err == nil {
+			roles = append(roles, r)
+		}
+	}
+	p.users, p.roles = newSet(users), newSet(roles)
+	return p
 }
 
-// admits reports whether the allowlists let author (with member's roles) in.
+// admits reports whether the allowlists let a human author (with member's
+// roles) in.
 func (p *policy) admits(author *wireUser, member *wireMember) bool {
 	if p.users == nil && p.roles == nil {
 		return true
 	}
-	if author != nil && p.users.has(author.ID) {
+	if p.anyUser || (author != nil && p.users.has(author.ID)) {
 		return true
 	}
 	if member != nil {

@@ -104,7 +104,7 @@ func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received
 		d.Kind, d.Event = platform.KindInbound, &t.ev
 	}
 	if err := life.sink.Deliver(ctx, d); err != nil {
-		p.log.Warn("discord delivery failed", "tenant", tenant, "chat_id", src.ChatID, "error", err)
+		p.log.Warn("discord delivery failed", "tenant", tenant, "chat_id", src.ChatID, "err", err)
 		return err
 	}
 	return nil

@@ -146,7 +146,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 			return
 		}
 		if err := respond(ctx, ack); err != nil {
-			p.log.Warn("discord interaction callback failed", "interaction_id", in.ID, "error", describe(err).msg)
+			p.log.Warn("discord interaction callback failed", "interaction_id", in.ID, "err", describe(err).msg)
 		}
 	}()
 	return ack, 0
@@ -199,7 +199,7 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 		err := p.vault.Put(vault.Key{Tenant: tenant, SessionKey: key, Kind: vault.KindDiscordInteractionToken},
 			vault.Entry{Value: token, Ref: appID, Stored: received})
 		if err != nil {
-			p.log.Warn("discord interaction token not stored", "interaction_id", in.ID, "error", err)
+			p.log.Warn("discord interaction token not stored", "interaction_id", in.ID, "err", err)
 		}
 	}
 	return p.deliver(ctx, tenant, t, received)
@@ -246,7 +246,7 @@ func (p *Platform) respondLater(respond func(context.Context, []byte) error, ack
 	go func() {
 		defer p.work.Done()
 		if err := respond(life.ctx, ack); err != nil {
-			p.log.Warn("discord interaction callback failed", "error", describe(err).msg)
+			p.log.Warn("discord interaction callback failed", "err", describe(err).msg)
 		}
 	}()
 }

@@ -39,11 +39,16 @@ type Config struct {
 	TenantWeights map[string]int `yaml:"tenant_weights"`
 	// GroupTopics names forum topics, like the native adapter's
 	// extra.group_topics: a bound topic's name becomes the source's
-	// chat_topic (it never changes the session key). Default none.
-	GroupTopics []TopicBinding `yaml:"group_topics"`
+	// chat_topic (it never changes the session key). A list of {chat_id,
+	// topics}, or the native legacy map {chat_id: topics}; the first entry
+	// for a chat is the only one read, and thread ids match as written
+	// (docs/settings-parity.md). Default none.
+	GroupTopics TopicBindings `yaml:"group_topics"`
 	// DMTopics names private-chat topics, like the native adapter's
-	// extra.dm_topics. Default none.
-	DMTopics []TopicBinding `yaml:"dm_topics"`
+	// extra.dm_topics: topics need a thread_id and a name (entries without
+	// are skipped: the native adapter creates such topics, the connector
+	// does not); thread ids are read as numbers. Default none.
+	DMTopics TopicBindings `yaml:"dm_topics"`
 
 	// GlobalPerSecond is the bot's overall send budget, shared fairly between
 	// tenants. Default 30 (Telegram's bulk limit); negative disables it.
@@ -72,7 +77,8 @@ type Config struct {
 
 // TopicBinding names the topics of one chat.
 type TopicBinding struct {
-	// ChatID is the chat's id.
+	// ChatID is the chat's id (decimal, as Telegram sends it; a YAML number
+	// or string).
 	ChatID string `yaml:"chat_id"`
 	// Topics are the named topics of the chat.
 	Topics []Topic `yaml:"topics"`
@@ -80,7 +86,8 @@ type TopicBinding struct {
 
 // Topic is one named topic.
 type Topic struct {
-	// ThreadID is the topic's message_thread_id ("1" is the General topic).
+	// ThreadID is the topic's message_thread_id ("1" is the General topic);
+	// a YAML number or string. Empty: the entry is skipped.
 	ThreadID string `yaml:"thread_id"`
 	// Name is reported as the source's chat_topic.
 	Name string `yaml:"name"`
@@ -167,11 +174,11 @@ func (c Config) Validate() error {
 			return fmt.Errorf("telegram.tenant_weights[%q]: negative weight", tenant)
 		}
 	}
-	if err := validTopics("telegram.group_topics", c.GroupTopics); err != nil {
-		return err
+	if _, err := topicNames(c.GroupTopics, false); err != nil {
+		return fmt.Errorf("telegram.group_topics%w", err)
 	}
-	if err := validTopics("telegram.dm_topics", c.DMTopics); err != nil {
-		return err
+	if _, err := topicNames(c.DMTopics, true); err != nil {
+		return fmt.Errorf("telegram.dm_topics%w", err)
 	}
 	if c.PollTimeout != 0 && c.PollTimeout < 2*time.Second {
 		return errors.New("telegram.poll_timeout: must be at least 2s")
@@ -238,20 +245,6 @@ func validHTTPURL(s string) error {
 	}
 	if u.Host == "" {
 		return errors.New("no host")
-	}
-	return nil
-}
-
-func validTopics(key string, bindings []TopicBinding) error {
-	for i, b := range bindings {
-		if _, err := parseChatID(b.ChatID); err != nil {
-			return fmt.Errorf("%s[%d].chat_id: %w", key, i, err)
-		}
-		for j, t := range b.Topics {
-			if n, err := strconv.Atoi(t.ThreadID); err != nil || n <= 0 {
-				return fmt.Errorf("%s[%d].topics[%d].thread_id: want a positive integer", key, i, j)
-			}
-		}
 	}
 	return nil
 }

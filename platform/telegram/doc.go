@@ -91,7 +91,9 @@
 // message is retried, because Telegram did not take it. Only calls Telegram
 // refused (429, rejected entities, a vanished topic) are made again; a
 // network error or timeout is reported, never retried, so nothing is sent
-// twice. When a slot would come after the request's deadline (30 s by
+// twice: as code unavailable (the gateway may retry), with the class of the
+// failure ("connection refused", "DNS lookup failed") and never the Bot API
+// server's URL or address. When a slot would come after the request's deadline (30 s by
 // default) the result is rate_limited with retry_after_ms and that message
 // was not sent; for a split send the error says how many parts went out and
 // message_id is the first part's. typing is not paced but is skipped for a

@@ -11,6 +11,7 @@ import (
 	"github.com/go-telegram/bot"
 
 	"connector/contract"
+	"connector/internal/netcause"
 )
 
 // handler performs one op for tenant in chat (already checked to be the
@@ -126,6 +127,9 @@ func (p *Platform) failure(op string, err error) contract.Result {
 		return r
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return contract.Failed(contract.CodeUnavailable, "telegram "+op+": no answer from Telegram before the deadline")
+	case netcause.IsNetwork(err):
+		// The error text holds the Bot API server's URL and address.
+		return contract.Failed(contract.CodeUnavailable, "telegram "+op+": Telegram unreachable: "+netcause.Describe(err))
 	case errors.As(err, &migrated):
 		return contract.Failed(contract.CodePlatformError,
 			fmt.Sprintf("telegram %s: the group became supergroup %d", op, migrated.MigrateToChatID))

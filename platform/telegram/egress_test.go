@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"context"
+	"net"
 	"runtime"
 	"slices"
 	"strings"
@@ -397,4 +398,29 @@ func (m *countingMetrics) Dropped(_, reason string) {
 		m.dropped = map[string]int{}
 	}
 	m.dropped[reason]++
+}
+
+// TestEgressWhileTelegramIsDown: with the Bot API unreachable, every op
+// answers the retryable "unavailable" (not platform_error), and the text
+// names neither the Bot API server's address nor the request URL.
+func TestEgressWhileTelegramIsDown(t *testing.T) {
+	down := closedURL(t)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(down, "http://"))
+	e := newEnv(t, func(c *Config) { c.APIServerURL = down })
+	for _, a := range []contract.Action{
+		sendAction("123456789", "hi"),
+		{Op: contract.OpEdit, ChatID: "123456789", MessageID: "7", Content: "x"},
+		{Op: contract.OpTyping, ChatID: "123456789"},
+		{Op: contract.OpGetChatInfo, ChatID: "123456789"},
+	} {
+		r := e.act(t, "t1", a)
+		if r.Success || r.Code != contract.CodeUnavailable {
+			t.Fatalf("%s while Telegram is down = %+v, want code unavailable", a.Op, r)
+		}
+		for _, leak := range []string{"127.0.0.1", port, "http", "/bot", "sendMessage", "dial"} {
+			if strings.Contains(r.Error, leak) {
+				t.Fatalf("%s: error %q leaks %q", a.Op, r.Error, leak)
+			}
+		}
+	}
 }

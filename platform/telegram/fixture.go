@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/go-telegram/bot/models"
 
@@ -71,11 +70,11 @@ func fixtureMapping(raw json.RawMessage) (mapping, error) {
 			return mapping{}, fmt.Errorf("telegram: fixture context: %w", err)
 		}
 	}
-	group, err := topicNames(bindingsOf(fc.AdapterConfig.GroupTopics))
+	group, err := topicNames(bindingsOf(fc.AdapterConfig.GroupTopics), false)
 	if err != nil {
 		return mapping{}, fmt.Errorf("telegram: fixture group_topics: %w", err)
 	}
-	dm, err := topicNames(bindingsOf(fc.AdapterConfig.DMTopics))
+	dm, err := topicNames(bindingsOf(fc.AdapterConfig.DMTopics), true)
 	if err != nil {
 		return mapping{}, fmt.Errorf("telegram: fixture dm_topics: %w", err)
 	}
@@ -92,23 +91,4 @@ func bindingsOf(fb []fixtureBinding) []TopicBinding {
 		out = append(out, tb)
 	}
 	return out
-}
-
-// topicNames indexes topic bindings by chat and thread.
-func topicNames(bindings []TopicBinding) (map[topicKey]string, error) {
-	names := make(map[topicKey]string)
-	for _, b := range bindings {
-		chat, err := parseChatID(b.ChatID)
-		if err != nil {
-			return nil, fmt.Errorf("chat_id %q: %w", b.ChatID, err)
-		}
-		for _, t := range b.Topics {
-			thread, err := strconv.Atoi(t.ThreadID)
-			if err != nil || thread <= 0 {
-				return nil, fmt.Errorf("thread_id %q: want a positive integer", t.ThreadID)
-			}
-			names[topicKey{chat: chat, thread: thread}] = t.Name
-		}
-	}
-	return names, nil
 }

@@ -138,13 +138,13 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 func (p *Platform) liveMapping() (*mapping, error) {
 	idText, _, _ := strings.Cut(p.cfg.Token, ":")
 	id, _ := strconv.ParseInt(idText, 10, 64) // Validate checked it
-	group, err := topicNames(p.cfg.GroupTopics)
+	group, err := topicNames(p.cfg.GroupTopics, false)
 	if err != nil {
-		return nil, fmt.Errorf("telegram.group_topics: %w", err)
+		return nil, fmt.Errorf("telegram.group_topics%w", err)
 	}
-	dm, err := topicNames(p.cfg.DMTopics)
+	dm, err := topicNames(p.cfg.DMTopics, true)
 	if err != nil {
-		return nil, fmt.Errorf("telegram.dm_topics: %w", err)
+		return nil, fmt.Errorf("telegram.dm_topics%w", err)
 	}
 	return &mapping{botID: id, groupTopics: group, dmTopics: dm}, nil
 }

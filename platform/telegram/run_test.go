@@ -36,9 +36,9 @@ func TestStartsWhileTelegramIsUnreachable(t *testing.T) {
 	if st.Ready || st.Terminal {
 		t.Errorf("status %+v, want not ready and not terminal", st)
 	}
-	// Egress fails cleanly meanwhile.
+	// Egress fails cleanly meanwhile, retryable.
 	r := e.act(t, "t1", sendAction("123456789", "hello?"))
-	if r.Success || r.Code != contract.CodePlatformError {
+	if r.Success || r.Code != contract.CodeUnavailable {
 		t.Errorf("send while unreachable: %+v", r)
 	}
 }

@@ -854,6 +854,15 @@ func (p *Pool) remove(ctx context.Context, tenant string, seqs []uint64) {
 	p.removed.Add(uint64(len(seqs)))
 }
 
+// Len returns the number of entries every ledger holds.
+func (p *Pool) Len() int {
+	n := 0
+	for _, l := range p.all() {
+		n += l.Len()
+	}
+	return n
+}
+
 // Stats counts the pool's store removals.
 type Stats struct {
 	// Removed counts entries (acknowledged or dropped) removed from the

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The data directory holds what the connector keeps across restarts: on
+// embedded defaults, the gateway secret and nexscope token it generates, so
+// a local gateway keeps connecting after a restart (the gateway stops
+// dialing for good after a 4401 that follows a handshake). It is chosen by
+// dataDir, in this order: the -data-dir flag, $CONNECTOR_DATA_DIR,
+// $XDG_STATE_HOME/connector, ~/.local/state/connector.
+const envDataDir = "CONNECTOR_DATA_DIR"
+
+// Files in the data directory.
+const (
+	gatewaySecretFile = "gateway-secret"
+	nexscopeTokenFile = "nexscope-token"
+)
+
+// dataDir returns the data directory: flagValue when set, else the first of
+// the environment's choices (lookup is os.LookupEnv in production).
+func dataDir(flagValue string, lookup func(string) (string, bool)) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	if v, ok := lookup(envDataDir); ok && v != "" {
+		return v, nil
+	}
+	// The XDG base directory spec ignores a relative path.
+	if v, ok := lookup("XDG_STATE_HOME"); ok && filepath.IsAbs(v) {
+		return filepath.Join(v, "connector"), nil
+	}
+	if v, ok := lookup("HOME"); ok && v != "" {
+		return filepath.Join(v, ".local", "state", "connector"), nil
+	}
+	return "", fmt.Errorf("no data directory: set %s (or -data-dir), XDG_STATE_HOME or HOME", envDataDir)
+}
+
+// storedSecret returns the secret in file name of dir, generating and
+// storing one (creating dir, mode 0700) on first use. The file is written
+// whole with mode 0600 under a temporary name and then linked into place, so
+// neither a crash nor a concurrent start leaves a partial secret, and a
+// stored secret is never replaced.
+func storedSecret(dir, name string) (string, error) {
+	path := filepath.Join(dir, name)
+	if s, err := readSecret(path); !errors.Is(err, fs.ErrNotExist) {
+		return s, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*") // mode 0600
+	if err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	secret := randomSecret()
+	_, err = tmp.WriteString(secret + "\n")
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return readSecret(path) // another start stored one first
+		}
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	return secret, nil
+}
+
+// readSecret reads a stored secret. Errors name the file, never its content.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+		return "", fmt.Errorf("data directory: %s does not hold one secret; delete it to generate a new one", path)
+	}
+	return s, nil
+}

@@ -1,0 +1,146 @@
+package telegram
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// This file owns how the native adapter's topic settings (group_topics,
+// dm_topics) are read: the YAML forms it accepts and how it matches their
+// ids. docs/settings-parity.md lists every form; TestTelegramSettingsParity
+// checks each row.
+
+// TopicBindings is the value of group_topics or dm_topics: a list of
+// {chat_id, topics}, or (as the native adapter also accepts for
+// group_topics) a map from chat id to its topics.
+type TopicBindings []TopicBinding
+
+// UnmarshalYAML reads both forms; unknown keys are errors.
+func (b *TopicBindings) UnmarshalYAML(n *yaml.Node) error {
+	var out TopicBindings
+	switch {
+	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
+	case n.Kind == yaml.SequenceNode:
+		for _, item := range n.Content {
+			var tb TopicBinding
+			if err := decodeStrict(item, "TopicBinding", map[string]func(*yaml.Node) error{
+				"chat_id": func(v *yaml.Node) error { return v.Decode(&tb.ChatID) },
+				"topics":  func(v *yaml.Node) error { return decodeTopics(v, &tb.Topics) },
+			}); err != nil {
+				return err
+			}
+			out = append(out, tb)
+		}
+	case n.Kind == yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			tb := TopicBinding{ChatID: n.Content[i].Value}
+			if err := decodeTopics(n.Content[i+1], &tb.Topics); err != nil {
+				return err
+			}
+			out = append(out, tb)
+		}
+	default:
+		return fmt.Errorf("line %d: want a list of {chat_id, topics} or a map of chat id to topics", n.Line)
+	}
+	*b = out
+	return nil
+}
+
+func decodeTopics(n *yaml.Node, topics *[]Topic) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return fmt.Errorf("line %d: topics: want a list of {thread_id, name}", n.Line)
+	}
+	for _, item := range n.Content {
+		var t Topic
+		if err := decodeStrict(item, "Topic", map[string]func(*yaml.Node) error{
+			"thread_id": func(v *yaml.Node) error { return v.Decode(&t.ThreadID) },
+			"name":      func(v *yaml.Node) error { return v.Decode(&t.Name) },
+		}); err != nil {
+			return err
+		}
+		*topics = append(*topics, t)
+	}
+	return nil
+}
+
+// decodeStrict decodes a mapping key by key; a key without a reader is the
+// error yaml's strict mode gives, which the config loader reports as an
+// unknown key.
+func decodeStrict(n *yaml.Node, typ string, fields map[string]func(*yaml.Node) error) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: want a mapping", n.Line)
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		read, ok := fields[k.Value]
+		if !ok {
+			return fmt.Errorf("line %d: field %s not found in type telegram.%s", k.Line, k.Value, typ)
+		}
+		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+			continue
+		}
+		if err := read(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// topicNames indexes topic bindings by chat and thread as the native
+// adapter looks them up. For group topics (dm false) only the first entry
+// of a chat is read and a thread id matches as written, so it must be the
+// canonical decimal; for DM topics a thread id is read as a number, and a
+// topic without a thread id or a name is skipped. Within a chat the first
+// topic of a thread wins. Errors start with the binding's index.
+func topicNames(bindings []TopicBinding, dm bool) (map[topicKey]string, error) {
+	names := make(map[topicKey]string)
+	seen := make(map[int64]bool)
+	for i, b := range bindings {
+		chat, err := parseChatID(b.ChatID)
+		if err != nil {
+			return nil, fmt.Errorf("[%d].chat_id: %q: %w", i, b.ChatID, err)
+		}
+		if !dm && seen[chat] {
+			continue
+		}
+		seen[chat] = true
+		for j, t := range b.Topics {
+			if t.ThreadID == "" || (dm && t.Name == "") {
+				continue
+			}
+			thread, err := topicThreadID(t.ThreadID, dm)
+			if err != nil {
+				return nil, fmt.Errorf("[%d].topics[%d].thread_id: %q: %w", i, j, t.ThreadID, err)
+			}
+			k := topicKey{chat: chat, thread: thread}
+			if _, dup := names[k]; !dup {
+				names[k] = t.Name
+			}
+		}
+	}
+	return names, nil
+}
+
+// topicThreadID parses a configured thread id: for a DM topic as Python's
+// int() does (surrounding space, a plus sign and leading zeros allowed), for
+// a group topic only in the canonical spelling it is compared in.
+func topicThreadID(s string, dm bool) (int, error) {
+	text := s
+	if dm {
+		text = strings.TrimPrefix(strings.TrimSpace(s), "+")
+	}
+	n, err := strconv.Atoi(text)
+	switch {
+	case err != nil || n <= 0:
+		return 0, fmt.Errorf("want a positive integer")
+	case !dm && strconv.Itoa(n) != s:
+		return 0, fmt.Errorf("the native adapter compares group thread ids as written, so this never matches; write %d", n)
+	}
+	return n, nil
+}
