@@ -34,7 +34,7 @@ type Platform struct {
 	transport *http.Transport
 	// offsets holds each long poll until the previous answer's updates
 	// were handled, so no update is confirmed before it is stored.
-	offsets *offsetGate
+	offsets   *offsetGate
 	scrubber  *strings.Replacer
 	secretSum [32]byte // sha256 of the webhook secret
 
