@@ -44,13 +44,20 @@
 // # Locking
 //
 // Each Ledger's state is guarded by its own mutex, which is never held
-// across I/O: stores happen before it is taken or after it is released. The
-// ledger calls Consumer.HasRoom and Consumer.Offer with it held, so the lock
-// order is: a Ledger's mutex, then the consumer's own locks (the relay's
-// send-queue lock). A consumer must never call into the Ledger from HasRoom
-// or Offer, nor while it holds a lock it takes in them. The Pool's own
-// locks (its ledger list, its removal queue) come after a Ledger's mutex,
-// and no two Ledger mutexes are ever held together.
+// across I/O: store calls happen before it is taken or after it is
+// released, and no two Ledger mutexes are ever held together. Locks are
+// taken in this order only:
+//
+//  1. Pool.flushMu, which serializes removal flushes and is held across the
+//     store's Ack; only the pool's goroutine, Flush and Close take it;
+//  2. a Ledger's mutex, with which the ledger calls Consumer.HasRoom and
+//     Consumer.Offer;
+//  3. the consumer's own locks (the relay's send-queue lock), and Pool.rmMu
+//     (the queue of ledgers with removals), a leaf.
+//
+// Pool.mu (the ledger list) is a leaf taken with no other lock held. A
+// consumer must never call into the Ledger from HasRoom or Offer, nor while
+// it holds a lock it takes in them.
 package ledger
 
 import (
