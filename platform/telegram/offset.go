@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/go-telegram/bot/models"
 )
 
 // offsetGate holds each getUpdates long poll until every update of the
@@ -42,7 +44,7 @@ func (g *offsetGate) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp, err := g.base.RoundTrip(r)
-	if err != nil || resp.StatusCode != http.StatusOK {
+	if err != nil {
 		return resp, err
 	}
 	body, err := io.ReadAll(resp.Body)
@@ -51,19 +53,30 @@ func (g *offsetGate) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	var answer struct {
-		Result []struct {
-			ID int64 `json:"update_id"`
-		} `json:"result"`
-	}
-	if json.Unmarshal(body, &answer) == nil {
-		g.mu.Lock()
-		for _, u := range answer.Result {
-			g.handed = max(g.handed, u.ID)
-		}
-		g.mu.Unlock()
-	}
+	g.mu.Lock()
+	g.handed = max(g.handed, handedOut(body))
+	g.mu.Unlock()
 	return resp, nil
+}
+
+// handedOut returns the highest update id of a getUpdates answer that the
+// library hands to its worker, decoding it as the library does (whatever
+// the HTTP status), so an answer the library rejects hands out nothing and
+// cannot hold the next poll forever.
+func handedOut(body []byte) int64 {
+	var answer struct {
+		OK     bool            `json:"ok"`
+		Result json.RawMessage `json:"result"`
+	}
+	var updates []*models.Update
+	if json.Unmarshal(body, &answer) != nil || !answer.OK || json.Unmarshal(answer.Result, &updates) != nil {
+		return 0
+	}
+	var last int64
+	for _, u := range updates {
+		last = max(last, u.ID)
+	}
+	return last
 }
 
 // wait returns once every update handed out was handled, or ctx is done.

@@ -86,6 +86,14 @@ func TestOffsetGateHoldsThePollUntilItsUpdatesAreHandled(t *testing.T) {
 	}
 	mu.Unlock()
 
+	// An answer the library cannot decode hands out nothing, so it holds no
+	// poll.
+	for _, body := range []string{`{"ok":true,"result":[{"update_id":"x"}]}`, `{"ok":false,"result":[{"update_id":99}]}`, `not json`} {
+		if id := handedOut([]byte(body)); id != 0 {
+			t.Errorf("handedOut(%s) = %d, want 0", body, id)
+		}
+	}
+
 	// A poll held by the gate ends with its context.
 	g.mu.Lock()
 	g.handed = 9
@@ -95,4 +103,17 @@ func TestOffsetGateHoldsThePollUntilItsUpdatesAreHandled(t *testing.T) {
 	if _, err := call(cctx, "getUpdates"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("held poll with a cancelled context returned %v", err)
 	}
+}
+
+// FuzzHandedOut: any getUpdates answer is read without a panic, and an id is
+// only taken from an answer that says ok.
+func FuzzHandedOut(f *testing.F) {
+	f.Add([]byte(`{"ok":true,"result":[{"update_id":7},{"update_id":8}]}`))
+	f.Add([]byte(`{"ok":false,"error_code":409,"description":"Conflict"}`))
+	f.Add([]byte(`{"ok":true,"result":null}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if id := handedOut(body); id != 0 && !strings.Contains(string(body), "true") {
+			t.Fatalf("handedOut took id %d from an answer that is not ok: %s", id, body)
+		}
+	})
 }
