@@ -317,7 +317,7 @@ func TestTransferSenderDisconnects(t *testing.T) {
 		t.Fatalf("transfer_incomplete %v", e)
 	}
 	bob.expectPresence("bob")
-	if n := tr.clock.pending(); n != 1 { // only bob's heartbeat
+	if n := tr.clock.Pending(); n != 1 { // only bob's heartbeat
 		t.Fatalf("%d timers armed; the transfer deadline was not stopped", n)
 	}
 	carol := tr.join(t, "", "carol")

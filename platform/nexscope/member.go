@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"connector/internal/clock"
 )
 
 // member is one connected client: one WebSocket, one session. Its handler
 // goroutine reads (readLoop), one writer goroutine drains its sendQueue, and
-// heartbeat ticks come from the platform's Clock.
+// heartbeat ticks come from the platform's clock (platform.Deps.Clock).
 type member struct {
 	p      *Platform
 	room   *room
@@ -33,7 +35,7 @@ type member struct {
 	// heartbeat
 	awaitingPong atomic.Bool
 	hbMu         sync.Mutex
-	hbTimer      Timer
+	hbTimer      clock.Timer
 	missed       int // touched only by the heartbeat chain
 
 	// writeWatch disconnects a member whose write exceeds WriteTimeout.
@@ -282,7 +284,7 @@ func (m *member) pingLocked() (<-chan error, bool) {
 }
 
 // answersPing sends a WebSocket ping and reports whether the pong arrives
-// within timeout on the platform's Clock (false for a member that left).
+// within timeout on the platform's clock (false for a member that left).
 func (m *member) answersPing(timeout time.Duration) bool {
 	// Armed before the ping goes out: a client that has the ping knows the
 	// deadline runs.

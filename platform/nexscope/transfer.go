@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/coder/websocket"
+
+	"connector/internal/clock"
 )
 
 // transfer is a file stream in progress: the room's lock while it is the
@@ -16,7 +18,7 @@ type transfer struct {
 	recipients []*member
 	offline    [][]byte
 	toBot      bool // the bot takes the file: delivered to it, bridged at file-end
-	timer      Timer
+	timer      clock.Timer
 	done       chan struct{} // closed when the transfer ends either way
 }
 
