@@ -40,34 +40,57 @@ const (
 	CloseUnknownRoom websocket.StatusCode = 4017
 )
 
-// Error codes of {"type":"error","code":...} frames.
+// ErrorCode is the code of an {"type":"error","code":...} frame: a wire
+// value the client switches on, not a Go error.
+type ErrorCode string
+
+// Error codes the relay sends. Those of a refused handshake come before its
+// close; the others leave the connection open unless their comment says so.
 const (
-	ErrVersionMismatch    = "version_mismatch"
-	ErrInvalidName        = "invalid_name"
-	ErrNameTaken          = "name_taken"
-	ErrRoomFull           = "room_full"
-	ErrUnknownRoom        = "unknown_room"
-	ErrMissingFrom        = "missing_from"
-	ErrFromMismatch       = "from_mismatch"
-	ErrMissingTo          = "missing_to"
-	ErrUnknownType        = "unknown_type"
-	ErrBadJSON            = "bad_json"
-	ErrMsgTooLarge        = "msg_too_large"
-	ErrTransferBusy       = "transfer_busy"
-	ErrTransferIncomplete = "transfer_incomplete"
-	ErrBadFileEnd         = "bad_file_end"
-	// ErrBadFileStart: file-start without an attachment object whose size is
+	// CodeVersionMismatch: v is given and is not 1 (then close 1008).
+	CodeVersionMismatch ErrorCode = "version_mismatch"
+	// CodeInvalidName: the name fails ^[a-zA-Z0-9_-]{1,32}$ (then close 4012).
+	CodeInvalidName ErrorCode = "invalid_name"
+	// CodeNameTaken: the name is online in the room and its holder answered
+	// the name probe, or it is the bot's (then close 4009).
+	CodeNameTaken ErrorCode = "name_taken"
+	// CodeRoomFull: the room has MaxUsers members (then close 4015).
+	CodeRoomFull ErrorCode = "room_full"
+	// CodeUnknownRoom: /ws/{room} names no configured room (then close 4017).
+	CodeUnknownRoom ErrorCode = "unknown_room"
+	// CodeMissingFrom: a msg, file-start or file-end without from. A strike.
+	CodeMissingFrom ErrorCode = "missing_from"
+	// CodeFromMismatch: from is not the member's own name. A strike.
+	CodeFromMismatch ErrorCode = "from_mismatch"
+	// CodeMissingTo: to is not an array of names. A strike.
+	CodeMissingTo ErrorCode = "missing_to"
+	// CodeUnknownType: a text frame whose type the relay does not take.
+	CodeUnknownType ErrorCode = "unknown_type"
+	// CodeBadJSON: a text frame that is not a JSON object.
+	CodeBadJSON ErrorCode = "bad_json"
+	// CodeMsgTooLarge: a frame over MaxPayload (then close 4011).
+	CodeMsgTooLarge ErrorCode = "msg_too_large"
+	// CodeTransferBusy: file-start while another transfer holds the room's
+	// lock; the frame carries retryAfterMs, and the refused stream is
+	// dropped quietly.
+	CodeTransferBusy ErrorCode = "transfer_busy"
+	// CodeTransferIncomplete: to the recipients of a file-start, when its
+	// transfer was aborted or stalled.
+	CodeTransferIncomplete ErrorCode = "transfer_incomplete"
+	// CodeBadFileEnd: file-end whose msgId is not the transfer in progress.
+	CodeBadFileEnd ErrorCode = "bad_file_end"
+	// CodeBadFileStart: file-start without an attachment object whose size is
 	// a non-negative integer. The frame is dropped; no lock is taken.
-	ErrBadFileStart = "bad_file_start"
-	// ErrFileTooLarge: attachment.size exceeds MaxFile. The frame is dropped.
-	ErrFileTooLarge = "file_too_large"
-	// ErrSizeMismatch: the chunks overran attachment.size, or file-end came
+	CodeBadFileStart ErrorCode = "bad_file_start"
+	// CodeFileTooLarge: attachment.size exceeds MaxFile. The frame is dropped.
+	CodeFileTooLarge ErrorCode = "file_too_large"
+	// CodeSizeMismatch: the chunks overran attachment.size, or file-end came
 	// before all of it arrived. The transfer is aborted: recipients get
 	// transfer_incomplete, the lock is released, no ack.
-	ErrSizeMismatch = "size_mismatch"
-	// ErrUnexpectedBinary: a binary frame from a member that holds no
+	CodeSizeMismatch ErrorCode = "size_mismatch"
+	// CodeUnexpectedBinary: a binary frame from a member that holds no
 	// transfer lock. The frame is dropped.
-	ErrUnexpectedBinary = "unexpected_binary"
+	CodeUnexpectedBinary ErrorCode = "unexpected_binary"
 )
 
 // strikeLimit is how many missing_from / from_mismatch / missing_to errors

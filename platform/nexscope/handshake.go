@@ -56,17 +56,17 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	}
 	if v := q.Get("v"); v != "" {
 		if n, err := strconv.Atoi(v); err != nil || n != 1 {
-			refuse(ws, ErrVersionMismatch, "unsupported protocol version; this relay speaks v1", CloseUnauthorized)
+			refuse(ws, CodeVersionMismatch, "unsupported protocol version; this relay speaks v1", CloseUnauthorized)
 			return
 		}
 	}
 	if !validName(name) {
-		refuse(ws, ErrInvalidName, "name must match ^[a-zA-Z0-9_-]{1,32}$", CloseInvalidName)
+		refuse(ws, CodeInvalidName, "name must match ^[a-zA-Z0-9_-]{1,32}$", CloseInvalidName)
 		return
 	}
 	r := p.rooms[roomName]
 	if r == nil {
-		refuse(ws, ErrUnknownRoom, "no such room", CloseUnknownRoom)
+		refuse(ws, CodeUnknownRoom, "no such room", CloseUnknownRoom)
 		return
 	}
 	m.room = r
@@ -77,15 +77,15 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	}
 	defer p.unregister(m)
 	code := r.join(m)
-	if code == ErrNameTaken && r.replaceGhost(name) {
+	if code == CodeNameTaken && r.replaceGhost(name) {
 		code = r.join(m)
 	}
 	switch code {
-	case ErrNameTaken:
-		refuse(ws, ErrNameTaken, fmt.Sprintf("username %q already in room", name), CloseNameTaken)
+	case CodeNameTaken:
+		refuse(ws, CodeNameTaken, fmt.Sprintf("username %q already in room", name), CloseNameTaken)
 		return
-	case ErrRoomFull:
-		refuse(ws, ErrRoomFull, "room is full", CloseRoomFull)
+	case CodeRoomFull:
+		refuse(ws, CodeRoomFull, "room is full", CloseRoomFull)
 		return
 	case errLeft:
 		_ = ws.Close(CloseGoingAway, "shutting down")
@@ -96,14 +96,14 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 }
 
 // refuse sends a handshake error frame and closes with code.
-func refuse(ws *websocket.Conn, code, message string, closeCode websocket.StatusCode) {
+func refuse(ws *websocket.Conn, code ErrorCode, message string, closeCode websocket.StatusCode) {
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeWriteTimeout)
 	defer cancel()
 	if err := ws.Write(ctx, websocket.MessageText, errorFrame(code, message)); err != nil {
 		_ = ws.CloseNow()
 		return
 	}
-	_ = ws.Close(closeCode, code)
+	_ = ws.Close(closeCode, string(code))
 }
 
 // replaceGhost probes the member holding name with a fresh WebSocket ping. If

@@ -310,10 +310,10 @@ func (c *client) expect(typ string) map[string]any {
 }
 
 // expectError reads the next frame and checks it is an error with code.
-func (c *client) expectError(code string) map[string]any {
+func (c *client) expectError(code ErrorCode) map[string]any {
 	c.t.Helper()
 	m := c.expect("error")
-	if m["code"] != code {
+	if m["code"] != string(code) {
 		c.t.Fatalf("%s: got error %v, want code %s", c.name, m, code)
 	}
 	return m

@@ -109,8 +109,8 @@ func (m *member) readLoop() error {
 		data, err := readMessage(rd, &m.scratch, limit)
 		if errors.Is(err, errTooLarge) {
 			m.log.Info("nexscope frame over max_payload", "max_payload", limit)
-			m.send(errorFrame(ErrMsgTooLarge, "frame exceeds max payload"))
-			m.closeAfterFlush(CloseTooLarge, ErrMsgTooLarge)
+			m.send(errorFrame(CodeMsgTooLarge, "frame exceeds max payload"))
+			m.closeAfterFlush(CloseTooLarge, string(CodeMsgTooLarge))
 			return err
 		}
 		if err != nil {

@@ -86,20 +86,20 @@ func (r *room) pushFrameLocked(m *member, f outFrame) {
 }
 
 // errLeft is join's answer for a member closed (by shutdown) before it joined.
-const errLeft = "left"
+const errLeft ErrorCode = "left"
 
 // join adds m; it returns the error code that refuses it, or "".
-func (r *room) join(m *member) string {
+func (r *room) join(m *member) ErrorCode {
 	r.mu.Lock()
 	defer r.unlock()
 	if m.left.Load() {
 		return errLeft
 	}
 	if _, taken := r.members[m.name]; taken || m.name == r.bot {
-		return ErrNameTaken
+		return CodeNameTaken
 	}
 	if len(r.users) >= r.cap {
-		return ErrRoomFull
+		return CodeRoomFull
 	}
 	r.members[m.name] = m
 	i, _ := slices.BinarySearch(r.users, m.name)
