@@ -1,44 +1,85 @@
 package nexscope
 
-import "github.com/coder/websocket"
+import (
+	"strconv"
 
-// Close codes the relay sends. 1008 and 4009-4014 are the protocol's own;
-// 4015-4017 cover cases the protocol leaves to the relay.
-const (
-	// CloseUnauthorized (1008): token missing or wrong (no error frame, to
-	// prevent enumeration), or version_mismatch (after the error frame).
-	CloseUnauthorized websocket.StatusCode = websocket.StatusPolicyViolation
+	"github.com/coder/websocket"
+)
+
+// Close is how the relay ends a connection: a WebSocket close status and
+// the reason sent with it. Each predefined value has one meaning; two values
+// share a status where the protocol gives one status two causes (1008,
+// 4010). A Close is an error, so code that decides a connection must end can
+// return the Close it ends with.
+type Close struct {
+	Code   websocket.StatusCode
+	Reason string
+}
+
+// Error implements error: "close 4009 name_taken".
+func (c Close) Error() string {
+	s := "close " + strconv.Itoa(int(c.Code))
+	if c.Reason != "" {
+		s += " " + c.Reason
+	}
+	return s
+}
+
+// The closes the relay sends. 1001, 1008 and 4009-4014 are the protocol's
+// own; 4015-4017 cover cases the protocol leaves to the relay. Those of a
+// refused handshake follow an error frame whose code is their reason.
+var (
+	// CloseUnauthorized (1008, no reason): the token is missing or wrong. No
+	// error frame and no reason, to prevent enumeration.
+	CloseUnauthorized = Close{websocket.StatusPolicyViolation, ""}
+	// CloseVersionMismatch (1008): v is not 1.
+	CloseVersionMismatch = Close{websocket.StatusPolicyViolation, string(CodeVersionMismatch)}
 	// CloseGoingAway (1001): the connector is shutting down.
-	CloseGoingAway websocket.StatusCode = websocket.StatusGoingAway
+	CloseGoingAway = Close{websocket.StatusGoingAway, "shutting down"}
 	// CloseNameTaken (4009): the name is already online in the room.
-	CloseNameTaken websocket.StatusCode = 4009
+	CloseNameTaken = Close{4009, string(CodeNameTaken)}
 	// CloseHeartbeatTimeout (4010): two consecutive WebSocket pings went
-	// unanswered, or the name probe of a new connection with the same name
-	// did (the ghost is replaced). Logged only; no error frame.
-	CloseHeartbeatTimeout websocket.StatusCode = 4010
+	// unanswered. Logged only; no error frame.
+	CloseHeartbeatTimeout = Close{4010, "heartbeat_timeout"}
+	// CloseGhostReplaced (4010): the member did not answer the name probe of
+	// a new connection with the same name, which takes its place (see
+	// replaceGhost). Logged only; no error frame.
+	CloseGhostReplaced = Close{4010, "replaced by a new connection"}
 	// CloseTooLarge (4011): one message exceeded MaxPayload (after a
 	// msg_too_large error frame).
-	CloseTooLarge websocket.StatusCode = 4011
+	CloseTooLarge = Close{4011, string(CodeMsgTooLarge)}
 	// CloseInvalidName (4012): the name fails ^[a-zA-Z0-9_-]{1,32}$.
-	CloseInvalidName websocket.StatusCode = 4012
-	// CloseTooManyErrors (4013): the tenth missing_from / from_mismatch /
-	// missing_to on one connection.
-	CloseTooManyErrors websocket.StatusCode = 4013
+	CloseInvalidName = Close{4012, string(CodeInvalidName)}
+	// CloseTooManyErrors (4013): the strikeLimit-th missing_from /
+	// from_mismatch / missing_to on one connection (after its error frame).
+	CloseTooManyErrors = Close{4013, "too many errors"}
 	// CloseTransferStalled (4014): the sender's file-end did not arrive within
-	// TransferTimeout of its file-start.
-	CloseTransferStalled websocket.StatusCode = 4014
-	// CloseRoomFull (4015): the room already has MaxUsers members (after a
-	// room_full error frame).
-	CloseRoomFull websocket.StatusCode = 4015
+	// TransferTimeout of its file-start (recipients get transfer_incomplete).
+	CloseTransferStalled = Close{4014, string(CodeTransferIncomplete)}
+	// CloseRoomFull (4015): the room already has MaxUsers members.
+	CloseRoomFull = Close{4015, string(CodeRoomFull)}
 	// CloseSlowConsumer (4016): the member's send queue overflowed
 	// SendQueueBytes + MaxPayload; its backlog is dropped. No error frame (it
 	// would queue behind the backlog). A member stuck in one write for
 	// WriteTimeout is dropped without a close frame instead.
-	CloseSlowConsumer websocket.StatusCode = 4016
-	// CloseUnknownRoom (4017): /ws/{room} names no configured room (after an
-	// unknown_room error frame; only sent to clients with a valid token).
-	CloseUnknownRoom websocket.StatusCode = 4017
+	CloseSlowConsumer = Close{4016, "slow consumer"}
+	// CloseUnknownRoom (4017): /ws/{room} names no configured room (only sent
+	// to clients with a valid token).
+	CloseUnknownRoom = Close{4017, string(CodeUnknownRoom)}
 )
+
+// closeNoHandshake is not sent: it drops the socket without a close
+// handshake (the peer is gone, or a write to it is stuck).
+var closeNoHandshake = Close{Code: -1}
+
+// closeWith ends ws with c.
+func closeWith(ws *websocket.Conn, c Close) {
+	if c == closeNoHandshake {
+		_ = ws.CloseNow()
+		return
+	}
+	_ = ws.Close(c.Code, c.Reason)
+}
 
 // ErrorCode is the code of an {"type":"error","code":...} frame: a wire
 // value the client switches on, not a Go error.

@@ -65,8 +65,8 @@ func FuzzMemberFrames(f *testing.F) {
 		alice, bob := newMember(p, r, "alice"), newMember(p, r, "bob")
 		for _, m := range []*member{alice, bob} {
 			m.log = p.log
-			if code := r.join(m); code != "" {
-				t.Fatal(code)
+			if err := r.join(m); err != nil {
+				t.Fatal(err)
 			}
 		}
 		check := func() {

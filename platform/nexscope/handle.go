@@ -77,6 +77,6 @@ func (m *member) strike(code ErrorCode, message string, msgID []byte) {
 	m.send(appendError(nil, code, message, msgID))
 	if m.strikes >= strikeLimit {
 		m.log.Info("nexscope member closed after too many errors", "strikes", m.strikes)
-		m.closeAfterFlush(CloseTooManyErrors, "too many errors")
+		m.closeAfterFlush(CloseTooManyErrors)
 	}
 }

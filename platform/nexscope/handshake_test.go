@@ -19,14 +19,14 @@ func TestHandshakeRefusals(t *testing.T) {
 	cases := []struct {
 		name, path, query string
 		errCode           ErrorCode // "" = no error frame
-		close             websocket.StatusCode
+		close             Close
 	}{
 		{"missing token", "/ws", "name=alice&v=1", "", CloseUnauthorized},
 		{"wrong token", "/ws", "name=alice&token=nope&v=1", "", CloseUnauthorized},
 		{"token prefix", "/ws", "name=alice&token=" + testToken[:5], "", CloseUnauthorized},
 		{"wrong token, unknown room", "/ws/nosuch", "name=alice&token=x", "", CloseUnauthorized},
-		{"future version", "/ws", "name=alice&token=" + testToken + "&v=2", CodeVersionMismatch, CloseUnauthorized},
-		{"non-numeric version", "/ws", "name=alice&token=" + testToken + "&v=one", CodeVersionMismatch, CloseUnauthorized},
+		{"future version", "/ws", "name=alice&token=" + testToken + "&v=2", CodeVersionMismatch, CloseVersionMismatch},
+		{"non-numeric version", "/ws", "name=alice&token=" + testToken + "&v=one", CodeVersionMismatch, CloseVersionMismatch},
 		{"missing name", "/ws", "token=" + testToken, CodeInvalidName, CloseInvalidName},
 		{"name with space", "/ws", "name=a%20b&token=" + testToken, CodeInvalidName, CloseInvalidName},
 		{"name too long", "/ws", "name=" + strings.Repeat("a", 33) + "&token=" + testToken, CodeInvalidName, CloseInvalidName},
@@ -113,8 +113,8 @@ func TestShutdownClosesMembersGoingAway(t *testing.T) {
 	stop()
 	select {
 	case err := <-ended:
-		if websocket.CloseStatus(err) != CloseGoingAway {
-			t.Fatalf("alice ended with %v, want close %d", err, CloseGoingAway)
+		if !endedWith(err, CloseGoingAway) {
+			t.Fatalf("alice ended with %v, want %v", err, CloseGoingAway)
 		}
 	case <-time.After(testTimeout):
 		t.Fatalf("timed out after %v waiting for shutdown to close alice", testTimeout)
@@ -171,8 +171,8 @@ func TestGhostReplacedByReconnect(t *testing.T) {
 	again.expectPresence("alice", "bob")
 	select {
 	case err := <-ended:
-		if websocket.CloseStatus(err) != CloseHeartbeatTimeout {
-			t.Fatalf("ghost ended with %v, want close %d", err, CloseHeartbeatTimeout)
+		if !endedWith(err, CloseGhostReplaced) {
+			t.Fatalf("ghost ended with %v, want %v", err, CloseGhostReplaced)
 		}
 	case <-time.After(testTimeout):
 		t.Fatalf("timed out after %v waiting for the ghost's close", testTimeout)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -331,23 +332,31 @@ func (c *client) expectPresence(want ...string) {
 	}
 }
 
-// expectClose reads until the connection ends and checks the close code.
-func (c *client) expectClose(code websocket.StatusCode) {
+// expectClose reads until the connection ends and checks that it ended with
+// want, code and reason.
+func (c *client) expectClose(want Close) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	for {
 		typ, b, err := c.ws.Read(ctx)
 		if err != nil {
-			if got := websocket.CloseStatus(err); got != code {
-				c.t.Fatalf("%s: connection ended with %v (status %d), want %d", c.name, err, got, code)
+			if !endedWith(err, want) {
+				c.t.Fatalf("%s: connection ended with %v, want %v", c.name, err, want)
 			}
 			return
 		}
 		if typ == websocket.MessageText {
-			c.t.Fatalf("%s: got %s before close %d", c.name, b, code)
+			c.t.Fatalf("%s: got %s before %v", c.name, b, want)
 		}
 	}
+}
+
+// endedWith reports whether err, a read error of a client connection, is the
+// close frame of want: its code and its reason.
+func endedWith(err error, want Close) bool {
+	var ce websocket.CloseError
+	return errors.As(err, &ce) && ce.Code == want.Code && ce.Reason == want.Reason
 }
 
 // msg is a client msg frame.

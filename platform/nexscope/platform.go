@@ -108,7 +108,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	}
 	p.mu.Unlock()
 	for _, m := range members {
-		m.kick(CloseGoingAway, "shutting down")
+		m.kick(CloseGoingAway)
 	}
 	p.wg.Wait()
 	return nil

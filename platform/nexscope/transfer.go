@@ -241,7 +241,7 @@ func (r *room) stall(t *transfer) {
 	r.abortLocked(t)
 	r.unlock()
 	t.sender.log.Info("nexscope file transfer stalled, closing sender", "transfer_timeout", r.p.cfg.TransferTimeout)
-	t.sender.kick(CloseTransferStalled, string(CodeTransferIncomplete))
+	t.sender.kick(CloseTransferStalled)
 }
 
 // sameValue compares two raw JSON values, strings by their decoded text.
