@@ -21,7 +21,7 @@ type Timer interface {
 	Stop() bool
 }
 
-// systemClock is the real clock; now may come from platform.Deps.Now.
+// systemClock is the real clock; now may come from platform.Deps.Clock.
 type systemClock struct{ now func() time.Time }
 
 func (c systemClock) Now() time.Time { return c.now() }

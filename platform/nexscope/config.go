@@ -83,7 +83,7 @@ type Config struct {
 	Rooms []Room `yaml:"rooms"`
 
 	// Clock drives ts values and every timer. Default: the real clock, with
-	// platform.Deps.Now as its Now when set.
+	// platform.Deps.Clock's Now as its Now when set.
 	Clock Clock `yaml:"-"`
 }
 

@@ -111,8 +111,13 @@ func TestShutdownClosesMembersGoingAway(t *testing.T) {
 		ended <- err
 	}()
 	stop()
-	if err := <-ended; websocket.CloseStatus(err) != CloseGoingAway {
-		t.Fatalf("alice ended with %v, want close %d", err, CloseGoingAway)
+	select {
+	case err := <-ended:
+		if websocket.CloseStatus(err) != CloseGoingAway {
+			t.Fatalf("alice ended with %v, want close %d", err, CloseGoingAway)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for shutdown to close alice", testTimeout)
 	}
 	if tr.p.Status().Ready {
 		t.Fatal("ready after Run returned")

@@ -213,7 +213,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %v waiting for %s", testTimeout, what)
 		}
 		<-tick.C
 	}

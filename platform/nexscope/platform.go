@@ -69,7 +69,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	if p.clock == nil {
-		p.clock = systemClock{now: deps.Clock()}
+		p.clock = systemClock{now: deps.Time().Now}
 	}
 	for _, rc := range cfg.Rooms {
 		p.rooms[rc.Name] = newRoom(p, rc)

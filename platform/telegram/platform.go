@@ -17,6 +17,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/descriptor"
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/fairshare"
 	"connector/session"
@@ -28,7 +29,8 @@ type Platform struct {
 	log     *slog.Logger
 	key     platform.KeyFunc
 	metrics platform.Metrics
-	now     func() time.Time
+	clock   clock.Clock
+	now     func() time.Time // clock.Now
 
 	bot       *bot.Bot
 	transport *http.Transport
@@ -78,7 +80,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		log:       deps.Log,
 		key:       deps.Key,
 		metrics:   deps.M(),
-		now:       deps.Clock(),
+		clock:     deps.Time(),
+		now:       deps.Time().Now,
 		chats:     make(map[int64]string, len(cfg.Chats)),
 		policies:  make(map[string]*policy, len(cfg.Tenants)),
 		observed:  newObservedLog(),
@@ -110,6 +113,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.scrubber = newScrubber(cfg.Token, cfg.WebhookSecret)
 	p.budget = fairshare.New(fairshare.Config{
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.TenantWeights,
+		Clock: p.clock,
 	})
 	p.desc = descriptor.Telegram(supportedOps())
 
