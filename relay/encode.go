@@ -3,9 +3,9 @@ package relay
 import (
 	"encoding/json"
 	"sync"
-	"unicode/utf8"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 	"connector/platform"
 )
 
@@ -56,7 +56,7 @@ func appendEvent(dst []byte, ev *contract.Event) (out []byte, truncated bool) {
 	dst = short.AppendJSON(dst[:start])
 	for len(dst)-start > maxPayloadBytes && short.Text != "" {
 		over := len(dst) - start - maxPayloadBytes + frameHeadroom
-		short.Text = cutUTF8(short.Text, len(short.Text)-over-len(truncationMark)) + truncationMark
+		short.Text = textsplit.Truncate(short.Text, len(short.Text)-over-len(truncationMark)) + truncationMark
 		dst = short.AppendJSON(dst[:start])
 	}
 	return dst, true
@@ -89,18 +89,3 @@ func (framer) Frame(kind uint8, bufferID string, payload []byte) []byte {
 // Windowed implements ledger.Framer: older gateways never acknowledge
 // passthrough frames, so they must not stall a connection's inbound window.
 func (framer) Windowed(kind uint8) bool { return platform.Kind(kind) != platform.KindPassthrough }
-
-// cutUTF8 returns the longest prefix of s of at most n bytes that ends on a
-// rune boundary.
-func cutUTF8(s string, n int) string {
-	if n <= 0 {
-		return ""
-	}
-	if n >= len(s) {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/relay/ledger"
 )
@@ -295,5 +296,5 @@ func truncateForLog(s string) string {
 	if len(s) <= limit {
 		return s
 	}
-	return cutUTF8(s, limit) + "…"
+	return textsplit.Truncate(s, limit) + "…"
 }

@@ -103,12 +103,7 @@ nexscope:
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, cfg, gen, log, &banner, func(a string) { addrCh <- a }) }()
-	var addr string
-	select {
-	case addr = <-addrCh:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
+	addr := listening(t, addrCh, done)
 	base := "http://" + addr
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer wcancel()
@@ -234,9 +229,7 @@ nexscope:
 	_ = member.CloseNow()
 
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("serve: %v", err)
-	}
+	served(t, done)
 	all := logs.String() + banner.String()
 	if !strings.Contains(all, "gateway connected") || strings.Count(all, "\n") < 10 {
 		t.Fatalf("the run logged too little to be a meaningful scan:\n%s", all)

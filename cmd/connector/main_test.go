@@ -60,7 +60,8 @@ func TestTokenCommandMintsTheGatewaysToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok.GatewayID != "gw-example" || tok.Verify([]string{"s3cr3t-example-secret"}, time.Now(), 0) != nil {
+	keys, _ := contract.NewTokenKeys([]string{"s3cr3t-example-secret"})
+	if tok.GatewayID != "gw-example" || tok.Verify(&keys, time.Now(), contract.TokenWindow{}) != nil {
 		t.Fatalf("token %q does not verify", out)
 	}
 	if code, _, _ := runCmd(t, "token", "-gateway-id", "x"); code != 2 {
@@ -130,12 +131,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	go func() {
 		done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &banner, func(a string) { addrCh <- a })
 	}()
-	var addr string
-	select {
-	case addr = <-addrCh:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
+	addr := listening(t, addrCh, done)
 	if !strings.Contains(banner.String(), "GATEWAY_RELAY_SECRET="+gen.GatewaySecret) {
 		t.Fatalf("banner does not say how to connect:\n%s", banner.String())
 	}
@@ -203,7 +199,5 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	if err != nil || code != 1001 {
 		t.Fatalf("gateway closed with %d (%v), want 1001", code, err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("serve returned %v", err)
-	}
+	served(t, done)
 }

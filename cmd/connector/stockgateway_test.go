@@ -65,19 +65,12 @@ nexscope:
 	go func() {
 		done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &syncBuffer{}, func(a string) { addrCh <- a })
 	}()
-	var addr string
-	select {
-	case addr = <-addrCh:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
+	addr := listening(t, addrCh, done)
 	// Registered before the sockets' cleanups, so it runs after them: the
 	// shutdown does not wait out close handshakes nobody reads.
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
+		served(t, done)
 	})
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer wcancel()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock/clocktest"
 	"connector/store"
 )
 
@@ -68,24 +69,6 @@ func (m *fakeMetrics) count(outcome string) int {
 	return m.outcomes[outcome]
 }
 
-// clock is a settable test clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // testFramer frames an entry as "bufferId|payload"; kind 2 is unwindowed.
 type testFramer struct{}
 
@@ -103,11 +86,11 @@ type rig struct {
 	*Ledger
 	pool    *Pool
 	store   *store.Memory
-	clock   *clock
+	clock   *clocktest.Fake
 	metrics *fakeMetrics
 }
 
-func testConfig(st store.Ledger, c *clock, m *fakeMetrics) Config {
+func testConfig(st store.Ledger, c *clocktest.Fake, m *fakeMetrics) Config {
 	return Config{
 		Store:         st,
 		IDPrefix:      "p-",
@@ -124,14 +107,14 @@ func testConfig(st store.Ledger, c *clock, m *fakeMetrics) Config {
 
 func newRig(t *testing.T, mod func(*Config)) *rig {
 	t.Helper()
-	c := &clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	c := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	st := store.NewMemory(c.Now)
 	t.Cleanup(func() { _ = st.Close() })
 	return newRigOn(t, st, c, mod)
 }
 
 // newRigOn starts a pool on st, as a restarted process would.
-func newRigOn(t *testing.T, st *store.Memory, c *clock, mod func(*Config)) *rig {
+func newRigOn(t *testing.T, st *store.Memory, c *clocktest.Fake, mod func(*Config)) *rig {
 	t.Helper()
 	m := &fakeMetrics{outcomes: make(map[string]int)}
 	cfg := testConfig(st.Ledger(), c, m)
@@ -584,9 +567,9 @@ func TestSweepDropsEntriesOlderThanMaxAge(t *testing.T) {
 	r.add(t, "s1", "old in flight")
 	r.Idle(c)
 	r.add(t, "s1", "old waiting")
-	r.clock.advance(50 * time.Minute)
+	r.clock.Advance(50 * time.Minute)
 	r.add(t, "s1", "recent")
-	r.clock.advance(20 * time.Minute)
+	r.clock.Advance(20 * time.Minute)
 	if err := r.pool.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
 	}
