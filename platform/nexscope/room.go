@@ -69,7 +69,7 @@ func (r *room) unlock() {
 	r.kicks = nil
 	r.mu.Unlock()
 	for _, m := range kicks {
-		m.kick(CloseSlowConsumer, "slow consumer")
+		m.kick(CloseSlowConsumer)
 	}
 }
 
@@ -85,27 +85,26 @@ func (r *room) pushFrameLocked(m *member, f outFrame) {
 	}
 }
 
-// errLeft is join's answer for a member closed (by shutdown) before it joined.
-const errLeft = "left"
-
-// join adds m; it returns the error code that refuses it, or "".
-func (r *room) join(m *member) string {
+// join adds m, or returns the Close that refuses it: CloseNameTaken,
+// CloseRoomFull, or CloseGoingAway for a member closed by shutdown before it
+// joined.
+func (r *room) join(m *member) error {
 	r.mu.Lock()
 	defer r.unlock()
 	if m.left.Load() {
-		return errLeft
+		return CloseGoingAway
 	}
 	if _, taken := r.members[m.name]; taken || m.name == r.bot {
-		return ErrNameTaken
+		return CloseNameTaken
 	}
 	if len(r.users) >= r.cap {
-		return ErrRoomFull
+		return CloseRoomFull
 	}
 	r.members[m.name] = m
 	i, _ := slices.BinarySearch(r.users, m.name)
 	r.users = slices.Insert(r.users, i, m.name)
 	r.broadcastPresenceLocked()
-	return ""
+	return nil
 }
 
 // leave removes m (once; member.leave guards), tells everyone else, and
@@ -139,6 +138,15 @@ type routed struct {
 	delivered, offline [][]byte // raw JSON strings, for the ack
 	recipients         []*member
 	toBot              bool // the bot takes the frame (bridge it)
+	botAt              int  // the bot's index in delivered, when toBot
+}
+
+// botOffline moves the bot from delivered to offline: the bridge could not
+// deliver the frame, so the ack must not confirm it.
+func (out *routed) botOffline() {
+	quoted := out.delivered[out.botAt]
+	out.delivered = slices.Delete(out.delivered, out.botAt, out.botAt+1)
+	out.offline = append(out.offline, quoted)
 }
 
 // routeLocked delivers frame, the forwarded copy of sender's msg or
@@ -165,6 +173,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop
 			out.offline = append(out.offline, quoted)
 			return
 		}
+		out.botAt = len(out.delivered)
 		out.delivered = append(out.delivered, quoted)
 		out.toBot = true
 	}

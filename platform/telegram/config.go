@@ -3,7 +3,9 @@ package telegram
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +39,14 @@ type Config struct {
 	// TenantWeights weights each tenant's share of the global send budget;
 	// missing or zero means 1.
 	TenantWeights map[string]int `yaml:"tenant_weights"`
+	// Tenants holds per-tenant group trigger knobs of the native adapter
+	// (require_mention, allowed_chats, ...), in its spellings: a list may
+	// also be a bare number, a comma-separated string or a JSON list
+	// literal, a boolean also true/false, 1/0, yes/no or on/off
+	// (docs/settings-parity.md). Default: none; a tenant without an entry
+	// gets the native defaults (every group message is a turn, except one
+	// whose @…bot mentions all name other bots).
+	Tenants map[string]TenantConfig `yaml:"tenants"`
 	// GroupTopics names forum topics, like the native adapter's
 	// extra.group_topics: a bound topic's name becomes the source's
 	// chat_topic (it never changes the session key). A list of {chat_id,
@@ -77,8 +87,8 @@ type Config struct {
 
 // TopicBinding names the topics of one chat.
 type TopicBinding struct {
-	// ChatID is the chat's id (decimal, as Telegram sends it; a YAML number
-	// or string).
+	// ChatID is the chat's id (decimal, as Telegram sends it; a YAML number,
+	// read as YAML 1.1 does, or string).
 	ChatID string `yaml:"chat_id"`
 	// Topics are the named topics of the chat.
 	Topics []Topic `yaml:"topics"`
@@ -87,7 +97,8 @@ type TopicBinding struct {
 // Topic is one named topic.
 type Topic struct {
 	// ThreadID is the topic's message_thread_id ("1" is the General topic);
-	// a YAML number or string. Empty: the entry is skipped.
+	// a YAML number, read as YAML 1.1 does (012 is octal 10), or string.
+	// Empty: the entry is skipped.
 	ThreadID string `yaml:"thread_id"`
 	// Name is reported as the source's chat_topic.
 	Name string `yaml:"name"`
@@ -172,6 +183,11 @@ func (c Config) Validate() error {
 	for tenant, w := range c.TenantWeights {
 		if w < 0 {
 			return fmt.Errorf("telegram.tenant_weights[%q]: negative weight", tenant)
+		}
+	}
+	for _, tenant := range slices.Sorted(maps.Keys(c.Tenants)) {
+		if _, err := newPolicy(c.Tenants[tenant]); err != nil {
+			return fmt.Errorf("telegram.tenants[%q].%w", tenant, err)
 		}
 	}
 	if _, err := topicNames(c.GroupTopics, false); err != nil {

@@ -30,6 +30,9 @@ type topicKey struct {
 type inbound struct {
 	chatID int64
 	event  contract.Event
+	// msg is the message of a message update, for the group gate; nil for
+	// a callback query.
+	msg *models.Message
 	// stop marks a new "/stop" command: it becomes an interrupt.
 	stop bool
 	// callbackID is set for a callback query, answered after delivery.
@@ -82,9 +85,9 @@ func messageInbound(msg *models.Message, edit bool, m *mapping) (inbound, string
 			kind = contract.MessageCommand
 		}
 	}
-	in := inbound{chatID: msg.Chat.ID}
+	in := inbound{chatID: msg.Chat.ID, msg: msg}
 	ev := &in.event
-	ev.Text = text
+	ev.Text = m.triggerText(msg, text)
 	ev.MessageType = kind
 	ev.MessageID = strconv.Itoa(msg.ID)
 	ev.Source = source(&msg.Chat, msg, msg.From, m)
@@ -100,7 +103,9 @@ func messageInbound(msg *models.Message, edit bool, m *mapping) (inbound, string
 			IsOwn:  r.From != nil && m.botID != 0 && r.From.ID == m.botID,
 		}
 	}
-	in.stop = !edit && kind == contract.MessageCommand && isStop(text, m.botUsername)
+	// The stop command is read in the text the gateway would receive, so
+	// "/stop@bot now", passed on as "/stopnow", is no stop.
+	in.stop = !edit && kind == contract.MessageCommand && isStop(ev.Text, m.botUsername)
 	return in, ""
 }
 

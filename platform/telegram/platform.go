@@ -25,6 +25,7 @@ import (
 
 // Platform is the shared Telegram bot. Build it with New.
 type Platform struct {
+	deps    platform.Deps // for RunExclusive
 	cfg     Config
 	log     *slog.Logger
 	key     platform.KeyFunc
@@ -34,10 +35,15 @@ type Platform struct {
 
 	bot       *bot.Bot
 	transport *http.Transport
+	// offsets holds each long poll until the previous answer's updates
+	// were handled, so no update is confirmed before it is stored.
+	offsets   *offsetGate
 	scrubber  *strings.Replacer
 	secretSum [32]byte // sha256 of the webhook secret
 
 	chats     map[int64]string
+	policies  map[string]*policy // by tenant; defaultPolicy when absent
+	observed  *observedLog
 	mapping   atomic.Pointer[mapping]
 	seen      *recentIDs
 	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
@@ -76,11 +82,14 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p := &Platform{
 		cfg:       cfg,
 		log:       deps.Log,
+		deps:      deps,
 		key:       deps.Key,
 		metrics:   deps.M(),
 		clock:     deps.Time(),
 		now:       deps.Time().Now,
 		chats:     make(map[int64]string, len(cfg.Chats)),
+		policies:  make(map[string]*policy, len(cfg.Tenants)),
+		observed:  newObservedLog(),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
@@ -97,6 +106,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		id, _ := parseChatID(chat) // Validate checked it
 		p.chats[id] = tenant
 	}
+	for tenant, tc := range cfg.Tenants {
+		p.policies[tenant], _ = newPolicy(tc) // Validate checked it
+	}
 	m, err := p.liveMapping()
 	if err != nil {
 		return nil, err
@@ -112,8 +124,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
 	p.transport.MaxIdleConnsPerHost = 32
+	p.offsets = newOffsetGate(p.transport)
 	client := &http.Client{
-		Transport: &pollObserver{base: p.transport, onReady: p.pollReady},
+		Transport: &pollObserver{base: p.offsets, onReady: p.pollReady},
 		Timeout:   cfg.PollTimeout + 15*time.Second,
 	}
 	p.bot, err = bot.New(cfg.Token,
@@ -147,6 +160,14 @@ func (p *Platform) liveMapping() (*mapping, error) {
 		return nil, fmt.Errorf("telegram.dm_topics%w", err)
 	}
 	return &mapping{botID: id, groupTopics: group, dmTopics: dm}, nil
+}
+
+// policy returns tenant's group trigger policy.
+func (p *Platform) policy(tenant string) *policy {
+	if pol := p.policies[tenant]; pol != nil {
+		return pol
+	}
+	return defaultPolicy
 }
 
 // Name implements platform.Platform.
