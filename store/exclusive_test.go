@@ -246,6 +246,30 @@ func TestRunExclusiveHolderThatCannotRenewStops(t *testing.T) {
 	}
 }
 
+// A run that fails on its own ends RunExclusive with its error, and the
+// lease is released at once rather than left to expire.
+func TestRunExclusiveReturnsRunsError(t *testing.T) {
+	r := newExclusiveRig(t)
+	failed := errors.New("gateway session failed")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	returned := make(chan error, 1)
+	go func() {
+		returned <- RunExclusive(ctx, r.clk, r.leases, "job", "a", exclusiveTTL, func(context.Context) error { return failed })
+	}()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, failed) {
+			t.Fatalf("RunExclusive = %v, want run's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for RunExclusive to return run's error")
+	}
+	if l := r.holder(); l.Holder != "" {
+		t.Fatalf("after run failed the lease is held by %q", l.Holder)
+	}
+}
+
 func waitString(t *testing.T, ch <-chan string, what string) string {
 	t.Helper()
 	select {
