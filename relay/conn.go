@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,7 @@ type conn struct {
 	gw     *gatewayRecord
 	hub    *hub
 	ws     *websocket.Conn
+	raw    net.Conn // the socket under ws
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -80,11 +82,11 @@ func (p *platformSet) add(name string) {
 
 func (p *platformSet) has(name string) bool { return p.all || slices.Contains(p.names, name) }
 
-func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, remote string) *conn {
+func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, remote string) *conn {
 	id := s.connID.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &conn{
-		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, ctx: ctx, cancel: cancel,
+		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, raw: raw, ctx: ctx, cancel: cancel,
 		log:       s.log.With("tenant", gw.tenant.id, "gateway_id", gw.id, "conn", id, "remote", remote),
 		wake:      make(chan struct{}, 1),
 		written:   make(chan struct{}, 1),
@@ -141,7 +143,8 @@ func (c *conn) enqueue(frame []byte) bool {
 // Frames queued before it are written first (bounded by WriteTimeout), so a
 // result answered just before a shutdown still reaches the gateway ahead of
 // the close frame; a slow consumer or an unanswered ping is closed at once,
-// since nothing more can get through.
+// since nothing more can get through. The close handshake that follows is
+// bounded by CloseTimeout (Server.closeSocket).
 func (c *conn) closeWith(code contract.CloseCode, reason string) {
 	c.closeOnce.Do(func() {
 		c.closeCode.Store(int32(code))
@@ -154,7 +157,7 @@ func (c *conn) closeWith(code contract.CloseCode, reason string) {
 			if flush {
 				c.waitWritten(c.srv.cfg.WriteTimeout)
 			}
-			_ = c.ws.Close(websocket.StatusCode(code), contract.TruncateReason(reason))
+			c.srv.closeSocket(c.ws, c.raw, code, reason)
 			c.cancel()
 		}()
 	})

@@ -8,7 +8,9 @@ type Metrics interface {
 	// ConnOpened and ConnClosed track authenticated gateway connections.
 	ConnOpened(tenant string)
 	ConnClosed(tenant string)
-	// Refused counts upgrades refused at authentication, by close reason.
+	// Refused counts refused upgrades by reason: "unauthorized" and
+	// "expired" (4401, at authentication), "too_many_connections" (4409, a
+	// newer connection of the same gateway id took the place).
 	Refused(reason string)
 	// Inbound counts a delivery from a platform by outcome: "queued" (taken
 	// into the tenant's ledger), "dropped_unknown_tenant", "dropped_overflow"

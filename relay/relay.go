@@ -10,7 +10,9 @@
 //     bad token is refused by accepting the upgrade and closing 4401
 //     "unauthorized" or "expired", never with HTTP 401, which the gateway
 //     would retry forever. The tenant is the one the gateway id is
-//     configured under; no frame can change it.
+//     configured under; no frame can change it. A gateway id has at most
+//     Config.MaxConnsPerGateway connections, open or closing; beyond it the
+//     newest win and the oldest is closed with 4409.
 //  2. Handshake. Every hello is answered with one descriptor, in hello order.
 //     A hello for a platform this connector does not front closes the socket
 //     with 4404 and a reason naming the platform. Platform "relay" (the
@@ -48,12 +50,14 @@
 package relay
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -131,9 +135,19 @@ type Config struct {
 	// BufferBytes bounds the encoded size of a tenant's ledger. Zero means
 	// 64 MiB.
 	BufferBytes int
-	// MaxConnsPerGateway bounds concurrent connections of one gateway id; a
-	// new one closes the oldest with 4409. Zero means 16.
+	// MaxConnsPerGateway bounds the connections of one gateway id, counting
+	// each from before its upgrade until its socket is fully closed. The
+	// newest win: a new one beyond the limit closes the oldest with 4409 and
+	// is upgraded once that one is gone (after at most WriteTimeout to flush
+	// its queue and CloseTimeout for the close handshake); a newcomer still
+	// waiting when a newer one arrives beyond the limit is refused with 4409.
+	// Zero means 16.
 	MaxConnsPerGateway int
+	// CloseTimeout bounds a close handshake: after sending its close frame
+	// the connector waits this long for the gateway's before closing the
+	// socket anyway, so a gateway that never reads cannot hold a closing
+	// connection open. Zero means 2 s.
+	CloseTimeout time.Duration
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten). Zero means 100,000.
 	SessionOwners int
@@ -163,6 +177,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.BufferEntries, 10_000)
 	orDefault(&c.BufferBytes, 64<<20)
 	orDefault(&c.MaxConnsPerGateway, 16)
+	orDefault(&c.CloseTimeout, 2*time.Second)
 	orDefault(&c.SessionOwners, 100_000)
 }
 
@@ -203,9 +218,10 @@ type Server struct {
 }
 
 type gatewayRecord struct {
-	id     string
-	tenant *hub
-	keys   contract.TokenKeys
+	id        string
+	tenant    *hub
+	keys      contract.TokenKeys
+	admission *admission
 }
 
 // New validates cfg and returns a Server subscribed to cfg.Bus.
@@ -271,7 +287,7 @@ func New(cfg Config) (*Server, error) {
 			if err != nil {
 				return nil, fmt.Errorf("relay: gateway %q: %w", g.ID, err)
 			}
-			s.gateways[g.ID] = &gatewayRecord{id: g.ID, tenant: h, keys: keys}
+			s.gateways[g.ID] = &gatewayRecord{id: g.ID, tenant: h, keys: keys, admission: newAdmission(cfg.MaxConnsPerGateway)}
 		}
 	}
 	s.unsubscribe = cfg.Bus.Subscribe(s.route)
@@ -333,7 +349,9 @@ func (s *Server) route(d platform.Delivery) {
 
 // ServeHTTP upgrades a gateway's request and serves the connection until it
 // closes. Authentication failures are reported with close 4401 after the
-// upgrade, as the gateway expects.
+// upgrade, as the gateway expects. A connection beyond its gateway id's
+// MaxConnsPerGateway waits, before its upgrade, for the oldest one to be
+// fully closed (see admission).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	closing := s.closing
@@ -343,8 +361,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	gw, claimed, authErr := s.authenticate(r.Header.Get("Authorization"))
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	var place *slot
+	var admitErr error
+	if authErr == nil {
+		place, admitErr = gw.admission.admit(r.Context())
+		if admitErr != nil && !errors.Is(admitErr, errReplaced) {
+			return // the gateway went away while waiting
+		}
+	}
+	hr := &hijackRecorder{ResponseWriter: w}
+	ws, err := websocket.Accept(hr, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
+		if place != nil {
+			gw.admission.release(place)
+		}
 		s.log.Debug("websocket accept failed", "remote", r.RemoteAddr, "err", err)
 		return
 	}
@@ -355,42 +385,38 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.cfg.Metrics.Refused(reason)
 		s.log.Info("gateway refused", "gateway_id", truncateForLog(claimed), "remote", r.RemoteAddr, "reason", reason, "err", authErr)
-		_ = ws.Close(websocket.StatusCode(contract.CloseUnauthorized), reason)
+		s.closeSocket(ws, hr.conn, contract.CloseUnauthorized, reason)
 		return
 	}
-	c := newConn(s, gw, ws, r.RemoteAddr)
+	if admitErr != nil {
+		s.cfg.Metrics.Refused(refusedTooManyConns)
+		s.log.Info("gateway refused", "gateway_id", gw.id, "remote", r.RemoteAddr, "reason", refusedTooManyConns)
+		s.closeSocket(ws, hr.conn, contract.CloseReplaced, reasonTooManyConns)
+		return
+	}
+	defer gw.admission.release(place)
+	c := newConn(s, gw, ws, hr.conn, r.RemoteAddr)
+	if !gw.admission.attach(place, c) {
+		s.closeSocket(ws, hr.conn, contract.CloseReplaced, reasonTooManyConns)
+		return
+	}
 	if !s.track(c) {
-		_ = ws.Close(websocket.StatusCode(contract.CloseGoingAway), "connector is shutting down")
+		s.closeSocket(ws, hr.conn, contract.CloseGoingAway, "connector is shutting down")
 		return
 	}
 	defer s.untrack(c)
 	c.serve()
 }
 
-// track registers c; false when the server is shutting down. It enforces
-// MaxConnsPerGateway by closing the gateway's oldest connection.
+// track registers c; false when the server is shutting down.
 func (s *Server) track(c *conn) bool {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closing {
-		s.mu.Unlock()
 		return false
 	}
 	s.conns[c] = struct{}{}
 	s.connsWG.Add(1)
-	var oldest *conn
-	n := 0
-	for o := range s.conns {
-		if o.gw == c.gw {
-			n++
-			if o != c && (oldest == nil || o.id < oldest.id) {
-				oldest = o
-			}
-		}
-	}
-	s.mu.Unlock()
-	if n > s.cfg.MaxConnsPerGateway && oldest != nil {
-		oldest.closeWith(contract.CloseReplaced, "too many connections for this gateway id")
-	}
 	return true
 }
 
@@ -399,6 +425,29 @@ func (s *Server) untrack(c *conn) {
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.connsWG.Done()
+}
+
+// closeSocket closes ws with code and reason, leaving the gateway at most
+// Config.CloseTimeout to write and answer the close frame; then raw, the
+// socket under ws, is closed without waiting further. A peer that never
+// reads thus holds a closing connection for CloseTimeout at most.
+func (s *Server) closeSocket(ws *websocket.Conn, raw net.Conn, code contract.CloseCode, reason string) {
+	_ = raw.SetDeadline(time.Now().Add(s.cfg.CloseTimeout))
+	_ = ws.Close(websocket.StatusCode(code), contract.TruncateReason(reason))
+}
+
+// hijackRecorder keeps the socket websocket.Accept hijacks, so that
+// closeSocket can bound a close handshake.
+type hijackRecorder struct {
+	http.ResponseWriter
+	conn net.Conn
+}
+
+// Hijack implements http.Hijacker.
+func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	h.conn = c
+	return c, rw, err
 }
 
 // Shutdown stops accepting gateways, waits (bounded by ctx) for in-flight

@@ -46,7 +46,7 @@ func newMetrics() *metrics {
 		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "connector_gateway_connections", Help: "Authenticated gateway connections."}, []string{"tenant"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_gateway_refused_total", Help: "Gateway upgrades refused with close 4401, by reason."}, []string{"reason"}),
+			Name: "connector_gateway_refused_total", Help: "Gateway upgrades refused, by reason: unauthorized or expired (close 4401), too_many_connections (close 4409)."}, []string{"reason"}),
 		inbound: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_inbound_events_total",
 			Help: "Platform events by outcome: queued for the tenant's gateways, or dropped (with the reason); tenant is empty when no tenant claimed the event."},
