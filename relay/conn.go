@@ -62,7 +62,9 @@ type conn struct {
 	inflight int  // windowed entries sent and not acknowledged
 
 	// Owned by the read loop.
-	identities []string // hello'd platforms, in order; outbound resolves among them
+	// identities are the hello'd platforms, each once, in first-hello
+	// order; outbound resolves among them.
+	identities []string
 	malformed  int
 
 	outSlots chan struct{} // bounds concurrent outbound ops

@@ -53,7 +53,9 @@ func (c *conn) handleLine(line []byte) {
 
 // handleHello answers one hello with its platform's descriptor. A platform
 // this connector does not front closes the connection with 4404 at once,
-// rather than leaving the gateway to wait out its 30 s handshake.
+// rather than leaving the gateway to wait out its 30 s handshake. A hello
+// may be repeated: it is answered again and changes nothing, so a
+// connection's hello list never outgrows the platforms plus "relay".
 func (c *conn) handleHello(f contract.GatewayFrame) {
 	name := f.Platform
 	frame, ok := c.srv.descriptorFrames[name]
@@ -63,7 +65,9 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 		c.closeWith(contract.CloseUnsupportedPlatform, reason)
 		return
 	}
-	c.identities = append(c.identities, name)
+	if !slices.Contains(c.identities, name) {
+		c.identities = append(c.identities, name)
+	}
 	c.enqueue(frame)
 	c.log.Info("hello", "platform", name, "bot_id", truncateForLog(string(f.BotID)))
 	if p, ok := c.srv.platforms[name].(platform.HelloObserver); ok {
