@@ -21,17 +21,18 @@ import (
 // connGauge is a relay.Metrics that follows the gateway connections the
 // relay serves (counted from before the relay's ConnOpened to after its
 // ConnClosed, which it reports once the socket is fully closed) and the most
-// it ever served at once.
+// it ever served at once, and counts refused upgrades and ignored frames.
 type connGauge struct {
 	live, most atomic.Int64
 	changed    chan struct{} // capacity 1: live changed
 
 	mu      sync.Mutex
 	refused map[string]int
+	ignored map[string]int
 }
 
 func newConnGauge() *connGauge {
-	return &connGauge{changed: make(chan struct{}, 1), refused: map[string]int{}}
+	return &connGauge{changed: make(chan struct{}, 1), refused: map[string]int{}, ignored: map[string]int{}}
 }
 
 func (g *connGauge) ConnOpened(string) {
@@ -60,6 +61,18 @@ func (g *connGauge) refusals(reason string) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.refused[reason]
+}
+
+func (g *connGauge) FrameIgnored(_, reason string) {
+	g.mu.Lock()
+	g.ignored[reason]++
+	g.mu.Unlock()
+}
+
+func (g *connGauge) ignoredFrames(reason string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ignored[reason]
 }
 
 func (*connGauge) Inbound(string, string, string)         {}

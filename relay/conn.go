@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/loglimit"
 )
 
 // maxBatchBytes is how many queued frames the writer coalesces into one
@@ -65,7 +66,9 @@ type conn struct {
 	// identities are the hello'd platforms, each once, in first-hello
 	// order; outbound resolves among them.
 	identities []string
-	malformed  int
+
+	// logs is the allowance for the log lines c's frames cause.
+	logs *loglimit.Bucket
 
 	outSlots chan struct{} // bounds concurrent outbound ops
 }
@@ -90,6 +93,7 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, rem
 	return &conn{
 		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, raw: raw, ctx: ctx, cancel: cancel,
 		log:       s.log.With("tenant", gw.tenant.id, "gateway_id", gw.id, "conn", id, "remote", remote),
+		logs:      loglimit.NewBucket(connLogRate, s.cfg.Now),
 		wake:      make(chan struct{}, 1),
 		written:   make(chan struct{}, 1),
 		closeDone: make(chan struct{}),
@@ -220,6 +224,9 @@ func (c *conn) logClosed(err error) {
 		attrs = append(attrs, "peer_close_code", int(st))
 	} else if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) {
 		attrs = append(attrs, "err", err)
+	}
+	if n := c.logs.TakeSuppressed(); n > 0 {
+		attrs = append(attrs, "log_lines_suppressed", n)
 	}
 	c.log.Info("gateway disconnected", attrs...)
 }

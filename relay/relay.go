@@ -209,6 +209,8 @@ type Server struct {
 	// earlier one, so a gateway never confuses a replay with a new entry.
 	bufferPrefix string
 
+	logs serverLogs
+
 	connID   atomic.Uint64
 	mu       sync.Mutex
 	closing  bool
@@ -238,6 +240,7 @@ func New(cfg Config) (*Server, error) {
 		platforms:   make(map[string]platform.Platform),
 		descriptors: make(map[string]descriptor.Descriptor),
 		conns:       make(map[*conn]struct{}),
+		logs:        newServerLogs(cfg.Now, len(cfg.Tenants)),
 
 		descriptorFrames: make(map[string][]byte),
 	}
@@ -375,7 +378,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if place != nil {
 			gw.admission.release(place)
 		}
-		s.log.Debug("websocket accept failed", "remote", r.RemoteAddr, "err", err)
+		s.logSource(slog.LevelDebug, r.RemoteAddr, "websocket accept failed", "err", err)
 		return
 	}
 	if authErr != nil {
@@ -384,13 +387,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reason = contract.ReasonExpired
 		}
 		s.cfg.Metrics.Refused(reason)
-		s.log.Info("gateway refused", "gateway_id", truncateForLog(claimed), "remote", r.RemoteAddr, "reason", reason, "err", authErr)
+		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", truncateForLog(claimed), "reason", reason, "err", authErr)
 		s.closeSocket(ws, hr.conn, contract.CloseUnauthorized, reason)
 		return
 	}
 	if admitErr != nil {
 		s.cfg.Metrics.Refused(refusedTooManyConns)
-		s.log.Info("gateway refused", "gateway_id", gw.id, "remote", r.RemoteAddr, "reason", refusedTooManyConns)
+		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", gw.id, "reason", refusedTooManyConns)
 		s.closeSocket(ws, hr.conn, contract.CloseReplaced, reasonTooManyConns)
 		return
 	}

@@ -15,7 +15,8 @@
 //	          every second while the connections are held, and once after
 //	          the attacker is gone: the gateway connections the relay serves
 //	          (and the most it ever served at once), open fds and
-//	          goroutines; then how each attacking connection ended.
+//	          goroutines; then how each attacking connection ended, and
+//	          the log bytes and lines per connection.
 //	logflood  one gateway sends -bytes of small frames the relay skips
 //	          (malformed JSON, unknown types, outbound without requestId,
 //	          interrupt without session_key, acks of unknown bufferIds), or

@@ -54,7 +54,7 @@ func parseOptions(name string, args []string, stderr io.Writer) (options, error)
 	fs.DurationVar(&o.Hold, "hold", 10*time.Second, "burst: how long the attacker holds its connections after dialing")
 	fs.IntVar(&o.Workers, "workers", 64, "burst: connections dialing at once")
 	fs.IntVar(&o.Bytes, "bytes", 5<<20, "logflood: bytes of invalid frames to send")
-	fs.StringVar(&o.LogLevel, "log-level", "info", "logflood: the relay's log level (debug, info, warn)")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "the relay's log level (debug, info, warn); its log is counted, not kept")
 	fs.StringVar(&o.Frame, "frame", frameMix, "logflood: frames to send: malformed, unknown, outbound, interrupt, ack, hello, idle or mix (the invalid ones)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

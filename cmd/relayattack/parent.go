@@ -59,15 +59,11 @@ func parentMain(args []string, stdout, stderr io.Writer) int {
 // attack runs one mode against a fresh in-process relay.
 func attack(o *options, out io.Writer) error {
 	var logBytes countingWriter
-	log := slog.New(slog.DiscardHandler)
-	if o.Mode == modeLogFlood {
-		var level slog.Level
-		if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
-			return err
-		}
-		log = slog.New(slog.NewJSONHandler(&logBytes, &slog.HandlerOptions{Level: level}))
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		return err
 	}
-	t, err := startTarget(o, log)
+	t, err := startTarget(o, slog.New(slog.NewJSONHandler(&logBytes, &slog.HandlerOptions{Level: level})))
 	if err != nil {
 		return err
 	}
@@ -100,15 +96,19 @@ func attack(o *options, out io.Writer) error {
 	}
 	after, took := t.settle(base)
 	fmt.Fprintf(out, "after:   %s (%v after the attacker exited)\n", after, took.Round(time.Millisecond))
-	if o.Mode == modeLogFlood {
-		frames, ok := resultField(result, "frames")
-		if !ok || frames == 0 {
-			return errors.New("the attacker reported no invalid frames sent")
-		}
-		n, lines := logBytes.counts()
-		fmt.Fprintf(out, "log:     %d bytes in %d lines for %d frames: %.2f bytes, %.4f lines per frame\n",
-			n, lines, frames, float64(n)/float64(frames), float64(lines)/float64(frames))
+	n, lines := logBytes.counts()
+	if o.Mode == modeBurst {
+		fmt.Fprintf(out, "log:     %d bytes in %d lines for %d connections: %.2f bytes, %.4f lines per connection\n",
+			n, lines, o.Conns, float64(n)/float64(o.Conns), float64(lines)/float64(o.Conns))
+		return nil
 	}
+	frames, ok := resultField(result, "frames")
+	if !ok || frames == 0 {
+		return errors.New("the attacker reported no frames sent")
+	}
+	fmt.Fprintf(out, "log:     %d bytes in %d lines for %d frames: %.2f bytes, %.4f lines per frame\n",
+		n, lines, frames, float64(n)/float64(frames), float64(lines)/float64(frames))
+	fmt.Fprintf(out, "metrics: %d frames counted as ignored\n", t.metrics.ignored.Load())
 	return nil
 }
 
@@ -246,9 +246,9 @@ func resultField(out, key string) (int, bool) {
 }
 
 // connGauge implements relay.Metrics: the gateway connections the relay
-// serves, and the most it served at once.
+// serves, the most it served at once, and the frames it ignored.
 type connGauge struct {
-	live, max atomic.Int64
+	live, max, ignored atomic.Int64
 }
 
 // ConnOpened implements relay.Metrics.
@@ -263,6 +263,9 @@ func (g *connGauge) ConnClosed(string) { g.live.Add(-1) }
 
 // Refused implements relay.Metrics.
 func (g *connGauge) Refused(string) {}
+
+// FrameIgnored implements relay.Metrics.
+func (g *connGauge) FrameIgnored(string, string) { g.ignored.Add(1) }
 
 // Inbound implements relay.Metrics.
 func (g *connGauge) Inbound(string, string, string) {}
