@@ -94,7 +94,8 @@ type RelayConfig struct {
 	// BufferBytes bounds a tenant's buffered inbound in bytes. Default
 	// 67108864 (64 MiB).
 	BufferBytes int `yaml:"buffer_bytes"`
-	// MaxConnsPerGateway bounds concurrent connections of one gateway id.
+	// MaxConnsPerGateway bounds the connections of one gateway id, open or
+	// closing; beyond it the newest win and the oldest is closed 4409.
 	// Default 16.
 	MaxConnsPerGateway int `yaml:"max_conns_per_gateway"`
 }
