@@ -52,8 +52,8 @@ func TestHeartbeatTimeout4010(t *testing.T) {
 	tr.clock.Advance(DefaultHeartbeatInterval) // miss 2: terminate
 	select {
 	case err := <-ended:
-		if websocket.CloseStatus(err) != CloseHeartbeatTimeout {
-			t.Fatalf("mute ended with %v, want %d", err, CloseHeartbeatTimeout)
+		if !endedWith(err, CloseHeartbeatTimeout) {
+			t.Fatalf("mute ended with %v, want %v", err, CloseHeartbeatTimeout)
 		}
 	case <-time.After(testTimeout):
 		t.Fatalf("timed out after %v waiting for the relay to close a member that missed two pongs", testTimeout)

@@ -38,6 +38,8 @@ type Platform struct {
 	secretSum [32]byte // sha256 of the webhook secret
 
 	chats     map[int64]string
+	policies  map[string]*policy // by tenant; defaultPolicy when absent
+	observed  *observedLog
 	mapping   atomic.Pointer[mapping]
 	seen      *recentIDs
 	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
@@ -81,6 +83,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		clock:     deps.Time(),
 		now:       deps.Time().Now,
 		chats:     make(map[int64]string, len(cfg.Chats)),
+		policies:  make(map[string]*policy, len(cfg.Tenants)),
+		observed:  newObservedLog(),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
@@ -96,6 +100,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	for chat, tenant := range cfg.Chats {
 		id, _ := parseChatID(chat) // Validate checked it
 		p.chats[id] = tenant
+	}
+	for tenant, tc := range cfg.Tenants {
+		p.policies[tenant], _ = newPolicy(tc) // Validate checked it
 	}
 	m, err := p.liveMapping()
 	if err != nil {
@@ -147,6 +154,14 @@ func (p *Platform) liveMapping() (*mapping, error) {
 		return nil, fmt.Errorf("telegram.dm_topics%w", err)
 	}
 	return &mapping{botID: id, groupTopics: group, dmTopics: dm}, nil
+}
+
+// policy returns tenant's group trigger policy.
+func (p *Platform) policy(tenant string) *policy {
+	if pol := p.policies[tenant]; pol != nil {
+		return pol
+	}
+	return defaultPolicy
 }
 
 // Name implements platform.Platform.
