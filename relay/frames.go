@@ -12,6 +12,7 @@ import (
 	"connector/contract"
 	"connector/internal/textsplit"
 	"connector/platform"
+	"connector/relay/ledger"
 )
 
 // Reasons a gateway frame is skipped, as counted by Metrics.FrameIgnored.
@@ -42,11 +43,11 @@ func (c *conn) handleLine(line []byte) {
 	case contract.TypeInterrupt:
 		c.handleInterrupt(f)
 	case contract.TypeGoingIdle:
-		c.hub.goIdle(c)
+		c.hub.ledger.Idle(c)
 		c.enqueue([]byte(contract.GoingIdleAck))
 		c.logs.Log(c.log, slog.LevelInfo, "gateway going idle: inbound buffered until it reconnects")
 	case contract.TypeInboundAck:
-		if !c.hub.ack(string(f.BufferID)) {
+		if !c.hub.ledger.Ack(string(f.BufferID)) {
 			c.ignore(ignoredUnknownBufferID, slog.LevelDebug, "inbound_ack for an unknown bufferId", "buffer_id", truncateForLog(string(f.BufferID)))
 		}
 	default:
@@ -83,7 +84,10 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 	if p, ok := c.srv.platforms[name].(platform.HelloObserver); ok {
 		p.ObserveHello(c.hub.id, c.gw.id, &f)
 	}
-	c.hub.hello(c, name)
+	if name == contract.PlatformRelay {
+		name = ledger.AllPlatforms
+	}
+	c.hub.ledger.Serve(c, name)
 }
 
 // handleInterrupt publishes a gateway's interrupt on the bus; the relay
