@@ -192,8 +192,14 @@ func TestInvalidFrameFloodLogsBoundedLines(t *testing.T) {
 		sent += len(msg)
 	}
 	// Frames are handled in order: once this result is back, every frame
-	// before it has been.
-	gw.Outbound(t, "", map[string]any{"op": "no_such_op"})
+	// before it has been. Handling 5 MiB of frames takes seconds under the
+	// race detector on a busy machine, hence the longer wait.
+	const floodTimeout = 2 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), floodTimeout)
+	defer cancel()
+	if _, err := gw.Client.Outbound(ctx, "", map[string]any{"op": "no_such_op"}); err != nil {
+		t.Fatalf("waited up to %v for the flood to be handled: %v", floodTimeout, err)
+	}
 
 	logged, lines := len(logs.String()), logs.count("\n")
 	t.Logf("%d invalid frames in %d bytes logged %d lines, %d bytes: %.4f bytes per invalid frame",
