@@ -542,12 +542,14 @@ func (s *Server) untrack(c *conn) {
 	s.connsWG.Done()
 }
 
-// closeSocket closes ws with code and reason, leaving the gateway at most
-// Config.CloseTimeout to write and answer the close frame; then raw, the
-// socket under ws, is closed without waiting further. A peer that never
-// reads thus holds a closing connection for CloseTimeout at most.
+// closeSocket closes ws with code and reason. Writing the close frame is
+// bounded by coder/websocket (5 s, for a socket whose send buffer is full);
+// the gateway then has Config.CloseTimeout to answer it, after which raw,
+// the socket under ws, fails every read and ws closes it without waiting
+// further. Only the wait for the answer carries the deadline, so a close
+// frame is never lost to a short CloseTimeout on a busy machine.
 func (s *Server) closeSocket(ws *websocket.Conn, raw net.Conn, code contract.CloseCode, reason string) {
-	_ = raw.SetDeadline(time.Now().Add(s.cfg.CloseTimeout))
+	_ = raw.SetReadDeadline(time.Now().Add(s.cfg.CloseTimeout))
 	_ = ws.Close(websocket.StatusCode(code), contract.TruncateReason(reason))
 }
 
