@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/loglimit"
 )
 
 // maxBatchBytes is how many queued frames the writer coalesces into one
@@ -28,6 +30,7 @@ type conn struct {
 	gw     *gatewayRecord
 	hub    *hub
 	ws     *websocket.Conn
+	raw    net.Conn // the socket under ws
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -52,18 +55,23 @@ type conn struct {
 	closeDone chan struct{} // closed when closeWith's close has finished
 
 	// Owned by the read loop.
-	identities []string // hello'd platforms, in order; outbound resolves among them
-	malformed  int
+	// identities are the hello'd platforms, each once, in first-hello
+	// order; outbound resolves among them.
+	identities []string
+
+	// logs is the allowance for the log lines c's frames cause.
+	logs *loglimit.Bucket
 
 	outSlots chan struct{} // bounds concurrent outbound ops
 }
 
-func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, remote string) *conn {
+func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, remote string) *conn {
 	id := s.connID.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &conn{
-		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, ctx: ctx, cancel: cancel,
+		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, raw: raw, ctx: ctx, cancel: cancel,
 		log:       s.log.With("tenant", gw.tenant.id, "gateway_id", gw.id, "conn", id, "remote", remote),
+		logs:      loglimit.NewBucket(connLogRate, s.cfg.Now),
 		wake:      make(chan struct{}, 1),
 		written:   make(chan struct{}, 1),
 		closeDone: make(chan struct{}),
@@ -117,7 +125,8 @@ func (c *conn) enqueue(frame []byte) bool {
 // Frames queued before it are written first (bounded by WriteTimeout), so a
 // result answered just before a shutdown still reaches the gateway ahead of
 // the close frame; a slow consumer or an unanswered ping is closed at once,
-// since nothing more can get through.
+// since nothing more can get through. The close handshake that follows is
+// bounded by CloseTimeout (Server.closeSocket).
 func (c *conn) closeWith(code contract.CloseCode, reason string) {
 	c.closeOnce.Do(func() {
 		c.closeCode.Store(int32(code))
@@ -130,7 +139,7 @@ func (c *conn) closeWith(code contract.CloseCode, reason string) {
 			if flush {
 				c.waitWritten(c.srv.cfg.WriteTimeout)
 			}
-			_ = c.ws.Close(websocket.StatusCode(code), contract.TruncateReason(reason))
+			c.srv.closeSocket(c.ws, c.raw, code, reason)
 			c.cancel()
 		}()
 	})
@@ -191,6 +200,9 @@ func (c *conn) logClosed(err error) {
 		attrs = append(attrs, "peer_close_code", int(st))
 	} else if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) {
 		attrs = append(attrs, "err", err)
+	}
+	if n := c.logs.TakeSuppressed(); n > 0 {
+		attrs = append(attrs, "log_lines_suppressed", n)
 	}
 	c.log.Info("gateway disconnected", attrs...)
 }

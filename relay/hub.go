@@ -106,7 +106,7 @@ func (h *hub) interruptLocal(sessionKey, chatID, gatewayID string) {
 	c, ownerChat, ok := h.ledger.Owner(sessionKey)
 	if !ok {
 		// A gateway-sent key is bounded, but well above real keys' length.
-		h.srv.log.Info("interrupt dropped: no live connection owns the session", "tenant", h.id, "session_key", textsplit.Truncate(sessionKey, 256), "gateway_id", gatewayID)
+		h.srv.logTenant(h.id, "interrupt dropped: no live connection owns the session", "session_key", textsplit.Truncate(sessionKey, 256), "gateway_id", gatewayID)
 		return
 	}
 	if chatID == "" {

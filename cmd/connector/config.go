@@ -111,7 +111,8 @@ type RelayConfig struct {
 	// BufferMaxAge drops buffered inbound received longer ago than this,
 	// checked every minute, logged and counted. Default 168h (7 days).
 	BufferMaxAge time.Duration `yaml:"buffer_max_age"`
-	// MaxConnsPerGateway bounds concurrent connections of one gateway id.
+	// MaxConnsPerGateway bounds the connections of one gateway id, open or
+	// closing; beyond it the newest win and the oldest is closed 4409.
 	// Default 16.
 	MaxConnsPerGateway int `yaml:"max_conns_per_gateway"`
 }

@@ -22,6 +22,7 @@ type metrics struct {
 
 	connections   *prometheus.GaugeVec
 	refused       *prometheus.CounterVec
+	framesIgnored *prometheus.CounterVec
 	inbound       *prometheus.CounterVec
 	deliveryDelay *prometheus.HistogramVec
 	outbound      *prometheus.CounterVec
@@ -46,7 +47,11 @@ func newMetrics() *metrics {
 		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "connector_gateway_connections", Help: "Authenticated gateway connections."}, []string{"tenant"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_gateway_refused_total", Help: "Gateway upgrades refused with close 4401, by reason."}, []string{"reason"}),
+			Name: "connector_gateway_refused_total", Help: "Gateway upgrades refused, by reason: unauthorized or expired (close 4401), too_many_connections (close 4409)."}, []string{"reason"}),
+		framesIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_gateway_frames_ignored_total",
+			Help: "Gateway frames the relay skipped, by tenant and reason: malformed, unknown_type, no_request_id, no_session_key, unknown_buffer_id."},
+			[]string{"tenant", "reason"}),
 		inbound: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_inbound_events_total",
 			Help: "Platform events by outcome: queued for the tenant's gateways, or dropped (with the reason); tenant is empty when no tenant claimed the event."},
@@ -67,7 +72,7 @@ func newMetrics() *metrics {
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_platform_429_total", Help: "HTTP 429 answers from the platform."}, []string{"platform"}),
 	}
-	m.reg.MustRegister(m.connections, m.refused, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
+	m.reg.MustRegister(m.connections, m.refused, m.framesIgnored, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
 		m.buffered, m.rateWait, m.rateLimited,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -132,6 +137,11 @@ func (m *metrics) ConnClosed(tenant string) { m.connections.WithLabelValues(tena
 
 // Refused implements relay.Metrics.
 func (m *metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
+
+// FrameIgnored implements relay.Metrics.
+func (m *metrics) FrameIgnored(tenant, reason string) {
+	m.framesIgnored.WithLabelValues(tenant, reason).Inc()
+}
 
 // Inbound implements relay.Metrics.
 func (m *metrics) Inbound(platform, tenant, outcome string) {

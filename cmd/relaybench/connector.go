@@ -223,6 +223,9 @@ func (m *ledgerMetrics) ConnClosed(string) { m.conns.Add(-1); notify(m.connsChan
 // Refused implements relay.Metrics.
 func (m *ledgerMetrics) Refused(string) {}
 
+// FrameIgnored implements relay.Metrics.
+func (m *ledgerMetrics) FrameIgnored(string, string) {}
+
 // Inbound implements relay.Metrics: it counts what the relay dropped.
 func (m *ledgerMetrics) Inbound(_, _, outcome string) {
 	if outcome != "queued" && outcome != "truncated" {
