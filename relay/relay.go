@@ -81,6 +81,7 @@ import (
 
 	"connector/contract"
 	"connector/descriptor"
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/relay/ledger"
 	"connector/session"
@@ -116,8 +117,9 @@ type Config struct {
 	Log *slog.Logger
 	// Metrics receives measurements; nil discards.
 	Metrics Metrics
-	// Now is the clock tokens and latencies are judged by; nil is time.Now.
-	Now func() time.Time
+	// Clock is the time source of token checks, latencies, the write
+	// watchdog and pings; nil is clock.System.
+	Clock clock.Clock
 
 	// ClockSkew is tolerated past a token's expiry. Zero means 30 s.
 	ClockSkew time.Duration
@@ -178,8 +180,8 @@ func (c *Config) setDefaults() {
 	if c.Metrics == nil {
 		c.Metrics = nopMetrics{}
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = clock.System
 	}
 	orDefault(&c.ClockSkew, 30*time.Second)
 	orDefault(&c.MaxTokenLifetime, contract.DefaultMaxTokenLifetime)
@@ -249,7 +251,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ownStore := cfg.Store == nil
 	if ownStore {
-		cfg.Store = store.NewMemory(cfg.Now)
+		cfg.Store = store.NewMemory(cfg.Clock.Now)
 	}
 	s, err := newServer(cfg)
 	if err != nil {
@@ -333,7 +335,7 @@ func newServer(cfg Config) (*Server, error) {
 		MaxTotalBytes: cfg.BufferBytesTotal,
 		MaxAge:        cfg.BufferMaxAge,
 		SessionOwners: cfg.SessionOwners,
-		Now:           cfg.Now,
+		Now:           cfg.Clock.Now,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
 	})
