@@ -177,7 +177,7 @@ func (c *conn) serve() {
 
 	c.cancel()
 	wg.Wait()
-	c.hub.ledger.Detach(c)
+	c.hub.detach(c)
 	_ = c.ws.CloseNow()
 	// Either a closeWith is under way, or none will start from now on.
 	c.closeOnce.Do(func() { close(c.closeDone) })

@@ -40,11 +40,11 @@ func (c *conn) handleLine(line []byte) {
 	case contract.TypeInterrupt:
 		c.handleInterrupt(f)
 	case contract.TypeGoingIdle:
-		c.hub.ledger.Idle(c)
+		c.hub.idle(c)
 		c.enqueue([]byte(contract.GoingIdleAck))
 		c.log.Info("gateway going idle: inbound buffered until it reconnects")
 	case contract.TypeInboundAck:
-		if !c.hub.ledger.Ack(string(f.BufferID)) {
+		if !c.hub.ack(string(f.BufferID)) {
 			c.log.Debug("inbound_ack for an unknown bufferId", "buffer_id", string(f.BufferID))
 		}
 	default:
@@ -73,7 +73,7 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 	if name == contract.PlatformRelay {
 		name = ledger.AllPlatforms
 	}
-	c.hub.ledger.Serve(c, name)
+	c.hub.serve(c, name)
 }
 
 // handleInterrupt publishes a gateway's interrupt on the bus; the relay

@@ -168,6 +168,15 @@ type Config struct {
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten). Zero means 100,000.
 	SessionOwners int
+	// Instance names this instance among several sharing Store (a Redis):
+	// each tenant is then driven by one instance at a time, under a lease,
+	// and the others forward to it (cluster.go). Empty means this instance
+	// is the store's only user.
+	Instance string
+	// LeaseTTL is how long a tenant's lease lasts unless renewed (every
+	// third of it): the bound on a takeover after its holder died. Zero
+	// means 5 s.
+	LeaseTTL time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -197,6 +206,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.BufferMaxAge, 7*24*time.Hour)
 	orDefault(&c.MaxConnsPerGateway, 16)
 	orDefault(&c.SessionOwners, 100_000)
+	orDefault(&c.LeaseTTL, 5*time.Second)
 }
 
 // orDefault sets *v to def when it is zero or negative.
@@ -227,6 +237,8 @@ type Server struct {
 	ledgers *ledger.Pool
 	// ownStore is set when New made cfg.Store, so Shutdown closes it.
 	ownStore bool
+	// cluster is set when cfg.Instance is: several instances share the store.
+	cluster *cluster
 
 	connID   atomic.Uint64
 	mu       sync.Mutex
@@ -335,12 +347,24 @@ func newServer(cfg Config) (*Server, error) {
 		MaxTotalBytes: cfg.BufferBytesTotal,
 		MaxAge:        cfg.BufferMaxAge,
 		SessionOwners: cfg.SessionOwners,
+		Shared:        cfg.Instance != "",
 		Now:           cfg.Clock.Now,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
 	})
 	for _, h := range s.tenants {
 		h.init(s.ledgers.Ledger(h.id))
+	}
+	if cfg.Instance != "" {
+		// Each tenant's driver reads its stored ledger when it takes the
+		// tenant's lease, not every instance at start.
+		s.cluster = newCluster(s)
+		if err := s.cluster.start(); err != nil {
+			s.ledgers.Close(context.Background())
+			return nil, fmt.Errorf("relay: join the instances: %w", err)
+		}
+		s.unsubscribe = cfg.Bus.Subscribe(s.route)
+		return s, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
@@ -414,7 +438,7 @@ func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 	case platform.KindInbound, platform.KindPassthrough:
 		return h.enqueue(ctx, d)
 	case platform.KindInterrupt:
-		h.interrupt(d.SessionKey, d.ChatID, d.GatewayID)
+		h.interrupt(ctx, d.SessionKey, d.ChatID, d.GatewayID)
 	default:
 		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
 	}
@@ -517,6 +541,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.closeWith(contract.CloseGoingAway, "connector shutting down")
 	}
 	err := waitCtx(ctx, &s.connsWG)
+	if s.cluster != nil {
+		s.cluster.stop(ctx)
+	}
 	s.ledgers.Close(ctx)
 	if n := s.ledgers.Len(); n > 0 && s.ownStore {
 		s.log.Warn("shutdown discards buffered inbound the gateways have not acknowledged: no store is configured", "entries", n)

@@ -97,8 +97,9 @@ type Config struct {
 // (docs/session-key.md §3), and its fair-share weight. Values are read as
 // the native Hermes Discord adapter reads its config.yaml and DISCORD_*
 // variables (docs/settings-parity.md): lists may be YAML lists, bare
-// numbers or comma-separated strings; booleans may be YAML booleans or the
-// variables' spellings (true/false, 1/0, yes/no, on/off).
+// numbers (read as YAML 1.1 does: 0700 is octal 448) or comma-separated
+// strings; booleans may be YAML booleans or the variables' spellings
+// (true/false, 1/0, yes/no, on/off).
 type TenantConfig struct {
 	// AutoThread starts a thread from a mention in a text or announcement
 	// channel and keys the turn on it (discord.auto_thread,

@@ -34,6 +34,7 @@ const Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages |
 // Platform is the shared Discord bot. Create it with New, serve its Routes,
 // and call Run once.
 type Platform struct {
+	deps    platform.Deps // for RunExclusive
 	cfg     Config
 	log     *slog.Logger
 	clock   clock.Clock
@@ -98,6 +99,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		metrics:  deps.M(),
 		key:      deps.Key,
 		vault:    deps.Vault,
+		deps:     deps,
 		pubKey:   ed25519.PublicKey(pub),
 		policies: make(map[string]*policy, len(cfg.Tenants)),
 		fallback: newPolicy(TenantConfig{}),

@@ -31,7 +31,10 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	}
 	wg.Go(func() { p.cmds.loop(ctx) })
 	p.setStatus(false, false, "connecting")
-	err := p.gw.run(ctx)
+	if p.deps.Exclusive != nil {
+		p.setStatus(true, false, "standby: the Gateway session runs on another instance; webhooks are served here")
+	}
+	err := p.deps.RunExclusive(ctx, "discord/gateway", p.gw.run)
 	cancel()
 	wg.Wait()
 	p.work.Wait()
