@@ -241,7 +241,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 			instance = host + "-" + randomSecret()[:8]
 		}
 		deps.Exclusive = func(ctx context.Context, name string, run func(context.Context) error) error {
-			return store.RunExclusive(ctx, st.Leases(), "ingest/"+name, instance, leaseTTL, run)
+			return store.RunExclusive(ctx, deps.Time(), st.Leases(), "ingest/"+name, instance, leaseTTL, run)
 		}
 		log.Info("sharing the store with other instances", "instance", instance, "lease_ttl", leaseTTL)
 	}
