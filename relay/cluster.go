@@ -456,7 +456,7 @@ func (h *hub) serveRemote(inst string, connID []byte, platforms string, idle boo
 		rc = &remoteConsumer{cl: h.srv.cluster, inst: inst, conn: append([]byte(nil), connID...)}
 		d.remotes[key] = rc
 	}
-	rc.seen = h.srv.cfg.Now()
+	rc.seen = h.srv.cfg.Clock.Now()
 	for _, p := range strings.Split(platforms, ",") {
 		if p != "" {
 			h.ledger.Serve(rc, p)
@@ -520,7 +520,7 @@ func (h *hub) beat(ctx context.Context) {
 			d.lease = l
 			d.mu.Unlock()
 			h.expireRemotes()
-		case errors.Is(err, store.ErrNotHeld) || !cl.srv.cfg.Now().Before(d.lease.Expires):
+		case errors.Is(err, store.ErrNotHeld) || !cl.srv.cfg.Clock.Now().Before(d.lease.Expires):
 			h.srv.log.Warn("tenant lease lost: another instance drives it now", "tenant", h.id, "err", err)
 			h.stopDriving()
 		default:
@@ -593,7 +593,7 @@ func (h *hub) stopDriving() {
 // expireRemotes detaches remote sockets not announced for three beats.
 func (h *hub) expireRemotes() {
 	d := h.drive
-	cutoff := h.srv.cfg.Now().Add(-3 * h.srv.cluster.beat)
+	cutoff := h.srv.cfg.Clock.Now().Add(-3 * h.srv.cluster.beat)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for key, rc := range d.remotes {

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/loglimit"
 )
 
@@ -47,8 +48,9 @@ type conn struct {
 	wantPump atomic.Bool
 
 	// writeTimer closes a socket whose write takes longer than
-	// WriteTimeout; one reusable timer instead of a context per write.
-	writeTimer *time.Timer
+	// WriteTimeout on the server's clock; one reusable timer instead of a
+	// context per write.
+	writeTimer clock.Timer
 
 	closeOnce sync.Once
 	closeCode atomic.Int32  // the code we closed with, for the log line
@@ -71,7 +73,7 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, rem
 	return &conn{
 		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, raw: raw, ctx: ctx, cancel: cancel,
 		log:       s.log.With("tenant", gw.tenant.id, "gateway_id", gw.id, "conn", id, "remote", remote),
-		logs:      loglimit.NewBucket(connLogRate, s.cfg.Now),
+		logs:      loglimit.NewBucket(connLogRate, s.cfg.Clock.Now),
 		wake:      make(chan struct{}, 1),
 		written:   make(chan struct{}, 1),
 		closeDone: make(chan struct{}),
@@ -148,7 +150,8 @@ func (c *conn) closeWith(code contract.CloseCode, reason string) {
 // waitWritten waits until every queued frame was written, the writer ended,
 // or timeout passed.
 func (c *conn) waitWritten(timeout time.Duration) {
-	t := time.NewTimer(timeout)
+	expired := make(chan struct{})
+	t := c.srv.cfg.Clock.AfterFunc(timeout, func() { close(expired) })
 	defer t.Stop()
 	for {
 		c.qmu.Lock()
@@ -161,7 +164,7 @@ func (c *conn) waitWritten(timeout time.Duration) {
 		case <-c.written:
 		case <-c.ctx.Done():
 			return
-		case <-t.C:
+		case <-expired:
 			return
 		}
 	}
@@ -170,7 +173,7 @@ func (c *conn) waitWritten(timeout time.Duration) {
 // serve runs the connection until it closes.
 func (c *conn) serve() {
 	c.ws.SetReadLimit(contract.MaxFrameBytes)
-	c.writeTimer = time.AfterFunc(time.Hour, func() { _ = c.ws.CloseNow() })
+	c.writeTimer = c.srv.cfg.Clock.AfterFunc(time.Hour, func() { _ = c.ws.CloseNow() })
 	c.writeTimer.Stop()
 	defer c.writeTimer.Stop()
 	c.srv.cfg.Metrics.ConnOpened(c.hub.id)
@@ -294,16 +297,15 @@ var errWriteTimeout = errors.New("write timed out")
 // pingLoop pings the gateway every PingInterval; a pong that does not come
 // within the next interval ends the connection.
 func (c *conn) pingLoop() {
-	t := time.NewTicker(c.srv.cfg.PingInterval)
-	defer t.Stop()
+	clk, interval := c.srv.cfg.Clock, c.srv.cfg.PingInterval
 	for {
-		select {
-		case <-c.ctx.Done():
+		if clk.Sleep(c.ctx, interval) != nil {
 			return
-		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.srv.cfg.PingInterval)
+		ctx, cancel := context.WithCancel(c.ctx)
+		deadline := clk.AfterFunc(interval, cancel)
 		err := c.ws.Ping(ctx)
+		deadline.Stop()
 		cancel()
 		if err != nil {
 			if c.ctx.Err() == nil {

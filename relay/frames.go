@@ -99,7 +99,7 @@ func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 		return
 	}
 	err := c.srv.cfg.Bus.Deliver(c.ctx, platform.Delivery{
-		Kind: platform.KindInterrupt, Tenant: c.hub.id, SessionKey: f.SessionKey, GatewayID: c.gw.id, Received: c.srv.cfg.Now(),
+		Kind: platform.KindInterrupt, Tenant: c.hub.id, SessionKey: f.SessionKey, GatewayID: c.gw.id, Received: c.srv.cfg.Clock.Now(),
 	})
 	if err != nil {
 		c.logs.Log(c.log, slog.LevelWarn, "interrupt not published", "err", err)
@@ -137,7 +137,7 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 	}
 	s.outbound.Add(1)
 	s.mu.Unlock()
-	start := s.cfg.Now()
+	start := s.cfg.Clock.Now()
 	go func() {
 		defer s.outbound.Done()
 		defer func() { <-c.outSlots }()
@@ -294,7 +294,7 @@ func (c *conn) answer(reqID, op string, r contract.Result, start time.Time) {
 	}
 	var took time.Duration
 	if !start.IsZero() {
-		took = c.srv.cfg.Now().Sub(start)
+		took = c.srv.cfg.Clock.Now().Sub(start)
 	}
 	if !slices.Contains(contract.Ops, op) {
 		op = "unknown" // gateway-chosen strings never become metric labels

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
@@ -165,7 +166,7 @@ func TestInvalidFrameFloodLogsBoundedLines(t *testing.T) {
 	h := relaytest.StartConfig(t, relay.Config{
 		Tenants: []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
 		Metrics: g,
-		Now:     func() time.Time { return now },
+		Clock:   clocktest.New(now),
 		Log:     slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	gw := h.Dial(t, "gw1", "s1")
@@ -230,7 +231,7 @@ func TestRefusedUpgradeFloodLogsBoundedLines(t *testing.T) {
 	h := relaytest.StartConfig(t, relay.Config{
 		Tenants: []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
 		Metrics: g,
-		Now:     func() time.Time { return now },
+		Clock:   clocktest.New(now),
 		Log:     slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	const refusals = 100

@@ -85,6 +85,7 @@ import (
 
 	"connector/contract"
 	"connector/descriptor"
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/relay/ledger"
 	"connector/session"
@@ -120,8 +121,9 @@ type Config struct {
 	Log *slog.Logger
 	// Metrics receives measurements; nil discards.
 	Metrics Metrics
-	// Now is the clock tokens and latencies are judged by; nil is time.Now.
-	Now func() time.Time
+	// Clock is the time source of token checks, latencies, the write
+	// watchdog and pings; nil is clock.System.
+	Clock clock.Clock
 
 	// ClockSkew is tolerated past a token's expiry. Zero means 30 s.
 	ClockSkew time.Duration
@@ -201,8 +203,8 @@ func (c *Config) setDefaults() {
 	if c.Metrics == nil {
 		c.Metrics = nopMetrics{}
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = clock.System
 	}
 	orDefault(&c.ClockSkew, 30*time.Second)
 	orDefault(&c.MaxTokenLifetime, contract.DefaultMaxTokenLifetime)
@@ -279,7 +281,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ownStore := cfg.Store == nil
 	if ownStore {
-		cfg.Store = store.NewMemory(cfg.Now)
+		cfg.Store = store.NewMemory(cfg.Clock.Now)
 	}
 	s, err := newServer(cfg)
 	if err != nil {
@@ -301,7 +303,7 @@ func newServer(cfg Config) (*Server, error) {
 		platforms:   make(map[string]platform.Platform),
 		descriptors: make(map[string]descriptor.Descriptor),
 		conns:       make(map[*conn]struct{}),
-		logs:        newServerLogs(cfg.Now, len(cfg.Tenants)),
+		logs:        newServerLogs(cfg.Clock.Now, len(cfg.Tenants)),
 
 		descriptorFrames: make(map[string][]byte),
 	}
@@ -365,7 +367,7 @@ func newServer(cfg Config) (*Server, error) {
 		MaxAge:        cfg.BufferMaxAge,
 		SessionOwners: cfg.SessionOwners,
 		Shared:        cfg.Instance != "",
-		Now:           cfg.Now,
+		Now:           cfg.Clock.Now,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
 	})
