@@ -229,3 +229,59 @@ func DecodeList(entries []string) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Knob reads one YAML key of a tenant's settings into *T.
+type Knob[T any] func(*T, *yaml.Node) error
+
+// ReadKnobs reads a tenant's settings mapping into dst key by key, each
+// with its reader in knobs; null is no settings. what names the settings in
+// errors ("discord tenant": "line 3: discord tenant setting auto_thread:
+// want a boolean"). A key without a reader gets yaml's own unknown-field
+// wording ("field x not found in type discord.TenantConfig"), so the config
+// loader reports it like every other unknown key.
+func ReadKnobs[T any](node *yaml.Node, dst *T, what string, knobs map[string]Knob[T]) error {
+	if node.Kind == yaml.ScalarNode && node.Tag == "!!null" {
+		return nil
+	}
+	if node.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: %s settings: want a mapping", node.Line, what)
+	}
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		key, value := node.Content[i], node.Content[i+1]
+		read, ok := knobs[key.Value]
+		if !ok {
+			return fmt.Errorf("line %d: field %s not found in type %T", key.Line, key.Value, *dst)
+		}
+		if err := read(dst, value); err != nil {
+			return fmt.Errorf("line %d: %s setting %s: %w", value.Line, what, key.Value, err)
+		}
+	}
+	return nil
+}
+
+// FlagKnob reads a boolean knob into the field field points at (Flag;
+// onIsTrue as there).
+func FlagKnob[T any](field func(*T) **bool, onIsTrue bool) Knob[T] {
+	return func(dst *T, n *yaml.Node) error {
+		v, err := Flag(n, onIsTrue)
+		if err != nil {
+			return err
+		}
+		*field(dst) = v
+		return nil
+	}
+}
+
+// ListKnob reads a list knob into the field field points at, as the native
+// bridge writes it (List: a bare 010 is YAML 1.1's octal 8); the platform
+// splits and checks the items.
+func ListKnob[T any](field func(*T) *[]string) Knob[T] {
+	return func(dst *T, n *yaml.Node) error {
+		items, err := List(n)
+		if err != nil {
+			return err
+		}
+		*field(dst) = items
+		return nil
+	}
+}

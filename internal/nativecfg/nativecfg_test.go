@@ -178,3 +178,38 @@ func FuzzDecodeList(f *testing.F) {
 		}
 	})
 }
+
+// knobbed is a settings type for TestReadKnobs.
+type knobbed struct {
+	On    *bool
+	Items []string
+}
+
+// TestReadKnobs: each key goes to its reader; null is no settings; an
+// unknown key has yaml's wording and a reader's error names the line and
+// the key.
+func TestReadKnobs(t *testing.T) {
+	knobs := map[string]Knob[knobbed]{
+		"on":    FlagKnob(func(k *knobbed) **bool { return &k.On }, false),
+		"items": ListKnob(func(k *knobbed) *[]string { return &k.Items }),
+	}
+	var k knobbed
+	if err := ReadKnobs(node(t, "v: {on: 'on', items: [010, b]}"), &k, "test tenant", knobs); err != nil {
+		t.Fatal(err)
+	}
+	if k.On == nil || *k.On || !slices.Equal(k.Items, []string{"8", "b"}) {
+		t.Fatalf("read %+v", k)
+	}
+	if err := ReadKnobs(node(t, "v: null"), &k, "test tenant", knobs); err != nil {
+		t.Fatalf("null: %v", err)
+	}
+	for doc, want := range map[string]string{
+		"v: [1]":             "line 1: test tenant settings: want a mapping",
+		"v: {off: true}":     "line 1: field off not found in type nativecfg.knobbed",
+		"v:\n  on: [true]\n": "line 2: test tenant setting on: want a boolean",
+	} {
+		if err := ReadKnobs(node(t, doc), &k, "test tenant", knobs); err == nil || err.Error() != want {
+			t.Errorf("%q: error %v, want %q", doc, err, want)
+		}
+	}
+}

@@ -19,44 +19,30 @@ import (
 // row.
 
 // UnmarshalYAML reads a tenant's knobs as the native adapter reads its
-// config.yaml and DISCORD_* values. Unknown keys are errors.
+// config.yaml and DISCORD_* values (nativecfg.ReadKnobs). Unknown keys are
+// errors.
 func (tc *TenantConfig) UnmarshalYAML(node *yaml.Node) error {
-	if node.Kind == yaml.ScalarNode && node.Tag == "!!null" {
-		return nil
-	}
-	if node.Kind != yaml.MappingNode {
-		return fmt.Errorf("line %d: discord tenant settings: want a mapping", node.Line)
-	}
-	for i := 0; i+1 < len(node.Content); i += 2 {
-		key, value := node.Content[i], node.Content[i+1]
-		read, ok := tenantKnobs[key.Value]
-		if !ok {
-			// The wording of yaml's own unknown-field error, so the config
-			// loader reports it like every other unknown key.
-			return fmt.Errorf("line %d: field %s not found in type discord.TenantConfig", key.Line, key.Value)
-		}
-		if err := read(tc, value); err != nil {
-			return fmt.Errorf("line %d: discord tenant setting %s: %w", value.Line, key.Value, err)
-		}
-	}
-	return nil
+	return nativecfg.ReadKnobs(node, tc, "discord tenant", tenantKnobs)
 }
 
 // tenantKnobs reads each YAML key of TenantConfig (TestTenantKnobsCoverFields
-// keeps it in step with the struct's yaml tags).
-var tenantKnobs = map[string]func(*TenantConfig, *yaml.Node) error{
-	"auto_thread":                 flagKnob(func(tc *TenantConfig) **bool { return &tc.AutoThread }, true),
-	"require_mention":             flagKnob(func(tc *TenantConfig) **bool { return &tc.RequireMention }, true),
-	"thread_require_mention":      flagKnob(func(tc *TenantConfig) **bool { return &tc.ThreadRequireMention }, true),
-	"ignore_no_mention":           flagKnob(func(tc *TenantConfig) **bool { return &tc.IgnoreNoMention }, false),
-	"bots_require_inline_mention": flagKnob(func(tc *TenantConfig) **bool { return &tc.BotsRequireInlineMention }, true),
-	"free_response_channels":      listKnob(func(tc *TenantConfig) *[]string { return &tc.FreeResponseChannels }),
-	"no_thread_channels":          listKnob(func(tc *TenantConfig) *[]string { return &tc.NoThreadChannels }),
-	"allowed_channels":            listKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedChannels }),
-	"ignored_channels":            listKnob(func(tc *TenantConfig) *[]string { return &tc.IgnoredChannels }),
-	"voice_linked_text_channels":  listKnob(func(tc *TenantConfig) *[]string { return &tc.VoiceLinkedTextChannels }),
-	"allowed_users":               listKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedUsers }),
-	"allowed_roles":               listKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedRoles }),
+// keeps it in step with the struct's yaml tags). Booleans count on as true
+// except ignore_no_mention, whose env rule (DISCORD_IGNORE_NO_MENTION)
+// counts only true, 1 and yes as true; list items are split and checked in
+// validate.
+var tenantKnobs = map[string]nativecfg.Knob[TenantConfig]{
+	"auto_thread":                 nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.AutoThread }, true),
+	"require_mention":             nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.RequireMention }, true),
+	"thread_require_mention":      nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.ThreadRequireMention }, true),
+	"ignore_no_mention":           nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.IgnoreNoMention }, false),
+	"bots_require_inline_mention": nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.BotsRequireInlineMention }, true),
+	"free_response_channels":      nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.FreeResponseChannels }),
+	"no_thread_channels":          nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.NoThreadChannels }),
+	"allowed_channels":            nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedChannels }),
+	"ignored_channels":            nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.IgnoredChannels }),
+	"voice_linked_text_channels":  nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.VoiceLinkedTextChannels }),
+	"allowed_users":               nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedUsers }),
+	"allowed_roles":               nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedRoles }),
 	"allow_bots": func(tc *TenantConfig, n *yaml.Node) error {
 		if n.Kind != yaml.ScalarNode {
 			return fmt.Errorf("want none, all or mentions")
@@ -72,34 +58,6 @@ var tenantKnobs = map[string]func(*TenantConfig, *yaml.Node) error{
 		return nil
 	},
 	"weight": func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.Weight) },
-}
-
-// flagKnob reads a boolean knob (nativecfg.Flag). onIsTrue is false for
-// ignore_no_mention, whose env rule (DISCORD_IGNORE_NO_MENTION) counts only
-// true, 1 and yes as true.
-func flagKnob(field func(*TenantConfig) **bool, onIsTrue bool) func(*TenantConfig, *yaml.Node) error {
-	return func(tc *TenantConfig, n *yaml.Node) error {
-		v, err := nativecfg.Flag(n, onIsTrue)
-		if err != nil {
-			return err
-		}
-		*field(tc) = v
-		return nil
-	}
-}
-
-// listKnob reads a list knob as the native bridge writes it (nativecfg.List:
-// a bare 0700 is YAML 1.1's octal 448); nativecfg.Split splits and trims
-// the items.
-func listKnob(field func(*TenantConfig) *[]string) func(*TenantConfig, *yaml.Node) error {
-	return func(tc *TenantConfig, n *yaml.Node) error {
-		items, err := nativecfg.List(n)
-		if err != nil {
-			return err
-		}
-		*field(tc) = items
-		return nil
-	}
 }
 
 // wildcard is the list entry that matches every channel (or user).

@@ -92,72 +92,29 @@ type TenantConfig struct {
 	GroupAllowedChats []string `yaml:"group_allowed_chats"`
 }
 
-// UnmarshalYAML reads a tenant's knobs as the native adapter reads them.
-// Unknown keys are errors.
+// UnmarshalYAML reads a tenant's knobs as the native adapter reads them
+// (nativecfg.ReadKnobs). Unknown keys are errors.
 func (tc *TenantConfig) UnmarshalYAML(node *yaml.Node) error {
-	if node.Kind == yaml.ScalarNode && node.Tag == "!!null" {
-		return nil
-	}
-	if node.Kind != yaml.MappingNode {
-		return fmt.Errorf("line %d: telegram tenant settings: want a mapping", node.Line)
-	}
-	for i := 0; i+1 < len(node.Content); i += 2 {
-		key, value := node.Content[i], node.Content[i+1]
-		read, ok := tenantKnobs[key.Value]
-		if !ok {
-			// yaml's own unknown-field wording, which the config loader
-			// reports as an unknown key.
-			return fmt.Errorf("line %d: field %s not found in type telegram.TenantConfig", key.Line, key.Value)
-		}
-		if err := read(tc, value); err != nil {
-			return fmt.Errorf("line %d: telegram tenant setting %s: %w", value.Line, key.Value, err)
-		}
-	}
-	return nil
+	return nativecfg.ReadKnobs(node, tc, "telegram tenant", tenantKnobs)
 }
 
 // tenantKnobs reads each YAML key of TenantConfig
 // (TestTelegramTenantKnobsCoverFields keeps it in step with the yaml tags).
-var tenantKnobs = map[string]func(*TenantConfig, *yaml.Node) error{
-	"require_mention":                    flagKnob(func(tc *TenantConfig) **bool { return &tc.RequireMention }),
-	"guest_mode":                         flagKnob(func(tc *TenantConfig) **bool { return &tc.GuestMode }),
-	"bots_require_mention":               flagKnob(func(tc *TenantConfig) **bool { return &tc.BotsRequireMention }),
-	"exclusive_bot_mentions":             flagKnob(func(tc *TenantConfig) **bool { return &tc.ExclusiveBotMentions }),
-	"observe_unmentioned_group_messages": flagKnob(func(tc *TenantConfig) **bool { return &tc.ObserveUnmentionedGroupMessages }),
-	"ingest_unmentioned_group_messages":  flagKnob(func(tc *TenantConfig) **bool { return &tc.IngestUnmentionedGroupMessages }),
-	"free_response_chats":                listKnob(func(tc *TenantConfig) *[]string { return &tc.FreeResponseChats }),
-	"free_response_topics":               listKnob(func(tc *TenantConfig) *[]string { return &tc.FreeResponseTopics }),
-	"allowed_chats":                      listKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedChats }),
-	"allowed_topics":                     listKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedTopics }),
-	"ignored_threads":                    listKnob(func(tc *TenantConfig) *[]string { return &tc.IgnoredThreads }),
-	"group_allowed_chats":                listKnob(func(tc *TenantConfig) *[]string { return &tc.GroupAllowedChats }),
+// Every TELEGRAM_* boolean counts true, 1, yes and on as true.
+var tenantKnobs = map[string]nativecfg.Knob[TenantConfig]{
+	"require_mention":                    nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.RequireMention }, true),
+	"guest_mode":                         nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.GuestMode }, true),
+	"bots_require_mention":               nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.BotsRequireMention }, true),
+	"exclusive_bot_mentions":             nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.ExclusiveBotMentions }, true),
+	"observe_unmentioned_group_messages": nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.ObserveUnmentionedGroupMessages }, true),
+	"ingest_unmentioned_group_messages":  nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.IngestUnmentionedGroupMessages }, true),
+	"free_response_chats":                nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.FreeResponseChats }),
+	"free_response_topics":               nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.FreeResponseTopics }),
+	"allowed_chats":                      nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedChats }),
+	"allowed_topics":                     nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedTopics }),
+	"ignored_threads":                    nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.IgnoredThreads }),
+	"group_allowed_chats":                nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.GroupAllowedChats }),
 	"mention_patterns":                   readMentionPatterns,
-}
-
-// flagKnob reads a boolean knob: every TELEGRAM_* boolean counts true, 1,
-// yes and on as true.
-func flagKnob(field func(*TenantConfig) **bool) func(*TenantConfig, *yaml.Node) error {
-	return func(tc *TenantConfig, n *yaml.Node) error {
-		v, err := nativecfg.Flag(n, true)
-		if err != nil {
-			return err
-		}
-		*field(tc) = v
-		return nil
-	}
-}
-
-// listKnob reads a list knob as the native bridge writes it
-// (nativecfg.List: a bare 010 is YAML 1.1's octal 8).
-func listKnob(field func(*TenantConfig) *[]string) func(*TenantConfig, *yaml.Node) error {
-	return func(tc *TenantConfig, n *yaml.Node) error {
-		items, err := nativecfg.List(n)
-		if err != nil {
-			return err
-		}
-		*field(tc) = items
-		return nil
-	}
 }
 
 // readMentionPatterns reads mention_patterns: one string is one pattern, a
