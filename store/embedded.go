@@ -173,17 +173,17 @@ func (e *embedded) sweep() {
 		now := e.now()
 		for _, name := range [][]byte{bCaps, bOwners} {
 			b := tx.Bucket(name)
-			var expired [][]byte
+			var gone [][]byte
 			err := b.ForEach(func(k, v []byte) error {
-				if _, exp, err := decodeExpiring(v); err != nil || !now.Before(exp) {
-					expired = append(expired, k)
+				if _, exp, err := decodeExpiring(v); err != nil || expired(now, exp) {
+					gone = append(gone, k)
 				}
 				return nil
 			})
 			if err != nil {
 				return err
 			}
-			for _, k := range expired {
+			for _, k := range gone {
 				if err := b.Delete(k); err != nil {
 					return err
 				}
@@ -207,10 +207,7 @@ func (l embLedger) Append(ctx context.Context, tenant string, recs []Record) ([]
 	var size int64
 	for i := range recs {
 		r := recs[i]
-		if r.Received.IsZero() {
-			r.Received = now
-		}
-		r.Received = micros(r.Received)
+		r.Received = receivedAt(r.Received, now)
 		vals[i] = encodeRecord(&r)
 		size += int64(len(r.Payload))
 	}
@@ -256,10 +253,7 @@ func writeStats(tx *bolt.Tx, tenant string, st Stats) error {
 }
 
 func (l embLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
-	if err := checkName("tenant", tenant); err != nil {
-		return nil, err
-	}
-	if err := checkMax(max); err != nil {
+	if err := checkReadArgs(tenant, max); err != nil {
 		return nil, err
 	}
 	if afterSeq == math.MaxUint64 {
@@ -426,7 +420,7 @@ func (c embCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 		if err != nil {
 			return fmt.Errorf("capability: %w", err)
 		}
-		if c.e.now().Before(expires) {
+		if !expired(c.e.now(), expires) {
 			value, ok = append([]byte(nil), val...), true
 		}
 		return nil
@@ -452,10 +446,7 @@ func embOwnerKey(tenant, sessionKey string) []byte {
 }
 
 func (w embOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return err
-	}
-	if err := checkTTL(ttl); err != nil {
+	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
 		return err
 	}
 	k := embOwnerKey(tenant, sessionKey)
@@ -483,7 +474,7 @@ func (w embOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, b
 		if err != nil {
 			return fmt.Errorf("owner: %w", err)
 		}
-		ok = w.e.now().Before(expires)
+		ok = !expired(w.e.now(), expires)
 		return nil
 	})
 	if !ok {
@@ -590,7 +581,7 @@ func (ls embLeases) Holder(ctx context.Context, name string) (Lease, bool, error
 		l, err = getLease(tx, name)
 		return err
 	})
-	if err != nil || l.Holder == "" || !ls.e.now().Before(l.Expires) {
+	if err != nil || !l.liveAt(ls.e.now()) {
 		return Lease{}, false, err
 	}
 	return l, true, nil

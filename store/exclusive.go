@@ -54,7 +54,7 @@ func runHeld(ctx context.Context, clk clock.Clock, leases Leases, name string, l
 		switch {
 		case err == nil:
 			l = nl
-		case errors.Is(err, ErrNotHeld) || !clk.Now().Before(l.Expires):
+		case errors.Is(err, ErrNotHeld) || expired(clk.Now(), l.Expires):
 			cancel()
 		}
 	}

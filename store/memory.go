@@ -125,12 +125,12 @@ func (m *Memory) sweep() {
 	defer m.mu.Unlock()
 	now := m.now()
 	for k, e := range m.caps {
-		if !now.Before(e.expires) {
+		if expired(now, e.expires) {
 			delete(m.caps, k)
 		}
 	}
 	for k, o := range m.owners {
-		if !now.Before(o.expires) {
+		if expired(now, o.expires) {
 			delete(m.owners, k)
 		}
 	}
@@ -161,10 +161,7 @@ func (l memLedger) Append(ctx context.Context, tenant string, recs []Record) ([]
 		lg.seq++
 		r.Seq = lg.seq
 		r.Payload = slices.Clone(r.Payload)
-		if r.Received.IsZero() {
-			r.Received = now
-		}
-		r.Received = micros(r.Received)
+		r.Received = receivedAt(r.Received, now)
 		lg.recs = append(lg.recs, r)
 		lg.bytes += int64(len(r.Payload))
 		seqs[i] = r.Seq
@@ -173,10 +170,7 @@ func (l memLedger) Append(ctx context.Context, tenant string, recs []Record) ([]
 }
 
 func (l memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
-	if err := checkName("tenant", tenant); err != nil {
-		return nil, err
-	}
-	if err := checkMax(max); err != nil {
+	if err := checkReadArgs(tenant, max); err != nil {
 		return nil, err
 	}
 	m := l.m
@@ -307,7 +301,7 @@ func (c memCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	}
 	defer m.mu.Unlock()
 	e, ok := m.caps[key]
-	if !ok || !m.now().Before(e.expires) {
+	if !ok || expired(m.now(), e.expires) {
 		return nil, false, nil
 	}
 	return slices.Clone(e.value), true, nil
@@ -329,10 +323,7 @@ func (c memCaps) Delete(ctx context.Context, key string) error {
 type memOwners struct{ m *Memory }
 
 func (w memOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return err
-	}
-	if err := checkTTL(ttl); err != nil {
+	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
 		return err
 	}
 	m := w.m
@@ -354,7 +345,7 @@ func (w memOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, b
 	}
 	defer m.mu.Unlock()
 	e, ok := m.owners[ownerKey{tenant, sessionKey}]
-	if !ok || !m.now().Before(e.expires) {
+	if !ok || expired(m.now(), e.expires) {
 		return Owner{}, false, nil
 	}
 	return e.o, true, nil
@@ -371,13 +362,6 @@ func (w memOwners) Delete(ctx context.Context, tenant, sessionKey string) error 
 	defer m.mu.Unlock()
 	delete(m.owners, ownerKey{tenant, sessionKey})
 	return nil
-}
-
-func checkOwnerArgs(tenant, sessionKey string) error {
-	if err := checkName("tenant", tenant); err != nil {
-		return err
-	}
-	return checkName("session key", sessionKey)
 }
 
 type memLeases struct{ m *Memory }
@@ -442,20 +426,10 @@ func (ls memLeases) Holder(ctx context.Context, name string) (Lease, bool, error
 	}
 	defer m.mu.Unlock()
 	l := m.leases[name]
-	if l.Holder == "" || !m.now().Before(l.Expires) {
+	if !l.liveAt(m.now()) {
 		return Lease{}, false, nil
 	}
 	return l, true, nil
-}
-
-func checkLeaseArgs(name, holder string, ttl time.Duration) error {
-	if err := checkName("lease name", name); err != nil {
-		return err
-	}
-	if err := checkName("lease holder", holder); err != nil {
-		return err
-	}
-	return checkTTL(ttl)
 }
 
 type memRegistry struct{ m *Memory }
@@ -542,11 +516,4 @@ func (r memRegistry) List(ctx context.Context, namespace string) ([]Entry, uint6
 
 func sortEntries(es []Entry) {
 	slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
-}
-
-func checkRegistryArgs(namespace, key string) error {
-	if err := checkName("namespace", namespace); err != nil {
-		return err
-	}
-	return checkName("registry key", key)
 }

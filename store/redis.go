@@ -196,10 +196,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	args = append(args, tenant, len(recs))
 	for i := range recs {
 		r := &recs[i]
-		received := r.Received
-		if received.IsZero() {
-			received = now
-		}
+		received := receivedAt(r.Received, now)
 		args = append(args, r.Kind, r.Platform, r.SessionKey, r.ChatID, received.UnixMicro(), r.Payload)
 	}
 	first, err := appendScript.Run(ctx, l.s.c, l.keys(tenant), args...).Int64()
@@ -214,10 +211,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 }
 
 func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
-	if err := checkName("tenant", tenant); err != nil {
-		return nil, err
-	}
-	if err := checkMax(max); err != nil {
+	if err := checkReadArgs(tenant, max); err != nil {
 		return nil, err
 	}
 	if afterSeq == math.MaxUint64 {
@@ -451,7 +445,7 @@ func (c redisCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("store: get capability: %w", err)
 	}
-	if !c.s.now().Before(expires) {
+	if expired(c.s.now(), expires) {
 		return nil, false, nil
 	}
 	return value, true, nil
@@ -474,10 +468,7 @@ func (w redisOwners) key(tenant, sessionKey string) string {
 }
 
 func (w redisOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return err
-	}
-	if err := checkTTL(ttl); err != nil {
+	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
 		return err
 	}
 	v := encodeExpiring(w.s.now().Add(ttl), encodeOwner(o))
@@ -502,7 +493,7 @@ func (w redisOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner,
 	if err != nil {
 		return Owner{}, false, fmt.Errorf("store: get owner: %w", err)
 	}
-	if !w.s.now().Before(expires) {
+	if expired(w.s.now(), expires) {
 		return Owner{}, false, nil
 	}
 	o, err := decodeOwner(val)

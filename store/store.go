@@ -358,13 +358,55 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
-// checkMax rejects a non-positive read size.
-func checkMax(max int) error {
+// checkReadArgs rejects a bad tenant name or a non-positive read size.
+func checkReadArgs(tenant string, max int) error {
+	if err := checkName("tenant", tenant); err != nil {
+		return err
+	}
 	if max <= 0 {
 		return fmt.Errorf("%w: read size %d is not positive", ErrInvalid, max)
 	}
 	return nil
 }
+
+// checkOwnerArgs rejects a bad tenant or session key name.
+func checkOwnerArgs(tenant, sessionKey string) error {
+	if err := checkName("tenant", tenant); err != nil {
+		return err
+	}
+	return checkName("session key", sessionKey)
+}
+
+// checkOwnerSetArgs rejects bad Owners.Set arguments.
+func checkOwnerSetArgs(tenant, sessionKey string, ttl time.Duration) error {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return err
+	}
+	return checkTTL(ttl)
+}
+
+// checkLeaseArgs rejects bad Leases.Acquire or Renew arguments.
+func checkLeaseArgs(name, holder string, ttl time.Duration) error {
+	if err := checkName("lease name", name); err != nil {
+		return err
+	}
+	if err := checkName("lease holder", holder); err != nil {
+		return err
+	}
+	return checkTTL(ttl)
+}
+
+// checkRegistryArgs rejects a bad namespace or registry key name.
+func checkRegistryArgs(namespace, key string) error {
+	if err := checkName("namespace", namespace); err != nil {
+		return err
+	}
+	return checkName("registry key", key)
+}
+
+// expired reports whether a value that expires at expires is gone at now:
+// it is from its expiry instant on.
+func expired(now, expires time.Time) bool { return !now.Before(expires) }
 
 // newEpoch returns a fresh random epoch id.
 func newEpoch() string {
@@ -375,6 +417,15 @@ func newEpoch() string {
 
 // micros truncates t to the microsecond, the precision records keep.
 func micros(t time.Time) time.Time { return time.UnixMicro(t.UnixMicro()) }
+
+// receivedAt is the receive time Append stores for a record stamped
+// received: now when it is zero, at the microsecond.
+func receivedAt(received, now time.Time) time.Time {
+	if received.IsZero() {
+		received = now
+	}
+	return micros(received)
+}
 
 // trimRule is Bounds resolved against one moment: the single statement of
 // which record Trim drops next, shared by the memory and embedded backends
@@ -405,9 +456,8 @@ func (r trimRule) drop(entries int, bytes int64, receivedMicros int64) bool {
 // that keep leases themselves (memory, embedded): cur is the stored lease
 // (zero when none), and the result is what Acquire stores and returns.
 func nextLease(cur Lease, now time.Time, holder string, ttl time.Duration) (Lease, bool) {
-	live := cur.Holder != "" && now.Before(cur.Expires)
 	switch {
-	case !live:
+	case !cur.liveAt(now):
 		return Lease{Holder: holder, Token: cur.Token + 1, Expires: now.Add(ttl)}, true
 	case cur.Holder == holder:
 		return Lease{Holder: holder, Token: cur.Token, Expires: now.Add(ttl)}, true
@@ -417,5 +467,10 @@ func nextLease(cur Lease, now time.Time, holder string, ttl time.Duration) (Leas
 
 // holds reports whether l is the live lease cur.
 func holds(cur, l Lease, now time.Time) bool {
-	return cur.Holder != "" && now.Before(cur.Expires) && cur.Holder == l.Holder && cur.Token == l.Token
+	return cur.liveAt(now) && cur.Holder == l.Holder && cur.Token == l.Token
+}
+
+// liveAt reports whether the stored lease l has a holder at now.
+func (l Lease) liveAt(now time.Time) bool {
+	return l.Holder != "" && !expired(now, l.Expires)
 }
