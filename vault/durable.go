@@ -54,13 +54,10 @@ func storeKey(k Key) string {
 
 // Put implements Store: the value is stored durably before Put returns.
 func (d *Durable) Put(k Key, e Entry) error {
-	ttl, ok := k.Kind.TTL()
-	if !ok {
-		return fmt.Errorf("vault: unknown capability kind %q", k.Kind)
+	if err := k.check(); err != nil {
+		return err
 	}
-	if k.Tenant == "" || k.SessionKey == "" {
-		return fmt.Errorf("vault: capability %q needs a tenant and a session key", k.Kind)
-	}
+	ttl, _ := k.Kind.TTL()
 	if e.Stored.IsZero() {
 		e.Stored = d.now()
 	}
@@ -104,7 +101,7 @@ func (d *Durable) Get(k Key) (Entry, bool) {
 		return Entry{}, false
 	}
 	e := Entry{Value: NewSecret(se.Value), Ref: se.Ref, Stored: time.UnixMicro(se.Stored)}
-	if d.now().Sub(e.Stored) >= ttl {
+	if e.expiredAt(d.now(), ttl) {
 		d.expiries.Add(1)
 		d.misses.Add(1)
 		return Entry{}, false

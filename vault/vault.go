@@ -85,6 +85,23 @@ type Entry struct {
 	Stored time.Time
 }
 
+// check rejects a key Put cannot store: an unknown kind, or no tenant or
+// session key.
+func (k Key) check() error {
+	if _, ok := k.Kind.TTL(); !ok {
+		return fmt.Errorf("vault: unknown capability kind %q", k.Kind)
+	}
+	if k.Tenant == "" || k.SessionKey == "" {
+		return fmt.Errorf("vault: capability %q needs a tenant and a session key", k.Kind)
+	}
+	return nil
+}
+
+// expiredAt reports whether e, of a kind with this ttl, has expired at now.
+func (e Entry) expiredAt(now time.Time, ttl time.Duration) bool {
+	return now.Sub(e.Stored) >= ttl
+}
+
 // Store is the vault's storage. Memory is the in-process implementation;
 // Durable keeps values on a store.Capabilities (the embedded store or Redis)
 // so they survive restarts and are shared between instances.
@@ -155,17 +172,13 @@ func (m *Memory) onEvict(Key, Entry) { m.evicted.Add(1) }
 
 // Put implements Store.
 func (m *Memory) Put(k Key, e Entry) error {
-	c, ok := m.caches[k.Kind]
-	if !ok {
-		return fmt.Errorf("vault: unknown capability kind %q", k.Kind)
-	}
-	if k.Tenant == "" || k.SessionKey == "" {
-		return fmt.Errorf("vault: capability %q needs a tenant and a session key", k.Kind)
+	if err := k.check(); err != nil {
+		return err
 	}
 	if e.Stored.IsZero() {
 		e.Stored = m.now()
 	}
-	c.Add(k, e)
+	m.caches[k.Kind].Add(k, e)
 	return nil
 }
 
@@ -203,7 +216,7 @@ func (m *Memory) lookup(k Key) (Entry, lookupState) {
 		return Entry{}, absent
 	}
 	ttl, _ := k.Kind.TTL()
-	if m.now().Sub(e.Stored) >= ttl {
+	if e.expiredAt(m.now(), ttl) {
 		c.Remove(k)
 		return Entry{}, expired
 	}
