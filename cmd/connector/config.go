@@ -23,8 +23,8 @@ import (
 // Config is the connector's YAML configuration file. Unknown keys are
 // errors; every field's zero value means its documented default.
 type Config struct {
-	// Listen is the address of the HTTP listener (/relay, webhooks,
-	// /healthz, /readyz, /metrics). Default 127.0.0.1:8080.
+	// Listen is the address of the public HTTP listener (/relay, webhooks,
+	// nexscope, /healthz). Default 127.0.0.1:8080.
 	Listen string `yaml:"listen"`
 	// ShutdownGrace bounds how long SIGTERM waits for in-flight outbound ops
 	// before closing gateways with 1001. Default 30s.
@@ -34,6 +34,10 @@ type Config struct {
 	// TLS, when cert_file and key_file are set, serves https:// and wss://
 	// directly instead of plain HTTP.
 	TLS TLSConfig `yaml:"tls"`
+	// HTTP bounds the public listener's connections and requests.
+	HTTP HTTPConfig `yaml:"http"`
+	// Ops is the operations listener (/metrics, /readyz, /platforms).
+	Ops OpsConfig `yaml:"ops"`
 	// Relay tunes the gateway-facing /relay server.
 	Relay RelayConfig `yaml:"relay"`
 	// Tenants are the customers of the connector and their gateways.
@@ -243,6 +247,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		return errors.New("config: tls: cert_file and key_file must be set together")
+	}
+	if err := c.validateHTTP(); err != nil {
+		return err
 	}
 	for key, v := range map[string]time.Duration{
 		"relay.clock_skew": c.Relay.ClockSkew, "relay.ping_interval": c.Relay.PingInterval,

@@ -124,18 +124,19 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	}
 	cfg.Listen = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
-	addrCh := make(chan string, 1)
+	addrCh := make(chan listening, 1)
 	var banner bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &banner, func(a string) { addrCh <- a })
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &banner, func(a listening) { addrCh <- a })
 	}()
-	var addr string
+	var addrs listening
 	select {
-	case addr = <-addrCh:
+	case addrs = <-addrCh:
 	case err := <-done:
 		t.Fatalf("serve: %v", err)
 	}
+	addr := addrs.Addr
 	if !strings.Contains(banner.String(), "GATEWAY_RELAY_SECRET="+gen.GatewaySecret) {
 		t.Fatalf("banner does not say how to connect:\n%s", banner.String())
 	}
@@ -149,7 +150,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		t.Fatalf("healthz %d %q", resp.StatusCode, body)
 	}
 
-	resp, err = http.Get("http://" + addr + "/metrics")
+	resp, err = http.Get("http://" + addrs.OpsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		t.Fatalf("inbound from nexscope: %+v %v", in.Event, err)
 	}
 
-	resp, err = http.Get("http://" + addr + "/metrics")
+	resp, err = http.Get("http://" + addrs.OpsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
