@@ -83,7 +83,9 @@ func TestBannerPlatformsGetEachPlatformsOps(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	var banner syncBuffer
-	go func() { done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &banner, func(a listening) { ready <- a.Addr }) }()
+	go func() {
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &banner, func(a listening) { ready <- a.Addr })
+	}()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {

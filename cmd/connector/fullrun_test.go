@@ -102,7 +102,9 @@ nexscope:
 	defer cancel()
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, randomOpsPort(cfg), gen, log, &banner, func(a listening) { addrCh <- a.Addr }) }()
+	go func() {
+		done <- serve(ctx, randomOpsPort(cfg), gen, log, &banner, func(a listening) { addrCh <- a.Addr })
+	}()
 	var addr string
 	select {
 	case addr = <-addrCh:
