@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -174,23 +173,13 @@ func LoadConfig(path string) (*Config, error) {
 	return ParseConfig(data)
 }
 
-var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type (\S+)`)
-
 // ParseConfig decodes a YAML config document strictly.
 func ParseConfig(data []byte) (*Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		msg := err.Error()
-		if m := unknownField.FindAllStringSubmatch(msg, -1); m != nil {
-			var parts []string
-			for _, f := range m {
-				parts = append(parts, fmt.Sprintf("unknown key %q (line %s)", f[2], f[1]))
-			}
-			return nil, fmt.Errorf("config: %s", strings.Join(parts, "; "))
-		}
-		return nil, fmt.Errorf("config: %s", strings.TrimPrefix(msg, "yaml: "))
+		return nil, describeDecodeError(data, err)
 	}
 	return &c, nil
 }
