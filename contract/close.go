@@ -1,5 +1,7 @@
 package contract
 
+import "connector/internal/textsplit"
+
 // CloseCode is a WebSocket close status the connector sends on /relay.
 //
 // The gateway client interprets only 4401; every other code while it is not
@@ -21,7 +23,8 @@ const (
 	CloseInternalError CloseCode = 1011
 
 	// CloseUnauthorized (4401): upgrade token missing, malformed, unknown,
-	// wrong or expired. Reason "expired" means a valid but stale token: the
+	// wrong, expiring too far ahead (ErrTokenLifetime, reason "unauthorized")
+	// or expired. Reason "expired" means a valid but stale token: the
 	// gateway reconnects normally. Any other reason after the gateway once had
 	// a descriptor makes it re-dial once and then latch "revoked" (no more
 	// dials) if refused again, so it is only sent when a token really fails.
@@ -50,12 +53,5 @@ const MaxCloseReasonBytes = 123
 
 // TruncateReason shortens reason to MaxCloseReasonBytes on a UTF-8 boundary.
 func TruncateReason(reason string) string {
-	if len(reason) <= MaxCloseReasonBytes {
-		return reason
-	}
-	cut := MaxCloseReasonBytes
-	for cut > 0 && reason[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return reason[:cut]
+	return textsplit.Truncate(reason, MaxCloseReasonBytes)
 }

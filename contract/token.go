@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -18,12 +19,26 @@ const TokenTTL = 300 * time.Second
 // MaxTokenBytes bounds the bearer token we are willing to decode.
 const MaxTokenBytes = 1024
 
+// DefaultMaxTokenLifetime is how far ahead of now (plus the clock skew) a
+// token's exp may lie unless configured otherwise: twelve times the
+// gateway's TokenTTL, so a gateway clock running ahead by up to 55 minutes
+// still gets in, while a token minted to last (exp 9999999999, say) is
+// refused.
+const DefaultMaxTokenLifetime = time.Hour
+
+// MaxSecretsPerGateway bounds a gateway's rotation list (TokenKeys).
+const MaxSecretsPerGateway = 8
+
 // Token errors. None of them carries the token or a secret.
 var (
 	ErrTokenMissing   = errors.New("no bearer token")
 	ErrTokenMalformed = errors.New("malformed token")
 	ErrTokenBadSig    = errors.New("token signature does not match")
 	ErrTokenExpired   = errors.New("token expired")
+	// ErrTokenLifetime reports an exp further ahead than the maximum
+	// lifetime allows. It is not "expired": re-dialing with a fresh token
+	// of the same kind would not help.
+	ErrTokenLifetime = errors.New("token expiry is further ahead than the maximum lifetime")
 )
 
 // MintToken returns the upgrade token the gateway's make_upgrade_token()
@@ -102,24 +117,100 @@ func BearerToken(header string) (string, error) {
 	return strings.TrimSpace(header[len(prefix):]), nil
 }
 
-// Verify checks the signature against each of secrets (several while a
-// secret is being rotated) in constant time, then the expiry against now with
-// the given clock-skew tolerance. Exp 0 ("never") is refused as expired: the
-// gateway never uses it on an upgrade. There is no upper bound on Exp: only a
-// holder of the secret can mint a token, and refusing a gateway whose clock
-// runs ahead as "unauthorized" would make it latch itself revoked.
-func (t Token) Verify(secrets []string, now time.Time, skew time.Duration) error {
+// TokenKeys is one gateway's rotation list, ready for Verify. The zero
+// value holds no key: no token verifies against it, and checking one takes
+// as long as against a full list.
+type TokenKeys struct {
+	// keys holds the HMAC key of each secret, padded with nil keys. A secret
+	// longer than the SHA-256 block is replaced by its digest, as HMAC
+	// itself would do on every call, so every key costs the same to use.
+	keys [MaxSecretsPerGateway][]byte
+	// live is 1 for a slot holding a secret, 0 for padding.
+	live [MaxSecretsPerGateway]int
+}
+
+// NewTokenKeys prepares a gateway's secrets (several while one is rotated).
+// It refuses more than MaxSecretsPerGateway secrets and an empty one; its
+// errors never quote a secret.
+func NewTokenKeys(secrets []string) (TokenKeys, error) {
+	var k TokenKeys
+	if len(secrets) > MaxSecretsPerGateway {
+		return k, fmt.Errorf("%d secrets, at most %d", len(secrets), MaxSecretsPerGateway)
+	}
+	for i, s := range secrets {
+		if s == "" {
+			return TokenKeys{}, fmt.Errorf("secret %d is empty", i+1)
+		}
+		key := []byte(s)
+		if len(key) > sha256.BlockSize {
+			sum := sha256.Sum256(key)
+			key = sum[:]
+		}
+		k.keys[i], k.live[i] = key, 1
+	}
+	return k, nil
+}
+
+// String keeps secrets out of logs and errors that format a TokenKeys.
+func (k TokenKeys) String() string {
+	n := 0
+	for _, l := range k.live {
+		n += l
+	}
+	return fmt.Sprintf("TokenKeys(%d secrets)", n)
+}
+
+// GoString is String, for %#v.
+func (k TokenKeys) GoString() string { return k.String() }
+
+// tokenHash is the hash under every token HMAC; tests count its uses.
+var tokenHash = sha256.New
+
+// TokenWindow bounds the exp a token may carry.
+type TokenWindow struct {
+	// Skew is tolerated past the expiry and past MaxLifetime.
+	Skew time.Duration
+	// MaxLifetime is how far ahead of now exp may lie. Zero means
+	// DefaultMaxTokenLifetime.
+	MaxLifetime time.Duration
+}
+
+// Verify checks the signature against every slot of keys (nil means none)
+// and then exp against now. It computes MaxSecretsPerGateway HMACs and
+// compares each in constant time, with no early exit, whatever keys holds,
+// so its time tells neither whether the gateway id exists nor how many
+// secrets it rotates through, nor which one matched.
+//
+// A token whose signature matches is refused with ErrTokenExpired when exp
+// is past (by more than w.Skew) or 0 ("never" in the gateway's auth module,
+// which it never sends on an upgrade), and with ErrTokenLifetime when exp
+// lies more than w.MaxLifetime plus w.Skew ahead: the gateway mints 300 s
+// tokens, so only a token minted to outlive a leak, or a gateway clock far
+// ahead, gets there.
+func (t Token) Verify(keys *TokenKeys, now time.Time, w TokenWindow) error {
+	if keys == nil {
+		keys = &TokenKeys{}
+	}
 	match := 0
-	for _, s := range secrets {
-		mac := hmac.New(sha256.New, []byte(s))
-		mac.Write([]byte(t.signed))
-		match |= subtle.ConstantTimeCompare(mac.Sum(nil), t.sig[:])
+	signed := []byte(t.signed)
+	var sum [sha256.Size]byte
+	for i, key := range keys.keys {
+		mac := hmac.New(tokenHash, key)
+		mac.Write(signed)
+		match |= subtle.ConstantTimeCompare(mac.Sum(sum[:0]), t.sig[:]) & keys.live[i]
 	}
 	if match != 1 {
 		return ErrTokenBadSig
 	}
-	if t.Exp == 0 || now.Add(-skew).Unix() > t.Exp {
+	if t.Exp == 0 || now.Add(-w.Skew).Unix() > t.Exp {
 		return ErrTokenExpired
+	}
+	if w.MaxLifetime <= 0 {
+		w.MaxLifetime = DefaultMaxTokenLifetime
+	}
+	// Both are positive (now is past 1970), so the difference cannot wrap.
+	if t.Exp-now.Unix() > int64((w.MaxLifetime+w.Skew)/time.Second) {
+		return ErrTokenLifetime
 	}
 	return nil
 }

@@ -1,7 +1,10 @@
 package contract
 
 import (
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"hash"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +29,16 @@ var tokenVectors = []struct {
 
 var frozen = time.Unix(1767225300, 0)
 
+// keysFor prepares secrets or fails t.
+func keysFor(t testing.TB, secrets ...string) *TokenKeys {
+	t.Helper()
+	k, err := NewTokenKeys(secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &k
+}
+
 func TestMintTokenMatchesGatewayVectors(t *testing.T) {
 	for _, v := range tokenVectors {
 		if got := MintToken(v.gatewayID, v.secret, v.exp); got != v.token {
@@ -43,7 +56,7 @@ func TestParseAndVerifyGatewayVectors(t *testing.T) {
 		if tok.GatewayID != v.gatewayID || tok.Exp != v.exp {
 			t.Fatalf("parsed %q exp %d, want %q exp %d", tok.GatewayID, tok.Exp, v.gatewayID, v.exp)
 		}
-		err = tok.Verify([]string{"wrong", v.secret}, frozen, 30*time.Second)
+		err = tok.Verify(keysFor(t, "wrong", v.secret), frozen, TokenWindow{Skew: 30 * time.Second})
 		if v.exp == 0 {
 			if !errors.Is(err, ErrTokenExpired) {
 				t.Errorf("exp 0 must be refused as expired, got %v", err)
@@ -53,7 +66,7 @@ func TestParseAndVerifyGatewayVectors(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s: verify with the rotation list: %v", v.gatewayID, err)
 		}
-		if err := tok.Verify([]string{"wrong"}, frozen, 0); !errors.Is(err, ErrTokenBadSig) {
+		if err := tok.Verify(keysFor(t, "wrong"), frozen, TokenWindow{}); !errors.Is(err, ErrTokenBadSig) {
 			t.Errorf("%s: wrong secret gave %v", v.gatewayID, err)
 		}
 	}
@@ -72,8 +85,115 @@ func TestVerifyExpiryAndSkew(t *testing.T) {
 		{exp.Add(20 * time.Second), 30 * time.Second, nil},
 		{exp.Add(31 * time.Second), 30 * time.Second, ErrTokenExpired},
 	} {
-		if err := tok.Verify([]string{tokenVectors[0].secret}, c.now, c.skew); !errors.Is(err, c.want) {
+		if err := tok.Verify(keysFor(t, tokenVectors[0].secret), c.now, TokenWindow{Skew: c.skew}); !errors.Is(err, c.want) {
 			t.Errorf("now exp%+v skew %v: got %v, want %v", c.now.Sub(exp), c.skew, err, c.want)
+		}
+	}
+}
+
+// TestVerifyRefusesExpiryBeyondMaxLifetime: a token minted never to expire
+// (exp 9999999999 or 2^63-1) is refused, unlike before, when only the
+// signature and a past exp were checked.
+func TestVerifyRefusesExpiryBeyondMaxLifetime(t *testing.T) {
+	const secret = "s3cr3t-example-secret"
+	now := frozen.Unix()
+	for _, c := range []struct {
+		name string
+		exp  int64
+		w    TokenWindow
+		want error
+	}{
+		{"gateway's 300 s", now + 300, TokenWindow{Skew: 30 * time.Second}, nil},
+		{"at the default maximum plus skew", now + 3600 + 30, TokenWindow{Skew: 30 * time.Second}, nil},
+		{"a second beyond", now + 3600 + 31, TokenWindow{Skew: 30 * time.Second}, ErrTokenLifetime},
+		{"year 2286", 9999999999, TokenWindow{Skew: 30 * time.Second}, ErrTokenLifetime},
+		{"max int64", 1<<63 - 1, TokenWindow{Skew: 30 * time.Second}, ErrTokenLifetime},
+		{"configured maximum", now + 600, TokenWindow{MaxLifetime: 10 * time.Minute}, nil},
+		{"beyond the configured maximum", now + 601, TokenWindow{MaxLifetime: 10 * time.Minute}, ErrTokenLifetime},
+	} {
+		tok, err := ParseToken(MintToken("gw-example", secret, c.exp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tok.Verify(keysFor(t, secret), frozen, c.w); !errors.Is(err, c.want) {
+			t.Errorf("%s: exp now%+d: got %v, want %v", c.name, c.exp-now, err, c.want)
+		}
+		if c.want != nil && errors.Is(err, ErrTokenExpired) {
+			t.Errorf("%s: a far exp must not read as expired (the gateway would just re-dial)", c.name)
+		}
+	}
+}
+
+// TestVerifyComputesTheSameMACsWhateverTheKeys counts the HMACs Verify
+// computes: the same for an unknown gateway (no keys), a wrong secret, one
+// secret or a full rotation list, matched or not, so timing tells nothing.
+func TestVerifyComputesTheSameMACsWhateverTheKeys(t *testing.T) {
+	hashes := 0
+	tokenHash = func() hash.Hash { hashes++; return sha256.New() }
+	t.Cleanup(func() { tokenHash = sha256.New })
+
+	full := make([]string, MaxSecretsPerGateway)
+	for i := range full {
+		full[i] = fmt.Sprintf("secret-%d", i)
+	}
+	exp := frozen.Unix() + 300
+	tok := func(secret string, exp int64) Token {
+		tk, err := ParseToken(MintToken("gw", secret, exp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	want := -1
+	for _, c := range []struct {
+		name string
+		tok  Token
+		keys *TokenKeys
+		err  error
+	}{
+		{"unknown gateway", tok("s", exp), nil, ErrTokenBadSig},
+		{"zero keys", tok("s", exp), &TokenKeys{}, ErrTokenBadSig},
+		{"wrong secret of one", tok("wrong", exp), keysFor(t, "s"), ErrTokenBadSig},
+		{"right secret of one", tok("s", exp), keysFor(t, "s"), nil},
+		{"wrong secret of a full list", tok("wrong", exp), keysFor(t, full...), ErrTokenBadSig},
+		{"first secret of a full list", tok(full[0], exp), keysFor(t, full...), nil},
+		{"last secret of a full list", tok(full[len(full)-1], exp), keysFor(t, full...), nil},
+		{"expired", tok("s", exp-3600), keysFor(t, "s"), ErrTokenExpired},
+		{"beyond the lifetime", tok("s", 9999999999), keysFor(t, "s"), ErrTokenLifetime},
+	} {
+		hashes = 0
+		if err := c.tok.Verify(c.keys, frozen, TokenWindow{}); !errors.Is(err, c.err) {
+			t.Fatalf("%s: got %v, want %v", c.name, err, c.err)
+		}
+		if want < 0 {
+			want = hashes
+		}
+		if hashes != want || hashes < MaxSecretsPerGateway {
+			t.Errorf("%s: %d hashes computed, want %d (at least one HMAC per slot, %d)", c.name, hashes, want, MaxSecretsPerGateway)
+		}
+	}
+}
+
+func TestNewTokenKeys(t *testing.T) {
+	long := strings.Repeat("long secret ", 20) // 240 bytes: HMAC hashes it first
+	tok, _ := ParseToken(MintToken("gw", long, frozen.Unix()+300))
+	if err := tok.Verify(keysFor(t, "other", long), frozen, TokenWindow{}); err != nil {
+		t.Errorf("a secret longer than the hash block: %v", err)
+	}
+	full := make([]string, MaxSecretsPerGateway+1)
+	for i := range full {
+		full[i] = fmt.Sprintf("secret-%d", i)
+	}
+	if _, err := NewTokenKeys(full); err == nil || strings.Contains(err.Error(), "secret-") {
+		t.Errorf("%d secrets: err %v, want a refusal quoting no secret", len(full), err)
+	}
+	if _, err := NewTokenKeys([]string{"s", ""}); err == nil {
+		t.Error("an empty secret, which anyone can sign with, was accepted")
+	}
+	k := keysFor(t, "hunter2-secret", "other")
+	for _, s := range []string{fmt.Sprint(k), fmt.Sprintf("%+v %#v", *k, *k)} {
+		if strings.Contains(s, "hunter2") || strings.Contains(s, "104 117") {
+			t.Errorf("formatted keys show a secret: %s", s)
 		}
 	}
 }
@@ -133,14 +253,26 @@ func FuzzParseToken(f *testing.F) {
 		if err != nil || again.GatewayID != tok.GatewayID || again.Exp != tok.Exp {
 			t.Fatalf("re-minted %q: %+v %v", s, again, err)
 		}
+		keys := keysFor(t, "other", "fuzz-secret")
+		if err := again.Verify(nil, frozen, TokenWindow{}); !errors.Is(err, ErrTokenBadSig) {
+			t.Fatalf("verified with no keys: %v", err)
+		}
 		if tok.Exp > 0 {
 			at := time.Unix(tok.Exp, 0)
-			if err := again.Verify([]string{"other", "fuzz-secret"}, at, 0); err != nil {
+			if err := again.Verify(keys, at, TokenWindow{}); err != nil {
 				t.Fatalf("re-minted token does not verify: %v", err)
 			}
-			if err := again.Verify([]string{"other"}, at, 0); !errors.Is(err, ErrTokenBadSig) {
+			if err := again.Verify(keysFor(t, "other"), at, TokenWindow{}); !errors.Is(err, ErrTokenBadSig) {
 				t.Fatalf("verified under the wrong secret: %v", err)
 			}
+			// Seen from an hour and a second earlier, exp is too far ahead.
+			if early := tok.Exp - 3601; early > 0 {
+				if err := again.Verify(keys, time.Unix(early, 0), TokenWindow{}); !errors.Is(err, ErrTokenLifetime) {
+					t.Fatalf("exp %d seen from %d: %v, want ErrTokenLifetime", tok.Exp, early, err)
+				}
+			}
+		} else if err := again.Verify(keys, frozen, TokenWindow{}); !errors.Is(err, ErrTokenExpired) {
+			t.Fatalf("exp 0 verified: %v", err)
 		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"connector/contract"
 	"connector/descriptor"
+	"connector/internal/clock"
 	"connector/session"
 	"connector/vault"
 )
@@ -159,8 +160,9 @@ type Deps struct {
 	Key   KeyFunc
 	// Metrics may be nil (NopMetrics).
 	Metrics Metrics
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time source of timestamps, rate limits and backoffs;
+	// nil means clock.System. Tests set a clocktest.Fake.
+	Clock clock.Clock
 }
 
 // M returns d.Metrics or NopMetrics.
@@ -171,10 +173,10 @@ func (d *Deps) M() Metrics {
 	return NopMetrics{}
 }
 
-// Clock returns d.Now or time.Now.
-func (d *Deps) Clock() func() time.Time {
-	if d.Now != nil {
-		return d.Now
+// Time returns d.Clock or clock.System.
+func (d *Deps) Time() clock.Clock {
+	if d.Clock != nil {
+		return d.Clock
 	}
-	return time.Now
+	return clock.System
 }

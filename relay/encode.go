@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"sync"
-	"unicode/utf8"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 )
 
 // truncationMark ends a text the relay had to shorten.
@@ -37,7 +37,7 @@ func encodeInbound(id string, ev *contract.Event) (frame []byte, truncated bool)
 		buf = contract.AppendInbound(buf[:0], id, &short)
 		for len(buf) > contract.MaxFrameBytes && short.Text != "" {
 			over := len(buf) - contract.MaxFrameBytes + frameHeadroom
-			short.Text = cutUTF8(short.Text, len(short.Text)-over-len(truncationMark)) + truncationMark
+			short.Text = textsplit.Truncate(short.Text, len(short.Text)-over-len(truncationMark)) + truncationMark
 			buf = contract.AppendInbound(buf[:0], id, &short)
 		}
 	}
@@ -53,19 +53,4 @@ func encodeInbound(id string, ev *contract.Event) (frame []byte, truncated bool)
 func encodePassthrough(id string, f *contract.Forward) []byte {
 	body, _ := json.Marshal(f) // plain strings and slices: cannot fail
 	return contract.AppendPassthroughForward(nil, id, body)
-}
-
-// cutUTF8 returns the longest prefix of s of at most n bytes that ends on a
-// rune boundary.
-func cutUTF8(s string, n int) string {
-	if n <= 0 {
-		return ""
-	}
-	if n >= len(s) {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

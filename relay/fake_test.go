@@ -105,12 +105,22 @@ func (p *fakePlatform) slowChat(chatID string) (release func()) {
 	return sync.OnceFunc(func() { close(ch) })
 }
 
+// runningSink waits for Run to hand the platform its sink. The helpers
+// that publish take no testing.T, so a Run that never starts panics.
+func (p *fakePlatform) runningSink() platform.Sink {
+	select {
+	case <-p.ready:
+	case <-time.After(10 * time.Second):
+		panic("fakePlatform: timed out after 10s waiting for Run to start")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sink
+}
+
 // deliver publishes an inbound message from chat for tenant.
 func (p *fakePlatform) deliver(tenant, chatID, userID, text string) {
-	<-p.ready
-	p.mu.Lock()
-	sink := p.sink
-	p.mu.Unlock()
+	sink := p.runningSink()
 	ev := &contract.Event{Text: text, MessageID: "msg-" + text}
 	ev.Source.Platform = p.name
 	ev.Source.ChatID = chatID
@@ -124,11 +134,7 @@ func (p *fakePlatform) deliver(tenant, chatID, userID, text string) {
 
 // interrupt publishes a platform-side /stop for a session.
 func (p *fakePlatform) interrupt(tenant, chatID, userID string) {
-	<-p.ready
-	p.mu.Lock()
-	sink := p.sink
-	p.mu.Unlock()
-	_ = sink.Deliver(context.Background(), platform.Delivery{
+	_ = p.runningSink().Deliver(context.Background(), platform.Delivery{
 		Kind: platform.KindInterrupt, Tenant: tenant, Platform: p.name,
 		SessionKey: sessionKey(p.name, chatID, userID), ChatID: chatID,
 	})
@@ -155,11 +161,7 @@ func (p *fakePlatform) nextEgress(t interface {
 
 // publish puts d on the platform's sink.
 func (p *fakePlatform) publish(d platform.Delivery) {
-	<-p.ready
-	p.mu.Lock()
-	sink := p.sink
-	p.mu.Unlock()
-	_ = sink.Deliver(context.Background(), d)
+	_ = p.runningSink().Deliver(context.Background(), d)
 }
 
 // nextEntered waits until Execute started on another action.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 	"connector/platform"
 )
 
@@ -291,5 +292,5 @@ func truncateForLog(s string) string {
 	if len(s) <= limit {
 		return s
 	}
-	return cutUTF8(s, limit) + "…"
+	return textsplit.Truncate(s, limit) + "…"
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 	"connector/platform"
 )
 
@@ -296,7 +297,7 @@ func (h *hub) interrupt(sessionKey, chatID, gatewayID string) {
 	h.mu.Unlock()
 	if !live {
 		// A gateway-sent key is bounded, but well above real keys' length.
-		h.srv.log.Info("interrupt dropped: no live connection owns the session", "tenant", h.id, "session_key", cutUTF8(sessionKey, 256), "gateway_id", gatewayID)
+		h.srv.log.Info("interrupt dropped: no live connection owns the session", "tenant", h.id, "session_key", textsplit.Truncate(sessionKey, 256), "gateway_id", gatewayID)
 		return
 	}
 	if chatID == "" {

@@ -4,11 +4,13 @@
 // A connection goes through these steps (frames are defined in contract):
 //
 //  1. Upgrade. The Authorization bearer token is verified (HMAC-SHA256 over
-//     "<gateway id>:<exp>", each of the gateway's secrets tried in constant
-//     time, clock skew tolerated). A bad token is refused by accepting the
-//     upgrade and closing 4401 "unauthorized" or "expired", never with HTTP
-//     401, which the gateway would retry forever. The tenant is the one the
-//     gateway id is configured under; no frame can change it.
+//     "<gateway id>:<exp>" against each of the gateway's secrets, in a time
+//     that depends neither on the gateway id nor on its secrets; clock skew
+//     tolerated; an exp more than Config.MaxTokenLifetime ahead refused). A
+//     bad token is refused by accepting the upgrade and closing 4401
+//     "unauthorized" or "expired", never with HTTP 401, which the gateway
+//     would retry forever. The tenant is the one the gateway id is
+//     configured under; no frame can change it.
 //  2. Handshake. Every hello is answered with one descriptor, in hello order.
 //     A hello for a platform this connector does not front closes the socket
 //     with 4404 and a reason naming the platform. Platform "relay" (the
@@ -80,7 +82,7 @@ type Tenant struct {
 type Gateway struct {
 	ID string
 	// Secrets are the HMAC secrets the gateway may sign with; several while a
-	// secret is rotated.
+	// secret is rotated, at most contract.MaxSecretsPerGateway (8).
 	Secrets []string
 }
 
@@ -100,6 +102,12 @@ type Config struct {
 
 	// ClockSkew is tolerated past a token's expiry. Zero means 30 s.
 	ClockSkew time.Duration
+	// MaxTokenLifetime is how far ahead of now (plus ClockSkew) a token's
+	// exp may lie; a token minted to last longer, such as a leaked one with
+	// exp 9999999999, is refused with 4401 "unauthorized". The gateway mints
+	// 300 s tokens. Zero means contract.DefaultMaxTokenLifetime (1 h); New
+	// refuses less than contract.TokenTTL.
+	MaxTokenLifetime time.Duration
 	// PingInterval is how often the server pings each gateway; a ping not
 	// answered within the same interval closes the connection. Zero means 30 s.
 	PingInterval time.Duration
@@ -145,6 +153,7 @@ func (c *Config) setDefaults() {
 		c.Now = time.Now
 	}
 	orDefault(&c.ClockSkew, 30*time.Second)
+	orDefault(&c.MaxTokenLifetime, contract.DefaultMaxTokenLifetime)
 	orDefault(&c.PingInterval, 30*time.Second)
 	orDefault(&c.WriteTimeout, 10*time.Second)
 	orDefault(&c.OutboundTimeout, 30*time.Second)
@@ -194,14 +203,17 @@ type Server struct {
 }
 
 type gatewayRecord struct {
-	id      string
-	tenant  *hub
-	secrets []string
+	id     string
+	tenant *hub
+	keys   contract.TokenKeys
 }
 
 // New validates cfg and returns a Server subscribed to cfg.Bus.
 func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
+	if cfg.MaxTokenLifetime < contract.TokenTTL {
+		return nil, fmt.Errorf("relay: MaxTokenLifetime %v is below the gateway's %v token lifetime", cfg.MaxTokenLifetime, contract.TokenTTL)
+	}
 	s := &Server{
 		cfg:         cfg,
 		log:         cfg.Log,
@@ -255,7 +267,11 @@ func New(cfg Config) (*Server, error) {
 			if _, dup := s.gateways[g.ID]; dup {
 				return nil, fmt.Errorf("relay: gateway %q configured twice", g.ID)
 			}
-			s.gateways[g.ID] = &gatewayRecord{id: g.ID, tenant: h, secrets: g.Secrets}
+			keys, err := contract.NewTokenKeys(g.Secrets)
+			if err != nil {
+				return nil, fmt.Errorf("relay: gateway %q: %w", g.ID, err)
+			}
+			s.gateways[g.ID] = &gatewayRecord{id: g.ID, tenant: h, keys: keys}
 		}
 	}
 	s.unsubscribe = cfg.Bus.Subscribe(s.route)

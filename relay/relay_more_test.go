@@ -185,19 +185,24 @@ func TestSlowConsumerIsDroppedAndItsInboundRedelivered(t *testing.T) {
 		p.deliver("t1", "c1", "u1", strconv.Itoa(i)+":"+pad)
 	}
 	// The stalled socket is dropped; fresh connections get all n, in order.
-	// They read raw messages (no JSON decoding) so that even under the race
-	// detector they keep up with a one-second write timeout.
-	next := 0
-	for attempt := 0; next < n && attempt < 20; attempt++ {
-		c, _, err := websocket.Dial(ctx, h.RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
+	// They read raw messages (no JSON decoding) to keep up with the
+	// one-second write timeout, but a loaded machine can still starve one
+	// for a second: like the gateway, the test then reconnects, as long as
+	// every few connections make progress, within redeliverWait.
+	rctx, rcancel := context.WithTimeout(context.Background(), redeliverWait)
+	defer rcancel()
+	next, stuck := 0, 0
+	for attempt := 0; next < n; attempt++ {
+		before := next
+		c, _, err := websocket.Dial(rctx, h.RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
 			"Authorization": {"Bearer " + relaytest.Token("gw1", "s1", time.Now())}}})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("timed out after %v waiting for the %d events to be redelivered: %d arrived, then dial failed: %v", redeliverWait, n, next, err)
 		}
 		c.SetReadLimit(contract.MaxFrameBytes)
-		_ = c.Write(ctx, websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n"))
+		_ = c.Write(rctx, websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n"))
 		for next < n {
-			_, msg, err := c.Read(ctx)
+			_, msg, err := c.Read(rctx)
 			if err != nil {
 				t.Logf("reader %d dropped after %d events: %v", attempt, next, err)
 				break
@@ -215,18 +220,31 @@ func TestSlowConsumerIsDroppedAndItsInboundRedelivered(t *testing.T) {
 					next++
 				} // seq < next: redelivered because its ack was lost with the connection
 				ack := `{"type": "inbound_ack", "bufferId": "` + id + `"}` + "\n"
-				if err := c.Write(ctx, websocket.MessageText, []byte(ack)); err != nil {
+				if err := c.Write(rctx, websocket.MessageText, []byte(ack)); err != nil {
 					t.Logf("reader %d dropped while acking: %v", attempt, err)
 					break
 				}
 			}
 		}
 		_ = c.CloseNow()
+		if next > before {
+			stuck = 0
+		} else if stuck++; stuck == maxStuckReaders {
+			t.Fatalf("%d readers in a row were dropped before receiving anything new; %d of %d events arrived", stuck, next, n)
+		}
 	}
 	if next != n {
 		t.Fatalf("only %d of %d events arrived", next, n)
 	}
 }
+
+// redeliverWait bounds TestSlowConsumerIsDroppedAndItsInboundRedelivered's
+// reconnecting readers; maxStuckReaders is how many of them in a row may be
+// dropped without progress.
+const (
+	redeliverWait   = 2 * time.Minute
+	maxStuckReaders = 5
+)
 
 // between returns the text of s between the first prefix and the following sep.
 func between(s, prefix, sep string) string {
@@ -259,6 +277,9 @@ func TestShutdownAnswersInFlightOutboundThenCloses1001(t *testing.T) {
 		}
 		// Raced Shutdown's start: this one is closed with 1001 below too.
 		_ = c.CloseNow()
+	}
+	if dctx.Err() != nil {
+		t.Fatalf("timed out after %v waiting for Shutdown to refuse new gateways", relaytest.Timeout)
 	}
 	release()
 	f := gw.Next(t, contract.TypeOutboundResult)

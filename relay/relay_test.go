@@ -61,6 +61,11 @@ func TestUpgradeAuth(t *testing.T) {
 		{"another gateway's secret", contract.MintToken("gw1", "s2", now.Unix()+300), "unauthorized"},
 		{"expired", contract.MintToken("gw1", "s1", now.Unix()-120), "expired"},
 		{"exp zero", contract.MintToken("gw1", "s1", 0), "expired"},
+		// Minted never to expire: refused, and not as "expired" (a fresh
+		// token of the same kind would not help).
+		{"exp far ahead", contract.MintToken("gw1", "s1", 9999999999), "unauthorized"},
+		{"exp max int64", contract.MintToken("gw1", "s1", 1<<63-1), "unauthorized"},
+		{"exp beyond the lifetime", contract.MintToken("gw1", "s1", now.Add(contract.DefaultMaxTokenLifetime+time.Minute).Unix()), "unauthorized"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -75,6 +80,7 @@ func TestUpgradeAuth(t *testing.T) {
 		for _, tok := range []string{
 			contract.MintToken("gw1", "old-secret", now.Unix()+300),
 			contract.MintToken("gw1", "s1", now.Unix()-5), // within the 30 s skew
+			contract.MintToken("gw1", "s1", now.Add(contract.DefaultMaxTokenLifetime).Unix()),
 		} {
 			gw := h.DialToken(t, tok)
 			if d := gw.Hello(t, "discord", ""); d.Platform != "discord" {

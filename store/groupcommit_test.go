@@ -26,8 +26,13 @@ func TestGroupCommitFailsOnlyTheFailingWrite(t *testing.T) {
 	}
 	e.group.commit(group)
 	for i, want := range []error{nil, boom, nil} {
-		if err := <-group[i].err; !errors.Is(err, want) {
-			t.Fatalf("write %d: err %v, want %v", i, err, want)
+		select {
+		case err := <-group[i].err:
+			if !errors.Is(err, want) {
+				t.Fatalf("write %d: err %v, want %v", i, err, want)
+			}
+		default:
+			t.Fatalf("write %d has no answer: commit must answer every write before it returns", i)
 		}
 	}
 	err = e.db.View(func(tx *bolt.Tx) error {

@@ -20,8 +20,13 @@ func TestSubscriptionDropsWhenFull(t *testing.T) {
 		}
 	}
 	for i := range SubscriptionBuffer {
-		if m := <-ch; string(m) != fmt.Sprint(i) {
-			t.Fatalf("message %d is %q", i, m)
+		select {
+		case m := <-ch:
+			if string(m) != fmt.Sprint(i) {
+				t.Fatalf("message %d is %q", i, m)
+			}
+		default:
+			t.Fatalf("message %d is missing: Publish must hand a message to a subscription with room before it returns", i)
 		}
 	}
 	select {

@@ -5,31 +5,18 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"connector/internal/clock/clocktest"
 	"connector/vault"
 )
 
 const token = "aW50ZXJhY3Rpb246c2VjcmV0LXRva2Vu"
 
-// fakeClock is a settable clock for expiry tests.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // testStore is the conformance suite every Store implementation must pass.
 func testStore(t *testing.T, newStore func(now func() time.Time) vault.Store) {
-	clock := &fakeClock{now: time.Unix(1_767_225_300, 0)}
+	clock := clocktest.New(time.Unix(1_767_225_300, 0))
 	s := newStore(clock.Now)
 	k := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
 	if err := s.Put(k, vault.Entry{Value: vault.NewSecret(token), Ref: "app-1"}); err != nil {

@@ -74,7 +74,7 @@ func TestCheckAcceptsWhatServeRuns(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &syncBuffer{}, func(a listening) { ready <- a.Addr })
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &syncBuffer{}, func(a listenAddrs) { ready <- a.Addr })
 	}()
 	select {
 	case <-ready:

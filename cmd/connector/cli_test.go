@@ -102,7 +102,8 @@ func TestBuiltBinaryTokenSecretOutsideArgv(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v (%q)", how, err, out)
 		}
-		if tok.GatewayID != id || tok.Verify([]string{secret}, time.Now(), 0) != nil {
+		keys, _ := contract.NewTokenKeys([]string{secret})
+		if tok.GatewayID != id || tok.Verify(&keys, time.Now(), contract.TokenWindow{}) != nil {
 			t.Fatalf("%s: token %q does not verify", how, out)
 		}
 	}

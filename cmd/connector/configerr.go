@@ -11,7 +11,9 @@ import (
 )
 
 // unknownField is one line of a yaml.TypeError for a key no struct has.
-var unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type (\S+)$`)
+// Platform sections that decode themselves report it inside their own
+// error, so it is matched anywhere in a message.
+var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type (\S+)`)
 
 // describeDecodeError turns a decoding error of the config document data
 // into one that names each offending key and its line, with the fix where
@@ -19,7 +21,15 @@ var unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in typ
 func describeDecodeError(data []byte, err error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return fmt.Errorf("config: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		msg := err.Error()
+		if m := unknownField.FindAllStringSubmatch(msg, -1); m != nil {
+			parts := make([]string, len(m))
+			for i, f := range m {
+				parts[i] = fmt.Sprintf("unknown key %q (line %s)", f[2], f[1])
+			}
+			return fmt.Errorf("config: %s", strings.Join(parts, "; "))
+		}
+		return fmt.Errorf("config: %s", strings.TrimPrefix(msg, "yaml: "))
 	}
 	return fmt.Errorf("config: %s", strings.Join(explainTypeError(data, te), "; "))
 }

@@ -103,14 +103,9 @@ nexscope:
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, randomOpsPort(cfg), gen, log, &banner, func(a listening) { addrCh <- a.Addr })
+		done <- serve(ctx, randomOpsPort(cfg), gen, log, &banner, func(a listenAddrs) { addrCh <- a.Addr })
 	}()
-	var addr string
-	select {
-	case addr = <-addrCh:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
+	addr := listening(t, addrCh, done)
 	base := "http://" + addr
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer wcancel()
@@ -236,9 +231,7 @@ nexscope:
 	_ = member.CloseNow()
 
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("serve: %v", err)
-	}
+	served(t, done)
 	all := logs.String() + banner.String()
 	if !strings.Contains(all, "gateway connected") || strings.Count(all, "\n") < 10 {
 		t.Fatalf("the run logged too little to be a meaningful scan:\n%s", all)

@@ -14,8 +14,8 @@ import (
 	"connector/platform"
 )
 
-// listening is where a running connector accepts connections.
-type listening struct {
+// listenAddrs is where a running connector accepts connections.
+type listenAddrs struct {
 	// Addr is the public listener (/relay, webhooks, nexscope, /healthz).
 	Addr string
 	// OpsAddr is the operations listener (/metrics, /readyz, /platforms,

@@ -35,13 +35,13 @@ func randomOpsPort(cfg *Config) *Config {
 
 // startServe runs serve on cfg until the test ends and returns its
 // listeners.
-func startServe(t *testing.T, cfg *Config, gen *generatedSecrets) listening {
+func startServe(t *testing.T, cfg *Config, gen *generatedSecrets) listenAddrs {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan listening, 1)
+	ready := make(chan listenAddrs, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &syncBuffer{}, func(a listening) { ready <- a })
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &syncBuffer{}, func(a listenAddrs) { ready <- a })
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -59,7 +59,7 @@ func startServe(t *testing.T, cfg *Config, gen *generatedSecrets) listening {
 	case <-time.After(30 * time.Second):
 		t.Fatal("timed out after 30s waiting for serve to listen")
 	}
-	return listening{}
+	return listenAddrs{}
 }
 
 func httpGet(t *testing.T, url string) (int, string) {

@@ -60,9 +60,11 @@ func TestTokenCommandMintsTheGatewaysToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok.GatewayID != "gw-example" || tok.Verify([]string{"s3cr3t-example-secret"}, time.Now(), 0) != nil {
+	keys, _ := contract.NewTokenKeys([]string{"s3cr3t-example-secret"})
+	if tok.GatewayID != "gw-example" || tok.Verify(&keys, time.Now(), contract.TokenWindow{}) != nil {
 		t.Fatalf("token %q does not verify", out)
 	}
+	stdin = strings.NewReader("") // no secret piped in either
 	if code, _, _ := runCmd(t, "token", "-gateway-id", "x"); code != 2 {
 		t.Fatalf("missing secret: exit %d", code)
 	}
@@ -124,19 +126,14 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	}
 	cfg.Listen = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
-	addrCh := make(chan listening, 1)
+	addrCh, opsCh := make(chan string, 1), make(chan string, 1)
 	var banner bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &banner, func(a listening) { addrCh <- a })
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &banner, func(a listenAddrs) { opsCh <- a.OpsAddr; addrCh <- a.Addr })
 	}()
-	var addrs listening
-	select {
-	case addrs = <-addrCh:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
-	addr := addrs.Addr
+	addr := listening(t, addrCh, done)
+	opsAddr := <-opsCh
 	if !strings.Contains(banner.String(), "GATEWAY_RELAY_SECRET="+gen.GatewaySecret) {
 		t.Fatalf("banner does not say how to connect:\n%s", banner.String())
 	}
@@ -150,7 +147,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		t.Fatalf("healthz %d %q", resp.StatusCode, body)
 	}
 
-	resp, err = http.Get("http://" + addrs.OpsAddr + "/metrics")
+	resp, err = http.Get("http://" + opsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +185,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		t.Fatalf("inbound from nexscope: %+v %v", in.Event, err)
 	}
 
-	resp, err = http.Get("http://" + addrs.OpsAddr + "/metrics")
+	resp, err = http.Get("http://" + opsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +201,5 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	if err != nil || code != 1001 {
 		t.Fatalf("gateway closed with %d (%v), want 1001", code, err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("serve returned %v", err)
-	}
+	served(t, done)
 }

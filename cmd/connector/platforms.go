@@ -152,6 +152,11 @@ func (c *Config) validatePlatforms() error {
 				return err
 			}
 		}
+		for _, tenant := range sortedKeys(t.Tenants) {
+			if err := known(fmt.Sprintf("telegram.tenants[%q]", tenant), tenant); err != nil {
+				return err
+			}
+		}
 	}
 	if n := c.Nexscope; n != nil {
 		if err := n.Validate(); err != nil {

@@ -240,7 +240,7 @@ func build(cfg *Config, log *slog.Logger) (*connector, error) {
 // serve builds the connector cfg describes and runs it until ctx is
 // cancelled, then shuts down gracefully. ready, if not nil, receives the
 // listeners' addresses once they accept connections.
-func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listening)) error {
+func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listenAddrs)) error {
 	c, err := build(cfg, log)
 	if err != nil {
 		return err
@@ -249,7 +249,7 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 }
 
 // run listens, starts ingest and serves until ctx is cancelled.
-func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Writer, ready func(listening)) error {
+func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Writer, ready func(listenAddrs)) error {
 	cfg, log, platforms, srv := c.cfg, c.log, c.platforms, c.relay
 	opsLn, err := net.Listen("tcp", cfg.Ops.Listen)
 	if err != nil {
@@ -295,7 +295,7 @@ func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Wr
 		})
 	}
 
-	addrs := listening{Addr: ln.Addr().String(), OpsAddr: opsLn.Addr().String()}
+	addrs := listenAddrs{Addr: ln.Addr().String(), OpsAddr: opsLn.Addr().String()}
 	printBanner(stdout, addrs, tlsOn, cfg, gen, platforms)
 	log.Info("connector listening", "addr", addrs.Addr, "ops_addr", addrs.OpsAddr, "tls", tlsOn, "platforms", len(platforms), "tenants", len(cfg.Tenants))
 	if ready != nil {
@@ -366,7 +366,7 @@ func gatewayPlatforms(platforms []platform.Platform) string {
 
 // printBanner tells the operator, in a few lines, what listens and how a
 // gateway (or a nexscope client) connects.
-func printBanner(w io.Writer, addrs listening, tlsOn bool, cfg *Config, gen *generatedSecrets, platforms []platform.Platform) {
+func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *generatedSecrets, platforms []platform.Platform) {
 	scheme, wsScheme := "http", "ws"
 	if tlsOn {
 		scheme, wsScheme = "https", "wss"

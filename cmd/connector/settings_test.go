@@ -21,6 +21,11 @@ telegram:
     "-1001112223334":
       - thread_id: 12
         name: Deploys
+  tenants:
+    t1:
+      require_mention: "on"
+      allowed_chats: '["-1001112223334"]'
+      ignored_threads: 010
 `
 	cfg, err := ParseConfig([]byte(doc))
 	if err != nil {
@@ -34,12 +39,38 @@ telegram:
 	if g := cfg.Telegram.GroupTopics; len(g) != 1 || g[0].ChatID != "-1001112223334" || len(g[0].Topics) != 1 || g[0].Topics[0].ThreadID != "12" {
 		t.Fatalf("telegram group_topics %+v", g)
 	}
+	if tt := cfg.Telegram.Tenants["t1"]; tt.RequireMention == nil || !*tt.RequireMention ||
+		!slices.Equal(tt.AllowedChats, []string{`["-1001112223334"]`}) || !slices.Equal(tt.IgnoredThreads, []string{"8"}) {
+		t.Fatalf("telegram tenant settings %+v", tt)
+	}
 	for bad, want := range map[string]string{
 		"discord:\n  tenants:\n    t1:\n      free_respons_channels: 1\n":  `unknown key "free_respons_channels" (line 4)`,
 		"telegram:\n  group_topics:\n    - chat_id: 1\n      topicz: []\n": `unknown key "topicz" (line 4)`,
+		"telegram:\n  tenants:\n    t1:\n      require_mentoin: on\n":      `unknown key "require_mentoin" (line 4)`,
 	} {
 		if _, err := ParseConfig([]byte(bad)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: error %v, want %q", bad, err, want)
 		}
+	}
+}
+
+// TestTelegramTenantSettingsChecked: telegram.tenants names configured
+// tenants, and a value the native adapter would silently never match is
+// refused naming the tenant and the key.
+func TestTelegramTenantSettingsChecked(t *testing.T) {
+	base := "tenants: [{id: t1, gateways: [{id: gw1, secrets: [s1]}]}]\ntelegram:\n  token: \"123456:abc\"\n  tenants:\n"
+	for doc, want := range map[string]string{
+		"    t1: {allowed_chats: \"*\"}\n":      `telegram.tenants["t1"].allowed_chats: "*" is not a wildcard`,
+		"    t9: {require_mention: true}\n":     `telegram.tenants["t9"]: tenant "t9" is not defined in tenants`,
+		"    t1: {require_mention: maybe}\n":    `telegram tenant setting require_mention: "maybe" is not a boolean`,
+		"    t1: {mention_patterns: '(?=x)'}\n": `telegram.tenants["t1"].mention_patterns[0]`,
+	} {
+		code, _, errOut := runCmd(t, "serve", "-config", writeConfig(t, base+doc), "-check")
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("%q: exit %d, stderr %q, want exit 1 naming %q", doc, code, errOut, want)
+		}
+	}
+	if code, out, errOut := runCmd(t, "serve", "-config", writeConfig(t, base+"    t1: {free_response_topics: \"-1001112223334:1\"}\n"), "-check"); code != 0 {
+		t.Fatalf("good settings: exit %d %q %q", code, out, errOut)
 	}
 }

@@ -63,21 +63,14 @@ nexscope:
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &syncBuffer{}, func(a listening) { addrCh <- a.Addr })
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &syncBuffer{}, func(a listenAddrs) { addrCh <- a.Addr })
 	}()
-	var addr string
-	select {
-	case addr = <-addrCh:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	}
+	addr := listening(t, addrCh, done)
 	// Registered before the sockets' cleanups, so it runs after them: the
 	// shutdown does not wait out close handshakes nobody reads.
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
+		served(t, done)
 	})
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer wcancel()

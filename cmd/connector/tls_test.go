@@ -42,9 +42,9 @@ func TestServeTLS(t *testing.T) {
 	done := make(chan error, 1)
 	var banner syncBuffer
 	go func() {
-		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &banner, func(a listening) { addrCh <- a.Addr })
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &banner, func(a listenAddrs) { addrCh <- a.Addr })
 	}()
-	addr := <-addrCh
+	addr := listening(t, addrCh, done)
 	if !strings.Contains(banner.String(), "https://"+addr) || !strings.Contains(banner.String(), "wss://"+addr+"/relay") {
 		t.Fatalf("banner:\n%s", banner.String())
 	}
@@ -67,9 +67,7 @@ func TestServeTLS(t *testing.T) {
 	if _, _, err := ws.Read(dctx); websocket.CloseStatus(err) != websocket.StatusGoingAway {
 		t.Fatalf("shutdown closed the gateway with %v, want 1001", err)
 	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	served(t, done)
 }
 
 // selfSigned writes a certificate for 127.0.0.1 and its key to dir.

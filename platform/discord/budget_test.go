@@ -5,21 +5,19 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"connector/internal/clock/clocktest"
 )
 
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) now() time.Time { return c.t }
-
 func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	b := &identifyBudget{max: 3, now: clk.now}
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	b := &identifyBudget{max: 3, clock: clk}
 	for range 3 {
 		if !b.ready() {
 			t.Fatal("budget spent too early")
 		}
 		b.record()
-		clk.t = clk.t.Add(time.Hour)
+		clk.Advance(time.Hour)
 	}
 	if b.ready() {
 		t.Fatal("a fourth identify within 24h allowed")
@@ -29,26 +27,47 @@ func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
 	if err := b.wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("wait = %v", err)
 	}
-	clk.t = clk.t.Add(22 * time.Hour) // the first identify is now 24h+ old
+	waited := make(chan error, 1)
+	go func() { waited <- b.wait(context.Background()) }()
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if err := clk.WaitPending(wctx, 1); err != nil {
+		t.Fatal("timed out after 10s waiting for wait to sleep on the clock")
+	}
+	clk.Advance(21*time.Hour - time.Nanosecond)
+	select {
+	case err := <-waited:
+		t.Fatalf("wait returned %v before the first identify was 24h old", err)
+	default:
+	}
+	clk.Advance(time.Nanosecond) // the first identify is now 24h old
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatalf("wait = %v", err)
+		}
+	case <-wctx.Done():
+		t.Fatal("timed out after 10s waiting for wait to return once the first identify was 24h old")
+	}
 	if !b.ready() {
 		t.Fatal("budget did not refill after 24h")
 	}
 }
 
 func TestBreakerWindow(t *testing.T) {
-	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	b := newBreaker(3, clk.now)
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	b := newBreaker(3, clk.Now)
 	for range 3 {
 		if !b.allow() {
 			t.Fatal("opened too early")
 		}
 		b.record()
-		clk.t = clk.t.Add(time.Minute)
+		clk.Advance(time.Minute)
 	}
 	if b.allow() {
 		t.Fatal("limit reached but calls allowed")
 	}
-	clk.t = clk.t.Add(8 * time.Minute) // the first record leaves the 10-minute window
+	clk.Advance(8 * time.Minute) // the first record leaves the 10-minute window
 	if !b.allow() {
 		t.Fatal("breaker did not close as the window slid")
 	}
@@ -56,7 +75,7 @@ func TestBreakerWindow(t *testing.T) {
 	if b.allow() {
 		t.Fatal("pause ignored")
 	}
-	clk.t = clk.t.Add(time.Minute)
+	clk.Advance(time.Minute)
 	if !b.allow() {
 		t.Fatal("pause did not end")
 	}

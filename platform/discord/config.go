@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	"connector/internal/nativecfg"
 )
 
 // Config configures the shared Discord bot. The zero value plus the three
@@ -271,23 +273,23 @@ func (tc TenantConfig) validate() error {
 		{"free_response_channels", tc.FreeResponseChannels}, {"no_thread_channels", tc.NoThreadChannels},
 		{"allowed_channels", tc.AllowedChannels}, {"ignored_channels", tc.IgnoredChannels},
 	} {
-		for _, e := range normalizeList(l.entries) {
+		for _, e := range nativecfg.Split(l.entries) {
 			if err := checkChannelEntry(e); err != nil {
 				return fmt.Errorf("%s: %w", l.key, err)
 			}
 		}
 	}
-	for _, e := range normalizeList(tc.VoiceLinkedTextChannels) {
+	for _, e := range nativecfg.Split(tc.VoiceLinkedTextChannels) {
 		if !isSnowflake(e) {
 			return fmt.Errorf("voice_linked_text_channels: %q is not a Discord channel id", e)
 		}
 	}
-	for _, e := range normalizeList(tc.AllowedUsers) {
+	for _, e := range nativecfg.Split(tc.AllowedUsers) {
 		if err := checkUserEntry(cleanUserEntry(e)); err != nil {
 			return fmt.Errorf("allowed_users: %w", err)
 		}
 	}
-	for _, e := range normalizeList(tc.AllowedRoles) {
+	for _, e := range nativecfg.Split(tc.AllowedRoles) {
 		if _, err := canonicalRole(e); err != nil {
 			return fmt.Errorf("allowed_roles: %w", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 )
 
 // opHandler performs one outbound op for a tenant.
@@ -28,7 +29,7 @@ func (p *Platform) handlers() map[string]opHandler {
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	h, ok := p.ops[a.Op]
 	if !ok {
-		return contract.Failed(contract.CodeUnsupportedOp, "discord does not support op "+truncate(a.Op, 40))
+		return contract.Failed(contract.CodeUnsupportedOp, "discord does not support op "+textsplit.Truncate(a.Op, 40))
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

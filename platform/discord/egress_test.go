@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/vault"
@@ -166,14 +167,13 @@ func TestEgressFollowUp(t *testing.T) {
 }
 
 func TestFollowUpExpiredToken(t *testing.T) {
-	now := time.Now()
-	clock := func() time.Time { return now }
-	v := vault.NewMemory(vault.Config{Now: clock})
+	clk := clocktest.New(epoch)
+	v := vault.NewMemory(vault.Config{Now: clk.Now})
 	key := vault.Key{Tenant: "t1", SessionKey: "s", Kind: vault.KindDiscordInteractionToken}
 	if err := v.Put(key, vault.Entry{Value: vault.NewSecret("tok"), Ref: "9000"}); err != nil {
 		t.Fatal(err)
 	}
-	now = now.Add(15*time.Minute + time.Second)
+	clk.Advance(15*time.Minute + time.Second)
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.p.vault = v
 	r := execute(t, e, "t1", `{"op":"follow_up","session_key":"s","kind":"discord.interaction_token","content":"late","metadata":{}}`)
@@ -290,5 +290,22 @@ func TestEgressWhileDiscordIsDown(t *testing.T) {
 	_, err := e.p.ChatTenant(waitCtx(t), "101")
 	if !errors.Is(err, platform.ErrUnavailable) {
 		t.Fatalf("ChatTenant while Discord is down = %v, want platform.ErrUnavailable", err)
+	}
+}
+
+// TestEgressSendLongWhitespaceTail sends text whose last 2,000-code-point
+// stretch is only form feeds: no blank piece may reach Discord, which
+// refuses it (50006) after the first piece went out.
+func TestEgressSendLongWhitespaceTail(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	content := "0G" + strings.Repeat("\f", 3372)
+	body, _ := json.Marshal(map[string]any{"op": "send", "chat_id": chanGeneral, "content": content, "reply_to": nil, "metadata": map[string]any{}})
+	if r := execute(t, e, "t1", string(body)); !r.Success {
+		t.Fatalf("send = %+v", r)
+	}
+	msgs := e.fake.Messages(chanGeneral)
+	if len(msgs) != 1 || msgs[0].Content != content[:MaxMessageLength] {
+		t.Fatalf("want the first 2,000 code points as one message, got %d messages", len(msgs))
 	}
 }

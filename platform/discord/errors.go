@@ -11,6 +11,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/netcause"
+	"connector/internal/textsplit"
 	"connector/platform"
 )
 
@@ -71,7 +72,7 @@ func describe(err error) failure {
 	case errors.As(err, &re) && re.Response != nil:
 		msg := fmt.Sprintf("discord: HTTP %d", re.Response.StatusCode)
 		if re.Message != nil && (re.Message.Code != 0 || re.Message.Message != "") {
-			msg = fmt.Sprintf("%s (code %d: %s)", msg, re.Message.Code, truncate(re.Message.Message, 200))
+			msg = fmt.Sprintf("%s (code %d: %s)", msg, re.Message.Code, textsplit.Truncate(re.Message.Message, 200))
 		}
 		return failure{code: contract.CodePlatformError, msg: msg, status: re.Response.StatusCode}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
@@ -87,15 +88,4 @@ func isNotFound(err error) bool {
 	var re *discordgo.RESTError
 	return errors.As(err, &re) && re.Response != nil &&
 		(re.Response.StatusCode == http.StatusNotFound || re.Response.StatusCode == http.StatusForbidden)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut]
 }

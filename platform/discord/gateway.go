@@ -12,6 +12,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 	"github.com/gorilla/websocket"
 
+	"connector/internal/clock"
 	"connector/internal/netcause"
 )
 
@@ -77,7 +78,7 @@ func newGateway(p *Platform) *gateway {
 	return &gateway{
 		p:            p,
 		disconnected: make(chan struct{}, 1),
-		budget:       &identifyBudget{max: p.cfg.MaxIdentifiesPerDay, now: p.now},
+		budget:       &identifyBudget{max: p.cfg.MaxIdentifiesPerDay, clock: p.clock},
 	}
 }
 
@@ -183,7 +184,9 @@ func (g *gateway) run(ctx context.Context) error {
 			g.p.setStatus(false, false, "gateway connect failed; retrying")
 			g.p.log.Warn("discord gateway connect failed", "err", gatewayErrText(err), "retry_in", backoff)
 		}
-		if sleepCtx(ctx, jitter(backoff)) != nil {
+		// Real time, like the handshake watchdog and discordgo's heartbeats:
+		// the Gateway's timing is not on the injected clock.
+		if clock.System.Sleep(ctx, jitter(backoff)) != nil {
 			return nil
 		}
 		backoff = min(2*backoff, cfg.ReconnectMax)
@@ -217,8 +220,8 @@ const identifyWindow = 24 * time.Hour
 // identifyBudget counts Gateway sessions started (READY) and failed opens,
 // which may each have spent an identify, over a rolling 24 hours.
 type identifyBudget struct {
-	max int
-	now func() time.Time
+	max   int
+	clock clock.Clock
 
 	mu    sync.Mutex
 	times []time.Time
@@ -227,11 +230,11 @@ type identifyBudget struct {
 func (b *identifyBudget) record() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.times = append(b.pruneLocked(), b.now())
+	b.times = append(b.pruneLocked(), b.clock.Now())
 }
 
 func (b *identifyBudget) pruneLocked() []time.Time {
-	cut := b.now().Add(-identifyWindow)
+	cut := b.clock.Now().Add(-identifyWindow)
 	i := 0
 	for i < len(b.times) && !b.times[i].After(cut) {
 		i++
@@ -255,9 +258,9 @@ func (b *identifyBudget) wait(ctx context.Context) error {
 			b.mu.Unlock()
 			return ctx.Err()
 		}
-		until := times[0].Add(identifyWindow).Sub(b.now())
+		until := times[0].Add(identifyWindow).Sub(b.clock.Now())
 		b.mu.Unlock()
-		if err := sleepCtx(ctx, until); err != nil {
+		if err := b.clock.Sleep(ctx, until); err != nil {
 			return err
 		}
 	}

@@ -128,6 +128,9 @@ func TestGatewayTerminalCloseCodes(t *testing.T) {
 			if n := e.fake.Identifies(); n != 0 {
 				t.Fatalf("identifies = %d", n)
 			}
+			if n := e.fake.Dials(); n != 1 {
+				t.Fatalf("the Gateway was dialled %d times, want 1: a terminal close code must end Run without a retry", n)
+			}
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/session"
@@ -195,6 +196,12 @@ func testConfig(f *discordtest.Server, pub ed25519.PublicKey) Config {
 // newEnv builds a platform against a fresh fake; mutate adjusts the config.
 func newEnv(t *testing.T, opts discordtest.Options, mutate func(*Config)) *env {
 	t.Helper()
+	return newEnvOn(t, nil, opts, mutate)
+}
+
+// newEnvOn is newEnv with the platform on clk (nil: the real clock).
+func newEnvOn(t *testing.T, clk clock.Clock, opts discordtest.Options, mutate func(*Config)) *env {
+	t.Helper()
 	if opts.Token == "" {
 		opts.Token = testToken
 	}
@@ -206,7 +213,7 @@ func newEnv(t *testing.T, opts discordtest.Options, mutate func(*Config)) *env {
 		mutate(&cfg)
 	}
 	e := &env{fake: f, sink: newSink(), logs: newLogCapture(), metrics: newMetrics(), vault: sharedVault, priv: priv, cfg: cfg}
-	p, err := New(cfg, platform.Deps{Log: e.logs.logger(), Vault: e.vault, Metrics: e.metrics})
+	p, err := New(cfg, platform.Deps{Log: e.logs.logger(), Vault: e.vault, Metrics: e.metrics, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}

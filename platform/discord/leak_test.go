@@ -24,8 +24,13 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 			t.Fatalf("typing = %+v", r)
 		}
 		e.cancel()
-		if err := <-e.done; err != nil {
-			t.Fatal(err)
+		select {
+		case err := <-e.done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("timed out after 10s waiting for Run to return after cancel")
 		}
 		e.done <- nil
 		e.fake.Close()

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 	"connector/session"
 )
 
@@ -386,15 +387,7 @@ func threadName(content, botID string) string {
 		return defaultThreadName
 	}
 	if utf8.RuneCountInString(s) > maxThreadName {
-		cut, n := 0, 0
-		for i := range s {
-			if n == maxThreadName-3 {
-				cut = i
-				break
-			}
-			n++
-		}
-		s = s[:cut] + "..."
+		s = textsplit.TruncateRunes(s, maxThreadName-3) + "..."
 	}
 	return s
 }

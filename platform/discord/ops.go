@@ -8,6 +8,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 	"connector/session"
 	"connector/vault"
 )
@@ -45,7 +46,7 @@ func (p *Platform) opSend(ctx context.Context, _ string, a *contract.Action) con
 		no := false
 		ref = &discordgo.MessageReference{MessageID: string(a.ReplyTo), ChannelID: chatID, FailIfNotExists: &no}
 	}
-	first, err := p.postPieces(ctx, chatID, splitMessage(a.Content, MaxMessageLength), ref)
+	first, err := p.postPieces(ctx, chatID, textsplit.Split(a.Content, splitRules), ref)
 	if err != nil {
 		return p.failed("send", err, first)
 	}
@@ -87,7 +88,7 @@ func (p *Platform) opEdit(ctx context.Context, _ string, a *contract.Action) con
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "edit needs content")
 	}
-	pieces := splitMessage(a.Content, MaxMessageLength)
+	pieces := textsplit.Split(a.Content, splitRules)
 	edit := &discordgo.MessageEdit{Content: &pieces[0], AllowedMentions: allowedMentions}
 	if err := p.rest(ctx, "PATCH", discordgo.EndpointChannelMessage(chatID, msgID), edit, nil); err != nil {
 		return p.failed("edit", err, "")
@@ -162,7 +163,7 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant string, a *contract.Ac
 	}
 	endpoint := discordgo.EndpointWebhookToken(e.Ref, e.Value.Reveal()) + "?wait=true"
 	first := ""
-	for i, piece := range splitMessage(a.Content, MaxMessageLength) {
+	for i, piece := range textsplit.Split(a.Content, splitRules) {
 		var m messageAnswer
 		body := &discordgo.WebhookParams{Content: piece, AllowedMentions: allowedMentions}
 		if err := p.rest(ctx, "POST", endpoint, body, &m); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"connector/descriptor"
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/fairshare"
 	"connector/session"
@@ -35,7 +36,8 @@ const Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages |
 type Platform struct {
 	cfg     Config
 	log     *slog.Logger
-	now     func() time.Time
+	clock   clock.Clock
+	now     func() time.Time // clock.Now
 	metrics platform.Metrics
 	key     platform.KeyFunc
 	vault   vault.Store
@@ -91,7 +93,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p := &Platform{
 		cfg:      cfg,
 		log:      deps.Log,
-		now:      deps.Clock(),
+		clock:    deps.Time(),
+		now:      deps.Time().Now,
 		metrics:  deps.M(),
 		key:      deps.Key,
 		vault:    deps.Vault,
@@ -114,7 +117,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 			weights[name] = tc.Weight
 		}
 	}
-	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalRate, Burst: cfg.GlobalBurst, Weights: weights})
+	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalRate, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, p.now)
 	p.cache = newCache(p)
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
@@ -143,7 +146,7 @@ func (p *Platform) newSession() error {
 	}
 	tr := &transport{
 		base: http.DefaultTransport, gatewayURL: p.cfg.GatewayURL, sched: p.sched,
-		routes: newRouteLimiter(p.now), breaker: p.breaker, metrics: p.metrics,
+		routes: newRouteLimiter(p.clock), breaker: p.breaker, metrics: p.metrics,
 		log: p.log, now: p.now, timeout: p.cfg.RequestTimeout,
 	}
 	if p.cfg.APIBaseURL != "" {

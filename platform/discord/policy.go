@@ -1,5 +1,7 @@
 package discord
 
+import "connector/internal/nativecfg"
+
 // policy is one tenant's TenantConfig in the form normalization reads.
 type policy struct {
 	autoThread           bool
@@ -46,7 +48,7 @@ type channelSet struct {
 // newChannelSet builds a channel list; wild says whether "*" means every
 // channel (in no_thread_channels it is an ordinary entry, as natively).
 func newChannelSet(entries []string, wild bool) channelSet {
-	entries = normalizeList(entries)
+	entries = nativecfg.Split(entries)
 	cs := channelSet{keys: newSet(entries)}
 	cs.all = wild && cs.keys.has(wildcard)
 	return cs
@@ -109,16 +111,16 @@ func newPolicy(tc TenantConfig) *policy {
 		noThread:             newChannelSet(tc.NoThreadChannels, false),
 		allowed:              newChannelSet(tc.AllowedChannels, true),
 		ignored:              newChannelSet(tc.IgnoredChannels, true),
-		voiceLinked:          newSet(normalizeList(tc.VoiceLinkedTextChannels)),
+		voiceLinked:          newSet(nativecfg.Split(tc.VoiceLinkedTextChannels)),
 	}
 	var users, roles []string
-	for _, e := range normalizeList(tc.AllowedUsers) {
+	for _, e := range nativecfg.Split(tc.AllowedUsers) {
 		if e = cleanUserEntry(e); e == wildcard {
 			p.anyUser = true
 		}
 		users = append(users, e)
 	}
-	for _, e := range normalizeList(tc.AllowedRoles) {
+	for _, e := range nativecfg.Split(tc.AllowedRoles) {
 		if r, err := canonicalRole(e); err == nil {
 			roles = append(roles, r)
 		}

@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -8,17 +9,34 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/platform/discord/discordtest"
 )
 
+// epoch starts the fake clocks.
+var epoch = time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
+
+// globalWaiting counts the requests of tenants waiting for the global budget.
+func globalWaiting(e *env, tenants ...string) int {
+	n := 0
+	for _, tenant := range tenants {
+		n += e.p.sched.Waiting(tenant)
+	}
+	return n
+}
+
 // storm answers some message posts with 429s: every 5th with a route 429,
 // every 11th with a global 429 that carries only Retry-After (the kind
-// discordgo misses). It records when every request arrived.
+// discordgo misses). It records when, on the platform's clock, every request
+// arrived.
 type storm struct {
+	clock    clock.Clock
 	mu       sync.Mutex
 	n        int
 	arrivals []time.Time
@@ -33,7 +51,7 @@ func (s *storm) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
+	now := s.clock.Now()
 	s.arrivals = append(s.arrivals, now)
 	s.n++
 	switch {
@@ -61,13 +79,18 @@ func (s *storm) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 	return false
 }
 
+// TestRateLimitStormLosesNothingAndHoldsGlobalLimit floods two tenants'
+// sends into a Discord answering 429s, on a fake clock that moves only while
+// no request is in flight (clocktest.Fake.Drive): arrival times are the
+// instants the limiter let each request go, so "at most 50 a second" is
+// checked exactly, whatever the machine's load.
 func TestRateLimitStormLosesNothingAndHoldsGlobalLimit(t *testing.T) {
-	e := newEnv(t, discordtest.Options{}, func(c *Config) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, discordtest.Options{}, func(c *Config) {
 		c.GlobalRate, c.GlobalBurst = 40, 5
-		c.RequestTimeout = 60 * time.Second
 	})
 	e.startReady(t)
-	st := &storm{}
+	st := &storm{clock: clk}
 	e.fake.SetHook(st.hook)
 
 	type job struct{ tenant, chat, content string }
@@ -79,26 +102,30 @@ func TestRateLimitStormLosesNothingAndHoldsGlobalLimit(t *testing.T) {
 		jobs = append(jobs, job{"t2", chanOther, fmt.Sprintf("quiet-%03d", i)})
 	}
 	var (
-		mu    sync.Mutex
-		order []string
-		wg    sync.WaitGroup
+		mu       sync.Mutex
+		order    []string
+		finished atomic.Int64
 	)
-	start := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	for _, j := range jobs {
-		wg.Go(func() {
-			<-start
+		go func() {
+			defer finished.Add(1)
 			body, _ := json.Marshal(map[string]any{"op": "send", "chat_id": j.chat, "content": j.content, "reply_to": nil, "metadata": map[string]any{}})
-			r := execute(t, e, j.tenant, string(body))
-			if !r.Success {
+			a, err := contract.DecodeAction(body)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r := e.p.Execute(ctx, j.tenant, &a); !r.Success {
 				t.Errorf("%s: %+v", j.content, r)
 			}
 			mu.Lock()
 			order = append(order, j.tenant)
 			mu.Unlock()
-		})
+		}()
 	}
-	close(start)
-	wg.Wait()
+	clk.Drive(t, len(jobs), func() int { return int(finished.Load()) }, func() int { return globalWaiting(e, "t1", "t2") })
 
 	// No request lost or duplicated: every content exactly once.
 	seen := map[string]int{}
@@ -123,7 +150,8 @@ func TestRateLimitStormLosesNothingAndHoldsGlobalLimit(t *testing.T) {
 	if len(globals) == 0 || len(arrivals) <= len(jobs) {
 		t.Fatalf("storm too mild: %d arrivals, %d global 429s", len(arrivals), len(globals))
 	}
-	// The global limit holds: at most 50 requests reach Discord in any second.
+	// The global limit holds: at most 50 requests reach Discord in any
+	// second (the budget allows 5 + 40).
 	slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
 	for i, a := range arrivals {
 		n := 0
@@ -137,10 +165,11 @@ func TestRateLimitStormLosesNothingAndHoldsGlobalLimit(t *testing.T) {
 			t.Fatalf("%d requests within one second from %v", n, a)
 		}
 	}
-	// A global 429 without Reset-After pauses every route.
+	// A global 429 without Reset-After pauses every route: only requests
+	// already let go at that instant arrive before the retry time.
 	for _, g := range globals {
 		for _, a := range arrivals {
-			if d := a.Sub(g); d > 50*time.Millisecond && d < stormGlobalRetry-50*time.Millisecond {
+			if d := a.Sub(g); d > 0 && d < stormGlobalRetry {
 				t.Fatalf("request %v after a global 429 that asked for %v", d, stormGlobalRetry)
 			}
 		}
@@ -157,9 +186,11 @@ func TestRateLimitStormLosesNothingAndHoldsGlobalLimit(t *testing.T) {
 	}
 }
 
-// bucketed answers message posts with per-channel buckets of 2 per 300 ms,
-// and a 429 to a client that does not respect them.
+// bucketed answers message posts with per-channel buckets of 2 per 300 ms
+// (on the platform's clock), and a 429 to a client that does not respect
+// them.
 type bucketed struct {
+	clock   clock.Clock
 	mu      sync.Mutex
 	used    map[string]int
 	reset   map[string]time.Time
@@ -175,8 +206,8 @@ func (b *bucketed) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 	defer b.mu.Unlock()
 	b.arrived++
 	ch := r.URL.Path
-	now := time.Now()
-	if now.After(b.reset[ch]) {
+	now := b.clock.Now()
+	if !now.Before(b.reset[ch]) {
 		b.used[ch], b.reset[ch] = 0, now.Add(300*time.Millisecond)
 	}
 	b.used[ch]++
@@ -197,24 +228,37 @@ func (b *bucketed) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 }
 
 func TestRouteBucketsAreHonoured(t *testing.T) {
-	e := newEnv(t, discordtest.Options{}, nil)
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, discordtest.Options{}, nil)
 	e.startReady(t)
-	b := &bucketed{used: map[string]int{}, reset: map[string]time.Time{}}
+	b := &bucketed{clock: clk, used: map[string]int{}, reset: map[string]time.Time{}}
 	e.fake.SetHook(b.hook)
-	for i := range 7 {
-		r := execute(t, e, "t1", fmt.Sprintf(`{"op":"send","chat_id":"102","content":"seq-%d","reply_to":null,"metadata":{}}`, i))
-		if !r.Success {
-			t.Fatalf("send %d = %+v", i, r)
+	start := clk.Now()
+	var finished atomic.Int64
+	go func() {
+		defer finished.Add(1)
+		for i := range 7 {
+			r := execute(t, e, "t1", fmt.Sprintf(`{"op":"send","chat_id":"102","content":"seq-%d","reply_to":null,"metadata":{}}`, i))
+			if !r.Success {
+				t.Errorf("send %d = %+v", i, r)
+				return
+			}
 		}
-	}
+	}()
+	clk.Drive(t, 1, func() int { return int(finished.Load()) }, func() int { return globalWaiting(e, "t1") })
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	// Only the very first burst can overrun (before any header was seen).
+	// Sends go one after another, so even the first one's answer is known
+	// before the next: no request may overrun the bucket.
 	if b.over > 0 {
 		t.Fatalf("%d requests overran a known bucket", b.over)
 	}
 	if got := len(e.fake.Messages(chanRandom)); got != 7 {
 		t.Fatalf("%d messages, want 7", got)
+	}
+	// 7 sends at 2 per 300 ms wait for three resets.
+	if took := clk.Now().Sub(start); took < 900*time.Millisecond {
+		t.Fatalf("7 sends took %v on the clock, want at least 900ms (three bucket resets)", took)
 	}
 }
 

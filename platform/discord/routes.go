@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"connector/internal/clock"
 )
 
 // route identifies a REST call for Discord's per-route rate limits: the
@@ -74,7 +76,7 @@ func hashToken(tok string) string {
 // X-RateLimit-* headers. Routes that share a bucket (same X-RateLimit-Bucket)
 // share its state per major parameter.
 type routeLimiter struct {
-	now func() time.Time
+	clock clock.Clock
 
 	mu      sync.Mutex
 	hashes  map[string]string // route template -> bucket hash
@@ -90,8 +92,8 @@ type bucketState struct {
 // maxBuckets triggers a sweep of buckets whose reset passed.
 const maxBuckets = 10_000
 
-func newRouteLimiter(now func() time.Time) *routeLimiter {
-	return &routeLimiter{now: now, hashes: map[string]string{}, buckets: map[string]*bucketState{}}
+func newRouteLimiter(clk clock.Clock) *routeLimiter {
+	return &routeLimiter{clock: clk, hashes: map[string]string{}, buckets: map[string]*bucketState{}}
 }
 
 // bucketKey maps a route to its bucket: the shared hash when Discord told us
@@ -157,7 +159,7 @@ func (e *rateLimitedError) Error() string {
 func (l *routeLimiter) acquire(ctx context.Context, r string) error {
 	for {
 		l.mu.Lock()
-		now := l.now()
+		now := l.clock.Now()
 		st := l.buckets[l.bucketKey(r)]
 		if st == nil || st.remaining > 0 || !now.Before(st.reset) {
 			if st != nil {
@@ -173,10 +175,12 @@ func (l *routeLimiter) acquire(ctx context.Context, r string) error {
 		}
 		wait := st.reset.Sub(now)
 		l.mu.Unlock()
-		if dl, ok := ctx.Deadline(); ok && now.Add(wait).After(dl) {
+		// ctx's deadline is on the real clock, not l.clock: compare what
+		// is left of it with the wait.
+		if dl, ok := ctx.Deadline(); ok && wait > time.Until(dl) {
 			return &rateLimitedError{retryAfter: wait}
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := l.clock.Sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -203,7 +207,7 @@ func (l *routeLimiter) update(r string, rl rateHeaders) {
 	}
 	st.limit = rl.limit
 	st.remaining = rl.remaining
-	st.reset = l.now().Add(rl.resetAfter)
+	st.reset = l.clock.Now().Add(rl.resetAfter)
 }
 
 // limited empties r's bucket until retryAfter from now (a route 429).
@@ -217,29 +221,14 @@ func (l *routeLimiter) limited(r string, retryAfter time.Duration) {
 		l.buckets[k] = st
 	}
 	st.remaining = 0
-	st.reset = l.now().Add(retryAfter)
+	st.reset = l.clock.Now().Add(retryAfter)
 }
 
 func (l *routeLimiter) sweepLocked() {
-	now := l.now()
+	now := l.clock.Now()
 	for k, st := range l.buckets {
 		if now.After(st.reset) {
 			delete(l.buckets, k)
 		}
-	}
-}
-
-// sleepCtx waits d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

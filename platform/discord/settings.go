@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"connector/internal/nativecfg"
 )
 
 // This file owns how a tenant's adapter knobs are read: the spellings the
@@ -63,7 +65,7 @@ var tenantKnobs = map[string]func(*TenantConfig, *yaml.Node) error{
 			tc.AllowBots = ""
 			return nil
 		}
-		if yaml11Bool(n) {
+		if nativecfg.IsYAML11Bool(n) {
 			return fmt.Errorf("%q is a YAML boolean; want none, all or mentions (the native adapter would read it as all)", n.Value)
 		}
 		tc.AllowBots = n.Value
@@ -72,103 +74,31 @@ var tenantKnobs = map[string]func(*TenantConfig, *yaml.Node) error{
 	"weight": func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.Weight) },
 }
 
-// flagKnob reads a boolean knob. A YAML boolean (including YAML 1.1's
-// plain yes/no/on/off, as the native adapter's YAML loader reads them) is
-// that value; any other scalar is the knob's env-var spelling, trimmed and
-// case-folded: true/false, 1/0, yes/no, on/off. onIsTrue is false for
+// flagKnob reads a boolean knob (nativecfg.Flag). onIsTrue is false for
 // ignore_no_mention, whose env rule (DISCORD_IGNORE_NO_MENTION) counts only
 // true, 1 and yes as true.
 func flagKnob(field func(*TenantConfig) **bool, onIsTrue bool) func(*TenantConfig, *yaml.Node) error {
 	return func(tc *TenantConfig, n *yaml.Node) error {
-		if n.Kind != yaml.ScalarNode {
-			return fmt.Errorf("want a boolean")
+		v, err := nativecfg.Flag(n, onIsTrue)
+		if err != nil {
+			return err
 		}
-		if n.Tag == "!!null" {
-			*field(tc) = nil
-			return nil
-		}
-		var v bool
-		if yaml11Bool(n) {
-			v = yaml11True[n.Value]
-		} else {
-			var err error
-			if v, err = parseFlag(n.Value, onIsTrue); err != nil {
-				return err
-			}
-		}
-		*field(tc) = &v
+		*field(tc) = v
 		return nil
 	}
 }
 
-// parseFlag reads an env-var spelling of a boolean knob.
-func parseFlag(s string, onIsTrue bool) (bool, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "true", "1", "yes":
-		return true, nil
-	case "on":
-		return onIsTrue, nil
-	case "false", "0", "no", "off":
-		return false, nil
-	}
-	return false, fmt.Errorf("%q is not a boolean (want true/false, 1/0, yes/no or on/off)", s)
-}
-
-// yaml11True holds the plain scalars YAML 1.1 (the native adapter's
-// loader) reads as true; yaml11False those it reads as false.
-var (
-	yaml11True  = map[string]bool{"true": true, "True": true, "TRUE": true, "yes": true, "Yes": true, "YES": true, "on": true, "On": true, "ON": true}
-	yaml11False = map[string]bool{"false": true, "False": true, "FALSE": true, "no": true, "No": true, "NO": true, "off": true, "Off": true, "OFF": true}
-)
-
-// yaml11Bool reports whether n is a plain (unquoted) scalar YAML 1.1 reads
-// as a boolean.
-func yaml11Bool(n *yaml.Node) bool {
-	return n.Kind == yaml.ScalarNode && n.Style&(yaml.TaggedStyle|yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 &&
-		(yaml11True[n.Value] || yaml11False[n.Value])
-}
-
-// listKnob reads a list knob: a YAML sequence or a single scalar (a bare
-// number, or a comma-separated string as in the DISCORD_* variables). Items
-// are kept as written; normalizeList splits and trims them.
+// listKnob reads a list knob (nativecfg.List): items are kept as written;
+// nativecfg.Split splits and trims them.
 func listKnob(field func(*TenantConfig) *[]string) func(*TenantConfig, *yaml.Node) error {
 	return func(tc *TenantConfig, n *yaml.Node) error {
-		switch {
-		case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
-			*field(tc) = nil
-		case n.Kind == yaml.ScalarNode:
-			*field(tc) = []string{n.Value}
-		case n.Kind == yaml.SequenceNode:
-			items := make([]string, 0, len(n.Content))
-			for _, item := range n.Content {
-				if item.Kind != yaml.ScalarNode {
-					return fmt.Errorf("line %d: want a list of ids or names", item.Line)
-				}
-				if item.Tag != "!!null" {
-					items = append(items, item.Value)
-				}
-			}
-			*field(tc) = items
-		default:
-			return fmt.Errorf("want a list or a comma-separated string")
+		items, err := nativecfg.List(n)
+		if err != nil {
+			return err
 		}
+		*field(tc) = items
 		return nil
 	}
-}
-
-// normalizeList splits every entry on commas (the native adapter joins a
-// YAML list with commas into its DISCORD_* variable and splits it again),
-// trims the parts and drops empty ones.
-func normalizeList(entries []string) []string {
-	var out []string
-	for _, e := range entries {
-		for part := range strings.SplitSeq(e, ",") {
-			if part = strings.TrimSpace(part); part != "" {
-				out = append(out, part)
-			}
-		}
-	}
-	return out
 }
 
 // wildcard is the list entry that matches every channel (or user).

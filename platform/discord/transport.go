@@ -132,8 +132,8 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, r route) (
 				t.routes.limited(r.key, lim.retryAfter)
 			}
 			t.log.Debug("discord 429", "route", redactRoute(r.key), "retry_after", lim.retryAfter, "global", lim.global, "attempt", attempt)
-			dl, ok := ctx.Deadline()
-			if attempt >= maxRateLimitRetries || (ok && t.now().Add(lim.retryAfter).After(dl)) {
+			dl, ok := ctx.Deadline() // real time: compare what is left of it
+			if attempt >= maxRateLimitRetries || (ok && lim.retryAfter > time.Until(dl)) {
 				return nil, &rateLimitedError{retryAfter: lim.retryAfter, global: lim.global}
 			}
 			continue

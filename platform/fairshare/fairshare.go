@@ -15,6 +15,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"connector/internal/clock"
 )
 
 // Config sets the budget and the tenants' weights.
@@ -30,6 +32,8 @@ type Config struct {
 	// MaxWaiting bounds the requests one tenant may have waiting; further ones
 	// fail at once with ErrQueueFull. Zero means 10,000.
 	MaxWaiting int
+	// Clock meters the budget and times pauses. Nil means clock.System.
+	Clock clock.Clock
 }
 
 // ErrQueueFull is returned by Wait when a tenant already has MaxWaiting
@@ -43,8 +47,8 @@ func (errQueueFull) Error() string { return "fairshare: too many requests waitin
 // Scheduler meters one budget fairly between tenants. Its zero value is not
 // usable; call New.
 type Scheduler struct {
-	cfg Config
-	now func() time.Time
+	cfg   Config
+	clock clock.Clock
 
 	mu        sync.Mutex
 	tokens    float64
@@ -55,7 +59,7 @@ type Scheduler struct {
 	cur       int      // index in ring of the tenant being served
 	credit    int      // grants left for ring[cur] in its turn
 	fresh     bool     // ring[cur] has not started its turn yet
-	timer     *time.Timer
+	timer     clock.Timer
 	timerWhen time.Time
 }
 
@@ -76,8 +80,11 @@ func New(cfg Config) *Scheduler {
 	if cfg.MaxWaiting <= 0 {
 		cfg.MaxWaiting = 10_000
 	}
-	now := time.Now
-	return &Scheduler{cfg: cfg, now: now, tokens: float64(cfg.Burst), last: now(), fresh: true, queues: make(map[string]*queue)}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.System
+	}
+	return &Scheduler{cfg: cfg, clock: clk, tokens: float64(cfg.Burst), last: clk.Now(), fresh: true, queues: make(map[string]*queue)}
 }
 
 // Wait blocks until tenant may make one request, or ctx ends. A nil return
@@ -88,7 +95,7 @@ func (s *Scheduler) Wait(ctx context.Context, tenant string) error {
 	}
 	s.mu.Lock()
 	s.refill()
-	if len(s.ring) == 0 && s.tokens >= 1 && !s.now().Before(s.paused) {
+	if len(s.ring) == 0 && s.tokens >= 1 && !s.clock.Now().Before(s.paused) {
 		s.tokens--
 		s.mu.Unlock()
 		return nil
@@ -129,7 +136,7 @@ func (s *Scheduler) Wait(ctx context.Context, tenant string) error {
 func (s *Scheduler) Pause(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if until := s.now().Add(d); until.After(s.paused) {
+	if until := s.clock.Now().Add(d); until.After(s.paused) {
 		s.paused = until
 	}
 	s.tokens = 0
@@ -147,7 +154,7 @@ func (s *Scheduler) Waiting(tenant string) int {
 }
 
 func (s *Scheduler) refill() {
-	now := s.now()
+	now := s.clock.Now()
 	if now.Before(s.paused) {
 		s.last = now
 		return
@@ -166,7 +173,7 @@ func (s *Scheduler) refill() {
 // the next token. Called with s.mu held.
 func (s *Scheduler) dispatch() {
 	s.refill()
-	for len(s.ring) > 0 && s.tokens >= 1 && !s.now().Before(s.paused) {
+	for len(s.ring) > 0 && s.tokens >= 1 && !s.clock.Now().Before(s.paused) {
 		tenant := s.next()
 		q := s.queues[tenant]
 		w := q.waiters[0]
@@ -185,7 +192,7 @@ func (s *Scheduler) dispatch() {
 		return
 	}
 	var wait time.Duration
-	if now := s.now(); now.Before(s.paused) {
+	if now := s.clock.Now(); now.Before(s.paused) {
 		wait = s.paused.Sub(now)
 	} else {
 		wait = time.Duration((1 - s.tokens) / s.cfg.Rate * float64(time.Second))
@@ -255,15 +262,15 @@ func (s *Scheduler) remove(tenant string, w *waiter) {
 }
 
 func (s *Scheduler) arm(d time.Duration) {
-	when := s.now().Add(d)
-	if s.timer != nil && !s.timerWhen.After(when) && s.timerWhen.After(s.now()) {
+	when := s.clock.Now().Add(d)
+	if s.timer != nil && !s.timerWhen.After(when) && s.timerWhen.After(s.clock.Now()) {
 		return
 	}
 	if s.timer != nil {
 		s.timer.Stop()
 	}
 	s.timerWhen = when
-	s.timer = time.AfterFunc(d, func() {
+	s.timer = s.clock.AfterFunc(d, func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.timer = nil

@@ -3,94 +3,151 @@ package fairshare_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"connector/internal/clock/clocktest"
 	"connector/platform/fairshare"
 )
 
-// grants starts n waiters for each tenant (in the given order, each tenant's
-// waiters queued before the next tenant's) and returns the tenants in the
-// order their Wait returned.
-func grants(t *testing.T, s *fairshare.Scheduler, order []string, n map[string]int) []string {
+// testTimeout bounds every wait of these tests on real goroutines.
+const testTimeout = 10 * time.Second
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// newScheduler returns a scheduler on a fake clock granting one request per
+// second, with its burst already spent: nothing is granted until the test
+// advances the clock.
+func newScheduler(t *testing.T, weights map[string]int) (*fairshare.Scheduler, *clocktest.Fake) {
 	t.Helper()
-	var (
-		mu  sync.Mutex
-		got []string
-		wg  sync.WaitGroup
-	)
+	clk := clocktest.New(epoch)
+	s := fairshare.New(fairshare.Config{Rate: 1, Burst: 1, Weights: weights, Clock: clk})
+	if err := s.Wait(context.Background(), "warm-up"); err != nil {
+		t.Fatalf("spending the burst: %v", err)
+	}
+	return s, clk
+}
+
+// none counts no finished jobs, for clocktest.Fake.Settle.
+func none() int { return 0 }
+
+// waiters starts n[tenant] Waits per tenant, queuing each tenant's before
+// the next tenant's (so the ring order is order), and waits until all are
+// queued. The returned WaitGroup ends when all of them returned; their
+// errors go to t.
+func waiters(t *testing.T, s *fairshare.Scheduler, clk *clocktest.Fake, order []string, n map[string]int) *sync.WaitGroup {
+	t.Helper()
+	var wg sync.WaitGroup
 	for _, tenant := range order {
 		for range n[tenant] {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				if err := s.Wait(context.Background(), tenant); err != nil {
-					t.Error(err)
-					return
+					t.Errorf("Wait(%s) = %v", tenant, err)
 				}
-				mu.Lock()
-				got = append(got, tenant)
-				mu.Unlock()
-			}()
+			})
 		}
-		// Let this tenant's waiters queue up before the next tenant's.
-		for s.Waiting(tenant) < n[tenant]-1 {
-			time.Sleep(time.Millisecond)
-		}
+		clk.Settle(t, n[tenant], none, func() int { return s.Waiting(tenant) })
 	}
-	wg.Wait()
+	return &wg
+}
+
+// grantOrder advances the fake clock one token at a time until every
+// waiting request of tenants is granted, and returns which tenant got each
+// grant. Grants happen only inside Advance, so each step grants exactly one
+// request, seen as one tenant's Waiting count dropping by one.
+func grantOrder(t *testing.T, s *fairshare.Scheduler, clk *clocktest.Fake, tenants []string) []string {
+	t.Helper()
+	waiting := func() (map[string]int, int) {
+		m, sum := map[string]int{}, 0
+		for _, tenant := range tenants {
+			m[tenant] = s.Waiting(tenant)
+			sum += m[tenant]
+		}
+		return m, sum
+	}
+	var got []string
+	before, left := waiting()
+	for left > 0 {
+		clk.Advance(time.Second)
+		after, now := waiting()
+		if now != left-1 {
+			t.Fatalf("one token granted %d requests, want 1 (after %v)", left-now, got)
+		}
+		for _, tenant := range tenants {
+			if after[tenant] < before[tenant] {
+				got = append(got, tenant)
+			}
+		}
+		before, left = after, now
+	}
 	return got
 }
 
+// wait waits for wg, failing the test after testTimeout.
+func wait(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for %s", testTimeout, what)
+	}
+}
+
+// repeat returns seq repeated n times, then tail.
+func repeat(seq []string, n int, tail ...string) []string {
+	var out []string
+	for range n {
+		out = append(out, seq...)
+	}
+	return append(out, tail...)
+}
+
 func TestFloodingTenantDoesNotStarveOthers(t *testing.T) {
-	s := fairshare.New(fairshare.Config{Rate: 400, Burst: 1})
-	got := grants(t, s, []string{"flood", "quiet"}, map[string]int{"flood": 60, "quiet": 10})
-	if len(got) != 70 {
-		t.Fatalf("granted %d, want 70", len(got))
-	}
-	last := 0
-	for i, tenant := range got {
-		if tenant == "quiet" {
-			last = i
-		}
-	}
-	// Alternating service puts quiet's 10th grant around position 21; a FIFO
-	// would put it at 69.
-	if last > 25 {
-		t.Fatalf("quiet tenant's last grant at position %d of %d: %v", last, len(got), got)
+	s, clk := newScheduler(t, nil)
+	wg := waiters(t, s, clk, []string{"flood", "quiet"}, map[string]int{"flood": 60, "quiet": 10})
+	got := grantOrder(t, s, clk, []string{"flood", "quiet"})
+	wait(t, wg, "every granted Wait to return")
+
+	// While both wait they alternate; then flood has the budget to itself.
+	// A FIFO would have served quiet only after flood's 60.
+	want := repeat([]string{"flood", "quiet"}, 10, slices.Repeat([]string{"flood"}, 50)...)
+	if !slices.Equal(got, want) {
+		t.Fatalf("grant order:\n got %s\nwant %s", strings.Join(got, " "), strings.Join(want, " "))
 	}
 }
 
 func TestWeights(t *testing.T) {
-	s := fairshare.New(fairshare.Config{Rate: 400, Burst: 1, Weights: map[string]int{"gold": 3}})
-	got := grants(t, s, []string{"gold", "basic"}, map[string]int{"gold": 60, "basic": 60})
-	gold := 0
-	for _, tenant := range got[:40] {
-		if tenant == "gold" {
-			gold++
-		}
-	}
-	// 3:1 weights give gold about 30 of the first 40 grants.
-	if gold < 26 || gold > 34 {
-		t.Fatalf("gold got %d of the first 40 grants, want about 30: %v", gold, got[:40])
+	s, clk := newScheduler(t, map[string]int{"gold": 3})
+	wg := waiters(t, s, clk, []string{"gold", "basic"}, map[string]int{"gold": 60, "basic": 60})
+	got := grantOrder(t, s, clk, []string{"gold", "basic"})
+	wait(t, wg, "every granted Wait to return")
+
+	// Weight 3 to 1: three gold grants per basic one while both wait.
+	want := repeat([]string{"gold", "gold", "gold", "basic"}, 20, slices.Repeat([]string{"basic"}, 40)...)
+	if !slices.Equal(got, want) {
+		t.Fatalf("grant order:\n got %s\nwant %s", strings.Join(got, " "), strings.Join(want, " "))
 	}
 }
 
 func TestCancelledWaiterLeavesQueue(t *testing.T) {
-	s := fairshare.New(fairshare.Config{Rate: 1, Burst: 1})
-	if err := s.Wait(context.Background(), "a"); err != nil {
-		t.Fatal(err)
-	}
+	s, clk := newScheduler(t, nil)
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
+	done := make(chan error, 1)
 	go func() { done <- s.Wait(ctx, "a") }()
-	for s.Waiting("a") == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	clk.Settle(t, 1, none, func() int { return s.Waiting("a") })
 	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("Wait = %v, want context.Canceled", err)
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait = %v, want context.Canceled", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for a cancelled Wait to return", testTimeout)
 	}
 	if n := s.Waiting("a"); n != 0 {
 		t.Fatalf("%d waiters left", n)
@@ -98,28 +155,49 @@ func TestCancelledWaiterLeavesQueue(t *testing.T) {
 }
 
 func TestQueueBound(t *testing.T) {
-	s := fairshare.New(fairshare.Config{Rate: 0.001, Burst: 1, MaxWaiting: 2})
-	_ = s.Wait(context.Background(), "a")
+	clk := clocktest.New(epoch)
+	s := fairshare.New(fairshare.Config{Rate: 1, Burst: 1, MaxWaiting: 2, Clock: clk})
+	if err := s.Wait(context.Background(), "a"); err != nil {
+		t.Fatalf("spending the burst: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer wait(t, &wg, "the queued Waits to return after cancel")
 	defer cancel()
 	for range 2 {
-		go func() { _ = s.Wait(ctx, "a") }()
+		wg.Go(func() { _ = s.Wait(ctx, "a") })
 	}
-	for s.Waiting("a") < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	clk.Settle(t, 2, none, func() int { return s.Waiting("a") })
 	if err := s.Wait(ctx, "a"); !errors.Is(err, fairshare.ErrQueueFull) {
 		t.Fatalf("Wait = %v, want ErrQueueFull", err)
+	}
+	// The bound is per tenant: b's request queues (and ends with its context).
+	cancelled, cancelNow := context.WithCancel(context.Background())
+	cancelNow()
+	if err := s.Wait(cancelled, "b"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("another tenant's Wait = %v, want context.Canceled", err)
 	}
 }
 
 func TestPauseHoldsGrants(t *testing.T) {
-	s := fairshare.New(fairshare.Config{Rate: 1000, Burst: 5})
-	s.Pause(time.Hour)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if err := s.Wait(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Wait during pause = %v, want deadline exceeded", err)
+	clk := clocktest.New(epoch)
+	s := fairshare.New(fairshare.Config{Rate: 1000, Burst: 5, Clock: clk})
+	s.Pause(time.Minute)
+	granted := make(chan error, 1)
+	go func() { granted <- s.Wait(context.Background(), "a") }()
+	clk.Settle(t, 1, none, func() int { return s.Waiting("a") })
+	clk.Advance(time.Minute - time.Millisecond)
+	if n := s.Waiting("a"); n != 1 {
+		t.Fatalf("a request was granted %v before the pause ended", time.Millisecond)
+	}
+	clk.Advance(time.Second) // the pause ends, and tokens refill
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Fatalf("Wait after the pause = %v", err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the grant once the pause ended", testTimeout)
 	}
 }
 

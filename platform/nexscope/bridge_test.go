@@ -31,7 +31,7 @@ func TestBoundRoomHasBotInPresence(t *testing.T) {
 	ops.name = "x"
 	ops.expectPresence("opsbot", "x") // per-room bot name
 	// The bot's name is taken in its room, free elsewhere.
-	tr.dialURL(t, "/ws/lab", "name=hermes&token="+testToken, nil).expectError(ErrNameTaken)
+	tr.dialURL(t, "/ws/lab", "name=hermes&token="+testToken, nil).expectError(CodeNameTaken)
 	tr.join(t, "plain", "hermes")
 }
 

@@ -1,73 +1,137 @@
 package nexscope
 
-import "github.com/coder/websocket"
+import (
+	"strconv"
 
-// Close codes the relay sends. 1008 and 4009-4014 are the protocol's own;
-// 4015-4017 cover cases the protocol leaves to the relay.
-const (
-	// CloseUnauthorized (1008): token missing or wrong (no error frame, to
-	// prevent enumeration), or version_mismatch (after the error frame).
-	CloseUnauthorized websocket.StatusCode = websocket.StatusPolicyViolation
+	"github.com/coder/websocket"
+)
+
+// Close is how the relay ends a connection: a WebSocket close status and
+// the reason sent with it. Each predefined value has one meaning; two values
+// share a status where the protocol gives one status two causes (1008,
+// 4010). A Close is an error, so code that decides a connection must end can
+// return the Close it ends with.
+type Close struct {
+	Code   websocket.StatusCode
+	Reason string
+}
+
+// Error implements error: "close 4009 name_taken".
+func (c Close) Error() string {
+	s := "close " + strconv.Itoa(int(c.Code))
+	if c.Reason != "" {
+		s += " " + c.Reason
+	}
+	return s
+}
+
+// The closes the relay sends. 1001, 1008 and 4009-4014 are the protocol's
+// own; 4015-4017 cover cases the protocol leaves to the relay. Those of a
+// refused handshake follow an error frame whose code is their reason.
+var (
+	// CloseUnauthorized (1008, no reason): the token is missing or wrong. No
+	// error frame and no reason, to prevent enumeration.
+	CloseUnauthorized = Close{websocket.StatusPolicyViolation, ""}
+	// CloseVersionMismatch (1008): v is not 1.
+	CloseVersionMismatch = Close{websocket.StatusPolicyViolation, string(CodeVersionMismatch)}
 	// CloseGoingAway (1001): the connector is shutting down.
-	CloseGoingAway websocket.StatusCode = websocket.StatusGoingAway
+	CloseGoingAway = Close{websocket.StatusGoingAway, "shutting down"}
 	// CloseNameTaken (4009): the name is already online in the room.
-	CloseNameTaken websocket.StatusCode = 4009
+	CloseNameTaken = Close{4009, string(CodeNameTaken)}
 	// CloseHeartbeatTimeout (4010): two consecutive WebSocket pings went
-	// unanswered, or the name probe of a new connection with the same name
-	// did (the ghost is replaced). Logged only; no error frame.
-	CloseHeartbeatTimeout websocket.StatusCode = 4010
+	// unanswered. Logged only; no error frame.
+	CloseHeartbeatTimeout = Close{4010, "heartbeat_timeout"}
+	// CloseGhostReplaced (4010): the member did not answer the name probe of
+	// a new connection with the same name, which takes its place (see
+	// replaceGhost). Logged only; no error frame.
+	CloseGhostReplaced = Close{4010, "replaced by a new connection"}
 	// CloseTooLarge (4011): one message exceeded MaxPayload (after a
 	// msg_too_large error frame).
-	CloseTooLarge websocket.StatusCode = 4011
+	CloseTooLarge = Close{4011, string(CodeMsgTooLarge)}
 	// CloseInvalidName (4012): the name fails ^[a-zA-Z0-9_-]{1,32}$.
-	CloseInvalidName websocket.StatusCode = 4012
-	// CloseTooManyErrors (4013): the tenth missing_from / from_mismatch /
-	// missing_to on one connection.
-	CloseTooManyErrors websocket.StatusCode = 4013
+	CloseInvalidName = Close{4012, string(CodeInvalidName)}
+	// CloseTooManyErrors (4013): the strikeLimit-th missing_from /
+	// from_mismatch / missing_to on one connection (after its error frame).
+	CloseTooManyErrors = Close{4013, "too many errors"}
 	// CloseTransferStalled (4014): the sender's file-end did not arrive within
-	// TransferTimeout of its file-start.
-	CloseTransferStalled websocket.StatusCode = 4014
-	// CloseRoomFull (4015): the room already has MaxUsers members (after a
-	// room_full error frame).
-	CloseRoomFull websocket.StatusCode = 4015
+	// TransferTimeout of its file-start (recipients get transfer_incomplete).
+	CloseTransferStalled = Close{4014, string(CodeTransferIncomplete)}
+	// CloseRoomFull (4015): the room already has MaxUsers members.
+	CloseRoomFull = Close{4015, string(CodeRoomFull)}
 	// CloseSlowConsumer (4016): the member's send queue overflowed
 	// SendQueueBytes + MaxPayload; its backlog is dropped. No error frame (it
 	// would queue behind the backlog). A member stuck in one write for
 	// WriteTimeout is dropped without a close frame instead.
-	CloseSlowConsumer websocket.StatusCode = 4016
-	// CloseUnknownRoom (4017): /ws/{room} names no configured room (after an
-	// unknown_room error frame; only sent to clients with a valid token).
-	CloseUnknownRoom websocket.StatusCode = 4017
+	CloseSlowConsumer = Close{4016, "slow consumer"}
+	// CloseUnknownRoom (4017): /ws/{room} names no configured room (only sent
+	// to clients with a valid token).
+	CloseUnknownRoom = Close{4017, string(CodeUnknownRoom)}
 )
 
-// Error codes of {"type":"error","code":...} frames.
+// closeNoHandshake is not sent: it drops the socket without a close
+// handshake (the peer is gone, or a write to it is stuck).
+var closeNoHandshake = Close{Code: -1}
+
+// closeWith ends ws with c.
+func closeWith(ws *websocket.Conn, c Close) {
+	if c == closeNoHandshake {
+		_ = ws.CloseNow()
+		return
+	}
+	_ = ws.Close(c.Code, c.Reason)
+}
+
+// ErrorCode is the code of an {"type":"error","code":...} frame: a wire
+// value the client switches on, not a Go error.
+type ErrorCode string
+
+// Error codes the relay sends. Those of a refused handshake come before its
+// close; the others leave the connection open unless their comment says so.
 const (
-	ErrVersionMismatch    = "version_mismatch"
-	ErrInvalidName        = "invalid_name"
-	ErrNameTaken          = "name_taken"
-	ErrRoomFull           = "room_full"
-	ErrUnknownRoom        = "unknown_room"
-	ErrMissingFrom        = "missing_from"
-	ErrFromMismatch       = "from_mismatch"
-	ErrMissingTo          = "missing_to"
-	ErrUnknownType        = "unknown_type"
-	ErrBadJSON            = "bad_json"
-	ErrMsgTooLarge        = "msg_too_large"
-	ErrTransferBusy       = "transfer_busy"
-	ErrTransferIncomplete = "transfer_incomplete"
-	ErrBadFileEnd         = "bad_file_end"
-	// ErrBadFileStart: file-start without an attachment object whose size is
+	// CodeVersionMismatch: v is given and is not 1 (then close 1008).
+	CodeVersionMismatch ErrorCode = "version_mismatch"
+	// CodeInvalidName: the name fails ^[a-zA-Z0-9_-]{1,32}$ (then close 4012).
+	CodeInvalidName ErrorCode = "invalid_name"
+	// CodeNameTaken: the name is online in the room and its holder answered
+	// the name probe, or it is the bot's (then close 4009).
+	CodeNameTaken ErrorCode = "name_taken"
+	// CodeRoomFull: the room has MaxUsers members (then close 4015).
+	CodeRoomFull ErrorCode = "room_full"
+	// CodeUnknownRoom: /ws/{room} names no configured room (then close 4017).
+	CodeUnknownRoom ErrorCode = "unknown_room"
+	// CodeMissingFrom: a msg, file-start or file-end without from. A strike.
+	CodeMissingFrom ErrorCode = "missing_from"
+	// CodeFromMismatch: from is not the member's own name. A strike.
+	CodeFromMismatch ErrorCode = "from_mismatch"
+	// CodeMissingTo: to is not an array of names. A strike.
+	CodeMissingTo ErrorCode = "missing_to"
+	// CodeUnknownType: a text frame whose type the relay does not take.
+	CodeUnknownType ErrorCode = "unknown_type"
+	// CodeBadJSON: a text frame that is not a JSON object.
+	CodeBadJSON ErrorCode = "bad_json"
+	// CodeMsgTooLarge: a frame over MaxPayload (then close 4011).
+	CodeMsgTooLarge ErrorCode = "msg_too_large"
+	// CodeTransferBusy: file-start while another transfer holds the room's
+	// lock; the frame carries retryAfterMs, and the refused stream is
+	// dropped quietly.
+	CodeTransferBusy ErrorCode = "transfer_busy"
+	// CodeTransferIncomplete: to the recipients of a file-start, when its
+	// transfer was aborted or stalled.
+	CodeTransferIncomplete ErrorCode = "transfer_incomplete"
+	// CodeBadFileEnd: file-end whose msgId is not the transfer in progress.
+	CodeBadFileEnd ErrorCode = "bad_file_end"
+	// CodeBadFileStart: file-start without an attachment object whose size is
 	// a non-negative integer. The frame is dropped; no lock is taken.
-	ErrBadFileStart = "bad_file_start"
-	// ErrFileTooLarge: attachment.size exceeds MaxFile. The frame is dropped.
-	ErrFileTooLarge = "file_too_large"
-	// ErrSizeMismatch: the chunks overran attachment.size, or file-end came
+	CodeBadFileStart ErrorCode = "bad_file_start"
+	// CodeFileTooLarge: attachment.size exceeds MaxFile. The frame is dropped.
+	CodeFileTooLarge ErrorCode = "file_too_large"
+	// CodeSizeMismatch: the chunks overran attachment.size, or file-end came
 	// before all of it arrived. The transfer is aborted: recipients get
 	// transfer_incomplete, the lock is released, no ack.
-	ErrSizeMismatch = "size_mismatch"
-	// ErrUnexpectedBinary: a binary frame from a member that holds no
+	CodeSizeMismatch ErrorCode = "size_mismatch"
+	// CodeUnexpectedBinary: a binary frame from a member that holds no
 	// transfer lock. The frame is dropped.
-	ErrUnexpectedBinary = "unexpected_binary"
+	CodeUnexpectedBinary ErrorCode = "unexpected_binary"
 )
 
 // strikeLimit is how many missing_from / from_mismatch / missing_to errors

@@ -81,10 +81,6 @@ type Config struct {
 	// The default room always exists; a room is served at /ws/{name}, the
 	// default room also at /ws. Default: only the default room, unbound.
 	Rooms []Room `yaml:"rooms"`
-
-	// Clock drives ts values and every timer. Default: the real clock, with
-	// platform.Deps.Now as its Now when set.
-	Clock Clock `yaml:"-"`
 }
 
 // Room configures one room.

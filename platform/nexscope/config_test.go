@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"connector/internal/clock"
 	"connector/platform"
 )
 
@@ -53,7 +54,7 @@ func TestConfigDefaults(t *testing.T) {
 	if p.rooms[DefaultRoom] == nil || p.rooms[DefaultRoom].tenant != "" {
 		t.Fatal("no unbound default room")
 	}
-	if _, ok := p.clock.(systemClock); !ok {
+	if p.clock != clock.System {
 		t.Fatal("no real clock by default")
 	}
 }

@@ -23,7 +23,7 @@
 //	room at its cap             error room_full, close 4015 (the bot counts)
 //
 // A name held by a connection that does not answer a fresh WebSocket ping
-// within 5 s (nameProbeTimeout, on the Clock) is not refused: that holder is
+// within 5 s (nameProbeTimeout, on platform.Deps.Clock) is not refused: that holder is
 // a ghost, a client whose network dropped without a close that is now
 // reconnecting. The ghost is closed with 4010 (and leaves, with presence)
 // and the newcomer joins. A holder that answers keeps the name; the newcomer

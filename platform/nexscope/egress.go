@@ -4,9 +4,9 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"unicode/utf8"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 )
 
 // egressFunc performs one outbound op in a room bound to the caller's tenant.
@@ -86,7 +86,7 @@ func (p *Platform) send(r *room, a *contract.Action) contract.Result {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)")
 	}
 	var first string
-	for _, piece := range splitText(a.Content, p.cfg.MaxText) {
+	for _, piece := range textsplit.SplitBytes(a.Content, p.cfg.MaxText) {
 		m.msgID, m.text = p.newMsgID(), piece
 		if first == "" {
 			first = m.msgID
@@ -130,27 +130,4 @@ func (p *Platform) typing(*room, *contract.Action) contract.Result { return cont
 // chatInfo answers get_chat_info: the room's name, type "group".
 func (p *Platform) chatInfo(r *room, _ *contract.Action) contract.Result {
 	return contract.Result{Success: true, ChatInfo: &contract.ChatInfo{Name: r.name, Type: "group"}}
-}
-
-// splitText cuts s into pieces of at most max bytes on rune boundaries.
-func splitText(s string, max int) []string {
-	if len(s) <= max {
-		return []string{s}
-	}
-	var out []string
-	for len(s) > max {
-		cut := max
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		if cut == 0 { // not UTF-8: cut anywhere rather than loop
-			cut = max
-		}
-		out = append(out, s[:cut])
-		s = s[cut:]
-	}
-	if s != "" {
-		out = append(out, s)
-	}
-	return out
 }

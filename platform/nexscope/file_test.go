@@ -200,7 +200,7 @@ func TestTransferBusy(t *testing.T) {
 	bob.expect("file-start")
 	for _, c := range []*client{carol, alice} {
 		c.sendJSON(fileStart("f2", c.name, []string{"bob"}, 3))
-		e := c.expectError(ErrTransferBusy)
+		e := c.expectError(CodeTransferBusy)
 		if e["retryAfterMs"] != float64(2000) || e["msgId"] != "f2" {
 			t.Fatalf("transfer_busy %v", e)
 		}
@@ -215,7 +215,7 @@ func TestTransferBusy(t *testing.T) {
 	// refused, not relayed.
 	carol.sendJSON(fileEnd("f2", "carol"))
 	carol.sendBinary([]byte("xyz"))
-	carol.expectError(ErrUnexpectedBinary)
+	carol.expectError(CodeUnexpectedBinary)
 
 	alice.sendBinary([]byte("abc"))
 	alice.sendJSON(fileEnd("f1", "alice"))
@@ -247,20 +247,20 @@ func TestTransferBusyDropsTheRefusedStreamQuietly(t *testing.T) {
 	alice.sendJSON(fileStart("f1", "alice", []string{"bob"}, 3))
 	bob.expect("file-start")
 	sendFile(carol, "f2", []string{"bob"}, chunkSize*chunks, chunkSize)
-	carol.expectError(ErrTransferBusy)
+	carol.expectError(CodeTransferBusy)
 	carol.sendText(`{"type":"ping"}`)
 	carol.expect("pong") // no unexpected_binary or bad_file_end before it
 
 	// The refused stream is over: stray binary is unexpected again.
 	carol.sendBinary([]byte("stray"))
-	carol.expectError(ErrUnexpectedBinary)
+	carol.expectError(CodeUnexpectedBinary)
 
 	// The quiet drop is bounded by attachment.size.
 	carol.sendJSON(fileStart("f3", "carol", []string{"bob"}, 4))
-	carol.expectError(ErrTransferBusy)
+	carol.expectError(CodeTransferBusy)
 	carol.sendBinary([]byte("1234"))
 	carol.sendBinary([]byte("5"))
-	carol.expectError(ErrUnexpectedBinary)
+	carol.expectError(CodeUnexpectedBinary)
 
 	// Bob got nothing of carol's, and alice's transfer is intact.
 	alice.sendBinary([]byte("abc"))
@@ -290,7 +290,7 @@ func TestTransferStallClosesSender4014(t *testing.T) {
 
 	tr.clock.Advance(time.Millisecond)
 	alice.expectClose(CloseTransferStalled)
-	if e := bob.expectError(ErrTransferIncomplete); e["msgId"] != "f1" {
+	if e := bob.expectError(CodeTransferIncomplete); e["msgId"] != "f1" {
 		t.Fatalf("transfer_incomplete %v", e)
 	}
 	bob.expectPresence("bob")
@@ -313,11 +313,11 @@ func TestTransferSenderDisconnects(t *testing.T) {
 	alice.sendBinary([]byte("partial"))
 	bob.read()
 	_ = alice.ws.CloseNow()
-	if e := bob.expectError(ErrTransferIncomplete); e["msgId"] != "f1" {
+	if e := bob.expectError(CodeTransferIncomplete); e["msgId"] != "f1" {
 		t.Fatalf("transfer_incomplete %v", e)
 	}
 	bob.expectPresence("bob")
-	if n := tr.clock.pending(); n != 1 { // only bob's heartbeat
+	if n := tr.clock.Pending(); n != 1 { // only bob's heartbeat
 		t.Fatalf("%d timers armed; the transfer deadline was not stopped", n)
 	}
 	carol := tr.join(t, "", "carol")
@@ -333,13 +333,13 @@ func TestBadFileEnd(t *testing.T) {
 	bob.expectPresence("alice", "bob")
 
 	alice.sendJSON(fileEnd("nothing", "alice")) // no transfer at all
-	alice.expectError(ErrBadFileEnd)
+	alice.expectError(CodeBadFileEnd)
 
 	alice.sendJSON(fileStart("f1", "alice", []string{"bob"}, 2))
 	bob.expect("file-start")
 	alice.sendBinary([]byte("ok"))
 	alice.sendJSON(fileEnd("f-other", "alice"))
-	if e := alice.expectError(ErrBadFileEnd); e["msgId"] != "f-other" {
+	if e := alice.expectError(CodeBadFileEnd); e["msgId"] != "f-other" {
 		t.Fatalf("bad_file_end %v", e)
 	}
 	// The transfer is still on: the right file-end completes it.
@@ -360,10 +360,10 @@ func TestFileSizeChecks(t *testing.T) {
 	bob.expectPresence("alice", "bob")
 
 	alice.sendJSON(fileStart("big", "alice", []string{"bob"}, 1001))
-	alice.expectError(ErrFileTooLarge)
+	alice.expectError(CodeFileTooLarge)
 	for _, att := range []string{`null`, `{}`, `{"size":-1}`, `{"size":"10"}`, `{"size":1.5}`, `"x"`} {
 		alice.sendText(`{"type":"file-start","msgId":"b","from":"alice","to":["bob"],"attachment":` + att + `}`)
-		alice.expectError(ErrBadFileStart)
+		alice.expectError(CodeBadFileStart)
 	}
 
 	// Overrun: the chunk that passes attachment.size aborts the transfer;
@@ -372,20 +372,20 @@ func TestFileSizeChecks(t *testing.T) {
 	bob.expect("file-start")
 	alice.sendBinary([]byte("abc"))
 	alice.sendBinary([]byte("de"))
-	alice.expectError(ErrSizeMismatch)
+	alice.expectError(CodeSizeMismatch)
 	alice.sendBinary([]byte("f"))
 	alice.sendJSON(fileEnd("over", "alice"))
 	bob.read() // "abc"
-	bob.expectError(ErrTransferIncomplete)
+	bob.expectError(CodeTransferIncomplete)
 
 	// Underrun: file-end before all bytes.
 	alice.sendJSON(fileStart("under", "alice", []string{"bob"}, 4))
 	bob.expect("file-start")
 	alice.sendBinary([]byte("ab"))
 	alice.sendJSON(fileEnd("under", "alice"))
-	alice.expectError(ErrSizeMismatch)
+	alice.expectError(CodeSizeMismatch)
 	bob.read()
-	bob.expectError(ErrTransferIncomplete)
+	bob.expectError(CodeTransferIncomplete)
 
 	// 1000 bytes (the cap) is fine, and 1e3 spells the size too.
 	alice.sendText(`{"type":"file-start","msgId":"cap","from":"alice","to":["bob"],"attachment":{"size":1e3}}`)

@@ -52,8 +52,8 @@ func FuzzMemberFrames(f *testing.F) {
 		`{"type":"file-end","msgId":"f","from":"alice"}`, `{"type":"file-start","msgId":"g","from":"alice","to":[],"attachment":{"size":1}}`, "T"))
 	f.Fuzz(func(t *testing.T, input []byte) {
 		clock := newFakeClock()
-		p, err := New(Config{Token: "x", Clock: clock, Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}},
-			platform.Deps{Log: slog.New(slog.DiscardHandler)})
+		p, err := New(Config{Token: "x", Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}},
+			platform.Deps{Log: slog.New(slog.DiscardHandler), Clock: clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,8 +65,8 @@ func FuzzMemberFrames(f *testing.F) {
 		alice, bob := newMember(p, r, "alice"), newMember(p, r, "bob")
 		for _, m := range []*member{alice, bob} {
 			m.log = p.log
-			if code := r.join(m); code != "" {
-				t.Fatal(code)
+			if err := r.join(m); err != nil {
+				t.Fatal(err)
 			}
 		}
 		check := func() {

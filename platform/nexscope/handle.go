@@ -4,7 +4,7 @@ package nexscope
 func (m *member) handleText(data []byte) {
 	f, err := parseFrame(data)
 	if err != nil {
-		m.send(errorFrame(ErrBadJSON, err.Error()))
+		m.send(errorFrame(CodeBadJSON, err.Error()))
 		return
 	}
 	typ, _ := stringValue(f.typ)
@@ -18,7 +18,7 @@ func (m *member) handleText(data []byte) {
 	case "ping":
 		m.send(appendPong(make([]byte, 0, 40), m.p.nowMs()))
 	default:
-		m.send(errorFrame(ErrUnknownType, "unknown frame type"))
+		m.send(errorFrame(CodeUnknownType, "unknown frame type"))
 	}
 }
 
@@ -51,11 +51,11 @@ func (m *member) handleMsg(f *clientFrame) {
 // a failure is a strike.
 func (m *member) checkFrom(f *clientFrame) bool {
 	if len(f.from) == 0 || string(f.from) == "null" {
-		m.strike(ErrMissingFrom, "frame has no from", f.msgID)
+		m.strike(CodeMissingFrom, "frame has no from", f.msgID)
 		return false
 	}
 	if from, ok := stringValue(f.from); !ok || string(from) != m.name {
-		m.strike(ErrFromMismatch, "from does not match your name", f.msgID)
+		m.strike(CodeFromMismatch, "from does not match your name", f.msgID)
 		return false
 	}
 	return true
@@ -64,7 +64,7 @@ func (m *member) checkFrom(f *clientFrame) bool {
 // checkTo enforces that to is an array of names; a failure is a strike.
 func (m *member) checkTo(f *clientFrame) bool {
 	if !isStringArray(f.to) {
-		m.strike(ErrMissingTo, "to must be an array of names", f.msgID)
+		m.strike(CodeMissingTo, "to must be an array of names", f.msgID)
 		return false
 	}
 	return true
@@ -72,11 +72,11 @@ func (m *member) checkTo(f *clientFrame) bool {
 
 // strike answers a missing_from / from_mismatch / missing_to error; the
 // strikeLimit-th closes the connection with 4013 after the error frame.
-func (m *member) strike(code, message string, msgID []byte) {
+func (m *member) strike(code ErrorCode, message string, msgID []byte) {
 	m.strikes++
 	m.send(appendError(nil, code, message, msgID))
 	if m.strikes >= strikeLimit {
 		m.log.Info("nexscope member closed after too many errors", "strikes", m.strikes)
-		m.closeAfterFlush(CloseTooManyErrors, "too many errors")
+		m.closeAfterFlush(CloseTooManyErrors)
 	}
 }

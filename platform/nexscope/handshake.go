@@ -51,59 +51,60 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	ws.SetReadLimit(p.cfg.MaxPayload + 1) // readMessage enforces MaxPayload itself
 
 	if !p.tokenOK(q.Get("token")) {
-		_ = ws.Close(CloseUnauthorized, "")
+		closeWith(ws, CloseUnauthorized)
 		return
 	}
 	if v := q.Get("v"); v != "" {
 		if n, err := strconv.Atoi(v); err != nil || n != 1 {
-			refuse(ws, ErrVersionMismatch, "unsupported protocol version; this relay speaks v1", CloseUnauthorized)
+			refuse(ws, CodeVersionMismatch, "unsupported protocol version; this relay speaks v1", CloseVersionMismatch)
 			return
 		}
 	}
 	if !validName(name) {
-		refuse(ws, ErrInvalidName, "name must match ^[a-zA-Z0-9_-]{1,32}$", CloseInvalidName)
+		refuse(ws, CodeInvalidName, "name must match ^[a-zA-Z0-9_-]{1,32}$", CloseInvalidName)
 		return
 	}
 	r := p.rooms[roomName]
 	if r == nil {
-		refuse(ws, ErrUnknownRoom, "no such room", CloseUnknownRoom)
+		refuse(ws, CodeUnknownRoom, "no such room", CloseUnknownRoom)
 		return
 	}
 	m.room = r
 	m.log = p.log.With("room", r.name, "member", name, "conn", p.nextID.Add(1))
 	if !p.register(m) {
-		_ = ws.Close(CloseGoingAway, "shutting down")
+		closeWith(ws, CloseGoingAway)
 		return
 	}
 	defer p.unregister(m)
-	code := r.join(m)
-	if code == ErrNameTaken && r.replaceGhost(name) {
-		code = r.join(m)
+	err = r.join(m)
+	if err == CloseNameTaken && r.replaceGhost(name) {
+		err = r.join(m)
 	}
-	switch code {
-	case ErrNameTaken:
-		refuse(ws, ErrNameTaken, fmt.Sprintf("username %q already in room", name), CloseNameTaken)
+	switch err {
+	case nil:
+	case CloseNameTaken:
+		refuse(ws, CodeNameTaken, fmt.Sprintf("username %q already in room", name), CloseNameTaken)
 		return
-	case ErrRoomFull:
-		refuse(ws, ErrRoomFull, "room is full", CloseRoomFull)
+	case CloseRoomFull:
+		refuse(ws, CodeRoomFull, "room is full", CloseRoomFull)
 		return
-	case errLeft:
-		_ = ws.Close(CloseGoingAway, "shutting down")
+	default:
+		closeWith(ws, CloseGoingAway)
 		return
 	}
 	m.log.Debug("nexscope member joined")
 	m.run()
 }
 
-// refuse sends a handshake error frame and closes with code.
-func refuse(ws *websocket.Conn, code, message string, closeCode websocket.StatusCode) {
+// refuse sends a handshake error frame and ends ws with c.
+func refuse(ws *websocket.Conn, code ErrorCode, message string, c Close) {
 	ctx, cancel := context.WithTimeout(context.Background(), handshakeWriteTimeout)
 	defer cancel()
 	if err := ws.Write(ctx, websocket.MessageText, errorFrame(code, message)); err != nil {
 		_ = ws.CloseNow()
 		return
 	}
-	_ = ws.Close(closeCode, code)
+	closeWith(ws, c)
 }
 
 // replaceGhost probes the member holding name with a fresh WebSocket ping. If
@@ -125,6 +126,6 @@ func (r *room) replaceGhost(name string) bool {
 	}
 	holder.log.Info("nexscope ghost replaced: no pong to the name probe of a new connection",
 		"probe_timeout", nameProbeTimeout)
-	holder.kick(CloseHeartbeatTimeout, "replaced by a new connection")
+	holder.kick(CloseGhostReplaced)
 	return true
 }

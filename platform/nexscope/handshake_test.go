@@ -18,22 +18,22 @@ func TestHandshakeRefusals(t *testing.T) {
 
 	cases := []struct {
 		name, path, query string
-		errCode           string // "" = no error frame
-		close             websocket.StatusCode
+		errCode           ErrorCode // "" = no error frame
+		close             Close
 	}{
 		{"missing token", "/ws", "name=alice&v=1", "", CloseUnauthorized},
 		{"wrong token", "/ws", "name=alice&token=nope&v=1", "", CloseUnauthorized},
 		{"token prefix", "/ws", "name=alice&token=" + testToken[:5], "", CloseUnauthorized},
 		{"wrong token, unknown room", "/ws/nosuch", "name=alice&token=x", "", CloseUnauthorized},
-		{"future version", "/ws", "name=alice&token=" + testToken + "&v=2", ErrVersionMismatch, CloseUnauthorized},
-		{"non-numeric version", "/ws", "name=alice&token=" + testToken + "&v=one", ErrVersionMismatch, CloseUnauthorized},
-		{"missing name", "/ws", "token=" + testToken, ErrInvalidName, CloseInvalidName},
-		{"name with space", "/ws", "name=a%20b&token=" + testToken, ErrInvalidName, CloseInvalidName},
-		{"name too long", "/ws", "name=" + strings.Repeat("a", 33) + "&token=" + testToken, ErrInvalidName, CloseInvalidName},
-		{"non-ascii name", "/ws", "name=%C3%BC&token=" + testToken, ErrInvalidName, CloseInvalidName},
-		{"name taken", "/ws", "name=bob&token=" + testToken, ErrNameTaken, CloseNameTaken},
-		{"room full", "/ws/small", "name=other&token=" + testToken, ErrRoomFull, CloseRoomFull},
-		{"unknown room", "/ws/nosuch", "name=alice&token=" + testToken, ErrUnknownRoom, CloseUnknownRoom},
+		{"future version", "/ws", "name=alice&token=" + testToken + "&v=2", CodeVersionMismatch, CloseVersionMismatch},
+		{"non-numeric version", "/ws", "name=alice&token=" + testToken + "&v=one", CodeVersionMismatch, CloseVersionMismatch},
+		{"missing name", "/ws", "token=" + testToken, CodeInvalidName, CloseInvalidName},
+		{"name with space", "/ws", "name=a%20b&token=" + testToken, CodeInvalidName, CloseInvalidName},
+		{"name too long", "/ws", "name=" + strings.Repeat("a", 33) + "&token=" + testToken, CodeInvalidName, CloseInvalidName},
+		{"non-ascii name", "/ws", "name=%C3%BC&token=" + testToken, CodeInvalidName, CloseInvalidName},
+		{"name taken", "/ws", "name=bob&token=" + testToken, CodeNameTaken, CloseNameTaken},
+		{"room full", "/ws/small", "name=other&token=" + testToken, CodeRoomFull, CloseRoomFull},
+		{"unknown room", "/ws/nosuch", "name=alice&token=" + testToken, CodeUnknownRoom, CloseUnknownRoom},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,7 +59,7 @@ func TestNameTakenMessage(t *testing.T) {
 	tr := startRelay(t, Config{})
 	tr.join(t, "", "bob").discardInBackground()
 	c := tr.dialURL(t, "/ws", "name=bob&token="+testToken, nil)
-	e := c.expectError(ErrNameTaken)
+	e := c.expectError(CodeNameTaken)
 	if e["message"] != `username "bob" already in room` {
 		t.Fatalf("message = %q", e["message"])
 	}
@@ -111,8 +111,13 @@ func TestShutdownClosesMembersGoingAway(t *testing.T) {
 		ended <- err
 	}()
 	stop()
-	if err := <-ended; websocket.CloseStatus(err) != CloseGoingAway {
-		t.Fatalf("alice ended with %v, want close %d", err, CloseGoingAway)
+	select {
+	case err := <-ended:
+		if !endedWith(err, CloseGoingAway) {
+			t.Fatalf("alice ended with %v, want %v", err, CloseGoingAway)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for shutdown to close alice", testTimeout)
 	}
 	if tr.p.Status().Ready {
 		t.Fatal("ready after Run returned")
@@ -166,8 +171,8 @@ func TestGhostReplacedByReconnect(t *testing.T) {
 	again.expectPresence("alice", "bob")
 	select {
 	case err := <-ended:
-		if websocket.CloseStatus(err) != CloseHeartbeatTimeout {
-			t.Fatalf("ghost ended with %v, want close %d", err, CloseHeartbeatTimeout)
+		if !endedWith(err, CloseGhostReplaced) {
+			t.Fatalf("ghost ended with %v, want %v", err, CloseGhostReplaced)
 		}
 	case <-time.After(testTimeout):
 		t.Fatalf("timed out after %v waiting for the ghost's close", testTimeout)
@@ -206,7 +211,7 @@ func TestLiveHolderKeepsName(t *testing.T) {
 		}
 	}()
 	c := tr.dialURL(t, "/ws", "name=alice&token="+testToken, nil)
-	c.expectError(ErrNameTaken)
+	c.expectError(CodeNameTaken)
 	c.expectClose(CloseNameTaken)
 	select {
 	case <-pings:

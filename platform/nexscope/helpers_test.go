@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 )
 
@@ -23,81 +25,10 @@ const testTimeout = 20 * time.Second
 
 const testToken = "s3cret-shared-token-for-tests"
 
-// fakeClock is a Clock whose timers fire only when the test advances it.
-// Callbacks run synchronously inside Advance, in deadline order.
-type fakeClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*fakeTimer
-}
-
-type fakeTimer struct {
-	c  *fakeClock
-	at time.Time
-	f  func()
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 4, 28, 12, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) AfterFunc(d time.Duration, f func()) Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, at: c.now.Add(d), f: f}
-	c.timers = append(c.timers, t)
-	return t
-}
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	for i, x := range t.c.timers {
-		if x == t {
-			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
-			return true
-		}
-	}
-	return false
-}
-
-// Advance moves the clock by d, firing every timer that comes due.
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	target := c.now.Add(d)
-	c.mu.Unlock()
-	for {
-		c.mu.Lock()
-		next := -1
-		for i, t := range c.timers {
-			if !t.at.After(target) && (next < 0 || t.at.Before(c.timers[next].at)) {
-				next = i
-			}
-		}
-		if next < 0 {
-			c.now = target
-			c.mu.Unlock()
-			return
-		}
-		t := c.timers[next]
-		c.timers = append(c.timers[:next], c.timers[next+1:]...)
-		c.now = t.at
-		c.mu.Unlock()
-		t.f()
-	}
-}
-
-// pending counts armed timers.
-func (c *fakeClock) pending() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.timers)
+// newFakeClock returns the fake clock of these tests: timers fire only when
+// the test advances it.
+func newFakeClock() *clocktest.Fake {
+	return clocktest.New(time.Date(2026, 4, 28, 12, 0, 0, 0, time.UTC))
 }
 
 // recordingSink is a platform.Sink that hands deliveries to the test.
@@ -124,7 +55,7 @@ func (s *recordingSink) next(t testing.TB) platform.Delivery {
 type testRelay struct {
 	p     *Platform
 	srv   *httptest.Server
-	clock *fakeClock
+	clock *clocktest.Fake
 	sink  *recordingSink
 	logs  *syncBuffer
 	url   string // ws:// base
@@ -155,12 +86,9 @@ func newRelay(t testing.TB, cfg Config) *testRelay {
 		cfg.Token = testToken
 	}
 	clock := newFakeClock()
-	if cfg.Clock == nil {
-		cfg.Clock = clock
-	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := New(cfg, platform.Deps{Log: log})
+	p, err := New(cfg, platform.Deps{Log: log, Clock: clock})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -213,7 +141,7 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			t.Fatalf("timed out after %v waiting for %s", testTimeout, what)
 		}
 		<-tick.C
 	}
@@ -383,10 +311,10 @@ func (c *client) expect(typ string) map[string]any {
 }
 
 // expectError reads the next frame and checks it is an error with code.
-func (c *client) expectError(code string) map[string]any {
+func (c *client) expectError(code ErrorCode) map[string]any {
 	c.t.Helper()
 	m := c.expect("error")
-	if m["code"] != code {
+	if m["code"] != string(code) {
 		c.t.Fatalf("%s: got error %v, want code %s", c.name, m, code)
 	}
 	return m
@@ -404,23 +332,31 @@ func (c *client) expectPresence(want ...string) {
 	}
 }
 
-// expectClose reads until the connection ends and checks the close code.
-func (c *client) expectClose(code websocket.StatusCode) {
+// expectClose reads until the connection ends and checks that it ended with
+// want, code and reason.
+func (c *client) expectClose(want Close) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	for {
 		typ, b, err := c.ws.Read(ctx)
 		if err != nil {
-			if got := websocket.CloseStatus(err); got != code {
-				c.t.Fatalf("%s: connection ended with %v (status %d), want %d", c.name, err, got, code)
+			if !endedWith(err, want) {
+				c.t.Fatalf("%s: connection ended with %v, want %v", c.name, err, want)
 			}
 			return
 		}
 		if typ == websocket.MessageText {
-			c.t.Fatalf("%s: got %s before close %d", c.name, b, code)
+			c.t.Fatalf("%s: got %s before %v", c.name, b, want)
 		}
 	}
+}
+
+// endedWith reports whether err, a read error of a client connection, is the
+// close frame of want: its code and its reason.
+func endedWith(err error, want Close) bool {
+	var ce websocket.CloseError
+	return errors.As(err, &ce) && ce.Code == want.Code && ce.Reason == want.Reason
 }
 
 // msg is a client msg frame.

@@ -25,8 +25,8 @@ func TestBridgeLoopThroughRelay(t *testing.T) {
 		{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}, Session: &plugin},
 		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{"s2"}}}},
 	}
-	p, err := New(Config{Token: testToken, Clock: newFakeClock(), Rooms: []Room{{Name: "lab", Tenant: "t1"}}},
-		platform.Deps{Log: relaytest.TestLogger(t), Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants)})
+	p, err := New(Config{Token: testToken, Rooms: []Room{{Name: "lab", Tenant: "t1"}}},
+		platform.Deps{Log: relaytest.TestLogger(t), Clock: newFakeClock(), Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +102,8 @@ func TestBridgeLoopThroughRelay(t *testing.T) {
 // the chat), reach the room.
 func TestStockGatewayKeysNexscopeAsRelay(t *testing.T) {
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
-	p, err := New(Config{Token: testToken, Clock: newFakeClock(), Rooms: []Room{{Name: "lab", Tenant: "t1"}}},
-		platform.Deps{Log: relaytest.TestLogger(t), Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants)})
+	p, err := New(Config{Token: testToken, Rooms: []Room{{Name: "lab", Tenant: "t1"}}},
+		platform.Deps{Log: relaytest.TestLogger(t), Clock: newFakeClock(), Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,8 +156,8 @@ func TestStockGatewayKeysNexscopeAsRelay(t *testing.T) {
 // DefaultThread.
 func TestReplyWithoutThreadUsesDefaultThread(t *testing.T) {
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
-	p, err := New(Config{Token: testToken, Clock: newFakeClock(), Rooms: []Room{{Name: "lab", Tenant: "t1"}}},
-		platform.Deps{Log: relaytest.TestLogger(t), Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants)})
+	p, err := New(Config{Token: testToken, Rooms: []Room{{Name: "lab", Tenant: "t1"}}},
+		platform.Deps{Log: relaytest.TestLogger(t), Clock: newFakeClock(), Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"connector/internal/clock"
 )
 
 // member is one connected client: one WebSocket, one session. Its handler
 // goroutine reads (readLoop), one writer goroutine drains its sendQueue, and
-// heartbeat ticks come from the platform's Clock.
+// heartbeat ticks come from the platform's clock (platform.Deps.Clock).
 type member struct {
 	p      *Platform
 	room   *room
@@ -33,7 +35,7 @@ type member struct {
 	// heartbeat
 	awaitingPong atomic.Bool
 	hbMu         sync.Mutex
-	hbTimer      Timer
+	hbTimer      clock.Timer
 	missed       int // touched only by the heartbeat chain
 
 	// writeWatch disconnects a member whose write exceeds WriteTimeout.
@@ -89,7 +91,7 @@ func (m *member) run() {
 
 	err := m.readLoop()
 	m.leave()
-	m.q.close(closeNoHandshake, "", false)
+	m.q.close(closeNoHandshake, false)
 	m.cancel()
 	m.wg.Wait()
 	m.log.Debug("nexscope member disconnected", "close_status", int(websocket.CloseStatus(err)))
@@ -107,8 +109,8 @@ func (m *member) readLoop() error {
 		data, err := readMessage(rd, &m.scratch, limit)
 		if errors.Is(err, errTooLarge) {
 			m.log.Info("nexscope frame over max_payload", "max_payload", limit)
-			m.send(errorFrame(ErrMsgTooLarge, "frame exceeds max payload"))
-			m.closeAfterFlush(CloseTooLarge, ErrMsgTooLarge)
+			m.send(errorFrame(CodeMsgTooLarge, "frame exceeds max payload"))
+			m.closeAfterFlush(CloseTooLarge)
 			return err
 		}
 		if err != nil {
@@ -168,13 +170,9 @@ func readMessage(r io.Reader, scratch *[]byte, limit int64) ([]byte, error) {
 func (m *member) writeLoop() {
 	defer m.wg.Done()
 	for {
-		f, ok, code, reason := m.q.next()
+		f, ok, end := m.q.next()
 		if !ok {
-			if code == closeNoHandshake {
-				_ = m.ws.CloseNow()
-			} else {
-				_ = m.ws.Close(code, reason)
-			}
+			closeWith(m.ws, end)
 			return
 		}
 		m.writeWatch.Reset(m.p.cfg.WriteTimeout)
@@ -183,7 +181,7 @@ func (m *member) writeLoop() {
 		m.q.written(len(f.data))
 		f.done()
 		if err != nil {
-			m.q.close(closeNoHandshake, "", false)
+			m.q.close(closeNoHandshake, false)
 			_ = m.ws.CloseNow()
 			return
 		}
@@ -195,33 +193,33 @@ func (m *member) writeTimedOut() {
 	m.log.Info("nexscope member too slow, disconnecting", "write_timeout", m.p.cfg.WriteTimeout)
 	m.p.metrics.Dropped(platformName, "slow_consumer")
 	m.leave()
-	m.q.close(CloseSlowConsumer, "slow consumer", false)
+	m.q.close(CloseSlowConsumer, false)
 	_ = m.ws.CloseNow()
 }
 
 // send queues a frame for this member; a queue overflow disconnects it.
 func (m *member) send(data []byte) {
 	if m.q.push(outFrame{typ: websocket.MessageText, data: data}) {
-		m.kick(CloseSlowConsumer, "slow consumer")
+		m.kick(CloseSlowConsumer)
 	}
 }
 
-// kick removes the member from its room and closes its socket with code at
-// once (queued frames are dropped).
-func (m *member) kick(code websocket.StatusCode, reason string) {
-	if code == CloseSlowConsumer {
+// kick removes the member from its room and ends its socket with c at once
+// (queued frames are dropped).
+func (m *member) kick(c Close) {
+	if c == CloseSlowConsumer {
 		m.log.Info("nexscope member send queue overflowed, disconnecting")
 		m.p.metrics.Dropped(platformName, "slow_consumer")
 	}
 	m.leave()
-	m.q.close(code, reason, false)
+	m.q.close(c, false)
 }
 
-// closeAfterFlush removes the member and closes with code once the frames
-// queued so far (an error frame) are written; the reader stops.
-func (m *member) closeAfterFlush(code websocket.StatusCode, reason string) {
+// closeAfterFlush removes the member and ends its socket with c once the
+// frames queued so far (an error frame) are written; the reader stops.
+func (m *member) closeAfterFlush(c Close) {
 	m.leave()
-	m.q.close(code, reason, true)
+	m.q.close(c, true)
 	m.stop = true
 }
 
@@ -249,7 +247,7 @@ func (m *member) heartbeat() {
 	}
 	if m.missed >= 2 {
 		m.log.Info("nexscope heartbeat_timeout", "missed_pongs", m.missed)
-		m.kick(CloseHeartbeatTimeout, "heartbeat_timeout")
+		m.kick(CloseHeartbeatTimeout)
 		return
 	}
 	m.awaitingPong.Store(true)
@@ -282,7 +280,7 @@ func (m *member) pingLocked() (<-chan error, bool) {
 }
 
 // answersPing sends a WebSocket ping and reports whether the pong arrives
-// within timeout on the platform's Clock (false for a member that left).
+// within timeout on the platform's clock (false for a member that left).
 func (m *member) answersPing(timeout time.Duration) bool {
 	// Armed before the ping goes out: a client that has the ping knows the
 	// deadline runs.

@@ -103,26 +103,27 @@ func TestFrameErrors(t *testing.T) {
 	tr := startRelay(t, Config{})
 	alice := tr.join(t, "", "alice")
 	cases := []struct {
-		name, frame, code string
+		name, frame string
+		code        ErrorCode
 	}{
-		{"not json", `{"type":"msg",`, ErrBadJSON},
-		{"not an object", `["msg"]`, ErrBadJSON},
-		{"a string", `"msg"`, ErrBadJSON},
-		{"invalid utf-8", "{\"type\":\"msg\",\"text\":\"\xff\"}", ErrBadJSON},
-		{"unknown type", `{"type":"shout"}`, ErrUnknownType},
-		{"no type", `{"from":"alice"}`, ErrUnknownType},
-		{"type not a string", `{"type":1}`, ErrUnknownType},
-		{"relay-only type", `{"type":"presence"}`, ErrUnknownType},
-		{"missing from", `{"type":"msg","msgId":"m","to":["bob"],"text":"x"}`, ErrMissingFrom},
-		{"null from", `{"type":"msg","msgId":"m","from":null,"to":["bob"]}`, ErrMissingFrom},
-		{"from mismatch", `{"type":"msg","msgId":"m","from":"bob","to":["bob"]}`, ErrFromMismatch},
-		{"from not a string", `{"type":"msg","msgId":"m","from":7,"to":["bob"]}`, ErrFromMismatch},
-		{"from case spoof", `{"type":"msg","msgId":"m","from":"bob","From":"alice","to":["x"]}`, ErrFromMismatch},
-		{"missing to", `{"type":"msg","msgId":"m","from":"alice"}`, ErrMissingTo},
-		{"to not an array", `{"type":"msg","msgId":"m","from":"alice","to":"bob"}`, ErrMissingTo},
-		{"to of numbers", `{"type":"msg","msgId":"m","from":"alice","to":[1]}`, ErrMissingTo},
-		{"file-start missing from", `{"type":"file-start","msgId":"f","to":[],"attachment":{"size":1}}`, ErrMissingFrom},
-		{"file-end from mismatch", `{"type":"file-end","msgId":"f","from":"eve"}`, ErrFromMismatch},
+		{"not json", `{"type":"msg",`, CodeBadJSON},
+		{"not an object", `["msg"]`, CodeBadJSON},
+		{"a string", `"msg"`, CodeBadJSON},
+		{"invalid utf-8", "{\"type\":\"msg\",\"text\":\"\xff\"}", CodeBadJSON},
+		{"unknown type", `{"type":"shout"}`, CodeUnknownType},
+		{"no type", `{"from":"alice"}`, CodeUnknownType},
+		{"type not a string", `{"type":1}`, CodeUnknownType},
+		{"relay-only type", `{"type":"presence"}`, CodeUnknownType},
+		{"missing from", `{"type":"msg","msgId":"m","to":["bob"],"text":"x"}`, CodeMissingFrom},
+		{"null from", `{"type":"msg","msgId":"m","from":null,"to":["bob"]}`, CodeMissingFrom},
+		{"from mismatch", `{"type":"msg","msgId":"m","from":"bob","to":["bob"]}`, CodeFromMismatch},
+		{"from not a string", `{"type":"msg","msgId":"m","from":7,"to":["bob"]}`, CodeFromMismatch},
+		{"from case spoof", `{"type":"msg","msgId":"m","from":"bob","From":"alice","to":["x"]}`, CodeFromMismatch},
+		{"missing to", `{"type":"msg","msgId":"m","from":"alice"}`, CodeMissingTo},
+		{"to not an array", `{"type":"msg","msgId":"m","from":"alice","to":"bob"}`, CodeMissingTo},
+		{"to of numbers", `{"type":"msg","msgId":"m","from":"alice","to":[1]}`, CodeMissingTo},
+		{"file-start missing from", `{"type":"file-start","msgId":"f","to":[],"attachment":{"size":1}}`, CodeMissingFrom},
+		{"file-end from mismatch", `{"type":"file-end","msgId":"f","from":"eve"}`, CodeFromMismatch},
 	}
 	for i, tc := range cases {
 		// Strikes accumulate; stay under the limit with a fresh member.
@@ -145,7 +146,7 @@ func TestStrikeErrorsEchoMsgID(t *testing.T) {
 	tr := startRelay(t, Config{})
 	alice := tr.join(t, "", "alice")
 	alice.sendText(`{"type":"msg","msgId":"m-42","from":"bob","to":[]}`)
-	if e := alice.expectError(ErrFromMismatch); e["msgId"] != "m-42" {
+	if e := alice.expectError(CodeFromMismatch); e["msgId"] != "m-42" {
 		t.Fatalf("error %v does not name the msgId", e)
 	}
 }
@@ -165,9 +166,9 @@ func TestTenStrikesClose4013(t *testing.T) {
 		alice.expect("error")
 		// Other errors do not count.
 		alice.sendText(`{"type":"nope"}`)
-		alice.expectError(ErrUnknownType)
+		alice.expectError(CodeUnknownType)
 		alice.sendText(`{`)
-		alice.expectError(ErrBadJSON)
+		alice.expectError(CodeBadJSON)
 	}
 	// Still usable after nine strikes.
 	alice.sendJSON(msg("ok", "alice", []string{"watcher"}, "still here"))
@@ -175,7 +176,7 @@ func TestTenStrikesClose4013(t *testing.T) {
 	alice.expect("ack")
 	// The tenth: error frame, then 4013.
 	alice.sendText(bad[0])
-	alice.expectError(ErrMissingFrom)
+	alice.expectError(CodeMissingFrom)
 	alice.expectClose(CloseTooManyErrors)
 	watcher.expectPresence("watcher")
 }
@@ -207,7 +208,7 @@ func TestPayloadCap(t *testing.T) {
 		} else {
 			c.sendBinary(over)
 		}
-		c.expectError(ErrMsgTooLarge)
+		c.expectError(CodeMsgTooLarge)
 		c.expectClose(CloseTooLarge)
 		bob.expect("presence")
 	}
@@ -217,7 +218,7 @@ func TestUnexpectedBinary(t *testing.T) {
 	tr := startRelay(t, Config{})
 	alice := tr.join(t, "", "alice")
 	alice.sendBinary([]byte("stray bytes"))
-	alice.expectError(ErrUnexpectedBinary)
+	alice.expectError(CodeUnexpectedBinary)
 	alice.sendText(`{"type":"ping"}`)
 	alice.expect("pong")
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
-	"unicode/utf8"
 )
 
 var seedFrames = []string{
@@ -89,20 +88,6 @@ func TestReadMessageLimit(t *testing.T) {
 	}
 	if _, err := readMessage(iotest.ErrReader(io.ErrUnexpectedEOF), &scratch, 10); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("read error: %v", err)
-	}
-}
-
-func TestSplitText(t *testing.T) {
-	for _, s := range []string{"", "short", strings.Repeat("a", 33), strings.Repeat("é", 20), strings.Repeat("😀", 9), "\xff\xfe" + strings.Repeat("\x80", 40)} {
-		pieces := splitText(s, 16)
-		if strings.Join(pieces, "") != s {
-			t.Fatalf("%q: pieces %q do not join back", s, pieces)
-		}
-		for _, p := range pieces {
-			if len(p) > 16 || (utf8.ValidString(s) && !utf8.ValidString(p)) {
-				t.Fatalf("%q: bad piece %q", s, p)
-			}
-		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"connector/descriptor"
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/session"
 )
@@ -23,7 +24,7 @@ type Platform struct {
 	cfg       Config
 	log       *slog.Logger
 	metrics   platform.Metrics
-	clock     Clock
+	clock     clock.Clock // ts values, the heartbeat, transfer and probe deadlines
 	keyFunc   platform.KeyFunc
 	tokenHash [sha256.Size]byte
 	rooms     map[string]*room
@@ -59,7 +60,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		cfg:       cfg,
 		log:       deps.Log,
 		metrics:   deps.M(),
-		clock:     cfg.Clock,
+		clock:     deps.Time(),
 		keyFunc:   deps.Key,
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		rooms:     make(map[string]*room, len(cfg.Rooms)+1),
@@ -67,9 +68,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
-	}
-	if p.clock == nil {
-		p.clock = systemClock{now: deps.Clock()}
 	}
 	for _, rc := range cfg.Rooms {
 		p.rooms[rc.Name] = newRoom(p, rc)
@@ -110,7 +108,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	}
 	p.mu.Unlock()
 	for _, m := range members {
-		m.kick(CloseGoingAway, "shutting down")
+		m.kick(CloseGoingAway)
 	}
 	p.wg.Wait()
 	return nil

@@ -22,10 +22,6 @@ func (f *outFrame) done() {
 	}
 }
 
-// closeNoHandshake is the sendQueue close code that drops the socket without
-// a close handshake (the peer is gone already).
-const closeNoHandshake websocket.StatusCode = -1
-
 // sendQueue is a member's FIFO of frames, drained by its writer goroutine and
 // bounded in bytes (the bytes of the frame being written count until the
 // write returns):
@@ -41,14 +37,13 @@ const closeNoHandshake websocket.StatusCode = -1
 type sendQueue struct {
 	window, limit int64
 
-	mu          sync.Mutex
-	frames      []outFrame
-	head        int
-	queued      int64
-	closing     bool
-	flush       bool
-	closeCode   websocket.StatusCode
-	closeReason string
+	mu      sync.Mutex
+	frames  []outFrame
+	head    int
+	queued  int64
+	closing bool
+	flush   bool
+	end     Close // the close the writer performs once closing
 
 	wake  chan struct{} // cap 1: a frame or the close is pending
 	space chan struct{} // cap 1: queued fell below window
@@ -104,7 +99,7 @@ func (q *sendQueue) waitSpace(cancel <-chan struct{}) bool {
 
 // next returns the next frame for the writer, or ok=false with the close to
 // perform. It blocks until one of them is pending.
-func (q *sendQueue) next() (f outFrame, ok bool, code websocket.StatusCode, reason string) {
+func (q *sendQueue) next() (f outFrame, ok bool, end Close) {
 	for {
 		q.mu.Lock()
 		if q.head < len(q.frames) && (!q.closing || q.flush) {
@@ -115,12 +110,12 @@ func (q *sendQueue) next() (f outFrame, ok bool, code websocket.StatusCode, reas
 				q.frames, q.head = q.frames[:0], 0
 			}
 			q.mu.Unlock()
-			return f, true, 0, ""
+			return f, true, Close{}
 		}
 		if q.closing {
-			code, reason = q.closeCode, q.closeReason
+			end = q.end
 			q.mu.Unlock()
-			return outFrame{}, false, code, reason
+			return outFrame{}, false, end
 		}
 		q.mu.Unlock()
 		<-q.wake
@@ -138,16 +133,16 @@ func (q *sendQueue) written(n int) {
 	}
 }
 
-// close stops intake and asks the writer to close the socket with code:
-// after writing what is queued when flush is set, at once otherwise. Only
-// the first close counts.
-func (q *sendQueue) close(code websocket.StatusCode, reason string, flush bool) {
+// close stops intake and asks the writer to end the socket with end: after
+// writing what is queued when flush is set, at once otherwise. Only the
+// first close counts.
+func (q *sendQueue) close(end Close, flush bool) {
 	q.mu.Lock()
 	if q.closing {
 		q.mu.Unlock()
 		return
 	}
-	q.closing, q.flush, q.closeCode, q.closeReason = true, flush, code, reason
+	q.closing, q.flush, q.end = true, flush, end
 	if !flush {
 		for i := q.head; i < len(q.frames); i++ {
 			q.queued -= int64(len(q.frames[i].data))

@@ -69,7 +69,7 @@ func (r *room) unlock() {
 	r.kicks = nil
 	r.mu.Unlock()
 	for _, m := range kicks {
-		m.kick(CloseSlowConsumer, "slow consumer")
+		m.kick(CloseSlowConsumer)
 	}
 }
 
@@ -85,27 +85,26 @@ func (r *room) pushFrameLocked(m *member, f outFrame) {
 	}
 }
 
-// errLeft is join's answer for a member closed (by shutdown) before it joined.
-const errLeft = "left"
-
-// join adds m; it returns the error code that refuses it, or "".
-func (r *room) join(m *member) string {
+// join adds m, or returns the Close that refuses it: CloseNameTaken,
+// CloseRoomFull, or CloseGoingAway for a member closed by shutdown before it
+// joined.
+func (r *room) join(m *member) error {
 	r.mu.Lock()
 	defer r.unlock()
 	if m.left.Load() {
-		return errLeft
+		return CloseGoingAway
 	}
 	if _, taken := r.members[m.name]; taken || m.name == r.bot {
-		return ErrNameTaken
+		return CloseNameTaken
 	}
 	if len(r.users) >= r.cap {
-		return ErrRoomFull
+		return CloseRoomFull
 	}
 	r.members[m.name] = m
 	i, _ := slices.BinarySearch(r.users, m.name)
 	r.users = slices.Insert(r.users, i, m.name)
 	r.broadcastPresenceLocked()
-	return ""
+	return nil
 }
 
 // leave removes m (once; member.leave guards), tells everyone else, and

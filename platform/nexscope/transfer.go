@@ -4,6 +4,8 @@ import (
 	"bytes"
 
 	"github.com/coder/websocket"
+
+	"connector/internal/clock"
 )
 
 // transfer is a file stream in progress: the room's lock while it is the
@@ -16,7 +18,7 @@ type transfer struct {
 	recipients []*member
 	offline    [][]byte
 	toBot      bool // the bot takes the file: delivered to it, bridged at file-end
-	timer      Timer
+	timer      clock.Timer
 	done       chan struct{} // closed when the transfer ends either way
 }
 
@@ -68,11 +70,11 @@ func (m *member) handleFileStart(f *clientFrame) {
 	}
 	size, ok := attachmentSize(f.attachment)
 	if !ok {
-		m.send(appendError(nil, ErrBadFileStart, "file-start needs attachment.size, a non-negative integer", f.msgID))
+		m.send(appendError(nil, CodeBadFileStart, "file-start needs attachment.size, a non-negative integer", f.msgID))
 		return
 	}
 	if size > m.p.cfg.MaxFile {
-		m.send(appendError(nil, ErrFileTooLarge, "attachment.size exceeds the relay's max file size", f.msgID))
+		m.send(appendError(nil, CodeFileTooLarge, "attachment.size exceeds the relay's max file size", f.msgID))
 		return
 	}
 	m.dropping = dropStream{}
@@ -83,7 +85,7 @@ func (m *member) handleFileStart(f *clientFrame) {
 	r.mu.Lock()
 	if r.transfer != nil {
 		r.unlock()
-		m.send(appendError(nil, ErrTransferBusy, "another file transfer is in progress in this room", f.msgID))
+		m.send(appendError(nil, CodeTransferBusy, "another file transfer is in progress in this room", f.msgID))
 		m.dropping = dropStream{active: true, msgID: bytes.Clone(f.msgID), left: size}
 		return
 	}
@@ -110,7 +112,7 @@ func (m *member) handleChunk(data []byte) {
 	if t == nil || t.finished() {
 		m.transfer = nil
 		if !m.dropping.chunk(len(data)) {
-			m.send(errorFrame(ErrUnexpectedBinary, "binary frame outside a file transfer"))
+			m.send(errorFrame(CodeUnexpectedBinary, "binary frame outside a file transfer"))
 		}
 		return
 	}
@@ -150,7 +152,7 @@ func (m *member) handleFileEnd(f *clientFrame) {
 		if m.dropping.end(f.msgID) {
 			return // the end of a stream refused or aborted
 		}
-		m.send(appendError(nil, ErrBadFileEnd, "file-end msgId does not match the file-start in progress", f.msgID))
+		m.send(appendError(nil, CodeBadFileEnd, "file-end msgId does not match the file-start in progress", f.msgID))
 		return
 	}
 	if t.received != t.size {
@@ -208,7 +210,7 @@ func (m *member) abortTransfer(t *transfer, why string, dropRest bool) {
 		// unknown; no file may exceed MaxFile.
 		m.dropping = dropStream{active: true, msgID: t.start.msgID, left: m.p.cfg.MaxFile}
 	}
-	m.send(appendError(nil, ErrSizeMismatch, why, t.start.msgID))
+	m.send(appendError(nil, CodeSizeMismatch, why, t.start.msgID))
 }
 
 // finish marks the transfer over and stops its deadline.
@@ -222,7 +224,7 @@ func (t *transfer) finish() {
 func (r *room) abortLocked(t *transfer) {
 	r.transfer = nil
 	t.finish()
-	frame := appendError(nil, ErrTransferIncomplete, "the sender's file transfer did not complete", t.start.msgID)
+	frame := appendError(nil, CodeTransferIncomplete, "the sender's file transfer did not complete", t.start.msgID)
 	for _, rc := range t.recipients {
 		r.pushLocked(rc, frame)
 	}
@@ -239,7 +241,7 @@ func (r *room) stall(t *transfer) {
 	r.abortLocked(t)
 	r.unlock()
 	t.sender.log.Info("nexscope file transfer stalled, closing sender", "transfer_timeout", r.p.cfg.TransferTimeout)
-	t.sender.kick(CloseTransferStalled, ErrTransferIncomplete)
+	t.sender.kick(CloseTransferStalled)
 }
 
 // sameValue compares two raw JSON values, strings by their decoded text.

@@ -85,22 +85,22 @@ func appendRawList(dst []byte, list [][]byte) []byte {
 }
 
 // errorFrame returns {"type":"error","code":code,"message":message}.
-func errorFrame(code, message string) []byte {
+func errorFrame(code ErrorCode, message string) []byte {
 	return appendError(nil, code, message, nil)
 }
 
 // appendError appends an error frame; msgID (a raw JSON value) is added when
 // set, and retryAfterMs for transfer_busy.
-func appendError(dst []byte, code, message string, msgID []byte) []byte {
+func appendError(dst []byte, code ErrorCode, message string, msgID []byte) []byte {
 	dst = append(dst, `{"type":"error","code":`...)
-	dst = session.AppendJSONString(dst, code)
+	dst = session.AppendJSONString(dst, string(code))
 	dst = append(dst, `,"message":`...)
 	dst = session.AppendJSONString(dst, message)
 	if len(msgID) > 0 {
 		dst = append(dst, `,"msgId":`...)
 		dst = append(dst, msgID...)
 	}
-	if code == ErrTransferBusy {
+	if code == CodeTransferBusy {
 		dst = append(dst, `,"retryAfterMs":`...)
 		dst = strconv.AppendInt(dst, retryAfterMs, 10)
 	}

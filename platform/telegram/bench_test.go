@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-telegram/bot/models"
 
+	"connector/internal/textsplit"
 	"connector/platform"
 )
 
@@ -141,7 +142,7 @@ func BenchmarkSplitMessage(b *testing.B) {
 	b.SetBytes(int64(len(content)))
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = splitMessage(content, maxMessageRunes)
+		_ = textsplit.Split(content, splitRules)
 	}
 }
 

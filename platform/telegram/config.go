@@ -3,7 +3,9 @@ package telegram
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +39,14 @@ type Config struct {
 	// TenantWeights weights each tenant's share of the global send budget;
 	// missing or zero means 1.
 	TenantWeights map[string]int `yaml:"tenant_weights"`
+	// Tenants holds per-tenant group trigger knobs of the native adapter
+	// (require_mention, allowed_chats, ...), in its spellings: a list may
+	// also be a bare number, a comma-separated string or a JSON list
+	// literal, a boolean also true/false, 1/0, yes/no or on/off
+	// (docs/settings-parity.md). Default: none; a tenant without an entry
+	// gets the native defaults (every group message is a turn, except one
+	// whose @…bot mentions all name other bots).
+	Tenants map[string]TenantConfig `yaml:"tenants"`
 	// GroupTopics names forum topics, like the native adapter's
 	// extra.group_topics: a bound topic's name becomes the source's
 	// chat_topic (it never changes the session key). A list of {chat_id,
@@ -172,6 +182,11 @@ func (c Config) Validate() error {
 	for tenant, w := range c.TenantWeights {
 		if w < 0 {
 			return fmt.Errorf("telegram.tenant_weights[%q]: negative weight", tenant)
+		}
+	}
+	for _, tenant := range slices.Sorted(maps.Keys(c.Tenants)) {
+		if _, err := newPolicy(c.Tenants[tenant]); err != nil {
+			return fmt.Errorf("telegram.tenants[%q].%w", tenant, err)
 		}
 	}
 	if _, err := topicNames(c.GroupTopics, false); err != nil {

@@ -54,7 +54,23 @@
 // The tenant is the one whose chats map claims the chat id; an update from
 // an unclaimed chat is dropped, never broadcast (logged at info level the
 // first time per chat, at debug after that). The
-// bot's own messages are dropped. Redeliveries are dropped by update_id
+// bot's own messages are dropped. A group or supergroup message then passes
+// the tenant's group trigger rules (tenants.<tenant>: require_mention,
+// mention_patterns, free_response_chats/topics, allowed_chats,
+// allowed_topics, ignored_threads, guest_mode, bots_require_mention,
+// exclusive_bot_mentions, default on), in the native adapter's order and
+// with its spellings (docs/settings-parity.md); DMs, channel posts and
+// button presses are not gated. Mentions are matched against the username
+// getMe answered. With observe_unmentioned_group_messages, in the chats of
+// group_allowed_chats, a message held back for want of a trigger is kept
+// in memory (at most 20 messages or 32 KiB per chat topic, 1,024 topics)
+// and delivered as the context of the next delivered message of its chat
+// topic, and delivered messages other than commands name their sender in
+// the text ("[name|id]") and carry no user, so the chat or topic is one
+// session. Every update not delivered is counted in Metrics.Dropped with
+// its reason: unsupported, empty, own, unclaimed, duplicate, malformed,
+// or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
+// chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
 // (the last dedupe_window ids). One chat's updates are delivered one at a
 // time in arrival order: the long poll runs a single synchronous worker,
 // and a webhook update is delivered before it is answered (Telegram's Bot

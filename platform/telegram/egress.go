@@ -66,18 +66,19 @@ func (e *rateLimitedError) Error() string {
 // 429 are returned as they are (never retried: the call may have gone
 // through).
 func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGroup bool, call func(context.Context) error) error {
+	// ctx's deadline is real time; latest is on p.clock, like the windows.
 	deadline, _ := ctx.Deadline()
-	latest := deadline.Add(-callMargin)
+	latest := p.now().Add(time.Until(deadline) - callMargin)
 	for {
 		now := p.now()
 		at, ok := p.limits.reserve(chat, countGroup, now, latest)
 		if !ok {
 			return &rateLimitedError{wait: at.Sub(now)}
 		}
-		if err := p.sleepUntil(ctx, at); err != nil {
+		if err := p.clock.Sleep(ctx, at.Sub(p.now())); err != nil {
 			return err
 		}
-		waitCtx, cancel := context.WithDeadline(ctx, latest)
+		waitCtx, cancel := context.WithTimeout(ctx, latest.Sub(p.now()))
 		err := p.budget.Wait(waitCtx, tenant)
 		cancel()
 		if err != nil {
@@ -98,21 +99,6 @@ func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGr
 		retry := time.Duration(max(tooMany.RetryAfter, 1)) * time.Second
 		p.limits.block(chat, p.now().Add(retry), p.now())
 		p.log.Info("telegram 429; waiting retry_after", "chat_id", chat, "retry_after", retry)
-	}
-}
-
-func (p *Platform) sleepUntil(ctx context.Context, at time.Time) error {
-	d := at.Sub(p.now())
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

@@ -3,16 +3,17 @@ package telegram
 import (
 	"context"
 	"net"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform/telegram/telegramtest"
 )
 
@@ -168,10 +169,11 @@ func TestSendWithoutVanishedTopic(t *testing.T) {
 
 func TestSendHonours429RetryAfter(t *testing.T) {
 	m := &countingMetrics{}
-	e := newEnv(t, nil)
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, nil)
 	e.p.metrics = m
 	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 1", RetryAfter: 1})
-	r := e.act(t, "t1", sendAction("123456789", "once"))
+	r := e.actDriven(t, clk, "t1", sendAction("123456789", "once"))
 	if !r.Success {
 		t.Fatalf("result %+v", r)
 	}
@@ -179,8 +181,8 @@ func TestSendHonours429RetryAfter(t *testing.T) {
 	if len(calls) != 2 {
 		t.Fatalf("%d sendMessage calls, want the refused one and one retry", len(calls))
 	}
-	if gap := calls[1].At.Sub(calls[0].At); gap < time.Second {
-		t.Errorf("retried after %v, before retry_after (1s)", gap)
+	if gap := calls[1].At.Sub(calls[0].At); gap != time.Second {
+		t.Errorf("retried %v after the 429, want exactly its retry_after (1s)", gap)
 	}
 	if m.limited.Load() != 1 {
 		t.Errorf("RateLimited counted %d", m.limited.Load())
@@ -313,11 +315,13 @@ func TestSendForbiddenAndMigrated(t *testing.T) {
 	}
 }
 
-// TestWindowsPaceSends shows the per-chat and per-group windows at work
-// without timing anything: a message whose slot falls after the request's
-// deadline is refused at once as rate_limited, and nothing is sent.
+// TestWindowsPaceSends shows the per-chat and per-group windows at work on
+// the fake clock: a message waits for its slot, and one whose slot falls
+// after the request's deadline is refused at once as rate_limited, with
+// nothing sent.
 func TestWindowsPaceSends(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.ChatPerSecond = 1; c.GroupPerMinute = 2 })
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, func(c *Config) { c.ChatPerSecond = 1; c.GroupPerMinute = 2 })
 	short := func(chat string) contract.Result {
 		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 		defer cancel()
@@ -327,46 +331,59 @@ func TestWindowsPaceSends(t *testing.T) {
 	if r := short("123456789"); !r.Success {
 		t.Fatalf("first send %+v", r)
 	}
-	// The DM's next slot is a second away, after this request's last slot.
-	if r := short("123456789"); r.Code != contract.CodeRateLimited || r.RetryAfterMS <= 0 {
-		t.Errorf("second send within the second: %+v, want rate_limited", r)
+	// The DM's next slot is a second away, after this request's last slot
+	// (its 1.5 s deadline less the 1 s kept for the call).
+	if r := short("123456789"); r.Code != contract.CodeRateLimited || r.RetryAfterMS != 1000 {
+		t.Errorf("second send within the second: %+v, want rate_limited for 1000 ms", r)
 	}
-	// Two messages into the group (paced a second apart), then the group's
-	// minute is full.
+	// Two messages into the group, the second a second after the first
+	// (the chat's window), then the group's minute is full.
+	start := clk.Now()
 	for range 2 {
-		if r := e.act(t, "t1", sendAction("-4001234567", "hi")); !r.Success {
+		if r := e.actDriven(t, clk, "t1", sendAction("-4001234567", "hi")); !r.Success {
 			t.Fatalf("group send %+v", r)
 		}
 	}
+	if waited := clk.Now().Sub(start); waited != time.Second {
+		t.Errorf("two group sends took %v on the clock, want 1s (one message a second)", waited)
+	}
 	r := e.act(t, "t1", sendAction("-4001234567", "hi"))
-	if r.Code != contract.CodeRateLimited || r.RetryAfterMS < 30_000 {
-		t.Errorf("third group send within the minute: %+v, want rate_limited for ~a minute", r)
+	if r.Code != contract.CodeRateLimited || r.RetryAfterMS != 59_000 {
+		t.Errorf("third group send within the minute: %+v, want rate_limited until the first one is a minute old (59000 ms)", r)
 	}
 	if n := len(e.fake.Calls("sendMessage")); n != 3 {
 		t.Errorf("%d sendMessage calls, want 3", n)
 	}
 }
 
-// TestFairShareBetweenTenants floods the global budget from t2 and checks
-// that t1's messages are served alongside, not after, t2's backlog.
+// TestFairShareBetweenTenants floods the global budget from t2 and checks,
+// on the fake clock, that t1's messages are served alongside, not after,
+// t2's backlog.
 func TestFairShareBetweenTenants(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.GlobalPerSecond = 20 })
-	var wg sync.WaitGroup
-	for range 40 {
-		wg.Go(func() { e.act(t, "t2", sendAction("-1001234567890", "flood")) })
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, func(c *Config) { c.GlobalPerSecond = 20 })
+	var finished atomic.Int64
+	act := func(tenant, chat string) {
+		go func() {
+			defer finished.Add(1)
+			if r := e.act(t, tenant, sendAction(chat, tenant)); !r.Success {
+				t.Errorf("%s's send: %+v", tenant, r)
+			}
+		}()
 	}
-	// Wait until t2's burst is spent and its backlog waits for budget.
-	deadline := time.Now().Add(waitFor)
-	for e.p.budget.Waiting("t2") < 10 {
-		if time.Now().After(deadline) {
-			t.Fatal("t2's sends never queued for budget")
-		}
-		runtime.Gosched()
+	waiting := func() int { return e.p.budget.Waiting("t1") + e.p.budget.Waiting("t2") }
+	for range 40 {
+		act("t2", "-1001234567890")
+	}
+	// t2's burst of 20 goes out; its backlog of 20 waits for budget.
+	clk.Settle(t, 40, func() int { return int(finished.Load()) }, waiting)
+	if n := e.p.budget.Waiting("t2"); n != 20 {
+		t.Fatalf("%d of t2's sends wait for budget, want 20 (40 less the burst)", n)
 	}
 	for range 2 {
-		wg.Go(func() { e.act(t, "t1", sendAction("123456789", "quiet")) })
+		act("t1", "123456789")
 	}
-	wg.Wait()
+	clk.Drive(t, 42, func() int { return int(finished.Load()) }, waiting)
 	calls := e.fake.Calls("sendMessage")
 	if len(calls) != 42 {
 		t.Fatalf("%d sends, want 42", len(calls))
@@ -377,10 +394,30 @@ func TestFairShareBetweenTenants(t *testing.T) {
 			quietAt = append(quietAt, i)
 		}
 	}
-	if len(quietAt) != 2 || quietAt[1] > 30 {
-		t.Errorf("t1's sends were at positions %v of 42; a FIFO would put them last", quietAt)
+	// After t2's burst (0-19) the budget alternates: t2, t1, t2, t1, ...
+	if !slices.Equal(quietAt, []int{21, 23}) {
+		t.Errorf("t1's sends were at positions %v of 42, want [21 23]; a FIFO would put them last", quietAt)
 	}
 }
+
+// actDriven is act for an action that waits on clk: it runs in its own
+// goroutine while the test drives the clock.
+func (e *env) actDriven(t *testing.T, clk *clocktest.Fake, tenant string, a contract.Action) contract.Result {
+	t.Helper()
+	var (
+		r        contract.Result
+		finished atomic.Int64
+	)
+	go func() {
+		defer finished.Add(1)
+		r = e.act(t, tenant, a)
+	}()
+	clk.Drive(t, 1, func() int { return int(finished.Load()) }, func() int { return e.p.budget.Waiting(tenant) })
+	return r
+}
+
+// epoch starts the fake clocks.
+var epoch = time.Date(2026, 1, 15, 12, 0, 0, 0, time.UTC)
 
 // countingMetrics counts what the tests look at.
 type countingMetrics struct {
@@ -423,4 +460,14 @@ func TestEgressWhileTelegramIsDown(t *testing.T) {
 			}
 		}
 	}
+}
+
+// squeeze drops whitespace and backticks, what splitting may drop or add.
+func squeeze(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || r == '`' {
+			return -1
+		}
+		return r
+	}, s)
 }

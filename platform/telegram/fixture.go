@@ -13,9 +13,10 @@ import (
 
 // NormalizeFixture maps a fixture case's raw Bot API Update, with its
 // context (the bot, and the native adapter_config's group_topics/dm_topics),
-// to the Source the native adapter builds. It runs the same decoding and
-// normalization as live ingest; `connector conformance events` calls it for
-// every telegram case of testdata/platform_events.json.
+// to the Source the native adapter builds. It runs the same decoding,
+// normalization and group gate (with the native default settings) as live
+// ingest; `connector conformance events` calls it for every telegram case
+// of testdata/platform_events.json.
 func NormalizeFixture(raw, context json.RawMessage) (session.Source, error) {
 	m, err := fixtureMapping(context)
 	if err != nil {
@@ -26,6 +27,9 @@ func NormalizeFixture(raw, context json.RawMessage) (session.Source, error) {
 		return session.Source{}, err
 	}
 	in, drop := normalize(&u, &m)
+	if drop == "" && in.msg != nil {
+		drop = defaultPolicy.admit(in.msg, &m)
+	}
 	if drop != "" {
 		return session.Source{}, fmt.Errorf("telegram: the update is not ingested (%s)", drop)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"go.yaml.in/yaml/v3"
+
 	"connector/platform"
 	"connector/session"
 )
@@ -33,12 +35,23 @@ func (s *checkingSink) Deliver(_ context.Context, d platform.Delivery) error {
 	return nil
 }
 
-// FuzzWebhook posts arbitrary bodies (seeded with every fixture update) to
-// the webhook handler: it must answer 200, 400 or 413, never panic, and
-// only ever deliver to the tenant that owns the chat.
+// FuzzWebhook posts arbitrary bodies (seeded with every fixture update and
+// the parity probes) to the webhook handler, with tenant t1 using every
+// group trigger knob: it must answer 200, 400 or 413, never panic, and only
+// ever deliver to the tenant that owns the chat.
 func FuzzWebhook(f *testing.F) {
 	for _, c := range telegramFixtures(f) {
 		f.Add([]byte(c.Raw))
+	}
+	for i, probe := range []string{"both@forum:12", "textmention@group", "botreply@group", "photo(hermes)@group", "command@forum"} {
+		f.Add(parityRaw(f, probe, i+10))
+	}
+	f.Add([]byte(`{"update_id":4,"message":{"message_id":1,"date":1,"text":"😀@x","entities":[{"type":"mention","offset":1,"length":99},{"type":"bot_command","offset":-3,"length":2}],"chat":{"id":-4001234567,"type":"group"}}}`))
+	var t1 TenantConfig
+	if err := yaml.Unmarshal([]byte(`{require_mention: true, observe_unmentioned_group_messages: true, group_allowed_chats: "-4001234567, -1001112223334",
+		mention_patterns: [hermes], allowed_topics: "1, 12", ignored_threads: 13, bots_require_mention: true, guest_mode: true,
+		allowed_chats: [-4001234567, -1001112223334, -1001234567890], free_response_topics: "-1001112223334:12"}`), &t1); err != nil {
+		f.Fatal(err)
 	}
 	f.Add([]byte(callbackRaw))
 	f.Add([]byte(`{"update_id":1,"message":{"message_id":1,"date":1,"text":"/stop","entities":[{"type":"bot_command","offset":0,"length":5}],"chat":{"id":123456789,"type":"private"}}}`))
@@ -48,10 +61,13 @@ func FuzzWebhook(f *testing.F) {
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		p, err := New(Config{Token: testToken, Chats: testChats, WebhookURL: "https://x.example/h", WebhookSecret: testSecret,
-			MaxWebhookBytes: 64 << 10}, platform.Deps{})
+			MaxWebhookBytes: 64 << 10, Tenants: map[string]TenantConfig{"t1": t1}}, platform.Deps{})
 		if err != nil {
 			t.Fatal(err)
 		}
+		m := *p.mapping.Load()
+		m.botUsername = parityBotUsername
+		p.mapping.Store(&m)
 		var sink platform.Sink = &checkingSink{t: t, p: p}
 		p.sink.Store(&sink)
 		req := httptest.NewRequest(http.MethodPost, WebhookPath, bytes.NewReader(body))

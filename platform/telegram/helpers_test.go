@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock/clocktest"
 	"connector/internal/leakcheck"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
@@ -109,7 +110,19 @@ type env struct {
 // config (limits are off unless it turns them on).
 func newEnv(t *testing.T, configure func(*Config)) *env {
 	t.Helper()
+	return newEnvOn(t, nil, configure)
+}
+
+// newEnvOn is newEnv with the platform, and the fake's call stamps, on clk
+// (nil: the real clock).
+func newEnvOn(t *testing.T, clk *clocktest.Fake, configure func(*Config)) *env {
+	t.Helper()
 	fake := telegramtest.New(t, testToken)
+	deps := platform.Deps{}
+	if clk != nil {
+		fake.SetClock(clk)
+		deps.Clock = clk
+	}
 	cfg := Config{
 		Token: testToken, APIServerURL: fake.URL, Chats: testChats,
 		GlobalPerSecond: -1, ChatPerSecond: -1, GroupPerMinute: -1, PollTimeout: 2 * time.Second,
@@ -123,8 +136,8 @@ func newEnv(t *testing.T, configure func(*Config)) *env {
 			t.Log(logs.String())
 		}
 	})
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := New(cfg, platform.Deps{Log: log})
+	deps.Log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

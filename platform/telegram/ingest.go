@@ -25,7 +25,8 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 	if sink == nil {
 		return errNotRunning
 	}
-	in, drop := normalize(u, p.mapping.Load())
+	m := p.mapping.Load()
+	in, drop := normalize(u, m)
 	if drop != "" {
 		p.drop(drop, u.ID, 0)
 		return nil
@@ -42,8 +43,31 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		p.drop(dropDuplicate, u.ID, in.chatID)
 		return nil
 	}
+	var observed topicKey
+	if in.msg != nil {
+		pol := p.policy(tenant)
+		if reason := pol.admit(in.msg, m); reason != "" {
+			if pol.observes(in.msg, m) {
+				p.observed.keep(observedKey(in.msg), &in.event)
+				reason = dropObserved
+			}
+			if u.ID != 0 {
+				p.seen.add(u.ID)
+			}
+			p.drop(reason, u.ID, in.chatID)
+			return nil
+		}
+		if pol.sharesSessions(in.msg) {
+			shareSession(&in.event)
+			observed = observedKey(in.msg)
+			in.event.Context = p.observed.pending(observed)
+		}
+	}
 	if err := (*sink).Deliver(ctx, p.delivery(tenant, &in, received)); err != nil {
 		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
+	}
+	if len(in.event.Context) > 0 {
+		p.observed.delivered(observed)
 	}
 	if u.ID != 0 {
 		p.seen.add(u.ID)

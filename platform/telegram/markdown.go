@@ -2,6 +2,8 @@ package telegram
 
 import (
 	"strings"
+
+	"connector/internal/textsplit"
 )
 
 // renderMarkdownV2 converts the gateway's markdown to Telegram MarkdownV2.
@@ -46,15 +48,15 @@ func (r *mdRenderer) render(src string) {
 			r.raw("\n")
 		}
 		switch {
-		case inFence && isFenceClose(line):
+		case inFence && textsplit.IsFenceClose(line):
 			r.raw("```")
 			inFence = false
 		case inFence:
 			r.code(line)
 		default:
-			if lang, ok := fenceOpen(line); ok {
+			if info, ok := textsplit.FenceOpen(line); ok {
 				r.raw("```")
-				r.raw(lang)
+				r.raw(fenceLang(info))
 				inFence = true
 			} else {
 				r.block(line)
@@ -99,30 +101,20 @@ func heading(line string) (string, bool) {
 	return text, text != ""
 }
 
-// fenceOpen recognizes an opening fence and returns its language (kept only
-// when it is a plain identifier such as go or c++).
-func fenceOpen(line string) (string, bool) {
-	rest, ok := strings.CutPrefix(strings.TrimLeft(line, " "), "```")
-	if !ok {
-		return "", false
-	}
-	lang, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+// fenceLang returns the language of an opening fence's info string, kept
+// only when it is a plain identifier such as go or c++.
+func fenceLang(info string) string {
+	lang, _, _ := strings.Cut(strings.TrimSpace(info), " ")
 	if len(lang) > 32 {
-		return "", true
+		return ""
 	}
 	for i := 0; i < len(lang); i++ {
 		c := lang[i]
 		if !(isAlnum(c) || c == '_' || c == '+' || c == '-' || c == '#') {
-			return "", true
+			return ""
 		}
 	}
-	return lang, true
-}
-
-// isFenceClose recognizes a closing fence: backticks only.
-func isFenceClose(line string) bool {
-	t := strings.TrimSpace(line)
-	return len(t) >= 3 && strings.Trim(t, "`") == ""
+	return lang
 }
 
 // inline renders a line's inline spans; open lists the spans already open.

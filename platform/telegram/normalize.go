@@ -30,6 +30,9 @@ type topicKey struct {
 type inbound struct {
 	chatID int64
 	event  contract.Event
+	// msg is the message of a message update, for the group gate; nil for
+	// a callback query.
+	msg *models.Message
 	// stop marks a new "/stop" command: it becomes an interrupt.
 	stop bool
 	// callbackID is set for a callback query, answered after delivery.
@@ -82,7 +85,7 @@ func messageInbound(msg *models.Message, edit bool, m *mapping) (inbound, string
 			kind = contract.MessageCommand
 		}
 	}
-	in := inbound{chatID: msg.Chat.ID}
+	in := inbound{chatID: msg.Chat.ID, msg: msg}
 	ev := &in.event
 	ev.Text = text
 	ev.MessageType = kind

@@ -13,6 +13,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/contract"
+	"connector/internal/textsplit"
 )
 
 // send posts content, split into 4,096-character messages, rendered as
@@ -26,7 +27,7 @@ func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contr
 	}
 	thread := topicThread(a.Metadata.ThreadID)
 	reply := messageRef(a.ReplyTo)
-	parts := splitMessage(a.Content, maxMessageRunes)
+	parts := textsplit.Split(a.Content, splitRules)
 	first := ""
 	for i, part := range parts {
 		params := &bot.SendMessageParams{

@@ -17,6 +17,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/descriptor"
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/fairshare"
 	"connector/session"
@@ -28,7 +29,8 @@ type Platform struct {
 	log     *slog.Logger
 	key     platform.KeyFunc
 	metrics platform.Metrics
-	now     func() time.Time
+	clock   clock.Clock
+	now     func() time.Time // clock.Now
 
 	bot       *bot.Bot
 	transport *http.Transport
@@ -36,6 +38,8 @@ type Platform struct {
 	secretSum [32]byte // sha256 of the webhook secret
 
 	chats     map[int64]string
+	policies  map[string]*policy // by tenant; defaultPolicy when absent
+	observed  *observedLog
 	mapping   atomic.Pointer[mapping]
 	seen      *recentIDs
 	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
@@ -76,8 +80,11 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		log:       deps.Log,
 		key:       deps.Key,
 		metrics:   deps.M(),
-		now:       deps.Clock(),
+		clock:     deps.Time(),
+		now:       deps.Time().Now,
 		chats:     make(map[int64]string, len(cfg.Chats)),
+		policies:  make(map[string]*policy, len(cfg.Tenants)),
+		observed:  newObservedLog(),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
@@ -94,6 +101,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		id, _ := parseChatID(chat) // Validate checked it
 		p.chats[id] = tenant
 	}
+	for tenant, tc := range cfg.Tenants {
+		p.policies[tenant], _ = newPolicy(tc) // Validate checked it
+	}
 	m, err := p.liveMapping()
 	if err != nil {
 		return nil, err
@@ -103,6 +113,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.scrubber = newScrubber(cfg.Token, cfg.WebhookSecret)
 	p.budget = fairshare.New(fairshare.Config{
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.TenantWeights,
+		Clock: p.clock,
 	})
 	p.desc = descriptor.Telegram(supportedOps())
 
@@ -143,6 +154,14 @@ func (p *Platform) liveMapping() (*mapping, error) {
 		return nil, fmt.Errorf("telegram.dm_topics%w", err)
 	}
 	return &mapping{botID: id, groupTopics: group, dmTopics: dm}, nil
+}
+
+// policy returns tenant's group trigger policy.
+func (p *Platform) policy(tenant string) *policy {
+	if pol := p.policies[tenant]; pol != nil {
+		return pol
+	}
+	return defaultPolicy
 }
 
 // Name implements platform.Platform.

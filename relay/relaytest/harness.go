@@ -64,7 +64,13 @@ func StartConfig(t testing.TB, cfg relay.Config) *Harness {
 	}
 	t.Cleanup(func() {
 		cancel()
-		wg.Wait()
+		stopped := make(chan struct{})
+		go func() { wg.Wait(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(Timeout):
+			t.Errorf("timed out after %v waiting for the platforms' Run to return after cancel", Timeout)
+		}
 		sctx, scancel := context.WithTimeout(context.Background(), Timeout)
 		defer scancel()
 		if err := srv.Shutdown(sctx); err != nil {

@@ -109,6 +109,7 @@ type Server struct {
 	seq       int64
 	identify  int
 	resume    int
+	dials     int
 	closers   sync.WaitGroup
 	closed    bool
 }
@@ -255,6 +256,13 @@ func (s *Server) Identifies() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.identify
+}
+
+// Dials counts Gateway connections accepted, refused ones included.
+func (s *Server) Dials() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dials
 }
 
 // Resumes: see Identifies.

@@ -35,6 +35,9 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.SetReadLimit(1 << 20)
+	s.mu.Lock()
+	s.dials++
+	s.mu.Unlock()
 	ctx := context.Background()
 	g := &gwConn{c: c}
 	defer c.CloseNow()
@@ -78,8 +81,12 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// closeWith closes g with a Gateway close code in the background (the
-// close handshake waits for the client's answer).
+// closeWith closes g with a Gateway close code and returns once the close
+// handshake is done (coder/websocket bounds it to 5 s each way). It closes
+// synchronously on purpose: the handler returns right after a refusal, and
+// its deferred CloseNow would win a background Close and drop the socket
+// before the close frame went out, so the client would see 1006 and retry
+// instead of the terminal code.
 func (s *Server) closeWith(g *gwConn, code int, reason string) {
 	s.mu.Lock()
 	if s.closed {
@@ -89,10 +96,8 @@ func (s *Server) closeWith(g *gwConn, code int, reason string) {
 	}
 	s.closers.Add(1)
 	s.mu.Unlock()
-	go func() {
-		defer s.closers.Done()
-		_ = g.c.Close(websocket.StatusCode(code), reason)
-	}()
+	defer s.closers.Done()
+	_ = g.c.Close(websocket.StatusCode(code), reason)
 }
 
 func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessage) bool {
@@ -231,7 +236,8 @@ func (s *Server) WaitSession(ctx context.Context, n int) error {
 	}
 }
 
-// CloseGateway closes the current Gateway connection with code.
+// CloseGateway closes the current Gateway connection with code and returns
+// once the close handshake is done.
 func (s *Server) CloseGateway(code int, reason string) error {
 	s.mu.Lock()
 	g := s.conn

@@ -108,9 +108,13 @@ type messageBody struct {
 	} `json:"message_reference"`
 }
 
+// blank reports content Discord refuses as empty: it holds only whitespace
+// (a lone "\n" is refused with 50006, e.g. NITKC-DEV/Kisarazu-Multi-Manager#32).
+func blank(content string) bool { return strings.TrimSpace(content) == "" }
+
 func (s *Server) postMessage(w http.ResponseWriter, channelID string, body []byte) {
 	var b messageBody
-	if err := json.Unmarshal(body, &b); err != nil || b.Content == nil || *b.Content == "" {
+	if err := json.Unmarshal(body, &b); err != nil || b.Content == nil || blank(*b.Content) {
 		apiError(w, http.StatusBadRequest, 50006, "Cannot send an empty message")
 		return
 	}
@@ -185,7 +189,7 @@ func (s *Server) startThread(w http.ResponseWriter, channelID, msgID string, bod
 
 func (s *Server) followUp(w http.ResponseWriter, token string, body []byte) {
 	var b messageBody
-	if err := json.Unmarshal(body, &b); err != nil || b.Content == nil || *b.Content == "" {
+	if err := json.Unmarshal(body, &b); err != nil || b.Content == nil || blank(*b.Content) {
 		apiError(w, http.StatusBadRequest, 50006, "Cannot send an empty message")
 		return
 	}

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"connector/internal/clock"
 )
 
 // Server is a fake Bot API server on loopback.
@@ -37,6 +39,7 @@ type Server struct {
 	srv   *httptest.Server
 
 	mu       sync.Mutex
+	clock    clock.Clock   // stamps Call.At
 	changed  chan struct{} // closed and replaced on every recorded call or queued update
 	calls    []Call
 	updates  []queued
@@ -52,7 +55,7 @@ type Call struct {
 	Method string
 	// Form holds the form fields as sent (structured ones as JSON text).
 	Form map[string]string
-	// At is when the call arrived.
+	// At is when the call arrived, on the server's clock (SetClock).
 	At time.Time
 }
 
@@ -107,6 +110,7 @@ func NewServer(token string) *Server {
 	id, _ := strconv.ParseInt(idText, 10, 64)
 	s := &Server{
 		BotID: id, Username: "hermes_test_bot", token: token,
+		clock:    clock.System,
 		changed:  make(chan struct{}),
 		failures: make(map[string][]Failure),
 		messages: make(map[msgKey]string),
@@ -166,6 +170,14 @@ func (s *Server) callsLocked(method string) []Call {
 	return out
 }
 
+// SetClock makes c stamp the calls' At, e.g. the fake clock the platform
+// under test runs on; the default is the real clock.
+func (s *Server) SetClock(c clock.Clock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.clock = c
+}
+
 // WaitCalls waits until n calls of method were recorded or ctx ends, and
 // returns the calls seen so far.
 func (s *Server) WaitCalls(ctx context.Context, method string, n int) ([]Call, error) {
@@ -213,7 +225,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	s.calls = append(s.calls, Call{Method: method, Form: form, At: time.Now()})
+	s.calls = append(s.calls, Call{Method: method, Form: form, At: s.clock.Now()})
 	s.notify()
 	var fail *Failure
 	if q := s.failures[method]; len(q) > 0 {

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// serveWait bounds how long the tests wait for serve to listen or return.
+const serveWait = 20 * time.Second
+
+// listening waits for serve, started with onListen sending to addrCh and
+// its result going to done, to report its address.
+func listening(t *testing.T, addrCh <-chan string, done <-chan error) string {
+	t.Helper()
+	select {
+	case addr := <-addrCh:
+		return addr
+	case err := <-done:
+		t.Fatalf("serve returned %v before listening", err)
+	case <-time.After(serveWait):
+		t.Fatalf("timed out after %v waiting for serve to listen", serveWait)
+	}
+	return ""
+}
+
+// served waits for serve, whose context was cancelled, to return, and marks
+// t failed unless it returned nil. It does not stop the test, so it also
+// serves in a Cleanup.
+func served(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v", err)
+		}
+	case <-time.After(serveWait):
+		t.Errorf("timed out after %v waiting for serve to return after cancel", serveWait)
+	}
+}

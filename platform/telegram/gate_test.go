@@ -1,0 +1,207 @@
+package telegram
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-telegram/bot/models"
+	"go.yaml.in/yaml/v3"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/session"
+)
+
+// TestEntitySpan: offsets and lengths count UTF-16 code units; a span
+// past the end is cut, one beyond the text or splitting a surrogate pair
+// is empty.
+func TestEntitySpan(t *testing.T) {
+	const text = "😀 @hermes_bot é" // the emoji is 2 units, é 1
+	for _, c := range []struct {
+		offset, length int
+		want           string
+		ok             bool
+	}{
+		{3, 11, "@hermes_bot", true},
+		{0, 2, "😀", true},
+		{15, 9, "é", true},
+		{1, 3, "", false},  // starts inside the emoji
+		{0, 1, "", false},  // ends inside it
+		{16, 1, "", false}, // starts at the end
+		{40, 2, "", false},
+		{3, 0, "", false},
+		{-1, 4, "", false},
+	} {
+		got, ok := entitySpan(text, models.MessageEntity{Offset: c.offset, Length: c.length})
+		if got != c.want || ok != c.ok {
+			t.Errorf("span(%d, %d) = %q %v, want %q %v", c.offset, c.length, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestBareHandles: the native fallback pattern for text without entities.
+func TestBareHandles(t *testing.T) {
+	for text, want := range map[string][]string{
+		"@other_bot hi":                         {"other_bot"},
+		"hi @Other_Bot!":                        {"Other_Bot"},
+		"é@other_bot":                           {"other_bot"}, // the guard is ASCII only
+		"mail x@other_bot":                      nil,
+		"`@other_bot`":                          nil,
+		"/@other_bot":                           nil,
+		"@other_botté":                          nil, // no word boundary
+		"@a":                                    nil,
+		"@" + strings.Repeat("a", 28) + "bot":   {strings.Repeat("a", 28) + "bot"},
+		"@" + strings.Repeat("a", 29) + "bot":   nil, // 32 characters: bot-shaped, but past the pattern's 31
+		"@one_bot,@two_bot @three_bot@four_bot": {"one_bot", "two_bot", "three_bot"},
+	} {
+		var got []string
+		bareHandles(text, func(h string) { got = append(got, h) })
+		if !slices.Equal(got, want) {
+			t.Errorf("%q: %q, want %q", text, got, want)
+		}
+	}
+}
+
+// TestMentionsWithoutUsername: until getMe answered, only a text mention
+// of the bot's user addresses it and nothing counts as another bot's
+// exclusive address, as natively.
+func TestMentionsWithoutUsername(t *testing.T) {
+	m := &mapping{botID: 7012345678}
+	if m.mentionsBot(parityUpdate(t, "mention@group", 1).Message) {
+		t.Error("@hermes_bot counted before the username is known")
+	}
+	if !m.mentionsBot(parityUpdate(t, "textmention@group", 1).Message) {
+		t.Error("a text mention of the bot's user did not count")
+	}
+	if m.mentionsOnlyOtherBots(parityUpdate(t, "otherbot@group", 1).Message) {
+		t.Error("@other_bot excluded the message before the username is known")
+	}
+	m.botUsername = "Hermes_Bot" // getMe's spelling; handles compare case-insensitively
+	if !m.mentionsBot(parityUpdate(t, "mention@group", 1).Message) || m.mentionsOnlyOtherBots(parityUpdate(t, "both@group", 1).Message) {
+		t.Error("the bot's own handle is not recognized")
+	}
+}
+
+// TestShareSessionText: the sender moves into the text, the name falling
+// back to the id and the id to "unknown", as natively.
+func TestShareSessionText(t *testing.T) {
+	for _, c := range []struct {
+		id, name session.Nullable
+		want     string
+	}{
+		{session.Str("123456789"), session.Str("Ada"), "[Ada|123456789]\nhi"},
+		{session.Str("123456789"), session.Nullable{}, "[123456789|123456789]\nhi"},
+		{session.Nullable{}, session.Nullable{}, "[unknown|unknown]\nhi"},
+	} {
+		ev := contract.Event{Text: "hi", Source: session.Source{UserID: c.id, UserName: c.name, UserIDAlt: "x"}}
+		shareSession(&ev)
+		if ev.Text != c.want || ev.Source.UserID.Valid || ev.Source.UserName.Valid || ev.Source.UserIDAlt != "" {
+			t.Errorf("%+v: %q %+v, want %q and no user", c, ev.Text, ev.Source, c.want)
+		}
+	}
+}
+
+// TestObservedLogBounds: a chat topic keeps its latest observedPerTopic
+// messages within observedBytesPerTopic; messages without text are not
+// kept; a delivery forgets them.
+func TestObservedLogBounds(t *testing.T) {
+	o := newObservedLog()
+	k := topicKey{chat: -4001234567}
+	for i := range observedPerTopic + 5 {
+		o.keep(k, &contract.Event{Text: strings.Repeat("x", i+1)})
+	}
+	o.keep(k, &contract.Event{})
+	got := o.pending(k)
+	if len(got) != observedPerTopic || len(got[0].Text) != 6 || len(got[len(got)-1].Text) != observedPerTopic+5 {
+		t.Fatalf("kept %d messages, first %d bytes, last %d", len(got), len(got[0].Text), len(got[len(got)-1].Text))
+	}
+	big := strings.Repeat("y", observedBytesPerTopic/3+1)
+	for range 4 {
+		o.keep(k, &contract.Event{Text: big})
+	}
+	if got := o.pending(k); len(got) != 2 {
+		t.Fatalf("kept %d messages of %d bytes, want the 2 that fit in %d", len(got), len(big), observedBytesPerTopic)
+	}
+	o.delivered(k)
+	if got := o.pending(k); got != nil {
+		t.Fatalf("after delivery: %d messages", len(got))
+	}
+}
+
+// observeEnv is a platform whose tenant t1 observes the group -4001234567.
+func observeEnv(t *testing.T) (*Platform, *recordingSink) {
+	t.Helper()
+	cfg := Config{Token: testToken, Chats: testChats}
+	if err := yaml.Unmarshal([]byte("{tenants: {t1: {require_mention: true, observe_unmentioned_group_messages: true, group_allowed_chats: -4001234567}}}"), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(cfg, platform.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.transport.CloseIdleConnections)
+	m := *p.mapping.Load()
+	m.botUsername = parityBotUsername
+	p.mapping.Store(&m)
+	rec := newSink()
+	var sink platform.Sink = rec
+	p.sink.Store(&sink)
+	return p, rec
+}
+
+// TestObservedContextSurvivesRefusalAndRedelivery: a redelivered observed
+// update is kept once, and a delivery the relay refuses keeps the context
+// for the retry.
+func TestObservedContextSurvivesRefusalAndRedelivery(t *testing.T) {
+	p, rec := observeEnv(t)
+	ctx := context.Background()
+	held := parityUpdate(t, "plain@group", 1)
+	for range 2 {
+		if err := p.handle(ctx, held, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mention := parityUpdate(t, "mention@group", 2)
+	rec.refuse.Store(1)
+	if err := p.handle(ctx, mention, time.Now()); err == nil {
+		t.Fatal("a refused delivery was not reported")
+	}
+	if err := p.handle(ctx, mention, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	d := rec.next(t)
+	want := []contract.ContextMessage{{Text: "hi", Source: contract.ContextAuthor{UserName: "Ada", UserID: "123456789"}}}
+	if !reflect.DeepEqual(d.Event.Context, want) || d.Event.Text != "[Ada|123456789]\n@hermes_bot hi" {
+		t.Fatalf("delivered %q with context %+v, want the held-back message once", d.Event.Text, d.Event.Context)
+	}
+	shared := session.Key(&session.Source{Platform: "telegram", ChatID: "-4001234567", ChatType: session.ChatTypeGroup}, session.DefaultOptions)
+	if d.SessionKey != shared {
+		t.Errorf("session key %s, want the chat's shared %s", d.SessionKey, shared)
+	}
+	rec.empty(t)
+}
+
+// TestGateEndToEnd: long polling against the fake Bot API, the gates use
+// the username getMe answered (hermes_test_bot): with the native defaults
+// a message for another bot is dropped and one for this bot delivered;
+// the tenant's require_mention drops the unaddressed one.
+func TestGateEndToEnd(t *testing.T) {
+	e := pollingEnv(t, func(c *Config) {
+		c.Tenants = map[string]TenantConfig{"t1": {RequireMention: new(true)}}
+	})
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+	e.fake.Enqueue(parityRaw(t, "otherbot@group", 1))
+	e.fake.Enqueue(parityRaw(t, "plain@group", 2))
+	e.fake.Enqueue(parityRaw(t, "say(@hermes_test_bot hi)@group", 3))
+	e.fake.Enqueue(parityRaw(t, "otherbot@dm", 4))
+	if d := e.sink.next(t); d.Event.Text != "@hermes_test_bot hi" {
+		t.Fatalf("first delivery %q, want the message for this bot", d.Event.Text)
+	}
+	if d := e.sink.next(t); d.Event.Source.ChatType != session.ChatTypeDM {
+		t.Fatalf("second delivery %+v, want the DM (DMs are not gated)", d.Event.Source)
+	}
+}

@@ -1,0 +1,359 @@
+package telegram
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"connector/internal/nativecfg"
+)
+
+// This file owns how a tenant's group-trigger knobs are read and checked:
+// the spellings the native Telegram adapter accepts for them (YAML lists,
+// comma-separated strings, JSON list literals, bare numbers read as YAML
+// 1.1 does, the TELEGRAM_* boolean spellings). docs/settings-parity.md
+// lists every knob and special value; TestTelegramSettingsParity checks
+// each row.
+
+// TenantConfig holds the native Telegram adapter's knobs that decide which
+// of a tenant's group messages become turns (gate.go applies them in the
+// native order). Values are read as the native adapter reads config.yaml's
+// telegram section and its TELEGRAM_* variables: lists may be YAML lists,
+// bare numbers, comma-separated strings or JSON list literals ('["-100",
+// "-200"]'); booleans may be YAML booleans or true/false, 1/0, yes/no,
+// on/off. DMs and channels are never gated, as natively.
+type TenantConfig struct {
+	// RequireMention makes a group message need a trigger: a mention of
+	// the bot (@username, a text mention, /command@bot), a reply to the
+	// bot, or a MentionPatterns match; free-response chats and topics are
+	// exempt (telegram.require_mention, TELEGRAM_REQUIRE_MENTION). Default
+	// false.
+	RequireMention *bool `yaml:"require_mention"`
+	// MentionPatterns are regular expressions that also trigger: searched
+	// case-insensitively in the text or caption (telegram.mention_patterns).
+	// A list, or one string that is one pattern; a pattern Go's regexp
+	// cannot compile (Python-only syntax such as lookarounds) is refused.
+	// Default none.
+	MentionPatterns []string `yaml:"mention_patterns"`
+	// FreeResponseChats need no trigger (telegram.free_response_chats,
+	// TELEGRAM_FREE_RESPONSE_CHATS): chat ids. Default none.
+	FreeResponseChats []string `yaml:"free_response_chats"`
+	// FreeResponseTopics need no trigger (telegram.free_response_topics,
+	// TELEGRAM_FREE_RESPONSE_TOPICS): "<chat id>:<thread id>" entries, where
+	// thread 1 is a forum's General topic and also every message of a group
+	// without topics. Default none.
+	FreeResponseTopics []string `yaml:"free_response_topics"`
+	// AllowedChats, when set, drops group messages of other chats, except
+	// an explicit mention of the bot when GuestMode is on
+	// (telegram.allowed_chats, TELEGRAM_ALLOWED_CHATS). Default none (every
+	// chat).
+	AllowedChats []string `yaml:"allowed_chats"`
+	// AllowedTopics, when set, drops group messages in other threads; a
+	// message without a thread (a forum's General topic, a group without
+	// topics) is thread 1 (telegram.allowed_topics, TELEGRAM_ALLOWED_TOPICS).
+	// Thread ids, compared as written. Default none (every thread).
+	AllowedTopics []string `yaml:"allowed_topics"`
+	// IgnoredThreads drops group messages in these threads
+	// (telegram.ignored_threads, TELEGRAM_IGNORED_THREADS); entries are read
+	// as numbers (" +007 " is 7). Default none.
+	IgnoredThreads []string `yaml:"ignored_threads"`
+	// GuestMode lets an explicit mention of the bot through in groups
+	// outside AllowedChats (telegram.guest_mode, TELEGRAM_GUEST_MODE).
+	// Default false.
+	GuestMode *bool `yaml:"guest_mode"`
+	// BotsRequireMention makes another bot's group message need an
+	// explicit mention of this bot, even in reply to it, unless the chat or
+	// topic is free-response (telegram.bots_require_mention,
+	// TELEGRAM_BOTS_REQUIRE_MENTION). Default false.
+	BotsRequireMention *bool `yaml:"bots_require_mention"`
+	// ExclusiveBotMentions drops a group message whose explicit @…bot
+	// mentions all name other bots, free-response chats included
+	// (telegram.exclusive_bot_mentions, TELEGRAM_EXCLUSIVE_BOT_MENTIONS).
+	// Default true.
+	ExclusiveBotMentions *bool `yaml:"exclusive_bot_mentions"`
+	// ObserveUnmentionedGroupMessages applies in the chats of
+	// GroupAllowedChats (those also in AllowedChats, when that is set): a
+	// group message RequireMention holds back is kept and delivered as
+	// context of the next delivered message of its chat and topic, and
+	// delivered messages other than commands carry their sender in the
+	// text ("[name|id]") instead of the source, so the chat or topic shares
+	// one session (telegram.observe_unmentioned_group_messages,
+	// TELEGRAM_OBSERVE_UNMENTIONED_GROUP_MESSAGES). Default false.
+	ObserveUnmentionedGroupMessages *bool `yaml:"observe_unmentioned_group_messages"`
+	// IngestUnmentionedGroupMessages is the older name of
+	// ObserveUnmentionedGroupMessages, read only when that is unset.
+	IngestUnmentionedGroupMessages *bool `yaml:"ingest_unmentioned_group_messages"`
+	// GroupAllowedChats are the chats the tenant's gateway authorizes as a
+	// whole (telegram.group_allowed_chats, TELEGRAM_GROUP_ALLOWED_CHATS). The
+	// connector reads them only to scope ObserveUnmentionedGroupMessages;
+	// authorizing users stays the gateway's. Default none.
+	GroupAllowedChats []string `yaml:"group_allowed_chats"`
+}
+
+// UnmarshalYAML reads a tenant's knobs as the native adapter reads them.
+// Unknown keys are errors.
+func (tc *TenantConfig) UnmarshalYAML(node *yaml.Node) error {
+	if node.Kind == yaml.ScalarNode && node.Tag == "!!null" {
+		return nil
+	}
+	if node.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: telegram tenant settings: want a mapping", node.Line)
+	}
+	for i := 0; i+1 < len(node.Content); i += 2 {
+		key, value := node.Content[i], node.Content[i+1]
+		read, ok := tenantKnobs[key.Value]
+		if !ok {
+			// yaml's own unknown-field wording, which the config loader
+			// reports as an unknown key.
+			return fmt.Errorf("line %d: field %s not found in type telegram.TenantConfig", key.Line, key.Value)
+		}
+		if err := read(tc, value); err != nil {
+			return fmt.Errorf("line %d: telegram tenant setting %s: %w", value.Line, key.Value, err)
+		}
+	}
+	return nil
+}
+
+// tenantKnobs reads each YAML key of TenantConfig
+// (TestTelegramTenantKnobsCoverFields keeps it in step with the yaml tags).
+var tenantKnobs = map[string]func(*TenantConfig, *yaml.Node) error{
+	"require_mention":                    flagKnob(func(tc *TenantConfig) **bool { return &tc.RequireMention }),
+	"guest_mode":                         flagKnob(func(tc *TenantConfig) **bool { return &tc.GuestMode }),
+	"bots_require_mention":               flagKnob(func(tc *TenantConfig) **bool { return &tc.BotsRequireMention }),
+	"exclusive_bot_mentions":             flagKnob(func(tc *TenantConfig) **bool { return &tc.ExclusiveBotMentions }),
+	"observe_unmentioned_group_messages": flagKnob(func(tc *TenantConfig) **bool { return &tc.ObserveUnmentionedGroupMessages }),
+	"ingest_unmentioned_group_messages":  flagKnob(func(tc *TenantConfig) **bool { return &tc.IngestUnmentionedGroupMessages }),
+	"free_response_chats":                listKnob(func(tc *TenantConfig) *[]string { return &tc.FreeResponseChats }),
+	"free_response_topics":               listKnob(func(tc *TenantConfig) *[]string { return &tc.FreeResponseTopics }),
+	"allowed_chats":                      listKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedChats }),
+	"allowed_topics":                     listKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedTopics }),
+	"ignored_threads":                    listKnob(func(tc *TenantConfig) *[]string { return &tc.IgnoredThreads }),
+	"group_allowed_chats":                listKnob(func(tc *TenantConfig) *[]string { return &tc.GroupAllowedChats }),
+	"mention_patterns":                   readMentionPatterns,
+}
+
+// flagKnob reads a boolean knob: every TELEGRAM_* boolean counts true, 1,
+// yes and on as true.
+func flagKnob(field func(*TenantConfig) **bool) func(*TenantConfig, *yaml.Node) error {
+	return func(tc *TenantConfig, n *yaml.Node) error {
+		v, err := nativecfg.Flag(n, true)
+		if err != nil {
+			return err
+		}
+		*field(tc) = v
+		return nil
+	}
+}
+
+// listKnob reads a list knob as the native bridge writes it
+// (nativecfg.BridgedList: a bare 010 is YAML 1.1's octal 8).
+func listKnob(field func(*TenantConfig) *[]string) func(*TenantConfig, *yaml.Node) error {
+	return func(tc *TenantConfig, n *yaml.Node) error {
+		items, err := nativecfg.BridgedList(n)
+		if err != nil {
+			return err
+		}
+		*field(tc) = items
+		return nil
+	}
+}
+
+// readMentionPatterns reads mention_patterns: one string is one pattern, a
+// list holds patterns. The native adapter silently skips what YAML reads as
+// a number, boolean or null; those are refused.
+func readMentionPatterns(tc *TenantConfig, n *yaml.Node) error {
+	switch {
+	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
+		tc.MentionPatterns = nil
+	case n.Kind == yaml.ScalarNode && nativecfg.IsYAML11String(n):
+		tc.MentionPatterns = []string{n.Value}
+	case n.Kind == yaml.SequenceNode:
+		patterns := make([]string, 0, len(n.Content))
+		for i, item := range n.Content {
+			if !nativecfg.IsYAML11String(item) {
+				return fmt.Errorf("[%d]: %q is not a string to YAML 1.1, so the native adapter skips it; quote it", i, item.Value)
+			}
+			patterns = append(patterns, item.Value)
+		}
+		tc.MentionPatterns = patterns
+	default:
+		return fmt.Errorf("want a list of regular expressions or one (a bare number or boolean is not a string to YAML 1.1; quote it)")
+	}
+	return nil
+}
+
+// observe reports whether observe mode is on: observe_unmentioned_group_messages,
+// else its older name.
+func (tc TenantConfig) observe() bool {
+	if tc.ObserveUnmentionedGroupMessages != nil {
+		return *tc.ObserveUnmentionedGroupMessages
+	}
+	return tc.IngestUnmentionedGroupMessages != nil && *tc.IngestUnmentionedGroupMessages
+}
+
+// policy is one tenant's TenantConfig in the form the gate reads.
+type policy struct {
+	requireMention       bool
+	guestMode            bool
+	botsRequireMention   bool
+	exclusiveBotMentions bool
+	observe              bool
+	patterns             []*regexp.Regexp
+	freeChats            map[int64]bool
+	freeTopics           map[topicKey]bool
+	allowedChats         map[int64]bool // nil: every chat
+	allowedTopics        map[int]bool   // nil: every thread
+	ignoredThreads       map[int]bool
+	observeChats         map[int64]bool
+}
+
+// defaultPolicy is the native defaults, for tenants without settings.
+var defaultPolicy = &policy{exclusiveBotMentions: true}
+
+// newPolicy checks tc and builds its policy; the error starts with the YAML
+// key.
+func newPolicy(tc TenantConfig) (*policy, error) {
+	pol := &policy{
+		requireMention:       flag(tc.RequireMention, false),
+		guestMode:            flag(tc.GuestMode, false),
+		botsRequireMention:   flag(tc.BotsRequireMention, false),
+		exclusiveBotMentions: flag(tc.ExclusiveBotMentions, true),
+		observe:              tc.observe(),
+	}
+	var err error
+	if pol.freeChats, err = chatList("free_response_chats", tc.FreeResponseChats); err != nil {
+		return nil, err
+	}
+	if pol.allowedChats, err = chatList("allowed_chats", tc.AllowedChats); err != nil {
+		return nil, err
+	}
+	groupAllowed, err := chatList("group_allowed_chats", tc.GroupAllowedChats)
+	if err != nil {
+		return nil, err
+	}
+	// Observed context is shared at chat scope, so it needs chats the
+	// gateway authorizes as a whole, and responds in.
+	for chat := range groupAllowed {
+		if pol.allowedChats == nil || pol.allowedChats[chat] {
+			if pol.observeChats == nil {
+				pol.observeChats = make(map[int64]bool)
+			}
+			pol.observeChats[chat] = true
+		}
+	}
+	entries, err := nativecfg.DecodeList(tc.FreeResponseTopics)
+	if err != nil {
+		return nil, fmt.Errorf("free_response_topics: %w", err)
+	}
+	for _, e := range entries {
+		k, err := freeTopic(e)
+		if err != nil {
+			return nil, fmt.Errorf("free_response_topics: %q: %w", e, err)
+		}
+		if pol.freeTopics == nil {
+			pol.freeTopics = make(map[topicKey]bool)
+		}
+		pol.freeTopics[k] = true
+	}
+	if entries, err = nativecfg.DecodeList(tc.AllowedTopics); err != nil {
+		return nil, fmt.Errorf("allowed_topics: %w", err)
+	}
+	for _, e := range entries {
+		thread, err := topicThreadID(e, false)
+		if err != nil {
+			return nil, fmt.Errorf("allowed_topics: %q: %w", e, err)
+		}
+		if pol.allowedTopics == nil {
+			pol.allowedTopics = make(map[int]bool)
+		}
+		pol.allowedTopics[thread] = true
+	}
+	if entries, err = nativecfg.DecodeList(tc.IgnoredThreads); err != nil {
+		return nil, fmt.Errorf("ignored_threads: %w", err)
+	}
+	for _, e := range entries {
+		thread, err := pythonThreadID(e)
+		if err != nil {
+			return nil, fmt.Errorf("ignored_threads: %q: %w", e, err)
+		}
+		if pol.ignoredThreads == nil {
+			pol.ignoredThreads = make(map[int]bool)
+		}
+		pol.ignoredThreads[thread] = true
+	}
+	for i, pat := range tc.MentionPatterns {
+		if strings.TrimSpace(pat) == "" {
+			continue // the native adapter skips blank patterns
+		}
+		re, err := regexp.Compile("(?i)" + pat)
+		if err != nil {
+			return nil, fmt.Errorf("mention_patterns[%d]: %q: Go's regexp cannot compile it: %w", i, pat, err)
+		}
+		pol.patterns = append(pol.patterns, re)
+	}
+	return pol, nil
+}
+
+func flag(v *bool, def bool) bool {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
+// chatList reads a list of chat ids, compared as written, as natively: an
+// entry that is not a chat id in its canonical spelling (or is "*", which
+// is no wildcard here) could never match and is refused. Nil when empty.
+func chatList(key string, items []string) (map[int64]bool, error) {
+	entries, err := nativecfg.DecodeList(items)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	chats := make(map[int64]bool, len(entries))
+	for _, e := range entries {
+		chat, err := parseChatID(e)
+		if err != nil {
+			if e == "*" {
+				return nil, fmt.Errorf("%s: \"*\" is not a wildcard in this list: the native adapter would match no chat", key)
+			}
+			return nil, fmt.Errorf("%s: %q: %w (the native adapter compares chat ids as written, so this never matches)", key, e, err)
+		}
+		chats[chat] = true
+	}
+	return chats, nil
+}
+
+// freeTopic parses a free_response_topics entry "<chat id>:<thread id>",
+// both compared as written.
+func freeTopic(e string) (topicKey, error) {
+	chatText, threadText, ok := strings.Cut(e, ":")
+	if !ok {
+		return topicKey{}, fmt.Errorf("want <chat id>:<thread id>")
+	}
+	chat, err := parseChatID(chatText)
+	if err != nil {
+		return topicKey{}, err
+	}
+	thread, err := topicThreadID(threadText, false)
+	if err != nil {
+		return topicKey{}, err
+	}
+	return topicKey{chat: chat, thread: thread}, nil
+}
+
+// pythonThreadID parses a thread id as Python's int() does: surrounding
+// space, a sign, leading zeros and single underscores between digits are
+// allowed. Only a positive id can match a thread.
+func pythonThreadID(s string) (int, error) {
+	t := strings.TrimSpace(s)
+	t = strings.TrimPrefix(t, "+")
+	if strings.HasPrefix(t, "_") || strings.HasSuffix(t, "_") || strings.Contains(t, "__") {
+		return 0, fmt.Errorf("want a positive integer")
+	}
+	return topicThreadID(strings.ReplaceAll(t, "_", ""), true)
+}
