@@ -198,7 +198,8 @@ type Server struct {
 	mu       sync.Mutex
 	closing  bool
 	conns    map[*conn]struct{}
-	outbound sync.WaitGroup // in-flight outbound ops of every connection
+	ops      map[*outboundOp]struct{} // in-flight outbound ops of every connection
+	outbound sync.WaitGroup           // counts ops
 	connsWG  sync.WaitGroup
 }
 
@@ -222,6 +223,7 @@ func New(cfg Config) (*Server, error) {
 		platforms:   make(map[string]platform.Platform),
 		descriptors: make(map[string]descriptor.Descriptor),
 		conns:       make(map[*conn]struct{}),
+		ops:         make(map[*outboundOp]struct{}),
 
 		descriptorFrames: make(map[string][]byte),
 	}
@@ -401,19 +403,26 @@ func (s *Server) untrack(c *conn) {
 	s.connsWG.Done()
 }
 
-// Shutdown stops accepting gateways, waits (bounded by ctx) for in-flight
-// outbound ops to be answered, then closes every connection with 1001 so the
-// gateways reconnect, possibly to another instance, and waits for them to
-// finish. Unacknowledged inbound stays in the (in-memory) ledger until the
-// process exits; Shutdown logs how many entries that is.
+// Shutdown stops accepting gateways and waits, until ctx is done, for
+// in-flight outbound ops to be answered. Every op still running then is
+// answered at once with the retryable code unavailable, marked ambiguous
+// (the platform may have applied it). Then every connection is closed with
+// 1001, after the frames queued before it (those answers included), so the
+// gateways reconnect, possibly to another instance; Shutdown waits up to
+// closeWait more for them to close. Unacknowledged inbound stays in the
+// (in-memory) ledger until the process exits; Shutdown logs how many
+// entries that is.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
 	s.unsubscribe()
 
-	if err := waitCtx(ctx, &s.outbound); err != nil {
-		s.log.Warn("shutdown: outbound ops still running at the deadline")
+	var err error
+	if waitCtx(ctx, &s.outbound) != nil {
+		n := s.abandonOps()
+		s.log.Warn("shutdown: outbound ops still running at the deadline answered unavailable (ambiguous)", "ops", n)
+		err = fmt.Errorf("relay: %d outbound ops were still running at the shutdown deadline", n)
 	}
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
@@ -424,12 +433,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.closeWith(contract.CloseGoingAway, "connector shutting down")
 	}
-	err := waitCtx(ctx, &s.connsWG)
+	cctx, cancel := context.WithTimeout(context.Background(), s.closeWait())
+	defer cancel()
+	if waitCtx(cctx, &s.connsWG) != nil && err == nil {
+		err = errors.New("relay: gateway connections still open after their 1001 close")
+	}
 	if n := s.buffered(); n > 0 {
 		s.log.Warn("shutdown discards buffered inbound the gateways have not acknowledged", "entries", n)
 	}
 	return err
 }
+
+// closeWait bounds how long Shutdown waits for connections to close after
+// closing them: their queued frames' write, then the close handshake
+// (which coder/websocket bounds at 5 s).
+func (s *Server) closeWait() time.Duration { return s.cfg.WriteTimeout + 5*time.Second }
 
 // buffered counts the entries in every tenant's ledger.
 func (s *Server) buffered() int {
