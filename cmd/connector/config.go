@@ -25,8 +25,12 @@ type Config struct {
 	// Listen is the address of the public HTTP listener (/relay, webhooks,
 	// nexscope, /healthz). Default 127.0.0.1:8080.
 	Listen string `yaml:"listen"`
-	// ShutdownGrace bounds how long SIGTERM waits for in-flight outbound ops
-	// before closing gateways with 1001. Default 30s.
+	// ShutdownGrace bounds how long SIGTERM waits for in-flight outbound ops.
+	// Every op still running then is answered with the retryable code
+	// unavailable, marked ambiguous (it may have been applied), and every
+	// gateway is closed with 1001 (waiting up to relay.write_timeout + 5s
+	// more for the close). A second SIGTERM or SIGINT exits at once.
+	// Default 30s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	// Log configures structured logging.
 	Log LogConfig `yaml:"log"`

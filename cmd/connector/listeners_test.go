@@ -105,6 +105,8 @@ func TestOperationalEndpointsAreOnTheOpsListenerOnly(t *testing.T) {
 		`connector_http_unauthenticated_connections `,
 		`connector_http_connections_refused_total{reason="over_limit"} 0`,
 		`connector_inbound_events_total{outcome="queued",platform="nexscope",tenant="local"} 0`,
+		`connector_outbound_ops_total{op="send",platform="nexscope",result="platform_error"} 0`,
+		`connector_outbound_seconds_bucket{op="send",platform="nexscope",le="0.00025"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("ops /metrics lacks %s", want)

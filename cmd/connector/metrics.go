@@ -61,10 +61,10 @@ func newMetrics() *metrics {
 			Name: "connector_inbound_delivery_seconds", Help: "Time from platform receipt to the inbound frame handed to a gateway connection's writer.",
 			Buckets: latencyBuckets}, []string{"platform"}),
 		outbound: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_outbound_ops_total", Help: "Outbound ops by op and result (ok or the failure code)."}, []string{"op", "result"}),
+			Name: "connector_outbound_ops_total", Help: "Outbound ops by platform (none: answered before one was chosen), op and result (ok or the failure code)."}, []string{"platform", "op", "result"}),
 		outboundTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "connector_outbound_seconds", Help: "Time from an outbound request to its result.",
-			Buckets: latencyBuckets}, []string{"op"}),
+			Name: "connector_outbound_seconds", Help: "Time from an outbound request to its result, by platform and op.",
+			Buckets: latencyBuckets}, []string{"platform", "op"}),
 		buffered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "connector_buffered_events", Help: "Inbound events held for a tenant: in flight without ack, or waiting for a gateway."}, []string{"tenant"}),
 		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -107,7 +107,19 @@ func (m *metrics) preinit(tenants []string, platforms []platform.Platform) {
 		m.deliveryDelay.WithLabelValues(p.Name())
 		m.rateWait.WithLabelValues(p.Name())
 		m.rateLimited.WithLabelValues(p.Name())
+		for _, op := range p.Descriptor().SupportedOps {
+			m.outboundTime.WithLabelValues(p.Name(), op)
+			for _, result := range outboundResults {
+				m.outbound.WithLabelValues(p.Name(), op, result)
+			}
+		}
 	}
+}
+
+// outboundResults are the result labels of connector_outbound_ops_total.
+var outboundResults = []string{
+	"ok", contract.CodeEgressDeclined, contract.CodeUnsupportedOp, contract.CodeBadRequest,
+	contract.CodeCapabilityMissing, contract.CodeRateLimited, contract.CodePlatformError, contract.CodeUnavailable,
 }
 
 // watchListener exports the public listener's unauthenticated connections.
@@ -176,9 +188,9 @@ func (m *metrics) Delivered(platform string, d time.Duration) {
 }
 
 // Outbound implements relay.Metrics.
-func (m *metrics) Outbound(op, result string, d time.Duration) {
-	m.outbound.WithLabelValues(op, result).Inc()
-	m.outboundTime.WithLabelValues(op).Observe(d.Seconds())
+func (m *metrics) Outbound(platform, op, result string, d time.Duration) {
+	m.outbound.WithLabelValues(platform, op, result).Inc()
+	m.outboundTime.WithLabelValues(platform, op).Observe(d.Seconds())
 }
 
 // Buffered implements relay.Metrics.

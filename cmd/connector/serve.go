@@ -12,11 +12,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"connector/contract"
@@ -56,7 +54,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "config ok")
 		return 0
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := shutdownSignals(log)
 	defer stop()
 	if err := serve(ctx, cfg, generated, log, stdout, nil); err != nil {
 		log.Error("connector stopped", "err", err)
