@@ -71,7 +71,8 @@ func TestBuiltBinaryHelp(t *testing.T) {
 		}
 	}
 	for _, args := range [][]string{
-		{"serve", "--help"}, {"--config", "x", "--help"}, {"conformance", "--help"}, {"conformance", "keys", "--help"},
+		{"serve", "--help"}, {"--config", "x", "--help"}, {"config", "--help"}, {"config", "example", "--help"},
+		{"conformance", "--help"}, {"conformance", "keys", "--help"},
 		{"conformance", "events", "-h"}, {"token", "--help"}, {"version", "--help"},
 	} {
 		code, out, errOut := runBinary(t, bin, "", nil, args...)

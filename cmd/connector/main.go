@@ -4,16 +4,18 @@
 // Subcommands (each takes --help):
 //
 //	connector [serve] [-config FILE] [-listen ADDR] [-data-dir DIR] [-check]
+//	connector config example            print a commented example config file
 //	connector conformance keys FILE     check session keys against a fixture
 //	connector conformance events FILE   check platform normalization against a fixture
 //	connector token -gateway-id ID [-ttl 300s]   (secret from $CONNECTOR_TOKEN_SECRET or stdin)
 //	connector version
 //	connector help
 //
-// With no -config, serve runs on embedded defaults: loopback only, one local
-// tenant whose gateway secret is generated and printed, and a nexscope room
-// whose token is generated and printed; no Discord or Telegram credentials
-// are needed. The generated secrets are kept in the data directory
+// Without -config, serve reads $CONNECTOR_CONFIG, else ./connector.yaml or
+// /etc/connector/connector.yaml. With none of them it runs on embedded
+// defaults: loopback only, one local tenant whose gateway secret is
+// generated and printed, and a nexscope room whose token is generated and
+// printed; no Discord or Telegram credentials are needed. The generated secrets are kept in the data directory
 // (-data-dir, $CONNECTOR_DATA_DIR, $XDG_STATE_HOME/connector or
 // ~/.local/state/connector), so they stay the same across restarts.
 package main
@@ -45,6 +47,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"serve", "run the connector until SIGINT or SIGTERM (the default command)", serveCmd},
+		{"config", "print a commented example config file", configCmd},
 		{"conformance", "check session keys or platform normalization against an oracle fixture", conformanceCmd},
 		{"token", "mint a gateway's upgrade token, reading the secret from $" + envTokenSecret + " or stdin", tokenCmd},
 		{"version", "print the version, commit and Go version", versionCmd},

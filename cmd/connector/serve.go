@@ -28,7 +28,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("serve", "connector [serve] [-config FILE] [-listen ADDR] [-data-dir DIR] [-check]",
 		"Runs the connector until SIGINT or SIGTERM (a second signal exits at once). Without -config it\n"+
 			"runs on embedded defaults and prints how a local gateway connects.")
-	configPath := fs.String("config", "", "YAML config file (default: embedded defaults)")
+	configFlag := fs.String("config", "", "YAML config file (default: $"+envConfigPath+", else ./connector.yaml or /etc/connector/connector.yaml if one exists, else embedded defaults)")
 	listen := fs.String("listen", "", "listen address, overriding the config file")
 	dataDirFlag := fs.String("data-dir", "", "the data directory, where embedded defaults keep their generated secrets (default: $"+envDataDir+", $XDG_STATE_HOME/connector or ~/.local/state/connector)")
 	check := fs.Bool("check", false, "validate the config and exit")
@@ -39,12 +39,18 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "connector serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, generated, err := loadOrDefault(sources{configPath: *configPath, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
+	path := configPath(*configFlag, defaultConfigSearch, os.LookupEnv)
+	cfg, generated, err := loadOrDefault(sources{configPath: path, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "connector: %v\n", err)
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	if path != "" {
+		log.Info("config loaded", "file", path)
+	} else {
+		log.Info("no config file: running on embedded defaults", "searched", strings.Join(defaultConfigSearch, ", "))
+	}
 	if *check {
 		// Everything serve builds, without listening.
 		if _, err := build(cfg, log); err != nil {
@@ -100,6 +106,9 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if cfg, err = LoadConfig(src.configPath); err != nil {
 			return nil, nil, err
 		}
+	}
+	if err := cfg.applyKeyEnv(lookup); err != nil {
+		return nil, nil, err
 	}
 	if src.listen != "" {
 		cfg.Listen = src.listen
