@@ -62,8 +62,11 @@ func (c *connector) opsServer() *http.Server {
 
 // withBodyDeadline gives every request that is not a WebSocket upgrade d to
 // deliver its body, from when its handler starts: a webhook body trickled
-// in byte by byte is cut off instead of holding the connection. WebSocket
-// routes are long-lived and bound their own reads.
+// in byte by byte is cut off instead of holding the connection. net/http
+// lifts the deadline once the body has been read to its end (it starts
+// its background read then), so a handler that goes on longer (a delivery
+// waiting for the store) keeps its request's context. WebSocket routes are
+// long-lived and bound their own reads.
 func withBodyDeadline(next http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !isWebSocketUpgrade(r) {

@@ -224,3 +224,39 @@ discord:
 		})
 	}
 }
+
+// TestBodyDeadlineIsLiftedOnceTheBodyIsRead: a handler that read its whole
+// body in time and then works longer than the body timeout (a delivery
+// waiting for the store) keeps its request context.
+func TestBodyDeadlineIsLiftedOnceTheBodyIsRead(t *testing.T) {
+	const bodyTimeout = 100 * time.Millisecond
+	result := make(chan string, 1)
+	srv := httptest.NewServer(withBodyDeadline(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			result <- "body: " + err.Error()
+			return
+		}
+		// An observation window four times the body timeout, not a
+		// synchronization: the context must survive it.
+		select {
+		case <-r.Context().Done():
+			result <- "request context cancelled after the body was read"
+		case <-time.After(4 * bodyTimeout):
+			result <- "ok"
+		}
+	}), bodyTimeout))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"update_id":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case got := <-result:
+		if got != "ok" {
+			t.Fatal(got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the handler")
+	}
+}
