@@ -66,10 +66,11 @@ func (c *connector) opsServer() *http.Server {
 // lifts the deadline once the body has been read to its end (it starts
 // its background read then), so a handler that goes on longer (a delivery
 // waiting for the store) keeps its request's context. WebSocket routes are
-// long-lived and bound their own reads.
+// long-lived and bound their own reads; a request without a body has
+// nothing to wait for (and a deadline would only cancel its context).
 func withBodyDeadline(next http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isWebSocketUpgrade(r) {
+		if r.Body != http.NoBody && !isWebSocketUpgrade(r) {
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
 		}
 		next.ServeHTTP(w, r)
