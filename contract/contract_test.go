@@ -119,6 +119,9 @@ func TestEncodedFramesAreNewlineTerminatedJSON(t *testing.T) {
 		back.BufferID != "b-1" || back.Event.Source.ChatID != "c1" || !back.Event.ReplyTo.IsOwn {
 		t.Fatalf("inbound round trip: %+v %v", back, err)
 	}
+	if again := AppendInboundEvent(nil, "b-1", ev.AppendJSON(nil)); !bytes.Equal(again, frames["inbound"]) {
+		t.Fatalf("AppendInboundEvent differs from AppendInbound:\n%s\n%s", again, frames["inbound"])
+	}
 	if !strings.Contains(string(frames["outbound_result"]), `"code":"egress_declined"`) {
 		t.Fatalf("decline: %s", frames["outbound_result"])
 	}

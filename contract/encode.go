@@ -14,14 +14,27 @@ import (
 // AppendInbound appends an inbound frame carrying ev. bufferID, when set,
 // makes the gateway answer with inbound_ack after handling it.
 func AppendInbound(dst []byte, bufferID string, ev *Event) []byte {
+	dst = appendInboundHead(dst, bufferID)
+	dst = ev.AppendJSON(dst)
+	return append(dst, "}\n"...)
+}
+
+// AppendInboundEvent is AppendInbound for an event already encoded as JSON
+// (by Event.AppendJSON), such as one read back from the inbound ledger.
+func AppendInboundEvent(dst []byte, bufferID string, eventJSON []byte) []byte {
+	dst = appendInboundHead(dst, bufferID)
+	dst = append(dst, eventJSON...)
+	return append(dst, "}\n"...)
+}
+
+// appendInboundHead appends an inbound frame up to its event's value.
+func appendInboundHead(dst []byte, bufferID string) []byte {
 	dst = append(dst, `{"type":"inbound"`...)
 	if bufferID != "" {
 		dst = append(dst, `,"bufferId":`...)
 		dst = session.AppendJSONString(dst, bufferID)
 	}
-	dst = append(dst, `,"event":`...)
-	dst = ev.AppendJSON(dst)
-	return append(dst, "}\n"...)
+	return append(dst, `,"event":`...)
 }
 
 // AppendPassthroughForward appends a passthrough_forward frame; forwardJSON is

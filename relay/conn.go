@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,7 +40,7 @@ type conn struct {
 	wake    chan struct{} // capacity 1: the writer has work
 	written chan struct{} // capacity 1: the writer finished a batch
 	// wantPump is set when dispatch skipped c for a full queue; the writer
-	// asks the hub to dispatch again once it drained.
+	// asks the ledger to dispatch again once it drained.
 	wantPump atomic.Bool
 
 	// writeTimer closes a socket whose write takes longer than
@@ -52,33 +51,12 @@ type conn struct {
 	closeCode atomic.Int32  // the code we closed with, for the log line
 	closeDone chan struct{} // closed when closeWith's close has finished
 
-	// Guarded by hub.mu.
-	fronts   platformSet
-	attached bool // in hub.conns: receives new inbound
-	idle     bool // sent going_idle
-	detached bool // closed and removed from the hub
-	inflight int  // windowed entries sent and not acknowledged
-
 	// Owned by the read loop.
 	identities []string // hello'd platforms, in order; outbound resolves among them
 	malformed  int
 
 	outSlots chan struct{} // bounds concurrent outbound ops
 }
-
-// platformSet is the set of platforms a connection hello'd.
-type platformSet struct {
-	all   bool // hello'd "relay": every platform
-	names []string
-}
-
-func (p *platformSet) add(name string) {
-	if !slices.Contains(p.names, name) {
-		p.names = append(p.names, name)
-	}
-}
-
-func (p *platformSet) has(name string) bool { return p.all || slices.Contains(p.names, name) }
 
 func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, remote string) *conn {
 	id := s.connID.Add(1)
@@ -93,16 +71,11 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, remote string) *c
 	}
 }
 
-// serves reports whether c receives inbound of platform name. Hub-guarded.
-func (c *conn) serves(name string) bool { return c.fronts.has(name) }
-
-// hasRoom reports whether c may take one more entry now. Hub-guarded. A
-// queue over half its bound takes nothing new until the writer drained it,
-// so a burst of large inbound waits in the ledger instead of closing c.
-func (c *conn) hasRoom(windowed bool) bool {
-	if windowed && c.inflight >= c.srv.cfg.AckWindow {
-		return false
-	}
+// HasRoom implements ledger.Consumer: whether c may take one more entry
+// now. A queue over half its bound takes nothing new until the writer
+// drained it, so a burst of large inbound waits in the ledger instead of
+// closing c.
+func (c *conn) HasRoom() bool {
 	c.qmu.Lock()
 	full := c.qbytes >= c.srv.cfg.SendQueueBytes/2
 	c.qmu.Unlock()
@@ -111,6 +84,9 @@ func (c *conn) hasRoom(windowed bool) bool {
 	}
 	return !full
 }
+
+// Offer implements ledger.Consumer: it enqueues frame.
+func (c *conn) Offer(frame []byte) bool { return c.enqueue(frame) }
 
 // enqueue queues one complete frame for the writer. It never blocks: a queue
 // over Config.SendQueueBytes means the gateway does not keep up, and the
@@ -198,7 +174,7 @@ func (c *conn) serve() {
 
 	c.cancel()
 	wg.Wait()
-	c.hub.detach(c)
+	c.hub.ledger.Detach(c)
 	_ = c.ws.CloseNow()
 	// Either a closeWith is under way, or none will start from now on.
 	c.closeOnce.Do(func() { close(c.closeDone) })
@@ -284,7 +260,7 @@ func (c *conn) writeLoop() {
 		default:
 		}
 		if c.wantPump.CompareAndSwap(true, false) {
-			c.hub.pump()
+			c.hub.ledger.Pump()
 		}
 	}
 }

@@ -1,56 +1,91 @@
 package relay
 
 import (
-	"bytes"
 	"encoding/json"
 	"sync"
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // truncationMark ends a text the relay had to shorten.
 const truncationMark = " […]"
 
-// frameHeadroom is kept free below contract.MaxFrameBytes when an event has
-// to be shortened, for the frame's envelope and JSON escaping slack.
+// frameHeadroom is kept free below maxPayloadBytes when an event has to be
+// shortened, for JSON escaping slack.
 const frameHeadroom = 4096
 
-// encodeBufs are scratch buffers for encoding frames: the frame kept in the
-// ledger is then one allocation of exactly its size.
+// maxEnvelopeBytes bounds what a frame adds around its payload: the frame
+// type, the bufferId (a store epoch of at most maxEpochBytes and a sequence
+// number) and the JSON punctuation.
+const maxEnvelopeBytes = frameEnvelopeBytes + maxEpochBytes + 1 + 20
+
+// maxPayloadBytes is the largest encoded event or forward whose frame stays
+// within the gateway's 1 MiB message limit.
+const maxPayloadBytes = contract.MaxFrameBytes - maxEnvelopeBytes
+
+// encodeBufs are scratch buffers for encoding payloads: the frame kept in
+// the ledger is then one allocation of exactly its size.
 var encodeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
-// maxPooledBuffer keeps a rare huge frame's buffer out of the pool.
+// maxPooledBuffer keeps a rare huge payload's buffer out of the pool.
 const maxPooledBuffer = 64 << 10
 
-// encodeInbound returns the inbound frame for ev under bufferId id. An event
-// that would exceed the gateway's 1 MiB message limit (the gateway closes the
-// socket with 1009 and would be fed the same frame forever) is shortened:
-// first its reference-only context goes, then its text is cut.
-func encodeInbound(id string, ev *contract.Event) (frame []byte, truncated bool) {
-	bp := encodeBufs.Get().(*[]byte)
-	buf := contract.AppendInbound((*bp)[:0], id, ev)
-	if len(buf) > contract.MaxFrameBytes {
-		truncated = true
-		short := *ev
-		short.Context = nil
-		buf = contract.AppendInbound(buf[:0], id, &short)
-		for len(buf) > contract.MaxFrameBytes && short.Text != "" {
-			over := len(buf) - contract.MaxFrameBytes + frameHeadroom
-			short.Text = textsplit.Truncate(short.Text, len(short.Text)-over-len(truncationMark)) + truncationMark
-			buf = contract.AppendInbound(buf[:0], id, &short)
-		}
-	}
-	frame = bytes.Clone(buf)
-	if cap(buf) <= maxPooledBuffer {
-		*bp = buf[:0]
+func getEncodeBuf() *[]byte { return encodeBufs.Get().(*[]byte) }
+
+func putEncodeBuf(bp *[]byte) {
+	if cap(*bp) <= maxPooledBuffer {
+		*bp = (*bp)[:0]
 		encodeBufs.Put(bp)
 	}
-	return frame, truncated
 }
 
-// encodePassthrough returns the passthrough_forward frame for f.
-func encodePassthrough(id string, f *contract.Forward) []byte {
-	body, _ := json.Marshal(f) // plain strings and slices: cannot fail
-	return contract.AppendPassthroughForward(nil, id, body)
+// appendEvent appends ev's JSON to dst. An event whose frame would exceed
+// the gateway's 1 MiB message limit (the gateway closes the socket with 1009
+// and would be fed the same frame forever) is shortened: first its
+// reference-only context goes, then its text is cut.
+func appendEvent(dst []byte, ev *contract.Event) (out []byte, truncated bool) {
+	start := len(dst)
+	dst = ev.AppendJSON(dst)
+	if len(dst)-start <= maxPayloadBytes {
+		return dst, false
+	}
+	short := *ev
+	short.Context = nil
+	dst = short.AppendJSON(dst[:start])
+	for len(dst)-start > maxPayloadBytes && short.Text != "" {
+		over := len(dst) - start - maxPayloadBytes + frameHeadroom
+		short.Text = textsplit.Truncate(short.Text, len(short.Text)-over-len(truncationMark)) + truncationMark
+		dst = short.AppendJSON(dst[:start])
+	}
+	return dst, true
 }
+
+// appendForward appends f's JSON to dst.
+func appendForward(dst []byte, f *contract.Forward) []byte {
+	body, _ := json.Marshal(f) // plain strings and slices: cannot fail
+	return append(dst, body...)
+}
+
+// frameEnvelopeBytes is what a passthrough_forward frame, the longer kind,
+// adds around its payload and bufferId.
+const frameEnvelopeBytes = len(`{"type":"passthrough_forward","bufferId":"","forward":}`) + 1
+
+// framer frames ledger entries: an inbound frame around an encoded event, a
+// passthrough_forward around an encoded forward.
+type framer struct{}
+
+// Frame implements ledger.Framer in one allocation of (almost exactly) the
+// frame's size.
+func (framer) Frame(kind uint8, bufferID string, payload []byte) []byte {
+	frame := make([]byte, 0, len(payload)+len(bufferID)+frameEnvelopeBytes)
+	if platform.Kind(kind) == platform.KindPassthrough {
+		return contract.AppendPassthroughForward(frame, bufferID, payload)
+	}
+	return contract.AppendInboundEvent(frame, bufferID, payload)
+}
+
+// Windowed implements ledger.Framer: older gateways never acknowledge
+// passthrough frames, so they must not stall a connection's inbound window.
+func (framer) Windowed(kind uint8) bool { return platform.Kind(kind) != platform.KindPassthrough }

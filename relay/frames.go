@@ -11,6 +11,7 @@ import (
 	"connector/contract"
 	"connector/internal/textsplit"
 	"connector/platform"
+	"connector/relay/ledger"
 )
 
 // maxLoggedMalformed is how many malformed frames a connection logs one by
@@ -39,11 +40,11 @@ func (c *conn) handleLine(line []byte) {
 	case contract.TypeInterrupt:
 		c.handleInterrupt(f)
 	case contract.TypeGoingIdle:
-		c.hub.goIdle(c)
+		c.hub.ledger.Idle(c)
 		c.enqueue([]byte(contract.GoingIdleAck))
 		c.log.Info("gateway going idle: inbound buffered until it reconnects")
 	case contract.TypeInboundAck:
-		if !c.hub.ack(string(f.BufferID)) {
+		if !c.hub.ledger.Ack(string(f.BufferID)) {
 			c.log.Debug("inbound_ack for an unknown bufferId", "buffer_id", string(f.BufferID))
 		}
 	default:
@@ -69,7 +70,10 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 	if p, ok := c.srv.platforms[name].(platform.HelloObserver); ok {
 		p.ObserveHello(c.hub.id, c.gw.id, &f)
 	}
-	c.hub.hello(c, name)
+	if name == contract.PlatformRelay {
+		name = ledger.AllPlatforms
+	}
+	c.hub.ledger.Serve(c, name)
 }
 
 // handleInterrupt publishes a gateway's interrupt on the bus; the relay

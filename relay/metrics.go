@@ -10,9 +10,12 @@ type Metrics interface {
 	ConnClosed(tenant string)
 	// Refused counts upgrades refused at authentication, by close reason.
 	Refused(reason string)
-	// Inbound counts a delivery from a platform by outcome: "queued" (taken
-	// into the tenant's ledger), "dropped_unknown_tenant", "dropped_overflow"
-	// (the oldest buffered entry pushed out by a full buffer), "truncated".
+	// Inbound counts a delivery from a platform by outcome: "queued" (stored
+	// in the tenant's ledger), "store_failed" (refused: the store failed),
+	// "dropped_unknown_tenant", "dropped_oversized", "truncated", and for
+	// buffered entries dropped later "dropped_overflow" (over the tenant's
+	// bounds), "dropped_total" (over the bound across tenants),
+	// "dropped_expired" (older than the age bound).
 	Inbound(platform, tenant, outcome string)
 	// Delivered records the time from platform receipt to the frame being
 	// written to a gateway socket (first delivery only).

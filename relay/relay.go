@@ -19,14 +19,20 @@
 //     capabilities (descriptor.Merge), and the connection receives every
 //     platform's inbound for its tenant.
 //  3. Inbound. Platforms publish tenant-scoped deliveries on the Bus. Each
-//     tenant has a ledger: every inbound gets a bufferId that stays the same
-//     across redeliveries, is sent to one eligible connection of the tenant
-//     (the session's owner if it is live, otherwise the least loaded one,
-//     which becomes the owner), and leaves the ledger only when the gateway
-//     answers inbound_ack. While no connection is live (or after going_idle)
-//     entries wait in the ledger, bounded by Config.BufferEntries and
-//     Config.BufferBytes (the oldest entry is dropped first, with a log line),
-//     and are replayed in order after the next handshake. At most
+//     tenant has a ledger (package relay/ledger, which sees connections only
+//     as ledger.Consumers) on Config.Store: every inbound is stored before
+//     the platform's Deliver returns, so a platform confirms it to its source
+//     only once it is durable. It gets a bufferId ("<store epoch>-<seq>")
+//     that stays the same across redeliveries and restarts, is sent to one
+//     eligible connection of the tenant (the session's owner if it is live,
+//     otherwise the least loaded one, which becomes the owner), and leaves
+//     the ledger only when the gateway answers inbound_ack. While no
+//     connection is live (or after going_idle) entries wait in the ledger,
+//     and are replayed in order after the next handshake, or after a
+//     restart. The ledger is bounded, entries in flight included, by
+//     Config.BufferEntries and Config.BufferBytes per tenant,
+//     Config.BufferBytesTotal across tenants and Config.BufferMaxAge (the
+//     oldest entry is dropped first, logged and counted). At most
 //     Config.AckWindow unacknowledged entries are in flight per connection.
 //  4. Outbound. Each outbound runs on its own goroutine under a 30 s deadline
 //     and is answered with exactly one outbound_result carrying its
@@ -45,12 +51,23 @@
 //     send queue exceeds Config.SendQueueBytes is closed 4408 (its
 //     unacknowledged inbound is redelivered). Shutdown stops accepting, lets
 //     in-flight outbound finish, and closes every connection with 1001.
+//
+// # Locking
+//
+// Locks are taken in this order, never the other way round:
+//
+//  1. MemoryBus.mu, read-held while a delivery is routed to the relay;
+//  2. a tenant's ledger mutex (inside ledger.Ledger), which calls the
+//     connection's HasRoom and Offer while held;
+//  3. a connection's send-queue lock (conn.qmu).
+//
+// Server.mu (connections, closing), hub.chatsMu (chat platforms) and the
+// session-tenant cache's lock are leaves: nothing else is taken while one of
+// them is held. No lock is held across socket I/O or a platform call.
 package relay
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,7 +82,9 @@ import (
 	"connector/contract"
 	"connector/descriptor"
 	"connector/platform"
+	"connector/relay/ledger"
 	"connector/session"
+	"connector/store"
 )
 
 // Tenant is one customer of the connector: its gateways and the session-key
@@ -125,12 +144,22 @@ type Config struct {
 	MaxOutboundInFlight int
 	// AckWindow bounds unacknowledged inbound per connection. Zero means 256.
 	AckWindow int
-	// BufferEntries bounds a tenant's ledger (in flight plus waiting).
+	// Store keeps every tenant's inbound until it is acknowledged, and the
+	// relay recovers it from there in New. Nil means a new in-memory store,
+	// closed by Shutdown (nothing survives the process).
+	Store store.Store
+	// BufferEntries bounds a tenant's ledger, in flight plus waiting.
 	// Zero means 10,000.
 	BufferEntries int
-	// BufferBytes bounds the encoded size of a tenant's ledger. Zero means
-	// 64 MiB.
-	BufferBytes int
+	// BufferBytes bounds the payload bytes of a tenant's ledger, in flight
+	// plus waiting. Zero means 64 MiB.
+	BufferBytes int64
+	// BufferBytesTotal bounds the payload bytes of every tenant's ledger
+	// together (the largest gives way first). Zero means 256 MiB.
+	BufferBytesTotal int64
+	// BufferMaxAge drops inbound received longer ago than this, checked
+	// every minute. Zero means 7 days.
+	BufferMaxAge time.Duration
 	// MaxConnsPerGateway bounds concurrent connections of one gateway id; a
 	// new one closes the oldest with 4409. Zero means 16.
 	MaxConnsPerGateway int
@@ -162,12 +191,14 @@ func (c *Config) setDefaults() {
 	orDefault(&c.AckWindow, 256)
 	orDefault(&c.BufferEntries, 10_000)
 	orDefault(&c.BufferBytes, 64<<20)
+	orDefault(&c.BufferBytesTotal, 256<<20)
+	orDefault(&c.BufferMaxAge, 7*24*time.Hour)
 	orDefault(&c.MaxConnsPerGateway, 16)
 	orDefault(&c.SessionOwners, 100_000)
 }
 
 // orDefault sets *v to def when it is zero or negative.
-func orDefault[T int | time.Duration](v *T, def T) {
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}
@@ -190,9 +221,10 @@ type Server struct {
 	// to, so a follow_up naming another tenant's session is declined.
 	sessions    *lru.Cache[string, string]
 	unsubscribe func()
-	// bufferPrefix makes bufferIds of this process distinct from those of an
-	// earlier one, so a gateway never confuses a replay with a new entry.
-	bufferPrefix string
+	// ledgers are the tenants' ledgers, on cfg.Store.
+	ledgers *ledger.Pool
+	// ownStore is set when New made cfg.Store, so Shutdown closes it.
+	ownStore bool
 
 	connID   atomic.Uint64
 	mu       sync.Mutex
@@ -209,12 +241,29 @@ type gatewayRecord struct {
 	keys   contract.TokenKeys
 }
 
-// New validates cfg and returns a Server subscribed to cfg.Bus.
+// New validates cfg, recovers every tenant's stored inbound and returns a
+// Server subscribed to cfg.Bus.
 func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	if cfg.MaxTokenLifetime < contract.TokenTTL {
 		return nil, fmt.Errorf("relay: MaxTokenLifetime %v is below the gateway's %v token lifetime", cfg.MaxTokenLifetime, contract.TokenTTL)
 	}
+	ownStore := cfg.Store == nil
+	if ownStore {
+		cfg.Store = store.NewMemory(cfg.Now)
+	}
+	s, err := newServer(cfg)
+	if err != nil {
+		if ownStore {
+			_ = cfg.Store.Close()
+		}
+		return nil, err
+	}
+	s.ownStore = ownStore
+	return s, nil
+}
+
+func newServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:         cfg,
 		log:         cfg.Log,
@@ -228,9 +277,9 @@ func New(cfg Config) (*Server, error) {
 		descriptorFrames: make(map[string][]byte),
 	}
 	s.sessions, _ = lru.New[string, string](cfg.SessionOwners)
-	var nonce [4]byte
-	_, _ = rand.Read(nonce[:])
-	s.bufferPrefix = hex.EncodeToString(nonce[:]) + "-"
+	if len(cfg.Store.Epoch()) > maxEpochBytes {
+		return nil, fmt.Errorf("relay: store epoch longer than %d bytes", maxEpochBytes)
+	}
 
 	var all []descriptor.Descriptor
 	for _, p := range cfg.Platforms {
@@ -257,7 +306,7 @@ func New(cfg Config) (*Server, error) {
 		if _, dup := s.tenants[t.ID]; dup {
 			return nil, fmt.Errorf("relay: tenant %q configured twice", t.ID)
 		}
-		h := newHub(s, t.ID)
+		h := &hub{srv: s, id: t.ID}
 		s.tenants[t.ID] = h
 		for _, g := range t.Gateways {
 			if g.ID == "" {
@@ -276,9 +325,46 @@ func New(cfg Config) (*Server, error) {
 			s.gateways[g.ID] = &gatewayRecord{id: g.ID, tenant: h, keys: keys}
 		}
 	}
+	s.ledgers = ledger.NewPool(ledger.Config{
+		Store:         cfg.Store.Ledger(),
+		IDPrefix:      cfg.Store.Epoch() + "-",
+		Framer:        framer{},
+		AckWindow:     cfg.AckWindow,
+		MaxEntries:    cfg.BufferEntries,
+		MaxBytes:      cfg.BufferBytes,
+		MaxTotalBytes: cfg.BufferBytesTotal,
+		MaxAge:        cfg.BufferMaxAge,
+		SessionOwners: cfg.SessionOwners,
+		Now:           cfg.Now,
+		Log:           cfg.Log,
+		Metrics:       cfg.Metrics,
+	})
+	for _, h := range s.tenants {
+		h.init(s.ledgers.Ledger(h.id))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+	defer cancel()
+	n, err := s.ledgers.Recover(ctx)
+	if err != nil {
+		s.ledgers.Close(ctx)
+		return nil, fmt.Errorf("relay: recover buffered inbound: %w", err)
+	}
+	if n > 0 {
+		s.log.Info("buffered inbound recovered from the store", "entries", n)
+	}
 	s.unsubscribe = cfg.Bus.Subscribe(s.route)
 	return s, nil
 }
+
+// maxEpochBytes bounds the store epoch, which starts every bufferId; frames
+// reserve room for it (maxEnvelopeBytes).
+const maxEpochBytes = 64
+
+// recoverTimeout bounds reading the stored inbound in New.
+const recoverTimeout = 5 * time.Minute
+
+// LedgerStats returns the counters of the tenants' ledgers.
+func (s *Server) LedgerStats() ledger.Stats { return s.ledgers.Stats() }
 
 // Sink is where platforms deliver: the server's bus.
 func (s *Server) Sink() platform.Sink { return s.cfg.Bus }
@@ -315,22 +401,24 @@ func (s *Server) sessionTenant(sessionKey string) (string, bool) {
 	return s.sessions.Get(sessionKey)
 }
 
-// route takes one delivery off the bus.
-func (s *Server) route(d platform.Delivery) {
+// route takes one delivery off the bus. An inbound or passthrough delivery
+// is stored before it returns; an error means it was not.
+func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 	h := s.tenants[d.Tenant]
 	if h == nil {
 		s.cfg.Metrics.Inbound(d.Platform, d.Tenant, "dropped_unknown_tenant")
 		s.log.Warn("delivery dropped: unknown tenant", "tenant", d.Tenant, "platform", d.Platform)
-		return
+		return nil
 	}
 	switch d.Kind {
 	case platform.KindInbound, platform.KindPassthrough:
-		h.enqueue(d)
+		return h.enqueue(ctx, d)
 	case platform.KindInterrupt:
 		h.interrupt(d.SessionKey, d.ChatID, d.GatewayID)
 	default:
 		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
 	}
+	return nil
 }
 
 // ServeHTTP upgrades a gateway's request and serves the connection until it
@@ -409,9 +497,10 @@ func (s *Server) untrack(c *conn) {
 // (the platform may have applied it). Then every connection is closed with
 // 1001, after the frames queued before it (those answers included), so the
 // gateways reconnect, possibly to another instance; Shutdown waits up to
-// closeWait more for them to close. Unacknowledged inbound stays in the
-// (in-memory) ledger until the process exits; Shutdown logs how many
-// entries that is.
+// closeWait more for them to close. Last it writes the acknowledgements
+// still queued to the store, where unacknowledged inbound stays for the
+// next start, and logs how many entries that is. It closes the store only
+// if New made it (an in-memory one: then the entries are discarded).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
@@ -438,27 +527,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if waitCtx(cctx, &s.connsWG) != nil && err == nil {
 		err = errors.New("relay: gateway connections still open after their 1001 close")
 	}
-	if n := s.buffered(); n > 0 {
-		s.log.Warn("shutdown discards buffered inbound the gateways have not acknowledged", "entries", n)
+	s.ledgers.Close(cctx)
+	if n := s.ledgers.Len(); n > 0 && s.ownStore {
+		s.log.Warn("shutdown discards buffered inbound the gateways have not acknowledged: no store is configured", "entries", n)
+	} else if n > 0 {
+		s.log.Info("shutdown keeps buffered inbound the gateways have not acknowledged in the store for the next start", "entries", n)
+	}
+	if s.ownStore {
+		_ = s.cfg.Store.Close()
 	}
 	return err
 }
 
 // closeWait bounds how long Shutdown waits for connections to close after
-// closing them: their queued frames' write, then the close handshake
-// (which coder/websocket bounds at 5 s).
+// closing them (their queued frames' write, then the close handshake, which
+// coder/websocket bounds at 5 s), and then for the store's last writes.
 func (s *Server) closeWait() time.Duration { return s.cfg.WriteTimeout + 5*time.Second }
-
-// buffered counts the entries in every tenant's ledger.
-func (s *Server) buffered() int {
-	n := 0
-	for _, h := range s.tenants {
-		h.mu.Lock()
-		n += len(h.byID)
-		h.mu.Unlock()
-	}
-	return n
-}
 
 // waitCtx waits for wg or ctx, whichever comes first.
 func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {

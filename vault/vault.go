@@ -85,8 +85,9 @@ type Entry struct {
 	Stored time.Time
 }
 
-// Store is the vault's storage. Memory is the in-process implementation; a
-// shared store (Redis) can implement the same interface.
+// Store is the vault's storage. Memory is the in-process implementation;
+// Durable keeps values on a store.Capabilities (the embedded store or Redis)
+// so they survive restarts and are shared between instances.
 type Store interface {
 	// Put stores e under k, replacing an older value.
 	Put(k Key, e Entry) error
@@ -108,6 +109,8 @@ type Stats struct {
 	Expiries uint64
 	// Evicted counts entries the LRU removed: capacity, TTL sweep or delete.
 	Evicted uint64
+	// StoreErrors counts failed calls to a Durable vault's backing store.
+	StoreErrors uint64
 }
 
 // Config sizes the in-memory vault.
@@ -168,25 +171,43 @@ func (m *Memory) Put(k Key, e Entry) error {
 
 // Get implements Store.
 func (m *Memory) Get(k Key) (Entry, bool) {
+	e, state := m.lookup(k)
+	switch state {
+	case found:
+		m.hits.Add(1)
+		return e, true
+	case expired:
+		m.expiries.Add(1)
+	}
+	m.misses.Add(1)
+	return Entry{}, false
+}
+
+// lookupState is what lookup found.
+type lookupState uint8
+
+const (
+	absent lookupState = iota
+	found
+	expired // only an expired value, now removed
+)
+
+// lookup finds k's live entry without counting the lookup.
+func (m *Memory) lookup(k Key) (Entry, lookupState) {
 	c, ok := m.caches[k.Kind]
 	if !ok || k.Tenant == "" {
-		m.misses.Add(1)
-		return Entry{}, false
+		return Entry{}, absent
 	}
 	e, ok := c.Get(k)
 	if !ok {
-		m.misses.Add(1)
-		return Entry{}, false
+		return Entry{}, absent
 	}
 	ttl, _ := k.Kind.TTL()
 	if m.now().Sub(e.Stored) >= ttl {
-		m.expiries.Add(1)
-		m.misses.Add(1)
 		c.Remove(k)
-		return Entry{}, false
+		return Entry{}, expired
 	}
-	m.hits.Add(1)
-	return e, true
+	return e, found
 }
 
 // Delete implements Store.

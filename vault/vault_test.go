@@ -1,6 +1,7 @@
 package vault_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"connector/internal/clock/clocktest"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -84,6 +86,74 @@ func TestMemory(t *testing.T) {
 	testStore(t, func(now func() time.Time) vault.Store {
 		return vault.NewMemory(vault.Config{MaxEntries: 100, Now: now})
 	})
+}
+
+func TestDurable(t *testing.T) {
+	testStore(t, func(now func() time.Time) vault.Store {
+		st := store.NewMemory(now)
+		t.Cleanup(func() { _ = st.Close() })
+		return vault.NewDurable(st.Capabilities(), vault.Config{MaxEntries: 100, Now: now})
+	})
+}
+
+// A capability put before a restart is found after it, on the embedded
+// store, until its kind's TTL ends.
+func TestDurableSurvivesARestart(t *testing.T) {
+	clock := clocktest.New(time.Unix(1_767_225_300, 0))
+	dir := t.TempDir()
+	open := func() store.Store {
+		st, err := store.Open(context.Background(), store.Config{Path: dir, Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	k := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
+	st := open()
+	if err := vault.NewDurable(st.Capabilities(), vault.Config{Now: clock.Now}).Put(k, vault.Entry{Value: vault.NewSecret(token), Ref: "app-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st = open()
+	defer st.Close()
+	v := vault.NewDurable(st.Capabilities(), vault.Config{Now: clock.Now})
+	clock.Advance(10 * time.Minute)
+	e, ok := v.Get(k)
+	if !ok || e.Value.Reveal() != token || e.Ref != "app-1" {
+		t.Fatalf("after a restart Get = %v, %v", e, ok)
+	}
+	other := k
+	other.Tenant = "t2"
+	if _, ok := v.Get(other); ok {
+		t.Fatal("tenant t2 read tenant t1's capability after a restart")
+	}
+	clock.Advance(5 * time.Minute)
+	v = vault.NewDurable(st.Capabilities(), vault.Config{Now: clock.Now})
+	if _, ok := v.Get(k); ok {
+		t.Fatal("still valid 15 minutes after it was stored")
+	}
+	if s := v.Stats(); s.Hits != 0 || s.Misses != 1 || s.StoreErrors != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// Tenant and session are parts of the key that cannot run into each other.
+func TestDurableKeysDoNotCollide(t *testing.T) {
+	st := store.NewMemory(nil)
+	defer st.Close()
+	v := vault.NewDurable(st.Capabilities(), vault.Config{})
+	a := vault.Key{Tenant: "t1/x", SessionKey: "s", Kind: vault.KindDiscordInteractionToken}
+	b := vault.Key{Tenant: "t1", SessionKey: "x/s", Kind: vault.KindDiscordInteractionToken}
+	if err := v.Put(a, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
+		t.Fatal(err)
+	}
+	fresh := vault.NewDurable(st.Capabilities(), vault.Config{})
+	if _, ok := fresh.Get(b); ok {
+		t.Fatal("a key of another tenant found the capability")
+	}
 }
 
 func TestMemoryBounded(t *testing.T) {

@@ -38,7 +38,7 @@ func TestBannerRecommendsGatewaySettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := build(cfg, discard)
+	c, err := build(cfg, discard, memStore(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,11 +56,11 @@ func TestBannerRecommendsGatewaySettings(t *testing.T) {
 		t.Errorf("embedded defaults (nexscope only): GATEWAY_RELAY_PLATFORMS=%s, want relay", got)
 	}
 
-	cfg, gen, err = loadOrDefault(sources{configPath: writeConfig(t, everyPlatformConfig(t))}, noEnv)
+	cfg, gen, err = loadOrDefault(sources{configPath: writeConfig(t, everyPlatformConfig(t)), dataDir: t.TempDir()}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, err = build(cfg, discard); err != nil {
+	if c, err = build(cfg, discard, memStore(t)); err != nil {
 		t.Fatal(err)
 	}
 	banner.Reset()
@@ -75,7 +75,7 @@ func TestBannerRecommendsGatewaySettings(t *testing.T) {
 // descriptors (edit, follow_up), which hello relay alone does not, and
 // still reaches nexscope rooms through its relay identity.
 func TestBannerPlatformsGetEachPlatformsOps(t *testing.T) {
-	cfg, gen, err := loadOrDefault(sources{configPath: writeConfig(t, everyPlatformConfig(t))}, noEnv)
+	cfg, gen, err := loadOrDefault(sources{configPath: writeConfig(t, everyPlatformConfig(t)), dataDir: t.TempDir()}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,11 +172,11 @@ func TestReadmeExplainsEveryBannerSetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, gen, err := loadOrDefault(sources{configPath: writeConfig(t, everyPlatformConfig(t))}, noEnv)
+	cfg, gen, err := loadOrDefault(sources{configPath: writeConfig(t, everyPlatformConfig(t)), dataDir: t.TempDir()}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := build(cfg, slog.New(slog.DiscardHandler))
+	c, err := build(cfg, slog.New(slog.DiscardHandler), memStore(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,18 @@ import (
 	"connector/platform/discord/discordtest"
 	"connector/platform/telegram/telegramtest"
 	"connector/relay/relaytest"
+	"connector/store"
 )
 
 // noEnv is an empty environment.
 func noEnv(string) (string, bool) { return "", false }
+
+// memStore is an in-memory store closed when the test ends.
+func memStore(t *testing.T) store.Store {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
 
 // writeConfig writes doc to a config file in a fresh directory.
 func writeConfig(t *testing.T, doc string) string {
@@ -66,7 +74,7 @@ func TestCheckAcceptsWhatServeRuns(t *testing.T) {
 	if code, out, errOut := runCmd(t, "serve", "-config", path, "-check"); code != 0 || out != "config ok\n" {
 		t.Fatalf("-check: exit %d %q %q", code, out, errOut)
 	}
-	cfg, gen, err := loadOrDefault(sources{configPath: path}, noEnv)
+	cfg, gen, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +159,7 @@ telegram: {token: "123456:abc"}
 
 	doc := strings.Replace(base, "discord: {", `discord: {guilds: {"0500": t1}, `, 1)
 	doc = strings.Replace(doc, "telegram: {", `telegram: {chats: {"042": t2, "-0100123": t1}, `, 1)
-	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc)}, noEnv)
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc), dataDir: t.TempDir()}, noEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +184,7 @@ tenants:
 `)
 	code, _, errOut := runCmd(t, "serve", "-config", path, "-check")
 	// serve loads its config the same way before it listens.
-	_, _, err := loadOrDefault(sources{configPath: path}, noEnv)
+	_, _, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, noEnv)
 	for _, w := range []string{`"gw-a"`, `"gw.a"`, "CONNECTOR_GATEWAY_SECRETS_GW_A"} {
 		if code != 1 || !strings.Contains(errOut, w) {
 			t.Errorf("-check: exit %d, stderr %q, want exit 1 naming %s", code, errOut, w)

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"connector/platform/telegram"
 	"connector/relay"
 	"connector/session"
+	"connector/store"
 )
 
 // Config is the connector's YAML configuration file. Unknown keys are
@@ -43,6 +46,10 @@ type Config struct {
 	Ops OpsConfig `yaml:"ops"`
 	// Relay tunes the gateway-facing /relay server.
 	Relay RelayConfig `yaml:"relay"`
+	// Store is where durable state lives: inbound the gateways have not
+	// acknowledged (stored before a platform is told it arrived) and
+	// interaction tokens, for their TTL (docs/durability.md).
+	Store StoreConfig `yaml:"store"`
 	// Tenants are the customers of the connector and their gateways.
 	Tenants []TenantConfig `yaml:"tenants"`
 
@@ -96,15 +103,45 @@ type RelayConfig struct {
 	SendQueueBytes int `yaml:"send_queue_bytes"`
 	// AckWindow bounds unacknowledged inbound per connection. Default 256.
 	AckWindow int `yaml:"ack_window"`
-	// BufferEntries bounds a tenant's buffered inbound. Default 10000.
+	// BufferEntries bounds a tenant's buffered inbound, entries in flight
+	// included; the oldest are dropped first, logged and counted. Default
+	// 10000.
 	BufferEntries int `yaml:"buffer_entries"`
-	// BufferBytes bounds a tenant's buffered inbound in bytes. Default
-	// 67108864 (64 MiB).
-	BufferBytes int `yaml:"buffer_bytes"`
+	// BufferBytes bounds a tenant's buffered inbound in payload bytes,
+	// entries in flight included. Default 67108864 (64 MiB).
+	BufferBytes int64 `yaml:"buffer_bytes"`
+	// BufferBytesTotal bounds the buffered inbound of all tenants together,
+	// in payload bytes; the largest tenant's oldest entries go first. It
+	// also bounds the memory buffered frames take. Default 268435456
+	// (256 MiB).
+	BufferBytesTotal int64 `yaml:"buffer_bytes_total"`
+	// BufferMaxAge drops buffered inbound received longer ago than this,
+	// checked every minute, logged and counted. Default 168h (7 days).
+	BufferMaxAge time.Duration `yaml:"buffer_max_age"`
 	// MaxConnsPerGateway bounds concurrent connections of one gateway id.
 	// Default 16.
 	MaxConnsPerGateway int `yaml:"max_conns_per_gateway"`
 }
+
+// StoreConfig selects the durable store.
+type StoreConfig struct {
+	// Backend is embedded (a bbolt file in the data directory; no
+	// external service; one process at a time) or redis (a Redis 7 server
+	// shared by several instances). Default embedded.
+	Backend string `yaml:"backend"`
+	// Path is the data directory: the embedded store's file (connector.db)
+	// and the secrets embedded defaults generate. The -data-dir flag and
+	// $CONNECTOR_DATA_DIR override it. Default $XDG_STATE_HOME/connector,
+	// else ~/.local/state/connector.
+	Path string `yaml:"path"`
+	// RedisURL addresses the redis backend's server:
+	// redis://[:password@]host:port/db (rediss:// for TLS).
+	// $CONNECTOR_REDIS_URL overrides it.
+	RedisURL string `yaml:"redis_url"`
+}
+
+// EnvRedisURL overrides store.redis_url.
+const EnvRedisURL = "CONNECTOR_REDIS_URL"
 
 // TenantConfig is one tenant.
 type TenantConfig struct {
@@ -191,6 +228,9 @@ func ParseConfig(data []byte) (*Config, error) {
 // ApplyEnv adds secrets from the environment (lookup is os.LookupEnv in
 // production).
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
+	if v, ok := lookup(EnvRedisURL); ok && v != "" {
+		c.Store.RedisURL = v
+	}
 	for ti := range c.Tenants {
 		for gi := range c.Tenants[ti].Gateways {
 			g := &c.Tenants[ti].Gateways[gi]
@@ -252,14 +292,18 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: %s: must not be negative", key)
 		}
 	}
-	for key, v := range map[string]int{
-		"relay.send_queue_bytes": c.Relay.SendQueueBytes, "relay.ack_window": c.Relay.AckWindow,
-		"relay.buffer_entries": c.Relay.BufferEntries, "relay.buffer_bytes": c.Relay.BufferBytes,
-		"relay.max_conns_per_gateway": c.Relay.MaxConnsPerGateway,
+	for key, v := range map[string]int64{
+		"relay.send_queue_bytes": int64(c.Relay.SendQueueBytes), "relay.ack_window": int64(c.Relay.AckWindow),
+		"relay.buffer_entries": int64(c.Relay.BufferEntries), "relay.buffer_bytes": c.Relay.BufferBytes,
+		"relay.buffer_bytes_total": c.Relay.BufferBytesTotal, "relay.buffer_max_age": int64(c.Relay.BufferMaxAge),
+		"relay.max_conns_per_gateway": int64(c.Relay.MaxConnsPerGateway),
 	} {
 		if v < 0 {
 			return fmt.Errorf("config: %s: must not be negative", key)
 		}
+	}
+	if err := c.Store.validate(); err != nil {
+		return err
 	}
 	if err := c.validateTenants(); err != nil {
 		return err
@@ -350,4 +394,39 @@ func (c *Config) RelayTenants() []relay.Tenant {
 		out = append(out, rt)
 	}
 	return out
+}
+
+// validate checks the store section.
+func (s *StoreConfig) validate() error {
+	switch s.Backend {
+	case "", store.BackendEmbedded:
+	case store.BackendRedis:
+		if s.RedisURL == "" {
+			return fmt.Errorf("config: store.redis_url: required for the redis backend (or set %s)", EnvRedisURL)
+		}
+		if _, err := url.Parse(s.RedisURL); err != nil {
+			return errors.New("config: store.redis_url: not a URL")
+		}
+	default:
+		return fmt.Errorf("config: store.backend: %q is not one of embedded, redis", s.Backend)
+	}
+	return nil
+}
+
+// storeConfig is the store section for store.Open.
+func (s *StoreConfig) storeConfig() store.Config {
+	return store.Config{Backend: s.Backend, Path: s.Path, RedisURL: s.RedisURL}
+}
+
+// describe says where the store keeps its data, for the banner and logs:
+// never the Redis password.
+func (s *StoreConfig) describe() string {
+	if s.Backend == store.BackendRedis {
+		where := "redis"
+		if u, err := url.Parse(s.RedisURL); err == nil {
+			where += " at " + u.Host + u.Path
+		}
+		return where
+	}
+	return "embedded, in " + filepath.Join(s.Path, store.DataFile)
 }

@@ -166,9 +166,10 @@ Environment variables (a set variable overrides the file):
 | variable | effect |
 |---|---|
 | ` + "`CONNECTOR_CONFIG`" + ` | the config file, when ` + "`-config`" + ` is not given |
-| ` + "`CONNECTOR_DATA_DIR`" + ` | the data directory, when ` + "`-data-dir`" + ` is not given |
 | ` + "`CONNECTOR_<KEY>`" + ` | a config key (the table after the keys) |
 | ` + "`CONNECTOR_GATEWAY_SECRETS_<ID>`" + ` | extra secrets (comma-separated) of gateway ` + "`<ID>`" + ` (upper-cased, other characters as ` + "`_`" + `) |
+| ` + "`CONNECTOR_DATA_DIR`" + ` | the data directory (` + "`store.path`" + `); the ` + "`-data-dir`" + ` flag overrides both |
+| ` + "`CONNECTOR_REDIS_URL`" + ` | ` + "`store.redis_url`" + ` |
 | ` + "`DISCORD_BOT_TOKEN`" + `, ` + "`DISCORD_PUBLIC_KEY`" + `, ` + "`DISCORD_APPLICATION_ID`" + ` | Discord credentials; the token alone enables the platform |
 | ` + "`TELEGRAM_BOT_TOKEN`" + `, ` + "`TELEGRAM_WEBHOOK_SECRET`" + `, ` + "`TELEGRAM_WEBHOOK_URL`" + ` | Telegram credentials; the token alone enables the platform (long polling) |
 | ` + "`NEXSCOPE_TOKEN`" + `, ` + "`NEXSCOPE_MAX_USERS`" + `, ` + "`NEXSCOPE_MAX_PAYLOAD`" + `, ` + "`NEXSCOPE_MAX_FILE`" + ` | nexscope shared token (enables the platform) and limits |

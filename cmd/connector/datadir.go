@@ -9,12 +9,13 @@ import (
 	"strings"
 )
 
-// The data directory holds what the connector keeps across restarts: on
+// The data directory holds what the connector keeps across restarts: the
+// embedded store's file (buffered inbound, interaction tokens) and, on
 // embedded defaults, the gateway secret and nexscope token it generates, so
 // a local gateway keeps connecting after a restart (the gateway stops
 // dialing for good after a 4401 that follows a handshake). It is chosen by
 // dataDir, in this order: the -data-dir flag, $CONNECTOR_DATA_DIR,
-// $XDG_STATE_HOME/connector, ~/.local/state/connector.
+// store.path, $XDG_STATE_HOME/connector, ~/.local/state/connector.
 const envDataDir = "CONNECTOR_DATA_DIR"
 
 // Files in the data directory.
@@ -23,14 +24,18 @@ const (
 	nexscopeTokenFile = "nexscope-token"
 )
 
-// dataDir returns the data directory: flagValue when set, else the first of
-// the environment's choices (lookup is os.LookupEnv in production).
-func dataDir(flagValue string, lookup func(string) (string, bool)) (string, error) {
+// dataDir returns the data directory: flagValue when set, else
+// $CONNECTOR_DATA_DIR, else configValue (store.path), else the state
+// directory of the environment (lookup is os.LookupEnv in production).
+func dataDir(flagValue, configValue string, lookup func(string) (string, bool)) (string, error) {
 	if flagValue != "" {
 		return flagValue, nil
 	}
 	if v, ok := lookup(envDataDir); ok && v != "" {
 		return v, nil
+	}
+	if configValue != "" {
+		return configValue, nil
 	}
 	// The XDG base directory spec ignores a relative path.
 	if v, ok := lookup("XDG_STATE_HOME"); ok && filepath.IsAbs(v) {

@@ -78,26 +78,30 @@ func TestStoredSecretConcurrentStartsAgree(t *testing.T) {
 	}
 }
 
-// TestDataDirLocation: -data-dir, then CONNECTOR_DATA_DIR, then the XDG
-// state directory, then ~/.local/state; with none of them an error.
+// TestDataDirLocation: -data-dir, then CONNECTOR_DATA_DIR, then
+// store.path, then the XDG state directory, then ~/.local/state; with none
+// of them an error.
 func TestDataDirLocation(t *testing.T) {
+	every := map[string]string{"CONNECTOR_DATA_DIR": "/env", "XDG_STATE_HOME": "/xdg", "HOME": "/home/u"}
 	cases := []struct {
-		flag string
-		env  map[string]string
-		want string
+		flag, config string
+		env          map[string]string
+		want         string
 	}{
-		{"/flag", map[string]string{"CONNECTOR_DATA_DIR": "/env", "XDG_STATE_HOME": "/xdg", "HOME": "/home/u"}, "/flag"},
-		{"", map[string]string{"CONNECTOR_DATA_DIR": "/env", "XDG_STATE_HOME": "/xdg", "HOME": "/home/u"}, "/env"},
-		{"", map[string]string{"XDG_STATE_HOME": "/xdg", "HOME": "/home/u"}, "/xdg/connector"},
-		{"", map[string]string{"XDG_STATE_HOME": "relative", "HOME": "/home/u"}, "/home/u/.local/state/connector"},
-		{"", map[string]string{"HOME": "/home/u"}, "/home/u/.local/state/connector"},
+		{"/flag", "/config", every, "/flag"},
+		{"", "/config", every, "/env"},
+		{"", "/config", map[string]string{"XDG_STATE_HOME": "/xdg", "HOME": "/home/u"}, "/config"},
+		{"", "", every, "/env"},
+		{"", "", map[string]string{"XDG_STATE_HOME": "/xdg", "HOME": "/home/u"}, "/xdg/connector"},
+		{"", "", map[string]string{"XDG_STATE_HOME": "relative", "HOME": "/home/u"}, "/home/u/.local/state/connector"},
+		{"", "", map[string]string{"HOME": "/home/u"}, "/home/u/.local/state/connector"},
 	}
 	for _, c := range cases {
-		if got, err := dataDir(c.flag, envOf(c.env)); err != nil || got != c.want {
-			t.Errorf("flag %q env %v: %q %v, want %q", c.flag, c.env, got, err, c.want)
+		if got, err := dataDir(c.flag, c.config, envOf(c.env)); err != nil || got != c.want {
+			t.Errorf("flag %q store.path %q env %v: %q %v, want %q", c.flag, c.config, c.env, got, err, c.want)
 		}
 	}
-	if _, err := dataDir("", noEnv); err == nil || !strings.Contains(err.Error(), "CONNECTOR_DATA_DIR") {
+	if _, err := dataDir("", "", noEnv); err == nil || !strings.Contains(err.Error(), "CONNECTOR_DATA_DIR") {
 		t.Errorf("no home: %v, want an error pointing at CONNECTOR_DATA_DIR", err)
 	}
 }

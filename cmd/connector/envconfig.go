@@ -27,6 +27,16 @@ type envKey struct {
 	Key   string // relay.ack_window
 	index []int  // the field's index path in Config
 	typ   reflect.Type
+	// own is set when the key's variable is read by the code that owns
+	// the key (keyVariables), not by applyKeyEnv.
+	own bool
+}
+
+// keyVariables are keys whose variable had its own name before every key
+// had one; the code that owns the key reads it.
+var keyVariables = map[string]string{
+	"store.path":      envDataDir,
+	"store.redis_url": EnvRedisURL,
 }
 
 // envKeys lists every config key an environment variable can set: each
@@ -51,8 +61,11 @@ func envKeys() []envKey {
 			case ft.Kind() == reflect.Pointer, ft.Kind() == reflect.Slice, ft.Kind() == reflect.Map:
 				// Platform sections, tenants, lists: the file's job.
 			default:
-				env := envKeyPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
-				keys = append(keys, envKey{Env: env, Key: key, index: idx, typ: ft})
+				env, own := keyVariables[key]
+				if !own {
+					env = envKeyPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+				}
+				keys = append(keys, envKey{Env: env, Key: key, index: idx, typ: ft, own: own})
 			}
 		}
 	}
@@ -66,7 +79,7 @@ func (c *Config) applyKeyEnv(lookup func(string) (string, bool)) error {
 	v := reflect.ValueOf(c).Elem()
 	for _, k := range envKeys() {
 		raw, ok := lookup(k.Env)
-		if !ok {
+		if !ok || k.own {
 			continue
 		}
 		dst := reflect.New(k.typ)

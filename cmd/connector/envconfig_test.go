@@ -26,6 +26,9 @@ func TestEveryKeyVariableSetsItsKey(t *testing.T) {
 	}
 	reserved := []string{envConfigPath, envDataDir, envTokenSecret}
 	for _, k := range keys {
+		if k.own {
+			continue // read where the key is owned, tested there
+		}
 		raw, ok := samples[k.typ]
 		if !ok {
 			t.Errorf("%s: no sample value for type %s; add one", k.Env, k.typ)

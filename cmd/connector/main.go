@@ -17,7 +17,9 @@
 // generated and printed, and a nexscope room whose token is generated and
 // printed; no Discord or Telegram credentials are needed. The generated secrets are kept in the data directory
 // (-data-dir, $CONNECTOR_DATA_DIR, $XDG_STATE_HOME/connector or
-// ~/.local/state/connector), so they stay the same across restarts.
+// ~/.local/state/connector), so they stay the same across restarts; so is
+// the embedded store, which keeps the inbound gateways have not
+// acknowledged and interaction tokens across restarts.
 package main
 
 import (

@@ -102,7 +102,7 @@ func TestPinnedConfigChecksAndEnvAddsSecrets(t *testing.T) {
 	if code, out, errOut := runCmd(t, "serve", "-config", path, "-check"); code != 0 || out != "config ok\n" {
 		t.Fatalf("exit %d %q %q", code, out, errOut)
 	}
-	cfg, _, err := loadOrDefault(sources{configPath: path}, func(k string) (string, bool) {
+	cfg, _, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, func(k string) (string, bool) {
 		if k == "CONNECTOR_GATEWAY_SECRETS_GW1" {
 			return "rotated-1, rotated-2", true
 		}

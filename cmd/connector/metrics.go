@@ -146,6 +146,23 @@ func (m *metrics) watchVault(v vault.Store) {
 			stat(func(s vault.Stats) float64 { return float64(s.Misses) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_vault_expiries_total", Help: "Vault lookups that found only an expired capability."},
 			stat(func(s vault.Stats) float64 { return float64(s.Expiries) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_vault_store_errors_total", Help: "Failed calls to the vault's durable store."},
+			stat(func(s vault.Stats) float64 { return float64(s.StoreErrors) })),
+	)
+}
+
+// watchLedger exports the counters of the relay's ledgers.
+func (m *metrics) watchLedger(srv *relay.Server) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_ledger_removed_total",
+			Help: "Buffered inbound entries (acknowledged or dropped) removed from the durable store."},
+			func() float64 { return float64(srv.LedgerStats().Removed) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_ledger_remove_errors_total",
+			Help: "Buffered inbound entries whose removal from the store failed (they are redelivered after a restart)."},
+			func() float64 { return float64(srv.LedgerStats().RemoveErrors) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "connector_ledger_bytes",
+			Help: "Payload bytes of the inbound buffered for every tenant (relay.buffer_bytes_total bounds it)."},
+			func() float64 { return float64(srv.LedgerStats().Bytes) }),
 	)
 }
 

@@ -20,6 +20,7 @@ import (
 	"connector/contract"
 	"connector/platform"
 	"connector/relay"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -30,7 +31,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 			"runs on embedded defaults and prints how a local gateway connects.")
 	configFlag := fs.String("config", "", "YAML config file (default: $"+envConfigPath+", else ./connector.yaml or /etc/connector/connector.yaml if one exists, else embedded defaults)")
 	listen := fs.String("listen", "", "listen address, overriding the config file")
-	dataDirFlag := fs.String("data-dir", "", "the data directory, where embedded defaults keep their generated secrets (default: $"+envDataDir+", $XDG_STATE_HOME/connector or ~/.local/state/connector)")
+	dataDirFlag := fs.String("data-dir", "", "the data directory: the embedded store, and the secrets embedded defaults generate (default: $"+envDataDir+", store.path, $XDG_STATE_HOME/connector or ~/.local/state/connector)")
 	check := fs.Bool("check", false, "validate the config and exit")
 	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
 		return code
@@ -53,7 +54,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if *check {
 		// Everything serve builds, without listening.
-		if _, err := build(cfg, log); err != nil {
+		st := store.NewMemory(nil)
+		defer st.Close()
+		if _, err := build(cfg, log, st); err != nil {
 			fmt.Fprintf(stderr, "connector: %v\n", err)
 			return 1
 		}
@@ -93,11 +96,14 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 	var cfg *Config
 	var gen *generatedSecrets
 	if src.configPath == "" {
-		var err error
-		if gen, err = loadGenerated(src.dataDir, lookup); err != nil {
+		dir, err := dataDir(src.dataDir, "", lookup)
+		if err != nil {
 			return nil, nil, err
 		}
-		cfg = &Config{Tenants: []TenantConfig{{
+		if gen, err = loadGenerated(dir); err != nil {
+			return nil, nil, err
+		}
+		cfg = &Config{Store: StoreConfig{Path: dir}, Tenants: []TenantConfig{{
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
@@ -114,6 +120,12 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		cfg.Listen = src.listen
 	}
 	cfg.ApplyEnv(lookup)
+	if cfg.Store.Backend != store.BackendRedis {
+		var err error
+		if cfg.Store.Path, err = dataDir(src.dataDir, cfg.Store.Path, lookup); err != nil {
+			return nil, nil, err
+		}
+	}
 	if err := applyPlatformEnv(cfg, gen, lookup); err != nil {
 		return nil, nil, err
 	}
@@ -124,12 +136,9 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 }
 
 // loadGenerated returns the embedded defaults' secrets from the data
-// directory, generating them on first use.
-func loadGenerated(dirFlag string, lookup func(string) (string, bool)) (*generatedSecrets, error) {
-	dir, err := dataDir(dirFlag, lookup)
-	if err != nil {
-		return nil, err
-	}
+// directory dir, generating them on first use.
+func loadGenerated(dir string) (*generatedSecrets, error) {
+	var err error
 	gen := &generatedSecrets{GatewayID: "local", DataDir: dir}
 	if gen.GatewaySecret, err = storedSecret(dir, gatewaySecretFile); err != nil {
 		return nil, err
@@ -199,16 +208,31 @@ type connector struct {
 	draining atomic.Bool
 }
 
-// build constructs the platforms, the relay, the HTTP routes and the TLS
-// certificate cfg describes, without listening or starting ingest. serve
-// and serve -check both run it, so -check accepts exactly what serve starts
-// with.
-func build(cfg *Config, log *slog.Logger) (*connector, error) {
+// openStore opens the store cfg.Store selects.
+func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	st, err := store.Open(ctx, cfg.Store.storeConfig())
+	if err != nil {
+		return nil, fmt.Errorf("store (%s): %w", cfg.Store.describe(), err)
+	}
+	return st, nil
+}
+
+// storeOpenTimeout bounds opening the store (reaching Redis).
+const storeOpenTimeout = 30 * time.Second
+
+// build constructs the platforms, the relay (recovering what st holds),
+// the HTTP routes and the TLS certificate cfg describes, without listening
+// or starting ingest. serve and serve -check both run it, so -check accepts
+// exactly what serve starts with; -check builds on an in-memory store, as a
+// running connector holds the real one.
+func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	tenants := cfg.RelayTenants()
 	m := newMetrics()
 	deps := platform.Deps{
 		Log:     log,
-		Vault:   vault.NewMemory(vault.Config{}),
+		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
 		Key:     relay.KeyFunc(tenants),
 		Metrics: m,
 	}
@@ -224,12 +248,14 @@ func build(cfg *Config, log *slog.Logger) (*connector, error) {
 		ClockSkew: cfg.Relay.ClockSkew, PingInterval: cfg.Relay.PingInterval,
 		WriteTimeout: cfg.Relay.WriteTimeout, OutboundTimeout: cfg.Relay.OutboundTimeout,
 		SendQueueBytes: cfg.Relay.SendQueueBytes, AckWindow: cfg.Relay.AckWindow,
-		BufferEntries: cfg.Relay.BufferEntries, BufferBytes: cfg.Relay.BufferBytes,
+		Store: st, BufferEntries: cfg.Relay.BufferEntries, BufferBytes: cfg.Relay.BufferBytes,
+		BufferBytesTotal: cfg.Relay.BufferBytesTotal, BufferMaxAge: cfg.Relay.BufferMaxAge,
 		MaxConnsPerGateway: cfg.Relay.MaxConnsPerGateway,
 	})
 	if err != nil {
 		return nil, err
 	}
+	m.watchLedger(srv)
 	c := &connector{cfg: cfg, log: log, metrics: m, platforms: platforms, relay: srv}
 	if cfg.TLS.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
@@ -248,7 +274,16 @@ func build(cfg *Config, log *slog.Logger) (*connector, error) {
 // cancelled, then shuts down gracefully. ready, if not nil, receives the
 // listeners' addresses once they accept connections.
 func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listenAddrs)) error {
-	c, err := build(cfg, log)
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Warn("store close", "err", err)
+		}
+	}()
+	c, err := build(cfg, log, st)
 	if err != nil {
 		return err
 	}
@@ -392,6 +427,7 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 		names = "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN or NEXSCOPE_TOKEN)"
 	}
 	fmt.Fprintf(w, "  platforms: %s; tenants: %d\n", names, len(cfg.Tenants))
+	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound and interaction tokens survive restarts)\n", cfg.Store.describe())
 	if gen != nil {
 		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_PLATFORMS=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
 			base, gatewayPlatforms(platforms), gen.GatewayID, gen.GatewaySecret)

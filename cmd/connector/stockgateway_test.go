@@ -55,7 +55,7 @@ nexscope:
 		"TELEGRAM_BOT_TOKEN": fullTelegramToken, "TELEGRAM_WEBHOOK_SECRET": fullTelegramSecret,
 		"NEXSCOPE_TOKEN": fullNexscopeToken,
 	}
-	cfg, gen, err := loadOrDefault(sources{configPath: path}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	cfg, gen, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if err != nil {
 		t.Fatal(err)
 	}

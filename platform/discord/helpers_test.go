@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,12 +48,22 @@ func world(f *discordtest.Server) {
 	f.AddChannel(discordtest.Channel{ID: chanDMAda, Type: 1})
 }
 
-// chanSink collects deliveries.
-type chanSink struct{ ch chan platform.Delivery }
+// chanSink collects deliveries; while refuse is set it takes none, as a
+// relay whose store fails.
+type chanSink struct {
+	ch     chan platform.Delivery
+	refuse atomic.Bool
+}
 
 func newSink() *chanSink { return &chanSink{ch: make(chan platform.Delivery, 1024)} }
 
+// errRefused is what a refusing chanSink answers.
+var errRefused = errors.New("sink refuses deliveries")
+
 func (s *chanSink) Deliver(_ context.Context, d platform.Delivery) error {
+	if s.refuse.Load() {
+		return errRefused
+	}
 	s.ch <- d
 	return nil
 }

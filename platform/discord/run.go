@@ -66,7 +66,7 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		p.dropped(err, "message_id", m.ID)
 		return
 	}
-	p.deliver(ctx, tenant, t, it.received)
+	_ = p.deliver(ctx, tenant, t, it.received) // a Gateway event has no confirmation to withhold
 }
 
 func (p *Platform) dropUnclaimed(guildID, channelID string) {
@@ -86,11 +86,12 @@ func (p *Platform) dropped(err error, attrs ...any) {
 }
 
 // deliver hands a normalized turn to the tenant's gateways: an inbound event,
-// or an interrupt of the session for /stop.
-func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received time.Time) {
+// or an interrupt of the session for /stop. It returns the sink's error: an
+// interaction is confirmed to Discord only when the sink took it.
+func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received time.Time) error {
 	life := p.running()
 	if life == nil {
-		return
+		return errNotRunning
 	}
 	src := &t.ev.Source
 	d := platform.Delivery{
@@ -104,5 +105,10 @@ func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received
 	}
 	if err := life.sink.Deliver(ctx, d); err != nil {
 		p.log.Warn("discord delivery failed", "tenant", tenant, "chat_id", src.ChatID, "err", err)
+		return err
 	}
+	return nil
 }
+
+// errNotRunning is deliver's error while Run is not running.
+var errNotRunning = errors.New("discord: not running")

@@ -22,14 +22,16 @@ import (
 //	     expect 401 for bad signatures)
 //	400  body not an interaction
 //	409  interaction id already seen (a replay)
-//	503  the platform is not running (Run not started or stopped), or
-//	     maxProcessing interactions are in flight for over a second
+//	503  the platform is not running (Run not started or stopped),
+//	     maxProcessing interactions are in flight for over a second, or
+//	     the interaction could not be delivered within 2.5 s (the relay
+//	     did not store it)
 //	200  PING -> {"type":1}; autocomplete -> {"type":8} with no choices;
 //	     a guild no tenant claims, or a DM with no dm_tenant -> an
 //	     ephemeral "not connected" message (type 4); otherwise the deferred
-//	     response, type 5 (type 6 for components), written before any
-//	     processing. The token then goes to the vault and a normalized
-//	     inbound (or interrupt) reaches the tenant's gateways.
+//	     response, type 5 (type 6 for components), written once the token
+//	     is in the vault and the normalized inbound (or interrupt) was
+//	     delivered: stored by the relay for the tenant's gateways.
 
 var (
 	ackPong         = []byte(`{"type":1}`)
@@ -121,21 +123,38 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		p.metrics.Dropped(platformName, "overloaded")
 		return nil, http.StatusServiceUnavailable
 	}
+	// The deferred response confirms the interaction to Discord, which never
+	// sends it again: it goes out only once the interaction is delivered
+	// (stored by the relay). A webhook waits for that, within Discord's 3 s.
 	p.work.Add(1)
-	go func() {
+	process := func(ctx context.Context) error {
 		defer p.work.Done()
 		defer func() { <-p.slots }()
-		ctx := withTenant(life.ctx, tenant)
-		if respond != nil {
-			if err := respond(ctx, ack); err != nil {
-				p.log.Warn("discord interaction callback failed", "interaction_id", in.ID, "err", describe(err).msg)
-				return
-			}
+		return p.processInteraction(withTenant(ctx, tenant), tenant, in, received)
+	}
+	if respond == nil {
+		ctx, cancel := context.WithTimeout(life.ctx, processDeadline)
+		defer cancel()
+		if err := process(ctx); err != nil {
+			return nil, http.StatusServiceUnavailable
 		}
-		p.processInteraction(ctx, tenant, in, received)
+		return ack, 0
+	}
+	go func() {
+		ctx := withTenant(life.ctx, tenant)
+		if process(ctx) != nil {
+			return
+		}
+		if err := respond(ctx, ack); err != nil {
+			p.log.Warn("discord interaction callback failed", "interaction_id", in.ID, "err", describe(err).msg)
+		}
 	}()
 	return ack, 0
 }
+
+// processDeadline bounds the processing of a webhook interaction before its
+// answer, within the 3 s Discord waits for it.
+const processDeadline = 2500 * time.Millisecond
 
 // slotWait bounds how long an interaction waits for a processing slot
 // before it is refused with 503 (Discord gives up after 3 s).
@@ -159,16 +178,17 @@ func (p *Platform) acquireSlot(ctx context.Context) bool {
 	return false
 }
 
-// processInteraction normalizes an acknowledged interaction, moves its token
-// into the vault under the session it belongs to, and delivers the event,
-// which never carries the token.
-func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wireInteraction, received time.Time) {
+// processInteraction normalizes an interaction, moves its token into the
+// vault under the session it belongs to, and delivers the event, which never
+// carries the token. It returns the delivery's error; an interaction dropped
+// on purpose is not an error.
+func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wireInteraction, received time.Time) error {
 	token := vault.NewSecret(in.Token)
 	in.Token = ""
 	t, err := p.normalizer(tenant).interaction(ctx, in)
 	if err != nil {
 		p.dropped(err, "interaction_id", in.ID)
-		return
+		return nil
 	}
 	key := p.key(tenant, &t.ev.Source)
 	if !token.IsZero() {
@@ -182,7 +202,7 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 			p.log.Warn("discord interaction token not stored", "interaction_id", in.ID, "err", err)
 		}
 	}
-	p.deliver(ctx, tenant, t, received)
+	return p.deliver(ctx, tenant, t, received)
 }
 
 // gatewayInteraction handles INTERACTION_CREATE delivered over the Gateway

@@ -194,3 +194,29 @@ func TestInteractionsNotRunning(t *testing.T) {
 		t.Fatalf("before Run = %d", code)
 	}
 }
+
+// An interaction is confirmed to Discord (the deferred response) only once
+// it was delivered: when the sink refuses it, the webhook answers 503 and a
+// Gateway interaction gets no callback.
+func TestInteractionConfirmedOnlyOnceDelivered(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	url := e.webhookServer(t)
+	e.sink.refuse.Store(true)
+	body := slashBody("8101", "refused-webhook-token", guildLab, chanGeneral)
+	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), body)); code != http.StatusServiceUnavailable {
+		t.Fatalf("undeliverable slash = %d %s, want 503", code, ack)
+	}
+
+	var in map[string]any
+	if err := json.Unmarshal(slashBody("8102", "refused-gateway-token", guildLab, chanRandom), &in); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "INTERACTION_CREATE", in)
+	e.logs.waitFor(t, "delivery failed\" platform=discord tenant=t1 chat_id="+chanRandom)
+	for _, r := range e.fake.Requests() {
+		if strings.HasSuffix(r.Path, "/callback") {
+			t.Fatalf("an undelivered Gateway interaction was acknowledged: %s %s", r.Method, r.Path)
+		}
+	}
+}

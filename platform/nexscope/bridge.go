@@ -55,8 +55,9 @@ func stringOrNull(raw []byte) bool {
 
 // bridge turns a message the bot takes (dropReason "") into a delivery for
 // the room's tenant: an inbound MessageEvent, or an interrupt for "/stop".
-// note, when set, is appended to the text (a file's description).
-func (r *room) bridge(f *clientFrame, note string) {
+// note, when set, is appended to the text (a file's description). It reports
+// whether the sink took the delivery (for an inbound: stored it durably).
+func (r *room) bridge(f *clientFrame, note string) bool {
 	p := r.p
 	hop, _ := hopCount(f)
 	msgID, _ := stringValue(f.msgID)
@@ -102,7 +103,7 @@ func (r *room) bridge(f *clientFrame, note string) {
 		}
 		d.Event = ev
 	}
-	p.deliver(d)
+	return p.deliver(d)
 }
 
 // optionalString reads a raw JSON string that may be absent or null.

@@ -330,3 +330,41 @@ func TestAckBotOfflineWhileBridgeNotRunning(t *testing.T) {
 		t.Fatalf("ack %v", ack)
 	}
 }
+
+// refusingSink is a sink whose store fails: it takes no delivery.
+type refusingSink struct{ calls chan platform.Delivery }
+
+func (s *refusingSink) Deliver(_ context.Context, d platform.Delivery) error {
+	s.calls <- d
+	return errors.New("store unavailable")
+}
+
+// The ack is the sender's confirmation, so it lists the bot as delivered
+// only once the sink took the message: when the sink fails, the bot is
+// offline, for a msg and for a file.
+func TestAckBotOfflineWhenTheSinkFails(t *testing.T) {
+	tr := newRelay(t, boundConfig())
+	sink := &refusingSink{calls: make(chan platform.Delivery, 4)}
+	t.Cleanup(tr.run(t, sink))
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	bob.discardInBackground()
+	alice.expectPresence("alice", "bob", "hermes")
+	alice.sendJSON(msg("m1", "alice", []string{"hermes", "bob"}, "hi"))
+	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("msg ack %v, want bob delivered and hermes offline", ack)
+	}
+	alice.sendJSON(msg("m2", "alice", []string{}, "@hermes hi"))
+	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("mention ack %v, want bob delivered and hermes offline", ack)
+	}
+	alice.sendJSON(fileStart("f1", "alice", []string{"hermes", "bob"}, 2))
+	alice.sendBinary([]byte("ok"))
+	alice.sendJSON(fileEnd("f1", "alice"))
+	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("file ack %v, want bob delivered and hermes offline", ack)
+	}
+	if n := len(sink.calls); n != 3 {
+		t.Fatalf("the sink was asked %d times, want 3", n)
+	}
+}

@@ -38,11 +38,12 @@ func (m *member) handleMsg(f *clientFrame) {
 	r.mu.Lock()
 	r.routeLocked(m, f, out, botDrop, false, res)
 	r.unlock()
+	// The ack confirms the bot only once the bridge's delivery is stored.
+	if res.toBot && !r.bridge(f, "") {
+		res.botOffline()
+	}
 	m.send(appendAck(make([]byte, 0, ackSize(f.msgID, f.threadID, res.delivered, res.offline)),
 		f.msgID, f.threadID, res.delivered, res.offline))
-	if res.toBot {
-		r.bridge(f, "")
-	}
 	clear(res.delivered) // drop references into the frame
 	clear(res.offline)
 }

@@ -134,17 +134,20 @@ func (p *Platform) Status() platform.Status {
 	return platform.Status{Ready: true, Detail: fmt.Sprintf("%d rooms, %d members online", len(p.rooms), n)}
 }
 
-// deliver hands d to the sink given to Run; without one it is dropped.
-func (p *Platform) deliver(d platform.Delivery) {
+// deliver hands d to the sink given to Run and reports whether the sink
+// took it; without a sink it is dropped.
+func (p *Platform) deliver(d platform.Delivery) bool {
 	s, ctx := p.sink.Load(), p.runCtx.Load()
 	if s == nil || ctx == nil {
 		p.metrics.Dropped(platformName, "unavailable")
-		return
+		return false
 	}
 	if err := s.Deliver(*ctx, d); err != nil {
 		p.metrics.Dropped(platformName, "sink_error")
 		p.log.Warn("nexscope delivery failed", "tenant", d.Tenant, "chat_id", d.ChatID, "err", err)
+		return false
 	}
+	return true
 }
 
 // key is the tenant's session key for src.

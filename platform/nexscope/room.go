@@ -138,6 +138,15 @@ type routed struct {
 	delivered, offline [][]byte // raw JSON strings, for the ack
 	recipients         []*member
 	toBot              bool // the bot takes the frame (bridge it)
+	botAt              int  // the bot's index in delivered, when toBot
+}
+
+// botOffline moves the bot from delivered to offline: the bridge could not
+// deliver the frame, so the ack must not confirm it.
+func (out *routed) botOffline() {
+	quoted := out.delivered[out.botAt]
+	out.delivered = slices.Delete(out.delivered, out.botAt, out.botAt+1)
+	out.offline = append(out.offline, quoted)
 }
 
 // routeLocked delivers frame, the forwarded copy of sender's msg or
@@ -164,6 +173,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop
 			out.offline = append(out.offline, quoted)
 			return
 		}
+		out.botAt = len(out.delivered)
 		out.delivered = append(out.delivered, quoted)
 		out.toBot = true
 	}

@@ -180,18 +180,18 @@ func (m *member) handleFileEnd(f *clientFrame) {
 		delivered = append(delivered, rc.quoted)
 	}
 	toBot := t.toBot && m.p.sink.Load() != nil // Run may have ended since file-start
-	if toBot {
-		delivered = append(delivered, appendQuoted(nil, r.bot))
-	} else if t.toBot {
+	if !toBot && t.toBot {
 		m.p.metrics.Dropped(platformName, dropUnavailable)
-		offline = append(offline, appendQuoted(nil, r.bot))
 	}
 	r.unlock()
 	m.transfer = nil
-	m.send(appendAck(nil, t.start.msgID, t.start.threadID, delivered, offline))
-	if toBot {
-		r.bridge(&t.start, fileNote(t.start.attachment, t.size))
+	// The ack confirms the bot only once the bridge's delivery is stored.
+	if toBot && r.bridge(&t.start, fileNote(t.start.attachment, t.size)) {
+		delivered = append(delivered, appendQuoted(nil, r.bot))
+	} else if t.toBot {
+		offline = append(offline, appendQuoted(nil, r.bot))
 	}
+	m.send(appendAck(nil, t.start.msgID, t.start.threadID, delivered, offline))
 }
 
 // abortTransfer ends the member's own transfer on a size mismatch: the

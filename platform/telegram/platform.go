@@ -34,6 +34,9 @@ type Platform struct {
 
 	bot       *bot.Bot
 	transport *http.Transport
+	// offsets holds each long poll until the previous answer's updates
+	// were handled, so no update is confirmed before it is stored.
+	offsets   *offsetGate
 	scrubber  *strings.Replacer
 	secretSum [32]byte // sha256 of the webhook secret
 
@@ -119,8 +122,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
 	p.transport.MaxIdleConnsPerHost = 32
+	p.offsets = newOffsetGate(p.transport)
 	client := &http.Client{
-		Transport: &pollObserver{base: p.transport, onReady: p.pollReady},
+		Transport: &pollObserver{base: p.offsets, onReady: p.pollReady},
 		Timeout:   cfg.PollTimeout + 15*time.Second,
 	}
 	p.bot, err = bot.New(cfg.Token,

@@ -178,13 +178,15 @@ func (p *Platform) libraryError(err error) {
 
 // polled ingests one update from the long poll. A delivery failure is
 // retried with backoff, holding the poll (Telegram keeps the rest queued),
-// so nothing is dropped while the connector runs.
+// so nothing is dropped while the connector runs. Only a handled update
+// lets the next poll confirm it (offsetGate).
 func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
 	received := p.now()
 	backoff := 50 * time.Millisecond
 	for {
 		err := p.handle(context.WithoutCancel(ctx), u, received)
 		if err == nil {
+			p.offsets.done(u.ID)
 			return
 		}
 		if ctx.Err() != nil {

@@ -1,0 +1,108 @@
+package telegram
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/go-telegram/bot/models"
+)
+
+// offsetGate holds each getUpdates long poll until every update of the
+// previous answer was handled. The library asks for the next batch, with
+// offset = the last update id + 1, as soon as it handed the last update to
+// its worker; that offset confirms the update to Telegram, which never sends
+// it again, while its delivery may still be running, and a crash then would
+// lose it. Behind the gate the offset only moves past updates whose handle
+// returned: delivered (stored) or dropped on purpose.
+type offsetGate struct {
+	base http.RoundTripper
+
+	mu      sync.Mutex
+	handed  int64         // the highest update id a getUpdates answer carried
+	handled int64         // the highest update id handled
+	changed chan struct{} // closed and replaced when handled grows
+}
+
+func newOffsetGate(base http.RoundTripper) *offsetGate {
+	return &offsetGate{base: base, changed: make(chan struct{})}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (g *offsetGate) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !strings.HasSuffix(r.URL.Path, "/getUpdates") {
+		return g.base.RoundTrip(r)
+	}
+	if err := g.wait(r.Context()); err != nil {
+		if r.Body != nil {
+			_ = r.Body.Close()
+		}
+		return nil, err
+	}
+	resp, err := g.base.RoundTrip(r)
+	if err != nil {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	g.mu.Lock()
+	g.handed = max(g.handed, handedOut(body))
+	g.mu.Unlock()
+	return resp, nil
+}
+
+// handedOut returns the highest update id of a getUpdates answer that the
+// library hands to its worker, decoding it as the library does (whatever
+// the HTTP status), so an answer the library rejects hands out nothing and
+// cannot hold the next poll forever.
+func handedOut(body []byte) int64 {
+	var answer struct {
+		OK     bool            `json:"ok"`
+		Result json.RawMessage `json:"result"`
+	}
+	var updates []*models.Update
+	if json.Unmarshal(body, &answer) != nil || !answer.OK || json.Unmarshal(answer.Result, &updates) != nil {
+		return 0
+	}
+	var last int64
+	for _, u := range updates {
+		last = max(last, u.ID)
+	}
+	return last
+}
+
+// wait returns once every update handed out was handled, or ctx is done.
+func (g *offsetGate) wait(ctx context.Context) error {
+	for {
+		g.mu.Lock()
+		done, changed := g.handled >= g.handed, g.changed
+		g.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// done records that the update id was handled.
+func (g *offsetGate) done(id int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if id > g.handled {
+		g.handled = id
+		close(g.changed)
+		g.changed = make(chan struct{})
+	}
+}

@@ -1,0 +1,119 @@
+package telegram
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// roundTripFunc is an http.RoundTripper from a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// The next getUpdates, whose offset confirms every update handed out so
+// far, reaches Telegram only after each of those updates was handled.
+func TestOffsetGateHoldsThePollUntilItsUpdatesAreHandled(t *testing.T) {
+	var mu sync.Mutex
+	var events []string
+	record := func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, s)
+	}
+	polls := 0
+	g := newOffsetGate(roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		body := `{"ok":true,"result":[]}`
+		if strings.HasSuffix(r.URL.Path, "/getUpdates") {
+			mu.Lock()
+			polls++
+			if polls == 1 {
+				body = `{"ok":true,"result":[{"update_id":7,"message":{}},{"update_id":8}]}`
+			}
+			events = append(events, fmt.Sprint("poll ", polls))
+			mu.Unlock()
+		} else {
+			record("send")
+		}
+		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(body))}, nil
+	}))
+	call := func(ctx context.Context, method string) (string, error) {
+		r, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://api.invalid/botT/"+method, nil)
+		resp, err := g.RoundTrip(r)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	ctx := context.Background()
+	if body, err := call(ctx, "getUpdates"); err != nil || !strings.Contains(body, `"update_id":8`) {
+		t.Fatalf("first poll answered %q, %v: the library must still read the whole answer", body, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := call(ctx, "getUpdates")
+		done <- err
+	}()
+	// Other methods never wait.
+	if _, err := call(ctx, "sendMessage"); err != nil {
+		t.Fatal(err)
+	}
+	record("handled 7")
+	g.done(7)
+	record("handled 8")
+	g.done(8)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the second poll once every update was handled")
+	}
+	mu.Lock()
+	i := slices.Index(events, "poll 2")
+	if i < 0 || !slices.Contains(events[:i], "handled 8") {
+		t.Fatalf("events %q: the second poll went out before update 8 was handled", events)
+	}
+	mu.Unlock()
+
+	// An answer the library cannot decode hands out nothing, so it holds no
+	// poll.
+	for _, body := range []string{`{"ok":true,"result":[{"update_id":"x"}]}`, `{"ok":false,"result":[{"update_id":99}]}`, `not json`} {
+		if id := handedOut([]byte(body)); id != 0 {
+			t.Errorf("handedOut(%s) = %d, want 0", body, id)
+		}
+	}
+
+	// A poll held by the gate ends with its context.
+	g.mu.Lock()
+	g.handed = 9
+	g.mu.Unlock()
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := call(cctx, "getUpdates"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("held poll with a cancelled context returned %v", err)
+	}
+}
+
+// FuzzHandedOut: any getUpdates answer is read without a panic, and an id is
+// only taken from an answer that says ok.
+func FuzzHandedOut(f *testing.F) {
+	f.Add([]byte(`{"ok":true,"result":[{"update_id":7},{"update_id":8}]}`))
+	f.Add([]byte(`{"ok":false,"error_code":409,"description":"Conflict"}`))
+	f.Add([]byte(`{"ok":true,"result":null}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if id := handedOut(body); id != 0 && !strings.Contains(string(body), "true") {
+			t.Fatalf("handedOut took id %d from an answer that is not ok: %s", id, body)
+		}
+	})
+}

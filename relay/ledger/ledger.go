@@ -1,0 +1,922 @@
+// Package ledger is the relay's inbound ledger: for each tenant, the
+// deliveries its gateways have not acknowledged yet, which connection each
+// is in flight on, and which connection owns each session; with a durable
+// store.Ledger behind it. It knows nothing of WebSockets: a gateway
+// connection appears as a Consumer that takes complete frames without
+// blocking.
+//
+// The rules it keeps:
+//
+//   - Append stores a delivery in the store.Ledger and returns only once it
+//     is durable, so a platform confirms an event to its source only after
+//     that. Its bufferId is Config.IDPrefix (the store's epoch) and the
+//     record's sequence number: the same across redeliveries and restarts.
+//   - Waiting entries are dispatched in sequence order. An entry goes to its
+//     session's owner while the owner is attached and serves the entry's
+//     platform, otherwise to the attached consumer serving the platform with
+//     the fewest entries in flight, which becomes the session's owner. When
+//     an entry has to wait, every later entry of its session waits too, and
+//     so does a session while another of its Appends is being stored, so a
+//     session's entries reach gateways in sequence order.
+//   - A consumer holds at most Config.AckWindow windowed entries in flight
+//     (sent, not acknowledged), and takes nothing while it reports no room.
+//   - An idle consumer (Idle) gets nothing new but keeps what it holds; a
+//     detached one (Detach) gives its unacknowledged entries back, and they
+//     are dispatched again in their original order.
+//   - An acknowledged entry leaves memory at once and the store shortly
+//     after: removals are written in batches by one goroutine. A removal
+//     lost in a crash means a redelivery after the restart, which
+//     at-least-once delivery allows.
+//   - Bounds are absolute, entries in flight included: a tenant holds at
+//     most Config.MaxEntries entries and Config.MaxBytes payload bytes, all
+//     tenants together at most Config.MaxTotalBytes (the largest tenant
+//     gives way), and no entry older than Config.MaxAge (checked every
+//     Config.SweepEvery with store.Ledger.Trim). The oldest entries go first;
+//     each is logged and counted.
+//   - Recover loads every tenant's stored records, in order, after a
+//     restart.
+//
+// Memory holds each entry's frame (its payload framed once) until it is
+// acknowledged or dropped, so it is bounded by MaxTotalBytes plus the
+// frames' envelopes. Session owners are kept in memory only: after a
+// restart a session's next entry picks a new owner.
+//
+// # Locking
+//
+// Each Ledger's state is guarded by its own mutex, which is never held
+// across I/O: store calls happen before it is taken or after it is
+// released, and no two Ledger mutexes are ever held together. Locks are
+// taken in this order only:
+//
+//  1. Pool.flushMu, which serializes removal flushes and is held across the
+//     store's Ack; only the pool's goroutine, Flush and Close take it;
+//  2. a Ledger's mutex, with which the ledger calls Consumer.HasRoom and
+//     Consumer.Offer;
+//  3. the consumer's own locks (the relay's send-queue lock), and Pool.rmMu
+//     (the queue of ledgers with removals), a leaf.
+//
+// Pool.mu (the ledger list) is a leaf taken with no other lock held. A
+// consumer must never call into the Ledger from HasRoom or Offer, nor while
+// it holds a lock it takes in them.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"connector/store"
+)
+
+// Consumer is a gateway connection as the ledger sees it. The ledger calls
+// both methods with its mutex held: they must not block nor call back into
+// the Ledger.
+type Consumer interface {
+	// HasRoom reports whether the consumer can take another frame now. A
+	// consumer that says no calls Ledger.Pump once it has room again.
+	HasRoom() bool
+	// Offer hands the consumer one complete frame, without blocking. False
+	// means the consumer did not take it (it is closing) and will detach.
+	Offer(frame []byte) bool
+}
+
+// Framer turns a stored payload into the frame a consumer is offered.
+type Framer interface {
+	// Frame builds the complete frame for a delivery of kind under
+	// bufferID, around its encoded payload.
+	Frame(kind uint8, bufferID string, payload []byte) []byte
+	// Windowed reports whether entries of kind count against a consumer's
+	// ack window.
+	Windowed(kind uint8) bool
+}
+
+// AllPlatforms, passed to Serve, attaches a consumer for every platform's
+// inbound (a gateway's hello for platform "relay").
+const AllPlatforms = "*"
+
+// Outcomes the ledger reports to Metrics.Inbound for entries it drops.
+const (
+	DroppedOverflow = "dropped_overflow" // over the tenant's entries or bytes bound
+	DroppedTotal    = "dropped_total"    // over the bytes bound across tenants
+	DroppedExpired  = "dropped_expired"  // older than MaxAge
+)
+
+// Metrics receives the ledger's measurements; relay.Metrics satisfies it.
+type Metrics interface {
+	// Inbound counts a delivery by outcome; the ledger reports the Dropped
+	// outcomes.
+	Inbound(platform, tenant, outcome string)
+	// Delivered records the time from platform receipt to a first delivery.
+	Delivered(platform string, d time.Duration)
+	// Buffered reports the number of entries a tenant's ledger holds.
+	Buffered(tenant string, n int)
+}
+
+// Config configures a Pool and every Ledger in it. Every field but
+// MaxTotalBytes, MaxAge and SweepEvery must be set.
+type Config struct {
+	// Store is where entries are kept until acknowledged.
+	Store store.Ledger
+	// IDPrefix starts every bufferId (the store's epoch and "-"); the
+	// record's sequence number follows.
+	IDPrefix string
+	Framer   Framer
+	// AckWindow bounds windowed entries in flight per consumer.
+	AckWindow int
+	// MaxEntries and MaxBytes bound each tenant's ledger, entries in flight
+	// included; bytes are payload bytes.
+	MaxEntries int
+	MaxBytes   int64
+	// MaxTotalBytes bounds the payload bytes of all tenants together; zero
+	// means no bound beyond the tenants' own.
+	MaxTotalBytes int64
+	// MaxAge drops entries received longer ago than this; zero means no
+	// age bound.
+	MaxAge time.Duration
+	// SweepEvery is how often MaxAge is enforced. Zero means a minute.
+	SweepEvery time.Duration
+	// SessionOwners bounds the remembered session owners per tenant (least
+	// recently used are forgotten).
+	SessionOwners int
+	Now           func() time.Time
+	Log           *slog.Logger
+	Metrics       Metrics
+}
+
+// Pool is the ledgers of one process's tenants: the bound they share, the
+// goroutine that writes removals (acknowledged and dropped entries) to the
+// store in batches and sweeps old entries, and recovery after a restart.
+type Pool struct {
+	cfg   Config
+	bytes atomic.Int64 // payload bytes of every ledger
+
+	mu      sync.Mutex // guards ledgers
+	ledgers map[string]*Ledger
+
+	rmMu  sync.Mutex // guards dirty and spare
+	dirty []*Ledger  // ledgers with removals to write
+	spare []*Ledger  // a drained dirty slice, for reuse
+	wake  chan struct{}
+
+	flushMu sync.Mutex // one flush at a time
+
+	closeOnce sync.Once
+	stop      chan struct{}
+	stopped   chan struct{}
+
+	removed, removeErrors atomic.Uint64
+}
+
+// NewPool returns an empty pool and starts its goroutine; Close stops it.
+func NewPool(cfg Config) *Pool {
+	if cfg.SweepEvery <= 0 {
+		cfg.SweepEvery = time.Minute
+	}
+	p := &Pool{
+		cfg:     cfg,
+		ledgers: make(map[string]*Ledger),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+	go p.run()
+	return p
+}
+
+// Ledger is one tenant's ledger. Its methods are safe for concurrent use.
+type Ledger struct {
+	pool   *Pool
+	tenant string
+
+	mu        sync.Mutex
+	seats     map[Consumer]*seat
+	attached  []*seat // receive new entries: served a platform, not idle, not detached
+	oldest    *entry  // every entry, in seq order, through next
+	newest    *entry
+	pending   []*entry          // waiting for a consumer, in seq order
+	byID      map[string]*entry // every entry, waiting or in flight
+	bytes     int64             // payload bytes of every entry
+	owners    *simplelru.LRU[string, owner]
+	appending map[string]int // session key -> Appends being stored
+	removals  []uint64       // seqs to remove from the store
+	spare     []uint64       // a drained removals slice, for reuse
+	dirty     bool           // queued in the pool's dirty list
+	size      atomic.Int64   // bytes, for the pool to read without the lock
+}
+
+// seat is the ledger's state of one consumer.
+type seat struct {
+	c         Consumer
+	all       bool     // serves every platform
+	platforms []string // served platforms, unless all
+	attached  bool
+	idle      bool
+	detached  bool
+	inflight  int // windowed entries sent and not acknowledged
+}
+
+func (s *seat) serves(platform string) bool { return s.all || slices.Contains(s.platforms, platform) }
+
+// entry is one delivery in the ledger.
+type entry struct {
+	id         string
+	seq        uint64
+	platform   string
+	sessionKey string
+	chatID     string
+	frame      []byte // immutable
+	size       int64  // payload bytes
+	received   time.Time
+	prev, next *entry // neighbours in seq order
+	seat       *seat  // in flight on this consumer; nil while waiting
+	sent       bool   // delivered at least once
+	windowed   bool
+}
+
+// owner is the consumer a session's entries went to last.
+type owner struct {
+	seat   *seat
+	chatID string
+}
+
+// Ledger returns tenant's ledger, creating it.
+func (p *Pool) Ledger(tenant string) *Ledger {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l := p.ledgers[tenant]; l != nil {
+		return l
+	}
+	owners, _ := simplelru.NewLRU[string, owner](p.cfg.SessionOwners, nil)
+	l := &Ledger{
+		pool: p, tenant: tenant,
+		seats:     make(map[Consumer]*seat),
+		byID:      make(map[string]*entry),
+		owners:    owners,
+		appending: make(map[string]int),
+	}
+	p.ledgers[tenant] = l
+	return l
+}
+
+// known returns tenant's ledger if the pool has one.
+func (p *Pool) known(tenant string) *Ledger {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ledgers[tenant]
+}
+
+// all returns every ledger.
+func (p *Pool) all() []*Ledger {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*Ledger, 0, len(p.ledgers))
+	for _, l := range p.ledgers {
+		out = append(out, l)
+	}
+	return out
+}
+
+// Delivery is one platform delivery to take into a ledger.
+type Delivery struct {
+	// Kind is the caller's kind of delivery, stored with it and passed
+	// back to the Framer.
+	Kind     uint8
+	Platform string
+	// SessionKey routes the delivery to its session's owner; empty for
+	// none.
+	SessionKey string
+	// ChatID is the chat the delivery came from.
+	ChatID string
+	// Payload is the encoded delivery. The ledger does not keep it.
+	Payload []byte
+	// Received is when the platform event reached the connector; zero
+	// means now.
+	Received time.Time
+}
+
+// Append stores d, takes it into the ledger, dispatches it if a consumer can
+// take it, and returns its bufferId. It returns only once d is durable in
+// the store; an error means it was not taken. The ledger's mutex is not
+// held while the store writes, so concurrent Appends share its commits.
+func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
+	p := l.pool
+	if d.Received.IsZero() {
+		d.Received = p.cfg.Now()
+	}
+	if d.SessionKey != "" {
+		l.mu.Lock()
+		l.appending[d.SessionKey]++
+		l.mu.Unlock()
+	}
+	rec := records.Get().(*[1]store.Record)
+	rec[0] = store.Record{
+		Kind: d.Kind, Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
+		Payload: d.Payload, Received: d.Received,
+	}
+	seqs, err := p.cfg.Store.Append(ctx, l.tenant, rec[:])
+	if err == nil && len(seqs) != 1 {
+		err = errors.New("ledger: the store assigned no sequence number")
+	}
+	var e *entry
+	if err == nil {
+		e = l.newEntry(seqs[0], &rec[0])
+	}
+	rec[0] = store.Record{}
+	records.Put(rec)
+	l.mu.Lock()
+	if d.SessionKey != "" {
+		if l.appending[d.SessionKey]--; l.appending[d.SessionKey] <= 0 {
+			delete(l.appending, d.SessionKey)
+		}
+	}
+	if e != nil {
+		l.insertLocked(e)
+		l.boundLocked()
+	}
+	l.dispatchLocked()
+	if e != nil {
+		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	p.boundTotal()
+	return e.id, nil
+}
+
+// records holds the one-record slices Append hands the store, which copies
+// them.
+var records = sync.Pool{New: func() any { return new([1]store.Record) }}
+
+// newEntry builds the entry for a stored record: its bufferId and frame.
+func (l *Ledger) newEntry(seq uint64, r *store.Record) *entry {
+	p := l.pool
+	id := p.cfg.IDPrefix + strconv.FormatUint(seq, 10)
+	return &entry{
+		id: id, seq: seq, platform: r.Platform, sessionKey: r.SessionKey, chatID: r.ChatID,
+		frame: p.cfg.Framer.Frame(r.Kind, id, r.Payload), size: int64(len(r.Payload)),
+		received: r.Received, windowed: p.cfg.Framer.Windowed(r.Kind),
+	}
+}
+
+// insertLocked adds e in seq order: at the end, unless a concurrent Append
+// with a higher seq got there first.
+func (l *Ledger) insertLocked(e *entry) {
+	after := l.newest
+	for after != nil && after.seq > e.seq {
+		after = after.prev
+	}
+	e.prev = after
+	if after == nil {
+		e.next, l.oldest = l.oldest, e
+	} else {
+		e.next, after.next = after.next, e
+	}
+	if e.next == nil {
+		l.newest = e
+	} else {
+		e.next.prev = e
+	}
+	i := len(l.pending)
+	for i > 0 && l.pending[i-1].seq > e.seq {
+		i--
+	}
+	l.pending = slices.Insert(l.pending, i, e)
+	l.byID[e.id] = e
+	l.grow(e.size)
+}
+
+// grow adds n payload bytes to the ledger and the pool.
+func (l *Ledger) grow(n int64) {
+	l.bytes += n
+	l.size.Store(l.bytes)
+	l.pool.bytes.Add(n)
+}
+
+// removeLocked takes e out of the ledger: out of the seq list, the id
+// index, the waiting line or its consumer's window.
+func (l *Ledger) removeLocked(e *entry) {
+	if e.prev == nil {
+		l.oldest = e.next
+	} else {
+		e.prev.next = e.next
+	}
+	if e.next == nil {
+		l.newest = e.prev
+	} else {
+		e.next.prev = e.prev
+	}
+	e.prev, e.next = nil, nil
+	delete(l.byID, e.id)
+	l.grow(-e.size)
+	switch {
+	case e.seat != nil:
+		if e.windowed {
+			e.seat.inflight--
+		}
+		e.seat = nil
+	case len(l.pending) > 0 && l.pending[0] == e:
+		l.pending[0] = nil
+		l.pending = l.pending[1:]
+	default:
+		if i := slices.Index(l.pending, e); i >= 0 {
+			l.pending = slices.Delete(l.pending, i, i+1)
+		}
+	}
+}
+
+// boundLocked drops the oldest entries, in flight or not, while the ledger
+// exceeds its tenant's bounds.
+func (l *Ledger) boundLocked() {
+	cfg := &l.pool.cfg
+	for l.oldest != nil && (len(l.byID) > cfg.MaxEntries || l.bytes > cfg.MaxBytes) {
+		l.dropLocked(l.oldest, DroppedOverflow, true)
+	}
+}
+
+// dropLocked removes e for reason, logs and counts it, and queues its
+// removal from the store unless the store dropped it itself.
+func (l *Ledger) dropLocked(e *entry, reason string, removeStored bool) {
+	cfg := &l.pool.cfg
+	l.removeLocked(e)
+	if removeStored {
+		l.queueRemovalLocked(e.seq)
+	}
+	cfg.Metrics.Inbound(e.platform, l.tenant, reason)
+	cfg.Log.Warn("buffered inbound dropped", "reason", reason,
+		"tenant", l.tenant, "platform", e.platform, "buffer_id", e.id, "bytes", e.size,
+		"age", cfg.Now().Sub(e.received).Round(time.Millisecond), "in_flight", e.sent)
+}
+
+// queueRemovalLocked has the pool remove seq from the store.
+func (l *Ledger) queueRemovalLocked(seq uint64) {
+	l.removals = append(l.removals, seq)
+	if !l.dirty {
+		l.dirty = true
+		l.pool.markDirty(l)
+	}
+}
+
+// dispatchLocked offers waiting entries, in order, to eligible consumers
+// with room. A session's entries all go to its owner, so when the first of
+// them has to wait, the later ones wait too and order is kept; so do the
+// entries of a session with an Append still being stored, which may come
+// before them.
+func (l *Ledger) dispatchLocked() {
+	if len(l.attached) == 0 || len(l.pending) == 0 {
+		return
+	}
+	cfg := &l.pool.cfg
+	var blocked map[string]bool
+	keep := l.pending[:0]
+	for _, e := range l.pending {
+		if e.sessionKey != "" && (blocked[e.sessionKey] || l.appending[e.sessionKey] > 0) {
+			keep = append(keep, e)
+			continue
+		}
+		s := l.pickLocked(e)
+		if s == nil || (e.windowed && s.inflight >= cfg.AckWindow) || !s.c.HasRoom() || !s.c.Offer(e.frame) {
+			if e.sessionKey != "" {
+				if blocked == nil {
+					blocked = make(map[string]bool)
+				}
+				blocked[e.sessionKey] = true
+			}
+			keep = append(keep, e)
+			continue
+		}
+		e.seat = s
+		if e.windowed {
+			s.inflight++
+		}
+		if !e.sent {
+			e.sent = true
+			cfg.Metrics.Delivered(e.platform, cfg.Now().Sub(e.received))
+		}
+		if e.sessionKey != "" {
+			l.owners.Add(e.sessionKey, owner{seat: s, chatID: e.chatID})
+		}
+	}
+	clear(l.pending[len(keep):])
+	l.pending = keep
+}
+
+// pickLocked returns the consumer for e: the session's owner while it is
+// attached and serves e's platform, else the least loaded attached consumer
+// that does.
+func (l *Ledger) pickLocked(e *entry) *seat {
+	if e.sessionKey != "" {
+		if o, ok := l.owners.Get(e.sessionKey); ok && o.seat.attached && o.seat.serves(e.platform) {
+			return o.seat
+		}
+	}
+	var best *seat
+	for _, s := range l.attached {
+		if s.serves(e.platform) && (best == nil || s.inflight < best.inflight) {
+			best = s
+		}
+	}
+	return best
+}
+
+// seatLocked returns c's seat, creating it.
+func (l *Ledger) seatLocked(c Consumer) *seat {
+	s := l.seats[c]
+	if s == nil {
+		s = &seat{c: c}
+		l.seats[c] = s
+	}
+	return s
+}
+
+// Serve records that c takes inbound of platform (AllPlatforms for every
+// one) and, unless c went idle or detached, attaches it: it receives
+// entries from now on.
+func (l *Ledger) Serve(c Consumer, platform string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.seatLocked(c)
+	if platform == AllPlatforms {
+		s.all = true
+	} else if !slices.Contains(s.platforms, platform) {
+		s.platforms = append(s.platforms, platform)
+	}
+	if !s.attached && !s.idle && !s.detached {
+		s.attached = true
+		l.attached = append(l.attached, s)
+	}
+	l.dispatchLocked()
+}
+
+// Idle switches c to buffered-only delivery: it gets no new entries, and
+// what it holds unacknowledged goes to another consumer once it detaches.
+func (l *Ledger) Idle(c Consumer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.seatLocked(c)
+	s.idle = true
+	l.unattachLocked(s)
+	l.dispatchLocked()
+}
+
+// Detach forgets c, which has closed, and puts its unacknowledged entries
+// back in line, in their original order, for the next consumer.
+func (l *Ledger) Detach(c Consumer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.seats[c]
+	if s == nil {
+		return
+	}
+	delete(l.seats, c)
+	s.detached = true
+	l.unattachLocked(s)
+	requeued := false
+	for e := l.oldest; e != nil; e = e.next {
+		if e.seat == s {
+			e.seat = nil
+			l.pending = append(l.pending, e)
+			requeued = true
+		}
+	}
+	if requeued {
+		slices.SortFunc(l.pending, func(a, b *entry) int { return cmpSeq(a.seq, b.seq) })
+	}
+	s.inflight = 0
+	l.dispatchLocked()
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (l *Ledger) unattachLocked(s *seat) {
+	if !s.attached {
+		return
+	}
+	s.attached = false
+	if i := slices.Index(l.attached, s); i >= 0 {
+		l.attached = slices.Delete(l.attached, i, i+1)
+	}
+}
+
+// Ack removes an acknowledged entry and reports whether it was in the
+// ledger. Unknown ids (a duplicate ack, an entry already dropped, another
+// tenant's id) are ignored. The store forgets the entry shortly after
+// (Pool.Flush).
+func (l *Ledger) Ack(id string) bool {
+	l.mu.Lock()
+	e := l.byID[id]
+	if e == nil {
+		l.mu.Unlock()
+		return false
+	}
+	l.removeLocked(e)
+	l.queueRemovalLocked(e.seq)
+	l.dispatchLocked()
+	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	l.mu.Unlock()
+	return true
+}
+
+// Pump dispatches again: a consumer that reported no room calls it once it
+// has room.
+func (l *Ledger) Pump() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dispatchLocked()
+}
+
+// Owner returns the consumer that owns sessionKey (the one its last entry
+// went to) and that entry's chat, while that consumer has not detached; an
+// idle owner still counts.
+func (l *Ledger) Owner(sessionKey string) (c Consumer, chatID string, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	o, ok := l.owners.Get(sessionKey)
+	if !ok || o.seat.detached {
+		return nil, "", false
+	}
+	return o.seat.c, o.chatID, true
+}
+
+// Len returns the number of entries the ledger holds, waiting or in flight.
+func (l *Ledger) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.byID)
+}
+
+// shed drops the ledger's oldest entries until at least n payload bytes
+// went, or it is empty, and reports how many bytes went.
+func (l *Ledger) shed(n int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var freed int64
+	for l.oldest != nil && freed < n {
+		freed += l.oldest.size
+		l.dropLocked(l.oldest, DroppedTotal, true)
+	}
+	l.dispatchLocked()
+	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	return freed
+}
+
+// forget drops the entries the store dropped (Trim), for reason.
+func (l *Ledger) forget(dropped []store.Dropped, reason string) {
+	l.mu.Lock()
+	for _, d := range dropped {
+		if e := l.byID[l.pool.cfg.IDPrefix+strconv.FormatUint(d.Seq, 10)]; e != nil {
+			l.dropLocked(e, reason, false)
+		}
+	}
+	l.dispatchLocked()
+	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	l.mu.Unlock()
+}
+
+// boundTotal drops the oldest entries of the largest tenants while all
+// tenants together exceed MaxTotalBytes.
+func (p *Pool) boundTotal() {
+	max := p.cfg.MaxTotalBytes
+	if max <= 0 {
+		return
+	}
+	for {
+		over := p.bytes.Load() - max
+		if over <= 0 {
+			return
+		}
+		var largest *Ledger
+		var size int64
+		for _, l := range p.all() {
+			if s := l.size.Load(); s > size {
+				largest, size = l, s
+			}
+		}
+		if largest == nil || largest.shed(over) == 0 {
+			return
+		}
+	}
+}
+
+// Recover loads every configured tenant's stored records into its ledger,
+// in order, applies the bounds, and returns how many entries it loaded.
+// Call it before any consumer is served. Records of a tenant without a
+// ledger stay in the store (until they age out) and are logged.
+func (p *Pool) Recover(ctx context.Context) (int, error) {
+	tenants, err := p.cfg.Store.Tenants(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, t := range tenants {
+		l := p.known(t)
+		if l == nil {
+			st, _ := p.cfg.Store.Stats(ctx, t)
+			p.cfg.Log.Warn("stored inbound of a tenant no longer configured kept until it ages out",
+				"tenant", t, "entries", st.Entries, "bytes", st.Bytes)
+			continue
+		}
+		n, err := l.recover(ctx)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	p.boundTotal()
+	return total, nil
+}
+
+// recoverBatch is how many records Recover reads at once.
+const recoverBatch = 1024
+
+func (l *Ledger) recover(ctx context.Context) (int, error) {
+	p := l.pool
+	var after uint64
+	n := 0
+	for {
+		recs, err := p.cfg.Store.Read(ctx, l.tenant, after, recoverBatch)
+		if err != nil {
+			return n, err
+		}
+		if len(recs) == 0 {
+			break
+		}
+		entries := make([]*entry, len(recs))
+		for i := range recs {
+			entries[i] = l.newEntry(recs[i].Seq, &recs[i])
+		}
+		l.mu.Lock()
+		for _, e := range entries {
+			if l.byID[e.id] == nil {
+				l.insertLocked(e)
+				n++
+			}
+		}
+		l.mu.Unlock()
+		after = recs[len(recs)-1].Seq
+	}
+	l.mu.Lock()
+	l.boundLocked()
+	p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	l.mu.Unlock()
+	return n, nil
+}
+
+// Sweep drops, from the store and memory, every entry older than MaxAge.
+// The pool's goroutine runs it every SweepEvery; tests call it directly.
+func (p *Pool) Sweep(ctx context.Context) error {
+	if p.cfg.MaxAge <= 0 {
+		return nil
+	}
+	tenants, err := p.cfg.Store.Tenants(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range tenants {
+		dropped, err := p.cfg.Store.Trim(ctx, t, store.Bounds{MaxAge: p.cfg.MaxAge})
+		if err != nil {
+			return err
+		}
+		if len(dropped) == 0 {
+			continue
+		}
+		if l := p.known(t); l != nil {
+			l.forget(dropped, DroppedExpired)
+			continue
+		}
+		for _, d := range dropped {
+			p.cfg.Metrics.Inbound(d.Platform, t, DroppedExpired)
+		}
+		p.cfg.Log.Warn("stored inbound of a tenant no longer configured dropped: older than the age bound",
+			"tenant", t, "entries", len(dropped), "max_age", p.cfg.MaxAge)
+	}
+	return nil
+}
+
+// markDirty queues l for the next removal flush and wakes the goroutine.
+func (p *Pool) markDirty(l *Ledger) {
+	p.rmMu.Lock()
+	p.dirty = append(p.dirty, l)
+	p.rmMu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Flush writes every queued removal to the store. The pool's goroutine
+// flushes on its own as soon as removals are queued; Flush is for shutdown
+// and tests. A failed removal is logged and counted, and not retried: the
+// entry is redelivered after a restart.
+func (p *Pool) Flush(ctx context.Context) {
+	p.flushMu.Lock()
+	defer p.flushMu.Unlock()
+	p.rmMu.Lock()
+	dirty := p.dirty
+	p.dirty = p.spare[:0]
+	p.rmMu.Unlock()
+	for i, l := range dirty {
+		dirty[i] = nil
+		l.mu.Lock()
+		seqs := l.removals
+		l.removals, l.spare = l.spare[:0], nil
+		l.dirty = false
+		l.mu.Unlock()
+		if len(seqs) > 0 {
+			p.remove(ctx, l.tenant, seqs)
+		}
+		l.mu.Lock()
+		l.spare = seqs
+		l.mu.Unlock()
+	}
+	p.rmMu.Lock()
+	p.spare = dirty
+	p.rmMu.Unlock()
+}
+
+// remove deletes seqs from tenant's stored ledger.
+func (p *Pool) remove(ctx context.Context, tenant string, seqs []uint64) {
+	if _, err := p.cfg.Store.Ack(ctx, tenant, seqs...); err != nil {
+		p.removeErrors.Add(uint64(len(seqs)))
+		p.cfg.Log.Warn("acknowledged inbound not removed from the store: it is redelivered after a restart",
+			"tenant", tenant, "entries", len(seqs), "err", err)
+		return
+	}
+	p.removed.Add(uint64(len(seqs)))
+}
+
+// Len returns the number of entries every ledger holds.
+func (p *Pool) Len() int {
+	n := 0
+	for _, l := range p.all() {
+		n += l.Len()
+	}
+	return n
+}
+
+// Stats counts the pool's store removals.
+type Stats struct {
+	// Removed counts entries (acknowledged or dropped) removed from the
+	// store.
+	Removed uint64
+	// RemoveErrors counts entries whose removal failed.
+	RemoveErrors uint64
+	// Bytes is the payload bytes every ledger holds.
+	Bytes int64
+}
+
+// Stats returns the pool's counters.
+func (p *Pool) Stats() Stats {
+	return Stats{Removed: p.removed.Load(), RemoveErrors: p.removeErrors.Load(), Bytes: p.bytes.Load()}
+}
+
+// sweepTimeout bounds one age sweep.
+const sweepTimeout = 30 * time.Second
+
+func (p *Pool) run() {
+	defer close(p.stopped)
+	sweep := time.NewTicker(p.cfg.SweepEvery)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.wake:
+			// No deadline: each store bounds its own calls, and a context
+			// with a timer per flush would cost the hot path.
+			p.Flush(context.Background())
+		case <-sweep.C:
+			ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
+			if err := p.Sweep(ctx); err != nil {
+				p.cfg.Log.Warn("inbound age sweep failed", "err", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// Close stops the pool's goroutine and writes the removals still queued.
+// Ledgers keep working in memory, but their removals are no longer written.
+func (p *Pool) Close(ctx context.Context) {
+	p.closeOnce.Do(func() {
+		close(p.stop)
+		<-p.stopped
+	})
+	p.Flush(ctx)
+}

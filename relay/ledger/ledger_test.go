@@ -1,0 +1,583 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/store"
+)
+
+// fakeConsumer records the frames it was offered. Room and refusal are
+// switched by the test.
+type fakeConsumer struct {
+	name   string
+	noRoom bool
+	refuse bool
+	frames []string
+}
+
+func (f *fakeConsumer) HasRoom() bool { return !f.noRoom }
+
+func (f *fakeConsumer) Offer(frame []byte) bool {
+	if f.refuse {
+		return false
+	}
+	f.frames = append(f.frames, string(frame))
+	return true
+}
+
+// take returns and forgets the frames offered so far, as "bufferId|payload".
+func (f *fakeConsumer) take() []string {
+	got := f.frames
+	f.frames = nil
+	return got
+}
+
+// fakeMetrics counts outcomes by name.
+type fakeMetrics struct {
+	mu       sync.Mutex
+	outcomes map[string]int
+	buffered int
+}
+
+func (m *fakeMetrics) Inbound(_, _, outcome string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.outcomes[outcome]++
+}
+
+func (m *fakeMetrics) Delivered(string, time.Duration) {}
+
+func (m *fakeMetrics) Buffered(_ string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.buffered = n
+}
+
+func (m *fakeMetrics) count(outcome string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.outcomes[outcome]
+}
+
+// testFramer frames an entry as "bufferId|payload"; kind 2 is unwindowed.
+type testFramer struct{}
+
+func (testFramer) Frame(_ uint8, id string, payload []byte) []byte {
+	return []byte(id + "|" + string(payload))
+}
+
+func (testFramer) Windowed(kind uint8) bool { return kind != unwindowed }
+
+const unwindowed = 2
+
+// rig is tenant t1's ledger under test, on a memory store with a settable
+// clock.
+type rig struct {
+	*Ledger
+	pool    *Pool
+	store   *store.Memory
+	clock   *clocktest.Fake
+	metrics *fakeMetrics
+}
+
+func testConfig(st store.Ledger, c *clocktest.Fake, m *fakeMetrics) Config {
+	return Config{
+		Store:         st,
+		IDPrefix:      "p-",
+		Framer:        testFramer{},
+		AckWindow:     100,
+		MaxEntries:    1000,
+		MaxBytes:      1 << 20,
+		SessionOwners: 100,
+		Now:           c.Now,
+		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics:       m,
+	}
+}
+
+func newRig(t *testing.T, mod func(*Config)) *rig {
+	t.Helper()
+	c := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	st := store.NewMemory(c.Now)
+	t.Cleanup(func() { _ = st.Close() })
+	return newRigOn(t, st, c, mod)
+}
+
+// newRigOn starts a pool on st, as a restarted process would.
+func newRigOn(t *testing.T, st *store.Memory, c *clocktest.Fake, mod func(*Config)) *rig {
+	t.Helper()
+	m := &fakeMetrics{outcomes: make(map[string]int)}
+	cfg := testConfig(st.Ledger(), c, m)
+	if mod != nil {
+		mod(&cfg)
+	}
+	p := NewPool(cfg)
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return &rig{Ledger: p.Ledger("t1"), pool: p, store: st, clock: c, metrics: m}
+}
+
+// add appends a windowed delivery of session with text as payload and
+// returns its bufferId.
+func (r *rig) add(t *testing.T, session, text string) string {
+	t.Helper()
+	id, err := r.Append(context.Background(), Delivery{Platform: "discord", SessionKey: session,
+		ChatID: "chat-" + session, Payload: []byte(text)})
+	if err != nil {
+		t.Fatalf("append %q: %v", text, err)
+	}
+	return id
+}
+
+// stored returns the payloads the store holds for t1, after writing the
+// queued removals.
+func (r *rig) stored(t *testing.T) []string {
+	t.Helper()
+	ctx := context.Background()
+	r.pool.Flush(ctx)
+	recs, err := r.store.Ledger().Read(ctx, "t1", 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(recs))
+	for i, rec := range recs {
+		out[i] = string(rec.Payload)
+	}
+	return out
+}
+
+// payloads strips the bufferIds from frames.
+func payloads(frames []string) []string {
+	out := make([]string, len(frames))
+	for i, f := range frames {
+		_, out[i], _ = strings.Cut(f, "|")
+	}
+	return out
+}
+
+// ids keeps only the bufferIds of frames.
+func ids(frames []string) []string {
+	out := make([]string, len(frames))
+	for i, f := range frames {
+		out[i], _, _ = strings.Cut(f, "|")
+	}
+	return out
+}
+
+func want(t *testing.T, what string, got []string, expected ...string) {
+	t.Helper()
+	if !slices.Equal(got, expected) {
+		t.Fatalf("%s: got %q, want %q", what, got, expected)
+	}
+}
+
+func TestWaitingEntriesGoOutInOrderOnServe(t *testing.T) {
+	r := newRig(t, nil)
+	var sent []string
+	for i := range 5 {
+		sent = append(sent, r.add(t, "s1", fmt.Sprint("m", i)))
+	}
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	got := c.take()
+	want(t, "payloads", payloads(got), "m0", "m1", "m2", "m3", "m4")
+	want(t, "bufferIds", ids(got), sent...)
+	if sent[0] != "p-1" || sent[4] != "p-5" {
+		t.Fatalf("bufferIds %q: want the prefix and the sequence number", sent)
+	}
+}
+
+func TestSessionStaysWithItsOwner(t *testing.T) {
+	r := newRig(t, nil)
+	a, b := &fakeConsumer{name: "a"}, &fakeConsumer{name: "b"}
+	r.Serve(a, "discord")
+	r.Serve(b, "discord")
+	r.add(t, "s1", "one")
+	owner, other := a, b
+	if len(a.frames) == 0 {
+		owner, other = b, a
+	}
+	// The other consumer is now the least loaded, but s1 stays with its
+	// owner; a new session goes to the least loaded.
+	r.add(t, "s1", "two")
+	r.add(t, "s2", "first of s2")
+	want(t, "owner", payloads(owner.take()), "one", "two")
+	want(t, "other", payloads(other.take()), "first of s2")
+
+	c, chat, ok := r.Owner("s1")
+	if !ok || c != owner || chat != "chat-s1" {
+		t.Fatalf("Owner(s1) = %v %q %v, want the owner and its chat", c, chat, ok)
+	}
+}
+
+func TestAckWindowHoldsBackAndAckReleases(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.AckWindow = 2 })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	for i := range 5 {
+		r.add(t, fmt.Sprint("s", i), fmt.Sprint("m", i))
+	}
+	got := c.take()
+	want(t, "within the window", payloads(got), "m0", "m1")
+	// An unwindowed delivery (a passthrough) is not held back by the window.
+	if _, err := r.Append(context.Background(), Delivery{Kind: unwindowed, Platform: "discord", Payload: []byte("pass")}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, "unwindowed", payloads(c.take()), "pass")
+
+	if !r.Ack(ids(got)[0]) {
+		t.Fatal("ack of an entry in flight not found")
+	}
+	want(t, "after one ack", payloads(c.take()), "m2")
+	if r.Ack(ids(got)[0]) {
+		t.Fatal("a duplicate ack was found again")
+	}
+	if r.Ack("p-999") {
+		t.Fatal("an unknown bufferId was acknowledged")
+	}
+}
+
+func TestDetachRedeliversUnackedInOriginalOrder(t *testing.T) {
+	r := newRig(t, nil)
+	a := &fakeConsumer{}
+	r.Serve(a, "discord")
+	for i := range 6 {
+		r.add(t, fmt.Sprint("s", i%2), fmt.Sprint("m", i))
+	}
+	first := a.take()
+	r.Ack(ids(first)[1])
+	r.Ack(ids(first)[4])
+	r.Detach(a)
+
+	b := &fakeConsumer{}
+	r.Serve(b, "discord")
+	again := b.take()
+	want(t, "redelivered", payloads(again), "m0", "m2", "m3", "m5")
+	want(t, "same bufferIds", ids(again), ids(first)[0], ids(first)[2], ids(first)[3], ids(first)[5])
+	if _, _, ok := r.Owner("s0"); !ok {
+		t.Fatal("s0 has no owner after redelivery")
+	}
+	if c, _, _ := r.Owner("s0"); c != b {
+		t.Fatal("s0's owner is still the detached consumer")
+	}
+}
+
+func TestIdleConsumerGetsNothingNewAndKeepsWhatItHolds(t *testing.T) {
+	r := newRig(t, nil)
+	a := &fakeConsumer{}
+	r.Serve(a, "discord")
+	held := r.add(t, "s1", "held")
+	a.take()
+	r.Idle(a)
+	r.add(t, "s1", "later")
+	if len(a.frames) != 0 {
+		t.Fatalf("idle consumer was offered %q", a.frames)
+	}
+	// A consumer that serves again after going idle stays idle.
+	r.Serve(a, "telegram")
+	if len(a.frames) != 0 {
+		t.Fatalf("idle consumer was offered %q after another hello", a.frames)
+	}
+	// An interrupt still reaches the idle owner.
+	if c, _, ok := r.Owner("s1"); !ok || c != a {
+		t.Fatal("the idle owner is not the session's owner")
+	}
+
+	// A new consumer gets only what waited; the entry the idle one holds
+	// stays with it until it detaches.
+	b := &fakeConsumer{}
+	r.Serve(b, "discord")
+	want(t, "new consumer", payloads(b.take()), "later")
+	r.Detach(a)
+	got := b.take()
+	want(t, "after the idle consumer detached", payloads(got), "held")
+	want(t, "its bufferId", ids(got), held)
+	if _, _, ok := r.Owner("s1"); !ok {
+		t.Fatal("s1 lost its owner")
+	}
+}
+
+func TestOwnerIsGoneAfterDetach(t *testing.T) {
+	r := newRig(t, nil)
+	a := &fakeConsumer{}
+	r.Serve(a, "discord")
+	r.add(t, "s1", "x")
+	r.Detach(a)
+	if c, _, ok := r.Owner("s1"); ok {
+		t.Fatalf("Owner(s1) = %v after its consumer detached", c)
+	}
+	if _, _, ok := r.Owner("never-seen"); ok {
+		t.Fatal("a session never delivered has an owner")
+	}
+	r.Detach(&fakeConsumer{}) // a consumer that never served: nothing to do
+}
+
+func TestSessionWaitsBehindItsBlockedEntry(t *testing.T) {
+	r := newRig(t, nil)
+	a := &fakeConsumer{}
+	r.Serve(a, "discord")
+	r.add(t, "s1", "first")
+	a.take()
+	a.noRoom = true
+	r.add(t, "s1", "second")
+	a.noRoom = false
+	// A second consumer has room, but s1's next entry must not overtake
+	// "second": both wait for the owner.
+	b := &fakeConsumer{}
+	r.Serve(b, "discord")
+	r.add(t, "s1", "third")
+	r.add(t, "s2", "other session")
+	if len(b.frames) != 1 || payloads(b.frames)[0] != "other session" {
+		t.Fatalf("second consumer got %q, want only the other session", b.frames)
+	}
+	r.Pump()
+	want(t, "after Pump", payloads(a.take()), "second", "third")
+
+	a.refuse = true
+	r.add(t, "s1", "refused")
+	if len(b.frames) != 1 {
+		t.Fatalf("an entry refused by the owner went to %q", b.frames)
+	}
+	a.refuse = false
+	r.Pump()
+	want(t, "after a refusal", payloads(a.take()), "refused")
+}
+
+func TestConsumersGetOnlyThePlatformsTheyServe(t *testing.T) {
+	r := newRig(t, nil)
+	tg, all := &fakeConsumer{}, &fakeConsumer{}
+	r.Serve(tg, "telegram")
+	ctx := context.Background()
+	if _, err := r.Append(ctx, Delivery{Platform: "discord", SessionKey: "d", Payload: []byte("from discord")}); err != nil {
+		t.Fatal(err)
+	}
+	r.Serve(all, AllPlatforms)
+	if _, err := r.Append(ctx, Delivery{Platform: "telegram", SessionKey: "t", Payload: []byte("from telegram")}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, "telegram consumer", payloads(tg.take()), "from telegram")
+	want(t, "every-platform consumer", payloads(all.take()), "from discord")
+}
+
+func TestAppendReturnsOnceStoredWithTheRecordsSeq(t *testing.T) {
+	r := newRig(t, nil)
+	first := r.add(t, "s1", "one")
+	second := r.add(t, "s2", "two")
+	want(t, "stored", r.stored(t), "one", "two")
+	recs, err := r.store.Ledger().Read(context.Background(), "t1", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != fmt.Sprint("p-", recs[0].Seq) || second != fmt.Sprint("p-", recs[1].Seq) {
+		t.Fatalf("bufferIds %q %q, stored seqs %d %d", first, second, recs[0].Seq, recs[1].Seq)
+	}
+	if recs[0].SessionKey != "s1" || recs[0].ChatID != "chat-s1" || recs[0].Platform != "discord" {
+		t.Fatalf("stored record %+v", recs[0])
+	}
+}
+
+// failingLedger is a store.Ledger whose Append fails.
+type failingLedger struct{ store.Ledger }
+
+var errDiskFull = errors.New("disk full")
+
+func (failingLedger) Append(context.Context, string, []store.Record) ([]uint64, error) {
+	return nil, errDiskFull
+}
+
+func TestAppendFailsWhenTheStoreFails(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.Store = failingLedger{c.Store} })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	_, err := r.Append(context.Background(), Delivery{Platform: "discord", SessionKey: "s1", Payload: []byte("x")})
+	if !errors.Is(err, errDiskFull) {
+		t.Fatalf("Append = %v, want the store's error", err)
+	}
+	if len(c.frames) != 0 || r.Len() != 0 {
+		t.Fatalf("an unstored delivery was taken: offered %q, %d entries", c.frames, r.Len())
+	}
+}
+
+// gatedLedger is a store.Ledger whose next Append, once armed, stores its
+// records and then waits for release before returning.
+type gatedLedger struct {
+	store.Ledger
+	mu      sync.Mutex
+	armed   bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedLedger) Append(ctx context.Context, tenant string, recs []store.Record) ([]uint64, error) {
+	seqs, err := g.Ledger.Append(ctx, tenant, recs)
+	g.mu.Lock()
+	wait := g.armed
+	g.armed = false
+	g.mu.Unlock()
+	if wait {
+		close(g.entered)
+		<-g.release
+	}
+	return seqs, err
+}
+
+// A session's entry whose Append finished first waits for an earlier Append
+// of the same session still being stored: the gateway gets them in order.
+func TestConcurrentAppendsOfASessionGoOutInSeqOrder(t *testing.T) {
+	gate := &gatedLedger{armed: true, entered: make(chan struct{}), release: make(chan struct{})}
+	r := newRig(t, func(c *Config) { gate.Ledger = c.Store; c.Store = gate })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Append(context.Background(), Delivery{Platform: "discord", SessionKey: "s1", Payload: []byte("first")})
+		done <- err
+	}()
+	select {
+	case <-gate.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the first Append to reach the store")
+	}
+	r.add(t, "s1", "second")
+	r.add(t, "s2", "other session")
+	want(t, "while the first is being stored", payloads(c.take()), "other session")
+	close(gate.release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the first Append to return")
+	}
+	want(t, "after it was stored", payloads(c.take()), "first", "second")
+}
+
+func TestAckedEntriesLeaveTheStore(t *testing.T) {
+	r := newRig(t, nil)
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	a := r.add(t, "s1", "acked")
+	r.add(t, "s1", "kept")
+	r.Ack(a)
+	want(t, "stored", r.stored(t), "kept")
+	if st := r.pool.Stats(); st.Removed != 1 || st.RemoveErrors != 0 {
+		t.Fatalf("stats %+v, want one removal", st)
+	}
+}
+
+// A restarted process recovers what was not acknowledged, in order, with
+// the same bufferIds, and dispatches it to the first consumer.
+func TestRecoverAfterRestart(t *testing.T) {
+	r := newRig(t, nil)
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	var sent []string
+	for i := range 5 {
+		sent = append(sent, r.add(t, fmt.Sprint("s", i%2), fmt.Sprint("m", i)))
+	}
+	r.Ack(sent[1])
+	r.pool.Close(context.Background())
+
+	again := newRigOn(t, r.store, r.clock, nil)
+	n, err := again.pool.Recover(context.Background())
+	if err != nil || n != 4 {
+		t.Fatalf("Recover = %d, %v; want 4 entries", n, err)
+	}
+	c = &fakeConsumer{}
+	again.Serve(c, "discord")
+	got := c.take()
+	want(t, "recovered", payloads(got), "m0", "m2", "m3", "m4")
+	want(t, "bufferIds", ids(got), sent[0], sent[2], sent[3], sent[4])
+	// New entries continue the sequence.
+	if id := again.add(t, "s1", "new"); id != "p-6" {
+		t.Fatalf("new entry after recovery got %q, want p-6", id)
+	}
+}
+
+// Bounds are absolute: entries in flight count and are dropped oldest
+// first too, from memory and from the store.
+func TestBoundsDropTheOldestEntriesInFlightIncluded(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.MaxEntries = 3; c.AckWindow = 2 })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	for i := range 5 {
+		r.add(t, "s"+fmt.Sprint(i), fmt.Sprint("m", i))
+	}
+	// m0 and m1 went out and filled the window; m3 and m4 each pushed out
+	// the oldest, in flight, which freed a slot for the next one waiting.
+	if n := r.metrics.count(DroppedOverflow); n != 2 {
+		t.Fatalf("%d entries counted as dropped, want 2", n)
+	}
+	want(t, "stored", r.stored(t), "m2", "m3", "m4")
+	want(t, "offered", payloads(c.take()), "m0", "m1", "m2", "m3")
+	if r.Ack("p-1") {
+		t.Fatal("the ack of a dropped entry found it")
+	}
+	r.Pump()
+	want(t, "with the window full", payloads(c.take()))
+
+	// Bytes count payloads; a newer entry pushes out older ones.
+	r = newRig(t, func(c *Config) { c.MaxBytes = 20 })
+	for i := range 4 {
+		r.add(t, "s1", fmt.Sprint("xxxxxxxx", i)) // 9 bytes each
+	}
+	want(t, "kept by bytes", r.stored(t), "xxxxxxxx2", "xxxxxxxx3")
+	if r.metrics.buffered != 2 {
+		t.Fatalf("Buffered reported %d, want 2", r.metrics.buffered)
+	}
+}
+
+func TestTotalBoundShedsTheLargestTenant(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.MaxTotalBytes = 30 })
+	small := r.pool.Ledger("t2")
+	ctx := context.Background()
+	if _, err := small.Append(ctx, Delivery{Platform: "discord", Payload: []byte("t2-small")}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		r.add(t, "s1", fmt.Sprint("t1-payload", i)) // 11 bytes each
+	}
+	// 8 + 4*11 bytes: t1, the largest, gave up its two oldest.
+	if small.Len() != 1 {
+		t.Fatalf("the smaller tenant lost entries: %d left", small.Len())
+	}
+	want(t, "t1 kept", r.stored(t), "t1-payload2", "t1-payload3")
+	if n := r.metrics.count(DroppedTotal); n != 2 {
+		t.Fatalf("%d entries counted as dropped by the total bound, want 2", n)
+	}
+	if b := r.pool.Stats().Bytes; b > 30 {
+		t.Fatalf("pool holds %d bytes, over its bound of 30", b)
+	}
+}
+
+func TestSweepDropsEntriesOlderThanMaxAge(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.MaxAge = time.Hour })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	r.add(t, "s1", "old in flight")
+	r.Idle(c)
+	r.add(t, "s1", "old waiting")
+	r.clock.Advance(50 * time.Minute)
+	r.add(t, "s1", "recent")
+	r.clock.Advance(20 * time.Minute)
+	if err := r.pool.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.metrics.count(DroppedExpired); n != 2 {
+		t.Fatalf("%d entries counted as expired, want 2", n)
+	}
+	want(t, "stored", r.stored(t), "recent")
+	if r.Len() != 1 {
+		t.Fatalf("memory holds %d entries, want 1", r.Len())
+	}
+}

@@ -1,0 +1,135 @@
+package vault
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"connector/store"
+)
+
+// Durable is a Store on a store.Capabilities: a capability survives
+// restarts and is shared by every connector instance on the same store, for
+// its kind's TTL. A bounded Memory in front answers lookups of values this
+// process already holds.
+//
+// The stored value holds the secret in clear: the store's data (the
+// embedded data directory, the Redis server) must be protected like the
+// bot's own credentials (docs/durability.md).
+type Durable struct {
+	mem  *Memory
+	caps store.Capabilities
+	now  func() time.Time
+
+	hits, misses, expiries, storeErrors atomic.Uint64
+}
+
+var _ Store = (*Durable)(nil)
+
+// storeTimeout bounds each call to the backing store.
+const storeTimeout = 5 * time.Second
+
+// NewDurable returns a vault on caps, with a Memory configured by cfg in
+// front. cfg.Now must be the store's clock: expiry is judged by both.
+func NewDurable(caps store.Capabilities, cfg Config) *Durable {
+	m := NewMemory(cfg)
+	return &Durable{mem: m, caps: caps, now: m.now}
+}
+
+// storedEntry is an Entry as the store keeps it.
+type storedEntry struct {
+	Value  string `json:"v"`
+	Ref    string `json:"ref,omitempty"`
+	Stored int64  `json:"stored"` // Unix microseconds
+}
+
+// storeKey is k's key in the store: the kind, then the tenant with its
+// length, then the session key, so no two keys collide.
+func storeKey(k Key) string {
+	return "vault/" + string(k.Kind) + "/" + strconv.Itoa(len(k.Tenant)) + ":" + k.Tenant + "/" + k.SessionKey
+}
+
+// Put implements Store: the value is stored durably before Put returns.
+func (d *Durable) Put(k Key, e Entry) error {
+	ttl, ok := k.Kind.TTL()
+	if !ok {
+		return fmt.Errorf("vault: unknown capability kind %q", k.Kind)
+	}
+	if k.Tenant == "" || k.SessionKey == "" {
+		return fmt.Errorf("vault: capability %q needs a tenant and a session key", k.Kind)
+	}
+	if e.Stored.IsZero() {
+		e.Stored = d.now()
+	}
+	value, _ := json.Marshal(storedEntry{Value: e.Value.Reveal(), Ref: e.Ref, Stored: e.Stored.UnixMicro()}) // plain fields: cannot fail
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := d.caps.Put(ctx, storeKey(k), value, e.Stored.Add(ttl)); err != nil {
+		d.storeErrors.Add(1)
+		return fmt.Errorf("vault: store capability %q: %w", k.Kind, err)
+	}
+	return d.mem.Put(k, e)
+}
+
+// Get implements Store. A value this process does not hold is looked up in
+// the store (written before a restart, or by another instance); a store
+// failure counts as a miss (Stats.StoreErrors).
+func (d *Durable) Get(k Key) (Entry, bool) {
+	ttl, ok := k.Kind.TTL()
+	if !ok || k.Tenant == "" {
+		d.misses.Add(1)
+		return Entry{}, false
+	}
+	switch e, state := d.mem.lookup(k); state {
+	case found:
+		d.hits.Add(1)
+		return e, true
+	case expired:
+		d.expiries.Add(1)
+		d.misses.Add(1)
+		return Entry{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	raw, ok, err := d.caps.Get(ctx, storeKey(k))
+	if err != nil {
+		d.storeErrors.Add(1)
+	}
+	var se storedEntry
+	if err != nil || !ok || json.Unmarshal(raw, &se) != nil {
+		d.misses.Add(1)
+		return Entry{}, false
+	}
+	e := Entry{Value: NewSecret(se.Value), Ref: se.Ref, Stored: time.UnixMicro(se.Stored)}
+	if d.now().Sub(e.Stored) >= ttl {
+		d.expiries.Add(1)
+		d.misses.Add(1)
+		return Entry{}, false
+	}
+	_ = d.mem.Put(k, e) // k was checked above: cannot fail
+	d.hits.Add(1)
+	return e, true
+}
+
+// Delete implements Store.
+func (d *Durable) Delete(k Key) {
+	d.mem.Delete(k)
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	if err := d.caps.Delete(ctx, storeKey(k)); err != nil {
+		d.storeErrors.Add(1)
+	}
+}
+
+// Stats implements Store. Size and Evicted are those of the in-memory
+// front.
+func (d *Durable) Stats() Stats {
+	m := d.mem.Stats()
+	return Stats{
+		Size: m.Size, Hits: d.hits.Load(), Misses: d.misses.Load(),
+		Expiries: d.expiries.Load(), Evicted: m.Evicted, StoreErrors: d.storeErrors.Load(),
+	}
+}
