@@ -80,14 +80,14 @@ func TestKeyVariablesOverrideTheFileAndFlagsOverrideThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"CONNECTOR_LISTEN": "127.0.0.1:2", "CONNECTOR_HTTP_IDLE_TIMEOUT": "2m", "CONNECTOR_RELAY_ACK_WINDOW": "64"}
-	cfg, _, err := loadOrDefault(sources{configPath: path}, envOf(env))
+	cfg, _, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, envOf(env))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Listen != "127.0.0.1:2" || cfg.HTTP.IdleTimeout != 2*time.Minute || cfg.Relay.AckWindow != 64 || cfg.Log.Level != "warn" {
 		t.Fatalf("environment over file: listen %s idle %s ack %d level %s", cfg.Listen, cfg.HTTP.IdleTimeout, cfg.Relay.AckWindow, cfg.Log.Level)
 	}
-	cfg, _, err = loadOrDefault(sources{configPath: path, listen: "127.0.0.1:3"}, envOf(env))
+	cfg, _, err = loadOrDefault(sources{configPath: path, listen: "127.0.0.1:3", dataDir: t.TempDir()}, envOf(env))
 	if err != nil || cfg.Listen != "127.0.0.1:3" {
 		t.Fatalf("-listen over environment: %v %v", cfg, err)
 	}
@@ -97,7 +97,7 @@ func TestKeyVariablesOverrideTheFileAndFlagsOverrideThem(t *testing.T) {
 		"CONNECTOR_LOG_LEVEL=loud":        "log.level",
 	} {
 		k, val, _ := strings.Cut(v, "=")
-		_, _, err := loadOrDefault(sources{configPath: path}, envOf(map[string]string{k: val}))
+		_, _, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, envOf(map[string]string{k: val}))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want mention of %q", v, err, want)
 		}

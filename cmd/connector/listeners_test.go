@@ -187,7 +187,7 @@ discord:
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, gen, err := loadOrDefault(sources{configPath: path}, func(k string) (string, bool) {
+	cfg, gen, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, func(k string) (string, bool) {
 		if k == "DISCORD_BOT_TOKEN" {
 			return fullDiscordToken, true
 		}

@@ -65,7 +65,7 @@ func startBinary(t *testing.T, bin, doc string, env ...string) *runningConnector
 		t.Fatal(err)
 	}
 	r := &runningConnector{stderr: newWatchedBuffer(), exited: make(chan struct{})}
-	r.cmd = exec.Command(bin, "serve", "-config", path)
+	r.cmd = exec.Command(bin, "serve", "-config", path, "-data-dir", t.TempDir())
 	r.cmd.Env = append(os.Environ(), env...)
 	r.cmd.Stderr = r.stderr
 	stdout, err := r.cmd.StdoutPipe()
