@@ -163,6 +163,19 @@ type Deps struct {
 	// Clock is the time source of timestamps, rate limits and backoffs;
 	// nil means clock.System. Tests set a clocktest.Fake.
 	Clock clock.Clock
+	// Exclusive runs run while this instance holds the named lease, so
+	// that of several instances only one runs it (a Discord Gateway
+	// session, a Telegram long poll), and returns when ctx ends; nil runs
+	// run at once (a single instance).
+	Exclusive func(ctx context.Context, name string, run func(context.Context) error) error
+}
+
+// RunExclusive runs run under d.Exclusive, or at once when it is nil.
+func (d *Deps) RunExclusive(ctx context.Context, name string, run func(context.Context) error) error {
+	if d.Exclusive == nil {
+		return run(ctx)
+	}
+	return d.Exclusive(ctx, name, run)
 }
 
 // M returns d.Metrics or NopMetrics.

@@ -33,7 +33,7 @@ func (s *Server) authenticate(header string) (gw *gatewayRecord, claimed string,
 	if gw != nil {
 		keys = &gw.keys
 	}
-	err = tok.Verify(keys, s.cfg.Now(), contract.TokenWindow{Skew: s.cfg.ClockSkew, MaxLifetime: s.cfg.MaxTokenLifetime})
+	err = tok.Verify(keys, s.cfg.Clock.Now(), contract.TokenWindow{Skew: s.cfg.ClockSkew, MaxLifetime: s.cfg.MaxTokenLifetime})
 	if gw == nil {
 		return nil, tok.GatewayID, errUnknownGateway
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 )
 
 // BenchmarkAuthenticate verifies upgrade tokens of an unknown gateway, of a
@@ -26,7 +27,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 	for _, n := range sizes {
 		gateways = append(gateways, Gateway{ID: fmt.Sprintf("gw%d", n), Secrets: secrets(n)})
 	}
-	s, err := New(Config{Now: func() time.Time { return now }, Tenants: []Tenant{{ID: "t1", Gateways: gateways}}})
+	s, err := New(Config{Clock: clocktest.New(now), Tenants: []Tenant{{ID: "t1", Gateways: gateways}}})
 	if err != nil {
 		b.Skip(err)
 	}

@@ -368,6 +368,8 @@ func (m *benchMetrics) ConnClosed(string) { m.conns.Add(-1); benchNotify(m.conns
 
 func (m *benchMetrics) Refused(string) {}
 
+func (m *benchMetrics) FrameIgnored(string, string) {}
+
 func (m *benchMetrics) Inbound(string, string, string) {}
 
 func (m *benchMetrics) Delivered(string, time.Duration) {}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/clock"
+	"connector/internal/loglimit"
 )
 
 // maxBatchBytes is how many queued frames the writer coalesces into one
@@ -28,6 +31,7 @@ type conn struct {
 	gw     *gatewayRecord
 	hub    *hub
 	ws     *websocket.Conn
+	raw    net.Conn // the socket under ws
 	log    *slog.Logger
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -44,26 +48,32 @@ type conn struct {
 	wantPump atomic.Bool
 
 	// writeTimer closes a socket whose write takes longer than
-	// WriteTimeout; one reusable timer instead of a context per write.
-	writeTimer *time.Timer
+	// WriteTimeout on the server's clock; one reusable timer instead of a
+	// context per write.
+	writeTimer clock.Timer
 
 	closeOnce sync.Once
 	closeCode atomic.Int32  // the code we closed with, for the log line
 	closeDone chan struct{} // closed when closeWith's close has finished
 
 	// Owned by the read loop.
-	identities []string // hello'd platforms, in order; outbound resolves among them
-	malformed  int
+	// identities are the hello'd platforms, each once, in first-hello
+	// order; outbound resolves among them.
+	identities []string
+
+	// logs is the allowance for the log lines c's frames cause.
+	logs *loglimit.Bucket
 
 	outSlots chan struct{} // bounds concurrent outbound ops
 }
 
-func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, remote string) *conn {
+func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, remote string) *conn {
 	id := s.connID.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &conn{
-		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, ctx: ctx, cancel: cancel,
+		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, raw: raw, ctx: ctx, cancel: cancel,
 		log:       s.log.With("tenant", gw.tenant.id, "gateway_id", gw.id, "conn", id, "remote", remote),
+		logs:      loglimit.NewBucket(connLogRate, s.cfg.Clock.Now),
 		wake:      make(chan struct{}, 1),
 		written:   make(chan struct{}, 1),
 		closeDone: make(chan struct{}),
@@ -117,7 +127,8 @@ func (c *conn) enqueue(frame []byte) bool {
 // Frames queued before it are written first (bounded by WriteTimeout), so a
 // result answered just before a shutdown still reaches the gateway ahead of
 // the close frame; a slow consumer or an unanswered ping is closed at once,
-// since nothing more can get through.
+// since nothing more can get through. The close handshake that follows is
+// bounded by CloseTimeout (Server.closeSocket).
 func (c *conn) closeWith(code contract.CloseCode, reason string) {
 	c.closeOnce.Do(func() {
 		c.closeCode.Store(int32(code))
@@ -130,7 +141,7 @@ func (c *conn) closeWith(code contract.CloseCode, reason string) {
 			if flush {
 				c.waitWritten(c.srv.cfg.WriteTimeout)
 			}
-			_ = c.ws.Close(websocket.StatusCode(code), contract.TruncateReason(reason))
+			c.srv.closeSocket(c.ws, c.raw, code, reason)
 			c.cancel()
 		}()
 	})
@@ -139,7 +150,8 @@ func (c *conn) closeWith(code contract.CloseCode, reason string) {
 // waitWritten waits until every queued frame was written, the writer ended,
 // or timeout passed.
 func (c *conn) waitWritten(timeout time.Duration) {
-	t := time.NewTimer(timeout)
+	expired := make(chan struct{})
+	t := c.srv.cfg.Clock.AfterFunc(timeout, func() { close(expired) })
 	defer t.Stop()
 	for {
 		c.qmu.Lock()
@@ -152,7 +164,7 @@ func (c *conn) waitWritten(timeout time.Duration) {
 		case <-c.written:
 		case <-c.ctx.Done():
 			return
-		case <-t.C:
+		case <-expired:
 			return
 		}
 	}
@@ -161,7 +173,7 @@ func (c *conn) waitWritten(timeout time.Duration) {
 // serve runs the connection until it closes.
 func (c *conn) serve() {
 	c.ws.SetReadLimit(contract.MaxFrameBytes)
-	c.writeTimer = time.AfterFunc(time.Hour, func() { _ = c.ws.CloseNow() })
+	c.writeTimer = c.srv.cfg.Clock.AfterFunc(time.Hour, func() { _ = c.ws.CloseNow() })
 	c.writeTimer.Stop()
 	defer c.writeTimer.Stop()
 	c.srv.cfg.Metrics.ConnOpened(c.hub.id)
@@ -174,7 +186,7 @@ func (c *conn) serve() {
 
 	c.cancel()
 	wg.Wait()
-	c.hub.ledger.Detach(c)
+	c.hub.detach(c)
 	_ = c.ws.CloseNow()
 	// Either a closeWith is under way, or none will start from now on.
 	c.closeOnce.Do(func() { close(c.closeDone) })
@@ -191,6 +203,9 @@ func (c *conn) logClosed(err error) {
 		attrs = append(attrs, "peer_close_code", int(st))
 	} else if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) {
 		attrs = append(attrs, "err", err)
+	}
+	if n := c.logs.TakeSuppressed(); n > 0 {
+		attrs = append(attrs, "log_lines_suppressed", n)
 	}
 	c.log.Info("gateway disconnected", attrs...)
 }
@@ -282,16 +297,15 @@ var errWriteTimeout = errors.New("write timed out")
 // pingLoop pings the gateway every PingInterval; a pong that does not come
 // within the next interval ends the connection.
 func (c *conn) pingLoop() {
-	t := time.NewTicker(c.srv.cfg.PingInterval)
-	defer t.Stop()
+	clk, interval := c.srv.cfg.Clock, c.srv.cfg.PingInterval
 	for {
-		select {
-		case <-c.ctx.Done():
+		if clk.Sleep(c.ctx, interval) != nil {
 			return
-		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.srv.cfg.PingInterval)
+		ctx, cancel := context.WithCancel(c.ctx)
+		deadline := clk.AfterFunc(interval, cancel)
 		err := c.ws.Ping(ctx)
+		deadline.Stop()
 		cancel()
 		if err != nil {
 			if c.ctx.Err() == nil {

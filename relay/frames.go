@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -14,20 +15,22 @@ import (
 	"connector/relay/ledger"
 )
 
-// maxLoggedMalformed is how many malformed frames a connection logs one by
-// one; after that only every 1000th is logged, so a broken gateway cannot
-// flood the log.
-const maxLoggedMalformed = 10
+// Reasons a gateway frame is skipped, as counted by Metrics.FrameIgnored.
+const (
+	ignoredMalformed       = "malformed"
+	ignoredUnknownType     = "unknown_type"
+	ignoredNoRequestID     = "no_request_id"
+	ignoredNoSessionKey    = "no_session_key"
+	ignoredUnknownBufferID = "unknown_buffer_id"
+)
 
-// handleLine dispatches one frame read from the gateway. Malformed frames
-// are logged and skipped; unknown frame types are ignored.
+// handleLine dispatches one frame read from the gateway. Malformed frames,
+// frames of unknown types and frames missing what their type needs are
+// counted and skipped.
 func (c *conn) handleLine(line []byte) {
 	f, err := contract.DecodeGatewayFrame(line)
 	if err != nil {
-		c.malformed++
-		if c.malformed <= maxLoggedMalformed || c.malformed%1000 == 0 {
-			c.log.Warn("skipping malformed frame", "err", err, "bytes", len(line), "malformed_total", c.malformed)
-		}
+		c.ignore(ignoredMalformed, slog.LevelWarn, "skipping malformed frame", "err", err, "bytes", len(line))
 		return
 	}
 	// Frames go to the handlers by value: taking f's address here would move
@@ -40,21 +43,30 @@ func (c *conn) handleLine(line []byte) {
 	case contract.TypeInterrupt:
 		c.handleInterrupt(f)
 	case contract.TypeGoingIdle:
-		c.hub.ledger.Idle(c)
+		c.hub.idle(c)
 		c.enqueue([]byte(contract.GoingIdleAck))
-		c.log.Info("gateway going idle: inbound buffered until it reconnects")
+		c.logs.Log(c.log, slog.LevelInfo, "gateway going idle: inbound buffered until it reconnects")
 	case contract.TypeInboundAck:
-		if !c.hub.ledger.Ack(string(f.BufferID)) {
-			c.log.Debug("inbound_ack for an unknown bufferId", "buffer_id", string(f.BufferID))
+		if !c.hub.ack(string(f.BufferID)) {
+			c.ignore(ignoredUnknownBufferID, slog.LevelDebug, "inbound_ack for an unknown bufferId", "buffer_id", truncateForLog(string(f.BufferID)))
 		}
 	default:
-		c.log.Debug("ignoring frame of unknown type", "type", truncateForLog(f.Type))
+		c.ignore(ignoredUnknownType, slog.LevelDebug, "ignoring frame of unknown type", "type", truncateForLog(f.Type))
 	}
+}
+
+// ignore counts a skipped frame and logs it within the connection's log
+// allowance.
+func (c *conn) ignore(reason string, level slog.Level, msg string, args ...any) {
+	c.srv.cfg.Metrics.FrameIgnored(c.hub.id, reason)
+	c.logs.Log(c.log, level, msg, args...)
 }
 
 // handleHello answers one hello with its platform's descriptor. A platform
 // this connector does not front closes the connection with 4404 at once,
-// rather than leaving the gateway to wait out its 30 s handshake.
+// rather than leaving the gateway to wait out its 30 s handshake. A hello
+// may be repeated: it is answered again and changes nothing, so a
+// connection's hello list never outgrows the platforms plus "relay".
 func (c *conn) handleHello(f contract.GatewayFrame) {
 	name := f.Platform
 	frame, ok := c.srv.descriptorFrames[name]
@@ -64,16 +76,18 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 		c.closeWith(contract.CloseUnsupportedPlatform, reason)
 		return
 	}
-	c.identities = append(c.identities, name)
+	if !slices.Contains(c.identities, name) {
+		c.identities = append(c.identities, name)
+	}
 	c.enqueue(frame)
-	c.log.Info("hello", "platform", name, "bot_id", truncateForLog(string(f.BotID)))
+	c.logs.Log(c.log, slog.LevelInfo, "hello", "platform", name, "bot_id", truncateForLog(string(f.BotID)))
 	if p, ok := c.srv.platforms[name].(platform.HelloObserver); ok {
 		p.ObserveHello(c.hub.id, c.gw.id, &f)
 	}
 	if name == contract.PlatformRelay {
 		name = ledger.AllPlatforms
 	}
-	c.hub.ledger.Serve(c, name)
+	c.hub.serve(c, name)
 }
 
 // handleInterrupt publishes a gateway's interrupt on the bus; the relay
@@ -81,14 +95,14 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 // up under the connection's own tenant only.
 func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 	if f.SessionKey == "" {
-		c.log.Debug("interrupt without session_key ignored")
+		c.ignore(ignoredNoSessionKey, slog.LevelDebug, "interrupt without session_key ignored")
 		return
 	}
 	err := c.srv.cfg.Bus.Deliver(c.ctx, platform.Delivery{
-		Kind: platform.KindInterrupt, Tenant: c.hub.id, SessionKey: f.SessionKey, GatewayID: c.gw.id, Received: c.srv.cfg.Now(),
+		Kind: platform.KindInterrupt, Tenant: c.hub.id, SessionKey: f.SessionKey, GatewayID: c.gw.id, Received: c.srv.cfg.Clock.Now(),
 	})
 	if err != nil {
-		c.log.Warn("interrupt not published", "err", err)
+		c.logs.Log(c.log, slog.LevelWarn, "interrupt not published", "err", err)
 	}
 }
 
@@ -98,7 +112,7 @@ func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 func (c *conn) handleOutbound(f contract.GatewayFrame) {
 	reqID := string(f.RequestID)
 	if reqID == "" {
-		c.log.Warn("outbound without requestId ignored")
+		c.ignore(ignoredNoRequestID, slog.LevelWarn, "outbound without requestId ignored")
 		return
 	}
 	a, err := contract.DecodeAction(f.Action)
@@ -114,7 +128,7 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 		return
 	}
 	s := c.srv
-	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Now(), platform: noPlatform}
+	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Clock.Now(), platform: noPlatform}
 	if !s.beginOp(op) {
 		<-c.outSlots
 		c.answer(reqID, noPlatform, a.Op, contract.Failed(contract.CodeUnavailable, "connector is shutting down"), time.Time{})
@@ -178,7 +192,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		var err error
 		if name, err = c.resolvePlatform(ctx, a, t.among); err != nil {
 			if errors.Is(err, platform.ErrUnavailable) {
-				c.log.Warn("chat tenant lookup failed", "platform", contract.PlatformRelay, "err", err)
+				c.logs.Log(c.log, slog.LevelWarn, "chat tenant lookup failed", "platform", contract.PlatformRelay, "err", err)
 				return ownerUnknown(contract.PlatformRelay)
 			}
 			return contract.Declined(contract.PlatformRelay)
@@ -208,7 +222,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		}
 		owner, err := p.ChatTenant(ctx, chatID)
 		if err != nil && !errors.Is(err, platform.ErrUnknownChat) {
-			c.log.Warn("chat tenant lookup failed", "platform", name, "err", err)
+			c.logs.Log(c.log, slog.LevelWarn, "chat tenant lookup failed", "platform", name, "err", err)
 			if errors.Is(err, platform.ErrUnavailable) {
 				return ownerUnknown(name)
 			}
@@ -278,7 +292,7 @@ func (c *conn) answer(reqID, platformName, op string, r contract.Result, start t
 	}
 	var took time.Duration
 	if !start.IsZero() {
-		took = c.srv.cfg.Now().Sub(start)
+		took = c.srv.cfg.Clock.Now().Sub(start)
 	}
 	if !slices.Contains(contract.Ops, op) {
 		op = "unknown" // gateway-chosen strings never become metric labels

@@ -25,6 +25,10 @@ type hub struct {
 	// which is never held together with another lock.
 	chatsMu sync.Mutex
 	chats   *simplelru.LRU[string, string]
+
+	// drive is the tenant's state among several instances (cluster.go);
+	// nil for a single instance.
+	drive *drive
 }
 
 // init gives h its ledger.
@@ -80,17 +84,29 @@ func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
 		return fmt.Errorf("relay: store inbound: %w", err)
 	}
 	m.Inbound(d.Platform, h.id, "queued")
+	if h.drive != nil {
+		h.appended()
+	}
 	return nil
 }
 
-// interrupt delivers interrupt_inbound to the connection owning sessionKey.
-// With no live owner there is no turn to stop, and it is dropped. gatewayID
-// is the sender, empty for a platform-side /stop.
-func (h *hub) interrupt(sessionKey, chatID, gatewayID string) {
+// interrupt delivers interrupt_inbound to the connection owning sessionKey,
+// through the instance driving the tenant. With no live owner there is no
+// turn to stop, and it is dropped. gatewayID is the sender, empty for a
+// platform-side /stop.
+func (h *hub) interrupt(ctx context.Context, sessionKey, chatID, gatewayID string) {
+	if h.forwardInterrupt(ctx, sessionKey, chatID, gatewayID) {
+		return
+	}
+	h.interruptLocal(sessionKey, chatID, gatewayID)
+}
+
+// interruptLocal delivers an interrupt through this instance's ledger.
+func (h *hub) interruptLocal(sessionKey, chatID, gatewayID string) {
 	c, ownerChat, ok := h.ledger.Owner(sessionKey)
 	if !ok {
 		// A gateway-sent key is bounded, but well above real keys' length.
-		h.srv.log.Info("interrupt dropped: no live connection owns the session", "tenant", h.id, "session_key", textsplit.Truncate(sessionKey, 256), "gateway_id", gatewayID)
+		h.srv.logTenant(h.id, "interrupt dropped: no live connection owns the session", "session_key", textsplit.Truncate(sessionKey, 256), "gateway_id", gatewayID)
 		return
 	}
 	if chatID == "" {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
@@ -17,14 +18,50 @@ import (
 
 // logBuffer collects log output written from several goroutines.
 type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu      sync.Mutex
+	b       bytes.Buffer
+	written chan struct{} // capacity 1: something was written
 }
+
+func newLogBuffer() *logBuffer { return &logBuffer{written: make(chan struct{}, 1)} }
 
 func (l *logBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	select {
+	case l.written <- struct{}{}:
+	default:
+	}
 	return l.b.Write(p)
+}
+
+// waitLine waits for a logged line containing msg and returns it.
+func (l *logBuffer) waitLine(t *testing.T, msg string) string {
+	t.Helper()
+	deadline := time.After(relaytest.Timeout)
+	for {
+		if line := l.line(msg); line != "" {
+			return line
+		}
+		select {
+		case <-l.written:
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for a log line containing %q:\n%s", relaytest.Timeout, msg, l.String())
+		}
+	}
+}
+
+// count counts the logged lines containing msg.
+func (l *logBuffer) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for line := range strings.Lines(l.b.String()) {
+		if strings.Contains(line, msg) {
+			n++
+		}
+	}
+	return n
 }
 
 func (l *logBuffer) String() string {
@@ -49,7 +86,7 @@ func (l *logBuffer) line(msg string) string {
 func twoTenantsLogged(t *testing.T) (*relaytest.Harness, *fakePlatform, *logBuffer) {
 	t.Helper()
 	p := newFake("discord", map[string]string{"c1": "t1", "c2": "t2"})
-	logs := &logBuffer{}
+	logs := newLogBuffer()
 	h := relaytest.StartConfig(t, relay.Config{
 		Tenants: []relay.Tenant{
 			{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}},
@@ -113,5 +150,102 @@ func TestShutdownLogCountsDiscardedInbound(t *testing.T) {
 	line := logs.line("discard")
 	if !strings.Contains(line, "entries=3") {
 		t.Fatalf("shutdown does not say it discards 3 buffered inbound: %q\n%s", line, logs.String())
+	}
+}
+
+// TestInvalidFrameFloodLogsBoundedLines: 5 MiB of small frames the relay
+// skips (malformed, of unknown type, or missing what their type needs) cost
+// a bounded number of log lines, even at debug level, while every one of
+// them is counted by reason; the connection's closing line says how many
+// lines were held back. The relay's clock stands still, so no allowance
+// refills during the test.
+func TestInvalidFrameFloodLogsBoundedLines(t *testing.T) {
+	now := time.Now()
+	logs := newLogBuffer()
+	g := newConnGauge()
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants: []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Metrics: g,
+		Clock:   clocktest.New(now),
+		Log:     slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, contract.PlatformRelay, "")
+	kinds := []struct{ frame, reason string }{
+		{"x", "malformed"},
+		{`{"type":"nope"}`, "unknown_type"},
+		{`{"type":"outbound"}`, "no_request_id"},
+		{`{"type":"interrupt"}`, "no_session_key"},
+		{`{"type":"inbound_ack","bufferId":"none"}`, "unknown_buffer_id"},
+	}
+	want := map[string]int{}
+	frames, sent := 0, 0
+	var msg []byte
+	for sent < 5<<20 {
+		msg = msg[:0]
+		for len(msg) < 64<<10 {
+			k := kinds[frames%len(kinds)]
+			msg = append(append(msg, k.frame...), '\n')
+			want[k.reason]++
+			frames++
+		}
+		gw.SendRaw(t, string(msg))
+		sent += len(msg)
+	}
+	// Frames are handled in order: once this result is back, every frame
+	// before it has been. Handling 5 MiB of frames takes seconds under the
+	// race detector on a busy machine, hence the longer wait.
+	const floodTimeout = 2 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), floodTimeout)
+	defer cancel()
+	if _, err := gw.Client.Outbound(ctx, "", map[string]any{"op": "no_such_op"}); err != nil {
+		t.Fatalf("waited up to %v for the flood to be handled: %v", floodTimeout, err)
+	}
+
+	logged, lines := len(logs.String()), logs.count("\n")
+	t.Logf("%d invalid frames in %d bytes logged %d lines, %d bytes: %.4f bytes per invalid frame",
+		frames, sent, lines, logged, float64(logged)/float64(frames))
+	const maxLines = 20 // connected, hello and the connection's allowance, with room to spare
+	if lines > maxLines {
+		t.Fatalf("%d invalid frames logged %d lines, want at most %d", frames, lines, maxLines)
+	}
+	for reason, n := range want {
+		if got := g.ignoredFrames(reason); got != n {
+			t.Errorf("%d frames ignored as %s, want %d", got, reason, n)
+		}
+	}
+
+	_ = gw.Close()
+	line := logs.waitLine(t, "gateway disconnected")
+	if !strings.Contains(line, `"log_lines_suppressed":`) {
+		t.Fatalf("the closing line does not say how many lines were held back: %s", line)
+	}
+}
+
+// TestRefusedUpgradeFloodLogsBoundedLines: upgrades refused from one remote
+// address cost a bounded number of log lines, while each is counted.
+func TestRefusedUpgradeFloodLogsBoundedLines(t *testing.T) {
+	now := time.Now()
+	logs := newLogBuffer()
+	g := newConnGauge()
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants: []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Metrics: g,
+		Clock:   clocktest.New(now),
+		Log:     slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	const refusals = 100
+	for range refusals {
+		gw := h.Dial(t, "gw1", "wrong-secret")
+		if code, _ := gw.Closed(t); code != int(contract.CloseUnauthorized) {
+			t.Fatalf("closed %d, want 4401", code)
+		}
+	}
+	if n := g.refusals(contract.ReasonUnauthorized); n != refusals {
+		t.Fatalf("%d refusals counted, want %d", n, refusals)
+	}
+	const maxLines = 10 // one remote address's allowance
+	if n := logs.count("gateway refused"); n > maxLines {
+		t.Fatalf("%d refused upgrades from one address logged %d lines, want at most %d", refusals, n, maxLines)
 	}
 }

@@ -8,8 +8,16 @@ type Metrics interface {
 	// ConnOpened and ConnClosed track authenticated gateway connections.
 	ConnOpened(tenant string)
 	ConnClosed(tenant string)
-	// Refused counts upgrades refused at authentication, by close reason.
+	// Refused counts refused upgrades by reason: "unauthorized" and
+	// "expired" (4401, at authentication), "too_many_connections" (4409, a
+	// newer connection of the same gateway id took the place).
 	Refused(reason string)
+	// FrameIgnored counts a frame from a tenant's gateway that the relay
+	// skipped, by reason: "malformed" (not a JSON frame), "unknown_type",
+	// "no_request_id" (an outbound without one), "no_session_key" (an
+	// interrupt without one), "unknown_buffer_id" (an inbound_ack of no
+	// buffered entry, as after a redelivery).
+	FrameIgnored(tenant, reason string)
 	// Inbound counts a delivery from a platform by outcome: "queued" (stored
 	// in the tenant's ledger), "store_failed" (refused: the store failed),
 	// "dropped_unknown_tenant", "dropped_oversized", "truncated", and for
@@ -34,6 +42,7 @@ type nopMetrics struct{}
 func (nopMetrics) ConnOpened(string)                              {}
 func (nopMetrics) ConnClosed(string)                              {}
 func (nopMetrics) Refused(string)                                 {}
+func (nopMetrics) FrameIgnored(string, string)                    {}
 func (nopMetrics) Inbound(string, string, string)                 {}
 func (nopMetrics) Delivered(string, time.Duration)                {}
 func (nopMetrics) Outbound(string, string, string, time.Duration) {}

@@ -10,7 +10,9 @@
 //     bad token is refused by accepting the upgrade and closing 4401
 //     "unauthorized" or "expired", never with HTTP 401, which the gateway
 //     would retry forever. The tenant is the one the gateway id is
-//     configured under; no frame can change it.
+//     configured under; no frame can change it. A gateway id has at most
+//     Config.MaxConnsPerGateway connections, open or closing; beyond it the
+//     newest win and the oldest is closed with 4409.
 //  2. Handshake. Every hello is answered with one descriptor, in hello order.
 //     A hello for a platform this connector does not front closes the socket
 //     with 4404 and a reason naming the platform. Platform "relay" (the
@@ -67,10 +69,12 @@
 package relay
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -81,6 +85,7 @@ import (
 
 	"connector/contract"
 	"connector/descriptor"
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/relay/ledger"
 	"connector/session"
@@ -116,8 +121,9 @@ type Config struct {
 	Log *slog.Logger
 	// Metrics receives measurements; nil discards.
 	Metrics Metrics
-	// Now is the clock tokens and latencies are judged by; nil is time.Now.
-	Now func() time.Time
+	// Clock is the time source of token checks, latencies, the write
+	// watchdog and pings; nil is clock.System.
+	Clock clock.Clock
 
 	// ClockSkew is tolerated past a token's expiry. Zero means 30 s.
 	ClockSkew time.Duration
@@ -160,12 +166,31 @@ type Config struct {
 	// BufferMaxAge drops inbound received longer ago than this, checked
 	// every minute. Zero means 7 days.
 	BufferMaxAge time.Duration
-	// MaxConnsPerGateway bounds concurrent connections of one gateway id; a
-	// new one closes the oldest with 4409. Zero means 16.
+	// MaxConnsPerGateway bounds the connections of one gateway id, counting
+	// each from before its upgrade until its socket is fully closed. The
+	// newest win: a new one beyond the limit closes the oldest with 4409 and
+	// is upgraded once that one is gone (after at most WriteTimeout to flush
+	// its queue and CloseTimeout for the close handshake); a newcomer still
+	// waiting when a newer one arrives beyond the limit is refused with 4409.
+	// Zero means 16.
 	MaxConnsPerGateway int
+	// CloseTimeout bounds a close handshake: after sending its close frame
+	// the connector waits this long for the gateway's before closing the
+	// socket anyway, so a gateway that never reads cannot hold a closing
+	// connection open. Zero means 2 s.
+	CloseTimeout time.Duration
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten). Zero means 100,000.
 	SessionOwners int
+	// Instance names this instance among several sharing Store (a Redis):
+	// each tenant is then driven by one instance at a time, under a lease,
+	// and the others forward to it (cluster.go). Empty means this instance
+	// is the store's only user.
+	Instance string
+	// LeaseTTL is how long a tenant's lease lasts unless renewed (every
+	// third of it): the bound on a takeover after its holder died. Zero
+	// means 5 s.
+	LeaseTTL time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -178,8 +203,8 @@ func (c *Config) setDefaults() {
 	if c.Metrics == nil {
 		c.Metrics = nopMetrics{}
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = clock.System
 	}
 	orDefault(&c.ClockSkew, 30*time.Second)
 	orDefault(&c.MaxTokenLifetime, contract.DefaultMaxTokenLifetime)
@@ -194,7 +219,9 @@ func (c *Config) setDefaults() {
 	orDefault(&c.BufferBytesTotal, 256<<20)
 	orDefault(&c.BufferMaxAge, 7*24*time.Hour)
 	orDefault(&c.MaxConnsPerGateway, 16)
+	orDefault(&c.CloseTimeout, 2*time.Second)
 	orDefault(&c.SessionOwners, 100_000)
+	orDefault(&c.LeaseTTL, 5*time.Second)
 }
 
 // orDefault sets *v to def when it is zero or negative.
@@ -225,6 +252,10 @@ type Server struct {
 	ledgers *ledger.Pool
 	// ownStore is set when New made cfg.Store, so Shutdown closes it.
 	ownStore bool
+	// cluster is set when cfg.Instance is: several instances share the store.
+	cluster *cluster
+
+	logs serverLogs
 
 	connID   atomic.Uint64
 	mu       sync.Mutex
@@ -236,9 +267,10 @@ type Server struct {
 }
 
 type gatewayRecord struct {
-	id     string
-	tenant *hub
-	keys   contract.TokenKeys
+	id        string
+	tenant    *hub
+	keys      contract.TokenKeys
+	admission *admission
 }
 
 // New validates cfg, recovers every tenant's stored inbound and returns a
@@ -250,7 +282,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ownStore := cfg.Store == nil
 	if ownStore {
-		cfg.Store = store.NewMemory(cfg.Now)
+		cfg.Store = store.NewMemory(cfg.Clock.Now)
 	}
 	s, err := newServer(cfg)
 	if err != nil {
@@ -273,6 +305,7 @@ func newServer(cfg Config) (*Server, error) {
 		descriptors: make(map[string]descriptor.Descriptor),
 		conns:       make(map[*conn]struct{}),
 		ops:         make(map[*outboundOp]struct{}),
+		logs:        newServerLogs(cfg.Clock.Now, len(cfg.Tenants)),
 
 		descriptorFrames: make(map[string][]byte),
 	}
@@ -322,7 +355,7 @@ func newServer(cfg Config) (*Server, error) {
 			if err != nil {
 				return nil, fmt.Errorf("relay: gateway %q: %w", g.ID, err)
 			}
-			s.gateways[g.ID] = &gatewayRecord{id: g.ID, tenant: h, keys: keys}
+			s.gateways[g.ID] = &gatewayRecord{id: g.ID, tenant: h, keys: keys, admission: newAdmission(cfg.MaxConnsPerGateway)}
 		}
 	}
 	s.ledgers = ledger.NewPool(ledger.Config{
@@ -335,12 +368,24 @@ func newServer(cfg Config) (*Server, error) {
 		MaxTotalBytes: cfg.BufferBytesTotal,
 		MaxAge:        cfg.BufferMaxAge,
 		SessionOwners: cfg.SessionOwners,
-		Now:           cfg.Now,
+		Shared:        cfg.Instance != "",
+		Now:           cfg.Clock.Now,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
 	})
 	for _, h := range s.tenants {
 		h.init(s.ledgers.Ledger(h.id))
+	}
+	if cfg.Instance != "" {
+		// Each tenant's driver reads its stored ledger when it takes the
+		// tenant's lease, not every instance at start.
+		s.cluster = newCluster(s)
+		if err := s.cluster.start(); err != nil {
+			s.ledgers.Close(context.Background())
+			return nil, fmt.Errorf("relay: join the instances: %w", err)
+		}
+		s.unsubscribe = cfg.Bus.Subscribe(s.route)
+		return s, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
@@ -414,7 +459,7 @@ func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 	case platform.KindInbound, platform.KindPassthrough:
 		return h.enqueue(ctx, d)
 	case platform.KindInterrupt:
-		h.interrupt(d.SessionKey, d.ChatID, d.GatewayID)
+		h.interrupt(ctx, d.SessionKey, d.ChatID, d.GatewayID)
 	default:
 		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
 	}
@@ -423,7 +468,9 @@ func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 
 // ServeHTTP upgrades a gateway's request and serves the connection until it
 // closes. Authentication failures are reported with close 4401 after the
-// upgrade, as the gateway expects.
+// upgrade, as the gateway expects. A connection beyond its gateway id's
+// MaxConnsPerGateway waits, before its upgrade, for the oldest one to be
+// fully closed (see admission).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	closing := s.closing
@@ -433,9 +480,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	gw, claimed, authErr := s.authenticate(r.Header.Get("Authorization"))
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
+	var place *slot
+	var admitErr error
+	if authErr == nil {
+		place, admitErr = gw.admission.admit(r.Context())
+		if admitErr != nil && !errors.Is(admitErr, errReplaced) {
+			return // the gateway went away while waiting
+		}
+	}
+	hr := &hijackRecorder{ResponseWriter: w}
+	ws, err := websocket.Accept(hr, r, &websocket.AcceptOptions{CompressionMode: websocket.CompressionDisabled})
 	if err != nil {
-		s.log.Debug("websocket accept failed", "remote", r.RemoteAddr, "err", err)
+		if place != nil {
+			gw.admission.release(place)
+		}
+		s.logSource(slog.LevelDebug, r.RemoteAddr, "websocket accept failed", "err", err)
 		return
 	}
 	if authErr != nil {
@@ -444,43 +503,39 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			reason = contract.ReasonExpired
 		}
 		s.cfg.Metrics.Refused(reason)
-		s.log.Info("gateway refused", "gateway_id", truncateForLog(claimed), "remote", r.RemoteAddr, "reason", reason, "err", authErr)
-		_ = ws.Close(websocket.StatusCode(contract.CloseUnauthorized), reason)
+		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", truncateForLog(claimed), "reason", reason, "err", authErr)
+		s.closeSocket(ws, hr.conn, contract.CloseUnauthorized, reason)
 		return
 	}
-	c := newConn(s, gw, ws, r.RemoteAddr)
+	if admitErr != nil {
+		s.cfg.Metrics.Refused(refusedTooManyConns)
+		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", gw.id, "reason", refusedTooManyConns)
+		s.closeSocket(ws, hr.conn, contract.CloseReplaced, reasonTooManyConns)
+		return
+	}
+	defer gw.admission.release(place)
+	c := newConn(s, gw, ws, hr.conn, r.RemoteAddr)
+	if !gw.admission.attach(place, c) {
+		s.closeSocket(ws, hr.conn, contract.CloseReplaced, reasonTooManyConns)
+		return
+	}
 	if !s.track(c) {
-		_ = ws.Close(websocket.StatusCode(contract.CloseGoingAway), "connector is shutting down")
+		s.closeSocket(ws, hr.conn, contract.CloseGoingAway, "connector is shutting down")
 		return
 	}
 	defer s.untrack(c)
 	c.serve()
 }
 
-// track registers c; false when the server is shutting down. It enforces
-// MaxConnsPerGateway by closing the gateway's oldest connection.
+// track registers c; false when the server is shutting down.
 func (s *Server) track(c *conn) bool {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closing {
-		s.mu.Unlock()
 		return false
 	}
 	s.conns[c] = struct{}{}
 	s.connsWG.Add(1)
-	var oldest *conn
-	n := 0
-	for o := range s.conns {
-		if o.gw == c.gw {
-			n++
-			if o != c && (oldest == nil || o.id < oldest.id) {
-				oldest = o
-			}
-		}
-	}
-	s.mu.Unlock()
-	if n > s.cfg.MaxConnsPerGateway && oldest != nil {
-		oldest.closeWith(contract.CloseReplaced, "too many connections for this gateway id")
-	}
 	return true
 }
 
@@ -489,6 +544,31 @@ func (s *Server) untrack(c *conn) {
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.connsWG.Done()
+}
+
+// closeSocket closes ws with code and reason. Writing the close frame is
+// bounded by coder/websocket (5 s, for a socket whose send buffer is full);
+// the gateway then has Config.CloseTimeout to answer it, after which raw,
+// the socket under ws, fails every read and ws closes it without waiting
+// further. Only the wait for the answer carries the deadline, so a close
+// frame is never lost to a short CloseTimeout on a busy machine.
+func (s *Server) closeSocket(ws *websocket.Conn, raw net.Conn, code contract.CloseCode, reason string) {
+	_ = raw.SetReadDeadline(time.Now().Add(s.cfg.CloseTimeout))
+	_ = ws.Close(websocket.StatusCode(code), contract.TruncateReason(reason))
+}
+
+// hijackRecorder keeps the socket websocket.Accept hijacks, so that
+// closeSocket can bound a close handshake.
+type hijackRecorder struct {
+	http.ResponseWriter
+	conn net.Conn
+}
+
+// Hijack implements http.Hijacker.
+func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(h.ResponseWriter).Hijack()
+	h.conn = c
+	return c, rw, err
 }
 
 // Shutdown stops accepting gateways and waits, until ctx is done, for
@@ -527,6 +607,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if waitCtx(cctx, &s.connsWG) != nil && err == nil {
 		err = errors.New("relay: gateway connections still open after their 1001 close")
 	}
+	if s.cluster != nil {
+		s.cluster.stop(cctx)
+	}
 	s.ledgers.Close(cctx)
 	if n := s.ledgers.Len(); n > 0 && s.ownStore {
 		s.log.Warn("shutdown discards buffered inbound the gateways have not acknowledged: no store is configured", "entries", n)
@@ -540,9 +623,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // closeWait bounds how long Shutdown waits for connections to close after
-// closing them (their queued frames' write, then the close handshake, which
-// coder/websocket bounds at 5 s), and then for the store's last writes.
-func (s *Server) closeWait() time.Duration { return s.cfg.WriteTimeout + 5*time.Second }
+// closing them (their queued frames' write, the close frame's, which
+// coder/websocket bounds at 5 s, and the gateway's answer, CloseTimeout),
+// and then for the cluster's and the store's last writes.
+func (s *Server) closeWait() time.Duration {
+	return s.cfg.WriteTimeout + 5*time.Second + s.cfg.CloseTimeout
+}
 
 // waitCtx waits for wg or ctx, whichever comes first.
 func waitCtx(ctx context.Context, wg *sync.WaitGroup) error {

@@ -2,8 +2,10 @@ package relay_test
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -11,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
@@ -153,98 +156,177 @@ func TestTooManyConnectionsCloseTheOldest(t *testing.T) {
 }
 
 // TestSlowConsumerIsDroppedAndItsInboundRedelivered: a gateway that stops
-// reading is cut off when a write times out, and everything it had not
-// acknowledged reaches its next connection, in order.
+// reading is closed 4408 once a write to it has not completed within
+// WriteTimeout, and everything it had not acknowledged reaches its next
+// connection, in order. The write watchdog runs on a fake clock: the test
+// fires it by advancing the clock while a write to the stalled gateway is
+// under way, so neither connection races real time.
 func TestSlowConsumerIsDroppedAndItsInboundRedelivered(t *testing.T) {
 	p := newFake("discord", map[string]string{"c1": "t1"})
+	clk := clocktest.New(time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), redeliverWait)
+	defer cancel()
+	stalledCtx, stalledGone := context.WithCancel(ctx)
+	defer stalledGone()
+	var closeCode atomic.Value // the first "gateway disconnected" line's close_code
 	h := relaytest.StartConfig(t, relay.Config{
 		Tenants:      []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
 		Platforms:    []platform.Platform{p},
+		Clock:        clk,
 		WriteTimeout: time.Second,
+		PingInterval: time.Hour, // no ping comes due while the test advances the clock
 		AckWindow:    1000,
-		Log:          relaytest.TestLogger(t),
+		Log: slog.New(closeWatch{relaytest.TestLogger(t).Handler(), func(code string) {
+			closeCode.CompareAndSwap(nil, code)
+			stalledGone()
+		}}),
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
-	defer cancel()
-	// A raw client that reads its descriptor and then nothing more.
-	hdr := map[string][]string{"Authorization": {"Bearer " + relaytest.Token("gw1", "s1", time.Now())}}
-	ws, _, err := websocket.Dial(ctx, h.RelayURL(), &websocket.DialOptions{HTTPHeader: hdr})
-	if err != nil {
-		t.Fatal(err)
+	dial := func() *websocket.Conn {
+		t.Helper()
+		ws, _, err := websocket.Dial(ctx, h.RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
+			"Authorization": {"Bearer " + relaytest.Token("gw1", "s1", clk.Now())}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws.SetReadLimit(contract.MaxFrameBytes)
+		if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n")); err != nil {
+			t.Fatal(err)
+		}
+		return ws
 	}
-	defer ws.CloseNow()
-	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n")); err != nil {
-		t.Fatal(err)
-	}
-	if _, msg, err := ws.Read(ctx); err != nil || !strings.Contains(string(msg), `"descriptor"`) {
+	// A raw client that reads its descriptor and the first inbound (which
+	// it never acknowledges), then nothing more.
+	stalled := dial()
+	defer stalled.CloseNow()
+	if _, msg, err := stalled.Read(ctx); err != nil || !strings.Contains(string(msg), `"descriptor"`) {
 		t.Fatalf("descriptor: %s %v", msg, err)
 	}
+	// More than the send queue's half and the socket buffers hold, so the
+	// writer ends up blocked on the socket.
 	const n = 300
 	pad := strings.Repeat("x", 64<<10)
 	for i := range n {
 		p.deliver("t1", "c1", "u1", strconv.Itoa(i)+":"+pad)
 	}
-	// The stalled socket is dropped; fresh connections get all n, in order.
-	// They read raw messages (no JSON decoding) to keep up with the
-	// one-second write timeout, but a loaded machine can still starve one
-	// for a second: like the gateway, the test then reconnects, as long as
-	// every few connections make progress, within redeliverWait.
-	rctx, rcancel := context.WithTimeout(context.Background(), redeliverWait)
-	defer rcancel()
-	next, stuck := 0, 0
-	for attempt := 0; next < n; attempt++ {
-		before := next
-		c, _, err := websocket.Dial(rctx, h.RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
-			"Authorization": {"Bearer " + relaytest.Token("gw1", "s1", time.Now())}}})
-		if err != nil {
-			t.Fatalf("timed out after %v waiting for the %d events to be redelivered: %d arrived, then dial failed: %v", redeliverWait, n, next, err)
-		}
-		c.SetReadLimit(contract.MaxFrameBytes)
-		_ = c.Write(rctx, websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n"))
-		for next < n {
-			_, msg, err := c.Read(rctx)
-			if err != nil {
-				t.Logf("reader %d dropped after %d events: %v", attempt, next, err)
-				break
-			}
-			for line := range strings.SplitSeq(strings.TrimSuffix(string(msg), "\n"), "\n") {
-				if !strings.HasPrefix(line, `{"type":"inbound"`) {
-					continue
-				}
-				id := between(line, `"bufferId":"`, `"`)
-				seq, _ := strconv.Atoi(between(line, `"text":"`, ":"))
-				switch {
-				case seq > next:
-					t.Fatalf("event %d arrived when %d was due", seq, next)
-				case seq == next:
-					next++
-				} // seq < next: redelivered because its ack was lost with the connection
-				ack := `{"type": "inbound_ack", "bufferId": "` + id + `"}` + "\n"
-				if err := c.Write(rctx, websocket.MessageText, []byte(ack)); err != nil {
-					t.Logf("reader %d dropped while acking: %v", attempt, err)
-					break
-				}
-			}
-		}
-		_ = c.CloseNow()
-		if next > before {
-			stuck = 0
-		} else if stuck++; stuck == maxStuckReaders {
-			t.Fatalf("%d readers in a row were dropped before receiving anything new; %d of %d events arrived", stuck, next, n)
+	if _, msg, err := stalled.Read(ctx); err != nil || !strings.Contains(string(msg), `"text":"0:`) {
+		t.Fatalf("first inbound: %.100s %v", msg, err)
+	}
+	// Two timers are pending while a write is under way: the ping loop's
+	// sleep and the write watchdog. Advancing by WriteTimeout then fires the
+	// watchdog, unless the write completed meanwhile; it cannot for long, as
+	// the gateway reads nothing more.
+	for stalledCtx.Err() == nil {
+		if clk.WaitPending(stalledCtx, 2) == nil {
+			clk.Advance(time.Second)
 		}
 	}
-	if next != n {
-		t.Fatalf("only %d of %d events arrived", next, n)
+	if ctx.Err() != nil {
+		t.Fatalf("timed out after %v waiting for the stalled gateway to be closed", redeliverWait)
+	}
+	if code := closeCode.Load(); code != "4408" {
+		t.Fatalf("stalled gateway closed with code %q, want 4408", code)
+	}
+	// Its next connection gets all n, in order, from the one it saw first.
+	next := 0
+	c := dial()
+	defer c.CloseNow()
+	for next < n {
+		_, msg, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the %d events to be redelivered: %d arrived, then: %v", n, next, err)
+		}
+		for line := range strings.SplitSeq(strings.TrimSuffix(string(msg), "\n"), "\n") {
+			if !strings.HasPrefix(line, `{"type":"inbound"`) {
+				continue
+			}
+			if seq, _ := strconv.Atoi(between(line, `"text":"`, ":")); seq != next {
+				t.Fatalf("event %d arrived when %d was due", seq, next)
+			}
+			next++
+			ack := `{"type": "inbound_ack", "bufferId": "` + between(line, `"bufferId":"`, `"`) + `"}` + "\n"
+			if err := c.Write(ctx, websocket.MessageText, []byte(ack)); err != nil {
+				t.Fatalf("acking event %d: %v", next-1, err)
+			}
+		}
 	}
 }
 
-// redeliverWait bounds TestSlowConsumerIsDroppedAndItsInboundRedelivered's
-// reconnecting readers; maxStuckReaders is how many of them in a row may be
-// dropped without progress.
-const (
-	redeliverWait   = 2 * time.Minute
-	maxStuckReaders = 5
-)
+// TestUnansweredPingClosesTheGateway: a gateway that does not answer a
+// ping within PingInterval (this raw client reads nothing, so it never
+// pongs) is closed 1011. The ping loop runs on a fake clock.
+func TestUnansweredPingClosesTheGateway(t *testing.T) {
+	p := newFake("discord", nil)
+	clk := clocktest.New(time.Now())
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer cancel()
+	closedCtx, closed := context.WithCancel(ctx)
+	defer closed()
+	var closeCode atomic.Value
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:      []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms:    []platform.Platform{p},
+		Clock:        clk,
+		PingInterval: time.Second,
+		WriteTimeout: time.Hour, // the descriptor's write watchdog never fires here
+		Log: slog.New(closeWatch{relaytest.TestLogger(t).Handler(), func(code string) {
+			closeCode.CompareAndSwap(nil, code)
+			closed()
+		}}),
+	})
+	ws, _, err := websocket.Dial(ctx, h.RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
+		"Authorization": {"Bearer " + relaytest.Token("gw1", "s1", clk.Now())}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	// The first Advance past a pending timer sends the ping; the next
+	// expires it.
+	for closedCtx.Err() == nil {
+		if clk.WaitPending(closedCtx, 1) == nil {
+			clk.Advance(time.Second)
+		}
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("timed out after %v waiting for the gateway that never pongs to be closed", relaytest.Timeout)
+	}
+	if code := closeCode.Load(); code != "1011" {
+		t.Fatalf("unresponsive gateway closed with code %q, want 1011", code)
+	}
+}
+
+// redeliverWait bounds TestSlowConsumerIsDroppedAndItsInboundRedelivered:
+// n large inbound pass twice over loopback, under -race on a loaded machine.
+const redeliverWait = 2 * time.Minute
+
+// closeWatch is a slog.Handler that passes every record on and calls
+// onClose with the close_code of each "gateway disconnected" line ("" when
+// it has none).
+type closeWatch struct {
+	slog.Handler
+	onClose func(code string)
+}
+
+func (w closeWatch) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "gateway disconnected" {
+		code := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "close_code" {
+				code = a.Value.String()
+			}
+			return code == ""
+		})
+		w.onClose(code)
+	}
+	return w.Handler.Handle(ctx, r)
+}
+
+func (w closeWatch) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return closeWatch{w.Handler.WithAttrs(attrs), w.onClose}
+}
+
+func (w closeWatch) WithGroup(name string) slog.Handler {
+	return closeWatch{w.Handler.WithGroup(name), w.onClose}
+}
 
 // between returns the text of s between the first prefix and the following sep.
 func between(s, prefix, sep string) string {

@@ -7,14 +7,12 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"connector/internal/clock/clocktest"
 )
 
-type clock struct{ now time.Time }
-
-func (c *clock) Now() time.Time { return c.now }
-
 func TestMemorySweep(t *testing.T) {
-	c := &clock{now: time.Unix(1000, 0)}
+	c := clocktest.New(time.Unix(1000, 0))
 	m := NewMemory(c.Now)
 	defer m.Close()
 	fill(t, m, c)
@@ -25,7 +23,7 @@ func TestMemorySweep(t *testing.T) {
 }
 
 func TestEmbeddedSweep(t *testing.T) {
-	c := &clock{now: time.Unix(1000, 0)}
+	c := clocktest.New(time.Unix(1000, 0))
 	e, err := openEmbedded(context.Background(), t.TempDir(), c.Now)
 	if err != nil {
 		t.Fatal(err)
@@ -45,16 +43,16 @@ func TestEmbeddedSweep(t *testing.T) {
 }
 
 // fill stores one live and two expired capabilities and owners.
-func fill(t *testing.T, s Store, c *clock) {
+func fill(t *testing.T, s Store, c *clocktest.Fake) {
 	t.Helper()
 	ctx := context.Background()
 	for i, ttl := range []time.Duration{time.Second, 2 * time.Second, time.Hour} {
-		if err := s.Capabilities().Put(ctx, fmt.Sprint("k", i), []byte("v"), c.now.Add(ttl)); err != nil {
+		if err := s.Capabilities().Put(ctx, fmt.Sprint("k", i), []byte("v"), c.Now().Add(ttl)); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Owners().Set(ctx, "t", fmt.Sprint("s", i), Owner{Conn: "c"}, ttl); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.now = c.now.Add(2 * time.Second)
+	c.Advance(2 * time.Second)
 }

@@ -118,7 +118,8 @@ type RelayConfig struct {
 	// BufferMaxAge drops buffered inbound received longer ago than this,
 	// checked every minute, logged and counted. Default 168h (7 days).
 	BufferMaxAge time.Duration `yaml:"buffer_max_age"`
-	// MaxConnsPerGateway bounds concurrent connections of one gateway id.
+	// MaxConnsPerGateway bounds the connections of one gateway id, open or
+	// closing; beyond it the newest win and the oldest is closed 4409.
 	// Default 16.
 	MaxConnsPerGateway int `yaml:"max_conns_per_gateway"`
 }
@@ -138,10 +139,22 @@ type StoreConfig struct {
 	// redis://[:password@]host:port/db (rediss:// for TLS).
 	// $CONNECTOR_REDIS_URL overrides it.
 	RedisURL string `yaml:"redis_url"`
+	// Instance names this instance among those sharing the redis backend
+	// (in logs and leases); unique per process. $CONNECTOR_INSTANCE
+	// overrides it. Default the host name and a random suffix.
+	Instance string `yaml:"instance"`
+	// LeaseTTL bounds a takeover when an instance dies (redis backend):
+	// how long the lease on a tenant's delivery, on the Discord Gateway
+	// session and on the Telegram long poll lasts unless its holder renews
+	// it (every third of it). Default 5s.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 
 // EnvRedisURL overrides store.redis_url.
 const EnvRedisURL = "CONNECTOR_REDIS_URL"
+
+// EnvInstance overrides store.instance.
+const EnvInstance = "CONNECTOR_INSTANCE"
 
 // TenantConfig is one tenant.
 type TenantConfig struct {
@@ -230,6 +243,9 @@ func ParseConfig(data []byte) (*Config, error) {
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
 	if v, ok := lookup(EnvRedisURL); ok && v != "" {
 		c.Store.RedisURL = v
+	}
+	if v, ok := lookup(EnvInstance); ok && v != "" {
+		c.Store.Instance = v
 	}
 	for ti := range c.Tenants {
 		for gi := range c.Tenants[ti].Gateways {

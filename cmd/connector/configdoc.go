@@ -170,6 +170,7 @@ Environment variables (a set variable overrides the file):
 | ` + "`CONNECTOR_GATEWAY_SECRETS_<ID>`" + ` | extra secrets (comma-separated) of gateway ` + "`<ID>`" + ` (upper-cased, other characters as ` + "`_`" + `) |
 | ` + "`CONNECTOR_DATA_DIR`" + ` | the data directory (` + "`store.path`" + `); the ` + "`-data-dir`" + ` flag overrides both |
 | ` + "`CONNECTOR_REDIS_URL`" + ` | ` + "`store.redis_url`" + ` |
+| ` + "`CONNECTOR_INSTANCE`" + ` | ` + "`store.instance`" + ` |
 | ` + "`DISCORD_BOT_TOKEN`" + `, ` + "`DISCORD_PUBLIC_KEY`" + `, ` + "`DISCORD_APPLICATION_ID`" + ` | Discord credentials; the token alone enables the platform |
 | ` + "`TELEGRAM_BOT_TOKEN`" + `, ` + "`TELEGRAM_WEBHOOK_SECRET`" + `, ` + "`TELEGRAM_WEBHOOK_URL`" + ` | Telegram credentials; the token alone enables the platform (long polling) |
 | ` + "`NEXSCOPE_TOKEN`" + `, ` + "`NEXSCOPE_MAX_USERS`" + `, ` + "`NEXSCOPE_MAX_PAYLOAD`" + `, ` + "`NEXSCOPE_MAX_FILE`" + ` | nexscope shared token (enables the platform) and limits |

@@ -24,6 +24,7 @@ type metrics struct {
 
 	connections   *prometheus.GaugeVec
 	refused       *prometheus.CounterVec
+	framesIgnored *prometheus.CounterVec
 	inbound       *prometheus.CounterVec
 	deliveryDelay *prometheus.HistogramVec
 	outbound      *prometheus.CounterVec
@@ -52,7 +53,11 @@ func newMetrics() *metrics {
 		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "connector_gateway_connections", Help: "Authenticated gateway connections."}, []string{"tenant"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_gateway_refused_total", Help: "Gateway upgrades refused with close 4401, by reason."}, []string{"reason"}),
+			Name: "connector_gateway_refused_total", Help: "Gateway upgrades refused, by reason: unauthorized or expired (close 4401), too_many_connections (close 4409)."}, []string{"reason"}),
+		framesIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_gateway_frames_ignored_total",
+			Help: "Gateway frames the relay skipped, by tenant and reason: malformed, unknown_type, no_request_id, no_session_key, unknown_buffer_id."},
+			[]string{"tenant", "reason"}),
 		inbound: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_inbound_events_total",
 			Help: "Platform events by outcome: queued for the tenant's gateways, or dropped (with the reason); tenant is empty when no tenant claimed the event."},
@@ -81,7 +86,7 @@ func newMetrics() *metrics {
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "connector_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "commit", "goversion"})
 	buildInfo.WithLabelValues(d.Version, d.Commit, d.GoVersion).Set(1)
-	m.reg.MustRegister(m.connections, m.refused, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
+	m.reg.MustRegister(m.connections, m.refused, m.framesIgnored, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
 		m.buffered, m.rateWait, m.rateLimited, m.httpRefused, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{contract.ReasonUnauthorized, contract.ReasonExpired} {
@@ -193,6 +198,11 @@ func (m *metrics) ConnClosed(tenant string) { m.connections.WithLabelValues(tena
 
 // Refused implements relay.Metrics.
 func (m *metrics) Refused(reason string) { m.refused.WithLabelValues(reason).Inc() }
+
+// FrameIgnored implements relay.Metrics.
+func (m *metrics) FrameIgnored(tenant, reason string) {
+	m.framesIgnored.WithLabelValues(tenant, reason).Inc()
+}
 
 // Inbound implements relay.Metrics.
 func (m *metrics) Inbound(platform, tenant, outcome string) {

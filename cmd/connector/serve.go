@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -219,6 +220,9 @@ func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
 	return st, nil
 }
 
+// defaultLeaseTTL is store.lease_ttl's default.
+const defaultLeaseTTL = 5 * time.Second
+
 // storeOpenTimeout bounds opening the store (reaching Redis).
 const storeOpenTimeout = 30 * time.Second
 
@@ -236,6 +240,22 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		Key:     relay.KeyFunc(tenants),
 		Metrics: m,
 	}
+	var instance string
+	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, defaultLeaseTTL)
+	if cfg.Store.Backend == store.BackendRedis {
+		// Several instances may share this store: each tenant's delivery,
+		// the Discord Gateway session and the Telegram long poll run on one
+		// of them at a time, under a lease.
+		instance = cfg.Store.Instance
+		if instance == "" {
+			host, _ := os.Hostname()
+			instance = host + "-" + randomSecret()[:8]
+		}
+		deps.Exclusive = func(ctx context.Context, name string, run func(context.Context) error) error {
+			return store.RunExclusive(ctx, deps.Time(), st.Leases(), "ingest/"+name, instance, leaseTTL, run)
+		}
+		log.Info("sharing the store with other instances", "instance", instance, "lease_ttl", leaseTTL)
+	}
 	platforms, err := buildPlatforms(cfg, deps)
 	if err != nil {
 		return nil, err
@@ -251,6 +271,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		Store: st, BufferEntries: cfg.Relay.BufferEntries, BufferBytes: cfg.Relay.BufferBytes,
 		BufferBytesTotal: cfg.Relay.BufferBytesTotal, BufferMaxAge: cfg.Relay.BufferMaxAge,
 		MaxConnsPerGateway: cfg.Relay.MaxConnsPerGateway,
+		Instance:           instance, LeaseTTL: leaseTTL,
 	})
 	if err != nil {
 		return nil, err

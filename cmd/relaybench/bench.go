@@ -17,6 +17,7 @@ import (
 
 	"connector/platform"
 	"connector/relay"
+	"connector/store"
 )
 
 // connectWait bounds the wait for the relay to count every connection.
@@ -61,6 +62,11 @@ type result struct {
 	// ConnectorNoise and EchoNoise are the cores other processes kept busy
 	// during each run (-1 unknown).
 	ConnectorNoise, EchoNoise float64
+	// MemoryStore is the same event run on the memory store, measured just
+	// before, when Opts.Store is another backend; MemoryStoreNoise is its
+	// ConnectorNoise.
+	MemoryStore      *stats
+	MemoryStoreNoise float64
 }
 
 // eventDriver produces the events of a run.
@@ -71,9 +77,29 @@ type eventDriver interface {
 	failures() int64
 }
 
-// run performs one measurement: connect, measure idle memory, drive events,
-// then the echo baseline.
+// run performs the measurement o asks for. On a store other than memory it
+// first runs the same load on the memory store (without echo), the
+// baseline the store's figures are compared with.
 func run(o *options) (*result, error) {
+	if o.Store == store.BackendMemory || o.Driver == driverIdle {
+		return runOnce(o)
+	}
+	base := *o
+	base.Store, base.Echo, base.CPUProfile = store.BackendMemory, false, ""
+	baseRes, err := runOnce(&base)
+	if err != nil {
+		return baseRes, fmt.Errorf("memory store baseline: %w", err)
+	}
+	res, err := runOnce(o)
+	if res != nil {
+		res.MemoryStore, res.MemoryStoreNoise = baseRes.Connector, baseRes.ConnectorNoise
+	}
+	return res, err
+}
+
+// runOnce performs one measurement: connect, measure idle memory, drive
+// events, then the echo baseline.
+func runOnce(o *options) (*result, error) {
 	res := &result{Opts: *o}
 	var (
 		c        *connector
@@ -89,10 +115,15 @@ func run(o *options) (*result, error) {
 		switch o.Driver {
 		case driverSynthetic:
 			newPlatform = func(ts []relay.Tenant) (platform.Platform, error) {
-				p := newSyntheticPlatform(ts)
+				p := newSyntheticPlatform(ts, o.Producers)
 				drv = p
 				return p, nil
 			}
+			defer func() {
+				if p, ok := drv.(*syntheticPlatform); ok {
+					p.stop()
+				}
+			}()
 		case driverNexscope:
 			nexDrv = &nexscopeDriver{token: randomToken()}
 			drv = nexDrv

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"connector/platform"
 	"connector/relay"
+	"connector/store"
 )
 
 // connector is the in-process connector: the relay and one driver's
@@ -27,9 +29,10 @@ type connector struct {
 	Metrics  *ledgerMetrics
 	Tenants  []relay.Tenant
 
-	servers []*http.Server
-	stop    context.CancelFunc
-	ingest  sync.WaitGroup
+	servers    []*http.Server
+	stop       context.CancelFunc
+	ingest     sync.WaitGroup
+	closeStore func()
 }
 
 // tenantIDs returns the ids of n benchmark tenants.
@@ -72,12 +75,18 @@ func startConnector(o *options, newPlatform func([]relay.Tenant) (platform.Platf
 		ids[i] = t.ID
 	}
 	m := newLedgerMetrics(ids)
+	st, closeStore, err := openStore(o)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := relay.New(relay.Config{
 		Tenants: tenants, Platforms: platforms, Metrics: m, Log: slog.New(slog.DiscardHandler),
 		// The whole run's events may wait in one tenant's ledger.
 		BufferEntries: max(10_000, 2*o.Window),
+		Store:         st,
 	})
 	if err != nil {
+		closeStore()
 		return nil, err
 	}
 	mux := http.NewServeMux()
@@ -89,7 +98,7 @@ func startConnector(o *options, newPlatform func([]relay.Tenant) (platform.Platf
 			}
 		}
 	}
-	c := &connector{Relay: srv, Metrics: m, Tenants: tenants}
+	c := &connector{Relay: srv, Metrics: m, Tenants: tenants, closeStore: closeStore}
 	addr, err := c.listen(mux)
 	if err != nil {
 		return nil, err
@@ -138,6 +147,39 @@ func (c *connector) close() {
 	for _, s := range c.servers {
 		_ = s.Shutdown(ctx)
 	}
+	if c.closeStore != nil {
+		c.closeStore()
+	}
+}
+
+// openStore opens the store backend o names, empty and for this run only:
+// the embedded one in a fresh data directory, removed by closeStore; the
+// redis one under a fresh key prefix (the records the run leaves are
+// acknowledged and deleted, the prefix's few bookkeeping keys stay).
+func openStore(o *options) (st store.Store, closeStore func(), err error) {
+	cfg := store.Config{Backend: o.Store, RedisURL: o.RedisURL, RedisPrefix: "relaybench-" + randomToken() + ":"}
+	var dir string
+	if o.Store == store.BackendEmbedded {
+		if dir, err = os.MkdirTemp(o.StoreDir, "relaybench-store-"); err != nil {
+			return nil, nil, err
+		}
+		cfg.Path = dir
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err = store.Open(ctx, cfg)
+	if err != nil {
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
+		return nil, nil, fmt.Errorf("open the %s store: %w", o.Store, err)
+	}
+	return st, func() {
+		_ = st.Close()
+		if dir != "" {
+			_ = os.RemoveAll(dir)
+		}
+	}, nil
 }
 
 // waitConns waits until the relay serves exactly n gateway connections.
@@ -180,6 +222,9 @@ func (m *ledgerMetrics) ConnClosed(string) { m.conns.Add(-1); notify(m.connsChan
 
 // Refused implements relay.Metrics.
 func (m *ledgerMetrics) Refused(string) {}
+
+// FrameIgnored implements relay.Metrics.
+func (m *ledgerMetrics) FrameIgnored(string, string) {}
 
 // Inbound implements relay.Metrics: it counts what the relay dropped.
 func (m *ledgerMetrics) Inbound(_, _, outcome string) {

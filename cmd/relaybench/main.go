@@ -29,11 +29,16 @@
 //	           session; latency runs from the scheduled POST to the read.
 //	idle       no events: connect the gateways and measure the connection cost.
 //
+// -store embedded or -store redis (with -redis-url) runs the in-process
+// relay on that durable store backend, after the same load on the memory
+// store, and prints the backend's figures as ratios to memory's.
+//
 // Examples:
 //
 //	relaybench -gateways 1000 -tenants 100 -rate 5000 -duration 10s
 //	relaybench -driver nexscope -gateways 100 -rate 0 -duration 10s
 //	relaybench -driver discord -gateways 100 -rate 500 -duration 10s
+//	relaybench -gateways 100 -rate 0 -duration 5s -producers 256 -store embedded
 //	relaybench -url ws://10.0.0.5:8080/relay -secret S -gateway-prefix bench-gw- -gateways 100 -driver idle
 package main
 

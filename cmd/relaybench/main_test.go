@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"connector/internal/redistest"
 )
 
 // TestMain lets the test binary play the gateway process that run starts
@@ -151,6 +153,11 @@ func TestOptionsRejectBadFlags(t *testing.T) {
 		{[]string{"-url", "ws://127.0.0.1:1/relay", "-driver", "idle"}, "-secret"},
 		{[]string{"-url", "ws://127.0.0.1:1/relay", "-secret", "s"}, "-driver"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"-store", "floppy"}, "-store"},
+		{[]string{"-store", "redis"}, "-redis-url"},
+		{[]string{"-store", "embedded", "-url", "ws://127.0.0.1:1/relay", "-secret", "s", "-driver", "idle"}, "-store"},
+		{[]string{"-producers", "0"}, "-producers"},
+		{[]string{"-producers", "4", "-driver", "nexscope"}, "-producers"},
 	} {
 		_, err := parseOptions(tc.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -186,5 +193,53 @@ func TestStamp(t *testing.T) {
 		if _, ok := parseStamp([]byte(bad)); ok {
 			t.Errorf("parseStamp(%q) found a stamp", bad)
 		}
+	}
+}
+
+// Every store backend carries a short run with nothing lost, and a run on
+// a durable backend is compared with the memory store in the same run.
+func TestStoreRuns(t *testing.T) {
+	for _, backend := range []string{"memory", "embedded", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			args := []string{"-store", backend, "-store-dir", t.TempDir(), "-producers", "8"}
+			if backend == "redis" {
+				args = append(args, "-redis-url", redistest.Start(t, redistest.Options{}).URL())
+			}
+			o := benchOptions(t, args...)
+			res, err := run(&o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkEventRun(t, res, 100)
+			if backend == "memory" {
+				if res.MemoryStore != nil {
+					t.Fatalf("a memory run measured a memory baseline too: %+v", res.MemoryStore)
+				}
+				return
+			}
+			if b := res.MemoryStore; b == nil || b.Sent != 100 || b.Received != 100 || b.Lost() != 0 || b.Errors != 0 {
+				t.Fatalf("memory baseline %+v: want 100 sent and received, none lost or failed", b)
+			}
+			var out bytes.Buffer
+			res.print(&out)
+			for _, want := range []string{"store=" + backend, "memory store (one way)", backend + "/memory store: throughput"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("report lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}
+
+// The embedded store's data directory lives for the run only.
+func TestEmbeddedStoreDirRemoved(t *testing.T) {
+	dir := t.TempDir()
+	o := benchOptions(t, "-store", "embedded", "-store-dir", dir, "-echo=false")
+	if _, err := run(&o); err != nil {
+		t.Fatal(err)
+	}
+	left, err := os.ReadDir(dir)
+	if err != nil || len(left) != 0 {
+		t.Fatalf("store directory holds %v (%v) after the run, want nothing", left, err)
 	}
 }

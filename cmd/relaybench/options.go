@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"connector/store"
 )
 
 // Driver names accepted by -driver.
@@ -44,6 +46,20 @@ type options struct {
 	// CPUProfile, when set, receives a CPU profile of the connector's
 	// process during the event run.
 	CPUProfile string
+	// Store is the in-process relay's store backend: memory, embedded or
+	// redis. A run on embedded or redis also measures memory first, as the
+	// baseline its figures are divided by.
+	Store string
+	// StoreDir is where the embedded backend's data directory is created
+	// (a fresh one per run, removed afterwards); empty: the system's
+	// temporary directory.
+	StoreDir string
+	// RedisURL addresses the redis backend's server.
+	RedisURL string
+	// Producers is how many goroutines the synthetic driver publishes from
+	// at once, as concurrent webhooks would; 1 publishes one event at a
+	// time.
+	Producers int
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -63,6 +79,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.ConnectWorkers, "connect-workers", 8, "gateways dialing at once")
 	fs.DurationVar(&o.Drain, "drain", 10*time.Second, "longest wait for events still in flight after the driver stopped")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the connector process during the event run to this file")
+	fs.StringVar(&o.Store, "store", store.BackendMemory, "store backend of the in-process relay: memory, embedded or redis (embedded and redis are also compared with memory in the same run)")
+	fs.StringVar(&o.StoreDir, "store-dir", "", "where the embedded store's data directory is made (default: the system's temporary directory; put it on the disk you mean to measure)")
+	fs.StringVar(&o.RedisURL, "redis-url", "", "redis:// URL of the server for -store redis (keys under a fresh prefix per run)")
+	fs.IntVar(&o.Producers, "producers", 1, "goroutines the synthetic driver publishes from at once")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -98,6 +118,22 @@ func (o *options) validate() error {
 		return errors.New("-url needs -secret")
 	case o.URL != "" && o.Driver != driverIdle:
 		return fmt.Errorf("-driver %s needs the in-process connector; with -url use -driver idle", o.Driver)
+	case o.Producers < 1:
+		return errors.New("-producers must be at least 1")
+	case o.Producers > 1 && o.Driver != driverSynthetic:
+		return errors.New("-producers applies to -driver synthetic only")
+	}
+	switch o.Store {
+	case store.BackendMemory, store.BackendEmbedded:
+	case store.BackendRedis:
+		if o.RedisURL == "" {
+			return errors.New("-store redis needs -redis-url (e.g. redis://127.0.0.1:6379/0)")
+		}
+	default:
+		return fmt.Errorf("unknown -store %q (memory, embedded or redis)", o.Store)
+	}
+	if o.Store != store.BackendMemory && o.URL != "" {
+		return errors.New("-store applies to the in-process connector; a connector at -url uses its own")
 	}
 	switch o.Driver {
 	case driverSynthetic, driverNexscope, driverDiscord, driverIdle:

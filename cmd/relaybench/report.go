@@ -21,8 +21,8 @@ func (r *result) print(w io.Writer) {
 	if o.URL != "" {
 		target = o.URL
 	}
-	fmt.Fprintf(w, "relaybench: %s, driver=%s gateways=%d tenants=%d rate=%s duration=%s window=%d\n",
-		target, o.Driver, o.Gateways, o.Tenants, rate, o.Duration, o.Window)
+	fmt.Fprintf(w, "relaybench: %s, driver=%s gateways=%d tenants=%d rate=%s duration=%s window=%d store=%s producers=%d\n",
+		target, o.Driver, o.Gateways, o.Tenants, rate, o.Duration, o.Window, o.Store, o.Producers)
 	fmt.Fprintf(w, "machine:    %d CPUs, %s/%s, %s, open-file limit %d, load average %s\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), fileLimit(), loadAverage())
 	if r.Connected > 0 || r.ConnectFailed > 0 {
@@ -43,21 +43,37 @@ func (r *result) print(w io.Writer) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tsent\treceived\tlost\terrors\tper second\tp50\tp90\tp99\tmax\tframe bytes\t")
+	if r.MemoryStore != nil {
+		printRow(tw, "memory store (one way)", r.MemoryStore)
+	}
 	printRow(tw, "connector (one way)", r.Connector)
 	if r.Echo != nil {
 		printRow(tw, "echo (round trip)", r.Echo)
 	}
 	_ = tw.Flush()
+	if r.MemoryStore != nil {
+		fmt.Fprintf(w, "other processes kept %s busy during the memory store run, ", cores(r.MemoryStoreNoise))
+	}
 	fmt.Fprintf(w, "other processes kept %s busy during the connector run", cores(r.ConnectorNoise))
 	if r.Echo != nil {
 		fmt.Fprintf(w, ", %s during the echo run", cores(r.EchoNoise))
 	}
 	fmt.Fprintln(w)
-	if e := r.Echo; e != nil && e.PerSecond() > 0 && e.P50 > 0 {
-		c := r.Connector
-		fmt.Fprintf(w, "connector/echo: throughput %.2fx, p50 %.2fx, p99 %.2fx\n",
-			c.PerSecond()/e.PerSecond(), float64(c.P50)/float64(e.P50), float64(c.P99)/float64(max(1, e.P99)))
+	if m := r.MemoryStore; m != nil {
+		printRatio(w, o.Store+"/memory store", r.Connector, m)
 	}
+	if e := r.Echo; e != nil {
+		printRatio(w, "connector/echo", r.Connector, e)
+	}
+}
+
+// printRatio prints run c as a ratio of baseline b.
+func printRatio(w io.Writer, label string, c, b *stats) {
+	if b.PerSecond() <= 0 || b.P50 <= 0 {
+		return
+	}
+	fmt.Fprintf(w, "%s: throughput %.2fx, p50 %.2fx, p99 %.2fx\n", label,
+		c.PerSecond()/b.PerSecond(), float64(c.P50)/float64(b.P50), float64(c.P99)/float64(max(1, b.P99)))
 }
 
 func printRow(w io.Writer, name string, s *stats) {

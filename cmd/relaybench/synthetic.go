@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"connector/contract"
@@ -23,13 +25,25 @@ const messageBody = " hey @bot can you summarize the thread above and list the o
 const sessionsPerGateway = 4
 
 // syntheticPlatform publishes generated deliveries straight onto the sink
-// the relay runs it with: no platform parsing, the relay alone.
+// the relay runs it with: no platform parsing, the relay alone. With more
+// than one producer, events are published from that many goroutines at
+// once, as concurrent webhooks would be, so a durable store can commit
+// several in one write.
 type syntheticPlatform struct {
 	running  chan struct{}
 	sink     platform.Sink // set before running is closed
 	tenants  []string
 	sessions [][]syntheticSession // per tenant
-	text     []byte
+	text     []byte               // the single producer's buffer
+
+	jobs      chan syntheticJob // nil with one producer
+	producers sync.WaitGroup
+	failed    atomic.Int64 // deliveries the sink refused
+}
+
+type syntheticJob struct {
+	seq int
+	at  time.Time
 }
 
 type syntheticSession struct {
@@ -37,7 +51,9 @@ type syntheticSession struct {
 	source session.Source
 }
 
-func newSyntheticPlatform(tenants []relay.Tenant) *syntheticPlatform {
+// newSyntheticPlatform builds the platform for tenants, publishing from
+// producers goroutines (see stop).
+func newSyntheticPlatform(tenants []relay.Tenant, producers int) *syntheticPlatform {
 	key := relay.KeyFunc(tenants)
 	p := &syntheticPlatform{running: make(chan struct{}), sessions: make([][]syntheticSession, len(tenants))}
 	for ti, t := range tenants {
@@ -51,7 +67,34 @@ func newSyntheticPlatform(tenants []relay.Tenant) *syntheticPlatform {
 			p.sessions[ti] = append(p.sessions[ti], syntheticSession{key: key(t.ID, &src), source: src})
 		}
 	}
+	if producers > 1 {
+		p.jobs = make(chan syntheticJob, producers)
+		for range producers {
+			p.producers.Go(p.produce)
+		}
+	}
 	return p
+}
+
+// produce publishes the events queued by fire until stop.
+func (p *syntheticPlatform) produce() {
+	var text []byte
+	for j := range p.jobs {
+		<-p.running
+		var d platform.Delivery
+		d, text = p.delivery(j.seq, j.at, text)
+		if p.sink.Deliver(context.Background(), d) != nil {
+			p.failed.Add(1)
+		}
+	}
+}
+
+// stop ends the producers once they have published every queued event.
+func (p *syntheticPlatform) stop() {
+	if p.jobs != nil {
+		close(p.jobs)
+		p.producers.Wait()
+	}
 }
 
 // Name implements platform.Platform.
@@ -86,23 +129,31 @@ func (p *syntheticPlatform) Execute(context.Context, string, *contract.Action) c
 func (p *syntheticPlatform) Status() platform.Status { return platform.Status{Ready: true} }
 
 // delivery builds event seq, stamped at: tenants in turn, then each
-// tenant's sessions in turn.
-func (p *syntheticPlatform) delivery(seq int, at time.Time) platform.Delivery {
+// tenant's sessions in turn. It formats the text in buf and returns it for
+// reuse.
+func (p *syntheticPlatform) delivery(seq int, at time.Time, buf []byte) (platform.Delivery, []byte) {
 	ti := seq % len(p.tenants)
 	ss := p.sessions[ti]
 	s := &ss[(seq/len(p.tenants))%len(ss)]
-	p.text = append(appendStamp(p.text[:0], at), messageBody...)
-	ev := &contract.Event{Text: string(p.text), MessageType: contract.MessageText,
+	buf = append(appendStamp(buf[:0], at), messageBody...)
+	ev := &contract.Event{Text: string(buf), MessageType: contract.MessageText,
 		MessageID: strconv.Itoa(seq), Source: s.source}
 	return platform.Delivery{Kind: platform.KindInbound, Tenant: p.tenants[ti], Platform: syntheticPlatformName,
-		SessionKey: s.key, ChatID: s.source.ChatID, Event: ev, Received: at}
+		SessionKey: s.key, ChatID: s.source.ChatID, Event: ev, Received: at}, buf
 }
 
-// fire publishes event seq; the pacer calls it from one goroutine.
+// fire publishes event seq, or queues it for the producers; the pacer
+// calls it from one goroutine.
 func (p *syntheticPlatform) fire(seq int, at time.Time) error {
+	if p.jobs != nil {
+		p.jobs <- syntheticJob{seq: seq, at: at}
+		return nil
+	}
 	<-p.running
-	return p.sink.Deliver(context.Background(), p.delivery(seq, at))
+	var d platform.Delivery
+	d, p.text = p.delivery(seq, at, p.text)
+	return p.sink.Deliver(context.Background(), d)
 }
 
-// failures implements eventDriver: publishing cannot fail.
-func (p *syntheticPlatform) failures() int64 { return 0 }
+// failures implements eventDriver: deliveries the producers had refused.
+func (p *syntheticPlatform) failures() int64 { return p.failed.Load() }

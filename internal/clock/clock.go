@@ -25,6 +25,12 @@ type Timer interface {
 	// Stop prevents the call if it has not started; it reports whether it
 	// did so.
 	Stop() bool
+	// Reset schedules the call d from now, as time.Timer.Reset does for an
+	// AfterFunc timer: it reports whether the call was pending (and is now
+	// rescheduled) rather than already started or stopped (and is now
+	// scheduled again). A timer reset around each operation watches many
+	// without allocating.
+	Reset(d time.Duration) bool
 }
 
 // System is the real clock: time.Now and time.AfterFunc.

@@ -152,36 +152,24 @@ func yaml11IntValue(s string) (*big.Int, bool) {
 	return v, ok
 }
 
-// List reads a list knob: a YAML sequence or a single scalar (a bare
-// number, or a comma-separated string as in the environment variables).
-// Items are kept as written, null items dropped; Split splits and trims
-// them.
+// List reads a list knob as the native bridge writes it into the
+// adapter's variable: a YAML sequence or a single scalar (a bare number, or
+// a comma-separated string as in the environment variables), every scalar
+// as its Bridged text (a bare 010 is "8"; a null list item is "None", as in
+// the bridge's join). Split splits and trims the items.
 func List(n *yaml.Node) ([]string, error) {
-	return list(n, func(item *yaml.Node) string { return item.Value }, false)
-}
-
-// BridgedList reads a list knob as the native bridge writes it: like List,
-// but every scalar is its Bridged text (a null list item is "None", as in
-// the bridge's join).
-func BridgedList(n *yaml.Node) ([]string, error) {
-	return list(n, Bridged, true)
-}
-
-func list(n *yaml.Node, text func(*yaml.Node) string, keepNull bool) ([]string, error) {
 	switch {
 	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
 		return nil, nil
 	case n.Kind == yaml.ScalarNode:
-		return []string{text(n)}, nil
+		return []string{Bridged(n)}, nil
 	case n.Kind == yaml.SequenceNode:
 		items := make([]string, 0, len(n.Content))
 		for _, item := range n.Content {
 			if item.Kind != yaml.ScalarNode {
 				return nil, fmt.Errorf("line %d: want a list of ids or names", item.Line)
 			}
-			if item.Tag != "!!null" || keepNull {
-				items = append(items, text(item))
-			}
+			items = append(items, Bridged(item))
 		}
 		return items, nil
 	}

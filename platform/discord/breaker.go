@@ -1,59 +1,160 @@
 package discord
 
 import (
+	"errors"
+	"strconv"
 	"sync"
 	"time"
 )
 
-// Breaker window: Discord bans an IP that gets 10,000 invalid (401, 403,
-// 429) answers within 10 minutes. The breaker counts them in 60 slots of 10
-// seconds and refuses REST calls while the window holds limit or more.
+// Invalid-request window: Discord bans an IP that gets 10,000 invalid (401,
+// 403, 429) answers within 10 minutes. Answers are counted in 60 slots of
+// 10 seconds, once for the bot and once for the tenant that caused them.
 const (
-	breakerSlots    = 60
-	breakerSlotSpan = 10 * time.Second
-	// unauthorizedPause is how long every REST call is refused after a 401:
-	// Discord asks clients to stop after one, since the token is not valid.
+	// discordInvalidBan is how many invalid answers within 10 minutes get
+	// the bot's IP banned.
+	discordInvalidBan = 10_000
+	breakerSlots      = 60
+	breakerSlotSpan   = 10 * time.Second
+	// breakerWindow is the span Discord counts invalid answers over.
+	breakerWindow = breakerSlots * breakerSlotSpan
+	// unauthorizedPause is how long every REST call is refused after a 401
+	// to a bot-authenticated route: Discord asks clients to stop after one,
+	// since the token is not valid.
 	unauthorizedPause = time.Minute
+	// tenantShareDivisor sets the default per-tenant share: the bot-wide
+	// limit divided by it, so that many tenants must spend their whole share
+	// at once before the bot-wide breaker opens.
+	tenantShareDivisor = 8
+	// maxIdleWindows bounds the per-tenant windows kept before empty ones
+	// are swept.
+	maxIdleWindows = 1024
 )
 
-// breaker stops REST traffic before the invalid-request ban threshold.
-type breaker struct {
-	limit int
-	now   func() time.Time
+// errBreakerOpen is returned for REST calls refused by the bot-wide breaker.
+var errBreakerOpen = errors.New("discord REST paused: too many invalid requests (401/403/429) recently")
 
-	mu        sync.Mutex
+// shareSpentError refuses a REST call of a tenant whose invalid answers
+// within 10 minutes reached its share; other tenants are not affected.
+type shareSpentError struct {
+	limit      int
+	retryAfter time.Duration
+}
+
+// Error says which limit and when the tenant may call again; it names
+// nothing about other tenants.
+func (e *shareSpentError) Error() string {
+	return "discord invalid-request limit of this tenant reached (" + strconv.Itoa(e.limit) +
+		" 401/403/429 answers within 10 minutes): retry after " + e.retryAfter.Round(time.Second).String()
+}
+
+// window counts events of the last 10 minutes in breakerSlots slots.
+type window struct {
 	counts    [breakerSlots]int
 	slotStart [breakerSlots]int64 // slot epoch each count belongs to
+}
+
+// slotOf is the window slot t falls in.
+func slotOf(t time.Time) int64 { return t.UnixNano() / int64(breakerSlotSpan) }
+
+func (w *window) add(e int64) {
+	i := int(e % breakerSlots)
+	if w.slotStart[i] != e {
+		w.slotStart[i], w.counts[i] = e, 0
+	}
+	w.counts[i]++
+}
+
+func (w *window) sum(e int64) int {
+	sum := 0
+	for i := range w.counts {
+		if e-w.slotStart[i] < breakerSlots {
+			sum += w.counts[i]
+		}
+	}
+	return sum
+}
+
+// retryAfter is how long from now until the window holds fewer than limit
+// events, as its oldest slots expire.
+func (w *window) retryAfter(now time.Time, limit int) time.Duration {
+	e := slotOf(now)
+	excess := w.sum(e) - limit + 1
+	for s := e - breakerSlots + 1; s <= e && excess > 0; s++ {
+		if i := int(s % breakerSlots); w.slotStart[i] == s {
+			excess -= w.counts[i]
+		}
+		if excess <= 0 {
+			return time.Unix(0, (s+breakerSlots)*int64(breakerSlotSpan)).Sub(now)
+		}
+	}
+	return 0
+}
+
+// breaker keeps the bot below Discord's invalid-request ban threshold and
+// charges each invalid answer to the tenant whose call caused it: a tenant
+// whose answers within 10 minutes reach tenantLimit is refused alone
+// (*shareSpentError), and every call is refused (errBreakerOpen) when the
+// bot's answers reach limit or for a minute after a 401. The connector's own
+// calls (tenant "") count against the bot only.
+type breaker struct {
+	limit       int
+	tenantLimit int
+	now         func() time.Time
+
+	mu        sync.Mutex
+	bot       window
+	tenants   map[string]*window
 	openUntil time.Time
 }
 
-func newBreaker(limit int, now func() time.Time) *breaker {
-	return &breaker{limit: limit, now: now}
+func newBreaker(limit, tenantLimit int, now func() time.Time) *breaker {
+	return &breaker{limit: limit, tenantLimit: tenantLimit, now: now, tenants: make(map[string]*window)}
 }
 
-func (b *breaker) epoch(t time.Time) int64 { return t.UnixNano() / int64(breakerSlotSpan) }
-
-// allow reports whether a REST call may go out now.
-func (b *breaker) allow() bool {
+// admit reports whether tenant may make a REST call now: nil, errBreakerOpen
+// or a *shareSpentError.
+func (b *breaker) admit(tenant string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.now()
-	if now.Before(b.openUntil) {
-		return false
+	if now.Before(b.openUntil) || b.bot.sum(slotOf(now)) >= b.limit {
+		return errBreakerOpen
 	}
-	return b.sumLocked(now) < b.limit
+	if w := b.tenants[tenant]; w != nil && tenant != "" && w.sum(slotOf(now)) >= b.tenantLimit {
+		return &shareSpentError{limit: b.tenantLimit, retryAfter: w.retryAfter(now, b.tenantLimit)}
+	}
+	return nil
 }
 
-// record counts one invalid answer.
-func (b *breaker) record() {
+// record counts one invalid answer against the bot and, unless tenant is
+// "", against tenant.
+func (b *breaker) record(tenant string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := b.epoch(b.now())
-	i := int(e % breakerSlots)
-	if b.slotStart[i] != e {
-		b.slotStart[i], b.counts[i] = e, 0
+	e := slotOf(b.now())
+	b.bot.add(e)
+	if tenant == "" {
+		return
 	}
-	b.counts[i]++
+	w := b.tenants[tenant]
+	if w == nil {
+		if len(b.tenants) >= maxIdleWindows {
+			b.sweepLocked(e)
+		}
+		w = &window{}
+		b.tenants[tenant] = w
+	}
+	w.add(e)
+}
+
+// sweepLocked forgets tenants with nothing in their window.
+func (b *breaker) sweepLocked(e int64) {
+	for t, w := range b.tenants {
+		if w.sum(e) == 0 {
+			delete(b.tenants, t)
+		}
+	}
 }
 
 // pause refuses every call for d.
@@ -65,16 +166,5 @@ func (b *breaker) pause(d time.Duration) {
 	}
 }
 
-// open reports whether the breaker currently refuses calls.
-func (b *breaker) open() bool { return !b.allow() }
-
-func (b *breaker) sumLocked(now time.Time) int {
-	e := b.epoch(now)
-	sum := 0
-	for i := range b.counts {
-		if e-b.slotStart[i] < breakerSlots {
-			sum += b.counts[i]
-		}
-	}
-	return sum
-}
+// open reports whether the bot-wide breaker currently refuses every call.
+func (b *breaker) open() bool { return errors.Is(b.admit(""), errBreakerOpen) }

@@ -3,6 +3,8 @@ package discord
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,28 +58,114 @@ func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
 
 func TestBreakerWindow(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	b := newBreaker(3, clk.Now)
+	b := newBreaker(3, 3, clk.Now)
 	for range 3 {
-		if !b.allow() {
+		if b.open() {
 			t.Fatal("opened too early")
 		}
-		b.record()
+		b.record("")
 		clk.Advance(time.Minute)
 	}
-	if b.allow() {
+	if !b.open() || b.admit("t1") != errBreakerOpen {
 		t.Fatal("limit reached but calls allowed")
 	}
 	clk.Advance(8 * time.Minute) // the first record leaves the 10-minute window
-	if !b.allow() {
+	if b.open() {
 		t.Fatal("breaker did not close as the window slid")
 	}
 	b.pause(time.Minute)
-	if b.allow() {
+	if !b.open() {
 		t.Fatal("pause ignored")
 	}
 	clk.Advance(time.Minute)
-	if !b.allow() {
+	if b.open() {
 		t.Fatal("pause did not end")
+	}
+}
+
+// TestBreakerChargesTheTenant: a tenant that reached its share is refused
+// alone, with the time until its oldest answers leave the window; the bot
+// and other tenants go on.
+func TestBreakerChargesTheTenant(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	b := newBreaker(40, 10, clk.Now)
+	for range 4 {
+		b.record("a")
+	}
+	clk.Advance(3 * time.Minute)
+	for range 6 {
+		b.record("a")
+	}
+	var spent *shareSpentError
+	if err := b.admit("a"); !errors.As(err, &spent) {
+		t.Fatalf("admit(a) at its share = %v, want *shareSpentError", err)
+	}
+	// Without the 4 oldest answers a is below 10: they leave the window 10
+	// minutes after their slot began, at most 7 minutes from now.
+	if spent.retryAfter <= 6*time.Minute+50*time.Second || spent.retryAfter > 7*time.Minute {
+		t.Fatalf("retry after %v, want about 7m", spent.retryAfter)
+	}
+	if err := b.admit("b"); err != nil {
+		t.Fatalf("admit(b) = %v", err)
+	}
+	if err := b.admit(""); err != nil || b.open() {
+		t.Fatalf("the connector's own calls refused: %v", err)
+	}
+	clk.Advance(spent.retryAfter - time.Millisecond)
+	if b.admit("a") == nil {
+		t.Fatal("a admitted before its retry_after")
+	}
+	clk.Advance(time.Millisecond)
+	if err := b.admit("a"); err != nil {
+		t.Fatalf("admit(a) at its retry_after = %v", err)
+	}
+}
+
+// TestBreakerKeepsTheBotBelowTheBan drives tenants that call as fast as they
+// are admitted, every answer invalid, for 30 minutes under the default
+// limits: in no 10-minute window do more than InvalidRequestLimit (< 10,000)
+// invalid answers reach the bot; seven such tenants never refuse a tenant
+// that behaves, thirty do (the bot-wide breaker, the last line).
+func TestBreakerKeepsTheBotBelowTheBan(t *testing.T) {
+	cfg := Config{}.withDefaults()
+	if cfg.InvalidRequestLimit >= discordInvalidBan || cfg.TenantInvalidRequestLimit != cfg.InvalidRequestLimit/8 {
+		t.Fatalf("defaults %d / %d", cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit)
+	}
+	for _, bad := range []int{7, 30} {
+		clk := clocktest.New(time.Unix(1_700_000_000, 0))
+		b := newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, clk.Now)
+		var perSecond []int
+		goodRefused := false
+		for range 30 * 60 {
+			n := 0
+			for i := range bad {
+				tenant := fmt.Sprintf("bad-%d", i)
+				for range 20 {
+					if b.admit(tenant) == nil {
+						b.record(tenant)
+						n++
+					}
+				}
+			}
+			goodRefused = goodRefused || b.admit("good") != nil
+			perSecond = append(perSecond, n)
+			clk.Advance(time.Second)
+		}
+		worst := 0
+		for i := range perSecond {
+			sum := 0
+			for _, n := range perSecond[max(0, i-599) : i+1] {
+				sum += n
+			}
+			worst = max(worst, sum)
+		}
+		t.Logf("%d misbehaving tenants: at most %d invalid answers in any 10 minutes; a good tenant refused: %v", bad, worst, goodRefused)
+		if worst > cfg.InvalidRequestLimit {
+			t.Fatalf("%d misbehaving tenants: %d invalid answers within 10 minutes, limit %d", bad, worst, cfg.InvalidRequestLimit)
+		}
+		if want := bad*cfg.TenantInvalidRequestLimit >= cfg.InvalidRequestLimit; goodRefused != want {
+			t.Fatalf("%d misbehaving tenants: good tenant refused = %v, want %v", bad, goodRefused, want)
+		}
 	}
 }
 
@@ -101,4 +189,28 @@ func containsStr(s, sub string) bool {
 		}
 	}
 	return false
+}
+
+func TestInvalidRequestLimitsValidated(t *testing.T) {
+	base := Config{BotToken: "x", PublicKey: strings.Repeat("ab", 32), ApplicationID: "9000"}
+	for _, tc := range []struct {
+		bot, tenant int
+		err         string
+	}{
+		{0, 0, ""},
+		{9999, 9999, ""},
+		{10_000, 0, "discord.invalid_request_limit"},
+		{0, 8001, "discord.tenant_invalid_request_limit"},
+		{100, 101, "discord.tenant_invalid_request_limit"},
+	} {
+		cfg := base
+		cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit = tc.bot, tc.tenant
+		err := cfg.Validate()
+		if (err == nil) != (tc.err == "") || (err != nil && !strings.HasPrefix(err.Error(), tc.err+":")) {
+			t.Errorf("limits %d/%d: Validate = %v, want %q", tc.bot, tc.tenant, err, tc.err)
+		}
+	}
+	if d := (Config{InvalidRequestLimit: 4}).withDefaults(); d.TenantInvalidRequestLimit != 1 {
+		t.Errorf("tenant share of a bot limit of 4 = %d, want 1", d.TenantInvalidRequestLimit)
+	}
 }

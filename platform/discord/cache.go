@@ -87,6 +87,13 @@ func (c *cache) putChannel(ch *wireChannel) {
 
 func (c *cache) deleteChannel(id string) { c.chans.Remove(id) }
 
+// rememberDM records id as a DM channel unless the cache knows it already.
+func (c *cache) rememberDM(id string) {
+	if isSnowflake(id) {
+		c.chans.ContainsOrAdd(id, chanInfo{ID: id, Type: chanDM})
+	}
+}
+
 func (c *cache) putGuild(id, name string) {
 	if id == "" {
 		return

@@ -2,6 +2,8 @@ package discord
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,33 +23,160 @@ const manifestV1 = `[{"name":"new","description":"Start a new conversation"},
  {"name":"empty","description":""},
  "not an object"]`
 
-func countRequests(f *discordtest.Server, method string) int {
+func countRequests(f *discordtest.Server, method, path string) int {
 	n := 0
 	for _, r := range f.Requests() {
-		if r.Method == method && strings.HasSuffix(r.Path, "/applications/9000/commands") {
+		if r.Method == method && r.Path == path {
 			n++
 		}
 	}
 	return n
 }
 
-func TestCommandManifestReconcile(t *testing.T) {
+const (
+	globalCommandsPath = "/api/v9/applications/9000/commands"
+	guildCommandsPath  = "/api/v9/applications/9000/guilds/%s/commands"
+)
+
+// manifestOf builds a command_manifest of the named commands, each
+// described by prefix and name; extra is merged into every entry.
+func manifestOf(prefix string, names []string, extra map[string]any) string {
+	entries := make([]map[string]any, 0, len(names))
+	for _, n := range names {
+		e := map[string]any{"name": n, "description": prefix + " " + n}
+		maps.Copy(e, extra)
+		entries = append(entries, e)
+	}
+	b, _ := json.Marshal(entries)
+	return string(b)
+}
+
+func byName(cmds []map[string]any) map[string]map[string]any {
+	m := make(map[string]map[string]any, len(cmds))
+	for _, c := range cmds {
+		m[c["name"].(string)] = c
+	}
+	return m
+}
+
+// TestCommandsRegisteredPerTenantGuild: the issue's case. t1's manifest
+// fills the 100-command cap and defines "ask"; t2's defines its own "ask"
+// and "bstatus". Each tenant's commands land on its own guild, whole and in
+// its definitions; only the DM tenant's (t1) are global, and only for DMs.
+func TestCommandsRegisteredPerTenantGuild(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	aNames := []string{"ask"}
+	for i := range maxCommands - 1 {
+		aNames = append(aNames, fmt.Sprintf("a%02d", i))
+	}
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask", "bstatus"}, map[string]any{"dm_permission": true, "contexts": []int{0, 1, 2}})))
+	e.p.ObserveHello("t1", "gw-a", helloWith(manifestOf("A", aNames, nil)))
+	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 100"`)
+	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 200"`)
+	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope=global`)
+
+	lab, other, global := byName(e.fake.GuildCommands(guildLab)), byName(e.fake.GuildCommands(guildOther)), byName(e.fake.Commands())
+	if len(lab) != maxCommands || lab["ask"]["description"] != "A ask" || lab["bstatus"] != nil {
+		t.Fatalf("t1's guild holds %d commands, ask %v, bstatus %v", len(lab), lab["ask"], lab["bstatus"])
+	}
+	if len(other) != 2 || other["ask"]["description"] != "B ask" || other["bstatus"] == nil {
+		t.Fatalf("t2's guild = %v", other)
+	}
+	put, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+		return r.Method == "PUT" && r.Path == fmt.Sprintf(guildCommandsPath, guildOther)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range globalOnlyKeys {
+		if strings.Contains(string(put.Body), `"`+k+`"`) {
+			t.Fatalf("guild commands sent with the global-only %s: %s", k, put.Body)
+		}
+	}
+	if len(global) != maxCommands || global["ask"]["description"] != "A ask" || global["bstatus"] != nil {
+		t.Fatalf("global holds %d commands, ask %v, bstatus %v", len(global), global["ask"], global["bstatus"])
+	}
+	if ctx, _ := json.Marshal(global["ask"]["contexts"]); string(ctx) != "[1]" {
+		t.Fatalf("global command contexts = %s, want [1] (DMs with the bot only)", ctx)
+	}
+	// The same manifests again (Discord echoes ids, versions, type and its
+	// defaults): GETs, no PUT.
+	puts := func() int {
+		return countRequests(e.fake, "PUT", globalCommandsPath) + countRequests(e.fake, "PUT", fmt.Sprintf(guildCommandsPath, guildLab)) +
+			countRequests(e.fake, "PUT", fmt.Sprintf(guildCommandsPath, guildOther))
+	}
+	before, gets := puts(), countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildOther))
+	e.p.ObserveHello("t2", "gw-b2", helloWith(manifestOf("B", []string{"ask", "bstatus"}, map[string]any{"dm_permission": true, "contexts": []int{0, 1, 2}})))
+	seen := 0 // WaitRequest offers each request once, in order
+	if _, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+		if r.Method == "GET" && r.Path == fmt.Sprintf(guildCommandsPath, guildOther) {
+			seen++
+		}
+		return seen > gets
+	}); err != nil {
+		t.Fatalf("timed out after 10s waiting for the second reconcile of t2's guild: %v", err)
+	}
+	e.logs.waitFor(t, `msg="discord commands already in sync" platform=discord scope="guild 200"`)
+	if after := puts(); after != before {
+		t.Fatalf("%d PUTs after an unchanged manifest", after-before)
+	}
+}
+
+// TestCommandsWaitForTheGuild: a claimed guild the Gateway has not
+// delivered (the bot is not in it) is left alone, so it draws no 403; its
+// GUILD_CREATE registers its tenant's commands.
+func TestCommandsWaitForTheGuild(t *testing.T) {
+	const guildLate = "300"
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds[guildLate] = "t2" })
+	e.startReady(t)
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"bstatus"}, nil)))
+	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 200"`)
+	if n := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildLate)); n != 0 {
+		t.Fatalf("%d calls for a guild the bot is not in", n)
+	}
+	e.fake.AddGuild(discordtest.Guild{ID: guildLate, Name: "Late"})
+	e.dispatch(t, "GUILD_CREATE", map[string]any{"id": guildLate, "name": "Late", "channels": []any{}, "threads": []any{}})
+	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 300"`)
+	if cmds := e.fake.GuildCommands(guildLate); len(cmds) != 1 || cmds[0]["name"] != "bstatus" {
+		t.Fatalf("guild 300 = %v", cmds)
+	}
+}
+
+// TestGlobalCommandsEmptyWithoutDMTenant: with no DM tenant no manifest is
+// global; the union an earlier version registered is removed.
+func TestGlobalCommandsEmptyWithoutDMTenant(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.DMTenant = "" })
+	req, _ := http.NewRequest("PUT", e.fake.URL+globalCommandsPath, strings.NewReader(manifestOf("old", []string{"ask", "bstatus"}, nil)))
+	req.Header.Set("Authorization", "Bot "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(e.fake.Commands()) != 2 {
+		t.Fatal("could not seed the global registry")
+	}
+	e.startReady(t)
+	e.p.ObserveHello("t1", "gw-a", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope=global tenant="" commands=0`)
+	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 100"`)
+	if cmds := e.fake.Commands(); len(cmds) != 0 {
+		t.Fatalf("global registry = %v, want empty", cmds)
+	}
+}
+
+func TestCommandManifestValidation(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.p.ObserveHello("t1", "gw1", helloWith(manifestV1))
-	e.logs.waitFor(t, "discord global commands updated")
-	cmds := e.fake.Commands()
-	if len(cmds) != 2 || cmds[0]["name"] != "model" || cmds[1]["name"] != "new" {
-		t.Fatalf("registry = %v", cmds)
+	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 100"`)
+	cmds := byName(e.fake.GuildCommands(guildLab))
+	if len(cmds) != 2 || cmds["model"] == nil || cmds["new"]["description"] != "Start a new conversation" {
+		t.Fatalf("guild registry = %v", cmds)
 	}
 	e.logs.waitFor(t, "entries dropped")
-	// The same manifest again (Discord echoes ids, versions, type, and drops
-	// required:false): GET, no PUT.
-	e.p.ObserveHello("t2", "gw2", helloWith(manifestV1))
-	e.logs.waitFor(t, "discord global commands already in sync")
-	if puts := countRequests(e.fake, "PUT"); puts != 1 {
-		t.Fatalf("%d PUTs, want 1", puts)
-	}
 	// Hellos of other platforms, without a manifest, or with a non-array
 	// manifest change nothing and never block.
 	e.p.ObserveHello("t1", "gw1", &contract.GatewayFrame{Type: "hello", Platform: "telegram", CommandManifest: json.RawMessage(manifestV1)})

@@ -23,7 +23,7 @@ type Config struct {
 	// POST /discord/interactions.
 	PublicKey string `yaml:"public_key"`
 	// ApplicationID is the application (client) id, used for interaction
-	// follow-ups and the global command registry. Required.
+	// follow-ups and the command registries. Required.
 	ApplicationID string `yaml:"application_id"`
 
 	// Guilds maps a guild id to the tenant that owns it. Messages and
@@ -31,8 +31,9 @@ type Config struct {
 	// Set under the discord section (e.g. guilds: {"1310000000000000500": acme}). Default: none
 	// (every guild event is dropped).
 	Guilds map[string]string `yaml:"guilds"`
-	// DMTenant receives every direct message and DM interaction. Empty (the
-	// default) drops DMs with a log line.
+	// DMTenant receives every direct message and DM interaction, and its
+	// command_manifest is the only one registered as global (DM-only)
+	// commands. Empty (the default) drops DMs with a log line.
 	DMTenant string `yaml:"dm_tenant"`
 	// Tenants holds per-tenant adapter knobs and fair-share weights. Values
 	// take the native adapter's spellings: a list may also be a bare number
@@ -55,10 +56,19 @@ type Config struct {
 	// GlobalBurst is how many requests may go at once after a quiet period.
 	// Default 5.
 	GlobalBurst int `yaml:"global_burst"`
-	// InvalidRequestLimit opens the REST breaker when this many 401, 403 and
-	// 429 answers (429s of scope "shared" excluded) arrived within 10
-	// minutes; Discord bans an IP at 10,000. Default 8,000.
+	// InvalidRequestLimit opens the bot-wide REST breaker (every call
+	// answered unavailable) when this many 401, 403 and 429 answers (429s of
+	// scope "shared" excluded) arrived within 10 minutes; Discord bans an IP
+	// at 10,000, so it must stay below that. Default 8,000.
 	InvalidRequestLimit int `yaml:"invalid_request_limit"`
+	// TenantInvalidRequestLimit is one tenant's share of InvalidRequestLimit:
+	// a tenant whose calls drew this many 401, 403 and 429 answers within 10
+	// minutes has its further calls refused with rate_limited (and
+	// retry_after_ms) until older answers leave the window, while other
+	// tenants go on. At most InvalidRequestLimit. Default
+	// InvalidRequestLimit/8 (1,000): eight tenants must spend their whole
+	// share at once before the bot-wide breaker opens.
+	TenantInvalidRequestLimit int `yaml:"tenant_invalid_request_limit"`
 	// RequestTimeout bounds one egress op or REST call whose context has no
 	// deadline, including 429 retries. Default 30s (the gateway's own wait).
 	RequestTimeout time.Duration `yaml:"request_timeout"`
@@ -87,8 +97,9 @@ type Config struct {
 	MaxIdentifiesPerDay int `yaml:"max_identifies_per_day"`
 
 	// CommandSyncDebounce is the quiet period after the last discord hello
-	// carrying a command_manifest before the global commands are reconciled.
-	// Default 5s.
+	// carrying a command_manifest before the commands are reconciled: each
+	// tenant's on its own guilds, DMTenant's also globally for DMs (see
+	// docs/contract.md). Default 5s.
 	CommandSyncDebounce time.Duration `yaml:"command_sync_debounce"`
 }
 
@@ -97,8 +108,9 @@ type Config struct {
 // (docs/session-key.md §3), and its fair-share weight. Values are read as
 // the native Hermes Discord adapter reads its config.yaml and DISCORD_*
 // variables (docs/settings-parity.md): lists may be YAML lists, bare
-// numbers or comma-separated strings; booleans may be YAML booleans or the
-// variables' spellings (true/false, 1/0, yes/no, on/off).
+// numbers (read as YAML 1.1 does: 0700 is octal 448) or comma-separated
+// strings; booleans may be YAML booleans or the variables' spellings
+// (true/false, 1/0, yes/no, on/off).
 type TenantConfig struct {
 	// AutoThread starts a thread from a mention in a text or announcement
 	// channel and keys the turn on it (discord.auto_thread,
@@ -196,6 +208,7 @@ func (cfg Config) withDefaults() Config {
 	positiveOr(&cfg.GlobalRate, DefaultGlobalRate)
 	positiveOr(&cfg.GlobalBurst, DefaultGlobalBurst)
 	positiveOr(&cfg.InvalidRequestLimit, DefaultInvalidRequestLimit)
+	positiveOr(&cfg.TenantInvalidRequestLimit, max(1, cfg.InvalidRequestLimit/tenantShareDivisor))
 	positiveOr(&cfg.RequestTimeout, DefaultRequestTimeout)
 	positiveOr(&cfg.MaxInteractionBytes, DefaultMaxInteractionBytes)
 	positiveOr(&cfg.InteractionSkew, DefaultInteractionSkew)
@@ -251,6 +264,12 @@ func (cfg *Config) Validate() error {
 	}
 	if cfg.GlobalRate > 50 {
 		return fmt.Errorf("discord.global_rate: %v exceeds Discord's 50 requests/s", cfg.GlobalRate)
+	}
+	if cfg.InvalidRequestLimit >= discordInvalidBan {
+		return fmt.Errorf("discord.invalid_request_limit: %d reaches Discord's ban threshold of %d invalid requests per 10 minutes", cfg.InvalidRequestLimit, discordInvalidBan)
+	}
+	if botLimit := cfg.withDefaults().InvalidRequestLimit; cfg.TenantInvalidRequestLimit > botLimit {
+		return fmt.Errorf("discord.tenant_invalid_request_limit: %d exceeds invalid_request_limit %d", cfg.TenantInvalidRequestLimit, botLimit)
 	}
 	return nil
 }

@@ -12,6 +12,11 @@ type wireReady struct {
 	Application struct {
 		ID string `json:"id"`
 	} `json:"application"`
+	// Guilds are the bot's guilds, each announced as unavailable; a
+	// GUILD_CREATE with its channels follows for each.
+	Guilds []struct {
+		ID string `json:"id"`
+	} `json:"guilds"`
 }
 
 type wireThreadMember struct {
@@ -53,11 +58,15 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 	switch typ {
 	case "READY":
 		var r wireReady
-		if json.Unmarshal(raw, &r) == nil && r.User.ID != "" {
+		err := json.Unmarshal(raw, &r)
+		if err == nil && r.User.ID != "" {
 			id := r.User.ID
 			p.botID.Store(&id)
 		}
 		p.gw.budget.record()
+		if err == nil {
+			p.readySnapshot(&r)
+		}
 	case "GUILD_CREATE", "GUILD_UPDATE":
 		var g wireGuild
 		if json.Unmarshal(raw, &g) != nil {
@@ -74,6 +83,10 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 		for i := range g.Threads {
 			p.putThread(&g.Threads[i], g.ID)
 		}
+		if p.snap.created(g.ID) {
+			p.log.Info("discord guild snapshot loaded")
+		}
+		p.cmds.guildDelivered(g.ID)
 	case "CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE":
 		var t wireThread
 		if json.Unmarshal(raw, &t) == nil {
@@ -122,6 +135,19 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 		p.enqueueMessage(typ == "MESSAGE_UPDATE", raw)
 	case "INTERACTION_CREATE":
 		p.gatewayInteraction(raw)
+	}
+}
+
+// readySnapshot starts waiting for the GUILD_CREATE of every claimed guild
+// READY lists.
+func (p *Platform) readySnapshot(r *wireReady) {
+	listed := make([]string, len(r.Guilds))
+	for i, g := range r.Guilds {
+		listed[i] = g.ID
+	}
+	claimed := func(id string) bool { _, ok := p.guildTenant(id); return ok }
+	if p.snap.ready(p.now(), listed, claimed) {
+		p.log.Info("discord guild snapshot loaded")
 	}
 }
 

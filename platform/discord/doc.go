@@ -19,9 +19,9 @@
 // Discord's 1,000 identifies a day.
 //
 // Dispatches are handled on discordgo's reader goroutine, in order. GUILD_*,
-// CHANNEL_*, THREAD_* events feed a channel/thread/guild cache (REST
-// GET /channels/{id} or /guilds/{id} on a miss) and the set of threads the
-// bot takes part in. MESSAGE_CREATE and MESSAGE_UPDATE are queued to one of
+// CHANNEL_*, THREAD_* events feed a channel/thread/guild cache (ingest
+// falls back to REST GET /channels/{id} or /guilds/{id} on a miss) and the
+// set of threads the bot takes part in. MESSAGE_CREATE and MESSAGE_UPDATE are queued to one of
 // four ingest workers chosen by channel, so each channel's messages are
 // delivered in order; a full queue blocks the reader, and Discord replays
 // on resume, so nothing is lost.
@@ -73,11 +73,14 @@
 // Execute runs the ops of its handler table (send, edit, typing,
 // follow_up, get_chat_info), which is also the descriptor's supported_ops.
 // Chat ids, message ids and reply_to must be Discord ids (digits), so no
-// gateway can steer a request to another route; a chat outside the
-// caller's tenant gets the uniform structured decline. A channel the cache
-// does not know while Discord cannot be asked (unreachable, 5xx) is
-// answered unavailable, which the gateway may retry; failure texts name the
-// class of a network failure, never a URL or address. Content over 2,000
+// gateway can steer a request to another route. A chat's owner comes from
+// the cache only, never from a REST call made for the gateway (owners.go):
+// a chat outside the caller's tenant, another tenant's or one that does
+// not exist, gets the same structured decline in the same way, so a
+// decline tells nothing about which channels the bot can see; until the
+// Gateway's guild snapshot has loaded every chat is answered unavailable,
+// which the gateway may retry. Failure texts name the class of a network
+// failure, never a URL or address. Content over 2,000
 // code points is split at line or word boundaries; a cut inside a ```
 // block closes it and reopens it in the next piece. send replies to
 // reply_to with the first piece and returns its id; edit keeps the first
@@ -101,16 +104,25 @@
 // scope (every route when global) for retry_after and is retried while the
 // deadline allows, else the op fails with rate_limited and retry_after_ms.
 // Interaction callbacks and follow-ups skip the global budget, as Discord
-// exempts them. A breaker refuses every REST call (unavailable) while 401,
-// 403 and 429 answers within 10 minutes reach InvalidRequestLimit, below
-// Discord's 10,000 ban threshold, and for a minute after any 401.
+// exempts them. Every 401, 403 and 429 answer is charged to the tenant
+// whose call drew it and to the bot, over a sliding 10 minutes: a tenant
+// whose answers reach TenantInvalidRequestLimit (default
+// InvalidRequestLimit/8) has its calls refused alone, before they reach
+// Discord, with rate_limited and the retry_after_ms until its oldest answers
+// leave the window; the bot-wide breaker, the last line, refuses every REST
+// call (unavailable, and Status not ready) while the bot's answers reach
+// InvalidRequestLimit, below Discord's 10,000 ban threshold, and for a
+// minute after a 401 to a bot-authenticated route (an interaction webhook's
+// 401 is about its own token). A global 429 is charged to the bot only.
 //
 // # Commands
 //
 // A discord hello's command_manifest (HelloObserver) is validated entry by
-// entry and, after CommandSyncDebounce, reconciled with the global command
-// registry: GET, compare, bulk PUT only on a difference. It is best effort
-// and never affects the handshake.
+// entry and becomes its tenant's manifest. After CommandSyncDebounce it is
+// reconciled, as guild commands, on every guild the tenant claims, and the
+// DM tenant's also as global commands usable only in DMs with the bot
+// (commands.go has the rule): GET, compare, bulk PUT only on a difference.
+// It is best effort and never affects the handshake.
 //
 // Secrets (the bot token, interaction tokens) never reach logs, errors,
 // metrics or frames: errors are described without their URLs, and

@@ -6,6 +6,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // opHandler performs one outbound op for a tenant.
@@ -40,8 +41,8 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 }
 
 // chatOp wraps an op addressed to a chat: the chat id must be a Discord id
-// and belong to the tenant. When Discord cannot be asked who owns it, the
-// answer is unavailable (retryable), never the decline.
+// and belong to the tenant (ChatTenant, from the cache only). Until the
+// owners are known the answer is unavailable (retryable), never the decline.
 func (p *Platform) chatOp(h opHandler) opHandler {
 	return func(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 		chatID := string(a.ChatID)
@@ -49,9 +50,8 @@ func (p *Platform) chatOp(h opHandler) opHandler {
 			return contract.Failed(contract.CodeBadRequest, "chat_id is not a Discord channel id")
 		}
 		owner, err := p.ChatTenant(ctx, chatID)
-		var lookup *lookupError
-		if errors.As(err, &lookup) {
-			return lookup.result()
+		if errors.Is(err, platform.ErrUnavailable) {
+			return ownersUnknownResult()
 		}
 		if err != nil || owner != tenant {
 			return contract.Declined(platformName)

@@ -263,11 +263,10 @@ func closedPort(t *testing.T) string {
 	return u
 }
 
-// TestEgressWhileDiscordIsDown: with Discord unreachable, an action on a
-// channel the connector has not cached cannot have its owner checked. That
-// is answered with the retryable "unavailable" (never the decline the
-// gateway treats as final), and the text carries no internal URL or
-// address.
+// TestEgressWhileDiscordIsDown: with Discord unreachable the Gateway's
+// guild snapshot never loads, so no chat's owner can be checked. That is
+// answered with the retryable "unavailable" (never the decline the gateway
+// treats as final), and the text carries no internal URL or address.
 func TestEgressWhileDiscordIsDown(t *testing.T) {
 	down := closedPort(t)
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.APIBaseURL = down })

@@ -12,7 +12,6 @@ import (
 	"connector/contract"
 	"connector/internal/netcause"
 	"connector/internal/textsplit"
-	"connector/platform"
 )
 
 // Errors from discordgo and net/http may carry the request URL, and an
@@ -36,35 +35,18 @@ func (f failure) result() contract.Result {
 	return r
 }
 
-// lookupError says a channel's owner could not be looked up because the
-// REST call failed; it wraps platform.ErrUnavailable so the relay answers
-// the action "unavailable" (retryable) rather than declining it.
-type lookupError struct{ f failure }
-
-func (e *lookupError) Error() string { return "discord: channel lookup failed: " + e.f.msg }
-
-func (e *lookupError) Unwrap() error { return platform.ErrUnavailable }
-
-// result is the answer to an action on the channel: rate_limited stays
-// rate_limited, every other failure is unavailable.
-func (e *lookupError) result() contract.Result {
-	r := e.f.result()
-	if r.Code != contract.CodeRateLimited {
-		r.Code = contract.CodeUnavailable
-	}
-	r.Error = e.Error() + "; retry later"
-	return r
-}
-
 // describe classifies err without ever quoting a URL.
 func describe(err error) failure {
 	var rl *rateLimitedError
+	var spent *shareSpentError
 	var dr *discordgo.RateLimitError
 	var re *discordgo.RESTError
 	var ue *url.Error
 	switch {
 	case errors.As(err, &rl):
 		return failure{code: contract.CodeRateLimited, msg: rl.Error(), retryAfter: rl.retryAfter.Milliseconds()}
+	case errors.As(err, &spent):
+		return failure{code: contract.CodeRateLimited, msg: spent.Error(), retryAfter: spent.retryAfter.Milliseconds()}
 	case errors.As(err, &dr) && dr.RateLimit != nil && dr.TooManyRequests != nil:
 		return failure{code: contract.CodeRateLimited, msg: "discord rate limit", retryAfter: dr.RetryAfter.Milliseconds()}
 	case errors.Is(err, errBreakerOpen):

@@ -260,6 +260,7 @@ func (e *env) startReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.logs.waitFor(t, "discord gateway connected")
+	e.logs.waitFor(t, "discord guild snapshot loaded")
 }
 
 func (e *env) dispatch(t *testing.T, typ string, d any) {

@@ -133,16 +133,19 @@ func TestFullLoop(t *testing.T) {
 		t.Fatalf("t2's first inbound = %+v", ev2)
 	}
 
-	// The manifest was reconciled: one PUT with the valid entries.
-	put, err := fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
-		return r.Method == "PUT" && r.Path == "/api/v9/applications/9000/commands"
-	})
-	if err != nil || strings.Contains(string(put.Body), "Bad Name") || !strings.Contains(string(put.Body), `"name":"model"`) {
-		t.Fatalf("command PUT = %s %v", put.Body, err)
+	// The manifest was reconciled: a PUT with the valid entries on t1's
+	// guild, and globally for DMs (t1 is the DM tenant).
+	for _, path := range []string{"/api/v9/applications/9000/guilds/" + guildLab + "/commands", "/api/v9/applications/9000/commands"} {
+		put, err := fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+			return r.Method == "PUT" && r.Path == path
+		})
+		if err != nil || strings.Contains(string(put.Body), "Bad Name") || !strings.Contains(string(put.Body), `"name":"model"`) {
+			t.Fatalf("command PUT %s = %s %v", path, put.Body, err)
+		}
 	}
 
 	// Log scan: the whole run's logs hold neither secret.
-	logs.waitFor(t, "discord global commands updated")
+	logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 100"`)
 	all := logs.text()
 	for _, secret := range []string{testToken, loopInteraction, secretGW1, secretGW2} {
 		if strings.Contains(all, secret) {

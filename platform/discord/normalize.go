@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"connector/contract"
+	"connector/internal/pytext"
 	"connector/internal/textsplit"
 	"connector/session"
 )
@@ -279,14 +280,16 @@ func containsMention(s, id string) bool {
 	}
 }
 
-// stripMention removes the bot's own mention tokens and trims the result.
+// stripMention is the native adapter's message text: the content
+// stripped, then, when it mentions the bot, without its <@id> and <@!id>
+// tokens and stripped again (Python's str.strip(), pytext.Strip).
 func stripMention(s, id string) string {
 	if id == "" || !containsMention(s, id) {
-		return strings.TrimSpace(s)
+		return pytext.Strip(s)
 	}
 	s = strings.ReplaceAll(s, "<@"+id+">", "")
 	s = strings.ReplaceAll(s, "<@!"+id+">", "")
-	return strings.TrimSpace(s)
+	return pytext.Strip(s)
 }
 
 // messageEvent builds the event fields that come from the message itself.
@@ -362,8 +365,9 @@ func isStop(text string) bool {
 	return text == "/stop" || strings.HasPrefix(text, "/stop ")
 }
 
-// mentionToken matches user, role and channel mention tokens.
-var mentionToken = regexp.MustCompile(`<(?:@[!&]?|#)\d+>`)
+// mentionToken matches user, role and channel mention tokens, with
+// Python's \d: decimal digits of any script.
+var mentionToken = regexp.MustCompile(`<(?:@[!&]?|#)\p{Nd}+>`)
 
 // Auto-thread names: at most maxThreadName code points, longer text is cut
 // to maxThreadName-3 plus "...".
@@ -373,8 +377,9 @@ const (
 )
 
 // threadName derives an auto-thread's name from the message text as the
-// native adapter does: mentions removed, whitespace collapsed, "Hermes" when
-// empty, cut to 77 code points plus "..." above 80.
+// native adapter does: mentions removed, runs of (Python's) whitespace made
+// one space, stripped, "Hermes" when empty, cut to 77 code points plus
+// "..." above 80.
 func threadName(content, botID string) string {
 	s := content
 	if botID != "" {
@@ -382,7 +387,7 @@ func threadName(content, botID string) string {
 		s = strings.ReplaceAll(s, "<@!"+botID+">", "")
 	}
 	s = mentionToken.ReplaceAllString(s, "")
-	s = strings.Join(strings.Fields(s), " ")
+	s = strings.Join(strings.FieldsFunc(s, pytext.IsSpace), " ")
 	if s == "" {
 		return defaultThreadName
 	}

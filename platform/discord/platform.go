@@ -34,6 +34,7 @@ const Intents = discordgo.IntentsGuilds | discordgo.IntentsGuildMessages |
 // Platform is the shared Discord bot. Create it with New, serve its Routes,
 // and call Run once.
 type Platform struct {
+	deps    platform.Deps // for RunExclusive
 	cfg     Config
 	log     *slog.Logger
 	clock   clock.Clock
@@ -47,6 +48,7 @@ type Platform struct {
 	sched    *fairshare.Scheduler
 	breaker  *breaker
 	cache    *cache
+	snap     snapshot
 	seen     *dedupe
 	gw       *gateway
 	cmds     *commandSync
@@ -98,6 +100,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		metrics:  deps.M(),
 		key:      deps.Key,
 		vault:    deps.Vault,
+		deps:     deps,
 		pubKey:   ed25519.PublicKey(pub),
 		policies: make(map[string]*policy, len(cfg.Tenants)),
 		fallback: newPolicy(TenantConfig{}),
@@ -118,7 +121,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		}
 	}
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalRate, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
-	p.breaker = newBreaker(cfg.InvalidRequestLimit, p.now)
+	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.now)
 	p.cache = newCache(p)
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
 	for i := range p.queues {
@@ -198,37 +201,6 @@ func (p *Platform) setStatus(ready, terminal bool, detail string) {
 // Routes implements platform.Routes.
 func (p *Platform) Routes() map[string]http.Handler {
 	return map[string]http.Handler{"POST /discord/interactions": http.HandlerFunc(p.serveInteractions)}
-}
-
-// ChatTenant implements platform.Platform: a guild channel or thread belongs
-// to the tenant that claims its guild, a DM channel to DMTenant. A channel
-// neither cached nor answered by Discord (unreachable, 5xx, rate limited)
-// fails with a *lookupError, which wraps platform.ErrUnavailable.
-func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
-	if !isSnowflake(chatID) {
-		return "", platform.ErrUnknownChat
-	}
-	ch, err := p.cache.channel(ctx, chatID)
-	if errors.Is(err, errNotFound) {
-		return "", platform.ErrUnknownChat
-	}
-	if err != nil {
-		return "", &lookupError{describe(err)}
-	}
-	if tenant, ok := p.channelTenant(ch); ok {
-		return tenant, nil
-	}
-	return "", platform.ErrUnknownChat
-}
-
-func (p *Platform) channelTenant(ch chanInfo) (string, bool) {
-	switch ch.Type {
-	case chanDM:
-		return p.cfg.DMTenant, p.cfg.DMTenant != ""
-	case chanGroupDM:
-		return "", false
-	}
-	return p.guildTenant(ch.GuildID)
 }
 
 // guildTenant resolves the tenant of an event from its own guild id; an

@@ -17,6 +17,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/platform/discord/discordtest"
+	"connector/vault"
 )
 
 // epoch starts the fake clocks.
@@ -282,7 +283,7 @@ func TestRateLimitBeyondDeadlineFailsFast(t *testing.T) {
 }
 
 func TestBreakerStopsBeforeBan(t *testing.T) {
-	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.InvalidRequestLimit = 5 })
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.InvalidRequestLimit, c.TenantInvalidRequestLimit = 5, 5 })
 	e.startReady(t)
 	var mu sync.Mutex
 	forbidden := 0
@@ -340,5 +341,119 @@ func TestUnauthorizedPausesREST(t *testing.T) {
 	defer mu.Unlock()
 	if r1.Success || r2.Code != contract.CodeUnavailable || calls != 1 {
 		t.Fatalf("r1 %+v r2 %+v calls %d", r1, r2, calls)
+	}
+}
+
+// TestExpiredInteractionTokenDoesNotPauseREST: Discord answers a follow-up
+// whose interaction token expired with 401 Invalid Webhook Token. That is
+// about the token, not the bot's: it is charged to the tenant, and other
+// calls go on (a bot-token 401 pauses everything; see above).
+func TestExpiredInteractionTokenDoesNotPauseREST(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if !strings.HasPrefix(r.URL.Path, "/api/v9/webhooks/") {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"message":"Invalid Webhook Token","code":50027}`)
+		return true
+	})
+	key := "agent:main:discord:group:101:501"
+	if err := e.vault.Put(vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
+		vault.Entry{Value: vault.NewSecret("expired-interaction-token"), Ref: "9000"}); err != nil {
+		t.Fatal(err)
+	}
+	r := execute(t, e, "t1", `{"op":"follow_up","session_key":"`+key+`","kind":"discord.interaction_token","content":"late","metadata":{}}`)
+	if r.Success || r.Code != contract.CodePlatformError {
+		t.Fatalf("follow_up with an expired token = %+v", r)
+	}
+	for _, tenant := range []string{"t1", "t2"} {
+		chat := map[string]string{"t1": chanRandom, "t2": chanOther}[tenant]
+		if r := execute(t, e, tenant, `{"op":"typing","chat_id":"`+chat+`","metadata":{}}`); !r.Success {
+			t.Fatalf("%s's typing after a webhook 401 = %+v", tenant, r)
+		}
+	}
+	if st := e.p.Status(); !st.Ready {
+		t.Fatalf("status after a webhook 401 = %+v", st)
+	}
+}
+
+// forbidOn answers message posts and typing in channel with 403 Missing
+// Permissions, as Discord does where the bot lacks them, and counts them.
+type forbidOn struct {
+	channel string
+	mu      sync.Mutex
+	n       int
+}
+
+func (f *forbidOn) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+	if r.Method != "POST" || !strings.HasPrefix(r.URL.Path, "/api/v9/channels/"+f.channel+"/") {
+		return false
+	}
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusForbidden)
+	fmt.Fprint(w, `{"message":"Missing Permissions","code":50013}`)
+	return true
+}
+
+func (f *forbidOn) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+// TestOneTenantsInvalidRequestsDoNotStopOthers: tenant t1 keeps sending
+// where the bot may not post. Its 403s are charged to t1 alone: once its
+// share is spent its calls are refused with rate_limited before reaching
+// Discord, while t2's sends succeed and the platform stays ready. Its share
+// comes back as the answers leave the 10-minute window (injected clock).
+func TestOneTenantsInvalidRequestsDoNotStopOthers(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	const botLimit = 40 // default share: 40/8 = 5
+	e := newEnvOn(t, clk, discordtest.Options{}, func(c *Config) { c.InvalidRequestLimit = botLimit })
+	e.startReady(t)
+	f := &forbidOn{channel: chanGeneral}
+	e.fake.SetHook(f.hook)
+	// A second per call refills the global budget, which waits on clk too.
+	call := func(tenant, action string) contract.Result {
+		clk.Advance(time.Second)
+		return execute(t, e, tenant, action)
+	}
+
+	codes := map[string]int{}
+	for range 3 * botLimit {
+		r := call("t1", `{"op":"send","chat_id":"101","content":"x","reply_to":null,"metadata":{}}`)
+		codes[r.Code]++
+		if r.Code == contract.CodeRateLimited && (r.RetryAfterMS <= 0 || r.RetryAfterMS > 600_000) {
+			t.Fatalf("refusal = %+v, want retry_after_ms within 10 minutes", r)
+		}
+	}
+	t.Logf("t1's %d sends: %v; %d reached Discord", 3*botLimit, codes, f.count())
+	if got := f.count(); got != 5 {
+		t.Fatalf("%d of t1's calls reached Discord, want its share of 5", got)
+	}
+	if codes[contract.CodePlatformError] != 5 || codes[contract.CodeRateLimited] != 3*botLimit-5 {
+		t.Fatalf("t1's results = %v", codes)
+	}
+	// Another of t1's channels is refused too: the share is the tenant's.
+	if r := call("t1", `{"op":"typing","chat_id":"102","metadata":{}}`); r.Code != contract.CodeRateLimited {
+		t.Fatalf("t1's typing elsewhere = %+v", r)
+	}
+	for i := range 3 {
+		if r := call("t2", fmt.Sprintf(`{"op":"send","chat_id":"201","content":"b-%d","reply_to":null,"metadata":{}}`, i)); !r.Success {
+			t.Fatalf("t2's send %d while t1 misbehaves = %+v", i, r)
+		}
+	}
+	if st := e.p.Status(); !st.Ready {
+		t.Fatalf("status while one tenant misbehaves = %+v", st)
+	}
+	clk.Advance(breakerWindow)
+	if r := call("t1", `{"op":"typing","chat_id":"102","metadata":{}}`); !r.Success {
+		t.Fatalf("t1 after its answers left the window = %+v", r)
 	}
 }

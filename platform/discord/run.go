@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connector/platform"
+	"connector/session"
 )
 
 // Run implements platform.Platform: it connects the Gateway and ingests
@@ -31,7 +32,10 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	}
 	wg.Go(func() { p.cmds.loop(ctx) })
 	p.setStatus(false, false, "connecting")
-	err := p.gw.run(ctx)
+	if p.deps.Exclusive != nil {
+		p.setStatus(true, false, "standby: the Gateway session runs on another instance; webhooks are served here")
+	}
+	err := p.deps.RunExclusive(ctx, "discord/gateway", p.gw.run)
 	cancel()
 	wg.Wait()
 	p.work.Wait()
@@ -94,6 +98,11 @@ func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received
 		return errNotRunning
 	}
 	src := &t.ev.Source
+	if src.ChatType == session.ChatTypeDM {
+		// The DM channel is the DM tenant's from now on, even when Discord
+		// could not be asked about it (normalization's stand-in).
+		p.cache.rememberDM(src.ChatID)
+	}
 	d := platform.Delivery{
 		Tenant: tenant, Platform: platformName, SessionKey: p.key(tenant, src),
 		ChatID: src.ChatID, Received: received,

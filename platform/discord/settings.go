@@ -88,8 +88,9 @@ func flagKnob(field func(*TenantConfig) **bool, onIsTrue bool) func(*TenantConfi
 	}
 }
 
-// listKnob reads a list knob (nativecfg.List): items are kept as written;
-// nativecfg.Split splits and trims them.
+// listKnob reads a list knob as the native bridge writes it (nativecfg.List:
+// a bare 0700 is YAML 1.1's octal 448); nativecfg.Split splits and trims
+// the items.
 func listKnob(field func(*TenantConfig) *[]string) func(*TenantConfig, *yaml.Node) error {
 	return func(tc *TenantConfig, n *yaml.Node) error {
 		items, err := nativecfg.List(n)

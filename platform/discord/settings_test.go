@@ -115,6 +115,7 @@ var discordParity = []parityCase{
 	{"free_response_channels", `{free_response_channels: "101,102"}`, map[string]string{"plain@101": "group", "plain@102": "group"}, ""},
 	{"free_response_channels", `{free_response_channels: [101, " 102 "]}`, map[string]string{"plain@101": "group", "plain@102": "group"}, ""},
 	{"free_response_channels", `{free_response_channels: ["101,102"]}`, map[string]string{"plain@101": "group", "plain@102": "group"}, ""},
+	{"free_response_channels", "{free_response_channels: [0x65, 1_02]}", map[string]string{"plain@101": "group", "plain@102": "group"}, ""},
 	{"free_response_channels", `{free_response_channels: "*"}`, map[string]string{"plain@102": "group", "plain@103": "in-thread"}, ""},
 	{"free_response_channels", "{free_response_channels: general}", map[string]string{"plain@101": "group", "plain@102": "drop:not_mentioned"}, ""},
 	{"free_response_channels", `{free_response_channels: "#general"}`, map[string]string{"plain@101": "group"}, ""},
@@ -154,6 +155,8 @@ var discordParity = []parityCase{
 	{"allowed_users", "{allowed_users: ada}", nil, "allowed_users: \"ada\" is not a Discord user id"},
 	{"allowed_roles", "{allowed_roles: 700}", map[string]string{"role@101": "auto-thread", "mention@101": "drop:user_not_allowed", "plain@301": "drop:user_not_allowed"}, ""},
 	{"allowed_roles", `{allowed_roles: "0700"}`, map[string]string{"role@101": "auto-thread"}, ""},
+	{"allowed_roles", "{allowed_roles: 0700}", map[string]string{"role@101": "drop:user_not_allowed"}, ""},
+	{"allowed_roles", "{allowed_roles: [01274]}", map[string]string{"role@101": "auto-thread"}, ""},
 	{"allowed_roles", `{allowed_roles: "<@&700>"}`, nil, "allowed_roles: \"<@&700>\" is not a Discord role id"},
 	{"voice_linked_text_channels", "{voice_linked_text_channels: 102}", map[string]string{"plain@102": "group", "mention@102": "group", "plain@104": "in-thread"}, ""},
 }

@@ -21,9 +21,6 @@ import (
 // discordHost is the host discordgo's endpoint variables point at.
 const discordHost = "discord.com"
 
-// errBreakerOpen is returned for REST calls refused by the breaker.
-var errBreakerOpen = errors.New("discord REST paused: too many invalid requests (401/403/429) recently")
-
 // maxRateLimitRetries bounds how often one call is retried after 429s.
 const maxRateLimitRetries = 8
 
@@ -36,7 +33,8 @@ const maxRateLimitRetries = 8
 //   - per-route buckets come from the X-RateLimit-* headers;
 //   - a 429 (global or not, with or without Reset-After) pauses the right
 //     scope and is retried while the deadline allows;
-//   - 401/403/429 answers feed the invalid-request breaker;
+//   - 401/403/429 answers are charged to the tenant that caused them and
+//     to the bot (the invalid-request breaker);
 //   - rate-limit headers are removed before discordgo sees them, so its own
 //     limiter never sleeps.
 //
@@ -94,8 +92,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *transport) roundTrip(ctx context.Context, req *http.Request, r route) (*http.Response, error) {
 	tenant := tenantOf(ctx)
 	for attempt := 0; ; attempt++ {
-		if !t.breaker.allow() {
-			return nil, errBreakerOpen
+		if err := t.breaker.admit(tenant); err != nil {
+			return nil, err
 		}
 		start := t.now()
 		if !r.exemptGlobal {
@@ -123,8 +121,11 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, r route) (
 		case http.StatusTooManyRequests:
 			lim := read429(resp, rl)
 			t.metrics.RateLimited(platformName)
-			if lim.scope != "shared" {
-				t.breaker.record()
+			switch {
+			case lim.global:
+				t.breaker.record("") // the bot's whole traffic caused it
+			case lim.scope != "shared":
+				t.breaker.record(tenant)
 			}
 			if lim.global {
 				t.sched.Pause(lim.retryAfter)
@@ -138,11 +139,15 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, r route) (
 			}
 			continue
 		case http.StatusUnauthorized:
-			t.breaker.record()
-			t.breaker.pause(unauthorizedPause)
-			t.log.Error("discord answered 401: the bot token is not valid; REST paused", "pause", unauthorizedPause)
+			t.breaker.record(tenant)
+			if !r.exemptGlobal {
+				// An interaction webhook's 401 is about its own token (e.g.
+				// expired), not the bot's.
+				t.breaker.pause(unauthorizedPause)
+				t.log.Error("discord answered 401: the bot token is not valid; REST paused", "pause", unauthorizedPause)
+			}
 		case http.StatusForbidden:
-			t.breaker.record()
+			t.breaker.record(tenant)
 		}
 		stripRateHeaders(resp.Header)
 		return resp, nil

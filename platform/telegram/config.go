@@ -87,8 +87,8 @@ type Config struct {
 
 // TopicBinding names the topics of one chat.
 type TopicBinding struct {
-	// ChatID is the chat's id (decimal, as Telegram sends it; a YAML number
-	// or string).
+	// ChatID is the chat's id (decimal, as Telegram sends it; a YAML number,
+	// read as YAML 1.1 does, or string).
 	ChatID string `yaml:"chat_id"`
 	// Topics are the named topics of the chat.
 	Topics []Topic `yaml:"topics"`
@@ -97,7 +97,8 @@ type TopicBinding struct {
 // Topic is one named topic.
 type Topic struct {
 	// ThreadID is the topic's message_thread_id ("1" is the General topic);
-	// a YAML number or string. Empty: the entry is skipped.
+	// a YAML number, read as YAML 1.1 does (012 is octal 10), or string.
+	// Empty: the entry is skipped.
 	ThreadID string `yaml:"thread_id"`
 	// Name is reported as the source's chat_topic.
 	Name string `yaml:"name"`

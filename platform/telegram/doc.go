@@ -48,8 +48,12 @@
 // event whose text is the button's data (hp1:<prompt>:<option> becomes a
 // prompt_response with text "/<option>"), sourced from the message the
 // button is on and the user who pressed it; it is answered after delivery.
-// "/stop" (or "/stop@<this bot>") in a new message becomes an interrupt of
-// the session it was sent in instead of an event.
+// As natively, a message's text and caption lose the bot's own @username
+// (with a following , : or - and the whitespace after it), except in a
+// group message that also names someone else; commands too, so
+// "/model@<this bot> gpt-5" arrives as "/modelgpt-5". "/stop" (or
+// "/stop@<this bot>") in a new message becomes an interrupt of the session
+// it was sent in instead of an event.
 //
 // The tenant is the one whose chats map claims the chat id; an update from
 // an unclaimed chat is dropped, never broadcast (logged at info level the

@@ -3,10 +3,11 @@ package telegram
 import (
 	"regexp"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-telegram/bot/models"
+
+	"connector/internal/pytext"
 )
 
 // This file owns the native adapter's group trigger rules: which group
@@ -227,7 +228,8 @@ func (m *mapping) botHandles(msg *models.Message) map[string]struct{} {
 // bareHandles calls add for every "@handle" word of text, as the native
 // fallback pattern (?<![A-Za-z0-9_`/])@([A-Za-z0-9_]{2,31})\b finds them:
 // not preceded by a letter, digit, _, ` or /, 2 to 31 ASCII letters,
-// digits or _, then no further word character.
+// digits or _, then no further word character (Python's \w,
+// pytext.IsWord).
 func bareHandles(text string, add func(string)) {
 	for i := 0; i < len(text); i++ {
 		if text[i] != '@' {
@@ -243,7 +245,7 @@ func bareHandles(text string, add func(string)) {
 		if n := end - i - 1; n < 2 || n > 31 {
 			continue
 		}
-		if r, _ := utf8.DecodeRuneInString(text[end:]); end < len(text) && (r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r)) {
+		if r, _ := utf8.DecodeRuneInString(text[end:]); end < len(text) && pytext.IsWord(r) {
 			continue
 		}
 		add(text[i+1 : end])

@@ -175,7 +175,7 @@ func TestObservedContextSurvivesRefusalAndRedelivery(t *testing.T) {
 	}
 	d := rec.next(t)
 	want := []contract.ContextMessage{{Text: "hi", Source: contract.ContextAuthor{UserName: "Ada", UserID: "123456789"}}}
-	if !reflect.DeepEqual(d.Event.Context, want) || d.Event.Text != "[Ada|123456789]\n@hermes_bot hi" {
+	if !reflect.DeepEqual(d.Event.Context, want) || d.Event.Text != "[Ada|123456789]\nhi" {
 		t.Fatalf("delivered %q with context %+v, want the held-back message once", d.Event.Text, d.Event.Context)
 	}
 	shared := session.Key(&session.Source{Platform: "telegram", ChatID: "-4001234567", ChatType: session.ChatTypeGroup}, session.DefaultOptions)
@@ -198,8 +198,8 @@ func TestGateEndToEnd(t *testing.T) {
 	e.fake.Enqueue(parityRaw(t, "plain@group", 2))
 	e.fake.Enqueue(parityRaw(t, "say(@hermes_test_bot hi)@group", 3))
 	e.fake.Enqueue(parityRaw(t, "otherbot@dm", 4))
-	if d := e.sink.next(t); d.Event.Text != "@hermes_test_bot hi" {
-		t.Fatalf("first delivery %q, want the message for this bot", d.Event.Text)
+	if d := e.sink.next(t); d.Event.MessageID != "43" || d.Event.Text != "hi" {
+		t.Fatalf("first delivery %s %q, want the message for this bot (43), its mention removed", d.Event.MessageID, d.Event.Text)
 	}
 	if d := e.sink.next(t); d.Event.Source.ChatType != session.ChatTypeDM {
 		t.Fatalf("second delivery %+v, want the DM (DMs are not gated)", d.Event.Source)

@@ -48,6 +48,7 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		pol := p.policy(tenant)
 		if reason := pol.admit(in.msg, m); reason != "" {
 			if pol.observes(in.msg, m) {
+				in.event.Text = m.heldBackText(in.msg)
 				p.observed.keep(observedKey(in.msg), &in.event)
 				reason = dropObserved
 			}

@@ -229,8 +229,10 @@ func TestWebhookBeforeRun(t *testing.T) {
 
 func TestStopBecomesInterrupt(t *testing.T) {
 	e := webhookEnv(t, nil)
-	stop := []byte(`{"update_id":9001,"message":{"message_id":40,"date":1,"text":"/stop@hermes_test_bot now",
-		"entities":[{"offset":0,"length":20,"type":"bot_command"}],
+	// "/stop@hermes_test_bot now" would reach the gateway as "/stopnow", no
+	// stop (docs/settings-parity.md, Telegram message text).
+	stop := []byte(`{"update_id":9001,"message":{"message_id":40,"date":1,"text":"/stop@hermes_test_bot",
+		"entities":[{"offset":0,"length":21,"type":"bot_command"}],
 		"from":{"id":987654321,"is_bot":false,"first_name":"Bob"},
 		"chat":{"id":-1001112223334,"title":"Dev Forum","type":"supergroup","is_forum":true},
 		"message_thread_id":42,"is_topic_message":true}}`)

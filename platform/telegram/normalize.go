@@ -87,7 +87,7 @@ func messageInbound(msg *models.Message, edit bool, m *mapping) (inbound, string
 	}
 	in := inbound{chatID: msg.Chat.ID, msg: msg}
 	ev := &in.event
-	ev.Text = text
+	ev.Text = m.triggerText(msg, text)
 	ev.MessageType = kind
 	ev.MessageID = strconv.Itoa(msg.ID)
 	ev.Source = source(&msg.Chat, msg, msg.From, m)
@@ -103,7 +103,9 @@ func messageInbound(msg *models.Message, edit bool, m *mapping) (inbound, string
 			IsOwn:  r.From != nil && m.botID != 0 && r.From.ID == m.botID,
 		}
 	}
-	in.stop = !edit && kind == contract.MessageCommand && isStop(text, m.botUsername)
+	// The stop command is read in the text the gateway would receive, so
+	// "/stop@bot now", passed on as "/stopnow", is no stop.
+	in.stop = !edit && kind == contract.MessageCommand && isStop(ev.Text, m.botUsername)
 	return in, ""
 }
 

@@ -25,6 +25,7 @@ import (
 
 // Platform is the shared Telegram bot. Build it with New.
 type Platform struct {
+	deps    platform.Deps // for RunExclusive
 	cfg     Config
 	log     *slog.Logger
 	key     platform.KeyFunc
@@ -81,6 +82,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p := &Platform{
 		cfg:       cfg,
 		log:       deps.Log,
+		deps:      deps,
 		key:       deps.Key,
 		metrics:   deps.M(),
 		clock:     deps.Time(),

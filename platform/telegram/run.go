@@ -55,7 +55,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 		<-ctx.Done()
 		return nil
 	}
-	return p.poll(ctx)
+	return p.deps.RunExclusive(ctx, "telegram/poll", p.poll)
 }
 
 // connect runs connectOnce until it succeeds, ctx ends, or the token is

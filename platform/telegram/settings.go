@@ -6,11 +6,14 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"connector/internal/nativecfg"
 )
 
 // This file owns how the native adapter's topic settings (group_topics,
 // dm_topics) are read: the YAML forms it accepts and how it matches their
-// ids. docs/settings-parity.md lists every form; TestTelegramSettingsParity
+// ids. An id is the text the adapter's str() or int() sees: a bare YAML
+// number as YAML 1.1 reads it (012 is octal 10), a quoted one as written. docs/settings-parity.md lists every form; TestTelegramSettingsParity
 // checks each row.
 
 // TopicBindings is the value of group_topics or dm_topics: a list of
@@ -27,7 +30,7 @@ func (b *TopicBindings) UnmarshalYAML(n *yaml.Node) error {
 		for _, item := range n.Content {
 			var tb TopicBinding
 			if err := decodeStrict(item, "TopicBinding", map[string]func(*yaml.Node) error{
-				"chat_id": func(v *yaml.Node) error { return v.Decode(&tb.ChatID) },
+				"chat_id": func(v *yaml.Node) error { return idText(v, &tb.ChatID) },
 				"topics":  func(v *yaml.Node) error { return decodeTopics(v, &tb.Topics) },
 			}); err != nil {
 				return err
@@ -36,7 +39,10 @@ func (b *TopicBindings) UnmarshalYAML(n *yaml.Node) error {
 		}
 	case n.Kind == yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			tb := TopicBinding{ChatID: n.Content[i].Value}
+			var tb TopicBinding
+			if err := idText(n.Content[i], &tb.ChatID); err != nil {
+				return err
+			}
 			if err := decodeTopics(n.Content[i+1], &tb.Topics); err != nil {
 				return err
 			}
@@ -59,13 +65,23 @@ func decodeTopics(n *yaml.Node, topics *[]Topic) error {
 	for _, item := range n.Content {
 		var t Topic
 		if err := decodeStrict(item, "Topic", map[string]func(*yaml.Node) error{
-			"thread_id": func(v *yaml.Node) error { return v.Decode(&t.ThreadID) },
+			"thread_id": func(v *yaml.Node) error { return idText(v, &t.ThreadID) },
 			"name":      func(v *yaml.Node) error { return v.Decode(&t.Name) },
 		}); err != nil {
 			return err
 		}
 		*topics = append(*topics, t)
 	}
+	return nil
+}
+
+// idText reads a chat or thread id as the native adapter sees it:
+// nativecfg.Bridged, the str() of the value YAML 1.1 reads.
+func idText(n *yaml.Node, id *string) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want an id", n.Line)
+	}
+	*id = nativecfg.Bridged(n)
 	return nil
 }
 

@@ -204,10 +204,13 @@ var telegramParity = []telegramParityCase{
 	{"group_topics", "{group_topics: [{chat_id: -1001112223334, topics: [{thread_id: 12, name: A}, {thread_id: 12, name: B}]}]}", [][2]string{{"plain@forum:12", "group topic=A"}}, ""},
 	{"group_topics", "{group_topics: [{chat_id: -1001112223334, topics: [{thread_id: 12}, {name: Orphan}]}]}", [][2]string{{"plain@forum:12", "group"}}, ""},
 	{"group_topics", `{group_topics: [{chat_id: -1001112223334, topics: [{thread_id: "012", name: Deploys}]}]}`, nil, `telegram.group_topics[0].topics[0].thread_id: "012": the native adapter compares group thread ids as written`},
+	{"group_topics", "{group_topics: [{chat_id: -1001112223334, topics: [{thread_id: 012, name: Deploys}]}]}", [][2]string{{"plain@forum:10", "group topic=Deploys"}, {"plain@forum:12", "group"}}, ""},
+	{"group_topics", "{group_topics: [{chat_id: -1001112223334, topics: [{thread_id: 019, name: Deploys}]}]}", nil, `telegram.group_topics[0].topics[0].thread_id: "019": the native adapter compares group thread ids as written, so this never matches; write 19`},
 	{"group_topics", `{group_topics: [{chat_id: " -1001112223334", topics: []}]}`, nil, `telegram.group_topics[0].chat_id: " -1001112223334"`},
 	{"group_topics", "{group_topics: [{chat_id: -1001112223334, topics: [{thread_id: 12, name: Deploys, skill: deploy}]}]}", nil, "field skill not found"},
 	{"dm_topics", "{dm_topics: [{chat_id: 123456789, topics: [{thread_id: 7, name: Notes}]}]}", [][2]string{{"plain@dm:7", "dm topic=Notes"}, {"plain@dm:8", "dm"}}, ""},
 	{"dm_topics", `{dm_topics: [{chat_id: 123456789, topics: [{thread_id: " +007 ", name: Notes}]}]}`, [][2]string{{"plain@dm:7", "dm topic=Notes"}}, ""},
+	{"dm_topics", "{dm_topics: [{chat_id: 123456789, topics: [{thread_id: 010, name: Notes}]}]}", [][2]string{{"plain@dm:8", "dm topic=Notes"}, {"plain@dm:10", "dm"}}, ""},
 	{"dm_topics", "{dm_topics: [{chat_id: 123456789, topics: [{name: Notes}, {thread_id: 7}]}]}", [][2]string{{"plain@dm:7", "dm"}}, ""},
 	{"dm_topics", "{dm_topics: [{chat_id: 123456789, topics: [{thread_id: 7, name: Notes}]}, {chat_id: 123456789, topics: [{thread_id: 7, name: Later}, {thread_id: 8, name: Ideas}]}]}", [][2]string{{"plain@dm:7", "dm topic=Notes"}, {"plain@dm:8", "dm topic=Ideas"}}, ""},
 	{"exclusive_bot_mentions", "{}", [][2]string{{"otherbot@group", "drop:mentions_other_bots"}, {"othercmd@group", "drop:mentions_other_bots"}, {"bare@group", "drop:mentions_other_bots"}, {"both@group", "group"}, {"user@group", "group"}, {"otherbot@forum:12", "drop:mentions_other_bots"}, {"otherbot@dm", "dm"}}, ""},
@@ -335,11 +338,13 @@ func TestTelegramSettingsParityDocInSync(t *testing.T) {
 // with the line.
 func TestTopicBindingsYAMLErrors(t *testing.T) {
 	for setting, want := range map[string]string{
-		"{group_topics: 5}":                              "want a list of {chat_id, topics} or a map",
-		"{group_topics: [{chat: 1}]}":                    "line 1: field chat not found in type telegram.TopicBinding",
-		"{group_topics: [5]}":                            "want a mapping",
-		"{group_topics: {\"-100\": 5}}":                  "topics: want a list",
-		"{dm_topics: [{chat_id: 5, topics: [{id: 1}]}]}": "field id not found in type telegram.Topic",
+		"{group_topics: 5}":                                          "want a list of {chat_id, topics} or a map",
+		"{group_topics: [{chat: 1}]}":                                "line 1: field chat not found in type telegram.TopicBinding",
+		"{group_topics: [5]}":                                        "want a mapping",
+		"{group_topics: {\"-100\": 5}}":                              "topics: want a list",
+		"{dm_topics: [{chat_id: 5, topics: [{id: 1}]}]}":             "field id not found in type telegram.Topic",
+		"{group_topics: [{chat_id: [5]}]}":                           "line 1: want an id",
+		"{dm_topics: [{chat_id: 5, topics: [{thread_id: {a: 1}}]}]}": "line 1: want an id",
 	} {
 		var cfg Config
 		if err := yaml.Unmarshal([]byte(setting), &cfg); err == nil || !strings.Contains(err.Error(), want) {

@@ -148,10 +148,10 @@ func flagKnob(field func(*TenantConfig) **bool) func(*TenantConfig, *yaml.Node) 
 }
 
 // listKnob reads a list knob as the native bridge writes it
-// (nativecfg.BridgedList: a bare 010 is YAML 1.1's octal 8).
+// (nativecfg.List: a bare 010 is YAML 1.1's octal 8).
 func listKnob(field func(*TenantConfig) *[]string) func(*TenantConfig, *yaml.Node) error {
 	return func(tc *TenantConfig, n *yaml.Node) error {
-		items, err := nativecfg.BridgedList(n)
+		items, err := nativecfg.List(n)
 		if err != nil {
 			return err
 		}

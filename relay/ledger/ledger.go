@@ -35,6 +35,10 @@
 //     each is logged and counted.
 //   - Recover loads every tenant's stored records, in order, after a
 //     restart.
+//   - With Config.Shared (several instances on one store) Append only
+//     stores; the one instance driving a tenant takes the records in, in
+//     sequence order, with Tail, whichever instance appended them, and
+//     Reset forgets everything when it stops driving the tenant.
 //
 // Memory holds each entry's frame (its payload framed once) until it is
 // acknowledged or dropped, so it is bounded by MaxTotalBytes plus the
@@ -145,9 +149,13 @@ type Config struct {
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten).
 	SessionOwners int
-	Now           func() time.Time
-	Log           *slog.Logger
-	Metrics       Metrics
+	// Shared is set when several instances append to the store: Append
+	// then only stores, and entries come into a ledger through Tail alone,
+	// run by the one instance driving the tenant. Recover is not used.
+	Shared  bool
+	Now     func() time.Time
+	Log     *slog.Logger
+	Metrics Metrics
 }
 
 // Pool is the ledgers of one process's tenants: the bound they share, the
@@ -209,6 +217,11 @@ type Ledger struct {
 	spare     []uint64       // a drained removals slice, for reuse
 	dirty     bool           // queued in the pool's dirty list
 	size      atomic.Int64   // bytes, for the pool to read without the lock
+
+	// tailMu serializes Tail and Reset; it is taken before mu, and held
+	// across the store's Read.
+	tailMu  sync.Mutex
+	readPos uint64 // the highest seq Tail took in; guarded by tailMu
 }
 
 // seat is the ledger's state of one consumer.
@@ -310,6 +323,9 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	if d.Received.IsZero() {
 		d.Received = p.cfg.Now()
 	}
+	if p.cfg.Shared {
+		return l.appendShared(ctx, d)
+	}
 	if d.SessionKey != "" {
 		l.mu.Lock()
 		l.appending[d.SessionKey]++
@@ -350,6 +366,23 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	}
 	p.boundTotal()
 	return e.id, nil
+}
+
+// appendShared stores d for the instance driving the tenant, which takes
+// it in with Tail.
+func (l *Ledger) appendShared(ctx context.Context, d Delivery) (string, error) {
+	p := l.pool
+	seqs, err := p.cfg.Store.Append(ctx, l.tenant, []store.Record{{
+		Kind: d.Kind, Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
+		Payload: d.Payload, Received: d.Received,
+	}})
+	if err == nil && len(seqs) != 1 {
+		err = errors.New("ledger: the store assigned no sequence number")
+	}
+	if err != nil {
+		return "", err
+	}
+	return p.cfg.IDPrefix + strconv.FormatUint(seqs[0], 10), nil
 }
 
 // records holds the one-record slices Append hands the store, which copies
@@ -742,15 +775,25 @@ func (p *Pool) Recover(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// recoverBatch is how many records Recover reads at once.
+// recoverBatch is how many records Recover and Tail read at once.
 const recoverBatch = 1024
 
 func (l *Ledger) recover(ctx context.Context) (int, error) {
+	return l.Tail(ctx)
+}
+
+// Tail takes in, in order, the stored records after the last one it took
+// in (all of them, on the first call or after Reset), applies the bounds
+// and dispatches; it returns how many entries it took in. With
+// Config.Shared it is how entries enter the ledger: the instance driving
+// the tenant calls it whenever another instance may have appended.
+func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	p := l.pool
-	var after uint64
+	l.tailMu.Lock()
+	defer l.tailMu.Unlock()
 	n := 0
 	for {
-		recs, err := p.cfg.Store.Read(ctx, l.tenant, after, recoverBatch)
+		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, recoverBatch)
 		if err != nil {
 			return n, err
 		}
@@ -768,14 +811,39 @@ func (l *Ledger) recover(ctx context.Context) (int, error) {
 				n++
 			}
 		}
+		l.boundLocked()
+		l.dispatchLocked()
+		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 		l.mu.Unlock()
-		after = recs[len(recs)-1].Seq
+		l.readPos = recs[len(recs)-1].Seq
+		if len(recs) < recoverBatch {
+			break
+		}
 	}
-	l.mu.Lock()
-	l.boundLocked()
-	p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
-	l.mu.Unlock()
+	if n > 0 {
+		p.boundTotal()
+	}
 	return n, nil
+}
+
+// Reset empties the ledger: every entry, consumer and session owner is
+// forgotten (nothing is removed from the store) and the next Tail reads
+// from the start. An instance that stops driving a tenant resets its
+// ledger; the removals already queued are still written.
+func (l *Ledger) Reset() {
+	l.tailMu.Lock()
+	defer l.tailMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.oldest != nil {
+		l.removeLocked(l.oldest)
+	}
+	clear(l.seats)
+	l.attached = l.attached[:0]
+	l.pending = l.pending[:0]
+	l.owners.Purge()
+	l.readPos = 0
+	l.pool.cfg.Metrics.Buffered(l.tenant, 0)
 }
 
 // Sweep drops, from the store and memory, every entry older than MaxAge.

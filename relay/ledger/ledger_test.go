@@ -581,3 +581,50 @@ func TestSweepDropsEntriesOlderThanMaxAge(t *testing.T) {
 		t.Fatalf("memory holds %d entries, want 1", r.Len())
 	}
 }
+
+// Two pools on one store stand for two instances: with Shared, Append only
+// stores, and the driving instance takes records in with Tail, each once,
+// in order, whoever appended them.
+func TestSharedTailTakesInWhatAnyInstanceAppended(t *testing.T) {
+	shared := func(c *Config) { c.Shared = true }
+	driver := newRig(t, shared)
+	other := newRigOn(t, driver.store, driver.clock, shared)
+	c := &fakeConsumer{}
+	driver.Serve(c, "discord")
+
+	a := driver.add(t, "s1", "m0")
+	b := other.add(t, "s1", "m1")
+	if len(c.frames) != 0 {
+		t.Fatalf("a shared Append dispatched %q before Tail", c.frames)
+	}
+	if n, err := driver.Tail(context.Background()); err != nil || n != 2 {
+		t.Fatalf("Tail took in %d (%v), want 2", n, err)
+	}
+	other.add(t, "s1", "m2")
+	if n, err := driver.Tail(context.Background()); err != nil || n != 1 {
+		t.Fatalf("second Tail took in %d (%v), want 1", n, err)
+	}
+	got := c.take()
+	want(t, "payloads", payloads(got), "m0", "m1", "m2")
+	if ids(got)[0] != a || ids(got)[1] != b {
+		t.Fatalf("bufferIds %q, want %q and %q first", ids(got), a, b)
+	}
+	if other.Len() != 0 {
+		t.Fatalf("the instance not driving holds %d entries", other.Len())
+	}
+
+	// Acknowledged entries leave the store; after Reset (the tenant moved
+	// away and back) Tail reads what is left, with the same bufferIds.
+	driver.Ack(ids(got)[0])
+	driver.pool.Flush(context.Background())
+	driver.Reset()
+	if driver.Len() != 0 {
+		t.Fatalf("after Reset the ledger holds %d entries", driver.Len())
+	}
+	c2 := &fakeConsumer{}
+	driver.Serve(c2, "discord")
+	if n, err := driver.Tail(context.Background()); err != nil || n != 2 {
+		t.Fatalf("Tail after Reset took in %d (%v), want 2", n, err)
+	}
+	want(t, "after Reset", c2.take(), got[1:]...)
+}

@@ -65,17 +65,41 @@ func (c *Fake) Sleep(ctx context.Context, d time.Duration) error {
 func (c *Fake) arm(d time.Duration, f func(), sleep bool) *timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &timer{c: c, at: c.now.Add(max(d, 0)), f: f, sleep: sleep}
+	t := &timer{c: c, f: f, sleep: sleep}
+	t.schedule(d)
+	return t
+}
+
+// schedule makes t pending, due d from now, and wakes WaitPending. c.mu
+// must be held.
+func (t *timer) schedule(d time.Duration) {
+	c := t.c
+	t.at = c.now.Add(max(d, 0))
 	c.timers = append(c.timers, t)
 	close(c.changed)
 	c.changed = make(chan struct{})
-	return t
 }
 
 // Stop implements clock.Timer.
 func (t *timer) Stop() bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
+	return t.unlink()
+}
+
+// Reset implements clock.Timer: the callback runs inside the Advance that
+// reaches now+d.
+func (t *timer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	pending := t.unlink()
+	t.schedule(d)
+	return pending
+}
+
+// unlink removes t from the pending timers, reporting whether it was there.
+// c.mu must be held.
+func (t *timer) unlink() bool {
 	for i, x := range t.c.timers {
 		if x == t {
 			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)

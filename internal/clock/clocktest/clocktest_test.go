@@ -3,6 +3,7 @@ package clocktest_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,6 +58,36 @@ func TestAdvanceFiresTimersArmedByCallbacks(t *testing.T) {
 	c.Advance(5 * time.Second)
 	if n != 5 {
 		t.Fatalf("a 1s self-rearming timer fired %d times in 5s, want 5", n)
+	}
+}
+
+// TestResetReschedulesOrReArms: Reset of a pending timer moves its
+// deadline; Reset of a fired or stopped one schedules its callback again, as
+// time.Timer.Reset does for an AfterFunc timer.
+func TestResetReschedulesOrReArms(t *testing.T) {
+	c := clocktest.New(epoch)
+	var fired []time.Duration
+	tm := c.AfterFunc(time.Second, func() { fired = append(fired, c.Now().Sub(epoch)) })
+	if !tm.Reset(3 * time.Second) {
+		t.Fatal("Reset of a pending timer reported it was not pending")
+	}
+	c.Advance(2 * time.Second)
+	if len(fired) != 0 {
+		t.Fatalf("a timer reset to 3s fired at %v", fired)
+	}
+	c.Advance(time.Second)
+	if tm.Reset(time.Second) {
+		t.Fatal("Reset of a fired timer reported it was pending")
+	}
+	c.Advance(time.Second)
+	tm.Reset(time.Second)
+	tm.Stop()
+	if tm.Reset(time.Second) {
+		t.Fatal("Reset of a stopped timer reported it was pending")
+	}
+	c.Advance(time.Second)
+	if want := []time.Duration{3 * time.Second, 4 * time.Second, 5 * time.Second}; !slices.Equal(fired, want) {
+		t.Fatalf("fired at %v, want %v", fired, want)
 	}
 }
 

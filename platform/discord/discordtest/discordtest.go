@@ -6,7 +6,9 @@
 // PATCH channel messages; POST typing; POST message threads; POST
 // /webhooks/{app}/{token} (interaction follow-ups, for tokens registered with
 // AddInteractionToken); POST /interactions/{id}/{token}/callback; GET and
-// PUT /applications/{app}/commands. Every call but webhooks and interaction
+// PUT (bulk overwrite) /applications/{app}/commands and
+// /applications/{app}/guilds/{guild}/commands, the latter answering 403
+// Missing Access for a guild the bot is not in. Every call but webhooks and interaction
 // callbacks needs "Authorization: Bot <Token>" (else 401); GET /gateway is public, as on Discord. Every request is
 // recorded (Requests, WaitRequest), and Hook may answer any request itself,
 // e.g. with a 429.
@@ -101,6 +103,7 @@ type Server struct {
 	order     []string
 	tokens    map[string]bool
 	commands  []map[string]any
+	guildCmds map[string][]map[string]any
 	requests  []Request
 	changed   chan struct{} // closed and replaced on every recorded change
 	nextID    uint64
@@ -134,7 +137,7 @@ func New(tb interface {
 	}
 	s := &Server{
 		opts: opts, channels: map[string]Channel{}, messages: map[string]*Message{},
-		tokens: map[string]bool{}, changed: make(chan struct{}), nextID: 1_400_000_000_000_000_000,
+		tokens: map[string]bool{}, guildCmds: map[string][]map[string]any{}, changed: make(chan struct{}), nextID: 1_400_000_000_000_000_000,
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/gw/", s.serveGateway)
@@ -249,6 +252,13 @@ func (s *Server) Commands() []map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]map[string]any(nil), s.commands...)
+}
+
+// GuildCommands returns the commands registered on guild guildID.
+func (s *Server) GuildCommands(guildID string) []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]map[string]any(nil), s.guildCmds[guildID]...)
 }
 
 // Identifies and Resumes count Gateway sessions started and resumed.

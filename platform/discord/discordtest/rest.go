@@ -2,6 +2,7 @@ package discordtest
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -49,7 +50,9 @@ func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
 	case route == "POST interactions" && len(segs) == 4 && segs[3] == "callback":
 		w.WriteHeader(http.StatusNoContent)
 	case (route == "GET applications" || route == "PUT applications") && len(segs) == 3 && segs[2] == "commands":
-		s.commandsRoute(w, r.Method, body)
+		s.commandsRoute(w, r.Method, "", body)
+	case (route == "GET applications" || route == "PUT applications") && len(segs) == 5 && segs[2] == "guilds" && segs[4] == "commands":
+		s.commandsRoute(w, r.Method, segs[3], body)
 	default:
 		apiError(w, http.StatusNotFound, 0, "404: Not Found")
 	}
@@ -208,15 +211,28 @@ func (s *Server) followUp(w http.ResponseWriter, token string, body []byte) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Server) commandsRoute(w http.ResponseWriter, method string, body []byte) {
+// commandsRoute answers GET and PUT (bulk overwrite) of the global commands
+// (guildID "") or of a guild's, as Discord does: every command comes back
+// with its id (kept for a name that was already registered), application_id,
+// version, type (1, chat input, by default), default_member_permissions and
+// nsfw; a global one with integration_types and contexts, a guild's with
+// its guild_id and without those global-only fields and dm_permission.
+func (s *Server) commandsRoute(w http.ResponseWriter, method, guildID string, body []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if guildID != "" && !s.hasGuildLocked(guildID) {
+		apiError(w, http.StatusForbidden, 50001, "Missing Access")
+		return
+	}
+	have := s.commands
+	if guildID != "" {
+		have = s.guildCmds[guildID]
+	}
 	if method == http.MethodGet {
-		out := s.commands
-		if out == nil {
-			out = []map[string]any{}
+		if have == nil {
+			have = []map[string]any{}
 		}
-		writeJSON(w, http.StatusOK, out)
+		writeJSON(w, http.StatusOK, have)
 		return
 	}
 	var cmds []map[string]any
@@ -224,13 +240,59 @@ func (s *Server) commandsRoute(w http.ResponseWriter, method string, body []byte
 		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body")
 		return
 	}
+	if len(cmds) > 100 {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body: must be 100 or fewer in length")
+		return
+	}
+	ids := make(map[string]any, len(have))
+	for _, c := range have {
+		ids[fmt.Sprint(c["name"])] = c["id"]
+	}
 	for _, c := range cmds {
-		c["id"] = s.newIDLocked()
+		if id, ok := ids[fmt.Sprint(c["name"])]; ok {
+			c["id"] = id
+		} else {
+			c["id"] = s.newIDLocked()
+		}
 		c["application_id"] = s.opts.AppID
 		c["version"] = s.newIDLocked()
-		c["type"] = 1
+		if _, ok := c["type"]; !ok {
+			c["type"] = 1
+		}
+		if _, ok := c["default_member_permissions"]; !ok {
+			c["default_member_permissions"] = nil
+		}
+		if _, ok := c["nsfw"]; !ok {
+			c["nsfw"] = false
+		}
+		if guildID != "" {
+			c["guild_id"] = guildID
+			delete(c, "dm_permission")
+			delete(c, "contexts")
+			delete(c, "integration_types")
+			continue
+		}
+		if _, ok := c["integration_types"]; !ok {
+			c["integration_types"] = []int{0}
+		}
+		if _, ok := c["contexts"]; !ok {
+			c["contexts"] = nil
+		}
 	}
-	s.commands = cmds
+	if guildID != "" {
+		s.guildCmds[guildID] = cmds
+	} else {
+		s.commands = cmds
+	}
 	s.notifyLocked()
 	writeJSON(w, http.StatusOK, cmds)
+}
+
+func (s *Server) hasGuildLocked(id string) bool {
+	for _, g := range s.guilds {
+		if g.ID == id {
+			return true
+		}
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-// Command attack reproduces the connection-level abuse of issue 11 against
+// Command httpflood reproduces the connection-level abuse of issue 11 against
 // a real connector binary and reports what it costs the connector: open
 // file descriptors, goroutines and RSS before, under and after the attack,
 // how many attack connections the connector closed by itself, and whether a
@@ -25,8 +25,8 @@
 // Example (the figures of issue 11):
 //
 //	go build -o /tmp/connector ./cmd/connector
-//	go run ./cmd/attack -connector /tmp/connector -mode idle,slowbody -idle 1000 -slow 300 -hold 75s
-//	go run ./cmd/attack -connector /tmp/connector -mode idle -idle 600 -nofile 512 -hold 20s
+//	go run ./cmd/httpflood -connector /tmp/connector -mode idle,slowbody -idle 1000 -slow 300 -hold 75s
+//	go run ./cmd/httpflood -connector /tmp/connector -mode idle -idle 600 -nofile 512 -hold 20s
 package main
 
 import (
@@ -66,7 +66,7 @@ const (
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
 	var modes string
-	fs := flag.NewFlagSet("attack", flag.ContinueOnError)
+	fs := flag.NewFlagSet("httpflood", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.Connector, "connector", "", "path of the connector binary to attack (required)")
 	fs.BoolVar(&o.Legacy, "legacy", false, "the binary predates the ops listener and http section: leave them out of its config")
@@ -109,13 +109,13 @@ func attackMain(args []string, stdout, stderr io.Writer) int {
 	o, err := parseOptions(args, stderr)
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stderr, "attack:", err)
+			fmt.Fprintln(stderr, "httpflood:", err)
 		}
 		return 2
 	}
 	raiseFileLimit()
 	if err := runAttack(o, stdout); err != nil {
-		fmt.Fprintln(stderr, "attack:", err)
+		fmt.Fprintln(stderr, "httpflood:", err)
 		return 1
 	}
 	return 0

@@ -1,0 +1,146 @@
+package discord
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/internal/clock/clocktest"
+	"connector/platform"
+	"connector/platform/discord/discordtest"
+)
+
+// chanOtherLate is a channel of t2's guild created while the connector was
+// not looking: Discord knows it, the cache does not.
+const chanOtherLate = "202"
+
+// declineProbes are the chats t1 has no right to: a cached channel of t2,
+// a channel of t2 the cache never saw, and an id nothing has.
+var declineProbes = []struct{ name, chat string }{
+	{"other tenant's channel", chanOther},
+	{"other tenant's uncached channel", chanOtherLate},
+	{"nonexistent id", "424242"},
+}
+
+// TestDeclineDoesNotRevealExistence: an action on a chat that is not the
+// caller's is declined with the same result and without a single REST call,
+// whether the chat is another tenant's (cached or not) or does not exist;
+// the relay's ChatTenant makes no call either. The decline times are logged
+// as a figure only, never asserted.
+func TestDeclineDoesNotRevealExistence(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.fake.AddChannel(discordtest.Channel{ID: chanOtherLate, Type: 0, GuildID: guildOther, Name: "late"})
+
+	const rounds = 300
+	declined := contract.Declined(platformName)
+	for _, probe := range declineProbes {
+		before := len(e.fake.Requests())
+		took := make([]time.Duration, 0, rounds)
+		for range rounds {
+			a := contract.Action{Op: contract.OpGetChatInfo, ChatID: contract.ID(probe.chat)}
+			start := time.Now()
+			r := e.p.Execute(waitCtx(t), "t1", &a)
+			took = append(took, time.Since(start))
+			if r.Success || r.Code != declined.Code || r.Error != declined.Error {
+				t.Fatalf("%s: get_chat_info = %+v, want the uniform decline", probe.name, r)
+			}
+		}
+		if _, err := e.p.ChatTenant(waitCtx(t), probe.chat); probe.chat != chanOther && !errors.Is(err, platform.ErrUnknownChat) {
+			t.Fatalf("%s: ChatTenant = %v, want ErrUnknownChat", probe.name, err)
+		}
+		slices.Sort(took)
+		t.Logf("%-32s decline p50 %v p90 %v p99 %v max %v", probe.name,
+			took[rounds/2], took[rounds*9/10], took[rounds*99/100], took[rounds-1])
+		if calls := e.fake.Requests()[before:]; len(calls) != 0 {
+			t.Fatalf("%s: %d REST calls for a declined chat, first %s %s", probe.name, len(calls), calls[0].Method, calls[0].Path)
+		}
+	}
+}
+
+// TestOwnersUnknownUntilGuildSnapshot: before the Gateway's guild snapshot
+// has loaded, every chat, the caller's own included, is answered
+// unavailable (retryable), never declined, and without a REST call.
+func TestOwnersUnknownUntilGuildSnapshot(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	for _, chat := range []string{chanGeneral, chanOther, "424242"} {
+		r := execute(t, e, "t1", `{"op":"get_chat_info","chat_id":"`+chat+`"}`)
+		if r.Success || r.Code != contract.CodeUnavailable || r.Error != ownersUnknownResult().Error {
+			t.Fatalf("%s before the snapshot = %+v", chat, r)
+		}
+		if _, err := e.p.ChatTenant(waitCtx(t), chat); !errors.Is(err, platform.ErrUnavailable) {
+			t.Fatalf("%s: ChatTenant before the snapshot = %v, want ErrUnavailable", chat, err)
+		}
+	}
+	if n := len(e.fake.Requests()); n != 0 {
+		t.Fatalf("%d REST calls before the snapshot", n)
+	}
+	e.startReady(t)
+	if r := execute(t, e, "t1", `{"op":"get_chat_info","chat_id":"101"}`); !r.Success {
+		t.Fatalf("own chat after the snapshot = %+v", r)
+	}
+}
+
+// TestGuildSnapshotWaitIsBounded: a claimed guild READY lists whose
+// GUILD_CREATE never comes (an outage) holds owners unknown for
+// guildSnapshotTimeout on the injected clock, then owners are answered from
+// the guilds that loaded.
+func TestGuildSnapshotWaitIsBounded(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, discordtest.Options{}, nil)
+	e.p.onDispatch("READY", json.RawMessage(`{"user":{"id":"9000","username":"hermes","bot":true},
+		"guilds":[{"id":"100","unavailable":true},{"id":"200","unavailable":true},{"id":"999","unavailable":true}]}`))
+	e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"100","name":"Lab","channels":[{"id":"101","type":0,"name":"general"}]}`))
+	// 999 is claimed by no tenant: not waited for. 200 never arrives.
+	if _, err := e.p.ChatTenant(waitCtx(t), chanGeneral); !errors.Is(err, platform.ErrUnavailable) {
+		t.Fatalf("ChatTenant with guild 200 pending = %v", err)
+	}
+	clk.Advance(guildSnapshotTimeout - time.Nanosecond)
+	if _, err := e.p.ChatTenant(waitCtx(t), chanGeneral); !errors.Is(err, platform.ErrUnavailable) {
+		t.Fatalf("ChatTenant before the timeout = %v", err)
+	}
+	clk.Advance(time.Nanosecond)
+	if owner, err := e.p.ChatTenant(waitCtx(t), chanGeneral); err != nil || owner != "t1" {
+		t.Fatalf("ChatTenant after the timeout = %q, %v", owner, err)
+	}
+	if _, err := e.p.ChatTenant(waitCtx(t), chanOther); !errors.Is(err, platform.ErrUnknownChat) {
+		t.Fatalf("a channel of the guild that never loaded = %v, want ErrUnknownChat", err)
+	}
+	e.logs.waitFor(t, "discord guild snapshot incomplete")
+	if !strings.Contains(e.logs.text(), "missing_guilds=1") {
+		t.Fatalf("log does not count the missing guild:\n%s", e.logs.text())
+	}
+}
+
+// TestDMChannelAddressableAfterItsMessage: a DM channel Discord could not
+// be asked about (its lookup failed) is still the DM tenant's once a message
+// in it was delivered, so the reply is not declined.
+func TestDMChannelAddressableAfterItsMessage(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.Method != "GET" || r.URL.Path != "/api/v9/channels/"+chanDMAda {
+			return false
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		return true
+	})
+	if r := execute(t, e, "t1", `{"op":"typing","chat_id":"301","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("an unseen DM channel = %+v, want the decline", r)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("7100", chanDMAda, "", "hi", false))
+	if d := e.sink.next(t); d.ChatID != chanDMAda || d.Tenant != "t1" {
+		t.Fatalf("delivery = %+v", d)
+	}
+	if r := execute(t, e, "t1", `{"op":"send","chat_id":"301","content":"hello","reply_to":null,"metadata":{}}`); !r.Success {
+		t.Fatalf("reply in the DM = %+v", r)
+	}
+	if r := execute(t, e, "t2", `{"op":"typing","chat_id":"301","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("another tenant in the DM = %+v", r)
+	}
+}

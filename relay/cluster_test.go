@@ -1,0 +1,109 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/relay"
+	"connector/relay/relaytest"
+	"connector/store"
+)
+
+// instance is one relay of a fleet sharing a store.
+type instance struct {
+	h *relaytest.Harness
+	p *fakePlatform
+}
+
+// fleet starts n relays named i0, i1, ... on one memory store (its leases
+// and pub/sub stand for a Redis), serving tenant t1 (gateways gw1, gw1b).
+func fleet(t *testing.T, n int) []instance {
+	t.Helper()
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}, {ID: "gw1b", Secrets: []string{"s1b"}}}}}
+	out := make([]instance, n)
+	for i := range out {
+		p := newFake("discord", map[string]string{"c1": "t1"})
+		h := relaytest.StartConfig(t, relay.Config{Tenants: tenants, Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t),
+			Store: st, Instance: fmt.Sprintf("i%d", i), LeaseTTL: 600 * time.Millisecond})
+		out[i] = instance{h: h, p: p}
+	}
+	return out
+}
+
+// collect reads inbound from gws until every text in want arrived, acking
+// each, and returns which gateway got each text.
+func collect(t *testing.T, want []string, gws ...*relaytest.Gateway) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	frames := make(chan [2]any, 64)
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer cancel()
+	for i, gw := range gws {
+		go func() {
+			for {
+				f, err := gw.Client.Next(ctx, contract.TypeInbound)
+				if err != nil {
+					return
+				}
+				_ = gw.Client.Ack(ctx, f.BufferID)
+				frames <- [2]any{i, f.Event.Text}
+			}
+		}()
+	}
+	for len(got) < len(want) {
+		select {
+		case f := <-frames:
+			got[f[1].(string)] = f[0].(int)
+		case <-ctx.Done():
+			t.Fatalf("timed out after %v waiting for inbound: got %d of %d (%v)", relaytest.Timeout, len(got), len(want), got)
+		}
+	}
+	cancel()
+	for _, w := range want {
+		if _, ok := got[w]; !ok {
+			t.Fatalf("inbound %q never arrived (got %v)", w, got)
+		}
+	}
+	return got
+}
+
+// Gateways of one tenant on two instances; inbound ingested on either
+// reaches them, a session stays with one gateway, an interrupt from the
+// other gateway reaches the session's owner, and when the driving instance
+// stops the other takes the tenant over with what was not acknowledged.
+func TestInstancesShareATenant(t *testing.T) {
+	f := fleet(t, 2)
+	gwA := f[0].h.Dial(t, "gw1", "s1")
+	gwA.Hello(t, "discord", "")
+	gwB := f[1].h.Dial(t, "gw1b", "s1b")
+	gwB.Hello(t, "discord", "")
+
+	var want []string
+	for i := range 10 {
+		text := fmt.Sprint("e", i)
+		want = append(want, text)
+		f[i%2].p.deliver("t1", "c1", fmt.Sprint("u", i%2), text)
+	}
+	got := collect(t, want, gwA, gwB)
+	for i := 2; i < 10; i++ {
+		if got[want[i]] != got[want[i%2]] {
+			t.Fatalf("session u%d went to two gateways: %v", i%2, got)
+		}
+	}
+
+	// The interrupt comes from the gateway that does not own session u0.
+	owner, other := gwA, gwB
+	if got["e0"] == 1 {
+		owner, other = gwB, gwA
+	}
+	other.Send(t, map[string]any{"type": "interrupt", "session_key": sessionKey("discord", "c1", "u0")})
+	if fr := owner.Next(t, contract.TypeInterruptInbound); fr.SessionKey != sessionKey("discord", "c1", "u0") {
+		t.Fatalf("interrupt_inbound for %q, want session u0", fr.SessionKey)
+	}
+}
