@@ -16,6 +16,10 @@ type Result struct {
 	ChatInfo       *ChatInfo `json:"chat_info,omitempty"`
 	// RetryAfterMS hints when a rate-limited op may succeed (informational).
 	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+	// Ambiguous marks a failure after which the op may still have been
+	// applied (the connector shut down while the platform call ran), as
+	// the gateway marks its own timeouts; never set on a decline.
+	Ambiguous bool `json:"ambiguous,omitempty"`
 }
 
 // ChatInfo answers get_chat_info.

@@ -75,10 +75,10 @@ func (g *connGauge) ignoredFrames(reason string) int {
 	return g.ignored[reason]
 }
 
-func (*connGauge) Inbound(string, string, string)         {}
-func (*connGauge) Delivered(string, time.Duration)        {}
-func (*connGauge) Outbound(string, string, time.Duration) {}
-func (*connGauge) Buffered(string, int)                   {}
+func (*connGauge) Inbound(string, string, string)                 {}
+func (*connGauge) Delivered(string, time.Duration)                {}
+func (*connGauge) Outbound(string, string, string, time.Duration) {}
+func (*connGauge) Buffered(string, int)                           {}
 
 // waitLive waits until the relay serves exactly n connections.
 func (g *connGauge) waitLive(t *testing.T, n int64) {

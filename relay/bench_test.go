@@ -374,7 +374,7 @@ func (m *benchMetrics) Inbound(string, string, string) {}
 
 func (m *benchMetrics) Delivered(string, time.Duration) {}
 
-func (m *benchMetrics) Outbound(string, string, time.Duration) {}
+func (m *benchMetrics) Outbound(string, string, string, time.Duration) {}
 
 // Buffered is called under the tenant's lock after every ledger change, so
 // the swaps of one tenant happen in order.

@@ -117,35 +117,31 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 	}
 	a, err := contract.DecodeAction(f.Action)
 	if err != nil {
-		c.answer(reqID, "", contract.Failed(contract.CodeBadRequest, err.Error()), time.Time{})
+		c.answer(reqID, noPlatform, "", contract.Failed(contract.CodeBadRequest, err.Error()), time.Time{})
 		return
 	}
 	target := c.target(f.Platform)
 	select {
 	case c.outSlots <- struct{}{}:
 	default:
-		c.answer(reqID, a.Op, contract.Failed(contract.CodeRateLimited, "too many outbound requests in flight on this connection"), time.Time{})
+		c.answer(reqID, noPlatform, a.Op, contract.Failed(contract.CodeRateLimited, "too many outbound requests in flight on this connection"), time.Time{})
 		return
 	}
 	s := c.srv
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
+	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Clock.Now(), platform: noPlatform}
+	if !s.beginOp(op) {
 		<-c.outSlots
-		c.answer(reqID, a.Op, contract.Failed(contract.CodeUnavailable, "connector is shutting down"), time.Time{})
+		c.answer(reqID, noPlatform, a.Op, contract.Failed(contract.CodeUnavailable, "connector is shutting down"), time.Time{})
 		return
 	}
-	s.outbound.Add(1)
-	s.mu.Unlock()
-	start := s.cfg.Clock.Now()
 	go func() {
-		defer s.outbound.Done()
+		defer s.endOp(op)
 		defer func() { <-c.outSlots }()
 		// Not c.ctx: an op the platform already started is answered even if
 		// the gateway reconnects meanwhile, and shutdown waits for it.
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OutboundTimeout)
 		defer cancel()
-		c.answer(reqID, a.Op, c.execute(ctx, target, &a), start)
+		op.finish(c.execute(ctx, target, &a, op))
 	}()
 }
 
@@ -186,8 +182,8 @@ func (c *conn) target(tag string) outboundTarget {
 }
 
 // execute checks an action against the connection's tenant and runs it on
-// its platform.
-func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action) contract.Result {
+// its platform, which it records in op (for the metrics).
+func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action, op *outboundOp) contract.Result {
 	if t.declined {
 		return contract.Declined(truncateForLog(t.name))
 	}
@@ -206,6 +202,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 	if p == nil {
 		return contract.Declined(name)
 	}
+	op.platform = name
 	d := c.srv.descriptors[name]
 	if !d.HasOp(a.Op) {
 		return contract.Failed(contract.CodeUnsupportedOp,
@@ -283,8 +280,9 @@ func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action, among []
 	return "", failure
 }
 
-// answer enqueues the outbound_result for reqID and records the op.
-func (c *conn) answer(reqID, op string, r contract.Result, start time.Time) {
+// answer enqueues the outbound_result for reqID and records the op under
+// platformName (a configured platform or noPlatform).
+func (c *conn) answer(reqID, platformName, op string, r contract.Result, start time.Time) {
 	code := "ok"
 	if !r.Success {
 		code = r.Code
@@ -299,7 +297,7 @@ func (c *conn) answer(reqID, op string, r contract.Result, start time.Time) {
 	if !slices.Contains(contract.Ops, op) {
 		op = "unknown" // gateway-chosen strings never become metric labels
 	}
-	c.srv.cfg.Metrics.Outbound(op, code, took)
+	c.srv.cfg.Metrics.Outbound(platformName, op, code, took)
 	c.enqueue(contract.AppendOutboundResult(nil, reqID, r))
 }
 

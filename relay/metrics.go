@@ -28,8 +28,10 @@ type Metrics interface {
 	// Delivered records the time from platform receipt to the frame being
 	// written to a gateway socket (first delivery only).
 	Delivered(platform string, d time.Duration)
-	// Outbound records one outbound op and its result code ("ok" on success).
-	Outbound(op, result string, d time.Duration)
+	// Outbound records one outbound op, the platform that ran it ("none"
+	// when it was answered before one was chosen) and its result code ("ok"
+	// on success).
+	Outbound(platform, op, result string, d time.Duration)
 	// Buffered reports the number of inbound entries a tenant's ledger holds
 	// (sent but unacknowledged, or waiting for a gateway).
 	Buffered(tenant string, n int)
@@ -37,11 +39,11 @@ type Metrics interface {
 
 type nopMetrics struct{}
 
-func (nopMetrics) ConnOpened(string)                      {}
-func (nopMetrics) ConnClosed(string)                      {}
-func (nopMetrics) Refused(string)                         {}
-func (nopMetrics) FrameIgnored(string, string)            {}
-func (nopMetrics) Inbound(string, string, string)         {}
-func (nopMetrics) Delivered(string, time.Duration)        {}
-func (nopMetrics) Outbound(string, string, time.Duration) {}
-func (nopMetrics) Buffered(string, int)                   {}
+func (nopMetrics) ConnOpened(string)                              {}
+func (nopMetrics) ConnClosed(string)                              {}
+func (nopMetrics) Refused(string)                                 {}
+func (nopMetrics) FrameIgnored(string, string)                    {}
+func (nopMetrics) Inbound(string, string, string)                 {}
+func (nopMetrics) Delivered(string, time.Duration)                {}
+func (nopMetrics) Outbound(string, string, string, time.Duration) {}
+func (nopMetrics) Buffered(string, int)                           {}

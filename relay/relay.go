@@ -261,7 +261,8 @@ type Server struct {
 	mu       sync.Mutex
 	closing  bool
 	conns    map[*conn]struct{}
-	outbound sync.WaitGroup // in-flight outbound ops of every connection
+	ops      map[*outboundOp]struct{} // in-flight outbound ops of every connection
+	outbound sync.WaitGroup           // counts ops
 	connsWG  sync.WaitGroup
 }
 
@@ -303,6 +304,7 @@ func newServer(cfg Config) (*Server, error) {
 		platforms:   make(map[string]platform.Platform),
 		descriptors: make(map[string]descriptor.Descriptor),
 		conns:       make(map[*conn]struct{}),
+		ops:         make(map[*outboundOp]struct{}),
 		logs:        newServerLogs(cfg.Clock.Now, len(cfg.Tenants)),
 
 		descriptorFrames: make(map[string][]byte),
@@ -569,21 +571,27 @@ func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return c, rw, err
 }
 
-// Shutdown stops accepting gateways, waits (bounded by ctx) for in-flight
-// outbound ops to be answered, then closes every connection with 1001 so the
-// gateways reconnect, possibly to another instance, and waits for them to
-// finish. Last it writes the acknowledgements still queued to the store,
-// where unacknowledged inbound stays for the next start, and logs how many
-// entries that is. It closes the store only if New made it (an in-memory
-// one: then the entries are discarded).
+// Shutdown stops accepting gateways and waits, until ctx is done, for
+// in-flight outbound ops to be answered. Every op still running then is
+// answered at once with the retryable code unavailable, marked ambiguous
+// (the platform may have applied it). Then every connection is closed with
+// 1001, after the frames queued before it (those answers included), so the
+// gateways reconnect, possibly to another instance; Shutdown waits up to
+// closeWait more for them to close. Last it writes the acknowledgements
+// still queued to the store, where unacknowledged inbound stays for the
+// next start, and logs how many entries that is. It closes the store only
+// if New made it (an in-memory one: then the entries are discarded).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
 	s.unsubscribe()
 
-	if err := waitCtx(ctx, &s.outbound); err != nil {
-		s.log.Warn("shutdown: outbound ops still running at the deadline")
+	var err error
+	if waitCtx(ctx, &s.outbound) != nil {
+		n := s.abandonOps()
+		s.log.Warn("shutdown: outbound ops still running at the deadline answered unavailable (ambiguous)", "ops", n)
+		err = fmt.Errorf("relay: %d outbound ops were still running at the shutdown deadline", n)
 	}
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
@@ -594,11 +602,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.closeWith(contract.CloseGoingAway, "connector shutting down")
 	}
-	err := waitCtx(ctx, &s.connsWG)
-	if s.cluster != nil {
-		s.cluster.stop(ctx)
+	cctx, cancel := context.WithTimeout(context.Background(), s.closeWait())
+	defer cancel()
+	if waitCtx(cctx, &s.connsWG) != nil && err == nil {
+		err = errors.New("relay: gateway connections still open after their 1001 close")
 	}
-	s.ledgers.Close(ctx)
+	if s.cluster != nil {
+		s.cluster.stop(cctx)
+	}
+	s.ledgers.Close(cctx)
 	if n := s.ledgers.Len(); n > 0 && s.ownStore {
 		s.log.Warn("shutdown discards buffered inbound the gateways have not acknowledged: no store is configured", "entries", n)
 	} else if n > 0 {
@@ -608,6 +620,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		_ = s.cfg.Store.Close()
 	}
 	return err
+}
+
+// closeWait bounds how long Shutdown waits for connections to close after
+// closing them (their queued frames' write, the close frame's, which
+// coder/websocket bounds at 5 s, and the gateway's answer, CloseTimeout),
+// and then for the cluster's and the store's last writes.
+func (s *Server) closeWait() time.Duration {
+	return s.cfg.WriteTimeout + 5*time.Second + s.cfg.CloseTimeout
 }
 
 // waitCtx waits for wg or ctx, whichever comes first.

@@ -43,7 +43,7 @@ func TestBannerRecommendsGatewaySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	var banner bytes.Buffer
-	printBanner(&banner, "127.0.0.1:8080", false, cfg, gen, c.platforms)
+	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms)
 	for _, want := range []string{
 		"GATEWAY_RELAY_URL=http://127.0.0.1:8080", "GATEWAY_RELAY_ID=local",
 		"GATEWAY_RELAY_SECRET=" + gen.GatewaySecret, gen.DataDir,
@@ -64,7 +64,7 @@ func TestBannerRecommendsGatewaySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	banner.Reset()
-	printBanner(&banner, "127.0.0.1:8080", false, cfg, gen, c.platforms)
+	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms)
 	if got := bannerPlatforms(t, banner.String()); got != "discord,telegram,relay" {
 		t.Errorf("every platform: GATEWAY_RELAY_PLATFORMS=%s, want discord,telegram,relay", got)
 	}
@@ -83,7 +83,9 @@ func TestBannerPlatformsGetEachPlatformsOps(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	var banner syncBuffer
-	go func() { done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &banner, func(a string) { ready <- a }) }()
+	go func() {
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &banner, func(a listenAddrs) { ready <- a.Addr })
+	}()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -179,11 +181,11 @@ func TestReadmeExplainsEveryBannerSetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	var banner bytes.Buffer
-	printBanner(&banner, "127.0.0.1:8080", false, cfg, gen, c.platforms)
+	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms)
 	if _, gen, err = loadOrDefault(sources{dataDir: t.TempDir()}, noEnv); err != nil {
 		t.Fatal(err)
 	}
-	printBanner(&banner, "127.0.0.1:8080", false, cfg, gen, c.platforms)
+	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms)
 	names := regexp.MustCompile(`GATEWAY_RELAY_[A-Z_]+`).FindAllString(banner.String(), -1)
 	slices.Sort(names)
 	names = slices.Compact(names)

@@ -82,7 +82,7 @@ func TestCheckAcceptsWhatServeRuns(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &syncBuffer{}, func(a string) { ready <- a })
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &syncBuffer{}, func(a listenAddrs) { ready <- a.Addr })
 	}()
 	select {
 	case <-ready:

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -26,17 +25,25 @@ import (
 // Config is the connector's YAML configuration file. Unknown keys are
 // errors; every field's zero value means its documented default.
 type Config struct {
-	// Listen is the address of the HTTP listener (/relay, webhooks,
-	// /healthz, /readyz, /metrics). Default 127.0.0.1:8080.
+	// Listen is the address of the public HTTP listener (/relay, webhooks,
+	// nexscope, /healthz). Default 127.0.0.1:8080.
 	Listen string `yaml:"listen"`
-	// ShutdownGrace bounds how long SIGTERM waits for in-flight outbound ops
-	// before closing gateways with 1001. Default 30s.
+	// ShutdownGrace bounds how long SIGTERM waits for in-flight outbound ops.
+	// Every op still running then is answered with the retryable code
+	// unavailable, marked ambiguous (it may have been applied), and every
+	// gateway is closed with 1001 (waiting up to relay.write_timeout + 5s
+	// more for the close). A second SIGTERM or SIGINT exits at once.
+	// Default 30s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
 	// Log configures structured logging.
 	Log LogConfig `yaml:"log"`
 	// TLS, when cert_file and key_file are set, serves https:// and wss://
 	// directly instead of plain HTTP.
 	TLS TLSConfig `yaml:"tls"`
+	// HTTP bounds the public listener's connections and requests.
+	HTTP HTTPConfig `yaml:"http"`
+	// Ops is the operations listener (/metrics, /readyz, /platforms).
+	Ops OpsConfig `yaml:"ops"`
 	// Relay tunes the gateway-facing /relay server.
 	Relay RelayConfig `yaml:"relay"`
 	// Store is where durable state lives: inbound the gateways have not
@@ -220,23 +227,13 @@ func LoadConfig(path string) (*Config, error) {
 	return ParseConfig(data)
 }
 
-var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type (\S+)`)
-
 // ParseConfig decodes a YAML config document strictly.
 func ParseConfig(data []byte) (*Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		msg := err.Error()
-		if m := unknownField.FindAllStringSubmatch(msg, -1); m != nil {
-			var parts []string
-			for _, f := range m {
-				parts = append(parts, fmt.Sprintf("unknown key %q (line %s)", f[2], f[1]))
-			}
-			return nil, fmt.Errorf("config: %s", strings.Join(parts, "; "))
-		}
-		return nil, fmt.Errorf("config: %s", strings.TrimPrefix(msg, "yaml: "))
+		return nil, describeDecodeError(data, err)
 	}
 	return &c, nil
 }
@@ -299,6 +296,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		return errors.New("config: tls: cert_file and key_file must be set together")
+	}
+	if err := c.validateHTTP(); err != nil {
+		return err
 	}
 	for key, v := range map[string]time.Duration{
 		"relay.clock_skew": c.Relay.ClockSkew, "relay.ping_interval": c.Relay.PingInterval,

@@ -51,6 +51,10 @@ func configReference(srcDirs []string) (string, error) {
 	if rows == 0 {
 		return "", fmt.Errorf("configdoc: no keys found")
 	}
+	b.WriteString(envDocHeader)
+	for _, k := range envKeys() {
+		fmt.Fprintf(&b, "| `%s` | `%s` |\n", k.Env, k.Key)
+	}
 	b.WriteString(configDocFooter)
 	return b.String(), nil
 }
@@ -148,15 +152,21 @@ const configDocHeader = `# Configuration reference
 <!-- Generated from the Config struct by ` + "`go test ./cmd/connector -run TestConfigurationDoc -update`" + `.
      TestConfigurationDoc fails when this file and the code disagree: edit the Go doc comments, not this file. -->
 
-The connector reads one YAML file (` + "`connector serve -config FILE`" + `). Unknown keys and invalid
-values are errors that name the key; ` + "`connector serve -config FILE -check`" + ` validates a file and exits.
-Every key is optional unless its description says otherwise; a missing key takes the default
-its description names. Without ` + "`-config`" + ` the connector runs on embedded defaults (see the README).
+The connector reads one YAML file: ` + "`-config FILE`" + `, else ` + "`$CONNECTOR_CONFIG`" + `, else the first of
+` + "`./connector.yaml`" + ` and ` + "`/etc/connector/connector.yaml`" + ` that exists; with none it runs on embedded
+defaults (see the README), and the log says which it did. Unknown keys and invalid values are
+errors that name the key; ` + "`connector serve -config FILE -check`" + ` validates a file and exits, and
+` + "`connector config example`" + ` prints a commented example. Every key is optional unless its
+description says otherwise; a missing key takes the default its description names. Every
+single-value key outside the platform sections can also be set from the environment (the table
+after the keys).
 
 Environment variables (a set variable overrides the file):
 
 | variable | effect |
 |---|---|
+| ` + "`CONNECTOR_CONFIG`" + ` | the config file, when ` + "`-config`" + ` is not given |
+| ` + "`CONNECTOR_<KEY>`" + ` | a config key (the table after the keys) |
 | ` + "`CONNECTOR_GATEWAY_SECRETS_<ID>`" + ` | extra secrets (comma-separated) of gateway ` + "`<ID>`" + ` (upper-cased, other characters as ` + "`_`" + `) |
 | ` + "`CONNECTOR_DATA_DIR`" + ` | the data directory (` + "`store.path`" + `); the ` + "`-data-dir`" + ` flag overrides both |
 | ` + "`CONNECTOR_REDIS_URL`" + ` | ` + "`store.redis_url`" + ` |
@@ -169,13 +179,35 @@ Environment variables (a set variable overrides the file):
 |---|---|---|
 `
 
+// envDocHeader introduces the generated table of key variables.
+const envDocHeader = `
+## Environment variables for keys
+
+Each key below can be set from its variable, written as in the file (` + "`30s`, `true`, `8388608`" + `);
+a set variable overrides the file, and ` + "`-listen`" + ` overrides both. The platform sections,
+` + "`tenants`" + ` and lists are set in the file, and the platform credentials from the variables
+above.
+
+| variable | key |
+|---|---|
+`
+
 const configDocFooter = `
 ## Example
 
 ` + "```yaml" + `
-listen: 0.0.0.0:8080
+` + exampleConfig + "```" + `
+`
+
+// exampleConfig is the commented example of docs/configuration.md and
+// connector config example.
+const exampleConfig = `# connector.yaml: every key is in docs/configuration.md.
+listen: 0.0.0.0:8080            # public: /relay, the webhooks, nexscope, /healthz
+ops: {listen: 127.0.0.1:9090}   # private: /metrics, /readyz, /platforms
 shutdown_grace: 30s
 log: {level: info, format: json}
+http: {body_timeout: 10s, idle_timeout: 60s}   # limits before a client authenticates
+# Secrets may stay out of this file: CONNECTOR_GATEWAY_SECRETS_ACME_GW1=..., DISCORD_BOT_TOKEN=...
 tenants:
   - id: acme
     gateways:
@@ -201,5 +233,4 @@ nexscope:
   rooms:
     - {name: default, tenant: acme}
     - {name: globex-room, tenant: globex}
-` + "```" + `
 `

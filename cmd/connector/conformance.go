@@ -18,20 +18,34 @@ var eventNormalizers = map[string]func(raw, context json.RawMessage) (session.So
 // conformanceCmd checks the connector against the oracle fixtures produced
 // by running the gateway's real Python code.
 func conformanceCmd(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 2 || (args[0] != "keys" && args[0] != "events") {
-		fmt.Fprint(stderr, "usage: connector conformance keys|events FILE\n")
+	const synopsis = "connector conformance keys|events FILE"
+	const about = "Checks the connector against an oracle fixture made by running the gateway's real Python code:\n" +
+		"  keys FILE     session_keys.json: source and options in, session key out\n" +
+		"  events FILE   platform_events.json: a raw platform payload through its platform's normalizer\n" +
+		"Exits 0 when every case passes, 1 when one fails, 2 when the fixture cannot be read."
+	kind := ""
+	if len(args) > 0 && (args[0] == "keys" || args[0] == "events") {
+		kind, args = args[0], args[1:]
+	}
+	fs := newFlagSet("conformance", synopsis, about)
+	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	if kind == "" || fs.NArg() != 1 {
+		fmt.Fprintf(stderr, "usage: %s\n", synopsis)
 		return 2
 	}
+	path := fs.Arg(0)
 	var failures []string
 	var total int
 	var err error
-	if args[0] == "keys" {
-		total, failures, err = checkKeys(args[1])
+	if kind == "keys" {
+		total, failures, err = checkKeys(path)
 	} else {
-		total, failures, err = checkEvents(args[1])
+		total, failures, err = checkEvents(path)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "connector conformance: %s: %v\n", args[1], err)
+		fmt.Fprintf(stderr, "connector conformance: %s: %v\n", path, err)
 		return 2
 	}
 	for _, f := range failures {

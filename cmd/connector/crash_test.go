@@ -276,6 +276,7 @@ func newCrashRig(t *testing.T, bin string, polling bool) *crashRig {
 		telegram += "  webhook_url: https://connector.example/telegram/webhook\n"
 	}
 	doc := fmt.Sprintf(`listen: 127.0.0.1:0
+ops: {listen: 127.0.0.1:0}
 shutdown_grace: 10s
 log: {level: debug, format: json}
 tenants:
@@ -310,6 +311,7 @@ telegram:
 type child struct {
 	cmd    *exec.Cmd
 	addr   string
+	ops    string // the operations listener (/metrics)
 	stderr *syncBuffer
 	exited chan struct{}
 	err    error // set before exited is closed
@@ -330,13 +332,17 @@ func (r *crashRig) start(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addr := make(chan string, 1)
+	addrs := make(chan [2]string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
+		var public string
 		for sc.Scan() {
 			if _, rest, ok := strings.Cut(sc.Text(), " listening on http://"); ok {
-				a, _, _ := strings.Cut(rest, " ")
-				addr <- a
+				public, _, _ = strings.Cut(rest, " ")
+			}
+			if _, rest, ok := strings.Cut(sc.Text(), "(keep private): http://"); ok {
+				ops, _, _ := strings.Cut(rest, "/")
+				addrs <- [2]string{public, ops}
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
@@ -353,7 +359,8 @@ func (r *crashRig) start(t *testing.T) {
 		}
 	})
 	select {
-	case c.addr = <-addr:
+	case a := <-addrs:
+		c.addr, c.ops = a[0], a[1]
 	case <-c.exited:
 		t.Fatalf("connector exited before listening: %v\n%s", c.err, c.stderr.String())
 	case <-time.After(crashWait):
@@ -429,7 +436,7 @@ func (r *crashRig) followUp(t *testing.T, gw *relaytest.Client, f replayed) {
 // labels, from the child's /metrics.
 func (r *crashRig) metric(t *testing.T, name, labels string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + r.child.addr + "/metrics")
+	resp, err := http.Get("http://" + r.child.ops + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,9 @@ nexscope:
 	defer cancel()
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg, gen, log, &banner, func(a string) { addrCh <- a }) }()
+	go func() {
+		done <- serve(ctx, randomOpsPort(cfg), gen, log, &banner, func(a listenAddrs) { addrCh <- a.Addr })
+	}()
 	addr := listening(t, addrCh, done)
 	base := "http://" + addr
 	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -1,18 +1,21 @@
 // Command connector runs the edge service that lets many Hermes gateways
 // share one Discord bot and one Telegram bot, and hosts nexscope rooms.
 //
-// Subcommands:
+// Subcommands (each takes --help):
 //
 //	connector [serve] [-config FILE] [-listen ADDR] [-data-dir DIR] [-check]
+//	connector config example            print a commented example config file
 //	connector conformance keys FILE     check session keys against a fixture
 //	connector conformance events FILE   check platform normalization against a fixture
-//	connector token -gateway-id ID -secret S [-ttl 300s]
+//	connector token -gateway-id ID [-ttl 300s]   (secret from $CONNECTOR_TOKEN_SECRET or stdin)
 //	connector version
+//	connector help
 //
-// With no -config, serve runs on embedded defaults: loopback only, one local
-// tenant whose gateway secret is generated and printed, and a nexscope room
-// whose token is generated and printed; no Discord or Telegram credentials
-// are needed. The generated secrets are kept in the data directory
+// Without -config, serve reads $CONNECTOR_CONFIG, else ./connector.yaml or
+// /etc/connector/connector.yaml. With none of them it runs on embedded
+// defaults: loopback only, one local tenant whose gateway secret is
+// generated and printed, and a nexscope room whose token is generated and
+// printed; no Discord or Telegram credentials are needed. The generated secrets are kept in the data directory
 // (-data-dir, $CONNECTOR_DATA_DIR, $XDG_STATE_HOME/connector or
 // ~/.local/state/connector), so they stay the same across restarts; so is
 // the embedded store, which keeps the inbound gateways have not
@@ -20,75 +23,121 @@
 package main
 
 import (
+	"bytes"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
+	"strings"
 )
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run dispatches a command line and returns the process exit code.
-func run(args []string, stdout, stderr io.Writer) int {
-	cmd := "serve"
-	if len(args) > 0 && (args[0] == "" || args[0][0] != '-') {
-		cmd, args = args[0], args[1:]
-	}
-	switch cmd {
-	case "serve":
-		return serveCmd(args, stdout, stderr)
-	case "conformance":
-		return conformanceCmd(args, stdout, stderr)
-	case "token":
-		return tokenCmd(args, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "connector", version())
-		return 0
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	default:
-		fmt.Fprintf(stderr, "connector: unknown command %q\n\n%s", cmd, usage)
-		return 2
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(args []string, stdout, stderr io.Writer) int
+}
+
+// commands lists the subcommands in the order help prints them.
+var commands []command
+
+func init() {
+	commands = []command{
+		{"serve", "run the connector until SIGINT or SIGTERM (the default command)", serveCmd},
+		{"config", "print a commented example config file", configCmd},
+		{"conformance", "check session keys or platform normalization against an oracle fixture", conformanceCmd},
+		{"token", "mint a gateway's upgrade token, reading the secret from $" + envTokenSecret + " or stdin", tokenCmd},
+		{"version", "print the version, commit and Go version", versionCmd},
+		{"help", "print this list", func(_ []string, stdout, _ io.Writer) int { printUsage(stdout); return 0 }},
 	}
 }
 
-const usage = `usage:
-  connector [serve] [-config FILE] [-listen ADDR] [-data-dir DIR] [-check]
-  connector conformance keys FILE
-  connector conformance events FILE
-  connector token -gateway-id ID -secret S [-ttl 300s]
-  connector version
-`
+// run dispatches a command line and returns the process exit code. With no
+// command, or flags first, it runs serve.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && isHelpFlag(args[0]) {
+		printUsage(stdout)
+		return 0
+	}
+	name := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	for _, c := range commands {
+		if c.name == name {
+			return c.run(args, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "connector: unknown command %q\n\n", name)
+	printUsage(stderr)
+	return 2
+}
 
-// version reports the module version or the VCS revision the binary was
-// built from.
-func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, "connector: lets many Hermes gateways share one Discord bot and one Telegram bot, and hosts nexscope rooms.\n\n")
+	fmt.Fprint(w, "usage: connector <command> [flags]   (no command: serve)\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
-	rev, dirty := "", ""
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
-			}
+	fmt.Fprint(w, "\nRun connector <command> --help for a command's flags.\n")
+}
+
+func isHelpFlag(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help"
+}
+
+// parseFlags parses args into fs. It returns -1 when the command goes on;
+// otherwise the exit code: 0 after printing fs's usage to stdout for
+// --help, 2 after printing the error and usage to stderr.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) int {
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		_, _ = stdout.Write(out.Bytes())
+		return 0
+	case err != nil:
+		_, _ = stderr.Write(out.Bytes())
+		return 2
+	}
+	fs.SetOutput(stderr)
+	return -1
+}
+
+// newFlagSet returns a flag set whose usage starts with synopsis and a
+// line saying what the command does.
+func newFlagSet(name, synopsis, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s\n\n%s\n", synopsis, about)
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprint(fs.Output(), "\nflags:\n")
+			fs.PrintDefaults()
 		}
 	}
-	if v := info.Main.Version; v != "" && v != "(devel)" {
-		return v
+	return fs
+}
+
+// versionCmd prints the version, the commit and the Go version the binary
+// was built with.
+func versionCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("version", "connector version", "Prints the version, the commit and the Go version of this binary.")
+	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+		return code
 	}
-	if rev != "" {
-		if len(rev) > 12 {
-			rev = rev[:12]
-		}
-		return "devel-" + rev + dirty
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "connector version: unexpected argument %q\n", fs.Arg(0))
+		return 2
 	}
-	return "devel"
+	d := readBuildDetails()
+	fmt.Fprintf(stdout, "connector %s\ncommit %s\n%s\n", d.Version, d.Commit, d.GoVersion)
+	return 0
 }

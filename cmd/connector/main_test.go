@@ -64,6 +64,7 @@ func TestTokenCommandMintsTheGatewaysToken(t *testing.T) {
 	if tok.GatewayID != "gw-example" || tok.Verify(&keys, time.Now(), contract.TokenWindow{}) != nil {
 		t.Fatalf("token %q does not verify", out)
 	}
+	stdin = strings.NewReader("") // no secret piped in either
 	if code, _, _ := runCmd(t, "token", "-gateway-id", "x"); code != 2 {
 		t.Fatalf("missing secret: exit %d", code)
 	}
@@ -125,13 +126,14 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 	}
 	cfg.Listen = "127.0.0.1:0"
 	ctx, cancel := context.WithCancel(context.Background())
-	addrCh := make(chan string, 1)
+	addrCh, opsCh := make(chan string, 1), make(chan string, 1)
 	var banner bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &banner, func(a string) { addrCh <- a })
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &banner, func(a listenAddrs) { opsCh <- a.OpsAddr; addrCh <- a.Addr })
 	}()
 	addr := listening(t, addrCh, done)
+	opsAddr := <-opsCh
 	if !strings.Contains(banner.String(), "GATEWAY_RELAY_SECRET="+gen.GatewaySecret) {
 		t.Fatalf("banner does not say how to connect:\n%s", banner.String())
 	}
@@ -145,7 +147,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		t.Fatalf("healthz %d %q", resp.StatusCode, body)
 	}
 
-	resp, err = http.Get("http://" + addr + "/metrics")
+	resp, err = http.Get("http://" + opsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +185,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		t.Fatalf("inbound from nexscope: %+v %v", in.Event, err)
 	}
 
-	resp, err = http.Get("http://" + addr + "/metrics")
+	resp, err = http.Get("http://" + opsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

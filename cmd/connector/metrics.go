@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"connector/contract"
+	"connector/internal/connlimit"
 	"connector/platform"
 	"connector/relay"
 	"connector/vault"
@@ -30,6 +32,7 @@ type metrics struct {
 	buffered      *prometheus.GaugeVec
 	rateWait      *prometheus.HistogramVec
 	rateLimited   *prometheus.CounterVec
+	httpRefused   *prometheus.CounterVec
 }
 
 var (
@@ -37,9 +40,12 @@ var (
 	_ platform.Metrics = (*metrics)(nil)
 )
 
-// latencyBuckets span 50 µs to 30 s: in-process hops to a platform call
-// that waited out a rate limit.
-var latencyBuckets = prometheus.ExponentialBucketsRange(50e-6, 30, 18)
+// latencyBuckets span 100 µs to 30 s in 1-2.5-5 steps: in-process hops to
+// a platform call that waited out a rate limit.
+var latencyBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+}
 
 func newMetrics() *metrics {
 	m := &metrics{
@@ -60,10 +66,10 @@ func newMetrics() *metrics {
 			Name: "connector_inbound_delivery_seconds", Help: "Time from platform receipt to the inbound frame handed to a gateway connection's writer.",
 			Buckets: latencyBuckets}, []string{"platform"}),
 		outbound: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_outbound_ops_total", Help: "Outbound ops by op and result (ok or the failure code)."}, []string{"op", "result"}),
+			Name: "connector_outbound_ops_total", Help: "Outbound ops by platform (none: answered before one was chosen), op and result (ok or the failure code)."}, []string{"platform", "op", "result"}),
 		outboundTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "connector_outbound_seconds", Help: "Time from an outbound request to its result.",
-			Buckets: latencyBuckets}, []string{"op"}),
+			Name: "connector_outbound_seconds", Help: "Time from an outbound request to its result, by platform and op.",
+			Buckets: latencyBuckets}, []string{"platform", "op"}),
 		buffered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "connector_buffered_events", Help: "Inbound events held for a tenant: in flight without ack, or waiting for a gateway."}, []string{"tenant"}),
 		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -71,12 +77,67 @@ func newMetrics() *metrics {
 			Buckets: latencyBuckets}, []string{"platform"}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_platform_429_total", Help: "HTTP 429 answers from the platform."}, []string{"platform"}),
+		httpRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_http_connections_refused_total",
+			Help: "Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), out_of_fds (accept failed for lack of file descriptors)."},
+			[]string{"reason"}),
 	}
+	d := readBuildDetails()
+	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "connector_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "commit", "goversion"})
+	buildInfo.WithLabelValues(d.Version, d.Commit, d.GoVersion).Set(1)
 	m.reg.MustRegister(m.connections, m.refused, m.framesIgnored, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
-		m.buffered, m.rateWait, m.rateLimited,
+		m.buffered, m.rateWait, m.rateLimited, m.httpRefused, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range []string{contract.ReasonUnauthorized, contract.ReasonExpired} {
+		m.refused.WithLabelValues(r)
+	}
+	for _, r := range []string{connlimit.ReasonEvictedIdle, connlimit.ReasonOverLimit, connlimit.ReasonNoFDs} {
+		m.httpRefused.WithLabelValues(r)
+	}
 	return m
 }
+
+// preinit creates the series of every configured tenant and platform, so
+// they read 0 before their first event instead of being absent.
+func (m *metrics) preinit(tenants []string, platforms []platform.Platform) {
+	for _, t := range tenants {
+		m.connections.WithLabelValues(t)
+		m.buffered.WithLabelValues(t)
+		for _, p := range platforms {
+			m.inbound.WithLabelValues(p.Name(), t, "queued")
+		}
+	}
+	for _, p := range platforms {
+		m.deliveryDelay.WithLabelValues(p.Name())
+		m.rateWait.WithLabelValues(p.Name())
+		m.rateLimited.WithLabelValues(p.Name())
+		for _, op := range p.Descriptor().SupportedOps {
+			m.outboundTime.WithLabelValues(p.Name(), op)
+			for _, result := range outboundResults {
+				m.outbound.WithLabelValues(p.Name(), op, result)
+			}
+		}
+	}
+}
+
+// outboundResults are the result labels of connector_outbound_ops_total.
+var outboundResults = []string{
+	"ok", contract.CodeEgressDeclined, contract.CodeUnsupportedOp, contract.CodeBadRequest,
+	contract.CodeCapabilityMissing, contract.CodeRateLimited, contract.CodePlatformError, contract.CodeUnavailable,
+}
+
+// watchListener exports the public listener's unauthenticated connections.
+func (m *metrics) watchListener(l *connlimit.Listener) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "connector_http_unauthenticated_connections",
+		Help: "Public listener connections held that have not become an authenticated WebSocket (requests in progress, idle keep-alives)."},
+		func() float64 { return float64(l.Unauthenticated()) }))
+}
+
+// HTTPRefused counts a connection the public listener refused or closed
+// before it authenticated, by connlimit reason.
+func (m *metrics) HTTPRefused(reason string) { m.httpRefused.WithLabelValues(reason).Inc() }
 
 // watchVault exports the vault's counters.
 func (m *metrics) watchVault(v vault.Store) {
@@ -154,9 +215,9 @@ func (m *metrics) Delivered(platform string, d time.Duration) {
 }
 
 // Outbound implements relay.Metrics.
-func (m *metrics) Outbound(op, result string, d time.Duration) {
-	m.outbound.WithLabelValues(op, result).Inc()
-	m.outboundTime.WithLabelValues(op).Observe(d.Seconds())
+func (m *metrics) Outbound(platform, op, result string, d time.Duration) {
+	m.outbound.WithLabelValues(platform, op, result).Inc()
+	m.outboundTime.WithLabelValues(platform, op).Observe(d.Seconds())
 }
 
 // Buffered implements relay.Metrics.

@@ -6,19 +6,16 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"connector/contract"
@@ -30,25 +27,32 @@ import (
 
 // serveCmd runs the connector until SIGINT or SIGTERM.
 func serveCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", "", "YAML config file (default: embedded defaults)")
+	fs := newFlagSet("serve", "connector [serve] [-config FILE] [-listen ADDR] [-data-dir DIR] [-check]",
+		"Runs the connector until SIGINT or SIGTERM (a second signal exits at once). Without -config it\n"+
+			"runs on embedded defaults and prints how a local gateway connects.")
+	configFlag := fs.String("config", "", "YAML config file (default: $"+envConfigPath+", else ./connector.yaml or /etc/connector/connector.yaml if one exists, else embedded defaults)")
 	listen := fs.String("listen", "", "listen address, overriding the config file")
 	dataDirFlag := fs.String("data-dir", "", "the data directory: the embedded store, and the secrets embedded defaults generate (default: $"+envDataDir+", store.path, $XDG_STATE_HOME/connector or ~/.local/state/connector)")
 	check := fs.Bool("check", false, "validate the config and exit")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "connector serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg, generated, err := loadOrDefault(sources{configPath: *configPath, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
+	path := configPath(*configFlag, defaultConfigSearch, os.LookupEnv)
+	cfg, generated, err := loadOrDefault(sources{configPath: path, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
 	if err != nil {
 		fmt.Fprintf(stderr, "connector: %v\n", err)
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	if path != "" {
+		log.Info("config loaded", "file", path)
+	} else {
+		log.Info("no config file: running on embedded defaults", "searched", strings.Join(defaultConfigSearch, ", "))
+	}
 	if *check {
 		// Everything serve builds, without listening.
 		st := store.NewMemory(nil)
@@ -60,7 +64,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "config ok")
 		return 0
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := shutdownSignals(log)
 	defer stop()
 	if err := serve(ctx, cfg, generated, log, stdout, nil); err != nil {
 		log.Error("connector stopped", "err", err)
@@ -109,6 +113,9 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if cfg, err = LoadConfig(src.configPath); err != nil {
 			return nil, nil, err
 		}
+	}
+	if err := cfg.applyKeyEnv(lookup); err != nil {
+		return nil, nil, err
 	}
 	if src.listen != "" {
 		cfg.Listen = src.listen
@@ -190,12 +197,16 @@ func orDefault(v, def string) string {
 // connector is everything serve runs, built from a config but not yet
 // listening.
 type connector struct {
-	cfg       *Config
-	log       *slog.Logger
-	platforms []platform.Platform
-	relay     *relay.Server
-	handler   http.Handler
-	tls       *tls.Config // nil: plain HTTP
+	cfg        *Config
+	log        *slog.Logger
+	metrics    *metrics
+	platforms  []platform.Platform
+	relay      *relay.Server
+	handler    http.Handler // the public listener's routes
+	opsHandler http.Handler // the operations listener's routes
+	tls        *tls.Config  // nil: plain HTTP
+	// draining is set when shutdown starts: /readyz answers 503 from then.
+	draining atomic.Bool
 }
 
 // openStore opens the store cfg.Store selects.
@@ -251,6 +262,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	}
 	m.watchVault(deps.Vault)
 	m.watchPlatforms(platforms)
+	m.preinit(sortedKeys(cfg.TenantIDs()), platforms)
 	srv, err := relay.New(relay.Config{
 		Tenants: tenants, Platforms: platforms, Log: log, Metrics: m,
 		ClockSkew: cfg.Relay.ClockSkew, PingInterval: cfg.Relay.PingInterval,
@@ -265,7 +277,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		return nil, err
 	}
 	m.watchLedger(srv)
-	c := &connector{cfg: cfg, log: log, platforms: platforms, relay: srv}
+	c := &connector{cfg: cfg, log: log, metrics: m, platforms: platforms, relay: srv}
 	if cfg.TLS.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 		if err != nil {
@@ -274,29 +286,15 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		c.tls = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 
-	mux := http.NewServeMux()
-	mux.Handle("/relay", srv)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.Handle("GET /readyz", readyHandler(platforms))
-	mux.Handle("GET /metrics", m.handler())
-	for _, p := range platforms {
-		if r, ok := p.(platform.Routes); ok {
-			for pattern, h := range r.Routes() {
-				mux.Handle(pattern, h)
-			}
-		}
-	}
-	c.handler = mux
+	c.handler = publicMux(srv, platforms)
+	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil
 }
 
 // serve builds the connector cfg describes and runs it until ctx is
 // cancelled, then shuts down gracefully. ready, if not nil, receives the
-// listener's address once it accepts connections.
-func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(addr string)) error {
+// listeners' addresses once they accept connections.
+func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listenAddrs)) error {
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -314,18 +312,23 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 }
 
 // run listens, starts ingest and serves until ctx is cancelled.
-func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Writer, ready func(addr string)) error {
+func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Writer, ready func(listenAddrs)) error {
 	cfg, log, platforms, srv := c.cfg, c.log, c.platforms, c.relay
-	ln, err := net.Listen("tcp", cfg.Listen)
+	opsLn, err := net.Listen("tcp", cfg.Ops.Listen)
+	if err != nil {
+		return fmt.Errorf("ops.listen: %w", err)
+	}
+	opsSrv := c.opsServer()
+	defer opsSrv.Close()
+	go func() { _ = opsSrv.Serve(opsLn) }()
+	rawLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
-	httpSrv := &http.Server{
-		Handler:           c.handler,
-		TLSConfig:         c.tls,
-		ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	httpSrv, ln, err := c.publicServer(rawLn)
+	if err != nil {
+		rawLn.Close()
+		return err
 	}
 	tlsOn := c.tls != nil
 	serveErr := make(chan error, 1)
@@ -355,11 +358,11 @@ func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Wr
 		})
 	}
 
-	addr := ln.Addr().String()
-	printBanner(stdout, addr, tlsOn, cfg, gen, platforms)
-	log.Info("connector listening", "addr", addr, "tls", tlsOn, "platforms", len(platforms), "tenants", len(cfg.Tenants))
+	addrs := listenAddrs{Addr: ln.Addr().String(), OpsAddr: opsLn.Addr().String()}
+	printBanner(stdout, addrs, tlsOn, cfg, gen, platforms)
+	log.Info("connector listening", "addr", addrs.Addr, "ops_addr", addrs.OpsAddr, "tls", tlsOn, "platforms", len(platforms), "tenants", len(cfg.Tenants))
 	if ready != nil {
-		ready(addr)
+		ready(addrs)
 	}
 
 	select {
@@ -377,6 +380,7 @@ func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Wr
 	if grace == 0 {
 		grace = 30 * time.Second
 	}
+	c.draining.Store(true)
 	log.Info("shutting down", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
@@ -394,28 +398,6 @@ func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Wr
 	wg.Wait()
 	log.Info("connector stopped")
 	return <-serveErr
-}
-
-// readyHandler answers /readyz: 200 when every configured platform is ready,
-// 503 otherwise, with each platform's status as JSON.
-func readyHandler(platforms []platform.Platform) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		status := make(map[string]platform.Status, len(platforms))
-		ready := true
-		for _, p := range platforms {
-			st := p.Status()
-			status[p.Name()] = st
-			ready = ready && st.Ready
-		}
-		w.Header().Set("Content-Type", "application/json")
-		if !ready {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = json.NewEncoder(w).Encode(struct {
-			Ready     bool                       `json:"ready"`
-			Platforms map[string]platform.Status `json:"platforms"`
-		}{ready, status})
-	})
 }
 
 // gatewayKnows lists the connector's platforms that the Hermes gateway knows
@@ -447,11 +429,12 @@ func gatewayPlatforms(platforms []platform.Platform) string {
 
 // printBanner tells the operator, in a few lines, what listens and how a
 // gateway (or a nexscope client) connects.
-func printBanner(w io.Writer, addr string, tlsOn bool, cfg *Config, gen *generatedSecrets, platforms []platform.Platform) {
+func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *generatedSecrets, platforms []platform.Platform) {
 	scheme, wsScheme := "http", "ws"
 	if tlsOn {
 		scheme, wsScheme = "https", "wss"
 	}
+	addr := addrs.Addr
 	base := scheme + "://" + addr
 	fmt.Fprintf(w, "connector %s listening on %s (relay at %s://%s/relay)\n", version(), base, wsScheme, addr)
 	names := ""
@@ -477,5 +460,6 @@ func printBanner(w io.Writer, addr string, tlsOn bool, cfg *Config, gen *generat
 		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_PLATFORMS=%s (GATEWAY_RELAY_ID and GATEWAY_RELAY_SECRET: a gateway of the tenants section)\n",
 			base, gatewayPlatforms(platforms))
 	}
-	fmt.Fprintf(w, "  health:    %s/healthz  %s/readyz  %s/metrics\n", base, base, base)
+	ops := "http://" + addrs.OpsAddr
+	fmt.Fprintf(w, "  health:    %s/healthz; operations (keep private): %s/readyz  %s/platforms  %s/metrics\n", base, ops, ops, ops)
 }

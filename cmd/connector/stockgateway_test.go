@@ -63,7 +63,7 @@ nexscope:
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &syncBuffer{}, func(a string) { addrCh <- a })
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &syncBuffer{}, func(a listenAddrs) { addrCh <- a.Addr })
 	}()
 	addr := listening(t, addrCh, done)
 	// Registered before the sockets' cleanups, so it runs after them: the

@@ -41,7 +41,9 @@ func TestServeTLS(t *testing.T) {
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
 	var banner syncBuffer
-	go func() { done <- serve(ctx, cfg, gen, relaytest.TestLogger(t), &banner, func(a string) { addrCh <- a }) }()
+	go func() {
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &banner, func(a listenAddrs) { addrCh <- a.Addr })
+	}()
 	addr := listening(t, addrCh, done)
 	if !strings.Contains(banner.String(), "https://"+addr) || !strings.Contains(banner.String(), "wss://"+addr+"/relay") {
 		t.Fatalf("banner:\n%s", banner.String())

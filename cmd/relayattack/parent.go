@@ -274,7 +274,7 @@ func (g *connGauge) Inbound(string, string, string) {}
 func (g *connGauge) Delivered(string, time.Duration) {}
 
 // Outbound implements relay.Metrics.
-func (g *connGauge) Outbound(string, string, time.Duration) {}
+func (g *connGauge) Outbound(string, string, string, time.Duration) {}
 
 // Buffered implements relay.Metrics.
 func (g *connGauge) Buffered(string, int) {}

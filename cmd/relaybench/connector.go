@@ -238,7 +238,7 @@ func (m *ledgerMetrics) Inbound(_, _, outcome string) {
 func (m *ledgerMetrics) Delivered(string, time.Duration) {}
 
 // Outbound implements relay.Metrics.
-func (m *ledgerMetrics) Outbound(string, string, time.Duration) {}
+func (m *ledgerMetrics) Outbound(string, string, string, time.Duration) {}
 
 // Buffered implements relay.Metrics. The relay reports a tenant's ledger
 // size under the tenant's lock after each change, so one tenant's reports

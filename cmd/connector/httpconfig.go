@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// HTTPConfig bounds what a client of the public listener can hold before it
+// has authenticated (docs/security.md).
+type HTTPConfig struct {
+	// ReadHeaderTimeout bounds reading a request's headers; a client that
+	// has not sent them by then is disconnected. Default 10s.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	// BodyTimeout bounds reading the body of a request that is not a
+	// WebSocket upgrade (the Discord and Telegram webhooks), counted from
+	// when its handler starts; a body still arriving then is cut off
+	// (answered 400, connection closed). Default 10s.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	// IdleTimeout closes a keep-alive connection that sends no new request
+	// for this long. Default 60s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes bounds a request's headers; larger ones are answered
+	// 431. Default 65536 (64 KiB).
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// MaxUnauthenticatedConns bounds the connections held that have not
+	// become an authenticated WebSocket (requests in progress, idle
+	// keep-alive connections). At the limit a new connection closes the
+	// longest-idle one, or is closed at once when none is idle. Default
+	// 1024, or a quarter of the process's open-file limit when that is
+	// lower, so gateways and platform calls keep descriptors.
+	MaxUnauthenticatedConns int `yaml:"max_unauthenticated_conns"`
+}
+
+// OpsConfig is the operations listener: /metrics, /readyz, /platforms and
+// /healthz, apart from the public one (which serves only /healthz of
+// these).
+type OpsConfig struct {
+	// Listen is the operations listener's address. It exposes tenant ids
+	// and per-tenant counts without authentication: keep it on loopback or
+	// a private network. Default 127.0.0.1:9090.
+	Listen string `yaml:"listen"`
+}
+
+// Defaults of the http and ops sections.
+const (
+	defaultReadHeaderTimeout = 10 * time.Second
+	defaultBodyTimeout       = 10 * time.Second
+	defaultIdleTimeout       = 60 * time.Second
+	defaultMaxHeaderBytes    = 64 << 10
+	defaultMaxUnauthConns    = 1024
+	defaultOpsListen         = "127.0.0.1:9090"
+)
+
+// validateHTTP fills the http and ops defaults and checks their values.
+func (c *Config) validateHTTP() error {
+	h := &c.HTTP
+	for key, v := range map[string]*time.Duration{
+		"http.read_header_timeout": &h.ReadHeaderTimeout, "http.body_timeout": &h.BodyTimeout, "http.idle_timeout": &h.IdleTimeout,
+	} {
+		if *v < 0 {
+			return fmt.Errorf("config: %s: must not be negative", key)
+		}
+	}
+	for key, v := range map[string]int{
+		"http.max_header_bytes": h.MaxHeaderBytes, "http.max_unauthenticated_conns": h.MaxUnauthenticatedConns,
+	} {
+		if v < 0 {
+			return fmt.Errorf("config: %s: must not be negative", key)
+		}
+	}
+	setDefault(&h.ReadHeaderTimeout, defaultReadHeaderTimeout)
+	setDefault(&h.BodyTimeout, defaultBodyTimeout)
+	setDefault(&h.IdleTimeout, defaultIdleTimeout)
+	setDefault(&h.MaxHeaderBytes, defaultMaxHeaderBytes)
+	setDefault(&h.MaxUnauthenticatedConns, maxUnauthConnsFor(openFileLimit()))
+	if c.Ops.Listen == "" {
+		c.Ops.Listen = defaultOpsListen
+	}
+	if err := validListen(c.Ops.Listen); err != nil {
+		return fmt.Errorf("config: ops.listen: %w", err)
+	}
+	return nil
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// maxUnauthConnsFor is the default bound of unauthenticated connections
+// under an open-file limit of nofile (0: unknown).
+func maxUnauthConnsFor(nofile uint64) int {
+	if nofile > 0 && nofile/4 < defaultMaxUnauthConns {
+		return max(int(nofile/4), 1)
+	}
+	return defaultMaxUnauthConns
+}
+
+// openFileLimit returns the process's open-file limit (which the Go runtime
+// raises to the hard limit at start), or 0 when it cannot be read.
+func openFileLimit() uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0
+	}
+	return lim.Cur
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"connector/internal/connlimit"
+	"connector/platform"
+)
+
+// listenAddrs is where a running connector accepts connections.
+type listenAddrs struct {
+	// Addr is the public listener (/relay, webhooks, nexscope, /healthz).
+	Addr string
+	// OpsAddr is the operations listener (/metrics, /readyz, /platforms,
+	// /healthz).
+	OpsAddr string
+}
+
+// publicServer returns the http.Server of the public listener ln, with the
+// http section's timeouts and limits, and ln wrapped to bound the
+// connections that have not authenticated.
+func (c *connector) publicServer(ln net.Listener) (*http.Server, net.Listener, error) {
+	h := c.cfg.HTTP
+	limited, err := connlimit.New(ln, connlimit.Config{
+		Max: h.MaxUnauthenticatedConns, Log: c.log, Refused: c.metrics.HTTPRefused,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	c.metrics.watchListener(limited)
+	return &http.Server{
+		Handler:           withBodyDeadline(c.handler, h.BodyTimeout),
+		TLSConfig:         c.tls,
+		ReadHeaderTimeout: h.ReadHeaderTimeout,
+		IdleTimeout:       h.IdleTimeout,
+		MaxHeaderBytes:    h.MaxHeaderBytes,
+		ConnState:         limited.ConnState,
+		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
+	}, limited, nil
+}
+
+// opsServer returns the http.Server of the operations listener. Its clients
+// are the operator's own tools, so only the timeouts apply.
+func (c *connector) opsServer() *http.Server {
+	h := c.cfg.HTTP
+	return &http.Server{
+		Handler:           c.opsHandler,
+		ReadHeaderTimeout: h.ReadHeaderTimeout,
+		ReadTimeout:       h.BodyTimeout,
+		IdleTimeout:       h.IdleTimeout,
+		MaxHeaderBytes:    h.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// withBodyDeadline gives every request that is not a WebSocket upgrade d to
+// deliver its body, from when its handler starts: a webhook body trickled
+// in byte by byte is cut off instead of holding the connection. net/http
+// lifts the deadline once the body has been read to its end (it starts
+// its background read then), so a handler that goes on longer (a delivery
+// waiting for the store) keeps its request's context. WebSocket routes are
+// long-lived and bound their own reads; a request without a body has
+// nothing to wait for (and a deadline would only cancel its context).
+func withBodyDeadline(next http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != http.NoBody && !isWebSocketUpgrade(r) {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isWebSocketUpgrade reports whether r asks to switch to WebSocket.
+func isWebSocketUpgrade(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// publicMux serves the gateway-facing routes: /relay, every platform's
+// routes, and /healthz for load balancers.
+func publicMux(relayHandler http.Handler, platforms []platform.Platform) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/relay", relayHandler)
+	mux.HandleFunc("GET /healthz", healthz)
+	for _, p := range platforms {
+		if r, ok := p.(platform.Routes); ok {
+			for pattern, h := range r.Routes() {
+				mux.Handle(pattern, h)
+			}
+		}
+	}
+	return mux
+}
+
+// opsMux serves the operations routes.
+func opsMux(metrics http.Handler, draining *atomic.Bool, platforms []platform.Platform) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /readyz", readyHandler(draining, platforms))
+	mux.Handle("GET /platforms", platformsHandler(platforms))
+	mux.Handle("GET /metrics", metrics)
+	return mux
+}
+
+// healthz answers liveness: the process serves HTTP.
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// readyHandler answers /readyz: 200 while the connector can serve gateways
+// (it listens and is not shutting down), 503 once it drains. Platform
+// health is reported in the body but does not change the status: a
+// gateway still gets nexscope and buffered inbound while Discord or
+// Telegram is unreachable, so an orchestrator must not pull the instance
+// for it (/platforms and connector_platform_ready report it).
+func readyHandler(draining *atomic.Bool, platforms []platform.Platform) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		ready := !draining.Load()
+		status, _ := platformStatus(platforms)
+		w.Header().Set("Content-Type", "application/json")
+		if !ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(struct {
+			Ready     bool                       `json:"ready"`
+			Draining  bool                       `json:"draining,omitempty"`
+			Platforms map[string]platform.Status `json:"platforms"`
+		}{ready, !ready, status})
+	})
+}
+
+// platformsHandler answers /platforms: 200 when every configured platform
+// is connected and ready, 503 otherwise, with each platform's status; for
+// alerting, not for readiness.
+func platformsHandler(platforms []platform.Platform) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		status, all := platformStatus(platforms)
+		w.Header().Set("Content-Type", "application/json")
+		if !all {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(struct {
+			Ready     bool                       `json:"ready"`
+			Platforms map[string]platform.Status `json:"platforms"`
+		}{all, status})
+	})
+}
+
+// platformStatus returns every platform's status and whether all are ready.
+func platformStatus(platforms []platform.Platform) (map[string]platform.Status, bool) {
+	status := make(map[string]platform.Status, len(platforms))
+	all := true
+	for _, p := range platforms {
+		st := p.Status()
+		status[p.Name()] = st
+		all = all && st.Ready
+	}
+	return status, all
+}

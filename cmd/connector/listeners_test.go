@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/descriptor"
+	"connector/platform"
+	"connector/platform/discord/discordtest"
+	"connector/relay/relaytest"
+)
+
+// randomOpsPort moves cfg's operations listener to a free loopback port, so
+// tests never contend for the default 127.0.0.1:9090.
+func randomOpsPort(cfg *Config) *Config {
+	cfg.Ops.Listen = "127.0.0.1:0"
+	return cfg
+}
+
+// startServe runs serve on cfg until the test ends and returns its
+// listeners.
+func startServe(t *testing.T, cfg *Config, gen *generatedSecrets) listenAddrs {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan listenAddrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(ctx, randomOpsPort(cfg), gen, relaytest.TestLogger(t), &syncBuffer{}, func(a listenAddrs) { ready <- a })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("timed out after 30s waiting for serve to return")
+		}
+	})
+	select {
+	case a := <-ready:
+		return a
+	case err := <-done:
+		t.Fatalf("serve: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("timed out after 30s waiting for serve to listen")
+	}
+	return listenAddrs{}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestOperationalEndpointsAreOnTheOpsListenerOnly: /metrics, /readyz and
+// /platforms expose tenant ids and counts, so the public listener (beside
+// the webhooks) serves none of them, only /healthz.
+func TestOperationalEndpointsAreOnTheOpsListenerOnly(t *testing.T) {
+	cfg, gen, err := loadOrDefault(sources{dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Ops.Listen != "127.0.0.1:9090" {
+		t.Fatalf("default ops.listen %q, want 127.0.0.1:9090", cfg.Ops.Listen)
+	}
+	cfg.Listen = "127.0.0.1:0"
+	a := startServe(t, cfg, gen)
+	pub, ops := "http://"+a.Addr, "http://"+a.OpsAddr
+	for _, path := range []string{"/metrics", "/readyz", "/platforms"} {
+		if code, _ := httpGet(t, pub+path); code != http.StatusNotFound {
+			t.Errorf("public %s answered %d, want 404", path, code)
+		}
+	}
+	if code, body := httpGet(t, pub+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("public /healthz %d %q", code, body)
+	}
+	code, body := httpGet(t, ops+"/metrics")
+	if code != 200 {
+		t.Fatalf("ops /metrics %d", code)
+	}
+	for _, want := range []string{
+		`connector_build_info{commit="`,
+		`connector_gateway_connections{tenant="local"} 0`, // before any gateway
+		`connector_http_unauthenticated_connections `,
+		`connector_http_connections_refused_total{reason="over_limit"} 0`,
+		`connector_inbound_events_total{outcome="queued",platform="nexscope",tenant="local"} 0`,
+		`connector_outbound_ops_total{op="send",platform="nexscope",result="platform_error"} 0`,
+		`connector_outbound_seconds_bucket{op="send",platform="nexscope",le="0.00025"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("ops /metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(body, "0.00010936") {
+		t.Error("histogram buckets are not rounded")
+	}
+	for _, path := range []string{"/readyz", "/platforms", "/healthz"} {
+		if code, _ := httpGet(t, ops+path); code != 200 {
+			t.Errorf("ops %s answered %d, want 200", path, code)
+		}
+	}
+}
+
+// downPlatform is a platform that cannot reach its service.
+type downPlatform struct{}
+
+func (downPlatform) Name() string                      { return "discord" }
+func (downPlatform) Descriptor() descriptor.Descriptor { return descriptor.Descriptor{} }
+func (downPlatform) Run(ctx context.Context, _ platform.Sink) error {
+	<-ctx.Done()
+	return nil
+}
+func (downPlatform) ChatTenant(context.Context, string) (string, error) {
+	return "", platform.ErrUnavailable
+}
+func (downPlatform) Execute(context.Context, string, *contract.Action) contract.Result {
+	return contract.Failed(contract.CodeUnavailable, "down")
+}
+func (downPlatform) Status() platform.Status {
+	return platform.Status{Ready: false, Detail: "gateway unreachable"}
+}
+
+// TestReadinessMeansServingGateways: an unreachable platform leaves /readyz
+// 200 (reported in its body and on /platforms), draining makes it 503.
+func TestReadinessMeansServingGateways(t *testing.T) {
+	var draining atomic.Bool
+	mux := opsMux(http.NotFoundHandler(), &draining, []platform.Platform{downPlatform{}})
+	get := func(path string) (int, map[string]any) {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		var body map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: %v: %s", path, err, rec.Body.String())
+		}
+		return rec.Code, body
+	}
+	code, body := get("/readyz")
+	if code != 200 || body["ready"] != true || !strings.Contains(fmt.Sprint(body["platforms"]), "gateway unreachable") {
+		t.Fatalf("/readyz with discord down: %d %v", code, body)
+	}
+	if code, body := get("/platforms"); code != 503 || body["ready"] != false {
+		t.Fatalf("/platforms with discord down: %d %v", code, body)
+	}
+	draining.Store(true)
+	if code, body := get("/readyz"); code != 503 || body["draining"] != true {
+		t.Fatalf("/readyz while draining: %d %v", code, body)
+	}
+}
+
+// TestSlowRequestsAndIdleConnectionsAreCutOff: a webhook body trickled in,
+// headers never finished and an idle keep-alive connection are all closed
+// by the server once their (here short) timeouts pass.
+func TestSlowRequestsAndIdleConnectionsAreCutOff(t *testing.T) {
+	dfake := discordtest.New(t, discordtest.Options{Token: fullDiscordToken})
+	pub, _, _ := ed25519.GenerateKey(nil)
+	doc := fmt.Sprintf(`listen: 127.0.0.1:0
+http: {read_header_timeout: 300ms, body_timeout: 300ms, idle_timeout: 300ms}
+tenants: [{id: t1, gateways: [{id: gw1, secrets: [s1]}]}]
+discord:
+  public_key: %s
+  application_id: "9000"
+  api_base_url: %s
+  gateway_url: %s
+`, hex.EncodeToString(pub), dfake.URL, dfake.GatewayURL)
+	path := filepath.Join(t.TempDir(), "connector.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, gen, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, func(k string) (string, bool) {
+		if k == "DISCORD_BOT_TOKEN" {
+			return fullDiscordToken, true
+		}
+		return "", false
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startServe(t, cfg, gen)
+
+	for _, tc := range []struct{ name, send string }{
+		{"slow body to /discord/interactions",
+			"POST /discord/interactions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"type\":"},
+		{"unfinished headers", "GET /healthz HTTP/1.1\r\nHost: x\r\n"},
+		{"idle keep-alive", "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", a.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			if _, err := io.WriteString(c, tc.send); err != nil {
+				t.Fatal(err)
+			}
+			// Whatever the server answers, it must then close.
+			r := bufio.NewReader(c)
+			_, err = io.Copy(io.Discard, r)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("timed out after 20s waiting for the server to close a connection with %s (timeouts are 300ms)", tc.name)
+			}
+		})
+	}
+}
+
+// TestBodyDeadlineIsLiftedOnceTheBodyIsRead: a handler that read its whole
+// body in time and then works longer than the body timeout (a delivery
+// waiting for the store) keeps its request context.
+func TestBodyDeadlineIsLiftedOnceTheBodyIsRead(t *testing.T) {
+	const bodyTimeout = 100 * time.Millisecond
+	result := make(chan string, 1)
+	srv := httptest.NewServer(withBodyDeadline(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			result <- "body: " + err.Error()
+			return
+		}
+		// An observation window four times the body timeout, not a
+		// synchronization: the context must survive it.
+		select {
+		case <-r.Context().Done():
+			result <- "request context cancelled after the body was read"
+		case <-time.After(4 * bodyTimeout):
+			result <- "ok"
+		}
+	}), bodyTimeout))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{"update_id":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	select {
+	case got := <-result:
+		if got != "ok" {
+			t.Fatal(got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the handler")
+	}
+}

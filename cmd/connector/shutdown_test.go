@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/platform/telegram/telegramtest"
+	"connector/relay/relaytest"
+)
+
+// hangingTelegram is a Bot API whose sendMessage never answers (until the
+// test ends): everything else goes to a telegramtest fake.
+func hangingTelegram(t *testing.T) (apiURL string, sent <-chan struct{}) {
+	t.Helper()
+	fake := telegramtest.New(t, fullTelegramToken)
+	target, _ := url.Parse(fake.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	ch := make(chan struct{}, 16)
+	end := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/sendMessage") {
+			ch <- struct{}{}
+			select {
+			case <-r.Context().Done():
+			case <-end:
+			}
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() { close(end); srv.Close() })
+	return srv.URL, ch
+}
+
+// runningConnector is a connector binary started by a test.
+type runningConnector struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *watchedBuffer
+	exited chan struct{}
+}
+
+// startBinary runs the built binary with the config doc, waits for its
+// banner and returns it; the process is killed when the test ends.
+func startBinary(t *testing.T, bin, doc string, env ...string) *runningConnector {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "connector.yaml")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := &runningConnector{stderr: newWatchedBuffer(), exited: make(chan struct{})}
+	r.cmd = exec.Command(bin, "serve", "-config", path, "-data-dir", t.TempDir())
+	r.cmd.Env = append(os.Environ(), env...)
+	r.cmd.Stderr = r.stderr
+	stdout, err := r.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.cmd.Wait(); close(r.exited) }()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Kill()
+		<-r.exited
+	})
+	addrCh := make(chan string, 1)
+	go func() {
+		re := regexp.MustCompile(`listening on http://(\S+) `)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addrCh <- m[1]
+			}
+		}
+	}()
+	select {
+	case r.addr = <-addrCh:
+	case <-r.exited:
+		t.Fatalf("connector exited before listening:\n%s", r.stderr.String())
+	case <-time.After(serveWait):
+		t.Fatalf("timed out after %v waiting for the connector's banner", serveWait)
+	}
+	return r
+}
+
+// waitExit waits for the process to exit and returns its exit code.
+func (r *runningConnector) waitExit(t *testing.T, within time.Duration, what string) int {
+	t.Helper()
+	select {
+	case <-r.exited:
+		return r.cmd.ProcessState.ExitCode()
+	case <-time.After(within):
+		t.Fatalf("timed out after %v waiting for the connector to exit %s\n%s", within, what, r.stderr.String())
+	}
+	return 0
+}
+
+// waitLog waits until the connector's log holds s.
+func (r *runningConnector) waitLog(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.After(serveWait)
+	for !strings.Contains(r.stderr.String(), s) {
+		select {
+		case <-r.stderr.changed():
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for the log line %q:\n%s", serveWait, s, r.stderr.String())
+		}
+	}
+}
+
+// TestBuiltBinaryShutdown runs the built connector with a Telegram op
+// stuck on the platform: at the end of the grace period the gateway gets
+// the op's result (unavailable, ambiguous) and then 1001; and a second
+// SIGTERM during the shutdown exits at once instead of waiting out the
+// grace period.
+func TestBuiltBinaryShutdown(t *testing.T) {
+	bin := buildBinary(t)
+	for _, tc := range []struct {
+		name  string
+		grace string
+	}{
+		{"grace period ends", "1s"},
+		{"second signal", "10m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			apiURL, sent := hangingTelegram(t)
+			doc := fmt.Sprintf(`listen: 127.0.0.1:0
+ops: {listen: 127.0.0.1:0}
+shutdown_grace: %s
+log: {level: info, format: text}
+tenants: [{id: t1, gateways: [{id: gw1, secrets: [%q]}]}]
+telegram:
+  api_server_url: %s
+  chats: {"42": t1}
+`, tc.grace, fullGatewaySecret, apiURL)
+			r := startBinary(t, bin, doc, "TELEGRAM_BOT_TOKEN="+fullTelegramToken)
+			ctx, cancel := context.WithTimeout(context.Background(), serveWait)
+			defer cancel()
+			gw, err := relaytest.Dial(ctx, "ws://"+r.addr+"/relay", relaytest.Token("gw1", fullGatewaySecret, time.Now()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer gw.CloseNow()
+			if _, err := gw.Hello(ctx, "telegram", ""); err != nil {
+				t.Fatal(err)
+			}
+			id := relaytest.NewRequestID()
+			if err := gw.Send(ctx, map[string]any{"type": "outbound", "requestId": id, "action": map[string]any{
+				"op": "send", "chat_id": "42", "content": "stuck", "reply_to": nil, "metadata": map[string]any{}}}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-sent:
+			case <-ctx.Done():
+				t.Fatalf("timed out after %v waiting for the op to reach Telegram", serveWait)
+			}
+			if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			r.waitLog(t, "shutting down")
+			if tc.name == "second signal" {
+				if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+				if code := r.waitExit(t, serveWait, "after the second SIGTERM"); code != 1 || !strings.Contains(r.stderr.String(), "second signal") {
+					t.Fatalf("exit %d, want 1 with a log line:\n%s", code, r.stderr.String())
+				}
+				return
+			}
+			f, err := gw.Next(ctx, contract.TypeOutboundResult)
+			if err != nil {
+				t.Fatalf("no outbound_result before the close: %v", err)
+			}
+			if f.RequestID != id || f.Result.Success || f.Result.Code != contract.CodeUnavailable || !f.Result.Ambiguous {
+				t.Fatalf("result %s, want unavailable and ambiguous for %s", f.Raw, id)
+			}
+			if code, _, err := gw.Closed(ctx); code != 1001 {
+				t.Fatalf("closed %d (%v), want 1001", code, err)
+			}
+			if code := r.waitExit(t, serveWait, "after the grace period"); code != 0 {
+				t.Fatalf("exit %d:\n%s", code, r.stderr.String())
+			}
+		})
+	}
+}
+
+// watchedBuffer collects a process's output and tells a waiter of every
+// write.
+type watchedBuffer struct {
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{} // capacity 1
+}
+
+func newWatchedBuffer() *watchedBuffer { return &watchedBuffer{wrote: make(chan struct{}, 1)} }
+
+func (w *watchedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	n, err := w.b.Write(p)
+	w.mu.Unlock()
+	select {
+	case w.wrote <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+func (w *watchedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+func (w *watchedBuffer) changed() <-chan struct{} { return w.wrote }

@@ -1,0 +1,163 @@
+// Command httpflood reproduces the connection-level abuse of issue 11 against
+// a real connector binary and reports what it costs the connector: open
+// file descriptors, goroutines and RSS before, under and after the attack,
+// how many attack connections the connector closed by itself, and whether a
+// real gateway can still connect while the attack runs.
+//
+// It starts the binary given with -connector as a child process on
+// loopback (127.0.0.1, ports chosen by the kernel), with a generated config
+// that fronts Discord interactions and a Telegram webhook (their APIs point
+// at a closed loopback port, so nothing leaves the machine), optionally
+// under a lowered open-file limit (-nofile, through prlimit). It reads the
+// child's /proc/PID/fd and /proc/PID/status and its go_goroutines metric.
+//
+// Modes (-mode, comma-separated, run at once):
+//
+//	idle        -idle connections each send one keep-alive request, read
+//	            the answer and then stay silent
+//	slowbody    -slow POSTs to /discord/interactions and /telegram/webhook
+//	            announce a 64 KiB body and trickle one byte every 5 s
+//	slowheader  -slow requests whose headers are never finished
+//
+// Everything is bounded: at most 5,000 connections per mode, -hold at most
+// 5 minutes; the tool closes its connections, stops the child and exits.
+//
+// Example (the figures of issue 11):
+//
+//	go build -o /tmp/connector ./cmd/connector
+//	go run ./cmd/httpflood -connector /tmp/connector -mode idle,slowbody -idle 1000 -slow 300 -hold 75s
+//	go run ./cmd/httpflood -connector /tmp/connector -mode idle -idle 600 -nofile 512 -hold 20s
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+func main() {
+	os.Exit(attackMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the tool's flags.
+type options struct {
+	Connector string
+	Legacy    bool
+	Modes     []string
+	Idle      int
+	Slow      int
+	Hold      time.Duration
+	Settle    time.Duration
+	NoFile    int
+}
+
+const (
+	modeIdle       = "idle"
+	modeSlowBody   = "slowbody"
+	modeSlowHeader = "slowheader"
+	maxConns       = 5000
+	maxHold        = 5 * time.Minute
+)
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	var modes string
+	fs := flag.NewFlagSet("httpflood", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Connector, "connector", "", "path of the connector binary to attack (required)")
+	fs.BoolVar(&o.Legacy, "legacy", false, "the binary predates the ops listener and http section: leave them out of its config")
+	fs.StringVar(&modes, "mode", modeIdle+","+modeSlowBody, "attacks to run at once: idle, slowbody, slowheader")
+	fs.IntVar(&o.Idle, "idle", 1000, "idle keep-alive connections (mode idle)")
+	fs.IntVar(&o.Slow, "slow", 300, "slow requests (modes slowbody, slowheader)")
+	fs.DurationVar(&o.Hold, "hold", 75*time.Second, "how long the attack holds its connections")
+	fs.DurationVar(&o.Settle, "settle", 5*time.Second, "wait after the attack closed its connections before the last sample")
+	fs.IntVar(&o.NoFile, "nofile", 0, "open-file limit of the connector process (0: inherited)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	o.Modes = strings.Split(modes, ",")
+	for _, m := range o.Modes {
+		switch m {
+		case modeIdle, modeSlowBody, modeSlowHeader:
+		default:
+			return o, fmt.Errorf("unknown -mode %q", m)
+		}
+	}
+	switch {
+	case o.Connector == "":
+		return o, errors.New("-connector is required (go build -o /tmp/connector ./cmd/connector)")
+	case o.Idle < 0 || o.Idle > maxConns || o.Slow < 0 || o.Slow > maxConns:
+		return o, fmt.Errorf("-idle and -slow must be between 0 and %d", maxConns)
+	case o.Hold <= 0 || o.Hold > maxHold:
+		return o, fmt.Errorf("-hold must be positive and at most %s", maxHold)
+	case o.Settle < 0 || o.Settle > time.Minute:
+		return o, errors.New("-settle must be between 0 and 1m")
+	case o.NoFile < 0:
+		return o, errors.New("-nofile must not be negative")
+	}
+	return o, nil
+}
+
+func attackMain(args []string, stdout, stderr io.Writer) int {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "httpflood:", err)
+		}
+		return 2
+	}
+	raiseFileLimit()
+	if err := runAttack(o, stdout); err != nil {
+		fmt.Fprintln(stderr, "httpflood:", err)
+		return 1
+	}
+	return 0
+}
+
+// runAttack starts the connector, samples it, attacks, and reports.
+func runAttack(o options, w io.Writer) error {
+	child, err := startChild(o)
+	if err != nil {
+		return err
+	}
+	defer child.stop()
+	fmt.Fprintf(w, "connector pid %d on %s (metrics %s), open-file limit %s\n", child.pid(), child.addr, child.metricsURL, child.fileLimit())
+	tbl := &table{w: w}
+	tbl.header()
+	tbl.row("baseline", child.sample(), "", "")
+
+	a := newAttack(child.addr, o)
+	opened := a.open()
+	time.Sleep(2 * time.Second) // let the connector take in what was opened
+	probe := probeGateway(child)
+	tbl.row("under attack", child.sample(), a.status(opened), probe)
+
+	time.Sleep(o.Hold)
+	tbl.row(fmt.Sprintf("after %s", o.Hold), child.sample(), a.status(opened), probeGateway(child))
+
+	a.close()
+	time.Sleep(o.Settle)
+	tbl.row("attack ended", child.sample(), "", probeGateway(child))
+	if child.exited() {
+		return errors.New("the connector exited during the attack; see its log above")
+	}
+	return nil
+}
+
+// table prints the samples as aligned columns.
+type table struct{ w io.Writer }
+
+func (t *table) header() {
+	fmt.Fprintf(t.w, "%-14s %6s %11s %8s  %-44s %s\n", "phase", "fds", "goroutines", "rss_mb", "attack connections", "gateway dial")
+}
+
+func (t *table) row(phase string, s sample, conns, probe string) {
+	fmt.Fprintf(t.w, "%-14s %6d %11d %8.1f  %-44s %s\n", phase, s.FDs, s.Goroutines, float64(s.RSSKiB)/1024, conns, probe)
+}

@@ -1,0 +1,260 @@
+// Package connlimit bounds the connections an HTTP server holds for clients
+// that have not authenticated, and keeps the server accepting sanely when
+// the process runs out of file descriptors.
+//
+// A Listener wraps the server's net.Listener; its ConnState method must be
+// the http.Server's ConnState hook. Every accepted connection counts as
+// unauthenticated until the server hands it to a handler that takes it over
+// (a WebSocket upgrade: http.StateHijacked; the relay and nexscope refuse a
+// bad credential right after the upgrade) or closes it. Idle keep-alive
+// connections count too: nothing has authenticated them.
+//
+// At the limit a new connection first evicts the longest-idle keep-alive
+// connection (HTTP lets a server close an idle connection at any time);
+// when none is idle, the new connection is closed at once (the client reads
+// EOF), so an attacker holding every slot with slow requests delays new
+// clients only until the server's header and body timeouts free the slots,
+// and never takes the descriptors established gateways need.
+//
+// When accept fails because the process or the system is out of file
+// descriptors (EMFILE, ENFILE), the Listener closes a descriptor it keeps in
+// reserve, accepts one waiting connection and closes it (so the client is
+// refused instead of hanging in the kernel's backlog), reopens the reserve,
+// backs off (5 ms doubling to 1 s, as net/http would) and retries; net/http
+// itself would log every retry.
+package connlimit
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Reasons a connection is refused or closed by the Listener, as passed to
+// Config.Refused.
+const (
+	// ReasonEvictedIdle: an idle keep-alive connection closed to admit a
+	// new connection at the limit.
+	ReasonEvictedIdle = "evicted_idle"
+	// ReasonOverLimit: a new connection closed at once because the limit
+	// was reached and no connection was idle.
+	ReasonOverLimit = "over_limit"
+	// ReasonNoFDs: accept failed for lack of file descriptors.
+	ReasonNoFDs = "out_of_fds"
+)
+
+// Config configures a Listener.
+type Config struct {
+	// Max bounds the unauthenticated connections held at once; it must be
+	// positive.
+	Max int
+	// Log receives rate-limited lines about refusals; nil discards.
+	Log *slog.Logger
+	// Refused is told of every refusal by reason; nil ignores them.
+	Refused func(reason string)
+	// LogEvery is the least time between two log lines about refusals of
+	// one reason; the line carries the count since the last one. Zero
+	// means one minute.
+	LogEvery time.Duration
+	// Now and Sleep are the clock; nil means time.Now and time.Sleep.
+	Now   func() time.Time
+	Sleep func(time.Duration)
+}
+
+// Listener is a net.Listener that bounds unauthenticated connections. Create
+// it with New.
+type Listener struct {
+	net.Listener
+	cfg Config
+
+	mu      sync.Mutex
+	conns   map[net.Conn]*state // unauthenticated connections
+	seq     uint64              // orders idle transitions
+	logs    map[string]*logGate
+	reserve *os.File // closed to make room when accept runs out of fds
+}
+
+// state is what the Listener knows of one unauthenticated connection.
+type state struct {
+	idle      bool
+	idleOrder uint64 // seq when it went idle; lower is longer idle
+}
+
+// logGate rate-limits the log lines of one reason.
+type logGate struct {
+	last       time.Time
+	suppressed int
+}
+
+// New wraps ln. cfg.Max must be positive.
+func New(ln net.Listener, cfg Config) (*Listener, error) {
+	if cfg.Max <= 0 {
+		return nil, errors.New("connlimit: Max must be positive")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Refused == nil {
+		cfg.Refused = func(string) {}
+	}
+	if cfg.LogEvery <= 0 {
+		cfg.LogEvery = time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = time.Sleep
+	}
+	l := &Listener{Listener: ln, cfg: cfg, conns: make(map[net.Conn]*state), logs: make(map[string]*logGate)}
+	l.reserve, _ = os.Open(os.DevNull)
+	return l, nil
+}
+
+// Unauthenticated returns the number of unauthenticated connections held.
+func (l *Listener) Unauthenticated() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
+}
+
+// Accept returns the next connection within the limit. It returns an
+// error only when the wrapped listener fails for another reason than a
+// lack of file descriptors (for example because it was closed).
+func (l *Listener) Accept() (net.Conn, error) {
+	var delay time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if !outOfFDs(err) {
+				return nil, err
+			}
+			l.shedOne()
+			l.refused(ReasonNoFDs, "accept failed: out of file descriptors; refusing connections until some are free", "err", err)
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			l.cfg.Sleep(delay)
+			continue
+		}
+		delay = 0
+		if l.admit(c) {
+			return c, nil
+		}
+	}
+}
+
+// admit counts c, making room by evicting the longest-idle connection at
+// the limit; false (with c closed) when there is no room.
+func (l *Listener) admit(c net.Conn) bool {
+	l.mu.Lock()
+	var victim net.Conn
+	if len(l.conns) >= l.cfg.Max {
+		var oldest *state
+		for vc, st := range l.conns {
+			if st.idle && (oldest == nil || st.idleOrder < oldest.idleOrder) {
+				victim, oldest = vc, st
+			}
+		}
+		if victim == nil {
+			l.mu.Unlock()
+			l.refused(ReasonOverLimit, "connection refused: unauthenticated connection limit reached", "limit", l.cfg.Max)
+			_ = c.Close()
+			return false
+		}
+		delete(l.conns, victim)
+	}
+	l.conns[c] = &state{}
+	l.mu.Unlock()
+	if victim != nil {
+		l.refused(ReasonEvictedIdle, "idle connection closed: unauthenticated connection limit reached", "limit", l.cfg.Max)
+		_ = victim.Close()
+	}
+	return true
+}
+
+// ConnState is the http.Server ConnState hook: it tracks which connections
+// are idle and releases those that were taken over or closed.
+func (l *Listener) ConnState(c net.Conn, st http.ConnState) {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+		c = nc.NetConn()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.conns[c]
+	if s == nil {
+		return
+	}
+	switch st {
+	case http.StateIdle:
+		l.seq++
+		s.idle, s.idleOrder = true, l.seq
+	case http.StateActive:
+		s.idle = false
+	case http.StateHijacked, http.StateClosed:
+		delete(l.conns, c)
+	}
+}
+
+// shedOne frees the reserve descriptor to accept one waiting connection and
+// close it, so that client is refused rather than left in the backlog.
+func (l *Listener) shedOne() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reserve == nil {
+		return
+	}
+	_ = l.reserve.Close()
+	l.reserve = nil
+	if tl, ok := l.Listener.(*net.TCPListener); ok {
+		// Never block here: nothing may be waiting.
+		_ = tl.SetDeadline(time.Now())
+		if c, err := tl.Accept(); err == nil {
+			_ = c.Close()
+		}
+		_ = tl.SetDeadline(time.Time{})
+	}
+	l.reserve, _ = os.Open(os.DevNull)
+}
+
+// Close closes the listener and the reserve descriptor.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	if l.reserve != nil {
+		_ = l.reserve.Close()
+		l.reserve = nil
+	}
+	l.mu.Unlock()
+	return l.Listener.Close()
+}
+
+// refused counts one refusal and logs it unless a line of the same reason
+// was logged less than LogEvery ago.
+func (l *Listener) refused(reason, msg string, attrs ...any) {
+	l.cfg.Refused(reason)
+	now := l.cfg.Now()
+	l.mu.Lock()
+	g := l.logs[reason]
+	if g == nil {
+		g = &logGate{}
+		l.logs[reason] = g
+	}
+	if !g.last.IsZero() && now.Sub(g.last) < l.cfg.LogEvery {
+		g.suppressed++
+		l.mu.Unlock()
+		return
+	}
+	suppressed := g.suppressed
+	g.last, g.suppressed = now, 0
+	l.mu.Unlock()
+	l.cfg.Log.Warn(msg, append(attrs, "reason", reason, "suppressed_since_last", suppressed)...)
+}
+
+// outOfFDs reports whether err is an accept failure for lack of file
+// descriptors, per process (EMFILE) or system-wide (ENFILE).
+func outOfFDs(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)
+}

@@ -1,0 +1,274 @@
+package connlimit
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// server runs an http.Server on a loopback Listener limited to max; the
+// handler blocks requests to /block until release is closed and hijacks
+// requests to /hijack.
+type server struct {
+	l       *Listener
+	addr    string
+	entered chan string   // the path of every request the handler starts
+	idle    chan struct{} // a connection went idle (after the Listener saw it)
+	release chan struct{}
+	mu      sync.Mutex
+	reasons []string
+}
+
+func newServer(t *testing.T, max int) *server {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{entered: make(chan string, 16), idle: make(chan struct{}, 16), release: make(chan struct{})}
+	s.l, err = New(inner, Config{Max: max, Refused: func(r string) {
+		s.mu.Lock()
+		s.reasons = append(s.reasons, r)
+		s.mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hijacked := make(chan net.Conn, 4)
+	srv := &http.Server{
+		ConnState: func(c net.Conn, st http.ConnState) {
+			s.l.ConnState(c, st)
+			if st == http.StateIdle {
+				s.idle <- struct{}{}
+			}
+		},
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.entered <- r.URL.Path
+			switch r.URL.Path {
+			case "/block":
+				<-s.release
+			case "/hijack":
+				c, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\n\r\n")
+					hijacked <- c
+				}
+				return
+			}
+			_, _ = io.WriteString(w, "ok")
+		}),
+	}
+	go func() { _ = srv.Serve(s.l) }()
+	t.Cleanup(func() {
+		close(s.release)
+		_ = srv.Close()
+		for {
+			select {
+			case c := <-hijacked:
+				_ = c.Close()
+			default:
+				return
+			}
+		}
+	})
+	s.addr = s.l.Addr().String()
+	return s
+}
+
+func (s *server) waitIdle(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.idle:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for a connection to go idle")
+	}
+}
+
+func (s *server) refusals() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.reasons...)
+}
+
+// client is one keep-alive HTTP/1.1 connection.
+type client struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dial(t *testing.T, addr string) *client {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return &client{Conn: c, r: bufio.NewReader(c)}
+}
+
+func (c *client) send(t *testing.T, path string) {
+	t.Helper()
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *client) get(t *testing.T, path string) {
+	t.Helper()
+	c.send(t, path)
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d", path, resp.StatusCode)
+	}
+}
+
+// closedByServer waits (bounded by the connection's deadline) until the
+// server closes c.
+func (c *client) closedByServer(t *testing.T, what string) {
+	t.Helper()
+	_, err := c.r.ReadByte()
+	if err == nil {
+		t.Fatalf("%s: the server sent data instead of closing", what)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("timed out after 10s waiting for the server to close %s", what)
+	}
+}
+
+func TestIdleConnectionIsEvictedForANewOne(t *testing.T) {
+	s := newServer(t, 2)
+	a, b := dial(t, s.addr), dial(t, s.addr)
+	a.get(t, "/")
+	s.waitIdle(t)
+	b.get(t, "/")
+	s.waitIdle(t) // b went idle after a: a is the longest idle
+	c := dial(t, s.addr)
+	c.get(t, "/")
+	a.closedByServer(t, "the longest-idle connection")
+	if got := s.refusals(); len(got) != 1 || got[0] != ReasonEvictedIdle {
+		t.Fatalf("refusals %v, want one %s", got, ReasonEvictedIdle)
+	}
+	b.get(t, "/") // still open
+}
+
+func TestNewConnectionIsRefusedWhenNoneIsIdle(t *testing.T) {
+	s := newServer(t, 1)
+	a := dial(t, s.addr)
+	a.send(t, "/block")
+	if p := <-s.entered; p != "/block" {
+		t.Fatalf("entered %s", p)
+	}
+	b := dial(t, s.addr)
+	b.closedByServer(t, "a connection over the limit")
+	if got := s.refusals(); len(got) != 1 || got[0] != ReasonOverLimit {
+		t.Fatalf("refusals %v, want one %s", got, ReasonOverLimit)
+	}
+	if n := s.l.Unauthenticated(); n != 1 {
+		t.Fatalf("unauthenticated %d, want 1", n)
+	}
+}
+
+func TestHijackedConnectionLeavesTheCount(t *testing.T) {
+	s := newServer(t, 1)
+	a := dial(t, s.addr)
+	a.send(t, "/hijack")
+	if line, err := a.r.ReadString('\n'); err != nil || !strings.Contains(line, "101") {
+		t.Fatalf("hijack answer %q %v", line, err)
+	}
+	// The hijacked connection no longer counts: a new one is served.
+	b := dial(t, s.addr)
+	b.get(t, "/")
+	if got := s.refusals(); len(got) != 0 {
+		t.Fatalf("refusals %v, want none", got)
+	}
+}
+
+// emfileListener fails accept with EMFILE n times, then accepts from the
+// real listener.
+type emfileListener struct {
+	net.Listener
+	n int
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	if l.n > 0 {
+		l.n--
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+func TestOutOfFDsBacksOffCountsAndLogsOnce(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	var logs bytes.Buffer
+	var slept []time.Duration
+	var reasons []string
+	now := time.Unix(1000, 0)
+	l, err := New(&emfileListener{Listener: inner, n: 10}, Config{
+		Max:     4,
+		Log:     slog.New(slog.NewTextHandler(&logs, nil)),
+		Refused: func(r string) { reasons = append(reasons, r) },
+		Now:     func() time.Time { return now },
+		Sleep:   func(d time.Duration) { slept = append(slept, d); now = now.Add(d) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", inner.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, err := l.Accept()
+	if err != nil {
+		t.Fatalf("Accept: %v (an EMFILE must not reach the server)", err)
+	}
+	got.Close()
+	if len(reasons) != 10 || reasons[0] != ReasonNoFDs {
+		t.Fatalf("refusals %v, want 10 %s", reasons, ReasonNoFDs)
+	}
+	want := []time.Duration{5, 10, 20, 40, 80, 160, 320, 640, 1000, 1000}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if len(slept) != len(want) {
+		t.Fatalf("slept %v, want %v", slept, want)
+	}
+	for i := range want {
+		if slept[i] != want[i] {
+			t.Fatalf("slept %v, want %v", slept, want)
+		}
+	}
+	// 3.275 s of backoff: one line, the rest counted in the next one.
+	if n := strings.Count(logs.String(), "out of file descriptors"); n != 1 {
+		t.Fatalf("%d log lines, want 1:\n%s", n, logs.String())
+	}
+}
+
+func TestMaxMustBePositive(t *testing.T) {
+	if _, err := New(nil, Config{}); err == nil {
+		t.Fatal("Max 0 accepted")
+	}
+}

@@ -1,0 +1,81 @@
+package relay
+
+import (
+	"sync/atomic"
+	"time"
+
+	"connector/contract"
+)
+
+// noPlatform is the platform label of an outbound op answered before a
+// platform was chosen for it (malformed, refused, declined tag).
+const noPlatform = "none"
+
+// outboundOp is one outbound op in flight. It is answered exactly once: by
+// the op when the platform call returns, or by Shutdown when the grace
+// period ends first.
+type outboundOp struct {
+	c        *conn
+	reqID    string
+	op       string
+	start    time.Time
+	platform string // set by execute once the platform is known
+	answered atomic.Bool
+}
+
+// beginOp registers o as in flight; false when the server is shutting
+// down and takes no new ops.
+func (s *Server) beginOp(o *outboundOp) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.ops[o] = struct{}{}
+	s.outbound.Add(1)
+	return true
+}
+
+// endOp removes o once its platform call returned.
+func (s *Server) endOp(o *outboundOp) {
+	s.mu.Lock()
+	delete(s.ops, o)
+	s.mu.Unlock()
+	s.outbound.Done()
+}
+
+// finish answers o with r unless Shutdown answered it already.
+func (o *outboundOp) finish(r contract.Result) {
+	if o.answered.CompareAndSwap(false, true) {
+		o.c.answer(o.reqID, o.platform, o.op, r, o.start)
+	}
+}
+
+// shutdownResult answers an op still running when the shutdown grace
+// ended: retryable, and flagged ambiguous because the platform may have
+// applied it.
+var shutdownResult = contract.Result{
+	Code:      contract.CodeUnavailable,
+	Error:     "connector shut down before the op finished; it may have been applied",
+	Ambiguous: true,
+}
+
+// abandonOps answers every op still in flight with shutdownResult and
+// returns how many there were. Their platform calls run on until their own
+// deadline; whatever they return is dropped.
+func (s *Server) abandonOps() int {
+	s.mu.Lock()
+	ops := make([]*outboundOp, 0, len(s.ops))
+	for o := range s.ops {
+		ops = append(ops, o)
+	}
+	s.mu.Unlock()
+	n := 0
+	for _, o := range ops {
+		if o.answered.CompareAndSwap(false, true) {
+			o.c.answer(o.reqID, o.platform, o.op, shutdownResult, o.start)
+			n++
+		}
+	}
+	return n
+}
