@@ -303,14 +303,21 @@ func (c *conn) pingLoop() {
 			return
 		}
 		ctx, cancel := context.WithCancel(c.ctx)
-		deadline := clk.AfterFunc(interval, cancel)
+		deadline := clk.AfterFunc(interval, func() {
+			// Close before cancelling: coder/websocket drops the socket
+			// when a Ping's context ends, and the read loop would then
+			// report a bare network error instead of the timeout.
+			c.log.Info("ping unanswered: closing")
+			c.closeWith(contract.CloseInternalError, "ping timeout")
+			cancel()
+		})
 		err := c.ws.Ping(ctx)
 		deadline.Stop()
 		cancel()
 		if err != nil {
 			if c.ctx.Err() == nil {
-				c.log.Info("ping unanswered: closing", "err", err)
-				c.closeWith(contract.CloseInternalError, "ping timeout")
+				c.log.Info("ping failed: closing", "err", err)
+				c.closeWith(contract.CloseInternalError, "ping failed")
 			}
 			return
 		}
