@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"connector/platform/discord"
 	"connector/platform/nexscope"
@@ -68,6 +64,9 @@ type Config struct {
 	// section is present or NEXSCOPE_TOKEN is set, and on embedded defaults.
 	// Routing: rooms[].tenant.
 	Nexscope *nexscope.Config `yaml:"nexscope"`
+
+	// deprecations are the older key spellings the file used.
+	deprecations []deprecation
 }
 
 // LogConfig configures log/slog output.
@@ -87,16 +86,19 @@ type TLSConfig struct {
 	KeyFile string `yaml:"key_file"`
 }
 
-// RelayConfig tunes the /relay server; see relay.Config for each default.
+// RelayConfig tunes the /relay server.
 type RelayConfig struct {
-	// ClockSkew tolerated past a token's expiry. Default 30s.
+	// ClockSkew is how long past its expiry a gateway's token is still
+	// accepted, for clocks that disagree. Default 30s.
 	ClockSkew time.Duration `yaml:"clock_skew"`
-	// PingInterval between WebSocket pings to each gateway. Default 30s.
+	// PingInterval is the time between WebSocket pings to each gateway; a
+	// ping not answered within it closes the connection. Default 30s.
 	PingInterval time.Duration `yaml:"ping_interval"`
-	// WriteTimeout of one socket write before the gateway counts as slow.
-	// Default 10s.
+	// WriteTimeout is how long one socket write may take before the
+	// gateway counts as a slow consumer. Default 10s.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
-	// OutboundTimeout bounds one outbound op. Default 30s.
+	// OutboundTimeout bounds one outbound op (a send, an edit...); the
+	// gateway itself gives up after 30s. Default 30s.
 	OutboundTimeout time.Duration `yaml:"outbound_timeout"`
 	// SendQueueBytes bounds one connection's unsent frames; beyond it the
 	// connection is closed 4408. Default 8388608 (8 MiB).
@@ -152,9 +154,6 @@ type StoreConfig struct {
 
 // EnvRedisURL overrides store.redis_url.
 const EnvRedisURL = "CONNECTOR_REDIS_URL"
-
-// EnvInstance overrides store.instance.
-const EnvInstance = "CONNECTOR_INSTANCE"
 
 // TenantConfig is one tenant.
 type TenantConfig struct {
@@ -227,26 +226,28 @@ func LoadConfig(path string) (*Config, error) {
 	return ParseConfig(data)
 }
 
-// ParseConfig decodes a YAML config document strictly.
+// ParseConfig decodes a YAML config document strictly: an unknown key is an
+// error. Older spellings of keys are read as the current ones and listed
+// in the result's deprecations.
 func ParseConfig(data []byte) (*Config, error) {
+	root, err := parseDocument(data)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, describeDecodeError(data, err)
+	if c.deprecations, err = migrateKeys(root); err != nil {
+		return nil, err
+	}
+	if err := decodeNode(root, &c, "", true); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	return &c, nil
 }
 
-// ApplyEnv adds secrets from the environment (lookup is os.LookupEnv in
+// applyGatewaySecrets adds each gateway's secrets from its
+// CONNECTOR_GATEWAY_SECRETS_<ID> variable (lookup is os.LookupEnv in
 // production).
-func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
-	if v, ok := lookup(EnvRedisURL); ok && v != "" {
-		c.Store.RedisURL = v
-	}
-	if v, ok := lookup(EnvInstance); ok && v != "" {
-		c.Store.Instance = v
-	}
+func (c *Config) applyGatewaySecrets(lookup func(string) (string, bool)) {
 	for ti := range c.Tenants {
 		for gi := range c.Tenants[ti].Gateways {
 			g := &c.Tenants[ti].Gateways[gi]
@@ -273,13 +274,24 @@ func GatewaySecretsEnv(id string) string {
 	return "CONNECTOR_GATEWAY_SECRETS_" + string(b)
 }
 
-// Validate reports the first invalid value, naming its key.
-func (c *Config) Validate() error {
+// normalize fills the defaults of the listeners and the http section and
+// rewrites platform ids to the spelling the platforms send ("0500" is
+// guild 500), so Validate and serve read one form.
+func (c *Config) normalize() error {
 	if c.Listen == "" {
 		c.Listen = defaultListen
 	}
-	if err := validListen(c.Listen); err != nil {
-		return fmt.Errorf("config: listen: %w", err)
+	c.normalizeHTTP()
+	return c.normalizePlatforms()
+}
+
+// Validate reports the first invalid value, naming its key. It changes
+// nothing; a zero value stands for its default.
+func (c *Config) Validate() error {
+	if c.Listen != "" {
+		if err := validListen(c.Listen); err != nil {
+			return fmt.Errorf("config: listen: %w", err)
+		}
 	}
 	if c.ShutdownGrace < 0 {
 		return errors.New("config: shutdown_grace: must not be negative")

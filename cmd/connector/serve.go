@@ -48,6 +48,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	logDeprecations(log, cfg.deprecations)
 	if path != "" {
 		log.Info("config loaded", "file", path)
 	} else {
@@ -91,8 +92,8 @@ type sources struct {
 }
 
 // loadOrDefault reads the config file, or builds the embedded defaults when
-// there is none, then applies the environment and the -listen override and
-// validates.
+// there is none, then applies the environment and the flags, fills the
+// defaults and validates.
 func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *generatedSecrets, error) {
 	var cfg *Config
 	var gen *generatedSecrets
@@ -108,6 +109,7 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
+		cfg.Nexscope = embeddedNexscope(gen, cfg.Tenants[0].ID)
 	} else {
 		var err error
 		if cfg, err = LoadConfig(src.configPath); err != nil {
@@ -120,14 +122,17 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 	if src.listen != "" {
 		cfg.Listen = src.listen
 	}
-	cfg.ApplyEnv(lookup)
+	cfg.applyGatewaySecrets(lookup)
 	if cfg.Store.Backend != store.BackendRedis {
 		var err error
 		if cfg.Store.Path, err = dataDir(src.dataDir, cfg.Store.Path, lookup); err != nil {
 			return nil, nil, err
 		}
 	}
-	if err := applyPlatformEnv(cfg, gen, lookup); err != nil {
+	if gen != nil {
+		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it
+	}
+	if err := cfg.normalize(); err != nil {
 		return nil, nil, err
 	}
 	if err := cfg.Validate(); err != nil {
