@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
 
@@ -41,7 +42,7 @@ type Config struct {
 	// Ops is the operations listener (/metrics, /readyz, /platforms).
 	Ops OpsConfig `yaml:"ops"`
 	// Relay tunes the gateway-facing /relay server.
-	Relay RelayConfig `yaml:"relay"`
+	Relay relay.Config `yaml:"relay"` // the keys are relay.Config's tagged fields
 	// Store is where durable state lives: inbound the gateways have not
 	// acknowledged (stored before a platform is told it arrived) and
 	// interaction tokens, for their TTL (docs/durability.md).
@@ -84,46 +85,6 @@ type TLSConfig struct {
 	CertFile string `yaml:"cert_file"`
 	// KeyFile is the PEM private key of CertFile.
 	KeyFile string `yaml:"key_file"`
-}
-
-// RelayConfig tunes the /relay server.
-type RelayConfig struct {
-	// ClockSkew is how long past its expiry a gateway's token is still
-	// accepted, for clocks that disagree. Default 30s.
-	ClockSkew time.Duration `yaml:"clock_skew"`
-	// PingInterval is the time between WebSocket pings to each gateway; a
-	// ping not answered within it closes the connection. Default 30s.
-	PingInterval time.Duration `yaml:"ping_interval"`
-	// WriteTimeout is how long one socket write may take before the
-	// gateway counts as a slow consumer. Default 10s.
-	WriteTimeout time.Duration `yaml:"write_timeout"`
-	// OutboundTimeout bounds one outbound op (a send, an edit...); the
-	// gateway itself gives up after 30s. Default 30s.
-	OutboundTimeout time.Duration `yaml:"outbound_timeout"`
-	// SendQueueBytes bounds one connection's unsent frames; beyond it the
-	// connection is closed 4408. Default 8388608 (8 MiB).
-	SendQueueBytes int `yaml:"send_queue_bytes"`
-	// AckWindow bounds unacknowledged inbound per connection. Default 256.
-	AckWindow int `yaml:"ack_window"`
-	// BufferEntries bounds a tenant's buffered inbound, entries in flight
-	// included; the oldest are dropped first, logged and counted. Default
-	// 10000.
-	BufferEntries int `yaml:"buffer_entries"`
-	// BufferBytes bounds a tenant's buffered inbound in payload bytes,
-	// entries in flight included. Default 67108864 (64 MiB).
-	BufferBytes int64 `yaml:"buffer_bytes"`
-	// BufferBytesTotal bounds the buffered inbound of all tenants together,
-	// in payload bytes; the largest tenant's oldest entries go first. It
-	// also bounds the memory buffered frames take. Default 268435456
-	// (256 MiB).
-	BufferBytesTotal int64 `yaml:"buffer_bytes_total"`
-	// BufferMaxAge drops buffered inbound received longer ago than this,
-	// checked every minute, logged and counted. Default 168h (7 days).
-	BufferMaxAge time.Duration `yaml:"buffer_max_age"`
-	// MaxConnsPerGateway bounds the connections of one gateway id, open or
-	// closing; beyond it the newest win and the oldest is closed 4409.
-	// Default 16.
-	MaxConnsPerGateway int `yaml:"max_conns_per_gateway"`
 }
 
 // StoreConfig selects the durable store.
@@ -312,23 +273,8 @@ func (c *Config) Validate() error {
 	if err := c.validateHTTP(); err != nil {
 		return err
 	}
-	for key, v := range map[string]time.Duration{
-		"relay.clock_skew": c.Relay.ClockSkew, "relay.ping_interval": c.Relay.PingInterval,
-		"relay.write_timeout": c.Relay.WriteTimeout, "relay.outbound_timeout": c.Relay.OutboundTimeout,
-	} {
-		if v < 0 {
-			return fmt.Errorf("config: %s: must not be negative", key)
-		}
-	}
-	for key, v := range map[string]int64{
-		"relay.send_queue_bytes": int64(c.Relay.SendQueueBytes), "relay.ack_window": int64(c.Relay.AckWindow),
-		"relay.buffer_entries": int64(c.Relay.BufferEntries), "relay.buffer_bytes": c.Relay.BufferBytes,
-		"relay.buffer_bytes_total": c.Relay.BufferBytesTotal, "relay.buffer_max_age": int64(c.Relay.BufferMaxAge),
-		"relay.max_conns_per_gateway": int64(c.Relay.MaxConnsPerGateway),
-	} {
-		if v < 0 {
-			return fmt.Errorf("config: %s: must not be negative", key)
-		}
+	if err := c.validateRelay(); err != nil {
+		return err
 	}
 	if err := c.Store.validate(); err != nil {
 		return err
@@ -337,6 +283,19 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return c.validatePlatforms()
+}
+
+// validateRelay checks that no number of the relay section is negative
+// (relay.New would read a negative one as its default).
+func (c *Config) validateRelay() error {
+	section := reflect.ValueOf(&c.Relay).Elem()
+	for i := range section.NumField() {
+		key, _, _ := strings.Cut(section.Type().Field(i).Tag.Get("yaml"), ",")
+		if f := section.Field(i); key != "-" && f.CanInt() && f.Int() < 0 {
+			return fmt.Errorf("config: relay.%s: must not be negative", key)
+		}
+	}
+	return nil
 }
 
 // validListen checks addr the way net.Listen("tcp", addr) reads it, short of

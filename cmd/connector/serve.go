@@ -58,10 +58,14 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		// Everything serve builds, without listening.
 		st := store.NewMemory(nil)
 		defer st.Close()
-		if _, err := build(cfg, log, st); err != nil {
+		c, err := build(cfg, log, st)
+		if err != nil {
 			fmt.Fprintf(stderr, "connector: %v\n", err)
 			return 1
 		}
+		// Stop what build started (the relay's store writer), so nothing
+		// logs after -check has answered.
+		_ = c.relay.Shutdown(context.Background())
 		fmt.Fprintln(stdout, "config ok")
 		return 0
 	}
@@ -268,16 +272,10 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	m.watchVault(deps.Vault)
 	m.watchPlatforms(platforms)
 	m.preinit(sortedKeys(cfg.TenantIDs()), platforms)
-	srv, err := relay.New(relay.Config{
-		Tenants: tenants, Platforms: platforms, Log: log, Metrics: m,
-		ClockSkew: cfg.Relay.ClockSkew, PingInterval: cfg.Relay.PingInterval,
-		WriteTimeout: cfg.Relay.WriteTimeout, OutboundTimeout: cfg.Relay.OutboundTimeout,
-		SendQueueBytes: cfg.Relay.SendQueueBytes, AckWindow: cfg.Relay.AckWindow,
-		Store: st, BufferEntries: cfg.Relay.BufferEntries, BufferBytes: cfg.Relay.BufferBytes,
-		BufferBytesTotal: cfg.Relay.BufferBytesTotal, BufferMaxAge: cfg.Relay.BufferMaxAge,
-		MaxConnsPerGateway: cfg.Relay.MaxConnsPerGateway,
-		Instance:           instance, LeaseTTL: leaseTTL,
-	})
+	rc := cfg.Relay // the relay section; the rest is wiring
+	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
+	rc.Instance, rc.LeaseTTL = instance, leaseTTL
+	srv, err := relay.New(rc)
 	if err != nil {
 		return nil, err
 	}
