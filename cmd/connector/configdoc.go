@@ -229,7 +229,9 @@ A list or a map is set whole, in YAML flow or JSON form, and replaces the file's
 ` + "`CONNECTOR_DISCORD_TENANTS='{acme: {require_mention: false, weight: 2}}'`" + `. The keys inside a list
 item or a map entry (` + "`tenants[].id`, `discord.tenants.<tenant>.weight`" + `) have no variable of
 their own: which items and entries exist is the list's or map's value, so a variable per item
-would have to name an item the environment cannot define.
+would have to name an item the environment cannot define. To configure from the environment
+alone, give an empty file (` + "`-config /dev/null`" + `): with no file at all the connector runs on its
+embedded defaults, which the variables then adjust.
 
 | variable | key |
 |---|---|
