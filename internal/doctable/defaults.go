@@ -136,11 +136,19 @@ func containsValue(cell, want string) bool {
 			return false
 		}
 		start, end := i+j, i+j+len(want)
-		if (start == 0 || !isNumeric(cell[start-1])) && (end == len(cell) || !isNumeric(cell[end])) {
+		if (start == 0 || !isNumeric(cell, start-1)) && (end == len(cell) || !isNumeric(cell, end)) {
 			return true
 		}
 		i = start + 1
 	}
 }
 
-func isNumeric(c byte) bool { return c >= '0' && c <= '9' || c == ',' || c == '.' }
+// isNumeric reports whether cell[i] continues a number: a digit, or a
+// separator followed by one ("1,024" and "0.5", not "1,024, or").
+func isNumeric(cell string, i int) bool {
+	c := cell[i]
+	if c == ',' || c == '.' {
+		return i+1 < len(cell) && cell[i+1] >= '0' && cell[i+1] <= '9'
+	}
+	return c >= '0' && c <= '9'
+}
