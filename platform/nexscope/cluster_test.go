@@ -1,0 +1,269 @@
+package nexscope
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"connector/contract"
+	"connector/internal/clock"
+	"connector/internal/redistest"
+	"connector/platform"
+	"connector/store"
+)
+
+// clusterLeaseTTL is the room lease's TTL in the cluster tests; a beat is a
+// third of it.
+const clusterLeaseTTL = 900 * time.Millisecond
+
+// instance is one connector instance of a cluster test: a Platform on its
+// own listener and its own connection to the shared redis-server.
+type instance struct {
+	*testRelay
+	name string
+	st   store.Store
+	stop func()
+}
+
+// startInstances starts n instances sharing srv, each running Run.
+func startInstances(t *testing.T, srv *redistest.Server, cfg Config, n int) []*instance {
+	t.Helper()
+	out := make([]*instance, n)
+	for i := range out {
+		out[i] = startInstance(t, srv, cfg, fmt.Sprintf("i%d", i))
+	}
+	return out
+}
+
+func startInstance(t *testing.T, srv *redistest.Server, cfg Config, name string) *instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	cfg.Token = testToken
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", name)
+	p, err := New(cfg, platform.Deps{
+		Log:     log,
+		Cluster: &platform.Cluster{Instance: name, PubSub: st.PubSub(), Beat: clusterLeaseTTL / 3},
+		Exclusive: func(ctx context.Context, lease string, run func(context.Context) error) error {
+			return store.RunExclusive(ctx, clock.System, st.Leases(), lease, name, clusterLeaseTTL, run)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	for pattern, h := range p.Routes() {
+		mux.Handle(pattern, h)
+	}
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	tr := &testRelay{p: p, srv: hs, logs: logs, url: "ws" + strings.TrimPrefix(hs.URL, "http"),
+		sink: &recordingSink{ch: make(chan platform.Delivery, 64)}}
+	in := &instance{testRelay: tr, name: name, st: st}
+	in.stop = tr.run(t, tr.sink)
+	t.Cleanup(func() {
+		in.stop()
+		if t.Failed() {
+			t.Logf("instance %s log:\n%s", name, tail(logs.String(), 40))
+		}
+	})
+	return in
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// homeOf waits until one of ins hosts room and returns it.
+func homeOf(t *testing.T, ins []*instance, room string) *instance {
+	t.Helper()
+	var home *instance
+	waitFor(t, "a home for room "+room, func() bool {
+		for _, in := range ins {
+			if in.p.rooms[room].home.Load() {
+				home = in
+				return true
+			}
+		}
+		return false
+	})
+	return home
+}
+
+// others returns ins without skip.
+func others(ins []*instance, skip *instance) []*instance {
+	var out []*instance
+	for _, in := range ins {
+		if in != skip {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// joinWith connects name and reads presences until one lists want exactly.
+func (in *instance) joinWith(t *testing.T, name string, want ...string) *client {
+	t.Helper()
+	c := in.dialURL(t, "/ws", "name="+name+"&token="+testToken+"&v=1", nil)
+	c.name = name
+	c.expectPresence(want...)
+	return c
+}
+
+// TestClusterRoomAcrossInstances runs one room over three instances on a
+// real redis-server, with every member on a different instance: presence,
+// msg and ack, the bridge to the bot and the gateway's reply, the file lock
+// and a file's chunks in order through the flow control, and a leave.
+func TestClusterRoomAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	// A send window of 64 KiB makes a 1 MiB file run on credits both ways.
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}, SendQueueBytes: 64 << 10}
+	ins := startInstances(t, srv, cfg, 3)
+	home := homeOf(t, ins, DefaultRoom)
+	edges := others(ins, home)
+
+	// Presence across instances: two members on edges, one at the home.
+	alice := edges[0].joinWith(t, "alice", "alice", "hermes")
+	bob := edges[1].joinWith(t, "bob", "alice", "bob", "hermes")
+	alice.expectPresence("alice", "bob", "hermes")
+	carol := home.joinWith(t, "carol", "alice", "bob", "carol", "hermes")
+	alice.expectPresence("alice", "bob", "carol", "hermes")
+	bob.expectPresence("alice", "bob", "carol", "hermes")
+
+	// The name is the room's, not the instance's.
+	dup := home.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", nil)
+	dup.name = "alice (second)"
+	dup.expectError(CodeNameTaken)
+	dup.expectClose(CloseNameTaken)
+
+	// msg and ack from one edge to another, and to the home.
+	alice.sendJSON(msg("m1", "alice", []string{"bob", "carol", "zed"}, "hello across instances"))
+	for _, c := range []*client{bob, carol} {
+		if m := c.expect("msg"); m["msgId"] != "m1" || m["text"] != "hello across instances" || m["ts"] == nil {
+			t.Fatalf("%s got %v", c.name, m)
+		}
+	}
+	ack := alice.expect("ack")
+	if fmt.Sprint(ack["delivered"], ack["offline"]) != "[bob carol] [zed]" {
+		t.Fatalf("ack %v", ack)
+	}
+
+	// A msg to the bot from an edge is bridged by the home.
+	bob.sendJSON(msg("m2", "bob", []string{"hermes"}, "question for the agent"))
+	d := home.sink.next(t)
+	if d.Tenant != "t1" || d.Event == nil || d.Event.Text != "question for the agent" || d.Event.Source.UserID.Value != "bob" {
+		t.Fatalf("delivery %+v", d)
+	}
+	if ack := bob.expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
+		t.Fatalf("ack to bob %v", ack)
+	}
+	// The gateway answers through an instance that is not the home.
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	res := edges[0].p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "the answer", ReplyTo: "m2"})
+	if !res.Success || res.MessageID == "" {
+		t.Fatalf("send through an edge: %+v", res)
+	}
+	if m := bob.expect("msg"); m["text"] != "the answer" || fmt.Sprint(m["to"]) != "[bob]" || m["from"] != "hermes" {
+		t.Fatalf("bot reply %v", m)
+	}
+
+	// The file lock is the room's: alice (edge 0) holds it, carol (home) is
+	// refused; the chunks reach bob (edge 1) in order.
+	const size, chunkSize = 1 << 20, 16 << 10
+	alice.sendJSON(fileStart("f1", "alice", []string{"bob"}, size))
+	if m := bob.expect("file-start"); m["msgId"] != "f1" {
+		t.Fatalf("bob got %v", m)
+	}
+	carol.sendJSON(fileStart("f2", "carol", []string{"bob"}, 10))
+	carol.expectError(CodeTransferBusy)
+	got := make(chan []byte, 1)
+	go func() { // bob reads while alice sends: the window is smaller than the file
+		var all bytes.Buffer
+		for all.Len() < size {
+			typ, b, err := bob.ws.Read(context.Background())
+			if err != nil || typ != websocket.MessageBinary {
+				break
+			}
+			all.Write(b)
+		}
+		got <- all.Bytes()
+	}()
+	src := newChunkSource(size, chunkSize)
+	var want bytes.Buffer
+	for b := src.next(); b != nil; b = src.next() {
+		want.Write(b)
+		alice.sendBinary(b)
+	}
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, want.Bytes()) {
+			t.Fatalf("bob got %d bytes that differ from the %d sent (order or content)", len(b), want.Len())
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for bob's chunks", testTimeout)
+	}
+	alice.sendJSON(fileEnd("f1", "alice"))
+	bob.expect("file-end")
+	if ack := alice.expect("ack"); ack["msgId"] != "f1" || fmt.Sprint(ack["delivered"]) != "[bob]" {
+		t.Fatalf("file ack %v", ack)
+	}
+	// The lock is free again, for a member of another instance.
+	carol.sendJSON(fileStart("f3", "carol", []string{"alice"}, 0))
+	alice.expect("file-start")
+	carol.sendJSON(fileEnd("f3", "carol"))
+	alice.expect("file-end")
+	carol.expect("ack")
+
+	// A member that leaves on its edge leaves the room everywhere.
+	_ = alice.ws.Close(websocket.StatusNormalClosure, "")
+	bob.expectPresence("bob", "carol", "hermes")
+	carol.expectPresence("bob", "carol", "hermes")
+}
+
+// TestClusterHomeLost: when the room's home stops (here: its connection to
+// Redis is cut, as a crash would), its members elsewhere are closed with
+// 1012 within a few beats, another instance hosts the room, and members who
+// reconnect meet again there.
+func TestClusterHomeLost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	ins := startInstances(t, srv, cfg, 3)
+	home := homeOf(t, ins, DefaultRoom)
+	edges := others(ins, home)
+	alice := edges[0].joinWith(t, "alice", "alice", "hermes")
+	bob := edges[1].joinWith(t, "bob", "alice", "bob", "hermes")
+	alice.expectPresence("alice", "bob", "hermes")
+	alice.sendJSON(fileStart("f1", "alice", []string{"bob"}, 100))
+	bob.expect("file-start")
+
+	_ = home.st.Close() // the home is cut off: no beats, no lease renewal
+	lost := time.Now()
+	alice.expectClose(CloseRoomMoved)
+	bob.expectClose(CloseRoomMoved)
+	t.Logf("members closed %v after their home was cut off (beat %v)", time.Since(lost).Round(time.Millisecond), clusterLeaseTTL/3)
+
+	next := homeOf(t, edges, DefaultRoom)
+	t.Logf("room homed on %s %v after the old home was cut off", next.name, time.Since(lost).Round(time.Millisecond))
+	alice = edges[0].joinWith(t, "alice", "alice", "hermes")
+	bob = edges[1].joinWith(t, "bob", "alice", "bob", "hermes")
+	alice.expectPresence("alice", "bob", "hermes")
+	// The lock went with the old home: a new transfer starts at once.
+	bob.sendJSON(fileStart("f2", "bob", []string{"alice"}, 0))
+	alice.expect("file-start")
+}
