@@ -15,6 +15,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/clustermsg"
 	"connector/internal/redistest"
 	"connector/platform"
 	"connector/store"
@@ -266,4 +267,33 @@ func TestClusterHomeLost(t *testing.T) {
 	// The lock went with the old home: a new transfer starts at once.
 	bob.sendJSON(fileStart("f2", "bob", []string{"alice"}, 0))
 	alice.expect("file-start")
+}
+
+// TestClusterLostFrameCloses: a frame from the home that skips a sequence
+// number (pub/sub dropped one) closes the member with 1011 instead of
+// letting it see frames missing or out of order.
+func TestClusterLostFrameCloses(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.expectPresence("alice", "bob")
+	edge.p.cluster.mu.Lock()
+	var conn string
+	for c := range edge.p.cluster.edges {
+		conn = c
+	}
+	edge.p.cluster.mu.Unlock()
+
+	// The next frame alice's edge expects is number 3 (two presences).
+	forged := clustermsg.Encode(msgOut, []byte(conn), []byte("4"), []byte("0"), []byte(`{"type":"msg"}`))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := home.st.PubSub().Publish(ctx, inboxPrefix+edge.name, forged); err != nil {
+		t.Fatal(err)
+	}
+	alice.expectClose(CloseFramesLost)
+	bob.expectPresence("bob")
 }
