@@ -44,7 +44,7 @@ import (
 //   - Liveness: every beat each edge tells each home which of its sockets it
 //     holds, and each home tells each edge which remote members it keeps. A
 //     member the other side does not list is closed; an instance not heard
-//     from for three beats is gone: the home removes its members (presence
+//     from (a beat or any message of a member) for three beats is gone: the home removes its members (presence
 //     follows), the edge closes the members homed there with 1012.
 //   - When the home dies or loses its lease, its rooms' file locks and
 //     transfers in progress go with it; members on other instances are
@@ -300,17 +300,26 @@ func parseUint(b []byte) uint64 {
 	return n
 }
 
-// edge returns this instance's socket conn in a room homed elsewhere.
+// edge returns this instance's socket conn in a room homed elsewhere. A
+// message for it shows that its home is alive.
 func (cl *cluster) edge(conn []byte) *member {
+	now := cl.p.clock.Now()
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return cl.edges[string(conn)]
+	m := cl.edges[string(conn)]
+	if m != nil && m.link.home != "" {
+		cl.heard[m.link.home] = now
+	}
+	return m
 }
 
-// remote returns the remote member of a room homed here.
+// remote returns the remote member of a room homed here. A message from
+// its edge shows that the edge is alive.
 func (cl *cluster) remote(edge, conn []byte) *member {
+	now := cl.p.clock.Now()
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
+	cl.heard[string(edge)] = now
 	return cl.remotes[string(edge)+"/"+string(conn)]
 }
 

@@ -21,9 +21,13 @@ import (
 	"connector/store"
 )
 
-// clusterLeaseTTL is the room lease's TTL in the cluster tests; a beat is a
-// third of it.
-const clusterLeaseTTL = 900 * time.Millisecond
+// The room lease's TTL in the cluster tests (a beat is a third of it):
+// short where a test waits for a takeover, longer where a home that a busy
+// machine starves of CPU must not lose its lease mid-test.
+const (
+	clusterLeaseTTL = 3 * time.Second
+	takeoverTTL     = 1500 * time.Millisecond
+)
 
 // instance is one connector instance of a cluster test: a Platform on its
 // own listener and its own connection to the shared redis-server.
@@ -35,16 +39,16 @@ type instance struct {
 }
 
 // startInstances starts n instances sharing srv, each running Run.
-func startInstances(t *testing.T, srv *redistest.Server, cfg Config, n int) []*instance {
+func startInstances(t *testing.T, srv *redistest.Server, cfg Config, n int, ttl time.Duration) []*instance {
 	t.Helper()
 	out := make([]*instance, n)
 	for i := range out {
-		out[i] = startInstance(t, srv, cfg, fmt.Sprintf("i%d", i))
+		out[i] = startInstance(t, srv, cfg, fmt.Sprintf("i%d", i), ttl)
 	}
 	return out
 }
 
-func startInstance(t *testing.T, srv *redistest.Server, cfg Config, name string) *instance {
+func startInstance(t *testing.T, srv *redistest.Server, cfg Config, name string, ttl time.Duration) *instance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -58,9 +62,9 @@ func startInstance(t *testing.T, srv *redistest.Server, cfg Config, name string)
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", name)
 	p, err := New(cfg, platform.Deps{
 		Log:     log,
-		Cluster: &platform.Cluster{Instance: name, PubSub: st.PubSub(), Beat: clusterLeaseTTL / 3},
+		Cluster: &platform.Cluster{Instance: name, PubSub: st.PubSub(), Beat: ttl / 3},
 		Exclusive: func(ctx context.Context, lease string, run func(context.Context) error) error {
-			return store.RunExclusive(ctx, clock.System, st.Leases(), lease, name, clusterLeaseTTL, run)
+			return store.RunExclusive(ctx, clock.System, st.Leases(), lease, name, ttl, run)
 		},
 	})
 	if err != nil {
@@ -134,7 +138,7 @@ func TestClusterRoomAcrossInstances(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	// A send window of 64 KiB makes a 1 MiB file run on credits both ways.
 	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}, SendQueueBytes: 64 << 10}
-	ins := startInstances(t, srv, cfg, 3)
+	ins := startInstances(t, srv, cfg, 3, clusterLeaseTTL)
 	home := homeOf(t, ins, DefaultRoom)
 	edges := others(ins, home)
 
@@ -244,7 +248,7 @@ func TestClusterRoomAcrossInstances(t *testing.T) {
 func TestClusterHomeLost(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
-	ins := startInstances(t, srv, cfg, 3)
+	ins := startInstances(t, srv, cfg, 3, takeoverTTL)
 	home := homeOf(t, ins, DefaultRoom)
 	edges := others(ins, home)
 	alice := edges[0].joinWith(t, "alice", "alice", "hermes")
@@ -257,7 +261,7 @@ func TestClusterHomeLost(t *testing.T) {
 	lost := time.Now()
 	alice.expectClose(CloseRoomMoved)
 	bob.expectClose(CloseRoomMoved)
-	t.Logf("members closed %v after their home was cut off (beat %v)", time.Since(lost).Round(time.Millisecond), clusterLeaseTTL/3)
+	t.Logf("members closed %v after their home was cut off (beat %v)", time.Since(lost).Round(time.Millisecond), takeoverTTL/3)
 
 	next := homeOf(t, edges, DefaultRoom)
 	t.Logf("room homed on %s %v after the old home was cut off", next.name, time.Since(lost).Round(time.Millisecond))
@@ -274,7 +278,7 @@ func TestClusterHomeLost(t *testing.T) {
 // letting it see frames missing or out of order.
 func TestClusterLostFrameCloses(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	ins := startInstances(t, srv, Config{}, 2)
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
 	home := homeOf(t, ins, DefaultRoom)
 	edge := others(ins, home)[0]
 	alice := edge.joinWith(t, "alice", "alice")
