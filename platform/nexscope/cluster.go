@@ -20,7 +20,8 @@ import (
 // instance) serve the rooms together; docs/nexscope.md draws it.
 //
 //   - Each room has one home: the instance holding the lease
-//     "nexscope/room/<name>" (platform.Deps.Exclusive). The home runs the
+//     "nexscope/room/<name>" (platform.Deps.Exclusive; the
+//     connector stores it as "ingest/nexscope/room/<name>"). The home runs the
 //     room exactly as a single instance does: members, presence, the file
 //     lock, routing, acks and the bridge to the tenant's gateways.
 //   - A client may connect to any instance. That instance checks token,
