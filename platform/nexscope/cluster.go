@@ -75,13 +75,14 @@ const (
 	msgEdgeBeat = 'B' // home inbox: edge, conns (",")
 	msgHomeBeat = 'H' // edge inbox: home, conns (",")
 	msgExec     = 'X' // room channel: request, instance, tenant, action (JSON)
-	msgResult   = 'R' // inbox: request, result (JSON)
+	msgProbe    = 'P' // edge inbox: request, conn, home (ping the member for its name)
+	msgResult   = 'R' // inbox: request, result (an action's JSON; a probe's "1" alive)
 )
 
 // fieldCount is how many fields each message type has.
 var fieldCount = map[byte]int{
 	msgJoin: 4, msgJoined: 3, msgIn: 5, msgOut: 4, msgClose: 4, msgLeave: 2,
-	msgWritten: 3, msgConsumed: 2, msgEdgeBeat: 2, msgHomeBeat: 2, msgExec: 4, msgResult: 2,
+	msgWritten: 3, msgConsumed: 2, msgEdgeBeat: 2, msgHomeBeat: 2, msgExec: 4, msgProbe: 3, msgResult: 2,
 }
 
 // Cluster tuning.
@@ -285,6 +286,8 @@ func (cl *cluster) handle(msg []byte) {
 		cl.homeBeat(string(f[0]), string(f[1]))
 	case msgExec:
 		cl.execHere(string(f[0]), string(f[1]), string(f[2]), f[3])
+	case msgProbe:
+		cl.probeHere(string(f[0]), f[1], string(f[2]))
 	case msgResult:
 		cl.mu.Lock()
 		ch := cl.calls[string(f[0])]
@@ -560,13 +563,10 @@ func (cl *cluster) answerJoin(edge, conn, refusal string) {
 	cl.publish(inboxPrefix+edge, clustermsg.Encode(msgJoined, []byte(conn), []byte(cl.inst), []byte(refusal)))
 }
 
-// forwardExec asks the home of r to execute a (already checked to belong to
-// tenant) and waits for its result until ctx ends.
-func (cl *cluster) forwardExec(ctx context.Context, r *room, tenant string, a *contract.Action) contract.Result {
-	action, err := json.Marshal(a)
-	if err != nil {
-		return contract.Failed(contract.CodeBadRequest, "nexscope: action cannot be encoded")
-	}
+// call publishes msg, a request named req, on channel and waits for its
+// result until ctx ends or, when expired is not nil, it is closed; ok is
+// false without a result.
+func (cl *cluster) call(ctx context.Context, expired <-chan struct{}, channel string, msg func(req []byte) []byte) (result []byte, ok bool) {
 	ch := make(chan []byte, 1)
 	cl.mu.Lock()
 	cl.nextReq++
@@ -578,17 +578,72 @@ func (cl *cluster) forwardExec(ctx context.Context, r *room, tenant string, a *c
 		delete(cl.calls, req)
 		cl.mu.Unlock()
 	}()
-	cl.publish(roomPrefix+r.name, clustermsg.Encode(msgExec, []byte(req), []byte(cl.inst), []byte(tenant), action))
+	cl.publish(channel, msg([]byte(req)))
 	select {
-	case raw := <-ch:
-		var res contract.Result
-		if json.Unmarshal(raw, &res) != nil {
-			return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home answered garbage")
-		}
-		return res
+	case res := <-ch:
+		return res, true
 	case <-ctx.Done():
+	case <-expired:
+	}
+	return nil, false
+}
+
+// probe asks the edge of m, a remote member, whether m answers a WebSocket
+// ping within nameProbeTimeout (a new connection asks for its name); no
+// answer from the edge within a beat more counts as no.
+func (cl *cluster) probe(m *member) bool {
+	expired := make(chan struct{})
+	t := cl.p.clock.AfterFunc(nameProbeTimeout+cl.beat, func() { close(expired) })
+	defer t.Stop()
+	res, ok := cl.call(cl.ctx, expired, inboxPrefix+m.remote.edge, func(req []byte) []byte {
+		return clustermsg.Encode(msgProbe, req, []byte(m.remote.conn), []byte(cl.inst))
+	})
+	return ok && string(res) == "1"
+}
+
+// probeHere answers a home's probe of one of this instance's sockets: "1"
+// when it answers a ping in time. A socket this instance does not hold is
+// not alive.
+func (cl *cluster) probeHere(req string, conn []byte, home string) {
+	answer := func(alive bool) {
+		res := []byte("0")
+		if alive {
+			res = []byte("1")
+		}
+		cl.publish(inboxPrefix+home, clustermsg.Encode(msgResult, []byte(req), res))
+	}
+	m := cl.edge(conn)
+	if m == nil {
+		answer(false)
+		return
+	}
+	if !cl.p.track() {
+		return
+	}
+	go func() {
+		defer cl.p.wg.Done()
+		answer(m.answersPing(nameProbeTimeout))
+	}()
+}
+
+// forwardExec asks the home of r to execute a (already checked to belong to
+// tenant) and waits for its result until ctx ends.
+func (cl *cluster) forwardExec(ctx context.Context, r *room, tenant string, a *contract.Action) contract.Result {
+	action, err := json.Marshal(a)
+	if err != nil {
+		return contract.Failed(contract.CodeBadRequest, "nexscope: action cannot be encoded")
+	}
+	raw, ok := cl.call(ctx, nil, roomPrefix+r.name, func(req []byte) []byte {
+		return clustermsg.Encode(msgExec, req, []byte(cl.inst), []byte(tenant), action)
+	})
+	if !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
+	var res contract.Result
+	if json.Unmarshal(raw, &res) != nil {
+		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home answered garbage")
+	}
+	return res
 }
 
 // execHere executes an action another instance forwarded to a room homed

@@ -301,3 +301,51 @@ func TestClusterLostFrameCloses(t *testing.T) {
 	alice.expectClose(CloseFramesLost)
 	bob.expectPresence("bob")
 }
+
+// TestClusterGhostOnAnotherInstance: a name held by a connection on another
+// instance than the home that does not answer the probe ping (its network
+// dropped) is replaced by the reconnecting client, as on one instance; a
+// holder that answers keeps it.
+func TestClusterGhostOnAnotherInstance(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	bob := edge.joinWith(t, "bob", "bob")
+	bob.discardInBackground() // bob reads, so it answers pings
+
+	ghost := edge.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool { return false }, // its network is gone
+	})
+	ghost.name = "alice (ghost)"
+	ghost.expectPresence("alice", "bob")
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := ghost.ws.Read(context.Background()); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+
+	// bob answers: a second bob is refused after the probe.
+	dup := home.dialURL(t, "/ws", "name=bob&token="+testToken+"&v=1", nil)
+	dup.name = "bob (second)"
+	dup.expectError(CodeNameTaken)
+	dup.expectClose(CloseNameTaken)
+
+	// alice reconnects through the home: the ghost on the edge is probed
+	// there, does not answer within nameProbeTimeout and is replaced.
+	again := home.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", nil)
+	again.name = "alice"
+	again.expectPresence("alice", "bob")
+	select {
+	case err := <-ended:
+		if !endedWith(err, CloseGhostReplaced) {
+			t.Fatalf("ghost ended with %v, want %v", err, CloseGhostReplaced)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the ghost's close", testTimeout)
+	}
+}

@@ -130,10 +130,13 @@ func (r *room) replaceGhost(name string) bool {
 	if holder == nil {
 		return true // it left meanwhile
 	}
+	var alive bool
 	if holder.remote != nil {
-		return false // its own instance's heartbeat finds a ghost there
+		alive = holder.remote.cl.probe(holder) // its socket is on another instance
+	} else {
+		alive = holder.answersPing(nameProbeTimeout)
 	}
-	if holder.answersPing(nameProbeTimeout) {
+	if alive {
 		return false
 	}
 	holder.log.Info("nexscope ghost replaced: no pong to the name probe of a new connection",
