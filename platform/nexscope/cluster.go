@@ -92,8 +92,9 @@ const (
 	// 1013: long enough for a lease takeover (four beats).
 	joinBeats = 6
 	// lostBeats is how many beats without a word from an instance make it
-	// gone.
-	lostBeats = 3
+	// gone; after forgetBeats it is forgotten.
+	lostBeats   = 3
+	forgetBeats = 100
 	// creditBytes is how many bytes written or processed an instance
 	// reports at least at once (it also reports whenever it runs dry).
 	creditBytes = 64 << 10
@@ -213,7 +214,7 @@ func (cl *cluster) home(runCtx, hctx context.Context, r *room) error {
 		return nil
 	}
 	defer cancel()
-	r.setHome(true)
+	r.becomeHome()
 	cl.p.log.Info("nexscope room homed on this instance", "room", r.name)
 	for done := false; !done; {
 		select {
@@ -351,7 +352,7 @@ func (cl *cluster) sendBeats() {
 	var lost []*member
 	cl.mu.Lock()
 	for conn, m := range cl.edges {
-		if h := m.link.homeInst(); h != "" {
+		if h := m.link.home; h != "" {
 			if gone(h, m.link.since) {
 				lost = append(lost, m)
 				continue
@@ -365,6 +366,11 @@ func (cl *cluster) sendBeats() {
 			continue
 		}
 		toEdge[m.remote.edge] = append(toEdge[m.remote.edge], m.remote.conn)
+	}
+	for inst, last := range cl.heard {
+		if now.Sub(last) > forgetBeats*cl.beat {
+			delete(cl.heard, inst) // an instance gone for good (names may change on restart)
+		}
 	}
 	cl.mu.Unlock()
 	for _, m := range lost {
@@ -412,7 +418,7 @@ func (cl *cluster) homeBeat(home, conns string) {
 	cl.mu.Lock()
 	cl.heard[home] = now
 	for conn, m := range cl.edges {
-		if m.link.homeInst() == home && !kept[conn] && now.Sub(m.link.since) > cl.beat {
+		if m.link.home == home && !kept[conn] && now.Sub(m.link.since) > cl.beat {
 			stale = append(stale, m)
 		}
 	}
@@ -841,8 +847,6 @@ type edgeLink struct {
 func newEdgeLink(cl *cluster, conn string) *edgeLink {
 	return &edgeLink{cl: cl, conn: conn, joined: make(chan joinAnswer, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
 }
-
-func (l *edgeLink) homeInst() string { return l.home }
 
 // answer delivers the home's answer to the join (the first one counts).
 func (l *edgeLink) answer(a joinAnswer) {

@@ -112,13 +112,16 @@ func (p *Platform) Routes() map[string]http.Handler {
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.runCtx.Store(&ctx)
 	p.sink.Store(&sinkRef{sink})
+	var err error
 	if p.cluster != nil {
-		if err := p.cluster.start(ctx, p.exclusive); err != nil {
-			return fmt.Errorf("nexscope: joining the other instances: %w", err)
-		}
 		defer p.cluster.shutdown()
+		if err = p.cluster.start(ctx, p.exclusive); err != nil {
+			err = fmt.Errorf("nexscope: joining the other instances: %w", err)
+		}
 	}
-	<-ctx.Done()
+	if err == nil {
+		<-ctx.Done()
+	}
 	p.sink.Store(nil)
 	p.mu.Lock()
 	p.closed = true
@@ -131,7 +134,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 		m.kick(CloseGoingAway)
 	}
 	p.wg.Wait()
-	return nil
+	return err
 }
 
 // ChatTenant implements platform.Platform: a chat is a room, owned by the

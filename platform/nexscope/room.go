@@ -114,10 +114,10 @@ func (r *room) join(m *member) error {
 	return nil
 }
 
-// setHome makes this instance the room's home: members may join.
-func (r *room) setHome(home bool) {
+// becomeHome makes this instance the room's home: members may join.
+func (r *room) becomeHome() {
 	r.mu.Lock()
-	r.home.Store(home)
+	r.home.Store(true)
 	r.mu.Unlock()
 }
 
