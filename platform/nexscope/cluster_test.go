@@ -344,3 +344,54 @@ func TestClusterGhostOnAnotherInstance(t *testing.T) {
 		t.Fatalf("timed out after %v waiting for the ghost's close", testTimeout)
 	}
 }
+
+// FuzzClusterHandle feeds arbitrary messages to an instance's cluster
+// handler, as if another instance (or a corrupted Redis) had sent them:
+// nothing may panic or hang, and Run still ends cleanly.
+func FuzzClusterHandle(f *testing.F) {
+	enc := func(typ byte, fields ...string) []byte {
+		b := make([][]byte, len(fields))
+		for i, s := range fields {
+			b[i] = []byte(s)
+		}
+		return clustermsg.Encode(typ, b...)
+	}
+	f.Add(enc(msgJoin, DefaultRoom, "alice", "i9", "1"))
+	f.Add(enc(msgIn, "i9", "1", "1", "0", `{"type":"msg","msgId":"m","from":"alice","to":[],"text":"x"}`))
+	f.Add(enc(msgIn, "i9", "1", "2", "1", "chunk"))
+	f.Add(enc(msgOut, "1", "1", "0", `{}`))
+	f.Add(enc(msgClose, "1", "4010", "x", "1"))
+	f.Add(enc(msgLeave, "i9", "1"))
+	f.Add(enc(msgWritten, "i9", "1", "99999999999"))
+	f.Add(enc(msgConsumed, "1", "-5"))
+	f.Add(enc(msgEdgeBeat, "i9", "1,2,,3"))
+	f.Add(enc(msgHomeBeat, "i9", ""))
+	f.Add(enc(msgExec, "r1", "i9", "t1", `{"op":"send","chat_id":"default","content":"hi"}`))
+	f.Add(enc(msgProbe, "r2", "7", "i9"))
+	f.Add(enc(msgResult, "i0-1", "1"))
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		st := store.NewMemory(nil)
+		defer st.Close()
+		p, err := New(Config{Token: testToken, Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, platform.Deps{
+			Log:       slog.New(slog.DiscardHandler),
+			Cluster:   &platform.Cluster{Instance: "i0", PubSub: st.PubSub(), Beat: time.Hour},
+			Exclusive: func(ctx context.Context, _ string, run func(context.Context) error) error { return run(ctx) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx, checkingSink{t}) }()
+		waitFor(t, "the room homed", func() bool { return p.rooms[DefaultRoom].home.Load() })
+		for _, m := range bytes.Split(msg, []byte{0x1e}) {
+			p.cluster.handle(m)
+		}
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(testTimeout):
+			t.Fatalf("Run did not end within %v after the messages", testTimeout)
+		}
+	})
+}
