@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +43,7 @@ type instance struct {
 }
 
 // startInstances starts n instances sharing srv, each running Run.
-func startInstances(t *testing.T, srv *redistest.Server, cfg Config, n int, ttl time.Duration) []*instance {
+func startInstances(t testing.TB, srv *redistest.Server, cfg Config, n int, ttl time.Duration) []*instance {
 	t.Helper()
 	out := make([]*instance, n)
 	for i := range out {
@@ -48,7 +52,7 @@ func startInstances(t *testing.T, srv *redistest.Server, cfg Config, n int, ttl 
 	return out
 }
 
-func startInstance(t *testing.T, srv *redistest.Server, cfg Config, name string, ttl time.Duration) *instance {
+func startInstance(t testing.TB, srv *redistest.Server, cfg Config, name string, ttl time.Duration) *instance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -95,7 +99,7 @@ func tail(s string, n int) string {
 }
 
 // homeOf waits until one of ins hosts room and returns it.
-func homeOf(t *testing.T, ins []*instance, room string) *instance {
+func homeOf(t testing.TB, ins []*instance, room string) *instance {
 	t.Helper()
 	var home *instance
 	waitFor(t, "a home for room "+room, func() bool {
@@ -122,7 +126,7 @@ func others(ins []*instance, skip *instance) []*instance {
 }
 
 // joinWith connects name and reads presences until one lists want exactly.
-func (in *instance) joinWith(t *testing.T, name string, want ...string) *client {
+func (in *instance) joinWith(t testing.TB, name string, want ...string) *client {
 	t.Helper()
 	c := in.dialURL(t, "/ws", "name="+name+"&token="+testToken+"&v=1", nil)
 	c.name = name
@@ -394,4 +398,98 @@ func FuzzClusterHandle(f *testing.F) {
 			t.Fatalf("Run did not end within %v after the messages", testTimeout)
 		}
 	})
+}
+
+// BenchmarkClusterMsgAck measures msg -> ack round trips when the sender,
+// the recipient and the room's home are three instances on one
+// redis-server: the msg crosses pub/sub to the home, the ack back, and the
+// copy to the recipient's instance. The recipient reads in the background.
+func BenchmarkClusterMsgAck(b *testing.B) {
+	srv := redistest.Start(b, redistest.Options{})
+	ins := make([]*instance, 3)
+	for i := range ins {
+		ins[i] = startInstance(b, srv, Config{}, fmt.Sprintf("i%d", i), clusterLeaseTTL)
+	}
+	home := homeOf(b, ins, DefaultRoom)
+	edges := others(ins, home)
+	var got atomic.Int64
+	rcpt := edges[1].joinWith(b, "rcpt", "rcpt")
+	drainInBackground(rcpt, &got)
+	sender := edges[0].joinWith(b, "sender", "rcpt", "sender")
+	frame := []byte(`{"type":"msg","msgId":"01HQX5C9ABCDEFGHJKMNPQRSTV","from":"sender","to":["rcpt"],` +
+		`"role":"userAgent","threadId":"t","text":"please refactor auth.ts, write tests first","hopCount":0,"attachments":[]}`)
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		if err := sender.ws.Write(ctx, websocket.MessageText, frame); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			_, resp, err := sender.ws.Read(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if bytes.HasPrefix(resp, []byte(`{"type":"ack`)) {
+				break
+			}
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkClusterFile streams a file from a member on one instance to a
+// member on another through the room's home on a third (every chunk crosses
+// pub/sub twice, under the send-window credits).
+func BenchmarkClusterFile(b *testing.B) {
+	srv := redistest.Start(b, redistest.Options{})
+	ins := make([]*instance, 3)
+	for i := range ins {
+		ins[i] = startInstance(b, srv, Config{}, fmt.Sprintf("i%d", i), clusterLeaseTTL)
+	}
+	home := homeOf(b, ins, DefaultRoom)
+	edges := others(ins, home)
+	rcpt := edges[1].joinWith(b, "rcpt", "rcpt")
+	sender := edges[0].joinWith(b, "sender", "rcpt", "sender")
+	ends := make(chan struct{}, 1)
+	go func() {
+		for {
+			typ, rd, err := rcpt.ws.Reader(context.Background())
+			if err != nil {
+				return
+			}
+			if typ == websocket.MessageBinary {
+				_, _ = io.Copy(io.Discard, rd)
+				continue
+			}
+			if msg, _ := io.ReadAll(rd); isFileEnd(msg) {
+				ends <- struct{}{}
+			}
+		}
+	}()
+	const size = 8 << 20
+	src := newChunkSource(size, 64<<10)
+	var chunks [][]byte
+	for c := src.next(); c != nil; c = src.next() {
+		chunks = append(chunks, slices.Clone(c))
+	}
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := range b.N {
+		id := "f" + strconv.Itoa(i)
+		sender.sendJSON(fileStart(id, "sender", []string{"rcpt"}, size))
+		for _, c := range chunks {
+			if err := sender.ws.Write(context.Background(), websocket.MessageBinary, c); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sender.sendJSON(fileEnd(id, "sender"))
+		sender.expect("ack")
+		<-ends
+	}
 }
