@@ -118,7 +118,7 @@ type cluster struct {
 	edges   map[string]*member     // this instance's sockets in rooms homed elsewhere, by conn
 	remotes map[string]*member     // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool        // remote joins being decided, by edge/conn
-	heard   map[string]time.Time   // instance -> when its last beat (or join) arrived
+	heard   map[string]time.Time   // instance -> when a message from it last arrived
 	calls   map[string]chan []byte // forwarded actions waiting for their result, by request
 	nextReq uint64
 }
@@ -180,11 +180,20 @@ func (cl *cluster) publish(channel string, msg []byte) {
 // publishLoop publishes queued messages in order; once stopped it publishes
 // what is left and returns.
 func (cl *cluster) publishLoop() {
+	lost := 0 // messages not published since the last one that was
 	send := func(m outMsg) {
 		ctx, cancel := context.WithTimeout(context.Background(), cl.beat*lostBeats)
 		defer cancel()
-		if err := cl.ps.Publish(ctx, m.channel, m.msg); err != nil {
-			cl.p.log.Warn("nexscope cluster message not published", "channel", m.channel, "err", err)
+		err := cl.ps.Publish(ctx, m.channel, m.msg)
+		switch {
+		case err != nil && lost == 0:
+			cl.p.log.Warn("nexscope cluster messages not published", "channel", m.channel, "err", err)
+			lost++
+		case err != nil:
+			lost++
+		case lost > 0:
+			cl.p.log.Info("nexscope cluster messages published again", "lost", lost)
+			lost = 0
 		}
 	}
 	for {
