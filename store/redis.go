@@ -51,6 +51,9 @@ type redisStore struct {
 	p     string // key prefix
 	now   func() time.Time
 	epoch string
+	// pipe sends the ledger's appends and acks, every call queued while the
+	// previous round trip was under way in one pipeline.
+	pipe *batcher[scriptCall]
 
 	mu     sync.Mutex
 	closed bool
@@ -72,7 +75,61 @@ func openRedis(ctx context.Context, url, prefix string, now func() time.Time) (*
 		_ = c.Close()
 		return nil, err
 	}
+	s.pipe = newBatcher(maxPipeline, s.sendPipeline)
 	return s, nil
+}
+
+// maxPipeline bounds the script calls in one pipeline.
+const maxPipeline = 1024
+
+// scriptCall is one script call sent through the pipeline, and where its
+// reply goes.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	reply  chan *redis.Cmd
+}
+
+// runPipelined runs script in the next pipeline and returns its reply. It
+// shares one round trip with every call queued at the same time, whatever
+// their tenants; each call stays one atomic script on the server.
+func (s *redisStore) runPipelined(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if err := ctx.Err(); err != nil {
+		return failedCmd(ctx, err)
+	}
+	call := scriptCall{script: script, keys: keys, args: args, reply: make(chan *redis.Cmd, 1)}
+	if err := s.pipe.submit(call); err != nil {
+		return failedCmd(ctx, err)
+	}
+	return <-call.reply
+}
+
+func failedCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}
+
+// sendPipeline sends calls as EVALSHAs in one pipeline. A call the server
+// answers NOSCRIPT (its script cache was flushed) is sent again alone with
+// Script.Run, which loads the script. The calls' contexts are not used: a
+// call once queued is sent, within the client's read and write timeouts.
+func (s *redisStore) sendPipeline(calls []scriptCall) {
+	ctx := context.Background()
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, c := range calls {
+		cmd := cmds[i]
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			cmd = c.script.Run(ctx, s.c, c.keys, c.args...)
+		}
+		c.reply <- cmd
+	}
 }
 
 // init checks the server and loads or creates the epoch.
@@ -151,6 +208,7 @@ func (s *redisStore) Close() error {
 	for sub := range subs {
 		sub.stop()
 	}
+	s.pipe.close()
 	return s.c.Close()
 }
 
@@ -199,7 +257,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		received := receivedAt(r.Received, now)
 		args = append(args, r.Kind, r.Platform, r.SessionKey, r.ChatID, received.UnixMicro(), r.Payload)
 	}
-	first, err := appendScript.Run(ctx, l.s.c, l.keys(tenant), args...).Int64()
+	first, err := l.s.runPipelined(ctx, appendScript, l.keys(tenant), args...).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
 	}
@@ -300,7 +358,7 @@ func (l redisLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (in
 	for _, seq := range seqs {
 		args = append(args, strconv.FormatUint(seq, 10))
 	}
-	n, err := ackScript.Run(ctx, l.s.c, []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"}, args...).Int()
+	n, err := l.s.runPipelined(ctx, ackScript, []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"}, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, rerr(err))
 	}
