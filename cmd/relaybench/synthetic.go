@@ -36,8 +36,8 @@ type syntheticPlatform struct {
 	sinksMu   sync.Mutex
 	sinks     []platform.Sink // complete before running is closed
 	tenants   []string
-	sessions [][]syntheticSession // per tenant
-	text     []byte               // the single producer's buffer
+	sessions  [][]syntheticSession // per tenant
+	text      []byte               // the single producer's buffer
 
 	jobs      chan syntheticJob // nil with one producer
 	producers sync.WaitGroup
