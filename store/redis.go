@@ -268,6 +268,14 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	return seqs, nil
 }
 
+func (l redisLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]uint64, func() error, error) {
+	seqs, err := l.Append(ctx, tenant, recs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return seqs, committed, nil
+}
+
 func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
 	if err := checkReadArgs(tenant, max); err != nil {
 		return nil, err

@@ -77,11 +77,23 @@ type Ledger interface {
 	// Append stores recs at the end of tenant's log and returns their
 	// sequence numbers, in the order of recs. Sequence numbers start at 1,
 	// grow by one per record and are never reused, even after acks, trims,
-	// restarts or from another instance. Append returns only once the
-	// records are durable. The store copies recs; their Seq is ignored, and
-	// a zero Received is set to the store's clock. Received is kept to the
-	// microsecond.
+	// restarts or from another instance; only a Stage whose records were
+	// not stored (its commit failed, or the process died first) leaves a
+	// gap. Append returns only once the records are durable. The store
+	// copies recs; their Seq is ignored, and a zero Received is set to the
+	// store's clock. Received is kept to the microsecond.
 	Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error)
+	// Stage is Append in two steps, for a caller that acts on the records
+	// before they are durable (the relay sends them to a connected gateway
+	// while the commit is under way). It assigns recs' sequence numbers at
+	// once, in the order of the tenant's Stage and Append calls, and
+	// returns commit, which returns nil once the records are durable, or
+	// the error that kept them from being stored. A sequence number Stage
+	// returned is never assigned again, even when commit fails or the
+	// process dies before the records are durable. The redis backend, whose
+	// numbers come from the server, stores the records before Stage
+	// returns, and its commit returns nil.
+	Stage(ctx context.Context, tenant string, recs []Record) (seqs []uint64, commit func() error, err error)
 	// Read returns up to max (> 0) of tenant's records with a sequence
 	// number above afterSeq, in sequence order.
 	Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error)
@@ -403,6 +415,10 @@ func checkRegistryArgs(namespace, key string) error {
 	}
 	return checkName("registry key", key)
 }
+
+// committed is the commit of a Stage whose records were durable before it
+// returned.
+func committed() error { return nil }
 
 // expired reports whether a value that expires at expires is gone at now:
 // it is from its expiry instant on.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -80,6 +81,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("LedgerSeqsSurviveReopen", func(t *testing.T) { testSeqsSurviveReopen(t, b) })
 	t.Run("LedgerSeqsAcrossInstances", func(t *testing.T) { testSeqsAcrossInstances(t, b) })
 	t.Run("LedgerConcurrentAppends", func(t *testing.T) { testConcurrentAppends(t, b) })
+	t.Run("LedgerStage", func(t *testing.T) { testStage(t, b) })
 	t.Run("Capabilities", func(t *testing.T) { testCapabilities(t, b) })
 	t.Run("Owners", func(t *testing.T) { testOwners(t, b) })
 	t.Run("Leases", func(t *testing.T) { testLeases(t, b) })
@@ -359,6 +361,53 @@ func testTenantIsolation(t *testing.T, b Backend) {
 	}
 	mustTenants(t, l, "a", "a:b")
 	wantSeqs(t, "tenant a after the others' changes", seqsOf(mustRead(t, l, "a", 0, 10)), []uint64{1, 2, 3, 4, 5})
+}
+
+// Stage numbers records at once, in call order with Append, and its
+// commit makes them readable like an Append's; on a durable backend they
+// keep their numbers after a reopen and numbering goes on from them.
+func testStage(t *testing.T, b Backend) {
+	f := newFixture(t, b)
+	l := f.s.Ledger()
+	seqs, commit, err := l.Stage(ctx, "t1", []store.Record{rec("p", "s", "c", "1"), rec("p", "s", "c", "2")})
+	if err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+	wantSeqs(t, "first Stage", seqs, []uint64{1, 2})
+	later, commitLater, err := l.Stage(ctx, "t1", []store.Record{rec("p", "s", "c", "3")})
+	if err != nil {
+		t.Fatalf("second Stage: %v", err)
+	}
+	wantSeqs(t, "second Stage", later, []uint64{3})
+	wantSeqs(t, "Append after two Stages", mustAppend(t, l, "t1", rec("p", "s", "c", "4")), []uint64{4})
+	if err := commitLater(); err != nil {
+		t.Fatalf("commit of the second Stage: %v", err)
+	}
+	if err := commit(); err != nil {
+		t.Fatalf("commit of the first Stage: %v", err)
+	}
+	got := mustRead(t, l, "t1", 0, 10)
+	wantSeqs(t, "Read after the commits", seqsOf(got), []uint64{1, 2, 3, 4})
+	for _, r := range got {
+		if want := strconv.FormatUint(r.Seq, 10); string(r.Payload) != want {
+			t.Fatalf("record %d holds %q, want %q", r.Seq, r.Payload, want)
+		}
+	}
+	mustStats(t, l, "t1", store.Stats{Entries: 4, Bytes: 4})
+	if seqs, commit, err := l.Stage(ctx, "t1", nil); err != nil || len(seqs) != 0 || commit() != nil {
+		t.Fatalf("Stage of no records = %v, %v; want nothing", seqs, err)
+	}
+	if !b.Durable {
+		return
+	}
+	f.reopen(t)
+	l = f.s.Ledger()
+	wantSeqs(t, "Read after reopen", seqsOf(mustRead(t, l, "t1", 0, 10)), []uint64{1, 2, 3, 4})
+	seqs, commit, err = l.Stage(ctx, "t1", []store.Record{rec("p", "s", "c", "5")})
+	if err != nil || commit() != nil {
+		t.Fatalf("Stage after reopen: %v", err)
+	}
+	wantSeqs(t, "Stage after reopen", seqs, []uint64{5})
 }
 
 func testSeqsSurviveReopen(t *testing.T, b Backend) {
@@ -859,6 +908,7 @@ func testInvalid(t *testing.T, b Backend) {
 	calls := map[string]func() error{
 		"Append empty tenant": func() error { _, err := s.Ledger().Append(ctx, "", []store.Record{{}}); return err },
 		"Append long tenant":  func() error { _, err := s.Ledger().Append(ctx, long, []store.Record{{}}); return err },
+		"Stage empty tenant":  func() error { _, _, err := s.Ledger().Stage(ctx, "", []store.Record{{}}); return err },
 		"Read empty tenant":   func() error { _, err := s.Ledger().Read(ctx, "", 0, 1); return err },
 		"Read size 0":         func() error { _, err := s.Ledger().Read(ctx, "t", 0, 0); return err },
 		"Ack empty tenant":    func() error { _, err := s.Ledger().Ack(ctx, "", 1); return err },
@@ -899,6 +949,7 @@ func testClosed(t *testing.T, b Backend) {
 	}
 	calls := map[string]func() error{
 		"Append":  func() error { _, err := s.Ledger().Append(ctx, "t", []store.Record{{}}); return err },
+		"Stage":   func() error { _, _, err := s.Ledger().Stage(ctx, "t", []store.Record{{}}); return err },
 		"Read":    func() error { _, err := s.Ledger().Read(ctx, "t", 0, 1); return err },
 		"Tenants": func() error { _, err := s.Ledger().Tenants(ctx); return err },
 		"capability Get": func() error {
