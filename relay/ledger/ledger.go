@@ -934,6 +934,12 @@ func (p *Pool) markDirty(l *Ledger) {
 // flushes on its own as soon as removals are queued; Flush is for shutdown
 // and tests. A failed removal is logged and counted, and not retried: the
 // entry is redelivered after a restart.
+//
+// Each tenant's removals are one store Ack, and up to flushParallel
+// tenants' Acks are issued at once, so a store that shares a commit among
+// concurrent writers (the embedded backend's group commit, the redis
+// backend's pipeline) writes every tenant's removals in one commit or
+// round trip.
 func (p *Pool) Flush(ctx context.Context) {
 	p.flushMu.Lock()
 	defer p.flushMu.Unlock()
@@ -941,6 +947,8 @@ func (p *Pool) Flush(ctx context.Context) {
 	dirty := p.dirty
 	p.dirty = p.spare[:0]
 	p.rmMu.Unlock()
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, flushParallel)
 	for i, l := range dirty {
 		dirty[i] = nil
 		l.mu.Lock()
@@ -948,17 +956,25 @@ func (p *Pool) Flush(ctx context.Context) {
 		l.removals, l.spare = l.spare[:0], nil
 		l.dirty = false
 		l.mu.Unlock()
-		if len(seqs) > 0 {
-			p.remove(ctx, l.tenant, seqs)
-		}
-		l.mu.Lock()
-		l.spare = seqs
-		l.mu.Unlock()
+		slots <- struct{}{}
+		wg.Go(func() {
+			if len(seqs) > 0 {
+				p.remove(ctx, l.tenant, seqs)
+			}
+			l.mu.Lock()
+			l.spare = seqs
+			l.mu.Unlock()
+			<-slots
+		})
 	}
+	wg.Wait()
 	p.rmMu.Lock()
 	p.spare = dirty
 	p.rmMu.Unlock()
 }
+
+// flushParallel bounds the tenants whose removals Flush writes at once.
+const flushParallel = 256
 
 // remove deletes seqs from tenant's stored ledger.
 func (p *Pool) remove(ctx context.Context, tenant string, seqs []uint64) {

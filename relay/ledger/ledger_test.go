@@ -728,3 +728,51 @@ func TestSharedTailTakesInWhatAnyInstanceAppended(t *testing.T) {
 	}
 	want(t, "after Reset", c2.take(), got[1:]...)
 }
+
+// barrierLedger is a store.Ledger whose Ack waits until n Acks are under
+// way at once (or 10 s passed, then it fails).
+type barrierLedger struct {
+	store.Ledger
+	n       int
+	mu      sync.Mutex
+	arrived int
+	all     chan struct{}
+}
+
+func (b *barrierLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
+	b.mu.Lock()
+	if b.arrived++; b.arrived == b.n {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+		return b.Ledger.Ack(ctx, tenant, seqs...)
+	case <-time.After(10 * time.Second):
+		return 0, errors.New("timed out after 10s waiting for the other tenants' Acks: Flush writes tenants one at a time")
+	}
+}
+
+// Flush issues the removals of several tenants at once, so a store that
+// batches concurrent writers commits them together.
+func TestFlushWritesTenantsRemovalsTogether(t *testing.T) {
+	barrier := &barrierLedger{n: 3, all: make(chan struct{})}
+	r := newRig(t, func(c *Config) { barrier.Ledger = c.Store; c.Store = barrier })
+	// Hold the pool's goroutine off until all three are queued: whichever
+	// flush comes first then finds all three.
+	r.pool.flushMu.Lock()
+	for _, tenant := range []string{"t1", "t2", "t3"} {
+		l := r.pool.Ledger(tenant)
+		c := &fakeConsumer{}
+		l.Serve(c, "discord")
+		if _, err := l.Append(context.Background(), Delivery{Platform: "discord", SessionKey: "s", Payload: []byte(tenant)}); err != nil {
+			t.Fatal(err)
+		}
+		l.Ack(ids(c.take())[0])
+	}
+	r.pool.flushMu.Unlock()
+	r.pool.Flush(context.Background())
+	if st := r.pool.Stats(); st.Removed != 3 || st.RemoveErrors != 0 {
+		t.Fatalf("stats %+v, want the three tenants' removals written", st)
+	}
+}
