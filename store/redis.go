@@ -51,9 +51,10 @@ type redisStore struct {
 	p     string // key prefix
 	now   func() time.Time
 	epoch string
-	// pipe sends the ledger's appends and acks, every call queued while the
-	// previous round trip was under way in one pipeline.
-	pipe *batcher[scriptCall]
+	// pipe sends the ledger's appends, acks and reads and the pub/sub
+	// publishes, every command queued while the previous round trip was
+	// under way in one pipeline.
+	pipe *batcher[pipeCall]
 
 	mu     sync.Mutex
 	closed bool
@@ -79,30 +80,45 @@ func openRedis(ctx context.Context, url, prefix string, now func() time.Time) (*
 	return s, nil
 }
 
-// maxPipeline bounds the script calls in one pipeline.
+// maxPipeline bounds the commands in one pipeline.
 const maxPipeline = 1024
 
-// scriptCall is one script call sent through the pipeline, and where its
-// reply goes.
-type scriptCall struct {
-	script *redis.Script
-	keys   []string
-	args   []any
-	reply  chan *redis.Cmd
+// pipeCall is one command sent through the pipeline, and where its reply
+// goes.
+type pipeCall struct {
+	// queue adds the command to the pipeline and returns its reply.
+	queue func(ctx context.Context, p redis.Pipeliner) redis.Cmder
+	// alone runs the command by itself: a script the server answered
+	// NOSCRIPT (its script cache was flushed) is sent again this way,
+	// which loads it. Nil for a command that is not a script.
+	alone func(ctx context.Context) redis.Cmder
+	reply chan redis.Cmder
 }
 
-// runPipelined runs script in the next pipeline and returns its reply. It
-// shares one round trip with every call queued at the same time, whatever
-// their tenants; each call stays one atomic script on the server.
-func (s *redisStore) runPipelined(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+// pipelined sends call in the next pipeline and returns its reply. It
+// shares one round trip with every command queued at the same time,
+// whatever their tenants; a script stays one atomic call on the server.
+func (s *redisStore) pipelined(ctx context.Context, call pipeCall) redis.Cmder {
 	if err := ctx.Err(); err != nil {
 		return failedCmd(ctx, err)
 	}
-	call := scriptCall{script: script, keys: keys, args: args, reply: make(chan *redis.Cmd, 1)}
+	call.reply = make(chan redis.Cmder, 1)
 	if err := s.pipe.submit(call); err != nil {
 		return failedCmd(ctx, err)
 	}
 	return <-call.reply
+}
+
+// runPipelined runs script through the pipeline.
+func (s *redisStore) runPipelined(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := s.pipelined(ctx, pipeCall{
+		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) },
+		alone: func(ctx context.Context) redis.Cmder { return script.Run(ctx, s.c, keys, args...) },
+	})
+	if c, ok := cmd.(*redis.Cmd); ok {
+		return c
+	}
+	return failedCmd(ctx, cmd.Err())
 }
 
 func failedCmd(ctx context.Context, err error) *redis.Cmd {
@@ -111,22 +127,21 @@ func failedCmd(ctx context.Context, err error) *redis.Cmd {
 	return cmd
 }
 
-// sendPipeline sends calls as EVALSHAs in one pipeline. A call the server
-// answers NOSCRIPT (its script cache was flushed) is sent again alone with
-// Script.Run, which loads the script. The calls' contexts are not used: a
-// call once queued is sent, within the client's read and write timeouts.
-func (s *redisStore) sendPipeline(calls []scriptCall) {
+// sendPipeline sends calls in one pipeline. The calls' contexts are not
+// used: a call once queued is sent, within the client's read and write
+// timeouts.
+func (s *redisStore) sendPipeline(calls []pipeCall) {
 	ctx := context.Background()
 	pipe := s.c.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
+	cmds := make([]redis.Cmder, len(calls))
 	for i, c := range calls {
-		cmds[i] = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		cmds[i] = c.queue(ctx, pipe)
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
 	for i, c := range calls {
 		cmd := cmds[i]
-		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			cmd = c.script.Run(ctx, s.c, c.keys, c.args...)
+		if c.alone != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			cmd = c.alone(ctx)
 		}
 		c.reply <- cmd
 	}
@@ -283,7 +298,15 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 	if afterSeq == math.MaxUint64 {
 		return nil, ctx.Err()
 	}
-	msgs, err := l.s.c.XRangeN(ctx, l.s.p+"log:"+tenant, "(0-"+strconv.FormatUint(afterSeq, 10), "+", int64(max)).Result()
+	key, start := l.s.p+"log:"+tenant, "(0-"+strconv.FormatUint(afterSeq, 10)
+	cmd := l.s.pipelined(ctx, pipeCall{queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.XRangeN(ctx, key, start, "+", int64(max))
+	}})
+	var msgs []redis.XMessage
+	err := cmd.Err()
+	if xc, ok := cmd.(*redis.XMessageSliceCmd); ok && err == nil {
+		msgs = xc.Val()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: read tenant %q: %w", tenant, rerr(err))
 	}
@@ -823,7 +846,9 @@ func (p redisPubSub) Publish(ctx context.Context, channel string, msg []byte) er
 	if err := checkName("channel", channel); err != nil {
 		return err
 	}
-	if err := p.s.c.Publish(ctx, p.s.p+"channel:"+channel, msg).Err(); err != nil {
+	key := p.s.p + "channel:" + channel
+	publish := func(ctx context.Context, pipe redis.Pipeliner) redis.Cmder { return pipe.Publish(ctx, key, msg) }
+	if err := p.s.pipelined(ctx, pipeCall{queue: publish}).Err(); err != nil {
 		return fmt.Errorf("store: publish: %w", rerr(err))
 	}
 	return nil
