@@ -8,7 +8,8 @@
 //
 //   - Ledger: an append-only inbound log per tenant. Append returns only once
 //     the records are durable and gives each a per-tenant sequence number
-//     that is never reused; gateways acknowledge, bounds trim the oldest.
+//     that is never reused; Stage gives the numbers first and commits after;
+//     gateways acknowledge, bounds trim the oldest.
 //   - Capabilities: opaque values with an expiry (the vault's backing store).
 //   - Owners: which instance and connection own a session, with a TTL.
 //   - Leases: named, exclusive, expiring leases with fencing tokens.
@@ -19,11 +20,12 @@
 //
 //   - "embedded" (the default): go.etcd.io/bbolt in Config.Path. A write is
 //     committed with fsync before it returns; concurrent writers share one
-//     commit (group commit). One process owns the data directory.
+//     commit (group commit, batch.go). One process owns the data directory.
 //   - "redis": github.com/redis/go-redis/v9 against one Redis 7 primary
 //     (not Cluster), shared by any number of connector instances. A write is
 //     as durable as the server's persistence settings make it (see
-//     docs/durability.md).
+//     docs/durability.md); concurrent ledger and pub/sub calls share one
+//     round trip (a pipeline, batch.go).
 //   - "memory": in-process maps for unit tests and benchmarks; nothing
 //     survives Close.
 //
