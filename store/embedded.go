@@ -400,40 +400,61 @@ func (l embLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int,
 	if len(seqs) == 0 {
 		return 0, ctx.Err()
 	}
+	return l.AckAll(ctx, map[string][]uint64{tenant: seqs})
+}
+
+func (l embLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
+	if err := checkAckAllArgs(acks); err != nil {
+		return 0, err
+	}
 	var removed int
 	err := l.e.batch(ctx, func(tx *bolt.Tx) error {
 		removed = 0
-		b := tx.Bucket(bLedger).Bucket([]byte(tenant))
-		if b == nil {
-			return nil
-		}
-		st := readStats(tx, tenant)
-		for _, seq := range seqs {
-			k := seqKey(seq)
-			v := b.Get(k)
-			if v == nil {
-				continue
-			}
-			r, err := decodeRecord(k, v)
+		for tenant, seqs := range acks {
+			n, err := ackTx(tx, tenant, seqs)
 			if err != nil {
-				return fmt.Errorf("record %d: %w", seq, err)
+				return fmt.Errorf("tenant %q: %w", tenant, err)
 			}
-			st.Entries--
-			st.Bytes -= int64(len(r.Payload))
-			if err := b.Delete(k); err != nil {
-				return err
-			}
-			removed++
+			removed += n
 		}
-		if removed == 0 {
-			return nil
-		}
-		return writeStats(tx, tenant, st)
+		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, err)
+		return 0, fmt.Errorf("store: ack: %w", err)
 	}
 	return removed, nil
+}
+
+// ackTx removes seqs from tenant's log in tx and reports how many it
+// removed.
+func ackTx(tx *bolt.Tx, tenant string, seqs []uint64) (int, error) {
+	b := tx.Bucket(bLedger).Bucket([]byte(tenant))
+	if b == nil {
+		return 0, nil
+	}
+	st := readStats(tx, tenant)
+	removed := 0
+	for _, seq := range seqs {
+		k := seqKey(seq)
+		v := b.Get(k)
+		if v == nil {
+			continue
+		}
+		r, err := decodeRecord(k, v)
+		if err != nil {
+			return 0, fmt.Errorf("record %d: %w", seq, err)
+		}
+		st.Entries--
+		st.Bytes -= int64(len(r.Payload))
+		if err := b.Delete(k); err != nil {
+			return 0, err
+		}
+		removed++
+	}
+	if removed == 0 {
+		return 0, nil
+	}
+	return removed, writeStats(tx, tenant, st)
 }
 
 func (l embLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]Dropped, error) {

@@ -99,22 +99,44 @@ type pipeCall struct {
 // shares one round trip with every command queued at the same time,
 // whatever their tenants; a script stays one atomic call on the server.
 func (s *redisStore) pipelined(ctx context.Context, call pipeCall) redis.Cmder {
+	return s.pipelinedAll(ctx, []pipeCall{call})[0]
+}
+
+// pipelinedAll queues calls together, so they go in the same pipeline
+// (unless it fills up), and returns their replies in order.
+func (s *redisStore) pipelinedAll(ctx context.Context, calls []pipeCall) []redis.Cmder {
+	out := make([]redis.Cmder, len(calls))
 	if err := ctx.Err(); err != nil {
-		return failedCmd(ctx, err)
+		for i := range out {
+			out[i] = failedCmd(ctx, err)
+		}
+		return out
 	}
-	call.reply = make(chan redis.Cmder, 1)
-	if err := s.pipe.submit(call); err != nil {
-		return failedCmd(ctx, err)
+	for i := range calls {
+		calls[i].reply = make(chan redis.Cmder, 1)
+		if err := s.pipe.submit(calls[i]); err != nil {
+			out[i] = failedCmd(ctx, err)
+		}
 	}
-	return <-call.reply
+	for i, c := range calls {
+		if out[i] == nil {
+			out[i] = <-c.reply
+		}
+	}
+	return out
+}
+
+// scriptCall is the pipelined call of script.
+func (s *redisStore) scriptCall(script *redis.Script, keys []string, args ...any) pipeCall {
+	return pipeCall{
+		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) },
+		alone: func(ctx context.Context) redis.Cmder { return script.Run(ctx, s.c, keys, args...) },
+	}
 }
 
 // runPipelined runs script through the pipeline.
 func (s *redisStore) runPipelined(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	cmd := s.pipelined(ctx, pipeCall{
-		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) },
-		alone: func(ctx context.Context) redis.Cmder { return script.Run(ctx, s.c, keys, args...) },
-	})
+	cmd := s.pipelined(ctx, s.scriptCall(script, keys, args...))
 	if c, ok := cmd.(*redis.Cmd); ok {
 		return c
 	}
@@ -383,17 +405,64 @@ func (l redisLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (in
 	if len(seqs) == 0 {
 		return 0, ctx.Err()
 	}
+	n, err := l.s.runPipelined(ctx, ackScript, l.ackKeys(tenant), ackArgs(tenant, seqs)...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, rerr(err))
+	}
+	return n, nil
+}
+
+// AckAll sends one ack script call per tenant, all in the same pipeline.
+func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
+	if err := checkAckAllArgs(acks); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	calls := make([]pipeCall, 0, len(acks))
+	for tenant, seqs := range acks {
+		if len(seqs) > 0 {
+			calls = append(calls, l.s.scriptCall(ackScript, l.ackKeys(tenant), ackArgs(tenant, seqs)...))
+		}
+	}
+	removed := 0
+	var errs []error
+	for _, cmd := range l.s.pipelinedAll(ctx, calls) {
+		n, err := redisInt(cmd)
+		if err != nil {
+			errs = append(errs, rerr(err))
+			continue
+		}
+		removed += n
+	}
+	if len(errs) > 0 {
+		return removed, fmt.Errorf("store: ack: %w", errors.Join(errs...))
+	}
+	return removed, nil
+}
+
+func (l redisLedger) ackKeys(tenant string) []string {
 	p := l.s.p
+	return []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"}
+}
+
+func ackArgs(tenant string, seqs []uint64) []any {
 	args := make([]any, 0, 1+len(seqs))
 	args = append(args, tenant)
 	for _, seq := range seqs {
 		args = append(args, strconv.FormatUint(seq, 10))
 	}
-	n, err := l.s.runPipelined(ctx, ackScript, []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"}, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, rerr(err))
+	return args
+}
+
+// redisInt is a script's integer reply.
+func redisInt(cmd redis.Cmder) (int, error) {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return 0, cmd.Err()
 	}
-	return n, nil
+	return c.Int()
 }
 
 // trimScript is trimRule.drop over the stream, oldest first: ARGV are the

@@ -103,6 +103,10 @@ type Ledger interface {
 	// reports how many it removed. Unknown numbers (acknowledged before,
 	// trimmed, never assigned) are ignored.
 	Ack(ctx context.Context, tenant string, seqs ...uint64) (removed int, err error)
+	// AckAll is Ack for several tenants at once: it removes acks[tenant]
+	// from each tenant's log in one commit (embedded) or one round trip
+	// (redis), and reports how many records it removed in all.
+	AckAll(ctx context.Context, acks map[string][]uint64) (removed int, err error)
 	// Trim drops tenant's oldest records while the log exceeds b, and
 	// returns what it dropped, oldest first, so the caller can log and
 	// count it. A record alone larger than b.MaxBytes is dropped too.
@@ -368,6 +372,16 @@ func checkName(what, s string) error {
 func checkTTL(ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("%w: TTL %v is not positive", ErrInvalid, ttl)
+	}
+	return nil
+}
+
+// checkAckAllArgs rejects a bad tenant name in acks.
+func checkAckAllArgs(acks map[string][]uint64) error {
+	for tenant := range acks {
+		if err := checkName("tenant", tenant); err != nil {
+			return err
+		}
 	}
 	return nil
 }

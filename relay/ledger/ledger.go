@@ -179,7 +179,9 @@ type Pool struct {
 	spare []*Ledger  // a drained dirty slice, for reuse
 	wake  chan struct{}
 
-	flushMu sync.Mutex // one flush at a time
+	flushMu  sync.Mutex           // one flush at a time
+	acks     map[*Ledger][]uint64 // a flush's removals; guarded by flushMu
+	byTenant map[string][]uint64  // the same by tenant id; guarded by flushMu
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -194,11 +196,13 @@ func NewPool(cfg Config) *Pool {
 		cfg.SweepEvery = time.Minute
 	}
 	p := &Pool{
-		cfg:     cfg,
-		ledgers: make(map[string]*Ledger),
-		wake:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		cfg:      cfg,
+		ledgers:  make(map[string]*Ledger),
+		acks:     make(map[*Ledger][]uint64),
+		byTenant: make(map[string][]uint64),
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
 	go p.run()
 	return p
@@ -930,16 +934,11 @@ func (p *Pool) markDirty(l *Ledger) {
 	}
 }
 
-// Flush writes every queued removal to the store. The pool's goroutine
-// flushes on its own as soon as removals are queued; Flush is for shutdown
-// and tests. A failed removal is logged and counted, and not retried: the
-// entry is redelivered after a restart.
-//
-// Each tenant's removals are one store Ack, and up to flushParallel
-// tenants' Acks are issued at once, so a store that shares a commit among
-// concurrent writers (the embedded backend's group commit, the redis
-// backend's pipeline) writes every tenant's removals in one commit or
-// round trip.
+// Flush writes every queued removal to the store, every tenant's in one
+// store.Ledger.AckAll: one commit (embedded) or one round trip (redis).
+// The pool's goroutine flushes on its own as soon as removals are queued;
+// Flush is for shutdown and tests. A failed removal is logged and counted,
+// and not retried: the entry is redelivered after a restart.
 func (p *Pool) Flush(ctx context.Context) {
 	p.flushMu.Lock()
 	defer p.flushMu.Unlock()
@@ -947,8 +946,8 @@ func (p *Pool) Flush(ctx context.Context) {
 	dirty := p.dirty
 	p.dirty = p.spare[:0]
 	p.rmMu.Unlock()
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, flushParallel)
+	acks := p.acks
+	entries := 0
 	for i, l := range dirty {
 		dirty[i] = nil
 		l.mu.Lock()
@@ -956,35 +955,39 @@ func (p *Pool) Flush(ctx context.Context) {
 		l.removals, l.spare = l.spare[:0], nil
 		l.dirty = false
 		l.mu.Unlock()
-		slots <- struct{}{}
-		wg.Go(func() {
-			if len(seqs) > 0 {
-				p.remove(ctx, l.tenant, seqs)
-			}
-			l.mu.Lock()
-			l.spare = seqs
-			l.mu.Unlock()
-			<-slots
-		})
+		if len(seqs) > 0 {
+			acks[l] = seqs
+			entries += len(seqs)
+		}
 	}
-	wg.Wait()
+	if len(acks) > 0 {
+		p.remove(ctx, acks, entries)
+	}
+	for l, seqs := range acks {
+		l.mu.Lock()
+		l.spare = seqs
+		l.mu.Unlock()
+	}
+	clear(acks)
 	p.rmMu.Lock()
 	p.spare = dirty
 	p.rmMu.Unlock()
 }
 
-// flushParallel bounds the tenants whose removals Flush writes at once.
-const flushParallel = 256
-
-// remove deletes seqs from tenant's stored ledger.
-func (p *Pool) remove(ctx context.Context, tenant string, seqs []uint64) {
-	if _, err := p.cfg.Store.Ack(ctx, tenant, seqs...); err != nil {
-		p.removeErrors.Add(uint64(len(seqs)))
+// remove deletes acks (entries in all) from the tenants' stored ledgers.
+func (p *Pool) remove(ctx context.Context, acks map[*Ledger][]uint64, entries int) {
+	byTenant := p.byTenant
+	for l, seqs := range acks {
+		byTenant[l.tenant] = seqs
+	}
+	defer clear(byTenant)
+	if _, err := p.cfg.Store.AckAll(ctx, byTenant); err != nil {
+		p.removeErrors.Add(uint64(entries))
 		p.cfg.Log.Warn("acknowledged inbound not removed from the store: it is redelivered after a restart",
-			"tenant", tenant, "entries", len(seqs), "err", err)
+			"tenants", len(byTenant), "entries", entries, "err", err)
 		return
 	}
-	p.removed.Add(uint64(len(seqs)))
+	p.removed.Add(uint64(entries))
 }
 
 // Len returns the number of entries every ledger holds.

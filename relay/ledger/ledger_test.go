@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -729,35 +730,26 @@ func TestSharedTailTakesInWhatAnyInstanceAppended(t *testing.T) {
 	want(t, "after Reset", c2.take(), got[1:]...)
 }
 
-// barrierLedger is a store.Ledger whose Ack waits until n Acks are under
-// way at once (or 10 s passed, then it fails).
-type barrierLedger struct {
+// ackRecorder is a store.Ledger that records the tenants of each AckAll.
+type ackRecorder struct {
 	store.Ledger
-	n       int
-	mu      sync.Mutex
-	arrived int
-	all     chan struct{}
+	mu    sync.Mutex
+	calls [][]string
 }
 
-func (b *barrierLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
-	b.mu.Lock()
-	if b.arrived++; b.arrived == b.n {
-		close(b.all)
-	}
-	b.mu.Unlock()
-	select {
-	case <-b.all:
-		return b.Ledger.Ack(ctx, tenant, seqs...)
-	case <-time.After(10 * time.Second):
-		return 0, errors.New("timed out after 10s waiting for the other tenants' Acks: Flush writes tenants one at a time")
-	}
+func (a *ackRecorder) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
+	tenants := slices.Sorted(maps.Keys(acks))
+	a.mu.Lock()
+	a.calls = append(a.calls, tenants)
+	a.mu.Unlock()
+	return a.Ledger.AckAll(ctx, acks)
 }
 
-// Flush issues the removals of several tenants at once, so a store that
-// batches concurrent writers commits them together.
+// Flush writes the removals of every tenant in one store call, so the
+// store commits them together.
 func TestFlushWritesTenantsRemovalsTogether(t *testing.T) {
-	barrier := &barrierLedger{n: 3, all: make(chan struct{})}
-	r := newRig(t, func(c *Config) { barrier.Ledger = c.Store; c.Store = barrier })
+	rec := &ackRecorder{}
+	r := newRig(t, func(c *Config) { rec.Ledger = c.Store; c.Store = rec })
 	// Hold the pool's goroutine off until all three are queued: whichever
 	// flush comes first then finds all three.
 	r.pool.flushMu.Lock()
@@ -774,5 +766,10 @@ func TestFlushWritesTenantsRemovalsTogether(t *testing.T) {
 	r.pool.Flush(context.Background())
 	if st := r.pool.Stats(); st.Removed != 3 || st.RemoveErrors != 0 {
 		t.Fatalf("stats %+v, want the three tenants' removals written", st)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.calls) != 1 || !slices.Equal(rec.calls[0], []string{"t1", "t2", "t3"}) {
+		t.Fatalf("store AckAll calls %v, want one carrying t1, t2 and t3", rec.calls)
 	}
 }
