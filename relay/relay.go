@@ -369,6 +369,7 @@ func newServer(cfg Config) (*Server, error) {
 		MaxAge:        cfg.BufferMaxAge,
 		SessionOwners: cfg.SessionOwners,
 		Shared:        cfg.Instance != "",
+		Owned:         s.ownedHook(),
 		Now:           cfg.Clock.Now,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
