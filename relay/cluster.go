@@ -322,7 +322,9 @@ func (cl *cluster) stop(ctx context.Context) {
 	for _, h := range cl.srv.tenants {
 		d := h.drive
 		d.beatMu.Lock() // a beat under way ends first; none starts after
-		d.timer.Stop()
+		if d.timer != nil {
+			d.timer.Stop()
+		}
 		d.beatMu.Unlock()
 	}
 	cl.wg.Wait()
