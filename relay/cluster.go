@@ -62,9 +62,11 @@ import (
 //   - a forwarded frame, or the ack answering it: an entry in flight on a
 //     remote socket and not acknowledged for two beats (resendBeats) is
 //     forwarded again (Ledger.Resend), with the same bufferId, every two
-//     beats until it is acknowledged or the socket is forgotten, so a lost frame
-//     is delivered and a lost ack is answered by a redelivery (the gateway
-//     deduplicates by message id);
+//     beats until it is acknowledged or the socket is forgotten: a lost
+//     frame is delivered, a lost ack is answered by a redelivery (the
+//     gateway deduplicates by message id);
+//   - going_idle travels in the serve announcements, so it is repeated
+//     with them;
 //   - interrupt: not repeated. An interrupt only matters while a turn is
 //     running and its sender (a user's /stop, a gateway) may send it
 //     again; it is not a confirmed inbound under the durability promise.

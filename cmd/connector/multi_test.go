@@ -150,6 +150,9 @@ func TestThreeInstancesOnRedis(t *testing.T) {
 	// the driver's death; the driver stores its owner.
 	confirmDiscordInteraction(t, rigs[0], 150, "99")
 	probe := gws.wait(t, 150, 151)[0]
+	// Its ack removed it from the stream, so the next driver does not
+	// deliver it again (which could give the session another owner).
+	waitRemoved(t, st, "t1", probe.f.BufferID)
 
 	// Kill the driver while interactions keep being confirmed to the
 	// others: ten before the kill, ten while its lease runs out and its
@@ -220,6 +223,28 @@ func TestThreeInstancesOnRedis(t *testing.T) {
 }
 
 func rigName(i int) string { return fmt.Sprintf("i%d", i) }
+
+// waitRemoved waits until tenant's stored ledger no longer holds the
+// record of bufferID ("<epoch>-<seq>").
+func waitRemoved(t *testing.T, st store.Store, tenant, bufferID string) {
+	t.Helper()
+	_, seqText, _ := strings.Cut(bufferID, "-")
+	seq, err := strconv.ParseUint(seqText, 10, 64)
+	if err != nil {
+		t.Fatalf("bufferId %q: %v", bufferID, err)
+	}
+	start := time.Now()
+	for {
+		recs, err := st.Ledger().Read(context.Background(), tenant, seq-1, 1)
+		if err == nil && (len(recs) == 0 || recs[0].Seq != seq) {
+			return
+		}
+		if time.Since(start) > crashWait {
+			t.Fatalf("timed out after %v waiting for the acknowledged %s to leave the stored ledger", crashWait, bufferID)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the store other processes write
+	}
+}
 
 // holderChange is a lease's new holder and when it was first seen, after
 // the moment watchHolder was given.
