@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,8 +30,8 @@ var errCut = errors.New("netStore: instance cut off")
 
 // netStore is one instance's path to a shared store. Messages it publishes
 // for which lose returns true are lost (and recorded); while cut, every
-// call fails and nothing reaches its subscriptions. It reports the leases
-// it acquires and the session owners it stores.
+// call fails and nothing reaches its subscriptions. It reports the session
+// owners it stores and its removals from the stored ledger.
 type netStore struct {
 	store.Store
 	inst string
@@ -40,9 +41,8 @@ type netStore struct {
 	lose func(channel string, msg []byte) bool
 	lost chan []byte // messages lost, for the test to inspect
 
-	acquired chan<- string // the instance's name, at each lease it acquires
-	owned    chan string   // session keys whose owner it stored
-	acked    chan struct{} // one per removal from the stored ledger
+	owned chan string   // session keys whose owner it stored
+	acked chan struct{} // one per removal from the stored ledger
 }
 
 func (n *netStore) setLose(f func(channel string, msg []byte) bool) {
@@ -120,12 +120,7 @@ func (l netLeases) Acquire(ctx context.Context, name, holder string, ttl time.Du
 	if l.n.cut.Load() {
 		return store.Lease{}, false, errCut
 	}
-	cur, held, _ := l.n.Store.Leases().Holder(ctx, name)
-	lease, ok, err := l.n.Store.Leases().Acquire(ctx, name, holder, ttl)
-	if err == nil && ok && (!held || cur.Holder != holder) {
-		l.n.acquired <- holder
-	}
-	return lease, ok, err
+	return l.n.Store.Leases().Acquire(ctx, name, holder, ttl)
 }
 
 func (l netLeases) Renew(ctx context.Context, name string, lease store.Lease, ttl time.Duration) (store.Lease, error) {
@@ -293,14 +288,15 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 		name := fmt.Sprintf("i%d", i)
 		in := &rigInstance{
 			name: name,
-			net: &netStore{Store: st, inst: name, lost: make(chan []byte, 64), acquired: r.acquired,
+			net: &netStore{Store: st, inst: name, lost: make(chan []byte, 64),
 				owned: make(chan string, 64), acked: make(chan struct{}, 64)},
 			discord:  newFake("discord", map[string]string{"c1": "t1"}),
 			telegram: newFake("telegram", map[string]string{"c2": "t1"}),
 			buffered: &bufferedWatch{Metrics: relayMetricsNop{}, changed: make(chan struct{}, 1)},
 		}
 		in.h = relaytest.StartConfig(t, relay.Config{
-			Tenants: tenants, Platforms: []platform.Platform{in.discord, in.telegram}, Log: relaytest.TestLogger(t),
+			Tenants: tenants, Platforms: []platform.Platform{in.discord, in.telegram},
+			Log:     slog.New(drivingWatch{relaytest.TestLogger(t).Handler(), name, r.acquired}),
 			Metrics: in.buffered, Store: in.net, Instance: name, LeaseTTL: 3 * beat, Clock: clk,
 			// Neither pings nor the write watchdog come due while the test
 			// advances the clock by a few beats.
@@ -322,8 +318,32 @@ func (r *clusterRig) dial(t *testing.T, i int, id string, platforms ...string) *
 	return gw
 }
 
-// waitAcquired waits until an instance takes the tenant's lease and
-// returns its name.
+// drivingWatch is a slog.Handler that reports, on acquired, the name of its
+// instance each time the instance starts driving the tenant (it logs
+// "driving tenant" once it does).
+type drivingWatch struct {
+	slog.Handler
+	inst     string
+	acquired chan<- string
+}
+
+func (w drivingWatch) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "driving tenant" {
+		w.acquired <- w.inst
+	}
+	return w.Handler.Handle(ctx, r)
+}
+
+func (w drivingWatch) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return drivingWatch{w.Handler.WithAttrs(attrs), w.inst, w.acquired}
+}
+
+func (w drivingWatch) WithGroup(name string) slog.Handler {
+	return drivingWatch{w.Handler.WithGroup(name), w.inst, w.acquired}
+}
+
+// waitAcquired waits until an instance took the tenant's lease and started
+// driving it, and returns its name.
 func (r *clusterRig) waitAcquired(t *testing.T) string {
 	t.Helper()
 	select {
@@ -431,6 +451,7 @@ func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
 	}
 	gb.Ack(t, id)
 	r.inst[1].net.nextLost(t, "e1's ack")
+	println("ADVANCE", r.clk.Now().UnixMilli()%100000)
 	r.advance(relay.ClusterResendBeats + 1)
 	ev, again := gb.NextInbound(t)
 	if ev.Text != "e1" || again != id {

@@ -529,7 +529,9 @@ func (l *Ledger) dispatchLocked() {
 	}
 	cfg := &l.pool.cfg
 	var blocked map[string]bool
-	var now time.Time // read once, at the first entry offered
+	// Read before any offer: what an offer sets off may read the clock
+	// too, and must not find it earlier than the entry's offer time.
+	now := cfg.Now()
 	keep := l.pending[:0]
 	for _, e := range l.pending {
 		if e.sessionKey != "" && (blocked[e.sessionKey] || l.appending[e.sessionKey] > 0) {
@@ -546,9 +548,6 @@ func (l *Ledger) dispatchLocked() {
 			}
 			keep = append(keep, e)
 			continue
-		}
-		if now.IsZero() {
-			now = cfg.Now()
 		}
 		e.seat, e.offered = s, now
 		if e.windowed {
@@ -706,16 +705,13 @@ func (l *Ledger) Resend(c Consumer, cutoff time.Time) int {
 		return 0
 	}
 	n := 0
-	var now time.Time
+	now := l.pool.cfg.Now() // before any offer, as in dispatchLocked
 	for e := l.oldest; e != nil; e = e.next {
 		if e.seat != s || !e.offered.Before(cutoff) {
 			continue
 		}
 		if !s.c.HasRoom() || !s.c.Offer(e.frame) {
 			break
-		}
-		if now.IsZero() {
-			now = l.pool.cfg.Now()
 		}
 		e.offered = now
 		n++
