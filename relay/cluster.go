@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/clustermsg"
 	"connector/relay/ledger"
 	"connector/store"
 )
@@ -78,7 +78,8 @@ const (
 	leasePrefix = "relay/tenant/"
 )
 
-// Messages between instances: one type byte, then length-prefixed fields.
+// Messages between instances (internal/clustermsg): one type byte, then
+// length-prefixed fields.
 const (
 	msgServe     = 'S' // tenant, instance, conn, platforms (","), idle ("1")
 	msgDetach    = 'D' // tenant, instance, conn
@@ -108,39 +109,6 @@ const (
 // three after which a silent socket is forgotten, so a lost frame is sent
 // again to the socket it was meant for.
 const resendBeats = 2
-
-func encodeMsg(typ byte, fields ...[]byte) []byte {
-	n := 1
-	for _, f := range fields {
-		n += binary.MaxVarintLen32 + len(f)
-	}
-	b := make([]byte, 1, n)
-	b[0] = typ
-	for _, f := range fields {
-		b = binary.AppendUvarint(b, uint64(len(f)))
-		b = append(b, f...)
-	}
-	return b
-}
-
-// decodeMsg splits a message into its type and n fields; ok is false for a
-// malformed one.
-func decodeMsg(msg []byte, n int) (typ byte, fields [][]byte, ok bool) {
-	if len(msg) == 0 {
-		return 0, nil, false
-	}
-	typ, rest := msg[0], msg[1:]
-	fields = make([][]byte, 0, n)
-	for range n {
-		l, k := binary.Uvarint(rest)
-		if k <= 0 || uint64(len(rest)-k) < l {
-			return 0, nil, false
-		}
-		fields = append(fields, rest[k:k+int(l)])
-		rest = rest[k+int(l):]
-	}
-	return typ, fields, len(rest) == 0
-}
 
 // fieldCount is how many fields each message type has.
 var fieldCount = map[byte]int{msgServe: 5, msgDetach: 3, msgAck: 2, msgInterrupt: 4, msgFrame: 3}
@@ -239,7 +207,7 @@ func (r *remoteConsumer) HasRoom() bool {
 // instance.
 func (r *remoteConsumer) Offer(frame []byte) bool {
 	select {
-	case r.h.srv.cluster.out <- outMsg{inboxPrefix + r.inst, encodeMsg(msgFrame, []byte(r.h.id), r.conn, frame)}:
+	case r.h.srv.cluster.out <- outMsg{inboxPrefix + r.inst, clustermsg.Encode(msgFrame, []byte(r.h.id), r.conn, frame)}:
 		return true
 	default:
 		return false
@@ -368,7 +336,7 @@ func (cl *cluster) handle(m []byte) {
 	if len(m) == 0 {
 		return
 	}
-	typ, f, ok := decodeMsg(m, fieldCount[m[0]])
+	typ, f, ok := clustermsg.Decode(m, fieldCount[m[0]])
 	if !ok {
 		cl.srv.log.Warn("malformed cluster message dropped", "bytes", len(m))
 		return
@@ -489,7 +457,7 @@ func (h *hub) interruptStored(ctx context.Context, sessionKey, chatID string) bo
 	}
 	frame := contract.AppendInterruptInbound(nil, sessionKey, chatID)
 	if o.Instance != cl.inst {
-		cl.publish(inboxPrefix+o.Instance, encodeMsg(msgFrame, []byte(h.id), []byte(o.Conn), frame))
+		cl.publish(inboxPrefix+o.Instance, clustermsg.Encode(msgFrame, []byte(h.id), []byte(o.Conn), frame))
 		return true
 	}
 	c := cl.localConn(o.Conn)
@@ -507,7 +475,7 @@ func (h *hub) serveMsg(c *conn, ls *localSeat) []byte {
 		idle = "1"
 	}
 	cl := h.srv.cluster
-	return encodeMsg(msgServe, []byte(h.id), []byte(cl.inst), []byte(cl.connKey(c)),
+	return clustermsg.Encode(msgServe, []byte(h.id), []byte(cl.inst), []byte(cl.connKey(c)),
 		[]byte(strings.Join(ls.platforms, ",")), []byte(idle))
 }
 
@@ -592,7 +560,7 @@ func (h *hub) detach(c *conn) {
 	driver := d.driver
 	d.mu.Unlock()
 	if known && driver != "" {
-		cl.publish(inboxPrefix+driver, encodeMsg(msgDetach, []byte(h.id), []byte(cl.inst), []byte(cl.connKey(c))))
+		cl.publish(inboxPrefix+driver, clustermsg.Encode(msgDetach, []byte(h.id), []byte(cl.inst), []byte(cl.connKey(c))))
 	}
 }
 
@@ -608,7 +576,7 @@ func (h *hub) ack(id string) bool {
 	if driver == "" {
 		return false
 	}
-	h.srv.cluster.publish(inboxPrefix+driver, encodeMsg(msgAck, []byte(h.id), []byte(id)))
+	h.srv.cluster.publish(inboxPrefix+driver, clustermsg.Encode(msgAck, []byte(h.id), []byte(id)))
 	return true
 }
 
@@ -632,7 +600,7 @@ func (h *hub) forwardInterrupt(ctx context.Context, sessionKey, chatID, gatewayI
 	if err != nil || !ok || l.Holder == cl.inst {
 		return false
 	}
-	cl.publish(inboxPrefix+l.Holder, encodeMsg(msgInterrupt, []byte(h.id), []byte(sessionKey), []byte(chatID), []byte(gatewayID)))
+	cl.publish(inboxPrefix+l.Holder, clustermsg.Encode(msgInterrupt, []byte(h.id), []byte(sessionKey), []byte(chatID), []byte(gatewayID)))
 	return true
 }
 
