@@ -46,9 +46,10 @@
 //     chat whose owner the platform cannot look up because it is unreachable
 //     gets the retryable code "unavailable" instead.
 //  5. Interrupts. The connector remembers which connection owns each session
-//     key (the one it delivered that session's inbound to); an interrupt from
-//     any connection of the tenant, or a platform-side /stop, reaches the
-//     owner as interrupt_inbound.
+//     key (the one it delivered that session's inbound to; among several
+//     instances in the store too, cluster.go); an interrupt from any
+//     connection of the tenant, or a platform-side /stop, reaches the owner
+//     as interrupt_inbound.
 //  6. Keepalive and shutdown. The server pings every 30 s; a connection whose
 //     send queue exceeds Config.SendQueueBytes is closed 4408 (its
 //     unacknowledged inbound is redelivered). Shutdown stops accepting, lets
@@ -377,6 +378,7 @@ func newServer(cfg Config) (*Server, error) {
 		MaxAge:        cfg.BufferMaxAge,
 		SessionOwners: cfg.SessionOwners,
 		Shared:        cfg.Instance != "",
+		Owned:         s.ownedHook(),
 		Now:           cfg.Clock.Now,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,

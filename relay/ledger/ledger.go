@@ -11,12 +11,14 @@
 //     is durable, so a platform confirms an event to its source only after
 //     that. Its bufferId is Config.IDPrefix (the store's epoch) and the
 //     record's sequence number: the same across redeliveries and restarts.
+//
 //   - The entry is dispatched as soon as the store has numbered it
 //     (store.Ledger.Stage), while its commit is under way: a connected
 //     gateway does not wait for the fsync. A removal (an ack, a drop) of an
 //     entry whose commit is under way reaches the store after the commit.
 //     If the commit fails, the entry leaves the ledger and Append fails:
 //     the event was not confirmed, and its number is never reused.
+//
 //   - Waiting entries are dispatched in sequence order. An entry goes to its
 //     session's owner while the owner is attached and serves the entry's
 //     platform, otherwise to the attached consumer serving the platform with
@@ -24,32 +26,45 @@
 //     an entry has to wait, every later entry of its session waits too, and
 //     so does a session while another of its Appends is being stored, so a
 //     session's entries reach gateways in sequence order.
+//
 //   - A consumer holds at most Config.AckWindow windowed entries in flight
 //     (sent, not acknowledged), and takes nothing while it reports no room.
+//
 //   - An idle consumer (Idle) gets nothing new but keeps what it holds; a
 //     detached one (Detach) gives its unacknowledged entries back, and they
 //     are dispatched again in their original order.
+//
 //   - An acknowledged entry leaves memory at once and the store shortly
 //     after: removals are written in batches by one goroutine. A removal
 //     lost in a crash means a redelivery after the restart, which
 //     at-least-once delivery allows.
+//
 //   - Bounds are absolute, entries in flight included: a tenant holds at
 //     most Config.MaxEntries entries and Config.MaxBytes payload bytes, all
 //     tenants together at most Config.MaxTotalBytes (the largest tenant
 //     gives way), and no entry older than Config.MaxAge (checked every
 //     Config.SweepEvery with store.Ledger.Trim). The oldest entries go first;
 //     each is logged and counted.
+//
 //   - Recover loads every tenant's stored records, in order, after a
 //     restart.
+//
 //   - With Config.Shared (several instances on one store) Append only
 //     stores; the one instance driving a tenant takes the records in, in
 //     sequence order, with Tail, whichever instance appended them, and
 //     Reset forgets everything when it stops driving the tenant.
 //
+//   - Resend offers a consumer again what it holds in flight and was
+//     offered before a given time: the cluster's driver uses it for sockets
+//     on other instances, where a frame or its acknowledgement can be lost
+//     on the way (pub/sub is at most once).
+//
 // Memory holds each entry's frame (its payload framed once) until it is
 // acknowledged or dropped, so it is bounded by MaxTotalBytes plus the
-// frames' envelopes. Session owners are kept in memory only: after a
-// restart a session's next entry picks a new owner.
+// frames' envelopes. Session owners are kept in memory; Config.Owned
+// reports each dispatch of a session's entry so the caller can keep them
+// elsewhere too (the cluster writes them to store.Owners). After a restart
+// or a Reset a session's next entry picks a new owner.
 //
 // # Locking
 //
@@ -155,6 +170,11 @@ type Config struct {
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten).
 	SessionOwners int
+	// Owned, when set, is called for every entry of a session dispatched,
+	// with the consumer it went to (the session's owner from now on) and
+	// the entry's chat. It is called with the ledger's mutex held: it must
+	// not block nor call into the Ledger.
+	Owned func(tenant string, c Consumer, sessionKey, chatID string)
 	// Shared is set when several instances append to the store: Append
 	// then only stores, and entries come into a ledger through Tail alone,
 	// run by the one instance driving the tenant. Recover is not used.
@@ -257,9 +277,10 @@ type entry struct {
 	frame      []byte // immutable
 	size       int64  // payload bytes
 	received   time.Time
-	prev, next *entry // neighbours in seq order
-	seat       *seat  // in flight on this consumer; nil while waiting
-	sent       bool   // delivered at least once
+	prev, next *entry    // neighbours in seq order
+	seat       *seat     // in flight on this consumer; nil while waiting
+	offered    time.Time // when it was last offered to seat
+	sent       bool      // delivered at least once
 	windowed   bool
 	// staged is set while the entry's commit is under way: it may be
 	// dispatched, but its removal from the store waits for the commit.
@@ -555,6 +576,9 @@ func (l *Ledger) dispatchLocked() {
 	}
 	cfg := &l.pool.cfg
 	var blocked map[string]bool
+	// Read before any offer: what an offer sets off may read the clock
+	// too, and must not find it earlier than the entry's offer time.
+	now := cfg.Now()
 	keep := l.pending[:0]
 	for _, e := range l.pending {
 		if e.sessionKey != "" && (blocked[e.sessionKey] || l.appending[e.sessionKey] > 0) {
@@ -572,16 +596,19 @@ func (l *Ledger) dispatchLocked() {
 			keep = append(keep, e)
 			continue
 		}
-		e.seat = s
+		e.seat, e.offered = s, now
 		if e.windowed {
 			s.inflight++
 		}
 		if !e.sent {
 			e.sent = true
-			cfg.Metrics.Delivered(e.platform, cfg.Now().Sub(e.received))
+			cfg.Metrics.Delivered(e.platform, now.Sub(e.received))
 		}
 		if e.sessionKey != "" {
 			l.owners.Add(e.sessionKey, owner{seat: s, chatID: e.chatID})
+			if cfg.Owned != nil {
+				cfg.Owned(l.tenant, s.c, e.sessionKey, e.chatID)
+			}
 		}
 	}
 	clear(l.pending[len(keep):])
@@ -710,6 +737,33 @@ func (l *Ledger) Ack(id string) bool {
 	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 	l.mu.Unlock()
 	return true
+}
+
+// Resend offers c again, in sequence order, every entry in flight on it
+// that was last offered before cutoff, while c has room, and returns how
+// many it offered. The entries keep their bufferIds; each one's offer time
+// becomes now. A consumer that lost frames on the way (or whose
+// acknowledgements were lost) thus gets them again.
+func (l *Ledger) Resend(c Consumer, cutoff time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.seats[c]
+	if s == nil {
+		return 0
+	}
+	n := 0
+	now := l.pool.cfg.Now() // before any offer, as in dispatchLocked
+	for e := l.oldest; e != nil; e = e.next {
+		if e.seat != s || !e.offered.Before(cutoff) {
+			continue
+		}
+		if !s.c.HasRoom() || !s.c.Offer(e.frame) {
+			break
+		}
+		e.offered = now
+		n++
+	}
+	return n
 }
 
 // Pump dispatches again: a consumer that reported no room calls it once it

@@ -773,3 +773,71 @@ func TestFlushWritesTenantsRemovalsTogether(t *testing.T) {
 		t.Fatalf("store AckAll calls %v, want one carrying t1, t2 and t3", rec.calls)
 	}
 }
+
+// Resend offers a consumer again, in order and with their bufferIds, only
+// the entries it holds unacknowledged that were last offered before the
+// cutoff; acknowledged entries and other consumers' are left alone.
+func TestResendOffersAgainWhatWentUnacknowledged(t *testing.T) {
+	r := newRig(t, nil)
+	a, b := &fakeConsumer{name: "a"}, &fakeConsumer{name: "b"}
+	r.Serve(a, "discord")
+	old := []string{r.add(t, "s1", "m0"), r.add(t, "s1", "m1"), r.add(t, "s1", "m2")}
+	r.Serve(b, "discord")
+	r.add(t, "s2", "other") // b is the least loaded: it takes s2
+	r.Ack(old[1])
+	r.clock.Advance(time.Minute)
+	cutoff := r.clock.Now()
+	recent := r.add(t, "s1", "m3")
+	a.take()
+	b.take()
+
+	if n := r.Resend(a, cutoff); n != 2 {
+		t.Fatalf("Resend offered %d entries, want 2", n)
+	}
+	got := a.take()
+	want(t, "resent", ids(got), old[0], old[2])
+	want(t, "resent payloads", payloads(got), "m0", "m2")
+	if len(b.take()) != 0 {
+		t.Fatal("Resend offered another consumer's entries")
+	}
+	// What was just offered again waits for the next cutoff after it.
+	if n := r.Resend(a, cutoff); n != 0 {
+		t.Fatalf("a second Resend with the same cutoff offered %d entries, want 0", n)
+	}
+	r.clock.Advance(time.Minute)
+	r.Resend(a, r.clock.Now())
+	want(t, "resent later", ids(a.take()), old[0], old[2], recent)
+	// A consumer without room takes nothing.
+	a.noRoom = true
+	r.clock.Advance(time.Minute)
+	if n := r.Resend(a, r.clock.Now()); n != 0 {
+		t.Fatalf("Resend offered %d entries to a consumer without room", n)
+	}
+}
+
+// Owned reports every dispatched entry of a session with the consumer it
+// went to and its chat.
+func TestOwnedReportsEachSessionsConsumer(t *testing.T) {
+	type owned struct {
+		c          Consumer
+		key, chat  string
+		tenantName string
+	}
+	var got []owned
+	r := newRig(t, func(c *Config) {
+		c.Owned = func(tenant string, c Consumer, key, chat string) { got = append(got, owned{c, key, chat, tenant}) }
+	})
+	a := &fakeConsumer{name: "a"}
+	r.add(t, "s1", "m0")
+	r.Append(context.Background(), Delivery{Platform: "discord", Payload: []byte("no session")})
+	r.Serve(a, "discord")
+	r.add(t, "s1", "m1")
+	if len(got) != 2 {
+		t.Fatalf("Owned called %d times, want 2 (one per session entry): %+v", len(got), got)
+	}
+	for _, o := range got {
+		if o.c != a || o.key != "s1" || o.chat != "chat-s1" || o.tenantName != "t1" {
+			t.Fatalf("Owned(%q, %v, %q, %q), want (t1, a, s1, chat-s1)", o.tenantName, o.c, o.key, o.chat)
+		}
+	}
+}
