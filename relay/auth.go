@@ -28,10 +28,10 @@ func (s *Server) authenticate(header string) (gw *gatewayRecord, claimed string,
 	if err != nil {
 		return nil, "", err
 	}
-	gw = s.gateways[tok.GatewayID]
+	gw = s.gateway(tok.GatewayID)
 	keys := &noKeys
 	if gw != nil {
-		keys = &gw.keys
+		keys = gw.keys.Load()
 	}
 	err = tok.Verify(keys, s.cfg.Clock.Now(), contract.TokenWindow{Skew: s.cfg.ClockSkew, MaxLifetime: s.cfg.MaxTokenLifetime})
 	if gw == nil {

@@ -115,6 +115,9 @@ type cluster struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// started is set by start: from then on a joining tenant's drive loop
+	// starts at once.
+	started atomic.Bool
 }
 
 type outMsg struct {
@@ -127,6 +130,7 @@ type drive struct {
 	driving atomic.Bool
 	kick    chan struct{} // take stored records in now
 	nudge   chan struct{} // beat now
+	looping atomic.Bool   // driveLoop started
 
 	mu      sync.Mutex // taken before the ledger's; guards the rest
 	lease   store.Lease
@@ -177,13 +181,26 @@ func newCluster(s *Server) *cluster {
 		out: make(chan outMsg, outboxSize), local: make(map[string]*conn),
 		ctx: ctx, cancel: cancel,
 	}
-	for _, h := range s.tenants {
-		h.drive = &drive{
-			kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1),
-			locals: make(map[*conn]*localSeat), remotes: make(map[string]*remoteConsumer),
-		}
-	}
 	return cl
+}
+
+// join gives a new tenant's hub its drive, before the hub is visible to
+// the rest of the server; its drive loop runs once the cluster started.
+func (cl *cluster) join(h *hub) {
+	h.drive = &drive{
+		kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1),
+		locals: make(map[*conn]*localSeat), remotes: make(map[string]*remoteConsumer),
+	}
+	if cl.started.Load() {
+		cl.startLoop(h)
+	}
+}
+
+// startLoop starts h's drive loop unless it runs already.
+func (cl *cluster) startLoop(h *hub) {
+	if h.drive.looping.CompareAndSwap(false, true) {
+		cl.wg.Go(func() { h.driveLoop(cl.ctx) })
+	}
 }
 
 // start subscribes and starts the goroutines.
@@ -206,14 +223,15 @@ func (cl *cluster) start() error {
 	cl.wg.Go(func() {
 		defer cancelWake()
 		for m := range wake {
-			if h := cl.srv.tenants[string(m)]; h != nil && h.drive.driving.Load() {
+			if h := cl.srv.hub(string(m)); h != nil && h.drive.driving.Load() {
 				h.kickTail()
 			}
 		}
 	})
 	cl.wg.Go(cl.publishLoop)
-	for _, h := range cl.srv.tenants {
-		cl.wg.Go(func() { h.driveLoop(cl.ctx) })
+	cl.started.Store(true)
+	for _, h := range cl.srv.hubs() {
+		cl.startLoop(h)
 	}
 	return nil
 }
@@ -223,7 +241,7 @@ func (cl *cluster) start() error {
 func (cl *cluster) stop(ctx context.Context) {
 	cl.cancel()
 	cl.wg.Wait()
-	for _, h := range cl.srv.tenants {
+	for _, h := range cl.srv.hubs() {
 		d := h.drive
 		if d.driving.Load() {
 			_ = cl.leases.Release(ctx, leasePrefix+h.id, d.lease)
@@ -249,7 +267,7 @@ func (cl *cluster) publishLoop() {
 			cl.publish(m.channel, m.msg)
 		}
 		if len(cl.out) == 0 && cl.wantPump.CompareAndSwap(true, false) {
-			for _, h := range cl.srv.tenants {
+			for _, h := range cl.srv.hubs() {
 				h.ledger.Pump()
 			}
 		}
@@ -275,7 +293,7 @@ func (cl *cluster) handle(m []byte) {
 		}
 		return
 	}
-	h := cl.srv.tenants[string(f[0])]
+	h := cl.srv.hub(string(f[0]))
 	if h == nil || !h.drive.driving.Load() {
 		return // not ours (any more): the sender learns the driver on its next beat
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,9 @@ type Platform struct {
 	metrics platform.Metrics
 	key     platform.KeyFunc
 	vault   vault.Store
+	// guilds maps a guild id to its tenant: Config.Guilds until Bind
+	// replaces it.
+	guilds atomic.Pointer[map[string]string]
 
 	pubKey   ed25519.PublicKey
 	sess     *discordgo.Session
@@ -76,6 +80,7 @@ var (
 	_ platform.Platform      = (*Platform)(nil)
 	_ platform.Routes        = (*Platform)(nil)
 	_ platform.HelloObserver = (*Platform)(nil)
+	_ platform.Binder        = (*Platform)(nil)
 )
 
 // maxProcessing bounds interactions being normalized and delivered at once.
@@ -110,6 +115,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.log = p.log.With("platform", platformName)
+	guilds := maps.Clone(cfg.Guilds)
+	p.guilds.Store(&guilds)
 	if p.key == nil {
 		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
 	}
@@ -209,7 +216,7 @@ func (p *Platform) guildTenant(guildID string) (string, bool) {
 	if guildID == "" {
 		return p.cfg.DMTenant, p.cfg.DMTenant != ""
 	}
-	t, ok := p.cfg.Guilds[guildID]
+	t, ok := p.guildOwners()[guildID]
 	return t, ok && t != ""
 }
 
@@ -259,4 +266,31 @@ func (p *Platform) running() *lifecycle {
 		return nil
 	}
 	return p.life
+}
+
+// guildOwners maps each bound guild id to its tenant.
+func (p *Platform) guildOwners() map[string]string { return *p.guilds.Load() }
+
+// Bind implements platform.Binder: bindings of kind guild (a guild id,
+// read as the number it spells) replace the guild routing table. Guilds
+// whose tenant changed get their commands synced again.
+func (p *Platform) Bind(bindings []platform.Binding) error {
+	guilds := make(map[string]string, len(bindings))
+	for _, b := range bindings {
+		if b.Kind != platform.BindGuild {
+			return fmt.Errorf("discord: binding kind %q: want %s", b.Kind, platform.BindGuild)
+		}
+		n, err := strconv.ParseUint(b.ID, 10, 64)
+		if err != nil {
+			return fmt.Errorf("discord: guild %q is not a Discord guild id", b.ID)
+		}
+		guilds[strconv.FormatUint(n, 10)] = b.Tenant
+	}
+	old := *p.guilds.Swap(&guilds)
+	for guild, tenant := range guilds {
+		if old[guild] != tenant {
+			p.cmds.rebound(guild)
+		}
+	}
+	return nil
 }

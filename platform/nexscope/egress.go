@@ -30,8 +30,8 @@ func (p *Platform) Execute(_ context.Context, tenant string, a *contract.Action)
 	if !ok {
 		return contract.Failed(contract.CodeUnsupportedOp, "nexscope does not support this op")
 	}
-	r := p.rooms[string(a.ChatID)]
-	if r == nil || r.tenant == "" || r.tenant != tenant {
+	r := p.room(string(a.ChatID))
+	if r == nil || r.tenant() == "" || r.tenant() != tenant {
 		return contract.Declined(platformName)
 	}
 	return h(p, r, a)
@@ -67,7 +67,7 @@ func (p *Platform) send(r *room, a *contract.Action) contract.Result {
 	if thread == "" {
 		thread = DefaultThread
 	}
-	m := botMsg{from: r.bot, threadID: thread}
+	m := botMsg{from: r.bot(), threadID: thread}
 	var online []*member
 	switch {
 	case ref.valid:

@@ -1,0 +1,33 @@
+package platform
+
+// Binding gives one chat scope of a platform to a tenant: a Discord guild
+// or channel, a Telegram chat, a nexscope room. The connector's registry
+// (YAML routing plus the bindings made through the admin API) hands every
+// Binder its complete table whenever it changes.
+type Binding struct {
+	// Kind is the scope: BindGuild or BindChannel on Discord, BindChat on
+	// Telegram, BindRoom on nexscope.
+	Kind string
+	// ID names the scope as the platform spells it (a snowflake, a chat
+	// id, a room name).
+	ID string
+	// Tenant owns the scope.
+	Tenant string
+}
+
+// Binding kinds.
+const (
+	BindGuild   = "guild"
+	BindChannel = "channel"
+	BindChat    = "chat"
+	BindRoom    = "room"
+)
+
+// Binder is implemented by platforms whose chat routing changes while the
+// connector runs. Bind replaces the platform's routing table with
+// bindings, atomically: a message is routed by the old table or by the new
+// one, never by a mix. It refuses (changing nothing) a kind the platform
+// does not route by or an id it cannot read.
+type Binder interface {
+	Bind(bindings []Binding) error
+}
