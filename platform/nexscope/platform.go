@@ -30,7 +30,7 @@ type Platform struct {
 	// rooms are the rooms by name, guarded by roomsMu; Bind adds rooms.
 	roomsMu sync.RWMutex
 	rooms   map[string]*room
-	desc      descriptor.Descriptor
+	desc    descriptor.Descriptor
 
 	sink   atomic.Pointer[sinkRef]
 	runCtx atomic.Pointer[context.Context]
