@@ -17,7 +17,6 @@ import (
 	"connector/platform/discord"
 	"connector/platform/nexscope"
 	"connector/platform/telegram"
-	"connector/relay"
 	"connector/session"
 	"connector/store"
 )
@@ -44,6 +43,10 @@ type Config struct {
 	HTTP HTTPConfig `yaml:"http"`
 	// Ops is the operations listener (/metrics, /readyz, /platforms).
 	Ops OpsConfig `yaml:"ops"`
+	// Admin is the operator's admin API (/admin/v1/): tenants, gateways,
+	// secrets and bindings changed while the connector runs
+	// (docs/operations.md).
+	Admin AdminConfig `yaml:"admin"`
 	// Relay tunes the gateway-facing /relay server.
 	Relay RelayConfig `yaml:"relay"`
 	// Store is where durable state lives: inbound the gateways have not
@@ -300,6 +303,9 @@ func (c *Config) Validate() error {
 	if err := c.validateHTTP(); err != nil {
 		return err
 	}
+	if err := c.Admin.validate(); err != nil {
+		return err
+	}
 	for key, v := range map[string]time.Duration{
 		"relay.clock_skew": c.Relay.ClockSkew, "relay.ping_interval": c.Relay.PingInterval,
 		"relay.write_timeout": c.Relay.WriteTimeout, "relay.outbound_timeout": c.Relay.OutboundTimeout,
@@ -395,21 +401,6 @@ func (c *Config) TenantIDs() map[string]bool {
 		ids[t.ID] = true
 	}
 	return ids
-}
-
-// RelayTenants converts the tenants section for the relay.
-func (c *Config) RelayTenants() []relay.Tenant {
-	out := make([]relay.Tenant, 0, len(c.Tenants))
-	for _, t := range c.Tenants {
-		rt := relay.Tenant{ID: t.ID}
-		opts := t.Session.Options()
-		rt.Session = &opts
-		for _, g := range t.Gateways {
-			rt.Gateways = append(rt.Gateways, relay.Gateway{ID: g.ID, Secrets: g.Secrets})
-		}
-		out = append(out, rt)
-	}
-	return out
 }
 
 // validate checks the store section.
