@@ -31,3 +31,23 @@ const (
 type Binder interface {
 	Bind(bindings []Binding) error
 }
+
+// Relevance is a tenant's relevance policy on one platform, as its gateway
+// declares it at boot (POST /relay/policy): the gateway's require_mention,
+// free_response_channels and allow_bots, projected platform-agnostically.
+type Relevance struct {
+	// RequireAddress makes a message need a mention of (or reply to) the
+	// bot.
+	RequireAddress bool
+	// FreeResponseScopes are channel ids where RequireAddress is waived.
+	FreeResponseScopes []string
+	// AllowOtherBots admits messages of other bots.
+	AllowOtherBots bool
+}
+
+// RelevanceTaker is implemented by platforms that apply the relevance
+// policies gateways declare. SetRelevance replaces the table: a tenant
+// absent from it keeps the platform's configured behaviour.
+type RelevanceTaker interface {
+	SetRelevance(byTenant map[string]Relevance)
+}

@@ -45,6 +45,7 @@ const (
 	nsTenants  = "registry/tenants"
 	nsGateways = "registry/gateways"
 	nsBindings = "registry/bindings"
+	nsPolicies = "registry/policies"
 	// ChangeChannel carries "look again" to every instance after a write.
 	ChangeChannel = "registry/changed"
 )
@@ -111,11 +112,33 @@ type Binding struct {
 // key names the scope a binding claims.
 func (b Binding) key() string { return b.Platform + "/" + b.Kind + "/" + b.ID }
 
+// Policy is a tenant's relevance policy on one platform, as a gateway of
+// the tenant declared it (POST /relay/policy): a full replace at every
+// gateway boot. Only the stored layer has policies.
+type Policy struct {
+	Tenant   string `json:"tenant"`
+	Platform string `json:"platform"`
+	// Gateway is the gateway that declared it.
+	Gateway            string   `json:"gateway"`
+	RequireAddress     bool     `json:"requireAddress"`
+	FreeResponseScopes []string `json:"freeResponseScopes"`
+	AllowOtherBots     bool     `json:"allowOtherBots"`
+}
+
+// Bounds of a declared policy.
+const (
+	MaxPolicyScopes     = 1000
+	MaxPolicyScopeBytes = 128
+)
+
+func (p Policy) key() string { return p.Tenant + "/" + p.Platform }
+
 // State is a set of registry entries: one layer, or their merge.
 type State struct {
 	Tenants  []Tenant
 	Gateways []Gateway
 	Bindings []Binding
+	Policies []Policy
 }
 
 // Registry reads and writes the stored layer and merges it with the
@@ -168,6 +191,9 @@ func (r *Registry) Stored(ctx context.Context) (State, error) {
 		return State{}, err
 	}
 	if err := list(ctx, r.kv, nsBindings, &s.Bindings); err != nil {
+		return State{}, err
+	}
+	if err := list(ctx, r.kv, nsPolicies, &s.Policies); err != nil {
 		return State{}, err
 	}
 	return s, nil
@@ -242,6 +268,11 @@ func (r *Registry) Effective(ctx context.Context) (State, time.Time, error) {
 	for _, b := range stored.Bindings {
 		if !scopes[b.key()] && tenants[b.Tenant] {
 			out.Bindings = append(out.Bindings, b)
+		}
+	}
+	for _, p := range stored.Policies {
+		if tenants[p.Tenant] {
+			out.Policies = append(out.Policies, p)
 		}
 	}
 	return out, next, nil
@@ -359,6 +390,13 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	for _, b := range stored.Bindings {
 		if b.Tenant == id {
 			if _, err := r.kv.Delete(ctx, nsBindings, b.key()); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range stored.Policies {
+		if p.Tenant == id {
+			if _, err := r.kv.Delete(ctx, nsPolicies, p.key()); err != nil {
 				return err
 			}
 		}
@@ -514,6 +552,44 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	_, err = r.kv.Delete(ctx, nsBindings, b.key())
 	r.notify(ctx)
 	return err
+}
+
+// SetPolicy stores p, replacing the tenant's earlier policy on the
+// platform.
+func (r *Registry) SetPolicy(ctx context.Context, p Policy) error {
+	if p.Tenant == "" || p.Platform == "" || len(p.Platform) > 64 {
+		return fmt.Errorf("%w: policy needs a tenant and a platform name", ErrInvalid)
+	}
+	if len(p.FreeResponseScopes) > MaxPolicyScopes {
+		return fmt.Errorf("%w: more than %d freeResponseScopes", ErrInvalid, MaxPolicyScopes)
+	}
+	for _, sc := range p.FreeResponseScopes {
+		if sc == "" || len(sc) > MaxPolicyScopeBytes {
+			return fmt.Errorf("%w: a freeResponseScopes entry is empty or longer than %d bytes", ErrInvalid, MaxPolicyScopeBytes)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.put(ctx, nsPolicies, p.key(), p)
+}
+
+// Relevance returns, for each platform, the tenants' policies in s in the
+// form platform.RelevanceTaker takes; a policy for platform "relay"
+// applies to every platform without its own.
+func (s State) Relevance(platforms []string) map[string]map[string]platform.Relevance {
+	out := make(map[string]map[string]platform.Relevance, len(platforms))
+	for _, name := range platforms {
+		byTenant := map[string]platform.Relevance{}
+		for _, pass := range []string{"relay", name} { // the platform's own wins
+			for _, p := range s.Policies {
+				if p.Platform == pass {
+					byTenant[p.Tenant] = platform.Relevance{RequireAddress: p.RequireAddress, FreeResponseScopes: p.FreeResponseScopes, AllowOtherBots: p.AllowOtherBots}
+				}
+			}
+		}
+		out[name] = byTenant
+	}
+	return out
 }
 
 // get decodes the stored entry under key into v.

@@ -42,3 +42,15 @@ func (s *Server) authenticate(header string) (gw *gatewayRecord, claimed string,
 	}
 	return gw, tok.GatewayID, nil
 }
+
+// Authenticate verifies the Authorization header of an HTTP side-channel
+// request (POST /relay/policy), which carries the same bearer token as an
+// upgrade, and returns the gateway's tenant and id. The error never
+// carries the token or a secret.
+func (s *Server) Authenticate(header string) (tenant, gatewayID string, err error) {
+	gw, _, err := s.authenticate(header)
+	if err != nil {
+		return "", "", err
+	}
+	return gw.tenant.id, gw.id, nil
+}

@@ -32,9 +32,11 @@ type live struct {
 	reg     *registry.Registry
 	relay   *relay.Server
 	binders map[string]platform.Binder
-	keys    *sessionKeys
-	log     *slog.Logger
-	metrics *adminMetrics
+	// relevance are the platforms that apply declared relevance policies.
+	relevance map[string]platform.RelevanceTaker
+	keys      *sessionKeys
+	log       *slog.Logger
+	metrics   *adminMetrics
 
 	mu     sync.Mutex // serializes apply
 	expiry *time.Timer
@@ -131,6 +133,14 @@ func (l *live) apply(ctx context.Context) error {
 			l.log.Error("registry bindings not applied", "platform", name, "err", err)
 			return err
 		}
+	}
+	names := make([]string, 0, len(l.relevance))
+	for name := range l.relevance {
+		names = append(names, name)
+	}
+	policies := s.Relevance(names)
+	for name, rt := range l.relevance {
+		rt.SetRelevance(policies[name])
 	}
 	l.schedule(next)
 	l.metrics.applies.WithLabelValues("ok").Inc()

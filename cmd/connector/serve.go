@@ -301,10 +301,14 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	}
 	m.watchLedger(srv)
 	c := &connector{cfg: cfg, log: log, metrics: m, platforms: platforms, relay: srv}
-	c.live = &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, keys: keys, log: log, metrics: newAdminMetrics(m.reg)}
+	c.live = &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
+		keys: keys, log: log, metrics: newAdminMetrics(m.reg)}
 	for _, p := range platforms {
 		if b, ok := p.(platform.Binder); ok {
 			c.live.binders[p.Name()] = b
+		}
+		if rt, ok := p.(platform.RelevanceTaker); ok {
+			c.live.relevance[p.Name()] = rt
 		}
 	}
 	if err := c.live.apply(rctx); err != nil {
@@ -326,7 +330,9 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		c.tls = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 
-	c.handler = publicMux(srv, platforms)
+	mux := publicMux(srv, platforms)
+	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
+	c.handler = mux
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil
 }

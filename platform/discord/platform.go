@@ -47,17 +47,19 @@ type Platform struct {
 	// replaces it.
 	guilds atomic.Pointer[map[string]string]
 
-	pubKey   ed25519.PublicKey
-	sess     *discordgo.Session
-	sched    *fairshare.Scheduler
-	breaker  *breaker
-	cache    *cache
-	snap     snapshot
-	seen     *dedupe
-	gw       *gateway
-	cmds     *commandSync
-	ops      map[string]opHandler
-	policies map[string]*policy
+	pubKey  ed25519.PublicKey
+	sess    *discordgo.Session
+	sched   *fairshare.Scheduler
+	breaker *breaker
+	cache   *cache
+	snap    snapshot
+	seen    *dedupe
+	gw      *gateway
+	cmds    *commandSync
+	ops     map[string]opHandler
+	// policies are the tenants' policies, from Config.Tenants and the
+	// relevance their gateways declared (SetRelevance).
+	policies atomic.Pointer[map[string]*policy]
 	fallback *policy
 	botID    atomic.Pointer[string]
 	status   atomic.Pointer[platform.Status]
@@ -77,10 +79,11 @@ type lifecycle struct {
 }
 
 var (
-	_ platform.Platform      = (*Platform)(nil)
-	_ platform.Routes        = (*Platform)(nil)
-	_ platform.HelloObserver = (*Platform)(nil)
-	_ platform.Binder        = (*Platform)(nil)
+	_ platform.Platform       = (*Platform)(nil)
+	_ platform.Routes         = (*Platform)(nil)
+	_ platform.HelloObserver  = (*Platform)(nil)
+	_ platform.Binder         = (*Platform)(nil)
+	_ platform.RelevanceTaker = (*Platform)(nil)
 )
 
 // maxProcessing bounds interactions being normalized and delivered at once.
@@ -107,7 +110,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		vault:    deps.Vault,
 		deps:     deps,
 		pubKey:   ed25519.PublicKey(pub),
-		policies: make(map[string]*policy, len(cfg.Tenants)),
 		fallback: newPolicy(TenantConfig{}),
 		slots:    make(chan struct{}, maxProcessing),
 	}
@@ -121,8 +123,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
 	}
 	weights := make(map[string]int, len(cfg.Tenants))
+	p.SetRelevance(nil)
 	for name, tc := range cfg.Tenants {
-		p.policies[name] = newPolicy(tc)
 		if tc.Weight > 0 {
 			weights[name] = tc.Weight
 		}
@@ -221,7 +223,7 @@ func (p *Platform) guildTenant(guildID string) (string, bool) {
 }
 
 func (p *Platform) policyFor(tenant string) *policy {
-	if pol, ok := p.policies[tenant]; ok {
+	if pol, ok := (*p.policies.Load())[tenant]; ok {
 		return pol
 	}
 	return p.fallback
@@ -293,4 +295,27 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		}
 	}
 	return nil
+}
+
+// SetRelevance implements platform.RelevanceTaker. A tenant's declared
+// relevance replaces three knobs of its discord.tenants settings:
+// require_mention (RequireAddress), free_response_channels
+// (FreeResponseScopes) and allow_bots ("all" when AllowOtherBots, else
+// "none"); its other knobs stay as configured.
+func (p *Platform) SetRelevance(byTenant map[string]platform.Relevance) {
+	policies := make(map[string]*policy, len(p.cfg.Tenants)+len(byTenant))
+	for name, tc := range p.cfg.Tenants {
+		policies[name] = newPolicy(tc)
+	}
+	for name, r := range byTenant {
+		tc := p.cfg.Tenants[name]
+		tc.RequireMention = &r.RequireAddress
+		tc.FreeResponseChannels = slices.Clone(r.FreeResponseScopes)
+		tc.AllowBots = AllowBotsNone
+		if r.AllowOtherBots {
+			tc.AllowBots = AllowBotsAll
+		}
+		policies[name] = newPolicy(tc)
+	}
+	p.policies.Store(&policies)
 }
