@@ -165,3 +165,41 @@ func TestErrors(t *testing.T) {
 		t.Fatalf("after deleting a: %+v, want tenant b alone", s)
 	}
 }
+
+// TestSurvivesReopen: what the API stored is there after the embedded
+// store is closed and opened again (a restart).
+func TestSurvivesReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func() store.Store {
+		st, err := store.Open(ctx, store.Config{Backend: store.BackendEmbedded, Path: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	st := open()
+	r := registry.New(st, time.Now)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := r.CreateGateway(ctx, "acme", "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "nexscope", Kind: "room", ID: "lab", Tenant: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st = open()
+	defer st.Close()
+	s, _, err := registry.New(st, time.Now).Effective(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := secretsOf(s, "gw"); len(got) != 1 || got[0] != secret || len(s.Bindings) != 1 || len(s.Tenants) != 1 {
+		t.Fatalf("after reopening: %d tenants, %d bindings, gateway secrets ok=%v", len(s.Tenants), len(s.Bindings), len(got) == 1 && got[0] == secret)
+	}
+}
