@@ -5,7 +5,7 @@ package platform
 // (YAML routing plus the bindings made through the admin API) hands every
 // Binder its complete table whenever it changes.
 type Binding struct {
-	// Kind is the scope: BindGuild or BindChannel on Discord, BindChat on
+	// Kind is the scope: BindGuild or BindUser on Discord, BindChat on
 	// Telegram, BindRoom on nexscope.
 	Kind string
 	// ID names the scope as the platform spells it (a snowflake, a chat
@@ -21,6 +21,9 @@ const (
 	BindChannel = "channel"
 	BindChat    = "chat"
 	BindRoom    = "room"
+	// BindUser gives a platform user to a tenant (author-first routing):
+	// the user's messages reach that tenant wherever they are posted.
+	BindUser = "user"
 )
 
 // Binder is implemented by platforms whose chat routing changes while the
@@ -50,4 +53,13 @@ type Relevance struct {
 // absent from it keeps the platform's configured behaviour.
 type RelevanceTaker interface {
 	SetRelevance(byTenant map[string]Relevance)
+}
+
+// ChatGranter is implemented by platforms where a chat may be open to
+// tenants besides the one ChatTenant names: with author-first routing a
+// tenant may act in a channel where an author bound to it spoke. The relay
+// lets an action through when ChatGranted says so, before asking
+// ChatTenant.
+type ChatGranter interface {
+	ChatGranted(chatID, tenant string) bool
 }

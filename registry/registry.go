@@ -669,10 +669,10 @@ func CanonicalBinding(b Binding) (Binding, error) {
 		return Binding{}, fmt.Errorf("%w: %s binding %s %q: want %s", ErrInvalid, b.Platform, b.Kind, b.ID, want)
 	}
 	switch {
-	case b.Platform == "discord" && b.Kind == platform.BindGuild:
+	case b.Platform == "discord" && (b.Kind == platform.BindGuild || b.Kind == platform.BindUser):
 		n, err := strconv.ParseUint(b.ID, 10, 64)
 		if err != nil {
-			return bad("a guild id")
+			return bad("a Discord id")
 		}
 		b.ID = strconv.FormatUint(n, 10)
 	case b.Platform == "telegram" && b.Kind == platform.BindChat:
@@ -686,7 +686,7 @@ func CanonicalBinding(b Binding) (Binding, error) {
 			return bad("a room name (^[a-zA-Z0-9_-]{1,32}$)")
 		}
 	default:
-		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat or nexscope room", ErrInvalid, b.Platform, b.Kind)
+		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild or user, telegram chat or nexscope room", ErrInvalid, b.Platform, b.Kind)
 	}
 	return b, nil
 }

@@ -33,7 +33,7 @@ const adminUsage = `subcommands:
   gateway add TENANT GATEWAY               create a gateway; prints its secret, shown once
   gateway rotate TENANT GATEWAY [GRACE]    new secret; the old ones stay valid for GRACE (default 1h; 0s: end now)
   gateway rm TENANT GATEWAY                delete a gateway: its sockets close 4401, later upgrades are refused
-  bind TENANT PLATFORM KIND ID             route a scope to the tenant: discord guild, telegram chat, nexscope room
+  bind TENANT PLATFORM KIND ID             route to the tenant: discord guild or user, telegram chat, nexscope room
   unbind TENANT PLATFORM KIND ID           remove that route
   session TENANT KEY=VALUE...              set the session settings: group_sessions_per_user, thread_sessions_per_user
                                            (true/false), profile, nexscope_key_platform (relay/nexscope)`

@@ -46,6 +46,12 @@ type Platform struct {
 	// guilds maps a guild id to its tenant: Config.Guilds until Bind
 	// replaces it.
 	guilds atomic.Pointer[map[string]string]
+	// authors maps a user id to the tenant their messages reach
+	// (author-first routing, authors.go).
+	authors atomic.Pointer[map[string]string]
+	// spoke remembers the channels where a bound author's message reached
+	// its tenant: that tenant may act there (authors.go).
+	spoke *spokeIn
 
 	pubKey  ed25519.PublicKey
 	sess    *discordgo.Session
@@ -84,6 +90,7 @@ var (
 	_ platform.HelloObserver  = (*Platform)(nil)
 	_ platform.Binder         = (*Platform)(nil)
 	_ platform.RelevanceTaker = (*Platform)(nil)
+	_ platform.ChatGranter    = (*Platform)(nil)
 )
 
 // maxProcessing bounds interactions being normalized and delivered at once.
@@ -119,6 +126,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.log = p.log.With("platform", platformName)
 	guilds := maps.Clone(cfg.Guilds)
 	p.guilds.Store(&guilds)
+	p.authors.Store(&map[string]string{})
+	p.spoke = newSpokeIn(maxSpokeIn)
 	if p.key == nil {
 		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
 	}
@@ -273,21 +282,27 @@ func (p *Platform) running() *lifecycle {
 // guildOwners maps each bound guild id to its tenant.
 func (p *Platform) guildOwners() map[string]string { return *p.guilds.Load() }
 
-// Bind implements platform.Binder: bindings of kind guild (a guild id,
-// read as the number it spells) replace the guild routing table. Guilds
-// whose tenant changed get their commands synced again.
+// Bind implements platform.Binder: bindings of kind guild and user (ids
+// read as the numbers they spell) replace the guild and author routing
+// tables. Guilds whose tenant changed get their commands synced again.
 func (p *Platform) Bind(bindings []platform.Binding) error {
 	guilds := make(map[string]string, len(bindings))
+	authors := make(map[string]string)
 	for _, b := range bindings {
-		if b.Kind != platform.BindGuild {
-			return fmt.Errorf("discord: binding kind %q: want %s", b.Kind, platform.BindGuild)
-		}
 		n, err := strconv.ParseUint(b.ID, 10, 64)
 		if err != nil {
-			return fmt.Errorf("discord: guild %q is not a Discord guild id", b.ID)
+			return fmt.Errorf("discord: %s %q is not a Discord id", b.Kind, b.ID)
 		}
-		guilds[strconv.FormatUint(n, 10)] = b.Tenant
+		switch b.Kind {
+		case platform.BindGuild:
+			guilds[strconv.FormatUint(n, 10)] = b.Tenant
+		case platform.BindUser:
+			authors[strconv.FormatUint(n, 10)] = b.Tenant
+		default:
+			return fmt.Errorf("discord: binding kind %q: want %s or %s", b.Kind, platform.BindGuild, platform.BindUser)
+		}
 	}
+	p.authors.Store(&authors)
 	old := *p.guilds.Swap(&guilds)
 	for guild, tenant := range guilds {
 		if old[guild] != tenant {
