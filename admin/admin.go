@@ -129,13 +129,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// change is one mutating route: do returns what it changed (for the log,
+// changeFunc is one mutating route: do returns what it changed (for the log,
 // never a secret) and the answer's status and body.
-type change func(r *http.Request) (what []any, status int, body any, err error)
+type changeFunc func(r *http.Request) (what []any, status int, body any, err error)
 
 // change registers a mutating route: it runs do, applies the registry on
 // success, logs and counts the outcome.
-func (h *Handler) change(pattern, op string, do change) {
+func (h *Handler) change(pattern, op string, do changeFunc) {
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		what, status, body, err := do(r)
 		if err == nil {
