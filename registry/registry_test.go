@@ -203,3 +203,44 @@ func TestSurvivesReopen(t *testing.T) {
 		t.Fatalf("after reopening: %d tenants, %d bindings, gateway secrets ok=%v", len(s.Tenants), len(s.Bindings), len(got) == 1 && got[0] == secret)
 	}
 }
+
+// TestPolicies: a declared policy replaces the tenant's earlier one on its
+// platform, a "relay" policy covers platforms without their own, and
+// oversized declarations are refused.
+func TestPolicies(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []registry.Policy{
+		{Tenant: "a", Platform: "discord", RequireAddress: true},
+		{Tenant: "a", Platform: "discord", RequireAddress: false, FreeResponseScopes: []string{"501"}},
+		{Tenant: "a", Platform: "relay", AllowOtherBots: true},
+	} {
+		if err := r.SetPolicy(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := effective(t, r)
+	rel := s.Relevance([]string{"discord", "telegram"})
+	if d := rel["discord"]["a"]; d.RequireAddress || len(d.FreeResponseScopes) != 1 || d.AllowOtherBots {
+		t.Errorf("discord policy %+v, want the second declaration", d)
+	}
+	if tg := rel["telegram"]["a"]; !tg.AllowOtherBots {
+		t.Errorf("telegram policy %+v, want the relay declaration", tg)
+	}
+	big := make([]string, registry.MaxPolicyScopes+1)
+	for i := range big {
+		big[i] = "1"
+	}
+	for name, p := range map[string]registry.Policy{
+		"too many scopes": {Tenant: "a", Platform: "discord", FreeResponseScopes: big},
+		"empty scope":     {Tenant: "a", Platform: "discord", FreeResponseScopes: []string{""}},
+		"no platform":     {Tenant: "a"},
+	} {
+		if err := r.SetPolicy(ctx, p); !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
