@@ -21,6 +21,9 @@ type room struct {
 	// bound is the room's tenant and bot; nil for a plain relay room. It
 	// changes under mu (Bind), and is read without it.
 	bound atomic.Pointer[roomBinding]
+	// home is set while this instance hosts the room: always on a single
+	// instance; with several, while it holds the room's lease (cluster.go).
+	home atomic.Bool
 
 	mu       sync.Mutex
 	members  map[string]*member
@@ -142,6 +145,9 @@ func (r *room) join(m *member) error {
 	if m.left.Load() {
 		return CloseGoingAway
 	}
+	if !r.home.Load() {
+		return CloseRoomMoved // the lease went to another instance meanwhile
+	}
 	if _, taken := r.members[m.name]; taken || m.name == r.bot() {
 		return CloseNameTaken
 	}
@@ -153,6 +159,28 @@ func (r *room) join(m *member) error {
 	r.users = slices.Insert(r.users, i, m.name)
 	r.broadcastPresenceLocked()
 	return nil
+}
+
+// becomeHome makes this instance the room's home: members may join.
+func (r *room) becomeHome() {
+	r.mu.Lock()
+	r.home.Store(true)
+	r.mu.Unlock()
+}
+
+// resign ends the room's tenure here: no one joins any more and every member
+// is closed with c (their leaves abandon a transfer and free the lock).
+func (r *room) resign(c Close) {
+	r.mu.Lock()
+	r.home.Store(false)
+	members := make([]*member, 0, len(r.members))
+	for _, m := range r.members {
+		members = append(members, m)
+	}
+	r.unlock()
+	for _, m := range members {
+		m.kick(c)
+	}
 }
 
 // leave removes m (once; member.leave guards), tells everyone else, and
