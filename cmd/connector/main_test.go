@@ -185,16 +185,11 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		t.Fatalf("inbound from nexscope: %+v %v", in.Event, err)
 	}
 
-	resp, err = http.Get("http://" + opsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), `connector_gateway_connections{tenant="local"} 1`) ||
-		!strings.Contains(string(body), `connector_inbound_events_total{outcome="queued",platform="nexscope",tenant="local"} 1`) {
-		t.Fatalf("metrics do not count the gateway:\n%s", body)
-	}
+	// The frame reaches the gateway while its store commit is under way;
+	// the event is counted once the commit is done.
+	waitMetrics(t, "http://"+opsAddr+"/metrics",
+		`connector_gateway_connections{tenant="local"} 1`,
+		`connector_inbound_events_total{outcome="queued",platform="nexscope",tenant="local"} 1`)
 	_ = member.CloseNow()
 	cancel()
 	code, _, err := gw.Closed(dctx)

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,5 +38,34 @@ func served(t *testing.T, done <-chan error) {
 		}
 	case <-time.After(serveWait):
 		t.Errorf("timed out after %v waiting for serve to return after cancel", serveWait)
+	}
+}
+
+// waitMetrics polls the /metrics page at url until it holds every line of
+// want, for at most serveWait.
+func waitMetrics(t *testing.T, url string, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(serveWait)
+	for {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(string(body), w) {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s in the metrics:\n%s", serveWait, missing, body)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval of the metrics page
 	}
 }
