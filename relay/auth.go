@@ -42,3 +42,16 @@ func (s *Server) authenticate(header string) (gw *gatewayRecord, claimed string,
 	}
 	return gw, tok.GatewayID, nil
 }
+
+// AuthenticateBearer verifies an HTTP request's Authorization header with
+// the same token scheme, keys and time window as the /relay upgrade, and
+// returns the tenant of the gateway it authenticates. The media routes
+// (POST /relay/media, GET /relay/media/{id}) use it; the error never
+// carries the token or a secret.
+func (s *Server) AuthenticateBearer(authorization string) (string, error) {
+	gw, _, err := s.authenticate(authorization)
+	if err != nil {
+		return "", err
+	}
+	return gw.tenant.id, nil
+}
