@@ -18,6 +18,7 @@ import (
 	"connector/contract"
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/media"
 	"connector/session"
 	"connector/vault"
 )
@@ -168,6 +169,11 @@ type Deps struct {
 	// session, a Telegram long poll), and returns when ctx ends; nil runs
 	// run at once (a single instance).
 	Exclusive func(ctx context.Context, name string, run func(context.Context) error) error
+	// Media stores attachments by reference: send_media resolves its
+	// source_url there, and inbound attachments behind the platform's
+	// credential are re-hosted there. Nil: send_media answers unavailable
+	// and inbound attachments reach gateways as their caption only.
+	Media *media.Store
 }
 
 // RunExclusive runs run under d.Exclusive, or at once when it is nil.
