@@ -9,8 +9,9 @@ import (
 	"connector/internal/textsplit"
 )
 
-// egressFunc performs one outbound op in a room bound to the caller's tenant.
-type egressFunc func(p *Platform, r *room, a *contract.Action) contract.Result
+// egressFunc performs one outbound op for tenant in a room bound to it,
+// within ctx.
+type egressFunc func(p *Platform, ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result
 
 // egress is the op table; the descriptor's supported_ops are its keys. edit
 // is absent: a relayed msg cannot be changed.
@@ -18,6 +19,7 @@ var egress = map[string]egressFunc{
 	contract.OpSend:        (*Platform).send,
 	contract.OpTyping:      (*Platform).typing,
 	contract.OpGetChatInfo: (*Platform).chatInfo,
+	contract.OpSendMedia:   (*Platform).sendMedia,
 }
 
 // supportedOps lists the egress table's ops.
@@ -25,7 +27,7 @@ func supportedOps() []string { return slices.Sorted(maps.Keys(egress)) }
 
 // Execute performs a gateway's outbound action for tenant. chat_id is a room
 // name; a room that is not bound to tenant is declined.
-func (p *Platform) Execute(_ context.Context, tenant string, a *contract.Action) contract.Result {
+func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	h, ok := egress[a.Op]
 	if !ok {
 		return contract.Failed(contract.CodeUnsupportedOp, "nexscope does not support this op")
@@ -34,7 +36,7 @@ func (p *Platform) Execute(_ context.Context, tenant string, a *contract.Action)
 	if r == nil || r.tenant == "" || r.tenant != tenant {
 		return contract.Declined(platformName)
 	}
-	return h(p, r, a)
+	return h(p, ctx, tenant, r, a)
 }
 
 // send posts content as the bot's msg (role userAgent). Addressing:
@@ -53,12 +55,34 @@ func (p *Platform) Execute(_ context.Context, tenant string, a *contract.Action)
 // Content longer than MaxText bytes goes out as several msgs split on rune
 // boundaries; message_id is the first one's msgId. It fails with
 // "unavailable" when no recipient is online (the relay keeps no queue).
-func (p *Platform) send(r *room, a *contract.Action) contract.Result {
+func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action) contract.Result {
 	if a.Content == "" {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: send needs content")
 	}
 	r.mu.Lock()
 	defer r.unlock()
+	m, online := r.addressLocked(a)
+	if len(online) == 0 {
+		return contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)")
+	}
+	var first string
+	for _, piece := range textsplit.SplitBytes(a.Content, p.cfg.MaxText) {
+		m.msgID, m.text = p.newMsgID(), piece
+		if first == "" {
+			first = m.msgID
+		}
+		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), &m, p.nowMs())
+		for _, mem := range online {
+			r.pushLocked(mem, frame)
+		}
+	}
+	return contract.OK(first)
+}
+
+// addressLocked addresses a bot message answering a (see send): its
+// from, to, threadId and hopCount, and the members online to get it.
+// Called under mu.
+func (r *room) addressLocked(a *contract.Action) (botMsg, []*member) {
 	ref := r.replyTarget(a)
 	thread := string(a.Metadata.ThreadID)
 	if thread == "" {
@@ -82,21 +106,7 @@ func (p *Platform) send(r *room, a *contract.Action) contract.Result {
 	} else if mem, ok := r.members[m.to[0]]; ok {
 		online = append(online, mem)
 	}
-	if len(online) == 0 {
-		return contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)")
-	}
-	var first string
-	for _, piece := range textsplit.SplitBytes(a.Content, p.cfg.MaxText) {
-		m.msgID, m.text = p.newMsgID(), piece
-		if first == "" {
-			first = m.msgID
-		}
-		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), &m, p.nowMs())
-		for _, mem := range online {
-			r.pushLocked(mem, frame)
-		}
-	}
-	return contract.OK(first)
+	return m, online
 }
 
 // replyTarget finds the inbound a send answers (see send). Called under mu.
@@ -125,9 +135,11 @@ func (r *room) replyTarget(a *contract.Action) msgRef {
 
 // typing is a documented no-op: the protocol has no typing indicator, and an
 // invented frame type would earn unknown-type handling in clients.
-func (p *Platform) typing(*room, *contract.Action) contract.Result { return contract.OK("") }
+func (p *Platform) typing(context.Context, string, *room, *contract.Action) contract.Result {
+	return contract.OK("")
+}
 
 // chatInfo answers get_chat_info: the room's name, type "group".
-func (p *Platform) chatInfo(r *room, _ *contract.Action) contract.Result {
+func (p *Platform) chatInfo(_ context.Context, _ string, r *room, _ *contract.Action) contract.Result {
 	return contract.Result{Success: true, ChatInfo: &contract.ChatInfo{Name: r.name, Type: "group"}}
 }

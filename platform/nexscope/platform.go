@@ -26,6 +26,7 @@ type Platform struct {
 	metrics   platform.Metrics
 	clock     clock.Clock // ts values, the heartbeat, transfer and probe deadlines
 	keyFunc   platform.KeyFunc
+	deps      platform.Deps // the media store (send_media, files to the bot)
 	tokenHash [sha256.Size]byte
 	rooms     map[string]*room
 	desc      descriptor.Descriptor
@@ -62,6 +63,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		metrics:   deps.M(),
 		clock:     deps.Time(),
 		keyFunc:   deps.Key,
+		deps:      deps,
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		rooms:     make(map[string]*room, len(cfg.Rooms)+1),
 		members:   make(map[*member]struct{}),
