@@ -23,8 +23,8 @@ type transfer struct {
 	// upload re-hosts a file the bot takes (nil without a media store);
 	// written by the sender's reader, aborted by finish unless committed.
 	upload *media.Upload
-	timer      clock.Timer
-	done       chan struct{} // closed when the transfer ends either way
+	timer  clock.Timer
+	done   chan struct{} // closed when the transfer ends either way
 }
 
 func (t *transfer) finished() bool {
