@@ -46,21 +46,27 @@ func (e *FetchError) Unwrap() error { return e.Err }
 
 // ParseRef returns the media id a send_media source_url names when it is a
 // re-host URL of this store, and ok=false for any other URL. With
-// Config.PublicURL its scheme, host and port must match; without, any host
-// with the path /relay/media/<id> names a stored object. A re-host path
+// Config.PublicURL its scheme, host and port must match and its path be
+// the public URL's path + /relay/media/<id>; without, any host with the
+// path /relay/media/<id> names a stored object. A re-host path
 // with a malformed id is still a reference (to nothing).
 func (s *Store) ParseRef(sourceURL string) (id string, ok bool) {
 	u, err := url.Parse(sourceURL)
-	if err != nil || !strings.HasPrefix(u.Path, routePrefix) {
+	if err != nil {
 		return "", false
 	}
+	prefix := routePrefix
 	if s.cfg.PublicURL != "" {
 		base, err := url.Parse(s.cfg.PublicURL)
 		if err != nil || !strings.EqualFold(u.Host, base.Host) || !strings.EqualFold(u.Scheme, base.Scheme) {
 			return "", false
 		}
+		prefix = strings.TrimSuffix(base.Path, "/") + routePrefix
 	}
-	return strings.TrimPrefix(u.Path, routePrefix), true
+	if !strings.HasPrefix(u.Path, prefix) {
+		return "", false
+	}
+	return strings.TrimPrefix(u.Path, prefix), true
 }
 
 // Resolve opens what a send_media source_url names for tenant: a re-host

@@ -142,6 +142,20 @@ func TestParseRef(t *testing.T) {
 	}
 }
 
+func TestParseRefUnderBasePath(t *testing.T) {
+	s, _ := newStore(t, Config{PublicURL: "https://c.example/connector"})
+	id := strings.Repeat("cd", 16)
+	if got, ok := s.ParseRef("https://c.example/connector/relay/media/" + id); !ok || got != id {
+		t.Errorf("under the base path: %q %v", got, ok)
+	}
+	if _, ok := s.ParseRef("https://c.example/relay/media/" + id); ok {
+		t.Error("outside the base path read as a reference")
+	}
+	if u := s.URL(id); u != "https://c.example/connector/relay/media/"+id {
+		t.Errorf("URL = %s", u)
+	}
+}
+
 func TestResolveRefusesPrivateAddresses(t *testing.T) {
 	src := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("secret")) }))
 	defer src.Close()

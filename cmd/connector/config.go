@@ -50,6 +50,9 @@ type Config struct {
 	// acknowledged (stored before a platform is told it arrived) and
 	// interaction tokens, for their TTL (docs/durability.md).
 	Store StoreConfig `yaml:"store"`
+	// Media bounds the media store (uploads for send_media, re-hosted
+	// inbound attachments) and says where gateways reach it.
+	Media MediaConfig `yaml:"media"`
 	// Tenants are the customers of the connector and their gateways.
 	Tenants []TenantConfig `yaml:"tenants"`
 
@@ -298,6 +301,9 @@ func (c *Config) Validate() error {
 		return errors.New("config: tls: cert_file and key_file must be set together")
 	}
 	if err := c.validateHTTP(); err != nil {
+		return err
+	}
+	if err := c.validateMedia(); err != nil {
 		return err
 	}
 	for key, v := range map[string]time.Duration{
