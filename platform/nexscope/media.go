@@ -209,10 +209,11 @@ func (p *Platform) commitRehost(u *media.Upload, attachment, text []byte) *contr
 // attachmentText reads a string member of an attachment object.
 func attachmentText(attachment []byte, key string) string {
 	var out string
-	if len(attachment) == 0 || attachment[0] != '{' {
+	i := skipSpace(attachment, 0)
+	if i >= len(attachment) || attachment[i] != '{' {
 		return ""
 	}
-	eachMember(attachment, 0, func(k, val []byte) {
+	eachMember(attachment, i, func(k, val []byte) {
 		if keyIs(k, key) {
 			s, _ := optionalString(val)
 			out = s

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"connector/contract"
 	"connector/media"
 	"connector/media/mediatest"
@@ -127,7 +129,9 @@ func TestSendMediaWaitsForTheRoomLock(t *testing.T) {
 	alice.expect("presence")
 	url := e.upload(t, 22, 300_000)
 	alice.sendJSON(fileStart("F1", "alice", []string{"bob"}, 200_000))
-	first := receiveFile(bob)
+	if f := bob.expect("file-start"); f["msgId"] != "F1" { // alice holds the lock now
+		t.Fatalf("bob got %v", f)
+	}
 	results := make(chan contract.Result, 1)
 	go func() {
 		r, err := e.gw.Client.Outbound(t.Context(), "nexscope", mediaAction("lab", "image", url, "bob"))
@@ -142,8 +146,16 @@ func TestSendMediaWaitsForTheRoomLock(t *testing.T) {
 		alice.sendBinary(b)
 	}
 	alice.sendJSON(fileEnd("F1", "alice"))
-	if r := <-first; r.err != nil || r.start["msgId"] != "F1" || r.bytes != 200_000 {
-		t.Fatalf("bob's first file: %+v", r)
+	var got int
+	for got < 200_000 {
+		typ, b := bob.read()
+		if typ != websocket.MessageBinary {
+			t.Fatalf("bob got %s before alice's file ended", b)
+		}
+		got += len(b)
+	}
+	if f := bob.expect("file-end"); f["msgId"] != "F1" {
+		t.Fatalf("bob got %v, want alice's file-end", f)
 	}
 	second := <-receiveFile(bob)
 	if second.err != nil || second.start["from"] != "hermes" || second.bytes != 300_000 {
