@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// DefaultUploadTimeout is HandlerConfig.UploadTimeout's default.
+const DefaultUploadTimeout = 2 * time.Minute
+
 // Authenticator verifies a request's Authorization header: the gateway's
 // own HMAC bearer token, the one its /relay upgrade carries. It returns
 // the gateway's tenant.
@@ -22,8 +25,8 @@ type HandlerConfig struct {
 	// Auth authenticates gateways. Required.
 	Auth Authenticator
 	// UploadTimeout bounds reading an upload's body, from when the handler
-	// starts (replacing the listener's shorter body timeout). Zero means 2
-	// minutes.
+	// starts (replacing the listener's shorter body timeout). Zero means
+	// DefaultUploadTimeout.
 	UploadTimeout time.Duration
 	// Log receives refused requests at debug level; nil discards.
 	Log *slog.Logger
@@ -41,7 +44,7 @@ type HandlerConfig struct {
 // expired or another tenant's id is 404. Error bodies are {"error": text}.
 func (s *Store) Handler(cfg HandlerConfig) http.Handler {
 	if cfg.UploadTimeout <= 0 {
-		cfg.UploadTimeout = 2 * time.Minute
+		cfg.UploadTimeout = DefaultUploadTimeout
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
