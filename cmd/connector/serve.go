@@ -49,6 +49,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	logDeprecations(log, cfg.deprecations)
 	if path != "" {
 		log.Info("config loaded", "file", path)
 	} else {
@@ -66,10 +67,14 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		defer os.RemoveAll(tmp)
 		cfg.Media.Dir = tmp
-		if _, err := build(cfg, log, st); err != nil {
+		c, err := build(cfg, log, st)
+		if err != nil {
 			fmt.Fprintf(stderr, "connector: %v\n", err)
 			return 1
 		}
+		// Stop what build started (the relay's store writer), so nothing
+		// logs after -check has answered.
+		_ = c.relay.Shutdown(context.Background())
 		fmt.Fprintln(stdout, "config ok")
 		return 0
 	}
@@ -100,8 +105,8 @@ type sources struct {
 }
 
 // loadOrDefault reads the config file, or builds the embedded defaults when
-// there is none, then applies the environment and the -listen override and
-// validates.
+// there is none, then applies the environment and the flags, fills the
+// defaults and validates.
 func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *generatedSecrets, error) {
 	var cfg *Config
 	var gen *generatedSecrets
@@ -117,6 +122,7 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
+		cfg.Nexscope = embeddedNexscope(gen, cfg.Tenants[0].ID)
 	} else {
 		var err error
 		if cfg, err = LoadConfig(src.configPath); err != nil {
@@ -129,7 +135,7 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 	if src.listen != "" {
 		cfg.Listen = src.listen
 	}
-	cfg.ApplyEnv(lookup)
+	cfg.applyGatewaySecrets(lookup)
 	if cfg.Store.Backend != store.BackendRedis {
 		var err error
 		if cfg.Store.Path, err = dataDir(src.dataDir, cfg.Store.Path, lookup); err != nil {
@@ -143,7 +149,10 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		}
 		cfg.Media.Dir = cfg.Media.mediaDir(base)
 	}
-	if err := applyPlatformEnv(cfg, gen, lookup); err != nil {
+	if gen != nil {
+		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it
+	}
+	if err := cfg.normalize(); err != nil {
 		return nil, nil, err
 	}
 	if err := cfg.Validate(); err != nil {
@@ -270,8 +279,8 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, defaultLeaseTTL)
 	if cfg.Store.Backend == store.BackendRedis {
 		// Several instances may share this store: each tenant's delivery,
-		// the Discord Gateway session and the Telegram long poll run on one
-		// of them at a time, under a lease.
+		// the Discord Gateway session, the Telegram long poll and each
+		// nexscope room run on one of them at a time, under a lease.
 		instance = cfg.Store.Instance
 		if instance == "" {
 			host, _ := os.Hostname()
@@ -280,6 +289,9 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		deps.Exclusive = func(ctx context.Context, name string, run func(context.Context) error) error {
 			return store.RunExclusive(ctx, deps.Time(), st.Leases(), "ingest/"+name, instance, leaseTTL, run)
 		}
+		// nexscope rooms: a home per room under such a lease, the other
+		// instances proxying their members to it.
+		deps.Cluster = &platform.Cluster{Instance: instance, PubSub: st.PubSub(), Beat: leaseTTL / 3}
 		log.Info("sharing the store with other instances", "instance", instance, "lease_ttl", leaseTTL)
 	}
 	platforms, err := buildPlatforms(cfg, deps)
@@ -289,16 +301,10 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	m.watchVault(deps.Vault)
 	m.watchPlatforms(platforms)
 	m.preinit(sortedKeys(cfg.TenantIDs()), platforms)
-	srv, err := relay.New(relay.Config{
-		Tenants: tenants, Platforms: platforms, Log: log, Metrics: m,
-		ClockSkew: cfg.Relay.ClockSkew, PingInterval: cfg.Relay.PingInterval,
-		WriteTimeout: cfg.Relay.WriteTimeout, OutboundTimeout: cfg.Relay.OutboundTimeout,
-		SendQueueBytes: cfg.Relay.SendQueueBytes, AckWindow: cfg.Relay.AckWindow,
-		Store: st, BufferEntries: cfg.Relay.BufferEntries, BufferBytes: cfg.Relay.BufferBytes,
-		BufferBytesTotal: cfg.Relay.BufferBytesTotal, BufferMaxAge: cfg.Relay.BufferMaxAge,
-		MaxConnsPerGateway: cfg.Relay.MaxConnsPerGateway,
-		Instance:           instance, LeaseTTL: leaseTTL,
-	})
+	rc := cfg.Relay // the relay section; the rest is wiring
+	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
+	rc.Instance, rc.LeaseTTL = instance, leaseTTL
+	srv, err := relay.New(rc)
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func newMediaEnv(t *testing.T) *mediaEnv {
 	}
 	fake := telegramtest.New(t, testToken)
 	p, err := New(Config{
-		Token: testToken, APIServerURL: fake.URL, Chats: testChats, PollTimeout: 2 * time.Second,
+		BotToken: testToken, APIServerURL: fake.URL, Chats: testChats, PollTimeout: 2 * time.Second,
 		ChatPerSecond: -1, GroupPerMinute: -1,
 	}, platform.Deps{
 		Log: slog.New(slog.DiscardHandler), Vault: vault.NewMemory(vault.Config{}),

@@ -11,6 +11,12 @@
 //     is durable, so a platform confirms an event to its source only after
 //     that. Its bufferId is Config.IDPrefix (the store's epoch) and the
 //     record's sequence number: the same across redeliveries and restarts.
+//   - The entry is dispatched as soon as the store has numbered it
+//     (store.Ledger.Stage), while its commit is under way: a connected
+//     gateway does not wait for the fsync. A removal (an ack, a drop) of an
+//     entry whose commit is under way reaches the store after the commit.
+//     If the commit fails, the entry leaves the ledger and Append fails:
+//     the event was not confirmed, and its number is never reused.
 //   - Waiting entries are dispatched in sequence order. An entry goes to its
 //     session's owner while the owner is attached and serves the entry's
 //     platform, otherwise to the attached consumer serving the platform with
@@ -173,7 +179,9 @@ type Pool struct {
 	spare []*Ledger  // a drained dirty slice, for reuse
 	wake  chan struct{}
 
-	flushMu sync.Mutex // one flush at a time
+	flushMu  sync.Mutex           // one flush at a time
+	acks     map[*Ledger][]uint64 // a flush's removals; guarded by flushMu
+	byTenant map[string][]uint64  // the same by tenant id; guarded by flushMu
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -188,11 +196,13 @@ func NewPool(cfg Config) *Pool {
 		cfg.SweepEvery = time.Minute
 	}
 	p := &Pool{
-		cfg:     cfg,
-		ledgers: make(map[string]*Ledger),
-		wake:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		cfg:      cfg,
+		ledgers:  make(map[string]*Ledger),
+		acks:     make(map[*Ledger][]uint64),
+		byTenant: make(map[string][]uint64),
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
 	go p.run()
 	return p
@@ -251,6 +261,12 @@ type entry struct {
 	seat       *seat  // in flight on this consumer; nil while waiting
 	sent       bool   // delivered at least once
 	windowed   bool
+	// staged is set while the entry's commit is under way: it may be
+	// dispatched, but its removal from the store waits for the commit.
+	staged bool
+	// removeStored is set when the entry left the ledger while staged: the
+	// removal is queued once the commit is done.
+	removeStored bool
 }
 
 // owner is the consumer a session's entries went to last.
@@ -315,9 +331,10 @@ type Delivery struct {
 }
 
 // Append stores d, takes it into the ledger, dispatches it if a consumer can
-// take it, and returns its bufferId. It returns only once d is durable in
-// the store; an error means it was not taken. The ledger's mutex is not
-// held while the store writes, so concurrent Appends share its commits.
+// take it, and returns its bufferId. It dispatches d once the store has
+// numbered it, and returns only once d is durable in the store; an error
+// means it was not taken. The ledger's mutex is not held while the store
+// writes, so concurrent Appends share its commits.
 func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	p := l.pool
 	if d.Received.IsZero() {
@@ -336,13 +353,14 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 		Kind: d.Kind, Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
 		Payload: d.Payload, Received: d.Received,
 	}
-	seqs, err := p.cfg.Store.Append(ctx, l.tenant, rec[:])
+	seqs, commit, err := p.cfg.Store.Stage(ctx, l.tenant, rec[:])
 	if err == nil && len(seqs) != 1 {
 		err = errors.New("ledger: the store assigned no sequence number")
 	}
 	var e *entry
 	if err == nil {
 		e = l.newEntry(seqs[0], &rec[0])
+		e.staged = true
 	}
 	rec[0] = store.Record{}
 	records.Put(rec)
@@ -359,6 +377,23 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	l.dispatchLocked()
 	if e != nil {
 		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	err = commit()
+	l.mu.Lock()
+	e.staged = false
+	switch {
+	case err != nil && l.byID[e.id] == e:
+		// Not stored, so not confirmed: the source delivers it again.
+		l.removeLocked(e)
+		l.dispatchLocked()
+		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	case err == nil && e.removeStored:
+		// Acknowledged or dropped while its commit was under way.
+		l.queueRemovalLocked(e.seq)
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -481,12 +516,23 @@ func (l *Ledger) dropLocked(e *entry, reason string, removeStored bool) {
 	cfg := &l.pool.cfg
 	l.removeLocked(e)
 	if removeStored {
-		l.queueRemovalLocked(e.seq)
+		l.removeStoredLocked(e)
 	}
 	cfg.Metrics.Inbound(e.platform, l.tenant, reason)
 	cfg.Log.Warn("buffered inbound dropped", "reason", reason,
 		"tenant", l.tenant, "platform", e.platform, "buffer_id", e.id, "bytes", e.size,
 		"age", cfg.Now().Sub(e.received).Round(time.Millisecond), "in_flight", e.sent)
+}
+
+// removeStoredLocked has the pool remove e from the store, once e's commit
+// is done: a removal must not reach the store before the record it
+// removes.
+func (l *Ledger) removeStoredLocked(e *entry) {
+	if e.staged {
+		e.removeStored = true
+		return
+	}
+	l.queueRemovalLocked(e.seq)
 }
 
 // queueRemovalLocked has the pool remove seq from the store.
@@ -659,7 +705,7 @@ func (l *Ledger) Ack(id string) bool {
 		return false
 	}
 	l.removeLocked(e)
-	l.queueRemovalLocked(e.seq)
+	l.removeStoredLocked(e)
 	l.dispatchLocked()
 	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 	l.mu.Unlock()
@@ -888,10 +934,11 @@ func (p *Pool) markDirty(l *Ledger) {
 	}
 }
 
-// Flush writes every queued removal to the store. The pool's goroutine
-// flushes on its own as soon as removals are queued; Flush is for shutdown
-// and tests. A failed removal is logged and counted, and not retried: the
-// entry is redelivered after a restart.
+// Flush writes every queued removal to the store, every tenant's in one
+// store.Ledger.AckAll: one commit (embedded) or one round trip (redis).
+// The pool's goroutine flushes on its own as soon as removals are queued;
+// Flush is for shutdown and tests. A failed removal is logged and counted,
+// and not retried: the entry is redelivered after a restart.
 func (p *Pool) Flush(ctx context.Context) {
 	p.flushMu.Lock()
 	defer p.flushMu.Unlock()
@@ -899,6 +946,8 @@ func (p *Pool) Flush(ctx context.Context) {
 	dirty := p.dirty
 	p.dirty = p.spare[:0]
 	p.rmMu.Unlock()
+	acks := p.acks
+	entries := 0
 	for i, l := range dirty {
 		dirty[i] = nil
 		l.mu.Lock()
@@ -907,26 +956,38 @@ func (p *Pool) Flush(ctx context.Context) {
 		l.dirty = false
 		l.mu.Unlock()
 		if len(seqs) > 0 {
-			p.remove(ctx, l.tenant, seqs)
+			acks[l] = seqs
+			entries += len(seqs)
 		}
+	}
+	if len(acks) > 0 {
+		p.remove(ctx, acks, entries)
+	}
+	for l, seqs := range acks {
 		l.mu.Lock()
 		l.spare = seqs
 		l.mu.Unlock()
 	}
+	clear(acks)
 	p.rmMu.Lock()
 	p.spare = dirty
 	p.rmMu.Unlock()
 }
 
-// remove deletes seqs from tenant's stored ledger.
-func (p *Pool) remove(ctx context.Context, tenant string, seqs []uint64) {
-	if _, err := p.cfg.Store.Ack(ctx, tenant, seqs...); err != nil {
-		p.removeErrors.Add(uint64(len(seqs)))
+// remove deletes acks (entries in all) from the tenants' stored ledgers.
+func (p *Pool) remove(ctx context.Context, acks map[*Ledger][]uint64, entries int) {
+	byTenant := p.byTenant
+	for l, seqs := range acks {
+		byTenant[l.tenant] = seqs
+	}
+	defer clear(byTenant)
+	if _, err := p.cfg.Store.AckAll(ctx, byTenant); err != nil {
+		p.removeErrors.Add(uint64(entries))
 		p.cfg.Log.Warn("acknowledged inbound not removed from the store: it is redelivered after a restart",
-			"tenant", tenant, "entries", len(seqs), "err", err)
+			"tenants", len(byTenant), "entries", entries, "err", err)
 		return
 	}
-	p.removed.Add(uint64(len(seqs)))
+	p.removed.Add(uint64(entries))
 }
 
 // Len returns the number of entries every ledger holds.
