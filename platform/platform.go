@@ -18,6 +18,7 @@ import (
 	"connector/contract"
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/media"
 	"connector/session"
 	"connector/store"
 	"connector/vault"
@@ -169,6 +170,11 @@ type Deps struct {
 	// session, a Telegram long poll), and returns when ctx ends; nil runs
 	// run at once (a single instance).
 	Exclusive func(ctx context.Context, name string, run func(context.Context) error) error
+	// Media stores attachments by reference: send_media resolves its
+	// source_url there, and inbound attachments behind the platform's
+	// credential are re-hosted there. Nil: send_media answers unavailable
+	// and inbound attachments reach gateways as their caption only.
+	Media *media.Store
 	// Cluster is set when several instances share the store (backend
 	// redis), together with Exclusive: how a platform whose state lives in
 	// one process (nexscope rooms) reaches the other instances. Nil for a

@@ -44,7 +44,7 @@ func (s *Server) authenticate(header string) (gw *gatewayRecord, claimed string,
 }
 
 // Authenticate verifies the Authorization header of an HTTP side-channel
-// request (POST /relay/policy), which carries the same bearer token as an
+// request (POST /relay/policy, the media routes), which carries the same bearer token as an
 // upgrade, and returns the gateway's tenant and id. The error never
 // carries the token or a secret.
 func (s *Server) Authenticate(header string) (tenant, gatewayID string, err error) {

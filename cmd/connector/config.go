@@ -51,6 +51,9 @@ type Config struct {
 	// acknowledged (stored before a platform is told it arrived) and
 	// interaction tokens, for their TTL (docs/durability.md).
 	Store StoreConfig `yaml:"store"`
+	// Media bounds the media store (uploads for send_media, re-hosted
+	// inbound attachments) and says where gateways reach it.
+	Media MediaConfig `yaml:"media"`
 	// Tenants are the customers of the connector and their gateways.
 	Tenants []TenantConfig `yaml:"tenants"`
 
@@ -279,6 +282,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Admin.validate(); err != nil {
+		return err
+	}
+	if err := c.validateMedia(); err != nil {
 		return err
 	}
 	if err := c.validateRelay(); err != nil {

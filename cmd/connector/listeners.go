@@ -85,11 +85,15 @@ func isWebSocketUpgrade(r *http.Request) bool {
 	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
-// publicMux serves the gateway-facing routes: /relay, every platform's
-// routes, and /healthz for load balancers.
-func publicMux(relayHandler http.Handler, platforms []platform.Platform) *http.ServeMux {
+// publicMux serves the gateway-facing routes: /relay, the media routes
+// (when there is a media store), every platform's routes, and /healthz for
+// load balancers.
+func publicMux(relayHandler http.Handler, platforms []platform.Platform, mediaRoutes map[string]http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/relay", relayHandler)
+	for pattern, h := range mediaRoutes {
+		mux.Handle(pattern, h)
+	}
 	mux.HandleFunc("GET /healthz", healthz)
 	for _, p := range platforms {
 		if r, ok := p.(platform.Routes); ok {

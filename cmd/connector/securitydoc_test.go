@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"connector/internal/doctable"
+	"connector/media"
 )
 
 // TestSecurityDocDefaults: the defaults docs/security.md's limits table
@@ -17,14 +18,17 @@ func TestSecurityDocDefaults(t *testing.T) {
 	}
 	const doc = "../../docs/security.md"
 	total := 0
-	for prefix, cfg := range map[string]any{"http": &c.HTTP, "ops": &c.Ops} {
+	// The media section's zero values mean the media package's defaults.
+	m := MediaConfig{MaxBytes: media.DefaultMaxBytes, QuotaBytes: media.DefaultQuotaBytes,
+		TenantQuotaBytes: media.DefaultTenantQuotaBytes, TTL: media.DefaultTTL, UploadTimeout: media.DefaultUploadTimeout}
+	for prefix, cfg := range map[string]any{"http": &c.HTTP, "ops": &c.Ops, "media": &m} {
 		n, errs := doctable.CheckDefaults(doc, "## Limits", prefix, cfg)
 		for _, err := range errs {
 			t.Error(err)
 		}
 		total += n
 	}
-	if total < 7 {
-		t.Errorf("%d http and ops keys checked, want at least 7", total)
+	if total < 13 {
+		t.Errorf("%d http, ops and media keys checked, want at least 13", total)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"connector/admin"
 	"connector/contract"
+	"connector/media"
 	"connector/platform"
 	"connector/registry"
 	"connector/relay"
@@ -57,9 +58,17 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		log.Info("no config file: running on embedded defaults", "searched", strings.Join(defaultConfigSearch, ", "))
 	}
 	if *check {
-		// Everything serve builds, without listening.
+		// Everything serve builds, without listening (nor touching the
+		// media directory a running connector may use).
 		st := store.NewMemory(nil)
 		defer st.Close()
+		tmp, err := os.MkdirTemp("", "connector-check-media-")
+		if err != nil {
+			fmt.Fprintf(stderr, "connector: %v\n", err)
+			return 1
+		}
+		defer os.RemoveAll(tmp)
+		cfg.Media.Dir = tmp
 		c, err := build(cfg, log, st)
 		if err != nil {
 			fmt.Fprintf(stderr, "connector: %v\n", err)
@@ -138,6 +147,13 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if cfg.Store.Path, err = dataDir(src.dataDir, cfg.Store.Path, lookup); err != nil {
 			return nil, nil, err
 		}
+	}
+	if cfg.Media.Dir == "" {
+		base := cfg.Store.Path
+		if base == "" { // redis backend: the data directory holds only media
+			base, _ = dataDir(src.dataDir, "", lookup)
+		}
+		cfg.Media.Dir = cfg.Media.mediaDir(base)
 	}
 	if gen != nil {
 		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it
@@ -228,6 +244,9 @@ type connector struct {
 	reload func() (*Config, error)
 	// draining is set when shutdown starts: /readyz answers 503 from then.
 	draining atomic.Bool
+	// media is the media store (nil without media.dir); run sweeps its
+	// expired objects every minute.
+	media *media.Store
 }
 
 // openStore opens the store cfg.Store selects.
@@ -271,6 +290,13 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
 		Key:     keys.key,
 		Metrics: m,
+	}
+	if cfg.Media.Dir != "" {
+		ms, err := media.New(cfg.Media.storeConfig(cfg.Media.Dir))
+		if err != nil {
+			return nil, fmt.Errorf("media.dir: %w", err)
+		}
+		deps.Media = ms
 	}
 	var instance string
 	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, defaultLeaseTTL)
@@ -336,7 +362,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		c.tls = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 
-	mux := publicMux(srv, platforms)
+	var mediaRoutes map[string]http.Handler
+	if deps.Media != nil {
+		c.media = deps.Media
+		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, UploadTimeout: cfg.Media.UploadTimeout, Log: log}))
+	}
+	mux := publicMux(srv, platforms, mediaRoutes)
 	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
 	c.handler = mux
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
@@ -430,6 +461,10 @@ func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Wr
 			}
 			log.Debug("platform ingest stopped", "platform", p.Name())
 		})
+	}
+
+	if c.media != nil {
+		ingest.Go(func() { sweepMedia(ingestCtx, c.media) })
 	}
 
 	addrs := listenAddrs{Addr: ln.Addr().String(), OpsAddr: opsLn.Addr().String(), AdminAddr: adminAddr}
@@ -538,5 +573,19 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	fmt.Fprintf(w, "  health:    %s/healthz; operations (keep private): %s/readyz  %s/platforms  %s/metrics\n", base, ops, ops, ops)
 	if addrs.AdminAddr != "" {
 		fmt.Fprintf(w, "  admin:     http://%s/admin/v1/ (bearer admin.token; keep private)\n", addrs.AdminAddr)
+	}
+}
+
+// sweepMedia removes expired media objects every minute until ctx ends.
+func sweepMedia(ctx context.Context, ms *media.Store) {
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			ms.Sweep()
+		}
 	}
 }

@@ -19,6 +19,7 @@ func (p *Platform) handlers() map[string]opHandler {
 		contract.OpEdit:        p.chatOp(p.opEdit),
 		contract.OpTyping:      p.chatOp(p.opTyping),
 		contract.OpGetChatInfo: p.chatOp(p.opGetChatInfo),
+		contract.OpSendMedia:   p.chatOp(p.opSendMedia),
 		contract.OpFollowUp:    p.opFollowUp,
 	}
 }

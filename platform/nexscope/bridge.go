@@ -55,9 +55,10 @@ func stringOrNull(raw []byte) bool {
 
 // bridge turns a message the bot takes (dropReason "") into a delivery for
 // the room's tenant: an inbound MessageEvent, or an interrupt for "/stop".
-// note, when set, is appended to the text (a file's description). It reports
-// whether the sink took the delivery (for an inbound: stored it durably).
-func (r *room) bridge(f *clientFrame, note string) bool {
+// note, when set, is appended to the text (a file's description); att,
+// when set, is the re-hosted file the message carries. It reports whether
+// the sink took the delivery (for an inbound: stored it durably).
+func (r *room) bridge(f *clientFrame, note string, att *contract.Media) bool {
 	p := r.p
 	hop, _ := hopCount(f)
 	msgID, _ := stringValue(f.msgID)
@@ -102,11 +103,15 @@ func (r *room) bridge(f *clientFrame, note string) bool {
 		ChatID:     r.name,
 		Received:   p.clock.Now(),
 	}
-	if note == "" && strings.TrimSpace(text) == "/stop" {
+	if note == "" && att == nil && strings.TrimSpace(text) == "/stop" {
 		d.Kind = platform.KindInterrupt
 	} else {
 		ev := &contract.Event{Text: text + note, MessageID: src.MessageID, Source: src}
-		if strings.HasPrefix(text, "/") && note == "" {
+		switch {
+		case att != nil:
+			ev.MessageType = messageTypeOf(att.Kind)
+			ev.MediaURLs, ev.Media = []string{att.URL}, []contract.Media{*att}
+		case strings.HasPrefix(text, "/") && note == "":
 			ev.MessageType = contract.MessageCommand
 		}
 		d.Event = ev

@@ -697,7 +697,8 @@ func (cl *cluster) execHere(req, from, tenant string, action []byte) {
 		var a contract.Action
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
 		if json.Unmarshal(action, &a) == nil {
-			res = p.executeHere(tenant, &a)
+			// Only send is forwarded, and it does not wait.
+			res = p.executeHere(context.Background(), tenant, &a)
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
 		cl.publish(inboxPrefix+from, clustermsg.Encode(msgResult, []byte(req), raw))

@@ -127,8 +127,11 @@
 // session.Options.NexscopeKeyPlatform "nexscope". The source keeps platform
 // "nexscope" either way. Text starting with "/" is message_type command, and
 // "/stop" becomes a KindInterrupt delivery for that session instead. A
-// file-start to the bot is bridged at its file-end as the text plus a note
-// naming the file and its size; file bytes are never forwarded to gateways.
+// file-start to the bot is bridged at its file-end: with a media store that
+// has a public URL (platform.Deps.Media), its chunks are written to the
+// store as they arrive and the inbound carries the file's re-host URL in
+// media_urls and media (message_type by its mime); otherwise, or when the
+// store refuses it, the text plus a note naming the file and its size.
 //
 // Gateways act through Execute on rooms bound to their tenant (others get
 // the uniform egress decline; ChatTenant resolves a room's tenant or
@@ -146,6 +149,12 @@
 //     (nothing is queued). message_id is the bot msg's msgId (a ULID).
 //   - typing: a no-op success; the protocol has no typing frame.
 //   - get_chat_info: the room's name and type "group".
+//   - send_media: the bot's file transfer of the object source_url names,
+//     addressed like send: file-start (attachment name, size, mime,
+//     sha256, chunkSize 65536; text = content), 64 KiB chunks that wait for
+//     room in the recipients' send queues, file-end. It waits within the
+//     op's deadline while another transfer holds the room's lock
+//     (rate_limited after it). message_id is the file-start's msgId.
 //
 // edit is not offered: the descriptor (descriptor.Nexscope) says
 // supports_edit false and supports_threads false, plain markdown, and

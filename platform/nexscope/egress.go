@@ -9,8 +9,9 @@ import (
 	"connector/internal/textsplit"
 )
 
-// egressFunc performs one outbound op in a room bound to the caller's tenant.
-type egressFunc func(p *Platform, r *room, a *contract.Action) contract.Result
+// egressFunc performs one outbound op for tenant in a room bound to it,
+// within ctx.
+type egressFunc func(p *Platform, ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result
 
 // egress is the op table; the descriptor's supported_ops are its keys. edit
 // is absent: a relayed msg cannot be changed.
@@ -18,6 +19,7 @@ var egress = map[string]egressFunc{
 	contract.OpSend:        (*Platform).send,
 	contract.OpTyping:      (*Platform).typing,
 	contract.OpGetChatInfo: (*Platform).chatInfo,
+	contract.OpSendMedia:   (*Platform).sendMedia,
 }
 
 // supportedOps lists the egress table's ops.
@@ -32,11 +34,11 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 			return p.cluster.forwardExec(ctx, r, tenant, a)
 		}
 	}
-	return p.executeHere(tenant, a)
+	return p.executeHere(ctx, tenant, a)
 }
 
 // executeHere performs a on this instance.
-func (p *Platform) executeHere(tenant string, a *contract.Action) contract.Result {
+func (p *Platform) executeHere(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	h, ok := egress[a.Op]
 	if !ok {
 		return contract.Failed(contract.CodeUnsupportedOp, "nexscope does not support this op")
@@ -45,7 +47,7 @@ func (p *Platform) executeHere(tenant string, a *contract.Action) contract.Resul
 	if r == nil || r.tenant() == "" || r.tenant() != tenant {
 		return contract.Declined(platformName)
 	}
-	return h(p, r, a)
+	return h(p, ctx, tenant, r, a)
 }
 
 // send posts content as the bot's msg (role userAgent). Addressing:
@@ -64,12 +66,34 @@ func (p *Platform) executeHere(tenant string, a *contract.Action) contract.Resul
 // Content longer than MaxText bytes goes out as several msgs split on rune
 // boundaries; message_id is the first one's msgId. It fails with
 // "unavailable" when no recipient is online (the relay keeps no queue).
-func (p *Platform) send(r *room, a *contract.Action) contract.Result {
+func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action) contract.Result {
 	if a.Content == "" {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: send needs content")
 	}
 	r.mu.Lock()
 	defer r.unlock()
+	m, online := r.addressLocked(a)
+	if len(online) == 0 {
+		return contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)")
+	}
+	var first string
+	for _, piece := range textsplit.SplitBytes(a.Content, p.cfg.MaxText) {
+		m.msgID, m.text = p.newMsgID(), piece
+		if first == "" {
+			first = m.msgID
+		}
+		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), &m, p.nowMs())
+		for _, mem := range online {
+			r.pushLocked(mem, frame)
+		}
+	}
+	return contract.OK(first)
+}
+
+// addressLocked addresses a bot message answering a (see send): its
+// from, to, threadId and hopCount, and the members online to get it.
+// Called under mu.
+func (r *room) addressLocked(a *contract.Action) (botMsg, []*member) {
 	ref := r.replyTarget(a)
 	thread := string(a.Metadata.ThreadID)
 	if thread == "" {
@@ -93,21 +117,7 @@ func (p *Platform) send(r *room, a *contract.Action) contract.Result {
 	} else if mem, ok := r.members[m.to[0]]; ok {
 		online = append(online, mem)
 	}
-	if len(online) == 0 {
-		return contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)")
-	}
-	var first string
-	for _, piece := range textsplit.SplitBytes(a.Content, p.cfg.MaxText) {
-		m.msgID, m.text = p.newMsgID(), piece
-		if first == "" {
-			first = m.msgID
-		}
-		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), &m, p.nowMs())
-		for _, mem := range online {
-			r.pushLocked(mem, frame)
-		}
-	}
-	return contract.OK(first)
+	return m, online
 }
 
 // replyTarget finds the inbound a send answers (see send). Called under mu.
@@ -136,9 +146,11 @@ func (r *room) replyTarget(a *contract.Action) msgRef {
 
 // typing is a documented no-op: the protocol has no typing indicator, and an
 // invented frame type would earn unknown-type handling in clients.
-func (p *Platform) typing(*room, *contract.Action) contract.Result { return contract.OK("") }
+func (p *Platform) typing(context.Context, string, *room, *contract.Action) contract.Result {
+	return contract.OK("")
+}
 
 // chatInfo answers get_chat_info: the room's name, type "group".
-func (p *Platform) chatInfo(r *room, _ *contract.Action) contract.Result {
+func (p *Platform) chatInfo(_ context.Context, _ string, r *room, _ *contract.Action) contract.Result {
 	return contract.Result{Success: true, ChatInfo: &contract.ChatInfo{Name: r.name, Type: "group"}}
 }

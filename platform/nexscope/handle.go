@@ -39,7 +39,7 @@ func (m *member) handleMsg(f *clientFrame) {
 	r.routeLocked(m, f, out, botDrop, false, res)
 	r.unlock()
 	// The ack confirms the bot only once the bridge's delivery is stored.
-	if res.toBot && !r.bridge(f, "") {
+	if res.toBot && !r.bridge(f, "", nil) {
 		res.botOffline()
 	}
 	m.send(appendAck(make([]byte, 0, ackSize(f.msgID, f.threadID, res.delivered, res.offline)),

@@ -26,6 +26,7 @@ type Platform struct {
 	metrics   platform.Metrics
 	clock     clock.Clock // ts values, the heartbeat, transfer and probe deadlines
 	keyFunc   platform.KeyFunc
+	deps      platform.Deps // the media store (send_media, files to the bot)
 	tokenHash [sha256.Size]byte
 	// rooms are the rooms by name, guarded by roomsMu; Bind adds rooms.
 	roomsMu sync.RWMutex
@@ -70,6 +71,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		metrics:   deps.M(),
 		clock:     deps.Time(),
 		keyFunc:   deps.Key,
+		deps:      deps,
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		rooms:     make(map[string]*room, len(cfg.Rooms)+1),
 		members:   make(map[*member]struct{}),

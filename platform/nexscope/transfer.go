@@ -5,7 +5,9 @@ import (
 
 	"github.com/coder/websocket"
 
+	"connector/contract"
 	"connector/internal/clock"
+	"connector/media"
 )
 
 // transfer is a file stream in progress: the room's lock while it is the
@@ -18,8 +20,11 @@ type transfer struct {
 	recipients []*member
 	offline    [][]byte
 	toBot      bool // the bot takes the file: delivered to it, bridged at file-end
-	timer      clock.Timer
-	done       chan struct{} // closed when the transfer ends either way
+	// upload re-hosts a file the bot takes (nil without a media store);
+	// written by the sender's reader, aborted by finish unless committed.
+	upload *media.Upload
+	timer  clock.Timer
+	done   chan struct{} // closed when the transfer ends either way
 }
 
 func (t *transfer) finished() bool {
@@ -100,6 +105,9 @@ func (m *member) handleFileStart(f *clientFrame) {
 	var res routed
 	r.routeLocked(m, &start, out, botDrop, true, &res)
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
+	if t.toBot {
+		t.upload = m.p.beginRehost(r, start.attachment)
+	}
 	r.transfer = t
 	r.unlock()
 	m.transfer = t
@@ -139,6 +147,11 @@ func (m *member) handleChunk(data []byte) {
 	}
 	t.received += int64(len(data))
 	r.unlock()
+	if t.upload != nil {
+		// A failed write (quota) is remembered by the upload and reported
+		// at file-end, where the file is bridged without it.
+		_, _ = t.upload.Write(data)
+	}
 }
 
 // handleFileEnd completes the member's transfer: file-end to the
@@ -158,6 +171,10 @@ func (m *member) handleFileEnd(f *clientFrame) {
 	if t.received != t.size {
 		m.abortTransfer(t, "file-end before attachment.size bytes arrived", false)
 		return
+	}
+	var att *contract.Media
+	if t.upload != nil {
+		att = m.p.commitRehost(t.upload, t.start.attachment, t.start.text)
 	}
 	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
 	r := m.room
@@ -186,7 +203,11 @@ func (m *member) handleFileEnd(f *clientFrame) {
 	r.unlock()
 	m.transfer = nil
 	// The ack confirms the bot only once the bridge's delivery is stored.
-	if toBot && r.bridge(&t.start, fileNote(t.start.attachment, t.size)) {
+	note := ""
+	if att == nil {
+		note = fileNote(t.start.attachment, t.size)
+	}
+	if toBot && r.bridge(&t.start, note, att) {
 		delivered = append(delivered, appendQuoted(nil, r.bot()))
 	} else if t.toBot {
 		offline = append(offline, appendQuoted(nil, r.bot()))
@@ -213,10 +234,14 @@ func (m *member) abortTransfer(t *transfer, why string, dropRest bool) {
 	m.send(appendError(nil, CodeSizeMismatch, why, t.start.msgID))
 }
 
-// finish marks the transfer over and stops its deadline.
+// finish marks the transfer over, stops its deadline and discards an
+// upload not committed by then.
 func (t *transfer) finish() {
 	close(t.done)
 	t.timer.Stop()
+	if t.upload != nil {
+		t.upload.Abort()
+	}
 }
 
 // abortLocked releases the lock held by t and tells the recipients who got
@@ -240,6 +265,9 @@ func (r *room) stall(t *transfer) {
 	}
 	r.abortLocked(t)
 	r.unlock()
+	if t.sender == nil {
+		return // the bot's own transfer (sendMedia) sees the lock gone
+	}
 	t.sender.log.Info("nexscope file transfer stalled, closing sender", "transfer_timeout", r.p.cfg.TransferTimeout)
 	t.sender.kick(CloseTransferStalled)
 }

@@ -85,8 +85,8 @@
 //
 // # Egress
 //
-// The ops are send, edit, typing and get_chat_info (the descriptor's
-// supported_ops are the keys of the handler table). An action on a chat the
+// The ops are send, edit, typing, get_chat_info and send_media (the
+// descriptor's supported_ops are the keys of the handler table). An action on a chat the
 // tenant does not own gets contract.Declined. send splits content over
 // 4,096 code points at paragraph, line or word boundaries (carrying code
 // fences across parts), renders markdown as MarkdownV2 with full escaping
@@ -97,7 +97,18 @@
 // finds is retried without it). Results carry message_id (the first part's
 // for a split send). edit is editMessageText ("message is not modified" is
 // success), typing is sendChatAction with the topic, get_chat_info is
-// getChat.
+// getChat. send_media (media.go) streams the object source_url names as
+// multipart/form-data with sendPhoto, sendVoice, sendAudio, sendVideo or
+// sendDocument by media_kind, content as the MarkdownV2 caption (a longer
+// one than 1,024 characters follows as a send), paced like send.
+//
+// Inbound attachments (a photo's largest size, voice, audio, video,
+// animation, video note, document) are fetched with the bot's credential
+// (getFile, then the file path, at most 20 MB) into the media store before
+// the update is delivered, and listed in media_urls and media as re-host
+// URLs; without a media store with a public URL, over a limit, or when the
+// download fails (counted as dropped media_skipped) the event goes on
+// without them.
 //
 // # Limits
 //

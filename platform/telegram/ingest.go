@@ -63,6 +63,7 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 			observed = observedKey(in.msg)
 			in.event.Context = p.observed.pending(observed)
 		}
+		p.attachMedia(ctx, tenant, in.msg, &in.event)
 	}
 	if err := (*sink).Deliver(ctx, p.delivery(tenant, &in, received)); err != nil {
 		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)

@@ -35,6 +35,7 @@ type Platform struct {
 
 	bot       *bot.Bot
 	transport *http.Transport
+	download  *http.Client // inbound files (no timeout: each download has its own)
 	// offsets holds each long poll until the previous answer's updates
 	// were handled, so no update is confirmed before it is stored.
 	offsets   *offsetGate
@@ -127,6 +128,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
 	p.transport.MaxIdleConnsPerHost = 32
 	p.offsets = newOffsetGate(p.transport)
+	p.download = &http.Client{Transport: p.transport}
 	client := &http.Client{
 		Transport: &pollObserver{base: p.offsets, onReady: p.pollReady},
 		Timeout:   cfg.PollTimeout + 15*time.Second,

@@ -3,6 +3,7 @@ package relaytest
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,6 +40,23 @@ func Start(t testing.TB, tenants []relay.Tenant, platforms ...platform.Platform)
 // StartConfig is Start with a full relay.Config.
 func StartConfig(t testing.TB, cfg relay.Config) *Harness {
 	t.Helper()
+	return StartWith(t, cfg, Options{})
+}
+
+// Options are what StartWith adds to StartConfig.
+type Options struct {
+	// Listener, when set, is where the harness serves (so a test can know
+	// the URL before building platforms, e.g. a media store's PublicURL).
+	Listener net.Listener
+	// Routes, when set, returns more routes to mount next to /relay, built
+	// with the relay server (e.g. the media routes, which authenticate
+	// with it).
+	Routes func(*relay.Server) map[string]http.Handler
+}
+
+// StartWith is StartConfig with Options.
+func StartWith(t testing.TB, cfg relay.Config, opts Options) *Harness {
+	t.Helper()
 	srv, err := relay.New(cfg)
 	if err != nil {
 		t.Fatalf("relay.New: %v", err)
@@ -52,7 +70,17 @@ func StartConfig(t testing.TB, cfg relay.Config) *Harness {
 			}
 		}
 	}
-	ts := httptest.NewServer(mux)
+	if opts.Routes != nil {
+		for pattern, h := range opts.Routes(srv) {
+			mux.Handle(pattern, h)
+		}
+	}
+	ts := httptest.NewUnstartedServer(mux)
+	if opts.Listener != nil {
+		ts.Listener.Close()
+		ts.Listener = opts.Listener
+	}
+	ts.Start()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, p := range cfg.Platforms {

@@ -74,7 +74,10 @@ type Request struct {
 	Path   string
 	Query  string
 	Header http.Header
-	Body   []byte
+	// Body is the JSON body, or a multipart request's payload_json.
+	Body []byte
+	// Files are a multipart request's file parts, hashed as they streamed.
+	Files []Attachment
 }
 
 // Message is a message the fake stores.
@@ -84,6 +87,8 @@ type Message struct {
 	Content   string
 	ReplyTo   string
 	Edited    bool
+	// Attachments are the files the message was posted with.
+	Attachments []Attachment
 }
 
 // Server is the fake Discord.

@@ -4,15 +4,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // serveREST routes /api/v9/... like Discord.
 func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
-	body := readBody(r)
+	body, files, err := readRequestBody(r)
+	if err != nil {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body")
+		return
+	}
 	s.mu.Lock()
-	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery, Header: r.Header.Clone(), Body: body, Files: files})
 	s.notifyLocked()
 	hook := s.hook
 	s.mu.Unlock()
@@ -34,7 +39,7 @@ func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
 	case route == "GET guilds" && len(segs) == 2:
 		s.getGuild(w, segs[1])
 	case route == "POST channels" && len(segs) == 3 && segs[2] == "messages":
-		s.postMessage(w, segs[1], body)
+		s.postMessage(w, segs[1], body, files)
 	case route == "PATCH channels" && len(segs) == 4 && segs[2] == "messages":
 		s.patchMessage(w, segs[1], segs[3], body)
 	case route == "POST channels" && len(segs) == 3 && segs[2] == "typing":
@@ -97,6 +102,14 @@ func (s *Server) messageJSON(m *Message) map[string]any {
 		"embeds": []any{}, "attachments": []any{}, "pinned": false, "mention_everyone": false,
 		"edited_timestamp": nil, "flags": 0, "components": []any{},
 	}
+	if len(m.Attachments) > 0 {
+		list := make([]any, len(m.Attachments))
+		for i, a := range m.Attachments {
+			list[i] = map[string]any{"id": s.opts.BotID + "0" + strconv.Itoa(i), "filename": a.Filename, "size": a.Size,
+				"url": "https://cdn.discordapp.com/attachments/" + m.ChannelID + "/" + m.ID + "/" + a.Filename, "content_type": a.ContentType}
+		}
+		out["attachments"] = list
+	}
 	if m.ReplyTo != "" {
 		out["type"] = 19
 		out["message_reference"] = map[string]any{"message_id": m.ReplyTo, "channel_id": m.ChannelID}
@@ -115,9 +128,9 @@ type messageBody struct {
 // (a lone "\n" is refused with 50006, e.g. NITKC-DEV/Kisarazu-Multi-Manager#32).
 func blank(content string) bool { return strings.TrimSpace(content) == "" }
 
-func (s *Server) postMessage(w http.ResponseWriter, channelID string, body []byte) {
+func (s *Server) postMessage(w http.ResponseWriter, channelID string, body []byte, files []Attachment) {
 	var b messageBody
-	if err := json.Unmarshal(body, &b); err != nil || b.Content == nil || blank(*b.Content) {
+	if err := json.Unmarshal(body, &b); err != nil || (len(files) == 0 && (b.Content == nil || blank(*b.Content))) {
 		apiError(w, http.StatusBadRequest, 50006, "Cannot send an empty message")
 		return
 	}
@@ -131,7 +144,10 @@ func (s *Server) postMessage(w http.ResponseWriter, channelID string, body []byt
 		apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
 		return
 	}
-	m := &Message{ID: s.newIDLocked(), ChannelID: channelID, Content: *b.Content}
+	m := &Message{ID: s.newIDLocked(), ChannelID: channelID, Attachments: files}
+	if b.Content != nil {
+		m.Content = *b.Content
+	}
 	if b.Reference != nil {
 		m.ReplyTo = b.Reference.MessageID
 	}

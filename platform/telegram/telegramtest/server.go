@@ -8,8 +8,9 @@
 package telegramtest
 
 import (
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,7 @@ type Server struct {
 	chats    map[int64]map[string]any
 	nextID   int
 	webhook  Webhook
+	files    map[string]hostedFile // by file_id (AddFile)
 }
 
 // Call is one recorded API call.
@@ -55,6 +57,9 @@ type Call struct {
 	Method string
 	// Form holds the form fields as sent (structured ones as JSON text).
 	Form map[string]string
+	// Files holds the uploaded file fields (sendPhoto's photo, …), hashed
+	// as they streamed in, never kept whole.
+	Files map[string]File
 	// At is when the call arrived, on the server's clock (SetClock).
 	At time.Time
 }
@@ -116,9 +121,11 @@ func NewServer(token string) *Server {
 		messages: make(map[msgKey]string),
 		chats:    make(map[int64]map[string]any),
 		nextID:   100,
+		files:    make(map[string]hostedFile),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /{tok}/{method}", s.serve)
+	mux.HandleFunc("GET /file/{tok}/{path...}", s.serveFile)
 	s.srv = httptest.NewServer(mux)
 	s.URL = s.srv.URL
 	return s
@@ -219,13 +226,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, Failure{Code: http.StatusUnauthorized, Description: "Unauthorized"})
 		return
 	}
-	form, err := readForm(r)
+	form, files, err := readForm(r)
 	if err != nil {
 		writeError(w, Failure{Code: http.StatusBadRequest, Description: "Bad Request: cannot parse the form"})
 		return
 	}
 	s.mu.Lock()
-	s.calls = append(s.calls, Call{Method: method, Form: form, At: s.clock.Now()})
+	s.calls = append(s.calls, Call{Method: method, Form: form, Files: files, At: s.clock.Now()})
 	s.notify()
 	var fail *Failure
 	if q := s.failures[method]; len(q) > 0 {
@@ -241,7 +248,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.getUpdates(w, r, form)
 		return
 	}
-	result, f := s.answer(method, form)
+	result, f := s.answer(method, form, files)
 	if f != nil {
 		writeError(w, *f)
 		return
@@ -250,7 +257,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // answer computes the result of every method but getUpdates.
-func (s *Server) answer(method string, form map[string]string) (any, *Failure) {
+func (s *Server) answer(method string, form map[string]string, files map[string]File) (any, *Failure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch method {
@@ -277,6 +284,10 @@ func (s *Server) answer(method string, form map[string]string) (any, *Failure) {
 		return true, nil
 	case "answerCallbackQuery":
 		return true, nil
+	case "sendPhoto", "sendVoice", "sendAudio", "sendVideo", "sendDocument":
+		return s.sendMedia(method, form, files)
+	case "getFile":
+		return s.getFile(form)
 	case "getChat":
 		id, f := chatID(form)
 		if f != nil {
@@ -371,33 +382,44 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 	}
 }
 
-// readForm reads a multipart/form-data body; a method without parameters
-// comes with an empty body.
-func readForm(r *http.Request) (map[string]string, error) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-	if err != nil {
-		return nil, err
-	}
+// readForm reads a multipart/form-data body as it streams in: text fields
+// (at most 1 MiB each) into the form, file fields hashed into files; a
+// method without parameters comes with an empty body.
+func readForm(r *http.Request) (map[string]string, map[string]File, error) {
 	form := map[string]string{}
-	if len(body) == 0 {
-		return form, nil
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return form, nil, nil
 	}
-	_, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	_, params, err := mime.ParseMediaType(ct)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	var files map[string]File
+	mr := multipart.NewReader(r.Body, params["boundary"])
 	for {
 		part, err := mr.NextPart()
 		if errors.Is(err, io.EOF) {
-			return form, nil
+			return form, files, nil
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		v, err := io.ReadAll(part)
+		if part.FileName() != "" {
+			h := sha256.New()
+			n, err := io.Copy(h, part)
+			if err != nil {
+				return nil, nil, err
+			}
+			if files == nil {
+				files = map[string]File{}
+			}
+			files[part.FormName()] = File{Name: part.FileName(), Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}
+			continue
+		}
+		v, err := io.ReadAll(io.LimitReader(part, 1<<20))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		form[part.FormName()] = string(v)
 	}

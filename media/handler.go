@@ -1,0 +1,165 @@
+package media
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// DefaultUploadTimeout is HandlerConfig.UploadTimeout's default.
+const DefaultUploadTimeout = 2 * time.Minute
+
+// Authenticator verifies a request's Authorization header: the gateway's
+// own HMAC bearer token, the one its /relay upgrade carries. It returns
+// the gateway's tenant and id.
+type Authenticator interface {
+	Authenticate(authorization string) (tenant, gatewayID string, err error)
+}
+
+// HandlerConfig configures Handler.
+type HandlerConfig struct {
+	// Auth authenticates gateways. Required.
+	Auth Authenticator
+	// UploadTimeout bounds reading an upload's body, from when the handler
+	// starts (replacing the listener's shorter body timeout). Zero means
+	// DefaultUploadTimeout.
+	UploadTimeout time.Duration
+	// Log receives refused requests at debug level; nil discards.
+	Log *slog.Logger
+}
+
+// Handler serves the media routes; mount it at both "/relay/media" and
+// "/relay/media/" (Routes):
+//
+//	POST /relay/media        upload: raw body, Content-Type and optional
+//	                         X-Media-Filename; 200 {"id","size","url"}
+//	GET  /relay/media/{id}   the object's bytes (Range supported)
+//
+// Both need the gateway's bearer (401 without it) and act for its tenant
+// only. An upload over MaxBytes is 413, one past a quota 507; an unknown,
+// expired or another tenant's id is 404. Error bodies are {"error": text}.
+func (s *Store) Handler(cfg HandlerConfig) http.Handler {
+	if cfg.UploadTimeout <= 0 {
+		cfg.UploadTimeout = DefaultUploadTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &handler{s: s, cfg: cfg}
+}
+
+// Routes maps the ServeMux patterns of h (see Handler).
+func Routes(h http.Handler) map[string]http.Handler {
+	return map[string]http.Handler{"/relay/media": h, "/relay/media/{id}": h}
+}
+
+type handler struct {
+	s   *Store
+	cfg HandlerConfig
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	switch {
+	case r.URL.Path == "/relay/media" && r.Method == http.MethodPost:
+	case id != "" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+	default:
+		if r.URL.Path == "/relay/media" {
+			w.Header().Set("Allow", "POST")
+		} else {
+			w.Header().Set("Allow", "GET, HEAD")
+		}
+		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+		return
+	}
+	tenant, _, err := h.cfg.Auth.Authenticate(r.Header.Get("Authorization"))
+	if err != nil {
+		h.cfg.Log.Debug("media request refused", "reason", "unauthorized", "err", err)
+		writeError(w, http.StatusUnauthorized, "unauthorized")
+		return
+	}
+	if id == "" {
+		h.upload(w, r, tenant)
+		return
+	}
+	h.download(w, r, tenant, id)
+}
+
+func (h *handler) upload(w http.ResponseWriter, r *http.Request, tenant string) {
+	if r.ContentLength > h.s.cfg.MaxBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, tooLargeText(h.s.cfg.MaxBytes))
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.UploadTimeout))
+	mimeType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil {
+		mimeType = "application/octet-stream"
+	}
+	info, err := h.s.Put(tenant, r.Body, mimeType, r.Header.Get("X-Media-Filename"))
+	switch {
+	case errors.Is(err, ErrTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, tooLargeText(h.s.cfg.MaxBytes))
+		return
+	case errors.Is(err, ErrQuota):
+		writeError(w, http.StatusInsufficientStorage, "media storage quota exhausted; retry later")
+		return
+	case err != nil:
+		h.cfg.Log.Debug("media upload failed", "err", err)
+		writeError(w, http.StatusBadRequest, "upload body could not be read")
+		return
+	}
+	if info.Size == 0 {
+		h.s.remove(info.ID)
+		writeError(w, http.StatusBadRequest, "upload body is empty")
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(struct {
+		ID   string `json:"id"`
+		Size int64  `json:"size"`
+		URL  string `json:"url,omitempty"`
+	}{info.ID, info.Size, h.s.URL(info.ID)})
+}
+
+func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id string) {
+	obj, err := h.s.Open(tenant, id)
+	if err != nil {
+		if !errors.Is(err, ErrNotFound) {
+			h.cfg.Log.Warn("media object could not be opened", "err", err)
+		}
+		writeError(w, http.StatusNotFound, ErrNotFound.Error())
+		return
+	}
+	defer obj.Close()
+	hdr := w.Header()
+	hdr.Set("Content-Type", orDefault(obj.MIME, "application/octet-stream"))
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("Cache-Control", "private, no-store")
+	if obj.Filename != "" {
+		if cd := mime.FormatMediaType("attachment", map[string]string{"filename": obj.Filename}); cd != "" {
+			hdr.Set("Content-Disposition", cd)
+		}
+	}
+	http.ServeContent(w, r, "", time.Time{}, obj.Section())
+}
+
+func tooLargeText(limit int64) string {
+	return "media exceeds the " + strconv.FormatInt(limit, 10) + "-byte limit"
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}

@@ -1,0 +1,445 @@
+// Package media is the connector's media store: attachments crossing the
+// /relay wire by reference (hermes-wire.md §10, docs/contract.md "Media").
+//
+// Bytes live in files under one directory (Config.Dir, media/ in the data
+// directory), never whole in memory: uploads and downloads are streamed
+// through a 64 KiB buffer. Each object belongs to one tenant, has a 128-bit
+// random id (32 lowercase hex characters), and expires Config.TTL after it
+// was stored. The store is bounded by Config.MaxBytes per object (25 MiB,
+// the gateway's MEDIA_MAX_BYTES), Config.TenantQuotaBytes per tenant and
+// Config.QuotaBytes in all; expired objects are removed before a write is
+// refused for lack of room. The index is in memory: files left by a previous
+// process are removed by New.
+//
+// Objects come from three places: a gateway's upload (POST /relay/media,
+// Handler), a platform re-hosting an inbound attachment (Begin, Put), and a
+// send_media naming a public URL, which Resolve downloads into a temporary
+// object removed when the send is done.
+package media
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"connector/internal/clock"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMaxBytes is the largest object: 25 MiB, the gateway's
+	// MEDIA_MAX_BYTES; an upload over it is answered 413.
+	DefaultMaxBytes = 25 << 20
+	// DefaultQuotaBytes bounds the bytes of every object together.
+	DefaultQuotaBytes = 1 << 30
+	// DefaultTenantQuotaBytes bounds the bytes of one tenant's objects.
+	DefaultTenantQuotaBytes = 256 << 20
+	// DefaultTTL is how long an object can be fetched after it was stored.
+	DefaultTTL = time.Hour
+)
+
+// Errors of the store. Their text carries no id, tenant or path.
+var (
+	// ErrNotFound: no object of this tenant has the id (unknown, expired,
+	// or another tenant's: the three are indistinguishable on purpose).
+	ErrNotFound = errors.New("media: unknown or expired media id")
+	// ErrTooLarge: the object exceeds Config.MaxBytes.
+	ErrTooLarge = errors.New("media: object exceeds the size limit")
+	// ErrQuota: storing the object would exceed the tenant's or the store's
+	// quota, even after expired objects were removed.
+	ErrQuota = errors.New("media: storage quota exhausted")
+)
+
+// Config configures a Store.
+type Config struct {
+	// Dir holds the objects' files (created, mode 0700). Required.
+	Dir string
+	// MaxBytes bounds one object. Zero means DefaultMaxBytes.
+	MaxBytes int64
+	// QuotaBytes bounds every object together. Zero means
+	// DefaultQuotaBytes.
+	QuotaBytes int64
+	// TenantQuotaBytes bounds one tenant's objects. Zero means
+	// DefaultTenantQuotaBytes (or QuotaBytes when that is lower).
+	TenantQuotaBytes int64
+	// TTL is an object's lifetime. Zero means DefaultTTL.
+	TTL time.Duration
+	// PublicURL is the base URL gateways reach the connector at (the dial
+	// URL's http(s) form without /relay, e.g. https://connector.example).
+	// Re-host URLs are PublicURL + "/relay/media/" + id; a send_media
+	// source_url on that host with that path names a stored object. Empty:
+	// inbound attachments cannot be re-hosted (their events carry no URL
+	// for them), and any URL whose path is /relay/media/<id> names a
+	// stored object.
+	PublicURL string
+	// AllowPrivateURLs lets Resolve download from loopback, private and
+	// link-local addresses. Off, a source_url resolving to one is refused
+	// (a gateway must not reach the connector's own network). Tests and
+	// local setups turn it on.
+	AllowPrivateURLs bool
+	// Clock is the time source of expiry; nil is clock.System.
+	Clock clock.Clock
+}
+
+// Info describes a stored object.
+type Info struct {
+	ID       string
+	Tenant   string
+	MIME     string
+	Filename string
+	Size     int64
+	Expires  time.Time
+}
+
+// Store is the media store. Its methods are safe for concurrent use.
+type Store struct {
+	cfg   Config
+	clock clock.Clock
+
+	mu       sync.Mutex
+	objects  map[string]*object
+	used     int64
+	byTenant map[string]int64
+	fetcher  *fetcher
+}
+
+// object is one stored or in-progress object; size counts the bytes
+// reserved so far.
+type object struct {
+	Info
+	path      string
+	committed bool
+}
+
+// New creates the store's directory, removes what a previous process left
+// in it, and returns the store.
+func New(cfg Config) (*Store, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("media: no directory")
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = DefaultMaxBytes
+	}
+	if cfg.QuotaBytes <= 0 {
+		cfg.QuotaBytes = DefaultQuotaBytes
+	}
+	if cfg.TenantQuotaBytes <= 0 {
+		cfg.TenantQuotaBytes = min(DefaultTenantQuotaBytes, cfg.QuotaBytes)
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System
+	}
+	cfg.PublicURL = strings.TrimSuffix(cfg.PublicURL, "/")
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("media: %w", err)
+	}
+	entries, err := os.ReadDir(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("media: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), fileSuffix) {
+			_ = os.Remove(filepath.Join(cfg.Dir, e.Name()))
+		}
+	}
+	s := &Store{cfg: cfg, clock: cfg.Clock, objects: make(map[string]*object), byTenant: make(map[string]int64)}
+	s.fetcher = newFetcher(cfg.AllowPrivateURLs)
+	return s, nil
+}
+
+// fileSuffix marks the store's files, so New removes only those.
+const fileSuffix = ".media"
+
+// MaxBytes is the largest object the store takes.
+func (s *Store) MaxBytes() int64 { return s.cfg.MaxBytes }
+
+// URL is the re-host URL of id ("" without Config.PublicURL).
+func (s *Store) URL(id string) string {
+	if s.cfg.PublicURL == "" {
+		return ""
+	}
+	return s.cfg.PublicURL + routePrefix + id
+}
+
+// newID returns a 128-bit random id in lowercase hex.
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// ValidID reports whether id has the form of a media id (32 lowercase hex
+// characters).
+func ValidID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// Upload is an object being written. Write streams bytes to its file;
+// Commit makes it fetchable, Abort discards it. It is safe for concurrent
+// use (an abort may come from another goroutine than the writes).
+type Upload struct {
+	s   *Store
+	obj *object
+
+	mu   sync.Mutex
+	f    *os.File
+	err  error // the first failure; later writes return it
+	done bool
+}
+
+// Begin starts an object of tenant. Its size is reserved against the
+// quotas as bytes are written.
+func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
+	id := newID()
+	path := filepath.Join(s.cfg.Dir, id+fileSuffix)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("media: create object: %w", err)
+	}
+	obj := &object{Info: Info{ID: id, Tenant: tenant, MIME: mimeType, Filename: cleanFilename(filename)}, path: path}
+	s.mu.Lock()
+	s.objects[id] = obj
+	s.mu.Unlock()
+	return &Upload{s: s, obj: obj, f: f}, nil
+}
+
+// Write appends p, refusing with ErrTooLarge or ErrQuota when it does not
+// fit; after a failure every Write returns it.
+func (u *Upload) Write(p []byte) (int, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.err != nil {
+		return 0, u.err
+	}
+	if u.done {
+		return 0, errors.New("media: write after the upload ended")
+	}
+	if err := u.s.reserve(u.obj, int64(len(p))); err != nil {
+		u.err = err
+		return 0, err
+	}
+	n, err := u.f.Write(p)
+	if err != nil {
+		u.err = fmt.Errorf("media: write object: %w", err)
+		return n, u.err
+	}
+	return n, nil
+}
+
+// Commit closes the file and makes the object fetchable until its expiry.
+func (u *Upload) Commit() (Info, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.done {
+		return Info{}, errors.New("media: upload already ended")
+	}
+	u.done = true
+	err := u.err
+	if cerr := u.f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("media: close object: %w", cerr)
+	}
+	if err != nil {
+		u.s.remove(u.obj.ID)
+		return Info{}, err
+	}
+	s := u.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u.obj.committed = true
+	u.obj.Expires = s.clock.Now().Add(s.cfg.TTL)
+	return u.obj.Info, nil
+}
+
+// Abort discards the object; after Commit it does nothing.
+func (u *Upload) Abort() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.done {
+		return
+	}
+	u.done = true
+	_ = u.f.Close()
+	u.s.remove(u.obj.ID)
+}
+
+// Put stores what r yields (at most MaxBytes) as an object of tenant.
+func (s *Store) Put(tenant string, r io.Reader, mimeType, filename string) (Info, error) {
+	u, err := s.Begin(tenant, mimeType, filename)
+	if err != nil {
+		return Info{}, err
+	}
+	bp := bufPool.Get().(*[]byte)
+	_, err = io.CopyBuffer(onlyWriter{u}, onlyReader{r}, *bp)
+	bufPool.Put(bp)
+	if err != nil {
+		u.Abort()
+		if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrQuota) {
+			return Info{}, err
+		}
+		return Info{}, fmt.Errorf("media: read object: %w", err)
+	}
+	return u.Commit()
+}
+
+// bufPool holds the 64 KiB buffers objects are copied through.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
+
+// onlyWriter and onlyReader hide ReadFrom/WriteTo so io.CopyBuffer uses the
+// pooled buffer and every write goes through Upload.Write's checks.
+type onlyWriter struct{ io.Writer }
+type onlyReader struct{ io.Reader }
+
+// reserve counts n more bytes of obj against the limits. Expired objects
+// are removed first when the quota would be exceeded.
+func (s *Store) reserve(obj *object, n int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if obj.Size+n > s.cfg.MaxBytes {
+		return ErrTooLarge
+	}
+	if !s.fits(obj.Tenant, n) {
+		s.sweepLocked()
+		if !s.fits(obj.Tenant, n) {
+			return ErrQuota
+		}
+	}
+	obj.Size += n
+	s.used += n
+	s.byTenant[obj.Tenant] += n
+	return nil
+}
+
+func (s *Store) fits(tenant string, n int64) bool {
+	return s.used+n <= s.cfg.QuotaBytes && s.byTenant[tenant]+n <= s.cfg.TenantQuotaBytes
+}
+
+// sweepLocked removes every expired object. Called with mu held.
+func (s *Store) sweepLocked() {
+	now := s.clock.Now()
+	for id, obj := range s.objects {
+		if obj.committed && !now.Before(obj.Expires) {
+			s.removeLocked(id)
+		}
+	}
+}
+
+// Sweep removes every expired object (serve calls it periodically; writes
+// call it when the quota is reached).
+func (s *Store) Sweep() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked()
+}
+
+func (s *Store) remove(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.removeLocked(id)
+}
+
+// removeLocked forgets id, releases its bytes and unlinks its file (a
+// reader holding it open keeps reading). Called with mu held.
+func (s *Store) removeLocked(id string) {
+	obj, ok := s.objects[id]
+	if !ok {
+		return
+	}
+	delete(s.objects, id)
+	s.used -= obj.Size
+	if s.byTenant[obj.Tenant] -= obj.Size; s.byTenant[obj.Tenant] <= 0 {
+		delete(s.byTenant, obj.Tenant)
+	}
+	_ = os.Remove(obj.path)
+}
+
+// Usage reports the bytes stored in all and for tenant.
+func (s *Store) Usage(tenant string) (total, ofTenant int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used, s.byTenant[tenant]
+}
+
+// Object is an open stored object. Section returns a fresh reader of its
+// bytes each time (for a request that is retried); Close releases it.
+type Object struct {
+	Info
+	f       *os.File
+	cleanup func()
+}
+
+// Section returns a reader of the whole object, independent of others.
+func (o *Object) Section() *io.SectionReader { return io.NewSectionReader(o.f, 0, o.Size) }
+
+// Close closes the object (and removes it when it was a temporary
+// download).
+func (o *Object) Close() error {
+	err := o.f.Close()
+	if o.cleanup != nil {
+		o.cleanup()
+	}
+	return err
+}
+
+// Open opens tenant's object id. An unknown id, an expired object and
+// another tenant's object all give ErrNotFound.
+func (s *Store) Open(tenant, id string) (*Object, error) {
+	if !ValidID(id) {
+		return nil, ErrNotFound
+	}
+	s.mu.Lock()
+	obj, ok := s.objects[id]
+	if ok && obj.committed && !s.clock.Now().Before(obj.Expires) {
+		s.removeLocked(id)
+		ok = false
+	}
+	if !ok || !obj.committed || obj.Tenant != tenant {
+		s.mu.Unlock()
+		return nil, ErrNotFound
+	}
+	info, path := obj.Info, obj.path
+	// Opened under mu: a removal waits, so the file is still there.
+	f, err := os.Open(path)
+	s.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("media: open object: %w", err)
+	}
+	return &Object{Info: info, f: f}, nil
+}
+
+// cleanFilename keeps a filename's base name without control characters
+// or quotes, at most 255 bytes.
+func cleanFilename(name string) string {
+	name = filepath.Base(strings.ReplaceAll(name, "\\", "/"))
+	if name == "." || name == "/" {
+		return ""
+	}
+	name = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == '"' {
+			return -1
+		}
+		return r
+	}, name)
+	for len(name) > 255 {
+		name = name[:len(name)-1]
+	}
+	return strings.ToValidUTF8(name, "")
+}

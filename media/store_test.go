@@ -1,0 +1,278 @@
+package media
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+)
+
+// tokens is an Authenticator: a header "Bearer <token>" maps to a tenant.
+type tokens map[string]string
+
+func (t tokens) Authenticate(h string) (string, string, error) {
+	if tenant, ok := t[strings.TrimPrefix(h, "Bearer ")]; ok && strings.HasPrefix(h, "Bearer ") {
+		return tenant, "gw-" + tenant, nil
+	}
+	return "", "", errors.New("bad token")
+}
+
+func newStore(t *testing.T, cfg Config) (*Store, *clocktest.Fake) {
+	t.Helper()
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	cfg.Clock = clk
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clk
+}
+
+func TestPutOpenTenantAndExpiry(t *testing.T) {
+	s, clk := newStore(t, Config{TTL: time.Hour})
+	info, err := s.Put("t1", strings.NewReader("hello"), "text/plain", "../../etc/a\"b.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ValidID(info.ID) || info.Size != 5 || info.Filename != "ab.txt" {
+		t.Fatalf("info = %+v", info)
+	}
+	if _, err := s.Open("t2", info.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("another tenant's id: err = %v, want ErrNotFound", err)
+	}
+	obj, err := s.Open("t1", info.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(obj.Section())
+	obj.Close()
+	if string(b) != "hello" {
+		t.Fatalf("read %q", b)
+	}
+	clk.Advance(time.Hour)
+	if _, err := s.Open("t1", info.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("expired id: err = %v, want ErrNotFound", err)
+	}
+	if total, _ := s.Usage("t1"); total != 0 {
+		t.Fatalf("expired object still counted: %d bytes", total)
+	}
+	if _, err := s.Open("t1", "not-an-id"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("malformed id: err = %v", err)
+	}
+}
+
+func TestLimitsAndQuota(t *testing.T) {
+	s, clk := newStore(t, Config{MaxBytes: 10, QuotaBytes: 25, TenantQuotaBytes: 15, TTL: time.Minute})
+	if _, err := s.Put("t1", strings.NewReader(strings.Repeat("x", 11)), "", ""); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("11 bytes over a 10-byte limit: err = %v", err)
+	}
+	if total, _ := s.Usage("t1"); total != 0 {
+		t.Fatalf("refused upload left %d bytes counted", total)
+	}
+	if _, err := s.Put("t1", strings.NewReader("0123456789"), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put("t1", strings.NewReader("012345"), "", ""); !errors.Is(err, ErrQuota) {
+		t.Fatalf("past the tenant quota: err = %v", err)
+	}
+	if _, err := s.Put("t2", strings.NewReader("0123456789"), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put("t3", strings.NewReader("0123456789"), "", ""); !errors.Is(err, ErrQuota) {
+		t.Fatalf("past the store quota: err = %v", err)
+	}
+	clk.Advance(time.Minute) // the expired objects make room
+	if _, err := s.Put("t3", strings.NewReader("0123456789"), "", ""); err != nil {
+		t.Fatalf("after expiry: %v", err)
+	}
+	entries, _ := os.ReadDir(s.cfg.Dir)
+	if len(entries) != 1 {
+		t.Fatalf("%d files on disk, want 1", len(entries))
+	}
+}
+
+func TestNewRemovesLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := newStore(t, Config{Dir: dir})
+	if _, err := s.Put("t1", strings.NewReader("x"), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/keep.txt", []byte("not ours"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newStore(t, Config{Dir: dir})
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 || entries[0].Name() != "keep.txt" {
+		t.Fatalf("after New: %v", entries)
+	}
+}
+
+func TestParseRef(t *testing.T) {
+	s, _ := newStore(t, Config{PublicURL: "https://c.example:8443/"})
+	id := strings.Repeat("ab", 16)
+	for _, tc := range []struct {
+		url  string
+		ok   bool
+		want string
+	}{
+		{"https://c.example:8443/relay/media/" + id, true, id},
+		{"https://C.EXAMPLE:8443/relay/media/" + id, true, id},
+		{"https://c.example/relay/media/" + id, false, ""},
+		{"http://c.example:8443/relay/media/" + id, false, ""},
+		{"https://c.example:8443/relay/media/zz", true, "zz"},
+		{"https://cdn.example/a.png", false, ""},
+	} {
+		got, ok := s.ParseRef(tc.url)
+		if ok != tc.ok || got != tc.want {
+			t.Errorf("ParseRef(%q) = %q, %v; want %q, %v", tc.url, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestParseRefUnderBasePath(t *testing.T) {
+	s, _ := newStore(t, Config{PublicURL: "https://c.example/connector"})
+	id := strings.Repeat("cd", 16)
+	if got, ok := s.ParseRef("https://c.example/connector/relay/media/" + id); !ok || got != id {
+		t.Errorf("under the base path: %q %v", got, ok)
+	}
+	if _, ok := s.ParseRef("https://c.example/relay/media/" + id); ok {
+		t.Error("outside the base path read as a reference")
+	}
+	if u := s.URL(id); u != "https://c.example/connector/relay/media/"+id {
+		t.Errorf("URL = %s", u)
+	}
+}
+
+func TestResolveRefusesPrivateAddresses(t *testing.T) {
+	src := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("secret")) }))
+	defer src.Close()
+	s, _ := newStore(t, Config{})
+	if _, err := s.Resolve(context.Background(), "t1", src.URL+"/x.png"); !errors.Is(err, ErrForbiddenAddress) {
+		t.Fatalf("loopback source_url: err = %v, want ErrForbiddenAddress", err)
+	}
+	if _, err := s.Resolve(context.Background(), "t1", "file:///etc/passwd"); !errors.Is(err, ErrBadURL) {
+		t.Fatalf("file URL: err = %v", err)
+	}
+}
+
+func TestResolveDownloadsTemporaryObject(t *testing.T) {
+	body := bytes.Repeat([]byte("0123456789abcdef"), 4096)
+	src := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/missing" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "image/png")
+		_, _ = w.Write(body)
+	}))
+	defer src.Close()
+	s, _ := newStore(t, Config{AllowPrivateURLs: true})
+	obj, err := s.Resolve(context.Background(), "t1", src.URL+"/dir/pic.png")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(obj.Section())
+	if !bytes.Equal(got, body) || obj.MIME != "image/png" || obj.Filename != "pic.png" {
+		t.Fatalf("object %+v, %d bytes", obj.Info, len(got))
+	}
+	obj.Close()
+	if total, _ := s.Usage("t1"); total != 0 {
+		t.Fatalf("temporary object kept after Close: %d bytes", total)
+	}
+	var fe *FetchError
+	if _, err := s.Resolve(context.Background(), "t1", src.URL+"/missing"); !errors.As(err, &fe) || fe.Status != 404 {
+		t.Fatalf("404 source: err = %v", err)
+	}
+	if strings.Contains(fe.Error(), "127.0.0.1") {
+		t.Fatalf("error names the address: %v", fe)
+	}
+}
+
+func TestHandler(t *testing.T) {
+	s, clk := newStore(t, Config{MaxBytes: 1 << 20, PublicURL: "http://c.example"})
+	srv := httptest.NewServer(httpMux(s.Handler(HandlerConfig{Auth: tokens{"tok1": "t1", "tok2": "t2"}})))
+	defer srv.Close()
+	do := func(method, path, token string, body io.Reader, hdr map[string]string) (*http.Response, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+path, body)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, b
+	}
+	data := bytes.Repeat([]byte{0, 1, 2, 250}, 100_000)
+	resp, b := do("POST", "/relay/media", "tok1", bytes.NewReader(data), map[string]string{"Content-Type": "image/png", "X-Media-Filename": "p.png"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("upload: %d %s", resp.StatusCode, b)
+	}
+	var up struct {
+		ID   string
+		Size int64
+		URL  string
+	}
+	if err := json.Unmarshal(b, &up); err != nil || up.Size != int64(len(data)) || up.URL != "http://c.example/relay/media/"+up.ID {
+		t.Fatalf("upload answer %s (%v)", b, err)
+	}
+
+	resp, b = do("GET", "/relay/media/"+up.ID, "tok1", nil, nil)
+	if resp.StatusCode != 200 || sha256.Sum256(b) != sha256.Sum256(data) || resp.Header.Get("Content-Type") != "image/png" ||
+		resp.Header.Get("Content-Disposition") != `attachment; filename=p.png` {
+		t.Fatalf("download: %d, %d bytes, %v", resp.StatusCode, len(b), resp.Header)
+	}
+
+	for _, tc := range []struct {
+		name, method, path, token string
+		body                      io.Reader
+		want                      int
+	}{
+		{"no bearer", "GET", "/relay/media/" + up.ID, "", nil, 401},
+		{"wrong bearer", "GET", "/relay/media/" + up.ID, "nope", nil, 401},
+		{"wrong bearer upload", "POST", "/relay/media", "nope", strings.NewReader("x"), 401},
+		{"another tenant's id", "GET", "/relay/media/" + up.ID, "tok2", nil, 404},
+		{"malformed id", "GET", "/relay/media/..%2fetc", "tok1", nil, 404},
+		{"unknown id", "GET", "/relay/media/" + strings.Repeat("0", 32), "tok1", nil, 404},
+		{"over the limit", "POST", "/relay/media", "tok1", bytes.NewReader(make([]byte, 1<<20+1)), 413},
+		{"over the limit, chunked", "POST", "/relay/media", "tok1", io.MultiReader(strings.NewReader("x"), bytes.NewReader(make([]byte, 1<<20))), 413},
+		{"empty", "POST", "/relay/media", "tok1", strings.NewReader(""), 400},
+		{"wrong method", "DELETE", "/relay/media/" + up.ID, "tok1", nil, 405},
+	} {
+		resp, b := do(tc.method, tc.path, tc.token, tc.body, nil)
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.name, resp.StatusCode, b, tc.want)
+		}
+	}
+	clk.Advance(DefaultTTL)
+	if resp, b := do("GET", "/relay/media/"+up.ID, "tok1", nil, nil); resp.StatusCode != 404 {
+		t.Fatalf("expired id: %d %s", resp.StatusCode, b)
+	}
+}
+
+func httpMux(h http.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	for p, h := range Routes(h) {
+		mux.Handle(p, h)
+	}
+	return mux
+}

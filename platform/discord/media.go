@@ -1,0 +1,196 @@
+package discord
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/textproto"
+	"strings"
+	"sync"
+
+	"github.com/bwmarrin/discordgo"
+
+	"connector/contract"
+	"connector/internal/textsplit"
+	"connector/media"
+)
+
+// attachmentRef is an entry of a message's attachments array: id is the
+// index n of its files[n] part.
+type attachmentRef struct {
+	ID       int    `json:"id"`
+	Filename string `json:"filename"`
+}
+
+// mediaMessage is the payload_json of a message with an attachment.
+type mediaMessage struct {
+	postMessage
+	Attachments []attachmentRef `json:"attachments"`
+}
+
+// opSendMedia posts the object source_url names as an attachment of a new
+// message (POST /channels/{id}/messages, multipart/form-data with
+// payload_json and files[0], the file streamed from the media store), with
+// the first 2,000 code points of content as its text and the rest as
+// further messages; the first replies to reply_to. Every media_kind is an
+// attachment on Discord. The result carries the attachment message's id.
+func (p *Platform) opSendMedia(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+	chatID := string(a.ChatID)
+	var ref *discordgo.MessageReference
+	if a.ReplyTo != "" {
+		if !isSnowflake(string(a.ReplyTo)) {
+			return contract.Failed(contract.CodeBadRequest, "reply_to is not a Discord message id")
+		}
+		no := false
+		ref = &discordgo.MessageReference{MessageID: string(a.ReplyTo), ChannelID: chatID, FailIfNotExists: &no}
+	}
+	obj, r, ok := p.deps.OpenMedia(ctx, platformName, tenant, a)
+	if !ok {
+		return r
+	}
+	defer obj.Close()
+	var pieces []string
+	if strings.TrimSpace(a.Content) != "" {
+		pieces = textsplit.Split(a.Content, splitRules)
+	}
+	msg := mediaMessage{postMessage: postMessage{AllowedMentions: allowedMentions, Reference: ref}}
+	if len(pieces) > 0 {
+		msg.Content = pieces[0]
+	}
+	filename := cmp.Or(a.Filename, obj.Filename, "file")
+	msg.Attachments = []attachmentRef{{ID: 0, Filename: filename}}
+	id, err := p.postAttachment(ctx, chatID, &msg, filename, obj)
+	if err != nil {
+		return p.failed("send_media", err, "")
+	}
+	if len(pieces) > 1 {
+		if _, err := p.postPieces(ctx, chatID, pieces[1:], nil); err != nil {
+			return p.failed("send_media", err, id)
+		}
+	}
+	return contract.OK(id)
+}
+
+// postAttachment sends msg with obj as files[0] and returns the message id.
+// The multipart body is written as the transport reads it, so the file is
+// never in memory; a retried attempt (after a 429) reads it again from the
+// start.
+func (p *Platform) postAttachment(ctx context.Context, chatID string, msg *mediaMessage, filename string, obj *media.Object) (string, error) {
+	payload, err := json.Marshal(msg)
+	if err != nil {
+		return "", fmt.Errorf("encode request: %w", err)
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	boundary := hex.EncodeToString(b[:])
+	body := func() io.ReadCloser {
+		return &lazyBody{write: func(w io.Writer) error { return writeAttachmentForm(w, boundary, payload, filename, obj) }}
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, discordgo.EndpointChannelMessages(chatID), body())
+	if err != nil {
+		return "", err
+	}
+	req.GetBody = func() (io.ReadCloser, error) { return body(), nil }
+	req.Header.Set("Authorization", "Bot "+p.cfg.BotToken)
+	req.Header.Set("Content-Type", "multipart/form-data; boundary="+boundary)
+	req.Header.Set("User-Agent", p.sess.UserAgent)
+	resp, err := p.sess.Client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		re := &discordgo.RESTError{Response: resp, ResponseBody: answer}
+		var m discordgo.APIErrorMessage
+		if json.Unmarshal(answer, &m) == nil {
+			re.Message = &m
+		}
+		return "", re
+	}
+	var out messageAnswer
+	if err := json.Unmarshal(answer, &out); err != nil {
+		return "", fmt.Errorf("decode POST answer: %w", err)
+	}
+	return out.ID, nil
+}
+
+// writeAttachmentForm writes the multipart body: payload_json, then the
+// object as files[0].
+func writeAttachmentForm(w io.Writer, boundary string, payload []byte, filename string, obj *media.Object) error {
+	mw := multipart.NewWriter(w)
+	if err := mw.SetBoundary(boundary); err != nil {
+		return err
+	}
+	h := textproto.MIMEHeader{}
+	h.Set("Content-Disposition", `form-data; name="payload_json"`)
+	h.Set("Content-Type", "application/json")
+	part, err := mw.CreatePart(h)
+	if err != nil {
+		return err
+	}
+	if _, err := part.Write(payload); err != nil {
+		return err
+	}
+	h = textproto.MIMEHeader{}
+	h.Set("Content-Disposition", multipart.FileContentDisposition("files[0]", filename))
+	h.Set("Content-Type", cmp.Or(obj.MIME, "application/octet-stream"))
+	if part, err = mw.CreatePart(h); err != nil {
+		return err
+	}
+	if _, err := io.Copy(part, obj.Section()); err != nil {
+		return err
+	}
+	return mw.Close()
+}
+
+// lazyBody is a request body produced by write on a goroutine through a
+// pipe, started by the first Read: a body that is never read (the
+// transport sends a copy from GetBody) starts nothing, and Close stops a
+// writer still running.
+type lazyBody struct {
+	write func(io.Writer) error
+
+	once sync.Once
+	pr   *io.PipeReader
+	mu   sync.Mutex
+	done bool
+}
+
+func (b *lazyBody) Read(p []byte) (int, error) {
+	b.once.Do(func() {
+		pr, pw := io.Pipe()
+		b.mu.Lock()
+		b.pr = pr
+		closed := b.done
+		b.mu.Unlock()
+		if closed {
+			pr.Close()
+			return
+		}
+		go func() { pw.CloseWithError(b.write(pw)) }()
+	})
+	b.mu.Lock()
+	pr := b.pr
+	b.mu.Unlock()
+	if pr == nil {
+		return 0, io.ErrClosedPipe
+	}
+	return pr.Read(p)
+}
+
+func (b *lazyBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.done = true
+	if b.pr != nil {
+		return b.pr.Close()
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"connector/contract"
+	"connector/internal/netcause"
+	"connector/media"
+)
+
+// MediaKinds are the send_media media_kind values and the kind of an
+// inbound attachment (contract.Media.Kind).
+var MediaKinds = []string{"image", "voice", "audio", "video", "document"}
+
+// OpenMedia checks a send_media action and opens the bytes its source_url
+// names for tenant (a re-host of tenant's, or a public URL downloaded to a
+// temporary object). On failure it returns ok=false and the result to
+// answer; on success the caller closes the object. One owner for the
+// failures every platform answers alike:
+//
+//	media_kind not one of MediaKinds         bad_request
+//	no media store                           unavailable
+//	unknown, expired or another tenant's id  bad_request (one text for the three)
+//	over media.MaxBytes                      bad_request
+//	source_url not http(s), or non-public    bad_request
+//	source answered non-200                  bad_request
+//	source unreachable; quota exhausted      unavailable
+func (d *Deps) OpenMedia(ctx context.Context, platformName, tenant string, a *contract.Action) (obj *media.Object, r contract.Result, ok bool) {
+	prefix := platformName + " send_media: "
+	if !slices.Contains(MediaKinds, a.MediaKind) {
+		return nil, contract.Failed(contract.CodeBadRequest,
+			fmt.Sprintf("%smedia_kind %.40q is not one of image, voice, audio, video, document", prefix, a.MediaKind)), false
+	}
+	if d.Media == nil {
+		return nil, contract.Failed(contract.CodeUnavailable, prefix+"the connector has no media store"), false
+	}
+	if a.SourceURL == "" {
+		return nil, contract.Failed(contract.CodeBadRequest, prefix+"source_url is empty"), false
+	}
+	obj, err := d.Media.Resolve(ctx, tenant, a.SourceURL)
+	if err == nil {
+		return obj, contract.Result{}, true
+	}
+	var fe *media.FetchError
+	switch {
+	case errors.Is(err, media.ErrNotFound):
+		r = contract.Failed(contract.CodeBadRequest, prefix+"source_url names no media of this connection's tenant (unknown or expired id)")
+	case errors.Is(err, media.ErrTooLarge):
+		r = contract.Failed(contract.CodeBadRequest, fmt.Sprintf("%smedia exceeds the %d-byte limit", prefix, d.Media.MaxBytes()))
+	case errors.Is(err, media.ErrQuota):
+		r = contract.Failed(contract.CodeUnavailable, prefix+"media storage quota exhausted; retry later")
+	case errors.Is(err, media.ErrBadURL), errors.Is(err, media.ErrForbiddenAddress):
+		r = contract.Failed(contract.CodeBadRequest, prefix+err.Error())
+	case errors.As(err, &fe) && fe.Status != 0:
+		r = contract.Failed(contract.CodeBadRequest, prefix+fe.Error())
+	case errors.As(err, &fe) && fe.Err != nil && netcause.IsNetwork(fe.Err):
+		r = contract.Failed(contract.CodeUnavailable, prefix+"source_url unreachable: "+netcause.Describe(fe.Err))
+	default:
+		r = contract.Failed(contract.CodeUnavailable, prefix+"source_url could not be read")
+	}
+	return nil, r, false
+}

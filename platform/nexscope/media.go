@@ -1,0 +1,256 @@
+package nexscope
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"mime"
+	"strings"
+
+	"github.com/coder/websocket"
+
+	"connector/contract"
+	"connector/media"
+)
+
+// mediaChunk is the size of the bot's file chunks (the protocol's
+// recommendation).
+const mediaChunk = 64 << 10
+
+// sendMedia streams the object source_url names to the addressed members
+// as a file transfer from the bot: file-start (attachment name, size, mime,
+// sha256, chunkSize; text = content), the bytes in 64 KiB binary frames,
+// file-end. It is addressed like send (the inbound it answers, else
+// metadata.user_id, else everyone online) and honours the room's lock:
+// while a member's transfer holds it, sendMedia waits for it within ctx
+// (rate_limited, retry_after_ms 2000, when it stays held). Chunks wait for
+// room in the recipients' send queues, so memory stays bounded. Every
+// media_kind is a file. message_id is the file-start's msgId. No recipient
+// online is unavailable; a transfer that stalls past TransferTimeout or
+// ends with the context is aborted (recipients get transfer_incomplete).
+func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result {
+	obj, res, ok := p.deps.OpenMedia(ctx, platformName, tenant, a)
+	if !ok {
+		return res
+	}
+	defer obj.Close()
+	if obj.Size > p.cfg.MaxFile {
+		return contract.Failed(contract.CodeBadRequest, "nexscope send_media: the file exceeds the relay's max file size")
+	}
+	sum := sha256.New()
+	if _, err := io.Copy(sum, obj.Section()); err != nil {
+		return contract.Failed(contract.CodeUnavailable, "nexscope send_media: the media could not be read")
+	}
+	att := attachmentJSON{Name: cmp.Or(a.Filename, obj.Filename, "file"), Size: obj.Size,
+		MIME: cmp.Or(obj.MIME, "application/octet-stream"), SHA256: hex.EncodeToString(sum.Sum(nil)), ChunkSize: mediaChunk}
+
+	t, recipients, msgID, res, ok := r.beginBotTransfer(ctx, a, &att)
+	if !ok {
+		return res
+	}
+	src := obj.Section()
+	buf := make([]byte, mediaChunk)
+	for {
+		n, err := io.ReadFull(src, buf)
+		if n > 0 && !r.pushBotChunk(t, recipients, buf[:n]) {
+			return r.abortBotTransfer(t)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return r.abortBotTransfer(t)
+		}
+		if ctx.Err() != nil {
+			return r.abortBotTransfer(t)
+		}
+	}
+	end := appendWithTS(nil, mustJSON(map[string]string{"type": "file-end", "msgId": msgID, "from": r.bot()}), p.nowMs())
+	r.mu.Lock()
+	defer r.unlock()
+	if r.transfer != t {
+		return contract.Failed(contract.CodeUnavailable, "nexscope send_media: the transfer stalled and was aborted")
+	}
+	r.transfer = nil
+	t.finish()
+	for _, rc := range recipients {
+		if !rc.left.Load() {
+			r.pushLocked(rc, end)
+		}
+	}
+	return contract.OK(msgID)
+}
+
+// attachmentJSON is the attachment of the bot's file-start.
+type attachmentJSON struct {
+	Name      string `json:"name"`
+	Size      int64  `json:"size"`
+	MIME      string `json:"mime"`
+	SHA256    string `json:"sha256"`
+	ChunkSize int    `json:"chunkSize"`
+}
+
+// beginBotTransfer waits for the room's lock within ctx, takes it for the
+// bot and sends file-start to the addressed members online.
+func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *attachmentJSON) (*transfer, []*member, string, contract.Result, bool) {
+	p := r.p
+	for {
+		r.mu.Lock()
+		if r.transfer == nil {
+			break // holding mu
+		}
+		busy := r.transfer.done
+		r.unlock()
+		p.log.Debug("nexscope send_media waiting for the room's file-transfer lock", "room", r.name)
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			res := contract.Failed(contract.CodeRateLimited, "nexscope send_media: another file transfer holds the room")
+			res.RetryAfterMS = 2000
+			return nil, nil, "", res, false
+		}
+	}
+	defer r.unlock()
+	m, online := r.addressLocked(a)
+	if len(online) == 0 {
+		return nil, nil, "", contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)"), false
+	}
+	msgID := p.newMsgID()
+	to := m.to
+	if to == nil {
+		to = []string{} // a broadcast
+	}
+	start := appendWithTS(nil, mustJSON(struct {
+		Type       string         `json:"type"`
+		MsgID      string         `json:"msgId"`
+		From       string         `json:"from"`
+		To         []string       `json:"to"`
+		Role       string         `json:"role"`
+		ThreadID   string         `json:"threadId"`
+		Text       string         `json:"text"`
+		HopCount   int            `json:"hopCount"`
+		Attachment attachmentJSON `json:"attachment"`
+	}{"file-start", msgID, m.from, to, "userAgent", m.threadID, a.Content, m.hopCount, *att}), p.nowMs())
+	parsed, _ := parseFrame(start) // valid JSON by construction
+	t := &transfer{start: parsed, size: att.Size, recipients: online, done: make(chan struct{})}
+	t.timer = p.clock.AfterFunc(p.cfg.TransferTimeout, func() { r.stall(t) })
+	r.transfer = t
+	for _, rc := range online {
+		r.pushLocked(rc, start)
+	}
+	return t, online, msgID, contract.Result{}, true
+}
+
+// pushBotChunk queues one chunk of the bot's transfer t for its recipients
+// once each of their queues has room; false when t ended meanwhile.
+func (r *room) pushBotChunk(t *transfer, recipients []*member, data []byte) bool {
+	for _, rc := range recipients {
+		rc.q.waitSpace(t.done)
+	}
+	r.mu.Lock()
+	defer r.unlock()
+	if r.transfer != t {
+		return false
+	}
+	c := newChunk(data, len(recipients))
+	for _, rc := range recipients {
+		r.pushFrameLocked(rc, outFrame{typ: websocket.MessageBinary, data: c.buf, chunk: c})
+	}
+	t.received += int64(len(data))
+	return true
+}
+
+// abortBotTransfer releases the lock t holds (telling the recipients) and
+// returns the failure.
+func (r *room) abortBotTransfer(t *transfer) contract.Result {
+	r.mu.Lock()
+	if r.transfer == t {
+		r.abortLocked(t)
+	}
+	r.unlock()
+	return contract.Failed(contract.CodeUnavailable, "nexscope send_media: the transfer was aborted before file-end")
+}
+
+// beginRehost starts re-hosting a file addressed to the bot of r, or
+// returns nil when there is no media store with a public URL or the store
+// refuses (the file is then bridged as a note, as before).
+func (p *Platform) beginRehost(r *room, attachment []byte) *media.Upload {
+	store := p.deps.Media
+	if store == nil || store.URL("x") == "" {
+		return nil
+	}
+	name, mimeType := attachmentText(attachment, "name"), attachmentText(attachment, "mime")
+	u, err := store.Begin(r.tenant(), cmp.Or(mimeType, "application/octet-stream"), name)
+	if err != nil {
+		p.log.Warn("nexscope file to the bot cannot be re-hosted", "room", r.name, "err", err)
+		return nil
+	}
+	return u
+}
+
+// commitRehost completes a re-host at file-end and returns the attachment
+// the inbound carries, or nil when it failed (then the file is bridged as
+// a note).
+func (p *Platform) commitRehost(u *media.Upload, attachment, text []byte) *contract.Media {
+	info, err := u.Commit()
+	if err != nil {
+		p.log.Warn("nexscope file to the bot could not be re-hosted", "err", err)
+		return nil
+	}
+	caption, _ := optionalString(text)
+	url := p.deps.Media.URL(info.ID)
+	return &contract.Media{URL: url, MIME: info.MIME, Kind: kindOf(info.MIME), Size: info.Size,
+		Filename: cmp.Or(info.Filename, attachmentText(attachment, "name")), Caption: caption}
+}
+
+// attachmentText reads a string member of an attachment object.
+func attachmentText(attachment []byte, key string) string {
+	var out string
+	i := skipSpace(attachment, 0)
+	if i >= len(attachment) || attachment[i] != '{' {
+		return ""
+	}
+	eachMember(attachment, i, func(k, val []byte) {
+		if keyIs(k, key) {
+			s, _ := optionalString(val)
+			out = s
+		}
+	})
+	return out
+}
+
+// kindOf is the media kind of a MIME type.
+func kindOf(mimeType string) string {
+	mt, _, _ := mime.ParseMediaType(mimeType)
+	switch {
+	case strings.HasPrefix(mt, "image/"):
+		return "image"
+	case strings.HasPrefix(mt, "audio/"):
+		return "audio"
+	case strings.HasPrefix(mt, "video/"):
+		return "video"
+	}
+	return "document"
+}
+
+// messageTypeOf is the gateway message_type of an attachment kind.
+func messageTypeOf(kind string) string {
+	switch kind {
+	case "image":
+		return contract.MessagePhoto
+	case "audio":
+		return contract.MessageAudio
+	case "video":
+		return contract.MessageVideo
+	}
+	return contract.MessageDocument
+}
+
+// mustJSON encodes v, which marshals by construction.
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
