@@ -20,6 +20,7 @@ func (p *Platform) handlers() map[string]opHandler {
 		contract.OpTyping:      p.chatOp(p.opTyping),
 		contract.OpGetChatInfo: p.chatOp(p.opGetChatInfo),
 		contract.OpFollowUp:    p.opFollowUp,
+		contract.OpPrompt:      p.chatOp(p.opPrompt),
 	}
 }
 

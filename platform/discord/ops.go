@@ -38,13 +38,9 @@ func (p *Platform) opSend(ctx context.Context, _ string, a *contract.Action) con
 		return contract.Failed(contract.CodeBadRequest, "send needs content")
 	}
 	chatID := string(a.ChatID)
-	var ref *discordgo.MessageReference
-	if a.ReplyTo != "" {
-		if !isSnowflake(string(a.ReplyTo)) {
-			return contract.Failed(contract.CodeBadRequest, "reply_to is not a Discord message id")
-		}
-		no := false
-		ref = &discordgo.MessageReference{MessageID: string(a.ReplyTo), ChannelID: chatID, FailIfNotExists: &no}
+	ref, bad := replyRef(a)
+	if bad != "" {
+		return contract.Failed(contract.CodeBadRequest, bad)
 	}
 	first, err := p.postPieces(ctx, chatID, textsplit.Split(a.Content, splitRules), ref)
 	if err != nil {

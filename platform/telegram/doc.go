@@ -73,6 +73,8 @@
 // the text ("[name|id]") and carry no user, so the chat or topic is one
 // session. Every update not delivered is counted in Metrics.Dropped with
 // its reason: unsupported, empty, own, unclaimed, duplicate, malformed,
+// foreign_callback (a button press whose callback data is not a prompt
+// op's hp1 token; its query is still answered),
 // or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
 // chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
 // (the last dedupe_window ids). One chat's updates are delivered one at a

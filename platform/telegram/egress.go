@@ -24,6 +24,7 @@ var handlers = map[string]handler{
 	contract.OpEdit:        (*Platform).edit,
 	contract.OpTyping:      (*Platform).typing,
 	contract.OpGetChatInfo: (*Platform).getChatInfo,
+	contract.OpPrompt:      (*Platform).prompt,
 }
 
 // callMargin is kept free before a request's deadline for the API call that

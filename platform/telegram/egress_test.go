@@ -48,7 +48,7 @@ func visible(t *testing.T, c telegramtest.Call) string {
 func TestDescriptorFromHandlerTable(t *testing.T) {
 	e := newEnv(t, nil)
 	d := e.p.Descriptor()
-	want := []string{"edit", "get_chat_info", "send", "typing"}
+	want := []string{"edit", "get_chat_info", "prompt", "send", "typing"}
 	if d.Platform != "telegram" || !slices.Equal(d.SupportedOps, want) || !d.SupportsEdit || d.MaxMessageLength != 4096 {
 		t.Errorf("descriptor = %+v", d)
 	}

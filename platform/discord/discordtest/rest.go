@@ -95,7 +95,10 @@ func (s *Server) messageJSON(m *Message) map[string]any {
 		"timestamp": time.Now().UTC().Format(time.RFC3339Nano), "tts": false, "mentions": []any{},
 		"author": map[string]any{"id": s.opts.BotID, "username": s.opts.BotName, "bot": true, "discriminator": "0"},
 		"embeds": []any{}, "attachments": []any{}, "pinned": false, "mention_everyone": false,
-		"edited_timestamp": nil, "flags": 0, "components": []any{},
+		"edited_timestamp": nil, "flags": 0, "components": []Component{},
+	}
+	if len(m.Components) > 0 {
+		out["components"] = m.Components
 	}
 	if m.ReplyTo != "" {
 		out["type"] = 19
@@ -109,6 +112,39 @@ type messageBody struct {
 	Reference *struct {
 		MessageID string `json:"message_id"`
 	} `json:"message_reference"`
+	Components []Component `json:"components"`
+}
+
+// checkComponents validates message components as Discord does: at most 5
+// action rows (type 1) of 1 to 5 buttons (type 2); a button of style 1-4
+// needs a custom_id of 1 to 100 characters, unique in the message, and
+// every button a label of at most 80.
+func checkComponents(rows []Component) string {
+	if len(rows) > 5 {
+		return "components: must be 5 or fewer in length"
+	}
+	ids := map[string]bool{}
+	for _, row := range rows {
+		if row.Type != 1 || len(row.Components) == 0 || len(row.Components) > 5 {
+			return "components: an action row holds 1 to 5 components"
+		}
+		for _, b := range row.Components {
+			switch {
+			case b.Type != 2:
+				return "components: only buttons are supported by this fake"
+			case b.Style < 1 || b.Style > 4:
+				return "components: button style must be 1 to 4"
+			case b.CustomID == "" || len([]rune(b.CustomID)) > 100:
+				return "components: custom_id must be 1 to 100 in length"
+			case ids[b.CustomID]:
+				return "components: custom_id must be unique"
+			case len([]rune(b.Label)) > 80:
+				return "components: label must be 80 or fewer in length"
+			}
+			ids[b.CustomID] = true
+		}
+	}
+	return ""
 }
 
 // blank reports content Discord refuses as empty: it holds only whitespace
@@ -125,13 +161,17 @@ func (s *Server) postMessage(w http.ResponseWriter, channelID string, body []byt
 		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body: content must be 2000 or fewer in length")
 		return
 	}
+	if msg := checkComponents(b.Components); msg != "" {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body: "+msg)
+		return
+	}
 	s.mu.Lock()
 	if _, ok := s.channels[channelID]; !ok {
 		s.mu.Unlock()
 		apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
 		return
 	}
-	m := &Message{ID: s.newIDLocked(), ChannelID: channelID, Content: *b.Content}
+	m := &Message{ID: s.newIDLocked(), ChannelID: channelID, Content: *b.Content, Components: b.Components}
 	if b.Reference != nil {
 		m.ReplyTo = b.Reference.MessageID
 	}

@@ -45,6 +45,7 @@ type Server struct {
 	updates  []queued
 	failures map[string][]Failure
 	messages map[msgKey]string
+	markups  map[msgKey]json.RawMessage
 	chats    map[int64]map[string]any
 	nextID   int
 	webhook  Webhook
@@ -114,6 +115,7 @@ func NewServer(token string) *Server {
 		changed:  make(chan struct{}),
 		failures: make(map[string][]Failure),
 		messages: make(map[msgKey]string),
+		markups:  make(map[msgKey]json.RawMessage),
 		chats:    make(map[int64]map[string]any),
 		nextID:   100,
 	}
@@ -303,9 +305,17 @@ func (s *Server) sendMessage(form map[string]string) (any, *Failure) {
 	if f != nil {
 		return nil, f
 	}
+	markup, f := inlineKeyboard(form)
+	if f != nil {
+		return nil, f
+	}
 	s.nextID++
 	s.messages[msgKey{chat, s.nextID}] = text
 	msg := map[string]any{"message_id": s.nextID, "date": time.Now().Unix(), "chat": map[string]any{"id": chat, "type": "private"}, "text": text}
+	if markup != nil {
+		s.markups[msgKey{chat, s.nextID}] = markup
+		msg["reply_markup"] = markup
+	}
 	if t := form["message_thread_id"]; t != "" {
 		n, _ := strconv.Atoi(t)
 		msg["message_thread_id"], msg["is_topic_message"] = n, true
@@ -369,6 +379,71 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 		case <-ch:
 		}
 	}
+}
+
+// inlineKeyboard checks a reply_markup field as Telegram checks an inline
+// keyboard: rows of buttons with a text and callback_data of 1 to 64
+// bytes. It returns the markup (nil when there is none).
+func inlineKeyboard(form map[string]string) (json.RawMessage, *Failure) {
+	raw := form["reply_markup"]
+	if raw == "" {
+		return nil, nil
+	}
+	var m struct {
+		InlineKeyboard [][]map[string]json.RawMessage `json:"inline_keyboard"`
+	}
+	if err := json.Unmarshal([]byte(raw), &m); err != nil || m.InlineKeyboard == nil {
+		return nil, &Failure{Code: 400, Description: "Bad Request: can't parse reply keyboard markup JSON object"}
+	}
+	for _, row := range m.InlineKeyboard {
+		for _, b := range row {
+			var text, data, style string
+			_ = json.Unmarshal(b["text"], &text)
+			_ = json.Unmarshal(b["style"], &style)
+			actions := 0
+			for k := range b {
+				if k != "text" && k != "style" && k != "icon_custom_emoji_id" {
+					actions++
+				}
+			}
+			switch {
+			case strings.TrimSpace(text) == "":
+				return nil, &Failure{Code: 400, Description: "Bad Request: text buttons are unallowed in the inline keyboard"}
+			case actions != 1:
+				return nil, &Failure{Code: 400, Description: "Bad Request: can't parse inline keyboard button: exactly one of the optional fields must be used"}
+			case style != "" && style != "danger" && style != "success" && style != "primary":
+				return nil, &Failure{Code: 400, Description: "Bad Request: BUTTON_STYLE_INVALID"}
+			}
+			if raw, ok := b["callback_data"]; ok {
+				if json.Unmarshal(raw, &data) != nil || len(data) == 0 || len(data) > 64 {
+					return nil, &Failure{Code: 400, Description: "Bad Request: BUTTON_DATA_INVALID"}
+				}
+			}
+		}
+	}
+	return json.RawMessage(raw), nil
+}
+
+// PressButton returns the callback_query update Telegram sends when user
+// from (a User object) presses the inline button with data on message
+// msgID of chat (a Chat object, whose id must be the chat's): the query
+// id is "cq<updateID>" and the message is the stored one, keyboard
+// included. It fails when the message has no such button.
+func (s *Server) PressButton(updateID int64, chat map[string]any, msgID int, data string, from map[string]any) ([]byte, error) {
+	id, _ := chat["id"].(int64)
+	s.mu.Lock()
+	text, ok := s.messages[msgKey{id, msgID}]
+	markup := s.markups[msgKey{id, msgID}]
+	s.mu.Unlock()
+	if !ok || !strings.Contains(string(markup), `"callback_data":`+strconv.Quote(data)) {
+		return nil, fmt.Errorf("telegramtest: message %d in chat %d has no button %q", msgID, id, data)
+	}
+	return json.Marshal(map[string]any{"update_id": updateID, "callback_query": map[string]any{
+		"id": "cq" + strconv.FormatInt(updateID, 10), "from": from, "chat_instance": "-4817263540", "data": data,
+		"message": map[string]any{"message_id": msgID, "date": time.Now().Unix(), "chat": chat, "text": text,
+			"from":         map[string]any{"id": s.BotID, "is_bot": true, "first_name": "Hermes", "username": s.Username},
+			"reply_markup": markup},
+	}})
 }
 
 // readForm reads a multipart/form-data body; a method without parameters
