@@ -183,3 +183,194 @@ func TestPromptRoundTrip(t *testing.T) {
 		t.Fatalf("t2's first inbound = %+v, want its own message (no press)", ev)
 	}
 }
+
+func TestEgressReactAndDelete(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	sent := execute(t, e, "t1", `{"op":"send","chat_id":"101","content":"working on it","reply_to":null,"metadata":{}}`)
+	if !sent.Success {
+		t.Fatalf("send = %+v", sent)
+	}
+	react := func(tenant, chat, msg, emoji string, remove bool) contract.Result {
+		body, _ := json.Marshal(map[string]any{"op": "react", "chat_id": chat, "message_id": msg, "emoji": emoji, "remove": remove, "metadata": map[string]any{}})
+		return execute(t, e, tenant, string(body))
+	}
+	for _, step := range []struct {
+		emoji  string
+		remove bool
+		want   []string
+	}{{"👀", false, []string{"👀"}}, {"✅", false, []string{"👀", "✅"}}, {"👀", true, []string{"✅"}}, {"hermes:1234567890", false, []string{"✅", "hermes:1234567890"}}} {
+		if r := react("t1", chanGeneral, sent.MessageID, step.emoji, step.remove); !r.Success {
+			t.Fatalf("react %q remove=%v = %+v", step.emoji, step.remove, r)
+		}
+		if got := e.fake.Messages(chanGeneral)[0].Reactions; strings.Join(got, " ") != strings.Join(step.want, " ") {
+			t.Fatalf("after %q remove=%v reactions = %v, want %v", step.emoji, step.remove, got, step.want)
+		}
+	}
+	if _, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+		return r.Method == "PUT" && r.Path == "/api/v9/channels/101/messages/"+sent.MessageID+"/reactions/👀/@me"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		msg, emoji string
+		code       string
+	}{
+		"blank emoji":     {sent.MessageID, " ", contract.CodeBadRequest},
+		"bad message id":  {"callback:1", "👀", contract.CodeBadRequest},
+		"unknown emoji":   {sent.MessageID, "eyes", contract.CodePlatformError},
+		"unknown message": {"1234567890123", "👀", contract.CodePlatformError},
+	} {
+		if r := react("t1", chanGeneral, c.msg, c.emoji, false); r.Success || r.Code != c.code {
+			t.Errorf("%s: %+v, want %s", name, r, c.code)
+		}
+	}
+	if r := react("t2", chanGeneral, sent.MessageID, "👀", false); r.Code != contract.CodeEgressDeclined {
+		t.Errorf("t2 react on t1's message = %+v", r)
+	}
+
+	del := func(tenant, msg string) contract.Result {
+		return execute(t, e, tenant, `{"op":"delete","chat_id":"101","message_id":"`+msg+`","metadata":{}}`)
+	}
+	if r := del("t2", sent.MessageID); r.Code != contract.CodeEgressDeclined {
+		t.Errorf("t2 delete of t1's message = %+v", r)
+	}
+	if r := del("t1", "not-an-id"); r.Code != contract.CodeBadRequest {
+		t.Errorf("delete of a bad id = %+v", r)
+	}
+	if r := del("t1", sent.MessageID); !r.Success || len(e.fake.Messages(chanGeneral)) != 0 {
+		t.Fatalf("delete = %+v, messages %+v", r, e.fake.Messages(chanGeneral))
+	}
+	if r := del("t1", sent.MessageID); !r.Success {
+		t.Errorf("repeated delete = %+v, want success (already gone)", r)
+	}
+}
+
+// TestActsThroughRelay drives react and delete from a gateway socket: t1's
+// act on its chat, t2's on t1's chat are declined, and an op Discord does
+// not advertise fails with unsupported_op.
+func TestActsThroughRelay(t *testing.T) {
+	l := startActsLoop(t)
+	sent := l.gw.Outbound(t, "discord", map[string]any{"op": "send", "chat_id": chanGeneral, "content": "hi", "reply_to": nil, "metadata": map[string]any{}})
+	if !sent.Success {
+		t.Fatalf("send = %+v", sent)
+	}
+	react := map[string]any{"op": "react", "chat_id": chanGeneral, "message_id": sent.MessageID, "emoji": "👀", "remove": false, "metadata": map[string]any{}}
+	if r := l.gw2.Outbound(t, "discord", react); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 react = %+v", r)
+	}
+	if r := l.gw.Outbound(t, "discord", react); !r.Success {
+		t.Fatalf("react = %+v", r)
+	}
+	if got := l.fake.Messages(chanGeneral)[0].Reactions; len(got) != 1 || got[0] != "👀" {
+		t.Fatalf("reactions = %v", got)
+	}
+	del := map[string]any{"op": "delete", "chat_id": chanGeneral, "message_id": sent.MessageID, "metadata": map[string]any{}}
+	if r := l.gw2.Outbound(t, "discord", del); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 delete = %+v", r)
+	}
+	if r := l.gw.Outbound(t, "discord", del); !r.Success || len(l.fake.Messages(chanGeneral)) != 0 {
+		t.Fatalf("delete = %+v", r)
+	}
+	if r := l.gw.Outbound(t, "discord", map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 1, "content": "x", "final": false, "metadata": map[string]any{}}); r.Code != contract.CodeUnsupportedOp {
+		t.Fatalf("draft = %+v, want unsupported_op", r)
+	}
+}
+
+func TestThreadCreateAndRename(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	act := func(tenant string, a map[string]any) contract.Result {
+		a["metadata"] = map[string]any{}
+		body, _ := json.Marshal(a)
+		return execute(t, e, tenant, string(body))
+	}
+	created := act("t1", map[string]any{"op": "thread_create", "chat_id": chanGeneral, "thread_name": "  Handoff: deploy  "})
+	if !created.Success || created.ThreadID == "" || created.MessageID != created.ThreadID {
+		t.Fatalf("thread_create = %+v", created)
+	}
+	if th, ok := e.fake.Channel(created.ThreadID); !ok || th.Type != 11 || th.ParentID != chanGeneral || th.Name != "Handoff: deploy" {
+		t.Fatalf("thread = %+v", th)
+	}
+	sent := act("t1", map[string]any{"op": "send", "chat_id": chanRandom, "content": "anchor", "reply_to": nil})
+	anchored := act("t1", map[string]any{"op": "thread_create", "chat_id": chanRandom, "message_id": sent.MessageID, "thread_name": strings.Repeat("long ", 30)})
+	if !anchored.Success || anchored.ThreadID != sent.MessageID {
+		t.Fatalf("anchored thread_create = %+v (anchor %s)", anchored, sent.MessageID)
+	}
+	if th, _ := e.fake.Channel(anchored.ThreadID); len([]rune(th.Name)) != 100 {
+		t.Fatalf("anchored thread name %q, want cut to 100", th.Name)
+	}
+	for name, a := range map[string]map[string]any{
+		"in a thread":   {"op": "thread_create", "chat_id": threadPlan, "thread_name": "x"},
+		"blank name":    {"op": "thread_create", "chat_id": chanGeneral, "thread_name": " "},
+		"bad anchor id": {"op": "thread_create", "chat_id": chanGeneral, "thread_name": "x", "message_id": "m1"},
+	} {
+		if r := act("t1", a); r.Code != contract.CodeBadRequest {
+			t.Errorf("%s: %+v, want bad_request", name, r)
+		}
+	}
+	if r := act("t2", map[string]any{"op": "thread_create", "chat_id": chanGeneral, "thread_name": "x"}); r.Code != contract.CodeEgressDeclined {
+		t.Errorf("t2 thread_create in t1's channel = %+v", r)
+	}
+
+	// Later inbound from the created thread carries the auto-thread markers;
+	// inbound from a thread the connector did not create does not.
+	e.dispatch(t, "MESSAGE_CREATE", msg("7300", created.ThreadID, guildLab, "thanks", true))
+	if src := e.sink.next(t).Event.Source; !src.AutoThreadCreated || src.AutoThreadInitialName != "Handoff: deploy" || src.ThreadID.Value != created.ThreadID {
+		t.Fatalf("inbound from the created thread: %+v", src)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("7301", threadPlan, guildLab, "hi", true))
+	if src := e.sink.next(t).Event.Source; src.AutoThreadCreated || src.AutoThreadInitialName != "" {
+		t.Fatalf("inbound from a human's thread: %+v", src)
+	}
+
+	rename := func(tenant, chat, thread, name string, guard map[string]any) contract.Result {
+		a := map[string]any{"op": "thread_rename", "chat_id": chat, "message_id": thread, "thread_name": name}
+		for k, v := range guard {
+			a[k] = v
+		}
+		return act(tenant, a)
+	}
+	byConnector := map[string]any{"only_if_connector_created": true}
+	if r := rename("t1", chanGeneral, created.ThreadID, "Deploy v2.1 rollout", byConnector); !r.Success {
+		t.Fatalf("guarded rename of the connector's thread = %+v", r)
+	}
+	if th, _ := e.fake.Channel(created.ThreadID); th.Name != "Deploy v2.1 rollout" {
+		t.Fatalf("name after rename = %q", th.Name)
+	}
+	// A human renames it: every guarded rename now leaves it alone.
+	th, _ := e.fake.Channel(created.ThreadID)
+	th.Name = "Ada's name"
+	e.fake.AddChannel(th)
+	if r := rename("t1", chanGeneral, created.ThreadID, "LLM title", byConnector); r.Success || r.Code != contract.CodeNameChanged {
+		t.Errorf("connector-created guard after a human rename = %+v", r)
+	}
+	if r := rename("t1", created.ThreadID, created.ThreadID, "LLM title", map[string]any{"only_if_current_name": "Deploy v2.1 rollout"}); r.Code != contract.CodeNameChanged {
+		t.Errorf("current-name guard after a human rename = %+v", r)
+	}
+	if th, _ := e.fake.Channel(created.ThreadID); th.Name != "Ada's name" {
+		t.Fatalf("a guarded rename overwrote the human's name: %q", th.Name)
+	}
+	if r := rename("t1", chanGeneral, created.ThreadID, "Ops", map[string]any{"only_if_current_name": "Ada's name"}); !r.Success {
+		t.Errorf("current-name guard that matches = %+v", r)
+	}
+	if r := rename("t1", chanGeneral, threadPlan, "x", byConnector); r.Code != contract.CodeNameChanged {
+		t.Errorf("connector-created guard on a human's thread = %+v", r)
+	}
+	if r := rename("t1", chanRandom, created.ThreadID, "x", nil); r.Code != contract.CodeBadRequest {
+		t.Errorf("rename naming the wrong parent = %+v", r)
+	}
+	other := act("t2", map[string]any{"op": "thread_create", "chat_id": chanOther, "thread_name": "t2's"})
+	if !other.Success {
+		t.Fatalf("t2 thread_create = %+v", other)
+	}
+	if r := rename("t1", chanGeneral, other.ThreadID, "hijack", nil); r.Code != contract.CodeEgressDeclined {
+		t.Errorf("t1 renaming t2's thread = %+v", r)
+	}
+	if r := rename("t1", chanGeneral, "x", "y", nil); r.Code != contract.CodeBadRequest {
+		t.Errorf("rename of a bad id = %+v", r)
+	}
+	if th, _ := e.fake.Channel(other.ThreadID); th.Name != "t2's" {
+		t.Errorf("t2's thread renamed to %q", th.Name)
+	}
+}

@@ -203,3 +203,158 @@ func TestPromptRoundTrip(t *testing.T) {
 		t.Fatalf("t2 got a press: %+v", ev)
 	}
 }
+
+func TestReactAndDelete(t *testing.T) {
+	e := newEnv(t, nil)
+	// Ada's message the gateway reacts to, as Telegram delivered it.
+	e.fake.Saw([]byte(`{"update_id":1,"message":{"message_id":3004,"date":1767268800,"chat":{"id":-1001112223334,"type":"supergroup"},"text":"deploy?"}}`))
+	react := func(tenant, msg, emoji string, remove bool) contract.Result {
+		return e.act(t, tenant, contract.Action{Op: contract.OpReact, ChatID: chatDevForum, MessageID: contract.ID(msg), Emoji: emoji, Remove: remove})
+	}
+	if r := react("t1", "3004", "👀", false); !r.Success {
+		t.Fatalf("react = %+v", r)
+	}
+	if got := e.fake.Reactions(-1001112223334, 3004); len(got) != 1 || got[0] != "👀" {
+		t.Fatalf("reactions = %v", got)
+	}
+	call := e.fake.Calls("setMessageReaction")[0].Form
+	if call["reaction"] != `[{"type":"emoji","emoji":"👀"}]` || call["message_id"] != "3004" || call["chat_id"] != chatDevForum {
+		t.Fatalf("setMessageReaction %v", call)
+	}
+	if r := react("t1", "3004", "👍", false); !r.Success || strings.Join(e.fake.Reactions(-1001112223334, 3004), "") != "👍" {
+		t.Fatalf("replacing reaction = %+v %v", r, e.fake.Reactions(-1001112223334, 3004))
+	}
+	if r := react("t1", "3004", "👍", true); !r.Success || len(e.fake.Reactions(-1001112223334, 3004)) != 0 {
+		t.Fatalf("remove = %+v %v", r, e.fake.Reactions(-1001112223334, 3004))
+	}
+	for name, c := range map[string]struct {
+		msg, emoji, code string
+	}{
+		"outside the curated set": {"3004", "✅", contract.CodePlatformError},
+		"blank emoji":             {"3004", "", contract.CodeBadRequest},
+		"callback id":             {"callback:abc", "👀", contract.CodeBadRequest},
+		"unknown message":         {"999999", "👀", contract.CodePlatformError},
+	} {
+		if r := react("t1", c.msg, c.emoji, false); r.Success || r.Code != c.code {
+			t.Errorf("%s: %+v, want %s", name, r, c.code)
+		}
+	}
+	if r := e.act(t, "t2", contract.Action{Op: contract.OpReact, ChatID: chatDevForum, MessageID: "3004", Emoji: "👀"}); r.Code != contract.CodeEgressDeclined {
+		t.Errorf("t2 react = %+v", r)
+	}
+
+	del := func(tenant, chat, msg string) contract.Result {
+		return e.act(t, tenant, contract.Action{Op: contract.OpDelete, ChatID: contract.ID(chat), MessageID: contract.ID(msg)})
+	}
+	if r := del("t2", chatDevForum, "3004"); r.Code != contract.CodeEgressDeclined {
+		t.Errorf("t2 delete = %+v", r)
+	}
+	if r := del("t1", chatDevForum, "x"); r.Code != contract.CodeBadRequest {
+		t.Errorf("bad id delete = %+v", r)
+	}
+	if r := del("t1", chatDevForum, "3004"); !r.Success || e.fake.HasMessage(-1001112223334, 3004) {
+		t.Fatalf("delete = %+v", r)
+	}
+	if r := del("t1", chatDevForum, "3004"); !r.Success {
+		t.Errorf("repeated delete = %+v, want success (already gone)", r)
+	}
+	e.fake.Fail("deleteMessage", telegramtest.Failure{Code: 400, Description: "Bad Request: message can't be deleted for everyone"})
+	if r := del("t1", chatDevForum, "3005"); r.Code != contract.CodePlatformError {
+		t.Errorf("undeletable = %+v", r)
+	}
+}
+
+// TestActsThroughRelay drives react and delete from gateway sockets.
+func TestActsThroughRelay(t *testing.T) {
+	l := startActsLoop(t)
+	sent := l.gw.Outbound(t, "telegram", map[string]any{"op": "send", "chat_id": chatAda, "content": "hi", "reply_to": nil, "metadata": map[string]any{}})
+	if !sent.Success {
+		t.Fatalf("send = %+v", sent)
+	}
+	id, _ := strconv.Atoi(sent.MessageID)
+	react := map[string]any{"op": "react", "chat_id": chatAda, "message_id": sent.MessageID, "emoji": "👀", "remove": false, "metadata": map[string]any{}}
+	if r := l.gw2.Outbound(t, "telegram", react); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 react = %+v", r)
+	}
+	if r := l.gw.Outbound(t, "telegram", react); !r.Success || len(l.fake.Reactions(123456789, id)) != 1 {
+		t.Fatalf("react = %+v", r)
+	}
+	del := map[string]any{"op": "delete", "chat_id": chatAda, "message_id": sent.MessageID, "metadata": map[string]any{}}
+	if r := l.gw2.Outbound(t, "telegram", del); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 delete = %+v", r)
+	}
+	if r := l.gw.Outbound(t, "telegram", del); !r.Success || l.fake.HasMessage(123456789, id) {
+		t.Fatalf("delete = %+v", r)
+	}
+	if r := l.gw.Outbound(t, "telegram", map[string]any{"op": "follow_up", "session_key": "agent:main:telegram:dm:123456789", "kind": "telegram.x", "content": "x", "metadata": map[string]any{}}); r.Code != contract.CodeUnsupportedOp {
+		t.Fatalf("follow_up on telegram = %+v, want unsupported_op", r)
+	}
+}
+
+func TestForumTopics(t *testing.T) {
+	e := newEnv(t, nil)
+	e.fake.AddForum(-1001112223334)
+	act := func(tenant string, a contract.Action) contract.Result { return e.act(t, tenant, a) }
+	created := act("t1", contract.Action{Op: contract.OpThreadCreate, ChatID: chatDevForum, ThreadName: " Handoff: deploy "})
+	if !created.Success || created.ThreadID == "" || created.MessageID != created.ThreadID {
+		t.Fatalf("thread_create = %+v", created)
+	}
+	id, _ := strconv.Atoi(created.ThreadID)
+	if name, ok := e.fake.Topic(-1001112223334, id); !ok || name != "Handoff: deploy" {
+		t.Fatalf("topic %q %v", name, ok)
+	}
+	// The topic takes sends by metadata.thread_id.
+	send := sendAction(chatDevForum, "continuing here")
+	send.Metadata.ThreadID = contract.ID(created.ThreadID)
+	if r := act("t1", send); !r.Success || e.fake.Calls("sendMessage")[0].Form["message_thread_id"] != created.ThreadID {
+		t.Fatalf("send into the topic = %+v", r)
+	}
+	if r := act("t1", contract.Action{Op: contract.OpThreadCreate, ChatID: chatAda, ThreadName: "x"}); r.Code != contract.CodePlatformError {
+		t.Errorf("thread_create outside a forum = %+v", r)
+	}
+	if r := act("t1", contract.Action{Op: contract.OpThreadCreate, ChatID: chatDevForum, ThreadName: "  "}); r.Code != contract.CodeBadRequest {
+		t.Errorf("blank name = %+v", r)
+	}
+	if r := act("t2", contract.Action{Op: contract.OpThreadCreate, ChatID: chatDevForum, ThreadName: "x"}); r.Code != contract.CodeEgressDeclined {
+		t.Errorf("t2 thread_create = %+v", r)
+	}
+
+	rename := contract.Action{Op: contract.OpThreadRename, ChatID: chatDevForum, MessageID: contract.ID(created.ThreadID), ThreadName: "Deploy v2.1"}
+	if r := act("t1", rename); !r.Success {
+		t.Fatalf("rename = %+v", r)
+	}
+	if name, _ := e.fake.Topic(-1001112223334, id); name != "Deploy v2.1" {
+		t.Fatalf("renamed to %q", name)
+	}
+	if r := act("t1", rename); !r.Success {
+		t.Errorf("rename to the same name = %+v, want success", r)
+	}
+	current := "Deploy v2.1"
+	for name, guard := range map[string]func(*contract.Action){
+		"only_if_current_name":      func(a *contract.Action) { a.OnlyIfCurrentName = &current },
+		"only_if_connector_created": func(a *contract.Action) { a.OnlyIfConnectorCreated = true },
+	} {
+		a := rename
+		a.ThreadName = "LLM title"
+		guard(&a)
+		if r := act("t1", a); r.Success || r.Code != contract.CodeNameChanged {
+			t.Errorf("%s: %+v, want name_changed (fail safe)", name, r)
+		}
+	}
+	if name, _ := e.fake.Topic(-1001112223334, id); name != "Deploy v2.1" {
+		t.Fatalf("a guarded rename changed the topic: %q", name)
+	}
+	bad := rename
+	bad.MessageID = "callback:1"
+	if r := act("t1", bad); r.Code != contract.CodeBadRequest {
+		t.Errorf("rename of a bad id = %+v", r)
+	}
+	if r := act("t2", rename); r.Code != contract.CodeEgressDeclined {
+		t.Errorf("t2 rename = %+v", r)
+	}
+	unknown := rename
+	unknown.MessageID = "999"
+	if r := act("t1", unknown); r.Code != contract.CodePlatformError {
+		t.Errorf("rename of an unknown topic = %+v", r)
+	}
+}

@@ -85,6 +85,8 @@ type Message struct {
 	ReplyTo    string
 	Edited     bool
 	Components []Component
+	// Reactions are the bot's own reactions, in the order added.
+	Reactions []string
 }
 
 // Component is an action row (type 1) or a button (type 2) of a message.
@@ -250,7 +252,7 @@ func (s *Server) Messages(channelID string) []Message {
 	defer s.mu.Unlock()
 	var out []Message
 	for _, id := range s.order {
-		if m := s.messages[id]; m.ChannelID == channelID {
+		if m, ok := s.messages[id]; ok && m.ChannelID == channelID {
 			out = append(out, *m)
 		}
 	}

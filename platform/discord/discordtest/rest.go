@@ -43,6 +43,14 @@ func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
+	case (route == "PUT channels" || route == "DELETE channels") && len(segs) == 7 && segs[2] == "messages" && segs[4] == "reactions" && segs[6] == "@me":
+		s.ownReaction(w, r.Method == http.MethodPut, segs[1], segs[3], segs[5])
+	case route == "DELETE channels" && len(segs) == 4 && segs[2] == "messages":
+		s.deleteMessage(w, segs[1], segs[3])
+	case route == "POST channels" && len(segs) == 3 && segs[2] == "threads":
+		s.startChannelThread(w, segs[1], body)
+	case route == "PATCH channels" && len(segs) == 2:
+		s.patchChannel(w, segs[1], body)
 	case route == "POST channels" && len(segs) == 5 && segs[2] == "messages" && segs[4] == "threads":
 		s.startThread(w, segs[1], segs[3], body)
 	case route == "POST webhooks" && len(segs) == 3:
@@ -335,4 +343,116 @@ func (s *Server) hasGuildLocked(id string) bool {
 		}
 	}
 	return false
+}
+
+// ownReaction adds (add) or removes the bot's reaction emoji on a message:
+// 204, 10008 Unknown Message, or 10014 Unknown Emoji for an emoji that is
+// neither non-ASCII (Unicode) nor name:id (custom).
+func (s *Server) ownReaction(w http.ResponseWriter, add bool, channelID, msgID, emoji string) {
+	name, id, custom := strings.Cut(emoji, ":")
+	unicode := emoji != "" && strings.IndexFunc(emoji, func(r rune) bool { return r > 0x7f }) >= 0
+	if !unicode && (!custom || name == "" || id == "") {
+		apiError(w, http.StatusBadRequest, 10014, "Unknown Emoji")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.messages[msgID]
+	if !ok || m.ChannelID != channelID {
+		apiError(w, http.StatusNotFound, 10008, "Unknown Message")
+		return
+	}
+	var kept []string // a new slice: copies handed out by Messages keep theirs
+	for _, e := range m.Reactions {
+		if e != emoji {
+			kept = append(kept, e)
+		}
+	}
+	m.Reactions = kept
+	if add {
+		m.Reactions = append(m.Reactions, emoji)
+	}
+	s.notifyLocked()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// deleteMessage deletes a message: 204 or 10008 Unknown Message.
+func (s *Server) deleteMessage(w http.ResponseWriter, channelID, msgID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.messages[msgID]
+	if !ok || m.ChannelID != channelID {
+		apiError(w, http.StatusNotFound, 10008, "Unknown Message")
+		return
+	}
+	delete(s.messages, msgID)
+	s.notifyLocked()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// startChannelThread creates a thread without a starter message (POST
+// /channels/{id}/threads): type 11 (public) or 12 (private), in a text
+// channel, with a name of 1 to 100 characters.
+func (s *Server) startChannelThread(w http.ResponseWriter, channelID string, body []byte) {
+	var b struct {
+		Name string `json:"name"`
+		Type int    `json:"type"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil || b.Name == "" || len([]rune(b.Name)) > 100 {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body: name must be between 1 and 100 in length")
+		return
+	}
+	if b.Type == 0 {
+		b.Type = 12 // Discord's default is a private thread
+	}
+	s.mu.Lock()
+	parent, ok := s.channels[channelID]
+	if !ok {
+		s.mu.Unlock()
+		apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return
+	}
+	if parent.Type != 0 && parent.Type != 5 || (b.Type != 11 && b.Type != 12) {
+		s.mu.Unlock()
+		apiError(w, http.StatusBadRequest, 50024, "Cannot execute action on this channel type")
+		return
+	}
+	th := Channel{ID: s.newIDLocked(), Type: b.Type, GuildID: parent.GuildID, Name: b.Name, ParentID: channelID, OwnerID: s.opts.BotID}
+	s.channels[th.ID] = th
+	s.notifyLocked()
+	s.mu.Unlock()
+	writeJSON(w, http.StatusCreated, th)
+}
+
+// patchChannel renames a channel or thread (PATCH /channels/{id} with a
+// name of 1 to 100 characters) and answers the channel.
+func (s *Server) patchChannel(w http.ResponseWriter, id string, body []byte) {
+	var b struct {
+		Name *string `json:"name"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil || (b.Name != nil && (*b.Name == "" || len([]rune(*b.Name)) > 100)) {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body: name must be between 1 and 100 in length")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.channels[id]
+	if !ok {
+		apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return
+	}
+	if b.Name != nil {
+		c.Name = *b.Name
+		s.channels[id] = c
+	}
+	s.notifyLocked()
+	writeJSON(w, http.StatusOK, c)
+}
+
+// Channel returns channel or thread id as the fake holds it.
+func (s *Server) Channel(id string) (Channel, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.channels[id]
+	return c, ok
 }
