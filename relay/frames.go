@@ -230,6 +230,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		if err != nil || owner != c.hub.id {
 			return contract.Declined(name)
 		}
+		c.hub.noteProfile(name, chatID, a.Metadata.Profile)
 	}
 	return p.Execute(ctx, c.hub.id, a)
 }

@@ -374,3 +374,40 @@ func TestThreadCreateAndRename(t *testing.T) {
 		t.Errorf("t2's thread renamed to %q", th.Name)
 	}
 }
+
+// TestProfileRoundTrip: the profile a gateway names in an outbound's
+// metadata is stamped on the next inbound of that chat (and only that
+// chat); a declined outbound of another tenant stamps nothing.
+func TestProfileRoundTrip(t *testing.T) {
+	l := startActsLoop(t)
+	if r := l.gw2.Outbound(t, "discord", map[string]any{"op": "send", "chat_id": chanDMAda, "content": "x", "reply_to": nil,
+		"metadata": map[string]any{"profile": "intruder"}}); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 send = %+v", r)
+	}
+	if r := l.gw.Outbound(t, "discord", map[string]any{"op": "send", "chat_id": threadPlan, "content": "hi", "reply_to": nil,
+		"metadata": map[string]any{"scope_id": guildLab, "profile": "writer"}}); !r.Success {
+		t.Fatalf("send = %+v", r)
+	}
+	if err := l.fake.Dispatch(waitCtx(t), "MESSAGE_CREATE", msg("7400", chanDMAda, "", "in the DM", false)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := l.inbound(t, l.gw); ev.Source.ChatID != chanDMAda || ev.Source.Profile != "" {
+		t.Fatalf("inbound of the DM = %+v, want no profile", ev.Source)
+	}
+	if err := l.fake.Dispatch(waitCtx(t), "MESSAGE_CREATE", msg("7401", threadPlan, guildLab, "in thread", true)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := l.inbound(t, l.gw); ev.Source.ChatID != threadPlan || ev.Source.Profile != "writer" {
+		t.Fatalf("inbound of the thread = %+v, want profile writer", ev.Source)
+	}
+	// A later outbound naming another profile moves the chat to it.
+	if r := l.gw.Outbound(t, "discord", map[string]any{"op": "typing", "chat_id": threadPlan, "metadata": map[string]any{"profile": "coder"}}); !r.Success {
+		t.Fatalf("typing = %+v", r)
+	}
+	if err := l.fake.Dispatch(waitCtx(t), "MESSAGE_CREATE", msg("7402", threadPlan, guildLab, "again", true)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := l.inbound(t, l.gw); ev.Source.Profile != "coder" {
+		t.Fatalf("inbound after the profile change = %+v, want coder", ev.Source)
+	}
+}
