@@ -71,7 +71,11 @@
 // # Egress
 //
 // Execute runs the ops of its handler table (send, edit, typing,
-// follow_up, get_chat_info), which is also the descriptor's supported_ops.
+// follow_up, get_chat_info, prompt, react, delete, thread_create,
+// thread_rename), which is also the descriptor's supported_ops. prompt
+// posts buttons whose custom_id is the hp1 token (prompt.go); react and
+// delete are msgops.go; threads.go creates and renames threads and
+// remembers the ones the connector created (docs/contract.md).
 // Chat ids, message ids and reply_to must be Discord ids (digits), so no
 // gateway can steer a request to another route. A chat's owner comes from
 // the cache only, never from a REST call made for the gateway (owners.go):

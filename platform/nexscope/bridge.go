@@ -84,6 +84,10 @@ func (r *room) bridge(f *clientFrame, note string) bool {
 		r.threads.Add(thread, ref)
 	}
 	r.last = ref
+	var answer *contract.PromptResponse
+	if note == "" && string(role) != "userAgent" {
+		answer = r.answerPrompt(text)
+	}
 	r.mu.Unlock()
 
 	d := platform.Delivery{
@@ -97,9 +101,12 @@ func (r *room) bridge(f *clientFrame, note string) bool {
 	if note == "" && strings.TrimSpace(text) == "/stop" {
 		d.Kind = platform.KindInterrupt
 	} else {
-		ev := &contract.Event{Text: text + note, MessageID: src.MessageID, Source: src}
+		ev := &contract.Event{Text: text + note, MessageID: src.MessageID, Source: src, PromptResponse: answer}
 		if strings.HasPrefix(text, "/") && note == "" {
 			ev.MessageType = contract.MessageCommand
+		}
+		if answer != nil {
+			ev.Text, ev.MessageType = "/"+answer.OptionID, contract.MessageCommand
 		}
 		d.Event = ev
 	}

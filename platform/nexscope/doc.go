@@ -146,6 +146,10 @@
 //     (nothing is queued). message_id is the bot msg's msgId (a ULID).
 //   - typing: a no-op success; the protocol has no typing frame.
 //   - get_chat_info: the room's name and type "group".
+//   - prompt: the question in the documented text form ("/<option_id>:
+//     <label>" lines) sent like send; it is the room's open prompt until a
+//     member's msg to the bot that is exactly "/<option_id>" answers it,
+//     delivered with prompt_response (prompt.go).
 //
 // edit is not offered: the descriptor (descriptor.Nexscope) says
 // supports_edit false and supports_threads false, plain markdown, and

@@ -18,6 +18,7 @@ var egress = map[string]egressFunc{
 	contract.OpSend:        (*Platform).send,
 	contract.OpTyping:      (*Platform).typing,
 	contract.OpGetChatInfo: (*Platform).chatInfo,
+	contract.OpPrompt:      (*Platform).prompt,
 }
 
 // supportedOps lists the egress table's ops.
