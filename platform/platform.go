@@ -19,6 +19,7 @@ import (
 	"connector/descriptor"
 	"connector/internal/clock"
 	"connector/session"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -168,6 +169,24 @@ type Deps struct {
 	// session, a Telegram long poll), and returns when ctx ends; nil runs
 	// run at once (a single instance).
 	Exclusive func(ctx context.Context, name string, run func(context.Context) error) error
+	// Cluster is set when several instances share the store (backend
+	// redis), together with Exclusive: how a platform whose state lives in
+	// one process (nexscope rooms) reaches the other instances. Nil for a
+	// single instance.
+	Cluster *Cluster
+}
+
+// Cluster places a platform among the connector instances sharing one
+// store.
+type Cluster struct {
+	// Instance names this instance; it is unique among the instances.
+	Instance string
+	// PubSub carries messages between the instances (at most once).
+	PubSub store.PubSub
+	// Beat is how often an instance tells the instances it works with that
+	// it is alive (a third of Exclusive's lease TTL); one not heard from for
+	// three beats is gone.
+	Beat time.Duration
 }
 
 // RunExclusive runs run under d.Exclusive, or at once when it is nil.

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connector/internal/clustermsg"
 	"connector/relay/ledger"
 	"connector/store"
 )
@@ -48,7 +48,8 @@ const (
 	leasePrefix = "relay/tenant/"
 )
 
-// Messages between instances: one type byte, then length-prefixed fields.
+// Messages between instances (internal/clustermsg): one type byte, then
+// length-prefixed fields.
 const (
 	msgServe     = 'S' // tenant, instance, conn, platforms (","), idle ("1")
 	msgDetach    = 'D' // tenant, instance, conn
@@ -60,39 +61,6 @@ const (
 // outboxSize bounds the frames a driver has queued for other instances;
 // past half of it remote sockets report no room.
 const outboxSize = 8192
-
-func encodeMsg(typ byte, fields ...[]byte) []byte {
-	n := 1
-	for _, f := range fields {
-		n += binary.MaxVarintLen32 + len(f)
-	}
-	b := make([]byte, 1, n)
-	b[0] = typ
-	for _, f := range fields {
-		b = binary.AppendUvarint(b, uint64(len(f)))
-		b = append(b, f...)
-	}
-	return b
-}
-
-// decodeMsg splits a message into its type and n fields; ok is false for a
-// malformed one.
-func decodeMsg(msg []byte, n int) (typ byte, fields [][]byte, ok bool) {
-	if len(msg) == 0 {
-		return 0, nil, false
-	}
-	typ, rest := msg[0], msg[1:]
-	fields = make([][]byte, 0, n)
-	for range n {
-		l, k := binary.Uvarint(rest)
-		if k <= 0 || uint64(len(rest)-k) < l {
-			return 0, nil, false
-		}
-		fields = append(fields, rest[k:k+int(l)])
-		rest = rest[k+int(l):]
-	}
-	return typ, fields, len(rest) == 0
-}
 
 // fieldCount is how many fields each message type has.
 var fieldCount = map[byte]int{msgServe: 5, msgDetach: 3, msgAck: 2, msgInterrupt: 4, msgFrame: 2}
@@ -162,7 +130,7 @@ func (r *remoteConsumer) HasRoom() bool {
 // instance.
 func (r *remoteConsumer) Offer(frame []byte) bool {
 	select {
-	case r.cl.out <- outMsg{inboxPrefix + r.inst, encodeMsg(msgFrame, r.conn, frame)}:
+	case r.cl.out <- outMsg{inboxPrefix + r.inst, clustermsg.Encode(msgFrame, r.conn, frame)}:
 		return true
 	default:
 		return false
@@ -261,7 +229,7 @@ func (cl *cluster) handle(m []byte) {
 	if len(m) == 0 {
 		return
 	}
-	typ, f, ok := decodeMsg(m, fieldCount[m[0]])
+	typ, f, ok := clustermsg.Decode(m, fieldCount[m[0]])
 	if !ok {
 		cl.srv.log.Warn("malformed cluster message dropped", "bytes", len(m))
 		return
@@ -299,7 +267,7 @@ func (h *hub) serveMsg(c *conn, ls *localSeat) []byte {
 	if ls.idle {
 		idle = "1"
 	}
-	return encodeMsg(msgServe, []byte(h.id), []byte(h.srv.cluster.inst), []byte(connKey(c)),
+	return clustermsg.Encode(msgServe, []byte(h.id), []byte(h.srv.cluster.inst), []byte(connKey(c)),
 		[]byte(strings.Join(ls.platforms, ",")), []byte(idle))
 }
 
@@ -384,7 +352,7 @@ func (h *hub) detach(c *conn) {
 	driver := d.driver
 	d.mu.Unlock()
 	if known && driver != "" {
-		cl.publish(inboxPrefix+driver, encodeMsg(msgDetach, []byte(h.id), []byte(cl.inst), []byte(connKey(c))))
+		cl.publish(inboxPrefix+driver, clustermsg.Encode(msgDetach, []byte(h.id), []byte(cl.inst), []byte(connKey(c))))
 	}
 }
 
@@ -400,7 +368,7 @@ func (h *hub) ack(id string) bool {
 	if driver == "" {
 		return false
 	}
-	h.srv.cluster.publish(inboxPrefix+driver, encodeMsg(msgAck, []byte(h.id), []byte(id)))
+	h.srv.cluster.publish(inboxPrefix+driver, clustermsg.Encode(msgAck, []byte(h.id), []byte(id)))
 	return true
 }
 
@@ -424,7 +392,7 @@ func (h *hub) forwardInterrupt(ctx context.Context, sessionKey, chatID, gatewayI
 	if err != nil || !ok || l.Holder == cl.inst {
 		return false
 	}
-	cl.publish(inboxPrefix+l.Holder, encodeMsg(msgInterrupt, []byte(h.id), []byte(sessionKey), []byte(chatID), []byte(gatewayID)))
+	cl.publish(inboxPrefix+l.Holder, clustermsg.Encode(msgInterrupt, []byte(h.id), []byte(sessionKey), []byte(chatID), []byte(gatewayID)))
 	return true
 }
 

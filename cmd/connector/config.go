@@ -145,8 +145,9 @@ type StoreConfig struct {
 	Instance string `yaml:"instance"`
 	// LeaseTTL bounds a takeover when an instance dies (redis backend):
 	// how long the lease on a tenant's delivery, on the Discord Gateway
-	// session and on the Telegram long poll lasts unless its holder renews
-	// it (every third of it). Default 5s.
+	// session, on the Telegram long poll and on a nexscope room lasts
+	// unless its holder renews it (every third of it, the instances' beat).
+	// Default 5s.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 

@@ -30,6 +30,15 @@ type HTTPConfig struct {
 	// 1024, or a quarter of the process's open-file limit when that is
 	// lower, so gateways and platform calls keep descriptors.
 	MaxUnauthenticatedConns int `yaml:"max_unauthenticated_conns"`
+	// MaxUnauthenticatedConnsPerSource bounds those of one source address
+	// (an IPv4 address, an IPv6 /64), so one address cannot take every
+	// slot: past it, a new connection of that source closes the source's
+	// own longest-idle one, or is closed at once when none is idle. Behind
+	// a reverse proxy every client shares the proxy's address: set it to
+	// max_unauthenticated_conns there. Default 64, or half of
+	// max_unauthenticated_conns when that is lower; a larger value acts as
+	// max_unauthenticated_conns.
+	MaxUnauthenticatedConnsPerSource int `yaml:"max_unauthenticated_conns_per_source"`
 }
 
 // OpsConfig is the operations listener: /metrics, /readyz, /platforms and
@@ -49,6 +58,7 @@ const (
 	defaultIdleTimeout       = 60 * time.Second
 	defaultMaxHeaderBytes    = 64 << 10
 	defaultMaxUnauthConns    = 1024
+	defaultMaxUnauthPerSrc   = 64
 	defaultOpsListen         = "127.0.0.1:9090"
 )
 
@@ -64,6 +74,7 @@ func (c *Config) validateHTTP() error {
 	}
 	for key, v := range map[string]int{
 		"http.max_header_bytes": h.MaxHeaderBytes, "http.max_unauthenticated_conns": h.MaxUnauthenticatedConns,
+		"http.max_unauthenticated_conns_per_source": h.MaxUnauthenticatedConnsPerSource,
 	} {
 		if v < 0 {
 			return fmt.Errorf("config: %s: must not be negative", key)
@@ -74,6 +85,8 @@ func (c *Config) validateHTTP() error {
 	setDefault(&h.IdleTimeout, defaultIdleTimeout)
 	setDefault(&h.MaxHeaderBytes, defaultMaxHeaderBytes)
 	setDefault(&h.MaxUnauthenticatedConns, maxUnauthConnsFor(openFileLimit()))
+	setDefault(&h.MaxUnauthenticatedConnsPerSource, min(defaultMaxUnauthPerSrc, max(h.MaxUnauthenticatedConns/2, 1)))
+	h.MaxUnauthenticatedConnsPerSource = min(h.MaxUnauthenticatedConnsPerSource, h.MaxUnauthenticatedConns)
 	if c.Ops.Listen == "" {
 		c.Ops.Listen = defaultOpsListen
 	}

@@ -29,7 +29,8 @@ type listenAddrs struct {
 func (c *connector) publicServer(ln net.Listener) (*http.Server, net.Listener, error) {
 	h := c.cfg.HTTP
 	limited, err := connlimit.New(ln, connlimit.Config{
-		Max: h.MaxUnauthenticatedConns, Log: c.log, Refused: c.metrics.HTTPRefused,
+		Max: h.MaxUnauthenticatedConns, MaxPerSource: h.MaxUnauthenticatedConnsPerSource,
+		Log: c.log, Refused: c.metrics.HTTPRefused,
 	})
 	if err != nil {
 		return nil, nil, err

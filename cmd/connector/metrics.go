@@ -92,7 +92,7 @@ func newMetrics() *metrics {
 	for _, r := range []string{contract.ReasonUnauthorized, contract.ReasonExpired} {
 		m.refused.WithLabelValues(r)
 	}
-	for _, r := range []string{connlimit.ReasonEvictedIdle, connlimit.ReasonOverLimit, connlimit.ReasonNoFDs} {
+	for _, r := range connlimit.Reasons {
 		m.httpRefused.WithLabelValues(r)
 	}
 	return m

@@ -8,7 +8,9 @@ package main
 // least once), and the takeover times are logged (docs/durability.md).
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"connector/contract"
 	"connector/internal/redistest"
@@ -33,53 +37,10 @@ func TestThreeInstancesOnRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary and redis-server")
 	}
-	rds := redistest.Start(t, redistest.Options{})
-	bin := connectorBinary(t)
-	base := newCrashRig(t, bin, true)
-	doc, err := os.ReadFile(base.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := strings.Replace(string(doc), "tenants:\n", fmt.Sprintf("store: {backend: redis, redis_url: %q, lease_ttl: %s}\ntenants:\n", rds.URL(), multiLeaseTTL), 1)
-	cfg = strings.Replace(cfg, "      - id: gw1\n", "      - id: gw2\n        secrets: [\"gw2-secret\"]\n      - id: gw1\n", 1)
-	base.config = filepath.Join(t.TempDir(), "multi.yaml")
-	if err := os.WriteFile(base.config, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: rds.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-
-	// Three instances, each a rig sharing the fakes, started in order.
-	rigs := make([]*crashRig, 3)
-	for i := range rigs {
-		r := *base
-		r.dir = t.TempDir()
-		r.env = append(append([]string(nil), base.env...), fmt.Sprintf("CONNECTOR_INSTANCE=i%d", i))
-		rigs[i] = &r
-		startInstance(t, rigs[i])
-	}
-	holder := func(name string) string {
-		l, ok, err := st.Leases().Holder(context.Background(), name)
-		if err != nil || !ok {
-			return ""
-		}
-		return l.Holder
-	}
+	base, rigs, st := startThreeInstances(t)
 	waitHolder := func(name, not string) (string, time.Duration) {
 		t.Helper()
-		start := time.Now()
-		for {
-			if h := holder(name); h != "" && h != not {
-				return h, time.Since(start)
-			}
-			if time.Since(start) > crashWait {
-				t.Fatalf("timed out after %v waiting for lease %s to leave %q", crashWait, name, not)
-			}
-			time.Sleep(20 * time.Millisecond) // polling another process's lease
-		}
+		return waitLeaseHolder(t, st, name, not)
 	}
 	ingest, _ := waitHolder("ingest/telegram/poll", "")
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
@@ -145,6 +106,68 @@ func TestThreeInstancesOnRedis(t *testing.T) {
 	gws.wait(t, 300, 310)
 	t.Logf("ingest holder %s killed: telegram poll on %s after %v, discord gateway on %s after %v; 10 updates delivered %v after the kill",
 		ingest, nt, tookT.Round(time.Millisecond), nd, tookD.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+// startThreeInstances starts three connector processes sharing a fresh
+// redis-server (store.instance i0, i1, i2), tenant t1 with gateways gw1 and
+// gw2, and returns the rig of their shared fakes, each instance's rig and a
+// store on the same Redis to watch the leases.
+func startThreeInstances(t *testing.T) (*crashRig, []*crashRig, store.Store) {
+	t.Helper()
+	rds := redistest.Start(t, redistest.Options{})
+	bin := connectorBinary(t)
+	base := newCrashRig(t, bin, true)
+	doc, err := os.ReadFile(base.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(doc), "tenants:\n", fmt.Sprintf("store: {backend: redis, redis_url: %q, lease_ttl: %s}\ntenants:\n", rds.URL(), multiLeaseTTL), 1)
+	cfg = strings.Replace(cfg, "      - id: gw1\n", "      - id: gw2\n        secrets: [\"gw2-secret\"]\n      - id: gw1\n", 1)
+	base.config = filepath.Join(t.TempDir(), "multi.yaml")
+	if err := os.WriteFile(base.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: rds.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+
+	// Three instances, each a rig sharing the fakes, started in order.
+	rigs := make([]*crashRig, 3)
+	for i := range rigs {
+		r := *base
+		r.dir = t.TempDir()
+		r.env = append(append([]string(nil), base.env...), fmt.Sprintf("CONNECTOR_INSTANCE=i%d", i))
+		rigs[i] = &r
+		startInstance(t, rigs[i])
+	}
+	return base, rigs, st
+}
+
+// leaseHolder returns the holder of the lease name, "" when it is free.
+func leaseHolder(st store.Store, name string) string {
+	l, ok, err := st.Leases().Holder(context.Background(), name)
+	if err != nil || !ok {
+		return ""
+	}
+	return l.Holder
+}
+
+// waitLeaseHolder waits until the lease name has a holder other than not,
+// and returns it and how long that took.
+func waitLeaseHolder(t *testing.T, st store.Store, name, not string) (string, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for {
+		if h := leaseHolder(st, name); h != "" && h != not {
+			return h, time.Since(start)
+		}
+		if time.Since(start) > crashWait {
+			t.Fatalf("timed out after %v waiting for lease %s to leave %q", crashWait, name, not)
+		}
+		time.Sleep(20 * time.Millisecond) // polling another process's lease
+	}
 }
 
 func instanceIndex(name string) int {
@@ -353,3 +376,234 @@ func (g *gatewaySet) interrupt(t *testing.T, k int, sessionKey string) {
 }
 
 func sessionOf(f relaytest.Frame) string { return session.Key(&f.Event.Source, session.DefaultOptions) }
+
+// nexscopeRoomLease is the lease whose holder hosts the default room.
+const nexscopeRoomLease = "ingest/nexscope/room/default"
+
+// TestThreeInstancesNexscope spreads one nexscope room over three connector
+// processes: the room's home hosts carol, the two other instances alice and
+// bob, and tenant t1's gateway sits on alice's instance. Presence, msg and
+// ack, the room's file lock and a file's chunks cross the instances; bob's
+// msg to the bot reaches the gateway on a third instance through the relay
+// ledger, and the gateway's reply reaches bob. Then the home is killed with
+// SIGKILL: the members elsewhere are closed with 1012, another instance
+// hosts the room, and after reconnecting they talk to the bot again.
+func TestThreeInstancesNexscope(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary and redis-server")
+	}
+	_, rigs, st := startThreeInstances(t)
+	homeName, _ := waitLeaseHolder(t, st, nexscopeRoomLease, "")
+	home := instanceIndex(homeName)
+	e1, e2 := (home+1)%3, (home+2)%3
+	t.Logf("room default homed on %s; alice on i%d, bob on i%d, the gateway on i%d", homeName, e1, e2, e1)
+
+	alice := dialNexscope(t, rigs[e1], "alice")
+	alice.presence(t, "alice", "hermes")
+	bob := dialNexscope(t, rigs[e2], "bob")
+	bob.presence(t, "alice", "bob", "hermes")
+	alice.presence(t, "alice", "bob", "hermes")
+	carol := dialNexscope(t, rigs[home], "carol")
+	carol.presence(t, "alice", "bob", "carol", "hermes")
+	alice.presence(t, "alice", "bob", "carol", "hermes")
+	bob.presence(t, "alice", "bob", "carol", "hermes")
+
+	// msg and ack across instances.
+	alice.send(t, `{"type":"msg","msgId":"m1","from":"alice","to":["bob","carol"],"role":"user","threadId":"t","text":"hi"}`)
+	for _, m := range []*nexMember{bob, carol} {
+		if f := m.expect(t, "msg"); f["msgId"] != "m1" || f["text"] != "hi" {
+			t.Fatalf("%s got %v", m.name, f)
+		}
+	}
+	if a := alice.expect(t, "ack"); fmt.Sprint(a["delivered"], a["offline"]) != "[bob carol] []" {
+		t.Fatalf("ack %v", a)
+	}
+
+	// The file lock is the room's; a file's chunks reach another instance
+	// in order.
+	const chunks, chunkSize = 64, 8 << 10
+	alice.send(t, fmt.Sprintf(`{"type":"file-start","msgId":"f1","from":"alice","to":["bob"],"role":"user","threadId":"t","text":"file","attachment":{"name":"a.bin","size":%d}}`, chunks*chunkSize))
+	bob.expect(t, "file-start")
+	carol.send(t, `{"type":"file-start","msgId":"f2","from":"carol","to":["bob"],"role":"user","threadId":"t","text":"file","attachment":{"name":"c.bin","size":1}}`)
+	if e := carol.expect(t, "error"); e["code"] != "transfer_busy" {
+		t.Fatalf("carol's file-start while alice holds the lock: %v", e)
+	}
+	for i := range chunks {
+		alice.sendBinary(t, bytes.Repeat([]byte{byte(i)}, chunkSize))
+	}
+	for i := range chunks {
+		b := bob.binary(t)
+		if len(b) != chunkSize || b[0] != byte(i) || b[chunkSize-1] != byte(i) {
+			t.Fatalf("chunk %d: got %d bytes starting with %d", i, len(b), b[0])
+		}
+	}
+	alice.send(t, `{"type":"file-end","msgId":"f1","from":"alice"}`)
+	bob.expect(t, "file-end")
+	if a := alice.expect(t, "ack"); a["msgId"] != "f1" || fmt.Sprint(a["delivered"]) != "[bob]" {
+		t.Fatalf("file ack %v", a)
+	}
+
+	// bob (instance e2) -> the bot, bridged at the home, -> the gateway on
+	// instance e1; its reply goes back through e1 and the home to bob.
+	gw := dialNexscopeGateway(t, rigs[e1])
+	askBot(t, bob, gw, "q1")
+
+	// Kill the home: its members elsewhere are closed, the room moves.
+	killed := time.Now()
+	stopInstance(t, rigs[home])
+	for _, m := range []*nexMember{alice, bob} {
+		if code := m.closed(t); code != websocket.StatusServiceRestart {
+			t.Fatalf("%s closed with %v after the home was killed, want 1012", m.name, code)
+		}
+	}
+	closedAfter := time.Since(killed)
+	next, took := waitLeaseHolder(t, st, nexscopeRoomLease, homeName)
+	t.Logf("home %s killed: members elsewhere closed with 1012 after %v; room homed on %s after %v",
+		homeName, closedAfter.Round(time.Millisecond), next, took.Round(time.Millisecond))
+	alice = dialNexscope(t, rigs[e1], "alice")
+	alice.presence(t, "alice", "hermes")
+	bob = dialNexscope(t, rigs[e2], "bob")
+	bob.presence(t, "alice", "bob", "hermes")
+	askBot(t, bob, gw, "q2")
+}
+
+// askBot sends a msg to the bot from m, waits for the gateway to get it,
+// answers it through the gateway and waits for m to get the answer.
+func askBot(t *testing.T, m *nexMember, gw *relaytest.Client, id string) {
+	t.Helper()
+	m.send(t, fmt.Sprintf(`{"type":"msg","msgId":%q,"from":%q,"to":["hermes"],"role":"user","threadId":"t","text":"question %s"}`, id, m.name, id))
+	if a := m.expect(t, "ack"); fmt.Sprint(a["delivered"]) != "[hermes]" {
+		t.Fatalf("ack of %s: %v", id, a)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	f, err := gw.Next(ctx, contract.TypeInbound)
+	if err != nil {
+		t.Fatalf("waiting for %s at the gateway: %v", id, err)
+	}
+	if f.Event.Text != "question "+id || f.Event.Source.UserID.Value != m.name {
+		t.Fatalf("gateway got %q from %q, want %s's question %s", f.Event.Text, f.Event.Source.UserID.Value, m.name, id)
+	}
+	if err := gw.Ack(ctx, f.BufferID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := gw.Outbound(ctx, "nexscope", map[string]any{"op": "send", "chat_id": "default", "content": "answer " + id, "reply_to": id})
+	if err != nil || !res.Success {
+		t.Fatalf("gateway send: %+v %v", res, err)
+	}
+	if r := m.expect(t, "msg"); r["text"] != "answer "+id || r["from"] != "hermes" {
+		t.Fatalf("%s got %v, want the bot's answer", m.name, r)
+	}
+}
+
+// dialNexscopeGateway connects tenant t1's gateway gw1 for nexscope.
+func dialNexscopeGateway(t *testing.T, r *crashRig) *relaytest.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	gw, err := relaytest.Dial(ctx, "ws://"+r.child.addr+"/relay", relaytest.Token("gw1", crashGatewaySecret, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gw.CloseNow() })
+	if _, err := gw.Hello(ctx, "nexscope", ""); err != nil {
+		t.Fatalf("hello nexscope: %v", err)
+	}
+	return gw
+}
+
+// nexMember is a nexscope client in the multi-instance test.
+type nexMember struct {
+	name string
+	ws   *websocket.Conn
+}
+
+func dialNexscope(t *testing.T, r *crashRig, name string) *nexMember {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws://"+r.child.addr+"/ws?name="+name+"&v=1&token="+crashNexscopeToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws.SetReadLimit(-1)
+	t.Cleanup(func() { _ = ws.CloseNow() })
+	return &nexMember{name: name, ws: ws}
+}
+
+func (m *nexMember) send(t *testing.T, frame string) {
+	t.Helper()
+	m.write(t, websocket.MessageText, []byte(frame))
+}
+
+func (m *nexMember) sendBinary(t *testing.T, b []byte) {
+	t.Helper()
+	m.write(t, websocket.MessageBinary, b)
+}
+
+func (m *nexMember) write(t *testing.T, typ websocket.MessageType, b []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	if err := m.ws.Write(ctx, typ, b); err != nil {
+		t.Fatalf("%s: write: %v", m.name, err)
+	}
+}
+
+func (m *nexMember) read(t *testing.T) (websocket.MessageType, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	typ, b, err := m.ws.Read(ctx)
+	if err != nil {
+		t.Fatalf("%s: read: %v", m.name, err)
+	}
+	return typ, b
+}
+
+// expect reads the next frame, which must be a text frame of type typ.
+func (m *nexMember) expect(t *testing.T, typ string) map[string]any {
+	t.Helper()
+	kind, b := m.read(t)
+	var f map[string]any
+	if kind != websocket.MessageText || json.Unmarshal(b, &f) != nil || f["type"] != typ {
+		t.Fatalf("%s: got %.200q, want a %s frame", m.name, b, typ)
+	}
+	return f
+}
+
+// presence reads presences until one lists exactly want (joins on other
+// instances may show up first).
+func (m *nexMember) presence(t *testing.T, want ...string) {
+	t.Helper()
+	for {
+		f := m.expect(t, "presence")
+		if fmt.Sprint(f["users"]) == fmt.Sprint(want) {
+			return
+		}
+	}
+}
+
+func (m *nexMember) binary(t *testing.T) []byte {
+	t.Helper()
+	kind, b := m.read(t)
+	if kind != websocket.MessageBinary {
+		t.Fatalf("%s: got %.200q, want a binary frame", m.name, b)
+	}
+	return b
+}
+
+// closed reads until the connection ends and returns its close code.
+func (m *nexMember) closed(t *testing.T) websocket.StatusCode {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	for {
+		if _, _, err := m.ws.Read(ctx); err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("timed out after %v waiting for %s's connection to close", crashWait, m.name)
+			}
+			return websocket.CloseStatus(err)
+		}
+	}
+}

@@ -244,8 +244,8 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, defaultLeaseTTL)
 	if cfg.Store.Backend == store.BackendRedis {
 		// Several instances may share this store: each tenant's delivery,
-		// the Discord Gateway session and the Telegram long poll run on one
-		// of them at a time, under a lease.
+		// the Discord Gateway session, the Telegram long poll and each
+		// nexscope room run on one of them at a time, under a lease.
 		instance = cfg.Store.Instance
 		if instance == "" {
 			host, _ := os.Hostname()
@@ -254,6 +254,9 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		deps.Exclusive = func(ctx context.Context, name string, run func(context.Context) error) error {
 			return store.RunExclusive(ctx, deps.Time(), st.Leases(), "ingest/"+name, instance, leaseTTL, run)
 		}
+		// nexscope rooms: a home per room under such a lease, the other
+		// instances proxying their members to it.
+		deps.Cluster = &platform.Cluster{Instance: instance, PubSub: st.PubSub(), Beat: leaseTTL / 3}
 		log.Info("sharing the store with other instances", "instance", instance, "lease_ttl", leaseTTL)
 	}
 	platforms, err := buildPlatforms(cfg, deps)

@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"connector/relay/relaytest"
 )
@@ -60,13 +64,16 @@ func (a *attack) open() int {
 	return len(a.conns)
 }
 
+// attackDialer dials every attack connection from one address.
+var attackDialer = net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}}
+
 const idleRequest = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
 
 // dial opens one connection, writes first, then runs more (if any) on
 // the connection until the attack stops, while a reader counts the
 // connector closing it.
 func (a *attack) dial(first string, more func(net.Conn, <-chan struct{})) {
-	c, err := net.DialTimeout("tcp", a.addr, 5*time.Second)
+	c, err := attackDialer.Dial("tcp", a.addr)
 	if err != nil {
 		a.failed.Add(1)
 		return
@@ -138,19 +145,40 @@ func (a *attack) close() {
 	a.wg.Wait()
 }
 
-// probeGateway dials /relay as the configured gateway, says hello and
-// reports how it went and how long it took.
+// probeSource is the address the gateway probe dials from: another host
+// than the attack's (127.0.0.1) as far as the connector can tell, so the
+// probe shows what a gateway elsewhere sees while one address floods.
+const probeSource = "127.0.0.2"
+
+// probeGateway dials /relay from probeSource as the configured gateway,
+// says hello and reports how it went and how long it took.
 func probeGateway(c *child) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	gw, err := relaytest.Dial(ctx, "ws://"+c.addr+"/relay", relaytest.Token(gatewayID, c.secret, time.Now()))
-	if err != nil {
-		return fmt.Sprintf("failed after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	failed := func(what string, err error) string {
+		return fmt.Sprintf("%s failed after %s: %v", what, time.Since(start).Round(time.Millisecond), err)
 	}
-	defer gw.CloseNow()
-	if _, err := gw.Hello(ctx, "relay", ""); err != nil {
-		return fmt.Sprintf("hello failed after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(probeSource)}}
+	h := http.Header{"Authorization": {"Bearer " + relaytest.Token(gatewayID, c.secret, time.Now())}}
+	ws, _, err := websocket.Dial(ctx, "ws://"+c.addr+"/relay", &websocket.DialOptions{
+		HTTPHeader: h,
+		HTTPClient: &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}},
+	})
+	if err != nil {
+		return failed("dial", err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(1 << 20)
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type":"hello","platform":"relay","botId":""}`+"\n")); err != nil {
+		return failed("hello", err)
+	}
+	_, msg, err := ws.Read(ctx)
+	if err != nil {
+		return failed("hello", err)
+	}
+	if !strings.Contains(string(msg), `"type":"descriptor"`) {
+		return failed("hello", fmt.Errorf("answered %.80q", msg))
 	}
 	return fmt.Sprintf("ok in %s", time.Since(start).Round(time.Millisecond))
 }

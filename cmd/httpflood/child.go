@@ -74,6 +74,9 @@ telegram:
 	if !o.Legacy {
 		cfg += "ops: {listen: 127.0.0.1:0}\n"
 	}
+	if o.Modes[0] == modeLedger {
+		cfg += fmt.Sprintf("nexscope: {token: %s, bot_name: %s, rooms: [{name: default, tenant: attacked}]}\n", nexscopeToken, nexscopeBot)
+	}
 	path := filepath.Join(dir, "connector.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
@@ -184,7 +187,14 @@ func (c *child) stop() {
 type sample struct {
 	FDs        int
 	Goroutines int // -1 when /metrics did not answer
-	RSSKiB     int
+	// RSSKiB is VmRSS: AnonKiB (RssAnon, the Go heap and stacks) plus
+	// FileKiB (RssFile, mapped files such as the embedded store's) and
+	// shared memory.
+	RSSKiB, AnonKiB, FileKiB int
+	// HeapInuse is go_memstats_heap_inuse_bytes.
+	HeapInuse int64
+	// Buffered is the sum of connector_buffered_events over tenants.
+	Buffered int64
 }
 
 func (c *child) sample() sample {
@@ -194,8 +204,17 @@ func (c *child) sample() sample {
 	}
 	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.pid())); err == nil {
 		for _, line := range strings.Split(string(data), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			switch f[0] {
+			case "VmRSS:":
 				s.RSSKiB, _ = strconv.Atoi(f[1])
+			case "RssAnon:":
+				s.AnonKiB, _ = strconv.Atoi(f[1])
+			case "RssFile:":
+				s.FileKiB, _ = strconv.Atoi(f[1])
 			}
 		}
 	}
@@ -207,8 +226,19 @@ func (c *child) sample() sample {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "go_goroutines "); ok {
 			s.Goroutines, _ = strconv.Atoi(v)
+		}
+		if v, ok := strings.CutPrefix(line, "go_memstats_heap_inuse_bytes "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			s.HeapInuse = int64(f)
+		}
+		if strings.HasPrefix(line, "connector_buffered_events{") {
+			if i := strings.LastIndexByte(line, ' '); i > 0 {
+				f, _ := strconv.ParseFloat(line[i+1:], 64)
+				s.Buffered += int64(f)
+			}
 		}
 	}
 	return s

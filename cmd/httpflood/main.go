@@ -2,7 +2,9 @@
 // a real connector binary and reports what it costs the connector: open
 // file descriptors, goroutines and RSS before, under and after the attack,
 // how many attack connections the connector closed by itself, and whether a
-// real gateway can still connect while the attack runs.
+// real gateway can still connect while the attack runs. The attack
+// connections all come from 127.0.0.1, the gateway probe from 127.0.0.2
+// (another host, as the connector's per-source bound sees it).
 //
 // It starts the binary given with -connector as a child process on
 // loopback (127.0.0.1, ports chosen by the kernel), with a generated config
@@ -18,15 +20,25 @@
 //	slowbody    -slow POSTs to /discord/interactions and /telegram/webhook
 //	            announce a 64 KiB body and trickle one byte every 5 s
 //	slowheader  -slow requests whose headers are never finished
+//	ledger      (alone) -readers gateway connections say hello for relay,
+//	            read every inbound and acknowledge none, while -members
+//	            nexscope members send -messages messages of -message-bytes
+//	            (each its own thread, so its own session) to the tenant's
+//	            bot; then the readers close, a gateway acknowledges
+//	            what is still buffered, and memory (RSS, anonymous and
+//	            file-backed, Go heap in use) is sampled every 15 s until
+//	            -settle has passed
 //
 // Everything is bounded: at most 5,000 connections per mode, -hold at most
-// 5 minutes; the tool closes its connections, stops the child and exits.
+// 5 minutes (the ledger flood ends at -hold), 2 GiB of flood messages; the
+// tool closes its connections, stops the child and exits.
 //
 // Example (the figures of issue 11):
 //
 //	go build -o /tmp/connector ./cmd/connector
 //	go run ./cmd/httpflood -connector /tmp/connector -mode idle,slowbody -idle 1000 -slow 300 -hold 75s
 //	go run ./cmd/httpflood -connector /tmp/connector -mode idle -idle 600 -nofile 512 -hold 20s
+//	go run ./cmd/httpflood -connector /tmp/connector -mode ledger -messages 818 -hold 5m -settle 3m
 package main
 
 import (
@@ -53,14 +65,22 @@ type options struct {
 	Hold      time.Duration
 	Settle    time.Duration
 	NoFile    int
+	// Readers, Messages and MessageBytes size the ledger attack.
+	Readers      int
+	Members      int
+	Messages     int
+	MessageBytes int
 }
 
 const (
 	modeIdle       = "idle"
 	modeSlowBody   = "slowbody"
 	modeSlowHeader = "slowheader"
+	modeLedger     = "ledger"
 	maxConns       = 5000
 	maxHold        = 5 * time.Minute
+	// maxFlood bounds the ledger attack's messages times their size.
+	maxFlood = 2 << 30
 )
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -70,12 +90,16 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.Connector, "connector", "", "path of the connector binary to attack (required)")
 	fs.BoolVar(&o.Legacy, "legacy", false, "the binary predates the ops listener and http section: leave them out of its config")
-	fs.StringVar(&modes, "mode", modeIdle+","+modeSlowBody, "attacks to run at once: idle, slowbody, slowheader")
+	fs.StringVar(&modes, "mode", modeIdle+","+modeSlowBody, "attacks to run at once: idle, slowbody, slowheader; or ledger alone")
 	fs.IntVar(&o.Idle, "idle", 1000, "idle keep-alive connections (mode idle)")
 	fs.IntVar(&o.Slow, "slow", 300, "slow requests (modes slowbody, slowheader)")
 	fs.DurationVar(&o.Hold, "hold", 75*time.Second, "how long the attack holds its connections")
-	fs.DurationVar(&o.Settle, "settle", 5*time.Second, "wait after the attack closed its connections before the last sample")
+	fs.DurationVar(&o.Settle, "settle", 5*time.Second, "wait after the attack closed its connections before the last sample (ledger: sampled every 15s until then)")
 	fs.IntVar(&o.NoFile, "nofile", 0, "open-file limit of the connector process (0: inherited)")
+	fs.IntVar(&o.Readers, "readers", 3, "ledger: gateway connections that read every inbound and acknowledge none")
+	fs.IntVar(&o.Members, "members", 4, "ledger: nexscope members sending the messages between them")
+	fs.IntVar(&o.Messages, "messages", 818, "ledger: nexscope messages sent to the bot")
+	fs.IntVar(&o.MessageBytes, "message-bytes", 900_000, "ledger: text bytes of each message (at most 900,000: the inbound frame must fit the gateway's 1 MiB)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -86,6 +110,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	for _, m := range o.Modes {
 		switch m {
 		case modeIdle, modeSlowBody, modeSlowHeader:
+		case modeLedger:
+			if len(o.Modes) > 1 {
+				return o, errors.New("-mode ledger runs alone")
+			}
 		default:
 			return o, fmt.Errorf("unknown -mode %q", m)
 		}
@@ -97,8 +125,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-idle and -slow must be between 0 and %d", maxConns)
 	case o.Hold <= 0 || o.Hold > maxHold:
 		return o, fmt.Errorf("-hold must be positive and at most %s", maxHold)
-	case o.Settle < 0 || o.Settle > time.Minute:
-		return o, errors.New("-settle must be between 0 and 1m")
+	case o.Settle < 0 || o.Settle > maxHold:
+		return o, fmt.Errorf("-settle must be between 0 and %s", maxHold)
+	case o.Readers < 1 || o.Readers > 16:
+		return o, errors.New("-readers must be between 1 and 16 (relay.max_conns_per_gateway)")
+	case o.Members < 1 || o.Members > 40:
+		return o, errors.New("-members must be between 1 and 40 (the room's cap is 50)")
+	case o.Messages < 1 || o.MessageBytes < 1 || o.MessageBytes > 900_000 || int64(o.Messages)*int64(o.MessageBytes) > maxFlood:
+		return o, fmt.Errorf("-messages and -message-bytes must be positive, -message-bytes at most 900000, and together at most %d bytes", maxFlood)
 	case o.NoFile < 0:
 		return o, errors.New("-nofile must not be negative")
 	}
@@ -114,7 +148,11 @@ func attackMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	raiseFileLimit()
-	if err := runAttack(o, stdout); err != nil {
+	run := runAttack
+	if o.Modes[0] == modeLedger {
+		run = runLedger
+	}
+	if err := run(o, stdout); err != nil {
 		fmt.Fprintln(stderr, "httpflood:", err)
 		return 1
 	}

@@ -25,7 +25,8 @@ func TestOptionsAreBounded(t *testing.T) {
 // TestAttackRunsAgainstTheBuiltConnector runs a small attack of every mode
 // against the connector binary and checks the report's shape: every phase
 // sampled, the connector's fds and goroutines read, the gateway probe
-// answered.
+// answered; and for the ledger mode every message delivered, then
+// acknowledged by the draining gateway.
 func TestAttackRunsAgainstTheBuiltConnector(t *testing.T) {
 	if _, err := exec.LookPath("prlimit"); err != nil {
 		t.Skip("prlimit not installed")
@@ -34,19 +35,28 @@ func TestAttackRunsAgainstTheBuiltConnector(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../connector").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	var out bytes.Buffer
-	code := attackMain([]string{"-connector", bin, "-mode", "idle,slowbody,slowheader",
-		"-idle", "20", "-slow", "4", "-hold", "1s", "-settle", "0s", "-nofile", "256"}, &out, io.Discard)
-	if code != 0 {
-		t.Fatalf("exit %d:\n%s", code, out.String())
-	}
-	report := out.String()
-	for _, want := range []string{"open-file limit 256", "baseline", "under attack", "after 1s", "attack ended", "28 opened", "ok in"} {
-		if !strings.Contains(report, want) {
-			t.Errorf("report lacks %q:\n%s", want, report)
+	run := func(t *testing.T, args []string, want ...string) {
+		var out bytes.Buffer
+		if code := attackMain(append([]string{"-connector", bin}, args...), &out, io.Discard); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out.String())
+		}
+		report := out.String()
+		for _, w := range want {
+			if !strings.Contains(report, w) {
+				t.Errorf("report lacks %q:\n%s", w, report)
+			}
+		}
+		if strings.Contains(report, " -1 ") {
+			t.Errorf("a sample could not read the goroutines:\n%s", report)
 		}
 	}
-	if strings.Contains(report, " -1 ") {
-		t.Errorf("a sample could not read the goroutines:\n%s", report)
-	}
+	t.Run("connections", func(t *testing.T) {
+		run(t, []string{"-mode", "idle,slowbody,slowheader", "-idle", "20", "-slow", "4", "-hold", "1s", "-settle", "0s", "-nofile", "256"},
+			"open-file limit 256", "baseline", "under attack", "after 1s", "attack ended", "28 opened", "ok in")
+	})
+	t.Run("ledger", func(t *testing.T) {
+		run(t, []string{"-mode", "ledger", "-readers", "2", "-members", "2", "-messages", "6", "-message-bytes", "10000", "-hold", "1m", "-settle", "0s"},
+			"baseline", "6 sent, 6 delivered to the bot; readers got 6 inbound", "peak", "readers closed",
+			"a gateway acknowledged 6 buffered inbound\n")
+	})
 }

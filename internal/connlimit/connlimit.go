@@ -16,6 +16,12 @@
 // clients only until the server's header and body timeouts free the slots,
 // and never takes the descriptors established gateways need.
 //
+// One source (an IPv4 address, an IPv6 /64: what one host usually holds)
+// may hold at most Config.MaxPerSource of the slots, so a single address
+// cannot take them all: past its share, a new connection of that source
+// evicts the source's own longest-idle connection, or is closed at once
+// when none of its connections is idle; other sources are not touched.
+//
 // When accept fails because the process or the system is out of file
 // descriptors (EMFILE, ENFILE), the Listener closes a descriptor it keeps in
 // reserve, accepts one waiting connection and closes it (so the client is
@@ -29,6 +35,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"syscall"
@@ -46,13 +53,22 @@ const (
 	ReasonOverLimit = "over_limit"
 	// ReasonNoFDs: accept failed for lack of file descriptors.
 	ReasonNoFDs = "out_of_fds"
+	// ReasonSourceLimit: a new connection closed at once because its
+	// source held MaxPerSource connections and none of them was idle.
+	ReasonSourceLimit = "source_limit"
 )
+
+// Reasons lists every reason passed to Config.Refused.
+var Reasons = []string{ReasonEvictedIdle, ReasonOverLimit, ReasonNoFDs, ReasonSourceLimit}
 
 // Config configures a Listener.
 type Config struct {
 	// Max bounds the unauthenticated connections held at once; it must be
 	// positive.
 	Max int
+	// MaxPerSource bounds those of one source (Source); zero or a value
+	// above Max means Max.
+	MaxPerSource int
 	// Log receives rate-limited lines about refusals; nil discards.
 	Log *slog.Logger
 	// Refused is told of every refusal by reason; nil ignores them.
@@ -74,6 +90,7 @@ type Listener struct {
 
 	mu      sync.Mutex
 	conns   map[net.Conn]*state // unauthenticated connections
+	sources map[string]int      // unauthenticated connections by source
 	seq     uint64              // orders idle transitions
 	logs    map[string]*logGate
 	reserve *os.File // closed to make room when accept runs out of fds
@@ -81,6 +98,7 @@ type Listener struct {
 
 // state is what the Listener knows of one unauthenticated connection.
 type state struct {
+	source    string
 	idle      bool
 	idleOrder uint64 // seq when it went idle; lower is longer idle
 }
@@ -102,6 +120,9 @@ func New(ln net.Listener, cfg Config) (*Listener, error) {
 	if cfg.Refused == nil {
 		cfg.Refused = func(string) {}
 	}
+	if cfg.MaxPerSource <= 0 || cfg.MaxPerSource > cfg.Max {
+		cfg.MaxPerSource = cfg.Max
+	}
 	if cfg.LogEvery <= 0 {
 		cfg.LogEvery = time.Minute
 	}
@@ -111,7 +132,8 @@ func New(ln net.Listener, cfg Config) (*Listener, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = time.Sleep
 	}
-	l := &Listener{Listener: ln, cfg: cfg, conns: make(map[net.Conn]*state), logs: make(map[string]*logGate)}
+	l := &Listener{Listener: ln, cfg: cfg, conns: make(map[net.Conn]*state),
+		sources: make(map[string]int), logs: make(map[string]*logGate)}
 	l.reserve, _ = os.Open(os.DevNull)
 	return l, nil
 }
@@ -147,33 +169,80 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// admit counts c, making room by evicting the longest-idle connection at
+// admit counts c, making room by evicting the longest-idle connection of
+// c's source when the source is at its share, else the longest-idle one at
 // the limit; false (with c closed) when there is no room.
 func (l *Listener) admit(c net.Conn) bool {
+	src := Source(c.RemoteAddr())
 	l.mu.Lock()
 	var victim net.Conn
-	if len(l.conns) >= l.cfg.Max {
-		var oldest *state
-		for vc, st := range l.conns {
-			if st.idle && (oldest == nil || st.idleOrder < oldest.idleOrder) {
-				victim, oldest = vc, st
-			}
-		}
-		if victim == nil {
-			l.mu.Unlock()
-			l.refused(ReasonOverLimit, "connection refused: unauthenticated connection limit reached", "limit", l.cfg.Max)
-			_ = c.Close()
-			return false
-		}
-		delete(l.conns, victim)
+	reason, limit, what := "", 0, ""
+	switch {
+	case l.cfg.MaxPerSource < l.cfg.Max && l.sources[src] >= l.cfg.MaxPerSource:
+		victim = l.longestIdleLocked(src)
+		reason, limit, what = ReasonSourceLimit, l.cfg.MaxPerSource, "unauthenticated connection limit of one source reached"
+	case len(l.conns) >= l.cfg.Max:
+		victim = l.longestIdleLocked("")
+		reason, limit, what = ReasonOverLimit, l.cfg.Max, "unauthenticated connection limit reached"
 	}
-	l.conns[c] = &state{}
+	if reason != "" && victim == nil {
+		l.mu.Unlock()
+		l.refused(reason, "connection refused: "+what, "limit", limit, "source", src)
+		_ = c.Close()
+		return false
+	}
+	if victim != nil {
+		l.forgetLocked(victim)
+	}
+	l.conns[c] = &state{source: src}
+	l.sources[src]++
 	l.mu.Unlock()
 	if victim != nil {
-		l.refused(ReasonEvictedIdle, "idle connection closed: unauthenticated connection limit reached", "limit", l.cfg.Max)
+		l.refused(ReasonEvictedIdle, "idle connection closed: "+what, "limit", limit)
 		_ = victim.Close()
 	}
 	return true
+}
+
+// longestIdleLocked returns the longest-idle connection of source src (any
+// source when src is ""), or nil when none is idle.
+func (l *Listener) longestIdleLocked(src string) net.Conn {
+	var victim net.Conn
+	var oldest *state
+	for vc, st := range l.conns {
+		if st.idle && (src == "" || st.source == src) && (oldest == nil || st.idleOrder < oldest.idleOrder) {
+			victim, oldest = vc, st
+		}
+	}
+	return victim
+}
+
+// forgetLocked stops counting c.
+func (l *Listener) forgetLocked(c net.Conn) {
+	st := l.conns[c]
+	if st == nil {
+		return
+	}
+	delete(l.conns, c)
+	if l.sources[st.source]--; l.sources[st.source] <= 0 {
+		delete(l.sources, st.source)
+	}
+}
+
+// Source names the source an address counts against: an IPv4 address
+// (IPv4-mapped IPv6 included), the /64 prefix of an IPv6 address, or the
+// whole address string when it is not IP.
+func Source(addr net.Addr) string {
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	ip := ap.Addr().Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, _ := ip.WithZone("").Prefix(64)
+	return p.String()
 }
 
 // ConnState is the http.Server ConnState hook: it tracks which connections
@@ -195,7 +264,7 @@ func (l *Listener) ConnState(c net.Conn, st http.ConnState) {
 	case http.StateActive:
 		s.idle = false
 	case http.StateHijacked, http.StateClosed:
-		delete(l.conns, c)
+		l.forgetLocked(c)
 	}
 }
 

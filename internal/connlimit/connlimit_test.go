@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -31,16 +33,23 @@ type server struct {
 
 func newServer(t *testing.T, max int) *server {
 	t.Helper()
+	return newServerConfig(t, Config{Max: max})
+}
+
+// newServerConfig is newServer with cfg (its Refused is the server's).
+func newServerConfig(t *testing.T, cfg Config) *server {
+	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &server{entered: make(chan string, 16), idle: make(chan struct{}, 16), release: make(chan struct{})}
-	s.l, err = New(inner, Config{Max: max, Refused: func(r string) {
+	cfg.Refused = func(r string) {
 		s.mu.Lock()
 		s.reasons = append(s.reasons, r)
 		s.mu.Unlock()
-	}})
+	}
+	s.l, err = New(inner, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +117,15 @@ type client struct {
 
 func dial(t *testing.T, addr string) *client {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	return dialFrom(t, addr, "127.0.0.1")
+}
+
+// dialFrom dials addr from the loopback address ip (all of 127.0.0.0/8 is
+// loopback on Linux), so a test can play several sources.
+func dialFrom(t *testing.T, addr, ip string) *client {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,5 +287,73 @@ func TestOutOfFDsBacksOffCountsAndLogsOnce(t *testing.T) {
 func TestMaxMustBePositive(t *testing.T) {
 	if _, err := New(nil, Config{}); err == nil {
 		t.Fatal("Max 0 accepted")
+	}
+}
+
+// TestOneSourceCannotTakeEverySlot: a source holding its share of busy
+// connections is refused a further one, while another source still gets
+// in; at its share, a source's new connection evicts its own idle one, not
+// another source's.
+func TestOneSourceCannotTakeEverySlot(t *testing.T) {
+	s := newServerConfig(t, Config{Max: 4, MaxPerSource: 2})
+	for range 2 {
+		a := dialFrom(t, s.addr, "127.0.0.2")
+		a.send(t, "/block")
+		if p := <-s.entered; p != "/block" {
+			t.Fatalf("entered %s", p)
+		}
+	}
+	over := dialFrom(t, s.addr, "127.0.0.2")
+	over.closedByServer(t, "a third busy connection of one source")
+	if got := s.refusals(); len(got) != 1 || got[0] != ReasonSourceLimit {
+		t.Fatalf("refusals %v, want one %s", got, ReasonSourceLimit)
+	}
+
+	other := dialFrom(t, s.addr, "127.0.0.3")
+	other.get(t, "/")
+	<-s.entered
+	s.waitIdle(t)
+	mine := dialFrom(t, s.addr, "127.0.0.4")
+	mine.get(t, "/")
+	<-s.entered
+	s.waitIdle(t)
+	// At the total limit (4), with room in its share, a source's new
+	// connection evicts the longest-idle connection of any source: .3's.
+	mine2 := dialFrom(t, s.addr, "127.0.0.4")
+	mine2.send(t, "/block")
+	if p := <-s.entered; p != "/block" {
+		t.Fatalf("entered %s", p)
+	}
+	other.closedByServer(t, "the longest-idle connection at the total limit")
+	// At its share, it evicts its own idle connection.
+	mine3 := dialFrom(t, s.addr, "127.0.0.4")
+	mine3.get(t, "/")
+	<-s.entered
+	mine.closedByServer(t, "the source's own idle connection at its share")
+	if n := s.l.Unauthenticated(); n != 4 {
+		t.Fatalf("unauthenticated %d, want 4", n)
+	}
+	want := []string{ReasonSourceLimit, ReasonEvictedIdle, ReasonEvictedIdle}
+	if got := s.refusals(); !slices.Equal(got, want) {
+		t.Fatalf("refusals %v, want %v", got, want)
+	}
+}
+
+func TestSource(t *testing.T) {
+	for addr, want := range map[string]string{
+		"192.0.2.7:443":              "192.0.2.7",
+		"[::ffff:192.0.2.7]:443":     "192.0.2.7",
+		"[2001:db8:1:2:3:4:5:6]:443": "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ffff::1]:80":  "2001:db8:1:2::/64",
+		"[fe80::1%eth0]:80":          "fe80::/64",
+		"@":                          "@",
+	} {
+		var a net.Addr = &net.UnixAddr{Name: addr, Net: "unix"}
+		if addr != "@" {
+			a = net.TCPAddrFromAddrPort(netip.MustParseAddrPort(addr))
+		}
+		if got := Source(a); got != want {
+			t.Errorf("Source(%s) = %q, want %q", addr, got, want)
+		}
 	}
 }

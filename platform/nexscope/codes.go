@@ -66,6 +66,21 @@ var (
 	// CloseUnknownRoom (4017): /ws/{room} names no configured room (only sent
 	// to clients with a valid token).
 	CloseUnknownRoom = Close{4017, string(CodeUnknownRoom)}
+
+	// Several instances (docs/nexscope.md, "Many instances"): each means
+	// "reconnect"; the load balancer may send the client to any instance.
+
+	// CloseRoomMoved (1012, service restart): the instance that hosted the
+	// room (its home) died, shut down or lost the room's lease; the room,
+	// with its file lock, starts again on another instance.
+	CloseRoomMoved = Close{websocket.StatusServiceRestart, "room moved to another instance"}
+	// CloseFramesLost (1011): a frame between this instance and the room's
+	// home was lost (pub/sub is at most once); the member is closed rather
+	// than see frames missing or out of order.
+	CloseFramesLost = Close{websocket.StatusInternalError, "frames lost between relay instances"}
+	// CloseNoHome (1013, try again later): no instance answered for the
+	// room within the join timeout (its home is changing).
+	CloseNoHome = Close{websocket.StatusTryAgainLater, "room unavailable, try again"}
 )
 
 // closeNoHandshake is not sent: it drops the socket without a close

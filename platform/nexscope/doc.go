@@ -155,6 +155,16 @@
 // supports_edit false and supports_threads false, plain markdown, and
 // max_message_length MaxText; supported_ops are the keys of the egress table.
 //
+// # Many instances
+//
+// With platform.Deps.Cluster set (several connector instances on one Redis)
+// each room has a home: the instance holding the room's lease runs it as
+// above; the instance a client connects to checks the handshake up to the
+// room, joins the member at the home and proxies its frames both ways, in
+// order, with the home's send-queue accounting. cluster.go describes the
+// mechanism, docs/nexscope.md draws it; a home that dies takes the room's
+// lock and transfer with it and its members elsewhere are closed with 1012.
+//
 // # Close codes
 //
 //	1001 shutting down          4012 invalid_name
@@ -163,4 +173,7 @@
 //	4010 heartbeat / ghost      4015 room_full
 //	4011 msg_too_large          4016 slow consumer
 //	                            4017 unknown_room
+//
+// With several instances also: 1011 frames lost between instances, 1012 the
+// room moved to another instance, 1013 no instance hosts the room yet.
 package nexscope

@@ -25,8 +25,19 @@ var egress = map[string]egressFunc{
 func supportedOps() []string { return slices.Sorted(maps.Keys(egress)) }
 
 // Execute performs a gateway's outbound action for tenant. chat_id is a room
-// name; a room that is not bound to tenant is declined.
-func (p *Platform) Execute(_ context.Context, tenant string, a *contract.Action) contract.Result {
+// name; a room that is not bound to tenant is declined. With several
+// instances a send to a room homed on another instance is executed there.
+func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+	if p.cluster != nil && a.Op == contract.OpSend {
+		if r := p.rooms[string(a.ChatID)]; r != nil && r.tenant != "" && r.tenant == tenant && !r.home.Load() {
+			return p.cluster.forwardExec(ctx, r, tenant, a)
+		}
+	}
+	return p.executeHere(tenant, a)
+}
+
+// executeHere performs a on this instance.
+func (p *Platform) executeHere(tenant string, a *contract.Action) contract.Result {
 	h, ok := egress[a.Op]
 	if !ok {
 		return contract.Failed(contract.CodeUnsupportedOp, "nexscope does not support this op")

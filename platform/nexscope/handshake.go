@@ -70,15 +70,20 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	m.room = r
-	m.log = p.log.With("room", r.name, "member", name, "conn", p.nextID.Add(1))
+	m.id = p.nextID.Add(1)
+	m.log = p.log.With("room", r.name, "member", name, "conn", m.id)
 	if !p.register(m) {
 		closeWith(ws, CloseGoingAway)
 		return
 	}
 	defer p.unregister(m)
-	err = r.join(m)
-	if err == CloseNameTaken && r.replaceGhost(name) {
+	if p.cluster != nil && !r.home.Load() {
+		err = p.cluster.joinRemote(m) // the room's home is another instance
+	} else {
 		err = r.join(m)
+		if err == CloseNameTaken && r.replaceGhost(name) {
+			err = r.join(m)
+		}
 	}
 	switch err {
 	case nil:
@@ -89,7 +94,11 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 		refuse(ws, CodeRoomFull, "room is full", CloseRoomFull)
 		return
 	default:
-		closeWith(ws, CloseGoingAway)
+		c, ok := err.(Close)
+		if !ok {
+			c = CloseGoingAway
+		}
+		closeWith(ws, c)
 		return
 	}
 	m.log.Debug("nexscope member joined")
@@ -121,7 +130,13 @@ func (r *room) replaceGhost(name string) bool {
 	if holder == nil {
 		return true // it left meanwhile
 	}
-	if holder.answersPing(nameProbeTimeout) {
+	var alive bool
+	if holder.remote != nil {
+		alive = holder.remote.cl.probe(holder) // its socket is on another instance
+	} else {
+		alive = holder.answersPing(nameProbeTimeout)
+	}
+	if alive {
 		return false
 	}
 	holder.log.Info("nexscope ghost replaced: no pong to the name probe of a new connection",

@@ -20,6 +20,7 @@ import (
 type member struct {
 	p      *Platform
 	room   *room
+	id     uint64 // this instance's connection number
 	name   string
 	quoted []byte // name as a JSON string, for ack lists
 	ws     *websocket.Conn
@@ -31,6 +32,12 @@ type member struct {
 	wg     sync.WaitGroup // writer and ping goroutines
 
 	left atomic.Bool // removed from the room
+
+	// Several instances (cluster.go): link is set on the instance holding
+	// the socket when the room's home is another instance; remote is set at
+	// the home for a member whose socket is on another instance (ws is nil).
+	link   *edgeLink
+	remote *homeLink
 
 	// heartbeat
 	awaitingPong atomic.Bool
@@ -116,7 +123,9 @@ func (m *member) readLoop() error {
 		if err != nil {
 			return err
 		}
-		if typ == websocket.MessageBinary {
+		if m.link != nil {
+			m.link.forward(m, typ, data)
+		} else if typ == websocket.MessageBinary {
 			m.handleChunk(data)
 		} else {
 			m.handleText(data)
@@ -180,6 +189,9 @@ func (m *member) writeLoop() {
 		m.writeWatch.Stop()
 		m.q.written(len(f.data))
 		f.done()
+		if err == nil && m.link != nil {
+			m.link.wrote(m, len(f.data))
+		}
 		if err != nil {
 			m.q.close(closeNoHandshake, false)
 			_ = m.ws.CloseNow()
@@ -234,7 +246,15 @@ func (m *member) leave() {
 		m.hbTimer.Stop()
 	}
 	m.hbMu.Unlock()
-	m.room.leave(m)
+	switch {
+	case m.link != nil:
+		m.link.leave(m)
+	case m.remote != nil:
+		m.room.leave(m)
+		m.remote.in.close()
+	default:
+		m.room.leave(m)
+	}
 }
 
 // heartbeat runs every HeartbeatInterval: a ping still unanswered at the next

@@ -30,6 +30,11 @@ type Platform struct {
 	rooms     map[string]*room
 	desc      descriptor.Descriptor
 
+	// cluster is set when several instances share the rooms (cluster.go);
+	// exclusive is then platform.Deps.RunExclusive.
+	cluster   *cluster
+	exclusive func(ctx context.Context, name string, run func(context.Context) error) error
+
 	sink   atomic.Pointer[sinkRef]
 	runCtx atomic.Pointer[context.Context]
 
@@ -75,6 +80,13 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if p.rooms[DefaultRoom] == nil {
 		p.rooms[DefaultRoom] = newRoom(p, Room{Name: DefaultRoom})
 	}
+	if deps.Cluster != nil {
+		p.cluster, p.exclusive = newCluster(p, deps.Cluster), deps.RunExclusive
+	} else {
+		for _, r := range p.rooms {
+			r.home.Store(true) // a single instance hosts every room
+		}
+	}
 	p.desc = descriptor.Nexscope(supportedOps(), cfg.MaxText)
 	return p, nil
 }
@@ -94,11 +106,22 @@ func (p *Platform) Routes() map[string]http.Handler {
 }
 
 // Run bridges messages addressed to the bot into sink until ctx is done,
-// then closes every member with 1001 and waits for their handlers.
+// then closes every member with 1001 and waits for their handlers. With
+// several instances it also bids for the rooms' leases and talks to the
+// other instances until then.
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.runCtx.Store(&ctx)
 	p.sink.Store(&sinkRef{sink})
-	<-ctx.Done()
+	var err error
+	if p.cluster != nil {
+		defer p.cluster.shutdown()
+		if err = p.cluster.start(ctx, p.exclusive); err != nil {
+			err = fmt.Errorf("nexscope: joining the other instances: %w", err)
+		}
+	}
+	if err == nil {
+		<-ctx.Done()
+	}
 	p.sink.Store(nil)
 	p.mu.Lock()
 	p.closed = true
@@ -111,7 +134,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 		m.kick(CloseGoingAway)
 	}
 	p.wg.Wait()
-	return nil
+	return err
 }
 
 // ChatTenant implements platform.Platform: a chat is a room, owned by the

@@ -122,6 +122,20 @@ func (q *sendQueue) next() (f outFrame, ok bool, end Close) {
 	}
 }
 
+// empty reports whether no frame waits for the writer.
+func (q *sendQueue) empty() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.head == len(q.frames)
+}
+
+// flushing reports whether the queue was closed by a flushing close.
+func (q *sendQueue) flushing() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.flush
+}
+
 // written releases the bytes of a frame the writer finished with.
 func (q *sendQueue) written(n int) {
 	q.mu.Lock()

@@ -3,6 +3,7 @@ package nexscope
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coder/websocket"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -16,6 +17,9 @@ type room struct {
 	tenant string // "" for a plain relay room
 	bot    string // the bot's member name; "" when unbound
 	cap    int
+	// home is set while this instance hosts the room: always on a single
+	// instance; with several, while it holds the room's lease (cluster.go).
+	home atomic.Bool
 
 	mu       sync.Mutex
 	members  map[string]*member
@@ -96,6 +100,9 @@ func (r *room) join(m *member) error {
 	if m.left.Load() {
 		return CloseGoingAway
 	}
+	if !r.home.Load() {
+		return CloseRoomMoved // the lease went to another instance meanwhile
+	}
 	if _, taken := r.members[m.name]; taken || m.name == r.bot {
 		return CloseNameTaken
 	}
@@ -107,6 +114,28 @@ func (r *room) join(m *member) error {
 	r.users = slices.Insert(r.users, i, m.name)
 	r.broadcastPresenceLocked()
 	return nil
+}
+
+// becomeHome makes this instance the room's home: members may join.
+func (r *room) becomeHome() {
+	r.mu.Lock()
+	r.home.Store(true)
+	r.mu.Unlock()
+}
+
+// resign ends the room's tenure here: no one joins any more and every member
+// is closed with c (their leaves abandon a transfer and free the lock).
+func (r *room) resign(c Close) {
+	r.mu.Lock()
+	r.home.Store(false)
+	members := make([]*member, 0, len(r.members))
+	for _, m := range r.members {
+		members = append(members, m)
+	}
+	r.unlock()
+	for _, m := range members {
+		m.kick(c)
+	}
 }
 
 // leave removes m (once; member.leave guards), tells everyone else, and

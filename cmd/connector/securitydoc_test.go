@@ -1,0 +1,29 @@
+package main
+
+import (
+	"testing"
+
+	"connector/internal/doctable"
+)
+
+// TestSecurityDocDefaults: the defaults docs/security.md's limits table
+// states for the http.* and ops.* keys are the ones the config fills in
+// (the unauthenticated-connection bound as under a high open-file limit).
+func TestSecurityDocDefaults(t *testing.T) {
+	c := Config{HTTP: HTTPConfig{MaxUnauthenticatedConns: maxUnauthConnsFor(0)}}
+	if err := c.validateHTTP(); err != nil {
+		t.Fatal(err)
+	}
+	const doc = "../../docs/security.md"
+	total := 0
+	for prefix, cfg := range map[string]any{"http": &c.HTTP, "ops": &c.Ops} {
+		n, errs := doctable.CheckDefaults(doc, "## Limits", prefix, cfg)
+		for _, err := range errs {
+			t.Error(err)
+		}
+		total += n
+	}
+	if total < 7 {
+		t.Errorf("%d http and ops keys checked, want at least 7", total)
+	}
+}

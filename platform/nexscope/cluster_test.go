@@ -1,0 +1,495 @@
+package nexscope
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"connector/contract"
+	"connector/internal/clock"
+	"connector/internal/clustermsg"
+	"connector/internal/redistest"
+	"connector/platform"
+	"connector/store"
+)
+
+// The room lease's TTL in the cluster tests (a beat is a third of it):
+// short where a test waits for a takeover, longer where a home that a busy
+// machine starves of CPU must not lose its lease mid-test.
+const (
+	clusterLeaseTTL = 3 * time.Second
+	takeoverTTL     = 1500 * time.Millisecond
+)
+
+// instance is one connector instance of a cluster test: a Platform on its
+// own listener and its own connection to the shared redis-server.
+type instance struct {
+	*testRelay
+	name string
+	st   store.Store
+	stop func()
+}
+
+// startInstances starts n instances sharing srv, each running Run.
+func startInstances(t testing.TB, srv *redistest.Server, cfg Config, n int, ttl time.Duration) []*instance {
+	t.Helper()
+	out := make([]*instance, n)
+	for i := range out {
+		out[i] = startInstance(t, srv, cfg, fmt.Sprintf("i%d", i), ttl)
+	}
+	return out
+}
+
+func startInstance(t testing.TB, srv *redistest.Server, cfg Config, name string, ttl time.Duration) *instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	cfg.Token = testToken
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", name)
+	p, err := New(cfg, platform.Deps{
+		Log:     log,
+		Cluster: &platform.Cluster{Instance: name, PubSub: st.PubSub(), Beat: ttl / 3},
+		Exclusive: func(ctx context.Context, lease string, run func(context.Context) error) error {
+			return store.RunExclusive(ctx, clock.System, st.Leases(), lease, name, ttl, run)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	for pattern, h := range p.Routes() {
+		mux.Handle(pattern, h)
+	}
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	tr := &testRelay{p: p, srv: hs, logs: logs, url: "ws" + strings.TrimPrefix(hs.URL, "http"),
+		sink: &recordingSink{ch: make(chan platform.Delivery, 64)}}
+	in := &instance{testRelay: tr, name: name, st: st}
+	in.stop = tr.run(t, tr.sink)
+	t.Cleanup(func() {
+		in.stop()
+		if t.Failed() {
+			t.Logf("instance %s log:\n%s", name, tail(logs.String(), 40))
+		}
+	})
+	return in
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// homeOf waits until one of ins hosts room and returns it.
+func homeOf(t testing.TB, ins []*instance, room string) *instance {
+	t.Helper()
+	var home *instance
+	waitFor(t, "a home for room "+room, func() bool {
+		for _, in := range ins {
+			if in.p.rooms[room].home.Load() {
+				home = in
+				return true
+			}
+		}
+		return false
+	})
+	return home
+}
+
+// others returns ins without skip.
+func others(ins []*instance, skip *instance) []*instance {
+	var out []*instance
+	for _, in := range ins {
+		if in != skip {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// joinWith connects name and reads presences until one lists want exactly.
+func (in *instance) joinWith(t testing.TB, name string, want ...string) *client {
+	t.Helper()
+	c := in.dialURL(t, "/ws", "name="+name+"&token="+testToken+"&v=1", nil)
+	c.name = name
+	c.expectPresence(want...)
+	return c
+}
+
+// TestClusterRoomAcrossInstances runs one room over three instances on a
+// real redis-server, with every member on a different instance: presence,
+// msg and ack, the bridge to the bot and the gateway's reply, the file lock
+// and a file's chunks in order through the flow control, and a leave.
+func TestClusterRoomAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	// A send window of 64 KiB makes a 1 MiB file run on credits both ways.
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}, SendQueueBytes: 64 << 10}
+	ins := startInstances(t, srv, cfg, 3, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edges := others(ins, home)
+
+	// Presence across instances: two members on edges, one at the home.
+	alice := edges[0].joinWith(t, "alice", "alice", "hermes")
+	bob := edges[1].joinWith(t, "bob", "alice", "bob", "hermes")
+	alice.expectPresence("alice", "bob", "hermes")
+	carol := home.joinWith(t, "carol", "alice", "bob", "carol", "hermes")
+	alice.expectPresence("alice", "bob", "carol", "hermes")
+	bob.expectPresence("alice", "bob", "carol", "hermes")
+
+	// msg and ack from one edge to another, and to the home.
+	alice.sendJSON(msg("m1", "alice", []string{"bob", "carol", "zed"}, "hello across instances"))
+	for _, c := range []*client{bob, carol} {
+		if m := c.expect("msg"); m["msgId"] != "m1" || m["text"] != "hello across instances" || m["ts"] == nil {
+			t.Fatalf("%s got %v", c.name, m)
+		}
+	}
+	ack := alice.expect("ack")
+	if fmt.Sprint(ack["delivered"], ack["offline"]) != "[bob carol] [zed]" {
+		t.Fatalf("ack %v", ack)
+	}
+
+	// A msg to the bot from an edge is bridged by the home.
+	bob.sendJSON(msg("m2", "bob", []string{"hermes"}, "question for the agent"))
+	d := home.sink.next(t)
+	if d.Tenant != "t1" || d.Event == nil || d.Event.Text != "question for the agent" || d.Event.Source.UserID.Value != "bob" {
+		t.Fatalf("delivery %+v", d)
+	}
+	if ack := bob.expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
+		t.Fatalf("ack to bob %v", ack)
+	}
+	// The gateway answers through an instance that is not the home.
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	res := edges[0].p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: "the answer", ReplyTo: "m2"})
+	if !res.Success || res.MessageID == "" {
+		t.Fatalf("send through an edge: %+v", res)
+	}
+	if m := bob.expect("msg"); m["text"] != "the answer" || fmt.Sprint(m["to"]) != "[bob]" || m["from"] != "hermes" {
+		t.Fatalf("bot reply %v", m)
+	}
+
+	// The file lock is the room's: alice (edge 0) holds it, carol (home) is
+	// refused; the chunks reach bob (edge 1) in order.
+	const size, chunkSize = 1 << 20, 16 << 10
+	alice.sendJSON(fileStart("f1", "alice", []string{"bob"}, size))
+	if m := bob.expect("file-start"); m["msgId"] != "f1" {
+		t.Fatalf("bob got %v", m)
+	}
+	carol.sendJSON(fileStart("f2", "carol", []string{"bob"}, 10))
+	carol.expectError(CodeTransferBusy)
+	got := make(chan []byte, 1)
+	go func() { // bob reads while alice sends: the window is smaller than the file
+		var all bytes.Buffer
+		for all.Len() < size {
+			typ, b, err := bob.ws.Read(context.Background())
+			if err != nil || typ != websocket.MessageBinary {
+				break
+			}
+			all.Write(b)
+		}
+		got <- all.Bytes()
+	}()
+	src := newChunkSource(size, chunkSize)
+	var want bytes.Buffer
+	for b := src.next(); b != nil; b = src.next() {
+		want.Write(b)
+		alice.sendBinary(b)
+	}
+	select {
+	case b := <-got:
+		if !bytes.Equal(b, want.Bytes()) {
+			t.Fatalf("bob got %d bytes that differ from the %d sent (order or content)", len(b), want.Len())
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for bob's chunks", testTimeout)
+	}
+	alice.sendJSON(fileEnd("f1", "alice"))
+	bob.expect("file-end")
+	if ack := alice.expect("ack"); ack["msgId"] != "f1" || fmt.Sprint(ack["delivered"]) != "[bob]" {
+		t.Fatalf("file ack %v", ack)
+	}
+	// The lock is free again, for a member of another instance.
+	carol.sendJSON(fileStart("f3", "carol", []string{"alice"}, 0))
+	alice.expect("file-start")
+	carol.sendJSON(fileEnd("f3", "carol"))
+	alice.expect("file-end")
+	carol.expect("ack")
+
+	// A member that leaves on its edge leaves the room everywhere.
+	_ = alice.ws.Close(websocket.StatusNormalClosure, "")
+	bob.expectPresence("bob", "carol", "hermes")
+	carol.expectPresence("bob", "carol", "hermes")
+}
+
+// TestClusterHomeLost: when the room's home stops (here: its connection to
+// Redis is cut, as a crash would), its members elsewhere are closed with
+// 1012 within a few beats, another instance hosts the room, and members who
+// reconnect meet again there.
+func TestClusterHomeLost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	ins := startInstances(t, srv, cfg, 3, takeoverTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edges := others(ins, home)
+	alice := edges[0].joinWith(t, "alice", "alice", "hermes")
+	bob := edges[1].joinWith(t, "bob", "alice", "bob", "hermes")
+	alice.expectPresence("alice", "bob", "hermes")
+	alice.sendJSON(fileStart("f1", "alice", []string{"bob"}, 100))
+	bob.expect("file-start")
+
+	_ = home.st.Close() // the home is cut off: no beats, no lease renewal
+	lost := time.Now()
+	alice.expectClose(CloseRoomMoved)
+	bob.expectClose(CloseRoomMoved)
+	t.Logf("members closed %v after their home was cut off (beat %v)", time.Since(lost).Round(time.Millisecond), takeoverTTL/3)
+
+	next := homeOf(t, edges, DefaultRoom)
+	t.Logf("room homed on %s %v after the old home was cut off", next.name, time.Since(lost).Round(time.Millisecond))
+	alice = edges[0].joinWith(t, "alice", "alice", "hermes")
+	bob = edges[1].joinWith(t, "bob", "alice", "bob", "hermes")
+	alice.expectPresence("alice", "bob", "hermes")
+	// The lock went with the old home: a new transfer starts at once.
+	bob.sendJSON(fileStart("f2", "bob", []string{"alice"}, 0))
+	alice.expect("file-start")
+}
+
+// TestClusterLostFrameCloses: a frame from the home that skips a sequence
+// number (pub/sub dropped one) closes the member with 1011 instead of
+// letting it see frames missing or out of order.
+func TestClusterLostFrameCloses(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.expectPresence("alice", "bob")
+	edge.p.cluster.mu.Lock()
+	var conn string
+	for c := range edge.p.cluster.edges {
+		conn = c
+	}
+	edge.p.cluster.mu.Unlock()
+
+	// The next frame alice's edge expects is number 3 (two presences).
+	forged := clustermsg.Encode(msgOut, []byte(conn), []byte("4"), []byte("0"), []byte(`{"type":"msg"}`))
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := home.st.PubSub().Publish(ctx, inboxPrefix+edge.name, forged); err != nil {
+		t.Fatal(err)
+	}
+	alice.expectClose(CloseFramesLost)
+	bob.expectPresence("bob")
+}
+
+// TestClusterGhostOnAnotherInstance: a name held by a connection on another
+// instance than the home that does not answer the probe ping (its network
+// dropped) is replaced by the reconnecting client, as on one instance; a
+// holder that answers keeps it.
+func TestClusterGhostOnAnotherInstance(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	bob := edge.joinWith(t, "bob", "bob")
+	bob.discardInBackground() // bob reads, so it answers pings
+
+	ghost := edge.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool { return false }, // its network is gone
+	})
+	ghost.name = "alice (ghost)"
+	ghost.expectPresence("alice", "bob")
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := ghost.ws.Read(context.Background()); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+
+	// The name is the room's, not the instance's: bob answers the probe,
+	// so a second bob through the home is refused.
+	dup := home.dialURL(t, "/ws", "name=bob&token="+testToken+"&v=1", nil)
+	dup.name = "bob (second)"
+	dup.expectError(CodeNameTaken)
+	dup.expectClose(CloseNameTaken)
+
+	// alice reconnects through the home: the ghost on the edge is probed
+	// there, does not answer within nameProbeTimeout and is replaced.
+	again := home.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", nil)
+	again.name = "alice"
+	again.expectPresence("alice", "bob")
+	select {
+	case err := <-ended:
+		if !endedWith(err, CloseGhostReplaced) {
+			t.Fatalf("ghost ended with %v, want %v", err, CloseGhostReplaced)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the ghost's close", testTimeout)
+	}
+}
+
+// FuzzClusterHandle feeds arbitrary messages to an instance's cluster
+// handler, as if another instance (or a corrupted Redis) had sent them:
+// nothing may panic or hang, and Run still ends cleanly.
+func FuzzClusterHandle(f *testing.F) {
+	enc := func(typ byte, fields ...string) []byte {
+		b := make([][]byte, len(fields))
+		for i, s := range fields {
+			b[i] = []byte(s)
+		}
+		return clustermsg.Encode(typ, b...)
+	}
+	f.Add(enc(msgJoin, DefaultRoom, "alice", "i9", "1"))
+	f.Add(enc(msgIn, "i9", "1", "1", "0", `{"type":"msg","msgId":"m","from":"alice","to":[],"text":"x"}`))
+	f.Add(enc(msgIn, "i9", "1", "2", "1", "chunk"))
+	f.Add(enc(msgOut, "1", "1", "0", `{}`))
+	f.Add(enc(msgClose, "1", "4010", "x", "1"))
+	f.Add(enc(msgLeave, "i9", "1"))
+	f.Add(enc(msgWritten, "i9", "1", "99999999999"))
+	f.Add(enc(msgConsumed, "1", "-5"))
+	f.Add(enc(msgEdgeBeat, "i9", "1,2,,3"))
+	f.Add(enc(msgHomeBeat, "i9", ""))
+	f.Add(enc(msgExec, "r1", "i9", "t1", `{"op":"send","chat_id":"default","content":"hi"}`))
+	f.Add(enc(msgProbe, "r2", "7", "i9"))
+	f.Add(enc(msgResult, "i0-1", "1"))
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		st := store.NewMemory(nil)
+		defer st.Close()
+		p, err := New(Config{Token: testToken, Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, platform.Deps{
+			Log:       slog.New(slog.DiscardHandler),
+			Cluster:   &platform.Cluster{Instance: "i0", PubSub: st.PubSub(), Beat: time.Hour},
+			Exclusive: func(ctx context.Context, _ string, run func(context.Context) error) error { return run(ctx) },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx, checkingSink{t}) }()
+		waitFor(t, "the room homed", func() bool { return p.rooms[DefaultRoom].home.Load() })
+		for _, m := range bytes.Split(msg, []byte{0x1e}) {
+			p.cluster.handle(m)
+		}
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(testTimeout):
+			t.Fatalf("Run did not end within %v after the messages", testTimeout)
+		}
+	})
+}
+
+// BenchmarkClusterMsgAck measures msg -> ack round trips when the sender,
+// the recipient and the room's home are three instances on one
+// redis-server: the msg crosses pub/sub to the home, the ack back, and the
+// copy to the recipient's instance. The recipient reads in the background.
+func BenchmarkClusterMsgAck(b *testing.B) {
+	srv := redistest.Start(b, redistest.Options{})
+	ins := make([]*instance, 3)
+	for i := range ins {
+		ins[i] = startInstance(b, srv, Config{}, fmt.Sprintf("i%d", i), clusterLeaseTTL)
+	}
+	home := homeOf(b, ins, DefaultRoom)
+	edges := others(ins, home)
+	var got atomic.Int64
+	rcpt := edges[1].joinWith(b, "rcpt", "rcpt")
+	drainInBackground(rcpt, &got)
+	sender := edges[0].joinWith(b, "sender", "rcpt", "sender")
+	frame := []byte(`{"type":"msg","msgId":"01HQX5C9ABCDEFGHJKMNPQRSTV","from":"sender","to":["rcpt"],` +
+		`"role":"userAgent","threadId":"t","text":"please refactor auth.ts, write tests first","hopCount":0,"attachments":[]}`)
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		if err := sender.ws.Write(ctx, websocket.MessageText, frame); err != nil {
+			b.Fatal(err)
+		}
+		for {
+			_, resp, err := sender.ws.Read(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if bytes.HasPrefix(resp, []byte(`{"type":"ack`)) {
+				break
+			}
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkClusterFile streams a file from a member on one instance to a
+// member on another through the room's home on a third (every chunk crosses
+// pub/sub twice, under the send-window credits).
+func BenchmarkClusterFile(b *testing.B) {
+	srv := redistest.Start(b, redistest.Options{})
+	ins := make([]*instance, 3)
+	for i := range ins {
+		ins[i] = startInstance(b, srv, Config{}, fmt.Sprintf("i%d", i), clusterLeaseTTL)
+	}
+	home := homeOf(b, ins, DefaultRoom)
+	edges := others(ins, home)
+	rcpt := edges[1].joinWith(b, "rcpt", "rcpt")
+	sender := edges[0].joinWith(b, "sender", "rcpt", "sender")
+	ends := make(chan struct{}, 1)
+	go func() {
+		for {
+			typ, rd, err := rcpt.ws.Reader(context.Background())
+			if err != nil {
+				return
+			}
+			if typ == websocket.MessageBinary {
+				_, _ = io.Copy(io.Discard, rd)
+				continue
+			}
+			if msg, _ := io.ReadAll(rd); isFileEnd(msg) {
+				ends <- struct{}{}
+			}
+		}
+	}()
+	const size = 8 << 20
+	src := newChunkSource(size, 64<<10)
+	var chunks [][]byte
+	for c := src.next(); c != nil; c = src.next() {
+		chunks = append(chunks, slices.Clone(c))
+	}
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := range b.N {
+		id := "f" + strconv.Itoa(i)
+		sender.sendJSON(fileStart(id, "sender", []string{"rcpt"}, size))
+		for _, c := range chunks {
+			if err := sender.ws.Write(context.Background(), websocket.MessageBinary, c); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sender.sendJSON(fileEnd(id, "sender"))
+		sender.expect("ack")
+		<-ends
+	}
+}
