@@ -411,3 +411,31 @@ func TestProfileRoundTrip(t *testing.T) {
 		t.Fatalf("inbound after the profile change = %+v, want coder", ev.Source)
 	}
 }
+
+// TestAutoThreadAnnouncedOnFirstSend: a mention in a text channel is
+// auto-threaded; the inbound carries the markers, the first send into the
+// new thread answers thread_id and auto_thread_name, later sends do not,
+// and later inbound from the thread still carries the markers.
+func TestAutoThreadAnnouncedOnFirstSend(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.dispatch(t, "MESSAGE_CREATE", msg("7500", chanGeneral, guildLab, "plan the v2.1 rollout", true))
+	src := e.sink.next(t).Event.Source
+	if !src.AutoThreadCreated || src.AutoThreadInitialName != "plan the v2.1 rollout" || src.ChatID != "7500" || src.ParentChatID != chanGeneral {
+		t.Fatalf("auto-threaded inbound = %+v", src)
+	}
+	send := `{"op":"send","chat_id":"7500","content":"on it","reply_to":null,"metadata":{}}`
+	if r := execute(t, e, "t1", send); !r.Success || r.ThreadID != "7500" || r.AutoThreadName != "plan the v2.1 rollout" {
+		t.Fatalf("first send = %+v, want the thread announced", r)
+	}
+	if r := execute(t, e, "t1", send); !r.Success || r.ThreadID != "" || r.AutoThreadName != "" {
+		t.Fatalf("second send = %+v, want no announcement", r)
+	}
+	if r := execute(t, e, "t1", `{"op":"send","chat_id":"103","content":"x","reply_to":null,"metadata":{}}`); r.ThreadID != "" || r.AutoThreadName != "" {
+		t.Fatalf("send into a human's thread = %+v", r)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("7501", "7500", guildLab, "more", true))
+	if src := e.sink.next(t).Event.Source; !src.AutoThreadCreated || src.AutoThreadInitialName != "plan the v2.1 rollout" {
+		t.Fatalf("later inbound from the auto-thread = %+v", src)
+	}
+}

@@ -157,6 +157,9 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		src.ChatTopic = session.StrOrNull(ch.Topic)
 		src.AutoThreadCreated = true
 		src.AutoThreadInitialName = name
+		if n.created != nil {
+			n.created.markFresh(id)
+		}
 	default:
 		src.ChatID = ch.ID
 		src.ChatType = session.ChatTypeGroup

@@ -49,7 +49,13 @@ func (p *Platform) opSend(ctx context.Context, _ string, a *contract.Action) con
 	if ci, ok := p.cache.cachedChannel(chatID); ok && ci.isThread() {
 		p.cache.join(chatID)
 	}
-	return contract.OK(first)
+	r := contract.OK(first)
+	// The first send into a thread auto-threading just created says so,
+	// as a connector that routes the reply into a new thread does.
+	if name, ok := p.created.announce(chatID); ok {
+		r.ThreadID, r.AutoThreadName = chatID, name
+	}
+	return r
 }
 
 // postPieces posts each piece in order and returns the first one's id.

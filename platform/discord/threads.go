@@ -29,11 +29,27 @@ const maxCreatedThreads = 4096
 // guarded rename fails safe.
 type createdThreads struct {
 	names *lru.Cache[string, string]
+	// fresh holds auto-threads no send went into yet: the first send's
+	// result announces the thread (thread_id, auto_thread_name).
+	fresh *lru.Cache[string, struct{}]
 }
 
 func newCreatedThreads() *createdThreads {
-	c, _ := lru.New[string, string](maxCreatedThreads) // only errors on a size <= 0
-	return &createdThreads{names: c}
+	names, _ := lru.New[string, string](maxCreatedThreads) // only errors on a size <= 0
+	fresh, _ := lru.New[string, struct{}](maxCreatedThreads)
+	return &createdThreads{names: names, fresh: fresh}
+}
+
+// markFresh records that auto-threading just created thread id.
+func (c *createdThreads) markFresh(id string) { c.fresh.Add(id, struct{}{}) }
+
+// announce returns the initial name of thread id when it is a fresh
+// auto-thread, once: the first send into it reports it.
+func (c *createdThreads) announce(id string) (string, bool) {
+	if !c.fresh.Remove(id) {
+		return "", false
+	}
+	return c.initialName(id)
 }
 
 func (c *createdThreads) remember(id, name string) { c.names.Add(id, name) }
