@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"strings"
@@ -9,6 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/clustermsg"
 	"connector/relay/ledger"
 	"connector/store"
@@ -30,16 +36,40 @@ import (
 //     every beat, which is also its liveness), and the driver forwards
 //     the socket's frames (inbound, interrupt_inbound) to the instance's
 //     inbox; acks, going_idle, closes and interrupts go the other way.
-//   - The driver renews its lease every beat. When it dies, the lease
-//     expires within LeaseTTL; the next beat of an instance holding sockets
-//     of the tenant takes it over and reads the stored ledger from the
-//     start: entries in flight on the dead driver are delivered again with
-//     the same bufferIds. A driver forgets a remote socket that was not
-//     announced for three beats (its instance died).
+//   - The driver renews its lease every beat (a third of LeaseTTL, on
+//     Config.Clock). When it dies, the lease expires within LeaseTTL; the
+//     next beat of an instance holding sockets of the tenant takes it over
+//     and reads the stored ledger from the start: entries in flight on the
+//     dead driver are delivered again with the same bufferIds. A driver
+//     forgets a remote socket that was not announced for three beats (its
+//     instance died), and gives its unacknowledged entries to another.
+//   - The driver writes each session's owner (instance and connection) to
+//     store.Owners when it changes, and again every ownerRefresh while the
+//     session's entries keep going there. An interrupt on an instance that
+//     does not drive the tenant goes straight to the stored owner's
+//     instance (to the driver when none is stored), and the driver falls
+//     back to the stored owner when its own memory has none: so interrupts
+//     reach the owner right after a takeover, and while the dead driver's
+//     lease runs out.
 //
-// Pub/sub is at most once: a lost wake is made up by the next beat; a lost
-// forwarded frame stays in flight until its socket closes or the tenant
-// moves, and is then delivered again.
+// Pub/sub is at most once, and every message may be lost:
+//
+//   - wake: the driver reads the stored ledger every beat anyway;
+//   - serve: it is sent again every beat; a socket the driver never heard
+//     of gets nothing, and one not heard of for three beats is forgotten
+//     (its entries go to another socket);
+//   - detach: the socket is forgotten three beats after its last serve;
+//   - a forwarded frame, or the ack answering it: an entry in flight on a
+//     remote socket and not acknowledged for two beats (resendBeats) is
+//     forwarded again (Ledger.Resend), with the same bufferId, every two
+//     beats until it is acknowledged or the socket is forgotten: a lost
+//     frame is delivered, a lost ack is answered by a redelivery (the
+//     gateway deduplicates by message id);
+//   - going_idle travels in the serve announcements, so it is repeated
+//     with them;
+//   - interrupt: not repeated. An interrupt only matters while a turn is
+//     running and its sender (a user's /stop, a gateway) may send it
+//     again; it is not a confirmed inbound under the durability promise.
 
 // Pub/sub channels (the store prefixes them).
 const (
@@ -55,15 +85,33 @@ const (
 	msgDetach    = 'D' // tenant, instance, conn
 	msgAck       = 'A' // tenant, bufferId
 	msgInterrupt = 'I' // tenant, session key, chat id, gateway id
-	msgFrame     = 'F' // conn, frame
+	msgFrame     = 'F' // tenant, conn, frame
 )
 
 // outboxSize bounds the frames a driver has queued for other instances;
 // past half of it remote sockets report no room.
 const outboxSize = 8192
 
+// Session owners in the store: each record lives ownerTTL, and is written
+// again when ownerRefresh has passed since the last write and the
+// session's entries still go to the same socket. An interrupt matters
+// while a turn runs, right after an inbound, so an hour is ample.
+// ownerQueue bounds the writes waiting; past it a write is skipped and
+// retried at the session's next dispatch.
+const (
+	ownerTTL     = time.Hour
+	ownerRefresh = ownerTTL / 4
+	ownerQueue   = 4096
+)
+
+// resendBeats is how many beats an entry in flight on a remote socket may
+// go unacknowledged before the driver forwards it again: fewer than the
+// three after which a silent socket is forgotten, so a lost frame is sent
+// again to the socket it was meant for.
+const resendBeats = 2
+
 // fieldCount is how many fields each message type has.
-var fieldCount = map[byte]int{msgServe: 5, msgDetach: 3, msgAck: 2, msgInterrupt: 4, msgFrame: 2}
+var fieldCount = map[byte]int{msgServe: 5, msgDetach: 3, msgAck: 2, msgInterrupt: 4, msgFrame: 3}
 
 // cluster is this instance's part in a fleet sharing Config.Store.
 type cluster struct {
@@ -71,14 +119,20 @@ type cluster struct {
 	inst   string
 	ps     store.PubSub
 	leases store.Leases
+	owners store.Owners
+	clock  clock.Clock
 	ttl    time.Duration
 	beat   time.Duration
+	// incarnation tells this process's connection ids from those of an
+	// earlier process with the same instance name (ids restart at 1).
+	incarnation string
 
 	out      chan outMsg // frames to publish to other instances
 	wantPump atomic.Bool
+	ownerOut chan ownerWrite // session owners to store
 
 	localMu sync.Mutex
-	local   map[string]*conn // this instance's sockets that said hello, by id
+	local   map[string]*conn // this instance's sockets that said hello, by connKey
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -90,11 +144,33 @@ type outMsg struct {
 	msg     []byte
 }
 
+// ownerWrite is a session owner to store.
+type ownerWrite struct {
+	h          *hub
+	sessionKey string
+	owner      store.Owner
+}
+
+// ownerNote is, on the driver, the owner last written for a session.
+type ownerNote struct {
+	c       ledger.Consumer
+	chatID  string
+	written time.Time
+}
+
 // drive is a hub's cluster state.
 type drive struct {
 	driving atomic.Bool
 	kick    chan struct{} // take stored records in now
 	nudge   chan struct{} // beat now
+
+	beatMu sync.Mutex // serializes beats; guards timer
+	timer  clock.Timer
+
+	// ownMu guards owned; a leaf, taken inside the ledger's mutex (by
+	// noteOwner, the ledger's Owned hook).
+	ownMu sync.Mutex
+	owned *simplelru.LRU[string, ownerNote] // owners stored, by session key
 
 	mu      sync.Mutex // taken before the ledger's; guards the rest
 	lease   store.Lease
@@ -111,7 +187,7 @@ type localSeat struct {
 
 // remoteConsumer is, on the driver, a socket on another instance.
 type remoteConsumer struct {
-	cl   *cluster
+	h    *hub
 	inst string
 	conn []byte
 	seen time.Time
@@ -119,10 +195,11 @@ type remoteConsumer struct {
 
 // HasRoom implements ledger.Consumer.
 func (r *remoteConsumer) HasRoom() bool {
-	if len(r.cl.out) < outboxSize/2 {
+	cl := r.h.srv.cluster
+	if len(cl.out) < outboxSize/2 {
 		return true
 	}
-	r.cl.wantPump.Store(true)
+	cl.wantPump.Store(true)
 	return false
 }
 
@@ -130,7 +207,7 @@ func (r *remoteConsumer) HasRoom() bool {
 // instance.
 func (r *remoteConsumer) Offer(frame []byte) bool {
 	select {
-	case r.cl.out <- outMsg{inboxPrefix + r.inst, clustermsg.Encode(msgFrame, r.conn, frame)}:
+	case r.h.srv.cluster.out <- outMsg{inboxPrefix + r.inst, clustermsg.Encode(msgFrame, []byte(r.h.id), r.conn, frame)}:
 		return true
 	default:
 		return false
@@ -139,19 +216,36 @@ func (r *remoteConsumer) Offer(frame []byte) bool {
 
 func newCluster(s *Server) *cluster {
 	ctx, cancel := context.WithCancel(context.Background())
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails
 	cl := &cluster{
 		srv: s, inst: s.cfg.Instance, ps: s.cfg.Store.PubSub(), leases: s.cfg.Store.Leases(),
-		ttl: s.cfg.LeaseTTL, beat: s.cfg.LeaseTTL / 3,
-		out: make(chan outMsg, outboxSize), local: make(map[string]*conn),
-		ctx: ctx, cancel: cancel,
+		owners: s.cfg.Store.Owners(), clock: s.cfg.Clock,
+		ttl: s.cfg.LeaseTTL, beat: s.cfg.LeaseTTL / 3, incarnation: hex.EncodeToString(nonce[:]),
+		out: make(chan outMsg, outboxSize), ownerOut: make(chan ownerWrite, ownerQueue),
+		local: make(map[string]*conn),
+		ctx:   ctx, cancel: cancel,
 	}
 	for _, h := range s.tenants {
+		owned, _ := simplelru.NewLRU[string, ownerNote](s.cfg.SessionOwners, nil)
 		h.drive = &drive{
-			kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1),
+			kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1), owned: owned,
 			locals: make(map[*conn]*localSeat), remotes: make(map[string]*remoteConsumer),
 		}
 	}
 	return cl
+}
+
+// connKey names c among every instance's connections.
+func (cl *cluster) connKey(c *conn) string {
+	return cl.incarnation + "." + strconv.FormatUint(c.id, 10)
+}
+
+// localConn returns this instance's connection named key, if it is open.
+func (cl *cluster) localConn(key string) *conn {
+	cl.localMu.Lock()
+	defer cl.localMu.Unlock()
+	return cl.local[key]
 }
 
 // start subscribes and starts the goroutines.
@@ -180,7 +274,12 @@ func (cl *cluster) start() error {
 		}
 	})
 	cl.wg.Go(cl.publishLoop)
+	cl.wg.Go(cl.ownerLoop)
 	for _, h := range cl.srv.tenants {
+		d := h.drive
+		d.beatMu.Lock()
+		d.timer = cl.clock.AfterFunc(cl.beat, h.tick)
+		d.beatMu.Unlock()
 		cl.wg.Go(func() { h.driveLoop(cl.ctx) })
 	}
 	return nil
@@ -190,6 +289,14 @@ func (cl *cluster) start() error {
 // other instances take its tenants over at once.
 func (cl *cluster) stop(ctx context.Context) {
 	cl.cancel()
+	for _, h := range cl.srv.tenants {
+		d := h.drive
+		d.beatMu.Lock() // a beat under way ends first; none starts after
+		if d.timer != nil {
+			d.timer.Stop()
+		}
+		d.beatMu.Unlock()
+	}
 	cl.wg.Wait()
 	for _, h := range cl.srv.tenants {
 		d := h.drive
@@ -235,11 +342,10 @@ func (cl *cluster) handle(m []byte) {
 		return
 	}
 	if typ == msgFrame {
-		cl.localMu.Lock()
-		c := cl.local[string(f[0])]
-		cl.localMu.Unlock()
-		if c != nil {
-			c.enqueue(append([]byte(nil), f[1]...))
+		// The tenant check keeps a frame from reaching another tenant's
+		// socket whatever the sender believed the connection to be.
+		if c := cl.localConn(string(f[1])); c != nil && c.hub.id == string(f[0]) {
+			c.enqueue(append([]byte(nil), f[2]...))
 		}
 		return
 	}
@@ -255,11 +361,112 @@ func (cl *cluster) handle(m []byte) {
 	case msgAck:
 		h.ledger.Ack(string(f[1]))
 	case msgInterrupt:
-		h.interruptLocal(string(f[1]), string(f[2]), string(f[3]))
+		h.interruptLocal(cl.ctx, string(f[1]), string(f[2]), string(f[3]))
 	}
 }
 
-func connKey(c *conn) string { return strconv.FormatUint(c.id, 10) }
+// ownerLoop stores the session owners the drivers noted.
+func (cl *cluster) ownerLoop() {
+	for {
+		select {
+		case <-cl.ctx.Done():
+			return
+		case w := <-cl.ownerOut:
+			ctx, cancel := context.WithTimeout(cl.ctx, cl.ttl)
+			err := cl.owners.Set(ctx, w.h.id, w.sessionKey, w.owner, ownerTTL)
+			cancel()
+			if err != nil && cl.ctx.Err() == nil {
+				cl.srv.log.Warn("session owner not stored: an interrupt after a takeover may not find it",
+					"tenant", w.h.id, "err", err)
+				w.h.forgetOwnerNote(w.sessionKey)
+			}
+		}
+	}
+}
+
+// ownedHook is the ledgers' Owned hook: sessionOwned among several
+// instances, none for one.
+func (s *Server) ownedHook() func(string, ledger.Consumer, string, string) {
+	if s.cfg.Instance == "" {
+		return nil
+	}
+	return s.sessionOwned
+}
+
+// sessionOwned is the ledgers' Owned hook among several instances.
+func (s *Server) sessionOwned(tenant string, c ledger.Consumer, sessionKey, chatID string) {
+	if h := s.tenants[tenant]; h != nil && h.drive != nil {
+		h.noteOwner(c, sessionKey, chatID)
+	}
+}
+
+// noteOwner queues the store write of a session's owner when it changed
+// or its record is due for a refresh. It runs under the ledger's mutex
+// and never blocks: with the queue full the write waits for the session's
+// next dispatch.
+func (h *hub) noteOwner(c ledger.Consumer, sessionKey, chatID string) {
+	d, cl := h.drive, h.srv.cluster
+	now := cl.clock.Now()
+	d.ownMu.Lock()
+	defer d.ownMu.Unlock()
+	if n, ok := d.owned.Get(sessionKey); ok && n.c == c && n.chatID == chatID && now.Sub(n.written) < ownerRefresh {
+		return
+	}
+	o := store.Owner{ChatID: chatID}
+	switch c := c.(type) {
+	case *conn:
+		o.Instance, o.Conn = cl.inst, cl.connKey(c)
+	case *remoteConsumer:
+		o.Instance, o.Conn = c.inst, string(c.conn)
+	default:
+		return
+	}
+	select {
+	case cl.ownerOut <- ownerWrite{h: h, sessionKey: sessionKey, owner: o}:
+		d.owned.Add(sessionKey, ownerNote{c: c, chatID: chatID, written: now})
+	default:
+	}
+}
+
+// forgetOwnerNote makes the session's next dispatch write its owner again.
+func (h *hub) forgetOwnerNote(sessionKey string) {
+	d := h.drive
+	d.ownMu.Lock()
+	d.owned.Remove(sessionKey)
+	d.ownMu.Unlock()
+}
+
+// interruptStored delivers interrupt_inbound to the session's owner as
+// stored by its driver, and reports whether it knew one: a connection of
+// this tenant on this instance, or one on another instance (the frame is
+// forwarded there, which drops it if the connection closed meanwhile).
+func (h *hub) interruptStored(ctx context.Context, sessionKey, chatID string) bool {
+	cl := h.srv.cluster
+	ctx, cancel := context.WithTimeout(ctx, cl.ttl)
+	defer cancel()
+	o, ok, err := cl.owners.Get(ctx, h.id, sessionKey)
+	if err != nil {
+		h.srv.log.Warn("session owner not read", "tenant", h.id, "err", err)
+		return false
+	}
+	if !ok {
+		return false
+	}
+	if chatID == "" {
+		chatID = o.ChatID
+	}
+	frame := contract.AppendInterruptInbound(nil, sessionKey, chatID)
+	if o.Instance != cl.inst {
+		cl.publish(inboxPrefix+o.Instance, clustermsg.Encode(msgFrame, []byte(h.id), []byte(o.Conn), frame))
+		return true
+	}
+	c := cl.localConn(o.Conn)
+	if c == nil || c.hub != h {
+		return false
+	}
+	c.enqueue(frame)
+	return true
+}
 
 // serveMsg is the announcement of one local socket.
 func (h *hub) serveMsg(c *conn, ls *localSeat) []byte {
@@ -267,7 +474,8 @@ func (h *hub) serveMsg(c *conn, ls *localSeat) []byte {
 	if ls.idle {
 		idle = "1"
 	}
-	return clustermsg.Encode(msgServe, []byte(h.id), []byte(h.srv.cluster.inst), []byte(connKey(c)),
+	cl := h.srv.cluster
+	return clustermsg.Encode(msgServe, []byte(h.id), []byte(cl.inst), []byte(cl.connKey(c)),
 		[]byte(strings.Join(ls.platforms, ",")), []byte(idle))
 }
 
@@ -286,7 +494,7 @@ func (h *hub) serve(c *conn, platform string) {
 		ls = &localSeat{}
 		d.locals[c] = ls
 		cl.localMu.Lock()
-		cl.local[connKey(c)] = c
+		cl.local[cl.connKey(c)] = c
 		cl.localMu.Unlock()
 	}
 	ls.platforms = append(ls.platforms, platform)
@@ -339,7 +547,7 @@ func (h *hub) detach(c *conn) {
 	}
 	cl := h.srv.cluster
 	cl.localMu.Lock()
-	delete(cl.local, connKey(c))
+	delete(cl.local, cl.connKey(c))
 	cl.localMu.Unlock()
 	d.mu.Lock()
 	_, known := d.locals[c]
@@ -352,7 +560,7 @@ func (h *hub) detach(c *conn) {
 	driver := d.driver
 	d.mu.Unlock()
 	if known && driver != "" {
-		cl.publish(inboxPrefix+driver, clustermsg.Encode(msgDetach, []byte(h.id), []byte(cl.inst), []byte(connKey(c))))
+		cl.publish(inboxPrefix+driver, clustermsg.Encode(msgDetach, []byte(h.id), []byte(cl.inst), []byte(cl.connKey(c))))
 	}
 }
 
@@ -421,7 +629,7 @@ func (h *hub) serveRemote(inst string, connID []byte, platforms string, idle boo
 	}
 	rc := d.remotes[key]
 	if rc == nil {
-		rc = &remoteConsumer{cl: h.srv.cluster, inst: inst, conn: append([]byte(nil), connID...)}
+		rc = &remoteConsumer{h: h, inst: inst, conn: append([]byte(nil), connID...)}
 		d.remotes[key] = rc
 	}
 	rc.seen = h.srv.cfg.Clock.Now()
@@ -445,30 +653,50 @@ func (h *hub) detachRemote(key string) {
 	}
 }
 
-// driveLoop beats and takes stored records in while driving, until ctx
-// ends.
+// driveLoop takes stored records in on a wake, and beats when nudged,
+// until ctx ends; the beat timer (tick) runs the regular beats.
 func (h *hub) driveLoop(ctx context.Context) {
-	cl := h.srv.cluster
-	t := time.NewTicker(cl.beat)
-	defer t.Stop()
+	d := h.drive
+	h.nudgeBeat() // a tenant lease this instance left may be free
 	for {
-		h.beat(ctx)
-		for done := false; !done; {
-			if h.drive.driving.Load() {
-				if _, err := h.ledger.Tail(ctx); err != nil && ctx.Err() == nil {
-					h.srv.log.Warn("stored inbound not read", "tenant", h.id, "err", err)
-				}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.kick:
+		case <-d.nudge:
+			d.beatMu.Lock()
+			if ctx.Err() == nil {
+				h.beat(ctx)
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-h.drive.kick:
-			case <-h.drive.nudge:
-				done = true
-			case <-t.C:
-				done = true
-			}
+			d.beatMu.Unlock()
 		}
+		h.tail(ctx)
+	}
+}
+
+// tick is the regular beat, every third of LeaseTTL on Config.Clock: the
+// lease, the announcements and the read of the stored ledger that make up
+// for lost messages. On a fake clock it runs inside the Advance that
+// reaches it, so tests step the cluster beat by beat.
+func (h *hub) tick() {
+	d, cl := h.drive, h.srv.cluster
+	d.beatMu.Lock()
+	defer d.beatMu.Unlock()
+	if cl.ctx.Err() != nil {
+		return // stop stopped the timer; this beat came due meanwhile
+	}
+	h.beat(cl.ctx)
+	h.tail(cl.ctx)
+	d.timer.Reset(cl.beat)
+}
+
+// tail takes the stored records in while driving.
+func (h *hub) tail(ctx context.Context) {
+	if !h.drive.driving.Load() {
+		return
+	}
+	if _, err := h.ledger.Tail(ctx); err != nil && ctx.Err() == nil {
+		h.srv.log.Warn("stored inbound not read", "tenant", h.id, "err", err)
 	}
 }
 
@@ -488,7 +716,8 @@ func (h *hub) beat(ctx context.Context) {
 			d.lease = l
 			d.mu.Unlock()
 			h.expireRemotes()
-		case errors.Is(err, store.ErrNotHeld) || !cl.srv.cfg.Clock.Now().Before(d.lease.Expires):
+			h.resendRemotes()
+		case errors.Is(err, store.ErrNotHeld) || !cl.clock.Now().Before(d.lease.Expires):
 			h.srv.log.Warn("tenant lease lost: another instance drives it now", "tenant", h.id, "err", err)
 			h.stopDriving()
 		default:
@@ -535,6 +764,9 @@ func (h *hub) startDriving(l store.Lease) {
 	h.ledger.Reset()
 	d.lease, d.driver = l, h.srv.cluster.inst
 	clear(d.remotes)
+	d.ownMu.Lock()
+	d.owned.Purge() // another driver may have stored other owners since
+	d.ownMu.Unlock()
 	d.driving.Store(true)
 	for c, ls := range d.locals {
 		for _, p := range ls.platforms {
@@ -556,6 +788,21 @@ func (h *hub) stopDriving() {
 	d.driver = ""
 	clear(d.remotes)
 	h.ledger.Reset()
+}
+
+// resendRemotes forwards again what remote sockets hold unacknowledged
+// for resendBeats beats: the frame or its ack may have been lost.
+func (h *hub) resendRemotes() {
+	d := h.drive
+	cutoff := h.srv.cluster.clock.Now().Add(-resendBeats * h.srv.cluster.beat)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, rc := range d.remotes {
+		if n := h.ledger.Resend(rc, cutoff); n > 0 {
+			h.srv.log.Info("unacknowledged inbound forwarded again to a socket on another instance",
+				"tenant", h.id, "instance", rc.inst, "entries", n)
+		}
+	}
 }
 
 // expireRemotes detaches remote sockets not announced for three beats.

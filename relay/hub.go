@@ -135,29 +135,41 @@ func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
 	return nil
 }
 
-// interrupt delivers interrupt_inbound to the connection owning sessionKey,
-// through the instance driving the tenant. With no live owner there is no
-// turn to stop, and it is dropped. gatewayID is the sender, empty for a
-// platform-side /stop.
+// interrupt delivers interrupt_inbound to the connection owning sessionKey.
+// Among several instances, one that does not drive the tenant sends it to
+// the owner its driver stored, or else to the driver (cluster.go). With no
+// live owner there is no turn to stop, and it is dropped. gatewayID is the
+// sender, empty for a platform-side /stop.
 func (h *hub) interrupt(ctx context.Context, sessionKey, chatID, gatewayID string) {
-	if h.forwardInterrupt(ctx, sessionKey, chatID, gatewayID) {
-		return
+	if d := h.drive; d != nil && !d.driving.Load() {
+		if h.interruptStored(ctx, sessionKey, chatID) || h.forwardInterrupt(ctx, sessionKey, chatID, gatewayID) {
+			return
+		}
 	}
-	h.interruptLocal(sessionKey, chatID, gatewayID)
+	h.interruptLocal(ctx, sessionKey, chatID, gatewayID)
 }
 
-// interruptLocal delivers an interrupt through this instance's ledger.
-func (h *hub) interruptLocal(sessionKey, chatID, gatewayID string) {
+// interruptLocal delivers an interrupt to the owner this instance's ledger
+// knows; among several instances, else to the stored owner (after a
+// takeover the ledger knows no owner until the session's next entry).
+func (h *hub) interruptLocal(ctx context.Context, sessionKey, chatID, gatewayID string) {
 	c, ownerChat, ok := h.ledger.Owner(sessionKey)
 	if !ok {
-		// A gateway-sent key is bounded, but well above real keys' length.
-		h.srv.logTenant(h.id, "interrupt dropped: no live connection owns the session", "session_key", textsplit.Truncate(sessionKey, 256), "gateway_id", gatewayID)
+		if h.drive == nil || !h.interruptStored(ctx, sessionKey, chatID) {
+			h.logInterruptDropped(sessionKey, gatewayID)
+		}
 		return
 	}
 	if chatID == "" {
 		chatID = ownerChat
 	}
 	c.Offer(contract.AppendInterruptInbound(nil, sessionKey, chatID))
+}
+
+// logInterruptDropped logs an interrupt no connection owns.
+func (h *hub) logInterruptDropped(sessionKey, gatewayID string) {
+	// A gateway-sent key is bounded, but well above real keys' length.
+	h.srv.logTenant(h.id, "interrupt dropped: no live connection owns the session", "session_key", textsplit.Truncate(sessionKey, 256), "gateway_id", gatewayID)
 }
 
 // chatPlatform returns the platform of a chat this tenant received inbound from.

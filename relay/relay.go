@@ -46,9 +46,10 @@
 //     chat whose owner the platform cannot look up because it is unreachable
 //     gets the retryable code "unavailable" instead.
 //  5. Interrupts. The connector remembers which connection owns each session
-//     key (the one it delivered that session's inbound to); an interrupt from
-//     any connection of the tenant, or a platform-side /stop, reaches the
-//     owner as interrupt_inbound.
+//     key (the one it delivered that session's inbound to; among several
+//     instances in the store too, cluster.go); an interrupt from any
+//     connection of the tenant, or a platform-side /stop, reaches the owner
+//     as interrupt_inbound.
 //  6. Keepalive and shutdown. The server pings every 30 s; a connection whose
 //     send queue exceeds Config.SendQueueBytes is closed 4408 (its
 //     unacknowledged inbound is redelivered). Shutdown stops accepting, lets
@@ -111,86 +112,94 @@ type Gateway struct {
 }
 
 // Config configures a Server. The zero value of every field but Tenants and
-// Platforms is a working default.
+// Platforms is a working default. The fields with a YAML key are the
+// connector's relay section (docs/configuration.md); their comments are
+// its operators' documentation.
 type Config struct {
-	Tenants   []Tenant
-	Platforms []platform.Platform
+	Tenants   []Tenant            `yaml:"-"`
+	Platforms []platform.Platform `yaml:"-"`
 	// Bus carries deliveries; nil means a new MemoryBus.
-	Bus Bus
+	Bus Bus `yaml:"-"`
 	// Log receives connection lifecycle lines; nil discards.
-	Log *slog.Logger
+	Log *slog.Logger `yaml:"-"`
 	// Metrics receives measurements; nil discards.
-	Metrics Metrics
+	Metrics Metrics `yaml:"-"`
 	// Clock is the time source of token checks, latencies, the write
 	// watchdog and pings; nil is clock.System.
-	Clock clock.Clock
+	Clock clock.Clock `yaml:"-"`
 
-	// ClockSkew is tolerated past a token's expiry. Zero means 30 s.
-	ClockSkew time.Duration
+	// ClockSkew is how long past its expiry a gateway's token is still
+	// accepted, for clocks that disagree. Zero means 30s.
+	ClockSkew time.Duration `yaml:"clock_skew"`
 	// MaxTokenLifetime is how far ahead of now (plus ClockSkew) a token's
 	// exp may lie; a token minted to last longer, such as a leaked one with
 	// exp 9999999999, is refused with 4401 "unauthorized". The gateway mints
 	// 300 s tokens. Zero means contract.DefaultMaxTokenLifetime (1 h); New
 	// refuses less than contract.TokenTTL.
-	MaxTokenLifetime time.Duration
+	MaxTokenLifetime time.Duration `yaml:"-"`
 	// PingInterval is how often the server pings each gateway; a ping not
-	// answered within the same interval closes the connection. Zero means 30 s.
-	PingInterval time.Duration
-	// WriteTimeout bounds each socket write; a write that takes longer means
-	// a slow consumer. Zero means 10 s.
-	WriteTimeout time.Duration
-	// OutboundTimeout bounds each outbound op (the gateway gives up after
-	// 30 s). Zero means 30 s.
-	OutboundTimeout time.Duration
+	// answered within the same interval closes the connection. Zero means
+	// 30s.
+	PingInterval time.Duration `yaml:"ping_interval"`
+	// WriteTimeout bounds each socket write; a gateway whose write takes
+	// longer is a slow consumer and is closed. Zero means 10s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// OutboundTimeout bounds each outbound op (a send, an edit...); the
+	// gateway itself gives up after 30s. Zero means 30s.
+	OutboundTimeout time.Duration `yaml:"outbound_timeout"`
 	// SendQueueBytes bounds the frames waiting to be written to one
-	// connection; beyond it the connection is closed 4408. Zero means 8 MiB.
-	SendQueueBytes int
+	// connection; beyond it the connection is closed 4408. Zero means
+	// 8388608 (8 MiB).
+	SendQueueBytes int `yaml:"send_queue_bytes"`
 	// MaxOutboundInFlight bounds concurrent outbound ops per connection;
 	// beyond it an op fails at once with code "rate_limited". Zero means 1024.
-	MaxOutboundInFlight int
+	MaxOutboundInFlight int `yaml:"-"`
 	// AckWindow bounds unacknowledged inbound per connection. Zero means 256.
-	AckWindow int
+	AckWindow int `yaml:"ack_window"`
 	// Store keeps every tenant's inbound until it is acknowledged, and the
 	// relay recovers it from there in New. Nil means a new in-memory store,
 	// closed by Shutdown (nothing survives the process).
-	Store store.Store
-	// BufferEntries bounds a tenant's ledger, in flight plus waiting.
-	// Zero means 10,000.
-	BufferEntries int
-	// BufferBytes bounds the payload bytes of a tenant's ledger, in flight
-	// plus waiting. Zero means 64 MiB.
-	BufferBytes int64
-	// BufferBytesTotal bounds the payload bytes of every tenant's ledger
-	// together (the largest gives way first). Zero means 256 MiB.
-	BufferBytesTotal int64
-	// BufferMaxAge drops inbound received longer ago than this, checked
-	// every minute. Zero means 7 days.
-	BufferMaxAge time.Duration
+	Store store.Store `yaml:"-"`
+	// BufferEntries bounds a tenant's buffered inbound, entries in flight
+	// included; the oldest are dropped first, logged and counted. Zero means
+	// 10000.
+	BufferEntries int `yaml:"buffer_entries"`
+	// BufferBytes bounds a tenant's buffered inbound in payload bytes,
+	// entries in flight included. Zero means 67108864 (64 MiB).
+	BufferBytes int64 `yaml:"buffer_bytes"`
+	// BufferBytesTotal bounds the buffered inbound of all tenants together,
+	// in payload bytes; the largest tenant's oldest entries go first. It
+	// also bounds the memory buffered frames take. Zero means 268435456
+	// (256 MiB).
+	BufferBytesTotal int64 `yaml:"buffer_bytes_total"`
+	// BufferMaxAge drops buffered inbound received longer ago than this,
+	// checked every minute, logged and counted. Zero means 168h (7 days).
+	BufferMaxAge time.Duration `yaml:"buffer_max_age"`
 	// MaxConnsPerGateway bounds the connections of one gateway id, counting
 	// each from before its upgrade until its socket is fully closed. The
 	// newest win: a new one beyond the limit closes the oldest with 4409 and
 	// is upgraded once that one is gone (after at most WriteTimeout to flush
-	// its queue and CloseTimeout for the close handshake); a newcomer still
-	// waiting when a newer one arrives beyond the limit is refused with 4409.
-	// Zero means 16.
-	MaxConnsPerGateway int
+	// its queue and up to 2s (CloseTimeout) for the close handshake); a
+	// newcomer still waiting when a newer one arrives beyond the limit is
+	// refused with 4409. Zero means 16.
+	MaxConnsPerGateway int `yaml:"max_conns_per_gateway"`
 	// CloseTimeout bounds a close handshake: after sending its close frame
 	// the connector waits this long for the gateway's before closing the
 	// socket anyway, so a gateway that never reads cannot hold a closing
 	// connection open. Zero means 2 s.
-	CloseTimeout time.Duration
+	CloseTimeout time.Duration `yaml:"-"`
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten). Zero means 100,000.
-	SessionOwners int
+	SessionOwners int `yaml:"-"`
 	// Instance names this instance among several sharing Store (a Redis):
 	// each tenant is then driven by one instance at a time, under a lease,
 	// and the others forward to it (cluster.go). Empty means this instance
 	// is the store's only user.
-	Instance string
+	Instance string `yaml:"-"`
 	// LeaseTTL is how long a tenant's lease lasts unless renewed (every
 	// third of it): the bound on a takeover after its holder died. Zero
 	// means 5 s.
-	LeaseTTL time.Duration
+	LeaseTTL time.Duration `yaml:"-"`
 }
 
 func (c *Config) setDefaults() {
@@ -369,6 +378,7 @@ func newServer(cfg Config) (*Server, error) {
 		MaxAge:        cfg.BufferMaxAge,
 		SessionOwners: cfg.SessionOwners,
 		Shared:        cfg.Instance != "",
+		Owned:         s.ownedHook(),
 		Now:           cfg.Clock.Now,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,

@@ -64,6 +64,9 @@ type embedded struct {
 	epoch string
 	ps    *broker
 
+	seqsMu sync.Mutex // guards seqs (not its values)
+	seqs   map[string]*tenantSeqs
+
 	closeOnce sync.Once
 	stopSweep func()
 	closeErr  error
@@ -84,7 +87,7 @@ func openEmbedded(ctx context.Context, dir string, now func() time.Time) (*embed
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	e := &embedded{db: db, now: now, ps: newBroker()}
+	e := &embedded{db: db, now: now, ps: newBroker(), seqs: make(map[string]*tenantSeqs)}
 	if err := db.Update(e.init); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: initialize %s: %w", path, err)
@@ -162,7 +165,7 @@ func (e *embedded) Close() error {
 		e.stopSweep()
 		e.ps.close()
 		e.group.close()
-		e.closeErr = e.db.Close()
+		e.closeErr = errors.Join(e.releaseReservations(), e.db.Close())
 	})
 	return e.closeErr
 }
@@ -196,13 +199,109 @@ func (e *embedded) sweep() {
 type embLedger struct{ e *embedded }
 
 func (l embLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
-	if err := checkName("tenant", tenant); err != nil {
+	seqs, commit, err := l.Stage(ctx, tenant, recs)
+	if err != nil {
 		return nil, err
 	}
-	if len(recs) == 0 {
-		return nil, ctx.Err()
+	return seqs, commit()
+}
+
+// seqBlock is how many sequence numbers the embedded backend reserves for
+// a tenant at a time (tenantSeqs).
+const seqBlock = 4096
+
+// tenantSeqs hands out one tenant's sequence numbers ahead of the commits
+// that store their records. The tenant bucket's sequence is the highest
+// number reserved, and a number is handed out only once its reservation
+// is durable, so after a crash numbering resumes past every number a
+// Stage returned. A clean Close lowers the stored sequence to the last
+// number handed out, so numbers stay consecutive across a restart.
+type tenantSeqs struct {
+	mu       sync.Mutex // held from assigning numbers until their write is queued
+	loaded   bool
+	next     uint64 // the next number to hand out
+	reserved uint64 // the highest number durably reserved
+}
+
+// tenantSeqs returns tenant's numbering, creating it.
+func (e *embedded) tenantSeqs(tenant string) *tenantSeqs {
+	e.seqsMu.Lock()
+	defer e.seqsMu.Unlock()
+	ts := e.seqs[tenant]
+	if ts == nil {
+		ts = &tenantSeqs{}
+		e.seqs[tenant] = ts
 	}
-	now := l.e.now()
+	return ts
+}
+
+// reserve makes sure n numbers from ts.next are durably reserved; ts.mu is
+// held.
+func (e *embedded) reserve(ts *tenantSeqs, tenant string, n int) error {
+	if !ts.loaded {
+		err := e.db.View(func(tx *bolt.Tx) error {
+			if b := tx.Bucket(bLedger).Bucket([]byte(tenant)); b != nil {
+				ts.reserved = b.Sequence()
+			}
+			return nil
+		})
+		if err != nil {
+			return closedErr(err)
+		}
+		ts.next, ts.loaded = ts.reserved+1, true
+	}
+	last := ts.next + uint64(n) - 1
+	if last <= ts.reserved {
+		return nil
+	}
+	want := last + seqBlock
+	err := e.group.do(func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bLedger).CreateBucketIfNotExists([]byte(tenant))
+		if err != nil || b.Sequence() >= want {
+			return err
+		}
+		return b.SetSequence(want)
+	})
+	if err == nil {
+		ts.reserved = want
+	}
+	return err
+}
+
+// releaseReservations lowers every tenant's stored sequence to the last
+// number handed out; Close calls it once every write is committed.
+func (e *embedded) releaseReservations() error {
+	e.seqsMu.Lock()
+	defer e.seqsMu.Unlock()
+	return e.db.Update(func(tx *bolt.Tx) error {
+		for tenant, ts := range e.seqs {
+			ts.mu.Lock()
+			last, loaded := ts.next-1, ts.loaded
+			ts.mu.Unlock()
+			b := tx.Bucket(bLedger).Bucket([]byte(tenant))
+			if !loaded || b == nil || b.Sequence() <= last {
+				continue
+			}
+			if err := b.SetSequence(last); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (l embLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]uint64, func() error, error) {
+	if err := checkName("tenant", tenant); err != nil {
+		return nil, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if len(recs) == 0 {
+		return nil, committed, nil
+	}
+	e := l.e
+	now := e.now()
 	vals := make([][]byte, len(recs))
 	var size int64
 	for i := range recs {
@@ -211,19 +310,24 @@ func (l embLedger) Append(ctx context.Context, tenant string, recs []Record) ([]
 		vals[i] = encodeRecord(&r)
 		size += int64(len(r.Payload))
 	}
+	ts := e.tenantSeqs(tenant)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if err := e.reserve(ts, tenant, len(recs)); err != nil {
+		return nil, nil, fmt.Errorf("store: append to tenant %q: %w", tenant, err)
+	}
+	first := ts.next
 	seqs := make([]uint64, len(recs))
-	err := l.e.batch(ctx, func(tx *bolt.Tx) error {
+	for i := range seqs {
+		seqs[i] = first + uint64(i)
+	}
+	w := write{err: make(chan error, 1), fn: func(tx *bolt.Tx) error {
 		b, err := tx.Bucket(bLedger).CreateBucketIfNotExists([]byte(tenant))
 		if err != nil {
 			return err
 		}
 		for i, v := range vals {
-			seq, err := b.NextSequence()
-			if err != nil {
-				return err
-			}
-			seqs[i] = seq
-			if err := b.Put(seqKey(seq), v); err != nil {
+			if err := b.Put(seqKey(first+uint64(i)), v); err != nil {
 				return err
 			}
 		}
@@ -231,11 +335,18 @@ func (l embLedger) Append(ctx context.Context, tenant string, recs []Record) ([]
 		st.Entries += len(vals)
 		st.Bytes += size
 		return writeStats(tx, tenant, st)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, err)
+	}}
+	// Queued under ts.mu, so the tenant's writes commit in seq order.
+	if err := e.group.b.submit(w); err != nil {
+		return nil, nil, fmt.Errorf("store: append to tenant %q: %w", tenant, err)
 	}
-	return seqs, nil
+	ts.next += uint64(len(recs))
+	return seqs, func() error {
+		if err := <-w.err; err != nil {
+			return fmt.Errorf("store: append to tenant %q: %w", tenant, err)
+		}
+		return nil
+	}, nil
 }
 
 func readStats(tx *bolt.Tx, tenant string) Stats {
@@ -289,40 +400,61 @@ func (l embLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int,
 	if len(seqs) == 0 {
 		return 0, ctx.Err()
 	}
+	return l.AckAll(ctx, map[string][]uint64{tenant: seqs})
+}
+
+func (l embLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
+	if err := checkAckAllArgs(acks); err != nil {
+		return 0, err
+	}
 	var removed int
 	err := l.e.batch(ctx, func(tx *bolt.Tx) error {
 		removed = 0
-		b := tx.Bucket(bLedger).Bucket([]byte(tenant))
-		if b == nil {
-			return nil
-		}
-		st := readStats(tx, tenant)
-		for _, seq := range seqs {
-			k := seqKey(seq)
-			v := b.Get(k)
-			if v == nil {
-				continue
-			}
-			r, err := decodeRecord(k, v)
+		for tenant, seqs := range acks {
+			n, err := ackTx(tx, tenant, seqs)
 			if err != nil {
-				return fmt.Errorf("record %d: %w", seq, err)
+				return fmt.Errorf("tenant %q: %w", tenant, err)
 			}
-			st.Entries--
-			st.Bytes -= int64(len(r.Payload))
-			if err := b.Delete(k); err != nil {
-				return err
-			}
-			removed++
+			removed += n
 		}
-		if removed == 0 {
-			return nil
-		}
-		return writeStats(tx, tenant, st)
+		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, err)
+		return 0, fmt.Errorf("store: ack: %w", err)
 	}
 	return removed, nil
+}
+
+// ackTx removes seqs from tenant's log in tx and reports how many it
+// removed.
+func ackTx(tx *bolt.Tx, tenant string, seqs []uint64) (int, error) {
+	b := tx.Bucket(bLedger).Bucket([]byte(tenant))
+	if b == nil {
+		return 0, nil
+	}
+	st := readStats(tx, tenant)
+	removed := 0
+	for _, seq := range seqs {
+		k := seqKey(seq)
+		v := b.Get(k)
+		if v == nil {
+			continue
+		}
+		r, err := decodeRecord(k, v)
+		if err != nil {
+			return 0, fmt.Errorf("record %d: %w", seq, err)
+		}
+		st.Entries--
+		st.Bytes -= int64(len(r.Payload))
+		if err := b.Delete(k); err != nil {
+			return 0, err
+		}
+		removed++
+	}
+	if removed == 0 {
+		return 0, nil
+	}
+	return removed, writeStats(tx, tenant, st)
 }
 
 func (l embLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]Dropped, error) {

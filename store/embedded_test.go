@@ -159,9 +159,11 @@ func TestEmbeddedSurvivesKill9(t *testing.T) {
 		last[a.writer] = a.seq
 	}
 	t.Logf("%d appends confirmed before kill -9, %d records on disk after it", len(acked), len(all))
+	// Numbers handed out before the crash may have had no commit; the
+	// restarted store never assigns them again, and so resumes past them.
 	next, err := s.Ledger().Append(context.Background(), "t1", []store.Record{{Payload: []byte("after")}})
-	if err != nil || next[0] != uint64(len(all)+1) {
-		t.Fatalf("Append after the crash = %v, %v; want seq %d", next, err, len(all)+1)
+	if err != nil || next[0] <= uint64(len(all)) {
+		t.Fatalf("Append after the crash = %v, %v; want a seq above %d", next, err, len(all))
 	}
 }
 

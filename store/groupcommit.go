@@ -1,15 +1,11 @@
 package store
 
 import (
-	"sync"
-
 	bolt "go.etcd.io/bbolt"
 )
 
-// groupCommit runs the embedded backend's hot-path writes. One goroutine
-// commits transactions back to back; each takes every write queued while
-// the previous one was syncing. A lone writer so commits at once, and under
-// load one commit (two fsyncs in bbolt) carries many writers.
+// groupCommit runs the embedded backend's hot-path writes through a
+// batcher: one bbolt transaction (one commit, two fsyncs) per batch.
 //
 // bbolt's own DB.Batch holds every batch open for MaxBatchDelay (10 ms)
 // before committing, which costs a lone writer that delay on every write.
@@ -17,12 +13,8 @@ import (
 // events per second as DB.Batch with 2, 16 and 128 appenders
 // (docs/durability.md).
 type groupCommit struct {
-	db   *bolt.DB
-	reqs chan write
-	done chan struct{} // closed when run returns
-
-	mu     sync.RWMutex // read-held while sending to reqs, write-held to close it
-	closed bool
+	db *bolt.DB
+	b  *batcher[write]
 }
 
 // write is one caller's function and where its result goes.
@@ -35,8 +27,8 @@ type write struct {
 const maxGroup = 1024
 
 func startGroupCommit(db *bolt.DB) *groupCommit {
-	g := &groupCommit{db: db, reqs: make(chan write, maxGroup), done: make(chan struct{})}
-	go g.run()
+	g := &groupCommit{db: db}
+	g.b = newBatcher(maxGroup, g.commit)
 	return g
 }
 
@@ -44,36 +36,10 @@ func startGroupCommit(db *bolt.DB) *groupCommit {
 // may run twice (see commit), so it must set, not accumulate, its results.
 func (g *groupCommit) do(fn func(*bolt.Tx) error) error {
 	w := write{fn: fn, err: make(chan error, 1)}
-	g.mu.RLock()
-	if g.closed {
-		g.mu.RUnlock()
-		return ErrClosed
+	if err := g.b.submit(w); err != nil {
+		return err
 	}
-	g.reqs <- w
-	g.mu.RUnlock()
 	return <-w.err
-}
-
-func (g *groupCommit) run() {
-	defer close(g.done)
-	group := make([]write, 0, maxGroup)
-	for w := range g.reqs {
-		group = append(group[:0], w)
-	gather:
-		for len(group) < maxGroup {
-			select {
-			case w, ok := <-g.reqs:
-				if !ok {
-					break gather
-				}
-				group = append(group, w)
-			default:
-				break gather
-			}
-		}
-		g.commit(group)
-		clear(group)
-	}
 }
 
 // commit runs group in one transaction. When a function fails, that
@@ -101,12 +67,4 @@ func (g *groupCommit) commit(group []write) {
 
 // close commits what is queued, stops the committer and makes later writes
 // fail with ErrClosed.
-func (g *groupCommit) close() {
-	g.mu.Lock()
-	if !g.closed {
-		g.closed = true
-		close(g.reqs)
-	}
-	g.mu.Unlock()
-	<-g.done
-}
+func (g *groupCommit) close() { g.b.close() }

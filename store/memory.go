@@ -169,6 +169,14 @@ func (l memLedger) Append(ctx context.Context, tenant string, recs []Record) ([]
 	return seqs, nil
 }
 
+func (l memLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]uint64, func() error, error) {
+	seqs, err := l.Append(ctx, tenant, recs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return seqs, committed, nil
+}
+
 func (l memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
 	if err := checkReadArgs(tenant, max); err != nil {
 		return nil, err
@@ -193,7 +201,11 @@ func (l memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max
 }
 
 func (l memLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
-	if err := checkName("tenant", tenant); err != nil {
+	return l.AckAll(ctx, map[string][]uint64{tenant: seqs})
+}
+
+func (l memLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
+	if err := checkAckAllArgs(acks); err != nil {
 		return 0, err
 	}
 	m := l.m
@@ -201,19 +213,21 @@ func (l memLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int,
 		return 0, err
 	}
 	defer m.mu.Unlock()
-	lg := m.ledgers[tenant]
-	if lg == nil {
-		return 0, nil
-	}
 	removed := 0
-	for _, seq := range seqs {
-		i, found := sort.Find(len(lg.recs), func(i int) int { return cmp.Compare(seq, lg.recs[i].Seq) })
-		if !found {
+	for tenant, seqs := range acks {
+		lg := m.ledgers[tenant]
+		if lg == nil {
 			continue
 		}
-		lg.bytes -= int64(len(lg.recs[i].Payload))
-		lg.recs = slices.Delete(lg.recs, i, i+1)
-		removed++
+		for _, seq := range seqs {
+			i, found := sort.Find(len(lg.recs), func(i int) int { return cmp.Compare(seq, lg.recs[i].Seq) })
+			if !found {
+				continue
+			}
+			lg.bytes -= int64(len(lg.recs[i].Payload))
+			lg.recs = slices.Delete(lg.recs, i, i+1)
+			removed++
+		}
 	}
 	return removed, nil
 }

@@ -51,6 +51,10 @@ type redisStore struct {
 	p     string // key prefix
 	now   func() time.Time
 	epoch string
+	// pipe sends the ledger's appends, acks and reads and the pub/sub
+	// publishes, every command queued while the previous round trip was
+	// under way in one pipeline.
+	pipe *batcher[pipeCall]
 
 	mu     sync.Mutex
 	closed bool
@@ -72,7 +76,97 @@ func openRedis(ctx context.Context, url, prefix string, now func() time.Time) (*
 		_ = c.Close()
 		return nil, err
 	}
+	s.pipe = newBatcher(maxPipeline, s.sendPipeline)
 	return s, nil
+}
+
+// maxPipeline bounds the commands in one pipeline.
+const maxPipeline = 1024
+
+// pipeCall is one command sent through the pipeline, and where its reply
+// goes.
+type pipeCall struct {
+	// queue adds the command to the pipeline and returns its reply.
+	queue func(ctx context.Context, p redis.Pipeliner) redis.Cmder
+	// alone runs the command by itself: a script the server answered
+	// NOSCRIPT (its script cache was flushed) is sent again this way,
+	// which loads it. Nil for a command that is not a script.
+	alone func(ctx context.Context) redis.Cmder
+	reply chan redis.Cmder
+}
+
+// pipelined sends call in the next pipeline and returns its reply. It
+// shares one round trip with every command queued at the same time,
+// whatever their tenants; a script stays one atomic call on the server.
+func (s *redisStore) pipelined(ctx context.Context, call pipeCall) redis.Cmder {
+	return s.pipelinedAll(ctx, []pipeCall{call})[0]
+}
+
+// pipelinedAll queues calls together, so they go in the same pipeline
+// (unless it fills up), and returns their replies in order.
+func (s *redisStore) pipelinedAll(ctx context.Context, calls []pipeCall) []redis.Cmder {
+	out := make([]redis.Cmder, len(calls))
+	if err := ctx.Err(); err != nil {
+		for i := range out {
+			out[i] = failedCmd(ctx, err)
+		}
+		return out
+	}
+	for i := range calls {
+		calls[i].reply = make(chan redis.Cmder, 1)
+		if err := s.pipe.submit(calls[i]); err != nil {
+			out[i] = failedCmd(ctx, err)
+		}
+	}
+	for i, c := range calls {
+		if out[i] == nil {
+			out[i] = <-c.reply
+		}
+	}
+	return out
+}
+
+// scriptCall is the pipelined call of script.
+func (s *redisStore) scriptCall(script *redis.Script, keys []string, args ...any) pipeCall {
+	return pipeCall{
+		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) },
+		alone: func(ctx context.Context) redis.Cmder { return script.Run(ctx, s.c, keys, args...) },
+	}
+}
+
+// runPipelined runs script through the pipeline.
+func (s *redisStore) runPipelined(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cmd := s.pipelined(ctx, s.scriptCall(script, keys, args...))
+	if c, ok := cmd.(*redis.Cmd); ok {
+		return c
+	}
+	return failedCmd(ctx, cmd.Err())
+}
+
+func failedCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}
+
+// sendPipeline sends calls in one pipeline. The calls' contexts are not
+// used: a call once queued is sent, within the client's read and write
+// timeouts.
+func (s *redisStore) sendPipeline(calls []pipeCall) {
+	ctx := context.Background()
+	pipe := s.c.Pipeline()
+	cmds := make([]redis.Cmder, len(calls))
+	for i, c := range calls {
+		cmds[i] = c.queue(ctx, pipe)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for i, c := range calls {
+		cmd := cmds[i]
+		if c.alone != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			cmd = c.alone(ctx)
+		}
+		c.reply <- cmd
+	}
 }
 
 // init checks the server and loads or creates the epoch.
@@ -151,6 +245,7 @@ func (s *redisStore) Close() error {
 	for sub := range subs {
 		sub.stop()
 	}
+	s.pipe.close()
 	return s.c.Close()
 }
 
@@ -199,7 +294,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		received := receivedAt(r.Received, now)
 		args = append(args, r.Kind, r.Platform, r.SessionKey, r.ChatID, received.UnixMicro(), r.Payload)
 	}
-	first, err := appendScript.Run(ctx, l.s.c, l.keys(tenant), args...).Int64()
+	first, err := l.s.runPipelined(ctx, appendScript, l.keys(tenant), args...).Int64()
 	if err != nil {
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
 	}
@@ -210,6 +305,14 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	return seqs, nil
 }
 
+func (l redisLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]uint64, func() error, error) {
+	seqs, err := l.Append(ctx, tenant, recs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return seqs, committed, nil
+}
+
 func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
 	if err := checkReadArgs(tenant, max); err != nil {
 		return nil, err
@@ -217,7 +320,15 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 	if afterSeq == math.MaxUint64 {
 		return nil, ctx.Err()
 	}
-	msgs, err := l.s.c.XRangeN(ctx, l.s.p+"log:"+tenant, "(0-"+strconv.FormatUint(afterSeq, 10), "+", int64(max)).Result()
+	key, start := l.s.p+"log:"+tenant, "(0-"+strconv.FormatUint(afterSeq, 10)
+	cmd := l.s.pipelined(ctx, pipeCall{queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.XRangeN(ctx, key, start, "+", int64(max))
+	}})
+	var msgs []redis.XMessage
+	err := cmd.Err()
+	if xc, ok := cmd.(*redis.XMessageSliceCmd); ok && err == nil {
+		msgs = xc.Val()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: read tenant %q: %w", tenant, rerr(err))
 	}
@@ -294,17 +405,64 @@ func (l redisLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (in
 	if len(seqs) == 0 {
 		return 0, ctx.Err()
 	}
+	n, err := l.s.runPipelined(ctx, ackScript, l.ackKeys(tenant), ackArgs(tenant, seqs)...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, rerr(err))
+	}
+	return n, nil
+}
+
+// AckAll sends one ack script call per tenant, all in the same pipeline.
+func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
+	if err := checkAckAllArgs(acks); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	calls := make([]pipeCall, 0, len(acks))
+	for tenant, seqs := range acks {
+		if len(seqs) > 0 {
+			calls = append(calls, l.s.scriptCall(ackScript, l.ackKeys(tenant), ackArgs(tenant, seqs)...))
+		}
+	}
+	removed := 0
+	var errs []error
+	for _, cmd := range l.s.pipelinedAll(ctx, calls) {
+		n, err := redisInt(cmd)
+		if err != nil {
+			errs = append(errs, rerr(err))
+			continue
+		}
+		removed += n
+	}
+	if len(errs) > 0 {
+		return removed, fmt.Errorf("store: ack: %w", errors.Join(errs...))
+	}
+	return removed, nil
+}
+
+func (l redisLedger) ackKeys(tenant string) []string {
 	p := l.s.p
+	return []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"}
+}
+
+func ackArgs(tenant string, seqs []uint64) []any {
 	args := make([]any, 0, 1+len(seqs))
 	args = append(args, tenant)
 	for _, seq := range seqs {
 		args = append(args, strconv.FormatUint(seq, 10))
 	}
-	n, err := ackScript.Run(ctx, l.s.c, []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"}, args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, rerr(err))
+	return args
+}
+
+// redisInt is a script's integer reply.
+func redisInt(cmd redis.Cmder) (int, error) {
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return 0, cmd.Err()
 	}
-	return n, nil
+	return c.Int()
 }
 
 // trimScript is trimRule.drop over the stream, oldest first: ARGV are the
@@ -757,7 +915,9 @@ func (p redisPubSub) Publish(ctx context.Context, channel string, msg []byte) er
 	if err := checkName("channel", channel); err != nil {
 		return err
 	}
-	if err := p.s.c.Publish(ctx, p.s.p+"channel:"+channel, msg).Err(); err != nil {
+	key := p.s.p + "channel:" + channel
+	publish := func(ctx context.Context, pipe redis.Pipeliner) redis.Cmder { return pipe.Publish(ctx, key, msg) }
+	if err := p.s.pipelined(ctx, pipeCall{queue: publish}).Err(); err != nil {
 		return fmt.Errorf("store: publish: %w", rerr(err))
 	}
 	return nil

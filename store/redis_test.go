@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"connector/internal/redistest"
 	"connector/store"
 	"connector/store/storetest"
@@ -77,5 +79,34 @@ func TestRedisAppendSurvivesServerKill(t *testing.T) {
 	next, err := s2.Ledger().Append(ctx, "t1", []store.Record{{}})
 	if err != nil || next[0] != want[len(want)-1]+1 {
 		t.Fatalf("Append after the restart = %v, %v; want seq %d", next, err, want[len(want)-1]+1)
+	}
+}
+
+// The pipeline sends scripts by their SHA; after the server's script cache
+// is flushed a pipelined call is answered NOSCRIPT and must be sent again
+// with its body, so appends and acks keep working.
+func TestRedisPipelineSurvivesScriptFlush(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	s := opener(t, redisConfig(srv))(time.Now)
+	l := s.Ledger()
+	first, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	next, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("b")}})
+	if err != nil || next[0] != first[0]+1 {
+		t.Fatalf("Append after SCRIPT FLUSH = %v, %v; want seq %d", next, err, first[0]+1)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.Ack(ctx, "t1", first[0], next[0]); err != nil || n != 2 {
+		t.Fatalf("Ack after SCRIPT FLUSH = %d, %v; want 2 removed", n, err)
 	}
 }

@@ -8,7 +8,8 @@
 //
 //   - Ledger: an append-only inbound log per tenant. Append returns only once
 //     the records are durable and gives each a per-tenant sequence number
-//     that is never reused; gateways acknowledge, bounds trim the oldest.
+//     that is never reused; Stage gives the numbers first and commits after;
+//     gateways acknowledge, bounds trim the oldest.
 //   - Capabilities: opaque values with an expiry (the vault's backing store).
 //   - Owners: which instance and connection own a session, with a TTL.
 //   - Leases: named, exclusive, expiring leases with fencing tokens.
@@ -19,11 +20,12 @@
 //
 //   - "embedded" (the default): go.etcd.io/bbolt in Config.Path. A write is
 //     committed with fsync before it returns; concurrent writers share one
-//     commit (group commit). One process owns the data directory.
+//     commit (group commit, batch.go). One process owns the data directory.
 //   - "redis": github.com/redis/go-redis/v9 against one Redis 7 primary
 //     (not Cluster), shared by any number of connector instances. A write is
 //     as durable as the server's persistence settings make it (see
-//     docs/durability.md).
+//     docs/durability.md); concurrent ledger and pub/sub calls share one
+//     round trip (a pipeline, batch.go).
 //   - "memory": in-process maps for unit tests and benchmarks; nothing
 //     survives Close.
 //
@@ -77,11 +79,23 @@ type Ledger interface {
 	// Append stores recs at the end of tenant's log and returns their
 	// sequence numbers, in the order of recs. Sequence numbers start at 1,
 	// grow by one per record and are never reused, even after acks, trims,
-	// restarts or from another instance. Append returns only once the
-	// records are durable. The store copies recs; their Seq is ignored, and
-	// a zero Received is set to the store's clock. Received is kept to the
-	// microsecond.
+	// restarts or from another instance; only a Stage whose records were
+	// not stored (its commit failed, or the process died first) leaves a
+	// gap. Append returns only once the records are durable. The store
+	// copies recs; their Seq is ignored, and a zero Received is set to the
+	// store's clock. Received is kept to the microsecond.
 	Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error)
+	// Stage is Append in two steps, for a caller that acts on the records
+	// before they are durable (the relay sends them to a connected gateway
+	// while the commit is under way). It assigns recs' sequence numbers at
+	// once, in the order of the tenant's Stage and Append calls, and
+	// returns commit, which returns nil once the records are durable, or
+	// the error that kept them from being stored. A sequence number Stage
+	// returned is never assigned again, even when commit fails or the
+	// process dies before the records are durable. The redis backend, whose
+	// numbers come from the server, stores the records before Stage
+	// returns, and its commit returns nil.
+	Stage(ctx context.Context, tenant string, recs []Record) (seqs []uint64, commit func() error, err error)
 	// Read returns up to max (> 0) of tenant's records with a sequence
 	// number above afterSeq, in sequence order.
 	Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error)
@@ -89,6 +103,10 @@ type Ledger interface {
 	// reports how many it removed. Unknown numbers (acknowledged before,
 	// trimmed, never assigned) are ignored.
 	Ack(ctx context.Context, tenant string, seqs ...uint64) (removed int, err error)
+	// AckAll is Ack for several tenants at once: it removes acks[tenant]
+	// from each tenant's log in one commit (embedded) or one round trip
+	// (redis), and reports how many records it removed in all.
+	AckAll(ctx context.Context, acks map[string][]uint64) (removed int, err error)
 	// Trim drops tenant's oldest records while the log exceeds b, and
 	// returns what it dropped, oldest first, so the caller can log and
 	// count it. A record alone larger than b.MaxBytes is dropped too.
@@ -358,6 +376,16 @@ func checkTTL(ttl time.Duration) error {
 	return nil
 }
 
+// checkAckAllArgs rejects a bad tenant name in acks.
+func checkAckAllArgs(acks map[string][]uint64) error {
+	for tenant := range acks {
+		if err := checkName("tenant", tenant); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkReadArgs rejects a bad tenant name or a non-positive read size.
 func checkReadArgs(tenant string, max int) error {
 	if err := checkName("tenant", tenant); err != nil {
@@ -403,6 +431,10 @@ func checkRegistryArgs(namespace, key string) error {
 	}
 	return checkName("registry key", key)
 }
+
+// committed is the commit of a Stage whose records were durable before it
+// returned.
+func committed() error { return nil }
 
 // expired reports whether a value that expires at expires is gone at now:
 // it is from its expiry instant on.

@@ -1,18 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"connector/platform/discord"
 	"connector/platform/nexscope"
@@ -45,7 +42,7 @@ type Config struct {
 	// Ops is the operations listener (/metrics, /readyz, /platforms).
 	Ops OpsConfig `yaml:"ops"`
 	// Relay tunes the gateway-facing /relay server.
-	Relay RelayConfig `yaml:"relay"`
+	Relay relay.Config `yaml:"relay"` // the keys are relay.Config's tagged fields
 	// Store is where durable state lives: inbound the gateways have not
 	// acknowledged (stored before a platform is told it arrived) and
 	// interaction tokens, for their TTL (docs/durability.md).
@@ -68,6 +65,9 @@ type Config struct {
 	// section is present or NEXSCOPE_TOKEN is set, and on embedded defaults.
 	// Routing: rooms[].tenant.
 	Nexscope *nexscope.Config `yaml:"nexscope"`
+
+	// deprecations are the older key spellings the file used.
+	deprecations []deprecation
 }
 
 // LogConfig configures log/slog output.
@@ -85,43 +85,6 @@ type TLSConfig struct {
 	CertFile string `yaml:"cert_file"`
 	// KeyFile is the PEM private key of CertFile.
 	KeyFile string `yaml:"key_file"`
-}
-
-// RelayConfig tunes the /relay server; see relay.Config for each default.
-type RelayConfig struct {
-	// ClockSkew tolerated past a token's expiry. Default 30s.
-	ClockSkew time.Duration `yaml:"clock_skew"`
-	// PingInterval between WebSocket pings to each gateway. Default 30s.
-	PingInterval time.Duration `yaml:"ping_interval"`
-	// WriteTimeout of one socket write before the gateway counts as slow.
-	// Default 10s.
-	WriteTimeout time.Duration `yaml:"write_timeout"`
-	// OutboundTimeout bounds one outbound op. Default 30s.
-	OutboundTimeout time.Duration `yaml:"outbound_timeout"`
-	// SendQueueBytes bounds one connection's unsent frames; beyond it the
-	// connection is closed 4408. Default 8388608 (8 MiB).
-	SendQueueBytes int `yaml:"send_queue_bytes"`
-	// AckWindow bounds unacknowledged inbound per connection. Default 256.
-	AckWindow int `yaml:"ack_window"`
-	// BufferEntries bounds a tenant's buffered inbound, entries in flight
-	// included; the oldest are dropped first, logged and counted. Default
-	// 10000.
-	BufferEntries int `yaml:"buffer_entries"`
-	// BufferBytes bounds a tenant's buffered inbound in payload bytes,
-	// entries in flight included. Default 67108864 (64 MiB).
-	BufferBytes int64 `yaml:"buffer_bytes"`
-	// BufferBytesTotal bounds the buffered inbound of all tenants together,
-	// in payload bytes; the largest tenant's oldest entries go first. It
-	// also bounds the memory buffered frames take. Default 268435456
-	// (256 MiB).
-	BufferBytesTotal int64 `yaml:"buffer_bytes_total"`
-	// BufferMaxAge drops buffered inbound received longer ago than this,
-	// checked every minute, logged and counted. Default 168h (7 days).
-	BufferMaxAge time.Duration `yaml:"buffer_max_age"`
-	// MaxConnsPerGateway bounds the connections of one gateway id, open or
-	// closing; beyond it the newest win and the oldest is closed 4409.
-	// Default 16.
-	MaxConnsPerGateway int `yaml:"max_conns_per_gateway"`
 }
 
 // StoreConfig selects the durable store.
@@ -153,9 +116,6 @@ type StoreConfig struct {
 
 // EnvRedisURL overrides store.redis_url.
 const EnvRedisURL = "CONNECTOR_REDIS_URL"
-
-// EnvInstance overrides store.instance.
-const EnvInstance = "CONNECTOR_INSTANCE"
 
 // TenantConfig is one tenant.
 type TenantConfig struct {
@@ -228,26 +188,28 @@ func LoadConfig(path string) (*Config, error) {
 	return ParseConfig(data)
 }
 
-// ParseConfig decodes a YAML config document strictly.
+// ParseConfig decodes a YAML config document strictly: an unknown key is an
+// error. Older spellings of keys are read as the current ones and listed
+// in the result's deprecations.
 func ParseConfig(data []byte) (*Config, error) {
+	root, err := parseDocument(data)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return nil, describeDecodeError(data, err)
+	if c.deprecations, err = migrateKeys(root); err != nil {
+		return nil, err
+	}
+	if err := decodeNode(root, &c, "", true); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
 	}
 	return &c, nil
 }
 
-// ApplyEnv adds secrets from the environment (lookup is os.LookupEnv in
+// applyGatewaySecrets adds each gateway's secrets from its
+// CONNECTOR_GATEWAY_SECRETS_<ID> variable (lookup is os.LookupEnv in
 // production).
-func (c *Config) ApplyEnv(lookup func(string) (string, bool)) {
-	if v, ok := lookup(EnvRedisURL); ok && v != "" {
-		c.Store.RedisURL = v
-	}
-	if v, ok := lookup(EnvInstance); ok && v != "" {
-		c.Store.Instance = v
-	}
+func (c *Config) applyGatewaySecrets(lookup func(string) (string, bool)) {
 	for ti := range c.Tenants {
 		for gi := range c.Tenants[ti].Gateways {
 			g := &c.Tenants[ti].Gateways[gi]
@@ -274,13 +236,24 @@ func GatewaySecretsEnv(id string) string {
 	return "CONNECTOR_GATEWAY_SECRETS_" + string(b)
 }
 
-// Validate reports the first invalid value, naming its key.
-func (c *Config) Validate() error {
+// normalize fills the defaults of the listeners and the http section and
+// rewrites platform ids to the spelling the platforms send ("0500" is
+// guild 500), so Validate and serve read one form.
+func (c *Config) normalize() error {
 	if c.Listen == "" {
 		c.Listen = defaultListen
 	}
-	if err := validListen(c.Listen); err != nil {
-		return fmt.Errorf("config: listen: %w", err)
+	c.normalizeHTTP()
+	return c.normalizePlatforms()
+}
+
+// Validate reports the first invalid value, naming its key. It changes
+// nothing; a zero value stands for its default.
+func (c *Config) Validate() error {
+	if c.Listen != "" {
+		if err := validListen(c.Listen); err != nil {
+			return fmt.Errorf("config: listen: %w", err)
+		}
 	}
 	if c.ShutdownGrace < 0 {
 		return errors.New("config: shutdown_grace: must not be negative")
@@ -301,23 +274,8 @@ func (c *Config) Validate() error {
 	if err := c.validateHTTP(); err != nil {
 		return err
 	}
-	for key, v := range map[string]time.Duration{
-		"relay.clock_skew": c.Relay.ClockSkew, "relay.ping_interval": c.Relay.PingInterval,
-		"relay.write_timeout": c.Relay.WriteTimeout, "relay.outbound_timeout": c.Relay.OutboundTimeout,
-	} {
-		if v < 0 {
-			return fmt.Errorf("config: %s: must not be negative", key)
-		}
-	}
-	for key, v := range map[string]int64{
-		"relay.send_queue_bytes": int64(c.Relay.SendQueueBytes), "relay.ack_window": int64(c.Relay.AckWindow),
-		"relay.buffer_entries": int64(c.Relay.BufferEntries), "relay.buffer_bytes": c.Relay.BufferBytes,
-		"relay.buffer_bytes_total": c.Relay.BufferBytesTotal, "relay.buffer_max_age": int64(c.Relay.BufferMaxAge),
-		"relay.max_conns_per_gateway": int64(c.Relay.MaxConnsPerGateway),
-	} {
-		if v < 0 {
-			return fmt.Errorf("config: %s: must not be negative", key)
-		}
+	if err := c.validateRelay(); err != nil {
+		return err
 	}
 	if err := c.Store.validate(); err != nil {
 		return err
@@ -326,6 +284,19 @@ func (c *Config) Validate() error {
 		return err
 	}
 	return c.validatePlatforms()
+}
+
+// validateRelay checks that no number of the relay section is negative
+// (relay.New would read a negative one as its default).
+func (c *Config) validateRelay() error {
+	section := reflect.ValueOf(&c.Relay).Elem()
+	for i := range section.NumField() {
+		key, _, _ := strings.Cut(section.Type().Field(i).Tag.Get("yaml"), ",")
+		if f := section.Field(i); key != "-" && f.CanInt() && f.Int() < 0 {
+			return fmt.Errorf("config: relay.%s: must not be negative", key)
+		}
+	}
+	return nil
 }
 
 // validListen checks addr the way net.Listen("tcp", addr) reads it, short of

@@ -7,63 +7,102 @@ import (
 	"go/token"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 )
 
 // configReference renders docs/configuration.md from the Config struct:
-// every YAML key (found by reflection, so none can be missed) with its type
-// and the doc comment of its Go field (read from the source in srcDirs).
+// every YAML key (configKeys, so none can be missed) with its type and the
+// doc comment of its Go field (read from the source in srcDirs, worded for
+// operators by operatorText), then every key's environment variable.
 func configReference(srcDirs []string) (string, error) {
 	docs, err := fieldDocs(srcDirs)
 	if err != nil {
 		return "", err
 	}
-	var b strings.Builder
-	b.WriteString(configDocHeader)
-	rows := 0
-	var walk func(t reflect.Type, prefix string)
-	walk = func(t reflect.Type, prefix string) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if tag == "" || tag == "-" || !f.IsExported() {
-				continue
-			}
-			key := prefix + tag
-			ft := f.Type
-			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
-			doc := docs[t.PkgPath()+"."+t.Name()+"."+f.Name]
-			fmt.Fprintf(&b, "| `%s` | %s | %s |\n", key, typeName(ft), doc)
-			rows++
-			switch {
-			case ft.Kind() == reflect.Struct && ft.PkgPath() != "time":
-				walk(ft, key+".")
-			case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
-				walk(ft.Elem(), key+"[].")
-			case ft.Kind() == reflect.Map && ft.Elem().Kind() == reflect.Struct:
-				walk(ft.Elem(), key+".<"+mapKeyName(tag)+">.")
-			}
-		}
-	}
-	walk(reflect.TypeFor[Config](), "")
-	if rows == 0 {
+	keys := configKeys()
+	if len(keys) == 0 {
 		return "", fmt.Errorf("configdoc: no keys found")
 	}
+	names := make(map[string]string, len(keys)) // Go field name -> YAML key, sections aside
+	for _, k := range keys {
+		if !k.isSection() {
+			names[k.field.Name], _, _ = strings.Cut(k.field.Tag.Get("yaml"), ",")
+		}
+	}
+	var b strings.Builder
+	b.WriteString(configDocHeader)
+	for _, k := range keys {
+		doc := docs[k.owner.PkgPath()+"."+k.owner.Name()+"."+k.field.Name]
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", k.Key, typeName(k.typ()), operatorText(doc, k.field.Name, names))
+	}
 	b.WriteString(envDocHeader)
-	for _, k := range envKeys() {
-		fmt.Fprintf(&b, "| `%s` | `%s` |\n", k.Env, k.Key)
+	for _, k := range keys {
+		if k.Env == "" {
+			continue
+		}
+		key := "`" + k.Key + "`"
+		switch t := k.typ(); {
+		case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+			key += " (the whole list, every `" + k.Key + "[]` key in it)"
+		case t.Kind() == reflect.Map && t.Elem().Kind() == reflect.Struct:
+			key += " (the whole map, every `" + k.Key + ".<" + mapKeyName(k.field.Tag.Get("yaml")) + ">` key in it)"
+		case t.Kind() == reflect.Slice, t.Kind() == reflect.Map:
+			key += " (the whole " + map[bool]string{true: "list", false: "map"}[t.Kind() == reflect.Slice] + ")"
+		}
+		if a := envAliases[k.Key]; a != "" {
+			key += "; also read from `" + a + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s |\n", k.Env, key)
+	}
+	b.WriteString(deprecatedDocHeader)
+	for _, d := range deprecatedSpellings() {
+		fmt.Fprintf(&b, "| `%s` | `%s` |\n", d[0], d[1])
 	}
 	b.WriteString(configDocFooter)
 	return b.String(), nil
 }
 
-func mapKeyName(tag string) string {
-	if tag == "tenants" {
-		return "tenant"
+// goName is a Go identifier in a doc comment, with an optional "Config."
+// qualifier: a capital, then at least one lower-case letter.
+var goName = regexp.MustCompile(`(?:Config\.)?[A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*`)
+
+// operatorText rewords the doc comment of field for operators: without the
+// field's Go name in front ("Listen is the address..." becomes "The
+// address..."), and with the Go name of every other config key replaced by
+// the key (AllowedUsers becomes ` + "`allowed_users`" + `). names maps Go names to
+// keys; a word inside a hyphenated name (X-Telegram-Bot-Api-Secret-Token)
+// is left alone.
+func operatorText(doc, field string, names map[string]string) string {
+	for _, lead := range []string{field + " is ", field + " are ", field + " "} {
+		if rest, ok := strings.CutPrefix(doc, lead); ok && rest != "" {
+			doc = rest
+			if word, _, _ := strings.Cut(rest, " "); strings.ToLower(word) == word {
+				doc = strings.ToUpper(rest[:1]) + rest[1:]
+			}
+			break
+		}
 	}
-	return "name"
+	var b strings.Builder
+	last := 0
+	for _, m := range goName.FindAllStringIndex(doc, -1) {
+		name := strings.TrimPrefix(doc[m[0]:m[1]], "Config.")
+		key, ok := names[name]
+		hyphenated := m[0] > 0 && doc[m[0]-1] == '-' || m[1] < len(doc) && doc[m[1]] == '-'
+		if !ok || hyphenated || m[0] > 0 && isWordByte(doc[m[0]-1]) {
+			continue
+		}
+		b.WriteString(doc[last:m[0]])
+		b.WriteString("`" + key + "`")
+		last = m[1]
+	}
+	b.WriteString(doc[last:])
+	return b.String()
+}
+
+// isWordByte reports whether c continues a word.
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 // typeName is the YAML-facing name of a Go type.
@@ -145,7 +184,7 @@ func fieldDocs(dirs []string) (map[string]string, error) {
 var moduleRoot = "../.."
 
 // configDocDirs are the packages whose config structs the reference covers.
-var configDocDirs = []string{"cmd/connector", "platform/discord", "platform/telegram", "platform/nexscope"}
+var configDocDirs = []string{"cmd/connector", "relay", "platform/discord", "platform/telegram", "platform/nexscope"}
 
 const configDocHeader = `# Configuration reference
 
@@ -157,23 +196,16 @@ The connector reads one YAML file: ` + "`-config FILE`" + `, else ` + "`$CONNECT
 defaults (see the README), and the log says which it did. Unknown keys and invalid values are
 errors that name the key; ` + "`connector serve -config FILE -check`" + ` validates a file and exits, and
 ` + "`connector config example`" + ` prints a commented example. Every key is optional unless its
-description says otherwise; a missing key takes the default its description names. Every
-single-value key outside the platform sections can also be set from the environment (the table
-after the keys).
+description says otherwise; a missing key takes the default its description names. Every key
+can also be set from the environment ([the table after the keys](#environment-variables-for-keys)),
+and a few older key spellings are still read ([deprecated keys](#deprecated-keys)).
 
-Environment variables (a set variable overrides the file):
+Environment variables besides the keys' (a set variable overrides the file):
 
 | variable | effect |
 |---|---|
 | ` + "`CONNECTOR_CONFIG`" + ` | the config file, when ` + "`-config`" + ` is not given |
-| ` + "`CONNECTOR_<KEY>`" + ` | a config key (the table after the keys) |
-| ` + "`CONNECTOR_GATEWAY_SECRETS_<ID>`" + ` | extra secrets (comma-separated) of gateway ` + "`<ID>`" + ` (upper-cased, other characters as ` + "`_`" + `) |
-| ` + "`CONNECTOR_DATA_DIR`" + ` | the data directory (` + "`store.path`" + `); the ` + "`-data-dir`" + ` flag overrides both |
-| ` + "`CONNECTOR_REDIS_URL`" + ` | ` + "`store.redis_url`" + ` |
-| ` + "`CONNECTOR_INSTANCE`" + ` | ` + "`store.instance`" + ` |
-| ` + "`DISCORD_BOT_TOKEN`" + `, ` + "`DISCORD_PUBLIC_KEY`" + `, ` + "`DISCORD_APPLICATION_ID`" + ` | Discord credentials; the token alone enables the platform |
-| ` + "`TELEGRAM_BOT_TOKEN`" + `, ` + "`TELEGRAM_WEBHOOK_SECRET`" + `, ` + "`TELEGRAM_WEBHOOK_URL`" + ` | Telegram credentials; the token alone enables the platform (long polling) |
-| ` + "`NEXSCOPE_TOKEN`" + `, ` + "`NEXSCOPE_MAX_USERS`" + `, ` + "`NEXSCOPE_MAX_PAYLOAD`" + `, ` + "`NEXSCOPE_MAX_FILE`" + ` | nexscope shared token (enables the platform) and limits |
+| ` + "`CONNECTOR_GATEWAY_SECRETS_<ID>`" + ` | extra secrets (comma-separated) of gateway ` + "`<ID>`" + ` (upper-cased, other characters as ` + "`_`" + `), added to its ` + "`secrets`" + ` |
 
 | key | type | description |
 |---|---|---|
@@ -183,12 +215,36 @@ Environment variables (a set variable overrides the file):
 const envDocHeader = `
 ## Environment variables for keys
 
-Each key below can be set from its variable, written as in the file (` + "`30s`, `true`, `8388608`" + `);
-a set variable overrides the file, and ` + "`-listen`" + ` overrides both. The platform sections,
-` + "`tenants`" + ` and lists are set in the file, and the platform credentials from the variables
-above.
+Every key has a variable: ` + "`CONNECTOR_`" + ` and the key upper-cased, dots as underscores
+(` + "`store.path`, `store.redis_url` and `store.instance`" + ` keep the names they had). A variable set
+to a non-empty value overrides the file; ` + "`-listen` and `-data-dir`" + ` override both. A string is
+taken as written; any other value is written as in the file (` + "`30s`, `true`, `8388608`" + `). A
+variable of a key in ` + "`discord`, `telegram` or `nexscope`" + ` enables that platform, as its section
+does in the file. A platform's credentials are also read from the names the Hermes gateway's
+own adapters use (` + "`DISCORD_BOT_TOKEN`" + `), when the key's own variable is unset.
+
+A list or a map is set whole, in YAML flow or JSON form, and replaces the file's:
+` + "`CONNECTOR_TENANTS='[{id: acme, gateways: [{id: acme-gw1}]}]'`" + ` (with
+` + "`CONNECTOR_GATEWAY_SECRETS_ACME_GW1`" + ` for the secret), ` + "`CONNECTOR_TELEGRAM_CHATS='{\"-1001234567890\": acme}'`" + `,
+` + "`CONNECTOR_DISCORD_TENANTS='{acme: {require_mention: false, weight: 2}}'`" + `. The keys inside a list
+item or a map entry (` + "`tenants[].id`, `discord.tenants.<tenant>.weight`" + `) have no variable of
+their own: which items and entries exist is the list's or map's value, so a variable per item
+would have to name an item the environment cannot define. To configure from the environment
+alone, give an empty file (` + "`-config /dev/null`" + `): with no file at all the connector runs on its
+embedded defaults, which the variables then adjust.
 
 | variable | key |
+|---|---|
+`
+
+// deprecatedDocHeader introduces the table of older key spellings.
+const deprecatedDocHeader = `
+## Deprecated keys
+
+These older spellings are still read, as the key that replaced them; the connector logs a
+warning naming both at start. A file that writes both spellings of one key is refused.
+
+| older spelling | write instead |
 |---|---|
 `
 
@@ -226,7 +282,7 @@ discord:
   guilds: {"1310000000000000500": acme, "1310000000000000600": globex}
   dm_tenant: acme
 telegram:
-  # token from TELEGRAM_BOT_TOKEN; long polling without webhook_url
+  # bot_token from TELEGRAM_BOT_TOKEN; long polling without webhook_url
   chats: {"-1001234567890": acme, "-1009876543210": globex}
 nexscope:
   # token from NEXSCOPE_TOKEN

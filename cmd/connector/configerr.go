@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,10 +16,42 @@ import (
 // error, so it is matched anywhere in a message.
 var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type (\S+)`)
 
-// describeDecodeError turns a decoding error of the config document data
-// into one that names each offending key and its line, with the fix where
+// parseDocument parses a YAML document; a syntax error says its line.
+func parseDocument(data []byte) (*yaml.Node, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	return &root, nil
+}
+
+// decodeValue decodes the YAML document data into out, which key (empty
+// for the whole file) holds, as decodeNode does.
+func decodeValue(data []byte, out any, key string, withLines bool) error {
+	root, err := parseDocument(data)
+	if err != nil {
+		return err
+	}
+	return decodeNode(root, out, key, withLines)
+}
+
+// decodeNode decodes the parsed document root into out, which key holds:
+// every mapping key in it must be one out reads, and each error names the
+// offending key path under key, its line when withLines, and the fix where
 // one can be told.
-func describeDecodeError(data []byte, err error) error {
+func decodeNode(root *yaml.Node, out any, key string, withLines bool) error {
+	if root.Kind == 0 {
+		return nil // an empty document
+	}
+	var unknown []string
+	unknownKeys(root, reflect.TypeOf(out).Elem(), key, &unknown)
+	if len(unknown) > 0 {
+		return errors.New(strings.Join(unknown, "; "))
+	}
+	err := root.Decode(out)
+	if err == nil {
+		return nil
+	}
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		msg := err.Error()
@@ -27,25 +60,99 @@ func describeDecodeError(data []byte, err error) error {
 			for i, f := range m {
 				parts[i] = fmt.Sprintf("unknown key %q (line %s)", f[2], f[1])
 			}
-			return fmt.Errorf("config: %s", strings.Join(parts, "; "))
+			return errors.New(strings.Join(parts, "; "))
 		}
-		return fmt.Errorf("config: %s", strings.TrimPrefix(msg, "yaml: "))
+		return errors.New(strings.TrimPrefix(msg, "yaml: "))
 	}
-	return fmt.Errorf("config: %s", strings.Join(explainTypeError(data, te), "; "))
+	return errors.New(strings.Join(explainTypeError(root, key, te, withLines), "; "))
+}
+
+// unmarshalerType is implemented by the types that read their own keys
+// (and refuse unknown ones themselves).
+var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
+
+// unknownKeys appends to out each mapping key under n that no field of t
+// reads, by its path under key and its line. Values of the wrong kind are
+// left to the decoder to report.
+func unknownKeys(n *yaml.Node, t reflect.Type, key string, out *[]string) {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.DocumentNode {
+		for _, c := range n.Content {
+			unknownKeys(c, t, key, out)
+		}
+		return
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(unmarshalerType) {
+		return
+	}
+	switch {
+	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Value == "<<" { // a merge: its mappings' keys are this one's
+				unknownKeys(v, t, key, out)
+				continue
+			}
+			f, ok := fieldByKey(t, k.Value)
+			if !ok {
+				where := ""
+				if key != "" {
+					where = " in " + key
+				}
+				*out = append(*out, fmt.Sprintf("unknown key %q%s (line %d)", k.Value, where, k.Line))
+				continue
+			}
+			unknownKeys(v, f.Type, joinKey(key, k.Value), out)
+		}
+	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+		for i, c := range n.Content {
+			unknownKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", key, i), out)
+		}
+	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			unknownKeys(n.Content[i+1], t.Elem(), joinKey(key, n.Content[i].Value), out)
+		}
+	}
+}
+
+// fieldByKey is the field of struct type t that YAML key name sets.
+func fieldByKey(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); tag == name && f.IsExported() {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+// joinKey appends name to the key path key.
+func joinKey(key, name string) string {
+	if key == "" {
+		return name
+	}
+	return key + "." + name
 }
 
 // typeErrorLine is one line of a yaml.TypeError: a value of the wrong kind.
 var typeErrorLine = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (.+)$")
 
 // explainTypeError rewrites the lines of a yaml.TypeError so each names the
-// key (found in the document's node tree by line and value) and, where it
-// can, the fix: "shutdown_grace (line 2): 30 has no unit; write a duration
-// such as 30s". Lines it cannot place are kept as yaml wrote them.
-func explainTypeError(data []byte, te *yaml.TypeError) []string {
-	var root yaml.Node
-	_ = yaml.Unmarshal(data, &root)
+// key (found in the document's node tree by line and value; root holds
+// key) and, where it can, the fix: "shutdown_grace (line 2): 30 has no
+// unit; write a duration such as 30s". The value of a key holding a secret
+// is not repeated. Lines it cannot place are kept as yaml wrote them.
+func explainTypeError(root *yaml.Node, key string, te *yaml.TypeError, withLines bool) []string {
 	var values []keyedValue
-	collectValues(&root, "", &values)
+	if key != "" && root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		values = append(values, keyedValue{key, root.Content[0]})
+	}
+	collectValues(root, key, &values)
 	out := make([]string, 0, len(te.Errors))
 	for _, line := range te.Errors {
 		if f := unknownField.FindStringSubmatch(line); f != nil {
@@ -59,14 +166,27 @@ func explainTypeError(data []byte, te *yaml.TypeError) []string {
 		}
 		n, _ := strconv.Atoi(m[1])
 		tag, value, into := m[2], m[3], m[4]
-		key := keyAt(values, n, tag, value)
-		if key == "" {
+		at := keyAt(values, n, tag, value)
+		if at == "" {
 			out = append(out, line)
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s (line %d): %s", key, n, typeHint(tag, value, into)))
+		if holdsSecret(at) {
+			value = ""
+		}
+		if withLines {
+			at = fmt.Sprintf("%s (line %d)", at, n)
+		}
+		out = append(out, fmt.Sprintf("%s: %s", at, typeHint(tag, value, into)))
 	}
 	return out
+}
+
+// holdsSecret reports whether the key path names a secret: a token, a
+// secret or the Redis URL (which may carry a password).
+func holdsSecret(key string) bool {
+	last := key[strings.LastIndexByte(key, '.')+1:]
+	return strings.Contains(last, "token") || strings.Contains(last, "secret") || strings.HasPrefix(last, "redis_url")
 }
 
 // keyedValue is a value node and the key path that leads to it.

@@ -106,7 +106,7 @@ func docPlatforms(t *testing.T) map[int]platform.Platform {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tg, err := telegram.New(telegram.Config{Token: "123456:doc-test-token"}, deps)
+	tg, err := telegram.New(telegram.Config{BotToken: "123456:doc-test-token"}, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

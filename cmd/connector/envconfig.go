@@ -1,13 +1,10 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"reflect"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // envKeyPrefix starts the environment variable of every config key.
@@ -21,81 +18,93 @@ const envConfigPath = "CONNECTOR_CONFIG"
 // on embedded defaults.
 var defaultConfigSearch = []string{"connector.yaml", "/etc/connector/connector.yaml"}
 
-// envKey is one config key that an environment variable can set.
-type envKey struct {
-	Env   string // CONNECTOR_RELAY_ACK_WINDOW
-	Key   string // relay.ack_window
-	index []int  // the field's index path in Config
-	typ   reflect.Type
-	// own is set when the key's variable is read by the code that owns
-	// the key (keyVariables), not by applyKeyEnv.
-	own bool
-}
-
-// keyVariables are keys whose variable had its own name before every key
-// had one; the code that owns the key reads it.
-var keyVariables = map[string]string{
-	"store.path":      envDataDir,
+// envNames are the keys whose variable is not CONNECTOR_<KEY>: the name
+// each had before every key had a variable.
+var envNames = map[string]string{
+	"store.path":      envDataDir, // read by dataDir, after -data-dir
 	"store.redis_url": EnvRedisURL,
+	"store.instance":  "CONNECTOR_INSTANCE",
 }
 
-// envKeys lists every config key an environment variable can set: each
-// single value outside the platform sections (which have their own
-// variables, such as DISCORD_BOT_TOKEN) and outside lists and maps. The
-// variable is CONNECTOR_ and the key upper-cased, dots as underscores.
-func envKeys() []envKey {
-	var keys []envKey
-	var walk func(t reflect.Type, prefix string, index []int)
-	walk = func(t reflect.Type, prefix string, index []int) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if tag == "" || tag == "-" || !f.IsExported() {
-				continue
-			}
-			key := prefix + tag
-			idx := append(append([]int(nil), index...), i)
-			switch ft := f.Type; {
-			case ft.Kind() == reflect.Struct && ft.PkgPath() != "time":
-				walk(ft, key+".", idx)
-			case ft.Kind() == reflect.Pointer, ft.Kind() == reflect.Slice, ft.Kind() == reflect.Map:
-				// Platform sections, tenants, lists: the file's job.
-			default:
-				env, own := keyVariables[key]
-				if !own {
-					env = envKeyPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
-				}
-				keys = append(keys, envKey{Env: env, Key: key, index: idx, typ: ft, own: own})
-			}
-		}
+// envAliases are variables a key is also read from when its own is unset:
+// the platform credentials under the names the Hermes gateway's own
+// adapters read them from.
+var envAliases = map[string]string{
+	"discord.bot_token":       "DISCORD_BOT_TOKEN",
+	"discord.public_key":      "DISCORD_PUBLIC_KEY",
+	"discord.application_id":  "DISCORD_APPLICATION_ID",
+	"telegram.bot_token":      "TELEGRAM_BOT_TOKEN",
+	"telegram.webhook_secret": "TELEGRAM_WEBHOOK_SECRET",
+	"telegram.webhook_url":    "TELEGRAM_WEBHOOK_URL",
+	"nexscope.token":          "NEXSCOPE_TOKEN",
+	"nexscope.max_users":      "NEXSCOPE_MAX_USERS",
+	"nexscope.max_payload":    "NEXSCOPE_MAX_PAYLOAD",
+	"nexscope.max_file":       "NEXSCOPE_MAX_FILE",
+}
+
+// envVariable is the variable of key: CONNECTOR_ and the key upper-cased,
+// dots as underscores, unless envNames names another.
+func envVariable(key string) string {
+	if name, ok := envNames[key]; ok {
+		return name
 	}
-	walk(reflect.TypeFor[Config](), "", nil)
-	return keys
+	return envKeyPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
-// applyKeyEnv sets every key whose variable is set, reading the value as
-// YAML reads it in the file (30s, true, 8388608).
-func (c *Config) applyKeyEnv(lookup func(string) (string, bool)) error {
-	v := reflect.ValueOf(c).Elem()
-	for _, k := range envKeys() {
-		raw, ok := lookup(k.Env)
-		if !ok || k.own {
+// lookupKey returns the value of k's variable, else of its alias; an empty
+// value counts as unset.
+func lookupKey(k configKey, lookup func(string) (string, bool)) (name, value string, ok bool) {
+	for _, name := range []string{k.Env, envAliases[k.Key]} {
+		if name == "" {
 			continue
 		}
-		dst := reflect.New(k.typ)
-		if err := yaml.Unmarshal([]byte(raw), dst.Interface()); err != nil {
-			hint := strings.TrimPrefix(err.Error(), "yaml: ")
-			var te *yaml.TypeError
-			if errors.As(err, &te) && len(te.Errors) > 0 {
-				if m := typeErrorLine.FindStringSubmatch(te.Errors[0]); m != nil {
-					hint = typeHint(m[2], m[3], m[4])
-				}
-			}
-			return fmt.Errorf("config: %s (for %s): %s", k.Env, k.Key, hint)
+		if v, set := lookup(name); set && v != "" {
+			return name, v, true
 		}
-		v.FieldByIndex(k.index).Set(dst.Elem())
+	}
+	return "", "", false
+}
+
+// applyKeyEnv sets every key whose variable is set. A string is taken as
+// written; any other value is read as YAML reads it in the file (30s,
+// true, 8388608), a list or map whole, in YAML flow or JSON form
+// ([{id: acme}], {"-100123": acme}). A variable of a key in a platform
+// section enables the platform, as the section does in the file.
+// store.path's variable is read by dataDir.
+func (c *Config) applyKeyEnv(lookup func(string) (string, bool)) error {
+	root := reflect.ValueOf(c).Elem()
+	for _, k := range configKeys() {
+		if k.Env == "" || k.Env == envDataDir {
+			continue
+		}
+		name, raw, ok := lookupKey(k, lookup)
+		if !ok {
+			continue
+		}
+		dst := reflect.New(k.typ())
+		if dst.Elem().Kind() == reflect.String {
+			dst.Elem().SetString(raw)
+		} else if err := decodeValue([]byte(raw), dst.Interface(), k.Key, false); err != nil {
+			return fmt.Errorf("config: %s: %w", name, err)
+		}
+		fieldAt(root, k.index).Set(dst.Elem())
 	}
 	return nil
+}
+
+// fieldAt is the field of v at index, allocating the nil pointers (platform
+// sections) on the way.
+func fieldAt(v reflect.Value, index []int) reflect.Value {
+	for i, x := range index {
+		if i > 0 && v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				v.Set(reflect.New(v.Type().Elem()))
+			}
+			v = v.Elem()
+		}
+		v = v.Field(x)
+	}
+	return v
 }
 
 // configPath is the config file serve reads: flag, then $CONNECTOR_CONFIG,

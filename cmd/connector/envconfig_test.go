@@ -4,71 +4,169 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"connector/platform/discord"
+	"connector/platform/nexscope"
+	"connector/platform/telegram"
 )
 
 // TestEveryKeyVariableSetsItsKey sets each key's variable to a value of its
-// type and checks that exactly that field changed, so no row of the
-// generated table is a dead variable.
+// type and checks that exactly that value changed, so no row of the
+// generated table is a dead variable; and that every key has a variable or
+// is set by its list's or map's.
 func TestEveryKeyVariableSetsItsKey(t *testing.T) {
 	samples := map[reflect.Type]string{
-		reflect.TypeFor[string]():        "127.0.0.1:7",
-		reflect.TypeFor[int]():           "7",
-		reflect.TypeFor[int64]():         "7",
-		reflect.TypeFor[bool]():          "true",
-		reflect.TypeFor[time.Duration](): "7s",
+		reflect.TypeFor[string]():                           "127.0.0.1:7",
+		reflect.TypeFor[int]():                              "7",
+		reflect.TypeFor[int64]():                            "7",
+		reflect.TypeFor[float64]():                          "7.5",
+		reflect.TypeFor[bool]():                             "true",
+		reflect.TypeFor[time.Duration]():                    "7s",
+		reflect.TypeFor[[]string]():                         "[a]",
+		reflect.TypeFor[map[string]string]():                `{"7": t1}`,
+		reflect.TypeFor[[]TenantConfig]():                   "[{id: t1}]",
+		reflect.TypeFor[map[string]discord.TenantConfig]():  "{t1: {weight: 2}}",
+		reflect.TypeFor[map[string]telegram.TenantConfig](): "{t1: {require_mention: true}}",
+		reflect.TypeFor[telegram.TopicBindings]():           `[{chat_id: "-100", topics: []}]`,
+		reflect.TypeFor[[]nexscope.Room]():                  "[{name: r1}]",
 	}
-	keys := envKeys()
-	if len(keys) < 10 {
-		t.Fatalf("only %d key variables", len(keys))
+	keys := configKeys()
+	if len(keys) < 100 {
+		t.Fatalf("only %d keys", len(keys))
 	}
-	reserved := []string{envConfigPath, envDataDir, envTokenSecret}
+	reserved := []string{envConfigPath, envTokenSecret}
+	seen := map[string]string{}
 	for _, k := range keys {
-		if k.own {
-			continue // read where the key is owned, tested there
-		}
-		raw, ok := samples[k.typ]
-		if !ok {
-			t.Errorf("%s: no sample value for type %s; add one", k.Env, k.typ)
+		if k.Env == "" {
+			if k.Within == "" && !k.isSection() {
+				t.Errorf("key %s has no variable and is in no list or map", k.Key)
+			}
 			continue
 		}
-		for _, r := range reserved {
-			if k.Env == r {
-				t.Errorf("key %s takes the variable %s, which means something else", k.Key, r)
+		for _, name := range []string{k.Env, envAliases[k.Key]} {
+			if other, dup := seen[name]; dup && name != "" {
+				t.Errorf("keys %s and %s share the variable %s", other, k.Key, name)
 			}
+			seen[name] = k.Key
+		}
+		if slices.Contains(reserved, k.Env) {
+			t.Errorf("key %s takes the variable %s, which means something else", k.Key, k.Env)
 		}
 		if strings.HasPrefix(k.Env, "CONNECTOR_GATEWAY_SECRETS_") {
 			t.Errorf("key %s collides with the gateway secrets variables", k.Key)
+		}
+		if k.Env == envDataDir {
+			continue // read by dataDir: TestDataDirOrder
+		}
+		raw, ok := samples[k.typ()]
+		if !ok {
+			t.Errorf("%s: no sample value for type %s; add one", k.Env, k.typ())
+			continue
 		}
 		var c Config
 		if err := c.applyKeyEnv(envOf(map[string]string{k.Env: raw})); err != nil {
 			t.Errorf("%s=%s: %v", k.Env, raw, err)
 			continue
 		}
-		if reflect.ValueOf(c).FieldByIndex(k.index).IsZero() {
+		if fieldAt(reflect.ValueOf(&c).Elem(), k.index).IsZero() {
 			t.Errorf("%s=%s did not set %s", k.Env, raw, k.Key)
 		}
 		if n := countNonZero(reflect.ValueOf(c)); n != 1 {
 			t.Errorf("%s=%s set %d values, want only %s: %+v", k.Env, raw, n, k.Key, c)
 		}
+		if alias := envAliases[k.Key]; alias != "" {
+			var c Config
+			if err := c.applyKeyEnv(envOf(map[string]string{alias: raw})); err != nil || fieldAt(reflect.ValueOf(&c).Elem(), k.index).IsZero() {
+				t.Errorf("%s=%s did not set %s: %v", alias, raw, k.Key, err)
+			}
+			c = Config{}
+			if err := c.applyKeyEnv(envOf(map[string]string{alias: raw, k.Env: ""})); err != nil || fieldAt(reflect.ValueOf(&c).Elem(), k.index).IsZero() {
+				t.Errorf("%s= (empty) hid %s=%s: %v", k.Env, alias, raw, err)
+			}
+		}
 	}
 }
 
-// countNonZero counts the non-zero leaves of a struct value.
+// countNonZero counts the non-zero leaves of a value: struct fields,
+// section pointers, list items and map entries.
 func countNonZero(v reflect.Value) int {
-	if v.Kind() != reflect.Struct || v.Type().PkgPath() == "time" {
-		if v.IsZero() {
-			return 0
+	switch {
+	case v.Kind() == reflect.Pointer && !v.IsNil() && v.Elem().Kind() == reflect.Struct:
+		return countNonZero(v.Elem())
+	case v.Kind() == reflect.Struct && v.Type().PkgPath() != "time":
+		n := 0
+		for i := range v.NumField() {
+			n += countNonZero(v.Field(i))
 		}
-		return 1
+		return n
+	case v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.Struct:
+		n := 0
+		for i := range v.Len() {
+			n += countNonZero(v.Index(i))
+		}
+		return n
+	case v.Kind() == reflect.Map && v.Type().Elem().Kind() == reflect.Struct:
+		n := 0
+		for it := v.MapRange(); it.Next(); {
+			n += countNonZero(it.Value())
+		}
+		return n
+	case v.IsZero():
+		return 0
 	}
-	n := 0
-	for i := range v.NumField() {
-		n += countNonZero(v.Field(i))
+	return 1
+}
+
+// TestListAndMapVariables: a list or map variable replaces the file's value
+// whole, is read strictly (an unknown key is named with its path) and a
+// type error names the key inside it without echoing a secret.
+func TestListAndMapVariables(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	doc := "tenants: [{id: file, gateways: [{id: gwf, secrets: [sf]}]}]\n"
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	return n
+	env := map[string]string{
+		"CONNECTOR_TENANTS":             `[{"id": "acme", "gateways": [{"id": "gw1", "secrets": ["s1"]}]}, {id: globex, gateways: [{id: gw2}]}]`,
+		"CONNECTOR_GATEWAY_SECRETS_GW2": "s2",
+		"CONNECTOR_TELEGRAM_CHATS":      `{"-0100": acme}`,
+		"TELEGRAM_BOT_TOKEN":            "123456:abc",
+		"CONNECTOR_TELEGRAM_TENANTS":    "{acme: {weight: 3, require_mention: yes}}",
+		"CONNECTOR_NEXSCOPE_ROOMS":      "[{name: default, tenant: globex}]",
+		"CONNECTOR_NEXSCOPE_TOKEN":      "n-token",
+	}
+	cfg, _, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Tenants) != 2 || cfg.Tenants[0].ID != "acme" || cfg.Tenants[1].Gateways[0].Secrets[0] != "s2" {
+		t.Fatalf("tenants: %+v", cfg.Tenants)
+	}
+	if cfg.Telegram == nil || cfg.Telegram.Chats["-100"] != "acme" || cfg.Telegram.Tenants["acme"].Weight != 3 || !*cfg.Telegram.Tenants["acme"].RequireMention {
+		t.Fatalf("telegram: %+v", cfg.Telegram)
+	}
+	if cfg.Nexscope == nil || cfg.Nexscope.Rooms[0].Tenant != "globex" || cfg.Nexscope.Token != "n-token" {
+		t.Fatalf("nexscope: %+v", cfg.Nexscope)
+	}
+	for v, want := range map[string]string{
+		"CONNECTOR_TENANTS=[{id: a, gatways: []}]":                           `unknown key "gatways" in tenants[0]`,
+		"CONNECTOR_TENANTS=[{id: a, gateways: [{id: g, secrets: hunter2}]}]": "tenants[0].gateways[0].secrets: a str where a list belongs",
+		"CONNECTOR_DISCORD_TENANTS={a: {weight: many}}":                      "weight",
+		"CONNECTOR_TELEGRAM_GLOBAL_PER_SECOND=fast":                          `telegram.global_per_second: "fast" is not a whole number`,
+	} {
+		k, val, _ := strings.Cut(v, "=")
+		_, _, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, envOf(map[string]string{k: val}))
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), k) {
+			t.Errorf("%s: error %v, want the variable and %q", v, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s: error %v shows the secret", v, err)
+		}
+	}
 }
 
 // TestKeyVariablesOverrideTheFileAndFlagsOverrideThem: file < environment

@@ -62,13 +62,28 @@ const (
 	defaultOpsListen         = "127.0.0.1:9090"
 )
 
-// validateHTTP fills the http and ops defaults and checks their values.
+// normalizeHTTP fills the http and ops defaults.
+func (c *Config) normalizeHTTP() {
+	h := &c.HTTP
+	setDefault(&h.ReadHeaderTimeout, defaultReadHeaderTimeout)
+	setDefault(&h.BodyTimeout, defaultBodyTimeout)
+	setDefault(&h.IdleTimeout, defaultIdleTimeout)
+	setDefault(&h.MaxHeaderBytes, defaultMaxHeaderBytes)
+	setDefault(&h.MaxUnauthenticatedConns, maxUnauthConnsFor(openFileLimit()))
+	setDefault(&h.MaxUnauthenticatedConnsPerSource, min(defaultMaxUnauthPerSrc, max(h.MaxUnauthenticatedConns/2, 1)))
+	h.MaxUnauthenticatedConnsPerSource = min(h.MaxUnauthenticatedConnsPerSource, h.MaxUnauthenticatedConns)
+	if c.Ops.Listen == "" {
+		c.Ops.Listen = defaultOpsListen
+	}
+}
+
+// validateHTTP checks the http and ops values.
 func (c *Config) validateHTTP() error {
 	h := &c.HTTP
-	for key, v := range map[string]*time.Duration{
-		"http.read_header_timeout": &h.ReadHeaderTimeout, "http.body_timeout": &h.BodyTimeout, "http.idle_timeout": &h.IdleTimeout,
+	for key, v := range map[string]time.Duration{
+		"http.read_header_timeout": h.ReadHeaderTimeout, "http.body_timeout": h.BodyTimeout, "http.idle_timeout": h.IdleTimeout,
 	} {
-		if *v < 0 {
+		if v < 0 {
 			return fmt.Errorf("config: %s: must not be negative", key)
 		}
 	}
@@ -80,18 +95,10 @@ func (c *Config) validateHTTP() error {
 			return fmt.Errorf("config: %s: must not be negative", key)
 		}
 	}
-	setDefault(&h.ReadHeaderTimeout, defaultReadHeaderTimeout)
-	setDefault(&h.BodyTimeout, defaultBodyTimeout)
-	setDefault(&h.IdleTimeout, defaultIdleTimeout)
-	setDefault(&h.MaxHeaderBytes, defaultMaxHeaderBytes)
-	setDefault(&h.MaxUnauthenticatedConns, maxUnauthConnsFor(openFileLimit()))
-	setDefault(&h.MaxUnauthenticatedConnsPerSource, min(defaultMaxUnauthPerSrc, max(h.MaxUnauthenticatedConns/2, 1)))
-	h.MaxUnauthenticatedConnsPerSource = min(h.MaxUnauthenticatedConnsPerSource, h.MaxUnauthenticatedConns)
-	if c.Ops.Listen == "" {
-		c.Ops.Listen = defaultOpsListen
-	}
-	if err := validListen(c.Ops.Listen); err != nil {
-		return fmt.Errorf("config: ops.listen: %w", err)
+	if c.Ops.Listen != "" {
+		if err := validListen(c.Ops.Listen); err != nil {
+			return fmt.Errorf("config: ops.listen: %w", err)
+		}
 	}
 	return nil
 }

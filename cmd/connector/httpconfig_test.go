@@ -14,6 +14,7 @@ func TestPerSourceShareDefaultsBelowTheTotal(t *testing.T) {
 		{100, 500, 100}, // behind a proxy: the whole total
 	} {
 		c := Config{HTTP: HTTPConfig{MaxUnauthenticatedConns: tc.total, MaxUnauthenticatedConnsPerSource: tc.perSource}}
+		c.normalizeHTTP()
 		if err := c.validateHTTP(); err != nil {
 			t.Fatal(err)
 		}
@@ -22,6 +23,7 @@ func TestPerSourceShareDefaultsBelowTheTotal(t *testing.T) {
 		}
 	}
 	c := Config{HTTP: HTTPConfig{MaxUnauthenticatedConnsPerSource: -1}}
+	c.normalizeHTTP()
 	if err := c.validateHTTP(); err == nil {
 		t.Error("a negative per-source share was accepted")
 	}

@@ -12,9 +12,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,6 +28,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/redistest"
+	"connector/platform/discord/discordtest"
 	"connector/relay/relaytest"
 	"connector/session"
 	"connector/store"
@@ -33,6 +37,25 @@ import (
 // multiLeaseTTL is the instances' store.lease_ttl.
 const multiLeaseTTL = 1500 * time.Millisecond
 
+// TestThreeInstancesOnRedis, with the three instances i0, i1, i2:
+//
+//   - gateways spread over the three: gw1 on i1 (telegram only, so discord
+//     inbound goes to the others), gw2 on i2 and gw3 on i0;
+//   - inbound ingested on every instance reaches them; outbound (a Discord
+//     send, a Telegram send) from each; follow_up of an interaction
+//     ingested on another instance; an interrupt from a gateway that does
+//     not own the session;
+//   - kill -9 of the instance driving the tenant while interactions keep
+//     being confirmed to the survivors: all delivered, and right after
+//     the takeover an interrupt reaches the owner (from the stored owner)
+//     and follow_up works;
+//   - kill -9 of the instance holding the Telegram poll and Discord
+//     Gateway leases (or their new holder, if the first kill took them):
+//     updates waiting at Telegram and a Discord Gateway message sent after
+//     the takeover are delivered.
+//
+// Every confirmed event must arrive; the takeover times are logged
+// (docs/durability.md).
 func TestThreeInstancesOnRedis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary and redis-server")
@@ -49,11 +72,12 @@ func TestThreeInstancesOnRedis(t *testing.T) {
 		t.Fatalf("waiting for the Discord Gateway session: %v", err)
 	}
 
-	// Gateways of tenant t1 on instances 1 and 2.
+	// Gateways of tenant t1 on every instance; gw1 first, so i1 drives.
 	gws := newGatewaySet(t)
-	gws.dial(t, rigs[1], "gw1", crashGatewaySecret)
-	gws.dial(t, rigs[2], "gw2", "gw2-secret")
+	gws.dial(t, rigs, 1, "gw1", crashGatewaySecret, "telegram")
 	driver, _ := waitHolder("relay/tenant/t1", "")
+	gws.dial(t, rigs, 2, "gw2", "gw2-secret", "discord", "telegram")
+	gws.dial(t, rigs, 0, "gw3", "gw3-secret", "discord", "telegram")
 	t.Logf("telegram and discord ingest on %s, tenant t1 driven by %s", ingest, driver)
 
 	// Interactions ingested on every instance reach the gateways.
@@ -61,56 +85,194 @@ func TestThreeInstancesOnRedis(t *testing.T) {
 		confirmDiscordInteractions(t, rigs[i%3], i, i+1)
 	}
 	got := gws.wait(t, 0, 12)
-	// follow_up from the gateway on instance 2 for an interaction ingested
-	// on instance 0 (its token is in the shared vault).
-	gws.followUp(t, 1, got[0])
-	// interrupt from the gateway that does not own session 1.
-	owner := got[1].gw
-	other := 1 - owner
-	gws.interrupt(t, other, got[1].session)
-	if f := gws.next(t, contract.TypeInterruptInbound); f.SessionKey != got[1].session {
-		t.Fatalf("interrupt_inbound for %q, want %q", f.SessionKey, got[1].session)
+	// follow_up from the other discord gateway (on another instance than
+	// the one that got it; the token is in the shared vault).
+	gws.followUp(t, otherDiscord(got[0].gw), got[0])
+	// Outbound from every gateway, each on its own instance: Telegram
+	// sends from all three, a Discord send from the one on the instance
+	// holding the Discord Gateway lease (on the others Discord cannot tell
+	// a channel's owner: its cache is filled by the Gateway; see
+	// docs/durability.md).
+	for k := range 3 {
+		gws.send(t, base, k, "telegram", "42", fmt.Sprintf("sent from %s on %s", gws.ids[k], rigName(gws.on[k])))
 	}
+	if k := slices.Index(gws.on, instanceIndex(ingest)); k > 0 {
+		gws.send(t, base, k, "discord", "501", fmt.Sprintf("sent from %s on %s", gws.ids[k], ingest))
+	}
+	// An interrupt from a gateway that does not own the session.
+	owner := got[1].gw
+	gws.interrupt(t, otherDiscord(owner), got[1].session)
+	gws.nextInterrupt(t, owner, got[1].session)
 	// Telegram long polling on the lease holder.
 	confirmTelegramPolling(t, base, 100, 110)
 	gws.wait(t, 100, 110)
 
-	// Kill the driver while interactions flow into the others.
+	// A session of its own (user 99), owned by gw2 or gw3, which survive
+	// the driver's death; the driver stores its owner.
+	confirmDiscordInteraction(t, rigs[0], 150, "99")
+	probe := gws.wait(t, 150, 151)[0]
+	// Its ack removed it from the stream, so the next driver does not
+	// deliver it again (which could give the session another owner).
+	waitRemoved(t, st, "t1", probe.f.BufferID)
+
+	// Kill the driver while interactions keep being confirmed to the
+	// others: ten before the kill, ten while its lease runs out and its
+	// gateway is away, ten after gw1 found another instance.
 	victim := instanceIndex(driver)
-	killed := time.Now()
-	stopInstance(t, rigs[victim])
-	gws.redial(t, victim, rigs)
-	for i := 200; i < 212; i++ {
+	var killed time.Time
+	var takeover <-chan holderChange
+	for i := 200; i < 230; i++ {
+		switch i {
+		case 210:
+			killed = time.Now()
+			stopInstance(t, rigs[victim])
+			takeover = watchHolder(st, "relay/tenant/t1", driver, killed)
+		case 220:
+			gws.redial(t, victim, rigs)
+		}
 		confirmDiscordInteractions(t, rigs[surviving(victim, -1, i)], i, i+1)
 	}
-	next, took := waitHolder("relay/tenant/t1", driver)
-	gws.wait(t, 200, 212)
-	t.Logf("tenant driver %s killed: %s drives t1 after %v; all 12 events flowing meanwhile delivered %v after the kill",
-		driver, next, took.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
-
-	// Kill the Telegram/Discord lease holder (if still alive) while updates
-	// wait at Telegram.
-	iv := instanceIndex(ingest)
-	if iv == victim {
-		t.Logf("the ingest leases were on the killed driver too")
-		return
+	var tk holderChange
+	select {
+	case tk = <-takeover:
+	case <-time.After(crashWait):
+		t.Fatalf("timed out after %v waiting for another instance to drive t1", crashWait)
 	}
-	killed = time.Now()
-	stopInstance(t, rigs[iv])
-	gws.redial(t, iv, rigs)
+	// After the takeover: an interrupt for the probe session, which got no
+	// inbound since, from the gateway that does not own it; the new
+	// driver knows its owner only from the store.
+	gws.interrupt(t, otherDiscord(probe.gw), probe.session)
+	gws.nextInterrupt(t, probe.gw, probe.session)
+	flowed := gws.wait(t, 200, 230)
+	t.Logf("tenant driver %s killed: %s drove t1 %v after the kill; the 30 interactions confirmed around the kill all delivered %v after it",
+		driver, tk.holder, tk.after.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+	gws.followUp(t, otherDiscord(flowed[25].gw), flowed[25])
+
+	// Kill the holder of the Telegram poll and Discord Gateway leases: the
+	// first holder, or the one that took them over from the killed driver.
+	ingest, _ = waitHolder("ingest/telegram/poll", rigName(victim))
+	iv := instanceIndex(ingest)
+	sessions := base.dfake.Identifies() + base.dfake.Resumes()
 	for i := 300; i < 310; i++ {
 		base.tfake.Enqueue([]byte(telegramUpdate(i)))
 	}
-	nt, tookT := waitHolder("ingest/telegram/poll", ingest)
-	nd, tookD := waitHolder("ingest/discord/gateway", ingest)
-	gws.wait(t, 300, 310)
-	t.Logf("ingest holder %s killed: telegram poll on %s after %v, discord gateway on %s after %v; 10 updates delivered %v after the kill",
-		ingest, nt, tookT.Round(time.Millisecond), nd, tookD.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+	killed = time.Now()
+	stopInstance(t, rigs[iv])
+	polls := watchHolder(st, "ingest/telegram/poll", ingest, killed)
+	sessionsTaken := watchHolder(st, "ingest/discord/gateway", ingest, killed)
+	gws.redial(t, iv, rigs)
+	var nt, nd holderChange
+	for _, w := range []struct {
+		ch  <-chan holderChange
+		got *holderChange
+	}{{polls, &nt}, {sessionsTaken, &nd}} {
+		select {
+		case *w.got = <-w.ch:
+		case <-time.After(crashWait):
+			t.Fatalf("timed out after %v waiting for the ingest leases to move", crashWait)
+		}
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), crashWait)
+	defer wcancel()
+	if err := base.dfake.WaitSession(wctx, sessions+1); err != nil {
+		t.Fatalf("waiting for the Discord Gateway session on the new lease holder: %v", err)
+	}
+	dispatchDiscordMessage(t, base, 310)
+	gws.wait(t, 300, 311)
+	t.Logf("ingest holder %s killed: telegram poll on %s after %v, discord gateway on %s after %v (after the kill); 10 updates and a gateway message delivered %v after the kill",
+		ingest, nt.holder, nt.after.Round(time.Millisecond), nd.holder, nd.after.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+func rigName(i int) string { return fmt.Sprintf("i%d", i) }
+
+// waitRemoved waits until tenant's stored ledger no longer holds the
+// record of bufferID ("<epoch>-<seq>").
+func waitRemoved(t *testing.T, st store.Store, tenant, bufferID string) {
+	t.Helper()
+	_, seqText, _ := strings.Cut(bufferID, "-")
+	seq, err := strconv.ParseUint(seqText, 10, 64)
+	if err != nil {
+		t.Fatalf("bufferId %q: %v", bufferID, err)
+	}
+	start := time.Now()
+	for {
+		recs, err := st.Ledger().Read(context.Background(), tenant, seq-1, 1)
+		if err == nil && (len(recs) == 0 || recs[0].Seq != seq) {
+			return
+		}
+		if time.Since(start) > crashWait {
+			t.Fatalf("timed out after %v waiting for the acknowledged %s to leave the stored ledger", crashWait, bufferID)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the store other processes write
+	}
+}
+
+// holderChange is a lease's new holder and when it was first seen, after
+// the moment watchHolder was given.
+type holderChange struct {
+	holder string
+	after  time.Duration
+}
+
+// watchHolder polls lease name, from since, until a holder other than old
+// has it, and sends that holder; it gives up after crashWait.
+func watchHolder(st store.Store, name, old string, since time.Time) <-chan holderChange {
+	ch := make(chan holderChange, 1)
+	go func() {
+		for time.Since(since) < crashWait {
+			if l, ok, err := st.Leases().Holder(context.Background(), name); err == nil && ok && l.Holder != old {
+				ch <- holderChange{l.Holder, time.Since(since)}
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // polling another process's lease
+		}
+	}()
+	return ch
+}
+
+// otherDiscord is, of the two gateways serving discord (gw2 and gw3, the
+// second and third dialed), the one that is not k.
+func otherDiscord(k int) int {
+	if k == 1 {
+		return 2
+	}
+	return 1
+}
+
+// confirmDiscordInteraction is confirmDiscordInteractions for one
+// interaction i from user.
+func confirmDiscordInteraction(t *testing.T, r *crashRig, i int, user string) {
+	t.Helper()
+	token := fmt.Sprintf("crash-interaction-token-%d", i)
+	r.dfake.AddInteractionToken(token)
+	body := fmt.Sprintf(`{"type":2,"id":"%d","application_id":"9000","token":%q,"guild_id":"500","channel_id":"501",`+
+		`"channel":{"id":"501","type":0,"guild_id":"500","name":"general"},"member":{"user":{"id":%q,"username":"u%s"}},`+
+		`"data":{"id":"1","name":"evt","type":1,"options":[{"type":3,"name":"n","value":"%d"}]}}`, 8000+i, token, user, user, i)
+	req := discordtest.InteractionRequest("http://"+r.child.addr+"/discord/interactions", r.priv, time.Now(), []byte(body))
+	if ack := post(t, req, http.StatusOK, fmt.Sprintf("discord interaction %d", i)); ack != `{"type":5}` {
+		t.Fatalf("interaction %d answered %s, want the deferred response", i, ack)
+	}
+}
+
+// dispatchDiscordMessage sends MESSAGE_CREATE "evt i" on the fake's
+// Gateway session.
+func dispatchDiscordMessage(t *testing.T, r *crashRig, i int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	m := map[string]any{
+		"id": strconv.Itoa(7000 + i), "channel_id": "501", "guild_id": "500", "content": fmt.Sprintf("evt %d", i),
+		"type": 0, "timestamp": "2026-01-15T12:00:00.000000+00:00", "author": map[string]any{"id": "71", "username": "u71"},
+		"member": map[string]any{"roles": []any{}}, "mentions": []any{}, "attachments": []any{}, "embeds": []any{},
+	}
+	if err := r.dfake.Dispatch(ctx, "MESSAGE_CREATE", m); err != nil {
+		t.Fatalf("dispatch message %d: %v", i, err)
+	}
 }
 
 // startThreeInstances starts three connector processes sharing a fresh
-// redis-server (store.instance i0, i1, i2), tenant t1 with gateways gw1 and
-// gw2, and returns the rig of their shared fakes, each instance's rig and a
+// redis-server (store.instance i0, i1, i2), tenant t1 with gateways gw1, gw2
+// and gw3, and returns the rig of their shared fakes, each instance's rig and a
 // store on the same Redis to watch the leases.
 func startThreeInstances(t *testing.T) (*crashRig, []*crashRig, store.Store) {
 	t.Helper()
@@ -122,7 +284,7 @@ func startThreeInstances(t *testing.T) (*crashRig, []*crashRig, store.Store) {
 		t.Fatal(err)
 	}
 	cfg := strings.Replace(string(doc), "tenants:\n", fmt.Sprintf("store: {backend: redis, redis_url: %q, lease_ttl: %s}\ntenants:\n", rds.URL(), multiLeaseTTL), 1)
-	cfg = strings.Replace(cfg, "      - id: gw1\n", "      - id: gw2\n        secrets: [\"gw2-secret\"]\n      - id: gw1\n", 1)
+	cfg = strings.Replace(cfg, "      - id: gw1\n", "      - id: gw2\n        secrets: [\"gw2-secret\"]\n      - id: gw3\n        secrets: [\"gw3-secret\"]\n      - id: gw1\n", 1)
 	base.config = filepath.Join(t.TempDir(), "multi.yaml")
 	if err := os.WriteFile(base.config, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -211,16 +373,18 @@ func stopInstance(t *testing.T, r *crashRig) {
 // gatewaySet is the tenant's gateways, each on some instance; it gathers
 // what they receive, acknowledging each inbound.
 type gatewaySet struct {
-	t       *testing.T
-	mu      sync.Mutex
-	clients []*relaytest.Client
-	on      []int // instance of each gateway
-	ids     []string
-	secrets []string
-	got     map[int]received
-	changed chan struct{}
-	other   chan relaytest.Frame // frames other than inbound, of any gateway
-	dead    map[int]bool         // killed instances
+	t        *testing.T
+	mu       sync.Mutex
+	clients  []*relaytest.Client
+	on       []int // instance of each gateway
+	ids      []string
+	secrets  []string
+	hellos   [][]string // platforms each gateway says hello for
+	requests int        // outbound request ids used
+	got      map[int]received
+	changed  chan struct{}
+	other    chan gatewayFrame // frames other than inbound, of any gateway
+	dead     map[int]bool      // killed instances
 }
 
 type received struct {
@@ -230,15 +394,15 @@ type received struct {
 }
 
 func newGatewaySet(t *testing.T) *gatewaySet {
-	return &gatewaySet{t: t, got: map[int]received{}, changed: make(chan struct{}, 1), other: make(chan relaytest.Frame, 64), dead: map[int]bool{}}
+	return &gatewaySet{t: t, got: map[int]received{}, changed: make(chan struct{}, 1), other: make(chan gatewayFrame, 64), dead: map[int]bool{}}
 }
 
-func (g *gatewaySet) dial(t *testing.T, r *crashRig, id, secret string) {
+func (g *gatewaySet) dial(t *testing.T, rigs []*crashRig, inst int, id, secret string, platforms ...string) {
 	t.Helper()
-	g.ids, g.secrets = append(g.ids, id), append(g.secrets, secret)
+	g.ids, g.secrets, g.hellos = append(g.ids, id), append(g.secrets, secret), append(g.hellos, platforms)
 	g.clients = append(g.clients, nil)
 	g.on = append(g.on, -1)
-	g.connect(t, len(g.clients)-1, r, instanceIndex(strings.TrimPrefix(r.env[len(r.env)-1], "CONNECTOR_INSTANCE=")))
+	g.connect(t, len(g.clients)-1, rigs[inst], inst)
 }
 
 func (g *gatewaySet) connect(t *testing.T, k int, r *crashRig, inst int) {
@@ -250,7 +414,7 @@ func (g *gatewaySet) connect(t *testing.T, k int, r *crashRig, inst int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.CloseNow() })
-	for _, p := range []string{"discord", "telegram"} {
+	for _, p := range g.hellos[k] {
 		if _, err := c.Hello(ctx, p, ""); err != nil {
 			t.Fatalf("hello %s: %v", p, err)
 		}
@@ -288,7 +452,7 @@ func (g *gatewaySet) read(k int, c *relaytest.Client) {
 			return
 		}
 		if f.Type != contract.TypeInbound {
-			g.other <- f
+			g.other <- gatewayFrame{k, f}
 			continue
 		}
 		words := strings.Fields(f.Event.Text)
@@ -334,34 +498,85 @@ func (g *gatewaySet) wait(t *testing.T, from, to int) []received {
 	}
 }
 
+// gatewayFrame is a frame gateway gw received.
+type gatewayFrame struct {
+	gw int
+	f  relaytest.Frame
+}
+
 func (g *gatewaySet) followUp(t *testing.T, k int, r received) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
-	defer cancel()
-	err := g.clients[k].Send(ctx, map[string]any{"type": "outbound", "requestId": "follow-1", "platform": "discord",
-		"action": map[string]any{"op": "follow_up", "session_key": r.session, "kind": "discord.interaction_token",
-			"content": "answered from another instance", "metadata": map[string]any{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := g.next(t, contract.TypeOutboundResult)
-	if !f.Result.Success {
-		t.Fatalf("follow_up from another instance: %+v", f.Result)
+	res := g.outbound(t, k, "discord", map[string]any{"op": "follow_up", "session_key": r.session,
+		"kind": "discord.interaction_token", "content": "answered from another instance", "metadata": map[string]any{}})
+	if !res.Success {
+		t.Fatalf("follow_up from %s on another instance: %+v", g.ids[k], res)
 	}
 }
 
-// next waits for the next frame of typ other than inbound.
-func (g *gatewaySet) next(t *testing.T, typ string) relaytest.Frame {
+// send has gateway k send text to chat on platform, and checks that the
+// platform's fake got it.
+func (g *gatewaySet) send(t *testing.T, r *crashRig, k int, platform, chat, text string) {
+	t.Helper()
+	res := g.outbound(t, k, platform, map[string]any{"op": "send", "chat_id": chat, "content": text, "metadata": map[string]any{}})
+	if !res.Success {
+		t.Fatalf("send from %s on i%d: %+v", g.ids[k], g.on[k], res)
+	}
+	var found bool
+	switch platform {
+	case "discord":
+		for _, m := range r.dfake.Messages(chat) {
+			found = found || m.Content == text
+		}
+	case "telegram":
+		for _, c := range r.tfake.Calls("sendMessage") {
+			found = found || c.Form["text"] == text
+		}
+	}
+	if !found {
+		t.Fatalf("%s answered the send from %s with success, but its fake has no %q in %s", platform, g.ids[k], text, chat)
+	}
+}
+
+// outbound sends one outbound op from gateway k and waits for its result.
+func (g *gatewaySet) outbound(t *testing.T, k int, platform string, action map[string]any) contract.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	g.requests++
+	id := fmt.Sprint("multi-", g.requests)
+	if err := g.clients[k].Send(ctx, map[string]any{"type": "outbound", "requestId": id, "platform": platform, "action": action}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(crashWait)
+	for {
+		select {
+		case f := <-g.other:
+			if f.f.Type == contract.TypeOutboundResult && f.f.RequestID == id {
+				return f.f.Result
+			}
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for the result of %s from %s", crashWait, action["op"], g.ids[k])
+		}
+	}
+}
+
+// nextInterrupt waits for interrupt_inbound of sessionKey, which must come
+// to gateway k.
+func (g *gatewaySet) nextInterrupt(t *testing.T, k int, sessionKey string) {
 	t.Helper()
 	deadline := time.After(crashWait)
 	for {
 		select {
 		case f := <-g.other:
-			if f.Type == typ {
-				return f
+			if f.f.Type != contract.TypeInterruptInbound {
+				continue
 			}
+			if f.gw != k || f.f.SessionKey != sessionKey {
+				t.Fatalf("interrupt_inbound for %q at %s, want %q at %s (its owner)", f.f.SessionKey, g.ids[f.gw], sessionKey, g.ids[k])
+			}
+			return
 		case <-deadline:
-			t.Fatalf("timed out after %v waiting for %s", crashWait, typ)
+			t.Fatalf("timed out after %v waiting for interrupt_inbound of %q at %s", crashWait, sessionKey, g.ids[k])
 		}
 	}
 }

@@ -16,82 +16,36 @@ func init() {
 	eventNormalizers["telegram"] = telegram.NormalizeFixture
 }
 
-// Environment variables that enable a platform or fill its credentials.
-// A value set in the environment overrides the config file.
-const (
-	envDiscordToken     = "DISCORD_BOT_TOKEN"
-	envDiscordPublicKey = "DISCORD_PUBLIC_KEY"
-	envDiscordAppID     = "DISCORD_APPLICATION_ID"
-	envTelegramToken    = "TELEGRAM_BOT_TOKEN"
-	envTelegramSecret   = "TELEGRAM_WEBHOOK_SECRET"
-	envTelegramURL      = "TELEGRAM_WEBHOOK_URL"
-	envNexscopeToken    = "NEXSCOPE_TOKEN"
-	envNexscopeMaxUsers = "NEXSCOPE_MAX_USERS"
-	envNexscopePayload  = "NEXSCOPE_MAX_PAYLOAD"
-	envNexscopeMaxFile  = "NEXSCOPE_MAX_FILE"
-)
+// embeddedNexscope is the nexscope section of the embedded defaults: the
+// generated token, and the default room bound to the one tenant.
+func embeddedNexscope(gen *generatedSecrets, tenant string) *nexscope.Config {
+	return &nexscope.Config{
+		Token: gen.NexscopeToken,
+		Rooms: []nexscope.Room{{Name: nexscope.DefaultRoom, Tenant: tenant}},
+	}
+}
 
-// applyPlatformEnv fills platform credentials from the environment: a
-// platform whose credential variable is set is enabled even without a
-// config section. With embedded defaults (gen not nil), nexscope runs with
-// a generated token and its default room bound to the local tenant.
-func applyPlatformEnv(cfg *Config, gen *generatedSecrets, lookup func(string) (string, bool)) error {
-	set := func(dst *string, key string) bool {
-		if v, ok := lookup(key); ok && v != "" {
-			*dst = v
-			return true
-		}
-		return false
-	}
-	if _, ok := lookup(envDiscordToken); ok && cfg.Discord == nil {
-		cfg.Discord = &discord.Config{}
-	}
-	if cfg.Discord != nil {
-		set(&cfg.Discord.BotToken, envDiscordToken)
-		set(&cfg.Discord.PublicKey, envDiscordPublicKey)
-		set(&cfg.Discord.ApplicationID, envDiscordAppID)
-	}
-	if _, ok := lookup(envTelegramToken); ok && cfg.Telegram == nil {
-		cfg.Telegram = &telegram.Config{}
-	}
-	if cfg.Telegram != nil {
-		set(&cfg.Telegram.Token, envTelegramToken)
-		set(&cfg.Telegram.WebhookSecret, envTelegramSecret)
-		set(&cfg.Telegram.WebhookURL, envTelegramURL)
-	}
-	if _, ok := lookup(envNexscopeToken); ok && cfg.Nexscope == nil {
-		cfg.Nexscope = &nexscope.Config{}
-	}
-	if gen != nil && cfg.Nexscope == nil {
-		cfg.Nexscope = &nexscope.Config{
-			Token: gen.NexscopeToken,
-			Rooms: []nexscope.Room{{Name: nexscope.DefaultRoom, Tenant: cfg.Tenants[0].ID}},
+// normalizePlatforms rewrites the guild and chat ids of the platform
+// sections to the numbers they spell; one id under two spellings is an
+// error.
+func (c *Config) normalizePlatforms() error {
+	var err error
+	if d := c.Discord; d != nil {
+		d.Guilds, err = canonicalIDs("discord.guilds", d.Guilds, func(id string) (string, bool) {
+			n, err := strconv.ParseUint(id, 10, 64)
+			return strconv.FormatUint(n, 10), err == nil
+		})
+		if err != nil {
+			return err
 		}
 	}
-	if cfg.Nexscope != nil {
-		if set(&cfg.Nexscope.Token, envNexscopeToken) && gen != nil {
-			gen.NexscopeToken = cfg.Nexscope.Token
-		}
-		for key, dst := range map[string]*int64{envNexscopePayload: &cfg.Nexscope.MaxPayload, envNexscopeMaxFile: &cfg.Nexscope.MaxFile} {
-			if v, ok := lookup(key); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil || n < 0 {
-					return fmt.Errorf("config: %s: %q is not a byte count", key, v)
-				}
-				*dst = n
-			}
-		}
-		if v, ok := lookup(envNexscopeMaxUsers); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return fmt.Errorf("config: %s: %q is not a member count", envNexscopeMaxUsers, v)
-			}
-			cfg.Nexscope.MaxUsers = n
-		}
-	} else if gen != nil {
-		gen.NexscopeToken = ""
+	if t := c.Telegram; t != nil {
+		t.Chats, err = canonicalIDs("telegram.chats", t.Chats, func(id string) (string, bool) {
+			n, err := strconv.ParseInt(id, 10, 64)
+			return strconv.FormatInt(n, 10), err == nil
+		})
 	}
-	return nil
+	return err
 }
 
 // validatePlatforms checks each enabled platform's section and that every
@@ -105,14 +59,6 @@ func (c *Config) validatePlatforms() error {
 		return nil
 	}
 	if d := c.Discord; d != nil {
-		guilds, err := canonicalIDs("discord.guilds", d.Guilds, func(id string) (string, bool) {
-			n, err := strconv.ParseUint(id, 10, 64)
-			return strconv.FormatUint(n, 10), err == nil
-		})
-		if err != nil {
-			return err
-		}
-		d.Guilds = guilds
 		if err := d.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
@@ -131,24 +77,11 @@ func (c *Config) validatePlatforms() error {
 		}
 	}
 	if t := c.Telegram; t != nil {
-		chats, err := canonicalIDs("telegram.chats", t.Chats, func(id string) (string, bool) {
-			n, err := strconv.ParseInt(id, 10, 64)
-			return strconv.FormatInt(n, 10), err == nil
-		})
-		if err != nil {
-			return err
-		}
-		t.Chats = chats
 		if err := t.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
 		for _, chat := range sortedKeys(t.Chats) {
 			if err := known(fmt.Sprintf("telegram.chats[%q]", chat), t.Chats[chat]); err != nil {
-				return err
-			}
-		}
-		for _, tenant := range sortedKeys(t.TenantWeights) {
-			if err := known(fmt.Sprintf("telegram.tenant_weights[%q]", tenant), tenant); err != nil {
 				return err
 			}
 		}

@@ -11,6 +11,7 @@ import (
 // (the unauthenticated-connection bound as under a high open-file limit).
 func TestSecurityDocDefaults(t *testing.T) {
 	c := Config{HTTP: HTTPConfig{MaxUnauthenticatedConns: maxUnauthConnsFor(0)}}
+	c.normalizeHTTP()
 	if err := c.validateHTTP(); err != nil {
 		t.Fatal(err)
 	}

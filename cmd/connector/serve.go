@@ -48,6 +48,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	logDeprecations(log, cfg.deprecations)
 	if path != "" {
 		log.Info("config loaded", "file", path)
 	} else {
@@ -57,10 +58,14 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		// Everything serve builds, without listening.
 		st := store.NewMemory(nil)
 		defer st.Close()
-		if _, err := build(cfg, log, st); err != nil {
+		c, err := build(cfg, log, st)
+		if err != nil {
 			fmt.Fprintf(stderr, "connector: %v\n", err)
 			return 1
 		}
+		// Stop what build started (the relay's store writer), so nothing
+		// logs after -check has answered.
+		_ = c.relay.Shutdown(context.Background())
 		fmt.Fprintln(stdout, "config ok")
 		return 0
 	}
@@ -91,8 +96,8 @@ type sources struct {
 }
 
 // loadOrDefault reads the config file, or builds the embedded defaults when
-// there is none, then applies the environment and the -listen override and
-// validates.
+// there is none, then applies the environment and the flags, fills the
+// defaults and validates.
 func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *generatedSecrets, error) {
 	var cfg *Config
 	var gen *generatedSecrets
@@ -108,6 +113,7 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
+		cfg.Nexscope = embeddedNexscope(gen, cfg.Tenants[0].ID)
 	} else {
 		var err error
 		if cfg, err = LoadConfig(src.configPath); err != nil {
@@ -120,14 +126,17 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 	if src.listen != "" {
 		cfg.Listen = src.listen
 	}
-	cfg.ApplyEnv(lookup)
+	cfg.applyGatewaySecrets(lookup)
 	if cfg.Store.Backend != store.BackendRedis {
 		var err error
 		if cfg.Store.Path, err = dataDir(src.dataDir, cfg.Store.Path, lookup); err != nil {
 			return nil, nil, err
 		}
 	}
-	if err := applyPlatformEnv(cfg, gen, lookup); err != nil {
+	if gen != nil {
+		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it
+	}
+	if err := cfg.normalize(); err != nil {
 		return nil, nil, err
 	}
 	if err := cfg.Validate(); err != nil {
@@ -266,16 +275,10 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	m.watchVault(deps.Vault)
 	m.watchPlatforms(platforms)
 	m.preinit(sortedKeys(cfg.TenantIDs()), platforms)
-	srv, err := relay.New(relay.Config{
-		Tenants: tenants, Platforms: platforms, Log: log, Metrics: m,
-		ClockSkew: cfg.Relay.ClockSkew, PingInterval: cfg.Relay.PingInterval,
-		WriteTimeout: cfg.Relay.WriteTimeout, OutboundTimeout: cfg.Relay.OutboundTimeout,
-		SendQueueBytes: cfg.Relay.SendQueueBytes, AckWindow: cfg.Relay.AckWindow,
-		Store: st, BufferEntries: cfg.Relay.BufferEntries, BufferBytes: cfg.Relay.BufferBytes,
-		BufferBytesTotal: cfg.Relay.BufferBytesTotal, BufferMaxAge: cfg.Relay.BufferMaxAge,
-		MaxConnsPerGateway: cfg.Relay.MaxConnsPerGateway,
-		Instance:           instance, LeaseTTL: leaseTTL,
-	})
+	rc := cfg.Relay // the relay section; the rest is wiring
+	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
+	rc.Instance, rc.LeaseTTL = instance, leaseTTL
+	srv, err := relay.New(rc)
 	if err != nil {
 		return nil, err
 	}

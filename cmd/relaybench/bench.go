@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -85,7 +86,7 @@ func run(o *options) (*result, error) {
 		return runOnce(o)
 	}
 	base := *o
-	base.Store, base.Echo, base.CPUProfile = store.BackendMemory, false, ""
+	base.Store, base.Echo, base.CPUProfile, base.Instances = store.BackendMemory, false, "", 1
 	baseRes, err := runOnce(&base)
 	if err != nil {
 		return baseRes, fmt.Errorf("memory store baseline: %w", err)
@@ -115,7 +116,7 @@ func runOnce(o *options) (*result, error) {
 		switch o.Driver {
 		case driverSynthetic:
 			newPlatform = func(ts []relay.Tenant) (platform.Platform, error) {
-				p := newSyntheticPlatform(ts, o.Producers)
+				p := newSyntheticPlatform(ts, o.Producers, o.Instances)
 				drv = p
 				return p, nil
 			}
@@ -138,7 +139,7 @@ func runOnce(o *options) (*result, error) {
 			return nil, err
 		}
 		defer c.close()
-		relayURL, echoURL = c.RelayURL, c.EchoURL
+		relayURL, echoURL = strings.Join(c.RelayURLs, ","), c.EchoURL
 	} else {
 		stopEcho, url, err := startEchoServer()
 		if err != nil {

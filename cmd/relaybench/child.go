@@ -24,7 +24,8 @@ type fleetProcess struct {
 }
 
 // startFleet starts this executable as the gateway process for o's
-// gateways on relayURL.
+// gateways on relayURL (several comma-separated: gateway i dials the
+// (i mod n)th).
 func startFleet(o *options, relayURL string) (*fleetProcess, error) {
 	exe, err := os.Executable()
 	if err != nil {

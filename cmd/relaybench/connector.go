@@ -20,19 +20,22 @@ import (
 // connector is the in-process connector: the relay and one driver's
 // platform on a loopback listener, wired as cmd/connector's serve does
 // (/relay plus the platform's routes, the platform's Run feeding the relay's
-// sink), plus the echo baseline on a listener of its own.
+// sink), plus the echo baseline on a listener of its own. With -instances N
+// it is N such relays, each with its own store client on one shared Redis
+// and its own listener, cooperating as separate processes would
+// (relay/cluster.go); they share the platform, which ingests on each.
 type connector struct {
-	Relay    *relay.Server
-	RelayURL string // ws://…/relay
-	BaseURL  string // http://… for the platform's routes
-	EchoURL  string // ws://…/echo
-	Metrics  *ledgerMetrics
-	Tenants  []relay.Tenant
+	Relays    []*relay.Server
+	RelayURLs []string // ws://…/relay of each instance
+	BaseURL   string   // http://… for the platform's routes (instance 0)
+	EchoURL   string   // ws://…/echo
+	Metrics   *ledgerMetrics
+	Tenants   []relay.Tenant
 
-	servers    []*http.Server
-	stop       context.CancelFunc
-	ingest     sync.WaitGroup
-	closeStore func()
+	servers     []*http.Server
+	stop        context.CancelFunc
+	ingest      sync.WaitGroup
+	closeStores []func()
 }
 
 // tenantIDs returns the ids of n benchmark tenants.
@@ -74,21 +77,56 @@ func startConnector(o *options, newPlatform func([]relay.Tenant) (platform.Platf
 	for i, t := range tenants {
 		ids[i] = t.ID
 	}
-	m := newLedgerMetrics(ids)
-	st, closeStore, err := openStore(o)
+	c := &connector{Metrics: newLedgerMetrics(ids), Tenants: tenants}
+	prefix := "relaybench-" + randomToken() + ":"
+	for i := range o.Instances {
+		if err := c.startInstance(o, i, prefix, platforms); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	echoMux := http.NewServeMux()
+	echoMux.Handle("/echo", echoHandler())
+	echoAddr, err := c.listen(echoMux)
 	if err != nil {
+		c.close()
 		return nil, err
 	}
-	srv, err := relay.New(relay.Config{
-		Tenants: tenants, Platforms: platforms, Metrics: m, Log: slog.New(slog.DiscardHandler),
+	c.EchoURL = "ws://" + echoAddr + "/echo"
+
+	ctx, stop := context.WithCancel(context.Background())
+	c.stop = stop
+	for _, srv := range c.Relays {
+		for _, p := range platforms {
+			c.ingest.Go(func() { _ = p.Run(ctx, srv.Sink()) })
+		}
+	}
+	return c, nil
+}
+
+// startInstance starts relay instance i on its own store client (keys
+// under prefix) and listener.
+func (c *connector) startInstance(o *options, i int, prefix string, platforms []platform.Platform) error {
+	st, closeStore, err := openStore(o, prefix)
+	if err != nil {
+		return err
+	}
+	cfg := relay.Config{
+		Tenants: c.Tenants, Platforms: platforms, Metrics: c.Metrics, Log: slog.New(slog.DiscardHandler),
 		// The whole run's events may wait in one tenant's ledger.
 		BufferEntries: max(10_000, 2*o.Window),
 		Store:         st,
-	})
+	}
+	if o.Instances > 1 {
+		cfg.Instance = "relaybench-" + strconv.Itoa(i)
+	}
+	srv, err := relay.New(cfg)
 	if err != nil {
 		closeStore()
-		return nil, err
+		return err
 	}
+	c.Relays = append(c.Relays, srv)
+	c.closeStores = append(c.closeStores, closeStore)
 	mux := http.NewServeMux()
 	mux.Handle("/relay", srv)
 	for _, p := range platforms {
@@ -98,26 +136,15 @@ func startConnector(o *options, newPlatform func([]relay.Tenant) (platform.Platf
 			}
 		}
 	}
-	c := &connector{Relay: srv, Metrics: m, Tenants: tenants, closeStore: closeStore}
 	addr, err := c.listen(mux)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	echoMux := http.NewServeMux()
-	echoMux.Handle("/echo", echoHandler())
-	echoAddr, err := c.listen(echoMux)
-	if err != nil {
-		c.close()
-		return nil, err
+	c.RelayURLs = append(c.RelayURLs, "ws://"+addr+"/relay")
+	if i == 0 {
+		c.BaseURL = "http://" + addr
 	}
-	c.RelayURL, c.BaseURL, c.EchoURL = "ws://"+addr+"/relay", "http://"+addr, "ws://"+echoAddr+"/echo"
-
-	ctx, stop := context.WithCancel(context.Background())
-	c.stop = stop
-	for _, p := range platforms {
-		c.ingest.Go(func() { _ = p.Run(ctx, srv.Sink()) })
-	}
-	return c, nil
+	return nil
 }
 
 // listen serves h on a new loopback port and returns its address.
@@ -141,23 +168,24 @@ func (c *connector) close() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if c.Relay != nil {
-		_ = c.Relay.Shutdown(ctx)
+	for _, r := range c.Relays {
+		_ = r.Shutdown(ctx)
 	}
 	for _, s := range c.servers {
 		_ = s.Shutdown(ctx)
 	}
-	if c.closeStore != nil {
-		c.closeStore()
+	for _, closeStore := range c.closeStores {
+		closeStore()
 	}
 }
 
 // openStore opens the store backend o names, empty and for this run only:
 // the embedded one in a fresh data directory, removed by closeStore; the
-// redis one under a fresh key prefix (the records the run leaves are
-// acknowledged and deleted, the prefix's few bookkeeping keys stay).
-func openStore(o *options) (st store.Store, closeStore func(), err error) {
-	cfg := store.Config{Backend: o.Store, RedisURL: o.RedisURL, RedisPrefix: "relaybench-" + randomToken() + ":"}
+// redis one under prefix, fresh for the run and shared by its instances
+// (the records the run leaves are acknowledged and deleted, the prefix's
+// few bookkeeping keys stay).
+func openStore(o *options, prefix string) (st store.Store, closeStore func(), err error) {
+	cfg := store.Config{Backend: o.Store, RedisURL: o.RedisURL, RedisPrefix: prefix}
 	var dir string
 	if o.Store == store.BackendEmbedded {
 		if dir, err = os.MkdirTemp(o.StoreDir, "relaybench-store-"); err != nil {

@@ -46,7 +46,7 @@ func fleetMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var f fleet
 	fs := flag.NewFlagSet("relaybench fleet", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.url, "url", "", "relay URL")
+	fs.StringVar(&f.url, "url", "", "relay URL; several comma-separated spread the gateways over them, round-robin")
 	fs.StringVar(&f.prefix, "prefix", "", "gateway id prefix")
 	fs.StringVar(&f.platform, "platform", "", "platform to hello")
 	fs.IntVar(&f.gateways, "gateways", 0, "gateways")
@@ -115,6 +115,7 @@ type fleet struct {
 // all did.
 func (f *fleet) connect() (failed int, err error) {
 	conns := make([]*websocket.Conn, f.gateways)
+	urls := strings.Split(f.url, ",")
 	var next, fails atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
@@ -125,7 +126,7 @@ func (f *fleet) connect() (failed int, err error) {
 				if i >= len(conns) {
 					return
 				}
-				ws, err := dialGateway(f.url, fmt.Sprintf("%s%d", f.prefix, i), f.secret, f.platform)
+				ws, err := dialGateway(urls[i%len(urls)], fmt.Sprintf("%s%d", f.prefix, i), f.secret, f.platform)
 				if err != nil {
 					fails.Add(1)
 					firstErr.CompareAndSwap(nil, err)

@@ -113,7 +113,7 @@ func TestIdleRunAgainstURL(t *testing.T) {
 	}
 	defer c.close()
 
-	o := benchOptions(t, "-driver", "idle", "-secret", "shared-secret", "-gateway-prefix", "ops-", "-url", c.RelayURL)
+	o := benchOptions(t, "-driver", "idle", "-secret", "shared-secret", "-gateway-prefix", "ops-", "-url", c.RelayURLs[0])
 	res, err := run(&o)
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestIdleRunWrongSecretFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.close()
-	o := benchOptions(t, "-driver", "idle", "-secret", "wrong", "-url", c.RelayURL)
+	o := benchOptions(t, "-driver", "idle", "-secret", "wrong", "-url", c.RelayURLs[0])
 	if _, err := run(&o); err == nil || !strings.Contains(err.Error(), "no gateway connected") {
 		t.Fatalf("run with a wrong secret: %v, want no gateway connected", err)
 	}
@@ -155,6 +155,9 @@ func TestOptionsRejectBadFlags(t *testing.T) {
 		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"-store", "floppy"}, "-store"},
 		{[]string{"-store", "redis"}, "-redis-url"},
+		{[]string{"-instances", "0"}, "-instances"},
+		{[]string{"-instances", "3"}, "-instances"},
+		{[]string{"-instances", "3", "-store", "embedded"}, "-instances"},
 		{[]string{"-store", "embedded", "-url", "ws://127.0.0.1:1/relay", "-secret", "s", "-driver", "idle"}, "-store"},
 		{[]string{"-producers", "0"}, "-producers"},
 		{[]string{"-producers", "4", "-driver", "nexscope"}, "-producers"},
@@ -228,6 +231,25 @@ func TestStoreRuns(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Three instances on one redis store carry a run with nothing lost: the
+// gateways are spread over them and each ingests a third of the events,
+// so most events cross from the ingesting instance to the tenant's driver
+// and on to the instance holding the socket.
+func TestThreeInstancesOnRedis(t *testing.T) {
+	url := redistest.Start(t, redistest.Options{}).URL()
+	o := benchOptions(t, "-store", "redis", "-redis-url", url, "-instances", "3", "-producers", "8")
+	res, err := run(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEventRun(t, res, 100)
+	var out bytes.Buffer
+	res.print(&out)
+	if !strings.Contains(out.String(), "instances=3") {
+		t.Errorf("report lacks instances=3:\n%s", out.String())
 	}
 }
 

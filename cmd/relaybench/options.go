@@ -60,6 +60,10 @@ type options struct {
 	// at once, as concurrent webhooks would; 1 publishes one event at a
 	// time.
 	Producers int
+	// Instances is how many relay instances share the redis store, each
+	// with its own store client and listener; the gateways are spread
+	// over them and every instance ingests events.
+	Instances int
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -82,7 +86,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Store, "store", store.BackendMemory, "store backend of the in-process relay: memory, embedded or redis (embedded and redis are also compared with memory in the same run)")
 	fs.StringVar(&o.StoreDir, "store-dir", "", "where the embedded store's data directory is made (default: the system's temporary directory; put it on the disk you mean to measure)")
 	fs.StringVar(&o.RedisURL, "redis-url", "", "redis:// URL of the server for -store redis (keys under a fresh prefix per run)")
-	fs.IntVar(&o.Producers, "producers", 1, "goroutines the synthetic driver publishes from at once")
+	fs.IntVar(&o.Producers, "producers", 1, "goroutines the synthetic driver publishes from at once (all instances together)")
+	fs.IntVar(&o.Instances, "instances", 1, "relay instances sharing the redis store (-store redis, -driver synthetic); gateways and events are spread over them")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -122,6 +127,10 @@ func (o *options) validate() error {
 		return errors.New("-producers must be at least 1")
 	case o.Producers > 1 && o.Driver != driverSynthetic:
 		return errors.New("-producers applies to -driver synthetic only")
+	case o.Instances < 1:
+		return errors.New("-instances must be at least 1")
+	case o.Instances > 1 && (o.Store != store.BackendRedis || o.Driver != driverSynthetic):
+		return errors.New("-instances above 1 needs -store redis and -driver synthetic")
 	}
 	switch o.Store {
 	case store.BackendMemory, store.BackendEmbedded:

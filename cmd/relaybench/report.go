@@ -21,8 +21,8 @@ func (r *result) print(w io.Writer) {
 	if o.URL != "" {
 		target = o.URL
 	}
-	fmt.Fprintf(w, "relaybench: %s, driver=%s gateways=%d tenants=%d rate=%s duration=%s window=%d store=%s producers=%d\n",
-		target, o.Driver, o.Gateways, o.Tenants, rate, o.Duration, o.Window, o.Store, o.Producers)
+	fmt.Fprintf(w, "relaybench: %s, driver=%s gateways=%d tenants=%d rate=%s duration=%s window=%d store=%s producers=%d instances=%d\n",
+		target, o.Driver, o.Gateways, o.Tenants, rate, o.Duration, o.Window, o.Store, o.Producers, o.Instances)
 	fmt.Fprintf(w, "machine:    %d CPUs, %s/%s, %s, open-file limit %d, load average %s\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), fileLimit(), loadAverage())
 	if r.Connected > 0 || r.ConnectFailed > 0 {

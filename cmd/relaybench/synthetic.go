@@ -28,13 +28,16 @@ const sessionsPerGateway = 4
 // the relay runs it with: no platform parsing, the relay alone. With more
 // than one producer, events are published from that many goroutines at
 // once, as concurrent webhooks would be, so a durable store can commit
-// several in one write.
+// several in one write. With several relay instances it is run by each,
+// and event seq goes to the (seq mod instances)th sink.
 type syntheticPlatform struct {
-	running  chan struct{}
-	sink     platform.Sink // set before running is closed
-	tenants  []string
-	sessions [][]syntheticSession // per tenant
-	text     []byte               // the single producer's buffer
+	running   chan struct{} // closed once every instance runs it
+	instances int
+	sinksMu   sync.Mutex
+	sinks     []platform.Sink // complete before running is closed
+	tenants   []string
+	sessions  [][]syntheticSession // per tenant
+	text      []byte               // the single producer's buffer
 
 	jobs      chan syntheticJob // nil with one producer
 	producers sync.WaitGroup
@@ -52,10 +55,10 @@ type syntheticSession struct {
 }
 
 // newSyntheticPlatform builds the platform for tenants, publishing from
-// producers goroutines (see stop).
-func newSyntheticPlatform(tenants []relay.Tenant, producers int) *syntheticPlatform {
+// producers goroutines (see stop) to as many relay instances.
+func newSyntheticPlatform(tenants []relay.Tenant, producers, instances int) *syntheticPlatform {
 	key := relay.KeyFunc(tenants)
-	p := &syntheticPlatform{running: make(chan struct{}), sessions: make([][]syntheticSession, len(tenants))}
+	p := &syntheticPlatform{running: make(chan struct{}), instances: instances, sessions: make([][]syntheticSession, len(tenants))}
 	for ti, t := range tenants {
 		p.tenants = append(p.tenants, t.ID)
 		for s := range sessionsPerGateway * max(1, len(t.Gateways)) {
@@ -83,7 +86,7 @@ func (p *syntheticPlatform) produce() {
 		<-p.running
 		var d platform.Delivery
 		d, text = p.delivery(j.seq, j.at, text)
-		if p.sink.Deliver(context.Background(), d) != nil {
+		if p.sinks[j.seq%len(p.sinks)].Deliver(context.Background(), d) != nil {
 			p.failed.Add(1)
 		}
 	}
@@ -109,8 +112,12 @@ func (p *syntheticPlatform) Descriptor() descriptor.Descriptor {
 
 // Run implements platform.Platform: it keeps the sink until ctx ends.
 func (p *syntheticPlatform) Run(ctx context.Context, sink platform.Sink) error {
-	p.sink = sink
-	close(p.running)
+	p.sinksMu.Lock()
+	p.sinks = append(p.sinks, sink)
+	if len(p.sinks) == p.instances {
+		close(p.running)
+	}
+	p.sinksMu.Unlock()
 	<-ctx.Done()
 	return nil
 }
@@ -152,7 +159,7 @@ func (p *syntheticPlatform) fire(seq int, at time.Time) error {
 	<-p.running
 	var d platform.Delivery
 	d, p.text = p.delivery(seq, at, p.text)
-	return p.sink.Deliver(context.Background(), d)
+	return p.sinks[seq%len(p.sinks)].Deliver(context.Background(), d)
 }
 
 // failures implements eventDriver: deliveries the producers had refused.

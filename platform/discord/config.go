@@ -49,10 +49,11 @@ type Config struct {
 	// of asking Discord. Default: empty, ask Discord.
 	GatewayURL string `yaml:"gateway_url"`
 
-	// GlobalRate is the bot-wide REST budget in requests per second, shared
-	// between tenants by weighted fair share. Default 45 (Discord allows 50;
-	// GlobalRate+GlobalBurst never exceeds 50 in any second by default).
-	GlobalRate float64 `yaml:"global_rate"`
+	// GlobalPerSecond is the bot-wide REST budget in requests per second,
+	// shared between tenants by weighted fair share (each tenant's Weight).
+	// Default 45 (Discord allows 50; GlobalPerSecond+GlobalBurst never
+	// exceeds 50 in any second by default).
+	GlobalPerSecond float64 `yaml:"global_per_second"`
 	// GlobalBurst is how many requests may go at once after a quiet period.
 	// Default 5.
 	GlobalBurst int `yaml:"global_burst"`
@@ -189,7 +190,7 @@ const (
 
 // Defaults applied by New.
 const (
-	DefaultGlobalRate          = 45
+	DefaultGlobalPerSecond     = 45
 	DefaultGlobalBurst         = 5
 	DefaultInvalidRequestLimit = 8000
 	DefaultRequestTimeout      = 30 * time.Second
@@ -205,7 +206,7 @@ const (
 
 // withDefaults returns cfg with every zero knob set to its default.
 func (cfg Config) withDefaults() Config {
-	positiveOr(&cfg.GlobalRate, DefaultGlobalRate)
+	positiveOr(&cfg.GlobalPerSecond, DefaultGlobalPerSecond)
 	positiveOr(&cfg.GlobalBurst, DefaultGlobalBurst)
 	positiveOr(&cfg.InvalidRequestLimit, DefaultInvalidRequestLimit)
 	positiveOr(&cfg.TenantInvalidRequestLimit, max(1, cfg.InvalidRequestLimit/tenantShareDivisor))
@@ -262,8 +263,8 @@ func (cfg *Config) Validate() error {
 			return fmt.Errorf("discord.%s: want an absolute URL, got %q", key, raw)
 		}
 	}
-	if cfg.GlobalRate > 50 {
-		return fmt.Errorf("discord.global_rate: %v exceeds Discord's 50 requests/s", cfg.GlobalRate)
+	if cfg.GlobalPerSecond > 50 {
+		return fmt.Errorf("discord.global_per_second: %v exceeds Discord's 50 requests/s", cfg.GlobalPerSecond)
 	}
 	if cfg.InvalidRequestLimit >= discordInvalidBan {
 		return fmt.Errorf("discord.invalid_request_limit: %d reaches Discord's ban threshold of %d invalid requests per 10 minutes", cfg.InvalidRequestLimit, discordInvalidBan)

@@ -99,7 +99,7 @@
 // so its own limiter (which sleeps without a context and misses global 429s
 // without Reset-After) never waits; the transport under its http.Client
 // does the limiting under the request's context: the global budget
-// (GlobalRate + GlobalBurst <= 50 requests in any second) is granted by the
+// (global_per_second + global_burst <= 50 requests in any second) is granted by the
 // one fair-share policy (platform/fairshare: a token bucket with weighted
 // round robin between tenants that have requests waiting, per-tenant FIFO
 // queues, TenantConfig.Weight as the weight, an idle tenant's share going

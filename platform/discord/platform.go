@@ -121,7 +121,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 			weights[name] = tc.Weight
 		}
 	}
-	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalRate, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
+	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.now)
 	p.cache = newCache(p)
 	p.created = newCreatedThreads()

@@ -88,7 +88,7 @@ func (s *storm) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 func TestRateLimitStormLosesNothingAndHoldsGlobalLimit(t *testing.T) {
 	clk := clocktest.New(epoch)
 	e := newEnvOn(t, clk, discordtest.Options{}, func(c *Config) {
-		c.GlobalRate, c.GlobalBurst = 40, 5
+		c.GlobalPerSecond, c.GlobalBurst = 40, 5
 	})
 	e.startReady(t)
 	st := &storm{clock: clk}

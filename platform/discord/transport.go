@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -205,7 +204,7 @@ func readRateHeaders(h http.Header) rateHeaders {
 	rl.scope = h.Get("X-RateLimit-Scope")
 	rem, err1 := strconv.Atoi(h.Get("X-RateLimit-Remaining"))
 	after, err2 := strconv.ParseFloat(h.Get("X-RateLimit-Reset-After"), 64)
-	if err1 != nil || err2 != nil || after < 0 || math.IsNaN(after) || math.IsInf(after, 0) {
+	if err1 != nil || err2 != nil || !(after >= 0 && after < maxRetrySeconds) {
 		return rl
 	}
 	rl.known = true
@@ -222,6 +221,10 @@ func stripRateHeaders(h http.Header) {
 		}
 	}
 }
+
+// maxRetrySeconds bounds every delay Discord's headers or bodies may ask
+// for; a larger (or NaN) value is treated as absent, as a garbled one is.
+const maxRetrySeconds = 1e6
 
 // limit429 is what a 429 says about when to retry.
 type limit429 struct {
@@ -241,12 +244,12 @@ func read429(resp *http.Response, rl rateHeaders) limit429 {
 		Global     bool    `json:"global"`
 	}
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if json.Unmarshal(raw, &body) == nil && body.RetryAfter > 0 && body.RetryAfter < 1e6 {
+	if json.Unmarshal(raw, &body) == nil && body.RetryAfter > 0 && body.RetryAfter < maxRetrySeconds {
 		lim.retryAfter = seconds(body.RetryAfter)
 	}
 	lim.global = lim.global || body.Global
 	if lim.retryAfter == 0 {
-		if s, err := strconv.ParseFloat(resp.Header.Get("Retry-After"), 64); err == nil && s > 0 && s < 1e6 {
+		if s, err := strconv.ParseFloat(resp.Header.Get("Retry-After"), 64); err == nil && s > 0 && s < maxRetrySeconds {
 			lim.retryAfter = seconds(s)
 		} else if rl.known {
 			lim.retryAfter = rl.resetAfter

@@ -47,7 +47,7 @@ func startActsLoop(t *testing.T) *actsLoop {
 			t.Log(logs.String())
 		}
 	})
-	p, err := New(Config{Token: testToken, APIServerURL: fake.URL, Chats: testChats, PollTimeout: 2 * time.Second,
+	p, err := New(Config{BotToken: testToken, APIServerURL: fake.URL, Chats: testChats, PollTimeout: 2 * time.Second,
 		GlobalPerSecond: -1, ChatPerSecond: -1, GroupPerMinute: -1},
 		platform.Deps{Log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants)})

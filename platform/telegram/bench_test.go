@@ -60,7 +60,7 @@ func webhookBodies(b *testing.B, n int) [][]byte {
 }
 
 func benchPlatform(b *testing.B) (*Platform, *nopSink) {
-	p, err := New(Config{Token: testToken, Chats: testChats, WebhookURL: "https://x.example/h", WebhookSecret: testSecret},
+	p, err := New(Config{BotToken: testToken, Chats: testChats, WebhookURL: "https://x.example/h", WebhookSecret: testSecret},
 		platform.Deps{})
 	if err != nil {
 		b.Fatal(err)

@@ -11,12 +11,12 @@ import (
 	"time"
 )
 
-// Config configures the shared Telegram bot. Its zero value plus Token (and
-// the tenants' Chats) is a working long-polling configuration.
+// Config configures the shared Telegram bot. Its zero value plus BotToken
+// (and the tenants' Chats) is a working long-polling configuration.
 type Config struct {
-	// Token is the bot token from @BotFather ("<bot id>:<secret>"). Required.
-	// It never appears in logs, errors, metrics or frames.
-	Token string `yaml:"token"`
+	// BotToken is the bot token from @BotFather ("<bot id>:<secret>").
+	// Required. It never appears in logs, errors, metrics or frames.
+	BotToken string `yaml:"bot_token"`
 	// WebhookURL is the public HTTPS URL Telegram posts updates to; it must
 	// reach this connector's POST /telegram/webhook. Set, the platform runs in
 	// webhook mode and registers the URL with setWebhook; empty (the default),
@@ -36,11 +36,9 @@ type Config struct {
 	// tenant claims are dropped; egress to them is declined. The config
 	// loader fills it from the tenants section. Default empty.
 	Chats map[string]string `yaml:"chats"`
-	// TenantWeights weights each tenant's share of the global send budget;
-	// missing or zero means 1.
-	TenantWeights map[string]int `yaml:"tenant_weights"`
 	// Tenants holds per-tenant group trigger knobs of the native adapter
-	// (require_mention, allowed_chats, ...), in its spellings: a list may
+	// (require_mention, allowed_chats, ...) and fair-share weights, in its
+	// spellings: a list may
 	// also be a bare number, a comma-separated string or a JSON list
 	// literal, a boolean also true/false, 1/0, yes/no or on/off
 	// (docs/settings-parity.md). Default: none; a tenant without an entry
@@ -60,8 +58,9 @@ type Config struct {
 	// does not); thread ids are read as numbers. Default none.
 	DMTopics TopicBindings `yaml:"dm_topics"`
 
-	// GlobalPerSecond is the bot's overall send budget, shared fairly between
-	// tenants. Default 30 (Telegram's bulk limit); negative disables it.
+	// GlobalPerSecond is the bot's overall send budget in messages per
+	// second, shared between tenants by weighted fair share (each tenant's
+	// Weight). Default 30 (Telegram's bulk limit); negative disables it.
 	GlobalPerSecond int `yaml:"global_per_second"`
 	// ChatPerSecond caps messages (sends and edits) into one chat in any one
 	// second. Default 1; negative disables it.
@@ -156,8 +155,8 @@ func (c Config) withDefaults() Config {
 // Validate reports the first invalid field, naming its key (never its value
 // when the value is a secret).
 func (c Config) Validate() error {
-	if err := validToken(c.Token); err != nil {
-		return fmt.Errorf("telegram.token: %w", err)
+	if err := validToken(c.BotToken); err != nil {
+		return fmt.Errorf("telegram.bot_token: %w", err)
 	}
 	if c.WebhookURL != "" {
 		if err := validHTTPURL(c.WebhookURL); err != nil {
@@ -180,12 +179,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("telegram.chats[%q]: empty tenant", chat)
 		}
 	}
-	for tenant, w := range c.TenantWeights {
-		if w < 0 {
-			return fmt.Errorf("telegram.tenant_weights[%q]: negative weight", tenant)
-		}
-	}
 	for _, tenant := range slices.Sorted(maps.Keys(c.Tenants)) {
+		if c.Tenants[tenant].Weight < 0 {
+			return fmt.Errorf("telegram.tenants[%q].weight: must not be negative", tenant)
+		}
 		if _, err := newPolicy(c.Tenants[tenant]); err != nil {
 			return fmt.Errorf("telegram.tenants[%q].%w", tenant, err)
 		}
@@ -272,4 +269,16 @@ func parseChatID(s string) (int64, error) {
 		return 0, errors.New("want a non-zero decimal chat id")
 	}
 	return n, nil
+}
+
+// weights returns each tenant's fair-share weight of the global send
+// budget; a tenant without one weighs 1.
+func (c Config) weights() map[string]int {
+	w := make(map[string]int, len(c.Tenants))
+	for tenant, tc := range c.Tenants {
+		if tc.Weight > 0 {
+			w[tenant] = tc.Weight
+		}
+	}
+	return w
 }

@@ -9,7 +9,7 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
-	ok := Config{Token: testToken, Chats: map[string]string{"-100123": "t1"}}
+	ok := Config{BotToken: testToken, Chats: map[string]string{"-100123": "t1"}}
 	cases := []struct {
 		name    string
 		mutate  func(*Config)
@@ -17,10 +17,10 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"minimal polling config", func(*Config) {}, ""},
 		{"webhook mode", func(c *Config) { c.WebhookURL = "https://x.example/telegram/webhook"; c.WebhookSecret = "abc_DEF-123" }, ""},
-		{"no token", func(c *Config) { c.Token = "" }, "telegram.token"},
-		{"token without secret", func(c *Config) { c.Token = "123:" }, "telegram.token"},
-		{"token without id", func(c *Config) { c.Token = "abc:def" }, "telegram.token"},
-		{"token with a slash", func(c *Config) { c.Token = "123:ab/cd" }, "telegram.token"},
+		{"no token", func(c *Config) { c.BotToken = "" }, "telegram.bot_token"},
+		{"token without secret", func(c *Config) { c.BotToken = "123:" }, "telegram.bot_token"},
+		{"token without id", func(c *Config) { c.BotToken = "abc:def" }, "telegram.bot_token"},
+		{"token with a slash", func(c *Config) { c.BotToken = "123:ab/cd" }, "telegram.bot_token"},
 		{"webhook without secret", func(c *Config) { c.WebhookURL = "https://x.example/h" }, "telegram.webhook_secret"},
 		{"webhook secret charset", func(c *Config) { c.WebhookURL = "https://x.example/h"; c.WebhookSecret = "has space" }, "telegram.webhook_secret"},
 		{"webhook secret too long", func(c *Config) { c.WebhookURL = "https://x.example/h"; c.WebhookSecret = strings.Repeat("a", 257) }, "telegram.webhook_secret"},
@@ -28,7 +28,7 @@ func TestConfigValidate(t *testing.T) {
 		{"api server url", func(c *Config) { c.APIServerURL = "not a url" }, "telegram.api_server_url"},
 		{"chat id", func(c *Config) { c.Chats = map[string]string{"-0100": "t1"} }, `telegram.chats["-0100"]`},
 		{"chat without tenant", func(c *Config) { c.Chats = map[string]string{"5": ""} }, `telegram.chats["5"]`},
-		{"negative weight", func(c *Config) { c.TenantWeights = map[string]int{"t1": -1} }, `telegram.tenant_weights["t1"]`},
+		{"negative weight", func(c *Config) { c.Tenants = map[string]TenantConfig{"t1": {Weight: -1}} }, `telegram.tenants["t1"].weight`},
 		{"topic chat", func(c *Config) { c.GroupTopics = []TopicBinding{{ChatID: "x"}} }, "telegram.group_topics[0].chat_id"},
 		{"topic thread", func(c *Config) {
 			c.DMTopics = []TopicBinding{{ChatID: "5", Topics: []Topic{{ThreadID: "0", Name: "n"}}}}
@@ -54,13 +54,13 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	c := Config{Token: testToken}.withDefaults()
+	c := Config{BotToken: testToken}.withDefaults()
 	if c.APIServerURL != DefaultAPIServerURL || c.GlobalPerSecond != 30 || c.ChatPerSecond != 1 || c.GroupPerMinute != 20 ||
 		c.PollTimeout != 50*time.Second || c.RequestTimeout != 30*time.Second || c.WebhookMaxConnections != 40 ||
 		c.MaxWebhookBytes != 1<<20 || c.DedupeWindow != 10_000 {
 		t.Errorf("defaults %+v", c)
 	}
-	if _, err := New(Config{Token: testToken}, platform.Deps{}); err != nil {
+	if _, err := New(Config{BotToken: testToken}, platform.Deps{}); err != nil {
 		t.Errorf("New with a zero config plus token: %v", err)
 	}
 	if _, err := New(Config{}, platform.Deps{}); err == nil {

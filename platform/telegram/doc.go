@@ -109,8 +109,8 @@
 // default 1 per second; sends into groups also group_per_minute, default
 // 20 per 60 s, as sliding windows reserved in call order), then for the
 // tenant's fair share of the global budget (global_per_second, default 30,
-// weighted by tenant_weights; platform/fairshare is the one policy shared
-// with Discord). A 429 blocks the chat for retry_after (found with
+// weighted by tenants.<tenant>.weight; platform/fairshare is the one
+// policy shared with Discord). A 429 blocks the chat for retry_after (found with
 // errors.As, since the library's own check fails on wrapped errors) and the
 // message is retried, because Telegram did not take it. Only calls Telegram
 // refused (429, rejected entities, a vanished topic) are made again; a

@@ -60,7 +60,7 @@ func FuzzWebhook(f *testing.F) {
 	f.Add([]byte(`null`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		p, err := New(Config{Token: testToken, Chats: testChats, WebhookURL: "https://x.example/h", WebhookSecret: testSecret,
+		p, err := New(Config{BotToken: testToken, Chats: testChats, WebhookURL: "https://x.example/h", WebhookSecret: testSecret,
 			MaxWebhookBytes: 64 << 10, Tenants: map[string]TenantConfig{"t1": t1}}, platform.Deps{})
 		if err != nil {
 			t.Fatal(err)

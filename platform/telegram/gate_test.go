@@ -135,7 +135,7 @@ func TestObservedLogBounds(t *testing.T) {
 // observeEnv is a platform whose tenant t1 observes the group -4001234567.
 func observeEnv(t *testing.T) (*Platform, *recordingSink) {
 	t.Helper()
-	cfg := Config{Token: testToken, Chats: testChats}
+	cfg := Config{BotToken: testToken, Chats: testChats}
 	if err := yaml.Unmarshal([]byte("{tenants: {t1: {require_mention: true, observe_unmentioned_group_messages: true, group_allowed_chats: -4001234567}}}"), &cfg); err != nil {
 		t.Fatal(err)
 	}

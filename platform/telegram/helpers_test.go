@@ -124,7 +124,7 @@ func newEnvOn(t *testing.T, clk *clocktest.Fake, configure func(*Config)) *env {
 		deps.Clock = clk
 	}
 	cfg := Config{
-		Token: testToken, APIServerURL: fake.URL, Chats: testChats,
+		BotToken: testToken, APIServerURL: fake.URL, Chats: testChats,
 		GlobalPerSecond: -1, ChatPerSecond: -1, GroupPerMinute: -1, PollTimeout: 2 * time.Second,
 	}
 	if configure != nil {

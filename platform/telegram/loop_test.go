@@ -34,7 +34,7 @@ func fullLoop(t *testing.T, webhook bool) {
 	}
 	fake := telegramtest.New(t, testToken)
 	cfg := Config{
-		Token: testToken, APIServerURL: fake.URL, Chats: testChats, PollTimeout: 2 * time.Second,
+		BotToken: testToken, APIServerURL: fake.URL, Chats: testChats, PollTimeout: 2 * time.Second,
 		ChatPerSecond: -1, GroupPerMinute: -1,
 	}
 	if webhook {

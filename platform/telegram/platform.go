@@ -115,9 +115,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.mapping.Store(m)
 	p.secretSum = sha256.Sum256([]byte(cfg.WebhookSecret))
-	p.scrubber = newScrubber(cfg.Token, cfg.WebhookSecret)
+	p.scrubber = newScrubber(cfg.BotToken, cfg.WebhookSecret)
 	p.budget = fairshare.New(fairshare.Config{
-		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.TenantWeights,
+		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(),
 		Clock: p.clock,
 	})
 	p.desc = descriptor.Telegram(supportedOps())
@@ -129,7 +129,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		Transport: &pollObserver{base: p.offsets, onReady: p.pollReady},
 		Timeout:   cfg.PollTimeout + 15*time.Second,
 	}
-	p.bot, err = bot.New(cfg.Token,
+	p.bot, err = bot.New(cfg.BotToken,
 		bot.WithSkipGetMe(),
 		bot.WithServerURL(cfg.APIServerURL),
 		bot.WithHTTPClient(cfg.PollTimeout, client),
@@ -149,7 +149,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 // liveMapping builds the normalization context from the config; the bot id
 // is the token's numeric prefix, so no getMe is needed to start.
 func (p *Platform) liveMapping() (*mapping, error) {
-	idText, _, _ := strings.Cut(p.cfg.Token, ":")
+	idText, _, _ := strings.Cut(p.cfg.BotToken, ":")
 	id, _ := strconv.ParseInt(idText, 10, 64) // Validate checked it
 	group, err := topicNames(p.cfg.GroupTopics, false)
 	if err != nil {

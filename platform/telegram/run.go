@@ -72,7 +72,7 @@ func (p *Platform) connect(ctx context.Context) error {
 			return nil
 		case errors.Is(err, bot.ErrorUnauthorized):
 			p.health.set(platform.Status{Detail: "Telegram rejected the bot token (401)", Terminal: true})
-			p.log.Error("telegram rejected the bot token; check telegram.token")
+			p.log.Error("telegram rejected the bot token; check telegram.bot_token")
 			return errTokenRejected
 		}
 		text := p.errorText(err)
@@ -163,7 +163,7 @@ func (p *Platform) libraryError(err error) {
 	switch {
 	case errors.Is(err, bot.ErrorUnauthorized):
 		p.health.set(platform.Status{Detail: "Telegram rejected the bot token (401)", Terminal: true})
-		p.log.Error("telegram rejected the bot token; check telegram.token")
+		p.log.Error("telegram rejected the bot token; check telegram.bot_token")
 		if stop := p.stopPoll.Load(); stop != nil {
 			(*stop)(errTokenRejected)
 		}

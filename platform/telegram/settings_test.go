@@ -261,7 +261,7 @@ var telegramParity = []telegramParityCase{
 func TestTelegramSettingsParity(t *testing.T) {
 	for _, c := range telegramParity {
 		t.Run(c.knob+" "+c.setting, func(t *testing.T) {
-			cfg := Config{Token: testToken, Chats: testChats}
+			cfg := Config{BotToken: testToken, Chats: testChats}
 			var err error
 			if topicKnobs[c.knob] {
 				err = yaml.Unmarshal([]byte(c.setting), &cfg)

@@ -90,6 +90,9 @@ type TenantConfig struct {
 	// connector reads them only to scope ObserveUnmentionedGroupMessages;
 	// authorizing users stays the gateway's. Default none.
 	GroupAllowedChats []string `yaml:"group_allowed_chats"`
+	// Weight is the tenant's share of the bot's global send budget
+	// (GlobalPerSecond) relative to other tenants. Default 1.
+	Weight int `yaml:"weight"`
 }
 
 // UnmarshalYAML reads a tenant's knobs as the native adapter reads them
@@ -115,6 +118,7 @@ var tenantKnobs = map[string]nativecfg.Knob[TenantConfig]{
 	"ignored_threads":                    nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.IgnoredThreads }),
 	"group_allowed_chats":                nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.GroupAllowedChats }),
 	"mention_patterns":                   readMentionPatterns,
+	"weight":                             func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.Weight) },
 }
 
 // readMentionPatterns reads mention_patterns: one string is one pattern, a

@@ -146,7 +146,7 @@ func TestTelegramMessageTextParity(t *testing.T) {
 	}
 	for _, c := range telegramTextParity {
 		t.Run(c.where+" "+strconv.Quote(c.text), func(t *testing.T) {
-			cfg := Config{Token: testToken, Chats: testChats, Tenants: map[string]TenantConfig{"t1": tc}}
+			cfg := Config{BotToken: testToken, Chats: testChats, Tenants: map[string]TenantConfig{"t1": tc}}
 			drops := &lastDrop{}
 			p, err := New(cfg, platform.Deps{Metrics: drops})
 			if err != nil {

@@ -11,6 +11,14 @@
 //     is durable, so a platform confirms an event to its source only after
 //     that. Its bufferId is Config.IDPrefix (the store's epoch) and the
 //     record's sequence number: the same across redeliveries and restarts.
+//
+//   - The entry is dispatched as soon as the store has numbered it
+//     (store.Ledger.Stage), while its commit is under way: a connected
+//     gateway does not wait for the fsync. A removal (an ack, a drop) of an
+//     entry whose commit is under way reaches the store after the commit.
+//     If the commit fails, the entry leaves the ledger and Append fails:
+//     the event was not confirmed, and its number is never reused.
+//
 //   - Waiting entries are dispatched in sequence order. An entry goes to its
 //     session's owner while the owner is attached and serves the entry's
 //     platform, otherwise to the attached consumer serving the platform with
@@ -18,32 +26,45 @@
 //     an entry has to wait, every later entry of its session waits too, and
 //     so does a session while another of its Appends is being stored, so a
 //     session's entries reach gateways in sequence order.
+//
 //   - A consumer holds at most Config.AckWindow windowed entries in flight
 //     (sent, not acknowledged), and takes nothing while it reports no room.
+//
 //   - An idle consumer (Idle) gets nothing new but keeps what it holds; a
 //     detached one (Detach) gives its unacknowledged entries back, and they
 //     are dispatched again in their original order.
+//
 //   - An acknowledged entry leaves memory at once and the store shortly
 //     after: removals are written in batches by one goroutine. A removal
 //     lost in a crash means a redelivery after the restart, which
 //     at-least-once delivery allows.
+//
 //   - Bounds are absolute, entries in flight included: a tenant holds at
 //     most Config.MaxEntries entries and Config.MaxBytes payload bytes, all
 //     tenants together at most Config.MaxTotalBytes (the largest tenant
 //     gives way), and no entry older than Config.MaxAge (checked every
 //     Config.SweepEvery with store.Ledger.Trim). The oldest entries go first;
 //     each is logged and counted.
+//
 //   - Recover loads every tenant's stored records, in order, after a
 //     restart.
+//
 //   - With Config.Shared (several instances on one store) Append only
 //     stores; the one instance driving a tenant takes the records in, in
 //     sequence order, with Tail, whichever instance appended them, and
 //     Reset forgets everything when it stops driving the tenant.
 //
+//   - Resend offers a consumer again what it holds in flight and was
+//     offered before a given time: the cluster's driver uses it for sockets
+//     on other instances, where a frame or its acknowledgement can be lost
+//     on the way (pub/sub is at most once).
+//
 // Memory holds each entry's frame (its payload framed once) until it is
 // acknowledged or dropped, so it is bounded by MaxTotalBytes plus the
-// frames' envelopes. Session owners are kept in memory only: after a
-// restart a session's next entry picks a new owner.
+// frames' envelopes. Session owners are kept in memory; Config.Owned
+// reports each dispatch of a session's entry so the caller can keep them
+// elsewhere too (the cluster writes them to store.Owners). After a restart
+// or a Reset a session's next entry picks a new owner.
 //
 // # Locking
 //
@@ -149,6 +170,11 @@ type Config struct {
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten).
 	SessionOwners int
+	// Owned, when set, is called for every entry of a session dispatched,
+	// with the consumer it went to (the session's owner from now on) and
+	// the entry's chat. It is called with the ledger's mutex held: it must
+	// not block nor call into the Ledger.
+	Owned func(tenant string, c Consumer, sessionKey, chatID string)
 	// Shared is set when several instances append to the store: Append
 	// then only stores, and entries come into a ledger through Tail alone,
 	// run by the one instance driving the tenant. Recover is not used.
@@ -173,7 +199,9 @@ type Pool struct {
 	spare []*Ledger  // a drained dirty slice, for reuse
 	wake  chan struct{}
 
-	flushMu sync.Mutex // one flush at a time
+	flushMu  sync.Mutex           // one flush at a time
+	acks     map[*Ledger][]uint64 // a flush's removals; guarded by flushMu
+	byTenant map[string][]uint64  // the same by tenant id; guarded by flushMu
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -188,11 +216,13 @@ func NewPool(cfg Config) *Pool {
 		cfg.SweepEvery = time.Minute
 	}
 	p := &Pool{
-		cfg:     cfg,
-		ledgers: make(map[string]*Ledger),
-		wake:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		cfg:      cfg,
+		ledgers:  make(map[string]*Ledger),
+		acks:     make(map[*Ledger][]uint64),
+		byTenant: make(map[string][]uint64),
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
 	go p.run()
 	return p
@@ -247,10 +277,17 @@ type entry struct {
 	frame      []byte // immutable
 	size       int64  // payload bytes
 	received   time.Time
-	prev, next *entry // neighbours in seq order
-	seat       *seat  // in flight on this consumer; nil while waiting
-	sent       bool   // delivered at least once
+	prev, next *entry    // neighbours in seq order
+	seat       *seat     // in flight on this consumer; nil while waiting
+	offered    time.Time // when it was last offered to seat
+	sent       bool      // delivered at least once
 	windowed   bool
+	// staged is set while the entry's commit is under way: it may be
+	// dispatched, but its removal from the store waits for the commit.
+	staged bool
+	// removeStored is set when the entry left the ledger while staged: the
+	// removal is queued once the commit is done.
+	removeStored bool
 }
 
 // owner is the consumer a session's entries went to last.
@@ -315,9 +352,10 @@ type Delivery struct {
 }
 
 // Append stores d, takes it into the ledger, dispatches it if a consumer can
-// take it, and returns its bufferId. It returns only once d is durable in
-// the store; an error means it was not taken. The ledger's mutex is not
-// held while the store writes, so concurrent Appends share its commits.
+// take it, and returns its bufferId. It dispatches d once the store has
+// numbered it, and returns only once d is durable in the store; an error
+// means it was not taken. The ledger's mutex is not held while the store
+// writes, so concurrent Appends share its commits.
 func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	p := l.pool
 	if d.Received.IsZero() {
@@ -336,13 +374,14 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 		Kind: d.Kind, Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
 		Payload: d.Payload, Received: d.Received,
 	}
-	seqs, err := p.cfg.Store.Append(ctx, l.tenant, rec[:])
+	seqs, commit, err := p.cfg.Store.Stage(ctx, l.tenant, rec[:])
 	if err == nil && len(seqs) != 1 {
 		err = errors.New("ledger: the store assigned no sequence number")
 	}
 	var e *entry
 	if err == nil {
 		e = l.newEntry(seqs[0], &rec[0])
+		e.staged = true
 	}
 	rec[0] = store.Record{}
 	records.Put(rec)
@@ -359,6 +398,23 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	l.dispatchLocked()
 	if e != nil {
 		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return "", err
+	}
+	err = commit()
+	l.mu.Lock()
+	e.staged = false
+	switch {
+	case err != nil && l.byID[e.id] == e:
+		// Not stored, so not confirmed: the source delivers it again.
+		l.removeLocked(e)
+		l.dispatchLocked()
+		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	case err == nil && e.removeStored:
+		// Acknowledged or dropped while its commit was under way.
+		l.queueRemovalLocked(e.seq)
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -481,12 +537,23 @@ func (l *Ledger) dropLocked(e *entry, reason string, removeStored bool) {
 	cfg := &l.pool.cfg
 	l.removeLocked(e)
 	if removeStored {
-		l.queueRemovalLocked(e.seq)
+		l.removeStoredLocked(e)
 	}
 	cfg.Metrics.Inbound(e.platform, l.tenant, reason)
 	cfg.Log.Warn("buffered inbound dropped", "reason", reason,
 		"tenant", l.tenant, "platform", e.platform, "buffer_id", e.id, "bytes", e.size,
 		"age", cfg.Now().Sub(e.received).Round(time.Millisecond), "in_flight", e.sent)
+}
+
+// removeStoredLocked has the pool remove e from the store, once e's commit
+// is done: a removal must not reach the store before the record it
+// removes.
+func (l *Ledger) removeStoredLocked(e *entry) {
+	if e.staged {
+		e.removeStored = true
+		return
+	}
+	l.queueRemovalLocked(e.seq)
 }
 
 // queueRemovalLocked has the pool remove seq from the store.
@@ -509,6 +576,9 @@ func (l *Ledger) dispatchLocked() {
 	}
 	cfg := &l.pool.cfg
 	var blocked map[string]bool
+	// Read before any offer: what an offer sets off may read the clock
+	// too, and must not find it earlier than the entry's offer time.
+	now := cfg.Now()
 	keep := l.pending[:0]
 	for _, e := range l.pending {
 		if e.sessionKey != "" && (blocked[e.sessionKey] || l.appending[e.sessionKey] > 0) {
@@ -526,16 +596,19 @@ func (l *Ledger) dispatchLocked() {
 			keep = append(keep, e)
 			continue
 		}
-		e.seat = s
+		e.seat, e.offered = s, now
 		if e.windowed {
 			s.inflight++
 		}
 		if !e.sent {
 			e.sent = true
-			cfg.Metrics.Delivered(e.platform, cfg.Now().Sub(e.received))
+			cfg.Metrics.Delivered(e.platform, now.Sub(e.received))
 		}
 		if e.sessionKey != "" {
 			l.owners.Add(e.sessionKey, owner{seat: s, chatID: e.chatID})
+			if cfg.Owned != nil {
+				cfg.Owned(l.tenant, s.c, e.sessionKey, e.chatID)
+			}
 		}
 	}
 	clear(l.pending[len(keep):])
@@ -659,11 +732,38 @@ func (l *Ledger) Ack(id string) bool {
 		return false
 	}
 	l.removeLocked(e)
-	l.queueRemovalLocked(e.seq)
+	l.removeStoredLocked(e)
 	l.dispatchLocked()
 	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 	l.mu.Unlock()
 	return true
+}
+
+// Resend offers c again, in sequence order, every entry in flight on it
+// that was last offered before cutoff, while c has room, and returns how
+// many it offered. The entries keep their bufferIds; each one's offer time
+// becomes now. A consumer that lost frames on the way (or whose
+// acknowledgements were lost) thus gets them again.
+func (l *Ledger) Resend(c Consumer, cutoff time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.seats[c]
+	if s == nil {
+		return 0
+	}
+	n := 0
+	now := l.pool.cfg.Now() // before any offer, as in dispatchLocked
+	for e := l.oldest; e != nil; e = e.next {
+		if e.seat != s || !e.offered.Before(cutoff) {
+			continue
+		}
+		if !s.c.HasRoom() || !s.c.Offer(e.frame) {
+			break
+		}
+		e.offered = now
+		n++
+	}
+	return n
 }
 
 // Pump dispatches again: a consumer that reported no room calls it once it
@@ -888,10 +988,11 @@ func (p *Pool) markDirty(l *Ledger) {
 	}
 }
 
-// Flush writes every queued removal to the store. The pool's goroutine
-// flushes on its own as soon as removals are queued; Flush is for shutdown
-// and tests. A failed removal is logged and counted, and not retried: the
-// entry is redelivered after a restart.
+// Flush writes every queued removal to the store, every tenant's in one
+// store.Ledger.AckAll: one commit (embedded) or one round trip (redis).
+// The pool's goroutine flushes on its own as soon as removals are queued;
+// Flush is for shutdown and tests. A failed removal is logged and counted,
+// and not retried: the entry is redelivered after a restart.
 func (p *Pool) Flush(ctx context.Context) {
 	p.flushMu.Lock()
 	defer p.flushMu.Unlock()
@@ -899,6 +1000,8 @@ func (p *Pool) Flush(ctx context.Context) {
 	dirty := p.dirty
 	p.dirty = p.spare[:0]
 	p.rmMu.Unlock()
+	acks := p.acks
+	entries := 0
 	for i, l := range dirty {
 		dirty[i] = nil
 		l.mu.Lock()
@@ -907,26 +1010,38 @@ func (p *Pool) Flush(ctx context.Context) {
 		l.dirty = false
 		l.mu.Unlock()
 		if len(seqs) > 0 {
-			p.remove(ctx, l.tenant, seqs)
+			acks[l] = seqs
+			entries += len(seqs)
 		}
+	}
+	if len(acks) > 0 {
+		p.remove(ctx, acks, entries)
+	}
+	for l, seqs := range acks {
 		l.mu.Lock()
 		l.spare = seqs
 		l.mu.Unlock()
 	}
+	clear(acks)
 	p.rmMu.Lock()
 	p.spare = dirty
 	p.rmMu.Unlock()
 }
 
-// remove deletes seqs from tenant's stored ledger.
-func (p *Pool) remove(ctx context.Context, tenant string, seqs []uint64) {
-	if _, err := p.cfg.Store.Ack(ctx, tenant, seqs...); err != nil {
-		p.removeErrors.Add(uint64(len(seqs)))
+// remove deletes acks (entries in all) from the tenants' stored ledgers.
+func (p *Pool) remove(ctx context.Context, acks map[*Ledger][]uint64, entries int) {
+	byTenant := p.byTenant
+	for l, seqs := range acks {
+		byTenant[l.tenant] = seqs
+	}
+	defer clear(byTenant)
+	if _, err := p.cfg.Store.AckAll(ctx, byTenant); err != nil {
+		p.removeErrors.Add(uint64(entries))
 		p.cfg.Log.Warn("acknowledged inbound not removed from the store: it is redelivered after a restart",
-			"tenant", tenant, "entries", len(seqs), "err", err)
+			"tenants", len(byTenant), "entries", entries, "err", err)
 		return
 	}
-	p.removed.Add(uint64(len(seqs)))
+	p.removed.Add(uint64(entries))
 }
 
 // Len returns the number of entries every ledger holds.

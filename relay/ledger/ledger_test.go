@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -385,13 +387,13 @@ func TestAppendReturnsOnceStoredWithTheRecordsSeq(t *testing.T) {
 	}
 }
 
-// failingLedger is a store.Ledger whose Append fails.
+// failingLedger is a store.Ledger whose Stage fails.
 type failingLedger struct{ store.Ledger }
 
 var errDiskFull = errors.New("disk full")
 
-func (failingLedger) Append(context.Context, string, []store.Record) ([]uint64, error) {
-	return nil, errDiskFull
+func (failingLedger) Stage(context.Context, string, []store.Record) ([]uint64, func() error, error) {
+	return nil, nil, errDiskFull
 }
 
 func TestAppendFailsWhenTheStoreFails(t *testing.T) {
@@ -407,8 +409,8 @@ func TestAppendFailsWhenTheStoreFails(t *testing.T) {
 	}
 }
 
-// gatedLedger is a store.Ledger whose next Append, once armed, stores its
-// records and then waits for release before returning.
+// gatedLedger is a store.Ledger whose next Stage, once armed, numbers and
+// stores its records and then waits for release before returning.
 type gatedLedger struct {
 	store.Ledger
 	mu      sync.Mutex
@@ -417,8 +419,8 @@ type gatedLedger struct {
 	release chan struct{}
 }
 
-func (g *gatedLedger) Append(ctx context.Context, tenant string, recs []store.Record) ([]uint64, error) {
-	seqs, err := g.Ledger.Append(ctx, tenant, recs)
+func (g *gatedLedger) Stage(ctx context.Context, tenant string, recs []store.Record) ([]uint64, func() error, error) {
+	seqs, commit, err := g.Ledger.Stage(ctx, tenant, recs)
 	g.mu.Lock()
 	wait := g.armed
 	g.armed = false
@@ -427,7 +429,106 @@ func (g *gatedLedger) Append(ctx context.Context, tenant string, recs []store.Re
 		close(g.entered)
 		<-g.release
 	}
-	return seqs, err
+	return seqs, commit, err
+}
+
+// slowCommitLedger is a store.Ledger whose first Stage numbers and stores
+// its records at once but whose commit, once called, announces it and
+// then waits for release before returning err.
+type slowCommitLedger struct {
+	store.Ledger
+	committing chan struct{}
+	release    chan struct{}
+	err        error
+	used       atomic.Bool
+}
+
+func (s *slowCommitLedger) Stage(ctx context.Context, tenant string, recs []store.Record) ([]uint64, func() error, error) {
+	seqs, commit, err := s.Ledger.Stage(ctx, tenant, recs)
+	if s.used.Swap(true) {
+		return seqs, commit, err
+	}
+	return seqs, func() error {
+		close(s.committing)
+		<-s.release
+		return s.err
+	}, err
+}
+
+// appendWithSlowCommit starts an Append of "first" on r, whose store is
+// slow, and returns once the Append waits for its commit, with the
+// channel its result arrives on.
+func appendWithSlowCommit(t *testing.T, r *rig, slow *slowCommitLedger) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Append(context.Background(), Delivery{Platform: "discord", SessionKey: "s1", Payload: []byte("first")})
+		done <- err
+	}()
+	select {
+	case <-slow.committing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the Append to wait for its commit")
+	}
+	return done
+}
+
+func appendResult(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the Append to return")
+		return nil
+	}
+}
+
+// A connected gateway gets an entry while its commit is under way, and an
+// ack that arrives before the commit reaches the store after it.
+func TestEntryGoesOutBeforeItsCommitAndItsAckIsStoredAfter(t *testing.T) {
+	slow := &slowCommitLedger{committing: make(chan struct{}), release: make(chan struct{})}
+	r := newRig(t, func(c *Config) { slow.Ledger = c.Store; c.Store = slow })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	done := appendWithSlowCommit(t, r, slow)
+	got := c.take()
+	want(t, "offered while the commit is under way", payloads(got), "first")
+	if !r.Ack(ids(got)[0]) {
+		t.Fatal("the ack of an entry whose commit is under way was not taken")
+	}
+	want(t, "stored before the commit is done, after the ack", r.stored(t), "first")
+	if st := r.pool.Stats(); st.Removed != 0 {
+		t.Fatalf("a removal reached the store before the record's commit: %+v", st)
+	}
+	close(slow.release)
+	if err := appendResult(t, done); err != nil {
+		t.Fatal(err)
+	}
+	want(t, "stored after the commit", r.stored(t))
+	if st := r.pool.Stats(); st.Removed != 1 {
+		t.Fatalf("stats %+v, want the acknowledged entry removed after its commit", st)
+	}
+}
+
+// An entry whose commit fails leaves the ledger, and Append fails: the
+// event was not confirmed.
+func TestEntryWhoseCommitFailsLeavesTheLedger(t *testing.T) {
+	slow := &slowCommitLedger{committing: make(chan struct{}), release: make(chan struct{}), err: errDiskFull}
+	r := newRig(t, func(c *Config) { slow.Ledger = c.Store; c.Store = slow })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	done := appendWithSlowCommit(t, r, slow)
+	want(t, "offered while the commit is under way", payloads(c.take()), "first")
+	close(slow.release)
+	if err := appendResult(t, done); !errors.Is(err, errDiskFull) {
+		t.Fatalf("Append = %v, want the commit's error", err)
+	}
+	if r.Len() != 0 {
+		t.Fatalf("the ledger holds %d entries after a failed commit, want 0", r.Len())
+	}
+	r.add(t, "s1", "next")
+	want(t, "the next entry of the session", payloads(c.take()), "next")
 }
 
 // A session's entry whose Append finished first waits for an earlier Append
@@ -627,4 +728,116 @@ func TestSharedTailTakesInWhatAnyInstanceAppended(t *testing.T) {
 		t.Fatalf("Tail after Reset took in %d (%v), want 2", n, err)
 	}
 	want(t, "after Reset", c2.take(), got[1:]...)
+}
+
+// ackRecorder is a store.Ledger that records the tenants of each AckAll.
+type ackRecorder struct {
+	store.Ledger
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (a *ackRecorder) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
+	tenants := slices.Sorted(maps.Keys(acks))
+	a.mu.Lock()
+	a.calls = append(a.calls, tenants)
+	a.mu.Unlock()
+	return a.Ledger.AckAll(ctx, acks)
+}
+
+// Flush writes the removals of every tenant in one store call, so the
+// store commits them together.
+func TestFlushWritesTenantsRemovalsTogether(t *testing.T) {
+	rec := &ackRecorder{}
+	r := newRig(t, func(c *Config) { rec.Ledger = c.Store; c.Store = rec })
+	// Hold the pool's goroutine off until all three are queued: whichever
+	// flush comes first then finds all three.
+	r.pool.flushMu.Lock()
+	for _, tenant := range []string{"t1", "t2", "t3"} {
+		l := r.pool.Ledger(tenant)
+		c := &fakeConsumer{}
+		l.Serve(c, "discord")
+		if _, err := l.Append(context.Background(), Delivery{Platform: "discord", SessionKey: "s", Payload: []byte(tenant)}); err != nil {
+			t.Fatal(err)
+		}
+		l.Ack(ids(c.take())[0])
+	}
+	r.pool.flushMu.Unlock()
+	r.pool.Flush(context.Background())
+	if st := r.pool.Stats(); st.Removed != 3 || st.RemoveErrors != 0 {
+		t.Fatalf("stats %+v, want the three tenants' removals written", st)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.calls) != 1 || !slices.Equal(rec.calls[0], []string{"t1", "t2", "t3"}) {
+		t.Fatalf("store AckAll calls %v, want one carrying t1, t2 and t3", rec.calls)
+	}
+}
+
+// Resend offers a consumer again, in order and with their bufferIds, only
+// the entries it holds unacknowledged that were last offered before the
+// cutoff; acknowledged entries and other consumers' are left alone.
+func TestResendOffersAgainWhatWentUnacknowledged(t *testing.T) {
+	r := newRig(t, nil)
+	a, b := &fakeConsumer{name: "a"}, &fakeConsumer{name: "b"}
+	r.Serve(a, "discord")
+	old := []string{r.add(t, "s1", "m0"), r.add(t, "s1", "m1"), r.add(t, "s1", "m2")}
+	r.Serve(b, "discord")
+	r.add(t, "s2", "other") // b is the least loaded: it takes s2
+	r.Ack(old[1])
+	r.clock.Advance(time.Minute)
+	cutoff := r.clock.Now()
+	recent := r.add(t, "s1", "m3")
+	a.take()
+	b.take()
+
+	if n := r.Resend(a, cutoff); n != 2 {
+		t.Fatalf("Resend offered %d entries, want 2", n)
+	}
+	got := a.take()
+	want(t, "resent", ids(got), old[0], old[2])
+	want(t, "resent payloads", payloads(got), "m0", "m2")
+	if len(b.take()) != 0 {
+		t.Fatal("Resend offered another consumer's entries")
+	}
+	// What was just offered again waits for the next cutoff after it.
+	if n := r.Resend(a, cutoff); n != 0 {
+		t.Fatalf("a second Resend with the same cutoff offered %d entries, want 0", n)
+	}
+	r.clock.Advance(time.Minute)
+	r.Resend(a, r.clock.Now())
+	want(t, "resent later", ids(a.take()), old[0], old[2], recent)
+	// A consumer without room takes nothing.
+	a.noRoom = true
+	r.clock.Advance(time.Minute)
+	if n := r.Resend(a, r.clock.Now()); n != 0 {
+		t.Fatalf("Resend offered %d entries to a consumer without room", n)
+	}
+}
+
+// Owned reports every dispatched entry of a session with the consumer it
+// went to and its chat.
+func TestOwnedReportsEachSessionsConsumer(t *testing.T) {
+	type owned struct {
+		c          Consumer
+		key, chat  string
+		tenantName string
+	}
+	var got []owned
+	r := newRig(t, func(c *Config) {
+		c.Owned = func(tenant string, c Consumer, key, chat string) { got = append(got, owned{c, key, chat, tenant}) }
+	})
+	a := &fakeConsumer{name: "a"}
+	r.add(t, "s1", "m0")
+	r.Append(context.Background(), Delivery{Platform: "discord", Payload: []byte("no session")})
+	r.Serve(a, "discord")
+	r.add(t, "s1", "m1")
+	if len(got) != 2 {
+		t.Fatalf("Owned called %d times, want 2 (one per session entry): %+v", len(got), got)
+	}
+	for _, o := range got {
+		if o.c != a || o.key != "s1" || o.chat != "chat-s1" || o.tenantName != "t1" {
+			t.Fatalf("Owned(%q, %v, %q, %q), want (t1, a, s1, chat-s1)", o.tenantName, o.c, o.key, o.chat)
+		}
+	}
 }

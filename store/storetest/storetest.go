@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -80,6 +81,8 @@ func Run(t *testing.T, b Backend) {
 	t.Run("LedgerSeqsSurviveReopen", func(t *testing.T) { testSeqsSurviveReopen(t, b) })
 	t.Run("LedgerSeqsAcrossInstances", func(t *testing.T) { testSeqsAcrossInstances(t, b) })
 	t.Run("LedgerConcurrentAppends", func(t *testing.T) { testConcurrentAppends(t, b) })
+	t.Run("LedgerStage", func(t *testing.T) { testStage(t, b) })
+	t.Run("LedgerAckAll", func(t *testing.T) { testAckAll(t, b) })
 	t.Run("Capabilities", func(t *testing.T) { testCapabilities(t, b) })
 	t.Run("Owners", func(t *testing.T) { testOwners(t, b) })
 	t.Run("Leases", func(t *testing.T) { testLeases(t, b) })
@@ -359,6 +362,87 @@ func testTenantIsolation(t *testing.T, b Backend) {
 	}
 	mustTenants(t, l, "a", "a:b")
 	wantSeqs(t, "tenant a after the others' changes", seqsOf(mustRead(t, l, "a", 0, 10)), []uint64{1, 2, 3, 4, 5})
+}
+
+// Stage numbers records at once, in call order with Append, and its
+// commit makes them readable like an Append's; on a durable backend they
+// keep their numbers after a reopen and numbering goes on from them.
+func testStage(t *testing.T, b Backend) {
+	f := newFixture(t, b)
+	l := f.s.Ledger()
+	seqs, commit, err := l.Stage(ctx, "t1", []store.Record{rec("p", "s", "c", "1"), rec("p", "s", "c", "2")})
+	if err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+	wantSeqs(t, "first Stage", seqs, []uint64{1, 2})
+	later, commitLater, err := l.Stage(ctx, "t1", []store.Record{rec("p", "s", "c", "3")})
+	if err != nil {
+		t.Fatalf("second Stage: %v", err)
+	}
+	wantSeqs(t, "second Stage", later, []uint64{3})
+	wantSeqs(t, "Append after two Stages", mustAppend(t, l, "t1", rec("p", "s", "c", "4")), []uint64{4})
+	if err := commitLater(); err != nil {
+		t.Fatalf("commit of the second Stage: %v", err)
+	}
+	if err := commit(); err != nil {
+		t.Fatalf("commit of the first Stage: %v", err)
+	}
+	got := mustRead(t, l, "t1", 0, 10)
+	wantSeqs(t, "Read after the commits", seqsOf(got), []uint64{1, 2, 3, 4})
+	for _, r := range got {
+		if want := strconv.FormatUint(r.Seq, 10); string(r.Payload) != want {
+			t.Fatalf("record %d holds %q, want %q", r.Seq, r.Payload, want)
+		}
+	}
+	mustStats(t, l, "t1", store.Stats{Entries: 4, Bytes: 4})
+	if seqs, commit, err := l.Stage(ctx, "t1", nil); err != nil || len(seqs) != 0 || commit() != nil {
+		t.Fatalf("Stage of no records = %v, %v; want nothing", seqs, err)
+	}
+	if !b.Durable {
+		return
+	}
+	f.reopen(t)
+	l = f.s.Ledger()
+	wantSeqs(t, "Read after reopen", seqsOf(mustRead(t, l, "t1", 0, 10)), []uint64{1, 2, 3, 4})
+	seqs, commit, err = l.Stage(ctx, "t1", []store.Record{rec("p", "s", "c", "5")})
+	if err != nil || commit() != nil {
+		t.Fatalf("Stage after reopen: %v", err)
+	}
+	wantSeqs(t, "Stage after reopen", seqs, []uint64{5})
+}
+
+// AckAll removes the given records of several tenants at once, and only
+// those, with each tenant's stats kept.
+func testAckAll(t *testing.T, b Backend) {
+	f := newFixture(t, b)
+	l := f.s.Ledger()
+	mustAppend(t, l, "a", rec("p", "s", "c", "a1"), rec("p", "s", "c", "a2"), rec("p", "s", "c", "a3"))
+	mustAppend(t, l, "b", rec("p", "s", "c", "b1"), rec("p", "s", "c", "b2"))
+	mustAppend(t, l, "c", rec("p", "s", "c", "c1"))
+	n, err := l.AckAll(ctx, map[string][]uint64{
+		"a":      {1, 3, 99}, // 99 was never assigned
+		"b":      {2},
+		"nobody": {1},
+		"c":      nil,
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("AckAll = %d, %v; want 3 removed", n, err)
+	}
+	wantSeqs(t, "a after AckAll", seqsOf(mustRead(t, l, "a", 0, 10)), []uint64{2})
+	wantSeqs(t, "b after AckAll", seqsOf(mustRead(t, l, "b", 0, 10)), []uint64{1})
+	wantSeqs(t, "c after AckAll", seqsOf(mustRead(t, l, "c", 0, 10)), []uint64{1})
+	mustStats(t, l, "a", store.Stats{Entries: 1, Bytes: 2})
+	mustStats(t, l, "b", store.Stats{Entries: 1, Bytes: 2})
+	if n, err := l.AckAll(ctx, map[string][]uint64{"a": {1, 3}}); err != nil || n != 0 {
+		t.Fatalf("AckAll of acknowledged records = %d, %v; want 0", n, err)
+	}
+	if n, err := l.AckAll(ctx, nil); err != nil || n != 0 {
+		t.Fatalf("AckAll of nothing = %d, %v; want 0", n, err)
+	}
+	if n, err := l.AckAll(ctx, map[string][]uint64{"a": {2}, "b": {1}, "c": {1}}); err != nil || n != 3 {
+		t.Fatalf("AckAll of the rest = %d, %v; want 3", n, err)
+	}
+	mustTenants(t, l)
 }
 
 func testSeqsSurviveReopen(t *testing.T, b Backend) {
@@ -859,6 +943,8 @@ func testInvalid(t *testing.T, b Backend) {
 	calls := map[string]func() error{
 		"Append empty tenant": func() error { _, err := s.Ledger().Append(ctx, "", []store.Record{{}}); return err },
 		"Append long tenant":  func() error { _, err := s.Ledger().Append(ctx, long, []store.Record{{}}); return err },
+		"Stage empty tenant":  func() error { _, _, err := s.Ledger().Stage(ctx, "", []store.Record{{}}); return err },
+		"AckAll empty tenant": func() error { _, err := s.Ledger().AckAll(ctx, map[string][]uint64{"t": {1}, "": {1}}); return err },
 		"Read empty tenant":   func() error { _, err := s.Ledger().Read(ctx, "", 0, 1); return err },
 		"Read size 0":         func() error { _, err := s.Ledger().Read(ctx, "t", 0, 0); return err },
 		"Ack empty tenant":    func() error { _, err := s.Ledger().Ack(ctx, "", 1); return err },
@@ -899,6 +985,8 @@ func testClosed(t *testing.T, b Backend) {
 	}
 	calls := map[string]func() error{
 		"Append":  func() error { _, err := s.Ledger().Append(ctx, "t", []store.Record{{}}); return err },
+		"Stage":   func() error { _, _, err := s.Ledger().Stage(ctx, "t", []store.Record{{}}); return err },
+		"AckAll":  func() error { _, err := s.Ledger().AckAll(ctx, map[string][]uint64{"t": {1}}); return err },
 		"Read":    func() error { _, err := s.Ledger().Read(ctx, "t", 0, 1); return err },
 		"Tenants": func() error { _, err := s.Ledger().Tenants(ctx); return err },
 		"capability Get": func() error {

@@ -1,0 +1,576 @@
+package relay_test
+
+// Cluster tests on a fake clock: instances of one fleet share a memory
+// store through netStore, which can lose chosen pub/sub messages and cut an
+// instance off (standing for its death). The beats run inside the
+// clock's Advance, so each test steps the fleet beat by beat; every wait is
+// for an outcome (a frame, a lease taken, an owner stored), with a deadline.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/internal/clock/clocktest"
+	"connector/platform"
+	"connector/relay"
+	"connector/relay/relaytest"
+	"connector/store"
+)
+
+// errCut is what a cut-off instance's store calls fail with.
+var errCut = errors.New("netStore: instance cut off")
+
+// netStore is one instance's path to a shared store. Messages it publishes
+// for which lose returns true are lost (and recorded); while cut, every
+// call fails and nothing reaches its subscriptions. It reports the session
+// owners it stores and its removals from the stored ledger.
+type netStore struct {
+	store.Store
+	inst string
+	cut  atomic.Bool
+
+	mu   sync.Mutex
+	lose func(channel string, msg []byte) bool
+	lost chan []byte // messages lost, for the test to inspect
+
+	owned chan string   // session keys whose owner it stored
+	acked chan struct{} // one per removal from the stored ledger
+}
+
+func (n *netStore) setLose(f func(channel string, msg []byte) bool) {
+	n.mu.Lock()
+	n.lose = f
+	n.mu.Unlock()
+}
+
+// loseFirst loses the next message of type typ published on a channel
+// starting with prefix.
+func (n *netStore) loseFirst(prefix string, typ byte) {
+	var done bool
+	n.setLose(func(channel string, msg []byte) bool {
+		if done || !bytes.HasPrefix([]byte(channel), []byte(prefix)) || len(msg) == 0 || msg[0] != typ {
+			return false
+		}
+		done = true
+		return true
+	})
+}
+
+// nextLost waits for the next message netStore lost.
+func (n *netStore) nextLost(t *testing.T, what string) []byte {
+	t.Helper()
+	select {
+	case m := <-n.lost:
+		return m
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for %s of %s to be lost", relaytest.Timeout, what, n.inst)
+	}
+	return nil
+}
+
+func (n *netStore) PubSub() store.PubSub { return netPubSub{n} }
+func (n *netStore) Leases() store.Leases { return netLeases{n} }
+func (n *netStore) Owners() store.Owners { return netOwners{n} }
+func (n *netStore) Ledger() store.Ledger { return netLedger{n.Store.Ledger(), n} }
+
+type netPubSub struct{ n *netStore }
+
+func (p netPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
+	if p.n.cut.Load() {
+		return errCut
+	}
+	p.n.mu.Lock()
+	lost := p.n.lose != nil && p.n.lose(channel, msg)
+	p.n.mu.Unlock()
+	if lost {
+		p.n.lost <- append([]byte(nil), msg...)
+		return nil
+	}
+	return p.n.Store.PubSub().Publish(ctx, channel, msg)
+}
+
+func (p netPubSub) Subscribe(ctx context.Context, channel string) (<-chan []byte, func(), error) {
+	in, cancel, err := p.n.Store.PubSub().Subscribe(ctx, channel)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(chan []byte, store.SubscriptionBuffer)
+	go func() {
+		defer close(out)
+		for m := range in {
+			if !p.n.cut.Load() {
+				out <- m
+			}
+		}
+	}()
+	return out, cancel, nil
+}
+
+type netLeases struct{ n *netStore }
+
+func (l netLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, bool, error) {
+	if l.n.cut.Load() {
+		return store.Lease{}, false, errCut
+	}
+	return l.n.Store.Leases().Acquire(ctx, name, holder, ttl)
+}
+
+func (l netLeases) Renew(ctx context.Context, name string, lease store.Lease, ttl time.Duration) (store.Lease, error) {
+	if l.n.cut.Load() {
+		return store.Lease{}, errCut
+	}
+	return l.n.Store.Leases().Renew(ctx, name, lease, ttl)
+}
+
+func (l netLeases) Release(ctx context.Context, name string, lease store.Lease) error {
+	if l.n.cut.Load() {
+		return errCut
+	}
+	return l.n.Store.Leases().Release(ctx, name, lease)
+}
+
+func (l netLeases) Holder(ctx context.Context, name string) (store.Lease, bool, error) {
+	if l.n.cut.Load() {
+		return store.Lease{}, false, errCut
+	}
+	return l.n.Store.Leases().Holder(ctx, name)
+}
+
+type netOwners struct{ n *netStore }
+
+func (o netOwners) Set(ctx context.Context, tenant, sessionKey string, owner store.Owner, ttl time.Duration) error {
+	if o.n.cut.Load() {
+		return errCut
+	}
+	err := o.n.Store.Owners().Set(ctx, tenant, sessionKey, owner, ttl)
+	if err == nil {
+		select {
+		case o.n.owned <- sessionKey:
+		default:
+		}
+	}
+	return err
+}
+
+func (o netOwners) Get(ctx context.Context, tenant, sessionKey string) (store.Owner, bool, error) {
+	if o.n.cut.Load() {
+		return store.Owner{}, false, errCut
+	}
+	return o.n.Store.Owners().Get(ctx, tenant, sessionKey)
+}
+
+func (o netOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
+	if o.n.cut.Load() {
+		return errCut
+	}
+	return o.n.Store.Owners().Delete(ctx, tenant, sessionKey)
+}
+
+type netLedger struct {
+	store.Ledger
+	n *netStore
+}
+
+func (l netLedger) Append(ctx context.Context, tenant string, recs []store.Record) ([]uint64, error) {
+	if l.n.cut.Load() {
+		return nil, errCut
+	}
+	return l.Ledger.Append(ctx, tenant, recs)
+}
+
+func (l netLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
+	if l.n.cut.Load() {
+		return nil, errCut
+	}
+	return l.Ledger.Read(ctx, tenant, afterSeq, max)
+}
+
+func (l netLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
+	if l.n.cut.Load() {
+		return 0, errCut
+	}
+	n, err := l.Ledger.Ack(ctx, tenant, seqs...)
+	if err == nil {
+		select {
+		case l.n.acked <- struct{}{}:
+		default:
+		}
+	}
+	return n, err
+}
+
+// bufferedWatch is a relay.Metrics that follows the number of entries an
+// instance's ledger of t1 holds.
+type bufferedWatch struct {
+	relay.Metrics
+	mu      sync.Mutex
+	n       int
+	reports int
+	changed chan struct{}
+}
+
+func (w *bufferedWatch) Buffered(tenant string, n int) {
+	w.mu.Lock()
+	w.n = n
+	w.reports++
+	w.mu.Unlock()
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// mark returns how many reports came so far.
+func (w *bufferedWatch) mark() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reports
+}
+
+// wait waits until a report after mark says the ledger holds n entries.
+func (w *bufferedWatch) wait(t *testing.T, mark, n int, what string) {
+	t.Helper()
+	deadline := time.After(relaytest.Timeout)
+	for {
+		w.mu.Lock()
+		cur, fresh := w.n, w.reports > mark
+		w.mu.Unlock()
+		if fresh && cur == n {
+			return
+		}
+		select {
+		case <-w.changed:
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for %s (the driver's ledger holds %d entries, want %d)", relaytest.Timeout, what, cur, n)
+		}
+	}
+}
+
+// beat is the rig's beat: a third of its LeaseTTL.
+const beat = time.Second
+
+// rigInstance is one relay of a clusterRig.
+type rigInstance struct {
+	name     string
+	net      *netStore
+	h        *relaytest.Harness
+	discord  *fakePlatform // chat c1 of t1
+	telegram *fakePlatform // chat c2 of t1
+	buffered *bufferedWatch
+}
+
+// clusterRig is n relays (i0, i1, ...) of tenant t1 (gateways ga, gb, gc
+// with secrets sa, sb, sc) on one memory store and one fake clock.
+type clusterRig struct {
+	clk      *clocktest.Fake
+	st       *store.Memory
+	acquired chan string
+	inst     []*rigInstance
+}
+
+func newClusterRig(t *testing.T, n int) *clusterRig {
+	t.Helper()
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk.Now)
+	t.Cleanup(func() { _ = st.Close() })
+	r := &clusterRig{clk: clk, st: st, acquired: make(chan string, 64)}
+	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{
+		{ID: "ga", Secrets: []string{"sa"}}, {ID: "gb", Secrets: []string{"sb"}}, {ID: "gc", Secrets: []string{"sc"}}}}}
+	for i := range n {
+		name := fmt.Sprintf("i%d", i)
+		in := &rigInstance{
+			name: name,
+			net: &netStore{Store: st, inst: name, lost: make(chan []byte, 64),
+				owned: make(chan string, 64), acked: make(chan struct{}, 64)},
+			discord:  newFake("discord", map[string]string{"c1": "t1"}),
+			telegram: newFake("telegram", map[string]string{"c2": "t1"}),
+			buffered: &bufferedWatch{Metrics: relayMetricsNop{}, changed: make(chan struct{}, 1)},
+		}
+		in.h = relaytest.StartConfig(t, relay.Config{
+			Tenants: tenants, Platforms: []platform.Platform{in.discord, in.telegram},
+			Log:     slog.New(drivingWatch{relaytest.TestLogger(t).Handler(), name, r.acquired}),
+			Metrics: in.buffered, Store: in.net, Instance: name, LeaseTTL: 3 * beat, Clock: clk,
+			// Neither pings nor the write watchdog come due while the test
+			// advances the clock by a few beats.
+			PingInterval: time.Hour, WriteTimeout: time.Hour,
+		})
+		r.inst = append(r.inst, in)
+	}
+	return r
+}
+
+// dial connects gateway id (secret "s" + id[1:]) to instance i and says
+// hello for platforms.
+func (r *clusterRig) dial(t *testing.T, i int, id string, platforms ...string) *relaytest.Gateway {
+	t.Helper()
+	gw := r.inst[i].h.DialToken(t, relaytest.Token(id, "s"+id[1:], r.clk.Now()))
+	for _, p := range platforms {
+		gw.Hello(t, p, "")
+	}
+	return gw
+}
+
+// drivingWatch is a slog.Handler that reports, on acquired, the name of its
+// instance each time the instance starts driving the tenant (it logs
+// "driving tenant" once it does).
+type drivingWatch struct {
+	slog.Handler
+	inst     string
+	acquired chan<- string
+}
+
+func (w drivingWatch) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "driving tenant" {
+		w.acquired <- w.inst
+	}
+	return w.Handler.Handle(ctx, r)
+}
+
+func (w drivingWatch) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return drivingWatch{w.Handler.WithAttrs(attrs), w.inst, w.acquired}
+}
+
+func (w drivingWatch) WithGroup(name string) slog.Handler {
+	return drivingWatch{w.Handler.WithGroup(name), w.inst, w.acquired}
+}
+
+// waitAcquired waits until an instance took the tenant's lease and started
+// driving it, and returns its name.
+func (r *clusterRig) waitAcquired(t *testing.T) string {
+	t.Helper()
+	select {
+	case who := <-r.acquired:
+		return who
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for an instance to take the tenant's lease", relaytest.Timeout)
+	}
+	return ""
+}
+
+// advance moves the clock k beats, one at a time: each instance's beat
+// runs inside the Advance that reaches it.
+func (r *clusterRig) advance(k int) {
+	for range k {
+		r.clk.Advance(beat)
+	}
+}
+
+// driven returns a rig where i0 drives t1 for ga (telegram only, so it
+// never takes discord inbound) and gb on i1 serves discord, and the driver
+// knows gb: a first discord inbound reached it and was acknowledged.
+func drivenRig(t *testing.T, n int) (r *clusterRig, ga, gb *relaytest.Gateway) {
+	t.Helper()
+	r = newClusterRig(t, n)
+	ga = r.dial(t, 0, "ga", "telegram")
+	if who := r.waitAcquired(t); who != "i0" {
+		t.Fatalf("%s took the tenant's lease, want i0 (the only one with a socket)", who)
+	}
+	gb = r.dial(t, 1, "gb", "discord")
+	mark := r.inst[0].buffered.mark()
+	r.inst[1].discord.deliver("t1", "c1", "u0", "e0")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e0" {
+		t.Fatalf("gb got %q, want e0", ev.Text)
+	}
+	gb.Ack(t, id)
+	r.inst[0].buffered.wait(t, mark, 0, "e0's ack to reach the driver")
+	return r, ga, gb
+}
+
+// A lost wake is made up by the driver's next beat, which reads the
+// stored ledger anyway.
+func TestClusterLostWakeIsMadeUpByTheNextBeat(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	r.inst[1].net.setLose(func(channel string, _ []byte) bool { return channel == relay.ClusterWakeChannel })
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	r.inst[1].net.nextLost(t, "the wake for e1")
+	r.advance(1)
+	if ev, _ := gb.NextInbound(t); ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+}
+
+// A lost serve (a socket's announcement) is sent again at the next beat;
+// the entry waiting for a socket then goes to it.
+func TestClusterLostServeIsSentAgainAtTheNextBeat(t *testing.T) {
+	r := newClusterRig(t, 2)
+	r.dial(t, 0, "ga", "telegram")
+	r.waitAcquired(t)
+	r.inst[1].net.loseFirst(relay.ClusterInboxPrefix, relay.ClusterMsgServe)
+	gb := r.dial(t, 1, "gb", "discord")
+	r.inst[1].net.nextLost(t, "gb's serve")
+	mark := r.inst[0].buffered.mark()
+	r.inst[0].discord.deliver("t1", "c1", "u0", "e0")
+	r.inst[0].buffered.wait(t, mark, 1, "e0 to be stored and taken in by the driver")
+	r.advance(1)
+	if ev, _ := gb.NextInbound(t); ev.Text != "e0" {
+		t.Fatalf("gb got %q, want e0", ev.Text)
+	}
+}
+
+// A frame lost on its way to a socket on another instance is forwarded
+// again, with the same bufferId, once it went unacknowledged for
+// ClusterResendBeats beats (before the socket would be forgotten for
+// silence).
+func TestClusterLostFrameIsForwardedAgain(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	r.inst[0].net.loseFirst(relay.ClusterInboxPrefix+"i1", relay.ClusterMsgFrame)
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	lost := r.inst[0].net.nextLost(t, "e1's frame")
+	r.advance(relay.ClusterResendBeats + 1)
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	if !bytes.Contains(lost, []byte(`"bufferId":"`+id+`"`)) {
+		t.Fatalf("e1 forwarded again as %s; the lost frame was %q", id, lost)
+	}
+	mark := r.inst[0].buffered.mark()
+	gb.Ack(t, id)
+	r.inst[0].buffered.wait(t, mark, 0, "e1's ack to reach the driver")
+}
+
+// A lost ack leaves the entry in flight; it is forwarded again (same
+// bufferId) after ClusterResendBeats beats, and the gateway's second ack
+// removes it.
+func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	r.inst[1].net.loseFirst(relay.ClusterInboxPrefix+"i0", relay.ClusterMsgAck)
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	gb.Ack(t, id)
+	r.inst[1].net.nextLost(t, "e1's ack")
+	println("ADVANCE", r.clk.Now().UnixMilli()%100000)
+	r.advance(relay.ClusterResendBeats + 1)
+	ev, again := gb.NextInbound(t)
+	if ev.Text != "e1" || again != id {
+		t.Fatalf("after the lost ack gb got %q as %s, want e1 again as %s", ev.Text, again, id)
+	}
+	mark := r.inst[0].buffered.mark()
+	gb.Ack(t, again)
+	r.inst[0].buffered.wait(t, mark, 0, "e1's second ack to remove it")
+}
+
+// An instance that dies (cut off: its announcements, its socket's close
+// and the frames sent to it are lost) is forgotten by the driver after
+// three beats without a serve, and what its socket held unacknowledged
+// goes to another socket with the same bufferId.
+func TestClusterSilentInstanceIsForgottenAfterThreeBeats(t *testing.T) {
+	r, ga, gb := drivenRig(t, 2)
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	r.inst[1].net.cut.Store(true)
+	_ = gb.CloseNow()
+	ga.Hello(t, "discord", "")
+	r.advance(3 + 1)
+	ev, again := ga.NextInbound(t)
+	if ev.Text != "e1" || again != id {
+		t.Fatalf("after i1 went silent ga got %q as %s, want e1 as %s", ev.Text, again, id)
+	}
+}
+
+// The driver keeps its lease while it beats; when it dies another
+// instance holding sockets of the tenant takes the lease at the first beat
+// after it expired (LeaseTTL, three beats), and an interrupt sent right
+// after the takeover reaches the session's owner: the owner is read from
+// the store, as the new driver's memory knows none yet. The interrupt is
+// sent from both gateways, one on the new driver and one not.
+func TestClusterInterruptRightAfterTakeoverReachesTheOwner(t *testing.T) {
+	r := newClusterRig(t, 3)
+	ga := r.dial(t, 0, "ga", "telegram")
+	r.waitAcquired(t)
+	gws := []*relaytest.Gateway{r.dial(t, 1, "gb", "discord"), r.dial(t, 2, "gc", "discord")}
+	key := sessionKey("discord", "c1", "u0")
+
+	// e0 goes to whichever of gb and gc the driver attached first: that
+	// gateway owns session u0.
+	r.inst[1].discord.deliver("t1", "c1", "u0", "e0")
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	got := make(chan int, 2)
+	for k, gw := range gws {
+		go func() {
+			if f, err := gw.Client.Next(ctx, contract.TypeInbound); err == nil {
+				_ = gw.Client.Ack(ctx, f.BufferID)
+				got <- k
+			}
+		}()
+	}
+	var owner int
+	select {
+	case owner = <-got:
+	case <-ctx.Done():
+		t.Fatalf("timed out after %v waiting for e0 at gb or gc", relaytest.Timeout)
+	}
+	cancel()
+	select {
+	case k := <-r.inst[0].net.owned:
+		if k != key {
+			t.Fatalf("the driver stored the owner of %q, want %q", k, key)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for the driver to store session u0's owner", relaytest.Timeout)
+	}
+	// And e0's removal, so the new driver does not deliver it again (which
+	// could make the other gateway its owner).
+	select {
+	case <-r.inst[0].net.acked:
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for the driver to remove e0 from the store", relaytest.Timeout)
+	}
+
+	// Beats renew the lease: nobody takes it while i0 lives.
+	r.advance(6)
+	select {
+	case who := <-r.acquired:
+		t.Fatalf("%s took the lease while i0 renewed it", who)
+	default:
+	}
+
+	// i0 dies.
+	r.inst[0].net.cut.Store(true)
+	_ = ga.CloseNow()
+	var next string
+	for k := 1; next == ""; k++ {
+		if k > 3+1 {
+			t.Fatalf("no instance took the lease %d beats after its holder died (LeaseTTL is 3 beats)", k-1)
+		}
+		r.advance(1)
+		select {
+		case next = <-r.acquired:
+		default:
+		}
+	}
+	t.Logf("gateway %d owns the session; %s took the tenant over", owner, next)
+	for _, gw := range gws {
+		gw.Send(t, map[string]any{"type": "interrupt", "session_key": key})
+		if f := gws[owner].Next(t, contract.TypeInterruptInbound); f.SessionKey != key || f.ChatID != "c1" {
+			t.Fatalf("interrupt_inbound for %q in %q, want %q in c1", f.SessionKey, f.ChatID, key)
+		}
+	}
+}
+
+// relayMetricsNop is a relay.Metrics that records nothing.
+type relayMetricsNop struct{}
+
+func (relayMetricsNop) ConnOpened(string)                              {}
+func (relayMetricsNop) ConnClosed(string)                              {}
+func (relayMetricsNop) Refused(string)                                 {}
+func (relayMetricsNop) FrameIgnored(string, string)                    {}
+func (relayMetricsNop) Inbound(string, string, string)                 {}
+func (relayMetricsNop) Delivered(string, time.Duration)                {}
+func (relayMetricsNop) Outbound(string, string, string, time.Duration) {}
+func (relayMetricsNop) Buffered(string, int)                           {}

@@ -1,0 +1,77 @@
+package store
+
+import "sync"
+
+// batcher is the one mechanism by which a backend shares a commit's fixed
+// cost (the embedded backend's fsyncs, the redis backend's network round
+// trip) among concurrent writers. Callers submit writes; one goroutine
+// hands commit every write queued while the previous commit was running,
+// up to max at once. A lone write is committed at once, with no added
+// delay, and under load one commit carries many writes: while one commit
+// is under way, the next batch accumulates.
+//
+// commit must answer each write of the batch (through whatever reply the
+// write type carries) before it returns.
+type batcher[W any] struct {
+	reqs   chan W
+	commit func([]W)
+	max    int
+	done   chan struct{} // closed when run returns
+
+	mu     sync.RWMutex // read-held while sending to reqs, write-held to close it
+	closed bool
+}
+
+// newBatcher starts the goroutine that commits batches of at most max
+// writes; close stops it.
+func newBatcher[W any](max int, commit func([]W)) *batcher[W] {
+	b := &batcher[W]{reqs: make(chan W, max), commit: commit, max: max, done: make(chan struct{})}
+	go b.run()
+	return b
+}
+
+// submit queues w for the next commit, or fails with ErrClosed once close
+// was called. It blocks while max writes are already queued.
+func (b *batcher[W]) submit(w W) error {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.closed {
+		return ErrClosed
+	}
+	b.reqs <- w
+	return nil
+}
+
+func (b *batcher[W]) run() {
+	defer close(b.done)
+	batch := make([]W, 0, b.max)
+	for w := range b.reqs {
+		batch = append(batch[:0], w)
+	gather:
+		for len(batch) < b.max {
+			select {
+			case w, ok := <-b.reqs:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, w)
+			default:
+				break gather
+			}
+		}
+		b.commit(batch)
+		clear(batch)
+	}
+}
+
+// close commits what is queued, stops the goroutine and makes later
+// submits fail with ErrClosed.
+func (b *batcher[W]) close() {
+	b.mu.Lock()
+	if !b.closed {
+		b.closed = true
+		close(b.reqs)
+	}
+	b.mu.Unlock()
+	<-b.done
+}
