@@ -28,10 +28,10 @@ func (s *Server) authenticate(header string) (gw *gatewayRecord, claimed string,
 	if err != nil {
 		return nil, "", err
 	}
-	gw = s.gateways[tok.GatewayID]
+	gw = s.gateway(tok.GatewayID)
 	keys := &noKeys
 	if gw != nil {
-		keys = &gw.keys
+		keys = gw.keys.Load()
 	}
 	err = tok.Verify(keys, s.cfg.Clock.Now(), contract.TokenWindow{Skew: s.cfg.ClockSkew, MaxLifetime: s.cfg.MaxTokenLifetime})
 	if gw == nil {
@@ -41,4 +41,16 @@ func (s *Server) authenticate(header string) (gw *gatewayRecord, claimed string,
 		return nil, tok.GatewayID, err
 	}
 	return gw, tok.GatewayID, nil
+}
+
+// Authenticate verifies the Authorization header of an HTTP side-channel
+// request (POST /relay/policy), which carries the same bearer token as an
+// upgrade, and returns the gateway's tenant and id. The error never
+// carries the token or a secret.
+func (s *Server) Authenticate(header string) (tenant, gatewayID string, err error) {
+	gw, _, err := s.authenticate(header)
+	if err != nil {
+		return "", "", err
+	}
+	return gw.tenant.id, gw.id, nil
 }

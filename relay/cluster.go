@@ -137,6 +137,9 @@ type cluster struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// started is set by start: from then on a joining tenant's drive loop
+	// starts at once.
+	started atomic.Bool
 }
 
 type outMsg struct {
@@ -163,6 +166,7 @@ type drive struct {
 	driving atomic.Bool
 	kick    chan struct{} // take stored records in now
 	nudge   chan struct{} // beat now
+	looping atomic.Bool   // driveLoop started
 
 	beatMu sync.Mutex // serializes beats; guards timer
 	timer  clock.Timer
@@ -226,13 +230,6 @@ func newCluster(s *Server) *cluster {
 		local: make(map[string]*conn),
 		ctx:   ctx, cancel: cancel,
 	}
-	for _, h := range s.tenants {
-		owned, _ := simplelru.NewLRU[string, ownerNote](s.cfg.SessionOwners, nil)
-		h.drive = &drive{
-			kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1), owned: owned,
-			locals: make(map[*conn]*localSeat), remotes: make(map[string]*remoteConsumer),
-		}
-	}
 	return cl
 }
 
@@ -246,6 +243,32 @@ func (cl *cluster) localConn(key string) *conn {
 	cl.localMu.Lock()
 	defer cl.localMu.Unlock()
 	return cl.local[key]
+}
+
+// join gives a new tenant's hub its drive, before the hub is visible to
+// the rest of the server; its drive loop runs once the cluster started.
+func (cl *cluster) join(h *hub) {
+	owned, _ := simplelru.NewLRU[string, ownerNote](cl.srv.cfg.SessionOwners, nil)
+	h.drive = &drive{
+		kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1), owned: owned,
+		locals: make(map[*conn]*localSeat), remotes: make(map[string]*remoteConsumer),
+	}
+	if cl.started.Load() {
+		cl.startLoop(h)
+	}
+}
+
+// startLoop arms h's beat timer and starts its drive loop unless they run
+// already.
+func (cl *cluster) startLoop(h *hub) {
+	if !h.drive.looping.CompareAndSwap(false, true) {
+		return
+	}
+	d := h.drive
+	d.beatMu.Lock()
+	d.timer = cl.clock.AfterFunc(cl.beat, h.tick)
+	d.beatMu.Unlock()
+	cl.wg.Go(func() { h.driveLoop(cl.ctx) })
 }
 
 // start subscribes and starts the goroutines.
@@ -268,19 +291,16 @@ func (cl *cluster) start() error {
 	cl.wg.Go(func() {
 		defer cancelWake()
 		for m := range wake {
-			if h := cl.srv.tenants[string(m)]; h != nil && h.drive.driving.Load() {
+			if h := cl.srv.hub(string(m)); h != nil && h.drive.driving.Load() {
 				h.kickTail()
 			}
 		}
 	})
 	cl.wg.Go(cl.publishLoop)
 	cl.wg.Go(cl.ownerLoop)
-	for _, h := range cl.srv.tenants {
-		d := h.drive
-		d.beatMu.Lock()
-		d.timer = cl.clock.AfterFunc(cl.beat, h.tick)
-		d.beatMu.Unlock()
-		cl.wg.Go(func() { h.driveLoop(cl.ctx) })
+	cl.started.Store(true)
+	for _, h := range cl.srv.hubs() {
+		cl.startLoop(h)
 	}
 	return nil
 }
@@ -289,7 +309,7 @@ func (cl *cluster) start() error {
 // other instances take its tenants over at once.
 func (cl *cluster) stop(ctx context.Context) {
 	cl.cancel()
-	for _, h := range cl.srv.tenants {
+	for _, h := range cl.srv.hubs() {
 		d := h.drive
 		d.beatMu.Lock() // a beat under way ends first; none starts after
 		if d.timer != nil {
@@ -298,7 +318,7 @@ func (cl *cluster) stop(ctx context.Context) {
 		d.beatMu.Unlock()
 	}
 	cl.wg.Wait()
-	for _, h := range cl.srv.tenants {
+	for _, h := range cl.srv.hubs() {
 		d := h.drive
 		if d.driving.Load() {
 			_ = cl.leases.Release(ctx, leasePrefix+h.id, d.lease)
@@ -324,7 +344,7 @@ func (cl *cluster) publishLoop() {
 			cl.publish(m.channel, m.msg)
 		}
 		if len(cl.out) == 0 && cl.wantPump.CompareAndSwap(true, false) {
-			for _, h := range cl.srv.tenants {
+			for _, h := range cl.srv.hubs() {
 				h.ledger.Pump()
 			}
 		}
@@ -349,7 +369,7 @@ func (cl *cluster) handle(m []byte) {
 		}
 		return
 	}
-	h := cl.srv.tenants[string(f[0])]
+	h := cl.srv.hub(string(f[0]))
 	if h == nil || !h.drive.driving.Load() {
 		return // not ours (any more): the sender learns the driver on its next beat
 	}
@@ -395,7 +415,7 @@ func (s *Server) ownedHook() func(string, ledger.Consumer, string, string) {
 
 // sessionOwned is the ledgers' Owned hook among several instances.
 func (s *Server) sessionOwned(tenant string, c ledger.Consumer, sessionKey, chatID string) {
-	if h := s.tenants[tenant]; h != nil && h.drive != nil {
+	if h := s.hub(tenant); h != nil && h.drive != nil {
 		h.noteOwner(c, sessionKey, chatID)
 	}
 }

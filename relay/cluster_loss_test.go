@@ -186,6 +186,13 @@ func (l netLedger) Append(ctx context.Context, tenant string, recs []store.Recor
 	return l.Ledger.Append(ctx, tenant, recs)
 }
 
+func (l netLedger) Stage(ctx context.Context, tenant string, recs []store.Record) ([]uint64, func() error, error) {
+	if l.n.cut.Load() {
+		return nil, nil, errCut
+	}
+	return l.Ledger.Stage(ctx, tenant, recs)
+}
+
 func (l netLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
 	if l.n.cut.Load() {
 		return nil, errCut
@@ -198,13 +205,27 @@ func (l netLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int,
 		return 0, errCut
 	}
 	n, err := l.Ledger.Ack(ctx, tenant, seqs...)
+	l.removed(err)
+	return n, err
+}
+
+func (l netLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
+	if l.n.cut.Load() {
+		return 0, errCut
+	}
+	n, err := l.Ledger.AckAll(ctx, acks)
+	l.removed(err)
+	return n, err
+}
+
+// removed signals a removal written to the store.
+func (l netLedger) removed(err error) {
 	if err == nil {
 		select {
 		case l.n.acked <- struct{}{}:
 		default:
 		}
 	}
-	return n, err
 }
 
 // bufferedWatch is a relay.Metrics that follows the number of entries an

@@ -220,6 +220,10 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		if chatID == "" {
 			return contract.Failed(contract.CodeBadRequest, fmt.Sprintf("%s needs a chat_id", a.Op))
 		}
+		if g, ok := p.(platform.ChatGranter); ok && g.ChatGranted(chatID, c.hub.id) {
+			c.hub.noteProfile(name, chatID, a.Metadata.Profile)
+			return p.Execute(ctx, c.hub.id, a)
+		}
 		owner, err := p.ChatTenant(ctx, chatID)
 		if err != nil && !errors.Is(err, platform.ErrUnknownChat) {
 			c.logs.Log(c.log, slog.LevelWarn, "chat tenant lookup failed", "platform", name, "err", err)

@@ -243,8 +243,10 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 // Server is the /relay WebSocket endpoint. Create it with New and mount it
 // with http.Handle("/relay", s).
 type Server struct {
-	cfg         Config
-	log         *slog.Logger
+	cfg Config
+	log *slog.Logger
+	// regMu guards gateways and tenants (tenants.go); it is a leaf.
+	regMu       sync.RWMutex
 	gateways    map[string]*gatewayRecord
 	tenants     map[string]*hub
 	platforms   map[string]platform.Platform
@@ -276,9 +278,10 @@ type Server struct {
 }
 
 type gatewayRecord struct {
-	id        string
-	tenant    *hub
-	keys      contract.TokenKeys
+	id     string
+	tenant *hub
+	// keys verify the gateway's tokens; SetTenants replaces them.
+	keys      atomic.Pointer[contract.TokenKeys]
 	admission *admission
 }
 
@@ -341,32 +344,6 @@ func newServer(cfg Config) (*Server, error) {
 	}
 	s.descriptorFrames[contract.PlatformRelay] = contract.EncodeDescriptor(descriptor.Merge(contract.PlatformRelay, all...))
 
-	for _, t := range cfg.Tenants {
-		if t.ID == "" {
-			return nil, errors.New("relay: a tenant has an empty id")
-		}
-		if _, dup := s.tenants[t.ID]; dup {
-			return nil, fmt.Errorf("relay: tenant %q configured twice", t.ID)
-		}
-		h := &hub{srv: s, id: t.ID}
-		s.tenants[t.ID] = h
-		for _, g := range t.Gateways {
-			if g.ID == "" {
-				return nil, fmt.Errorf("relay: tenant %q has a gateway with an empty id", t.ID)
-			}
-			if len(g.Secrets) == 0 {
-				return nil, fmt.Errorf("relay: gateway %q has no secrets", g.ID)
-			}
-			if _, dup := s.gateways[g.ID]; dup {
-				return nil, fmt.Errorf("relay: gateway %q configured twice", g.ID)
-			}
-			keys, err := contract.NewTokenKeys(g.Secrets)
-			if err != nil {
-				return nil, fmt.Errorf("relay: gateway %q: %w", g.ID, err)
-			}
-			s.gateways[g.ID] = &gatewayRecord{id: g.ID, tenant: h, keys: keys, admission: newAdmission(cfg.MaxConnsPerGateway)}
-		}
-	}
 	s.ledgers = ledger.NewPool(ledger.Config{
 		Store:         cfg.Store.Ledger(),
 		IDPrefix:      cfg.Store.Epoch() + "-",
@@ -383,13 +360,16 @@ func newServer(cfg Config) (*Server, error) {
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
 	})
-	for _, h := range s.tenants {
-		h.init(s.ledgers.Ledger(h.id))
+	if cfg.Instance != "" {
+		s.cluster = newCluster(s)
+	}
+	if err := s.SetTenants(cfg.Tenants); err != nil {
+		s.ledgers.Close(context.Background())
+		return nil, err
 	}
 	if cfg.Instance != "" {
 		// Each tenant's driver reads its stored ledger when it takes the
 		// tenant's lease, not every instance at start.
-		s.cluster = newCluster(s)
 		if err := s.cluster.start(); err != nil {
 			s.ledgers.Close(context.Background())
 			return nil, fmt.Errorf("relay: join the instances: %w", err)
@@ -459,7 +439,7 @@ func (s *Server) sessionTenant(sessionKey string) (string, bool) {
 // route takes one delivery off the bus. An inbound or passthrough delivery
 // is stored before it returns; an error means it was not.
 func (s *Server) route(ctx context.Context, d platform.Delivery) error {
-	h := s.tenants[d.Tenant]
+	h := s.hub(d.Tenant)
 	if h == nil {
 		s.cfg.Metrics.Inbound(d.Platform, d.Tenant, "dropped_unknown_tenant")
 		s.log.Warn("delivery dropped: unknown tenant", "tenant", d.Tenant, "platform", d.Platform)

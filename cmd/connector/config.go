@@ -41,6 +41,10 @@ type Config struct {
 	HTTP HTTPConfig `yaml:"http"`
 	// Ops is the operations listener (/metrics, /readyz, /platforms).
 	Ops OpsConfig `yaml:"ops"`
+	// Admin is the operator's admin API (/admin/v1/): tenants, gateways,
+	// secrets and bindings changed while the connector runs
+	// (docs/operations.md).
+	Admin AdminConfig `yaml:"admin"`
 	// Relay tunes the gateway-facing /relay server.
 	Relay relay.Config `yaml:"relay"` // the keys are relay.Config's tagged fields
 	// Store is where durable state lives: inbound the gateways have not
@@ -274,6 +278,9 @@ func (c *Config) Validate() error {
 	if err := c.validateHTTP(); err != nil {
 		return err
 	}
+	if err := c.Admin.validate(); err != nil {
+		return err
+	}
 	if err := c.validateRelay(); err != nil {
 		return err
 	}
@@ -367,21 +374,6 @@ func (c *Config) TenantIDs() map[string]bool {
 		ids[t.ID] = true
 	}
 	return ids
-}
-
-// RelayTenants converts the tenants section for the relay.
-func (c *Config) RelayTenants() []relay.Tenant {
-	out := make([]relay.Tenant, 0, len(c.Tenants))
-	for _, t := range c.Tenants {
-		rt := relay.Tenant{ID: t.ID}
-		opts := t.Session.Options()
-		rt.Session = &opts
-		for _, g := range t.Gateways {
-			rt.Gateways = append(rt.Gateways, relay.Gateway{ID: g.ID, Secrets: g.Secrets})
-		}
-		out = append(out, rt)
-	}
-	return out
 }
 
 // validate checks the store section.

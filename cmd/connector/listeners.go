@@ -21,6 +21,8 @@ type listenAddrs struct {
 	// OpsAddr is the operations listener (/metrics, /readyz, /platforms,
 	// /healthz).
 	OpsAddr string
+	// AdminAddr is the admin API's listener; empty when it is off.
+	AdminAddr string
 }
 
 // publicServer returns the http.Server of the public listener ln, with the

@@ -51,6 +51,7 @@ func init() {
 		{"serve", "run the connector until SIGINT or SIGTERM (the default command)", serveCmd},
 		{"config", "print a commented example config file", configCmd},
 		{"conformance", "check session keys or platform normalization against an oracle fixture", conformanceCmd},
+		{"admin", "change tenants, gateways, secrets and bindings of a running connector (admin API)", adminCmd},
 		{"token", "mint a gateway's upgrade token, reading the secret from $" + envTokenSecret + " or stdin", tokenCmd},
 		{"version", "print the version, commit and Go version", versionCmd},
 		{"help", "print this list", func(_ []string, stdout, _ io.Writer) int { printUsage(stdout); return 0 }},

@@ -18,8 +18,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connector/admin"
 	"connector/contract"
 	"connector/platform"
+	"connector/registry"
 	"connector/relay"
 	"connector/store"
 	"connector/vault"
@@ -71,7 +73,11 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := shutdownSignals(log)
 	defer stop()
-	if err := serve(ctx, cfg, generated, log, stdout, nil); err != nil {
+	reload := func() (*Config, error) {
+		cfg, _, err := loadOrDefault(sources{configPath: path, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
+		return cfg, err
+	}
+	if err := serveReloading(ctx, cfg, generated, log, stdout, nil, reload); err != nil {
 		log.Error("connector stopped", "err", err)
 		return 1
 	}
@@ -214,6 +220,12 @@ type connector struct {
 	handler    http.Handler // the public listener's routes
 	opsHandler http.Handler // the operations listener's routes
 	tls        *tls.Config  // nil: plain HTTP
+	// live keeps the relay and platforms in step with the registry.
+	live *live
+	// admin is the admin API's handler; nil when admin.listen is unset.
+	admin http.Handler
+	// reload re-reads the config for SIGHUP; nil ignores SIGHUP.
+	reload func() (*Config, error)
 	// draining is set when shutdown starts: /readyz answers 503 from then.
 	draining atomic.Bool
 }
@@ -241,12 +253,23 @@ const storeOpenTimeout = 30 * time.Second
 // exactly what serve starts with; -check builds on an in-memory store, as a
 // running connector holds the real one.
 func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
-	tenants := cfg.RelayTenants()
+	reg := registry.New(st, time.Now)
+	if err := reg.SetDeclared(cfg.declared()); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), storeOpenTimeout)
+	defer cancel()
+	effective, _, err := reg.Effective(rctx)
+	if err != nil {
+		return nil, err
+	}
+	tenants := relayTenants(effective)
+	keys := newSessionKeys(tenants)
 	m := newMetrics()
 	deps := platform.Deps{
 		Log:     log,
 		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
-		Key:     relay.KeyFunc(tenants),
+		Key:     keys.key,
 		Metrics: m,
 	}
 	var instance string
@@ -284,6 +307,27 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	}
 	m.watchLedger(srv)
 	c := &connector{cfg: cfg, log: log, metrics: m, platforms: platforms, relay: srv}
+	c.live = &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
+		keys: keys, log: log, metrics: newAdminMetrics(m.reg)}
+	for _, p := range platforms {
+		if b, ok := p.(platform.Binder); ok {
+			c.live.binders[p.Name()] = b
+		}
+		if rt, ok := p.(platform.RelevanceTaker); ok {
+			c.live.relevance[p.Name()] = rt
+		}
+	}
+	if err := c.live.apply(rctx); err != nil {
+		_ = srv.Shutdown(rctx)
+		return nil, err
+	}
+	if cfg.Admin.Listen != "" {
+		c.admin, err = admin.New(admin.Config{Registry: reg, Token: cfg.Admin.Token, Apply: c.live.apply, Log: log, Metrics: c.live.metrics})
+		if err != nil {
+			_ = srv.Shutdown(rctx)
+			return nil, err
+		}
+	}
 	if cfg.TLS.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
 		if err != nil {
@@ -292,7 +336,9 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		c.tls = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 
-	c.handler = publicMux(srv, platforms)
+	mux := publicMux(srv, platforms)
+	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
+	c.handler = mux
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil
 }
@@ -301,6 +347,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 // cancelled, then shuts down gracefully. ready, if not nil, receives the
 // listeners' addresses once they accept connections.
 func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listenAddrs)) error {
+	return serveReloading(ctx, cfg, gen, log, stdout, ready, nil)
+}
+
+// serveReloading is serve that, on SIGHUP, re-reads the config with reload
+// and applies its tenants and routing (nil reload ignores SIGHUP).
+func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listenAddrs), reload func() (*Config, error)) error {
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -314,6 +366,7 @@ func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Lo
 	if err != nil {
 		return err
 	}
+	c.reload = reload
 	return c.run(ctx, gen, stdout, ready)
 }
 
@@ -336,6 +389,21 @@ func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Wr
 		rawLn.Close()
 		return err
 	}
+	adminAddr, stopAdmin, err := c.serveAdmin()
+	if err != nil {
+		rawLn.Close()
+		return err
+	}
+	defer stopAdmin()
+	liveCtx, stopLive := context.WithCancel(context.Background())
+	defer stopLive()
+	if err := c.live.start(liveCtx); err != nil {
+		rawLn.Close()
+		return fmt.Errorf("registry: %w", err)
+	}
+	defer c.live.stop()
+	stopReload := c.reloadOnHangup(liveCtx)
+	defer stopReload()
 	tlsOn := c.tls != nil
 	serveErr := make(chan error, 1)
 	go func() {
@@ -364,7 +432,7 @@ func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Wr
 		})
 	}
 
-	addrs := listenAddrs{Addr: ln.Addr().String(), OpsAddr: opsLn.Addr().String()}
+	addrs := listenAddrs{Addr: ln.Addr().String(), OpsAddr: opsLn.Addr().String(), AdminAddr: adminAddr}
 	printBanner(stdout, addrs, tlsOn, cfg, gen, platforms)
 	log.Info("connector listening", "addr", addrs.Addr, "ops_addr", addrs.OpsAddr, "tls", tlsOn, "platforms", len(platforms), "tenants", len(cfg.Tenants))
 	if ready != nil {
@@ -468,4 +536,7 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	}
 	ops := "http://" + addrs.OpsAddr
 	fmt.Fprintf(w, "  health:    %s/healthz; operations (keep private): %s/readyz  %s/platforms  %s/metrics\n", base, ops, ops, ops)
+	if addrs.AdminAddr != "" {
+		fmt.Fprintf(w, "  admin:     http://%s/admin/v1/ (bearer admin.token; keep private)\n", addrs.AdminAddr)
+	}
 }

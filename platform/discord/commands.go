@@ -150,7 +150,7 @@ func parseManifest(raw json.RawMessage) (entries []map[string]any, dropped int, 
 func (c *commandSync) set(tenant string, entries []map[string]any) {
 	c.mu.Lock()
 	c.manifests[tenant] = entries
-	for guild, owner := range c.p.cfg.Guilds {
+	for guild, owner := range c.p.guildOwners() {
 		if owner == tenant {
 			c.pending[guild] = true
 		}
@@ -165,7 +165,7 @@ func (c *commandSync) set(tenant string, entries []map[string]any) {
 // guildDelivered records that the Gateway delivered guild (GUILD_CREATE)
 // and queues it when its tenant has sent a manifest.
 func (c *commandSync) guildDelivered(guild string) {
-	tenant, ok := c.p.cfg.Guilds[guild]
+	tenant, ok := c.p.guildOwners()[guild]
 	if !ok {
 		return
 	}
@@ -177,6 +177,20 @@ func (c *commandSync) guildDelivered(guild string) {
 	}
 	c.mu.Unlock()
 	if known {
+		c.signal()
+	}
+}
+
+// rebound queues guild, whose tenant changed, when the Gateway has
+// delivered it: its registry now follows the new tenant's manifest.
+func (c *commandSync) rebound(guild string) {
+	c.mu.Lock()
+	queue := c.present[guild]
+	if queue {
+		c.pending[guild] = true
+	}
+	c.mu.Unlock()
+	if queue {
 		c.signal()
 	}
 }
@@ -212,7 +226,7 @@ func (c *commandSync) desired(scope string) (tenant string, want []map[string]an
 	if scope == globalScope {
 		tenant = c.p.cfg.DMTenant
 	} else {
-		tenant = c.p.cfg.Guilds[scope]
+		tenant = c.p.guildOwners()[scope]
 	}
 	entries := c.manifests[tenant]
 	want = make([]map[string]any, 0, len(entries))

@@ -54,6 +54,9 @@ func (p *Platform) chatOp(h opHandler) opHandler {
 		if !isSnowflake(chatID) {
 			return contract.Failed(contract.CodeBadRequest, "chat_id is not a Discord channel id")
 		}
+		if p.ChatGranted(chatID, tenant) {
+			return h(ctx, tenant, a) // a bound author of the tenant spoke there
+		}
 		owner, err := p.ChatTenant(ctx, chatID)
 		if errors.Is(err, platform.ErrUnavailable) {
 			return ownersUnknownResult()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,19 +43,30 @@ type Platform struct {
 	metrics platform.Metrics
 	key     platform.KeyFunc
 	vault   vault.Store
+	// guilds maps a guild id to its tenant: Config.Guilds until Bind
+	// replaces it.
+	guilds atomic.Pointer[map[string]string]
+	// authors maps a user id to the tenant their messages reach
+	// (author-first routing, authors.go).
+	authors atomic.Pointer[map[string]string]
+	// spoke remembers the channels where a bound author's message reached
+	// its tenant: that tenant may act there (authors.go).
+	spoke *spokeIn
 
-	pubKey   ed25519.PublicKey
-	sess     *discordgo.Session
-	sched    *fairshare.Scheduler
-	breaker  *breaker
-	cache    *cache
-	created  *createdThreads
-	snap     snapshot
-	seen     *dedupe
-	gw       *gateway
-	cmds     *commandSync
-	ops      map[string]opHandler
-	policies map[string]*policy
+	pubKey  ed25519.PublicKey
+	sess    *discordgo.Session
+	sched   *fairshare.Scheduler
+	breaker *breaker
+	cache   *cache
+	created *createdThreads
+	snap    snapshot
+	seen    *dedupe
+	gw      *gateway
+	cmds    *commandSync
+	ops     map[string]opHandler
+	// policies are the tenants' policies, from Config.Tenants and the
+	// relevance their gateways declared (SetRelevance).
+	policies atomic.Pointer[map[string]*policy]
 	fallback *policy
 	botID    atomic.Pointer[string]
 	status   atomic.Pointer[platform.Status]
@@ -74,9 +86,12 @@ type lifecycle struct {
 }
 
 var (
-	_ platform.Platform      = (*Platform)(nil)
-	_ platform.Routes        = (*Platform)(nil)
-	_ platform.HelloObserver = (*Platform)(nil)
+	_ platform.Platform       = (*Platform)(nil)
+	_ platform.Routes         = (*Platform)(nil)
+	_ platform.HelloObserver  = (*Platform)(nil)
+	_ platform.Binder         = (*Platform)(nil)
+	_ platform.RelevanceTaker = (*Platform)(nil)
+	_ platform.ChatGranter    = (*Platform)(nil)
 )
 
 // maxProcessing bounds interactions being normalized and delivered at once.
@@ -103,7 +118,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		vault:    deps.Vault,
 		deps:     deps,
 		pubKey:   ed25519.PublicKey(pub),
-		policies: make(map[string]*policy, len(cfg.Tenants)),
 		fallback: newPolicy(TenantConfig{}),
 		slots:    make(chan struct{}, maxProcessing),
 	}
@@ -111,12 +125,16 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		p.log = slog.New(slog.DiscardHandler)
 	}
 	p.log = p.log.With("platform", platformName)
+	guilds := maps.Clone(cfg.Guilds)
+	p.guilds.Store(&guilds)
+	p.authors.Store(&map[string]string{})
+	p.spoke = newSpokeIn(maxSpokeIn)
 	if p.key == nil {
 		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
 	}
 	weights := make(map[string]int, len(cfg.Tenants))
+	p.SetRelevance(nil)
 	for name, tc := range cfg.Tenants {
-		p.policies[name] = newPolicy(tc)
 		if tc.Weight > 0 {
 			weights[name] = tc.Weight
 		}
@@ -211,12 +229,12 @@ func (p *Platform) guildTenant(guildID string) (string, bool) {
 	if guildID == "" {
 		return p.cfg.DMTenant, p.cfg.DMTenant != ""
 	}
-	t, ok := p.cfg.Guilds[guildID]
+	t, ok := p.guildOwners()[guildID]
 	return t, ok && t != ""
 }
 
 func (p *Platform) policyFor(tenant string) *policy {
-	if pol, ok := p.policies[tenant]; ok {
+	if pol, ok := (*p.policies.Load())[tenant]; ok {
 		return pol
 	}
 	return p.fallback
@@ -254,4 +272,60 @@ func (p *Platform) running() *lifecycle {
 		return nil
 	}
 	return p.life
+}
+
+// guildOwners maps each bound guild id to its tenant.
+func (p *Platform) guildOwners() map[string]string { return *p.guilds.Load() }
+
+// Bind implements platform.Binder: bindings of kind guild and user (ids
+// read as the numbers they spell) replace the guild and author routing
+// tables. Guilds whose tenant changed get their commands synced again.
+func (p *Platform) Bind(bindings []platform.Binding) error {
+	guilds := make(map[string]string, len(bindings))
+	authors := make(map[string]string)
+	for _, b := range bindings {
+		n, err := strconv.ParseUint(b.ID, 10, 64)
+		if err != nil {
+			return fmt.Errorf("discord: %s %q is not a Discord id", b.Kind, b.ID)
+		}
+		switch b.Kind {
+		case platform.BindGuild:
+			guilds[strconv.FormatUint(n, 10)] = b.Tenant
+		case platform.BindUser:
+			authors[strconv.FormatUint(n, 10)] = b.Tenant
+		default:
+			return fmt.Errorf("discord: binding kind %q: want %s or %s", b.Kind, platform.BindGuild, platform.BindUser)
+		}
+	}
+	p.authors.Store(&authors)
+	old := *p.guilds.Swap(&guilds)
+	for guild, tenant := range guilds {
+		if old[guild] != tenant {
+			p.cmds.rebound(guild)
+		}
+	}
+	return nil
+}
+
+// SetRelevance implements platform.RelevanceTaker. A tenant's declared
+// relevance replaces three knobs of its discord.tenants settings:
+// require_mention (RequireAddress), free_response_channels
+// (FreeResponseScopes) and allow_bots ("all" when AllowOtherBots, else
+// "none"); its other knobs stay as configured.
+func (p *Platform) SetRelevance(byTenant map[string]platform.Relevance) {
+	policies := make(map[string]*policy, len(p.cfg.Tenants)+len(byTenant))
+	for name, tc := range p.cfg.Tenants {
+		policies[name] = newPolicy(tc)
+	}
+	for name, r := range byTenant {
+		tc := p.cfg.Tenants[name]
+		tc.RequireMention = &r.RequireAddress
+		tc.FreeResponseChannels = slices.Clone(r.FreeResponseScopes)
+		tc.AllowBots = AllowBotsNone
+		if r.AllowOtherBots {
+			tc.AllowBots = AllowBotsAll
+		}
+		policies[name] = newPolicy(tc)
+	}
+	p.policies.Store(&policies)
 }

@@ -60,12 +60,12 @@ func (p *Platform) ingestLoop(ctx context.Context, q <-chan ingestItem) {
 // rule), normalizes it under that tenant's knobs and delivers it.
 func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	m := &it.msg
-	tenant, ok := p.guildTenant(m.GuildID)
+	n, tenant, ok := p.messageNormalizer(m)
 	if !ok {
 		p.dropUnclaimed(m.GuildID, m.ChannelID)
 		return
 	}
-	t, err := p.normalizer(tenant).message(withTenant(ctx, tenant), m, it.edit)
+	t, err := n.message(withTenant(ctx, tenant), m, it.edit)
 	if err != nil {
 		p.dropped(err, "message_id", m.ID)
 		return

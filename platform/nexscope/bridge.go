@@ -76,9 +76,17 @@ func (r *room) bridge(f *clientFrame, note string) bool {
 		MessageID: string(msgID),
 		IsBot:     string(role) == "userAgent",
 	}
-	key := p.key(r.tenant, &src)
+	tenant := r.tenant()
+	if tenant == "" {
+		return false // unbound since the message was routed
+	}
+	key := p.key(tenant, &src)
 	ref := msgRef{from: src.UserID.Value, thread: thread, hop: hop, valid: true}
 	r.mu.Lock()
+	if r.msgs == nil {
+		r.mu.Unlock()
+		return false
+	}
 	r.msgs.Add(src.MessageID, ref)
 	if thread != "" {
 		r.threads.Add(thread, ref)
@@ -92,7 +100,7 @@ func (r *room) bridge(f *clientFrame, note string) bool {
 
 	d := platform.Delivery{
 		Kind:       platform.KindInbound,
-		Tenant:     r.tenant,
+		Tenant:     tenant,
 		Platform:   platformName,
 		SessionKey: key,
 		ChatID:     r.name,

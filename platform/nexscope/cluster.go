@@ -121,6 +121,9 @@ type cluster struct {
 	heard   map[string]time.Time   // instance -> when a message from it last arrived
 	calls   map[string]chan []byte // forwarded actions waiting for their result, by request
 	nextReq uint64
+	// bid starts a room's bid for its lease once start ran (nil before);
+	// under mu. Rooms Bind creates later bid through it.
+	bid func(r *room)
 }
 
 type outMsg struct {
@@ -154,12 +157,33 @@ func (cl *cluster) start(ctx context.Context, exclusive func(context.Context, st
 	})
 	cl.wg.Go(cl.publishLoop)
 	cl.wg.Go(func() { cl.beatLoop(ctx) })
-	for _, r := range cl.p.rooms {
+	bid := func(r *room) {
 		cl.wg.Go(func() {
 			_ = exclusive(ctx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
 		})
 	}
+	// Bind holds roomsMu while it adds a room and calls adopt, so every
+	// room bids once: those here now, and later ones through cl.bid.
+	cl.p.roomsMu.Lock()
+	cl.mu.Lock()
+	cl.bid = bid
+	cl.mu.Unlock()
+	for _, r := range cl.p.rooms {
+		bid(r)
+	}
+	cl.p.roomsMu.Unlock()
 	return nil
+}
+
+// adopt has a room Bind created bid for its lease, if start ran (start
+// bids for every room there is then). Called under roomsMu.
+func (cl *cluster) adopt(r *room) {
+	cl.mu.Lock()
+	bid := cl.bid
+	cl.mu.Unlock()
+	if bid != nil {
+		bid(r)
+	}
 }
 
 // shutdown publishes what is queued and ends the goroutines; the room
@@ -509,7 +533,7 @@ func refusalClose(code int) Close {
 // flow through runRemote.
 func (cl *cluster) joinHere(roomName, name, edge, conn string) {
 	p := cl.p
-	r := p.rooms[roomName]
+	r := p.room(roomName)
 	if r == nil || !validName(name) {
 		return
 	}

@@ -51,7 +51,7 @@ func TestConfigDefaults(t *testing.T) {
 		c.HeartbeatInterval != DefaultHeartbeatInterval || c.HopLimit != 3 || c.BotName != "hermes" || c.MaxText != 4096 {
 		t.Fatalf("defaults %+v", c)
 	}
-	if p.rooms[DefaultRoom] == nil || p.rooms[DefaultRoom].tenant != "" {
+	if p.rooms[DefaultRoom] == nil || p.rooms[DefaultRoom].tenant() != "" {
 		t.Fatal("no unbound default room")
 	}
 	if p.clock != clock.System {

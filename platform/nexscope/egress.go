@@ -29,7 +29,7 @@ func supportedOps() []string { return slices.Sorted(maps.Keys(egress)) }
 // instances a send to a room homed on another instance is executed there.
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	if p.cluster != nil && a.Op == contract.OpSend {
-		if r := p.rooms[string(a.ChatID)]; r != nil && r.tenant != "" && r.tenant == tenant && !r.home.Load() {
+		if r := p.room(string(a.ChatID)); r != nil && r.tenant() != "" && r.tenant() == tenant && !r.home.Load() {
 			return p.cluster.forwardExec(ctx, r, tenant, a)
 		}
 	}
@@ -42,8 +42,8 @@ func (p *Platform) executeHere(tenant string, a *contract.Action) contract.Resul
 	if !ok {
 		return contract.Failed(contract.CodeUnsupportedOp, "nexscope does not support this op")
 	}
-	r := p.rooms[string(a.ChatID)]
-	if r == nil || r.tenant == "" || r.tenant != tenant {
+	r := p.room(string(a.ChatID))
+	if r == nil || r.tenant() == "" || r.tenant() != tenant {
 		return contract.Declined(platformName)
 	}
 	return h(p, r, a)
@@ -79,7 +79,7 @@ func (p *Platform) send(r *room, a *contract.Action) contract.Result {
 	if thread == "" {
 		thread = DefaultThread
 	}
-	m := botMsg{from: r.bot, threadID: thread}
+	m := botMsg{from: r.bot(), threadID: thread}
 	var online []*member
 	switch {
 	case ref.valid:

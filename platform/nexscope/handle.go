@@ -32,7 +32,7 @@ func (m *member) handleMsg(f *clientFrame) {
 	res := &m.routed
 	res.delivered, res.offline, res.toBot = res.delivered[:0], res.offline[:0], false
 	botDrop := ""
-	if r.bot != "" {
+	if r.bot() != "" {
 		botDrop = m.p.dropReason(f)
 	}
 	r.mu.Lock()

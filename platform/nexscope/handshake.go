@@ -64,7 +64,7 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 		refuse(ws, CodeInvalidName, "name must match ^[a-zA-Z0-9_-]{1,32}$", CloseInvalidName)
 		return
 	}
-	r := p.rooms[roomName]
+	r := p.room(roomName)
 	if r == nil {
 		refuse(ws, CodeUnknownRoom, "no such room", CloseUnknownRoom)
 		return
@@ -121,7 +121,7 @@ func refuse(ws *websocket.Conn, code ErrorCode, message string, c Close) {
 // closed with 4010 and leaves, and replaceGhost reports true: the name is
 // free for the newcomer. A live holder, or the bot, keeps the name.
 func (r *room) replaceGhost(name string) bool {
-	if name == r.bot {
+	if name == r.bot() {
 		return false
 	}
 	r.mu.Lock()

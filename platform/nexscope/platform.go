@@ -27,8 +27,10 @@ type Platform struct {
 	clock     clock.Clock // ts values, the heartbeat, transfer and probe deadlines
 	keyFunc   platform.KeyFunc
 	tokenHash [sha256.Size]byte
-	rooms     map[string]*room
-	desc      descriptor.Descriptor
+	// rooms are the rooms by name, guarded by roomsMu; Bind adds rooms.
+	roomsMu sync.RWMutex
+	rooms   map[string]*room
+	desc    descriptor.Descriptor
 
 	// cluster is set when several instances share the rooms (cluster.go);
 	// exclusive is then platform.Deps.RunExclusive.
@@ -51,6 +53,7 @@ type sinkRef struct{ platform.Sink }
 var (
 	_ platform.Platform = (*Platform)(nil)
 	_ platform.Routes   = (*Platform)(nil)
+	_ platform.Binder   = (*Platform)(nil)
 )
 
 // New validates cfg, applies its defaults and builds the relay. Rooms are
@@ -140,8 +143,8 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 // ChatTenant implements platform.Platform: a chat is a room, owned by the
 // tenant it is bound to.
 func (p *Platform) ChatTenant(_ context.Context, chatID string) (string, error) {
-	if r := p.rooms[chatID]; r != nil && r.tenant != "" {
-		return r.tenant, nil
+	if r := p.room(chatID); r != nil && r.tenant() != "" {
+		return r.tenant(), nil
 	}
 	return "", platform.ErrUnknownChat
 }
@@ -151,10 +154,13 @@ func (p *Platform) Status() platform.Status {
 	p.mu.Lock()
 	n, closed := len(p.members), p.closed
 	p.mu.Unlock()
+	p.roomsMu.RLock()
+	rooms := len(p.rooms)
+	p.roomsMu.RUnlock()
 	if closed || p.sink.Load() == nil {
 		return platform.Status{Detail: "nexscope bridge not running"}
 	}
-	return platform.Status{Ready: true, Detail: fmt.Sprintf("%d rooms, %d members online", len(p.rooms), n)}
+	return platform.Status{Ready: true, Detail: fmt.Sprintf("%d rooms, %d members online", rooms, n)}
 }
 
 // deliver hands d to the sink given to Run and reports whether the sink
@@ -217,4 +223,51 @@ func (p *Platform) track() bool {
 	}
 	p.wg.Add(1)
 	return true
+}
+
+// room returns the room named name, nil when there is none.
+func (p *Platform) room(name string) *room {
+	p.roomsMu.RLock()
+	defer p.roomsMu.RUnlock()
+	return p.rooms[name]
+}
+
+// Bind implements platform.Binder: bindings (kind room) name the rooms
+// bound to a tenant; every other room becomes a plain relay room. A bound
+// room that does not exist yet is created with the configured defaults.
+// Members stay connected: only the bot joins or leaves the presence list.
+func (p *Platform) Bind(bindings []platform.Binding) error {
+	want := make(map[string]string, len(bindings))
+	for _, b := range bindings {
+		if b.Kind != platform.BindRoom {
+			return fmt.Errorf("nexscope: binding kind %q: want %s", b.Kind, platform.BindRoom)
+		}
+		if !validName(b.ID) {
+			return fmt.Errorf("nexscope: room %q: name must match ^[a-zA-Z0-9_-]{1,32}$", b.ID)
+		}
+		want[b.ID] = b.Tenant
+	}
+	p.roomsMu.Lock()
+	for name := range want {
+		if p.rooms[name] == nil {
+			r := newRoom(p, Room{Name: name})
+			p.rooms[name] = r
+			if p.cluster == nil {
+				r.home.Store(true) // a single instance hosts every room
+			} else {
+				p.cluster.adopt(r)
+			}
+		}
+	}
+	rooms := make([]*room, 0, len(p.rooms))
+	for _, r := range p.rooms {
+		rooms = append(rooms, r)
+	}
+	p.roomsMu.Unlock()
+	for _, r := range rooms {
+		r.mu.Lock()
+		r.bindLocked(want[r.name])
+		r.unlock()
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package nexscope
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -12,11 +13,14 @@ import (
 // room is one relay room: its members, its file-transfer lock and, when bound
 // to a tenant, the connector's bot member and what the bridge remembers.
 type room struct {
-	p      *Platform
-	name   string
-	tenant string // "" for a plain relay room
-	bot    string // the bot's member name; "" when unbound
-	cap    int
+	p    *Platform
+	name string
+	// botName is the bot's member name while the room is bound.
+	botName string
+	cap     int
+	// bound is the room's tenant and bot; nil for a plain relay room. It
+	// changes under mu (Bind), and is read without it.
+	bound atomic.Pointer[roomBinding]
 	// home is set while this instance hosts the room: always on a single
 	// instance; with several, while it holds the room's lease (cluster.go).
 	home atomic.Bool
@@ -44,11 +48,15 @@ type msgRef struct {
 	valid        bool
 }
 
+// roomBinding is a bound room's tenant and the bot member that stands for
+// it.
+type roomBinding struct{ tenant, bot string }
+
 func newRoom(p *Platform, rc Room) *room {
 	r := &room{
 		p:       p,
 		name:    rc.Name,
-		tenant:  rc.Tenant,
+		botName: cmp.Or(rc.BotName, p.cfg.BotName),
 		cap:     rc.MaxUsers,
 		members: make(map[string]*member),
 	}
@@ -56,16 +64,55 @@ func newRoom(p *Platform, rc Room) *room {
 		r.cap = p.cfg.MaxUsers
 	}
 	if rc.Tenant != "" {
-		r.bot = rc.BotName
-		if r.bot == "" {
-			r.bot = p.cfg.BotName
-		}
-		r.users = []string{r.bot}
-		// Sizes are positive (defaults applied), so NewLRU cannot fail.
-		r.msgs, _ = simplelru.NewLRU[string, msgRef](p.cfg.RememberMessages, nil)
-		r.threads, _ = simplelru.NewLRU[string, msgRef](p.cfg.RememberMessages, nil)
+		r.mu.Lock()
+		r.bindLocked(rc.Tenant)
+		r.unlock()
 	}
 	return r
+}
+
+// tenant is the tenant the room is bound to; "" when it is a plain room.
+func (r *room) tenant() string {
+	if b := r.bound.Load(); b != nil {
+		return b.tenant
+	}
+	return ""
+}
+
+// bot is the bot's member name; "" when the room is unbound.
+func (r *room) bot() string {
+	if b := r.bound.Load(); b != nil {
+		return b.bot
+	}
+	return ""
+}
+
+// bindLocked binds the room to tenant ("" unbinds it): the bot joins or
+// leaves the presence list, which is broadcast, and the bridge forgets what
+// it remembered for the previous tenant. A member already holding the
+// bot's name keeps it; the bot is then not listed twice.
+func (r *room) bindLocked(tenant string) {
+	if tenant == r.tenant() {
+		return
+	}
+	if old := r.bot(); old != "" && r.members[old] == nil {
+		if i, ok := slices.BinarySearch(r.users, old); ok {
+			r.users = slices.Delete(r.users, i, i+1)
+		}
+	}
+	r.msgs, r.threads, r.last = nil, nil, msgRef{}
+	if tenant == "" {
+		r.bound.Store(nil)
+	} else {
+		r.bound.Store(&roomBinding{tenant: tenant, bot: r.botName})
+		if i, ok := slices.BinarySearch(r.users, r.botName); !ok {
+			r.users = slices.Insert(r.users, i, r.botName)
+		}
+		// Sizes are positive (defaults applied), so NewLRU cannot fail.
+		r.msgs, _ = simplelru.NewLRU[string, msgRef](r.p.cfg.RememberMessages, nil)
+		r.threads, _ = simplelru.NewLRU[string, msgRef](r.p.cfg.RememberMessages, nil)
+	}
+	r.broadcastPresenceLocked()
 }
 
 // unlock releases mu and then disconnects the slow consumers found while it
@@ -103,7 +150,7 @@ func (r *room) join(m *member) error {
 	if !r.home.Load() {
 		return CloseRoomMoved // the lease went to another instance meanwhile
 	}
-	if _, taken := r.members[m.name]; taken || m.name == r.bot {
+	if _, taken := r.members[m.name]; taken || m.name == r.bot() {
 		return CloseNameTaken
 	}
 	if len(r.users) >= r.cap {
@@ -214,8 +261,8 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop
 		for _, u := range r.users {
 			switch {
 			case u == sender.name:
-			case u == r.bot:
-				if mentions(f.text, r.bot) {
+			case u == r.bot():
+				if mentions(f.text, r.bot()) {
 					toBot(appendQuoted(nil, u))
 				}
 			default:
@@ -234,7 +281,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop
 			deliver(m, raw)
 			return
 		}
-		if r.bot != "" && string(name) == r.bot {
+		if r.bot() != "" && string(name) == r.bot() {
 			toBot(raw)
 			return
 		}

@@ -94,7 +94,7 @@ func (m *member) handleFileStart(f *clientFrame) {
 	// deadline runs.
 	t.timer = m.p.clock.AfterFunc(m.p.cfg.TransferTimeout, func() { r.stall(t) })
 	botDrop := ""
-	if r.bot != "" {
+	if r.bot() != "" {
 		botDrop = m.p.dropReason(&start)
 	}
 	var res routed
@@ -187,9 +187,9 @@ func (m *member) handleFileEnd(f *clientFrame) {
 	m.transfer = nil
 	// The ack confirms the bot only once the bridge's delivery is stored.
 	if toBot && r.bridge(&t.start, fileNote(t.start.attachment, t.size)) {
-		delivered = append(delivered, appendQuoted(nil, r.bot))
+		delivered = append(delivered, appendQuoted(nil, r.bot()))
 	} else if t.toBot {
-		offline = append(offline, appendQuoted(nil, r.bot))
+		offline = append(offline, appendQuoted(nil, r.bot()))
 	}
 	m.send(appendAck(nil, t.start.msgID, t.start.threadID, delivered, offline))
 }

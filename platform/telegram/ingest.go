@@ -34,7 +34,7 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		p.drop(drop, u.ID, 0)
 		return nil
 	}
-	tenant := p.chats[in.chatID]
+	tenant := (*p.chats.Load())[in.chatID]
 	if tenant == "" {
 		p.drop(dropUnclaimed, u.ID, in.chatID)
 		return nil

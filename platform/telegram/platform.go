@@ -41,8 +41,8 @@ type Platform struct {
 	scrubber  *strings.Replacer
 	secretSum [32]byte // sha256 of the webhook secret
 
-	chats     map[int64]string
-	policies  map[string]*policy // by tenant; defaultPolicy when absent
+	chats     atomic.Pointer[map[int64]string] // chat id -> tenant; replaced by Bind
+	policies  map[string]*policy               // by tenant; defaultPolicy when absent
 	observed  *observedLog
 	mapping   atomic.Pointer[mapping]
 	seen      *recentIDs
@@ -63,6 +63,7 @@ type Platform struct {
 var (
 	_ platform.Platform = (*Platform)(nil)
 	_ platform.Routes   = (*Platform)(nil)
+	_ platform.Binder   = (*Platform)(nil)
 )
 
 // allowedUpdates are the update types the connector ingests.
@@ -87,7 +88,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		metrics:   deps.M(),
 		clock:     deps.Time(),
 		now:       deps.Time().Now,
-		chats:     make(map[int64]string, len(cfg.Chats)),
 		policies:  make(map[string]*policy, len(cfg.Tenants)),
 		observed:  newObservedLog(),
 		seen:      newRecentIDs(cfg.DedupeWindow),
@@ -102,10 +102,12 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if p.key == nil {
 		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
 	}
+	chats := make(map[int64]string, len(cfg.Chats))
 	for chat, tenant := range cfg.Chats {
 		id, _ := parseChatID(chat) // Validate checked it
-		p.chats[id] = tenant
+		chats[id] = tenant
 	}
+	p.chats.Store(&chats)
 	for tenant, tc := range cfg.Tenants {
 		p.policies[tenant], _ = newPolicy(tc) // Validate checked it
 	}
@@ -192,7 +194,7 @@ func (p *Platform) chatOwner(chatID string) (int64, string) {
 	if err != nil {
 		return 0, ""
 	}
-	return id, p.chats[id]
+	return id, (*p.chats.Load())[id]
 }
 
 // Status implements platform.Platform.
@@ -232,3 +234,21 @@ func supportedOps() []string {
 
 // errorText is err's text for logs and results, secrets removed.
 func (p *Platform) errorText(err error) string { return p.scrub(err.Error()) }
+
+// Bind implements platform.Binder: bindings (kind chat, the id in its
+// canonical spelling) replace the chat routing table.
+func (p *Platform) Bind(bindings []platform.Binding) error {
+	chats := make(map[int64]string, len(bindings))
+	for _, b := range bindings {
+		if b.Kind != platform.BindChat {
+			return fmt.Errorf("telegram: binding kind %q: want %s", b.Kind, platform.BindChat)
+		}
+		id, err := parseChatID(b.ID)
+		if err != nil {
+			return fmt.Errorf("telegram: chat %q: %w", b.ID, err)
+		}
+		chats[id] = b.Tenant
+	}
+	p.chats.Store(&chats)
+	return nil
+}

@@ -1,0 +1,399 @@
+// Package admin is the operator's admin API: JSON over HTTP under
+// /admin/v1/, on its own listener (admin.listen), every request
+// authenticated with a bearer token compared in constant time. It changes
+// the runtime registry (package registry) and has the change applied to
+// this instance before it answers, so a removed gateway's sockets are
+// closed by the time DELETE returns; other instances apply it on the
+// registry's change notification.
+//
+// Routes (docs/operations.md shows each with the CLI):
+//
+//	GET    /admin/v1/tenants                                   every tenant, its gateways (no secrets) and bindings
+//	POST   /admin/v1/tenants                                   {"id", "session"?}
+//	DELETE /admin/v1/tenants/{tenant}
+//	PUT    /admin/v1/tenants/{tenant}/session                  the session settings
+//	POST   /admin/v1/tenants/{tenant}/gateways                 {"id"} -> {"id", "secret"}
+//	POST   /admin/v1/tenants/{tenant}/gateways/{gateway}/rotate {"grace"?: "1h"} -> {"id", "secret", "previous_valid_until"}
+//	DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}
+//	PUT    /admin/v1/tenants/{tenant}/bindings                 {"platform", "kind", "id"}
+//	DELETE /admin/v1/tenants/{tenant}/bindings                 {"platform", "kind", "id"}
+//
+// Errors are {"error": "..."} with 400 (malformed), 401 (token), 404
+// (unknown tenant, gateway or binding), 409 (exists, declared in the YAML,
+// bound to another tenant) or 500. Every change is logged (who, what,
+// outcome; never a secret) and counted.
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"connector/registry"
+)
+
+// Metrics counts admin requests.
+type Metrics interface {
+	// AdminChange counts one change request: op names the route, outcome
+	// is "ok" or the error class (invalid, not_found, exists, declared,
+	// conflict, error).
+	AdminChange(op, outcome string)
+	// AdminRefused counts a request refused for its token.
+	AdminRefused()
+}
+
+// Config configures the Handler.
+type Config struct {
+	// Registry is where changes go.
+	Registry *registry.Registry
+	// Token is the bearer token every request must carry; required.
+	Token string
+	// Apply applies the registry to this instance; called after every
+	// change, before the answer.
+	Apply func(ctx context.Context) error
+	// Log receives one line per change; nil discards.
+	Log *slog.Logger
+	// Metrics counts requests; nil discards.
+	Metrics Metrics
+	// Now is the clock of rotation answers; nil is time.Now.
+	Now func() time.Time
+}
+
+// ActorHeader names who is calling, for the log (the CLI sends the local
+// user name). It is informational: the token is what authorizes.
+const ActorHeader = "X-Connector-Actor"
+
+// maxBodyBytes bounds a request body.
+const maxBodyBytes = 64 << 10
+
+// Handler serves the admin API.
+type Handler struct {
+	cfg       Config
+	tokenHash [sha256.Size]byte
+	mux       *http.ServeMux
+}
+
+// New returns the handler; it refuses an empty token.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("admin: a token is required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = nopMetrics{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux()}
+	h.mux.HandleFunc("GET /admin/v1/tenants", h.listTenants)
+	h.change("POST /admin/v1/tenants", "create_tenant", h.createTenant)
+	h.change("DELETE /admin/v1/tenants/{tenant}", "delete_tenant", h.deleteTenant)
+	h.change("PUT /admin/v1/tenants/{tenant}/session", "set_session", h.setSession)
+	h.change("POST /admin/v1/tenants/{tenant}/gateways", "create_gateway", h.createGateway)
+	h.change("POST /admin/v1/tenants/{tenant}/gateways/{gateway}/rotate", "rotate_gateway", h.rotate)
+	h.change("DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}", "delete_gateway", h.deleteGateway)
+	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", h.bind)
+	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", h.unbind)
+	return h, nil
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) AdminChange(string, string) {}
+func (nopMetrics) AdminRefused()              {}
+
+// ServeHTTP authenticates the request and routes it.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	sum := sha256.Sum256([]byte(got))
+	if !ok || subtle.ConstantTimeCompare(sum[:], h.tokenHash[:]) != 1 {
+		h.cfg.Metrics.AdminRefused()
+		h.cfg.Log.Warn("admin request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="connector admin"`)
+		writeError(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <admin token>")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	h.mux.ServeHTTP(w, r)
+}
+
+// changeFunc is one mutating route: do returns what it changed (for the log,
+// never a secret) and the answer's status and body.
+type changeFunc func(r *http.Request) (what []any, status int, body any, err error)
+
+// change registers a mutating route: it runs do, applies the registry on
+// success, logs and counts the outcome.
+func (h *Handler) change(pattern, op string, do changeFunc) {
+	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		what, status, body, err := do(r)
+		if err == nil {
+			if aerr := h.cfg.Apply(r.Context()); aerr != nil {
+				// Stored: every instance applies it on its next look.
+				h.cfg.Log.Warn("admin change stored but not applied here yet", "op", op, "err", aerr)
+			}
+		}
+		outcome, errStatus := classify(err)
+		h.cfg.Metrics.AdminChange(op, outcome)
+		args := append([]any{"op", op, "outcome", outcome, "actor", actor(r), "remote", r.RemoteAddr}, what...)
+		if err != nil {
+			args = append(args, "err", err)
+		}
+		h.cfg.Log.Info("admin change", args...)
+		if err != nil {
+			writeError(w, errStatus, err.Error())
+			return
+		}
+		if body == nil {
+			w.WriteHeader(status)
+			return
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+// actor is who the request says is calling, bounded and printable.
+func actor(r *http.Request) string {
+	a := r.Header.Get(ActorHeader)
+	if len(a) > 64 {
+		a = a[:64]
+	}
+	return strings.Map(func(c rune) rune {
+		if c < 0x20 || c == 0x7f {
+			return -1
+		}
+		return c
+	}, a)
+}
+
+// classify maps an error to its outcome label and HTTP status.
+func classify(err error) (string, int) {
+	var syntax *requestError
+	switch {
+	case err == nil:
+		return "ok", http.StatusOK
+	case errors.As(err, &syntax), errors.Is(err, registry.ErrInvalid):
+		return "invalid", http.StatusBadRequest
+	case errors.Is(err, registry.ErrNotFound):
+		return "not_found", http.StatusNotFound
+	case errors.Is(err, registry.ErrExists):
+		return "exists", http.StatusConflict
+	case errors.Is(err, registry.ErrDeclared):
+		return "declared", http.StatusConflict
+	case errors.Is(err, registry.ErrConflict):
+		return "conflict", http.StatusConflict
+	}
+	return "error", http.StatusInternalServerError
+}
+
+// requestError is a malformed request body.
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string { return e.msg }
+
+// decode reads the JSON body strictly into v.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &requestError{"malformed JSON body: " + err.Error()}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &requestError{"malformed JSON body: more than one value"}
+	}
+	return nil
+}
+
+func (h *Handler) createTenant(r *http.Request) ([]any, int, any, error) {
+	var t registry.Tenant
+	if err := decode(r, &t); err != nil {
+		return nil, 0, nil, err
+	}
+	err := h.cfg.Registry.CreateTenant(r.Context(), t)
+	return []any{"tenant", t.ID}, http.StatusCreated, map[string]string{"id": t.ID}, err
+}
+
+func (h *Handler) deleteTenant(r *http.Request) ([]any, int, any, error) {
+	tenant := r.PathValue("tenant")
+	return []any{"tenant", tenant}, http.StatusNoContent, nil, h.cfg.Registry.DeleteTenant(r.Context(), tenant)
+}
+
+func (h *Handler) setSession(r *http.Request) ([]any, int, any, error) {
+	tenant := r.PathValue("tenant")
+	var s registry.Session
+	if err := decode(r, &s); err != nil {
+		return nil, 0, nil, err
+	}
+	return []any{"tenant", tenant}, http.StatusNoContent, nil, h.cfg.Registry.SetSession(r.Context(), tenant, &s)
+}
+
+func (h *Handler) createGateway(r *http.Request) ([]any, int, any, error) {
+	tenant := r.PathValue("tenant")
+	var req struct {
+		ID string `json:"id"`
+	}
+	if err := decode(r, &req); err != nil {
+		return nil, 0, nil, err
+	}
+	secret, err := h.cfg.Registry.CreateGateway(r.Context(), tenant, req.ID)
+	return []any{"tenant", tenant, "gateway_id", req.ID}, http.StatusCreated,
+		map[string]string{"id": req.ID, "secret": secret}, err
+}
+
+func (h *Handler) rotate(r *http.Request) ([]any, int, any, error) {
+	tenant, gateway := r.PathValue("tenant"), r.PathValue("gateway")
+	var req struct {
+		Grace string `json:"grace"`
+	}
+	if r.ContentLength != 0 {
+		if err := decode(r, &req); err != nil {
+			return nil, 0, nil, err
+		}
+	}
+	grace := registry.DefaultGrace
+	if req.Grace != "" {
+		d, err := time.ParseDuration(req.Grace)
+		if err != nil || d < 0 {
+			return nil, 0, nil, &requestError{fmt.Sprintf("grace %q: want a duration such as 10m or 0s", req.Grace)}
+		}
+		grace = d
+		if d == 0 {
+			grace = -1 // the previous secrets end now
+		}
+	}
+	secret, err := h.cfg.Registry.Rotate(r.Context(), tenant, gateway, grace)
+	until := h.cfg.Now().Add(max(grace, 0)).UTC().Format(time.RFC3339)
+	return []any{"tenant", tenant, "gateway_id", gateway, "grace", max(grace, 0)}, http.StatusOK,
+		map[string]string{"id": gateway, "secret": secret, "previous_valid_until": until}, err
+}
+
+func (h *Handler) deleteGateway(r *http.Request) ([]any, int, any, error) {
+	tenant, gateway := r.PathValue("tenant"), r.PathValue("gateway")
+	return []any{"tenant", tenant, "gateway_id", gateway}, http.StatusNoContent, nil,
+		h.cfg.Registry.DeleteGateway(r.Context(), tenant, gateway)
+}
+
+// bindingRequest is the body of the bindings routes.
+type bindingRequest struct {
+	Platform string `json:"platform"`
+	Kind     string `json:"kind"`
+	ID       string `json:"id"`
+}
+
+func (h *Handler) bindingOf(r *http.Request) (registry.Binding, error) {
+	var req bindingRequest
+	if err := decode(r, &req); err != nil {
+		return registry.Binding{}, err
+	}
+	return registry.Binding{Platform: req.Platform, Kind: req.Kind, ID: req.ID, Tenant: r.PathValue("tenant")}, nil
+}
+
+func (h *Handler) bind(r *http.Request) ([]any, int, any, error) {
+	b, err := h.bindingOf(r)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return bindingLog(b), http.StatusNoContent, nil, h.cfg.Registry.Bind(r.Context(), b)
+}
+
+func (h *Handler) unbind(r *http.Request) ([]any, int, any, error) {
+	b, err := h.bindingOf(r)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	return bindingLog(b), http.StatusNoContent, nil, h.cfg.Registry.Unbind(r.Context(), b)
+}
+
+func bindingLog(b registry.Binding) []any {
+	return []any{"tenant", b.Tenant, "platform", b.Platform, "kind", b.Kind, "chat_id", b.ID}
+}
+
+// TenantView is one tenant in the listing.
+type TenantView struct {
+	ID string `json:"id"`
+	// Source is "yaml" (declared; change it in the file) or "api".
+	Source   string            `json:"source"`
+	Session  *registry.Session `json:"session,omitempty"`
+	Gateways []GatewayView     `json:"gateways"`
+	Bindings []BindingView     `json:"bindings"`
+}
+
+// GatewayView is a gateway without its secrets.
+type GatewayView struct {
+	ID     string `json:"id"`
+	Source string `json:"source"`
+	// Secrets counts the accepted secrets; SecretsExpire lists the expiry
+	// of those that have one (RFC 3339).
+	Secrets       int      `json:"secrets"`
+	SecretsExpire []string `json:"secrets_expire,omitempty"`
+}
+
+// BindingView is one binding.
+type BindingView struct {
+	Platform string `json:"platform"`
+	Kind     string `json:"kind"`
+	ID       string `json:"id"`
+	Source   string `json:"source"`
+}
+
+// listTenants answers {"tenants": [TenantView...]}, sorted by id.
+func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
+	stored, err := h.cfg.Registry.Stored(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	views := map[string]*TenantView{}
+	layer := func(s registry.State, source string) {
+		for _, t := range s.Tenants {
+			if views[t.ID] == nil {
+				views[t.ID] = &TenantView{ID: t.ID, Source: source, Session: t.Session, Gateways: []GatewayView{}, Bindings: []BindingView{}}
+			}
+		}
+		for _, g := range s.Gateways {
+			if v := views[g.Tenant]; v != nil && !slices.ContainsFunc(v.Gateways, func(x GatewayView) bool { return x.ID == g.ID }) {
+				gv := GatewayView{ID: g.ID, Source: source, Secrets: len(g.Secrets)}
+				for _, s := range g.Secrets {
+					if !s.Expires.IsZero() {
+						gv.SecretsExpire = append(gv.SecretsExpire, s.Expires.UTC().Format(time.RFC3339))
+					}
+				}
+				v.Gateways = append(v.Gateways, gv)
+			}
+		}
+		for _, b := range s.Bindings {
+			if v := views[b.Tenant]; v != nil {
+				v.Bindings = append(v.Bindings, BindingView{Platform: b.Platform, Kind: b.Kind, ID: b.ID, Source: source})
+			}
+		}
+	}
+	layer(h.cfg.Registry.Declared(), "yaml")
+	layer(stored, "api")
+	out := make([]TenantView, 0, len(views))
+	for _, v := range views {
+		out = append(out, *v)
+	}
+	slices.SortFunc(out, func(a, b TenantView) int { return strings.Compare(a.ID, b.ID) })
+	writeJSON(w, http.StatusOK, map[string]any{"tenants": out})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}

@@ -1,0 +1,135 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/admin"
+	"connector/registry"
+	"connector/store"
+)
+
+const token = "test-admin-token-0123456789"
+
+// counts records AdminChange and AdminRefused calls.
+type counts struct {
+	changes map[string]int
+	refused int
+}
+
+func (c *counts) AdminChange(op, outcome string) { c.changes[op+"/"+outcome]++ }
+func (c *counts) AdminRefused()                  { c.refused++ }
+
+func newHandler(t testing.TB) (*admin.Handler, *counts, *int) {
+	t.Helper()
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	applied := new(int)
+	m := &counts{changes: map[string]int{}}
+	h, err := admin.New(admin.Config{
+		Registry: registry.New(st, time.Now), Token: token, Metrics: m,
+		Apply: func(context.Context) error { *applied++; return nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, m, applied
+}
+
+func do(h http.Handler, method, path, auth, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+// TestStatuses walks the routes through their answers: each change is
+// applied and counted, each refusal has its status and no apply.
+func TestStatuses(t *testing.T) {
+	h, m, applied := newHandler(t)
+	bearer := "Bearer " + token
+	steps := []struct {
+		method, path, auth, body string
+		want                     int
+	}{
+		{"GET", "/admin/v1/tenants", "", "", 401},
+		{"GET", "/admin/v1/tenants", "Bearer " + token + "x", "", 401},
+		{"GET", "/admin/v1/tenants", "Basic " + token, "", 401},
+		{"POST", "/admin/v1/tenants", bearer, `{"id":"acme"}`, 201},
+		{"POST", "/admin/v1/tenants", bearer, `{"id":"acme"}`, 409},
+		{"POST", "/admin/v1/tenants", bearer, `{"id":"acme","extra":1}`, 400},
+		{"POST", "/admin/v1/tenants", bearer, `{"id":"a b"}`, 400},
+		{"POST", "/admin/v1/tenants", bearer, `{"id":"x"} {}`, 400},
+		{"POST", "/admin/v1/tenants/acme/gateways", bearer, `{"id":"gw"}`, 201},
+		{"POST", "/admin/v1/tenants/nope/gateways", bearer, `{"id":"gw2"}`, 404},
+		{"POST", "/admin/v1/tenants/acme/gateways/gw/rotate", bearer, `{"grace":"-1s"}`, 400},
+		{"POST", "/admin/v1/tenants/acme/gateways/gw/rotate", bearer, "", 200},
+		{"PUT", "/admin/v1/tenants/acme/bindings", bearer, `{"platform":"telegram","kind":"chat","id":"42"}`, 204},
+		{"PUT", "/admin/v1/tenants/acme/bindings", bearer, `{"platform":"telegram","kind":"guild","id":"42"}`, 400},
+		{"PUT", "/admin/v1/tenants/acme/session", bearer, `{"group_sessions_per_user":false}`, 204},
+		{"DELETE", "/admin/v1/tenants/acme/bindings", bearer, `{"platform":"telegram","kind":"chat","id":"43"}`, 404},
+		{"DELETE", "/admin/v1/tenants/acme/gateways/gw", bearer, "", 204},
+		{"DELETE", "/admin/v1/tenants/acme", bearer, "", 204},
+		{"POST", "/admin/v1/tenants", bearer, `{"id":"` + strings.Repeat("x", 70<<10) + `"}`, 400},
+	}
+	for i, s := range steps {
+		if w := do(h, s.method, s.path, s.auth, s.body); w.Code != s.want {
+			t.Fatalf("step %d %s %s: %d %s, want %d", i, s.method, s.path, w.Code, w.Body, s.want)
+		}
+	}
+	if *applied != 7 {
+		t.Errorf("applied %d times, want once per successful change (7)", *applied)
+	}
+	if m.refused != 3 || m.changes["create_tenant/ok"] != 1 || m.changes["create_tenant/exists"] != 1 || m.changes["unbind/not_found"] != 1 {
+		t.Errorf("metrics %+v refused %d", m.changes, m.refused)
+	}
+}
+
+// TestSecretShownOnce: the create answer holds the secret, the listing
+// never does.
+func TestSecretShownOnce(t *testing.T) {
+	h, _, _ := newHandler(t)
+	bearer := "Bearer " + token
+	do(h, "POST", "/admin/v1/tenants", bearer, `{"id":"acme"}`)
+	w := do(h, "POST", "/admin/v1/tenants/acme/gateways", bearer, `{"id":"gw"}`)
+	var created struct{ ID, Secret string }
+	if err := json.Unmarshal(w.Body.Bytes(), &created); err != nil || len(created.Secret) != 64 {
+		t.Fatalf("create answer %s", w.Body)
+	}
+	list := do(h, "GET", "/admin/v1/tenants", bearer, "").Body.String()
+	if strings.Contains(list, created.Secret) || !strings.Contains(list, `"secrets":1`) {
+		t.Fatalf("listing %s", list)
+	}
+}
+
+// FuzzHandler feeds arbitrary paths and bodies with a valid token: every
+// answer is a documented status, never a panic.
+func FuzzHandler(f *testing.F) {
+	methods := []string{"GET", "POST", "PUT", "DELETE", "PATCH"}
+	f.Add(uint8(1), "/admin/v1/tenants", `{"id":"a"}`)
+	f.Add(uint8(2), "/admin/v1/tenants/a/bindings", `{"platform":"nexscope","kind":"room","id":"r"}`)
+	f.Add(uint8(1), "/admin/v1/tenants/a/gateways/g/rotate", `{"grace":"1h"}`)
+	f.Add(uint8(2), "/admin/v1/tenants/a/session", `{"nexscope_key_platform":"x"}`)
+	h, _, _ := newHandler(f)
+	f.Fuzz(func(t *testing.T, m uint8, path, body string) {
+		if _, err := url.ParseRequestURI(path); err != nil || !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " ?#%") {
+			return // not a request line an HTTP client sends
+		}
+		method := methods[int(m)%len(methods)]
+		w := do(h, method, path, "Bearer "+token, body)
+		switch w.Code {
+		case 200, 201, 204, 301, 307, 308, 400, 404, 405, 409: // 30x: the mux cleaning a path
+		default:
+			t.Fatalf("%s %s %q: status %d %s", method, path, body, w.Code, w.Body)
+		}
+	})
+}

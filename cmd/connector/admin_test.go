@@ -1,0 +1,409 @@
+package main
+
+// Black-box tests of the admin API, the admin CLI and SIGHUP: the
+// connector binary runs as a child process against the fake Bot API and
+// real nexscope clients on loopback, and is never restarted.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"connector/contract"
+	"connector/platform/telegram/telegramtest"
+	"connector/relay"
+	"connector/relay/relaytest"
+)
+
+const (
+	adminToken       = "admin-token-0123456789abcdef"
+	adminGW1Secret   = "yaml-gw1-secret-7e1d"
+	adminTGToken     = "123456:ADMIN-telegram-token"
+	adminTGSecret    = "admin-tg-webhook-secret"
+	adminNexToken    = "admin-nexscope-token"
+	adminConfigStart = `listen: 127.0.0.1:0
+ops: {listen: 127.0.0.1:0}
+admin: {listen: 127.0.0.1:0}
+log: {level: debug, format: json}
+tenants:
+  - id: t1
+    gateways:
+      - id: gw1
+        secrets: [%q]
+%stelegram:
+  api_server_url: %s
+  webhook_url: https://connector.example/telegram/webhook
+  chats: {"42": t1%s}
+nexscope:
+  rooms: [{name: default, tenant: t1}]
+`
+)
+
+// adminRig is a connector child with its admin API on.
+type adminRig struct {
+	bin, config string
+	env         []string
+	tfake       *telegramtest.Server
+	child       *child
+	adminAddr   string
+}
+
+func newAdminRig(t *testing.T) *adminRig {
+	r := &adminRig{bin: connectorBinary(t), tfake: telegramtest.New(t, adminTGToken)}
+	r.config = filepath.Join(t.TempDir(), "connector.yaml")
+	r.writeConfig(t, "", "")
+	r.env = []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(),
+		"CONNECTOR_ADMIN_TOKEN=" + adminToken,
+		"TELEGRAM_BOT_TOKEN=" + adminTGToken, "TELEGRAM_WEBHOOK_SECRET=" + adminTGSecret, "NEXSCOPE_TOKEN=" + adminNexToken,
+	}
+	return r
+}
+
+// writeConfig writes the YAML with extra tenants and Telegram chats.
+func (r *adminRig) writeConfig(t *testing.T, tenants, chats string) {
+	t.Helper()
+	doc := fmt.Sprintf(adminConfigStart, adminGW1Secret, tenants, r.tfake.URL, chats)
+	if err := os.WriteFile(r.config, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs the connector and waits until its three listeners are up.
+func (r *adminRig) start(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(r.bin, "serve", "-config", r.config, "-data-dir", t.TempDir())
+	cmd.Env = r.env
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	cmd.Stderr = c.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addrs := make(chan [2]string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		var public string
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), " listening on http://"); ok {
+				public, _, _ = strings.Cut(rest, " ")
+			}
+			if _, rest, ok := strings.Cut(sc.Text(), "admin:     http://"); ok {
+				a, _, _ := strings.Cut(rest, "/")
+				addrs <- [2]string{public, a}
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() {
+		c.err = cmd.Wait()
+		close(c.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-c.exited
+		if t.Failed() {
+			t.Logf("connector log (pid %d):\n%s", cmd.Process.Pid, tail(c.stderr.String(), 80))
+		}
+	})
+	select {
+	case a := <-addrs:
+		c.addr, r.adminAddr = a[0], a[1]
+	case <-c.exited:
+		t.Fatalf("connector exited before listening: %v\n%s", c.err, c.stderr.String())
+	case <-time.After(crashWait):
+		t.Fatalf("timed out after %v waiting for the connector to listen\n%s", crashWait, c.stderr.String())
+	}
+	r.child = c
+}
+
+// cli runs `connector admin ARGS...` against the rig and returns stdout.
+func (r *adminRig) cli(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(r.bin, append([]string{"admin", "-url", "http://" + r.adminAddr}, args...)...)
+	cmd.Env = r.env
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("connector admin %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
+}
+
+// dial connects a gateway and says hello for telegram and relay (nexscope).
+func (r *adminRig) dial(t *testing.T, id, secret string) *relaytest.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	c, err := relaytest.Dial(ctx, "ws://"+r.child.addr+"/relay", relaytest.Token(id, secret, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CloseNow() })
+	return c
+}
+
+// connect dials and says hello; it fails the test if the upgrade is refused.
+func (r *adminRig) connect(t *testing.T, id, secret string) *relaytest.Client {
+	t.Helper()
+	c := r.dial(t, id, secret)
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	for _, p := range []string{"telegram", "relay"} {
+		if _, err := c.Hello(ctx, p, ""); err != nil {
+			t.Fatalf("gateway %s: hello %s: %v", id, p, err)
+		}
+	}
+	return c
+}
+
+// refused dials and reports whether the upgrade was closed 4401.
+func (r *adminRig) refused(t *testing.T, id, secret string) bool {
+	t.Helper()
+	c := r.dial(t, id, secret)
+	defer c.CloseNow()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	if _, err := c.Hello(ctx, "telegram", ""); err == nil {
+		return false
+	}
+	code, _, err := c.Closed(ctx)
+	if err != nil {
+		t.Fatalf("gateway %s: hello failed but no close: %v", id, err)
+	}
+	if code != websocket.StatusCode(contract.CloseUnauthorized) {
+		t.Fatalf("gateway %s closed %d, want 4401", id, code)
+	}
+	return true
+}
+
+// telegram posts a message in chat to the webhook and waits for its 200.
+func (r *adminRig) telegram(t *testing.T, update int, chat int64, text string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"update_id":%d,"message":{"message_id":%d,"date":1767225300,"chat":{"id":%d,"type":"private","first_name":"U"},"from":{"id":%d,"is_bot":false,"first_name":"U"},"text":%q}}`,
+		update, update, chat, chat, text)
+	req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+"/telegram/webhook", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Telegram-Bot-Api-Secret-Token", adminTGSecret)
+	post(t, req, http.StatusOK, "telegram webhook "+text)
+}
+
+// inbound waits for the next inbound frame of gw and checks its text.
+func inbound(t *testing.T, gw *relaytest.Client, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	f, err := gw.Next(ctx, contract.TypeInbound)
+	if err != nil {
+		t.Fatalf("waiting for inbound %q: %v", want, err)
+	}
+	if f.Event.Text != want {
+		t.Fatalf("inbound %q, want %q", f.Event.Text, want)
+	}
+	if err := gw.Ack(ctx, f.BufferID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAdminOnboardRotateOffboard: a tenant and a gateway created through
+// the admin CLI connect with the returned secret; a nexscope room and a
+// Telegram chat bound to the tenant deliver to it; a rotation keeps both
+// secrets for the grace and then only the new one; deleting the gateway
+// closes its socket 4401 and refuses the next upgrade. The YAML's gateway
+// stays connected on the same socket throughout. No restart.
+func TestAdminOnboardRotateOffboard(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	r := newAdminRig(t)
+	r.start(t)
+	gw1 := r.connect(t, "gw1", adminGW1Secret)
+
+	// A request without the token is refused.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+r.adminAddr+"/admin/v1/tenants", nil)
+	post(t, req, http.StatusUnauthorized, "admin request without a token")
+
+	r.cli(t, "tenant", "add", "acme")
+	out := r.cli(t, "gateway", "add", "acme", "acme-gw")
+	secret := envLine(t, out, "GATEWAY_RELAY_SECRET")
+	if envLine(t, out, "GATEWAY_RELAY_ID") != "acme-gw" || len(secret) != 64 {
+		t.Fatalf("gateway add printed %q", out)
+	}
+	acme := r.connect(t, "acme-gw", secret)
+	r.cli(t, "bind", "acme", "telegram", "chat", "77")
+	r.cli(t, "bind", "acme", "nexscope", "room", "lab")
+
+	r.telegram(t, 1, 77, "to acme by telegram")
+	inbound(t, acme, "to acme by telegram")
+	nexscopeSay(t, r.child.addr, "lab", "to acme by nexscope")
+	inbound(t, acme, "to acme by nexscope")
+	r.telegram(t, 2, 42, "to t1")
+	inbound(t, gw1, "to t1") // and not acme's: gw1's next inbound is its own
+
+	var listing struct {
+		Tenants []struct {
+			ID       string
+			Source   string
+			Gateways []struct{ ID, Source string }
+			Bindings []struct{ Platform, Kind, ID string }
+		}
+	}
+	if err := json.Unmarshal([]byte(r.cli(t, "tenants")), &listing); err != nil {
+		t.Fatal(err)
+	}
+	if len(listing.Tenants) != 2 || listing.Tenants[0].ID != "acme" || listing.Tenants[0].Source != "api" ||
+		len(listing.Tenants[0].Bindings) != 2 || listing.Tenants[1].Source != "yaml" {
+		t.Fatalf("listing %+v", listing)
+	}
+	if strings.Contains(r.cli(t, "tenants"), secret) {
+		t.Fatal("the listing shows a secret")
+	}
+
+	// Rotate with a grace: old and new both work, then only the new.
+	out = r.cli(t, "gateway", "rotate", "acme", "acme-gw", "3s")
+	fresh := envLine(t, out, "GATEWAY_RELAY_SECRET")
+	r.connect(t, "acme-gw", fresh)
+	r.connect(t, "acme-gw", secret)
+	deadline := time.Now().Add(crashWait)
+	for !r.refused(t, "acme-gw", secret) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for the rotated-out secret to be refused", crashWait)
+		}
+	}
+	r.connect(t, "acme-gw", fresh)
+
+	// Delete: the open socket closes 4401 at once, the next upgrade too.
+	start := time.Now()
+	req, _ = http.NewRequest(http.MethodDelete, "http://"+r.adminAddr+"/admin/v1/tenants/acme/gateways/acme-gw", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	post(t, req, http.StatusNoContent, "delete acme-gw")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	code, reason, err := acme.Closed(ctx)
+	if err != nil {
+		t.Fatalf("acme-gw's socket not closed within 1s of the DELETE's answer: %v", err)
+	}
+	if code != websocket.StatusCode(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("acme-gw closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+	t.Logf("DELETE to 4401 close: %v", time.Since(start))
+	if !r.refused(t, "acme-gw", fresh) {
+		t.Fatal("a deleted gateway's upgrade was accepted")
+	}
+
+	// gw1 is still on its first socket.
+	r.telegram(t, 3, 42, "t1 again")
+	inbound(t, gw1, "t1 again")
+}
+
+// TestSighupReload: SIGHUP adds the YAML's new tenant, gateway and chat
+// without touching the connected gateway's socket (the same connection, no
+// 1001), and a bad file changes nothing.
+func TestSighupReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	r := newAdminRig(t)
+	r.start(t)
+	gw1 := r.connect(t, "gw1", adminGW1Secret)
+
+	if err := os.WriteFile(r.config, []byte("tenants: [{id: }]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.child.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	r.waitLog(t, "SIGHUP: config not reloaded")
+	r.writeConfig(t, "  - id: t2\n    gateways: [{id: gw2, secrets: [gw2-secret-0001]}]\n", `, "88": t2`)
+	if err := r.child.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(crashWait)
+	for r.refused(t, "gw2", "gw2-secret-0001") {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for SIGHUP to add gw2", crashWait)
+		}
+	}
+	gw2 := r.connect(t, "gw2", "gw2-secret-0001")
+	r.telegram(t, 1, 88, "to t2")
+	inbound(t, gw2, "to t2")
+	r.telegram(t, 2, 42, "to t1")
+	inbound(t, gw1, "to t1")
+}
+
+// waitLog waits for the connector to log a line containing msg.
+func (r *adminRig) waitLog(t *testing.T, msg string) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(crashWait)
+	for !strings.Contains(r.child.stderr.String(), msg) {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for the log line %q", crashWait, msg)
+		}
+	}
+}
+
+// envLine returns the value of KEY=value in out.
+func envLine(t *testing.T, out, key string) string {
+	t.Helper()
+	for line := range strings.SplitSeq(out, "\n") {
+		if v, ok := strings.CutPrefix(line, key+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %s= line in %q", key, out)
+	return ""
+}
+
+// nexscopeSay joins room as a member, addresses the bot and waits for the
+// ack that lists the bot as delivered.
+func nexscopeSay(t *testing.T, addr, room, text string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	m, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/"+room+"?name=ada&v=1&token="+adminNexToken, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.CloseNow()
+	msg := fmt.Sprintf(`{"type":"msg","msgId":"m1","from":"ada","to":["hermes"],"role":"user","text":%q}`, text)
+	if err := m.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, data, err := m.Read(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the ack of %q in room %s: %v", text, room, err)
+		}
+		var ack struct {
+			Type, MsgID string
+			Delivered   []string
+		}
+		if json.Unmarshal(data, &ack) != nil || ack.Type != "ack" {
+			continue
+		}
+		if len(ack.Delivered) != 1 || ack.Delivered[0] != "hermes" {
+			t.Fatalf("ack of %q does not list the bot as delivered: %s", text, data)
+		}
+		return
+	}
+}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+	"time"
+
+	"connector/admin"
+)
+
+// Environment of the admin CLI.
+const (
+	envAdminURL   = "CONNECTOR_ADMIN_URL"
+	envAdminToken = "CONNECTOR_ADMIN_TOKEN"
+)
+
+// defaultAdminURL is where the admin CLI looks without -url or
+// $CONNECTOR_ADMIN_URL.
+const defaultAdminURL = "http://127.0.0.1:9091"
+
+// adminUsage lists the admin CLI's subcommands.
+const adminUsage = `subcommands:
+  tenants                                  list tenants, their gateways (no secrets) and bindings
+  tenant add TENANT                        create a tenant
+  tenant rm TENANT                         delete a tenant, its gateways (sockets closed 4401) and bindings
+  gateway add TENANT GATEWAY               create a gateway; prints its secret, shown once
+  gateway rotate TENANT GATEWAY [GRACE]    new secret; the old ones stay valid for GRACE (default 1h; 0s: end now)
+  gateway rm TENANT GATEWAY                delete a gateway: its sockets close 4401, later upgrades are refused
+  bind TENANT PLATFORM KIND ID             route to the tenant: discord guild or user, telegram chat, nexscope room
+  unbind TENANT PLATFORM KIND ID           remove that route
+  session TENANT KEY=VALUE...              set the session settings: group_sessions_per_user, thread_sessions_per_user
+                                           (true/false), profile, nexscope_key_platform (relay/nexscope)`
+
+// adminCmd drives the admin API of a running connector.
+func adminCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("admin", "connector admin [-url URL] SUBCOMMAND ARGS...",
+		"Changes tenants, gateways, secrets and bindings of a running connector through its admin API.\n"+
+			"The token is read from $"+envAdminToken+".\n\n"+adminUsage)
+	url := fs.String("url", "", "the admin listener (default $"+envAdminURL+", else "+defaultAdminURL+")")
+	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	base := strings.TrimSuffix(cmpOr(*url, os.Getenv(envAdminURL), defaultAdminURL), "/")
+	token := os.Getenv(envAdminToken)
+	if token == "" {
+		fmt.Fprintf(stderr, "connector admin: set %s to the admin token\n", envAdminToken)
+		return 2
+	}
+	req, err := adminRequest(fs.Args())
+	if err != nil {
+		fmt.Fprintf(stderr, "connector admin: %v\n\n%s\n", err, adminUsage)
+		return 2
+	}
+	return adminDo(base, token, req, stdout, stderr)
+}
+
+func cmpOr(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// adminCall is one admin API request.
+type adminCall struct {
+	method, path string
+	body         any
+	// secret is set for calls that answer a new secret, printed as
+	// environment lines for the gateway.
+	secret bool
+}
+
+// adminRequest turns the command line into a request.
+func adminRequest(args []string) (adminCall, error) {
+	n := func(want int) error {
+		if len(args) != want {
+			return fmt.Errorf("%s: want %d arguments, got %d", strings.Join(args[:min(2, len(args))], " "), want-1, len(args)-1)
+		}
+		return nil
+	}
+	if len(args) == 0 {
+		return adminCall{}, fmt.Errorf("no subcommand")
+	}
+	tenants := "/admin/v1/tenants"
+	sub := args[0]
+	if len(args) > 1 && (sub == "tenant" || sub == "gateway") {
+		sub += " " + args[1]
+		args = args[1:]
+	}
+	switch sub {
+	case "tenants":
+		return adminCall{method: http.MethodGet, path: tenants}, n(1)
+	case "tenant add":
+		return adminCall{method: http.MethodPost, path: tenants, body: map[string]string{"id": at(args, 1)}}, n(2)
+	case "tenant rm":
+		return adminCall{method: http.MethodDelete, path: tenants + "/" + at(args, 1)}, n(2)
+	case "gateway add":
+		return adminCall{method: http.MethodPost, path: tenants + "/" + at(args, 1) + "/gateways", body: map[string]string{"id": at(args, 2)}, secret: true}, n(3)
+	case "gateway rotate":
+		if len(args) == 4 {
+			if _, err := time.ParseDuration(args[3]); err != nil {
+				return adminCall{}, fmt.Errorf("grace %q: want a duration such as 10m", args[3])
+			}
+			return adminCall{method: http.MethodPost, path: tenants + "/" + args[1] + "/gateways/" + args[2] + "/rotate", body: map[string]string{"grace": args[3]}, secret: true}, nil
+		}
+		return adminCall{method: http.MethodPost, path: tenants + "/" + at(args, 1) + "/gateways/" + at(args, 2) + "/rotate", secret: true}, n(3)
+	case "gateway rm":
+		return adminCall{method: http.MethodDelete, path: tenants + "/" + at(args, 1) + "/gateways/" + at(args, 2)}, n(3)
+	case "bind", "unbind":
+		method := http.MethodPut
+		if sub == "unbind" {
+			method = http.MethodDelete
+		}
+		return adminCall{method: method, path: tenants + "/" + at(args, 1) + "/bindings",
+			body: map[string]string{"platform": at(args, 2), "kind": at(args, 3), "id": at(args, 4)}}, n(5)
+	case "session":
+		if len(args) < 2 {
+			return adminCall{}, fmt.Errorf("session: want TENANT KEY=VALUE...")
+		}
+		body := map[string]any{}
+		for _, kv := range args[2:] {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return adminCall{}, fmt.Errorf("session: %q is not KEY=VALUE", kv)
+			}
+			switch k {
+			case "group_sessions_per_user", "thread_sessions_per_user":
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return adminCall{}, fmt.Errorf("session: %s: %q is not true or false", k, v)
+				}
+				body[k] = b
+			case "profile", "nexscope_key_platform":
+				body[k] = v
+			default:
+				return adminCall{}, fmt.Errorf("session: unknown setting %q", k)
+			}
+		}
+		return adminCall{method: http.MethodPut, path: tenants + "/" + args[1] + "/session", body: body}, nil
+	}
+	return adminCall{}, fmt.Errorf("unknown subcommand %q", strings.Join(args, " "))
+}
+
+// at is args[i], or "" past its end (the count check reports it).
+func at(args []string, i int) string {
+	if i < len(args) {
+		return args[i]
+	}
+	return ""
+}
+
+// adminDo sends req and prints the answer.
+func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
+	var body io.Reader
+	if c.body != nil {
+		data, _ := json.Marshal(c.body)
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequest(c.method, base+c.path, body)
+	if err != nil {
+		fmt.Fprintf(stderr, "connector admin: %v\n", err)
+		return 2
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	if u, err := user.Current(); err == nil {
+		req.Header.Set(admin.ActorHeader, u.Username)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "connector admin: %v\n", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(data, &e)
+		fmt.Fprintf(stderr, "connector admin: %s: %s\n", resp.Status, cmpOr(e.Error, strings.TrimSpace(string(data))))
+		return 1
+	}
+	if c.secret {
+		var s struct {
+			ID                 string `json:"id"`
+			Secret             string `json:"secret"`
+			PreviousValidUntil string `json:"previous_valid_until"`
+		}
+		_ = json.Unmarshal(data, &s)
+		fmt.Fprintf(stdout, "GATEWAY_RELAY_ID=%s\nGATEWAY_RELAY_SECRET=%s\n", s.ID, s.Secret)
+		if s.PreviousValidUntil != "" {
+			fmt.Fprintf(stderr, "the previous secrets stay valid until %s\n", s.PreviousValidUntil)
+		}
+		return 0
+	}
+	if len(data) > 0 {
+		var out bytes.Buffer
+		if json.Indent(&out, data, "", "  ") == nil {
+			data = out.Bytes()
+		}
+		_, _ = stdout.Write(data)
+	}
+	return 0
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// AdminConfig is the admin API's listener (package admin).
+type AdminConfig struct {
+	// Listen is the admin listener's address; the admin API is off unless
+	// it is set. Keep it on loopback or a private network. Default off.
+	Listen string `yaml:"listen"`
+	// Token is the bearer token every admin request must carry (at least
+	// 16 characters); required when listen is set. Prefer the environment
+	// variable CONNECTOR_ADMIN_TOKEN to writing it in the file.
+	Token string `yaml:"token"`
+}
+
+// minAdminTokenBytes is the shortest admin token accepted.
+const minAdminTokenBytes = 16
+
+// validate checks the admin section.
+func (a *AdminConfig) validate() error {
+	if a.Listen == "" {
+		return nil
+	}
+	if err := validListen(a.Listen); err != nil {
+		return fmt.Errorf("config: admin.listen: %w", err)
+	}
+	if a.Token == "" {
+		return errors.New("config: admin.token: required when admin.listen is set (or set CONNECTOR_ADMIN_TOKEN)")
+	}
+	if len(a.Token) < minAdminTokenBytes {
+		return fmt.Errorf("config: admin.token: shorter than %d characters", minAdminTokenBytes)
+	}
+	return nil
+}
+
+// serveAdmin starts the admin listener when admin.listen is set and
+// returns its address ("" when off) and how to stop it.
+func (c *connector) serveAdmin() (addr string, stop func(), err error) {
+	if c.admin == nil {
+		return "", func() {}, nil
+	}
+	ln, err := net.Listen("tcp", c.cfg.Admin.Listen)
+	if err != nil {
+		return "", nil, fmt.Errorf("admin.listen: %w", err)
+	}
+	srv := &http.Server{Handler: c.admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// reloadOnHangup re-reads the config on every SIGHUP until ctx is done or
+// stop is called, and applies its tenants, gateways and routing; the
+// connections of gateways that stay are not touched. Other keys keep the
+// values the connector started with (a restart applies them).
+func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
+	if c.reload == nil {
+		return func() {}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-hup:
+			}
+			cfg, err := c.reload()
+			if err != nil {
+				c.log.Error("SIGHUP: config not reloaded; the running one stays", "err", err)
+				continue
+			}
+			if err := c.live.reload(ctx, cfg); err != nil {
+				c.log.Error("SIGHUP: config read but not applied", "err", err)
+				continue
+			}
+			c.log.Info("SIGHUP: tenants, gateways and routing reloaded from the config (other keys need a restart)", "tenants", len(cfg.Tenants))
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+	}
+}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"connector/platform"
+	"connector/registry"
+	"connector/relay"
+	"connector/session"
+)
+
+// This file keeps the running connector in step with the registry: the
+// YAML's tenants and routing (the declared layer) merged with what the
+// admin API stored, applied to the relay's tenants and gateways, the
+// platforms' routing tables and the tenants' session-key settings. It runs
+// at start, after every admin change, on every registry change
+// notification (another instance's change), every registryPoll, when a
+// rotated-out secret's grace ends, and on SIGHUP with the re-read YAML.
+
+// registryPoll is how often the registry is read again in case a change
+// notification was lost.
+const registryPoll = 5 * time.Second
+
+// live applies the registry to one running connector.
+type live struct {
+	reg     *registry.Registry
+	relay   *relay.Server
+	binders map[string]platform.Binder
+	// relevance are the platforms that apply declared relevance policies.
+	relevance map[string]platform.RelevanceTaker
+	keys      *sessionKeys
+	log       *slog.Logger
+	metrics   *adminMetrics
+
+	mu     sync.Mutex // serializes apply
+	expiry *time.Timer
+	ctx    context.Context // ends the expiry timer's applies
+}
+
+// declared is the YAML's layer of the registry: its tenants, gateways and
+// secrets, and the platform sections' routing.
+func (c *Config) declared() registry.State {
+	var s registry.State
+	for _, t := range c.Tenants {
+		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &registry.Session{
+			GroupSessionsPerUser: t.Session.GroupSessionsPerUser, ThreadSessionsPerUser: t.Session.ThreadSessionsPerUser,
+			Profile: t.Session.Profile, NexscopeKeyPlatform: t.Session.NexscopeKeyPlatform,
+		}})
+		for _, g := range t.Gateways {
+			gw := registry.Gateway{ID: g.ID, Tenant: t.ID}
+			for _, v := range g.Secrets {
+				gw.Secrets = append(gw.Secrets, registry.Secret{Value: v})
+			}
+			s.Gateways = append(s.Gateways, gw)
+		}
+	}
+	if c.Discord != nil {
+		for _, g := range sortedKeys(c.Discord.Guilds) {
+			s.Bindings = append(s.Bindings, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: g, Tenant: c.Discord.Guilds[g]})
+		}
+	}
+	if c.Telegram != nil {
+		for _, chat := range sortedKeys(c.Telegram.Chats) {
+			s.Bindings = append(s.Bindings, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: chat, Tenant: c.Telegram.Chats[chat]})
+		}
+	}
+	if c.Nexscope != nil {
+		for _, r := range c.Nexscope.Rooms {
+			if r.Tenant != "" {
+				s.Bindings = append(s.Bindings, registry.Binding{Platform: "nexscope", Kind: platform.BindRoom, ID: r.Name, Tenant: r.Tenant})
+			}
+		}
+	}
+	return s
+}
+
+// relayTenants converts a merged registry state for the relay.
+func relayTenants(s registry.State) []relay.Tenant {
+	out := make([]relay.Tenant, 0, len(s.Tenants))
+	index := make(map[string]int, len(s.Tenants))
+	for _, t := range s.Tenants {
+		var sc SessionConfig
+		if t.Session != nil {
+			sc = SessionConfig{GroupSessionsPerUser: t.Session.GroupSessionsPerUser, ThreadSessionsPerUser: t.Session.ThreadSessionsPerUser,
+				Profile: t.Session.Profile, NexscopeKeyPlatform: t.Session.NexscopeKeyPlatform}
+		}
+		opts := sc.Options()
+		index[t.ID] = len(out)
+		out = append(out, relay.Tenant{ID: t.ID, Session: &opts})
+	}
+	for _, g := range s.Gateways {
+		i, ok := index[g.Tenant]
+		if !ok {
+			continue
+		}
+		secrets := make([]string, len(g.Secrets))
+		for j, sec := range g.Secrets {
+			secrets[j] = sec.Value
+		}
+		out[i].Gateways = append(out[i].Gateways, relay.Gateway{ID: g.ID, Secrets: secrets})
+	}
+	return out
+}
+
+// apply reads the merged registry and applies it. Each part is applied on
+// its own: a platform refusing its table does not hold back the relay.
+func (l *live) apply(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, next, err := l.reg.Effective(ctx)
+	if err != nil {
+		l.metrics.applies.WithLabelValues("error").Inc()
+		l.log.Warn("registry not applied: cannot read it", "err", err)
+		return err
+	}
+	tenants := relayTenants(s)
+	l.keys.set(tenants)
+	if err := l.relay.SetTenants(tenants); err != nil {
+		l.metrics.applies.WithLabelValues("error").Inc()
+		l.log.Error("registry not applied to the relay", "err", err)
+		return err
+	}
+	bindings := s.PlatformBindings()
+	for name, b := range l.binders {
+		if err := b.Bind(bindings[name]); err != nil {
+			l.metrics.applies.WithLabelValues("error").Inc()
+			l.log.Error("registry bindings not applied", "platform", name, "err", err)
+			return err
+		}
+	}
+	names := make([]string, 0, len(l.relevance))
+	for name := range l.relevance {
+		names = append(names, name)
+	}
+	policies := s.Relevance(names)
+	for name, rt := range l.relevance {
+		rt.SetRelevance(policies[name])
+	}
+	l.schedule(next)
+	l.metrics.applies.WithLabelValues("ok").Inc()
+	l.log.Debug("registry applied", "tenants", len(s.Tenants), "gateways", len(s.Gateways), "bindings", len(s.Bindings))
+	return nil
+}
+
+// schedule arranges an apply at next, when a secret's grace ends; zero
+// cancels it. Called under mu.
+func (l *live) schedule(next time.Time) {
+	if l.expiry != nil {
+		l.expiry.Stop()
+		l.expiry = nil
+	}
+	if next.IsZero() || l.ctx == nil {
+		return
+	}
+	l.expiry = time.AfterFunc(time.Until(next), func() {
+		if l.ctx.Err() == nil {
+			_ = l.apply(l.ctx)
+		}
+	})
+}
+
+// start begins following the registry until ctx is done: change
+// notifications, the periodic look and secret expiries.
+func (l *live) start(ctx context.Context) error {
+	l.mu.Lock()
+	l.ctx = ctx
+	l.mu.Unlock()
+	if err := l.reg.Watch(ctx, registryPoll, func() { _ = l.apply(ctx) }); err != nil {
+		return err
+	}
+	return l.apply(ctx)
+}
+
+// stop ends the expiry timer.
+func (l *live) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.schedule(time.Time{})
+}
+
+// reload replaces the declared layer with cfg's (SIGHUP) and applies it.
+func (l *live) reload(ctx context.Context, cfg *Config) error {
+	if err := l.reg.SetDeclared(cfg.declared()); err != nil {
+		return err
+	}
+	return l.apply(ctx)
+}
+
+// sessionKeys is the platforms' session-key function, following each
+// tenant's session settings as the registry changes them.
+type sessionKeys struct {
+	fn atomic.Pointer[platform.KeyFunc]
+}
+
+func newSessionKeys(tenants []relay.Tenant) *sessionKeys {
+	k := &sessionKeys{}
+	k.set(tenants)
+	return k
+}
+
+func (k *sessionKeys) set(tenants []relay.Tenant) {
+	fn := relay.KeyFunc(tenants)
+	k.fn.Store(&fn)
+}
+
+// key is the platform.KeyFunc the platforms are built with.
+func (k *sessionKeys) key(tenant string, src *session.Source) string {
+	return (*k.fn.Load())(tenant, src)
+}
+
+// adminMetrics counts admin API requests and registry applies.
+type adminMetrics struct {
+	changes *prometheus.CounterVec
+	refused prometheus.Counter
+	applies *prometheus.CounterVec
+}
+
+func newAdminMetrics(reg *prometheus.Registry) *adminMetrics {
+	m := &adminMetrics{
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_admin_changes_total",
+			Help: "Admin API change requests by op and outcome (ok, invalid, not_found, exists, declared, conflict, error)."}, []string{"op", "outcome"}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "connector_admin_refused_total", Help: "Admin API requests refused for a missing or wrong token."}),
+		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_registry_applies_total",
+			Help: "Registry applies (start, admin change, change notification, poll, secret expiry, SIGHUP) by result: ok or error."}, []string{"result"}),
+	}
+	reg.MustRegister(m.changes, m.refused, m.applies)
+	m.applies.WithLabelValues("ok")
+	m.applies.WithLabelValues("error")
+	return m
+}
+
+// AdminChange implements admin.Metrics.
+func (m *adminMetrics) AdminChange(op, outcome string) { m.changes.WithLabelValues(op, outcome).Inc() }
+
+// AdminRefused implements admin.Metrics.
+func (m *adminMetrics) AdminRefused() { m.refused.Inc() }

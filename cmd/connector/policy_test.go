@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/relay/relaytest"
+)
+
+// TestStockGatewayPolicyThenHello plays the stock gateway's boot against a
+// running connector and the fake Discord: POST /relay/policy with its
+// upgrade token (a wrong token is refused 401), then the upgrade and
+// hello. The declared policy decides which Discord messages reach the
+// tenant: with requireAddress an unaddressed message is dropped and an
+// addressed one delivered; a later boot declaring requireAddress false
+// lets the unaddressed one through. The tenant's YAML makes every channel
+// free-response, so the declaration is what drops.
+func TestStockGatewayPolicyThenHello(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	r := newCrashRig(t, connectorBinary(t), false)
+	r.start(t)
+
+	declare := func(token, body string, want int) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+"/relay/policy", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		post(t, req, want, "POST /relay/policy "+body)
+	}
+	token := relaytest.Token("gw1", crashGatewaySecret, time.Now())
+	declare(relaytest.Token("gw1", "wrong-secret", time.Now()), `{"platform":"discord","requireAddress":true}`, http.StatusUnauthorized)
+	declare(token, `{"platform":"discord","requireAddress":true,"freeResponseScopes":[],"allowOtherBots":false}`, http.StatusOK)
+	gw := r.gateway(t)
+
+	say := func(id int, text string, mention bool) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+		defer cancel()
+		mentions := []any{}
+		if mention {
+			text = "<@9000> " + text
+			mentions = append(mentions, map[string]any{"id": "9000", "username": "hermes", "bot": true})
+		}
+		m := map[string]any{
+			"id": strconv.Itoa(id), "channel_id": "501", "guild_id": "500", "content": text,
+			"type": 0, "timestamp": "2026-01-15T12:00:00.000000+00:00", "author": map[string]any{"id": "71", "username": "u71"},
+			"member": map[string]any{"roles": []any{}}, "mentions": mentions, "attachments": []any{}, "embeds": []any{},
+		}
+		if err := r.dfake.Dispatch(ctx, "MESSAGE_CREATE", m); err != nil {
+			t.Fatalf("dispatch %q: %v", text, err)
+		}
+	}
+	next := func() string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+		defer cancel()
+		f, err := gw.Next(ctx, contract.TypeInbound)
+		if err != nil {
+			t.Fatalf("waiting for inbound: %v", err)
+		}
+		_ = gw.Ack(ctx, f.BufferID)
+		return f.Event.Text
+	}
+
+	say(7001, "unaddressed 1", false)
+	say(7002, "addressed", true)
+	if got := next(); !strings.Contains(got, "addressed") || strings.Contains(got, "unaddressed") {
+		t.Fatalf("first inbound %q, want the addressed message (the unaddressed one dropped)", got)
+	}
+
+	declare(token, `{"platform":"discord","requireAddress":false,"freeResponseScopes":[],"allowOtherBots":false}`, http.StatusOK)
+	say(7003, "unaddressed 2", false)
+	if got := next(); got != "unaddressed 2" {
+		t.Fatalf("inbound %q after requireAddress false, want %q", got, "unaddressed 2")
+	}
+	if !strings.Contains(r.child.stderr.String(), `"msg":"relevance policy declared","tenant":"t1","gateway_id":"gw1"`) {
+		t.Error("the declaration was not logged")
+	}
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/registry"
+)
+
+// This file serves POST /relay/policy, where the stock gateway declares its
+// relevance policy at boot (Hermes contract §7.3): its require_mention,
+// free_response_channels and allow_bots, projected platform-agnostically.
+// The bearer is the gateway's upgrade token; the policy is stored in the
+// registry for the gateway's tenant and platform (a full replace) and
+// applied at once (platform.RelevanceTaker). Only 200 counts as accepted;
+// the gateway boots on regardless.
+
+// maxPolicyBodyBytes bounds a policy request body.
+const maxPolicyBodyBytes = 256 << 10
+
+// policyRequest is the gateway's relevance policy.
+type policyRequest struct {
+	Platform           string   `json:"platform"`
+	RequireAddress     bool     `json:"requireAddress"`
+	FreeResponseScopes []string `json:"freeResponseScopes"`
+	AllowOtherBots     bool     `json:"allowOtherBots"`
+}
+
+// relayPolicyHandler serves POST /relay/policy.
+func (c *connector) relayPolicyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant, gatewayID, err := c.relay.Authenticate(r.Header.Get("Authorization"))
+		if err != nil {
+			reason := contract.ReasonUnauthorized
+			if errors.Is(err, contract.ErrTokenExpired) {
+				reason = contract.ReasonExpired
+			}
+			c.live.metrics.changes.WithLabelValues("relay_policy", "unauthorized").Inc()
+			c.log.Info("relevance policy refused", "remote", r.RemoteAddr, "reason", reason)
+			writePolicyError(w, http.StatusUnauthorized, reason)
+			return
+		}
+		var req policyRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPolicyBodyBytes))
+		if err := dec.Decode(&req); err != nil {
+			c.live.metrics.changes.WithLabelValues("relay_policy", "invalid").Inc()
+			writePolicyError(w, http.StatusBadRequest, "malformed JSON body")
+			return
+		}
+		if req.Platform != contract.PlatformRelay && !slices.ContainsFunc(c.platforms, func(p platform.Platform) bool { return p.Name() == req.Platform }) {
+			c.live.metrics.changes.WithLabelValues("relay_policy", "invalid").Inc()
+			writePolicyError(w, http.StatusBadRequest, "platform is not one this connector fronts")
+			return
+		}
+		err = c.live.reg.SetPolicy(r.Context(), registry.Policy{
+			Tenant: tenant, Platform: req.Platform, Gateway: gatewayID,
+			RequireAddress: req.RequireAddress, FreeResponseScopes: req.FreeResponseScopes, AllowOtherBots: req.AllowOtherBots,
+		})
+		outcome, status := "ok", http.StatusOK
+		switch {
+		case errors.Is(err, registry.ErrInvalid):
+			outcome, status = "invalid", http.StatusBadRequest
+		case err != nil:
+			outcome, status = "error", http.StatusInternalServerError
+		}
+		c.live.metrics.changes.WithLabelValues("relay_policy", outcome).Inc()
+		c.log.Info("relevance policy declared", "tenant", tenant, "gateway_id", gatewayID, "platform", req.Platform,
+			"require_address", req.RequireAddress, "free_response_scopes", len(req.FreeResponseScopes),
+			"allow_other_bots", req.AllowOtherBots, "outcome", outcome)
+		if err != nil {
+			writePolicyError(w, status, err.Error())
+			return
+		}
+		_ = c.live.apply(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"ok":true}`+"\n")
+	})
+}
+
+func writePolicyError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}

@@ -1,0 +1,715 @@
+// Package registry is the connector's runtime registry: the tenants, their
+// gateways and secrets, per-tenant session settings and the bindings of
+// platform chats to tenants. Entries made through the admin API live in the
+// store (store.Registry), so every instance sharing the store sees every
+// change; the YAML's tenants and routing are the declared layer, applied
+// at start and on SIGHUP and never written to the store.
+//
+// # Precedence
+//
+// Effective merges the two layers: an id the YAML declares (a tenant, a
+// gateway, a binding's platform, kind and id) is the YAML's, whatever the
+// store holds under it; the API refuses to create, change or delete it
+// (ErrDeclared). Everything else is the store's. A stored gateway or
+// binding whose tenant is in neither layer is left out.
+//
+// # Secrets
+//
+// A gateway has up to MaxSecrets secrets, each valid until its optional
+// expiry: Rotate adds a new secret and gives the others Grace (or the
+// grace asked for) before they lapse. Secrets are stored as they are,
+// because the relay verifies HMAC tokens with them; they never appear in
+// logs, errors or listings, and the API shows a new one once.
+package registry
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connector/platform"
+	"connector/store"
+)
+
+// Store namespaces and the change notification channel.
+const (
+	nsTenants  = "registry/tenants"
+	nsGateways = "registry/gateways"
+	nsBindings = "registry/bindings"
+	nsPolicies = "registry/policies"
+	// ChangeChannel carries "look again" to every instance after a write.
+	ChangeChannel = "registry/changed"
+)
+
+// DefaultGrace is how long a rotated-out secret stays valid when Rotate is
+// not given a grace.
+const DefaultGrace = time.Hour
+
+// MaxSecrets bounds a gateway's secrets (contract.MaxSecretsPerGateway).
+const MaxSecrets = 8
+
+// Errors. Test them with errors.Is; the admin API maps each to a status.
+var (
+	// ErrInvalid is a malformed id, platform, kind or setting.
+	ErrInvalid = errors.New("registry: invalid")
+	// ErrNotFound is an unknown tenant, gateway or binding.
+	ErrNotFound = errors.New("registry: not found")
+	// ErrExists is a create of an id that exists.
+	ErrExists = errors.New("registry: already exists")
+	// ErrDeclared is a change to an entry the YAML declares.
+	ErrDeclared = errors.New("registry: declared in the YAML config; edit the file and send SIGHUP")
+	// ErrConflict is a binding of a scope another tenant holds.
+	ErrConflict = errors.New("registry: bound to another tenant")
+)
+
+// Tenant is one tenant and the session settings of its gateways.
+type Tenant struct {
+	ID      string   `json:"id"`
+	Session *Session `json:"session,omitempty"`
+}
+
+// Session mirrors the gateway's session-key knobs (the YAML's
+// tenants[].session); nil fields are the gateway defaults.
+type Session struct {
+	GroupSessionsPerUser  *bool  `json:"group_sessions_per_user,omitempty"`
+	ThreadSessionsPerUser *bool  `json:"thread_sessions_per_user,omitempty"`
+	Profile               string `json:"profile,omitempty"`
+	// NexscopeKeyPlatform is "relay" (the default) or "nexscope".
+	NexscopeKeyPlatform string `json:"nexscope_key_platform,omitempty"`
+}
+
+// Gateway is one gateway identity of a tenant.
+type Gateway struct {
+	ID      string   `json:"id"`
+	Tenant  string   `json:"tenant"`
+	Secrets []Secret `json:"secrets"`
+}
+
+// Secret is one accepted GATEWAY_RELAY_SECRET.
+type Secret struct {
+	Value string `json:"value"`
+	// Expires ends the secret's validity; zero never.
+	Expires time.Time `json:"expires,omitzero"`
+}
+
+// Binding gives a platform's chat scope to a tenant.
+type Binding struct {
+	Platform string `json:"platform"`
+	Kind     string `json:"kind"`
+	ID       string `json:"id"`
+	Tenant   string `json:"tenant"`
+}
+
+// key names the scope a binding claims.
+func (b Binding) key() string { return b.Platform + "/" + b.Kind + "/" + b.ID }
+
+// Policy is a tenant's relevance policy on one platform, as a gateway of
+// the tenant declared it (POST /relay/policy): a full replace at every
+// gateway boot. Only the stored layer has policies.
+type Policy struct {
+	Tenant   string `json:"tenant"`
+	Platform string `json:"platform"`
+	// Gateway is the gateway that declared it.
+	Gateway            string   `json:"gateway"`
+	RequireAddress     bool     `json:"requireAddress"`
+	FreeResponseScopes []string `json:"freeResponseScopes"`
+	AllowOtherBots     bool     `json:"allowOtherBots"`
+}
+
+// Bounds of a declared policy.
+const (
+	MaxPolicyScopes     = 1000
+	MaxPolicyScopeBytes = 128
+)
+
+func (p Policy) key() string { return p.Tenant + "/" + p.Platform }
+
+// State is a set of registry entries: one layer, or their merge.
+type State struct {
+	Tenants  []Tenant
+	Gateways []Gateway
+	Bindings []Binding
+	Policies []Policy
+}
+
+// Registry reads and writes the stored layer and merges it with the
+// declared one. Its methods are safe for concurrent use.
+type Registry struct {
+	kv  store.Registry
+	ps  store.PubSub
+	now func() time.Time
+	// mu serializes this instance's read-modify-write changes. Instances
+	// sharing a store do not lock each other: the last write wins.
+	mu       sync.Mutex
+	declared atomic.Pointer[State]
+}
+
+// New returns the registry kept in st; now is its clock (secret expiry).
+func New(st store.Store, now func() time.Time) *Registry {
+	r := &Registry{kv: st.Registry(), ps: st.PubSub(), now: now}
+	r.declared.Store(&State{})
+	return r
+}
+
+// SetDeclared replaces the declared (YAML) layer after checking it.
+func (r *Registry) SetDeclared(s State) error {
+	for _, t := range s.Tenants {
+		if err := t.Session.check(); err != nil {
+			return err
+		}
+	}
+	for i, b := range s.Bindings {
+		canon, err := CanonicalBinding(b)
+		if err != nil {
+			return err
+		}
+		s.Bindings[i] = canon
+	}
+	r.declared.Store(&s)
+	return nil
+}
+
+// Declared returns the declared layer.
+func (r *Registry) Declared() State { return *r.declared.Load() }
+
+// Stored returns the stored layer.
+func (r *Registry) Stored(ctx context.Context) (State, error) {
+	var s State
+	if err := list(ctx, r.kv, nsTenants, &s.Tenants); err != nil {
+		return State{}, err
+	}
+	if err := list(ctx, r.kv, nsGateways, &s.Gateways); err != nil {
+		return State{}, err
+	}
+	if err := list(ctx, r.kv, nsBindings, &s.Bindings); err != nil {
+		return State{}, err
+	}
+	if err := list(ctx, r.kv, nsPolicies, &s.Policies); err != nil {
+		return State{}, err
+	}
+	return s, nil
+}
+
+// list decodes every entry of namespace into out.
+func list[T any](ctx context.Context, kv store.Registry, namespace string, out *[]T) error {
+	entries, _, err := kv.List(ctx, namespace)
+	if err != nil {
+		return fmt.Errorf("registry: read %s: %w", namespace, err)
+	}
+	for _, e := range entries {
+		var v T
+		if err := json.Unmarshal(e.Value, &v); err != nil {
+			return fmt.Errorf("registry: %s entry %q is corrupt: %w", namespace, e.Key, err)
+		}
+		*out = append(*out, v)
+	}
+	return nil
+}
+
+// Effective is the merge of the declared and stored layers (see the
+// package doc for the precedence), with expired secrets left out, and the
+// earliest expiry of a secret still in it (zero when none expires): the
+// moment the merge changes on its own.
+func (r *Registry) Effective(ctx context.Context) (State, time.Time, error) {
+	stored, err := r.Stored(ctx)
+	if err != nil {
+		return State{}, time.Time{}, err
+	}
+	decl := r.Declared()
+	now := r.now()
+	var out State
+	tenants := make(map[string]bool)
+	for _, t := range decl.Tenants {
+		tenants[t.ID] = true
+		out.Tenants = append(out.Tenants, t)
+	}
+	for _, t := range stored.Tenants {
+		if !tenants[t.ID] {
+			tenants[t.ID] = true
+			out.Tenants = append(out.Tenants, t)
+		}
+	}
+	gateways := make(map[string]bool)
+	for _, g := range decl.Gateways {
+		gateways[g.ID] = true
+	}
+	out.Gateways = append(out.Gateways, decl.Gateways...)
+	var next time.Time
+	for _, g := range stored.Gateways {
+		if gateways[g.ID] || !tenants[g.Tenant] {
+			continue
+		}
+		live := g.liveSecrets(now)
+		if len(live) == 0 {
+			continue
+		}
+		for _, s := range live {
+			if !s.Expires.IsZero() && (next.IsZero() || s.Expires.Before(next)) {
+				next = s.Expires
+			}
+		}
+		g.Secrets = live
+		out.Gateways = append(out.Gateways, g)
+	}
+	scopes := make(map[string]bool)
+	for _, b := range decl.Bindings {
+		scopes[b.key()] = true
+		out.Bindings = append(out.Bindings, b)
+	}
+	for _, b := range stored.Bindings {
+		if !scopes[b.key()] && tenants[b.Tenant] {
+			out.Bindings = append(out.Bindings, b)
+		}
+	}
+	for _, p := range stored.Policies {
+		if tenants[p.Tenant] {
+			out.Policies = append(out.Policies, p)
+		}
+	}
+	return out, next, nil
+}
+
+// liveSecrets are g's secrets not expired at now.
+func (g Gateway) liveSecrets(now time.Time) []Secret {
+	var live []Secret
+	for _, s := range g.Secrets {
+		if s.Expires.IsZero() || now.Before(s.Expires) {
+			live = append(live, s)
+		}
+	}
+	return live
+}
+
+// PlatformBindings returns, for each platform, its bindings in s in the
+// form platform.Binder takes.
+func (s State) PlatformBindings() map[string][]platform.Binding {
+	out := make(map[string][]platform.Binding)
+	for _, b := range s.Bindings {
+		out[b.Platform] = append(out[b.Platform], platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant})
+	}
+	return out
+}
+
+// declaredTenant, declaredGateway and declaredBinding report whether the
+// YAML declares the id.
+func (r *Registry) declaredTenant(id string) bool {
+	return slices.ContainsFunc(r.declared.Load().Tenants, func(t Tenant) bool { return t.ID == id })
+}
+
+func (r *Registry) declaredGateway(id string) bool {
+	return slices.ContainsFunc(r.declared.Load().Gateways, func(g Gateway) bool { return g.ID == id })
+}
+
+func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
+	for _, d := range r.declared.Load().Bindings {
+		if d.key() == b.key() {
+			return d, true
+		}
+	}
+	return Binding{}, false
+}
+
+// tenantExists reports whether tenant id is declared or stored.
+func (r *Registry) tenantExists(ctx context.Context, id string) (bool, error) {
+	if r.declaredTenant(id) {
+		return true, nil
+	}
+	_, ok, err := r.kv.Get(ctx, nsTenants, id)
+	return ok, err
+}
+
+// CreateTenant stores a new tenant.
+func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
+	if err := checkID("tenant", t.ID); err != nil {
+		return err
+	}
+	if err := t.Session.check(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.declaredTenant(t.ID) {
+		return ErrDeclared
+	}
+	if _, ok, err := r.kv.Get(ctx, nsTenants, t.ID); err != nil {
+		return err
+	} else if ok {
+		return ErrExists
+	}
+	return r.put(ctx, nsTenants, t.ID, t)
+}
+
+// SetSession replaces a stored tenant's session settings.
+func (r *Registry) SetSession(ctx context.Context, tenant string, s *Session) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.declaredTenant(tenant) {
+		return ErrDeclared
+	}
+	var t Tenant
+	if ok, err := r.get(ctx, nsTenants, tenant, &t); err != nil {
+		return err
+	} else if !ok {
+		return ErrNotFound
+	}
+	t.Session = s
+	return r.put(ctx, nsTenants, t.ID, t)
+}
+
+// DeleteTenant removes a stored tenant with its stored gateways and
+// bindings.
+func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.declaredTenant(id) {
+		return ErrDeclared
+	}
+	stored, err := r.Stored(ctx)
+	if err != nil {
+		return err
+	}
+	for _, g := range stored.Gateways {
+		if g.Tenant == id {
+			if _, err := r.kv.Delete(ctx, nsGateways, g.ID); err != nil {
+				return err
+			}
+		}
+	}
+	for _, b := range stored.Bindings {
+		if b.Tenant == id {
+			if _, err := r.kv.Delete(ctx, nsBindings, b.key()); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range stored.Policies {
+		if p.Tenant == id {
+			if _, err := r.kv.Delete(ctx, nsPolicies, p.key()); err != nil {
+				return err
+			}
+		}
+	}
+	deleted, err := r.kv.Delete(ctx, nsTenants, id)
+	r.notify(ctx)
+	if err != nil {
+		return err
+	}
+	if !deleted {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// CreateGateway stores a new gateway of tenant with a fresh secret, which
+// it returns.
+func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string, error) {
+	if err := checkID("gateway", id); err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.declaredGateway(id) {
+		return "", ErrDeclared
+	}
+	if ok, err := r.tenantExists(ctx, tenant); err != nil {
+		return "", err
+	} else if !ok {
+		return "", ErrNotFound
+	}
+	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil {
+		return "", err
+	} else if ok {
+		return "", ErrExists
+	}
+	secret := newSecret()
+	return secret, r.put(ctx, nsGateways, id, Gateway{ID: id, Tenant: tenant, Secrets: []Secret{{Value: secret}}})
+}
+
+// Rotate gives gateway id of tenant a fresh secret, which it returns; the
+// secrets it had stay valid for grace (DefaultGrace when zero; negative
+// ends them now), or until their own earlier expiry.
+func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (string, error) {
+	if grace == 0 {
+		grace = DefaultGrace
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.declaredGateway(id) {
+		return "", ErrDeclared
+	}
+	g, err := r.gateway(ctx, tenant, id)
+	if err != nil {
+		return "", err
+	}
+	now := r.now()
+	until := now.Add(max(grace, 0))
+	secret := newSecret()
+	keep := []Secret{{Value: secret}}
+	for _, s := range g.liveSecrets(now) {
+		if grace < 0 {
+			break
+		}
+		if s.Expires.IsZero() || s.Expires.After(until) {
+			s.Expires = until
+		}
+		keep = append(keep, s)
+	}
+	if len(keep) > MaxSecrets {
+		keep = keep[:MaxSecrets] // the newest first: the oldest go
+	}
+	g.Secrets = keep
+	return secret, r.put(ctx, nsGateways, id, g)
+}
+
+// DeleteGateway removes gateway id of tenant.
+func (r *Registry) DeleteGateway(ctx context.Context, tenant, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.declaredGateway(id) {
+		return ErrDeclared
+	}
+	if _, err := r.gateway(ctx, tenant, id); err != nil {
+		return err
+	}
+	_, err := r.kv.Delete(ctx, nsGateways, id)
+	r.notify(ctx)
+	return err
+}
+
+// gateway reads stored gateway id, which must belong to tenant.
+func (r *Registry) gateway(ctx context.Context, tenant, id string) (Gateway, error) {
+	var g Gateway
+	ok, err := r.get(ctx, nsGateways, id, &g)
+	if err != nil {
+		return Gateway{}, err
+	}
+	if !ok || g.Tenant != tenant {
+		return Gateway{}, ErrNotFound
+	}
+	return g, nil
+}
+
+// Bind gives b's scope to b.Tenant. Binding a scope the same tenant holds
+// is a no-op; one another tenant holds is ErrConflict (unbind it first).
+func (r *Registry) Bind(ctx context.Context, b Binding) error {
+	b, err := CanonicalBinding(b)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d, ok := r.declaredBinding(b); ok {
+		if d.Tenant == b.Tenant {
+			return nil
+		}
+		return ErrDeclared
+	}
+	if ok, err := r.tenantExists(ctx, b.Tenant); err != nil {
+		return err
+	} else if !ok {
+		return ErrNotFound
+	}
+	var cur Binding
+	if ok, err := r.get(ctx, nsBindings, b.key(), &cur); err != nil {
+		return err
+	} else if ok && cur.Tenant == b.Tenant {
+		return nil
+	} else if ok {
+		return ErrConflict
+	}
+	return r.put(ctx, nsBindings, b.key(), b)
+}
+
+// Unbind removes b's scope from b.Tenant.
+func (r *Registry) Unbind(ctx context.Context, b Binding) error {
+	b, err := CanonicalBinding(b)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.declaredBinding(b); ok {
+		return ErrDeclared
+	}
+	var cur Binding
+	if ok, err := r.get(ctx, nsBindings, b.key(), &cur); err != nil {
+		return err
+	} else if !ok || cur.Tenant != b.Tenant {
+		return ErrNotFound
+	}
+	_, err = r.kv.Delete(ctx, nsBindings, b.key())
+	r.notify(ctx)
+	return err
+}
+
+// SetPolicy stores p, replacing the tenant's earlier policy on the
+// platform.
+func (r *Registry) SetPolicy(ctx context.Context, p Policy) error {
+	if p.Tenant == "" || p.Platform == "" || len(p.Platform) > 64 {
+		return fmt.Errorf("%w: policy needs a tenant and a platform name", ErrInvalid)
+	}
+	if len(p.FreeResponseScopes) > MaxPolicyScopes {
+		return fmt.Errorf("%w: more than %d freeResponseScopes", ErrInvalid, MaxPolicyScopes)
+	}
+	for _, sc := range p.FreeResponseScopes {
+		if sc == "" || len(sc) > MaxPolicyScopeBytes {
+			return fmt.Errorf("%w: a freeResponseScopes entry is empty or longer than %d bytes", ErrInvalid, MaxPolicyScopeBytes)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.put(ctx, nsPolicies, p.key(), p)
+}
+
+// Relevance returns, for each platform, the tenants' policies in s in the
+// form platform.RelevanceTaker takes; a policy for platform "relay"
+// applies to every platform without its own.
+func (s State) Relevance(platforms []string) map[string]map[string]platform.Relevance {
+	out := make(map[string]map[string]platform.Relevance, len(platforms))
+	for _, name := range platforms {
+		byTenant := map[string]platform.Relevance{}
+		for _, pass := range []string{"relay", name} { // the platform's own wins
+			for _, p := range s.Policies {
+				if p.Platform == pass {
+					byTenant[p.Tenant] = platform.Relevance{RequireAddress: p.RequireAddress, FreeResponseScopes: p.FreeResponseScopes, AllowOtherBots: p.AllowOtherBots}
+				}
+			}
+		}
+		out[name] = byTenant
+	}
+	return out
+}
+
+// get decodes the stored entry under key into v.
+func (r *Registry) get(ctx context.Context, namespace, key string, v any) (bool, error) {
+	e, ok, err := r.kv.Get(ctx, namespace, key)
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := json.Unmarshal(e.Value, v); err != nil {
+		return false, fmt.Errorf("registry: %s entry %q is corrupt: %w", namespace, key, err)
+	}
+	return true, nil
+}
+
+// put stores v under key and tells every instance.
+func (r *Registry) put(ctx context.Context, namespace, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := r.kv.Put(ctx, namespace, key, data); err != nil {
+		return err
+	}
+	r.notify(ctx)
+	return nil
+}
+
+// notify tells every instance to look again. A lost notification is made
+// up by Watch's periodic look.
+func (r *Registry) notify(ctx context.Context) { _ = r.ps.Publish(ctx, ChangeChannel, []byte("1")) }
+
+// Watch calls changed after every change notification and every period,
+// until ctx is done. It returns an error only when it cannot subscribe.
+func (r *Registry) Watch(ctx context.Context, period time.Duration, changed func()) error {
+	msgs, cancel, err := r.ps.Subscribe(ctx, ChangeChannel)
+	if err != nil {
+		return err
+	}
+	go func() {
+		defer cancel()
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-msgs:
+				if !ok {
+					return
+				}
+			case <-t.C:
+			}
+			changed()
+		}
+	}()
+	return nil
+}
+
+// idPattern is what tenant and gateway ids made through the API look like.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+func checkID(what, id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("%w: %s id %q: want 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", ErrInvalid, what, id)
+	}
+	return nil
+}
+
+// roomPattern is a nexscope room name.
+var roomPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)
+
+// CanonicalBinding checks b and spells its id as the platform routes it:
+// a Discord guild id or a Telegram chat id as the number it spells, a
+// nexscope room name as it is.
+func CanonicalBinding(b Binding) (Binding, error) {
+	bad := func(want string) (Binding, error) {
+		return Binding{}, fmt.Errorf("%w: %s binding %s %q: want %s", ErrInvalid, b.Platform, b.Kind, b.ID, want)
+	}
+	switch {
+	case b.Platform == "discord" && (b.Kind == platform.BindGuild || b.Kind == platform.BindUser):
+		n, err := strconv.ParseUint(b.ID, 10, 64)
+		if err != nil {
+			return bad("a Discord id")
+		}
+		b.ID = strconv.FormatUint(n, 10)
+	case b.Platform == "telegram" && b.Kind == platform.BindChat:
+		n, err := strconv.ParseInt(b.ID, 10, 64)
+		if err != nil {
+			return bad("a chat id")
+		}
+		b.ID = strconv.FormatInt(n, 10)
+	case b.Platform == "nexscope" && b.Kind == platform.BindRoom:
+		if !roomPattern.MatchString(b.ID) {
+			return bad("a room name (^[a-zA-Z0-9_-]{1,32}$)")
+		}
+	default:
+		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild or user, telegram chat or nexscope room", ErrInvalid, b.Platform, b.Kind)
+	}
+	return b, nil
+}
+
+// check validates the settings; nil is valid.
+func (s *Session) check() error {
+	if s == nil {
+		return nil
+	}
+	switch s.NexscopeKeyPlatform {
+	case "", "relay", "nexscope":
+	default:
+		return fmt.Errorf("%w: session nexscope_key_platform %q: want relay or nexscope", ErrInvalid, s.NexscopeKeyPlatform)
+	}
+	if len(s.Profile) > 256 {
+		return fmt.Errorf("%w: session profile longer than 256 bytes", ErrInvalid)
+	}
+	return nil
+}
+
+// newSecret returns a fresh random gateway secret.
+func newSecret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}

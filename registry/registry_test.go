@@ -1,0 +1,246 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"connector/registry"
+	"connector/store"
+)
+
+// clock is a settable test clock.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func newRegistry(t *testing.T) (*registry.Registry, *clock) {
+	t.Helper()
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	st := store.NewMemory(c.now)
+	t.Cleanup(func() { _ = st.Close() })
+	return registry.New(st, c.now), c
+}
+
+func effective(t *testing.T, r *registry.Registry) (registry.State, time.Time) {
+	t.Helper()
+	s, next, err := r.Effective(context.Background())
+	if err != nil {
+		t.Fatalf("Effective: %v", err)
+	}
+	return s, next
+}
+
+func secretsOf(s registry.State, gateway string) []string {
+	for _, g := range s.Gateways {
+		if g.ID == gateway {
+			var out []string
+			for _, sec := range g.Secrets {
+				out = append(out, sec.Value)
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+// TestRotateGrace: after a rotation both secrets are effective until the
+// grace ends, then only the new one, and Effective reports when that is.
+func TestRotateGrace(t *testing.T) {
+	ctx := context.Background()
+	r, c := newRegistry(t)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := r.CreateGateway(ctx, "acme", "gw1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(old) != 64 {
+		t.Fatalf("secret %d chars, want 64", len(old))
+	}
+	fresh, err := r.Rotate(ctx, "acme", "gw1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, next := effective(t, r)
+	if got := secretsOf(s, "gw1"); len(got) != 2 || got[0] != fresh || got[1] != old {
+		t.Fatalf("secrets during the grace = %d entries, want the new then the old", len(got))
+	}
+	if want := c.t.Add(time.Minute); !next.Equal(want) {
+		t.Fatalf("next expiry %v, want %v", next, want)
+	}
+	c.t = c.t.Add(time.Minute)
+	s, next = effective(t, r)
+	if got := secretsOf(s, "gw1"); len(got) != 1 || got[0] != fresh {
+		t.Fatalf("secrets after the grace = %d entries, want the new one only", len(got))
+	}
+	if !next.IsZero() {
+		t.Fatalf("next expiry %v after the grace, want none", next)
+	}
+}
+
+// TestDeclaredWins: the YAML's entries shadow stored ones and refuse
+// changes through the API.
+func TestDeclaredWins(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: "chat", ID: "-0100", Tenant: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	err := r.SetDeclared(registry.State{
+		Tenants:  []registry.Tenant{{ID: "yaml-t"}},
+		Gateways: []registry.Gateway{{ID: "gw-yaml", Tenant: "yaml-t", Secrets: []registry.Secret{{Value: "s"}}}},
+		Bindings: []registry.Binding{{Platform: "telegram", Kind: "chat", ID: "-100", Tenant: "yaml-t"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := effective(t, r)
+	if len(s.Bindings) != 1 || s.Bindings[0].Tenant != "yaml-t" {
+		t.Fatalf("bindings %+v, want chat -100 to yaml-t only", s.Bindings)
+	}
+	for name, err := range map[string]error{
+		"create declared tenant":  r.CreateTenant(ctx, registry.Tenant{ID: "yaml-t"}),
+		"delete declared tenant":  r.DeleteTenant(ctx, "yaml-t"),
+		"delete declared gateway": r.DeleteGateway(ctx, "yaml-t", "gw-yaml"),
+		"unbind declared chat":    r.Unbind(ctx, registry.Binding{Platform: "telegram", Kind: "chat", ID: "-100", Tenant: "yaml-t"}),
+	} {
+		if !errors.Is(err, registry.ErrDeclared) {
+			t.Errorf("%s: %v, want ErrDeclared", name, err)
+		}
+	}
+	if _, err := r.CreateGateway(ctx, "yaml-t", "gw-api"); err != nil {
+		t.Fatalf("a stored gateway under a declared tenant: %v", err)
+	}
+}
+
+// TestErrors covers the refusals the admin API maps to statuses.
+func TestErrors(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	room := registry.Binding{Platform: "nexscope", Kind: "room", ID: "lobby", Tenant: "a"}
+	if err := r.Bind(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	_, dupGateway := r.CreateGateway(ctx, "a", "gw")
+	_, dupGateway2 := r.CreateGateway(ctx, "b", "gw")
+	_, noTenant := r.CreateGateway(ctx, "zz", "gw2")
+	_, wrongTenant := r.Rotate(ctx, "b", "gw", 0)
+	for name, c := range map[string]struct{ err, want error }{
+		"duplicate tenant":       {r.CreateTenant(ctx, registry.Tenant{ID: "a"}), registry.ErrExists},
+		"bad tenant id":          {r.CreateTenant(ctx, registry.Tenant{ID: "a/b"}), registry.ErrInvalid},
+		"bad session":            {r.CreateTenant(ctx, registry.Tenant{ID: "c", Session: &registry.Session{NexscopeKeyPlatform: "x"}}), registry.ErrInvalid},
+		"first gateway":          {dupGateway, nil},
+		"duplicate gateway":      {dupGateway2, registry.ErrExists},
+		"gateway of no tenant":   {noTenant, registry.ErrNotFound},
+		"rotate under another":   {wrongTenant, registry.ErrNotFound},
+		"room of another tenant": {r.Bind(ctx, registry.Binding{Platform: "nexscope", Kind: "room", ID: "lobby", Tenant: "b"}), registry.ErrConflict},
+		"bind twice":             {r.Bind(ctx, room), nil},
+		"bad kind":               {r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: "room", ID: "1", Tenant: "a"}), registry.ErrInvalid},
+		"bad chat id":            {r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: "chat", ID: "x", Tenant: "a"}), registry.ErrInvalid},
+		"unbind unknown":         {r.Unbind(ctx, registry.Binding{Platform: "nexscope", Kind: "room", ID: "other", Tenant: "a"}), registry.ErrNotFound},
+		"delete unknown tenant":  {r.DeleteTenant(ctx, "zz"), registry.ErrNotFound},
+	} {
+		if !errors.Is(c.err, c.want) || (c.want == nil && c.err != nil) {
+			t.Errorf("%s: %v, want %v", name, c.err, c.want)
+		}
+	}
+	// Deleting a tenant takes its gateways and bindings.
+	if err := r.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := effective(t, r)
+	if len(s.Gateways) != 0 || len(s.Bindings) != 0 || len(s.Tenants) != 1 {
+		t.Fatalf("after deleting a: %+v, want tenant b alone", s)
+	}
+}
+
+// TestSurvivesReopen: what the API stored is there after the embedded
+// store is closed and opened again (a restart).
+func TestSurvivesReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	open := func() store.Store {
+		st, err := store.Open(ctx, store.Config{Backend: store.BackendEmbedded, Path: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	st := open()
+	r := registry.New(st, time.Now)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := r.CreateGateway(ctx, "acme", "gw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "nexscope", Kind: "room", ID: "lab", Tenant: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st = open()
+	defer st.Close()
+	s, _, err := registry.New(st, time.Now).Effective(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := secretsOf(s, "gw"); len(got) != 1 || got[0] != secret || len(s.Bindings) != 1 || len(s.Tenants) != 1 {
+		t.Fatalf("after reopening: %d tenants, %d bindings, gateway secrets ok=%v", len(s.Tenants), len(s.Bindings), len(got) == 1 && got[0] == secret)
+	}
+}
+
+// TestPolicies: a declared policy replaces the tenant's earlier one on its
+// platform, a "relay" policy covers platforms without their own, and
+// oversized declarations are refused.
+func TestPolicies(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []registry.Policy{
+		{Tenant: "a", Platform: "discord", RequireAddress: true},
+		{Tenant: "a", Platform: "discord", RequireAddress: false, FreeResponseScopes: []string{"501"}},
+		{Tenant: "a", Platform: "relay", AllowOtherBots: true},
+	} {
+		if err := r.SetPolicy(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := effective(t, r)
+	rel := s.Relevance([]string{"discord", "telegram"})
+	if d := rel["discord"]["a"]; d.RequireAddress || len(d.FreeResponseScopes) != 1 || d.AllowOtherBots {
+		t.Errorf("discord policy %+v, want the second declaration", d)
+	}
+	if tg := rel["telegram"]["a"]; !tg.AllowOtherBots {
+		t.Errorf("telegram policy %+v, want the relay declaration", tg)
+	}
+	big := make([]string, registry.MaxPolicyScopes+1)
+	for i := range big {
+		big[i] = "1"
+	}
+	for name, p := range map[string]registry.Policy{
+		"too many scopes": {Tenant: "a", Platform: "discord", FreeResponseScopes: big},
+		"empty scope":     {Tenant: "a", Platform: "discord", FreeResponseScopes: []string{""}},
+		"no platform":     {Tenant: "a"},
+	} {
+		if err := r.SetPolicy(ctx, p); !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}

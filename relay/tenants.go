@@ -1,0 +1,156 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+
+	"connector/contract"
+)
+
+// This file owns the relay's tenant and gateway tables: which gateway ids
+// may connect, with which secrets, for which tenant. New fills them from
+// Config.Tenants and SetTenants replaces them while the relay runs.
+
+// ReasonRevoked is the close reason of a connection whose gateway was
+// removed (or moved to another tenant) while it was connected; the close
+// code is contract.CloseUnauthorized, as for a refused upgrade.
+const ReasonRevoked = "revoked"
+
+// hub returns tenant id's hub, nil when the relay never served it.
+func (s *Server) hub(id string) *hub {
+	s.regMu.RLock()
+	defer s.regMu.RUnlock()
+	return s.tenants[id]
+}
+
+// hubs returns every tenant's hub.
+func (s *Server) hubs() []*hub {
+	s.regMu.RLock()
+	defer s.regMu.RUnlock()
+	out := make([]*hub, 0, len(s.tenants))
+	for _, h := range s.tenants {
+		out = append(out, h)
+	}
+	return out
+}
+
+// gateway returns gateway id's record, nil when no tenant has it.
+func (s *Server) gateway(id string) *gatewayRecord {
+	s.regMu.RLock()
+	defer s.regMu.RUnlock()
+	return s.gateways[id]
+}
+
+// checkTenants validates tenants without changing anything: ids present
+// and unique, each gateway with 1 to contract.MaxSecretsPerGateway
+// secrets. It returns each gateway's token keys.
+func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
+	seen := make(map[string]bool, len(tenants))
+	keys := make(map[string]contract.TokenKeys)
+	for _, t := range tenants {
+		if t.ID == "" {
+			return nil, errors.New("relay: a tenant has an empty id")
+		}
+		if seen[t.ID] {
+			return nil, fmt.Errorf("relay: tenant %q configured twice", t.ID)
+		}
+		seen[t.ID] = true
+		for _, g := range t.Gateways {
+			if g.ID == "" {
+				return nil, fmt.Errorf("relay: tenant %q has a gateway with an empty id", t.ID)
+			}
+			if len(g.Secrets) == 0 {
+				return nil, fmt.Errorf("relay: gateway %q has no secrets", g.ID)
+			}
+			if _, dup := keys[g.ID]; dup {
+				return nil, fmt.Errorf("relay: gateway %q configured twice", g.ID)
+			}
+			k, err := contract.NewTokenKeys(g.Secrets)
+			if err != nil {
+				return nil, fmt.Errorf("relay: gateway %q: %w", g.ID, err)
+			}
+			keys[g.ID] = k
+		}
+	}
+	return keys, nil
+}
+
+// SetTenants replaces the tenants and gateways the relay serves, without
+// touching the connections of gateways that stay under the same tenant:
+//
+//   - a new tenant gets its ledger (recovering what the store holds for
+//     it) and a new gateway id may connect at once;
+//   - a gateway whose secrets changed accepts upgrades signed with the new
+//     set from now on; its open connections stay (a token is only checked
+//     at the upgrade);
+//   - a gateway that is gone, or moved to another tenant, has its open
+//     connections closed with 4401 "revoked", and its later upgrades are
+//     refused with 4401 "unauthorized";
+//   - a tenant that is gone keeps its ledger (buffered inbound waits in
+//     the store until buffer_max_age); only its gateways go.
+//
+// An invalid set changes nothing.
+func (s *Server) SetTenants(tenants []Tenant) error {
+	keys, err := checkTenants(tenants)
+	if err != nil {
+		return err
+	}
+	var revoked []*gatewayRecord
+	s.regMu.Lock()
+	owner := make(map[string]string, len(keys))
+	for _, t := range tenants {
+		if s.tenants[t.ID] == nil {
+			s.tenants[t.ID] = s.newHub(t.ID)
+		}
+		for _, g := range t.Gateways {
+			owner[g.ID] = t.ID
+		}
+	}
+	for id, gw := range s.gateways {
+		if owner[id] != gw.tenant.id {
+			delete(s.gateways, id)
+			revoked = append(revoked, gw)
+		}
+	}
+	for id, k := range keys {
+		gw := s.gateways[id]
+		if gw == nil {
+			gw = &gatewayRecord{id: id, tenant: s.tenants[owner[id]], admission: newAdmission(s.cfg.MaxConnsPerGateway)}
+			s.gateways[id] = gw
+		}
+		gw.keys.Store(&k)
+	}
+	s.regMu.Unlock()
+	for _, gw := range revoked {
+		s.closeGateway(gw)
+	}
+	return nil
+}
+
+// closeGateway closes every open connection of gw with 4401 "revoked".
+func (s *Server) closeGateway(gw *gatewayRecord) {
+	s.mu.Lock()
+	var conns []*conn
+	for c := range s.conns {
+		if c.gw == gw {
+			conns = append(conns, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.closeWith(contract.CloseUnauthorized, ReasonRevoked)
+	}
+	if len(conns) > 0 {
+		s.log.Info("gateway revoked: its connections closed", "tenant", gw.tenant.id, "gateway_id", gw.id, "conns", len(conns))
+	}
+}
+
+// newHub makes tenant id's hub, with its ledger, under regMu.
+func (s *Server) newHub(id string) *hub {
+	h := &hub{srv: s, id: id}
+	h.init(s.ledgers.Ledger(id))
+	if s.cluster != nil {
+		s.cluster.join(h)
+	}
+	return h
+}

@@ -1,0 +1,82 @@
+package relay_test
+
+import (
+	"testing"
+
+	"connector/contract"
+	"connector/relay"
+	"connector/relay/relaytest"
+)
+
+// TestSetTenantsLive adds a tenant and gateway, rotates a secret and
+// removes a gateway on a running relay: the new gateway connects and
+// receives its tenant's inbound, a rotated secret is accepted while the
+// untouched gateway's socket stays open, and a removed gateway's socket is
+// closed 4401 "revoked" and its next upgrade refused 4401.
+func TestSetTenantsLive(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1", "c3": "t3"})
+	base := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	h := relaytest.Start(t, []relay.Tenant{base}, p)
+	keep := h.Dial(t, "gw1", "s1")
+	keep.Hello(t, "discord", "app")
+
+	added := relay.Tenant{ID: "t3", Gateways: []relay.Gateway{{ID: "gw3", Secrets: []string{"s3"}}}}
+	if err := h.Server.SetTenants([]relay.Tenant{base, added}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	gw3 := h.Dial(t, "gw3", "s3")
+	gw3.Hello(t, "discord", "app")
+	p.deliver("t3", "c3", "u1", "hello t3")
+	if ev, _ := gw3.NextInbound(t); ev.Text != "hello t3" {
+		t.Fatalf("gw3 inbound %q, want %q", ev.Text, "hello t3")
+	}
+
+	// Rotate gw3: both secrets, then the new one only.
+	added.Gateways[0].Secrets = []string{"s3-new", "s3"}
+	if err := h.Server.SetTenants([]relay.Tenant{base, added}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	h.Dial(t, "gw3", "s3-new").Hello(t, "discord", "app")
+	h.Dial(t, "gw3", "s3").Hello(t, "discord", "app")
+	added.Gateways[0].Secrets = []string{"s3-new"}
+	if err := h.Server.SetTenants([]relay.Tenant{base, added}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	if code, reason := h.Dial(t, "gw3", "s3").Closed(t); code != int(contract.CloseUnauthorized) || reason != contract.ReasonUnauthorized {
+		t.Fatalf("old secret after the grace: closed %d %q, want 4401 unauthorized", code, reason)
+	}
+
+	// Remove gw3: its open sockets close 4401 revoked, the next is refused.
+	if err := h.Server.SetTenants([]relay.Tenant{base}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	if code, reason := gw3.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("removed gateway's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+	if code, _ := h.Dial(t, "gw3", "s3-new").Closed(t); code != int(contract.CloseUnauthorized) {
+		t.Fatalf("removed gateway's upgrade closed %d, want 4401", code)
+	}
+
+	// The untouched gateway kept its socket through every change.
+	p.deliver("t1", "c1", "u1", "still here")
+	if ev, _ := keep.NextInbound(t); ev.Text != "still here" {
+		t.Fatalf("gw1 inbound %q, want %q", ev.Text, "still here")
+	}
+}
+
+// TestSetTenantsRefusesInvalid leaves the tables as they were.
+func TestSetTenantsRefusesInvalid(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	h := relaytest.Start(t, []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}, p)
+	for name, tenants := range map[string][]relay.Tenant{
+		"duplicate gateway": {{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"a"}}}}, {ID: "t2", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"b"}}}}},
+		"no secrets":        {{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1"}}}},
+		"empty tenant id":   {{ID: ""}},
+	} {
+		if err := h.Server.SetTenants(tenants); err == nil {
+			t.Errorf("%s: SetTenants accepted it", name)
+		}
+	}
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "app")
+}
