@@ -45,6 +45,10 @@ const (
 	CodeRateLimited = "rate_limited"
 	// CodePlatformError: the platform refused or failed the call.
 	CodePlatformError = "platform_error"
+	// CodeNameChanged: thread_rename's guard (only_if_current_name or
+	// only_if_connector_created) found the thread renamed by someone else,
+	// or not created by the connector; nothing was changed.
+	CodeNameChanged = "name_changed"
 	// CodeUnavailable: the platform is not connected or unreachable (also
 	// when a chat's owner could not be looked up), or the connector is
 	// shutting down. The gateway may retry.

@@ -101,7 +101,11 @@ func Telegram(ops []string) Descriptor {
 		LenUnit:          LenUTF16,
 		Emoji:            "\u2708\ufe0f",
 		PlatformHint:     "You are chatting on Telegram through a shared bot.",
-		SupportedOps:     sortedOps(ops),
+		// Observe mode's held-back group messages ride the next delivered
+		// message of their chat topic as context (platform/telegram
+		// observe.go: Model B, a passive buffer, no extra API calls).
+		SupportsContext: true,
+		SupportedOps:    sortedOps(ops),
 	}
 }
 

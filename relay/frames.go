@@ -221,6 +221,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 			return contract.Failed(contract.CodeBadRequest, fmt.Sprintf("%s needs a chat_id", a.Op))
 		}
 		if g, ok := p.(platform.ChatGranter); ok && g.ChatGranted(chatID, c.hub.id) {
+			c.hub.noteProfile(name, chatID, a.Metadata.Profile)
 			return p.Execute(ctx, c.hub.id, a)
 		}
 		owner, err := p.ChatTenant(ctx, chatID)
@@ -233,6 +234,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		if err != nil || owner != c.hub.id {
 			return contract.Declined(name)
 		}
+		c.hub.noteProfile(name, chatID, a.Metadata.Profile)
 	}
 	return p.Execute(ctx, c.hub.id, a)
 }

@@ -21,10 +21,13 @@ type hub struct {
 	id     string
 	ledger *ledger.Ledger
 
-	// chats maps chat id -> platform, from deliveries; guarded by chatsMu,
-	// which is never held together with another lock.
-	chatsMu sync.Mutex
-	chats   *simplelru.LRU[string, string]
+	// chats maps chat id -> platform, from deliveries; profiles maps
+	// platform+"\x00"+chat id -> the Hermes profile the tenant's gateway
+	// last named in an outbound action's metadata for that chat. Both are
+	// guarded by chatsMu, which is never held together with another lock.
+	chatsMu  sync.Mutex
+	chats    *simplelru.LRU[string, string]
+	profiles *simplelru.LRU[string, string]
 
 	// drive is the tenant's state among several instances (cluster.go);
 	// nil for a single instance.
@@ -35,6 +38,47 @@ type hub struct {
 func (h *hub) init(l *ledger.Ledger) {
 	h.ledger = l
 	h.chats, _ = simplelru.NewLRU[string, string](h.srv.cfg.SessionOwners, nil)
+	h.profiles, _ = simplelru.NewLRU[string, string](h.srv.cfg.SessionOwners, nil)
+}
+
+// noteProfile remembers the profile a gateway's outbound action named for
+// a chat (metadata.profile), so the next inbound of that chat carries it
+// back (contract §4: the multiplex round trip). An empty profile is a
+// single-profile gateway: nothing is stamped for it.
+func (h *hub) noteProfile(platformName, chatID, profile string) {
+	if profile == "" || chatID == "" {
+		return
+	}
+	h.chatsMu.Lock()
+	defer h.chatsMu.Unlock()
+	h.profiles.Add(platformName+"\x00"+chatID, profile)
+}
+
+// stampProfile sets the profile of d's chat on its event's source or its
+// forward, unless the platform already set one. The memory is this
+// instance's: in a cluster, an inbound stored by another instance than the
+// one that ran the outbound carries no profile (single-profile routing).
+func (h *hub) stampProfile(d *platform.Delivery) {
+	if d.ChatID == "" || (d.Event != nil && d.Event.Source.Profile != "") || (d.Forward != nil && d.Forward.Profile != nil) {
+		return
+	}
+	h.chatsMu.Lock()
+	profile, ok := h.profiles.Get(d.Platform + "\x00" + d.ChatID)
+	h.chatsMu.Unlock()
+	if !ok {
+		return
+	}
+	// Copies: the platform owns what d points to.
+	switch {
+	case d.Event != nil:
+		ev := *d.Event
+		ev.Source.Profile = profile
+		d.Event = &ev
+	case d.Forward != nil:
+		fw := *d.Forward
+		fw.Profile = &profile
+		d.Forward = &fw
+	}
 }
 
 // enqueue encodes a platform delivery and stores it in the ledger. It
@@ -44,6 +88,7 @@ func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
 	buf := getEncodeBuf()
 	defer putEncodeBuf(buf)
 	var payload []byte
+	h.stampProfile(&d)
 	switch {
 	case d.Kind == platform.KindInbound && d.Event != nil:
 		var truncated bool

@@ -71,10 +71,14 @@
 // # Egress
 //
 // Execute runs the ops of its handler table (send, edit, typing,
-// follow_up, get_chat_info, send_media), which is also the descriptor's
+// follow_up, get_chat_info, send_media, prompt, react, delete,
+// thread_create, thread_rename), which is also the descriptor's
 // supported_ops. send_media (media.go) posts the object source_url names
 // as files[0] of a multipart message, streamed from the media store, with
-// the first piece of content as its text.
+// the first piece of content as its text. prompt posts buttons whose
+// custom_id is the hp1 token (prompt.go); react and delete are msgops.go;
+// threads.go creates and renames threads and remembers the ones the
+// connector created (docs/contract.md).
 // Chat ids, message ids and reply_to must be Discord ids (digits), so no
 // gateway can steer a request to another route. A chat's owner comes from
 // the cache only, never from a REST call made for the gateway (owners.go):

@@ -15,12 +15,17 @@ type opHandler func(ctx context.Context, tenant string, a *contract.Action) cont
 // handlers is the egress table; its keys are the descriptor's supported_ops.
 func (p *Platform) handlers() map[string]opHandler {
 	return map[string]opHandler{
-		contract.OpSend:        p.chatOp(p.opSend),
-		contract.OpEdit:        p.chatOp(p.opEdit),
-		contract.OpTyping:      p.chatOp(p.opTyping),
-		contract.OpGetChatInfo: p.chatOp(p.opGetChatInfo),
-		contract.OpSendMedia:   p.chatOp(p.opSendMedia),
-		contract.OpFollowUp:    p.opFollowUp,
+		contract.OpSend:         p.chatOp(p.opSend),
+		contract.OpEdit:         p.chatOp(p.opEdit),
+		contract.OpTyping:       p.chatOp(p.opTyping),
+		contract.OpGetChatInfo:  p.chatOp(p.opGetChatInfo),
+		contract.OpSendMedia:    p.chatOp(p.opSendMedia),
+		contract.OpFollowUp:     p.opFollowUp,
+		contract.OpPrompt:       p.chatOp(p.opPrompt),
+		contract.OpReact:        p.chatOp(p.opReact),
+		contract.OpDelete:       p.chatOp(p.opDelete),
+		contract.OpThreadCreate: p.chatOp(p.opThreadCreate),
+		contract.OpThreadRename: p.chatOp(p.opThreadRename),
 	}
 }
 

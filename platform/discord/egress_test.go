@@ -116,8 +116,8 @@ func TestEgressDeclinesForeignChats(t *testing.T) {
 			t.Fatalf("%s -> %+v", a, r)
 		}
 	}
-	if r := execute(t, e, "t1", `{"op":"react","chat_id":"101","message_id":"1","emoji":"x"}`); r.Code != contract.CodeUnsupportedOp {
-		t.Fatalf("react = %+v", r)
+	if r := execute(t, e, "t1", `{"op":"draft","chat_id":"101","draft_id":1,"content":"x"}`); r.Code != contract.CodeUnsupportedOp {
+		t.Fatalf("draft = %+v", r)
 	}
 	for _, r := range e.fake.Requests()[before:] {
 		if strings.Contains(r.Path, "/messages") || strings.Contains(r.Path, "/typing") {

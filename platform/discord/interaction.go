@@ -9,10 +9,6 @@ import (
 	"connector/session"
 )
 
-// promptPrefix starts the custom_id of a button the gateway's prompt op put
-// on a message: "hp1:<prompt_id>:<option_id>".
-const promptPrefix = "hp1:"
-
 // interaction normalizes an application command, component press or modal
 // submit as the native adapter's _build_slash_event does
 // (docs/session-key.md §3.2). The token is not read here: it never leaves
@@ -35,15 +31,15 @@ func (n *normalizer) interaction(ctx context.Context, in *wireInteraction) (*tur
 		t.interrupt = isStop(t.ev.Text)
 	case interactionComponent:
 		t.ev.Text, t.ev.MessageType = in.Data.CustomID, contract.MessageText
-		if rest, ok := strings.CutPrefix(in.Data.CustomID, promptPrefix); ok {
-			if promptID, optionID, ok := strings.Cut(rest, ":"); ok && promptID != "" && optionID != "" {
-				pr := &contract.PromptResponse{PromptID: promptID, OptionID: optionID}
-				if in.Message != nil {
-					pr.PromptMessageID = in.Message.ID
-				}
-				t.ev.PromptResponse = pr
-				t.ev.Text, t.ev.MessageType = "/"+optionID, contract.MessageCommand
+		// A button of a prompt op becomes its answer; another
+		// integration's custom_id stays text, as the contract keeps it.
+		if promptID, optionID, ok := contract.ParsePromptToken(in.Data.CustomID); ok {
+			pr := &contract.PromptResponse{PromptID: promptID, OptionID: optionID}
+			if in.Message != nil {
+				pr.PromptMessageID = in.Message.ID
 			}
+			t.ev.PromptResponse = pr
+			t.ev.Text, t.ev.MessageType = "/"+optionID, contract.MessageCommand
 		}
 	case interactionModalSubmit:
 		t.ev.Text, t.ev.MessageType = modalText(&in.Data), contract.MessageText

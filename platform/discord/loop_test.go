@@ -55,7 +55,7 @@ func TestFullLoop(t *testing.T) {
 		map[string]any{"name": "Bad Name!", "description": "dropped"},
 	}})
 	d := gw.Next(t, contract.TypeDescriptor).Descriptor
-	if d.Platform != "discord" || d.MaxMessageLength != 2000 || !d.HasOp("follow_up") || !d.HasOp("get_chat_info") || d.HasOp("react") {
+	if d.Platform != "discord" || d.MaxMessageLength != 2000 || !d.HasOp("follow_up") || !d.HasOp("get_chat_info") || !d.HasOp("react") || d.HasOp("draft") {
 		t.Fatalf("descriptor = %+v", d)
 	}
 	gw2 := h.Dial(t, "gw2", secretGW2)

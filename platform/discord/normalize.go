@@ -53,6 +53,9 @@ type normalizer struct {
 	botID       string
 	pol         *policy
 	startThread threadStarter
+	// created marks inbound from threads the connector created; nil in
+	// tests that build a normalizer by hand.
+	created *createdThreads
 }
 
 // message normalizes a MESSAGE_CREATE (edit false) or MESSAGE_UPDATE (edit
@@ -154,6 +157,9 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		src.ChatTopic = session.StrOrNull(ch.Topic)
 		src.AutoThreadCreated = true
 		src.AutoThreadInitialName = name
+		if n.created != nil {
+			n.created.markFresh(id)
+		}
 	default:
 		src.ChatID = ch.ID
 		src.ChatType = session.ChatTypeGroup
@@ -201,6 +207,11 @@ func (n *normalizer) threadSource(src *session.Source, thr, parent chanInfo, gui
 	src.ChatType = session.ChatTypeThread
 	src.ThreadID = session.Str(thr.ID)
 	src.ParentChatID = thr.ParentID
+	if n.created != nil {
+		if name, ok := n.created.initialName(thr.ID); ok {
+			src.AutoThreadCreated, src.AutoThreadInitialName = true, name
+		}
+	}
 	if parent.isForum() {
 		src.ChatName = session.Str(guild + " / " + parent.Name + " / " + thr.Name)
 		src.ChatTopic = session.StrOrNull(parent.Topic)

@@ -38,13 +38,9 @@ func (p *Platform) opSend(ctx context.Context, _ string, a *contract.Action) con
 		return contract.Failed(contract.CodeBadRequest, "send needs content")
 	}
 	chatID := string(a.ChatID)
-	var ref *discordgo.MessageReference
-	if a.ReplyTo != "" {
-		if !isSnowflake(string(a.ReplyTo)) {
-			return contract.Failed(contract.CodeBadRequest, "reply_to is not a Discord message id")
-		}
-		no := false
-		ref = &discordgo.MessageReference{MessageID: string(a.ReplyTo), ChannelID: chatID, FailIfNotExists: &no}
+	ref, bad := replyRef(a)
+	if bad != "" {
+		return contract.Failed(contract.CodeBadRequest, bad)
 	}
 	first, err := p.postPieces(ctx, chatID, textsplit.Split(a.Content, splitRules), ref)
 	if err != nil {
@@ -53,7 +49,13 @@ func (p *Platform) opSend(ctx context.Context, _ string, a *contract.Action) con
 	if ci, ok := p.cache.cachedChannel(chatID); ok && ci.isThread() {
 		p.cache.join(chatID)
 	}
-	return contract.OK(first)
+	r := contract.OK(first)
+	// The first send into a thread auto-threading just created says so,
+	// as a connector that routes the reply into a new thread does.
+	if name, ok := p.created.announce(chatID); ok {
+		r.ThreadID, r.AutoThreadName = chatID, name
+	}
+	return r
 }
 
 // postPieces posts each piece in order and returns the first one's id.

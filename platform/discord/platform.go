@@ -58,6 +58,7 @@ type Platform struct {
 	sched   *fairshare.Scheduler
 	breaker *breaker
 	cache   *cache
+	created *createdThreads
 	snap    snapshot
 	seen    *dedupe
 	gw      *gateway
@@ -141,6 +142,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.now)
 	p.cache = newCache(p)
+	p.created = newCreatedThreads()
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
 	for i := range p.queues {
 		p.queues[i] = make(chan ingestItem, ingestQueueDepth)
@@ -242,11 +244,11 @@ func (p *Platform) bot() string { return *p.botID.Load() }
 
 // normalizer returns the live normalizer for tenant.
 func (p *Platform) normalizer(tenant string) *normalizer {
-	return &normalizer{look: p.cache, botID: p.bot(), pol: p.policyFor(tenant), startThread: p.startThread}
+	return &normalizer{look: p.cache, botID: p.bot(), pol: p.policyFor(tenant), startThread: p.startThread, created: p.created}
 }
 
-// startThread creates a thread from a message (auto-threading) and records
-// it, with the bot as a participant.
+// startThread creates a thread from a message (auto-threading and anchored
+// thread_create) and records it (recordThread).
 func (p *Platform) startThread(ctx context.Context, channelID, messageID, name string) (string, error) {
 	var th wireChannel
 	err := p.rest(ctx, "POST", discordgo.EndpointChannelMessageThread(channelID, messageID),
@@ -258,14 +260,7 @@ func (p *Platform) startThread(ctx context.Context, channelID, messageID, name s
 	if th.ID == "" {
 		return "", errors.New("thread answer without id")
 	}
-	if th.ParentID == "" {
-		th.ParentID = channelID
-	}
-	if th.Name == "" {
-		th.Name = name
-	}
-	p.cache.putChannel(&th)
-	p.cache.join(th.ID)
+	p.recordThread(&th, channelID, name)
 	return th.ID, nil
 }
 

@@ -93,6 +93,10 @@ func (r *room) bridge(f *clientFrame, note string, att *contract.Media) bool {
 		r.threads.Add(thread, ref)
 	}
 	r.last = ref
+	var answer *contract.PromptResponse
+	if note == "" && string(role) != "userAgent" {
+		answer = r.answerPrompt(text)
+	}
 	r.mu.Unlock()
 
 	d := platform.Delivery{
@@ -106,13 +110,16 @@ func (r *room) bridge(f *clientFrame, note string, att *contract.Media) bool {
 	if note == "" && att == nil && strings.TrimSpace(text) == "/stop" {
 		d.Kind = platform.KindInterrupt
 	} else {
-		ev := &contract.Event{Text: text + note, MessageID: src.MessageID, Source: src}
+		ev := &contract.Event{Text: text + note, MessageID: src.MessageID, Source: src, PromptResponse: answer}
 		switch {
 		case att != nil:
 			ev.MessageType = messageTypeOf(att.Kind)
 			ev.MediaURLs, ev.Media = []string{att.URL}, []contract.Media{*att}
 		case strings.HasPrefix(text, "/") && note == "":
 			ev.MessageType = contract.MessageCommand
+		}
+		if answer != nil {
+			ev.Text, ev.MessageType = "/"+answer.OptionID, contract.MessageCommand
 		}
 		d.Event = ev
 	}

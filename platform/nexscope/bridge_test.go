@@ -140,7 +140,7 @@ func TestChatTenantAndDescriptor(t *testing.T) {
 	}
 	d := tr.p.Descriptor()
 	if d.Platform != "nexscope" || d.SupportsEdit || d.SupportsThreads || d.MaxMessageLength != DefaultMaxText ||
-		fmt.Sprint(d.SupportedOps) != "[get_chat_info send send_media typing]" || d.HasOp("edit") {
+		fmt.Sprint(d.SupportedOps) != "[get_chat_info prompt send send_media typing]" || d.HasOp("edit") {
 		t.Fatalf("descriptor %+v", d)
 	}
 	if tr.p.Name() != "nexscope" {

@@ -155,6 +155,10 @@
 //     room in the recipients' send queues, file-end. It waits within the
 //     op's deadline while another transfer holds the room's lock
 //     (rate_limited after it). message_id is the file-start's msgId.
+//   - prompt: the question in the documented text form ("/<option_id>:
+//     <label>" lines) sent like send; it is the room's open prompt until a
+//     member's msg to the bot that is exactly "/<option_id>" answers it,
+//     delivered with prompt_response (prompt.go).
 //
 // edit is not offered: the descriptor (descriptor.Nexscope) says
 // supports_edit false and supports_threads false, plain markdown, and

@@ -19,6 +19,7 @@ var egress = map[string]egressFunc{
 	contract.OpSend:        (*Platform).send,
 	contract.OpTyping:      (*Platform).typing,
 	contract.OpGetChatInfo: (*Platform).chatInfo,
+	contract.OpPrompt:      (*Platform).prompt,
 	contract.OpSendMedia:   (*Platform).sendMedia,
 }
 
@@ -27,9 +28,10 @@ func supportedOps() []string { return slices.Sorted(maps.Keys(egress)) }
 
 // Execute performs a gateway's outbound action for tenant. chat_id is a room
 // name; a room that is not bound to tenant is declined. With several
-// instances a send to a room homed on another instance is executed there.
+// instances a send or prompt to a room homed on another instance is
+// executed there (a prompt is answered at the room's home).
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	if p.cluster != nil && a.Op == contract.OpSend {
+	if p.cluster != nil && (a.Op == contract.OpSend || a.Op == contract.OpPrompt) {
 		if r := p.room(string(a.ChatID)); r != nil && r.tenant() != "" && r.tenant() == tenant && !r.home.Load() {
 			return p.cluster.forwardExec(ctx, r, tenant, a)
 		}

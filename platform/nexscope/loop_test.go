@@ -33,7 +33,7 @@ func TestBridgeLoopThroughRelay(t *testing.T) {
 	h := relaytest.Start(t, tenants, p)
 	gw := h.Dial(t, "gw1", "s1")
 	d := gw.Hello(t, "nexscope", "")
-	if d.Platform != "nexscope" || d.SupportsEdit || fmt.Sprint(d.SupportedOps) != "[get_chat_info send send_media typing]" {
+	if d.Platform != "nexscope" || d.SupportsEdit || fmt.Sprint(d.SupportedOps) != "[get_chat_info prompt send send_media typing]" {
 		t.Fatalf("descriptor %+v", d)
 	}
 

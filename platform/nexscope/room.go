@@ -36,6 +36,8 @@ type room struct {
 	msgs    *simplelru.LRU[string, msgRef]
 	threads *simplelru.LRU[string, msgRef]
 	last    msgRef
+	// prompt is the open prompt (prompt.go), nil when none.
+	prompt *openPrompt
 }
 
 // msgRef is what the bridge remembers of an inbound message to address the

@@ -73,6 +73,8 @@
 // the text ("[name|id]") and carry no user, so the chat or topic is one
 // session. Every update not delivered is counted in Metrics.Dropped with
 // its reason: unsupported, empty, own, unclaimed, duplicate, malformed,
+// foreign_callback (a button press whose callback data is not a prompt
+// op's hp1 token; its query is still answered),
 // or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
 // chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
 // (the last dedupe_window ids). One chat's updates are delivered one at a
@@ -85,8 +87,10 @@
 //
 // # Egress
 //
-// The ops are send, edit, typing, get_chat_info and send_media (the
-// descriptor's supported_ops are the keys of the handler table). An action on a chat the
+// The ops are send, edit, typing, get_chat_info, send_media, prompt (an inline
+// keyboard of hp1 callback buttons, prompt.go), react and delete
+// (msgops.go), thread_create and thread_rename (forum topics, topics.go);
+// the descriptor's supported_ops are the keys of the handler table. An action on a chat the
 // tenant does not own gets contract.Declined. send splits content over
 // 4,096 code points at paragraph, line or word boundaries (carrying code
 // fences across parts), renders markdown as MarkdownV2 with full escaping

@@ -20,11 +20,16 @@ type handler func(p *Platform, ctx context.Context, tenant string, chat int64, a
 
 // handlers is the egress table; the descriptor's supported_ops are its keys.
 var handlers = map[string]handler{
-	contract.OpSend:        (*Platform).send,
-	contract.OpEdit:        (*Platform).edit,
-	contract.OpTyping:      (*Platform).typing,
-	contract.OpGetChatInfo: (*Platform).getChatInfo,
-	contract.OpSendMedia:   (*Platform).sendMedia,
+	contract.OpSend:         (*Platform).send,
+	contract.OpEdit:         (*Platform).edit,
+	contract.OpTyping:       (*Platform).typing,
+	contract.OpGetChatInfo:  (*Platform).getChatInfo,
+	contract.OpSendMedia:    (*Platform).sendMedia,
+	contract.OpPrompt:       (*Platform).prompt,
+	contract.OpReact:        (*Platform).react,
+	contract.OpDelete:       (*Platform).deleteMessage,
+	contract.OpThreadCreate: (*Platform).threadCreate,
+	contract.OpThreadRename: (*Platform).threadRename,
 }
 
 // callMargin is kept free before a request's deadline for the API call that

@@ -48,7 +48,7 @@ func visible(t *testing.T, c telegramtest.Call) string {
 func TestDescriptorFromHandlerTable(t *testing.T) {
 	e := newEnv(t, nil)
 	d := e.p.Descriptor()
-	want := []string{"edit", "get_chat_info", "send", "send_media", "typing"}
+	want := []string{"delete", "edit", "get_chat_info", "prompt", "react", "send", "send_media", "thread_create", "thread_rename", "typing"}
 	if d.Platform != "telegram" || !slices.Equal(d.SupportedOps, want) || !d.SupportsEdit || d.MaxMessageLength != 4096 {
 		t.Errorf("descriptor = %+v", d)
 	}
@@ -232,7 +232,7 @@ func TestEgressBadRequests(t *testing.T) {
 		a    contract.Action
 		code string
 	}{
-		{contract.Action{Op: "react", ChatID: "123456789"}, contract.CodeUnsupportedOp},
+		{contract.Action{Op: "task_card", ChatID: "123456789"}, contract.CodeUnsupportedOp},
 		{sendAction("123456789", "  \n "), contract.CodeBadRequest},
 		{contract.Action{Op: contract.OpEdit, ChatID: "123456789", MessageID: "callback:x", Content: "x"}, contract.CodeBadRequest},
 		{contract.Action{Op: contract.OpEdit, ChatID: "123456789", MessageID: "7", Content: ""}, contract.CodeBadRequest},

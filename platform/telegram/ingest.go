@@ -28,6 +28,9 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 	m := p.mapping.Load()
 	in, drop := normalize(u, m)
 	if drop != "" {
+		if drop == dropForeignCallback {
+			p.queueCallbackAnswer(in.callbackID)
+		}
 		p.drop(drop, u.ID, 0)
 		return nil
 	}

@@ -47,6 +47,9 @@ const (
 	dropUnclaimed   = "unclaimed"   // no tenant claims the chat
 	dropDuplicate   = "duplicate"   // an update_id seen before
 	dropMalformed   = "malformed"   // the webhook body is not an Update
+	// dropForeignCallback: a button press whose callback data is not a
+	// prompt op's hp1 token (another integration's button).
+	dropForeignCallback = "foreign_callback"
 )
 
 // normalize maps u to the event the native Hermes Telegram adapter would
@@ -128,25 +131,42 @@ func callbackInbound(cq *models.CallbackQuery, m *mapping) (inbound, string) {
 		return inbound{}, dropUnsupported
 	}
 	in := inbound{chatID: chat.ID, callbackID: cq.ID}
+	// Only a prompt op's buttons become events; another integration's
+	// callback data is dropped, never forwarded as text (its spinner is
+	// still stopped: handle answers every callback query).
+	promptID, optionID, ok := contract.ParsePromptToken(cq.Data)
+	if !ok {
+		return in, dropForeignCallback
+	}
 	ev := &in.event
-	ev.Text = cq.Data
-	ev.MessageType = contract.MessageText
+	ev.Text = "/" + optionID
+	ev.MessageType = contract.MessageCommand
 	// The press is its own event: two presses on one message must not share
 	// the gateway's replay-dedupe key (platform:chat_id:message_id).
 	ev.MessageID = "callback:" + cq.ID
-	from := cq.From
+	from := cq.From // the clicking user
 	ev.Source = source(chat, msg, &from, m)
 	ev.Source.MessageID = strconv.Itoa(msgID)
-	if promptID, optionID, ok := promptAnswer(cq.Data); ok {
-		ev.Text = "/" + optionID
-		ev.MessageType = contract.MessageCommand
-		ev.PromptResponse = &contract.PromptResponse{
-			PromptID: promptID, OptionID: optionID, PromptMessageID: ev.Source.MessageID,
-		}
-	} else if strings.HasPrefix(cq.Data, "/") {
-		ev.MessageType = contract.MessageCommand
+	ev.PromptResponse = &contract.PromptResponse{
+		PromptID: promptID, OptionID: optionID, Label: buttonLabel(msg, cq.Data), PromptMessageID: ev.Source.MessageID,
 	}
 	return in, ""
+}
+
+// buttonLabel is the text of the inline button carrying data on msg (the
+// message the callback came from, when Telegram still sends it), or "".
+func buttonLabel(msg *models.Message, data string) string {
+	if msg == nil || msg.ReplyMarkup == nil {
+		return ""
+	}
+	for _, row := range msg.ReplyMarkup.InlineKeyboard {
+		for _, b := range row {
+			if b.CallbackData == data {
+				return b.Text
+			}
+		}
+	}
+	return ""
 }
 
 // source builds the SessionSource of a message in chat by from. msg may be
@@ -298,19 +318,6 @@ func isStop(text, botUsername string) bool {
 		return false
 	}
 	return !addressed || botUsername == "" || strings.EqualFold(at, botUsername)
-}
-
-// promptAnswer parses a prompt button's callback data, hp1:<prompt>:<option>.
-func promptAnswer(data string) (promptID, optionID string, ok bool) {
-	rest, ok := strings.CutPrefix(data, "hp1:")
-	if !ok {
-		return "", "", false
-	}
-	promptID, optionID, ok = strings.Cut(rest, ":")
-	if !ok || promptID == "" || optionID == "" {
-		return "", "", false
-	}
-	return promptID, optionID, true
 }
 
 func firstNonEmpty(a, b string) string {

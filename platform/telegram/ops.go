@@ -25,10 +25,21 @@ func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contr
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "telegram send: content is empty")
 	}
+	parts := textsplit.Split(a.Content, splitRules)
+	first, _, r := p.sendParts(ctx, tenant, chat, a, parts, nil)
+	if !r.Success {
+		return r
+	}
+	return contract.OK(first)
+}
+
+// sendParts sends parts in order into the topic of a's metadata.thread_id,
+// the first replying to a's reply_to and the last carrying markup (when
+// not nil). It returns the first and last messages' ids, and a failure
+// result that says how many parts went out (or a success result).
+func (p *Platform) sendParts(ctx context.Context, tenant string, chat int64, a *contract.Action, parts []string, markup models.ReplyMarkup) (first, last string, r contract.Result) {
 	thread := topicThread(a.Metadata.ThreadID)
 	reply := messageRef(a.ReplyTo)
-	parts := textsplit.Split(a.Content, splitRules)
-	first := ""
 	for i, part := range parts {
 		params := &bot.SendMessageParams{
 			ChatID:          chat,
@@ -39,24 +50,28 @@ func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contr
 		if i == 0 && reply != 0 {
 			params.ReplyParameters = &models.ReplyParameters{MessageID: reply, AllowSendingWithoutReply: true}
 		}
+		if i == len(parts)-1 && markup != nil {
+			params.ReplyMarkup = markup
+		}
 		var msg *models.Message
 		err := p.paced(ctx, tenant, chat, true, func(ctx context.Context) (err error) {
 			msg, err = p.sendMessage(ctx, params, part)
 			return err
 		})
 		if err != nil {
-			r := p.failure(contract.OpSend, err)
+			r := p.failure(a.Op, err)
 			if i > 0 {
 				r.Error = fmt.Sprintf("%s (sent %d of %d parts)", r.Error, i, len(parts))
 				r.MessageID = first
 			}
-			return r
+			return first, last, r
 		}
+		last = strconv.Itoa(msg.ID)
 		if i == 0 {
-			first = strconv.Itoa(msg.ID)
+			first = last
 		}
 	}
-	return contract.OK(first)
+	return first, last, contract.OK(first)
 }
 
 // sendMessage calls sendMessage once, and once more without what Telegram

@@ -82,13 +82,25 @@ type Request struct {
 
 // Message is a message the fake stores.
 type Message struct {
-	ID        string
-	ChannelID string
-	Content   string
-	ReplyTo   string
-	Edited    bool
+	ID         string
+	ChannelID  string
+	Content    string
+	ReplyTo    string
+	Edited     bool
+	Components []Component
 	// Attachments are the files the message was posted with.
 	Attachments []Attachment
+	// Reactions are the bot's own reactions, in the order added.
+	Reactions []string
+}
+
+// Component is an action row (type 1) or a button (type 2) of a message.
+type Component struct {
+	Type       int         `json:"type"`
+	Style      int         `json:"style,omitempty"`
+	Label      string      `json:"label,omitempty"`
+	CustomID   string      `json:"custom_id,omitempty"`
+	Components []Component `json:"components,omitempty"`
 }
 
 // Server is the fake Discord.
@@ -245,7 +257,7 @@ func (s *Server) Messages(channelID string) []Message {
 	defer s.mu.Unlock()
 	var out []Message
 	for _, id := range s.order {
-		if m := s.messages[id]; m.ChannelID == channelID {
+		if m, ok := s.messages[id]; ok && m.ChannelID == channelID {
 			out = append(out, *m)
 		}
 	}
@@ -331,3 +343,44 @@ func apiError(w http.ResponseWriter, status, code int, msg string) {
 }
 
 var errNoGateway = errors.New("discordtest: no Gateway session")
+
+// PressButton returns the body of the component interaction (type 3)
+// Discord sends when user (id, username) presses the button with customID
+// on message msgID: the interaction id and token are id and token, and the
+// message is the stored one, components included. It fails when the
+// message does not exist or carries no such button.
+func (s *Server) PressButton(id, token, msgID, customID, userID, userName string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.messages[msgID]
+	if !ok {
+		return nil, fmt.Errorf("discordtest: no message %s", msgID)
+	}
+	found := false
+	for _, row := range m.Components {
+		for _, b := range row.Components {
+			found = found || b.CustomID == customID
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("discordtest: message %s has no button %q", msgID, customID)
+	}
+	ch := s.channels[m.ChannelID]
+	s.tokens[token] = true
+	user := map[string]any{"id": userID, "username": userName, "global_name": nil, "discriminator": "0", "avatar": nil}
+	in := map[string]any{
+		"id": id, "application_id": s.opts.AppID, "type": 3, "token": token, "version": 1,
+		"channel_id": m.ChannelID, "channel": ch, "message": s.messageJSON(m),
+		"data":   map[string]any{"custom_id": customID, "component_type": 2},
+		"locale": "en-US", "app_permissions": "2248473465835073", "entitlements": []any{},
+	}
+	if ch.GuildID != "" {
+		in["guild_id"] = ch.GuildID
+		in["guild_locale"] = "en-US"
+		in["member"] = map[string]any{"user": user, "roles": []any{}, "nick": nil, "joined_at": "2025-01-01T00:00:00.000000+00:00",
+			"deaf": false, "mute": false, "flags": 0, "permissions": "2248473465835073"}
+	} else {
+		in["user"] = user
+	}
+	return json.Marshal(in)
+}

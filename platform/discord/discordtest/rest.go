@@ -48,6 +48,14 @@ func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
+	case (route == "PUT channels" || route == "DELETE channels") && len(segs) == 7 && segs[2] == "messages" && segs[4] == "reactions" && segs[6] == "@me":
+		s.ownReaction(w, r.Method == http.MethodPut, segs[1], segs[3], segs[5])
+	case route == "DELETE channels" && len(segs) == 4 && segs[2] == "messages":
+		s.deleteMessage(w, segs[1], segs[3])
+	case route == "POST channels" && len(segs) == 3 && segs[2] == "threads":
+		s.startChannelThread(w, segs[1], body)
+	case route == "PATCH channels" && len(segs) == 2:
+		s.patchChannel(w, segs[1], body)
 	case route == "POST channels" && len(segs) == 5 && segs[2] == "messages" && segs[4] == "threads":
 		s.startThread(w, segs[1], segs[3], body)
 	case route == "POST webhooks" && len(segs) == 3:
@@ -100,7 +108,10 @@ func (s *Server) messageJSON(m *Message) map[string]any {
 		"timestamp": time.Now().UTC().Format(time.RFC3339Nano), "tts": false, "mentions": []any{},
 		"author": map[string]any{"id": s.opts.BotID, "username": s.opts.BotName, "bot": true, "discriminator": "0"},
 		"embeds": []any{}, "attachments": []any{}, "pinned": false, "mention_everyone": false,
-		"edited_timestamp": nil, "flags": 0, "components": []any{},
+		"edited_timestamp": nil, "flags": 0, "components": []Component{},
+	}
+	if len(m.Components) > 0 {
+		out["components"] = m.Components
 	}
 	if len(m.Attachments) > 0 {
 		list := make([]any, len(m.Attachments))
@@ -122,6 +133,39 @@ type messageBody struct {
 	Reference *struct {
 		MessageID string `json:"message_id"`
 	} `json:"message_reference"`
+	Components []Component `json:"components"`
+}
+
+// checkComponents validates message components as Discord does: at most 5
+// action rows (type 1) of 1 to 5 buttons (type 2); a button of style 1-4
+// needs a custom_id of 1 to 100 characters, unique in the message, and
+// every button a label of at most 80.
+func checkComponents(rows []Component) string {
+	if len(rows) > 5 {
+		return "components: must be 5 or fewer in length"
+	}
+	ids := map[string]bool{}
+	for _, row := range rows {
+		if row.Type != 1 || len(row.Components) == 0 || len(row.Components) > 5 {
+			return "components: an action row holds 1 to 5 components"
+		}
+		for _, b := range row.Components {
+			switch {
+			case b.Type != 2:
+				return "components: only buttons are supported by this fake"
+			case b.Style < 1 || b.Style > 4:
+				return "components: button style must be 1 to 4"
+			case b.CustomID == "" || len([]rune(b.CustomID)) > 100:
+				return "components: custom_id must be 1 to 100 in length"
+			case ids[b.CustomID]:
+				return "components: custom_id must be unique"
+			case len([]rune(b.Label)) > 80:
+				return "components: label must be 80 or fewer in length"
+			}
+			ids[b.CustomID] = true
+		}
+	}
+	return ""
 }
 
 // blank reports content Discord refuses as empty: it holds only whitespace
@@ -134,8 +178,12 @@ func (s *Server) postMessage(w http.ResponseWriter, channelID string, body []byt
 		apiError(w, http.StatusBadRequest, 50006, "Cannot send an empty message")
 		return
 	}
-	if n := len([]rune(*b.Content)); n > 2000 {
+	if b.Content != nil && len([]rune(*b.Content)) > 2000 {
 		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body: content must be 2000 or fewer in length")
+		return
+	}
+	if msg := checkComponents(b.Components); msg != "" {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body: "+msg)
 		return
 	}
 	s.mu.Lock()
@@ -144,7 +192,7 @@ func (s *Server) postMessage(w http.ResponseWriter, channelID string, body []byt
 		apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
 		return
 	}
-	m := &Message{ID: s.newIDLocked(), ChannelID: channelID, Attachments: files}
+	m := &Message{ID: s.newIDLocked(), ChannelID: channelID, Attachments: files, Components: b.Components}
 	if b.Content != nil {
 		m.Content = *b.Content
 	}
@@ -311,4 +359,116 @@ func (s *Server) hasGuildLocked(id string) bool {
 		}
 	}
 	return false
+}
+
+// ownReaction adds (add) or removes the bot's reaction emoji on a message:
+// 204, 10008 Unknown Message, or 10014 Unknown Emoji for an emoji that is
+// neither non-ASCII (Unicode) nor name:id (custom).
+func (s *Server) ownReaction(w http.ResponseWriter, add bool, channelID, msgID, emoji string) {
+	name, id, custom := strings.Cut(emoji, ":")
+	unicode := emoji != "" && strings.IndexFunc(emoji, func(r rune) bool { return r > 0x7f }) >= 0
+	if !unicode && (!custom || name == "" || id == "") {
+		apiError(w, http.StatusBadRequest, 10014, "Unknown Emoji")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.messages[msgID]
+	if !ok || m.ChannelID != channelID {
+		apiError(w, http.StatusNotFound, 10008, "Unknown Message")
+		return
+	}
+	var kept []string // a new slice: copies handed out by Messages keep theirs
+	for _, e := range m.Reactions {
+		if e != emoji {
+			kept = append(kept, e)
+		}
+	}
+	m.Reactions = kept
+	if add {
+		m.Reactions = append(m.Reactions, emoji)
+	}
+	s.notifyLocked()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// deleteMessage deletes a message: 204 or 10008 Unknown Message.
+func (s *Server) deleteMessage(w http.ResponseWriter, channelID, msgID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.messages[msgID]
+	if !ok || m.ChannelID != channelID {
+		apiError(w, http.StatusNotFound, 10008, "Unknown Message")
+		return
+	}
+	delete(s.messages, msgID)
+	s.notifyLocked()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// startChannelThread creates a thread without a starter message (POST
+// /channels/{id}/threads): type 11 (public) or 12 (private), in a text
+// channel, with a name of 1 to 100 characters.
+func (s *Server) startChannelThread(w http.ResponseWriter, channelID string, body []byte) {
+	var b struct {
+		Name string `json:"name"`
+		Type int    `json:"type"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil || b.Name == "" || len([]rune(b.Name)) > 100 {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body: name must be between 1 and 100 in length")
+		return
+	}
+	if b.Type == 0 {
+		b.Type = 12 // Discord's default is a private thread
+	}
+	s.mu.Lock()
+	parent, ok := s.channels[channelID]
+	if !ok {
+		s.mu.Unlock()
+		apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return
+	}
+	if parent.Type != 0 && parent.Type != 5 || (b.Type != 11 && b.Type != 12) {
+		s.mu.Unlock()
+		apiError(w, http.StatusBadRequest, 50024, "Cannot execute action on this channel type")
+		return
+	}
+	th := Channel{ID: s.newIDLocked(), Type: b.Type, GuildID: parent.GuildID, Name: b.Name, ParentID: channelID, OwnerID: s.opts.BotID}
+	s.channels[th.ID] = th
+	s.notifyLocked()
+	s.mu.Unlock()
+	writeJSON(w, http.StatusCreated, th)
+}
+
+// patchChannel renames a channel or thread (PATCH /channels/{id} with a
+// name of 1 to 100 characters) and answers the channel.
+func (s *Server) patchChannel(w http.ResponseWriter, id string, body []byte) {
+	var b struct {
+		Name *string `json:"name"`
+	}
+	if err := json.Unmarshal(body, &b); err != nil || (b.Name != nil && (*b.Name == "" || len([]rune(*b.Name)) > 100)) {
+		apiError(w, http.StatusBadRequest, 50035, "Invalid Form Body: name must be between 1 and 100 in length")
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.channels[id]
+	if !ok {
+		apiError(w, http.StatusNotFound, 10003, "Unknown Channel")
+		return
+	}
+	if b.Name != nil {
+		c.Name = *b.Name
+		s.channels[id] = c
+	}
+	s.notifyLocked()
+	writeJSON(w, http.StatusOK, c)
+}
+
+// Channel returns channel or thread id as the fake holds it.
+func (s *Server) Channel(id string) (Channel, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.channels[id]
+	return c, ok
 }

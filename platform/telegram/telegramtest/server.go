@@ -19,6 +19,7 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,17 +40,21 @@ type Server struct {
 	token string
 	srv   *httptest.Server
 
-	mu       sync.Mutex
-	clock    clock.Clock   // stamps Call.At
-	changed  chan struct{} // closed and replaced on every recorded call or queued update
-	calls    []Call
-	updates  []queued
-	failures map[string][]Failure
-	messages map[msgKey]string
-	chats    map[int64]map[string]any
-	nextID   int
-	webhook  Webhook
-	files    map[string]hostedFile // by file_id (AddFile)
+	mu        sync.Mutex
+	clock     clock.Clock   // stamps Call.At
+	changed   chan struct{} // closed and replaced on every recorded call or queued update
+	calls     []Call
+	updates   []queued
+	failures  map[string][]Failure
+	messages  map[msgKey]string
+	markups   map[msgKey]json.RawMessage
+	reactions map[msgKey][]string
+	forums    map[int64]bool
+	topics    map[msgKey]string
+	chats     map[int64]map[string]any
+	nextID    int
+	webhook   Webhook
+	files     map[string]hostedFile // by file_id (AddFile)
 }
 
 // Call is one recorded API call.
@@ -115,13 +120,17 @@ func NewServer(token string) *Server {
 	id, _ := strconv.ParseInt(idText, 10, 64)
 	s := &Server{
 		BotID: id, Username: "hermes_test_bot", token: token,
-		clock:    clock.System,
-		changed:  make(chan struct{}),
-		failures: make(map[string][]Failure),
-		messages: make(map[msgKey]string),
-		chats:    make(map[int64]map[string]any),
-		nextID:   100,
-		files:    make(map[string]hostedFile),
+		clock:     clock.System,
+		changed:   make(chan struct{}),
+		failures:  make(map[string][]Failure),
+		messages:  make(map[msgKey]string),
+		markups:   make(map[msgKey]json.RawMessage),
+		reactions: make(map[msgKey][]string),
+		forums:    make(map[int64]bool),
+		topics:    make(map[msgKey]string),
+		chats:     make(map[int64]map[string]any),
+		nextID:    100,
+		files:     make(map[string]hostedFile),
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /{tok}/{method}", s.serve)
@@ -134,8 +143,10 @@ func NewServer(token string) *Server {
 // Close stops the server.
 func (s *Server) Close() { s.srv.Close() }
 
-// Enqueue queues a raw Update (it must carry update_id) for getUpdates.
+// Enqueue queues a raw Update (it must carry update_id) for getUpdates. Its
+// message, if any, becomes one the bot can react to or delete.
 func (s *Server) Enqueue(raw []byte) {
+	s.Saw(raw)
 	var head struct {
 		ID int64 `json:"update_id"`
 	}
@@ -144,6 +155,33 @@ func (s *Server) Enqueue(raw []byte) {
 	defer s.mu.Unlock()
 	s.updates = append(s.updates, queued{id: head.ID, raw: append(json.RawMessage(nil), raw...)})
 	s.notify()
+}
+
+// Saw records the message of a raw Update (message or channel_post) as
+// existing in its chat, as Telegram knows every message it delivered; tests
+// that post updates to a webhook call it themselves.
+func (s *Server) Saw(raw []byte) {
+	type msg struct {
+		ID   int    `json:"message_id"`
+		Text string `json:"text"`
+		Chat struct {
+			ID int64 `json:"id"`
+		} `json:"chat"`
+	}
+	var u struct {
+		Message     *msg `json:"message"`
+		ChannelPost *msg `json:"channel_post"`
+	}
+	if json.Unmarshal(raw, &u) != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range []*msg{u.Message, u.ChannelPost} {
+		if m != nil && m.ID != 0 {
+			s.messages[msgKey{m.Chat.ID, m.ID}] = m.Text
+		}
+	}
 }
 
 // Fail makes the next call of method answer f (failures queue per method).
@@ -288,6 +326,39 @@ func (s *Server) answer(method string, form map[string]string, files map[string]
 		return s.sendMedia(method, form, files)
 	case "getFile":
 		return s.getFile(form)
+	case "createForumTopic":
+		return s.createForumTopic(form)
+	case "editForumTopic":
+		chat, f := chatID(form)
+		if f != nil {
+			return nil, f
+		}
+		id, _ := strconv.Atoi(form["message_thread_id"])
+		old, ok := s.topics[msgKey{chat, id}]
+		switch {
+		case !ok:
+			return nil, &Failure{Code: 400, Description: "Bad Request: TOPIC_ID_INVALID"}
+		case form["name"] == "" || utf8.RuneCountInString(form["name"]) > 128:
+			return nil, &Failure{Code: 400, Description: "Bad Request: TOPIC_TITLE_EMPTY"}
+		case form["name"] == old:
+			return nil, &Failure{Code: 400, Description: "Bad Request: TOPIC_NOT_MODIFIED"}
+		}
+		s.topics[msgKey{chat, id}] = form["name"]
+		return true, nil
+	case "setMessageReaction":
+		return s.setMessageReaction(form)
+	case "deleteMessage":
+		chat, f := chatID(form)
+		if f != nil {
+			return nil, f
+		}
+		id, _ := strconv.Atoi(form["message_id"])
+		if _, ok := s.messages[msgKey{chat, id}]; !ok {
+			return nil, &Failure{Code: 400, Description: "Bad Request: message to delete not found"}
+		}
+		delete(s.messages, msgKey{chat, id})
+		delete(s.markups, msgKey{chat, id})
+		return true, nil
 	case "getChat":
 		id, f := chatID(form)
 		if f != nil {
@@ -314,9 +385,17 @@ func (s *Server) sendMessage(form map[string]string) (any, *Failure) {
 	if f != nil {
 		return nil, f
 	}
+	markup, f := inlineKeyboard(form)
+	if f != nil {
+		return nil, f
+	}
 	s.nextID++
 	s.messages[msgKey{chat, s.nextID}] = text
 	msg := map[string]any{"message_id": s.nextID, "date": time.Now().Unix(), "chat": map[string]any{"id": chat, "type": "private"}, "text": text}
+	if markup != nil {
+		s.markups[msgKey{chat, s.nextID}] = markup
+		msg["reply_markup"] = markup
+	}
 	if t := form["message_thread_id"]; t != "" {
 		n, _ := strconv.Atoi(t)
 		msg["message_thread_id"], msg["is_topic_message"] = n, true
@@ -380,6 +459,158 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 		case <-ch:
 		}
 	}
+}
+
+// AddForum makes chat a forum: createForumTopic works there (elsewhere it
+// answers "the chat is not a forum").
+func (s *Server) AddForum(chat int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forums[chat] = true
+}
+
+// Topic returns the name of forum topic id in chat.
+func (s *Server) Topic(chat int64, id int) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	name, ok := s.topics[msgKey{chat, id}]
+	return name, ok
+}
+
+func (s *Server) createForumTopic(form map[string]string) (any, *Failure) {
+	chat, f := chatID(form)
+	if f != nil {
+		return nil, f
+	}
+	name := form["name"]
+	switch {
+	case !s.forums[chat]:
+		return nil, &Failure{Code: 400, Description: "Bad Request: the chat is not a forum"}
+	case name == "" || utf8.RuneCountInString(name) > 128:
+		return nil, &Failure{Code: 400, Description: "Bad Request: TOPIC_TITLE_EMPTY"}
+	}
+	s.nextID++
+	s.topics[msgKey{chat, s.nextID}] = name
+	return map[string]any{"message_thread_id": s.nextID, "name": name, "icon_color": 7322096}, nil
+}
+
+// ReactionEmoji is the curated set of emoji this fake accepts as
+// reactions (a part of Telegram's); others answer REACTION_INVALID.
+var ReactionEmoji = []string{"👍", "👎", "❤", "🔥", "🎉", "👀", "🤔", "👌", "🙏", "✍"}
+
+// setMessageReaction sets the bot's reactions on a stored message: an
+// absent or empty reaction list clears them.
+func (s *Server) setMessageReaction(form map[string]string) (any, *Failure) {
+	chat, f := chatID(form)
+	if f != nil {
+		return nil, f
+	}
+	id, _ := strconv.Atoi(form["message_id"])
+	if _, ok := s.messages[msgKey{chat, id}]; !ok {
+		return nil, &Failure{Code: 400, Description: "Bad Request: message to react not found"}
+	}
+	var set []struct {
+		Type  string `json:"type"`
+		Emoji string `json:"emoji"`
+	}
+	if raw := form["reaction"]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &set); err != nil {
+			return nil, &Failure{Code: 400, Description: "Bad Request: can't parse reaction types JSON object"}
+		}
+	}
+	if len(set) > 1 {
+		return nil, &Failure{Code: 400, Description: "Bad Request: REACTIONS_TOO_MANY"}
+	}
+	var emoji []string
+	for _, r := range set {
+		if r.Type != "emoji" || !slices.Contains(ReactionEmoji, r.Emoji) {
+			return nil, &Failure{Code: 400, Description: "Bad Request: REACTION_INVALID"}
+		}
+		emoji = append(emoji, r.Emoji)
+	}
+	s.reactions[msgKey{chat, id}] = emoji
+	return true, nil
+}
+
+// Reactions returns the bot's reactions on message id of chat.
+func (s *Server) Reactions(chat int64, id int) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.reactions[msgKey{chat, id}])
+}
+
+// HasMessage reports whether message id of chat exists (was sent by the
+// bot and not deleted).
+func (s *Server) HasMessage(chat int64, id int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.messages[msgKey{chat, id}]
+	return ok
+}
+
+// inlineKeyboard checks a reply_markup field as Telegram checks an inline
+// keyboard: rows of buttons with a text and callback_data of 1 to 64
+// bytes. It returns the markup (nil when there is none).
+func inlineKeyboard(form map[string]string) (json.RawMessage, *Failure) {
+	raw := form["reply_markup"]
+	if raw == "" {
+		return nil, nil
+	}
+	var m struct {
+		InlineKeyboard [][]map[string]json.RawMessage `json:"inline_keyboard"`
+	}
+	if err := json.Unmarshal([]byte(raw), &m); err != nil || m.InlineKeyboard == nil {
+		return nil, &Failure{Code: 400, Description: "Bad Request: can't parse reply keyboard markup JSON object"}
+	}
+	for _, row := range m.InlineKeyboard {
+		for _, b := range row {
+			var text, data, style string
+			_ = json.Unmarshal(b["text"], &text)
+			_ = json.Unmarshal(b["style"], &style)
+			actions := 0
+			for k := range b {
+				if k != "text" && k != "style" && k != "icon_custom_emoji_id" {
+					actions++
+				}
+			}
+			switch {
+			case strings.TrimSpace(text) == "":
+				return nil, &Failure{Code: 400, Description: "Bad Request: text buttons are unallowed in the inline keyboard"}
+			case actions != 1:
+				return nil, &Failure{Code: 400, Description: "Bad Request: can't parse inline keyboard button: exactly one of the optional fields must be used"}
+			case style != "" && style != "danger" && style != "success" && style != "primary":
+				return nil, &Failure{Code: 400, Description: "Bad Request: BUTTON_STYLE_INVALID"}
+			}
+			if raw, ok := b["callback_data"]; ok {
+				if json.Unmarshal(raw, &data) != nil || len(data) == 0 || len(data) > 64 {
+					return nil, &Failure{Code: 400, Description: "Bad Request: BUTTON_DATA_INVALID"}
+				}
+			}
+		}
+	}
+	return json.RawMessage(raw), nil
+}
+
+// PressButton returns the callback_query update Telegram sends when user
+// from (a User object) presses the inline button with data on message
+// msgID of chat (a Chat object, whose id must be the chat's): the query
+// id is "cq<updateID>" and the message is the stored one, keyboard
+// included. It fails when the message has no such button.
+func (s *Server) PressButton(updateID int64, chat map[string]any, msgID int, data string, from map[string]any) ([]byte, error) {
+	id, _ := chat["id"].(int64)
+	s.mu.Lock()
+	text, ok := s.messages[msgKey{id, msgID}]
+	markup := s.markups[msgKey{id, msgID}]
+	s.mu.Unlock()
+	if !ok || !strings.Contains(string(markup), `"callback_data":`+strconv.Quote(data)) {
+		return nil, fmt.Errorf("telegramtest: message %d in chat %d has no button %q", msgID, id, data)
+	}
+	return json.Marshal(map[string]any{"update_id": updateID, "callback_query": map[string]any{
+		"id": "cq" + strconv.FormatInt(updateID, 10), "from": from, "chat_instance": "-4817263540", "data": data,
+		"message": map[string]any{"message_id": msgID, "date": time.Now().Unix(), "chat": chat, "text": text,
+			"from":         map[string]any{"id": s.BotID, "is_bot": true, "first_name": "Hermes", "username": s.Username},
+			"reply_markup": markup},
+	}})
 }
 
 // readForm reads a multipart/form-data body as it streams in: text fields
