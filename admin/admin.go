@@ -17,6 +17,8 @@
 //	DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}
 //	PUT    /admin/v1/tenants/{tenant}/bindings                 {"platform", "kind", "id"}
 //	DELETE /admin/v1/tenants/{tenant}/bindings                 {"platform", "kind", "id"}
+//	PUT    /admin/v1/tenants/{tenant}/gateways/{gateway}/wake  {"url"} (empty: none) the gateway's wake URL
+//	POST   /admin/v1/tenants/{tenant}/enroll-tokens            {"ttl"?: "24h"} -> {"token", "expires"} for hermes gateway enroll
 //
 // Errors are {"error": "..."} with 400 (malformed), 401 (token), 404
 // (unknown tenant, gateway or binding), 409 (exists, declared in the YAML,
@@ -106,6 +108,8 @@ func New(cfg Config) (*Handler, error) {
 	h.change("DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}", "delete_gateway", h.deleteGateway)
 	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", h.bind)
 	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", h.unbind)
+	h.change("PUT /admin/v1/tenants/{tenant}/gateways/{gateway}/wake", "set_wake", h.setWake)
+	h.change("POST /admin/v1/tenants/{tenant}/enroll-tokens", "mint_enroll_token", h.mintEnrollToken)
 	return h, nil
 }
 
