@@ -50,10 +50,10 @@ type Config struct {
 	// tokens (RS256 JWTs: the managed platform's, or your own OIDC
 	// provider's). Unset, /relay/enroll and /relay/provision answer 404.
 	PublicKeyFile string `yaml:"public_key_file"`
-	// Issuer, when set, must equal the identity token's iss claim.
+	// Issuer is the iss claim identity tokens must carry; unset, any.
 	Issuer string `yaml:"issuer"`
-	// Audience, when set, must be the identity token's aud claim or one
-	// of them.
+	// Audience is the aud claim (or one of them) identity tokens must
+	// carry; unset, any.
 	Audience string `yaml:"audience"`
 	// TenantClaim names the identity token's claim that carries the tenant
 	// id. Default tid.
