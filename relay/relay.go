@@ -91,6 +91,7 @@ import (
 	"connector/relay/ledger"
 	"connector/session"
 	"connector/store"
+	"connector/wake"
 )
 
 // Tenant is one customer of the connector: its gateways and the session-key
@@ -242,6 +243,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.CloseTimeout, 2*time.Second)
 	orDefault(&c.SessionOwners, 100_000)
 	orDefault(&c.LeaseTTL, 5*time.Second)
+	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
 }
 
 // orDefault sets *v to def when it is zero or negative.
