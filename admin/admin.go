@@ -341,6 +341,8 @@ type GatewayView struct {
 	// of those that have one (RFC 3339).
 	Secrets       int      `json:"secrets"`
 	SecretsExpire []string `json:"secrets_expire,omitempty"`
+	// WakeURL is the gateway's wake URL, if it registered one.
+	WakeURL string `json:"wake_url,omitempty"`
 }
 
 // BindingView is one binding.
@@ -358,6 +360,11 @@ func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	wakes, err := h.cfg.Registry.Wakes(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	views := map[string]*TenantView{}
 	layer := func(s registry.State, source string) {
 		for _, t := range s.Tenants {
@@ -367,7 +374,7 @@ func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, g := range s.Gateways {
 			if v := views[g.Tenant]; v != nil && !slices.ContainsFunc(v.Gateways, func(x GatewayView) bool { return x.ID == g.ID }) {
-				gv := GatewayView{ID: g.ID, Source: source, Secrets: len(g.Secrets)}
+				gv := GatewayView{ID: g.ID, Source: source, Secrets: len(g.Secrets), WakeURL: wakes[g.ID]}
 				for _, s := range g.Secrets {
 					if !s.Expires.IsZero() {
 						gv.SecretsExpire = append(gv.SecretsExpire, s.Expires.UTC().Format(time.RFC3339))

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +22,19 @@ func TestWakeAndEnrollTokens(t *testing.T) {
 		{"PUT", "/admin/v1/tenants/acme/gateways/gw/wake", `{"url":"gopher://x/"}`, 400},
 		{"PUT", "/admin/v1/tenants/acme/gateways/gw/wake", `{"url":"https://u:p@x/"}`, 400},
 		{"PUT", "/admin/v1/tenants/acme/gateways/nope/wake", `{"url":"https://x/"}`, 404},
+	}
+	for i, s := range steps {
+		if w := do(h, s.method, s.path, bearer, s.body); w.Code != s.want {
+			t.Fatalf("step %d %s %s: %d %s, want %d", i, s.method, s.path, w.Code, w.Body, s.want)
+		}
+	}
+	if list := do(h, "GET", "/admin/v1/tenants", bearer, "").Body.String(); !strings.Contains(list, `"wake_url":"https://gw.example/wake"`) {
+		t.Fatalf("the listing lacks the wake URL: %s", list)
+	}
+	steps = []struct {
+		method, path, body string
+		want               int
+	}{
 		{"PUT", "/admin/v1/tenants/acme/gateways/gw/wake", `{"url":""}`, 204},
 		{"POST", "/admin/v1/tenants/nope/enroll-tokens", ``, 404},
 		{"POST", "/admin/v1/tenants/acme/enroll-tokens", `{"ttl":"-1h"}`, 400},

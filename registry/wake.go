@@ -43,6 +43,19 @@ func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) 
 	return r.put(ctx, nsWake, gateway, Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
 }
 
+// Wakes returns every registered wake URL by gateway id.
+func (r *Registry) Wakes(ctx context.Context) (map[string]string, error) {
+	var wakes []Wake
+	if err := list(ctx, r.kv, nsWake, &wakes); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(wakes))
+	for _, w := range wakes {
+		out[w.Gateway] = w.URL
+	}
+	return out, nil
+}
+
 // WakeTargets returns the wake URLs of tenant's gateways: those registered
 // for a gateway that still belongs to the tenant.
 func (r *Registry) WakeTargets(ctx context.Context, tenant string) ([]wake.Target, error) {
