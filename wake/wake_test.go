@@ -13,6 +13,7 @@ import (
 
 	"connector/internal/clock/clocktest"
 	"connector/internal/leakcheck"
+	"connector/internal/redistest"
 	"connector/store"
 	"connector/wake"
 )
@@ -255,5 +256,42 @@ func TestPokeStoreError(t *testing.T) {
 	}
 	if _, err := wake.New(wake.Config{}); err == nil {
 		t.Fatal("New without Targets and Leases: want an error")
+	}
+}
+
+// TestOnePokeAcrossInstancesOnRedis: two instances, each with its own
+// connection to one real Redis, both seeing a burst of buffered inbound:
+// the gateway gets one GET between them.
+func TestOnePokeAcrossInstancesOnRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ws := newWakeServer(t, http.StatusOK)
+	targets := targetsOf(wake.Target{Tenant: "acme", Gateway: "gw1", URL: ws.URL})
+	var pokers []*wake.Poker
+	for _, inst := range []string{"a", "b"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "waketest:"})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		p, err := wake.New(wake.Config{Targets: targets, Leases: st.Leases(), Instance: inst, Cooldown: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pokers = append(pokers, p)
+	}
+	var wg sync.WaitGroup
+	for range 5 {
+		for _, p := range pokers {
+			wg.Go(func() { p.Away("acme") })
+		}
+	}
+	wg.Wait()
+	for _, p := range pokers {
+		p.Wait()
+	}
+	if got := ws.hits.Load(); got != 1 {
+		t.Fatalf("wake GETs from two instances on one Redis: %d, want 1", got)
 	}
 }
