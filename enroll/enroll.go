@@ -149,7 +149,8 @@ func fail(status int, outcome, format string, args ...any) *failure {
 func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := &request{r: r}
-		body, err := h.authenticate(req)
+		var body any
+		err := h.authenticate(req)
 		if err == nil {
 			r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 			body, err = do(req)
@@ -181,20 +182,20 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 }
 
 // authenticate verifies the bearer identity token into req.caller.
-func (h *Handler) authenticate(req *request) (any, error) {
+func (h *Handler) authenticate(req *request) error {
 	if h.cfg.Verifier == nil {
-		return nil, fail(http.StatusNotFound, "not_configured", "enrollment is not configured on this connector (enroll.public_key_file)")
+		return fail(http.StatusNotFound, "not_configured", "enrollment is not configured on this connector (enroll.public_key_file)")
 	}
 	token, ok := strings.CutPrefix(req.r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		return nil, fail(http.StatusUnauthorized, "unauthorized", "caller identity: send Authorization: Bearer <identity token>")
+		return fail(http.StatusUnauthorized, "unauthorized", "caller identity: send Authorization: Bearer <identity token>")
 	}
 	claims, err := h.cfg.Verifier.Verify(strings.TrimSpace(token))
 	if err != nil {
-		return nil, fail(http.StatusUnauthorized, "unauthorized", "caller identity: %v", err)
+		return fail(http.StatusUnauthorized, "unauthorized", "caller identity: %v", err)
 	}
 	req.caller = claims
-	return nil, nil
+	return nil
 }
 
 // classify maps an error to its status and outcome.
