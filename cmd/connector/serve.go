@@ -26,6 +26,7 @@ import (
 	"connector/relay"
 	"connector/store"
 	"connector/vault"
+	"connector/wake"
 )
 
 // serveCmd runs the connector until SIGINT or SIGTERM.
@@ -247,6 +248,8 @@ type connector struct {
 	// media is the media store (nil without media.dir); run sweeps its
 	// expired objects every minute.
 	media *media.Store
+	// poker sends the wake pokes; run waits for those under way.
+	poker *wake.Poker
 }
 
 // openStore opens the store cfg.Store selects.
@@ -327,12 +330,17 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	rc := cfg.Relay // the relay section; the rest is wiring
 	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
 	rc.Instance, rc.LeaseTTL = instance, leaseTTL
+	poker, err := newPoker(cfg, reg, st, instance, log, m.reg)
+	if err != nil {
+		return nil, err
+	}
+	rc.Away = poker.Away
 	srv, err := relay.New(rc)
 	if err != nil {
 		return nil, err
 	}
 	m.watchLedger(srv)
-	c := &connector{cfg: cfg, log: log, metrics: m, platforms: platforms, relay: srv}
+	c := &connector{cfg: cfg, log: log, metrics: m, platforms: platforms, relay: srv, poker: poker}
 	c.live = &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
 		keys: keys, log: log, metrics: newAdminMetrics(m.reg)}
 	for _, p := range platforms {
@@ -369,6 +377,14 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	}
 	mux := publicMux(srv, platforms, mediaRoutes)
 	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
+	credentials, err := c.credentialRoutes(reg)
+	if err != nil {
+		_ = srv.Shutdown(rctx)
+		return nil, err
+	}
+	for pattern, h := range credentials {
+		mux.Handle(pattern, h)
+	}
 	c.handler = mux
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil
@@ -505,6 +521,7 @@ func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Wr
 		log.Warn("relay shutdown incomplete", "err", err)
 	}
 	wg.Wait()
+	c.poker.Wait()
 	log.Info("connector stopped")
 	return <-serveErr
 }
