@@ -13,8 +13,9 @@ import (
 )
 
 // With several instances only the holder of the lease ingest/discord/gateway
-// runs the Gateway session, so only its cache knows the bot's channels. An
-// instance without it (a standby) answers a chat's owner by asking Discord,
+// runs the Gateway session, so only its cache knows the bot's channels, once
+// the guild snapshot has loaded. An instance without it (a standby, or the
+// holder right after a takeover) answers a chat's owner by asking Discord,
 // GET /channels/{id}, and applies the same rule to the answer as the cache
 // path (channelTenant: the guild's tenant, DMTenant for a DM). To keep a
 // decline from telling a tenant whether a chat exists or whose it is:
@@ -41,8 +42,12 @@ const (
 )
 
 // standby reports whether chat owners are looked up at Discord: there are
-// several instances and this one does not run the Gateway session.
-func (p *Platform) standby() bool { return p.deps.Exclusive != nil && !p.gwHere.Load() }
+// several instances and this one does not run the Gateway session, or has
+// just taken it over and not loaded the guild snapshot yet (a lone
+// instance answers unavailable then; see owners.go).
+func (p *Platform) standby() bool {
+	return p.deps.Exclusive != nil && (!p.gwHere.Load() || !p.ownersKnown())
+}
 
 // standbyTenant is ChatTenant on a standby (see above). It returns the
 // asking tenant when the chat is the asker's, platform.ErrUnknownChat when it

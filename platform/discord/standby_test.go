@@ -2,6 +2,7 @@ package discord
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"testing"
@@ -155,5 +156,32 @@ func TestLeaseHolderAnswersOwnersFromTheCache(t *testing.T) {
 	}
 	if n := len(e.fake.Requests()) - before; n != 0 {
 		t.Fatalf("%d REST calls on the lease holder for declined chats", n)
+	}
+}
+
+// TestNewLeaseHolderAsksUntilItsSnapshotLoads: right after taking the
+// Gateway lease, before the guild snapshot has loaded, a holder looks owners
+// up at Discord as a standby does (not unavailable, as a lone instance
+// answers); once the snapshot has loaded it answers from the cache, with no
+// lookup for a declined chat.
+func TestNewLeaseHolderAsksUntilItsSnapshotLoads(t *testing.T) {
+	holder := func(ctx context.Context, _ string, run func(context.Context) error) error { return run(ctx) }
+	e := newEnvDeps(t, platform.Deps{Exclusive: holder}, discordtest.Options{}, nil)
+	e.p.gwHere.Store(true) // as Run does on taking the lease
+	before := len(e.fake.Requests())
+	if r := execute(t, e, "t1", `{"op":"typing","chat_id":"`+chanGeneral+`","metadata":{}}`); !r.Success {
+		t.Fatalf("typing before the snapshot = %+v", r)
+	}
+	if n := channelLookups(e, before, chanGeneral); n != 1 {
+		t.Fatalf("%d lookups before the snapshot, want 1", n)
+	}
+	e.p.onDispatch("READY", json.RawMessage(`{"user":{"id":"9000","username":"hermes","bot":true},"guilds":[{"id":"100","unavailable":true}]}`))
+	e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"100","name":"Lab","channels":[{"id":"101","type":0,"name":"general"}]}`))
+	before = len(e.fake.Requests())
+	if r := execute(t, e, "t1", `{"op":"get_chat_info","chat_id":"424242"}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("an unknown chat after the snapshot = %+v", r)
+	}
+	if n := len(e.fake.Requests()) - before; n != 0 {
+		t.Fatalf("%d REST calls for a declined chat after the snapshot", n)
 	}
 }
