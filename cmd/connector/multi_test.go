@@ -40,8 +40,10 @@ const multiLeaseTTL = 1500 * time.Millisecond
 //
 //   - gateways spread over the three: gw1 on i1 (telegram only, so discord
 //     inbound goes to the others), gw2 on i2 and gw3 on i0;
-//   - inbound ingested on every instance reaches them; outbound (a Discord
-//     send, a Telegram send) from each; follow_up of an interaction
+//   - inbound ingested on every instance reaches them; outbound from each
+//     (a Telegram send from all three, a Discord send from gw2 and gw3, at
+//     least one of them on an instance without the Discord Gateway
+//     lease); follow_up of an interaction
 //     ingested on another instance; an interrupt from a gateway that does
 //     not own the session;
 //   - kill -9 of the instance driving the tenant while interactions keep
@@ -51,7 +53,8 @@ const multiLeaseTTL = 1500 * time.Millisecond
 //   - kill -9 of the instance holding the Telegram poll and Discord
 //     Gateway leases (or their new holder, if the first kill took them):
 //     updates waiting at Telegram and a Discord Gateway message sent after
-//     the takeover are delivered.
+//     the takeover are delivered, and Discord sends from gw2 and gw3 reach
+//     Discord.
 //
 // Every confirmed event must arrive; the takeover times are logged
 // (docs/durability.md).
@@ -185,6 +188,11 @@ func TestThreeInstancesOnRedis(t *testing.T) {
 	}
 	dispatchDiscordMessage(t, base, 310)
 	gws.wait(t, 300, 311)
+	// Discord sends from both discord gateways after the takeover, from the
+	// new lease holder and from an instance without it alike.
+	for _, k := range []int{1, 2} {
+		gws.send(t, base, k, "discord", "501", fmt.Sprintf("after the takeover, from %s on %s", gws.ids[k], rigName(gws.on[k])))
+	}
 	t.Logf("ingest holder %s killed: telegram poll on %s after %v, discord gateway on %s after %v (after the kill); 10 updates and a gateway message delivered %v after the kill",
 		ingest, nt.holder, nt.after.Round(time.Millisecond), nd.holder, nd.after.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 }
