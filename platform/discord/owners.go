@@ -117,8 +117,9 @@ func (s *snapshot) known(now time.Time) (known, expired bool, missing int) {
 // DMTenant for a cached DM channel, platform.ErrUnknownChat for anything
 // else, and an error wrapping platform.ErrUnavailable for every chat until
 // the guild snapshot has loaded; it makes no network call. On an instance
-// of several that does not run the Gateway, it asks Discord for the tenant
-// ctx names (standbyTenant).
+// of several that does not run the Gateway (or has not loaded its guild
+// snapshot yet), it asks Discord for the tenant platform.TenantOf(ctx)
+// names (standbyTenant).
 func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
 	if !isSnowflake(chatID) {
 		return "", platform.ErrUnknownChat
