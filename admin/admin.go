@@ -405,8 +405,7 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
 }
 
-// backupTimeout bounds one backup download: while it runs, a store write
-// that needs the data file to grow waits.
+// backupTimeout bounds one backup download.
 const backupTimeout = 10 * time.Minute
 
 // backup streams a consistent copy of the data file (application/octet-stream,

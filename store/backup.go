@@ -18,9 +18,8 @@ type Backuper interface {
 	// Backup writes a consistent copy of the data file, as it was at one
 	// moment, while writes go on: it calls start with the copy's size in
 	// bytes, then writes exactly that many bytes to the writer start
-	// returned, and reports how many it wrote. Until it returns, a write
-	// that needs the file to grow waits. It stops with ctx's error when
-	// ctx ends.
+	// returned, and reports how many it wrote. It stops with ctx's error
+	// when ctx ends.
 	Backup(ctx context.Context, start func(size int64) (io.Writer, error)) (int64, error)
 }
 
@@ -30,11 +29,42 @@ var _ Backuper = (*embedded)(nil)
 // has the data file open: back it up through that process instead.
 var ErrInUse = errors.New("store: the data file is in use by another process")
 
-// Backup implements Backuper with one bbolt read transaction.
+// Backup implements Backuper. A bbolt read transaction holds back every
+// write that needs the file to grow, so the transaction only copies the
+// file to a temporary one in the data directory (unlinked at once, so a
+// crash leaves nothing behind), at disk speed; the copy then goes to w from
+// there, however slowly w takes it, with writes going on.
 func (e *embedded) Backup(ctx context.Context, start func(size int64) (io.Writer, error)) (int64, error) {
-	var n int64
-	err := e.view(ctx, func(tx *bolt.Tx) error { return writeCopy(ctx, tx, start, &n) })
-	return n, err
+	f, err := os.CreateTemp(e.dir, ".backup-*.tmp")
+	if err != nil {
+		return 0, fmt.Errorf("store: backup: %w", err)
+	}
+	defer f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		return 0, fmt.Errorf("store: backup: %w", err)
+	}
+	var size int64
+	err = e.view(ctx, func(tx *bolt.Tx) error {
+		return writeCopy(ctx, tx, func(int64) (io.Writer, error) { return f, nil }, &size)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, fmt.Errorf("store: backup: %w", err)
+	}
+	w, err := start(size)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(ctxWriter{ctx: ctx, w: w}, io.LimitReader(f, size))
+	if err == nil && n != size {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return n, fmt.Errorf("store: backup: %w", err)
+	}
+	return n, nil
 }
 
 // BackupFile writes a copy of the data file in dir, as Backup does, while

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connector/store"
 )
@@ -168,5 +169,83 @@ func TestBackupFileOnlyWhileClosed(t *testing.T) {
 	}
 	if _, err := store.BackupFile(ctx, t.TempDir(), start); err == nil {
 		t.Fatal("BackupFile of a directory without a data file succeeded")
+	}
+}
+
+// blockingWriter signals its first Write and holds it until release closes.
+type blockingWriter struct {
+	w       io.Writer
+	first   chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (b *blockingWriter) Write(p []byte) (int, error) {
+	b.once.Do(func() {
+		close(b.first)
+		<-b.release
+	})
+	return b.w.Write(p)
+}
+
+// TestEmbeddedBackupSlowReaderDoesNotHoldWrites: while a backup's reader
+// takes nothing, appends that make the data file grow several times over
+// still return; the copy, once taken, is the store as it was when the
+// backup began.
+func TestEmbeddedBackupSlowReaderDoesNotHoldWrites(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(ctx, store.Config{Backend: store.BackendEmbedded, Path: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("before")}}); err != nil {
+		t.Fatal(err)
+	}
+	start, dir, f := copyInto(t)
+	bw := &blockingWriter{first: make(chan struct{}), release: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.(store.Backuper).Backup(ctx, func(size int64) (io.Writer, error) {
+			w, err := start(size)
+			bw.w = w
+			return bw, err
+		})
+		done <- err
+	}()
+	select {
+	case <-bw.first:
+	case err := <-done:
+		t.Fatalf("backup returned before writing: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the backup's first write")
+	}
+	appended := make(chan error, 1)
+	go func() {
+		big := make([]byte, 256<<10)
+		for range 64 { // 16 MiB: the file grows past several remaps
+			if _, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: big}}); err != nil {
+				appended <- err
+				return
+			}
+		}
+		appended <- nil
+	}()
+	select {
+	case err := <-appended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		close(bw.release)
+		t.Fatal("timed out after 30s waiting for appends while a backup's reader was stalled")
+	}
+	close(bw.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if _, recs := readAll(t, dir, "t1"); len(recs) != 1 || string(recs[0].Payload) != "before" {
+		t.Fatalf("the copy holds %d records, want the one appended before the backup", len(recs))
 	}
 }
