@@ -19,6 +19,7 @@
 //	DELETE /admin/v1/tenants/{tenant}/bindings                 {"platform", "kind", "id"}
 //	PUT    /admin/v1/tenants/{tenant}/gateways/{gateway}/wake  {"url"} (empty: none) the gateway's wake URL
 //	POST   /admin/v1/tenants/{tenant}/enroll-tokens            {"ttl"?: "24h"} -> {"token", "expires"} for hermes gateway enroll
+//	GET    /admin/v1/backup                                    a consistent copy of the embedded store's data file
 //
 // Errors are {"error": "..."} with 400 (malformed), 401 (token), 404
 // (unknown tenant, gateway or binding), 409 (exists, declared in the YAML,
@@ -37,10 +38,12 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"connector/registry"
+	"connector/store"
 )
 
 // Metrics counts admin requests.
@@ -68,6 +71,9 @@ type Config struct {
 	Metrics Metrics
 	// Now is the clock of rotation answers; nil is time.Now.
 	Now func() time.Time
+	// Backup copies the store for GET /admin/v1/backup; nil (a store that
+	// is not one file, Redis) answers 501.
+	Backup store.Backuper
 }
 
 // ActorHeader names who is calling, for the log (the CLI sends the local
@@ -110,6 +116,7 @@ func New(cfg Config) (*Handler, error) {
 	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", h.unbind)
 	h.change("PUT /admin/v1/tenants/{tenant}/gateways/{gateway}/wake", "set_wake", h.setWake)
 	h.change("POST /admin/v1/tenants/{tenant}/enroll-tokens", "mint_enroll_token", h.mintEnrollToken)
+	h.mux.HandleFunc("GET /admin/v1/backup", h.backup)
 	return h, nil
 }
 
@@ -407,4 +414,45 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, status int, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// backupTimeout bounds one backup download.
+const backupTimeout = 10 * time.Minute
+
+// backup streams a consistent copy of the data file (application/octet-stream,
+// with its Content-Length). A copy that fails once begun is cut short of
+// that length, so the client cannot take it for whole. It is logged and
+// counted like a change (op backup).
+func (h *Handler) backup(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Backup == nil {
+		h.cfg.Metrics.AdminChange("backup", "invalid")
+		writeError(w, http.StatusNotImplemented, "backup: this store backend has no online backup (with redis, use Redis's own persistence)")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), backupTimeout)
+	defer cancel()
+	// The listener's write timeout is for small answers; a copy may take longer.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(backupTimeout))
+	begun := false
+	n, err := h.cfg.Backup.Backup(ctx, func(size int64) (io.Writer, error) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		w.WriteHeader(http.StatusOK)
+		begun = true
+		return w, nil
+	})
+	outcome := "ok"
+	args := []any{"op", "backup", "actor", actor(r), "remote", r.RemoteAddr, "bytes", n}
+	if err != nil {
+		outcome = "error"
+		args = append(args, "err", err)
+	}
+	h.cfg.Metrics.AdminChange("backup", outcome)
+	h.cfg.Log.Info("admin backup", append(args, "outcome", outcome)...)
+	switch {
+	case err != nil && begun:
+		panic(http.ErrAbortHandler) // the client sees the copy cut short
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, "backup failed: "+err.Error())
+	}
 }

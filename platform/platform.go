@@ -39,7 +39,8 @@ type Platform interface {
 	// discriminators (Discord guild, Telegram chat id, nexscope room). It
 	// returns ErrUnknownChat when no tenant claims the chat, and an error
 	// wrapping ErrUnavailable when it cannot tell because the platform is
-	// unreachable.
+	// unreachable. The relay names the asking tenant in ctx (WithTenant): a
+	// platform that has to ask the network charges the call to it.
 	ChatTenant(ctx context.Context, chatID string) (string, error)
 	// Execute performs one outbound action for tenant. The relay has already
 	// checked that the op is advertised and, for chat-addressed ops, that the

@@ -224,7 +224,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 			c.hub.noteProfile(name, chatID, a.Metadata.Profile)
 			return p.Execute(ctx, c.hub.id, a)
 		}
-		owner, err := p.ChatTenant(ctx, chatID)
+		owner, err := p.ChatTenant(platform.WithTenant(ctx, c.hub.id), chatID)
 		if err != nil && !errors.Is(err, platform.ErrUnknownChat) {
 			c.logs.Log(c.log, slog.LevelWarn, "chat tenant lookup failed", "platform", name, "err", err)
 			if errors.Is(err, platform.ErrUnavailable) {
@@ -274,7 +274,7 @@ func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action, among []
 		if !allowed(name) {
 			continue
 		}
-		owner, err := c.srv.platforms[name].ChatTenant(ctx, chatID)
+		owner, err := c.srv.platforms[name].ChatTenant(platform.WithTenant(ctx, c.hub.id), chatID)
 		if err == nil && owner == c.hub.id {
 			return name, nil
 		}

@@ -58,6 +58,7 @@ const lockTimeout = time.Second
 // owners, capabilities) go through a groupCommit, which gathers concurrent
 // writers into one transaction and so one commit; the rest use DB.Update.
 type embedded struct {
+	dir   string // the data directory
 	db    *bolt.DB
 	group *groupCommit
 	now   func() time.Time
@@ -87,7 +88,7 @@ func openEmbedded(ctx context.Context, dir string, now func() time.Time) (*embed
 	if err != nil {
 		return nil, fmt.Errorf("store: open %s: %w", path, err)
 	}
-	e := &embedded{db: db, now: now, ps: newBroker(), seqs: make(map[string]*tenantSeqs)}
+	e := &embedded{dir: dir, db: db, now: now, ps: newBroker(), seqs: make(map[string]*tenantSeqs)}
 	if err := db.Update(e.init); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: initialize %s: %w", path, err)

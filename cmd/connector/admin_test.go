@@ -58,6 +58,7 @@ type adminRig struct {
 	tfake       *telegramtest.Server
 	child       *child
 	adminAddr   string
+	dataDir     string // -data-dir; start picks a fresh one when empty
 }
 
 func newAdminRig(t *testing.T) *adminRig {
@@ -84,7 +85,10 @@ func (r *adminRig) writeConfig(t *testing.T, tenants, chats string) {
 // start runs the connector and waits until its three listeners are up.
 func (r *adminRig) start(t *testing.T) {
 	t.Helper()
-	cmd := exec.Command(r.bin, "serve", "-config", r.config, "-data-dir", t.TempDir())
+	if r.dataDir == "" {
+		r.dataDir = t.TempDir()
+	}
+	cmd := exec.Command(r.bin, "serve", "-config", r.config, "-data-dir", r.dataDir)
 	cmd.Env = r.env
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -196,12 +200,17 @@ func (r *adminRig) refused(t *testing.T, id, secret string) bool {
 // telegram posts a message in chat to the webhook and waits for its 200.
 func (r *adminRig) telegram(t *testing.T, update int, chat int64, text string) {
 	t.Helper()
+	post(t, r.telegramRequest(update, chat, text), http.StatusOK, "telegram webhook "+text)
+}
+
+// telegramRequest is the webhook POST of a message in chat.
+func (r *adminRig) telegramRequest(update int, chat int64, text string) *http.Request {
 	body := fmt.Sprintf(`{"update_id":%d,"message":{"message_id":%d,"date":1767225300,"chat":{"id":%d,"type":"private","first_name":"U"},"from":{"id":%d,"is_bot":false,"first_name":"U"},"text":%q}}`,
 		update, update, chat, chat, text)
 	req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+"/telegram/webhook", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Telegram-Bot-Api-Secret-Token", adminTGSecret)
-	post(t, req, http.StatusOK, "telegram webhook "+text)
+	return req
 }
 
 // inbound waits for the next inbound frame of gw and checks its text.

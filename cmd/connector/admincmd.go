@@ -39,7 +39,9 @@ const adminUsage = `subcommands:
   bind TENANT PLATFORM KIND ID             route to the tenant: discord guild or user, telegram chat, nexscope room
   unbind TENANT PLATFORM KIND ID           remove that route
   session TENANT KEY=VALUE...              set the session settings: group_sessions_per_user, thread_sessions_per_user
-                                           (true/false), profile, nexscope_key_platform (relay/nexscope)`
+                                           (true/false), profile, nexscope_key_platform (relay/nexscope)
+  backup -o FILE [-data-dir DIR]           copy the embedded store's data file while the connector runs; with
+                                           -data-dir, copy DIR's file directly while no connector runs there`
 
 // adminCmd drives the admin API of a running connector.
 func adminCmd(args []string, stdout, stderr io.Writer) int {
@@ -51,6 +53,9 @@ func adminCmd(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	base := strings.TrimSuffix(cmpOr(*url, os.Getenv(envAdminURL), defaultAdminURL), "/")
+	if fs.Arg(0) == "backup" {
+		return adminBackup(base, fs.Args()[1:], stdout, stderr)
+	}
 	token := os.Getenv(envAdminToken)
 	if token == "" {
 		fmt.Fprintf(stderr, "connector admin: set %s to the admin token\n", envAdminToken)

@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,8 +40,10 @@ const multiLeaseTTL = 1500 * time.Millisecond
 //
 //   - gateways spread over the three: gw1 on i1 (telegram only, so discord
 //     inbound goes to the others), gw2 on i2 and gw3 on i0;
-//   - inbound ingested on every instance reaches them; outbound (a Discord
-//     send, a Telegram send) from each; follow_up of an interaction
+//   - inbound ingested on every instance reaches them; outbound from each
+//     (a Telegram send from all three, a Discord send from gw2 and gw3, at
+//     least one of them on an instance without the Discord Gateway
+//     lease); follow_up of an interaction
 //     ingested on another instance; an interrupt from a gateway that does
 //     not own the session;
 //   - kill -9 of the instance driving the tenant while interactions keep
@@ -52,7 +53,8 @@ const multiLeaseTTL = 1500 * time.Millisecond
 //   - kill -9 of the instance holding the Telegram poll and Discord
 //     Gateway leases (or their new holder, if the first kill took them):
 //     updates waiting at Telegram and a Discord Gateway message sent after
-//     the takeover are delivered.
+//     the takeover are delivered, and Discord sends from gw2 and gw3 reach
+//     Discord.
 //
 // Every confirmed event must arrive; the takeover times are logged
 // (docs/durability.md).
@@ -89,15 +91,22 @@ func TestThreeInstancesOnRedis(t *testing.T) {
 	// the one that got it; the token is in the shared vault).
 	gws.followUp(t, otherDiscord(got[0].gw), got[0])
 	// Outbound from every gateway, each on its own instance: Telegram
-	// sends from all three, a Discord send from the one on the instance
-	// holding the Discord Gateway lease (on the others Discord cannot tell
-	// a channel's owner: its cache is filled by the Gateway; see
+	// sends from all three, Discord sends from both discord gateways, at
+	// least one of them on an instance without the Discord Gateway lease
+	// (which looks the channel's owner up at Discord; see
 	// docs/durability.md).
 	for k := range 3 {
 		gws.send(t, base, k, "telegram", "42", fmt.Sprintf("sent from %s on %s", gws.ids[k], rigName(gws.on[k])))
 	}
-	if k := slices.Index(gws.on, instanceIndex(ingest)); k > 0 {
-		gws.send(t, base, k, "discord", "501", fmt.Sprintf("sent from %s on %s", gws.ids[k], ingest))
+	standbySends := 0
+	for _, k := range []int{1, 2} {
+		if rigName(gws.on[k]) != ingest {
+			standbySends++
+		}
+		gws.send(t, base, k, "discord", "501", fmt.Sprintf("sent from %s on %s", gws.ids[k], rigName(gws.on[k])))
+	}
+	if standbySends == 0 {
+		t.Fatalf("no discord gateway on an instance without the Gateway lease (%s holds it)", ingest)
 	}
 	// An interrupt from a gateway that does not own the session.
 	owner := got[1].gw
@@ -179,6 +188,11 @@ func TestThreeInstancesOnRedis(t *testing.T) {
 	}
 	dispatchDiscordMessage(t, base, 310)
 	gws.wait(t, 300, 311)
+	// Discord sends from both discord gateways after the takeover, from the
+	// new lease holder and from an instance without it alike.
+	for _, k := range []int{1, 2} {
+		gws.send(t, base, k, "discord", "501", fmt.Sprintf("after the takeover, from %s on %s", gws.ids[k], rigName(gws.on[k])))
+	}
 	t.Logf("ingest holder %s killed: telegram poll on %s after %v, discord gateway on %s after %v (after the kill); 10 updates and a gateway message delivered %v after the kill",
 		ingest, nt.holder, nt.after.Round(time.Millisecond), nd.holder, nd.after.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 }

@@ -356,7 +356,8 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		return nil, err
 	}
 	if cfg.Admin.Listen != "" {
-		c.admin, err = admin.New(admin.Config{Registry: reg, Token: cfg.Admin.Token, Apply: c.live.apply, Log: log, Metrics: c.live.metrics})
+		backup, _ := st.(store.Backuper) // the embedded store; nil for redis
+		c.admin, err = admin.New(admin.Config{Registry: reg, Token: cfg.Admin.Token, Apply: c.live.apply, Log: log, Metrics: c.live.metrics, Backup: backup})
 		if err != nil {
 			_ = srv.Shutdown(rctx)
 			return nil, err

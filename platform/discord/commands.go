@@ -16,6 +16,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 
 	"connector/contract"
+	"connector/platform"
 )
 
 // Command registration. The bot is shared, its commands are not: each
@@ -281,7 +282,7 @@ func (c *commandSync) reconcileScope(ctx context.Context, scope string) {
 		name = "guild " + scope
 	}
 	tenant, want := c.desired(scope)
-	rctx, cancel := context.WithTimeout(withTenant(ctx, tenant), c.p.cfg.RequestTimeout)
+	rctx, cancel := context.WithTimeout(platform.WithTenant(ctx, tenant), c.p.cfg.RequestTimeout)
 	defer cancel()
 	changed, err := c.reconcile(rctx, scope, want)
 	switch {

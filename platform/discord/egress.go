@@ -43,7 +43,7 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		defer cancel()
 	}
-	return h(withTenant(ctx, tenant), tenant, a)
+	return h(platform.WithTenant(ctx, tenant), tenant, a)
 }
 
 // chatOp wraps an op addressed to a chat: the chat id must be a Discord id
@@ -60,7 +60,7 @@ func (p *Platform) chatOp(h opHandler) opHandler {
 		}
 		owner, err := p.ChatTenant(ctx, chatID)
 		if errors.Is(err, platform.ErrUnavailable) {
-			return ownersUnknownResult()
+			return ownerUnavailableResult(err)
 		}
 		if err != nil || owner != tenant {
 			return contract.Declined(platformName)

@@ -214,6 +214,12 @@ func newEnv(t *testing.T, opts discordtest.Options, mutate func(*Config)) *env {
 // newEnvOn is newEnv with the platform on clk (nil: the real clock).
 func newEnvOn(t *testing.T, clk clock.Clock, opts discordtest.Options, mutate func(*Config)) *env {
 	t.Helper()
+	return newEnvDeps(t, platform.Deps{Clock: clk}, opts, mutate)
+}
+
+// newEnvDeps is newEnv with deps (its Log, Vault and Metrics are the env's).
+func newEnvDeps(t *testing.T, deps platform.Deps, opts discordtest.Options, mutate func(*Config)) *env {
+	t.Helper()
 	if opts.Token == "" {
 		opts.Token = testToken
 	}
@@ -225,7 +231,8 @@ func newEnvOn(t *testing.T, clk clock.Clock, opts discordtest.Options, mutate fu
 		mutate(&cfg)
 	}
 	e := &env{fake: f, sink: newSink(), logs: newLogCapture(), metrics: newMetrics(), vault: sharedVault, priv: priv, cfg: cfg}
-	p, err := New(cfg, platform.Deps{Log: e.logs.logger(), Vault: e.vault, Metrics: e.metrics, Clock: clk})
+	deps.Log, deps.Vault, deps.Metrics = e.logs.logger(), e.vault, e.metrics
+	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package discord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -11,10 +12,12 @@ import (
 	"connector/platform"
 )
 
-// Chat ownership is answered from what the connector already knows, never
-// by asking Discord on a gateway's behalf: a REST lookup for an id the cache
-// does not hold took 22 ms where a cached channel of another tenant was
-// declined in 0.25 ms, which told a tenant which channels the bot can see.
+// Where the Gateway session runs, chat ownership is answered from what the
+// connector already knows, never by asking Discord on a gateway's behalf
+// (an instance without the Gateway asks, under the rules in standby.go): a
+// REST lookup for an id the cache does not hold took 22 ms where a cached
+// channel of another tenant was declined in 0.25 ms, which told a tenant
+// which channels the bot can see.
 // The cache holds every channel and active thread of the bot's guilds once
 // the Gateway's guild snapshot (READY, then one GUILD_CREATE per guild) has
 // arrived, plus whatever events and ingest taught it since (new channels
@@ -109,14 +112,20 @@ func (s *snapshot) known(now time.Time) (known, expired bool, missing int) {
 	return true, true, len(s.pending)
 }
 
-// ChatTenant implements platform.Platform from the cache only (see above):
-// the tenant that claims a cached channel's guild, DMTenant for a cached DM
-// channel, platform.ErrUnknownChat for anything else, and an error wrapping
-// platform.ErrUnavailable for every chat until the guild snapshot has
-// loaded. It makes no network call.
-func (p *Platform) ChatTenant(_ context.Context, chatID string) (string, error) {
+// ChatTenant implements platform.Platform. Where the Gateway runs, from the
+// cache only (see above): the tenant that claims a cached channel's guild,
+// DMTenant for a cached DM channel, platform.ErrUnknownChat for anything
+// else, and an error wrapping platform.ErrUnavailable for every chat until
+// the guild snapshot has loaded; it makes no network call. On an instance
+// of several that does not run the Gateway (or has not loaded its guild
+// snapshot yet), it asks Discord for the tenant platform.TenantOf(ctx)
+// names (standbyTenant).
+func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
 	if !isSnowflake(chatID) {
 		return "", platform.ErrUnknownChat
+	}
+	if p.standby() {
+		return p.standbyTenant(ctx, chatID)
 	}
 	if !p.ownersKnown() {
 		return "", errOwnersUnknown
@@ -142,6 +151,16 @@ func (p *Platform) ownersKnown() bool {
 // ownersUnknownResult answers an op whose chat owner cannot be told yet.
 func ownersUnknownResult() contract.Result {
 	return contract.Failed(contract.CodeUnavailable, "discord chat owners are unknown until the Gateway has loaded the guilds; retry later")
+}
+
+// ownerUnavailableResult answers an op whose chat owner could not be told
+// (ChatTenant's error wraps platform.ErrUnavailable): retryable, saying
+// nothing about whose the chat is.
+func ownerUnavailableResult(err error) contract.Result {
+	if errors.Is(err, errOwnersUnknown) {
+		return ownersUnknownResult()
+	}
+	return contract.Failed(contract.CodeUnavailable, "discord: the chat's owner could not be looked up; retry later")
 }
 
 func (p *Platform) channelTenant(ch chanInfo) (string, bool) {

@@ -60,10 +60,16 @@ type Platform struct {
 	cache   *cache
 	created *createdThreads
 	snap    snapshot
-	seen    *dedupe
-	gw      *gateway
-	cmds    *commandSync
-	ops     map[string]opHandler
+	// gwHere is set while the Gateway session runs on this instance (with
+	// several instances, while it holds the lease ingest/discord/gateway).
+	gwHere atomic.Bool
+	// declined is what an instance without the Gateway remembers of its
+	// chat-owner lookups (standby.go).
+	declined *declines
+	seen     *dedupe
+	gw       *gateway
+	cmds     *commandSync
+	ops      map[string]opHandler
 	// policies are the tenants' policies, from Config.Tenants and the
 	// relevance their gateways declared (SetRelevance).
 	policies atomic.Pointer[map[string]*policy]
@@ -142,6 +148,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.now)
 	p.cache = newCache(p)
+	p.declined = newDeclines(maxStandbyDeclines)
 	p.created = newCreatedThreads()
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
 	for i := range p.queues {

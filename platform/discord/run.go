@@ -35,7 +35,11 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	if p.deps.Exclusive != nil {
 		p.setStatus(true, false, "standby: the Gateway session runs on another instance; webhooks are served here")
 	}
-	err := p.deps.RunExclusive(ctx, "discord/gateway", p.gw.run)
+	err := p.deps.RunExclusive(ctx, "discord/gateway", func(ctx context.Context) error {
+		p.gwHere.Store(true) // chat owners come from the cache the Gateway fills
+		defer p.gwHere.Store(false)
+		return p.gw.run(ctx)
+	})
 	cancel()
 	wg.Wait()
 	p.work.Wait()
@@ -65,7 +69,7 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		p.dropUnclaimed(m.GuildID, m.ChannelID)
 		return
 	}
-	t, err := n.message(withTenant(ctx, tenant), m, it.edit)
+	t, err := n.message(platform.WithTenant(ctx, tenant), m, it.edit)
 	if err != nil {
 		p.dropped(err, "message_id", m.ID)
 		return

@@ -144,7 +144,7 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant string, a *contrac
 	}
 	owner, err := p.ChatTenant(ctx, threadID)
 	if errors.Is(err, platform.ErrUnavailable) {
-		return ownersUnknownResult()
+		return ownerUnavailableResult(err)
 	}
 	if err != nil || owner != tenant {
 		return contract.Declined(platformName)

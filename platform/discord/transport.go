@@ -52,19 +52,6 @@ type transport struct {
 	timeout    time.Duration
 }
 
-type tenantKey struct{}
-
-// withTenant marks ctx's REST calls as made for tenant (their share of the
-// global budget).
-func withTenant(ctx context.Context, tenant string) context.Context {
-	return context.WithValue(ctx, tenantKey{}, tenant)
-}
-
-func tenantOf(ctx context.Context) string {
-	t, _ := ctx.Value(tenantKey{}).(string)
-	return t
-}
-
 // RoundTrip implements http.RoundTripper.
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Host != discordHost {
@@ -89,7 +76,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (t *transport) roundTrip(ctx context.Context, req *http.Request, r route) (*http.Response, error) {
-	tenant := tenantOf(ctx)
+	tenant := platform.TenantOf(ctx) // whose share of the global budget
 	for attempt := 0; ; attempt++ {
 		if err := t.breaker.admit(tenant); err != nil {
 			return nil, err

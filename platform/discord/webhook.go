@@ -11,6 +11,7 @@ import (
 
 	"github.com/bwmarrin/discordgo"
 
+	"connector/platform"
 	"connector/vault"
 )
 
@@ -130,7 +131,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	process := func(ctx context.Context) error {
 		defer p.work.Done()
 		defer func() { <-p.slots }()
-		return p.processInteraction(withTenant(ctx, tenant), tenant, in, received)
+		return p.processInteraction(platform.WithTenant(ctx, tenant), tenant, in, received)
 	}
 	if respond == nil {
 		ctx, cancel := context.WithTimeout(life.ctx, processDeadline)
@@ -141,7 +142,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		return ack, 0
 	}
 	go func() {
-		ctx := withTenant(life.ctx, tenant)
+		ctx := platform.WithTenant(life.ctx, tenant)
 		if process(ctx) != nil {
 			return
 		}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+
+	"connector/admin"
+	"connector/store"
+)
+
+// adminBackup is `connector admin backup -o FILE [-data-dir DIR]`: a
+// consistent copy of the embedded store's data file, from the running
+// connector's admin API (GET /admin/v1/backup), or with -data-dir straight
+// from DIR while no connector has it open. The copy is written under a
+// temporary name beside FILE (mode 0600), synced, and renamed to FILE only
+// once whole.
+func adminBackup(base string, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("admin backup", "connector admin [-url URL] backup -o FILE [-data-dir DIR]",
+		"Copies the embedded store's data file ("+store.DataFile+") to FILE while the connector runs, through\n"+
+			"its admin API (token in $"+envAdminToken+"). With -data-dir, copies DIR's data file directly,\n"+
+			"which works only while no connector has it open.")
+	out := fs.String("o", "", "the file to write (required); replaced only once the copy is whole")
+	dir := fs.String("data-dir", "", "copy this data directory's file directly instead of asking the running connector")
+	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	if *out == "" || fs.NArg() != 0 {
+		fmt.Fprint(stderr, "connector admin backup: want -o FILE and no arguments\n\n")
+		fs.Usage()
+		return 2
+	}
+	ctx := context.Background()
+	var copyTo func(start func(int64) (io.Writer, error)) (int64, error)
+	if *dir != "" {
+		copyTo = func(start func(int64) (io.Writer, error)) (int64, error) {
+			n, err := store.BackupFile(ctx, *dir, start)
+			if errors.Is(err, store.ErrInUse) {
+				err = fmt.Errorf("%w; while the connector runs, back up through its admin API (without -data-dir)", err)
+			}
+			return n, err
+		}
+	} else {
+		token := os.Getenv(envAdminToken)
+		if token == "" {
+			fmt.Fprintf(stderr, "connector admin backup: set %s to the admin token (or copy a stopped connector's file with -data-dir)\n", envAdminToken)
+			return 2
+		}
+		copyTo = func(start func(int64) (io.Writer, error)) (int64, error) {
+			return downloadBackup(ctx, base, token, start)
+		}
+	}
+	n, err := writeWhole(*out, copyTo)
+	if err != nil {
+		fmt.Fprintf(stderr, "connector admin backup: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "backup: %d bytes written to %s\n", n, *out)
+	return 0
+}
+
+// downloadBackup streams GET /admin/v1/backup into the writer start
+// returns for the announced size; a body short of it fails.
+func downloadBackup(ctx context.Context, base, token string, start func(int64) (io.Writer, error)) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/admin/v1/backup", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if u, err := user.Current(); err == nil {
+		req.Header.Set(admin.ActorHeader, u.Username)
+	}
+	resp, err := http.DefaultClient.Do(req) // no overall timeout: the server bounds a copy
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(data, &e)
+		return 0, fmt.Errorf("%s: %s", resp.Status, cmpOr(e.Error, strings.TrimSpace(string(data))))
+	}
+	if resp.ContentLength < 0 {
+		return 0, errors.New("the answer has no Content-Length; not taken for a whole copy")
+	}
+	w, err := start(resp.ContentLength)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(w, resp.Body)
+	if err == nil && n != resp.ContentLength {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return n, fmt.Errorf("the copy was cut short after %d of %d bytes: %w", n, resp.ContentLength, err)
+	}
+	return n, nil
+}
+
+// writeWhole runs copyTo into a temporary file beside path and renames it to
+// path once copyTo succeeded and the file is synced; on failure path is
+// left as it was.
+func writeWhole(path string, copyTo func(start func(int64) (io.Writer, error)) (int64, error)) (int64, error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return 0, err
+	}
+	tmp := f.Name()
+	n, err := copyTo(func(int64) (io.Writer, error) { return f, nil })
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return n, err
+	}
+	return n, nil
+}

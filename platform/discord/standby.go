@@ -1,0 +1,111 @@
+package discord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"connector/platform"
+)
+
+// With several instances only the holder of the lease ingest/discord/gateway
+// runs the Gateway session, so only its cache knows the bot's channels, once
+// the guild snapshot has loaded. An instance without it (a standby, or the
+// holder right after a takeover) answers a chat's owner by asking Discord,
+// GET /channels/{id}, and applies the same rule to the answer as the cache
+// path (channelTenant: the guild's tenant, DMTenant for a DM). To keep a
+// decline from telling a tenant whether a chat exists or whose it is:
+//
+//   - the lookup runs for the asking tenant (platform.TenantOf), on its share
+//     of the REST budget, and every first ask of a chat costs one call
+//     whether the chat is the asker's, another tenant's or nobody's;
+//   - what a lookup found is kept in the channel cache (a channel's guild
+//     never changes), but only ever used to let the asker through when the
+//     chat is the asker's: a chat cached as another tenant's is looked up
+//     again, like one never seen;
+//   - a decline is remembered per (asking tenant, chat) for
+//     standbyDeclineTTL, whatever its reason (not found, not visible to the
+//     bot, another tenant's), so a repeated ask is answered from memory
+//     alike, and only the asker's own asks decide that.
+//
+// A lookup Discord does not answer (timeout, 5xx, rate limit, breaker) is
+// unavailable (retryable), never a decline.
+
+// Decline memory of a standby: how long and how many.
+const (
+	standbyDeclineTTL  = 30 * time.Second
+	maxStandbyDeclines = 100_000
+)
+
+// standby reports whether chat owners are looked up at Discord: there are
+// several instances and this one does not run the Gateway session, or has
+// just taken it over and not loaded the guild snapshot yet (a lone
+// instance answers unavailable then; see owners.go).
+func (p *Platform) standby() bool {
+	return p.deps.Exclusive != nil && (!p.gwHere.Load() || !p.ownersKnown())
+}
+
+// standbyTenant is ChatTenant on a standby (see above). It returns the
+// asking tenant when the chat is the asker's, platform.ErrUnknownChat when it
+// is not (another tenant's included), and an error wrapping
+// platform.ErrUnavailable when Discord could not be asked.
+func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, error) {
+	asker := platform.TenantOf(ctx)
+	if ch, ok := p.cache.cachedChannel(chatID); ok {
+		if owner, ok := p.channelTenant(ch); ok && owner == asker {
+			return owner, nil
+		}
+	}
+	if p.declined.has(p.now(), asker, chatID) {
+		return "", platform.ErrUnknownChat
+	}
+	wc, err := p.fetchChannel(ctx, chatID)
+	switch {
+	case errors.Is(err, errNotFound):
+	case err != nil:
+		return "", fmt.Errorf("discord: the chat's owner could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
+	case wc.ID == chatID:
+		p.cache.putChannel(&wc)
+		if owner, ok := p.channelTenant(infoFrom(&wc)); ok && owner == asker {
+			return owner, nil
+		}
+	}
+	p.declined.add(p.now().Add(standbyDeclineTTL), asker, chatID)
+	return "", platform.ErrUnknownChat
+}
+
+// declines is a bounded memory of (tenant, chat) pairs declined until an
+// expiry on the platform's clock; the least recently added go first.
+type declines struct {
+	mu    sync.Mutex
+	until *simplelru.LRU[[2]string, time.Time]
+}
+
+func newDeclines(size int) *declines {
+	l, _ := simplelru.NewLRU[[2]string, time.Time](size, nil) // size > 0
+	return &declines{until: l}
+}
+
+func (d *declines) add(until time.Time, tenant, chat string) {
+	d.mu.Lock()
+	d.until.Add([2]string{tenant, chat}, until)
+	d.mu.Unlock()
+}
+
+// has reports whether tenant's decline of chat is remembered at now; an
+// expired one is forgotten.
+func (d *declines) has(now time.Time, tenant, chat string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key := [2]string{tenant, chat}
+	until, ok := d.until.Peek(key)
+	if ok && !now.Before(until) {
+		d.until.Remove(key)
+		return false
+	}
+	return ok
+}

@@ -1,0 +1,187 @@
+package discord
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"testing"
+
+	"connector/contract"
+	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
+	"connector/platform"
+	"connector/platform/discord/discordtest"
+)
+
+// newStandbyEnv is a platform of several instances whose Gateway lease is
+// held elsewhere for the whole test, on clk (nil: the real clock; a fake one
+// holds REST calls past the global burst).
+func newStandbyEnv(t *testing.T, clk clock.Clock) *env {
+	t.Helper()
+	standby := func(ctx context.Context, _ string, _ func(context.Context) error) error {
+		<-ctx.Done() // the lease never comes to this instance
+		return nil
+	}
+	e := newEnvDeps(t, platform.Deps{Clock: clk, Exclusive: standby}, discordtest.Options{}, nil)
+	e.start(t)
+	return e
+}
+
+// channelLookups counts the GET /channels/{id} the fake answered since the
+// request numbered from.
+func channelLookups(e *env, from int, id string) int {
+	n := 0
+	for _, r := range e.fake.Requests()[from:] {
+		if r.Method == http.MethodGet && r.Path == "/api/v9/channels/"+id {
+			n++
+		}
+	}
+	return n
+}
+
+// TestStandbyAsksDiscordForChatOwners: on an instance without the Gateway,
+// a tenant's own channel, thread and DM channel are looked up once with
+// GET /channels/{id} and the op reaches Discord; the answer is kept, so the
+// next op makes no lookup; another tenant's channel is declined.
+func TestStandbyAsksDiscordForChatOwners(t *testing.T) {
+	e := newStandbyEnv(t, nil)
+	for _, chat := range []string{chanGeneral, threadPlan, chanDMAda} {
+		before := len(e.fake.Requests())
+		for i, text := range []string{"first", "second"} {
+			r := execute(t, e, "t1", `{"op":"send","chat_id":"`+chat+`","content":"`+text+`","reply_to":null,"metadata":{}}`)
+			if !r.Success {
+				t.Fatalf("send %d to %s from the standby = %+v", i, chat, r)
+			}
+		}
+		if n := channelLookups(e, before, chat); n != 1 {
+			t.Fatalf("%s: %d lookups for two sends, want 1", chat, n)
+		}
+		if got := e.fake.Messages(chat); len(got) != 2 || got[0].Content != "first" || got[1].Content != "second" {
+			t.Fatalf("%s: the fake has %+v", chat, got)
+		}
+	}
+	owner, err := e.p.ChatTenant(platform.WithTenant(waitCtx(t), "t2"), chanOther)
+	if err != nil || owner != "t2" {
+		t.Fatalf("t2's ChatTenant of its channel = %q, %v", owner, err)
+	}
+	if r := execute(t, e, "t1", `{"op":"typing","chat_id":"`+chanOther+`","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1 in t2's channel = %+v, want the decline", r)
+	}
+}
+
+// TestStandbyDeclineDoesNotRevealExistence: on a standby, a tenant's first
+// ask of a chat that is not its own costs exactly one lookup whatever the
+// chat is (another tenant's, even one the standby has cached, or nothing),
+// the decline is the same, and a repeated ask is answered from the
+// tenant's decline memory with no lookup until standbyDeclineTTL has passed
+// on the injected clock.
+func TestStandbyDeclineDoesNotRevealExistence(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newStandbyEnv(t, clk)
+	e.fake.AddChannel(discordtest.Channel{ID: chanOtherLate, Type: 0, GuildID: guildOther, Name: "late"})
+	// t2 uses its channel first, so the standby has it cached as t2's.
+	if r := execute(t, e, "t2", `{"op":"typing","chat_id":"`+chanOther+`","metadata":{}}`); !r.Success {
+		t.Fatalf("t2 in its channel = %+v", r)
+	}
+	declined := contract.Declined(platformName)
+	ask := func(probe string) int {
+		t.Helper()
+		before := len(e.fake.Requests())
+		r := execute(t, e, "t1", `{"op":"get_chat_info","chat_id":"`+probe+`"}`)
+		if r.Success || r.Code != declined.Code || r.Error != declined.Error {
+			t.Fatalf("%s: get_chat_info = %+v, want the uniform decline", probe, r)
+		}
+		if _, err := e.p.ChatTenant(platform.WithTenant(waitCtx(t), "t1"), probe); !errors.Is(err, platform.ErrUnknownChat) {
+			t.Fatalf("%s: ChatTenant for t1 = %v, want ErrUnknownChat", probe, err)
+		}
+		return len(e.fake.Requests()) - before
+	}
+	for _, probe := range declineProbes {
+		if n := ask(probe.chat); n != 1 {
+			t.Fatalf("%s: first decline made %d REST calls, want 1 (the lookup)", probe.name, n)
+		}
+	}
+	clk.Advance(standbyDeclineTTL - 1)
+	for _, probe := range declineProbes {
+		if n := ask(probe.chat); n != 0 {
+			t.Fatalf("%s: repeated decline made %d REST calls, want 0", probe.name, n)
+		}
+	}
+	clk.Advance(1)
+	for _, probe := range declineProbes {
+		if n := ask(probe.chat); n != 1 {
+			t.Fatalf("%s: decline after its memory expired made %d REST calls, want 1", probe.name, n)
+		}
+	}
+}
+
+// TestStandbyLookupFailureIsUnavailable: a lookup Discord answers with a
+// server error is unavailable (retryable), not a decline, and is not
+// remembered: the next ask looks up again and goes through.
+func TestStandbyLookupFailureIsUnavailable(t *testing.T) {
+	e := newStandbyEnv(t, nil)
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.Method != http.MethodGet || r.URL.Path != "/api/v9/channels/"+chanGeneral {
+			return false
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		return true
+	})
+	r := execute(t, e, "t1", `{"op":"typing","chat_id":"`+chanGeneral+`","metadata":{}}`)
+	if r.Success || r.Code != contract.CodeUnavailable {
+		t.Fatalf("typing while Discord fails the lookup = %+v, want unavailable", r)
+	}
+	if _, err := e.p.ChatTenant(platform.WithTenant(waitCtx(t), "t1"), chanGeneral); !errors.Is(err, platform.ErrUnavailable) {
+		t.Fatalf("ChatTenant while Discord fails = %v, want ErrUnavailable", err)
+	}
+	e.fake.SetHook(nil)
+	if r := execute(t, e, "t1", `{"op":"typing","chat_id":"`+chanGeneral+`","metadata":{}}`); !r.Success {
+		t.Fatalf("typing once Discord answers = %+v", r)
+	}
+}
+
+// TestLeaseHolderAnswersOwnersFromTheCache: the instance holding the
+// Gateway lease answers from the cache as a lone instance does, with no
+// lookup for a declined chat.
+func TestLeaseHolderAnswersOwnersFromTheCache(t *testing.T) {
+	holder := func(ctx context.Context, _ string, run func(context.Context) error) error { return run(ctx) }
+	e := newEnvDeps(t, platform.Deps{Exclusive: holder}, discordtest.Options{}, nil)
+	e.startReady(t)
+	before := len(e.fake.Requests())
+	for _, probe := range declineProbes {
+		if r := execute(t, e, "t1", `{"op":"get_chat_info","chat_id":"`+probe.chat+`"}`); r.Code != contract.CodeEgressDeclined {
+			t.Fatalf("%s on the lease holder = %+v", probe.name, r)
+		}
+	}
+	if n := len(e.fake.Requests()) - before; n != 0 {
+		t.Fatalf("%d REST calls on the lease holder for declined chats", n)
+	}
+}
+
+// TestNewLeaseHolderAsksUntilItsSnapshotLoads: right after taking the
+// Gateway lease, before the guild snapshot has loaded, a holder looks owners
+// up at Discord as a standby does (not unavailable, as a lone instance
+// answers); once the snapshot has loaded it answers from the cache, with no
+// lookup for a declined chat.
+func TestNewLeaseHolderAsksUntilItsSnapshotLoads(t *testing.T) {
+	holder := func(ctx context.Context, _ string, run func(context.Context) error) error { return run(ctx) }
+	e := newEnvDeps(t, platform.Deps{Exclusive: holder}, discordtest.Options{}, nil)
+	e.p.gwHere.Store(true) // as Run does on taking the lease
+	before := len(e.fake.Requests())
+	if r := execute(t, e, "t1", `{"op":"typing","chat_id":"`+chanGeneral+`","metadata":{}}`); !r.Success {
+		t.Fatalf("typing before the snapshot = %+v", r)
+	}
+	if n := channelLookups(e, before, chanGeneral); n != 1 {
+		t.Fatalf("%d lookups before the snapshot, want 1", n)
+	}
+	e.p.onDispatch("READY", json.RawMessage(`{"user":{"id":"9000","username":"hermes","bot":true},"guilds":[{"id":"100","unavailable":true}]}`))
+	e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"100","name":"Lab","channels":[{"id":"101","type":0,"name":"general"}]}`))
+	before = len(e.fake.Requests())
+	if r := execute(t, e, "t1", `{"op":"get_chat_info","chat_id":"424242"}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("an unknown chat after the snapshot = %+v", r)
+	}
+	if n := len(e.fake.Requests()) - before; n != 0 {
+		t.Fatalf("%d REST calls for a declined chat after the snapshot", n)
+	}
+}
