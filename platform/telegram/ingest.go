@@ -34,11 +34,6 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		p.drop(drop, u.ID, 0)
 		return nil
 	}
-	tenant := (*p.chats.Load())[in.chatID]
-	if tenant == "" {
-		p.drop(dropUnclaimed, u.ID, in.chatID)
-		return nil
-	}
 	mu := &p.stripes[uint64(in.chatID)%uint64(len(p.stripes))]
 	mu.Lock()
 	defer mu.Unlock()
@@ -46,10 +41,23 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		p.drop(dropDuplicate, u.ID, in.chatID)
 		return nil
 	}
+	if code, ok := p.linkCode(&in); ok {
+		p.redeemLink(ctx, &in, code)
+		if u.ID != 0 {
+			p.seen.add(u.ID)
+		}
+		return nil
+	}
+	tenant, owner, drop := p.route(&in)
+	if drop != "" {
+		p.drop(drop, u.ID, in.chatID)
+		return nil
+	}
 	var observed topicKey
 	if in.msg != nil {
 		pol := p.policy(tenant)
-		if reason := pol.admit(in.msg, m); reason != "" {
+		// The owner floor: an author's own message is never gated.
+		if reason := pol.admit(in.msg, m); reason != "" && !owner {
 			if pol.observes(in.msg, m) {
 				in.event.Text = m.heldBackText(in.msg)
 				p.observed.keep(observedKey(in.msg), &in.event)
