@@ -285,11 +285,15 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	tenants := relayTenants(effective)
 	keys := newSessionKeys(tenants)
 	m := newMetrics()
+	am := newAdminMetrics(m.reg)
+	c := &connector{cfg: cfg, log: log}
+	mh := newManagePlane(cfg, reg, c, am, log)
 	deps := platform.Deps{
 		Log:     log,
 		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
 		Key:     keys.key,
 		Metrics: m,
+		Linker:  mh,
 	}
 	if cfg.Media.Dir != "" {
 		ms, err := media.New(cfg.Media.storeConfig(cfg.Media.Dir))
@@ -332,9 +336,9 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		return nil, err
 	}
 	m.watchLedger(srv)
-	c := &connector{cfg: cfg, log: log, metrics: m, platforms: platforms, relay: srv}
+	c.metrics, c.platforms, c.relay = m, platforms, srv
 	c.live = &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
-		keys: keys, log: log, metrics: newAdminMetrics(m.reg)}
+		keys: keys, log: log, metrics: am}
 	for _, p := range platforms {
 		if b, ok := p.(platform.Binder); ok {
 			c.live.binders[p.Name()] = b
@@ -369,6 +373,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	}
 	mux := publicMux(srv, platforms, mediaRoutes)
 	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
+	handleRoutes(mux, mh.Routes())
 	c.handler = mux
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil
