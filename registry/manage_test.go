@@ -165,3 +165,26 @@ func TestManagedBindings(t *testing.T) {
 		t.Fatalf("left %q, want %q", left, want)
 	}
 }
+
+// FuzzNormalizeLinkCode: any text a user sends normalizes to a code of
+// LinkCodeLen characters, stable under normalizing again, or to nothing.
+func FuzzNormalizeLinkCode(f *testing.F) {
+	for _, s := range []string{"ABCDE-FGHJK", "abcde fghjk", "", "0O1IL", "ÄBCDEFGHJK", "-----ABCDEFGHJK-----"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, code string) {
+		norm, ok := registry.NormalizeLinkCode(code)
+		if !ok {
+			if norm != "" {
+				t.Fatalf("%q: refused but %q", code, norm)
+			}
+			return
+		}
+		if len(norm) != registry.LinkCodeLen {
+			t.Fatalf("%q: normalized to %q", code, norm)
+		}
+		if again, ok := registry.NormalizeLinkCode(norm); !ok || again != norm {
+			t.Fatalf("%q: %q normalizes again to %q %v", code, norm, again, ok)
+		}
+	})
+}

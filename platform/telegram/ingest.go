@@ -15,8 +15,9 @@ import (
 // errNotRunning answers updates that arrive while Run is not running.
 var errNotRunning = errors.New("telegram: not running")
 
-// handle ingests one update: normalize, resolve the tenant from the chat,
-// drop redeliveries, deliver. Updates of one chat are delivered one at a
+// handle ingests one update: normalize, drop redeliveries, consume a
+// "/link <code>" DM, resolve the tenant (author first, then the chat:
+// authors.go), deliver. Updates of one chat are delivered one at a
 // time in arrival order. It returns an error only when the sink refused the
 // delivery, so the caller can have the update redelivered; a dropped update
 // is not an error.
