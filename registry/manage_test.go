@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"connector/internal/redistest"
 	"connector/platform"
 	"connector/registry"
+	"connector/store"
 )
 
 func bindingsOf(s registry.State, tenant, kind string) []string {
@@ -187,4 +192,45 @@ func FuzzNormalizeLinkCode(f *testing.F) {
 			t.Fatalf("%q: %q normalizes again to %q %v", code, norm, again, ok)
 		}
 	})
+}
+
+// TestLinkCodeSingleUseAcrossInstances: two instances sharing a Redis
+// store race to redeem one code for different users; exactly one wins.
+func TestLinkCodeSingleUseAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	open := func() *registry.Registry {
+		st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "linkrace:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return registry.New(st, time.Now)
+	}
+	one, two := open(), open()
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var wins atomic.Int32
+		for i, r := range []*registry.Registry{one, two, one, two} {
+			wg.Go(func() {
+				user := strconv.Itoa(1000*round + i)
+				if _, err := r.RedeemLinkCode(ctx, "discord", user, code); err == nil {
+					wins.Add(1)
+				} else if !errors.Is(err, registry.ErrNotFound) {
+					t.Errorf("redeem: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("round %d: %d redeemers won, want 1", round, n)
+		}
+	}
 }
