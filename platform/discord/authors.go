@@ -76,7 +76,9 @@ func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) b
 		p.metrics.Dropped(platformName, "link_consumed")
 		p.spoke.Add(m.ChannelID, tenant)
 	}
-	if err := p.rest(ctx, "POST", discordgo.EndpointChannelMessages(m.ChannelID), &discordgo.MessageSend{Content: reply}, nil); err != nil {
+	// The reply spends the linked tenant's share of the bot's budget (an
+	// unknown tenant's when the code was refused).
+	if err := p.rest(withTenant(ctx, tenant), "POST", discordgo.EndpointChannelMessages(m.ChannelID), &discordgo.MessageSend{Content: reply}, nil); err != nil {
 		p.log.Warn("discord /link reply not sent", "channel_id", m.ChannelID, "err", describe(err).msg)
 	}
 	return true

@@ -45,7 +45,8 @@ func (p *Platform) linkCode(in *inbound) (string, bool) {
 	return platform.ParseLinkCommand(in.msg.Text)
 }
 
-// redeemLink redeems code for the DM's author and answers in the DM.
+// redeemLink redeems code for the DM's author and answers in the DM,
+// paced like any message to the chat.
 func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	user := in.event.Source.UserID.Value
 	reply := platform.LinkedReply
@@ -62,7 +63,13 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 		p.metrics.Dropped(platformName, "link_consumed")
 		p.grants.Add(in.event.Source.ChatID, tenant)
 	}
-	if _, err := p.sendMessage(ctx, &bot.SendMessageParams{ChatID: in.chatID, Text: reply}, reply); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	err = p.paced(ctx, tenant, in.chatID, false, func(ctx context.Context) error {
+		_, err := p.sendMessage(ctx, &bot.SendMessageParams{ChatID: in.chatID, Text: reply}, reply)
+		return err
+	})
+	if err != nil {
 		p.log.Warn("telegram /link reply not sent", "chat_id", in.chatID, "err", p.errorText(err))
 	}
 }
