@@ -26,6 +26,7 @@ import (
 	"connector/relay"
 	"connector/store"
 	"connector/vault"
+	"connector/wake"
 )
 
 // serveCmd runs the connector until SIGINT or SIGTERM.
@@ -247,6 +248,8 @@ type connector struct {
 	// media is the media store (nil without media.dir); run sweeps its
 	// expired objects every minute.
 	media *media.Store
+	// poker sends the wake pokes; run waits for those under way.
+	poker *wake.Poker
 }
 
 // openStore opens the store cfg.Store selects.
@@ -331,12 +334,17 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	rc := cfg.Relay // the relay section; the rest is wiring
 	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
 	rc.Instance, rc.LeaseTTL = instance, leaseTTL
+	poker, err := newPoker(cfg, reg, st, instance, log, m.reg)
+	if err != nil {
+		return nil, err
+	}
+	rc.Away = poker.Away
 	srv, err := relay.New(rc)
 	if err != nil {
 		return nil, err
 	}
 	m.watchLedger(srv)
-	c.metrics, c.platforms, c.relay = m, platforms, srv
+	c.metrics, c.platforms, c.relay, c.poker = m, platforms, srv, poker
 	c.live = &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
 		keys: keys, log: log, metrics: am}
 	for _, p := range platforms {
@@ -374,6 +382,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	mux := publicMux(srv, platforms, mediaRoutes)
 	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
 	handleRoutes(mux, mh.Routes())
+	credentials, err := c.credentialRoutes(reg)
+	if err != nil {
+		_ = srv.Shutdown(rctx)
+		return nil, err
+	}
+	handleRoutes(mux, credentials)
 	c.handler = mux
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil
@@ -510,6 +524,7 @@ func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Wr
 		log.Warn("relay shutdown incomplete", "err", err)
 	}
 	wg.Wait()
+	c.poker.Wait()
 	log.Info("connector stopped")
 	return <-serveErr
 }
