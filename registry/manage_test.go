@@ -234,3 +234,22 @@ func TestLinkCodeSingleUseAcrossInstances(t *testing.T) {
 		}
 	}
 }
+
+// TestBindPrincipal: binding a principal (the admin CLI's way) replaces
+// the tenant's earlier one.
+func TestBindPrincipal(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{platform.PrincipalAny, platform.PrincipalOwnerOnly} {
+		if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindPrincipal, ID: mode, Tenant: "a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := effective(t, r)
+	if got := bindingsOf(s, "a", platform.BindPrincipal); !slices.Equal(got, []string{"telegram:owner-only"}) {
+		t.Fatalf("principal %q", got)
+	}
+}

@@ -540,12 +540,12 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	var cur Binding
 	if ok, err := r.get(ctx, nsBindings, b.key(), &cur); err != nil {
 		return err
-	} else if ok && cur.Tenant == b.Tenant {
-		return nil
-	} else if ok {
+	} else if ok && cur.Tenant != b.Tenant {
 		return ErrConflict
+	} else if ok && cur.ID == b.ID {
+		return nil
 	}
-	return r.put(ctx, nsBindings, b.key(), b)
+	return r.put(ctx, nsBindings, b.key(), b) // new, or a tenant's principal replaced
 }
 
 // Unbind removes b's scope from b.Tenant.
