@@ -133,6 +133,15 @@ func (a *Authors) Route(user string, dm bool, scopes ...string) (Route, bool) {
 	return Route{Drop: DropPrincipal}, true
 }
 
+// Linked reports whether user is linked to tenant.
+func (a *Authors) Linked(user, tenant string) bool { return slices.Contains(a.links[user], tenant) }
+
+// Claimed reports whether tenant claimed scope (it may act there).
+func (a *Authors) Claimed(scope, tenant string) bool {
+	t, ok := a.scopes[scope]
+	return ok && t == tenant
+}
+
 // home is the tenant a linked user's DMs reach.
 func (a *Authors) home(user string) string {
 	tenants := a.links[user]

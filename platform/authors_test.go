@@ -91,3 +91,16 @@ func FuzzParseLinkCommand(f *testing.F) {
 		}
 	})
 }
+
+func TestAuthorsLinkedClaimed(t *testing.T) {
+	a := platform.NewAuthors([]platform.Binding{
+		{Kind: platform.BindUser, ID: "71", Tenant: "a"},
+		{Kind: platform.BindScope, ID: "601", Tenant: "b"},
+	})
+	if !a.Linked("71", "a") || a.Linked("71", "b") || a.Linked("72", "a") {
+		t.Fatal("Linked")
+	}
+	if !a.Claimed("601", "b") || a.Claimed("601", "a") || a.Claimed("602", "b") {
+		t.Fatal("Claimed")
+	}
+}

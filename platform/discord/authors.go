@@ -85,6 +85,8 @@ func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) b
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// when a message routed to it by author was posted there (and it is
-// still remembered).
-func (p *Platform) ChatGranted(chatID, tenant string) bool { return p.spoke.Has(chatID, tenant) }
+// when it claimed the channel, or a message routed to it by author was
+// posted there (and it is still remembered).
+func (p *Platform) ChatGranted(chatID, tenant string) bool {
+	return (*p.authors.Load()).Claimed(chatID, tenant) || p.spoke.Has(chatID, tenant)
+}

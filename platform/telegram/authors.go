@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/go-telegram/bot"
 
@@ -75,6 +76,11 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// when an update routed to it by author was posted there (and it is still
-// remembered).
-func (p *Platform) ChatGranted(chatID, tenant string) bool { return p.grants.Has(chatID, tenant) }
+// when it claimed the chat, when the chat is the DM of a user linked to
+// it (a private chat's id is its user's), or when an update routed to it
+// by author was posted there (and it is still remembered). The first two
+// hold on every instance and across restarts.
+func (p *Platform) ChatGranted(chatID, tenant string) bool {
+	a := *p.authors.Load()
+	return a.Claimed(chatID, tenant) || (!strings.HasPrefix(chatID, "-") && a.Linked(chatID, tenant)) || p.grants.Has(chatID, tenant)
+}

@@ -29,6 +29,11 @@ func TestAuthorFirst(t *testing.T) {
 	if err := e.p.Bind(bindings); err != nil {
 		t.Fatal(err)
 	}
+	// Before any message: a linked user's DM and a claimed chat are
+	// granted from the table alone (any instance, after a restart).
+	if !e.p.ChatGranted("501", "t1") || !e.p.ChatGranted("-100777", "t3") || e.p.ChatGranted("-100777", "t1") || e.p.ChatGranted("503", "t1") {
+		t.Fatal("grants from the author table are wrong")
+	}
 	n := 0
 	say := func(chat int64, typ string, from int64, text string) {
 		t.Helper()
