@@ -200,6 +200,9 @@ func (h *Handler) link(ctx context.Context, c caller, req *Request) ([]any, map[
 		return nil, nil, err
 	}
 	ttl := time.Duration(req.TTLSeconds) * time.Second
+	if ttl == 0 {
+		ttl = registry.DefaultLinkTTL
+	}
 	code, expires, err := h.cfg.Registry.IssueLinkCode(ctx, c.tenant, c.gateway, req.Platform, ttl)
 	what := []any{"platform", req.Platform}
 	if err != nil {
@@ -207,7 +210,7 @@ func (h *Handler) link(ctx context.Context, c caller, req *Request) ([]any, map[
 	}
 	return append(what, "expires", expires.UTC().Format(time.RFC3339)), map[string]any{
 		"code": code, "command": "/link " + code,
-		"expiresAt": expires.UTC().Format(time.RFC3339), "ttlSeconds": int(time.Until(expires).Round(time.Second).Seconds()),
+		"expiresAt": expires.UTC().Format(time.RFC3339), "ttlSeconds": int(ttl.Seconds()),
 	}, nil
 }
 
