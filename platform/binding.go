@@ -5,8 +5,10 @@ package platform
 // (YAML routing plus the bindings made through the admin API) hands every
 // Binder its complete table whenever it changes.
 type Binding struct {
-	// Kind is the scope: BindGuild or BindUser on Discord, BindChat on
-	// Telegram, BindRoom on nexscope.
+	// Kind is the scope: BindGuild on Discord, BindChat on Telegram,
+	// BindRoom on nexscope; on Discord and Telegram also the management
+	// plane's BindUser, BindScope, BindDMDefault, BindPrincipal and
+	// BindAllow (authors.go).
 	Kind string
 	// ID names the scope as the platform spells it (a snowflake, a chat
 	// id, a room name).
@@ -21,9 +23,31 @@ const (
 	BindChannel = "channel"
 	BindChat    = "chat"
 	BindRoom    = "room"
-	// BindUser gives a platform user to a tenant (author-first routing):
-	// the user's messages reach that tenant wherever they are posted.
+	// BindUser links a platform user to a tenant (author-first routing,
+	// authors.go): the user's messages reach that tenant wherever they are
+	// posted. A user may be linked to several tenants.
 	BindUser = "user"
+	// BindScope claims a channel (Discord) or chat (Telegram) for a tenant
+	// through the management plane: the tenant's principal decides whose
+	// messages there reach it. A scope has at most one tenant.
+	BindScope = "scope"
+	// BindDMDefault names, by its Tenant, the tenant a user's DMs reach
+	// when the user is linked to several; ID is the user.
+	BindDMDefault = "dm_default"
+	// BindPrincipal sets its Tenant's principal policy on the platform; ID
+	// is the policy: PrincipalOwnerOnly, PrincipalAllowList or
+	// PrincipalAny.
+	BindPrincipal = "principal"
+	// BindAllow puts the user ID on its Tenant's allow-list.
+	BindAllow = "allow"
+)
+
+// Principal policies: whose messages in a tenant's claimed scopes reach it
+// besides its linked owners'.
+const (
+	PrincipalOwnerOnly = "owner-only"
+	PrincipalAllowList = "allow-list"
+	PrincipalAny       = "any"
 )
 
 // Binder is implemented by platforms whose chat routing changes while the

@@ -181,6 +181,9 @@ type Deps struct {
 	// one process (nexscope rooms) reaches the other instances. Nil for a
 	// single instance.
 	Cluster *Cluster
+	// Linker redeems "/link <code>" DMs (authors.go); nil leaves such DMs
+	// to normal routing.
+	Linker Linker
 }
 
 // Cluster places a platform among the connector instances sharing one

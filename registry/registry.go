@@ -109,8 +109,18 @@ type Binding struct {
 	Tenant   string `json:"tenant"`
 }
 
-// key names the scope a binding claims.
-func (b Binding) key() string { return b.Platform + "/" + b.Kind + "/" + b.ID }
+// key names the scope a binding claims: one tenant per key. A user may be
+// linked to, and allowed by, several tenants; a principal is one per
+// tenant.
+func (b Binding) key() string {
+	switch b.Kind {
+	case platform.BindUser, platform.BindAllow:
+		return b.Platform + "/" + b.Kind + "/" + b.ID + "/" + b.Tenant
+	case platform.BindPrincipal:
+		return b.Platform + "/" + b.Kind + "/" + b.Tenant
+	}
+	return b.Platform + "/" + b.Kind + "/" + b.ID
+}
 
 // Policy is a tenant's relevance policy on one platform, as a gateway of
 // the tenant declared it (POST /relay/policy): a full replace at every
@@ -530,12 +540,12 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	var cur Binding
 	if ok, err := r.get(ctx, nsBindings, b.key(), &cur); err != nil {
 		return err
-	} else if ok && cur.Tenant == b.Tenant {
-		return nil
-	} else if ok {
+	} else if ok && cur.Tenant != b.Tenant {
 		return ErrConflict
+	} else if ok && cur.ID == b.ID {
+		return nil
 	}
-	return r.put(ctx, nsBindings, b.key(), b)
+	return r.put(ctx, nsBindings, b.key(), b) // new, or a tenant's principal replaced
 }
 
 // Unbind removes b's scope from b.Tenant.
@@ -668,23 +678,28 @@ func checkID(what, id string) error {
 var roomPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)
 
 // CanonicalBinding checks b and spells its id as the platform routes it:
-// a Discord guild id or a Telegram chat id as the number it spells, a
-// nexscope room name as it is.
+// a Discord id or a Telegram chat or user id as the number it spells, a
+// nexscope room name as it is, a principal as one of the policies.
 func CanonicalBinding(b Binding) (Binding, error) {
 	bad := func(want string) (Binding, error) {
 		return Binding{}, fmt.Errorf("%w: %s binding %s %q: want %s", ErrInvalid, b.Platform, b.Kind, b.ID, want)
 	}
+	authorKind := b.Kind == platform.BindUser || b.Kind == platform.BindScope || b.Kind == platform.BindDMDefault || b.Kind == platform.BindAllow
 	switch {
-	case b.Platform == "discord" && (b.Kind == platform.BindGuild || b.Kind == platform.BindUser):
+	case (b.Platform == "discord" || b.Platform == "telegram") && b.Kind == platform.BindPrincipal:
+		if b.ID != platform.PrincipalOwnerOnly && b.ID != platform.PrincipalAllowList && b.ID != platform.PrincipalAny {
+			return bad("owner-only, allow-list or any")
+		}
+	case b.Platform == "discord" && (b.Kind == platform.BindGuild || authorKind):
 		n, err := strconv.ParseUint(b.ID, 10, 64)
 		if err != nil {
 			return bad("a Discord id")
 		}
 		b.ID = strconv.FormatUint(n, 10)
-	case b.Platform == "telegram" && b.Kind == platform.BindChat:
+	case b.Platform == "telegram" && (b.Kind == platform.BindChat || authorKind):
 		n, err := strconv.ParseInt(b.ID, 10, 64)
 		if err != nil {
-			return bad("a chat id")
+			return bad("a chat or user id")
 		}
 		b.ID = strconv.FormatInt(n, 10)
 	case b.Platform == "nexscope" && b.Kind == platform.BindRoom:
@@ -692,7 +707,7 @@ func CanonicalBinding(b Binding) (Binding, error) {
 			return bad("a room name (^[a-zA-Z0-9_-]{1,32}$)")
 		}
 	default:
-		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild or user, telegram chat or nexscope room", ErrInvalid, b.Platform, b.Kind)
+		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat or nexscope room, or on discord and telegram user, scope, dm_default, principal or allow", ErrInvalid, b.Platform, b.Kind)
 	}
 	return b, nil
 }

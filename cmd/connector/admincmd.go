@@ -36,7 +36,9 @@ const adminUsage = `subcommands:
   gateway wake TENANT GATEWAY [URL]        set the gateway's wake URL (http/https), poked when inbound waits for it;
                                            without URL: remove it
   enroll-token TENANT [TTL]                a single-use token for hermes gateway enroll (default TTL 24h), shown once
-  bind TENANT PLATFORM KIND ID             route to the tenant: discord guild or user, telegram chat, nexscope room
+  bind TENANT PLATFORM KIND ID             route to the tenant: discord guild, telegram chat, nexscope room; on discord
+                                           and telegram also user (link), scope (claim), dm_default, allow, principal
+                                           (ID owner-only, allow-list or any)
   unbind TENANT PLATFORM KIND ID           remove that route
   session TENANT KEY=VALUE...              set the session settings: group_sessions_per_user, thread_sessions_per_user
                                            (true/false), profile, nexscope_key_platform (relay/nexscope)

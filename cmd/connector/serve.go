@@ -288,11 +288,15 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	tenants := relayTenants(effective)
 	keys := newSessionKeys(tenants)
 	m := newMetrics()
+	am := newAdminMetrics(m.reg)
+	c := &connector{cfg: cfg, log: log}
+	mh := newManagePlane(cfg, reg, c, am, log)
 	deps := platform.Deps{
 		Log:     log,
 		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
 		Key:     keys.key,
 		Metrics: m,
+		Linker:  mh,
 	}
 	if cfg.Media.Dir != "" {
 		ms, err := media.New(cfg.Media.storeConfig(cfg.Media.Dir))
@@ -340,9 +344,9 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 		return nil, err
 	}
 	m.watchLedger(srv)
-	c := &connector{cfg: cfg, log: log, metrics: m, platforms: platforms, relay: srv, poker: poker}
+	c.metrics, c.platforms, c.relay, c.poker = m, platforms, srv, poker
 	c.live = &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
-		keys: keys, log: log, metrics: newAdminMetrics(m.reg)}
+		keys: keys, log: log, metrics: am}
 	for _, p := range platforms {
 		if b, ok := p.(platform.Binder); ok {
 			c.live.binders[p.Name()] = b
@@ -378,14 +382,13 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	}
 	mux := publicMux(srv, platforms, mediaRoutes)
 	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
+	handleRoutes(mux, mh.Routes())
 	credentials, err := c.credentialRoutes(reg)
 	if err != nil {
 		_ = srv.Shutdown(rctx)
 		return nil, err
 	}
-	for pattern, h := range credentials {
-		mux.Handle(pattern, h)
-	}
+	handleRoutes(mux, credentials)
 	c.handler = mux
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil

@@ -1,69 +1,92 @@
 package discord
 
 import (
-	"sync"
+	"context"
+	"errors"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/bwmarrin/discordgo"
+
+	"connector/platform"
 )
 
-// This file owns author-first routing (Hermes contract §3, "Author-first
-// resolution"): a message whose author is bound to a tenant (a binding of
-// kind user) reaches that tenant, wherever it was posted (any guild, a
-// DM), and no other; it bypasses the tenant's mention requirement (the
-// owner floor: you do not @mention your own agent). A message of an
-// unbound author falls back to the guild's tenant (or dm_tenant). The
-// tenant may then act in the channel where its author spoke, which
-// spokeIn remembers. Interactions (slash commands, buttons) still route by
-// guild.
+// This file applies author-first routing (platform.Authors, Hermes
+// contract §3 "Author-first resolution", §7.1) to Discord messages, and
+// consumes the "/link <code>" DMs that link an account. A message the
+// author table says nothing about falls back to the guild's tenant (or
+// dm_tenant). A tenant may act in the channel where a message routed to it
+// by author was posted (platform.Grants). Interactions (slash commands,
+// buttons) still route by guild.
 
-// maxSpokeIn bounds the (channel, tenant) grants remembered; the least
-// recently used go first.
-const maxSpokeIn = 100_000
-
-// messageNormalizer resolves m's tenant, author binding first, and returns
-// the normalizer to read it with.
-func (p *Platform) messageNormalizer(m *wireMessage) (*normalizer, string, bool) {
+// messageNormalizer resolves m's tenant, author first, and returns the
+// normalizer to read it with; drop is why not when it cannot.
+func (p *Platform) messageNormalizer(m *wireMessage) (n *normalizer, tenant, drop string) {
 	if m.Author != nil {
-		if tenant, ok := (*p.authors.Load())[m.Author.ID]; ok {
-			p.spoke.add(m.ChannelID, tenant)
-			n := p.normalizer(tenant)
-			floor := *n.pol
-			floor.requireMention, floor.threadRequireMention, floor.ignoreNoMention = false, false, false
-			n.pol = &floor
-			return n, tenant, true
+		scopes := []string{m.ChannelID}
+		if ci, ok := p.cache.cachedChannel(m.ChannelID); ok && ci.ParentID != "" {
+			scopes = append(scopes, ci.ParentID)
+		}
+		if r, ok := (*p.authors.Load()).Route(m.Author.ID, m.GuildID == "", scopes...); ok {
+			if r.Drop != "" {
+				return nil, "", r.Drop
+			}
+			p.spoke.Add(m.ChannelID, r.Tenant)
+			n := p.normalizer(r.Tenant)
+			if r.Owner {
+				floor := *n.pol
+				floor.requireMention, floor.threadRequireMention, floor.ignoreNoMention = false, false, false
+				n.pol = &floor
+			}
+			return n, r.Tenant, ""
 		}
 	}
 	tenant, ok := p.guildTenant(m.GuildID)
 	if !ok {
-		return nil, "", false
+		return nil, "", "unclaimed"
 	}
-	return p.normalizer(tenant), tenant, true
+	return p.normalizer(tenant), tenant, ""
 }
 
-// spokeIn is a bounded set of (channel, tenant) pairs.
-type spokeIn struct {
-	mu    sync.Mutex
-	pairs *simplelru.LRU[[2]string, struct{}]
-}
-
-func newSpokeIn(size int) *spokeIn {
-	l, _ := simplelru.NewLRU[[2]string, struct{}](size, nil) // size > 0
-	return &spokeIn{pairs: l}
-}
-
-func (s *spokeIn) add(channel, tenant string) {
-	s.mu.Lock()
-	s.pairs.Add([2]string{channel, tenant}, struct{}{})
-	s.mu.Unlock()
-}
-
-func (s *spokeIn) has(channel, tenant string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.pairs.Get([2]string{channel, tenant})
-	return ok
+// consumeLink handles m when it is a "/link <code>" DM: it redeems the
+// code for the DM's author and answers in the DM (an edit into one is
+// only dropped). It reports whether m was one (and must not be routed).
+func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) bool {
+	linker := p.deps.Linker
+	if linker == nil || m.GuildID != "" || m.Author == nil || m.Author.Bot || m.WebhookID != "" {
+		return false
+	}
+	code, ok := platform.ParseLinkCommand(m.Content)
+	if !ok {
+		return false
+	}
+	if edit {
+		p.metrics.Dropped(platformName, "link_edit")
+		return true
+	}
+	reply := platform.LinkedReply
+	tenant, err := linker.Link(ctx, platformName, m.Author.ID, code)
+	switch {
+	case errors.Is(err, platform.ErrLinkRefused):
+		reply = platform.LinkFailReply
+		p.metrics.Dropped(platformName, "link_refused")
+	case err != nil:
+		reply = platform.LinkErrorReply
+		p.metrics.Dropped(platformName, "link_failed")
+		p.log.Warn("discord /link not redeemed", "user_id", m.Author.ID, "err", err)
+	default:
+		p.metrics.Dropped(platformName, "link_consumed")
+		p.spoke.Add(m.ChannelID, tenant)
+	}
+	// The reply spends the linked tenant's share of the bot's budget (an
+	// unknown tenant's when the code was refused).
+	if err := p.rest(platform.WithTenant(ctx, tenant), "POST", discordgo.EndpointChannelMessages(m.ChannelID), &discordgo.MessageSend{Content: reply}, nil); err != nil {
+		p.log.Warn("discord /link reply not sent", "channel_id", m.ChannelID, "err", describe(err).msg)
+	}
+	return true
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// when an author bound to it spoke there (and it is still remembered).
-func (p *Platform) ChatGranted(chatID, tenant string) bool { return p.spoke.has(chatID, tenant) }
+// when it claimed the channel, or a message routed to it by author was
+// posted there (and it is still remembered).
+func (p *Platform) ChatGranted(chatID, tenant string) bool {
+	return (*p.authors.Load()).Claimed(chatID, tenant) || p.spoke.Has(chatID, tenant)
+}

@@ -46,12 +46,11 @@ type Platform struct {
 	// guilds maps a guild id to its tenant: Config.Guilds until Bind
 	// replaces it.
 	guilds atomic.Pointer[map[string]string]
-	// authors maps a user id to the tenant their messages reach
-	// (author-first routing, authors.go).
-	authors atomic.Pointer[map[string]string]
-	// spoke remembers the channels where a bound author's message reached
-	// its tenant: that tenant may act there (authors.go).
-	spoke *spokeIn
+	// authors routes messages by author (authors.go).
+	authors atomic.Pointer[platform.Authors]
+	// spoke remembers the channels where a message routed by author
+	// reached its tenant: that tenant may act there (authors.go).
+	spoke *platform.Grants
 
 	pubKey  ed25519.PublicKey
 	sess    *discordgo.Session
@@ -133,8 +132,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.log = p.log.With("platform", platformName)
 	guilds := maps.Clone(cfg.Guilds)
 	p.guilds.Store(&guilds)
-	p.authors.Store(&map[string]string{})
-	p.spoke = newSpokeIn(maxSpokeIn)
+	p.authors.Store(platform.NewAuthors(nil))
+	p.spoke = platform.NewGrants(platform.MaxGrants)
 	if p.key == nil {
 		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
 	}
@@ -284,27 +283,34 @@ func (p *Platform) running() *lifecycle {
 // guildOwners maps each bound guild id to its tenant.
 func (p *Platform) guildOwners() map[string]string { return *p.guilds.Load() }
 
-// Bind implements platform.Binder: bindings of kind guild and user (ids
-// read as the numbers they spell) replace the guild and author routing
-// tables. Guilds whose tenant changed get their commands synced again.
+// Bind implements platform.Binder: bindings of kind guild replace the
+// guild routing table, those of the author kinds (platform.IsAuthorKind)
+// the author table; ids are read as the numbers they spell (a principal's
+// is its policy). Guilds whose tenant changed get their commands synced
+// again.
 func (p *Platform) Bind(bindings []platform.Binding) error {
 	guilds := make(map[string]string, len(bindings))
-	authors := make(map[string]string)
+	var authors []platform.Binding
 	for _, b := range bindings {
+		if b.Kind == platform.BindPrincipal {
+			authors = append(authors, b)
+			continue
+		}
 		n, err := strconv.ParseUint(b.ID, 10, 64)
 		if err != nil {
 			return fmt.Errorf("discord: %s %q is not a Discord id", b.Kind, b.ID)
 		}
-		switch b.Kind {
-		case platform.BindGuild:
-			guilds[strconv.FormatUint(n, 10)] = b.Tenant
-		case platform.BindUser:
-			authors[strconv.FormatUint(n, 10)] = b.Tenant
+		b.ID = strconv.FormatUint(n, 10)
+		switch {
+		case b.Kind == platform.BindGuild:
+			guilds[b.ID] = b.Tenant
+		case platform.IsAuthorKind(b.Kind):
+			authors = append(authors, b)
 		default:
-			return fmt.Errorf("discord: binding kind %q: want %s or %s", b.Kind, platform.BindGuild, platform.BindUser)
+			return fmt.Errorf("discord: binding kind %q: want %s or an author kind", b.Kind, platform.BindGuild)
 		}
 	}
-	p.authors.Store(&authors)
+	p.authors.Store(platform.NewAuthors(authors))
 	old := *p.guilds.Swap(&guilds)
 	for guild, tenant := range guilds {
 		if old[guild] != tenant {

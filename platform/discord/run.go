@@ -64,8 +64,16 @@ func (p *Platform) ingestLoop(ctx context.Context, q <-chan ingestItem) {
 // rule), normalizes it under that tenant's knobs and delivers it.
 func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	m := &it.msg
-	n, tenant, ok := p.messageNormalizer(m)
-	if !ok {
+	if p.consumeLink(ctx, m, it.edit) {
+		return
+	}
+	n, tenant, drop := p.messageNormalizer(m)
+	if drop == platform.DropPrincipal {
+		p.metrics.Dropped(platformName, drop)
+		p.log.Debug("discord message dropped: the scope's principal does not admit its author", "channel_id", m.ChannelID)
+		return
+	}
+	if n == nil {
 		p.dropUnclaimed(m.GuildID, m.ChannelID)
 		return
 	}

@@ -37,8 +37,8 @@ var handlers = map[string]handler{
 const callMargin = time.Second
 
 // Execute implements platform.Platform. An op outside the table is
-// unsupported; a chat the tenant does not own (or that is not a chat id)
-// gets the structured decline. Without a deadline on ctx the action gets
+// unsupported; a chat the tenant does not own or was not granted (or that
+// is not a chat id) gets the structured decline. Without a deadline on ctx the action gets
 // request_timeout.
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	h, ok := handlers[a.Op]
@@ -46,6 +46,9 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 		return contract.Failed(contract.CodeUnsupportedOp, fmt.Sprintf("telegram does not support op %.40q", a.Op))
 	}
 	chat, owner := p.chatOwner(string(a.ChatID))
+	if owner != tenant && chat != 0 && p.ChatGranted(string(a.ChatID), tenant) {
+		owner = tenant // author-first routing granted the chat (authors.go)
+	}
 	if owner == "" || owner != tenant {
 		return contract.Declined(platformName)
 	}

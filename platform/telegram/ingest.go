@@ -15,8 +15,9 @@ import (
 // errNotRunning answers updates that arrive while Run is not running.
 var errNotRunning = errors.New("telegram: not running")
 
-// handle ingests one update: normalize, resolve the tenant from the chat,
-// drop redeliveries, deliver. Updates of one chat are delivered one at a
+// handle ingests one update: normalize, drop redeliveries, consume a
+// "/link <code>" DM, resolve the tenant (author first, then the chat:
+// authors.go), deliver. Updates of one chat are delivered one at a
 // time in arrival order. It returns an error only when the sink refused the
 // delivery, so the caller can have the update redelivered; a dropped update
 // is not an error.
@@ -34,11 +35,6 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		p.drop(drop, u.ID, 0)
 		return nil
 	}
-	tenant := (*p.chats.Load())[in.chatID]
-	if tenant == "" {
-		p.drop(dropUnclaimed, u.ID, in.chatID)
-		return nil
-	}
 	mu := &p.stripes[uint64(in.chatID)%uint64(len(p.stripes))]
 	mu.Lock()
 	defer mu.Unlock()
@@ -46,10 +42,23 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		p.drop(dropDuplicate, u.ID, in.chatID)
 		return nil
 	}
+	if code, ok := p.linkCode(&in); ok {
+		p.redeemLink(ctx, &in, code)
+		if u.ID != 0 {
+			p.seen.add(u.ID)
+		}
+		return nil
+	}
+	tenant, owner, drop := p.route(&in)
+	if drop != "" {
+		p.drop(drop, u.ID, in.chatID)
+		return nil
+	}
 	var observed topicKey
 	if in.msg != nil {
 		pol := p.policy(tenant)
-		if reason := pol.admit(in.msg, m); reason != "" {
+		// The owner floor: an author's own message is never gated.
+		if reason := pol.admit(in.msg, m); reason != "" && !owner {
 			if pol.observes(in.msg, m) {
 				in.event.Text = m.heldBackText(in.msg)
 				p.observed.keep(observedKey(in.msg), &in.event)

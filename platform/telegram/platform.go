@@ -43,6 +43,8 @@ type Platform struct {
 	secretSum [32]byte // sha256 of the webhook secret
 
 	chats     atomic.Pointer[map[int64]string] // chat id -> tenant; replaced by Bind
+	authors   atomic.Pointer[platform.Authors] // author routing (authors.go); replaced by Bind
+	grants    *platform.Grants                 // chats granted by author routing
 	policies  map[string]*policy               // by tenant; defaultPolicy when absent
 	observed  *observedLog
 	mapping   atomic.Pointer[mapping]
@@ -62,9 +64,10 @@ type Platform struct {
 }
 
 var (
-	_ platform.Platform = (*Platform)(nil)
-	_ platform.Routes   = (*Platform)(nil)
-	_ platform.Binder   = (*Platform)(nil)
+	_ platform.Platform    = (*Platform)(nil)
+	_ platform.Routes      = (*Platform)(nil)
+	_ platform.Binder      = (*Platform)(nil)
+	_ platform.ChatGranter = (*Platform)(nil)
 )
 
 // allowedUpdates are the update types the connector ingests.
@@ -109,6 +112,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		chats[id] = tenant
 	}
 	p.chats.Store(&chats)
+	p.authors.Store(platform.NewAuthors(nil))
+	p.grants = platform.NewGrants(platform.MaxGrants)
 	for tenant, tc := range cfg.Tenants {
 		p.policies[tenant], _ = newPolicy(tc) // Validate checked it
 	}
@@ -237,20 +242,32 @@ func supportedOps() []string {
 // errorText is err's text for logs and results, secrets removed.
 func (p *Platform) errorText(err error) string { return p.scrub(err.Error()) }
 
-// Bind implements platform.Binder: bindings (kind chat, the id in its
-// canonical spelling) replace the chat routing table.
+// Bind implements platform.Binder: bindings of kind chat (the id in its
+// canonical spelling) replace the chat routing table, those of the author
+// kinds (platform.IsAuthorKind) the author table.
 func (p *Platform) Bind(bindings []platform.Binding) error {
 	chats := make(map[int64]string, len(bindings))
+	var authors []platform.Binding
 	for _, b := range bindings {
-		if b.Kind != platform.BindChat {
-			return fmt.Errorf("telegram: binding kind %q: want %s", b.Kind, platform.BindChat)
+		switch {
+		case b.Kind == platform.BindPrincipal:
+			authors = append(authors, b)
+		case b.Kind == platform.BindChat || platform.IsAuthorKind(b.Kind):
+			id, err := parseChatID(b.ID)
+			if err != nil {
+				return fmt.Errorf("telegram: %s %q: %w", b.Kind, b.ID, err)
+			}
+			if b.Kind == platform.BindChat {
+				chats[id] = b.Tenant
+				continue
+			}
+			b.ID = strconv.FormatInt(id, 10)
+			authors = append(authors, b)
+		default:
+			return fmt.Errorf("telegram: binding kind %q: want %s or an author kind", b.Kind, platform.BindChat)
 		}
-		id, err := parseChatID(b.ID)
-		if err != nil {
-			return fmt.Errorf("telegram: chat %q: %w", b.ID, err)
-		}
-		chats[id] = b.Tenant
 	}
 	p.chats.Store(&chats)
+	p.authors.Store(platform.NewAuthors(authors))
 	return nil
 }

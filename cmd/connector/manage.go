@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"connector/manage"
+	"connector/registry"
+)
+
+// This file wires the Hermes management plane (package manage): the
+// /manage/* routes on the public listener, authenticated by the relay's
+// side-channel bearer check, and the linker that redeems the "/link
+// <code>" DMs Discord and Telegram consume.
+
+// newManagePlane builds the management plane of c. It reaches c's relay
+// and registry applier, which build sets after the platforms are built
+// with the plane as their linker, and before anything is served.
+func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, am *adminMetrics, log *slog.Logger) *manage.Handler {
+	var names []string
+	if cfg.Discord != nil {
+		names = append(names, "discord")
+	}
+	if cfg.Telegram != nil {
+		names = append(names, "telegram")
+	}
+	return manage.New(manage.Config{
+		Registry:  reg,
+		Auth:      relayAuth{c},
+		Apply:     func(ctx context.Context) error { return c.live.apply(ctx) },
+		Platforms: names,
+		Log:       log,
+		Metrics:   am,
+	})
+}
+
+// relayAuth is c's relay as a manage.Authenticator.
+type relayAuth struct{ c *connector }
+
+func (a relayAuth) Authenticate(header string) (string, string, error) {
+	return a.c.relay.Authenticate(header)
+}
+
+// handleRoutes registers routes on mux.
+func handleRoutes(mux *http.ServeMux, routes map[string]http.Handler) {
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
+	}
+}

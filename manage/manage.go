@@ -1,0 +1,324 @@
+// Package manage serves the Hermes management plane (contract §3 "The
+// account-link (DM) path", §7.2): routes on the connector's public
+// listener where a gateway, authenticated with its own upgrade token (the
+// relay's one side-channel bearer check), manages who reaches its tenant:
+//
+//	POST /manage/link           {"platform"?, "ttlSeconds"?} -> {"code", "command", "expiresAt", "ttlSeconds"}
+//	POST /manage/scope          {"platform", "channelId", "guildId"?}
+//	POST /manage/scope/release  {"platform", "channelId", "guildId"?}
+//	POST /manage/principal      {"platform", "principal", "allow"?}
+//	POST /manage/dm-default     {"platform", "userId"}
+//	POST /manage/deprovision    {}
+//
+// The tenant and gateway always come from the token, never the body (a
+// body's instanceId is ignored, as are other unknown fields). A change is
+// stored in the registry and applied to this instance before the answer;
+// other instances apply it on the registry's change notification. Every
+// change is logged (gateway, tenant, what; never a code or secret) and
+// counted. The Handler is also the platforms' platform.Linker: it redeems
+// the "/link <code>" DMs they consume.
+//
+// Answers are JSON: {"ok": true, ...} with 200, or {"error": "..."} with
+// 400 (malformed), 401 (token), 404 (not held, not linked), 409 (the scope
+// is another tenant's; declared in the YAML), 429 (too many outstanding
+// link codes) or 500.
+package manage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/registry"
+)
+
+// Authenticator checks a side-channel request's bearer (relay.Server).
+type Authenticator interface {
+	Authenticate(header string) (tenant, gatewayID string, err error)
+}
+
+// Metrics counts management changes.
+type Metrics interface {
+	// AdminChange counts one change: op names the route (manage_link, …,
+	// link_redeem), outcome is "ok" or the error class.
+	AdminChange(op, outcome string)
+}
+
+// Config configures the Handler.
+type Config struct {
+	// Registry is where changes go.
+	Registry *registry.Registry
+	// Auth verifies the gateway's bearer.
+	Auth Authenticator
+	// Apply applies the registry to this instance.
+	Apply func(ctx context.Context) error
+	// Platforms are the platforms that route by author (discord,
+	// telegram); requests naming another are refused.
+	Platforms []string
+	// Log receives one line per change; nil discards.
+	Log *slog.Logger
+	// Metrics counts changes; nil discards.
+	Metrics Metrics
+}
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 64 << 10
+
+// Handler serves the management routes and redeems link codes.
+type Handler struct {
+	cfg Config
+}
+
+var _ platform.Linker = (*Handler)(nil)
+
+// New returns the handler.
+func New(cfg Config) *Handler {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = nopMetrics{}
+	}
+	return &Handler{cfg: cfg}
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) AdminChange(string, string) {}
+
+// Routes maps each route's ServeMux pattern to its handler.
+func (h *Handler) Routes() map[string]http.Handler {
+	return map[string]http.Handler{
+		"POST /manage/link":          h.change("manage_link", h.link),
+		"POST /manage/scope":         h.change("manage_scope", h.scope),
+		"POST /manage/scope/release": h.change("manage_scope_release", h.release),
+		"POST /manage/principal":     h.change("manage_principal", h.principal),
+		"POST /manage/dm-default":    h.change("manage_dm_default", h.dmDefault),
+		"POST /manage/deprovision":   h.change("manage_deprovision", h.deprovision),
+	}
+}
+
+// caller is the authenticated gateway.
+type caller struct{ tenant, gateway string }
+
+// changeFunc runs one route for the caller with its parsed body: it
+// returns what it changed (for the log) and the answer's extra fields.
+type changeFunc func(ctx context.Context, c caller, req *Request) (what []any, answer map[string]any, err error)
+
+// change wraps a route: bearer, body, run, apply, log, count, answer.
+func (h *Handler) change(op string, do changeFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant, gatewayID, err := h.cfg.Auth.Authenticate(r.Header.Get("Authorization"))
+		if err != nil {
+			reason := contract.ReasonUnauthorized
+			if errors.Is(err, contract.ErrTokenExpired) {
+				reason = contract.ReasonExpired
+			}
+			h.cfg.Metrics.AdminChange(op, "unauthorized")
+			h.cfg.Log.Info("manage request refused", "op", op, "remote", r.RemoteAddr, "reason", reason)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"error": reason})
+			return
+		}
+		c := caller{tenant: tenant, gateway: gatewayID}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+		var what []any
+		var answer map[string]any
+		if err != nil {
+			err = &requestError{fmt.Sprintf("body over %d bytes or unreadable", MaxBodyBytes)}
+		} else {
+			var req *Request
+			if req, err = ParseRequest(body); err == nil {
+				what, answer, err = do(r.Context(), c, req)
+			}
+		}
+		if err == nil {
+			if aerr := h.cfg.Apply(r.Context()); aerr != nil {
+				h.cfg.Log.Warn("manage change stored but not applied here yet", "op", op, "err", aerr)
+			}
+		}
+		outcome, status := classify(err)
+		h.cfg.Metrics.AdminChange(op, outcome)
+		args := append([]any{"op", op, "outcome", outcome, "tenant", tenant, "gateway_id", gatewayID, "remote", r.RemoteAddr}, what...)
+		if err != nil {
+			args = append(args, "err", err)
+		}
+		h.cfg.Log.Info("manage change", args...)
+		if err != nil {
+			writeJSON(w, status, map[string]any{"error": err.Error()})
+			return
+		}
+		if answer == nil {
+			answer = map[string]any{}
+		}
+		answer["ok"] = true
+		writeJSON(w, http.StatusOK, answer)
+	})
+}
+
+// classify maps an error to its outcome label and HTTP status.
+func classify(err error) (string, int) {
+	var bad *requestError
+	switch {
+	case err == nil:
+		return "ok", http.StatusOK
+	case errors.As(err, &bad), errors.Is(err, registry.ErrInvalid):
+		return "invalid", http.StatusBadRequest
+	case errors.Is(err, registry.ErrNotFound):
+		return "not_found", http.StatusNotFound
+	case errors.Is(err, registry.ErrConflict):
+		return "conflict", http.StatusConflict
+	case errors.Is(err, registry.ErrDeclared):
+		return "declared", http.StatusConflict
+	case errors.Is(err, registry.ErrLimit):
+		return "limit", http.StatusTooManyRequests
+	}
+	return "error", http.StatusInternalServerError
+}
+
+// platformOf checks that name is an author-routing platform.
+func (h *Handler) platformOf(name string, required bool) error {
+	if name == "" && !required {
+		return nil
+	}
+	if !slices.Contains(h.cfg.Platforms, name) {
+		return &requestError{fmt.Sprintf("platform %q: want one of %v", name, h.cfg.Platforms)}
+	}
+	return nil
+}
+
+func (h *Handler) link(ctx context.Context, c caller, req *Request) ([]any, map[string]any, error) {
+	if err := h.platformOf(req.Platform, false); err != nil {
+		return nil, nil, err
+	}
+	ttl := time.Duration(req.TTLSeconds) * time.Second
+	if ttl == 0 {
+		ttl = registry.DefaultLinkTTL
+	}
+	code, expires, err := h.cfg.Registry.IssueLinkCode(ctx, c.tenant, c.gateway, req.Platform, ttl)
+	what := []any{"platform", req.Platform}
+	if err != nil {
+		return what, nil, err
+	}
+	return append(what, "expires", expires.UTC().Format(time.RFC3339)), map[string]any{
+		"code": code, "command": "/link " + code,
+		"expiresAt": expires.UTC().Format(time.RFC3339), "ttlSeconds": int(ttl.Seconds()),
+	}, nil
+}
+
+func (h *Handler) scopeBinding(c caller, req *Request) (registry.Binding, []any, error) {
+	if err := h.platformOf(req.Platform, true); err != nil {
+		return registry.Binding{}, nil, err
+	}
+	if req.ChannelID == "" {
+		return registry.Binding{}, nil, &requestError{"channelId is required"}
+	}
+	b := registry.Binding{Platform: req.Platform, Kind: platform.BindScope, ID: req.ChannelID, Tenant: c.tenant}
+	return b, []any{"platform", req.Platform, "chat_id", req.ChannelID, "guild_id", req.GuildID}, nil
+}
+
+func (h *Handler) scope(ctx context.Context, c caller, req *Request) ([]any, map[string]any, error) {
+	b, what, err := h.scopeBinding(c, req)
+	if err != nil {
+		return what, nil, err
+	}
+	if err := h.cfg.Registry.Bind(ctx, b); err != nil {
+		if errors.Is(err, registry.ErrConflict) {
+			err = fmt.Errorf("%w: the channel is claimed by another instance; it must release it first", err)
+		}
+		return what, nil, err
+	}
+	return what, map[string]any{"platform": req.Platform, "channelId": req.ChannelID}, nil
+}
+
+func (h *Handler) release(ctx context.Context, c caller, req *Request) ([]any, map[string]any, error) {
+	b, what, err := h.scopeBinding(c, req)
+	if err != nil {
+		return what, nil, err
+	}
+	if err := h.cfg.Registry.Unbind(ctx, b); err != nil {
+		if errors.Is(err, registry.ErrNotFound) {
+			err = fmt.Errorf("%w: this tenant holds no such scope", err)
+		}
+		return what, nil, err
+	}
+	return what, map[string]any{"platform": req.Platform, "channelId": req.ChannelID}, nil
+}
+
+func (h *Handler) principal(ctx context.Context, c caller, req *Request) ([]any, map[string]any, error) {
+	if err := h.platformOf(req.Platform, true); err != nil {
+		return nil, nil, err
+	}
+	what := []any{"platform", req.Platform, "principal", req.Principal, "allow", len(req.Allow)}
+	err := h.cfg.Registry.SetPrincipal(ctx, c.tenant, req.Platform, req.Principal, req.Allow)
+	return what, map[string]any{"platform": req.Platform, "principal": req.Principal}, err
+}
+
+func (h *Handler) dmDefault(ctx context.Context, c caller, req *Request) ([]any, map[string]any, error) {
+	if err := h.platformOf(req.Platform, true); err != nil {
+		return nil, nil, err
+	}
+	if req.UserID == "" {
+		return nil, nil, &requestError{"userId is required"}
+	}
+	what := []any{"platform", req.Platform, "user_id", req.UserID}
+	return what, map[string]any{"platform": req.Platform, "userId": req.UserID},
+		h.cfg.Registry.SetDMDefault(ctx, c.tenant, req.Platform, req.UserID)
+}
+
+// deprovision revokes the calling gateway the way the admin API's DELETE
+// does (its sockets close 4401 when the change is applied, its next
+// upgrade is refused 4401) and drops what the management plane made for
+// its tenant: links, scope claims, DM defaults, principal, link codes.
+func (h *Handler) deprovision(ctx context.Context, c caller, _ *Request) ([]any, map[string]any, error) {
+	if err := h.cfg.Registry.DeleteGateway(ctx, c.tenant, c.gateway); err != nil {
+		if errors.Is(err, registry.ErrDeclared) {
+			err = fmt.Errorf("%w (this gateway)", err)
+		}
+		return nil, nil, err
+	}
+	n, err := h.cfg.Registry.DropManaged(ctx, c.tenant)
+	return []any{"dropped", n}, map[string]any{"dropped": n}, err
+}
+
+// Link implements platform.Linker: it redeems code for (platformName,
+// userID), logging and counting the outcome (never the code).
+func (h *Handler) Link(ctx context.Context, platformName, userID, code string) (string, error) {
+	tenant, err := h.cfg.Registry.RedeemLinkCode(ctx, platformName, userID, code)
+	if errors.Is(err, registry.ErrNotFound) {
+		err = platform.ErrLinkRefused
+	}
+	outcome := "ok"
+	switch {
+	case errors.Is(err, platform.ErrLinkRefused):
+		outcome = "refused"
+	case err != nil:
+		outcome = "error"
+	}
+	if err == nil {
+		if aerr := h.cfg.Apply(ctx); aerr != nil {
+			h.cfg.Log.Warn("link stored but not applied here yet", "err", aerr)
+		}
+	}
+	h.cfg.Metrics.AdminChange("link_redeem", outcome)
+	args := []any{"op", "link_redeem", "outcome", outcome, "platform", platformName, "user_id", userID, "tenant", tenant}
+	if err != nil && outcome == "error" {
+		args = append(args, "err", err)
+	}
+	h.cfg.Log.Info("manage change", args...)
+	return tenant, err
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,173 @@
+package manage_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/manage"
+	"connector/platform"
+	"connector/registry"
+	"connector/store"
+)
+
+// bearers authenticates "Bearer <gateway>" for the gateways it names, as
+// relay.Server.Authenticate does for real tokens (cmd/connector's
+// black-box tests use the real one).
+type bearers map[string]string // gateway -> tenant
+
+func (b bearers) Authenticate(header string) (string, string, error) {
+	gw, _ := strings.CutPrefix(header, "Bearer ")
+	if t, ok := b[gw]; ok {
+		return t, gw, nil
+	}
+	return "", "", contract.ErrTokenExpired
+}
+
+type rig struct {
+	reg     *registry.Registry
+	mux     *http.ServeMux
+	h       *manage.Handler
+	applied int
+	logs    *bytes.Buffer
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	st := store.NewMemory(time.Now)
+	t.Cleanup(func() { _ = st.Close() })
+	r := &rig{reg: registry.New(st, time.Now), mux: http.NewServeMux(), logs: &bytes.Buffer{}}
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		if err := r.reg.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.reg.CreateGateway(ctx, id, "gw-"+id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.h = manage.New(manage.Config{
+		Registry: r.reg, Auth: bearers{"gw-a": "a", "gw-b": "b"},
+		Apply:     func(context.Context) error { r.applied++; return nil },
+		Platforms: []string{"discord", "telegram"},
+		Log:       slog.New(slog.NewJSONHandler(r.logs, nil)),
+	})
+	for p, h := range r.h.Routes() {
+		r.mux.Handle(p, h)
+	}
+	return r
+}
+
+func (r *rig) post(t *testing.T, gw, path, body string, want int) map[string]any {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+gw)
+	w := httptest.NewRecorder()
+	r.mux.ServeHTTP(w, req)
+	var out map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil {
+		t.Fatalf("%s %s: answer %q is not JSON", path, body, w.Body.String())
+	}
+	if w.Code != want {
+		t.Fatalf("%s %s: %d %v, want %d", path, body, w.Code, out, want)
+	}
+	return out
+}
+
+// TestRoutes: each route's success and error answers, the tenant taken
+// from the bearer and never the body.
+func TestRoutes(t *testing.T) {
+	r := newRig(t)
+	r.post(t, "nobody", "/manage/link", "", http.StatusUnauthorized)
+	out := r.post(t, "gw-a", "/manage/link", `{"instanceId":"b"}`, http.StatusOK)
+	code, _ := out["code"].(string)
+	if len(code) != registry.LinkCodeLen || out["command"] != "/link "+code || out["ttlSeconds"] != float64(600) {
+		t.Fatalf("link answer %v", out)
+	}
+	if strings.Contains(r.logs.String(), code) {
+		t.Fatal("the log shows a link code")
+	}
+	tenant, err := r.h.Link(context.Background(), "discord", "71", code)
+	if err != nil || tenant != "a" {
+		t.Fatalf("Link: %q %v (the body's instanceId must be ignored)", tenant, err)
+	}
+	if _, err := r.h.Link(context.Background(), "discord", "72", code); !errors.Is(err, platform.ErrLinkRefused) {
+		t.Fatalf("second Link: %v", err)
+	}
+	r.post(t, "gw-a", "/manage/link", `{"ttlSeconds":7200}`, http.StatusBadRequest)
+	r.post(t, "gw-a", "/manage/link", `{"platform":"slack"}`, http.StatusBadRequest)
+	r.post(t, "gw-a", "/manage/link", `{`, http.StatusBadRequest)
+
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"501"}`, http.StatusOK)
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","channelId":501}`, http.StatusOK) // idempotent, an integer id
+	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","channelId":"501"}`, http.StatusConflict)
+	r.post(t, "gw-b", "/manage/scope/release", `{"platform":"discord","channelId":"501"}`, http.StatusNotFound)
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord"}`, http.StatusBadRequest)
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","channelId":"general"}`, http.StatusBadRequest)
+	r.post(t, "gw-a", "/manage/scope/release", `{"platform":"discord","channelId":"501"}`, http.StatusOK)
+	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","channelId":"501"}`, http.StatusOK)
+
+	r.post(t, "gw-b", "/manage/principal", `{"platform":"discord","principal":"allow-list","allow":["80",81]}`, http.StatusOK)
+	r.post(t, "gw-b", "/manage/principal", `{"platform":"discord","principal":"all"}`, http.StatusBadRequest)
+
+	r.post(t, "gw-b", "/manage/dm-default", `{"platform":"discord","userId":"71"}`, http.StatusNotFound)
+	r.post(t, "gw-a", "/manage/dm-default", `{"platform":"discord","userId":"71"}`, http.StatusOK)
+	r.post(t, "gw-a", "/manage/dm-default", `{"platform":"discord"}`, http.StatusBadRequest)
+
+	out = r.post(t, "gw-b", "/manage/deprovision", `{"instanceId":"a"}`, http.StatusOK)
+	if out["dropped"] != float64(4) { // the scope, the principal, two allow entries
+		s, _, _ := r.reg.Effective(context.Background())
+		t.Fatalf("deprovision dropped %v; left %+v", out["dropped"], s.Bindings)
+	}
+	s, _, _ := r.reg.Effective(context.Background())
+	for _, g := range s.Gateways {
+		if g.ID == "gw-b" {
+			t.Fatal("gw-b is still a gateway after deprovision")
+		}
+	}
+	for _, b := range s.Bindings {
+		if b.Tenant == "b" {
+			t.Fatalf("b's binding %+v survived deprovision", b)
+		}
+	}
+	if len(s.Bindings) != 2 { // a's link and DM default
+		t.Fatalf("bindings after b's deprovision: %+v", s.Bindings)
+	}
+	if r.applied == 0 {
+		t.Fatal("no change was applied")
+	}
+}
+
+// FuzzParseRequest: any body parses or is refused with a request error,
+// without panicking, and what parses is bounded.
+func FuzzParseRequest(f *testing.F) {
+	for _, s := range []string{"", "{}", `{"platform":"discord","channelId":501,"guildId":"500"}`,
+		`{"principal":"allow-list","allow":["1",2,null]}`, `{"ttlSeconds":-1}`, `{"userId":1e99}`, `[]`, `{} {}`, `{"allow":{}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := manage.ParseRequest(body)
+		if err != nil {
+			if req != nil {
+				t.Fatal("a request with an error")
+			}
+			return
+		}
+		for _, v := range append([]string{req.Platform, req.GuildID, req.ChannelID, req.Principal, req.UserID}, req.Allow...) {
+			if len(v) > 128 {
+				t.Fatalf("field of %d bytes", len(v))
+			}
+		}
+		if len(req.Allow) > registry.MaxAllowList || req.TTLSeconds < 0 {
+			t.Fatalf("unbounded request %+v", req)
+		}
+	})
+}

@@ -1,0 +1,78 @@
+package discord
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"connector/platform"
+	"connector/platform/discord/discordtest"
+)
+
+// codeLinker links with code "GOOD" to tenant t2 and refuses others,
+// recording each call (the registry's redeem is tested in package
+// registry and end to end in cmd/connector).
+type codeLinker struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (l *codeLinker) Link(_ context.Context, platformName, user, code string) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, platformName+"/"+user+"/"+code)
+	if code != "GOOD" {
+		return "", platform.ErrLinkRefused
+	}
+	return "t2", nil
+}
+
+// TestLinkDM: a "/link <code>" DM is redeemed for its author and answered
+// in the DM, never delivered; an edit into one is dropped unredeemed; a
+// DM of a linked user then reaches their tenant, not dm_tenant.
+func TestLinkDM(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	linker := &codeLinker{}
+	e.p.deps.Linker = linker
+	e.startReady(t)
+	ctx := waitCtx(t)
+	replied := func(want string) {
+		t.Helper()
+		if _, err := e.fake.WaitRequest(ctx, func(q discordtest.Request) bool {
+			return q.Method == http.MethodPost && q.Path == "/api/v9/channels/"+chanDMAda+"/messages" && strings.Contains(string(q.Body), want)
+		}); err != nil {
+			t.Fatalf("no DM reply %q: %v", want, err)
+		}
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("1", chanDMAda, "", "/link BAD", false))
+	replied(platform.LinkFailReply)
+	e.dispatch(t, "MESSAGE_CREATE", msg("2", chanDMAda, "", "  /LINK GOOD ", false))
+	replied(platform.LinkedReply)
+	edit := msg("3", chanDMAda, "", "/link GOOD", false)
+	edit["edited_timestamp"] = "2026-01-15T12:01:00.000000+00:00"
+	e.dispatch(t, "MESSAGE_UPDATE", edit)
+	e.metrics.waitDrop(t, "link_edit", 1)
+	e.dispatch(t, "MESSAGE_CREATE", msg("4", chanDMAda, "", "hello", false))
+	if d := e.sink.next(t); d.Event == nil || d.Event.Text != "hello" || d.Tenant != "t1" {
+		t.Fatalf("first delivery %+v, want hello to dm_tenant t1 (no /link DM delivered)", d)
+	}
+	linker.mu.Lock()
+	calls := strings.Join(linker.calls, " ")
+	linker.mu.Unlock()
+	if calls != "discord/"+userAda+"/BAD discord/"+userAda+"/GOOD" {
+		t.Fatalf("Link calls %q", calls)
+	}
+	// The registry's apply: Ada linked to t2.
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("5", chanDMAda, "", "hello again", false))
+	if d := e.sink.next(t); d.Event == nil || d.Event.Text != "hello again" || d.Tenant != "t2" {
+		t.Fatalf("delivery %+v, want hello again to t2", d)
+	}
+	if !e.p.ChatGranted(chanDMAda, "t2") || e.p.ChatGranted(chanDMAda, "t3") {
+		t.Fatal("t2 is not granted Ada's DM, or t3 is")
+	}
+}

@@ -1,0 +1,292 @@
+package registry
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connector/platform"
+)
+
+// This file owns what the Hermes management plane (/manage/*, package
+// manage) changes: account-link codes, scope claims, principal policies,
+// DM defaults and dropping all of a tenant's. The routes they feed are
+// bindings (platform.BindUser and the other author kinds), routed by
+// platform.Authors.
+
+// nsLinkCodes holds the outstanding link codes, keyed by the SHA-256 of
+// the code: the code itself is never stored.
+const nsLinkCodes = "registry/linkcodes"
+
+// Link code bounds.
+const (
+	// DefaultLinkTTL is how long a link code stays redeemable when the
+	// issuer does not ask for less.
+	DefaultLinkTTL = 10 * time.Minute
+	// MaxLinkTTL bounds the lifetime an issuer may ask for.
+	MaxLinkTTL = time.Hour
+	// MaxLinkCodes bounds a tenant's outstanding codes.
+	MaxLinkCodes = 16
+	// LinkCodeLen is a code's length in characters of linkAlphabet (about
+	// 49 bits).
+	LinkCodeLen = 10
+	// MaxAllowList bounds a tenant's allow-list on one platform.
+	MaxAllowList = 1000
+)
+
+// linkAlphabet spells codes: upper-case letters and digits without the
+// look-alikes 0, 1, I, L, O and U.
+const linkAlphabet = "ABCDEFGHJKMNPQRSTVWXYZ23456789"
+
+// ErrLimit is a request over a bound (too many outstanding link codes).
+var ErrLimit = errors.New("registry: limit reached")
+
+// linkCode is one outstanding code.
+type linkCode struct {
+	Hash     string    `json:"hash"`
+	Tenant   string    `json:"tenant"`
+	Gateway  string    `json:"gateway"`
+	Platform string    `json:"platform,omitempty"`
+	Expires  time.Time `json:"expires"`
+}
+
+// managedKinds are the binding kinds the management plane makes.
+var managedKinds = map[string]bool{
+	platform.BindUser: true, platform.BindScope: true, platform.BindDMDefault: true,
+	platform.BindPrincipal: true, platform.BindAllow: true,
+}
+
+// IssueLinkCode mints a single-use code that links the platform account
+// that redeems it (RedeemLinkCode) to tenant; gateway is who asked (for the
+// record). An empty platformName lets any platform redeem it. ttl zero is
+// DefaultLinkTTL; it may not exceed MaxLinkTTL.
+func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformName string, ttl time.Duration) (string, time.Time, error) {
+	if ttl == 0 {
+		ttl = DefaultLinkTTL
+	}
+	if ttl < 0 || ttl > MaxLinkTTL {
+		return "", time.Time{}, fmt.Errorf("%w: link code lifetime %v: want up to %v", ErrInvalid, ttl, MaxLinkTTL)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok, err := r.tenantExists(ctx, tenant); err != nil {
+		return "", time.Time{}, err
+	} else if !ok {
+		return "", time.Time{}, ErrNotFound
+	}
+	var codes []linkCode
+	if err := list(ctx, r.kv, nsLinkCodes, &codes); err != nil {
+		return "", time.Time{}, err
+	}
+	now := r.now()
+	live := 0
+	for _, c := range codes {
+		switch {
+		case !now.Before(c.Expires):
+			if _, err := r.kv.Delete(ctx, nsLinkCodes, c.Hash); err != nil {
+				return "", time.Time{}, err
+			}
+		case c.Tenant == tenant:
+			live++
+		}
+	}
+	if live >= MaxLinkCodes {
+		return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant are outstanding; redeem or let them expire", ErrLimit, live)
+	}
+	code := newLinkCode()
+	c := linkCode{Hash: linkHash(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl)}
+	if err := r.put(ctx, nsLinkCodes, c.Hash, c); err != nil {
+		return "", time.Time{}, err
+	}
+	return code, c.Expires, nil
+}
+
+// RedeemLinkCode consumes code and links (platformName, user) to the
+// tenant that issued it, which it returns. A code is redeemed once: of
+// concurrent redeemers (on any instance) one wins. An unknown, used,
+// expired or other-platform code is ErrNotFound.
+func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code string) (string, error) {
+	norm, ok := NormalizeLinkCode(code)
+	if !ok {
+		return "", ErrNotFound
+	}
+	want := linkHash(norm)
+	var c linkCode
+	if ok, err := r.get(ctx, nsLinkCodes, want, &c); err != nil {
+		return "", err
+	} else if !ok || subtle.ConstantTimeCompare([]byte(c.Hash), []byte(want)) != 1 {
+		return "", ErrNotFound
+	}
+	if c.Platform != "" && c.Platform != platformName {
+		return "", ErrNotFound
+	}
+	deleted, err := r.kv.Delete(ctx, nsLinkCodes, want)
+	if err != nil {
+		return "", err
+	}
+	if !deleted || !r.now().Before(c.Expires) {
+		return "", ErrNotFound
+	}
+	if err := r.Bind(ctx, Binding{Platform: platformName, Kind: platform.BindUser, ID: user, Tenant: c.Tenant}); err != nil {
+		return "", err
+	}
+	return c.Tenant, nil
+}
+
+// NormalizeLinkCode spells code as issued: upper case, without the
+// hyphens and spaces a user may add. It reports whether the result can be
+// a code at all.
+func NormalizeLinkCode(code string) (string, bool) {
+	if len(code) > 4*LinkCodeLen {
+		return "", false
+	}
+	var b strings.Builder
+	for _, c := range strings.ToUpper(code) {
+		switch {
+		case c == '-' || c == ' ':
+		case strings.ContainsRune(linkAlphabet, c):
+			b.WriteRune(c)
+		default:
+			return "", false
+		}
+	}
+	if b.Len() != LinkCodeLen {
+		return "", false
+	}
+	return b.String(), true
+}
+
+func linkHash(code string) string {
+	sum := sha256.Sum256([]byte(code))
+	return hex.EncodeToString(sum[:])
+}
+
+// newLinkCode returns LinkCodeLen random characters of linkAlphabet.
+func newLinkCode() string {
+	out := make([]byte, 0, LinkCodeLen)
+	var buf [32]byte
+	for len(out) < LinkCodeLen {
+		_, _ = rand.Read(buf[:]) // crypto/rand.Read never fails
+		for _, v := range buf {
+			// 240 is the largest multiple of 30 under 256: no bias.
+			if v < 240 && len(out) < LinkCodeLen {
+				out = append(out, linkAlphabet[int(v)%len(linkAlphabet)])
+			}
+		}
+	}
+	return string(out)
+}
+
+// SetPrincipal replaces tenant's principal policy on platformName, with
+// its allow-list (only for platform.PrincipalAllowList).
+func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode string, allow []string) error {
+	p, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindPrincipal, ID: mode, Tenant: tenant})
+	if err != nil {
+		return err
+	}
+	if mode != platform.PrincipalAllowList && len(allow) > 0 {
+		return fmt.Errorf("%w: an allow-list goes with the principal %s", ErrInvalid, platform.PrincipalAllowList)
+	}
+	if len(allow) > MaxAllowList {
+		return fmt.Errorf("%w: more than %d users on the allow-list", ErrInvalid, MaxAllowList)
+	}
+	entries := []Binding{p}
+	for _, u := range allow {
+		b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindAllow, ID: u, Tenant: tenant})
+		if err != nil {
+			return err
+		}
+		entries = append(entries, b)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok, err := r.tenantExists(ctx, tenant); err != nil {
+		return err
+	} else if !ok {
+		return ErrNotFound
+	}
+	if err := r.dropBindings(ctx, func(b Binding) bool {
+		return b.Tenant == tenant && b.Platform == platformName && (b.Kind == platform.BindPrincipal || b.Kind == platform.BindAllow)
+	}); err != nil {
+		return err
+	}
+	for _, b := range entries {
+		if err := r.put(ctx, nsBindings, b.key(), b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetDMDefault makes tenant the one user's DMs on platformName reach; the
+// user must be linked to tenant (ErrNotFound otherwise). It replaces the
+// user's earlier default, whichever tenant set it.
+func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user string) error {
+	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindDMDefault, ID: user, Tenant: tenant})
+	if err != nil {
+		return err
+	}
+	link := Binding{Platform: b.Platform, Kind: platform.BindUser, ID: b.ID, Tenant: tenant}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok, err := r.kv.Get(ctx, nsBindings, link.key()); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("%w: the user is not linked to this tenant (have them send /link <code> first)", ErrNotFound)
+	}
+	return r.put(ctx, nsBindings, b.key(), b)
+}
+
+// DropManaged removes every binding the management plane made for tenant
+// (links, scope claims, DM defaults, principal, allow-list) and its
+// outstanding link codes, and returns how many bindings went.
+func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	err := r.dropBindings(ctx, func(b Binding) bool {
+		drop := b.Tenant == tenant && managedKinds[b.Kind]
+		if drop {
+			n++
+		}
+		return drop
+	})
+	if err != nil {
+		return n, err
+	}
+	var codes []linkCode
+	if err := list(ctx, r.kv, nsLinkCodes, &codes); err != nil {
+		return n, err
+	}
+	for _, c := range codes {
+		if c.Tenant == tenant {
+			if _, err := r.kv.Delete(ctx, nsLinkCodes, c.Hash); err != nil {
+				return n, err
+			}
+		}
+	}
+	r.notify(ctx)
+	return n, nil
+}
+
+// dropBindings deletes the stored bindings drop selects. Called under mu.
+func (r *Registry) dropBindings(ctx context.Context, drop func(Binding) bool) error {
+	var bindings []Binding
+	if err := list(ctx, r.kv, nsBindings, &bindings); err != nil {
+		return err
+	}
+	for _, b := range bindings {
+		if drop(b) {
+			if _, err := r.kv.Delete(ctx, nsBindings, b.key()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

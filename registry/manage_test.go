@@ -1,0 +1,255 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connector/internal/redistest"
+	"connector/platform"
+	"connector/registry"
+	"connector/store"
+)
+
+func bindingsOf(s registry.State, tenant, kind string) []string {
+	var out []string
+	for _, b := range s.Bindings {
+		if b.Tenant == tenant && b.Kind == kind {
+			out = append(out, b.Platform+":"+b.ID)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestLinkCodes: a code links the account that redeems it once; a second
+// redeem, an expired code, another platform's code and a malformed code
+// link nothing; a tenant's outstanding codes are bounded.
+func TestLinkCodes(t *testing.T) {
+	ctx := context.Background()
+	r, c := newRegistry(t)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, exp, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(code) != registry.LinkCodeLen || !exp.Equal(c.t.Add(registry.DefaultLinkTTL)) {
+		t.Fatalf("code %q expires %v", code, exp)
+	}
+	// A user may type it in lower case with a hyphen.
+	typed := code[:5] + "-" + code[5:]
+	tenant, err := r.RedeemLinkCode(ctx, "discord", "71", " "+typed)
+	if err != nil || tenant != "a" {
+		t.Fatalf("redeem: %q, %v", tenant, err)
+	}
+	if _, err := r.RedeemLinkCode(ctx, "discord", "72", code); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("second redeem: %v, want ErrNotFound", err)
+	}
+	s, _ := effective(t, r)
+	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"discord:71"}) {
+		t.Fatalf("a's links %q", got)
+	}
+
+	// The same user may also link to b.
+	code, _, _ = r.IssueLinkCode(ctx, "b", "gw-b", "telegram", time.Minute)
+	if _, err := r.RedeemLinkCode(ctx, "discord", "71", code); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("a telegram code redeemed on discord: %v", err)
+	}
+	if tenant, err := r.RedeemLinkCode(ctx, "telegram", "71", code); err != nil || tenant != "b" {
+		t.Fatalf("redeem on telegram: %q, %v", tenant, err)
+	}
+
+	code, _, _ = r.IssueLinkCode(ctx, "b", "gw-b", "", time.Minute)
+	c.t = c.t.Add(time.Minute)
+	if _, err := r.RedeemLinkCode(ctx, "discord", "73", code); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("expired code: %v", err)
+	}
+	for _, bad := range []string{"", "short", "0000000000", "ABCDEFGHJK!", string(make([]byte, 1000))} {
+		if _, err := r.RedeemLinkCode(ctx, "discord", "74", bad); !errors.Is(err, registry.ErrNotFound) {
+			t.Fatalf("code %q: %v", bad, err)
+		}
+	}
+	if _, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 2*registry.MaxLinkTTL); !errors.Is(err, registry.ErrInvalid) {
+		t.Fatalf("long ttl: %v", err)
+	}
+	if _, _, err := r.IssueLinkCode(ctx, "nobody", "gw", "", 0); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("unknown tenant: %v", err)
+	}
+	for range registry.MaxLinkCodes {
+		if _, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("code over the bound: %v", err)
+	}
+	// Expired codes free their places.
+	c.t = c.t.Add(registry.DefaultLinkTTL)
+	if _, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0); err != nil {
+		t.Fatalf("after expiry: %v", err)
+	}
+}
+
+// TestManagedBindings: a scope has one tenant; a principal replaces the
+// earlier one with its allow-list; a DM default needs a link; DropManaged
+// removes what the management plane made and nothing else.
+func TestManagedBindings(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scope := registry.Binding{Platform: "discord", Kind: platform.BindScope, ID: "501", Tenant: "a"}
+	if err := r.Bind(ctx, scope); err != nil {
+		t.Fatal(err)
+	}
+	other := scope
+	other.Tenant = "b"
+	if err := r.Bind(ctx, other); !errors.Is(err, registry.ErrConflict) {
+		t.Fatalf("b claims a's scope: %v", err)
+	}
+	if err := r.SetPrincipal(ctx, "a", "discord", platform.PrincipalAllowList, []string{"80", "081"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetPrincipal(ctx, "a", "discord", platform.PrincipalAny, []string{"80"}); !errors.Is(err, registry.ErrInvalid) {
+		t.Fatalf("an allow-list with any: %v", err)
+	}
+	if err := r.SetPrincipal(ctx, "a", "discord", "everyone", nil); !errors.Is(err, registry.ErrInvalid) {
+		t.Fatalf("unknown principal: %v", err)
+	}
+	s, _ := effective(t, r)
+	if got := bindingsOf(s, "a", platform.BindAllow); !slices.Equal(got, []string{"discord:80", "discord:81"}) {
+		t.Fatalf("allow-list %q", got)
+	}
+	if err := r.SetPrincipal(ctx, "a", "discord", platform.PrincipalAny, nil); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = effective(t, r)
+	if got := bindingsOf(s, "a", platform.BindPrincipal); !slices.Equal(got, []string{"discord:any"}) || len(bindingsOf(s, "a", platform.BindAllow)) != 0 {
+		t.Fatalf("principal %q, allow %q", got, bindingsOf(s, "a", platform.BindAllow))
+	}
+	if err := r.SetDMDefault(ctx, "a", "discord", "71"); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("DM default without a link: %v", err)
+	}
+	for _, tenant := range []string{"a", "b"} {
+		if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindUser, ID: "71", Tenant: tenant}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.SetDMDefault(ctx, "b", "discord", "71"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetDMDefault(ctx, "a", "discord", "71"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "42", Tenant: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := r.DropManaged(ctx, "a")
+	if err != nil || n != 4 { // scope, principal, link, DM default
+		t.Fatalf("DropManaged: %d, %v", n, err)
+	}
+	s, _ = effective(t, r)
+	var left []string
+	for _, b := range s.Bindings {
+		left = append(left, b.Tenant+":"+b.Platform+"/"+b.Kind+"/"+b.ID)
+	}
+	slices.Sort(left)
+	if want := []string{"a:telegram/chat/42", "b:discord/user/71"}; !slices.Equal(left, want) {
+		t.Fatalf("left %q, want %q", left, want)
+	}
+}
+
+// FuzzNormalizeLinkCode: any text a user sends normalizes to a code of
+// LinkCodeLen characters, stable under normalizing again, or to nothing.
+func FuzzNormalizeLinkCode(f *testing.F) {
+	for _, s := range []string{"ABCDE-FGHJK", "abcde fghjk", "", "0O1IL", "ÄBCDEFGHJK", "-----ABCDEFGHJK-----"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, code string) {
+		norm, ok := registry.NormalizeLinkCode(code)
+		if !ok {
+			if norm != "" {
+				t.Fatalf("%q: refused but %q", code, norm)
+			}
+			return
+		}
+		if len(norm) != registry.LinkCodeLen {
+			t.Fatalf("%q: normalized to %q", code, norm)
+		}
+		if again, ok := registry.NormalizeLinkCode(norm); !ok || again != norm {
+			t.Fatalf("%q: %q normalizes again to %q %v", code, norm, again, ok)
+		}
+	})
+}
+
+// TestLinkCodeSingleUseAcrossInstances: two instances sharing a Redis
+// store race to redeem one code for different users; exactly one wins.
+func TestLinkCodeSingleUseAcrossInstances(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	open := func() *registry.Registry {
+		st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "linkrace:"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return registry.New(st, time.Now)
+	}
+	one, two := open(), open()
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 20 {
+		code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var wins atomic.Int32
+		for i, r := range []*registry.Registry{one, two, one, two} {
+			wg.Go(func() {
+				user := strconv.Itoa(1000*round + i)
+				if _, err := r.RedeemLinkCode(ctx, "discord", user, code); err == nil {
+					wins.Add(1)
+				} else if !errors.Is(err, registry.ErrNotFound) {
+					t.Errorf("redeem: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := wins.Load(); n != 1 {
+			t.Fatalf("round %d: %d redeemers won, want 1", round, n)
+		}
+	}
+}
+
+// TestBindPrincipal: binding a principal (the admin CLI's way) replaces
+// the tenant's earlier one.
+func TestBindPrincipal(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{platform.PrincipalAny, platform.PrincipalOwnerOnly} {
+		if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindPrincipal, ID: mode, Tenant: "a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := effective(t, r)
+	if got := bindingsOf(s, "a", platform.BindPrincipal); !slices.Equal(got, []string{"telegram:owner-only"}) {
+		t.Fatalf("principal %q", got)
+	}
+}
