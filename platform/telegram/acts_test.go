@@ -358,3 +358,77 @@ func TestForumTopics(t *testing.T) {
 		t.Errorf("rename of an unknown topic = %+v", r)
 	}
 }
+
+func draftAction(chat string, id int64, content string, final bool) map[string]any {
+	return map[string]any{"op": "draft", "chat_id": chat, "draft_id": id, "content": content, "final": final,
+		"metadata": map[string]any{}}
+}
+
+// TestDraftStreaming drives native draft streaming from a gateway socket:
+// the descriptor advertises it, each frame replaces the preview through
+// sendMessageDraft, a seal becomes one real message whose id a repeated
+// seal answers again, and the refusals call nothing.
+func TestDraftStreaming(t *testing.T) {
+	l := startActsLoop(t)
+	if d := l.gw.Hello(t, "telegram", ""); !d.SupportsDraftStreaming || !d.HasOp(contract.OpDraft) {
+		t.Fatalf("descriptor does not advertise draft streaming: %+v", d)
+	}
+	for i, content := range []string{"Thinking about **deploy**", "Thinking about **deploy** now"} {
+		if r := l.gw.Outbound(t, "telegram", draftAction(chatAda, 7, content, false)); !r.Success || r.MessageID != "" {
+			t.Fatalf("draft frame %d = %+v", i, r)
+		}
+	}
+	if text, ok := l.fake.Draft(123456789, 0, 7); !ok || text != "Thinking about deploy now" {
+		t.Fatalf("the draft shows %q (%v)", text, ok)
+	}
+	calls := l.fake.Calls("sendMessageDraft")
+	if len(calls) != 2 || calls[1].Form["draft_id"] != "7" || calls[1].Form["chat_id"] != chatAda ||
+		calls[1].Form["parse_mode"] != "MarkdownV2" {
+		t.Fatalf("sendMessageDraft calls %+v", calls)
+	}
+	// A preview longer than a message shows its first message's worth.
+	long := strings.Repeat("word ", 1000)
+	if r := l.gw.Outbound(t, "telegram", draftAction(chatAda, 7, long, false)); !r.Success {
+		t.Fatalf("long draft = %+v", r)
+	}
+	if text, _ := l.fake.Draft(123456789, 0, 7); len(text) > maxMessageRunes || !strings.HasPrefix(long, text) {
+		t.Fatalf("long draft shows %d characters", len(text))
+	}
+
+	sealed := l.gw.Outbound(t, "telegram", draftAction(chatAda, 7, "Deploy **done**.", true))
+	id, _ := strconv.Atoi(sealed.MessageID)
+	if !sealed.Success || !l.fake.HasMessage(123456789, id) {
+		t.Fatalf("seal = %+v", sealed)
+	}
+	if again := l.gw.Outbound(t, "telegram", draftAction(chatAda, 7, "Deploy **done**.", true)); !again.Success || again.MessageID != sealed.MessageID {
+		t.Fatalf("repeated seal = %+v, want message %s", again, sealed.MessageID)
+	}
+	if n := len(l.fake.Calls("sendMessage")); n != 1 {
+		t.Fatalf("%d sendMessage calls for one sealed stream", n)
+	}
+
+	before := len(l.fake.Calls("sendMessageDraft"))
+	for name, c := range map[string]struct {
+		gw     *relaytest.Gateway
+		action map[string]any
+		code   string
+	}{
+		"group chat":         {l.gw, draftAction(chatDevForum, 8, "x", false), contract.CodeBadRequest},
+		"zero draft_id":      {l.gw, draftAction(chatAda, 0, "x", false), contract.CodeBadRequest},
+		"blank content":      {l.gw, draftAction(chatAda, 9, " ", false), contract.CodeBadRequest},
+		"another tenant's":   {l.gw, draftAction(chatT2, 9, "x", false), contract.CodeEgressDeclined},
+		"from t2's gateway":  {l.gw2, draftAction(chatAda, 9, "x", false), contract.CodeEgressDeclined},
+		"seal another's too": {l.gw2, draftAction(chatAda, 7, "x", true), contract.CodeEgressDeclined},
+	} {
+		if r := c.gw.Outbound(t, "telegram", c.action); r.Success || r.Code != c.code {
+			t.Errorf("%s: %+v, want %s", name, r, c.code)
+		}
+	}
+	if n := len(l.fake.Calls("sendMessageDraft")); n != before {
+		t.Errorf("%d sendMessageDraft calls for refused drafts", n-before)
+	}
+	l.fake.Fail("sendMessageDraft", telegramtest.Failure{Code: 403, Description: "Forbidden: bot was blocked by the user"})
+	if r := l.gw.Outbound(t, "telegram", draftAction(chatAda, 10, "x", false)); r.Success || r.Code != contract.CodePlatformError {
+		t.Errorf("blocked draft = %+v, want platform_error", r)
+	}
+}

@@ -45,6 +45,7 @@ type Platform struct {
 	chats     atomic.Pointer[map[int64]string] // chat id -> tenant; replaced by Bind
 	policies  map[string]*policy               // by tenant; defaultPolicy when absent
 	observed  *observedLog
+	sealed    *sealedLog
 	mapping   atomic.Pointer[mapping]
 	seen      *recentIDs
 	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
@@ -91,6 +92,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		now:       deps.Time().Now,
 		policies:  make(map[string]*policy, len(cfg.Tenants)),
 		observed:  newObservedLog(),
+		sealed:    newSealedLog(),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
