@@ -82,7 +82,11 @@ func Discord(ops []string) Descriptor {
 		LenUnit:                LenChars,
 		Emoji:                  "\U0001f3ae",
 		PlatformHint:           "You are chatting on Discord through a shared bot. Discord markdown is supported; messages over 2000 characters are split.",
-		SupportedOps:           sortedOps(ops),
+		// Guild messages the mention gates held back ride the channel's next
+		// delivered message as context (platform/discord channelctx.go:
+		// Model B, from Gateway events already received, no REST calls).
+		SupportsContext: true,
+		SupportedOps:    sortedOps(ops),
 	}
 }
 
@@ -149,7 +153,7 @@ func Merge(platform string, ds ...Descriptor) Descriptor {
 	}
 	labels := make([]string, 0, len(ds))
 	m.MaxMessageLength = ds[0].MaxMessageLength
-	m.SupportsEdit, m.SupportsThreads, m.SupportsDraftStreaming = true, true, true
+	m.SupportsEdit, m.SupportsThreads, m.SupportsDraftStreaming, m.SupportsContext = true, true, true, true
 	m.MarkdownDialect = ds[0].MarkdownDialect
 	m.SupportedOps = slices.Clone(ds[0].SupportedOps)
 	for _, d := range ds {
@@ -158,6 +162,7 @@ func Merge(platform string, ds ...Descriptor) Descriptor {
 		m.SupportsEdit = m.SupportsEdit && d.SupportsEdit
 		m.SupportsThreads = m.SupportsThreads && d.SupportsThreads
 		m.SupportsDraftStreaming = m.SupportsDraftStreaming && d.SupportsDraftStreaming
+		m.SupportsContext = m.SupportsContext && d.SupportsContext
 		if d.MarkdownDialect != m.MarkdownDialect {
 			m.MarkdownDialect = MarkdownPlain
 		}

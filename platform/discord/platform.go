@@ -21,6 +21,7 @@ import (
 	"connector/descriptor"
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/platform/chatcontext"
 	"connector/platform/fairshare"
 	"connector/session"
 	"connector/vault"
@@ -59,11 +60,13 @@ type Platform struct {
 	breaker *breaker
 	cache   *cache
 	created *createdThreads
-	snap    snapshot
-	seen    *dedupe
-	gw      *gateway
-	cmds    *commandSync
-	ops     map[string]opHandler
+	// channelContext holds held-back guild messages (channelctx.go).
+	channelContext *chatcontext.Log[contextKey]
+	snap           snapshot
+	seen           *dedupe
+	gw             *gateway
+	cmds           *commandSync
+	ops            map[string]opHandler
 	// policies are the tenants' policies, from Config.Tenants and the
 	// relevance their gateways declared (SetRelevance).
 	policies atomic.Pointer[map[string]*policy]
@@ -143,6 +146,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.now)
 	p.cache = newCache(p)
 	p.created = newCreatedThreads()
+	p.channelContext = newChannelContext()
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
 	for i := range p.queues {
 		p.queues[i] = make(chan ingestItem, ingestQueueDepth)

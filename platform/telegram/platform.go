@@ -19,6 +19,7 @@ import (
 	"connector/descriptor"
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/platform/chatcontext"
 	"connector/platform/fairshare"
 	"connector/session"
 )
@@ -44,7 +45,7 @@ type Platform struct {
 
 	chats     atomic.Pointer[map[int64]string] // chat id -> tenant; replaced by Bind
 	policies  map[string]*policy               // by tenant; defaultPolicy when absent
-	observed  *observedLog
+	observed  *chatcontext.Log[observedKey]
 	sealed    *sealedLog
 	mapping   atomic.Pointer[mapping]
 	seen      *recentIDs
