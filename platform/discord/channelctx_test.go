@@ -12,12 +12,16 @@ import (
 	"connector/relay/relaytest"
 )
 
-// TestChannelContext runs channel context behind the real relay: guild
-// messages the mention gates held back ride the channel's next delivered
-// message (auto-threaded here) as its context, oldest first, once; another
-// channel's, an edit's, an ignored channel's and another tenant's messages
-// never do; a DM carries none; the descriptor says supports_context.
-func TestChannelContext(t *testing.T) {
+// relayLoop is the platform behind the real relay, t1's gateway (gw) and
+// t2's (gw2) hello'd for discord.
+type relayLoop struct {
+	fake    *discordtest.Server
+	p       *Platform
+	gw, gw2 *relaytest.Gateway
+}
+
+func startRelayLoop(t *testing.T, mutate func(*Config)) *relayLoop {
+	t.Helper()
 	fake := discordtest.New(t, discordtest.Options{Token: testToken})
 	world(fake)
 	pub, _, _ := ed25519.GenerateKey(nil)
@@ -26,7 +30,9 @@ func TestChannelContext(t *testing.T) {
 		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{secretGW2}}}},
 	}
 	cfg := testConfig(fake, pub)
-	cfg.Tenants = map[string]TenantConfig{"t1": {IgnoredChannels: []string{chanRandom}}}
+	if mutate != nil {
+		mutate(&cfg)
+	}
 	logs := newLogCapture()
 	p, err := New(cfg, platform.Deps{Log: logs.logger(), Vault: sharedVault, Key: relay.KeyFunc(tenants)})
 	if err != nil {
@@ -36,11 +42,44 @@ func TestChannelContext(t *testing.T) {
 	if err := fake.WaitSession(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}
-	gw, gw2 := h.Dial(t, "gw1", secretGW1), h.Dial(t, "gw2", secretGW2)
+	l := &relayLoop{fake: fake, p: p, gw: h.Dial(t, "gw1", secretGW1), gw2: h.Dial(t, "gw2", secretGW2)}
+	l.gw.Hello(t, "discord", "9000")
+	l.gw2.Hello(t, "discord", "9000")
+	return l
+}
+
+// TestAttachmentsPassThrough: a Discord attachment reaches the gateway as
+// its CDN URL in media_urls and media[], unchanged (it is public).
+func TestAttachmentsPassThrough(t *testing.T) {
+	l := startRelayLoop(t, nil)
+	m := msg("7500", chanGeneral, guildLab, "look at this", true)
+	cdn := "https://cdn.discordapp.com/attachments/101/7500/graph.png?ex=1&is=2&hm=3"
+	m["attachments"] = []any{map[string]any{"id": "9100", "filename": "graph.png", "size": 20480,
+		"url": cdn, "proxy_url": cdn, "content_type": "image/png", "width": 640, "height": 480}}
+	if err := l.fake.Dispatch(waitCtx(t), "MESSAGE_CREATE", m); err != nil {
+		t.Fatal(err)
+	}
+	ev, buf := l.gw.NextInbound(t)
+	if buf != "" {
+		l.gw.Ack(t, buf)
+	}
+	want := contract.Media{URL: cdn, MIME: "image/png", Kind: "photo", Size: 20480, Filename: "graph.png"}
+	if len(ev.MediaURLs) != 1 || ev.MediaURLs[0] != cdn || len(ev.Media) != 1 || ev.Media[0] != want {
+		t.Fatalf("media_urls %v, media %+v, want %+v", ev.MediaURLs, ev.Media, want)
+	}
+}
+
+// TestChannelContext runs channel context behind the real relay: guild
+// messages the mention gates held back ride the channel's next delivered
+// message (auto-threaded here) as its context, oldest first, once; another
+// channel's, an edit's, an ignored channel's and another tenant's messages
+// never do; a DM carries none; the descriptor says supports_context.
+func TestChannelContext(t *testing.T) {
+	l := startRelayLoop(t, func(cfg *Config) { cfg.Tenants = map[string]TenantConfig{"t1": {IgnoredChannels: []string{chanRandom}}} })
+	fake, p, gw, gw2 := l.fake, l.p, l.gw, l.gw2
 	if d := gw.Hello(t, "discord", "9000"); !d.SupportsContext {
 		t.Fatalf("descriptor without supports_context: %+v", d)
 	}
-	gw2.Hello(t, "discord", "9000")
 	dispatch := func(typ string, m map[string]any) {
 		t.Helper()
 		if err := fake.Dispatch(waitCtx(t), typ, m); err != nil {

@@ -432,3 +432,28 @@ func TestDraftStreaming(t *testing.T) {
 		t.Errorf("blocked draft = %+v, want platform_error", r)
 	}
 }
+
+// TestProfileRoundTrip: a send naming metadata.profile makes it the chat's
+// profile; the chat's next inbound carries it as source.profile; another
+// tenant's declined send stamps nothing.
+func TestProfileRoundTrip(t *testing.T) {
+	l := startActsLoop(t)
+	if r := l.gw2.Outbound(t, "telegram", map[string]any{"op": "send", "chat_id": chatAda, "content": "x", "reply_to": nil,
+		"metadata": map[string]any{"profile": "intruder"}}); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 send = %+v", r)
+	}
+	l.fake.Enqueue([]byte(`{"update_id":884100700,"message":{"message_id":70,"date":1767268800,
+		"chat":{"id":123456789,"type":"private","first_name":"Ada"},"from":{"id":123456789,"is_bot":false,"first_name":"Ada"},"text":"before"}}`))
+	if ev := l.inbound(t, l.gw); ev.Source.Profile != "" {
+		t.Fatalf("profile %q before any send named one", ev.Source.Profile)
+	}
+	if r := l.gw.Outbound(t, "telegram", map[string]any{"op": "send", "chat_id": chatAda, "content": "hi", "reply_to": nil,
+		"metadata": map[string]any{"profile": "work"}}); !r.Success {
+		t.Fatalf("send = %+v", r)
+	}
+	l.fake.Enqueue([]byte(`{"update_id":884100701,"message":{"message_id":71,"date":1767268801,
+		"chat":{"id":123456789,"type":"private","first_name":"Ada"},"from":{"id":123456789,"is_bot":false,"first_name":"Ada"},"text":"after"}}`))
+	if ev := l.inbound(t, l.gw); ev.Text != "after" || ev.Source.Profile != "work" {
+		t.Fatalf("inbound %q with profile %q, want work", ev.Text, ev.Source.Profile)
+	}
+}
