@@ -75,7 +75,9 @@ func TestAttachmentsPassThrough(t *testing.T) {
 // channel's, an edit's, an ignored channel's and another tenant's messages
 // never do; a DM carries none; the descriptor says supports_context.
 func TestChannelContext(t *testing.T) {
-	l := startRelayLoop(t, func(cfg *Config) { cfg.Tenants = map[string]TenantConfig{"t1": {IgnoredChannels: []string{chanRandom}}} })
+	l := startRelayLoop(t, func(cfg *Config) {
+		cfg.Tenants = map[string]TenantConfig{"t1": {IgnoredChannels: []string{chanRandom}}}
+	})
 	fake, p, gw, gw2 := l.fake, l.p, l.gw, l.gw2
 	if d := gw.Hello(t, "discord", "9000"); !d.SupportsContext {
 		t.Fatalf("descriptor without supports_context: %+v", d)
