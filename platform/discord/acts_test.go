@@ -28,6 +28,13 @@ type actsLoop struct {
 
 func startActsLoop(t *testing.T) *actsLoop {
 	t.Helper()
+	return startActsLoopWith(t, nil)
+}
+
+// startActsLoopWith is startActsLoop with the platform's configuration
+// adjusted by mutate (nil: as testConfig makes it).
+func startActsLoopWith(t *testing.T, mutate func(*Config)) *actsLoop {
+	t.Helper()
 	fake := discordtest.New(t, discordtest.Options{Token: testToken})
 	world(fake)
 	pub, priv, _ := ed25519.GenerateKey(nil)
@@ -36,7 +43,11 @@ func startActsLoop(t *testing.T) *actsLoop {
 		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{secretGW2}}}},
 	}
 	logs := newLogCapture()
-	p, err := New(testConfig(fake, pub), platform.Deps{Log: logs.logger(), Vault: sharedVault, Key: relay.KeyFunc(tenants)})
+	cfg := testConfig(fake, pub)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	p, err := New(cfg, platform.Deps{Log: logs.logger(), Vault: sharedVault, Key: relay.KeyFunc(tenants)})
 	if err != nil {
 		t.Fatal(err)
 	}

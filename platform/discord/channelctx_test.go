@@ -1,57 +1,18 @@
 package discord
 
 import (
-	"crypto/ed25519"
 	"reflect"
 	"testing"
 
 	"connector/contract"
 	"connector/platform"
-	"connector/platform/discord/discordtest"
-	"connector/relay"
 	"connector/relay/relaytest"
 )
-
-// relayLoop is the platform behind the real relay, t1's gateway (gw) and
-// t2's (gw2) hello'd for discord.
-type relayLoop struct {
-	fake    *discordtest.Server
-	p       *Platform
-	gw, gw2 *relaytest.Gateway
-}
-
-func startRelayLoop(t *testing.T, mutate func(*Config)) *relayLoop {
-	t.Helper()
-	fake := discordtest.New(t, discordtest.Options{Token: testToken})
-	world(fake)
-	pub, _, _ := ed25519.GenerateKey(nil)
-	tenants := []relay.Tenant{
-		{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secretGW1}}}},
-		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{secretGW2}}}},
-	}
-	cfg := testConfig(fake, pub)
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	logs := newLogCapture()
-	p, err := New(cfg, platform.Deps{Log: logs.logger(), Vault: sharedVault, Key: relay.KeyFunc(tenants)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := relaytest.StartConfig(t, relay.Config{Tenants: tenants, Platforms: []platform.Platform{p}, Log: logs.logger()})
-	if err := fake.WaitSession(waitCtx(t), 1); err != nil {
-		t.Fatal(err)
-	}
-	l := &relayLoop{fake: fake, p: p, gw: h.Dial(t, "gw1", secretGW1), gw2: h.Dial(t, "gw2", secretGW2)}
-	l.gw.Hello(t, "discord", "9000")
-	l.gw2.Hello(t, "discord", "9000")
-	return l
-}
 
 // TestAttachmentsPassThrough: a Discord attachment reaches the gateway as
 // its CDN URL in media_urls and media[], unchanged (it is public).
 func TestAttachmentsPassThrough(t *testing.T) {
-	l := startRelayLoop(t, nil)
+	l := startActsLoop(t)
 	m := msg("7500", chanGeneral, guildLab, "look at this", true)
 	cdn := "https://cdn.discordapp.com/attachments/101/7500/graph.png?ex=1&is=2&hm=3"
 	m["attachments"] = []any{map[string]any{"id": "9100", "filename": "graph.png", "size": 20480,
@@ -75,7 +36,7 @@ func TestAttachmentsPassThrough(t *testing.T) {
 // channel's, an edit's, an ignored channel's and another tenant's messages
 // never do; a DM carries none; the descriptor says supports_context.
 func TestChannelContext(t *testing.T) {
-	l := startRelayLoop(t, func(cfg *Config) {
+	l := startActsLoopWith(t, func(cfg *Config) {
 		cfg.Tenants = map[string]TenantConfig{"t1": {IgnoredChannels: []string{chanRandom}}}
 	})
 	fake, p, gw, gw2 := l.fake, l.p, l.gw, l.gw2
