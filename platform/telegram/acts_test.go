@@ -289,6 +289,35 @@ func TestActsThroughRelay(t *testing.T) {
 	if r := l.gw.Outbound(t, "telegram", map[string]any{"op": "follow_up", "session_key": "agent:main:telegram:dm:123456789", "kind": "telegram.x", "content": "x", "metadata": map[string]any{}}); r.Code != contract.CodeUnsupportedOp {
 		t.Fatalf("follow_up on telegram = %+v, want unsupported_op", r)
 	}
+
+	// Forum topics: created, renamed unguarded, a guarded rename fails safe.
+	l.fake.AddForum(-1001112223334)
+	create := map[string]any{"op": "thread_create", "chat_id": chatDevForum, "thread_name": "Handoff", "metadata": map[string]any{}}
+	if r := l.gw2.Outbound(t, "telegram", create); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 thread_create = %+v", r)
+	}
+	created := l.gw.Outbound(t, "telegram", create)
+	topic, _ := strconv.Atoi(created.ThreadID)
+	if name, ok := l.fake.Topic(-1001112223334, topic); !created.Success || !ok || name != "Handoff" {
+		t.Fatalf("thread_create = %+v, topic %q", created, name)
+	}
+	rename := func(guarded bool) contract.Result {
+		a := map[string]any{"op": "thread_rename", "chat_id": chatDevForum, "message_id": created.ThreadID, "thread_name": "Deploy",
+			"metadata": map[string]any{}}
+		if guarded {
+			a["only_if_connector_created"] = true
+		}
+		return l.gw.Outbound(t, "telegram", a)
+	}
+	if r := rename(true); r.Code != contract.CodeNameChanged {
+		t.Fatalf("guarded rename = %+v, want name_changed", r)
+	}
+	if r := rename(false); !r.Success {
+		t.Fatalf("rename = %+v", r)
+	}
+	if name, _ := l.fake.Topic(-1001112223334, topic); name != "Deploy" {
+		t.Fatalf("topic renamed to %q", name)
+	}
 }
 
 func TestForumTopics(t *testing.T) {
@@ -426,6 +455,23 @@ func TestDraftStreaming(t *testing.T) {
 	}
 	if n := len(l.fake.Calls("sendMessageDraft")); n != before {
 		t.Errorf("%d sendMessageDraft calls for refused drafts", n-before)
+	}
+	// Entities Telegram refuses: the preview goes again as plain text.
+	l.fake.Fail("sendMessageDraft", telegramtest.Failure{Code: 400, Description: "Bad Request: can't parse entities: unsupported start tag"})
+	if r := l.gw.Outbound(t, "telegram", draftAction(chatAda, 11, "plain *fallback*", false)); !r.Success {
+		t.Fatalf("draft after refused entities = %+v", r)
+	}
+	if text, _ := l.fake.Draft(123456789, 0, 11); text != "plain *fallback*" {
+		t.Fatalf("fallback draft shows %q", text)
+	}
+	// A private-chat topic (metadata.thread_id) gets its own draft.
+	inTopic := draftAction(chatAda, 12, "in the topic", false)
+	inTopic["metadata"] = map[string]any{"thread_id": "5"}
+	if r := l.gw.Outbound(t, "telegram", inTopic); !r.Success {
+		t.Fatalf("draft in a topic = %+v", r)
+	}
+	if text, ok := l.fake.Draft(123456789, 5, 12); !ok || text != "in the topic" {
+		t.Fatalf("topic draft %q %v", text, ok)
 	}
 	l.fake.Fail("sendMessageDraft", telegramtest.Failure{Code: 403, Description: "Forbidden: bot was blocked by the user"})
 	if r := l.gw.Outbound(t, "telegram", draftAction(chatAda, 10, "x", false)); r.Success || r.Code != contract.CodePlatformError {
