@@ -14,7 +14,7 @@ import (
 // (an auto-threaded one too: the chatter came before its thread), and a
 // delivery the relay took forgets them. No message costs a REST call;
 // edits, DMs, bots' messages and channels the tenant's policy excludes are
-// never kept. Memory is bounded by package chatcontext (per channel the
+// never kept, nor anything of a tenant whose channel_context is off. Memory is bounded by package chatcontext (per channel the
 // latest 20 messages within 32 KiB, 1,024 channels) and per instance.
 
 // contextKey names a channel (or thread) of a tenant.

@@ -111,3 +111,22 @@ func TestChannelContext(t *testing.T) {
 		t.Fatalf("t1 got %s with context %+v", ev.MessageID, ev.Context)
 	}
 }
+
+// TestChannelContextOff: with channel_context off, held-back messages are
+// dropped as natively and the next delivered message carries no context.
+func TestChannelContextOff(t *testing.T) {
+	l := startActsLoopWith(t, func(cfg *Config) {
+		cfg.Tenants = map[string]TenantConfig{"t1": {ChannelContext: new(false)}}
+	})
+	for _, m := range []map[string]any{
+		msg("7600", chanGeneral, guildLab, "chatter", false),
+		msg("7601", chanGeneral, guildLab, "question", true),
+	} {
+		if err := l.fake.Dispatch(waitCtx(t), "MESSAGE_CREATE", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ev := l.inbound(t, l.gw); ev.MessageID != "7601" || ev.Context != nil {
+		t.Fatalf("inbound %s with context %+v, want none", ev.MessageID, ev.Context)
+	}
+}

@@ -132,7 +132,7 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 	}
 	if err := n.gate(m, ch, parent, mentioned); err != nil {
 		var d *dropError
-		if !edit && errors.As(err, &d) && (d.reason == reasonNotMentioned || d.reason == reasonMentionsOthers) &&
+		if n.pol.channelContext && !edit && errors.As(err, &d) && (d.reason == reasonNotMentioned || d.reason == reasonMentionsOthers) &&
 			n.channelAdmitted(channelKeys(ch, parent)) {
 			d.seen = &contract.ContextMessage{Text: t.ev.Text, Source: contract.ContextAuthor{
 				UserName: memberName(m.Member, m.Author), UserID: m.Author.ID,
