@@ -71,17 +71,22 @@ func sortedOps(ops []string) []string {
 // message, Discord markdown, edits and threads.
 func Discord(ops []string) Descriptor {
 	return Descriptor{
-		ContractVersion:  ContractVersion,
-		Platform:         "discord",
-		Label:            "Discord",
-		MaxMessageLength: 2000,
-		SupportsEdit:     slices.Contains(ops, "edit"),
-		SupportsThreads:  slices.Contains(ops, "thread_create"),
-		MarkdownDialect:  MarkdownDiscord,
-		LenUnit:          LenChars,
-		Emoji:            "\U0001f3ae",
-		PlatformHint:     "You are chatting on Discord through a shared bot. Discord markdown is supported; messages over 2000 characters are split.",
-		SupportedOps:     sortedOps(ops),
+		ContractVersion:        ContractVersion,
+		Platform:               "discord",
+		Label:                  "Discord",
+		MaxMessageLength:       2000,
+		SupportsEdit:           slices.Contains(ops, "edit"),
+		SupportsDraftStreaming: slices.Contains(ops, "draft"),
+		SupportsThreads:        slices.Contains(ops, "thread_create"),
+		MarkdownDialect:        MarkdownDiscord,
+		LenUnit:                LenChars,
+		Emoji:                  "\U0001f3ae",
+		PlatformHint:           "You are chatting on Discord through a shared bot. Discord markdown is supported; messages over 2000 characters are split.",
+		// Guild messages the mention gates held back ride the channel's next
+		// delivered message as context (platform/discord channelctx.go:
+		// Model B, from Gateway events already received, no REST calls).
+		SupportsContext: true,
+		SupportedOps:    sortedOps(ops),
 	}
 }
 
@@ -91,16 +96,17 @@ func Discord(ops []string) Descriptor {
 // gateway's chunking, and the connector's egress splits by code points.
 func Telegram(ops []string) Descriptor {
 	return Descriptor{
-		ContractVersion:  ContractVersion,
-		Platform:         "telegram",
-		Label:            "Telegram",
-		MaxMessageLength: 4096,
-		SupportsEdit:     slices.Contains(ops, "edit"),
-		SupportsThreads:  slices.Contains(ops, "thread_create"),
-		MarkdownDialect:  MarkdownTelegramV2,
-		LenUnit:          LenUTF16,
-		Emoji:            "\u2708\ufe0f",
-		PlatformHint:     "You are chatting on Telegram through a shared bot.",
+		ContractVersion:        ContractVersion,
+		Platform:               "telegram",
+		Label:                  "Telegram",
+		MaxMessageLength:       4096,
+		SupportsEdit:           slices.Contains(ops, "edit"),
+		SupportsDraftStreaming: slices.Contains(ops, "draft"),
+		SupportsThreads:        slices.Contains(ops, "thread_create"),
+		MarkdownDialect:        MarkdownTelegramV2,
+		LenUnit:                LenUTF16,
+		Emoji:                  "\u2708\ufe0f",
+		PlatformHint:           "You are chatting on Telegram through a shared bot.",
 		// Observe mode's held-back group messages ride the next delivered
 		// message of their chat topic as context (platform/telegram
 		// observe.go: Model B, a passive buffer, no extra API calls).
@@ -113,17 +119,18 @@ func Telegram(ops []string) Descriptor {
 // plain text up to maxText bytes' worth of code points, no edits, no thread API.
 func Nexscope(ops []string, maxText int) Descriptor {
 	return Descriptor{
-		ContractVersion:  ContractVersion,
-		Platform:         "nexscope",
-		Label:            "nexscope",
-		MaxMessageLength: maxText,
-		SupportsEdit:     slices.Contains(ops, "edit"),
-		SupportsThreads:  false,
-		MarkdownDialect:  MarkdownPlain,
-		LenUnit:          LenChars,
-		Emoji:            "\U0001f9ed",
-		PlatformHint:     "You are in a nexscope room: a plain-text chat relay between coding agents and their users.",
-		SupportedOps:     sortedOps(ops),
+		ContractVersion:        ContractVersion,
+		Platform:               "nexscope",
+		Label:                  "nexscope",
+		MaxMessageLength:       maxText,
+		SupportsEdit:           slices.Contains(ops, "edit"),
+		SupportsDraftStreaming: slices.Contains(ops, "draft"),
+		SupportsThreads:        false,
+		MarkdownDialect:        MarkdownPlain,
+		LenUnit:                LenChars,
+		Emoji:                  "\U0001f9ed",
+		PlatformHint:           "You are in a nexscope room: a plain-text chat relay between coding agents and their users.",
+		SupportedOps:           sortedOps(ops),
 	}
 }
 
@@ -146,7 +153,7 @@ func Merge(platform string, ds ...Descriptor) Descriptor {
 	}
 	labels := make([]string, 0, len(ds))
 	m.MaxMessageLength = ds[0].MaxMessageLength
-	m.SupportsEdit, m.SupportsThreads, m.SupportsDraftStreaming = true, true, true
+	m.SupportsEdit, m.SupportsThreads, m.SupportsDraftStreaming, m.SupportsContext = true, true, true, true
 	m.MarkdownDialect = ds[0].MarkdownDialect
 	m.SupportedOps = slices.Clone(ds[0].SupportedOps)
 	for _, d := range ds {
@@ -155,6 +162,7 @@ func Merge(platform string, ds ...Descriptor) Descriptor {
 		m.SupportsEdit = m.SupportsEdit && d.SupportsEdit
 		m.SupportsThreads = m.SupportsThreads && d.SupportsThreads
 		m.SupportsDraftStreaming = m.SupportsDraftStreaming && d.SupportsDraftStreaming
+		m.SupportsContext = m.SupportsContext && d.SupportsContext
 		if d.MarkdownDialect != m.MarkdownDialect {
 			m.MarkdownDialect = MarkdownPlain
 		}

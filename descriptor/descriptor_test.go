@@ -44,6 +44,14 @@ func TestCapabilitiesFollowOps(t *testing.T) {
 	if n := Nexscope([]string{"send"}, 4096); n.SupportsEdit || n.SupportsThreads || n.HasOp("edit") {
 		t.Fatalf("nexscope claims edit or threads: %+v", n)
 	}
+	// Native draft streaming needs the draft op: the gateway uses it only
+	// when both are there.
+	if tg := Telegram([]string{"send", "draft"}); !tg.SupportsDraftStreaming {
+		t.Fatalf("telegram with the draft op does not stream drafts: %+v", tg)
+	}
+	if d.SupportsDraftStreaming || Telegram([]string{"send"}).SupportsDraftStreaming {
+		t.Fatal("a descriptor without the draft op claims draft streaming")
+	}
 }
 
 func TestMergeIsTheIntersection(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"testing"
@@ -101,28 +102,47 @@ func Download(t testing.TB, url, token string) (status int, sum string, size int
 	return resp.StatusCode, sum, size
 }
 
-// HeapPeak samples runtime.MemStats.HeapInuse every interval from Start
-// until Stop, and reports the peak above the baseline taken at Start
-// (after a GC).
+// HeapPeak samples the heap in use (runtime/metrics: the bytes of heap
+// objects plus the unused bytes of their spans, MemStats.HeapInuse) every
+// interval from Start until Stop, and reports the peak above the baseline
+// taken at Start (after a GC). Reading runtime/metrics does not stop the
+// world, so sampling does not slow the transfer it measures.
 type HeapPeak struct {
 	base, peak uint64
+	samples    []metrics.Sample
 	stop       chan struct{}
 	wg         sync.WaitGroup
 }
 
+// heapInUse are the runtime/metrics samples whose sum is the heap in use.
+var heapInUse = []string{"/memory/classes/heap/objects:bytes", "/memory/classes/heap/unused:bytes"}
+
+// readHeapInUse reads the heap in use into samples and returns it.
+func readHeapInUse(samples []metrics.Sample) uint64 {
+	metrics.Read(samples)
+	var n uint64
+	for _, s := range samples {
+		if s.Value.Kind() == metrics.KindUint64 {
+			n += s.Value.Uint64()
+		}
+	}
+	return n
+}
+
 // StartHeapPeak starts sampling.
 func StartHeapPeak(interval time.Duration) *HeapPeak {
+	samples := make([]metrics.Sample, len(heapInUse))
+	for i, name := range heapInUse {
+		samples[i].Name = name
+	}
 	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	h := &HeapPeak{base: ms.HeapInuse, peak: ms.HeapInuse, stop: make(chan struct{})}
+	base := readHeapInUse(samples)
+	h := &HeapPeak{base: base, peak: base, samples: samples, stop: make(chan struct{})}
 	h.wg.Go(func() {
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			h.peak = max(h.peak, ms.HeapInuse)
+			h.peak = max(h.peak, readHeapInUse(h.samples))
 			select {
 			case <-h.stop:
 				return
@@ -133,10 +153,12 @@ func StartHeapPeak(interval time.Duration) *HeapPeak {
 	return h
 }
 
-// Stop ends sampling and returns the peak HeapInuse above the baseline.
+// Stop ends sampling, takes a last sample, and returns the peak heap in
+// use above the baseline.
 func (h *HeapPeak) Stop() uint64 {
 	close(h.stop)
 	h.wg.Wait()
+	h.peak = max(h.peak, readHeapInUse(h.samples))
 	if h.peak < h.base {
 		return 0
 	}

@@ -28,6 +28,13 @@ type actsLoop struct {
 
 func startActsLoop(t *testing.T) *actsLoop {
 	t.Helper()
+	return startActsLoopWith(t, nil)
+}
+
+// startActsLoopWith is startActsLoop with the platform's configuration
+// adjusted by mutate (nil: as testConfig makes it).
+func startActsLoopWith(t *testing.T, mutate func(*Config)) *actsLoop {
+	t.Helper()
 	fake := discordtest.New(t, discordtest.Options{Token: testToken})
 	world(fake)
 	pub, priv, _ := ed25519.GenerateKey(nil)
@@ -36,7 +43,11 @@ func startActsLoop(t *testing.T) *actsLoop {
 		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{secretGW2}}}},
 	}
 	logs := newLogCapture()
-	p, err := New(testConfig(fake, pub), platform.Deps{Log: logs.logger(), Vault: sharedVault, Key: relay.KeyFunc(tenants)})
+	cfg := testConfig(fake, pub)
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	p, err := New(cfg, platform.Deps{Log: logs.logger(), Vault: sharedVault, Key: relay.KeyFunc(tenants)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,6 +285,27 @@ func TestActsThroughRelay(t *testing.T) {
 	}
 	if r := l.gw.Outbound(t, "discord", map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 1, "content": "x", "final": false, "metadata": map[string]any{}}); r.Code != contract.CodeUnsupportedOp {
 		t.Fatalf("draft = %+v, want unsupported_op", r)
+	}
+
+	// Threads: created, renamed under the connector-created guard.
+	create := map[string]any{"op": "thread_create", "chat_id": chanGeneral, "thread_name": "Handoff", "metadata": map[string]any{}}
+	if r := l.gw2.Outbound(t, "discord", create); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 thread_create = %+v", r)
+	}
+	created := l.gw.Outbound(t, "discord", create)
+	if th, ok := l.fake.Channel(created.ThreadID); !created.Success || !ok || th.Name != "Handoff" || th.ParentID != chanGeneral {
+		t.Fatalf("thread_create = %+v, thread %+v", created, th)
+	}
+	rename := map[string]any{"op": "thread_rename", "chat_id": chanGeneral, "message_id": created.ThreadID, "thread_name": "Deploy",
+		"only_if_connector_created": true, "metadata": map[string]any{}}
+	if r := l.gw2.Outbound(t, "discord", rename); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 thread_rename = %+v", r)
+	}
+	if r := l.gw.Outbound(t, "discord", rename); !r.Success {
+		t.Fatalf("thread_rename = %+v", r)
+	}
+	if th, _ := l.fake.Channel(created.ThreadID); th.Name != "Deploy" {
+		t.Fatalf("thread renamed to %q", th.Name)
 	}
 }
 

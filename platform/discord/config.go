@@ -136,6 +136,13 @@ type TenantConfig struct {
 	// its text holds a literal <@bot> mention, not a reply ping
 	// (discord.bots_require_inline_mention). Default false.
 	BotsRequireInlineMention *bool `yaml:"bots_require_inline_mention"`
+	// ChannelContext keeps the guild messages require_mention and
+	// ignore_no_mention hold back and sends them as the reference-only
+	// context of the channel's next message delivered to the tenant
+	// (supports_context; docs/contract.md, "Channel context"); off, they
+	// are dropped as the native adapter drops them. Not a native setting.
+	// Default true.
+	ChannelContext *bool `yaml:"channel_context"`
 	// FreeResponseChannels need no mention and are never auto-threaded
 	// (discord.free_response_channels, DISCORD_FREE_RESPONSE_CHANNELS).
 	// Entries are channel ids, channel names ("general" or "#general",

@@ -48,7 +48,9 @@
 // own_message, system_message, not_an_edit, bot_author, user_not_allowed,
 // not_mentioned, mentions_others, group_dm, unknown_channel,
 // auto_thread_unsupported, auto_thread_failed, malformed, duplicate,
-// unsupported_interaction, overloaded, lookup_failed.
+// unsupported_interaction, overloaded, lookup_failed. A guild message
+// dropped as not_mentioned or mentions_others is kept as its channel's
+// context (channelctx.go) unless the tenant turned channel_context off.
 //
 // # Interactions
 //

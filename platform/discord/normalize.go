@@ -17,13 +17,25 @@ import (
 const platformName = "discord"
 
 // dropError says why an event produced no delivery; reason is the metrics
-// label ("own_message", "not_mentioned", …).
-type dropError struct{ reason string }
+// label ("own_message", "not_mentioned", …). seen is set for a guild
+// message only the mention gates held back: it is kept as its channel's
+// context (channelctx.go).
+type dropError struct {
+	reason string
+	seen   *contract.ContextMessage
+}
 
 // Error names the drop reason.
 func (e *dropError) Error() string { return "event dropped: " + e.reason }
 
 func drop(reason string) error { return &dropError{reason: reason} }
+
+// Drop reasons of the mention gates: the messages they hold back are kept as
+// channel context.
+const (
+	reasonNotMentioned   = "not_mentioned"
+	reasonMentionsOthers = "mentions_others"
+)
 
 // dropReason returns the metrics label of err.
 func dropReason(err error) string {
@@ -119,6 +131,13 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		parent = &p
 	}
 	if err := n.gate(m, ch, parent, mentioned); err != nil {
+		var d *dropError
+		if n.pol.channelContext && !edit && errors.As(err, &d) && (d.reason == reasonNotMentioned || d.reason == reasonMentionsOthers) &&
+			n.channelAdmitted(channelKeys(ch, parent)) {
+			d.seen = &contract.ContextMessage{Text: t.ev.Text, Source: contract.ContextAuthor{
+				UserName: memberName(m.Member, m.Author), UserID: m.Author.ID,
+			}}
+		}
 		return nil, err
 	}
 	free := n.pol.free.matches(channelKeys(ch, parent))
@@ -185,7 +204,7 @@ func (n *normalizer) gate(m *wireMessage, ch chanInfo, parent *chanInfo, mention
 			}
 		}
 		if n.pol.ignoreNoMention && !free {
-			return drop("mentions_others")
+			return drop(reasonMentionsOthers)
 		}
 	}
 	if !n.pol.allowed.empty() && !n.pol.allowed.matches(keys) {
@@ -196,9 +215,15 @@ func (n *normalizer) gate(m *wireMessage, ch chanInfo, parent *chanInfo, mention
 	}
 	inBotThread := ch.isThread() && n.look.participates(ch.ID) && !n.pol.threadRequireMention
 	if n.pol.requireMention && !mentioned && !free && !n.pol.voiceLinked.has(ch.ID) && !inBotThread {
-		return drop("not_mentioned")
+		return drop(reasonNotMentioned)
 	}
 	return nil
+}
+
+// channelAdmitted reports whether the channel of keys passes
+// allowed_channels and ignored_channels.
+func (n *normalizer) channelAdmitted(keys []string) bool {
+	return (n.pol.allowed.empty() || n.pol.allowed.matches(keys)) && !n.pol.ignored.matches(keys)
 }
 
 // threadSource fills src for a message inside thread thr under parent.

@@ -21,6 +21,7 @@ import (
 	"connector/descriptor"
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/platform/chatcontext"
 	"connector/platform/fairshare"
 	"connector/session"
 	"connector/vault"
@@ -58,7 +59,9 @@ type Platform struct {
 	breaker *breaker
 	cache   *cache
 	created *createdThreads
-	snap    snapshot
+	// channelContext holds held-back guild messages (channelctx.go).
+	channelContext *chatcontext.Log[contextKey]
+	snap           snapshot
 	// gwHere is set while the Gateway session runs on this instance (with
 	// several instances, while it holds the lease ingest/discord/gateway).
 	gwHere atomic.Bool
@@ -149,6 +152,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.cache = newCache(p)
 	p.declined = newDeclines(maxStandbyDeclines)
 	p.created = newCreatedThreads()
+	p.channelContext = newChannelContext()
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
 	for i := range p.queues {
 		p.queues[i] = make(chan ingestItem, ingestQueueDepth)

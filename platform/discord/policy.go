@@ -9,6 +9,7 @@ type policy struct {
 	threadRequireMention bool
 	ignoreNoMention      bool
 	botsInlineMention    bool
+	channelContext       bool
 	allowBots            string
 	free                 channelSet
 	noThread             channelSet
@@ -106,6 +107,7 @@ func newPolicy(tc TenantConfig) *policy {
 		threadRequireMention: orDefault(tc.ThreadRequireMention, false),
 		ignoreNoMention:      orDefault(tc.IgnoreNoMention, true),
 		botsInlineMention:    orDefault(tc.BotsRequireInlineMention, false),
+		channelContext:       orDefault(tc.ChannelContext, true),
 		allowBots:            normalizeAllowBots(tc.AllowBots),
 		free:                 newChannelSet(tc.FreeResponseChannels, true),
 		noThread:             newChannelSet(tc.NoThreadChannels, false),

@@ -78,11 +78,22 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		return
 	}
 	t, err := n.message(platform.WithTenant(ctx, tenant), m, it.edit)
-	if err != nil {
+	k := contextKey{tenant: tenant, channel: m.ChannelID}
+	var d *dropError
+	switch {
+	case errors.As(err, &d) && d.seen != nil:
+		p.channelContext.Keep(k, *d.seen)
+		p.dropped(err, "message_id", m.ID)
+		return
+	case err != nil:
 		p.dropped(err, "message_id", m.ID)
 		return
 	}
-	_ = p.deliver(ctx, tenant, t, it.received) // a Gateway event has no confirmation to withhold
+	attached := p.attachContext(k, t)
+	// A Gateway event has no confirmation to withhold.
+	if p.deliver(ctx, tenant, t, it.received) == nil && attached {
+		p.channelContext.Delivered(k)
+	}
 }
 
 func (p *Platform) dropUnclaimed(guildID, channelID string) {

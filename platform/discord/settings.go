@@ -36,6 +36,7 @@ var tenantKnobs = map[string]nativecfg.Knob[TenantConfig]{
 	"thread_require_mention":      nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.ThreadRequireMention }, true),
 	"ignore_no_mention":           nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.IgnoreNoMention }, false),
 	"bots_require_inline_mention": nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.BotsRequireInlineMention }, true),
+	"channel_context":             nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.ChannelContext }, true),
 	"free_response_channels":      nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.FreeResponseChannels }),
 	"no_thread_channels":          nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.NoThreadChannels }),
 	"allowed_channels":            nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedChannels }),

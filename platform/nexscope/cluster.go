@@ -52,8 +52,15 @@ import (
 //     closed with 1012 within three beats, and the room starts empty on the
 //     instance that takes the lease (within LeaseTTL and a third). A home
 //     that shuts down closes them with 1001 at once.
-//   - A gateway's send is executed by the home: another instance forwards
-//     the action and waits for the home's result.
+//   - A gateway's send, prompt and send_media are executed by the home:
+//     another instance forwards the action and waits for the home's
+//     result. A send_media whose re-host is stored on the forwarding
+//     instance fails there (media stores are per instance).
+
+// forwardedExecTimeout bounds an action another instance forwarded: the
+// relay's default outbound_timeout, after which that instance has answered
+// the gateway anyway.
+const forwardedExecTimeout = 30 * time.Second
 
 // Pub/sub channels (the store prefixes them) and the room lease's name.
 const (
@@ -697,8 +704,12 @@ func (cl *cluster) execHere(req, from, tenant string, action []byte) {
 		var a contract.Action
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
 		if json.Unmarshal(action, &a) == nil {
-			// Only send is forwarded, and it does not wait.
-			res = p.executeHere(context.Background(), tenant, &a)
+			// send and prompt do not wait; send_media waits for the room's
+			// lock and its recipients, within the bound the forwarding
+			// instance's relay gives the op by default.
+			ctx, cancel := context.WithTimeout(cl.ctx, forwardedExecTimeout)
+			res = p.executeHere(ctx, tenant, &a)
+			cancel()
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
 		cl.publish(inboxPrefix+from, clustermsg.Encode(msgResult, []byte(req), raw))

@@ -54,6 +54,13 @@ func startInstances(t testing.TB, srv *redistest.Server, cfg Config, n int, ttl 
 
 func startInstance(t testing.TB, srv *redistest.Server, cfg Config, name string, ttl time.Duration) *instance {
 	t.Helper()
+	return startInstanceWith(t, srv, cfg, name, ttl, nil)
+}
+
+// startInstanceWith is startInstance with deps adjusted by with (nil: as
+// they are).
+func startInstanceWith(t testing.TB, srv *redistest.Server, cfg Config, name string, ttl time.Duration, with func(*platform.Deps)) *instance {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
@@ -64,13 +71,17 @@ func startInstance(t testing.TB, srv *redistest.Server, cfg Config, name string,
 	cfg.Token = testToken
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", name)
-	p, err := New(cfg, platform.Deps{
+	deps := platform.Deps{
 		Log:     log,
 		Cluster: &platform.Cluster{Instance: name, PubSub: st.PubSub(), Beat: ttl / 3},
 		Exclusive: func(ctx context.Context, lease string, run func(context.Context) error) error {
 			return store.RunExclusive(ctx, clock.System, st.Leases(), lease, name, ttl, run)
 		},
-	})
+	}
+	if with != nil {
+		with(&deps)
+	}
+	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

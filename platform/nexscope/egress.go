@@ -28,15 +28,43 @@ func supportedOps() []string { return slices.Sorted(maps.Keys(egress)) }
 
 // Execute performs a gateway's outbound action for tenant. chat_id is a room
 // name; a room that is not bound to tenant is declined. With several
-// instances a send or prompt to a room homed on another instance is
-// executed there (a prompt is answered at the room's home).
+// instances a send, prompt or send_media to a room homed on another
+// instance is executed there (a prompt is answered at the room's home, a
+// file is sent under its lock). The home opens send_media's source_url
+// itself: a public URL it downloads, a re-host it finds when the gateway
+// uploaded it there. A re-host stored on this instance cannot reach the
+// home (the media store is per instance): that send_media fails with
+// unavailable.
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	if p.cluster != nil && (a.Op == contract.OpSend || a.Op == contract.OpPrompt) {
+	if p.cluster != nil && (a.Op == contract.OpSend || a.Op == contract.OpPrompt || a.Op == contract.OpSendMedia) {
 		if r := p.room(string(a.ChatID)); r != nil && r.tenant() != "" && r.tenant() == tenant && !r.home.Load() {
+			if a.Op == contract.OpSendMedia && p.storedHere(tenant, a.SourceURL) {
+				return contract.Failed(contract.CodeUnavailable,
+					"nexscope send_media: the media is stored on this instance and the room is served by another; "+
+						"route a gateway's /relay/media and /relay to one instance")
+			}
 			return p.cluster.forwardExec(ctx, r, tenant, a)
 		}
 	}
 	return p.executeHere(ctx, tenant, a)
+}
+
+// storedHere reports whether sourceURL names an object of tenant in this
+// instance's media store.
+func (p *Platform) storedHere(tenant, sourceURL string) bool {
+	if p.deps.Media == nil {
+		return false
+	}
+	id, ok := p.deps.Media.ParseRef(sourceURL)
+	if !ok {
+		return false
+	}
+	obj, err := p.deps.Media.Open(tenant, id)
+	if err != nil {
+		return false
+	}
+	_ = obj.Close()
+	return true
 }
 
 // executeHere performs a on this instance.

@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/media"
 	"connector/media/mediatest"
 	"connector/platform"
@@ -28,10 +29,12 @@ import (
 // mediaEnv is a nexscope platform behind a relay serving the media routes:
 // room lab bound to t1 (gateway gw1), room ops to t2.
 type mediaEnv struct {
-	h    *relaytest.Harness
-	gw   *relaytest.Gateway
-	tok1 string
-	logs *syncBuffer
+	h     *relaytest.Harness
+	gw    *relaytest.Gateway
+	tok1  string
+	tok2  string
+	clock *clocktest.Fake // the media store's (expiry)
+	logs  *syncBuffer
 }
 
 func newMediaEnv(t *testing.T) *mediaEnv {
@@ -44,7 +47,8 @@ func newMediaEnv(t *testing.T) *mediaEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://" + ln.Addr().String()})
+	clk := clocktest.New(time.Now())
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://" + ln.Addr().String(), Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +65,8 @@ func newMediaEnv(t *testing.T) *mediaEnv {
 		}})
 	gw := h.Dial(t, "gw1", "s1")
 	gw.Hello(t, "nexscope", "")
-	return &mediaEnv{h: h, gw: gw, tok1: relaytest.Token("gw1", "s1", time.Now()), logs: logs}
+	return &mediaEnv{h: h, gw: gw, tok1: relaytest.Token("gw1", "s1", time.Now()), tok2: relaytest.Token("gw2", "s2", time.Now()),
+		clock: clk, logs: logs}
 }
 
 func (e *mediaEnv) join(t *testing.T, room, name string) *client {
@@ -74,7 +79,13 @@ func (e *mediaEnv) join(t *testing.T, room, name string) *client {
 
 func (e *mediaEnv) upload(t *testing.T, seed uint64, size int64) string {
 	t.Helper()
-	status, id := mediatest.Upload(t, e.h.URL, e.tok1, mediatest.Content(seed, size), size, "application/pdf", "spec.pdf")
+	return e.uploadAs(t, e.tok1, seed, size)
+}
+
+// uploadAs uploads with the bearer token (a gateway's).
+func (e *mediaEnv) uploadAs(t *testing.T, token string, seed uint64, size int64) string {
+	t.Helper()
+	status, id := mediatest.Upload(t, e.h.URL, token, mediatest.Content(seed, size), size, "application/pdf", "spec.pdf")
 	if status != http.StatusOK {
 		t.Fatalf("upload: HTTP %d", status)
 	}
@@ -210,11 +221,20 @@ func TestFileToBotReachesGateway(t *testing.T) {
 	}
 }
 
-// TestSendMediaFailures: refused send_media results.
+// TestSendMediaFailures: refused send_media results (and a 413 upload);
+// alice, addressed by each, receives nothing.
 func TestSendMediaFailures(t *testing.T) {
 	e := newMediaEnv(t)
-	e.join(t, "lab", "alice")
+	alice := e.join(t, "lab", "alice")
 	url := e.upload(t, 23, 1000)
+	foreign := e.uploadAs(t, e.tok2, 24, 1000)
+	expiring := e.upload(t, 25, 1000)
+	if status, _ := mediatest.Upload(t, e.h.URL, e.tok1, mediatest.Content(4, media.DefaultMaxBytes+1), media.DefaultMaxBytes+1, "application/pdf", "big.pdf"); status != http.StatusRequestEntityTooLarge {
+		t.Errorf("upload over 25 MiB: HTTP %d, want 413", status)
+	}
+	e.clock.Advance(media.DefaultTTL - time.Second)
+	url = e.upload(t, 23, 1000) // uploaded after the clock moved: still valid below
+	e.clock.Advance(time.Second)
 	for _, tc := range []struct {
 		name   string
 		action map[string]any
@@ -224,10 +244,22 @@ func TestSendMediaFailures(t *testing.T) {
 		{"another tenant's room", mediaAction("ops", "image", url, "alice"), contract.CodeEgressDeclined},
 		{"recipient offline", mediaAction("lab", "image", url, "nobody"), contract.CodeUnavailable},
 		{"unknown media id", mediaAction("lab", "image", e.h.URL+"/relay/media/"+strings.Repeat("1", 32), "alice"), contract.CodeBadRequest},
+		{"malformed media id", mediaAction("lab", "image", e.h.URL+"/relay/media/../../etc/passwd", "alice"), contract.CodeBadRequest},
+		{"another tenant's media id", mediaAction("lab", "image", foreign, "alice"), contract.CodeBadRequest},
+		{"expired media id", mediaAction("lab", "image", expiring, "alice"), contract.CodeBadRequest},
+		{"unsupported op", map[string]any{"op": "react", "chat_id": "lab", "message_id": "m1", "emoji": "👀", "metadata": map[string]any{}}, contract.CodeUnsupportedOp},
+		{"draft (no native drafts)", map[string]any{"op": "draft", "chat_id": "lab", "draft_id": 1, "content": "x", "final": false, "metadata": map[string]any{}}, contract.CodeUnsupportedOp},
 	} {
 		if r := e.gw.Outbound(t, "nexscope", tc.action); r.Success || r.Code != tc.code {
 			t.Errorf("%s: %+v, want code %s", tc.name, r, tc.code)
 		}
+	}
+	alice.sendJSON(map[string]any{"type": "ping"})
+	if f := alice.next(); f["type"] != "pong" {
+		t.Errorf("alice got %v from refused sends", f)
+	}
+	if r := e.gw.Outbound(t, "nexscope", mediaAction("lab", "image", url, "alice")); !r.Success {
+		t.Errorf("send_media of a live upload = %+v", r)
 	}
 	if bytes.Contains([]byte(e.logs.String()), []byte(testToken)) {
 		t.Error("the room token reached a log line")

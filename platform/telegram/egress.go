@@ -30,6 +30,7 @@ var handlers = map[string]handler{
 	contract.OpDelete:       (*Platform).deleteMessage,
 	contract.OpThreadCreate: (*Platform).threadCreate,
 	contract.OpThreadRename: (*Platform).threadRename,
+	contract.OpDraft:        (*Platform).draft,
 }
 
 // callMargin is kept free before a request's deadline for the API call that

@@ -48,7 +48,7 @@ func visible(t *testing.T, c telegramtest.Call) string {
 func TestDescriptorFromHandlerTable(t *testing.T) {
 	e := newEnv(t, nil)
 	d := e.p.Descriptor()
-	want := []string{"delete", "edit", "get_chat_info", "prompt", "react", "send", "send_media", "thread_create", "thread_rename", "typing"}
+	want := []string{"delete", "draft", "edit", "get_chat_info", "prompt", "react", "send", "send_media", "thread_create", "thread_rename", "typing"}
 	if d.Platform != "telegram" || !slices.Equal(d.SupportedOps, want) || !d.SupportsEdit || d.MaxMessageLength != 4096 {
 		t.Errorf("descriptor = %+v", d)
 	}

@@ -105,33 +105,6 @@ func TestShareSessionText(t *testing.T) {
 	}
 }
 
-// TestObservedLogBounds: a chat topic keeps its latest observedPerTopic
-// messages within observedBytesPerTopic; messages without text are not
-// kept; a delivery forgets them.
-func TestObservedLogBounds(t *testing.T) {
-	o := newObservedLog()
-	k := topicKey{chat: -4001234567}
-	for i := range observedPerTopic + 5 {
-		o.keep(k, &contract.Event{Text: strings.Repeat("x", i+1)})
-	}
-	o.keep(k, &contract.Event{})
-	got := o.pending(k)
-	if len(got) != observedPerTopic || len(got[0].Text) != 6 || len(got[len(got)-1].Text) != observedPerTopic+5 {
-		t.Fatalf("kept %d messages, first %d bytes, last %d", len(got), len(got[0].Text), len(got[len(got)-1].Text))
-	}
-	big := strings.Repeat("y", observedBytesPerTopic/3+1)
-	for range 4 {
-		o.keep(k, &contract.Event{Text: big})
-	}
-	if got := o.pending(k); len(got) != 2 {
-		t.Fatalf("kept %d messages of %d bytes, want the 2 that fit in %d", len(got), len(big), observedBytesPerTopic)
-	}
-	o.delivered(k)
-	if got := o.pending(k); got != nil {
-		t.Fatalf("after delivery: %d messages", len(got))
-	}
-}
-
 // observeEnv is a platform whose tenant t1 observes the group -4001234567.
 func observeEnv(t *testing.T) (*Platform, *recordingSink) {
 	t.Helper()

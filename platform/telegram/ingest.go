@@ -54,14 +54,14 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		p.drop(drop, u.ID, in.chatID)
 		return nil
 	}
-	var observed topicKey
+	var observed observedKey
 	if in.msg != nil {
 		pol := p.policy(tenant)
 		// The owner floor: an author's own message is never gated.
 		if reason := pol.admit(in.msg, m); reason != "" && !owner {
 			if pol.observes(in.msg, m) {
 				in.event.Text = m.heldBackText(in.msg)
-				p.observed.keep(observedKey(in.msg), &in.event)
+				p.observed.Keep(observedKeyOf(tenant, in.msg), contextMessage(&in.event))
 				reason = dropObserved
 			}
 			if u.ID != 0 {
@@ -72,8 +72,8 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		}
 		if pol.sharesSessions(in.msg) {
 			shareSession(&in.event)
-			observed = observedKey(in.msg)
-			in.event.Context = p.observed.pending(observed)
+			observed = observedKeyOf(tenant, in.msg)
+			in.event.Context = p.observed.Pending(observed)
 		}
 		p.attachMedia(ctx, tenant, in.msg, &in.event)
 	}
@@ -81,7 +81,7 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
 	}
 	if len(in.event.Context) > 0 {
-		p.observed.delivered(observed)
+		p.observed.Delivered(observed)
 	}
 	if u.ID != 0 {
 		p.seen.add(u.ID)

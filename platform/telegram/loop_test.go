@@ -60,7 +60,7 @@ func fullLoop(t *testing.T, webhook bool) {
 
 	gw := h.Dial(t, "gw1", "s1")
 	d := gw.Hello(t, "telegram", "")
-	if d.Platform != "telegram" || strings.Join(d.SupportedOps, ",") != "delete,edit,get_chat_info,prompt,react,send,send_media,thread_create,thread_rename,typing" {
+	if d.Platform != "telegram" || strings.Join(d.SupportedOps, ",") != "delete,draft,edit,get_chat_info,prompt,react,send,send_media,thread_create,thread_rename,typing" {
 		t.Fatalf("descriptor %+v", d)
 	}
 

@@ -2,9 +2,9 @@ package telegram
 
 import (
 	"github.com/go-telegram/bot/models"
-	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
+	"connector/platform/chatcontext"
 	"connector/session"
 )
 
@@ -17,69 +17,32 @@ import (
 // messages ride along with the next delivered message of their chat and
 // topic.
 
-// Bounds of the held-back messages: per chat topic the latest
-// observedPerTopic messages within observedBytesPerTopic bytes of text, for
-// at most observedTopics chat topics (the least recently used is
-// forgotten). They live in memory only.
-const (
-	observedTopics        = 1024
-	observedPerTopic      = 20
-	observedBytesPerTopic = 32 << 10
-)
+// The held-back messages live in memory only, bounded as package
+// chatcontext bounds them (per chat topic the latest 20 within 32 KiB, for
+// at most 1,024 chat topics), keyed by tenant as well as chat topic.
 
-// observedLog holds the messages observe mode kept, by chat and topic.
-// Entries of one chat are only changed under that chat's delivery stripe.
-type observedLog struct {
-	byTopic *lru.Cache[topicKey, []contract.ContextMessage]
+// observedKey names the chat topic of a message (thread 0: none) for the
+// tenant it was delivered to.
+type observedKey struct {
+	tenant string
+	topic  topicKey
 }
 
-func newObservedLog() *observedLog {
-	c, _ := lru.New[topicKey, []contract.ContextMessage](observedTopics) // size > 0: cannot fail
-	return &observedLog{byTopic: c}
+func newObservedLog() *chatcontext.Log[observedKey] {
+	return chatcontext.New[observedKey](chatcontext.Bounds{})
 }
 
-// observedKey is the chat topic of a message (thread 0: none).
-func observedKey(msg *models.Message) topicKey {
-	return topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}
+// observedKeyOf is the key of msg for tenant.
+func observedKeyOf(tenant string, msg *models.Message) observedKey {
+	return observedKey{tenant: tenant, topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
 }
 
-// keep adds a held-back message to its chat topic, dropping the oldest
-// beyond the bounds. A message without text is not kept: the gateway
-// skips context without text.
-func (o *observedLog) keep(k topicKey, ev *contract.Event) {
-	if ev.Text == "" {
-		return
-	}
-	msg := contract.ContextMessage{Text: ev.Text, Source: contract.ContextAuthor{
+// contextMessage is a held-back event as context: its text and sender.
+func contextMessage(ev *contract.Event) contract.ContextMessage {
+	return contract.ContextMessage{Text: ev.Text, Source: contract.ContextAuthor{
 		UserName: ev.Source.UserName.Value, UserID: ev.Source.UserID.Value,
 	}}
-	old, _ := o.byTopic.Get(k)
-	kept := append(make([]contract.ContextMessage, 0, len(old)+1), old...)
-	kept = append(kept, msg)
-	size := 0
-	for i := len(kept) - 1; i >= 0; i-- {
-		size += len(kept[i].Text)
-		if len(kept)-i > observedPerTopic || size > observedBytesPerTopic {
-			kept = kept[i+1:]
-			break
-		}
-	}
-	if len(kept) == 0 {
-		o.byTopic.Remove(k)
-		return
-	}
-	o.byTopic.Add(k, kept)
 }
-
-// pending returns the messages held back in a chat topic, oldest first.
-func (o *observedLog) pending(k topicKey) []contract.ContextMessage {
-	kept, _ := o.byTopic.Peek(k)
-	return kept
-}
-
-// delivered forgets a chat topic's held-back messages once a delivery
-// carried them.
-func (o *observedLog) delivered(k topicKey) { o.byTopic.Remove(k) }
 
 // shareSession re-sources a delivered group message as observe mode does:
 // the sender moves into the text ("[name|id]\n", name falling back to the

@@ -19,6 +19,7 @@ import (
 	"connector/descriptor"
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/platform/chatcontext"
 	"connector/platform/fairshare"
 	"connector/session"
 )
@@ -46,7 +47,8 @@ type Platform struct {
 	authors   atomic.Pointer[platform.Authors] // author routing (authors.go); replaced by Bind
 	grants    *platform.Grants                 // chats granted by author routing
 	policies  map[string]*policy               // by tenant; defaultPolicy when absent
-	observed  *observedLog
+	observed  *chatcontext.Log[observedKey]
+	sealed    *sealedLog
 	mapping   atomic.Pointer[mapping]
 	seen      *recentIDs
 	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
@@ -94,6 +96,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		now:       deps.Time().Now,
 		policies:  make(map[string]*policy, len(cfg.Tenants)),
 		observed:  newObservedLog(),
+		sealed:    newSealedLog(),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),

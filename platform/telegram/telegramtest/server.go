@@ -2,9 +2,10 @@
 // tools: it speaks the real wire format (POST /bot<token>/<method> with
 // multipart/form-data, answers {"ok":…,"result":…} or {"ok":false,
 // "error_code":…,"description":…,"parameters":{"retry_after":…}}), serves
-// getUpdates long polls from a queue, validates sendMessage/editMessageText
-// text (MarkdownV2 parsed by ParseMarkdownV2, 4,096 visible code points, no
-// message_thread_id 1), records every call, and fails calls on request.
+// getUpdates long polls from a queue, validates the text of sendMessage,
+// editMessageText and sendMessageDraft (MarkdownV2 parsed by
+// ParseMarkdownV2, 4,096 visible code points, no message_thread_id 1),
+// records every call, and fails calls on request.
 package telegramtest
 
 import (
@@ -51,6 +52,7 @@ type Server struct {
 	reactions map[msgKey][]string
 	forums    map[int64]bool
 	topics    map[msgKey]string
+	drafts    map[draftKey]string // visible text of each chat's (and topic's) draft
 	chats     map[int64]map[string]any
 	nextID    int
 	webhook   Webhook
@@ -103,6 +105,12 @@ type msgKey struct {
 	id   int
 }
 
+type draftKey struct {
+	chat   int64
+	thread int
+	id     int64
+}
+
 // New starts a fake for the bot token (whose numeric prefix is BotID) and
 // closes it when the test ends.
 func New(t cleaner, token string) *Server {
@@ -128,6 +136,7 @@ func NewServer(token string) *Server {
 		reactions: make(map[msgKey][]string),
 		forums:    make(map[int64]bool),
 		topics:    make(map[msgKey]string),
+		drafts:    make(map[draftKey]string),
 		chats:     make(map[int64]map[string]any),
 		nextID:    100,
 		files:     make(map[string]hostedFile),
@@ -312,6 +321,8 @@ func (s *Server) answer(method string, form map[string]string, files map[string]
 		return s.sendMessage(form)
 	case "editMessageText":
 		return s.editMessageText(form)
+	case "sendMessageDraft":
+		return s.sendMessageDraft(form)
 	case "sendChatAction":
 		if _, f := chatID(form); f != nil {
 			return nil, f
@@ -401,6 +412,43 @@ func (s *Server) sendMessage(form map[string]string) (any, *Failure) {
 		msg["message_thread_id"], msg["is_topic_message"] = n, true
 	}
 	return msg, nil
+}
+
+// sendMessageDraft answers sendMessageDraft as the Bot API does: true,
+// after checking the chat is a private one (a positive id), draft_id a
+// non-zero integer and the text as sendMessage's. The refusals' descriptions
+// are this fake's own.
+func (s *Server) sendMessageDraft(form map[string]string) (any, *Failure) {
+	chat, f := chatID(form)
+	if f != nil {
+		return nil, f
+	}
+	if chat < 0 {
+		return nil, &Failure{Code: 400, Description: "Bad Request: draft messages can be sent to private chats only"}
+	}
+	if f := threadCheck(form); f != nil {
+		return nil, f
+	}
+	id, err := strconv.ParseInt(form["draft_id"], 10, 64)
+	if err != nil || id == 0 {
+		return nil, &Failure{Code: 400, Description: "Bad Request: invalid draft_id specified"}
+	}
+	text, f := visibleText(form)
+	if f != nil {
+		return nil, f
+	}
+	thread, _ := strconv.Atoi(form["message_thread_id"])
+	s.drafts[draftKey{chat, thread, id}] = text
+	return true, nil
+}
+
+// Draft returns the visible text of draft id in chat (thread 0: no topic),
+// as the last sendMessageDraft left it.
+func (s *Server) Draft(chat int64, thread int, id int64) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	text, ok := s.drafts[draftKey{chat, thread, id}]
+	return text, ok
 }
 
 func (s *Server) editMessageText(form map[string]string) (any, *Failure) {

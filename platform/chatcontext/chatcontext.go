@@ -1,0 +1,93 @@
+// Package chatcontext keeps the recent group messages a platform saw but did
+// not deliver (held back by a mention requirement, for example), so they
+// ride the next delivered message of their chat as its reference-only
+// context (the contract's supports_context, "Model B": a passive buffer,
+// never an extra platform API call).
+//
+// Memory is bounded: per chat the latest PerChat messages within
+// BytesPerChat bytes of text, for at most Chats chats (the least recently
+// used is forgotten first). Keys are the platform's; they name the tenant
+// as well as the chat, so a chat that changes tenants never shows one
+// tenant's messages to another.
+package chatcontext
+
+import (
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"connector/contract"
+)
+
+// Default bounds.
+const (
+	DefaultChats        = 1024
+	DefaultPerChat      = 20
+	DefaultBytesPerChat = 32 << 10
+)
+
+// Bounds limits a Log; zero fields take the defaults.
+type Bounds struct {
+	Chats        int // chats remembered
+	PerChat      int // messages per chat
+	BytesPerChat int // bytes of text per chat
+}
+
+// Log holds kept messages by chat key. It is safe for concurrent use; a
+// platform serializes the changes of one chat (its ingest order).
+type Log[K comparable] struct {
+	perChat, bytesPerChat int
+	byChat                *lru.Cache[K, []contract.ContextMessage]
+}
+
+// New returns an empty Log with bounds b.
+func New[K comparable](b Bounds) *Log[K] {
+	l := &Log[K]{perChat: b.PerChat, bytesPerChat: b.BytesPerChat}
+	chats := b.Chats
+	if chats <= 0 {
+		chats = DefaultChats
+	}
+	if l.perChat <= 0 {
+		l.perChat = DefaultPerChat
+	}
+	if l.bytesPerChat <= 0 {
+		l.bytesPerChat = DefaultBytesPerChat
+	}
+	l.byChat, _ = lru.New[K, []contract.ContextMessage](chats) // size > 0: cannot fail
+	return l
+}
+
+// Keep adds a message to chat k, dropping the oldest beyond the bounds. A
+// message without text is not kept: the gateway skips context without text.
+func (l *Log[K]) Keep(k K, msg contract.ContextMessage) {
+	if msg.Text == "" {
+		return
+	}
+	old, _ := l.byChat.Get(k)
+	kept := append(make([]contract.ContextMessage, 0, len(old)+1), old...)
+	kept = append(kept, msg)
+	size := 0
+	for i := len(kept) - 1; i >= 0; i-- {
+		size += len(kept[i].Text)
+		if len(kept)-i > l.perChat || size > l.bytesPerChat {
+			kept = kept[i+1:]
+			break
+		}
+	}
+	if len(kept) == 0 {
+		l.byChat.Remove(k)
+		return
+	}
+	l.byChat.Add(k, kept)
+}
+
+// Pending returns the messages kept for chat k, oldest first. The slice is
+// the Log's: read it, never change it.
+func (l *Log[K]) Pending(k K) []contract.ContextMessage {
+	kept, _ := l.byChat.Peek(k)
+	return kept
+}
+
+// Delivered forgets chat k's messages once a delivery carried them.
+func (l *Log[K]) Delivered(k K) { l.byChat.Remove(k) }
+
+// Len is the number of chats with kept messages.
+func (l *Log[K]) Len() int { return l.byChat.Len() }

@@ -1,0 +1,63 @@
+package chatcontext
+
+import (
+	"strings"
+	"testing"
+
+	"connector/contract"
+)
+
+func msg(text string) contract.ContextMessage {
+	return contract.ContextMessage{Text: text, Source: contract.ContextAuthor{UserName: "ada", UserID: "1"}}
+}
+
+// TestBounds: a chat keeps its latest PerChat messages within
+// BytesPerChat; messages without text are not kept; a delivery forgets
+// them; the least recently used chat goes beyond Chats.
+func TestBounds(t *testing.T) {
+	l := New[string](Bounds{})
+	for i := range DefaultPerChat + 5 {
+		l.Keep("c", msg(strings.Repeat("x", i+1)))
+	}
+	l.Keep("c", msg(""))
+	got := l.Pending("c")
+	if len(got) != DefaultPerChat || len(got[0].Text) != 6 || len(got[len(got)-1].Text) != DefaultPerChat+5 {
+		t.Fatalf("kept %d messages, first %d bytes, last %d", len(got), len(got[0].Text), len(got[len(got)-1].Text))
+	}
+	big := strings.Repeat("y", DefaultBytesPerChat/3+1)
+	for range 4 {
+		l.Keep("c", msg(big))
+	}
+	if got := l.Pending("c"); len(got) != 2 {
+		t.Fatalf("kept %d messages of %d bytes, want the 2 that fit in %d", len(got), len(big), DefaultBytesPerChat)
+	}
+	l.Delivered("c")
+	if got := l.Pending("c"); got != nil {
+		t.Fatalf("after delivery: %d messages", len(got))
+	}
+	// One message over the byte bound is not kept at all.
+	l.Keep("c", msg(strings.Repeat("z", DefaultBytesPerChat+1)))
+	if l.Len() != 0 {
+		t.Fatalf("an oversized message was kept")
+	}
+
+	small := New[int](Bounds{Chats: 2, PerChat: 1, BytesPerChat: 10})
+	small.Keep(1, msg("a"))
+	small.Keep(2, msg("b"))
+	small.Keep(1, msg("c")) // chat 1 is now the most recently used
+	small.Keep(3, msg("d"))
+	if small.Len() != 2 || small.Pending(2) != nil || len(small.Pending(1)) != 1 || small.Pending(1)[0].Text != "c" {
+		t.Fatalf("LRU of chats: 1=%v 2=%v 3=%v", small.Pending(1), small.Pending(2), small.Pending(3))
+	}
+}
+
+// TestKeysSeparateTenants: the same chat under two tenants' keys are two
+// chats.
+func TestKeysSeparateTenants(t *testing.T) {
+	type key struct{ tenant, chat string }
+	l := New[key](Bounds{})
+	l.Keep(key{"t1", "c"}, msg("for t1"))
+	if got := l.Pending(key{"t2", "c"}); got != nil {
+		t.Fatalf("t2 sees %v", got)
+	}
+}

@@ -1,0 +1,38 @@
+package discord
+
+import (
+	"connector/platform/chatcontext"
+	"connector/session"
+)
+
+// Channel context (supports_context, the contract's "Model B"): a guild
+// message of an admitted author that only the mention gates held back
+// (not_mentioned, mentions_others) is kept, from the MESSAGE_CREATE the
+// Gateway already delivered, as context of its channel (or thread) for the
+// tenant that owns the guild. The next message of that channel delivered
+// to the tenant carries the kept messages, oldest first, as its context
+// (an auto-threaded one too: the chatter came before its thread), and a
+// delivery the relay took forgets them. No message costs a REST call;
+// edits, DMs, bots' messages and channels the tenant's policy excludes are
+// never kept, nor anything of a tenant whose channel_context is off. Memory is bounded by package chatcontext (per channel the
+// latest 20 messages within 32 KiB, 1,024 channels) and per instance.
+
+// contextKey names a channel (or thread) of a tenant.
+type contextKey struct {
+	tenant  string
+	channel string
+}
+
+func newChannelContext() *chatcontext.Log[contextKey] {
+	return chatcontext.New[contextKey](chatcontext.Bounds{})
+}
+
+// attachContext sets the kept messages of k as t's context and reports
+// whether there were any. A DM or an interrupt carries none.
+func (p *Platform) attachContext(k contextKey, t *turn) bool {
+	if t.interrupt || t.ev.Source.ChatType == session.ChatTypeDM {
+		return false
+	}
+	t.ev.Context = p.channelContext.Pending(k)
+	return len(t.ev.Context) > 0
+}

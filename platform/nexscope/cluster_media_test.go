@@ -1,0 +1,95 @@
+package nexscope
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"connector/contract"
+	"connector/internal/redistest"
+	"connector/media"
+	"connector/media/mediatest"
+	"connector/platform"
+)
+
+// TestClusterSendMediaAtHome: a gateway's send_media through an instance
+// that is not the room's home is executed by the home, which opens the
+// source itself: a re-host uploaded to the home and a public URL reach a
+// member on the first instance byte-exact; a re-host stored only on the
+// first instance fails there with unavailable and sends nothing.
+func TestClusterSendMediaAtHome(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	stores := map[string]*media.Store{}
+	withMedia := func(name string) func(*platform.Deps) {
+		return func(d *platform.Deps) {
+			s, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test", AllowPrivateURLs: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stores[name], d.Media = s, s
+		}
+	}
+	ins := []*instance{
+		startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, withMedia("i0")),
+		startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, withMedia("i1")),
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice", "hermes")
+
+	const size = 300_000
+	put := func(in *instance, seed uint64) string {
+		t.Helper()
+		info, err := stores[in.name].Put("t1", mediatest.Content(seed, size), "application/pdf", "spec.pdf")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "http://connector.test/relay/media/" + info.ID
+	}
+	public := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "image/png")
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		_, _ = io.Copy(w, mediatest.Content(33, size))
+	}))
+	t.Cleanup(public.Close)
+	sendMedia := func(url string) contract.Result {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		return edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+			MediaKind: "document", SourceURL: url, Content: "the file"})
+	}
+
+	for name, c := range map[string]struct {
+		url  string
+		seed uint64
+	}{
+		"a re-host on the home": {put(home, 31), 31},
+		"a public URL":          {public.URL + "/pic.png", 33},
+	} {
+		want, _ := mediatest.SHA256(mediatest.Content(c.seed, size))
+		got := receiveFileStreaming(alice)
+		res := sendMedia(c.url)
+		if !res.Success || res.MessageID == "" {
+			t.Fatalf("%s: send_media through the edge = %+v", name, res)
+		}
+		r := <-got
+		if r.err != nil || r.bytes != size || r.sha256 != want || r.start["msgId"] != res.MessageID {
+			t.Fatalf("%s: alice received %d bytes sha256 %s (%v), file-start %v; want %d bytes %s",
+				name, r.bytes, r.sha256, r.err, r.start, size, want)
+		}
+	}
+
+	res := sendMedia(put(edge, 32))
+	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "stored on this instance") {
+		t.Fatalf("send_media of the edge's re-host = %+v, want unavailable", res)
+	}
+	alice.sendJSON(map[string]any{"type": "ping"})
+	if f := alice.next(); f["type"] != "pong" {
+		t.Fatalf("alice got %v after a refused send_media", f)
+	}
+}
