@@ -20,6 +20,7 @@ import (
 
 	"connector/admin"
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/media"
 	"connector/platform"
 	"connector/registry"
@@ -310,7 +311,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 			instance = host + "-" + randomSecret()[:8]
 		}
 		deps.Exclusive = func(ctx context.Context, name string, run func(context.Context) error) error {
-			return store.RunExclusive(ctx, deps.Time(), st.Leases(), "ingest/"+name, instance, leaseTTL, run)
+			return store.RunExclusive(ctx, clock.System, st.Leases(), "ingest/"+name, instance, leaseTTL, run)
 		}
 		// nexscope rooms: a home per room under such a lease, the other
 		// instances proxying their members to it.

@@ -22,7 +22,6 @@ import (
 	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/fairshare"
-	"connector/session"
 	"connector/vault"
 )
 
@@ -107,13 +106,14 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		return nil, errors.New("discord: deps.Vault is required (interaction tokens live there)")
 	}
 	cfg = cfg.withDefaults()
+	deps = deps.WithDefaults()
 	pub, _ := decodePublicKey(cfg.PublicKey) // validated above
 	p := &Platform{
 		cfg:      cfg,
-		log:      deps.Log,
-		clock:    deps.Time(),
-		now:      deps.Time().Now,
-		metrics:  deps.M(),
+		log:      deps.Log.With("platform", platformName),
+		clock:    deps.Clock,
+		now:      deps.Clock.Now,
+		metrics:  deps.Metrics,
 		key:      deps.Key,
 		vault:    deps.Vault,
 		deps:     deps,
@@ -121,17 +121,10 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		fallback: newPolicy(TenantConfig{}),
 		slots:    make(chan struct{}, maxProcessing),
 	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	p.log = p.log.With("platform", platformName)
 	guilds := maps.Clone(cfg.Guilds)
 	p.guilds.Store(&guilds)
 	p.authors.Store(&map[string]string{})
 	p.spoke = newSpokeIn(maxSpokeIn)
-	if p.key == nil {
-		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
-	}
 	weights := make(map[string]int, len(cfg.Tenants))
 	p.SetRelevance(nil)
 	for name, tc := range cfg.Tenants {

@@ -20,7 +20,6 @@ import (
 	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/fairshare"
-	"connector/session"
 )
 
 // Platform is the shared Telegram bot. Build it with New.
@@ -81,27 +80,21 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	deps = deps.WithDefaults()
 	p := &Platform{
 		cfg:       cfg,
-		log:       deps.Log,
+		log:       deps.Log.With("platform", platformName),
 		deps:      deps,
 		key:       deps.Key,
-		metrics:   deps.M(),
-		clock:     deps.Time(),
-		now:       deps.Time().Now,
+		metrics:   deps.Metrics,
+		clock:     deps.Clock,
+		now:       deps.Clock.Now,
 		policies:  make(map[string]*policy, len(cfg.Tenants)),
 		observed:  newObservedLog(),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
 		callbacks: make(chan string, 256),
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	p.log = p.log.With("platform", platformName)
-	if p.key == nil {
-		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
 	}
 	chats := make(map[int64]string, len(cfg.Chats))
 	for chat, tenant := range cfg.Chats {
