@@ -62,7 +62,6 @@ type Platform struct {
 	seen    *dedupe
 	gw      *gateway
 	cmds    *commandSync
-	ops     map[string]opHandler
 	// policies are the tenants' policies, from Config.Tenants and the
 	// relevance their gateways declared (SetRelevance).
 	policies atomic.Pointer[map[string]*policy]
@@ -140,7 +139,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	for i := range p.queues {
 		p.queues[i] = make(chan ingestItem, ingestQueueDepth)
 	}
-	p.ops = p.handlers()
 	p.cmds = newCommandSync(p)
 	if err := p.newSession(); err != nil {
 		return nil, err
@@ -194,7 +192,7 @@ func (p *Platform) Name() string { return platformName }
 // Descriptor implements platform.Platform; supported_ops are the keys of the
 // egress handler table.
 func (p *Platform) Descriptor() descriptor.Descriptor {
-	return descriptor.Discord(slices.Sorted(maps.Keys(p.ops)))
+	return descriptor.Discord(ops.Names())
 }
 
 // Status implements platform.Platform.

@@ -90,7 +90,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 			r.home.Store(true) // a single instance hosts every room
 		}
 	}
-	p.desc = descriptor.Nexscope(supportedOps(), cfg.MaxText)
+	p.desc = descriptor.Nexscope(egress.Names(), cfg.MaxText)
 	return p, nil
 }
 

@@ -116,7 +116,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(),
 		Clock: p.clock,
 	})
-	p.desc = descriptor.Telegram(supportedOps())
+	p.desc = descriptor.Telegram(handlers.Names())
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
 	p.transport.MaxIdleConnsPerHost = 32
@@ -216,15 +216,6 @@ func newScrubber(token, webhookSecret string) *strings.Replacer {
 		pairs = append(pairs, webhookSecret, "[redacted]")
 	}
 	return strings.NewReplacer(pairs...)
-}
-
-// supportedOps lists the egress handler table's ops.
-func supportedOps() []string {
-	ops := make([]string, 0, len(handlers))
-	for op := range handlers {
-		ops = append(ops, op)
-	}
-	return ops
 }
 
 // errorText is err's text for logs and results, secrets removed.
