@@ -198,9 +198,14 @@ type Config struct {
 	Instance string `yaml:"-"`
 	// LeaseTTL is how long a tenant's lease lasts unless renewed (every
 	// third of it): the bound on a takeover after its holder died. Zero
-	// means 5 s.
+	// means DefaultLeaseTTL.
 	LeaseTTL time.Duration `yaml:"-"`
 }
+
+// DefaultLeaseTTL is Config.LeaseTTL's default, and store.lease_ttl's: the
+// connector runs every lease it takes (tenants, ingest, nexscope rooms) on
+// one TTL.
+const DefaultLeaseTTL = 5 * time.Second
 
 func (c *Config) setDefaults() {
 	if c.Bus == nil {
@@ -230,7 +235,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.MaxConnsPerGateway, 16)
 	orDefault(&c.CloseTimeout, 2*time.Second)
 	orDefault(&c.SessionOwners, 100_000)
-	orDefault(&c.LeaseTTL, 5*time.Second)
+	orDefault(&c.LeaseTTL, DefaultLeaseTTL)
 }
 
 // orDefault sets *v to def when it is zero or negative.

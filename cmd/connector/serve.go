@@ -198,9 +198,9 @@ func randomSecret() string {
 // both formats.
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
-	_ = level.UnmarshalText([]byte(orDefault(c.Level, "info")))
+	_ = level.UnmarshalText([]byte(cmp.Or(c.Level, "info")))
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationAsString}
-	format := orDefault(c.Format, "auto")
+	format := cmp.Or(c.Format, "auto")
 	if format == "auto" {
 		format = "json"
 		if f, ok := w.(*os.File); ok {
@@ -222,13 +222,6 @@ func durationAsString(_ []string, a slog.Attr) slog.Attr {
 		a.Value = slog.StringValue(a.Value.Duration().String())
 	}
 	return a
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // connector is everything serve runs, built from a config but not yet
@@ -266,9 +259,6 @@ func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
 	return st, nil
 }
 
-// defaultLeaseTTL is store.lease_ttl's default.
-const defaultLeaseTTL = 5 * time.Second
-
 // storeOpenTimeout bounds opening the store (reaching Redis).
 const storeOpenTimeout = 30 * time.Second
 
@@ -291,7 +281,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	tenants := relayTenants(effective)
 	keys := newSessionKeys(tenants)
 	m := newMetrics()
-	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, defaultLeaseTTL)
+	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, relay.DefaultLeaseTTL)
 	deps, err := platformDeps(cfg, log, st, keys, m, leaseTTL)
 	if err != nil {
 		return nil, err
