@@ -17,6 +17,8 @@
 //	DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}
 //	PUT    /admin/v1/tenants/{tenant}/bindings                 {"platform", "kind", "id"}
 //	DELETE /admin/v1/tenants/{tenant}/bindings                 {"platform", "kind", "id"}
+//	PUT    /admin/v1/tenants/{tenant}/gateways/{gateway}/wake  {"url"} (empty: none) the gateway's wake URL
+//	POST   /admin/v1/tenants/{tenant}/enroll-tokens            {"ttl"?: "24h"} -> {"token", "expires"} for hermes gateway enroll
 //
 // Errors are {"error": "..."} with 400 (malformed), 401 (token), 404
 // (unknown tenant, gateway or binding), 409 (exists, declared in the YAML,
@@ -106,6 +108,8 @@ func New(cfg Config) (*Handler, error) {
 	h.change("DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}", "delete_gateway", h.deleteGateway)
 	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", h.bind)
 	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", h.unbind)
+	h.change("PUT /admin/v1/tenants/{tenant}/gateways/{gateway}/wake", "set_wake", h.setWake)
+	h.change("POST /admin/v1/tenants/{tenant}/enroll-tokens", "mint_enroll_token", h.mintEnrollToken)
 	return h, nil
 }
 
@@ -337,6 +341,8 @@ type GatewayView struct {
 	// of those that have one (RFC 3339).
 	Secrets       int      `json:"secrets"`
 	SecretsExpire []string `json:"secrets_expire,omitempty"`
+	// WakeURL is the gateway's wake URL, if it registered one.
+	WakeURL string `json:"wake_url,omitempty"`
 }
 
 // BindingView is one binding.
@@ -354,6 +360,11 @@ func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	wakes, err := h.cfg.Registry.Wakes(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	views := map[string]*TenantView{}
 	layer := func(s registry.State, source string) {
 		for _, t := range s.Tenants {
@@ -363,7 +374,7 @@ func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, g := range s.Gateways {
 			if v := views[g.Tenant]; v != nil && !slices.ContainsFunc(v.Gateways, func(x GatewayView) bool { return x.ID == g.ID }) {
-				gv := GatewayView{ID: g.ID, Source: source, Secrets: len(g.Secrets)}
+				gv := GatewayView{ID: g.ID, Source: source, Secrets: len(g.Secrets), WakeURL: wakes[g.ID]}
 				for _, s := range g.Secrets {
 					if !s.Expires.IsZero() {
 						gv.SecretsExpire = append(gv.SecretsExpire, s.Expires.UTC().Format(time.RFC3339))

@@ -385,6 +385,9 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			if _, err := r.kv.Delete(ctx, nsGateways, g.ID); err != nil {
 				return err
 			}
+			if _, err := r.kv.Delete(ctx, nsWake, g.ID); err != nil {
+				return err
+			}
 		}
 	}
 	for _, b := range stored.Bindings {
@@ -484,6 +487,9 @@ func (r *Registry) DeleteGateway(ctx context.Context, tenant, id string) error {
 		return err
 	}
 	_, err := r.kv.Delete(ctx, nsGateways, id)
+	if err == nil {
+		_, err = r.kv.Delete(ctx, nsWake, id)
+	}
 	r.notify(ctx)
 	return err
 }

@@ -91,6 +91,7 @@ import (
 	"connector/relay/ledger"
 	"connector/session"
 	"connector/store"
+	"connector/wake"
 )
 
 // Tenant is one customer of the connector: its gateways and the session-key
@@ -196,6 +197,17 @@ type Config struct {
 	// and the others forward to it (cluster.go). Empty means this instance
 	// is the store's only user.
 	Instance string `yaml:"-"`
+	// Away, when set, is called when an inbound is buffered for a tenant
+	// none of whose connections can take it (none is live, or every one
+	// went idle): the wake poke (package wake). On the instance driving
+	// the tenant; with the ledger's mutex held, so it must not block.
+	Away func(tenant string) `yaml:"-"`
+	// WakeCooldown is the least time between two wake pokes of one
+	// gateway: the GET the connector sends to a gateway's registered wake
+	// URL when inbound is buffered for its tenant and none of the tenant's
+	// gateways is connected (docs/operations.md). It holds across every
+	// instance sharing the store. Zero means 60s.
+	WakeCooldown time.Duration `yaml:"wake_cooldown"`
 	// LeaseTTL is how long a tenant's lease lasts unless renewed (every
 	// third of it): the bound on a takeover after its holder died. Zero
 	// means DefaultLeaseTTL.
@@ -236,6 +248,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.CloseTimeout, 2*time.Second)
 	orDefault(&c.SessionOwners, 100_000)
 	orDefault(&c.LeaseTTL, DefaultLeaseTTL)
+	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
 }
 
 // orDefault sets *v to def when it is zero or negative.
@@ -361,6 +374,7 @@ func newServer(cfg Config) (*Server, error) {
 		SessionOwners: cfg.SessionOwners,
 		Shared:        cfg.Instance != "",
 		Owned:         s.ownedHook(),
+		Unserved:      cfg.Away,
 		Now:           cfg.Clock.Now,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,

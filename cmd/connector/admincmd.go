@@ -33,6 +33,9 @@ const adminUsage = `subcommands:
   gateway add TENANT GATEWAY               create a gateway; prints its secret, shown once
   gateway rotate TENANT GATEWAY [GRACE]    new secret; the old ones stay valid for GRACE (default 1h; 0s: end now)
   gateway rm TENANT GATEWAY                delete a gateway: its sockets close 4401, later upgrades are refused
+  gateway wake TENANT GATEWAY [URL]        set the gateway's wake URL (http/https), poked when inbound waits for it;
+                                           without URL: remove it
+  enroll-token TENANT [TTL]                a single-use token for hermes gateway enroll (default TTL 24h), shown once
   bind TENANT PLATFORM KIND ID             route to the tenant: discord guild or user, telegram chat, nexscope room
   unbind TENANT PLATFORM KIND ID           remove that route
   session TENANT KEY=VALUE...              set the session settings: group_sessions_per_user, thread_sessions_per_user
@@ -77,6 +80,9 @@ type adminCall struct {
 	// secret is set for calls that answer a new secret, printed as
 	// environment lines for the gateway.
 	secret bool
+	// enrollToken is set for a call that answers an enrollment token,
+	// printed as the environment line hermes gateway enroll reads.
+	enrollToken bool
 }
 
 // adminRequest turns the command line into a request.
@@ -115,6 +121,19 @@ func adminRequest(args []string) (adminCall, error) {
 		return adminCall{method: http.MethodPost, path: tenants + "/" + at(args, 1) + "/gateways/" + at(args, 2) + "/rotate", secret: true}, n(3)
 	case "gateway rm":
 		return adminCall{method: http.MethodDelete, path: tenants + "/" + at(args, 1) + "/gateways/" + at(args, 2)}, n(3)
+	case "gateway wake":
+		if len(args) == 4 {
+			return adminCall{method: http.MethodPut, path: tenants + "/" + args[1] + "/gateways/" + args[2] + "/wake", body: map[string]string{"url": args[3]}}, nil
+		}
+		return adminCall{method: http.MethodPut, path: tenants + "/" + at(args, 1) + "/gateways/" + at(args, 2) + "/wake", body: map[string]string{"url": ""}}, n(3)
+	case "enroll-token":
+		if len(args) == 3 {
+			if _, err := time.ParseDuration(args[2]); err != nil {
+				return adminCall{}, fmt.Errorf("ttl %q: want a duration such as 24h", args[2])
+			}
+			return adminCall{method: http.MethodPost, path: tenants + "/" + args[1] + "/enroll-tokens", body: map[string]string{"ttl": args[2]}, enrollToken: true}, nil
+		}
+		return adminCall{method: http.MethodPost, path: tenants + "/" + at(args, 1) + "/enroll-tokens", enrollToken: true}, n(2)
 	case "bind", "unbind":
 		method := http.MethodPut
 		if sub == "unbind" {
@@ -201,6 +220,13 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 		if s.PreviousValidUntil != "" {
 			fmt.Fprintf(stderr, "the previous secrets stay valid until %s\n", s.PreviousValidUntil)
 		}
+		return 0
+	}
+	if c.enrollToken {
+		var e struct{ Token, Expires string }
+		_ = json.Unmarshal(data, &e)
+		fmt.Fprintf(stdout, "GATEWAY_RELAY_ENROLL_TOKEN=%s\n", e.Token)
+		fmt.Fprintf(stderr, "single use, valid until %s: hermes gateway enroll --token <it> --connector-url <this connector's /relay URL>\n", e.Expires)
 		return 0
 	}
 	if len(data) > 0 {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"connector/enroll"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
 	"connector/platform/telegram"
@@ -55,6 +56,10 @@ type Config struct {
 	// Media bounds the media store (uploads for send_media, re-hosted
 	// inbound attachments) and says where gateways reach it.
 	Media MediaConfig `yaml:"media"`
+	// Enroll verifies the identity tokens of the Hermes gateway's
+	// credential routes, POST /relay/enroll and POST /relay/provision
+	// (docs/operations.md).
+	Enroll enroll.Config `yaml:"enroll"`
 	// Tenants are the customers of the connector and their gateways.
 	Tenants []TenantConfig `yaml:"tenants"`
 

@@ -27,6 +27,7 @@ import (
 	"connector/relay"
 	"connector/store"
 	"connector/vault"
+	"connector/wake"
 )
 
 // serveCmd runs the connector until SIGINT or SIGTERM.
@@ -246,6 +247,8 @@ type connector struct {
 	// media is the media store (nil without media.dir); run sweeps its
 	// expired objects every minute.
 	media *media.Store
+	// poker sends the wake pokes; run waits for those under way.
+	poker *wake.Poker
 }
 
 // openStore opens the store cfg.Store selects.
@@ -299,12 +302,17 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	if deps.Cluster != nil {
 		rc.Instance = deps.Cluster.Instance
 	}
+	poker, err := newPoker(cfg, reg, st, rc.Instance, log, m.reg)
+	if err != nil {
+		return nil, err
+	}
+	rc.Away = poker.Away
 	srv, err := relay.New(rc)
 	if err != nil {
 		return nil, err
 	}
 	m.watchLedger(srv)
-	c := &connector{cfg: cfg, log: log, metrics: m, platforms: platforms, relay: srv}
+	c := &connector{cfg: cfg, log: log, metrics: m, platforms: platforms, relay: srv, poker: poker}
 	c.live = newLive(reg, srv, platforms, keys, log, m)
 	if err := c.live.apply(rctx); err != nil {
 		_ = srv.Shutdown(rctx)
@@ -328,6 +336,14 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	}
 	mux := publicMux(srv, platforms, mediaRoutes)
 	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
+	credentials, err := c.credentialRoutes(reg)
+	if err != nil {
+		_ = srv.Shutdown(rctx)
+		return nil, err
+	}
+	for pattern, h := range credentials {
+		mux.Handle(pattern, h)
+	}
 	c.handler = mux
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil
@@ -555,6 +571,7 @@ func (c *connector) shutdown(public *http.Server, stopIngest func()) {
 		c.log.Warn("relay shutdown incomplete", "err", err)
 	}
 	wg.Wait()
+	c.poker.Wait()
 	c.log.Info("connector stopped")
 }
 

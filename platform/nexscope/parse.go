@@ -166,12 +166,14 @@ func keyIs(key []byte, name string) bool {
 }
 
 // stringValue returns the contents of a raw JSON string without copying when
-// it has no escapes; ok is false when raw is not a string.
+// it has no escapes and is valid UTF-8; otherwise it decodes it as
+// encoding/json does (each invalid byte becomes U+FFFD). ok is false when raw
+// is not a string.
 func stringValue(raw []byte) (s []byte, ok bool) {
 	if len(raw) < 2 || raw[0] != '"' {
 		return nil, false
 	}
-	if bytes.IndexByte(raw, '\\') < 0 {
+	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
 		return raw[1 : len(raw)-1], true
 	}
 	str, ok := jsonString(raw)

@@ -175,6 +175,11 @@ type Config struct {
 	// the entry's chat. It is called with the ledger's mutex held: it must
 	// not block nor call into the Ledger.
 	Owned func(tenant string, c Consumer, sessionKey, chatID string)
+	// Unserved, when set, is called when an entry comes into the ledger
+	// (Append, or Tail) that no attached consumer serves: it is buffered
+	// until a gateway connects (the wake poke). It is called with the
+	// ledger's mutex held: it must not block nor call into the Ledger.
+	Unserved func(tenant string)
 	// Shared is set when several instances append to the store: Append
 	// then only stores, and entries come into a ledger through Tail alone,
 	// run by the one instance driving the tenant. Recover is not used.
@@ -397,6 +402,7 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	}
 	l.dispatchLocked()
 	if e != nil {
+		l.noteUnservedLocked(e)
 		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 	}
 	l.mu.Unlock()
@@ -613,6 +619,20 @@ func (l *Ledger) dispatchLocked() {
 	}
 	clear(l.pending[len(keep):])
 	l.pending = keep
+}
+
+// noteUnservedLocked calls Config.Unserved once if one of entries is still
+// in the ledger, waiting, with no attached consumer serving its platform.
+func (l *Ledger) noteUnservedLocked(entries ...*entry) {
+	if l.pool.cfg.Unserved == nil {
+		return
+	}
+	for _, e := range entries {
+		if e.seat == nil && l.byID[e.id] == e && l.pickLocked(e) == nil {
+			l.pool.cfg.Unserved(l.tenant)
+			return
+		}
+	}
 }
 
 // pickLocked returns the consumer for e: the session's owner while it is
@@ -905,14 +925,17 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			entries[i] = l.newEntry(recs[i].Seq, &recs[i])
 		}
 		l.mu.Lock()
+		fresh := entries[:0]
 		for _, e := range entries {
 			if l.byID[e.id] == nil {
 				l.insertLocked(e)
+				fresh = append(fresh, e)
 				n++
 			}
 		}
 		l.boundLocked()
 		l.dispatchLocked()
+		l.noteUnservedLocked(fresh...)
 		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 		l.mu.Unlock()
 		l.readPos = recs[len(recs)-1].Seq

@@ -841,3 +841,50 @@ func TestOwnedReportsEachSessionsConsumer(t *testing.T) {
 		}
 	}
 }
+
+// TestUnservedReportsBufferedEntriesNoConsumerServes: Config.Unserved hears
+// of an entry that waits because no attached consumer serves it (none is
+// attached, the one there went idle, or it serves another platform), and
+// not of one a consumer takes or one held back only by a full window; a
+// Tail that takes waiting records in reports too.
+func TestUnservedReportsBufferedEntriesNoConsumerServes(t *testing.T) {
+	var calls []string
+	r := newRig(t, func(c *Config) {
+		c.AckWindow = 1
+		c.Unserved = func(tenant string) { calls = append(calls, tenant) }
+	})
+	r.add(t, "s1", "nobody")
+	want(t, "with no consumer", calls, "t1")
+
+	a := &fakeConsumer{}
+	r.Serve(a, "discord")
+	calls = nil
+	r.add(t, "s2", "taken")
+	r.add(t, "s3", "window full")
+	want(t, "with a live consumer", calls)
+
+	tg := &fakeConsumer{}
+	r.Detach(a)
+	r.Serve(tg, "telegram")
+	calls = nil
+	r.add(t, "s4", "discord only")
+	want(t, "with a consumer of another platform", calls, "t1")
+
+	b := &fakeConsumer{}
+	r.Serve(b, "discord")
+	r.Idle(b)
+	calls = nil
+	r.add(t, "s5", "idle")
+	want(t, "with an idle consumer", calls, "t1")
+
+	// After a restart, recovered entries nobody serves are reported.
+	r.pool.Close(context.Background())
+	calls = nil
+	again := newRigOn(t, r.store, r.clock, func(c *Config) {
+		c.Unserved = func(tenant string) { calls = append(calls, tenant) }
+	})
+	if _, err := again.pool.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want(t, "on recovery", calls, "t1")
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"connector/enroll"
+	"connector/idtoken"
+	"connector/registry"
+	"connector/store"
+	"connector/wake"
+)
+
+// This file wires the Hermes gateway's credential routes (POST
+// /relay/enroll, POST /relay/provision; package enroll) and the wake poke
+// (package wake) into the connector.
+
+// credentialRoutes returns the enroll package's routes for the public mux,
+// verifying identity tokens with the enroll section's key (the routes
+// answer 404 without one).
+func (c *connector) credentialRoutes(reg *registry.Registry) (map[string]http.Handler, error) {
+	var v *idtoken.Verifier
+	if ec := c.cfg.Enroll; ec.PublicKeyFile != "" {
+		key, err := idtoken.LoadPublicKey(ec.PublicKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
+		}
+		if v, err = idtoken.New(idtoken.Config{Key: key, Issuer: ec.Issuer, Audience: ec.Audience, TenantClaim: ec.TenantClaim}); err != nil {
+			return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
+		}
+	}
+	names := make([]string, len(c.platforms))
+	for i, p := range c.platforms {
+		names[i] = p.Name()
+	}
+	h := enroll.New(enroll.HandlerConfig{Verifier: v, Registry: reg, Platforms: names, Apply: c.live.apply, Log: c.log, Metrics: c.live.metrics})
+	return h.Routes(), nil
+}
+
+// newPoker returns the wake poker of a connector on st: its cooldown is
+// relay.wake_cooldown, held across the instances sharing st.
+func newPoker(cfg *Config, reg *registry.Registry, st store.Store, instance string, log *slog.Logger, promReg *prometheus.Registry) (*wake.Poker, error) {
+	pokes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "connector_wake_pokes_total",
+		Help: "Wake pokes sent to gateways' wake URLs, by result: ok, http_error (4xx/5xx), unreachable, store_error (the registry or the cooldown lease could not be read)."},
+		[]string{"result"})
+	promReg.MustRegister(pokes)
+	for _, r := range []string{wake.ResultOK, wake.ResultHTTPError, wake.ResultUnreachable, wake.ResultStoreError} {
+		pokes.WithLabelValues(r)
+	}
+	return wake.New(wake.Config{
+		Targets: reg.WakeTargets, Leases: st.Leases(), Instance: instance, Cooldown: cfg.Relay.WakeCooldown,
+		Log: log, Metrics: wakeMetrics{pokes},
+	})
+}
+
+// wakeMetrics implements wake.Metrics.
+type wakeMetrics struct{ pokes *prometheus.CounterVec }
+
+// WakePoke implements wake.Metrics.
+func (m wakeMetrics) WakePoke(result string) { m.pokes.WithLabelValues(result).Inc() }

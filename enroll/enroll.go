@@ -1,0 +1,365 @@
+// Package enroll serves the Hermes gateway's credential routes (contract
+// §3.3, §6.1): POST /relay/enroll, where `hermes gateway enroll` trades a
+// single-use enrollment token for a per-gateway secret, and POST
+// /relay/provision, where a managed gateway mints its own secret at boot,
+// once per fronted platform under one gateway id.
+//
+// Both authenticate the caller with an identity token (package idtoken: a
+// JWT signed RS256 by the authority whose public key Config.PublicKeyFile
+// holds); its tenant claim is the tenant, never the body. Without a key
+// both routes answer 404. Enroll also needs the enrollment token, which
+// must be the same tenant's (minted by the admin API). Provision needs the
+// tenant to exist already (the operator onboards it), is idempotent (the
+// same gateway id answers the same secret), binds the body's routeKeys to
+// the tenant on the body's platform and registers (or, when absent,
+// clears) the wake URL.
+//
+// Answers are JSON: 200 {"secret", "deliveryKey", "tenant", "gatewayId"}
+// (provision adds "routeKeys", the bindings as the connector spells them;
+// "deliveryKey" is empty: inbound rides the authenticated socket and is
+// not signed), or {"error"} with 400 (malformed body, unknown platform,
+// bad route key or wake URL), 401 (identity token), 403 (enrollment token;
+// tenant not onboarded), 404 (not configured), 409 (gateway id or route
+// key held by another tenant, or declared in the YAML) or 500. Every
+// request is logged (who: tenant and token subject; what: gateway,
+// platform, route-key count, wake host; never a secret or token) and
+// counted.
+package enroll
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+
+	"connector/idtoken"
+	"connector/platform"
+	"connector/registry"
+	"connector/wake"
+)
+
+// Config is the enroll section of the connector's config file: how the
+// identity tokens of /relay/enroll and /relay/provision are verified.
+type Config struct {
+	// PublicKeyFile is the PEM RSA public key (PUBLIC KEY, RSA PUBLIC KEY
+	// or CERTIFICATE) of the authority that signs the gateways' identity
+	// tokens (RS256 JWTs: the managed platform's, or your own OIDC
+	// provider's). Unset, /relay/enroll and /relay/provision answer 404.
+	PublicKeyFile string `yaml:"public_key_file"`
+	// Issuer is the iss claim identity tokens must carry; unset, any.
+	Issuer string `yaml:"issuer"`
+	// Audience is the aud claim (or one of them) identity tokens must
+	// carry; unset, any.
+	Audience string `yaml:"audience"`
+	// TenantClaim names the identity token's claim that carries the tenant
+	// id. Default tid.
+	TenantClaim string `yaml:"tenant_claim"`
+}
+
+// Metrics counts requests.
+type Metrics interface {
+	// AdminChange counts one request: op is relay_enroll or
+	// relay_provision, outcome ok or the error class (unauthorized,
+	// forbidden, invalid, not_configured, conflict, error).
+	AdminChange(op, outcome string)
+}
+
+// HandlerConfig configures the Handler.
+type HandlerConfig struct {
+	// Verifier checks identity tokens; nil answers 404 (not configured).
+	Verifier *idtoken.Verifier
+	// Registry is where gateways, bindings and wake URLs go.
+	Registry *registry.Registry
+	// Platforms are the names of the platforms this connector fronts; a
+	// provision for another (but "relay") is refused.
+	Platforms []string
+	// Apply applies the registry to this instance before the answer.
+	Apply func(ctx context.Context) error
+	// Log receives one line per request; nil discards.
+	Log *slog.Logger
+	// Metrics counts requests; nil discards.
+	Metrics Metrics
+}
+
+// Handler serves the two routes.
+type Handler struct{ cfg HandlerConfig }
+
+// New returns the Handler.
+func New(cfg HandlerConfig) *Handler {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = nopMetrics{}
+	}
+	if cfg.Apply == nil {
+		cfg.Apply = func(context.Context) error { return nil }
+	}
+	return &Handler{cfg: cfg}
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) AdminChange(string, string) {}
+
+// Routes maps the routes' patterns to their handlers, for the public mux.
+func (h *Handler) Routes() map[string]http.Handler {
+	return map[string]http.Handler{
+		"POST /relay/enroll":    h.route("relay_enroll", h.enroll),
+		"POST /relay/provision": h.route("relay_provision", h.provision),
+	}
+}
+
+// MaxRouteKeys bounds the routeKeys of one provision.
+const MaxRouteKeys = 1000
+
+// Bounds of a request body, and of the caller-given ids logged.
+const (
+	maxBodyBytes  = 64 << 10
+	maxLogIDBytes = 128
+)
+
+// request is one authenticated request: its verified caller and the log
+// attributes the route adds.
+type request struct {
+	r      *http.Request
+	caller idtoken.Claims
+	what   []any
+}
+
+// failure is a refused request: its status and outcome label.
+type failure struct {
+	status  int
+	outcome string
+	msg     string
+}
+
+func (f *failure) Error() string { return f.msg }
+
+func fail(status int, outcome, format string, args ...any) *failure {
+	return &failure{status: status, outcome: outcome, msg: fmt.Sprintf(format, args...)}
+}
+
+// route authenticates the caller, runs do, applies the registry on
+// success, logs, counts and answers.
+func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req := &request{r: r}
+		var body any
+		err := h.authenticate(req)
+		if err == nil {
+			r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+			body, err = do(req)
+		}
+		if err == nil {
+			if aerr := h.cfg.Apply(r.Context()); aerr != nil {
+				h.cfg.Log.Warn("relay credential change stored but not applied here yet", "op", op, "err", aerr)
+			}
+		}
+		f := classify(err)
+		h.cfg.Metrics.AdminChange(op, f.outcome)
+		args := append([]any{"op", op, "outcome", f.outcome, "tenant", req.caller.Tenant, "subject", req.caller.Subject, "remote", r.RemoteAddr}, req.what...)
+		if err != nil {
+			args = append(args, "err", err)
+		}
+		h.cfg.Log.Info("relay credential request", args...)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		if err != nil {
+			if f.status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
+			}
+			w.WriteHeader(f.status)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": f.msg})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(body)
+	})
+}
+
+// authenticate verifies the bearer identity token into req.caller.
+func (h *Handler) authenticate(req *request) error {
+	if h.cfg.Verifier == nil {
+		return fail(http.StatusNotFound, "not_configured", "enrollment is not configured on this connector (enroll.public_key_file)")
+	}
+	token, ok := strings.CutPrefix(req.r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return fail(http.StatusUnauthorized, "unauthorized", "caller identity: send Authorization: Bearer <identity token>")
+	}
+	claims, err := h.cfg.Verifier.Verify(strings.TrimSpace(token))
+	if err != nil {
+		return fail(http.StatusUnauthorized, "unauthorized", "caller identity: %v", err)
+	}
+	req.caller = claims
+	return nil
+}
+
+// classify maps an error to its status and outcome.
+func classify(err error) *failure {
+	var f *failure
+	switch {
+	case err == nil:
+		return &failure{status: http.StatusOK, outcome: "ok"}
+	case errors.As(err, &f):
+		return f
+	case errors.Is(err, registry.ErrEnrollToken):
+		return fail(http.StatusForbidden, "forbidden", "%v", err)
+	case errors.Is(err, registry.ErrNotFound):
+		return fail(http.StatusForbidden, "forbidden", "tenant is not onboarded on this connector (ask its operator)")
+	case errors.Is(err, registry.ErrInvalid):
+		return fail(http.StatusBadRequest, "invalid", "%v", err)
+	case errors.Is(err, registry.ErrConflict), errors.Is(err, registry.ErrDeclared), errors.Is(err, registry.ErrExists):
+		return fail(http.StatusConflict, "conflict", "%v", err)
+	}
+	return fail(http.StatusInternalServerError, "error", "%v", err)
+}
+
+// decode reads the JSON body into v; unknown fields are ignored (the
+// gateway's body grows additively).
+func decode(r *http.Request, v any) error {
+	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+		return fail(http.StatusBadRequest, "invalid", "malformed JSON body")
+	}
+	return nil
+}
+
+// enrollRequest is what `hermes gateway enroll` posts.
+type enrollRequest struct {
+	EnrollmentToken string `json:"enrollmentToken"`
+	GatewayID       string `json:"gatewayId"`
+	// WakeURL is optional; the stock CLI forwards it at provision instead.
+	WakeURL string `json:"wakeUrl"`
+}
+
+// credentials is the success answer.
+type credentials struct {
+	Secret      string   `json:"secret"`
+	DeliveryKey string   `json:"deliveryKey"`
+	Tenant      string   `json:"tenant"`
+	GatewayID   string   `json:"gatewayId"`
+	RouteKeys   []string `json:"routeKeys,omitempty"`
+}
+
+func (h *Handler) enroll(req *request) (any, error) {
+	var body enrollRequest
+	if err := decode(req.r, &body); err != nil {
+		return nil, err
+	}
+	req.what = []any{"gateway_id", body.GatewayID, "wake_host", wake.Host(body.WakeURL)}
+	if body.EnrollmentToken == "" {
+		return nil, fail(http.StatusBadRequest, "invalid", "enrollmentToken is required")
+	}
+	if body.WakeURL != "" {
+		if _, err := wake.ValidateURL(body.WakeURL); err != nil {
+			return nil, fail(http.StatusBadRequest, "invalid", "wakeUrl: %v", err)
+		}
+	}
+	ctx, tenant := req.r.Context(), req.caller.Tenant
+	secret, err := h.cfg.Registry.Enroll(ctx, tenant, body.EnrollmentToken, body.GatewayID)
+	if err != nil {
+		return nil, err
+	}
+	if body.WakeURL != "" {
+		if err := h.cfg.Registry.SetWake(ctx, tenant, body.GatewayID, body.WakeURL); err != nil {
+			return nil, err
+		}
+	}
+	return credentials{Secret: secret, Tenant: tenant, GatewayID: body.GatewayID}, nil
+}
+
+// provisionRequest is what the stock gateway's self-provision posts, once
+// per fronted platform.
+type provisionRequest struct {
+	GatewayID string   `json:"gatewayId"`
+	Platform  string   `json:"platform"`
+	BotID     string   `json:"botId"`
+	RouteKeys []string `json:"routeKeys"`
+	// InstanceID is logged: here each gateway id is one instance.
+	InstanceID string `json:"instanceId"`
+	WakeURL    string `json:"wakeUrl"`
+	// GatewayEndpoint, the retired inbound URL, is ignored.
+}
+
+// bindingKinds is the binding kind a route key names on each platform.
+var bindingKinds = map[string]string{
+	"discord":  platform.BindGuild,
+	"telegram": platform.BindChat,
+	"nexscope": platform.BindRoom,
+}
+
+func (h *Handler) provision(req *request) (any, error) {
+	var body provisionRequest
+	if err := decode(req.r, &body); err != nil {
+		return nil, err
+	}
+	req.what = []any{"gateway_id", body.GatewayID, "platform", body.Platform, "bot_id", clip(body.BotID, maxLogIDBytes),
+		"instance_id", clip(body.InstanceID, maxLogIDBytes), "route_keys", len(body.RouteKeys), "wake_host", wake.Host(body.WakeURL)}
+	if body.Platform != "relay" && !slices.Contains(h.cfg.Platforms, body.Platform) {
+		return nil, fail(http.StatusBadRequest, "invalid", "platform %q is not one this connector fronts", clip(body.Platform, 64))
+	}
+	if body.WakeURL != "" {
+		if _, err := wake.ValidateURL(body.WakeURL); err != nil {
+			return nil, fail(http.StatusBadRequest, "invalid", "wakeUrl: %v", err)
+		}
+	}
+	tenant := req.caller.Tenant
+	bindings, err := routeBindings(tenant, body.Platform, body.RouteKeys)
+	if err != nil {
+		return nil, err
+	}
+	ctx := req.r.Context()
+	secret, created, err := h.cfg.Registry.Provision(ctx, tenant, body.GatewayID)
+	if err != nil {
+		return nil, err
+	}
+	req.what = append(req.what, "created", created)
+	keys := make([]string, 0, len(bindings))
+	for _, b := range bindings {
+		if err := h.cfg.Registry.Bind(ctx, b); err != nil {
+			return nil, fmt.Errorf("routeKeys %q: %w", b.ID, err)
+		}
+		keys = append(keys, b.ID)
+	}
+	if err := h.cfg.Registry.SetWake(ctx, tenant, body.GatewayID, body.WakeURL); err != nil {
+		return nil, err
+	}
+	return credentials{Secret: secret, Tenant: tenant, GatewayID: body.GatewayID, RouteKeys: keys}, nil
+}
+
+// routeBindings checks the route keys of a provision and returns the
+// bindings they make, as the platform spells their ids.
+func routeBindings(tenant, platformName string, keys []string) ([]registry.Binding, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	if len(keys) > MaxRouteKeys {
+		return nil, fail(http.StatusBadRequest, "invalid", "more than %d routeKeys", MaxRouteKeys)
+	}
+	kind, ok := bindingKinds[platformName]
+	if !ok {
+		return nil, fail(http.StatusBadRequest, "invalid", "routeKeys need the platform they route (discord, telegram or nexscope), not %q", platformName)
+	}
+	out := make([]registry.Binding, 0, len(keys))
+	for _, k := range keys {
+		b, err := registry.CanonicalBinding(registry.Binding{Platform: platformName, Kind: kind, ID: k, Tenant: tenant})
+		if err != nil {
+			return nil, fail(http.StatusBadRequest, "invalid", "routeKeys: %v", err)
+		}
+		if !slices.ContainsFunc(out, func(x registry.Binding) bool { return x.ID == b.ID }) {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// clip bounds a caller-given string for the log.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}

@@ -1,0 +1,148 @@
+package idtoken_test
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connector/idtoken"
+	"connector/idtoken/idtokentest"
+)
+
+var (
+	keyOnce sync.Once
+	keyPEM  []byte
+	signer  func(t testing.TB, header, claims map[string]any) string
+)
+
+// setup generates one key pair for the package's tests.
+func setup(t testing.TB) *idtoken.Verifier {
+	t.Helper()
+	keyOnce.Do(func() {
+		k := idtokentest.Key(t)
+		keyPEM = idtokentest.PublicPEM(t, k)
+		signer = func(t testing.TB, header, claims map[string]any) string {
+			return idtokentest.SignHeader(t, k, header, claims)
+		}
+	})
+	path := filepath.Join(t.TempDir(), "authority.pem")
+	if err := os.WriteFile(path, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := idtoken.LoadPublicKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := idtoken.New(idtoken.Config{Key: pub, Issuer: "https://portal.example", Audience: "connector",
+		Now: func() time.Time { return time.Unix(1_700_000_000, 0) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+var rs256 = map[string]any{"alg": "RS256", "typ": "JWT"}
+
+func claims(mod func(map[string]any)) map[string]any {
+	c := map[string]any{"iss": "https://portal.example", "aud": []string{"other", "connector"}, "sub": "user-7",
+		"tid": "acme", "exp": 1_700_000_300, "nbf": 1_699_999_990}
+	if mod != nil {
+		mod(c)
+	}
+	return c
+}
+
+func TestVerify(t *testing.T) {
+	v := setup(t)
+	got, err := v.Verify(signer(t, rs256, claims(nil)))
+	if err != nil || got.Tenant != "acme" || got.Subject != "user-7" || got.Expires.Unix() != 1_700_000_300 {
+		t.Fatalf("Verify = %+v, %v", got, err)
+	}
+	if _, err := v.Verify(signer(t, rs256, claims(func(c map[string]any) { c["aud"] = "connector" }))); err != nil {
+		t.Fatalf("a string aud: %v", err)
+	}
+	if _, err := v.Verify(signer(t, rs256, claims(func(c map[string]any) { c["exp"] = 1_699_999_950 }))); err != nil {
+		t.Fatalf("expired within the skew: %v", err)
+	}
+
+	hs := func() string { // HS256 "signed" with the public key's bytes: the classic confusion
+		signing := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256"}`)) + "." +
+			base64.RawURLEncoding.EncodeToString([]byte(`{"tid":"acme","exp":1700000300}`))
+		m := hmac.New(sha256.New, keyPEM)
+		m.Write([]byte(signing))
+		return signing + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	}()
+	good := signer(t, rs256, claims(nil))
+	dot := strings.LastIndexByte(good, '.')
+	refused := map[string]string{
+		"empty":            "",
+		"garbage":          "not.a.jwt",
+		"two parts":        "a.b",
+		"alg none":         base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none"}`)) + "." + base64.RawURLEncoding.EncodeToString([]byte(`{"tid":"acme","exp":1700000300}`)) + ".",
+		"alg HS256":        hs,
+		"crit":             signer(t, map[string]any{"alg": "RS256", "crit": []string{"x"}}, claims(nil)),
+		"tampered payload": strings.Replace(good, good[strings.IndexByte(good, '.')+1:dot], base64.RawURLEncoding.EncodeToString([]byte(`{"tid":"evil","exp":1700000300}`)), 1),
+		"bad signature":    good[:dot+1] + base64.RawURLEncoding.EncodeToString(make([]byte, 256)),
+		"expired":          signer(t, rs256, claims(func(c map[string]any) { c["exp"] = 1_699_999_900 })),
+		"no exp":           signer(t, rs256, claims(func(c map[string]any) { delete(c, "exp") })),
+		"string exp":       signer(t, rs256, claims(func(c map[string]any) { c["exp"] = "1700000300" })),
+		"not yet":          signer(t, rs256, claims(func(c map[string]any) { c["nbf"] = 1_700_000_100 })),
+		"wrong issuer":     signer(t, rs256, claims(func(c map[string]any) { c["iss"] = "https://evil.example" })),
+		"wrong audience":   signer(t, rs256, claims(func(c map[string]any) { c["aud"] = "someone-else" })),
+		"no tenant":        signer(t, rs256, claims(func(c map[string]any) { delete(c, "tid") })),
+		"numeric tenant":   signer(t, rs256, claims(func(c map[string]any) { c["tid"] = 7 })),
+		"oversized":        strings.Repeat("a", idtoken.MaxTokenBytes+1),
+	}
+	for name, tok := range refused {
+		_, err := v.Verify(tok)
+		if !errors.Is(err, idtoken.ErrToken) {
+			t.Errorf("%s: err %v, want ErrToken", name, err)
+			continue
+		}
+		if len(tok) > 20 && strings.Contains(err.Error(), tok[:20]) {
+			t.Errorf("%s: the error echoes the token", name)
+		}
+	}
+}
+
+func TestKeys(t *testing.T) {
+	if _, err := idtoken.New(idtoken.Config{}); err == nil {
+		t.Error("New without a key: want an error")
+	}
+	if _, err := idtoken.ParsePublicKey([]byte("nothing")); err == nil {
+		t.Error("ParsePublicKey without PEM: want an error")
+	}
+	if _, err := idtoken.ParsePublicKey([]byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")); err == nil {
+		t.Error("ParsePublicKey of a private key block: want an error")
+	}
+	if _, err := idtoken.LoadPublicKey(filepath.Join(t.TempDir(), "missing.pem")); err == nil {
+		t.Error("LoadPublicKey of a missing file: want an error")
+	}
+}
+
+// FuzzVerify: whatever the bearer, Verify returns without panicking, and
+// nothing but a token signed with the authority's key verifies.
+func FuzzVerify(f *testing.F) {
+	v := setup(f)
+	good := signer(f, rs256, claims(nil))
+	f.Add(good)
+	f.Add("a.b.c")
+	f.Add("eyJhbGciOiJub25lIn0.eyJ0aWQiOiJhIiwiZXhwIjoxfQ.")
+	f.Add(good[:len(good)-3] + "AAA")
+	f.Fuzz(func(t *testing.T, tok string) {
+		c, err := v.Verify(tok)
+		if err == nil && tok != good {
+			t.Fatalf("verified a token not signed by the authority: %q -> %+v", tok, c)
+		}
+		if err != nil && !errors.Is(err, idtoken.ErrToken) {
+			t.Fatalf("error %v is not ErrToken", err)
+		}
+	})
+}

@@ -1,0 +1,91 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+
+	"connector/wake"
+)
+
+// nsWake holds the gateways' wake URLs, keyed by gateway id.
+const nsWake = "registry/wake"
+
+// Wake is a gateway's registered wake URL (Hermes contract §3.3): the
+// connector GETs it when inbound is buffered for the gateway's tenant while
+// no connection can take it. Only the stored layer has wake URLs; a
+// declared (YAML) gateway may have one too.
+type Wake struct {
+	Gateway string `json:"gateway"`
+	Tenant  string `json:"tenant"`
+	URL     string `json:"url"`
+}
+
+// SetWake registers rawURL (checked by wake.ValidateURL) as the wake URL of
+// gateway of tenant, replacing its earlier one; an empty rawURL removes it.
+func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) error {
+	if rawURL != "" {
+		if _, err := wake.ValidateURL(rawURL); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ok, err := r.gatewayOf(ctx, tenant, gateway); err != nil {
+		return err
+	} else if !ok {
+		return ErrNotFound
+	}
+	if rawURL == "" {
+		_, err := r.kv.Delete(ctx, nsWake, gateway)
+		r.notify(ctx)
+		return err
+	}
+	return r.put(ctx, nsWake, gateway, Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
+}
+
+// Wakes returns every registered wake URL by gateway id.
+func (r *Registry) Wakes(ctx context.Context) (map[string]string, error) {
+	var wakes []Wake
+	if err := list(ctx, r.kv, nsWake, &wakes); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(wakes))
+	for _, w := range wakes {
+		out[w.Gateway] = w.URL
+	}
+	return out, nil
+}
+
+// WakeTargets returns the wake URLs of tenant's gateways: those registered
+// for a gateway that still belongs to the tenant.
+func (r *Registry) WakeTargets(ctx context.Context, tenant string) ([]wake.Target, error) {
+	var wakes []Wake
+	if err := list(ctx, r.kv, nsWake, &wakes); err != nil {
+		return nil, err
+	}
+	var out []wake.Target
+	for _, w := range wakes {
+		if w.Tenant != tenant {
+			continue
+		}
+		if ok, err := r.gatewayOf(ctx, tenant, w.Gateway); err != nil {
+			return nil, err
+		} else if ok {
+			out = append(out, wake.Target{Tenant: tenant, Gateway: w.Gateway, URL: w.URL})
+		}
+	}
+	return out, nil
+}
+
+// gatewayOf reports whether gateway id belongs to tenant, in the declared
+// layer or, unless the YAML declares the id, the stored one.
+func (r *Registry) gatewayOf(ctx context.Context, tenant, id string) (bool, error) {
+	for _, g := range r.declared.Load().Gateways {
+		if g.ID == id {
+			return g.Tenant == tenant, nil
+		}
+	}
+	var g Gateway
+	ok, err := r.get(ctx, nsGateways, id, &g)
+	return ok && g.Tenant == tenant, err
+}

@@ -1,0 +1,65 @@
+package wake
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// MaxURLBytes bounds a wake URL.
+const MaxURLBytes = 2048
+
+// ErrInvalidURL is a wake URL ValidateURL refuses; the error's message says
+// why, never echoing the URL (it may carry a token in its query).
+var ErrInvalidURL = errors.New("wake: invalid wake URL")
+
+// ValidateURL checks a gateway's wake URL: an absolute http or https URL
+// with a host, at most MaxURLBytes long, without userinfo (no credentials
+// in a URL the connector stores and logs the host of) and without a
+// fragment. It returns the URL as given.
+func ValidateURL(raw string) (string, error) {
+	bad := func(why string) (string, error) { return "", fmt.Errorf("%w: %s", ErrInvalidURL, why) }
+	switch {
+	case raw == "":
+		return bad("empty")
+	case len(raw) > MaxURLBytes:
+		return bad("longer than " + strconv.Itoa(MaxURLBytes) + " bytes")
+	case strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return bad("contains a space or a control character")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return bad("not a URL")
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return bad("want an http:// or https:// URL")
+	case u.Opaque != "":
+		return bad("want an http:// or https:// URL")
+	case u.User != nil || strings.Contains(u.Host, "@"):
+		return bad("userinfo (user:password@) is not allowed")
+	case u.Hostname() == "":
+		return bad("no host")
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return bad("a fragment (#...) is not allowed")
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return bad("port out of range")
+		}
+	}
+	return raw, nil
+}
+
+// Host is the host (and port) of a valid wake URL, for logs: the path and
+// query may carry a token and are never logged.
+func Host(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}

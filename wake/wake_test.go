@@ -1,0 +1,297 @@
+package wake_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/internal/leakcheck"
+	"connector/internal/redistest"
+	"connector/store"
+	"connector/wake"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m, 5*time.Second, "connector/wake.") }
+
+// counter is a Metrics counting results.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counter) WakePoke(result string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[result]++
+}
+
+func (c *counter) get(result string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[result]
+}
+
+// wakeServer is a real HTTP server on loopback recording the wake GETs.
+type wakeServer struct {
+	*httptest.Server
+	hits    atomic.Int32
+	mu      sync.Mutex
+	methods []string
+	bodies  []int64
+	auth    []string
+}
+
+func newWakeServer(t *testing.T, status int) *wakeServer {
+	ws := &wakeServer{}
+	ws.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws.mu.Lock()
+		ws.methods = append(ws.methods, r.Method)
+		ws.bodies = append(ws.bodies, r.ContentLength)
+		ws.auth = append(ws.auth, r.Header.Get("Authorization"))
+		ws.mu.Unlock()
+		ws.hits.Add(1)
+		if status == http.StatusFound {
+			http.Redirect(w, r, "/elsewhere", status)
+			return
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(ws.Close)
+	return ws
+}
+
+func targetsOf(ts ...wake.Target) func(context.Context, string) ([]wake.Target, error) {
+	return func(_ context.Context, tenant string) ([]wake.Target, error) {
+		var out []wake.Target
+		for _, t := range ts {
+			if t.Tenant == tenant {
+				out = append(out, t)
+			}
+		}
+		return out, nil
+	}
+}
+
+// TestPokeOncePerCooldown: a burst of buffered inbound pokes the gateway
+// once, with a payload-free, unsigned GET; after the cooldown on the fake
+// clock, the next buffered inbound pokes it again.
+func TestPokeOncePerCooldown(t *testing.T) {
+	ws := newWakeServer(t, http.StatusNoContent)
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk.Now)
+	defer st.Close()
+	m := &counter{}
+	p, err := wake.New(wake.Config{
+		Targets: targetsOf(wake.Target{Tenant: "acme", Gateway: "gw1", URL: ws.URL + "/wake?k=1"}),
+		Leases:  st.Leases(), Clock: clk, Cooldown: time.Minute, Metrics: m,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		p.Away("acme")
+		p.Away("other") // a tenant without wake URLs
+	}
+	p.Wait()
+	if got := ws.hits.Load(); got != 1 {
+		t.Fatalf("wake GETs after a burst: got %d, want 1", got)
+	}
+	ws.mu.Lock()
+	if ws.methods[0] != http.MethodGet || ws.bodies[0] > 0 || ws.auth[0] != "" {
+		t.Errorf("poke: method %s, body %d bytes, Authorization %q; want an unsigned GET without a body", ws.methods[0], ws.bodies[0], ws.auth[0])
+	}
+	ws.mu.Unlock()
+
+	clk.Advance(59 * time.Second)
+	p.Away("acme")
+	p.Wait()
+	if got := ws.hits.Load(); got != 1 {
+		t.Fatalf("wake GETs within the cooldown: got %d, want 1", got)
+	}
+	clk.Advance(time.Second)
+	p.Away("acme")
+	p.Away("acme")
+	p.Wait()
+	if got := ws.hits.Load(); got != 2 {
+		t.Fatalf("wake GETs after the cooldown: got %d, want 2", got)
+	}
+	if got := m.get(wake.ResultOK); got != 2 {
+		t.Errorf("connector_wake_pokes_total{result=ok} = %d, want 2", got)
+	}
+}
+
+// TestOnePokeAcrossInstances: two instances sharing a store, each seeing
+// the buffered inbound, poke the gateway once per cooldown between them.
+func TestOnePokeAcrossInstances(t *testing.T) {
+	ws := newWakeServer(t, http.StatusOK)
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk.Now)
+	defer st.Close()
+	targets := targetsOf(wake.Target{Tenant: "acme", Gateway: "gw1", URL: ws.URL})
+	var pokers []*wake.Poker
+	for _, inst := range []string{"a", "b"} {
+		p, err := wake.New(wake.Config{Targets: targets, Leases: st.Leases(), Instance: inst, Clock: clk, Cooldown: 30 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pokers = append(pokers, p)
+	}
+	for round := 1; round <= 3; round++ {
+		for _, p := range pokers {
+			p.Away("acme")
+		}
+		for _, p := range pokers {
+			p.Wait()
+		}
+		if got := ws.hits.Load(); int(got) != round {
+			t.Fatalf("round %d: wake GETs %d, want %d (one per cooldown across the instances)", round, got, round)
+		}
+		clk.Advance(30 * time.Second)
+	}
+}
+
+// TestPokeOutcomes: redirects are not followed, errors and unreachable
+// hosts are counted, and nothing of the URL's path or query is logged.
+func TestPokeOutcomes(t *testing.T) {
+	redirect := newWakeServer(t, http.StatusFound)
+	failing := newWakeServer(t, http.StatusServiceUnavailable)
+	gone := httptest.NewServer(http.NotFoundHandler())
+	goneURL := gone.URL
+	gone.Close() // connection refused
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk.Now)
+	defer st.Close()
+	m := &counter{}
+	var logs strings.Builder
+	var logMu sync.Mutex
+	p, err := wake.New(wake.Config{
+		Targets: targetsOf(
+			wake.Target{Tenant: "acme", Gateway: "redirect", URL: redirect.URL + "/w?token=SECRETQUERY"},
+			wake.Target{Tenant: "acme", Gateway: "failing", URL: failing.URL},
+			wake.Target{Tenant: "acme", Gateway: "gone", URL: goneURL},
+		),
+		Leases: st.Leases(), Clock: clk, Metrics: m, Log: newLogger(&logs, &logMu),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Away("acme")
+	p.Wait()
+	if got := redirect.hits.Load(); got != 1 {
+		t.Errorf("redirecting wake URL: %d requests, want 1 (the redirect is not followed)", got)
+	}
+	for result, want := range map[string]int{wake.ResultOK: 1, wake.ResultHTTPError: 1, wake.ResultUnreachable: 1} {
+		if got := m.get(result); got != want {
+			t.Errorf("result %s counted %d, want %d", result, got, want)
+		}
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if strings.Contains(logs.String(), "SECRETQUERY") || strings.Contains(logs.String(), "/w?") {
+		t.Errorf("the log shows the wake URL's path or query:\n%s", logs.String())
+	}
+}
+
+// TestPokeTimeout: a wake URL that never answers is given up after the
+// timeout, and does not hold up the next poke of another tenant.
+func TestPokeTimeout(t *testing.T) {
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer hang.Close()
+	defer close(release)
+	ok := newWakeServer(t, http.StatusOK)
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk.Now)
+	defer st.Close()
+	m := &counter{}
+	p, err := wake.New(wake.Config{
+		Targets: targetsOf(wake.Target{Tenant: "slow", Gateway: "g1", URL: hang.URL}, wake.Target{Tenant: "fast", Gateway: "g2", URL: ok.URL}),
+		Leases:  st.Leases(), Clock: clk, Metrics: m, Timeout: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Away("slow")
+	p.Away("fast")
+	p.Wait()
+	if ok.hits.Load() != 1 || m.get(wake.ResultUnreachable) != 1 {
+		t.Fatalf("fast tenant poked %d times, timeouts counted %d; want 1 and 1", ok.hits.Load(), m.get(wake.ResultUnreachable))
+	}
+}
+
+// TestPokeStoreError: a registry that cannot be read is counted, not
+// retried before the cooldown.
+func TestPokeStoreError(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk.Now)
+	defer st.Close()
+	m := &counter{}
+	p, err := wake.New(wake.Config{
+		Targets: func(context.Context, string) ([]wake.Target, error) { return nil, errors.New("down") },
+		Leases:  st.Leases(), Clock: clk, Metrics: m,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Away("acme")
+	p.Away("acme")
+	p.Wait()
+	if got := m.get(wake.ResultStoreError); got != 1 {
+		t.Fatalf("store errors counted %d, want 1", got)
+	}
+	if _, err := wake.New(wake.Config{}); err == nil {
+		t.Fatal("New without Targets and Leases: want an error")
+	}
+}
+
+// TestOnePokeAcrossInstancesOnRedis: two instances, each with its own
+// connection to one real Redis, both seeing a burst of buffered inbound:
+// the gateway gets one GET between them.
+func TestOnePokeAcrossInstancesOnRedis(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ws := newWakeServer(t, http.StatusOK)
+	targets := targetsOf(wake.Target{Tenant: "acme", Gateway: "gw1", URL: ws.URL})
+	var pokers []*wake.Poker
+	for _, inst := range []string{"a", "b"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "waketest:"})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		p, err := wake.New(wake.Config{Targets: targets, Leases: st.Leases(), Instance: inst, Cooldown: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pokers = append(pokers, p)
+	}
+	var wg sync.WaitGroup
+	for range 5 {
+		for _, p := range pokers {
+			wg.Go(func() { p.Away("acme") })
+		}
+	}
+	wg.Wait()
+	for _, p := range pokers {
+		p.Wait()
+	}
+	if got := ws.hits.Load(); got != 1 {
+		t.Fatalf("wake GETs from two instances on one Redis: %d, want 1", got)
+	}
+}
