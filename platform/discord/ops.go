@@ -33,11 +33,10 @@ type messageAnswer struct {
 
 // opSend posts content, split into pieces of at most 2,000 code points; the
 // first piece replies to reply_to. The result carries the first piece's id.
-func (p *Platform) opSend(ctx context.Context, _, _ string, a *contract.Action) contract.Result {
+func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Action) contract.Result {
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "send needs content")
 	}
-	chatID := string(a.ChatID)
 	ref, bad := replyRef(a)
 	if bad != "" {
 		return contract.Failed(contract.CodeBadRequest, bad)
@@ -82,8 +81,8 @@ func (p *Platform) postPieces(ctx context.Context, chatID string, pieces []strin
 
 // opEdit replaces a message's content. Content over 2,000 code points keeps
 // its first piece in the edited message and posts the rest after it.
-func (p *Platform) opEdit(ctx context.Context, _, _ string, a *contract.Action) contract.Result {
-	chatID, msgID := string(a.ChatID), string(a.MessageID)
+func (p *Platform) opEdit(ctx context.Context, _, chatID string, a *contract.Action) contract.Result {
+	msgID := string(a.MessageID)
 	if !isSnowflake(msgID) {
 		return contract.Failed(contract.CodeBadRequest, "message_id is not a Discord message id")
 	}
