@@ -44,18 +44,18 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 		return h(p, ctx, tenant, "", a)
 	}
 	chatID := string(a.ChatID)
-	if r, ok := p.chatOf(ctx, tenant, chatID); !ok {
+	if r, ok := p.checkChat(ctx, tenant, chatID); !ok {
 		return r
 	}
 	return h(p, ctx, tenant, chatID, a)
 }
 
-// chatOf checks the chat an op is addressed to: the chat id must be a
+// checkChat checks the chat an op is addressed to: the chat id must be a
 // Discord id and belong to the tenant (ChatTenant, from the cache only).
 // Until the owners are known the answer is unavailable (retryable), never
 // the decline. When the chat is not the tenant's it returns the result to
 // answer and false.
-func (p *Platform) chatOf(ctx context.Context, tenant, chatID string) (contract.Result, bool) {
+func (p *Platform) checkChat(ctx context.Context, tenant, chatID string) (contract.Result, bool) {
 	if !isSnowflake(chatID) {
 		return contract.Failed(contract.CodeBadRequest, "chat_id is not a Discord channel id"), false
 	}
