@@ -15,6 +15,7 @@ package idtoken
 
 import (
 	"bytes"
+	"cmp"
 	"crypto"
 	"crypto/rsa"
 	"crypto/sha256"
@@ -88,12 +89,8 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.Key.N.BitLen() < MinKeyBits {
 		return nil, fmt.Errorf("idtoken: the RSA key has %d bits; want at least %d", cfg.Key.N.BitLen(), MinKeyBits)
 	}
-	if cfg.TenantClaim == "" {
-		cfg.TenantClaim = DefaultTenantClaim
-	}
-	if cfg.Skew <= 0 {
-		cfg.Skew = DefaultSkew
-	}
+	cfg.TenantClaim = cmp.Or(cfg.TenantClaim, DefaultTenantClaim)
+	cfg.Skew = cmp.Or(max(cfg.Skew, 0), DefaultSkew)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -1,6 +1,7 @@
 package media
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -136,7 +137,7 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id st
 	}
 	defer obj.Close()
 	hdr := w.Header()
-	hdr.Set("Content-Type", orDefault(obj.MIME, "application/octet-stream"))
+	hdr.Set("Content-Type", cmp.Or(obj.MIME, "application/octet-stream"))
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Cache-Control", "private, no-store")
 	if obj.Filename != "" {
@@ -149,13 +150,6 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id st
 
 func tooLargeText(limit int64) string {
 	return "media exceeds the " + strconv.FormatInt(limit, 10) + "-byte limit"
-}
-
-func orDefault(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

@@ -207,18 +207,22 @@ func (d *Deps) RunExclusive(ctx context.Context, name string, run func(context.C
 	return d.Exclusive(ctx, name, run)
 }
 
-// M returns d.Metrics or NopMetrics.
-func (d *Deps) M() Metrics {
-	if d.Metrics != nil {
-		return d.Metrics
+// WithDefaults returns d with what is unset filled in: a discarding Log,
+// the default session Key (session.DefaultOptions), NopMetrics and
+// clock.System. Every platform's New starts from it, so each default is
+// stated here alone.
+func (d Deps) WithDefaults() Deps {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
 	}
-	return NopMetrics{}
-}
-
-// Time returns d.Clock or clock.System.
-func (d *Deps) Time() clock.Clock {
-	if d.Clock != nil {
-		return d.Clock
+	if d.Key == nil {
+		d.Key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
 	}
-	return clock.System
+	if d.Metrics == nil {
+		d.Metrics = NopMetrics{}
+	}
+	if d.Clock == nil {
+		d.Clock = clock.System
+	}
+	return d
 }

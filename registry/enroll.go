@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -35,9 +36,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	if ttl < 0 {
 		return "", time.Time{}, fmt.Errorf("%w: negative enrollment token lifetime", ErrInvalid)
 	}
-	if ttl == 0 {
-		ttl = DefaultEnrollTTL
-	}
+	ttl = cmp.Or(ttl, DefaultEnrollTTL)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if ok, err := r.tenantExists(ctx, tenant); err != nil {

@@ -23,6 +23,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -454,9 +455,7 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 // secrets it had stay valid for grace (DefaultGrace when zero; negative
 // ends them now), or until their own earlier expiry.
 func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (string, error) {
-	if grace == 0 {
-		grace = DefaultGrace
-	}
+	grace = cmp.Or(grace, DefaultGrace)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {

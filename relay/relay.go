@@ -210,9 +210,14 @@ type Config struct {
 	WakeCooldown time.Duration `yaml:"wake_cooldown"`
 	// LeaseTTL is how long a tenant's lease lasts unless renewed (every
 	// third of it): the bound on a takeover after its holder died. Zero
-	// means 5 s.
+	// means DefaultLeaseTTL.
 	LeaseTTL time.Duration `yaml:"-"`
 }
+
+// DefaultLeaseTTL is Config.LeaseTTL's default, and store.lease_ttl's: the
+// connector runs every lease it takes (tenants, ingest, nexscope rooms) on
+// one TTL.
+const DefaultLeaseTTL = 5 * time.Second
 
 func (c *Config) setDefaults() {
 	if c.Bus == nil {
@@ -242,7 +247,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.MaxConnsPerGateway, 16)
 	orDefault(&c.CloseTimeout, 2*time.Second)
 	orDefault(&c.SessionOwners, 100_000)
-	orDefault(&c.LeaseTTL, 5*time.Second)
+	orDefault(&c.LeaseTTL, DefaultLeaseTTL)
 	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
 }
 

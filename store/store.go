@@ -37,6 +37,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -336,9 +337,7 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 		}
 		return openEmbedded(ctx, cfg.Path, cfg.Now)
 	case BackendRedis:
-		if cfg.RedisPrefix == "" {
-			cfg.RedisPrefix = "connector:"
-		}
+		cfg.RedisPrefix = cmp.Or(cfg.RedisPrefix, "connector:")
 		return openRedis(ctx, cfg.RedisURL, cfg.RedisPrefix, cfg.Now)
 	}
 	return nil, fmt.Errorf("%w: unknown store backend %q (want embedded, redis or memory)", ErrInvalid, cfg.Backend)

@@ -18,6 +18,7 @@
 package wake
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -98,15 +99,9 @@ func New(cfg Config) (*Poker, error) {
 	if cfg.Targets == nil || cfg.Leases == nil {
 		return nil, errors.New("wake: Targets and Leases are required")
 	}
-	if cfg.Cooldown <= 0 {
-		cfg.Cooldown = DefaultCooldown
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Instance == "" {
-		cfg.Instance = "local"
-	}
+	cfg.Cooldown = cmp.Or(max(cfg.Cooldown, 0), DefaultCooldown)
+	cfg.Timeout = cmp.Or(max(cfg.Timeout, 0), DefaultTimeout)
+	cfg.Instance = cmp.Or(cfg.Instance, "local")
 	if cfg.Clock == nil {
 		cfg.Clock = clock.System
 	}

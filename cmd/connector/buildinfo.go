@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"runtime"
 	"runtime/debug"
 )
@@ -43,12 +44,8 @@ func readBuildDetails() buildDetails {
 			d.Commit = rev + dirty
 		}
 	}
-	if d.Version == "" {
-		d.Version = "devel"
-	}
-	if d.Commit == "" {
-		d.Commit = "unknown"
-	}
+	d.Version = cmp.Or(d.Version, "devel")
+	d.Commit = cmp.Or(d.Commit, "unknown")
 	return d
 }
 

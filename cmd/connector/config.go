@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -252,9 +253,7 @@ func GatewaySecretsEnv(id string) string {
 // rewrites platform ids to the spelling the platforms send ("0500" is
 // guild 500), so Validate and serve read one form.
 func (c *Config) normalize() error {
-	if c.Listen == "" {
-		c.Listen = defaultListen
-	}
+	c.Listen = cmp.Or(c.Listen, defaultListen)
 	c.normalizeHTTP()
 	return c.normalizePlatforms()
 }

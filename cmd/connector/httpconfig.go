@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"syscall"
 	"time"
@@ -65,16 +66,14 @@ const (
 // normalizeHTTP fills the http and ops defaults.
 func (c *Config) normalizeHTTP() {
 	h := &c.HTTP
-	setDefault(&h.ReadHeaderTimeout, defaultReadHeaderTimeout)
-	setDefault(&h.BodyTimeout, defaultBodyTimeout)
-	setDefault(&h.IdleTimeout, defaultIdleTimeout)
-	setDefault(&h.MaxHeaderBytes, defaultMaxHeaderBytes)
-	setDefault(&h.MaxUnauthenticatedConns, maxUnauthConnsFor(openFileLimit()))
-	setDefault(&h.MaxUnauthenticatedConnsPerSource, min(defaultMaxUnauthPerSrc, max(h.MaxUnauthenticatedConns/2, 1)))
+	h.ReadHeaderTimeout = cmp.Or(h.ReadHeaderTimeout, defaultReadHeaderTimeout)
+	h.BodyTimeout = cmp.Or(h.BodyTimeout, defaultBodyTimeout)
+	h.IdleTimeout = cmp.Or(h.IdleTimeout, defaultIdleTimeout)
+	h.MaxHeaderBytes = cmp.Or(h.MaxHeaderBytes, defaultMaxHeaderBytes)
+	h.MaxUnauthenticatedConns = cmp.Or(h.MaxUnauthenticatedConns, maxUnauthConnsFor(openFileLimit()))
+	h.MaxUnauthenticatedConnsPerSource = cmp.Or(h.MaxUnauthenticatedConnsPerSource, min(defaultMaxUnauthPerSrc, max(h.MaxUnauthenticatedConns/2, 1)))
 	h.MaxUnauthenticatedConnsPerSource = min(h.MaxUnauthenticatedConnsPerSource, h.MaxUnauthenticatedConns)
-	if c.Ops.Listen == "" {
-		c.Ops.Listen = defaultOpsListen
-	}
+	c.Ops.Listen = cmp.Or(c.Ops.Listen, defaultOpsListen)
 }
 
 // validateHTTP checks the http and ops values.
@@ -101,12 +100,6 @@ func (c *Config) validateHTTP() error {
 		}
 	}
 	return nil
-}
-
-func setDefault[T int | time.Duration](v *T, def T) {
-	if *v == 0 {
-		*v = def
-	}
 }
 
 // maxUnauthConnsFor is the default bound of unauthenticated connections

@@ -43,6 +43,22 @@ type live struct {
 	ctx    context.Context // ends the expiry timer's applies
 }
 
+// newLive keeps srv and the platforms that take bindings or relevance
+// policies in step with reg.
+func newLive(reg *registry.Registry, srv *relay.Server, platforms []platform.Platform, keys *sessionKeys, log *slog.Logger, am *adminMetrics) *live {
+	l := &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
+		keys: keys, log: log, metrics: am}
+	for _, p := range platforms {
+		if b, ok := p.(platform.Binder); ok {
+			l.binders[p.Name()] = b
+		}
+		if rt, ok := p.(platform.RelevanceTaker); ok {
+			l.relevance[p.Name()] = rt
+		}
+	}
+	return l
+}
+
 // declared is the YAML's layer of the registry: its tenants, gateways and
 // secrets, and the platform sections' routing.
 func (c *Config) declared() registry.State {

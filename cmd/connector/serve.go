@@ -20,6 +20,7 @@ import (
 
 	"connector/admin"
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/media"
 	"connector/platform"
 	"connector/registry"
@@ -59,27 +60,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		log.Info("no config file: running on embedded defaults", "searched", strings.Join(defaultConfigSearch, ", "))
 	}
 	if *check {
-		// Everything serve builds, without listening (nor touching the
-		// media directory a running connector may use).
-		st := store.NewMemory(nil)
-		defer st.Close()
-		tmp, err := os.MkdirTemp("", "connector-check-media-")
-		if err != nil {
-			fmt.Fprintf(stderr, "connector: %v\n", err)
-			return 1
-		}
-		defer os.RemoveAll(tmp)
-		cfg.Media.Dir = tmp
-		c, err := build(cfg, log, st)
-		if err != nil {
-			fmt.Fprintf(stderr, "connector: %v\n", err)
-			return 1
-		}
-		// Stop what build started (the relay's store writer), so nothing
-		// logs after -check has answered.
-		_ = c.relay.Shutdown(context.Background())
-		fmt.Fprintln(stdout, "config ok")
-		return 0
+		return checkConfig(cfg, log, stdout, stderr)
 	}
 	ctx, stop := shutdownSignals(log)
 	defer stop()
@@ -91,6 +72,31 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		log.Error("connector stopped", "err", err)
 		return 1
 	}
+	return 0
+}
+
+// checkConfig is serve -check: it builds everything serve builds, without
+// listening (nor touching the media directory a running connector may
+// use), and says "config ok".
+func checkConfig(cfg *Config, log *slog.Logger, stdout, stderr io.Writer) int {
+	st := store.NewMemory(nil)
+	defer st.Close()
+	tmp, err := os.MkdirTemp("", "connector-check-media-")
+	if err != nil {
+		fmt.Fprintf(stderr, "connector: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	cfg.Media.Dir = tmp
+	c, err := build(cfg, log, st)
+	if err != nil {
+		fmt.Fprintf(stderr, "connector: %v\n", err)
+		return 1
+	}
+	// Stop what build started (the relay's store writer), so nothing
+	// logs after -check has answered.
+	_ = c.relay.Shutdown(context.Background())
+	fmt.Fprintln(stdout, "config ok")
 	return 0
 }
 
@@ -193,9 +199,9 @@ func randomSecret() string {
 // both formats.
 func newLogger(c LogConfig, w io.Writer) *slog.Logger {
 	var level slog.Level
-	_ = level.UnmarshalText([]byte(orDefault(c.Level, "info")))
+	_ = level.UnmarshalText([]byte(cmp.Or(c.Level, "info")))
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationAsString}
-	format := orDefault(c.Format, "auto")
+	format := cmp.Or(c.Format, "auto")
 	if format == "auto" {
 		format = "json"
 		if f, ok := w.(*os.File); ok {
@@ -217,13 +223,6 @@ func durationAsString(_ []string, a slog.Attr) slog.Attr {
 		a.Value = slog.StringValue(a.Value.Duration().String())
 	}
 	return a
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // connector is everything serve runs, built from a config but not yet
@@ -263,9 +262,6 @@ func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
 	return st, nil
 }
 
-// defaultLeaseTTL is store.lease_ttl's default.
-const defaultLeaseTTL = 5 * time.Second
-
 // storeOpenTimeout bounds opening the store (reaching Redis).
 const storeOpenTimeout = 30 * time.Second
 
@@ -290,40 +286,13 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	m := newMetrics()
 	am := newAdminMetrics(m.reg)
 	c := &connector{cfg: cfg, log: log}
+	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, relay.DefaultLeaseTTL)
+	deps, err := platformDeps(cfg, log, st, keys, m, leaseTTL)
+	if err != nil {
+		return nil, err
+	}
 	mh := newManagePlane(cfg, reg, c, am, log)
-	deps := platform.Deps{
-		Log:     log,
-		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
-		Key:     keys.key,
-		Metrics: m,
-		Linker:  mh,
-	}
-	if cfg.Media.Dir != "" {
-		ms, err := media.New(cfg.Media.storeConfig(cfg.Media.Dir))
-		if err != nil {
-			return nil, fmt.Errorf("media.dir: %w", err)
-		}
-		deps.Media = ms
-	}
-	var instance string
-	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, defaultLeaseTTL)
-	if cfg.Store.Backend == store.BackendRedis {
-		// Several instances may share this store: each tenant's delivery,
-		// the Discord Gateway session, the Telegram long poll and each
-		// nexscope room run on one of them at a time, under a lease.
-		instance = cfg.Store.Instance
-		if instance == "" {
-			host, _ := os.Hostname()
-			instance = host + "-" + randomSecret()[:8]
-		}
-		deps.Exclusive = func(ctx context.Context, name string, run func(context.Context) error) error {
-			return store.RunExclusive(ctx, deps.Time(), st.Leases(), "ingest/"+name, instance, leaseTTL, run)
-		}
-		// nexscope rooms: a home per room under such a lease, the other
-		// instances proxying their members to it.
-		deps.Cluster = &platform.Cluster{Instance: instance, PubSub: st.PubSub(), Beat: leaseTTL / 3}
-		log.Info("sharing the store with other instances", "instance", instance, "lease_ttl", leaseTTL)
-	}
+	deps.Linker = mh
 	platforms, err := buildPlatforms(cfg, deps)
 	if err != nil {
 		return nil, err
@@ -333,8 +302,11 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	m.preinit(sortedKeys(cfg.TenantIDs()), platforms)
 	rc := cfg.Relay // the relay section; the rest is wiring
 	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
-	rc.Instance, rc.LeaseTTL = instance, leaseTTL
-	poker, err := newPoker(cfg, reg, st, instance, log, m.reg)
+	rc.LeaseTTL = leaseTTL
+	if deps.Cluster != nil {
+		rc.Instance = deps.Cluster.Instance
+	}
+	poker, err := newPoker(cfg, reg, st, rc.Instance, log, m.reg)
 	if err != nil {
 		return nil, err
 	}
@@ -345,16 +317,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	}
 	m.watchLedger(srv)
 	c.metrics, c.platforms, c.relay, c.poker = m, platforms, srv, poker
-	c.live = &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
-		keys: keys, log: log, metrics: am}
-	for _, p := range platforms {
-		if b, ok := p.(platform.Binder); ok {
-			c.live.binders[p.Name()] = b
-		}
-		if rt, ok := p.(platform.RelevanceTaker); ok {
-			c.live.relevance[p.Name()] = rt
-		}
-	}
+	c.live = newLive(reg, srv, platforms, keys, log, am)
 	if err := c.live.apply(rctx); err != nil {
 		_ = srv.Shutdown(rctx)
 		return nil, err
@@ -367,12 +330,8 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 			return nil, err
 		}
 	}
-	if cfg.TLS.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.TLS.CertFile, cfg.TLS.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("config: tls: %w", err)
-		}
-		c.tls = &tls.Config{Certificates: []tls.Certificate{cert}}
+	if c.tls, err = loadTLS(cfg.TLS); err != nil {
+		return nil, err
 	}
 
 	var mediaRoutes map[string]http.Handler
@@ -392,6 +351,55 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	c.handler = mux
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil
+}
+
+// platformDeps are the services the platforms are built with. With the
+// redis backend several instances may share the store: each tenant's
+// delivery, the Discord Gateway session, the Telegram long poll and each
+// nexscope room then run on one of them at a time, under a lease of
+// leaseTTL.
+func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKeys, m *metrics, leaseTTL time.Duration) (platform.Deps, error) {
+	deps := platform.Deps{
+		Log:     log,
+		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
+		Key:     keys.key,
+		Metrics: m,
+	}
+	if cfg.Media.Dir != "" {
+		ms, err := media.New(cfg.Media.storeConfig(cfg.Media.Dir))
+		if err != nil {
+			return deps, fmt.Errorf("media.dir: %w", err)
+		}
+		deps.Media = ms
+	}
+	if cfg.Store.Backend != store.BackendRedis {
+		return deps, nil
+	}
+	instance := cfg.Store.Instance
+	if instance == "" {
+		host, _ := os.Hostname()
+		instance = host + "-" + randomSecret()[:8]
+	}
+	deps.Exclusive = func(ctx context.Context, name string, run func(context.Context) error) error {
+		return store.RunExclusive(ctx, clock.System, st.Leases(), "ingest/"+name, instance, leaseTTL, run)
+	}
+	// nexscope rooms: a home per room under such a lease, the other
+	// instances proxying their members to it.
+	deps.Cluster = &platform.Cluster{Instance: instance, PubSub: st.PubSub(), Beat: leaseTTL / 3}
+	log.Info("sharing the store with other instances", "instance", instance, "lease_ttl", leaseTTL)
+	return deps, nil
+}
+
+// loadTLS loads the tls section's certificate; nil when none is set.
+func loadTLS(c TLSConfig) (*tls.Config, error) {
+	if c.CertFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("config: tls: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}}, nil
 }
 
 // serve builds the connector cfg describes and runs it until ctx is
@@ -421,113 +429,154 @@ func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log
 	return c.run(ctx, gen, stdout, ready)
 }
 
-// run listens, starts ingest and serves until ctx is cancelled.
+// run listens, starts ingest and serves until ctx is cancelled, then shuts
+// down.
 func (c *connector) run(ctx context.Context, gen *generatedSecrets, stdout io.Writer, ready func(listenAddrs)) error {
-	cfg, log, platforms, srv := c.cfg, c.log, c.platforms, c.relay
-	opsLn, err := net.Listen("tcp", cfg.Ops.Listen)
-	if err != nil {
-		return fmt.Errorf("ops.listen: %w", err)
-	}
-	opsSrv := c.opsServer()
-	defer opsSrv.Close()
-	go func() { _ = opsSrv.Serve(opsLn) }()
-	rawLn, err := net.Listen("tcp", cfg.Listen)
+	l, err := c.listen()
 	if err != nil {
 		return err
 	}
-	httpSrv, ln, err := c.publicServer(rawLn)
-	if err != nil {
-		rawLn.Close()
-		return err
-	}
-	adminAddr, stopAdmin, err := c.serveAdmin()
-	if err != nil {
-		rawLn.Close()
-		return err
-	}
-	defer stopAdmin()
+	defer l.stop()
 	liveCtx, stopLive := context.WithCancel(context.Background())
 	defer stopLive()
 	if err := c.live.start(liveCtx); err != nil {
-		rawLn.Close()
+		l.raw.Close()
 		return fmt.Errorf("registry: %w", err)
 	}
 	defer c.live.stop()
-	stopReload := c.reloadOnHangup(liveCtx)
-	defer stopReload()
-	tlsOn := c.tls != nil
+	defer c.reloadOnHangup(liveCtx)()
+	serveErr := c.servePublic(l)
+	stopIngest := c.startIngest()
+	c.announce(stdout, gen, l.addrs, ready)
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		stopIngest()
+		return err
+	}
+	c.shutdown(l.public, stopIngest)
+	return <-serveErr
+}
+
+// listeners are the connector's bound listeners: the operations and admin
+// ones already serving, the public one not yet.
+type listeners struct {
+	addrs  listenAddrs
+	public *http.Server
+	ln     net.Listener // the public listener as public serves it
+	raw    net.Listener // the bound socket under ln; closed when public never serves
+	stop   func()       // stops the admin and operations servers
+}
+
+// listen binds the operations, public and admin listeners and serves the
+// operations and admin ones; on an error nothing stays open.
+func (c *connector) listen() (*listeners, error) {
+	opsLn, err := net.Listen("tcp", c.cfg.Ops.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("ops.listen: %w", err)
+	}
+	opsSrv := c.opsServer()
+	go func() { _ = opsSrv.Serve(opsLn) }()
+	raw, err := net.Listen("tcp", c.cfg.Listen)
+	if err != nil {
+		opsSrv.Close()
+		return nil, err
+	}
+	l := &listeners{raw: raw}
+	if l.public, l.ln, err = c.publicServer(raw); err == nil {
+		var stopAdmin func()
+		if l.addrs.AdminAddr, stopAdmin, err = c.serveAdmin(); err == nil {
+			l.stop = func() { stopAdmin(); opsSrv.Close() }
+		}
+	}
+	if err != nil {
+		raw.Close()
+		opsSrv.Close()
+		return nil, err
+	}
+	l.addrs.Addr, l.addrs.OpsAddr = l.ln.Addr().String(), opsLn.Addr().String()
+	return l, nil
+}
+
+// servePublic serves the public listener (TLS when configured); the channel
+// receives how serving ended (nil after Shutdown).
+func (c *connector) servePublic(l *listeners) <-chan error {
 	serveErr := make(chan error, 1)
 	go func() {
 		var err error
-		if tlsOn {
-			err = httpSrv.ServeTLS(ln, "", "")
+		if c.tls != nil {
+			err = l.public.ServeTLS(l.ln, "", "")
 		} else {
-			err = httpSrv.Serve(ln)
+			err = l.public.Serve(l.ln)
 		}
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
 		serveErr <- err
 	}()
+	return serveErr
+}
 
-	ingestCtx, stopIngest := context.WithCancel(context.Background())
+// startIngest runs every platform's ingest into the relay, and the media
+// sweeper, until stop is called; stop returns once they have all returned.
+func (c *connector) startIngest() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
 	var ingest sync.WaitGroup
-	for _, p := range platforms {
+	for _, p := range c.platforms {
 		ingest.Go(func() {
-			err := p.Run(ingestCtx, srv.Sink())
-			if err != nil && ingestCtx.Err() == nil {
-				log.Error("platform ingest stopped", "platform", p.Name(), "err", err)
+			err := p.Run(ctx, c.relay.Sink())
+			if err != nil && ctx.Err() == nil {
+				c.log.Error("platform ingest stopped", "platform", p.Name(), "err", err)
 				return
 			}
-			log.Debug("platform ingest stopped", "platform", p.Name())
+			c.log.Debug("platform ingest stopped", "platform", p.Name())
 		})
 	}
-
 	if c.media != nil {
-		ingest.Go(func() { sweepMedia(ingestCtx, c.media) })
+		ingest.Go(func() { sweepMedia(ctx, c.media) })
 	}
+	return func() {
+		cancel()
+		ingest.Wait()
+	}
+}
 
-	addrs := listenAddrs{Addr: ln.Addr().String(), OpsAddr: opsLn.Addr().String(), AdminAddr: adminAddr}
-	printBanner(stdout, addrs, tlsOn, cfg, gen, platforms)
-	log.Info("connector listening", "addr", addrs.Addr, "ops_addr", addrs.OpsAddr, "tls", tlsOn, "platforms", len(platforms), "tenants", len(cfg.Tenants))
+// announce prints the banner, logs that the connector listens and hands the
+// addresses to ready (when not nil).
+func (c *connector) announce(stdout io.Writer, gen *generatedSecrets, addrs listenAddrs, ready func(listenAddrs)) {
+	tlsOn := c.tls != nil
+	printBanner(stdout, addrs, tlsOn, c.cfg, gen, c.platforms)
+	c.log.Info("connector listening", "addr", addrs.Addr, "ops_addr", addrs.OpsAddr, "tls", tlsOn, "platforms", len(c.platforms), "tenants", len(c.cfg.Tenants))
 	if ready != nil {
 		ready(addrs)
 	}
+}
 
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		stopIngest()
-		ingest.Wait()
-		return err
-	}
+// defaultShutdownGrace is shutdown_grace's default.
+const defaultShutdownGrace = 30 * time.Second
 
-	// Shutdown: stop ingest (undelivered platform events stay with the
-	// platform), stop accepting, answer in-flight outbound, close gateways
-	// with 1001 so they reconnect elsewhere.
-	grace := cfg.ShutdownGrace
-	if grace == 0 {
-		grace = 30 * time.Second
-	}
+// shutdown drains within shutdown_grace: stop ingest (undelivered platform
+// events stay with the platform), stop accepting, answer in-flight
+// outbound, close gateways with 1001 so they reconnect elsewhere.
+func (c *connector) shutdown(public *http.Server, stopIngest func()) {
+	grace := cmp.Or(c.cfg.ShutdownGrace, defaultShutdownGrace)
 	c.draining.Store(true)
-	log.Info("shutting down", "grace", grace)
+	c.log.Info("shutting down", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	stopIngest()
-	ingest.Wait()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := httpSrv.Shutdown(sctx); err != nil {
-			log.Warn("http shutdown", "err", err)
+		if err := public.Shutdown(sctx); err != nil {
+			c.log.Warn("http shutdown", "err", err)
 		}
 	})
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("relay shutdown incomplete", "err", err)
+	if err := c.relay.Shutdown(sctx); err != nil {
+		c.log.Warn("relay shutdown incomplete", "err", err)
 	}
 	wg.Wait()
 	c.poker.Wait()
-	log.Info("connector stopped")
-	return <-serveErr
+	c.log.Info("connector stopped")
 }
 
 // gatewayKnows lists the connector's platforms that the Hermes gateway knows

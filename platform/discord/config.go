@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"cmp"
 	"encoding/hex"
 	"fmt"
 	"net/url"
@@ -211,29 +212,23 @@ const (
 	DefaultCommandSyncDebounce = 5 * time.Second
 )
 
-// withDefaults returns cfg with every zero knob set to its default.
+// withDefaults returns cfg with every zero or negative knob set to its
+// default.
 func (cfg Config) withDefaults() Config {
-	positiveOr(&cfg.GlobalPerSecond, DefaultGlobalPerSecond)
-	positiveOr(&cfg.GlobalBurst, DefaultGlobalBurst)
-	positiveOr(&cfg.InvalidRequestLimit, DefaultInvalidRequestLimit)
-	positiveOr(&cfg.TenantInvalidRequestLimit, max(1, cfg.InvalidRequestLimit/tenantShareDivisor))
-	positiveOr(&cfg.RequestTimeout, DefaultRequestTimeout)
-	positiveOr(&cfg.MaxInteractionBytes, DefaultMaxInteractionBytes)
-	positiveOr(&cfg.InteractionSkew, DefaultInteractionSkew)
-	positiveOr(&cfg.HandshakeTimeout, DefaultHandshakeTimeout)
-	positiveOr(&cfg.ReconnectMin, DefaultReconnectMin)
-	positiveOr(&cfg.ReconnectMax, DefaultReconnectMax)
-	positiveOr(&cfg.StableAfter, DefaultStableAfter)
-	positiveOr(&cfg.MaxIdentifiesPerDay, DefaultMaxIdentifiesPerDay)
-	positiveOr(&cfg.CommandSyncDebounce, DefaultCommandSyncDebounce)
+	cfg.GlobalPerSecond = cmp.Or(max(cfg.GlobalPerSecond, 0), DefaultGlobalPerSecond)
+	cfg.GlobalBurst = cmp.Or(max(cfg.GlobalBurst, 0), DefaultGlobalBurst)
+	cfg.InvalidRequestLimit = cmp.Or(max(cfg.InvalidRequestLimit, 0), DefaultInvalidRequestLimit)
+	cfg.TenantInvalidRequestLimit = cmp.Or(max(cfg.TenantInvalidRequestLimit, 0), max(1, cfg.InvalidRequestLimit/tenantShareDivisor))
+	cfg.RequestTimeout = cmp.Or(max(cfg.RequestTimeout, 0), DefaultRequestTimeout)
+	cfg.MaxInteractionBytes = cmp.Or(max(cfg.MaxInteractionBytes, 0), DefaultMaxInteractionBytes)
+	cfg.InteractionSkew = cmp.Or(max(cfg.InteractionSkew, 0), DefaultInteractionSkew)
+	cfg.HandshakeTimeout = cmp.Or(max(cfg.HandshakeTimeout, 0), DefaultHandshakeTimeout)
+	cfg.ReconnectMin = cmp.Or(max(cfg.ReconnectMin, 0), DefaultReconnectMin)
+	cfg.ReconnectMax = cmp.Or(max(cfg.ReconnectMax, 0), DefaultReconnectMax)
+	cfg.StableAfter = cmp.Or(max(cfg.StableAfter, 0), DefaultStableAfter)
+	cfg.MaxIdentifiesPerDay = cmp.Or(max(cfg.MaxIdentifiesPerDay, 0), DefaultMaxIdentifiesPerDay)
+	cfg.CommandSyncDebounce = cmp.Or(max(cfg.CommandSyncDebounce, 0), DefaultCommandSyncDebounce)
 	return cfg
-}
-
-// positiveOr sets *v to def when it is zero or negative.
-func positiveOr[T int | int64 | float64 | time.Duration](v *T, def T) {
-	if *v <= 0 {
-		*v = def
-	}
 }
 
 // Validate reports the first invalid field, naming its YAML key. Secrets are

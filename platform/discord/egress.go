@@ -9,24 +9,20 @@ import (
 	"connector/platform"
 )
 
-// opHandler performs one outbound op for a tenant.
-type opHandler func(ctx context.Context, tenant string, a *contract.Action) contract.Result
-
-// handlers is the egress table; its keys are the descriptor's supported_ops.
-func (p *Platform) handlers() map[string]opHandler {
-	return map[string]opHandler{
-		contract.OpSend:         p.chatOp(p.opSend),
-		contract.OpEdit:         p.chatOp(p.opEdit),
-		contract.OpTyping:       p.chatOp(p.opTyping),
-		contract.OpGetChatInfo:  p.chatOp(p.opGetChatInfo),
-		contract.OpSendMedia:    p.chatOp(p.opSendMedia),
-		contract.OpFollowUp:     p.opFollowUp,
-		contract.OpPrompt:       p.chatOp(p.opPrompt),
-		contract.OpReact:        p.chatOp(p.opReact),
-		contract.OpDelete:       p.chatOp(p.opDelete),
-		contract.OpThreadCreate: p.chatOp(p.opThreadCreate),
-		contract.OpThreadRename: p.chatOp(p.opThreadRename),
-	}
+// ops is the egress table; its keys are the descriptor's supported_ops.
+// Every op but follow_up is addressed to a chat (a channel id).
+var ops = platform.Ops[*Platform, string]{
+	contract.OpSend:         (*Platform).opSend,
+	contract.OpEdit:         (*Platform).opEdit,
+	contract.OpTyping:       (*Platform).opTyping,
+	contract.OpGetChatInfo:  (*Platform).opGetChatInfo,
+	contract.OpSendMedia:    (*Platform).opSendMedia,
+	contract.OpFollowUp:     (*Platform).opFollowUp,
+	contract.OpPrompt:       (*Platform).opPrompt,
+	contract.OpReact:        (*Platform).opReact,
+	contract.OpDelete:       (*Platform).opDelete,
+	contract.OpThreadCreate: (*Platform).opThreadCreate,
+	contract.OpThreadRename: (*Platform).opThreadRename,
 }
 
 // Execute implements platform.Platform. Chat-addressed ops are re-checked
@@ -34,7 +30,7 @@ func (p *Platform) handlers() map[string]opHandler {
 // structured decline); every REST call runs under ctx (RequestTimeout when
 // ctx has no deadline) and counts against the tenant's fair share.
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	h, ok := p.ops[a.Op]
+	h, ok := ops[a.Op]
 	if !ok {
 		return contract.Failed(contract.CodeUnsupportedOp, "discord does not support op "+textsplit.Truncate(a.Op, 40))
 	}
@@ -43,28 +39,35 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 		ctx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
 		defer cancel()
 	}
-	return h(platform.WithTenant(ctx, tenant), tenant, a)
+	ctx = platform.WithTenant(ctx, tenant)
+	if a.Op == contract.OpFollowUp {
+		return h(p, ctx, tenant, "", a)
+	}
+	chatID := string(a.ChatID)
+	if r, ok := p.checkChat(ctx, tenant, chatID); !ok {
+		return r
+	}
+	return h(p, ctx, tenant, chatID, a)
 }
 
-// chatOp wraps an op addressed to a chat: the chat id must be a Discord id
-// and belong to the tenant (ChatTenant, from the cache only). Until the
-// owners are known the answer is unavailable (retryable), never the decline.
-func (p *Platform) chatOp(h opHandler) opHandler {
-	return func(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-		chatID := string(a.ChatID)
-		if !isSnowflake(chatID) {
-			return contract.Failed(contract.CodeBadRequest, "chat_id is not a Discord channel id")
-		}
-		if p.ChatGranted(chatID, tenant) {
-			return h(ctx, tenant, a) // a bound author of the tenant spoke there
-		}
-		owner, err := p.ChatTenant(ctx, chatID)
-		if errors.Is(err, platform.ErrUnavailable) {
-			return ownerUnavailableResult(err)
-		}
-		if err != nil || owner != tenant {
-			return contract.Declined(platformName)
-		}
-		return h(ctx, tenant, a)
+// checkChat checks the chat an op is addressed to: the chat id must be a
+// Discord id and belong to the tenant (ChatTenant, from the cache only).
+// Until the owners are known the answer is unavailable (retryable), never
+// the decline. When the chat is not the tenant's it returns the result to
+// answer and false.
+func (p *Platform) checkChat(ctx context.Context, tenant, chatID string) (contract.Result, bool) {
+	if !isSnowflake(chatID) {
+		return contract.Failed(contract.CodeBadRequest, "chat_id is not a Discord channel id"), false
 	}
+	if p.ChatGranted(chatID, tenant) {
+		return contract.Result{}, true // a bound author of the tenant spoke there
+	}
+	owner, err := p.ChatTenant(ctx, chatID)
+	if errors.Is(err, platform.ErrUnavailable) {
+		return ownerUnavailableResult(err), false
+	}
+	if err != nil || owner != tenant {
+		return contract.Declined(platformName), false
+	}
+	return contract.Result{}, true
 }

@@ -40,8 +40,7 @@ type mediaMessage struct {
 // the first 2,000 code points of content as its text and the rest as
 // further messages; the first replies to reply_to. Every media_kind is an
 // attachment on Discord. The result carries the attachment message's id.
-func (p *Platform) opSendMedia(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	chatID := string(a.ChatID)
+func (p *Platform) opSendMedia(ctx context.Context, tenant, chatID string, a *contract.Action) contract.Result {
 	var ref *discordgo.MessageReference
 	if a.ReplyTo != "" {
 		if !isSnowflake(string(a.ReplyTo)) {

@@ -18,7 +18,7 @@ const maxEmojiBytes = 128
 // opReact adds (PUT) or, with remove, takes off (DELETE) the bot's own
 // reaction emoji on message_id. Reactions are cosmetic to the gateway; a
 // failure is a structured result like any other.
-func (p *Platform) opReact(ctx context.Context, _ string, a *contract.Action) contract.Result {
+func (p *Platform) opReact(ctx context.Context, _, _ string, a *contract.Action) contract.Result {
 	msgID := string(a.MessageID)
 	switch {
 	case !isSnowflake(msgID):
@@ -39,7 +39,7 @@ func (p *Platform) opReact(ctx context.Context, _ string, a *contract.Action) co
 
 // opDelete deletes message_id. A message that is already gone counts as
 // deleted, so a retried delete is idempotent.
-func (p *Platform) opDelete(ctx context.Context, _ string, a *contract.Action) contract.Result {
+func (p *Platform) opDelete(ctx context.Context, _, _ string, a *contract.Action) contract.Result {
 	msgID := string(a.MessageID)
 	if !isSnowflake(msgID) {
 		return contract.Failed(contract.CodeBadRequest, "delete: message_id is not a Discord message id")

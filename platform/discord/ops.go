@@ -33,11 +33,10 @@ type messageAnswer struct {
 
 // opSend posts content, split into pieces of at most 2,000 code points; the
 // first piece replies to reply_to. The result carries the first piece's id.
-func (p *Platform) opSend(ctx context.Context, _ string, a *contract.Action) contract.Result {
+func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Action) contract.Result {
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "send needs content")
 	}
-	chatID := string(a.ChatID)
 	ref, bad := replyRef(a)
 	if bad != "" {
 		return contract.Failed(contract.CodeBadRequest, bad)
@@ -82,8 +81,8 @@ func (p *Platform) postPieces(ctx context.Context, chatID string, pieces []strin
 
 // opEdit replaces a message's content. Content over 2,000 code points keeps
 // its first piece in the edited message and posts the rest after it.
-func (p *Platform) opEdit(ctx context.Context, _ string, a *contract.Action) contract.Result {
-	chatID, msgID := string(a.ChatID), string(a.MessageID)
+func (p *Platform) opEdit(ctx context.Context, _, chatID string, a *contract.Action) contract.Result {
+	msgID := string(a.MessageID)
 	if !isSnowflake(msgID) {
 		return contract.Failed(contract.CodeBadRequest, "message_id is not a Discord message id")
 	}
@@ -104,7 +103,7 @@ func (p *Platform) opEdit(ctx context.Context, _ string, a *contract.Action) con
 }
 
 // opTyping shows the typing indicator (10 s).
-func (p *Platform) opTyping(ctx context.Context, _ string, a *contract.Action) contract.Result {
+func (p *Platform) opTyping(ctx context.Context, _, _ string, a *contract.Action) contract.Result {
 	if err := p.rest(ctx, "POST", discordgo.EndpointChannelTyping(string(a.ChatID)), nil, nil); err != nil {
 		return p.failed("typing", err, "")
 	}
@@ -113,7 +112,7 @@ func (p *Platform) opTyping(ctx context.Context, _ string, a *contract.Action) c
 
 // opGetChatInfo answers {name, type} with the names and chat types ingest
 // puts in sources.
-func (p *Platform) opGetChatInfo(ctx context.Context, _ string, a *contract.Action) contract.Result {
+func (p *Platform) opGetChatInfo(ctx context.Context, _, _ string, a *contract.Action) contract.Result {
 	ch, err := p.cache.channel(ctx, string(a.ChatID))
 	if err != nil {
 		return p.failed("get_chat_info", err, "")
@@ -149,7 +148,7 @@ func (p *Platform) guildLabel(ctx context.Context, guildID string) string {
 // for (caller's tenant, session_key). The gateway names only the session; a
 // token of another tenant's session is a different vault key and is never
 // found. Absent or expired: capability_missing.
-func (p *Platform) opFollowUp(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract.Action) contract.Result {
 	if a.Kind != string(vault.KindDiscordInteractionToken) {
 		return contract.Failed(contract.CodeBadRequest, "discord follow_up supports kind "+string(vault.KindDiscordInteractionToken))
 	}

@@ -23,7 +23,6 @@ import (
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/platform/fairshare"
-	"connector/session"
 	"connector/vault"
 )
 
@@ -71,7 +70,6 @@ type Platform struct {
 	seen     *dedupe
 	gw       *gateway
 	cmds     *commandSync
-	ops      map[string]opHandler
 	// policies are the tenants' policies, from Config.Tenants and the
 	// relevance their gateways declared (SetRelevance).
 	policies atomic.Pointer[map[string]*policy]
@@ -115,13 +113,14 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		return nil, errors.New("discord: deps.Vault is required (interaction tokens live there)")
 	}
 	cfg = cfg.withDefaults()
+	deps = deps.WithDefaults()
 	pub, _ := decodePublicKey(cfg.PublicKey) // validated above
 	p := &Platform{
 		cfg:      cfg,
-		log:      deps.Log,
-		clock:    deps.Time(),
-		now:      deps.Time().Now,
-		metrics:  deps.M(),
+		log:      deps.Log.With("platform", platformName),
+		clock:    deps.Clock,
+		now:      deps.Clock.Now,
+		metrics:  deps.Metrics,
 		key:      deps.Key,
 		vault:    deps.Vault,
 		deps:     deps,
@@ -129,17 +128,10 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		fallback: newPolicy(TenantConfig{}),
 		slots:    make(chan struct{}, maxProcessing),
 	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	p.log = p.log.With("platform", platformName)
 	guilds := maps.Clone(cfg.Guilds)
 	p.guilds.Store(&guilds)
 	p.authors.Store(platform.NewAuthors(nil))
 	p.spoke = platform.NewGrants(platform.MaxGrants)
-	if p.key == nil {
-		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
-	}
 	weights := make(map[string]int, len(cfg.Tenants))
 	p.SetRelevance(nil)
 	for name, tc := range cfg.Tenants {
@@ -157,7 +149,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	for i := range p.queues {
 		p.queues[i] = make(chan ingestItem, ingestQueueDepth)
 	}
-	p.ops = p.handlers()
 	p.cmds = newCommandSync(p)
 	if err := p.newSession(); err != nil {
 		return nil, err
@@ -211,7 +202,7 @@ func (p *Platform) Name() string { return platformName }
 // Descriptor implements platform.Platform; supported_ops are the keys of the
 // egress handler table.
 func (p *Platform) Descriptor() descriptor.Descriptor {
-	return descriptor.Discord(slices.Sorted(maps.Keys(p.ops)))
+	return descriptor.Discord(ops.Names())
 }
 
 // Status implements platform.Platform.

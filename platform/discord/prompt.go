@@ -49,7 +49,7 @@ type promptMessage struct {
 // piece, whose id is the result's message_id (the message a press names as
 // prompt_message_id). A press comes back through the interactions endpoint
 // as a prompt_response inbound (interaction.go).
-func (p *Platform) opPrompt(ctx context.Context, _ string, a *contract.Action) contract.Result {
+func (p *Platform) opPrompt(ctx context.Context, _, chatID string, a *contract.Action) contract.Result {
 	buttons, err := contract.PromptButtons(a, buttonsPerRow*maxPromptRows)
 	if err != nil {
 		return contract.Failed(contract.CodeBadRequest, "discord prompt: "+err.Error())
@@ -58,7 +58,6 @@ func (p *Platform) opPrompt(ctx context.Context, _ string, a *contract.Action) c
 	if bad != "" {
 		return contract.Failed(contract.CodeBadRequest, bad)
 	}
-	chatID := string(a.ChatID)
 	pieces := textsplit.Split(a.Content, splitRules)
 	last := pieces[len(pieces)-1]
 	if len(pieces) > 1 {

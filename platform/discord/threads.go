@@ -70,12 +70,11 @@ func actionThreadName(a *contract.Action) (string, bool) {
 // opThreadCreate starts a public thread under chat_id, from message_id
 // when set (an anchored thread), else a channel thread (type 11). The bot
 // joins it, and its id is the result's thread_id (and message_id).
-func (p *Platform) opThreadCreate(ctx context.Context, _ string, a *contract.Action) contract.Result {
+func (p *Platform) opThreadCreate(ctx context.Context, _, parent string, a *contract.Action) contract.Result {
 	name, ok := actionThreadName(a)
 	if !ok {
 		return contract.Failed(contract.CodeBadRequest, "thread_create needs a thread_name")
 	}
-	parent := string(a.ChatID)
 	if ch, ok := p.cache.cachedChannel(parent); ok && ch.isThread() {
 		return contract.Failed(contract.CodeBadRequest, "thread_create: chat_id is a thread; name its parent channel")
 	}
@@ -133,7 +132,7 @@ func (p *Platform) recordThread(th *wireChannel, parent, name string) {
 // first, and with only_if_connector_created the thread must be one this
 // instance created and still carry its initial name; otherwise nothing is
 // changed and the result is success false with code name_changed.
-func (p *Platform) opThreadRename(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *contract.Action) contract.Result {
 	name, ok := actionThreadName(a)
 	threadID := string(a.MessageID)
 	switch {

@@ -1,6 +1,7 @@
 package nexscope
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -163,25 +164,18 @@ const minPayload = 4096
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
-	setDefault(&c.MaxUsers, DefaultMaxUsers)
-	setDefault(&c.MaxPayload, DefaultMaxPayload)
-	setDefault(&c.MaxFile, DefaultMaxFile)
-	setDefault(&c.TransferTimeout, DefaultTransferTimeout)
-	setDefault(&c.HeartbeatInterval, DefaultHeartbeatInterval)
-	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
-	setDefault(&c.SendQueueBytes, DefaultSendQueueBytes)
-	setDefault(&c.HopLimit, DefaultHopLimit)
-	setDefault(&c.BotName, DefaultBotName)
-	setDefault(&c.MaxText, DefaultMaxText)
-	setDefault(&c.RememberMessages, DefaultRememberMessages)
+	c.MaxUsers = cmp.Or(c.MaxUsers, DefaultMaxUsers)
+	c.MaxPayload = cmp.Or(c.MaxPayload, DefaultMaxPayload)
+	c.MaxFile = cmp.Or(c.MaxFile, DefaultMaxFile)
+	c.TransferTimeout = cmp.Or(c.TransferTimeout, DefaultTransferTimeout)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, DefaultHeartbeatInterval)
+	c.WriteTimeout = cmp.Or(c.WriteTimeout, DefaultWriteTimeout)
+	c.SendQueueBytes = cmp.Or(c.SendQueueBytes, DefaultSendQueueBytes)
+	c.HopLimit = cmp.Or(c.HopLimit, DefaultHopLimit)
+	c.BotName = cmp.Or(c.BotName, DefaultBotName)
+	c.MaxText = cmp.Or(c.MaxText, DefaultMaxText)
+	c.RememberMessages = cmp.Or(c.RememberMessages, DefaultRememberMessages)
 	return c
-}
-
-func setDefault[T comparable](p *T, def T) {
-	var zero T
-	if *p == zero {
-		*p = def
-	}
 }
 
 // validName reports whether s matches ^[a-zA-Z0-9_-]{1,32}$ (user and room

@@ -2,29 +2,21 @@ package nexscope
 
 import (
 	"context"
-	"maps"
-	"slices"
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
-
-// egressFunc performs one outbound op for tenant in a room bound to it,
-// within ctx.
-type egressFunc func(p *Platform, ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result
 
 // egress is the op table; the descriptor's supported_ops are its keys. edit
 // is absent: a relayed msg cannot be changed.
-var egress = map[string]egressFunc{
+var egress = platform.Ops[*Platform, *room]{
 	contract.OpSend:        (*Platform).send,
 	contract.OpTyping:      (*Platform).typing,
 	contract.OpGetChatInfo: (*Platform).chatInfo,
 	contract.OpPrompt:      (*Platform).prompt,
 	contract.OpSendMedia:   (*Platform).sendMedia,
 }
-
-// supportedOps lists the egress table's ops.
-func supportedOps() []string { return slices.Sorted(maps.Keys(egress)) }
 
 // Execute performs a gateway's outbound action for tenant. chat_id is a room
 // name; a room that is not bound to tenant is declined. With several

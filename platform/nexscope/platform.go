@@ -24,9 +24,9 @@ type Platform struct {
 	cfg       Config
 	log       *slog.Logger
 	metrics   platform.Metrics
-	clock     clock.Clock // ts values, the heartbeat, transfer and probe deadlines
-	keyFunc   platform.KeyFunc
-	deps      platform.Deps // the media store (send_media, files to the bot)
+	clock     clock.Clock      // ts values, the heartbeat, transfer and probe deadlines
+	key       platform.KeyFunc // the tenant's session key for a source
+	deps      platform.Deps    // the media store (send_media, files to the bot)
 	tokenHash [sha256.Size]byte
 	// rooms are the rooms by name, guarded by roomsMu; Bind adds rooms.
 	roomsMu sync.RWMutex
@@ -65,19 +65,17 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	deps = deps.WithDefaults()
 	p := &Platform{
 		cfg:       cfg,
 		log:       deps.Log,
-		metrics:   deps.M(),
-		clock:     deps.Time(),
-		keyFunc:   deps.Key,
+		metrics:   deps.Metrics,
+		clock:     deps.Clock,
+		key:       deps.Key,
 		deps:      deps,
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		rooms:     make(map[string]*room, len(cfg.Rooms)+1),
 		members:   make(map[*member]struct{}),
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
 	}
 	for _, rc := range cfg.Rooms {
 		p.rooms[rc.Name] = newRoom(p, rc)
@@ -92,7 +90,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 			r.home.Store(true) // a single instance hosts every room
 		}
 	}
-	p.desc = descriptor.Nexscope(supportedOps(), cfg.MaxText)
+	p.desc = descriptor.Nexscope(egress.Names(), cfg.MaxText)
 	return p, nil
 }
 
@@ -179,14 +177,6 @@ func (p *Platform) deliver(d platform.Delivery) bool {
 		return false
 	}
 	return true
-}
-
-// key is the tenant's session key for src.
-func (p *Platform) key(tenant string, src *session.Source) string {
-	if p.keyFunc != nil {
-		return p.keyFunc(tenant, src)
-	}
-	return session.Key(src, session.DefaultOptions)
 }
 
 // tokenOK compares a presented token with the configured one in constant

@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -121,34 +122,15 @@ const WebhookPath = "/telegram/webhook"
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
-	if c.APIServerURL == "" {
-		c.APIServerURL = DefaultAPIServerURL
-	}
-	c.APIServerURL = strings.TrimRight(c.APIServerURL, "/")
-	if c.GlobalPerSecond == 0 {
-		c.GlobalPerSecond = DefaultGlobalPerSecond
-	}
-	if c.ChatPerSecond == 0 {
-		c.ChatPerSecond = DefaultChatPerSecond
-	}
-	if c.GroupPerMinute == 0 {
-		c.GroupPerMinute = DefaultGroupPerMinute
-	}
-	if c.PollTimeout == 0 {
-		c.PollTimeout = DefaultPollTimeout
-	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.WebhookMaxConnections == 0 {
-		c.WebhookMaxConnections = DefaultWebhookMaxConnections
-	}
-	if c.MaxWebhookBytes == 0 {
-		c.MaxWebhookBytes = DefaultMaxWebhookBytes
-	}
-	if c.DedupeWindow == 0 {
-		c.DedupeWindow = DefaultDedupeWindow
-	}
+	c.APIServerURL = strings.TrimRight(cmp.Or(c.APIServerURL, DefaultAPIServerURL), "/")
+	c.GlobalPerSecond = cmp.Or(c.GlobalPerSecond, DefaultGlobalPerSecond)
+	c.ChatPerSecond = cmp.Or(c.ChatPerSecond, DefaultChatPerSecond)
+	c.GroupPerMinute = cmp.Or(c.GroupPerMinute, DefaultGroupPerMinute)
+	c.PollTimeout = cmp.Or(c.PollTimeout, DefaultPollTimeout)
+	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
+	c.WebhookMaxConnections = cmp.Or(c.WebhookMaxConnections, DefaultWebhookMaxConnections)
+	c.MaxWebhookBytes = cmp.Or(c.MaxWebhookBytes, DefaultMaxWebhookBytes)
+	c.DedupeWindow = cmp.Or(c.DedupeWindow, DefaultDedupeWindow)
 	return c
 }
 

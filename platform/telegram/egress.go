@@ -12,14 +12,11 @@ import (
 
 	"connector/contract"
 	"connector/internal/netcause"
+	"connector/platform"
 )
 
-// handler performs one op for tenant in chat (already checked to be the
-// tenant's).
-type handler func(p *Platform, ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result
-
 // handlers is the egress table; the descriptor's supported_ops are its keys.
-var handlers = map[string]handler{
+var handlers = platform.Ops[*Platform, int64]{
 	contract.OpSend:         (*Platform).send,
 	contract.OpEdit:         (*Platform).edit,
 	contract.OpTyping:       (*Platform).typing,

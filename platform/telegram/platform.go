@@ -21,7 +21,6 @@ import (
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/platform/fairshare"
-	"connector/session"
 )
 
 // Platform is the shared Telegram bot. Build it with New.
@@ -86,14 +85,15 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	deps = deps.WithDefaults()
 	p := &Platform{
 		cfg:       cfg,
-		log:       deps.Log,
+		log:       deps.Log.With("platform", platformName),
 		deps:      deps,
 		key:       deps.Key,
-		metrics:   deps.M(),
-		clock:     deps.Time(),
-		now:       deps.Time().Now,
+		metrics:   deps.Metrics,
+		clock:     deps.Clock,
+		now:       deps.Clock.Now,
 		policies:  make(map[string]*policy, len(cfg.Tenants)),
 		observed:  newObservedLog(),
 		sealed:    newSealedLog(),
@@ -101,13 +101,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
 		callbacks: make(chan string, 256),
-	}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
-	p.log = p.log.With("platform", platformName)
-	if p.key == nil {
-		p.key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
 	}
 	chats := make(map[int64]string, len(cfg.Chats))
 	for chat, tenant := range cfg.Chats {
@@ -131,7 +124,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(),
 		Clock: p.clock,
 	})
-	p.desc = descriptor.Telegram(supportedOps())
+	p.desc = descriptor.Telegram(handlers.Names())
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
 	p.transport.MaxIdleConnsPerHost = 32
@@ -231,15 +224,6 @@ func newScrubber(token, webhookSecret string) *strings.Replacer {
 		pairs = append(pairs, webhookSecret, "[redacted]")
 	}
 	return strings.NewReplacer(pairs...)
-}
-
-// supportedOps lists the egress handler table's ops.
-func supportedOps() []string {
-	ops := make([]string, 0, len(handlers))
-	for op := range handlers {
-		ops = append(ops, op)
-	}
-	return ops
 }
 
 // errorText is err's text for logs and results, secrets removed.
