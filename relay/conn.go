@@ -153,10 +153,11 @@ func (c *conn) serve() {
 	c.srv.cfg.Metrics.ConnOpened(c.hub.id)
 	c.log.Info("gateway connected")
 	c.q.Start()
-	c.alive.Start(c.ws, c.srv.cfg.Clock, c.srv.cfg.PingInterval, 1, func() {
+	c.alive.Init(c.ws, c.srv.cfg.Clock, c.srv.cfg.PingInterval, 1, func() {
 		c.log.Info("ping unanswered: closing")
 		c.closeWith(contract.EndPingTimeout)
 	})
+	c.alive.Start()
 
 	err := c.readLoop()
 

@@ -19,7 +19,8 @@ import (
 // runs on a goroutine of its own (coder/websocket's Ping waits for its
 // pong), which ends with the pong or the socket.
 //
-// Its zero value is stopped until Start. Its lock is a leaf.
+// Its zero value is unusable until Init, and does not tick until Start. Its
+// lock is a leaf.
 type Keepalive struct {
 	mu       sync.Mutex
 	ws       *websocket.Conn
@@ -34,15 +35,21 @@ type Keepalive struct {
 	pings    sync.WaitGroup
 }
 
-// Start arms the first tick, unless Stop came first.
-func (k *Keepalive) Start(ws *websocket.Conn, clk clock.Clock, interval time.Duration, misses int, timedOut func()) {
+// Init binds k to ws and clk: ticks every interval once started, timedOut
+// called at the misses-th consecutive miss. Probe works from now on.
+func (k *Keepalive) Init(ws *websocket.Conn, clk clock.Clock, interval time.Duration, misses int, timedOut func()) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.stopped {
-		return
-	}
 	k.ws, k.clk, k.interval, k.misses, k.timedOut = ws, clk, interval, misses, timedOut
-	k.timer = clk.AfterFunc(k.next(), k.tick)
+}
+
+// Start arms the first tick, unless Stop came first.
+func (k *Keepalive) Start() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped && k.timer == nil {
+		k.timer = k.clk.AfterFunc(k.next(), k.tick)
+	}
 }
 
 // next is the delay to the next tick: interval less up to a tenth.

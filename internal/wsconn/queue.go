@@ -160,7 +160,7 @@ func (q *Queue) Written(n int) {
 	below := q.queued < q.window
 	q.mu.Unlock()
 	if below && q.space != nil {
-		signal(q.space)
+		Signal(q.space)
 	}
 }
 
@@ -211,7 +211,7 @@ func (q *Queue) Close(end Close, flush bool) bool {
 		go q.run()
 	}
 	if q.space != nil {
-		signal(q.space)
+		Signal(q.space)
 	}
 	return true
 }
@@ -296,12 +296,13 @@ func (q *Queue) fail(err error) {
 	q.dropLocked()
 	q.mu.Unlock()
 	if q.space != nil {
-		signal(q.space)
+		Signal(q.space)
 	}
 }
 
-// signal does a non-blocking send on a cap-1 channel.
-func signal(ch chan struct{}) {
+// Signal wakes whoever waits on ch, a channel of capacity 1, without
+// blocking: a wake already pending absorbs this one.
+func Signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:

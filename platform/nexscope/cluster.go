@@ -12,6 +12,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clustermsg"
+	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/store"
 )
@@ -300,11 +301,11 @@ func (cl *cluster) handle(msg []byte) {
 		if m := cl.edge(f[0]); m != nil {
 			code, _ := strconv.Atoi(string(f[1]))
 			m.leave()
-			m.q.close(Close{websocket.StatusCode(code), string(f[2])}, string(f[3]) == "1")
+			m.q.Close(Close{Code: websocket.StatusCode(code), Reason: string(f[2])}, string(f[3]) == "1")
 		}
 	case msgLeave:
 		if m := cl.remote(f[0], f[1]); m != nil {
-			m.kick(closeNoHandshake) // its socket is gone: nothing to tell the edge
+			m.kick(wsconn.Drop) // its socket is gone: nothing to tell the edge
 		}
 	case msgWritten:
 		if m := cl.remote(f[0], f[1]); m != nil {
@@ -412,7 +413,7 @@ func (cl *cluster) sendBeats() {
 			m.kick(CloseRoomMoved)
 		} else {
 			m.log.Info("nexscope member's instance is gone; removing it from the room")
-			m.kick(closeNoHandshake)
+			m.kick(wsconn.Drop)
 		}
 	}
 	for h, conns := range toHome {
@@ -438,7 +439,7 @@ func (cl *cluster) edgeBeat(edge, conns string) {
 	}
 	cl.mu.Unlock()
 	for _, m := range stale {
-		m.kick(closeNoHandshake)
+		m.kick(wsconn.Drop)
 	}
 }
 
@@ -560,6 +561,7 @@ func (cl *cluster) joinHere(roomName, name, edge, conn string) {
 		defer p.wg.Done()
 		m := newMember(p, r, name)
 		m.remote = &homeLink{cl: cl, edge: edge, conn: conn, since: p.clock.Now(), in: newInQueue()}
+		m.q = m.newQueue(remoteWriter{m})
 		m.log = p.log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
 		if !p.register(m) {
 			cl.joined(key, nil)
@@ -661,7 +663,7 @@ func (cl *cluster) probeHere(req string, conn []byte, home string) {
 	}
 	go func() {
 		defer cl.p.wg.Done()
-		answer(m.answersPing(nameProbeTimeout))
+		answer(m.alive.Probe(nameProbeTimeout))
 	}()
 }
 
@@ -728,7 +730,7 @@ func (q *inQueue) push(f inFrame) {
 		q.frames = append(q.frames, f)
 	}
 	q.mu.Unlock()
-	signal(q.wake)
+	wsconn.Signal(q.wake)
 }
 
 // next waits for the next frame; ok is false once the queue closed.
@@ -756,7 +758,7 @@ func (q *inQueue) close() {
 	q.mu.Lock()
 	q.closed, q.frames = true, nil
 	q.mu.Unlock()
-	signal(q.wake)
+	wsconn.Signal(q.wake)
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge
@@ -789,7 +791,7 @@ func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte) {
 // member's send queue.
 func (l *homeLink) wrote(m *member, total int64) {
 	if total > l.written {
-		m.q.written(int(total - l.written))
+		m.q.Written(int(total - l.written))
 		l.written = total
 	}
 }
@@ -798,8 +800,7 @@ func (l *homeLink) wrote(m *member, total int64) {
 // are handled as a local member's, frames for it are relayed to the edge.
 func (m *member) runRemote() {
 	l := m.remote
-	m.wg.Add(1)
-	go m.relayLoop()
+	m.q.Start()
 	for !m.stop {
 		f, empty, ok := l.in.next()
 		if !ok {
@@ -817,36 +818,36 @@ func (m *member) runRemote() {
 		}
 	}
 	m.leave()
-	m.q.close(closeNoHandshake, false)
-	m.cancel()
-	m.wg.Wait()
+	m.q.Close(wsconn.Drop, false)
+	<-m.q.Done()
 	m.log.Debug("nexscope remote member left")
 }
 
-// relayLoop is a remote member's writer: it publishes queued frames to the
-// edge (their bytes stay queued until the edge reports them written), then
-// the close.
-func (m *member) relayLoop() {
-	defer m.wg.Done()
-	l := m.remote
-	inbox := inboxPrefix + l.edge
-	conn := []byte(l.conn)
-	for {
-		f, ok, end := m.q.next()
-		if !ok {
-			if end != closeNoHandshake {
-				flush := "0"
-				if m.q.flushing() {
-					flush = "1"
-				}
-				l.cl.publish(inbox, clustermsg.Encode(msgClose, conn, strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), []byte(flush)))
-			}
-			return
-		}
+// remoteWriter is a remote member's wsconn.Writer: it publishes queued
+// frames to the edge (their bytes stay queued until the edge reports them
+// written), then the close.
+type remoteWriter struct{ m *member }
+
+// Write implements wsconn.Writer.
+func (w remoteWriter) Write(batch []wsconn.Frame) error {
+	l := w.m.remote
+	for _, f := range batch {
 		l.outSeq++
-		l.cl.publish(inbox, clustermsg.Encode(msgOut, conn, strconv.AppendUint(nil, l.outSeq, 10), binaryFlag(f.typ), f.data))
-		f.done()
+		l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgOut, []byte(l.conn), strconv.AppendUint(nil, l.outSeq, 10), binaryFlag(f.Type), f.Data))
 	}
+	return nil
+}
+
+// End implements wsconn.Writer: the edge closes the socket.
+func (w remoteWriter) End(end Close) {
+	if end == wsconn.Drop {
+		return
+	}
+	l, flush := w.m.remote, "0"
+	if w.m.q.Flushing() {
+		flush = "1"
+	}
+	l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), []byte(flush)))
 }
 
 func binaryFlag(t websocket.MessageType) []byte {
@@ -923,7 +924,7 @@ func (l *edgeLink) consumedUpTo(total int64) {
 		l.consumed = total
 	}
 	l.mu.Unlock()
-	signal(l.credit)
+	wsconn.Signal(l.credit)
 }
 
 // received queues a frame the home sent for the member; a gap closes it.
@@ -938,7 +939,7 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
 	if binary {
 		typ = websocket.MessageBinary
 	}
-	if m.q.push(outFrame{typ: typ, data: data}) {
+	if m.q.Push(wsconn.Frame{Type: typ, Data: data}) == wsconn.ErrOverflow {
 		m.kick(CloseSlowConsumer)
 	}
 }
@@ -947,7 +948,7 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
 // of creditBytes or when the queue ran dry.
 func (l *edgeLink) wrote(m *member, n int) {
 	l.written += int64(n)
-	if l.written-l.reported < creditBytes && !m.q.empty() {
+	if l.written-l.reported < creditBytes && !m.q.Empty() {
 		return
 	}
 	l.reported = l.written
