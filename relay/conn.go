@@ -189,7 +189,6 @@ func (c *conn) logClosed(err error) {
 // "\n"-separated frame in each (text or binary, as the gateway's own reader
 // accepts both).
 func (c *conn) readLoop() error {
-	var buf bytes.Buffer
 	for {
 		// No context: a cancellable one costs coder/websocket a timer
 		// registration per message. Every way the connection ends closes the
@@ -199,13 +198,22 @@ func (c *conn) readLoop() error {
 		if err != nil {
 			return err
 		}
+		// A buffer only while a message is read: an idle connection holds
+		// none.
+		buf := readBuffers.Get().(*bytes.Buffer)
 		buf.Reset()
-		if _, err := buf.ReadFrom(r); err != nil {
-			return err
+		_, err = buf.ReadFrom(r)
+		if err == nil {
+			contract.SplitLines(buf.Bytes(), c.handleLine)
 		}
-		contract.SplitLines(buf.Bytes(), c.handleLine)
-		if buf.Cap() > 64<<10 {
-			buf = bytes.Buffer{} // do not pin a rare large message's buffer
+		if buf.Cap() <= 64<<10 { // do not pin a rare large message's buffer
+			readBuffers.Put(buf)
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
+
+// readBuffers holds the buffers read loops read a message into.
+var readBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}

@@ -282,14 +282,16 @@ func (q *Queue) takeLocked(batch []Frame) []Frame {
 }
 
 // fail ends the connection after a failed write: nothing more gets through,
-// so a flushing close stops flushing.
+// so a flushing close stops flushing. The failure's Close also replaces a
+// Drop requested meanwhile (the reader saw the socket fail under the same
+// write), so the connection ends with its cause.
 func (q *Queue) fail(err error) {
 	var c Close
 	if !errors.As(err, &c) {
 		c = Drop
 	}
 	q.mu.Lock()
-	if !q.closing {
+	if !q.closing || q.end == Drop {
 		q.closing, q.end = true, c
 	}
 	q.flush = false
