@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/wsconn"
 )
 
 // echoHandler is the bare-transport baseline: a coder/websocket server that
@@ -93,7 +94,7 @@ func (e *echoClients) read(ws *websocket.Conn) {
 			e.rec.add(time.Since(at), len(msg))
 		}
 		e.received.Add(1)
-		notify(e.progress)
+		wsconn.Signal(e.progress)
 	}
 }
 

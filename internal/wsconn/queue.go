@@ -99,11 +99,7 @@ func (q *Queue) Push(f Frame) error {
 	q.frames = append(q.frames, f)
 	q.queued += int64(len(f.Data))
 	overflow := q.queued > q.limit
-	start := q.startLocked()
-	q.mu.Unlock()
-	if start {
-		go q.run()
-	}
+	q.unlockAndWake()
 	if overflow {
 		return ErrOverflow
 	}
@@ -115,21 +111,18 @@ func (q *Queue) Push(f Frame) error {
 func (q *Queue) Start() {
 	q.mu.Lock()
 	q.started = true
-	start := (q.head < len(q.frames) || q.closing) && q.startLocked()
+	q.unlockAndWake()
+}
+
+// unlockAndWake releases q.mu, first starting a writer if none runs and a
+// frame or the close is pending.
+func (q *Queue) unlockAndWake() {
+	start := q.started && !q.running && (q.head < len(q.frames) || q.closing)
+	q.running = q.running || start
 	q.mu.Unlock()
 	if start {
 		go q.run()
 	}
-}
-
-// startLocked marks the writer running and reports whether the caller must
-// start it. q.mu must be held.
-func (q *Queue) startLocked() bool {
-	if q.running || !q.started {
-		return false
-	}
-	q.running = true
-	return true
 }
 
 // WaitSpace blocks until fewer than window bytes are queued, the queue
@@ -178,13 +171,6 @@ func (q *Queue) Len() int {
 	return len(q.frames) - q.head
 }
 
-// Empty reports whether no frame waits for the writer.
-func (q *Queue) Empty() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.head == len(q.frames)
-}
-
 // Flushing reports whether the queue was closed by a flushing close.
 func (q *Queue) Flushing() bool {
 	q.mu.Lock()
@@ -205,11 +191,7 @@ func (q *Queue) Close(end Close, flush bool) bool {
 	if !flush {
 		q.dropLocked()
 	}
-	start := q.startLocked()
-	q.mu.Unlock()
-	if start {
-		go q.run()
-	}
+	q.unlockAndWake()
 	if q.space != nil {
 		Signal(q.space)
 	}

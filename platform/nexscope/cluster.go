@@ -3,6 +3,7 @@ package nexscope
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -560,7 +561,8 @@ func (cl *cluster) joinHere(roomName, name, edge, conn string) {
 	go func() {
 		defer p.wg.Done()
 		m := newMember(p, r, name)
-		m.remote = &homeLink{cl: cl, edge: edge, conn: conn, since: p.clock.Now(), in: newInQueue()}
+		m.remote = &homeLink{cl: cl, edge: edge, conn: conn, since: p.clock.Now()}
+		m.remote.in = wsconn.NewQueue(remoteReader{m}, 0, math.MaxInt64, 0)
 		m.q = m.newQueue(remoteWriter{m})
 		m.log = p.log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
 		if !p.register(m) {
@@ -707,73 +709,21 @@ func (cl *cluster) execHere(req, from, tenant string, action []byte) {
 	}()
 }
 
-// inFrame is a frame a member sent, as the home received it.
-type inFrame struct {
-	binary bool
-	data   []byte
-}
-
-// inQueue is a remote member's frames waiting for its reader at the home.
-// It is bounded by the edge's window (SendQueueBytes plus one frame).
-type inQueue struct {
-	mu     sync.Mutex
-	frames []inFrame
-	closed bool
-	wake   chan struct{}
-}
-
-func newInQueue() *inQueue { return &inQueue{wake: make(chan struct{}, 1)} }
-
-func (q *inQueue) push(f inFrame) {
-	q.mu.Lock()
-	if !q.closed {
-		q.frames = append(q.frames, f)
-	}
-	q.mu.Unlock()
-	wsconn.Signal(q.wake)
-}
-
-// next waits for the next frame; ok is false once the queue closed.
-func (q *inQueue) next() (f inFrame, empty, ok bool) {
-	for {
-		q.mu.Lock()
-		if q.closed {
-			q.mu.Unlock()
-			return inFrame{}, true, false
-		}
-		if len(q.frames) > 0 {
-			f = q.frames[0]
-			q.frames[0] = inFrame{}
-			q.frames = q.frames[1:]
-			empty = len(q.frames) == 0
-			q.mu.Unlock()
-			return f, empty, true
-		}
-		q.mu.Unlock()
-		<-q.wake
-	}
-}
-
-func (q *inQueue) close() {
-	q.mu.Lock()
-	q.closed, q.frames = true, nil
-	q.mu.Unlock()
-	wsconn.Signal(q.wake)
-}
-
 // homeLink is, at a room's home, the far end of a remote member: its edge
 // instance and the member's sequence numbers and credits.
 type homeLink struct {
 	cl         *cluster
 	edge, conn string
 	since      time.Time
-	in         *inQueue
+	// in holds the frames the member sent until its handler (remoteReader)
+	// takes them; the edge's window bounds it.
+	in *wsconn.Queue
 
 	inSeq   uint64 // inbox goroutine
 	written int64  // inbox goroutine: bytes the edge reported written
 
-	outSeq             uint64 // relayLoop
-	consumed, reported int64  // runRemote's reader
+	outSeq             uint64 // remoteWriter
+	consumed, reported int64  // remoteReader
 }
 
 // received queues a frame the member sent; a gap closes the member.
@@ -784,7 +734,11 @@ func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte) {
 		return
 	}
 	l.inSeq = seq
-	l.in.push(inFrame{binary: binary, data: data})
+	typ := websocket.MessageText
+	if binary {
+		typ = websocket.MessageBinary
+	}
+	_ = l.in.Push(wsconn.Frame{Type: typ, Data: data}) // dropped once the member left
 }
 
 // wrote takes the edge's report of bytes written in total: they leave the
@@ -797,31 +751,47 @@ func (l *homeLink) wrote(m *member, total int64) {
 }
 
 // runRemote serves a remote member after it joined: frames from its edge
-// are handled as a local member's, frames for it are relayed to the edge.
+// are handled as a local member's (remoteReader), frames for it are relayed
+// to the edge (remoteWriter).
 func (m *member) runRemote() {
-	l := m.remote
 	m.q.Start()
-	for !m.stop {
-		f, empty, ok := l.in.next()
-		if !ok {
-			break
-		}
-		if f.binary {
-			m.handleChunk(f.data)
-		} else {
-			m.handleText(f.data)
-		}
-		l.consumed += int64(len(f.data))
-		if empty || l.consumed-l.reported >= creditBytes {
-			l.reported = l.consumed
-			l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgConsumed, []byte(l.conn), strconv.AppendInt(nil, l.consumed, 10)))
-		}
-	}
+	m.remote.in.Start()
+	<-m.remote.in.Done() // the member left, or asked to stop reading
 	m.leave()
 	m.q.Close(wsconn.Drop, false)
 	<-m.q.Done()
 	m.log.Debug("nexscope remote member left")
 }
+
+// remoteReader is the wsconn.Writer of a remote member's inbound frames: it
+// handles them as a local member's reader does, and reports the bytes
+// consumed to the edge, in batches of creditBytes or when it ran dry.
+type remoteReader struct{ m *member }
+
+// Write implements wsconn.Writer; a member that must stop reading ends it.
+func (r remoteReader) Write(batch []wsconn.Frame) error {
+	m, l := r.m, r.m.remote
+	for _, f := range batch {
+		if f.Type == websocket.MessageBinary {
+			m.handleChunk(f.Data)
+		} else {
+			m.handleText(f.Data)
+		}
+		l.in.Written(len(f.Data))
+		l.consumed += int64(len(f.Data))
+		if l.in.Len() == 0 || l.consumed-l.reported >= creditBytes {
+			l.reported = l.consumed
+			l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgConsumed, []byte(l.conn), strconv.AppendInt(nil, l.consumed, 10)))
+		}
+		if m.stop {
+			return wsconn.Drop
+		}
+	}
+	return nil
+}
+
+// End implements wsconn.Writer: runRemote takes over.
+func (remoteReader) End(Close) {}
 
 // remoteWriter is a remote member's wsconn.Writer: it publishes queued
 // frames to the edge (their bytes stay queued until the edge reports them
@@ -948,7 +918,7 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
 // of creditBytes or when the queue ran dry.
 func (l *edgeLink) wrote(m *member, n int) {
 	l.written += int64(n)
-	if l.written-l.reported < creditBytes && !m.q.Empty() {
+	if l.written-l.reported < creditBytes && m.q.Len() > 0 {
 		return
 	}
 	l.reported = l.written
