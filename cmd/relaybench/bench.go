@@ -32,7 +32,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	raiseFileLimit()
+	if err := raiseFileLimit(o.Gateways); err != nil {
+		fmt.Fprintf(stderr, "relaybench: %v\n", err)
+		return 1
+	}
 	res, err := run(&o)
 	if res != nil {
 		res.print(stdout)

@@ -59,7 +59,10 @@ func fleetMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	f.clients = sourceClients(*sources)
 	f.echo.clients = f.clients
 	f.secret = os.Getenv(secretEnv)
-	raiseFileLimit()
+	if err := raiseFileLimit(f.gateways); err != nil {
+		fmt.Fprintf(stderr, "relaybench fleet: %v\n", err)
+		return 1
+	}
 	in := bufio.NewScanner(stdin)
 	for in.Scan() {
 		fmt.Fprintln(stdout, f.handle(strings.Fields(in.Text())))
