@@ -1,6 +1,11 @@
 package contract
 
-import "connector/internal/textsplit"
+import (
+	"github.com/coder/websocket"
+
+	"connector/internal/textsplit"
+	"connector/internal/wsconn"
+)
 
 // CloseCode is a WebSocket close status the connector sends on /relay.
 //
@@ -19,8 +24,9 @@ const (
 	CloseGoingAway CloseCode = 1001
 	// CloseMessageTooBig (1009): a gateway frame exceeded MaxFrameBytes.
 	CloseMessageTooBig CloseCode = 1009
-	// CloseInternalError (1011): an unexpected server error.
-	CloseInternalError CloseCode = 1011
+	// ClosePingTimeout (1011): the gateway did not answer a WebSocket ping
+	// within the relay's ping interval.
+	ClosePingTimeout CloseCode = 1011
 
 	// CloseUnauthorized (4401): upgrade token missing, malformed, unknown,
 	// wrong, expiring too far ahead (ErrTokenLifetime, reason "unauthorized")
@@ -33,9 +39,9 @@ const (
 	// does not front (or the tenant has no route on it). Sent instead of
 	// leaving the gateway to time out its 30 s handshake.
 	CloseUnsupportedPlatform CloseCode = 4404
-	// CloseSlowConsumer (4408): the gateway did not read fast enough and its
-	// bounded send queue overflowed. Undelivered inbound stays buffered and is
-	// replayed after the gateway reconnects.
+	// CloseSlowConsumer (4408): the gateway did not read fast enough: its
+	// bounded send queue overflowed or a write to it timed out. Undelivered
+	// inbound stays buffered and is replayed after the gateway reconnects.
 	CloseSlowConsumer CloseCode = 4408
 	// CloseReplaced (4409): too many concurrent connections for one gateway id;
 	// the oldest is closed.
@@ -46,7 +52,43 @@ const (
 const (
 	ReasonUnauthorized = "unauthorized"
 	ReasonExpired      = "expired"
+	ReasonRevoked      = "revoked"
 )
+
+// Close is a close code with the reason sent with it; it is an error.
+type Close = wsconn.Close
+
+// The closes the connector sends on /relay, one value per cause (a 4404
+// names its platform: UnsupportedPlatform).
+var (
+	// EndUnauthorized: the upgrade token failed.
+	EndUnauthorized = closeOf(CloseUnauthorized, ReasonUnauthorized)
+	// EndExpired: the upgrade token was valid but stale.
+	EndExpired = closeOf(CloseUnauthorized, ReasonExpired)
+	// EndRevoked: the gateway's tenant or secret was removed while it was
+	// connected.
+	EndRevoked = closeOf(CloseUnauthorized, ReasonRevoked)
+	// EndShutdown: the connector is shutting down.
+	EndShutdown = closeOf(CloseGoingAway, "connector shutting down")
+	// EndPingTimeout: the gateway did not answer a ping in time.
+	EndPingTimeout = closeOf(ClosePingTimeout, "ping timeout")
+	// EndTooSlow: the gateway's send queue overflowed or a write to it
+	// timed out.
+	EndTooSlow = closeOf(CloseSlowConsumer, "gateway too slow")
+	// EndTooManyConns: a newer connection of the same gateway id took the
+	// place of this one, or of a newcomer beyond the limit.
+	EndTooManyConns = closeOf(CloseReplaced, "too many connections for this gateway id")
+)
+
+// UnsupportedPlatform is the close of a hello whose platform this connector
+// does not front; reason names it (truncated to MaxCloseReasonBytes).
+func UnsupportedPlatform(reason string) Close {
+	return closeOf(CloseUnsupportedPlatform, TruncateReason(reason))
+}
+
+func closeOf(code CloseCode, reason string) Close {
+	return Close{Code: websocket.StatusCode(code), Reason: reason}
+}
 
 // MaxCloseReasonBytes is the longest close reason that still fits a close frame.
 const MaxCloseReasonBytes = 123

@@ -13,9 +13,6 @@ import (
 // the same gateway id displaced while it waited.
 var errReplaced = errors.New("replaced by a newer connection of the same gateway id")
 
-// reasonTooManyConns is the close reason sent with 4409.
-const reasonTooManyConns = "too many connections for this gateway id"
-
 // refusedTooManyConns is the Metrics.Refused reason of a newcomer refused
 // with 4409.
 const refusedTooManyConns = "too_many_connections"
@@ -56,7 +53,7 @@ func newAdmission(limit int) *admission { return &admission{limit: limit} }
 func (a *admission) admit(ctx context.Context) (*slot, error) {
 	s, leaving := a.arrive()
 	if leaving != nil {
-		leaving.closeWith(contract.CloseReplaced, reasonTooManyConns)
+		leaving.closeWith(contract.EndTooManyConns)
 	}
 	return a.wait(ctx, s)
 }

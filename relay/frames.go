@@ -73,7 +73,7 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 	if !ok {
 		reason := fmt.Sprintf("platform %q is not fronted by this connector", truncateForLog(name))
 		c.log.Warn("hello refused: platform not fronted", "platform", truncateForLog(name))
-		c.closeWith(contract.CloseUnsupportedPlatform, reason)
+		c.closeWith(contract.UnsupportedPlatform(reason))
 		return
 	}
 	if !slices.Contains(c.identities, name) {

@@ -51,7 +51,7 @@ func TestRepeatedHellosGrowNothing(t *testing.T) {
 		t.Fatalf("after %d hellos the connection lists %d platforms (first ones %q), want %q",
 			hellos, len(c.identities), c.identities[:min(len(c.identities), 6)], names)
 	}
-	if len(c.queue) != hellos {
-		t.Fatalf("%d hellos answered with %d frames, want one descriptor each", hellos, len(c.queue))
+	if c.q.Len() != hellos {
+		t.Fatalf("%d hellos answered with %d frames, want one descriptor each", hellos, c.q.Len())
 	}
 }

@@ -10,5 +10,5 @@ import (
 // TestMain fails the package when a goroutine started by the relay outlives
 // the tests: every connection's reader, writer and pinger must end with it.
 func TestMain(m *testing.M) {
-	leakcheck.Main(m, 5*time.Second, "connector/relay.")
+	leakcheck.Main(m, 5*time.Second, "connector/relay.", "connector/internal/wsconn.")
 }

@@ -507,29 +507,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if authErr != nil {
-		reason := contract.ReasonUnauthorized
+		refusal := contract.EndUnauthorized
 		if errors.Is(authErr, contract.ErrTokenExpired) {
-			reason = contract.ReasonExpired
+			refusal = contract.EndExpired
 		}
-		s.cfg.Metrics.Refused(reason)
-		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", truncateForLog(claimed), "reason", reason, "err", authErr)
-		s.closeSocket(ws, hr.conn, contract.CloseUnauthorized, reason)
+		s.cfg.Metrics.Refused(refusal.Reason)
+		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", truncateForLog(claimed), "reason", refusal.Reason, "err", authErr)
+		s.closeSocket(ws, hr.conn, refusal)
 		return
 	}
 	if admitErr != nil {
 		s.cfg.Metrics.Refused(refusedTooManyConns)
 		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", gw.id, "reason", refusedTooManyConns)
-		s.closeSocket(ws, hr.conn, contract.CloseReplaced, reasonTooManyConns)
+		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
 		return
 	}
 	defer gw.admission.release(place)
 	c := newConn(s, gw, ws, hr.conn, r.RemoteAddr)
 	if !gw.admission.attach(place, c) {
-		s.closeSocket(ws, hr.conn, contract.CloseReplaced, reasonTooManyConns)
+		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
 		return
 	}
 	if !s.track(c) {
-		s.closeSocket(ws, hr.conn, contract.CloseGoingAway, "connector is shutting down")
+		s.closeSocket(ws, hr.conn, contract.EndShutdown)
 		return
 	}
 	defer s.untrack(c)
@@ -555,15 +555,15 @@ func (s *Server) untrack(c *conn) {
 	s.connsWG.Done()
 }
 
-// closeSocket closes ws with code and reason. Writing the close frame is
+// closeSocket closes ws with e. Writing the close frame is
 // bounded by coder/websocket (5 s, for a socket whose send buffer is full);
 // the gateway then has Config.CloseTimeout to answer it, after which raw,
 // the socket under ws, fails every read and ws closes it without waiting
 // further. Only the wait for the answer carries the deadline, so a close
 // frame is never lost to a short CloseTimeout on a busy machine.
-func (s *Server) closeSocket(ws *websocket.Conn, raw net.Conn, code contract.CloseCode, reason string) {
+func (s *Server) closeSocket(ws *websocket.Conn, raw net.Conn, e contract.Close) {
 	_ = raw.SetReadDeadline(time.Now().Add(s.cfg.CloseTimeout))
-	_ = ws.Close(websocket.StatusCode(code), contract.TruncateReason(reason))
+	_ = ws.Close(e.Code, e.Reason)
 }
 
 // hijackRecorder keeps the socket websocket.Accept hijacks, so that
@@ -609,7 +609,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.closeWith(contract.CloseGoingAway, "connector shutting down")
+		c.closeWith(contract.EndShutdown)
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), s.closeWait())
 	defer cancel()

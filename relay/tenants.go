@@ -14,7 +14,7 @@ import (
 // ReasonRevoked is the close reason of a connection whose gateway was
 // removed (or moved to another tenant) while it was connected; the close
 // code is contract.CloseUnauthorized, as for a refused upgrade.
-const ReasonRevoked = "revoked"
+const ReasonRevoked = contract.ReasonRevoked
 
 // hub returns tenant id's hub, nil when the relay never served it.
 func (s *Server) hub(id string) *hub {
@@ -138,7 +138,7 @@ func (s *Server) closeGateway(gw *gatewayRecord) {
 	}
 	s.mu.Unlock()
 	for _, c := range conns {
-		c.closeWith(contract.CloseUnauthorized, ReasonRevoked)
+		c.closeWith(contract.EndRevoked)
 	}
 	if len(conns) > 0 {
 		s.log.Info("gateway revoked: its connections closed", "tenant", gw.tenant.id, "gateway_id", gw.id, "conns", len(conns))

@@ -32,7 +32,7 @@ func startFleet(o *options, relayURL string) (*fleetProcess, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe, "-url", relayURL, "-prefix", o.GatewayPrefix, "-platform", o.helloPlatform(),
-		"-gateways", strconv.Itoa(o.Gateways), "-workers", strconv.Itoa(o.ConnectWorkers))
+		"-gateways", strconv.Itoa(o.Gateways), "-workers", strconv.Itoa(o.ConnectWorkers), "-sources", strconv.Itoa(o.Sources))
 	cmd.Env = append(os.Environ(), roleEnv+"="+roleFleet, secretEnv+"="+o.Secret)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/relay"
 	"connector/store"
@@ -243,10 +244,10 @@ func newLedgerMetrics(tenants []string) *ledgerMetrics {
 }
 
 // ConnOpened implements relay.Metrics.
-func (m *ledgerMetrics) ConnOpened(string) { m.conns.Add(1); notify(m.connsChanged) }
+func (m *ledgerMetrics) ConnOpened(string) { m.conns.Add(1); wsconn.Signal(m.connsChanged) }
 
 // ConnClosed implements relay.Metrics.
-func (m *ledgerMetrics) ConnClosed(string) { m.conns.Add(-1); notify(m.connsChanged) }
+func (m *ledgerMetrics) ConnClosed(string) { m.conns.Add(-1); wsconn.Signal(m.connsChanged) }
 
 // Refused implements relay.Metrics.
 func (m *ledgerMetrics) Refused(string) {}
@@ -258,7 +259,7 @@ func (m *ledgerMetrics) FrameIgnored(string, string) {}
 func (m *ledgerMetrics) Inbound(_, _, outcome string) {
 	if outcome != "queued" && outcome != "truncated" {
 		m.dropped.Add(1)
-		notify(m.progress)
+		wsconn.Signal(m.progress)
 	}
 }
 
@@ -280,6 +281,6 @@ func (m *ledgerMetrics) Buffered(tenant string, n int) {
 	}
 	if old := l.Swap(int64(n)); int64(n) < old {
 		m.acked.Add(old - int64(n))
-		notify(m.progress)
+		wsconn.Signal(m.progress)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/platform/discord"
 	"connector/platform/discord/discordtest"
@@ -133,7 +134,7 @@ func (d *discordDriver) post(j discordJob) bool {
 
 func (d *discordDriver) fail() {
 	d.failed.Add(1)
-	notify(d.progress)
+	wsconn.Signal(d.progress)
 }
 
 // fire queues interaction seq for the workers.

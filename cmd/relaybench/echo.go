@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/wsconn"
 )
 
 // echoHandler is the bare-transport baseline: a coder/websocket server that
@@ -42,6 +43,7 @@ func echoHandler() http.Handler {
 
 // echoClients are the fleet's connections to the echo server.
 type echoClients struct {
+	clients  []*http.Client // connection i dials through clients[i mod len]
 	conns    []*websocket.Conn
 	readers  sync.WaitGroup
 	rec      recorder
@@ -66,7 +68,7 @@ func (e *echoClients) connect(url string, n int) error {
 	e.progress = make(chan struct{}, 1)
 	for i := range n {
 		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
-		ws, _, err := websocket.Dial(ctx, url, nil)
+		ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: e.clients[i%len(e.clients)]})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("echo dial %d: %w", i, err)
@@ -92,7 +94,7 @@ func (e *echoClients) read(ws *websocket.Conn) {
 			e.rec.add(time.Since(at), len(msg))
 		}
 		e.received.Add(1)
-		notify(e.progress)
+		wsconn.Signal(e.progress)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -51,11 +52,17 @@ func fleetMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.platform, "platform", "", "platform to hello")
 	fs.IntVar(&f.gateways, "gateways", 0, "gateways")
 	fs.IntVar(&f.workers, "workers", 8, "gateways dialing at once")
+	sources := fs.Int("sources", 0, "loopback source addresses 127.0.0.1..N to dial from, round-robin (0: the system's choice)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	f.clients = sourceClients(*sources)
+	f.echo.clients = f.clients
 	f.secret = os.Getenv(secretEnv)
-	raiseFileLimit()
+	if err := raiseFileLimit(f.gateways); err != nil {
+		fmt.Fprintf(stderr, "relaybench fleet: %v\n", err)
+		return 1
+	}
 	in := bufio.NewScanner(stdin)
 	for in.Scan() {
 		fmt.Fprintln(stdout, f.handle(strings.Fields(in.Text())))
@@ -104,6 +111,7 @@ type fleet struct {
 	url, prefix, secret, platform string
 	gateways, workers             int
 
+	clients []*http.Client // connection i dials through clients[i mod len]
 	rec     recorder
 	echo    echoClients
 	conns   []*websocket.Conn
@@ -126,7 +134,7 @@ func (f *fleet) connect() (failed int, err error) {
 				if i >= len(conns) {
 					return
 				}
-				ws, err := dialGateway(urls[i%len(urls)], fmt.Sprintf("%s%d", f.prefix, i), f.secret, f.platform)
+				ws, err := dialGateway(f.clients[i%len(f.clients)], urls[i%len(urls)], fmt.Sprintf("%s%d", f.prefix, i), f.secret, f.platform)
 				if err != nil {
 					fails.Add(1)
 					firstErr.CompareAndSwap(nil, err)
@@ -151,11 +159,11 @@ func (f *fleet) connect() (failed int, err error) {
 
 // dialGateway connects as gateway id the way the Hermes gateway does: a
 // fresh upgrade token, then hello, then the descriptor.
-func dialGateway(url, id, secret, platform string) (*websocket.Conn, error) {
+func dialGateway(client *http.Client, url, id, secret, platform string) (*websocket.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
 	defer cancel()
 	h := http.Header{"Authorization": {"Bearer " + relaytest.Token(id, secret, time.Now())}}
-	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: client, HTTPHeader: h})
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", id, err)
 	}
@@ -176,6 +184,21 @@ func dialGateway(url, id, secret, platform string) (*websocket.Conn, error) {
 			return ws, nil
 		}
 	}
+}
+
+// sourceClients returns one HTTP client per loopback source address
+// 127.0.0.1..n, or the default client for n < 1. Each dials a new socket
+// per WebSocket (a hijacked connection is never pooled).
+func sourceClients(n int) []*http.Client {
+	if n < 1 {
+		return []*http.Client{http.DefaultClient}
+	}
+	clients := make([]*http.Client, n)
+	for i := range clients {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(i+1))}}
+		clients[i] = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	return clients
 }
 
 // gatewayFrame is the part of a connector frame the fleet reads.

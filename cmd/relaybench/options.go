@@ -64,7 +64,17 @@ type options struct {
 	// with its own store client and listener; the gateways are spread
 	// over them and every instance ingests events.
 	Instances int
+	// Sources is how many loopback source addresses (127.0.0.1, .2, ...)
+	// the gateways and echo clients dial from, round-robin: one address
+	// to one listener runs out of ephemeral ports near 28,000 connections.
+	// 0 picks one per 20,000 connections; a target other than loopback
+	// (-url) dials from the system's choice.
+	Sources int
 }
+
+// connsPerSource is how many connections -sources 0 puts on one loopback
+// source address, well within the default ephemeral port range.
+const connsPerSource = 20_000
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -88,6 +98,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.RedisURL, "redis-url", "", "redis:// URL of the server for -store redis (keys under a fresh prefix per run)")
 	fs.IntVar(&o.Producers, "producers", 1, "goroutines the synthetic driver publishes from at once (all instances together)")
 	fs.IntVar(&o.Instances, "instances", 1, "relay instances sharing the redis store (-store redis, -driver synthetic); gateways and events are spread over them")
+	fs.IntVar(&o.Sources, "sources", 0, "loopback source addresses 127.0.0.1..N the connections dial from (0: one per 20000 connections; in-process only)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -96,6 +107,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.Tenants <= 0 {
 		o.Tenants = o.Gateways
+	}
+	if o.Sources == 0 && o.URL == "" {
+		o.Sources = (o.Gateways + connsPerSource - 1) / connsPerSource
 	}
 	if o.Secret == "" && o.URL == "" {
 		var b [16]byte
@@ -127,6 +141,10 @@ func (o *options) validate() error {
 		return errors.New("-producers must be at least 1")
 	case o.Producers > 1 && o.Driver != driverSynthetic:
 		return errors.New("-producers applies to -driver synthetic only")
+	case o.Sources < 0 || o.Sources > 254:
+		return errors.New("-sources must be between 0 and 254")
+	case o.Sources > 1 && o.URL != "":
+		return errors.New("-sources applies to the in-process connector (loopback)")
 	case o.Instances < 1:
 		return errors.New("-instances must be at least 1")
 	case o.Instances > 1 && (o.Store != store.BackendRedis || o.Driver != driverSynthetic):

@@ -80,11 +80,3 @@ func (p *pacer) waitWindow(ctx context.Context, timer *time.Timer) error {
 	}
 	return nil
 }
-
-// notify signals ch without blocking; ch has capacity 1.
-func notify(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}

@@ -26,11 +26,13 @@ func (r *result) print(w io.Writer) {
 	fmt.Fprintf(w, "machine:    %d CPUs, %s/%s, %s, open-file limit %d, load average %s\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), fileLimit(), loadAverage())
 	if r.Connected > 0 || r.ConnectFailed > 0 {
-		fmt.Fprintf(w, "connect:    %d gateways in %s (%s each), %d failed\n", r.Connected,
-			round(r.ConnectTime), round(r.ConnectTime/time.Duration(max(1, r.Connected))), r.ConnectFailed)
+		fmt.Fprintf(w, "connect:    %d gateways in %s (%s each, %.0f/s) from %d source addresses, %d failed\n", r.Connected,
+			round(r.ConnectTime), round(r.ConnectTime/time.Duration(max(1, r.Connected))), perSecond(r.Connected, r.ConnectTime),
+			max(1, o.Sources), r.ConnectFailed)
 	}
 	if r.EchoConnect > 0 {
-		fmt.Fprintf(w, "            %d echo connections in %s\n", r.Connected, round(r.EchoConnect))
+		fmt.Fprintf(w, "            %d echo connections in %s (%.0f/s, one at a time)\n", r.Connected, round(r.EchoConnect),
+			perSecond(r.Connected, r.EchoConnect))
 	}
 	printMemory(w, "memory:     connector", r.Memory)
 	printMemory(w, "            echo     ", r.EchoMemory)
@@ -87,6 +89,14 @@ func printMemory(w io.Writer, label string, m *connMemory) {
 	}
 	fmt.Fprintf(w, "%s %.1f KiB/conn (heap %.1f KiB, stacks %.1f KiB), %.1f goroutines/conn\n",
 		label, m.total()/1024, m.HeapBytes/1024, m.StackBytes/1024, m.Goroutines)
+}
+
+// perSecond is n over d.
+func perSecond(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
 }
 
 // total is heap plus stacks.

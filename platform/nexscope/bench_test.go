@@ -252,9 +252,7 @@ func BenchmarkSlowRecipientMemory(b *testing.B) {
 				if ms.HeapInuse > base {
 					storeMax(&peakHeap, ms.HeapInuse-base)
 				}
-				slow.q.mu.Lock()
-				storeMax(&peakQueue, uint64(slow.q.queued))
-				slow.q.mu.Unlock()
+				storeMax(&peakQueue, uint64(slow.q.Queued()))
 				storeMax(&peakRSS, rssBytes())
 			}
 		}()

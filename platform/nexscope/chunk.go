@@ -28,10 +28,10 @@ func newChunk(data []byte, refs int) *chunk {
 	return c
 }
 
-// release drops one recipient's reference; the last one returns the buffer.
-// A chunk that is never released (its queue vanished mid-close) is simply
-// collected.
-func (c *chunk) release() {
+// Release implements wsconn.Releaser: it drops one recipient's reference;
+// the last one returns the buffer. A chunk that is never released (its
+// queue vanished mid-close) is simply collected.
+func (c *chunk) Release() {
 	if c.refs.Add(-1) == 0 && cap(c.buf) <= maxPooledChunk {
 		chunkPool.Put(c)
 	}

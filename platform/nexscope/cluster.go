@@ -3,6 +3,7 @@ package nexscope
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clustermsg"
+	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/store"
 )
@@ -307,11 +309,11 @@ func (cl *cluster) handle(msg []byte) {
 		if m := cl.edge(f[0]); m != nil {
 			code, _ := strconv.Atoi(string(f[1]))
 			m.leave()
-			m.q.close(Close{websocket.StatusCode(code), string(f[2])}, string(f[3]) == "1")
+			m.q.Close(Close{Code: websocket.StatusCode(code), Reason: string(f[2])}, string(f[3]) == "1")
 		}
 	case msgLeave:
 		if m := cl.remote(f[0], f[1]); m != nil {
-			m.kick(closeNoHandshake) // its socket is gone: nothing to tell the edge
+			m.kick(wsconn.Drop) // its socket is gone: nothing to tell the edge
 		}
 	case msgWritten:
 		if m := cl.remote(f[0], f[1]); m != nil {
@@ -419,7 +421,7 @@ func (cl *cluster) sendBeats() {
 			m.kick(CloseRoomMoved)
 		} else {
 			m.log.Info("nexscope member's instance is gone; removing it from the room")
-			m.kick(closeNoHandshake)
+			m.kick(wsconn.Drop)
 		}
 	}
 	for h, conns := range toHome {
@@ -445,7 +447,7 @@ func (cl *cluster) edgeBeat(edge, conns string) {
 	}
 	cl.mu.Unlock()
 	for _, m := range stale {
-		m.kick(closeNoHandshake)
+		m.kick(wsconn.Drop)
 	}
 }
 
@@ -566,7 +568,9 @@ func (cl *cluster) joinHere(roomName, name, edge, conn string) {
 	go func() {
 		defer p.wg.Done()
 		m := newMember(p, r, name)
-		m.remote = &homeLink{cl: cl, edge: edge, conn: conn, since: p.clock.Now(), in: newInQueue()}
+		m.remote = &homeLink{cl: cl, edge: edge, conn: conn, since: p.clock.Now()}
+		m.remote.in = wsconn.NewQueue(remoteReader{m}, 0, math.MaxInt64, 0)
+		m.q = m.newQueue(remoteWriter{m})
 		m.log = p.log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
 		if !p.register(m) {
 			cl.joined(key, nil)
@@ -668,7 +672,7 @@ func (cl *cluster) probeHere(req string, conn []byte, home string) {
 	}
 	go func() {
 		defer cl.p.wg.Done()
-		answer(m.answersPing(nameProbeTimeout))
+		answer(m.alive.Probe(nameProbeTimeout))
 	}()
 }
 
@@ -716,73 +720,21 @@ func (cl *cluster) execHere(req, from, tenant string, action []byte) {
 	}()
 }
 
-// inFrame is a frame a member sent, as the home received it.
-type inFrame struct {
-	binary bool
-	data   []byte
-}
-
-// inQueue is a remote member's frames waiting for its reader at the home.
-// It is bounded by the edge's window (SendQueueBytes plus one frame).
-type inQueue struct {
-	mu     sync.Mutex
-	frames []inFrame
-	closed bool
-	wake   chan struct{}
-}
-
-func newInQueue() *inQueue { return &inQueue{wake: make(chan struct{}, 1)} }
-
-func (q *inQueue) push(f inFrame) {
-	q.mu.Lock()
-	if !q.closed {
-		q.frames = append(q.frames, f)
-	}
-	q.mu.Unlock()
-	signal(q.wake)
-}
-
-// next waits for the next frame; ok is false once the queue closed.
-func (q *inQueue) next() (f inFrame, empty, ok bool) {
-	for {
-		q.mu.Lock()
-		if q.closed {
-			q.mu.Unlock()
-			return inFrame{}, true, false
-		}
-		if len(q.frames) > 0 {
-			f = q.frames[0]
-			q.frames[0] = inFrame{}
-			q.frames = q.frames[1:]
-			empty = len(q.frames) == 0
-			q.mu.Unlock()
-			return f, empty, true
-		}
-		q.mu.Unlock()
-		<-q.wake
-	}
-}
-
-func (q *inQueue) close() {
-	q.mu.Lock()
-	q.closed, q.frames = true, nil
-	q.mu.Unlock()
-	signal(q.wake)
-}
-
 // homeLink is, at a room's home, the far end of a remote member: its edge
 // instance and the member's sequence numbers and credits.
 type homeLink struct {
 	cl         *cluster
 	edge, conn string
 	since      time.Time
-	in         *inQueue
+	// in holds the frames the member sent until its handler (remoteReader)
+	// takes them; the edge's window bounds it.
+	in *wsconn.Queue
 
 	inSeq   uint64 // inbox goroutine
 	written int64  // inbox goroutine: bytes the edge reported written
 
-	outSeq             uint64 // relayLoop
-	consumed, reported int64  // runRemote's reader
+	outSeq             uint64 // remoteWriter
+	consumed, reported int64  // remoteReader
 }
 
 // received queues a frame the member sent; a gap closes the member.
@@ -793,71 +745,90 @@ func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte) {
 		return
 	}
 	l.inSeq = seq
-	l.in.push(inFrame{binary: binary, data: data})
+	typ := websocket.MessageText
+	if binary {
+		typ = websocket.MessageBinary
+	}
+	_ = l.in.Push(wsconn.Frame{Type: typ, Data: data}) // dropped once the member left
 }
 
 // wrote takes the edge's report of bytes written in total: they leave the
 // member's send queue.
 func (l *homeLink) wrote(m *member, total int64) {
 	if total > l.written {
-		m.q.written(int(total - l.written))
+		m.q.Written(int(total - l.written))
 		l.written = total
 	}
 }
 
 // runRemote serves a remote member after it joined: frames from its edge
-// are handled as a local member's, frames for it are relayed to the edge.
+// are handled as a local member's (remoteReader), frames for it are relayed
+// to the edge (remoteWriter).
 func (m *member) runRemote() {
-	l := m.remote
-	m.wg.Add(1)
-	go m.relayLoop()
-	for !m.stop {
-		f, empty, ok := l.in.next()
-		if !ok {
-			break
-		}
-		if f.binary {
-			m.handleChunk(f.data)
-		} else {
-			m.handleText(f.data)
-		}
-		l.consumed += int64(len(f.data))
-		if empty || l.consumed-l.reported >= creditBytes {
-			l.reported = l.consumed
-			l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgConsumed, []byte(l.conn), strconv.AppendInt(nil, l.consumed, 10)))
-		}
-	}
+	m.q.Start()
+	m.remote.in.Start()
+	<-m.remote.in.Done() // the member left, or asked to stop reading
 	m.leave()
-	m.q.close(closeNoHandshake, false)
-	m.cancel()
-	m.wg.Wait()
+	m.q.Close(wsconn.Drop, false)
+	<-m.q.Done()
 	m.log.Debug("nexscope remote member left")
 }
 
-// relayLoop is a remote member's writer: it publishes queued frames to the
-// edge (their bytes stay queued until the edge reports them written), then
-// the close.
-func (m *member) relayLoop() {
-	defer m.wg.Done()
-	l := m.remote
-	inbox := inboxPrefix + l.edge
-	conn := []byte(l.conn)
-	for {
-		f, ok, end := m.q.next()
-		if !ok {
-			if end != closeNoHandshake {
-				flush := "0"
-				if m.q.flushing() {
-					flush = "1"
-				}
-				l.cl.publish(inbox, clustermsg.Encode(msgClose, conn, strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), []byte(flush)))
-			}
-			return
+// remoteReader is the wsconn.Writer of a remote member's inbound frames: it
+// handles them as a local member's reader does, and reports the bytes
+// consumed to the edge, in batches of creditBytes or when it ran dry.
+type remoteReader struct{ m *member }
+
+// Write implements wsconn.Writer; a member that must stop reading ends it.
+func (r remoteReader) Write(batch []wsconn.Frame) error {
+	m, l := r.m, r.m.remote
+	for _, f := range batch {
+		if f.Type == websocket.MessageBinary {
+			m.handleChunk(f.Data)
+		} else {
+			m.handleText(f.Data)
 		}
-		l.outSeq++
-		l.cl.publish(inbox, clustermsg.Encode(msgOut, conn, strconv.AppendUint(nil, l.outSeq, 10), binaryFlag(f.typ), f.data))
-		f.done()
+		l.in.Written(len(f.Data))
+		l.consumed += int64(len(f.Data))
+		if l.in.Len() == 0 || l.consumed-l.reported >= creditBytes {
+			l.reported = l.consumed
+			l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgConsumed, []byte(l.conn), strconv.AppendInt(nil, l.consumed, 10)))
+		}
+		if m.stop {
+			return wsconn.Drop
+		}
 	}
+	return nil
+}
+
+// End implements wsconn.Writer: runRemote takes over.
+func (remoteReader) End(Close) {}
+
+// remoteWriter is a remote member's wsconn.Writer: it publishes queued
+// frames to the edge (their bytes stay queued until the edge reports them
+// written), then the close.
+type remoteWriter struct{ m *member }
+
+// Write implements wsconn.Writer.
+func (w remoteWriter) Write(batch []wsconn.Frame) error {
+	l := w.m.remote
+	for _, f := range batch {
+		l.outSeq++
+		l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgOut, []byte(l.conn), strconv.AppendUint(nil, l.outSeq, 10), binaryFlag(f.Type), f.Data))
+	}
+	return nil
+}
+
+// End implements wsconn.Writer: the edge closes the socket.
+func (w remoteWriter) End(end Close) {
+	if end == wsconn.Drop {
+		return
+	}
+	l, flush := w.m.remote, "0"
+	if w.m.q.Flushing() {
+		flush = "1"
+	}
+	l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), []byte(flush)))
 }
 
 func binaryFlag(t websocket.MessageType) []byte {
@@ -934,7 +905,7 @@ func (l *edgeLink) consumedUpTo(total int64) {
 		l.consumed = total
 	}
 	l.mu.Unlock()
-	signal(l.credit)
+	wsconn.Signal(l.credit)
 }
 
 // received queues a frame the home sent for the member; a gap closes it.
@@ -949,7 +920,7 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
 	if binary {
 		typ = websocket.MessageBinary
 	}
-	if m.q.push(outFrame{typ: typ, data: data}) {
+	if m.q.Push(wsconn.Frame{Type: typ, Data: data}) == wsconn.ErrOverflow {
 		m.kick(CloseSlowConsumer)
 	}
 }
@@ -958,7 +929,7 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
 // of creditBytes or when the queue ran dry.
 func (l *edgeLink) wrote(m *member, n int) {
 	l.written += int64(n)
-	if l.written-l.reported < creditBytes && !m.q.empty() {
+	if l.written-l.reported < creditBytes && m.q.Len() > 0 {
 		return
 	}
 	l.reported = l.written

@@ -1,29 +1,16 @@
 package nexscope
 
 import (
-	"strconv"
-
 	"github.com/coder/websocket"
+
+	"connector/internal/wsconn"
 )
 
 // Close is how the relay ends a connection: a WebSocket close status and
 // the reason sent with it. Each predefined value has one meaning; two values
 // share a status where the protocol gives one status two causes (1008,
-// 4010). A Close is an error, so code that decides a connection must end can
-// return the Close it ends with.
-type Close struct {
-	Code   websocket.StatusCode
-	Reason string
-}
-
-// Error implements error: "close 4009 name_taken".
-func (c Close) Error() string {
-	s := "close " + strconv.Itoa(int(c.Code))
-	if c.Reason != "" {
-		s += " " + c.Reason
-	}
-	return s
-}
+// 4010). A Close is an error.
+type Close = wsconn.Close
 
 // The closes the relay sends. 1001, 1008 and 4009-4014 are the protocol's
 // own; 4015-4017 cover cases the protocol leaves to the relay. Those of a
@@ -31,41 +18,41 @@ func (c Close) Error() string {
 var (
 	// CloseUnauthorized (1008, no reason): the token is missing or wrong. No
 	// error frame and no reason, to prevent enumeration.
-	CloseUnauthorized = Close{websocket.StatusPolicyViolation, ""}
+	CloseUnauthorized = Close{Code: websocket.StatusPolicyViolation}
 	// CloseVersionMismatch (1008): v is not 1.
-	CloseVersionMismatch = Close{websocket.StatusPolicyViolation, string(CodeVersionMismatch)}
+	CloseVersionMismatch = Close{Code: websocket.StatusPolicyViolation, Reason: string(CodeVersionMismatch)}
 	// CloseGoingAway (1001): the connector is shutting down.
-	CloseGoingAway = Close{websocket.StatusGoingAway, "shutting down"}
+	CloseGoingAway = Close{Code: websocket.StatusGoingAway, Reason: "shutting down"}
 	// CloseNameTaken (4009): the name is already online in the room.
-	CloseNameTaken = Close{4009, string(CodeNameTaken)}
+	CloseNameTaken = Close{Code: 4009, Reason: string(CodeNameTaken)}
 	// CloseHeartbeatTimeout (4010): two consecutive WebSocket pings went
 	// unanswered. Logged only; no error frame.
-	CloseHeartbeatTimeout = Close{4010, "heartbeat_timeout"}
+	CloseHeartbeatTimeout = Close{Code: 4010, Reason: "heartbeat_timeout"}
 	// CloseGhostReplaced (4010): the member did not answer the name probe of
 	// a new connection with the same name, which takes its place (see
 	// replaceGhost). Logged only; no error frame.
-	CloseGhostReplaced = Close{4010, "replaced by a new connection"}
+	CloseGhostReplaced = Close{Code: 4010, Reason: "replaced by a new connection"}
 	// CloseTooLarge (4011): one message exceeded MaxPayload (after a
 	// msg_too_large error frame).
-	CloseTooLarge = Close{4011, string(CodeMsgTooLarge)}
+	CloseTooLarge = Close{Code: 4011, Reason: string(CodeMsgTooLarge)}
 	// CloseInvalidName (4012): the name fails ^[a-zA-Z0-9_-]{1,32}$.
-	CloseInvalidName = Close{4012, string(CodeInvalidName)}
+	CloseInvalidName = Close{Code: 4012, Reason: string(CodeInvalidName)}
 	// CloseTooManyErrors (4013): the strikeLimit-th missing_from /
 	// from_mismatch / missing_to on one connection (after its error frame).
-	CloseTooManyErrors = Close{4013, "too many errors"}
+	CloseTooManyErrors = Close{Code: 4013, Reason: "too many errors"}
 	// CloseTransferStalled (4014): the sender's file-end did not arrive within
 	// TransferTimeout of its file-start (recipients get transfer_incomplete).
-	CloseTransferStalled = Close{4014, string(CodeTransferIncomplete)}
+	CloseTransferStalled = Close{Code: 4014, Reason: string(CodeTransferIncomplete)}
 	// CloseRoomFull (4015): the room already has MaxUsers members.
-	CloseRoomFull = Close{4015, string(CodeRoomFull)}
+	CloseRoomFull = Close{Code: 4015, Reason: string(CodeRoomFull)}
 	// CloseSlowConsumer (4016): the member's send queue overflowed
 	// SendQueueBytes + MaxPayload; its backlog is dropped. No error frame (it
 	// would queue behind the backlog). A member stuck in one write for
 	// WriteTimeout is dropped without a close frame instead.
-	CloseSlowConsumer = Close{4016, "slow consumer"}
+	CloseSlowConsumer = Close{Code: 4016, Reason: "slow consumer"}
 	// CloseUnknownRoom (4017): /ws/{room} names no configured room (only sent
 	// to clients with a valid token).
-	CloseUnknownRoom = Close{4017, string(CodeUnknownRoom)}
+	CloseUnknownRoom = Close{Code: 4017, Reason: string(CodeUnknownRoom)}
 
 	// Several instances (docs/nexscope.md, "Many instances"): each means
 	// "reconnect"; the load balancer may send the client to any instance.
@@ -73,23 +60,19 @@ var (
 	// CloseRoomMoved (1012, service restart): the instance that hosted the
 	// room (its home) died, shut down or lost the room's lease; the room,
 	// with its file lock, starts again on another instance.
-	CloseRoomMoved = Close{websocket.StatusServiceRestart, "room moved to another instance"}
+	CloseRoomMoved = Close{Code: websocket.StatusServiceRestart, Reason: "room moved to another instance"}
 	// CloseFramesLost (1011): a frame between this instance and the room's
 	// home was lost (pub/sub is at most once); the member is closed rather
 	// than see frames missing or out of order.
-	CloseFramesLost = Close{websocket.StatusInternalError, "frames lost between relay instances"}
+	CloseFramesLost = Close{Code: websocket.StatusInternalError, Reason: "frames lost between relay instances"}
 	// CloseNoHome (1013, try again later): no instance answered for the
 	// room within the join timeout (its home is changing).
-	CloseNoHome = Close{websocket.StatusTryAgainLater, "room unavailable, try again"}
+	CloseNoHome = Close{Code: websocket.StatusTryAgainLater, Reason: "room unavailable, try again"}
 )
 
-// closeNoHandshake is not sent: it drops the socket without a close
-// handshake (the peer is gone, or a write to it is stuck).
-var closeNoHandshake = Close{Code: -1}
-
-// closeWith ends ws with c.
+// closeWith ends ws with c (wsconn.Drop: without a close handshake).
 func closeWith(ws *websocket.Conn, c Close) {
-	if c == closeNoHandshake {
+	if c == wsconn.Drop {
 		_ = ws.CloseNow()
 		return
 	}

@@ -80,7 +80,8 @@
 //
 // # Backpressure and slow members
 //
-// Every member has one writer goroutine and a send queue bounded in bytes.
+// Every member has a send queue bounded in bytes (internal/wsconn), with a
+// writer goroutine while frames are queued.
 // A file chunk is handed to the recipients only once each of their queues
 // holds less than SendQueueBytes: a slow recipient slows the sender (its
 // reads stop, so TCP pushes back on it) instead of making the relay buffer
@@ -94,8 +95,8 @@
 //
 // # Heartbeat and limits
 //
-// The relay pings every member every HeartbeatInterval (30 s) at the
-// WebSocket level; a ping still unanswered at the next tick is a miss, and
+// The relay pings every member every HeartbeatInterval (30 s, less up to
+// a tenth of jitter) at the WebSocket level; a ping still unanswered at the next tick is a miss, and
 // the second consecutive miss closes the member with 4010 (logged as
 // heartbeat_timeout, no error frame). Any message over MaxPayload (10 MiB),
 // text or binary, gets msg_too_large and close 4011. Nothing is persisted:

@@ -439,9 +439,7 @@ func TestSlowRecipientBoundsMemory(t *testing.T) {
 	slowMember := tr.member("slow")
 	var peak int64
 	waitFor(t, "the slow recipient's queue to fill", func() bool {
-		slowMember.q.mu.Lock()
-		q := slowMember.q.queued
-		slowMember.q.mu.Unlock()
+		q := slowMember.q.Queued()
 		peak = max(peak, q)
 		return q >= window
 	})

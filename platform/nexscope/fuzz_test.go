@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"connector/internal/wsconn"
 	"connector/platform"
 )
 
@@ -22,14 +23,28 @@ func (s checkingSink) Deliver(_ context.Context, d platform.Delivery) error {
 	return nil
 }
 
-// drain empties q without a socket and returns its frames.
-func drain(q *sendQueue) []outFrame {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	out := append([]outFrame(nil), q.frames[q.head:]...)
-	q.frames, q.head, q.queued = q.frames[:0], 0, 0
-	return out
+// frameCheck is a member's wsconn.Writer without a socket: every frame the
+// relay queues for the member must be one line of valid JSON with a type.
+type frameCheck struct {
+	t *testing.T
+	q **wsconn.Queue
 }
+
+func (w frameCheck) Write(batch []wsconn.Frame) error {
+	for _, fr := range batch {
+		(*w.q).Written(len(fr.Data))
+		if fr.Type == websocket.MessageBinary {
+			continue
+		}
+		var v map[string]any
+		if err := json.Unmarshal(fr.Data, &v); err != nil || v["type"] == nil {
+			w.t.Errorf("queued frame %q is not a typed JSON object: %v", fr.Data, err)
+		}
+	}
+	return nil
+}
+
+func (frameCheck) End(wsconn.Close) {}
 
 // FuzzMemberFrames drives a member's frame handlers (what its reader calls
 // for every message) with arbitrary frames, no socket needed: nothing may
@@ -65,22 +80,17 @@ func FuzzMemberFrames(f *testing.F) {
 		alice, bob := newMember(p, r, "alice"), newMember(p, r, "bob")
 		for _, m := range []*member{alice, bob} {
 			m.log = p.log
+			m.q = m.newQueue(frameCheck{t, &m.q})
+			m.q.Start()
+			defer func() {
+				m.q.Close(wsconn.Drop, true) // writes what is queued, checking it
+				<-m.q.Done()
+			}()
 			if err := r.join(m); err != nil {
 				t.Fatal(err)
 			}
 		}
 		check := func() {
-			for _, m := range []*member{alice, bob} {
-				for _, fr := range drain(m.q) {
-					if fr.typ == websocket.MessageBinary {
-						continue
-					}
-					var v map[string]any
-					if err := json.Unmarshal(fr.data, &v); err != nil || v["type"] == nil {
-						t.Fatalf("queued frame %q is not a typed JSON object: %v", fr.data, err)
-					}
-				}
-			}
 			r.mu.Lock()
 			if tr := r.transfer; tr != nil && tr.sender.left.Load() {
 				t.Fatal("a departed sender still holds the room's lock")

@@ -41,13 +41,12 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	m := newMember(p, nil, name)
 	ws, err := websocket.Accept(w, req, &websocket.AcceptOptions{
 		OriginPatterns: p.cfg.OriginPatterns,
-		OnPongReceived: m.pong,
 	})
 	if err != nil {
 		p.log.Debug("nexscope upgrade refused", "err", err)
 		return
 	}
-	m.ws = ws
+	m.accepted(ws)
 	ws.SetReadLimit(p.cfg.MaxPayload + 1) // readMessage enforces MaxPayload itself
 
 	if !p.tokenOK(q.Get("token")) {
@@ -134,7 +133,7 @@ func (r *room) replaceGhost(name string) bool {
 	if holder.remote != nil {
 		alive = holder.remote.cl.probe(holder) // its socket is on another instance
 	} else {
-		alive = holder.answersPing(nameProbeTimeout)
+		alive = holder.alive.Probe(nameProbeTimeout)
 	}
 	if alive {
 		return false

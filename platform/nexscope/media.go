@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/wsconn"
 	"connector/media"
 )
 
@@ -148,7 +149,7 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 // once each of their queues has room; false when t ended meanwhile.
 func (r *room) pushBotChunk(t *transfer, recipients []*member, data []byte) bool {
 	for _, rc := range recipients {
-		rc.q.waitSpace(t.done)
+		rc.q.WaitSpace(t.done)
 	}
 	r.mu.Lock()
 	defer r.unlock()
@@ -157,7 +158,7 @@ func (r *room) pushBotChunk(t *transfer, recipients []*member, data []byte) bool
 	}
 	c := newChunk(data, len(recipients))
 	for _, rc := range recipients {
-		r.pushFrameLocked(rc, outFrame{typ: websocket.MessageBinary, data: c.buf, chunk: c})
+		r.pushFrameLocked(rc, wsconn.Frame{Type: websocket.MessageBinary, Data: c.buf, Owner: c})
 	}
 	t.received += int64(len(data))
 	return true

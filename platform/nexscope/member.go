@@ -5,18 +5,18 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/coder/websocket"
 
 	"connector/internal/clock"
+	"connector/internal/wsconn"
 )
 
 // member is one connected client: one WebSocket, one session. Its handler
-// goroutine reads (readLoop), one writer goroutine drains its sendQueue, and
-// heartbeat ticks come from the platform's clock (platform.Deps.Clock).
+// goroutine reads (readLoop); its wsconn.Queue runs a writer goroutine while
+// frames are queued, and its heartbeat (wsconn.Keepalive) ticks on the
+// platform's clock (platform.Deps.Clock).
 type member struct {
 	p      *Platform
 	room   *room
@@ -24,12 +24,8 @@ type member struct {
 	name   string
 	quoted []byte // name as a JSON string, for ack lists
 	ws     *websocket.Conn
-	q      *sendQueue
+	q      *wsconn.Queue
 	log    *slog.Logger
-
-	ctx    context.Context // cancelled by run when the member is finished
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // writer and ping goroutines
 
 	left atomic.Bool // removed from the room
 
@@ -39,14 +35,10 @@ type member struct {
 	link   *edgeLink
 	remote *homeLink
 
-	// heartbeat
-	awaitingPong atomic.Bool
-	hbMu         sync.Mutex
-	hbTimer      clock.Timer
-	missed       int // touched only by the heartbeat chain
-
-	// writeWatch disconnects a member whose write exceeds WriteTimeout.
-	writeWatch *time.Timer
+	alive wsconn.Keepalive // the heartbeat and name probes
+	// watch disconnects a member whose write exceeds WriteTimeout; it runs
+	// on the real clock (tests rely on a real write timing out).
+	watch wsconn.Watchdog
 
 	// reader goroutine only
 	strikes  int
@@ -58,18 +50,31 @@ type member struct {
 }
 
 func newMember(p *Platform, r *room, name string) *member {
-	// ctx exists before the member joins: once it is in the room, another
-	// connection's name probe may ping it before run starts.
-	ctx, cancel := context.WithCancel(context.Background())
-	return &member{
+	m := &member{
 		p:      p,
 		room:   r,
 		name:   name,
 		quoted: appendQuoted(nil, name),
-		q:      newSendQueue(p.cfg.SendQueueBytes, p.cfg.SendQueueBytes+p.cfg.MaxPayload),
-		ctx:    ctx,
-		cancel: cancel,
 	}
+	m.q = m.newQueue(m)
+	return m
+}
+
+// newQueue is the member's send queue, drained into w: a file chunk waits
+// while SendQueueBytes are queued, and more than SendQueueBytes +
+// MaxPayload queued is a slow consumer.
+func (m *member) newQueue(w wsconn.Writer) *wsconn.Queue {
+	return wsconn.NewQueue(w, m.p.cfg.SendQueueBytes, m.p.cfg.SendQueueBytes+m.p.cfg.MaxPayload, 0)
+}
+
+// accepted binds the member to its upgraded socket.
+func (m *member) accepted(ws *websocket.Conn) {
+	m.ws = ws
+	m.watch = wsconn.NewWatchdog(ws, clock.System, m.p.cfg.WriteTimeout)
+	m.alive.Init(ws, m.p.clock, m.p.cfg.HeartbeatInterval, 2, func() {
+		m.log.Info("nexscope heartbeat_timeout", "missed_pongs", 2)
+		m.kick(CloseHeartbeatTimeout)
+	})
 }
 
 // appendQuoted appends a valid member name as a JSON string (names need no
@@ -80,27 +85,20 @@ func appendQuoted(dst []byte, name string) []byte {
 	return append(dst, '"')
 }
 
-// run serves the member after it joined: it starts the writer and the
-// heartbeat, reads until the connection ends, and returns once every
-// goroutine of the member has finished.
+// run serves the member after it joined: it starts the heartbeat and the
+// writer, reads until the connection ends, and returns once every goroutine
+// of the member has finished.
 func (m *member) run() {
 	// The heartbeat is armed before the writer sends the first presence, so
 	// a client that has its presence knows the heartbeat is running.
-	m.hbMu.Lock()
-	if !m.left.Load() {
-		m.hbTimer = m.p.clock.AfterFunc(m.p.cfg.HeartbeatInterval, m.heartbeat)
-	}
-	m.hbMu.Unlock()
-	m.writeWatch = time.AfterFunc(time.Hour, m.writeTimedOut)
-	m.writeWatch.Stop()
-	m.wg.Add(1)
-	go m.writeLoop()
+	m.alive.Start()
+	m.q.Start()
 
 	err := m.readLoop()
 	m.leave()
-	m.q.close(closeNoHandshake, false)
-	m.cancel()
-	m.wg.Wait()
+	m.q.Close(wsconn.Drop, false)
+	<-m.q.Done()
+	m.alive.Wait()
 	m.log.Debug("nexscope member disconnected", "close_status", int(websocket.CloseStatus(err)))
 }
 
@@ -174,44 +172,37 @@ func readMessage(r io.Reader, scratch *[]byte, limit int64) ([]byte, error) {
 	}
 }
 
-// writeLoop writes queued frames until the queue closes, then closes the
-// socket as asked.
-func (m *member) writeLoop() {
-	defer m.wg.Done()
-	for {
-		f, ok, end := m.q.next()
-		if !ok {
-			closeWith(m.ws, end)
-			return
-		}
-		m.writeWatch.Reset(m.p.cfg.WriteTimeout)
-		err := m.ws.Write(context.Background(), f.typ, f.data)
-		m.writeWatch.Stop()
-		m.q.written(len(f.data))
-		f.done()
-		if err == nil && m.link != nil {
-			m.link.wrote(m, len(f.data))
+// Write implements wsconn.Writer: it writes each frame as one message. A
+// write stuck for WriteTimeout disconnects the member as a slow consumer.
+func (m *member) Write(batch []wsconn.Frame) error {
+	for _, f := range batch {
+		err := m.watch.Write(f.Type, f.Data)
+		m.q.Written(len(f.Data))
+		if err == wsconn.ErrWriteTimeout {
+			m.log.Info("nexscope member too slow, disconnecting", "write_timeout", m.p.cfg.WriteTimeout)
+			m.p.metrics.Dropped(platformName, "slow_consumer")
+			m.leave()
+			return CloseSlowConsumer
 		}
 		if err != nil {
-			m.q.close(closeNoHandshake, false)
-			_ = m.ws.CloseNow()
-			return
+			return err
+		}
+		if m.link != nil {
+			m.link.wrote(m, len(f.Data))
 		}
 	}
+	return nil
 }
 
-// writeTimedOut disconnects a member stuck in one write for WriteTimeout.
-func (m *member) writeTimedOut() {
-	m.log.Info("nexscope member too slow, disconnecting", "write_timeout", m.p.cfg.WriteTimeout)
-	m.p.metrics.Dropped(platformName, "slow_consumer")
-	m.leave()
-	m.q.close(CloseSlowConsumer, false)
-	_ = m.ws.CloseNow()
+// End implements wsconn.Writer: it ends the socket with c.
+func (m *member) End(c Close) {
+	m.watch.Stop()
+	closeWith(m.ws, c)
 }
 
 // send queues a frame for this member; a queue overflow disconnects it.
 func (m *member) send(data []byte) {
-	if m.q.push(outFrame{typ: websocket.MessageText, data: data}) {
+	if m.q.Push(wsconn.Frame{Type: websocket.MessageText, Data: data}) == wsconn.ErrOverflow {
 		m.kick(CloseSlowConsumer)
 	}
 }
@@ -224,102 +215,32 @@ func (m *member) kick(c Close) {
 		m.p.metrics.Dropped(platformName, "slow_consumer")
 	}
 	m.leave()
-	m.q.close(c, false)
+	m.q.Close(c, false)
 }
 
 // closeAfterFlush removes the member and ends its socket with c once the
 // frames queued so far (an error frame) are written; the reader stops.
 func (m *member) closeAfterFlush(c Close) {
 	m.leave()
-	m.q.close(c, true)
+	m.q.Close(c, true)
 	m.stop = true
 }
 
 // leave removes the member from its room once: presence goes to the others,
-// a transfer it sends is abandoned, its heartbeat stops.
+// a transfer it sends is abandoned, its heartbeat stops (a heartbeat that
+// times out kicks it with 4010 after the second consecutive missed pong).
 func (m *member) leave() {
 	if m.left.Swap(true) {
 		return
 	}
-	m.hbMu.Lock()
-	if m.hbTimer != nil {
-		m.hbTimer.Stop()
-	}
-	m.hbMu.Unlock()
+	m.alive.Stop()
 	switch {
 	case m.link != nil:
 		m.link.leave(m)
 	case m.remote != nil:
 		m.room.leave(m)
-		m.remote.in.close()
+		m.remote.in.Close(wsconn.Drop, false)
 	default:
 		m.room.leave(m)
 	}
 }
-
-// heartbeat runs every HeartbeatInterval: a ping still unanswered at the next
-// tick is a miss, and the second consecutive miss closes with 4010.
-func (m *member) heartbeat() {
-	if m.awaitingPong.Load() {
-		m.missed++
-	} else {
-		m.missed = 0
-	}
-	if m.missed >= 2 {
-		m.log.Info("nexscope heartbeat_timeout", "missed_pongs", m.missed)
-		m.kick(CloseHeartbeatTimeout)
-		return
-	}
-	m.awaitingPong.Store(true)
-	m.hbMu.Lock()
-	defer m.hbMu.Unlock()
-	if _, ok := m.pingLocked(); !ok {
-		return
-	}
-	m.hbTimer = m.p.clock.AfterFunc(m.p.cfg.HeartbeatInterval, m.heartbeat)
-}
-
-// pingLocked sends a WebSocket ping from a goroutine that run waits for; the
-// channel receives Ping's result, nil once the pong arrived. It reports false,
-// sending nothing, when the member has left. Called under hbMu: left is
-// checked and wg.Add done under it, and run's leave takes hbMu before
-// wg.Wait, so the wait sees every ping goroutine. The ping lives until its
-// pong, the connection's end or the member's end (never cancelled earlier:
-// coder/websocket drops a connection whose write context ends mid-write).
-func (m *member) pingLocked() (<-chan error, bool) {
-	if m.left.Load() {
-		return nil, false
-	}
-	result := make(chan error, 1)
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		result <- m.ws.Ping(m.ctx)
-	}()
-	return result, true
-}
-
-// answersPing sends a WebSocket ping and reports whether the pong arrives
-// within timeout on the platform's clock (false for a member that left).
-func (m *member) answersPing(timeout time.Duration) bool {
-	// Armed before the ping goes out: a client that has the ping knows the
-	// deadline runs.
-	expired := make(chan struct{})
-	deadline := m.p.clock.AfterFunc(timeout, func() { close(expired) })
-	defer deadline.Stop()
-	m.hbMu.Lock()
-	result, ok := m.pingLocked()
-	m.hbMu.Unlock()
-	if !ok {
-		return false
-	}
-	select {
-	case err := <-result:
-		return err == nil
-	case <-expired:
-		return false
-	}
-}
-
-// pong records a WebSocket pong (AcceptOptions.OnPongReceived).
-func (m *member) pong(context.Context, []byte) { m.awaitingPong.Store(false) }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"connector/internal/wsconn"
 )
 
 // room is one relay room: its members, its file-transfer lock and, when bound
@@ -128,12 +130,12 @@ func (r *room) unlock() {
 
 // pushLocked queues a text frame for m; an overflow schedules m's kick.
 func (r *room) pushLocked(m *member, data []byte) {
-	r.pushFrameLocked(m, outFrame{typ: websocket.MessageText, data: data})
+	r.pushFrameLocked(m, wsconn.Frame{Type: websocket.MessageText, Data: data})
 }
 
 // pushFrameLocked queues f for m; an overflow schedules m's kick.
-func (r *room) pushFrameLocked(m *member, f outFrame) {
-	if m.q.push(f) {
+func (r *room) pushFrameLocked(m *member, f wsconn.Frame) {
+	if m.q.Push(f) == wsconn.ErrOverflow {
 		r.kicks = append(r.kicks, m)
 	}
 }

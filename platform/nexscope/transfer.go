@@ -7,6 +7,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/wsconn"
 	"connector/media"
 )
 
@@ -129,7 +130,7 @@ func (m *member) handleChunk(data []byte) {
 		return
 	}
 	for _, rc := range t.recipients {
-		rc.q.waitSpace(t.done)
+		rc.q.WaitSpace(t.done)
 	}
 	r := m.room
 	r.mu.Lock()
@@ -142,7 +143,7 @@ func (m *member) handleChunk(data []byte) {
 		// closed (or about to be) and releases its reference at once.
 		c := newChunk(data, len(t.recipients))
 		for _, rc := range t.recipients {
-			r.pushFrameLocked(rc, outFrame{typ: websocket.MessageBinary, data: c.buf, chunk: c})
+			r.pushFrameLocked(rc, wsconn.Frame{Type: websocket.MessageBinary, Data: c.buf, Owner: c})
 		}
 	}
 	t.received += int64(len(data))

@@ -1,0 +1,294 @@
+package wsconn
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/coder/websocket"
+)
+
+// Frame is one WebSocket message waiting for the writer. Data is never
+// modified once queued (a fan-out shares it among recipients); Owner, when
+// set, is released once the frame was written or dropped.
+type Frame struct {
+	Type  websocket.MessageType
+	Data  []byte
+	Owner Releaser
+}
+
+// Releaser is what a Frame borrows its Data from, such as a pooled buffer.
+type Releaser interface{ Release() }
+
+func (f *Frame) release() {
+	if f.Owner != nil {
+		f.Owner.Release()
+	}
+	*f = Frame{}
+}
+
+// Writer is where a Queue's writer goroutine puts frames. Its methods run on
+// that goroutine, one call at a time, with no Queue lock held.
+type Writer interface {
+	// Write writes batch, in order, and calls Queue.Written for the bytes
+	// that left (the remote end of a forwarded connection may report them
+	// later instead). An error ends the connection at once, dropping what
+	// is still queued: with the error when it is a Close, else with Drop.
+	Write(batch []Frame) error
+	// End ends the connection with c, the first close requested, after the
+	// frames a flushing close keeps were written. It runs once.
+	End(c Close)
+}
+
+// ErrOverflow is Push's report that the queue now holds more than its
+// limit: the peer does not keep up, and its owner closes it.
+var ErrOverflow = errors.New("wsconn: send queue over its limit")
+
+// ErrClosed is Push's report that the queue is closing: the frame was
+// dropped.
+var ErrClosed = errors.New("wsconn: send queue closed")
+
+// Queue is a connection's FIFO of frames, bounded in bytes (a frame's bytes
+// count until Written releases them) and drained by a writer goroutine that
+// runs only while frames or a close are pending:
+//
+//   - Push never waits; it reports ErrOverflow once more than limit bytes
+//     are queued (the frame is queued anyway: its owner closes the peer).
+//   - WaitSpace lets a sender wait while window or more bytes are queued:
+//     backpressure for bulk data, so memory per peer stays near window.
+//   - Close stops intake; a flushing close writes what is queued first (an
+//     error frame before its close code), an immediate one drops it.
+type Queue struct {
+	w             Writer
+	window, limit int64
+	batch         int // most bytes of several frames handed to one Write
+
+	mu      sync.Mutex
+	frames  []Frame
+	head    int
+	queued  int64
+	started bool // Start was called: a writer may run
+	running bool // a writer goroutine is draining
+	closing bool
+	flush   bool
+	end     Close         // the first close requested
+	space   chan struct{} // cap 1: queued fell below window; nil without a window
+	done    chan struct{} // closed once w.End returned
+}
+
+// NewQueue returns a queue drained into w. A window of 0 means WaitSpace
+// never waits; batch is how many bytes of consecutive frames one Write may
+// take (0: one frame per Write).
+func NewQueue(w Writer, window, limit int64, batch int) *Queue {
+	q := &Queue{w: w, window: window, limit: limit, batch: batch, done: make(chan struct{})}
+	if window > 0 {
+		q.space = make(chan struct{}, 1)
+	}
+	return q
+}
+
+// Push queues f and starts the writer if none runs. It returns nil,
+// ErrOverflow (queued; the owner must close the peer) or ErrClosed
+// (dropped: the queue is closing).
+func (q *Queue) Push(f Frame) error {
+	q.mu.Lock()
+	if q.closing {
+		q.mu.Unlock()
+		f.release()
+		return ErrClosed
+	}
+	q.frames = append(q.frames, f)
+	q.queued += int64(len(f.Data))
+	overflow := q.queued > q.limit
+	q.unlockAndWake()
+	if overflow {
+		return ErrOverflow
+	}
+	return nil
+}
+
+// Start lets the writer run: frames and a close requested before it wait
+// until the connection is ready for them.
+func (q *Queue) Start() {
+	q.mu.Lock()
+	q.started = true
+	q.unlockAndWake()
+}
+
+// unlockAndWake releases q.mu, first starting a writer if none runs and a
+// frame or the close is pending.
+func (q *Queue) unlockAndWake() {
+	start := q.started && !q.running && (q.head < len(q.frames) || q.closing)
+	q.running = q.running || start
+	q.mu.Unlock()
+	if start {
+		go q.run()
+	}
+}
+
+// WaitSpace blocks until fewer than window bytes are queued, the queue
+// closes, or cancel is closed; it reports whether there is room.
+func (q *Queue) WaitSpace(cancel <-chan struct{}) bool {
+	for {
+		q.mu.Lock()
+		closing, room := q.closing, q.queued < q.window || q.space == nil
+		q.mu.Unlock()
+		if closing {
+			return false
+		}
+		if room {
+			return true
+		}
+		select {
+		case <-q.space:
+		case <-cancel:
+			return false
+		}
+	}
+}
+
+// Written releases n bytes the writer finished with.
+func (q *Queue) Written(n int) {
+	q.mu.Lock()
+	q.queued -= int64(n)
+	below := q.queued < q.window
+	q.mu.Unlock()
+	if below && q.space != nil {
+		Signal(q.space)
+	}
+}
+
+// Queued is how many bytes are queued or being written.
+func (q *Queue) Queued() int64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.queued
+}
+
+// Len is how many frames wait for the writer.
+func (q *Queue) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.frames) - q.head
+}
+
+// Flushing reports whether the queue was closed by a flushing close.
+func (q *Queue) Flushing() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.flush
+}
+
+// Close stops intake and has the writer end the connection with end: after
+// writing what is queued when flush is set, at once otherwise. Only the
+// first close counts; it reports whether this was it.
+func (q *Queue) Close(end Close, flush bool) bool {
+	q.mu.Lock()
+	if q.closing {
+		q.mu.Unlock()
+		return false
+	}
+	q.closing, q.flush, q.end = true, flush, end
+	if !flush {
+		q.dropLocked()
+	}
+	q.unlockAndWake()
+	if q.space != nil {
+		Signal(q.space)
+	}
+	return true
+}
+
+// Done is closed once the connection was ended (Writer.End returned, which
+// needs Start).
+func (q *Queue) Done() <-chan struct{} { return q.done }
+
+// dropLocked releases every queued frame. q.mu must be held.
+func (q *Queue) dropLocked() {
+	for i := q.head; i < len(q.frames); i++ {
+		q.queued -= int64(len(q.frames[i].Data))
+		q.frames[i].release()
+	}
+	q.frames, q.head = nil, 0
+}
+
+// run is the writer goroutine: it writes until nothing is queued, then
+// exits, or ends the connection once the queue closed.
+func (q *Queue) run() {
+	var batch []Frame
+	for {
+		q.mu.Lock()
+		if q.head < len(q.frames) && (!q.closing || q.flush) {
+			batch = q.takeLocked(batch[:0])
+			q.mu.Unlock()
+			err := q.w.Write(batch)
+			for i := range batch {
+				batch[i].release()
+			}
+			if err != nil {
+				q.fail(err)
+			}
+			continue
+		}
+		if !q.closing {
+			q.running = false
+			q.frames, q.head = nil, 0 // an idle connection keeps no buffer
+			q.mu.Unlock()
+			return
+		}
+		end := q.end
+		q.mu.Unlock()
+		q.w.End(end)
+		close(q.done)
+		return
+	}
+}
+
+// takeLocked moves the next frames into batch: one, plus those that follow
+// while their bytes fit q.batch. q.mu must be held.
+func (q *Queue) takeLocked(batch []Frame) []Frame {
+	n := 0
+	for q.head < len(q.frames) {
+		f := q.frames[q.head]
+		if len(batch) > 0 && n+len(f.Data) > q.batch {
+			break
+		}
+		n += len(f.Data)
+		batch = append(batch, f)
+		q.frames[q.head] = Frame{}
+		q.head++
+	}
+	if q.head == len(q.frames) {
+		q.frames, q.head = q.frames[:0], 0
+	}
+	return batch
+}
+
+// fail ends the connection after a failed write: nothing more gets through,
+// so a flushing close stops flushing. The failure's Close also replaces a
+// Drop requested meanwhile (the reader saw the socket fail under the same
+// write), so the connection ends with its cause.
+func (q *Queue) fail(err error) {
+	var c Close
+	if !errors.As(err, &c) {
+		c = Drop
+	}
+	q.mu.Lock()
+	if !q.closing || q.end == Drop {
+		q.closing, q.end = true, c
+	}
+	q.flush = false
+	q.dropLocked()
+	q.mu.Unlock()
+	if q.space != nil {
+		Signal(q.space)
+	}
+}
+
+// Signal wakes whoever waits on ch, a channel of capacity 1, without
+// blocking: a wake already pending absorbs this one.
+func Signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

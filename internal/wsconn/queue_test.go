@@ -1,0 +1,205 @@
+package wsconn
+
+import (
+	"errors"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// recorder is a Writer that keeps what it was given; block, when set, holds
+// every Write until it is closed.
+type recorder struct {
+	q       *Queue
+	entered chan struct{} // when set, gets a signal as each Write starts
+	block   chan struct{}
+	fail    error // returned by every Write when set
+
+	mu      sync.Mutex
+	batches [][]string
+	ended   []Close
+}
+
+func (r *recorder) Write(batch []Frame) error {
+	if r.entered != nil {
+		r.entered <- struct{}{}
+	}
+	if r.block != nil {
+		<-r.block
+	}
+	var b []string
+	for _, f := range batch {
+		b = append(b, string(f.Data))
+		r.q.Written(len(f.Data))
+	}
+	r.mu.Lock()
+	r.batches = append(r.batches, b)
+	r.mu.Unlock()
+	return r.fail
+}
+
+func (r *recorder) End(c Close) {
+	r.mu.Lock()
+	r.ended = append(r.ended, c)
+	r.mu.Unlock()
+}
+
+func (r *recorder) written() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.batches)
+}
+
+func newRecorded(window, limit int64, batch int) (*Queue, *recorder) {
+	r := &recorder{}
+	r.q = NewQueue(r, window, limit, batch)
+	return r.q, r
+}
+
+// counter is a Releaser counting its releases.
+type counter struct{ n atomic.Int32 }
+
+func (c *counter) Release() { c.n.Add(1) }
+
+func frame(s string) Frame { return Frame{Data: []byte(s)} }
+
+func waitDone(t *testing.T, q *Queue) {
+	t.Helper()
+	select {
+	case <-q.Done():
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the queue's close", testTimeout)
+	}
+}
+
+// Frames wait for Start; the writer batches consecutive frames up to the
+// batch size, and a flushing close writes everything queued before End.
+func TestQueueBatchesAndFlushes(t *testing.T) {
+	q, r := newRecorded(0, 1<<20, 6)
+	for _, s := range []string{"aa", "bb", "cc", "dddddddd", "e"} {
+		if err := q.Push(frame(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(r.written()); n != 0 || q.Len() != 5 {
+		t.Fatalf("before Start: %d writes, %d queued; want 0 and 5", n, q.Len())
+	}
+	q.Close(Close{Code: 1001, Reason: "bye"}, true)
+	if q.Push(frame("late")) != ErrClosed {
+		t.Fatal("a closing queue took a frame")
+	}
+	q.Start()
+	waitDone(t, q)
+	want := [][]string{{"aa", "bb", "cc"}, {"dddddddd"}, {"e"}}
+	if got := r.written(); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("batches %q, want %q", got, want)
+	}
+	if !slices.Equal(r.ended, []Close{{Code: 1001, Reason: "bye"}}) || q.Queued() != 0 {
+		t.Fatalf("ended %v with %d bytes queued", r.ended, q.Queued())
+	}
+}
+
+// Push reports an overflow past the limit (and keeps the frame); an
+// immediate close drops and releases what is queued, and only the first
+// close counts.
+func TestQueueOverflowAndImmediateClose(t *testing.T) {
+	q, r := newRecorded(0, 10, 0)
+	var owner counter
+	if err := q.Push(Frame{Data: []byte("123456"), Owner: &owner}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Push(Frame{Data: []byte("78901"), Owner: &owner}); err != ErrOverflow {
+		t.Fatalf("11 bytes in a 10-byte queue: %v, want ErrOverflow", err)
+	}
+	if !q.Close(Close{Code: 4408}, false) || q.Close(Close{Code: 1000}, true) {
+		t.Fatal("the second close counted, or the first did not")
+	}
+	if owner.n.Load() != 2 || q.Queued() != 0 {
+		t.Fatalf("%d of 2 frames released, %d bytes left", owner.n.Load(), q.Queued())
+	}
+	q.Start()
+	waitDone(t, q)
+	if len(r.written()) != 0 || !slices.Equal(r.ended, []Close{{Code: 4408}}) {
+		t.Fatalf("wrote %q and ended %v after an immediate close", r.written(), r.ended)
+	}
+}
+
+// A failed write ends the connection with the error's Close (or Drop),
+// even over a Drop requested while it was under way.
+func TestQueueWriteFailureEnds(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want Close
+	}{
+		{Close{Code: 4408, Reason: "slow"}, Close{Code: 4408, Reason: "slow"}},
+		{errors.New("broken pipe"), Drop},
+	} {
+		q, r := newRecorded(0, 100, 0)
+		r.fail, r.block, r.entered = tc.err, make(chan struct{}), make(chan struct{}, 1)
+		q.Start()
+		_ = q.Push(frame("a"))
+		await(t, r.entered, "the first write")
+		_ = q.Push(frame("b"))
+		q.Close(Drop, false) // the reader saw the socket fail
+		close(r.block)
+		waitDone(t, q)
+		if !slices.Equal(r.ended, []Close{tc.want}) || len(r.written()) != 1 {
+			t.Fatalf("%v: ended %v after %d writes, want %v after 1", tc.err, r.ended, len(r.written()), tc.want)
+		}
+	}
+}
+
+// The writer goroutine runs only while there is something to write.
+func TestQueueWriterExitsWhenDrained(t *testing.T) {
+	q, r := newRecorded(0, 1<<20, 0)
+	q.Start()
+	for round := range 3 {
+		_ = q.Push(frame(strings.Repeat("x", round+1)))
+		waitUntil(t, "the writer to drain and exit", func() bool {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			return !q.running && q.queued == 0
+		})
+	}
+	if n := len(r.written()); n != 3 {
+		t.Fatalf("%d writes, want 3", n)
+	}
+	buf := make([]byte, 1<<16)
+	if strings.Contains(string(buf[:runtime.Stack(buf, true)]), "wsconn.(*Queue).run") {
+		t.Fatal("a writer goroutine outlived its work")
+	}
+}
+
+// WaitSpace holds a sender while window bytes are queued, until the writer
+// releases them, and gives up when cancel is closed or the queue closes.
+func TestQueueWaitSpace(t *testing.T) {
+	q, r := newRecorded(4, 100, 0)
+	r.block = make(chan struct{})
+	_ = q.Push(frame("1234"))
+	cancel := make(chan struct{})
+	close(cancel)
+	if q.WaitSpace(cancel) {
+		t.Fatal("WaitSpace reported room with the window full")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- q.WaitSpace(nil) }()
+	q.Start()
+	close(r.block) // the writer releases the window
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("WaitSpace reported no room after the write")
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("WaitSpace still waiting after the window drained")
+	}
+	q.Close(Drop, false)
+	if q.WaitSpace(nil) {
+		t.Fatal("WaitSpace reported room on a closed queue")
+	}
+	waitDone(t, q)
+}
