@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -54,7 +55,7 @@ func adminCmd(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
 		return code
 	}
-	base := strings.TrimSuffix(cmpOr(*url, os.Getenv(envAdminURL), defaultAdminURL), "/")
+	base := strings.TrimSuffix(cmp.Or(*url, os.Getenv(envAdminURL), defaultAdminURL), "/")
 	if fs.Arg(0) == "backup" {
 		return adminBackup(base, fs.Args()[1:], stdout, stderr)
 	}
@@ -69,15 +70,6 @@ func adminCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return adminDo(base, token, req, stdout, stderr)
-}
-
-func cmpOr(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // adminCall is one admin API request.
@@ -213,7 +205,7 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 			Error string `json:"error"`
 		}
 		_ = json.Unmarshal(data, &e)
-		fmt.Fprintf(stderr, "connector admin: %s: %s\n", resp.Status, cmpOr(e.Error, strings.TrimSpace(string(data))))
+		fmt.Fprintf(stderr, "connector admin: %s: %s\n", resp.Status, cmp.Or(e.Error, strings.TrimSpace(string(data))))
 		return 1
 	}
 	if c.secret {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -88,7 +89,7 @@ func downloadBackup(ctx context.Context, base, token string, start func(int64) (
 			Error string `json:"error"`
 		}
 		_ = json.Unmarshal(data, &e)
-		return 0, fmt.Errorf("%s: %s", resp.Status, cmpOr(e.Error, strings.TrimSpace(string(data))))
+		return 0, fmt.Errorf("%s: %s", resp.Status, cmp.Or(e.Error, strings.TrimSpace(string(data))))
 	}
 	if resp.ContentLength < 0 {
 		return 0, errors.New("the answer has no Content-Length; not taken for a whole copy")
