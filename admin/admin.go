@@ -42,6 +42,7 @@ import (
 	"strings"
 	"time"
 
+	"connector/internal/httpjson"
 	"connector/registry"
 	"connector/store"
 )
@@ -133,7 +134,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.cfg.Metrics.AdminRefused()
 		h.cfg.Log.Warn("admin request refused: bad or missing token", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="connector admin"`)
-		writeError(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <admin token>")
+		httpjson.Error(w, http.StatusUnauthorized, "unauthorized: send Authorization: Bearer <admin token>")
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
@@ -163,14 +164,14 @@ func (h *Handler) change(pattern, op string, do changeFunc) {
 		}
 		h.cfg.Log.Info("admin change", args...)
 		if err != nil {
-			writeError(w, errStatus, err.Error())
+			httpjson.Error(w, errStatus, err.Error())
 			return
 		}
 		if body == nil {
 			w.WriteHeader(status)
 			return
 		}
-		writeJSON(w, status, body)
+		httpjson.Write(w, status, body)
 	})
 }
 
@@ -364,12 +365,12 @@ type BindingView struct {
 func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 	stored, err := h.cfg.Registry.Stored(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		httpjson.Error(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	wakes, err := h.cfg.Registry.Wakes(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		httpjson.Error(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	views := map[string]*TenantView{}
@@ -403,17 +404,7 @@ func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 		out = append(out, *v)
 	}
 	slices.SortFunc(out, func(a, b TenantView) int { return strings.Compare(a.ID, b.ID) })
-	writeJSON(w, http.StatusOK, map[string]any{"tenants": out})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
+	httpjson.Write(w, http.StatusOK, map[string]any{"tenants": out})
 }
 
 // backupTimeout bounds one backup download.
@@ -426,7 +417,7 @@ const backupTimeout = 10 * time.Minute
 func (h *Handler) backup(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Backup == nil {
 		h.cfg.Metrics.AdminChange("backup", "invalid")
-		writeError(w, http.StatusNotImplemented, "backup: this store backend has no online backup (with redis, use Redis's own persistence)")
+		httpjson.Error(w, http.StatusNotImplemented, "backup: this store backend has no online backup (with redis, use Redis's own persistence)")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), backupTimeout)
@@ -453,6 +444,6 @@ func (h *Handler) backup(w http.ResponseWriter, r *http.Request) {
 	case err != nil && begun:
 		panic(http.ErrAbortHandler) // the client sees the copy cut short
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, "backup failed: "+err.Error())
+		httpjson.Error(w, http.StatusInternalServerError, "backup failed: "+err.Error())
 	}
 }

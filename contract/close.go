@@ -1,6 +1,8 @@
 package contract
 
 import (
+	"errors"
+
 	"github.com/coder/websocket"
 
 	"connector/internal/textsplit"
@@ -79,6 +81,15 @@ var (
 	// place of this one, or of a newcomer beyond the limit.
 	EndTooManyConns = closeOf(CloseReplaced, "too many connections for this gateway id")
 )
+
+// Refusal is the close refusing a token that failed with err: EndExpired
+// for a valid but stale one (ErrTokenExpired), else EndUnauthorized.
+func Refusal(err error) Close {
+	if errors.Is(err, ErrTokenExpired) {
+		return EndExpired
+	}
+	return EndUnauthorized
+}
 
 // UnsupportedPlatform is the close of a hello whose platform this connector
 // does not front; reason names it (truncated to MaxCloseReasonBytes).

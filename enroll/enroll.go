@@ -37,6 +37,7 @@ import (
 	"strings"
 
 	"connector/idtoken"
+	"connector/internal/httpjson"
 	"connector/platform"
 	"connector/registry"
 	"connector/wake"
@@ -167,17 +168,15 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 			args = append(args, "err", err)
 		}
 		h.cfg.Log.Info("relay credential request", args...)
-		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
 			if f.status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
 			}
-			w.WriteHeader(f.status)
-			_ = json.NewEncoder(w).Encode(map[string]string{"error": f.msg})
+			httpjson.Error(w, f.status, f.msg)
 			return
 		}
-		_ = json.NewEncoder(w).Encode(body)
+		httpjson.Write(w, http.StatusOK, body)
 	})
 }
 

@@ -26,7 +26,6 @@ package manage
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +35,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/httpjson"
 	"connector/platform"
 	"connector/registry"
 )
@@ -118,14 +118,11 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant, gatewayID, err := h.cfg.Auth.Authenticate(r.Header.Get("Authorization"))
 		if err != nil {
-			reason := contract.ReasonUnauthorized
-			if errors.Is(err, contract.ErrTokenExpired) {
-				reason = contract.ReasonExpired
-			}
+			reason := contract.Refusal(err).Reason
 			h.cfg.Metrics.AdminChange(op, "unauthorized")
 			h.cfg.Log.Info("manage request refused", "op", op, "remote", r.RemoteAddr, "reason", reason)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]any{"error": reason})
+			httpjson.Error(w, http.StatusUnauthorized, reason)
 			return
 		}
 		c := caller{tenant: tenant, gateway: gatewayID}
@@ -153,14 +150,14 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 		}
 		h.cfg.Log.Info("manage change", args...)
 		if err != nil {
-			writeJSON(w, status, map[string]any{"error": err.Error()})
+			httpjson.Error(w, status, err.Error())
 			return
 		}
 		if answer == nil {
 			answer = map[string]any{}
 		}
 		answer["ok"] = true
-		writeJSON(w, http.StatusOK, answer)
+		httpjson.Write(w, http.StatusOK, answer)
 	})
 }
 
@@ -315,10 +312,4 @@ func (h *Handler) Link(ctx context.Context, platformName, userID, code string) (
 	}
 	h.cfg.Log.Info("manage change", args...)
 	return tenant, err
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
 }

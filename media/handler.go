@@ -2,13 +2,14 @@ package media
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"mime"
 	"net/http"
 	"strconv"
 	"time"
+
+	"connector/internal/httpjson"
 )
 
 // DefaultUploadTimeout is HandlerConfig.UploadTimeout's default.
@@ -74,13 +75,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} else {
 			w.Header().Set("Allow", "GET, HEAD")
 		}
-		writeError(w, http.StatusMethodNotAllowed, "method not allowed")
+		httpjson.Error(w, http.StatusMethodNotAllowed, "method not allowed")
 		return
 	}
 	tenant, _, err := h.cfg.Auth.Authenticate(r.Header.Get("Authorization"))
 	if err != nil {
 		h.cfg.Log.Debug("media request refused", "reason", "unauthorized", "err", err)
-		writeError(w, http.StatusUnauthorized, "unauthorized")
+		httpjson.Error(w, http.StatusUnauthorized, "unauthorized")
 		return
 	}
 	if id == "" {
@@ -92,7 +93,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) upload(w http.ResponseWriter, r *http.Request, tenant string) {
 	if r.ContentLength > h.s.cfg.MaxBytes {
-		writeError(w, http.StatusRequestEntityTooLarge, tooLargeText(h.s.cfg.MaxBytes))
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, tooLargeText(h.s.cfg.MaxBytes))
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.UploadTimeout))
@@ -103,23 +104,22 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request, tenant string) 
 	info, err := h.s.Put(tenant, r.Body, mimeType, r.Header.Get("X-Media-Filename"))
 	switch {
 	case errors.Is(err, ErrTooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, tooLargeText(h.s.cfg.MaxBytes))
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, tooLargeText(h.s.cfg.MaxBytes))
 		return
 	case errors.Is(err, ErrQuota):
-		writeError(w, http.StatusInsufficientStorage, "media storage quota exhausted; retry later")
+		httpjson.Error(w, http.StatusInsufficientStorage, "media storage quota exhausted; retry later")
 		return
 	case err != nil:
 		h.cfg.Log.Debug("media upload failed", "err", err)
-		writeError(w, http.StatusBadRequest, "upload body could not be read")
+		httpjson.Error(w, http.StatusBadRequest, "upload body could not be read")
 		return
 	}
 	if info.Size == 0 {
 		h.s.remove(info.ID)
-		writeError(w, http.StatusBadRequest, "upload body is empty")
+		httpjson.Error(w, http.StatusBadRequest, "upload body is empty")
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(struct {
+	httpjson.Write(w, http.StatusOK, struct {
 		ID   string `json:"id"`
 		Size int64  `json:"size"`
 		URL  string `json:"url,omitempty"`
@@ -132,7 +132,7 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id st
 		if !errors.Is(err, ErrNotFound) {
 			h.cfg.Log.Warn("media object could not be opened", "err", err)
 		}
-		writeError(w, http.StatusNotFound, ErrNotFound.Error())
+		httpjson.Error(w, http.StatusNotFound, ErrNotFound.Error())
 		return
 	}
 	defer obj.Close()
@@ -150,10 +150,4 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id st
 
 func tooLargeText(limit int64) string {
 	return "media exceeds the " + strconv.FormatInt(limit, 10) + "-byte limit"
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }

@@ -507,10 +507,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if authErr != nil {
-		refusal := contract.EndUnauthorized
-		if errors.Is(authErr, contract.ErrTokenExpired) {
-			refusal = contract.EndExpired
-		}
+		refusal := contract.Refusal(authErr)
 		s.cfg.Metrics.Refused(refusal.Reason)
 		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", truncateForLog(claimed), "reason", refusal.Reason, "err", authErr)
 		s.closeSocket(ws, hr.conn, refusal)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"connector/internal/connlimit"
+	"connector/internal/httpjson"
 	"connector/platform"
 )
 
@@ -131,11 +131,7 @@ func readyHandler(draining *atomic.Bool, platforms []platform.Platform) http.Han
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		ready := !draining.Load()
 		status, _ := platformStatus(platforms)
-		w.Header().Set("Content-Type", "application/json")
-		if !ready {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = json.NewEncoder(w).Encode(struct {
+		httpjson.Write(w, httpStatus(ready), struct {
 			Ready     bool                       `json:"ready"`
 			Draining  bool                       `json:"draining,omitempty"`
 			Platforms map[string]platform.Status `json:"platforms"`
@@ -149,15 +145,19 @@ func readyHandler(draining *atomic.Bool, platforms []platform.Platform) http.Han
 func platformsHandler(platforms []platform.Platform) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		status, all := platformStatus(platforms)
-		w.Header().Set("Content-Type", "application/json")
-		if !all {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = json.NewEncoder(w).Encode(struct {
+		httpjson.Write(w, httpStatus(all), struct {
 			Ready     bool                       `json:"ready"`
 			Platforms map[string]platform.Status `json:"platforms"`
 		}{all, status})
 	})
+}
+
+// httpStatus is 200 when ok, else 503.
+func httpStatus(ok bool) int {
+	if ok {
+		return http.StatusOK
+	}
+	return http.StatusServiceUnavailable
 }
 
 // platformStatus returns every platform's status and whether all are ready.

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"connector/contract"
+	"connector/internal/httpjson"
 	"connector/platform"
 	"connector/registry"
 )
@@ -36,25 +37,22 @@ func (c *connector) relayPolicyHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tenant, gatewayID, err := c.relay.Authenticate(r.Header.Get("Authorization"))
 		if err != nil {
-			reason := contract.ReasonUnauthorized
-			if errors.Is(err, contract.ErrTokenExpired) {
-				reason = contract.ReasonExpired
-			}
+			reason := contract.Refusal(err).Reason
 			c.live.metrics.changes.WithLabelValues("relay_policy", "unauthorized").Inc()
 			c.log.Info("relevance policy refused", "remote", r.RemoteAddr, "reason", reason)
-			writePolicyError(w, http.StatusUnauthorized, reason)
+			httpjson.Error(w, http.StatusUnauthorized, reason)
 			return
 		}
 		var req policyRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPolicyBodyBytes))
 		if err := dec.Decode(&req); err != nil {
 			c.live.metrics.changes.WithLabelValues("relay_policy", "invalid").Inc()
-			writePolicyError(w, http.StatusBadRequest, "malformed JSON body")
+			httpjson.Error(w, http.StatusBadRequest, "malformed JSON body")
 			return
 		}
 		if req.Platform != contract.PlatformRelay && !slices.ContainsFunc(c.platforms, func(p platform.Platform) bool { return p.Name() == req.Platform }) {
 			c.live.metrics.changes.WithLabelValues("relay_policy", "invalid").Inc()
-			writePolicyError(w, http.StatusBadRequest, "platform is not one this connector fronts")
+			httpjson.Error(w, http.StatusBadRequest, "platform is not one this connector fronts")
 			return
 		}
 		err = c.live.reg.SetPolicy(r.Context(), registry.Policy{
@@ -73,17 +71,11 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			"require_address", req.RequireAddress, "free_response_scopes", len(req.FreeResponseScopes),
 			"allow_other_bots", req.AllowOtherBots, "outcome", outcome)
 		if err != nil {
-			writePolicyError(w, status, err.Error())
+			httpjson.Error(w, status, err.Error())
 			return
 		}
 		_ = c.live.apply(r.Context())
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"ok":true}`+"\n")
 	})
-}
-
-func writePolicyError(w http.ResponseWriter, status int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }

@@ -1,0 +1,25 @@
+package httpjson
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func TestWriteAndError(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		write  func(http.ResponseWriter)
+		status int
+		body   string
+	}{
+		{"value", func(w http.ResponseWriter) { Write(w, http.StatusCreated, map[string]int{"n": 1}) }, http.StatusCreated, `{"n":1}` + "\n"},
+		{"error", func(w http.ResponseWriter) { Error(w, http.StatusConflict, `taken "x"`) }, http.StatusConflict, `{"error":"taken \"x\""}` + "\n"},
+	} {
+		rec := httptest.NewRecorder()
+		tc.write(rec)
+		if rec.Code != tc.status || rec.Body.String() != tc.body || rec.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("%s: got %d %q (Content-Type %q), want %d %q (application/json)", tc.name, rec.Code, rec.Body.String(), rec.Header().Get("Content-Type"), tc.status, tc.body)
+		}
+	}
+}
