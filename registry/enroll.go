@@ -39,10 +39,8 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	ttl = cmp.Or(ttl, DefaultEnrollTTL)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ok, err := r.tenantExists(ctx, tenant); err != nil {
+	if err := r.requireTenant(ctx, tenant); err != nil {
 		return "", time.Time{}, err
-	} else if !ok {
-		return "", time.Time{}, ErrNotFound
 	}
 	now := r.now()
 	entries, _, err := r.kv.List(ctx, nsEnroll)
@@ -119,10 +117,8 @@ func (r *Registry) Provision(ctx context.Context, tenant, id string) (secret str
 	if r.declaredGateway(id) {
 		return "", false, ErrDeclared
 	}
-	if ok, err := r.tenantExists(ctx, tenant); err != nil {
+	if err := r.requireTenant(ctx, tenant); err != nil {
 		return "", false, err
-	} else if !ok {
-		return "", false, ErrNotFound
 	}
 	r.mu.Lock()
 	var g Gateway

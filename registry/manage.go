@@ -75,10 +75,8 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ok, err := r.tenantExists(ctx, tenant); err != nil {
+	if err := r.requireTenant(ctx, tenant); err != nil {
 		return "", time.Time{}, err
-	} else if !ok {
-		return "", time.Time{}, ErrNotFound
 	}
 	var codes []linkCode
 	if err := list(ctx, r.kv, nsLinkCodes, &codes); err != nil {
@@ -206,10 +204,8 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ok, err := r.tenantExists(ctx, tenant); err != nil {
+	if err := r.requireTenant(ctx, tenant); err != nil {
 		return err
-	} else if !ok {
-		return ErrNotFound
 	}
 	if err := r.dropBindings(ctx, func(b Binding) bool {
 		return b.Tenant == tenant && b.Platform == platformName && (b.Kind == platform.BindPrincipal || b.Kind == platform.BindAllow)

@@ -329,13 +329,16 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 	return Binding{}, false
 }
 
-// tenantExists reports whether tenant id is declared or stored.
-func (r *Registry) tenantExists(ctx context.Context, id string) (bool, error) {
+// requireTenant is nil when tenant id is declared or stored, else
+// ErrNotFound (or the store's error).
+func (r *Registry) requireTenant(ctx context.Context, id string) error {
 	if r.declaredTenant(id) {
-		return true, nil
+		return nil
 	}
-	_, ok, err := r.kv.Get(ctx, nsTenants, id)
-	return ok, err
+	if _, ok, err := r.kv.Get(ctx, nsTenants, id); err != nil || ok {
+		return err
+	}
+	return ErrNotFound
 }
 
 // CreateTenant stores a new tenant.
@@ -437,10 +440,8 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
-	if ok, err := r.tenantExists(ctx, tenant); err != nil {
+	if err := r.requireTenant(ctx, tenant); err != nil {
 		return "", err
-	} else if !ok {
-		return "", ErrNotFound
 	}
 	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil {
 		return "", err
@@ -531,10 +532,8 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 		}
 		return ErrDeclared
 	}
-	if ok, err := r.tenantExists(ctx, b.Tenant); err != nil {
+	if err := r.requireTenant(ctx, b.Tenant); err != nil {
 		return err
-	} else if !ok {
-		return ErrNotFound
 	}
 	var cur Binding
 	if ok, err := r.get(ctx, nsBindings, b.key(), &cur); err != nil {
