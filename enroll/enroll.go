@@ -38,6 +38,7 @@ import (
 
 	"connector/idtoken"
 	"connector/internal/httpjson"
+	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/registry"
 	"connector/wake"
@@ -295,10 +296,10 @@ func (h *Handler) provision(req *request) (any, error) {
 	if err := decode(req.r, &body); err != nil {
 		return nil, err
 	}
-	req.what = []any{"gateway_id", body.GatewayID, "platform", body.Platform, "bot_id", clip(body.BotID, maxLogIDBytes),
-		"instance_id", clip(body.InstanceID, maxLogIDBytes), "route_keys", len(body.RouteKeys), "wake_host", wake.Host(body.WakeURL)}
+	req.what = []any{"gateway_id", body.GatewayID, "platform", body.Platform, "bot_id", textsplit.Truncate(body.BotID, maxLogIDBytes),
+		"instance_id", textsplit.Truncate(body.InstanceID, maxLogIDBytes), "route_keys", len(body.RouteKeys), "wake_host", wake.Host(body.WakeURL)}
 	if body.Platform != "relay" && !slices.Contains(h.cfg.Platforms, body.Platform) {
-		return nil, fail(http.StatusBadRequest, "invalid", "platform %q is not one this connector fronts", clip(body.Platform, 64))
+		return nil, fail(http.StatusBadRequest, "invalid", "platform %q is not one this connector fronts", textsplit.Truncate(body.Platform, 64))
 	}
 	if body.WakeURL != "" {
 		if _, err := wake.ValidateURL(body.WakeURL); err != nil {
@@ -353,12 +354,4 @@ func routeBindings(tenant, platformName string, keys []string) ([]registry.Bindi
 		}
 	}
 	return out, nil
-}
-
-// clip bounds a caller-given string for the log.
-func clip(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 
+	"connector/internal/textsplit"
 	"connector/registry"
 )
 
@@ -98,15 +99,11 @@ func (f *flexID) UnmarshalJSON(b []byte) error {
 	}
 	n, err := strconv.ParseInt(string(b), 10, 64)
 	if err != nil {
-		return fmt.Errorf("id %s: want a string or an integer", truncate(b))
+		if len(b) > 32 {
+			b = append([]byte(textsplit.Truncate(string(b), 32)), "…"...)
+		}
+		return fmt.Errorf("id %s: want a string or an integer", b)
 	}
 	*f = flexID(strconv.FormatInt(n, 10))
 	return nil
-}
-
-func truncate(b []byte) string {
-	if len(b) > 32 {
-		return string(b[:32]) + "…"
-	}
-	return string(b)
 }

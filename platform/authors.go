@@ -205,6 +205,18 @@ const (
 	LinkErrorReply = "Linking failed for now; try again in a minute."
 )
 
+// LinkAnswer is the reply to a /link DM the Linker answered with err, and
+// the reason the platform counts the consumed DM under.
+func LinkAnswer(err error) (reply, reason string) {
+	switch {
+	case errors.Is(err, ErrLinkRefused):
+		return LinkFailReply, "link_refused"
+	case err != nil:
+		return LinkErrorReply, "link_failed"
+	}
+	return LinkedReply, "link_consumed"
+}
+
 // maxLinkText bounds the text ParseLinkCommand looks at.
 const maxLinkText = 4096
 

@@ -32,11 +32,7 @@ func (c *connector) credentialRoutes(reg *registry.Registry) (map[string]http.Ha
 			return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
 		}
 	}
-	names := make([]string, len(c.platforms))
-	for i, p := range c.platforms {
-		names[i] = p.Name()
-	}
-	h := enroll.New(enroll.HandlerConfig{Verifier: v, Registry: reg, Platforms: names, Apply: c.live.apply, Log: c.log, Metrics: c.live.metrics})
+	h := enroll.New(enroll.HandlerConfig{Verifier: v, Registry: reg, Platforms: platformNames(c.platforms), Apply: c.live.apply, Log: c.log, Metrics: c.live.metrics})
 	return h.Routes(), nil
 }
 

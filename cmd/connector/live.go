@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,12 +79,12 @@ func (c *Config) declared() registry.State {
 		}
 	}
 	if c.Discord != nil {
-		for _, g := range sortedKeys(c.Discord.Guilds) {
+		for _, g := range slices.Sorted(maps.Keys(c.Discord.Guilds)) {
 			s.Bindings = append(s.Bindings, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: g, Tenant: c.Discord.Guilds[g]})
 		}
 	}
 	if c.Telegram != nil {
-		for _, chat := range sortedKeys(c.Telegram.Chats) {
+		for _, chat := range slices.Sorted(maps.Keys(c.Telegram.Chats)) {
 			s.Bindings = append(s.Bindings, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: chat, Tenant: c.Telegram.Chats[chat]})
 		}
 	}

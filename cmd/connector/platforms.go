@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -62,7 +63,7 @@ func (c *Config) validatePlatforms() error {
 		if err := d.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
-		for _, g := range sortedKeys(d.Guilds) {
+		for _, g := range slices.Sorted(maps.Keys(d.Guilds)) {
 			if err := known(fmt.Sprintf("discord.guilds[%q]", g), d.Guilds[g]); err != nil {
 				return err
 			}
@@ -70,7 +71,7 @@ func (c *Config) validatePlatforms() error {
 		if err := known("discord.dm_tenant", d.DMTenant); err != nil {
 			return err
 		}
-		for _, t := range sortedKeys(d.Tenants) {
+		for _, t := range slices.Sorted(maps.Keys(d.Tenants)) {
 			if err := known(fmt.Sprintf("discord.tenants[%q]", t), t); err != nil {
 				return err
 			}
@@ -80,12 +81,12 @@ func (c *Config) validatePlatforms() error {
 		if err := t.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
-		for _, chat := range sortedKeys(t.Chats) {
+		for _, chat := range slices.Sorted(maps.Keys(t.Chats)) {
 			if err := known(fmt.Sprintf("telegram.chats[%q]", chat), t.Chats[chat]); err != nil {
 				return err
 			}
 		}
-		for _, tenant := range sortedKeys(t.Tenants) {
+		for _, tenant := range slices.Sorted(maps.Keys(t.Tenants)) {
 			if err := known(fmt.Sprintf("telegram.tenants[%q]", tenant), tenant); err != nil {
 				return err
 			}
@@ -114,7 +115,7 @@ func canonicalIDs(key string, ids map[string]string, canonical func(string) (str
 	}
 	out := make(map[string]string, len(ids))
 	spelled := make(map[string]string, len(ids)) // canonical -> the key that spelled it
-	for _, id := range sortedKeys(ids) {
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
 		c, ok := canonical(id)
 		if !ok {
 			c = id
@@ -128,13 +129,13 @@ func canonicalIDs(key string, ids map[string]string, canonical func(string) (str
 	return out, nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+// platformNames lists the platforms' names in their order.
+func platformNames(platforms []platform.Platform) []string {
+	names := make([]string, len(platforms))
+	for i, p := range platforms {
+		names[i] = p.Name()
 	}
-	slices.Sort(keys)
-	return keys
+	return names
 }
 
 // buildPlatforms constructs every enabled platform, in the order descriptors

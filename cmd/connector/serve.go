@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -270,7 +272,7 @@ const storeOpenTimeout = 30 * time.Second
 // or starting ingest. serve and serve -check both run it, so -check accepts
 // exactly what serve starts with; -check builds on an in-memory store, as a
 // running connector holds the real one.
-func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
+func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err error) {
 	reg := registry.New(st, time.Now)
 	if err := reg.SetDeclared(cfg.declared()); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -299,7 +301,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	}
 	m.watchVault(deps.Vault)
 	m.watchPlatforms(platforms)
-	m.preinit(sortedKeys(cfg.TenantIDs()), platforms)
+	m.preinit(slices.Sorted(maps.Keys(cfg.TenantIDs())), platforms)
 	rc := cfg.Relay // the relay section; the rest is wiring
 	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
 	rc.LeaseTTL = leaseTTL
@@ -315,18 +317,20 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil { // stop what relay.New started (its store writer)
+			_ = srv.Shutdown(rctx)
+		}
+	}()
 	m.watchLedger(srv)
 	c.metrics, c.platforms, c.relay, c.poker = m, platforms, srv, poker
 	c.live = newLive(reg, srv, platforms, keys, log, am)
 	if err := c.live.apply(rctx); err != nil {
-		_ = srv.Shutdown(rctx)
 		return nil, err
 	}
 	if cfg.Admin.Listen != "" {
 		backup, _ := st.(store.Backuper) // the embedded store; nil for redis
-		c.admin, err = admin.New(admin.Config{Registry: reg, Token: cfg.Admin.Token, Apply: c.live.apply, Log: log, Metrics: c.live.metrics, Backup: backup})
-		if err != nil {
-			_ = srv.Shutdown(rctx)
+		if c.admin, err = admin.New(admin.Config{Registry: reg, Token: cfg.Admin.Token, Apply: c.live.apply, Log: log, Metrics: c.live.metrics, Backup: backup}); err != nil {
 			return nil, err
 		}
 	}
@@ -344,7 +348,6 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (*connector, error) {
 	handleRoutes(mux, mh.Routes())
 	credentials, err := c.credentialRoutes(reg)
 	if err != nil {
-		_ = srv.Shutdown(rctx)
 		return nil, err
 	}
 	handleRoutes(mux, credentials)
@@ -616,16 +619,7 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	addr := addrs.Addr
 	base := scheme + "://" + addr
 	fmt.Fprintf(w, "connector %s listening on %s (relay at %s://%s/relay)\n", version(), base, wsScheme, addr)
-	names := ""
-	for i, p := range platforms {
-		if i > 0 {
-			names += ", "
-		}
-		names += p.Name()
-	}
-	if names == "" {
-		names = "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN or NEXSCOPE_TOKEN)"
-	}
+	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN or NEXSCOPE_TOKEN)")
 	fmt.Fprintf(w, "  platforms: %s; tenants: %d\n", names, len(cfg.Tenants))
 	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound and interaction tokens survive restarts)\n", cfg.Store.describe())
 	if gen != nil {

@@ -62,19 +62,14 @@ func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) b
 		p.metrics.Dropped(platformName, "link_edit")
 		return true
 	}
-	reply := platform.LinkedReply
 	tenant, err := linker.Link(ctx, platformName, m.Author.ID, code)
+	reply, reason := platform.LinkAnswer(err)
+	p.metrics.Dropped(platformName, reason)
 	switch {
-	case errors.Is(err, platform.ErrLinkRefused):
-		reply = platform.LinkFailReply
-		p.metrics.Dropped(platformName, "link_refused")
-	case err != nil:
-		reply = platform.LinkErrorReply
-		p.metrics.Dropped(platformName, "link_failed")
-		p.log.Warn("discord /link not redeemed", "user_id", m.Author.ID, "err", err)
-	default:
-		p.metrics.Dropped(platformName, "link_consumed")
+	case err == nil:
 		p.spoke.Add(m.ChannelID, tenant)
+	case !errors.Is(err, platform.ErrLinkRefused):
+		p.log.Warn("discord /link not redeemed", "user_id", m.Author.ID, "err", err)
 	}
 	// The reply spends the linked tenant's share of the bot's budget (an
 	// unknown tenant's when the code was refused).

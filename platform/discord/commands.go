@@ -209,7 +209,7 @@ func (c *commandSync) take() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	scopes := make([]string, 0, len(c.pending))
-	for _, scope := range sortedKeys(c.pending) {
+	for _, scope := range slices.Sorted(maps.Keys(c.pending)) {
 		if scope == globalScope || c.present[scope] {
 			scopes = append(scopes, scope)
 		}

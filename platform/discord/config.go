@@ -4,8 +4,9 @@ import (
 	"cmp"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"time"
 
@@ -243,7 +244,7 @@ func (cfg *Config) Validate() error {
 	if !isSnowflake(cfg.ApplicationID) {
 		return fmt.Errorf("discord.application_id: want a Discord id (digits), got %q", cfg.ApplicationID)
 	}
-	for _, g := range sortedKeys(cfg.Guilds) {
+	for _, g := range slices.Sorted(maps.Keys(cfg.Guilds)) {
 		if !isSnowflake(g) {
 			return fmt.Errorf("discord.guilds[%q]: not a Discord guild id", g)
 		}
@@ -251,7 +252,7 @@ func (cfg *Config) Validate() error {
 			return fmt.Errorf("discord.guilds[%q]: empty tenant", g)
 		}
 	}
-	for _, name := range sortedKeys(cfg.Tenants) {
+	for _, name := range slices.Sorted(maps.Keys(cfg.Tenants)) {
 		if err := cfg.Tenants[name].validate(); err != nil {
 			return fmt.Errorf("discord.tenants[%q].%w", name, err)
 		}
@@ -339,13 +340,4 @@ func isSnowflake(s string) bool {
 	}
 	_, err := strconv.ParseUint(s, 10, 64)
 	return err == nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

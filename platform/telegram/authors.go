@@ -50,19 +50,14 @@ func (p *Platform) linkCode(in *inbound) (string, bool) {
 // paced like any message to the chat.
 func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	user := in.event.Source.UserID.Value
-	reply := platform.LinkedReply
 	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
+	reply, reason := platform.LinkAnswer(err)
+	p.metrics.Dropped(platformName, reason)
 	switch {
-	case errors.Is(err, platform.ErrLinkRefused):
-		reply = platform.LinkFailReply
-		p.metrics.Dropped(platformName, "link_refused")
-	case err != nil:
-		reply = platform.LinkErrorReply
-		p.metrics.Dropped(platformName, "link_failed")
-		p.log.Warn("telegram /link not redeemed", "user_id", user, "err", err)
-	default:
-		p.metrics.Dropped(platformName, "link_consumed")
+	case err == nil:
 		p.grants.Add(in.event.Source.ChatID, tenant)
+	case !errors.Is(err, platform.ErrLinkRefused):
+		p.log.Warn("telegram /link not redeemed", "user_id", user, "err", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
