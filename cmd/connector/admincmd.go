@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -176,6 +177,29 @@ func at(args []string, i int) string {
 	return ""
 }
 
+// newAdminRequest is an admin API request carrying token, and the local
+// user as the actor.
+func newAdminRequest(ctx context.Context, method, url, token string, body io.Reader) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err == nil {
+		req.Header.Set("Authorization", "Bearer "+token)
+		if u, uerr := user.Current(); uerr == nil {
+			req.Header.Set(admin.ActorHeader, u.Username)
+		}
+	}
+	return req, err
+}
+
+// answerError is a failed admin answer: its status and its {"error"} (or
+// its body).
+func answerError(resp *http.Response, data []byte) error {
+	var e struct {
+		Error string `json:"error"`
+	}
+	_ = json.Unmarshal(data, &e)
+	return fmt.Errorf("%s: %s", resp.Status, cmp.Or(e.Error, strings.TrimSpace(string(data))))
+}
+
 // adminDo sends req and prints the answer.
 func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 	var body io.Reader
@@ -183,16 +207,12 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 		data, _ := json.Marshal(c.body)
 		body = bytes.NewReader(data)
 	}
-	req, err := http.NewRequest(c.method, base+c.path, body)
+	req, err := newAdminRequest(context.Background(), c.method, base+c.path, token, body)
 	if err != nil {
 		fmt.Fprintf(stderr, "connector admin: %v\n", err)
 		return 2
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
-	if u, err := user.Current(); err == nil {
-		req.Header.Set(admin.ActorHeader, u.Username)
-	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "connector admin: %v\n", err)
@@ -201,11 +221,7 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		_ = json.Unmarshal(data, &e)
-		fmt.Fprintf(stderr, "connector admin: %s: %s\n", resp.Status, cmp.Or(e.Error, strings.TrimSpace(string(data))))
+		fmt.Fprintf(stderr, "connector admin: %v\n", answerError(resp, data))
 		return 1
 	}
 	if c.secret {

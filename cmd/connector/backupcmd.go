@@ -1,19 +1,14 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strings"
 
-	"connector/admin"
 	"connector/store"
 )
 
@@ -70,13 +65,9 @@ func adminBackup(base string, args []string, stdout, stderr io.Writer) int {
 // downloadBackup streams GET /admin/v1/backup into the writer start
 // returns for the announced size; a body short of it fails.
 func downloadBackup(ctx context.Context, base, token string, start func(int64) (io.Writer, error)) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/admin/v1/backup", nil)
+	req, err := newAdminRequest(ctx, http.MethodGet, base+"/admin/v1/backup", token, nil)
 	if err != nil {
 		return 0, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	if u, err := user.Current(); err == nil {
-		req.Header.Set(admin.ActorHeader, u.Username)
 	}
 	resp, err := http.DefaultClient.Do(req) // no overall timeout: the server bounds a copy
 	if err != nil {
@@ -85,11 +76,7 @@ func downloadBackup(ctx context.Context, base, token string, start func(int64) (
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		var e struct {
-			Error string `json:"error"`
-		}
-		_ = json.Unmarshal(data, &e)
-		return 0, fmt.Errorf("%s: %s", resp.Status, cmp.Or(e.Error, strings.TrimSpace(string(data))))
+		return 0, answerError(resp, data)
 	}
 	if resp.ContentLength < 0 {
 		return 0, errors.New("the answer has no Content-Length; not taken for a whole copy")
