@@ -29,16 +29,6 @@ var renamedKeys = []struct{ section, old, new string }{
 // weight.
 var movedWeights = [2]string{"telegram.tenant_weights.<tenant>", "telegram.tenants.<tenant>.weight"}
 
-// deprecatedSpellings lists every older spelling and the key to write
-// instead, for docs/configuration.md.
-func deprecatedSpellings() [][2]string {
-	var out [][2]string
-	for _, r := range renamedKeys {
-		out = append(out, [2]string{r.section + "." + r.old, r.section + "." + r.new})
-	}
-	return append(out, movedWeights)
-}
-
 // migrateKeys rewrites, in the parsed config document doc, every older
 // spelling to the current key and returns what it rewrote.
 func migrateKeys(doc *yaml.Node) ([]deprecation, error) {

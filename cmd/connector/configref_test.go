@@ -255,38 +255,12 @@ const configDocFooter = `
 ` + exampleConfig + "```" + `
 `
 
-// exampleConfig is the commented example of docs/configuration.md and
-// connector config example.
-const exampleConfig = `# connector.yaml: every key is in docs/configuration.md.
-listen: 0.0.0.0:8080            # public: /relay, the webhooks, nexscope, /healthz
-ops: {listen: 127.0.0.1:9090}   # private: /metrics, /readyz, /platforms
-shutdown_grace: 30s
-log: {level: info, format: json}
-http: {body_timeout: 10s, idle_timeout: 60s}   # limits before a client authenticates
-# Secrets may stay out of this file: CONNECTOR_GATEWAY_SECRETS_ACME_GW1=..., DISCORD_BOT_TOKEN=...
-tenants:
-  - id: acme
-    gateways:
-      - id: acme-gw1
-        secrets: ["change-me-long-random", "previous-secret-during-rotation"]
-    session: {group_sessions_per_user: true}
-  - id: globex
-    gateways:
-      - id: globex-gw
-        secrets: ["another-long-random-secret"]
-    session: {nexscope_key_platform: nexscope}   # its gateways have a nexscope platform plugin
-discord:
-  application_id: "1310000000000000000"
-  public_key: "<64 hex digits from the developer portal>"
-  # bot_token from DISCORD_BOT_TOKEN
-  guilds: {"1310000000000000500": acme, "1310000000000000600": globex}
-  dm_tenant: acme
-telegram:
-  # bot_token from TELEGRAM_BOT_TOKEN; long polling without webhook_url
-  chats: {"-1001234567890": acme, "-1009876543210": globex}
-nexscope:
-  # token from NEXSCOPE_TOKEN
-  rooms:
-    - {name: default, tenant: acme}
-    - {name: globex-room, tenant: globex}
-`
+// deprecatedSpellings lists every older spelling and the key to write
+// instead, for docs/configuration.md.
+func deprecatedSpellings() [][2]string {
+	var out [][2]string
+	for _, r := range renamedKeys {
+		out = append(out, [2]string{r.section + "." + r.old, r.section + "." + r.new})
+	}
+	return append(out, movedWeights)
+}
