@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -197,4 +198,9 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		t.Fatalf("gateway closed with %d (%v), want 1001", code, err)
 	}
 	served(t, done)
+}
+
+// serve is serveReloading without a reload (SIGHUP ignored).
+func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listenAddrs)) error {
+	return serveReloading(ctx, cfg, gen, log, stdout, ready, nil)
 }

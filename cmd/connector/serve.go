@@ -405,15 +405,11 @@ func loadTLS(c TLSConfig) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}}, nil
 }
 
-// serve builds the connector cfg describes and runs it until ctx is
-// cancelled, then shuts down gracefully. ready, if not nil, receives the
-// listeners' addresses once they accept connections.
-func serve(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listenAddrs)) error {
-	return serveReloading(ctx, cfg, gen, log, stdout, ready, nil)
-}
-
-// serveReloading is serve that, on SIGHUP, re-reads the config with reload
-// and applies its tenants and routing (nil reload ignores SIGHUP).
+// serveReloading builds the connector cfg describes and runs it until ctx
+// is cancelled, then shuts down gracefully. ready, if not nil, receives the
+// listeners' addresses once they accept connections. On SIGHUP it re-reads
+// the config with reload and applies its tenants and routing (nil reload
+// ignores SIGHUP).
 func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listenAddrs), reload func() (*Config, error)) error {
 	st, err := openStore(ctx, cfg)
 	if err != nil {
