@@ -66,10 +66,8 @@ func newLive(reg *registry.Registry, srv *relay.Server, platforms []platform.Pla
 func (c *Config) declared() registry.State {
 	var s registry.State
 	for _, t := range c.Tenants {
-		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &registry.Session{
-			GroupSessionsPerUser: t.Session.GroupSessionsPerUser, ThreadSessionsPerUser: t.Session.ThreadSessionsPerUser,
-			Profile: t.Session.Profile, NexscopeKeyPlatform: t.Session.NexscopeKeyPlatform,
-		}})
+		session := registry.Session(t.Session) // the same fields, JSON-tagged
+		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &session})
 		for _, g := range t.Gateways {
 			gw := registry.Gateway{ID: g.ID, Tenant: t.ID}
 			for _, v := range g.Secrets {
@@ -105,8 +103,7 @@ func relayTenants(s registry.State) []relay.Tenant {
 	for _, t := range s.Tenants {
 		var sc SessionConfig
 		if t.Session != nil {
-			sc = SessionConfig{GroupSessionsPerUser: t.Session.GroupSessionsPerUser, ThreadSessionsPerUser: t.Session.ThreadSessionsPerUser,
-				Profile: t.Session.Profile, NexscopeKeyPlatform: t.Session.NexscopeKeyPlatform}
+			sc = SessionConfig(*t.Session)
 		}
 		opts := sc.Options()
 		index[t.ID] = len(out)
