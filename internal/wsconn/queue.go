@@ -3,8 +3,11 @@ package wsconn
 import (
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
+
+	"connector/internal/clock"
 )
 
 // Frame is one WebSocket message waiting for the writer. Data is never
@@ -57,10 +60,14 @@ var ErrClosed = errors.New("wsconn: send queue closed")
 //     backpressure for bulk data, so memory per peer stays near window.
 //   - Close stops intake; a flushing close writes what is queued first (an
 //     error frame before its close code), an immediate one drops it.
+//   - With Linger, a busy connection's writer waits a while for the next
+//     frame instead of exiting and restarting per burst.
 type Queue struct {
 	w             Writer
 	window, limit int64
 	batch         int // most bytes of several frames handed to one Write
+	clk           clock.Clock
+	linger        time.Duration // 0: the writer exits as soon as it is idle
 
 	mu      sync.Mutex
 	frames  []Frame
@@ -73,6 +80,14 @@ type Queue struct {
 	end     Close         // the first close requested
 	space   chan struct{} // cap 1: queued fell below window; nil without a window
 	done    chan struct{} // closed once w.End returned
+
+	// The lingering writer's, set only while it runs (an idle connection
+	// keeps neither): parked while it waits for a frame, wake to rouse it,
+	// idle firing linger after it parked, and when the last writer exited.
+	parked   bool
+	wake     chan struct{} // cap 1
+	idle     clock.Timer
+	lastExit int64 // on clk, in Unix nanoseconds; 0: no writer exited yet
 }
 
 // NewQueue returns a queue drained into w. A window of 0 means WaitSpace
@@ -106,6 +121,17 @@ func (q *Queue) Push(f Frame) error {
 	return nil
 }
 
+// Linger has a writer that finds the queue empty wait up to d on clk for
+// the next frame before it exits, when the previous writer exited less than
+// d before this one started: a connection under steady traffic keeps one
+// writer goroutine, one that writes now and then (or is idle) has none
+// between writes. Call it before Start.
+func (q *Queue) Linger(clk clock.Clock, d time.Duration) {
+	q.mu.Lock()
+	q.clk, q.linger = clk, d
+	q.mu.Unlock()
+}
+
 // Start lets the writer run: frames and a close requested before it wait
 // until the connection is ready for them.
 func (q *Queue) Start() {
@@ -117,11 +143,19 @@ func (q *Queue) Start() {
 // unlockAndWake releases q.mu, first starting a writer if none runs and a
 // frame or the close is pending.
 func (q *Queue) unlockAndWake() {
-	start := q.started && !q.running && (q.head < len(q.frames) || q.closing)
+	pending := q.head < len(q.frames) || q.closing
+	start := q.started && !q.running && pending
 	q.running = q.running || start
+	var wake chan struct{}
+	if q.parked && pending {
+		q.parked, wake = false, q.wake
+	}
 	q.mu.Unlock()
 	if start {
 		go q.run()
+	}
+	if wake != nil {
+		Signal(wake)
 	}
 }
 
@@ -212,9 +246,11 @@ func (q *Queue) dropLocked() {
 }
 
 // run is the writer goroutine: it writes until nothing is queued, then
-// exits, or ends the connection once the queue closed.
+// exits (after lingering, see Linger), or ends the connection once the
+// queue closed.
 func (q *Queue) run() {
 	var batch []Frame
+	lingering := false
 	for {
 		q.mu.Lock()
 		if q.head < len(q.frames) && (!q.closing || q.flush) {
@@ -230,16 +266,73 @@ func (q *Queue) run() {
 			continue
 		}
 		if !q.closing {
-			q.running = false
+			if lingering || q.lingerLocked() {
+				lingering = true
+				wake := q.parkLocked()
+				q.mu.Unlock()
+				if _, ok := <-wake; ok {
+					continue
+				}
+				q.mu.Lock() // the idle timer closed wake: retire
+				q.wake, q.idle = nil, nil
+				if q.head < len(q.frames) || q.closing {
+					q.mu.Unlock()
+					continue // a frame came as it fired
+				}
+			}
+			q.running, q.parked = false, false
 			q.frames, q.head = nil, 0 // an idle connection keeps no buffer
+			q.wake, q.idle = nil, nil
+			if q.linger > 0 {
+				q.lastExit = q.clk.Now().UnixNano()
+			}
 			q.mu.Unlock()
 			return
 		}
 		end := q.end
+		if q.idle != nil {
+			q.idle.Stop()
+		}
 		q.mu.Unlock()
 		q.w.End(end)
 		close(q.done)
 		return
+	}
+}
+
+// lingerLocked reports whether an idle writer should wait for the next
+// frame: lingering is on and the previous writer exited less than the
+// linger time ago. q.mu must be held.
+func (q *Queue) lingerLocked() bool {
+	return q.linger > 0 && q.lastExit != 0 && q.clk.Now().UnixNano()-q.lastExit < int64(q.linger)
+}
+
+// parkLocked marks the writer parked and arms the idle timer; it returns
+// the channel the writer waits on, which gets a signal when a frame or the
+// close comes, or is closed when the writer idled for the linger time.
+// q.mu must be held.
+func (q *Queue) parkLocked() chan struct{} {
+	q.parked = true
+	if q.wake == nil {
+		q.wake = make(chan struct{}, 1)
+	}
+	if q.idle == nil {
+		wake := q.wake
+		q.idle = q.clk.AfterFunc(q.linger, func() { q.retire(wake) })
+	} else {
+		q.idle.Reset(q.linger)
+	}
+	return q.wake
+}
+
+// retire is the idle timer's: it closes wake, the channel of the writer
+// that armed it, if that writer is still parked on it.
+func (q *Queue) retire(wake chan struct{}) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.parked && q.wake == wake {
+		q.parked = false
+		close(wake)
 	}
 }
 
