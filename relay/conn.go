@@ -75,7 +75,7 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, rem
 		outSlots: make(chan struct{}, s.cfg.MaxOutboundInFlight),
 	}
 	c.q = wsconn.NewQueue(c, 0, int64(s.cfg.SendQueueBytes), maxBatchBytes)
-	c.q.Linger(s.cfg.Clock, writerLinger)
+	c.q.Linger(&s.writerLinger)
 	return c
 }
 

@@ -65,9 +65,8 @@ var ErrClosed = errors.New("wsconn: send queue closed")
 type Queue struct {
 	w             Writer
 	window, limit int64
-	batch         int // most bytes of several frames handed to one Write
-	clk           clock.Clock
-	linger        time.Duration // 0: the writer exits as soon as it is idle
+	batch         int     // most bytes of several frames handed to one Write
+	linger        *Linger // nil: the writer exits as soon as it is idle
 
 	mu      sync.Mutex
 	frames  []Frame
@@ -77,17 +76,30 @@ type Queue struct {
 	running bool // a writer goroutine is draining
 	closing bool
 	flush   bool
+	parked  bool          // a lingering writer waits for a frame (see parking)
 	end     Close         // the first close requested
 	space   chan struct{} // cap 1: queued fell below window; nil without a window
 	done    chan struct{} // closed once w.End returned
 
-	// The lingering writer's, set only while it runs (an idle connection
-	// keeps neither): parked while it waits for a frame, wake to rouse it,
-	// idle firing linger after it parked, and when the last writer exited.
-	parked   bool
-	wake     chan struct{} // cap 1
-	idle     clock.Timer
-	lastExit int64 // on clk, in Unix nanoseconds; 0: no writer exited yet
+	// The lingering writer's parking, only while it runs (an idle
+	// connection keeps none), and when the last writer exited.
+	parking  *parking
+	lastExit int64 // on the Linger's clock, in Unix nanoseconds; 0: none yet
+}
+
+// Linger is how long a writer waits for the next frame before it exits,
+// on Clock (see Queue.Linger). One value serves every queue of an owner.
+type Linger struct {
+	Clock clock.Clock
+	Idle  time.Duration
+}
+
+// parking is what a lingering writer waits with: wake gets a signal when a
+// frame or the close comes, and is closed by idle, the timer that fires
+// once the writer waited Linger.Idle.
+type parking struct {
+	wake chan struct{} // cap 1
+	idle clock.Timer
 }
 
 // NewQueue returns a queue drained into w. A window of 0 means WaitSpace
@@ -121,14 +133,15 @@ func (q *Queue) Push(f Frame) error {
 	return nil
 }
 
-// Linger has a writer that finds the queue empty wait up to d on clk for
-// the next frame before it exits, when the previous writer exited less than
-// d before this one started: a connection under steady traffic keeps one
-// writer goroutine, one that writes now and then (or is idle) has none
-// between writes. Call it before Start.
-func (q *Queue) Linger(clk clock.Clock, d time.Duration) {
+// Linger has a writer that finds the queue empty wait up to l.Idle on
+// l.Clock for the next frame before it exits, when the previous writer
+// exited less than l.Idle before this one started: a connection under
+// steady traffic keeps one writer goroutine, one that writes now and then
+// (or is idle) has none between writes. Call it before Start; l must not
+// change afterwards.
+func (q *Queue) Linger(l *Linger) {
 	q.mu.Lock()
-	q.clk, q.linger = clk, d
+	q.linger = l
 	q.mu.Unlock()
 }
 
@@ -148,7 +161,7 @@ func (q *Queue) unlockAndWake() {
 	q.running = q.running || start
 	var wake chan struct{}
 	if q.parked && pending {
-		q.parked, wake = false, q.wake
+		q.parked, wake = false, q.parking.wake
 	}
 	q.mu.Unlock()
 	if start {
@@ -274,7 +287,7 @@ func (q *Queue) run() {
 					continue
 				}
 				q.mu.Lock() // the idle timer closed wake: retire
-				q.wake, q.idle = nil, nil
+				q.parking = nil
 				if q.head < len(q.frames) || q.closing {
 					q.mu.Unlock()
 					continue // a frame came as it fired
@@ -282,16 +295,16 @@ func (q *Queue) run() {
 			}
 			q.running, q.parked = false, false
 			q.frames, q.head = nil, 0 // an idle connection keeps no buffer
-			q.wake, q.idle = nil, nil
-			if q.linger > 0 {
-				q.lastExit = q.clk.Now().UnixNano()
+			q.parking = nil
+			if q.linger != nil {
+				q.lastExit = q.linger.Clock.Now().UnixNano()
 			}
 			q.mu.Unlock()
 			return
 		}
 		end := q.end
-		if q.idle != nil {
-			q.idle.Stop()
+		if q.parking != nil {
+			q.parking.idle.Stop()
 		}
 		q.mu.Unlock()
 		q.w.End(end)
@@ -304,7 +317,8 @@ func (q *Queue) run() {
 // frame: lingering is on and the previous writer exited less than the
 // linger time ago. q.mu must be held.
 func (q *Queue) lingerLocked() bool {
-	return q.linger > 0 && q.lastExit != 0 && q.clk.Now().UnixNano()-q.lastExit < int64(q.linger)
+	l := q.linger
+	return l != nil && q.lastExit != 0 && l.Clock.Now().UnixNano()-q.lastExit < int64(l.Idle)
 }
 
 // parkLocked marks the writer parked and arms the idle timer; it returns
@@ -313,26 +327,24 @@ func (q *Queue) lingerLocked() bool {
 // q.mu must be held.
 func (q *Queue) parkLocked() chan struct{} {
 	q.parked = true
-	if q.wake == nil {
-		q.wake = make(chan struct{}, 1)
+	if p := q.parking; p != nil {
+		p.idle.Reset(q.linger.Idle)
+		return p.wake
 	}
-	if q.idle == nil {
-		wake := q.wake
-		q.idle = q.clk.AfterFunc(q.linger, func() { q.retire(wake) })
-	} else {
-		q.idle.Reset(q.linger)
-	}
-	return q.wake
+	p := &parking{wake: make(chan struct{}, 1)}
+	p.idle = q.linger.Clock.AfterFunc(q.linger.Idle, func() { q.retire(p) })
+	q.parking = p
+	return p.wake
 }
 
-// retire is the idle timer's: it closes wake, the channel of the writer
-// that armed it, if that writer is still parked on it.
-func (q *Queue) retire(wake chan struct{}) {
+// retire is p's idle timer's: it closes p.wake if the writer is still
+// parked with p.
+func (q *Queue) retire(p *parking) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.parked && q.wake == wake {
+	if q.parked && q.parking == p {
 		q.parked = false
-		close(wake)
+		close(p.wake)
 	}
 }
 

@@ -189,7 +189,7 @@ func TestQueueWriterLingersWhenBusy(t *testing.T) {
 	const linger = 100 * time.Millisecond
 	clk := clocktest.New(time.Unix(1_000_000, 0))
 	q, r := newRecorded(0, 1<<20, 0)
-	q.Linger(clk, linger)
+	q.Linger(&Linger{Clock: clk, Idle: linger})
 	q.Start()
 	state := func() (running, parked bool) {
 		q.mu.Lock()
@@ -219,7 +219,7 @@ func TestQueueWriterLingersWhenBusy(t *testing.T) {
 	clk.Advance(time.Nanosecond)
 	waitUntil(t, "the idle writer to exit after lingering", exited)
 	q.mu.Lock()
-	kept := q.frames != nil || q.wake != nil || q.idle != nil
+	kept := q.frames != nil || q.parking != nil
 	q.mu.Unlock()
 	if kept {
 		t.Fatal("an exited writer left its frames, wake channel or timer behind")
