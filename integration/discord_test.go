@@ -22,6 +22,8 @@ import (
 	"connector/session"
 )
 
+// discordLoop is the platform behind the real relay with tenant t1's gateway
+// (gw) and tenant t2's (gw2) connected and hello'd for discord.
 type discordLoop struct {
 	fake *discordtest.Server
 	priv ed25519.PrivateKey
@@ -36,6 +38,8 @@ func startDiscordLoop(t *testing.T) *discordLoop {
 	return startDiscordLoopWith(t, nil)
 }
 
+// startDiscordLoopWith is startDiscordLoop with the platform's configuration
+// adjusted by mutate (nil: as discordConfig makes it).
 func startDiscordLoopWith(t *testing.T, mutate func(*discord.Config)) *discordLoop {
 	t.Helper()
 	fake := discordtest.New(t, discordtest.Options{Token: discordtest.Token})
@@ -65,6 +69,7 @@ func startDiscordLoopWith(t *testing.T, mutate func(*discord.Config)) *discordLo
 	return l
 }
 
+// inbound returns gw's next inbound event, acknowledged.
 func (l *discordLoop) inbound(t *testing.T, gw *relaytest.Gateway) contract.Event {
 	t.Helper()
 	ev, buf := gw.NextInbound(t)
@@ -74,11 +79,18 @@ func (l *discordLoop) inbound(t *testing.T, gw *relaytest.Gateway) contract.Even
 	return ev
 }
 
+// interact posts a signed interaction body to the connector's endpoint and
+// returns the status and the answer.
 func (l *discordLoop) interact(t *testing.T, body []byte) (int, string) {
 	t.Helper()
 	return discordtest.Post(t, discordtest.InteractionRequest(l.h.URL+"/discord/interactions", l.priv, time.Now(), body))
 }
 
+// TestDiscordPromptRoundTrip: the gateway's prompt becomes buttons on the fake
+// Discord; a member's press arrives as a signed interaction, is
+// acknowledged with a deferred update (type 6) and reaches t1's gateway as
+// a prompt_response inbound whose source is the member who clicked, never
+// reaching t2. A foreign button keeps the legacy custom_id-as-text shape.
 func TestDiscordPromptRoundTrip(t *testing.T) {
 	l := startDiscordLoop(t)
 	res := l.gw.Outbound(t, "discord", map[string]any{"op": "prompt", "chat_id": discordtest.ThreadPlan, "content": "Run `make deploy`?",
@@ -133,6 +145,9 @@ func TestDiscordPromptRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDiscordActsThroughRelay drives react and delete from a gateway socket: t1's
+// act on its chat, t2's on t1's chat are declined, and an op Discord does
+// not advertise fails with unsupported_op.
 func TestDiscordActsThroughRelay(t *testing.T) {
 	l := startDiscordLoop(t)
 	sent := l.gw.Outbound(t, "discord", map[string]any{"op": "send", "chat_id": discordtest.ChanGeneral, "content": "hi", "reply_to": nil, "metadata": map[string]any{}})
@@ -182,6 +197,9 @@ func TestDiscordActsThroughRelay(t *testing.T) {
 	}
 }
 
+// TestDiscordProfileRoundTrip: the profile a gateway names in an outbound's
+// metadata is stamped on the next inbound of that chat (and only that
+// chat); a declined outbound of another tenant stamps nothing.
 func TestDiscordProfileRoundTrip(t *testing.T) {
 	l := startDiscordLoop(t)
 	if r := l.gw2.Outbound(t, "discord", map[string]any{"op": "send", "chat_id": discordtest.ChanDMAda, "content": "x", "reply_to": nil,

@@ -28,6 +28,8 @@ import (
 // devForum is the Dev Forum chat of the fixture world, as an update carries it.
 var devForum = map[string]any{"id": int64(-1001112223334), "title": "Dev Forum", "type": "supergroup", "is_forum": true}
 
+// telegramLoop is a polling platform behind the real relay with t1's gateway
+// (gw) and t2's (gw2) hello'd for telegram.
 type telegramLoop struct {
 	fake *telegramtest.Server
 	gw   *relaytest.Gateway
@@ -71,6 +73,11 @@ func (l *telegramLoop) inbound(t *testing.T, gw *relaytest.Gateway) contract.Eve
 	return ev
 }
 
+// TestTelegramPromptRoundTrip: the gateway's prompt becomes an inline keyboard on
+// the fake Telegram; Grace's press arrives as a callback_query update, is
+// answered (answerCallbackQuery) and reaches t1's gateway as a
+// prompt_response inbound whose source is Grace, in the topic. A press on
+// another integration's button is answered but never delivered.
 func TestTelegramPromptRoundTrip(t *testing.T) {
 	l := startTelegramLoop(t)
 	res := l.gw.Outbound(t, "telegram", map[string]any{"op": "prompt", "chat_id": telegramtest.ChatDevForum, "content": "Run `make deploy`?",
@@ -127,6 +134,7 @@ func TestTelegramPromptRoundTrip(t *testing.T) {
 	}
 }
 
+// TestTelegramActsThroughRelay drives react and delete from gateway sockets.
 func TestTelegramActsThroughRelay(t *testing.T) {
 	l := startTelegramLoop(t)
 	sent := l.gw.Outbound(t, "telegram", map[string]any{"op": "send", "chat_id": telegramtest.ChatAda, "content": "hi", "reply_to": nil, "metadata": map[string]any{}})
@@ -187,6 +195,10 @@ func telegramDraft(chat string, id int64, content string, final bool) map[string
 		"metadata": map[string]any{}}
 }
 
+// TestTelegramDraftStreaming drives native draft streaming from a gateway socket:
+// the descriptor advertises it, each frame replaces the preview through
+// sendMessageDraft, a seal becomes one real message whose id a repeated
+// seal answers again, and the refusals call nothing.
 func TestTelegramDraftStreaming(t *testing.T) {
 	l := startTelegramLoop(t)
 	if d := l.gw.Hello(t, "telegram", ""); !d.SupportsDraftStreaming || !d.HasOp(contract.OpDraft) {
@@ -269,6 +281,9 @@ func TestTelegramDraftStreaming(t *testing.T) {
 	}
 }
 
+// TestTelegramProfileRoundTrip: a send naming metadata.profile makes it the chat's
+// profile; the chat's next inbound carries it as source.profile; another
+// tenant's declined send stamps nothing.
 func TestTelegramProfileRoundTrip(t *testing.T) {
 	l := startTelegramLoop(t)
 	if r := l.gw2.Outbound(t, "telegram", map[string]any{"op": "send", "chat_id": telegramtest.ChatAda, "content": "x", "reply_to": nil,

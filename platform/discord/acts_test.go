@@ -9,13 +9,6 @@ import (
 	"connector/platform/discord/discordtest"
 )
 
-// actsLoop is the platform behind the real relay with tenant t1's gateway
-// (gw) and tenant t2's (gw2) connected and hello'd for discord.
-// startActsLoopWith is startActsLoop with the platform's configuration
-// adjusted by mutate (nil: as testConfig makes it).
-// inbound returns gw's next inbound event, acknowledged.
-// interact posts a signed interaction body to the connector's endpoint and
-// returns the status and the answer.
 func TestEgressPromptButtons(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
@@ -73,11 +66,6 @@ func TestEgressPromptButtons(t *testing.T) {
 	}
 }
 
-// TestPromptRoundTrip: the gateway's prompt becomes buttons on the fake
-// Discord; a member's press arrives as a signed interaction, is
-// acknowledged with a deferred update (type 6) and reaches t1's gateway as
-// a prompt_response inbound whose source is the member who clicked, never
-// reaching t2. A foreign button keeps the legacy custom_id-as-text shape.
 func TestEgressReactAndDelete(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
@@ -140,9 +128,6 @@ func TestEgressReactAndDelete(t *testing.T) {
 	}
 }
 
-// TestActsThroughRelay drives react and delete from a gateway socket: t1's
-// act on its chat, t2's on t1's chat are declined, and an op Discord does
-// not advertise fails with unsupported_op.
 func TestThreadCreateAndRename(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
@@ -241,9 +226,6 @@ func TestThreadCreateAndRename(t *testing.T) {
 	}
 }
 
-// TestProfileRoundTrip: the profile a gateway names in an outbound's
-// metadata is stamped on the next inbound of that chat (and only that
-// chat); a declined outbound of another tenant stamps nothing.
 // TestAutoThreadAnnouncedOnFirstSend: a mention in a text channel is
 // auto-threaded; the inbound carries the markers, the first send into the
 // new thread answers thread_id and auto_thread_name, later sends do not,

@@ -16,8 +16,6 @@ const (
 	chatT2       = telegramtest.ChatT2
 )
 
-// actsLoop is a polling platform behind the real relay with t1's gateway
-// (gw) and t2's (gw2) hello'd for telegram.
 func promptAction(chat string, options ...contract.PromptOption) contract.Action {
 	return contract.Action{Op: contract.OpPrompt, ChatID: contract.ID(chat), Content: "Run **make deploy**?",
 		PromptKind: "approval", PromptID: "f00dba.1234abcd", Options: options}
@@ -88,11 +86,6 @@ func TestPromptInlineKeyboard(t *testing.T) {
 	}
 }
 
-// TestPromptRoundTrip: the gateway's prompt becomes an inline keyboard on
-// the fake Telegram; Grace's press arrives as a callback_query update, is
-// answered (answerCallbackQuery) and reaches t1's gateway as a
-// prompt_response inbound whose source is Grace, in the topic. A press on
-// another integration's button is answered but never delivered.
 func TestReactAndDelete(t *testing.T) {
 	e := newEnv(t, nil)
 	// Ada's message the gateway reacts to, as Telegram delivered it.
@@ -153,7 +146,6 @@ func TestReactAndDelete(t *testing.T) {
 	}
 }
 
-// TestActsThroughRelay drives react and delete from gateway sockets.
 func TestForumTopics(t *testing.T) {
 	e := newEnv(t, nil)
 	e.fake.AddForum(-1001112223334)
@@ -221,11 +213,3 @@ func TestForumTopics(t *testing.T) {
 		t.Errorf("rename of an unknown topic = %+v", r)
 	}
 }
-
-// TestDraftStreaming drives native draft streaming from a gateway socket:
-// the descriptor advertises it, each frame replaces the preview through
-// sendMessageDraft, a seal becomes one real message whose id a repeated
-// seal answers again, and the refusals call nothing.
-// TestProfileRoundTrip: a send naming metadata.profile makes it the chat's
-// profile; the chat's next inbound carries it as source.profile; another
-// tenant's declined send stamps nothing.
