@@ -24,7 +24,6 @@ const (
 	chanGeneral = discordtest.ChanGeneral
 	chanRandom  = discordtest.ChanRandom
 	threadPlan  = discordtest.ThreadPlan
-	chanForum   = discordtest.ChanForum
 	guildOther  = discordtest.GuildOther
 	chanOther   = discordtest.ChanOther
 	chanDMAda   = discordtest.ChanDMAda

@@ -13,7 +13,6 @@ import (
 const (
 	chatAda      = telegramtest.ChatAda
 	chatDevForum = telegramtest.ChatDevForum
-	chatT2       = telegramtest.ChatT2
 )
 
 func promptAction(chat string, options ...contract.PromptOption) contract.Action {
