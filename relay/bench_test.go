@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,6 +86,7 @@ func benchInbound(b *testing.B, gateways, tenants, window int) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	goBefore := goroutinesCreated()
 	start := time.Now()
 	n := 0
 	for b.Loop() {
@@ -95,6 +97,7 @@ func benchInbound(b *testing.B, gateways, tenants, window int) {
 	rig.metrics.waitInFlightBelow(b, 1)
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&after)
+	goStarted := goroutinesCreated() - goBefore
 
 	st := rig.child.report(b)
 	if st.count != n {
@@ -105,6 +108,14 @@ func benchInbound(b *testing.B, gateways, tenants, window int) {
 	b.ReportMetric(float64(st.p99), "p99-ns")
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(max(relayBytes, 0), "relay-B/event")
+	b.ReportMetric(float64(goStarted)/float64(n), "goroutines/event")
+}
+
+// goroutinesCreated is how many goroutines this process has started so far.
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 func BenchmarkIdleGateways(b *testing.B) {

@@ -87,6 +87,7 @@ import (
 	"connector/contract"
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/relay/ledger"
 	"connector/session"
@@ -273,6 +274,8 @@ type Server struct {
 	// hello for each platform, "relay" included.
 	descriptorFrames map[string][]byte
 	order            []string // platform names in configured order
+	// writerLinger is every connection's wsconn.Queue.Linger.
+	writerLinger wsconn.Linger
 	// sessions remembers which tenant each delivered session key belongs
 	// to, so a follow_up naming another tenant's session is declined.
 	sessions    *lru.Cache[string, string]
@@ -327,15 +330,16 @@ func New(cfg Config) (*Server, error) {
 
 func newServer(cfg Config) (*Server, error) {
 	s := &Server{
-		cfg:         cfg,
-		log:         cfg.Log,
-		gateways:    make(map[string]*gatewayRecord),
-		tenants:     make(map[string]*hub),
-		platforms:   make(map[string]platform.Platform),
-		descriptors: make(map[string]descriptor.Descriptor),
-		conns:       make(map[*conn]struct{}),
-		ops:         make(map[*outboundOp]struct{}),
-		logs:        newServerLogs(cfg.Clock.Now, len(cfg.Tenants)),
+		cfg:          cfg,
+		writerLinger: wsconn.Linger{Clock: cfg.Clock, Idle: writerLinger},
+		log:          cfg.Log,
+		gateways:     make(map[string]*gatewayRecord),
+		tenants:      make(map[string]*hub),
+		platforms:    make(map[string]platform.Platform),
+		descriptors:  make(map[string]descriptor.Descriptor),
+		conns:        make(map[*conn]struct{}),
+		ops:          make(map[*outboundOp]struct{}),
+		logs:         newServerLogs(cfg.Clock.Now, len(cfg.Tenants)),
 
 		descriptorFrames: make(map[string][]byte),
 	}

@@ -3,8 +3,11 @@ package wsconn
 import (
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
+
+	"connector/internal/clock"
 )
 
 // Frame is one WebSocket message waiting for the writer. Data is never
@@ -57,10 +60,13 @@ var ErrClosed = errors.New("wsconn: send queue closed")
 //     backpressure for bulk data, so memory per peer stays near window.
 //   - Close stops intake; a flushing close writes what is queued first (an
 //     error frame before its close code), an immediate one drops it.
+//   - With Linger, a busy connection's writer waits a while for the next
+//     frame instead of exiting and restarting per burst.
 type Queue struct {
 	w             Writer
 	window, limit int64
-	batch         int // most bytes of several frames handed to one Write
+	batch         int     // most bytes of several frames handed to one Write
+	linger        *Linger // nil: the writer exits as soon as it is idle
 
 	mu      sync.Mutex
 	frames  []Frame
@@ -70,9 +76,30 @@ type Queue struct {
 	running bool // a writer goroutine is draining
 	closing bool
 	flush   bool
+	parked  bool          // a lingering writer waits for a frame (see parking)
 	end     Close         // the first close requested
 	space   chan struct{} // cap 1: queued fell below window; nil without a window
 	done    chan struct{} // closed once w.End returned
+
+	// The lingering writer's parking, only while it runs (an idle
+	// connection keeps none), and when the last writer exited.
+	parking  *parking
+	lastExit int64 // on the Linger's clock, in Unix nanoseconds; 0: none yet
+}
+
+// Linger is how long a writer waits for the next frame before it exits,
+// on Clock (see Queue.Linger). One value serves every queue of an owner.
+type Linger struct {
+	Clock clock.Clock
+	Idle  time.Duration
+}
+
+// parking is what a lingering writer waits with: wake gets a signal when a
+// frame or the close comes, and is closed by idle, the timer that fires
+// once the writer waited Linger.Idle.
+type parking struct {
+	wake chan struct{} // cap 1
+	idle clock.Timer
 }
 
 // NewQueue returns a queue drained into w. A window of 0 means WaitSpace
@@ -106,6 +133,18 @@ func (q *Queue) Push(f Frame) error {
 	return nil
 }
 
+// Linger has a writer that finds the queue empty wait up to l.Idle on
+// l.Clock for the next frame before it exits, when the previous writer
+// exited less than l.Idle before this one started: a connection under
+// steady traffic keeps one writer goroutine, one that writes now and then
+// (or is idle) has none between writes. Call it before Start; l must not
+// change afterwards.
+func (q *Queue) Linger(l *Linger) {
+	q.mu.Lock()
+	q.linger = l
+	q.mu.Unlock()
+}
+
 // Start lets the writer run: frames and a close requested before it wait
 // until the connection is ready for them.
 func (q *Queue) Start() {
@@ -117,11 +156,19 @@ func (q *Queue) Start() {
 // unlockAndWake releases q.mu, first starting a writer if none runs and a
 // frame or the close is pending.
 func (q *Queue) unlockAndWake() {
-	start := q.started && !q.running && (q.head < len(q.frames) || q.closing)
+	pending := q.head < len(q.frames) || q.closing
+	start := q.started && !q.running && pending
 	q.running = q.running || start
+	var wake chan struct{}
+	if q.parked && pending {
+		q.parked, wake = false, q.parking.wake
+	}
 	q.mu.Unlock()
 	if start {
 		go q.run()
+	}
+	if wake != nil {
+		Signal(wake)
 	}
 }
 
@@ -212,9 +259,11 @@ func (q *Queue) dropLocked() {
 }
 
 // run is the writer goroutine: it writes until nothing is queued, then
-// exits, or ends the connection once the queue closed.
+// exits (after lingering, see Linger), or ends the connection once the
+// queue closed.
 func (q *Queue) run() {
 	var batch []Frame
+	lingering := false
 	for {
 		q.mu.Lock()
 		if q.head < len(q.frames) && (!q.closing || q.flush) {
@@ -230,16 +279,72 @@ func (q *Queue) run() {
 			continue
 		}
 		if !q.closing {
-			q.running = false
+			if lingering || q.lingerLocked() {
+				lingering = true
+				wake := q.parkLocked()
+				q.mu.Unlock()
+				if _, ok := <-wake; ok {
+					continue
+				}
+				q.mu.Lock() // the idle timer closed wake: retire
+				q.parking = nil
+				if q.head < len(q.frames) || q.closing {
+					q.mu.Unlock()
+					continue // a frame came as it fired
+				}
+			}
+			q.running, q.parked = false, false
 			q.frames, q.head = nil, 0 // an idle connection keeps no buffer
+			q.parking = nil
+			if q.linger != nil {
+				q.lastExit = q.linger.Clock.Now().UnixNano()
+			}
 			q.mu.Unlock()
 			return
 		}
 		end := q.end
+		if q.parking != nil {
+			q.parking.idle.Stop()
+		}
 		q.mu.Unlock()
 		q.w.End(end)
 		close(q.done)
 		return
+	}
+}
+
+// lingerLocked reports whether an idle writer should wait for the next
+// frame: lingering is on and the previous writer exited less than the
+// linger time ago. q.mu must be held.
+func (q *Queue) lingerLocked() bool {
+	l := q.linger
+	return l != nil && q.lastExit != 0 && l.Clock.Now().UnixNano()-q.lastExit < int64(l.Idle)
+}
+
+// parkLocked marks the writer parked and arms the idle timer; it returns
+// the channel the writer waits on, which gets a signal when a frame or the
+// close comes, or is closed when the writer idled for the linger time.
+// q.mu must be held.
+func (q *Queue) parkLocked() chan struct{} {
+	q.parked = true
+	if p := q.parking; p != nil {
+		p.idle.Reset(q.linger.Idle)
+		return p.wake
+	}
+	p := &parking{wake: make(chan struct{}, 1)}
+	p.idle = q.linger.Clock.AfterFunc(q.linger.Idle, func() { q.retire(p) })
+	q.parking = p
+	return p.wake
+}
+
+// retire is p's idle timer's: it closes p.wake if the writer is still
+// parked with p.
+func (q *Queue) retire(p *parking) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.parked && q.parking == p {
+		q.parked = false
+		close(p.wake)
 	}
 }
 

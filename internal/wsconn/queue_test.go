@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"connector/internal/clock/clocktest"
 )
 
 // recorder is a Writer that keeps what it was given; block, when set, holds
@@ -21,6 +23,7 @@ type recorder struct {
 
 	mu      sync.Mutex
 	batches [][]string
+	writers []string // the goroutine of each Write, as runtime.Stack names it
 	ended   []Close
 }
 
@@ -36,8 +39,11 @@ func (r *recorder) Write(batch []Frame) error {
 		b = append(b, string(f.Data))
 		r.q.Written(len(f.Data))
 	}
+	buf := make([]byte, 64)
+	g, _, _ := strings.Cut(string(buf[:runtime.Stack(buf, false)]), " [")
 	r.mu.Lock()
 	r.batches = append(r.batches, b)
+	r.writers = append(r.writers, g)
 	r.mu.Unlock()
 	return r.fail
 }
@@ -171,6 +177,68 @@ func TestQueueWriterExitsWhenDrained(t *testing.T) {
 	buf := make([]byte, 1<<16)
 	if strings.Contains(string(buf[:runtime.Stack(buf, true)]), "wsconn.(*Queue).run") {
 		t.Fatal("a writer goroutine outlived its work")
+	}
+}
+
+// With Linger, a writer restarted within the linger time of the previous
+// one's exit waits for the next frame instead of exiting: one goroutine
+// writes a whole run of frames, and exits once idle for the linger time on
+// the clock, dropping its buffers. A writer after a quiet spell, like the
+// first one, exits as soon as it drained.
+func TestQueueWriterLingersWhenBusy(t *testing.T) {
+	const linger = 100 * time.Millisecond
+	clk := clocktest.New(time.Unix(1_000_000, 0))
+	q, r := newRecorded(0, 1<<20, 0)
+	q.Linger(&Linger{Clock: clk, Idle: linger})
+	q.Start()
+	state := func() (running, parked bool) {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.running, q.parked
+	}
+	exited := func() bool { running, _ := state(); return !running }
+	parked := func() bool { _, p := state(); return p }
+
+	_ = q.Push(frame("first"))
+	waitUntil(t, "the first writer to exit (no writer before it)", exited)
+	for i := range 10 {
+		_ = q.Push(frame(strings.Repeat("x", i+1)))
+		waitUntil(t, "the writer to park for the next frame", func() bool { return parked() && q.Queued() == 0 })
+	}
+	r.mu.Lock()
+	lingered := slices.Compact(slices.Clone(r.writers[1:]))
+	r.mu.Unlock()
+	if len(lingered) != 1 {
+		t.Fatalf("10 frames in a row written by %d goroutines %q, want 1", len(lingered), lingered)
+	}
+
+	clk.Advance(linger - time.Nanosecond)
+	if !parked() {
+		t.Fatal("the writer left before lingering its full time")
+	}
+	clk.Advance(time.Nanosecond)
+	waitUntil(t, "the idle writer to exit after lingering", exited)
+	q.mu.Lock()
+	kept := q.frames != nil || q.parking != nil
+	q.mu.Unlock()
+	if kept {
+		t.Fatal("an exited writer left its frames, wake channel or timer behind")
+	}
+	buf := make([]byte, 1<<16)
+	if strings.Contains(string(buf[:runtime.Stack(buf, true)]), "wsconn.(*Queue).run") {
+		t.Fatal("a writer goroutine outlived its linger time")
+	}
+
+	clk.Advance(linger) // a quiet spell: the next writer does not linger
+	_ = q.Push(frame("after a while"))
+	waitUntil(t, "a writer after a quiet spell to exit once drained", exited)
+
+	_ = q.Push(frame("busy again")) // lingers: the close must rouse it
+	waitUntil(t, "the writer to park", parked)
+	q.Close(Close{Code: 1001, Reason: "bye"}, true)
+	waitDone(t, q)
+	if got := r.written(); len(got) != 13 || !slices.Equal(r.ended, []Close{{Code: 1001, Reason: "bye"}}) {
+		t.Fatalf("%d writes and ended %v, want 13 and a 1001", len(got), r.ended)
 	}
 }
 

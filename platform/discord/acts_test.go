@@ -1,83 +1,13 @@
 package discord
 
 import (
-	"crypto/ed25519"
 	"encoding/json"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"connector/contract"
-	"connector/platform"
 	"connector/platform/discord/discordtest"
-	"connector/relay"
-	"connector/relay/relaytest"
 )
-
-// actsLoop is the platform behind the real relay with tenant t1's gateway
-// (gw) and tenant t2's (gw2) connected and hello'd for discord.
-type actsLoop struct {
-	fake *discordtest.Server
-	priv ed25519.PrivateKey
-	h    *relaytest.Harness
-	gw   *relaytest.Gateway
-	gw2  *relaytest.Gateway
-	p    *Platform
-}
-
-func startActsLoop(t *testing.T) *actsLoop {
-	t.Helper()
-	return startActsLoopWith(t, nil)
-}
-
-// startActsLoopWith is startActsLoop with the platform's configuration
-// adjusted by mutate (nil: as testConfig makes it).
-func startActsLoopWith(t *testing.T, mutate func(*Config)) *actsLoop {
-	t.Helper()
-	fake := discordtest.New(t, discordtest.Options{Token: testToken})
-	world(fake)
-	pub, priv, _ := ed25519.GenerateKey(nil)
-	tenants := []relay.Tenant{
-		{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secretGW1}}}},
-		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{secretGW2}}}},
-	}
-	logs := newLogCapture()
-	cfg := testConfig(fake, pub)
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	p, err := New(cfg, platform.Deps{Log: logs.logger(), Vault: sharedVault, Key: relay.KeyFunc(tenants)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := relaytest.StartConfig(t, relay.Config{Tenants: tenants, Platforms: []platform.Platform{p}, Log: logs.logger()})
-	if err := fake.WaitSession(waitCtx(t), 1); err != nil {
-		t.Fatal(err)
-	}
-	logs.waitFor(t, "discord guild snapshot loaded")
-	l := &actsLoop{fake: fake, priv: priv, h: h, p: p, gw: h.Dial(t, "gw1", secretGW1), gw2: h.Dial(t, "gw2", secretGW2)}
-	l.gw.Hello(t, "discord", "9000")
-	l.gw2.Hello(t, "discord", "9000")
-	return l
-}
-
-// inbound returns gw's next inbound event, acknowledged.
-func (l *actsLoop) inbound(t *testing.T, gw *relaytest.Gateway) contract.Event {
-	t.Helper()
-	ev, buf := gw.NextInbound(t)
-	if buf != "" {
-		gw.Ack(t, buf)
-	}
-	return ev
-}
-
-// interact posts a signed interaction body to the connector's endpoint and
-// returns the status and the answer.
-func (l *actsLoop) interact(t *testing.T, body []byte) (int, string) {
-	t.Helper()
-	return post(t, discordtest.InteractionRequest(l.h.URL+"/discord/interactions", l.priv, time.Now(), body))
-}
 
 func TestEgressPromptButtons(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
@@ -133,65 +63,6 @@ func TestEgressPromptButtons(t *testing.T) {
 	}
 	if len(e.fake.Messages(chanGeneral)) != 2 {
 		t.Errorf("a refused prompt posted something: %+v", e.fake.Messages(chanGeneral))
-	}
-}
-
-// TestPromptRoundTrip: the gateway's prompt becomes buttons on the fake
-// Discord; a member's press arrives as a signed interaction, is
-// acknowledged with a deferred update (type 6) and reaches t1's gateway as
-// a prompt_response inbound whose source is the member who clicked, never
-// reaching t2. A foreign button keeps the legacy custom_id-as-text shape.
-func TestPromptRoundTrip(t *testing.T) {
-	l := startActsLoop(t)
-	res := l.gw.Outbound(t, "discord", map[string]any{"op": "prompt", "chat_id": threadPlan, "content": "Run `make deploy`?",
-		"prompt_kind": "approval", "prompt_id": "f00dba.1234abcd", "reply_to": nil, "metadata": map[string]any{"scope_id": guildLab},
-		"options": []any{map[string]any{"id": "once", "label": "Approve once", "style": "primary"}, map[string]any{"id": "deny", "label": "Deny", "style": "danger"}}})
-	if !res.Success || res.MessageID == "" {
-		t.Fatalf("prompt = %+v", res)
-	}
-
-	body, err := l.fake.PressButton("8400", "press-token-8400", res.MessageID, "hp1:f00dba.1234abcd:deny", "777", "grace.h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, ack := l.interact(t, body); code != http.StatusOK || ack != `{"type":6}` {
-		t.Fatalf("press answered %d %s, want the deferred update", code, ack)
-	}
-	ev := l.inbound(t, l.gw)
-	pr := ev.PromptResponse
-	if pr == nil || pr.PromptID != "f00dba.1234abcd" || pr.OptionID != "deny" || pr.PromptMessageID != res.MessageID {
-		t.Fatalf("prompt_response = %+v", pr)
-	}
-	if ev.Text != "/deny" || ev.MessageType != contract.MessageCommand || ev.MessageID != "8400" {
-		t.Fatalf("event = %+v", ev)
-	}
-	src := ev.Source
-	if src.UserID.Value != "777" || src.UserName.Value != "grace.h" || src.ChatID != threadPlan || src.ChatType != "thread" || src.ScopeID != guildLab {
-		t.Fatalf("source = %+v, want the clicking user in the thread", src)
-	}
-
-	// Another integration's button: text, no prompt_response.
-	foreign, _ := json.Marshal(map[string]any{"id": "8401", "application_id": "9000", "type": 3, "token": "press-token-8401",
-		"guild_id": guildLab, "channel_id": chanGeneral, "data": map[string]any{"custom_id": "poll:vote:2", "component_type": 2},
-		"member": map[string]any{"user": map[string]any{"id": "778", "username": "linus"}, "roles": []any{}}})
-	if code, _ := l.interact(t, foreign); code != http.StatusOK {
-		t.Fatalf("foreign press = %d", code)
-	}
-	ev = l.inbound(t, l.gw)
-	if ev.PromptResponse != nil || ev.Text != "poll:vote:2" || ev.MessageType != contract.MessageText {
-		t.Fatalf("foreign press = %+v", ev)
-	}
-
-	// t2 never saw either press, and cannot prompt in t1's chat.
-	if res := l.gw2.Outbound(t, "discord", map[string]any{"op": "prompt", "chat_id": threadPlan, "content": "q", "prompt_id": "p1",
-		"options": []any{map[string]any{"id": "a", "label": "A"}}, "reply_to": nil, "metadata": map[string]any{}}); res.Code != contract.CodeEgressDeclined {
-		t.Fatalf("t2 prompt = %+v", res)
-	}
-	if err := l.fake.Dispatch(waitCtx(t), "MESSAGE_CREATE", msg("7200", chanOther, guildOther, "t2 here", true)); err != nil {
-		t.Fatal(err)
-	}
-	if ev := l.inbound(t, l.gw2); ev.MessageID != "7200" {
-		t.Fatalf("t2's first inbound = %+v, want its own message (no press)", ev)
 	}
 }
 
@@ -254,58 +125,6 @@ func TestEgressReactAndDelete(t *testing.T) {
 	}
 	if r := del("t1", sent.MessageID); !r.Success {
 		t.Errorf("repeated delete = %+v, want success (already gone)", r)
-	}
-}
-
-// TestActsThroughRelay drives react and delete from a gateway socket: t1's
-// act on its chat, t2's on t1's chat are declined, and an op Discord does
-// not advertise fails with unsupported_op.
-func TestActsThroughRelay(t *testing.T) {
-	l := startActsLoop(t)
-	sent := l.gw.Outbound(t, "discord", map[string]any{"op": "send", "chat_id": chanGeneral, "content": "hi", "reply_to": nil, "metadata": map[string]any{}})
-	if !sent.Success {
-		t.Fatalf("send = %+v", sent)
-	}
-	react := map[string]any{"op": "react", "chat_id": chanGeneral, "message_id": sent.MessageID, "emoji": "👀", "remove": false, "metadata": map[string]any{}}
-	if r := l.gw2.Outbound(t, "discord", react); r.Code != contract.CodeEgressDeclined {
-		t.Fatalf("t2 react = %+v", r)
-	}
-	if r := l.gw.Outbound(t, "discord", react); !r.Success {
-		t.Fatalf("react = %+v", r)
-	}
-	if got := l.fake.Messages(chanGeneral)[0].Reactions; len(got) != 1 || got[0] != "👀" {
-		t.Fatalf("reactions = %v", got)
-	}
-	del := map[string]any{"op": "delete", "chat_id": chanGeneral, "message_id": sent.MessageID, "metadata": map[string]any{}}
-	if r := l.gw2.Outbound(t, "discord", del); r.Code != contract.CodeEgressDeclined {
-		t.Fatalf("t2 delete = %+v", r)
-	}
-	if r := l.gw.Outbound(t, "discord", del); !r.Success || len(l.fake.Messages(chanGeneral)) != 0 {
-		t.Fatalf("delete = %+v", r)
-	}
-	if r := l.gw.Outbound(t, "discord", map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 1, "content": "x", "final": false, "metadata": map[string]any{}}); r.Code != contract.CodeUnsupportedOp {
-		t.Fatalf("draft = %+v, want unsupported_op", r)
-	}
-
-	// Threads: created, renamed under the connector-created guard.
-	create := map[string]any{"op": "thread_create", "chat_id": chanGeneral, "thread_name": "Handoff", "metadata": map[string]any{}}
-	if r := l.gw2.Outbound(t, "discord", create); r.Code != contract.CodeEgressDeclined {
-		t.Fatalf("t2 thread_create = %+v", r)
-	}
-	created := l.gw.Outbound(t, "discord", create)
-	if th, ok := l.fake.Channel(created.ThreadID); !created.Success || !ok || th.Name != "Handoff" || th.ParentID != chanGeneral {
-		t.Fatalf("thread_create = %+v, thread %+v", created, th)
-	}
-	rename := map[string]any{"op": "thread_rename", "chat_id": chanGeneral, "message_id": created.ThreadID, "thread_name": "Deploy",
-		"only_if_connector_created": true, "metadata": map[string]any{}}
-	if r := l.gw2.Outbound(t, "discord", rename); r.Code != contract.CodeEgressDeclined {
-		t.Fatalf("t2 thread_rename = %+v", r)
-	}
-	if r := l.gw.Outbound(t, "discord", rename); !r.Success {
-		t.Fatalf("thread_rename = %+v", r)
-	}
-	if th, _ := l.fake.Channel(created.ThreadID); th.Name != "Deploy" {
-		t.Fatalf("thread renamed to %q", th.Name)
 	}
 }
 
@@ -404,43 +223,6 @@ func TestThreadCreateAndRename(t *testing.T) {
 	}
 	if th, _ := e.fake.Channel(other.ThreadID); th.Name != "t2's" {
 		t.Errorf("t2's thread renamed to %q", th.Name)
-	}
-}
-
-// TestProfileRoundTrip: the profile a gateway names in an outbound's
-// metadata is stamped on the next inbound of that chat (and only that
-// chat); a declined outbound of another tenant stamps nothing.
-func TestProfileRoundTrip(t *testing.T) {
-	l := startActsLoop(t)
-	if r := l.gw2.Outbound(t, "discord", map[string]any{"op": "send", "chat_id": chanDMAda, "content": "x", "reply_to": nil,
-		"metadata": map[string]any{"profile": "intruder"}}); r.Code != contract.CodeEgressDeclined {
-		t.Fatalf("t2 send = %+v", r)
-	}
-	if r := l.gw.Outbound(t, "discord", map[string]any{"op": "send", "chat_id": threadPlan, "content": "hi", "reply_to": nil,
-		"metadata": map[string]any{"scope_id": guildLab, "profile": "writer"}}); !r.Success {
-		t.Fatalf("send = %+v", r)
-	}
-	if err := l.fake.Dispatch(waitCtx(t), "MESSAGE_CREATE", msg("7400", chanDMAda, "", "in the DM", false)); err != nil {
-		t.Fatal(err)
-	}
-	if ev := l.inbound(t, l.gw); ev.Source.ChatID != chanDMAda || ev.Source.Profile != "" {
-		t.Fatalf("inbound of the DM = %+v, want no profile", ev.Source)
-	}
-	if err := l.fake.Dispatch(waitCtx(t), "MESSAGE_CREATE", msg("7401", threadPlan, guildLab, "in thread", true)); err != nil {
-		t.Fatal(err)
-	}
-	if ev := l.inbound(t, l.gw); ev.Source.ChatID != threadPlan || ev.Source.Profile != "writer" {
-		t.Fatalf("inbound of the thread = %+v, want profile writer", ev.Source)
-	}
-	// A later outbound naming another profile moves the chat to it.
-	if r := l.gw.Outbound(t, "discord", map[string]any{"op": "typing", "chat_id": threadPlan, "metadata": map[string]any{"profile": "coder"}}); !r.Success {
-		t.Fatalf("typing = %+v", r)
-	}
-	if err := l.fake.Dispatch(waitCtx(t), "MESSAGE_CREATE", msg("7402", threadPlan, guildLab, "again", true)); err != nil {
-		t.Fatal(err)
-	}
-	if ev := l.inbound(t, l.gw); ev.Source.Profile != "coder" {
-		t.Fatalf("inbound after the profile change = %+v, want coder", ev.Source)
 	}
 }
 

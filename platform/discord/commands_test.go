@@ -72,9 +72,9 @@ func TestCommandsRegisteredPerTenantGuild(t *testing.T) {
 	}
 	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask", "bstatus"}, map[string]any{"dm_permission": true, "contexts": []int{0, 1, 2}})))
 	e.p.ObserveHello("t1", "gw-a", helloWith(manifestOf("A", aNames, nil)))
-	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 100"`)
-	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 200"`)
-	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope=global`)
+	e.logs.WaitFor(t, `msg="discord commands updated" platform=discord scope="guild 100"`)
+	e.logs.WaitFor(t, `msg="discord commands updated" platform=discord scope="guild 200"`)
+	e.logs.WaitFor(t, `msg="discord commands updated" platform=discord scope=global`)
 
 	lab, other, global := byName(e.fake.GuildCommands(guildLab)), byName(e.fake.GuildCommands(guildOther)), byName(e.fake.Commands())
 	if len(lab) != maxCommands || lab["ask"]["description"] != "A ask" || lab["bstatus"] != nil {
@@ -117,7 +117,7 @@ func TestCommandsRegisteredPerTenantGuild(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("timed out after 10s waiting for the second reconcile of t2's guild: %v", err)
 	}
-	e.logs.waitFor(t, `msg="discord commands already in sync" platform=discord scope="guild 200"`)
+	e.logs.WaitFor(t, `msg="discord commands already in sync" platform=discord scope="guild 200"`)
 	if after := puts(); after != before {
 		t.Fatalf("%d PUTs after an unchanged manifest", after-before)
 	}
@@ -131,13 +131,13 @@ func TestCommandsWaitForTheGuild(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds[guildLate] = "t2" })
 	e.startReady(t)
 	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"bstatus"}, nil)))
-	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 200"`)
+	e.logs.WaitFor(t, `msg="discord commands updated" platform=discord scope="guild 200"`)
 	if n := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildLate)); n != 0 {
 		t.Fatalf("%d calls for a guild the bot is not in", n)
 	}
 	e.fake.AddGuild(discordtest.Guild{ID: guildLate, Name: "Late"})
 	e.dispatch(t, "GUILD_CREATE", map[string]any{"id": guildLate, "name": "Late", "channels": []any{}, "threads": []any{}})
-	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 300"`)
+	e.logs.WaitFor(t, `msg="discord commands updated" platform=discord scope="guild 300"`)
 	if cmds := e.fake.GuildCommands(guildLate); len(cmds) != 1 || cmds[0]["name"] != "bstatus" {
 		t.Fatalf("guild 300 = %v", cmds)
 	}
@@ -160,8 +160,8 @@ func TestGlobalCommandsEmptyWithoutDMTenant(t *testing.T) {
 	}
 	e.startReady(t)
 	e.p.ObserveHello("t1", "gw-a", helloWith(manifestOf("A", []string{"ask"}, nil)))
-	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope=global tenant="" commands=0`)
-	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 100"`)
+	e.logs.WaitFor(t, `msg="discord commands updated" platform=discord scope=global tenant="" commands=0`)
+	e.logs.WaitFor(t, `msg="discord commands updated" platform=discord scope="guild 100"`)
 	if cmds := e.fake.Commands(); len(cmds) != 0 {
 		t.Fatalf("global registry = %v, want empty", cmds)
 	}
@@ -171,17 +171,17 @@ func TestCommandManifestValidation(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.p.ObserveHello("t1", "gw1", helloWith(manifestV1))
-	e.logs.waitFor(t, `msg="discord commands updated" platform=discord scope="guild 100"`)
+	e.logs.WaitFor(t, `msg="discord commands updated" platform=discord scope="guild 100"`)
 	cmds := byName(e.fake.GuildCommands(guildLab))
 	if len(cmds) != 2 || cmds["model"] == nil || cmds["new"]["description"] != "Start a new conversation" {
 		t.Fatalf("guild registry = %v", cmds)
 	}
-	e.logs.waitFor(t, "entries dropped")
+	e.logs.WaitFor(t, "entries dropped")
 	// Hellos of other platforms, without a manifest, or with a non-array
 	// manifest change nothing and never block.
 	e.p.ObserveHello("t1", "gw1", &contract.GatewayFrame{Type: "hello", Platform: "telegram", CommandManifest: json.RawMessage(manifestV1)})
 	e.p.ObserveHello("t1", "gw1", helloWith(`{"name":"x"}`))
-	e.logs.waitFor(t, "command_manifest ignored")
+	e.logs.WaitFor(t, "command_manifest ignored")
 }
 
 func TestCommandManifestFailureIsBestEffort(t *testing.T) {
@@ -197,7 +197,7 @@ func TestCommandManifestFailureIsBestEffort(t *testing.T) {
 		return true
 	})
 	e.p.ObserveHello("t1", "gw1", helloWith(manifestV1))
-	e.logs.waitFor(t, "discord command registry sync failed")
+	e.logs.WaitFor(t, "discord command registry sync failed")
 	if st := e.p.Status(); !st.Ready {
 		t.Fatalf("a failed sync changed readiness: %+v", st)
 	}

@@ -159,7 +159,7 @@ func TestEgressFollowUp(t *testing.T) {
 	if r := execute(t, e, "t1", strings.Replace(action, "discord.interaction_token", "slack.response_url", 1)); r.Code != contract.CodeBadRequest {
 		t.Fatalf("kind = %+v", r)
 	}
-	for _, l := range []string{e.logs.text()} {
+	for _, l := range []string{e.logs.Text()} {
 		if strings.Contains(l, token) {
 			t.Fatal("token in logs")
 		}
@@ -237,7 +237,7 @@ func TestErrorPathsLogNoSecrets(t *testing.T) {
 			t.Errorf("result %d holds the token: %s", i, b)
 		}
 	}
-	logs := e.logs.text()
+	logs := e.logs.Text()
 	if !strings.Contains(logs, "discord egress failed") {
 		t.Fatalf("failures were not logged:\n%s", logs)
 	}

@@ -147,7 +147,7 @@ func TestGatewayReconnectResumes(t *testing.T) {
 	if e.fake.Resumes() != 1 || e.fake.Identifies() != 1 {
 		t.Fatalf("identifies %d resumes %d, want 1 and 1", e.fake.Identifies(), e.fake.Resumes())
 	}
-	e.logs.waitFor(t, "discord gateway disconnected")
+	e.logs.WaitFor(t, "discord gateway disconnected")
 	e.dispatch(t, "MESSAGE_CREATE", msg("7020", threadPlan, guildLab, "still there?", true))
 	if d := e.sink.next(t); d.Event.Source.MessageID != "7020" {
 		t.Fatalf("delivery after resume = %+v", d)
@@ -159,7 +159,7 @@ func TestGatewayHandshakeWatchdog(t *testing.T) {
 		c.HandshakeTimeout = 100 * 1e6 // 100ms
 	})
 	e.start(t)
-	e.logs.waitFor(t, "discord gateway connect failed")
+	e.logs.WaitFor(t, "discord gateway connect failed")
 	if st := e.p.Status(); st.Ready || st.Terminal {
 		t.Fatalf("status = %+v", st)
 	}

@@ -1,13 +1,10 @@
 package discord
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
 	"errors"
-	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,33 +17,26 @@ import (
 	"connector/vault"
 )
 
+// The fixture world and helpers of discordtest, under this package's names.
 const (
-	testToken   = "MTAxMDEwMTAxMDEw.fake.bot-token-secret"
-	guildLab    = "100"
-	chanGeneral = "101"
-	chanRandom  = "102"
-	threadPlan  = "103"
-	chanForum   = "104"
-	guildOther  = "200"
-	chanOther   = "201"
-	chanDMAda   = "301"
-	userAda     = "501"
+	testToken   = discordtest.Token
+	guildLab    = discordtest.GuildLab
+	chanGeneral = discordtest.ChanGeneral
+	chanRandom  = discordtest.ChanRandom
+	threadPlan  = discordtest.ThreadPlan
+	guildOther  = discordtest.GuildOther
+	chanOther   = discordtest.ChanOther
+	chanDMAda   = discordtest.ChanDMAda
+	userAda     = discordtest.UserAda
 )
 
-// world fills the fake with two tenants' guilds and a DM channel.
-func world(f *discordtest.Server) {
-	topic := "General chat"
-	forumTopic := "Ask here"
-	f.AddGuild(discordtest.Guild{ID: guildLab, Name: "Lab"},
-		discordtest.Channel{ID: chanGeneral, Type: 0, Name: "general", Topic: &topic},
-		discordtest.Channel{ID: chanRandom, Type: 0, Name: "random"},
-		discordtest.Channel{ID: threadPlan, Type: 11, Name: "Deploy plan", ParentID: chanGeneral},
-		discordtest.Channel{ID: chanForum, Type: 15, Name: "help", Topic: &forumTopic},
-	)
-	f.AddGuild(discordtest.Guild{ID: guildOther, Name: "Other"},
-		discordtest.Channel{ID: chanOther, Type: 0, Name: "lobby"})
-	f.AddChannel(discordtest.Channel{ID: chanDMAda, Type: 1})
-}
+var (
+	world         = discordtest.World
+	msg           = discordtest.MessageCreate
+	slashBody     = discordtest.SlashCommand
+	newLogCapture = discordtest.NewLogCapture
+	post          = discordtest.Post
+)
 
 // chanSink collects deliveries; while refuse is set it takes none, as a
 // relay whose store fails.
@@ -77,60 +67,6 @@ func (s *chanSink) next(t *testing.T) platform.Delivery {
 		t.Fatal("no delivery within 10s")
 	}
 	return platform.Delivery{}
-}
-
-// logCapture is a slog handler keeping every record's text, with a way to
-// wait for a message.
-type logCapture struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	changed chan struct{}
-	h       slog.Handler
-}
-
-func newLogCapture() *logCapture {
-	c := &logCapture{changed: make(chan struct{})}
-	c.h = slog.NewTextHandler(lockedWriter{c}, &slog.HandlerOptions{Level: slog.LevelDebug})
-	return c
-}
-
-type lockedWriter struct{ c *logCapture }
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.c.mu.Lock()
-	defer w.c.mu.Unlock()
-	w.c.buf.Write(p)
-	close(w.c.changed)
-	w.c.changed = make(chan struct{})
-	return len(p), nil
-}
-
-func (c *logCapture) logger() *slog.Logger { return slog.New(c.h) }
-
-func (c *logCapture) text() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
-
-// waitFor waits until the log contains s.
-func (c *logCapture) waitFor(t *testing.T, s string) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		c.mu.Lock()
-		found := strings.Contains(c.buf.String(), s)
-		ch := c.changed
-		c.mu.Unlock()
-		if found {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("log never said %q; log:\n%s", s, c.text())
-		}
-	}
 }
 
 // metricsRecorder records drops and rate-limit counts.
@@ -185,7 +121,7 @@ type env struct {
 	fake    *discordtest.Server
 	p       *Platform
 	sink    *chanSink
-	logs    *logCapture
+	logs    *discordtest.LogCapture
 	metrics *metricsRecorder
 	vault   *vault.Memory
 	priv    ed25519.PrivateKey
@@ -231,7 +167,7 @@ func newEnvDeps(t *testing.T, deps platform.Deps, opts discordtest.Options, muta
 		mutate(&cfg)
 	}
 	e := &env{fake: f, sink: newSink(), logs: newLogCapture(), metrics: newMetrics(), vault: sharedVault, priv: priv, cfg: cfg}
-	deps.Log, deps.Vault, deps.Metrics = e.logs.logger(), e.vault, e.metrics
+	deps.Log, deps.Vault, deps.Metrics = e.logs.Logger(), e.vault, e.metrics
 	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
@@ -266,8 +202,8 @@ func (e *env) startReady(t *testing.T) {
 	if err := e.fake.WaitSession(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	e.logs.waitFor(t, "discord gateway connected")
-	e.logs.waitFor(t, "discord guild snapshot loaded")
+	e.logs.WaitFor(t, "discord gateway connected")
+	e.logs.WaitFor(t, "discord guild snapshot loaded")
 }
 
 func (e *env) dispatch(t *testing.T, typ string, d any) {
@@ -283,26 +219,6 @@ func waitCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// msg builds a MESSAGE_CREATE payload.
-func msg(id, channel, guild, content string, mentionBot bool) map[string]any {
-	m := map[string]any{
-		"id": id, "channel_id": channel, "content": content, "type": 0, "tts": false,
-		"timestamp": "2026-01-15T12:00:00.000000+00:00", "edited_timestamp": nil, "flags": 0,
-		"author":      map[string]any{"id": userAda, "username": "ada.l", "global_name": "Ada", "discriminator": "0"},
-		"mentions":    []any{},
-		"attachments": []any{}, "embeds": []any{}, "mention_roles": []any{}, "pinned": false, "mention_everyone": false,
-	}
-	if guild != "" {
-		m["guild_id"] = guild
-		m["member"] = map[string]any{"nick": nil, "roles": []any{}}
-	}
-	if mentionBot {
-		m["mentions"] = []any{map[string]any{"id": "9000", "username": "hermes", "bot": true}}
-		m["content"] = "<@9000> " + content
-	}
-	return m
 }
 
 func sessionStr(s string) session.Nullable { return session.Str(s) }

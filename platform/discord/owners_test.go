@@ -111,9 +111,9 @@ func TestGuildSnapshotWaitIsBounded(t *testing.T) {
 	if _, err := e.p.ChatTenant(waitCtx(t), chanOther); !errors.Is(err, platform.ErrUnknownChat) {
 		t.Fatalf("a channel of the guild that never loaded = %v, want ErrUnknownChat", err)
 	}
-	e.logs.waitFor(t, "discord guild snapshot incomplete")
-	if !strings.Contains(e.logs.text(), "missing_guilds=1") {
-		t.Fatalf("log does not count the missing guild:\n%s", e.logs.text())
+	e.logs.WaitFor(t, "discord guild snapshot incomplete")
+	if !strings.Contains(e.logs.Text(), "missing_guilds=1") {
+		t.Fatalf("log does not count the missing guild:\n%s", e.logs.Text())
 	}
 }
 

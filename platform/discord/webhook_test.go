@@ -16,29 +16,6 @@ import (
 	"connector/vault"
 )
 
-// slashBody is an APPLICATION_COMMAND interaction in guildLab's general.
-func slashBody(id, token, guild, channel string) []byte {
-	in := map[string]any{
-		"id": id, "application_id": "9000", "type": 2, "token": token, "version": 1,
-		"channel_id": channel,
-		"data": map[string]any{"id": "1", "name": "model", "type": 1, "options": []any{
-			map[string]any{"type": 3, "name": "name", "value": "gpt"},
-		}},
-		"member": map[string]any{"nick": "Captain", "roles": []any{}, "user": map[string]any{
-			"id": userAda, "username": "ada.l", "global_name": "Ada"}},
-	}
-	if guild != "" {
-		in["guild_id"] = guild
-		in["channel"] = map[string]any{"id": channel, "type": 0, "guild_id": guild, "name": "general"}
-	} else {
-		delete(in, "member")
-		in["user"] = map[string]any{"id": userAda, "username": "ada.l", "global_name": "Ada"}
-		in["channel"] = map[string]any{"id": channel, "type": 1}
-	}
-	b, _ := json.Marshal(in)
-	return b
-}
-
 // webhookServer serves the platform's routes on loopback.
 func (e *env) webhookServer(t *testing.T) string {
 	t.Helper()
@@ -49,17 +26,6 @@ func (e *env) webhookServer(t *testing.T) string {
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL + "/discord/interactions"
-}
-
-func post(t *testing.T, r *http.Request) (int, string) {
-	t.Helper()
-	resp, err := http.DefaultClient.Do(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 func TestInteractionsWebhook(t *testing.T) {
@@ -213,7 +179,7 @@ func TestInteractionConfirmedOnlyOnceDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.dispatch(t, "INTERACTION_CREATE", in)
-	e.logs.waitFor(t, "delivery failed\" platform=discord tenant=t1 chat_id="+chanRandom)
+	e.logs.WaitFor(t, "delivery failed\" platform=discord tenant=t1 chat_id="+chanRandom)
 	for _, r := range e.fake.Requests() {
 		if strings.HasSuffix(r.Path, "/callback") {
 			t.Fatalf("an undelivered Gateway interaction was acknowledged: %s %s", r.Method, r.Path)

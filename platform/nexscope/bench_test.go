@@ -22,7 +22,7 @@ import (
 func drainInBackground(c *client, frames *atomic.Int64) {
 	go func() {
 		for {
-			if _, _, err := c.ws.Read(context.Background()); err != nil {
+			if _, _, err := c.WS.Read(context.Background()); err != nil {
 				return
 			}
 			frames.Add(1)
@@ -55,11 +55,11 @@ func BenchmarkMsgAck(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				start := time.Now()
-				if err := sender.ws.Write(ctx, websocket.MessageText, frame); err != nil {
+				if err := sender.WS.Write(ctx, websocket.MessageText, frame); err != nil {
 					b.Fatal(err)
 				}
 				for {
-					_, resp, err := sender.ws.Read(ctx)
+					_, resp, err := sender.WS.Read(ctx)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -99,7 +99,7 @@ func BenchmarkFileRelay(b *testing.B) {
 				c := tr.join(b, "", to[i])
 				go func() {
 					for {
-						typ, rd, err := c.ws.Reader(context.Background())
+						typ, rd, err := c.WS.Reader(context.Background())
 						if err != nil {
 							return
 						}
@@ -117,7 +117,7 @@ func BenchmarkFileRelay(b *testing.B) {
 			sender := tr.join(b, "", "sender")
 			src := newChunkSource(benchFileSize, 64<<10)
 			var chunks [][]byte
-			for c := src.next(); c != nil; c = src.next() {
+			for c := src.Next(); c != nil; c = src.Next() {
 				chunks = append(chunks, slices.Clone(c))
 			}
 			b.SetBytes(benchFileSize)
@@ -125,14 +125,14 @@ func BenchmarkFileRelay(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				id := "f" + strconv.Itoa(i)
-				sender.sendJSON(fileStart(id, "sender", to, benchFileSize))
+				sender.SendJSON(fileStart(id, "sender", to, benchFileSize))
 				for _, c := range chunks {
-					if err := sender.ws.Write(context.Background(), websocket.MessageBinary, c); err != nil {
+					if err := sender.WS.Write(context.Background(), websocket.MessageBinary, c); err != nil {
 						b.Fatal(err)
 					}
 				}
-				sender.sendJSON(fileEnd(id, "sender"))
-				sender.expect("ack")
+				sender.SendJSON(fileEnd(id, "sender"))
+				sender.Expect("ack")
 				for range n {
 					<-ends
 				}
@@ -175,7 +175,7 @@ func BenchmarkLoopbackCopy(b *testing.B) {
 	}
 	src := newChunkSource(benchFileSize, 64<<10)
 	var chunks [][]byte
-	for c := src.next(); c != nil; c = src.next() {
+	for c := src.Next(); c != nil; c = src.Next() {
 		chunks = append(chunks, slices.Clone(c))
 	}
 	b.SetBytes(benchFileSize)
@@ -207,7 +207,7 @@ func BenchmarkSlowRecipientMemory(b *testing.B) {
 	read := func(c *client, pause time.Duration) {
 		buf := make([]byte, 128<<10)
 		for {
-			typ, rd, err := c.ws.Reader(context.Background())
+			typ, rd, err := c.WS.Reader(context.Background())
 			if err != nil {
 				return
 			}
@@ -257,15 +257,15 @@ func BenchmarkSlowRecipientMemory(b *testing.B) {
 			}
 		}()
 		id := "f" + strconv.Itoa(i)
-		sender.sendJSON(fileStart(id, "sender", []string{"fast", "slow"}, size))
+		sender.SendJSON(fileStart(id, "sender", []string{"fast", "slow"}, size))
 		src := newChunkSource(size, 64<<10)
-		for c := src.next(); c != nil; c = src.next() {
-			if err := sender.ws.Write(context.Background(), websocket.MessageBinary, c); err != nil {
+		for c := src.Next(); c != nil; c = src.Next() {
+			if err := sender.WS.Write(context.Background(), websocket.MessageBinary, c); err != nil {
 				b.Fatal(err)
 			}
 		}
-		sender.sendJSON(fileEnd(id, "sender"))
-		sender.expect("ack")
+		sender.SendJSON(fileEnd(id, "sender"))
+		sender.Expect("ack")
 		<-ends
 		<-ends
 		close(stop)

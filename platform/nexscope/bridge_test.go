@@ -25,24 +25,24 @@ func TestBoundRoomHasBotInPresence(t *testing.T) {
 	tr := startRelay(t, boundConfig())
 	tr.join(t, "lab", "alice")
 	c := tr.dialURL(t, "/ws/lab", "name=alice2&token="+testToken, nil)
-	c.name = "alice2"
-	c.expectPresence("alice", "alice2", "hermes")
+	c.Name = "alice2"
+	c.ExpectPresence("alice", "alice2", "hermes")
 	ops := tr.dialURL(t, "/ws/ops", "name=x&token="+testToken, nil)
-	ops.name = "x"
-	ops.expectPresence("opsbot", "x") // per-room bot name
+	ops.Name = "x"
+	ops.ExpectPresence("opsbot", "x") // per-room bot name
 	// The bot's name is taken in its room, free elsewhere.
-	tr.dialURL(t, "/ws/lab", "name=hermes&token="+testToken, nil).expectError(CodeNameTaken)
+	expectError(tr.dialURL(t, "/ws/lab", "name=hermes&token="+testToken, nil), CodeNameTaken)
 	tr.join(t, "plain", "hermes")
 }
 
 func TestMsgToBotBecomesInbound(t *testing.T) {
 	tr := startRelay(t, boundConfig())
 	alice := tr.join(t, "lab", "alice")
-	alice.sendJSON(map[string]any{
+	alice.SendJSON(map[string]any{
 		"type": "msg", "msgId": "01HQX5C9", "from": "alice", "to": []string{"hermes", "ghost"},
 		"role": "userAgent", "threadId": "t-9", "text": "please refactor auth.ts", "hopCount": 1,
 	})
-	ack := alice.expect("ack")
+	ack := alice.Expect("ack")
 	if fmt.Sprint(ack["delivered"]) != "[hermes]" || fmt.Sprint(ack["offline"]) != "[ghost]" {
 		t.Fatalf("ack %v", ack)
 	}
@@ -72,9 +72,9 @@ func TestBridgeFilters(t *testing.T) {
 	alice := tr.join(t, "lab", "alice")
 	send := func(id string, to []string, text string, hop any, role string) {
 		t.Helper()
-		alice.sendJSON(map[string]any{"type": "msg", "msgId": id, "from": "alice", "to": to,
+		alice.SendJSON(map[string]any{"type": "msg", "msgId": id, "from": "alice", "to": to,
 			"role": role, "threadId": "th", "text": text, "hopCount": hop})
-		alice.expect("ack")
+		alice.Expect("ack")
 	}
 	send("hop3", []string{"hermes"}, "loop?", DefaultHopLimit, "userAgent") // at the limit: dropped
 	send("hopbad", []string{"hermes"}, "x", "2", "userAgent")               // not a number: dropped
@@ -104,8 +104,8 @@ func TestBridgeFilters(t *testing.T) {
 func TestUnboundRoomHasNoBot(t *testing.T) {
 	tr := startRelay(t, boundConfig())
 	alice := tr.join(t, "plain", "alice")
-	alice.sendJSON(msg("m", "alice", []string{"hermes"}, "anyone?"))
-	if ack := alice.expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
+	alice.SendJSON(msg("m", "alice", []string{"hermes"}, "anyone?"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
 		t.Fatalf("ack %v", ack)
 	}
 	if _, err := tr.p.ChatTenant(context.Background(), "plain"); !errors.Is(err, platform.ErrUnknownChat) {
@@ -117,7 +117,7 @@ func TestFileToBotBridgesDescription(t *testing.T) {
 	tr := startRelay(t, boundConfig())
 	alice := tr.join(t, "lab", "alice")
 	sendFile(alice, "f1", []string{"hermes"}, 5, 5)
-	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
 		t.Fatalf("ack %v", ack)
 	}
 	d := tr.sink.next(t)
@@ -151,9 +151,9 @@ func TestChatTenantAndDescriptor(t *testing.T) {
 // inbound sends alice's msg to the bot and waits for its delivery.
 func inbound(t *testing.T, tr *testRelay, c *client, id, thread string, hop int) {
 	t.Helper()
-	c.sendJSON(map[string]any{"type": "msg", "msgId": id, "from": c.name, "to": []string{"hermes"},
+	c.SendJSON(map[string]any{"type": "msg", "msgId": id, "from": c.Name, "to": []string{"hermes"},
 		"role": "user", "threadId": thread, "text": "q", "hopCount": hop})
-	c.expect("ack")
+	c.Expect("ack")
 	tr.sink.next(t)
 }
 
@@ -168,7 +168,7 @@ func TestEgressSendAddressing(t *testing.T) {
 	tr := startRelay(t, Config{MaxText: 16, Rooms: []Room{{Name: "lab", Tenant: "t1"}}})
 	alice := tr.join(t, "lab", "alice")
 	bob := tr.join(t, "lab", "bob")
-	alice.expectPresence("alice", "bob", "hermes")
+	alice.ExpectPresence("alice", "bob", "hermes")
 
 	// The very first send has nothing to answer and no thread: everyone
 	// online, in DefaultThread.
@@ -176,14 +176,14 @@ func TestEgressSendAddressing(t *testing.T) {
 		t.Fatalf("send without thread: %+v", r)
 	}
 	for _, c := range []*client{alice, bob} {
-		if m := c.expect("msg"); fmt.Sprint(m["to"]) != "[]" || m["threadId"] != DefaultThread || m["hopCount"] != float64(0) {
-			t.Fatalf("%s got %v", c.name, m)
+		if m := c.Expect("msg"); fmt.Sprint(m["to"]) != "[]" || m["threadId"] != DefaultThread || m["hopCount"] != float64(0) {
+			t.Fatalf("%s got %v", c.Name, m)
 		}
 	}
 	// A thread and a user: to that user, hopCount 0.
 	r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "hello bob",
 		Metadata: contract.Metadata{ThreadID: "new", UserID: "bob"}})
-	m := bob.expect("msg")
+	m := bob.Expect("msg")
 	if !r.Success || m["msgId"] != r.MessageID || len(r.MessageID) != 26 || m["from"] != "hermes" ||
 		fmt.Sprint(m["to"]) != "[bob]" || m["threadId"] != "new" || m["hopCount"] != float64(0) ||
 		m["role"] != "userAgent" || m["text"] != "hello bob" || m["ts"] == nil {
@@ -192,8 +192,8 @@ func TestEgressSendAddressing(t *testing.T) {
 	// A thread alone: everyone online.
 	send(tr, "t1", contract.Action{ChatID: "lab", Content: "all", Metadata: contract.Metadata{ThreadID: "new"}})
 	for _, c := range []*client{alice, bob} {
-		if m := c.expect("msg"); fmt.Sprint(m["to"]) != "[]" {
-			t.Fatalf("%s got %v", c.name, m)
+		if m := c.Expect("msg"); fmt.Sprint(m["to"]) != "[]" {
+			t.Fatalf("%s got %v", c.Name, m)
 		}
 	}
 
@@ -202,30 +202,30 @@ func TestEgressSendAddressing(t *testing.T) {
 
 	// reply_to names the message: its author, its thread, its hop + 1.
 	send(tr, "t1", contract.Action{ChatID: "lab", Content: "re a1", ReplyTo: "a1"})
-	if m := alice.expect("msg"); fmt.Sprint(m["to"]) != "[alice]" || m["threadId"] != "th-a" || m["hopCount"] != float64(2) {
+	if m := alice.Expect("msg"); fmt.Sprint(m["to"]) != "[alice]" || m["threadId"] != "th-a" || m["hopCount"] != float64(2) {
 		t.Fatalf("reply to a1: %v", m)
 	}
 	// metadata.thread_id alone: the last inbound of that thread.
 	send(tr, "t1", contract.Action{ChatID: "lab", Content: "in th-a", Metadata: contract.Metadata{ThreadID: "th-a"}})
-	if m := alice.expect("msg"); m["threadId"] != "th-a" || m["hopCount"] != float64(2) {
+	if m := alice.Expect("msg"); m["threadId"] != "th-a" || m["hopCount"] != float64(2) {
 		t.Fatalf("thread reply: %v", m)
 	}
 	// Nothing: the room's last inbound (bob's).
 	send(tr, "t1", contract.Action{ChatID: "lab", Content: "latest"})
-	if m := bob.expect("msg"); fmt.Sprint(m["to"]) != "[bob]" || m["threadId"] != "th-b" || m["hopCount"] != float64(1) {
+	if m := bob.Expect("msg"); fmt.Sprint(m["to"]) != "[bob]" || m["threadId"] != "th-b" || m["hopCount"] != float64(1) {
 		t.Fatalf("default reply: %v", m)
 	}
 	// Long content is split on rune boundaries into MaxText-byte msgs.
 	long := strings.Repeat("é", 10) // 20 bytes
 	r = send(tr, "t1", contract.Action{ChatID: "lab", Content: long, ReplyTo: "b1"})
-	first, second := bob.expect("msg"), bob.expect("msg")
+	first, second := bob.Expect("msg"), bob.Expect("msg")
 	if first["msgId"] != r.MessageID || first["text"].(string)+second["text"].(string) != long || len(first["text"].(string)) != 16 {
 		t.Fatalf("split: %v / %v", first, second)
 	}
 
 	// The recipient left: nothing is queued.
-	_ = alice.ws.CloseNow()
-	bob.expectPresence("bob", "hermes")
+	_ = alice.WS.CloseNow()
+	bob.ExpectPresence("bob", "hermes")
 	if r := send(tr, "t1", contract.Action{ChatID: "lab", Content: "gone?", ReplyTo: "a1"}); r.Success || r.Code != contract.CodeUnavailable {
 		t.Fatalf("send to offline: %+v", r)
 	}
@@ -268,11 +268,11 @@ func TestAckListsBotOnlyWhenBridged(t *testing.T) {
 	tr := startRelay(t, boundConfig())
 	bob := tr.join(t, "lab", "bob")
 	alice := tr.join(t, "lab", "alice")
-	bob.expectPresence("alice", "bob", "hermes")
+	bob.ExpectPresence("alice", "bob", "hermes")
 	ackOf := func(frame string) string {
 		t.Helper()
-		alice.sendText(frame)
-		ack := alice.expect("ack")
+		alice.SendText(frame)
+		ack := alice.Expect("ack")
 		return fmt.Sprintf("delivered %v offline %v", ack["delivered"], ack["offline"])
 	}
 	for _, tc := range []struct{ name, frame, want string }{
@@ -311,10 +311,10 @@ func TestAckListsBotOnlyWhenBridged(t *testing.T) {
 	// A file to the bot over the hop limit: the bot is offline in the ack.
 	start := fileStart("f1", "alice", []string{"hermes", "bob"}, 2)
 	start["hopCount"] = DefaultHopLimit
-	alice.sendJSON(start)
-	alice.sendBinary([]byte("ok"))
-	alice.sendJSON(fileEnd("f1", "alice"))
-	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+	alice.SendJSON(start)
+	alice.SendBinary([]byte("ok"))
+	alice.SendJSON(fileEnd("f1", "alice"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
 		t.Fatalf("file ack %v", ack)
 	}
 	// The next delivery is the next bridged message, not the file.
@@ -325,8 +325,8 @@ func TestAckListsBotOnlyWhenBridged(t *testing.T) {
 func TestAckBotOfflineWhileBridgeNotRunning(t *testing.T) {
 	tr := newRelay(t, boundConfig())
 	alice := tr.join(t, "lab", "alice")
-	alice.sendJSON(msg("m", "alice", []string{"hermes"}, "anyone?"))
-	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+	alice.SendJSON(msg("m", "alice", []string{"hermes"}, "anyone?"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
 		t.Fatalf("ack %v", ack)
 	}
 }
@@ -348,20 +348,20 @@ func TestAckBotOfflineWhenTheSinkFails(t *testing.T) {
 	t.Cleanup(tr.run(t, sink))
 	alice := tr.join(t, "lab", "alice")
 	bob := tr.join(t, "lab", "bob")
-	bob.discardInBackground()
-	alice.expectPresence("alice", "bob", "hermes")
-	alice.sendJSON(msg("m1", "alice", []string{"hermes", "bob"}, "hi"))
-	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+	bob.DiscardInBackground()
+	alice.ExpectPresence("alice", "bob", "hermes")
+	alice.SendJSON(msg("m1", "alice", []string{"hermes", "bob"}, "hi"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
 		t.Fatalf("msg ack %v, want bob delivered and hermes offline", ack)
 	}
-	alice.sendJSON(msg("m2", "alice", []string{}, "@hermes hi"))
-	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+	alice.SendJSON(msg("m2", "alice", []string{}, "@hermes hi"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
 		t.Fatalf("mention ack %v, want bob delivered and hermes offline", ack)
 	}
-	alice.sendJSON(fileStart("f1", "alice", []string{"hermes", "bob"}, 2))
-	alice.sendBinary([]byte("ok"))
-	alice.sendJSON(fileEnd("f1", "alice"))
-	if ack := alice.expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+	alice.SendJSON(fileStart("f1", "alice", []string{"hermes", "bob"}, 2))
+	alice.SendBinary([]byte("ok"))
+	alice.SendJSON(fileEnd("f1", "alice"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
 		t.Fatalf("file ack %v, want bob delivered and hermes offline", ack)
 	}
 	if n := len(sink.calls); n != 3 {

@@ -78,9 +78,9 @@ func TestClusterSendMediaAtHome(t *testing.T) {
 			t.Fatalf("%s: send_media through the edge = %+v", name, res)
 		}
 		r := <-got
-		if r.err != nil || r.bytes != size || r.sha256 != want || r.start["msgId"] != res.MessageID {
+		if r.Err != nil || r.Bytes != size || r.SHA256 != want || r.Start["msgId"] != res.MessageID {
 			t.Fatalf("%s: alice received %d bytes sha256 %s (%v), file-start %v; want %d bytes %s",
-				name, r.bytes, r.sha256, r.err, r.start, size, want)
+				name, r.Bytes, r.SHA256, r.Err, r.Start, size, want)
 		}
 	}
 
@@ -88,8 +88,8 @@ func TestClusterSendMediaAtHome(t *testing.T) {
 	if res.Success || res.Code != contract.CodeUnavailable || !strings.Contains(res.Error, "stored on this instance") {
 		t.Fatalf("send_media of the edge's re-host = %+v, want unavailable", res)
 	}
-	alice.sendJSON(map[string]any{"type": "ping"})
-	if f := alice.next(); f["type"] != "pong" {
+	alice.SendJSON(map[string]any{"type": "ping"})
+	if f := alice.Next(); f["type"] != "pong" {
 		t.Fatalf("alice got %v after a refused send_media", f)
 	}
 }

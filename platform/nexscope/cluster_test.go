@@ -140,8 +140,8 @@ func others(ins []*instance, skip *instance) []*instance {
 func (in *instance) joinWith(t testing.TB, name string, want ...string) *client {
 	t.Helper()
 	c := in.dialURL(t, "/ws", "name="+name+"&token="+testToken+"&v=1", nil)
-	c.name = name
-	c.expectPresence(want...)
+	c.Name = name
+	c.ExpectPresence(want...)
 	return c
 }
 
@@ -160,30 +160,30 @@ func TestClusterRoomAcrossInstances(t *testing.T) {
 	// Presence across instances: two members on edges, one at the home.
 	alice := edges[0].joinWith(t, "alice", "alice", "hermes")
 	bob := edges[1].joinWith(t, "bob", "alice", "bob", "hermes")
-	alice.expectPresence("alice", "bob", "hermes")
+	alice.ExpectPresence("alice", "bob", "hermes")
 	carol := home.joinWith(t, "carol", "alice", "bob", "carol", "hermes")
-	alice.expectPresence("alice", "bob", "carol", "hermes")
-	bob.expectPresence("alice", "bob", "carol", "hermes")
+	alice.ExpectPresence("alice", "bob", "carol", "hermes")
+	bob.ExpectPresence("alice", "bob", "carol", "hermes")
 
 	// msg and ack from one edge to another, and to the home.
-	alice.sendJSON(msg("m1", "alice", []string{"bob", "carol", "zed"}, "hello across instances"))
+	alice.SendJSON(msg("m1", "alice", []string{"bob", "carol", "zed"}, "hello across instances"))
 	for _, c := range []*client{bob, carol} {
-		if m := c.expect("msg"); m["msgId"] != "m1" || m["text"] != "hello across instances" || m["ts"] == nil {
-			t.Fatalf("%s got %v", c.name, m)
+		if m := c.Expect("msg"); m["msgId"] != "m1" || m["text"] != "hello across instances" || m["ts"] == nil {
+			t.Fatalf("%s got %v", c.Name, m)
 		}
 	}
-	ack := alice.expect("ack")
+	ack := alice.Expect("ack")
 	if fmt.Sprint(ack["delivered"], ack["offline"]) != "[bob carol] [zed]" {
 		t.Fatalf("ack %v", ack)
 	}
 
 	// A msg to the bot from an edge is bridged by the home.
-	bob.sendJSON(msg("m2", "bob", []string{"hermes"}, "question for the agent"))
+	bob.SendJSON(msg("m2", "bob", []string{"hermes"}, "question for the agent"))
 	d := home.sink.next(t)
 	if d.Tenant != "t1" || d.Event == nil || d.Event.Text != "question for the agent" || d.Event.Source.UserID.Value != "bob" {
 		t.Fatalf("delivery %+v", d)
 	}
-	if ack := bob.expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
+	if ack := bob.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
 		t.Fatalf("ack to bob %v", ack)
 	}
 	// The gateway answers through an instance that is not the home.
@@ -193,24 +193,24 @@ func TestClusterRoomAcrossInstances(t *testing.T) {
 	if !res.Success || res.MessageID == "" {
 		t.Fatalf("send through an edge: %+v", res)
 	}
-	if m := bob.expect("msg"); m["text"] != "the answer" || fmt.Sprint(m["to"]) != "[bob]" || m["from"] != "hermes" {
+	if m := bob.Expect("msg"); m["text"] != "the answer" || fmt.Sprint(m["to"]) != "[bob]" || m["from"] != "hermes" {
 		t.Fatalf("bot reply %v", m)
 	}
 
 	// The file lock is the room's: alice (edge 0) holds it, carol (home) is
 	// refused; the chunks reach bob (edge 1) in order.
 	const size, chunkSize = 1 << 20, 16 << 10
-	alice.sendJSON(fileStart("f1", "alice", []string{"bob"}, size))
-	if m := bob.expect("file-start"); m["msgId"] != "f1" {
+	alice.SendJSON(fileStart("f1", "alice", []string{"bob"}, size))
+	if m := bob.Expect("file-start"); m["msgId"] != "f1" {
 		t.Fatalf("bob got %v", m)
 	}
-	carol.sendJSON(fileStart("f2", "carol", []string{"bob"}, 10))
-	carol.expectError(CodeTransferBusy)
+	carol.SendJSON(fileStart("f2", "carol", []string{"bob"}, 10))
+	expectError(carol, CodeTransferBusy)
 	got := make(chan []byte, 1)
 	go func() { // bob reads while alice sends: the window is smaller than the file
 		var all bytes.Buffer
 		for all.Len() < size {
-			typ, b, err := bob.ws.Read(context.Background())
+			typ, b, err := bob.WS.Read(context.Background())
 			if err != nil || typ != websocket.MessageBinary {
 				break
 			}
@@ -220,9 +220,9 @@ func TestClusterRoomAcrossInstances(t *testing.T) {
 	}()
 	src := newChunkSource(size, chunkSize)
 	var want bytes.Buffer
-	for b := src.next(); b != nil; b = src.next() {
+	for b := src.Next(); b != nil; b = src.Next() {
 		want.Write(b)
-		alice.sendBinary(b)
+		alice.SendBinary(b)
 	}
 	select {
 	case b := <-got:
@@ -232,22 +232,22 @@ func TestClusterRoomAcrossInstances(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatalf("timed out after %v waiting for bob's chunks", testTimeout)
 	}
-	alice.sendJSON(fileEnd("f1", "alice"))
-	bob.expect("file-end")
-	if ack := alice.expect("ack"); ack["msgId"] != "f1" || fmt.Sprint(ack["delivered"]) != "[bob]" {
+	alice.SendJSON(fileEnd("f1", "alice"))
+	bob.Expect("file-end")
+	if ack := alice.Expect("ack"); ack["msgId"] != "f1" || fmt.Sprint(ack["delivered"]) != "[bob]" {
 		t.Fatalf("file ack %v", ack)
 	}
 	// The lock is free again, for a member of another instance.
-	carol.sendJSON(fileStart("f3", "carol", []string{"alice"}, 0))
-	alice.expect("file-start")
-	carol.sendJSON(fileEnd("f3", "carol"))
-	alice.expect("file-end")
-	carol.expect("ack")
+	carol.SendJSON(fileStart("f3", "carol", []string{"alice"}, 0))
+	alice.Expect("file-start")
+	carol.SendJSON(fileEnd("f3", "carol"))
+	alice.Expect("file-end")
+	carol.Expect("ack")
 
 	// A member that leaves on its edge leaves the room everywhere.
-	_ = alice.ws.Close(websocket.StatusNormalClosure, "")
-	bob.expectPresence("bob", "carol", "hermes")
-	carol.expectPresence("bob", "carol", "hermes")
+	_ = alice.WS.Close(websocket.StatusNormalClosure, "")
+	bob.ExpectPresence("bob", "carol", "hermes")
+	carol.ExpectPresence("bob", "carol", "hermes")
 }
 
 // TestClusterHomeLost: when the room's home stops (here: its connection to
@@ -262,24 +262,24 @@ func TestClusterHomeLost(t *testing.T) {
 	edges := others(ins, home)
 	alice := edges[0].joinWith(t, "alice", "alice", "hermes")
 	bob := edges[1].joinWith(t, "bob", "alice", "bob", "hermes")
-	alice.expectPresence("alice", "bob", "hermes")
-	alice.sendJSON(fileStart("f1", "alice", []string{"bob"}, 100))
-	bob.expect("file-start")
+	alice.ExpectPresence("alice", "bob", "hermes")
+	alice.SendJSON(fileStart("f1", "alice", []string{"bob"}, 100))
+	bob.Expect("file-start")
 
 	_ = home.st.Close() // the home is cut off: no beats, no lease renewal
 	lost := time.Now()
-	alice.expectClose(CloseRoomMoved)
-	bob.expectClose(CloseRoomMoved)
+	expectClose(alice, CloseRoomMoved)
+	expectClose(bob, CloseRoomMoved)
 	t.Logf("members closed %v after their home was cut off (beat %v)", time.Since(lost).Round(time.Millisecond), takeoverTTL/3)
 
 	next := homeOf(t, edges, DefaultRoom)
 	t.Logf("room homed on %s %v after the old home was cut off", next.name, time.Since(lost).Round(time.Millisecond))
 	alice = edges[0].joinWith(t, "alice", "alice", "hermes")
 	bob = edges[1].joinWith(t, "bob", "alice", "bob", "hermes")
-	alice.expectPresence("alice", "bob", "hermes")
+	alice.ExpectPresence("alice", "bob", "hermes")
 	// The lock went with the old home: a new transfer starts at once.
-	bob.sendJSON(fileStart("f2", "bob", []string{"alice"}, 0))
-	alice.expect("file-start")
+	bob.SendJSON(fileStart("f2", "bob", []string{"alice"}, 0))
+	alice.Expect("file-start")
 }
 
 // TestClusterLostFrameCloses: a frame from the home that skips a sequence
@@ -292,7 +292,7 @@ func TestClusterLostFrameCloses(t *testing.T) {
 	edge := others(ins, home)[0]
 	alice := edge.joinWith(t, "alice", "alice")
 	bob := home.joinWith(t, "bob", "alice", "bob")
-	alice.expectPresence("alice", "bob")
+	alice.ExpectPresence("alice", "bob")
 	edge.p.cluster.mu.Lock()
 	var conn string
 	for c := range edge.p.cluster.edges {
@@ -307,8 +307,8 @@ func TestClusterLostFrameCloses(t *testing.T) {
 	if err := home.st.PubSub().Publish(ctx, inboxPrefix+edge.name, forged); err != nil {
 		t.Fatal(err)
 	}
-	alice.expectClose(CloseFramesLost)
-	bob.expectPresence("bob")
+	expectClose(alice, CloseFramesLost)
+	bob.ExpectPresence("bob")
 }
 
 // TestClusterGhostOnAnotherInstance: a name held by a connection on another
@@ -321,17 +321,17 @@ func TestClusterGhostOnAnotherInstance(t *testing.T) {
 	home := homeOf(t, ins, DefaultRoom)
 	edge := others(ins, home)[0]
 	bob := edge.joinWith(t, "bob", "bob")
-	bob.discardInBackground() // bob reads, so it answers pings
+	bob.DiscardInBackground() // bob reads, so it answers pings
 
 	ghost := edge.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", &websocket.DialOptions{
 		OnPingReceived: func(context.Context, []byte) bool { return false }, // its network is gone
 	})
-	ghost.name = "alice (ghost)"
-	ghost.expectPresence("alice", "bob")
+	ghost.Name = "alice (ghost)"
+	ghost.ExpectPresence("alice", "bob")
 	ended := make(chan error, 1)
 	go func() {
 		for {
-			if _, _, err := ghost.ws.Read(context.Background()); err != nil {
+			if _, _, err := ghost.WS.Read(context.Background()); err != nil {
 				ended <- err
 				return
 			}
@@ -341,15 +341,15 @@ func TestClusterGhostOnAnotherInstance(t *testing.T) {
 	// The name is the room's, not the instance's: bob answers the probe,
 	// so a second bob through the home is refused.
 	dup := home.dialURL(t, "/ws", "name=bob&token="+testToken+"&v=1", nil)
-	dup.name = "bob (second)"
-	dup.expectError(CodeNameTaken)
-	dup.expectClose(CloseNameTaken)
+	dup.Name = "bob (second)"
+	expectError(dup, CodeNameTaken)
+	expectClose(dup, CloseNameTaken)
 
 	// alice reconnects through the home: the ghost on the edge is probed
 	// there, does not answer within nameProbeTimeout and is replaced.
 	again := home.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", nil)
-	again.name = "alice"
-	again.expectPresence("alice", "bob")
+	again.Name = "alice"
+	again.ExpectPresence("alice", "bob")
 	select {
 	case err := <-ended:
 		if !endedWith(err, CloseGhostReplaced) {
@@ -434,11 +434,11 @@ func BenchmarkClusterMsgAck(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		if err := sender.ws.Write(ctx, websocket.MessageText, frame); err != nil {
+		if err := sender.WS.Write(ctx, websocket.MessageText, frame); err != nil {
 			b.Fatal(err)
 		}
 		for {
-			_, resp, err := sender.ws.Read(ctx)
+			_, resp, err := sender.WS.Read(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -470,7 +470,7 @@ func BenchmarkClusterFile(b *testing.B) {
 	ends := make(chan struct{}, 1)
 	go func() {
 		for {
-			typ, rd, err := rcpt.ws.Reader(context.Background())
+			typ, rd, err := rcpt.WS.Reader(context.Background())
 			if err != nil {
 				return
 			}
@@ -486,21 +486,21 @@ func BenchmarkClusterFile(b *testing.B) {
 	const size = 8 << 20
 	src := newChunkSource(size, 64<<10)
 	var chunks [][]byte
-	for c := src.next(); c != nil; c = src.next() {
+	for c := src.Next(); c != nil; c = src.Next() {
 		chunks = append(chunks, slices.Clone(c))
 	}
 	b.SetBytes(size)
 	b.ResetTimer()
 	for i := range b.N {
 		id := "f" + strconv.Itoa(i)
-		sender.sendJSON(fileStart(id, "sender", []string{"rcpt"}, size))
+		sender.SendJSON(fileStart(id, "sender", []string{"rcpt"}, size))
 		for _, c := range chunks {
-			if err := sender.ws.Write(context.Background(), websocket.MessageBinary, c); err != nil {
+			if err := sender.WS.Write(context.Background(), websocket.MessageBinary, c); err != nil {
 				b.Fatal(err)
 			}
 		}
-		sender.sendJSON(fileEnd(id, "sender"))
-		sender.expect("ack")
+		sender.SendJSON(fileEnd(id, "sender"))
+		sender.Expect("ack")
 		<-ends
 	}
 }

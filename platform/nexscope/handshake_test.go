@@ -13,7 +13,7 @@ import (
 
 func TestHandshakeRefusals(t *testing.T) {
 	tr := startRelay(t, Config{Rooms: []Room{{Name: "small", MaxUsers: 1}}})
-	tr.join(t, "", "bob").discardInBackground() // alive: answers the name probe
+	tr.join(t, "", "bob").DiscardInBackground() // alive: answers the name probe
 	tr.join(t, "small", "solo")
 
 	cases := []struct {
@@ -39,9 +39,9 @@ func TestHandshakeRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tr.dialURL(t, tc.path, tc.query, nil)
 			if tc.errCode != "" {
-				c.expectError(tc.errCode)
+				expectError(c, tc.errCode)
 			}
-			c.expectClose(tc.close)
+			expectClose(c, tc.close)
 		})
 	}
 }
@@ -51,15 +51,15 @@ func TestHandshakeAccepts(t *testing.T) {
 	// v missing means 1; v=1 explicit; the longest legal name.
 	for _, q := range []string{"name=a_b-C9", "name=x&v=1", "name=" + strings.Repeat("z", 32) + "&v=01"} {
 		c := tr.dialURL(t, "/ws", q+"&token="+testToken, nil)
-		c.expect("presence")
+		c.Expect("presence")
 	}
 }
 
 func TestNameTakenMessage(t *testing.T) {
 	tr := startRelay(t, Config{})
-	tr.join(t, "", "bob").discardInBackground()
+	tr.join(t, "", "bob").DiscardInBackground()
 	c := tr.dialURL(t, "/ws", "name=bob&token="+testToken, nil)
-	e := c.expectError(CodeNameTaken)
+	e := expectError(c, CodeNameTaken)
 	if e["message"] != `username "bob" already in room` {
 		t.Fatalf("message = %q", e["message"])
 	}
@@ -69,34 +69,34 @@ func TestPresenceJoinLeaveCrash(t *testing.T) {
 	tr := startRelay(t, Config{})
 	alice := tr.join(t, "", "alice")
 	bob := tr.join(t, "", "bob")
-	alice.expectPresence("alice", "bob")
+	alice.ExpectPresence("alice", "bob")
 
 	carol := tr.join(t, "", "carol")
-	alice.expectPresence("alice", "bob", "carol")
-	bob.expectPresence("alice", "bob", "carol")
+	alice.ExpectPresence("alice", "bob", "carol")
+	bob.ExpectPresence("alice", "bob", "carol")
 
 	// Explicit close.
-	_ = bob.ws.Close(websocket.StatusNormalClosure, "bye")
-	alice.expectPresence("alice", "carol")
-	carol.expectPresence("alice", "carol")
+	_ = bob.WS.Close(websocket.StatusNormalClosure, "bye")
+	alice.ExpectPresence("alice", "carol")
+	carol.ExpectPresence("alice", "carol")
 
 	// Crash: the TCP connection drops without a close frame.
-	_ = carol.ws.CloseNow()
-	alice.expectPresence("alice")
+	_ = carol.WS.CloseNow()
+	alice.ExpectPresence("alice")
 
 	// The name is free again.
 	tr.join(t, "", "bob")
-	alice.expectPresence("alice", "bob")
+	alice.ExpectPresence("alice", "bob")
 }
 
 func TestPresenceIsSortedAndRoomsAreSeparate(t *testing.T) {
 	tr := startRelay(t, Config{Rooms: []Room{{Name: "ops"}}})
 	zed := tr.join(t, "", "zed")
 	tr.join(t, "", "Amy")
-	zed.expectPresence("Amy", "zed") // byte order: uppercase first
+	zed.ExpectPresence("Amy", "zed") // byte order: uppercase first
 	ops := tr.join(t, "ops", "zed")  // same name, other room
 	tr.join(t, "ops", "bo")
-	ops.expectPresence("bo", "zed")
+	ops.ExpectPresence("bo", "zed")
 }
 
 func TestShutdownClosesMembersGoingAway(t *testing.T) {
@@ -107,7 +107,7 @@ func TestShutdownClosesMembersGoingAway(t *testing.T) {
 	// close handshake completes.
 	ended := make(chan error, 1)
 	go func() {
-		_, _, err := c.ws.Read(context.Background())
+		_, _, err := c.WS.Read(context.Background())
 		ended <- err
 	}()
 	stop()
@@ -143,11 +143,11 @@ func TestGhostReplacedByReconnect(t *testing.T) {
 			return false // its network is gone: no pong
 		},
 	})
-	bob.expectPresence("alice", "bob")
+	bob.ExpectPresence("alice", "bob")
 	ended := make(chan error, 1)
 	go func() {
 		for {
-			if _, _, err := ghost.ws.Read(context.Background()); err != nil {
+			if _, _, err := ghost.WS.Read(context.Background()); err != nil {
 				ended <- err
 				return
 			}
@@ -155,7 +155,7 @@ func TestGhostReplacedByReconnect(t *testing.T) {
 	}()
 
 	again := tr.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", nil)
-	again.name = "alice"
+	again.Name = "alice"
 	select {
 	case <-pings:
 	case <-time.After(testTimeout):
@@ -168,7 +168,7 @@ func TestGhostReplacedByReconnect(t *testing.T) {
 	default:
 	}
 	tr.clock.Advance(time.Millisecond)
-	again.expectPresence("alice", "bob")
+	again.ExpectPresence("alice", "bob")
 	select {
 	case err := <-ended:
 		if !endedWith(err, CloseGhostReplaced) {
@@ -177,15 +177,15 @@ func TestGhostReplacedByReconnect(t *testing.T) {
 	case <-time.After(testTimeout):
 		t.Fatalf("timed out after %v waiting for the ghost's close", testTimeout)
 	}
-	bob.expectPresence("bob")
-	bob.expectPresence("alice", "bob")
+	bob.ExpectPresence("bob")
+	bob.ExpectPresence("alice", "bob")
 	if !strings.Contains(tr.logs.String(), "ghost") {
 		t.Fatal("replacement not logged")
 	}
 	// The newcomer is a full member.
-	again.sendJSON(msg("m1", "alice", []string{"bob"}, "back"))
-	again.expect("ack")
-	bob.expect("msg")
+	again.SendJSON(msg("m1", "alice", []string{"bob"}, "back"))
+	again.Expect("ack")
+	bob.Expect("msg")
 }
 
 // A holder that answers the probe ping keeps its name; the newcomer gets
@@ -203,7 +203,7 @@ func TestLiveHolderKeepsName(t *testing.T) {
 	go func() {
 		defer close(frames)
 		for {
-			_, b, err := alice.ws.Read(context.Background())
+			_, b, err := alice.WS.Read(context.Background())
 			if err != nil {
 				return
 			}
@@ -211,14 +211,14 @@ func TestLiveHolderKeepsName(t *testing.T) {
 		}
 	}()
 	c := tr.dialURL(t, "/ws", "name=alice&token="+testToken, nil)
-	c.expectError(CodeNameTaken)
-	c.expectClose(CloseNameTaken)
+	expectError(c, CodeNameTaken)
+	expectClose(c, CloseNameTaken)
 	select {
 	case <-pings:
 	default:
 		t.Fatal("the holder was not probed")
 	}
-	alice.sendText(`{"type":"ping"}`)
+	alice.SendText(`{"type":"ping"}`)
 	select {
 	case b, ok := <-frames:
 		if !ok {

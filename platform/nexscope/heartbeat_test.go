@@ -26,7 +26,7 @@ func TestHeartbeatTimeout4010(t *testing.T) {
 	ended := make(chan error, 1)
 	go func() {
 		for {
-			if _, _, err := mute.ws.Read(context.Background()); err != nil {
+			if _, _, err := mute.WS.Read(context.Background()); err != nil {
 				ended <- err
 				return
 			}
@@ -81,7 +81,7 @@ func TestHeartbeatAnsweredKeepsConnection(t *testing.T) {
 	frames := make(chan []byte, 8)
 	go func() {
 		for {
-			_, b, err := alice.ws.Read(context.Background())
+			_, b, err := alice.WS.Read(context.Background())
 			if err != nil {
 				close(frames)
 				return
@@ -98,7 +98,7 @@ func TestHeartbeatAnsweredKeepsConnection(t *testing.T) {
 		}
 		// The pong was written before this ping frame, so by the time the
 		// relay answers the app ping it has read the pong.
-		alice.sendText(`{"type":"ping"}`)
+		alice.SendText(`{"type":"ping"}`)
 		select {
 		case b, ok := <-frames:
 			if !ok {

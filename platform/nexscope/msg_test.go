@@ -14,14 +14,14 @@ func TestMsgDeliveredVerbatimWithTSAndAcked(t *testing.T) {
 	tr := startRelay(t, Config{})
 	alice := tr.join(t, "", "alice")
 	bob := tr.join(t, "", "bob")
-	alice.expectPresence("alice", "bob")
+	alice.ExpectPresence("alice", "bob")
 
 	// Unknown fields, odd spacing and escapes must survive byte for byte.
 	sent := `{"type":"msg", "msgId":"01HQX5C9","from":"alice","to":["bob","carol"],"role":"userAgent",` +
 		`"threadId":"t-2026-04-28-xyz","text":"please refactor auth.ts \u00e9\n","hopCount":0,"attachments":[],` +
 		`"x-custom":{"nested":[1,2,{"a":"}"}]}}  `
-	alice.sendText(sent)
-	got := bob.readRaw()
+	alice.SendText(sent)
+	got := bob.ReadRaw()
 	ts := strconv.FormatInt(tr.clock.Now().UnixMilli(), 10)
 	want := strings.TrimRight(sent, " ")
 	want = want[:len(want)-1] + `,"ts":` + ts + `}`
@@ -32,7 +32,7 @@ func TestMsgDeliveredVerbatimWithTSAndAcked(t *testing.T) {
 		t.Fatal("delivered frame is not valid JSON")
 	}
 
-	ack := alice.readRaw()
+	ack := alice.ReadRaw()
 	wantAck := `{"type":"ack","msgId":"01HQX5C9","threadId":"t-2026-04-28-xyz","delivered":["bob"],"offline":["carol"]}`
 	if string(ack) != wantAck {
 		t.Fatalf("ack\n%s\nwant\n%s", ack, wantAck)
@@ -44,46 +44,46 @@ func TestMsgBroadcast(t *testing.T) {
 	alice := tr.join(t, "", "alice")
 	bob := tr.join(t, "", "bob")
 	carol := tr.join(t, "", "carol")
-	alice.expectPresence("alice", "bob")
-	alice.expectPresence("alice", "bob", "carol")
-	bob.expectPresence("alice", "bob", "carol")
+	alice.ExpectPresence("alice", "bob")
+	alice.ExpectPresence("alice", "bob", "carol")
+	bob.ExpectPresence("alice", "bob", "carol")
 
-	bob.sendJSON(msg("m1", "bob", []string{}, "hi all"))
+	bob.SendJSON(msg("m1", "bob", []string{}, "hi all"))
 	for _, c := range []*client{alice, carol} {
-		m := c.expect("msg")
+		m := c.Expect("msg")
 		if m["msgId"] != "m1" || m["from"] != "bob" || m["ts"] == nil {
-			t.Fatalf("%s got %v", c.name, m)
+			t.Fatalf("%s got %v", c.Name, m)
 		}
 	}
-	ack := bob.expect("ack")
+	ack := bob.Expect("ack")
 	if fmt.Sprint(ack["delivered"]) != "[alice carol]" || fmt.Sprint(ack["offline"]) != "[]" {
 		t.Fatalf("broadcast ack %v", ack)
 	}
 	// The sender never gets its own broadcast: the next frame is the pong.
-	bob.sendText(`{"type":"ping"}`)
-	bob.expect("pong")
+	bob.SendText(`{"type":"ping"}`)
+	bob.Expect("pong")
 }
 
 func TestMsgDuplicateAndSelfRecipients(t *testing.T) {
 	tr := startRelay(t, Config{})
 	alice := tr.join(t, "", "alice")
 	bob := tr.join(t, "", "bob")
-	alice.expectPresence("alice", "bob")
-	alice.sendJSON(msg("m1", "alice", []string{"bob", "bob", "b\u006fb", "zed", "zed"}, "x"))
-	bob.expect("msg")
-	ack := alice.expect("ack")
+	alice.ExpectPresence("alice", "bob")
+	alice.SendJSON(msg("m1", "alice", []string{"bob", "bob", "b\u006fb", "zed", "zed"}, "x"))
+	bob.Expect("msg")
+	ack := alice.Expect("ack")
 	if fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[zed]" {
 		t.Fatalf("ack %v", ack)
 	}
-	bob.sendText(`{"type":"ping"}`)
-	bob.expect("pong") // bob got exactly one copy
+	bob.SendText(`{"type":"ping"}`)
+	bob.Expect("pong") // bob got exactly one copy
 }
 
 func TestMsgOfflineOnly(t *testing.T) {
 	tr := startRelay(t, Config{})
 	alice := tr.join(t, "", "alice")
-	alice.sendJSON(msg("m9", "alice", []string{"ghost"}, "anyone?"))
-	ack := alice.expect("ack")
+	alice.SendJSON(msg("m9", "alice", []string{"ghost"}, "anyone?"))
+	ack := alice.Expect("ack")
 	if fmt.Sprint(ack["delivered"]) != "[]" || fmt.Sprint(ack["offline"]) != "[ghost]" || ack["msgId"] != "m9" {
 		t.Fatalf("ack %v", ack)
 	}
@@ -92,8 +92,8 @@ func TestMsgOfflineOnly(t *testing.T) {
 func TestPingPong(t *testing.T) {
 	tr := startRelay(t, Config{})
 	alice := tr.join(t, "", "alice")
-	alice.sendText(`{"type":"ping"}`)
-	pong := alice.expect("pong")
+	alice.SendText(`{"type":"ping"}`)
+	pong := alice.Expect("pong")
 	if pong["ts"] != float64(tr.clock.Now().UnixMilli()) {
 		t.Fatalf("pong %v", pong)
 	}
@@ -130,11 +130,11 @@ func TestFrameErrors(t *testing.T) {
 		if i%9 == 8 {
 			alice = tr.join(t, "", fmt.Sprintf("alice%d", i))
 		}
-		frame := strings.ReplaceAll(tc.frame, `"alice"`, strconv.Quote(alice.name))
+		frame := strings.ReplaceAll(tc.frame, `"alice"`, strconv.Quote(alice.Name))
 		t.Run(tc.name, func(t *testing.T) {
-			alice.t = t
-			alice.sendText(frame)
-			e := alice.expectError(tc.code)
+			alice.T = t
+			alice.SendText(frame)
+			e := expectError(alice, tc.code)
 			if msg, _ := e["message"].(string); msg == "" {
 				t.Fatalf("error without message: %v", e)
 			}
@@ -145,8 +145,8 @@ func TestFrameErrors(t *testing.T) {
 func TestStrikeErrorsEchoMsgID(t *testing.T) {
 	tr := startRelay(t, Config{})
 	alice := tr.join(t, "", "alice")
-	alice.sendText(`{"type":"msg","msgId":"m-42","from":"bob","to":[]}`)
-	if e := alice.expectError(CodeFromMismatch); e["msgId"] != "m-42" {
+	alice.SendText(`{"type":"msg","msgId":"m-42","from":"bob","to":[]}`)
+	if e := expectError(alice, CodeFromMismatch); e["msgId"] != "m-42" {
 		t.Fatalf("error %v does not name the msgId", e)
 	}
 }
@@ -155,30 +155,30 @@ func TestTenStrikesClose4013(t *testing.T) {
 	tr := startRelay(t, Config{})
 	watcher := tr.join(t, "", "watcher")
 	alice := tr.join(t, "", "alice")
-	watcher.expectPresence("alice", "watcher")
+	watcher.ExpectPresence("alice", "watcher")
 	bad := []string{
 		`{"type":"msg","msgId":"m","to":[]}`,
 		`{"type":"msg","msgId":"m","from":"bob","to":[]}`,
 		`{"type":"msg","msgId":"m","from":"alice"}`,
 	}
 	for i := range strikeLimit - 1 {
-		alice.sendText(bad[i%3])
-		alice.expect("error")
+		alice.SendText(bad[i%3])
+		alice.Expect("error")
 		// Other errors do not count.
-		alice.sendText(`{"type":"nope"}`)
-		alice.expectError(CodeUnknownType)
-		alice.sendText(`{`)
-		alice.expectError(CodeBadJSON)
+		alice.SendText(`{"type":"nope"}`)
+		expectError(alice, CodeUnknownType)
+		alice.SendText(`{`)
+		expectError(alice, CodeBadJSON)
 	}
 	// Still usable after nine strikes.
-	alice.sendJSON(msg("ok", "alice", []string{"watcher"}, "still here"))
-	watcher.expect("msg")
-	alice.expect("ack")
+	alice.SendJSON(msg("ok", "alice", []string{"watcher"}, "still here"))
+	watcher.Expect("msg")
+	alice.Expect("ack")
 	// The tenth: error frame, then 4013.
-	alice.sendText(bad[0])
-	alice.expectError(CodeMissingFrom)
-	alice.expectClose(CloseTooManyErrors)
-	watcher.expectPresence("watcher")
+	alice.SendText(bad[0])
+	expectError(alice, CodeMissingFrom)
+	expectClose(alice, CloseTooManyErrors)
+	watcher.ExpectPresence("watcher")
 }
 
 func TestPayloadCap(t *testing.T) {
@@ -188,37 +188,37 @@ func TestPayloadCap(t *testing.T) {
 
 	// A text frame of exactly the limit is fine.
 	alice := tr.join(t, "", "alice")
-	bob.expectPresence("alice", "bob")
+	bob.ExpectPresence("alice", "bob")
 	pad := limit - len(`{"type":"msg","msgId":"m","from":"alice","to":["bob"],"text":""}`)
-	alice.sendText(`{"type":"msg","msgId":"m","from":"alice","to":["bob"],"text":"` + strings.Repeat("a", pad) + `"}`)
-	if got := len(bob.readRaw()); got != limit+len(`,"ts":`)+13 {
+	alice.SendText(`{"type":"msg","msgId":"m","from":"alice","to":["bob"],"text":"` + strings.Repeat("a", pad) + `"}`)
+	if got := len(bob.ReadRaw()); got != limit+len(`,"ts":`)+13 {
 		t.Fatalf("delivered %d bytes", got)
 	}
-	alice.expect("ack")
+	alice.Expect("ack")
 
 	for _, typ := range []websocket.MessageType{websocket.MessageText, websocket.MessageBinary} {
 		c := tr.join(t, "", "big"+typ.String())
-		bob.expect("presence")
+		bob.Expect("presence")
 		over := make([]byte, limit+1)
 		for i := range over {
 			over[i] = 'a'
 		}
 		if typ == websocket.MessageText {
-			c.sendText(string(over))
+			c.SendText(string(over))
 		} else {
-			c.sendBinary(over)
+			c.SendBinary(over)
 		}
-		c.expectError(CodeMsgTooLarge)
-		c.expectClose(CloseTooLarge)
-		bob.expect("presence")
+		expectError(c, CodeMsgTooLarge)
+		expectClose(c, CloseTooLarge)
+		bob.Expect("presence")
 	}
 }
 
 func TestUnexpectedBinary(t *testing.T) {
 	tr := startRelay(t, Config{})
 	alice := tr.join(t, "", "alice")
-	alice.sendBinary([]byte("stray bytes"))
-	alice.expectError(CodeUnexpectedBinary)
-	alice.sendText(`{"type":"ping"}`)
-	alice.expect("pong")
+	alice.SendBinary([]byte("stray bytes"))
+	expectError(alice, CodeUnexpectedBinary)
+	alice.SendText(`{"type":"ping"}`)
+	alice.Expect("pong")
 }

@@ -50,7 +50,7 @@ func TestTokenNeverLeaks(t *testing.T) {
 	var frames strings.Builder
 	collect := func(c *client, n int) {
 		for range n {
-			_, b := c.read()
+			_, b := c.Read()
 			frames.Write(b)
 		}
 	}
@@ -60,7 +60,7 @@ func TestTokenNeverLeaks(t *testing.T) {
 		c := tr.dialURL(t, "/ws/lab", q, nil)
 		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 		for {
-			_, b, err := c.ws.Read(ctx)
+			_, b, err := c.WS.Read(ctx)
 			if err != nil {
 				var ce websocket.CloseError
 				if errors.As(err, &ce) {
@@ -73,22 +73,22 @@ func TestTokenNeverLeaks(t *testing.T) {
 		cancel()
 	}
 	alice := tr.dialURL(t, "/ws/lab", "name=alice&token="+token+"&v=1", nil)
-	alice.name = "alice"
+	alice.Name = "alice"
 	collect(alice, 1) // joined
 	bob := tr.dialURL(t, "/ws/lab", "name=bob&token="+token, nil)
-	bob.name = "bob"
+	bob.Name = "bob"
 	collect(alice, 1)
 	collect(bob, 1)
-	alice.sendJSON(msg("m1", "alice", []string{"bob", "hermes"}, "hi"))
+	alice.SendJSON(msg("m1", "alice", []string{"bob", "hermes"}, "hi"))
 	collect(bob, 1)
 	collect(alice, 1)
 	tr.sink.next(t)
 	over := msg("m2", "alice", []string{"hermes"}, "loop")
 	over["hopCount"] = DefaultHopLimit
-	alice.sendJSON(over) // dropped by the hop limit: a metric
+	alice.SendJSON(over) // dropped by the hop limit: a metric
 	collect(alice, 1)
-	alice.sendText(`{"type":"msg","from":"bob"}`)
-	alice.sendText(`{oops`)
+	alice.SendText(`{"type":"msg","from":"bob"}`)
+	alice.SendText(`{oops`)
 	collect(alice, 2)
 	sendFile(alice, "f1", []string{"bob"}, 10, 4)
 	collect(bob, 5)
@@ -98,11 +98,11 @@ func TestTokenNeverLeaks(t *testing.T) {
 		t.Fatalf("send %+v", r)
 	}
 	collect(alice, 1)
-	_ = bob.ws.CloseNow()
+	_ = bob.WS.CloseNow()
 	// alice keeps reading through shutdown, as a live client does.
 	go func() {
 		for {
-			if _, _, err := alice.ws.Read(context.Background()); err != nil {
+			if _, _, err := alice.WS.Read(context.Background()); err != nil {
 				return
 			}
 		}

@@ -29,22 +29,6 @@ func sendAction(chat, content string) contract.Action {
 	return contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat), Content: content}
 }
 
-// visible parses a recorded call's text as Telegram would.
-func visible(t *testing.T, c telegramtest.Call) string {
-	t.Helper()
-	if c.Form["parse_mode"] == "" {
-		return c.Form["text"]
-	}
-	if c.Form["parse_mode"] != "MarkdownV2" {
-		t.Fatalf("parse_mode %q", c.Form["parse_mode"])
-	}
-	v, err := telegramtest.ParseMarkdownV2(c.Form["text"])
-	if err != nil {
-		t.Fatalf("sent text %q does not parse: %v", c.Form["text"], err)
-	}
-	return v
-}
-
 func TestDescriptorFromHandlerTable(t *testing.T) {
 	e := newEnv(t, nil)
 	d := e.p.Descriptor()

@@ -6,15 +6,6 @@ import (
 	"connector/session"
 )
 
-func telegramFixtures(t testing.TB) []session.EventCase {
-	t.Helper()
-	cases, err := session.LoadEventCases("../../testdata/platform_events.json", platformName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cases
-}
-
 // TestFixtures runs every Telegram case of platform_events.json through
 // NormalizeFixture, the live normalization path: every key of the expected
 // source must match the connector's Source JSON, and the session key must be

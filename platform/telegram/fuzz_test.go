@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"connector/platform"
+	"connector/platform/telegram/telegramtest"
 	"connector/session"
 )
 
@@ -40,7 +41,7 @@ func (s *checkingSink) Deliver(_ context.Context, d platform.Delivery) error {
 // group trigger knob: it must answer 200, 400 or 413, never panic, and only
 // ever deliver to the tenant that owns the chat.
 func FuzzWebhook(f *testing.F) {
-	for _, c := range telegramFixtures(f) {
+	for _, c := range telegramtest.Fixtures(f) {
 		f.Add([]byte(c.Raw))
 	}
 	for i, probe := range []string{"both@forum:12", "textmention@group", "botreply@group", "photo(hermes)@group", "command@forum"} {
@@ -86,7 +87,7 @@ func FuzzWebhook(f *testing.F) {
 // `connector conformance events` reads from a file) to NormalizeFixture: it
 // must return a source or an error, never panic.
 func FuzzNormalizeFixture(f *testing.F) {
-	for _, c := range telegramFixtures(f) {
+	for _, c := range telegramtest.Fixtures(f) {
 		f.Add([]byte(c.Raw), []byte(c.Context))
 	}
 	f.Add([]byte(callbackRaw), []byte(`{"adapter_config":{"group_topics":[{"chat_id":"x"}]}}`))

@@ -31,6 +31,12 @@ func (h *health) set(st platform.Status) {
 	h.changed = make(chan struct{})
 }
 
+func (h *health) watch() (platform.Status, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.st, h.changed
+}
+
 func (h *health) get() platform.Status {
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -1,13 +1,11 @@
 package telegram
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"connector/internal/leakcheck"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
-	"connector/session"
 )
 
 // TestMain fails the package when a goroutine of this package or of the
@@ -26,21 +23,18 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	testToken  = "7012345678:AAH-test_SECRET_part_0123456789abcdef"
-	testSecret = "wh_Secret-0123456789"
+	testToken  = telegramtest.Token
+	testSecret = telegramtest.Secret
 	waitFor    = 10 * time.Second
 )
 
-// Chats of the fixtures, claimed by two tenants; -1007778889990 is unclaimed.
-var testChats = map[string]string{
-	"123456789":      "t1", // Ada's DM
-	"987654321":      "t1", // Bob's DM
-	"555666777":      "t1", // Ñandú's DM
-	"-4001234567":    "t1", // Book Club (group)
-	"-1001112223334": "t1", // Dev Forum (forum supergroup)
-	"-1001234567890": "t2", // Hermes Users (supergroup)
-	"-1009876543210": "t2", // Hermes News (channel)
-}
+// The fixture world and helpers of telegramtest, under this package's names.
+var (
+	testChats    = telegramtest.Chats()
+	withUpdateID = telegramtest.WithUpdateID
+	visible      = telegramtest.Visible
+	fixture      = telegramtest.Fixture
+)
 
 // recordingSink collects deliveries; it can refuse the next few.
 type recordingSink struct {
@@ -78,30 +72,12 @@ func (s *recordingSink) empty(t *testing.T) {
 	}
 }
 
-// logBuffer is a concurrency-safe log capture.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // env is a platform wired to a fake Bot API.
 type env struct {
 	p    *Platform
 	fake *telegramtest.Server
 	sink *recordingSink
-	logs *logBuffer
+	logs *telegramtest.LogBuffer
 	// hook is the webhook endpoint (webhook mode only).
 	hook string
 }
@@ -130,7 +106,7 @@ func newEnvOn(t *testing.T, clk *clocktest.Fake, configure func(*Config)) *env {
 	if configure != nil {
 		configure(&cfg)
 	}
-	logs := &logBuffer{}
+	logs := &telegramtest.LogBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log(logs.String())
@@ -215,20 +191,7 @@ func (e *env) postSecret(t *testing.T, raw []byte, secret string) int {
 // waitStatus waits until Status satisfies ok.
 func (e *env) waitStatus(t *testing.T, ok func(platform.Status) bool) platform.Status {
 	t.Helper()
-	timeout := time.After(waitFor)
-	for {
-		e.p.health.mu.Lock()
-		st, ch := e.p.health.st, e.p.health.changed
-		e.p.health.mu.Unlock()
-		if ok(st) {
-			return st
-		}
-		select {
-		case <-ch:
-		case <-timeout:
-			t.Fatalf("status stayed %+v", st)
-		}
-	}
+	return telegramtest.WaitStatus(t, e.p, ok)
 }
 
 // calls waits for n calls of method on the fake.
@@ -241,16 +204,4 @@ func (e *env) calls(t *testing.T, method string, n int) []telegramtest.Call {
 		t.Fatal(err)
 	}
 	return calls
-}
-
-// fixture returns the raw update of the named fixture case.
-func fixture(t *testing.T, name string) session.EventCase {
-	t.Helper()
-	for _, c := range telegramFixtures(t) {
-		if c.Name == name {
-			return c
-		}
-	}
-	t.Fatalf("no fixture %q", name)
-	return session.EventCase{}
 }

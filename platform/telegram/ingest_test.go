@@ -3,7 +3,6 @@ package telegram
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -301,19 +300,4 @@ func TestPollingRetriesRefusedDelivery(t *testing.T) {
 		t.Fatalf("third delivery %+v", d.Event)
 	}
 	e.sink.empty(t)
-}
-
-// withUpdateID returns raw with its update_id replaced.
-func withUpdateID(t *testing.T, raw []byte, id int64) []byte {
-	t.Helper()
-	var u map[string]any
-	if err := json.Unmarshal(raw, &u); err != nil {
-		t.Fatal(err)
-	}
-	u["update_id"] = id
-	out, err := json.Marshal(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }

@@ -203,6 +203,10 @@ func (p *Platform) chatOwner(chatID string) (int64, string) {
 // Status implements platform.Platform.
 func (p *Platform) Status() platform.Status { return p.health.get() }
 
+// StatusChanges returns the status and a channel closed at its next change,
+// so a caller can wait for readiness without polling.
+func (p *Platform) StatusChanges() (platform.Status, <-chan struct{}) { return p.health.watch() }
+
 // Routes implements platform.Routes: the webhook endpoint in webhook mode,
 // nothing when long polling.
 func (p *Platform) Routes() map[string]http.Handler {

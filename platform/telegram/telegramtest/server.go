@@ -737,7 +737,7 @@ func visibleText(form map[string]string) (string, *Failure) {
 	if strings.TrimSpace(text) == "" {
 		return "", &Failure{Code: 400, Description: "Bad Request: message text is empty"}
 	}
-	if utf8.RuneCountInString(text) > 4096 {
+	if utf8.RuneCountInString(text) > MaxTextRunes {
 		return "", &Failure{Code: 400, Description: "Bad Request: message is too long"}
 	}
 	return text, nil
