@@ -109,7 +109,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.chats.Store(&chats)
 	p.authors.Store(platform.NewAuthors(nil))
-	p.grants = platform.NewGrants(platform.MaxGrants)
+	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
 	for tenant, tc := range cfg.Tenants {
 		p.policies[tenant], _ = newPolicy(tc) // Validate checked it
 	}
