@@ -98,6 +98,7 @@ var (
 	_ platform.Binder         = (*Platform)(nil)
 	_ platform.RelevanceTaker = (*Platform)(nil)
 	_ platform.ChatGranter    = (*Platform)(nil)
+	_ platform.ScopeLocator   = (*Platform)(nil)
 )
 
 // maxProcessing bounds interactions being normalized and delivered at once.
