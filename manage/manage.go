@@ -19,9 +19,10 @@
 // the "/link <code>" DMs they consume.
 //
 // Answers are JSON: {"ok": true, ...} with 200, or {"error": "..."} with
-// 400 (malformed), 401 (token), 404 (not held, not linked), 409 (the scope
-// is another tenant's; declared in the YAML), 429 (too many outstanding
-// link codes) or 500.
+// 400 (malformed), 401 (token), 403 (a Discord claim of a channel the bot
+// does not see in the named guild), 404 (not held, not linked), 409 (the
+// scope is another tenant's; declared in the YAML), 429 (too many
+// outstanding link codes), 500, or 503 (the platform could not be asked).
 package manage
 
 import (
@@ -63,6 +64,10 @@ type Config struct {
 	// Platforms are the platforms that route by author (discord,
 	// telegram); requests naming another are refused.
 	Platforms []string
+	// Locator returns the named platform's platform.ScopeLocator, nil
+	// when it has none (or Locator is nil): a claim on such a platform is
+	// checked against the platform's view of the chat first.
+	Locator func(platformName string) platform.ScopeLocator
 	// Log receives one line per change; nil discards.
 	Log *slog.Logger
 	// Metrics counts changes; nil discards.
@@ -177,6 +182,10 @@ func classify(err error) (string, int) {
 		return "declared", http.StatusConflict
 	case errors.Is(err, registry.ErrLimit):
 		return "limit", http.StatusTooManyRequests
+	case errors.Is(err, errForbidden):
+		return "forbidden", http.StatusForbidden
+	case errors.Is(err, platform.ErrUnavailable):
+		return "unavailable", http.StatusServiceUnavailable
 	}
 	return "error", http.StatusInternalServerError
 }
@@ -227,6 +236,9 @@ func (h *Handler) scope(ctx context.Context, c caller, req *Request) ([]any, map
 	if err != nil {
 		return what, nil, err
 	}
+	if err := h.visible(ctx, c, req); err != nil {
+		return what, nil, err
+	}
 	if err := h.cfg.Registry.Bind(ctx, b); err != nil {
 		if errors.Is(err, registry.ErrConflict) {
 			err = fmt.Errorf("%w: the channel is claimed by another instance; it must release it first", err)
@@ -235,6 +247,32 @@ func (h *Handler) scope(ctx context.Context, c caller, req *Request) ([]any, map
 	}
 	return what, map[string]any{"platform": req.Platform, "channelId": req.ChannelID}, nil
 }
+
+// visible applies the visibility floor to a claim (Hermes contract §7.1):
+// on a platform with a ScopeLocator (Discord) the bot must see the channel
+// in the guild the claim names. A channel the bot cannot see, a DM channel
+// and one of another guild get the same answer, so a claim tells nothing
+// about channels outside the named guild.
+func (h *Handler) visible(ctx context.Context, c caller, req *Request) error {
+	if h.cfg.Locator == nil {
+		return nil
+	}
+	loc := h.cfg.Locator(req.Platform)
+	if loc == nil {
+		return nil
+	}
+	guild, err := loc.ScopeGuild(platform.WithTenant(ctx, c.tenant), req.ChannelID)
+	switch {
+	case errors.Is(err, platform.ErrUnknownChat), err == nil && (guild == "" || guild != req.GuildID):
+		return fmt.Errorf("%w: the bot sees no channel %s in guild %q", errForbidden, req.ChannelID, req.GuildID)
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+// errForbidden is a claim the visibility floor refuses.
+var errForbidden = errors.New("forbidden")
 
 func (h *Handler) release(ctx context.Context, c caller, req *Request) ([]any, map[string]any, error) {
 	b, what, err := h.scopeBinding(c, req)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -170,4 +171,82 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("unbounded request %+v", req)
 		}
 	})
+}
+
+// locator answers ScopeGuild from a table (channel -> guild; absent: not
+// visible; "!": the platform could not be asked) and records who asked.
+type locator struct {
+	guilds map[string]string
+	askers []string
+}
+
+func (l *locator) ScopeGuild(ctx context.Context, chatID string) (string, error) {
+	l.askers = append(l.askers, platform.TenantOf(ctx))
+	g, ok := l.guilds[chatID]
+	switch {
+	case !ok:
+		return "", platform.ErrUnknownChat
+	case g == "!":
+		return "", errors.Join(errors.New("discord: lookup timed out"), platform.ErrUnavailable)
+	}
+	return g, nil
+}
+
+// TestScopeVisibilityFloor: a Discord claim is stored only when the
+// platform sees the channel in the guild the claim names (asked on the
+// claimant's behalf); an invisible channel, a DM channel and another
+// guild's channel get the same 403, an unanswered lookup 503, and a
+// Telegram claim is not looked up.
+func TestScopeVisibilityFloor(t *testing.T) {
+	r := newRig(t)
+	loc := &locator{guilds: map[string]string{"501": "500", "601": "", "502": "!"}}
+	r.h = manage.New(manage.Config{
+		Registry: r.reg, Auth: bearers{"gw-a": "a"}, Apply: func(context.Context) error { return nil },
+		Platforms: []string{"discord", "telegram"},
+		Locator: func(name string) platform.ScopeLocator {
+			if name == "discord" {
+				return loc
+			}
+			return nil
+		},
+	})
+	r.mux = http.NewServeMux()
+	for p, h := range r.h.Routes() {
+		r.mux.Handle(p, h)
+	}
+	var forbidden []string
+	for _, body := range []string{
+		`{"platform":"discord","guildId":"999","channelId":"501"}`,
+		`{"platform":"discord","channelId":"501"}`,
+		`{"platform":"discord","guildId":"500","channelId":"777"}`,
+		`{"platform":"discord","channelId":"601"}`,
+	} {
+		out := r.post(t, "gw-a", "/manage/scope", body, http.StatusForbidden)
+		msg, _ := out["error"].(string)
+		forbidden = append(forbidden, strings.SplitN(msg, ":", 2)[0])
+	}
+	for _, m := range forbidden {
+		if m != "forbidden" {
+			t.Fatalf("403 answers %q, want the same reason for each", forbidden)
+		}
+	}
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"502"}`, http.StatusServiceUnavailable)
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"501"}`, http.StatusOK)
+	r.post(t, "gw-a", "/manage/scope", `{"platform":"telegram","channelId":"-100777"}`, http.StatusOK)
+	if len(loc.askers) != 6 || slices.ContainsFunc(loc.askers, func(a string) bool { return a != "a" }) {
+		t.Fatalf("the locator was asked by %q, want a six times", loc.askers)
+	}
+	st, err := r.reg.Stored(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopes := 0
+	for _, b := range st.Bindings {
+		if b.Kind == platform.BindScope {
+			scopes++
+		}
+	}
+	if scopes != 2 {
+		t.Fatalf("%d scopes stored, want the two accepted claims", scopes)
+	}
 }

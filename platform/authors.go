@@ -3,13 +3,14 @@ package platform
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
-	"sync"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"connector/vault"
 )
 
 // This file owns author-first routing (Hermes contract §3 "Author-first
@@ -151,36 +152,63 @@ func (a *Authors) home(user string) string {
 	return tenants[0]
 }
 
-// Grants remembers, boundedly, the (chat, tenant) pairs where an author
-// routed to the tenant spoke (or a tenant claimed the chat): the tenant
-// may act there (ChatGranter). The least recently used go first.
+// Grants are the (chat, tenant) pairs where an author routed to the
+// tenant spoke (or linked their account): the tenant may act there
+// (ChatGranter). They are kept in the capability vault (kind
+// vault.KindChatGrant), so with a durable vault every instance sharing the
+// store sees a grant another instance made, and grants survive restarts;
+// the vault's bounded in-memory front answers repeated lookups. A grant
+// lasts vault.ChatGrantTTL after the last message that renewed it.
 type Grants struct {
-	mu    sync.Mutex
-	pairs *simplelru.LRU[[2]string, struct{}]
+	vault vault.Store
+	now   func() time.Time
+	log   *slog.Logger
 }
 
-// MaxGrants is the bound platforms build their Grants with.
-const MaxGrants = 100_000
-
-// NewGrants returns an empty set of at most size pairs (size > 0).
-func NewGrants(size int) *Grants {
-	l, _ := simplelru.NewLRU[[2]string, struct{}](size, nil) // size > 0
-	return &Grants{pairs: l}
+// NewGrants returns grants kept in v (nil: a process-local vault.Memory),
+// judged by the clock now (nil: time.Now). Failures to store a grant are
+// logged on log (nil: discarded).
+func NewGrants(v vault.Store, now func() time.Time, log *slog.Logger) *Grants {
+	if now == nil {
+		now = time.Now
+	}
+	if v == nil {
+		v = vault.NewMemory(vault.Config{Now: now})
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Grants{vault: v, now: now, log: log}
 }
 
-// Add grants tenant the chat.
+// grantKey is the vault key of tenant's grant of chat.
+func grantKey(chat, tenant string) vault.Key {
+	return vault.Key{Tenant: tenant, SessionKey: chat, Kind: vault.KindChatGrant}
+}
+
+// Add grants tenant the chat, or renews the grant. A grant renewed less
+// than half its TTL ago is left as it is, so a busy chat costs the store
+// one write per half TTL, not one per message.
 func (g *Grants) Add(chat, tenant string) {
-	g.mu.Lock()
-	g.pairs.Add([2]string{chat, tenant}, struct{}{})
-	g.mu.Unlock()
+	if chat == "" || tenant == "" {
+		return
+	}
+	k := grantKey(chat, tenant)
+	now := g.now()
+	if e, ok := g.vault.Get(k); ok && now.Sub(e.Stored) < vault.ChatGrantTTL/2 {
+		return
+	}
+	if err := g.vault.Put(k, vault.Entry{Stored: now}); err != nil {
+		g.log.Warn("chat grant not stored", "chat_id", chat, "tenant", tenant, "err", err)
+	}
 }
 
-// Has reports whether tenant was granted the chat (and still is
-// remembered).
+// Has reports whether tenant holds a live grant of the chat.
 func (g *Grants) Has(chat, tenant string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	_, ok := g.pairs.Get([2]string{chat, tenant})
+	if chat == "" || tenant == "" {
+		return false
+	}
+	_, ok := g.vault.Get(grantKey(chat, tenant))
 	return ok
 }
 

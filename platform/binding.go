@@ -1,5 +1,7 @@
 package platform
 
+import "context"
+
 // Binding gives one chat scope of a platform to a tenant: a Discord guild
 // or channel, a Telegram chat, a nexscope room. The connector's registry
 // (YAML routing plus the bindings made through the admin API) hands every
@@ -86,4 +88,17 @@ type RelevanceTaker interface {
 // ChatTenant.
 type ChatGranter interface {
 	ChatGranted(chatID, tenant string) bool
+}
+
+// ScopeLocator is implemented by platforms whose chats sit in a container
+// a scope claim names (a Discord channel in its guild): the management
+// plane checks a claim against the platform's own view before storing it
+// (the visibility floor, Hermes contract §7.1).
+type ScopeLocator interface {
+	// ScopeGuild returns the guild chatID is in as the bot sees it ("" for
+	// a DM channel), asking the platform on the share of the tenant in
+	// ctx (WithTenant) when it is not cached. It returns ErrUnknownChat
+	// when the bot cannot see the chat, and an error wrapping
+	// ErrUnavailable when the platform could not be asked.
+	ScopeGuild(ctx context.Context, chatID string) (string, error)
 }

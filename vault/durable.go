@@ -71,23 +71,20 @@ func (d *Durable) Put(k Key, e Entry) error {
 	return d.mem.Put(k, e)
 }
 
-// Get implements Store. A value this process does not hold is looked up in
-// the store (written before a restart, or by another instance); a store
-// failure counts as a miss (Stats.StoreErrors).
+// Get implements Store. A value this process does not hold live is looked
+// up in the store (written before a restart, or by another instance); a
+// store failure counts as a miss (Stats.StoreErrors).
 func (d *Durable) Get(k Key) (Entry, bool) {
 	ttl, ok := k.Kind.TTL()
 	if !ok || k.Tenant == "" {
 		d.misses.Add(1)
 		return Entry{}, false
 	}
-	switch e, state := d.mem.lookup(k); state {
-	case found:
+	// A value expired here is looked up in the store too: another
+	// instance may have renewed it (a chat grant).
+	if e, state := d.mem.lookup(k); state == found {
 		d.hits.Add(1)
 		return e, true
-	case expired:
-		d.expiries.Add(1)
-		d.misses.Add(1)
-		return Entry{}, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()

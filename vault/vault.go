@@ -24,17 +24,28 @@ type Kind string
 // follow-ups and edits for 15 minutes after the interaction.
 const KindDiscordInteractionToken Kind = "discord.interaction_token"
 
+// KindChatGrant is a posting grant: the tenant may act with the shared bot
+// in the chat named by the key's SessionKey, because an author bound to it
+// spoke there (platform.Grants). The value is empty: the key is the grant.
+// It lasts ChatGrantTTL after the last message that renewed it.
+const KindChatGrant Kind = "platform.chat_grant"
+
+// ChatGrantTTL is how long a KindChatGrant lasts.
+const ChatGrantTTL = 24 * time.Hour
+
 // TTL returns the lifetime of a kind's values (ok false for an unknown kind).
 func (k Kind) TTL() (time.Duration, bool) {
 	switch k {
 	case KindDiscordInteractionToken:
 		return 15 * time.Minute, true
+	case KindChatGrant:
+		return ChatGrantTTL, true
 	}
 	return 0, false
 }
 
 // Kinds lists every kind the vault stores.
-func Kinds() []Kind { return []Kind{KindDiscordInteractionToken} }
+func Kinds() []Kind { return []Kind{KindDiscordInteractionToken, KindChatGrant} }
 
 // Secret is a credential value that never prints.
 type Secret struct{ v string }

@@ -269,7 +269,7 @@ func newCrashRig(t *testing.T, bin string, polling bool) *crashRig {
 	r.tfake = telegramtest.New(t, crashTelegramToken)
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	r.priv = priv
-	telegram := fmt.Sprintf("  api_server_url: %s\n  chats: {\"42\": t1, \"43\": t1, \"44\": t1, \"45\": t1}\n", r.tfake.URL)
+	telegram := fmt.Sprintf("  api_server_url: %s\n  chats: {\"42\": t1, \"43\": t1, \"44\": t1, \"45\": t1, \"-4001\": t1}\n", r.tfake.URL)
 	if polling {
 		telegram += "  poll_timeout: 2s\n"
 	} else {

@@ -240,7 +240,7 @@ func newAdminMetrics(reg *prometheus.Registry) *adminMetrics {
 	m := &adminMetrics{
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_admin_changes_total",
-			Help: "Admin API, /relay/policy, /relay/enroll, /relay/provision and management-plane (/manage/*, /link) changes by op and outcome (ok, invalid, not_found, exists, declared, conflict, limit, refused, unauthorized, forbidden, not_configured, error)."}, []string{"op", "outcome"}),
+			Help: "Admin API, /relay/policy, /relay/enroll, /relay/provision and management-plane (/manage/*, /link) changes by op and outcome (ok, invalid, not_found, exists, declared, conflict, limit, refused, unauthorized, forbidden, unavailable, not_configured, error)."}, []string{"op", "outcome"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "connector_admin_refused_total", Help: "Admin API requests refused for a missing or wrong token."}),
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{

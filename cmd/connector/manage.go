@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"connector/manage"
+	"connector/platform"
 	"connector/registry"
 )
 
@@ -30,8 +31,16 @@ func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, am *admin
 		Auth:      relayAuth{c},
 		Apply:     func(ctx context.Context) error { return c.live.apply(ctx) },
 		Platforms: names,
-		Log:       log,
-		Metrics:   am,
+		Locator: func(name string) platform.ScopeLocator {
+			for _, p := range c.platforms {
+				if l, ok := p.(platform.ScopeLocator); ok && p.Name() == name {
+					return l
+				}
+			}
+			return nil
+		},
+		Log:     log,
+		Metrics: am,
 	})
 }
 

@@ -33,8 +33,10 @@ import (
 // and an unlinked user's message reaches nobody. A used code is refused.
 // A scope claimed with the principal any takes unlinked authors (once the
 // claimant's relevance policy lets them through) while a linked author
-// there still reaches their own tenant; a second claim is 409. /manage/deprovision closes b's socket 4401, refuses its
-// next upgrade and drops its links.
+// there still reaches their own tenant; a second claim is 409, and a
+// claim of a channel Discord does not show in the named guild is 403.
+// /manage/deprovision closes b's socket 4401, refuses its next upgrade and
+// drops its links.
 func TestManageLinkFlow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary")
@@ -194,7 +196,18 @@ telegram:
 	// b claims channel 502 for any author: unlinked 73 reaches b there.
 	manage("b", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"502"}`, http.StatusOK)
 	manage("b", "/manage/principal", `{"platform":"discord","principal":"any"}`, http.StatusOK)
-	manage("a", "/manage/scope", `{"platform":"discord","channelId":"502"}`, http.StatusConflict)
+	manage("a", "/manage/scope", `{"platform":"discord","guildId":"500","channelId":"502"}`, http.StatusConflict)
+	// The visibility floor: Discord's own view of the channel (the fake's
+	// GET /channels/{id}) must put it in the claimed guild.
+	for _, body := range []string{
+		`{"platform":"discord","channelId":"501"}`,                 // no guild named
+		`{"platform":"discord","guildId":"999","channelId":"501"}`, // another guild
+		`{"platform":"discord","guildId":"500","channelId":"777"}`, // no such channel
+		`{"platform":"discord","channelId":"601"}`,                 // a DM channel
+		`{"platform":"discord","guildId":"500","channelId":"abc"}`, // not a channel id
+	} {
+		manage("a", "/manage/scope", body, http.StatusForbidden)
+	}
 	// Relevance still applies to non-owners: b drops the mention rule.
 	manage("b", "/relay/policy", `{"platform":"discord","requireAddress":false,"freeResponseScopes":[],"allowOtherBots":false}`, http.StatusOK)
 	say("73", "502", "500", "73 at b's desk")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -82,5 +83,75 @@ func TestStockGatewayPolicyThenHello(t *testing.T) {
 	}
 	if !strings.Contains(r.child.stderr.String(), `"msg":"relevance policy declared","tenant":"t1","gateway_id":"gw1"`) {
 		t.Error("the declaration was not logged")
+	}
+}
+
+// TestStockGatewayTelegramPolicy plays the stock gateway's boot for
+// Telegram against a running connector and the fake Bot API (webhook
+// mode): POST /relay/policy, then the upgrade and hello. The declared
+// policy decides which messages of the tenant's group (-4001, ungated by
+// its YAML) reach it: with requireAddress an unaddressed message is
+// dropped and a reply to the bot delivered; with the group among the
+// freeResponseScopes, or a later boot declaring requireAddress false, the
+// unaddressed one gets through.
+func TestStockGatewayTelegramPolicy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	r := newCrashRig(t, connectorBinary(t), false)
+	r.start(t)
+
+	token := relaytest.Token("gw1", crashGatewaySecret, time.Now())
+	declare := func(body string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+"/relay/policy", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		post(t, req, http.StatusOK, "POST /relay/policy "+body)
+	}
+	declare(`{"platform":"telegram","requireAddress":true,"freeResponseScopes":[],"allowOtherBots":false}`)
+	gw := r.gateway(t)
+
+	say := func(id int, text string, replyToBot bool) {
+		t.Helper()
+		reply := ""
+		if replyToBot {
+			reply = `,"reply_to_message":{"message_id":1,"date":1767225200,"chat":{"id":-4001,"type":"group"},"from":{"id":123456,"is_bot":true,"first_name":"Hermes"},"text":"earlier"}`
+		}
+		body := fmt.Sprintf(`{"update_id":%d,"message":{"message_id":%d,"date":1767225300,"chat":{"id":-4001,"type":"group","title":"Lab"},"from":{"id":71,"is_bot":false,"first_name":"U"},"text":%q%s}}`,
+			id, id, text, reply)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+"/telegram/webhook", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Telegram-Bot-Api-Secret-Token", crashWebhookSecret)
+		post(t, req, http.StatusOK, fmt.Sprintf("telegram webhook update %d", id))
+	}
+	next := func() string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+		defer cancel()
+		f, err := gw.Next(ctx, contract.TypeInbound)
+		if err != nil {
+			t.Fatalf("waiting for inbound: %v", err)
+		}
+		_ = gw.Ack(ctx, f.BufferID)
+		return f.Event.Text
+	}
+
+	say(5001, "unaddressed 1", false)
+	say(5002, "a reply to the bot", true)
+	if got := next(); got != "a reply to the bot" {
+		t.Fatalf("first inbound %q, want the reply to the bot (the unaddressed message dropped)", got)
+	}
+	declare(`{"platform":"telegram","requireAddress":true,"freeResponseScopes":["-4001"],"allowOtherBots":false}`)
+	say(5003, "unaddressed 2", false)
+	if got := next(); got != "unaddressed 2" {
+		t.Fatalf("inbound %q in a declared free-response chat, want %q", got, "unaddressed 2")
+	}
+	declare(`{"platform":"telegram","requireAddress":true,"freeResponseScopes":[],"allowOtherBots":false}`)
+	say(5004, "unaddressed 3", false)
+	declare(`{"platform":"telegram","requireAddress":false,"freeResponseScopes":[],"allowOtherBots":false}`)
+	say(5005, "unaddressed 4", false)
+	if got := next(); got != "unaddressed 4" {
+		t.Fatalf("inbound %q after requireAddress false, want %q (3 dropped)", got, "unaddressed 4")
 	}
 }

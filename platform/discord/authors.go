@@ -10,40 +10,63 @@ import (
 )
 
 // This file applies author-first routing (platform.Authors, Hermes
-// contract §3 "Author-first resolution", §7.1) to Discord messages, and
-// consumes the "/link <code>" DMs that link an account. A message the
-// author table says nothing about falls back to the guild's tenant (or
-// dm_tenant). A tenant may act in the channel where a message routed to it
-// by author was posted (platform.Grants). Interactions (slash commands,
-// buttons) still route by guild.
+// contract §3 "Author-first resolution", §7.1) to Discord messages and
+// interactions (slash commands, buttons, modals), and consumes the
+// "/link <code>" DMs that link an account. An event the author table says
+// nothing about falls back to the guild's tenant (or dm_tenant). A tenant
+// may act in the channel where an event routed to it by author was posted
+// (platform.Grants, shared by every instance on the store).
 
-// messageNormalizer resolves m's tenant, author first, and returns the
-// normalizer to read it with; drop is why not when it cannot.
-func (p *Platform) messageNormalizer(m *wireMessage) (n *normalizer, tenant, drop string) {
-	if m.Author != nil {
-		scopes := []string{m.ChannelID}
-		if ci, ok := p.cache.cachedChannel(m.ChannelID); ok && ci.ParentID != "" {
+// route resolves the tenant of an event by author (its user id; empty
+// when it has none) in channelID of guildID (empty: a DM), author first,
+// else by the guild (or dm_tenant): the one rule for messages and
+// interactions alike. owner is set when the author is linked to the tenant
+// (the owner floor); drop is why no tenant takes the event
+// (platform.DropPrincipal, or dropUnclaimed). A tenant reached by author
+// is granted the channel.
+func (p *Platform) route(author, guildID, channelID string) (tenant string, owner bool, drop string) {
+	if author != "" {
+		scopes := []string{channelID}
+		if ci, ok := p.cache.cachedChannel(channelID); ok && ci.ParentID != "" {
 			scopes = append(scopes, ci.ParentID)
 		}
-		if r, ok := (*p.authors.Load()).Route(m.Author.ID, m.GuildID == "", scopes...); ok {
+		if r, ok := (*p.authors.Load()).Route(author, guildID == "", scopes...); ok {
 			if r.Drop != "" {
-				return nil, "", r.Drop
+				return "", false, r.Drop
 			}
-			p.spoke.Add(m.ChannelID, r.Tenant)
-			n := p.normalizer(r.Tenant)
-			if r.Owner {
-				floor := *n.pol
-				floor.requireMention, floor.threadRequireMention, floor.ignoreNoMention = false, false, false
-				n.pol = &floor
-			}
-			return n, r.Tenant, ""
+			p.spoke.Add(channelID, r.Tenant)
+			return r.Tenant, r.Owner, ""
 		}
 	}
-	tenant, ok := p.guildTenant(m.GuildID)
+	tenant, ok := p.guildTenant(guildID)
 	if !ok {
-		return nil, "", "unclaimed"
+		return "", false, dropUnclaimed
 	}
-	return p.normalizer(tenant), tenant, ""
+	return tenant, false, ""
+}
+
+// dropUnclaimed is route's drop for an event no tenant claims.
+const dropUnclaimed = "unclaimed"
+
+// messageNormalizer resolves m's tenant (route) and returns the normalizer
+// to read it with: under the owner floor, without the tenant's mention
+// gates.
+func (p *Platform) messageNormalizer(m *wireMessage) (n *normalizer, tenant, drop string) {
+	author := ""
+	if m.Author != nil {
+		author = m.Author.ID
+	}
+	tenant, owner, drop := p.route(author, m.GuildID, m.ChannelID)
+	if drop != "" {
+		return nil, "", drop
+	}
+	n = p.normalizer(tenant)
+	if owner {
+		floor := *n.pol
+		floor.requireMention, floor.threadRequireMention, floor.ignoreNoMention = false, false, false
+		n.pol = &floor
+	}
+	return n, tenant, ""
 }
 
 // consumeLink handles m when it is a "/link <code>" DM: it redeems the

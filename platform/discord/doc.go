@@ -26,9 +26,11 @@
 // delivered in order; a full queue blocks the reader, and Discord replays
 // on resume, so nothing is lost.
 //
-// The tenant comes from the event itself: guild id -> Config.Guilds; no
-// guild (a DM) -> Config.DMTenant, or dropped with a log line when that is
-// empty. Events of guilds no tenant claims are dropped, never broadcast.
+// The tenant of a message or interaction comes from its author first
+// (authors.go: a user bound to a tenant, a claimed channel's principal),
+// else from the event itself: guild id -> Config.Guilds; no guild (a DM)
+// -> Config.DMTenant, or dropped with a log line when that is empty.
+// Events of guilds no tenant claims are dropped, never broadcast.
 //
 // Normalization follows docs/session-key.md §3 with the tenant's
 // TenantConfig: the native gates (own and system messages, bots and
@@ -48,7 +50,7 @@
 // own_message, system_message, not_an_edit, bot_author, user_not_allowed,
 // not_mentioned, mentions_others, group_dm, unknown_channel,
 // auto_thread_unsupported, auto_thread_failed, malformed, duplicate,
-// unsupported_interaction, overloaded, lookup_failed. A guild message
+// unsupported_interaction, overloaded, lookup_failed, principal. A guild message
 // dropped as not_mentioned or mentions_others is kept as its channel's
 // context (channelctx.go) unless the tenant turned channel_context off.
 //

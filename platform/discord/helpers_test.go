@@ -153,7 +153,8 @@ func newEnvOn(t *testing.T, clk clock.Clock, opts discordtest.Options, mutate fu
 	return newEnvDeps(t, platform.Deps{Clock: clk}, opts, mutate)
 }
 
-// newEnvDeps is newEnv with deps (its Log, Vault and Metrics are the env's).
+// newEnvDeps is newEnv with deps (its Log and Metrics are the env's; an
+// unset Vault is a new vault.Memory).
 func newEnvDeps(t *testing.T, deps platform.Deps, opts discordtest.Options, mutate func(*Config)) *env {
 	t.Helper()
 	if opts.Token == "" {
@@ -166,8 +167,14 @@ func newEnvDeps(t *testing.T, deps platform.Deps, opts discordtest.Options, muta
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	e := &env{fake: f, sink: newSink(), logs: newLogCapture(), metrics: newMetrics(), vault: sharedVault, priv: priv, cfg: cfg}
-	deps.Log, deps.Vault, deps.Metrics = e.logs.Logger(), e.vault, e.metrics
+	e := &env{fake: f, sink: newSink(), logs: newLogCapture(), metrics: newMetrics(), priv: priv, cfg: cfg}
+	deps.Log, deps.Metrics = e.logs.Logger(), e.metrics
+	if deps.Vault == nil {
+		// A vault per env: a chat grant one test makes must not open a
+		// chat to a tenant in another.
+		deps.Vault = vault.NewMemory(vault.Config{})
+	}
+	e.vault, _ = deps.Vault.(*vault.Memory) // nil for another kind of vault
 	p, err := New(cfg, deps)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/platform"
 	"connector/platform/discord/discordtest"
 )
 
@@ -16,7 +17,8 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	before := runtime.NumGoroutine()
 	func() {
-		e := newEnv(t, discordtest.Options{}, nil)
+		// The process's vault: its sweepers are no goroutine of the platform.
+		e := newEnvDeps(t, platform.Deps{Vault: sharedVault}, discordtest.Options{}, nil)
 		e.startReady(t)
 		e.dispatch(t, "MESSAGE_CREATE", msg("7900", threadPlan, guildLab, "hi", true))
 		e.sink.next(t)

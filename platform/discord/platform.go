@@ -98,6 +98,7 @@ var (
 	_ platform.Binder         = (*Platform)(nil)
 	_ platform.RelevanceTaker = (*Platform)(nil)
 	_ platform.ChatGranter    = (*Platform)(nil)
+	_ platform.ScopeLocator   = (*Platform)(nil)
 )
 
 // maxProcessing bounds interactions being normalized and delivered at once.
@@ -131,7 +132,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	guilds := maps.Clone(cfg.Guilds)
 	p.guilds.Store(&guilds)
 	p.authors.Store(platform.NewAuthors(nil))
-	p.spoke = platform.NewGrants(platform.MaxGrants)
+	p.spoke = platform.NewGrants(deps.Vault, p.now, p.log)
 	weights := make(map[string]int, len(cfg.Tenants))
 	p.SetRelevance(nil)
 	for name, tc := range cfg.Tenants {

@@ -109,3 +109,20 @@ func (d *declines) has(now time.Time, tenant, chat string) bool {
 	}
 	return ok
 }
+
+// ScopeGuild implements platform.ScopeLocator with the same lookup: the
+// channel cache, else GET /channels/{id} for the asking tenant. A channel
+// Discord answers 404 or 403 for is one the bot cannot see.
+func (p *Platform) ScopeGuild(ctx context.Context, chatID string) (string, error) {
+	if !isSnowflake(chatID) {
+		return "", platform.ErrUnknownChat
+	}
+	ci, err := p.cache.channel(ctx, chatID)
+	switch {
+	case errors.Is(err, errNotFound):
+		return "", platform.ErrUnknownChat
+	case err != nil:
+		return "", fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
+	}
+	return ci.GuildID, nil
+}

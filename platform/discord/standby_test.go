@@ -185,3 +185,39 @@ func TestNewLeaseHolderAsksUntilItsSnapshotLoads(t *testing.T) {
 		t.Fatalf("%d REST calls for a declined chat after the snapshot", n)
 	}
 }
+
+// TestScopeGuild: the guild of a channel as the bot sees it, for the
+// management plane's visibility floor: on a standby looked up with GET
+// /channels/{id} (then kept), "" for a DM channel, ErrUnknownChat for a
+// channel Discord does not show the bot or a malformed id, and
+// ErrUnavailable when Discord does not answer.
+func TestScopeGuild(t *testing.T) {
+	e := newStandbyEnv(t, nil)
+	ctx := platform.WithTenant(waitCtx(t), "t2")
+	for chat, want := range map[string]string{chanGeneral: guildLab, threadPlan: guildLab, chanOther: guildOther, chanDMAda: ""} {
+		before := len(e.fake.Requests())
+		for range 2 {
+			if g, err := e.p.ScopeGuild(ctx, chat); err != nil || g != want {
+				t.Fatalf("ScopeGuild(%s) = %q, %v, want %q", chat, g, err, want)
+			}
+		}
+		if n := channelLookups(e, before, chat); n != 1 {
+			t.Fatalf("%s: %d lookups for two asks, want 1", chat, n)
+		}
+	}
+	for _, chat := range []string{"999999", "not-an-id"} {
+		if _, err := e.p.ScopeGuild(ctx, chat); !errors.Is(err, platform.ErrUnknownChat) {
+			t.Fatalf("ScopeGuild(%s) = %v, want ErrUnknownChat", chat, err)
+		}
+	}
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.Method != http.MethodGet || r.URL.Path != "/api/v9/channels/"+chanRandom {
+			return false
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		return true
+	})
+	if _, err := e.p.ScopeGuild(ctx, chanRandom); !errors.Is(err, platform.ErrUnavailable) {
+		t.Fatalf("ScopeGuild with Discord failing = %v, want ErrUnavailable", err)
+	}
+}

@@ -111,8 +111,18 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	if life == nil {
 		return nil, http.StatusServiceUnavailable
 	}
-	tenant, ok := p.guildTenant(in.GuildID)
-	if !ok {
+	author := ""
+	if u := in.user(); u != nil {
+		author = u.ID
+	}
+	tenant, _, drop := p.route(author, in.GuildID, in.ChannelID)
+	switch drop {
+	case "":
+	case platform.DropPrincipal:
+		p.metrics.Dropped(platformName, drop)
+		p.log.Debug("discord interaction dropped: the scope's principal does not admit its author", "channel_id", in.ChannelID)
+		return ackNotConnected, 0
+	default:
 		p.dropUnclaimed(in.GuildID, in.ChannelID)
 		return ackNotConnected, 0
 	}

@@ -62,7 +62,9 @@
 // the tenant's group trigger rules (tenants.<tenant>: require_mention,
 // mention_patterns, free_response_chats/topics, allowed_chats,
 // allowed_topics, ignored_threads, guest_mode, bots_require_mention,
-// exclusive_bot_mentions, default on), in the native adapter's order and
+// exclusive_bot_mentions, default on; a relevance policy the tenant's
+// gateway declared replaces require_mention, the free-response lists and
+// bots_require_mention, relevance.go), in the native adapter's order and
 // with its spellings (docs/settings-parity.md); DMs, channel posts and
 // button presses are not gated. Mentions are matched against the username
 // getMe answered. With observe_unmentioned_group_messages, in the chats of

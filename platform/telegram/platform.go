@@ -42,10 +42,13 @@ type Platform struct {
 	scrubber  *strings.Replacer
 	secretSum [32]byte // sha256 of the webhook secret
 
-	chats     atomic.Pointer[map[int64]string] // chat id -> tenant; replaced by Bind
-	authors   atomic.Pointer[platform.Authors] // author routing (authors.go); replaced by Bind
-	grants    *platform.Grants                 // chats granted by author routing
-	policies  map[string]*policy               // by tenant; defaultPolicy when absent
+	chats   atomic.Pointer[map[int64]string] // chat id -> tenant; replaced by Bind
+	authors atomic.Pointer[platform.Authors] // author routing (authors.go); replaced by Bind
+	grants  *platform.Grants                 // chats granted by author routing
+	// policies are the tenants' group gates, from Config.Tenants and the
+	// relevance their gateways declared (relevance.go); defaultPolicy when
+	// absent.
+	policies  atomic.Pointer[map[string]*policy]
 	observed  *chatcontext.Log[observedKey]
 	sealed    *sealedLog
 	mapping   atomic.Pointer[mapping]
@@ -65,10 +68,11 @@ type Platform struct {
 }
 
 var (
-	_ platform.Platform    = (*Platform)(nil)
-	_ platform.Routes      = (*Platform)(nil)
-	_ platform.Binder      = (*Platform)(nil)
-	_ platform.ChatGranter = (*Platform)(nil)
+	_ platform.Platform       = (*Platform)(nil)
+	_ platform.Routes         = (*Platform)(nil)
+	_ platform.Binder         = (*Platform)(nil)
+	_ platform.ChatGranter    = (*Platform)(nil)
+	_ platform.RelevanceTaker = (*Platform)(nil)
 )
 
 // allowedUpdates are the update types the connector ingests.
@@ -94,7 +98,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		metrics:   deps.Metrics,
 		clock:     deps.Clock,
 		now:       deps.Clock.Now,
-		policies:  make(map[string]*policy, len(cfg.Tenants)),
 		observed:  newObservedLog(),
 		sealed:    newSealedLog(),
 		seen:      newRecentIDs(cfg.DedupeWindow),
@@ -109,10 +112,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.chats.Store(&chats)
 	p.authors.Store(platform.NewAuthors(nil))
-	p.grants = platform.NewGrants(platform.MaxGrants)
-	for tenant, tc := range cfg.Tenants {
-		p.policies[tenant], _ = newPolicy(tc) // Validate checked it
-	}
+	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.SetRelevance(nil)
 	m, err := p.liveMapping()
 	if err != nil {
 		return nil, err
@@ -169,7 +170,7 @@ func (p *Platform) liveMapping() (*mapping, error) {
 
 // policy returns tenant's group trigger policy.
 func (p *Platform) policy(tenant string) *policy {
-	if pol := p.policies[tenant]; pol != nil {
+	if pol := (*p.policies.Load())[tenant]; pol != nil {
 		return pol
 	}
 	return defaultPolicy
