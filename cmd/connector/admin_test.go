@@ -58,7 +58,11 @@ type adminRig struct {
 	tfake       *telegramtest.Server
 	child       *child
 	adminAddr   string
-	dataDir     string // -data-dir; start picks a fresh one when empty
+	opsAddr     string // the operations listener (/metrics)
+	// telegramReady is set once this child's Telegram runs: it answers
+	// webhooks 503 before (Telegram would retry them).
+	telegramReady bool
+	dataDir       string // -data-dir; start picks a fresh one when empty
 }
 
 func newAdminRig(t *testing.T) *adminRig {
@@ -99,17 +103,20 @@ func (r *adminRig) start(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addrs := make(chan [2]string, 1)
+	addrs := make(chan [3]string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
-		var public string
+		var public, ops string
 		for sc.Scan() {
 			if _, rest, ok := strings.Cut(sc.Text(), " listening on http://"); ok {
 				public, _, _ = strings.Cut(rest, " ")
 			}
+			if _, rest, ok := strings.Cut(sc.Text(), "operations (keep private): http://"); ok {
+				ops, _, _ = strings.Cut(rest, "/")
+			}
 			if _, rest, ok := strings.Cut(sc.Text(), "admin:     http://"); ok {
 				a, _, _ := strings.Cut(rest, "/")
-				addrs <- [2]string{public, a}
+				addrs <- [3]string{public, a, ops}
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
@@ -127,13 +134,14 @@ func (r *adminRig) start(t *testing.T) {
 	})
 	select {
 	case a := <-addrs:
-		c.addr, r.adminAddr = a[0], a[1]
+		c.addr, r.adminAddr, r.opsAddr = a[0], a[1], a[2]
 	case <-c.exited:
 		t.Fatalf("connector exited before listening: %v\n%s", c.err, c.stderr.String())
 	case <-time.After(crashWait):
 		t.Fatalf("timed out after %v waiting for the connector to listen\n%s", crashWait, c.stderr.String())
 	}
 	r.child = c
+	r.telegramReady = false
 }
 
 // cli runs `connector admin ARGS...` against the rig and returns stdout.
@@ -200,6 +208,10 @@ func (r *adminRig) refused(t *testing.T, id, secret string) bool {
 // telegram posts a message in chat to the webhook and waits for its 200.
 func (r *adminRig) telegram(t *testing.T, update int, chat int64, text string) {
 	t.Helper()
+	if !r.telegramReady {
+		waitMetrics(t, "http://"+r.opsAddr+"/metrics", `connector_platform_ready{platform="telegram"} 1`)
+		r.telegramReady = true
+	}
 	post(t, r.telegramRequest(update, chat, text), http.StatusOK, "telegram webhook "+text)
 }
 
