@@ -144,6 +144,10 @@ func FuzzVerify(f *testing.F) {
 		if err != nil && !errors.Is(err, idtoken.ErrToken) {
 			t.Fatalf("error %v is not ErrToken", err)
 		}
+		// good's aud names no agent, so VerifyInstance refuses every input.
+		if c, gw, err := v.VerifyInstance(tok); !errors.Is(err, idtoken.ErrToken) {
+			t.Fatalf("VerifyInstance(%q) = %+v, %q, %v; want ErrToken", tok, c, gw, err)
+		}
 	})
 }
 
