@@ -45,17 +45,20 @@ import (
 )
 
 // Config is the enroll section of the connector's config file: how the
-// identity tokens of /relay/enroll and /relay/provision are verified.
+// identity tokens of /relay/enroll, /relay/provision and the management
+// plane (/manage/*) are verified.
 type Config struct {
 	// PublicKeyFile is the PEM RSA public key (PUBLIC KEY, RSA PUBLIC KEY
 	// or CERTIFICATE) of the authority that signs the gateways' identity
 	// tokens (RS256 JWTs: the managed platform's, or your own OIDC
-	// provider's). Unset, /relay/enroll and /relay/provision answer 404.
+	// provider's). Unset, /relay/enroll and /relay/provision answer 404
+	// and /manage/* takes only the gateway's own token.
 	PublicKeyFile string `yaml:"public_key_file"`
 	// Issuer is the iss claim identity tokens must carry; unset, any.
 	Issuer string `yaml:"issuer"`
-	// Audience is the aud claim (or one of them) identity tokens must
-	// carry; unset, any.
+	// Audience is the aud claim (or one of them) the identity tokens of
+	// /relay/enroll and /relay/provision must carry; unset, any. A
+	// /manage/* token's aud is agent:{gatewayId} instead.
 	Audience string `yaml:"audience"`
 	// TenantClaim names the identity token's claim that carries the tenant
 	// id. Default tid.

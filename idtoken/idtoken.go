@@ -1,5 +1,6 @@
 // Package idtoken verifies the caller-identity tokens of the Hermes
-// enrollment routes (POST /relay/enroll, POST /relay/provision): JSON Web
+// enrollment routes (POST /relay/enroll, POST /relay/provision) and
+// management plane (/manage/*): JSON Web
 // Tokens signed RS256 by an external authority (the managed platform, or an
 // operator's own OIDC identity provider), whose tenant claim names the
 // tenant the caller acts for. The connector only verifies: it holds the
@@ -10,7 +11,10 @@
 // and no crit extensions, its PKCS #1 v1.5 SHA-256 signature verifies
 // against the configured key, it carries exp and has not expired (nor is
 // before its nbf) beyond Config.Skew, its iss and aud match the configured
-// ones when they are set, and its tenant claim is a non-empty string.
+// ones when they are set, and its tenant claim is a non-empty string. A
+// management-plane token (the /manage/* routes, Hermes contract §7.2: the
+// Portal's or the hermes CLI's) is checked the same way by VerifyInstance,
+// except that its aud names the managed gateway as "agent:{gatewayId}".
 package idtoken
 
 import (
@@ -27,6 +31,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -138,9 +143,54 @@ func ParsePublicKey(data []byte) (*rsa.PublicKey, error) {
 	return key, nil
 }
 
+// AgentAudiencePrefix prefixes the audience of a management-plane token:
+// aud "agent:{gatewayId}" names the gateway (the Hermes contract's
+// instance) the caller manages (Hermes contract §3, §7.2).
+const AgentAudiencePrefix = "agent:"
+
 // Verify checks token (the bearer, without "Bearer ") and returns its
 // claims.
 func (v *Verifier) Verify(token string) (Claims, error) {
+	return v.verify(token, func(aud []string) error {
+		if v.cfg.Audience != "" && !slices.Contains(aud, v.cfg.Audience) {
+			return errors.New("aud does not match")
+		}
+		return nil
+	})
+}
+
+// VerifyInstance checks a management-plane token as Verify does, except
+// for the audience: instead of Config.Audience, its aud must name exactly
+// one gateway as "agent:{gatewayId}" (a string or one entry of a list). It
+// returns the claims and that gateway id.
+func (v *Verifier) VerifyInstance(token string) (Claims, string, error) {
+	var gateway string
+	claims, err := v.verify(token, func(aud []string) error {
+		for _, a := range aud {
+			id, ok := strings.CutPrefix(a, AgentAudiencePrefix)
+			switch {
+			case !ok:
+			case id == "" || len(id) > MaxTenantBytes:
+				return errors.New("aud names an empty or oversized agent")
+			case gateway != "" && gateway != id:
+				return errors.New("aud names more than one agent")
+			default:
+				gateway = id
+			}
+		}
+		if gateway == "" {
+			return errors.New("aud names no agent:{gatewayId}")
+		}
+		return nil
+	})
+	if err != nil {
+		return Claims{}, "", err
+	}
+	return claims, gateway, nil
+}
+
+// verify checks token; audience judges its aud values.
+func (v *Verifier) verify(token string, audience func(aud []string) error) (Claims, error) {
 	bad := func(why string) (Claims, error) { return Claims{}, fmt.Errorf("%w: %s", ErrToken, why) }
 	if token == "" {
 		return bad("empty")
@@ -207,8 +257,8 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	if v.cfg.Issuer != "" && stringClaim(claims["iss"]) != v.cfg.Issuer {
 		return bad("iss does not match")
 	}
-	if v.cfg.Audience != "" && !audienceHas(claims["aud"], v.cfg.Audience) {
-		return bad("aud does not match")
+	if err := audience(audiences(claims["aud"])); err != nil {
+		return bad(err.Error())
 	}
 	tenant := stringClaim(claims[v.cfg.TenantClaim])
 	if tenant == "" || len(tenant) > MaxTenantBytes {
@@ -244,20 +294,15 @@ func stringClaim(raw json.RawMessage) string {
 	return s
 }
 
-// audienceHas reports whether aud (a string or an array of strings) names
-// want.
-func audienceHas(raw json.RawMessage, want string) bool {
-	if stringClaim(raw) == want {
-		return true
+// audiences is aud (a string or an array of strings) as a list; nil when
+// it is neither.
+func audiences(raw json.RawMessage) []string {
+	if s := stringClaim(raw); s != "" {
+		return []string{s}
 	}
 	var list []string
 	if raw == nil || json.Unmarshal(raw, &list) != nil {
-		return false
+		return nil
 	}
-	for _, a := range list {
-		if a == want {
-			return true
-		}
-	}
-	return false
+	return list
 }

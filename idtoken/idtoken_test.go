@@ -144,5 +144,54 @@ func FuzzVerify(f *testing.F) {
 		if err != nil && !errors.Is(err, idtoken.ErrToken) {
 			t.Fatalf("error %v is not ErrToken", err)
 		}
+		// good's aud names no agent, so VerifyInstance refuses every input.
+		if c, gw, err := v.VerifyInstance(tok); !errors.Is(err, idtoken.ErrToken) {
+			t.Fatalf("VerifyInstance(%q) = %+v, %q, %v; want ErrToken", tok, c, gw, err)
+		}
 	})
+}
+
+func TestVerifyInstance(t *testing.T) {
+	v := setup(t)
+	agent := func(aud any) string {
+		return signer(t, rs256, claims(func(c map[string]any) { c["aud"] = aud }))
+	}
+	for _, aud := range []any{"agent:alice-gw", []string{"agent:alice-gw"}, []string{"portal", "agent:alice-gw", "agent:alice-gw"}} {
+		got, gw, err := v.VerifyInstance(agent(aud))
+		if err != nil || gw != "alice-gw" || got.Tenant != "acme" || got.Subject != "user-7" {
+			t.Fatalf("aud %v: VerifyInstance = %+v, %q, %v", aud, got, gw, err)
+		}
+	}
+	// The configured audience is the enrollment routes'; a management
+	// token's is its agent, and an enrollment token names none.
+	if _, err := v.Verify(agent("agent:alice-gw")); !errors.Is(err, idtoken.ErrToken) {
+		t.Fatalf("Verify of an agent-only aud = %v, want refused", err)
+	}
+	for name, aud := range map[string]any{
+		"no agent":      []string{"other", "connector"},
+		"two agents":    []string{"agent:alice-gw", "agent:bob-gw"},
+		"empty agent":   "agent:",
+		"oversized":     "agent:" + strings.Repeat("x", idtoken.MaxTenantBytes+1),
+		"not a string":  42,
+		"missing (nil)": nil,
+	} {
+		if _, gw, err := v.VerifyInstance(agent(aud)); !errors.Is(err, idtoken.ErrToken) || gw != "" {
+			t.Errorf("%s: VerifyInstance = %q, %v; want refused", name, gw, err)
+		}
+	}
+	// Everything else is checked as Verify checks it.
+	for name, mod := range map[string]func(map[string]any){
+		"expired":   func(c map[string]any) { c["exp"] = 1_699_999_000 },
+		"issuer":    func(c map[string]any) { c["iss"] = "https://evil.example" },
+		"no tenant": func(c map[string]any) { delete(c, "tid") },
+	} {
+		tok := signer(t, rs256, claims(func(c map[string]any) { mod(c); c["aud"] = "agent:alice-gw" }))
+		if _, _, err := v.VerifyInstance(tok); !errors.Is(err, idtoken.ErrToken) {
+			t.Errorf("%s: VerifyInstance = %v, want refused", name, err)
+		}
+	}
+	other := idtokentest.Sign(t, idtokentest.Key(t), claims(func(c map[string]any) { c["aud"] = "agent:alice-gw" }))
+	if _, _, err := v.VerifyInstance(other); err == nil || !strings.Contains(err.Error(), "signature") {
+		t.Fatalf("another key's token: %v", err)
+	}
 }

@@ -1,7 +1,11 @@
 // Package manage serves the Hermes management plane (contract §3 "The
 // account-link (DM) path", §7.2): routes on the connector's public
-// listener where a gateway, authenticated with its own upgrade token (the
-// relay's one side-channel bearer check), manages who reaches its tenant:
+// listener where a gateway, or the Portal or hermes CLI acting for one,
+// manages who reaches its tenant. A caller authenticates with either of
+// the contract's two bearers: the gateway's own upgrade token (the relay's
+// one side-channel bearer check, Config.Auth), or, when Config.Identity is
+// set, an identity token (package idtoken) whose tenant claim names the
+// tenant and whose aud "agent:{gatewayId}" names a gateway of that tenant:
 //
 //	POST /manage/link           {"platform"?, "ttlSeconds"?} -> {"code", "command", "expiresAt", "ttlSeconds"}
 //	POST /manage/scope          {"platform", "channelId", "guildId"?}
@@ -11,7 +15,8 @@
 //	POST /manage/deprovision    {}
 //
 // The tenant and gateway always come from the token, never the body (a
-// body's instanceId is ignored, as are other unknown fields). A change is
+// body's instanceId is ignored, as are other unknown fields); an identity
+// token naming a gateway that is not its tenant's is refused 404. A change is
 // stored in the registry and applied to this instance before the answer;
 // other instances apply it on the registry's change notification. Every
 // change is logged (gateway, tenant, what; never a code or secret) and
@@ -26,6 +31,7 @@
 package manage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,15 +39,19 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"connector/contract"
+	"connector/idtoken"
 	"connector/internal/httpjson"
 	"connector/platform"
 	"connector/registry"
 )
 
-// Authenticator checks a side-channel request's bearer (relay.Server).
+// Authenticator checks a gateway's side-channel bearer, the whole
+// Authorization header (relay.Server). Identity tokens are not its job:
+// the Handler routes a bearer shaped as a JWT to Config.Identity.
 type Authenticator interface {
 	Authenticate(header string) (tenant, gatewayID string, err error)
 }
@@ -59,6 +69,11 @@ type Config struct {
 	Registry *registry.Registry
 	// Auth verifies the gateway's bearer.
 	Auth Authenticator
+	// Identity, when set, also admits identity tokens (the Portal's or the
+	// hermes CLI's) checked by Verifier.VerifyInstance: a bearer of three
+	// dot-separated parts goes to it, any other to Auth. Nil: every bearer
+	// goes to Auth, which refuses a JWT as any bad bearer.
+	Identity *idtoken.Verifier
 	// Apply applies the registry to this instance.
 	Apply func(ctx context.Context) error
 	// Platforms are the platforms that route by author (discord,
@@ -111,8 +126,42 @@ func (h *Handler) Routes() map[string]http.Handler {
 	}
 }
 
-// caller is the authenticated gateway.
-type caller struct{ tenant, gateway string }
+// caller is the authenticated gateway: via says which bearer ("gateway"
+// or "identity"); subject is an identity token's sub (for the log).
+type caller struct{ tenant, gateway, via, subject string }
+
+// authError is a refused bearer; reason is the 401 answer's error.
+type authError struct {
+	reason string
+	err    error
+}
+
+func (e *authError) Error() string { return e.reason + ": " + e.err.Error() }
+
+// authenticate checks header's bearer: an identity token when
+// Config.Identity is set and the bearer is shaped as a JWT (the gateway's
+// upgrade token has no dot), else the gateway's token. A refused bearer is
+// an *authError; an identity token's gateway that is not its tenant's is
+// registry.ErrNotFound.
+func (h *Handler) authenticate(ctx context.Context, header string) (caller, error) {
+	token, ok := strings.CutPrefix(header, "Bearer ")
+	if token = strings.TrimSpace(token); ok && h.cfg.Identity != nil && strings.Count(token, ".") == 2 {
+		claims, gateway, err := h.cfg.Identity.VerifyInstance(token)
+		if err != nil {
+			return caller{via: "identity"}, &authError{contract.ReasonUnauthorized, err}
+		}
+		c := caller{tenant: claims.Tenant, gateway: gateway, via: "identity", subject: claims.Subject}
+		if ok, err := h.cfg.Registry.GatewayOf(ctx, c.tenant, c.gateway); err != nil || !ok {
+			return c, cmp.Or(err, fmt.Errorf("%w: tenant %q has no gateway %q", registry.ErrNotFound, c.tenant, c.gateway))
+		}
+		return c, nil
+	}
+	tenant, gateway, err := h.cfg.Auth.Authenticate(header)
+	if err != nil {
+		return caller{via: "gateway"}, &authError{contract.Refusal(err).Reason, err}
+	}
+	return caller{tenant: tenant, gateway: gateway, via: "gateway"}, nil
+}
 
 // changeFunc runs one route for the caller with its parsed body: it
 // returns what it changed (for the log) and the answer's extra fields.
@@ -121,25 +170,30 @@ type changeFunc func(ctx context.Context, c caller, req *Request) (what []any, a
 // change wraps a route: bearer, body, run, apply, log, count, answer.
 func (h *Handler) change(op string, do changeFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant, gatewayID, err := h.cfg.Auth.Authenticate(r.Header.Get("Authorization"))
-		if err != nil {
-			reason := contract.Refusal(err).Reason
+		c, err := h.authenticate(r.Context(), r.Header.Get("Authorization"))
+		var refused *authError
+		if errors.As(err, &refused) {
 			h.cfg.Metrics.AdminChange(op, "unauthorized")
-			h.cfg.Log.Info("manage request refused", "op", op, "remote", r.RemoteAddr, "reason", reason)
+			args := []any{"op", op, "remote", r.RemoteAddr, "auth", c.via, "reason", refused.reason}
+			if c.via == "identity" { // idtoken's errors never echo the token
+				args = append(args, "err", refused.err)
+			}
+			h.cfg.Log.Info("manage request refused", args...)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
-			httpjson.Error(w, http.StatusUnauthorized, reason)
+			httpjson.Error(w, http.StatusUnauthorized, refused.reason)
 			return
 		}
-		c := caller{tenant: tenant, gateway: gatewayID}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 		var what []any
 		var answer map[string]any
-		if err != nil {
-			err = &requestError{fmt.Sprintf("body over %d bytes or unreadable", MaxBodyBytes)}
-		} else {
-			var req *Request
-			if req, err = ParseRequest(body); err == nil {
-				what, answer, err = do(r.Context(), c, req)
+		if err == nil {
+			var body []byte
+			if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
+				err = &requestError{fmt.Sprintf("body over %d bytes or unreadable", MaxBodyBytes)}
+			} else {
+				var req *Request
+				if req, err = ParseRequest(body); err == nil {
+					what, answer, err = do(r.Context(), c, req)
+				}
 			}
 		}
 		if err == nil {
@@ -149,7 +203,11 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 		}
 		outcome, status := classify(err)
 		h.cfg.Metrics.AdminChange(op, outcome)
-		args := append([]any{"op", op, "outcome", outcome, "tenant", tenant, "gateway_id", gatewayID, "remote", r.RemoteAddr}, what...)
+		args := []any{"op", op, "outcome", outcome, "tenant", c.tenant, "gateway_id", c.gateway, "auth", c.via}
+		if c.subject != "" {
+			args = append(args, "subject", c.subject)
+		}
+		args = append(append(args, "remote", r.RemoteAddr), what...)
 		if err != nil {
 			args = append(args, "err", err)
 		}
@@ -309,7 +367,8 @@ func (h *Handler) dmDefault(ctx context.Context, c caller, req *Request) ([]any,
 		h.cfg.Registry.SetDMDefault(ctx, c.tenant, req.Platform, req.UserID)
 }
 
-// deprovision revokes the calling gateway the way the admin API's DELETE
+// deprovision revokes the caller's gateway (the upgrade token's, or the
+// one an identity token's aud names) the way the admin API's DELETE
 // does (its sockets close 4401 when the change is applied, its next
 // upgrade is refused 4401) and drops what the management plane made for
 // its tenant: links, scope claims, DM defaults, principal, link codes.

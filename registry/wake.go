@@ -30,7 +30,7 @@ func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if ok, err := r.gatewayOf(ctx, tenant, gateway); err != nil {
+	if ok, err := r.GatewayOf(ctx, tenant, gateway); err != nil {
 		return err
 	} else if !ok {
 		return ErrNotFound
@@ -68,7 +68,7 @@ func (r *Registry) WakeTargets(ctx context.Context, tenant string) ([]wake.Targe
 		if w.Tenant != tenant {
 			continue
 		}
-		if ok, err := r.gatewayOf(ctx, tenant, w.Gateway); err != nil {
+		if ok, err := r.GatewayOf(ctx, tenant, w.Gateway); err != nil {
 			return nil, err
 		} else if ok {
 			out = append(out, wake.Target{Tenant: tenant, Gateway: w.Gateway, URL: w.URL})
@@ -77,9 +77,9 @@ func (r *Registry) WakeTargets(ctx context.Context, tenant string) ([]wake.Targe
 	return out, nil
 }
 
-// gatewayOf reports whether gateway id belongs to tenant, in the declared
+// GatewayOf reports whether gateway id belongs to tenant, in the declared
 // layer or, unless the YAML declares the id, the stored one.
-func (r *Registry) gatewayOf(ctx context.Context, tenant, id string) (bool, error) {
+func (r *Registry) GatewayOf(ctx context.Context, tenant, id string) (bool, error) {
 	for _, g := range r.declared.Load().Gateways {
 		if g.ID == id {
 			return g.Tenant == tenant, nil

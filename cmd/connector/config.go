@@ -57,8 +57,8 @@ type Config struct {
 	// inbound attachments) and says where gateways reach it.
 	Media MediaConfig `yaml:"media"`
 	// Enroll verifies the identity tokens of the Hermes gateway's
-	// credential routes, POST /relay/enroll and POST /relay/provision
-	// (docs/operations.md).
+	// credential routes, POST /relay/enroll and POST /relay/provision,
+	// and of the management plane, /manage/* (docs/operations.md).
 	Enroll enroll.Config `yaml:"enroll"`
 	// Tenants are the customers of the connector and their gateways.
 	Tenants []TenantConfig `yaml:"tenants"`

@@ -18,22 +18,30 @@ import (
 // /relay/enroll, POST /relay/provision; package enroll) and the wake poke
 // (package wake) into the connector.
 
-// credentialRoutes returns the enroll package's routes for the public mux,
-// verifying identity tokens with the enroll section's key (the routes
-// answer 404 without one).
-func (c *connector) credentialRoutes(reg *registry.Registry) (map[string]http.Handler, error) {
-	var v *idtoken.Verifier
-	if ec := c.cfg.Enroll; ec.PublicKeyFile != "" {
-		key, err := idtoken.LoadPublicKey(ec.PublicKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
-		}
-		if v, err = idtoken.New(idtoken.Config{Key: key, Issuer: ec.Issuer, Audience: ec.Audience, TenantClaim: ec.TenantClaim}); err != nil {
-			return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
-		}
+// identityVerifier returns the verifier of the enroll section's identity
+// tokens, nil when enroll.public_key_file is unset. build makes one and
+// hands it to both its users: the credential routes and the management
+// plane.
+func identityVerifier(ec enroll.Config) (*idtoken.Verifier, error) {
+	if ec.PublicKeyFile == "" {
+		return nil, nil
 	}
+	key, err := idtoken.LoadPublicKey(ec.PublicKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
+	}
+	v, err := idtoken.New(idtoken.Config{Key: key, Issuer: ec.Issuer, Audience: ec.Audience, TenantClaim: ec.TenantClaim})
+	if err != nil {
+		return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
+	}
+	return v, nil
+}
+
+// credentialRoutes returns the enroll package's routes for the public mux,
+// verifying identity tokens with v (nil: the routes answer 404).
+func (c *connector) credentialRoutes(reg *registry.Registry, v *idtoken.Verifier) map[string]http.Handler {
 	h := enroll.New(enroll.HandlerConfig{Verifier: v, Registry: reg, Platforms: platformNames(c.platforms), Apply: c.live.apply, Log: c.log, Metrics: c.live.metrics})
-	return h.Routes(), nil
+	return h.Routes()
 }
 
 // newPoker returns the wake poker of a connector on st: its cooldown is

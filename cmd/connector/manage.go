@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"connector/idtoken"
 	"connector/manage"
 	"connector/platform"
 	"connector/registry"
@@ -12,13 +13,16 @@ import (
 
 // This file wires the Hermes management plane (package manage): the
 // /manage/* routes on the public listener, authenticated by the relay's
-// side-channel bearer check, and the linker that redeems the "/link
-// <code>" DMs Discord and Telegram consume.
+// side-channel bearer check or an identity token (the enroll section's
+// verifier), and the linker that redeems the "/link <code>" DMs Discord
+// and Telegram consume.
 
 // newManagePlane builds the management plane of c. It reaches c's relay
 // and registry applier, which build sets after the platforms are built
-// with the plane as their linker, and before anything is served.
-func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, am *adminMetrics, log *slog.Logger) *manage.Handler {
+// with the plane as their linker, and before anything is served. identity
+// (nil without enroll.public_key_file) also admits the Portal's and the
+// hermes CLI's identity tokens.
+func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, identity *idtoken.Verifier, am *adminMetrics, log *slog.Logger) *manage.Handler {
 	var names []string
 	if cfg.Discord != nil {
 		names = append(names, "discord")
@@ -29,6 +33,7 @@ func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, am *admin
 	return manage.New(manage.Config{
 		Registry:  reg,
 		Auth:      relayAuth{c},
+		Identity:  identity,
 		Apply:     func(ctx context.Context) error { return c.live.apply(ctx) },
 		Platforms: names,
 		Locator: func(name string) platform.ScopeLocator {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/idtoken/idtokentest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/relay"
@@ -35,8 +37,9 @@ import (
 // claimant's relevance policy lets them through) while a linked author
 // there still reaches their own tenant; a second claim is 409, and a
 // claim of a channel Discord does not show in the named guild is 403.
-// /manage/deprovision closes b's socket 4401, refuses its next upgrade and
-// drops its links.
+// /manage/deprovision, called by the Portal with an identity token naming
+// gw-b (a's token naming it is 404), closes b's socket 4401, refuses its
+// next upgrade and drops its links.
 func TestManageLinkFlow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary")
@@ -50,6 +53,11 @@ func TestManageLinkFlow(t *testing.T) {
 		dfake.AddChannel(discordtest.Channel{ID: dm, Type: 1})
 	}
 	pub, _, _ := ed25519.GenerateKey(nil)
+	idKey := idtokentest.Key(t)
+	keyFile := filepath.Join(t.TempDir(), "authority.pem")
+	if err := os.WriteFile(keyFile, idtokentest.PublicPEM(t, idKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	doc := fmt.Sprintf(`listen: 127.0.0.1:0
 ops: {listen: 127.0.0.1:0}
 admin: {listen: 127.0.0.1:0}
@@ -65,7 +73,8 @@ discord:
 telegram:
   api_server_url: %s
   webhook_url: https://connector.example/telegram/webhook
-`, hex.EncodeToString(pub), dfake.URL, dfake.GatewayURL, r.tfake.URL)
+enroll: {public_key_file: %q, audience: connector}
+`, hex.EncodeToString(pub), dfake.URL, dfake.GatewayURL, r.tfake.URL, keyFile)
 	if err := os.WriteFile(r.config, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -90,15 +99,24 @@ telegram:
 		}
 		gws[id] = c
 	}
-	manage := func(tenant, path, body string, want int) map[string]any {
+	manageAs := func(bearer, path, body string, want int) map[string]any {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+relaytest.Token("gw-"+tenant, secrets[tenant], time.Now()))
+		req.Header.Set("Authorization", "Bearer "+bearer)
 		var out map[string]any
-		if err := json.Unmarshal([]byte(post(t, req, want, tenant+" "+path+" "+body)), &out); err != nil {
+		if err := json.Unmarshal([]byte(post(t, req, want, path+" "+body)), &out); err != nil {
 			t.Fatal(err)
 		}
 		return out
+	}
+	manage := func(tenant, path, body string, want int) map[string]any {
+		t.Helper()
+		return manageAs(relaytest.Token("gw-"+tenant, secrets[tenant], time.Now()), path, body, want)
+	}
+	// portal is the Portal's identity token of tenant for gateway.
+	portal := func(tenant, gateway string) string {
+		return idtokentest.Sign(t, idKey, map[string]any{"tid": tenant, "aud": "agent:" + gateway, "sub": "owner-of-" + tenant,
+			"exp": time.Now().Add(5 * time.Minute).Unix()})
 	}
 	codeOf := func(out map[string]any) string {
 		t.Helper()
@@ -219,9 +237,11 @@ telegram:
 		t.Fatalf("a got %q", got)
 	}
 
-	// Deprovision b: its socket closes 4401 at once, the next upgrade too,
-	// and 72 reaches nobody (a's next inbound is 71's next message).
-	manage("b", "/manage/deprovision", `{}`, http.StatusOK)
+	// Deprovision b, as the Portal does with its identity token: its socket
+	// closes 4401 at once, the next upgrade too, and 72 reaches nobody
+	// (a's next inbound is 71's next message). a's token cannot name gw-b.
+	manageAs(portal("a", "gw-b"), "/manage/deprovision", `{}`, http.StatusNotFound)
+	manageAs(portal("b", "gw-b"), "/manage/deprovision", `{"instanceId":"gw-a"}`, http.StatusOK)
 	cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
 	defer ccancel()
 	code, reason, err := gws["b"].Closed(cctx)
@@ -243,7 +263,7 @@ telegram:
 	if got := nextText(t, gws["a"]); got != "71 after deprovision" {
 		t.Fatalf("a got %q", got)
 	}
-	r.waitLog(t, `"op":"manage_deprovision","outcome":"ok"`)
+	r.waitLog(t, `"op":"manage_deprovision","outcome":"ok","tenant":"b","gateway_id":"gw-b","auth":"identity"`)
 	for _, secret := range []string{codeA, codeB, codeT, bSecret} {
 		if strings.Contains(r.child.stderr.String(), secret) {
 			t.Fatal("the log shows a link code or secret")

@@ -293,7 +293,11 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	if err != nil {
 		return nil, err
 	}
-	mh := newManagePlane(cfg, reg, c, am, log)
+	identity, err := identityVerifier(cfg.Enroll)
+	if err != nil {
+		return nil, err
+	}
+	mh := newManagePlane(cfg, reg, c, identity, am, log)
 	deps.Linker = mh
 	platforms, err := buildPlatforms(cfg, deps)
 	if err != nil {
@@ -346,11 +350,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	mux := publicMux(srv, platforms, mediaRoutes)
 	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
 	handleRoutes(mux, mh.Routes())
-	credentials, err := c.credentialRoutes(reg)
-	if err != nil {
-		return nil, err
-	}
-	handleRoutes(mux, credentials)
+	handleRoutes(mux, c.credentialRoutes(reg, identity))
 	c.handler = mux
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil

@@ -1,0 +1,149 @@
+package manage_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rsa"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/idtoken"
+	"connector/idtoken/idtokentest"
+	"connector/manage"
+)
+
+// counts records AdminChange calls as "op outcome".
+type counts map[string]int
+
+func (c counts) AdminChange(op, outcome string) { c[op+" "+outcome]++ }
+
+// identityNow is the verifier's clock in these tests.
+var identityNow = time.Unix(1_800_000_000, 0)
+
+// withIdentity rebuilds r's handler to also admit identity tokens signed
+// by key; it returns the metrics it counts into.
+func (r *rig) withIdentity(t *testing.T, key *rsa.PrivateKey) counts {
+	t.Helper()
+	v, err := idtoken.New(idtoken.Config{Key: &key.PublicKey, Issuer: "https://portal.example", Audience: "connector",
+		Now: func() time.Time { return identityNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := counts{}
+	r.logs.Reset()
+	r.h = manage.New(manage.Config{
+		Registry: r.reg, Auth: bearers{"gw-a": "a", "gw-b": "b"}, Identity: v,
+		Apply:     func(context.Context) error { r.applied++; return nil },
+		Platforms: []string{"discord", "telegram"},
+		Log:       slog.New(slog.NewJSONHandler(r.logs, nil)),
+		Metrics:   m,
+	})
+	r.mux = http.NewServeMux()
+	for p, h := range r.h.Routes() {
+		r.mux.Handle(p, h)
+	}
+	return m
+}
+
+// portalToken is an identity token of tenant for gateway (aud
+// agent:gateway), signed by key, expiring at exp.
+func portalToken(t *testing.T, key *rsa.PrivateKey, tenant, gateway string, exp time.Time) string {
+	t.Helper()
+	return idtokentest.Sign(t, key, map[string]any{"iss": "https://portal.example", "aud": "agent:" + gateway,
+		"sub": "owner-9", "tid": tenant, "exp": exp.Unix()})
+}
+
+// TestIdentityToken: with an identity verifier, an identity token of the
+// Portal or hermes CLI manages the gateway its aud names, within its
+// tenant; a token of another key, an expired one, or one naming another
+// tenant's gateway changes nothing; the gateway's own bearer still works.
+func TestIdentityToken(t *testing.T) {
+	r := newRig(t)
+	key := idtokentest.Key(t)
+	m := r.withIdentity(t, key)
+	later := identityNow.Add(5 * time.Minute)
+
+	valid := portalToken(t, key, "a", "gw-a", later)
+	out := r.post(t, valid, "/manage/link", `{"instanceId":"gw-b"}`, http.StatusOK)
+	code, _ := out["code"].(string)
+	if tenant, err := r.h.Link(context.Background(), "telegram", "71", code); err != nil || tenant != "a" {
+		t.Fatalf("a code issued for an identity token links to %q, %v; want tenant a", tenant, err)
+	}
+	r.post(t, valid, "/manage/scope", `{"platform":"telegram","channelId":"-1001"}`, http.StatusOK)
+	r.post(t, "gw-a", "/manage/principal", `{"platform":"telegram","principal":"any"}`, http.StatusOK)
+
+	refused := map[string]string{
+		"another key": portalToken(t, idtokentest.Key(t), "a", "gw-a", later),
+		"expired":     portalToken(t, key, "a", "gw-a", identityNow.Add(-2*time.Minute)),
+		"no agent": idtokentest.Sign(t, key, map[string]any{"iss": "https://portal.example", "aud": "connector",
+			"tid": "a", "exp": later.Unix()}),
+	}
+	for name, tok := range refused {
+		out := r.post(t, tok, "/manage/deprovision", `{}`, http.StatusUnauthorized)
+		if out["error"] != "unauthorized" {
+			t.Errorf("%s: answer %v", name, out)
+		}
+	}
+	if m["manage_deprovision unauthorized"] != len(refused) {
+		t.Fatalf("metrics %v, want %d unauthorized deprovisions", m, len(refused))
+	}
+
+	// Tenant a's token naming b's gateway: 404, as a gateway that does
+	// not exist, and b keeps its gateway and claims.
+	r.post(t, "gw-b", "/manage/scope", `{"platform":"telegram","channelId":"-1002"}`, http.StatusOK)
+	r.post(t, portalToken(t, key, "a", "gw-b", later), "/manage/deprovision", `{}`, http.StatusNotFound)
+	r.post(t, portalToken(t, key, "a", "gw-zz", later), "/manage/deprovision", `{}`, http.StatusNotFound)
+	if ok, err := r.reg.GatewayOf(context.Background(), "b", "gw-b"); err != nil || !ok {
+		t.Fatalf("gw-b after a's token named it: %v %v", ok, err)
+	}
+	if m["manage_deprovision not_found"] != 2 {
+		t.Fatalf("metrics %v, want 2 not_found deprovisions", m)
+	}
+
+	out = r.post(t, valid, "/manage/deprovision", `{"instanceId":"gw-b"}`, http.StatusOK)
+	if out["dropped"] != float64(3) { // a's link, claim and principal
+		t.Fatalf("deprovision by identity token dropped %v", out["dropped"])
+	}
+	for gw, tenant := range map[string]string{"gw-a": "a", "gw-b": "b"} {
+		ok, err := r.reg.GatewayOf(context.Background(), tenant, gw)
+		if err != nil || ok != (gw == "gw-b") {
+			t.Fatalf("after a's deprovision: %s of %s is %v (%v)", gw, tenant, ok, err)
+		}
+	}
+	// The deprovisioned gateway's identity token no longer manages anything.
+	r.post(t, valid, "/manage/link", `{}`, http.StatusNotFound)
+
+	logs := r.logs.String()
+	for name, tok := range refused {
+		if strings.Contains(logs, tok) || strings.Contains(logs, strings.Split(tok, ".")[2]) {
+			t.Fatalf("the log shows the %s token", name)
+		}
+	}
+	if strings.Contains(logs, valid[len(valid)-20:]) {
+		t.Fatal("the log shows the valid token")
+	}
+	for _, want := range []string{`"auth":"identity"`, `"subject":"owner-9"`, `"auth":"gateway"`, `"reason":"unauthorized"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log has no %s", want)
+		}
+	}
+}
+
+// TestIdentityTokenNotConfigured: without a verifier an identity token is
+// refused 401, as any bearer the gateway check refuses.
+func TestIdentityTokenNotConfigured(t *testing.T) {
+	r := newRig(t)
+	key := idtokentest.Key(t)
+	tok := portalToken(t, key, "a", "gw-a", time.Now().Add(time.Hour))
+	r.post(t, tok, "/manage/link", `{}`, http.StatusUnauthorized)
+	r.post(t, tok, "/manage/deprovision", `{}`, http.StatusUnauthorized)
+	if ok, _ := r.reg.GatewayOf(context.Background(), "a", "gw-a"); !ok {
+		t.Fatal("gw-a was deprovisioned by an unverified token")
+	}
+	if bytes.Contains(r.logs.Bytes(), []byte(tok)) {
+		t.Fatal("the log shows the token")
+	}
+}
