@@ -31,9 +31,6 @@ const (
 	secretGW2 = "gw2-hmac-secret-fedcba9876543210"
 )
 
-// sharedVault is one per process: each vault owns sweeper goroutines.
-var sharedVault = vault.NewMemory(vault.Config{})
-
 // waitCtx is a context ending 10 s from now or with the test.
 func waitCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -84,7 +81,7 @@ func startDiscordLoopWith(t *testing.T, mutate func(*discord.Config)) *discordLo
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	p, err := discord.New(cfg, platform.Deps{Log: logs.Logger(), Vault: sharedVault, Key: relay.KeyFunc(tenants)})
+	p, err := discord.New(cfg, platform.Deps{Log: logs.Logger(), Vault: newVault(), Key: relay.KeyFunc(tenants)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +282,7 @@ func TestDiscordFullLoop(t *testing.T) {
 		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{secretGW2}}}},
 	}
 	cfg := discordConfig(fake, pub)
-	p, err := discord.New(cfg, platform.Deps{Log: logs.Logger(), Vault: sharedVault, Key: relay.KeyFunc(tenants)})
+	p, err := discord.New(cfg, platform.Deps{Log: logs.Logger(), Vault: newVault(), Key: relay.KeyFunc(tenants)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +425,7 @@ func TestDiscordMediaSendMedia10MB(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := discordtest.NewLogCapture()
-	p, err := discord.New(discordConfig(fake, pub), platform.Deps{Log: logs.Logger(), Vault: sharedVault, Key: relay.KeyFunc(tenants), Media: store})
+	p, err := discord.New(discordConfig(fake, pub), platform.Deps{Log: logs.Logger(), Vault: newVault(), Key: relay.KeyFunc(tenants), Media: store})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -636,3 +633,9 @@ func TestDiscordChannelContextOff(t *testing.T) {
 		t.Fatalf("inbound %s with context %+v, want none", ev.MessageID, ev.Context)
 	}
 }
+
+// newVault is a vault for one test's platform: a chat grant (or an
+// interaction token) one test stores must not open a chat to a tenant in
+// another, nor in the same test's next run under -count. Each vault keeps
+// a sweeper goroutine the leak check does not watch.
+func newVault() *vault.Memory { return vault.NewMemory(vault.Config{}) }
