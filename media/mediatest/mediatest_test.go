@@ -16,7 +16,10 @@ func TestHeapPeakSeesAHeldBuffer(t *testing.T) {
 	}
 	got := peak.Stop()
 	runtime.KeepAlive(buf)
-	if got < 16<<20 {
+	// Heap that was in use at the baseline may be freed by the collection
+	// the allocation triggers, so the peak above it can fall a little short
+	// of the buffer; without the buffer it would be about 0.
+	if got < 15<<20 {
 		t.Fatalf("peak %s above baseline with 16 MiB held", MiB(got))
 	}
 }

@@ -51,7 +51,9 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 }
 
 // checkChat checks the chat an op is addressed to: the chat id must be a
-// Discord id and belong to the tenant (ChatTenant, from the cache only).
+// Discord id and be granted to the tenant (ChatGranted) or belong to it
+// (ChatTenant: the Gateway's cache, or a lookup at Discord on an instance
+// without it).
 // Until the owners are known the answer is unavailable (retryable), never
 // the decline. When the chat is not the tenant's it returns the result to
 // answer and false.
