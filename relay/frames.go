@@ -214,8 +214,8 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		}
 		return p.Execute(ctx, c.hub.id, a)
 	}
-	if a.ChatID == "" {
-		return contract.Failed(contract.CodeBadRequest, fmt.Sprintf("%s needs a chat_id", truncateForLog(a.Op)))
+	if a.ChatID == "" && slices.Contains(contract.Ops, a.Op) { // an op outside the contract is the platform's unsupported_op
+		return contract.Failed(contract.CodeBadRequest, a.Op+" needs a chat_id")
 	}
 	r := p.Execute(ctx, c.hub.id, a)
 	// The chat's profile is noted unless the platform refused the action or
