@@ -2,8 +2,6 @@ package discord
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,8 +39,9 @@ import (
 const guildSnapshotTimeout = time.Minute
 
 // errOwnersUnknown says no chat's owner can be told yet. It wraps
-// platform.ErrUnavailable, so the relay answers unavailable, not the decline.
-var errOwnersUnknown = fmt.Errorf("discord: chat owners are unknown until the Gateway has loaded the guilds (%w)", platform.ErrUnavailable)
+// platform.ErrUnavailable, so an op is answered unavailable in its text, not
+// the decline.
+const errOwnersUnknown = platform.UnavailableError("discord chat owners are unknown until the Gateway has loaded the guilds; retry later")
 
 // snapshot tracks whether the Gateway's first guild snapshot has loaded:
 // READY lists the guilds, GUILD_CREATE delivers each one's channels and
@@ -148,19 +147,10 @@ func (p *Platform) ownersKnown() bool {
 	return known
 }
 
-// ownersUnknownResult answers an op whose chat owner cannot be told yet.
+// ownersUnknownResult is what an op is answered while the owners are
+// unknown: errOwnersUnknown's text (platform.Authorize).
 func ownersUnknownResult() contract.Result {
-	return contract.Failed(contract.CodeUnavailable, "discord chat owners are unknown until the Gateway has loaded the guilds; retry later")
-}
-
-// ownerUnavailableResult answers an op whose chat owner could not be told
-// (ChatTenant's error wraps platform.ErrUnavailable): retryable, saying
-// nothing about whose the chat is.
-func ownerUnavailableResult(err error) contract.Result {
-	if errors.Is(err, errOwnersUnknown) {
-		return ownersUnknownResult()
-	}
-	return contract.Failed(contract.CodeUnavailable, "discord: the chat's owner could not be looked up; retry later")
+	return platform.OwnerUnknown(platformName, errOwnersUnknown)
 }
 
 func (p *Platform) channelTenant(ch chanInfo) (string, bool) {
