@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"connector/contract"
 	"connector/platform"
 )
 
@@ -145,12 +144,6 @@ func (p *Platform) ownersKnown() bool {
 		p.log.Warn("discord guild snapshot incomplete; answering chat owners from the guilds loaded", "missing_guilds", missing, "waited", guildSnapshotTimeout)
 	}
 	return known
-}
-
-// ownersUnknownResult is what an op is answered while the owners are
-// unknown: errOwnersUnknown's text (platform.Authorize).
-func ownersUnknownResult() contract.Result {
-	return platform.OwnerUnknown(platformName, errOwnersUnknown)
 }
 
 func (p *Platform) channelTenant(ch chanInfo) (string, bool) {
