@@ -29,8 +29,8 @@ const maxBatchBytes = 64 << 10
 // a loaded connection keeps its writer instead of starting one per event.
 const writerLinger = 100 * time.Millisecond
 
-// conn is one authenticated gateway connection. Its handler goroutine
-// reads (serve); a writer goroutine runs while frames are queued, lingering
+// conn is one authenticated gateway connection. Its own goroutine reads
+// (serve); a writer goroutine runs while frames are queued, lingering
 // a little on a busy connection (wsconn.Queue), and pings ride on the server's clock (wsconn.Keepalive);
 // everything else only enqueues frames.
 type conn struct {

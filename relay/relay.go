@@ -479,9 +479,10 @@ func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 	return nil
 }
 
-// ServeHTTP upgrades a gateway's request and serves the connection until it
-// closes. Authentication failures are reported with close 4401 after the
-// upgrade, as the gateway expects. A connection beyond its gateway id's
+// ServeHTTP upgrades a gateway's request and returns, serving the
+// connection on a goroutine of its own until it closes. Authentication
+// failures are reported with close 4401 after the upgrade, as the gateway
+// expects. A connection beyond its gateway id's
 // MaxConnsPerGateway waits, before its upgrade, for the oldest one to be
 // fully closed (see admission).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -523,14 +524,23 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
 		return
 	}
+	// On a goroutine of its own, so that net/http frees the request, its
+	// headers and this handler's stack, which would otherwise live as long
+	// as the connection.
+	go s.serveConn(gw, place, ws, hr.conn, r.RemoteAddr)
+}
+
+// serveConn serves an admitted gateway's upgraded connection until it
+// closes, then gives up its admission slot.
+func (s *Server) serveConn(gw *gatewayRecord, place *slot, ws *websocket.Conn, raw net.Conn, remote string) {
 	defer gw.admission.release(place)
-	c := newConn(s, gw, ws, hr.conn, r.RemoteAddr)
+	c := newConn(s, gw, ws, raw, remote)
 	if !gw.admission.attach(place, c) {
-		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
+		s.closeSocket(ws, raw, contract.EndTooManyConns)
 		return
 	}
 	if !s.track(c) {
-		s.closeSocket(ws, hr.conn, contract.EndShutdown)
+		s.closeSocket(ws, raw, contract.EndShutdown)
 		return
 	}
 	defer s.untrack(c)
