@@ -531,20 +531,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveConn serves an admitted gateway's upgraded connection until it
-// closes, then gives up its admission slot.
+// closes; then the connection gives up its admission slot.
 func (s *Server) serveConn(gw *gatewayRecord, place *slot, ws *websocket.Conn, raw net.Conn, remote string) {
-	defer gw.admission.release(place)
 	c := newConn(s, gw, ws, raw, remote)
+	c.place = place
 	if !gw.admission.attach(place, c) {
 		s.closeSocket(ws, raw, contract.EndTooManyConns)
-		return
-	}
-	if !s.track(c) {
+	} else if !s.track(c) {
 		s.closeSocket(ws, raw, contract.EndShutdown)
+	} else {
+		c.serve()
 		return
 	}
-	defer s.untrack(c)
-	c.serve()
+	gw.admission.release(place)
 }
 
 // track registers c; false when the server is shutting down.
