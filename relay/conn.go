@@ -63,10 +63,8 @@ type conn struct {
 
 	outSlots chan struct{} // bounds concurrent outbound ops
 
-	place *slot // the admission slot, given up once c ended
-	// helloed is set by a hello: the read loop goes on on a fresh goroutine
-	// (see read).
-	helloed bool
+	place   *slot // the admission slot, given up once c ended
+	helloed bool  // a hello was read: reading goes on on a fresh goroutine (see read)
 }
 
 func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, remote string) *conn {

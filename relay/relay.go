@@ -482,9 +482,8 @@ func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 // ServeHTTP upgrades a gateway's request and returns, serving the
 // connection on a goroutine of its own until it closes. Authentication
 // failures are reported with close 4401 after the upgrade, as the gateway
-// expects. A connection beyond its gateway id's
-// MaxConnsPerGateway waits, before its upgrade, for the oldest one to be
-// fully closed (see admission).
+// expects. A connection beyond its gateway id's MaxConnsPerGateway waits,
+// before its upgrade, for the oldest one to be fully closed (see admission).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	closing := s.closing
@@ -524,26 +523,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
 		return
 	}
+	c := newConn(s, gw, ws, hr.conn, r.RemoteAddr)
+	c.place = place
+	if !gw.admission.attach(place, c) {
+		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
+		gw.admission.release(place)
+		return
+	}
+	if !s.track(c) {
+		s.closeSocket(ws, hr.conn, contract.EndShutdown)
+		gw.admission.release(place)
+		return
+	}
 	// On a goroutine of its own, so that net/http frees the request, its
 	// headers and this handler's stack, which would otherwise live as long
 	// as the connection.
-	go s.serveConn(gw, place, ws, hr.conn, r.RemoteAddr)
-}
-
-// serveConn serves an admitted gateway's upgraded connection until it
-// closes; then the connection gives up its admission slot.
-func (s *Server) serveConn(gw *gatewayRecord, place *slot, ws *websocket.Conn, raw net.Conn, remote string) {
-	c := newConn(s, gw, ws, raw, remote)
-	c.place = place
-	if !gw.admission.attach(place, c) {
-		s.closeSocket(ws, raw, contract.EndTooManyConns)
-	} else if !s.track(c) {
-		s.closeSocket(ws, raw, contract.EndShutdown)
-	} else {
-		c.serve()
-		return
-	}
-	gw.admission.release(place)
+	go c.serve()
 }
 
 // track registers c; false when the server is shutting down.
