@@ -38,6 +38,7 @@ func (c *conn) handleLine(line []byte) {
 	switch f.Type {
 	case contract.TypeHello:
 		c.handleHello(f)
+		c.helloed = true
 	case contract.TypeOutbound:
 		c.handleOutbound(f)
 	case contract.TypeInterrupt:

@@ -477,11 +477,11 @@ func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 	return nil
 }
 
-// ServeHTTP upgrades a gateway's request and serves the connection until it
-// closes. Authentication failures are reported with close 4401 after the
-// upgrade, as the gateway expects. A connection beyond its gateway id's
-// MaxConnsPerGateway waits, before its upgrade, for the oldest one to be
-// fully closed (see admission).
+// ServeHTTP upgrades a gateway's request and returns, serving the
+// connection on a goroutine of its own until it closes. Authentication
+// failures are reported with close 4401 after the upgrade, as the gateway
+// expects. A connection beyond its gateway id's MaxConnsPerGateway waits,
+// before its upgrade, for the oldest one to be fully closed (see admission).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	closing := s.closing
@@ -521,18 +521,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
 		return
 	}
-	defer gw.admission.release(place)
 	c := newConn(s, gw, ws, hr.conn, r.RemoteAddr)
+	c.place = place
 	if !gw.admission.attach(place, c) {
 		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
+		gw.admission.release(place)
 		return
 	}
 	if !s.track(c) {
 		s.closeSocket(ws, hr.conn, contract.EndShutdown)
+		gw.admission.release(place)
 		return
 	}
-	defer s.untrack(c)
-	c.serve()
+	// On a goroutine of its own, so that net/http frees the request, its
+	// headers and this handler's stack, which would otherwise live as long
+	// as the connection.
+	go c.serve()
 }
 
 // track registers c; false when the server is shutting down.
