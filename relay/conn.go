@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,11 +179,25 @@ func (c *conn) serve() {
 // keeps (it shrinks no stack below 4 times its use), while the blocking read
 // of an idle connection needs 4 KiB.
 func (c *conn) read() {
+	defer func() {
+		if v := recover(); v != nil { // a bug ends this connection, not the process
+			c.log.Error("gateway connection failed: panic", "panic", v, "stack", string(debug.Stack()))
+			c.end(errPanicked)
+		}
+	}()
 	err := c.readLoop()
 	if err == nil {
 		go c.read()
 		return
 	}
+	c.end(err)
+}
+
+// errPanicked is what ends a connection whose reader panicked.
+var errPanicked = errors.New("reader panicked")
+
+// end tears c down after its reader stopped with err.
+func (c *conn) end(err error) {
 	c.cancel()
 	c.q.Close(wsconn.Drop, false) // unless a close is under way
 	<-c.q.Done()
