@@ -33,7 +33,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -44,6 +43,7 @@ import (
 
 	"connector/internal/httpjson"
 	"connector/registry"
+	"connector/registry/change"
 	"connector/store"
 )
 
@@ -87,6 +87,7 @@ const maxBodyBytes = 64 << 10
 // Handler serves the admin API.
 type Handler struct {
 	cfg       Config
+	rec       change.Recorder
 	tokenHash [sha256.Size]byte
 	mux       *http.ServeMux
 }
@@ -105,7 +106,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(),
+		rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "admin change", Metrics: cfg.Metrics}}
 	h.mux.HandleFunc("GET /admin/v1/tenants", h.listTenants)
 	h.change("POST /admin/v1/tenants", "create_tenant", h.createTenant)
 	h.change("DELETE /admin/v1/tenants/{tenant}", "delete_tenant", h.deleteTenant)
@@ -150,19 +152,8 @@ type changeFunc func(r *http.Request) (what []any, status int, body any, err err
 func (h *Handler) change(pattern, op string, do changeFunc) {
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		what, status, body, err := do(r)
-		if err == nil {
-			if aerr := h.cfg.Apply(r.Context()); aerr != nil {
-				// Stored: every instance applies it on its next look.
-				h.cfg.Log.Warn("admin change stored but not applied here yet", "op", op, "err", aerr)
-			}
-		}
-		outcome, errStatus := classify(err)
-		h.cfg.Metrics.AdminChange(op, outcome)
-		args := append([]any{"op", op, "outcome", outcome, "actor", actor(r), "remote", r.RemoteAddr}, what...)
-		if err != nil {
-			args = append(args, "err", err)
-		}
-		h.cfg.Log.Info("admin change", args...)
+		outcome, errStatus := change.Outcome(err)
+		h.rec.Record(r.Context(), op, outcome, err, append([]any{"actor", actor(r), "remote", r.RemoteAddr}, what...)...)
 		if err != nil {
 			httpjson.Error(w, errStatus, err.Error())
 			return
@@ -189,40 +180,15 @@ func actor(r *http.Request) string {
 	}, a)
 }
 
-// classify maps an error to its outcome label and HTTP status.
-func classify(err error) (string, int) {
-	var syntax *requestError
-	switch {
-	case err == nil:
-		return "ok", http.StatusOK
-	case errors.As(err, &syntax), errors.Is(err, registry.ErrInvalid):
-		return "invalid", http.StatusBadRequest
-	case errors.Is(err, registry.ErrNotFound):
-		return "not_found", http.StatusNotFound
-	case errors.Is(err, registry.ErrExists):
-		return "exists", http.StatusConflict
-	case errors.Is(err, registry.ErrDeclared):
-		return "declared", http.StatusConflict
-	case errors.Is(err, registry.ErrConflict):
-		return "conflict", http.StatusConflict
-	}
-	return "error", http.StatusInternalServerError
-}
-
-// requestError is a malformed request body.
-type requestError struct{ msg string }
-
-func (e *requestError) Error() string { return e.msg }
-
 // decode reads the JSON body strictly into v.
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &requestError{"malformed JSON body: " + err.Error()}
+		return change.Invalid("malformed JSON body: %v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return &requestError{"malformed JSON body: more than one value"}
+		return change.Invalid("malformed JSON body: more than one value")
 	}
 	return nil
 }
@@ -277,7 +243,7 @@ func (h *Handler) rotate(r *http.Request) ([]any, int, any, error) {
 	if req.Grace != "" {
 		d, err := time.ParseDuration(req.Grace)
 		if err != nil || d < 0 {
-			return nil, 0, nil, &requestError{fmt.Sprintf("grace %q: want a duration such as 10m or 0s", req.Grace)}
+			return nil, 0, nil, change.Invalid("grace %q: want a duration such as 10m or 0s", req.Grace)
 		}
 		grace = d
 		if d == 0 {
