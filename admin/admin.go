@@ -115,8 +115,8 @@ func New(cfg Config) (*Handler, error) {
 	h.change("POST /admin/v1/tenants/{tenant}/gateways", "create_gateway", h.createGateway)
 	h.change("POST /admin/v1/tenants/{tenant}/gateways/{gateway}/rotate", "rotate_gateway", h.rotate)
 	h.change("DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}", "delete_gateway", h.deleteGateway)
-	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", h.bind)
-	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", h.unbind)
+	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", binding(cfg.Registry.Bind))
+	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", binding(cfg.Registry.Unbind))
 	h.change("PUT /admin/v1/tenants/{tenant}/gateways/{gateway}/wake", "set_wake", h.setWake)
 	h.change("POST /admin/v1/tenants/{tenant}/enroll-tokens", "mint_enroll_token", h.mintEnrollToken)
 	h.mux.HandleFunc("GET /admin/v1/backup", h.backup)
@@ -269,32 +269,17 @@ type bindingRequest struct {
 	ID       string `json:"id"`
 }
 
-func (h *Handler) bindingOf(r *http.Request) (registry.Binding, error) {
-	var req bindingRequest
-	if err := decode(r, &req); err != nil {
-		return registry.Binding{}, err
+// binding is a bindings route: it runs do (the registry's Bind or Unbind)
+// with the body's binding for the path's tenant.
+func binding(do func(context.Context, registry.Binding) error) changeFunc {
+	return func(r *http.Request) ([]any, int, any, error) {
+		var req bindingRequest
+		if err := decode(r, &req); err != nil {
+			return nil, 0, nil, err
+		}
+		b := registry.Binding{Platform: req.Platform, Kind: req.Kind, ID: req.ID, Tenant: r.PathValue("tenant")}
+		return []any{"tenant", b.Tenant, "platform", b.Platform, "kind", b.Kind, "chat_id", b.ID}, http.StatusNoContent, nil, do(r.Context(), b)
 	}
-	return registry.Binding{Platform: req.Platform, Kind: req.Kind, ID: req.ID, Tenant: r.PathValue("tenant")}, nil
-}
-
-func (h *Handler) bind(r *http.Request) ([]any, int, any, error) {
-	b, err := h.bindingOf(r)
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	return bindingLog(b), http.StatusNoContent, nil, h.cfg.Registry.Bind(r.Context(), b)
-}
-
-func (h *Handler) unbind(r *http.Request) ([]any, int, any, error) {
-	b, err := h.bindingOf(r)
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	return bindingLog(b), http.StatusNoContent, nil, h.cfg.Registry.Unbind(r.Context(), b)
-}
-
-func bindingLog(b registry.Binding) []any {
-	return []any{"tenant", b.Tenant, "platform", b.Platform, "kind", b.Kind, "chat_id", b.ID}
 }
 
 // TenantView is one tenant in the listing.
