@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 
@@ -69,7 +68,6 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			return
 		}
 		_ = c.live.apply(r.Context())
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"ok":true}`+"\n")
+		httpjson.Write(w, http.StatusOK, map[string]bool{"ok": true})
 	})
 }
