@@ -66,13 +66,10 @@ type Config struct {
 	TenantClaim string `yaml:"tenant_claim"`
 }
 
-// Metrics counts requests.
-type Metrics interface {
-	// AdminChange counts one request: op is relay_enroll or
-	// relay_provision, outcome ok or the error class (unauthorized,
-	// forbidden, invalid, not_configured, conflict, error).
-	AdminChange(op, outcome string)
-}
+// Metrics counts requests: op is relay_enroll or relay_provision, outcome
+// ok or the error class (unauthorized, forbidden, invalid, not_configured,
+// conflict, error).
+type Metrics = change.Metrics
 
 // HandlerConfig configures the Handler.
 type HandlerConfig struct {

@@ -57,12 +57,9 @@ type Authenticator interface {
 	Authenticate(header string) (tenant, gatewayID string, err error)
 }
 
-// Metrics counts management changes.
-type Metrics interface {
-	// AdminChange counts one change: op names the route (manage_link, …,
-	// link_redeem), outcome is "ok" or the error class.
-	AdminChange(op, outcome string)
-}
+// Metrics counts management changes: op names the route (manage_link, …,
+// link_redeem), outcome is "ok" or the error class.
+type Metrics = change.Metrics
 
 // Config configures the Handler.
 type Config struct {
