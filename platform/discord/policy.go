@@ -1,6 +1,10 @@
 package discord
 
-import "connector/internal/nativecfg"
+import (
+	"slices"
+
+	"connector/internal/nativecfg"
+)
 
 // policy is one tenant's TenantConfig in the form normalization reads.
 type policy struct {
@@ -60,15 +64,7 @@ func (cs channelSet) empty() bool { return len(cs.keys) == 0 }
 // matches reports whether the list names any of a channel's keys (see
 // channelKeys), or holds "*".
 func (cs channelSet) matches(keys []string) bool {
-	if cs.all {
-		return true
-	}
-	for _, k := range keys {
-		if cs.keys.has(k) {
-			return true
-		}
-	}
-	return false
+	return cs.all || slices.ContainsFunc(keys, cs.keys.has)
 }
 
 // channelKeys are the spellings a channel list can name a channel by, as
