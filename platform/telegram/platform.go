@@ -98,7 +98,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		metrics:   deps.Metrics,
 		clock:     deps.Clock,
 		now:       deps.Clock.Now,
-		observed:  newObservedLog(),
+		observed:  chatcontext.New[observedKey](chatcontext.Bounds{}),
 		sealed:    newSealedLog(),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
