@@ -339,9 +339,7 @@ func (n *normalizer) messageEvent(m *wireMessage) contract.Event {
 			Author: memberName(rm.Member, rm.Author),
 			IsOwn:  rm.Author.ID == n.botID,
 		}
-		if ev.ReplyToMessageID == "" {
-			ev.ReplyToMessageID = rm.ID
-		}
+		ev.ReplyToMessageID = cmp.Or(ev.ReplyToMessageID, rm.ID)
 	}
 	if len(m.Attachments) > 0 {
 		ev.MediaURLs = make([]string, 0, len(m.Attachments))

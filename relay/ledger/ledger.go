@@ -219,9 +219,7 @@ type Pool struct {
 
 // NewPool returns an empty pool and starts its goroutine; Close stops it.
 func NewPool(cfg Config) *Pool {
-	if cfg.SweepEvery <= 0 {
-		cfg.SweepEvery = time.Minute
-	}
+	cfg.SweepEvery = cmp.Or(max(cfg.SweepEvery, 0), time.Minute)
 	p := &Pool{
 		cfg:      cfg,
 		ledgers:  make(map[string]*Ledger),
