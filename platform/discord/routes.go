@@ -3,6 +3,7 @@ package discord
 import (
 	"context"
 	"hash/fnv"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -226,9 +227,5 @@ func (l *routeLimiter) limited(r string, retryAfter time.Duration) {
 
 func (l *routeLimiter) sweepLocked() {
 	now := l.clock.Now()
-	for k, st := range l.buckets {
-		if now.After(st.reset) {
-			delete(l.buckets, k)
-		}
-	}
+	maps.DeleteFunc(l.buckets, func(_ string, st *bucketState) bool { return now.After(st.reset) })
 }
