@@ -140,12 +140,8 @@ func AppendKey(b *strings.Builder, src *Source, opts Options) {
 func normalizeWhatsApp(s string) string {
 	s = strings.TrimSpace(s)
 	s = strings.Replace(s, "+", "", 1)
-	if i := strings.IndexByte(s, ':'); i >= 0 {
-		s = s[:i]
-	}
-	if i := strings.IndexByte(s, '@'); i >= 0 {
-		s = s[:i]
-	}
+	s, _, _ = strings.Cut(s, ":")
+	s, _, _ = strings.Cut(s, "@")
 	return s
 }
 
