@@ -217,9 +217,6 @@ func (p *Platform) Routes() map[string]http.Handler {
 	return map[string]http.Handler{http.MethodPost + " " + WebhookPath: http.HandlerFunc(p.serveWebhook)}
 }
 
-// scrub removes the bot token and the webhook secret from s.
-func (p *Platform) scrub(s string) string { return p.scrubber.Replace(s) }
-
 func newScrubber(token, webhookSecret string) *strings.Replacer {
 	pairs := []string{token, "[redacted]"}
 	if _, secret, ok := strings.Cut(token, ":"); ok && secret != "" {
@@ -231,8 +228,9 @@ func newScrubber(token, webhookSecret string) *strings.Replacer {
 	return strings.NewReplacer(pairs...)
 }
 
-// errorText is err's text for logs and results, secrets removed.
-func (p *Platform) errorText(err error) string { return p.scrub(err.Error()) }
+// errorText is err's text for logs and results, the bot token and the
+// webhook secret removed.
+func (p *Platform) errorText(err error) string { return p.scrubber.Replace(err.Error()) }
 
 // Bind implements platform.Binder: bindings of kind chat (the id in its
 // canonical spelling) replace the chat routing table, those of the author
