@@ -196,6 +196,7 @@ func TestTransferSenderDisconnects(t *testing.T) {
 		t.Fatalf("transfer_incomplete %v", e)
 	}
 	bob.ExpectPresence("bob")
+	tr.writesDone(t)
 	if n := tr.clock.Pending(); n != 1 { // only bob's heartbeat
 		t.Fatalf("%d timers armed; the transfer deadline was not stopped", n)
 	}

@@ -155,6 +155,14 @@ func (tr *testRelay) run(t testing.TB, sink platform.Sink) (stop func()) {
 // be finishing its write: the clock moved then would fire its watchdog.
 func (tr *testRelay) advance(t testing.TB, d time.Duration) {
 	t.Helper()
+	tr.writesDone(t)
+	tr.clock.Advance(d)
+}
+
+// writesDone waits until no member has a frame queued or being written, so
+// that no write watchdog is armed.
+func (tr *testRelay) writesDone(t testing.TB) {
+	t.Helper()
 	waitFor(t, "every member's frames written (no write watchdog armed)", func() bool {
 		for _, m := range tr.members() {
 			if m.q.Queued() != 0 {
@@ -163,7 +171,6 @@ func (tr *testRelay) advance(t testing.TB, d time.Duration) {
 		}
 		return true
 	})
-	tr.clock.Advance(d)
 }
 
 // members returns the members of every room.
