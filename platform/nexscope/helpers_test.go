@@ -159,8 +159,8 @@ func (tr *testRelay) advance(t testing.TB, d time.Duration) {
 	tr.clock.Advance(d)
 }
 
-// writesDone waits until no member has a frame queued or being written, so
-// that no write watchdog is armed.
+// writesDone waits until no member, not even one that just left, has a
+// frame queued or being written, so that no write watchdog is armed.
 func (tr *testRelay) writesDone(t testing.TB) {
 	t.Helper()
 	waitFor(t, "every member's frames written (no write watchdog armed)", func() bool {
@@ -173,21 +173,14 @@ func (tr *testRelay) writesDone(t testing.TB) {
 	})
 }
 
-// members returns the members of every room.
+// members returns every member the relay serves, those that left their
+// room included until their goroutines have finished.
 func (tr *testRelay) members() []*member {
-	tr.p.roomsMu.RLock()
-	rooms := make([]*room, 0, len(tr.p.rooms))
-	for _, r := range tr.p.rooms {
-		rooms = append(rooms, r)
-	}
-	tr.p.roomsMu.RUnlock()
-	var ms []*member
-	for _, r := range rooms {
-		r.mu.Lock()
-		for _, m := range r.members {
-			ms = append(ms, m)
-		}
-		r.mu.Unlock()
+	tr.p.mu.Lock()
+	defer tr.p.mu.Unlock()
+	ms := make([]*member, 0, len(tr.p.members))
+	for m := range tr.p.members {
+		ms = append(ms, m)
 	}
 	return ms
 }
