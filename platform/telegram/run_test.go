@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 )
@@ -49,6 +50,23 @@ func TestRecoversWhenTelegramComesBack(t *testing.T) {
 	e.run(t)
 	e.waitStatus(t, func(st platform.Status) bool { return strings.Contains(st.Detail, "Bad Gateway") })
 	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+}
+
+// The reconnect backoff runs on the platform's clock: after a refused
+// getMe, the next try comes once the clock has moved connectBackoffMin.
+func TestReconnectBackoffRunsOnTheClock(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, nil)
+	e.fake.Fail("getMe", telegramtest.Failure{Code: 502, Description: "Bad Gateway"})
+	e.run(t)
+	none := func() int { return 0 }
+	clk.Settle(t, 1, none, none) // the connect loop sleeps on the clock
+	clk.Advance(connectBackoffMin)
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+	calls := e.calls(t, "getMe", 2)
+	if gap := calls[1].At.Sub(calls[0].At); gap != connectBackoffMin {
+		t.Errorf("retried %v after the refusal, want %v", gap, connectBackoffMin)
+	}
 }
 
 func TestRejectedTokenIsTerminal(t *testing.T) {
