@@ -33,7 +33,6 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -44,6 +43,7 @@ import (
 
 	"connector/internal/httpjson"
 	"connector/registry"
+	"connector/registry/change"
 	"connector/store"
 )
 
@@ -87,6 +87,7 @@ const maxBodyBytes = 64 << 10
 // Handler serves the admin API.
 type Handler struct {
 	cfg       Config
+	rec       change.Recorder
 	tokenHash [sha256.Size]byte
 	mux       *http.ServeMux
 }
@@ -105,7 +106,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux()}
+	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(),
+		rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "admin change", Metrics: cfg.Metrics}}
 	h.mux.HandleFunc("GET /admin/v1/tenants", h.listTenants)
 	h.change("POST /admin/v1/tenants", "create_tenant", h.createTenant)
 	h.change("DELETE /admin/v1/tenants/{tenant}", "delete_tenant", h.deleteTenant)
@@ -113,8 +115,8 @@ func New(cfg Config) (*Handler, error) {
 	h.change("POST /admin/v1/tenants/{tenant}/gateways", "create_gateway", h.createGateway)
 	h.change("POST /admin/v1/tenants/{tenant}/gateways/{gateway}/rotate", "rotate_gateway", h.rotate)
 	h.change("DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}", "delete_gateway", h.deleteGateway)
-	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", h.bind)
-	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", h.unbind)
+	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", binding(cfg.Registry.Bind))
+	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", binding(cfg.Registry.Unbind))
 	h.change("PUT /admin/v1/tenants/{tenant}/gateways/{gateway}/wake", "set_wake", h.setWake)
 	h.change("POST /admin/v1/tenants/{tenant}/enroll-tokens", "mint_enroll_token", h.mintEnrollToken)
 	h.mux.HandleFunc("GET /admin/v1/backup", h.backup)
@@ -150,19 +152,8 @@ type changeFunc func(r *http.Request) (what []any, status int, body any, err err
 func (h *Handler) change(pattern, op string, do changeFunc) {
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		what, status, body, err := do(r)
-		if err == nil {
-			if aerr := h.cfg.Apply(r.Context()); aerr != nil {
-				// Stored: every instance applies it on its next look.
-				h.cfg.Log.Warn("admin change stored but not applied here yet", "op", op, "err", aerr)
-			}
-		}
-		outcome, errStatus := classify(err)
-		h.cfg.Metrics.AdminChange(op, outcome)
-		args := append([]any{"op", op, "outcome", outcome, "actor", actor(r), "remote", r.RemoteAddr}, what...)
-		if err != nil {
-			args = append(args, "err", err)
-		}
-		h.cfg.Log.Info("admin change", args...)
+		outcome, errStatus := change.Outcome(err)
+		h.rec.Record(r.Context(), op, outcome, err, append([]any{"actor", actor(r), "remote", r.RemoteAddr}, what...)...)
 		if err != nil {
 			httpjson.Error(w, errStatus, err.Error())
 			return
@@ -189,40 +180,15 @@ func actor(r *http.Request) string {
 	}, a)
 }
 
-// classify maps an error to its outcome label and HTTP status.
-func classify(err error) (string, int) {
-	var syntax *requestError
-	switch {
-	case err == nil:
-		return "ok", http.StatusOK
-	case errors.As(err, &syntax), errors.Is(err, registry.ErrInvalid):
-		return "invalid", http.StatusBadRequest
-	case errors.Is(err, registry.ErrNotFound):
-		return "not_found", http.StatusNotFound
-	case errors.Is(err, registry.ErrExists):
-		return "exists", http.StatusConflict
-	case errors.Is(err, registry.ErrDeclared):
-		return "declared", http.StatusConflict
-	case errors.Is(err, registry.ErrConflict):
-		return "conflict", http.StatusConflict
-	}
-	return "error", http.StatusInternalServerError
-}
-
-// requestError is a malformed request body.
-type requestError struct{ msg string }
-
-func (e *requestError) Error() string { return e.msg }
-
 // decode reads the JSON body strictly into v.
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &requestError{"malformed JSON body: " + err.Error()}
+		return change.Invalid("malformed JSON body: %v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return &requestError{"malformed JSON body: more than one value"}
+		return change.Invalid("malformed JSON body: more than one value")
 	}
 	return nil
 }
@@ -277,7 +243,7 @@ func (h *Handler) rotate(r *http.Request) ([]any, int, any, error) {
 	if req.Grace != "" {
 		d, err := time.ParseDuration(req.Grace)
 		if err != nil || d < 0 {
-			return nil, 0, nil, &requestError{fmt.Sprintf("grace %q: want a duration such as 10m or 0s", req.Grace)}
+			return nil, 0, nil, change.Invalid("grace %q: want a duration such as 10m or 0s", req.Grace)
 		}
 		grace = d
 		if d == 0 {
@@ -303,32 +269,17 @@ type bindingRequest struct {
 	ID       string `json:"id"`
 }
 
-func (h *Handler) bindingOf(r *http.Request) (registry.Binding, error) {
-	var req bindingRequest
-	if err := decode(r, &req); err != nil {
-		return registry.Binding{}, err
+// binding is a bindings route: it runs do (the registry's Bind or Unbind)
+// with the body's binding for the path's tenant.
+func binding(do func(context.Context, registry.Binding) error) changeFunc {
+	return func(r *http.Request) ([]any, int, any, error) {
+		var req bindingRequest
+		if err := decode(r, &req); err != nil {
+			return nil, 0, nil, err
+		}
+		b := registry.Binding{Platform: req.Platform, Kind: req.Kind, ID: req.ID, Tenant: r.PathValue("tenant")}
+		return []any{"tenant", b.Tenant, "platform", b.Platform, "kind", b.Kind, "chat_id", b.ID}, http.StatusNoContent, nil, do(r.Context(), b)
 	}
-	return registry.Binding{Platform: req.Platform, Kind: req.Kind, ID: req.ID, Tenant: r.PathValue("tenant")}, nil
-}
-
-func (h *Handler) bind(r *http.Request) ([]any, int, any, error) {
-	b, err := h.bindingOf(r)
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	return bindingLog(b), http.StatusNoContent, nil, h.cfg.Registry.Bind(r.Context(), b)
-}
-
-func (h *Handler) unbind(r *http.Request) ([]any, int, any, error) {
-	b, err := h.bindingOf(r)
-	if err != nil {
-		return nil, 0, nil, err
-	}
-	return bindingLog(b), http.StatusNoContent, nil, h.cfg.Registry.Unbind(r.Context(), b)
-}
-
-func bindingLog(b registry.Binding) []any {
-	return []any{"tenant", b.Tenant, "platform", b.Platform, "kind", b.Kind, "chat_id", b.ID}
 }
 
 // TenantView is one tenant in the listing.

@@ -1,10 +1,10 @@
 package admin
 
 import (
-	"fmt"
 	"net/http"
 	"time"
 
+	"connector/registry/change"
 	"connector/wake"
 )
 
@@ -39,7 +39,7 @@ func (h *Handler) mintEnrollToken(r *http.Request) ([]any, int, any, error) {
 	if req.TTL != "" {
 		d, err := time.ParseDuration(req.TTL)
 		if err != nil || d <= 0 {
-			return nil, 0, nil, &requestError{fmt.Sprintf("ttl %q: want a positive duration such as 1h", req.TTL)}
+			return nil, 0, nil, change.Invalid("ttl %q: want a positive duration such as 1h", req.TTL)
 		}
 		ttl = d
 	}

@@ -41,6 +41,7 @@ import (
 	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/registry"
+	"connector/registry/change"
 	"connector/wake"
 )
 
@@ -65,13 +66,10 @@ type Config struct {
 	TenantClaim string `yaml:"tenant_claim"`
 }
 
-// Metrics counts requests.
-type Metrics interface {
-	// AdminChange counts one request: op is relay_enroll or
-	// relay_provision, outcome ok or the error class (unauthorized,
-	// forbidden, invalid, not_configured, conflict, error).
-	AdminChange(op, outcome string)
-}
+// Metrics counts requests: op is relay_enroll or relay_provision, outcome
+// ok or the error class (unauthorized, forbidden, invalid, not_configured,
+// conflict, error).
+type Metrics = change.Metrics
 
 // HandlerConfig configures the Handler.
 type HandlerConfig struct {
@@ -91,7 +89,10 @@ type HandlerConfig struct {
 }
 
 // Handler serves the two routes.
-type Handler struct{ cfg HandlerConfig }
+type Handler struct {
+	cfg HandlerConfig
+	rec change.Recorder
+}
 
 // New returns the Handler.
 func New(cfg HandlerConfig) *Handler {
@@ -104,7 +105,7 @@ func New(cfg HandlerConfig) *Handler {
 	if cfg.Apply == nil {
 		cfg.Apply = func(context.Context) error { return nil }
 	}
-	return &Handler{cfg: cfg}
+	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "relay credential request", Metrics: cfg.Metrics}}
 }
 
 type nopMetrics struct{}
@@ -136,19 +137,6 @@ type request struct {
 	what   []any
 }
 
-// failure is a refused request: its status and outcome label.
-type failure struct {
-	status  int
-	outcome string
-	msg     string
-}
-
-func (f *failure) Error() string { return f.msg }
-
-func fail(status int, outcome, format string, args ...any) *failure {
-	return &failure{status: status, outcome: outcome, msg: fmt.Sprintf(format, args...)}
-}
-
 // route authenticates the caller, runs do, applies the registry on
 // success, logs, counts and answers.
 func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler {
@@ -160,24 +148,16 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 			r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 			body, err = do(req)
 		}
-		if err == nil {
-			if aerr := h.cfg.Apply(r.Context()); aerr != nil {
-				h.cfg.Log.Warn("relay credential change stored but not applied here yet", "op", op, "err", aerr)
-			}
-		}
-		f := classify(err)
-		h.cfg.Metrics.AdminChange(op, f.outcome)
-		args := append([]any{"op", op, "outcome", f.outcome, "tenant", req.caller.Tenant, "subject", req.caller.Subject, "remote", r.RemoteAddr}, req.what...)
-		if err != nil {
-			args = append(args, "err", err)
-		}
-		h.cfg.Log.Info("relay credential request", args...)
+		answer := classify(err)
+		outcome, status := change.Outcome(answer)
+		h.rec.Record(r.Context(), op, outcome, err,
+			append([]any{"tenant", req.caller.Tenant, "subject", req.caller.Subject, "remote", r.RemoteAddr}, req.what...)...)
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
-			if f.status == http.StatusUnauthorized {
+			if status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
 			}
-			httpjson.Error(w, f.status, f.msg)
+			httpjson.Error(w, status, answer.Error())
 			return
 		}
 		httpjson.Write(w, http.StatusOK, body)
@@ -187,45 +167,40 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 // authenticate verifies the bearer identity token into req.caller.
 func (h *Handler) authenticate(req *request) error {
 	if h.cfg.Verifier == nil {
-		return fail(http.StatusNotFound, "not_configured", "enrollment is not configured on this connector (enroll.public_key_file)")
+		return change.Refuse(http.StatusNotFound, "not_configured", "enrollment is not configured on this connector (enroll.public_key_file)")
 	}
 	token, ok := strings.CutPrefix(req.r.Header.Get("Authorization"), "Bearer ")
 	if !ok {
-		return fail(http.StatusUnauthorized, "unauthorized", "caller identity: send Authorization: Bearer <identity token>")
+		return change.Refuse(http.StatusUnauthorized, "unauthorized", "caller identity: send Authorization: Bearer <identity token>")
 	}
 	claims, err := h.cfg.Verifier.Verify(strings.TrimSpace(token))
 	if err != nil {
-		return fail(http.StatusUnauthorized, "unauthorized", "caller identity: %v", err)
+		return change.Refuse(http.StatusUnauthorized, "unauthorized", "caller identity: %v", err)
 	}
 	req.caller = claims
 	return nil
 }
 
-// classify maps an error to its status and outcome.
-func classify(err error) *failure {
-	var f *failure
+// classify is the answer to err where this API's contract differs from
+// change.Outcome's: a bad enrollment token and a tenant not onboarded are
+// forbidden, a conflict of any kind is one outcome.
+func classify(err error) error {
 	switch {
-	case err == nil:
-		return &failure{status: http.StatusOK, outcome: "ok"}
-	case errors.As(err, &f):
-		return f
 	case errors.Is(err, registry.ErrEnrollToken):
-		return fail(http.StatusForbidden, "forbidden", "%v", err)
+		return change.Refuse(http.StatusForbidden, "forbidden", "%v", err)
 	case errors.Is(err, registry.ErrNotFound):
-		return fail(http.StatusForbidden, "forbidden", "tenant is not onboarded on this connector (ask its operator)")
-	case errors.Is(err, registry.ErrInvalid):
-		return fail(http.StatusBadRequest, "invalid", "%v", err)
+		return change.Refuse(http.StatusForbidden, "forbidden", "tenant is not onboarded on this connector (ask its operator)")
 	case errors.Is(err, registry.ErrConflict), errors.Is(err, registry.ErrDeclared), errors.Is(err, registry.ErrExists):
-		return fail(http.StatusConflict, "conflict", "%v", err)
+		return change.Refuse(http.StatusConflict, "conflict", "%v", err)
 	}
-	return fail(http.StatusInternalServerError, "error", "%v", err)
+	return err
 }
 
 // decode reads the JSON body into v; unknown fields are ignored (the
 // gateway's body grows additively).
 func decode(r *http.Request, v any) error {
 	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
-		return fail(http.StatusBadRequest, "invalid", "malformed JSON body")
+		return change.Invalid("malformed JSON body")
 	}
 	return nil
 }
@@ -254,11 +229,11 @@ func (h *Handler) enroll(req *request) (any, error) {
 	}
 	req.what = []any{"gateway_id", body.GatewayID, "wake_host", wake.Host(body.WakeURL)}
 	if body.EnrollmentToken == "" {
-		return nil, fail(http.StatusBadRequest, "invalid", "enrollmentToken is required")
+		return nil, change.Invalid("enrollmentToken is required")
 	}
 	if body.WakeURL != "" {
 		if _, err := wake.ValidateURL(body.WakeURL); err != nil {
-			return nil, fail(http.StatusBadRequest, "invalid", "wakeUrl: %v", err)
+			return nil, change.Invalid("wakeUrl: %v", err)
 		}
 	}
 	ctx, tenant := req.r.Context(), req.caller.Tenant
@@ -302,11 +277,11 @@ func (h *Handler) provision(req *request) (any, error) {
 	req.what = []any{"gateway_id", body.GatewayID, "platform", body.Platform, "bot_id", textsplit.Truncate(body.BotID, maxLogIDBytes),
 		"instance_id", textsplit.Truncate(body.InstanceID, maxLogIDBytes), "route_keys", len(body.RouteKeys), "wake_host", wake.Host(body.WakeURL)}
 	if body.Platform != "relay" && !slices.Contains(h.cfg.Platforms, body.Platform) {
-		return nil, fail(http.StatusBadRequest, "invalid", "platform %q is not one this connector fronts", textsplit.Truncate(body.Platform, 64))
+		return nil, change.Invalid("platform %q is not one this connector fronts", textsplit.Truncate(body.Platform, 64))
 	}
 	if body.WakeURL != "" {
 		if _, err := wake.ValidateURL(body.WakeURL); err != nil {
-			return nil, fail(http.StatusBadRequest, "invalid", "wakeUrl: %v", err)
+			return nil, change.Invalid("wakeUrl: %v", err)
 		}
 	}
 	tenant := req.caller.Tenant
@@ -340,17 +315,17 @@ func routeBindings(tenant, platformName string, keys []string) ([]registry.Bindi
 		return nil, nil
 	}
 	if len(keys) > MaxRouteKeys {
-		return nil, fail(http.StatusBadRequest, "invalid", "more than %d routeKeys", MaxRouteKeys)
+		return nil, change.Invalid("more than %d routeKeys", MaxRouteKeys)
 	}
 	kind, ok := bindingKinds[platformName]
 	if !ok {
-		return nil, fail(http.StatusBadRequest, "invalid", "routeKeys need the platform they route (discord, telegram or nexscope), not %q", platformName)
+		return nil, change.Invalid("routeKeys need the platform they route (discord, telegram or nexscope), not %q", platformName)
 	}
 	out := make([]registry.Binding, 0, len(keys))
 	for _, k := range keys {
 		b, err := registry.CanonicalBinding(registry.Binding{Platform: platformName, Kind: kind, ID: k, Tenant: tenant})
 		if err != nil {
-			return nil, fail(http.StatusBadRequest, "invalid", "routeKeys: %v", err)
+			return nil, change.Invalid("routeKeys: %v", err)
 		}
 		if !slices.ContainsFunc(out, func(x registry.Binding) bool { return x.ID == b.ID }) {
 			out = append(out, b)

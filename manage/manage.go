@@ -47,6 +47,7 @@ import (
 	"connector/internal/httpjson"
 	"connector/platform"
 	"connector/registry"
+	"connector/registry/change"
 )
 
 // Authenticator checks a gateway's side-channel bearer, the whole
@@ -56,12 +57,9 @@ type Authenticator interface {
 	Authenticate(header string) (tenant, gatewayID string, err error)
 }
 
-// Metrics counts management changes.
-type Metrics interface {
-	// AdminChange counts one change: op names the route (manage_link, …,
-	// link_redeem), outcome is "ok" or the error class.
-	AdminChange(op, outcome string)
-}
+// Metrics counts management changes: op names the route (manage_link, …,
+// link_redeem), outcome is "ok" or the error class.
+type Metrics = change.Metrics
 
 // Config configures the Handler.
 type Config struct {
@@ -95,6 +93,7 @@ const MaxBodyBytes = 64 << 10
 // Handler serves the management routes and redeems link codes.
 type Handler struct {
 	cfg Config
+	rec change.Recorder
 }
 
 var _ platform.Linker = (*Handler)(nil)
@@ -107,7 +106,7 @@ func New(cfg Config) *Handler {
 	if cfg.Metrics == nil {
 		cfg.Metrics = nopMetrics{}
 	}
-	return &Handler{cfg: cfg}
+	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "manage change", Metrics: cfg.Metrics}}
 }
 
 type nopMetrics struct{}
@@ -188,7 +187,7 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 		if err == nil {
 			var body []byte
 			if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
-				err = &requestError{fmt.Sprintf("body over %d bytes or unreadable", MaxBodyBytes)}
+				err = change.Invalid("body over %d bytes or unreadable", MaxBodyBytes)
 			} else {
 				var req *Request
 				if req, err = ParseRequest(body); err == nil {
@@ -196,22 +195,12 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 				}
 			}
 		}
-		if err == nil {
-			if aerr := h.cfg.Apply(r.Context()); aerr != nil {
-				h.cfg.Log.Warn("manage change stored but not applied here yet", "op", op, "err", aerr)
-			}
-		}
-		outcome, status := classify(err)
-		h.cfg.Metrics.AdminChange(op, outcome)
-		args := []any{"op", op, "outcome", outcome, "tenant", c.tenant, "gateway_id", c.gateway, "auth", c.via}
+		outcome, status := change.Outcome(err)
+		args := []any{"tenant", c.tenant, "gateway_id", c.gateway, "auth", c.via}
 		if c.subject != "" {
 			args = append(args, "subject", c.subject)
 		}
-		args = append(append(args, "remote", r.RemoteAddr), what...)
-		if err != nil {
-			args = append(args, "err", err)
-		}
-		h.cfg.Log.Info("manage change", args...)
+		h.rec.Record(r.Context(), op, outcome, err, append(append(args, "remote", r.RemoteAddr), what...)...)
 		if err != nil {
 			httpjson.Error(w, status, err.Error())
 			return
@@ -224,37 +213,13 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 	})
 }
 
-// classify maps an error to its outcome label and HTTP status.
-func classify(err error) (string, int) {
-	var bad *requestError
-	switch {
-	case err == nil:
-		return "ok", http.StatusOK
-	case errors.As(err, &bad), errors.Is(err, registry.ErrInvalid):
-		return "invalid", http.StatusBadRequest
-	case errors.Is(err, registry.ErrNotFound):
-		return "not_found", http.StatusNotFound
-	case errors.Is(err, registry.ErrConflict):
-		return "conflict", http.StatusConflict
-	case errors.Is(err, registry.ErrDeclared):
-		return "declared", http.StatusConflict
-	case errors.Is(err, registry.ErrLimit):
-		return "limit", http.StatusTooManyRequests
-	case errors.Is(err, errForbidden):
-		return "forbidden", http.StatusForbidden
-	case errors.Is(err, platform.ErrUnavailable):
-		return "unavailable", http.StatusServiceUnavailable
-	}
-	return "error", http.StatusInternalServerError
-}
-
 // platformOf checks that name is an author-routing platform.
 func (h *Handler) platformOf(name string, required bool) error {
 	if name == "" && !required {
 		return nil
 	}
 	if !slices.Contains(h.cfg.Platforms, name) {
-		return &requestError{fmt.Sprintf("platform %q: want one of %v", name, h.cfg.Platforms)}
+		return change.Invalid("platform %q: want one of %v", name, h.cfg.Platforms)
 	}
 	return nil
 }
@@ -283,7 +248,7 @@ func (h *Handler) scopeBinding(c caller, req *Request) (registry.Binding, []any,
 		return registry.Binding{}, nil, err
 	}
 	if req.ChannelID == "" {
-		return registry.Binding{}, nil, &requestError{"channelId is required"}
+		return registry.Binding{}, nil, change.Invalid("channelId is required")
 	}
 	b := registry.Binding{Platform: req.Platform, Kind: platform.BindScope, ID: req.ChannelID, Tenant: c.tenant}
 	return b, []any{"platform", req.Platform, "chat_id", req.ChannelID, "guild_id", req.GuildID}, nil
@@ -322,15 +287,12 @@ func (h *Handler) visible(ctx context.Context, c caller, req *Request) error {
 	guild, err := loc.ScopeGuild(platform.WithTenant(ctx, c.tenant), req.ChannelID)
 	switch {
 	case errors.Is(err, platform.ErrUnknownChat), err == nil && (guild == "" || guild != req.GuildID):
-		return fmt.Errorf("%w: the bot sees no channel %s in guild %q", errForbidden, req.ChannelID, req.GuildID)
+		return change.Refuse(http.StatusForbidden, "forbidden", "forbidden: the bot sees no channel %s in guild %q", req.ChannelID, req.GuildID)
 	case err != nil:
 		return err
 	}
 	return nil
 }
-
-// errForbidden is a claim the visibility floor refuses.
-var errForbidden = errors.New("forbidden")
 
 func (h *Handler) release(ctx context.Context, c caller, req *Request) ([]any, map[string]any, error) {
 	b, what, err := h.scopeBinding(c, req)
@@ -360,7 +322,7 @@ func (h *Handler) dmDefault(ctx context.Context, c caller, req *Request) ([]any,
 		return nil, nil, err
 	}
 	if req.UserID == "" {
-		return nil, nil, &requestError{"userId is required"}
+		return nil, nil, change.Invalid("userId is required")
 	}
 	what := []any{"platform", req.Platform, "user_id", req.UserID}
 	return what, map[string]any{"platform": req.Platform, "userId": req.UserID},
@@ -390,23 +352,13 @@ func (h *Handler) Link(ctx context.Context, platformName, userID, code string) (
 	if errors.Is(err, registry.ErrNotFound) {
 		err = platform.ErrLinkRefused
 	}
-	outcome := "ok"
+	outcome, logged := "ok", err
 	switch {
 	case errors.Is(err, platform.ErrLinkRefused):
-		outcome = "refused"
+		outcome, logged = "refused", nil // an outcome, not an error to log
 	case err != nil:
 		outcome = "error"
 	}
-	if err == nil {
-		if aerr := h.cfg.Apply(ctx); aerr != nil {
-			h.cfg.Log.Warn("link stored but not applied here yet", "err", aerr)
-		}
-	}
-	h.cfg.Metrics.AdminChange("link_redeem", outcome)
-	args := []any{"op", "link_redeem", "outcome", outcome, "platform", platformName, "user_id", userID, "tenant", tenant}
-	if err != nil && outcome == "error" {
-		args = append(args, "err", err)
-	}
-	h.cfg.Log.Info("manage change", args...)
+	h.rec.Record(ctx, "link_redeem", outcome, logged, "platform", platformName, "user_id", userID, "tenant", tenant)
 	return tenant, err
 }

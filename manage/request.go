@@ -9,6 +9,7 @@ import (
 
 	"connector/internal/textsplit"
 	"connector/registry"
+	"connector/registry/change"
 )
 
 // Request is the body of any management route; each route reads the
@@ -42,11 +43,6 @@ type wireRequest struct {
 // maxField bounds a string field.
 const maxField = 128
 
-// requestError is a malformed request body.
-type requestError struct{ msg string }
-
-func (e *requestError) Error() string { return e.msg }
-
 // ParseRequest reads a management request body: empty, or one JSON
 // object. It bounds every field.
 func ParseRequest(body []byte) (*Request, error) {
@@ -54,17 +50,17 @@ func ParseRequest(body []byte) (*Request, error) {
 	if len(bytes.TrimSpace(body)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		if err := dec.Decode(&w); err != nil {
-			return nil, &requestError{"malformed JSON body: " + err.Error()}
+			return nil, change.Invalid("malformed JSON body: %v", err)
 		}
 		if _, err := dec.Token(); err != io.EOF {
-			return nil, &requestError{"malformed JSON body: more than one value"}
+			return nil, change.Invalid("malformed JSON body: more than one value")
 		}
 	}
 	if w.TTLSeconds < 0 || w.TTLSeconds > int(registry.MaxLinkTTL.Seconds()) {
-		return nil, &requestError{fmt.Sprintf("ttlSeconds %d: want 0 to %d", w.TTLSeconds, int(registry.MaxLinkTTL.Seconds()))}
+		return nil, change.Invalid("ttlSeconds %d: want 0 to %d", w.TTLSeconds, int(registry.MaxLinkTTL.Seconds()))
 	}
 	if len(w.Allow) > registry.MaxAllowList {
-		return nil, &requestError{fmt.Sprintf("allow: more than %d users", registry.MaxAllowList)}
+		return nil, change.Invalid("allow: more than %d users", registry.MaxAllowList)
 	}
 	r := &Request{Platform: w.Platform, TTLSeconds: w.TTLSeconds, GuildID: string(w.GuildID), ChannelID: string(w.ChannelID),
 		Principal: w.Principal, UserID: string(w.UserID)}
@@ -73,7 +69,7 @@ func ParseRequest(body []byte) (*Request, error) {
 	}
 	for name, v := range map[string]string{"platform": r.Platform, "guildId": r.GuildID, "channelId": r.ChannelID, "principal": r.Principal, "userId": r.UserID} {
 		if len(v) > maxField {
-			return nil, &requestError{fmt.Sprintf("%s longer than %d bytes", name, maxField)}
+			return nil, change.Invalid("%s longer than %d bytes", name, maxField)
 		}
 	}
 	return r, nil

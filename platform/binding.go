@@ -83,8 +83,8 @@ type RelevanceTaker interface {
 
 // ChatGranter is implemented by platforms where a chat may be open to
 // tenants besides the one ChatTenant names: with author-first routing a
-// tenant may act in a channel where an author bound to it spoke. The relay
-// lets an action through when ChatGranted says so, before asking
+// tenant may act in a channel where an author bound to it spoke.
+// Authorize lets an action through when ChatGranted says so, before asking
 // ChatTenant.
 type ChatGranter interface {
 	ChatGranted(chatID, tenant string) bool

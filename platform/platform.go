@@ -39,13 +39,13 @@ type Platform interface {
 	// discriminators (Discord guild, Telegram chat id, nexscope room). It
 	// returns ErrUnknownChat when no tenant claims the chat, and an error
 	// wrapping ErrUnavailable when it cannot tell because the platform is
-	// unreachable. The relay names the asking tenant in ctx (WithTenant): a
+	// unreachable. The caller names the asking tenant in ctx (WithTenant): a
 	// platform that has to ask the network charges the call to it.
 	ChatTenant(ctx context.Context, chatID string) (string, error)
-	// Execute performs one outbound action for tenant. The relay has already
-	// checked that the op is advertised and, for chat-addressed ops, that the
-	// chat belongs to tenant. Execute honours ctx's deadline (the gateway
-	// waits 30 s) and never returns secrets in the result.
+	// Execute performs one outbound action for tenant. It checks the op
+	// (Unsupported) and a chat-addressed op's chat (Authorize) itself: the
+	// relay checks neither. It honours ctx's deadline (the gateway waits
+	// 30 s) and never returns secrets in the result.
 	Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result
 	// Status reports readiness for /readyz.
 	Status() Status
@@ -56,9 +56,9 @@ var ErrUnknownChat = errors.New("no tenant claims this chat")
 
 // ErrUnavailable is wrapped by ChatTenant's error when the chat's owner
 // cannot be looked up because the platform is unreachable (connection
-// refused, DNS failure, server errors, timeouts). The relay answers such an
-// action with the retryable code unavailable, never with the decline the
-// gateway treats as final.
+// refused, DNS failure, server errors, timeouts). Such an action is
+// answered with the retryable code unavailable (OwnerUnknown), never with
+// the decline the gateway treats as final.
 var ErrUnavailable = errors.New("platform unreachable")
 
 // Status is a platform's readiness.

@@ -4,10 +4,11 @@ import "context"
 
 type tenantKey struct{}
 
-// WithTenant marks ctx as carrying a call made on tenant's behalf: the
-// relay sets it before ChatTenant, and a platform's REST calls under it are
-// charged to that tenant (Discord's fair share of the global budget, and
-// the decline memory of an instance without the Discord Gateway).
+// WithTenant marks ctx as carrying a call made on tenant's behalf: every
+// caller of ChatTenant sets it (Authorize, the relay's routing), and a
+// platform's REST calls under it are charged to that tenant (Discord's fair
+// share of the global budget, and the decline memory of an instance without
+// the Discord Gateway).
 func WithTenant(ctx context.Context, tenant string) context.Context {
 	return context.WithValue(ctx, tenantKey{}, tenant)
 }

@@ -147,7 +147,8 @@ func (r *Registry) Provision(ctx context.Context, tenant, id string) (secret str
 	return live[0].Value, false, nil
 }
 
-// tokenKey is the store key of an enrollment token.
+// tokenKey is the store key of an enrollment token or a link code: its
+// SHA-256, so the store never holds one that could be redeemed.
 func tokenKey(token string) string {
 	sum := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(sum[:])

@@ -3,9 +3,7 @@ package registry
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -98,7 +96,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 		return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant are outstanding; redeem or let them expire", ErrLimit, live)
 	}
 	code := newLinkCode()
-	c := linkCode{Hash: linkHash(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl)}
+	c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl)}
 	if err := r.put(ctx, nsLinkCodes, c.Hash, c); err != nil {
 		return "", time.Time{}, err
 	}
@@ -114,7 +112,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if !ok {
 		return "", ErrNotFound
 	}
-	want := linkHash(norm)
+	want := tokenKey(norm)
 	var c linkCode
 	if ok, err := r.get(ctx, nsLinkCodes, want, &c); err != nil {
 		return "", err
@@ -158,11 +156,6 @@ func NormalizeLinkCode(code string) (string, bool) {
 		return "", false
 	}
 	return b.String(), true
-}
-
-func linkHash(code string) string {
-	sum := sha256.Sum256([]byte(code))
-	return hex.EncodeToString(sum[:])
 }
 
 // newLinkCode returns LinkCodeLen random characters of linkAlphabet.

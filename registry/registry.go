@@ -15,7 +15,7 @@
 //
 // # Secrets
 //
-// A gateway has up to MaxSecrets secrets, each valid until its optional
+// A gateway has up to contract.MaxSecretsPerGateway secrets, each valid until its optional
 // expiry: Rotate adds a new secret and gives the others Grace (or the
 // grace asked for) before they lapse. Secrets are stored as they are,
 // because the relay verifies HMAC tokens with them; they never appear in
@@ -37,6 +37,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connector/contract"
 	"connector/platform"
 	"connector/store"
 )
@@ -54,9 +55,6 @@ const (
 // DefaultGrace is how long a rotated-out secret stays valid when Rotate is
 // not given a grace.
 const DefaultGrace = time.Hour
-
-// MaxSecrets bounds a gateway's secrets (contract.MaxSecretsPerGateway).
-const MaxSecrets = 8
 
 // Errors. Test them with errors.Is; the admin API maps each to a status.
 var (
@@ -479,8 +477,8 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 		}
 		keep = append(keep, s)
 	}
-	if len(keep) > MaxSecrets {
-		keep = keep[:MaxSecrets] // the newest first: the oldest go
+	if len(keep) > contract.MaxSecretsPerGateway {
+		keep = keep[:contract.MaxSecretsPerGateway] // the newest first: the oldest go
 	}
 	g.Secrets = keep
 	return secret, r.put(ctx, nsGateways, id, g)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,8 +30,8 @@ const maxBatchBytes = 64 << 10
 // a loaded connection keeps its writer instead of starting one per event.
 const writerLinger = 100 * time.Millisecond
 
-// conn is one authenticated gateway connection. Its handler goroutine
-// reads (serve); a writer goroutine runs while frames are queued, lingering
+// conn is one authenticated gateway connection. Its own goroutine reads
+// (serve); a writer goroutine runs while frames are queued, lingering
 // a little on a busy connection (wsconn.Queue), and pings ride on the server's clock (wsconn.Keepalive);
 // everything else only enqueues frames.
 type conn struct {
@@ -62,6 +63,9 @@ type conn struct {
 	logs *loglimit.Bucket
 
 	outSlots chan struct{} // bounds concurrent outbound ops
+
+	place   *slot // the admission slot, given up once c ended
+	helloed bool  // a hello was read: reading goes on on a fresh goroutine (see read)
 }
 
 func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, remote string) *conn {
@@ -166,9 +170,34 @@ func (c *conn) serve() {
 		c.closeWith(contract.EndPingTimeout)
 	})
 	c.alive.Start()
+	c.read()
+}
 
+// read runs the read loop until the connection fails, then ends c. After a
+// message with a hello it goes on on a fresh goroutine: decoding and
+// answering hellos grows a goroutine's stack to 8 KiB, which the runtime
+// keeps (it shrinks no stack below 4 times its use), while the blocking read
+// of an idle connection needs 4 KiB.
+func (c *conn) read() {
+	defer func() {
+		if v := recover(); v != nil { // a bug ends this connection, not the process
+			c.log.Error("gateway connection failed: panic", "panic", v, "stack", string(debug.Stack()))
+			c.end(errPanicked)
+		}
+	}()
 	err := c.readLoop()
+	if err == nil {
+		go c.read()
+		return
+	}
+	c.end(err)
+}
 
+// errPanicked is what ends a connection whose reader panicked.
+var errPanicked = errors.New("reader panicked")
+
+// end tears c down after its reader stopped with err.
+func (c *conn) end(err error) {
 	c.cancel()
 	c.q.Close(wsconn.Drop, false) // unless a close is under way
 	<-c.q.Done()
@@ -176,6 +205,8 @@ func (c *conn) serve() {
 	c.hub.detach(c)
 	c.srv.cfg.Metrics.ConnClosed(c.hub.id)
 	c.logClosed(err)
+	c.srv.untrack(c)
+	c.gw.admission.release(c.place)
 }
 
 func (c *conn) logClosed(err error) {
@@ -193,9 +224,9 @@ func (c *conn) logClosed(err error) {
 	c.log.Info("gateway disconnected", attrs...)
 }
 
-// readLoop reads messages until the connection fails, handling every
-// "\n"-separated frame in each (text or binary, as the gateway's own reader
-// accepts both).
+// readLoop reads messages until the connection fails (its error) or a
+// message had a hello (nil), handling every "\n"-separated frame in each
+// (text or binary, as the gateway's own reader accepts both).
 func (c *conn) readLoop() error {
 	for {
 		// No context: a cancellable one costs coder/websocket a timer
@@ -217,7 +248,8 @@ func (c *conn) readLoop() error {
 		if buf.Cap() <= 64<<10 { // do not pin a rare large message's buffer
 			readBuffers.Put(buf)
 		}
-		if err != nil {
+		if err != nil || c.helloed {
+			c.helloed = false
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -76,6 +77,12 @@ func (p *fakePlatform) ChatTenant(_ context.Context, chatID string) (string, err
 }
 
 func (p *fakePlatform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+	if !slices.Contains(p.ops, a.Op) {
+		return platform.Unsupported(p.name)
+	}
+	if r, ok := platform.Authorize(ctx, p, tenant, string(a.ChatID)); !ok && a.Op != contract.OpFollowUp {
+		return r
+	}
 	select {
 	case p.entered <- string(a.ChatID):
 	default: // nobody is watching

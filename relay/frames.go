@@ -38,6 +38,7 @@ func (c *conn) handleLine(line []byte) {
 	switch f.Type {
 	case contract.TypeHello:
 		c.handleHello(f)
+		c.helloed = true
 	case contract.TypeOutbound:
 		c.handleOutbound(f)
 	case contract.TypeInterrupt:
@@ -181,8 +182,10 @@ func (c *conn) target(tag string) outboundTarget {
 	return outboundTarget{among: c.identities[:len(c.identities):len(c.identities)]}
 }
 
-// execute checks an action against the connection's tenant and runs it on
-// its platform, which it records in op (for the metrics).
+// execute runs an action on its platform, which it records in op (for the
+// metrics). The relay checks what is its own: the platform, a follow_up's
+// session, that the action names its chat or session. The op and the chat
+// are the platform's to check (platform.Platform.Execute).
 func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action, op *outboundOp) contract.Result {
 	if t.declined {
 		return contract.Declined(truncateForLog(t.name))
@@ -193,7 +196,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		if name, err = c.resolvePlatform(ctx, a, t.among); err != nil {
 			if errors.Is(err, platform.ErrUnavailable) {
 				c.logs.Log(c.log, slog.LevelWarn, "chat tenant lookup failed", "platform", contract.PlatformRelay, "err", err)
-				return ownerUnknown(contract.PlatformRelay)
+				return platform.OwnerUnknown(contract.PlatformRelay, err)
 			}
 			return contract.Declined(contract.PlatformRelay)
 		}
@@ -203,11 +206,6 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		return contract.Declined(name)
 	}
 	op.platform = name
-	d := c.srv.descriptors[name]
-	if !d.HasOp(a.Op) {
-		return contract.Failed(contract.CodeUnsupportedOp,
-			fmt.Sprintf("op %q is not supported on %s", truncateForLog(a.Op), name))
-	}
 	if a.Op == contract.OpFollowUp {
 		if a.SessionKey == "" {
 			return contract.Failed(contract.CodeBadRequest, "follow_up needs a session_key")
@@ -215,36 +213,21 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		if owner, known := c.srv.sessionTenant(a.SessionKey); known && owner != c.hub.id {
 			return contract.Declined(name)
 		}
-	} else {
-		chatID := string(a.ChatID)
-		if chatID == "" {
-			return contract.Failed(contract.CodeBadRequest, fmt.Sprintf("%s needs a chat_id", a.Op))
-		}
-		if g, ok := p.(platform.ChatGranter); ok && g.ChatGranted(chatID, c.hub.id) {
-			c.hub.noteProfile(name, chatID, a.Metadata.Profile)
-			return p.Execute(ctx, c.hub.id, a)
-		}
-		owner, err := p.ChatTenant(platform.WithTenant(ctx, c.hub.id), chatID)
-		if err != nil && !errors.Is(err, platform.ErrUnknownChat) {
-			c.logs.Log(c.log, slog.LevelWarn, "chat tenant lookup failed", "platform", name, "err", err)
-			if errors.Is(err, platform.ErrUnavailable) {
-				return ownerUnknown(name)
-			}
-		}
-		if err != nil || owner != c.hub.id {
-			return contract.Declined(name)
-		}
-		c.hub.noteProfile(name, chatID, a.Metadata.Profile)
+		return p.Execute(ctx, c.hub.id, a)
 	}
-	return p.Execute(ctx, c.hub.id, a)
-}
-
-// ownerUnknown answers an action whose chat owner could not be looked up
-// because the platform is unreachable: retryable, and saying nothing about
-// whose chat it is.
-func ownerUnknown(name string) contract.Result {
-	return contract.Failed(contract.CodeUnavailable,
-		truncateForLog(name)+" is unreachable: the chat's owner could not be checked; retry later")
+	if a.ChatID == "" && slices.Contains(contract.Ops, a.Op) { // an op outside the contract is the platform's unsupported_op
+		return contract.Failed(contract.CodeBadRequest, a.Op+" needs a chat_id")
+	}
+	r := p.Execute(ctx, c.hub.id, a)
+	// The chat's profile is noted unless the platform refused the action or
+	// could not tell whose the chat is (unavailable; after a transport
+	// failure the retry notes it): only the tenant's own chats are noted.
+	switch r.Code {
+	case contract.CodeUnsupportedOp, contract.CodeBadRequest, contract.CodeEgressDeclined, contract.CodeUnavailable:
+	default:
+		c.hub.noteProfile(name, string(a.ChatID), a.Metadata.Profile)
+	}
+	return r
 }
 
 // resolvePlatform finds the platform of an action whose frame names none

@@ -40,7 +40,8 @@
 //     and is answered with exactly one outbound_result carrying its
 //     requestId. It goes to the platform it is tagged with; an untagged one
 //     (or one tagged "relay") goes to the platform that places its chat in
-//     the tenant, among those the connection said hello for. Ops the target platform does not advertise fail with
+//     the tenant, among those the connection said hello for. The platform
+//     checks the op and the chat: an op it does not advertise fails with
 //     code "unsupported_op"; a chat, session or platform outside the
 //     connection's tenant gets the structured decline (egress_declined); a
 //     chat whose owner the platform cannot look up because it is unreachable
@@ -265,11 +266,10 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 	// regMu guards gateways and tenants (tenants.go); it is a leaf.
-	regMu       sync.RWMutex
-	gateways    map[string]*gatewayRecord
-	tenants     map[string]*hub
-	platforms   map[string]platform.Platform
-	descriptors map[string]descriptor.Descriptor
+	regMu     sync.RWMutex
+	gateways  map[string]*gatewayRecord
+	tenants   map[string]*hub
+	platforms map[string]platform.Platform
 	// descriptorFrames holds the encoded descriptor frame answered to a
 	// hello for each platform, "relay" included.
 	descriptorFrames map[string][]byte
@@ -336,7 +336,6 @@ func newServer(cfg Config) (*Server, error) {
 		gateways:     make(map[string]*gatewayRecord),
 		tenants:      make(map[string]*hub),
 		platforms:    make(map[string]platform.Platform),
-		descriptors:  make(map[string]descriptor.Descriptor),
 		conns:        make(map[*conn]struct{}),
 		ops:          make(map[*outboundOp]struct{}),
 		logs:         newServerLogs(cfg.Clock.Now, len(cfg.Tenants)),
@@ -359,7 +358,6 @@ func newServer(cfg Config) (*Server, error) {
 		}
 		d := p.Descriptor()
 		s.platforms[name] = p
-		s.descriptors[name] = d
 		s.descriptorFrames[name] = contract.EncodeDescriptor(d)
 		s.order = append(s.order, name)
 		all = append(all, d)
@@ -479,11 +477,11 @@ func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 	return nil
 }
 
-// ServeHTTP upgrades a gateway's request and serves the connection until it
-// closes. Authentication failures are reported with close 4401 after the
-// upgrade, as the gateway expects. A connection beyond its gateway id's
-// MaxConnsPerGateway waits, before its upgrade, for the oldest one to be
-// fully closed (see admission).
+// ServeHTTP upgrades a gateway's request and returns, serving the
+// connection on a goroutine of its own until it closes. Authentication
+// failures are reported with close 4401 after the upgrade, as the gateway
+// expects. A connection beyond its gateway id's MaxConnsPerGateway waits,
+// before its upgrade, for the oldest one to be fully closed (see admission).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	closing := s.closing
@@ -523,18 +521,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
 		return
 	}
-	defer gw.admission.release(place)
 	c := newConn(s, gw, ws, hr.conn, r.RemoteAddr)
+	c.place = place
 	if !gw.admission.attach(place, c) {
 		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
+		gw.admission.release(place)
 		return
 	}
 	if !s.track(c) {
 		s.closeSocket(ws, hr.conn, contract.EndShutdown)
+		gw.admission.release(place)
 		return
 	}
-	defer s.untrack(c)
-	c.serve()
+	// On a goroutine of its own, so that net/http frees the request, its
+	// headers and this handler's stack, which would otherwise live as long
+	// as the connection.
+	go c.serve()
 }
 
 // track registers c; false when the server is shutting down.

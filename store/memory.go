@@ -71,8 +71,12 @@ func NewMemory(now func() time.Time) *Memory {
 	return m
 }
 
-// lock takes the store's mutex unless ctx is done or the store is closed.
-func (m *Memory) lock(ctx context.Context) error {
+// lock takes the store's mutex unless the call's arguments are bad (argErr,
+// from their check), ctx is done or the store is closed.
+func (m *Memory) lock(ctx context.Context, argErr error) error {
+	if argErr != nil {
+		return argErr
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -136,14 +140,11 @@ func (m *Memory) sweep() {
 	}
 }
 
-type memLedger struct{ m *Memory }
+// memLedger and the other views below are the store under each interface.
+type memLedger struct{ *Memory }
 
-func (l memLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
-	if err := checkName("tenant", tenant); err != nil {
-		return nil, err
-	}
-	m := l.m
-	if err := m.lock(ctx); err != nil {
+func (m memLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
+	if err := m.lock(ctx, checkName("tenant", tenant)); err != nil {
 		return nil, err
 	}
 	defer m.mu.Unlock()
@@ -169,20 +170,16 @@ func (l memLedger) Append(ctx context.Context, tenant string, recs []Record) ([]
 	return seqs, nil
 }
 
-func (l memLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]uint64, func() error, error) {
-	seqs, err := l.Append(ctx, tenant, recs)
+func (m memLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]uint64, func() error, error) {
+	seqs, err := m.Append(ctx, tenant, recs)
 	if err != nil {
 		return nil, nil, err
 	}
 	return seqs, committed, nil
 }
 
-func (l memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
-	if err := checkReadArgs(tenant, max); err != nil {
-		return nil, err
-	}
-	m := l.m
-	if err := m.lock(ctx); err != nil {
+func (m memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
+	if err := m.lock(ctx, checkReadArgs(tenant, max)); err != nil {
 		return nil, err
 	}
 	defer m.mu.Unlock()
@@ -200,16 +197,12 @@ func (l memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max
 	return out, nil
 }
 
-func (l memLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
-	return l.AckAll(ctx, map[string][]uint64{tenant: seqs})
+func (m memLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
+	return m.AckAll(ctx, map[string][]uint64{tenant: seqs})
 }
 
-func (l memLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
-	if err := checkAckAllArgs(acks); err != nil {
-		return 0, err
-	}
-	m := l.m
-	if err := m.lock(ctx); err != nil {
+func (m memLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, error) {
+	if err := m.lock(ctx, checkAckAllArgs(acks)); err != nil {
 		return 0, err
 	}
 	defer m.mu.Unlock()
@@ -232,12 +225,8 @@ func (l memLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, e
 	return removed, nil
 }
 
-func (l memLedger) Trim(ctx context.Context, tenant string, b Bounds) ([]Dropped, error) {
-	if err := checkName("tenant", tenant); err != nil {
-		return nil, err
-	}
-	m := l.m
-	if err := m.lock(ctx); err != nil {
+func (m memLedger) Trim(ctx context.Context, tenant string, b Bounds) ([]Dropped, error) {
+	if err := m.lock(ctx, checkName("tenant", tenant)); err != nil {
 		return nil, err
 	}
 	defer m.mu.Unlock()
@@ -258,12 +247,8 @@ func (l memLedger) Trim(ctx context.Context, tenant string, b Bounds) ([]Dropped
 	return out, nil
 }
 
-func (l memLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
-	if err := checkName("tenant", tenant); err != nil {
-		return Stats{}, err
-	}
-	m := l.m
-	if err := m.lock(ctx); err != nil {
+func (m memLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
+	if err := m.lock(ctx, checkName("tenant", tenant)); err != nil {
 		return Stats{}, err
 	}
 	defer m.mu.Unlock()
@@ -274,9 +259,8 @@ func (l memLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
 	return Stats{Entries: len(lg.recs), Bytes: lg.bytes}, nil
 }
 
-func (l memLedger) Tenants(ctx context.Context) ([]string, error) {
-	m := l.m
-	if err := m.lock(ctx); err != nil {
+func (m memLedger) Tenants(ctx context.Context) ([]string, error) {
+	if err := m.lock(ctx, nil); err != nil {
 		return nil, err
 	}
 	defer m.mu.Unlock()
@@ -290,14 +274,10 @@ func (l memLedger) Tenants(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-type memCaps struct{ m *Memory }
+type memCaps struct{ *Memory }
 
-func (c memCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
-	if err := checkName("capability key", key); err != nil {
-		return err
-	}
-	m := c.m
-	if err := m.lock(ctx); err != nil {
+func (m memCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
+	if err := m.lock(ctx, checkName("capability key", key)); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
@@ -305,12 +285,8 @@ func (c memCaps) Put(ctx context.Context, key string, value []byte, expires time
 	return nil
 }
 
-func (c memCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if err := checkName("capability key", key); err != nil {
-		return nil, false, err
-	}
-	m := c.m
-	if err := m.lock(ctx); err != nil {
+func (m memCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := m.lock(ctx, checkName("capability key", key)); err != nil {
 		return nil, false, err
 	}
 	defer m.mu.Unlock()
@@ -321,12 +297,8 @@ func (c memCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	return slices.Clone(e.value), true, nil
 }
 
-func (c memCaps) Delete(ctx context.Context, key string) error {
-	if err := checkName("capability key", key); err != nil {
-		return err
-	}
-	m := c.m
-	if err := m.lock(ctx); err != nil {
+func (m memCaps) Delete(ctx context.Context, key string) error {
+	if err := m.lock(ctx, checkName("capability key", key)); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
@@ -334,14 +306,10 @@ func (c memCaps) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-type memOwners struct{ m *Memory }
+type memOwners struct{ *Memory }
 
-func (w memOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
-		return err
-	}
-	m := w.m
-	if err := m.lock(ctx); err != nil {
+func (m memOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
+	if err := m.lock(ctx, checkOwnerSetArgs(tenant, sessionKey, ttl)); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
@@ -349,12 +317,8 @@ func (w memOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, 
 	return nil
 }
 
-func (w memOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return Owner{}, false, err
-	}
-	m := w.m
-	if err := m.lock(ctx); err != nil {
+func (m memOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
+	if err := m.lock(ctx, checkOwnerArgs(tenant, sessionKey)); err != nil {
 		return Owner{}, false, err
 	}
 	defer m.mu.Unlock()
@@ -365,12 +329,8 @@ func (w memOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, b
 	return e.o, true, nil
 }
 
-func (w memOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return err
-	}
-	m := w.m
-	if err := m.lock(ctx); err != nil {
+func (m memOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
+	if err := m.lock(ctx, checkOwnerArgs(tenant, sessionKey)); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
@@ -378,14 +338,10 @@ func (w memOwners) Delete(ctx context.Context, tenant, sessionKey string) error 
 	return nil
 }
 
-type memLeases struct{ m *Memory }
+type memLeases struct{ *Memory }
 
-func (ls memLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
-	if err := checkLeaseArgs(name, holder, ttl); err != nil {
-		return Lease{}, false, err
-	}
-	m := ls.m
-	if err := m.lock(ctx); err != nil {
+func (m memLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
+	if err := m.lock(ctx, checkLeaseArgs(name, holder, ttl)); err != nil {
 		return Lease{}, false, err
 	}
 	defer m.mu.Unlock()
@@ -396,12 +352,8 @@ func (ls memLeases) Acquire(ctx context.Context, name, holder string, ttl time.D
 	return l, acquired, nil
 }
 
-func (ls memLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
-	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
-		return Lease{}, err
-	}
-	m := ls.m
-	if err := m.lock(ctx); err != nil {
+func (m memLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
+	if err := m.lock(ctx, checkLeaseArgs(name, l.Holder, ttl)); err != nil {
 		return Lease{}, err
 	}
 	defer m.mu.Unlock()
@@ -414,12 +366,8 @@ func (ls memLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Du
 	return l, nil
 }
 
-func (ls memLeases) Release(ctx context.Context, name string, l Lease) error {
-	if err := checkName("lease name", name); err != nil {
-		return err
-	}
-	m := ls.m
-	if err := m.lock(ctx); err != nil {
+func (m memLeases) Release(ctx context.Context, name string, l Lease) error {
+	if err := m.lock(ctx, checkName("lease name", name)); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
@@ -430,12 +378,8 @@ func (ls memLeases) Release(ctx context.Context, name string, l Lease) error {
 	return nil
 }
 
-func (ls memLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
-	if err := checkName("lease name", name); err != nil {
-		return Lease{}, false, err
-	}
-	m := ls.m
-	if err := m.lock(ctx); err != nil {
+func (m memLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
+	if err := m.lock(ctx, checkName("lease name", name)); err != nil {
 		return Lease{}, false, err
 	}
 	defer m.mu.Unlock()
@@ -446,14 +390,10 @@ func (ls memLeases) Holder(ctx context.Context, name string) (Lease, bool, error
 	return l, true, nil
 }
 
-type memRegistry struct{ m *Memory }
+type memRegistry struct{ *Memory }
 
-func (r memRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return 0, err
-	}
-	m := r.m
-	if err := m.lock(ctx); err != nil {
+func (m memRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
 		return 0, err
 	}
 	defer m.mu.Unlock()
@@ -467,12 +407,8 @@ func (r memRegistry) Put(ctx context.Context, namespace, key string, value []byt
 	return ns.rev, nil
 }
 
-func (r memRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return Entry{}, false, err
-	}
-	m := r.m
-	if err := m.lock(ctx); err != nil {
+func (m memRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
+	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
 		return Entry{}, false, err
 	}
 	defer m.mu.Unlock()
@@ -485,12 +421,8 @@ func (r memRegistry) Get(ctx context.Context, namespace, key string) (Entry, boo
 	return e, ok, nil
 }
 
-func (r memRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return false, err
-	}
-	m := r.m
-	if err := m.lock(ctx); err != nil {
+func (m memRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
 		return false, err
 	}
 	defer m.mu.Unlock()
@@ -506,12 +438,8 @@ func (r memRegistry) Delete(ctx context.Context, namespace, key string) (bool, e
 	return true, nil
 }
 
-func (r memRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
-	if err := checkName("namespace", namespace); err != nil {
-		return nil, 0, err
-	}
-	m := r.m
-	if err := m.lock(ctx); err != nil {
+func (m memRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
+	if err := m.lock(ctx, checkName("namespace", namespace)); err != nil {
 		return nil, 0, err
 	}
 	defer m.mu.Unlock()

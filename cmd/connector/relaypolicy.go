@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"slices"
 
@@ -11,6 +9,7 @@ import (
 	"connector/internal/httpjson"
 	"connector/platform"
 	"connector/registry"
+	"connector/registry/change"
 )
 
 // This file serves POST /relay/policy, where the stock gateway declares its
@@ -59,13 +58,7 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			Tenant: tenant, Platform: req.Platform, Gateway: gatewayID,
 			RequireAddress: req.RequireAddress, FreeResponseScopes: req.FreeResponseScopes, AllowOtherBots: req.AllowOtherBots,
 		})
-		outcome, status := "ok", http.StatusOK
-		switch {
-		case errors.Is(err, registry.ErrInvalid):
-			outcome, status = "invalid", http.StatusBadRequest
-		case err != nil:
-			outcome, status = "error", http.StatusInternalServerError
-		}
+		outcome, status := change.Outcome(err)
 		c.live.metrics.changes.WithLabelValues("relay_policy", outcome).Inc()
 		c.log.Info("relevance policy declared", "tenant", tenant, "gateway_id", gatewayID, "platform", req.Platform,
 			"require_address", req.RequireAddress, "free_response_scopes", len(req.FreeResponseScopes),
@@ -75,7 +68,6 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			return
 		}
 		_ = c.live.apply(r.Context())
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"ok":true}`+"\n")
+		httpjson.Write(w, http.StatusOK, map[string]bool{"ok": true})
 	})
 }

@@ -2,10 +2,8 @@ package discord
 
 import (
 	"context"
-	"errors"
 
 	"connector/contract"
-	"connector/internal/textsplit"
 	"connector/platform"
 )
 
@@ -25,14 +23,14 @@ var ops = platform.Ops[*Platform, string]{
 	contract.OpThreadRename: (*Platform).opThreadRename,
 }
 
-// Execute implements platform.Platform. Chat-addressed ops are re-checked
-// against the caller's tenant (a foreign or unknown chat gets the uniform
-// structured decline); every REST call runs under ctx (RequestTimeout when
-// ctx has no deadline) and counts against the tenant's fair share.
+// Execute implements platform.Platform. A chat-addressed op needs a Discord
+// channel id (else bad_request) the tenant may act in (platform.Authorize);
+// every REST call runs under ctx (RequestTimeout when ctx has no deadline)
+// and counts against the tenant's fair share.
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	h, ok := ops[a.Op]
 	if !ok {
-		return contract.Failed(contract.CodeUnsupportedOp, "discord does not support op "+textsplit.Truncate(a.Op, 40))
+		return platform.Unsupported(platformName)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -44,32 +42,11 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 		return h(p, ctx, tenant, "", a)
 	}
 	chatID := string(a.ChatID)
-	if r, ok := p.checkChat(ctx, tenant, chatID); !ok {
+	if !isSnowflake(chatID) {
+		return contract.Failed(contract.CodeBadRequest, "chat_id is not a Discord channel id")
+	}
+	if r, ok := platform.Authorize(ctx, p, tenant, chatID); !ok {
 		return r
 	}
 	return h(p, ctx, tenant, chatID, a)
-}
-
-// checkChat checks the chat an op is addressed to: the chat id must be a
-// Discord id and be granted to the tenant (ChatGranted) or belong to it
-// (ChatTenant: the Gateway's cache, or a lookup at Discord on an instance
-// without it).
-// Until the owners are known the answer is unavailable (retryable), never
-// the decline. When the chat is not the tenant's it returns the result to
-// answer and false.
-func (p *Platform) checkChat(ctx context.Context, tenant, chatID string) (contract.Result, bool) {
-	if !isSnowflake(chatID) {
-		return contract.Failed(contract.CodeBadRequest, "chat_id is not a Discord channel id"), false
-	}
-	if p.ChatGranted(chatID, tenant) {
-		return contract.Result{}, true // a bound author of the tenant spoke there
-	}
-	owner, err := p.ChatTenant(ctx, chatID)
-	if errors.Is(err, platform.ErrUnavailable) {
-		return ownerUnavailableResult(err), false
-	}
-	if err != nil || owner != tenant {
-		return contract.Declined(platformName), false
-	}
-	return contract.Result{}, true
 }

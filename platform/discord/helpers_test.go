@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/contract"
 	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
@@ -229,3 +230,9 @@ func waitCtx(t *testing.T) context.Context {
 }
 
 func sessionStr(s string) session.Nullable { return session.Str(s) }
+
+// ownersUnknownResult is what an op is answered while the owners are
+// unknown: errOwnersUnknown's text (platform.Authorize).
+func ownersUnknownResult() contract.Result {
+	return platform.OwnerUnknown(platformName, errOwnersUnknown)
+}

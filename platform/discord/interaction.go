@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"strings"
@@ -59,7 +60,7 @@ func (n *normalizer) interaction(ctx context.Context, in *wireInteraction) (*tur
 	case ch.Type == chanGroupDM:
 		return nil, drop("group_dm")
 	}
-	guildID := firstNonEmpty(in.GuildID, ch.GuildID)
+	guildID := cmp.Or(in.GuildID, ch.GuildID)
 	guild := n.guildName(ctx, guildID)
 	src.ScopeID = guildID
 	src.ChatName = session.Str(guild + " / #" + ch.Name)
@@ -89,9 +90,9 @@ func (n *normalizer) interactionChannel(ctx context.Context, in *wireInteraction
 		if ch.Topic == "" {
 			ch.Topic = cached.Topic
 		}
-		ch.Name = firstNonEmpty(ch.Name, cached.Name)
-		ch.ParentID = firstNonEmpty(ch.ParentID, cached.ParentID)
-		ch.GuildID = firstNonEmpty(ch.GuildID, cached.GuildID)
+		ch.Name = cmp.Or(ch.Name, cached.Name)
+		ch.ParentID = cmp.Or(ch.ParentID, cached.ParentID)
+		ch.GuildID = cmp.Or(ch.GuildID, cached.GuildID)
 	}
 	return ch, nil
 }

@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"regexp"
@@ -118,7 +119,7 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		src.ChatID = m.ChannelID
 		src.ChatType = session.ChatTypeDM
 		src.ChatName = session.Str(m.Author.Username)
-		src.UserName = session.Str(firstNonEmpty(m.Author.GlobalName, m.Author.Username))
+		src.UserName = session.Str(cmp.Or(m.Author.GlobalName, m.Author.Username))
 		t.interrupt = isStop(t.ev.Text)
 		return t, nil
 	case chanGroupDM:
@@ -142,7 +143,7 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 	}
 	free := n.pol.free.matches(channelKeys(ch, parent))
 	voice := n.pol.voiceLinked.has(ch.ID)
-	guildID := firstNonEmpty(m.GuildID, ch.GuildID)
+	guildID := cmp.Or(m.GuildID, ch.GuildID)
 	guild := n.guildName(ctx, guildID)
 	src.ScopeID = guildID
 	src.UserName = session.Str(memberName(m.Member, m.Author))
@@ -152,7 +153,7 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 	case edit && m.Thread != nil && m.Thread.ID != "":
 		// An edit of a message that started a thread belongs to that thread.
 		thr := infoFrom(m.Thread)
-		thr.ParentID = firstNonEmpty(thr.ParentID, ch.ID)
+		thr.ParentID = cmp.Or(thr.ParentID, ch.ID)
 		n.threadSource(src, thr, ch, guild)
 	case ch.isThread():
 		n.threadSource(src, ch, *parent, guild)
@@ -386,14 +387,7 @@ func memberName(member *wireMember, u *wireUser) string {
 	if member != nil && member.Nick != "" {
 		return member.Nick
 	}
-	return firstNonEmpty(u.GlobalName, u.Username)
-}
-
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
+	return cmp.Or(u.GlobalName, u.Username)
 }
 
 // isStop reports the platform-side interrupt command.

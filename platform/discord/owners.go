@@ -2,13 +2,10 @@ package discord
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"connector/contract"
 	"connector/platform"
 )
 
@@ -41,8 +38,9 @@ import (
 const guildSnapshotTimeout = time.Minute
 
 // errOwnersUnknown says no chat's owner can be told yet. It wraps
-// platform.ErrUnavailable, so the relay answers unavailable, not the decline.
-var errOwnersUnknown = fmt.Errorf("discord: chat owners are unknown until the Gateway has loaded the guilds (%w)", platform.ErrUnavailable)
+// platform.ErrUnavailable, so an op is answered unavailable in its text, not
+// the decline.
+const errOwnersUnknown = platform.UnavailableError("discord chat owners are unknown until the Gateway has loaded the guilds; retry later")
 
 // snapshot tracks whether the Gateway's first guild snapshot has loaded:
 // READY lists the guilds, GUILD_CREATE delivers each one's channels and
@@ -146,21 +144,6 @@ func (p *Platform) ownersKnown() bool {
 		p.log.Warn("discord guild snapshot incomplete; answering chat owners from the guilds loaded", "missing_guilds", missing, "waited", guildSnapshotTimeout)
 	}
 	return known
-}
-
-// ownersUnknownResult answers an op whose chat owner cannot be told yet.
-func ownersUnknownResult() contract.Result {
-	return contract.Failed(contract.CodeUnavailable, "discord chat owners are unknown until the Gateway has loaded the guilds; retry later")
-}
-
-// ownerUnavailableResult answers an op whose chat owner could not be told
-// (ChatTenant's error wraps platform.ErrUnavailable): retryable, saying
-// nothing about whose the chat is.
-func ownerUnavailableResult(err error) contract.Result {
-	if errors.Is(err, errOwnersUnknown) {
-		return ownersUnknownResult()
-	}
-	return contract.Failed(contract.CodeUnavailable, "discord: the chat's owner could not be looked up; retry later")
 }
 
 func (p *Platform) channelTenant(ch chanInfo) (string, bool) {

@@ -143,7 +143,7 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	}
 	owner, err := p.ChatTenant(ctx, threadID)
 	if errors.Is(err, platform.ErrUnavailable) {
-		return ownerUnavailableResult(err)
+		return platform.OwnerUnknown(platformName, err)
 	}
 	if err != nil || owner != tenant {
 		return contract.Declined(platformName)

@@ -676,8 +676,8 @@ func (cl *cluster) probeHere(req string, conn []byte, home string) {
 	}()
 }
 
-// forwardExec asks the home of r to execute a (already checked to belong to
-// tenant) and waits for its result until ctx ends.
+// forwardExec asks the home of r to execute a (the home authorizes it) and
+// waits for its result until ctx ends.
 func (cl *cluster) forwardExec(ctx context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	action, err := json.Marshal(a)
 	if err != nil {

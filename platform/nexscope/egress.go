@@ -19,14 +19,14 @@ var egress = platform.Ops[*Platform, *room]{
 }
 
 // Execute performs a gateway's outbound action for tenant. chat_id is a room
-// name; a room that is not bound to tenant is declined. With several
-// instances a send, prompt or send_media to a room homed on another
-// instance is executed there (a prompt is answered at the room's home, a
-// file is sent under its lock). The home opens send_media's source_url
-// itself: a public URL it downloads, a re-host it finds when the gateway
-// uploaded it there. A re-host stored on this instance cannot reach the
-// home (the media store is per instance): that send_media fails with
-// unavailable.
+// name; a room that is not bound to tenant is declined (platform.Authorize,
+// at the instance that executes). With several instances a send, prompt or
+// send_media to a room of the tenant homed on another instance is executed
+// there (a prompt is answered at the room's home, a file is sent under its
+// lock). The home opens send_media's source_url itself: a public URL it
+// downloads, a re-host it finds when the gateway uploaded it there. A
+// re-host stored on this instance cannot reach the home (the media store is
+// per instance): that send_media fails with unavailable.
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	if p.cluster != nil && (a.Op == contract.OpSend || a.Op == contract.OpPrompt || a.Op == contract.OpSendMedia) {
 		if r := p.room(string(a.ChatID)); r != nil && r.tenant() != "" && r.tenant() == tenant && !r.home.Load() {
@@ -59,17 +59,17 @@ func (p *Platform) storedHere(tenant, sourceURL string) bool {
 	return true
 }
 
-// executeHere performs a on this instance.
+// executeHere performs a on this instance. Rooms are never removed, so an
+// authorized chat_id names one.
 func (p *Platform) executeHere(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	h, ok := egress[a.Op]
 	if !ok {
-		return contract.Failed(contract.CodeUnsupportedOp, "nexscope does not support this op")
+		return platform.Unsupported(platformName)
 	}
-	r := p.room(string(a.ChatID))
-	if r == nil || r.tenant() == "" || r.tenant() != tenant {
-		return contract.Declined(platformName)
+	if r, ok := platform.Authorize(ctx, p, tenant, string(a.ChatID)); !ok {
+		return r
 	}
-	return h(p, ctx, tenant, r, a)
+	return h(p, ctx, tenant, p.room(string(a.ChatID)), a)
 }
 
 // send posts content as the bot's msg (role userAgent). Addressing:

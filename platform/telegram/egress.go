@@ -35,20 +35,20 @@ var handlers = platform.Ops[*Platform, int64]{
 const callMargin = time.Second
 
 // Execute implements platform.Platform. An op outside the table is
-// unsupported; a chat the tenant does not own or was not granted (or that
-// is not a chat id) gets the structured decline. Without a deadline on ctx the action gets
-// request_timeout.
+// unsupported; a chat_id that is not a chat id, or a chat the tenant may not
+// act in (platform.Authorize), gets the structured decline. Without a
+// deadline on ctx the action gets request_timeout.
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	h, ok := handlers[a.Op]
 	if !ok {
-		return contract.Failed(contract.CodeUnsupportedOp, fmt.Sprintf("telegram does not support op %.40q", a.Op))
+		return platform.Unsupported(platformName)
 	}
-	chat, owner := p.chatOwner(string(a.ChatID))
-	if owner != tenant && chat != 0 && p.ChatGranted(string(a.ChatID), tenant) {
-		owner = tenant // author-first routing granted the chat (authors.go)
-	}
-	if owner == "" || owner != tenant {
+	chat, err := parseChatID(string(a.ChatID))
+	if err != nil {
 		return contract.Declined(platformName)
+	}
+	if r, ok := platform.Authorize(ctx, p, tenant, string(a.ChatID)); !ok {
+		return r
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

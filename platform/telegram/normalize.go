@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 
@@ -101,7 +102,7 @@ func messageInbound(msg *models.Message, edit bool, m *mapping) (inbound, string
 		// "replies" to; only a reply to a real message is a reply.
 		ev.ReplyToMessageID = strconv.Itoa(r.ID)
 		ev.ReplyTo = &contract.ReplyTo{
-			Text:   firstNonEmpty(r.Text, r.Caption),
+			Text:   cmp.Or(r.Text, r.Caption),
 			Author: authorName(r),
 			IsOwn:  r.From != nil && m.botID != 0 && r.From.ID == m.botID,
 		}
@@ -318,11 +319,4 @@ func isStop(text, botUsername string) bool {
 		return false
 	}
 	return !addressed || botUsername == "" || strings.EqualFold(at, botUsername)
-}
-
-func firstNonEmpty(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }

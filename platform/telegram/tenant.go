@@ -204,45 +204,15 @@ func newPolicy(tc TenantConfig) (*policy, error) {
 			pol.observeChats[chat] = true
 		}
 	}
-	entries, err := nativecfg.DecodeList(tc.FreeResponseTopics)
-	if err != nil {
-		return nil, fmt.Errorf("free_response_topics: %w", err)
+	if pol.freeTopics, err = setOf("free_response_topics", tc.FreeResponseTopics, freeTopic); err != nil {
+		return nil, err
 	}
-	for _, e := range entries {
-		k, err := freeTopic(e)
-		if err != nil {
-			return nil, fmt.Errorf("free_response_topics: %q: %w", e, err)
-		}
-		if pol.freeTopics == nil {
-			pol.freeTopics = make(map[topicKey]bool)
-		}
-		pol.freeTopics[k] = true
+	allowedTopic := func(e string) (int, error) { return topicThreadID(e, false) }
+	if pol.allowedTopics, err = setOf("allowed_topics", tc.AllowedTopics, allowedTopic); err != nil {
+		return nil, err
 	}
-	if entries, err = nativecfg.DecodeList(tc.AllowedTopics); err != nil {
-		return nil, fmt.Errorf("allowed_topics: %w", err)
-	}
-	for _, e := range entries {
-		thread, err := topicThreadID(e, false)
-		if err != nil {
-			return nil, fmt.Errorf("allowed_topics: %q: %w", e, err)
-		}
-		if pol.allowedTopics == nil {
-			pol.allowedTopics = make(map[int]bool)
-		}
-		pol.allowedTopics[thread] = true
-	}
-	if entries, err = nativecfg.DecodeList(tc.IgnoredThreads); err != nil {
-		return nil, fmt.Errorf("ignored_threads: %w", err)
-	}
-	for _, e := range entries {
-		thread, err := pythonThreadID(e)
-		if err != nil {
-			return nil, fmt.Errorf("ignored_threads: %q: %w", e, err)
-		}
-		if pol.ignoredThreads == nil {
-			pol.ignoredThreads = make(map[int]bool)
-		}
-		pol.ignoredThreads[thread] = true
+	if pol.ignoredThreads, err = setOf("ignored_threads", tc.IgnoredThreads, pythonThreadID); err != nil {
+		return nil, err
 	}
 	for i, pat := range tc.MentionPatterns {
 		if strings.TrimSpace(pat) == "" {
@@ -262,6 +232,27 @@ func flag(v *bool, def bool) bool {
 		return def
 	}
 	return *v
+}
+
+// setOf reads list knob key as the native adapter does
+// (nativecfg.DecodeList) into the set of its entries parsed; nil when empty.
+func setOf[K comparable](key string, items []string, parse func(string) (K, error)) (map[K]bool, error) {
+	entries, err := nativecfg.DecodeList(items)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	var set map[K]bool
+	for _, e := range entries {
+		k, err := parse(e)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q: %w", key, e, err)
+		}
+		if set == nil {
+			set = make(map[K]bool, len(entries))
+		}
+		set[k] = true
+	}
+	return set, nil
 }
 
 // chatList reads a list of chat ids, compared as written, as natively: an

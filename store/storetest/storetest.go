@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock/clocktest"
 	"connector/store"
 )
 
@@ -41,32 +42,6 @@ type Backend struct {
 
 // Opener opens a store over one data set on clock now.
 type Opener func(now func() time.Time) store.Store
-
-// Clock is a settable clock for Config.Now.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewClock returns a clock at a fixed instant with a sub-microsecond part,
-// so the suite also checks that records keep Received to the microsecond.
-func NewClock() *Clock {
-	return &Clock{now: time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)}
-}
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // waitTimeout bounds every wait of the suite.
 const waitTimeout = 10 * time.Second
@@ -96,7 +71,7 @@ func Run(t *testing.T, b Backend) {
 
 // fixture is one test's data set, clock and first store.
 type fixture struct {
-	clock *Clock
+	clock *clocktest.Fake
 	open  Opener
 	s     store.Store
 }
@@ -104,7 +79,9 @@ type fixture struct {
 func newFixture(t *testing.T, b Backend) *fixture {
 	t.Helper()
 	open := b.Fresh(t)
-	c := NewClock()
+	// A fixed instant with a sub-microsecond part, so the suite also checks
+	// that records keep Received to the microsecond.
+	c := clocktest.New(time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC))
 	return &fixture{clock: c, open: open, s: open(c.Now)}
 }
 

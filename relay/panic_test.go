@@ -1,0 +1,65 @@
+package relay_test
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"testing"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/relay"
+	"connector/relay/relaytest"
+)
+
+// panickyPlatform is a fakePlatform whose hello observer panics on the
+// first hello of one gateway, standing in for a bug on a connection's
+// reader.
+type panickyPlatform struct {
+	*fakePlatform
+	victim   string
+	panicked *atomic.Bool
+}
+
+func (p panickyPlatform) ObserveHello(_, gatewayID string, _ *contract.GatewayFrame) {
+	if gatewayID == p.victim && p.panicked.CompareAndSwap(false, true) {
+		panic("a bug in hello handling")
+	}
+}
+
+// TestReaderPanicEndsOnlyItsConnection: a panic on a gateway connection's
+// reader drops that connection and is logged; the process and the other
+// connections go on, and the gateway can connect again.
+func TestReaderPanicEndsOnlyItsConnection(t *testing.T) {
+	p := panickyPlatform{newFake("discord", map[string]string{"c1": "t1", "c2": "t2"}), "gw2", new(atomic.Bool)}
+	logs := newLogBuffer()
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants: []relay.Tenant{
+			{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}},
+			{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{"s2"}}}},
+		},
+		Platforms: []platform.Platform{p},
+		Log:       slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	gw1 := h.Dial(t, "gw1", "s1")
+	gw1.Hello(t, "discord", "")
+
+	gw2 := h.Dial(t, "gw2", "s2")
+	gw2.SendRaw(t, `{"type": "hello", "platform": "discord", "botId": ""}`+"\n")
+	if code, _ := gw2.Closed(t); code == int(contract.CloseUnauthorized) {
+		t.Fatalf("the panicking connection was closed %d, want a dropped socket", code)
+	}
+	logs.waitLine(t, "gateway connection failed: panic")
+
+	p.deliver("t1", "c1", "u1", "still here")
+	if ev, _ := gw1.NextInbound(t); ev.Text != "still here" {
+		t.Fatalf("the other connection got %q", ev.Text)
+	}
+	if res := gw1.Outbound(t, "discord", sendAction("c1", "hi")); !res.Success {
+		t.Fatalf("the other connection's send after the panic: %+v", res)
+	}
+	again := h.Dial(t, "gw2", "s2")
+	again.Hello(t, "discord", "")
+	if res := again.Outbound(t, "discord", sendAction("c2", "back")); !res.Success {
+		t.Fatalf("the reconnected gateway's send after the panic: %+v", res)
+	}
+}
