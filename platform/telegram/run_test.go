@@ -69,6 +69,29 @@ func TestReconnectBackoffRunsOnTheClock(t *testing.T) {
 	}
 }
 
+// A refused delivery is retried on the platform's clock, after 50 ms and
+// then 100 ms, holding the poll meanwhile.
+func TestRedeliveryBackoffRunsOnTheClock(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, nil)
+	e.run(t)
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+	e.sink.refuse.Store(2)
+	first := fixture(t, "telegram_shared_private_text")
+	e.fake.Enqueue(first.Raw)
+	none := func() int { return 0 }
+	for _, backoff := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond} {
+		clk.Settle(t, 1, none, none) // refused: the poll sleeps on the clock
+		if next, _ := clk.Next(); next.Sub(clk.Now()) != backoff {
+			t.Fatalf("retry due in %v, want %v", next.Sub(clk.Now()), backoff)
+		}
+		clk.Advance(backoff)
+	}
+	if d := e.sink.next(t); d.SessionKey != first.Key {
+		t.Fatalf("delivered %s, want %s", d.SessionKey, first.Key)
+	}
+}
+
 func TestRejectedTokenIsTerminal(t *testing.T) {
 	other := telegramtest.New(t, "7012345678:ANOTHER-token") // knows another token
 	e := newEnv(t, func(c *Config) { c.APIServerURL = other.URL })
