@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/descriptor"
 	"connector/internal/clock"
@@ -50,7 +51,7 @@ type Platform struct {
 	// absent.
 	policies  atomic.Pointer[map[string]*policy]
 	observed  *chatcontext.Log[observedKey]
-	sealed    *sealedLog
+	sealed    *lru.Cache[draftKey, string] // see sealedDrafts
 	mapping   atomic.Pointer[mapping]
 	seen      *recentIDs
 	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
@@ -99,7 +100,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		clock:     deps.Clock,
 		now:       deps.Clock.Now,
 		observed:  chatcontext.New[observedKey](chatcontext.Bounds{}),
-		sealed:    newSealedLog(),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
@@ -111,6 +111,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		chats[id] = tenant
 	}
 	p.chats.Store(&chats)
+	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
 	p.authors.Store(platform.NewAuthors(nil))
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
 	p.SetRelevance(nil)
