@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,7 +109,7 @@ type Store struct {
 	objects  map[string]*object
 	used     int64
 	byTenant map[string]int64
-	fetcher  *fetcher
+	fetcher  *http.Client // downloads public URLs (newFetcher)
 }
 
 // object is one stored or in-progress object; size counts the bytes
