@@ -45,12 +45,8 @@ type HandlerConfig struct {
 // only. An upload over MaxBytes is 413, one past a quota 507; an unknown,
 // expired or another tenant's id is 404. Error bodies are {"error": text}.
 func (s *Store) Handler(cfg HandlerConfig) http.Handler {
-	if cfg.UploadTimeout <= 0 {
-		cfg.UploadTimeout = DefaultUploadTimeout
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg.UploadTimeout = cmp.Or(max(cfg.UploadTimeout, 0), DefaultUploadTimeout)
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	return &handler{s: s, cfg: cfg}
 }
 

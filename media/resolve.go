@@ -86,7 +86,7 @@ func (s *Store) Resolve(ctx context.Context, tenant, sourceURL string) (*Object,
 		return nil, ErrBadURL
 	}
 	req.Header.Set("User-Agent", "connector-media/1")
-	resp, err := s.fetcher.client.Do(req)
+	resp, err := s.fetcher.Do(req)
 	if err != nil {
 		if errors.Is(err, ErrForbiddenAddress) {
 			return nil, ErrForbiddenAddress
@@ -118,15 +118,10 @@ func (s *Store) Resolve(ctx context.Context, tenant, sourceURL string) (*Object,
 	return obj, nil
 }
 
-// fetcher downloads public URLs.
-type fetcher struct {
-	client *http.Client
-}
-
 // newFetcher builds the client Resolve downloads with. Unless
 // allowPrivate, every connection (redirects included) is checked after DNS
 // resolution: only public unicast addresses are dialed.
-func newFetcher(allowPrivate bool) *fetcher {
+func newFetcher(allowPrivate bool) *http.Client {
 	dialer := &net.Dialer{Timeout: 10 * time.Second}
 	if !allowPrivate {
 		dialer.Control = func(_, address string, _ syscall.RawConn) error {
@@ -145,7 +140,7 @@ func newFetcher(allowPrivate bool) *fetcher {
 		MaxIdleConns:          16,
 		IdleConnTimeout:       30 * time.Second,
 	}
-	return &fetcher{client: &http.Client{
+	return &http.Client{
 		Transport: tr,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 5 {
@@ -156,7 +151,7 @@ func newFetcher(allowPrivate bool) *fetcher {
 			}
 			return nil
 		},
-	}}
+	}
 }
 
 // publicAddr reports whether a is a public unicast address.

@@ -18,11 +18,13 @@
 package media
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,7 +109,7 @@ type Store struct {
 	objects  map[string]*object
 	used     int64
 	byTenant map[string]int64
-	fetcher  *fetcher
+	fetcher  *http.Client // downloads public URLs (newFetcher)
 }
 
 // object is one stored or in-progress object; size counts the bytes
@@ -124,21 +126,11 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("media: no directory")
 	}
-	if cfg.MaxBytes <= 0 {
-		cfg.MaxBytes = DefaultMaxBytes
-	}
-	if cfg.QuotaBytes <= 0 {
-		cfg.QuotaBytes = DefaultQuotaBytes
-	}
-	if cfg.TenantQuotaBytes <= 0 {
-		cfg.TenantQuotaBytes = min(DefaultTenantQuotaBytes, cfg.QuotaBytes)
-	}
-	if cfg.TTL <= 0 {
-		cfg.TTL = DefaultTTL
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
+	cfg.MaxBytes = cmp.Or(max(cfg.MaxBytes, 0), DefaultMaxBytes)
+	cfg.QuotaBytes = cmp.Or(max(cfg.QuotaBytes, 0), DefaultQuotaBytes)
+	cfg.TenantQuotaBytes = cmp.Or(max(cfg.TenantQuotaBytes, 0), min(DefaultTenantQuotaBytes, cfg.QuotaBytes))
+	cfg.TTL = cmp.Or(max(cfg.TTL, 0), DefaultTTL)
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	cfg.PublicURL = strings.TrimSuffix(cfg.PublicURL, "/")
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("media: %w", err)
@@ -181,16 +173,7 @@ func newID() string {
 // ValidID reports whether id has the form of a media id (32 lowercase hex
 // characters).
 func ValidID(id string) bool {
-	if len(id) != 32 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
+	return len(id) == 32 && strings.Trim(id, "0123456789abcdef") == ""
 }
 
 // Upload is an object being written. Write streams bytes to its file;
@@ -438,8 +421,5 @@ func cleanFilename(name string) string {
 		}
 		return r
 	}, name)
-	for len(name) > 255 {
-		name = name[:len(name)-1]
-	}
-	return strings.ToValidUTF8(name, "")
+	return strings.ToValidUTF8(name[:min(len(name), 255)], "")
 }

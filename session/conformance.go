@@ -3,6 +3,7 @@ package session
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -81,13 +82,8 @@ func Mismatches(src *Source, want json.RawMessage, wantKey string) ([]string, er
 	if err := json.Unmarshal(src.AppendJSON(nil), &gotMap); err != nil {
 		return nil, fmt.Errorf("connector source: %w", err)
 	}
-	keys := make([]string, 0, len(wantMap))
-	for k := range wantMap {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	var out []string
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(wantMap)) {
 		g, present := gotMap[k]
 		switch {
 		case !present:

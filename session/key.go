@@ -1,6 +1,7 @@
 package session
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -39,10 +40,7 @@ func (o *Options) keyPlatform(p string) string {
 	if p != PlatformNexscope {
 		return p
 	}
-	if o.NexscopeKeyPlatform == "" {
-		return PlatformRelay
-	}
-	return o.NexscopeKeyPlatform
+	return cmp.Or(o.NexscopeKeyPlatform, PlatformRelay)
 }
 
 // DefaultOptions are the gateway's defaults: per-user group sessions, shared
@@ -85,14 +83,9 @@ func AppendKey(b *strings.Builder, src *Source, opts Options) {
 		threadFromProspective = true
 	}
 
-	participant := src.UserIDAlt
-	if participant == "" {
-		participant = src.UserID.Value
-	}
+	participant := cmp.Or(src.UserIDAlt, src.UserID.Value)
 	if whatsapp && participant != "" {
-		if canon := normalizeWhatsApp(participant); canon != "" {
-			participant = canon
-		}
+		participant = cmp.Or(normalizeWhatsApp(participant), participant)
 	}
 
 	var addUser bool
@@ -147,12 +140,8 @@ func AppendKey(b *strings.Builder, src *Source, opts Options) {
 func normalizeWhatsApp(s string) string {
 	s = strings.TrimSpace(s)
 	s = strings.Replace(s, "+", "", 1)
-	if i := strings.IndexByte(s, ':'); i >= 0 {
-		s = s[:i]
-	}
-	if i := strings.IndexByte(s, '@'); i >= 0 {
-		s = s[:i]
-	}
+	s, _, _ = strings.Cut(s, ":")
+	s, _, _ = strings.Cut(s, "@")
 	return s
 }
 

@@ -270,12 +270,10 @@ func looseString(key string, v json.RawMessage) (Nullable, error) {
 			return Nullable{}, fmt.Errorf("session source: %s: %w", key, err)
 		}
 		return Str(s), nil
-	case 'n':
+	case 'n', 'f':
 		return Nullable{}, nil
 	case 't':
 		return Str("True"), nil
-	case 'f':
-		return Nullable{}, nil
 	case '{', '[':
 		return Nullable{}, fmt.Errorf("session source: %s: want a string, got %c", key, v[0])
 	default:

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -102,22 +103,12 @@ func New(cfg Config) (*Poker, error) {
 	cfg.Cooldown = cmp.Or(max(cfg.Cooldown, 0), DefaultCooldown)
 	cfg.Timeout = cmp.Or(max(cfg.Timeout, 0), DefaultTimeout)
 	cfg.Instance = cmp.Or(cfg.Instance, "local")
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = nopMetrics{}
-	}
-	client := &http.Client{}
-	if cfg.Client != nil {
-		c := *cfg.Client
-		client = &c
-	}
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
+	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
+	client := *cmp.Or(cfg.Client, &http.Client{}) // a copy: its CheckRedirect is replaced
 	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Poker{cfg: cfg, client: client, next: make(map[string]time.Time)}, nil
+	return &Poker{cfg: cfg, client: &client, next: make(map[string]time.Time)}, nil
 }
 
 type nopMetrics struct{}
@@ -134,11 +125,8 @@ func (p *Poker) Away(tenant string) {
 		p.mu.Unlock()
 		return
 	}
-	for t, next := range p.next { // forget lapsed tenants: the map stays small
-		if !now.Before(next) {
-			delete(p.next, t)
-		}
-	}
+	// Forget lapsed tenants: the map stays small.
+	maps.DeleteFunc(p.next, func(_ string, next time.Time) bool { return !now.Before(next) })
 	p.next[tenant] = now.Add(p.cfg.Cooldown)
 	p.wg.Add(1)
 	p.mu.Unlock()

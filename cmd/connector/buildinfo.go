@@ -54,11 +54,7 @@ func readBuildDetails() buildDetails {
 func version() string {
 	d := readBuildDetails()
 	if d.Version == "devel" && d.Commit != "unknown" {
-		short := d.Commit
-		if len(short) > 12 {
-			short = short[:12]
-		}
-		return "devel-" + short
+		return "devel-" + d.Commit[:min(len(d.Commit), 12)]
 	}
 	return d.Version
 }

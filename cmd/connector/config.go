@@ -291,7 +291,7 @@ func (c *Config) Validate() error {
 	if err := c.validateMedia(); err != nil {
 		return err
 	}
-	if err := c.validateRelay(); err != nil {
+	if err := nonNegative("relay", &c.Relay); err != nil {
 		return err
 	}
 	if err := c.Store.validate(); err != nil {
@@ -303,14 +303,15 @@ func (c *Config) Validate() error {
 	return c.validatePlatforms()
 }
 
-// validateRelay checks that no number of the relay section is negative
-// (relay.New would read a negative one as its default).
-func (c *Config) validateRelay() error {
-	section := reflect.ValueOf(&c.Relay).Elem()
-	for i := range section.NumField() {
-		key, _, _ := strings.Cut(section.Type().Field(i).Tag.Get("yaml"), ",")
-		if f := section.Field(i); key != "-" && f.CanInt() && f.Int() < 0 {
-			return fmt.Errorf("config: relay.%s: must not be negative", key)
+// nonNegative checks that no number of the section at key (a pointer to
+// its struct) is negative: zero stands for the default, and relay.New would
+// read a negative one as its default too.
+func nonNegative(key string, section any) error {
+	v := reflect.ValueOf(section).Elem()
+	for i := range v.NumField() {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		if f := v.Field(i); name != "-" && f.CanInt() && f.Int() < 0 {
+			return fmt.Errorf("config: %s.%s: must not be negative", key, name)
 		}
 	}
 	return nil

@@ -205,10 +205,7 @@ func collectValues(n *yaml.Node, prefix string, out *[]keyedValue) {
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := n.Content[i].Value
-			if prefix != "" {
-				key = prefix + "." + key
-			}
+			key := joinKey(prefix, n.Content[i].Value)
 			*out = append(*out, keyedValue{key, n.Content[i+1]})
 			collectValues(n.Content[i+1], key, out)
 		}
@@ -225,7 +222,7 @@ func collectValues(n *yaml.Node, prefix string, out *[]keyedValue) {
 // scalar, whose text is value; "" when none is.
 func keyAt(values []keyedValue, line int, tag, value string) string {
 	for _, v := range values {
-		if v.node.Line != line || shortTag(v.node) != tag {
+		if v.node.Line != line || strings.TrimPrefix(v.node.ShortTag(), "!!") != tag {
 			continue
 		}
 		if v.node.Kind == yaml.ScalarNode && v.node.Value != value {
@@ -234,11 +231,6 @@ func keyAt(values []keyedValue, line int, tag, value string) string {
 		return v.key
 	}
 	return ""
-}
-
-// shortTag is n's resolved tag without "!!" (str, int, map, seq, ...).
-func shortTag(n *yaml.Node) string {
-	return strings.TrimPrefix(n.ShortTag(), "!!")
 }
 
 // typeHint says what was expected instead of a tag value, and how to write it.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"reflect"
 	"strings"
 )
@@ -66,10 +67,7 @@ func configKeys() []configKey {
 			}
 			keys = append(keys, k)
 			ft := k.typ()
-			inner := within
-			if inner == "" {
-				inner = k.Key
-			}
+			inner := cmp.Or(within, k.Key)
 			switch {
 			case k.isSection():
 				walk(ft, k.Key+".", k.index, within)

@@ -78,21 +78,8 @@ func (c *Config) normalizeHTTP() {
 
 // validateHTTP checks the http and ops values.
 func (c *Config) validateHTTP() error {
-	h := &c.HTTP
-	for key, v := range map[string]time.Duration{
-		"http.read_header_timeout": h.ReadHeaderTimeout, "http.body_timeout": h.BodyTimeout, "http.idle_timeout": h.IdleTimeout,
-	} {
-		if v < 0 {
-			return fmt.Errorf("config: %s: must not be negative", key)
-		}
-	}
-	for key, v := range map[string]int{
-		"http.max_header_bytes": h.MaxHeaderBytes, "http.max_unauthenticated_conns": h.MaxUnauthenticatedConns,
-		"http.max_unauthenticated_conns_per_source": h.MaxUnauthenticatedConnsPerSource,
-	} {
-		if v < 0 {
-			return fmt.Errorf("config: %s: must not be negative", key)
-		}
+	if err := nonNegative("http", &c.HTTP); err != nil {
+		return err
 	}
 	if c.Ops.Listen != "" {
 		if err := validListen(c.Ops.Listen); err != nil {

@@ -91,15 +91,11 @@ func isWebSocketUpgrade(r *http.Request) bool {
 func publicMux(relayHandler http.Handler, platforms []platform.Platform, mediaRoutes map[string]http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/relay", relayHandler)
-	for pattern, h := range mediaRoutes {
-		mux.Handle(pattern, h)
-	}
+	handleRoutes(mux, mediaRoutes)
 	mux.HandleFunc("GET /healthz", healthz)
 	for _, p := range platforms {
 		if r, ok := p.(platform.Routes); ok {
-			for pattern, h := range r.Routes() {
-				mux.Handle(pattern, h)
-			}
+			handleRoutes(mux, r.Routes())
 		}
 	}
 	return mux

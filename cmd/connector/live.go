@@ -149,11 +149,7 @@ func (l *live) apply(ctx context.Context) error {
 			return err
 		}
 	}
-	names := make([]string, 0, len(l.relevance))
-	for name := range l.relevance {
-		names = append(names, name)
-	}
-	policies := s.Relevance(names)
+	policies := s.Relevance(slices.Collect(maps.Keys(l.relevance)))
 	for name, rt := range l.relevance {
 		rt.SetRelevance(policies[name])
 	}

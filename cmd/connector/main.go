@@ -61,7 +61,7 @@ func init() {
 // run dispatches a command line and returns the process exit code. With no
 // command, or flags first, it runs serve.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && isHelpFlag(args[0]) {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
 		printUsage(stdout)
 		return 0
 	}
@@ -86,10 +86,6 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprint(w, "\nRun connector <command> --help for a command's flags.\n")
-}
-
-func isHelpFlag(arg string) bool {
-	return arg == "-h" || arg == "-help" || arg == "--help"
 }
 
 // parseFlags parses args into fs. It returns -1 when the command goes on;

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"net/url"
 	"path/filepath"
 	"time"
@@ -51,13 +50,8 @@ type MediaConfig struct {
 // is empty.
 func (c *Config) validateMedia() error {
 	m := &c.Media
-	for key, v := range map[string]int64{
-		"media.max_bytes": m.MaxBytes, "media.quota_bytes": m.QuotaBytes, "media.tenant_quota_bytes": m.TenantQuotaBytes,
-		"media.ttl": int64(m.TTL), "media.upload_timeout": int64(m.UploadTimeout),
-	} {
-		if v < 0 {
-			return fmt.Errorf("config: %s: must not be negative", key)
-		}
+	if err := nonNegative("media", m); err != nil {
+		return err
 	}
 	if m.PublicURL != "" {
 		u, err := url.Parse(m.PublicURL)

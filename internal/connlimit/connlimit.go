@@ -31,6 +31,7 @@
 package connlimit
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"net"
@@ -114,18 +115,14 @@ func New(ln net.Listener, cfg Config) (*Listener, error) {
 	if cfg.Max <= 0 {
 		return nil, errors.New("connlimit: Max must be positive")
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	if cfg.Refused == nil {
 		cfg.Refused = func(string) {}
 	}
 	if cfg.MaxPerSource <= 0 || cfg.MaxPerSource > cfg.Max {
 		cfg.MaxPerSource = cfg.Max
 	}
-	if cfg.LogEvery <= 0 {
-		cfg.LogEvery = time.Minute
-	}
+	cfg.LogEvery = cmp.Or(max(cfg.LogEvery, 0), time.Minute)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -39,6 +39,14 @@ func Flag(n *yaml.Node, onIsTrue bool) (*bool, error) {
 	return &v, nil
 }
 
+// FlagOr is the value of a boolean knob Flag read, def when it is unset.
+func FlagOr(v *bool, def bool) bool {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
 // ParseFlag reads the environment-variable spelling of a boolean, trimmed
 // and case-folded: true/false, 1/0, yes/no, on/off. onIsTrue is false for
 // the variables whose rule counts only true, 1 and yes as true (on then

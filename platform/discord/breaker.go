@@ -2,6 +2,7 @@ package discord
 
 import (
 	"errors"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -150,11 +151,7 @@ func (b *breaker) record(tenant string) {
 
 // sweepLocked forgets tenants with nothing in their window.
 func (b *breaker) sweepLocked(e int64) {
-	for t, w := range b.tenants {
-		if w.sum(e) == 0 {
-			delete(b.tenants, t)
-		}
-	}
+	maps.DeleteFunc(b.tenants, func(_ string, w *window) bool { return w.sum(e) == 0 })
 }
 
 // pause refuses every call for d.

@@ -48,12 +48,6 @@ type lookup interface {
 	participates(threadID string) bool
 }
 
-// fetcher reads what the cache misses from Discord's REST API.
-type fetcher interface {
-	fetchChannel(ctx context.Context, id string) (wireChannel, error)
-	fetchGuildName(ctx context.Context, id string) (string, error)
-}
-
 // Cache sizes. Channels and threads of every guild the bot is in are kept;
 // the bounds only matter for very large deployments, where the least recently
 // used entries fall back to REST.
@@ -67,12 +61,12 @@ const (
 type cache struct {
 	chans   *lru.Cache[string, chanInfo]
 	joined  *lru.Cache[string, struct{}]
-	fetch   fetcher
+	fetch   *Platform // reads what the cache misses from Discord's REST API
 	guildMu sync.RWMutex
 	guilds  map[string]string
 }
 
-func newCache(f fetcher) *cache {
+func newCache(f *Platform) *cache {
 	chans, _ := lru.New[string, chanInfo](maxCachedChannels) // size > 0: cannot fail
 	joined, _ := lru.New[string, struct{}](maxParticipation)
 	return &cache{chans: chans, joined: joined, fetch: f, guilds: make(map[string]string)}
@@ -119,7 +113,7 @@ func (c *cache) channel(ctx context.Context, id string) (chanInfo, error) {
 	if ci, ok := c.chans.Get(id); ok {
 		return ci, nil
 	}
-	if c.fetch == nil || !isSnowflake(id) {
+	if !isSnowflake(id) {
 		return chanInfo{}, errNotFound
 	}
 	wc, err := c.fetch.fetchChannel(ctx, id)
@@ -137,7 +131,7 @@ func (c *cache) guildName(ctx context.Context, id string) (string, error) {
 	if ok && name != "" {
 		return name, nil
 	}
-	if c.fetch == nil || !isSnowflake(id) {
+	if !isSnowflake(id) {
 		return "", errNotFound
 	}
 	name, err := c.fetch.fetchGuildName(ctx, id)

@@ -1,9 +1,6 @@
 package discord
 
-import (
-	"connector/platform/chatcontext"
-	"connector/session"
-)
+import "connector/session"
 
 // Channel context (supports_context, the contract's "Model B"): a guild
 // message of an admitted author that only the mention gates held back
@@ -21,10 +18,6 @@ import (
 type contextKey struct {
 	tenant  string
 	channel string
-}
-
-func newChannelContext() *chatcontext.Log[contextKey] {
-	return chatcontext.New[contextKey](chatcontext.Bounds{})
 }
 
 // attachContext sets the kept messages of k as t's context and reports

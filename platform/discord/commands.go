@@ -8,7 +8,6 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -353,13 +352,8 @@ func prune(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(x))
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			if pv := prune(x[k]); pv != nil {
+		for k, xv := range x {
+			if pv := prune(xv); pv != nil {
 				out[k] = pv
 			}
 		}

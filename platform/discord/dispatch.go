@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"cmp"
 	"encoding/json"
 	"hash/fnv"
 	"time"
@@ -75,9 +76,7 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 		p.cache.putGuild(g.ID, g.Name)
 		for i := range g.Channels {
 			c := &g.Channels[i]
-			if c.GuildID == "" {
-				c.GuildID = g.ID // GUILD_CREATE's channels omit it
-			}
+			c.GuildID = cmp.Or(c.GuildID, g.ID) // GUILD_CREATE's channels omit it
 			p.cache.putChannel(c)
 		}
 		for i := range g.Threads {
@@ -154,9 +153,7 @@ func (p *Platform) readySnapshot(r *wireReady) {
 // putThread caches a channel or thread; the bot takes part in threads it
 // owns or is a member of.
 func (p *Platform) putThread(t *wireThread, guildID string) {
-	if t.GuildID == "" {
-		t.GuildID = guildID
-	}
+	t.GuildID = cmp.Or(t.GuildID, guildID)
 	p.cache.putChannel(&t.wireChannel)
 	if bot := p.bot(); bot != "" && (t.OwnerID == bot || t.Member != nil) {
 		p.cache.join(t.ID)

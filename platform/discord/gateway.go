@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -27,34 +28,18 @@ type RefusedError struct {
 
 // Error names the close code and what to fix.
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("discord gateway refused the bot: close %d (%s)", e.Code, closeMeaning(e.Code))
+	return fmt.Sprintf("discord gateway refused the bot: close %d (%s)", e.Code, cmp.Or(terminalCloses[e.Code], "terminal"))
 }
 
-func closeMeaning(code int) string {
-	switch code {
-	case 4004:
-		return "authentication failed: check bot_token"
-	case 4010:
-		return "invalid shard"
-	case 4011:
-		return "sharding required"
-	case 4012:
-		return "invalid API version"
-	case 4013:
-		return "invalid intents"
-	case 4014:
-		return "disallowed intents: enable the MESSAGE_CONTENT privileged intent in the developer portal"
-	}
-	return "terminal"
-}
-
-// terminalClose reports the Gateway close codes that must not be reconnected.
-func terminalClose(code int) bool {
-	switch code {
-	case 4004, 4010, 4011, 4012, 4013, 4014:
-		return true
-	}
-	return false
+// terminalCloses are the Gateway close codes that must not be reconnected,
+// with what each means.
+var terminalCloses = map[int]string{
+	4004: "authentication failed: check bot_token",
+	4010: "invalid shard",
+	4011: "sharding required",
+	4012: "invalid API version",
+	4013: "invalid intents",
+	4014: "disallowed intents: enable the MESSAGE_CONTENT privileged intent in the developer portal",
 }
 
 // gateway supervises discordgo's Gateway connection in place of its own
@@ -175,10 +160,10 @@ func (g *gateway) run(ctx context.Context) error {
 		default:
 			g.budget.record() // a failed open may have spent an identify
 			var ce *websocket.CloseError
-			if errors.As(err, &ce) && terminalClose(ce.Code) {
+			if errors.As(err, &ce) && terminalCloses[ce.Code] != "" {
 				refused := &RefusedError{Code: ce.Code}
 				g.p.setStatus(false, true, refused.Error())
-				g.p.log.Error("discord gateway refused the bot; not reconnecting", "close_code", ce.Code, "meaning", closeMeaning(ce.Code))
+				g.p.log.Error("discord gateway refused the bot; not reconnecting", "close_code", ce.Code, "meaning", terminalCloses[ce.Code])
 				return refused
 			}
 			g.p.setStatus(false, false, "gateway connect failed; retrying")

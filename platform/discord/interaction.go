@@ -87,9 +87,7 @@ func (n *normalizer) interactionChannel(ctx context.Context, in *wireInteraction
 	}
 	ch := infoFrom(in.Channel)
 	if cached, err := n.look.channel(ctx, ch.ID); err == nil {
-		if ch.Topic == "" {
-			ch.Topic = cached.Topic
-		}
+		ch.Topic = cmp.Or(ch.Topic, cached.Topic)
 		ch.Name = cmp.Or(ch.Name, cached.Name)
 		ch.ParentID = cmp.Or(ch.ParentID, cached.ParentID)
 		ch.GuildID = cmp.Or(ch.GuildID, cached.GuildID)

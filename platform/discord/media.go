@@ -41,13 +41,9 @@ type mediaMessage struct {
 // further messages; the first replies to reply_to. Every media_kind is an
 // attachment on Discord. The result carries the attachment message's id.
 func (p *Platform) opSendMedia(ctx context.Context, tenant, chatID string, a *contract.Action) contract.Result {
-	var ref *discordgo.MessageReference
-	if a.ReplyTo != "" {
-		if !isSnowflake(string(a.ReplyTo)) {
-			return contract.Failed(contract.CodeBadRequest, "reply_to is not a Discord message id")
-		}
-		no := false
-		ref = &discordgo.MessageReference{MessageID: string(a.ReplyTo), ChannelID: chatID, FailIfNotExists: &no}
+	ref, bad := replyRef(a)
+	if bad != "" {
+		return contract.Failed(contract.CodeBadRequest, bad)
 	}
 	obj, r, ok := p.deps.OpenMedia(ctx, platformName, tenant, a)
 	if !ok {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -199,10 +200,8 @@ func (n *normalizer) gate(m *wireMessage, ch chanInfo, parent *chanInfo, mention
 	keys := channelKeys(ch, parent)
 	free := n.pol.free.matches(keys)
 	if !mentioned && len(m.Mentions) > 0 {
-		for i := range m.Mentions {
-			if m.Mentions[i].Bot && m.Mentions[i].ID != n.botID {
-				return drop("mentions_other_bots")
-			}
+		if slices.ContainsFunc(m.Mentions, func(u wireUser) bool { return u.Bot && u.ID != n.botID }) {
+			return drop("mentions_other_bots")
 		}
 		if n.pol.ignoreNoMention && !free {
 			return drop(reasonMentionsOthers)
@@ -294,12 +293,7 @@ func (n *normalizer) mentionsBot(m *wireMessage) bool {
 	if n.botID == "" {
 		return false
 	}
-	for i := range m.Mentions {
-		if m.Mentions[i].ID == n.botID {
-			return true
-		}
-	}
-	return containsMention(m.Content, n.botID)
+	return slices.ContainsFunc(m.Mentions, func(u wireUser) bool { return u.ID == n.botID }) || containsMention(m.Content, n.botID)
 }
 
 // containsMention reports whether s holds <@id> or <@!id>.
@@ -345,9 +339,7 @@ func (n *normalizer) messageEvent(m *wireMessage) contract.Event {
 			Author: memberName(rm.Member, rm.Author),
 			IsOwn:  rm.Author.ID == n.botID,
 		}
-		if ev.ReplyToMessageID == "" {
-			ev.ReplyToMessageID = rm.ID
-		}
+		ev.ReplyToMessageID = cmp.Or(ev.ReplyToMessageID, rm.ID)
 	}
 	if len(m.Attachments) > 0 {
 		ev.MediaURLs = make([]string, 0, len(m.Attachments))

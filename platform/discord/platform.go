@@ -145,7 +145,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.cache = newCache(p)
 	p.declined = newDeclines(maxStandbyDeclines)
 	p.created = newCreatedThreads()
-	p.channelContext = newChannelContext()
+	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
 	for i := range p.queues {
 		p.queues[i] = make(chan ingestItem, ingestQueueDepth)

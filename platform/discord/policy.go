@@ -1,6 +1,10 @@
 package discord
 
-import "connector/internal/nativecfg"
+import (
+	"slices"
+
+	"connector/internal/nativecfg"
+)
 
 // policy is one tenant's TenantConfig in the form normalization reads.
 type policy struct {
@@ -60,15 +64,7 @@ func (cs channelSet) empty() bool { return len(cs.keys) == 0 }
 // matches reports whether the list names any of a channel's keys (see
 // channelKeys), or holds "*".
 func (cs channelSet) matches(keys []string) bool {
-	if cs.all {
-		return true
-	}
-	for _, k := range keys {
-		if cs.keys.has(k) {
-			return true
-		}
-	}
-	return false
+	return cs.all || slices.ContainsFunc(keys, cs.keys.has)
 }
 
 // channelKeys are the spellings a channel list can name a channel by, as
@@ -91,23 +87,16 @@ func channelKeys(ch chanInfo, parent *chanInfo) []string {
 	return keys
 }
 
-func orDefault(b *bool, def bool) bool {
-	if b == nil {
-		return def
-	}
-	return *b
-}
-
 // newPolicy normalizes tc (Validate has checked it; entries it would refuse
 // match nothing here).
 func newPolicy(tc TenantConfig) *policy {
 	p := &policy{
-		autoThread:           orDefault(tc.AutoThread, true),
-		requireMention:       orDefault(tc.RequireMention, true),
-		threadRequireMention: orDefault(tc.ThreadRequireMention, false),
-		ignoreNoMention:      orDefault(tc.IgnoreNoMention, true),
-		botsInlineMention:    orDefault(tc.BotsRequireInlineMention, false),
-		channelContext:       orDefault(tc.ChannelContext, true),
+		autoThread:           nativecfg.FlagOr(tc.AutoThread, true),
+		requireMention:       nativecfg.FlagOr(tc.RequireMention, true),
+		threadRequireMention: nativecfg.FlagOr(tc.ThreadRequireMention, false),
+		ignoreNoMention:      nativecfg.FlagOr(tc.IgnoreNoMention, true),
+		botsInlineMention:    nativecfg.FlagOr(tc.BotsRequireInlineMention, false),
+		channelContext:       nativecfg.FlagOr(tc.ChannelContext, true),
 		allowBots:            normalizeAllowBots(tc.AllowBots),
 		free:                 newChannelSet(tc.FreeResponseChannels, true),
 		noThread:             newChannelSet(tc.NoThreadChannels, false),

@@ -35,7 +35,7 @@ func (p *Platform) rest(ctx context.Context, method, endpoint string, body, out 
 	return nil
 }
 
-// fetchChannel implements fetcher.
+// fetchChannel reads channel id for the cache.
 func (p *Platform) fetchChannel(ctx context.Context, id string) (wireChannel, error) {
 	var c wireChannel
 	err := p.rest(ctx, "GET", discordgo.EndpointChannel(id), nil, &c)
@@ -45,7 +45,7 @@ func (p *Platform) fetchChannel(ctx context.Context, id string) (wireChannel, er
 	return c, err
 }
 
-// fetchGuildName implements fetcher.
+// fetchGuildName reads guild id's name for the cache.
 func (p *Platform) fetchGuildName(ctx context.Context, id string) (string, error) {
 	var g struct {
 		Name string `json:"name"`

@@ -3,6 +3,7 @@ package discord
 import (
 	"context"
 	"hash/fnv"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,13 +27,8 @@ type route struct {
 // parseRoute classifies an API path like /api/v9/channels/1/messages/2.
 func parseRoute(method, path string) route {
 	rest := path
-	if i := strings.Index(rest, "/api/v"); i >= 0 {
-		rest = rest[i+len("/api/v"):]
-		if j := strings.IndexByte(rest, '/'); j >= 0 {
-			rest = rest[j+1:]
-		} else {
-			rest = ""
-		}
+	if _, version, ok := strings.Cut(path, "/api/v"); ok {
+		_, rest, _ = strings.Cut(version, "/")
 	}
 	segs := strings.Split(strings.Trim(rest, "/"), "/")
 	var b strings.Builder
@@ -226,9 +222,5 @@ func (l *routeLimiter) limited(r string, retryAfter time.Duration) {
 
 func (l *routeLimiter) sweepLocked() {
 	now := l.clock.Now()
-	for k, st := range l.buckets {
-		if now.After(st.reset) {
-			delete(l.buckets, k)
-		}
-	}
+	maps.DeleteFunc(l.buckets, func(_ string, st *bucketState) bool { return now.After(st.reset) })
 }

@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -110,9 +111,5 @@ func canonicalRole(e string) (string, error) {
 // normalizeAllowBots folds an allow_bots value as the native adapter does
 // (case and surrounding space ignored; empty means none).
 func normalizeAllowBots(s string) string {
-	s = strings.ToLower(strings.TrimSpace(s))
-	if s == "" {
-		return AllowBotsNone
-	}
-	return s
+	return cmp.Or(strings.ToLower(strings.TrimSpace(s)), AllowBotsNone)
 }

@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -115,12 +116,8 @@ func (p *Platform) startChannelThread(ctx context.Context, parent, name string) 
 // recordThread caches a thread the connector created, with the bot as a
 // participant, and remembers its initial name.
 func (p *Platform) recordThread(th *wireChannel, parent, name string) {
-	if th.ParentID == "" {
-		th.ParentID = parent
-	}
-	if th.Name == "" {
-		th.Name = name
-	}
+	th.ParentID = cmp.Or(th.ParentID, parent)
+	th.Name = cmp.Or(th.Name, name)
 	p.cache.putChannel(th)
 	p.cache.join(th.ID)
 	p.created.remember(th.ID, name)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -202,11 +203,7 @@ func readRateHeaders(h http.Header) rateHeaders {
 }
 
 func stripRateHeaders(h http.Header) {
-	for k := range h {
-		if strings.HasPrefix(k, "X-Ratelimit-") {
-			delete(h, k)
-		}
-	}
+	maps.DeleteFunc(h, func(k string, _ []string) bool { return strings.HasPrefix(k, "X-Ratelimit-") })
 }
 
 // maxRetrySeconds bounds every delay Discord's headers or bodies may ask

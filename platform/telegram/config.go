@@ -221,11 +221,8 @@ func validSecretToken(s string) error {
 	if len(s) > 256 {
 		return errors.New("longer than 256 characters")
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return errors.New("only A-Z a-z 0-9 _ - are allowed")
-		}
+	if strings.Trim(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") != "" {
+		return errors.New("only A-Z a-z 0-9 _ - are allowed")
 	}
 	return nil
 }

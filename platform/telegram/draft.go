@@ -7,14 +7,16 @@ import (
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
-	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
 	"connector/internal/textsplit"
 )
 
-// sealedDrafts bounds the memory of sealed draft streams: the gateway keeps
-// the same number of sealed streams per process.
+// sealedDrafts bounds Platform.sealed, the message each sealed draft stream
+// became, so a repeated seal (the gateway retries an ambiguous one once)
+// answers the same message id and sends nothing. It is per instance; the
+// least recently sealed stream is forgotten first. The gateway keeps the
+// same number of sealed streams per process.
 const sealedDrafts = 512
 
 // draftKey names one draft stream of a tenant's chat.
@@ -22,19 +24,6 @@ type draftKey struct {
 	tenant string
 	chat   int64
 	draft  int64
-}
-
-// sealedLog remembers the message each sealed draft stream became, so a
-// repeated seal (the gateway retries an ambiguous one once) answers the same
-// message id and sends nothing. It is per instance and bounded: the least
-// recently sealed stream is forgotten first.
-type sealedLog struct {
-	byDraft *lru.Cache[draftKey, string]
-}
-
-func newSealedLog() *sealedLog {
-	c, _ := lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
-	return &sealedLog{byDraft: c}
 }
 
 // draft streams a preview of a reply being generated (sendMessageDraft,
@@ -85,14 +74,14 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 // stream, and answers the first part's id.
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
-	if id, ok := p.sealed.byDraft.Get(k); ok {
+	if id, ok := p.sealed.Get(k); ok {
 		return contract.OK(id)
 	}
 	first, _, r := p.sendParts(ctx, tenant, chat, a, textsplit.Split(a.Content, splitRules), nil)
 	if first != "" {
 		// Even a partly sent seal is the stream's message: a retry must not
 		// send the parts that went out again.
-		p.sealed.byDraft.Add(k, first)
+		p.sealed.Add(k, first)
 	}
 	if !r.Success {
 		return r

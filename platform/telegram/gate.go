@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -117,12 +118,9 @@ func (pol *policy) free(chat int64, thread int) bool {
 
 // matchesPatterns reports a mention_patterns match in the text or caption.
 func (pol *policy) matchesPatterns(msg *models.Message) bool {
-	for _, re := range pol.patterns {
-		if msg.Text != "" && re.MatchString(msg.Text) || msg.Caption != "" && re.MatchString(msg.Caption) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(pol.patterns, func(re *regexp.Regexp) bool {
+		return msg.Text != "" && re.MatchString(msg.Text) || msg.Caption != "" && re.MatchString(msg.Caption)
+	})
 }
 
 func isGroup(chat *models.Chat) bool {

@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"maps"
 	"sync"
 	"time"
 )
@@ -99,11 +100,7 @@ func (l *limiter) get(chat int64, now time.Time) *chatLimit {
 	if l.added++; l.added >= sweepEvery {
 		l.added = 0
 		idle := now.Add(-max(l.chatPer, l.groupPer))
-		for id, cl := range l.chats {
-			if cl.last.Before(idle) && cl.blocked.Before(now) {
-				delete(l.chats, id)
-			}
-		}
+		maps.DeleteFunc(l.chats, func(_ int64, cl *chatLimit) bool { return cl.last.Before(idle) && cl.blocked.Before(now) })
 	}
 	cl := &chatLimit{}
 	l.chats[chat] = cl

@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"slices"
 	"strings"
 
 	"connector/internal/textsplit"
@@ -270,12 +271,9 @@ func parseLink(s string, i int) (text, url string, end int, ok bool) {
 }
 
 func linkable(url string) bool {
-	for _, p := range []string{"https://", "http://", "tg://", "mailto:"} {
-		if len(url) > len(p) && strings.EqualFold(url[:len(p)], p) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]string{"https://", "http://", "tg://", "mailto:"}, func(p string) bool {
+		return len(url) > len(p) && strings.EqualFold(url[:len(p)], p)
+	})
 }
 
 // canOpen reports whether the n-character marker at s[i] may open a span:

@@ -76,10 +76,7 @@ func messageInbound(msg *models.Message, edit bool, m *mapping) (inbound, string
 		return inbound{}, dropOwn
 	}
 	kind := messageKind(msg)
-	text := msg.Text
-	if text == "" {
-		text = msg.Caption
-	}
+	text := cmp.Or(msg.Text, msg.Caption)
 	if kind == "" {
 		if text == "" {
 			return inbound{}, dropEmpty

@@ -4,7 +4,6 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/contract"
-	"connector/platform/chatcontext"
 	"connector/session"
 )
 
@@ -26,10 +25,6 @@ import (
 type observedKey struct {
 	tenant string
 	topic  topicKey
-}
-
-func newObservedLog() *chatcontext.Log[observedKey] {
-	return chatcontext.New[observedKey](chatcontext.Bounds{})
 }
 
 // observedKeyOf is the key of msg for tenant.

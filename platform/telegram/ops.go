@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -157,11 +158,7 @@ func (p *Platform) getChatInfo(ctx context.Context, _ string, chat int64, _ *con
 	if err != nil {
 		return p.failure(contract.OpGetChatInfo, err)
 	}
-	name := info.Title
-	if name == "" {
-		name = fullName(info.FirstName, info.LastName)
-	}
 	r := contract.OK("")
-	r.ChatInfo = &contract.ChatInfo{Name: name, Type: chatType(info.Type)}
+	r.ChatInfo = &contract.ChatInfo{Name: cmp.Or(info.Title, fullName(info.FirstName, info.LastName)), Type: chatType(info.Type)}
 	return r
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/descriptor"
 	"connector/internal/clock"
@@ -50,7 +51,7 @@ type Platform struct {
 	// absent.
 	policies  atomic.Pointer[map[string]*policy]
 	observed  *chatcontext.Log[observedKey]
-	sealed    *sealedLog
+	sealed    *lru.Cache[draftKey, string] // see sealedDrafts
 	mapping   atomic.Pointer[mapping]
 	seen      *recentIDs
 	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
@@ -98,8 +99,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		metrics:   deps.Metrics,
 		clock:     deps.Clock,
 		now:       deps.Clock.Now,
-		observed:  newObservedLog(),
-		sealed:    newSealedLog(),
+		observed:  chatcontext.New[observedKey](chatcontext.Bounds{}),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
@@ -111,6 +111,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		chats[id] = tenant
 	}
 	p.chats.Store(&chats)
+	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
 	p.authors.Store(platform.NewAuthors(nil))
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
 	p.SetRelevance(nil)
@@ -217,9 +218,6 @@ func (p *Platform) Routes() map[string]http.Handler {
 	return map[string]http.Handler{http.MethodPost + " " + WebhookPath: http.HandlerFunc(p.serveWebhook)}
 }
 
-// scrub removes the bot token and the webhook secret from s.
-func (p *Platform) scrub(s string) string { return p.scrubber.Replace(s) }
-
 func newScrubber(token, webhookSecret string) *strings.Replacer {
 	pairs := []string{token, "[redacted]"}
 	if _, secret, ok := strings.Cut(token, ":"); ok && secret != "" {
@@ -231,8 +229,9 @@ func newScrubber(token, webhookSecret string) *strings.Replacer {
 	return strings.NewReplacer(pairs...)
 }
 
-// errorText is err's text for logs and results, secrets removed.
-func (p *Platform) errorText(err error) string { return p.scrub(err.Error()) }
+// errorText is err's text for logs and results, the bot token and the
+// webhook secret removed.
+func (p *Platform) errorText(err error) string { return p.scrubber.Replace(err.Error()) }
 
 // Bind implements platform.Binder: bindings of kind chat (the id in its
 // canonical spelling) replace the chat routing table, those of the author

@@ -3,6 +3,7 @@ package telegram
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -139,12 +140,8 @@ func (p *Platform) poll(ctx context.Context) error {
 
 // isAPIError reports an answer from Telegram (as opposed to no answer).
 func isAPIError(err error) bool {
-	for _, e := range []error{bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorNotFound, bot.ErrorConflict} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc([]error{bot.ErrorBadRequest, bot.ErrorForbidden, bot.ErrorNotFound, bot.ErrorConflict},
+		func(e error) bool { return errors.Is(err, e) })
 }
 
 // pollReady marks the platform ready for long polling: after the setup

@@ -177,10 +177,10 @@ var defaultPolicy = &policy{exclusiveBotMentions: true}
 // key.
 func newPolicy(tc TenantConfig) (*policy, error) {
 	pol := &policy{
-		requireMention:       flag(tc.RequireMention, false),
-		guestMode:            flag(tc.GuestMode, false),
-		botsRequireMention:   flag(tc.BotsRequireMention, false),
-		exclusiveBotMentions: flag(tc.ExclusiveBotMentions, true),
+		requireMention:       nativecfg.FlagOr(tc.RequireMention, false),
+		guestMode:            nativecfg.FlagOr(tc.GuestMode, false),
+		botsRequireMention:   nativecfg.FlagOr(tc.BotsRequireMention, false),
+		exclusiveBotMentions: nativecfg.FlagOr(tc.ExclusiveBotMentions, true),
 		observe:              tc.observe(),
 	}
 	var err error
@@ -225,13 +225,6 @@ func newPolicy(tc TenantConfig) (*policy, error) {
 		pol.patterns = append(pol.patterns, re)
 	}
 	return pol, nil
-}
-
-func flag(v *bool, def bool) bool {
-	if v == nil {
-		return def
-	}
-	return *v
 }
 
 // setOf reads list knob key as the native adapter does

@@ -86,9 +86,11 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -219,9 +221,7 @@ type Pool struct {
 
 // NewPool returns an empty pool and starts its goroutine; Close stops it.
 func NewPool(cfg Config) *Pool {
-	if cfg.SweepEvery <= 0 {
-		cfg.SweepEvery = time.Minute
-	}
+	cfg.SweepEvery = cmp.Or(max(cfg.SweepEvery, 0), time.Minute)
 	p := &Pool{
 		cfg:      cfg,
 		ledgers:  make(map[string]*Ledger),
@@ -333,11 +333,7 @@ func (p *Pool) known(tenant string) *Ledger {
 func (p *Pool) all() []*Ledger {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]*Ledger, 0, len(p.ledgers))
-	for _, l := range p.ledgers {
-		out = append(out, l)
-	}
-	return out
+	return slices.Collect(maps.Values(p.ledgers))
 }
 
 // Delivery is one platform delivery to take into a ledger.
@@ -716,20 +712,10 @@ func (l *Ledger) Detach(c Consumer) {
 		}
 	}
 	if requeued {
-		slices.SortFunc(l.pending, func(a, b *entry) int { return cmpSeq(a.seq, b.seq) })
+		slices.SortFunc(l.pending, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
 	}
 	s.inflight = 0
 	l.dispatchLocked()
-}
-
-func cmpSeq(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (l *Ledger) unattachLocked(s *seat) {
@@ -887,7 +873,7 @@ func (p *Pool) Recover(ctx context.Context) (int, error) {
 				"tenant", t, "entries", st.Entries, "bytes", st.Bytes)
 			continue
 		}
-		n, err := l.recover(ctx)
+		n, err := l.Tail(ctx)
 		total += n
 		if err != nil {
 			return total, err
@@ -899,10 +885,6 @@ func (p *Pool) Recover(ctx context.Context) (int, error) {
 
 // recoverBatch is how many records Recover and Tail read at once.
 const recoverBatch = 1024
-
-func (l *Ledger) recover(ctx context.Context) (int, error) {
-	return l.Tail(ctx)
-}
 
 // Tail takes in, in order, the stored records after the last one it took
 // in (all of them, on the first call or after Reset), applies the bounds

@@ -21,6 +21,7 @@ package discordtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
@@ -140,18 +141,10 @@ func New(tb interface {
 	Cleanup(func())
 }, opts Options) *Server {
 	tb.Helper()
-	if opts.BotID == "" {
-		opts.BotID = "9000"
-	}
-	if opts.AppID == "" {
-		opts.AppID = opts.BotID
-	}
-	if opts.BotName == "" {
-		opts.BotName = "hermes"
-	}
-	if opts.HeartbeatInterval == 0 {
-		opts.HeartbeatInterval = 41250
-	}
+	opts.BotID = cmp.Or(opts.BotID, "9000")
+	opts.AppID = cmp.Or(opts.AppID, opts.BotID)
+	opts.BotName = cmp.Or(opts.BotName, "hermes")
+	opts.HeartbeatInterval = cmp.Or(opts.HeartbeatInterval, 41250)
 	s := &Server{
 		opts: opts, channels: map[string]Channel{}, messages: map[string]*Message{},
 		tokens: map[string]bool{}, guildCmds: map[string][]map[string]any{}, changed: make(chan struct{}), nextID: 1_400_000_000_000_000_000,

@@ -481,13 +481,8 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		kept := s.updates[:0]
-		for _, u := range s.updates {
-			if u.id >= offset { // lower ones are confirmed by the offset
-				kept = append(kept, u)
-			}
-		}
-		s.updates = kept
+		// Lower ids are confirmed by the offset.
+		s.updates = slices.DeleteFunc(s.updates, func(u queued) bool { return u.id < offset })
 		batch := make([]json.RawMessage, 0, len(s.updates))
 		for _, u := range s.updates {
 			batch = append(batch, u.raw)
