@@ -377,7 +377,7 @@ func newServer(cfg Config) (*Server, error) {
 		Shared:        cfg.Instance != "",
 		Owned:         s.ownedHook(),
 		Unserved:      cfg.Away,
-		Now:           cfg.Clock.Now,
+		Clock:         cfg.Clock,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
 	})

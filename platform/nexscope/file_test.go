@@ -3,10 +3,14 @@ package nexscope
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 )
 
 func TestFileRelayedIntactToTwoRecipients(t *testing.T) {
@@ -159,7 +163,7 @@ func TestTransferStallClosesSender4014(t *testing.T) {
 	if _, b := bob.Read(); string(b) != "12345" {
 		t.Fatalf("bob got %q", b)
 	}
-	tr.clock.Advance(DefaultTransferTimeout - time.Millisecond)
+	tr.advance(t, DefaultTransferTimeout-time.Millisecond)
 	alice.SendText(`{"type":"ping"}`) // still connected
 	alice.Expect("pong")
 
@@ -192,6 +196,7 @@ func TestTransferSenderDisconnects(t *testing.T) {
 		t.Fatalf("transfer_incomplete %v", e)
 	}
 	bob.ExpectPresence("bob")
+	tr.writesDone(t)
 	if n := tr.clock.Pending(); n != 1 { // only bob's heartbeat
 		t.Fatalf("%d timers armed; the transfer deadline was not stopped", n)
 	}
@@ -378,25 +383,55 @@ func (tr *testRelay) member(name string) *member {
 }
 
 // A member stuck in one write for WriteTimeout is disconnected even while
-// its queue is within bounds.
+// its queue is within bounds. The clock moves only while alice, the other
+// member, has every ack and nothing left to write, so the write watchdog
+// that fires is the stuck member's.
 func TestStuckWriteDisconnects(t *testing.T) {
-	tr := startRelay(t, Config{WriteTimeout: 50 * time.Millisecond, SendQueueBytes: 1 << 30, MaxPayload: 2 << 20})
+	const timeout = 50 * time.Millisecond
+	var clk *watchdogClock
+	tr := startRelayOn(t, Config{WriteTimeout: timeout, HeartbeatInterval: 24 * time.Hour, SendQueueBytes: 1 << 30, MaxPayload: 2 << 20},
+		func(f *clocktest.Fake) clock.Clock {
+			clk = &watchdogClock{Fake: f, timeout: timeout}
+			return clk
+		})
 	tr.join(t, "", "stuck") // never reads
 	alice := tr.join(t, "", "alice")
+	stuck, me := tr.member("stuck"), tr.member("alice")
 	text := strings.Repeat("x", 1<<20)
-	for i := 0; ; i++ {
-		alice.SendJSON(msg(fmt.Sprint(i), "alice", []string{"stuck"}, text))
-		if m := alice.Next(); m["type"] == "presence" {
-			if fmt.Sprint(users(m)) != "[alice]" {
-				t.Fatalf("presence %v", m)
-			}
-			break
-		}
+	for i := 0; clk.fired.Load() == 0; i++ {
 		if i > 10000 {
 			t.Fatal("stuck member never dropped")
 		}
+		alice.SendJSON(msg(fmt.Sprint(i), "alice", []string{"stuck"}, text))
+		alice.Expect("ack")
+		waitFor(t, "alice's ack written (her write watchdog disarmed)", func() bool { return me.q.Queued() == 0 })
+		// Frames wait behind stuck's write under way (its watchdog armed),
+		// or the write may finish before the clock moves: send another.
+		if stuck.q.Len() > 0 {
+			clk.Advance(timeout)
+		}
 	}
-	if !strings.Contains(tr.logs.String(), "too slow") {
-		t.Fatal("write timeout not logged")
+	alice.ExpectPresence("alice")
+	// Its reader, seeing the socket dropped, may have left before the
+	// writer logs.
+	waitFor(t, "the write timeout logged", func() bool { return strings.Contains(tr.logs.String(), "too slow") })
+}
+
+// watchdogClock is a fake clock that counts the calls of timers armed for
+// timeout: the members' write watchdogs.
+type watchdogClock struct {
+	*clocktest.Fake
+	timeout time.Duration
+	fired   atomic.Int64
+}
+
+func (c *watchdogClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	if d == c.timeout {
+		call := f
+		f = func() {
+			c.fired.Add(1)
+			call()
+		}
 	}
+	return c.Fake.AfterFunc(d, f)
 }

@@ -40,16 +40,16 @@ func TestHeartbeatTimeout4010(t *testing.T) {
 			t.Fatal("no ping reached the client")
 		}
 	}
-	tr.clock.Advance(DefaultHeartbeatInterval) // ping 1
+	tr.advance(t, DefaultHeartbeatInterval) // ping 1
 	awaitPing()
-	tr.clock.Advance(DefaultHeartbeatInterval) // miss 1, ping 2
+	tr.advance(t, DefaultHeartbeatInterval) // miss 1, ping 2
 	awaitPing()
 	select {
 	case err := <-ended:
 		t.Fatalf("closed after one miss: %v", err)
 	default:
 	}
-	tr.clock.Advance(DefaultHeartbeatInterval) // miss 2: terminate
+	tr.advance(t, DefaultHeartbeatInterval) // miss 2: terminate
 	select {
 	case err := <-ended:
 		if !endedWith(err, CloseHeartbeatTimeout) {
@@ -90,7 +90,7 @@ func TestHeartbeatAnsweredKeepsConnection(t *testing.T) {
 		}
 	}()
 	for range 5 {
-		tr.clock.Advance(DefaultHeartbeatInterval)
+		tr.advance(t, DefaultHeartbeatInterval)
 		select {
 		case <-pings:
 		case <-time.After(testTimeout):

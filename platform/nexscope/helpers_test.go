@@ -12,6 +12,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/nexscope/nexscopetest"
@@ -79,13 +80,24 @@ type testRelay struct {
 // newRelay builds a Platform with a fake clock and captured logs.
 func newRelay(t testing.TB, cfg Config) *testRelay {
 	t.Helper()
+	return newRelayOn(t, cfg, nil)
+}
+
+// newRelayOn is newRelay with the Platform's clock the fake one as wrap
+// returns it (wrap nil: the fake itself).
+func newRelayOn(t testing.TB, cfg Config, wrap func(*clocktest.Fake) clock.Clock) *testRelay {
+	t.Helper()
 	if cfg.Token == "" {
 		cfg.Token = testToken
 	}
-	clock := newFakeClock()
+	fake := newFakeClock()
+	var clk clock.Clock = fake
+	if wrap != nil {
+		clk = wrap(fake)
+	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := New(cfg, platform.Deps{Log: log, Clock: clock})
+	p, err := New(cfg, platform.Deps{Log: log, Clock: clk})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -95,14 +107,21 @@ func newRelay(t testing.TB, cfg Config) *testRelay {
 	}
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	return &testRelay{p: p, srv: srv, clock: clock, logs: logs, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
+	return &testRelay{p: p, srv: srv, clock: fake, logs: logs, url: "ws" + strings.TrimPrefix(srv.URL, "http")}
 }
 
 // startRelay is newRelay with Run started on a recording sink until the
 // test ends.
 func startRelay(t testing.TB, cfg Config) *testRelay {
 	t.Helper()
-	tr := newRelay(t, cfg)
+	return startRelayOn(t, cfg, nil)
+}
+
+// startRelayOn is startRelay on the clock wrap makes of the fake one (see
+// newRelayOn).
+func startRelayOn(t testing.TB, cfg Config, wrap func(*clocktest.Fake) clock.Clock) *testRelay {
+	t.Helper()
+	tr := newRelayOn(t, cfg, wrap)
 	tr.sink = &recordingSink{ch: make(chan platform.Delivery, 64)}
 	stop := tr.run(t, tr.sink)
 	t.Cleanup(stop)
@@ -130,7 +149,42 @@ func (tr *testRelay) run(t testing.TB, sink platform.Sink) (stop func()) {
 	}
 }
 
-// waitFor polls cond until it holds, failing the test after testTimeout.
+// advance moves the relay's clock by d once no member has a frame queued or
+// being written. A member's write watchdog runs on that clock, armed only
+// while a write is under way, and a frame a client already read may still
+// be finishing its write: the clock moved then would fire its watchdog.
+func (tr *testRelay) advance(t testing.TB, d time.Duration) {
+	t.Helper()
+	tr.writesDone(t)
+	tr.clock.Advance(d)
+}
+
+// writesDone waits until no member, not even one that just left, has a
+// frame queued or being written, so that no write watchdog is armed.
+func (tr *testRelay) writesDone(t testing.TB) {
+	t.Helper()
+	waitFor(t, "every member's frames written (no write watchdog armed)", func() bool {
+		for _, m := range tr.members() {
+			if m.q.Queued() != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// members returns every member the relay serves, those that left their
+// room included until their goroutines have finished.
+func (tr *testRelay) members() []*member {
+	tr.p.mu.Lock()
+	defer tr.p.mu.Unlock()
+	ms := make([]*member, 0, len(tr.p.members))
+	for m := range tr.p.members {
+		ms = append(ms, m)
+	}
+	return ms
+}
+
 // dialURL opens a WebSocket to path with query; it does not read.
 func (tr *testRelay) dialURL(t testing.TB, path, query string, opts *websocket.DialOptions) *client {
 	t.Helper()

@@ -9,14 +9,13 @@ import (
 
 	"github.com/coder/websocket"
 
-	"connector/internal/clock"
 	"connector/internal/wsconn"
 )
 
 // member is one connected client: one WebSocket, one session. Its handler
 // goroutine reads (readLoop); its wsconn.Queue runs a writer goroutine while
-// frames are queued, and its heartbeat (wsconn.Keepalive) ticks on the
-// platform's clock (platform.Deps.Clock).
+// frames are queued, and its heartbeat (wsconn.Keepalive) and write watchdog
+// (wsconn.Watchdog) run on the platform's clock (platform.Deps.Clock).
 type member struct {
 	p      *Platform
 	room   *room
@@ -36,9 +35,7 @@ type member struct {
 	remote *homeLink
 
 	alive wsconn.Keepalive // the heartbeat and name probes
-	// watch disconnects a member whose write exceeds WriteTimeout; it runs
-	// on the real clock (tests rely on a real write timing out).
-	watch wsconn.Watchdog
+	watch wsconn.Watchdog  // disconnects a member whose write exceeds WriteTimeout
 
 	// reader goroutine only
 	strikes  int
@@ -70,7 +67,7 @@ func (m *member) newQueue(w wsconn.Writer) *wsconn.Queue {
 // accepted binds the member to its upgraded socket.
 func (m *member) accepted(ws *websocket.Conn) {
 	m.ws = ws
-	m.watch = wsconn.NewWatchdog(ws, clock.System, m.p.cfg.WriteTimeout)
+	m.watch = wsconn.NewWatchdog(ws, m.p.clock, m.p.cfg.WriteTimeout)
 	m.alive.Init(ws, m.p.clock, m.p.cfg.HeartbeatInterval, 2, func() {
 		m.log.Info("nexscope heartbeat_timeout", "missed_pongs", 2)
 		m.kick(CloseHeartbeatTimeout)

@@ -82,10 +82,8 @@ func (p *Platform) connect(ctx context.Context) error {
 		}
 		p.health.set(platform.Status{Detail: detail + text})
 		p.log.Warn("telegram bot api unreachable or refusing, retrying", "err", text, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
+		if p.clock.Sleep(ctx, backoff) != nil {
 			return nil
-		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, connectBackoffMax)
 	}
@@ -194,10 +192,7 @@ func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
 			return
 		}
 		p.log.Warn("telegram update not delivered, retrying", "update_id", u.ID, "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
+		_ = p.clock.Sleep(ctx, backoff) // a shutdown is seen above
 		backoff = min(backoff*2, 5*time.Second)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 )
@@ -49,6 +50,46 @@ func TestRecoversWhenTelegramComesBack(t *testing.T) {
 	e.run(t)
 	e.waitStatus(t, func(st platform.Status) bool { return strings.Contains(st.Detail, "Bad Gateway") })
 	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+}
+
+// The reconnect backoff runs on the platform's clock: after a refused
+// getMe, the next try comes once the clock has moved connectBackoffMin.
+func TestReconnectBackoffRunsOnTheClock(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, nil)
+	e.fake.Fail("getMe", telegramtest.Failure{Code: 502, Description: "Bad Gateway"})
+	e.run(t)
+	none := func() int { return 0 }
+	clk.Settle(t, 1, none, none) // the connect loop sleeps on the clock
+	clk.Advance(connectBackoffMin)
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+	calls := e.calls(t, "getMe", 2)
+	if gap := calls[1].At.Sub(calls[0].At); gap != connectBackoffMin {
+		t.Errorf("retried %v after the refusal, want %v", gap, connectBackoffMin)
+	}
+}
+
+// A refused delivery is retried on the platform's clock, after 50 ms and
+// then 100 ms, holding the poll meanwhile.
+func TestRedeliveryBackoffRunsOnTheClock(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, nil)
+	e.run(t)
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+	e.sink.refuse.Store(2)
+	first := fixture(t, "telegram_shared_private_text")
+	e.fake.Enqueue(first.Raw)
+	none := func() int { return 0 }
+	for _, backoff := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond} {
+		clk.Settle(t, 1, none, none) // refused: the poll sleeps on the clock
+		if next, _ := clk.Next(); next.Sub(clk.Now()) != backoff {
+			t.Fatalf("retry due in %v, want %v", next.Sub(clk.Now()), backoff)
+		}
+		clk.Advance(backoff)
+	}
+	if d := e.sink.next(t); d.SessionKey != first.Key {
+		t.Fatalf("delivered %s, want %s", d.SessionKey, first.Key)
+	}
 }
 
 func TestRejectedTokenIsTerminal(t *testing.T) {

@@ -97,6 +97,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"connector/internal/clock"
 	"connector/store"
 )
 
@@ -183,8 +184,9 @@ type Config struct {
 	// Shared is set when several instances append to the store: Append
 	// then only stores, and entries come into a ledger through Tail alone,
 	// run by the one instance driving the tenant. Recover is not used.
-	Shared  bool
-	Now     func() time.Time
+	Shared bool
+	// Clock is the time of entries' ages and of the sweep.
+	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics Metrics
 }
@@ -362,7 +364,7 @@ type Delivery struct {
 func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	p := l.pool
 	if d.Received.IsZero() {
-		d.Received = p.cfg.Now()
+		d.Received = p.cfg.Clock.Now()
 	}
 	if p.cfg.Shared {
 		return l.appendShared(ctx, d)
@@ -546,7 +548,7 @@ func (l *Ledger) dropLocked(e *entry, reason string, removeStored bool) {
 	cfg.Metrics.Inbound(e.platform, l.tenant, reason)
 	cfg.Log.Warn("buffered inbound dropped", "reason", reason,
 		"tenant", l.tenant, "platform", e.platform, "buffer_id", e.id, "bytes", e.size,
-		"age", cfg.Now().Sub(e.received).Round(time.Millisecond), "in_flight", e.sent)
+		"age", cfg.Clock.Now().Sub(e.received).Round(time.Millisecond), "in_flight", e.sent)
 }
 
 // removeStoredLocked has the pool remove e from the store, once e's commit
@@ -582,7 +584,7 @@ func (l *Ledger) dispatchLocked() {
 	var blocked map[string]bool
 	// Read before any offer: what an offer sets off may read the clock
 	// too, and must not find it earlier than the entry's offer time.
-	now := cfg.Now()
+	now := cfg.Clock.Now()
 	keep := l.pending[:0]
 	for _, e := range l.pending {
 		if e.sessionKey != "" && (blocked[e.sessionKey] || l.appending[e.sessionKey] > 0) {
@@ -770,7 +772,7 @@ func (l *Ledger) Resend(c Consumer, cutoff time.Time) int {
 		return 0
 	}
 	n := 0
-	now := l.pool.cfg.Now() // before any offer, as in dispatchLocked
+	now := l.pool.cfg.Clock.Now() // before any offer, as in dispatchLocked
 	for e := l.oldest; e != nil; e = e.next {
 		if e.seat != s || !e.offered.Before(cutoff) {
 			continue
@@ -1103,8 +1105,13 @@ const sweepTimeout = 30 * time.Second
 
 func (p *Pool) run() {
 	defer close(p.stopped)
-	sweep := time.NewTicker(p.cfg.SweepEvery)
-	defer sweep.Stop()
+	// One sweep timer at a time, each sending once: sweep never blocks it.
+	sweep := make(chan struct{}, 1)
+	arm := func() clock.Timer {
+		return p.cfg.Clock.AfterFunc(p.cfg.SweepEvery, func() { sweep <- struct{}{} })
+	}
+	timer := arm()
+	defer func() { timer.Stop() }()
 	for {
 		select {
 		case <-p.stop:
@@ -1113,12 +1120,13 @@ func (p *Pool) run() {
 			// No deadline: each store bounds its own calls, and a context
 			// with a timer per flush would cost the hot path.
 			p.Flush(context.Background())
-		case <-sweep.C:
+		case <-sweep:
 			ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
 			if err := p.Sweep(ctx); err != nil {
 				p.cfg.Log.Warn("inbound age sweep failed", "err", err)
 			}
 			cancel()
+			timer = arm()
 		}
 	}
 }

@@ -101,7 +101,7 @@ func testConfig(st store.Ledger, c *clocktest.Fake, m *fakeMetrics) Config {
 		MaxEntries:    1000,
 		MaxBytes:      1 << 20,
 		SessionOwners: 100,
-		Now:           c.Now,
+		Clock:         c,
 		Log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Metrics:       m,
 	}
@@ -681,6 +681,25 @@ func TestSweepDropsEntriesOlderThanMaxAge(t *testing.T) {
 	if r.Len() != 1 {
 		t.Fatalf("memory holds %d entries, want 1", r.Len())
 	}
+}
+
+// TestAgeSweepRunsOnTheClock: the pool enforces MaxAge by itself, every
+// SweepEvery of its clock (the injected one, not the wall clock).
+func TestAgeSweepRunsOnTheClock(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.MaxAge, c.SweepEvery = time.Hour, time.Minute })
+	r.add(t, "s1", "old")
+	r.clock.Advance(2 * time.Hour) // older than MaxAge; the first sweep fires on the way
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The sweep timer is armed again once a sweep is done, so a pending
+	// timer means the sweeps fired so far have finished.
+	for r.metrics.count(DroppedExpired) == 0 {
+		if err := r.clock.WaitPending(ctx, 1); err != nil {
+			t.Fatalf("waiting for the pool's next sweep timer on the clock, with nothing expired yet: %v", err)
+		}
+		r.clock.Advance(time.Minute)
+	}
+	want(t, "stored", r.stored(t))
 }
 
 // Two pools on one store stand for two instances: with Shared, Append only
