@@ -1063,8 +1063,7 @@ func (p *Pool) Flush(ctx context.Context) {
 // as many as a Go map holds in one group of slots, so it never grows.
 const smallFlush = 8
 
-// remove deletes acks (entries in all), by tenant, from the tenants'
-// stored ledgers.
+// remove deletes acks (entries in all) from the tenants' stored ledgers.
 func (p *Pool) remove(ctx context.Context, acks map[string][]uint64, entries int) {
 	if _, err := p.cfg.Store.AckAll(ctx, acks); err != nil {
 		p.removeErrors.Add(uint64(entries))
