@@ -126,17 +126,18 @@ var ErrNotObject = errors.New("frame is not a JSON object")
 // DecodeGatewayFrame parses one line (without or with its trailing "\n").
 // A frame of an unknown type decodes without error; the caller ignores it.
 func DecodeGatewayFrame(line []byte) (GatewayFrame, error) {
-	var f GatewayFrame
 	line = bytes.TrimSpace(line)
 	if f, ok := decodeAck(line); ok {
 		return f, nil
 	}
 	if len(line) == 0 || line[0] != '{' {
 		if json.Valid(line) {
-			return f, ErrNotObject
+			return GatewayFrame{}, ErrNotObject
 		}
-		return f, errors.New("frame is not valid JSON")
+		return GatewayFrame{}, errors.New("frame is not valid JSON")
 	}
+	// Declared here, past the ack path: json.Unmarshal moves f to the heap.
+	var f GatewayFrame
 	if err := json.Unmarshal(line, &f); err != nil {
 		return GatewayFrame{}, fmt.Errorf("decode frame: %w", err)
 	}

@@ -76,7 +76,7 @@ func (h *hub) stampProfile(d *platform.Delivery) {
 		d.Event = &ev
 	case d.Forward != nil:
 		fw := *d.Forward
-		fw.Profile = &profile
+		fw.Profile = new(profile) // not &profile: that moves profile to the heap on every call
 		d.Forward = &fw
 	}
 }

@@ -208,9 +208,8 @@ type Pool struct {
 	spare []*Ledger  // a drained dirty slice, for reuse
 	wake  chan struct{}
 
-	flushMu  sync.Mutex           // one flush at a time
-	acks     map[*Ledger][]uint64 // a flush's removals; guarded by flushMu
-	byTenant map[string][]uint64  // the same by tenant id; guarded by flushMu
+	flushMu sync.Mutex          // one flush at a time
+	acks    map[string][]uint64 // a small flush's removals by tenant; guarded by flushMu
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -223,13 +222,12 @@ type Pool struct {
 func NewPool(cfg Config) *Pool {
 	cfg.SweepEvery = cmp.Or(max(cfg.SweepEvery, 0), time.Minute)
 	p := &Pool{
-		cfg:      cfg,
-		ledgers:  make(map[string]*Ledger),
-		acks:     make(map[*Ledger][]uint64),
-		byTenant: make(map[string][]uint64),
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
+		cfg:     cfg,
+		ledgers: make(map[string]*Ledger),
+		acks:    make(map[string][]uint64, smallFlush),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
 	}
 	go p.run()
 	return p
@@ -1007,45 +1005,52 @@ func (p *Pool) Flush(ctx context.Context) {
 	dirty := p.dirty
 	p.dirty = p.spare[:0]
 	p.rmMu.Unlock()
+	// The kept map serves small flushes only: grown once, it would keep the
+	// size of the largest flush, which every range over it (the store's)
+	// and every clear pays for. A ledger is in dirty at most once.
 	acks := p.acks
+	if len(dirty) > smallFlush {
+		acks = make(map[string][]uint64, len(dirty))
+	}
 	entries := 0
-	for i, l := range dirty {
-		dirty[i] = nil
+	for _, l := range dirty {
 		l.mu.Lock()
 		seqs := l.removals
 		l.removals, l.spare = l.spare[:0], nil
 		l.dirty = false
 		l.mu.Unlock()
 		if len(seqs) > 0 {
-			acks[l] = seqs
+			acks[l.tenant] = seqs
 			entries += len(seqs)
 		}
 	}
 	if len(acks) > 0 {
 		p.remove(ctx, acks, entries)
 	}
-	for l, seqs := range acks {
-		l.mu.Lock()
-		l.spare = seqs
-		l.mu.Unlock()
+	for i, l := range dirty {
+		dirty[i] = nil
+		if seqs := acks[l.tenant]; seqs != nil {
+			l.mu.Lock()
+			l.spare = seqs
+			l.mu.Unlock()
+		}
 	}
-	clear(acks)
+	clear(p.acks)
 	p.rmMu.Lock()
 	p.spare = dirty
 	p.rmMu.Unlock()
 }
 
+// smallFlush is the most tenants whose removals the pool's kept map takes:
+// as many as a Go map holds in one group of slots, so it never grows.
+const smallFlush = 8
+
 // remove deletes acks (entries in all) from the tenants' stored ledgers.
-func (p *Pool) remove(ctx context.Context, acks map[*Ledger][]uint64, entries int) {
-	byTenant := p.byTenant
-	for l, seqs := range acks {
-		byTenant[l.tenant] = seqs
-	}
-	defer clear(byTenant)
-	if _, err := p.cfg.Store.AckAll(ctx, byTenant); err != nil {
+func (p *Pool) remove(ctx context.Context, acks map[string][]uint64, entries int) {
+	if _, err := p.cfg.Store.AckAll(ctx, acks); err != nil {
 		p.removeErrors.Add(uint64(entries))
 		p.cfg.Log.Warn("acknowledged inbound not removed from the store: it is redelivered after a restart",
-			"tenants", len(byTenant), "entries", entries, "err", err)
+			"tenants", len(acks), "entries", entries, "err", err)
 		return
 	}
 	p.removed.Add(uint64(entries))
