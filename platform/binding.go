@@ -2,15 +2,15 @@ package platform
 
 import "context"
 
-// Binding gives one chat scope of a platform to a tenant: a Discord guild
-// or channel, a Telegram chat, a nexscope room. The connector's registry
-// (YAML routing plus the bindings made through the admin API) hands every
-// Binder its complete table whenever it changes.
+// Binding gives one chat scope of a platform to a tenant: a Discord guild,
+// a Telegram chat, a Slack workspace or channel, a nexscope room. The
+// connector's registry (YAML routing plus the bindings made through the
+// admin API) hands every Binder its complete table whenever it changes.
 type Binding struct {
 	// Kind is the scope: BindGuild on Discord, BindChat on Telegram,
-	// BindRoom on nexscope; on Discord and Telegram also the management
-	// plane's BindUser, BindScope, BindDMDefault, BindPrincipal and
-	// BindAllow (authors.go).
+	// BindTeam and BindChannel on Slack, BindRoom on nexscope; on Discord,
+	// Telegram and Slack also the management plane's BindUser, BindScope,
+	// BindDMDefault, BindPrincipal and BindAllow (authors.go).
 	Kind string
 	// ID names the scope as the platform spells it (a snowflake, a chat
 	// id, a room name).
@@ -23,6 +23,7 @@ type Binding struct {
 const (
 	BindGuild   = "guild"
 	BindChannel = "channel"
+	BindTeam    = "team"
 	BindChat    = "chat"
 	BindRoom    = "room"
 	// BindUser links a platform user to a tenant (author-first routing,

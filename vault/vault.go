@@ -24,6 +24,10 @@ type Kind string
 // follow-ups and edits for 15 minutes after the interaction.
 const KindDiscordInteractionToken Kind = "discord.interaction_token"
 
+// KindSlackResponseURL is a Slack slash command's response_url: it posts
+// up to five replies to the command for 30 minutes (follow_up).
+const KindSlackResponseURL Kind = "slack.response_url"
+
 // KindChatGrant is a posting grant: the tenant may act with the shared bot
 // in the chat named by the key's SessionKey, because an author bound to it
 // spoke there (platform.Grants). The value is empty: the key is the grant.
@@ -38,6 +42,8 @@ func (k Kind) TTL() (time.Duration, bool) {
 	switch k {
 	case KindDiscordInteractionToken:
 		return 15 * time.Minute, true
+	case KindSlackResponseURL:
+		return 30 * time.Minute, true
 	case KindChatGrant:
 		return ChatGrantTTL, true
 	}
@@ -45,7 +51,7 @@ func (k Kind) TTL() (time.Duration, bool) {
 }
 
 // Kinds lists every kind the vault stores.
-func Kinds() []Kind { return []Kind{KindDiscordInteractionToken, KindChatGrant} }
+func Kinds() []Kind { return []Kind{KindDiscordInteractionToken, KindSlackResponseURL, KindChatGrant} }
 
 // Secret is a credential value that never prints.
 type Secret struct{ v string }

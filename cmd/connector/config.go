@@ -15,6 +15,7 @@ import (
 	"connector/enroll"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
+	"connector/platform/slack"
 	"connector/platform/telegram"
 	"connector/relay"
 	"connector/session"
@@ -74,6 +75,12 @@ type Config struct {
 	// one chat under two spellings is an error). Long polling unless
 	// webhook_url is set.
 	Telegram *telegram.Config `yaml:"telegram"`
+	// Slack fronts the shared Slack app; enabled when the section is present
+	// or SLACK_SIGNING_SECRET, SLACK_BOT_TOKEN or SLACK_APP_TOKEN is set.
+	// Routing: teams (workspace id -> tenant), plus team and channel
+	// bindings of the admin API. HTTP events at /slack/events unless
+	// app_token selects Socket Mode.
+	Slack *slack.Config `yaml:"slack"`
 	// Nexscope hosts nexscope rooms at /ws and /ws/{room}; enabled when the
 	// section is present or NEXSCOPE_TOKEN is set, and on embedded defaults.
 	// Routing: rooms[].tenant.

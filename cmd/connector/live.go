@@ -86,6 +86,11 @@ func (c *Config) declared() registry.State {
 			s.Bindings = append(s.Bindings, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: chat, Tenant: c.Telegram.Chats[chat]})
 		}
 	}
+	if c.Slack != nil {
+		for _, team := range slices.Sorted(maps.Keys(c.Slack.Teams)) {
+			s.Bindings = append(s.Bindings, registry.Binding{Platform: "slack", Kind: platform.BindTeam, ID: team, Tenant: c.Slack.Teams[team]})
+		}
+	}
 	if c.Nexscope != nil {
 		for _, r := range c.Nexscope.Rooms {
 			if r.Tenant != "" {

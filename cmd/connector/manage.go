@@ -30,6 +30,9 @@ func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, identity 
 	if cfg.Telegram != nil {
 		names = append(names, "telegram")
 	}
+	if cfg.Slack != nil {
+		names = append(names, "slack")
+	}
 	return manage.New(manage.Config{
 		Registry:  reg,
 		Auth:      relayAuth{c},

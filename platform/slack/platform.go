@@ -1,0 +1,290 @@
+package slack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/slack-go/slack"
+
+	"connector/descriptor"
+	"connector/internal/clock"
+	"connector/platform"
+)
+
+// Platform is the shared Slack app. Build it with New.
+type Platform struct {
+	cfg     Config
+	deps    platform.Deps
+	log     *slog.Logger
+	key     platform.KeyFunc
+	metrics platform.Metrics
+	clock   clock.Clock
+	now     func() time.Time
+
+	http   *http.Client // Web API, files, response_url
+	desc   descriptor.Descriptor
+	status atomic.Pointer[platform.Status]
+
+	teams    atomic.Pointer[map[string]string] // workspace -> tenant; replaced by Bind
+	channels atomic.Pointer[map[string]string] // channel -> tenant; replaced by Bind
+	authors  atomic.Pointer[platform.Authors]  // author routing (authors.go); replaced by Bind
+	grants   *platform.Grants                  // chats granted by author routing
+	policies map[string]*policy                // tenant -> knobs; defaultPol when absent
+	defPol   *policy
+
+	works     *workspaces
+	names     *names
+	memory    *memory
+	dedupe    *dedupe
+	queues    *chatQueues
+	limits    *limits
+	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
+	streams   *streams                     // draft streams (draft.go)
+
+	running atomic.Bool
+	sink    atomic.Pointer[platform.Sink]
+	bg      sync.WaitGroup // background work Run waits for: socket mode jobs, prompt updates
+}
+
+var (
+	_ platform.Platform    = (*Platform)(nil)
+	_ platform.Routes      = (*Platform)(nil)
+	_ platform.Binder      = (*Platform)(nil)
+	_ platform.ChatGranter = (*Platform)(nil)
+)
+
+// chanTeamsSize bounds the channels whose workspaces are remembered.
+const chanTeamsSize = 100_000
+
+// New builds the platform. It does no I/O: the connector starts while
+// Slack is unreachable, and Status says so until Run gets through.
+func New(cfg Config, deps platform.Deps) (*Platform, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	deps = deps.WithDefaults()
+	p := &Platform{
+		cfg:      cfg,
+		deps:     deps,
+		log:      deps.Log.With("platform", platformName),
+		key:      deps.Key,
+		metrics:  deps.Metrics,
+		clock:    deps.Clock,
+		now:      deps.Clock.Now,
+		http:     &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
+		policies: make(map[string]*policy, len(cfg.Tenants)),
+		defPol:   defaultPolicy(cfg.AllowAllUsers),
+	}
+	for tenant, tc := range cfg.Tenants {
+		pol, _ := newPolicy(tc, cfg.AllowAllUsers) // Validate checked it
+		p.policies[tenant] = pol
+	}
+	teams := make(map[string]string, len(cfg.Teams))
+	for team, tenant := range cfg.Teams {
+		teams[team] = tenant
+	}
+	p.teams.Store(&teams)
+	p.channels.Store(&map[string]string{})
+	p.authors.Store(platform.NewAuthors(nil))
+	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
+	p.works = newWorkspaces(p)
+	p.names = newNames(p)
+	p.memory = newMemory()
+	p.dedupe = newDedupe(p)
+	p.queues = newChatQueues()
+	p.limits = newLimits(p)
+	p.streams = newStreams()
+	p.desc = descriptor.Slack(p.ops().Names())
+	p.setStatus(platform.Status{Detail: "not started"})
+	return p, nil
+}
+
+// policy returns tenant's knobs.
+func (p *Platform) policy(tenant string) *policy {
+	if pol := p.policies[tenant]; pol != nil {
+		return pol
+	}
+	return p.defPol
+}
+
+// Name implements platform.Platform.
+func (p *Platform) Name() string { return platformName }
+
+// Descriptor implements platform.Platform.
+func (p *Platform) Descriptor() descriptor.Descriptor { return p.desc }
+
+// Status implements platform.Platform.
+func (p *Platform) Status() platform.Status { return *p.status.Load() }
+
+func (p *Platform) setStatus(st platform.Status) {
+	if cur := p.status.Load(); cur != nil && cur.Terminal {
+		return
+	}
+	p.status.Store(&st)
+}
+
+// Routes implements platform.Routes: the signed webhooks when a signing
+// secret is set, the OAuth install routes when a client id is.
+func (p *Platform) Routes() map[string]http.Handler {
+	r := map[string]http.Handler{}
+	if p.cfg.SigningSecret != "" {
+		r[http.MethodPost+" "+EventsPath] = http.HandlerFunc(p.serveEvents)
+		r[http.MethodPost+" "+InteractionsPath] = http.HandlerFunc(p.serveInteractions)
+		r[http.MethodPost+" "+CommandsPath] = http.HandlerFunc(p.serveCommands)
+	}
+	if p.cfg.ClientID != "" {
+		r[http.MethodGet+" "+InstallPath] = http.HandlerFunc(p.serveInstall)
+		r[http.MethodGet+" "+OAuthCallbackPath] = http.HandlerFunc(p.serveOAuthCallback)
+	}
+	return r
+}
+
+// tokenPattern matches a Slack token of any kind.
+var tokenPattern = regexp.MustCompile(`x(?:ox[abeprs]|app)-[A-Za-z0-9-]+`)
+
+// errorText is err's text for logs and results, with every Slack token,
+// the signing secret and the client secret removed.
+func (p *Platform) errorText(err error) string {
+	s := tokenPattern.ReplaceAllString(err.Error(), "[redacted]")
+	for _, secret := range []string{p.cfg.SigningSecret, p.cfg.ClientSecret} {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "[redacted]")
+		}
+	}
+	return s
+}
+
+// Bind implements platform.Binder: bindings of kind team (a workspace id)
+// and channel (a conversation id) replace the platform's routing tables,
+// those of the author kinds (platform.IsAuthorKind) the author table. The
+// YAML's slack.teams are bindings too.
+func (p *Platform) Bind(bindings []platform.Binding) error {
+	teams := map[string]string{}
+	channels := map[string]string{}
+	var authors []platform.Binding
+	for _, b := range bindings {
+		switch {
+		case b.Kind == platform.BindTeam && teamIDPattern.MatchString(b.ID):
+			teams[b.ID] = b.Tenant
+		case b.Kind == platform.BindChannel && channelIDPattern.MatchString(b.ID):
+			channels[b.ID] = b.Tenant
+		case b.Kind == platform.BindPrincipal,
+			(b.Kind == platform.BindUser || b.Kind == platform.BindAllow || b.Kind == platform.BindDMDefault) && userIDPattern.MatchString(b.ID),
+			b.Kind == platform.BindScope && channelIDPattern.MatchString(b.ID):
+			authors = append(authors, b)
+		default:
+			return fmt.Errorf("slack: binding %s %q: want a team (T...), a channel (C..., G..., D...) or an author kind", b.Kind, b.ID)
+		}
+	}
+	p.teams.Store(&teams)
+	p.channels.Store(&channels)
+	p.authors.Store(platform.NewAuthors(authors))
+	return nil
+}
+
+// teamTenant returns the tenant a workspace is bound to.
+func (p *Platform) teamTenant(team string) string { return (*p.teams.Load())[team] }
+
+// seenIn records that channel is a conversation of workspace team (from
+// an event Slack delivered for it).
+func (p *Platform) seenIn(channel, team string) {
+	if channel == "" || team == "" {
+		return
+	}
+	teams, _ := p.chanTeams.Get(channel)
+	if slices.Contains(teams, team) {
+		return
+	}
+	p.chanTeams.Add(channel, append(slices.Clip(teams), team))
+}
+
+// ChatTenant implements platform.Platform: a channel bound to a tenant is
+// its; otherwise the tenant of a workspace the channel is in. A Slack
+// Connect channel is in several workspaces, so it may belong to several
+// tenants: the asking tenant (platform.WithTenant) is answered when it is
+// one of them. A channel this instance never saw is looked up in the
+// asking tenant's workspaces (conversations.info, on its share of their
+// budget).
+func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
+	if !channelIDPattern.MatchString(chatID) {
+		return "", platform.ErrUnknownChat
+	}
+	if t := (*p.channels.Load())[chatID]; t != "" {
+		return t, nil
+	}
+	asker := platform.TenantOf(ctx)
+	owner := ""
+	teams, _ := p.chanTeams.Get(chatID)
+	for _, team := range teams {
+		switch t := p.teamTenant(team); {
+		case t == "":
+		case t == asker:
+			return t, nil
+		case owner == "":
+			owner = t
+		}
+	}
+	if owner != "" {
+		return owner, nil
+	}
+	team, err := p.probeChannel(ctx, asker, chatID)
+	switch {
+	case err != nil:
+		return "", err
+	case team == "":
+		return "", platform.ErrUnknownChat
+	}
+	return asker, nil
+}
+
+// probeChannel looks chat up in the workspaces bound to tenant and returns
+// the first that has it ("" when none does).
+func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (string, error) {
+	if tenant == "" {
+		return "", nil
+	}
+	var unreachable error
+	for team, t := range *p.teams.Load() {
+		if t != tenant {
+			continue
+		}
+		found, err := p.channelIn(ctx, team, chat)
+		switch {
+		case err != nil:
+			unreachable = err
+		case found:
+			p.seenIn(chat, team)
+			return team, nil
+		}
+	}
+	return "", unreachable
+}
+
+// channelIn asks workspace team whether chat is one of its conversations
+// the bot sees.
+func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, error) {
+	err := p.call(ctx, team, "conversations.info", func(ctx context.Context, c *slack.Client) error {
+		_, err := c.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: chat})
+		return err
+	})
+	var se slack.SlackErrorResponse
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &se), errors.Is(err, errNotInstalled):
+		return false, nil
+	}
+	return false, platform.UnavailableError("slack: the chat's owner could not be looked up; retry later")
+}
