@@ -43,7 +43,7 @@ func Envelope(team, bot, eventID string, event map[string]any) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"token": "fake-verification-token", "team_id": team, "api_app_id": "A0FAKEAPP1", "event": event,
 		"type": "event_callback", "event_id": eventID, "event_time": 1768490000,
-		"authorizations": []any{map[string]any{"enterprise_id": nil, "team_id": team, "user_id": bot, "is_bot": true}},
+		"authorizations":        []any{map[string]any{"enterprise_id": nil, "team_id": team, "user_id": bot, "is_bot": true}},
 		"is_ext_shared_channel": false,
 	})
 	return b
@@ -86,7 +86,7 @@ func Press(team, channel, user, ts, thread, actionID, label string) []byte {
 		"type": "block_actions", "team": map[string]any{"id": team, "domain": "fake"},
 		"user": map[string]any{"id": user, "username": "u", "team_id": team}, "api_app_id": "A0FAKEAPP1",
 		"container": container, "channel": map[string]any{"id": channel, "name": "c"},
-		"message": map[string]any{"type": "message", "ts": ts, "thread_ts": thread, "text": "prompt"},
+		"message":      map[string]any{"type": "message", "ts": ts, "thread_ts": thread, "text": "prompt"},
 		"response_url": "https://hooks.slack.com/actions/x", "trigger_id": "1.2.3",
 		"actions": []any{map[string]any{"action_id": actionID, "block_id": "b", "type": "button",
 			"text": map[string]any{"type": "plain_text", "text": label}, "value": "v", "action_ts": "1768490001.000200"}},
