@@ -122,6 +122,12 @@ type env struct {
 // config, deps the dependencies.
 func newEnv(t *testing.T, configure func(*Config), deps *platform.Deps) *env {
 	t.Helper()
+	return newEnvOn(t, newFake(t), configure, deps)
+}
+
+// newFake is a fake Slack holding the fixture world.
+func newFake(t *testing.T) *slacktest.Server {
+	t.Helper()
 	fake := slacktest.New(t)
 	fake.AddTeam(teamA)
 	fake.AddTeam(teamB)
@@ -131,6 +137,12 @@ func newEnv(t *testing.T, configure func(*Config), deps *platform.Deps) *env {
 	fake.AddChannel(teamA.ID, slacktest.Channel{ID: chanOps, Name: "ops"})
 	fake.AddChannel(teamA.ID, slacktest.Channel{ID: dmAda, IsIM: true, Peer: userAda})
 	fake.AddChannel(teamB.ID, slacktest.Channel{ID: chanAcme, Name: "acme-general"})
+	return fake
+}
+
+// newEnvOn is newEnv against fake.
+func newEnvOn(t *testing.T, fake *slacktest.Server, configure func(*Config), deps *platform.Deps) *env {
+	t.Helper()
 	cfg := Config{
 		SigningSecret: testSecret, BotToken: teamA.Token, ClientID: "1.2", ClientSecret: "client-secret-7a1c",
 		APIURL: fake.URL, Teams: map[string]string{teamA.ID: "t1", teamB.ID: "t2"}, ChannelPerSecond: -1,

@@ -400,8 +400,9 @@ func readArgs(r *http.Request) (args, string, error) {
 	}
 	a := args{form: url.Values{}, raw: body}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	switch ct {
-	case "application/json":
+	switch {
+	case len(body) == 0:
+	case ct == "application/json":
 		if err := json.Unmarshal(body, &a.json); err != nil {
 			return args{}, "", err
 		}
