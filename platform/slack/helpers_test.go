@@ -67,7 +67,7 @@ func (s *recordingSink) Deliver(_ context.Context, d platform.Delivery) error {
 	return nil
 }
 
-func (s *recordingSink) next(t *testing.T) platform.Delivery {
+func (s *recordingSink) next(t testing.TB) platform.Delivery {
 	t.Helper()
 	select {
 	case d := <-s.ch:
@@ -80,7 +80,7 @@ func (s *recordingSink) next(t *testing.T) platform.Delivery {
 
 // empty asserts nothing was delivered. Only meaningful after a synchronous
 // ingest (an HTTP route answers after its delivery).
-func (s *recordingSink) empty(t *testing.T) {
+func (s *recordingSink) empty(t testing.TB) {
 	t.Helper()
 	if n := len(s.ch); n != 0 {
 		t.Fatalf("%d unexpected deliveries, first %+v", n, <-s.ch)
@@ -120,13 +120,13 @@ type env struct {
 // newEnv builds a platform for workspace A (bot_token) and B (installed
 // through OAuth), starts Run and serves its routes; configure adjusts the
 // config, deps the dependencies.
-func newEnv(t *testing.T, configure func(*Config), deps *platform.Deps) *env {
+func newEnv(t testing.TB, configure func(*Config), deps *platform.Deps) *env {
 	t.Helper()
 	return newEnvOn(t, newFake(t), configure, deps)
 }
 
 // newFake is a fake Slack holding the fixture world.
-func newFake(t *testing.T) *slacktest.Server {
+func newFake(t testing.TB) *slacktest.Server {
 	t.Helper()
 	fake := slacktest.New(t)
 	fake.AddTeam(teamA)
@@ -141,7 +141,7 @@ func newFake(t *testing.T) *slacktest.Server {
 }
 
 // newEnvOn is newEnv against fake.
-func newEnvOn(t *testing.T, fake *slacktest.Server, configure func(*Config), deps *platform.Deps) *env {
+func newEnvOn(t testing.TB, fake *slacktest.Server, configure func(*Config), deps *platform.Deps) *env {
 	t.Helper()
 	cfg := Config{
 		SigningSecret: testSecret, BotToken: teamA.Token, ClientID: "1.2", ClientSecret: "client-secret-7a1c",
@@ -218,7 +218,7 @@ func newEnvOn(t *testing.T, fake *slacktest.Server, configure func(*Config), dep
 }
 
 // waitReady waits until auth.test identified the bot token.
-func (e *env) waitReady(t *testing.T) {
+func (e *env) waitReady(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for !e.p.Status().Ready || (e.p.cfg.BotToken != "" && e.p.works.configTeam() == "") {
@@ -238,12 +238,12 @@ func (e *env) now() time.Time {
 }
 
 // post sends a signed request to path and returns its status and body.
-func (e *env) post(t *testing.T, path, contentType string, body []byte) (int, string) {
+func (e *env) post(t testing.TB, path, contentType string, body []byte) (int, string) {
 	t.Helper()
 	return e.do(t, slacktest.SignedRequest(e.srv.URL+path, testSecret, e.now(), contentType, body))
 }
 
-func (e *env) do(t *testing.T, req *http.Request) (int, string) {
+func (e *env) do(t testing.TB, req *http.Request) (int, string) {
 	t.Helper()
 	resp, err := e.srv.Client().Do(req)
 	if err != nil {
@@ -255,7 +255,7 @@ func (e *env) do(t *testing.T, req *http.Request) (int, string) {
 }
 
 // event posts an Events API envelope of event for team and wants status.
-func (e *env) event(t *testing.T, team slacktest.Team, eventID string, event map[string]any, want int) {
+func (e *env) event(t testing.TB, team slacktest.Team, eventID string, event map[string]any, want int) {
 	t.Helper()
 	if code, body := e.post(t, EventsPath, "application/json", slacktest.Envelope(team.ID, team.BotUser, eventID, event)); code != want {
 		t.Fatalf("event %s: %d %s, want %d", eventID, code, body, want)
@@ -263,7 +263,7 @@ func (e *env) event(t *testing.T, team slacktest.Team, eventID string, event map
 }
 
 // execute runs an action (its JSON) for tenant.
-func (e *env) execute(t *testing.T, tenant, action string) contract.Result {
+func (e *env) execute(t testing.TB, tenant, action string) contract.Result {
 	t.Helper()
 	a, err := contract.DecodeAction(json.RawMessage(action))
 	if err != nil {
@@ -275,7 +275,7 @@ func (e *env) execute(t *testing.T, tenant, action string) contract.Result {
 }
 
 // lastCall returns the last call of method.
-func (e *env) lastCall(t *testing.T, method string) slacktest.Call {
+func (e *env) lastCall(t testing.TB, method string) slacktest.Call {
 	t.Helper()
 	calls := e.fake.Calls(method)
 	if len(calls) == 0 {
