@@ -315,19 +315,36 @@ type child struct {
 	stderr *syncBuffer
 	exited chan struct{}
 	err    error // set before exited is closed
+	// admin receives the admin listener's address when the banner names
+	// one (after the operations line).
+	admin chan string
 }
 
 // start runs the connector on the rig's data directory and waits until it
 // listens and its Discord Gateway session is up.
 func (r *crashRig) start(t *testing.T) {
 	t.Helper()
-	cmd := exec.Command(r.bin, "serve", "-config", r.config, "-data-dir", r.dir)
-	cmd.Env = r.env
+	r.child, r.queued, r.member = startConnector(t, r.bin, r.config, r.dir, r.env), 0, nil
+	r.sessions++
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	if err := r.dfake.WaitSession(ctx, r.sessions); err != nil {
+		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, err)
+	}
+}
+
+// startConnector runs the connector binary bin on config and the data
+// directory dir with env, and waits until it listens; the test's cleanup
+// kills it and, when the test failed, logs the end of its log.
+func startConnector(t *testing.T, bin, config, dir string, env []string) *child {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "-config", config, "-data-dir", dir)
+	cmd.Env = env
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
+	c := &child{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{}), admin: make(chan string, 1)}
 	cmd.Stderr = c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -343,6 +360,10 @@ func (r *crashRig) start(t *testing.T) {
 			if _, rest, ok := strings.Cut(sc.Text(), "(keep private): http://"); ok {
 				ops, _, _ := strings.Cut(rest, "/")
 				addrs <- [2]string{public, ops}
+			}
+			if _, rest, ok := strings.Cut(sc.Text(), "admin:     http://"); ok {
+				admin, _, _ := strings.Cut(rest, "/")
+				c.admin <- admin
 			}
 		}
 		_, _ = io.Copy(io.Discard, stdout)
@@ -366,13 +387,7 @@ func (r *crashRig) start(t *testing.T) {
 	case <-time.After(crashWait):
 		t.Fatalf("timed out after %v waiting for the connector to listen\n%s", crashWait, c.stderr.String())
 	}
-	r.child, r.queued, r.member = c, 0, nil
-	r.sessions++
-	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
-	defer cancel()
-	if err := r.dfake.WaitSession(ctx, r.sessions); err != nil {
-		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, err)
-	}
+	return c
 }
 
 // stop ends the child with sig and waits for it: SIGTERM must end it
