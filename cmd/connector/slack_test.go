@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -353,4 +354,81 @@ func uploadMedia(t *testing.T, addr, id string, data []byte) string {
 		t.Fatalf("upload answered %v", err)
 	}
 	return out.ID
+}
+
+// TestSlackBurstKill: events are posted in a burst (four sessions at once)
+// and the connector is killed with SIGKILL in the middle of it; after the
+// restart, every event Slack got a 200 for reaches the gateway, each
+// session's in order.
+func TestSlackBurstKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	r := newSlackRig(t, "")
+	r.start(t)
+	const perSession = 40
+	var mu sync.Mutex
+	confirmed := map[int]bool{}
+	killAt := make(chan struct{})
+	var posters sync.WaitGroup
+	for s := range crashSessions {
+		posters.Go(func() {
+			for k := range perSession {
+				i := k*crashSessions + s
+				req := slacktest.SignedRequest("http://"+r.child.addr+"/slack/events", slackSecret, time.Now(), "application/json", slackCrashEvent(i))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return // killed
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					return
+				}
+				mu.Lock()
+				confirmed[i] = true
+				if len(confirmed) == perSession*crashSessions/3 {
+					close(killAt)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	<-killAt
+	r.stop(t, syscall.SIGKILL)
+	posters.Wait()
+	r.start(t)
+	gw := r.gateway(t, "gw1")
+	seen := map[int]bool{}
+	last := map[string]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	missing := func() int {
+		n := 0
+		for i := range confirmed {
+			if !seen[i] {
+				n++
+			}
+		}
+		return n
+	}
+	for missing() > 0 {
+		f, err := gw.Next(ctx, contract.TypeInbound)
+		if err != nil {
+			t.Fatalf("after the restart %d of %d confirmed events are missing: %v", missing(), len(confirmed), err)
+		}
+		var i int
+		if _, err := fmt.Sscanf(f.Event.Text, "evt %d", &i); err != nil {
+			t.Fatalf("inbound %q", f.Event.Text)
+		}
+		key := f.Event.Source.ChatID
+		if prev, ok := last[key]; ok && i <= prev {
+			t.Fatalf("session %s: event %d after %d", key, i, prev)
+		}
+		last[key] = i
+		seen[i] = true
+		if err := gw.Ack(ctx, f.BufferID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d events confirmed before the kill, %d delivered after the restart", len(confirmed), len(seen))
 }

@@ -18,13 +18,17 @@ import (
 // error: a name is never worth a lost message.
 
 // Bounds of the caches (the native adapter keeps 5,000 names of each
-// kind), and how long entries live.
+// kind), and how long entries live: a failed lookup is kept as its id, as
+// natively, but only for failedTTL. A lookup waits at most lookupDeadline
+// (for the method's budget too): an event must be stored within Slack's
+// 3 s.
 const (
 	nameCacheSize  = 5000
 	nameCacheTTL   = time.Hour
+	failedTTL      = time.Minute
 	rootCacheSize  = 2500
 	rootCacheTTL   = time.Minute // the native _THREAD_CACHE_TTL
-	lookupDeadline = 2 * time.Second
+	lookupDeadline = 750 * time.Millisecond
 )
 
 // parseUser is _parse_users_info: the display name, then the profile's
@@ -89,20 +93,22 @@ func parseConversationsInfo(raw json.RawMessage, id string, peer func(string) st
 // names is the live lookups: the Web API with the workspace's token,
 // cached per workspace.
 type names struct {
-	p     *Platform
-	users *expirable.LRU[string, userInfo]
-	chans *expirable.LRU[string, string]
-	roots *expirable.LRU[string, rootMessage]
+	p      *Platform
+	users  *expirable.LRU[string, userInfo]
+	chans  *expirable.LRU[string, string]
+	roots  *expirable.LRU[string, rootMessage]
+	failed *expirable.LRU[string, struct{}] // lookups that failed lately, by the key of their cache
 }
 
 var _ lookups = (*names)(nil)
 
 func newNames(p *Platform) *names {
 	return &names{
-		p:     p,
-		users: expirable.NewLRU[string, userInfo](nameCacheSize, nil, nameCacheTTL),
-		chans: expirable.NewLRU[string, string](nameCacheSize, nil, nameCacheTTL),
-		roots: expirable.NewLRU[string, rootMessage](rootCacheSize, nil, rootCacheTTL),
+		p:      p,
+		users:  expirable.NewLRU[string, userInfo](nameCacheSize, nil, nameCacheTTL),
+		chans:  expirable.NewLRU[string, string](nameCacheSize, nil, nameCacheTTL),
+		roots:  expirable.NewLRU[string, rootMessage](rootCacheSize, nil, rootCacheTTL),
+		failed: expirable.NewLRU[string, struct{}](nameCacheSize, nil, failedTTL),
 	}
 }
 
@@ -114,6 +120,9 @@ func (n *names) user(ctx context.Context, team, id string) userInfo {
 	if u, ok := n.users.Get(key); ok {
 		return u
 	}
+	if n.failed.Contains("u/" + key) {
+		return userInfo{name: id}
+	}
 	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
 	defer cancel()
 	var u *slack.User
@@ -123,6 +132,7 @@ func (n *names) user(ctx context.Context, team, id string) userInfo {
 	})
 	if err != nil {
 		n.p.log.Debug("slack users.info failed; using the id", "team", team, "user", id, "err", n.p.errorText(err))
+		n.failed.Add("u/"+key, struct{}{})
 		return userInfo{name: id}
 	}
 	info := parseUser(u, id)
@@ -135,6 +145,9 @@ func (n *names) channelName(ctx context.Context, team, id string) string {
 	if name, ok := n.chans.Get(key); ok {
 		return name
 	}
+	if n.failed.Contains("c/" + key) {
+		return id
+	}
 	lctx, cancel := context.WithTimeout(ctx, lookupDeadline)
 	defer cancel()
 	var ch *slack.Channel
@@ -144,6 +157,7 @@ func (n *names) channelName(ctx context.Context, team, id string) string {
 	})
 	if err != nil {
 		n.p.log.Debug("slack conversations.info failed; using the id", "team", team, "channel", id, "err", n.p.errorText(err))
+		n.failed.Add("c/"+key, struct{}{})
 		return id
 	}
 	name := channelName(ch, id, func(peer string) string { return n.user(ctx, team, peer).name })
@@ -156,6 +170,9 @@ func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootM
 	if r, ok := n.roots.Get(key); ok {
 		return r, true
 	}
+	if n.failed.Contains("r/" + key) {
+		return rootMessage{}, false
+	}
 	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
 	defer cancel()
 	var msgs []slack.Message
@@ -167,6 +184,7 @@ func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootM
 	})
 	if err != nil {
 		n.p.log.Debug("slack conversations.replies failed", "team", team, "channel", channel, "err", n.p.errorText(err))
+		n.failed.Add("r/"+key, struct{}{})
 		return rootMessage{}, false
 	}
 	for _, m := range msgs {
