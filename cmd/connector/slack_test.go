@@ -26,8 +26,10 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/redistest"
 	"connector/platform/slack/slacktest"
 	"connector/relay/relaytest"
+	"connector/store"
 )
 
 const (
@@ -431,4 +433,78 @@ func TestSlackBurstKill(t *testing.T) {
 		}
 	}
 	t.Logf("%d events confirmed before the kill, %d delivered after the restart", len(confirmed), len(seen))
+}
+
+// TestSlackSocketModeOnRedis: three instances on one redis-server with
+// app_token: one holds the Socket Mode connection (the lease
+// ingest/slack/socket); its envelopes reach the gateway on another
+// instance. The holder is killed with SIGKILL: another takes the lease
+// within the lease's TTL and connects, the envelope Slack sent while no
+// instance was connected arrives, and so do the next ones.
+func TestSlackSocketModeOnRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary and redis-server")
+	}
+	rds := redistest.Start(t, redistest.Options{})
+	base := newSlackRig(t, "")
+	doc, err := os.ReadFile(base.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(doc), "tenants:\n", fmt.Sprintf("store: {backend: redis, redis_url: %q, lease_ttl: %s}\ntenants:\n", rds.URL(), multiLeaseTTL), 1)
+	cfg = strings.Replace(cfg, "admin: {listen: 127.0.0.1:0, token: \""+slackAdminToken+"\"}\n", "", 1)
+	base.config = filepath.Join(t.TempDir(), "socket.yaml")
+	if err := os.WriteFile(base.config, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: rds.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	children := make([]*child, 3)
+	for i := range children {
+		env := append(append([]string(nil), base.env...), "SLACK_APP_TOKEN=xapp-1-A0FAKE-socket", fmt.Sprintf("CONNECTOR_INSTANCE=i%d", i))
+		children[i] = startConnector(t, base.bin, base.config, t.TempDir(), env)
+	}
+	holder, _ := waitLeaseHolder(t, st, "ingest/slack/socket", "")
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	if err := base.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// The gateway on an instance that does not hold the socket.
+	gwOn := (instanceIndex(holder) + 1) % 3
+	base.child = children[gwOn]
+	gw := base.gateway(t, "gw1")
+	push := func(i int, text string) string {
+		t.Helper()
+		ts := fmt.Sprintf("1768492%03d.000100", i)
+		id, err := base.fake.PushEvent(ctx, "events_api", slacktest.Envelope(bbTeamA.ID, bbTeamA.BotUser, fmt.Sprintf("EvS%d", i),
+			slacktest.MessageEvent(bbTeamA.ID, bbGeneral, bbAda, ts, "", "<@U0BOTA0001> "+text)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	id := push(1, "before the kill")
+	next(t, gw, "before the kill")
+	if _, err := base.fake.WaitAck(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	c := children[instanceIndex(holder)]
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.exited
+	push(2, "while nobody held the socket")
+	newHolder, took := waitLeaseHolder(t, st, "ingest/slack/socket", holder)
+	if err := base.fake.WaitSocket(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("socket mode moved from %s to %s %v after the kill (lease seen after %v)", holder, newHolder, time.Since(killed).Round(time.Millisecond), took.Round(time.Millisecond))
+	next(t, gw, "while nobody held the socket")
+	push(3, "after the move")
+	next(t, gw, "after the move")
 }
