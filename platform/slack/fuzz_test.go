@@ -175,4 +175,6 @@ func FuzzState(f *testing.F) {
 	})
 }
 
-func urlEscape(s string) string { return strings.NewReplacer("%", "%25", "&", "%26", "+", "%2B", "=", "%3D").Replace(s) }
+func urlEscape(s string) string {
+	return strings.NewReplacer("%", "%25", "&", "%26", "+", "%2B", "=", "%3D").Replace(s)
+}

@@ -285,3 +285,15 @@ func (e *env) lastCall(t testing.TB, method string) slacktest.Call {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// waitUntil polls cond until it holds, for at most waitFor.
+func waitUntil(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

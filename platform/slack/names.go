@@ -6,7 +6,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/slack-go/slack"
 )
 
@@ -94,10 +93,10 @@ func parseConversationsInfo(raw json.RawMessage, id string, peer func(string) st
 // cached per workspace.
 type names struct {
 	p      *Platform
-	users  *expirable.LRU[string, userInfo]
-	chans  *expirable.LRU[string, string]
-	roots  *expirable.LRU[string, rootMessage]
-	failed *expirable.LRU[string, struct{}] // lookups that failed lately, by the key of their cache
+	users  *ttlCache[string, userInfo]
+	chans  *ttlCache[string, string]
+	roots  *ttlCache[string, rootMessage]
+	failed *ttlCache[string, struct{}] // lookups that failed lately, by the key of their cache
 }
 
 var _ lookups = (*names)(nil)
@@ -105,10 +104,10 @@ var _ lookups = (*names)(nil)
 func newNames(p *Platform) *names {
 	return &names{
 		p:      p,
-		users:  expirable.NewLRU[string, userInfo](nameCacheSize, nil, nameCacheTTL),
-		chans:  expirable.NewLRU[string, string](nameCacheSize, nil, nameCacheTTL),
-		roots:  expirable.NewLRU[string, rootMessage](rootCacheSize, nil, rootCacheTTL),
-		failed: expirable.NewLRU[string, struct{}](nameCacheSize, nil, failedTTL),
+		users:  newTTLCache[string, userInfo](nameCacheSize, nameCacheTTL, p.now),
+		chans:  newTTLCache[string, string](nameCacheSize, nameCacheTTL, p.now),
+		roots:  newTTLCache[string, rootMessage](rootCacheSize, rootCacheTTL, p.now),
+		failed: newTTLCache[string, struct{}](nameCacheSize, failedTTL, p.now),
 	}
 }
 

@@ -49,7 +49,11 @@ type Platform struct {
 	queues    *chatQueues
 	limits    *limits
 	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
-	streams   *streams                     // draft streams (draft.go)
+	// notFound remembers, per (tenant, chat), that the tenant's workspaces
+	// do not have the chat, for declineMemory: a decline's cost depends
+	// only on the asker's own asks.
+	notFound *ttlCache[string, struct{}]
+	streams  *streams // draft streams (draft.go)
 
 	running atomic.Bool
 	sink    atomic.Pointer[platform.Sink]
@@ -63,8 +67,13 @@ var (
 	_ platform.ChatGranter = (*Platform)(nil)
 )
 
-// chanTeamsSize bounds the channels whose workspaces are remembered.
+// chanTeamsSize bounds the channels whose workspaces are remembered (and
+// the declines).
 const chanTeamsSize = 100_000
+
+// declineMemory is how long a chat found in none of a tenant's workspaces
+// is not looked up again for it.
+const declineMemory = 30 * time.Second
 
 // New builds the platform. It does no I/O: the connector starts while
 // Slack is unreachable, and Status says so until Run gets through.
@@ -99,6 +108,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.authors.Store(platform.NewAuthors(nil))
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
+	p.notFound = newTTLCache[string, struct{}](chanTeamsSize, declineMemory, p.now)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
 	p.memory = newMemory()
@@ -252,7 +262,7 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // probeChannel looks chat up in the workspaces bound to tenant and returns
 // the first that has it ("" when none does).
 func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (string, error) {
-	if tenant == "" {
+	if tenant == "" || p.notFound.Contains(tenant+"/"+chat) {
 		return "", nil
 	}
 	var unreachable error
@@ -268,6 +278,9 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 			p.seenIn(chat, team)
 			return team, nil
 		}
+	}
+	if unreachable == nil {
+		p.notFound.Add(tenant+"/"+chat, struct{}{})
 	}
 	return "", unreachable
 }

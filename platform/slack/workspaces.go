@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
 	"github.com/slack-go/slack"
 )
 
@@ -62,16 +61,16 @@ type workspaces struct {
 	mu      sync.Mutex
 	config  *workspace               // bot_token's; team and bot user once auth.test answered
 	local   map[string]installRecord // installs without a store (Deps.Store nil)
-	cache   *expirable.LRU[string, *workspace]
-	missing *expirable.LRU[string, struct{}]
+	cache   *ttlCache[string, *workspace]
+	missing *ttlCache[string, struct{}]
 }
 
 func newWorkspaces(p *Platform) *workspaces {
 	w := &workspaces{
 		p:       p,
 		local:   map[string]installRecord{},
-		cache:   expirable.NewLRU[string, *workspace](installCacheSize, nil, installCacheTTL),
-		missing: expirable.NewLRU[string, struct{}](installCacheSize, nil, missCacheTTL),
+		cache:   newTTLCache[string, *workspace](installCacheSize, installCacheTTL, p.now),
+		missing: newTTLCache[string, struct{}](installCacheSize, missCacheTTL, p.now),
 	}
 	if p.cfg.BotToken != "" {
 		w.config = &workspace{client: w.newClient(p.cfg.BotToken)}
