@@ -25,6 +25,11 @@ import (
 // (the gateway retries an ambiguous one once) answers the same message.
 const sealedStreams = 512
 
+// openStreams bounds the streams open at once; the least recently used is
+// abandoned past it (its message stays as streamed, and its next frame
+// starts another).
+const openStreams = 10_000
+
 // streamCursors are the cursor glyphs a streaming consumer may end a
 // frame with; the API appends only, so they are cut.
 var streamCursors = []string{"\u2589", "▍", "▌", "…"}
@@ -50,13 +55,14 @@ type stream struct {
 
 type streams struct {
 	mu     sync.Mutex
-	open   map[streamKey]*stream
+	open   *lru.Cache[streamKey, *stream]
 	sealed *lru.Cache[sealKey, string]
 }
 
 func newStreams() *streams {
 	sealed, _ := lru.New[sealKey, string](sealedStreams) // size > 0: cannot fail
-	return &streams{open: map[streamKey]*stream{}, sealed: sealed}
+	open, _ := lru.New[streamKey, *stream](openStreams)
+	return &streams{open: open, sealed: sealed}
 }
 
 // cutCursor removes a trailing cursor glyph.
@@ -74,22 +80,23 @@ func cutCursor(text string) string {
 func (s *streams) current(k streamKey) *stream {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.open[k]
+	st, _ := s.open.Get(k)
+	return st
 }
 
 // put makes st k's open stream.
 func (s *streams) put(k streamKey, st *stream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.open[k] = st
+	s.open.Add(k, st)
 }
 
 // end forgets st as k's open stream.
 func (s *streams) end(k streamKey, st *stream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.open[k] == st {
-		delete(s.open, k)
+	if cur, _ := s.open.Peek(k); cur == st {
+		s.open.Remove(k)
 	}
 }
 

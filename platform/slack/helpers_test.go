@@ -297,3 +297,8 @@ func waitUntil(t testing.TB, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// contextFor is a context ending after waitFor.
+func contextFor() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), waitFor)
+}
