@@ -247,6 +247,21 @@ func TestInboundFileRehosted(t *testing.T) {
 	if d := e.sink.next(t); d.Event.Text != "[Content of todo.md]:\n- ship it\n\nsee the list" || d.Event.MessageType != "document" {
 		t.Fatalf("%q %s", d.Event.Text, d.Event.MessageType)
 	}
+	// A Slack Connect stub (no URLs) is completed with files.info first.
+	e.fake.AddFile(teamA.ID, "F0CON00004", "plan.txt", "text/plain", []byte("step 1"))
+	ev = slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000400", "", "shared")
+	ev["files"] = []any{map[string]any{"id": "F0CON00004", "file_access": "check_file_info"}}
+	e.event(t, teamA, "Ev4", ev, http.StatusOK)
+	if d := e.sink.next(t); len(d.Event.MediaURLs) != 1 || d.Event.Text != "[Content of plan.txt]:\nstep 1\n\nshared" || len(e.fake.Calls("files.info")) != 1 {
+		t.Fatalf("%+v", d.Event)
+	}
+	// One Slack will not describe is named in the notice.
+	ev = slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000500", "", "gone")
+	ev["files"] = []any{map[string]any{"id": "F0GONE0005", "file_access": "check_file_info"}}
+	e.event(t, teamA, "Ev5", ev, http.StatusOK)
+	if d := e.sink.next(t); len(d.Event.MediaURLs) != 0 || !strings.Contains(d.Event.Text, "F0GONE0005 could not be fetched") {
+		t.Fatalf("%+v", d.Event)
+	}
 }
 
 // TestDraftStreams: draft frames stream into one message of the thread

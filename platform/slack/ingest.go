@@ -147,6 +147,9 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		return nil
 	}
 	p.attachFiles(tctx, tenant, m.install, t)
+	if ev.ThreadTS != "" && ev.ThreadTS != ev.TS {
+		t.ev.Context = p.threadContext(tctx, tenant, m, ev.ThreadTS, bot)
+	}
 	if err := p.deliver(ctx, tenant, &t.ev, received); err != nil {
 		return err
 	}

@@ -125,6 +125,18 @@ func (p *Platform) attachFiles(ctx context.Context, tenant, team string, t *turn
 		if i == maxInboundFiles {
 			break
 		}
+		if f.FileAccess == "check_file_info" {
+			if !p.fileInfo(ctx, team, &f) {
+				notices = append(notices, "- Slack attachment "+attachmentLabel(&f)+" could not be fetched.")
+				continue
+			}
+			if k := fileKind(&f); k == "document" && (f.Size <= 0 || f.Size > maxDocumentBytes) {
+				continue // _cache_slack_document skips it
+			} else if mt := kindMessageType[k]; t.ev.MessageType != "command" &&
+				(t.ev.MessageType == "text" || messageTypeRank[mt] < messageTypeRank[t.ev.MessageType]) {
+				t.ev.MessageType = mt
+			}
+		}
 		kind := fileKind(&f)
 		mime := f.Mimetype
 		if kind == "voice" {
@@ -164,6 +176,27 @@ func joinText(head, text string) string {
 
 func attachmentLabel(f *wireFile) string {
 	return cmp.Or(f.Name, f.ID, "this attachment")
+}
+
+// fileInfo completes a Slack Connect stub (file_access check_file_info,
+// no URLs) with files.info, as natively; false when Slack would not say.
+func (p *Platform) fileInfo(ctx context.Context, team string, f *wireFile) bool {
+	if f.ID == "" {
+		return false
+	}
+	var info *slack.File
+	err := p.call(ctx, team, "files.info", func(ctx context.Context, c *slack.Client) (err error) {
+		info, _, _, err = c.GetFileInfoContext(ctx, f.ID, 0, 0)
+		return err
+	})
+	if err != nil {
+		p.log.Warn("slack files.info failed for a shared file", "file", f.ID, "err", p.errorText(err))
+		return false
+	}
+	f.Name, f.Title = cmp.Or(info.Name, f.Name), cmp.Or(info.Title, f.Title)
+	f.Mimetype, f.Size = cmp.Or(info.Mimetype, f.Mimetype), cmp.Or(int64(info.Size), f.Size)
+	f.URLPrivate, f.URLPrivateDownload = info.URLPrivate, info.URLPrivateDownload
+	return f.URLPrivate != "" || f.URLPrivateDownload != ""
 }
 
 // rehost downloads f into the media store. Errors carry no token.

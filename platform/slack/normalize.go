@@ -323,6 +323,10 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 	t := &turn{thread: thread}
 	msgType := "text"
 	for _, f := range ev.Files {
+		if f.FileAccess == "check_file_info" && f.ID != "" {
+			t.files = append(t.files, f) // a Slack Connect stub: described when fetched (attachFiles)
+			continue
+		}
 		if f.URLPrivateDownload == "" && f.URLPrivate == "" {
 			continue
 		}

@@ -53,7 +53,10 @@ type Platform struct {
 	// do not have the chat, for declineMemory: a decline's cost depends
 	// only on the asker's own asks.
 	notFound *ttlCache[string, struct{}]
-	streams  *streams // draft streams (draft.go)
+	// histories are threads' messages lately read for their context
+	// (threadcontext.go).
+	histories *ttlCache[string, threadHistory]
+	streams   *streams // draft streams (draft.go)
 
 	running atomic.Bool
 	sink    atomic.Pointer[platform.Sink]
@@ -109,6 +112,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
 	p.notFound = newTTLCache[string, struct{}](chanTeamsSize, declineMemory, p.now)
+	p.histories = newTTLCache[string, threadHistory](threadContextSize, threadContextTTL, p.now)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
 	p.memory = newMemory()

@@ -124,6 +124,7 @@ type Server struct {
 	calls     []Call
 	uploads   map[string]*Upload
 	files     map[string]servedFile // path -> file
+	fileIDs   map[string]string     // team/id -> path
 	responses []ResponsePost
 	fail429   map[string]int // method -> 429s left
 	retry     time.Duration
@@ -133,8 +134,8 @@ type Server struct {
 }
 
 type servedFile struct {
-	team, contentType string
-	data              []byte
+	team, id, name, contentType, url string
+	data                             []byte
 }
 
 // New starts a fake Slack and stops it when tb's test ends.
@@ -146,7 +147,7 @@ func New(tb interface {
 	s := &Server{
 		changed: make(chan struct{}), teams: map[string]*Team{}, tokens: map[string]string{}, revoked: map[string]bool{},
 		users: map[string]User{}, channels: map[string]Channel{}, uploads: map[string]*Upload{},
-		files: map[string]servedFile{}, fail429: map[string]int{}, codes: map[string]Team{},
+		files: map[string]servedFile{}, fileIDs: map[string]string{}, fail429: map[string]int{}, codes: map[string]Team{},
 		lastTS: 1768490000 * 1_000_000,
 	}
 	s.sockets = newSockets(s)
@@ -219,8 +220,10 @@ func (s *Server) AddFile(team, id, name, contentType string, data []byte) string
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	path := "/files-pri/" + team + "-" + id + "/" + url.PathEscape(name)
-	s.files[path] = servedFile{team: team, contentType: contentType, data: data}
-	return strings.TrimSuffix(s.URL, "/") + path
+	u := strings.TrimSuffix(s.URL, "/") + path
+	s.files[path] = servedFile{team: team, id: id, name: name, contentType: contentType, data: data, url: u}
+	s.fileIDs[team+"/"+id] = path
+	return u
 }
 
 // Revoke makes a token answer token_revoked.
@@ -601,6 +604,12 @@ func (s *Server) answer(w http.ResponseWriter, method string, t *Team, a args) {
 		writeJSON(w, map[string]any{"ok": true, "files": out})
 	case "files.info":
 		u := s.uploads[a.get("file")]
+		if path, ok := s.fileIDs[t.ID+"/"+a.get("file")]; u == nil && ok {
+			f := s.files[path]
+			writeJSON(w, map[string]any{"ok": true, "file": map[string]any{"id": f.id, "name": f.name, "mimetype": f.contentType,
+				"size": len(f.data), "url_private": f.url, "url_private_download": f.url}})
+			return
+		}
 		if u == nil {
 			fail(w, "file_not_found")
 			return
