@@ -9,6 +9,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/slack/slacktest"
 )
 
 // TestSendPostsIntoTheThread: send reaches chat.postMessage in the chat
@@ -246,5 +247,55 @@ func TestUnreachableSlack(t *testing.T) {
 	r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"x","metadata":{"scope_id":"T0AAA00001"}}`)
 	if r.Code != contract.CodeUnavailable || strings.Contains(r.Error, "127.0.0.1") {
 		t.Fatalf("%+v", r)
+	}
+}
+
+// TestDeclineDoesNotRevealExistence: what a tenant is declined costs the
+// same whatever the chat is: another tenant's channel this instance has
+// seen, a channel bound to another tenant, or one that does not exist
+// each cost one conversations.info in the asker's workspace on the first
+// ask, none on a repeat within 30 s, one again after; and a Slack
+// Connect channel seen in another tenant's workspace that is also in the
+// asker's is the asker's.
+func TestDeclineDoesNotRevealExistence(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	e.p.seenIn(chanGeneral, teamA.ID)
+	lookups := func() int { return len(e.fake.Calls("conversations.info")) }
+	ask := func(chat string) {
+		t.Helper()
+		r := e.execute(t, "t2", `{"op":"send","chat_id":"`+chat+`","content":"x","metadata":{}}`)
+		if r.Code != contract.CodeEgressDeclined || r.Error != contract.Declined("slack").Error {
+			t.Fatalf("t2 in %s: %+v", chat, r)
+		}
+	}
+	for _, chat := range []string{chanGeneral, chanOps, "C0NOWHERE1"} {
+		before := lookups()
+		ask(chat)
+		if n := lookups() - before; n != 1 {
+			t.Errorf("first ask of %s: %d lookups, want 1", chat, n)
+		}
+		ask(chat)
+		if n := lookups() - before; n != 1 {
+			t.Errorf("repeated ask of %s: %d lookups in all, want 1", chat, n)
+		}
+	}
+	clk.Advance(declineMemory)
+	for _, chat := range []string{chanGeneral, chanOps, "C0NOWHERE1"} {
+		before := lookups()
+		ask(chat)
+		if n := lookups() - before; n != 1 {
+			t.Errorf("ask of %s after %v: %d lookups, want 1", chat, declineMemory, n)
+		}
+	}
+	// A shared channel: seen in workspace A, also in B.
+	e.fake.AddChannel(teamB.ID, slacktest.Channel{ID: "C0SHARED01", Name: "shared"})
+	e.fake.AddChannel(teamA.ID, slacktest.Channel{ID: "C0SHARED01", Name: "shared"})
+	e.p.seenIn("C0SHARED01", teamA.ID)
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"C0SHARED01","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t2 in a channel shared with its workspace: %+v", r)
+	}
+	if c := e.lastCall(t, "chat.postMessage"); c.Team != teamB.ID {
+		t.Fatalf("posted with %s's token", c.Team)
 	}
 }

@@ -228,17 +228,27 @@ func (p *Platform) seenIn(channel, team string) {
 // its; otherwise the tenant of a workspace the channel is in. A Slack
 // Connect channel is in several workspaces, so it may belong to several
 // tenants: the asking tenant (platform.WithTenant) is answered when it is
-// one of them. A channel this instance never saw is looked up in the
-// asking tenant's workspaces (conversations.info, on its share of their
-// budget).
+// one of them. Whatever the asker gets that is not its own costs the same
+// (what a decline reveals, docs/security.md): the chat is looked up in the
+// asker's workspaces (conversations.info, on its share of their budget)
+// whether it is another tenant's, bound to one, or unknown, and that
+// answer is remembered for the asker for declineMemory.
 func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
 	if !channelIDPattern.MatchString(chatID) {
 		return "", platform.ErrUnknownChat
 	}
+	asker := platform.TenantOf(ctx)
 	if t := (*p.channels.Load())[chatID]; t != "" {
+		if t == asker {
+			return t, nil
+		}
+		// The binding wins whatever the lookup says; it is made so that a
+		// bound channel costs what any other decline does.
+		if _, err := p.probeChannel(ctx, asker, chatID); err != nil {
+			return "", err
+		}
 		return t, nil
 	}
-	asker := platform.TenantOf(ctx)
 	owner := ""
 	teams, _ := p.chanTeams.Get(chatID)
 	for _, team := range teams {
@@ -250,17 +260,16 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 			owner = t
 		}
 	}
-	if owner != "" {
-		return owner, nil
-	}
 	team, err := p.probeChannel(ctx, asker, chatID)
 	switch {
 	case err != nil:
 		return "", err
-	case team == "":
-		return "", platform.ErrUnknownChat
+	case team != "":
+		return asker, nil // also in one of the asker's workspaces (Slack Connect)
+	case owner != "":
+		return owner, nil
 	}
-	return asker, nil
+	return "", platform.ErrUnknownChat
 }
 
 // probeChannel looks chat up in the workspaces bound to tenant and returns
