@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,21 @@ func TestSlashCommandFollowUp(t *testing.T) {
 	}
 	if r := e.execute(t, "t1", `{"op":"follow_up","session_key":"agent:main:slack:dm:none","kind":"slack.response_url","content":"x"}`); r.Code != contract.CodeCapabilityMissing {
 		t.Fatalf("unknown session: %+v", r)
+	}
+	// Slack takes five posts per response_url: the rest go ephemerally to
+	// the command's user in its channel, never publicly.
+	for i := range 4 {
+		if r := e.execute(t, "t1", `{"op":"follow_up","session_key":"`+d.SessionKey+`","kind":"slack.response_url","content":"more `+strconv.Itoa(i)+`"}`); !r.Success {
+			t.Fatalf("follow_up %d: %+v", i, r)
+		}
+	}
+	if n := len(e.fake.Responses()); n != 5 {
+		t.Fatalf("%d posts to the response_url", n)
+	}
+	eph := e.fake.Calls("chat.postEphemeral")
+	if len(eph) != 1 || eph[0].Form.Get("channel") != chanGeneral || eph[0].Form.Get("user") != userAda || eph[0].Form.Get("text") != "more 3" ||
+		len(e.fake.Calls("chat.postMessage")) != 0 {
+		t.Fatalf("ephemeral %+v", eph)
 	}
 	// /hermes free text is a question, not a command: no response_url kept.
 	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/hermes", "what changed?", e.fake.ResponseURL("r2")))

@@ -287,8 +287,10 @@ const maxResponseURLPosts = 5
 // vault keeps under the command's session (kind slack.response_url,
 // looked up for the caller's tenant only): an ephemeral reply, the first
 // replacing the "Running /x…" acknowledgement, as natively. Slack takes at
-// most five posts per response_url in 30 minutes; past them, or when the
-// capability is gone, the result is capability_missing.
+// most five posts per response_url; later parts go as ephemeral messages
+// to the command's user in its channel (chat.postEphemeral), never as a
+// public post, while the capability lives (30 minutes). Without it the
+// result is capability_missing.
 func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *contract.Action) contract.Result {
 	if a.SessionKey == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack follow_up: session_key is required")
@@ -299,21 +301,33 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack follow_up: content is empty")
 	}
-	used, url, ok := p.takeResponseURL(tenant, a.SessionKey)
+	ref, url, ok := p.takeResponseURL(tenant, a.SessionKey)
 	if !ok {
 		return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: no live response_url for this session")
 	}
 	parts := mrkdwnParts(a.Content)
-	for i, part := range parts {
-		if used+i >= maxResponseURLPosts {
-			return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
+	used := ref.used
+	defer func() { p.usedResponseURL(tenant, a.SessionKey, used) }()
+	for _, part := range parts {
+		if used >= maxResponseURLPosts {
+			if ref.channel == "" || ref.user == "" {
+				return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
+			}
+			err := p.callIn(ctx, ref.team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
+				_, err := c.PostEphemeralContext(ctx, ref.channel, ref.user, slack.MsgOptionText(part, false))
+				return err
+			})
+			if err != nil {
+				return p.failure(contract.OpFollowUp, err)
+			}
+			continue
 		}
-		body := map[string]any{"response_type": "ephemeral", "replace_original": used+i == 0, "text": part}
+		body := map[string]any{"response_type": "ephemeral", "replace_original": used == 0, "text": part}
 		if err := p.postResponseURL(ctx, url, body); err != nil {
 			return p.failure(contract.OpFollowUp, err)
 		}
+		used++
 	}
-	p.usedResponseURL(tenant, a.SessionKey, used+len(parts))
 	return contract.OK("")
 }
 

@@ -16,15 +16,38 @@ import (
 // kindResponseURL is the vault kind of a slash command's response_url.
 const kindResponseURL = vault.KindSlackResponseURL
 
+// responseRef is what the vault keeps beside a response_url (its entry's
+// Ref): how many posts it took, and the command's workspace, channel and
+// user, for the ephemeral messages that follow the fifth post.
+type responseRef struct {
+	used                int
+	team, channel, user string
+}
+
+func (r responseRef) String() string {
+	return strings.Join([]string{strconv.Itoa(r.used), r.team, r.channel, r.user}, " ")
+}
+
+func parseResponseRef(s string) responseRef {
+	f := strings.Fields(s)
+	var r responseRef
+	if len(f) > 0 {
+		r.used, _ = strconv.Atoi(f[0])
+	}
+	if len(f) == 4 {
+		r.team, r.channel, r.user = f[1], f[2], f[3]
+	}
+	return r
+}
+
 // takeResponseURL returns the response_url kept for tenant's session and
-// how many posts it took so far.
-func (p *Platform) takeResponseURL(tenant, sessionKey string) (used int, u string, ok bool) {
+// what is kept beside it.
+func (p *Platform) takeResponseURL(tenant, sessionKey string) (ref responseRef, u string, ok bool) {
 	e, ok := p.deps.Vault.Get(vault.Key{Tenant: tenant, SessionKey: sessionKey, Kind: kindResponseURL})
 	if !ok {
-		return 0, "", false
+		return responseRef{}, "", false
 	}
-	used, _ = strconv.Atoi(e.Ref)
-	return used, e.Value.Reveal(), true
+	return parseResponseRef(e.Ref), e.Value.Reveal(), true
 }
 
 // usedResponseURL records that tenant's response_url took used posts; it
@@ -35,7 +58,9 @@ func (p *Platform) usedResponseURL(tenant, sessionKey string, used int) {
 	if !ok {
 		return
 	}
-	e.Ref = strconv.Itoa(used)
+	ref := parseResponseRef(e.Ref)
+	ref.used = used
+	e.Ref = ref.String()
 	if err := p.deps.Vault.Put(k, e); err != nil {
 		p.log.Warn("slack response_url use count not stored", "err", err)
 	}
