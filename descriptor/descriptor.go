@@ -49,6 +49,9 @@ const (
 	MarkdownPlain      = "plain"
 	MarkdownDiscord    = "discord"
 	MarkdownTelegramV2 = "markdown_v2"
+	// MarkdownStandard is common markdown, with code blocks; the platform
+	// converts it to its own syntax (WhatsApp's *bold*, _italic_, ~strike~).
+	MarkdownStandard = "markdown"
 )
 
 // Defaults the gateway applies to missing optional fields.
@@ -112,6 +115,27 @@ func Telegram(ops []string) Descriptor {
 		// observe.go: Model B, a passive buffer, no extra API calls).
 		SupportsContext: true,
 		SupportedOps:    sortedOps(ops),
+	}
+}
+
+// WhatsApp is the descriptor of the WhatsApp Cloud API platform
+// (whatsapp_cloud): 4,096 code points per message as the native adapter
+// splits them, common markdown converted to WhatsApp's syntax on send, no
+// edits, no threads, no drafts (the Cloud API has none of them).
+func WhatsApp(ops []string) Descriptor {
+	return Descriptor{
+		ContractVersion:        ContractVersion,
+		Platform:               "whatsapp_cloud",
+		Label:                  "WhatsApp",
+		MaxMessageLength:       4096,
+		SupportsEdit:           slices.Contains(ops, "edit"),
+		SupportsDraftStreaming: slices.Contains(ops, "draft"),
+		SupportsThreads:        slices.Contains(ops, "thread_create"),
+		MarkdownDialect:        MarkdownStandard,
+		LenUnit:                LenChars,
+		Emoji:                  "\U0001f4ac",
+		PlatformHint:           "You are chatting on WhatsApp through a shared business number. WhatsApp has no threads and no message edits; replies quote the user's message.",
+		SupportedOps:           sortedOps(ops),
 	}
 }
 

@@ -8,9 +8,10 @@ import "context"
 // Binder its complete table whenever it changes.
 type Binding struct {
 	// Kind is the scope: BindGuild on Discord, BindChat on Telegram,
-	// BindRoom on nexscope; on Discord and Telegram also the management
-	// plane's BindUser, BindScope, BindDMDefault, BindPrincipal and
-	// BindAllow (authors.go).
+	// BindRoom on nexscope, BindPhoneNumber on WhatsApp Cloud; on Discord
+	// and Telegram also the management plane's BindUser, BindScope,
+	// BindDMDefault, BindPrincipal and BindAllow (authors.go), on WhatsApp
+	// Cloud BindUser and BindDMDefault.
 	Kind string
 	// ID names the scope as the platform spells it (a snowflake, a chat
 	// id, a room name).
@@ -25,6 +26,9 @@ const (
 	BindChannel = "channel"
 	BindChat    = "chat"
 	BindRoom    = "room"
+	// BindPhoneNumber gives a WhatsApp Cloud business phone number (its
+	// phone_number_id) to a tenant.
+	BindPhoneNumber = "phone_number"
 	// BindUser links a platform user to a tenant (author-first routing,
 	// authors.go): the user's messages reach that tenant wherever they are
 	// posted. A user may be linked to several tenants.

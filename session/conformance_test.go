@@ -55,3 +55,56 @@ func TestCheckEventsReportsEveryFailure(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckOutcomesDropsAndEvents(t *testing.T) {
+	const path = "../testdata/platform_events_slack_whatsapp.json"
+	cases, err := session.LoadEventCases(path, "whatsapp_cloud")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wants := make(map[string]session.EventCase, len(cases))
+	for _, c := range cases {
+		wants[c.Name] = c
+	}
+	// Answer every case with the oracle's own values, except one drop
+	// turned into an event, one event turned into a drop and one wrong
+	// reply id: exactly those three must fail.
+	results, err := session.CheckOutcomes(path, "whatsapp_cloud", func(c session.EventCase) (session.Outcome, error) {
+		switch c.Name {
+		case "whatsapp_cloud_shared_status_update_ignored":
+			return session.Outcome{}, nil
+		case "whatsapp_cloud_shared_text_dm":
+			return session.Outcome{Drop: "x"}, nil
+		}
+		if c.Drop != "" {
+			return session.Outcome{Drop: c.Drop}, nil
+		}
+		var src session.Source
+		if err := json.Unmarshal(c.Source, &src); err != nil {
+			return session.Outcome{}, err
+		}
+		ev := *c.Event
+		if c.Name == "whatsapp_cloud_shared_reply_to_bot_message" {
+			other := "wamid.other"
+			ev.ReplyToMessageID = &other
+		}
+		return session.Outcome{Source: src, Event: ev}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := map[string]bool{}
+	for _, r := range results {
+		if len(r.Diffs) > 0 {
+			failed[r.Name] = true
+		}
+	}
+	for _, name := range []string{"whatsapp_cloud_shared_status_update_ignored", "whatsapp_cloud_shared_text_dm", "whatsapp_cloud_shared_reply_to_bot_message"} {
+		if !failed[name] {
+			t.Errorf("%s passed", name)
+		}
+	}
+	if len(failed) != 3 {
+		t.Errorf("failed %v, want exactly the three altered cases", failed)
+	}
+}
