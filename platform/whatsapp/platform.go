@@ -44,10 +44,12 @@ type Platform struct {
 	pace        *pacer
 	desc        descriptor.Descriptor
 
-	running atomic.Bool
-	sink    atomic.Pointer[platform.Sink]
-	tokenMu sync.Mutex
-	tokenOK bool // false after Meta refused the access token (code 190)
+	running   atomic.Bool
+	sink      atomic.Pointer[platform.Sink]
+	started   chan struct{} // closed when Run first takes a sink
+	startOnce sync.Once
+	tokenMu   sync.Mutex
+	tokenOK   bool // false after Meta refused the access token (code 190)
 }
 
 var (
@@ -79,6 +81,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		vault:   deps.Vault,
 		gates:   make(map[string]*access, len(cfg.Tenants)),
 		tokenOK: true,
+		started: make(chan struct{}),
 	}
 	p.statuses, _ = deps.Metrics.(StatusMetrics)
 	if p.vault == nil {
@@ -132,6 +135,7 @@ func (p *Platform) Routes() map[string]http.Handler {
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(&sink)
 	p.running.Store(true)
+	p.startOnce.Do(func() { close(p.started) })
 	<-ctx.Done()
 	p.running.Store(false)
 	p.sink.Store(nil)
