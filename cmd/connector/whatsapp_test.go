@@ -9,6 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -289,4 +292,100 @@ func mustGet(t *testing.T, url string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// TestWhatsAppKill9DuringBurst posts a burst of signed webhooks from
+// several senders and SIGKILLs the connector part way through: after a
+// restart on the same data directory, every message Meta got a 200 for
+// reaches the gateway, and Meta's retries of the others (answered 200
+// now) complete the set.
+func TestWhatsAppKill9DuringBurst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	r := newWARig(t)
+	r.start(t)
+	const n, senders, workers = 240, 6, 4
+	body := func(i int) []byte {
+		return whatsapptest.Text(waBiz1, fmt.Sprintf("4477009%05d", i%senders), "U", fmt.Sprintf("wamid.burst%04d", i), fmt.Sprintf("evt %d", i))
+	}
+	var (
+		mu        sync.Mutex
+		confirmed = map[int]bool{}
+		half      = make(chan struct{})
+		next      atomic.Int64
+		wg        sync.WaitGroup
+	)
+	url := r.webhook()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				resp, err := http.DefaultClient.Do(whatsapptest.SignedRequest(url, waAppSecret, body(i)))
+				if err != nil {
+					continue // the connector is gone: Meta would retry
+				}
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					mu.Lock()
+					confirmed[i] = true
+					if len(confirmed) == n/3 {
+						close(half)
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	select {
+	case <-half:
+	case <-time.After(crashWait):
+		t.Fatalf("no %d confirmations within %v", n/3, crashWait)
+	}
+	if err := r.child.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-r.child.exited
+	wg.Wait()
+	mu.Lock()
+	before := len(confirmed)
+	mu.Unlock()
+	t.Logf("%d of %d messages confirmed before SIGKILL", before, n)
+
+	r.start(t)
+	gw := r.gateway(t, "gw1", waSecret1)
+	seen := map[int]bool{}
+	want := func() bool {
+		for i := range confirmed {
+			if !seen[i] {
+				return false
+			}
+		}
+		return true
+	}
+	read := func() {
+		f := waInbound(t, gw)
+		var i int
+		if _, err := fmt.Sscanf(f.Event.Text, "evt %d", &i); err != nil {
+			t.Fatalf("inbound %q", f.Event.Text)
+		}
+		seen[i] = true
+	}
+	for !want() {
+		read()
+	}
+	// Meta retries what it got no 200 for.
+	for i := range n {
+		if !confirmed[i] {
+			post(t, whatsapptest.SignedRequest(r.webhook(), waAppSecret, body(i)), http.StatusOK, "retry")
+			confirmed[i] = true
+		}
+	}
+	for !want() {
+		read()
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct messages delivered, want %d", len(seen), n)
+	}
 }
