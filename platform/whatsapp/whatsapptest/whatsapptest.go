@@ -21,7 +21,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"testing"
 )
 
 // Version is the Graph API version the fake serves (the connector's
@@ -96,8 +95,8 @@ type GraphError struct {
 }
 
 // New starts a fake that accepts the bearer token token; it stops when
-// the test ends.
-func New(t testing.TB, token string) *Server {
+// the test ends (or the benchmark driver closes).
+func New(t interface{ Cleanup(func()) }, token string) *Server {
 	s := &Server{token: token, media: map[string]Media{}, closed: map[string]bool{}, changed: make(chan struct{})}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL
