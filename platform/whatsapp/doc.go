@@ -80,7 +80,7 @@
 // user's latest message read with the typing indicator. get_chat_info
 // answers the wa_id and dm, as natively. A message Meta refuses because the
 // 24-hour customer-service window is closed (131047) fails with code
-// window_closed (CodeWindowClosed).
+// window_closed (contract.CodeWindowClosed).
 //
 // # Limits
 //

@@ -12,13 +12,6 @@ import (
 	"connector/platform"
 )
 
-// CodeWindowClosed is the result code of a message Meta refused because
-// the 24-hour customer-service window is closed: the user last wrote to
-// the business number more than 24 hours ago (Graph error 131047), and
-// only an approved template could reach them until they write again. It is
-// not retryable; the gateway can tell the user why.
-const CodeWindowClosed = "window_closed"
-
 // chat is what an op acts on: the user (wa_id) and the business number
 // the tenant's conversation with them goes through.
 type chat struct {
@@ -164,7 +157,7 @@ func (p *Platform) failure(op string, err error) contract.Result {
 		r.RetryAfterMS = max(limited.wait.Milliseconds(), 1)
 		return r
 	case errors.As(err, &ge) && ge.Code == codeReengagement:
-		return contract.Failed(CodeWindowClosed, prefix+"the 24-hour customer-service window is closed: the user last wrote more than 24 hours ago, so WhatsApp delivers only approved templates until they write again (Graph error 131047)")
+		return contract.Failed(contract.CodeWindowClosed, prefix+"the 24-hour customer-service window is closed: the user last wrote more than 24 hours ago, so WhatsApp delivers only approved templates until they write again (Graph error 131047)")
 	case errors.As(err, &ge) && rateLimitCodes[ge.Code]:
 		r := contract.Failed(contract.CodeRateLimited, prefix+p.errorText(ge))
 		r.RetryAfterMS = holdMin.Milliseconds()

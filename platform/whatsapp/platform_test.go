@@ -388,7 +388,7 @@ func TestWindowClosedHasItsOwnCode(t *testing.T) {
 	r.converse(t, biz1, ada, "wamid.W1")
 	r.fake.CloseWindow(ada)
 	res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "too late", "reply_to": nil})
-	if res.Success || res.Code != CodeWindowClosed || !strings.Contains(res.Error, "24-hour") {
+	if res.Success || res.Code != contract.CodeWindowClosed || !strings.Contains(res.Error, "24-hour") {
 		t.Fatalf("%+v", res)
 	}
 	if strings.Contains(res.Error, testToken) {
