@@ -23,6 +23,7 @@ var (
 	strike         = regexp.MustCompile(`~~(.+?)~~`)
 	header         = regexp.MustCompile(`(?m)^#{1,6}[\s\p{Z}]+(.+)$`)
 	mdLink         = regexp.MustCompile(`\[([^\]]+)\]\(([^)]+)\)`)
+	placeholder    = regexp.MustCompile("\x00(?:FENCE|CODE)[0-9]+\x00")
 )
 
 // formatMessage converts content as format_message does.
@@ -39,14 +40,19 @@ func formatMessage(content string) string {
 	s = strike.ReplaceAllString(s, "~$1~")
 	s = header.ReplaceAllStringFunc(s, headerToBold)
 	s = mdLink.ReplaceAllString(s, "$1 ($2)")
-	for _, saved := range []struct {
-		tag  string
-		list []string
-	}{{"FENCE", fences}, {"CODE", codes}} {
-		for i, original := range saved.list {
-			s = strings.ReplaceAll(s, "\x00"+saved.tag+strconv.Itoa(i)+"\x00", original)
+	// One pass puts every stashed span back (a pass per span would be
+	// quadratic in the number of spans).
+	s = placeholder.ReplaceAllStringFunc(s, func(m string) string {
+		list := codes
+		if strings.HasPrefix(m, "\x00FENCE") {
+			list = fences
 		}
-	}
+		i, err := strconv.Atoi(strings.Trim(m, "\x00FENCODE"))
+		if err != nil || i >= len(list) {
+			return m
+		}
+		return list[i]
+	})
 	return s
 }
 

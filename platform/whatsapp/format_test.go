@@ -1,6 +1,9 @@
 package whatsapp
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestFormatMessageAsNative checks format_message's conversions, with
 // the outputs the native regular expressions give.
@@ -19,5 +22,13 @@ func TestFormatMessageAsNative(t *testing.T) {
 		if got := formatMessage(in); got != want {
 			t.Errorf("formatMessage(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// BenchmarkFormatManySpans: many code spans are restored in one pass.
+func BenchmarkFormatManySpans(b *testing.B) {
+	s := strings.Repeat("`a` *b* ", 20_000)
+	for b.Loop() {
+		formatMessage(s)
 	}
 }
