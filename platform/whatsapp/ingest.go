@@ -20,6 +20,9 @@ const (
 // errNotRunning answers webhooks that arrive while Run is not running.
 var errNotRunning = errors.New("whatsapp: not running")
 
+// errElsewhere answers a message another instance is storing right now.
+var errElsewhere = errors.New("whatsapp: another instance is storing this message; Meta will retry")
+
 // ownerGate admits a tenant's linked owner whatever the tenant's DM gate
 // says (the owner floor of author routing).
 var ownerGate = &access{policy: policyOpen, allowAll: true}
@@ -77,6 +80,10 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		p.drop(dropDuplicate, number, sender)
 		return nil
 	}
+	if !p.claim(number, wamid) {
+		p.metrics.Dropped(platformName, "in_progress_elsewhere")
+		return errElsewhere
+	}
 	if code, ok := p.linkCode(m, sender); ok {
 		p.redeemLink(ctx, number, sender, code)
 		p.markDelivered(number, wamid)
@@ -108,6 +115,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		d.Event = &ev
 	}
 	if err := sink.Deliver(ctx, d); err != nil {
+		p.unclaim(number, wamid)
 		return fmt.Errorf("whatsapp: deliver message of %s: %w", sender, err)
 	}
 	p.markDelivered(number, wamid)
@@ -153,6 +161,39 @@ func (p *Platform) markDelivered(number, wamid string) {
 	}
 	if err := p.vault.Put(deliveredKey(number, wamid), vault.Entry{Stored: p.clock.Now()}); err != nil {
 		p.log.Warn("whatsapp delivered mark not stored; a redelivery would be delivered again", "err", err)
+	}
+}
+
+// pendingKey is the vault key of message wamid to number being stored.
+func pendingKey(number, wamid string) vault.Key {
+	return vault.Key{Tenant: "number:" + number, SessionKey: wamid, Kind: vault.KindWhatsAppPending}
+}
+
+// claim marks message wamid to number as being stored by this instance
+// and reports whether it may go on: false when another instance marked it
+// and has not finished (its mark lasts vault.WhatsAppPendingTTL, so a crash
+// there delays the message, never loses it). With a single instance
+// (Deps.Cluster nil) the per-chat queue already keeps copies apart, and
+// nothing is written.
+func (p *Platform) claim(number, wamid string) bool {
+	if p.deps.Cluster == nil || wamid == "" {
+		return true
+	}
+	k := pendingKey(number, wamid)
+	if e, ok := p.vault.Get(k); ok && e.Ref != p.deps.Cluster.Instance {
+		return false
+	}
+	if err := p.vault.Put(k, vault.Entry{Ref: p.deps.Cluster.Instance, Stored: p.clock.Now()}); err != nil {
+		p.log.Warn("whatsapp pending mark not stored", "err", err)
+	}
+	return true
+}
+
+// unclaim lifts this instance's mark after a failed delivery, so Meta's
+// retry is taken at once wherever it lands.
+func (p *Platform) unclaim(number, wamid string) {
+	if p.deps.Cluster != nil && wamid != "" {
+		p.vault.Delete(pendingKey(number, wamid))
 	}
 }
 

@@ -629,3 +629,51 @@ func TestRateLimitBacksOffAndRetries(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+// blockingSink holds every delivery until release is closed.
+type blockingSink struct {
+	*recordingSink
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s blockingSink) Deliver(ctx context.Context, d platform.Delivery) error {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.recordingSink.Deliver(ctx, d)
+}
+
+// TestCopyWhileStoringIsRetriedNotDoubled: Meta sends a copy of a message
+// to a second instance while the first is still storing it (its answer
+// was late); the second answers 503, so Meta retries, and the retry is
+// dropped as delivered.
+func TestCopyWhileStoringIsRetriedNotDoubled(t *testing.T) {
+	shared := vault.NewMemory(vault.Config{})
+	a := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster = &platform.Cluster{Instance: "i1"} })
+	b := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster = &platform.Cluster{Instance: "i2"} })
+	slow := blockingSink{recordingSink: a.sink, entered: make(chan struct{}), release: make(chan struct{})}
+	a.p.sink.Store(ptr[platform.Sink](slow))
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.C1", "slow")
+	first := make(chan int)
+	go func() { first <- a.post(t, body) }()
+	select {
+	case <-slow.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first instance never delivered")
+	}
+	if code := b.post(t, body); code != http.StatusServiceUnavailable {
+		t.Fatalf("the copy on the second instance: %d, want 503", code)
+	}
+	close(slow.release)
+	if code := <-first; code != 200 {
+		t.Fatalf("first: %d", code)
+	}
+	if code := b.post(t, body); code != 200 {
+		t.Fatalf("Meta's retry: %d", code)
+	}
+	if n := len(a.sink.all()) + len(b.sink.all()); n != 1 {
+		t.Fatalf("delivered %d times", n)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
