@@ -11,10 +11,12 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/media"
 	"connector/platform"
 	"connector/platform/whatsapp/whatsapptest"
@@ -677,3 +679,41 @@ func TestCopyWhileStoringIsRetriedNotDoubled(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestFairShareBetweenTenants: with the app's budget at one call a
+// second, a tenant flooding sends does not make another tenant's one send
+// wait behind its queue (platform/fairshare, on the injected clock).
+func TestFairShareBetweenTenants(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(c *Config, d *platform.Deps) { c.GlobalPerSecond = 1; d.Clock = clk })
+	const ada, bob = "447700900123", "14155550142"
+	r.converse(t, biz1, ada, "wamid.F1")
+	r.converse(t, biz2, bob, "wamid.F2")
+	var done atomic.Int32
+	run := func(tenant, user string) {
+		go func() {
+			defer done.Add(1)
+			if res := r.exec(t, tenant, map[string]any{"op": "send", "chat_id": user, "content": tenant, "reply_to": nil}); !res.Success {
+				t.Errorf("%s: %+v", tenant, res)
+			}
+		}()
+	}
+	finished := func() int { return int(done.Load()) }
+	waiting := func() int { return r.p.budget.Waiting("t1") + r.p.budget.Waiting("t2") }
+	for range 6 {
+		run("t1", ada)
+	}
+	clk.Settle(t, 6, finished, waiting)
+	run("t2", bob)
+	clk.Drive(t, 7, finished, waiting)
+	sent := r.fake.Sent()
+	for i, s := range sent {
+		if s.To == bob {
+			if i > 2 {
+				t.Fatalf("t2's one send went out %dth, behind t1's flood", i+1)
+			}
+			return
+		}
+	}
+	t.Fatal("t2's send never went out")
+}
