@@ -72,10 +72,17 @@ type Config struct {
 	// same names, and each tenant's fair-share weight. Default none.
 	Tenants map[string]TenantConfig `yaml:"tenants"`
 
-	// GlobalPerSecond is the app's send budget in Graph calls per second,
-	// shared between tenants by weighted fair share. Default 80 (Meta's
-	// default throughput per business number); negative disables it.
+	// GlobalPerSecond is the app's budget in Graph calls per second, shared
+	// between tenants by weighted fair share; Meta's application (4) and
+	// account (80007) rate-limit answers pause it. Default 400; negative
+	// disables it.
 	GlobalPerSecond int `yaml:"global_per_second"`
+	// NumberPerSecond is each business number's send budget in messages per
+	// second (Meta's default throughput is 80), shared by weighted fair share
+	// between the tenants sending from it (one, unless the number is shared
+	// through linked users); a throughput answer (130429) pauses it. Default
+	// 80; negative disables it.
+	NumberPerSecond int `yaml:"number_per_second"`
 	// ChatPerSecond caps messages to one user in any one second (Meta's
 	// pair rate limit answers 131056 beyond about one message every 6 s on
 	// bursts). Default 1; negative disables it.
@@ -155,7 +162,8 @@ func (l *List) UnmarshalYAML(n *yaml.Node) error {
 const (
 	DefaultAPIURL               = "https://graph.facebook.com/"
 	DefaultAPIVersion           = "v20.0"
-	DefaultGlobalPerSecond      = 80
+	DefaultGlobalPerSecond      = 400
+	DefaultNumberPerSecond      = 80
 	DefaultChatPerSecond        = 1
 	DefaultRequestTimeout       = 30 * time.Second
 	DefaultMaxWebhookBytes      = 3 << 20
@@ -174,6 +182,7 @@ func (c Config) withDefaults() Config {
 	c.APIURL = strings.TrimRight(cmp.Or(c.APIURL, DefaultAPIURL), "/")
 	c.APIVersion = cmp.Or(c.APIVersion, DefaultAPIVersion)
 	c.GlobalPerSecond = cmp.Or(c.GlobalPerSecond, DefaultGlobalPerSecond)
+	c.NumberPerSecond = cmp.Or(c.NumberPerSecond, DefaultNumberPerSecond)
 	c.ChatPerSecond = cmp.Or(c.ChatPerSecond, DefaultChatPerSecond)
 	c.RequestTimeout = cmp.Or(c.RequestTimeout, DefaultRequestTimeout)
 	c.MaxWebhookBytes = cmp.Or(c.MaxWebhookBytes, DefaultMaxWebhookBytes)

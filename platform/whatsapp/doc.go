@@ -90,10 +90,11 @@
 // # Limits
 //
 // Messages to one user are spaced (chat_per_second), then wait for the
-// tenant's fair share of the app's budget (global_per_second,
-// platform/fairshare). A Graph rate-limit answer (4, 80007, 130429, 131056,
-// 613) holds the user with a backoff doubling from 1 s to 64 s, and for the
-// app- or account-wide codes pauses the whole budget; the message is sent
+// tenant's fair share of the business number's budget (number_per_second,
+// 80) and of the app's (global_per_second), both platform/fairshare. A
+// Graph rate-limit answer holds the user with a backoff doubling from 1 s
+// to 64 s and pauses what Meta throttled: the pair alone (131056), the
+// number (130429), the app or account (4, 80007, 613); the message is sent
 // again within the deadline, since Meta did not take it. Other errors are
 // never retried.
 //
