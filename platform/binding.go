@@ -106,3 +106,17 @@ type ScopeLocator interface {
 	// ErrUnavailable when the platform could not be asked.
 	ScopeGuild(ctx context.Context, chatID string) (string, error)
 }
+
+// ValidWhatsAppID reports whether s is a WhatsApp Cloud id as Meta spells
+// phone number ids and wa_ids: 1 to 32 decimal digits.
+func ValidWhatsAppID(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -699,7 +699,7 @@ func CanonicalBinding(b Binding) (Binding, error) {
 		}
 		b.ID = strconv.FormatInt(n, 10)
 	case b.Platform == "whatsapp_cloud" && (b.Kind == platform.BindPhoneNumber || b.Kind == platform.BindUser || b.Kind == platform.BindDMDefault):
-		if !digitsOnly(b.ID) {
+		if !platform.ValidWhatsAppID(b.ID) {
 			return bad("a phone number id or wa_id (digits)")
 		}
 	case b.Platform == "nexscope" && b.Kind == platform.BindRoom:
@@ -710,20 +710,6 @@ func CanonicalBinding(b Binding) (Binding, error) {
 		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat, whatsapp_cloud phone_number or nexscope room, or on discord and telegram user, scope, dm_default, principal or allow, on whatsapp_cloud user or dm_default", ErrInvalid, b.Platform, b.Kind)
 	}
 	return b, nil
-}
-
-// digitsOnly reports whether s is 1 to 32 decimal digits, as Meta spells
-// phone number ids and wa_ids.
-func digitsOnly(s string) bool {
-	if s == "" || len(s) > 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // check validates the settings; nil is valid.

@@ -4,11 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/platform/whatsapp"
 	"connector/platform/whatsapp/whatsapptest"
@@ -29,12 +25,8 @@ type whatsappDriver struct {
 	secret   string
 	numbers  []whatsapptest.Business // per tenant
 
-	url      string
-	client   *http.Client
-	jobs     chan discordJob
-	workers  sync.WaitGroup
-	failed   atomic.Int64 // refused webhooks and messages the platform dropped
-	progress chan struct{}
+	url string
+	webhookPool
 }
 
 // Cleanup registers fn to run when the driver closes.
@@ -58,30 +50,20 @@ func (d *whatsappDriver) newPlatform(tenants []relay.Tenant) (platform.Platform,
 		PhoneNumbers: numbers, AllowAllUsers: &allowAll,
 	}, platform.Deps{
 		Log: slog.New(slog.DiscardHandler), Vault: vault.NewMemory(vault.Config{}),
-		Key: relay.KeyFunc(tenants), Metrics: whatsappDrops{d},
+		Key: relay.KeyFunc(tenants), Metrics: dropCounter{&d.webhookPool},
 	})
 }
 
 // start starts the webhook workers; progress is signalled when a webhook
 // fails.
 func (d *whatsappDriver) start(baseURL string, progress chan struct{}) {
-	d.url, d.progress = baseURL+whatsapp.WebhookPath, progress
-	d.client = &http.Client{Timeout: dialTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: whatsappWorkers}}
-	d.jobs = make(chan discordJob, whatsappWorkers)
-	for range whatsappWorkers {
-		d.workers.Go(func() {
-			for j := range d.jobs {
-				if !d.post(j) {
-					d.fail()
-				}
-			}
-		})
-	}
+	d.url = baseURL + whatsapp.WebhookPath
+	d.webhookPool.start(whatsappWorkers, progress, d.post)
 }
 
 // post sends message seq and reports whether Meta's webhook contract was
 // met: 200.
-func (d *whatsappDriver) post(j discordJob) bool {
+func (d *whatsappDriver) post(j webhookJob) bool {
 	b := d.numbers[j.seq%len(d.numbers)]
 	user := strconv.Itoa(447_700_900_000 + (j.seq/len(d.numbers))%sessionsPerGateway)
 	text := string(append(appendStamp(nil, j.at), messageBody...))
@@ -94,40 +76,10 @@ func (d *whatsappDriver) post(j discordJob) bool {
 	return resp.StatusCode == http.StatusOK
 }
 
-func (d *whatsappDriver) fail() {
-	d.failed.Add(1)
-	wsconn.Signal(d.progress)
-}
-
-// fire queues message seq for the workers.
-func (d *whatsappDriver) fire(seq int, at time.Time) error {
-	d.jobs <- discordJob{seq: seq, at: at}
-	return nil
-}
-
-// failures implements eventDriver.
-func (d *whatsappDriver) failures() int64 { return d.failed.Load() }
-
 // close stops the workers and the fake Graph API.
 func (d *whatsappDriver) close() {
-	if d.jobs != nil {
-		close(d.jobs)
-		d.workers.Wait()
-	}
+	d.stop()
 	for i := len(d.cleanups) - 1; i >= 0; i-- {
 		d.cleanups[i]()
 	}
 }
-
-// whatsappDrops counts messages the platform accepted but dropped, which
-// will never reach a gateway.
-type whatsappDrops struct{ d *whatsappDriver }
-
-// RateLimitWait implements platform.Metrics.
-func (whatsappDrops) RateLimitWait(string, time.Duration) {}
-
-// RateLimited implements platform.Metrics.
-func (whatsappDrops) RateLimited(string) {}
-
-// Dropped implements platform.Metrics.
-func (m whatsappDrops) Dropped(string, string) { m.d.fail() }

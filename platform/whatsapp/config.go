@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"connector/internal/nativecfg"
+	"connector/platform"
 )
 
 // Config configures the WhatsApp Cloud API platform: one Meta app whose
@@ -211,7 +212,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("whatsapp.api_version: %q: want v<major>.<minor>, e.g. v20.0", c.APIVersion)
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.PhoneNumbers)) {
-		if !validNumberID(id) {
+		if !platform.ValidWhatsAppID(id) {
 			return fmt.Errorf("whatsapp.phone_numbers[%q]: want a phone number id (digits)", id)
 		}
 		if c.PhoneNumbers[id] == "" {
@@ -253,20 +254,6 @@ func validSecret(s string) error {
 		}
 	}
 	return nil
-}
-
-// validNumberID reports whether s is a phone number id or wa_id as Meta
-// spells them: 1 to 32 digits.
-func validNumberID(s string) bool {
-	if s == "" || len(s) > 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 // access is the top-level access knobs as a TenantConfig.

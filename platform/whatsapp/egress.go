@@ -47,7 +47,7 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 		return platform.Unsupported(platformName)
 	}
 	user := string(a.ChatID)
-	if !validNumberID(user) {
+	if !platform.ValidWhatsAppID(user) {
 		return contract.Declined(platformName)
 	}
 	if r, ok := platform.Authorize(ctx, p, tenant, user); !ok {

@@ -205,7 +205,7 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 	for _, b := range bindings {
 		switch b.Kind {
 		case platform.BindPhoneNumber, platform.BindUser, platform.BindDMDefault:
-			if !validNumberID(b.ID) {
+			if !platform.ValidWhatsAppID(b.ID) {
 				return fmt.Errorf("whatsapp_cloud: %s %q: want digits", b.Kind, b.ID)
 			}
 		default:
@@ -229,7 +229,7 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 // and ErrUnknownChat otherwise: nothing about other tenants is revealed.
 func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
 	tenant := platform.TenantOf(ctx)
-	if tenant == "" || !validNumberID(chatID) {
+	if tenant == "" || !platform.ValidWhatsAppID(chatID) {
 		return "", platform.ErrUnknownChat
 	}
 	if _, ok := p.conversation(tenant, chatID); ok || (*p.authors.Load()).Linked(chatID, tenant) {
