@@ -273,6 +273,20 @@ func TestWhatsAppBlackBox(t *testing.T) {
 		}
 	})
 
+	t.Run("statuses counted per tenant, never delivered", func(t *testing.T) {
+		r.post(t, whatsapptest.Status(waBiz1, ada, "wamid.fake000001", "read", 0), waAppSecret, http.StatusOK)
+		r.post(t, whatsapptest.Status(waBiz2, bob, "wamid.fake000002", "failed", 131026), waAppSecret, http.StatusOK)
+		r.post(t, whatsapptest.Text(waBiz1, ada, "Ada", "wamid.after", "after the statuses"), waAppSecret, http.StatusOK)
+		if f := waInbound(t, gw1); f.Event.Text != "after the statuses" {
+			t.Fatalf("gw1 got %+v", f.Event)
+		}
+		for labels, want := range map[string]float64{`status="read",tenant="t1"`: 1, `status="failed",tenant="t2"`: 1, `status="failed",tenant="t1"`: 0} {
+			if got := r.child.metric(t, "connector_delivery_statuses_total", labels); got != want {
+				t.Errorf("statuses{%s} = %v, want %v", labels, got, want)
+			}
+		}
+	})
+
 	t.Run("24-hour window", func(t *testing.T) {
 		r.fake.CloseWindow(ada)
 		res := outbound(t, gw1, map[string]any{"op": "send", "chat_id": ada, "content": "tomorrow", "reply_to": nil})
