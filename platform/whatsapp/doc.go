@@ -17,8 +17,9 @@
 //	     ledger), or deliberately dropped (duplicate, unclaimed number,
 //	     gated, status, a change other than messages): Meta must not retry
 //	400  the body is not a JSON object of the webhook's shape
-//	401  X-Hub-Signature-256 missing or not the HMAC-SHA256 of the raw body
-//	     under app_secret (compared in constant time); nothing is delivered
+//	401  X-Hub-Signature-256 missing or malformed (refused before the body
+//	     is read), or not the HMAC-SHA256 of the raw body under app_secret
+//	     (compared in constant time); nothing is delivered
 //	413  the body exceeds max_webhook_bytes (3 MiB)
 //	503  a message could not be stored, or Run is not running: Meta
 //	     retries the payload, and what did get through is dropped then as a

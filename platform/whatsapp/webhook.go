@@ -49,6 +49,12 @@ func (p *Platform) serveVerify(w http.ResponseWriter, r *http.Request) {
 // 200, so Meta retries whatever was not.
 func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	received := p.clock.Now()
+	sig, ok := parseSignature(r.Header.Get(signatureHeader))
+	if !ok { // refused before the body is read
+		p.metrics.Dropped(platformName, "unauthorized")
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
 	buf := bodyPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	defer func() {
@@ -66,7 +72,7 @@ func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "cannot read the body", http.StatusBadRequest)
 		return
 	}
-	if !p.signatureOK(buf.Bytes(), r.Header.Get(signatureHeader)) {
+	if !p.signed(buf.Bytes(), sig) {
 		p.metrics.Dropped(platformName, "unauthorized")
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
@@ -85,17 +91,19 @@ func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// signatureOK checks header ("sha256=<hex>") against the HMAC-SHA256 of
-// body under the app secret, in constant time.
-func (p *Platform) signatureOK(body []byte, header string) bool {
+// parseSignature reads an X-Hub-Signature-256 value, "sha256=<hex>".
+func parseSignature(header string) (sig [sha256.Size]byte, ok bool) {
 	got, ok := strings.CutPrefix(strings.TrimSpace(header), "sha256=")
 	if !ok || len(got) != 2*sha256.Size {
-		return false
+		return sig, false
 	}
-	var sig [sha256.Size]byte
-	if _, err := hex.Decode(sig[:], []byte(got)); err != nil {
-		return false
-	}
+	_, err := hex.Decode(sig[:], []byte(got))
+	return sig, err == nil
+}
+
+// signed reports whether sig is the HMAC-SHA256 of body under the app
+// secret, compared in constant time.
+func (p *Platform) signed(body []byte, sig [sha256.Size]byte) bool {
 	mac := hmac.New(sha256.New, []byte(p.cfg.AppSecret))
 	mac.Write(body)
 	return hmac.Equal(mac.Sum(nil), sig[:])
