@@ -59,7 +59,9 @@
 // null, no thread_id, scope_id or message_id; the key is
 // agent:main:whatsapp_cloud:dm:<wa_id>. The event carries the wamid as
 // message_id, context.id as reply_to_message_id (reply_to.is_own when the
-// quoted message is the business number's), the text, template button
+// quoted message is the business number's, and reply_to.text when this
+// instance saw the quoted message: quotes.go, as the native
+// rich_sent_store), the text, template button
 // text, tap title or caption (a captionless document is "[Document:
 // <filename>]"; reactions, locations and contacts are empty), and
 // message_type photo, video, voice, document or text. "/stop" becomes an

@@ -104,6 +104,10 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		return nil
 	}
 	p.converse(tenant, sender, conv{Number: number, Last: wamid})
+	if ev.ReplyTo != nil {
+		ev.ReplyTo.Text = p.quotes.text(tenant, sender, ev.ReplyToMessageID)
+	}
+	p.quotes.add(tenant, sender, wamid, ev.Text)
 	p.attachMedia(ctx, tenant, m, &ev)
 	d := platform.Delivery{
 		Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,

@@ -89,6 +89,7 @@ func (p *Platform) sendText(ctx context.Context, tenant string, c chat, op, text
 			}
 			return first, last, r
 		}
+		p.quotes.add(tenant, c.user, id, part)
 		last = id
 		if i == 0 {
 			first = id

@@ -42,6 +42,7 @@ type Platform struct {
 	chats       serial
 	budget      *fairshare.Scheduler
 	pace        *pacer
+	quotes      *quotes
 	desc        descriptor.Descriptor
 
 	running   atomic.Bool
@@ -111,6 +112,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(), Clock: p.clock,
 	})
 	p.pace = newPacer(cfg.ChatPerSecond)
+	p.quotes = newQuotes()
 	p.desc = descriptor.WhatsApp(handlers.Names())
 	return p, nil
 }

@@ -379,6 +379,16 @@ func TestSendSplitsQuotesAndFormats(t *testing.T) {
 	if !strings.HasPrefix(body0, "*Hello* word") || len([]rune(body0)) > maxMessageRunes {
 		t.Fatalf("first part %.40q (%d)", body0, len([]rune(body0)))
 	}
+	// A reply to the bot's message quotes its text.
+	tap := whatsapptest.Message(biz1, ada, "Ada", map[string]any{"id": "wamid.Q2", "type": "text", "text": map[string]any{"body": "why?"},
+		"context": map[string]any{"from": biz1.DisplayNumber, "id": sent[1].ID}})
+	if code := r.post(t, tap); code != 200 {
+		t.Fatal(code)
+	}
+	got := r.sink.all()
+	if rt := got[len(got)-1].Event.ReplyTo; rt == nil || !rt.IsOwn || rt.Text != sent[1].Block()["body"] {
+		t.Fatalf("reply_to %+v", rt)
+	}
 	if res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "  ", "reply_to": nil}); res.Code != contract.CodeBadRequest {
 		t.Fatalf("empty content: %+v", res)
 	}
