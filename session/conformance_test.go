@@ -3,6 +3,7 @@ package session_test
 import (
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -56,55 +57,40 @@ func TestCheckEventsReportsEveryFailure(t *testing.T) {
 	}
 }
 
-func TestCheckOutcomesDropsAndEvents(t *testing.T) {
-	const path = "../testdata/platform_events_slack_whatsapp.json"
-	cases, err := session.LoadEventCases(path, "whatsapp_cloud")
-	if err != nil {
+// TestCheckOutcomes: a drop case passes on any drop and fails on a turn; a
+// turn case fails on a drop and on each event field that differs.
+func TestCheckOutcomes(t *testing.T) {
+	path := t.TempDir() + "/cases.json"
+	cases := `[
+ {"name": "dropped", "platform": "p", "raw": {}, "drop": "bot_sender"},
+ {"name": "turn", "platform": "p", "raw": {},
+  "source": {"platform": "p", "chat_id": "c", "chat_type": "dm"}, "key": "agent:main:p:dm:c",
+  "event": {"text": "hi", "message_type": "text", "message_id": "m1", "reply_to_message_id": null}}]`
+	if err := os.WriteFile(path, []byte(cases), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	wants := make(map[string]session.EventCase, len(cases))
-	for _, c := range cases {
-		wants[c.Name] = c
+	src := session.Source{Platform: "p", ChatID: "c", ChatType: "dm"}
+	m1 := "m1"
+	check := func(drop string, ev *session.EventFields) []session.EventResult {
+		t.Helper()
+		res, err := session.CheckOutcomes(path, "", func(c session.EventCase) (session.Outcome, error) {
+			return session.Outcome{Source: src, Drop: drop, Event: ev}, nil
+		})
+		if err != nil || len(res) != 2 {
+			t.Fatalf("%v %v", res, err)
+		}
+		return res
 	}
-	// Answer every case with the oracle's own values, except one drop
-	// turned into an event, one event turned into a drop and one wrong
-	// reply id: exactly those three must fail.
-	results, err := session.CheckOutcomes(path, "whatsapp_cloud", func(c session.EventCase) (session.Outcome, error) {
-		switch c.Name {
-		case "whatsapp_cloud_shared_status_update_ignored":
-			return session.Outcome{}, nil
-		case "whatsapp_cloud_shared_text_dm":
-			return session.Outcome{Drop: "x"}, nil
-		}
-		if c.Drop != "" {
-			return session.Outcome{Drop: c.Drop}, nil
-		}
-		var src session.Source
-		if err := json.Unmarshal(c.Source, &src); err != nil {
-			return session.Outcome{}, err
-		}
-		ev := *c.Event
-		if c.Name == "whatsapp_cloud_shared_reply_to_bot_message" {
-			other := "wamid.other"
-			ev.ReplyToMessageID = &other
-		}
-		return session.Outcome{Source: src, Event: ev}, nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	res := check("", &session.EventFields{Text: "hi", MessageType: "text", MessageID: &m1})
+	if len(res[0].Diffs) != 1 || len(res[1].Diffs) != 0 {
+		t.Fatalf("a turn: %+v", res)
 	}
-	failed := map[string]bool{}
-	for _, r := range results {
-		if len(r.Diffs) > 0 {
-			failed[r.Name] = true
-		}
+	res = check("gated", nil)
+	if len(res[0].Diffs) != 0 || len(res[1].Diffs) != 1 {
+		t.Fatalf("a drop: %+v", res)
 	}
-	for _, name := range []string{"whatsapp_cloud_shared_status_update_ignored", "whatsapp_cloud_shared_text_dm", "whatsapp_cloud_shared_reply_to_bot_message"} {
-		if !failed[name] {
-			t.Errorf("%s passed", name)
-		}
-	}
-	if len(failed) != 3 {
-		t.Errorf("failed %v, want exactly the three altered cases", failed)
+	res = check("", &session.EventFields{Text: "hi!", MessageType: "text", ReplyToMessageID: &m1})
+	if d := res[1].Diffs; len(d) != 3 || !strings.Contains(d[0], "event.message_id") || !strings.Contains(d[2], "event.text") {
+		t.Fatalf("event differences: %q", d)
 	}
 }

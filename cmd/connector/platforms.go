@@ -14,9 +14,9 @@ import (
 )
 
 func init() {
-	eventNormalizers["discord"] = sourceOnly(discord.NormalizeFixture)
-	eventNormalizers["telegram"] = sourceOnly(telegram.NormalizeFixture)
-	eventNormalizers["whatsapp_cloud"] = whatsapp.NormalizeFixture
+	eventNormalizers["discord"] = discord.NormalizeFixture
+	eventNormalizers["telegram"] = telegram.NormalizeFixture
+	eventOutcomes["whatsapp_cloud"] = whatsapp.NormalizeFixture
 }
 
 // embeddedNexscope is the nexscope section of the embedded defaults: the

@@ -48,7 +48,10 @@ func NormalizeFixture(raw, context json.RawMessage) (session.Outcome, error) {
 			if drop != "" {
 				return session.Outcome{Drop: drop}, nil
 			}
-			o := session.Outcome{Source: ev.Source, Event: session.EventFields{Text: ev.Text, MessageType: ev.MessageType, MessageID: ev.MessageID}}
+			o := session.Outcome{Source: ev.Source, Event: &session.EventFields{Text: ev.Text, MessageType: ev.MessageType}}
+			if ev.MessageID != "" {
+				o.Event.MessageID = &ev.MessageID
+			}
 			if ev.ReplyToMessageID != "" {
 				o.Event.ReplyToMessageID = &ev.ReplyToMessageID
 			}
