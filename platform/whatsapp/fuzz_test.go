@@ -1,7 +1,11 @@
 package whatsapp
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -91,5 +95,20 @@ func FuzzFormatMessage(f *testing.F) {
 		if utf8.ValidString(s) && !utf8.ValidString(out) {
 			t.Fatalf("%q became invalid UTF-8 %q", s, out)
 		}
+	})
+}
+
+// FuzzGraphError: any error answer of the Graph API becomes a GraphError
+// with a bounded message, never a panic.
+func FuzzGraphError(f *testing.F) {
+	f.Add(500, []byte(`{"error":{"message":"(#131047) Re-engagement message","code":131047,"error_data":{"details":"x"}}}`))
+	f.Add(429, []byte(`<html>`))
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		resp := &http.Response{StatusCode: status, Body: io.NopCloser(bytes.NewReader(body))}
+		var ge *GraphError
+		if !errors.As(graphError(resp), &ge) || ge.Status != status || len(ge.Message) > 300 || len(ge.Details) > 300 {
+			t.Fatalf("%+v", ge)
+		}
+		_ = ge.Error()
 	})
 }
