@@ -12,7 +12,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"connector/descriptor"
 	"connector/internal/clock"
@@ -277,6 +276,3 @@ func (p *Platform) converse(tenant, user string, c conv) {
 
 // errorText is err's text for logs and results, every credential removed.
 func (p *Platform) errorText(err error) string { return p.scrubber.Replace(err.Error()) }
-
-// requestTimeout bounds an op without a deadline.
-func (p *Platform) requestTimeout() time.Duration { return p.cfg.RequestTimeout }
