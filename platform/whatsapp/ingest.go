@@ -123,6 +123,9 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		return fmt.Errorf("whatsapp: deliver message of %s: %w", sender, err)
 	}
 	p.markDelivered(number, wamid)
+	if pr := ev.PromptResponse; pr != nil {
+		p.vault.Delete(promptKey(tenant, sender, pr.PromptID)) // one tap answers a prompt
+	}
 	return nil
 }
 
@@ -246,14 +249,11 @@ type tenantTaps struct {
 // native implements taps: the connector sends no native adapter prompts.
 func (tenantTaps) native(string, string) bool { return false }
 
-// prompt implements taps from the vault, forgetting the prompt.
+// prompt implements taps from the vault; message forgets the prompt once
+// the tap is delivered.
 func (t tenantTaps) prompt(chat, promptID string) bool {
-	k := promptKey(t.tenant, chat, promptID)
-	if _, ok := t.p.vault.Get(k); !ok {
-		return false
-	}
-	t.p.vault.Delete(k)
-	return true
+	_, ok := t.p.vault.Get(promptKey(t.tenant, chat, promptID))
+	return ok
 }
 
 // promptKey is the vault key of tenant's prompt promptID to user.

@@ -314,7 +314,7 @@ type taps interface {
 	// ingest answers false and fixtures answer from their context.
 	native(prefix, stateID string) bool
 	// prompt reports whether the connector's prompt promptID in chat is
-	// live, and forgets it (one tap answers a prompt).
+	// live (waiting for its one tap).
 	prompt(chat, promptID string) bool
 }
 
