@@ -161,7 +161,10 @@ type Registry struct {
 	ps  store.PubSub
 	now func() time.Time
 	// mu serializes this instance's read-modify-write changes. Instances
-	// sharing a store do not lock each other: the last write wins.
+	// sharing a store do not lock each other: a binding is written with
+	// the store's CompareAndSwap (swapBinding), so of concurrent writers
+	// one wins and the others judge again; for other entries the last
+	// write wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
 }
@@ -406,12 +409,8 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			}
 		}
 	}
-	for _, b := range stored.Bindings {
-		if b.Tenant == id {
-			if _, err := r.kv.Delete(ctx, nsBindings, b.key()); err != nil {
-				return err
-			}
-		}
+	if err := r.dropBindings(ctx, func(b Binding) bool { return b.Tenant == id }); err != nil {
+		return err
 	}
 	for _, p := range stored.Policies {
 		if p.Tenant == id {

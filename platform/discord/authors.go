@@ -123,8 +123,8 @@ func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) b
 // claim nor grant of costs nothing.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
 	own := p.owners.Load()
-	granted := func() bool { return p.spoke.Has(chatID, tenant) }
-	if !own.Claimed(chatID, tenant) && !granted() {
+	spoke := p.spoke.Has(chatID, tenant)
+	if !spoke && !own.Claimed(chatID, tenant) {
 		return false, nil
 	}
 	ci, err := p.cache.channel(ctx, chatID)
@@ -134,5 +134,5 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool
 	case err != nil:
 		return false, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
 	}
-	return own.MayAct(tenant, chatOfInfo(ci), granted), nil
+	return own.MayAct(tenant, chatOfInfo(ci), func() bool { return spoke }), nil
 }
