@@ -29,7 +29,9 @@ import (
 //  3. Author links. Elsewhere a linked user's message reaches the user's
 //     tenant (the user's DM default when linked to several, else the
 //     lowest tenant id), which the platform then grants the chat
-//     (Grants): a tenant may act where an author routed to it spoke.
+//     (Grants): a tenant may act where an author routed to it spoke (a
+//     claimant is granted the chats of its claim where messages reached
+//     it, a thread of its claimed channel among them).
 //  4. Otherwise the platform's own fallback decides (Discord's dm_tenant
 //     for a DM), or nobody does.
 //
@@ -138,8 +140,11 @@ type Route struct {
 	// Owner is set when the author is linked to Tenant (the owner floor:
 	// the tenant's mention rules are waived).
 	Owner bool
-	// Grant is set when the message reached Tenant by author link (rule
-	// 3): the platform grants Tenant the chat (Grants).
+	// Grant is set when the message reached Tenant by claim or by author
+	// link (rules 2 and 3): the platform grants Tenant the chat (Grants),
+	// so it may answer there, in a thread of its claimed channel too. A
+	// grant counts only where no binding or claim of another tenant does
+	// (MayAct).
 	Grant bool
 	// Drop, when set, is why the message reaches no tenant: the chat's
 	// claimant does not admit its author.
@@ -160,10 +165,10 @@ func (o *Ownership) Route(user string, c Chat) (r Route, ok bool) {
 		claimant := cl.Tenant
 		switch {
 		case o.Linked(user, claimant):
-			return Route{Tenant: claimant, Owner: true}, true
+			return Route{Tenant: claimant, Owner: true, Grant: true}, true
 		case o.principal[claimant] == PrincipalAny,
 			o.principal[claimant] == PrincipalAllowList && o.allow[claimant][user]:
-			return Route{Tenant: claimant}, true
+			return Route{Tenant: claimant, Grant: true}, true
 		}
 		return Route{Drop: DropPrincipal}, true
 	}

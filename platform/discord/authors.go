@@ -15,9 +15,9 @@ import (
 // links; Hermes contract §3 "Author-first resolution", §7.1) and consumes
 // the "/link <code>" DMs that link an account. An event no rule places
 // goes to dm_tenant when it is a DM, else nowhere. A tenant may act in
-// the channel where an event routed to it by author link was posted
-// (platform.Grants, shared by every instance on the store), as long as no
-// binding or claim of another tenant covers it.
+// the channel where an event routed to it by claim or author link was
+// posted (platform.Grants, shared by every instance on the store), as long
+// as no binding or claim of another tenant covers it.
 
 // chatOf places a channel of guildID ("" for a DM) for the ownership
 // order: its parent (a thread's channel, a channel's category) comes from
@@ -40,7 +40,8 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 // (empty: a DM): the one rule for messages and interactions alike. owner
 // is set when the author is linked to the tenant (the owner floor); drop
 // is why no tenant takes the event (platform.DropPrincipal, or
-// dropUnclaimed). A tenant reached by author link is granted the channel.
+// dropUnclaimed). A tenant reached by claim or author link is granted the
+// channel.
 func (p *Platform) route(author, guildID, channelID string) (tenant string, owner bool, drop string) {
 	r, ok := p.owners.Load().Route(author, p.chatOf(guildID, channelID))
 	switch {
@@ -115,16 +116,21 @@ func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) b
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// when it claimed the channel, or a message routed to it by author was
-// posted there (and it is still remembered), and the ownership order lets
-// that stand where the channel is (platform.Ownership.MayAct: no binding
-// or claim of another tenant). Only then is the channel placed: from the
+// when it claimed the channel (or, as the cache knows it, the thread's
+// channel), or a message routed to it by claim or author link was posted
+// there (and it is still remembered), and the ownership order lets that
+// stand where the channel is (platform.Ownership.MayAct: no binding or
+// claim of another tenant). Only then is the channel placed: from the
 // cache, else looked up for the tenant; a chat the tenant has neither
-// claim nor grant of costs nothing.
+// claim nor grant of costs no lookup.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
 	own := p.owners.Load()
 	spoke := p.spoke.Has(chatID, tenant)
-	if !spoke && !own.Claimed(chatID, tenant) {
+	claimed := own.Claimed(chatID, tenant)
+	if ci, ok := p.cache.cachedChannel(chatID); ok && ci.ParentID != "" {
+		claimed = claimed || own.Claimed(ci.ParentID, tenant)
+	}
+	if !spoke && !claimed {
 		return false, nil
 	}
 	ci, err := p.cache.channel(ctx, chatID)

@@ -72,3 +72,41 @@ func TestClaimInBoundGuildIsSetAside(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimantActsInItsThreads: in guild Lab, which no tenant is bound
+// to, t3 claimed channel general for any author. t3 may answer in general
+// and in its thread (the cache knows the thread's channel), before any
+// message and after one routed to it there; t1, whose guild Lab no longer
+// is, may not.
+func TestClaimantActsInItsThreads(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: chanGeneral, Tenant: "t3", Space: guildLab},
+		{Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "t3"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(tenant, chat string) contract.Result {
+		t.Helper()
+		return execute(t, e, tenant, `{"op":"send","chat_id":"`+chat+`","content":"from `+tenant+`","reply_to":null,"metadata":{}}`)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, chat := range []string{chanGeneral, threadPlan} {
+			if r := send("t3", chat); !r.Success {
+				t.Fatalf("%s: t3's send into %s: %+v", when, chat, r)
+			}
+			if r := send("t1", chat); r.Success || r.Code != contract.CodeEgressDeclined {
+				t.Fatalf("%s: t1's send into %s: %+v, want the decline", when, chat, r)
+			}
+		}
+	}
+	check("before any message")
+	e.dispatch(t, "MESSAGE_CREATE", msg("9201", threadPlan, guildLab, "in the thread", true))
+	if d := e.sink.next(t); d.Tenant != "t3" || d.Event == nil || d.Event.Text != "in the thread" {
+		t.Fatalf("delivery to %q %+v, want the thread's message to t3", d.Tenant, d.Event)
+	}
+	check("after a message")
+}
