@@ -196,8 +196,9 @@ func (l *locator) LocateChat(ctx context.Context, chatID string) (platform.Chat,
 // TestScopeVisibilityFloor: a Discord claim is stored only when the
 // platform sees the channel in the guild the claim names (asked on the
 // claimant's behalf); an invisible channel, a DM channel and another
-// guild's channel get the same 403, an unanswered lookup 503, and a
-// Telegram claim is not looked up.
+// guild's channel get the same 403, an unanswered lookup 503, and a claim
+// on a platform without a locator (Telegram in this rig) is taken as it
+// is.
 func TestScopeVisibilityFloor(t *testing.T) {
 	r := newRig(t)
 	loc := &locator{guilds: map[string]string{"501": "500", "601": "", "502": "!"}}

@@ -16,8 +16,9 @@ import (
 // This file owns what the Hermes management plane (/manage/*, package
 // manage) changes: account-link codes, scope claims, principal policies,
 // DM defaults and dropping all of a tenant's. The routes they feed are
-// bindings (platform.BindUser and the other author kinds), routed by
-// platform.Authors.
+// bindings (platform.BindUser and the other author kinds), which
+// platform.Ownership applies after the bindings of chats; a scope claim is
+// judged and stored by Registry.Claim.
 
 // nsLinkCodes holds the outstanding link codes, keyed by the SHA-256 of
 // the code: the code itself is never stored.
