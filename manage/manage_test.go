@@ -193,17 +193,11 @@ func (l *locator) LocateChat(ctx context.Context, chatID string) (platform.Chat,
 	return platform.Chat{ID: chatID, Space: g, DM: g == ""}, nil
 }
 
-// TestScopeVisibilityFloor: a Discord claim is stored only when the
-// platform sees the channel in the guild the claim names (asked on the
-// claimant's behalf); an invisible channel, a DM channel and another
-// guild's channel get the same 403, an unanswered lookup 503, and a claim
-// on a platform without a locator (Telegram in this rig) is taken as it
-// is.
-func TestScopeVisibilityFloor(t *testing.T) {
-	r := newRig(t)
-	loc := &locator{guilds: map[string]string{"501": "500", "601": "", "502": "!"}}
+// placeDiscordWith rebuilds r's handler with loc as Discord's
+// platform.ScopeLocator (Telegram has none here).
+func (r *rig) placeDiscordWith(loc *locator) {
 	r.h = manage.New(manage.Config{
-		Registry: r.reg, Auth: bearers{"gw-a": "a"}, Apply: func(context.Context) error { return nil },
+		Registry: r.reg, Auth: bearers{"gw-a": "a", "gw-b": "b"}, Apply: func(context.Context) error { return nil },
 		Platforms: []string{"discord", "telegram"},
 		Locator: func(name string) platform.ScopeLocator {
 			if name == "discord" {
@@ -216,6 +210,18 @@ func TestScopeVisibilityFloor(t *testing.T) {
 	for p, h := range r.h.Routes() {
 		r.mux.Handle(p, h)
 	}
+}
+
+// TestScopeVisibilityFloor: a Discord claim is stored only when the
+// platform sees the channel in the guild the claim names (asked on the
+// claimant's behalf); an invisible channel, a DM channel and another
+// guild's channel get the same 403, an unanswered lookup 503, and a claim
+// on a platform without a locator (Telegram in this rig) is taken as it
+// is.
+func TestScopeVisibilityFloor(t *testing.T) {
+	r := newRig(t)
+	loc := &locator{guilds: map[string]string{"501": "500", "601": "", "502": "!"}}
+	r.placeDiscordWith(loc)
 	var forbidden []string
 	for _, body := range []string{
 		`{"platform":"discord","guildId":"999","channelId":"501"}`,
@@ -269,21 +275,7 @@ func TestScopeOfAnotherTenantsChat(t *testing.T) {
 	if err := r.reg.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1002", Tenant: "b"}); err != nil {
 		t.Fatal(err)
 	}
-	loc := &locator{guilds: map[string]string{"701": "700", "801": "800"}}
-	r.h = manage.New(manage.Config{
-		Registry: r.reg, Auth: bearers{"gw-a": "a", "gw-b": "b"}, Apply: func(context.Context) error { return nil },
-		Platforms: []string{"discord", "telegram"},
-		Locator: func(name string) platform.ScopeLocator {
-			if name == "discord" {
-				return loc
-			}
-			return nil
-		},
-	})
-	r.mux = http.NewServeMux()
-	for p, h := range r.h.Routes() {
-		r.mux.Handle(p, h)
-	}
+	r.placeDiscordWith(&locator{guilds: map[string]string{"701": "700", "801": "800"}})
 	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","guildId":"800","channelId":"801"}`, http.StatusOK)
 	var texts []string
 	for _, body := range []string{

@@ -7,12 +7,9 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
-	"connector/internal/redistest"
 	"connector/platform"
 	"connector/registry"
-	"connector/store"
 )
 
 // TestClaimFollowsTheOwnershipOrder: a claim of a chat bound to another
@@ -77,17 +74,8 @@ func TestClaimFollowsTheOwnershipOrder(t *testing.T) {
 // four concurrent claims each: exactly one tenant wins every round, and
 // the stored claim is the winner's.
 func TestClaimRaceOnRedis(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	open := func() *registry.Registry {
-		st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "claimrace:"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return registry.New(st, time.Now)
-	}
-	one, two := open(), open()
+	one, two := twoOnRedis(t)
 	for _, id := range []string{"a", "b"} {
 		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
 			t.Fatal(err)

@@ -3,13 +3,11 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"connector/internal/redistest"
 	"connector/relay/relaytest"
 )
 
@@ -37,17 +35,9 @@ func TestClaimRaceAcrossInstances(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary and redis-server")
 	}
-	rds := redistest.Start(t, redistest.Options{})
-	rigs := make([]*adminRig, 2)
-	for i := range rigs {
-		r := newAdminRig(t)
-		if err := os.WriteFile(r.config, []byte(fmt.Sprintf(claimRaceConfig, rds.URL(), r.tfake.URL)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		r.env = append(r.env, fmt.Sprintf("CONNECTOR_INSTANCE=i%d", i))
-		r.start(t)
-		rigs[i] = r
-	}
+	rigs := adminRigsOnRedis(t, 2, func(r *adminRig, redisURL string) string {
+		return fmt.Sprintf(claimRaceConfig, redisURL, r.tfake.URL)
+	})
 	claim := func(r *adminRig, tenant, path, chat string) int {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+path, strings.NewReader(`{"platform":"telegram","channelId":"`+chat+`"}`))
 		req.Header.Set("Authorization", "Bearer "+relaytest.Token("gw-"+tenant, "s"+tenant, time.Now()))
