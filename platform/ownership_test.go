@@ -183,3 +183,61 @@ func BenchmarkOwnershipRoute(b *testing.B) {
 		o.Route("71", chats[i%len(chats)])
 	}
 }
+
+// FuzzOwnershipOrder builds ownership from arbitrary bindings over a few
+// ids and tenants and checks the order's promises for every chat shape:
+// a bound chat's messages reach its owner alone and only the owner may
+// act there; a claimed chat's messages reach its claimant or nobody and
+// only the claimant may act there; a claim inside another tenant's
+// binding is never stored.
+func FuzzOwnershipOrder(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
+	f.Add([]byte{0x11, 0x21, 0x32, 0x43, 0x54, 0x65, 0x76, 0x07, 0x18})
+	kinds := []string{platform.BindGuild, platform.BindChat, platform.BindScope, platform.BindUser,
+		platform.BindPrincipal, platform.BindAllow, platform.BindDMDefault, platform.BindChannel}
+	ids := []string{"1", "2", "3", "4"}
+	tenants := []string{"a", "b", "c"}
+	principals := []string{platform.PrincipalAny, platform.PrincipalAllowList, platform.PrincipalOwnerOnly}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var bindings []platform.Binding
+		for i := 0; i+1 < len(data) && len(bindings) < 16; i += 2 {
+			b := platform.Binding{Kind: kinds[int(data[i])%len(kinds)], ID: ids[int(data[i+1])%len(ids)], Tenant: tenants[int(data[i]>>4)%len(tenants)]}
+			if b.Kind == platform.BindPrincipal {
+				b.ID = principals[int(data[i+1])%len(principals)]
+			}
+			bindings = append(bindings, b)
+		}
+		o := platform.NewOwnership(bindings)
+		for _, c := range []platform.Chat{{ID: "1"}, {ID: "2", Space: "3"}, {ID: "4", Parent: "1", Space: "2"}, {ID: "3", DM: true}} {
+			owner, bound := o.Owner(c)
+			for _, user := range ids {
+				r, ok := o.Route(user, c)
+				if bound && (!ok || r.Tenant != owner || r.Drop != "" || r.Grant) {
+					t.Fatalf("%+v bound to %s: user %s routed %+v %v", c, owner, user, r, ok)
+				}
+				if ok && r.Drop == "" && r.Tenant == "" {
+					t.Fatalf("%+v: user %s routed to nobody without a drop", c, user)
+				}
+			}
+			var may []string
+			for _, tenant := range tenants {
+				if o.MayAct(tenant, c, func() bool { return true }) {
+					may = append(may, tenant)
+				}
+				if bound && owner != tenant {
+					for _, holder := range append([]string{""}, tenants...) {
+						if got := o.Claim(tenant, holder, c); got != platform.ClaimRefused {
+							t.Fatalf("%+v bound to %s: %s's claim (held by %q) judged %v", c, owner, tenant, holder, got)
+						}
+					}
+				}
+			}
+			if bound && !slices.Equal(may, []string{owner}) {
+				t.Fatalf("%+v bound to %s: %v may act", c, owner, may)
+			}
+			if !bound && len(may) != 1 && len(may) != len(tenants) {
+				t.Fatalf("%+v: %v may act, want the claimant alone or every granted tenant", c, may)
+			}
+		}
+	})
+}
