@@ -45,6 +45,8 @@ telegram:
   api_server_url: %s
   webhook_url: https://connector.example/telegram/webhook
   chats: {"-1001": b}
+nexscope:
+  rooms: [{name: lab, tenant: b}]
 `
 
 // hijackRig is the connector of the hijack tests with its fakes and the
@@ -96,7 +98,7 @@ func (r *hijackRig) restart(t *testing.T) {
 	r.gws = map[string]*relaytest.Client{}
 	for _, id := range []string{"a", "b"} {
 		c := r.dial(t, "gw-"+id, "s"+id)
-		for _, p := range []string{"discord", "telegram"} {
+		for _, p := range []string{"discord", "telegram", "relay"} {
 			if _, err := c.Hello(ctx, p, ""); err != nil {
 				t.Fatalf("gw-%s hello %s: %v", id, p, err)
 			}
@@ -211,9 +213,11 @@ func (r *hijackRig) sentinel(t *testing.T, tenant, platform, user, chat string) 
 // TestScopeHijackOfConfiguredChats is issue 22's attack: tenant a, with
 // only its own upgrade token, claims b's configured Telegram group and a
 // channel of b's configured Discord guild, opens them to any author, and
-// links users of its own who then post there. Every claim is refused 409;
-// every message there still reaches b and nothing reaches a; a's sends
-// there are declined; an admin-API binding of b's is as safe as the YAML's.
+// links users of its own who then post there. Every claim is refused 409
+// (400 for b's nexscope room: rooms take no claims); every message there
+// still reaches b and nothing reaches a; a's sends there, and into b's
+// room, are declined; an admin-API binding of b's is as safe as the
+// YAML's.
 func TestScopeHijackOfConfiguredChats(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary")
@@ -234,6 +238,7 @@ func TestScopeHijackOfConfiguredChats(t *testing.T) {
 	for _, p := range []string{"discord", "telegram"} {
 		r.mustManage(t, "a", "/manage/principal", `{"platform":"`+p+`","principal":"any"}`, http.StatusOK)
 	}
+	r.mustManage(t, "a", "/manage/scope", `{"platform":"nexscope","channelId":"lab"}`, http.StatusBadRequest) // rooms take no claims
 
 	r.telegramSay(t, 91, -1001, "91 in b's group")
 	r.telegramSay(t, 93, -1001, "a's linked 93 in b's group")
@@ -243,9 +248,11 @@ func TestScopeHijackOfConfiguredChats(t *testing.T) {
 	r.discordSay(t, "94", "701", "700", "a's linked 94 in b's channel")
 	r.expect(t, "b", "92 in b's channel", "a's linked 94 in b's channel")
 
-	for _, c := range [][2]string{{"telegram", "-1001"}, {"telegram", "-1002"}, {"discord", "701"}} {
+	for _, c := range [][2]string{{"telegram", "-1001"}, {"telegram", "-1002"}, {"discord", "701"}, {"relay", "lab"}} {
 		r.declined(t, "a", c[0], c[1])
-		if res := r.send(t, "b", c[0], c[1], "b answers"); !res.Success {
+		// b's own send passes the check: delivered, or for the room (where
+		// nobody is online) unavailable.
+		if res := r.send(t, "b", c[0], c[1], "b answers"); !res.Success && (c[0] != "relay" || res.Code != contract.CodeUnavailable) {
 			t.Fatalf("b's send into its own %s %s: %+v", c[0], c[1], res)
 		}
 	}
