@@ -160,6 +160,7 @@ func (e *embedded) Owners() Owners             { return embOwners{e} }
 func (e *embedded) Leases() Leases             { return embLeases{e} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
 func (e *embedded) Registry() Registry         { return embRegistry{e} }
+func (e *embedded) Claims() Claims             { return embClaims{e} }
 
 func (e *embedded) Close() error {
 	e.closeOnce.Do(func() {
@@ -568,6 +569,37 @@ func (c embCaps) Delete(ctx context.Context, key string) error {
 	return c.e.batch(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket(bCaps).Delete([]byte(key))
 	})
+}
+
+// embClaims keeps claims in the capabilities bucket under claimPrefix, so
+// the sweep forgets them.
+type embClaims struct{ e *embedded }
+
+func (c embClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	if err := checkName("claim key", key); err != nil {
+		return false, err
+	}
+	k := []byte(claimPrefix + key)
+	var took bool
+	err := c.e.batch(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bCaps)
+		if v := b.Get(k); v != nil {
+			if _, exp, err := decodeExpiring(v); err == nil && !expired(c.e.now(), exp) {
+				return nil
+			}
+		}
+		took = true
+		return b.Put(k, encodeExpiring(expires, nil))
+	})
+	return took && err == nil, err
+}
+
+func (c embClaims) Hold(ctx context.Context, key string, expires time.Time) error {
+	return embCaps(c).Put(ctx, claimPrefix+key, nil, expires)
+}
+
+func (c embClaims) Release(ctx context.Context, key string) error {
+	return embCaps(c).Delete(ctx, claimPrefix+key)
 }
 
 type embOwners struct{ e *embedded }
