@@ -9,7 +9,12 @@
 //     tolerated; an exp more than Config.MaxTokenLifetime ahead refused). A
 //     bad token is refused by accepting the upgrade and closing 4401
 //     "unauthorized" or "expired", never with HTTP 401, which the gateway
-//     would retry forever. The tenant is the one the gateway id is
+//     would retry forever; the socket then waits refusalLinger, not the
+//     close handshake, and counts against its source's unauthenticated
+//     connections (package internal/connlimit) until it is closed. Only an
+//     upgrade without an Authorization header is answered HTTP 401: the
+//     gateway sends none only when it has no credentials, and then retries
+//     either way. The tenant is the one the gateway id is
 //     configured under; no frame can change it. A gateway id has at most
 //     Config.MaxConnsPerGateway connections, open or closing; beyond it the
 //     newest win and the oldest is closed with 4409.
@@ -481,9 +486,10 @@ func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 // ServeHTTP upgrades a gateway's request and returns, serving the
 // connection on a goroutine of its own until it closes. A request without
 // an Authorization header is answered 401 over plain HTTP (the stock
-// gateway always sends one once it has an id and a secret, and never saw a
-// descriptor without them). Any other authentication failure is reported
-// with close 4401 after the upgrade, as the gateway expects (refuse). A
+// gateway sends one whenever it has an id and a secret, and cannot have
+// had a descriptor without them). Any other authentication failure is
+// reported with close 4401 after the upgrade, as the gateway expects
+// (refuse). A
 // connection beyond its gateway id's MaxConnsPerGateway waits, before its
 // upgrade, for the oldest one to be fully closed (see admission). Until
 // its token checks out, the connection counts against its source's share
