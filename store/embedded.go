@@ -81,12 +81,9 @@ func openEmbedded(ctx context.Context, dir string, now func() time.Time) (*embed
 		return nil, fmt.Errorf("store: create data directory: %w", err)
 	}
 	path := filepath.Join(dir, DataFile)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("store: %s is in use by another process", path)
-	}
+	db, err := openData(path)
 	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, err
 	}
 	e := &embedded{dir: dir, db: db, now: now, ps: newBroker(), seqs: make(map[string]*tenantSeqs)}
 	if err := db.Update(e.init); err != nil {

@@ -3,7 +3,8 @@
 // the memory, embedded and redis stores cannot drift apart. It covers every
 // method of every interface in package store, concurrency (run it under
 // -race), and what survives a reopen or is shared between instances when
-// the backend says it should.
+// the backend says it should. DamageDataPage damages an embedded data file
+// for the tests of its refusal.
 package storetest
 
 import (
