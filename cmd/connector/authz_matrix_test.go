@@ -642,9 +642,7 @@ func attackProvision(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 			try(t, fmt.Sprintf("its gateway with routeKey %s (%s's %s)", k.key, y.id, k.chat), map[string]any{
 				"gatewayId": x.gws[mxProvGW].id, "platform": k.platform, "routeKeys": []string{k.key}, "instanceId": "i-" + x.id, "wakeUrl": x.wakeURL})
 			m.deliver(t, y, k.chat, "")
-			res := x.gws[mxAdminGW].conn.outbound(t, k.chat.platform, map[string]any{"op": contract.OpSend, "chat_id": k.chat.chat,
-				"content": "xt-attack-" + x.id + "-provision", "reply_to": nil, "metadata": map[string]any{}})
-			m.declined(t, res, contract.OpSend, k.chat.platform, fmt.Sprintf("%s's send into %s's %s after provisioning it", x.id, y.id, k.chat))
+			m.cannotSend(t, x, y, k.chat, "provision")
 		})
 	}
 }
@@ -705,17 +703,30 @@ func (m *matrix) redeemAll(t *testing.T, x, y *mxTenant, answers []string) {
 	}
 }
 
-// manageBearer is x's bearer of kind c on the management plane (its admin
-// gateway's upgrade token, or its identity token naming that gateway); ""
-// for a kind the plane does not take.
-func (m *matrix) manageBearer(t *testing.T, x *mxTenant, c mxCred) string {
+// manageBearer is x's bearer of kind c on path, a management route: its
+// admin gateway's upgrade token, or its identity token naming that
+// gateway, once x's identity tokens naming y's gateways are shown to get
+// the answer for no gateway. For a kind the plane does not take it checks
+// that body with it is refused 401 and returns "".
+func (m *matrix) manageBearer(t *testing.T, x, y *mxTenant, c mxCred, path string, body any) string {
+	t.Helper()
 	switch c {
 	case credUpgrade:
 		return x.gws[mxAdminGW].token()
 	case credIdentity:
+		m.notYourGateway(t, x, y, path, body)
 		return m.identity(t, x, "agent:"+x.gws[mxAdminGW].id)
 	}
+	m.refusedHTTP(t, x, c, http.StatusUnauthorized, http.MethodPost, path, body)
 	return ""
+}
+
+// cannotSend checks that x's send into y's chat g is declined.
+func (m *matrix) cannotSend(t *testing.T, x, y *mxTenant, g mxTarget, after string) {
+	t.Helper()
+	res := x.gws[mxAdminGW].conn.outbound(t, g.platform, map[string]any{"op": contract.OpSend, "chat_id": g.chat,
+		"content": "xt-attack-" + x.id + "-" + after, "reply_to": nil, "metadata": map[string]any{}})
+	m.declined(t, res, contract.OpSend, g.platform, fmt.Sprintf("%s's send into %s's %s after its %s", x.id, y.id, g, after))
 }
 
 // notYourGateway checks that x's identity tokens naming y's gateways get
@@ -748,13 +759,9 @@ func scopeBody(g mxTarget) map[string]any {
 // nexscope, which has no claims), y's messages there keep reaching y
 // alone, and x's send there is declined. This is issue 22 §1's hijack.
 func attackScope(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
-	bearer := m.manageBearer(t, x, c)
+	bearer := m.manageBearer(t, x, y, c, "/manage/scope", scopeBody(y.tgChat))
 	if bearer == "" {
-		m.refusedHTTP(t, x, c, http.StatusUnauthorized, http.MethodPost, "/manage/scope", scopeBody(y.tgChat))
 		return
-	}
-	if c == credIdentity {
-		m.notYourGateway(t, x, y, "/manage/scope", scopeBody(y.tgChat))
 	}
 	for _, g := range y.targets() {
 		t.Run(g.String(), func(t *testing.T) {
@@ -771,9 +778,7 @@ func attackScope(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 				}
 			})
 			m.deliver(t, y, g, "")
-			res := x.gws[mxAdminGW].conn.outbound(t, g.platform, map[string]any{"op": contract.OpSend, "chat_id": g.chat,
-				"content": "xt-attack-" + x.id + "-scope", "reply_to": nil, "metadata": map[string]any{}})
-			m.declined(t, res, contract.OpSend, g.platform, fmt.Sprintf("%s's send into %s's %s after its claim", x.id, y.id, g))
+			m.cannotSend(t, x, y, g, "claim")
 		})
 	}
 }
@@ -781,13 +786,9 @@ func attackScope(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 // attackRelease: x releases y's claims and chats: 404 (400 on nexscope),
 // y's claims stay and keep routing to y.
 func attackRelease(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
-	bearer := m.manageBearer(t, x, c)
+	bearer := m.manageBearer(t, x, y, c, "/manage/scope/release", scopeBody(y.claimedChannel))
 	if bearer == "" {
-		m.refusedHTTP(t, x, c, http.StatusUnauthorized, http.MethodPost, "/manage/scope/release", scopeBody(y.claimedChannel))
 		return
-	}
-	if c == credIdentity {
-		m.notYourGateway(t, x, y, "/manage/scope/release", scopeBody(y.claimedChannel))
 	}
 	m.unchanged(t, x, y, func() {
 		for _, g := range y.targets() {
@@ -808,17 +809,13 @@ func attackRelease(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 // an allow-list of y's user) with a body naming y leaves y's claims open
 // to every author.
 func attackPrincipal(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
-	bearer := m.manageBearer(t, x, c)
 	narrow := []map[string]any{
 		{"platform": "discord", "principal": platform.PrincipalOwnerOnly, "tenant": y.id, "instanceId": y.gws[mxAdminGW].id},
 		{"platform": "telegram", "principal": platform.PrincipalAllowList, "allow": []string{y.tgDM.user}, "tenant": y.id},
 	}
+	bearer := m.manageBearer(t, x, y, c, "/manage/principal", narrow[0])
 	if bearer == "" {
-		m.refusedHTTP(t, x, c, http.StatusUnauthorized, http.MethodPost, "/manage/principal", narrow[0])
 		return
-	}
-	if c == credIdentity {
-		m.notYourGateway(t, x, y, "/manage/principal", narrow[0])
 	}
 	m.unchanged(t, x, y, func() {
 		for _, b := range narrow {
@@ -836,13 +833,9 @@ func attackPrincipal(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 // (404: the user is not linked to x); the user's DMs keep reaching y.
 func attackDMDefault(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 	body := map[string]any{"platform": "telegram", "userId": y.tgDM.user}
-	bearer := m.manageBearer(t, x, c)
+	bearer := m.manageBearer(t, x, y, c, "/manage/dm-default", body)
 	if bearer == "" {
-		m.refusedHTTP(t, x, c, http.StatusUnauthorized, http.MethodPost, "/manage/dm-default", body)
 		return
-	}
-	if c == credIdentity {
-		m.notYourGateway(t, x, y, "/manage/dm-default", body)
 	}
 	m.unchanged(t, x, y, func() {
 		for _, p := range []string{"telegram", "discord"} {
