@@ -49,8 +49,9 @@ const (
 	MarkdownPlain      = "plain"
 	MarkdownDiscord    = "discord"
 	MarkdownTelegramV2 = "markdown_v2"
-	// MarkdownStandard is common markdown, with code blocks; the platform
-	// converts it to its own syntax (WhatsApp's *bold*, _italic_, ~strike~).
+	// MarkdownStandard is CommonMark-style markdown the platform converts
+	// itself (Slack: to mrkdwn; WhatsApp: to *bold*, _italic_, ~strike~;
+	// each as its native adapter's format_message).
 	MarkdownStandard = "markdown"
 )
 
@@ -118,9 +119,30 @@ func Telegram(ops []string) Descriptor {
 	}
 }
 
+// Slack is the descriptor of the shared Slack app: 39,000 code points per
+// message (the native adapter's MAX_MESSAGE_LENGTH under Slack's 40,000),
+// standard markdown that the connector converts to mrkdwn as the native
+// adapter does, edits, and threads (a thread is a reply to a message).
+func Slack(ops []string) Descriptor {
+	return Descriptor{
+		ContractVersion:        ContractVersion,
+		Platform:               "slack",
+		Label:                  "Slack",
+		MaxMessageLength:       39000,
+		SupportsEdit:           slices.Contains(ops, "edit"),
+		SupportsDraftStreaming: slices.Contains(ops, "draft"),
+		SupportsThreads:        slices.Contains(ops, "thread_create"),
+		MarkdownDialect:        MarkdownStandard,
+		LenUnit:                LenChars,
+		Emoji:                  "\U0001f4bc",
+		PlatformHint:           "You are chatting on Slack through a shared app. Markdown is converted to Slack mrkdwn.",
+		SupportedOps:           sortedOps(ops),
+	}
+}
+
 // WhatsApp is the descriptor of the WhatsApp Cloud API platform
 // (whatsapp_cloud): 4,096 code points per message as the native adapter
-// splits them, common markdown converted to WhatsApp's syntax on send, no
+// splits them, standard markdown converted to WhatsApp's syntax on send, no
 // edits, no threads, no drafts (the Cloud API has none of them).
 func WhatsApp(ops []string) Descriptor {
 	return Descriptor{

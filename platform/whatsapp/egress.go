@@ -36,11 +36,9 @@ var handlers = platform.Ops[*Platform, chat]{
 const callMargin = time.Second
 
 // Execute implements platform.Platform. An op outside the table is
-// unsupported; a chat_id that is not a wa_id, or a user the tenant has no
-// conversation with and who is not linked to it (platform.Authorize), gets
-// the structured decline. The op then goes out from the business number of
-// the tenant's conversation with the user (its own lowest number when the
-// conversation names none, or one the tenant no longer owns).
+// unsupported; a chat_id that is not a wa_id, or a user the tenant may not
+// act on (platform.Authorize, ChatTenant), gets the structured decline.
+// The op goes out from the business number sender names.
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	h, ok := handlers[a.Op]
 	if !ok {
@@ -53,14 +51,9 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 	if r, ok := platform.Authorize(ctx, p, tenant, user); !ok {
 		return r
 	}
-	c := chat{user: user}
-	if cv, ok := p.conversation(tenant, user); ok && p.mayUse(cv.Number, tenant, user) {
-		c.number, c.last = cv.Number, cv.Last
-	} else {
-		c.number = p.ownNumber(tenant)
-	}
-	if c.number == "" {
-		return contract.Failed(contract.CodePlatformError, "whatsapp_cloud: this tenant owns no business number to send from")
+	c, ok := p.sender(tenant, user)
+	if !ok { // the bindings changed since Authorize
+		return contract.Declined(platformName)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -68,18 +61,6 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 		defer cancel()
 	}
 	return h(p, ctx, tenant, c, a)
-}
-
-// mayUse reports whether tenant may send to user from number: it owns the
-// number, or no tenant does and the user is linked to it.
-func (p *Platform) mayUse(number, tenant, user string) bool {
-	switch owner := p.numberTenant(number); owner {
-	case tenant:
-		return true
-	case "":
-		return (*p.authors.Load()).Linked(user, tenant)
-	}
-	return false
 }
 
 // rateLimitedError says a message could not be paced before the deadline.

@@ -135,18 +135,16 @@ func isStop(text string) bool {
 	return text == "/stop" || strings.HasPrefix(text, "/stop ")
 }
 
-// route resolves the tenant of a message from sender to number: the
-// number's owner, else (a number no tenant owns) the tenant the sender is
-// linked to. owner reports that the sender is linked to that tenant.
+// route resolves the tenant of a message from sender to number by the
+// ownership order (platform.Ownership): the number's owner (rule 1), else,
+// for a number no tenant owns, the tenant the sender is linked to (rule 3).
+// owner reports that the sender is linked to that tenant.
 func (p *Platform) route(number, sender string) (tenant string, owner bool) {
-	authors := *p.authors.Load()
-	if t := p.numberTenant(number); t != "" {
-		return t, authors.Linked(sender, t)
+	r, ok := p.owners.Load().Route(sender, chatOf(sender, number))
+	if !ok || r.Drop != "" {
+		return "", false
 	}
-	if r, ok := authors.Route(sender, true); ok && r.Drop == "" {
-		return r.Tenant, r.Owner
-	}
-	return "", false
+	return r.Tenant, r.Owner
 }
 
 // deliveredKey is the vault key marking message wamid to number delivered.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -34,9 +33,9 @@ type Platform struct {
 	scrubber    *strings.Replacer
 	verifySum   [32]byte // sha256 of the verify token
 	vault       vault.Store
-	numbers     atomic.Pointer[map[string]string] // phone number id -> tenant; replaced by Bind
-	authors     atomic.Pointer[platform.Authors]  // linked users (/link); replaced by Bind
-	gates       map[string]*access                // tenant -> DM gate
+	numbers     atomic.Pointer[map[string]string]  // phone number id -> tenant; replaced by Bind
+	owners      atomic.Pointer[platform.Ownership] // numbers and linked users; replaced by Bind
+	gates       map[string]*access                 // tenant -> DM gate
 	defaultGate *access
 	chats       serial
 	budget      *fairshare.Scheduler
@@ -101,12 +100,13 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 			return nil, err
 		}
 	}
-	numbers := maps.Clone(cfg.PhoneNumbers)
-	if numbers == nil {
-		numbers = map[string]string{}
+	bindings := make([]platform.Binding, 0, len(cfg.PhoneNumbers))
+	for id, tenant := range cfg.PhoneNumbers {
+		bindings = append(bindings, platform.Binding{Kind: platform.BindPhoneNumber, ID: id, Tenant: tenant})
 	}
-	p.numbers.Store(&numbers)
-	p.authors.Store(platform.NewAuthors(nil))
+	if err := p.Bind(bindings); err != nil {
+		return nil, err
+	}
 	p.budget = fairshare.New(fairshare.Config{
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(), Clock: p.clock,
 	})
@@ -179,9 +179,6 @@ func (p *Platform) gate(tenant string) *access {
 	return p.defaultGate
 }
 
-// numberTenant returns the tenant owning a business number, "" for none.
-func (p *Platform) numberTenant(numberID string) string { return (*p.numbers.Load())[numberID] }
-
 // ownNumber is the business number a tenant sends from when its
 // conversation names none: the lowest id it owns, "" for none.
 func (p *Platform) ownNumber(tenant string) string {
@@ -198,11 +195,11 @@ func (p *Platform) ownNumber(tenant string) string {
 }
 
 // Bind implements platform.Binder: bindings of kind phone_number (a phone
-// number id) replace the number table, those of kinds user and dm_default
-// (a wa_id) the linked users. Other kinds are refused.
+// number id) and the author kinds user and dm_default (a wa_id) replace
+// the ownership table (platform.Ownership). Other kinds are refused.
 func (p *Platform) Bind(bindings []platform.Binding) error {
 	numbers := make(map[string]string, len(bindings))
-	var authors []platform.Binding
+	owned := make([]platform.Binding, 0, len(bindings))
 	for _, b := range bindings {
 		switch b.Kind {
 		case platform.BindPhoneNumber, platform.BindUser, platform.BindDMDefault:
@@ -214,29 +211,62 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		}
 		if b.Kind == platform.BindPhoneNumber {
 			numbers[b.ID] = b.Tenant
-		} else {
-			authors = append(authors, b)
+			b.ID = numberSpace(b.ID)
 		}
+		owned = append(owned, b)
 	}
 	p.numbers.Store(&numbers)
-	p.authors.Store(platform.NewAuthors(authors))
+	p.owners.Store(platform.NewOwnership(owned))
 	return nil
+}
+
+// numberSpace is a business number as the ownership order's space: the
+// chats (users) writing to it are in it. The prefix keeps a number id
+// from ever reading as a wa_id.
+func numberSpace(number string) string { return "number:" + number }
+
+// chatOf is the conversation of user with a business number as the
+// ownership order reads it: a DM in the number's space ("" for none).
+func chatOf(user, number string) platform.Chat {
+	c := platform.Chat{ID: user, DM: true}
+	if number != "" {
+		c.Space = numberSpace(number)
+	}
+	return c
 }
 
 // ChatTenant implements platform.Platform. A WhatsApp chat is a user
 // (wa_id), and every tenant whose number the user wrote to has its own
 // conversation with them; so the answer is the asking tenant (WithTenant)
-// when it has a conversation with the user or the user is linked to it,
-// and ErrUnknownChat otherwise: nothing about other tenants is revealed.
+// when the ownership order lets it act in its conversation with the user
+// (mayAct), and ErrUnknownChat otherwise: nothing about other tenants is
+// revealed.
 func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
 	tenant := platform.TenantOf(ctx)
 	if tenant == "" || !platform.ValidWhatsAppID(chatID) {
 		return "", platform.ErrUnknownChat
 	}
-	if _, ok := p.conversation(tenant, chatID); ok || (*p.authors.Load()).Linked(chatID, tenant) {
+	if _, ok := p.sender(tenant, chatID); ok {
 		return tenant, nil
 	}
 	return "", platform.ErrUnknownChat
+}
+
+// sender returns the chat tenant acts in with user, with the business
+// number it goes out from, when the ownership order lets it: the
+// conversation the user's last message routed to tenant opened, while its
+// number is tenant's own or (a number no tenant owns) reached tenant by
+// author link (platform.Ownership.MayAct); else, for a user linked to
+// tenant, tenant's own lowest number. ok is false otherwise.
+func (p *Platform) sender(tenant, user string) (chat, bool) {
+	own := p.owners.Load()
+	if cv, ok := p.conversation(tenant, user); ok && own.MayAct(tenant, chatOf(user, cv.Number), func() bool { return true }) {
+		return chat{user: user, number: cv.Number, last: cv.Last}, true
+	}
+	if number := p.ownNumber(tenant); number != "" && own.Linked(user, tenant) {
+		return chat{user: user, number: number}, true
+	}
+	return chat{}, false
 }
 
 // conv is a tenant's conversation with a user: the business number the
