@@ -46,19 +46,10 @@ const (
 	// delivered to the tenant, so Meta's redeliveries are dropped on every
 	// instance, for a day.
 	KindWhatsAppMessage Kind = "whatsapp_cloud.message"
-	// KindWhatsAppPending marks an inbound message id (SessionKey) as
-	// being stored by the instance named in Ref, so a copy Meta sends to
-	// another instance meanwhile is refused and retried later, not
-	// delivered twice; for WhatsAppPendingTTL.
-	KindWhatsAppPending Kind = "whatsapp_cloud.pending"
 	// KindWhatsAppPrompt is a prompt the tenant sent and no tap has
 	// answered yet (SessionKey "<wa_id>:<prompt_id>"), for a day.
 	KindWhatsAppPrompt Kind = "whatsapp_cloud.prompt"
 )
-
-// WhatsAppPendingTTL is how long a KindWhatsAppPending lasts: longer than
-// storing one message may take (its attachment's download included).
-const WhatsAppPendingTTL = 3 * time.Minute
 
 // WhatsAppConversationTTL is how long a KindWhatsAppConversation lasts:
 // past Meta's 24-hour service window, so a late send is answered with the
@@ -76,15 +67,13 @@ func (k Kind) TTL() (time.Duration, bool) {
 		return WhatsAppConversationTTL, true
 	case KindWhatsAppMessage, KindWhatsAppPrompt:
 		return 24 * time.Hour, true
-	case KindWhatsAppPending:
-		return WhatsAppPendingTTL, true
 	}
 	return 0, false
 }
 
 // Kinds lists every kind the vault stores.
 func Kinds() []Kind {
-	return []Kind{KindDiscordInteractionToken, KindChatGrant, KindWhatsAppConversation, KindWhatsAppMessage, KindWhatsAppPending, KindWhatsAppPrompt}
+	return []Kind{KindDiscordInteractionToken, KindChatGrant, KindWhatsAppConversation, KindWhatsAppMessage, KindWhatsAppPrompt}
 }
 
 // Secret is a credential value that never prints.

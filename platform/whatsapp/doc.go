@@ -40,11 +40,10 @@
 // in arrival order, others in parallel (serial.go). A message id already
 // delivered is dropped (the mark is kept in the capability vault for a
 // day, so on every instance sharing the store). With several instances a
-// message being stored is also marked for 3 minutes, and a copy Meta sends
-// to another instance meanwhile is answered 503, so Meta retries it after
-// the first instance is done (the check and the mark are two store calls:
-// two copies arriving within the same few milliseconds could still both
-// be delivered). Then, as
+// message is also claimed while it is stored (store.Claims, atomic across
+// instances, 3 minutes at most), and a copy Meta sends to another instance
+// meanwhile is answered 503, so Meta retries it once the first instance is
+// done and finds it delivered. Then, as
 // _build_message_event_from_cloud: a tap (interactive button_reply or
 // list_reply) from a sender the strict DM check refuses is claimed and
 // dropped; a tap on one of the connector's prompts that is still waiting

@@ -80,9 +80,17 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		p.drop(dropDuplicate, number, sender)
 		return nil
 	}
-	if !p.claim(number, wamid) {
+	switch taken, err := p.claim(ctx, number, wamid); {
+	case err != nil:
+		return fmt.Errorf("whatsapp: claim message: %w", err)
+	case !taken:
 		p.metrics.Dropped(platformName, "in_progress_elsewhere")
 		return errElsewhere
+	}
+	defer p.unclaim(number, wamid)
+	if wamid != "" && p.deps.Cluster != nil && p.delivered(number, wamid) { // delivered while we took the claim
+		p.drop(dropDuplicate, number, sender)
+		return nil
 	}
 	if code, ok := p.linkCode(m, sender); ok {
 		p.redeemLink(ctx, number, sender, code)
@@ -119,7 +127,6 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		d.Event = &ev
 	}
 	if err := sink.Deliver(ctx, d); err != nil {
-		p.unclaim(number, wamid)
 		return fmt.Errorf("whatsapp: deliver message of %s: %w", sender, err)
 	}
 	p.markDelivered(number, wamid)
@@ -169,36 +176,40 @@ func (p *Platform) markDelivered(number, wamid string) {
 	}
 }
 
-// pendingKey is the vault key of message wamid to number being stored.
-func pendingKey(number, wamid string) vault.Key {
-	return vault.Key{Tenant: "number:" + number, SessionKey: wamid, Kind: vault.KindWhatsAppPending}
+// pendingTTL bounds how long a message's claim is held: longer than
+// storing it may take, its attachment's download included.
+const pendingTTL = 3 * time.Minute
+
+// claimKey is the store claim of message wamid to number being stored.
+func claimKey(number, wamid string) string {
+	return "whatsapp_cloud/message/" + number + "/" + wamid
 }
 
-// claim marks message wamid to number as being stored by this instance
-// and reports whether it may go on: false when another instance marked it
-// and has not finished (its mark lasts vault.WhatsAppPendingTTL, so a crash
-// there delays the message, never loses it). With a single instance
-// (Deps.Cluster nil) the per-chat queue already keeps copies apart, and
-// nothing is written.
-func (p *Platform) claim(number, wamid string) bool {
-	if p.deps.Cluster == nil || wamid == "" {
-		return true
+// claim takes message wamid to number for this instance (store.Claims,
+// atomic across the instances sharing the store) and reports whether it
+// may go on: false when another instance holds it, which is storing it
+// now (the claim ends with that, or after pendingTTL if it crashed, so a
+// copy is delayed, never lost). Once the claim is taken, a message
+// delivered meanwhile (its claim already released) is found by the caller's
+// second look at the delivered mark. With a single instance (Deps.Cluster
+// nil) the per-chat queue keeps copies apart, and nothing is written.
+func (p *Platform) claim(ctx context.Context, number, wamid string) (bool, error) {
+	if p.deps.Cluster == nil || p.deps.Store == nil || wamid == "" {
+		return true, nil
 	}
-	k := pendingKey(number, wamid)
-	if e, ok := p.vault.Get(k); ok && e.Ref != p.deps.Cluster.Instance {
-		return false
-	}
-	if err := p.vault.Put(k, vault.Entry{Ref: p.deps.Cluster.Instance, Stored: p.clock.Now()}); err != nil {
-		p.log.Warn("whatsapp pending mark not stored", "err", err)
-	}
-	return true
+	return p.deps.Store.Claims().Claim(ctx, claimKey(number, wamid), p.clock.Now().Add(pendingTTL))
 }
 
-// unclaim lifts this instance's mark after a failed delivery, so Meta's
-// retry is taken at once wherever it lands.
+// unclaim releases the claim of message wamid to number, once it is
+// delivered or failed.
 func (p *Platform) unclaim(number, wamid string) {
-	if p.deps.Cluster != nil && wamid != "" {
-		p.vault.Delete(pendingKey(number, wamid))
+	if p.deps.Cluster == nil || p.deps.Store == nil || wamid == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.deps.Store.Claims().Release(ctx, claimKey(number, wamid)); err != nil {
+		p.log.Warn("whatsapp message claim not released; a redelivery waits for it to expire", "err", err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"connector/media"
 	"connector/platform"
 	"connector/platform/whatsapp/whatsapptest"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -660,9 +661,9 @@ func (s blockingSink) Deliver(ctx context.Context, d platform.Delivery) error {
 // was late); the second answers 503, so Meta retries, and the retry is
 // dropped as delivered.
 func TestCopyWhileStoringIsRetriedNotDoubled(t *testing.T) {
-	shared := vault.NewMemory(vault.Config{})
-	a := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster = &platform.Cluster{Instance: "i1"} })
-	b := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster = &platform.Cluster{Instance: "i2"} })
+	shared, st := vault.NewMemory(vault.Config{}), store.NewMemory(nil)
+	a := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = &platform.Cluster{Instance: "i1"}, st })
+	b := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = &platform.Cluster{Instance: "i2"}, st })
 	slow := blockingSink{recordingSink: a.sink, entered: make(chan struct{}), release: make(chan struct{})}
 	a.p.sink.Store(ptr[platform.Sink](slow))
 	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.C1", "slow")
