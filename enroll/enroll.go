@@ -35,6 +35,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"connector/idtoken"
 	"connector/internal/httpjson"
@@ -64,6 +65,10 @@ type Config struct {
 	// TenantClaim names the identity token's claim that carries the tenant
 	// id. Default tid.
 	TenantClaim string `yaml:"tenant_claim"`
+	// MaxTokenLifetime is how far ahead of the connector's clock an
+	// identity token's exp may lie (60s of clock skew on top); a token
+	// minted to last longer is refused (401). Default 24h.
+	MaxTokenLifetime time.Duration `yaml:"max_token_lifetime"`
 }
 
 // Metrics counts requests: op is relay_enroll or relay_provision, outcome

@@ -26,11 +26,14 @@ func identityVerifier(ec enroll.Config) (*idtoken.Verifier, error) {
 	if ec.PublicKeyFile == "" {
 		return nil, nil
 	}
+	if ec.MaxTokenLifetime < 0 {
+		return nil, fmt.Errorf("config: enroll.max_token_lifetime %v: want a positive duration (default %v)", ec.MaxTokenLifetime, idtoken.DefaultMaxLifetime)
+	}
 	key, err := idtoken.LoadPublicKey(ec.PublicKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
 	}
-	v, err := idtoken.New(idtoken.Config{Key: key, Issuer: ec.Issuer, Audience: ec.Audience, TenantClaim: ec.TenantClaim})
+	v, err := idtoken.New(idtoken.Config{Key: key, Issuer: ec.Issuer, Audience: ec.Audience, TenantClaim: ec.TenantClaim, MaxLifetime: ec.MaxTokenLifetime})
 	if err != nil {
 		return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
 	}
