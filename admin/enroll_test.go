@@ -8,7 +8,8 @@ import (
 
 // TestWakeAndEnrollTokens: a gateway's wake URL is set (checked), cleared,
 // refused for an unknown gateway; an enrollment token is minted for an
-// existing tenant only, shown once with its expiry.
+// existing tenant only, shown once with its expiry, with a lifetime of at
+// most 24 h.
 func TestWakeAndEnrollTokens(t *testing.T) {
 	h, m, _ := newHandler(t)
 	bearer := "Bearer " + token
@@ -38,6 +39,8 @@ func TestWakeAndEnrollTokens(t *testing.T) {
 		{"PUT", "/admin/v1/tenants/acme/gateways/gw/wake", `{"url":""}`, 204},
 		{"POST", "/admin/v1/tenants/nope/enroll-tokens", ``, 404},
 		{"POST", "/admin/v1/tenants/acme/enroll-tokens", `{"ttl":"-1h"}`, 400},
+		{"POST", "/admin/v1/tenants/acme/enroll-tokens", `{"ttl":"876000h"}`, 400}, // 100 years: at most 24h (issue 22)
+		{"POST", "/admin/v1/tenants/acme/enroll-tokens", `{"ttl":"24h1s"}`, 400},
 	}
 	for i, s := range steps {
 		if w := do(h, s.method, s.path, bearer, s.body); w.Code != s.want {

@@ -15,9 +15,14 @@ import (
 // the token: the store never holds a token that could be redeemed.
 const nsEnroll = "registry/enroll"
 
+// MaxEnrollTTL bounds an enrollment token's lifetime: longer is refused
+// when it is minted and, for a token an older connector stored with a
+// later expiry, when it is redeemed.
+const MaxEnrollTTL = 24 * time.Hour
+
 // DefaultEnrollTTL is how long an enrollment token stays redeemable when
 // MintEnrollToken is not given a lifetime.
-const DefaultEnrollTTL = 24 * time.Hour
+const DefaultEnrollTTL = MaxEnrollTTL
 
 // ErrEnrollToken is an enrollment token that is unknown, expired, already
 // redeemed or another tenant's; the four are not told apart.
@@ -31,10 +36,11 @@ type enrollToken struct {
 
 // MintEnrollToken returns a new single-use enrollment token for tenant,
 // redeemable until the returned expiry (ttl from now; DefaultEnrollTTL when
-// zero). It also forgets the expired tokens.
+// zero, at most MaxEnrollTTL). It also forgets the expired tokens (and
+// those expiring beyond the bound, which no redemption takes).
 func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.Duration) (string, time.Time, error) {
-	if ttl < 0 {
-		return "", time.Time{}, fmt.Errorf("%w: negative enrollment token lifetime", ErrInvalid)
+	if ttl < 0 || ttl > MaxEnrollTTL {
+		return "", time.Time{}, fmt.Errorf("%w: enrollment token lifetime %v: want up to %v", ErrInvalid, ttl, MaxEnrollTTL)
 	}
 	ttl = cmp.Or(ttl, DefaultEnrollTTL)
 	r.mu.Lock()
@@ -49,7 +55,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	}
 	for _, e := range entries {
 		var tok enrollToken
-		if err := json.Unmarshal(e.Value, &tok); err != nil || !now.Before(tok.Expires) {
+		if err := json.Unmarshal(e.Value, &tok); err != nil || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
 			if _, err := r.kv.Delete(ctx, nsEnroll, e.Key); err != nil {
 				return "", time.Time{}, err
 			}
@@ -63,8 +69,9 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	return token, expires, nil
 }
 
-// Enroll redeems token, which must be tenant's and unexpired, for gateway
-// id of tenant, and returns the gateway's new secret: a new gateway, or a
+// Enroll redeems token, which must be tenant's, unexpired and expiring
+// within MaxEnrollTTL, for gateway id of tenant, and returns the gateway's
+// new secret: a new gateway, or a
 // rotation of the tenant's gateway of that id (its earlier secrets keep
 // DefaultGrace). The token is spent once the gateway is checked, whatever
 // happens next: of two redemptions racing, across instances too, at most
@@ -77,7 +84,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 	var tok enrollToken
 	if ok, err := r.get(ctx, nsEnroll, key, &tok); err != nil {
 		return "", err
-	} else if !ok || tok.Tenant != tenant || !r.now().Before(tok.Expires) {
+	} else if now := r.now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
 		return "", ErrEnrollToken
 	}
 	if r.declaredGateway(id) {

@@ -2,11 +2,16 @@ package registry_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"connector/registry"
+	"connector/store"
 )
 
 // TestEnrollTokenSingleUse: a token is redeemed once, by its tenant, before
@@ -154,5 +159,46 @@ func TestWakeURLs(t *testing.T) {
 	}
 	if got := targets("acme"); len(got) != 0 {
 		t.Fatalf("a re-created gateway inherited the wake URL: %q", got)
+	}
+}
+
+// TestEnrollTokenLifetimeIsBounded (issue 22): an enrollment token lives
+// at most 24 h. Minting a longer one is refused (ErrInvalid), and a stored
+// token whose expiry lies further ahead (minted by an older connector
+// before the bound, with a 100-year lifetime) is refused when redeemed,
+// and not spent. A 24 h token works.
+func TestEnrollTokenLifetimeIsBounded(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	st := store.NewMemory(func() time.Time { return now })
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, func() time.Time { return now })
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{100 * 365 * 24 * time.Hour, 24*time.Hour + time.Second} {
+		if tok, exp, err := r.MintEnrollToken(ctx, "acme", ttl); !errors.Is(err, registry.ErrInvalid) || tok != "" {
+			t.Errorf("MintEnrollToken(%v) = %q expiring %v, %v; want ErrInvalid", ttl, tok, exp, err)
+		}
+	}
+	tok, exp, err := r.MintEnrollToken(ctx, "acme", 24*time.Hour)
+	if err != nil || !exp.Equal(now.Add(24*time.Hour)) {
+		t.Fatalf("MintEnrollToken(24h) = %v, %v", exp, err)
+	}
+	if _, err := r.Enroll(ctx, "acme", tok, "gw1"); err != nil {
+		t.Fatalf("redeeming a 24 h token: %v", err)
+	}
+
+	const old = "enr_minted-by-an-older-connector"
+	sum := sha256.Sum256([]byte(old))
+	rec, _ := json.Marshal(map[string]any{"tenant": "acme", "expires": now.Add(100 * 365 * 24 * time.Hour)})
+	if _, err := st.Registry().Put(ctx, "registry/enroll", hex.EncodeToString(sum[:]), rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Enroll(ctx, "acme", old, "gw2"); !errors.Is(err, registry.ErrEnrollToken) {
+		t.Fatalf("redeeming a stored 100-year token: %v, want ErrEnrollToken", err)
+	}
+	if s, _, _ := r.Effective(ctx); slices.ContainsFunc(s.Gateways, func(g registry.Gateway) bool { return g.ID == "gw2" }) {
+		t.Fatal("a 100-year token created a gateway")
 	}
 }

@@ -37,7 +37,7 @@ const adminUsage = `subcommands:
   gateway rm TENANT GATEWAY                delete a gateway: its sockets close 4401, later upgrades are refused
   gateway wake TENANT GATEWAY [URL]        set the gateway's wake URL (http/https), poked when inbound waits for it;
                                            without URL: remove it
-  enroll-token TENANT [TTL]                a single-use token for hermes gateway enroll (default TTL 24h), shown once
+  enroll-token TENANT [TTL]                a single-use token for hermes gateway enroll (TTL default and at most 24h), shown once
   bind TENANT PLATFORM KIND ID             route to the tenant: discord guild, telegram chat, nexscope room; on discord
                                            and telegram also user (link), scope (claim), dm_default, allow, principal
                                            (ID owner-only, allow-list or any)
