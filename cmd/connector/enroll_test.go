@@ -97,10 +97,12 @@ func TestStockGatewayEnrollProvisionWake(t *testing.T) {
 	}
 	stockPost(t, base+"/relay/enroll", "not-a-jwt", map[string]string{"enrollmentToken": "x", "gatewayId": "g"}, http.StatusUnauthorized)
 
-	// Managed: self-provision, one POST per fronted platform.
+	// Managed: self-provision, one POST per fronted platform, all with the
+	// identity token the boot resolved once.
 	r.cli(t, "tenant", "add", "fleet")
+	boot := identity("fleet")
 	provision := func(platform string, keys []string) map[string]any {
-		return stockPost(t, base+"/relay/provision", identity("fleet"), map[string]any{
+		return stockPost(t, base+"/relay/provision", boot, map[string]any{
 			"gatewayId": "gw-fly", "platform": platform, "botId": "", "gatewayEndpoint": "",
 			"routeKeys": keys, "instanceId": "inst-1", "wakeUrl": wakeSrv.URL + "/wake"}, http.StatusOK)
 	}
