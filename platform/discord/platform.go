@@ -51,6 +51,8 @@ type Platform struct {
 	// spoke remembers the channels where a message routed by author
 	// reached its tenant: that tenant may act there (authors.go).
 	spoke *platform.Grants
+	// links redeems "/link <code>" DMs off the ingest workers.
+	links *platform.LinkDesk
 
 	pubKey  ed25519.PublicKey
 	sess    *discordgo.Session
@@ -133,6 +135,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.guilds.Store(&guilds)
 	p.authors.Store(platform.NewAuthors(nil))
 	p.spoke = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.links = platform.NewLinkDesk(p.now)
 	weights := make(map[string]int, len(cfg.Tenants))
 	p.SetRelevance(nil)
 	for name, tc := range cfg.Tenants {

@@ -46,6 +46,7 @@ type Platform struct {
 	chats   atomic.Pointer[map[int64]string] // chat id -> tenant; replaced by Bind
 	authors atomic.Pointer[platform.Authors] // author routing (authors.go); replaced by Bind
 	grants  *platform.Grants                 // chats granted by author routing
+	links   *platform.LinkDesk               // redeems "/link <code>" DMs off the delivery path
 	// policies are the tenants' group gates, from Config.Tenants and the
 	// relevance their gateways declared (relevance.go); defaultPolicy when
 	// absent.
@@ -114,6 +115,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
 	p.authors.Store(platform.NewAuthors(nil))
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.links = platform.NewLinkDesk(p.now)
 	p.SetRelevance(nil)
 	m, err := p.liveMapping()
 	if err != nil {
