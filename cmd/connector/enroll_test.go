@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -189,4 +190,79 @@ func grepLines(s, pattern string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestProvisionFloodWakesOncePerCooldown (issue 22): one identity token
+// provisions 500 gateways of one tenant as fast as it can, all with one
+// wake URL. The tenant's max_gateways (100) stops them at 100 (429 after);
+// a buffered inbound then makes one GET to the wake URL per cooldown, not
+// one per gateway. The figures are logged.
+func TestProvisionFloodWakesOncePerCooldown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	key := idtokentest.Key(t)
+	keyFile := filepath.Join(t.TempDir(), "authority.pem")
+	if err := os.WriteFile(keyFile, idtokentest.PublicPEM(t, key), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var wakes atomic.Int32
+	wakeSrv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { wakes.Add(1) }))
+	defer wakeSrv.Close()
+	r := newAdminRig(t)
+	cfg, err := os.ReadFile(r.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = append(cfg, fmt.Sprintf("enroll: {public_key_file: %q, audience: connector}\nrelay: {wake_cooldown: 1h}\n", keyFile)...)
+	if err := os.WriteFile(r.config, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.start(t)
+	r.cli(t, "tenant", "add", "fleet")
+	token := idtokentest.Sign(t, key, map[string]any{"tid": "fleet", "aud": "connector", "sub": "mallory", "exp": time.Now().Add(5 * time.Minute).Unix()})
+	status := map[int]int{}
+	started := time.Now()
+	for i := range 500 {
+		body := map[string]any{"gatewayId": fmt.Sprintf("gw-%03d", i), "platform": "telegram", "routeKeys": []string{"777"}, "wakeUrl": wakeSrv.URL + "/wake"}
+		data, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+"/relay/provision", bytes.NewReader(data))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		status[resp.StatusCode]++
+	}
+	took := time.Since(started)
+	r.telegram(t, 10, 777, "while every gateway sleeps")
+	r.telegram(t, 11, 777, "and again")
+	// The pokes are done once the counter has the wake server's count and
+	// keeps it for three scrapes in a row.
+	okPokes := regexp.MustCompile(`connector_wake_pokes_total\{result="ok"\} (\d+)`)
+	deadline := time.Now().Add(crashWait)
+	for same, last := 0, -1; same < 3; {
+		n := -1
+		if m := okPokes.FindStringSubmatch(scrape(t, r)); m != nil {
+			n, _ = strconv.Atoi(m[1])
+		}
+		switch {
+		case n > 0 && n == last && n == int(wakes.Load()):
+			same++
+		default:
+			same, last = 0, n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %d wake pokes counted, %d GETs seen", crashWait, n, wakes.Load())
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval of the metrics page
+	}
+	t.Logf("500 provisions in %v: %v (status: count); wake GETs after 2 buffered inbound: %d", took.Round(time.Millisecond), status, wakes.Load())
+	if status[http.StatusOK] != 100 || status[http.StatusTooManyRequests] != 400 {
+		t.Errorf("provisions answered %v, want 100 200s and 400 429s", status)
+	}
+	if n := wakes.Load(); n != 1 {
+		t.Errorf("wake GETs %d, want 1 per cooldown", n)
+	}
 }
