@@ -411,19 +411,7 @@ func (r *Registry) SetSession(ctx context.Context, tenant string, s *Session) er
 	if err := s.check(); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.declaredTenant(tenant) {
-		return ErrDeclared
-	}
-	var t Tenant
-	if ok, err := r.get(ctx, nsTenants, tenant, &t); err != nil {
-		return err
-	} else if !ok {
-		return ErrNotFound
-	}
-	t.Session = s
-	return r.put(ctx, nsTenants, t.ID, t)
+	return r.updateTenant(ctx, tenant, func(t *Tenant) { t.Session = s })
 }
 
 // SetMaxGateways replaces a stored tenant's bound on its gateways (zero:
@@ -433,18 +421,24 @@ func (r *Registry) SetMaxGateways(ctx context.Context, tenant string, maxGateway
 	if err := (Tenant{ID: tenant, MaxGateways: maxGateways}).checkLimits(); err != nil {
 		return err
 	}
+	return r.updateTenant(ctx, tenant, func(t *Tenant) { t.MaxGateways = maxGateways })
+}
+
+// updateTenant applies change to stored tenant id: ErrDeclared for a
+// tenant the YAML declares, ErrNotFound for none.
+func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Tenant)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.declaredTenant(tenant) {
+	if r.declaredTenant(id) {
 		return ErrDeclared
 	}
 	var t Tenant
-	if ok, err := r.get(ctx, nsTenants, tenant, &t); err != nil {
+	if ok, err := r.get(ctx, nsTenants, id, &t); err != nil {
 		return err
 	} else if !ok {
 		return ErrNotFound
 	}
-	t.MaxGateways = maxGateways
+	change(&t)
 	return r.put(ctx, nsTenants, t.ID, t)
 }
 

@@ -9,6 +9,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rsa"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -43,30 +44,16 @@ func stockPost(t *testing.T, url, bearer string, body any, want int) map[string]
 	return out
 }
 
-// TestStockGatewayEnrollProvisionWake: an operator onboards a tenant and
-// mints an enrollment token with the CLI; the gateway enrolls with it and
-// its identity token, and connects with the returned credentials. A
-// managed gateway self-provisions twice (two platforms, one secret) with
-// route keys and a wake URL, receives inbound of its routed chat, goes
-// idle, and the next inbound pokes its wake URL once per cooldown.
-func TestStockGatewayEnrollProvisionWake(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the connector binary")
-	}
+// startEnrollRig starts an admin rig whose connector verifies identity
+// tokens of a new authority key (audience connector), with a wake
+// cooldown of 1 h, and returns the rig and the key.
+func startEnrollRig(t *testing.T) (*adminRig, *rsa.PrivateKey) {
+	t.Helper()
 	key := idtokentest.Key(t)
 	keyFile := filepath.Join(t.TempDir(), "authority.pem")
 	if err := os.WriteFile(keyFile, idtokentest.PublicPEM(t, key), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var wakes atomic.Int32
-	wakeSeen := make(chan string, 10)
-	wakeSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		wakes.Add(1)
-		wakeSeen <- fmt.Sprintf("%s %s body=%d auth=%q", r.Method, r.URL.Path, len(body), r.Header.Get("Authorization"))
-	}))
-	defer wakeSrv.Close()
-
 	r := newAdminRig(t)
 	cfg, err := os.ReadFile(r.config)
 	if err != nil {
@@ -77,6 +64,28 @@ func TestStockGatewayEnrollProvisionWake(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.start(t)
+	return r, key
+}
+
+// TestStockGatewayEnrollProvisionWake: an operator onboards a tenant and
+// mints an enrollment token with the CLI; the gateway enrolls with it and
+// its identity token, and connects with the returned credentials. A
+// managed gateway self-provisions twice (two platforms, one secret) with
+// route keys and a wake URL, receives inbound of its routed chat, goes
+// idle, and the next inbound pokes its wake URL once per cooldown.
+func TestStockGatewayEnrollProvisionWake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	var wakes atomic.Int32
+	wakeSeen := make(chan string, 10)
+	wakeSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		wakes.Add(1)
+		wakeSeen <- fmt.Sprintf("%s %s body=%d auth=%q", r.Method, r.URL.Path, len(body), r.Header.Get("Authorization"))
+	}))
+	defer wakeSrv.Close()
+	r, key := startEnrollRig(t)
 	base := "http://" + r.child.addr
 	identity := func(tenant string) string {
 		return idtokentest.Sign(t, key, map[string]any{"tid": tenant, "aud": "connector", "sub": "owner-of-" + tenant,
@@ -201,24 +210,10 @@ func TestProvisionFloodWakesOncePerCooldown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary")
 	}
-	key := idtokentest.Key(t)
-	keyFile := filepath.Join(t.TempDir(), "authority.pem")
-	if err := os.WriteFile(keyFile, idtokentest.PublicPEM(t, key), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	var wakes atomic.Int32
 	wakeSrv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { wakes.Add(1) }))
 	defer wakeSrv.Close()
-	r := newAdminRig(t)
-	cfg, err := os.ReadFile(r.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = append(cfg, fmt.Sprintf("enroll: {public_key_file: %q, audience: connector}\nrelay: {wake_cooldown: 1h}\n", keyFile)...)
-	if err := os.WriteFile(r.config, cfg, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r.start(t)
+	r, key := startEnrollRig(t)
 	r.cli(t, "tenant", "add", "fleet")
 	token := idtokentest.Sign(t, key, map[string]any{"tid": "fleet", "aud": "connector", "sub": "mallory", "exp": time.Now().Add(5 * time.Minute).Unix()})
 	status := map[int]int{}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -96,20 +95,9 @@ func (l *stalledLinker) Link(ctx context.Context, _, user, _ string) (string, er
 // once the redemption returns.
 func TestLinkDMsDoNotHoldUpOtherTenants(t *testing.T) {
 	linker := &stalledLinker{entered: make(chan string, 4), release: make(chan struct{})}
-	e := newEnv(t, func(c *Config) {
-		c.WebhookURL = "https://connector.example" + WebhookPath
-		c.WebhookSecret = testSecret
-	})
+	e := newWebhookEnv(t, nil)
 	e.p.deps.Linker = linker
-	mux := http.NewServeMux()
-	for pattern, h := range e.p.Routes() {
-		mux.Handle(pattern, h)
-	}
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	e.hook = srv.URL + WebhookPath
-	e.run(t)
-	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+	e.startWebhook(t)
 	released := false
 	release := func() {
 		if !released {
