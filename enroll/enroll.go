@@ -358,7 +358,7 @@ func (h *Handler) provision(req *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.what = append(req.what, "secret", outcome)
+	req.what = append(req.what, "provision", outcome)
 	keys := make([]string, 0, len(bindings))
 	for _, b := range bindings {
 		if err := h.cfg.Registry.Bind(ctx, b); err != nil {
