@@ -109,6 +109,10 @@ func (m *Memory) PubSub() PubSub { return m.ps }
 // Registry implements Store.
 func (m *Memory) Registry() Registry { return memRegistry{m} }
 
+// Claims implements Store: claims are capabilities under claimPrefix, so
+// the sweep forgets them.
+func (m *Memory) Claims() Claims { return memClaims{m} }
+
 // Close implements Store.
 func (m *Memory) Close() error {
 	m.mu.Lock()
@@ -304,6 +308,28 @@ func (m memCaps) Delete(ctx context.Context, key string) error {
 	defer m.mu.Unlock()
 	delete(m.caps, key)
 	return nil
+}
+
+type memClaims struct{ *Memory }
+
+func (m memClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	if err := m.lock(ctx, checkName("claim key", key)); err != nil {
+		return false, err
+	}
+	defer m.mu.Unlock()
+	if e, ok := m.caps[claimPrefix+key]; ok && !expired(m.now(), e.expires) {
+		return false, nil
+	}
+	m.caps[claimPrefix+key] = expiring{expires: expires}
+	return true, nil
+}
+
+func (m memClaims) Hold(ctx context.Context, key string, expires time.Time) error {
+	return memCaps(m).Put(ctx, claimPrefix+key, nil, expires)
+}
+
+func (m memClaims) Release(ctx context.Context, key string) error {
+	return memCaps(m).Delete(ctx, claimPrefix+key)
 }
 
 type memOwners struct{ *Memory }

@@ -69,6 +69,8 @@ type Store interface {
 	PubSub() PubSub
 	// Registry is a namespaced key/value store with revisions.
 	Registry() Registry
+	// Claims are expiring markers one caller holds at a time.
+	Claims() Claims
 	// Close releases the store: it ends every subscription and, for the
 	// embedded backend, unlocks the data directory. It is idempotent.
 	Close() error
@@ -175,6 +177,21 @@ type Capabilities interface {
 	Get(ctx context.Context, key string) (value []byte, ok bool, err error)
 	// Delete removes key; an absent key is not an error.
 	Delete(ctx context.Context, key string) error
+}
+
+// Claims are expiring markers that one caller holds at a time: a platform
+// claims a key (a Slack event id) before it acts on it, so that of the
+// instances sharing the store one acts, and holds it for as long as a
+// repeat must be refused. Expired claims are forgotten (swept), so keys
+// made per event do not accumulate.
+type Claims interface {
+	// Claim takes key until expires unless a live claim holds it, and
+	// reports whether this call took it.
+	Claim(ctx context.Context, key string, expires time.Time) (bool, error)
+	// Hold makes key's claim last until expires, whoever held it.
+	Hold(ctx context.Context, key string, expires time.Time) error
+	// Release drops key's claim; an absent one is not an error.
+	Release(ctx context.Context, key string) error
 }
 
 // Owners records which instance and connection own a tenant's session, so
@@ -286,6 +303,10 @@ var (
 	// no longer holds.
 	ErrNotHeld = errors.New("store: lease not held")
 )
+
+// claimPrefix puts the memory and embedded backends' claims beside their
+// capabilities, where no vault key can start (those start "vault/").
+const claimPrefix = "claim\x00"
 
 // MaxNameBytes bounds tenant ids, session keys, capability keys, lease
 // names, channels, namespaces and registry keys.

@@ -3,7 +3,8 @@
 // the memory, embedded and redis stores cannot drift apart. It covers every
 // method of every interface in package store, concurrency (run it under
 // -race), and what survives a reopen or is shared between instances when
-// the backend says it should.
+// the backend says it should. DamageDataPage damages an embedded data file
+// for the tests of its refusal.
 package storetest
 
 import (
@@ -59,6 +60,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("LedgerStage", func(t *testing.T) { testStage(t, b) })
 	t.Run("LedgerAckAll", func(t *testing.T) { testAckAll(t, b) })
 	t.Run("Capabilities", func(t *testing.T) { testCapabilities(t, b) })
+	t.Run("Claims", func(t *testing.T) { testClaims(t, b) })
 	t.Run("Owners", func(t *testing.T) { testOwners(t, b) })
 	t.Run("Leases", func(t *testing.T) { testLeases(t, b) })
 	t.Run("LeaseTakeoverAfterExpiry", func(t *testing.T) { testLeaseTakeover(t, b) })
@@ -581,6 +583,44 @@ func testCapabilities(t *testing.T, b Backend) {
 	get("bin", "\x00\xff", true)
 }
 
+func testClaims(t *testing.T, b Backend) {
+	f := newFixture(t, b)
+	c := f.s.Claims()
+	claim := func(c store.Claims, key string, ttl time.Duration, want bool) {
+		t.Helper()
+		took, err := c.Claim(ctx, key, f.clock.Now().Add(ttl))
+		if err != nil || took != want {
+			t.Fatalf("Claim(%q) = %v, %v; want %v", key, took, err, want)
+		}
+	}
+	claim(c, "ev/1", time.Minute, true)
+	claim(c, "ev/1", time.Minute, false)
+	claim(c, "ev/2", time.Minute, true) // keys are independent
+	if b.Shared {
+		claim(f.open(f.clock.Now).Claims(), "ev/1", time.Minute, false) // another instance
+	}
+	f.clock.Advance(time.Minute - time.Nanosecond)
+	claim(c, "ev/1", time.Minute, false)
+	f.clock.Advance(time.Nanosecond)
+	claim(c, "ev/1", time.Minute, true) // expired at its expiry instant
+	if err := c.Hold(ctx, "ev/1", f.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("Hold: %v", err)
+	}
+	f.clock.Advance(30 * time.Minute)
+	claim(c, "ev/1", time.Minute, false)
+	if err := c.Release(ctx, "ev/1"); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	claim(c, "ev/1", time.Minute, true)
+	if err := c.Release(ctx, "never"); err != nil {
+		t.Fatalf("Release of an absent claim: %v", err)
+	}
+	// A claim is no capability: the vault's keys never see it.
+	if _, ok, err := f.s.Capabilities().Get(ctx, "ev/1"); ok || err != nil {
+		t.Fatalf("capability ev/1 = %v, %v; a claim leaked into the capabilities", ok, err)
+	}
+}
+
 func testOwners(t *testing.T, b Backend) {
 	f := newFixture(t, b)
 	w := f.s.Owners()
@@ -930,6 +970,8 @@ func testInvalid(t *testing.T, b Backend) {
 		"capability empty key": func() error {
 			return s.Capabilities().Put(ctx, "", nil, time.Now())
 		},
+		"claim empty key":     func() error { _, err := s.Claims().Claim(ctx, "", time.Now()); return err },
+		"claim long key":      func() error { return s.Claims().Hold(ctx, long, time.Now()) },
 		"owner empty session": func() error { _, _, err := s.Owners().Get(ctx, "t", ""); return err },
 		"owner zero TTL":      func() error { return s.Owners().Set(ctx, "t", "s", store.Owner{}, 0) },
 		"lease empty holder":  func() error { _, _, err := s.Leases().Acquire(ctx, "n", "", time.Second); return err },
@@ -977,6 +1019,7 @@ func testClosed(t *testing.T, b Backend) {
 		"registry List":     func() error { _, _, err := s.Registry().List(ctx, "ns"); return err },
 		"registry Put":      func() error { _, err := s.Registry().Put(ctx, "ns", "k", nil); return err },
 		"capability Delete": func() error { return s.Capabilities().Delete(ctx, "k") },
+		"Claim":             func() error { _, err := s.Claims().Claim(ctx, "k", time.Now()); return err },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, store.ErrClosed) {
