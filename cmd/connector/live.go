@@ -70,7 +70,7 @@ func (c *Config) declared() registry.State {
 	var s registry.State
 	for _, t := range c.Tenants {
 		session := registry.Session(t.Session) // the same fields, JSON-tagged
-		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &session})
+		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &session, MaxGateways: t.MaxGateways})
 		for _, g := range t.Gateways {
 			gw := registry.Gateway{ID: g.ID, Tenant: t.ID}
 			for _, v := range g.Secrets {

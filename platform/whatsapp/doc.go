@@ -32,7 +32,8 @@
 // the business number it reached (metadata.phone_number_id: the
 // phone_numbers config or admin bindings of kind phone_number); a number no
 // tenant owns reaches the tenant a sender linked themselves to with
-// "/link <code>" (consumed, answered, never delivered); otherwise the
+// "/link <code>" (consumed, never delivered, redeemed and answered on the
+// link desk's workers: platform.LinkDesk); otherwise the
 // message is dropped as unclaimed. A linked sender is the tenant's owner
 // and passes its DM gate.
 //

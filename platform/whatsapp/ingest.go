@@ -93,7 +93,9 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		return nil
 	}
 	if code, ok := p.linkCode(m, sender); ok {
-		p.redeemLink(ctx, number, sender, code)
+		if reason := p.links.Submit(sender, func(ctx context.Context) { p.redeemLink(ctx, number, sender, code) }); reason != "" {
+			p.drop(reason, number, sender)
+		}
 		p.markDelivered(number, wamid)
 		return nil
 	}
@@ -279,7 +281,10 @@ func (p *Platform) linkCode(m *message, sender string) (string, bool) {
 	return platform.ParseLinkCommand(m.body())
 }
 
-// redeemLink redeems code for sender and answers from number.
+// redeemLink redeems code for sender and answers from number, on the link
+// desk's workers (platform.LinkDesk: a webhook, and the messages behind it,
+// never wait for it) and the link replies' own share of the budget
+// (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) {
 	tenant, err := p.deps.Linker.Link(ctx, platformName, sender, code)
 	reply, reason := platform.LinkAnswer(err)
@@ -293,7 +298,7 @@ func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) 
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	msg := textMessage(sender, reply, "")
-	err = p.paced(ctx, tenant, number, sender, func(ctx context.Context) error {
+	err = p.paced(ctx, platform.LinkBudget, number, sender, func(ctx context.Context) error {
 		_, err := p.graph.sendMessage(ctx, number, msg)
 		return err
 	})

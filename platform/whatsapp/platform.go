@@ -41,6 +41,7 @@ type Platform struct {
 	budget      *fairshare.Scheduler
 	pace        *pacer
 	quotes      *quotes
+	links       *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
 	desc        descriptor.Descriptor
 
 	running   atomic.Bool
@@ -112,6 +113,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	})
 	p.pace = newPacer(cfg.ChatPerSecond)
 	p.quotes = newQuotes()
+	p.links = platform.NewLinkDesk(deps.Clock.Now)
 	p.desc = descriptor.WhatsApp(handlers.Names())
 	return p, nil
 }
@@ -130,14 +132,14 @@ func (p *Platform) Routes() map[string]http.Handler {
 	}
 }
 
-// Run implements platform.Platform: webhooks are delivered into sink until
-// ctx ends. There is nothing to connect to: the Graph API is called per
-// action.
+// Run implements platform.Platform: webhooks are delivered into sink, and
+// "/link <code>" DMs redeemed on the link desk's workers, until ctx ends.
+// There is nothing to connect to: the Graph API is called per action.
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(&sink)
 	p.running.Store(true)
 	p.startOnce.Do(func() { close(p.started) })
-	<-ctx.Done()
+	p.links.Run(ctx) // until ctx ends
 	p.running.Store(false)
 	p.sink.Store(nil)
 	return nil

@@ -575,8 +575,10 @@ func TestLinkRoutesAnUnownedNumber(t *testing.T) {
 	if len(r.sink.all()) != 0 {
 		t.Fatal("the /link message was delivered")
 	}
-	sent := r.fake.Sent()
-	if len(sent) != 1 || sent[0].Block()["body"] != platform.LinkedReply || sent[0].PhoneNumberID != biz3.PhoneNumberID {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sent, err := r.fake.WaitSent(ctx, 1) // the link desk answers on its own workers
+	if err != nil || len(sent) != 1 || sent[0].Block()["body"] != platform.LinkedReply || sent[0].PhoneNumberID != biz3.PhoneNumberID {
 		t.Fatalf("link reply %+v", sent)
 	}
 	// The linked user's messages to the unowned number reach t2 (Bind as
