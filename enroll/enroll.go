@@ -328,9 +328,10 @@ type provisionRequest struct {
 
 // bindingKinds is the binding kind a route key names on each platform.
 var bindingKinds = map[string]string{
-	"discord":  platform.BindGuild,
-	"telegram": platform.BindChat,
-	"nexscope": platform.BindRoom,
+	"discord":        platform.BindGuild,
+	"telegram":       platform.BindChat,
+	"whatsapp_cloud": platform.BindPhoneNumber,
+	"nexscope":       platform.BindRoom,
 }
 
 func (h *Handler) provision(req *request) (any, error) {
@@ -383,7 +384,7 @@ func routeBindings(tenant, platformName string, keys []string) ([]registry.Bindi
 	}
 	kind, ok := bindingKinds[platformName]
 	if !ok {
-		return nil, change.Invalid("routeKeys need the platform they route (discord, telegram or nexscope), not %q", platformName)
+		return nil, change.Invalid("routeKeys need the platform they route (discord, telegram, whatsapp_cloud or nexscope), not %q", platformName)
 	}
 	out := make([]registry.Binding, 0, len(keys))
 	for _, k := range keys {

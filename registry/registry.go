@@ -932,12 +932,16 @@ func CanonicalBinding(b Binding) (Binding, error) {
 			return bad("a chat or user id")
 		}
 		b.ID = strconv.FormatInt(n, 10)
+	case b.Platform == "whatsapp_cloud" && (b.Kind == platform.BindPhoneNumber || b.Kind == platform.BindUser || b.Kind == platform.BindDMDefault):
+		if !platform.ValidWhatsAppID(b.ID) {
+			return bad("a phone number id or wa_id (digits)")
+		}
 	case b.Platform == "nexscope" && b.Kind == platform.BindRoom:
 		if !roomPattern.MatchString(b.ID) {
 			return bad("a room name (^[a-zA-Z0-9_-]{1,32}$)")
 		}
 	default:
-		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat or nexscope room, or on discord and telegram user, scope, dm_default, principal or allow", ErrInvalid, b.Platform, b.Kind)
+		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat, whatsapp_cloud phone_number or nexscope room, or on discord and telegram user, scope, dm_default, principal or allow, on whatsapp_cloud user or dm_default", ErrInvalid, b.Platform, b.Kind)
 	}
 	switch {
 	case b.Space == "":

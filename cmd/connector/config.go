@@ -16,6 +16,7 @@ import (
 	"connector/platform/discord"
 	"connector/platform/nexscope"
 	"connector/platform/telegram"
+	"connector/platform/whatsapp"
 	"connector/registry"
 	"connector/relay"
 	"connector/session"
@@ -75,6 +76,11 @@ type Config struct {
 	// one chat under two spellings is an error). Long polling unless
 	// webhook_url is set.
 	Telegram *telegram.Config `yaml:"telegram"`
+	// WhatsApp fronts one WhatsApp Cloud API app (platform whatsapp_cloud);
+	// enabled when the section is present or WHATSAPP_ACCESS_TOKEN is set.
+	// Routing: phone_numbers (business phone number id -> tenant). Meta
+	// reaches it at GET and POST /whatsapp/webhook.
+	WhatsApp *whatsapp.Config `yaml:"whatsapp"`
 	// Nexscope hosts nexscope rooms at /ws and /ws/{room}; enabled when the
 	// section is present or NEXSCOPE_TOKEN is set, and on embedded defaults.
 	// Routing: rooms[].tenant.

@@ -89,6 +89,11 @@ func (c *Config) declared() registry.State {
 			s.Bindings = append(s.Bindings, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: chat, Tenant: c.Telegram.Chats[chat]})
 		}
 	}
+	if c.WhatsApp != nil {
+		for _, number := range slices.Sorted(maps.Keys(c.WhatsApp.PhoneNumbers)) {
+			s.Bindings = append(s.Bindings, registry.Binding{Platform: "whatsapp_cloud", Kind: platform.BindPhoneNumber, ID: number, Tenant: c.WhatsApp.PhoneNumbers[number]})
+		}
+	}
 	if c.Nexscope != nil {
 		for _, r := range c.Nexscope.Rooms {
 			if r.Tenant != "" {
