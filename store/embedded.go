@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -81,12 +82,9 @@ func openEmbedded(ctx context.Context, dir string, now func() time.Time) (*embed
 		return nil, fmt.Errorf("store: create data directory: %w", err)
 	}
 	path := filepath.Join(dir, DataFile)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("store: %s is in use by another process", path)
-	}
+	db, err := openData(path)
 	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, err
 	}
 	e := &embedded{dir: dir, db: db, now: now, ps: newBroker(), seqs: make(map[string]*tenantSeqs)}
 	if err := db.Update(e.init); err != nil {
@@ -813,6 +811,42 @@ func (r embRegistry) Delete(ctx context.Context, namespace, key string) (bool, e
 		return err
 	})
 	return deleted, err
+}
+
+func (r embRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	var swapped bool
+	err := r.e.update(ctx, func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bRegistry).CreateBucketIfNotExists([]byte(namespace))
+		if err != nil {
+			return err
+		}
+		cur := b.Get([]byte(key))
+		if cur != nil {
+			e, err := decodeEntry(key, cur)
+			if err != nil {
+				return err
+			}
+			cur = e.Value
+		}
+		if (cur != nil) != (old != nil) || (cur != nil && !bytes.Equal(cur, old)) {
+			return nil
+		}
+		rev, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		if value == nil {
+			err = b.Delete([]byte(key))
+		} else {
+			err = b.Put([]byte(key), encodeEntry(rev, value))
+		}
+		swapped = err == nil
+		return err
+	})
+	return swapped, err
 }
 
 func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {

@@ -18,6 +18,7 @@ import (
 	"connector/platform/nexscope"
 	"connector/platform/slack"
 	"connector/platform/telegram"
+	"connector/platform/whatsapp"
 	"connector/vault"
 )
 
@@ -85,7 +86,7 @@ func TestContractDoc(t *testing.T) {
 	same("close codes", closeDoc, closeCode)
 
 	// Per-platform columns: header "op | fields | discord | telegram |
-	// nexscope | slack"; a mark may carry a footnote ("✓¹").
+	// nexscope | whatsapp_cloud | slack"; a mark may carry a footnote ("✓¹").
 	for col, p := range docPlatforms(t) {
 		d := p.Descriptor()
 		var marked []string
@@ -116,11 +117,15 @@ func docPlatforms(t *testing.T) map[int]platform.Platform {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w, err := whatsapp.New(whatsapp.Config{AppSecret: "doc-test-secret", VerifyToken: "doc-test-verify", AccessToken: "doc-test-token"}, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s, err := slack.New(slack.Config{SigningSecret: "doc-test-secret", BotToken: "xoxb-doc-test"}, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[int]platform.Platform{2: d, 3: tg, 4: n, 5: s}
+	return map[int]platform.Platform{2: d, 3: tg, 4: n, 5: w, 6: s}
 }
 
 func prefixed(consts map[string]string, prefix string) []string {

@@ -337,7 +337,7 @@ type child struct {
 // listens and its Discord Gateway session is up.
 func (r *crashRig) start(t *testing.T) {
 	t.Helper()
-	r.child, r.queued, r.member = startConnector(t, r.bin, r.config, r.dir, r.env), 0, nil
+	r.child, r.queued, r.member = startChild(t, r.bin, r.config, r.dir, r.env), 0, nil
 	r.sessions++
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
 	defer cancel()
@@ -346,10 +346,10 @@ func (r *crashRig) start(t *testing.T) {
 	}
 }
 
-// startConnector runs the connector binary bin on config and the data
-// directory dir with env, and waits until it listens; the test's cleanup
-// kills it and, when the test failed, logs the end of its log.
-func startConnector(t *testing.T, bin, config, dir string, env []string) *child {
+// startChild runs the connector binary bin on config and the data
+// directory dir with the environment env, and waits until it listens. The
+// child is killed when the test ends; its log is shown if the test failed.
+func startChild(t *testing.T, bin, config, dir string, env []string) *child {
 	t.Helper()
 	cmd := exec.Command(bin, "serve", "-config", config, "-data-dir", dir)
 	cmd.Env = env
@@ -464,7 +464,14 @@ func (r *crashRig) followUp(t *testing.T, gw *relaytest.Client, f replayed) {
 // labels, from the child's /metrics.
 func (r *crashRig) metric(t *testing.T, name, labels string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + r.child.ops + "/metrics")
+	return r.child.metric(t, name, labels)
+}
+
+// metric returns the sum of the samples of name whose labels contain
+// labels, from the child's /metrics.
+func (c *child) metric(t *testing.T, name, labels string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + c.ops + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"connector/platform/nexscope"
 	"connector/platform/slack"
 	"connector/platform/telegram"
+	"connector/platform/whatsapp"
 )
 
 // TestEveryKeyVariableSetsItsKey sets each key's variable to a value of its
@@ -36,6 +37,9 @@ func TestEveryKeyVariableSetsItsKey(t *testing.T) {
 		reflect.TypeFor[*bool]():                            "true",
 		reflect.TypeFor[telegram.TopicBindings]():           `[{chat_id: "-100", topics: []}]`,
 		reflect.TypeFor[[]nexscope.Room]():                  "[{name: r1}]",
+		reflect.TypeFor[*whatsapp.OptIn]():                  "yes",
+		reflect.TypeFor[whatsapp.List]():                    "+44 7700 900123, 15550100",
+		reflect.TypeFor[map[string]whatsapp.TenantConfig](): "{t1: {dm_policy: pairing}}",
 	}
 	keys := configKeys()
 	if len(keys) < 100 {

@@ -108,7 +108,7 @@ slack:
 // its bot token is.
 func (r *slackRig) start(t *testing.T) {
 	t.Helper()
-	r.child = startConnector(t, r.bin, r.config, r.dir, r.env)
+	r.child = startChild(t, r.bin, r.config, r.dir, r.env)
 	select {
 	case r.admin = <-r.child.admin:
 	case <-time.After(crashWait):
@@ -182,8 +182,8 @@ func next(t *testing.T, gw *relaytest.Client, text string) relaytest.Frame {
 	return f
 }
 
-// outbound runs an action on gw.
-func outbound(t *testing.T, gw *relaytest.Client, action map[string]any) contract.Result {
+// slackOutbound runs an action on gw for platform slack.
+func slackOutbound(t *testing.T, gw *relaytest.Client, action map[string]any) contract.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
 	defer cancel()
@@ -237,7 +237,7 @@ func TestSlackBlackBox(t *testing.T) {
 	}
 
 	// The gateway's send reaches chat.postMessage in the chat and thread.
-	res := outbound(t, gw1, map[string]any{"op": "send", "chat_id": bbGeneral, "content": "**on it**", "reply_to": nil,
+	res := slackOutbound(t, gw1, map[string]any{"op": "send", "chat_id": bbGeneral, "content": "**on it**", "reply_to": nil,
 		"metadata": map[string]any{"thread_id": "1768490100.000200", "scope_id": bbTeamA.ID}})
 	msgs := r.fake.Messages(bbGeneral)
 	if !res.Success || len(msgs) != 1 || msgs[0].ThreadTS != "1768490100.000200" || msgs[0].Text != "*on it*" || msgs[0].TS != res.MessageID {
@@ -249,7 +249,7 @@ func TestSlackBlackBox(t *testing.T) {
 	next(t, gw1, "and the docs")
 
 	// A prompt round trip.
-	res = outbound(t, gw1, map[string]any{"op": "prompt", "chat_id": bbGeneral, "content": "Ship it?", "prompt_kind": "approval",
+	res = slackOutbound(t, gw1, map[string]any{"op": "prompt", "chat_id": bbGeneral, "content": "Ship it?", "prompt_kind": "approval",
 		"prompt_id": "ab12cd.00000001", "options": []any{map[string]any{"id": "once", "label": "Approve once", "style": "primary"},
 			map[string]any{"id": "deny", "label": "Deny", "style": "danger"}},
 		"metadata": map[string]any{"thread_id": "1768490100.000200"}})
@@ -268,7 +268,7 @@ func TestSlackBlackBox(t *testing.T) {
 	// send_media: the gateway's upload reaches Slack byte for byte.
 	data := bytes.Repeat([]byte("slack-media-"), 40_000) // 480 KB
 	id := uploadMedia(t, r.child.addr, "gw1", data)
-	res = outbound(t, gw1, map[string]any{"op": "send_media", "chat_id": bbGeneral, "media_kind": "document",
+	res = slackOutbound(t, gw1, map[string]any{"op": "send_media", "chat_id": bbGeneral, "media_kind": "document",
 		"source_url": "http://" + r.child.addr + "/relay/media/" + id, "content": "the build log", "filename": "build.log",
 		"metadata": map[string]any{"thread_id": "1768490100.000200"}})
 	sum := sha256.Sum256(data)
@@ -285,7 +285,7 @@ func TestSlackBlackBox(t *testing.T) {
 		gw   *relaytest.Client
 		chat string
 	}{{gw1, bbOps}, {gw3, bbGeneral}, {gw2, bbGeneral}} {
-		if res := outbound(t, c.gw, map[string]any{"op": "send", "chat_id": c.chat, "content": "x", "metadata": map[string]any{"scope_id": bbTeamA.ID}}); res.Code != contract.CodeEgressDeclined {
+		if res := slackOutbound(t, c.gw, map[string]any{"op": "send", "chat_id": c.chat, "content": "x", "metadata": map[string]any{"scope_id": bbTeamA.ID}}); res.Code != contract.CodeEgressDeclined {
 			t.Fatalf("a send into %s: %+v", c.chat, res)
 		}
 	}
@@ -295,13 +295,13 @@ func TestSlackBlackBox(t *testing.T) {
 	installWorkspace(t, r, bbTeamB, "code-beta")
 	r.event(t, bbTeamB, "Ev4", slacktest.MessageEvent(bbTeamB.ID, bbBeta, bbBob, "1768490100.000500", "", "<@U0BOTB0002> hello from beta"), http.StatusOK)
 	next(t, gw2, "hello from beta")
-	if res := outbound(t, gw2, map[string]any{"op": "send", "chat_id": bbBeta, "content": "hi beta", "metadata": map[string]any{"scope_id": bbTeamB.ID}}); !res.Success {
+	if res := slackOutbound(t, gw2, map[string]any{"op": "send", "chat_id": bbBeta, "content": "hi beta", "metadata": map[string]any{"scope_id": bbTeamB.ID}}); !res.Success {
 		t.Fatalf("%+v", res)
 	}
 	if calls := r.fake.Calls("chat.postMessage"); calls[len(calls)-1].Team != bbTeamB.ID {
 		t.Fatalf("posted with %s's token", calls[len(calls)-1].Team)
 	}
-	if res := outbound(t, gw1, map[string]any{"op": "send", "chat_id": bbBeta, "content": "x", "metadata": map[string]any{"scope_id": bbTeamB.ID}}); res.Code != contract.CodeEgressDeclined {
+	if res := slackOutbound(t, gw1, map[string]any{"op": "send", "chat_id": bbBeta, "content": "x", "metadata": map[string]any{"scope_id": bbTeamB.ID}}); res.Code != contract.CodeEgressDeclined {
 		t.Fatalf("t1 in workspace B: %+v", res)
 	}
 	// Nothing reached the wrong gateway: each one's next frame is its own.
@@ -465,7 +465,7 @@ func TestSlackSocketModeOnRedis(t *testing.T) {
 	children := make([]*child, 3)
 	for i := range children {
 		env := append(append([]string(nil), base.env...), "SLACK_APP_TOKEN=xapp-1-A0FAKE-socket", fmt.Sprintf("CONNECTOR_INSTANCE=i%d", i))
-		children[i] = startConnector(t, base.bin, base.config, t.TempDir(), env)
+		children[i] = startChild(t, base.bin, base.config, t.TempDir(), env)
 	}
 	holder, _ := waitLeaseHolder(t, st, "ingest/slack/socket", "")
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)

@@ -112,6 +112,7 @@ func runOnce(o *options) (*result, error) {
 		discDrv  *discordDriver
 		slackDrv *slackDriver
 		platf    platform.Platform
+		waDrv    *whatsappDriver
 		relayURL = o.URL
 		echoURL  string
 		err      error
@@ -148,6 +149,11 @@ func runOnce(o *options) (*result, error) {
 				return p, err
 			}
 			defer slackDrv.close()
+		case driverWhatsApp:
+			waDrv = &whatsappDriver{}
+			drv = waDrv
+			newPlatform = waDrv.newPlatform
+			defer waDrv.close()
 		}
 		if c, err = startConnector(o, newPlatform); err != nil {
 			return nil, err
@@ -197,6 +203,9 @@ func runOnce(o *options) (*result, error) {
 			if err := slackDrv.start(c.BaseURL, platf, c.Metrics.progress); err != nil {
 				return res, err
 			}
+		}
+		if waDrv != nil {
+			waDrv.start(c.BaseURL, c.Metrics.progress)
 		}
 		before := sampleCPU(fl.pid())
 		st, err := driveConnector(o, c, drv, fl)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,41 +139,68 @@ func TestSlashCommandFollowUp(t *testing.T) {
 	}
 }
 
-// TestLinkCommand: /link in a DM redeems the code for the DM's author and
-// answers it there; the command is never delivered.
+// TestLinkCommand: /link in a DM is redeemed for the DM's author on the
+// link desk, off the request, and answered through the command's
+// response_url; the command is never delivered.
 func TestLinkCommand(t *testing.T) {
 	linker := &fakeLinker{tenant: "t3"}
 	e := newEnv(t, nil, &platform.Deps{Linker: linker})
-	code, body := e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/link", "ABC-123", ""))
-	if code != http.StatusOK || !strings.Contains(body, platform.LinkedReply) || linker.user != userAda || linker.code != "ABC-123" {
-		t.Fatalf("%d %s %+v", code, body, linker)
+	ctx, cancel := contextFor()
+	defer cancel()
+	code, body := e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/link", "ABC-123", e.fake.ResponseURL("rl")))
+	if code != http.StatusOK || body != "" {
+		t.Fatalf("%d %s", code, body)
+	}
+	waitUntil(t, func() bool { return len(e.fake.Responses()) == 1 })
+	if r := e.fake.Responses()[0]; r.ID != "rl" || r.Body["text"] != platform.LinkedReply || r.Body["response_type"] != "ephemeral" {
+		t.Fatalf("answer %+v", r)
+	}
+	if user, got := linker.last(); user != userAda || got != "ABC-123" {
+		t.Fatalf("linked %s with %q", user, got)
 	}
 	e.sink.empty(t)
 	// The same in a DM message ("!link", as Slack's client reads "/" as a
 	// command) is consumed and answered in the DM.
 	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "!link XYZ"), http.StatusOK)
-	e.sink.empty(t)
-	if linker.code != "XYZ" {
-		t.Fatalf("linked with %q", linker.code)
+	calls, err := e.fake.WaitCalls(ctx, "chat.postMessage", 1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if c := e.lastCall(t, "chat.postMessage"); c.Form.Get("channel") != dmAda || c.Form.Get("text") != platform.LinkedReply {
+	if c := calls[0]; c.Form.Get("channel") != dmAda || c.Form.Get("text") != platform.LinkedReply {
 		t.Fatalf("reply %v", c.Form)
 	}
+	if _, got := linker.last(); got != "XYZ" {
+		t.Fatalf("linked with %q", got)
+	}
+	e.sink.empty(t)
 	// In a channel, /link is refused without redeeming.
-	linker.code = ""
-	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/link", "ABC", ""))
-	if linker.code != "" {
+	code, body = e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/link", "ABC", ""))
+	if code != http.StatusOK || !strings.Contains(body, "direct message") {
+		t.Fatalf("%d %s", code, body)
+	}
+	if _, got := linker.last(); got != "XYZ" {
 		t.Fatal("a /link outside a DM was redeemed")
 	}
 }
 
 type fakeLinker struct {
-	tenant, user, code string
+	tenant string
+
+	mu         sync.Mutex
+	user, code string
 }
 
 func (l *fakeLinker) Link(_ context.Context, _, user, code string) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.user, l.code = user, code
 	return l.tenant, nil
+}
+
+func (l *fakeLinker) last() (user, code string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.user, l.code
 }
 
 // newMediaStore is a media store with a public URL.

@@ -10,36 +10,85 @@ import (
 	"connector/platform"
 )
 
-// This file routes a Slack event to its tenant and consumes the account
-// links. The order is the one Discord and Telegram route by: the author
-// (platform.Authors: links, scope claims, principals, DM defaults), then
-// the conversation's own binding (a channel bound to a tenant), then its
-// workspace's (slack.teams and team bindings; the workspace is the one
-// whose installation got the event). A tenant reached by author is
-// granted the channel (platform.Grants, shared by every instance on the
-// store).
+// This file places Slack events and actions in the ownership order
+// (platform.Ownership: bindings of the channel or of its workspace, then
+// scope claims, then author links), and consumes the "/link <code>" DMs
+// that link an account. The workspace of an event is the one whose
+// installation got it (slack.teams and team bindings bind it). A tenant
+// reached by claim or author link is granted the channel
+// (platform.Grants, shared by every instance on the store).
+
+// chatOf places conversation channel of workspace team ("" when not
+// known) for the ownership order: a D conversation is a 1:1 DM.
+func chatOf(channel, team string) platform.Chat {
+	return platform.Chat{ID: channel, Space: team, DM: strings.HasPrefix(channel, "D")}
+}
 
 // route resolves the tenant of an event by user (empty when it has none)
 // in channel of workspace team (dm: a 1:1 DM). owner is set when the
 // author is linked to the tenant (the owner floor: no mention gates);
 // drop is why no tenant takes the event.
 func (p *Platform) route(user, channel, team string, dm bool) (tenant string, owner bool, drop string) {
-	if user != "" {
-		if r, ok := (*p.authors.Load()).Route(user, dm, channel); ok {
-			if r.Drop != "" {
-				return "", false, r.Drop
-			}
-			p.grants.Add(channel, r.Tenant)
-			return r.Tenant, r.Owner, ""
+	chat := chatOf(channel, team)
+	chat.DM = dm
+	r, ok := p.owners.Load().Route(user, chat)
+	switch {
+	case !ok:
+		return "", false, dropUnclaimed
+	case r.Drop != "":
+		return "", false, r.Drop
+	case r.Grant:
+		p.grants.Add(channel, r.Tenant)
+	}
+	return r.Tenant, r.Owner, ""
+}
+
+// ChatGranted implements platform.ChatGranter: tenant may act in chatID
+// when it claimed the channel, or an event routed to it by claim or
+// author link was posted there (and it is still remembered), as long as
+// the ownership order lets that stand (platform.Ownership.MayAct: no
+// binding of the channel or of a workspace this instance saw it in, and
+// no claim of another tenant).
+func (p *Platform) ChatGranted(_ context.Context, chatID, tenant string) (bool, error) {
+	if !channelIDPattern.MatchString(chatID) {
+		return false, nil
+	}
+	own := p.owners.Load()
+	if !own.Claimed(chatID, tenant) && !p.grants.Has(chatID, tenant) {
+		return false, nil
+	}
+	teams, _ := p.chanTeams.Get(chatID)
+	if len(teams) == 0 {
+		teams = []string{""}
+	}
+	for _, team := range teams {
+		if !own.MayAct(tenant, chatOf(chatID, team), func() bool { return true }) {
+			return false, nil
 		}
 	}
-	if t := (*p.channels.Load())[channel]; t != "" {
-		return t, false, ""
+	return true, nil
+}
+
+// LocateChat implements platform.ScopeLocator: a channel is placed in the
+// workspace this instance saw it in, else looked up in the asking
+// tenant's workspaces (conversations.info, on its share); one in none of
+// them is unknown. Its space is its workspace, which a claim names as its
+// guildId.
+func (p *Platform) LocateChat(ctx context.Context, chatID string) (platform.Chat, error) {
+	if !channelIDPattern.MatchString(chatID) {
+		return platform.Chat{}, platform.ErrUnknownChat
 	}
-	if t := p.teamTenant(team); t != "" {
-		return t, false, ""
+	if teams, _ := p.chanTeams.Get(chatID); len(teams) > 0 {
+		return chatOf(chatID, teams[0]), nil
 	}
-	return "", false, dropUnclaimed
+	team, err := p.probeChannel(ctx, platform.TenantOf(ctx), chatID)
+	switch {
+	case err != nil:
+		return platform.Chat{}, err // wraps platform.ErrUnavailable
+	case team == "":
+		return platform.Chat{}, platform.ErrUnknownChat
+	}
+	return chatOf(chatID, team), nil
 }
 
 // linkCommand reports whether a DM's text is the account-link command:
@@ -53,8 +102,19 @@ func linkCommand(text string) (string, bool) {
 	return platform.ParseLinkCommand(t)
 }
 
-// link redeems code for user of workspace team and returns the reply to
-// show. A tenant the user is now linked to is granted the DM channel.
+// submitLink hands a "/link <code>" of user to the link desk
+// (platform.LinkDesk), which redeems it and answers with reply on its own
+// workers: the event's delivery, and the events behind it in the chat,
+// never wait for them. A DM the desk does not take is consumed
+// unanswered.
+func (p *Platform) submitLink(user, channel, code string, reply func(context.Context, string)) {
+	if reason := p.links.Submit(user, func(ctx context.Context) { reply(ctx, p.link(ctx, user, channel, code)) }); reason != "" {
+		p.drop(reason, "")
+	}
+}
+
+// link redeems code for user and returns the reply to show. A tenant the
+// user is now linked to is granted the DM channel.
 func (p *Platform) link(ctx context.Context, user, channel, code string) string {
 	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
 	reply, reason := platform.LinkAnswer(err)
@@ -68,9 +128,10 @@ func (p *Platform) link(ctx context.Context, user, channel, code string) string 
 	return reply
 }
 
-// replyLink answers a /link DM in the DM, on the linked tenant's share.
+// replyLink answers a /link DM in the DM, on the link replies' own share
+// of the workspace's budget (platform.LinkBudget).
 func (p *Platform) replyLink(ctx context.Context, team, channel, reply string) {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(platform.WithTenant(ctx, platform.LinkBudget), p.cfg.RequestTimeout)
 	defer cancel()
 	err := p.callIn(ctx, team, channel, "chat.postMessage", func(ctx context.Context, c *slack.Client) error {
 		_, _, err := c.PostMessageContext(ctx, channel, slack.MsgOptionText(reply, false))
@@ -81,9 +142,12 @@ func (p *Platform) replyLink(ctx context.Context, team, channel, reply string) {
 	}
 }
 
-// ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// when it claimed the channel, or an event routed to it by author was
-// posted there (and it is still remembered).
-func (p *Platform) ChatGranted(chatID, tenant string) bool {
-	return (*p.authors.Load()).Claimed(chatID, tenant) || p.grants.Has(chatID, tenant)
+// replyLinkCommand answers a /link slash command ephemerally through its
+// response_url.
+func (p *Platform) replyLinkCommand(ctx context.Context, responseURL, reply string) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	if err := p.postResponseURL(ctx, responseURL, map[string]any{"response_type": "ephemeral", "text": reply}); err != nil {
+		p.log.Warn("slack /link answer not sent", "err", p.errorText(err))
+	}
 }

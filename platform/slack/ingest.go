@@ -124,7 +124,8 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 	}
 	dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
 	if code, ok := linkCommand(ev.Text); ok && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != "" {
-		p.replyLink(ctx, m.install, ev.Channel, p.link(ctx, ev.User, ev.Channel, code))
+		team, channel := m.install, ev.Channel
+		p.submitLink(ev.User, channel, code, func(ctx context.Context, reply string) { p.replyLink(ctx, team, channel, reply) })
 		stored = true
 		return nil
 	}
@@ -213,7 +214,13 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 			p.drop(dropCommandNotRouted, "")
 			return "Send /link <code> in a direct message with the app.", nil
 		}
-		return p.link(ctx, c.UserID, c.ChannelID, strings.TrimSpace(c.Text)), nil
+		url := c.ResponseURL
+		p.submitLink(c.UserID, c.ChannelID, strings.TrimSpace(c.Text), func(ctx context.Context, reply string) {
+			if url != "" {
+				p.replyLinkCommand(ctx, url, reply)
+			}
+		})
+		return "", nil
 	}
 	tenant, _, drop := p.route(c.UserID, c.ChannelID, c.TeamID, dm)
 	if drop != "" {

@@ -35,11 +35,15 @@ type Platform struct {
 	desc   descriptor.Descriptor
 	status atomic.Pointer[platform.Status]
 
-	teams    atomic.Pointer[map[string]string] // workspace -> tenant; replaced by Bind
-	channels atomic.Pointer[map[string]string] // channel -> tenant; replaced by Bind
-	authors  atomic.Pointer[platform.Authors]  // author routing (authors.go); replaced by Bind
-	grants   *platform.Grants                  // chats granted by author routing
-	policies map[string]*policy                // tenant -> knobs; defaultPol when absent
+	// owners is the chat ownership (authors.go): workspace and channel
+	// bindings, scope claims, author links; replaced by Bind.
+	owners atomic.Pointer[platform.Ownership]
+	// teams are the workspaces bound to tenants (workspace -> tenant), the
+	// workspaces a tenant's chats are looked up in; replaced by Bind.
+	teams    atomic.Pointer[map[string]string]
+	grants   *platform.Grants   // chats granted by author routing
+	links    *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
+	policies map[string]*policy // tenant -> knobs; defaultPol when absent
 	defPol   *policy
 
 	works     *workspaces
@@ -64,10 +68,11 @@ type Platform struct {
 }
 
 var (
-	_ platform.Platform    = (*Platform)(nil)
-	_ platform.Routes      = (*Platform)(nil)
-	_ platform.Binder      = (*Platform)(nil)
-	_ platform.ChatGranter = (*Platform)(nil)
+	_ platform.Platform     = (*Platform)(nil)
+	_ platform.Routes       = (*Platform)(nil)
+	_ platform.Binder       = (*Platform)(nil)
+	_ platform.ChatGranter  = (*Platform)(nil)
+	_ platform.ScopeLocator = (*Platform)(nil)
 )
 
 // chanTeamsSize bounds the channels whose workspaces are remembered (and
@@ -102,13 +107,12 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		pol, _ := newPolicy(tc, cfg.AllowAllUsers) // Validate checked it
 		p.policies[tenant] = pol
 	}
-	teams := make(map[string]string, len(cfg.Teams))
+	bindings := make([]platform.Binding, 0, len(cfg.Teams))
 	for team, tenant := range cfg.Teams {
-		teams[team] = tenant
+		bindings = append(bindings, platform.Binding{Kind: platform.BindTeam, ID: team, Tenant: tenant})
 	}
-	p.teams.Store(&teams)
-	p.channels.Store(&map[string]string{})
-	p.authors.Store(platform.NewAuthors(nil))
+	_ = p.Bind(bindings) // Validate checked the ids
+	p.links = platform.NewLinkDesk(p.now)
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
 	p.notFound = newTTLCache[string, struct{}](chanTeamsSize, declineMemory, p.now)
@@ -181,30 +185,25 @@ func (p *Platform) errorText(err error) string {
 }
 
 // Bind implements platform.Binder: bindings of kind team (a workspace id)
-// and channel (a conversation id) replace the platform's routing tables,
-// those of the author kinds (platform.IsAuthorKind) the author table. The
-// YAML's slack.teams are bindings too.
+// and channel (a conversation id), and of the author kinds
+// (platform.IsAuthorKind), replace the chat ownership
+// (platform.Ownership). The YAML's slack.teams are bindings too.
 func (p *Platform) Bind(bindings []platform.Binding) error {
 	teams := map[string]string{}
-	channels := map[string]string{}
-	var authors []platform.Binding
 	for _, b := range bindings {
 		switch {
 		case b.Kind == platform.BindTeam && teamIDPattern.MatchString(b.ID):
 			teams[b.ID] = b.Tenant
-		case b.Kind == platform.BindChannel && channelIDPattern.MatchString(b.ID):
-			channels[b.ID] = b.Tenant
-		case b.Kind == platform.BindPrincipal,
+		case b.Kind == platform.BindChannel && channelIDPattern.MatchString(b.ID),
+			b.Kind == platform.BindPrincipal,
 			(b.Kind == platform.BindUser || b.Kind == platform.BindAllow || b.Kind == platform.BindDMDefault) && userIDPattern.MatchString(b.ID),
 			b.Kind == platform.BindScope && channelIDPattern.MatchString(b.ID):
-			authors = append(authors, b)
 		default:
 			return fmt.Errorf("slack: binding %s %q: want a team (T...), a channel (C..., G..., D...) or an author kind", b.Kind, b.ID)
 		}
 	}
 	p.teams.Store(&teams)
-	p.channels.Store(&channels)
-	p.authors.Store(platform.NewAuthors(authors))
+	p.owners.Store(platform.NewOwnership(bindings))
 	return nil
 }
 
@@ -238,7 +237,7 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 		return "", platform.ErrUnknownChat
 	}
 	asker := platform.TenantOf(ctx)
-	if t := (*p.channels.Load())[chatID]; t != "" {
+	if t, _ := p.owners.Load().Owner(platform.Chat{ID: chatID}); t != "" {
 		if t == asker {
 			return t, nil
 		}

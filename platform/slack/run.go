@@ -38,6 +38,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(&sink)
 	defer p.sink.Store(nil)
 	defer p.bg.Wait()
+	p.bg.Go(func() { p.links.Run(ctx) })
 	if err := p.identify(ctx); err != nil || ctx.Err() != nil {
 		return err
 	}
