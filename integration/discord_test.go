@@ -362,7 +362,7 @@ func TestDiscordFullLoop(t *testing.T) {
 	if res := gw2.Outbound(t, "discord", map[string]any{"op": "send", "chat_id": discordtest.ThreadPlan, "content": "hijack", "reply_to": nil, "metadata": map[string]any{}}); res.Success || res.Code != contract.CodeEgressDeclined {
 		t.Fatalf("t2 send to t1's chat = %+v", res)
 	}
-	if res := gw2.Outbound(t, "discord", followUp); res.Success {
+	if res := gw2.Outbound(t, "discord", followUp); res.Success || res.Code != contract.CodeCapabilityMissing {
 		t.Fatalf("t2 follow_up with t1's session = %+v", res)
 	}
 	// t2 only ever sees its own guild's events.

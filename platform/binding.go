@@ -85,9 +85,9 @@ type RelevanceTaker interface {
 // tenants besides the one ChatTenant names: with author-first routing a
 // tenant may act in a channel where an author bound to it spoke.
 // Authorize lets an action through when ChatGranted says so, before asking
-// ChatTenant.
+// ChatTenant. A grant kept in the store is looked up under ctx.
 type ChatGranter interface {
-	ChatGranted(chatID, tenant string) bool
+	ChatGranted(ctx context.Context, chatID, tenant string) bool
 }
 
 // ScopeLocator is implemented by platforms whose chats sit in a container

@@ -83,7 +83,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
 	"connector/descriptor"
@@ -276,10 +275,7 @@ type Server struct {
 	order            []string // platform names in configured order
 	// writerLinger is every connection's wsconn.Queue.Linger.
 	writerLinger wsconn.Linger
-	// sessions remembers which tenant each delivered session key belongs
-	// to, so a follow_up naming another tenant's session is declined.
-	sessions    *lru.Cache[string, string]
-	unsubscribe func()
+	unsubscribe  func()
 	// ledgers are the tenants' ledgers, on cfg.Store.
 	ledgers *ledger.Pool
 	// ownStore is set when New made cfg.Store, so Shutdown closes it.
@@ -342,7 +338,6 @@ func newServer(cfg Config) (*Server, error) {
 
 		descriptorFrames: make(map[string][]byte),
 	}
-	s.sessions, _ = lru.New[string, string](cfg.SessionOwners)
 	if len(cfg.Store.Epoch()) > maxEpochBytes {
 		return nil, fmt.Errorf("relay: store epoch longer than %d bytes", maxEpochBytes)
 	}
@@ -443,18 +438,6 @@ func KeyFunc(tenants []Tenant) platform.KeyFunc {
 		}
 		return session.Key(src, o)
 	}
-}
-
-// noteSession records that sessionKey belongs to tenant.
-func (s *Server) noteSession(sessionKey, tenant string) {
-	if t, ok := s.sessions.Peek(sessionKey); !ok || t != tenant {
-		s.sessions.Add(sessionKey, tenant)
-	}
-}
-
-// sessionTenant returns the tenant a session key was delivered to, if known.
-func (s *Server) sessionTenant(sessionKey string) (string, bool) {
-	return s.sessions.Get(sessionKey)
 }
 
 // route takes one delivery off the bus. An inbound or passthrough delivery

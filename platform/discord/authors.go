@@ -24,7 +24,7 @@ import (
 // (the owner floor); drop is why no tenant takes the event
 // (platform.DropPrincipal, or dropUnclaimed). A tenant reached by author
 // is granted the channel.
-func (p *Platform) route(author, guildID, channelID string) (tenant string, owner bool, drop string) {
+func (p *Platform) route(ctx context.Context, author, guildID, channelID string) (tenant string, owner bool, drop string) {
 	if author != "" {
 		scopes := []string{channelID}
 		if ci, ok := p.cache.cachedChannel(channelID); ok && ci.ParentID != "" {
@@ -34,7 +34,7 @@ func (p *Platform) route(author, guildID, channelID string) (tenant string, owne
 			if r.Drop != "" {
 				return "", false, r.Drop
 			}
-			p.spoke.Add(channelID, r.Tenant)
+			p.spoke.Add(ctx, channelID, r.Tenant)
 			return r.Tenant, r.Owner, ""
 		}
 	}
@@ -51,12 +51,12 @@ const dropUnclaimed = "unclaimed"
 // messageNormalizer resolves m's tenant (route) and returns the normalizer
 // to read it with: under the owner floor, without the tenant's mention
 // gates.
-func (p *Platform) messageNormalizer(m *wireMessage) (n *normalizer, tenant, drop string) {
+func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *normalizer, tenant, drop string) {
 	author := ""
 	if m.Author != nil {
 		author = m.Author.ID
 	}
-	tenant, owner, drop := p.route(author, m.GuildID, m.ChannelID)
+	tenant, owner, drop := p.route(ctx, author, m.GuildID, m.ChannelID)
 	if drop != "" {
 		return nil, "", drop
 	}
@@ -90,7 +90,7 @@ func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) b
 	p.metrics.Dropped(platformName, reason)
 	switch {
 	case err == nil:
-		p.spoke.Add(m.ChannelID, tenant)
+		p.spoke.Add(ctx, m.ChannelID, tenant)
 	case !errors.Is(err, platform.ErrLinkRefused):
 		p.log.Warn("discord /link not redeemed", "user_id", m.Author.ID, "err", err)
 	}
@@ -105,6 +105,6 @@ func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) b
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
 // when it claimed the channel, or a message routed to it by author was
 // posted there (and it is still remembered).
-func (p *Platform) ChatGranted(chatID, tenant string) bool {
-	return (*p.authors.Load()).Claimed(chatID, tenant) || p.spoke.Has(chatID, tenant)
+func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) bool {
+	return (*p.authors.Load()).Claimed(chatID, tenant) || p.spoke.Has(ctx, chatID, tenant)
 }

@@ -196,7 +196,7 @@ func TestGatewayInteractionAcksThroughCallback(t *testing.T) {
 	if d.Event.Text != "/model gpt" || d.Tenant != "t1" {
 		t.Fatalf("delivery = %+v", d.Event)
 	}
-	if _, ok := e.vault.Get(vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); !ok {
+	if _, ok := e.vault.Get(t.Context(), vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); !ok {
 		t.Fatal("token not in the vault")
 	}
 }

@@ -67,7 +67,7 @@ func TestInteractionsRouteByAuthor(t *testing.T) {
 	key := vault.Key{SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}
 	for tenant, want := range map[string]bool{"a": true, "b": false, "c": false} {
 		key.Tenant = tenant
-		if e2, ok := e.vault.Get(key); ok != want || (ok && e2.Value.Reveal() != "tok-8201") {
+		if e2, ok := e.vault.Get(t.Context(), key); ok != want || (ok && e2.Value.Reveal() != "tok-8201") {
 			t.Fatalf("Ada's token in %s's vault: %v, want %v", tenant, ok, want)
 		}
 	}

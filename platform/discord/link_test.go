@@ -72,7 +72,7 @@ func TestLinkDM(t *testing.T) {
 	if d := e.sink.next(t); d.Event == nil || d.Event.Text != "hello again" || d.Tenant != "t2" {
 		t.Fatalf("delivery %+v, want hello again to t2", d)
 	}
-	if !e.p.ChatGranted(chanDMAda, "t2") || e.p.ChatGranted(chanDMAda, "t3") {
+	if !e.p.ChatGranted(t.Context(), chanDMAda, "t2") || e.p.ChatGranted(t.Context(), chanDMAda, "t3") {
 		t.Fatal("t2 is not granted Ada's DM, or t3 is")
 	}
 }

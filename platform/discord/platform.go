@@ -43,6 +43,7 @@ type Platform struct {
 	metrics platform.Metrics
 	key     platform.KeyFunc
 	vault   vault.Store
+	egress  platform.Egress[*Platform, string]
 	// guilds maps a guild id to its tenant: Config.Guilds until Bind
 	// replaces it.
 	guilds atomic.Pointer[map[string]string]
@@ -129,6 +130,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		fallback: newPolicy(TenantConfig{}),
 		slots:    make(chan struct{}, maxProcessing),
 	}
+	p.egress = platform.Egress[*Platform, string]{Ops: ops, Chat: channelOf, Timeout: cfg.RequestTimeout}
 	guilds := maps.Clone(cfg.Guilds)
 	p.guilds.Store(&guilds)
 	p.authors.Store(platform.NewAuthors(nil))

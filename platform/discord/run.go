@@ -67,7 +67,7 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	if p.consumeLink(ctx, m, it.edit) {
 		return
 	}
-	n, tenant, drop := p.messageNormalizer(m)
+	n, tenant, drop := p.messageNormalizer(ctx, m)
 	if drop == platform.DropPrincipal {
 		p.metrics.Dropped(platformName, drop)
 		p.log.Debug("discord message dropped: the scope's principal does not admit its author", "channel_id", m.ChannelID)

@@ -60,11 +60,11 @@ func TestInteractionsWebhook(t *testing.T) {
 	if strings.Contains(string(frame), token) {
 		t.Fatalf("inbound frame carries the interaction token: %s", frame)
 	}
-	entry, ok := e.vault.Get(vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken})
+	entry, ok := e.vault.Get(t.Context(), vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken})
 	if !ok || entry.Value.Reveal() != token || entry.Ref != "9000" {
 		t.Fatalf("vault entry = %v %v", entry, ok)
 	}
-	if _, ok := e.vault.Get(vault.Key{Tenant: "t2", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); ok {
+	if _, ok := e.vault.Get(t.Context(), vault.Key{Tenant: "t2", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); ok {
 		t.Fatal("another tenant found the token")
 	}
 

@@ -21,14 +21,14 @@ import (
 // route resolves the tenant of in, author first. owner is set when the
 // author is linked to it (the owner floor: the group gate is skipped);
 // drop is why no tenant takes it.
-func (p *Platform) route(in *inbound) (tenant string, owner bool, drop string) {
+func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner bool, drop string) {
 	src := &in.event.Source
 	r, ok := (*p.authors.Load()).Route(src.UserID.Value, src.ChatType == session.ChatTypeDM, src.ChatID)
 	switch {
 	case ok && r.Drop != "":
 		return "", false, r.Drop
 	case ok:
-		p.grants.Add(src.ChatID, r.Tenant)
+		p.grants.Add(ctx, src.ChatID, r.Tenant)
 		return r.Tenant, r.Owner, ""
 	}
 	if tenant = (*p.chats.Load())[in.chatID]; tenant == "" {
@@ -55,7 +55,7 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	p.metrics.Dropped(platformName, reason)
 	switch {
 	case err == nil:
-		p.grants.Add(in.event.Source.ChatID, tenant)
+		p.grants.Add(ctx, in.event.Source.ChatID, tenant)
 	case !errors.Is(err, platform.ErrLinkRefused):
 		p.log.Warn("telegram /link not redeemed", "user_id", user, "err", err)
 	}
@@ -75,7 +75,7 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 // it (a private chat's id is its user's), or when an update routed to it
 // by author was posted there (and it is still remembered). The first two
 // hold on every instance and across restarts.
-func (p *Platform) ChatGranted(chatID, tenant string) bool {
+func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) bool {
 	a := *p.authors.Load()
-	return a.Claimed(chatID, tenant) || (!strings.HasPrefix(chatID, "-") && a.Linked(chatID, tenant)) || p.grants.Has(chatID, tenant)
+	return a.Claimed(chatID, tenant) || (!strings.HasPrefix(chatID, "-") && a.Linked(chatID, tenant)) || p.grants.Has(ctx, chatID, tenant)
 }

@@ -31,7 +31,7 @@ func TestAuthorFirst(t *testing.T) {
 	}
 	// Before any message: a linked user's DM and a claimed chat are
 	// granted from the table alone (any instance, after a restart).
-	if !e.p.ChatGranted("501", "t1") || !e.p.ChatGranted("-100777", "t3") || e.p.ChatGranted("-100777", "t1") || e.p.ChatGranted("503", "t1") {
+	if !e.p.ChatGranted(t.Context(), "501", "t1") || !e.p.ChatGranted(t.Context(), "-100777", "t3") || e.p.ChatGranted(t.Context(), "-100777", "t1") || e.p.ChatGranted(t.Context(), "503", "t1") {
 		t.Fatal("grants from the author table are wrong")
 	}
 	n := 0
@@ -62,7 +62,7 @@ func TestAuthorFirst(t *testing.T) {
 	expect("t3", "allowed")
 	say(-100777, "group", 504, "not allowed")
 	e.sink.empty(t)
-	if !e.p.ChatGranted("501", "t1") || e.p.ChatGranted("501", "t2") {
+	if !e.p.ChatGranted(t.Context(), "501", "t1") || e.p.ChatGranted(t.Context(), "501", "t2") {
 		t.Fatal("t1 is not granted its user's DM, or t2 is")
 	}
 }

@@ -49,7 +49,7 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		}
 		return nil
 	}
-	tenant, owner, drop := p.route(&in)
+	tenant, owner, drop := p.route(ctx, &in)
 	if drop != "" {
 		p.drop(drop, u.ID, in.chatID)
 		return nil

@@ -46,6 +46,7 @@ type Platform struct {
 	chats   atomic.Pointer[map[int64]string] // chat id -> tenant; replaced by Bind
 	authors atomic.Pointer[platform.Authors] // author routing (authors.go); replaced by Bind
 	grants  *platform.Grants                 // chats granted by author routing
+	egress  platform.Egress[*Platform, int64]
 	// policies are the tenants' group gates, from Config.Tenants and the
 	// relevance their gateways declared (relevance.go); defaultPolicy when
 	// absent.
@@ -126,6 +127,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(),
 		Clock: p.clock,
 	})
+	p.egress = platform.Egress[*Platform, int64]{Ops: handlers, Chat: chatOf, Timeout: cfg.RequestTimeout}
 	p.desc = descriptor.Telegram(handlers.Names())
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
