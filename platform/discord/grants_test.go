@@ -60,7 +60,7 @@ func TestGrantsAcrossInstances(t *testing.T) {
 			}
 
 			holder.dispatch(t, "MESSAGE_CREATE", msg("7001", chanGeneral, guildLab, "ada to her agent", false))
-			if d := holder.sink.next(t); d.Event == nil || d.Tenant != "t2" || d.Event.Text != "ada to her agent" {
+			if d := holder.sink.Next(t); d.Event == nil || d.Tenant != "t2" || d.Event.Text != "ada to her agent" {
 				t.Fatalf("delivery %+v, want Ada's message to t2", d)
 			}
 			if !send("t2", "reply from the other instance") {

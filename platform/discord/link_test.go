@@ -55,7 +55,7 @@ func TestLinkDM(t *testing.T) {
 	e.dispatch(t, "MESSAGE_UPDATE", edit)
 	e.metrics.waitDrop(t, "link_edit", 1)
 	e.dispatch(t, "MESSAGE_CREATE", msg("4", chanDMAda, "", "hello", false))
-	if d := e.sink.next(t); d.Event == nil || d.Event.Text != "hello" || d.Tenant != "t1" {
+	if d := e.sink.Next(t); d.Event == nil || d.Event.Text != "hello" || d.Tenant != "t1" {
 		t.Fatalf("first delivery %+v, want hello to dm_tenant t1 (no /link DM delivered)", d)
 	}
 	linker.mu.Lock()
@@ -69,7 +69,7 @@ func TestLinkDM(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.dispatch(t, "MESSAGE_CREATE", msg("5", chanDMAda, "", "hello again", false))
-	if d := e.sink.next(t); d.Event == nil || d.Event.Text != "hello again" || d.Tenant != "t2" {
+	if d := e.sink.Next(t); d.Event == nil || d.Event.Text != "hello again" || d.Tenant != "t2" {
 		t.Fatalf("delivery %+v, want hello again to t2", d)
 	}
 	if !e.p.ChatGranted(t.Context(), chanDMAda, "t2") || e.p.ChatGranted(t.Context(), chanDMAda, "t3") {

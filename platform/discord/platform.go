@@ -22,6 +22,7 @@ import (
 	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/chatcontext"
+	"connector/platform/chatorder"
 	"connector/platform/fairshare"
 	"connector/vault"
 )
@@ -78,7 +79,9 @@ type Platform struct {
 	botID    atomic.Pointer[string]
 	status   atomic.Pointer[platform.Status]
 
-	queues [ingestShards]chan ingestItem
+	// turns ingests each channel's messages in Gateway order, and
+	// different channels side by side.
+	turns *chatorder.Queue[string]
 
 	lifeMu sync.Mutex
 	life   *lifecycle
@@ -149,9 +152,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
-	for i := range p.queues {
-		p.queues[i] = make(chan ingestItem, ingestQueueDepth)
-	}
+	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)
 	if err := p.newSession(); err != nil {
 		return nil, err

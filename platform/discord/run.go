@@ -27,9 +27,6 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.lifeMu.Unlock()
 
 	var wg sync.WaitGroup
-	for i := range p.queues {
-		wg.Go(func() { p.ingestLoop(ctx, p.queues[i]) })
-	}
 	wg.Go(func() { p.cmds.loop(ctx) })
 	p.setStatus(false, false, "connecting")
 	if p.deps.Exclusive != nil {
@@ -42,22 +39,12 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	})
 	cancel()
 	wg.Wait()
+	p.turns.Wait()
 	p.work.Wait()
 	if err == nil {
 		p.setStatus(false, false, "stopped")
 	}
 	return err
-}
-
-func (p *Platform) ingestLoop(ctx context.Context, q <-chan ingestItem) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case it := <-q:
-			p.ingestMessage(ctx, &it)
-		}
-	}
 }
 
 // ingestMessage resolves the tenant from the message's own guild (or the DM

@@ -47,7 +47,7 @@ func TestInteractionsWebhook(t *testing.T) {
 	if code != 200 || ack != `{"type":5}` {
 		t.Fatalf("slash = %d %s", code, ack)
 	}
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Kind != platform.KindInbound || d.Tenant != "t1" || d.Event.Text != "/model gpt" || d.Event.MessageType != contract.MessageCommand {
 		t.Fatalf("delivery = %+v %+v", d, d.Event)
 	}
@@ -111,11 +111,7 @@ func TestInteractionsWebhook(t *testing.T) {
 		t.Fatalf("unclaimed = %d %s", code, ack)
 	}
 	e.metrics.waitDrop(t, "unclaimed", 1)
-	select {
-	case d := <-e.sink.ch:
-		t.Fatalf("unexpected delivery %+v", d)
-	default:
-	}
+	e.sink.Empty(t)
 }
 
 func TestInteractionComponentsAndDM(t *testing.T) {
@@ -133,7 +129,7 @@ func TestInteractionComponentsAndDM(t *testing.T) {
 	if code != 200 || ack != `{"type":6}` {
 		t.Fatalf("component = %d %s", code, ack)
 	}
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	pr := d.Event.PromptResponse
 	if pr == nil || pr.PromptID != "a1b2c3.0000beef" || pr.OptionID != "once" || pr.PromptMessageID != "7777" || d.Event.Text != "/once" {
 		t.Fatalf("prompt response = %+v text %q", pr, d.Event.Text)
@@ -146,7 +142,7 @@ func TestInteractionComponentsAndDM(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("dm slash = %d", code)
 	}
-	d = e.sink.next(t)
+	d = e.sink.Next(t)
 	if d.Tenant != "t1" || d.SessionKey != "agent:main:discord:dm:301" || d.Event.Source.ChatName != (sessionStr("")) {
 		t.Fatalf("dm = %+v %+v", d, d.Event.Source)
 	}
@@ -168,7 +164,7 @@ func TestInteractionConfirmedOnlyOnceDelivered(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	url := e.webhookServer(t)
-	e.sink.refuse.Store(true)
+	e.sink.RefuseAll(true)
 	body := slashBody("8101", "refused-webhook-token", guildLab, chanGeneral)
 	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), body)); code != http.StatusServiceUnavailable {
 		t.Fatalf("undeliverable slash = %d %s, want 503", code, ack)

@@ -46,22 +46,22 @@ func TestAuthorFirst(t *testing.T) {
 	}
 	expect := func(tenant, text string) {
 		t.Helper()
-		d := e.sink.next(t)
+		d := e.sink.Next(t)
 		if d.Tenant != tenant || d.Event == nil || d.Event.Text != text {
 			t.Fatalf("delivery %s %+v, want %q to %s", d.Tenant, d.Event, text, tenant)
 		}
-		e.sink.empty(t)
+		e.sink.Empty(t)
 	}
 	say(-1001234567890, "supergroup", 501, "linked, no mention")
 	expect("t1", "linked, no mention")
 	say(-1001234567890, "supergroup", 503, "unlinked, no mention")
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	say(501, "private", 501, "my DM")
 	expect("t1", "my DM")
 	say(-100777, "group", 502, "allowed")
 	expect("t3", "allowed")
 	say(-100777, "group", 504, "not allowed")
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	if !e.p.ChatGranted(t.Context(), "501", "t1") || e.p.ChatGranted(t.Context(), "501", "t2") {
 		t.Fatal("t1 is not granted its user's DM, or t2 is")
 	}
