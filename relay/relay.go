@@ -220,7 +220,9 @@ type Config struct {
 // one TTL.
 const DefaultLeaseTTL = 5 * time.Second
 
-func (c *Config) setDefaults() {
+// WithDefaults returns c with every unset field at its default: the
+// configuration New runs with.
+func (c Config) WithDefaults() Config {
 	if c.Bus == nil {
 		c.Bus = NewMemoryBus()
 	}
@@ -250,6 +252,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.SessionOwners, 100_000)
 	orDefault(&c.LeaseTTL, DefaultLeaseTTL)
 	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
+	return c
 }
 
 // orDefault sets *v to def when it is zero or negative.
@@ -305,7 +308,7 @@ type gatewayRecord struct {
 // New validates cfg, recovers every tenant's stored inbound and returns a
 // Server subscribed to cfg.Bus.
 func New(cfg Config) (*Server, error) {
-	cfg.setDefaults()
+	cfg = cfg.WithDefaults()
 	if cfg.MaxTokenLifetime < contract.TokenTTL {
 		return nil, fmt.Errorf("relay: MaxTokenLifetime %v is below the gateway's %v token lifetime", cfg.MaxTokenLifetime, contract.TokenTTL)
 	}

@@ -117,7 +117,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if deps.Vault == nil {
 		return nil, errors.New("discord: deps.Vault is required (interaction tokens live there)")
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	deps = deps.WithDefaults()
 	pub, _ := decodePublicKey(cfg.PublicKey) // validated above
 	p := &Platform{

@@ -94,7 +94,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	deps = deps.WithDefaults()
 	p := &Platform{
 		cfg:       cfg,
