@@ -89,7 +89,7 @@ func startDiscordLoopWith(t *testing.T, mutate func(*discord.Config)) *discordLo
 	if err := fake.WaitSession(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}
-	logs.WaitFor(t, "discord guild snapshot loaded")
+	discordtest.WaitOwners(t, p)
 	l := &discordLoop{fake: fake, priv: priv, h: h, p: p, gw: h.Dial(t, "gw1", secretGW1), gw2: h.Dial(t, "gw2", secretGW2)}
 	l.gw.Hello(t, "discord", "9000")
 	l.gw2.Hello(t, "discord", "9000")

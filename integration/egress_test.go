@@ -56,7 +56,7 @@ func TestEgressAnswersAlikeOnEveryPlatform(t *testing.T) {
 	if err := fake.WaitSession(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}
-	logs.WaitFor(t, "discord guild snapshot loaded")
+	discordtest.WaitOwners(t, dc)
 	gw := h.Dial(t, "gw1", secretGW1)
 	for _, name := range []string{"discord", "telegram", "nexscope"} {
 		gw.Hello(t, name, "")

@@ -10,6 +10,7 @@ import (
 
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 	"connector/vault"
 )
 
@@ -145,7 +146,6 @@ func TestGatewayReconnectResumes(t *testing.T) {
 	if e.fake.Resumes() != 1 || e.fake.Identifies() != 1 {
 		t.Fatalf("identifies %d resumes %d, want 1 and 1", e.fake.Identifies(), e.fake.Resumes())
 	}
-	e.logs.WaitFor(t, "discord gateway disconnected")
 	e.dispatch(t, "MESSAGE_CREATE", msg("7020", threadPlan, guildLab, "still there?", true))
 	if d := e.sink.Next(t); d.Event.Source.MessageID != "7020" {
 		t.Fatalf("delivery after resume = %+v", d)
@@ -157,7 +157,7 @@ func TestGatewayHandshakeWatchdog(t *testing.T) {
 		c.HandshakeTimeout = 100 * 1e6 // 100ms
 	})
 	e.start(t)
-	e.logs.WaitFor(t, "discord gateway connect failed")
+	platformtest.WaitUntil(t, "the handshake given up", func() bool { return e.p.Status().Detail == "gateway connect failed; retrying" })
 	if st := e.p.Status(); st.Ready || st.Terminal {
 		t.Fatalf("status = %+v", st)
 	}

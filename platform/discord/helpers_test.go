@@ -181,8 +181,9 @@ func (e *env) startReady(t *testing.T) {
 	if err := e.fake.WaitSession(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	e.logs.WaitFor(t, "discord gateway connected")
-	e.logs.WaitFor(t, "discord guild snapshot loaded")
+	platformtest.WaitUntil(t, "the Gateway session up and the guild snapshot loaded", func() bool {
+		return e.p.Status().Ready && e.p.snap.loaded.Load()
+	})
 }
 
 func (e *env) dispatch(t *testing.T, typ string, d any) {

@@ -13,6 +13,7 @@ import (
 	"connector/contract"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 	"connector/vault"
 )
 
@@ -175,7 +176,8 @@ func TestInteractionConfirmedOnlyOnceDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.dispatch(t, "INTERACTION_CREATE", in)
-	e.logs.WaitFor(t, "delivery failed\" platform=discord tenant=t1 chat_id="+chanRandom)
+	platformtest.WaitUntil(t, "the Gateway interaction's delivery", func() bool { return e.sink.Calls() == 2 })
+	e.p.work.Wait() // its processing ended: it would have called back by now
 	for _, r := range e.fake.Requests() {
 		if strings.HasSuffix(r.Path, "/callback") {
 			t.Fatalf("an undelivered Gateway interaction was acknowledged: %s %s", r.Method, r.Path)

@@ -34,7 +34,7 @@ type (
 
 var (
 	newFakeClock         = nexscopetest.NewClock
-	waitFor              = nexscopetest.WaitFor
+	waitFor              = platformtest.WaitUntil
 	dialMember           = nexscopetest.Dial
 	containsUser         = nexscopetest.ContainsUser
 	users                = nexscopetest.Users

@@ -1,6 +1,6 @@
 // Package platformtest is test support for the platform packages: Sink,
 // the one platform.Sink double their tests, fuzz targets and benchmarks
-// deliver into.
+// deliver into, and WaitUntil, the one wait for a state to hold.
 package platformtest
 
 import (
@@ -13,8 +13,31 @@ import (
 	"connector/platform"
 )
 
-// Timeout bounds every wait of a Sink.
-const Timeout = 10 * time.Second
+// Timeout bounds every wait of a Sink and of WaitUntil.
+const Timeout = 20 * time.Second
+
+// TB is the part of testing.TB the waits use.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// WaitUntil waits up to Timeout until cond holds, checking every
+// millisecond; what names the state in the failure. It is how a test waits
+// for a state it cannot be told of (a platform's readiness, a fake's
+// registry), never for a log line.
+func WaitUntil(tb TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(Timeout)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", Timeout, what)
+		}
+		<-tick.C
+	}
+}
 
 // ErrRefused is what a Sink answers a delivery it refuses, as a relay
 // whose store fails.
