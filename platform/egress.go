@@ -94,9 +94,9 @@ func Unsupported(name string) contract.Result {
 // Authorize is the one check that tenant may act in chatID on p, made by
 // Execute before a chat-addressed op: p grants it the chat (ChatGranter) or
 // ChatTenant, asked on its behalf (WithTenant), names it. Otherwise it
-// returns false and the result to answer: OwnerUnknown when ChatTenant's
-// error wraps ErrUnavailable, else the uniform decline. A chat Locate found
-// for the same tenant on p is not asked about again.
+// returns false and the result to answer: OwnerUnknown when either's error
+// wraps ErrUnavailable, else the uniform decline. A chat Locate found for
+// the same tenant on p is not asked about again.
 func Authorize(ctx context.Context, p Platform, tenant, chatID string) (contract.Result, bool) {
 	switch err := authorize(ctx, p, tenant, chatID); {
 	case err == nil:
@@ -113,10 +113,17 @@ func authorize(ctx context.Context, p Platform, tenant, chatID string) error {
 	if found, ok := ctx.Value(locatedKey{}).(located); ok && found == (located{p.Name(), tenant, chatID}) {
 		return nil
 	}
-	if g, ok := p.(ChatGranter); ok && g.ChatGranted(ctx, chatID, tenant) {
-		return nil
+	ctx = WithTenant(ctx, tenant)
+	if g, ok := p.(ChatGranter); ok {
+		granted, err := g.ChatGranted(ctx, chatID, tenant)
+		switch {
+		case errors.Is(err, ErrUnavailable):
+			return err
+		case granted:
+			return nil
+		}
 	}
-	owner, err := p.ChatTenant(WithTenant(ctx, tenant), chatID)
+	owner, err := p.ChatTenant(ctx, chatID)
 	switch {
 	case errors.Is(err, ErrUnavailable):
 		return err

@@ -37,10 +37,12 @@ func (p *chatsPlatform) ChatTenant(_ context.Context, chat string) (string, erro
 	return "", platform.ErrUnknownChat
 }
 
-func (p *chatsPlatform) ChatGranted(ctx context.Context, chat, tenant string) bool {
+func (p *chatsPlatform) ChatGranted(ctx context.Context, chat, tenant string) (bool, error) {
 	p.grantCtx = ctx
-	return p.granted[chat] == tenant
+	return p.granted[chat] == tenant, nil
 }
+
+var _ platform.ChatGranter = (*chatsPlatform)(nil)
 
 func (p *chatsPlatform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
 	e := platform.Egress[*chatsPlatform, string]{

@@ -106,6 +106,10 @@ type Binding struct {
 	Kind     string `json:"kind"`
 	ID       string `json:"id"`
 	Tenant   string `json:"tenant"`
+	// Space is, for a scope claim, the space the claimed chat was in (a
+	// Discord guild), as the management plane found it
+	// (platform.Binding.Space); empty otherwise.
+	Space string `json:"space,omitempty"`
 }
 
 // key names the scope a binding claims: one tenant per key. A user may be
@@ -157,7 +161,10 @@ type Registry struct {
 	ps  store.PubSub
 	now func() time.Time
 	// mu serializes this instance's read-modify-write changes. Instances
-	// sharing a store do not lock each other: the last write wins.
+	// sharing a store do not lock each other: a binding is written with
+	// the store's CompareAndSwap (swapBinding), so of concurrent writers
+	// one wins and the others judge again; for other entries the last
+	// write wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
 }
@@ -303,7 +310,7 @@ func (g Gateway) liveSecrets(now time.Time) []Secret {
 func (s State) PlatformBindings() map[string][]platform.Binding {
 	out := make(map[string][]platform.Binding)
 	for _, b := range s.Bindings {
-		out[b.Platform] = append(out[b.Platform], platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant})
+		out[b.Platform] = append(out[b.Platform], platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant, Space: b.Space})
 	}
 	return out
 }
@@ -402,12 +409,8 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			}
 		}
 	}
-	for _, b := range stored.Bindings {
-		if b.Tenant == id {
-			if _, err := r.kv.Delete(ctx, nsBindings, b.key()); err != nil {
-				return err
-			}
-		}
+	if err := r.dropBindings(ctx, func(b Binding) bool { return b.Tenant == id }); err != nil {
+		return err
 	}
 	for _, p := range stored.Policies {
 		if p.Tenant == id {
@@ -517,6 +520,8 @@ func (r *Registry) gateway(ctx context.Context, tenant, id string) (Gateway, err
 
 // Bind gives b's scope to b.Tenant. Binding a scope the same tenant holds
 // is a no-op; one another tenant holds is ErrConflict (unbind it first).
+// Of concurrent binds of one scope, on any instance, one wins: the others
+// see its binding (the store's CompareAndSwap).
 func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	b, err := CanonicalBinding(b)
 	if err != nil {
@@ -533,15 +538,51 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	if err := r.requireTenant(ctx, b.Tenant); err != nil {
 		return err
 	}
-	var cur Binding
-	if ok, err := r.get(ctx, nsBindings, b.key(), &cur); err != nil {
+	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
+		switch {
+		case cur == nil:
+			return true, nil
+		case cur.Tenant != b.Tenant:
+			return false, ErrConflict
+		}
+		return cur.ID != b.ID, nil // a tenant's principal replaced, or nothing to do
+	})
+}
+
+// Claim stores tenant's scope claim of chat on platformName, as the
+// platform placed it (platform.ScopeLocator), when the ownership order
+// allows it (platform.Ownership.Claim over the effective bindings): else
+// ErrConflict. Claiming a chat the tenant holds is a no-op; a claim the
+// tenant's own binding of the chat sets aside is replaced. Of concurrent
+// claims of one chat, on any instance, one wins.
+func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat platform.Chat) error {
+	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindScope, ID: chat.ID, Tenant: tenant, Space: chat.Space})
+	if err != nil {
 		return err
-	} else if ok && cur.Tenant != b.Tenant {
-		return ErrConflict
-	} else if ok && cur.ID == b.ID {
-		return nil
 	}
-	return r.put(ctx, nsBindings, b.key(), b) // new, or a tenant's principal replaced
+	chat.ID, chat.Space = b.ID, b.Space
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.requireTenant(ctx, tenant); err != nil {
+		return err
+	}
+	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
+		s, _, err := r.Effective(ctx)
+		if err != nil {
+			return false, err
+		}
+		holder := ""
+		if cur != nil {
+			holder = cur.Tenant
+		}
+		switch platform.NewOwnership(s.PlatformBindings()[platformName]).Claim(tenant, holder, chat) {
+		case platform.ClaimStore, platform.ClaimReplace:
+			return true, nil
+		case platform.ClaimHeld:
+			return false, nil
+		}
+		return false, ErrConflict
+	})
 }
 
 // Unbind removes b's scope from b.Tenant.
@@ -555,15 +596,61 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	if _, ok := r.declaredBinding(b); ok {
 		return ErrDeclared
 	}
-	var cur Binding
-	if ok, err := r.get(ctx, nsBindings, b.key(), &cur); err != nil {
-		return err
-	} else if !ok || cur.Tenant != b.Tenant {
-		return ErrNotFound
-	}
-	_, err = r.kv.Delete(ctx, nsBindings, b.key())
-	r.notify(ctx)
+	err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding) (bool, error) {
+		if cur == nil || cur.Tenant != b.Tenant {
+			return false, ErrNotFound
+		}
+		return true, nil
+	})
 	return err
+}
+
+// maxSwaps bounds swapBinding's rounds: each lost round means another
+// writer changed the binding meanwhile.
+const maxSwaps = 16
+
+// swapBinding reads the stored binding under key and asks decide whether
+// to replace it with next (nil: remove it); decide's cur is nil when the
+// key is absent. It writes with the store's CompareAndSwap from the value
+// it read, so a change another writer made in between (on any instance)
+// is never overwritten: decide judges again with it. It tells every
+// instance after a write. Called under mu.
+func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding) (bool, error)) error {
+	var value []byte
+	if next != nil {
+		var err error
+		if value, err = json.Marshal(next); err != nil {
+			return err
+		}
+	}
+	for range maxSwaps {
+		var cur *Binding
+		e, ok, err := r.kv.Get(ctx, nsBindings, key)
+		if err != nil {
+			return err
+		}
+		var old []byte
+		if ok {
+			old = e.Value
+			cur = new(Binding)
+			if err := json.Unmarshal(e.Value, cur); err != nil {
+				return fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
+			}
+		}
+		write, err := decide(cur)
+		if err != nil || !write {
+			return err
+		}
+		swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, key, old, value)
+		if err != nil {
+			return err
+		}
+		if swapped {
+			r.notify(ctx)
+			return nil
+		}
+	}
+	return fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
 }
 
 // SetPolicy stores p, replacing the tenant's earlier policy on the
@@ -704,6 +791,17 @@ func CanonicalBinding(b Binding) (Binding, error) {
 		}
 	default:
 		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat or nexscope room, or on discord and telegram user, scope, dm_default, principal or allow", ErrInvalid, b.Platform, b.Kind)
+	}
+	switch {
+	case b.Space == "":
+	case b.Platform == "discord" && b.Kind == platform.BindScope:
+		n, err := strconv.ParseUint(b.Space, 10, 64)
+		if err != nil {
+			return Binding{}, fmt.Errorf("%w: discord scope %q: space %q is not a Discord id", ErrInvalid, b.ID, b.Space)
+		}
+		b.Space = strconv.FormatUint(n, 10)
+	default:
+		return Binding{}, fmt.Errorf("%w: %s binding %s %q: only a Discord scope claim has a space", ErrInvalid, b.Platform, b.Kind, b.ID)
 	}
 	return b, nil
 }

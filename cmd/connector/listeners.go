@@ -45,6 +45,7 @@ func (c *connector) publicServer(ln net.Listener) (*http.Server, net.Listener, e
 		IdleTimeout:       h.IdleTimeout,
 		MaxHeaderBytes:    h.MaxHeaderBytes,
 		ConnState:         limited.ConnState,
+		ConnContext:       limited.ConnContext,
 		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
 	}, limited, nil
 }

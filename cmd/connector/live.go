@@ -42,7 +42,10 @@ type live struct {
 
 	mu     sync.Mutex // serializes apply
 	expiry *time.Timer
-	ctx    context.Context // ends the expiry timer's applies
+	// setAside are the scope claims the last apply found set aside by a
+	// binding of another tenant (reportSetAside).
+	setAside map[setAsideClaim]bool
+	ctx      context.Context // ends the expiry timer's applies
 }
 
 // newLive keeps srv and the platforms that take bindings or relevance
@@ -149,6 +152,7 @@ func (l *live) apply(ctx context.Context) error {
 			return err
 		}
 	}
+	l.reportSetAside(bindings)
 	policies := s.Relevance(slices.Collect(maps.Keys(l.relevance)))
 	for name, rt := range l.relevance {
 		rt.SetRelevance(policies[name])
@@ -157,6 +161,39 @@ func (l *live) apply(ctx context.Context) error {
 	l.metrics.applies.WithLabelValues("ok").Inc()
 	l.log.Debug("registry applied", "tenants", len(s.Tenants), "gateways", len(s.Gateways), "bindings", len(s.Bindings))
 	return nil
+}
+
+// setAsideClaim is a set-aside scope claim of a platform.
+type setAsideClaim struct {
+	platformName string
+	platform.SetAsideClaim
+}
+
+// reportSetAside logs each scope claim a binding of another tenant sets
+// aside (platform.Ownership.SetAside: the claim stays stored, routing and
+// egress ignore it) when it first finds it, and one line when it is no
+// longer set aside (released, replaced, or the binding gone), and sets
+// the gauge of set-aside claims per platform. Called under mu.
+func (l *live) reportSetAside(bindings map[string][]platform.Binding) {
+	now := make(map[setAsideClaim]bool)
+	for name := range l.binders {
+		claims := platform.NewOwnership(bindings[name]).SetAside()
+		l.metrics.setAside.WithLabelValues(name).Set(float64(len(claims)))
+		for _, c := range claims {
+			k := setAsideClaim{name, c}
+			now[k] = true
+			if !l.setAside[k] {
+				l.log.Warn("scope claim set aside", "platform", name, "chat_id", c.Claim.ID, "claimant", c.Claim.Tenant, "owner", c.Owner,
+					"why", "the chat is bound to another tenant; the claim is ignored until the claimant releases it or the owner claims the chat")
+			}
+		}
+	}
+	for k := range l.setAside {
+		if !now[k] {
+			l.log.Info("scope claim no longer set aside", "platform", k.platformName, "chat_id", k.Claim.ID, "claimant", k.Claim.Tenant, "owner", k.Owner)
+		}
+	}
+	l.setAside = now
 }
 
 // schedule arranges an apply at next, when a secret's grace ends; zero
@@ -232,6 +269,9 @@ type adminMetrics struct {
 	refused prometheus.Counter
 	applies *prometheus.CounterVec
 	reloads *prometheus.CounterVec
+	// setAside is the number of stored scope claims a binding of another
+	// tenant sets aside, per platform (live.reportSetAside).
+	setAside *prometheus.GaugeVec
 }
 
 // Results of connector_config_reloads_total.
@@ -255,7 +295,10 @@ func newAdminMetrics(reg *prometheus.Registry) *adminMetrics {
 			Name: "connector_config_reloads_total",
 			Help: "SIGHUP config reloads by result: ok, unreadable (the file did not parse or validate; the running config stays) or not_applied."}, []string{"result"}),
 	}
-	reg.MustRegister(m.changes, m.refused, m.applies, m.reloads)
+	m.setAside = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "connector_scope_claims_set_aside",
+		Help: "Stored scope claims that a binding of another tenant (configuration or admin API) sets aside, per platform: kept in the store, ignored by routing and egress."}, []string{"platform"})
+	reg.MustRegister(m.changes, m.refused, m.applies, m.reloads, m.setAside)
 	m.applies.WithLabelValues("ok")
 	m.applies.WithLabelValues("error")
 	for _, r := range []string{reloadOK, reloadUnreadable, reloadNotApplied} {

@@ -258,7 +258,10 @@ func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
 	st, err := store.Open(ctx, cfg.Store.storeConfig())
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrDamaged):
+		return nil, err // it names the file and what to do
+	case err != nil:
 		return nil, fmt.Errorf("store (%s): %w", cfg.Store.describe(), err)
 	}
 	return st, nil

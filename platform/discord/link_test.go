@@ -72,7 +72,18 @@ func TestLinkDM(t *testing.T) {
 	if d := e.sink.Next(t); d.Event == nil || d.Event.Text != "hello again" || d.Tenant != "t2" {
 		t.Fatalf("delivery %+v, want hello again to t2", d)
 	}
-	if !e.p.ChatGranted(t.Context(), chanDMAda, "t2") || e.p.ChatGranted(t.Context(), chanDMAda, "t3") {
+	if !granted(t, e, chanDMAda, "t2") || granted(t, e, chanDMAda, "t3") {
 		t.Fatal("t2 is not granted Ada's DM, or t3 is")
 	}
+}
+
+// granted asks e's platform whether tenant may act in chat by a claim or a
+// grant.
+func granted(t *testing.T, e *env, chat, tenant string) bool {
+	t.Helper()
+	ok, err := e.p.ChatGranted(platform.WithTenant(waitCtx(t), tenant), chat, tenant)
+	if err != nil {
+		t.Fatalf("ChatGranted(%s, %s): %v", chat, tenant, err)
+	}
+	return ok
 }

@@ -35,9 +35,9 @@ var handlers = platform.Ops[*Platform, int64]{
 // follows a rate-limit wait.
 const callMargin = time.Second
 
-// chatOf makes a chat_id into the chat id ops act on: a chat id in its
+// chatIDOf makes a chat_id into the chat id ops act on: a chat id in its
 // canonical decimal spelling.
-func chatOf(_ *Platform, chatID string) (int64, bool) {
+func chatIDOf(_ *Platform, chatID string) (int64, bool) {
 	chat, err := parseChatID(chatID)
 	return chat, err == nil
 }

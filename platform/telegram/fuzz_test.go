@@ -2,6 +2,7 @@ package telegram
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -18,9 +19,9 @@ import (
 // its tenant, or whose source does not match it.
 func routedToOwner(t *testing.T, p *Platform) func(platform.Delivery) error {
 	return func(d platform.Delivery) error {
-		chat, owner := p.chatOwner(d.ChatID)
-		if owner == "" || owner != d.Tenant || d.Platform != "telegram" {
-			t.Fatalf("delivery for chat %q (%d) to tenant %q; the chat belongs to %q", d.ChatID, chat, d.Tenant, owner)
+		owner, err := p.ChatTenant(context.Background(), d.ChatID)
+		if err != nil || owner != d.Tenant || d.Platform != "telegram" {
+			t.Fatalf("delivery for chat %q to tenant %q; the chat belongs to %q (%v)", d.ChatID, d.Tenant, owner, err)
 		}
 		if d.Kind == platform.KindInbound {
 			src := &d.Event.Source
