@@ -290,6 +290,9 @@ func TestClaimSetAsideByBindingYields(t *testing.T) {
 	}
 	r.cli(t, "bind", "b", "telegram", "chat", "-1003")
 	r.cli(t, "bind", "b", "discord", "guild", "800")
+	waitMetrics(t, "http://"+r.child.ops+"/metrics",
+		`connector_scope_claims_set_aside{platform="discord"} 1`, `connector_scope_claims_set_aside{platform="telegram"} 1`)
+	// The documented warning names the claim and both tenants.
 	r.child.waitLog(t, `"msg":"scope claim set aside","platform":"telegram","chat_id":"-1003","claimant":"a","owner":"b"`)
 	r.child.waitLog(t, `"msg":"scope claim set aside","platform":"discord","chat_id":"801","claimant":"a","owner":"b"`)
 
