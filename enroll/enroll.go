@@ -297,7 +297,7 @@ func (h *Handler) provision(req *request) (any, error) {
 	req.what = append(req.what, "created", created)
 	keys := make([]string, 0, len(bindings))
 	for _, b := range bindings {
-		if err := h.cfg.Registry.Bind(ctx, b); err != nil {
+		if err := h.cfg.Registry.BindOwn(ctx, b); err != nil {
 			return nil, fmt.Errorf("routeKeys %q: %w", b.ID, err)
 		}
 		keys = append(keys, b.ID)

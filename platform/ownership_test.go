@@ -241,3 +241,27 @@ func FuzzOwnershipOrder(f *testing.F) {
 		}
 	})
 }
+
+// TestOwnershipYieldsTo: a tenant's own binding yields to another
+// tenant's claim of the chat or inside the guild, and to a user linked to
+// other tenants only; never to the tenant's own claims and links.
+func TestOwnershipYieldsTo(t *testing.T) {
+	o := platform.NewOwnership([]platform.Binding{
+		{Kind: platform.BindScope, ID: "901", Space: "900", Tenant: "b"},
+		{Kind: platform.BindScope, ID: "-1301", Tenant: "b"},
+		{Kind: platform.BindUser, ID: "4002", Tenant: "b"},
+		{Kind: platform.BindUser, ID: "4003", Tenant: "a"},
+		{Kind: platform.BindUser, ID: "4003", Tenant: "b"},
+	})
+	for _, c := range []struct {
+		tenant, id, to string
+	}{
+		{"a", "901", "b"}, {"a", "900", "b"}, {"a", "-1301", "b"}, {"a", "4002", "b"},
+		{"a", "4003", ""}, {"b", "901", ""}, {"b", "4002", ""}, {"a", "-1302", ""},
+	} {
+		to, ok := o.YieldsTo(c.tenant, c.id)
+		if to != c.to || ok != (c.to != "") {
+			t.Errorf("YieldsTo(%s, %s) = %q, %v; want %q", c.tenant, c.id, to, ok, c.to)
+		}
+	}
+}

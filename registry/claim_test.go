@@ -112,3 +112,49 @@ func TestClaimRaceOnRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestBindOwnYieldsToClaimsAndLinks: a binding a tenant makes for itself
+// (a provision's routeKeys) is ErrConflict on a chat another tenant
+// claimed, on a guild another tenant claimed a channel in, and on the
+// private chat of a user linked to another tenant only; it is allowed
+// where the claim or link is the tenant's own, and an operator's Bind
+// still overrides them (issue 22: the provision hole the authorization
+// matrix found).
+func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.SetDeclared(registry.State{Tenants: []registry.Tenant{{ID: "a"}, {ID: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(ctx, "b", "telegram", platform.Chat{ID: "-1301"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(ctx, "b", "discord", platform.Chat{ID: "901", Space: "900"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []registry.Binding{
+		{Platform: "telegram", Kind: platform.BindUser, ID: "4002", Tenant: "b"},
+		{Platform: "telegram", Kind: platform.BindUser, ID: "4003", Tenant: "a"},
+		{Platform: "telegram", Kind: platform.BindUser, ID: "4003", Tenant: "b"},
+	} {
+		if err := r.Bind(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bindOwn := func(tenant, platformName, kind, id string, want error) {
+		t.Helper()
+		err := r.BindOwn(ctx, registry.Binding{Platform: platformName, Kind: kind, ID: id, Tenant: tenant})
+		if !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Fatalf("%s binds its own %s %s %s: %v, want %v", tenant, platformName, kind, id, err, want)
+		}
+	}
+	bindOwn("a", "telegram", platform.BindChat, "-1301", registry.ErrConflict) // b's claimed chat
+	bindOwn("a", "discord", platform.BindGuild, "900", registry.ErrConflict)   // b claimed a channel in it
+	bindOwn("a", "telegram", platform.BindChat, "4002", registry.ErrConflict)  // b's linked user's DM
+	bindOwn("a", "telegram", platform.BindChat, "4003", nil)                   // linked to a as well
+	bindOwn("b", "telegram", platform.BindChat, "-1301", nil)                  // its own claim
+	bindOwn("a", "telegram", platform.BindChat, "-1302", nil)                  // nobody's
+	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "4002", Tenant: "a"}); err != nil {
+		t.Fatalf("an operator's bind of a linked user's chat: %v", err)
+	}
+}

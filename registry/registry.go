@@ -549,6 +549,25 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	})
 }
 
+// BindOwn is Bind for a binding a tenant makes for itself (a
+// provision's routeKeys), which must not take a chat the ownership order
+// gives another tenant by claim or author link (platform.Ownership.YieldsTo):
+// that is ErrConflict too. An operator's Bind overrides claims and links.
+func (r *Registry) BindOwn(ctx context.Context, b Binding) error {
+	b, err := CanonicalBinding(b)
+	if err != nil {
+		return err
+	}
+	s, _, err := r.Effective(ctx)
+	if err != nil {
+		return err
+	}
+	if _, taken := platform.NewOwnership(s.PlatformBindings()[b.Platform]).YieldsTo(b.Tenant, b.ID); taken {
+		return ErrConflict
+	}
+	return r.Bind(ctx, b)
+}
+
 // Claim stores tenant's scope claim of chat on platformName, as the
 // platform placed it (platform.ScopeLocator), when the ownership order
 // allows it (platform.Ownership.Claim over the effective bindings): else

@@ -45,7 +45,7 @@ func TestAdminAcrossInstances(t *testing.T) {
 		}
 	}
 	gw := r1.connect(t, "acme-gw", secret)
-	nexscopeSay(t, r1.child.addr, "lab", "to acme on i1")
+	nexscopeSay(t, r1.child.addr, "lab", "ada", "to acme on i1")
 	inbound(t, gw, "to acme on i1")
 
 	r0.cli(t, "gateway", "rm", "acme", "acme-gw")
