@@ -8,9 +8,10 @@ import "context"
 // Binder its complete table whenever it changes.
 type Binding struct {
 	// Kind is the scope: BindGuild on Discord, BindChat on Telegram,
-	// BindRoom on nexscope; on Discord and Telegram also the management
-	// plane's BindUser, BindScope, BindDMDefault, BindPrincipal and
-	// BindAllow. Ownership (ownership.go) reads them all.
+	// BindRoom on nexscope, BindPhoneNumber on WhatsApp Cloud; on Discord
+	// and Telegram also the management plane's BindUser, BindScope,
+	// BindDMDefault, BindPrincipal and BindAllow, on WhatsApp Cloud
+	// BindUser and BindDMDefault. Ownership (ownership.go) reads them all.
 	Kind string
 	// ID names the scope as the platform spells it (a snowflake, a chat
 	// id, a room name).
@@ -30,6 +31,9 @@ const (
 	BindChannel = "channel"
 	BindChat    = "chat"
 	BindRoom    = "room"
+	// BindPhoneNumber gives a WhatsApp Cloud business phone number (its
+	// phone_number_id) to a tenant.
+	BindPhoneNumber = "phone_number"
 	// BindUser links a platform user to a tenant (author-first routing,
 	// authors.go): the user's messages reach that tenant wherever they are
 	// posted. A user may be linked to several tenants.
@@ -110,4 +114,18 @@ type ScopeLocator interface {
 	// chat (or chatID is no chat id of the platform), and an error
 	// wrapping ErrUnavailable when the platform could not be asked.
 	LocateChat(ctx context.Context, chatID string) (Chat, error)
+}
+
+// ValidWhatsAppID reports whether s is a WhatsApp Cloud id as Meta spells
+// phone number ids and wa_ids: 1 to 32 decimal digits.
+func ValidWhatsAppID(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -67,15 +67,15 @@ type Ownership struct {
 }
 
 // NewOwnership builds the ownership of one platform's bindings, ids
-// already in their canonical spelling: BindGuild, BindChannel, BindChat
-// and BindRoom bind; the author kinds (IsAuthorKind) and BindPrincipal
+// already in their canonical spelling: BindGuild, BindChannel, BindChat,
+// BindRoom and BindPhoneNumber bind; the author kinds (IsAuthorKind) and BindPrincipal
 // claim, link and admit.
 func NewOwnership(bindings []Binding) *Ownership {
 	o := &Ownership{bound: map[string]string{}, claims: map[string]Binding{}, links: map[string][]string{},
 		dmDefault: map[string]string{}, principal: map[string]string{}, allow: map[string]map[string]bool{}}
 	for _, b := range bindings {
 		switch b.Kind {
-		case BindGuild, BindChannel, BindChat, BindRoom:
+		case BindGuild, BindChannel, BindChat, BindRoom, BindPhoneNumber:
 			o.bound[b.ID] = b.Tenant
 		case BindScope:
 			o.claims[b.ID] = b

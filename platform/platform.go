@@ -188,6 +188,11 @@ type Deps struct {
 	// Linker redeems "/link <code>" DMs (authors.go); nil leaves such DMs
 	// to normal routing.
 	Linker Linker
+	// Store is the durable store every instance shares. A platform keeps
+	// its own state there under its own names (Slack: the workspaces
+	// installed through OAuth in its Registry, its event dedupe in its
+	// Claims). Nil: such state lives in the platform's memory.
+	Store store.Store
 }
 
 // Cluster places a platform among the connector instances sharing one

@@ -74,7 +74,30 @@ var (
 type Tenant struct {
 	ID      string   `json:"id"`
 	Session *Session `json:"session,omitempty"`
+	// MaxGateways bounds the tenant's gateways, declared and stored
+	// together: creating one more (admin API, enrollment, provision) is
+	// ErrLimit. Zero is DefaultMaxGateways; at most GatewayLimitCeiling.
+	MaxGateways int `json:"max_gateways,omitempty"`
 }
+
+// Bounds of a tenant's gateways (Tenant.MaxGateways). Every gateway may
+// register a wake URL and is a socket the tenant may hold open, so one
+// identity token must not be able to make them without end.
+const (
+	DefaultMaxGateways  = 100
+	GatewayLimitCeiling = 10_000
+)
+
+// checkLimits validates the tenant's limits.
+func (t Tenant) checkLimits() error {
+	if t.MaxGateways < 0 || t.MaxGateways > GatewayLimitCeiling {
+		return fmt.Errorf("%w: tenant %q max_gateways %d: want 0 (the default, %d) to %d", ErrInvalid, t.ID, t.MaxGateways, DefaultMaxGateways, GatewayLimitCeiling)
+	}
+	return nil
+}
+
+// gatewayLimit is the tenant's bound on its gateways.
+func (t Tenant) gatewayLimit() int { return cmp.Or(t.MaxGateways, DefaultMaxGateways) }
 
 // Session mirrors the gateway's session-key knobs (the YAML's
 // tenants[].session); nil fields are the gateway defaults.
@@ -91,13 +114,30 @@ type Gateway struct {
 	ID      string   `json:"id"`
 	Tenant  string   `json:"tenant"`
 	Secrets []Secret `json:"secrets"`
+	// Origin is what made the stored gateway: OriginAdmin, OriginEnroll or
+	// OriginProvision; empty for one stored before origins were kept
+	// (provision treats it as its own).
+	Origin string `json:"origin,omitempty"`
 }
+
+// Origins of a stored gateway. Provision manages only the gateways it
+// made: an admin-made or enrolled gateway's secret is pinned where the
+// gateway runs, and no identity token may rotate or learn it.
+const (
+	OriginAdmin     = "admin"
+	OriginEnroll    = "enroll"
+	OriginProvision = "provision"
+)
 
 // Secret is one accepted GATEWAY_RELAY_SECRET.
 type Secret struct {
 	Value string `json:"value"`
 	// Expires ends the secret's validity; zero never.
 	Expires time.Time `json:"expires,omitzero"`
+	// Minter is the SHA-256 (hex) of the identity token a provision minted
+	// the secret for; Provision answers the secret again to that token
+	// only.
+	Minter string `json:"minter,omitempty"`
 }
 
 // Binding gives a platform's chat scope to a tenant.
@@ -180,6 +220,9 @@ func New(st store.Store, now func() time.Time) *Registry {
 func (r *Registry) SetDeclared(s State) error {
 	for _, t := range s.Tenants {
 		if err := t.Session.check(); err != nil {
+			return err
+		}
+		if err := t.checkLimits(); err != nil {
 			return err
 		}
 	}
@@ -354,6 +397,9 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if err := t.Session.check(); err != nil {
 		return err
 	}
+	if err := t.checkLimits(); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredTenant(t.ID) {
@@ -372,18 +418,34 @@ func (r *Registry) SetSession(ctx context.Context, tenant string, s *Session) er
 	if err := s.check(); err != nil {
 		return err
 	}
+	return r.updateTenant(ctx, tenant, func(t *Tenant) { t.Session = s })
+}
+
+// SetMaxGateways replaces a stored tenant's bound on its gateways (zero:
+// DefaultMaxGateways). Gateways beyond a lowered bound stay; no new one is
+// made until the tenant is below it.
+func (r *Registry) SetMaxGateways(ctx context.Context, tenant string, maxGateways int) error {
+	if err := (Tenant{ID: tenant, MaxGateways: maxGateways}).checkLimits(); err != nil {
+		return err
+	}
+	return r.updateTenant(ctx, tenant, func(t *Tenant) { t.MaxGateways = maxGateways })
+}
+
+// updateTenant applies change to stored tenant id: ErrDeclared for a
+// tenant the YAML declares, ErrNotFound for none.
+func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Tenant)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.declaredTenant(tenant) {
+	if r.declaredTenant(id) {
 		return ErrDeclared
 	}
 	var t Tenant
-	if ok, err := r.get(ctx, nsTenants, tenant, &t); err != nil {
+	if ok, err := r.get(ctx, nsTenants, id, &t); err != nil {
 		return err
 	} else if !ok {
 		return ErrNotFound
 	}
-	t.Session = s
+	change(&t)
 	return r.put(ctx, nsTenants, t.ID, t)
 }
 
@@ -431,7 +493,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 }
 
 // CreateGateway stores a new gateway of tenant with a fresh secret, which
-// it returns.
+// it returns. A tenant at its MaxGateways is ErrLimit.
 func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string, error) {
 	if err := checkID("gateway", id); err != nil {
 		return "", err
@@ -449,15 +511,73 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	} else if ok {
 		return "", ErrExists
 	}
+	if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
+		return "", err
+	}
+	return r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "")
+}
+
+// createGatewayLocked stores g with a fresh secret minted for minter (see
+// Secret.Minter), and returns the secret. The caller has checked that g's
+// id is free (not declared, not stored) and that its tenant exists and has
+// room for it; r.mu is held.
+func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter string) (string, error) {
 	secret := newSecret()
-	return secret, r.put(ctx, nsGateways, id, Gateway{ID: id, Tenant: tenant, Secrets: []Secret{{Value: secret}}})
+	g.Secrets = []Secret{{Value: secret, Minter: minter}}
+	return secret, r.put(ctx, nsGateways, g.ID, g)
+}
+
+// roomForGatewayLocked is nil when tenant has fewer gateways, declared and
+// stored, than its bound, else ErrLimit. Instances sharing a store check
+// this each on their own: racing creations may pass it together, by one
+// gateway per instance at most.
+func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) error {
+	t, err := r.tenant(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	decl := r.declared.Load()
+	n := 0
+	for _, g := range decl.Gateways {
+		if g.Tenant == tenant {
+			n++
+		}
+	}
+	var stored []Gateway
+	if err := list(ctx, r.kv, nsGateways, &stored); err != nil {
+		return err
+	}
+	for _, g := range stored {
+		if g.Tenant == tenant && !r.declaredGateway(g.ID) {
+			n++
+		}
+	}
+	if limit := t.gatewayLimit(); n >= limit {
+		return fmt.Errorf("%w: tenant %q has %d gateways, its max_gateways is %d: remove one or raise the bound (connector admin tenant max-gateways)", ErrLimit, tenant, n, limit)
+	}
+	return nil
+}
+
+// tenant returns tenant id, declared or stored.
+func (r *Registry) tenant(ctx context.Context, id string) (Tenant, error) {
+	for _, t := range r.declared.Load().Tenants {
+		if t.ID == id {
+			return t, nil
+		}
+	}
+	var t Tenant
+	if ok, err := r.get(ctx, nsTenants, id, &t); err != nil {
+		return Tenant{}, err
+	} else if !ok {
+		return Tenant{}, ErrNotFound
+	}
+	return t, nil
 }
 
 // Rotate gives gateway id of tenant a fresh secret, which it returns; the
 // secrets it had stay valid for grace (DefaultGrace when zero; negative
 // ends them now), or until their own earlier expiry.
 func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (string, error) {
-	grace = cmp.Or(grace, DefaultGrace)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
@@ -467,10 +587,18 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 	if err != nil {
 		return "", err
 	}
+	return r.rotateLocked(ctx, g, grace, "")
+}
+
+// rotateLocked stores g with a fresh secret minted for minter first,
+// which it returns, and its live secrets after it, each valid for grace
+// at most (as Rotate). r.mu is held.
+func (r *Registry) rotateLocked(ctx context.Context, g Gateway, grace time.Duration, minter string) (string, error) {
+	grace = cmp.Or(grace, DefaultGrace)
 	now := r.now()
 	until := now.Add(max(grace, 0))
 	secret := newSecret()
-	keep := []Secret{{Value: secret}}
+	keep := []Secret{{Value: secret, Minter: minter}}
 	for _, s := range g.liveSecrets(now) {
 		if grace < 0 {
 			break
@@ -484,7 +612,7 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 		keep = keep[:contract.MaxSecretsPerGateway] // the newest first: the oldest go
 	}
 	g.Secrets = keep
-	return secret, r.put(ctx, nsGateways, id, g)
+	return secret, r.put(ctx, nsGateways, g.ID, g)
 }
 
 // DeleteGateway removes gateway id of tenant.
@@ -804,12 +932,16 @@ func CanonicalBinding(b Binding) (Binding, error) {
 			return bad("a chat or user id")
 		}
 		b.ID = strconv.FormatInt(n, 10)
+	case b.Platform == "whatsapp_cloud" && (b.Kind == platform.BindPhoneNumber || b.Kind == platform.BindUser || b.Kind == platform.BindDMDefault):
+		if !platform.ValidWhatsAppID(b.ID) {
+			return bad("a phone number id or wa_id (digits)")
+		}
 	case b.Platform == "nexscope" && b.Kind == platform.BindRoom:
 		if !roomPattern.MatchString(b.ID) {
 			return bad("a room name (^[a-zA-Z0-9_-]{1,32}$)")
 		}
 	default:
-		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat or nexscope room, or on discord and telegram user, scope, dm_default, principal or allow", ErrInvalid, b.Platform, b.Kind)
+		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat, whatsapp_cloud phone_number or nexscope room, or on discord and telegram user, scope, dm_default, principal or allow, on whatsapp_cloud user or dm_default", ErrInvalid, b.Platform, b.Kind)
 	}
 	switch {
 	case b.Space == "":

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ import (
 	"connector/contract"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/whatsapp/whatsapptest"
 	"connector/relay/relaytest"
 )
 
@@ -114,6 +116,8 @@ func matrixRows() []mxRow {
 		mxRow{route: "GET /ws/{room}", phase: phaseParallel, attack: attackNexscope("room")},
 		mxRow{route: "POST /discord/interactions", phase: phaseParallel, attack: attackDiscordInteractions},
 		mxRow{route: "POST /telegram/webhook", phase: phaseParallel, attack: attackTelegramWebhook},
+		mxRow{route: "GET /whatsapp/webhook", phase: phaseParallel, attack: attackWhatsAppVerify},
+		mxRow{route: "POST /whatsapp/webhook", phase: phaseParallel, attack: attackWhatsAppWebhook},
 		mxRow{route: "GET /healthz", phase: phaseParallel, attack: attackHealthz},
 	)
 }
@@ -626,7 +630,8 @@ func attackProvision(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 			if keys, _ := body["routeKeys"].([]string); a.status == http.StatusOK && len(keys) == 1 {
 				// Undo the binding, so that the rows after this one start
 				// from y's own routing.
-				kind := map[string]string{"telegram": platform.BindChat, "discord": platform.BindGuild, "nexscope": platform.BindRoom}[body["platform"].(string)]
+				kind := map[string]string{"telegram": platform.BindChat, "discord": platform.BindGuild, "nexscope": platform.BindRoom,
+					"whatsapp_cloud": platform.BindPhoneNumber}[body["platform"].(string)]
 				t.Cleanup(func() {
 					m.admin(t, http.MethodDelete, "/admin/v1/tenants/"+x.id+"/bindings", map[string]string{"platform": body["platform"].(string), "kind": kind, "id": keys[0]}, http.StatusNoContent)
 				})
@@ -646,6 +651,7 @@ func attackProvision(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 		{"telegram", y.tgDM.chat, y.tgDM},
 		{"discord", y.discordChannel.guild, y.discordChannel}, {"discord", y.boundChannel.guild, y.boundChannel},
 		{"nexscope", y.room.room, y.room}, {"nexscope", y.boundRoom.room, y.boundRoom},
+		{"whatsapp_cloud", y.waChat.number, y.waChat}, {"whatsapp_cloud", y.waBound.number, y.waBound},
 	}
 	for _, k := range keys {
 		t.Run(k.chat.String(), func(t *testing.T) {
@@ -765,8 +771,8 @@ func scopeBody(g mxTarget) map[string]any {
 
 // attackScope: x claims each chat of y (configured, bound by the admin API
 // or a provision, claimed by y, y's thread, y's linked user's DM, y's
-// room), with principal any: every claim is refused (403 or 409; 400 for
-// nexscope, which has no claims), y's messages there keep reaching y
+// room, y's WhatsApp users), with principal any: every claim is refused
+// (403 or 409; 400 for nexscope and WhatsApp, which take no claims), y's messages there keep reaching y
 // alone, and x's send there is declined. This is issue 22 §1's hijack.
 func attackScope(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 	bearer := m.manageBearer(t, x, y, c, "/manage/scope", scopeBody(y.tgChat))
@@ -782,7 +788,7 @@ func attackScope(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 				case a.status == http.StatusOK:
 					t.Errorf("%s claimed %s's %s: 200 %s", x.id, y.id, g, a.body)
 					t.Cleanup(func() { m.do(t, http.MethodPost, "/manage/scope/release", bearer, body) })
-				case g.platform == "nexscope" && a.status == http.StatusBadRequest:
+				case (g.platform == "nexscope" || g.platform == "whatsapp_cloud") && a.status == http.StatusBadRequest: // no claims there
 				case a.status != http.StatusForbidden && a.status != http.StatusConflict:
 					t.Errorf("%s claims %s's %s: %d %s, want 403 or 409", x.id, y.id, g, a.status, a.body)
 				}
@@ -793,7 +799,8 @@ func attackScope(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 	}
 }
 
-// attackRelease: x releases y's claims and chats: 404 (400 on nexscope),
+// attackRelease: x releases y's claims and chats: 404 (400 on nexscope and
+// WhatsApp),
 // y's claims stay and keep routing to y.
 func attackRelease(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 	bearer := m.manageBearer(t, x, y, c, "/manage/scope/release", scopeBody(y.claimedChannel))
@@ -803,7 +810,7 @@ func attackRelease(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 	m.unchanged(t, x, y, func() {
 		for _, g := range y.targets() {
 			want := http.StatusNotFound
-			if g.platform == "nexscope" {
+			if g.platform == "nexscope" || g.platform == "whatsapp_cloud" {
 				want = http.StatusBadRequest
 			}
 			if a := m.do(t, http.MethodPost, "/manage/scope/release", bearer, scopeBody(g)); a.status != want {
@@ -950,6 +957,37 @@ func attackTelegramWebhook(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 	}
 }
 
+// attackWhatsAppVerify: no credential of a tenant completes Meta's
+// subscription handshake: as hub.verify_token or as a bearer, 403, and the
+// challenge is not echoed.
+func attackWhatsAppVerify(t *testing.T, m *matrix, x, _ *mxTenant, c mxCred) {
+	for _, b := range m.bearers(t, x, c) {
+		path := "/whatsapp/webhook?hub.mode=subscribe&hub.challenge=xt-attack-challenge&hub.verify_token=" + url.QueryEscape(b)
+		if a := m.do(t, http.MethodGet, path, b, nil); a.status != http.StatusForbidden || strings.Contains(a.body, "xt-attack") {
+			t.Errorf("the WhatsApp handshake with %s's %s: %d %q, want 403", x.id, c, a.status, a.body)
+		}
+	}
+}
+
+// attackWhatsAppWebhook: a message into y's business number signed with
+// x's credential (as the HMAC key of X-Hub-Signature-256, or sent as that
+// header or a bearer) is 401 and delivers nothing.
+func attackWhatsAppWebhook(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
+	body := whatsapptest.Text(whatsapptest.Business{PhoneNumberID: y.waChat.number, DisplayNumber: "1555"}, y.waChat.chat, "U",
+		"wamid.xt"+strconv.FormatInt(m.next(), 10), "xt-attack-"+x.id+"-whatsapp")
+	for _, b := range m.bearers(t, x, c) {
+		for _, sig := range []string{whatsapptest.Sign(b, body), b} {
+			var header []string
+			if b != "" {
+				header = []string{"X-Hub-Signature-256", sig}
+			}
+			if a := m.do(t, http.MethodPost, "/whatsapp/webhook", b, string(body), header...); a.status != http.StatusUnauthorized {
+				t.Errorf("a message to %s's number signed with %s's %s: %d %s, want 401", y.id, x.id, c, a.status, a.body)
+			}
+		}
+	}
+}
+
 // attackHealthz: /healthz says "ok" to anyone and nothing else.
 func attackHealthz(t *testing.T, m *matrix, x, _ *mxTenant, c mxCred) {
 	for _, b := range m.bearers(t, x, c) {
@@ -992,6 +1030,11 @@ func (m *matrix) checkAfterwards(t *testing.T) {
 				}
 			}
 		}
+		for _, s := range m.wfake.Sent()[m.setupSent:] {
+			if s.To == y.waChat.chat || s.To == y.waBound.chat {
+				t.Errorf("WhatsApp got a message from %s to %s's user %s during the attacks", s.PhoneNumberID, y.id, s.To)
+			}
+		}
 		chats := []string{y.tgChat.chat, y.tgBound.chat, y.tgProvisioned.chat, y.tgClaimed.chat, y.tgDM.chat}
 		for _, call := range m.r.tfake.Calls("")[m.setupCalls:] {
 			if !strings.HasPrefix(call.Method, "get") && slices.Contains(chats, call.Form["chat_id"]) {
@@ -1009,6 +1052,11 @@ func (m *matrix) checkAfterwards(t *testing.T) {
 			if strings.Contains(v, "xt-attack") {
 				t.Errorf("Telegram got an attack: %s %v", call.Method, call.Form)
 			}
+		}
+	}
+	for _, s := range m.wfake.Sent() {
+		if raw, _ := json.Marshal(s.Body); strings.Contains(string(raw), "xt-attack") {
+			t.Errorf("WhatsApp got an attack: from %s to %s: %s", s.PhoneNumberID, s.To, raw)
 		}
 	}
 	m.mu.Lock()

@@ -41,6 +41,7 @@ import (
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/telegram/telegramtest"
+	"connector/platform/whatsapp/whatsapptest"
 	"connector/relay/relaytest"
 )
 
@@ -52,8 +53,9 @@ const (
 )
 
 // matrixConfig is the connector's config: tenants ta (n=1) and tb (n=2),
-// each owning Discord guild 5n0 (channel 5n1), Telegram chat -100n and
-// nexscope room room-<x> by configuration. The admin API, provisioning and
+// each owning Discord guild 5n0 (channel 5n1), Telegram chat -100n,
+// WhatsApp business number 106n and nexscope room room-<x> by
+// configuration. The admin API, provisioning and
 // the management plane add the rest in setup (mxTenant).
 const matrixConfig = `listen: 127.0.0.1:0
 ops: {listen: 127.0.0.1:0}
@@ -79,16 +81,28 @@ telegram:
   tenants:
     ta: {require_mention: false}
     tb: {require_mention: false}
+whatsapp:
+  api_url: %s
+  phone_numbers: {"1061": ta, "1062": tb}
+  allow_all_users: true
 nexscope:
   rooms: [{name: room-ta, tenant: ta}, {name: room-tb, tenant: tb}]
 enroll: {public_key_file: %q, audience: connector}
 `
 
+// The WhatsApp credentials of the matrix (WHATSAPP_* variables).
+const (
+	mxWAAppSecret   = "mx-wa-app-secret"
+	mxWAVerifyToken = "mx-wa-verify-token"
+	mxWAAccessToken = "mx-wa-access-token"
+)
+
 // mxTarget is one chat of a tenant: where its messages arrive and where an
 // outbound op or a claim names it.
 type mxTarget struct {
-	platform string // discord, telegram or nexscope
+	platform string // discord, telegram, whatsapp_cloud or nexscope
 	guild    string // Discord: the guild the chat is in
+	number   string // WhatsApp: the business number the user writes to
 	chat     string // the chat_id an op names (a nexscope room's as its inbound says)
 	how      string // how it is the tenant's: configured, admin binding, …
 	// user is the author of the tenant's messages there (Telegram: a
@@ -122,6 +136,7 @@ type mxTenant struct {
 	discordChannel, boundChannel, claimedChannel, thread mxTarget
 	tgChat, tgBound, tgProvisioned, tgClaimed, tgDM      mxTarget
 	room, boundRoom                                      mxTarget
+	waChat, waBound                                      mxTarget
 
 	discordMsg, tgMsg  string // ids of messages its gateway sent in its configured chats
 	interactionToken   string
@@ -133,7 +148,7 @@ type mxTenant struct {
 // targets are every chat of t, in a fixed order.
 func (t *mxTenant) targets() []mxTarget {
 	return []mxTarget{t.discordChannel, t.boundChannel, t.claimedChannel, t.thread,
-		t.tgChat, t.tgBound, t.tgProvisioned, t.tgClaimed, t.tgDM, t.room, t.boundRoom}
+		t.tgChat, t.tgBound, t.tgProvisioned, t.tgClaimed, t.tgDM, t.room, t.boundRoom, t.waChat, t.waBound}
 }
 
 // ids are the ids of t's chats, messages and gateways: none may show up
@@ -143,7 +158,7 @@ func (t *mxTenant) ids() []string {
 	for _, g := range t.targets() {
 		out = append(out, g.chat)
 	}
-	return append(out, t.discordChannel.guild, t.boundChannel.guild, t.room.room, t.boundRoom.room,
+	return append(out, t.discordChannel.guild, t.boundChannel.guild, t.room.room, t.boundRoom.room, t.waChat.number, t.waBound.number,
 		t.gws[0].id, t.gws[1].id, t.spare.id, t.discordMsg, t.tgMsg)
 }
 
@@ -152,6 +167,7 @@ type matrix struct {
 	top    *testing.T // the whole test: cleanups that outlive a row
 	r      *adminRig
 	dfake  *discordtest.Server
+	wfake  *whatsapptest.Server
 	priv   ed25519.PrivateKey
 	idKey  *rsa.PrivateKey
 	base   string // http://<public listener>
@@ -168,6 +184,7 @@ type matrix struct {
 	ownInterrupts map[string]int // interrupts each tenant sent for its own sessions, by session key
 	setupCalls    int            // fake Telegram calls before the attacks
 	setupReqs     int            // fake Discord requests before the attacks
+	setupSent     int            // fake WhatsApp messages before the attacks
 }
 
 // wakeup wakes every waiter when something was recorded.
@@ -232,8 +249,8 @@ type mxConn struct {
 }
 
 // connect opens a connection of gw (a gateway of x), says hello for
-// discord (with manifest as its command_manifest when not nil), telegram
-// and relay, and records its frames from then on.
+// discord (with manifest as its command_manifest when not nil), telegram,
+// whatsapp_cloud and relay, and records its frames from then on.
 func (m *matrix) connect(t *testing.T, x *mxTenant, gw *mxGateway, manifest []any) *mxConn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
@@ -242,7 +259,7 @@ func (m *matrix) connect(t *testing.T, x *mxTenant, gw *mxGateway, manifest []an
 	if err != nil {
 		t.Fatalf("%s dial: %v", gw.id, err)
 	}
-	for _, p := range []string{"discord", "telegram", contract.PlatformRelay} {
+	for _, p := range []string{"discord", "telegram", "whatsapp_cloud", contract.PlatformRelay} {
 		hello := map[string]any{"type": contract.TypeHello, "platform": p, "botId": ""}
 		if p == "discord" && manifest != nil {
 			hello["command_manifest"] = manifest
@@ -589,6 +606,10 @@ func (m *matrix) post(t *testing.T, g mxTarget, text string) {
 		}
 	case "telegram":
 		m.telegramMessage(t, g.chat, cmp.Or(g.user, "7001"), text)
+	case "whatsapp_cloud":
+		body := whatsapptest.Text(whatsapptest.Business{PhoneNumberID: g.number, DisplayNumber: "1555" + g.number}, g.chat, "U",
+			"wamid.mx"+strconv.FormatInt(m.next(), 10), text)
+		post(t, whatsapptest.SignedRequest(m.base+"/whatsapp/webhook", mxWAAppSecret, body), http.StatusOK, "whatsapp webhook "+text)
 	case "nexscope":
 		nexscopeSay(t, m.r.child.addr, g.room, "ada"+strconv.FormatInt(m.next(), 10), text)
 	default:
@@ -663,6 +684,7 @@ func newMatrix(t *testing.T, rows []mxRow) *matrix {
 		descriptors: map[string]descriptor.Descriptor{}, ownInterrupts: map[string]int{},
 		client: &http.Client{Timeout: crashWait}}
 	m.dfake = discordtest.New(t, discordtest.Options{Token: crashDiscordToken})
+	m.wfake = whatsapptest.New(t, mxWAAccessToken)
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	m.priv = priv
 	m.idKey = idtokentest.Key(t)
@@ -670,11 +692,12 @@ func newMatrix(t *testing.T, rows []mxRow) *matrix {
 	if err := os.WriteFile(keyFile, idtokentest.PublicPEM(t, m.idKey), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	doc := fmt.Sprintf(matrixConfig, hex.EncodeToString(pub), m.dfake.URL, m.dfake.GatewayURL, m.r.tfake.URL, keyFile)
+	doc := fmt.Sprintf(matrixConfig, hex.EncodeToString(pub), m.dfake.URL, m.dfake.GatewayURL, m.r.tfake.URL, m.wfake.URL, keyFile)
 	if err := os.WriteFile(m.r.config, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m.r.env = append(m.r.env, "DISCORD_BOT_TOKEN="+crashDiscordToken)
+	m.r.env = append(m.r.env, "DISCORD_BOT_TOKEN="+crashDiscordToken,
+		"WHATSAPP_APP_SECRET="+mxWAAppSecret, "WHATSAPP_VERIFY_TOKEN="+mxWAVerifyToken, "WHATSAPP_ACCESS_TOKEN="+mxWAAccessToken)
 	checkRows(t, m.r.config, m.r.env, rows)
 
 	m.ta, m.tb = newTenant(1, "ta"), newTenant(2, "tb")
@@ -696,11 +719,12 @@ func newMatrix(t *testing.T, rows []mxRow) *matrix {
 		t.Fatalf("waiting for the Discord Gateway session: %v", err)
 	}
 	waitMetrics(t, "http://"+m.r.child.ops+"/metrics", `connector_platform_ready{platform="discord"} 1`,
-		`connector_platform_ready{platform="telegram"} 1`, `connector_platform_ready{platform="nexscope"} 1`)
+		`connector_platform_ready{platform="telegram"} 1`, `connector_platform_ready{platform="nexscope"} 1`,
+		`connector_platform_ready{platform="whatsapp_cloud"} 1`)
 	for _, x := range []*mxTenant{m.ta, m.tb} {
 		m.setUp(t, x)
 	}
-	m.setupReqs, m.setupCalls = len(m.dfake.Requests()), len(m.r.tfake.Calls(""))
+	m.setupReqs, m.setupCalls, m.setupSent = len(m.dfake.Requests()), len(m.r.tfake.Calls("")), len(m.wfake.Sent())
 	return m
 }
 
@@ -720,6 +744,8 @@ func newTenant(n int, id string) *mxTenant {
 		tgDM:           mxTarget{platform: "telegram", chat: d("400%d"), user: d("400%d"), how: "its linked user's DM"},
 		room:           mxTarget{platform: "nexscope", room: "room-" + id, how: "configured room"},
 		boundRoom:      mxTarget{platform: "nexscope", room: "lab-" + id, how: "room bound by the admin API"},
+		waChat:         mxTarget{platform: "whatsapp_cloud", number: d("106%d"), chat: d("4477009001%d"), how: "user of its configured number"},
+		waBound:        mxTarget{platform: "whatsapp_cloud", number: d("116%d"), chat: d("4477009002%d"), how: "user of its number bound by the admin API"},
 	}
 }
 
@@ -737,6 +763,7 @@ func (m *matrix) setUp(t *testing.T, x *mxTenant) {
 	}
 	for _, b := range []struct{ platform, kind, id string }{
 		{"discord", platform.BindGuild, x.boundChannel.guild}, {"telegram", platform.BindChat, x.tgBound.chat}, {"nexscope", platform.BindRoom, x.boundRoom.room},
+		{"whatsapp_cloud", platform.BindPhoneNumber, x.waBound.number},
 	} {
 		m.admin(t, http.MethodPut, "/admin/v1/tenants/"+x.id+"/bindings", map[string]string{"platform": b.platform, "kind": b.kind, "id": b.id}, http.StatusNoContent)
 	}
@@ -775,7 +802,7 @@ func (m *matrix) setUp(t *testing.T, x *mxTenant) {
 	}
 
 	// Every chat reaches x; the inbound names each chat as ops must.
-	for _, g := range []*mxTarget{&x.discordChannel, &x.boundChannel, &x.claimedChannel, &x.tgChat, &x.tgBound, &x.tgProvisioned, &x.tgClaimed, &x.tgDM, &x.room, &x.boundRoom} {
+	for _, g := range []*mxTarget{&x.discordChannel, &x.boundChannel, &x.claimedChannel, &x.tgChat, &x.tgBound, &x.tgProvisioned, &x.tgClaimed, &x.tgDM, &x.room, &x.boundRoom, &x.waChat, &x.waBound} {
 		f, ok := m.deliver(t, x, *g, "")
 		if !ok {
 			t.FailNow()

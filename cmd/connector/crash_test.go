@@ -340,7 +340,14 @@ func (r *crashRig) followUp(t *testing.T, gw *relaytest.Client, f replayed) {
 // labels, from the child's /metrics.
 func (r *crashRig) metric(t *testing.T, name, labels string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + r.child.ops + "/metrics")
+	return r.child.metric(t, name, labels)
+}
+
+// metric returns the sum of the samples of name whose labels contain
+// labels, from the child's /metrics.
+func (c *child) metric(t *testing.T, name, labels string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + c.ops + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func (c *Config) declared() registry.State {
 	var s registry.State
 	for _, t := range c.Tenants {
 		session := registry.Session(t.Session) // the same fields, JSON-tagged
-		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &session})
+		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &session, MaxGateways: t.MaxGateways})
 		for _, g := range t.Gateways {
 			gw := registry.Gateway{ID: g.ID, Tenant: t.ID}
 			for _, v := range g.Secrets {
@@ -87,6 +87,11 @@ func (c *Config) declared() registry.State {
 	if c.Telegram != nil {
 		for _, chat := range slices.Sorted(maps.Keys(c.Telegram.Chats)) {
 			s.Bindings = append(s.Bindings, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: chat, Tenant: c.Telegram.Chats[chat]})
+		}
+	}
+	if c.WhatsApp != nil {
+		for _, number := range slices.Sorted(maps.Keys(c.WhatsApp.PhoneNumbers)) {
+			s.Bindings = append(s.Bindings, registry.Binding{Platform: "whatsapp_cloud", Kind: platform.BindPhoneNumber, ID: number, Tenant: c.WhatsApp.PhoneNumbers[number]})
 		}
 	}
 	if c.Nexscope != nil {

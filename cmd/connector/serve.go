@@ -375,6 +375,7 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
 		Key:     keys.key,
 		Metrics: m,
+		Store:   st,
 	}
 	if cfg.Media.Dir != "" {
 		ms, err := media.New(cfg.Media.storeConfig(cfg.Media.Dir))
@@ -589,7 +590,7 @@ func (c *connector) shutdown(public *http.Server, stopIngest func()) {
 // gatewayKnows lists the connector's platforms that the Hermes gateway knows
 // by name; it files events of any other platform (nexscope) under "relay"
 // (docs/hermes-wire.md §6.2).
-var gatewayKnows = map[string]bool{"discord": true, "telegram": true}
+var gatewayKnows = map[string]bool{"discord": true, "telegram": true, "whatsapp_cloud": true}
 
 // gatewayPlatforms is the GATEWAY_RELAY_PLATFORMS value a gateway of this
 // connector should run with: one hello per platform it knows by name, so
@@ -623,7 +624,7 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	addr := addrs.Addr
 	base := scheme + "://" + addr
 	fmt.Fprintf(w, "connector %s listening on %s (relay at %s://%s/relay)\n", version(), base, wsScheme, addr)
-	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN or NEXSCOPE_TOKEN)")
+	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN, WHATSAPP_ACCESS_TOKEN or NEXSCOPE_TOKEN)")
 	fmt.Fprintf(w, "  platforms: %s; tenants: %d\n", names, len(cfg.Tenants))
 	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound and interaction tokens survive restarts)\n", cfg.Store.describe())
 	if gen != nil {

@@ -82,12 +82,13 @@ func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *no
 	return n, tenant, ""
 }
 
-// consumeLink handles m when it is a "/link <code>" DM: it redeems the
-// code for the DM's author and answers in the DM (an edit into one is
-// only dropped). It reports whether m was one (and must not be routed).
-func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) bool {
-	linker := p.deps.Linker
-	if linker == nil || m.GuildID != "" || m.Author == nil || m.Author.Bot || m.WebhookID != "" {
+// consumeLink handles m when it is a "/link <code>" DM: it hands the DM
+// to the link desk (platform.LinkDesk), which redeems the code for the
+// DM's author and answers in the DM on its own workers, so the ingest
+// worker goes on at once (an edit into one is only dropped). It reports
+// whether m was one (and must not be routed).
+func (p *Platform) consumeLink(m *wireMessage, edit bool) bool {
+	if p.deps.Linker == nil || m.GuildID != "" || m.Author == nil || m.Author.Bot || m.WebhookID != "" {
 		return false
 	}
 	code, ok := platform.ParseLinkCommand(m.Content)
@@ -98,21 +99,28 @@ func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) b
 		p.metrics.Dropped(platformName, "link_edit")
 		return true
 	}
-	tenant, err := linker.Link(ctx, platformName, m.Author.ID, code)
+	user, channel := m.Author.ID, m.ChannelID
+	if reason := p.links.Submit(user, func(ctx context.Context) { p.redeemLink(ctx, user, channel, code) }); reason != "" {
+		p.metrics.Dropped(platformName, reason)
+	}
+	return true
+}
+
+// redeemLink redeems code for user and answers in the DM channel, on the
+// link replies' own share of the bot's budget (platform.LinkBudget).
+func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
+	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
 	reply, reason := platform.LinkAnswer(err)
 	p.metrics.Dropped(platformName, reason)
 	switch {
 	case err == nil:
-		p.spoke.Add(ctx, m.ChannelID, tenant)
+		p.spoke.Add(ctx, channel, tenant)
 	case !errors.Is(err, platform.ErrLinkRefused):
-		p.log.Warn("discord /link not redeemed", "user_id", m.Author.ID, "err", err)
+		p.log.Warn("discord /link not redeemed", "user_id", user, "err", err)
 	}
-	// The reply spends the linked tenant's share of the bot's budget (an
-	// unknown tenant's when the code was refused).
-	if err := p.rest(platform.WithTenant(ctx, tenant), "POST", discordgo.EndpointChannelMessages(m.ChannelID), &discordgo.MessageSend{Content: reply}, nil); err != nil {
-		p.log.Warn("discord /link reply not sent", "channel_id", m.ChannelID, "err", describe(err).msg)
+	if err := p.rest(platform.WithTenant(ctx, platform.LinkBudget), "POST", discordgo.EndpointChannelMessages(channel), &discordgo.MessageSend{Content: reply}, nil); err != nil {
+		p.log.Warn("discord /link reply not sent", "channel_id", channel, "err", describe(err).msg)
 	}
-	return true
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID

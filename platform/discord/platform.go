@@ -55,6 +55,8 @@ type Platform struct {
 	// spoke remembers the channels where a message routed by author
 	// reached its tenant: that tenant may act there (authors.go).
 	spoke *platform.Grants
+	// links redeems "/link <code>" DMs off the ingest workers.
+	links *platform.LinkDesk
 
 	pubKey  ed25519.PublicKey
 	sess    *discordgo.Session
@@ -140,6 +142,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.guilds.Store(&guilds)
 	p.owners.Store(platform.NewOwnership(guildBindings(guilds)))
 	p.spoke = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.links = platform.NewLinkDesk(p.now)
 	weights := make(map[string]int, len(cfg.Tenants))
 	p.SetRelevance(nil)
 	for name, tc := range cfg.Tenants {

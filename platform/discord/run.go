@@ -28,6 +28,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() { p.cmds.loop(ctx) })
+	wg.Go(func() { p.links.Run(ctx) })
 	p.setStatus(false, false, "connecting")
 	if p.deps.Exclusive != nil {
 		p.setStatus(true, false, "standby: the Gateway session runs on another instance; webhooks are served here")
@@ -51,7 +52,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 // rule), normalizes it under that tenant's knobs and delivers it.
 func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	m := &it.msg
-	if p.consumeLink(ctx, m, it.edit) {
+	if p.consumeLink(m, it.edit) {
 		return
 	}
 	n, tenant, drop := p.messageNormalizer(ctx, m)

@@ -46,8 +46,20 @@ func (p *Platform) linkCode(in *inbound) (string, bool) {
 	return platform.ParseLinkCommand(in.msg.Text)
 }
 
+// submitLink hands the "/link <code>" DM in to the link desk
+// (platform.LinkDesk), which redeems it on its own workers: the update's
+// delivery, and the updates behind it, never wait for the redemption or
+// the reply. A DM the desk does not take is consumed unanswered.
+func (p *Platform) submitLink(in *inbound, code string) {
+	dm := *in // the desk runs after handle returned
+	if reason := p.links.Submit(in.event.Source.UserID.Value, func(ctx context.Context) { p.redeemLink(ctx, &dm, code) }); reason != "" {
+		p.drop(reason, 0, in.chatID)
+	}
+}
+
 // redeemLink redeems code for the DM's author and answers in the DM,
-// paced like any message to the chat.
+// paced like any message to the chat, on the link replies' own share of
+// the bot's budget (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	user := in.event.Source.UserID.Value
 	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
@@ -61,7 +73,7 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
-	err = p.paced(ctx, tenant, in.chatID, false, func(ctx context.Context) error {
+	err = p.paced(ctx, platform.LinkBudget, in.chatID, false, func(ctx context.Context) error {
 		_, err := p.sendMessage(ctx, &bot.SendMessageParams{ChatID: in.chatID, Text: reply}, reply)
 		return err
 	})

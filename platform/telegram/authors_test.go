@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"connector/platform"
+	"connector/platform/telegram/telegramtest"
 )
 
 // TestOwnershipOrder: in a chat bound to a tenant (t2's group) every
@@ -89,4 +93,75 @@ func TestOwnershipOrder(t *testing.T) {
 	if granted("-100777", "t1") || granted("-1001234567890", "t1") {
 		t.Fatal("t1 is granted a chat claimed by t3 or bound to t2")
 	}
+}
+
+// stalledLinker is a Linker whose redemptions wait until release is
+// closed (a store that answers slowly), telling entered of each.
+type stalledLinker struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (l *stalledLinker) Link(ctx context.Context, _, user, _ string) (string, error) {
+	l.entered <- user
+	select {
+	case <-l.release:
+	case <-ctx.Done():
+	}
+	return "", platform.ErrLinkRefused
+}
+
+// TestLinkDMsDoNotHoldUpOtherTenants (issue 22): while a "/link" DM's
+// redemption is stalled, the webhook has already answered it, and another
+// tenant's update, in a chat that shares its delivery stripe (chat ids
+// equal modulo 64), is delivered at once; the link is answered in the DM
+// once the redemption returns.
+func TestLinkDMsDoNotHoldUpOtherTenants(t *testing.T) {
+	linker := &stalledLinker{entered: make(chan string, 4), release: make(chan struct{})}
+	e := newWebhookEnv(t, nil)
+	e.p.deps.Linker = linker
+	e.startWebhook(t)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(linker.release)
+		}
+	}
+	t.Cleanup(release) // before Run's cleanup: a stalled redemption ends
+
+	const linkUser = 64*1000 + 46 // its DM shares stripe 46 with t2's chat -1001234567890
+	dm := fmt.Sprintf(`{"update_id":1,"message":{"message_id":1,"date":1767225300,"chat":{"id":%d,"type":"private","first_name":"M"},"from":{"id":%d,"is_bot":false,"first_name":"M"},"text":"/link NOT-A-CODE"}}`, linkUser, linkUser)
+	answered := make(chan int, 1)
+	go func() {
+		code, _ := telegramtest.PostUpdate(context.Background(), http.DefaultClient, e.hook, testSecret, []byte(dm))
+		answered <- code
+	}()
+	select {
+	case <-linker.entered:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the /link DM's redemption to start", waitFor)
+	}
+	other := `{"update_id":2,"message":{"message_id":2,"date":1767225300,"chat":{"id":-1001234567890,"type":"supergroup","title":"Hermes Users"},"from":{"id":777,"is_bot":false,"first_name":"B"},"text":"@hermes_test_bot hello from t2"}}`
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if code, err := telegramtest.PostUpdate(ctx, http.DefaultClient, e.hook, testSecret, []byte(other)); err != nil || code != http.StatusOK {
+		t.Fatalf("t2's update while a /link redemption is stalled: %d, %v; want 200 at once", code, err)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event == nil || !strings.Contains(d.Event.Text, "hello from t2") {
+		t.Fatalf("delivery %s %+v, want t2's update", d.Tenant, d.Event)
+	}
+	select {
+	case code := <-answered:
+		if code != http.StatusOK {
+			t.Fatalf("the /link DM was answered %d, want 200", code)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the webhook to answer the /link DM", waitFor)
+	}
+	release()
+	if calls := e.calls(t, "sendMessage", 1); calls[0].Form["chat_id"] != strconv.Itoa(linkUser) || calls[0].Form["text"] != platform.LinkFailReply {
+		t.Fatalf("reply %v, want the refusal in the DM", calls[0].Form)
+	}
+	e.sink.Empty(t)
 }

@@ -46,7 +46,8 @@ func (p *Platform) prepare(u *models.Update) (in inbound, ok bool) {
 }
 
 // ingest ingests u, normalized as in, in its chat's turn: drop
-// redeliveries, consume a "/link <code>" DM, resolve the tenant (author
+// redeliveries, consume a "/link <code>" DM (handed to the link desk,
+// never waited for), resolve the tenant (author
 // first, then the chat: authors.go), gate, re-host its media, deliver.
 func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, received time.Time) error {
 	sink := p.sink.Load()
@@ -59,7 +60,7 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 		return nil
 	}
 	if code, ok := p.linkCode(in); ok {
-		p.redeemLink(ctx, in, code)
+		p.submitLink(in, code)
 		if u.ID != 0 {
 			p.seen.add(u.ID)
 		}

@@ -46,7 +46,8 @@ type Platform struct {
 	// owners is the chat ownership (authors.go): chat bindings, scope
 	// claims, links and principals; Config.Chats until Bind replaces it.
 	owners atomic.Pointer[platform.Ownership]
-	grants *platform.Grants // chats granted by author links
+	grants *platform.Grants   // chats granted by author links
+	links  *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
 	egress platform.Egress[*Platform, int64]
 	// policies are the tenants' group gates, from Config.Tenants and the
 	// relevance their gateways declared (relevance.go); defaultPolicy when
@@ -120,6 +121,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.owners.Store(platform.NewOwnership(chats))
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.links = platform.NewLinkDesk(p.now)
 	p.SetRelevance(nil)
 	m, err := p.liveMapping()
 	if err != nil {
