@@ -108,12 +108,8 @@ slack:
 // its bot token is.
 func (r *slackRig) start(t *testing.T) {
 	t.Helper()
-	r.child = startChild(t, r.bin, r.config, r.dir, r.env)
-	select {
-	case r.admin = <-r.child.admin:
-	case <-time.After(crashWait):
-		t.Fatalf("timed out after %v waiting for the admin listener in the banner", crashWait)
-	}
+	r.child = startChild(t, r.bin, r.env, r.config, r.dir, true)
+	r.admin = r.child.admin
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
 	defer cancel()
 	if _, err := r.fake.WaitCalls(ctx, "auth.test", 1); err != nil {
@@ -465,7 +461,7 @@ func TestSlackSocketModeOnRedis(t *testing.T) {
 	children := make([]*child, 3)
 	for i := range children {
 		env := append(append([]string(nil), base.env...), "SLACK_APP_TOKEN=xapp-1-A0FAKE-socket", fmt.Sprintf("CONNECTOR_INSTANCE=i%d", i))
-		children[i] = startChild(t, base.bin, base.config, t.TempDir(), env)
+		children[i] = startChild(t, base.bin, env, base.config, t.TempDir(), false)
 	}
 	holder, _ := waitLeaseHolder(t, st, "ingest/slack/socket", "")
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)

@@ -15,6 +15,7 @@ import (
 	"connector/contract"
 	"connector/media"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 	"connector/session"
 )
@@ -49,7 +50,7 @@ func TestPromptRoundTrip(t *testing.T) {
 	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
 		t.Fatalf("press: %d %s", code, body)
 	}
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	pr := d.Event.PromptResponse
 	if d.Tenant != "t1" || pr == nil || pr.PromptID != "a1b2c3.00000001" || pr.OptionID != "once" || pr.Label != "Approve once" ||
 		pr.PromptMessageID != r.MessageID || d.Event.Text != "/once" || d.Event.MessageType != "command" ||
@@ -62,7 +63,7 @@ func TestPromptRoundTrip(t *testing.T) {
 	if code, _ := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
 		t.Fatalf("second press: %d", code)
 	}
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	updates, err := e.fake.WaitCalls(ctx, "chat.update", 1)
@@ -73,7 +74,7 @@ func TestPromptRoundTrip(t *testing.T) {
 	if code, _ := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", native); code != http.StatusOK {
 		t.Fatalf("foreign action: %d", code)
 	}
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	for _, bad := range []string{`{"op":"prompt","chat_id":"C0GEN00001","content":"?","prompt_id":"p","options":[]}`,
 		`{"op":"prompt","chat_id":"C0GEN00001","content":" ","prompt_id":"p","options":[{"id":"a","label":"A"}]}`,
 		`{"op":"prompt","chat_id":"C0GEN00001","content":"?","prompt_id":"p p","options":[{"id":"a","label":"A"}]}`} {
@@ -95,7 +96,7 @@ func TestSlashCommandFollowUp(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `"response_type":"ephemeral"`) || !strings.Contains(body, "Running `/model`") {
 		t.Fatalf("%d %s", code, body)
 	}
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	raw, _ := json.Marshal(d.Event)
 	if d.Event.Text != "/model gpt-5" || d.Event.MessageType != "command" || strings.Contains(string(raw), "response") ||
 		d.SessionKey != "agent:main:slack:group:T0AAA00001:C0GEN00001:U0ADA00001" {
@@ -134,7 +135,7 @@ func TestSlashCommandFollowUp(t *testing.T) {
 	}
 	// /hermes free text is a question, not a command: no response_url kept.
 	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/hermes", "what changed?", e.fake.ResponseURL("r2")))
-	if d := e.sink.next(t); d.Event.Text != "what changed?" || d.Event.MessageType != "text" || d.SessionKey != "agent:main:slack:dm:T0AAA00001:D0ADA00001" {
+	if d := e.sink.Next(t); d.Event.Text != "what changed?" || d.Event.MessageType != "text" || d.SessionKey != "agent:main:slack:dm:T0AAA00001:D0ADA00001" {
 		t.Fatalf("%+v %s", d.Event, d.SessionKey)
 	}
 }
@@ -151,14 +152,14 @@ func TestLinkCommand(t *testing.T) {
 	if code != http.StatusOK || body != "" {
 		t.Fatalf("%d %s", code, body)
 	}
-	waitUntil(t, func() bool { return len(e.fake.Responses()) == 1 })
+	platformtest.WaitUntil(t, "the state", func() bool { return len(e.fake.Responses()) == 1 })
 	if r := e.fake.Responses()[0]; r.ID != "rl" || r.Body["text"] != platform.LinkedReply || r.Body["response_type"] != "ephemeral" {
 		t.Fatalf("answer %+v", r)
 	}
 	if user, got := linker.last(); user != userAda || got != "ABC-123" {
 		t.Fatalf("linked %s with %q", user, got)
 	}
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	// The same in a DM message ("!link", as Slack's client reads "/" as a
 	// command) is consumed and answered in the DM.
 	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "!link XYZ"), http.StatusOK)
@@ -172,7 +173,7 @@ func TestLinkCommand(t *testing.T) {
 	if _, got := linker.last(); got != "XYZ" {
 		t.Fatalf("linked with %q", got)
 	}
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	// In a channel, /link is refused without redeeming.
 	code, body = e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/link", "ABC", ""))
 	if code != http.StatusOK || !strings.Contains(body, "direct message") {
@@ -257,7 +258,7 @@ func TestInboundFileRehosted(t *testing.T) {
 	ev["files"] = []any{map[string]any{"id": "F0IMG00001", "name": "shot.png", "mimetype": "image/png", "size": len(png),
 		"url_private": url, "url_private_download": url}}
 	e.event(t, teamA, "Ev1", ev, http.StatusOK)
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	raw, _ := json.Marshal(d.Event)
 	if d.Event.MessageType != "photo" || len(d.Event.MediaURLs) != 1 || !strings.HasPrefix(d.Event.MediaURLs[0], "https://connector.example/relay/media/") ||
 		strings.Contains(string(raw), "files-pri") || strings.Contains(string(raw), "xoxb") || d.Event.Media[0].Kind != "image" {
@@ -280,7 +281,7 @@ func TestInboundFileRehosted(t *testing.T) {
 	ev["subtype"] = "file_share"
 	ev["files"] = []any{map[string]any{"id": "F0DOC00002", "name": "notes.txt", "mimetype": "text/plain", "size": 6, "url_private": other}}
 	e.event(t, teamA, "Ev2", ev, http.StatusOK)
-	if d := e.sink.next(t); len(d.Event.MediaURLs) != 0 || !strings.HasPrefix(d.Event.Text, "[Slack attachment notice]") || strings.Contains(d.Event.Text, "secret") {
+	if d := e.sink.Next(t); len(d.Event.MediaURLs) != 0 || !strings.HasPrefix(d.Event.Text, "[Slack attachment notice]") || strings.Contains(d.Event.Text, "secret") {
 		t.Fatalf("%+v", d.Event)
 	}
 	// A small text file of the workspace is put in front of the text.
@@ -288,7 +289,7 @@ func TestInboundFileRehosted(t *testing.T) {
 	ev = slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000300", "", "see the list")
 	ev["files"] = []any{map[string]any{"id": "F0TXT00003", "name": "todo.md", "mimetype": "text/markdown", "size": 9, "url_private": txt}}
 	e.event(t, teamA, "Ev3", ev, http.StatusOK)
-	if d := e.sink.next(t); d.Event.Text != "[Content of todo.md]:\n- ship it\n\nsee the list" || d.Event.MessageType != "document" {
+	if d := e.sink.Next(t); d.Event.Text != "[Content of todo.md]:\n- ship it\n\nsee the list" || d.Event.MessageType != "document" {
 		t.Fatalf("%q %s", d.Event.Text, d.Event.MessageType)
 	}
 	// A Slack Connect stub (no URLs) is completed with files.info first.
@@ -296,14 +297,14 @@ func TestInboundFileRehosted(t *testing.T) {
 	ev = slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000400", "", "shared")
 	ev["files"] = []any{map[string]any{"id": "F0CON00004", "file_access": "check_file_info"}}
 	e.event(t, teamA, "Ev4", ev, http.StatusOK)
-	if d := e.sink.next(t); len(d.Event.MediaURLs) != 1 || d.Event.Text != "[Content of plan.txt]:\nstep 1\n\nshared" || len(e.fake.Calls("files.info")) != 1 {
+	if d := e.sink.Next(t); len(d.Event.MediaURLs) != 1 || d.Event.Text != "[Content of plan.txt]:\nstep 1\n\nshared" || len(e.fake.Calls("files.info")) != 1 {
 		t.Fatalf("%+v", d.Event)
 	}
 	// One Slack will not describe is named in the notice.
 	ev = slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000500", "", "gone")
 	ev["files"] = []any{map[string]any{"id": "F0GONE0005", "file_access": "check_file_info"}}
 	e.event(t, teamA, "Ev5", ev, http.StatusOK)
-	if d := e.sink.next(t); len(d.Event.MediaURLs) != 0 || !strings.Contains(d.Event.Text, "F0GONE0005 could not be fetched") {
+	if d := e.sink.Next(t); len(d.Event.MediaURLs) != 0 || !strings.Contains(d.Event.Text, "F0GONE0005 could not be fetched") {
 		t.Fatalf("%+v", d.Event)
 	}
 }
@@ -361,30 +362,30 @@ func TestDraftStreams(t *testing.T) {
 func TestEditsAndMentionsAcrossTurns(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", "", "can someone look?"), http.StatusOK)
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	edit := map[string]any{"type": "message", "subtype": "message_changed", "channel": chanGeneral, "channel_type": "channel",
 		"ts": "1768490160.000900", "event_ts": "1768490160.000900", "hidden": true,
 		"message": map[string]any{"client_msg_id": "m1", "type": "message", "user": userAda, "ts": "1768490100.000100",
 			"text": "<@U0BOTA0001> can someone look?", "team": teamA.ID, "edited": map[string]any{"user": userAda, "ts": "1768490160.000900"}}}
 	e.event(t, teamA, "Ev2", edit, http.StatusOK)
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Event.MessageID != "1768490100.000100" || !d.Event.Source.MessageIsEdit || d.Event.Text != "can someone look?" {
 		t.Fatalf("%+v", d.Event)
 	}
 	edit["event_ts"], edit["ts"] = "1768490200.000100", "1768490200.000100"
 	e.event(t, teamA, "Ev3", edit, http.StatusOK)
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	// The bot answers in the thread; an unmentioned reply there wakes it.
 	e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"looking","metadata":{"thread_id":"1768490100.000100"}}`)
 	e.event(t, teamA, "Ev4", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490300.000100", "1768490100.000100", "thanks"), http.StatusOK)
-	if d := e.sink.next(t); d.Event.Text != "thanks" || d.SessionKey != "agent:main:slack:group:T0AAA00001:C0GEN00001:1768490100.000100" {
+	if d := e.sink.Next(t); d.Event.Text != "thanks" || d.SessionKey != "agent:main:slack:group:T0AAA00001:C0GEN00001:1768490100.000100" {
 		t.Fatalf("%+v %s", d.Event, d.SessionKey)
 	}
 	// A reply under a root the bot posted (on another instance, say) wakes
 	// it too: the root is read from Slack.
 	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: "1768400000.000100", User: teamA.BotUser, BotID: teamA.BotID, Text: "digest"})
 	e.event(t, teamA, "Ev5", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490400.000100", "1768400000.000100", "ok"), http.StatusOK)
-	if d := e.sink.next(t); d.Event.Source.ThreadID.Value != "1768400000.000100" {
+	if d := e.sink.Next(t); d.Event.Source.ThreadID.Value != "1768400000.000100" {
 		t.Fatalf("%+v", d.Event.Source)
 	}
 	_ = session.Key

@@ -28,7 +28,7 @@ func chatOf(channel, team string) platform.Chat {
 // in channel of workspace team (dm: a 1:1 DM). owner is set when the
 // author is linked to the tenant (the owner floor: no mention gates);
 // drop is why no tenant takes the event.
-func (p *Platform) route(user, channel, team string, dm bool) (tenant string, owner bool, drop string) {
+func (p *Platform) route(ctx context.Context, user, channel, team string, dm bool) (tenant string, owner bool, drop string) {
 	chat := chatOf(channel, team)
 	chat.DM = dm
 	r, ok := p.owners.Load().Route(user, chat)
@@ -38,7 +38,7 @@ func (p *Platform) route(user, channel, team string, dm bool) (tenant string, ow
 	case r.Drop != "":
 		return "", false, r.Drop
 	case r.Grant:
-		p.grants.Add(channel, r.Tenant)
+		p.grants.Add(ctx, channel, r.Tenant)
 	}
 	return r.Tenant, r.Owner, ""
 }
@@ -49,12 +49,12 @@ func (p *Platform) route(user, channel, team string, dm bool) (tenant string, ow
 // the ownership order lets that stand (platform.Ownership.MayAct: no
 // binding of the channel or of a workspace this instance saw it in, and
 // no claim of another tenant).
-func (p *Platform) ChatGranted(_ context.Context, chatID, tenant string) (bool, error) {
+func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
 	if !channelIDPattern.MatchString(chatID) {
 		return false, nil
 	}
 	own := p.owners.Load()
-	if !own.Claimed(chatID, tenant) && !p.grants.Has(chatID, tenant) {
+	if !own.Claimed(chatID, tenant) && !p.grants.Has(ctx, chatID, tenant) {
 		return false, nil
 	}
 	teams, _ := p.chanTeams.Get(chatID)
@@ -121,7 +121,7 @@ func (p *Platform) link(ctx context.Context, user, channel, code string) string 
 	p.metrics.Dropped(platformName, reason)
 	switch {
 	case err == nil:
-		p.grants.Add(channel, tenant)
+		p.grants.Add(ctx, channel, tenant)
 	case !errors.Is(err, platform.ErrLinkRefused):
 		p.log.Warn("slack /link not redeemed", "user_id", user, "err", err)
 	}

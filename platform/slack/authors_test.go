@@ -60,12 +60,12 @@ func TestOwnershipOrder(t *testing.T) {
 	mention := "<@" + teamC.BotUser + "> "
 	// Rule 1: workspace A is t1's, Ada's link to t2 notwithstanding.
 	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", "", "<@"+teamA.BotUser+"> hi"), http.StatusOK)
-	if d := e.sink.next(t); d.Tenant != "t1" {
+	if d := e.sink.Next(t); d.Tenant != "t1" {
 		t.Fatalf("bound workspace's message went to %s", d.Tenant)
 	}
 	// Rule 3: in C, Cat (linked to t2) needs no mention, and t2 may answer.
 	e.event(t, teamC, "Ev2", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490100.000200", "", "status?"), http.StatusOK)
-	if d := e.sink.next(t); d.Tenant != "t2" || d.Event.Text != "status?" {
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Text != "status?" {
 		t.Fatalf("linked author's message: %+v", d)
 	}
 	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+chanNew+`","content":"ok","metadata":{}}`); !r.Success {
@@ -81,11 +81,11 @@ func TestOwnershipOrder(t *testing.T) {
 	}
 	// Dan is linked to nobody: his message in C reaches nobody.
 	e.event(t, teamC, "Ev3", slacktest.MessageEvent(teamC.ID, chanNew, userDan, "1768490100.000300", "", mention+"hello?"), http.StatusOK)
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	// Rule 2: t3's claimed channel admits anyone (principal any); only t3
 	// may act there.
 	e.event(t, teamC, "Ev4", slacktest.MessageEvent(teamC.ID, "C0CLM00001", userDan, "1768490100.000400", "", mention+"deploy"), http.StatusOK)
-	if d := e.sink.next(t); d.Tenant != "t3" {
+	if d := e.sink.Next(t); d.Tenant != "t3" {
 		t.Fatalf("claimed channel's message went to %s", d.Tenant)
 	}
 	if r := e.execute(t, "t3", `{"op":"send","chat_id":"C0CLM00001","content":"ok","metadata":{}}`); !r.Success {
@@ -96,7 +96,7 @@ func TestOwnershipOrder(t *testing.T) {
 	}
 	// Cat's DM reaches the tenant Cat is linked to.
 	e.event(t, teamC, "Ev5", slacktest.MessageEvent(teamC.ID, dmCat, userCat, "1768490100.000500", "", "hey"), http.StatusOK)
-	if d := e.sink.next(t); d.Tenant != "t2" || d.Event.Source.ChatType != "dm" {
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Source.ChatType != "dm" {
 		t.Fatalf("linked DM: %+v", d)
 	}
 }
@@ -107,7 +107,7 @@ func TestGrantYieldsToALaterBinding(t *testing.T) {
 	link := platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"}
 	e := ownershipEnv(t, link)
 	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490100.000100", "", "status?"), http.StatusOK)
-	e.sink.next(t)
+	e.sink.Next(t)
 	if granted, _ := e.p.ChatGranted(context.Background(), chanNew, "t2"); !granted {
 		t.Fatal("no grant after the linked author's message")
 	}

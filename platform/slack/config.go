@@ -111,8 +111,8 @@ const (
 	OAuthCallbackPath = "/slack/oauth/callback"
 )
 
-// withDefaults returns c with every zero field set to its default.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
 	c.APIURL = cmp.Or(c.APIURL, DefaultAPIURL)
 	if !strings.HasSuffix(c.APIURL, "/") {
 		c.APIURL += "/"

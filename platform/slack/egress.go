@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -20,7 +21,7 @@ type target struct {
 }
 
 // handlers is the egress table; the descriptor's supported_ops are the
-// keys of ops(). thread_rename is not in it: Slack threads have no names,
+// keys of the platform's Egress (newEgress). thread_rename is not in it: Slack threads have no names,
 // so it answers unsupported_op.
 var handlers = platform.Ops[*Platform, target]{
 	contract.OpSend:         (*Platform).send,
@@ -39,52 +40,41 @@ var handlers = platform.Ops[*Platform, target]{
 // assistantOps need Slack's Agents & AI Apps feature (Config.Assistant).
 var assistantOps = []string{contract.OpTyping, contract.OpDraft}
 
-// ops is this platform's table: handlers, without typing and draft when
-// the app lacks the assistant feature.
-func (p *Platform) ops() platform.Ops[*Platform, target] {
-	if p.cfg.assistant() {
-		return handlers
-	}
-	ops := platform.Ops[*Platform, target]{}
+// newEgress is the platform's egress: a chat_id is a Slack conversation
+// id, and each op of handlers (without typing and draft when the app
+// lacks the assistant feature) acts with the token of the workspace
+// teamFor picks, once the chat is authorized; follow_up, addressed by its
+// session, with none.
+func newEgress(assistant bool, timeout time.Duration) platform.Egress[*Platform, string] {
+	ops := make(platform.Ops[*Platform, string], len(handlers))
 	for name, h := range handlers {
-		if !slices.Contains(assistantOps, name) {
-			ops[name] = h
+		if !assistant && slices.Contains(assistantOps, name) {
+			continue
+		}
+		ops[name] = func(p *Platform, ctx context.Context, tenant, chat string, a *contract.Action) contract.Result {
+			if !contract.AddressesChat(a.Op) {
+				return h(p, ctx, tenant, target{}, a)
+			}
+			team, err := p.teamFor(ctx, tenant, chat, string(a.Metadata.ScopeID))
+			if err != nil {
+				return p.failure(a.Op, err)
+			}
+			return h(p, ctx, tenant, target{team: team, channel: chat}, a)
 		}
 	}
-	return ops
+	return platform.Egress[*Platform, string]{
+		Ops:     ops,
+		Chat:    func(_ *Platform, chat string) (string, bool) { return chat, channelIDPattern.MatchString(chat) },
+		Timeout: timeout,
+	}
 }
 
-// Execute implements platform.Platform. An op outside the table is
-// unsupported; a chat_id that is not a Slack conversation id, or a chat
-// the tenant may not act in (platform.Authorize), gets the structured
-// decline; follow_up is addressed by its session instead. Without a
-// deadline on ctx the action gets request_timeout.
+// Execute implements platform.Platform through platform.Execute: an op
+// needs a Slack conversation id the tenant may act in (Authorize:
+// ChatGranted, ChatTenant), and runs under ctx (request_timeout when ctx
+// has no deadline) with the token of the chat's workspace.
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	h, ok := p.ops()[a.Op]
-	if !ok {
-		return platform.Unsupported(platformName)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
-		defer cancel()
-	}
-	ctx = platform.WithTenant(ctx, tenant)
-	if a.Op == contract.OpFollowUp {
-		return h(p, ctx, tenant, target{}, a)
-	}
-	chat := string(a.ChatID)
-	if !channelIDPattern.MatchString(chat) {
-		return contract.Declined(platformName)
-	}
-	if r, ok := platform.Authorize(ctx, p, tenant, chat); !ok {
-		return r
-	}
-	team, err := p.teamFor(ctx, tenant, chat, string(a.Metadata.ScopeID))
-	if err != nil {
-		return p.failure(a.Op, err)
-	}
-	return h(p, ctx, tenant, target{team: team, channel: chat}, a)
+	return platform.Execute(ctx, &p.egress, p, tenant, a)
 }
 
 // teamFor picks the workspace whose token acts in chat for tenant (who

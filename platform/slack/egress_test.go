@@ -48,8 +48,8 @@ func TestSendPostsIntoTheThread(t *testing.T) {
 }
 
 // TestEgressDeclinesOtherTenantsChats: a chat of another tenant's
-// workspace, a channel bound to another tenant, and a chat_id that is no
-// Slack conversation get the uniform decline and call nothing.
+// workspace and a channel bound to another tenant get the uniform decline
+// and call nothing.
 func TestEgressDeclinesOtherTenantsChats(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	// The instance has seen the channels it is asked about.
@@ -57,12 +57,17 @@ func TestEgressDeclinesOtherTenantsChats(t *testing.T) {
 	e.p.seenIn(chanAcme, teamB.ID)
 	before := len(e.fake.Calls("chat.postMessage"))
 	for _, c := range []struct{ tenant, chat string }{
-		{"t2", chanGeneral}, {"t1", chanAcme}, {"t1", chanOps}, {"t1", "general"}, {"t2", "C0NOWHERE1"},
+		{"t2", chanGeneral}, {"t1", chanAcme}, {"t1", chanOps}, {"t2", "C0NOWHERE1"},
 	} {
 		r := e.execute(t, c.tenant, `{"op":"send","chat_id":"`+c.chat+`","content":"x","metadata":{"scope_id":"T0AAA00001"}}`)
 		if r.Code != contract.CodeEgressDeclined || r.Error != contract.Declined("slack").Error {
 			t.Errorf("%s in %s: %+v", c.tenant, c.chat, r)
 		}
+	}
+	// A chat_id that is no Slack conversation id is bad_request, as on
+	// every platform (platform.Execute).
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"general","content":"x","metadata":{}}`); r.Code != contract.CodeBadRequest {
+		t.Errorf("a channel name as chat_id: %+v", r)
 	}
 	if n := len(e.fake.Calls("chat.postMessage")); n != before {
 		t.Fatalf("a declined send posted %d messages", n-before)

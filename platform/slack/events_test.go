@@ -19,7 +19,7 @@ import (
 func TestSignedEventReachesItsTenant(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "hello <@U0BOTA0001>"), http.StatusOK)
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	src := d.Event.Source
 	if d.Tenant != "t1" || d.Platform != "slack" || src.ChatID != dmAda || src.ChatType != "dm" || src.ScopeID != teamA.ID ||
 		src.UserName.Value != "Ada" || src.ChatName.Value != "Ada" || src.ThreadID.Value != "1768490100.000100" {
@@ -30,12 +30,12 @@ func TestSignedEventReachesItsTenant(t *testing.T) {
 	}
 	// Workspace B reaches its own tenant.
 	e.event(t, teamB, "Ev2", slacktest.MessageEvent(teamB.ID, chanAcme, userBob, "1768490100.000200", "", "<@U0BOTB0002> status?"), http.StatusOK)
-	if d := e.sink.next(t); d.Tenant != "t2" || d.Event.Text != "status?" || d.Event.Source.ChatName.Value != "acme-general" {
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Text != "status?" || d.Event.Source.ChatName.Value != "acme-general" {
 		t.Fatalf("workspace B's event: %+v", d)
 	}
 	// A channel bound to a tenant goes to it, not to its workspace's.
 	e.event(t, teamA, "Ev3", slacktest.MessageEvent(teamA.ID, chanOps, userAda, "1768490100.000300", "", "<@U0BOTA0001> deploy"), http.StatusOK)
-	if d := e.sink.next(t); d.Tenant != "t3" {
+	if d := e.sink.Next(t); d.Tenant != "t3" {
 		t.Fatalf("bound channel's event went to %s", d.Tenant)
 	}
 }
@@ -63,14 +63,14 @@ func TestForgedOrStaleSignatureRefused(t *testing.T) {
 			t.Errorf("%s: %d, want 401", name, code)
 		}
 	}
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	// The window is the platform's clock's: a request signed "now" by a
 	// sender whose clock agrees is accepted 4m59s later by the platform's.
 	clk.Advance(4*time.Minute + 59*time.Second)
 	if code, _ := e.do(t, slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, clk.Now().Add(-4*time.Minute-59*time.Second), "application/json", body)); code != http.StatusOK {
 		t.Fatalf("a request 4m59s old: %d", code)
 	}
-	e.sink.next(t)
+	e.sink.Next(t)
 }
 
 // TestURLVerification answers the challenge.
@@ -80,7 +80,7 @@ func TestURLVerification(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"`) {
 		t.Fatalf("%d %s", code, body)
 	}
-	e.sink.empty(t)
+	e.sink.Empty(t)
 }
 
 // TestRetriedEventDeliveredOnce: Slack's retry of an event (same body,
@@ -90,7 +90,7 @@ func TestRetriedEventDeliveredOnce(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	msg := slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", "", "<@U0BOTA0001> once")
 	e.event(t, teamA, "Ev1", msg, http.StatusOK)
-	e.sink.next(t)
+	e.sink.Next(t)
 	req := slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, time.Now(), "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", msg))
 	req.Header.Set("X-Slack-Retry-Num", "1")
 	req.Header.Set("X-Slack-Retry-Reason", "http_timeout")
@@ -101,7 +101,7 @@ func TestRetriedEventDeliveredOnce(t *testing.T) {
 	mention["type"] = "app_mention"
 	delete(mention, "channel_type")
 	e.event(t, teamA, "Ev2", mention, http.StatusOK)
-	e.sink.empty(t)
+	e.sink.Empty(t)
 }
 
 // TestNotStoredIsRetried: a delivery the relay refuses is answered 503
@@ -109,11 +109,11 @@ func TestRetriedEventDeliveredOnce(t *testing.T) {
 func TestNotStoredIsRetried(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	msg := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "refused first")
-	e.sink.refuse.Store(1)
+	e.sink.Refuse(1)
 	e.event(t, teamA, "Ev1", msg, http.StatusServiceUnavailable)
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	e.event(t, teamA, "Ev1", msg, http.StatusOK)
-	if d := e.sink.next(t); d.Event.Text != "refused first" {
+	if d := e.sink.Next(t); d.Event.Text != "refused first" {
 		t.Fatalf("%+v", d.Event)
 	}
 }
@@ -141,7 +141,7 @@ func TestDuplicateAcrossInstances(t *testing.T) {
 		if codes[0] != http.StatusOK && codes[1] != http.StatusOK {
 			t.Fatalf("event %d: answered %v, want one 200", i, codes)
 		}
-		got := len(a.sink.ch) + len(b.sink.ch)
+		got := a.sink.Taken() + b.sink.Taken() - int64(i)
 		// A 503 copy is retried by Slack: the retry finds it done.
 		for j, e := range []*env{a, b} {
 			if codes[j] == http.StatusServiceUnavailable {
@@ -150,13 +150,11 @@ func TestDuplicateAcrossInstances(t *testing.T) {
 				}
 			}
 		}
-		if got != 1 || len(a.sink.ch)+len(b.sink.ch) != 1 {
-			t.Fatalf("event %d delivered %d times", i, len(a.sink.ch)+len(b.sink.ch))
+		if n := a.sink.Taken() + b.sink.Taken() - int64(i); got != 1 || n != 1 {
+			t.Fatalf("event %d delivered %d times", i, n)
 		}
 		for _, e := range []*env{a, b} {
-			if len(e.sink.ch) > 0 {
-				<-e.sink.ch
-			}
+			e.sink.TryNext()
 		}
 	}
 }
@@ -169,7 +167,7 @@ func TestUnclaimedWorkspaceDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "anyone?"), http.StatusOK)
-	e.sink.empty(t)
+	e.sink.Empty(t)
 }
 
 // TestEventsAreNotMisrouted: the session key of a delivered event is the
@@ -179,7 +177,7 @@ func TestEventsAreNotMisrouted(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	e.fake.AddChannel(teamB.ID, slacktest.Channel{ID: "D0BOB00001", IsIM: true, Peer: userBob})
 	e.event(t, teamB, "Ev1", slacktest.MessageEvent(teamB.ID, "D0BOB00001", userBob, "1768490100.000100", "", "private"), http.StatusOK)
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Tenant != "t2" || d.SessionKey != session.Key(&d.Event.Source, session.DefaultOptions) {
 		t.Fatalf("%+v", d)
 	}

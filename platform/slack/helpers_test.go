@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"connector/internal/clock/clocktest"
 	"connector/internal/leakcheck"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 	"connector/store"
 	"connector/vault"
@@ -51,42 +50,6 @@ const (
 	userBob     = "U0BOB00002" // B
 )
 
-// recordingSink collects deliveries; it can refuse the next few.
-type recordingSink struct {
-	ch     chan platform.Delivery
-	refuse atomic.Int32
-}
-
-func newSink() *recordingSink { return &recordingSink{ch: make(chan platform.Delivery, 1024)} }
-
-func (s *recordingSink) Deliver(_ context.Context, d platform.Delivery) error {
-	if s.refuse.Add(-1) >= 0 {
-		return errors.New("bus refused the delivery")
-	}
-	s.ch <- d
-	return nil
-}
-
-func (s *recordingSink) next(t testing.TB) platform.Delivery {
-	t.Helper()
-	select {
-	case d := <-s.ch:
-		return d
-	case <-time.After(waitFor):
-		t.Fatalf("timed out after %v waiting for a delivery", waitFor)
-		return platform.Delivery{}
-	}
-}
-
-// empty asserts nothing was delivered. Only meaningful after a synchronous
-// ingest (an HTTP route answers after its delivery).
-func (s *recordingSink) empty(t testing.TB) {
-	t.Helper()
-	if n := len(s.ch); n != 0 {
-		t.Fatalf("%d unexpected deliveries, first %+v", n, <-s.ch)
-	}
-}
-
 // logBuffer collects the platform's log.
 type logBuffer struct {
 	mu sync.Mutex
@@ -109,7 +72,7 @@ func (l *logBuffer) String() string {
 type env struct {
 	p     *Platform
 	fake  *slacktest.Server
-	sink  *recordingSink
+	sink  *platformtest.Sink
 	logs  *logBuffer
 	store store.Store
 	clock *clocktest.Fake
@@ -187,7 +150,7 @@ func newEnvOn(t testing.TB, fake *slacktest.Server, configure func(*Config), dep
 			t.Fatal(err)
 		}
 	}
-	e := &env{p: p, fake: fake, sink: newSink(), logs: logs, store: d.Store}
+	e := &env{p: p, fake: fake, sink: platformtest.NewSink(1024), logs: logs, store: d.Store}
 	if c, ok := d.Clock.(*clocktest.Fake); ok {
 		e.clock = c
 	}
@@ -285,18 +248,6 @@ func (e *env) lastCall(t testing.TB, method string) slacktest.Call {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
-// waitUntil polls cond until it holds, for at most waitFor.
-func waitUntil(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in time")
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // contextFor is a context ending after waitFor.
 func contextFor() (context.Context, context.CancelFunc) {

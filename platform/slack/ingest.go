@@ -77,21 +77,13 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat string, 
 	}
 }
 
-// inChatOrder runs job in chat's queue (one job of a chat at a time, in
-// arrival order) and waits for it, or for ctx: a job runs to its end even
-// when the request that queued it is gone.
+// inChatOrder runs job in chat's turn (platform/chatorder: one job of a
+// chat at a time, in arrival order, chats side by side) in the caller's
+// goroutine. A job that started runs to its end even when the request
+// that queued it is gone; one still waiting for its turn when ctx ends
+// does not run.
 func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(context.Context) error) error {
-	done := make(chan error, 1)
-	jctx := context.WithoutCancel(ctx)
-	if err := p.queues.run(chat, func() { done <- job(jctx) }); err != nil {
-		return err
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return p.queues.Do(ctx, chat, func() error { return job(context.WithoutCancel(ctx)) })
 }
 
 // ingestMessage is one message's pipeline: dedupe (team and ts, across
@@ -129,7 +121,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		stored = true
 		return nil
 	}
-	tenant, owner, drop := p.route(ev.User, ev.Channel, m.install, dm)
+	tenant, owner, drop := p.route(ctx, ev.User, ev.Channel, m.install, dm)
 	if drop != "" {
 		p.drop(drop, env.EventID)
 		stored = true
@@ -222,7 +214,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 		})
 		return "", nil
 	}
-	tenant, _, drop := p.route(c.UserID, c.ChannelID, c.TeamID, dm)
+	tenant, _, drop := p.route(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
 	if drop != "" {
 		p.drop(drop, "")
 		return "", nil
@@ -240,7 +232,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	if c.ResponseURL != "" && ev.MessageType == "command" {
 		k := vault.Key{Tenant: tenant, SessionKey: p.key(tenant, &ev.Source), Kind: vault.KindSlackResponseURL}
 		ref := responseRef{team: c.TeamID, channel: c.ChannelID, user: c.UserID}.String()
-		if err := p.deps.Vault.Put(k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.now()}); err != nil {
+		if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.now()}); err != nil {
 			return "", fmt.Errorf("slack: keep the response_url: %w", err)
 		}
 	}
@@ -273,7 +265,7 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 			return errBusy
 		}
 		dm := strings.HasPrefix(pr.channel, "D")
-		tenant, _, drop := p.route(pr.user, pr.channel, pr.team, dm)
+		tenant, _, drop := p.route(ctx, pr.user, pr.channel, pr.team, dm)
 		if drop != "" {
 			p.drop(drop, "")
 			p.dedupe.finish(ctx, key)

@@ -25,7 +25,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	t.Run("run", func(t *testing.T) {
 		e := newEnv(t, nil, &platform.Deps{Vault: leakVault})
 		e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "hi"), http.StatusOK)
-		e.sink.next(t)
+		e.sink.Next(t)
 		for _, action := range []string{
 			`{"op":"typing","chat_id":"` + dmAda + `","metadata":{"thread_id":"1768490100.000100"}}`,
 			`{"op":"draft","chat_id":"` + dmAda + `","content":"thinking","draft_id":7,"metadata":{"thread_id":"1768490100.000100"}}`,
@@ -48,7 +48,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.sink.next(t)
+		s.sink.Next(t)
 		if _, err := e.fake.WaitAck(ctx, id); err != nil {
 			t.Fatal(err)
 		}

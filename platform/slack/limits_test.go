@@ -8,6 +8,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/platformtest"
 )
 
 // TestFairShareInAWorkspace: tenant t1 floods workspace A with sends (100
@@ -46,7 +47,7 @@ func TestFairShareInAWorkspace(t *testing.T) {
 	}
 	b := e.p.limits.budget(teamA.ID, "chat.postMessage")
 	queued := flood - tierPost.burst
-	waitUntil(t, func() bool { return b.Waiting("t1") == queued })
+	platformtest.WaitUntil(t, "the state", func() bool { return b.Waiting("t1") == queued })
 	other := send("t3", chanOps, "urgent")
 	elsewhere := send("t2", chanAcme, "elsewhere")
 	select {
@@ -57,7 +58,7 @@ func TestFairShareInAWorkspace(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("workspace B waited for workspace A's flood")
 	}
-	waitUntil(t, func() bool { return b.Waiting("t3") == 1 })
+	platformtest.WaitUntil(t, "the state", func() bool { return b.Waiting("t3") == 1 })
 	// One token at a time (600 a minute): t3 is served on the next turn.
 	for steps := 0; b.Waiting("t3") > 0; steps++ {
 		if steps > 3 {

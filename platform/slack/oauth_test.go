@@ -74,7 +74,7 @@ func TestOAuthInstallThenEvent(t *testing.T) {
 		t.Fatal("the installed token was logged")
 	}
 	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, "C0NEW00001", "U0CAT00001", "1768490100.000100", "", "<@U0BOTC0003> hi"), http.StatusOK)
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Tenant != "t3" || d.Event.Text != "hi" || d.Event.Source.ChatName.Value != "new-general" {
 		t.Fatalf("%+v", d)
 	}

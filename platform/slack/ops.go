@@ -301,13 +301,13 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack follow_up: content is empty")
 	}
-	ref, url, ok := p.takeResponseURL(tenant, a.SessionKey)
+	ref, url, ok := p.takeResponseURL(ctx, tenant, a.SessionKey)
 	if !ok {
 		return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: no live response_url for this session")
 	}
 	parts := mrkdwnParts(a.Content)
 	used := ref.used
-	defer func() { p.usedResponseURL(tenant, a.SessionKey, used) }()
+	defer func() { p.usedResponseURL(context.WithoutCancel(ctx), tenant, a.SessionKey, used) }()
 	for _, part := range parts {
 		if used >= maxResponseURLPosts {
 			if ref.channel == "" || ref.user == "" {

@@ -19,6 +19,7 @@ import (
 	"connector/descriptor"
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/platform/chatorder"
 )
 
 // Platform is the shared Slack app. Build it with New.
@@ -50,7 +51,7 @@ type Platform struct {
 	names     *names
 	memory    *memory
 	dedupe    *dedupe
-	queues    *chatQueues
+	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
 	limits    *limits
 	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
 	// notFound remembers, per (tenant, chat), that the tenant's workspaces
@@ -61,6 +62,7 @@ type Platform struct {
 	// (threadcontext.go).
 	histories *ttlCache[string, threadHistory]
 	streams   *streams // draft streams (draft.go)
+	egress    platform.Egress[*Platform, string]
 
 	running atomic.Bool
 	sink    atomic.Pointer[platform.Sink]
@@ -74,6 +76,11 @@ var (
 	_ platform.ChatGranter  = (*Platform)(nil)
 	_ platform.ScopeLocator = (*Platform)(nil)
 )
+
+// maxInFlight bounds the events being ingested or waiting for their
+// chat's turn, across chats: past it a webhook waits (Slack retries one
+// that took too long) and Socket Mode reads no further.
+const maxInFlight = 16_384
 
 // chanTeamsSize bounds the channels whose workspaces are remembered (and
 // the declines).
@@ -89,7 +96,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	deps = deps.WithDefaults()
 	p := &Platform{
 		cfg:      cfg,
@@ -121,10 +128,11 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.names = newNames(p)
 	p.memory = newMemory()
 	p.dedupe = newDedupe(p)
-	p.queues = newChatQueues()
+	p.queues = chatorder.New[string](maxInFlight)
 	p.limits = newLimits(p)
 	p.streams = newStreams()
-	p.desc = descriptor.Slack(p.ops().Names())
+	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
+	p.desc = descriptor.Slack(p.egress.Ops.Names())
 	p.setStatus(platform.Status{Detail: "not started"})
 	return p, nil
 }

@@ -42,8 +42,8 @@ func parseResponseRef(s string) responseRef {
 
 // takeResponseURL returns the response_url kept for tenant's session and
 // what is kept beside it.
-func (p *Platform) takeResponseURL(tenant, sessionKey string) (ref responseRef, u string, ok bool) {
-	e, ok := p.deps.Vault.Get(vault.Key{Tenant: tenant, SessionKey: sessionKey, Kind: kindResponseURL})
+func (p *Platform) takeResponseURL(ctx context.Context, tenant, sessionKey string) (ref responseRef, u string, ok bool) {
+	e, ok := p.deps.Vault.Get(ctx, vault.Key{Tenant: tenant, SessionKey: sessionKey, Kind: kindResponseURL})
 	if !ok {
 		return responseRef{}, "", false
 	}
@@ -52,16 +52,16 @@ func (p *Platform) takeResponseURL(tenant, sessionKey string) (ref responseRef, 
 
 // usedResponseURL records that tenant's response_url took used posts; it
 // keeps its expiry.
-func (p *Platform) usedResponseURL(tenant, sessionKey string, used int) {
+func (p *Platform) usedResponseURL(ctx context.Context, tenant, sessionKey string, used int) {
 	k := vault.Key{Tenant: tenant, SessionKey: sessionKey, Kind: kindResponseURL}
-	e, ok := p.deps.Vault.Get(k)
+	e, ok := p.deps.Vault.Get(ctx, k)
 	if !ok {
 		return
 	}
 	ref := parseResponseRef(e.Ref)
 	ref.used = used
 	e.Ref = ref.String()
-	if err := p.deps.Vault.Put(k, e); err != nil {
+	if err := p.deps.Vault.Put(ctx, k, e); err != nil {
 		p.log.Warn("slack response_url use count not stored", "err", err)
 	}
 }

@@ -38,6 +38,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(&sink)
 	defer p.sink.Store(nil)
 	defer p.bg.Wait()
+	defer p.queues.Wait()
 	p.bg.Go(func() { p.links.Run(ctx) })
 	if err := p.identify(ctx); err != nil || ctx.Err() != nil {
 		return err
@@ -194,8 +195,8 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			p.bg.Go(run)
 			return
 		}
-		if err := p.queues.run(chat, run); err != nil {
-			ack(err, nil)
+		if !p.queues.Go(ctx, chat, run) {
+			ack(ctx.Err(), nil)
 		}
 	case socketmode.EventTypeInteractive:
 		p.bg.Go(func() {

@@ -49,7 +49,7 @@ func TestSocketModeUnderALease(t *testing.T) {
 		return id
 	}
 	id := push(a.fake, "1768490100.000100", "over the socket")
-	d := a.sink.next(t)
+	d := a.sink.Next(t)
 	if d.Tenant != "t1" || d.Event.Text != "over the socket" {
 		t.Fatalf("%+v", d)
 	}
@@ -64,7 +64,7 @@ func TestSocketModeUnderALease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := a.sink.next(t); d.Event.Text != "/status" {
+	if d := a.sink.Next(t); d.Event.Text != "/status" {
 		t.Fatalf("%+v", d.Event)
 	}
 	payload, err := a.fake.WaitAck(ctx, cid)
@@ -78,7 +78,7 @@ func TestSocketModeUnderALease(t *testing.T) {
 		t.Fatal(err)
 	}
 	push(a.fake, "1768490100.000200", "after the move")
-	if d := b.sink.next(t); d.Event.Text != "after the move" {
+	if d := b.sink.Next(t); d.Event.Text != "after the move" {
 		t.Fatalf("%+v", d)
 	}
 }

@@ -27,7 +27,7 @@ func TestThreadContextOnFirstEngagement(t *testing.T) {
 	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: "1768400000.000500", ThreadTS: thread, User: carol, Text: "later"})
 
 	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768400000.000400", thread, "<@"+teamA.BotUser+"> what now?"), http.StatusOK)
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	want := []contract.ContextMessage{
 		{Text: "[thread parent] the deploy failed", Source: contract.ContextAuthor{UserName: "Ada", UserID: userAda}},
 		{Text: "[unverified] logs say OOM", Source: contract.ContextAuthor{UserName: "Carol", UserID: carol}},
@@ -40,12 +40,12 @@ func TestThreadContextOnFirstEngagement(t *testing.T) {
 	}
 	// The thread is entered now: the next turn carries no history.
 	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768400000.000600", thread, "<@"+teamA.BotUser+"> and then?"), http.StatusOK)
-	if d := e.sink.next(t); len(d.Event.Context) != 0 {
+	if d := e.sink.Next(t); len(d.Event.Context) != 0 {
 		t.Fatalf("second turn's context %+v", d.Event.Context)
 	}
 	// A top-level message has no thread history.
 	e.event(t, teamA, "Ev3", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768400000.000700", "", "<@"+teamA.BotUser+"> hi"), http.StatusOK)
-	if d := e.sink.next(t); len(d.Event.Context) != 0 {
+	if d := e.sink.Next(t); len(d.Event.Context) != 0 {
 		t.Fatalf("top-level context %+v", d.Event.Context)
 	}
 }
