@@ -443,21 +443,10 @@ func TestSlackSocketModeOnRedis(t *testing.T) {
 	}
 	rds := redistest.Start(t, redistest.Options{})
 	base := newSlackRig(t, "")
-	doc, err := os.ReadFile(base.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := strings.Replace(string(doc), "tenants:\n", fmt.Sprintf("store: {backend: redis, redis_url: %q, lease_ttl: %s}\ntenants:\n", rds.URL(), multiLeaseTTL), 1)
-	cfg = strings.Replace(cfg, "admin: {listen: 127.0.0.1:0, token: \""+slackAdminToken+"\"}\n", "", 1)
-	base.config = filepath.Join(t.TempDir(), "socket.yaml")
-	if err := os.WriteFile(base.config, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: rds.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	var st store.Store
+	base.config, st = onRedis(t, base.config, rds.URL(), func(cfg string) string {
+		return strings.Replace(cfg, "admin: {listen: 127.0.0.1:0, token: \""+slackAdminToken+"\"}\n", "", 1)
+	})
 	children := make([]*child, 3)
 	for i := range children {
 		env := append(append([]string(nil), base.env...), "SLACK_APP_TOKEN=xapp-1-A0FAKE-socket", fmt.Sprintf("CONNECTOR_INSTANCE=i%d", i))

@@ -6,13 +6,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
 
 	"connector/internal/doctable"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 )
 
@@ -149,27 +149,6 @@ func parityProbe(t *testing.T, probe, ts string) map[string]any {
 	return ev
 }
 
-// lastDrop keeps the reason of the latest drop.
-type lastDrop struct {
-	platform.NopMetrics
-	mu     sync.Mutex
-	reason string
-}
-
-func (d *lastDrop) Dropped(_, reason string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.reason = reason
-}
-
-func (d *lastDrop) take() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	r := d.reason
-	d.reason = ""
-	return r
-}
-
 // parityOutcome writes what became of a probe: "<chat_type> thread=<self
 // (the message's own ts), root (its thread's), none>" or "drop:<reason>".
 func parityOutcome(d *platform.Delivery, ts, drop string) string {
@@ -216,7 +195,7 @@ func TestSlackSettingsParity(t *testing.T) {
 			if err != nil {
 				t.Fatalf("settings refused: %v", err)
 			}
-			drops := &lastDrop{}
+			drops := &platformtest.LastDrop{}
 			e := newEnv(t, func(cfg *Config) { cfg.Tenants["t1"] = tc }, &platform.Deps{Metrics: drops})
 			e.fake.AddChannel(teamA.ID, slacktest.Channel{ID: parityFree, Name: "free"})
 			e.fake.AddChannel(teamA.ID, slacktest.Channel{ID: parityMPIM, Name: "mpdm-ada--carol-1", IsMPIM: true})
@@ -226,7 +205,7 @@ func TestSlackSettingsParity(t *testing.T) {
 			e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: parityMRoot, User: userAda, Text: "<@" + teamA.BotUser + "> look"})
 			e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: parityFree, TS: parityFreeTS, User: userAda, Text: "free talk"})
 			e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: dmAda, TS: parityDMRoot, User: userAda, Text: "earlier"})
-			drops.take()
+			drops.Take()
 			for i, probe := range c.probes {
 				ts := fmt.Sprintf("1768490300.%06d", (i+1)*100)
 				var got string
@@ -238,7 +217,7 @@ func TestSlackSettingsParity(t *testing.T) {
 					if got, ok := e.sink.TryNext(); ok {
 						d = &got
 					}
-					got = parityOutcome(d, ts, drops.take())
+					got = parityOutcome(d, ts, drops.Take())
 				}
 				if got != probe[1] {
 					t.Errorf("probe %d %s: %s, want %s", i+1, probe[0], got, probe[1])
