@@ -184,6 +184,11 @@ type Deps struct {
 	// Linker redeems "/link <code>" DMs (authors.go); nil leaves such DMs
 	// to normal routing.
 	Linker Linker
+	// State keeps what a platform learns that every instance sharing the
+	// store, and the next start, must know too (Telegram: the names of the
+	// forum topics the connector created or renamed). Keys start with the
+	// platform's name. Nil: the platform keeps it in process memory only.
+	State store.Capabilities
 }
 
 // Cluster places a platform among the connector instances sharing one

@@ -367,6 +367,7 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
 		Key:     keys.key,
 		Metrics: m,
+		State:   st.Capabilities(),
 	}
 	if cfg.Media.Dir != "" {
 		ms, err := media.New(cfg.Media.storeConfig(cfg.Media.Dir))

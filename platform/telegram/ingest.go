@@ -27,6 +27,9 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		return errNotRunning
 	}
 	m := p.mapping.Load()
+	if u.Message != nil && u.Message.ForumTopicEdited != nil {
+		p.observeEdit(ctx, u.Message, m.botID)
+	}
 	in, drop := normalize(u, m)
 	if drop != "" {
 		if drop == dropForeignCallback {

@@ -52,6 +52,8 @@ type Platform struct {
 	policies  atomic.Pointer[map[string]*policy]
 	observed  *chatcontext.Log[observedKey]
 	sealed    *lru.Cache[draftKey, string] // see sealedDrafts
+	previews  *lru.Cache[draftKey, *preview] // open draft streams of group chats
+	topics    *topicMemory
 	mapping   atomic.Pointer[mapping]
 	seen      *recentIDs
 	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
@@ -112,6 +114,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.chats.Store(&chats)
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
+	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
+	p.topics = newTopicMemory(deps.State, p.now)
 	p.authors.Store(platform.NewAuthors(nil))
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
 	p.SetRelevance(nil)
