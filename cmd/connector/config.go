@@ -246,8 +246,11 @@ func GatewaySecretsEnv(id string) string {
 			b[i] = '_'
 		}
 	}
-	return "CONNECTOR_GATEWAY_SECRETS_" + string(b)
+	return gatewaySecretsEnvPrefix + string(b)
 }
+
+// gatewaySecretsEnvPrefix starts GatewaySecretsEnv's variables.
+const gatewaySecretsEnvPrefix = "CONNECTOR_GATEWAY_SECRETS_"
 
 // normalize fills the defaults of the listeners and the http section and
 // rewrites platform ids to the spelling the platforms send ("0500" is

@@ -246,3 +246,20 @@ func TestConfigExampleParses(t *testing.T) {
 		t.Fatalf("the example does not parse: %v", err)
 	}
 }
+
+// TestStrayConnectorVariablesAreWarned: a CONNECTOR_* variable nothing
+// reads (a misspelling) is warned about at start, with the closest name the
+// connector reads; the ones it reads are not.
+func TestStrayConnectorVariablesAreWarned(t *testing.T) {
+	got := strayEnvVars([]string{"CONNECTOR_LOG_LEVL=debug", "CONNECTOR_TENANTS=[]", "CONNECTOR_GATEWAY_SECRETS_GW1=s",
+		"CONNECTOR_ADMIN_TOKEN=x", "CONNECTOR_DATADIR=/x", "CONNECTOR_WHATEVER=1", "HOME=/root", "CONNECTOR_TOKEN_SECRET=s"})
+	want := []strayEnv{{"CONNECTOR_LOG_LEVL", "CONNECTOR_LOG_LEVEL"}, {"CONNECTOR_DATADIR", "CONNECTOR_DATA_DIR"}, {"CONNECTOR_WHATEVER", ""}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("stray %v, want %v", got, want)
+	}
+	t.Setenv("CONNECTOR_OPS_LISTN", "127.0.0.1:9999")
+	code, _, errOut := runCmd(t, "serve", "-data-dir", t.TempDir(), "-check")
+	if code != 0 || !strings.Contains(errOut, `"variable":"CONNECTOR_OPS_LISTN","did_you_mean":"CONNECTOR_OPS_LISTEN"`) {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
+	}
+}

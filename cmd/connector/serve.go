@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
@@ -56,6 +57,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(cfg.Log, stderr)
 	logDeprecations(log, cfg.deprecations)
+	warnStrayEnv(log, os.Environ())
 	if path != "" {
 		log.Info("config loaded", "file", path)
 	} else {
@@ -141,7 +143,7 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 	} else {
 		var err error
 		if cfg, err = LoadConfig(src.configPath); err != nil {
-			return nil, nil, err
+			return nil, nil, inFile(src.configPath, err)
 		}
 	}
 	if err := cfg.applyKeyEnv(lookup); err != nil {
@@ -168,13 +170,38 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it
 	}
 	if err := cfg.normalize(); err != nil {
-		return nil, nil, err
+		return nil, nil, inFile(src.configPath, err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, inFile(src.configPath, err)
 	}
 	return cfg, gen, nil
 }
+
+// inFile names the config file path (none: embedded defaults) in err,
+// which reading or checking its configuration returned: "config: x"
+// becomes "config <path>: x". A value may also have come from the
+// environment; an error about one names its variable.
+func inFile(path string, err error) error {
+	var pe *fs.PathError
+	if path == "" || errors.As(err, &pe) { // reading it failed: the error names it
+		return err
+	}
+	return &fileError{path: path, err: err}
+}
+
+// fileError is an error of the config file path.
+type fileError struct {
+	path string
+	err  error
+}
+
+func (e *fileError) Error() string {
+	return "config " + e.path + ": " + strings.TrimPrefix(e.err.Error(), "config: ")
+}
+
+func (e *fileError) Unwrap() error { return e.err }
+
 
 // loadGenerated returns the embedded defaults' secrets from the data
 // directory dir, generating them on first use.
