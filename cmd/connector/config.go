@@ -81,6 +81,9 @@ type Config struct {
 
 	// deprecations are the older key spellings the file used.
 	deprecations []deprecation
+	// fromEnv names the variable each key set from the environment came
+	// from (applyKeyEnv).
+	fromEnv map[string]string
 }
 
 // LogConfig configures log/slog output.

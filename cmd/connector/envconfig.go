@@ -90,6 +90,10 @@ func (c *Config) applyKeyEnv(lookup func(string) (string, bool)) error {
 			return fmt.Errorf("config: %s: %w", name, err)
 		}
 		fieldAt(root, k.index).Set(dst.Elem())
+		if c.fromEnv == nil {
+			c.fromEnv = map[string]string{}
+		}
+		c.fromEnv[k.Key] = name
 	}
 	return nil
 }

@@ -43,6 +43,10 @@ type live struct {
 	mu     sync.Mutex // serializes apply
 	expiry *time.Timer
 	ctx    context.Context // ends the expiry timer's applies
+
+	// tenants is how many tenants the last apply served: the config's and
+	// the admin API's.
+	tenants atomic.Int64
 }
 
 // newLive keeps srv and the platforms that take bindings or relevance
@@ -154,6 +158,7 @@ func (l *live) apply(ctx context.Context) error {
 		rt.SetRelevance(policies[name])
 	}
 	l.schedule(next)
+	l.tenants.Store(int64(len(s.Tenants)))
 	l.metrics.applies.WithLabelValues("ok").Inc()
 	l.log.Debug("registry applied", "tenants", len(s.Tenants), "gateways", len(s.Gateways), "bindings", len(s.Bindings))
 	return nil

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -572,8 +573,9 @@ func (c *connector) startIngest() (stop func()) {
 // addresses to ready (when not nil).
 func (c *connector) announce(stdout io.Writer, gen *generatedSecrets, addrs listenAddrs, ready func(listenAddrs)) {
 	tlsOn := c.tls != nil
-	printBanner(stdout, addrs, tlsOn, c.cfg, gen, c.platforms)
-	c.log.Info("connector listening", "addr", addrs.Addr, "ops_addr", addrs.OpsAddr, "tls", tlsOn, "platforms", len(c.platforms), "tenants", len(c.cfg.Tenants))
+	tenants := int(c.live.tenants.Load())
+	printBanner(stdout, addrs, tlsOn, c.cfg, gen, c.platforms, tenants)
+	c.log.Info("connector listening", "addr", addrs.Addr, "ops_addr", addrs.OpsAddr, "tls", tlsOn, "platforms", len(c.platforms), "tenants", tenants)
 	if ready != nil {
 		ready(addrs)
 	}
@@ -634,8 +636,9 @@ func gatewayPlatforms(platforms []platform.Platform) string {
 }
 
 // printBanner tells the operator, in a few lines, what listens and how a
-// gateway (or a nexscope client) connects.
-func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *generatedSecrets, platforms []platform.Platform) {
+// gateway (or a nexscope client) connects. tenants is how many tenants are
+// served: the config's and those the admin API added.
+func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *generatedSecrets, platforms []platform.Platform, tenants int) {
 	scheme, wsScheme := "http", "ws"
 	if tlsOn {
 		scheme, wsScheme = "https", "wss"
@@ -644,8 +647,13 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	base := scheme + "://" + addr
 	fmt.Fprintf(w, "connector %s listening on %s (relay at %s://%s/relay)\n", version(), base, wsScheme, addr)
 	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN or NEXSCOPE_TOKEN)")
-	fmt.Fprintf(w, "  platforms: %s; tenants: %d\n", names, len(cfg.Tenants))
-	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound and interaction tokens survive restarts)\n", cfg.Store.describe())
+	counted := strconv.Itoa(tenants)
+	if added := tenants - len(cfg.Tenants); added > 0 {
+		counted += fmt.Sprintf(" (%d from the config, %d added with the admin API)", len(cfg.Tenants), added)
+	}
+	fmt.Fprintf(w, "  platforms: %s; tenants: %s\n", names, counted)
+	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound, interaction tokens, and the tenants, gateways, secrets and\n"+
+		"             bindings added with the admin API; restoring a backup rolls all of them back)\n", cfg.Store.describe())
 	if gen != nil {
 		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_PLATFORMS=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
 			base, gatewayPlatforms(platforms), gen.GatewayID, gen.GatewaySecret)
@@ -660,7 +668,11 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	ops := "http://" + addrs.OpsAddr
 	fmt.Fprintf(w, "  health:    %s/healthz; operations (keep private): %s/readyz  %s/platforms  %s/metrics\n", base, ops, ops, ops)
 	if addrs.AdminAddr != "" {
-		fmt.Fprintf(w, "  admin:     http://%s/admin/v1/ (bearer admin.token; keep private)\n", addrs.AdminAddr)
+		token := "admin.token of the config file"
+		if name := cfg.fromEnv["admin.token"]; name != "" {
+			token = "$" + name
+		}
+		fmt.Fprintf(w, "  admin:     http://%s/admin/v1/ (bearer %s; keep private)\n", addrs.AdminAddr, token)
 	}
 }
 
