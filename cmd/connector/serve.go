@@ -362,7 +362,8 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	}
 	if cfg.Admin.Listen != "" {
 		backup, _ := st.(store.Backuper) // the embedded store; nil for redis
-		if c.admin, err = admin.New(admin.Config{Registry: reg, Token: cfg.Admin.Token, Apply: c.live.apply, Log: log, Metrics: c.live.metrics, Backup: backup}); err != nil {
+		if c.admin, err = admin.New(admin.Config{Registry: reg, Token: cfg.Admin.Token, Apply: c.live.apply, Log: log, Metrics: c.live.metrics, Backup: backup,
+			Platforms: platformNames(platforms)}); err != nil {
 			return nil, err
 		}
 	}
