@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -49,9 +48,9 @@ func (c *connector) serveAdmin() (addr string, stop func(), err error) {
 	if c.admin == nil {
 		return "", func() {}, nil
 	}
-	ln, err := net.Listen("tcp", c.cfg.Admin.Listen)
+	ln, err := bind("admin.listen", c.cfg.Admin.Listen)
 	if err != nil {
-		return "", nil, fmt.Errorf("admin.listen: %w", err)
+		return "", nil, err
 	}
 	srv := &http.Server{Handler: c.admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
 	go func() { _ = srv.Serve(ln) }()

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"connector/admin"
@@ -500,13 +501,13 @@ type listeners struct {
 // listen binds the operations, public and admin listeners and serves the
 // operations and admin ones; on an error nothing stays open.
 func (c *connector) listen() (*listeners, error) {
-	opsLn, err := net.Listen("tcp", c.cfg.Ops.Listen)
+	opsLn, err := bind("ops.listen", c.cfg.Ops.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("ops.listen: %w", err)
+		return nil, err
 	}
 	opsSrv := c.opsServer()
 	go func() { _ = opsSrv.Serve(opsLn) }()
-	raw, err := net.Listen("tcp", c.cfg.Listen)
+	raw, err := bind("listen", c.cfg.Listen)
 	if err != nil {
 		opsSrv.Close()
 		return nil, err
@@ -525,6 +526,20 @@ func (c *connector) listen() (*listeners, error) {
 	}
 	l.addrs.Addr, l.addrs.OpsAddr = l.ln.Addr().String(), opsLn.Addr().String()
 	return l, nil
+}
+
+// bind listens on addr, the value of the config key; an error names the
+// key and, when another process holds the address, how to choose another.
+func bind(key, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("%s: %s is taken by another process; set %s in the config file, or $%s, to a free address (%w)",
+			key, addr, key, envVariable(key), err)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return ln, nil
 }
 
 // servePublic serves the public listener (TLS when configured); the channel
@@ -585,12 +600,17 @@ func (c *connector) announce(stdout io.Writer, gen *generatedSecrets, addrs list
 // defaultShutdownGrace is shutdown_grace's default.
 const defaultShutdownGrace = 30 * time.Second
 
-// shutdown drains within shutdown_grace: stop ingest (undelivered platform
+// shutdown drains within shutdown_grace, after shutdown_delay of serving
+// as usual while /readyz answers 503: stop ingest (undelivered platform
 // events stay with the platform), stop accepting, answer in-flight
 // outbound, close gateways with 1001 so they reconnect elsewhere.
 func (c *connector) shutdown(public *http.Server, stopIngest func()) {
 	grace := cmp.Or(c.cfg.ShutdownGrace, defaultShutdownGrace)
 	c.draining.Store(true)
+	if d := c.cfg.ShutdownDelay; d > 0 {
+		c.log.Info("draining: /readyz answers 503; the shutdown starts after shutdown_delay", "shutdown_delay", d)
+		<-time.After(d)
+	}
 	c.log.Info("shutting down", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
