@@ -230,25 +230,34 @@ func (k *sessionKeys) key(tenant string, src *session.Source) string {
 	return (*k.fn.Load())(tenant, src)
 }
 
-// adminMetrics counts admin API requests and registry applies.
+// adminMetrics counts the changes of the admin API and of the routes
+// gateways and identities change the registry through, and registry
+// applies.
 type adminMetrics struct {
-	changes *prometheus.CounterVec
-	refused prometheus.Counter
-	applies *prometheus.CounterVec
+	changes *prometheus.CounterVec // the admin API's
+	// gateways are the changes made without the admin token (gatewayChanges).
+	gateways *prometheus.CounterVec
+	refused  prometheus.Counter
+	applies  *prometheus.CounterVec
 }
 
-func newAdminMetrics(reg *prometheus.Registry) *adminMetrics {
+func newAdminMetrics(pm *metrics) *adminMetrics {
+	const outcomes = "ok, invalid, not_found, exists, declared, conflict, limit, refused, unauthorized, forbidden, unavailable, not_configured, error"
 	m := &adminMetrics{
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_admin_changes_total",
-			Help: "Admin API, /relay/policy, /relay/enroll, /relay/provision and management-plane (/manage/*, /link) changes by op and outcome (ok, invalid, not_found, exists, declared, conflict, limit, refused, unauthorized, forbidden, unavailable, not_configured, error)."}, []string{"op", "outcome"}),
+			Help: "Admin API requests (/admin/v1/) that change or copy the registry, by op and outcome (" + outcomes + ")."}, []string{"op", "outcome"}),
+		gateways: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_gateway_changes_total",
+			Help: "Registry changes made without the admin token, by gateways (/relay/policy), the Hermes identity authority's tokens (/relay/enroll, /relay/provision, /manage/*) and users redeeming a /link code, by op and outcome (" + outcomes + ")."},
+			[]string{"op", "outcome"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "connector_admin_refused_total", Help: "Admin API requests refused for a missing or wrong token."}),
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_registry_applies_total",
 			Help: "Registry applies (start, admin change, change notification, poll, secret expiry, SIGHUP) by result: ok or error."}, []string{"result"}),
 	}
-	reg.MustRegister(m.changes, m.refused, m.applies)
+	pm.register(m.changes, m.gateways, m.refused, m.applies)
 	m.applies.WithLabelValues("ok")
 	m.applies.WithLabelValues("error")
 	return m
@@ -256,6 +265,14 @@ func newAdminMetrics(reg *prometheus.Registry) *adminMetrics {
 
 // AdminChange implements admin.Metrics.
 func (m *adminMetrics) AdminChange(op, outcome string) { m.changes.WithLabelValues(op, outcome).Inc() }
+
+// gatewayChanges counts the changes of the routes that take no admin token
+// (the management plane, enrollment, /relay/policy) in
+// connector_gateway_changes_total.
+type gatewayChanges struct{ m *adminMetrics }
+
+// AdminChange implements change.Metrics.
+func (g gatewayChanges) AdminChange(op, outcome string) { g.m.gateways.WithLabelValues(op, outcome).Inc() }
 
 // AdminRefused implements admin.Metrics.
 func (m *adminMetrics) AdminRefused() { m.refused.Inc() }

@@ -315,10 +315,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	tenants := relayTenants(effective)
 	keys := newSessionKeys(tenants)
 	m := newMetrics()
-	am := newAdminMetrics(m.reg)
+	am := newAdminMetrics(m)
+	m.watchStore(st)
+	leased := newLeaseMetrics(m).count(st)
 	c := &connector{cfg: cfg, log: log}
 	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, relay.DefaultLeaseTTL)
-	deps, err := platformDeps(cfg, log, st, keys, m, leaseTTL)
+	deps, err := platformDeps(cfg, log, leased, keys, m, leaseTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -336,12 +338,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	m.watchPlatforms(platforms)
 	m.preinit(slices.Sorted(maps.Keys(cfg.TenantIDs())), platforms)
 	rc := cfg.Relay // the relay section; the rest is wiring
-	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
+	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, leased
 	rc.LeaseTTL = leaseTTL
 	if deps.Cluster != nil {
 		rc.Instance = deps.Cluster.Instance
 	}
-	poker, err := newPoker(cfg, reg, st, rc.Instance, log, m.reg)
+	poker, err := newPoker(cfg, reg, st, rc.Instance, log, m)
 	if err != nil {
 		return nil, err
 	}
