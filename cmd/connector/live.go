@@ -272,7 +272,9 @@ func (m *adminMetrics) AdminChange(op, outcome string) { m.changes.WithLabelValu
 type gatewayChanges struct{ m *adminMetrics }
 
 // AdminChange implements change.Metrics.
-func (g gatewayChanges) AdminChange(op, outcome string) { g.m.gateways.WithLabelValues(op, outcome).Inc() }
+func (g gatewayChanges) AdminChange(op, outcome string) {
+	g.m.gateways.WithLabelValues(op, outcome).Inc()
+}
 
 // AdminRefused implements admin.Metrics.
 func (m *adminMetrics) AdminRefused() { m.refused.Inc() }

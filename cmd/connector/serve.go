@@ -204,7 +204,6 @@ func (e *fileError) Error() string {
 
 func (e *fileError) Unwrap() error { return e.err }
 
-
 // loadGenerated returns the embedded defaults' secrets from the data
 // directory dir, generating them on first use.
 func loadGenerated(dir string) (*generatedSecrets, error) {

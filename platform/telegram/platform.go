@@ -51,7 +51,7 @@ type Platform struct {
 	// absent.
 	policies  atomic.Pointer[map[string]*policy]
 	observed  *chatcontext.Log[observedKey]
-	sealed    *lru.Cache[draftKey, string] // see sealedDrafts
+	sealed    *lru.Cache[draftKey, string]   // see sealedDrafts
 	previews  *lru.Cache[draftKey, *preview] // open draft streams of group chats
 	topics    *topicMemory
 	mapping   atomic.Pointer[mapping]
