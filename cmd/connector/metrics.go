@@ -189,7 +189,14 @@ func (m *metrics) watchStore(st store.Store) {
 
 // watchLedger exports the counters of the relay's ledgers.
 func (m *metrics) watchLedger(srv *relay.Server) {
+	entries, bytes, total := srv.BufferBounds()
+	bound := func(name, help string, v float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v })
+	}
 	m.register(bufferedBytes{srv},
+		bound("connector_buffer_limit_entries", "relay.buffer_entries: the buffered inbound entries a tenant may hold before its oldest are dropped.", float64(entries)),
+		bound("connector_buffer_limit_bytes", "relay.buffer_bytes: the payload bytes of buffered inbound a tenant may hold before its oldest are dropped.", float64(bytes)),
+		bound("connector_buffer_limit_total_bytes", "relay.buffer_bytes_total: the payload bytes of buffered inbound all tenants together may hold.", float64(total)),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_ledger_removed_total",
 			Help: "Buffered inbound entries (acknowledged or dropped) removed from the durable store."},
 			func() float64 { return float64(srv.LedgerStats().Removed) }),
