@@ -74,3 +74,20 @@ func TestConfigErrorsNameTheFile(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseConfig: any document parses or fails with an error, never a
+// panic or a hang, whatever line syntaxLine finds for a syntax error.
+func FuzzParseConfig(f *testing.F) {
+	for _, doc := range []string{"listen: 127.0.0.1:8080\ntenants:\n  - id: t1\n   gateways: []\n", "a: [1, 2\nb: 3\n",
+		"log:\n  level: info\n format: json\n", "tenants: [{id: t1, gateways: [{id: g, secrets: [s]}]}]\n", exampleConfig} {
+		f.Add([]byte(doc))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if len(doc) > 64<<10 {
+			return
+		}
+		if _, err := ParseConfig(doc); err != nil && err.Error() == "" {
+			t.Fatal("an empty error")
+		}
+	})
+}
