@@ -76,6 +76,10 @@ func TestEveryKeyVariableSetsItsKey(t *testing.T) {
 		if fieldAt(reflect.ValueOf(&c).Elem(), k.index).IsZero() {
 			t.Errorf("%s=%s did not set %s", k.Env, raw, k.Key)
 		}
+		if c.fromEnv[k.Key] != k.Env {
+			t.Errorf("%s=%s: the key's source is recorded as %q", k.Env, raw, c.fromEnv[k.Key])
+		}
+		c.fromEnv = nil // where the value came from, not a value
 		if n := countNonZero(reflect.ValueOf(c)); n != 1 {
 			t.Errorf("%s=%s set %d values, want only %s: %+v", k.Env, raw, n, k.Key, c)
 		}
