@@ -49,6 +49,9 @@ const (
 	MarkdownPlain      = "plain"
 	MarkdownDiscord    = "discord"
 	MarkdownTelegramV2 = "markdown_v2"
+	// MarkdownStandard is CommonMark-style markdown the platform converts
+	// itself (Slack: to mrkdwn, as the native adapter's format_message).
+	MarkdownStandard = "markdown"
 )
 
 // Defaults the gateway applies to missing optional fields.
@@ -112,6 +115,27 @@ func Telegram(ops []string) Descriptor {
 		// observe.go: Model B, a passive buffer, no extra API calls).
 		SupportsContext: true,
 		SupportedOps:    sortedOps(ops),
+	}
+}
+
+// Slack is the descriptor of the shared Slack app: 39,000 code points per
+// message (the native adapter's MAX_MESSAGE_LENGTH under Slack's 40,000),
+// standard markdown that the connector converts to mrkdwn as the native
+// adapter does, edits, and threads (a thread is a reply to a message).
+func Slack(ops []string) Descriptor {
+	return Descriptor{
+		ContractVersion:        ContractVersion,
+		Platform:               "slack",
+		Label:                  "Slack",
+		MaxMessageLength:       39000,
+		SupportsEdit:           slices.Contains(ops, "edit"),
+		SupportsDraftStreaming: slices.Contains(ops, "draft"),
+		SupportsThreads:        slices.Contains(ops, "thread_create"),
+		MarkdownDialect:        MarkdownStandard,
+		LenUnit:                LenChars,
+		Emoji:                  "\U0001f4bc",
+		PlatformHint:           "You are chatting on Slack through a shared app. Markdown is converted to Slack mrkdwn.",
+		SupportedOps:           sortedOps(ops),
 	}
 }
 

@@ -12,7 +12,7 @@ var required = []string{"contract_version", "platform", "label", "max_message_le
 
 func TestDescriptorsCarryEveryRequiredKey(t *testing.T) {
 	for _, d := range []Descriptor{
-		Discord(nil), Telegram([]string{"send"}), Nexscope([]string{"send", "typing"}, 4096), Merge("relay"),
+		Discord(nil), Telegram([]string{"send"}), Slack([]string{"send"}), Nexscope([]string{"send", "typing"}, 4096), Merge("relay"),
 	} {
 		b, err := json.Marshal(d)
 		if err != nil {

@@ -17,6 +17,10 @@ var errReplaced = errors.New("replaced by a newer connection of the same gateway
 // with 4409.
 const refusedTooManyConns = "too_many_connections"
 
+// refusedNoCredentials is the Metrics.Refused reason of an upgrade without
+// an Authorization header, answered 401.
+const refusedNoCredentials = "no_credentials"
+
 // admission enforces Config.MaxConnsPerGateway for one gateway id. A
 // connection holds a slot from before its upgrade until its socket is fully
 // closed, so at no instant do more connections of the id exist, open or

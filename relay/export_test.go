@@ -14,3 +14,7 @@ const (
 // ClusterResendBeats is how many beats a remote socket's entry may go
 // unacknowledged before the driver forwards it again.
 const ClusterResendBeats = resendBeats
+
+// RefusalLinger is how long a refused upgrade's socket waits for the
+// client's close frame, on the relay's clock.
+const RefusalLinger = refusalLinger

@@ -10,7 +10,8 @@ type Metrics interface {
 	ConnClosed(tenant string)
 	// Refused counts refused upgrades by reason: "unauthorized" and
 	// "expired" (4401, at authentication), "too_many_connections" (4409, a
-	// newer connection of the same gateway id took the place).
+	// newer connection of the same gateway id took the place),
+	// "no_credentials" (HTTP 401: no Authorization header).
 	Refused(reason string)
 	// FrameIgnored counts a frame from a tenant's gateway that the relay
 	// skipped, by reason: "malformed" (not a JSON frame), "unknown_type",

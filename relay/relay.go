@@ -9,7 +9,12 @@
 //     tolerated; an exp more than Config.MaxTokenLifetime ahead refused). A
 //     bad token is refused by accepting the upgrade and closing 4401
 //     "unauthorized" or "expired", never with HTTP 401, which the gateway
-//     would retry forever. The tenant is the one the gateway id is
+//     would retry forever; the socket then waits refusalLinger, not the
+//     close handshake, and counts against its source's unauthenticated
+//     connections (package internal/connlimit) until it is closed. Only an
+//     upgrade without an Authorization header is answered HTTP 401: the
+//     gateway sends none only when it has no credentials, and then retries
+//     either way. The tenant is the one the gateway id is
 //     configured under; no frame can change it. A gateway id has at most
 //     Config.MaxConnsPerGateway connections, open or closing; beyond it the
 //     newest win and the oldest is closed with 4409.
@@ -88,6 +93,7 @@ import (
 	"connector/contract"
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/connlimit"
 	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/relay/ledger"
@@ -204,12 +210,17 @@ type Config struct {
 	// went idle): the wake poke (package wake). On the instance driving
 	// the tenant; with the ledger's mutex held, so it must not block.
 	Away func(tenant string) `yaml:"-"`
-	// WakeCooldown is the least time between two wake pokes of one
-	// gateway: the GET the connector sends to a gateway's registered wake
-	// URL when inbound is buffered for its tenant and none of the tenant's
-	// gateways is connected (docs/operations.md). It holds across every
-	// instance sharing the store. Zero means 60s.
+	// WakeCooldown is the least time between two wake pokes of one wake
+	// URL: the GET the connector sends to a gateway's registered wake URL
+	// when inbound is buffered for its tenant and none of the tenant's
+	// gateways is connected (docs/operations.md); gateways sharing a URL
+	// share its poke. It holds across every instance sharing the store.
+	// Zero means 60s.
 	WakeCooldown time.Duration `yaml:"wake_cooldown"`
+	// WakePerHost is the most wake URLs of one tenant on one host (its
+	// name, whatever the scheme and port) poked per wake_cooldown, across
+	// the instances; the others wait for a later cooldown. Zero means 8.
+	WakePerHost int `yaml:"wake_per_host"`
 	// LeaseTTL is how long a tenant's lease lasts unless renewed (every
 	// third of it): the bound on a takeover after its holder died. Zero
 	// means DefaultLeaseTTL.
@@ -251,6 +262,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.SessionOwners, 100_000)
 	orDefault(&c.LeaseTTL, DefaultLeaseTTL)
 	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
+	orDefault(&c.WakePerHost, wake.DefaultPerHost)
 }
 
 // orDefault sets *v to def when it is zero or negative.
@@ -488,10 +500,16 @@ func (s *Server) route(ctx context.Context, d platform.Delivery) error {
 }
 
 // ServeHTTP upgrades a gateway's request and returns, serving the
-// connection on a goroutine of its own until it closes. Authentication
-// failures are reported with close 4401 after the upgrade, as the gateway
-// expects. A connection beyond its gateway id's MaxConnsPerGateway waits,
-// before its upgrade, for the oldest one to be fully closed (see admission).
+// connection on a goroutine of its own until it closes. A request without
+// an Authorization header is answered 401 over plain HTTP (the stock
+// gateway sends one whenever it has an id and a secret, and cannot have
+// had a descriptor without them). Any other authentication failure is
+// reported with close 4401 after the upgrade, as the gateway expects
+// (refuse). A
+// connection beyond its gateway id's MaxConnsPerGateway waits, before its
+// upgrade, for the oldest one to be fully closed (see admission). Until
+// its token checks out, the connection counts against its source's share
+// of the public listener (connlimit), upgraded or not.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	closing := s.closing
@@ -500,10 +518,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "connector is shutting down", http.StatusServiceUnavailable)
 		return
 	}
+	if len(r.Header.Values("Authorization")) == 0 {
+		s.cfg.Metrics.Refused(refusedNoCredentials)
+		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "reason", refusedNoCredentials)
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		w.Header().Set("Connection", "close")
+		http.Error(w, "unauthorized: no Authorization header", http.StatusUnauthorized)
+		return
+	}
 	gw, claimed, authErr := s.authenticate(r.Header.Get("Authorization"))
 	var place *slot
 	var admitErr error
 	if authErr == nil {
+		connlimit.Authenticated(r.Context())
 		place, admitErr = gw.admission.admit(r.Context())
 		if admitErr != nil && !errors.Is(admitErr, errReplaced) {
 			return // the gateway went away while waiting
@@ -522,7 +549,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refusal := contract.Refusal(authErr)
 		s.cfg.Metrics.Refused(refusal.Reason)
 		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", truncateForLog(claimed), "reason", refusal.Reason, "err", authErr)
-		s.closeSocket(ws, hr.conn, refusal)
+		s.refuse(ws, hr.conn, refusal)
 		return
 	}
 	if admitErr != nil {
@@ -576,6 +603,24 @@ func (s *Server) untrack(c *conn) {
 // frame is never lost to a short CloseTimeout on a busy machine.
 func (s *Server) closeSocket(ws *websocket.Conn, raw net.Conn, e contract.Close) {
 	_ = raw.SetReadDeadline(time.Now().Add(s.cfg.CloseTimeout))
+	_ = ws.Close(e.Code, e.Reason)
+}
+
+// refusalLinger bounds how long a socket whose token was refused waits for
+// the client's close frame after the connector's 4401: long enough for a
+// gateway on loopback or a fast link to answer, so the socket ends with an
+// orderly FIN rather than a reset, and short enough that a flood of refused
+// upgrades, which never answer, holds few sockets. The gateway needs only
+// the close frame, which goes out first.
+const refusalLinger = 100 * time.Millisecond
+
+// refuse closes ws, an upgrade whose token was refused, with e: the close
+// frame is sent, and the client's answer waited for at most refusalLinger
+// (or CloseTimeout when shorter) on the relay's clock, instead of the full
+// close handshake of closeSocket.
+func (s *Server) refuse(ws *websocket.Conn, raw net.Conn, e contract.Close) {
+	t := s.cfg.Clock.AfterFunc(min(refusalLinger, s.cfg.CloseTimeout), func() { _ = raw.SetReadDeadline(time.Now()) })
+	defer t.Stop()
 	_ = ws.Close(e.Code, e.Reason)
 }
 

@@ -54,7 +54,8 @@ func TestUpgradeAuth(t *testing.T) {
 	cases := []struct {
 		name, token, reason string
 	}{
-		{"no token", "", "unauthorized"},
+		// No Authorization header at all: HTTP 401
+		// (TestUpgradeWithoutAuthorizationIsAnswered401).
 		{"garbage", "!!!not-base64!!!", "unauthorized"},
 		{"wrong secret", contract.MintToken("gw1", "nope", now.Unix()+300), "unauthorized"},
 		{"unknown gateway", contract.MintToken("gw-x", "s1", now.Unix()+300), "unauthorized"},

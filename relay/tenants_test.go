@@ -1,7 +1,12 @@
 package relay_test
 
 import (
+	"context"
+	"errors"
+	"net/http"
 	"testing"
+
+	"github.com/coder/websocket"
 
 	"connector/contract"
 	"connector/relay"
@@ -79,4 +84,58 @@ func TestSetTenantsRefusesInvalid(t *testing.T) {
 	}
 	gw := h.Dial(t, "gw1", "s1")
 	gw.Hello(t, "discord", "app")
+}
+
+// TestStockClientLatchesRevokedAfterAHandshake plays the stock gateway
+// transport (relaytest.Transport, hermes-wire.md §8.2) against the relay's
+// refusals: a 4401 before any descriptor is an ordinary failed dial; once
+// the gateway had a descriptor, its removal closes it 4401 "revoked", it
+// re-dials at once with a fresh token, that upgrade is refused 4401 (the
+// refusal's close frame arrives although the connector no longer waits out
+// the close handshake) and the transport latches "revoked". A gateway
+// configured without a secret sends no Authorization header, is answered
+// HTTP 401 and only ever retries, as it did with a 4401 before a
+// descriptor.
+func TestStockClientLatchesRevokedAfterAHandshake(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	base := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	h := relaytest.Start(t, []relay.Tenant{base}, p)
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer cancel()
+
+	early := &relaytest.Transport{URL: h.RelayURL(), GatewayID: "gw2", Secret: "s2", Platform: "discord"}
+	_, err := early.Connect(ctx)
+	if step := early.DialFailed(err); step != relaytest.Reconnect || early.Revoked() {
+		t.Fatalf("4401 before any descriptor (%v): %v, want %v", err, step, relaytest.Reconnect)
+	}
+
+	tr := &relaytest.Transport{URL: h.RelayURL(), GatewayID: "gw1", Secret: "s1", Platform: "discord"}
+	c, err := tr.Connect(ctx)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	if err := h.Server.SetTenants([]relay.Tenant{{ID: "t1"}}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	step, err := tr.Closed(ctx, c)
+	if err != nil || step != relaytest.RedialNow {
+		t.Fatalf("revoked after a handshake: %v %v, want %v", step, err, relaytest.RedialNow)
+	}
+	_, err = tr.Connect(ctx)
+	var de *relaytest.DialError
+	if !errors.As(err, &de) || de.Code != websocket.StatusCode(contract.CloseUnauthorized) || de.Reason != contract.ReasonUnauthorized {
+		t.Fatalf("fresh-token re-dial: %v, want refused 4401 %q", err, contract.ReasonUnauthorized)
+	}
+	if step := tr.DialFailed(err); step != relaytest.Revoked || !tr.Revoked() {
+		t.Fatalf("fresh-token re-dial refused: %v, want %v", step, relaytest.Revoked)
+	}
+
+	anonymous := &relaytest.Transport{URL: h.RelayURL(), Platform: "discord"}
+	_, err = anonymous.Connect(ctx)
+	if !errors.As(err, &de) || de.Status != http.StatusUnauthorized {
+		t.Fatalf("dial without a secret: %v, want HTTP 401", err)
+	}
+	if step := anonymous.DialFailed(err); step != relaytest.Reconnect || anonymous.Revoked() {
+		t.Fatalf("HTTP 401: %v, want %v", step, relaytest.Reconnect)
+	}
 }

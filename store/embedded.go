@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -81,12 +82,9 @@ func openEmbedded(ctx context.Context, dir string, now func() time.Time) (*embed
 		return nil, fmt.Errorf("store: create data directory: %w", err)
 	}
 	path := filepath.Join(dir, DataFile)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
-	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, fmt.Errorf("store: %s is in use by another process", path)
-	}
+	db, err := openData(path)
 	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", path, err)
+		return nil, err
 	}
 	e := &embedded{dir: dir, db: db, now: now, ps: newBroker(), seqs: make(map[string]*tenantSeqs)}
 	if err := db.Update(e.init); err != nil {
@@ -160,6 +158,7 @@ func (e *embedded) Owners() Owners             { return embOwners{e} }
 func (e *embedded) Leases() Leases             { return embLeases{e} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
 func (e *embedded) Registry() Registry         { return embRegistry{e} }
+func (e *embedded) Claims() Claims             { return embClaims{e} }
 
 func (e *embedded) Close() error {
 	e.closeOnce.Do(func() {
@@ -570,6 +569,37 @@ func (c embCaps) Delete(ctx context.Context, key string) error {
 	})
 }
 
+// embClaims keeps claims in the capabilities bucket under claimPrefix, so
+// the sweep forgets them.
+type embClaims struct{ e *embedded }
+
+func (c embClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	if err := checkName("claim key", key); err != nil {
+		return false, err
+	}
+	k := []byte(claimPrefix + key)
+	var took bool
+	err := c.e.batch(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bCaps)
+		if v := b.Get(k); v != nil {
+			if _, exp, err := decodeExpiring(v); err == nil && !expired(c.e.now(), exp) {
+				return nil
+			}
+		}
+		took = true
+		return b.Put(k, encodeExpiring(expires, nil))
+	})
+	return took && err == nil, err
+}
+
+func (c embClaims) Hold(ctx context.Context, key string, expires time.Time) error {
+	return embCaps(c).Put(ctx, claimPrefix+key, nil, expires)
+}
+
+func (c embClaims) Release(ctx context.Context, key string) error {
+	return embCaps(c).Delete(ctx, claimPrefix+key)
+}
+
 type embOwners struct{ e *embedded }
 
 // embOwnerKey is the owners bucket's key: the tenant as a length-prefixed
@@ -781,6 +811,42 @@ func (r embRegistry) Delete(ctx context.Context, namespace, key string) (bool, e
 		return err
 	})
 	return deleted, err
+}
+
+func (r embRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	var swapped bool
+	err := r.e.update(ctx, func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bRegistry).CreateBucketIfNotExists([]byte(namespace))
+		if err != nil {
+			return err
+		}
+		cur := b.Get([]byte(key))
+		if cur != nil {
+			e, err := decodeEntry(key, cur)
+			if err != nil {
+				return err
+			}
+			cur = e.Value
+		}
+		if (cur != nil) != (old != nil) || (cur != nil && !bytes.Equal(cur, old)) {
+			return nil
+		}
+		rev, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		if value == nil {
+			err = b.Delete([]byte(key))
+		} else {
+			err = b.Put([]byte(key), encodeEntry(rev, value))
+		}
+		swapped = err == nil
+		return err
+	})
+	return swapped, err
 }
 
 func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {

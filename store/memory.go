@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"slices"
@@ -108,6 +109,10 @@ func (m *Memory) PubSub() PubSub { return m.ps }
 
 // Registry implements Store.
 func (m *Memory) Registry() Registry { return memRegistry{m} }
+
+// Claims implements Store: claims are capabilities under claimPrefix, so
+// the sweep forgets them.
+func (m *Memory) Claims() Claims { return memClaims{m} }
 
 // Close implements Store.
 func (m *Memory) Close() error {
@@ -306,6 +311,28 @@ func (m memCaps) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+type memClaims struct{ *Memory }
+
+func (m memClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	if err := m.lock(ctx, checkName("claim key", key)); err != nil {
+		return false, err
+	}
+	defer m.mu.Unlock()
+	if e, ok := m.caps[claimPrefix+key]; ok && !expired(m.now(), e.expires) {
+		return false, nil
+	}
+	m.caps[claimPrefix+key] = expiring{expires: expires}
+	return true, nil
+}
+
+func (m memClaims) Hold(ctx context.Context, key string, expires time.Time) error {
+	return memCaps(m).Put(ctx, claimPrefix+key, nil, expires)
+}
+
+func (m memClaims) Release(ctx context.Context, key string) error {
+	return memCaps(m).Delete(ctx, claimPrefix+key)
+}
+
 type memOwners struct{ *Memory }
 
 func (m memOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
@@ -435,6 +462,29 @@ func (m memRegistry) Delete(ctx context.Context, namespace, key string) (bool, e
 	}
 	delete(ns.entries, key)
 	ns.rev++
+	return true, nil
+}
+
+func (m memRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
+		return false, err
+	}
+	defer m.mu.Unlock()
+	ns := m.reg[namespace]
+	if ns == nil {
+		ns = &memNamespace{entries: make(map[string]Entry)}
+		m.reg[namespace] = ns
+	}
+	cur, ok := ns.entries[key]
+	if ok != (old != nil) || (ok && !bytes.Equal(cur.Value, old)) {
+		return false, nil
+	}
+	ns.rev++
+	if value == nil {
+		delete(ns.entries, key)
+	} else {
+		ns.entries[key] = Entry{Key: key, Value: slices.Clone(value), Rev: ns.rev}
+	}
 	return true, nil
 }
 

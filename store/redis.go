@@ -29,6 +29,7 @@ import (
 //	owner:<n>:<tenant><session key>  expiring owner (n = len(tenant)), PX
 //	lease:<name>           "<token>:<holder>", PX the lease's TTL
 //	leasetoken:<name>      the last fencing token (INCR)
+//	claim:<key>            a claim's expiry "<Unix s> <ns>" by the store's clock, PX as garbage collection
 //	registry:<namespace>   hash key -> entry
 //	registryrev:<namespace> the namespace's revision (INCR)
 //	channel:<channel>      a pub/sub channel
@@ -231,6 +232,7 @@ func (s *redisStore) Owners() Owners             { return redisOwners{s} }
 func (s *redisStore) Leases() Leases             { return redisLeases{s} }
 func (s *redisStore) PubSub() PubSub             { return redisPubSub{s} }
 func (s *redisStore) Registry() Registry         { return redisRegistry{s} }
+func (s *redisStore) Claims() Claims             { return redisClaims{s} }
 
 func (s *redisStore) Close() error {
 	s.mu.Lock()
@@ -619,6 +621,64 @@ func (c redisCaps) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
+type redisClaims struct{ s *redisStore }
+
+// claimScript: KEYS claim; ARGV now's seconds and nanoseconds, the
+// expiry as stored ("<s> <ns>"), PX. Takes the claim unless a live one
+// holds it (its expiry after now; seconds and nanoseconds apart, as Lua
+// numbers are doubles); returns 1 when it took it.
+var claimScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local s, ns = string.match(cur, '^(%d+) (%d+)$')
+  s, ns = tonumber(s), tonumber(ns)
+  local nows, nowns = tonumber(ARGV[1]), tonumber(ARGV[2])
+  if s and (s > nows or (s == nows and ns > nowns)) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+return 1
+`)
+
+// claimValue is a claim's expiry as stored, and its key's PX.
+func (c redisClaims) claimValue(expires time.Time) (string, int64) {
+	return strconv.FormatInt(expires.Unix(), 10) + " " + strconv.Itoa(expires.Nanosecond()),
+		pxMillis(max(expires.Sub(c.s.now()), 0) + redisExpirySlack)
+}
+
+func (c redisClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	if err := checkName("claim key", key); err != nil {
+		return false, err
+	}
+	exp, px := c.claimValue(expires)
+	now := c.s.now()
+	n, err := claimScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, now.Unix(), now.Nanosecond(), exp, px).Int()
+	if err != nil {
+		return false, fmt.Errorf("store: claim: %w", rerr(err))
+	}
+	return n == 1, nil
+}
+
+func (c redisClaims) Hold(ctx context.Context, key string, expires time.Time) error {
+	if err := checkName("claim key", key); err != nil {
+		return err
+	}
+	exp, px := c.claimValue(expires)
+	if err := c.s.c.Set(ctx, c.s.p+"claim:"+key, exp, time.Duration(px)*time.Millisecond).Err(); err != nil {
+		return fmt.Errorf("store: hold claim: %w", rerr(err))
+	}
+	return nil
+}
+
+func (c redisClaims) Release(ctx context.Context, key string) error {
+	if err := checkName("claim key", key); err != nil {
+		return err
+	}
+	if err := c.s.c.Del(ctx, c.s.p+"claim:"+key).Err(); err != nil {
+		return fmt.Errorf("store: release claim: %w", rerr(err))
+	}
+	return nil
+}
+
 type redisOwners struct{ s *redisStore }
 
 func (w redisOwners) key(tenant, sessionKey string) string {
@@ -827,6 +887,26 @@ end
 return 0
 `)
 
+// registryCASScript: KEYS hash, revision; ARGV key, "1" when an entry
+// is expected (its value in ARGV[3]) else "0", "1" when a value is to be
+// stored (in ARGV[5]) else "0" (the entry is removed). Returns 1 if it
+// swapped.
+var registryCASScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if ARGV[2] == '1' then
+  if not cur or string.sub(cur, 9) ~= ARGV[3] then return 0 end
+elseif cur then
+  return 0
+end
+local rev = redis.call('INCR', KEYS[2])
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[1], ARGV[1], struct.pack('>I8', rev) .. ARGV[5])
+else
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 1
+`)
+
 // registryListScript: KEYS hash, revision. Returns {rev, {key, entry, ...}}.
 var registryListScript = redis.NewScript(`
 return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}
@@ -868,6 +948,23 @@ func (r redisRegistry) Delete(ctx context.Context, namespace, key string) (bool,
 	n, err := registryDeleteScript.Run(ctx, r.s.c, r.keys(namespace), key).Int()
 	if err != nil {
 		return false, fmt.Errorf("store: registry delete: %w", rerr(err))
+	}
+	return n == 1, nil
+}
+
+func (r redisRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	flag := func(b []byte) string {
+		if b == nil {
+			return "0"
+		}
+		return "1"
+	}
+	n, err := registryCASScript.Run(ctx, r.s.c, r.keys(namespace), key, flag(old), old, flag(value), value).Int()
+	if err != nil {
+		return false, fmt.Errorf("store: registry compare-and-swap: %w", rerr(err))
 	}
 	return n == 1, nil
 }

@@ -69,6 +69,8 @@ type Store interface {
 	PubSub() PubSub
 	// Registry is a namespaced key/value store with revisions.
 	Registry() Registry
+	// Claims are expiring markers one caller holds at a time.
+	Claims() Claims
 	// Close releases the store: it ends every subscription and, for the
 	// embedded backend, unlocks the data directory. It is idempotent.
 	Close() error
@@ -177,6 +179,21 @@ type Capabilities interface {
 	Delete(ctx context.Context, key string) error
 }
 
+// Claims are expiring markers that one caller holds at a time: a platform
+// claims a key (a Slack event id) before it acts on it, so that of the
+// instances sharing the store one acts, and holds it for as long as a
+// repeat must be refused. Expired claims are forgotten (swept), so keys
+// made per event do not accumulate.
+type Claims interface {
+	// Claim takes key until expires unless a live claim holds it, and
+	// reports whether this call took it.
+	Claim(ctx context.Context, key string, expires time.Time) (bool, error)
+	// Hold makes key's claim last until expires, whoever held it.
+	Hold(ctx context.Context, key string, expires time.Time) error
+	// Release drops key's claim; an absent one is not an error.
+	Release(ctx context.Context, key string) error
+}
+
 // Owners records which instance and connection own a tenant's session, so
 // the session's inbound keeps going to one gateway connection. Entries
 // expire after their TTL, which bounds the records kept.
@@ -265,6 +282,13 @@ type Registry interface {
 	// List returns every entry of namespace sorted by key, and the
 	// namespace's revision (0 for a namespace never written).
 	List(ctx context.Context, namespace string) (entries []Entry, rev uint64, err error)
+	// CompareAndSwap replaces the value under key with value when the
+	// value stored there now is old, atomically for every instance
+	// sharing the store: old nil means key must be absent, value nil
+	// removes the entry. It reports whether it swapped; a swap bumps the
+	// namespace's revision. Of concurrent swaps from one old value, one
+	// succeeds.
+	CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (swapped bool, err error)
 }
 
 // Entry is one registry value.
@@ -286,6 +310,10 @@ var (
 	// no longer holds.
 	ErrNotHeld = errors.New("store: lease not held")
 )
+
+// claimPrefix puts the memory and embedded backends' claims beside their
+// capabilities, where no vault key can start (those start "vault/").
+const claimPrefix = "claim\x00"
 
 // MaxNameBytes bounds tenant ids, session keys, capability keys, lease
 // names, channels, namespaces and registry keys.

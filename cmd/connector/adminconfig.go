@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,14 +19,40 @@ type AdminConfig struct {
 	// Listen is the admin listener's address; the admin API is off unless
 	// it is set. Keep it on loopback or a private network. Default off.
 	Listen string `yaml:"listen"`
-	// Token is the bearer token every admin request must carry (at least
-	// 16 characters); required when listen is set. Prefer the environment
-	// variable CONNECTOR_ADMIN_TOKEN to writing it in the file.
+	// Token is the bearer token every admin request must carry; required
+	// when listen is set. At least 16 characters and 64 bits by the
+	// estimate of docs/security.md (a random one: openssl rand -hex 32).
+	// Prefer the environment variable CONNECTOR_ADMIN_TOKEN to writing it
+	// in the file.
 	Token string `yaml:"token"`
 }
 
 // minAdminTokenBytes is the shortest admin token accepted.
 const minAdminTokenBytes = 16
+
+// minAdminTokenBits is the least strength tokenBits must find in an admin
+// token.
+const minAdminTokenBits = 64
+
+// tokenBits estimates a token's strength in bits from the token alone: its
+// length times the Shannon entropy of its characters' frequencies, so
+// repeating few characters scores low whatever the length (16 identical
+// characters: 0; a repeated pair: 1 bit a character). It cannot see that a
+// token is a word or a sequence; it only refuses what is plainly weak.
+func tokenBits(token string) float64 {
+	counts := make(map[rune]int)
+	n := 0
+	for _, r := range token {
+		counts[r]++
+		n++
+	}
+	var perChar float64
+	for _, c := range counts {
+		p := float64(c) / float64(n)
+		perChar -= p * math.Log2(p)
+	}
+	return perChar * float64(n)
+}
 
 // validate checks the admin section.
 func (a *AdminConfig) validate() error {
@@ -39,7 +68,17 @@ func (a *AdminConfig) validate() error {
 	if len(a.Token) < minAdminTokenBytes {
 		return fmt.Errorf("config: admin.token: shorter than %d characters", minAdminTokenBytes)
 	}
+	if bits := tokenBits(a.Token); bits < minAdminTokenBits {
+		return fmt.Errorf("config: admin.token: too weak: about %.0f bits by its length and how often each character repeats, at least %d needed; use a random token (openssl rand -hex 32)", bits, minAdminTokenBits)
+	}
 	return nil
+}
+
+// loopbackOnly reports whether addr, a listener's bound address, is
+// reachable from this host only.
+func loopbackOnly(addr net.Addr) bool {
+	ap, err := netip.ParseAddrPort(addr.String())
+	return err == nil && ap.Addr().IsLoopback()
 }
 
 // serveAdmin starts the admin listener when admin.listen is set and
@@ -51,6 +90,10 @@ func (c *connector) serveAdmin() (addr string, stop func(), err error) {
 	ln, err := bind("admin.listen", c.cfg.Admin.Listen)
 	if err != nil {
 		return "", nil, err
+	}
+	if !loopbackOnly(ln.Addr()) {
+		c.log.Warn("admin API listening on a non-loopback address: anyone who can reach it may try the admin token, and a token that works changes every tenant; keep admin.listen on loopback (127.0.0.1) or a private network behind a firewall",
+			"addr", ln.Addr().String())
 	}
 	srv := &http.Server{Handler: c.admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
 	go func() { _ = srv.Serve(ln) }()

@@ -16,6 +16,7 @@ import (
 	"connector/platform/discord"
 	"connector/platform/nexscope"
 	"connector/platform/telegram"
+	"connector/registry"
 	"connector/relay"
 	"connector/session"
 	"connector/store"
@@ -147,6 +148,10 @@ type TenantConfig struct {
 	ID string `yaml:"id"`
 	// Gateways are the gateway identities that connect for this tenant.
 	Gateways []GatewayConfig `yaml:"gateways"`
+	// MaxGateways bounds the tenant's gateways, these and those made by the
+	// admin API, enrollment and self-provision together: one more is
+	// refused (429). Default 100, at most 10000.
+	MaxGateways int `yaml:"max_gateways"`
 	// Session holds the knobs of the tenant's gateways that change session
 	// keys; they must match the gateways' config.yaml and installed
 	// platform plugins. Defaults are the stock gateway's:
@@ -359,6 +364,9 @@ func (c *Config) validateTenants() error {
 			return fmt.Errorf("config: %s.id: tenant %q is defined twice", key, t.ID)
 		}
 		tenants[t.ID] = true
+		if t.MaxGateways < 0 || t.MaxGateways > registry.GatewayLimitCeiling {
+			return fmt.Errorf("config: %s.max_gateways: %d: want 0 (the default, %d) to %d", key, t.MaxGateways, registry.DefaultMaxGateways, registry.GatewayLimitCeiling)
+		}
 		switch p := t.Session.NexscopeKeyPlatform; p {
 		case "", session.PlatformRelay, session.PlatformNexscope:
 		default:

@@ -57,7 +57,7 @@ func newMetrics() *metrics {
 		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "connector_gateway_connections", Help: "Authenticated gateway connections."}, []string{"tenant"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_gateway_refused_total", Help: "Gateway upgrades refused, by reason: unauthorized or expired (close 4401), too_many_connections (close 4409)."}, []string{"reason"}),
+			Name: "connector_gateway_refused_total", Help: "Gateway upgrades refused, by reason: unauthorized or expired (close 4401), too_many_connections (close 4409), no_credentials (HTTP 401: no Authorization header)."}, []string{"reason"}),
 		framesIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_gateway_frames_ignored_total",
 			Help: "Gateway frames the relay skipped, by tenant and reason: malformed, unknown_type, no_request_id, no_session_key, unknown_buffer_id."},

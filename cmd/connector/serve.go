@@ -258,14 +258,17 @@ func durationAsString(_ []string, a slog.Attr) slog.Attr {
 // connector is everything serve runs, built from a config but not yet
 // listening.
 type connector struct {
-	cfg        *Config
-	log        *slog.Logger
-	metrics    *metrics
-	platforms  []platform.Platform
-	relay      *relay.Server
-	handler    http.Handler // the public listener's routes
-	opsHandler http.Handler // the operations listener's routes
-	tls        *tls.Config  // nil: plain HTTP
+	cfg       *Config
+	log       *slog.Logger
+	metrics   *metrics
+	platforms []platform.Platform
+	relay     *relay.Server
+	handler   http.Handler // the public listener's routes
+	// publicPatterns are the ServeMux patterns of handler, sorted: the
+	// routes TestAuthorizationMatrix must have rows for.
+	publicPatterns []string
+	opsHandler     http.Handler // the operations listener's routes
+	tls            *tls.Config  // nil: plain HTTP
 	// live keeps the relay and platforms in step with the registry.
 	live *live
 	// admin is the admin API's handler; nil when admin.listen is unset.
@@ -286,7 +289,10 @@ func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
 	st, err := store.Open(ctx, cfg.Store.storeConfig())
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrDamaged):
+		return nil, err // it names the file and what to do
+	case err != nil:
 		return nil, fmt.Errorf("store (%s): %w", cfg.Store.describe(), err)
 	}
 	return st, nil
@@ -378,11 +384,13 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 		c.media = deps.Media
 		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, UploadTimeout: cfg.Media.UploadTimeout, Log: log}))
 	}
-	mux := publicMux(srv, platforms, mediaRoutes)
-	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
-	handleRoutes(mux, mh.Routes())
-	handleRoutes(mux, c.credentialRoutes(reg, identity))
-	c.handler = mux
+	routes, err := publicRoutes(srv, platforms, mediaRoutes, map[string]http.Handler{"POST /relay/policy": c.relayPolicyHandler()},
+		mh.Routes(), c.credentialRoutes(reg, identity))
+	if err != nil {
+		return nil, err
+	}
+	c.publicPatterns = slices.Sorted(maps.Keys(routes))
+	c.handler = newMux(routes)
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil
 }

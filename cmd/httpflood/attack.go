@@ -153,11 +153,21 @@ const probeSource = "127.0.0.2"
 // probeGateway dials /relay from probeSource as the configured gateway,
 // says hello and reports how it went and how long it took.
 func probeGateway(c *child) string {
+	d, err := dialProbe(c)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("ok in %s", d.Round(time.Millisecond))
+}
+
+// dialProbe dials /relay from probeSource as the configured gateway, says
+// hello and returns how long it took until the descriptor arrived.
+func dialProbe(c *child) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	failed := func(what string, err error) string {
-		return fmt.Sprintf("%s failed after %s: %v", what, time.Since(start).Round(time.Millisecond), err)
+	failed := func(what string, err error) (time.Duration, error) {
+		return 0, fmt.Errorf("%s failed after %s: %w", what, time.Since(start).Round(time.Millisecond), err)
 	}
 	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(probeSource)}}
 	h := http.Header{"Authorization": {"Bearer " + relaytest.Token(gatewayID, c.secret, time.Now())}}
@@ -180,7 +190,7 @@ func probeGateway(c *child) string {
 	if !strings.Contains(string(msg), `"type":"descriptor"`) {
 		return failed("hello", fmt.Errorf("answered %.80q", msg))
 	}
-	return fmt.Sprintf("ok in %s", time.Since(start).Round(time.Millisecond))
+	return time.Since(start), nil
 }
 
 // raiseFileLimit lifts this process's soft open-file limit to the hard

@@ -279,8 +279,9 @@ func drain(child *child, timeout time.Duration) (int, error) {
 	}
 }
 
-// peakSampler samples the connector until stopped and keeps the sample
-// with the highest RSS.
+// peakSampler samples the connector every 250 ms until stopped and keeps
+// the sample with the highest RSS, with the most fds and goroutines any
+// sample had.
 type peakSampler struct {
 	stopc chan struct{}
 	done  chan sample
@@ -293,9 +294,12 @@ func startPeakSampler(child *child) *peakSampler {
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if s := child.sample(); s.RSSKiB > peak.RSSKiB {
+			s := child.sample()
+			fds, goroutines := max(peak.FDs, s.FDs), max(peak.Goroutines, s.Goroutines)
+			if s.RSSKiB > peak.RSSKiB {
 				peak = s
 			}
+			peak.FDs, peak.Goroutines = fds, goroutines
 			select {
 			case <-p.stopc:
 				p.done <- peak

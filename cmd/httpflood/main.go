@@ -1,4 +1,4 @@
-// Command httpflood reproduces the connection-level abuse of issue 11 against
+// Command httpflood reproduces the connection-level abuse of issues 11 and 22 against
 // a real connector binary and reports what it costs the connector: open
 // file descriptors, goroutines and RSS before, under and after the attack,
 // how many attack connections the connector closed by itself, and whether a
@@ -28,10 +28,20 @@
 //	            what is still buffered, and memory (RSS, anonymous and
 //	            file-backed, Go heap in use) is sampled every 15 s until
 //	            -settle has passed
+//	upgrade     (alone) issue 22's upgrade flood: -workers loops send GET
+//	            /relay upgrades as fast as they are answered, without an
+//	            Authorization header (-auth none) or with a token no
+//	            gateway signed (-auth bad), at most -rate a second in
+//	            all (0: no bound); an upgraded socket is held,
+//	            never answering the close frame, until the connector
+//	            closes it or -linger passes (at most -open at once); for
+//	            -hold, while a gateway dials from 127.0.0.2 every 500 ms
+//	            and the connector is sampled every 250 ms
 //
-// Everything is bounded: at most 5,000 connections per mode, -hold at most
-// 5 minutes (the ledger flood ends at -hold), 2 GiB of flood messages; the
-// tool closes its connections, stops the child and exits.
+// Everything is bounded: at most 5,000 connections per mode (10,000 open
+// at once in the upgrade flood), -hold at most 5 minutes (the ledger and upgrade
+// floods end at -hold), 2 GiB of flood messages; the tool closes its
+// connections, stops the child and exits.
 //
 // Example (the figures of issue 11):
 //
@@ -39,6 +49,10 @@
 //	go run ./cmd/httpflood -connector /tmp/connector -mode idle,slowbody -idle 1000 -slow 300 -hold 75s
 //	go run ./cmd/httpflood -connector /tmp/connector -mode idle -idle 600 -nofile 512 -hold 20s
 //	go run ./cmd/httpflood -connector /tmp/connector -mode ledger -messages 818 -hold 5m -settle 3m
+//
+// and of issue 22:
+//
+//	go run ./cmd/httpflood -connector /tmp/connector -mode upgrade -auth none -rate 4100 -hold 10s -settle 20s -nofile 4096
 package main
 
 import (
@@ -70,6 +84,12 @@ type options struct {
 	Members      int
 	Messages     int
 	MessageBytes int
+	// Workers, Rate, Auth, Linger and Open shape the upgrade flood.
+	Workers int
+	Rate    int
+	Auth    string
+	Linger  time.Duration
+	Open    int
 }
 
 const (
@@ -77,8 +97,13 @@ const (
 	modeSlowBody   = "slowbody"
 	modeSlowHeader = "slowheader"
 	modeLedger     = "ledger"
+	modeUpgrade    = "upgrade"
+	authNone       = "none"
+	authBad        = "bad"
 	maxConns       = 5000
-	maxHold        = 5 * time.Minute
+	// maxOpen bounds the upgrade flood's sockets open at once.
+	maxOpen = 10_000
+	maxHold = 5 * time.Minute
 	// maxFlood bounds the ledger attack's messages times their size.
 	maxFlood = 2 << 30
 )
@@ -90,7 +115,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.Connector, "connector", "", "path of the connector binary to attack (required)")
 	fs.BoolVar(&o.Legacy, "legacy", false, "the binary predates the ops listener and http section: leave them out of its config")
-	fs.StringVar(&modes, "mode", modeIdle+","+modeSlowBody, "attacks to run at once: idle, slowbody, slowheader; or ledger alone")
+	fs.StringVar(&modes, "mode", modeIdle+","+modeSlowBody, "attacks to run at once: idle, slowbody, slowheader; or ledger or upgrade alone")
 	fs.IntVar(&o.Idle, "idle", 1000, "idle keep-alive connections (mode idle)")
 	fs.IntVar(&o.Slow, "slow", 300, "slow requests (modes slowbody, slowheader)")
 	fs.DurationVar(&o.Hold, "hold", 75*time.Second, "how long the attack holds its connections")
@@ -100,6 +125,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Members, "members", 4, "ledger: nexscope members sending the messages between them")
 	fs.IntVar(&o.Messages, "messages", 818, "ledger: nexscope messages sent to the bot")
 	fs.IntVar(&o.MessageBytes, "message-bytes", 900_000, "ledger: text bytes of each message (at most 900,000: the inbound frame must fit the gateway's 1 MiB)")
+	fs.IntVar(&o.Workers, "workers", 256, "upgrade: loops sending upgrades at once")
+	fs.IntVar(&o.Rate, "rate", 0, "upgrade: upgrades per second over all workers, at most 100000 (0: as fast as they are answered)")
+	fs.StringVar(&o.Auth, "auth", authNone, "upgrade: none (no Authorization header) or bad (a token no gateway signed)")
+	fs.DurationVar(&o.Linger, "linger", 5*time.Second, "upgrade: how long an upgraded socket is held at most, never answering the close")
+	fs.IntVar(&o.Open, "open", maxOpen, "upgrade: attack sockets open at once, at most 10000")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -110,9 +140,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	for _, m := range o.Modes {
 		switch m {
 		case modeIdle, modeSlowBody, modeSlowHeader:
-		case modeLedger:
+		case modeLedger, modeUpgrade:
 			if len(o.Modes) > 1 {
-				return o, errors.New("-mode ledger runs alone")
+				return o, fmt.Errorf("-mode %s runs alone", m)
 			}
 		default:
 			return o, fmt.Errorf("unknown -mode %q", m)
@@ -135,6 +165,16 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-messages and -message-bytes must be positive, -message-bytes at most 900000, and together at most %d bytes", maxFlood)
 	case o.NoFile < 0:
 		return o, errors.New("-nofile must not be negative")
+	case o.Workers < 1 || o.Workers > maxConns:
+		return o, fmt.Errorf("-workers must be between 1 and %d", maxConns)
+	case o.Open < 1 || o.Open > maxOpen:
+		return o, fmt.Errorf("-open must be between 1 and %d", maxOpen)
+	case o.Rate < 0 || o.Rate > 100_000:
+		return o, errors.New("-rate must be between 0 and 100000")
+	case o.Auth != authNone && o.Auth != authBad:
+		return o, fmt.Errorf("-auth must be %s or %s", authNone, authBad)
+	case o.Linger <= 0 || o.Linger > time.Minute:
+		return o, errors.New("-linger must be positive and at most 1m")
 	}
 	return o, nil
 }
@@ -149,8 +189,11 @@ func attackMain(args []string, stdout, stderr io.Writer) int {
 	}
 	raiseFileLimit()
 	run := runAttack
-	if o.Modes[0] == modeLedger {
+	switch o.Modes[0] {
+	case modeLedger:
 		run = runLedger
+	case modeUpgrade:
+		run = runUpgradeFlood
 	}
 	if err := run(o, stdout); err != nil {
 		fmt.Fprintln(stderr, "httpflood:", err)

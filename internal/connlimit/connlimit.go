@@ -2,12 +2,16 @@
 // that have not authenticated, and keeps the server accepting sanely when
 // the process runs out of file descriptors.
 //
-// A Listener wraps the server's net.Listener; its ConnState method must be
-// the http.Server's ConnState hook. Every accepted connection counts as
-// unauthenticated until the server hands it to a handler that takes it over
-// (a WebSocket upgrade: http.StateHijacked; the relay and nexscope refuse a
-// bad credential right after the upgrade) or closes it. Idle keep-alive
-// connections count too: nothing has authenticated them.
+// A Listener wraps the server's net.Listener; its ConnState and ConnContext
+// methods must be the http.Server's hooks of those names. Every accepted
+// connection counts as unauthenticated until it is closed, or until the
+// handler serving it calls Authenticated with its request's context (the
+// relay and nexscope do once a WebSocket upgrade's credential checks out).
+// Taking a connection over (a WebSocket upgrade, http.StateHijacked) does
+// not end the count: a socket upgraded only to be refused (the relay's
+// close 4401) still counts against its source until it is closed, so a
+// flood of refused upgrades holds no more sockets than its share. Idle
+// keep-alive connections count too: nothing has authenticated them.
 //
 // At the limit a new connection first evicts the longest-idle keep-alive
 // connection (HTTP lets a server close an idle connection at any time);
@@ -32,7 +36,9 @@ package connlimit
 
 import (
 	"cmp"
+	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -104,6 +110,41 @@ type state struct {
 	idleOrder uint64 // seq when it went idle; lower is longer idle
 }
 
+// conn is a connection the Listener accepted: closing it, also after a
+// handler took it over, ends its count.
+type conn struct {
+	net.Conn
+	l *Listener
+}
+
+// Close stops counting c and closes it.
+func (c *conn) Close() error {
+	c.l.forget(c)
+	return c.Conn.Close()
+}
+
+// CloseWrite shuts down the writing side when the connection can (a TCP
+// connection), as net/http does before closing to avoid a reset.
+func (c *conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// ReadFrom lets net/http send files with the connection's own ReadFrom
+// (sendfile on TCP).
+func (c *conn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
+
+// connKey is the context key under which ConnContext keeps a request's
+// connection.
+type connKey struct{}
+
 // logGate rate-limits the log lines of one reason.
 type logGate struct {
 	last       time.Time
@@ -142,9 +183,10 @@ func (l *Listener) Unauthenticated() int {
 	return len(l.conns)
 }
 
-// Accept returns the next connection within the limit. It returns an
-// error only when the wrapped listener fails for another reason than a
-// lack of file descriptors (for example because it was closed).
+// Accept returns the next connection within the limit; it counts until it
+// is closed or authenticated. It returns an error only when the wrapped
+// listener fails for another reason than a lack of file descriptors (for
+// example because it was closed).
 func (l *Listener) Accept() (net.Conn, error) {
 	var delay time.Duration
 	for {
@@ -160,16 +202,16 @@ func (l *Listener) Accept() (net.Conn, error) {
 			continue
 		}
 		delay = 0
-		if l.admit(c) {
-			return c, nil
+		if tc := (&conn{Conn: c, l: l}); l.admit(tc) {
+			return tc, nil
 		}
 	}
 }
 
 // admit counts c, making room by evicting the longest-idle connection of
 // c's source when the source is at its share, else the longest-idle one at
-// the limit; false (with c closed) when there is no room.
-func (l *Listener) admit(c net.Conn) bool {
+// the limit; false (with c's socket closed) when there is no room.
+func (l *Listener) admit(c *conn) bool {
 	src := Source(c.RemoteAddr())
 	l.mu.Lock()
 	var victim net.Conn
@@ -185,7 +227,7 @@ func (l *Listener) admit(c net.Conn) bool {
 	if reason != "" && victim == nil {
 		l.mu.Unlock()
 		l.refused(reason, "connection refused: "+what, "limit", limit, "source", src)
-		_ = c.Close()
+		_ = c.Conn.Close()
 		return false
 	}
 	if victim != nil {
@@ -212,6 +254,13 @@ func (l *Listener) longestIdleLocked(src string) net.Conn {
 		}
 	}
 	return victim
+}
+
+// forget stops counting c.
+func (l *Listener) forget(c net.Conn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.forgetLocked(c)
 }
 
 // forgetLocked stops counting c.
@@ -243,11 +292,11 @@ func Source(addr net.Addr) string {
 }
 
 // ConnState is the http.Server ConnState hook: it tracks which connections
-// are idle and releases those that were taken over or closed.
+// are idle and releases those that were closed. A connection taken over
+// (hijacked) stays counted, never idle, until it is closed or
+// authenticated.
 func (l *Listener) ConnState(c net.Conn, st http.ConnState) {
-	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
-		c = nc.NetConn()
-	}
+	c = underlying(c)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.conns[c]
@@ -258,11 +307,38 @@ func (l *Listener) ConnState(c net.Conn, st http.ConnState) {
 	case http.StateIdle:
 		l.seq++
 		s.idle, s.idleOrder = true, l.seq
-	case http.StateActive:
+	case http.StateActive, http.StateHijacked:
 		s.idle = false
-	case http.StateHijacked, http.StateClosed:
+	case http.StateClosed:
 		l.forgetLocked(c)
 	}
+}
+
+// ConnContext is the http.Server ConnContext hook: it keeps the connection
+// in its requests' context for Authenticated.
+func (l *Listener) ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := underlying(c).(*conn); ok && tc.l == l {
+		return context.WithValue(ctx, connKey{}, tc)
+	}
+	return ctx
+}
+
+// Authenticated stops counting the connection of the request whose context
+// is ctx: its client proved who it is. The handler calls it once a
+// credential checks out, before a long-lived use such as a WebSocket. It
+// does nothing for a request not served through a Listener.
+func Authenticated(ctx context.Context) {
+	if tc, ok := ctx.Value(connKey{}).(*conn); ok {
+		tc.l.forget(tc)
+	}
+}
+
+// underlying is c, or the connection under it when c is a *tls.Conn.
+func underlying(c net.Conn) net.Conn {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		return nc.NetConn()
+	}
+	return c
 }
 
 // shedOne frees the reserve descriptor to accept one waiting connection and

@@ -19,16 +19,19 @@ import (
 )
 
 // server runs an http.Server on a loopback Listener limited to max; the
-// handler blocks requests to /block until release is closed and hijacks
-// requests to /hijack.
+// handler blocks requests to /block until release is closed, hijacks
+// requests to /hijack (as a WebSocket upgrade refused after it would) and
+// to /hijack-authenticated after calling Authenticated (as an upgrade whose
+// credential checked out would).
 type server struct {
-	l       *Listener
-	addr    string
-	entered chan string   // the path of every request the handler starts
-	idle    chan struct{} // a connection went idle (after the Listener saw it)
-	release chan struct{}
-	mu      sync.Mutex
-	reasons []string
+	l        *Listener
+	addr     string
+	entered  chan string   // the path of every request the handler starts
+	idle     chan struct{} // a connection went idle (after the Listener saw it)
+	release  chan struct{}
+	hijacked chan net.Conn // the server's side of every hijacked connection
+	mu       sync.Mutex
+	reasons  []string
 }
 
 func newServer(t *testing.T, max int) *server {
@@ -43,7 +46,8 @@ func newServerConfig(t *testing.T, cfg Config) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{entered: make(chan string, 16), idle: make(chan struct{}, 16), release: make(chan struct{})}
+	s := &server{entered: make(chan string, 16), idle: make(chan struct{}, 16), release: make(chan struct{}),
+		hijacked: make(chan net.Conn, 16)}
 	cfg.Refused = func(r string) {
 		s.mu.Lock()
 		s.reasons = append(s.reasons, r)
@@ -53,8 +57,8 @@ func newServerConfig(t *testing.T, cfg Config) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hijacked := make(chan net.Conn, 4)
 	srv := &http.Server{
+		ConnContext: s.l.ConnContext,
 		ConnState: func(c net.Conn, st http.ConnState) {
 			s.l.ConnState(c, st)
 			if st == http.StateIdle {
@@ -66,11 +70,14 @@ func newServerConfig(t *testing.T, cfg Config) *server {
 			switch r.URL.Path {
 			case "/block":
 				<-s.release
+			case "/hijack-authenticated":
+				Authenticated(r.Context())
+				fallthrough
 			case "/hijack":
 				c, _, err := http.NewResponseController(w).Hijack()
 				if err == nil {
 					_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\n\r\n")
-					hijacked <- c
+					s.hijacked <- c
 				}
 				return
 			}
@@ -83,7 +90,7 @@ func newServerConfig(t *testing.T, cfg Config) *server {
 		_ = srv.Close()
 		for {
 			select {
-			case c := <-hijacked:
+			case c := <-s.hijacked:
 				_ = c.Close()
 			default:
 				return
@@ -202,18 +209,53 @@ func TestNewConnectionIsRefusedWhenNoneIsIdle(t *testing.T) {
 	}
 }
 
-func TestHijackedConnectionLeavesTheCount(t *testing.T) {
-	s := newServer(t, 1)
-	a := dial(t, s.addr)
-	a.send(t, "/hijack")
-	if line, err := a.r.ReadString('\n'); err != nil || !strings.Contains(line, "101") {
-		t.Fatalf("hijack answer %q %v", line, err)
+// TestHijackedConnectionCountsUntilAuthenticatedOrClosed: a connection
+// taken over (a WebSocket upgrade) counts against its source until the
+// handler says its client authenticated or the connection is closed, so
+// upgrades refused after the upgrade cannot hold more than the source's
+// share of sockets.
+func TestHijackedConnectionCountsUntilAuthenticatedOrClosed(t *testing.T) {
+	s := newServerConfig(t, Config{Max: 4, MaxPerSource: 2})
+	upgrade := func(path string) net.Conn {
+		t.Helper()
+		c := dialFrom(t, s.addr, "127.0.0.2")
+		c.send(t, path)
+		if line, err := c.r.ReadString('\n'); err != nil || !strings.Contains(line, "101") {
+			t.Fatalf("%s answer %q %v", path, line, err)
+		}
+		<-s.entered
+		select {
+		case sc := <-s.hijacked:
+			return sc
+		case <-time.After(10 * time.Second):
+			t.Fatalf("timed out after 10s waiting for %s to be hijacked", path)
+			return nil
+		}
 	}
-	// The hijacked connection no longer counts: a new one is served.
-	b := dial(t, s.addr)
-	b.get(t, "/")
-	if got := s.refusals(); len(got) != 0 {
-		t.Fatalf("refusals %v, want none", got)
+	first := upgrade("/hijack")
+	upgrade("/hijack")
+	if n := s.l.Unauthenticated(); n != 2 {
+		t.Fatalf("unauthenticated %d, want the 2 hijacked connections", n)
+	}
+	over := dialFrom(t, s.addr, "127.0.0.2")
+	over.closedByServer(t, "a third connection of a source holding two hijacked ones")
+	if got := s.refusals(); !slices.Equal(got, []string{ReasonSourceLimit}) {
+		t.Fatalf("refusals %v, want one %s", got, ReasonSourceLimit)
+	}
+	dialFrom(t, s.addr, "127.0.0.3").get(t, "/") // another source is served
+	<-s.entered
+
+	// Closing a hijacked connection frees its slot.
+	_ = first.Close()
+	authenticated := upgrade("/hijack-authenticated")
+	// An authenticated one leaves the count: the source has room again.
+	upgrade("/hijack")
+	if n := s.l.Unauthenticated(); n != 3 {
+		t.Fatalf("unauthenticated %d, want 3 (2 hijacked of .2, the idle one of .3)", n)
+	}
+	_ = authenticated.Close() // was not counted: nothing changes
+	if n := s.l.Unauthenticated(); n != 3 {
+		t.Fatalf("unauthenticated %d after closing the authenticated connection, want 3", n)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"connector/internal/connlimit"
 )
 
 // handshakeWriteTimeout bounds the error frame of a refused handshake.
@@ -53,6 +55,9 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 		closeWith(ws, CloseUnauthorized)
 		return
 	}
+	// Until here the socket counted against its source's share of the
+	// public listener's unauthenticated connections.
+	connlimit.Authenticated(req.Context())
 	if v := q.Get("v"); v != "" {
 		if n, err := strconv.Atoi(v); err != nil || n != 1 {
 			refuse(ws, CodeVersionMismatch, "unsupported protocol version; this relay speaks v1", CloseVersionMismatch)

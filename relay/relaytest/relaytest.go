@@ -77,10 +77,15 @@ func Dial(ctx context.Context, url, token string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newClient(ws), nil
+}
+
+// newClient starts reading a dialed connection.
+func newClient(ws *websocket.Conn) *Client {
 	ws.SetReadLimit(contract.MaxFrameBytes) // the gateway's websockets max_size
 	c := &Client{ws: ws, frames: make(chan *Frame, 256), done: make(chan struct{}), closed: make(chan struct{})}
 	go c.readLoop()
-	return c, nil
+	return c
 }
 
 func (c *Client) readLoop() {
