@@ -19,9 +19,9 @@ import (
 	"connector/store"
 )
 
-// backupRecords opens the embedded data file at path (a copy) and returns
-// tenant t1's payloads.
-func backupRecords(t *testing.T, path string) []string {
+// openBackup opens a copy of the embedded data file at path as a store,
+// closed when the test ends.
+func openBackup(t *testing.T, path string) store.Store {
 	t.Helper()
 	dir := t.TempDir()
 	data, err := os.ReadFile(path)
@@ -35,8 +35,15 @@ func backupRecords(t *testing.T, path string) []string {
 	if err != nil {
 		t.Fatalf("opening the backup %s: %v", path, err)
 	}
-	defer st.Close()
-	recs, err := st.Ledger().Read(context.Background(), "t1", 0, 100_000)
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// backupRecords opens the embedded data file at path (a copy) and returns
+// tenant t1's payloads.
+func backupRecords(t *testing.T, path string) []string {
+	t.Helper()
+	recs, err := openBackup(t, path).Ledger().Read(context.Background(), "t1", 0, 100_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,14 +126,7 @@ func TestAdminBackupWhileWriting(t *testing.T) {
 		t.Fatalf("a direct backup of a running connector's file: %v\n%s", err, b)
 	}
 
-	if err := r.child.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-r.child.exited:
-	case <-time.After(crashWait):
-		t.Fatalf("timed out after %v waiting for the connector to stop on SIGTERM", crashWait)
-	}
+	r.terminate(t)
 	stopped := filepath.Join(t.TempDir(), "stopped.db")
 	msg = r.cli(t, "backup", "-o", stopped, "-data-dir", r.dataDir)
 	if !strings.Contains(msg, "bytes written to "+stopped) {
@@ -177,14 +177,7 @@ func TestUpgradeGuideBackupCommandsAndRestore(t *testing.T) {
 	}
 	online := run(cmds[0])
 	r.cli(t, "tenant", "add", "later")
-	if err := r.child.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-r.child.exited:
-	case <-time.After(crashWait):
-		t.Fatalf("timed out after %v waiting for the connector to stop on SIGTERM", crashWait)
-	}
+	r.terminate(t)
 	offline := run(cmds[1])
 	for path, want := range map[string][]string{online: {"acme"}, offline: {"acme", "later"}} {
 		if got := backupTenants(t, path); !slices.Equal(got, want) {
@@ -211,20 +204,7 @@ func TestUpgradeGuideBackupCommandsAndRestore(t *testing.T) {
 // the tenants its registry stores.
 func backupTenants(t *testing.T, path string) []string {
 	t.Helper()
-	dir := t.TempDir()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, store.DataFile), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendEmbedded, Path: dir})
-	if err != nil {
-		t.Fatalf("opening the backup %s: %v", path, err)
-	}
-	defer st.Close()
-	s, err := registry.New(st, time.Now).Stored(context.Background())
+	s, err := registry.New(openBackup(t, path), time.Now).Stored(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,4 +214,18 @@ func backupTenants(t *testing.T, path string) []string {
 	}
 	slices.Sort(ids)
 	return ids
+}
+
+// terminate stops the rig's connector with SIGTERM and waits until it
+// exited.
+func (r *adminRig) terminate(t *testing.T) {
+	t.Helper()
+	if err := r.child.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.child.exited:
+	case <-time.After(crashWait):
+		t.Fatalf("timed out after %v waiting for the connector to stop on SIGTERM", crashWait)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -184,18 +183,5 @@ func TestMetricsDoc(t *testing.T) {
 			t.Errorf("%s: type %q, help %q", name, m.Type, m.Help)
 		}
 	}
-	want := metricsReference(ms)
-	const path = "../../docs/metrics.md"
-	if *update {
-		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (generate it with -update)", err)
-	}
-	if string(got) != want {
-		t.Fatalf("docs/metrics.md is out of date with the registered metrics; run\n\tgo test ./cmd/connector -run TestMetricsDoc -update")
-	}
+	keepInStep(t, "docs/metrics.md", metricsReference(ms), "the registered metrics", "TestMetricsDoc")
 }
