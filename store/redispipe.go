@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -127,7 +128,14 @@ func (s *redisStore) sendPipeline(calls []pipeCall) {
 	}
 	var wg sync.WaitGroup
 	for node, share := range shares {
-		wg.Go(func() { s.sendTo(node, share) })
+		wg.Go(func() {
+			if s.sendTo(node, share) {
+				// The slots moved or the node failed: look the cluster up
+				// again, so the next pipelines go where the slots are now.
+				// The calls that failed are refused, as on any error.
+				s.cluster.ReloadState(ctx)
+			}
+		})
 	}
 	wg.Wait()
 }
@@ -140,10 +148,15 @@ type pipeliner interface {
 
 // sendTo sends calls to one server in one pipeline, scripts by their SHA1,
 // and sends again with their bodies the scripts the server did not have.
-func (s *redisStore) sendTo(c pipeliner, calls []pipeCall) {
-	if again := s.exec(c, calls, false); len(again) > 0 {
-		s.exec(c, again, true)
+// It reports whether a call failed because the server is unreachable or no
+// longer serves its key (stale).
+func (s *redisStore) sendTo(c pipeliner, calls []pipeCall) (stale bool) {
+	again, stale := s.exec(c, calls, false)
+	if len(again) > 0 {
+		_, staleAgain := s.exec(c, again, true)
+		stale = stale || staleAgain
 	}
+	return stale
 }
 
 // exec sends calls in one pipeline, scripts with their bodies or by their
@@ -151,8 +164,10 @@ func (s *redisStore) sendTo(c pipeliner, calls []pipeCall) {
 // Config.RedisMinReplicas asks for replicas: WAIT counts the replicas
 // that acknowledged every write its connection made, so the whole
 // pipeline's writes wait together. It answers each call, except the scripts
-// sent by SHA1 that the server answered NOSCRIPT, which it returns.
-func (s *redisStore) exec(c pipeliner, calls []pipeCall, bodies bool) (again []pipeCall) {
+// sent by SHA1 that the server answered NOSCRIPT, which it returns, and
+// reports whether a call failed for a reason that makes the cluster's
+// layout stale (notServing).
+func (s *redisStore) exec(c pipeliner, calls []pipeCall, bodies bool) (again []pipeCall, stale bool) {
 	ctx := context.Background()
 	pipe := c.Pipeline()
 	cmds := make([]redis.Cmder, len(calls))
@@ -184,9 +199,29 @@ func (s *redisStore) exec(c pipeliner, calls []pipeCall, bodies bool) (again []p
 		if call.replicate {
 			r.unreplicated = unreplicated
 		}
+		stale = stale || notServing(cmds[i].Err())
 		call.reply <- r
 	}
-	return again
+	return again, stale
+}
+
+// notServing reports whether err says the server could not be reached or
+// does not serve the key (any more): a connection error, not a reply, or a
+// Redis Cluster redirection or outage.
+func notServing(err error) bool {
+	if err == nil {
+		return false
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return true
+	}
+	for _, prefix := range []string{"MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "READONLY"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // replicated is nil when WAIT's reply counts Config.RedisMinReplicas
