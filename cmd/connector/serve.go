@@ -257,7 +257,11 @@ type connector struct {
 func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
-	st, err := store.Open(ctx, cfg.Store.storeConfig())
+	sc, err := cfg.Store.storeConfig()
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, sc)
 	switch {
 	case errors.Is(err, store.ErrDamaged):
 		return nil, err // it names the file and what to do
