@@ -2,9 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"connector/internal/redistest"
+	"connector/store"
 )
 
 // TestStoreSection: the store section, its environment variables and what
@@ -91,5 +97,34 @@ func TestStoreSection(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error saying %q", strings.TrimSpace(doc), err, want)
 		}
+	}
+}
+
+// TestStoreRedisTLSFromConfig: a rediss:// URL with an ACL user and
+// store.redis_tls.ca_file reach a TLS-only redis-server whose certificate
+// the test's CA signed; without the CA file the server is not trusted.
+func TestStoreRedisTLSFromConfig(t *testing.T) {
+	ca := redistest.NewCA(t)
+	srv := redistest.Start(t, redistest.Options{TLS: ca, Users: []string{"app on >app-pw-3b1 ~* &* +@all"}})
+	url := fmt.Sprintf("rediss://app:app-pw-3b1@%s/0", srv.Addr())
+	doc := fmt.Sprintf("store: {backend: redis, redis_url: %q, redis_tls: {ca_file: %q}}\n", url, ca.CAFile)
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc)}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("open over TLS with the CA file: %v", err)
+	}
+	defer st.Close()
+	if _, err := st.Ledger().Append(context.Background(), "t1", []store.Record{{Payload: []byte("over tls")}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.RedisTLS = RedisTLSConfig{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if st, err := openStore(ctx, cfg); err == nil {
+		st.Close()
+		t.Fatal("a server signed by an unknown CA was trusted")
 	}
 }
