@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -58,6 +59,18 @@ func redisClient(cfg Config) (c redis.UniversalClient, cluster *redis.ClusterCli
 	}
 	opt.ReadTimeout = readTimeout
 	return redis.NewClient(opt), nil, opt.Addr, nil
+}
+
+// LogRedisClient sends go-redis's own log lines (a Sentinel announcing a
+// new primary, a pool failing to dial) to log, so they keep the
+// connector's format. go-redis has one logger for the whole process.
+func LogRedisClient(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
+
+// redisLogger is go-redis's logger on a slog.Logger.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.InfoContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
 }
 
 // redisTLS is the TLS configuration of a mode that turned TLS on, nil for

@@ -72,6 +72,17 @@ func TestRedisSentinelFailover(t *testing.T) {
 	if resumed > haResumeBound {
 		t.Errorf("confirmations resumed %v after the primary's kill, more than %v", resumed, haResumeBound)
 	}
+	// go-redis's own lines (the failover client's switch to the new
+	// primary) keep the connector's JSON log format.
+	logged := s.r.child.stderr.String()
+	for line := range strings.Lines(logged) {
+		if strings.TrimSpace(line) != "" && !strings.HasPrefix(line, "{") {
+			t.Errorf("a log line that is not JSON: %q", line)
+		}
+	}
+	if !strings.Contains(logged, `"msg":"redis client"`) || !strings.Contains(logged, "new master") {
+		t.Error(`the log does not say the redis client followed the new primary ("redis client" ... "new master")`)
+	}
 }
 
 // TestRedisOutage: the connector's one Redis (appendfsync always) is killed

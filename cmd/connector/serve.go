@@ -55,6 +55,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	store.LogRedisClient(log)
 	logDeprecations(log, cfg.deprecations)
 	if path != "" {
 		log.Info("config loaded", "file", path)
