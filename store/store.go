@@ -99,8 +99,9 @@ type Ledger interface {
 	// the error that kept them from being stored. A sequence number Stage
 	// returned is never assigned again, even when commit fails or the
 	// process dies before the records are durable. The redis backend, whose
-	// numbers come from the server, stores the records before Stage
-	// returns, and its commit returns nil.
+	// numbers come from the server, stores the records (and with
+	// Config.RedisMinReplicas has them replicated) before Stage returns,
+	// and its commit returns nil.
 	Stage(ctx context.Context, tenant string, recs []Record) (seqs []uint64, commit func() error, err error)
 	// Read returns up to max (> 0) of tenant's records with a sequence
 	// number above afterSeq, in sequence order.
