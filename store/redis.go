@@ -39,9 +39,8 @@ import (
 // and seqs stay monotonic across instances. A script's keys share their
 // braces, the hash tag, so on a Redis Cluster they live in one slot: a
 // tenant's ledger keys on the tenant's, a lease's on its name's, a
-// registry namespace's on its name's; tenants spread over the shards. (A
-// tenant id with a } in it tags its keys with the part before it: still
-// one slot per tenant.) The one set shared by every tenant, ledgers, is
+// registry namespace's on its name's (tagged); tenants spread over the
+// shards. The one set shared by every tenant, ledgers, is
 // written apart from the scripts: once per tenant and store, before its
 // first append, and never shrinks; Tenants reads it and keeps the tenants
 // whose stream holds entries.
@@ -186,8 +185,19 @@ redis.call('INCRBY', KEYS[3], size)
 return first
 `)
 
-// tagged is name as the hash tag of a key: in braces.
-func tagged(name string) string { return "{" + name + "}" }
+// tagged is name in braces, the hash tag of its keys: Redis Cluster hashes
+// a key by what its first { and the next } enclose, so the keys of one name
+// share a slot. A } or \ in name is escaped (\) and \\), which keeps the
+// tag whole (never empty, never cut short) and the keys of distinct names
+// distinct.
+func tagged(name string) string {
+	if strings.ContainsAny(name, `}\`) {
+		name = tagEscaper.Replace(name)
+	}
+	return "{" + name + "}"
+}
+
+var tagEscaper = strings.NewReplacer(`\`, `\\`, `}`, `\)`)
 
 func (l redisLedger) keys(tenant string) []string {
 	p, t := l.s.p, tagged(tenant)

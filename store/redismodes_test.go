@@ -46,6 +46,44 @@ func TestRedisCluster(t *testing.T) {
 		ServerClockLeases: true,
 	})
 
+	// Names with braces and backslashes keep each name's keys in one slot
+	// (an empty or cut tag would hash each key alone: CROSSSLOT) and
+	// distinct names apart.
+	t.Run("NamesWithBraces", func(t *testing.T) {
+		ctx := context.Background()
+		s := opener(t, cfg())(time.Now)
+		names := []string{"}t", "t}", "{t}", "}", `\}`, `\)`, `t\`, "{", "a}b"}
+		for i, name := range names {
+			if _, err := s.Ledger().Append(ctx, name, []store.Record{{Payload: []byte(name)}, {Payload: []byte("x")}}); err != nil {
+				t.Fatalf("Append(%q): %v", name, err)
+			}
+			if got := mustReadAll(t, s, name); len(got) != 2 || string(got[0].Payload) != name {
+				t.Fatalf("Read(%q) = %d records, first %q", name, len(got), got[0].Payload)
+			}
+			if st, err := s.Ledger().Stats(ctx, name); err != nil || st.Entries != 2 {
+				t.Fatalf("Stats(%q) = %+v, %v", name, st, err)
+			}
+			if _, err := s.Ledger().Trim(ctx, name, store.Bounds{MaxEntries: 1}); err != nil {
+				t.Fatalf("Trim(%q): %v", name, err)
+			}
+			if _, acquired, err := s.Leases().Acquire(ctx, name, "h", time.Minute); err != nil || !acquired {
+				t.Fatalf("Acquire(%q) = %v, %v", name, acquired, err)
+			}
+			if _, err := s.Registry().Put(ctx, name, "k", []byte{byte(i)}); err != nil {
+				t.Fatalf("Registry().Put(%q): %v", name, err)
+			}
+		}
+		tenants, err := s.Ledger().Tenants(ctx)
+		if err != nil || len(tenants) != len(names) {
+			t.Fatalf("Tenants = %q, %v; want the %d names", tenants, err, len(names))
+		}
+		for i, name := range names {
+			if e, ok, err := s.Registry().Get(ctx, name, "k"); err != nil || !ok || e.Value[0] != byte(i) {
+				t.Fatalf("Registry().Get(%q) = %v %v %v", name, e, ok, err)
+			}
+		}
+	})
+
 	t.Run("TenantsSpreadOverShards", func(t *testing.T) {
 		ctx := context.Background()
 		s := opener(t, cfg())(time.Now)
