@@ -123,7 +123,9 @@ func TestRedisSentinel(t *testing.T) {
 					Username: appUser, Password: appPassword, TLS: true},
 				RedisTLS:         ca.ClientConfig(),
 				RedisMinReplicas: 1,
-				RedisPrefix:      fmt.Sprintf("test%d:", prefixes.Add(1)),
+				// Every write must pass: a long timeout for a loaded machine.
+				RedisReplicaTimeout: 5 * time.Second,
+				RedisPrefix:         fmt.Sprintf("test%d:", prefixes.Add(1)),
 			})
 		},
 		Durable:           true,
@@ -179,7 +181,9 @@ func TestRedisMinReplicas(t *testing.T) {
 	replica := redistest.StartReplicas(t, primary, 1)[0]
 	ctx := context.Background()
 	cfg := redisConfig(primary)
-	cfg.RedisMinReplicas, cfg.RedisReplicaTimeout = 1, 300*time.Millisecond
+	// The timeout is what each refused write below waits; long enough
+	// that a loaded machine does not refuse the ones that should pass.
+	cfg.RedisMinReplicas, cfg.RedisReplicaTimeout = 1, time.Second
 	s := opener(t, cfg)(time.Now)
 	l := s.Ledger()
 	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("replicated")}}); err != nil {
