@@ -58,6 +58,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	store.LogRedisClient(log)
 	logDeprecations(log, cfg.deprecations)
 	warnStrayEnv(log, os.Environ())
 	if path != "" {
@@ -288,7 +289,11 @@ type connector struct {
 func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
-	st, err := store.Open(ctx, cfg.Store.storeConfig())
+	sc, err := cfg.Store.storeConfig()
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, sc)
 	switch {
 	case errors.Is(err, store.ErrDamaged):
 		return nil, err // it names the file and what to do
