@@ -115,6 +115,10 @@ type Metadata struct {
 	ThreadID         ID     `json:"thread_id"`
 	ThreadTS         ID     `json:"thread_ts"`
 	ReplyToMessageID ID     `json:"reply_to_message_id"`
+	// MessageID is the message of the turn the action belongs to (the
+	// gateway keys a turn's draft stream by it, else by
+	// reply_to_message_id).
+	MessageID ID `json:"message_id"`
 }
 
 // UnmarshalJSON tolerates a null or non-object metadata (read as empty).

@@ -432,6 +432,16 @@ const recoverTimeout = 5 * time.Minute
 // LedgerStats returns the counters of the tenants' ledgers.
 func (s *Server) LedgerStats() ledger.Stats { return s.ledgers.Stats() }
 
+// BufferBounds returns the bounds of the buffered inbound in force:
+// entries and payload bytes per tenant, payload bytes of all tenants.
+func (s *Server) BufferBounds() (entries int, bytes, totalBytes int64) {
+	return s.cfg.BufferEntries, s.cfg.BufferBytes, s.cfg.BufferBytesTotal
+}
+
+// TenantBufferBytes returns the payload bytes of the inbound held for each
+// tenant this instance has a ledger of.
+func (s *Server) TenantBufferBytes() map[string]int64 { return s.ledgers.TenantBytes() }
+
 // Sink is where platforms deliver: the server's bus.
 func (s *Server) Sink() platform.Sink { return s.cfg.Bus }
 

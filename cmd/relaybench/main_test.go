@@ -167,6 +167,8 @@ func TestOptionsRejectBadFlags(t *testing.T) {
 		{[]string{"-instances", "0"}, "-instances"},
 		{[]string{"-instances", "3"}, "-instances"},
 		{[]string{"-instances", "3", "-store", "embedded"}, "-instances"},
+		{[]string{"-redis-min-replicas", "1"}, "-redis-min-replicas"},
+		{[]string{"-redis-min-replicas", "-1", "-store", "redis", "-redis-url", "redis://127.0.0.1:1/0"}, "-redis-min-replicas"},
 		{[]string{"-store", "embedded", "-url", "ws://127.0.0.1:1/relay", "-secret", "s", "-driver", "idle"}, "-store"},
 		{[]string{"-producers", "0"}, "-producers"},
 		{[]string{"-producers", "4", "-driver", "nexscope"}, "-producers"},

@@ -58,6 +58,9 @@ type options struct {
 	StoreDir string
 	// RedisURL addresses the redis backend's server.
 	RedisURL string
+	// RedisMinReplicas is the store's RedisMinReplicas: appends wait for
+	// that many of the server's replicas (WAIT).
+	RedisMinReplicas int
 	// Producers is how many goroutines the synthetic driver publishes from
 	// at once, as concurrent webhooks would; 1 publishes one event at a
 	// time.
@@ -98,6 +101,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Store, "store", store.BackendMemory, "store backend of the in-process relay: memory, embedded or redis (embedded and redis are also compared with memory in the same run)")
 	fs.StringVar(&o.StoreDir, "store-dir", "", "where the embedded store's data directory is made (default: the system's temporary directory; put it on the disk you mean to measure)")
 	fs.StringVar(&o.RedisURL, "redis-url", "", "redis:// URL of the server for -store redis (keys under a fresh prefix per run)")
+	fs.IntVar(&o.RedisMinReplicas, "redis-min-replicas", 0, "with -store redis, each append waits until this many replicas of the server have it (store.redis_min_replicas)")
 	fs.IntVar(&o.Producers, "producers", 1, "goroutines the synthetic driver publishes from at once (all instances together)")
 	fs.IntVar(&o.Instances, "instances", 1, "relay instances sharing the redis store (-store redis, -driver synthetic); gateways and events are spread over them")
 	fs.IntVar(&o.Sources, "sources", 0, "loopback source addresses 127.0.0.1..N the connections dial from (0: one per 20000 connections; in-process only)")
@@ -151,6 +155,10 @@ func (o *options) validate() error {
 		return errors.New("-instances must be at least 1")
 	case o.Instances > 1 && (o.Store != store.BackendRedis || o.Driver != driverSynthetic):
 		return errors.New("-instances above 1 needs -store redis and -driver synthetic")
+	case o.RedisMinReplicas < 0:
+		return errors.New("-redis-min-replicas must not be negative")
+	case o.RedisMinReplicas > 0 && o.Store != store.BackendRedis:
+		return errors.New("-redis-min-replicas needs -store redis")
 	}
 	switch o.Store {
 	case store.BackendMemory, store.BackendEmbedded:
