@@ -17,6 +17,7 @@ import (
 	"connector/enroll"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
+	"connector/platform/slack"
 	"connector/platform/telegram"
 	"connector/platform/whatsapp"
 	"connector/registry"
@@ -85,6 +86,12 @@ type Config struct {
 	// one chat under two spellings is an error). Long polling unless
 	// webhook_url is set.
 	Telegram *telegram.Config `yaml:"telegram"`
+	// Slack fronts the shared Slack app; enabled when the section is present
+	// or SLACK_SIGNING_SECRET, SLACK_BOT_TOKEN or SLACK_APP_TOKEN is set.
+	// Routing: teams (workspace id -> tenant), plus team and channel
+	// bindings of the admin API. HTTP events at /slack/events unless
+	// app_token selects Socket Mode.
+	Slack *slack.Config `yaml:"slack"`
 	// WhatsApp fronts one WhatsApp Cloud API app (platform whatsapp_cloud);
 	// enabled when the section is present or WHATSAPP_ACCESS_TOKEN is set.
 	// Routing: phone_numbers (business phone number id -> tenant). Meta

@@ -646,7 +646,7 @@ func (c *connector) shutdown(public *http.Server, stopIngest func()) {
 // gatewayKnows lists the connector's platforms that the Hermes gateway knows
 // by name; it files events of any other platform (nexscope) under "relay"
 // (docs/hermes-wire.md §6.2).
-var gatewayKnows = map[string]bool{"discord": true, "telegram": true, "whatsapp_cloud": true}
+var gatewayKnows = map[string]bool{"discord": true, "telegram": true, "slack": true, "whatsapp_cloud": true}
 
 // gatewayPlatforms is the GATEWAY_RELAY_PLATFORMS value a gateway of this
 // connector should run with: one hello per platform it knows by name, so
@@ -681,7 +681,7 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	addr := addrs.Addr
 	base := scheme + "://" + addr
 	fmt.Fprintf(w, "connector %s listening on %s (relay at %s://%s/relay)\n", version(), base, wsScheme, addr)
-	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN, WHATSAPP_ACCESS_TOKEN or NEXSCOPE_TOKEN)")
+	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN, SLACK_BOT_TOKEN, WHATSAPP_ACCESS_TOKEN or NEXSCOPE_TOKEN)")
 	counted := strconv.Itoa(tenants)
 	if added := tenants - len(cfg.Tenants); added > 0 {
 		counted += fmt.Sprintf(" (%d from the config, %d added with the admin API)", len(cfg.Tenants), added)

@@ -103,6 +103,15 @@ func TestDiscordRun(t *testing.T) {
 	checkEventRun(t, res, 100)
 }
 
+func TestSlackRun(t *testing.T) {
+	o := benchOptions(t, "-driver", "slack")
+	res, err := run(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEventRun(t, res, 100)
+}
+
 // A run against a connector by URL connects with the operator's gateway
 // ids and secret and reports the connection figures it can see.
 func TestIdleRunAgainstURL(t *testing.T) {

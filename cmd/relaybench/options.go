@@ -17,6 +17,7 @@ const (
 	driverSynthetic = "synthetic"
 	driverNexscope  = "nexscope"
 	driverDiscord   = "discord"
+	driverSlack     = "slack"
 	driverWhatsApp  = "whatsapp"
 	driverIdle      = "idle"
 )
@@ -89,7 +90,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Secret, "secret", "", "gateway HMAC secret (required with -url; random in-process)")
 	fs.IntVar(&o.Gateways, "gateways", 10, "gateways to connect")
 	fs.IntVar(&o.Tenants, "tenants", 0, "tenants the gateways are spread over, round-robin (default: one per gateway)")
-	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope, discord, whatsapp or idle")
+	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope, discord, slack, whatsapp or idle")
 	fs.Float64Var(&o.Rate, "rate", 1000, "events per second (0: as fast as -window allows)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "how long to drive events")
 	fs.IntVar(&o.Window, "window", 1024, "most events sent and not yet acknowledged by a gateway")
@@ -172,10 +173,10 @@ func (o *options) validate() error {
 		return errors.New("-store applies to the in-process connector; a connector at -url uses its own")
 	}
 	switch o.Driver {
-	case driverSynthetic, driverNexscope, driverDiscord, driverWhatsApp, driverIdle:
+	case driverSynthetic, driverNexscope, driverDiscord, driverSlack, driverWhatsApp, driverIdle:
 		return nil
 	}
-	return fmt.Errorf("unknown -driver %q (synthetic, nexscope, discord, whatsapp or idle)", o.Driver)
+	return fmt.Errorf("unknown -driver %q (synthetic, nexscope, discord, slack, whatsapp or idle)", o.Driver)
 }
 
 // gatewayID is gateway i's id.
@@ -184,7 +185,7 @@ func (o *options) gatewayID(i int) string { return fmt.Sprintf("%s%d", o.Gateway
 // helloPlatform is the platform the gateways hello.
 func (o *options) helloPlatform() string {
 	switch o.Driver {
-	case driverNexscope, driverDiscord:
+	case driverNexscope, driverDiscord, driverSlack:
 		return o.Driver
 	case driverWhatsApp:
 		return "whatsapp_cloud"
