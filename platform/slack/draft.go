@@ -165,7 +165,7 @@ func (p *Platform) startStream(ctx context.Context, tenant string, t target, a *
 	}
 	st.sent = text
 	p.streams.put(k, st)
-	p.memory.sent(t.team, st.ts, thread)
+	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, st.ts, thread))
 	return contract.OK(st.ts)
 }
 

@@ -118,7 +118,10 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 		bot = fc.BotUserID
 	}
 	n := &normalizer{pol: pol, look: look, state: &fixtureState{fc: &fc}, bot: bot}
-	t, drop := n.normalize(ctx, &m)
+	t, drop, err := n.normalize(ctx, &m)
+	if err != nil {
+		return session.Outcome{}, err
+	}
 	if drop != "" {
 		return session.Outcome{Drop: drop}, nil
 	}
@@ -193,14 +196,16 @@ func marked(list []string, team, ts string) bool {
 	return slices.Contains(list, team+":"+ts) || slices.Contains(list, ts)
 }
 
-func (s *fixtureState) processed(team, ts string) bool {
-	return marked(s.fc.ProcessedMessageTS, team, ts)
+func (s *fixtureState) processed(_ context.Context, team, ts string) (bool, error) {
+	return marked(s.fc.ProcessedMessageTS, team, ts), nil
 }
-func (s *fixtureState) botPosted(team, ts string) bool { return marked(s.fc.BotMessageTS, team, ts) }
-func (s *fixtureState) mentioned(team, ts string) bool {
-	return marked(s.fc.MentionedThreads, team, ts)
+func (s *fixtureState) botPosted(_ context.Context, team, ts string) (bool, error) {
+	return marked(s.fc.BotMessageTS, team, ts), nil
 }
-func (s *fixtureState) active(team, channel, ts string) bool {
-	return slices.Contains(s.fc.ActiveThreadSessions, team+":"+channel+":"+ts)
+func (s *fixtureState) mentioned(_ context.Context, team, ts string) (bool, error) {
+	return marked(s.fc.MentionedThreads, team, ts), nil
 }
-func (s *fixtureState) markMentioned(string, string) {}
+func (s *fixtureState) active(_ context.Context, team, channel, ts string) (bool, error) {
+	return slices.Contains(s.fc.ActiveThreadSessions, team+":"+channel+":"+ts), nil
+}
+func (s *fixtureState) markMentioned(context.Context, string, string) error { return nil }

@@ -109,10 +109,15 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		}
 	}()
 	ev := m.ev
-	if m.edit && p.memory.processed(m.scope, ev.TS) {
-		p.drop(dropEditOfProcessed, env.EventID)
-		stored = true
-		return nil
+	if m.edit {
+		switch done, err := p.memory.processed(ctx, m.scope, ev.TS); {
+		case err != nil:
+			return fmt.Errorf("slack: read the message's turn marker: %w", err)
+		case done:
+			p.drop(dropEditOfProcessed, env.EventID)
+			stored = true
+			return nil
+		}
 	}
 	dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
 	if code, ok := linkCommand(ev.Text); ok && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != "" {
@@ -131,9 +136,12 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 	if bot == "" {
 		bot = cmpOr(p.works.botUser(ctx, m.install), env.botUser())
 	}
-	n := &normalizer{pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner}
+	n := &normalizer{pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner, warn: p.markerNotKept}
 	tctx := platform.WithTenant(ctx, tenant)
-	t, drop := n.normalize(tctx, m)
+	t, drop, err := n.normalize(tctx, m)
+	if err != nil {
+		return fmt.Errorf("slack: read the thread's markers: %w", err)
+	}
 	if drop != "" {
 		p.drop(drop, env.EventID)
 		stored = true
@@ -147,8 +155,17 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		return err
 	}
 	stored = true
-	p.memory.turnStarted(m.scope, ev.Channel, ev.TS, t.thread)
+	p.markerNotKept(p.memory.turnStarted(ctx, m.scope, ev.Channel, ev.TS, t.thread))
 	return nil
+}
+
+// markerNotKept logs a marker the store did not keep (memory.go): what it
+// would have decided later (an edit's turn, an unmentioned reply's wake)
+// is decided without it.
+func (p *Platform) markerNotKept(err error) {
+	if err != nil {
+		p.log.Warn("slack thread marker not stored", "err", err)
+	}
 }
 
 // deliver hands an inbound event of tenant to the sink.

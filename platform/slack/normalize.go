@@ -71,20 +71,22 @@ type rootMessage struct {
 }
 
 // threadState is what the native adapter remembers of a workspace's
-// messages and threads (live: memory.go).
+// messages and threads (live: memory.go, kept in the store). A question it
+// cannot answer is an error: the event is not stored, and its source sends
+// it again.
 type threadState interface {
 	// processed reports whether message ts already started a turn (an edit
 	// of it starts none).
-	processed(team, ts string) bool
+	processed(ctx context.Context, team, ts string) (bool, error)
 	// botPosted reports whether the bot posted message ts, or into thread
 	// ts.
-	botPosted(team, ts string) bool
+	botPosted(ctx context.Context, team, ts string) (bool, error)
 	// mentioned reports whether thread ts was mentioned earlier.
-	mentioned(team, ts string) bool
+	mentioned(ctx context.Context, team, ts string) (bool, error)
 	// active reports whether a turn was delivered in thread ts of channel.
-	active(team, channel, ts string) bool
+	active(ctx context.Context, team, channel, ts string) (bool, error)
 	// markMentioned remembers that thread ts was mentioned.
-	markMentioned(team, ts string)
+	markMentioned(ctx context.Context, team, ts string) error
 }
 
 // message is one message-shaped event ready for normalization.
@@ -191,6 +193,29 @@ type normalizer struct {
 	// owner waives the mention gates: the author is linked to the tenant
 	// (the owner floor of author-first routing).
 	owner bool
+	// err is the first question state could not answer (normalize
+	// returns it).
+	err error
+	// warn logs a marker state failed to keep (nil: not logged).
+	warn func(error)
+}
+
+// ask returns state's answer, recording its error: an unanswered question
+// counts as no.
+func (n *normalizer) ask(ok bool, err error) bool {
+	if err != nil && n.err == nil {
+		n.err = err
+	}
+	return ok && err == nil
+}
+
+// remember records a marker state failed to keep: the turn goes on (the
+// marker only saves a later mention), and the failure is logged by the
+// caller through warn.
+func (n *normalizer) remember(err error) {
+	if err != nil && n.warn != nil {
+		n.warn(err)
+	}
 }
 
 // turn is a normalized message.
@@ -203,8 +228,18 @@ type turn struct {
 
 // normalize runs the native pipeline on m: the prefilter's per-tenant
 // drops, the DM and user gates, the channel gate, then the event. It
-// returns the turn, or the reason none starts.
-func (n *normalizer) normalize(ctx context.Context, m *message) (*turn, string) {
+// returns the turn, or the reason none starts, or the error of a question
+// state could not answer (the message must not be confirmed).
+func (n *normalizer) normalize(ctx context.Context, m *message) (*turn, string, error) {
+	t, drop := n.run(ctx, m)
+	if n.err != nil {
+		return nil, "", n.err
+	}
+	return t, drop, nil
+}
+
+// run is normalize without the state's error.
+func (n *normalizer) run(ctx context.Context, m *message) (*turn, string) {
 	ev, pol := m.ev, n.pol
 	if pol.ignoreAll || pol.ignored[ev.Channel] {
 		return nil, dropChannelIgnored
@@ -317,7 +352,7 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 			text, probe, command = stripped, stripped, true
 		}
 		if thread != "" && !n.pol.strictMention && !n.pol.threadRequireMention {
-			n.state.markMentioned(m.scope, thread)
+			n.remember(n.state.markMentioned(ctx, m.scope, thread))
 		}
 	}
 	t := &turn{thread: thread}

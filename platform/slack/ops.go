@@ -67,7 +67,7 @@ func (p *Platform) postParts(ctx context.Context, tenant string, t target, a *co
 			}
 			return first, last, r
 		}
-		p.memory.sent(t.team, ts, thread)
+		p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, thread))
 		last = ts
 		if i == 0 {
 			first = ts
@@ -246,7 +246,7 @@ func (p *Platform) threadCreate(ctx context.Context, _ string, t target, a *cont
 	if err != nil {
 		return p.failure(contract.OpThreadCreate, err)
 	}
-	p.memory.sent(t.team, ts, "")
+	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, ""))
 	r := contract.OK(ts)
 	r.ThreadID = ts
 	return r

@@ -126,7 +126,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.histories = newTTLCache[string, threadHistory](threadContextSize, threadContextTTL, p.now)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
-	p.memory = newMemory()
+	p.memory = newMemory(deps.Store, p.now)
 	p.dedupe = newDedupe(p)
 	p.queues = chatorder.New[string](maxInFlight)
 	p.limits = newLimits(p)

@@ -12,8 +12,8 @@ import (
 
 // This file gives a turn that enters a thread its history, as the native
 // adapter's _fetch_thread_context does: when a reply in a thread starts
-// a turn and this instance has delivered no turn of that thread yet (the
-// native "no active session"), the thread's earlier messages are read
+// a turn and no turn of that thread was delivered yet (the native "no
+// active session"; memory.go's marker, the same on every instance), the thread's earlier messages are read
 // with conversations.replies and ride the event as its context (the
 // gateway shows them as channel_context, reference only, outside the
 // text). The bot's own replies are left out (the parent stays even when
@@ -36,11 +36,17 @@ type threadHistory struct {
 
 // threadContext returns the context of a turn of tenant that enters
 // thread (in channel, read with workspace install's token), from the
-// messages before current; nil when the thread was entered before on
-// this instance, or cannot be read.
+// messages before current; nil when the thread was entered before, or
+// cannot be read.
 func (p *Platform) threadContext(ctx context.Context, tenant string, m *message, thread, bot string) []contract.ContextMessage {
 	ev := m.ev
-	if thread == "" || thread == ev.TS || p.memory.active(m.scope, ev.Channel, thread) {
+	if thread == "" || thread == ev.TS {
+		return nil
+	}
+	switch active, err := p.memory.active(ctx, m.scope, ev.Channel, thread); {
+	case err != nil:
+		p.log.Debug("slack thread marker unreadable; the thread's context is read", "err", err)
+	case active:
 		return nil
 	}
 	key := m.install + "/" + ev.Channel + "/" + thread
