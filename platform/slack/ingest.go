@@ -122,7 +122,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 	dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
 	if code, ok := linkCommand(ev.Text); ok && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != "" {
 		team, channel := m.install, ev.Channel
-		p.submitLink(ev.User, channel, code, func(ctx context.Context, reply string) { p.replyLink(ctx, team, channel, reply) })
+		p.submitLink(team, ev.User, channel, code, func(ctx context.Context, reply string) { p.replyLink(ctx, team, channel, reply) })
 		stored = true
 		return nil
 	}
@@ -224,7 +224,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 			return "Send /link <code> in a direct message with the app.", nil
 		}
 		url := c.ResponseURL
-		p.submitLink(c.UserID, c.ChannelID, strings.TrimSpace(c.Text), func(ctx context.Context, reply string) {
+		p.submitLink(c.TeamID, c.UserID, c.ChannelID, strings.TrimSpace(c.Text), func(ctx context.Context, reply string) {
 			if url != "" {
 				p.replyLinkCommand(ctx, url, reply)
 			}

@@ -67,6 +67,10 @@ type Channel struct {
 	IsMPIM   bool
 	// Peer is an IM's other user.
 	Peer string
+	// SharedTeams are the workspaces a Slack Connect channel is shared
+	// with (conversations.info's shared_team_ids); add the channel to
+	// each of them too for their tokens to reach it.
+	SharedTeams []string
 }
 
 // Message is a message the fake holds.
@@ -496,7 +500,11 @@ func (s *Server) answer(w http.ResponseWriter, method string, t *Team, a args) {
 		}})
 	case "conversations.info":
 		c := s.channels[t.ID+"/"+channel]
-		ch := map[string]any{"id": c.ID, "is_im": c.IsIM, "is_mpim": c.IsMPIM, "is_channel": !c.IsIM && !c.IsMPIM}
+		ch := map[string]any{"id": c.ID, "is_im": c.IsIM, "is_mpim": c.IsMPIM, "is_channel": !c.IsIM && !c.IsMPIM,
+			"context_team_id": t.ID}
+		if len(c.SharedTeams) > 0 {
+			ch["is_shared"], ch["is_ext_shared"], ch["shared_team_ids"] = true, true, c.SharedTeams
+		}
 		if c.IsIM {
 			ch["user"] = c.Peer
 		} else {
