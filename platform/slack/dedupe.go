@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"connector/platform"
 	"connector/store"
 )
 
@@ -44,14 +45,15 @@ type dedupe struct {
 	claims store.Claims
 }
 
-func newDedupe(p *Platform) *dedupe {
-	d := &dedupe{p: p}
-	if p.deps.Cluster != nil && p.deps.Store != nil {
-		d.claims = p.deps.Store.Claims()
-	} else {
-		d.claims = newMemClaims(p.now)
+func newDedupe(p *Platform) *dedupe { return &dedupe{p: p, claims: p.claims} }
+
+// newClaims is where the platform's claims are kept: the store's with
+// several instances (so one instance takes each), else process memory.
+func newClaims(deps platform.Deps, now func() time.Time) store.Claims {
+	if deps.Cluster != nil && deps.Store != nil {
+		return deps.Store.Claims()
 	}
-	return d
+	return newMemClaims(now)
 }
 
 // begin claims key for this copy.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -253,3 +254,6 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 func contextFor() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), waitFor)
 }
+
+// sprintf is fmt.Sprintf.
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }

@@ -18,12 +18,17 @@ import (
 // the first part also to the channel with the tenant's reply_broadcast,
 // with its unfurl_links and unfurl_media when set. The result carries the
 // first message's ts. If a later part cannot be sent, the failure says
-// how many parts went out and still carries that ts. A send whose content
-// extends a draft stream still open in the chat seals that stream instead
-// (its message is the reply, as natively).
+// how many parts went out and still carries that ts. The first reply to a
+// slash command goes to its user alone (slashReply), with no message_id,
+// as natively; a send whose content extends a draft stream still open in
+// the chat seals that stream instead (its message is the reply, as
+// natively).
 func (p *Platform) send(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack send: content is empty")
+	}
+	if r, ok := p.slashReply(ctx, tenant, t, a); ok {
+		return r
 	}
 	if r, ok := p.sealByContent(ctx, tenant, t, a); ok {
 		return r

@@ -20,6 +20,7 @@ import (
 	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/chatorder"
+	"connector/store"
 )
 
 // Platform is the shared Slack app. Build it with New.
@@ -51,6 +52,7 @@ type Platform struct {
 	names     *names
 	memory    *memory
 	dedupe    *dedupe
+	claims    store.Claims // one holder per key (newClaims): dedupe, slash replies
 	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
 	limits    *limits
 	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
@@ -138,6 +140,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
 	p.memory = newMemory(deps.Store, p.now)
+	p.claims = newClaims(deps, p.now)
 	p.dedupe = newDedupe(p)
 	p.queues = chatorder.New[string](maxInFlight)
 	p.limits = newLimits(p)
