@@ -52,7 +52,7 @@ type Platform struct {
 	names     *names
 	memory    *memory
 	dedupe    *dedupe
-	claims    store.Claims // one holder per key (newClaims): dedupe, slash replies
+	claims    store.Claims             // one holder per key (newClaims): dedupe, slash replies
 	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
 	limits    *limits
 	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
