@@ -19,20 +19,19 @@ import (
 // Each marker expires memoryTTL after it was last set, which bounds the
 // store by the rate the bot posts and is mentioned at, as the native
 // adapter's sets are bounded (5,000 each, oldest first; and forgotten at a
-// restart). Without a store the markers are kept in process memory, 5,000
-// of each kind, least recently set forgotten first.
+// restart). Without a store the markers are kept in process memory
+// (localState), 20,000 in all, least recently set forgotten first.
 type memory struct {
-	caps  store.Capabilities // nil: local
-	local map[markKind]*ttlCache[string, struct{}]
-	now   func() time.Time
+	caps store.Capabilities // the store's, else a localState
+	now  func() time.Time
 }
 
 // memoryTTL is how long a marker lasts after it was last set.
 const memoryTTL = 7 * 24 * time.Hour
 
-// memorySize bounds each kind of marker kept in process memory (the native
-// caps).
-const memorySize = 5000
+// memorySize bounds the markers kept in process memory (the native caps,
+// 5,000 of each of the four kinds).
+const memorySize = 4 * 5000
 
 // markKind names a kind of marker.
 type markKind string
@@ -48,16 +47,10 @@ const (
 var _ threadState = (*memory)(nil)
 
 func newMemory(st store.Store, now func() time.Time) *memory {
-	m := &memory{now: now}
 	if st != nil {
-		m.caps = st.Capabilities()
-		return m
+		return &memory{caps: st.Capabilities(), now: now}
 	}
-	m.local = map[markKind]*ttlCache[string, struct{}]{}
-	for _, k := range []markKind{markTurn, markPosted, markMentioned, markActive} {
-		m.local[k] = newTTLCache[string, struct{}](memorySize, memoryTTL, now)
-	}
-	return m
+	return &memory{caps: newLocalState(memorySize, now), now: now}
 }
 
 // markKey is a marker's key in the store.
@@ -65,9 +58,6 @@ func markKey(kind markKind, key string) string { return "slack/mark/" + string(k
 
 // has reports whether the marker kind/key is set.
 func (m *memory) has(ctx context.Context, kind markKind, key string) (bool, error) {
-	if m.caps == nil {
-		return m.local[kind].Contains(key), nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	_, ok, err := m.caps.Get(ctx, markKey(kind, key))
@@ -76,10 +66,6 @@ func (m *memory) has(ctx context.Context, kind markKind, key string) (bool, erro
 
 // set sets the marker kind/key for memoryTTL from now.
 func (m *memory) set(ctx context.Context, kind markKind, key string) error {
-	if m.caps == nil {
-		m.local[kind].Add(key, struct{}{})
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	return m.caps.Put(ctx, markKey(kind, key), nil, m.now().Add(memoryTTL))

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+
+	"connector/internal/ttlcache"
 )
 
 // This file resolves the names a source carries (users.info,
@@ -93,10 +95,10 @@ func parseConversationsInfo(raw json.RawMessage, id string, peer func(string) st
 // cached per workspace.
 type names struct {
 	p      *Platform
-	users  *ttlCache[string, userInfo]
-	chans  *ttlCache[string, string]
-	roots  *ttlCache[string, rootMessage]
-	failed *ttlCache[string, struct{}] // lookups that failed lately, by the key of their cache
+	users  *ttlcache.Cache[string, userInfo]
+	chans  *ttlcache.Cache[string, string]
+	roots  *ttlcache.Cache[string, rootMessage]
+	failed *ttlcache.Cache[string, struct{}] // lookups that failed lately, by the key of their cache
 }
 
 var _ lookups = (*names)(nil)
@@ -104,10 +106,10 @@ var _ lookups = (*names)(nil)
 func newNames(p *Platform) *names {
 	return &names{
 		p:      p,
-		users:  newTTLCache[string, userInfo](nameCacheSize, nameCacheTTL, p.now),
-		chans:  newTTLCache[string, string](nameCacheSize, nameCacheTTL, p.now),
-		roots:  newTTLCache[string, rootMessage](rootCacheSize, rootCacheTTL, p.now),
-		failed: newTTLCache[string, struct{}](nameCacheSize, failedTTL, p.now),
+		users:  ttlcache.New[string, userInfo](nameCacheSize, nameCacheTTL, p.now),
+		chans:  ttlcache.New[string, string](nameCacheSize, nameCacheTTL, p.now),
+		roots:  ttlcache.New[string, rootMessage](rootCacheSize, rootCacheTTL, p.now),
+		failed: ttlcache.New[string, struct{}](nameCacheSize, failedTTL, p.now),
 	}
 }
 

@@ -33,6 +33,11 @@ func (p *Platform) send(ctx context.Context, tenant string, t target, a *contrac
 	if r, ok := p.sealByContent(ctx, tenant, t, a); ok {
 		return r
 	}
+	return p.post(ctx, tenant, t, a)
+}
+
+// post posts a's content as send does, with none of send's other paths.
+func (p *Platform) post(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	first, _, r := p.postParts(ctx, tenant, t, a, mrkdwnParts(a.Content), nil)
 	if !r.Success {
 		return r

@@ -18,6 +18,7 @@ import (
 
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/chatorder"
 	"connector/store"
@@ -60,14 +61,14 @@ type Platform struct {
 	// placed remembers the channels ChatGranted placed with
 	// conversations.info lately (placementTTL): their workspaces are in
 	// chanTeams.
-	placed *ttlCache[string, struct{}]
+	placed *ttlcache.Cache[string, struct{}]
 	// notFound remembers, per (tenant, chat), that the tenant's workspaces
 	// do not have the chat, for declineMemory: a decline's cost depends
 	// only on the asker's own asks.
-	notFound *ttlCache[string, struct{}]
+	notFound *ttlcache.Cache[string, struct{}]
 	// histories are threads' messages lately read for their context
 	// (threadcontext.go).
-	histories *ttlCache[string, threadHistory]
+	histories *ttlcache.Cache[string, threadHistory]
 	streams   *streams // draft streams (draft.go)
 	egress    platform.Egress[*Platform, string]
 
@@ -134,9 +135,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.links = platform.NewLinkDesk(p.now)
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
-	p.notFound = newTTLCache[string, struct{}](chanTeamsSize, declineMemory, p.now)
-	p.placed = newTTLCache[string, struct{}](chanTeamsSize, placementTTL, p.now)
-	p.histories = newTTLCache[string, threadHistory](threadContextSize, threadContextTTL, p.now)
+	p.notFound = ttlcache.New[string, struct{}](chanTeamsSize, declineMemory, p.now)
+	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.now)
+	p.histories = ttlcache.New[string, threadHistory](threadContextSize, threadContextTTL, p.now)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
 	p.memory = newMemory(deps.Store, p.now)
@@ -144,7 +145,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.dedupe = newDedupe(p)
 	p.queues = chatorder.New[string](maxInFlight)
 	p.limits = newLimits(p)
-	p.streams = newStreams()
+	p.streams = newStreams(deps.Store, p.now)
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
 	p.desc = descriptor.Slack(p.egress.Ops.Names())
 	p.setStatus(platform.Status{Detail: "not started"})
