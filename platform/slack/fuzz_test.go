@@ -178,3 +178,30 @@ func FuzzState(f *testing.F) {
 func urlEscape(s string) string {
 	return strings.NewReplacer("%", "%25", "&", "%26", "+", "%2B", "=", "%3D").Replace(s)
 }
+
+// FuzzBlockPayload: any blocks JSON dumps without a panic, to at most the
+// header, 6,000 characters of JSON and the fence; what it dumps is valid
+// JSON (unless cut, or holding Python's Infinity).
+func FuzzBlockPayload(f *testing.F) {
+	f.Add([]byte(dumpBlocks))
+	f.Add([]byte(`[{"type":"section","text":{"type":"mrkdwn","text":"a\u0000b"},"fields":[1.5e300,-0,1e-7,"",null,{}]}]`))
+	f.Add([]byte(`[null, 0, false, "", [], {}]`))
+	f.Add([]byte(`[{"type":"x","optional":1e999,"multiple":-1e999}]`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		out := blockPayload(raw)
+		if out == "" {
+			return
+		}
+		body, ok := strings.CutPrefix(out, blockPayloadHeader)
+		if !ok || !strings.HasSuffix(body, "\n```") {
+			t.Fatalf("not a fenced dump: %q", out)
+		}
+		body = strings.TrimSuffix(body, "\n```")
+		if n := utf8.RuneCountInString(body); n > maxBlockPayload {
+			t.Fatalf("%d characters", n)
+		}
+		if !strings.HasSuffix(body, "\n... [truncated]") && !strings.Contains(body, "Infinity") && !json.Valid([]byte(body)) {
+			t.Fatalf("invalid JSON: %q", body)
+		}
+	})
+}

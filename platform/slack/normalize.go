@@ -343,6 +343,9 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 	text := original
 	if len(blocks) > 0 && !command {
 		text = withBlockText(text, blocks, n.bot)
+		if dump := blockPayload(ev.Blocks); dump != "" {
+			text = strings.TrimSpace(strings.TrimSpace(text) + "\n\n" + dump)
+		}
 	}
 	text = withUnfurls(text, ev.Attachments)
 	if mentioned && n.bot != "" {

@@ -104,6 +104,8 @@ type wireUnfurl struct {
 	Footer      string `json:"footer"`
 	Fallback    string `json:"fallback"`
 	IsMsgUnfurl bool   `json:"is_msg_unfurl"`
+	// Blocks are the attachment's own blocks (a pasted table arrives so).
+	Blocks json.RawMessage `json:"blocks"`
 }
 
 // wireFile is one of a message's files.
