@@ -147,10 +147,10 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		stored = true
 		return nil
 	}
-	p.attachFiles(tctx, tenant, m.install, t)
 	if ev.ThreadTS != "" && ev.ThreadTS != ev.TS {
-		t.ev.Context = p.threadContext(tctx, tenant, m, ev.ThreadTS, bot)
+		t.ev.Context, t.rootFiles = p.threadContext(tctx, tenant, m, ev.ThreadTS, bot)
 	}
+	p.attachFiles(tctx, tenant, m.install, t)
 	if err := p.deliver(ctx, tenant, &t.ev, received); err != nil {
 		return err
 	}

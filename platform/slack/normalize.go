@@ -224,6 +224,9 @@ type turn struct {
 	// thread is the session's thread ts ("" when none).
 	thread string
 	files  []wireFile
+	// rootFiles are the files of the thread's root, when the turn enters
+	// the thread: its images lead the turn's media (threadcontext.go).
+	rootFiles []wireFile
 }
 
 // normalize runs the native pipeline on m: the prefilter's per-tenant
