@@ -25,6 +25,9 @@ func (n *normalizer) gate(ctx context.Context, m *message, routing string, menti
 			return dropOtherUser
 		}
 	}
+	if m.force {
+		return "" // a reaction's turn: past the mention rules
+	}
 	reply := ev.ThreadTS != "" && ev.ThreadTS != ev.TS
 	free := !pol.requireMentionIn[ev.Channel] && (pol.freeResponse[ev.Channel] || !pol.requireMention)
 	switch {

@@ -57,7 +57,17 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat string, 
 	case "app_uninstalled", "tokens_revoked":
 		return "", func(ctx context.Context) error { return p.uninstalled(ctx, env, &ev) }
 	case "reaction_added", "reaction_removed":
-		return done(dropReaction)
+		if ev.Item == nil || ev.Item.Channel == "" {
+			return done(dropMalformed)
+		}
+		team := env.installTeam()
+		p.seenIn(ev.Item.Channel, team)
+		return team + "/" + ev.Item.Channel, func(ctx context.Context) error {
+			if p.sink.Load() == nil {
+				return errNotRunning
+			}
+			return p.ingestReaction(ctx, env, &ev, received)
+		}
 	case "app_home_opened", "app_context_changed", "assistant_thread_started", "assistant_thread_context_changed":
 		return done(dropLifecycle)
 	case "message", "app_mention":
@@ -126,7 +136,13 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		stored = true
 		return nil
 	}
-	tenant, owner, drop := p.route(ctx, ev.User, ev.Channel, m.install, dm)
+	var tenant, drop string
+	var owner bool
+	if m.routed != nil {
+		tenant, owner = m.routed.tenant, m.routed.owner
+	} else {
+		tenant, owner, drop = p.route(ctx, ev.User, ev.Channel, m.install, dm)
+	}
 	if drop != "" {
 		p.drop(drop, env.EventID)
 		stored = true

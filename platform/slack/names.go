@@ -197,3 +197,22 @@ func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootM
 	}
 	return rootMessage{}, false
 }
+
+func (n *names) reacted(ctx context.Context, team, channel, ts string) (string, string, bool) {
+	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
+	defer cancel()
+	var msgs []slack.Message
+	err := n.p.call(ctx, team, "conversations.replies", func(ctx context.Context, c *slack.Client) (err error) {
+		msgs, _, _, err = c.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
+			ChannelID: channel, Timestamp: ts, Limit: 1, Inclusive: true,
+		})
+		return err
+	})
+	if err != nil || len(msgs) == 0 {
+		if err != nil {
+			n.p.log.Debug("slack conversations.replies failed for a reaction", "team", team, "channel", channel, "err", n.p.errorText(err))
+		}
+		return "", "", false
+	}
+	return cmpOr(cmpOr(msgs[0].ThreadTimestamp, msgs[0].Timestamp), ts), msgs[0].User, true
+}

@@ -57,6 +57,10 @@ type lookups interface {
 	// threadRoot reads the root message of thread ts (conversations.replies);
 	// ok is false when it cannot be read.
 	threadRoot(ctx context.Context, team, channel, ts string) (rootMessage, bool)
+	// reacted reads the message ts a reaction was made to
+	// (conversations.replies, first message): its thread (its own ts when
+	// it is a root) and its author; ok is false when it cannot be read.
+	reacted(ctx context.Context, team, channel, ts string) (thread, user string, ok bool)
 }
 
 // userInfo is a resolved user.
@@ -103,6 +107,23 @@ type message struct {
 	// dedupeKey is the native dedupe key "<team>:<ts>" (for an edit, the
 	// edit's own ts).
 	dedupeKey string
+	// force, set for a message a reaction synthesized, skips the mention
+	// rule of the channel gate (not allowed_channels, nor a message
+	// addressed to another user).
+	force bool
+	// noThread, set for a synthesized message sent to a channel's top
+	// level, keys it without a thread.
+	noThread bool
+	// routed, when set, is the tenant the message goes to, decided before
+	// (a reaction is routed where it was made).
+	routed *routing
+}
+
+// routing is where a message goes: a tenant, and whether its author is
+// linked to it (the owner floor).
+type routing struct {
+	tenant string
+	owner  bool
 }
 
 // newMessage reads a message or app_mention event of envelope env; ok is
@@ -266,7 +287,7 @@ func (n *normalizer) run(ctx context.Context, m *message) (*turn, string) {
 	if ev.User != "" && !pol.admits(ev.User) {
 		return nil, dropUserNotAllowed
 	}
-	thread := n.sessionThread(ev, isDM)
+	thread := n.sessionThread(m, isDM)
 	mentioned := (n.bot != "" && strings.Contains(routing, "<@"+n.bot+">")) || pol.mentionPattern(routing)
 	if n.peerBot(ctx, m, mentioned) {
 		return nil, dropBotSender
@@ -313,8 +334,10 @@ func (n *normalizer) peerBot(ctx context.Context, m *message, mentioned bool) bo
 
 // sessionThread is _session_thread_ts: DMs key a top-level message on its
 // own ts (dm_top_level_threads_as_sessions), channels a thread reply on
-// its root and a top-level message on its own ts (reply_in_thread).
-func (n *normalizer) sessionThread(ev *wireEvent, isDM bool) string {
+// its root and a top-level message on its own ts (reply_in_thread), and a
+// reaction's turn sent to a channel's top level on no thread.
+func (n *normalizer) sessionThread(m *message, isDM bool) string {
+	ev := m.ev
 	if isDM {
 		if ev.ThreadTS != "" {
 			return ev.ThreadTS
@@ -323,6 +346,9 @@ func (n *normalizer) sessionThread(ev *wireEvent, isDM bool) string {
 			return ev.TS
 		}
 		return ""
+	}
+	if m.noThread {
+		return ev.ThreadTS
 	}
 	if ev.ThreadTS != "" && ev.ThreadTS != ev.TS {
 		return ev.ThreadTS
