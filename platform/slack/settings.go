@@ -107,7 +107,6 @@ type TenantConfig struct {
 	Weight int `yaml:"weight"`
 }
 
-
 // UnmarshalYAML reads a tenant's knobs as the native adapter reads them.
 // Unknown keys are errors.
 func (tc *TenantConfig) UnmarshalYAML(node *yaml.Node) error {
