@@ -72,7 +72,7 @@ func (n *normalizer) wakes(ctx context.Context, m *message, reply bool) bool {
 	case n.err != nil:
 		return false
 	}
-	root, ok := n.look.threadRoot(ctx, team, ev.Channel, thread)
+	root, ok := n.look.threadRoot(ctx, m.install, ev.Channel, thread)
 	switch {
 	case !ok:
 		return false

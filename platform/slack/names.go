@@ -12,8 +12,9 @@ import (
 )
 
 // This file resolves the names a source carries (users.info,
-// conversations.info) and a thread's root (conversations.replies) for
-// live ingest, cached with a bound, as the native adapter does
+// conversations.info) and a thread's root (from the thread's history,
+// threadcontext.go) for live ingest, cached with a bound, as the native
+// adapter does
 // (_resolve_user_name, _parse_users_info, _resolve_channel_name,
 // _bot_authored_thread_root). Any failure resolves to the id, never to an
 // error: a name is never worth a lost message.
@@ -27,8 +28,6 @@ const (
 	nameCacheSize  = 5000
 	nameCacheTTL   = time.Hour
 	failedTTL      = time.Minute
-	rootCacheSize  = 2500
-	rootCacheTTL   = time.Minute // the native _THREAD_CACHE_TTL
 	lookupDeadline = 750 * time.Millisecond
 )
 
@@ -97,7 +96,6 @@ type names struct {
 	p      *Platform
 	users  *ttlcache.Cache[string, userInfo]
 	chans  *ttlcache.Cache[string, string]
-	roots  *ttlcache.Cache[string, rootMessage]
 	failed *ttlcache.Cache[string, struct{}] // lookups that failed lately, by the key of their cache
 }
 
@@ -108,7 +106,6 @@ func newNames(p *Platform) *names {
 		p:      p,
 		users:  ttlcache.New[string, userInfo](nameCacheSize, nameCacheTTL, p.now),
 		chans:  ttlcache.New[string, string](nameCacheSize, nameCacheTTL, p.now),
-		roots:  ttlcache.New[string, rootMessage](rootCacheSize, rootCacheTTL, p.now),
 		failed: ttlcache.New[string, struct{}](nameCacheSize, failedTTL, p.now),
 	}
 }
@@ -167,32 +164,13 @@ func (n *names) channelName(ctx context.Context, team, id string) string {
 }
 
 func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootMessage, bool) {
-	key := team + "/" + channel + "/" + ts
-	if r, ok := n.roots.Get(key); ok {
-		return r, true
-	}
-	if n.failed.Contains("r/" + key) {
+	h, ok := n.p.history(ctx, team, channel, ts)
+	if !ok {
 		return rootMessage{}, false
 	}
-	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
-	defer cancel()
-	var msgs []slack.Message
-	err := n.p.call(ctx, team, "conversations.replies", func(ctx context.Context, c *slack.Client) (err error) {
-		msgs, _, _, err = c.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
-			ChannelID: channel, Timestamp: ts, Limit: 1, Inclusive: true,
-		})
-		return err
-	})
-	if err != nil {
-		n.p.log.Debug("slack conversations.replies failed", "team", team, "channel", channel, "err", n.p.errorText(err))
-		n.failed.Add("r/"+key, struct{}{})
-		return rootMessage{}, false
-	}
-	for _, m := range msgs {
+	for _, m := range h.msgs {
 		if m.Timestamp == ts {
-			r := rootMessage{user: m.User, text: m.Text}
-			n.roots.Add(key, r)
-			return r, true
+			return rootMessage{user: m.User, text: m.Text}, true
 		}
 	}
 	return rootMessage{}, false

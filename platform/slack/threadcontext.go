@@ -54,24 +54,9 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 	case active:
 		return nil, nil
 	}
-	key := m.install + "/" + ev.Channel + "/" + thread
-	h, ok := p.histories.Get(key)
+	h, ok := p.history(ctx, m.install, ev.Channel, thread)
 	if !ok {
-		cctx, cancel := context.WithTimeout(ctx, threadContextDeadline)
-		defer cancel()
-		var msgs []slack.Message
-		err := p.call(cctx, m.install, "conversations.replies", func(ctx context.Context, c *slack.Client) (err error) {
-			msgs, _, _, err = c.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
-				ChannelID: ev.Channel, Timestamp: thread, Limit: threadContextLimit + 1, Inclusive: true,
-			})
-			return err
-		})
-		if err != nil {
-			p.log.Debug("slack thread context unavailable", "team", m.install, "channel", ev.Channel, "err", p.errorText(err))
-			return nil, nil
-		}
-		h = threadHistory{msgs: msgs}
-		p.histories.Add(key, h)
+		return nil, nil
 	}
 	var root []wireFile
 	for i := range h.msgs {
@@ -153,6 +138,38 @@ func fileMarkers(files []slack.File) string {
 		markers = append(markers, marker)
 	}
 	return strings.Join(markers, " ")
+}
+
+// history is thread ts of channel as conversations.replies reads it with
+// workspace team's token (the thread's first threadContextLimit+1
+// messages), cached for threadContextTTL; a failed read is not asked
+// again for failedTTL. The wake check (a thread's root) and the context
+// share it, as natively (_thread_context_cache).
+func (p *Platform) history(ctx context.Context, team, channel, ts string) (threadHistory, bool) {
+	key := team + "/" + channel + "/" + ts
+	if h, ok := p.histories.Get(key); ok {
+		return h, true
+	}
+	if p.names.failed.Contains("h/" + key) {
+		return threadHistory{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, threadContextDeadline)
+	defer cancel()
+	var msgs []slack.Message
+	err := p.call(ctx, team, "conversations.replies", func(ctx context.Context, c *slack.Client) (err error) {
+		msgs, _, _, err = c.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
+			ChannelID: channel, Timestamp: ts, Limit: threadContextLimit + 1, Inclusive: true,
+		})
+		return err
+	})
+	if err != nil {
+		p.log.Debug("slack thread unreadable", "team", team, "channel", channel, "err", p.errorText(err))
+		p.names.failed.Add("h/"+key, struct{}{})
+		return threadHistory{}, false
+	}
+	h := threadHistory{msgs: msgs}
+	p.histories.Add(key, h)
+	return h, true
 }
 
 // tsBefore reports whether Slack ts a is earlier than b ("<seconds>.<micros>").
