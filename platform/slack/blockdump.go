@@ -209,43 +209,31 @@ func blockPayload(raw json.RawMessage) string {
 // writePython writes v as Python's json.dumps(v, indent=2,
 // ensure_ascii=False) does, at nesting depth.
 func writePython(b *strings.Builder, v *jsonValue, depth int) {
-	indent := func(d int) {
-		b.WriteByte('\n')
-		b.WriteString(strings.Repeat("  ", d))
+	// container writes n items between open and close, one a line.
+	container := func(open, close string, n int, item func(i int)) {
+		if n == 0 {
+			b.WriteString(open + close)
+			return
+		}
+		b.WriteString(open)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString("\n" + strings.Repeat("  ", depth+1))
+			item(i)
+		}
+		b.WriteString("\n" + strings.Repeat("  ", depth) + close)
 	}
 	switch v.kind {
 	case 'o':
-		if len(v.keys) == 0 {
-			b.WriteString("{}")
-			return
-		}
-		b.WriteByte('{')
-		for i, k := range v.keys {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			indent(depth + 1)
-			writePythonString(b, k)
+		container("{", "}", len(v.keys), func(i int) {
+			writePythonString(b, v.keys[i])
 			b.WriteString(": ")
 			writePython(b, v.vals[i], depth+1)
-		}
-		indent(depth)
-		b.WriteByte('}')
+		})
 	case 'a':
-		if len(v.vals) == 0 {
-			b.WriteString("[]")
-			return
-		}
-		b.WriteByte('[')
-		for i, item := range v.vals {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			indent(depth + 1)
-			writePython(b, item, depth+1)
-		}
-		indent(depth)
-		b.WriteByte(']')
+		container("[", "]", len(v.vals), func(i int) { writePython(b, v.vals[i], depth+1) })
 	case 's':
 		writePythonString(b, v.str)
 	case 'n':
