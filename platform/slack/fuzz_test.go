@@ -69,7 +69,10 @@ func FuzzEvents(f *testing.F) {
 				"elements": []any{map[string]any{"type": "link", "url": "https://x", "text": "x"}}}}}}}}}}))
 	f.Add([]byte(`{"type":"event_callback","team_id":"T0AAA00001","event":{"type":"message","team":{"id":7},"files":[{"size":-1}]}}`))
 	f.Add([]byte(`{"type":"event_callback","event":null}`))
-	e := newEnv(f, nil, nil)
+	f.Add(slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev2", map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1",
+		"item_user": teamA.BotUser, "item": map[string]any{"type": "message", "channel": chanGeneral, "ts": "1.2"}, "event_ts": "3.4"}))
+	// Reactions start turns, so the fuzzer reaches their path too.
+	e := newEnv(f, func(c *Config) { c.Tenants["t1"] = TenantConfig{ReactionTriggers: &[]string{}} }, nil)
 	e.p.sink.Store(ptr[platform.Sink](&checkingSink{}))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		e.p.sink.Store(ptr[platform.Sink](&checkingSink{t: t}))
