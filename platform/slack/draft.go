@@ -183,7 +183,7 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 	if a.Final {
 		switch ts, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
 		case err != nil:
-			return p.failure(contract.OpDraft, err)
+			return p.streamUnreadable(err)
 		case ok:
 			return contract.OK(ts)
 		}
@@ -191,7 +191,7 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 	text := cutCursor(a.Content)
 	st, open, err := p.streams.load(ctx, k)
 	if err != nil {
-		return p.failure(contract.OpDraft, err)
+		return p.streamUnreadable(err)
 	}
 	open = open && !st.Done
 	if open && st.Draft != a.DraftID {
@@ -314,6 +314,13 @@ func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a
 		return contract.OK(ts)
 	})
 	return r, sealed
+}
+
+// streamUnreadable answers a frame whose stream record the store did not
+// give: retryable, nothing was posted.
+func (p *Platform) streamUnreadable(err error) contract.Result {
+	p.log.Warn("slack stream record not read", "err", err)
+	return contract.Failed(contract.CodeUnavailable, "slack draft: the stream's state could not be read; retry")
 }
 
 // streamNotKept logs a stream record the store did not keep: a frame that
