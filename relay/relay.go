@@ -587,7 +587,7 @@ func (s *Server) untrack(c *conn) {
 // frame is never lost to a short CloseTimeout on a busy machine.
 func (s *Server) closeSocket(ws *websocket.Conn, raw net.Conn, e contract.Close) {
 	_ = raw.SetReadDeadline(time.Now().Add(s.cfg.CloseTimeout))
-	_ = ws.Close(e.Code, e.Reason)
+	_ = ws.Close(websocket.StatusCode(e.Code), e.Reason)
 }
 
 // refusalLinger bounds how long a socket whose token was refused waits for
@@ -605,7 +605,7 @@ const refusalLinger = 100 * time.Millisecond
 func (s *Server) refuse(ws *websocket.Conn, raw net.Conn, e contract.Close) {
 	t := s.cfg.Clock.AfterFunc(min(refusalLinger, s.cfg.CloseTimeout), func() { _ = raw.SetReadDeadline(time.Now()) })
 	defer t.Stop()
-	_ = ws.Close(e.Code, e.Reason)
+	_ = ws.Close(websocket.StatusCode(e.Code), e.Reason)
 }
 
 // hijackRecorder keeps the socket websocket.Accept hijacks, so that

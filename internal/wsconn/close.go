@@ -12,29 +12,10 @@
 // held; Keepalive's timeout callback runs with none held either.
 package wsconn
 
-import (
-	"strconv"
+import "connector/contract"
 
-	"github.com/coder/websocket"
-)
-
-// Close is how a server ends a connection: a WebSocket close status and the
-// reason sent with it. Owners predefine one value per cause, each with one
-// documented meaning. A Close is an error, so code that decides a
-// connection must end can return the Close it ends with.
-type Close struct {
-	Code   websocket.StatusCode
-	Reason string
-}
-
-// Error implements error: "close 4009 name_taken".
-func (c Close) Error() string {
-	s := "close " + strconv.Itoa(int(c.Code))
-	if c.Reason != "" {
-		s += " " + c.Reason
-	}
-	return s
-}
+// Close is contract.Close: how an owner ends a connection.
+type Close = contract.Close
 
 // Drop is not sent: it drops the socket without a close handshake (the peer
 // is gone, or a write to it is stuck).

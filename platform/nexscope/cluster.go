@@ -309,7 +309,7 @@ func (cl *cluster) handle(msg []byte) {
 		if m := cl.edge(f[0]); m != nil {
 			code, _ := strconv.Atoi(string(f[1]))
 			m.leave()
-			m.q.Close(Close{Code: websocket.StatusCode(code), Reason: string(f[2])}, string(f[3]) == "1")
+			m.q.Close(Close{Code: contract.CloseCode(code), Reason: string(f[2])}, string(f[3]) == "1")
 		}
 	case msgLeave:
 		if m := cl.remote(f[0], f[1]); m != nil {
