@@ -23,6 +23,7 @@ import (
 	"connector/admin"
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/cluster"
 	"connector/media"
 	"connector/platform"
 	"connector/registry"
@@ -95,9 +96,12 @@ func checkConfig(cfg *Config, log *slog.Logger, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "connector: %v\n", err)
 		return 1
 	}
-	// Stop what build started (the relay's store writer), so nothing
-	// logs after -check has answered.
+	// Stop what build started (the relay's store writer, the cluster
+	// node), so nothing logs after -check has answered.
 	_ = c.relay.Shutdown(context.Background())
+	if c.node != nil {
+		c.node.Close()
+	}
 	fmt.Fprintln(stdout, "config ok")
 	return 0
 }
@@ -251,6 +255,10 @@ type connector struct {
 	media *media.Store
 	// poker sends the wake pokes; run waits for those under way.
 	poker *wake.Poker
+	// node is this instance among those sharing the redis backend
+	// (internal/cluster); nil for one instance. serveReloading closes it
+	// once the relay and the platforms stopped.
+	node *cluster.Node
 }
 
 // openStore opens the store cfg.Store selects.
@@ -296,6 +304,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	if err != nil {
 		return nil, err
 	}
+	c.node = deps.Cluster
+	defer func() {
+		if err != nil && c.node != nil {
+			c.node.Close()
+		}
+	}()
 	identity, err := identityVerifier(cfg.Enroll)
 	if err != nil {
 		return nil, err
@@ -313,7 +327,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
 	rc.LeaseTTL = leaseTTL
 	if deps.Cluster != nil {
-		rc.Instance = deps.Cluster.Instance
+		rc.Instance = deps.Cluster.Instance()
 	}
 	poker, err := newPoker(cfg, reg, st, rc.Instance, log, m.reg)
 	if err != nil {
@@ -391,7 +405,11 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 	}
 	// nexscope rooms: a home per room under such a lease, the other
 	// instances proxying their members to it.
-	deps.Cluster = &platform.Cluster{Instance: instance, PubSub: st.PubSub(), Beat: leaseTTL / 3}
+	node, err := cluster.New(cluster.Config{Instance: instance, PubSub: st.PubSub(), LeaseTTL: leaseTTL, Log: log})
+	if err != nil {
+		return deps, fmt.Errorf("store: join the other instances: %w", err)
+	}
+	deps.Cluster = node
 	log.Info("sharing the store with other instances", "instance", instance, "lease_ttl", leaseTTL)
 	return deps, nil
 }
@@ -428,6 +446,9 @@ func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log
 		return err
 	}
 	c.reload = reload
+	if c.node != nil {
+		defer c.node.Close()
+	}
 	return c.run(ctx, gen, stdout, ready)
 }
 
