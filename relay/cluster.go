@@ -2,10 +2,7 @@ package relay
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,9 +120,6 @@ type cluster struct {
 	clock  clock.Clock
 	ttl    time.Duration
 	beat   time.Duration
-	// incarnation tells this process's connection ids from those of an
-	// earlier process with the same instance name (ids restart at 1).
-	incarnation string
 
 	out      chan outMsg // frames to publish to other instances
 	wantPump atomic.Bool
@@ -197,35 +191,39 @@ type remoteConsumer struct {
 	seen time.Time
 }
 
-// HasRoom implements ledger.Consumer.
-func (r *remoteConsumer) HasRoom() bool {
+// Offer implements ledger.Consumer: the frame goes to the socket's
+// instance, unless the outbox is over half full.
+func (r *remoteConsumer) Offer(frame []byte) ledger.Offered {
 	cl := r.h.srv.cluster
-	if len(cl.out) < outboxSize/2 {
-		return true
+	if len(cl.out) >= outboxSize/2 {
+		cl.wantPump.Store(true)
+		return ledger.Full
 	}
-	cl.wantPump.Store(true)
-	return false
+	select {
+	case cl.out <- outMsg{inboxPrefix + r.inst, clustermsg.Encode(msgFrame, []byte(r.h.id), r.conn, frame)}:
+		return ledger.Taken
+	default:
+		return ledger.Full
+	}
 }
 
-// Offer implements ledger.Consumer: the frame goes to the socket's
-// instance.
-func (r *remoteConsumer) Offer(frame []byte) bool {
+// push implements pusher.
+func (r *remoteConsumer) push(frame []byte) {
 	select {
 	case r.h.srv.cluster.out <- outMsg{inboxPrefix + r.inst, clustermsg.Encode(msgFrame, []byte(r.h.id), r.conn, frame)}:
-		return true
 	default:
-		return false
 	}
 }
+
+// Owner implements ledger.Consumer.
+func (r *remoteConsumer) Owner() (instance, conn string) { return r.inst, string(r.conn) }
 
 func newCluster(s *Server) *cluster {
 	ctx, cancel := context.WithCancel(context.Background())
-	var nonce [4]byte
-	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails
 	cl := &cluster{
 		srv: s, inst: s.cfg.Instance, ps: s.cfg.Store.PubSub(), leases: s.cfg.Store.Leases(),
 		owners: s.cfg.Store.Owners(), clock: s.cfg.Clock,
-		ttl: s.cfg.LeaseTTL, beat: s.cfg.LeaseTTL / 3, incarnation: hex.EncodeToString(nonce[:]),
+		ttl: s.cfg.LeaseTTL, beat: s.cfg.LeaseTTL / 3,
 		out: make(chan outMsg, outboxSize), ownerOut: make(chan ownerWrite, ownerQueue),
 		local: make(map[string]*conn),
 		ctx:   ctx, cancel: cancel,
@@ -234,9 +232,7 @@ func newCluster(s *Server) *cluster {
 }
 
 // connKey names c among every instance's connections.
-func (cl *cluster) connKey(c *conn) string {
-	return cl.incarnation + "." + strconv.FormatUint(c.id, 10)
-}
+func (cl *cluster) connKey(c *conn) string { return cl.srv.connKey(c) }
 
 // localConn returns this instance's connection named key, if it is open.
 func (cl *cluster) localConn(key string) *conn {
@@ -433,14 +429,7 @@ func (h *hub) noteOwner(c ledger.Consumer, sessionKey, chatID string) {
 		return
 	}
 	o := store.Owner{ChatID: chatID}
-	switch c := c.(type) {
-	case *conn:
-		o.Instance, o.Conn = cl.inst, cl.connKey(c)
-	case *remoteConsumer:
-		o.Instance, o.Conn = c.inst, string(c.conn)
-	default:
-		return
-	}
+	o.Instance, o.Conn = c.Owner()
 	select {
 	case cl.ownerOut <- ownerWrite{h: h, sessionKey: sessionKey, owner: o}:
 		d.owned.Add(sessionKey, ownerNote{c: c, chatID: chatID, written: now})

@@ -163,7 +163,15 @@ func (h *hub) interruptLocal(ctx context.Context, sessionKey, chatID, gatewayID 
 	if chatID == "" {
 		chatID = ownerChat
 	}
-	c.Offer(contract.AppendInterruptInbound(nil, sessionKey, chatID))
+	c.(pusher).push(contract.AppendInterruptInbound(nil, sessionKey, chatID))
+}
+
+// pusher is a ledger.Consumer of the relay (a connection here, or a socket
+// on another instance) that also takes frames past the ledger's flow
+// control: interrupt_inbound, which must not wait behind inbound.
+type pusher interface {
+	ledger.Consumer
+	push(frame []byte)
 }
 
 // logInterruptDropped logs an interrupt no connection owns.

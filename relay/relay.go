@@ -78,11 +78,14 @@ package relay
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -292,6 +295,9 @@ type Server struct {
 	ownStore bool
 	// cluster is set when cfg.Instance is: several instances share the store.
 	cluster *cluster
+	// incarnation tells this process's connection ids from those of an
+	// earlier process with the same instance name (ids restart at 1).
+	incarnation string
 
 	logs serverLogs
 
@@ -349,6 +355,9 @@ func newServer(cfg Config) (*Server, error) {
 		descriptorFrames: make(map[string][]byte),
 	}
 	s.sessions, _ = lru.New[string, string](cfg.SessionOwners)
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails
+	s.incarnation = hex.EncodeToString(nonce[:])
 	if len(cfg.Store.Epoch()) > maxEpochBytes {
 		return nil, fmt.Errorf("relay: store epoch longer than %d bytes", maxEpochBytes)
 	}
@@ -424,6 +433,14 @@ const maxEpochBytes = 64
 
 // recoverTimeout bounds reading the stored inbound in New.
 const recoverTimeout = 5 * time.Minute
+
+// instance names this instance among those sharing the store ("" alone).
+func (s *Server) instance() string { return s.cfg.Instance }
+
+// connKey names c among every instance's connections.
+func (s *Server) connKey(c *conn) string {
+	return s.incarnation + "." + strconv.FormatUint(c.id, 10)
+}
 
 // LedgerStats returns the counters of the tenants' ledgers.
 func (s *Server) LedgerStats() ledger.Stats { return s.ledgers.Stats() }

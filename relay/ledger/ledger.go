@@ -28,7 +28,8 @@
 //     session's entries reach gateways in sequence order.
 //
 //   - A consumer holds at most Config.AckWindow windowed entries in flight
-//     (sent, not acknowledged), and takes nothing while it reports no room.
+//     (sent, not acknowledged), and takes nothing while it reports no room
+//     (Full); one that reports Closing is offered nothing more.
 //
 //   - An idle consumer (Idle) gets nothing new but keeps what it holds; a
 //     detached one (Detach) gives its unacknowledged entries back, and they
@@ -75,14 +76,13 @@
 //
 //  1. Pool.flushMu, which serializes removal flushes and is held across the
 //     store's Ack; only the pool's goroutine, Flush and Close take it;
-//  2. a Ledger's mutex, with which the ledger calls Consumer.HasRoom and
-//     Consumer.Offer;
+//  2. a Ledger's mutex, with which the ledger calls Consumer.Offer;
 //  3. the consumer's own locks (the relay's send-queue lock), and Pool.rmMu
 //     (the queue of ledgers with removals), a leaf.
 //
 // Pool.mu (the ledger list) is a leaf taken with no other lock held. A
-// consumer must never call into the Ledger from HasRoom or Offer, nor while
-// it holds a lock it takes in them.
+// consumer must never call into the Ledger from Offer, nor while it holds a
+// lock it takes in it.
 package ledger
 
 import (
@@ -104,16 +104,31 @@ import (
 )
 
 // Consumer is a gateway connection as the ledger sees it. The ledger calls
-// both methods with its mutex held: they must not block nor call back into
-// the Ledger.
+// Offer with its mutex held: it must not block nor call back into the
+// Ledger.
 type Consumer interface {
-	// HasRoom reports whether the consumer can take another frame now. A
-	// consumer that says no calls Ledger.Pump once it has room again.
-	HasRoom() bool
-	// Offer hands the consumer one complete frame, without blocking. False
-	// means the consumer did not take it (it is closing) and will detach.
-	Offer(frame []byte) bool
+	// Offer hands the consumer one complete frame, without blocking.
+	Offer(frame []byte) Offered
+	// Owner names the consumer among the consumers of every instance
+	// sharing the store (its instance and its connection): a session's
+	// owner as Config.Owned stores it.
+	Owner() (instance, conn string)
 }
+
+// Offered is what a Consumer did with a frame it was offered.
+type Offered uint8
+
+// Offer's results.
+const (
+	// Taken: the consumer took the frame.
+	Taken Offered = iota
+	// Full: the consumer has no room now; it calls Ledger.Pump once it
+	// has. The frame waits in the ledger.
+	Full
+	// Closing: the consumer is closing and will detach; it gets nothing
+	// more, and the frame goes to another consumer.
+	Closing
+)
 
 // Framer turns a stored payload into the frame a consumer is offered.
 type Framer interface {
@@ -587,8 +602,8 @@ func (l *Ledger) dispatchLocked() {
 			keep = append(keep, e)
 			continue
 		}
-		s := l.pickLocked(e)
-		if s == nil || (e.windowed && s.inflight >= cfg.AckWindow) || !s.c.HasRoom() || !s.c.Offer(e.frame) {
+		s, offered := l.offerLocked(e)
+		if offered != Taken {
 			if e.sessionKey != "" {
 				if blocked == nil {
 					blocked = make(map[string]bool)
@@ -615,6 +630,25 @@ func (l *Ledger) dispatchLocked() {
 	}
 	clear(l.pending[len(keep):])
 	l.pending = keep
+}
+
+// offerLocked offers e to the consumer pickLocked chooses, and on to the
+// next while one says it is closing (it is offered nothing more). It
+// returns the consumer that took e, or why nobody did (Full: none with room
+// or window).
+func (l *Ledger) offerLocked(e *entry) (*seat, Offered) {
+	for {
+		s := l.pickLocked(e)
+		if s == nil || (e.windowed && s.inflight >= l.pool.cfg.AckWindow) {
+			return nil, Full
+		}
+		switch offered := s.c.Offer(e.frame); offered {
+		case Closing:
+			l.unattachLocked(s)
+		default:
+			return s, offered
+		}
+	}
 }
 
 // noteUnservedLocked calls Config.Unserved once if one of entries is still
@@ -763,7 +797,7 @@ func (l *Ledger) Resend(c Consumer, cutoff time.Time) int {
 		if e.seat != s || !e.offered.Before(cutoff) {
 			continue
 		}
-		if !s.c.HasRoom() || !s.c.Offer(e.frame) {
+		if s.c.Offer(e.frame) != Taken {
 			break
 		}
 		e.offered = now

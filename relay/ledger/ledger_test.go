@@ -27,15 +27,18 @@ type fakeConsumer struct {
 	frames []string
 }
 
-func (f *fakeConsumer) HasRoom() bool { return !f.noRoom }
-
-func (f *fakeConsumer) Offer(frame []byte) bool {
-	if f.refuse {
-		return false
+func (f *fakeConsumer) Offer(frame []byte) Offered {
+	switch {
+	case f.refuse:
+		return Closing
+	case f.noRoom:
+		return Full
 	}
 	f.frames = append(f.frames, string(frame))
-	return true
+	return Taken
 }
+
+func (f *fakeConsumer) Owner() (string, string) { return "i", f.name }
 
 // take returns and forgets the frames offered so far, as "bufferId|payload".
 func (f *fakeConsumer) take() []string {
@@ -344,14 +347,15 @@ func TestSessionWaitsBehindItsBlockedEntry(t *testing.T) {
 	r.Pump()
 	want(t, "after Pump", payloads(a.take()), "second", "third")
 
+	// An owner that is closing gets nothing more: its session's next entry
+	// goes to another consumer at once.
 	a.refuse = true
-	r.add(t, "s1", "refused")
-	if len(b.frames) != 1 {
-		t.Fatalf("an entry refused by the owner went to %q", b.frames)
-	}
+	r.add(t, "s1", "owner closing")
+	want(t, "after the owner said Closing", payloads(b.take()), "other session", "owner closing")
 	a.refuse = false
-	r.Pump()
-	want(t, "after a refusal", payloads(a.take()), "refused")
+	r.add(t, "s1", "later")
+	want(t, "the closing owner", payloads(a.take()))
+	want(t, "the new owner", payloads(b.take()), "later")
 }
 
 func TestConsumersGetOnlyThePlatformsTheyServe(t *testing.T) {
