@@ -25,7 +25,8 @@
 //     platform: its descriptor is the intersection of all platforms'
 //     capabilities (descriptor.Merge), and the connection receives every
 //     platform's inbound for its tenant.
-//  3. Inbound. Platforms publish tenant-scoped deliveries on the Bus. Each
+//  3. Inbound. Platforms deliver tenant-scoped deliveries to the Server
+//     (it is their platform.Sink). Each
 //     tenant has a ledger (package relay/ledger, which sees connections only
 //     as ledger.Consumers) on Config.Store: every inbound is stored before
 //     the platform's Deliver returns, so a platform confirms it to its source
@@ -65,10 +66,9 @@
 //
 // Locks are taken in this order, never the other way round:
 //
-//  1. MemoryBus.mu, read-held while a delivery is routed to the relay;
-//  2. a tenant's ledger mutex (inside ledger.Ledger), which calls the
-//     connection's HasRoom and Offer while held;
-//  3. a connection's send-queue lock (conn.qmu).
+//  1. a tenant's ledger mutex (inside ledger.Ledger), which calls the
+//     connection's Offer while held;
+//  2. a connection's send-queue lock (wsconn.Queue's).
 //
 // Server.mu (connections, closing), hub.chatsMu (chat platforms) and the
 // session-tenant cache's lock are leaves: nothing else is taken while one of
@@ -130,8 +130,6 @@ type Gateway struct {
 type Config struct {
 	Tenants   []Tenant            `yaml:"-"`
 	Platforms []platform.Platform `yaml:"-"`
-	// Bus carries deliveries; nil means a new MemoryBus.
-	Bus Bus `yaml:"-"`
 	// Log receives connection lifecycle lines; nil discards.
 	Log *slog.Logger `yaml:"-"`
 	// Metrics receives measurements; nil discards.
@@ -231,9 +229,6 @@ type Config struct {
 const DefaultLeaseTTL = 5 * time.Second
 
 func (c *Config) setDefaults() {
-	if c.Bus == nil {
-		c.Bus = NewMemoryBus()
-	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -287,8 +282,9 @@ type Server struct {
 	writerLinger wsconn.Linger
 	// sessions remembers which tenant each delivered session key belongs
 	// to, so a follow_up naming another tenant's session is declined.
-	sessions    *lru.Cache[string, string]
-	unsubscribe func()
+	sessions *lru.Cache[string, string]
+	// stopping is set when Shutdown begins: Deliver takes nothing more.
+	stopping atomic.Bool
 	// ledgers are the tenants' ledgers, on cfg.Store.
 	ledgers *ledger.Pool
 	// ownStore is set when New made cfg.Store, so Shutdown closes it.
@@ -319,7 +315,7 @@ type gatewayRecord struct {
 }
 
 // New validates cfg, recovers every tenant's stored inbound and returns a
-// Server subscribed to cfg.Bus.
+// Server, ready for the platforms' deliveries.
 func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	if cfg.MaxTokenLifetime < contract.TokenTTL {
@@ -410,7 +406,6 @@ func newServer(cfg Config) (*Server, error) {
 			s.ledgers.Close(context.Background())
 			return nil, fmt.Errorf("relay: join the instances: %w", err)
 		}
-		s.unsubscribe = cfg.Bus.Subscribe(s.route)
 		return s, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
@@ -423,7 +418,6 @@ func newServer(cfg Config) (*Server, error) {
 	if n > 0 {
 		s.log.Info("buffered inbound recovered from the store", "entries", n)
 	}
-	s.unsubscribe = cfg.Bus.Subscribe(s.route)
 	return s, nil
 }
 
@@ -445,8 +439,6 @@ func (s *Server) connKey(c *conn) string {
 // LedgerStats returns the counters of the tenants' ledgers.
 func (s *Server) LedgerStats() ledger.Stats { return s.ledgers.Stats() }
 
-// Sink is where platforms deliver: the server's bus.
-func (s *Server) Sink() platform.Sink { return s.cfg.Bus }
 
 // KeyFunc returns the session-key function for tenants: session.Key with each
 // tenant's gateway knobs (the gateway defaults for an unknown tenant).
@@ -480,9 +472,22 @@ func (s *Server) sessionTenant(sessionKey string) (string, bool) {
 	return s.sessions.Get(sessionKey)
 }
 
-// route takes one delivery off the bus. An inbound or passthrough delivery
-// is stored before it returns; an error means it was not.
-func (s *Server) route(ctx context.Context, d platform.Delivery) error {
+var _ platform.Sink = (*Server)(nil)
+
+// ErrShuttingDown is returned by Deliver once Shutdown began: the delivery
+// was not taken, and the platform leaves it unconfirmed at its source.
+var ErrShuttingDown = errors.New("relay: shutting down: delivery not taken")
+
+// Deliver implements platform.Sink: the platforms deliver to the relay. An
+// inbound or passthrough delivery is stored before it returns; an error
+// means it was not.
+func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.stopping.Load() {
+		return ErrShuttingDown
+	}
 	h := s.hub(d.Tenant)
 	if h == nil {
 		s.cfg.Metrics.Inbound(d.Platform, d.Tenant, "dropped_unknown_tenant")
@@ -653,7 +658,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
-	s.unsubscribe()
+	s.stopping.Store(true)
 
 	var err error
 	if waitCtx(ctx, &s.outbound) != nil {

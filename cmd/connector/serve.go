@@ -547,7 +547,7 @@ func (c *connector) startIngest() (stop func()) {
 	var ingest sync.WaitGroup
 	for _, p := range c.platforms {
 		ingest.Go(func() {
-			err := p.Run(ctx, c.relay.Sink())
+			err := p.Run(ctx, c.relay)
 			if err != nil && ctx.Err() == nil {
 				c.log.Error("platform ingest stopped", "platform", p.Name(), "err", err)
 				return

@@ -99,7 +99,7 @@ func startConnector(o *options, newPlatform func([]relay.Tenant) (platform.Platf
 	c.stop = stop
 	for _, srv := range c.Relays {
 		for _, p := range platforms {
-			c.ingest.Go(func() { _ = p.Run(ctx, srv.Sink()) })
+			c.ingest.Go(func() { _ = p.Run(ctx, srv) })
 		}
 	}
 	return c, nil
