@@ -105,7 +105,7 @@ func (c *conn) Offer(frame []byte) ledger.Offered {
 func (c *conn) push(frame []byte) { c.enqueue(frame) }
 
 // Owner implements ledger.Consumer.
-func (c *conn) Owner() (instance, conn string) { return c.srv.instance(), c.srv.connKey(c) }
+func (c *conn) Owner() (instance, conn string) { return c.srv.instance, c.srv.connKey(c) }
 
 // enqueue queues one complete frame for the writer. It never blocks: a queue
 // over Config.SendQueueBytes means the gateway does not keep up, and the

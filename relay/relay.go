@@ -54,7 +54,7 @@
 //     gets the retryable code "unavailable" instead.
 //  5. Interrupts. The connector remembers which connection owns each session
 //     key (the one it delivered that session's inbound to; among several
-//     instances in the store too, cluster.go); an interrupt from any
+//     instances in the store too, fleet.go); an interrupt from any
 //     connection of the tenant, or a platform-side /stop, reaches the owner
 //     as interrupt_inbound.
 //  6. Keepalive and shutdown. The server pings every 30 s; a connection whose
@@ -96,6 +96,7 @@ import (
 	"connector/contract"
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/cluster"
 	"connector/internal/connlimit"
 	"connector/internal/wsconn"
 	"connector/platform"
@@ -201,11 +202,11 @@ type Config struct {
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten). Zero means 100,000.
 	SessionOwners int `yaml:"-"`
-	// Instance names this instance among several sharing Store (a Redis):
-	// each tenant is then driven by one instance at a time, under a lease,
-	// and the others forward to it (cluster.go). Empty means this instance
-	// is the store's only user.
-	Instance string `yaml:"-"`
+	// Cluster is set when several instances share Store (a Redis): each
+	// tenant is then driven by one instance at a time, under a lease, and
+	// the others reach it through the cluster (fleet.go). Nil means this
+	// instance is the store's only user.
+	Cluster *cluster.Node `yaml:"-"`
 	// Away, when set, is called when an inbound is buffered for a tenant
 	// none of whose connections can take it (none is live, or every one
 	// went idle): the wake poke (package wake). On the instance driving
@@ -217,16 +218,7 @@ type Config struct {
 	// gateways is connected (docs/operations.md). It holds across every
 	// instance sharing the store. Zero means 60s.
 	WakeCooldown time.Duration `yaml:"wake_cooldown"`
-	// LeaseTTL is how long a tenant's lease lasts unless renewed (every
-	// third of it): the bound on a takeover after its holder died. Zero
-	// means DefaultLeaseTTL.
-	LeaseTTL time.Duration `yaml:"-"`
 }
-
-// DefaultLeaseTTL is Config.LeaseTTL's default, and store.lease_ttl's: the
-// connector runs every lease it takes (tenants, ingest, nexscope rooms) on
-// one TTL.
-const DefaultLeaseTTL = 5 * time.Second
 
 func (c *Config) setDefaults() {
 	if c.Log == nil {
@@ -253,7 +245,6 @@ func (c *Config) setDefaults() {
 	orDefault(&c.MaxConnsPerGateway, 16)
 	orDefault(&c.CloseTimeout, 2*time.Second)
 	orDefault(&c.SessionOwners, 100_000)
-	orDefault(&c.LeaseTTL, DefaultLeaseTTL)
 	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
 }
 
@@ -289,11 +280,12 @@ type Server struct {
 	ledgers *ledger.Pool
 	// ownStore is set when New made cfg.Store, so Shutdown closes it.
 	ownStore bool
-	// cluster is set when cfg.Instance is: several instances share the store.
-	cluster *cluster
-	// incarnation tells this process's connection ids from those of an
-	// earlier process with the same instance name (ids restart at 1).
-	incarnation string
+	// fleet is set when cfg.Cluster is: several instances share the store.
+	fleet *fleet
+	// instance names this instance among those sharing the store ("" when
+	// alone); incarnation tells this process's connection ids from those
+	// of an earlier process with the same instance name (ids restart at 1).
+	instance, incarnation string
 
 	logs serverLogs
 
@@ -354,6 +346,9 @@ func newServer(cfg Config) (*Server, error) {
 	var nonce [4]byte
 	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails
 	s.incarnation = hex.EncodeToString(nonce[:])
+	if cfg.Cluster != nil {
+		s.instance = cfg.Cluster.Instance()
+	}
 	if len(cfg.Store.Epoch()) > maxEpochBytes {
 		return nil, fmt.Errorf("relay: store epoch longer than %d bytes", maxEpochBytes)
 	}
@@ -385,24 +380,22 @@ func newServer(cfg Config) (*Server, error) {
 		MaxTotalBytes: cfg.BufferBytesTotal,
 		MaxAge:        cfg.BufferMaxAge,
 		SessionOwners: cfg.SessionOwners,
-		Shared:        cfg.Instance != "",
-		Owned:         s.ownedHook(),
 		Unserved:      cfg.Away,
 		Clock:         cfg.Clock,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
 	})
-	if cfg.Instance != "" {
-		s.cluster = newCluster(s)
+	if cfg.Cluster != nil {
+		s.fleet = newFleet(s)
 	}
 	if err := s.SetTenants(cfg.Tenants); err != nil {
 		s.ledgers.Close(context.Background())
 		return nil, err
 	}
-	if cfg.Instance != "" {
+	if s.fleet != nil {
 		// Each tenant's driver reads its stored ledger when it takes the
 		// tenant's lease, not every instance at start.
-		if err := s.cluster.start(); err != nil {
+		if err := s.fleet.start(); err != nil {
 			s.ledgers.Close(context.Background())
 			return nil, fmt.Errorf("relay: join the instances: %w", err)
 		}
@@ -428,9 +421,6 @@ const maxEpochBytes = 64
 // recoverTimeout bounds reading the stored inbound in New.
 const recoverTimeout = 5 * time.Minute
 
-// instance names this instance among those sharing the store ("" alone).
-func (s *Server) instance() string { return s.cfg.Instance }
-
 // connKey names c among every instance's connections.
 func (s *Server) connKey(c *conn) string {
 	return s.incarnation + "." + strconv.FormatUint(c.id, 10)
@@ -438,7 +428,6 @@ func (s *Server) connKey(c *conn) string {
 
 // LedgerStats returns the counters of the tenants' ledgers.
 func (s *Server) LedgerStats() ledger.Stats { return s.ledgers.Stats() }
-
 
 // KeyFunc returns the session-key function for tenants: session.Key with each
 // tenant's gateway knobs (the gateway defaults for an unknown tenant).
@@ -680,8 +669,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if waitCtx(cctx, &s.connsWG) != nil && err == nil {
 		err = errors.New("relay: gateway connections still open after their 1001 close")
 	}
-	if s.cluster != nil {
-		s.cluster.stop(cctx)
+	if s.fleet != nil {
+		s.fleet.stop(cctx)
 	}
 	s.ledgers.Close(cctx)
 	if n := s.ledgers.Len(); n > 0 && s.ownStore {

@@ -299,7 +299,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	m := newMetrics()
 	am := newAdminMetrics(m.reg)
 	c := &connector{cfg: cfg, log: log}
-	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, relay.DefaultLeaseTTL)
+	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, cluster.DefaultLeaseTTL)
 	deps, err := platformDeps(cfg, log, st, keys, m, leaseTTL)
 	if err != nil {
 		return nil, err
@@ -325,11 +325,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	m.preinit(slices.Sorted(maps.Keys(cfg.TenantIDs())), platforms)
 	rc := cfg.Relay // the relay section; the rest is wiring
 	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
-	rc.LeaseTTL = leaseTTL
+	rc.Cluster = deps.Cluster
+	instance := ""
 	if deps.Cluster != nil {
-		rc.Instance = deps.Cluster.Instance()
+		instance = deps.Cluster.Instance()
 	}
-	poker, err := newPoker(cfg, reg, st, rc.Instance, log, m.reg)
+	poker, err := newPoker(cfg, reg, st, instance, log, m.reg)
 	if err != nil {
 		return nil, err
 	}
