@@ -42,8 +42,8 @@ type netStore struct {
 	lose func(channel string, msg []byte) bool
 	lost chan []byte // messages lost, for the test to inspect
 
-	owned chan string   // session keys whose owner it stored
-	acked chan struct{} // one per removal from the stored ledger
+	owned chan string    // session keys whose owner it stored
+	acked chan struct{}  // one per removal from the stored ledger
 	gets  map[string]int // reads of stored owners, by session key; under mu
 }
 
