@@ -62,17 +62,8 @@
 //     unacknowledged inbound is redelivered). Shutdown stops accepting, lets
 //     in-flight outbound finish, and closes every connection with 1001.
 //
-// # Locking
-//
-// Locks are taken in this order, never the other way round:
-//
-//  1. a tenant's ledger mutex (inside ledger.Ledger), which calls the
-//     connection's Offer while held;
-//  2. a connection's send-queue lock (wsconn.Queue's).
-//
-// Server.mu (connections, closing), hub.chatsMu (chat platforms) and the
-// session-tenant cache's lock are leaves: nothing else is taken while one of
-// them is held. No lock is held across socket I/O or a platform call.
+// Locks are taken in the order docs/locks.md gives (TestLockOrder holds the
+// code to it); no lock is held across socket I/O or a platform call.
 package relay
 
 import (

@@ -6,10 +6,9 @@
 // Its owners decide what a close means (their close values) and what an
 // overflowing queue costs the peer; wsconn only runs the mechanism.
 //
-// Lock order: an owner's locks may be held while calling Queue and
-// Keepalive methods; their own locks are leaves (nothing is called under
-// them). Writer methods run on the writer goroutine with no wsconn lock
-// held; Keepalive's timeout callback runs with none held either.
+// Its locks are leaves (docs/locks.md): an owner's may be held while calling
+// Queue and Keepalive methods, and Writer methods and Keepalive's timeout
+// callback run with none of wsconn's held.
 package wsconn
 
 import "connector/contract"

@@ -66,18 +66,10 @@
 //
 // Each Ledger's state is guarded by its own mutex, which is never held
 // across I/O: store calls happen before it is taken or after it is
-// released, and no two Ledger mutexes are ever held together. Locks are
-// taken in this order only:
-//
-//  1. Pool.flushMu, which serializes removal flushes and is held across the
-//     store's Ack; only the pool's goroutine, Flush and Close take it;
-//  2. a Ledger's mutex, with which the ledger calls Consumer.Offer;
-//  3. the consumer's own locks (the relay's send-queue lock), and Pool.rmMu
-//     (the queue of ledgers with removals), a leaf.
-//
-// Pool.mu (the ledger list) is a leaf taken with no other lock held. A
-// consumer must never call into the Ledger from Offer, nor while it holds a
-// lock it takes in it.
+// released, and no two Ledger mutexes are ever held together. A consumer
+// must never call into the Ledger from Offer, nor while it holds a lock it
+// takes in it. The order of these locks among the relay's is in
+// docs/locks.md.
 package ledger
 
 import (
