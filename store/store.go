@@ -324,20 +324,35 @@ const (
 // store.backend, store.path and store.redis_url (environment
 // CONNECTOR_REDIS_URL); docs/durability.md says what is wired.
 type Config struct {
-	// Backend is "embedded", "redis" or "memory". Empty means embedded.
-	Backend string
-	// Path is the embedded backend's data directory, created if missing.
-	// Empty means DefaultPath().
-	Path string
-	// RedisURL addresses the redis backend's server, e.g.
-	// redis://:password@host:6379/0 (rediss:// for TLS). Required for redis.
-	RedisURL string
+	// Backend is embedded (a bbolt file in the data directory; no
+	// external service; one process at a time) or redis (a Redis 7 server
+	// shared by several instances). Default embedded.
+	Backend string `yaml:"backend"`
+	// Path is the data directory: the embedded store's file (connector.db)
+	// and the secrets embedded defaults generate. The -data-dir flag and
+	// $CONNECTOR_DATA_DIR override it. Default $XDG_STATE_HOME/connector,
+	// else ~/.local/state/connector.
+	Path string `yaml:"path"`
+	// RedisURL addresses the redis backend's server:
+	// redis://[:password@]host:port/db (rediss:// for TLS).
+	// $CONNECTOR_REDIS_URL overrides it.
+	RedisURL string `yaml:"redis_url"`
+	// Instance names this instance among those sharing the redis backend
+	// (in logs and leases); unique per process. $CONNECTOR_INSTANCE
+	// overrides it. Default the host name and a random suffix.
+	Instance string `yaml:"instance"`
+	// LeaseTTL bounds a takeover when an instance dies (redis backend):
+	// how long the lease on a tenant's delivery, on the Discord Gateway
+	// session, on the Telegram long poll and on a nexscope room lasts
+	// unless its holder renews it (every third of it, the instances' beat).
+	// Default 5s.
+	LeaseTTL time.Duration `yaml:"lease_ttl"`
 	// RedisPrefix starts every key the redis backend writes, so several
 	// deployments (or tests) can share one server. Empty means "connector:".
-	RedisPrefix string
+	RedisPrefix string `yaml:"-"`
 	// Now is the clock for expiry, record ages and (memory, embedded)
 	// leases. Nil means time.Now.
-	Now func() time.Time
+	Now func() time.Time `yaml:"-"`
 }
 
 // Open opens the backend cfg selects.

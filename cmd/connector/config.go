@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"connector/enroll"
+	"connector/media"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
 	"connector/platform/telegram"
@@ -52,10 +53,10 @@ type Config struct {
 	// Store is where durable state lives: inbound the gateways have not
 	// acknowledged (stored before a platform is told it arrived) and
 	// interaction tokens, for their TTL (docs/durability.md).
-	Store StoreConfig `yaml:"store"`
+	Store store.Config `yaml:"store"`
 	// Media bounds the media store (uploads for send_media, re-hosted
 	// inbound attachments) and says where gateways reach it.
-	Media MediaConfig `yaml:"media"`
+	Media media.Config `yaml:"media"`
 	// Enroll verifies the identity tokens of the Hermes gateway's
 	// credential routes, POST /relay/enroll and POST /relay/provision,
 	// and of the management plane, /manage/* (docs/operations.md).
@@ -98,33 +99,6 @@ type TLSConfig struct {
 	CertFile string `yaml:"cert_file"`
 	// KeyFile is the PEM private key of CertFile.
 	KeyFile string `yaml:"key_file"`
-}
-
-// StoreConfig selects the durable store.
-type StoreConfig struct {
-	// Backend is embedded (a bbolt file in the data directory; no
-	// external service; one process at a time) or redis (a Redis 7 server
-	// shared by several instances). Default embedded.
-	Backend string `yaml:"backend"`
-	// Path is the data directory: the embedded store's file (connector.db)
-	// and the secrets embedded defaults generate. The -data-dir flag and
-	// $CONNECTOR_DATA_DIR override it. Default $XDG_STATE_HOME/connector,
-	// else ~/.local/state/connector.
-	Path string `yaml:"path"`
-	// RedisURL addresses the redis backend's server:
-	// redis://[:password@]host:port/db (rediss:// for TLS).
-	// $CONNECTOR_REDIS_URL overrides it.
-	RedisURL string `yaml:"redis_url"`
-	// Instance names this instance among those sharing the redis backend
-	// (in logs and leases); unique per process. $CONNECTOR_INSTANCE
-	// overrides it. Default the host name and a random suffix.
-	Instance string `yaml:"instance"`
-	// LeaseTTL bounds a takeover when an instance dies (redis backend):
-	// how long the lease on a tenant's delivery, on the Discord Gateway
-	// session, on the Telegram long poll and on a nexscope room lasts
-	// unless its holder renews it (every third of it, the instances' beat).
-	// Default 5s.
-	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 
 // EnvRedisURL overrides store.redis_url.
@@ -294,7 +268,7 @@ func (c *Config) Validate() error {
 	if err := nonNegative("relay", &c.Relay); err != nil {
 		return err
 	}
-	if err := c.Store.validate(); err != nil {
+	if err := validateStore(&c.Store); err != nil {
 		return err
 	}
 	if err := c.validateTenants(); err != nil {
@@ -387,8 +361,8 @@ func (c *Config) TenantIDs() map[string]bool {
 	return ids
 }
 
-// validate checks the store section.
-func (s *StoreConfig) validate() error {
+// validateStore checks the store section.
+func validateStore(s *store.Config) error {
 	switch s.Backend {
 	case "", store.BackendEmbedded:
 	case store.BackendRedis:
@@ -404,14 +378,9 @@ func (s *StoreConfig) validate() error {
 	return nil
 }
 
-// storeConfig is the store section for store.Open.
-func (s *StoreConfig) storeConfig() store.Config {
-	return store.Config{Backend: s.Backend, Path: s.Path, RedisURL: s.RedisURL}
-}
-
-// describe says where the store keeps its data, for the banner and logs:
-// never the Redis password.
-func (s *StoreConfig) describe() string {
+// describeStore says where the store keeps its data, for the banner and
+// logs: never the Redis password.
+func describeStore(s *store.Config) string {
 	if s.Backend == store.BackendRedis {
 		where := "redis"
 		if u, err := url.Parse(s.RedisURL); err == nil {

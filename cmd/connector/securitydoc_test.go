@@ -18,9 +18,7 @@ func TestSecurityDocDefaults(t *testing.T) {
 	}
 	const doc = "../../docs/security.md"
 	total := 0
-	// The media section's zero values mean the media package's defaults.
-	m := MediaConfig{MaxBytes: media.DefaultMaxBytes, QuotaBytes: media.DefaultQuotaBytes,
-		TenantQuotaBytes: media.DefaultTenantQuotaBytes, TTL: media.DefaultTTL, UploadTimeout: media.DefaultUploadTimeout}
+	m := media.Config{}.WithDefaults()
 	for prefix, cfg := range map[string]any{"http": &c.HTTP, "ops": &c.Ops, "media": &m} {
 		n, errs := doctable.CheckDefaults(doc, "## Limits", prefix, cfg)
 		for _, err := range errs {

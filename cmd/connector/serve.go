@@ -137,7 +137,7 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if gen, err = loadGenerated(dir); err != nil {
 			return nil, nil, err
 		}
-		cfg = &Config{Store: StoreConfig{Path: dir}, Tenants: []TenantConfig{{
+		cfg = &Config{Store: store.Config{Path: dir}, Tenants: []TenantConfig{{
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
@@ -166,7 +166,7 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if base == "" { // redis backend: the data directory holds only media
 			base, _ = dataDir(src.dataDir, "", lookup)
 		}
-		cfg.Media.Dir = cfg.Media.mediaDir(base)
+		cfg.Media.Dir = mediaDir(cfg.Media.Dir, base)
 	}
 	if gen != nil {
 		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it
@@ -265,12 +265,12 @@ type connector struct {
 func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
-	st, err := store.Open(ctx, cfg.Store.storeConfig())
+	st, err := store.Open(ctx, cfg.Store)
 	switch {
 	case errors.Is(err, store.ErrDamaged):
 		return nil, err // it names the file and what to do
 	case err != nil:
-		return nil, fmt.Errorf("store (%s): %w", cfg.Store.describe(), err)
+		return nil, fmt.Errorf("store (%s): %w", describeStore(&cfg.Store), err)
 	}
 	return st, nil
 }
@@ -363,7 +363,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	var mediaRoutes map[string]http.Handler
 	if deps.Media != nil {
 		c.media = deps.Media
-		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, UploadTimeout: cfg.Media.UploadTimeout, Log: log}))
+		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, Log: log}))
 	}
 	mux := publicMux(srv, platforms, mediaRoutes)
 	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
@@ -387,7 +387,7 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 		Metrics: m,
 	}
 	if cfg.Media.Dir != "" {
-		ms, err := media.New(cfg.Media.storeConfig(cfg.Media.Dir))
+		ms, err := media.New(cfg.Media)
 		if err != nil {
 			return deps, fmt.Errorf("media.dir: %w", err)
 		}
@@ -642,7 +642,7 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	fmt.Fprintf(w, "connector %s listening on %s (relay at %s://%s/relay)\n", version(), base, wsScheme, addr)
 	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN or NEXSCOPE_TOKEN)")
 	fmt.Fprintf(w, "  platforms: %s; tenants: %d\n", names, len(cfg.Tenants))
-	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound and interaction tokens survive restarts)\n", cfg.Store.describe())
+	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound and interaction tokens survive restarts)\n", describeStore(&cfg.Store))
 	if gen != nil {
 		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_PLATFORMS=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
 			base, gatewayPlatforms(platforms), gen.GatewayID, gen.GatewaySecret)

@@ -49,7 +49,7 @@ func TestStoreSection(t *testing.T) {
 	if err != nil || cfg.Store.RedisURL != "redis://:hunter2-pw@127.0.0.1:6390/3" {
 		t.Fatalf("redis from the environment: %+v %v", cfg, err)
 	}
-	if got := cfg.Store.describe(); got != "redis at 127.0.0.1:6390/3" {
+	if got := describeStore(&cfg.Store); got != "redis at 127.0.0.1:6390/3" {
 		t.Errorf("describe = %q", got)
 	}
 
