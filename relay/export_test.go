@@ -13,3 +13,6 @@ const (
 // RefusalLinger is how long a refused upgrade's socket waits for the
 // client's close frame, on the relay's clock.
 const RefusalLinger = refusalLinger
+
+// RaceDetector is set under the race detector.
+const RaceDetector = raceDetector
