@@ -9,9 +9,10 @@
 // Routes (docs/operations.md shows each with the CLI):
 //
 //	GET    /admin/v1/tenants                                   every tenant, its gateways (no secrets) and bindings
-//	POST   /admin/v1/tenants                                   {"id", "session"?}
+//	POST   /admin/v1/tenants                                   {"id", "session"?, "max_gateways"?}
 //	DELETE /admin/v1/tenants/{tenant}
 //	PUT    /admin/v1/tenants/{tenant}/session                  the session settings
+//	PUT    /admin/v1/tenants/{tenant}/max-gateways             {"max_gateways"} (0: the default, 100)
 //	POST   /admin/v1/tenants/{tenant}/gateways                 {"id"} -> {"id", "secret"}
 //	POST   /admin/v1/tenants/{tenant}/gateways/{gateway}/rotate {"grace"?: "1h"} -> {"id", "secret", "previous_valid_until"}
 //	DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}
@@ -23,11 +24,13 @@
 //
 // Errors are {"error": "..."} with 400 (malformed), 401 (token), 404
 // (unknown tenant, gateway or binding), 409 (exists, declared in the YAML,
-// bound to another tenant) or 500. Every change is logged (who, what,
+// bound to another tenant), 429 (the tenant's max_gateways reached) or
+// 500. Every change is logged (who, what,
 // outcome; never a secret) and counted.
 package admin
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -112,6 +115,7 @@ func New(cfg Config) (*Handler, error) {
 	h.change("POST /admin/v1/tenants", "create_tenant", h.createTenant)
 	h.change("DELETE /admin/v1/tenants/{tenant}", "delete_tenant", h.deleteTenant)
 	h.change("PUT /admin/v1/tenants/{tenant}/session", "set_session", h.setSession)
+	h.change("PUT /admin/v1/tenants/{tenant}/max-gateways", "set_max_gateways", h.setMaxGateways)
 	h.change("POST /admin/v1/tenants/{tenant}/gateways", "create_gateway", h.createGateway)
 	h.change("POST /admin/v1/tenants/{tenant}/gateways/{gateway}/rotate", "rotate_gateway", h.rotate)
 	h.change("DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}", "delete_gateway", h.deleteGateway)
@@ -216,6 +220,21 @@ func (h *Handler) setSession(r *http.Request) ([]any, int, any, error) {
 	return []any{"tenant", tenant}, http.StatusNoContent, nil, h.cfg.Registry.SetSession(r.Context(), tenant, &s)
 }
 
+func (h *Handler) setMaxGateways(r *http.Request) ([]any, int, any, error) {
+	tenant := r.PathValue("tenant")
+	var req struct {
+		MaxGateways *int `json:"max_gateways"`
+	}
+	if err := decode(r, &req); err != nil {
+		return nil, 0, nil, err
+	}
+	if req.MaxGateways == nil {
+		return nil, 0, nil, change.Invalid("max_gateways is required (0: the default)")
+	}
+	return []any{"tenant", tenant, "max_gateways", *req.MaxGateways}, http.StatusNoContent, nil,
+		h.cfg.Registry.SetMaxGateways(r.Context(), tenant, *req.MaxGateways)
+}
+
 func (h *Handler) createGateway(r *http.Request) ([]any, int, any, error) {
 	tenant := r.PathValue("tenant")
 	var req struct {
@@ -286,16 +305,21 @@ func binding(do func(context.Context, registry.Binding) error) changeFunc {
 type TenantView struct {
 	ID string `json:"id"`
 	// Source is "yaml" (declared; change it in the file) or "api".
-	Source   string            `json:"source"`
-	Session  *registry.Session `json:"session,omitempty"`
-	Gateways []GatewayView     `json:"gateways"`
-	Bindings []BindingView     `json:"bindings"`
+	Source  string            `json:"source"`
+	Session *registry.Session `json:"session,omitempty"`
+	// MaxGateways bounds its gateways (registry.Tenant.MaxGateways, the
+	// default filled in).
+	MaxGateways int           `json:"max_gateways"`
+	Gateways    []GatewayView `json:"gateways"`
+	Bindings    []BindingView `json:"bindings"`
 }
 
 // GatewayView is a gateway without its secrets.
 type GatewayView struct {
 	ID     string `json:"id"`
 	Source string `json:"source"`
+	// Origin is what made a stored gateway: admin, enroll or provision.
+	Origin string `json:"origin,omitempty"`
 	// Secrets counts the accepted secrets; SecretsExpire lists the expiry
 	// of those that have one (RFC 3339).
 	Secrets       int      `json:"secrets"`
@@ -328,12 +352,13 @@ func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 	layer := func(s registry.State, source string) {
 		for _, t := range s.Tenants {
 			if views[t.ID] == nil {
-				views[t.ID] = &TenantView{ID: t.ID, Source: source, Session: t.Session, Gateways: []GatewayView{}, Bindings: []BindingView{}}
+				views[t.ID] = &TenantView{ID: t.ID, Source: source, Session: t.Session, MaxGateways: cmp.Or(t.MaxGateways, registry.DefaultMaxGateways),
+					Gateways: []GatewayView{}, Bindings: []BindingView{}}
 			}
 		}
 		for _, g := range s.Gateways {
 			if v := views[g.Tenant]; v != nil && !slices.ContainsFunc(v.Gateways, func(x GatewayView) bool { return x.ID == g.ID }) {
-				gv := GatewayView{ID: g.ID, Source: source, Secrets: len(g.Secrets), WakeURL: wakes[g.ID]}
+				gv := GatewayView{ID: g.ID, Source: source, Origin: g.Origin, Secrets: len(g.Secrets), WakeURL: wakes[g.ID]}
 				for _, s := range g.Secrets {
 					if !s.Expires.IsZero() {
 						gv.SecretsExpire = append(gv.SecretsExpire, s.Expires.UTC().Format(time.RFC3339))

@@ -49,6 +49,10 @@ const (
 	// only_if_connector_created) found the thread renamed by someone else,
 	// or not created by the connector; nothing was changed.
 	CodeNameChanged = "name_changed"
+	// CodeWindowClosed: WhatsApp Cloud refused the message because the
+	// 24-hour customer-service window is closed (the user last wrote more
+	// than 24 hours ago); only a template could reach them. Not retryable.
+	CodeWindowClosed = "window_closed"
 	// CodeUnavailable: the platform is not connected or unreachable (also
 	// when a chat's owner could not be looked up), or the connector is
 	// shutting down. The gateway may retry.

@@ -50,7 +50,8 @@ const (
 	MarkdownDiscord    = "discord"
 	MarkdownTelegramV2 = "markdown_v2"
 	// MarkdownStandard is CommonMark-style markdown the platform converts
-	// itself (Slack: to mrkdwn, as the native adapter's format_message).
+	// itself (Slack: to mrkdwn; WhatsApp: to *bold*, _italic_, ~strike~;
+	// each as its native adapter's format_message).
 	MarkdownStandard = "markdown"
 )
 
@@ -135,6 +136,27 @@ func Slack(ops []string) Descriptor {
 		LenUnit:                LenChars,
 		Emoji:                  "\U0001f4bc",
 		PlatformHint:           "You are chatting on Slack through a shared app. Markdown is converted to Slack mrkdwn.",
+		SupportedOps:           sortedOps(ops),
+	}
+}
+
+// WhatsApp is the descriptor of the WhatsApp Cloud API platform
+// (whatsapp_cloud): 4,096 code points per message as the native adapter
+// splits them, standard markdown converted to WhatsApp's syntax on send, no
+// edits, no threads, no drafts (the Cloud API has none of them).
+func WhatsApp(ops []string) Descriptor {
+	return Descriptor{
+		ContractVersion:        ContractVersion,
+		Platform:               "whatsapp_cloud",
+		Label:                  "WhatsApp",
+		MaxMessageLength:       4096,
+		SupportsEdit:           slices.Contains(ops, "edit"),
+		SupportsDraftStreaming: slices.Contains(ops, "draft"),
+		SupportsThreads:        slices.Contains(ops, "thread_create"),
+		MarkdownDialect:        MarkdownStandard,
+		LenUnit:                LenChars,
+		Emoji:                  "\U0001f4ac",
+		PlatformHint:           "You are chatting on WhatsApp through a shared business number. WhatsApp has no threads and no message edits; replies quote the user's message.",
 		SupportedOps:           sortedOps(ops),
 	}
 }

@@ -10,9 +10,12 @@
 // both routes answer 404. Enroll also needs the enrollment token, which
 // must be the same tenant's (minted by the admin API). Provision needs the
 // tenant to exist already (the operator onboards it), is idempotent (the
-// same gateway id answers the same secret), binds the body's routeKeys to
-// the tenant on the body's platform and registers (or, when absent,
-// clears) the wake URL.
+// same gateway id and identity token answer the same secret; another
+// token gets a fresh one: registry.Provision), binds the body's routeKeys
+// to the tenant on the body's platform and registers (or, when absent,
+// clears) the wake URL. A tenant makes at most its max_gateways gateways,
+// and provisions that create or rotate a gateway are rate-limited per
+// tenant (ProvisionBurst, then one per ProvisionEvery).
 //
 // Answers are JSON: 200 {"secret", "deliveryKey", "tenant", "gatewayId"}
 // (provision adds "routeKeys", the bindings as the connector spells them;
@@ -20,7 +23,9 @@
 // not signed), or {"error"} with 400 (malformed body, unknown platform,
 // bad route key or wake URL), 401 (identity token), 403 (enrollment token;
 // tenant not onboarded), 404 (not configured), 409 (gateway id or route
-// key held by another tenant, or declared in the YAML) or 500. Every
+// key held by another tenant, declared in the YAML, or, for a provision,
+// made by the admin API or an enrollment), 429 (the tenant's max_gateways
+// reached; provisioning too fast, with Retry-After) or 500. Every
 // request is logged (who: tenant and token subject; what: gateway,
 // platform, route-key count, wake host; never a secret or token) and
 // counted.
@@ -34,10 +39,13 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"connector/idtoken"
 	"connector/internal/httpjson"
+	"connector/internal/keyrate"
 	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/registry"
@@ -64,6 +72,10 @@ type Config struct {
 	// TenantClaim names the identity token's claim that carries the tenant
 	// id. Default tid.
 	TenantClaim string `yaml:"tenant_claim"`
+	// MaxTokenLifetime is how far ahead of the connector's clock an
+	// identity token's exp may lie (60s of clock skew on top); a token
+	// minted to last longer is refused (401). Default 24h.
+	MaxTokenLifetime time.Duration `yaml:"max_token_lifetime"`
 }
 
 // Metrics counts requests: op is relay_enroll or relay_provision, outcome
@@ -86,13 +98,32 @@ type HandlerConfig struct {
 	Log *slog.Logger
 	// Metrics counts requests; nil discards.
 	Metrics Metrics
+	// Now is the clock of the provisioning rate limit; nil is time.Now.
+	Now func() time.Time
 }
 
 // Handler serves the two routes.
 type Handler struct {
 	cfg HandlerConfig
 	rec change.Recorder
+	// changes limits, per tenant, the provisions that create or rotate a
+	// gateway.
+	changes *keyrate.Limiter
 }
+
+// The provisioning rate limit of one tenant on one instance: provisions
+// that create or rotate a gateway (a repeat of the same boot's answer is
+// free). The burst lets a whole fleet at the default max_gateways boot at
+// once.
+const (
+	ProvisionBurst = registry.DefaultMaxGateways
+	ProvisionEvery = time.Second
+)
+
+// maxLimitedTenants bounds the tenants whose provisioning rate is
+// remembered (tenants are onboarded by the operator; this only bounds
+// memory).
+const maxLimitedTenants = 10_000
 
 // New returns the Handler.
 func New(cfg HandlerConfig) *Handler {
@@ -105,7 +136,8 @@ func New(cfg HandlerConfig) *Handler {
 	if cfg.Apply == nil {
 		cfg.Apply = func(context.Context) error { return nil }
 	}
-	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "relay credential request", Metrics: cfg.Metrics}}
+	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "relay credential request", Metrics: cfg.Metrics},
+		changes: keyrate.New(keyrate.Config{Burst: ProvisionBurst, Every: ProvisionEvery, MaxKeys: maxLimitedTenants, Now: cfg.Now})}
 }
 
 type nopMetrics struct{}
@@ -134,6 +166,9 @@ const (
 type request struct {
 	r      *http.Request
 	caller idtoken.Claims
+	// minter is the digest of the caller's identity token
+	// (registry.MinterOf).
+	minter string
 	what   []any
 }
 
@@ -154,8 +189,12 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 			append([]any{"tenant", req.caller.Tenant, "subject", req.caller.Subject, "remote", r.RemoteAddr}, req.what...)...)
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
-			if status == http.StatusUnauthorized {
+			var limited *rateLimited
+			switch {
+			case status == http.StatusUnauthorized:
 				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
+			case errors.As(err, &limited):
+				w.Header().Set("Retry-After", strconv.Itoa(int(max(time.Second, limited.retry.Round(time.Second))/time.Second)))
 			}
 			httpjson.Error(w, status, answer.Error())
 			return
@@ -173,19 +212,44 @@ func (h *Handler) authenticate(req *request) error {
 	if !ok {
 		return change.Refuse(http.StatusUnauthorized, "unauthorized", "caller identity: send Authorization: Bearer <identity token>")
 	}
-	claims, err := h.cfg.Verifier.Verify(strings.TrimSpace(token))
+	token = strings.TrimSpace(token)
+	claims, err := h.cfg.Verifier.Verify(token)
 	if err != nil {
 		return change.Refuse(http.StatusUnauthorized, "unauthorized", "caller identity: %v", err)
 	}
-	req.caller = claims
+	req.caller, req.minter = claims, registry.MinterOf(token)
 	return nil
+}
+
+// rateLimited is a provision refused by the tenant's rate limit: 429 with
+// Retry-After.
+type rateLimited struct{ retry time.Duration }
+
+func (e *rateLimited) Error() string {
+	return fmt.Sprintf("this tenant is creating or rotating gateways too fast (%d at once, then one per %v); retry after %v",
+		ProvisionBurst, ProvisionEvery, max(time.Second, e.retry.Round(time.Second)))
+}
+
+// admit spends one of tenant's credential changes (registry.Provision's
+// admit).
+func (h *Handler) admit(tenant string) func() error {
+	return func() error {
+		if ok, retry := h.changes.Allow(tenant); !ok {
+			return &rateLimited{retry: retry}
+		}
+		return nil
+	}
 }
 
 // classify is the answer to err where this API's contract differs from
 // change.Outcome's: a bad enrollment token and a tenant not onboarded are
-// forbidden, a conflict of any kind is one outcome.
+// forbidden, a conflict of any kind is one outcome, a rate limit is its
+// own.
 func classify(err error) error {
+	var limited *rateLimited
 	switch {
+	case errors.As(err, &limited):
+		return change.Refuse(http.StatusTooManyRequests, "rate_limited", "%v", err)
 	case errors.Is(err, registry.ErrEnrollToken):
 		return change.Refuse(http.StatusForbidden, "forbidden", "%v", err)
 	case errors.Is(err, registry.ErrNotFound):
@@ -264,9 +328,10 @@ type provisionRequest struct {
 
 // bindingKinds is the binding kind a route key names on each platform.
 var bindingKinds = map[string]string{
-	"discord":  platform.BindGuild,
-	"telegram": platform.BindChat,
-	"nexscope": platform.BindRoom,
+	"discord":        platform.BindGuild,
+	"telegram":       platform.BindChat,
+	"whatsapp_cloud": platform.BindPhoneNumber,
+	"nexscope":       platform.BindRoom,
 }
 
 func (h *Handler) provision(req *request) (any, error) {
@@ -290,14 +355,14 @@ func (h *Handler) provision(req *request) (any, error) {
 		return nil, err
 	}
 	ctx := req.r.Context()
-	secret, created, err := h.cfg.Registry.Provision(ctx, tenant, body.GatewayID)
+	secret, outcome, err := h.cfg.Registry.Provision(ctx, tenant, body.GatewayID, req.minter, h.admit(tenant))
 	if err != nil {
 		return nil, err
 	}
-	req.what = append(req.what, "created", created)
+	req.what = append(req.what, "provision", outcome)
 	keys := make([]string, 0, len(bindings))
 	for _, b := range bindings {
-		if err := h.cfg.Registry.Bind(ctx, b); err != nil {
+		if err := h.cfg.Registry.BindOwn(ctx, b); err != nil {
 			return nil, fmt.Errorf("routeKeys %q: %w", b.ID, err)
 		}
 		keys = append(keys, b.ID)
@@ -319,7 +384,7 @@ func routeBindings(tenant, platformName string, keys []string) ([]registry.Bindi
 	}
 	kind, ok := bindingKinds[platformName]
 	if !ok {
-		return nil, change.Invalid("routeKeys need the platform they route (discord, telegram or nexscope), not %q", platformName)
+		return nil, change.Invalid("routeKeys need the platform they route (discord, telegram, whatsapp_cloud or nexscope), not %q", platformName)
 	}
 	out := make([]registry.Binding, 0, len(keys))
 	for _, k := range keys {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rsa"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"connector/enroll"
 	"connector/idtoken"
 	"connector/idtoken/idtokentest"
+	"connector/internal/clock/clocktest"
 	"connector/registry"
 	"connector/store"
 )
@@ -38,6 +40,7 @@ func (c *counts) AdminChange(op, outcome string) {
 }
 
 type rig struct {
+	clk     *clocktest.Fake
 	srv     *httptest.Server
 	reg     *registry.Registry
 	metrics *counts
@@ -60,10 +63,11 @@ func (w syncWriter) Write(p []byte) (int, error) {
 func newRig(t *testing.T, configured bool) *rig {
 	t.Helper()
 	keyOnce.Do(func() { key = idtokentest.Key(t) })
-	now := func() time.Time { return time.Unix(1_700_000_000, 0) }
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	now := clk.Now
 	st := store.NewMemory(now)
 	t.Cleanup(func() { _ = st.Close() })
-	r := &rig{reg: registry.New(st, now), metrics: &counts{n: map[string]int{}}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	r := &rig{clk: clk, reg: registry.New(st, now), metrics: &counts{n: map[string]int{}}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
 	var v *idtoken.Verifier
 	if configured {
 		pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
@@ -79,6 +83,7 @@ func newRig(t *testing.T, configured bool) *rig {
 		Apply:   func(context.Context) error { r.applied++; return nil },
 		Log:     slog.New(slog.NewJSONHandler(syncWriter{r.logMu, r.logs}, nil)),
 		Metrics: r.metrics,
+		Now:     now,
 	})
 	mux := http.NewServeMux()
 	for pattern, handler := range h.Routes() {
@@ -278,7 +283,7 @@ func FuzzProvision(f *testing.F) {
 		w := httptest.NewRecorder()
 		r.mux.ServeHTTP(w, req)
 		switch w.Code {
-		case http.StatusOK, http.StatusBadRequest, http.StatusForbidden, http.StatusConflict:
+		case http.StatusOK, http.StatusBadRequest, http.StatusForbidden, http.StatusConflict, http.StatusTooManyRequests:
 		default:
 			t.Fatalf("%s %q: status %d %s", path, body, w.Code, w.Body)
 		}
@@ -321,4 +326,143 @@ func fuzzRig(t *testing.T) *fuzzState {
 		fuzzS = &fuzzState{mux: mux, bearer: idtokentest.Sign(t, key, map[string]any{"tid": "acme", "exp": 1_700_000_300})}
 	})
 	return fuzzS
+}
+
+// identityOf is an identity token of tenant for subject: another holder of
+// an identity token of the same tenant (a token differs by its claims).
+func identityOf(t *testing.T, tenant, subject string) string {
+	return idtokentest.Sign(t, key, map[string]any{"tid": tenant, "aud": "connector", "sub": subject, "exp": 1_700_000_300})
+}
+
+// provisionBody is the stock gateway's provision body for gateway on
+// platform with wake.
+func provisionBody(gateway, platform, wake string) map[string]any {
+	return map[string]any{"gatewayId": gateway, "platform": platform, "botId": "", "gatewayEndpoint": "", "routeKeys": []string{}, "wakeUrl": wake}
+}
+
+// TestProvisionNeverHandsOutAnExistingSecret (issue 22): the stock
+// gateway's boot (one identity token, one POST per platform) gets one
+// secret; anyone else holding an identity token of the tenant, provisioning
+// the same gateway id, gets a fresh secret, never the one in use (which
+// keeps the rotation grace, so a connected prior instance is not cut
+// off). A gateway made by the admin API or by an enrollment is not
+// provisioned at all (409, no secret): its secret is pinned where it runs.
+func TestProvisionNeverHandsOutAnExistingSecret(t *testing.T) {
+	r := newRig(t, true)
+	ctx := context.Background()
+	boot := identityOf(t, "acme", "gw-fly1 boot 1")
+	_, first := r.post(t, "/relay/provision", boot, provisionBody("gw-fly1", "discord", ""))
+	code, second := r.post(t, "/relay/provision", boot, provisionBody("gw-fly1", "telegram", ""))
+	if code != http.StatusOK || first["secret"] == nil || second["secret"] != first["secret"] {
+		t.Fatalf("the boot's second platform: %d, same secret %v; want the first answer's", code, second["secret"] == first["secret"])
+	}
+	code, stolen := r.post(t, "/relay/provision", identityOf(t, "acme", "mallory"), provisionBody("gw-fly1", "discord", ""))
+	if code == http.StatusOK && stolen["secret"] == first["secret"] {
+		t.Fatal("another identity token of the tenant was answered the gateway's current secret")
+	}
+	if code != http.StatusOK || stolen["secret"] == "" {
+		t.Fatalf("a provision with another token: %d %v, want a fresh secret", code, stolen)
+	}
+	s, _, _ := r.reg.Effective(ctx)
+	var kept []string
+	for _, g := range s.Gateways {
+		if g.ID == "gw-fly1" {
+			for _, sec := range g.Secrets {
+				kept = append(kept, sec.Value)
+			}
+		}
+	}
+	if len(kept) != 2 || kept[0] != stolen["secret"] || kept[1] != first["secret"] {
+		t.Fatalf("gw-fly1 accepts %d secrets, want the new one and the boot's (in its grace)", len(kept))
+	}
+
+	if _, err := r.reg.CreateGateway(ctx, "acme", "gw-admin"); err != nil {
+		t.Fatal(err)
+	}
+	enrollTok, _, err := r.reg.MintEnrollToken(ctx, "acme", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.reg.Enroll(ctx, "acme", enrollTok, "gw-laptop"); err != nil {
+		t.Fatal(err)
+	}
+	for _, gw := range []string{"gw-admin", "gw-laptop"} {
+		code, got := r.post(t, "/relay/provision", boot, provisionBody(gw, "discord", ""))
+		if code != http.StatusConflict || got["secret"] != nil {
+			t.Errorf("provisioning %s (not made by provision): %d %v, want 409 without a secret", gw, code, got)
+		}
+	}
+}
+
+// TestProvisionCapsGatewaysPerTenant (issue 22): one identity token
+// provisions gateways with one wake URL until the tenant has its default
+// max_gateways (100); the next is refused (429) and makes no gateway, so
+// no further wake target.
+func TestProvisionCapsGatewaysPerTenant(t *testing.T) {
+	r := newRig(t, true)
+	id := identity(t, "acme")
+	for i := range 100 {
+		if code, got := r.post(t, "/relay/provision", id, provisionBody(fmt.Sprintf("gw-%03d", i), "relay", "https://victim.example/wake")); code != http.StatusOK {
+			t.Fatalf("provision %d: %d %v", i, code, got)
+		}
+	}
+	code, got := r.post(t, "/relay/provision", id, provisionBody("gw-100", "relay", "https://victim.example/wake"))
+	if msg, _ := got["error"].(string); code != http.StatusTooManyRequests || !strings.Contains(msg, "max_gateways") {
+		t.Fatalf("the 101st gateway: %d %v, want 429 naming max_gateways", code, got)
+	}
+	if ts, _ := r.reg.WakeTargets(context.Background(), "acme"); len(ts) != 100 {
+		t.Fatalf("%d wake targets, want 100", len(ts))
+	}
+}
+
+// TestProvisionRateLimit: provisions that create or rotate a gateway are
+// limited per tenant, ProvisionBurst at once and then one per
+// ProvisionEvery (on the handler's clock), answered 429 with Retry-After;
+// the same boot's repeat is free, and another tenant has its own
+// allowance. A tenant's max_gateways is settable (here 1,000, above the
+// burst).
+func TestProvisionRateLimit(t *testing.T) {
+	r := newRig(t, true)
+	ctx := context.Background()
+	for _, tenant := range []registry.Tenant{{ID: "big", MaxGateways: 1000}, {ID: "small"}} {
+		if err := r.reg.CreateTenant(ctx, tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := identity(t, "big")
+	for i := range enroll.ProvisionBurst {
+		if code, got := r.post(t, "/relay/provision", id, provisionBody(fmt.Sprintf("gw-%03d", i), "relay", "")); code != http.StatusOK {
+			t.Fatalf("provision %d of the burst: %d %v", i, code, got)
+		}
+	}
+	limited := func(gateway, bearer string) {
+		t.Helper()
+		data, _ := json.Marshal(provisionBody(gateway, "relay", ""))
+		req, _ := http.NewRequest(http.MethodPost, r.srv.URL+"/relay/provision", bytes.NewReader(data))
+		req.Header.Set("Authorization", "Bearer "+bearer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("%s past the burst: %d, Retry-After %q; want 429, 1", gateway, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	limited("gw-new", id)
+	limited("gw-000", identityOf(t, "big", "next boot")) // a rotation is a change too
+	if code, _ := r.post(t, "/relay/provision", id, provisionBody("gw-000", "discord", "")); code != http.StatusOK {
+		t.Fatalf("the same boot's repeat while limited: %d, want 200", code)
+	}
+	if code, _ := r.post(t, "/relay/provision", identity(t, "small"), provisionBody("gw-small", "relay", "")); code != http.StatusOK {
+		t.Fatalf("another tenant while big is limited: %d, want 200", code)
+	}
+	r.clk.Advance(enroll.ProvisionEvery)
+	if code, _ := r.post(t, "/relay/provision", id, provisionBody("gw-new", "relay", "")); code != http.StatusOK {
+		t.Fatalf("after %v: %d, want 200", enroll.ProvisionEvery, code)
+	}
+	limited("gw-newer", id)
+	if r.metrics.n["relay_provision/rate_limited"] != 3 {
+		t.Errorf("metrics %v, want 3 rate_limited", r.metrics.n)
+	}
 }

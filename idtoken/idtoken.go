@@ -10,7 +10,8 @@
 // alg RS256 (any other algorithm, "none" and HS256 included, is refused)
 // and no crit extensions, its PKCS #1 v1.5 SHA-256 signature verifies
 // against the configured key, it carries exp and has not expired (nor is
-// before its nbf) beyond Config.Skew, its iss and aud match the configured
+// before its nbf) beyond Config.Skew, its exp is no further ahead than
+// Config.MaxLifetime (plus the skew), its iss and aud match the configured
 // ones when they are set, and its tenant claim is a non-empty string. A
 // management-plane token (the /manage/* routes, Hermes contract §7.2: the
 // Portal's or the hermes CLI's) is checked the same way by VerifyInstance,
@@ -52,6 +53,13 @@ const DefaultTenantClaim = "tid"
 // DefaultSkew is the clock skew tolerated when Config.Skew is zero.
 const DefaultSkew = time.Minute
 
+// DefaultMaxLifetime is how far ahead of the clock a token's exp may lie
+// when Config.MaxLifetime is zero. Identity tokens are short-lived access
+// tokens (OIDC providers and the Nous Portal issue them for minutes to
+// hours and refresh them); one that claims to last longer was minted to
+// outlive its revocation, and is refused whatever its signature.
+const DefaultMaxLifetime = 24 * time.Hour
+
 // ErrToken is a token Verify refuses; the error says why without echoing
 // the token.
 var ErrToken = errors.New("idtoken: token refused")
@@ -69,6 +77,9 @@ type Config struct {
 	TenantClaim string
 	// Skew is how far exp and nbf may be off; zero is DefaultSkew.
 	Skew time.Duration
+	// MaxLifetime is how far ahead of the clock exp may lie (the skew
+	// comes on top); zero is DefaultMaxLifetime.
+	MaxLifetime time.Duration
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -96,6 +107,7 @@ func New(cfg Config) (*Verifier, error) {
 	}
 	cfg.TenantClaim = cmp.Or(cfg.TenantClaim, DefaultTenantClaim)
 	cfg.Skew = cmp.Or(max(cfg.Skew, 0), DefaultSkew)
+	cfg.MaxLifetime = cmp.Or(max(cfg.MaxLifetime, 0), DefaultMaxLifetime)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -244,6 +256,9 @@ func (v *Verifier) verify(token string, audience func(aud []string) error) (Clai
 	}
 	if !now.Before(exp.Add(v.cfg.Skew)) {
 		return bad("expired")
+	}
+	if exp.After(now.Add(v.cfg.MaxLifetime + v.cfg.Skew)) {
+		return bad("exp is further ahead than the maximum lifetime")
 	}
 	if raw, present := claims["nbf"]; present {
 		nbf, ok := numericDate(raw)

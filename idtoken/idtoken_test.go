@@ -195,3 +195,58 @@ func TestVerifyInstance(t *testing.T) {
 		t.Fatalf("another key's token: %v", err)
 	}
 }
+
+// TestVerifyRefusesExpiryBeyondMaxLifetime (issue 22): a token whose exp
+// lies further ahead than the maximum lifetime (24 h by default, the skew
+// on top) is refused by Verify and VerifyInstance alike, however well
+// signed: 100 years, the year 5138 (the largest exp a NumericDate here
+// may spell), a day and a minute and a second. Exactly the maximum is
+// accepted.
+func TestVerifyRefusesExpiryBeyondMaxLifetime(t *testing.T) {
+	v := setup(t)
+	const now = 1_700_000_000
+	withExp := func(exp int64, aud any) string {
+		return signer(t, rs256, claims(func(c map[string]any) { c["exp"] = exp; c["aud"] = aud }))
+	}
+	const maxAhead = 24*3600 + 60 // the default maximum lifetime and skew
+	for name, exp := range map[string]int64{
+		"100 years":              now + 100*365*24*3600,
+		"year 5138":              99_999_999_999,
+		"24 h + skew + 1 s":      now + maxAhead + 1,
+		"a year, under an agent": now + 365*24*3600,
+	} {
+		if _, err := v.Verify(withExp(exp, "connector")); !errors.Is(err, idtoken.ErrToken) || !strings.Contains(err.Error(), "maximum lifetime") {
+			t.Errorf("%s: Verify = %v, want refused for its lifetime", name, err)
+		}
+		if _, _, err := v.VerifyInstance(withExp(exp, "agent:alice-gw")); !errors.Is(err, idtoken.ErrToken) {
+			t.Errorf("%s: VerifyInstance = %v, want refused", name, err)
+		}
+	}
+	if _, err := v.Verify(withExp(now+maxAhead, "connector")); err != nil {
+		t.Fatalf("exp exactly at the maximum lifetime plus the skew: %v", err)
+	}
+}
+
+// TestMaxLifetimeIsConfigurable: a verifier configured for 1 h takes a
+// 1 h token and refuses a 2 h one.
+func TestMaxLifetimeIsConfigurable(t *testing.T) {
+	setup(t)
+	const now = 1_700_000_000
+	withExp := func(exp int64) string {
+		return signer(t, rs256, claims(func(c map[string]any) { c["exp"] = exp }))
+	}
+	pub, err := idtoken.ParsePublicKey(keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour, err := idtoken.New(idtoken.Config{Key: pub, MaxLifetime: time.Hour, Now: func() time.Time { return time.Unix(now, 0) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hour.Verify(withExp(now + 3600)); err != nil {
+		t.Fatalf("1 h token under a 1 h maximum: %v", err)
+	}
+	if _, err := hour.Verify(withExp(now + 7200)); !errors.Is(err, idtoken.ErrToken) {
+		t.Fatalf("2 h token under a 1 h maximum: %v, want refused", err)
+	}
+}

@@ -596,8 +596,9 @@ func TestDiscordChannelContext(t *testing.T) {
 		t.Fatalf("t2 inbound context %+v, want its own chatter only", ev2.Context)
 	}
 
-	// Author-first routing: Grace is t2's, so her messages in t1's guild
-	// reach t2; they never carry t1's held-back chatter of that channel.
+	// Bindings come before author links: Grace is linked to t2, but her
+	// messages in t1's guild are t1's, held back by t1's mention rule as
+	// anyone's, and nothing of that channel ever reaches t2.
 	if err := p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: discordtest.GuildLab, Tenant: "t1"},
 		{Kind: platform.BindGuild, ID: discordtest.GuildOther, Tenant: "t2"}, {Kind: platform.BindUser, ID: "502", Tenant: "t2"}}); err != nil {
 		t.Fatal(err)
@@ -606,12 +607,13 @@ func TestDiscordChannelContext(t *testing.T) {
 	grace := discordtest.MessageCreate("7207", discordtest.ChanGeneral, discordtest.GuildLab, "hello from Grace", false)
 	grace["author"] = others["author"]
 	dispatch("MESSAGE_CREATE", grace)
-	if ev := next(gw2); ev.MessageID != "7207" || ev.Context != nil {
-		t.Fatalf("t2 got %s with t1's context %+v", ev.MessageID, ev.Context)
-	}
 	dispatch("MESSAGE_CREATE", discordtest.MessageCreate("7208", discordtest.ChanGeneral, discordtest.GuildLab, "plan?", true))
-	if ev := next(gw); ev.MessageID != "7208" || len(ev.Context) != 1 || ev.Context[0].Text != "t1's plan, not for t2" {
+	if ev := next(gw); ev.MessageID != "7208" || len(ev.Context) != 2 || ev.Context[0].Text != "t1's plan, not for t2" || ev.Context[1].Text != "hello from Grace" {
 		t.Fatalf("t1 got %s with context %+v", ev.MessageID, ev.Context)
+	}
+	dispatch("MESSAGE_CREATE", discordtest.MessageCreate("7302", discordtest.ChanOther, discordtest.GuildOther, "t2 again", true))
+	if ev := next(gw2); ev.MessageID != "7302" || ev.Context != nil {
+		t.Fatalf("t2 got %s with context %+v, want its own 7302 alone", ev.MessageID, ev.Context)
 	}
 }
 

@@ -24,9 +24,10 @@
 // the "/link <code>" DMs they consume.
 //
 // Answers are JSON: {"ok": true, ...} with 200, or {"error": "..."} with
-// 400 (malformed), 401 (token), 403 (a Discord claim of a channel the bot
-// does not see in the named guild), 404 (not held, not linked), 409 (the
-// scope is another tenant's; declared in the YAML), 429 (too many
+// 400 (malformed), 401 (token), 403 (a claim of a chat the bot does not
+// see in the named guild, or of a DM), 404 (not held, not linked), 409
+// (the chat is another tenant's: bound to it in the YAML or through the
+// admin API, claimed by it; declared in the YAML), 429 (too many
 // outstanding link codes), 500, or 503 (the platform could not be asked).
 package manage
 
@@ -254,44 +255,51 @@ func (h *Handler) scopeBinding(c caller, req *Request) (registry.Binding, []any,
 	return b, []any{"platform", req.Platform, "chat_id", req.ChannelID, "guild_id", req.GuildID}, nil
 }
 
+// scope claims the chat for the caller's tenant: placed by the platform
+// (locate), then judged by the ownership order and stored atomically
+// (registry.Claim). Another tenant's chat, by configuration, admin binding
+// or claim, gets one answer: 409.
 func (h *Handler) scope(ctx context.Context, c caller, req *Request) ([]any, map[string]any, error) {
-	b, what, err := h.scopeBinding(c, req)
+	_, what, err := h.scopeBinding(c, req)
 	if err != nil {
 		return what, nil, err
 	}
-	if err := h.visible(ctx, c, req); err != nil {
+	chat, err := h.locate(ctx, c, req)
+	if err != nil {
 		return what, nil, err
 	}
-	if err := h.cfg.Registry.Bind(ctx, b); err != nil {
+	if err := h.cfg.Registry.Claim(ctx, c.tenant, req.Platform, chat); err != nil {
 		if errors.Is(err, registry.ErrConflict) {
-			err = fmt.Errorf("%w: the channel is claimed by another instance; it must release it first", err)
+			err = fmt.Errorf("%w: the chat belongs to another tenant (bound to it, or claimed by it)", err)
 		}
 		return what, nil, err
 	}
 	return what, map[string]any{"platform": req.Platform, "channelId": req.ChannelID}, nil
 }
 
-// visible applies the visibility floor to a claim (Hermes contract §7.1):
-// on a platform with a ScopeLocator (Discord) the bot must see the channel
-// in the guild the claim names. A channel the bot cannot see, a DM channel
-// and one of another guild get the same answer, so a claim tells nothing
-// about channels outside the named guild.
-func (h *Handler) visible(ctx context.Context, c caller, req *Request) error {
-	if h.cfg.Locator == nil {
-		return nil
+// locate places the claimed chat (platform.ScopeLocator) and applies the
+// visibility floor (Hermes contract §7.1): the bot must see the chat, in
+// the space the claim names (guildId: a Discord guild; none where chats
+// have no space, as on Telegram), and it must not be a DM. A chat the bot
+// cannot see, a DM and a chat of another space get the same answer, so a
+// claim tells nothing about chats outside the named guild. A platform
+// without a locator takes the chat id as it is.
+func (h *Handler) locate(ctx context.Context, c caller, req *Request) (platform.Chat, error) {
+	var loc platform.ScopeLocator
+	if h.cfg.Locator != nil {
+		loc = h.cfg.Locator(req.Platform)
 	}
-	loc := h.cfg.Locator(req.Platform)
 	if loc == nil {
-		return nil
+		return platform.Chat{ID: req.ChannelID}, nil
 	}
-	guild, err := loc.ScopeGuild(platform.WithTenant(ctx, c.tenant), req.ChannelID)
+	chat, err := loc.LocateChat(platform.WithTenant(ctx, c.tenant), req.ChannelID)
 	switch {
-	case errors.Is(err, platform.ErrUnknownChat), err == nil && (guild == "" || guild != req.GuildID):
-		return change.Refuse(http.StatusForbidden, "forbidden", "forbidden: the bot sees no channel %s in guild %q", req.ChannelID, req.GuildID)
+	case errors.Is(err, platform.ErrUnknownChat), err == nil && (chat.DM || chat.Space != req.GuildID):
+		return platform.Chat{}, change.Refuse(http.StatusForbidden, "forbidden", "forbidden: the bot sees no channel %s in guild %q", req.ChannelID, req.GuildID)
 	case err != nil:
-		return err
+		return platform.Chat{}, err
 	}
-	return nil
+	return chat, nil
 }
 
 func (h *Handler) release(ctx context.Context, c caller, req *Request) ([]any, map[string]any, error) {

@@ -173,35 +173,31 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
-// locator answers ScopeGuild from a table (channel -> guild; absent: not
-// visible; "!": the platform could not be asked) and records who asked.
+// locator places chats from a table (channel -> guild; absent: not
+// visible; "": a DM channel; "!": the platform could not be asked) and
+// records who asked.
 type locator struct {
 	guilds map[string]string
 	askers []string
 }
 
-func (l *locator) ScopeGuild(ctx context.Context, chatID string) (string, error) {
+func (l *locator) LocateChat(ctx context.Context, chatID string) (platform.Chat, error) {
 	l.askers = append(l.askers, platform.TenantOf(ctx))
 	g, ok := l.guilds[chatID]
 	switch {
 	case !ok:
-		return "", platform.ErrUnknownChat
+		return platform.Chat{}, platform.ErrUnknownChat
 	case g == "!":
-		return "", errors.Join(errors.New("discord: lookup timed out"), platform.ErrUnavailable)
+		return platform.Chat{}, errors.Join(errors.New("discord: lookup timed out"), platform.ErrUnavailable)
 	}
-	return g, nil
+	return platform.Chat{ID: chatID, Space: g, DM: g == ""}, nil
 }
 
-// TestScopeVisibilityFloor: a Discord claim is stored only when the
-// platform sees the channel in the guild the claim names (asked on the
-// claimant's behalf); an invisible channel, a DM channel and another
-// guild's channel get the same 403, an unanswered lookup 503, and a
-// Telegram claim is not looked up.
-func TestScopeVisibilityFloor(t *testing.T) {
-	r := newRig(t)
-	loc := &locator{guilds: map[string]string{"501": "500", "601": "", "502": "!"}}
+// placeDiscordWith rebuilds r's handler with loc as Discord's
+// platform.ScopeLocator (Telegram has none here).
+func (r *rig) placeDiscordWith(loc *locator) {
 	r.h = manage.New(manage.Config{
-		Registry: r.reg, Auth: bearers{"gw-a": "a"}, Apply: func(context.Context) error { return nil },
+		Registry: r.reg, Auth: bearers{"gw-a": "a", "gw-b": "b"}, Apply: func(context.Context) error { return nil },
 		Platforms: []string{"discord", "telegram"},
 		Locator: func(name string) platform.ScopeLocator {
 			if name == "discord" {
@@ -214,6 +210,18 @@ func TestScopeVisibilityFloor(t *testing.T) {
 	for p, h := range r.h.Routes() {
 		r.mux.Handle(p, h)
 	}
+}
+
+// TestScopeVisibilityFloor: a Discord claim is stored only when the
+// platform sees the channel in the guild the claim names (asked on the
+// claimant's behalf); an invisible channel, a DM channel and another
+// guild's channel get the same 403, an unanswered lookup 503, and a claim
+// on a platform without a locator (Telegram in this rig) is taken as it
+// is.
+func TestScopeVisibilityFloor(t *testing.T) {
+	r := newRig(t)
+	loc := &locator{guilds: map[string]string{"501": "500", "601": "", "502": "!"}}
+	r.placeDiscordWith(loc)
 	var forbidden []string
 	for _, body := range []string{
 		`{"platform":"discord","guildId":"999","channelId":"501"}`,
@@ -249,4 +257,40 @@ func TestScopeVisibilityFloor(t *testing.T) {
 	if scopes != 2 {
 		t.Fatalf("%d scopes stored, want the two accepted claims", scopes)
 	}
+}
+
+// TestScopeOfAnotherTenantsChat: a claim of a chat bound to another
+// tenant, in the YAML or through the admin API (the chat, or the guild the
+// platform places the channel in), or claimed by it, is 409 with one text
+// for every case; the owner's own claim of it is 200.
+func TestScopeOfAnotherTenantsChat(t *testing.T) {
+	r := newRig(t)
+	if err := r.reg.SetDeclared(registry.State{Bindings: []registry.Binding{
+		{Platform: "telegram", Kind: platform.BindChat, ID: "-1001", Tenant: "b"},
+		{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.reg.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1002", Tenant: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	r.placeDiscordWith(&locator{guilds: map[string]string{"701": "700", "801": "800"}})
+	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","guildId":"800","channelId":"801"}`, http.StatusOK)
+	var texts []string
+	for _, body := range []string{
+		`{"platform":"telegram","channelId":"-1001"}`,
+		`{"platform":"telegram","channelId":"-1002"}`,
+		`{"platform":"discord","guildId":"700","channelId":"701"}`,
+		`{"platform":"discord","guildId":"800","channelId":"801"}`,
+	} {
+		out := r.post(t, "gw-a", "/manage/scope", body, http.StatusConflict)
+		msg, _ := out["error"].(string)
+		texts = append(texts, msg)
+	}
+	if len(slices.Compact(slices.Clone(texts))) != 1 {
+		t.Fatalf("409 answers %q, want one text", texts)
+	}
+	r.post(t, "gw-b", "/manage/scope", `{"platform":"telegram","channelId":"-1001"}`, http.StatusOK)
+	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","guildId":"700","channelId":"701"}`, http.StatusOK)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -13,144 +12,11 @@ import (
 	"connector/vault"
 )
 
-// This file owns author-first routing (Hermes contract §3 "Author-first
-// resolution", §7.1 "owner / scope ∧ principal") for the platforms that
-// route by author (Discord, Telegram), and the account-link command users
-// send the bot in a DM. The rules, in order:
-//
-//  1. A DM of a user linked to tenants (BindUser) reaches one of them: the
-//     user's DM default (BindDMDefault), else the lowest tenant id.
-//  2. A message posted in a scope (channel or chat) a tenant claimed
-//     (BindScope) by a user linked to that tenant reaches it.
-//  3. Any other message of a linked user reaches the tenant of rule 1.
-//  4. A message of an unlinked user in a claimed scope reaches the
-//     claimant when its principal admits the user (PrincipalAny, or
-//     PrincipalAllowList with the user on its BindAllow list; the default
-//     is PrincipalOwnerOnly); otherwise it is dropped (fail-closed).
-//  5. Otherwise the platform's own chat routing (guild, chat, dm_tenant)
-//     decides, as without author bindings.
-//
-// A message reaches one tenant. Under rules 1 to 3 the author is the
-// tenant's owner, and the owner floor waives the tenant's relevance
-// policy (you do not @mention your own agent).
-
-// Authors is one platform's author routing table. It is immutable; Bind
-// builds a new one.
-type Authors struct {
-	links     map[string][]string // user -> linked tenants, sorted
-	dmDefault map[string]string   // user -> tenant
-	scopes    map[string]string   // claimed scope -> tenant
-	principal map[string]string   // tenant -> policy
-	allow     map[string]map[string]bool
-}
-
-// NewAuthors builds the table from a platform's bindings, ids already in
-// their canonical spelling; bindings of other kinds are left out.
-func NewAuthors(bindings []Binding) *Authors {
-	a := &Authors{links: map[string][]string{}, dmDefault: map[string]string{}, scopes: map[string]string{},
-		principal: map[string]string{}, allow: map[string]map[string]bool{}}
-	for _, b := range bindings {
-		switch b.Kind {
-		case BindUser:
-			if !slices.Contains(a.links[b.ID], b.Tenant) {
-				a.links[b.ID] = append(a.links[b.ID], b.Tenant)
-				slices.Sort(a.links[b.ID])
-			}
-		case BindDMDefault:
-			a.dmDefault[b.ID] = b.Tenant
-		case BindScope:
-			a.scopes[b.ID] = b.Tenant
-		case BindPrincipal:
-			a.principal[b.Tenant] = b.ID
-		case BindAllow:
-			if a.allow[b.Tenant] == nil {
-				a.allow[b.Tenant] = map[string]bool{}
-			}
-			a.allow[b.Tenant][b.ID] = true
-		}
-	}
-	return a
-}
-
-// IsAuthorKind reports whether kind is one NewAuthors reads.
-func IsAuthorKind(kind string) bool {
-	switch kind {
-	case BindUser, BindDMDefault, BindScope, BindPrincipal, BindAllow:
-		return true
-	}
-	return false
-}
-
-// Route is where Authors sends a message.
-type Route struct {
-	// Tenant receives the message; empty when Drop is set.
-	Tenant string
-	// Owner is set when the author is linked to Tenant (the owner floor).
-	Owner bool
-	// Drop, when set, is why the message reaches no tenant: its scope's
-	// claimant does not admit the author.
-	Drop string
-}
-
-// DropPrincipal is Route.Drop for an author a claimed scope's principal
-// does not admit.
-const DropPrincipal = "principal"
-
-// Route resolves a message of user. dm reports a direct message; scopes
-// are the chat it was posted in, then its parent (a thread's channel). ok
-// is false when the table has nothing to say and the platform's own
-// routing decides (rule 5).
-func (a *Authors) Route(user string, dm bool, scopes ...string) (Route, bool) {
-	tenants := a.links[user]
-	if dm {
-		if len(tenants) == 0 {
-			return Route{}, false
-		}
-		return Route{Tenant: a.home(user), Owner: true}, true
-	}
-	claim := ""
-	for _, s := range scopes {
-		if t, ok := a.scopes[s]; ok && s != "" {
-			claim = t
-			break
-		}
-	}
-	switch {
-	case claim != "" && slices.Contains(tenants, claim):
-		return Route{Tenant: claim, Owner: true}, true
-	case len(tenants) > 0:
-		return Route{Tenant: a.home(user), Owner: true}, true
-	case claim == "":
-		return Route{}, false
-	}
-	switch a.principal[claim] {
-	case PrincipalAny:
-		return Route{Tenant: claim}, true
-	case PrincipalAllowList:
-		if a.allow[claim][user] {
-			return Route{Tenant: claim}, true
-		}
-	}
-	return Route{Drop: DropPrincipal}, true
-}
-
-// Linked reports whether user is linked to tenant.
-func (a *Authors) Linked(user, tenant string) bool { return slices.Contains(a.links[user], tenant) }
-
-// Claimed reports whether tenant claimed scope (it may act there).
-func (a *Authors) Claimed(scope, tenant string) bool {
-	t, ok := a.scopes[scope]
-	return ok && t == tenant
-}
-
-// home is the tenant a linked user's DMs reach.
-func (a *Authors) home(user string) string {
-	tenants := a.links[user]
-	if d := a.dmDefault[user]; slices.Contains(tenants, d) {
-		return d
-	}
-	return tenants[0]
-}
+// This file holds what author-first routing (Hermes contract §3
+// "Author-first resolution", §7.1; its place in the ownership order is
+// ownership.go's) needs besides the order itself: the grants a tenant gets
+// where its authors spoke, and the account-link command users send the bot
+// in a DM.
 
 // Grants are the (chat, tenant) pairs where an author routed to the
 // tenant spoke (or linked their account): the tenant may act there

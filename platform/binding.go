@@ -8,15 +8,21 @@ import "context"
 // Binder its complete table whenever it changes.
 type Binding struct {
 	// Kind is the scope: BindGuild on Discord, BindChat on Telegram,
-	// BindRoom on nexscope; on Discord and Telegram also the management
-	// plane's BindUser, BindScope, BindDMDefault, BindPrincipal and
-	// BindAllow (authors.go).
+	// BindRoom on nexscope, BindPhoneNumber on WhatsApp Cloud; on Discord
+	// and Telegram also the management plane's BindUser, BindScope,
+	// BindDMDefault, BindPrincipal and BindAllow, on WhatsApp Cloud
+	// BindUser and BindDMDefault. Ownership (ownership.go) reads them all.
 	Kind string
 	// ID names the scope as the platform spells it (a snowflake, a chat
 	// id, a room name).
 	ID string
 	// Tenant owns the scope.
 	Tenant string
+	// Space is, for a scope claim, the space the claimed chat was found
+	// in when it was claimed (a Discord guild; see Chat.Space), so a
+	// binding of that space sets the claim aside (Ownership.SetAside);
+	// empty otherwise.
+	Space string
 }
 
 // Binding kinds.
@@ -25,6 +31,9 @@ const (
 	BindChannel = "channel"
 	BindChat    = "chat"
 	BindRoom    = "room"
+	// BindPhoneNumber gives a WhatsApp Cloud business phone number (its
+	// phone_number_id) to a tenant.
+	BindPhoneNumber = "phone_number"
 	// BindUser links a platform user to a tenant (author-first routing,
 	// authors.go): the user's messages reach that tenant wherever they are
 	// posted. A user may be linked to several tenants.
@@ -81,24 +90,42 @@ type RelevanceTaker interface {
 	SetRelevance(byTenant map[string]Relevance)
 }
 
-// ChatGranter is implemented by platforms where a chat may be open to
-// tenants besides the one ChatTenant names: with author-first routing a
-// tenant may act in a channel where an author bound to it spoke.
-// Authorize lets an action through when ChatGranted says so, before asking
+// ChatGranter is implemented by platforms where a chat may be open to a
+// tenant that ChatTenant does not name: its claimant, or a tenant an
+// author routed to spoke for (Ownership.MayAct, rules 2 and 3). Authorize
+// lets an action through when ChatGranted says so, before asking
 // ChatTenant.
 type ChatGranter interface {
-	ChatGranted(chatID, tenant string) bool
+	// ChatGranted reports whether tenant may act in chatID by a claim or a
+	// grant, which the ownership order lets stand there. Placing the chat
+	// may ask the platform, on the share of the tenant in ctx
+	// (WithTenant); an error wrapping ErrUnavailable says it could not.
+	ChatGranted(ctx context.Context, chatID, tenant string) (bool, error)
 }
 
-// ScopeLocator is implemented by platforms whose chats sit in a container
-// a scope claim names (a Discord channel in its guild): the management
-// plane checks a claim against the platform's own view before storing it
-// (the visibility floor, Hermes contract §7.1).
+// ScopeLocator is implemented by platforms whose chats the management
+// plane claims: it places a chat before a claim is judged (the visibility
+// floor, Hermes contract §7.1, and Ownership.Claim).
 type ScopeLocator interface {
-	// ScopeGuild returns the guild chatID is in as the bot sees it ("" for
-	// a DM channel), asking the platform on the share of the tenant in
-	// ctx (WithTenant) when it is not cached. It returns ErrUnknownChat
-	// when the bot cannot see the chat, and an error wrapping
-	// ErrUnavailable when the platform could not be asked.
-	ScopeGuild(ctx context.Context, chatID string) (string, error)
+	// LocateChat returns chatID, in its canonical spelling, as the bot
+	// sees it: its parent channel, its space, whether it is a DM. It asks
+	// the platform on the share of the tenant in ctx (WithTenant) when it
+	// is not cached. It returns ErrUnknownChat when the bot cannot see the
+	// chat (or chatID is no chat id of the platform), and an error
+	// wrapping ErrUnavailable when the platform could not be asked.
+	LocateChat(ctx context.Context, chatID string) (Chat, error)
+}
+
+// ValidWhatsAppID reports whether s is a WhatsApp Cloud id as Meta spells
+// phone number ids and wa_ids: 1 to 32 decimal digits.
+func ValidWhatsAppID(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -30,13 +30,20 @@ func Unsupported(name string) contract.Result {
 // Authorize is the one check that tenant may act in chatID on p, made by
 // p's Execute before a chat-addressed op: p grants it the chat (ChatGranter)
 // or ChatTenant, asked on its behalf (WithTenant), names it. Otherwise it
-// returns false and the result to answer: OwnerUnknown when ChatTenant's
+// returns false and the result to answer: OwnerUnknown when either's
 // error wraps ErrUnavailable, else the uniform decline.
 func Authorize(ctx context.Context, p Platform, tenant, chatID string) (contract.Result, bool) {
-	if g, ok := p.(ChatGranter); ok && g.ChatGranted(chatID, tenant) {
-		return contract.Result{}, true
+	ctx = WithTenant(ctx, tenant)
+	if g, ok := p.(ChatGranter); ok {
+		granted, err := g.ChatGranted(ctx, chatID, tenant)
+		switch {
+		case errors.Is(err, ErrUnavailable):
+			return OwnerUnknown(p.Name(), err), false
+		case granted:
+			return contract.Result{}, true
+		}
 	}
-	owner, err := p.ChatTenant(WithTenant(ctx, tenant), chatID)
+	owner, err := p.ChatTenant(ctx, chatID)
 	switch {
 	case errors.Is(err, ErrUnavailable):
 		return OwnerUnknown(p.Name(), err), false

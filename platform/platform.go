@@ -21,6 +21,7 @@ import (
 	"connector/internal/cluster"
 	"connector/media"
 	"connector/session"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -35,9 +36,11 @@ type Platform interface {
 	// after ctx is cancelled, and an error only when ingest cannot go on
 	// (e.g. the platform refused the credentials).
 	Run(ctx context.Context, sink Sink) error
-	// ChatTenant resolves the tenant that owns chatID from the platform's own
-	// discriminators (Discord guild, Telegram chat id, nexscope room). It
-	// returns ErrUnknownChat when no tenant claims the chat, and an error
+	// ChatTenant resolves the tenant that owns chatID by binding (rule 1 of
+	// the ownership order, Ownership.Owner: its Discord guild, Telegram
+	// chat, nexscope room), or by the platform's fallback (Discord's
+	// dm_tenant for a DM channel); claims and grants are ChatGranter's. It
+	// returns ErrUnknownChat when no tenant owns the chat, and an error
 	// wrapping ErrUnavailable when it cannot tell because the platform is
 	// unreachable. The caller names the asking tenant in ctx (WithTenant): a
 	// platform that has to ask the network charges the call to it.
@@ -184,6 +187,11 @@ type Deps struct {
 	// Linker redeems "/link <code>" DMs (authors.go); nil leaves such DMs
 	// to normal routing.
 	Linker Linker
+	// Store is the durable store every instance shares. A platform keeps
+	// its own state there under its own names (Slack: the workspaces
+	// installed through OAuth in its Registry, its event dedupe in its
+	// Claims). Nil: such state lives in the platform's memory.
+	Store store.Store
 }
 
 // RunExclusive runs run under d.Exclusive, or at once when it is nil.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,9 +16,14 @@ import (
 // the token: the store never holds a token that could be redeemed.
 const nsEnroll = "registry/enroll"
 
+// MaxEnrollTTL bounds an enrollment token's lifetime: longer is refused
+// when it is minted and, for a token an older connector stored with a
+// later expiry, when it is redeemed.
+const MaxEnrollTTL = 24 * time.Hour
+
 // DefaultEnrollTTL is how long an enrollment token stays redeemable when
 // MintEnrollToken is not given a lifetime.
-const DefaultEnrollTTL = 24 * time.Hour
+const DefaultEnrollTTL = MaxEnrollTTL
 
 // ErrEnrollToken is an enrollment token that is unknown, expired, already
 // redeemed or another tenant's; the four are not told apart.
@@ -31,10 +37,11 @@ type enrollToken struct {
 
 // MintEnrollToken returns a new single-use enrollment token for tenant,
 // redeemable until the returned expiry (ttl from now; DefaultEnrollTTL when
-// zero). It also forgets the expired tokens.
+// zero, at most MaxEnrollTTL). It also forgets the expired tokens (and
+// those expiring beyond the bound, which no redemption takes).
 func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.Duration) (string, time.Time, error) {
-	if ttl < 0 {
-		return "", time.Time{}, fmt.Errorf("%w: negative enrollment token lifetime", ErrInvalid)
+	if ttl < 0 || ttl > MaxEnrollTTL {
+		return "", time.Time{}, fmt.Errorf("%w: enrollment token lifetime %v: want up to %v", ErrInvalid, ttl, MaxEnrollTTL)
 	}
 	ttl = cmp.Or(ttl, DefaultEnrollTTL)
 	r.mu.Lock()
@@ -49,7 +56,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	}
 	for _, e := range entries {
 		var tok enrollToken
-		if err := json.Unmarshal(e.Value, &tok); err != nil || !now.Before(tok.Expires) {
+		if err := json.Unmarshal(e.Value, &tok); err != nil || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
 			if _, err := r.kv.Delete(ctx, nsEnroll, e.Key); err != nil {
 				return "", time.Time{}, err
 			}
@@ -63,12 +70,14 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	return token, expires, nil
 }
 
-// Enroll redeems token, which must be tenant's and unexpired, for gateway
-// id of tenant, and returns the gateway's new secret: a new gateway, or a
-// rotation of the tenant's gateway of that id (its earlier secrets keep
-// DefaultGrace). The token is spent once the gateway is checked, whatever
-// happens next: of two redemptions racing, across instances too, at most
-// one gets past the store's delete.
+// Enroll redeems token, which must be tenant's, unexpired and expiring
+// within MaxEnrollTTL, for gateway id of tenant, and returns the gateway's
+// new secret: a new gateway (OriginEnroll; a tenant at its MaxGateways is
+// ErrLimit, the token unspent), or a rotation of the tenant's gateway of
+// that id (its earlier secrets keep DefaultGrace; from then on it is an
+// enrolled gateway, which Provision leaves alone). The token is spent once
+// the gateway is checked, whatever happens next: of two redemptions
+// racing, across instances too, at most one gets past the store's delete.
 func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string, error) {
 	if err := checkID("gateway", id); err != nil {
 		return "", err
@@ -77,9 +86,11 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 	var tok enrollToken
 	if ok, err := r.get(ctx, nsEnroll, key, &tok); err != nil {
 		return "", err
-	} else if !ok || tok.Tenant != tenant || !r.now().Before(tok.Expires) {
+	} else if now := r.now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
 		return "", ErrEnrollToken
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
@@ -91,60 +102,112 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 	if exists && g.Tenant != tenant {
 		return "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
 	}
+	if !exists {
+		if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
+			return "", err
+		}
+	}
 	if deleted, err := r.kv.Delete(ctx, nsEnroll, key); err != nil {
 		return "", err
 	} else if !deleted {
 		return "", ErrEnrollToken // redeemed meanwhile
 	}
 	if exists {
-		return r.Rotate(ctx, tenant, id, DefaultGrace)
+		g.Origin = OriginEnroll
+		return r.rotateLocked(ctx, g, DefaultGrace, "")
 	}
-	secret, err := r.CreateGateway(ctx, tenant, id)
-	if errors.Is(err, ErrExists) { // created meanwhile by another enrollment
-		return r.Rotate(ctx, tenant, id, DefaultGrace)
-	}
-	return secret, err
+	return r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "")
 }
 
-// Provision returns the secret gateway id of tenant authenticates with,
-// creating the gateway when it does not exist. It is idempotent: the stock
-// gateway provisions once per fronted platform under one gateway id and one
-// secret, so an existing gateway of tenant answers its newest live secret.
-func (r *Registry) Provision(ctx context.Context, tenant, id string) (secret string, created bool, err error) {
+// What Provision did.
+const (
+	// ProvisionCreated is a new gateway.
+	ProvisionCreated = "created"
+	// ProvisionRotated is a fresh secret for a gateway provisioned
+	// before with another identity token (its next boot).
+	ProvisionRotated = "rotated"
+	// ProvisionRepeated is the secret the same identity token was given
+	// before (the same boot's next platform, or a retry).
+	ProvisionRepeated = "repeated"
+)
+
+// Provision returns the secret gateway id of tenant authenticates with, for
+// the caller whose identity token has the SHA-256 minter (hex; see
+// MinterOf), and what it did:
+//
+//   - no gateway of that id: it is created (OriginProvision), within the
+//     tenant's MaxGateways (else ErrLimit);
+//   - the gateway's newest live secret was minted for this same token:
+//     that secret again. The stock gateway provisions once per fronted
+//     platform at boot, with one identity token, and keeps the secret of
+//     the first answer;
+//   - otherwise (another token: the gateway's next boot, or another holder
+//     of an identity token of the tenant) a fresh secret, the earlier ones
+//     staying valid for DefaultGrace, which covers a prior instance still
+//     connected. An existing gateway's secret is never handed to a token
+//     it was not minted for.
+//
+// An admin-made or enrolled gateway is ErrConflict: its secret is pinned
+// where it runs, and an identity token may neither learn nor rotate it.
+// admit is called before a gateway is created or rotated (a rate limit);
+// its error is returned as it is and nothing changes.
+func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, admit func() error) (secret, outcome string, err error) {
 	if err := checkID("gateway", id); err != nil {
-		return "", false, err
+		return "", "", err
 	}
-	if r.declaredGateway(id) {
-		return "", false, ErrDeclared
-	}
-	if err := r.requireTenant(ctx, tenant); err != nil {
-		return "", false, err
+	if minter == "" {
+		return "", "", fmt.Errorf("%w: provision needs the caller's token digest", ErrInvalid)
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.declaredGateway(id) {
+		return "", "", ErrDeclared
+	}
+	if err := r.requireTenant(ctx, tenant); err != nil {
+		return "", "", err
+	}
 	var g Gateway
 	exists, err := r.get(ctx, nsGateways, id, &g)
-	r.mu.Unlock()
 	if err != nil {
-		return "", false, err
+		return "", "", err
 	}
-	if !exists {
-		secret, err := r.CreateGateway(ctx, tenant, id)
-		if !errors.Is(err, ErrExists) {
-			return secret, err == nil, err
+	switch {
+	case !exists:
+		if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
+			return "", "", err
 		}
-		if _, err := r.get(ctx, nsGateways, id, &g); err != nil { // created meanwhile
-			return "", false, err
+		if err := admit(); err != nil {
+			return "", "", err
 		}
-	}
-	if g.Tenant != tenant {
-		return "", false, fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
+		secret, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter)
+		return secret, ProvisionCreated, err
+	case g.Tenant != tenant:
+		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
+	case g.Origin != "" && g.Origin != OriginProvision:
+		return "", "", fmt.Errorf("%w: gateway id %q was made by the %s, not by provision; its secret is not handed out again (rotate it with the admin API)", ErrConflict, id, originName(g.Origin))
 	}
 	live := g.liveSecrets(r.now())
-	if len(live) == 0 { // every secret lapsed: a fresh one
-		secret, err := r.Rotate(ctx, tenant, id, -1)
-		return secret, false, err
+	if len(live) > 0 && live[0].Minter != "" && subtle.ConstantTimeCompare([]byte(live[0].Minter), []byte(minter)) == 1 {
+		return live[0].Value, ProvisionRepeated, nil
 	}
-	return live[0].Value, false, nil
+	if err := admit(); err != nil {
+		return "", "", err
+	}
+	g.Origin = OriginProvision
+	secret, err = r.rotateLocked(ctx, g, DefaultGrace, minter)
+	return secret, ProvisionRotated, err
+}
+
+// MinterOf is the digest Provision keeps of the identity token a secret
+// was minted for: its SHA-256, so the store never holds the token.
+func MinterOf(identityToken string) string { return tokenKey(identityToken) }
+
+// originName names an origin in an error.
+func originName(origin string) string {
+	if origin == OriginEnroll {
+		return "enrollment"
+	}
+	return "admin API"
 }
 
 // tokenKey is the store key of an enrollment token or a link code: its

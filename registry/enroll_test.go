@@ -2,11 +2,19 @@ package registry_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"connector/registry"
+	"connector/store"
 )
 
 // TestEnrollTokenSingleUse: a token is redeemed once, by its tenant, before
@@ -67,12 +75,18 @@ func TestEnrollTokenSingleUse(t *testing.T) {
 	}
 }
 
-// TestProvisionIdempotent: provisioning creates the gateway once and then
-// answers the same secret (one secret for every fronted platform).
-func TestProvisionIdempotent(t *testing.T) {
+// TestProvisionAnswersASecretToItsTokenOnly: provisioning creates the
+// gateway, answers the same secret to the same token (one secret for
+// every fronted platform of one boot), a fresh one to another token (the
+// next boot; the earlier secret keeps DefaultGrace), and refuses gateways
+// it did not make. admit is asked before every creation and rotation,
+// never for a repeat, and its refusal changes nothing.
+func TestProvisionAnswersASecretToItsTokenOnly(t *testing.T) {
 	ctx := context.Background()
-	r, _ := newRegistry(t)
-	if _, _, err := r.Provision(ctx, "acme", "gw1"); !errors.Is(err, registry.ErrNotFound) {
+	r, c := newRegistry(t)
+	admits := 0
+	admit := func() error { admits++; return nil }
+	if _, _, err := r.Provision(ctx, "acme", "gw1", "boot1", admit); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("provision for an unknown tenant: %v, want ErrNotFound", err)
 	}
 	for _, id := range []string{"acme", "other"} {
@@ -80,19 +94,133 @@ func TestProvisionIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s1, created, err := r.Provision(ctx, "acme", "gw1")
-	if err != nil || !created || s1 == "" {
-		t.Fatalf("first Provision = created %v, %v", created, err)
+	s1, outcome, err := r.Provision(ctx, "acme", "gw1", "boot1", admit)
+	if err != nil || outcome != registry.ProvisionCreated || s1 == "" {
+		t.Fatalf("first Provision = %s, %v", outcome, err)
 	}
-	s2, created, err := r.Provision(ctx, "acme", "gw1")
-	if err != nil || created || s2 != s1 {
-		t.Fatalf("second Provision = created %v, same secret %v, %v", created, s2 == s1, err)
+	s2, outcome, err := r.Provision(ctx, "acme", "gw1", "boot1", admit)
+	if err != nil || outcome != registry.ProvisionRepeated || s2 != s1 {
+		t.Fatalf("the same token again = %s, same secret %v, %v", outcome, s2 == s1, err)
 	}
-	if _, _, err := r.Provision(ctx, "other", "gw1"); !errors.Is(err, registry.ErrConflict) {
+	s3, outcome, err := r.Provision(ctx, "acme", "gw1", "boot2", admit)
+	if err != nil || outcome != registry.ProvisionRotated || s3 == s1 {
+		t.Fatalf("another token = %s, same secret %v, %v; want a fresh one", outcome, s3 == s1, err)
+	}
+	if admits != 2 {
+		t.Fatalf("admit asked %d times, want 2 (the creation and the rotation)", admits)
+	}
+	s, _ := effective(t, r)
+	if got := secretsOf(s, "gw1"); len(got) != 2 || got[0] != s3 || got[1] != s1 {
+		t.Fatalf("gw1 accepts %d secrets, want the rotated one then the first (its grace)", len(got))
+	}
+	c.t = c.t.Add(registry.DefaultGrace)
+	if s, _ = effective(t, r); len(secretsOf(s, "gw1")) != 1 {
+		t.Fatal("the first secret outlived the grace")
+	}
+	if again, outcome, _ := r.Provision(ctx, "acme", "gw1", "boot1", admit); again == s1 || outcome != registry.ProvisionRotated {
+		t.Fatalf("the first boot's token after a rotation = %s; want a fresh secret", outcome)
+	}
+
+	refuse := errors.New("slow down")
+	before, _ := effective(t, r)
+	if _, _, err := r.Provision(ctx, "acme", "gw1", "boot3", func() error { return refuse }); !errors.Is(err, refuse) {
+		t.Fatalf("a refused rotation: %v, want admit's error", err)
+	}
+	if _, _, err := r.Provision(ctx, "acme", "gw9", "boot3", func() error { return refuse }); !errors.Is(err, refuse) {
+		t.Fatalf("a refused creation: %v, want admit's error", err)
+	}
+	if after, _ := effective(t, r); len(after.Gateways) != len(before.Gateways) || secretsOf(after, "gw1")[0] != secretsOf(before, "gw1")[0] {
+		t.Fatal("a refused admit changed the registry")
+	}
+
+	if _, _, err := r.Provision(ctx, "other", "gw1", "x", admit); !errors.Is(err, registry.ErrConflict) {
 		t.Fatalf("another tenant provisioning gw1: %v, want ErrConflict", err)
 	}
-	if _, _, err := r.Provision(ctx, "acme", "bad id"); !errors.Is(err, registry.ErrInvalid) {
+	if _, _, err := r.Provision(ctx, "acme", "bad id", "x", admit); !errors.Is(err, registry.ErrInvalid) {
 		t.Fatalf("a malformed gateway id: %v, want ErrInvalid", err)
+	}
+	if _, err := r.CreateGateway(ctx, "acme", "gw-admin"); err != nil {
+		t.Fatal(err)
+	}
+	tok, _, _ := r.MintEnrollToken(ctx, "acme", 0)
+	if _, err := r.Enroll(ctx, "acme", tok, "gw-enrolled"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"gw-admin", "gw-enrolled"} {
+		if secret, _, err := r.Provision(ctx, "acme", id, "boot1", admit); !errors.Is(err, registry.ErrConflict) || secret != "" {
+			t.Fatalf("provisioning %s: %v, want ErrConflict and no secret", id, err)
+		}
+	}
+	// Enrolling a provisioned gateway pins it: provision leaves it alone.
+	tok, _, _ = r.MintEnrollToken(ctx, "acme", 0)
+	if _, err := r.Enroll(ctx, "acme", tok, "gw1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Provision(ctx, "acme", "gw1", "boot4", admit); !errors.Is(err, registry.ErrConflict) {
+		t.Fatalf("provisioning an enrolled gateway: %v, want ErrConflict", err)
+	}
+}
+
+// TestGatewayCap: a tenant's gateways, declared and stored together, stop
+// at its max_gateways (default 100, settable per tenant, on create, with
+// SetMaxGateways and in the YAML), for the admin API, enrollment (the
+// token stays unspent) and provision alike.
+func TestGatewayCap(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.SetDeclared(registry.State{
+		Tenants:  []registry.Tenant{{ID: "yaml", MaxGateways: 2}},
+		Gateways: []registry.Gateway{{ID: "ygw", Tenant: "yaml", Secrets: []registry.Secret{{Value: "s"}}}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetDeclared(registry.State{Tenants: []registry.Tenant{{ID: "bad", MaxGateways: registry.GatewayLimitCeiling + 1}}}); !errors.Is(err, registry.ErrInvalid) {
+		t.Fatalf("a declared bound above the ceiling: %v, want ErrInvalid", err)
+	}
+	if _, err := r.CreateGateway(ctx, "yaml", "y2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.CreateGateway(ctx, "yaml", "y3"); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("a third gateway of a tenant declared with 2 (one in the YAML): %v, want ErrLimit", err)
+	}
+	if err := r.SetMaxGateways(ctx, "yaml", 5); !errors.Is(err, registry.ErrDeclared) {
+		t.Fatalf("SetMaxGateways of a declared tenant: %v, want ErrDeclared", err)
+	}
+
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range registry.DefaultMaxGateways {
+		if _, err := r.CreateGateway(ctx, "acme", fmt.Sprintf("gw%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.CreateGateway(ctx, "acme", "one-more"); !errors.Is(err, registry.ErrLimit) || !strings.Contains(err.Error(), "max_gateways is 100") {
+		t.Fatalf("gateway 101 by the admin API: %v, want ErrLimit naming the bound", err)
+	}
+	tok, _, _ := r.MintEnrollToken(ctx, "acme", 0)
+	if _, err := r.Enroll(ctx, "acme", tok, "one-more"); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("gateway 101 by enrollment: %v, want ErrLimit", err)
+	}
+	if _, _, err := r.Provision(ctx, "acme", "one-more", "boot", func() error { return nil }); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("gateway 101 by provision: %v, want ErrLimit", err)
+	}
+	if err := r.SetMaxGateways(ctx, "acme", 101); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Enroll(ctx, "acme", tok, "one-more"); err != nil {
+		t.Fatalf("the enrollment token after the bound was raised: %v (it must not have been spent)", err)
+	}
+	for _, bad := range []int{-1, registry.GatewayLimitCeiling + 1} {
+		if err := r.SetMaxGateways(ctx, "acme", bad); !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("SetMaxGateways(%d): %v, want ErrInvalid", bad, err)
+		}
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: "t" + strconv.Itoa(bad), MaxGateways: bad}); !errors.Is(err, registry.ErrInvalid) {
+			t.Errorf("CreateTenant with max_gateways %d: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if err := r.SetMaxGateways(ctx, "nobody", 5); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("SetMaxGateways of an unknown tenant: %v, want ErrNotFound", err)
 	}
 }
 
@@ -154,5 +282,46 @@ func TestWakeURLs(t *testing.T) {
 	}
 	if got := targets("acme"); len(got) != 0 {
 		t.Fatalf("a re-created gateway inherited the wake URL: %q", got)
+	}
+}
+
+// TestEnrollTokenLifetimeIsBounded (issue 22): an enrollment token lives
+// at most 24 h. Minting a longer one is refused (ErrInvalid), and a stored
+// token whose expiry lies further ahead (minted by an older connector
+// before the bound, with a 100-year lifetime) is refused when redeemed,
+// and not spent. A 24 h token works.
+func TestEnrollTokenLifetimeIsBounded(t *testing.T) {
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	st := store.NewMemory(func() time.Time { return now })
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, func() time.Time { return now })
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{100 * 365 * 24 * time.Hour, 24*time.Hour + time.Second} {
+		if tok, exp, err := r.MintEnrollToken(ctx, "acme", ttl); !errors.Is(err, registry.ErrInvalid) || tok != "" {
+			t.Errorf("MintEnrollToken(%v) = %q expiring %v, %v; want ErrInvalid", ttl, tok, exp, err)
+		}
+	}
+	tok, exp, err := r.MintEnrollToken(ctx, "acme", 24*time.Hour)
+	if err != nil || !exp.Equal(now.Add(24*time.Hour)) {
+		t.Fatalf("MintEnrollToken(24h) = %v, %v", exp, err)
+	}
+	if _, err := r.Enroll(ctx, "acme", tok, "gw1"); err != nil {
+		t.Fatalf("redeeming a 24 h token: %v", err)
+	}
+
+	const old = "enr_minted-by-an-older-connector"
+	sum := sha256.Sum256([]byte(old))
+	rec, _ := json.Marshal(map[string]any{"tenant": "acme", "expires": now.Add(100 * 365 * 24 * time.Hour)})
+	if _, err := st.Registry().Put(ctx, "registry/enroll", hex.EncodeToString(sum[:]), rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Enroll(ctx, "acme", old, "gw2"); !errors.Is(err, registry.ErrEnrollToken) {
+		t.Fatalf("redeeming a stored 100-year token: %v, want ErrEnrollToken", err)
+	}
+	if s, _, _ := r.Effective(ctx); slices.ContainsFunc(s.Gateways, func(g registry.Gateway) bool { return g.ID == "gw2" }) {
+		t.Fatal("a 100-year token created a gateway")
 	}
 }

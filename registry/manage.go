@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,8 +16,9 @@ import (
 // This file owns what the Hermes management plane (/manage/*, package
 // manage) changes: account-link codes, scope claims, principal policies,
 // DM defaults and dropping all of a tenant's. The routes they feed are
-// bindings (platform.BindUser and the other author kinds), routed by
-// platform.Authors.
+// bindings (platform.BindUser and the other author kinds), which
+// platform.Ownership applies after the bindings of chats; a scope claim is
+// judged and stored by Registry.Claim.
 
 // nsLinkCodes holds the outstanding link codes, keyed by the SHA-256 of
 // the code: the code itself is never stored.
@@ -264,15 +266,22 @@ func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) 
 	return n, nil
 }
 
-// dropBindings deletes the stored bindings drop selects. Called under mu.
+// dropBindings deletes the stored bindings drop selects, each only while
+// it is still the binding drop saw (the store's CompareAndSwap): one
+// another tenant wrote under the same key meanwhile, on any instance (an
+// owner's claim replacing a set-aside one), stays. Called under mu.
 func (r *Registry) dropBindings(ctx context.Context, drop func(Binding) bool) error {
-	var bindings []Binding
-	if err := list(ctx, r.kv, nsBindings, &bindings); err != nil {
-		return err
+	entries, _, err := r.kv.List(ctx, nsBindings)
+	if err != nil {
+		return fmt.Errorf("registry: read %s: %w", nsBindings, err)
 	}
-	for _, b := range bindings {
+	for _, e := range entries {
+		var b Binding
+		if err := json.Unmarshal(e.Value, &b); err != nil {
+			return fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, e.Key, err)
+		}
 		if drop(b) {
-			if _, err := r.kv.Delete(ctx, nsBindings, b.key()); err != nil {
+			if _, err := r.kv.CompareAndSwap(ctx, nsBindings, e.Key, e.Value, nil); err != nil {
 				return err
 			}
 		}

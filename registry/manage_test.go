@@ -197,17 +197,8 @@ func FuzzNormalizeLinkCode(f *testing.F) {
 // TestLinkCodeSingleUseAcrossInstances: two instances sharing a Redis
 // store race to redeem one code for different users; exactly one wins.
 func TestLinkCodeSingleUseAcrossInstances(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	open := func() *registry.Registry {
-		st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "linkrace:"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return registry.New(st, time.Now)
-	}
-	one, two := open(), open()
+	one, two := twoOnRedis(t)
 	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
 		t.Fatal(err)
 	}
@@ -252,4 +243,20 @@ func TestBindPrincipal(t *testing.T) {
 	if got := bindingsOf(s, "a", platform.BindPrincipal); !slices.Equal(got, []string{"telegram:owner-only"}) {
 		t.Fatalf("principal %q", got)
 	}
+}
+
+// twoOnRedis returns two registries on one fresh redis-server, as two
+// instances sharing it have.
+func twoOnRedis(t *testing.T) (*registry.Registry, *registry.Registry) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	open := func() *registry.Registry {
+		st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return registry.New(st, time.Now)
+	}
+	return open(), open()
 }

@@ -74,7 +74,30 @@ var (
 type Tenant struct {
 	ID      string   `json:"id"`
 	Session *Session `json:"session,omitempty"`
+	// MaxGateways bounds the tenant's gateways, declared and stored
+	// together: creating one more (admin API, enrollment, provision) is
+	// ErrLimit. Zero is DefaultMaxGateways; at most GatewayLimitCeiling.
+	MaxGateways int `json:"max_gateways,omitempty"`
 }
+
+// Bounds of a tenant's gateways (Tenant.MaxGateways). Every gateway may
+// register a wake URL and is a socket the tenant may hold open, so one
+// identity token must not be able to make them without end.
+const (
+	DefaultMaxGateways  = 100
+	GatewayLimitCeiling = 10_000
+)
+
+// checkLimits validates the tenant's limits.
+func (t Tenant) checkLimits() error {
+	if t.MaxGateways < 0 || t.MaxGateways > GatewayLimitCeiling {
+		return fmt.Errorf("%w: tenant %q max_gateways %d: want 0 (the default, %d) to %d", ErrInvalid, t.ID, t.MaxGateways, DefaultMaxGateways, GatewayLimitCeiling)
+	}
+	return nil
+}
+
+// gatewayLimit is the tenant's bound on its gateways.
+func (t Tenant) gatewayLimit() int { return cmp.Or(t.MaxGateways, DefaultMaxGateways) }
 
 // Session mirrors the gateway's session-key knobs (the YAML's
 // tenants[].session); nil fields are the gateway defaults.
@@ -91,13 +114,30 @@ type Gateway struct {
 	ID      string   `json:"id"`
 	Tenant  string   `json:"tenant"`
 	Secrets []Secret `json:"secrets"`
+	// Origin is what made the stored gateway: OriginAdmin, OriginEnroll or
+	// OriginProvision; empty for one stored before origins were kept
+	// (provision treats it as its own).
+	Origin string `json:"origin,omitempty"`
 }
+
+// Origins of a stored gateway. Provision manages only the gateways it
+// made: an admin-made or enrolled gateway's secret is pinned where the
+// gateway runs, and no identity token may rotate or learn it.
+const (
+	OriginAdmin     = "admin"
+	OriginEnroll    = "enroll"
+	OriginProvision = "provision"
+)
 
 // Secret is one accepted GATEWAY_RELAY_SECRET.
 type Secret struct {
 	Value string `json:"value"`
 	// Expires ends the secret's validity; zero never.
 	Expires time.Time `json:"expires,omitzero"`
+	// Minter is the SHA-256 (hex) of the identity token a provision minted
+	// the secret for; Provision answers the secret again to that token
+	// only.
+	Minter string `json:"minter,omitempty"`
 }
 
 // Binding gives a platform's chat scope to a tenant.
@@ -106,6 +146,10 @@ type Binding struct {
 	Kind     string `json:"kind"`
 	ID       string `json:"id"`
 	Tenant   string `json:"tenant"`
+	// Space is, for a scope claim, the space the claimed chat was in (a
+	// Discord guild), as the management plane found it
+	// (platform.Binding.Space); empty otherwise.
+	Space string `json:"space,omitempty"`
 }
 
 // key names the scope a binding claims: one tenant per key. A user may be
@@ -157,7 +201,10 @@ type Registry struct {
 	ps  store.PubSub
 	now func() time.Time
 	// mu serializes this instance's read-modify-write changes. Instances
-	// sharing a store do not lock each other: the last write wins.
+	// sharing a store do not lock each other: a binding is written with
+	// the store's CompareAndSwap (swapBinding), so of concurrent writers
+	// one wins and the others judge again; for other entries the last
+	// write wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
 }
@@ -173,6 +220,9 @@ func New(st store.Store, now func() time.Time) *Registry {
 func (r *Registry) SetDeclared(s State) error {
 	for _, t := range s.Tenants {
 		if err := t.Session.check(); err != nil {
+			return err
+		}
+		if err := t.checkLimits(); err != nil {
 			return err
 		}
 	}
@@ -303,7 +353,7 @@ func (g Gateway) liveSecrets(now time.Time) []Secret {
 func (s State) PlatformBindings() map[string][]platform.Binding {
 	out := make(map[string][]platform.Binding)
 	for _, b := range s.Bindings {
-		out[b.Platform] = append(out[b.Platform], platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant})
+		out[b.Platform] = append(out[b.Platform], platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant, Space: b.Space})
 	}
 	return out
 }
@@ -347,6 +397,9 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if err := t.Session.check(); err != nil {
 		return err
 	}
+	if err := t.checkLimits(); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredTenant(t.ID) {
@@ -365,18 +418,34 @@ func (r *Registry) SetSession(ctx context.Context, tenant string, s *Session) er
 	if err := s.check(); err != nil {
 		return err
 	}
+	return r.updateTenant(ctx, tenant, func(t *Tenant) { t.Session = s })
+}
+
+// SetMaxGateways replaces a stored tenant's bound on its gateways (zero:
+// DefaultMaxGateways). Gateways beyond a lowered bound stay; no new one is
+// made until the tenant is below it.
+func (r *Registry) SetMaxGateways(ctx context.Context, tenant string, maxGateways int) error {
+	if err := (Tenant{ID: tenant, MaxGateways: maxGateways}).checkLimits(); err != nil {
+		return err
+	}
+	return r.updateTenant(ctx, tenant, func(t *Tenant) { t.MaxGateways = maxGateways })
+}
+
+// updateTenant applies change to stored tenant id: ErrDeclared for a
+// tenant the YAML declares, ErrNotFound for none.
+func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Tenant)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.declaredTenant(tenant) {
+	if r.declaredTenant(id) {
 		return ErrDeclared
 	}
 	var t Tenant
-	if ok, err := r.get(ctx, nsTenants, tenant, &t); err != nil {
+	if ok, err := r.get(ctx, nsTenants, id, &t); err != nil {
 		return err
 	} else if !ok {
 		return ErrNotFound
 	}
-	t.Session = s
+	change(&t)
 	return r.put(ctx, nsTenants, t.ID, t)
 }
 
@@ -402,12 +471,8 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			}
 		}
 	}
-	for _, b := range stored.Bindings {
-		if b.Tenant == id {
-			if _, err := r.kv.Delete(ctx, nsBindings, b.key()); err != nil {
-				return err
-			}
-		}
+	if err := r.dropBindings(ctx, func(b Binding) bool { return b.Tenant == id }); err != nil {
+		return err
 	}
 	for _, p := range stored.Policies {
 		if p.Tenant == id {
@@ -428,7 +493,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 }
 
 // CreateGateway stores a new gateway of tenant with a fresh secret, which
-// it returns.
+// it returns. A tenant at its MaxGateways is ErrLimit.
 func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string, error) {
 	if err := checkID("gateway", id); err != nil {
 		return "", err
@@ -446,15 +511,73 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	} else if ok {
 		return "", ErrExists
 	}
+	if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
+		return "", err
+	}
+	return r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "")
+}
+
+// createGatewayLocked stores g with a fresh secret minted for minter (see
+// Secret.Minter), and returns the secret. The caller has checked that g's
+// id is free (not declared, not stored) and that its tenant exists and has
+// room for it; r.mu is held.
+func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter string) (string, error) {
 	secret := newSecret()
-	return secret, r.put(ctx, nsGateways, id, Gateway{ID: id, Tenant: tenant, Secrets: []Secret{{Value: secret}}})
+	g.Secrets = []Secret{{Value: secret, Minter: minter}}
+	return secret, r.put(ctx, nsGateways, g.ID, g)
+}
+
+// roomForGatewayLocked is nil when tenant has fewer gateways, declared and
+// stored, than its bound, else ErrLimit. Instances sharing a store check
+// this each on their own: racing creations may pass it together, by one
+// gateway per instance at most.
+func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) error {
+	t, err := r.tenant(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	decl := r.declared.Load()
+	n := 0
+	for _, g := range decl.Gateways {
+		if g.Tenant == tenant {
+			n++
+		}
+	}
+	var stored []Gateway
+	if err := list(ctx, r.kv, nsGateways, &stored); err != nil {
+		return err
+	}
+	for _, g := range stored {
+		if g.Tenant == tenant && !r.declaredGateway(g.ID) {
+			n++
+		}
+	}
+	if limit := t.gatewayLimit(); n >= limit {
+		return fmt.Errorf("%w: tenant %q has %d gateways, its max_gateways is %d: remove one or raise the bound (connector admin tenant max-gateways)", ErrLimit, tenant, n, limit)
+	}
+	return nil
+}
+
+// tenant returns tenant id, declared or stored.
+func (r *Registry) tenant(ctx context.Context, id string) (Tenant, error) {
+	for _, t := range r.declared.Load().Tenants {
+		if t.ID == id {
+			return t, nil
+		}
+	}
+	var t Tenant
+	if ok, err := r.get(ctx, nsTenants, id, &t); err != nil {
+		return Tenant{}, err
+	} else if !ok {
+		return Tenant{}, ErrNotFound
+	}
+	return t, nil
 }
 
 // Rotate gives gateway id of tenant a fresh secret, which it returns; the
 // secrets it had stay valid for grace (DefaultGrace when zero; negative
 // ends them now), or until their own earlier expiry.
 func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (string, error) {
-	grace = cmp.Or(grace, DefaultGrace)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
@@ -464,10 +587,18 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 	if err != nil {
 		return "", err
 	}
+	return r.rotateLocked(ctx, g, grace, "")
+}
+
+// rotateLocked stores g with a fresh secret minted for minter first,
+// which it returns, and its live secrets after it, each valid for grace
+// at most (as Rotate). r.mu is held.
+func (r *Registry) rotateLocked(ctx context.Context, g Gateway, grace time.Duration, minter string) (string, error) {
+	grace = cmp.Or(grace, DefaultGrace)
 	now := r.now()
 	until := now.Add(max(grace, 0))
 	secret := newSecret()
-	keep := []Secret{{Value: secret}}
+	keep := []Secret{{Value: secret, Minter: minter}}
 	for _, s := range g.liveSecrets(now) {
 		if grace < 0 {
 			break
@@ -481,7 +612,7 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 		keep = keep[:contract.MaxSecretsPerGateway] // the newest first: the oldest go
 	}
 	g.Secrets = keep
-	return secret, r.put(ctx, nsGateways, id, g)
+	return secret, r.put(ctx, nsGateways, g.ID, g)
 }
 
 // DeleteGateway removes gateway id of tenant.
@@ -517,6 +648,8 @@ func (r *Registry) gateway(ctx context.Context, tenant, id string) (Gateway, err
 
 // Bind gives b's scope to b.Tenant. Binding a scope the same tenant holds
 // is a no-op; one another tenant holds is ErrConflict (unbind it first).
+// Of concurrent binds of one scope, on any instance, one wins: the others
+// see its binding (the store's CompareAndSwap).
 func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	b, err := CanonicalBinding(b)
 	if err != nil {
@@ -533,15 +666,70 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	if err := r.requireTenant(ctx, b.Tenant); err != nil {
 		return err
 	}
-	var cur Binding
-	if ok, err := r.get(ctx, nsBindings, b.key(), &cur); err != nil {
+	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
+		switch {
+		case cur == nil:
+			return true, nil
+		case cur.Tenant != b.Tenant:
+			return false, ErrConflict
+		}
+		return cur.ID != b.ID, nil // a tenant's principal replaced, or nothing to do
+	})
+}
+
+// BindOwn is Bind for a binding a tenant makes for itself (a
+// provision's routeKeys), which must not take a chat the ownership order
+// gives another tenant by claim or author link (platform.Ownership.YieldsTo):
+// that is ErrConflict too. An operator's Bind overrides claims and links.
+func (r *Registry) BindOwn(ctx context.Context, b Binding) error {
+	b, err := CanonicalBinding(b)
+	if err != nil {
 		return err
-	} else if ok && cur.Tenant != b.Tenant {
-		return ErrConflict
-	} else if ok && cur.ID == b.ID {
-		return nil
 	}
-	return r.put(ctx, nsBindings, b.key(), b) // new, or a tenant's principal replaced
+	s, _, err := r.Effective(ctx)
+	if err != nil {
+		return err
+	}
+	if _, taken := platform.NewOwnership(s.PlatformBindings()[b.Platform]).YieldsTo(b.Tenant, b.ID); taken {
+		return ErrConflict
+	}
+	return r.Bind(ctx, b)
+}
+
+// Claim stores tenant's scope claim of chat on platformName, as the
+// platform placed it (platform.ScopeLocator), when the ownership order
+// allows it (platform.Ownership.Claim over the effective bindings): else
+// ErrConflict. Claiming a chat the tenant holds is a no-op; a claim the
+// tenant's own binding of the chat sets aside is replaced. Of concurrent
+// claims of one chat, on any instance, one wins.
+func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat platform.Chat) error {
+	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindScope, ID: chat.ID, Tenant: tenant, Space: chat.Space})
+	if err != nil {
+		return err
+	}
+	chat.ID, chat.Space = b.ID, b.Space
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.requireTenant(ctx, tenant); err != nil {
+		return err
+	}
+	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
+		s, _, err := r.Effective(ctx)
+		if err != nil {
+			return false, err
+		}
+		holder := ""
+		if cur != nil {
+			holder = cur.Tenant
+		}
+		switch platform.NewOwnership(s.PlatformBindings()[platformName]).Claim(tenant, holder, chat) {
+		case platform.ClaimStore, platform.ClaimReplace:
+			return true, nil
+		case platform.ClaimHeld:
+			return false, nil
+		}
+		return false, ErrConflict
+	})
 }
 
 // Unbind removes b's scope from b.Tenant.
@@ -555,15 +743,61 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	if _, ok := r.declaredBinding(b); ok {
 		return ErrDeclared
 	}
-	var cur Binding
-	if ok, err := r.get(ctx, nsBindings, b.key(), &cur); err != nil {
-		return err
-	} else if !ok || cur.Tenant != b.Tenant {
-		return ErrNotFound
-	}
-	_, err = r.kv.Delete(ctx, nsBindings, b.key())
-	r.notify(ctx)
+	err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding) (bool, error) {
+		if cur == nil || cur.Tenant != b.Tenant {
+			return false, ErrNotFound
+		}
+		return true, nil
+	})
 	return err
+}
+
+// maxSwaps bounds swapBinding's rounds: each lost round means another
+// writer changed the binding meanwhile.
+const maxSwaps = 16
+
+// swapBinding reads the stored binding under key and asks decide whether
+// to replace it with next (nil: remove it); decide's cur is nil when the
+// key is absent. It writes with the store's CompareAndSwap from the value
+// it read, so a change another writer made in between (on any instance)
+// is never overwritten: decide judges again with it. It tells every
+// instance after a write. Called under mu.
+func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding) (bool, error)) error {
+	var value []byte
+	if next != nil {
+		var err error
+		if value, err = json.Marshal(next); err != nil {
+			return err
+		}
+	}
+	for range maxSwaps {
+		var cur *Binding
+		e, ok, err := r.kv.Get(ctx, nsBindings, key)
+		if err != nil {
+			return err
+		}
+		var old []byte
+		if ok {
+			old = e.Value
+			cur = new(Binding)
+			if err := json.Unmarshal(e.Value, cur); err != nil {
+				return fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
+			}
+		}
+		write, err := decide(cur)
+		if err != nil || !write {
+			return err
+		}
+		swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, key, old, value)
+		if err != nil {
+			return err
+		}
+		if swapped {
+			r.notify(ctx)
+			return nil
+		}
+	}
+	return fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
 }
 
 // SetPolicy stores p, replacing the tenant's earlier policy on the
@@ -698,12 +932,27 @@ func CanonicalBinding(b Binding) (Binding, error) {
 			return bad("a chat or user id")
 		}
 		b.ID = strconv.FormatInt(n, 10)
+	case b.Platform == "whatsapp_cloud" && (b.Kind == platform.BindPhoneNumber || b.Kind == platform.BindUser || b.Kind == platform.BindDMDefault):
+		if !platform.ValidWhatsAppID(b.ID) {
+			return bad("a phone number id or wa_id (digits)")
+		}
 	case b.Platform == "nexscope" && b.Kind == platform.BindRoom:
 		if !roomPattern.MatchString(b.ID) {
 			return bad("a room name (^[a-zA-Z0-9_-]{1,32}$)")
 		}
 	default:
-		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat or nexscope room, or on discord and telegram user, scope, dm_default, principal or allow", ErrInvalid, b.Platform, b.Kind)
+		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat, whatsapp_cloud phone_number or nexscope room, or on discord and telegram user, scope, dm_default, principal or allow, on whatsapp_cloud user or dm_default", ErrInvalid, b.Platform, b.Kind)
+	}
+	switch {
+	case b.Space == "":
+	case b.Platform == "discord" && b.Kind == platform.BindScope:
+		n, err := strconv.ParseUint(b.Space, 10, 64)
+		if err != nil {
+			return Binding{}, fmt.Errorf("%w: discord scope %q: space %q is not a Discord id", ErrInvalid, b.ID, b.Space)
+		}
+		b.Space = strconv.FormatUint(n, 10)
+	default:
+		return Binding{}, fmt.Errorf("%w: %s binding %s %q: only a Discord scope claim has a space", ErrInvalid, b.Platform, b.Kind, b.ID)
 	}
 	return b, nil
 }

@@ -203,12 +203,17 @@ type Config struct {
 	// went idle): the wake poke (package wake). On the instance driving
 	// the tenant; with the ledger's mutex held, so it must not block.
 	Away func(tenant string) `yaml:"-"`
-	// WakeCooldown is the least time between two wake pokes of one
-	// gateway: the GET the connector sends to a gateway's registered wake
-	// URL when inbound is buffered for its tenant and none of the tenant's
-	// gateways is connected (docs/operations.md). It holds across every
-	// instance sharing the store. Zero means 60s.
+	// WakeCooldown is the least time between two wake pokes of one wake
+	// URL: the GET the connector sends to a gateway's registered wake URL
+	// when inbound is buffered for its tenant and none of the tenant's
+	// gateways is connected (docs/operations.md); gateways sharing a URL
+	// share its poke. It holds across every instance sharing the store.
+	// Zero means 60s.
 	WakeCooldown time.Duration `yaml:"wake_cooldown"`
+	// WakePerHost is the most wake URLs of one tenant on one host (its
+	// name, whatever the scheme and port) poked per wake_cooldown, across
+	// the instances; the others wait for a later cooldown. Zero means 8.
+	WakePerHost int `yaml:"wake_per_host"`
 }
 
 func (c *Config) setDefaults() {
@@ -237,6 +242,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.CloseTimeout, 2*time.Second)
 	orDefault(&c.SessionOwners, 100_000)
 	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
+	orDefault(&c.WakePerHost, wake.DefaultPerHost)
 }
 
 // orDefault sets *v to def when it is zero or negative.

@@ -12,7 +12,9 @@ import (
 // EventCase is one case of the oracle fixture platform_events.json: a raw
 // platform payload, the cached context a native Hermes adapter would
 // consult, and the SessionSource dict and session key the real Python code
-// produced from them.
+// produced from them. In platform_events_slack_whatsapp.json a case may
+// instead name why the native adapter starts no turn (Drop), and may give
+// the MessageEvent fields the inbound event must carry (Event).
 type EventCase struct {
 	Name     string          `json:"name"`
 	Platform string          `json:"platform"`
@@ -20,6 +22,28 @@ type EventCase struct {
 	Context  json.RawMessage `json:"context"`
 	Source   json.RawMessage `json:"source"`
 	Key      string          `json:"key"`
+	Drop     string          `json:"drop"`
+	Event    json.RawMessage `json:"event"`
+}
+
+// Outcome is what a platform's normalizer made of one case: the Source of
+// the turn it starts and the event's fields, or Drop, why it starts none.
+type Outcome struct {
+	Source Source
+	// Drop is the platform's reason for ingesting nothing; empty when the
+	// case starts a turn.
+	Drop string
+	// Event holds the inbound event's fields; nil when the normalizer does
+	// not report them.
+	Event *EventFields
+}
+
+// EventFields are the MessageEvent fields a fixture's event object names.
+type EventFields struct {
+	Text             string  `json:"text"`
+	MessageType      string  `json:"message_type"`
+	MessageID        *string `json:"message_id"`
+	ReplyToMessageID *string `json:"reply_to_message_id"`
 }
 
 // LoadEventCases reads a platform_events.json file; with platform set, only
@@ -48,8 +72,22 @@ type EventResult struct {
 
 // CheckEvents runs every case of platform (all when "") in the fixture at
 // path through normalize and compares each result with Mismatches; a
-// normalize error is the case's one difference.
+// normalize error is the case's one difference. It is CheckOutcomes for a
+// normalizer that reports only the Source.
 func CheckEvents(path, platform string, normalize func(c EventCase) (Source, error)) ([]EventResult, error) {
+	return CheckOutcomes(path, platform, func(c EventCase) (Outcome, error) {
+		src, err := normalize(c)
+		return Outcome{Source: src}, err
+	})
+}
+
+// CheckOutcomes runs every case of platform (all when "") in the fixture
+// at path through normalize. A case with a drop passes when the outcome
+// drops too, whatever its reason; any other case passes when the outcome
+// starts a turn whose Source and key pass Mismatches and, when the case
+// names event fields, whose Event has each of them. A normalize error is
+// the case's one difference.
+func CheckOutcomes(path, platform string, normalize func(c EventCase) (Outcome, error)) ([]EventResult, error) {
 	cases, err := LoadEventCases(path, platform)
 	if err != nil {
 		return nil, err
@@ -57,16 +95,48 @@ func CheckEvents(path, platform string, normalize func(c EventCase) (Source, err
 	out := make([]EventResult, len(cases))
 	for i, c := range cases {
 		out[i].Name = c.Name
-		src, err := normalize(c)
-		if err != nil {
+		o, err := normalize(c)
+		switch {
+		case err != nil:
 			out[i].Diffs = []string{"normalize: " + err.Error()}
-			continue
-		}
-		if out[i].Diffs, err = Mismatches(&src, c.Source, c.Key); err != nil {
-			out[i].Diffs = []string{err.Error()}
+		case c.Drop != "" && o.Drop == "":
+			out[i].Diffs = []string{fmt.Sprintf("expected a drop (%s), got a turn", c.Drop)}
+		case c.Drop != "":
+		case o.Drop != "":
+			out[i].Diffs = []string{fmt.Sprintf("expected a turn, got a drop (%s)", o.Drop)}
+		default:
+			if out[i].Diffs, err = Mismatches(&o.Source, c.Source, c.Key); err != nil {
+				out[i].Diffs = []string{err.Error()}
+				continue
+			}
+			out[i].Diffs = append(out[i].Diffs, eventMismatches(o.Event, c.Event)...)
 		}
 	}
 	return out, nil
+}
+
+// eventMismatches compares got with a fixture's event object: every key it
+// names must have the same value. It returns one line per difference.
+func eventMismatches(got *EventFields, want json.RawMessage) []string {
+	if len(want) == 0 || string(want) == "null" {
+		return nil
+	}
+	if got == nil {
+		return []string{"event: the normalizer reports no event fields"}
+	}
+	var wantMap, gotMap map[string]any
+	if err := json.Unmarshal(want, &wantMap); err != nil {
+		return []string{"expected event: " + err.Error()}
+	}
+	raw, _ := json.Marshal(got) // strings only: cannot fail
+	_ = json.Unmarshal(raw, &gotMap)
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(wantMap)) {
+		if g, ok := gotMap[k]; !ok || !reflect.DeepEqual(g, wantMap[k]) {
+			out = append(out, fmt.Sprintf("event.%s: expected %s, got %s", k, jsonText(wantMap[k]), jsonText(g)))
+		}
+	}
+	return out
 }
 
 // Mismatches compares src with an oracle's SessionSource dict (want, in

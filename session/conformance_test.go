@@ -3,6 +3,7 @@ package session_test
 import (
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -53,5 +54,43 @@ func TestCheckEventsReportsEveryFailure(t *testing.T) {
 		if len(r.Diffs) == 0 {
 			t.Fatalf("%s: a wrong source passed", r.Name)
 		}
+	}
+}
+
+// TestCheckOutcomes: a drop case passes on any drop and fails on a turn; a
+// turn case fails on a drop and on each event field that differs.
+func TestCheckOutcomes(t *testing.T) {
+	path := t.TempDir() + "/cases.json"
+	cases := `[
+ {"name": "dropped", "platform": "p", "raw": {}, "drop": "bot_sender"},
+ {"name": "turn", "platform": "p", "raw": {},
+  "source": {"platform": "p", "chat_id": "c", "chat_type": "dm"}, "key": "agent:main:p:dm:c",
+  "event": {"text": "hi", "message_type": "text", "message_id": "m1", "reply_to_message_id": null}}]`
+	if err := os.WriteFile(path, []byte(cases), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := session.Source{Platform: "p", ChatID: "c", ChatType: "dm"}
+	m1 := "m1"
+	check := func(drop string, ev *session.EventFields) []session.EventResult {
+		t.Helper()
+		res, err := session.CheckOutcomes(path, "", func(c session.EventCase) (session.Outcome, error) {
+			return session.Outcome{Source: src, Drop: drop, Event: ev}, nil
+		})
+		if err != nil || len(res) != 2 {
+			t.Fatalf("%v %v", res, err)
+		}
+		return res
+	}
+	res := check("", &session.EventFields{Text: "hi", MessageType: "text", MessageID: &m1})
+	if len(res[0].Diffs) != 1 || len(res[1].Diffs) != 0 {
+		t.Fatalf("a turn: %+v", res)
+	}
+	res = check("gated", nil)
+	if len(res[0].Diffs) != 0 || len(res[1].Diffs) != 1 {
+		t.Fatalf("a drop: %+v", res)
+	}
+	res = check("", &session.EventFields{Text: "hi!", MessageType: "text", ReplyToMessageID: &m1})
+	if d := res[1].Diffs; len(d) != 3 || !strings.Contains(d[0], "event.message_id") || !strings.Contains(d[2], "event.text") {
+		t.Fatalf("event differences: %q", d)
 	}
 }

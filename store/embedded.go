@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -810,6 +811,42 @@ func (r embRegistry) Delete(ctx context.Context, namespace, key string) (bool, e
 		return err
 	})
 	return deleted, err
+}
+
+func (r embRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	var swapped bool
+	err := r.e.update(ctx, func(tx *bolt.Tx) error {
+		b, err := tx.Bucket(bRegistry).CreateBucketIfNotExists([]byte(namespace))
+		if err != nil {
+			return err
+		}
+		cur := b.Get([]byte(key))
+		if cur != nil {
+			e, err := decodeEntry(key, cur)
+			if err != nil {
+				return err
+			}
+			cur = e.Value
+		}
+		if (cur != nil) != (old != nil) || (cur != nil && !bytes.Equal(cur, old)) {
+			return nil
+		}
+		rev, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		if value == nil {
+			err = b.Delete([]byte(key))
+		} else {
+			err = b.Put([]byte(key), encodeEntry(rev, value))
+		}
+		swapped = err == nil
+		return err
+	})
+	return swapped, err
 }
 
 func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"slices"
@@ -461,6 +462,29 @@ func (m memRegistry) Delete(ctx context.Context, namespace, key string) (bool, e
 	}
 	delete(ns.entries, key)
 	ns.rev++
+	return true, nil
+}
+
+func (m memRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
+		return false, err
+	}
+	defer m.mu.Unlock()
+	ns := m.reg[namespace]
+	if ns == nil {
+		ns = &memNamespace{entries: make(map[string]Entry)}
+		m.reg[namespace] = ns
+	}
+	cur, ok := ns.entries[key]
+	if ok != (old != nil) || (ok && !bytes.Equal(cur.Value, old)) {
+		return false, nil
+	}
+	ns.rev++
+	if value == nil {
+		delete(ns.entries, key)
+	} else {
+		ns.entries[key] = Entry{Key: key, Value: slices.Clone(value), Rev: ns.rev}
+	}
 	return true, nil
 }
 

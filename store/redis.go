@@ -887,6 +887,26 @@ end
 return 0
 `)
 
+// registryCASScript: KEYS hash, revision; ARGV key, "1" when an entry
+// is expected (its value in ARGV[3]) else "0", "1" when a value is to be
+// stored (in ARGV[5]) else "0" (the entry is removed). Returns 1 if it
+// swapped.
+var registryCASScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if ARGV[2] == '1' then
+  if not cur or string.sub(cur, 9) ~= ARGV[3] then return 0 end
+elseif cur then
+  return 0
+end
+local rev = redis.call('INCR', KEYS[2])
+if ARGV[4] == '1' then
+  redis.call('HSET', KEYS[1], ARGV[1], struct.pack('>I8', rev) .. ARGV[5])
+else
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 1
+`)
+
 // registryListScript: KEYS hash, revision. Returns {rev, {key, entry, ...}}.
 var registryListScript = redis.NewScript(`
 return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}
@@ -928,6 +948,23 @@ func (r redisRegistry) Delete(ctx context.Context, namespace, key string) (bool,
 	n, err := registryDeleteScript.Run(ctx, r.s.c, r.keys(namespace), key).Int()
 	if err != nil {
 		return false, fmt.Errorf("store: registry delete: %w", rerr(err))
+	}
+	return n == 1, nil
+}
+
+func (r redisRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	flag := func(b []byte) string {
+		if b == nil {
+			return "0"
+		}
+		return "1"
+	}
+	n, err := registryCASScript.Run(ctx, r.s.c, r.keys(namespace), key, flag(old), old, flag(value), value).Int()
+	if err != nil {
+		return false, fmt.Errorf("store: registry compare-and-swap: %w", rerr(err))
 	}
 	return n == 1, nil
 }

@@ -282,6 +282,13 @@ type Registry interface {
 	// List returns every entry of namespace sorted by key, and the
 	// namespace's revision (0 for a namespace never written).
 	List(ctx context.Context, namespace string) (entries []Entry, rev uint64, err error)
+	// CompareAndSwap replaces the value under key with value when the
+	// value stored there now is old, atomically for every instance
+	// sharing the store: old nil means key must be absent, value nil
+	// removes the entry. It reports whether it swapped; a swap bumps the
+	// namespace's revision. Of concurrent swaps from one old value, one
+	// succeeds.
+	CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (swapped bool, err error)
 }
 
 // Entry is one registry value.

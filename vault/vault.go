@@ -33,6 +33,29 @@ const KindChatGrant Kind = "platform.chat_grant"
 // ChatGrantTTL is how long a KindChatGrant lasts.
 const ChatGrantTTL = 24 * time.Hour
 
+// WhatsApp Cloud's records (platform/whatsapp), kept here so every
+// instance sharing the store sees them:
+const (
+	// KindWhatsAppConversation is a tenant's conversation with a WhatsApp
+	// user (the key's SessionKey is the wa_id): the tenant may act in it,
+	// and Ref says which business number the user last wrote to and the
+	// id of that message. It lasts WhatsAppConversationTTL after the last
+	// message that renewed it.
+	KindWhatsAppConversation Kind = "whatsapp_cloud.conversation"
+	// KindWhatsAppMessage marks an inbound message id (SessionKey) as
+	// delivered to the tenant, so Meta's redeliveries are dropped on every
+	// instance, for a day.
+	KindWhatsAppMessage Kind = "whatsapp_cloud.message"
+	// KindWhatsAppPrompt is a prompt the tenant sent and no tap has
+	// answered yet (SessionKey "<wa_id>:<prompt_id>"), for a day.
+	KindWhatsAppPrompt Kind = "whatsapp_cloud.prompt"
+)
+
+// WhatsAppConversationTTL is how long a KindWhatsAppConversation lasts:
+// past Meta's 24-hour service window, so a late send is answered with the
+// window's own failure rather than a decline.
+const WhatsAppConversationTTL = 30 * 24 * time.Hour
+
 // TTL returns the lifetime of a kind's values (ok false for an unknown kind).
 func (k Kind) TTL() (time.Duration, bool) {
 	switch k {
@@ -40,12 +63,18 @@ func (k Kind) TTL() (time.Duration, bool) {
 		return 15 * time.Minute, true
 	case KindChatGrant:
 		return ChatGrantTTL, true
+	case KindWhatsAppConversation:
+		return WhatsAppConversationTTL, true
+	case KindWhatsAppMessage, KindWhatsAppPrompt:
+		return 24 * time.Hour, true
 	}
 	return 0, false
 }
 
 // Kinds lists every kind the vault stores.
-func Kinds() []Kind { return []Kind{KindDiscordInteractionToken, KindChatGrant} }
+func Kinds() []Kind {
+	return []Kind{KindDiscordInteractionToken, KindChatGrant, KindWhatsAppConversation, KindWhatsAppMessage, KindWhatsAppPrompt}
+}
 
 // Secret is a credential value that never prints.
 type Secret struct{ v string }

@@ -6,27 +6,45 @@
 // drains its backlog.
 //
 // The poke is best effort and never holds up delivery: Away returns at
-// once, the GET runs on its own goroutine under Config.Timeout, redirects
-// are not followed, the answer's body is discarded, and the outcome is only
-// counted and logged. Each gateway is poked at most once per
-// Config.Cooldown across every instance sharing the store: an instance
-// pokes only after taking the lease "wake/<gateway>" for the cooldown, with
-// a holder name of its own for each attempt, so no instance (itself
-// included) takes it again before it lapses. Each instance also keeps a
-// per-tenant cooldown of its own, so a burst of buffered inbound costs one
-// registry read and one lease attempt per gateway, not one per event.
+// once, the GETs run on their own goroutines under Config.Timeout,
+// redirects are not followed, the answer's body is discarded, and the
+// outcome is only counted and logged.
+//
+// A poke is bounded per target, not per gateway, so that many gateways
+// cannot turn one event into many requests to one place (issue 22: 500
+// gateways sharing one wake URL made 500 GETs per event):
+//
+//   - gateways sharing a wake URL share one GET;
+//   - each wake URL is poked at most once per Config.Cooldown across every
+//     instance sharing the store: an instance pokes only after taking the
+//     lease "wake/<tenant>/url/<digest>" for the cooldown, with a holder
+//     name of its own for each attempt, so no instance (itself included)
+//     takes it again before it lapses;
+//   - at most Config.PerHost wake URLs of a tenant on one host (its host
+//     name, whatever the scheme and port) are poked per cooldown, counted
+//     with the leases "wake/<tenant>/host/<digest>/<slot>" across the
+//     instances; the others wait for a later cooldown (result host_limit).
+//
+// Each instance also keeps a per-tenant cooldown of its own, so a burst of
+// buffered inbound costs one registry read and one round of leases per
+// tenant, not one per event.
 package wake
 
 import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"io"
 	"log/slog"
 	"maps"
+	mathrand "math/rand/v2"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +56,7 @@ import (
 const (
 	DefaultCooldown = time.Minute
 	DefaultTimeout  = 5 * time.Second
+	DefaultPerHost  = 8
 )
 
 // Results counted by Metrics.WakePoke.
@@ -46,6 +65,7 @@ const (
 	ResultHTTPError   = "http_error"  // it answered 4xx or 5xx
 	ResultUnreachable = "unreachable" // no answer within the timeout (refused, DNS, TLS, timeout)
 	ResultStoreError  = "store_error" // the cooldown lease could not be read or taken
+	ResultHostLimit   = "host_limit"  // not sent: the tenant's wake URLs on that host had Config.PerHost pokes this cooldown
 )
 
 // Target is one gateway's wake URL.
@@ -67,9 +87,13 @@ type Config struct {
 	Leases store.Leases
 	// Instance names this instance in lease holders; empty is "local".
 	Instance string
-	// Cooldown is the least time between two pokes of one gateway; zero is
-	// DefaultCooldown.
+	// Cooldown is the least time between two pokes of one wake URL; zero
+	// is DefaultCooldown.
 	Cooldown time.Duration
+	// PerHost is the most wake URLs of one tenant on one host (the URL's
+	// host name, whatever its scheme and port) poked per Cooldown; zero is
+	// DefaultPerHost.
+	PerHost int
 	// Timeout bounds one poke of a tenant (the registry read, the leases,
 	// the GETs); zero is DefaultTimeout.
 	Timeout time.Duration
@@ -102,6 +126,7 @@ func New(cfg Config) (*Poker, error) {
 	}
 	cfg.Cooldown = cmp.Or(max(cfg.Cooldown, 0), DefaultCooldown)
 	cfg.Timeout = cmp.Or(max(cfg.Timeout, 0), DefaultTimeout)
+	cfg.PerHost = cmp.Or(max(cfg.PerHost, 0), DefaultPerHost)
 	cfg.Instance = cmp.Or(cfg.Instance, "local")
 	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
@@ -139,7 +164,8 @@ func (p *Poker) Away(tenant string) {
 // Wait returns once every poke started so far is done.
 func (p *Poker) Wait() { p.wg.Wait() }
 
-// pokeTenant pokes each of tenant's gateways whose cooldown lease it takes.
+// pokeTenant pokes each distinct wake URL of tenant's gateways whose
+// cooldown lease it takes, host by host, within each host's budget.
 func (p *Poker) pokeTenant(tenant string) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
 	defer cancel()
@@ -149,31 +175,91 @@ func (p *Poker) pokeTenant(tenant string) {
 		p.cfg.Log.Warn("wake poke skipped: cannot read the wake URLs", "tenant", tenant, "err", err)
 		return
 	}
-	var wg sync.WaitGroup
+	// Gateways sharing a URL share its poke: one GET wakes them all.
+	byURL := map[string][]string{}
 	for _, t := range targets {
-		if t.Tenant != tenant || t.URL == "" {
-			continue
+		if t.Tenant == tenant && t.URL != "" {
+			byURL[t.URL] = append(byURL[t.URL], t.Gateway)
 		}
-		wg.Go(func() { p.poke(ctx, t) })
+	}
+	byHost := map[string][]string{}
+	for url := range byURL {
+		h := hostKey(url)
+		byHost[h] = append(byHost[h], url)
+	}
+	var wg sync.WaitGroup
+	for host, urls := range byHost {
+		mathrand.Shuffle(len(urls), func(i, j int) { urls[i], urls[j] = urls[j], urls[i] }) // no URL is always last
+		wg.Go(func() { p.pokeHost(ctx, &wg, tenant, host, urls, byURL) })
 	}
 	wg.Wait()
 }
 
-// poke takes t's cooldown lease and, if it got it, sends the GET.
-func (p *Poker) poke(ctx context.Context, t Target) {
-	holder := p.cfg.Instance + "/" + nonce()
-	_, acquired, err := p.cfg.Leases.Acquire(ctx, "wake/"+t.Gateway, holder, p.cfg.Cooldown)
+// pokeHost pokes urls, all on host, each unless it was poked less than a
+// cooldown ago: at most Config.PerHost of them per cooldown, across the
+// instances sharing the leases. The GETs run on wg.
+func (p *Poker) pokeHost(ctx context.Context, wg *sync.WaitGroup, tenant, host string, urls []string, gateways map[string][]string) {
+	slot, limited := 0, 0
+	for _, url := range urls {
+		holder := p.cfg.Instance + "/" + nonce()
+		name := "wake/" + tenant + "/url/" + digest(url)
+		lease, acquired, err := p.cfg.Leases.Acquire(ctx, name, holder, p.cfg.Cooldown)
+		if err != nil {
+			p.storeError(tenant, gateways[url], err)
+			return
+		}
+		if !acquired {
+			continue // poked less than a cooldown ago, here or by another instance
+		}
+		got := false
+		for ; slot < p.cfg.PerHost && !got; slot++ {
+			_, got, err = p.cfg.Leases.Acquire(ctx, "wake/"+tenant+"/host/"+digest(host)+"/"+strconv.Itoa(slot), holder, p.cfg.Cooldown)
+			if err != nil {
+				p.storeError(tenant, gateways[url], err)
+				return
+			}
+		}
+		if !got {
+			// The host had its pokes this cooldown: free the URL for a
+			// later look.
+			_ = p.cfg.Leases.Release(ctx, name, lease)
+			p.cfg.Metrics.WakePoke(ResultHostLimit)
+			limited++
+			continue
+		}
+		wg.Go(func() {
+			result, status := p.get(ctx, url)
+			p.cfg.Metrics.WakePoke(result)
+			p.cfg.Log.Info("wake poke sent", "tenant", tenant, "gateway_ids", gateways[url], "host", Host(url), "result", result, "status", status)
+		})
+	}
+	if limited > 0 {
+		p.cfg.Log.Warn("wake pokes held back: the tenant's wake URLs on this host had theirs this cooldown", "tenant", tenant, "host", Host(urls[0]), "held_back", limited, "per_host", p.cfg.PerHost)
+	}
+}
+
+// storeError counts and logs a lease the store could not give.
+func (p *Poker) storeError(tenant string, gateways []string, err error) {
+	p.cfg.Metrics.WakePoke(ResultStoreError)
+	p.cfg.Log.Warn("wake poke skipped: cannot take the cooldown lease", "tenant", tenant, "gateway_ids", gateways, "err", err)
+}
+
+// hostKey is the host a wake URL targets, as the per-host budget counts
+// it: the host name in lower case without a trailing dot, whatever the
+// scheme and port (ports of one machine share its budget).
+func hostKey(raw string) string {
+	u, err := url.Parse(raw)
 	if err != nil {
-		p.cfg.Metrics.WakePoke(ResultStoreError)
-		p.cfg.Log.Warn("wake poke skipped: cannot take the cooldown lease", "tenant", t.Tenant, "gateway_id", t.Gateway, "err", err)
-		return
+		return raw
 	}
-	if !acquired {
-		return // poked less than a cooldown ago, here or by another instance
-	}
-	result, status := p.get(ctx, t.URL)
-	p.cfg.Metrics.WakePoke(result)
-	p.cfg.Log.Info("wake poke sent", "tenant", t.Tenant, "gateway_id", t.Gateway, "host", Host(t.URL), "result", result, "status", status)
+	return strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+}
+
+// digest names a URL or host in a lease name: a wake URL may carry a
+// token, which the store must not hold.
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:16])
 }
 
 // get sends the payload-free GET and classifies its outcome.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -293,5 +294,83 @@ func TestOnePokeAcrossInstancesOnRedis(t *testing.T) {
 	}
 	if got := ws.hits.Load(); got != 1 {
 		t.Fatalf("wake GETs from two instances on one Redis: %d, want 1", got)
+	}
+}
+
+// TestGatewaysSharingAWakeURLShareOnePoke (issue 22): 500 gateways of one
+// tenant registered one wake URL; a burst of buffered inbound makes one
+// GET to it per cooldown, not one per gateway.
+func TestGatewaysSharingAWakeURLShareOnePoke(t *testing.T) {
+	ws := newWakeServer(t, http.StatusOK)
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk.Now)
+	defer st.Close()
+	var targets []wake.Target
+	for i := range 500 {
+		targets = append(targets, wake.Target{Tenant: "acme", Gateway: "gw" + strconv.Itoa(i), URL: ws.URL + "/wake"})
+	}
+	p, err := wake.New(wake.Config{Targets: targetsOf(targets...), Leases: st.Leases(), Clock: clk, Cooldown: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round <= 2; round++ {
+		for range 10 {
+			p.Away("acme")
+		}
+		p.Wait()
+		if got := ws.hits.Load(); int(got) != round {
+			t.Fatalf("cooldown %d: %d wake GETs from 500 gateways sharing one URL, want %d", round, got, round)
+		}
+		clk.Advance(time.Minute)
+	}
+}
+
+// TestWakePokesPerHostAreBounded: a tenant's 20 gateways with distinct
+// wake URLs on one host (other paths and ports) get Config.PerHost GETs
+// per cooldown between two instances; the others are counted host_limit
+// and go in a later cooldown. Another host keeps its own budget.
+func TestWakePokesPerHostAreBounded(t *testing.T) {
+	servers := []*wakeServer{newWakeServer(t, http.StatusOK), newWakeServer(t, http.StatusOK)} // one host, two ports
+	other := newWakeServer(t, http.StatusOK)
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk.Now)
+	defer st.Close()
+	var targets []wake.Target
+	for i := range 20 {
+		targets = append(targets, wake.Target{Tenant: "acme", Gateway: "gw" + strconv.Itoa(i), URL: servers[i%2].URL + "/wake/" + strconv.Itoa(i)})
+	}
+	targets = append(targets, wake.Target{Tenant: "acme", Gateway: "elsewhere", URL: strings.Replace(other.URL, "127.0.0.1", "localhost", 1) + "/w"})
+	m := &counter{}
+	var pokers []*wake.Poker
+	for _, inst := range []string{"a", "b"} {
+		p, err := wake.New(wake.Config{Targets: targetsOf(targets...), Leases: st.Leases(), Instance: inst, Clock: clk, Cooldown: time.Minute, PerHost: 3, Metrics: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pokers = append(pokers, p)
+	}
+	round := func() {
+		for _, p := range pokers {
+			p.Away("acme")
+		}
+		for _, p := range pokers {
+			p.Wait()
+		}
+	}
+	hostHits := func() int32 { return servers[0].hits.Load() + servers[1].hits.Load() }
+	round()
+	if got := hostHits(); got != 3 {
+		t.Fatalf("GETs to one host from 20 wake URLs: %d, want 3 (PerHost) between the instances", got)
+	}
+	if got := other.hits.Load(); got != 1 {
+		t.Fatalf("GETs to the other host: %d, want 1", got)
+	}
+	if got := m.get(wake.ResultHostLimit); got != 2*17 {
+		t.Fatalf("host_limit counted %d, want 34 (the 17 URLs without a slot, on each instance)", got)
+	}
+	clk.Advance(time.Minute)
+	round()
+	if got := hostHits(); got != 6 {
+		t.Fatalf("after a cooldown: %d GETs to the host, want 6", got)
 	}
 }

@@ -272,7 +272,7 @@ func TestAdminOnboardRotateOffboard(t *testing.T) {
 
 	r.telegram(t, 1, 77, "to acme by telegram")
 	inbound(t, acme, "to acme by telegram")
-	nexscopeSay(t, r.child.addr, "lab", "to acme by nexscope")
+	nexscopeSay(t, r.child.addr, "lab", "ada", "to acme by nexscope")
 	inbound(t, acme, "to acme by nexscope")
 	r.telegram(t, 2, 42, "to t1")
 	inbound(t, gw1, "to t1") // and not acme's: gw1's next inbound is its own
@@ -395,18 +395,18 @@ func envLine(t *testing.T, out, key string) string {
 	return ""
 }
 
-// nexscopeSay joins room as a member, addresses the bot and waits for the
-// ack that lists the bot as delivered.
-func nexscopeSay(t *testing.T, addr, room, text string) {
+// nexscopeSay joins room as the member name, addresses the bot and waits
+// for the ack that lists the bot as delivered.
+func nexscopeSay(t *testing.T, addr, room, name, text string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
 	defer cancel()
-	m, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/"+room+"?name=ada&v=1&token="+adminNexToken, nil)
+	m, _, err := websocket.Dial(ctx, "ws://"+addr+"/ws/"+room+"?name="+name+"&v=1&token="+adminNexToken, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.CloseNow()
-	msg := fmt.Sprintf(`{"type":"msg","msgId":"m1","from":"ada","to":["hermes"],"role":"user","text":%q}`, text)
+	msg := fmt.Sprintf(`{"type":"msg","msgId":"m1","from":%q,"to":["hermes"],"role":"user","text":%q}`, name, text)
 	if err := m.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
 		t.Fatal(err)
 	}

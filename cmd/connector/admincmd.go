@@ -32,12 +32,13 @@ const adminUsage = `subcommands:
   tenants                                  list tenants, their gateways (no secrets) and bindings
   tenant add TENANT                        create a tenant
   tenant rm TENANT                         delete a tenant, its gateways (sockets closed 4401) and bindings
+  tenant max-gateways TENANT N             bound the tenant's gateways (0: the default, 100)
   gateway add TENANT GATEWAY               create a gateway; prints its secret, shown once
   gateway rotate TENANT GATEWAY [GRACE]    new secret; the old ones stay valid for GRACE (default 1h; 0s: end now)
   gateway rm TENANT GATEWAY                delete a gateway: its sockets close 4401, later upgrades are refused
   gateway wake TENANT GATEWAY [URL]        set the gateway's wake URL (http/https), poked when inbound waits for it;
                                            without URL: remove it
-  enroll-token TENANT [TTL]                a single-use token for hermes gateway enroll (default TTL 24h), shown once
+  enroll-token TENANT [TTL]                a single-use token for hermes gateway enroll (TTL default and at most 24h), shown once
   bind TENANT PLATFORM KIND ID             route to the tenant: discord guild, telegram chat, nexscope room; on discord
                                            and telegram also user (link), scope (claim), dm_default, allow, principal
                                            (ID owner-only, allow-list or any)
@@ -109,6 +110,15 @@ func adminRequest(args []string) (adminCall, error) {
 		return adminCall{method: http.MethodPost, path: tenants, body: map[string]string{"id": at(args, 1)}}, n(2)
 	case "tenant rm":
 		return adminCall{method: http.MethodDelete, path: tenants + "/" + at(args, 1)}, n(2)
+	case "tenant max-gateways":
+		if len(args) != 3 {
+			return adminCall{}, n(3)
+		}
+		limit, err := strconv.Atoi(args[2])
+		if err != nil {
+			return adminCall{}, fmt.Errorf("max gateways %q: want a number", args[2])
+		}
+		return adminCall{method: http.MethodPut, path: tenants + "/" + args[1] + "/max-gateways", body: map[string]int{"max_gateways": limit}}, nil
 	case "gateway add":
 		return adminCall{method: http.MethodPost, path: tenants + "/" + at(args, 1) + "/gateways", body: map[string]string{"id": at(args, 2)}, secret: true}, n(3)
 	case "gateway rotate":

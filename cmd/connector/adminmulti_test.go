@@ -26,22 +26,13 @@ func TestAdminAcrossInstances(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary and redis-server")
 	}
-	rds := redistest.Start(t, redistest.Options{})
-	rigs := make([]*adminRig, 2)
-	for i := range rigs {
-		r := newAdminRig(t)
+	rigs := adminRigsOnRedis(t, 2, func(r *adminRig, redisURL string) string {
 		doc, err := os.ReadFile(r.config)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := strings.Replace(string(doc), "tenants:\n", fmt.Sprintf("store: {backend: redis, redis_url: %q, lease_ttl: 2s}\ntenants:\n", rds.URL()), 1)
-		if err := os.WriteFile(r.config, []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		r.env = append(r.env, fmt.Sprintf("CONNECTOR_INSTANCE=i%d", i))
-		r.start(t)
-		rigs[i] = r
-	}
+		return strings.Replace(string(doc), "tenants:\n", fmt.Sprintf("store: {backend: redis, redis_url: %q, lease_ttl: 2s}\ntenants:\n", redisURL), 1)
+	})
 	r0, r1 := rigs[0], rigs[1]
 	r0.cli(t, "tenant", "add", "acme")
 	r0.cli(t, "bind", "acme", "nexscope", "room", "lab")
@@ -54,7 +45,7 @@ func TestAdminAcrossInstances(t *testing.T) {
 		}
 	}
 	gw := r1.connect(t, "acme-gw", secret)
-	nexscopeSay(t, r1.child.addr, "lab", "to acme on i1")
+	nexscopeSay(t, r1.child.addr, "lab", "ada", "to acme on i1")
 	inbound(t, gw, "to acme on i1")
 
 	r0.cli(t, "gateway", "rm", "acme", "acme-gw")
@@ -69,4 +60,22 @@ func TestAdminAcrossInstances(t *testing.T) {
 		t.Fatalf("closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
 	}
 	t.Logf("instance 1 closed the socket %v after the CLI returned", time.Since(start))
+}
+
+// adminRigsOnRedis starts n connectors (instances i0, i1, …) sharing one
+// fresh redis-server; config returns each one's YAML.
+func adminRigsOnRedis(t *testing.T, n int, config func(r *adminRig, redisURL string) string) []*adminRig {
+	t.Helper()
+	rds := redistest.Start(t, redistest.Options{})
+	rigs := make([]*adminRig, n)
+	for i := range rigs {
+		r := newAdminRig(t)
+		if err := os.WriteFile(r.config, []byte(config(r, rds.URL())), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r.env = append(r.env, fmt.Sprintf("CONNECTOR_INSTANCE=i%d", i))
+		r.start(t)
+		rigs[i] = r
+	}
+	return rigs
 }

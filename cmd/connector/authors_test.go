@@ -16,12 +16,14 @@ import (
 	"connector/relay/relaytest"
 )
 
-// TestAuthorFirstSharedGuild: tenants a and b share guild 500 (the YAML
-// gives the guild to tenant c) through author bindings made with the admin
-// CLI: user 71's messages reach only a, user 72's only b, each user's DM
-// reaches their own tenant, an unbound author's message falls back to the
-// guild's tenant c, and a tenant may reply where its author spoke but not
-// in another tenant's DM.
+// TestAuthorFirstSharedGuild: tenants a and b share guild 500, which no
+// tenant is bound to, through author bindings made with the admin CLI:
+// user 71's messages there reach only a, user 72's only b, each user's DM
+// reaches their own tenant, an unlinked author's message reaches nobody,
+// and a tenant may reply where its author spoke but not in another
+// tenant's DM. In guild 700, which the YAML gives to tenant c, every
+// message is c's, user 71's too (bindings come before links), and a may
+// not post there.
 func TestAuthorFirstSharedGuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary")
@@ -30,6 +32,8 @@ func TestAuthorFirstSharedGuild(t *testing.T) {
 	dfake := discordtest.New(t, discordtest.Options{Token: crashDiscordToken})
 	dfake.AddGuild(discordtest.Guild{ID: "500", Name: "Shared"},
 		discordtest.Channel{ID: "501", Type: 0, GuildID: "500", Name: "general"})
+	dfake.AddGuild(discordtest.Guild{ID: "700", Name: "C's"},
+		discordtest.Channel{ID: "701", Type: 0, GuildID: "700", Name: "c-general"})
 	dfake.AddChannel(discordtest.Channel{ID: "601", Type: 1})
 	dfake.AddChannel(discordtest.Channel{ID: "602", Type: 1})
 	pub, _, _ := ed25519.GenerateKey(nil)
@@ -46,7 +50,7 @@ discord:
   application_id: "9000"
   api_base_url: %s
   gateway_url: %s
-  guilds: {"500": c}
+  guilds: {"700": c}
   tenants: {c: {free_response_channels: ["*"]}}
 `, hex.EncodeToString(pub), dfake.URL, dfake.GatewayURL)
 	if err := os.WriteFile(r.config, []byte(doc), 0o600); err != nil {
@@ -91,14 +95,15 @@ discord:
 	}
 	say(1, "71", "501", "500", "71 in the guild")
 	say(2, "72", "501", "500", "72 in the guild")
-	say(3, "73", "501", "500", "73 in the guild")
+	say(3, "73", "501", "500", "73 in the guild") // reaches nobody
 	say(4, "71", "601", "", "71 in a DM")
 	say(5, "72", "602", "", "72 in a DM")
+	say(9, "71", "701", "700", "71 in c's guild")
 	// Messages of different channels may arrive in any order.
 	for tenant, want := range map[string][]string{
 		"a": {"71 in the guild", "71 in a DM"},
 		"b": {"72 in the guild", "72 in a DM"},
-		"c": {"73 in the guild"},
+		"c": {"71 in c's guild"},
 	} {
 		var got []string
 		for range want {
@@ -115,6 +120,7 @@ discord:
 		ok           bool
 	}{
 		{"a", "501", true}, {"b", "501", true}, {"a", "601", true}, {"b", "601", false}, {"c", "602", false},
+		{"a", "701", false}, {"c", "701", true},
 	} {
 		res, err := gws[c.tenant].Outbound(ctx, "discord", map[string]any{"op": "send", "chat_id": c.chat, "content": "hi", "reply_to": nil, "metadata": map[string]any{}})
 		if err != nil {
@@ -131,7 +137,7 @@ discord:
 	// inbound is the next message of its author there.
 	say(6, "71", "501", "500", "71 again")
 	say(7, "72", "501", "500", "72 again")
-	say(8, "73", "501", "500", "73 again")
+	say(8, "73", "701", "700", "73 again")
 	for tenant, want := range map[string]string{"a": "71 again", "b": "72 again", "c": "73 again"} {
 		if got := nextText(t, gws[tenant]); got != want {
 			t.Fatalf("tenant %s got %q, want %q", tenant, got, want)

@@ -17,6 +17,8 @@ import (
 	"connector/platform/discord"
 	"connector/platform/nexscope"
 	"connector/platform/telegram"
+	"connector/platform/whatsapp"
+	"connector/registry"
 	"connector/relay"
 	"connector/session"
 	"connector/store"
@@ -75,6 +77,11 @@ type Config struct {
 	// one chat under two spellings is an error). Long polling unless
 	// webhook_url is set.
 	Telegram *telegram.Config `yaml:"telegram"`
+	// WhatsApp fronts one WhatsApp Cloud API app (platform whatsapp_cloud);
+	// enabled when the section is present or WHATSAPP_ACCESS_TOKEN is set.
+	// Routing: phone_numbers (business phone number id -> tenant). Meta
+	// reaches it at GET and POST /whatsapp/webhook.
+	WhatsApp *whatsapp.Config `yaml:"whatsapp"`
 	// Nexscope hosts nexscope rooms at /ws and /ws/{room}; enabled when the
 	// section is present or NEXSCOPE_TOKEN is set, and on embedded defaults.
 	// Routing: rooms[].tenant.
@@ -111,6 +118,10 @@ type TenantConfig struct {
 	ID string `yaml:"id"`
 	// Gateways are the gateway identities that connect for this tenant.
 	Gateways []GatewayConfig `yaml:"gateways"`
+	// MaxGateways bounds the tenant's gateways, these and those made by the
+	// admin API, enrollment and self-provision together: one more is
+	// refused (429). Default 100, at most 10000.
+	MaxGateways int `yaml:"max_gateways"`
 	// Session holds the knobs of the tenant's gateways that change session
 	// keys; they must match the gateways' config.yaml and installed
 	// platform plugins. Defaults are the stock gateway's:
@@ -317,6 +328,9 @@ func (c *Config) validateTenants() error {
 			return fmt.Errorf("config: %s.id: tenant %q is defined twice", key, t.ID)
 		}
 		tenants[t.ID] = true
+		if t.MaxGateways < 0 || t.MaxGateways > registry.GatewayLimitCeiling {
+			return fmt.Errorf("config: %s.max_gateways: %d: want 0 (the default, %d) to %d", key, t.MaxGateways, registry.DefaultMaxGateways, registry.GatewayLimitCeiling)
+		}
 		switch p := t.Session.NexscopeKeyPlatform; p {
 		case "", session.PlatformRelay, session.PlatformNexscope:
 		default:

@@ -53,6 +53,11 @@ discord:
 telegram:
   # bot_token from TELEGRAM_BOT_TOKEN; long polling without webhook_url
   chats: {"-1001234567890": acme, "-1009876543210": globex}
+whatsapp:
+  # app_secret, verify_token and access_token from WHATSAPP_APP_SECRET,
+  # WHATSAPP_VERIFY_TOKEN and WHATSAPP_ACCESS_TOKEN; Meta posts to /whatsapp/webhook
+  phone_numbers: {"106540352242922": acme, "206540352242922": globex}   # phone number ids
+  allow_all_users: true        # dm_policy open admits everyone only with this, as natively
 nexscope:
   # token from NEXSCOPE_TOKEN
   rooms:

@@ -15,6 +15,12 @@ import (
 // into a SessionSource, through the platform's live ingest code.
 var eventNormalizers = map[string]func(raw, context json.RawMessage) (session.Source, error){}
 
+// eventOutcomes map a platform name to the function that turns one raw
+// fixture payload into what the platform's live ingest makes of it: a
+// turn (its Source and event fields) or a drop. A platform is in this map
+// or in eventNormalizers.
+var eventOutcomes = map[string]func(raw, context json.RawMessage) (session.Outcome, error){}
+
 // conformanceCmd checks the connector against the oracle fixtures produced
 // by running the gateway's real Python code.
 func conformanceCmd(args []string, stdout, stderr io.Writer) int {
@@ -92,12 +98,16 @@ func checkKeys(path string) (int, []string, error) {
 // platform payload through its platform's normalizer; every key of the
 // expected source must match, and the session key (gateway defaults) too.
 func checkEvents(path string) (int, []string, error) {
-	results, err := session.CheckEvents(path, "", func(c session.EventCase) (session.Source, error) {
+	results, err := session.CheckOutcomes(path, "", func(c session.EventCase) (session.Outcome, error) {
+		if outcome, ok := eventOutcomes[c.Platform]; ok {
+			return outcome(c.Raw, c.Context)
+		}
 		normalize, ok := eventNormalizers[c.Platform]
 		if !ok {
-			return session.Source{}, fmt.Errorf("platform %q is not implemented by this connector", c.Platform)
+			return session.Outcome{}, fmt.Errorf("platform %q is not implemented by this connector", c.Platform)
 		}
-		return normalize(c.Raw, c.Context)
+		src, err := normalize(c.Raw, c.Context)
+		return session.Outcome{Source: src}, err
 	})
 	if err != nil {
 		return 0, nil, err

@@ -17,6 +17,7 @@ import (
 	"connector/platform/discord"
 	"connector/platform/nexscope"
 	"connector/platform/telegram"
+	"connector/platform/whatsapp"
 	"connector/vault"
 )
 
@@ -83,7 +84,7 @@ func TestContractDoc(t *testing.T) {
 	slices.Sort(closeDoc)
 	same("close codes", closeDoc, closeCode)
 
-	// Per-platform columns: header "op | fields | discord | telegram | nexscope".
+	// Per-platform columns: header "op | fields | discord | telegram | nexscope | whatsapp_cloud".
 	for col, p := range docPlatforms(t) {
 		d := p.Descriptor()
 		var marked []string
@@ -114,7 +115,11 @@ func docPlatforms(t *testing.T) map[int]platform.Platform {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[int]platform.Platform{2: d, 3: tg, 4: n}
+	w, err := whatsapp.New(whatsapp.Config{AppSecret: "doc-test-secret", VerifyToken: "doc-test-verify", AccessToken: "doc-test-token"}, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[int]platform.Platform{2: d, 3: tg, 4: n, 5: w}
 }
 
 func prefixed(consts map[string]string, prefix string) []string {

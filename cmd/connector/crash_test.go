@@ -321,8 +321,22 @@ type child struct {
 // listens and its Discord Gateway session is up.
 func (r *crashRig) start(t *testing.T) {
 	t.Helper()
-	cmd := exec.Command(r.bin, "serve", "-config", r.config, "-data-dir", r.dir)
-	cmd.Env = r.env
+	r.child, r.queued, r.member = startChild(t, r.bin, r.config, r.dir, r.env), 0, nil
+	r.sessions++
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	if err := r.dfake.WaitSession(ctx, r.sessions); err != nil {
+		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, err)
+	}
+}
+
+// startChild runs the connector binary bin on config and the data
+// directory dir with the environment env, and waits until it listens. The
+// child is killed when the test ends; its log is shown if the test failed.
+func startChild(t *testing.T, bin, config, dir string, env []string) *child {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "-config", config, "-data-dir", dir)
+	cmd.Env = env
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -366,13 +380,7 @@ func (r *crashRig) start(t *testing.T) {
 	case <-time.After(crashWait):
 		t.Fatalf("timed out after %v waiting for the connector to listen\n%s", crashWait, c.stderr.String())
 	}
-	r.child, r.queued, r.member = c, 0, nil
-	r.sessions++
-	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
-	defer cancel()
-	if err := r.dfake.WaitSession(ctx, r.sessions); err != nil {
-		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, err)
-	}
+	return c
 }
 
 // stop ends the child with sig and waits for it: SIGTERM must end it
@@ -436,7 +444,14 @@ func (r *crashRig) followUp(t *testing.T, gw *relaytest.Client, f replayed) {
 // labels, from the child's /metrics.
 func (r *crashRig) metric(t *testing.T, name, labels string) float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + r.child.ops + "/metrics")
+	return r.child.metric(t, name, labels)
+}
+
+// metric returns the sum of the samples of name whose labels contain
+// labels, from the child's /metrics.
+func (c *child) metric(t *testing.T, name, labels string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + c.ops + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

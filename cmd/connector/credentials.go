@@ -26,11 +26,14 @@ func identityVerifier(ec enroll.Config) (*idtoken.Verifier, error) {
 	if ec.PublicKeyFile == "" {
 		return nil, nil
 	}
+	if ec.MaxTokenLifetime < 0 {
+		return nil, fmt.Errorf("config: enroll.max_token_lifetime %v: want a positive duration (default %v)", ec.MaxTokenLifetime, idtoken.DefaultMaxLifetime)
+	}
 	key, err := idtoken.LoadPublicKey(ec.PublicKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
 	}
-	v, err := idtoken.New(idtoken.Config{Key: key, Issuer: ec.Issuer, Audience: ec.Audience, TenantClaim: ec.TenantClaim})
+	v, err := idtoken.New(idtoken.Config{Key: key, Issuer: ec.Issuer, Audience: ec.Audience, TenantClaim: ec.TenantClaim, MaxLifetime: ec.MaxTokenLifetime})
 	if err != nil {
 		return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
 	}
@@ -45,18 +48,19 @@ func (c *connector) credentialRoutes(reg *registry.Registry, v *idtoken.Verifier
 }
 
 // newPoker returns the wake poker of a connector on st: its cooldown is
-// relay.wake_cooldown, held across the instances sharing st.
+// relay.wake_cooldown and its budget per host relay.wake_per_host, held
+// across the instances sharing st.
 func newPoker(cfg *Config, reg *registry.Registry, st store.Store, instance string, log *slog.Logger, promReg *prometheus.Registry) (*wake.Poker, error) {
 	pokes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "connector_wake_pokes_total",
-		Help: "Wake pokes sent to gateways' wake URLs, by result: ok, http_error (4xx/5xx), unreachable, store_error (the registry or the cooldown lease could not be read)."},
+		Help: "Wake pokes sent to gateways' wake URLs, by result: ok, http_error (4xx/5xx), unreachable, store_error (the registry or the cooldown lease could not be read), host_limit (not sent: the tenant's wake URLs on that host had relay.wake_per_host pokes this cooldown)."},
 		[]string{"result"})
 	promReg.MustRegister(pokes)
-	for _, r := range []string{wake.ResultOK, wake.ResultHTTPError, wake.ResultUnreachable, wake.ResultStoreError} {
+	for _, r := range []string{wake.ResultOK, wake.ResultHTTPError, wake.ResultUnreachable, wake.ResultStoreError, wake.ResultHostLimit} {
 		pokes.WithLabelValues(r)
 	}
 	return wake.New(wake.Config{
-		Targets: reg.WakeTargets, Leases: st.Leases(), Instance: instance, Cooldown: cfg.Relay.WakeCooldown,
+		Targets: reg.WakeTargets, Leases: st.Leases(), Instance: instance, Cooldown: cfg.Relay.WakeCooldown, PerHost: cfg.Relay.WakePerHost,
 		Log: log, Metrics: wakeMetrics{pokes},
 	})
 }

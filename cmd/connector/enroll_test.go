@@ -9,6 +9,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rsa"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -42,30 +44,16 @@ func stockPost(t *testing.T, url, bearer string, body any, want int) map[string]
 	return out
 }
 
-// TestStockGatewayEnrollProvisionWake: an operator onboards a tenant and
-// mints an enrollment token with the CLI; the gateway enrolls with it and
-// its identity token, and connects with the returned credentials. A
-// managed gateway self-provisions twice (two platforms, one secret) with
-// route keys and a wake URL, receives inbound of its routed chat, goes
-// idle, and the next inbound pokes its wake URL once per cooldown.
-func TestStockGatewayEnrollProvisionWake(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the connector binary")
-	}
+// startEnrollRig starts an admin rig whose connector verifies identity
+// tokens of a new authority key (audience connector), with a wake
+// cooldown of 1 h, and returns the rig and the key.
+func startEnrollRig(t *testing.T) (*adminRig, *rsa.PrivateKey) {
+	t.Helper()
 	key := idtokentest.Key(t)
 	keyFile := filepath.Join(t.TempDir(), "authority.pem")
 	if err := os.WriteFile(keyFile, idtokentest.PublicPEM(t, key), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var wakes atomic.Int32
-	wakeSeen := make(chan string, 10)
-	wakeSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		wakes.Add(1)
-		wakeSeen <- fmt.Sprintf("%s %s body=%d auth=%q", r.Method, r.URL.Path, len(body), r.Header.Get("Authorization"))
-	}))
-	defer wakeSrv.Close()
-
 	r := newAdminRig(t)
 	cfg, err := os.ReadFile(r.config)
 	if err != nil {
@@ -76,6 +64,28 @@ func TestStockGatewayEnrollProvisionWake(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.start(t)
+	return r, key
+}
+
+// TestStockGatewayEnrollProvisionWake: an operator onboards a tenant and
+// mints an enrollment token with the CLI; the gateway enrolls with it and
+// its identity token, and connects with the returned credentials. A
+// managed gateway self-provisions twice (two platforms, one secret) with
+// route keys and a wake URL, receives inbound of its routed chat, goes
+// idle, and the next inbound pokes its wake URL once per cooldown.
+func TestStockGatewayEnrollProvisionWake(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	var wakes atomic.Int32
+	wakeSeen := make(chan string, 10)
+	wakeSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		wakes.Add(1)
+		wakeSeen <- fmt.Sprintf("%s %s body=%d auth=%q", r.Method, r.URL.Path, len(body), r.Header.Get("Authorization"))
+	}))
+	defer wakeSrv.Close()
+	r, key := startEnrollRig(t)
 	base := "http://" + r.child.addr
 	identity := func(tenant string) string {
 		return idtokentest.Sign(t, key, map[string]any{"tid": tenant, "aud": "connector", "sub": "owner-of-" + tenant,
@@ -97,10 +107,12 @@ func TestStockGatewayEnrollProvisionWake(t *testing.T) {
 	}
 	stockPost(t, base+"/relay/enroll", "not-a-jwt", map[string]string{"enrollmentToken": "x", "gatewayId": "g"}, http.StatusUnauthorized)
 
-	// Managed: self-provision, one POST per fronted platform.
+	// Managed: self-provision, one POST per fronted platform, all with the
+	// identity token the boot resolved once.
 	r.cli(t, "tenant", "add", "fleet")
+	boot := identity("fleet")
 	provision := func(platform string, keys []string) map[string]any {
-		return stockPost(t, base+"/relay/provision", identity("fleet"), map[string]any{
+		return stockPost(t, base+"/relay/provision", boot, map[string]any{
 			"gatewayId": "gw-fly", "platform": platform, "botId": "", "gatewayEndpoint": "",
 			"routeKeys": keys, "instanceId": "inst-1", "wakeUrl": wakeSrv.URL + "/wake"}, http.StatusOK)
 	}
@@ -187,4 +199,65 @@ func grepLines(s, pattern string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestProvisionFloodWakesOncePerCooldown (issue 22): one identity token
+// provisions 500 gateways of one tenant as fast as it can, all with one
+// wake URL. The tenant's max_gateways (100) stops them at 100 (429 after);
+// a buffered inbound then makes one GET to the wake URL per cooldown, not
+// one per gateway. The figures are logged.
+func TestProvisionFloodWakesOncePerCooldown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	var wakes atomic.Int32
+	wakeSrv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { wakes.Add(1) }))
+	defer wakeSrv.Close()
+	r, key := startEnrollRig(t)
+	r.cli(t, "tenant", "add", "fleet")
+	token := idtokentest.Sign(t, key, map[string]any{"tid": "fleet", "aud": "connector", "sub": "mallory", "exp": time.Now().Add(5 * time.Minute).Unix()})
+	status := map[int]int{}
+	started := time.Now()
+	for i := range 500 {
+		body := map[string]any{"gatewayId": fmt.Sprintf("gw-%03d", i), "platform": "telegram", "routeKeys": []string{"777"}, "wakeUrl": wakeSrv.URL + "/wake"}
+		data, _ := json.Marshal(body)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+"/relay/provision", bytes.NewReader(data))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		status[resp.StatusCode]++
+	}
+	took := time.Since(started)
+	r.telegram(t, 10, 777, "while every gateway sleeps")
+	r.telegram(t, 11, 777, "and again")
+	// The pokes are done once the counter has the wake server's count and
+	// keeps it for three scrapes in a row.
+	okPokes := regexp.MustCompile(`connector_wake_pokes_total\{result="ok"\} (\d+)`)
+	deadline := time.Now().Add(crashWait)
+	for same, last := 0, -1; same < 3; {
+		n := -1
+		if m := okPokes.FindStringSubmatch(scrape(t, r)); m != nil {
+			n, _ = strconv.Atoi(m[1])
+		}
+		switch {
+		case n > 0 && n == last && n == int(wakes.Load()):
+			same++
+		default:
+			same, last = 0, n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %d wake pokes counted, %d GETs seen", crashWait, n, wakes.Load())
+		}
+		time.Sleep(100 * time.Millisecond) // polling interval of the metrics page
+	}
+	t.Logf("500 provisions in %v: %v (status: count); wake GETs after 2 buffered inbound: %d", took.Round(time.Millisecond), status, wakes.Load())
+	if status[http.StatusOK] != 100 || status[http.StatusTooManyRequests] != 400 {
+		t.Errorf("provisions answered %v, want 100 200s and 400 429s", status)
+	}
+	if n := wakes.Load(); n != 1 {
+		t.Errorf("wake GETs %d, want 1 per cooldown", n)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"connector/platform/discord"
 	"connector/platform/nexscope"
 	"connector/platform/telegram"
+	"connector/platform/whatsapp"
 )
 
 // TestEveryKeyVariableSetsItsKey sets each key's variable to a value of its
@@ -33,6 +34,9 @@ func TestEveryKeyVariableSetsItsKey(t *testing.T) {
 		reflect.TypeFor[map[string]telegram.TenantConfig](): "{t1: {require_mention: true}}",
 		reflect.TypeFor[telegram.TopicBindings]():           `[{chat_id: "-100", topics: []}]`,
 		reflect.TypeFor[[]nexscope.Room]():                  "[{name: r1}]",
+		reflect.TypeFor[*whatsapp.OptIn]():                  "yes",
+		reflect.TypeFor[whatsapp.List]():                    "+44 7700 900123, 15550100",
+		reflect.TypeFor[map[string]whatsapp.TenantConfig](): "{t1: {dm_policy: pairing}}",
 	}
 	keys := configKeys()
 	if len(keys) < 100 {

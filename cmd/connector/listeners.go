@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -86,18 +87,35 @@ func isWebSocketUpgrade(r *http.Request) bool {
 	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
-// publicMux serves the gateway-facing routes: /relay, the media routes
-// (when there is a media store), every platform's routes, and /healthz for
-// load balancers.
-func publicMux(relayHandler http.Handler, platforms []platform.Platform, mediaRoutes map[string]http.Handler) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.Handle("/relay", relayHandler)
-	handleRoutes(mux, mediaRoutes)
-	mux.HandleFunc("GET /healthz", healthz)
+// publicRoutes maps every route of the public listener, ServeMux pattern
+// to handler: /relay, /healthz for load balancers, every platform's routes
+// and extra (the media, relevance policy, management and credential
+// routes). A pattern given twice is an error. TestAuthorizationMatrix reads
+// the patterns (connector.publicPatterns): each route must have its rows
+// in that test's table.
+func publicRoutes(relayHandler http.Handler, platforms []platform.Platform, extra ...map[string]http.Handler) (map[string]http.Handler, error) {
+	routes := map[string]http.Handler{"/relay": relayHandler, "GET /healthz": http.HandlerFunc(healthz)}
 	for _, p := range platforms {
 		if r, ok := p.(platform.Routes); ok {
-			handleRoutes(mux, r.Routes())
+			extra = append(extra, r.Routes())
 		}
+	}
+	for _, more := range extra {
+		for pattern, h := range more {
+			if _, dup := routes[pattern]; dup {
+				return nil, fmt.Errorf("public listener: route %q registered twice", pattern)
+			}
+			routes[pattern] = h
+		}
+	}
+	return routes, nil
+}
+
+// newMux returns a ServeMux serving routes.
+func newMux(routes map[string]http.Handler) *http.ServeMux {
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
 	}
 	return mux
 }

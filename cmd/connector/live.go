@@ -42,7 +42,10 @@ type live struct {
 
 	mu     sync.Mutex // serializes apply
 	expiry *time.Timer
-	ctx    context.Context // ends the expiry timer's applies
+	// setAside are the scope claims the last apply found set aside by a
+	// binding of another tenant (reportSetAside).
+	setAside map[setAsideClaim]bool
+	ctx      context.Context // ends the expiry timer's applies
 }
 
 // newLive keeps srv and the platforms that take bindings or relevance
@@ -67,7 +70,7 @@ func (c *Config) declared() registry.State {
 	var s registry.State
 	for _, t := range c.Tenants {
 		session := registry.Session(t.Session) // the same fields, JSON-tagged
-		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &session})
+		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &session, MaxGateways: t.MaxGateways})
 		for _, g := range t.Gateways {
 			gw := registry.Gateway{ID: g.ID, Tenant: t.ID}
 			for _, v := range g.Secrets {
@@ -84,6 +87,11 @@ func (c *Config) declared() registry.State {
 	if c.Telegram != nil {
 		for _, chat := range slices.Sorted(maps.Keys(c.Telegram.Chats)) {
 			s.Bindings = append(s.Bindings, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: chat, Tenant: c.Telegram.Chats[chat]})
+		}
+	}
+	if c.WhatsApp != nil {
+		for _, number := range slices.Sorted(maps.Keys(c.WhatsApp.PhoneNumbers)) {
+			s.Bindings = append(s.Bindings, registry.Binding{Platform: "whatsapp_cloud", Kind: platform.BindPhoneNumber, ID: number, Tenant: c.WhatsApp.PhoneNumbers[number]})
 		}
 	}
 	if c.Nexscope != nil {
@@ -149,6 +157,7 @@ func (l *live) apply(ctx context.Context) error {
 			return err
 		}
 	}
+	l.reportSetAside(bindings)
 	policies := s.Relevance(slices.Collect(maps.Keys(l.relevance)))
 	for name, rt := range l.relevance {
 		rt.SetRelevance(policies[name])
@@ -157,6 +166,39 @@ func (l *live) apply(ctx context.Context) error {
 	l.metrics.applies.WithLabelValues("ok").Inc()
 	l.log.Debug("registry applied", "tenants", len(s.Tenants), "gateways", len(s.Gateways), "bindings", len(s.Bindings))
 	return nil
+}
+
+// setAsideClaim is a set-aside scope claim of a platform.
+type setAsideClaim struct {
+	platformName string
+	platform.SetAsideClaim
+}
+
+// reportSetAside logs each scope claim a binding of another tenant sets
+// aside (platform.Ownership.SetAside: the claim stays stored, routing and
+// egress ignore it) when it first finds it, and one line when it is no
+// longer set aside (released, replaced, or the binding gone), and sets
+// the gauge of set-aside claims per platform. Called under mu.
+func (l *live) reportSetAside(bindings map[string][]platform.Binding) {
+	now := make(map[setAsideClaim]bool)
+	for name := range l.binders {
+		claims := platform.NewOwnership(bindings[name]).SetAside()
+		l.metrics.setAside.WithLabelValues(name).Set(float64(len(claims)))
+		for _, c := range claims {
+			k := setAsideClaim{name, c}
+			now[k] = true
+			if !l.setAside[k] {
+				l.log.Warn("scope claim set aside", "platform", name, "chat_id", c.Claim.ID, "claimant", c.Claim.Tenant, "owner", c.Owner,
+					"why", "the chat is bound to another tenant; the claim is ignored until the claimant releases it or the owner claims the chat")
+			}
+		}
+	}
+	for k := range l.setAside {
+		if !now[k] {
+			l.log.Info("scope claim no longer set aside", "platform", k.platformName, "chat_id", k.Claim.ID, "claimant", k.Claim.Tenant, "owner", k.Owner)
+		}
+	}
+	l.setAside = now
 }
 
 // schedule arranges an apply at next, when a secret's grace ends; zero
@@ -230,6 +272,9 @@ type adminMetrics struct {
 	changes *prometheus.CounterVec
 	refused prometheus.Counter
 	applies *prometheus.CounterVec
+	// setAside is the number of stored scope claims a binding of another
+	// tenant sets aside, per platform (live.reportSetAside).
+	setAside *prometheus.GaugeVec
 }
 
 func newAdminMetrics(reg *prometheus.Registry) *adminMetrics {
@@ -243,7 +288,10 @@ func newAdminMetrics(reg *prometheus.Registry) *adminMetrics {
 			Name: "connector_registry_applies_total",
 			Help: "Registry applies (start, admin change, change notification, poll, secret expiry, SIGHUP) by result: ok or error."}, []string{"result"}),
 	}
-	reg.MustRegister(m.changes, m.refused, m.applies)
+	m.setAside = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "connector_scope_claims_set_aside",
+		Help: "Stored scope claims that a binding of another tenant (configuration or admin API) sets aside, per platform: kept in the store, ignored by routing and egress."}, []string{"platform"})
+	reg.MustRegister(m.changes, m.refused, m.applies, m.setAside)
 	m.applies.WithLabelValues("ok")
 	m.applies.WithLabelValues("error")
 	return m

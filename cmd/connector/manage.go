@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net/http"
 
 	"connector/idtoken"
 	"connector/manage"
@@ -54,11 +53,4 @@ type relayAuth struct{ c *connector }
 
 func (a relayAuth) Authenticate(header string) (string, string, error) {
 	return a.c.relay.Authenticate(header)
-}
-
-// handleRoutes registers routes on mux.
-func handleRoutes(mux *http.ServeMux, routes map[string]http.Handler) {
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
 }

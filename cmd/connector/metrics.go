@@ -11,6 +11,7 @@ import (
 	"connector/contract"
 	"connector/internal/connlimit"
 	"connector/platform"
+	"connector/platform/whatsapp"
 	"connector/relay"
 	"connector/vault"
 )
@@ -33,11 +34,13 @@ type metrics struct {
 	rateWait      *prometheus.HistogramVec
 	rateLimited   *prometheus.CounterVec
 	httpRefused   *prometheus.CounterVec
+	statuses      *prometheus.CounterVec
 }
 
 var (
-	_ relay.Metrics    = (*metrics)(nil)
-	_ platform.Metrics = (*metrics)(nil)
+	_ relay.Metrics          = (*metrics)(nil)
+	_ platform.Metrics       = (*metrics)(nil)
+	_ whatsapp.StatusMetrics = (*metrics)(nil)
 )
 
 // latencyBuckets span 100 µs to 30 s in 1-2.5-5 steps: in-process hops to
@@ -81,13 +84,17 @@ func newMetrics() *metrics {
 			Name: "connector_http_connections_refused_total",
 			Help: "Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), out_of_fds (accept failed for lack of file descriptors)."},
 			[]string{"reason"}),
+		statuses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_delivery_statuses_total",
+			Help: "Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways."},
+			[]string{"platform", "tenant", "status"}),
 	}
 	d := readBuildDetails()
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "connector_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "commit", "goversion"})
 	buildInfo.WithLabelValues(d.Version, d.Commit, d.GoVersion).Set(1)
 	m.reg.MustRegister(m.connections, m.refused, m.framesIgnored, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
-		m.buffered, m.rateWait, m.rateLimited, m.httpRefused, buildInfo,
+		m.buffered, m.rateWait, m.rateLimited, m.httpRefused, m.statuses, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{contract.ReasonUnauthorized, contract.ReasonExpired} {
 		m.refused.WithLabelValues(r)
@@ -230,6 +237,11 @@ func (m *metrics) RateLimitWait(platform string, d time.Duration) {
 
 // RateLimited implements platform.Metrics.
 func (m *metrics) RateLimited(platform string) { m.rateLimited.WithLabelValues(platform).Inc() }
+
+// DeliveryStatus implements whatsapp.StatusMetrics.
+func (m *metrics) DeliveryStatus(platform, tenant, status string) {
+	m.statuses.WithLabelValues(platform, tenant, status).Inc()
+}
 
 // Dropped implements platform.Metrics: an event the platform did not deliver.
 func (m *metrics) Dropped(platform, reason string) {

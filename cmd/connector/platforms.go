@@ -10,11 +10,13 @@ import (
 	"connector/platform/discord"
 	"connector/platform/nexscope"
 	"connector/platform/telegram"
+	"connector/platform/whatsapp"
 )
 
 func init() {
 	eventNormalizers["discord"] = discord.NormalizeFixture
 	eventNormalizers["telegram"] = telegram.NormalizeFixture
+	eventOutcomes["whatsapp_cloud"] = whatsapp.NormalizeFixture
 }
 
 // embeddedNexscope is the nexscope section of the embedded defaults: the
@@ -92,6 +94,21 @@ func (c *Config) validatePlatforms() error {
 			}
 		}
 	}
+	if w := c.WhatsApp; w != nil {
+		if err := w.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		for _, number := range slices.Sorted(maps.Keys(w.PhoneNumbers)) {
+			if err := known(fmt.Sprintf("whatsapp.phone_numbers[%q]", number), w.PhoneNumbers[number]); err != nil {
+				return err
+			}
+		}
+		for _, tenant := range slices.Sorted(maps.Keys(w.Tenants)) {
+			if err := known(fmt.Sprintf("whatsapp.tenants[%q]", tenant), tenant); err != nil {
+				return err
+			}
+		}
+	}
 	if n := c.Nexscope; n != nil {
 		if err := n.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
@@ -151,6 +168,13 @@ func buildPlatforms(cfg *Config, deps platform.Deps) ([]platform.Platform, error
 	}
 	if cfg.Telegram != nil {
 		p, err := telegram.New(*cfg.Telegram, deps)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		out = append(out, p)
+	}
+	if cfg.WhatsApp != nil {
+		p, err := whatsapp.New(*cfg.WhatsApp, deps)
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}

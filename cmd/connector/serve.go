@@ -234,14 +234,17 @@ func durationAsString(_ []string, a slog.Attr) slog.Attr {
 // connector is everything serve runs, built from a config but not yet
 // listening.
 type connector struct {
-	cfg        *Config
-	log        *slog.Logger
-	metrics    *metrics
-	platforms  []platform.Platform
-	relay      *relay.Server
-	handler    http.Handler // the public listener's routes
-	opsHandler http.Handler // the operations listener's routes
-	tls        *tls.Config  // nil: plain HTTP
+	cfg       *Config
+	log       *slog.Logger
+	metrics   *metrics
+	platforms []platform.Platform
+	relay     *relay.Server
+	handler   http.Handler // the public listener's routes
+	// publicPatterns are the ServeMux patterns of handler, sorted: the
+	// routes TestAuthorizationMatrix must have rows for.
+	publicPatterns []string
+	opsHandler     http.Handler // the operations listener's routes
+	tls            *tls.Config  // nil: plain HTTP
 	// live keeps the relay and platforms in step with the registry.
 	live *live
 	// admin is the admin API's handler; nil when admin.listen is unset.
@@ -365,11 +368,13 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 		c.media = deps.Media
 		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, Log: log}))
 	}
-	mux := publicMux(srv, platforms, mediaRoutes)
-	mux.Handle("POST /relay/policy", c.relayPolicyHandler())
-	handleRoutes(mux, mh.Routes())
-	handleRoutes(mux, c.credentialRoutes(reg, identity))
-	c.handler = mux
+	routes, err := publicRoutes(srv, platforms, mediaRoutes, map[string]http.Handler{"POST /relay/policy": c.relayPolicyHandler()},
+		mh.Routes(), c.credentialRoutes(reg, identity))
+	if err != nil {
+		return nil, err
+	}
+	c.publicPatterns = slices.Sorted(maps.Keys(routes))
+	c.handler = newMux(routes)
 	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
 	return c, nil
 }
@@ -385,6 +390,7 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
 		Key:     keys.key,
 		Metrics: m,
+		Store:   st,
 	}
 	if cfg.Media.Dir != "" {
 		ms, err := media.New(cfg.Media)
@@ -606,7 +612,7 @@ func (c *connector) shutdown(public *http.Server, stopIngest func()) {
 // gatewayKnows lists the connector's platforms that the Hermes gateway knows
 // by name; it files events of any other platform (nexscope) under "relay"
 // (docs/hermes-wire.md §6.2).
-var gatewayKnows = map[string]bool{"discord": true, "telegram": true}
+var gatewayKnows = map[string]bool{"discord": true, "telegram": true, "whatsapp_cloud": true}
 
 // gatewayPlatforms is the GATEWAY_RELAY_PLATFORMS value a gateway of this
 // connector should run with: one hello per platform it knows by name, so
@@ -640,7 +646,7 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	addr := addrs.Addr
 	base := scheme + "://" + addr
 	fmt.Fprintf(w, "connector %s listening on %s (relay at %s://%s/relay)\n", version(), base, wsScheme, addr)
-	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN or NEXSCOPE_TOKEN)")
+	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN, WHATSAPP_ACCESS_TOKEN or NEXSCOPE_TOKEN)")
 	fmt.Fprintf(w, "  platforms: %s; tenants: %d\n", names, len(cfg.Tenants))
 	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound and interaction tokens survive restarts)\n", describeStore(&cfg.Store))
 	if gen != nil {

@@ -110,6 +110,7 @@ func runOnce(o *options) (*result, error) {
 		drv      eventDriver
 		nexDrv   *nexscopeDriver
 		discDrv  *discordDriver
+		waDrv    *whatsappDriver
 		relayURL = o.URL
 		echoURL  string
 		err      error
@@ -137,6 +138,11 @@ func runOnce(o *options) (*result, error) {
 			drv = discDrv
 			newPlatform = discDrv.newPlatform
 			defer discDrv.close()
+		case driverWhatsApp:
+			waDrv = &whatsappDriver{}
+			drv = waDrv
+			newPlatform = waDrv.newPlatform
+			defer waDrv.close()
 		}
 		if c, err = startConnector(o, newPlatform); err != nil {
 			return nil, err
@@ -181,6 +187,9 @@ func runOnce(o *options) (*result, error) {
 			if err := discDrv.start(c.BaseURL, c.Metrics.progress); err != nil {
 				return res, err
 			}
+		}
+		if waDrv != nil {
+			waDrv.start(c.BaseURL, c.Metrics.progress)
 		}
 		before := sampleCPU(fl.pid())
 		st, err := driveConnector(o, c, drv, fl)

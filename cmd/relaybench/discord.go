@@ -10,11 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/platform/discord"
 	"connector/platform/discord/discordtest"
@@ -36,17 +33,8 @@ type discordDriver struct {
 	guilds   []string // per tenant
 	channels []string // per tenant
 
-	url      string
-	client   *http.Client
-	jobs     chan discordJob
-	workers  sync.WaitGroup
-	failed   atomic.Int64 // refused webhooks and interactions the platform dropped
-	progress chan struct{}
-}
-
-type discordJob struct {
-	seq int
-	at  time.Time
+	url string
+	webhookPool
 }
 
 // Helper lets the driver stand in for the testing.TB discordtest.New asks for.
@@ -79,7 +67,7 @@ func (d *discordDriver) newPlatform(tenants []relay.Tenant) (platform.Platform, 
 		Guilds: guilds, APIBaseURL: d.fake.URL, GatewayURL: d.fake.GatewayURL,
 	}, platform.Deps{
 		Log: slog.New(slog.DiscardHandler), Vault: vault.NewMemory(vault.Config{}),
-		Key: relay.KeyFunc(tenants), Metrics: discordDrops{d},
+		Key: relay.KeyFunc(tenants), Metrics: dropCounter{&d.webhookPool},
 	})
 }
 
@@ -91,24 +79,14 @@ func (d *discordDriver) start(baseURL string, progress chan struct{}) error {
 	if err := d.fake.WaitSession(ctx, 1); err != nil {
 		return fmt.Errorf("discord platform never opened its Gateway session: %w", err)
 	}
-	d.url, d.progress = baseURL+"/discord/interactions", progress
-	d.client = &http.Client{Timeout: dialTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: discordWorkers}}
-	d.jobs = make(chan discordJob, discordWorkers)
-	for range discordWorkers {
-		d.workers.Go(func() {
-			for j := range d.jobs {
-				if !d.post(j) {
-					d.fail()
-				}
-			}
-		})
-	}
+	d.url = baseURL + "/discord/interactions"
+	d.webhookPool.start(discordWorkers, progress, d.post)
 	return nil
 }
 
 // post sends interaction seq and reports whether Discord's webhook
 // contract was met: 200 with a deferred response.
-func (d *discordDriver) post(j discordJob) bool {
+func (d *discordDriver) post(j webhookJob) bool {
 	t := j.seq % len(d.guilds)
 	user := strconv.Itoa(900_000_000_000_000_000 + (j.seq/len(d.guilds))%sessionsPerGateway)
 	text := string(append(appendStamp(nil, j.at), messageBody...))
@@ -132,40 +110,10 @@ func (d *discordDriver) post(j discordJob) bool {
 	return resp.StatusCode == http.StatusOK && string(ack) == `{"type":5}`
 }
 
-func (d *discordDriver) fail() {
-	d.failed.Add(1)
-	wsconn.Signal(d.progress)
-}
-
-// fire queues interaction seq for the workers.
-func (d *discordDriver) fire(seq int, at time.Time) error {
-	d.jobs <- discordJob{seq: seq, at: at}
-	return nil
-}
-
-// failures implements eventDriver.
-func (d *discordDriver) failures() int64 { return d.failed.Load() }
-
 // close stops the workers and the fake Discord.
 func (d *discordDriver) close() {
-	if d.jobs != nil {
-		close(d.jobs)
-		d.workers.Wait()
-	}
+	d.stop()
 	for i := len(d.cleanups) - 1; i >= 0; i-- {
 		d.cleanups[i]()
 	}
 }
-
-// discordDrops counts interactions the platform accepted but dropped, which
-// will never reach a gateway.
-type discordDrops struct{ d *discordDriver }
-
-// RateLimitWait implements platform.Metrics.
-func (discordDrops) RateLimitWait(string, time.Duration) {}
-
-// RateLimited implements platform.Metrics.
-func (discordDrops) RateLimited(string) {}
-
-// Dropped implements platform.Metrics.
-func (m discordDrops) Dropped(string, string) { m.d.fail() }

@@ -38,6 +38,7 @@
 //	relaybench -gateways 1000 -tenants 100 -rate 5000 -duration 10s
 //	relaybench -driver nexscope -gateways 100 -rate 0 -duration 10s
 //	relaybench -driver discord -gateways 100 -rate 500 -duration 10s
+//	relaybench -driver whatsapp -gateways 100 -rate 0 -duration 10s
 //	relaybench -gateways 100 -rate 0 -duration 5s -producers 256 -store embedded
 //	relaybench -url ws://10.0.0.5:8080/relay -secret S -gateway-prefix bench-gw- -gateways 100 -driver idle
 package main

@@ -17,6 +17,7 @@ const (
 	driverSynthetic = "synthetic"
 	driverNexscope  = "nexscope"
 	driverDiscord   = "discord"
+	driverWhatsApp  = "whatsapp"
 	driverIdle      = "idle"
 )
 
@@ -85,7 +86,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Secret, "secret", "", "gateway HMAC secret (required with -url; random in-process)")
 	fs.IntVar(&o.Gateways, "gateways", 10, "gateways to connect")
 	fs.IntVar(&o.Tenants, "tenants", 0, "tenants the gateways are spread over, round-robin (default: one per gateway)")
-	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope, discord or idle")
+	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope, discord, whatsapp or idle")
 	fs.Float64Var(&o.Rate, "rate", 1000, "events per second (0: as fast as -window allows)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "how long to drive events")
 	fs.IntVar(&o.Window, "window", 1024, "most events sent and not yet acknowledged by a gateway")
@@ -163,10 +164,10 @@ func (o *options) validate() error {
 		return errors.New("-store applies to the in-process connector; a connector at -url uses its own")
 	}
 	switch o.Driver {
-	case driverSynthetic, driverNexscope, driverDiscord, driverIdle:
+	case driverSynthetic, driverNexscope, driverDiscord, driverWhatsApp, driverIdle:
 		return nil
 	}
-	return fmt.Errorf("unknown -driver %q (synthetic, nexscope, discord or idle)", o.Driver)
+	return fmt.Errorf("unknown -driver %q (synthetic, nexscope, discord, whatsapp or idle)", o.Driver)
 }
 
 // gatewayID is gateway i's id.
@@ -177,6 +178,8 @@ func (o *options) helloPlatform() string {
 	switch o.Driver {
 	case driverNexscope, driverDiscord:
 		return o.Driver
+	case driverWhatsApp:
+		return "whatsapp_cloud"
 	case driverSynthetic:
 		return syntheticPlatformName
 	}

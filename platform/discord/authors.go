@@ -3,46 +3,59 @@ package discord
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/bwmarrin/discordgo"
 
 	"connector/platform"
 )
 
-// This file applies author-first routing (platform.Authors, Hermes
-// contract §3 "Author-first resolution", §7.1) to Discord messages and
-// interactions (slash commands, buttons, modals), and consumes the
-// "/link <code>" DMs that link an account. An event the author table says
-// nothing about falls back to the guild's tenant (or dm_tenant). A tenant
-// may act in the channel where an event routed to it by author was posted
-// (platform.Grants, shared by every instance on the store).
+// This file places Discord events and actions in the ownership order
+// (platform.Ownership: guild bindings, then scope claims, then author
+// links; Hermes contract §3 "Author-first resolution", §7.1) and consumes
+// the "/link <code>" DMs that link an account. An event no rule places
+// goes to dm_tenant when it is a DM, else nowhere. A tenant may act in
+// the channel where an event routed to it by claim or author link was
+// posted (platform.Grants, shared by every instance on the store), as long
+// as no binding or claim of another tenant covers it.
 
-// route resolves the tenant of an event by author (its user id; empty
-// when it has none) in channelID of guildID (empty: a DM), author first,
-// else by the guild (or dm_tenant): the one rule for messages and
-// interactions alike. owner is set when the author is linked to the tenant
-// (the owner floor); drop is why no tenant takes the event
-// (platform.DropPrincipal, or dropUnclaimed). A tenant reached by author
-// is granted the channel.
+// chatOf places a channel of guildID ("" for a DM) for the ownership
+// order: its parent (a thread's channel, a channel's category) comes from
+// the channel cache.
+func (p *Platform) chatOf(guildID, channelID string) platform.Chat {
+	c := platform.Chat{ID: channelID, Space: guildID, DM: guildID == ""}
+	if ci, ok := p.cache.cachedChannel(channelID); ok {
+		c.Parent = ci.ParentID
+	}
+	return c
+}
+
+// chatOfInfo places a cached or looked-up channel for the ownership order.
+func chatOfInfo(ci chanInfo) platform.Chat {
+	return platform.Chat{ID: ci.ID, Parent: ci.ParentID, Space: ci.GuildID, DM: ci.Type == chanDM || ci.Type == chanGroupDM}
+}
+
+// route resolves the tenant of an event by the ownership order, from its
+// author (their user id; empty when it has none) in channelID of guildID
+// (empty: a DM): the one rule for messages and interactions alike. owner
+// is set when the author is linked to the tenant (the owner floor); drop
+// is why no tenant takes the event (platform.DropPrincipal, or
+// dropUnclaimed). A tenant reached by claim or author link is granted the
+// channel.
 func (p *Platform) route(author, guildID, channelID string) (tenant string, owner bool, drop string) {
-	if author != "" {
-		scopes := []string{channelID}
-		if ci, ok := p.cache.cachedChannel(channelID); ok && ci.ParentID != "" {
-			scopes = append(scopes, ci.ParentID)
-		}
-		if r, ok := (*p.authors.Load()).Route(author, guildID == "", scopes...); ok {
-			if r.Drop != "" {
-				return "", false, r.Drop
-			}
+	r, ok := p.owners.Load().Route(author, p.chatOf(guildID, channelID))
+	switch {
+	case ok && r.Drop != "":
+		return "", false, r.Drop
+	case ok:
+		if r.Grant {
 			p.spoke.Add(channelID, r.Tenant)
-			return r.Tenant, r.Owner, ""
 		}
+		return r.Tenant, r.Owner, ""
+	case guildID == "" && p.cfg.DMTenant != "":
+		return p.cfg.DMTenant, false, ""
 	}
-	tenant, ok := p.guildTenant(guildID)
-	if !ok {
-		return "", false, dropUnclaimed
-	}
-	return tenant, false, ""
+	return "", false, dropUnclaimed
 }
 
 // dropUnclaimed is route's drop for an event no tenant claims.
@@ -69,12 +82,13 @@ func (p *Platform) messageNormalizer(m *wireMessage) (n *normalizer, tenant, dro
 	return n, tenant, ""
 }
 
-// consumeLink handles m when it is a "/link <code>" DM: it redeems the
-// code for the DM's author and answers in the DM (an edit into one is
-// only dropped). It reports whether m was one (and must not be routed).
-func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) bool {
-	linker := p.deps.Linker
-	if linker == nil || m.GuildID != "" || m.Author == nil || m.Author.Bot || m.WebhookID != "" {
+// consumeLink handles m when it is a "/link <code>" DM: it hands the DM
+// to the link desk (platform.LinkDesk), which redeems the code for the
+// DM's author and answers in the DM on its own workers, so the ingest
+// worker goes on at once (an edit into one is only dropped). It reports
+// whether m was one (and must not be routed).
+func (p *Platform) consumeLink(m *wireMessage, edit bool) bool {
+	if p.deps.Linker == nil || m.GuildID != "" || m.Author == nil || m.Author.Bot || m.WebhookID != "" {
 		return false
 	}
 	code, ok := platform.ParseLinkCommand(m.Content)
@@ -85,26 +99,54 @@ func (p *Platform) consumeLink(ctx context.Context, m *wireMessage, edit bool) b
 		p.metrics.Dropped(platformName, "link_edit")
 		return true
 	}
-	tenant, err := linker.Link(ctx, platformName, m.Author.ID, code)
-	reply, reason := platform.LinkAnswer(err)
-	p.metrics.Dropped(platformName, reason)
-	switch {
-	case err == nil:
-		p.spoke.Add(m.ChannelID, tenant)
-	case !errors.Is(err, platform.ErrLinkRefused):
-		p.log.Warn("discord /link not redeemed", "user_id", m.Author.ID, "err", err)
-	}
-	// The reply spends the linked tenant's share of the bot's budget (an
-	// unknown tenant's when the code was refused).
-	if err := p.rest(platform.WithTenant(ctx, tenant), "POST", discordgo.EndpointChannelMessages(m.ChannelID), &discordgo.MessageSend{Content: reply}, nil); err != nil {
-		p.log.Warn("discord /link reply not sent", "channel_id", m.ChannelID, "err", describe(err).msg)
+	user, channel := m.Author.ID, m.ChannelID
+	if reason := p.links.Submit(user, func(ctx context.Context) { p.redeemLink(ctx, user, channel, code) }); reason != "" {
+		p.metrics.Dropped(platformName, reason)
 	}
 	return true
 }
 
+// redeemLink redeems code for user and answers in the DM channel, on the
+// link replies' own share of the bot's budget (platform.LinkBudget).
+func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
+	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
+	reply, reason := platform.LinkAnswer(err)
+	p.metrics.Dropped(platformName, reason)
+	switch {
+	case err == nil:
+		p.spoke.Add(channel, tenant)
+	case !errors.Is(err, platform.ErrLinkRefused):
+		p.log.Warn("discord /link not redeemed", "user_id", user, "err", err)
+	}
+	if err := p.rest(platform.WithTenant(ctx, platform.LinkBudget), "POST", discordgo.EndpointChannelMessages(channel), &discordgo.MessageSend{Content: reply}, nil); err != nil {
+		p.log.Warn("discord /link reply not sent", "channel_id", channel, "err", describe(err).msg)
+	}
+}
+
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// when it claimed the channel, or a message routed to it by author was
-// posted there (and it is still remembered).
-func (p *Platform) ChatGranted(chatID, tenant string) bool {
-	return (*p.authors.Load()).Claimed(chatID, tenant) || p.spoke.Has(chatID, tenant)
+// when it claimed the channel (or, as the cache knows it, the thread's
+// channel), or a message routed to it by claim or author link was posted
+// there (and it is still remembered), and the ownership order lets that
+// stand where the channel is (platform.Ownership.MayAct: no binding or
+// claim of another tenant). Only then is the channel placed: from the
+// cache, else looked up for the tenant; a chat the tenant has neither
+// claim nor grant of costs no lookup.
+func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
+	own := p.owners.Load()
+	spoke := p.spoke.Has(chatID, tenant)
+	claimed := own.Claimed(chatID, tenant)
+	if ci, ok := p.cache.cachedChannel(chatID); ok && ci.ParentID != "" {
+		claimed = claimed || own.Claimed(ci.ParentID, tenant)
+	}
+	if !spoke && !claimed {
+		return false, nil
+	}
+	ci, err := p.cache.channel(ctx, chatID)
+	switch {
+	case errors.Is(err, errNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
+	}
+	return own.MayAct(tenant, chatOfInfo(ci), func() bool { return spoke }), nil
 }

@@ -28,14 +28,18 @@ type Config struct {
 	// follow-ups and the command registries. Required.
 	ApplicationID string `yaml:"application_id"`
 
-	// Guilds maps a guild id to the tenant that owns it. Messages and
-	// interactions of a guild no tenant claims are dropped, never broadcast.
-	// Set under the discord section (e.g. guilds: {"1310000000000000500": acme}). Default: none
-	// (every guild event is dropped).
+	// Guilds maps a guild id to the tenant that owns it: every message and
+	// interaction in the guild reaches that tenant, and only it may act
+	// there, whoever posts and whatever another tenant claimed (the
+	// ownership order, docs/security.md). In a guild no tenant owns only
+	// scope claims and linked users' tenants take messages; the others are
+	// dropped, never broadcast. Set under the discord section (e.g. guilds:
+	// {"1310000000000000500": acme}). Default: none.
 	Guilds map[string]string `yaml:"guilds"`
-	// DMTenant receives every direct message and DM interaction, and its
-	// command_manifest is the only one registered as global (DM-only)
-	// commands. Empty (the default) drops DMs with a log line.
+	// DMTenant receives every direct message and DM interaction of a user
+	// not linked to a tenant, and its command_manifest is the only one
+	// registered as global (DM-only) commands. Empty (the default) drops
+	// such DMs with a log line.
 	DMTenant string `yaml:"dm_tenant"`
 	// Tenants holds per-tenant adapter knobs and fair-share weights. Values
 	// take the native adapter's spellings: a list may also be a bare number

@@ -144,7 +144,7 @@ func (p *Platform) readySnapshot(r *wireReady) {
 	for i, g := range r.Guilds {
 		listed[i] = g.ID
 	}
-	claimed := func(id string) bool { _, ok := p.guildTenant(id); return ok }
+	claimed := func(id string) bool { _, ok := p.guildOwners()[id]; return ok }
 	if p.snap.ready(p.now(), listed, claimed) {
 		p.log.Info("discord guild snapshot loaded")
 	}

@@ -13,10 +13,11 @@ import (
 
 // TestGrantsAcrossInstances: two instances of the platform on one store
 // (memory, and a real redis-server) and one fake Discord. The instance
-// holding the Gateway routes Ada's message in t1's guild to t2 (Ada is
-// bound to t2); then t2 may send into that channel from the other
-// instance, which declined it before the message, and t1's other tenant
-// t3 still may not.
+// holding the Gateway routes Ada's message in guild Lab, which no tenant
+// is bound to, to t2 (Ada is linked to t2); then t2 may send into that
+// channel from the other instance, which declined it before the message,
+// and t3 still may not. Ada's message in t1's guild Other reaches t1 and
+// grants t2 nothing there.
 func TestGrantsAcrossInstances(t *testing.T) {
 	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
 		t.Run(backend, func(t *testing.T) {
@@ -43,18 +44,18 @@ func TestGrantsAcrossInstances(t *testing.T) {
 				t.Fatal(err)
 			}
 			other.start(t)
-			bindings := []platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"},
-				{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}
+			bindings := []platform.Binding{{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"}, {Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}
 			for _, e := range []*env{holder, other} {
 				if err := e.p.Bind(bindings); err != nil {
 					t.Fatal(err)
 				}
 			}
-			send := func(tenant, text string) bool {
+			sendInto := func(chat, tenant, text string) bool {
 				t.Helper()
-				r := execute(t, other, tenant, `{"op":"send","chat_id":"`+chanGeneral+`","content":"`+text+`","reply_to":null,"metadata":{}}`)
+				r := execute(t, other, tenant, `{"op":"send","chat_id":"`+chat+`","content":"`+text+`","reply_to":null,"metadata":{}}`)
 				return r.Success
 			}
+			send := func(tenant, text string) bool { t.Helper(); return sendInto(chanGeneral, tenant, text) }
 			if send("t2", "too early") {
 				t.Fatal("t2 sent into t1's channel before its author spoke there")
 			}
@@ -72,6 +73,14 @@ func TestGrantsAcrossInstances(t *testing.T) {
 			got := holder.fake.Messages(chanGeneral)
 			if len(got) != 1 || got[0].Content != "reply from the other instance" {
 				t.Fatalf("the fake has %+v in the channel", got)
+			}
+
+			holder.dispatch(t, "MESSAGE_CREATE", msg("7002", chanOther, guildOther, "ada in t1's guild", true))
+			if d := holder.sink.next(t); d.Event == nil || d.Tenant != "t1" || d.Event.Text != "ada in t1's guild" {
+				t.Fatalf("delivery %+v, want Ada's message in t1's guild to t1", d)
+			}
+			if sendInto(chanOther, "t2", "into t1's channel") {
+				t.Fatal("t2 sent into t1's channel where its author spoke")
 			}
 		})
 	}

@@ -27,21 +27,24 @@ func byUser(t *testing.T, body []byte, user string) []byte {
 	return b
 }
 
-// TestInteractionsRouteByAuthor: tenants a and b share guildLab (bound to
-// c) by author binding, over the signed interactions webhook and the
-// Gateway. Ada's (a's) slash command and button press reach only a, with
-// the interaction token in a's vault alone; Bob's (b's) slash command
-// reaches only b and his DM slash command too; an unbound user's slash
-// command falls back to the guild's tenant c; in a channel c claimed with
-// the default owner-only principal an unbound user's is dropped.
+// TestInteractionsRouteByAuthor: tenants a and b share guildOther, which
+// no tenant is bound to, by author binding, over the signed interactions
+// webhook and the Gateway. Ada's (a's) slash command and button press
+// reach only a, with the interaction token in a's vault alone; Bob's (b's)
+// slash command reaches only b and his DM slash command too; an unbound
+// user's slash command reaches nobody. In guildLab, bound to c, Ada's
+// slash command is c's (bindings come before links), its token in c's
+// vault alone; in a channel c claimed with the default owner-only
+// principal, Eve's and even Ada's are dropped (claims come before links).
 func TestInteractionsRouteByAuthor(t *testing.T) {
-	const userBob, userEve, chanDMBob = "502", "503", "302"
+	const userBob, userEve, chanDMBob, chanDesk = "502", "503", "302", "202"
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.fake.AddChannel(discordtest.Channel{ID: chanDMBob, Type: 1})
+	e.fake.AddChannel(discordtest.Channel{ID: chanDesk, Type: 0, GuildID: guildOther, Name: "desk"})
 	e.startReady(t)
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "c"},
 		{Kind: platform.BindUser, ID: userAda, Tenant: "a"}, {Kind: platform.BindUser, ID: userBob, Tenant: "b"},
-		{Kind: platform.BindScope, ID: chanRandom, Tenant: "c"}}); err != nil {
+		{Kind: platform.BindScope, ID: chanDesk, Tenant: "c", Space: guildOther}}); err != nil {
 		t.Fatal(err)
 	}
 	url := e.webhookServer(t)
@@ -54,34 +57,40 @@ func TestInteractionsRouteByAuthor(t *testing.T) {
 		}
 		return d
 	}
-	slash := func(id, user, guild, channel string) {
+	tokenIn := func(d platform.Delivery, token, owner string) {
+		t.Helper()
+		key := vault.Key{SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}
+		for _, tenant := range []string{"a", "b", "c"} {
+			key.Tenant = tenant
+			if e2, ok := e.vault.Get(key); ok != (tenant == owner) || (ok && e2.Value.Reveal() != token) {
+				t.Fatalf("token %s in %s's vault: %v, want only in %s's", token, tenant, ok, owner)
+			}
+		}
+	}
+	slash := func(id, user, guild, channel, wantAck string) {
 		t.Helper()
 		body := byUser(t, slashBody(id, "tok-"+id, guild, channel), user)
-		if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, now, body)); code != 200 || ack != `{"type":5}` {
-			t.Fatalf("slash %s by %s = %d %s", id, user, code, ack)
+		if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, now, body)); code != 200 || (ack == `{"type":5}`) != (wantAck == `{"type":5}`) {
+			t.Fatalf("slash %s by %s = %d %s, want %s", id, user, code, ack, wantAck)
 		}
 	}
+	const deferred, notConnected = `{"type":5}`, "not connected"
 
-	slash("8201", userAda, guildLab, chanGeneral)
-	d := expect("Ada's slash command", "a", "/model gpt")
-	key := vault.Key{SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}
-	for tenant, want := range map[string]bool{"a": true, "b": false, "c": false} {
-		key.Tenant = tenant
-		if e2, ok := e.vault.Get(key); ok != want || (ok && e2.Value.Reveal() != "tok-8201") {
-			t.Fatalf("Ada's token in %s's vault: %v, want %v", tenant, ok, want)
-		}
-	}
-	slash("8202", userBob, guildLab, chanGeneral)
+	slash("8201", userAda, guildOther, chanOther, deferred)
+	tokenIn(expect("Ada's slash command", "a", "/model gpt"), "tok-8201", "a")
+	slash("8202", userBob, guildOther, chanOther, deferred)
 	expect("Bob's slash command", "b", "/model gpt")
-	slash("8203", userBob, "", chanDMBob)
+	slash("8203", userBob, "", chanDMBob, deferred)
 	expect("Bob's DM slash command", "b", "/model gpt")
-	slash("8204", userEve, guildLab, chanGeneral)
-	expect("an unbound user's slash command", "c", "/model gpt")
+	slash("8204", userEve, guildOther, chanOther, notConnected)
+	e.metrics.waitDrop(t, dropUnclaimed, 1)
+	slash("8208", userAda, guildLab, chanGeneral, deferred)
+	tokenIn(expect("Ada's slash command in c's guild", "c", "/model gpt"), "tok-8208", "c")
 
 	// Ada's button press, webhook then Gateway.
-	comp := byUser(t, []byte(`{"id":"8205","application_id":"9000","type":3,"token":"tok-c","guild_id":"100","channel_id":"101",
-		"channel":{"id":"101","type":0,"guild_id":"100","name":"general"},
-		"message":{"id":"7777","channel_id":"101"},
+	comp := byUser(t, []byte(`{"id":"8205","application_id":"9000","type":3,"token":"tok-c","guild_id":"200","channel_id":"201",
+		"channel":{"id":"201","type":0,"guild_id":"200","name":"lobby"},
+		"message":{"id":"7777","channel_id":"201"},
 		"data":{"custom_id":"hp1:a1b2c3.0000beef:once","component_type":2},
 		"member":{"nick":null,"roles":[]}}`), userAda)
 	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, now, comp)); code != 200 || ack != `{"type":6}` {
@@ -89,16 +98,14 @@ func TestInteractionsRouteByAuthor(t *testing.T) {
 	}
 	expect("Ada's button press", "a", "/once")
 	var gw map[string]any
-	_ = json.Unmarshal(byUser(t, slashBody("8206", "tok-8206", guildLab, chanGeneral), userBob), &gw)
+	_ = json.Unmarshal(byUser(t, slashBody("8206", "tok-8206", guildOther, chanOther), userBob), &gw)
 	e.dispatch(t, "INTERACTION_CREATE", gw)
 	expect("Bob's slash command over the Gateway", "b", "/model gpt")
 
-	// c claimed chanRandom (owner-only): Eve is not admitted there.
-	body := byUser(t, slashBody("8207", "tok-8207", guildLab, chanRandom), userEve)
-	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, now, body)); code != 200 || ack == `{"type":5}` {
-		t.Fatalf("Eve's slash command in c's claimed channel = %d %s, want the not-connected answer", code, ack)
-	}
-	e.metrics.waitDrop(t, platform.DropPrincipal, 1)
+	// c claimed chanDesk (owner-only): neither Eve nor a's Ada is admitted.
+	slash("8207", userEve, guildOther, chanDesk, notConnected)
+	slash("8209", userAda, guildOther, chanDesk, notConnected)
+	e.metrics.waitDrop(t, platform.DropPrincipal, 2)
 	select {
 	case d := <-e.sink.ch:
 		t.Fatalf("unexpected delivery %+v", d)

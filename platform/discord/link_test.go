@@ -2,10 +2,13 @@ package discord
 
 import (
 	"context"
+	"hash/fnv"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"connector/platform"
 	"connector/platform/discord/discordtest"
@@ -72,7 +75,106 @@ func TestLinkDM(t *testing.T) {
 	if d := e.sink.next(t); d.Event == nil || d.Event.Text != "hello again" || d.Tenant != "t2" {
 		t.Fatalf("delivery %+v, want hello again to t2", d)
 	}
-	if !e.p.ChatGranted(chanDMAda, "t2") || e.p.ChatGranted(chanDMAda, "t3") {
+	if !granted(t, e, chanDMAda, "t2") || granted(t, e, chanDMAda, "t3") {
 		t.Fatal("t2 is not granted Ada's DM, or t3 is")
+	}
+}
+
+// granted asks e's platform whether tenant may act in chat by a claim or a
+// grant.
+func granted(t *testing.T, e *env, chat, tenant string) bool {
+	t.Helper()
+	ok, err := e.p.ChatGranted(platform.WithTenant(waitCtx(t), tenant), chat, tenant)
+	if err != nil {
+		t.Fatalf("ChatGranted(%s, %s): %v", chat, tenant, err)
+	}
+	return ok
+}
+
+// stalledLinker is a Linker whose redemptions wait until release is
+// closed (a store that answers slowly), telling entered of each.
+type stalledLinker struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (l *stalledLinker) Link(ctx context.Context, _, user, _ string) (string, error) {
+	l.entered <- user
+	select {
+	case <-l.release:
+	case <-ctx.Done():
+	}
+	return "", platform.ErrLinkRefused
+}
+
+// TestLinkDMsDoNotHoldUpOtherTenants (issue 22): while a "/link" DM's
+// redemption is stalled, another tenant's message in a channel of the
+// same ingest shard is delivered at once; the link is answered in the DM
+// once the redemption returns.
+func TestLinkDMsDoNotHoldUpOtherTenants(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds["250"] = "t2" })
+	shard := func(id string) uint32 {
+		h := fnv.New32a()
+		h.Write([]byte(id))
+		return h.Sum32() % ingestShards
+	}
+	busy := ""
+	for i := 0; busy == ""; i++ {
+		if id := strconv.Itoa(2500 + i); shard(id) == shard(chanDMAda) {
+			busy = id
+		}
+	}
+	e.fake.AddGuild(discordtest.Guild{ID: "250", Name: "Busy"}, discordtest.Channel{ID: busy, Type: 0, Name: "busy"})
+	linker := &stalledLinker{entered: make(chan string, 4), release: make(chan struct{})}
+	e.p.deps.Linker = linker
+	e.startReady(t)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(linker.release)
+		}
+	}
+	t.Cleanup(release) // before Run's cleanup: a stalled redemption ends
+
+	e.dispatch(t, "MESSAGE_CREATE", msg("1", chanDMAda, "", "/link NOT-A-CODE", false))
+	select {
+	case <-linker.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for the /link DM's redemption to start")
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("2", busy, "250", "hello from t2", true))
+	if d := e.sink.next(t); d.Tenant != "t2" || d.Event == nil || !strings.Contains(d.Event.Text, "hello from t2") {
+		t.Fatalf("delivery %s %+v, want t2's message", d.Tenant, d.Event)
+	}
+	release()
+	if _, err := e.fake.WaitRequest(waitCtx(t), func(q discordtest.Request) bool {
+		return q.Method == http.MethodPost && q.Path == "/api/v9/channels/"+chanDMAda+"/messages" && strings.Contains(string(q.Body), platform.LinkFailReply)
+	}); err != nil {
+		t.Fatalf("no DM reply: %v", err)
+	}
+}
+
+// TestLinkDMsAreLimitedPerUser: a user's /link DMs beyond
+// platform.LinkBurst are consumed unredeemed and unanswered, counted
+// link_rate_limited.
+func TestLinkDMsAreLimitedPerUser(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	linker := &codeLinker{}
+	e.p.deps.Linker = linker
+	e.startReady(t)
+	for i := range platform.LinkBurst + 2 {
+		e.dispatch(t, "MESSAGE_CREATE", msg(strconv.Itoa(10+i), chanDMAda, "", "/link BAD", false))
+	}
+	e.metrics.waitDrop(t, platform.DropLinkRateLimited, 2)
+	e.metrics.waitDrop(t, "link_refused", platform.LinkBurst)
+	e.dispatch(t, "MESSAGE_CREATE", msg("99", chanDMAda, "", "hello", false))
+	if d := e.sink.next(t); d.Event == nil || d.Event.Text != "hello" {
+		t.Fatalf("delivery %+v, want hello (no /link DM delivered)", d)
+	}
+	linker.mu.Lock()
+	defer linker.mu.Unlock()
+	if len(linker.calls) != platform.LinkBurst {
+		t.Fatalf("Link called %d times, want %d", len(linker.calls), platform.LinkBurst)
 	}
 }

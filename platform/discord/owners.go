@@ -111,7 +111,7 @@ func (s *snapshot) known(now time.Time) (known, expired bool, missing int) {
 }
 
 // ChatTenant implements platform.Platform. Where the Gateway runs, from the
-// cache only (see above): the tenant that claims a cached channel's guild,
+// cache only (see above): the tenant a cached channel's guild is bound to,
 // DMTenant for a cached DM channel, platform.ErrUnknownChat for anything
 // else, and an error wrapping platform.ErrUnavailable for every chat until
 // the guild snapshot has loaded; it makes no network call. On an instance
@@ -146,6 +146,8 @@ func (p *Platform) ownersKnown() bool {
 	return known
 }
 
+// channelTenant is ch's owner: the tenant a binding gives it
+// (platform.Ownership.Owner: its guild's), or DMTenant for a DM channel.
 func (p *Platform) channelTenant(ch chanInfo) (string, bool) {
 	switch ch.Type {
 	case chanDM:
@@ -153,5 +155,5 @@ func (p *Platform) channelTenant(ch chanInfo) (string, bool) {
 	case chanGroupDM:
 		return "", false
 	}
-	return p.guildTenant(ch.GuildID)
+	return p.owners.Load().Owner(chatOfInfo(ch))
 }

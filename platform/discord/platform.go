@@ -44,13 +44,17 @@ type Platform struct {
 	key     platform.KeyFunc
 	vault   vault.Store
 	// guilds maps a guild id to its tenant: Config.Guilds until Bind
-	// replaces it.
+	// replaces it. Command sync and the guild snapshot read it; who a
+	// chat belongs to is owners'.
 	guilds atomic.Pointer[map[string]string]
-	// authors routes messages by author (authors.go).
-	authors atomic.Pointer[platform.Authors]
+	// owners is the chat ownership (authors.go): the guild bindings,
+	// scope claims, links and principals; replaced with guilds by Bind.
+	owners atomic.Pointer[platform.Ownership]
 	// spoke remembers the channels where a message routed by author
 	// reached its tenant: that tenant may act there (authors.go).
 	spoke *platform.Grants
+	// links redeems "/link <code>" DMs off the ingest workers.
+	links *platform.LinkDesk
 
 	pubKey  ed25519.PublicKey
 	sess    *discordgo.Session
@@ -131,8 +135,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	guilds := maps.Clone(cfg.Guilds)
 	p.guilds.Store(&guilds)
-	p.authors.Store(platform.NewAuthors(nil))
+	p.owners.Store(platform.NewOwnership(guildBindings(guilds)))
 	p.spoke = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.links = platform.NewLinkDesk(p.now)
 	weights := make(map[string]int, len(cfg.Tenants))
 	p.SetRelevance(nil)
 	for name, tc := range cfg.Tenants {
@@ -225,16 +230,6 @@ func (p *Platform) Routes() map[string]http.Handler {
 	return map[string]http.Handler{"POST /discord/interactions": http.HandlerFunc(p.serveInteractions)}
 }
 
-// guildTenant resolves the tenant of an event from its own guild id; an
-// event without a guild is a DM and goes to DMTenant.
-func (p *Platform) guildTenant(guildID string) (string, bool) {
-	if guildID == "" {
-		return p.cfg.DMTenant, p.cfg.DMTenant != ""
-	}
-	t, ok := p.guildOwners()[guildID]
-	return t, ok && t != ""
-}
-
 func (p *Platform) policyFor(tenant string) *policy {
 	if pol, ok := (*p.policies.Load())[tenant]; ok {
 		return pol
@@ -279,34 +274,49 @@ func (p *Platform) running() *lifecycle {
 // guildOwners maps each bound guild id to its tenant.
 func (p *Platform) guildOwners() map[string]string { return *p.guilds.Load() }
 
-// Bind implements platform.Binder: bindings of kind guild replace the
-// guild routing table, those of the author kinds (platform.IsAuthorKind)
-// the author table; ids are read as the numbers they spell (a principal's
-// is its policy). Guilds whose tenant changed get their commands synced
-// again.
+// guildBindings are the bindings of guilds, a guild id -> tenant map.
+func guildBindings(guilds map[string]string) []platform.Binding {
+	out := make([]platform.Binding, 0, len(guilds))
+	for id, tenant := range guilds {
+		out = append(out, platform.Binding{Kind: platform.BindGuild, ID: id, Tenant: tenant})
+	}
+	return out
+}
+
+// Bind implements platform.Binder: the bindings of kind guild and of the
+// author kinds (platform.IsAuthorKind) replace the chat ownership
+// (platform.Ownership), and the guilds the guild table; ids (and a scope
+// claim's space) are read as the numbers they spell (a principal's is its
+// policy). Guilds whose tenant changed get their commands synced again.
 func (p *Platform) Bind(bindings []platform.Binding) error {
 	guilds := make(map[string]string, len(bindings))
-	var authors []platform.Binding
+	canonical := make([]platform.Binding, 0, len(bindings))
+	id := func(s string) (string, bool) {
+		n, err := strconv.ParseUint(s, 10, 64)
+		return strconv.FormatUint(n, 10), err == nil
+	}
 	for _, b := range bindings {
-		if b.Kind == platform.BindPrincipal {
-			authors = append(authors, b)
-			continue
-		}
-		n, err := strconv.ParseUint(b.ID, 10, 64)
-		if err != nil {
-			return fmt.Errorf("discord: %s %q is not a Discord id", b.Kind, b.ID)
-		}
-		b.ID = strconv.FormatUint(n, 10)
-		switch {
-		case b.Kind == platform.BindGuild:
-			guilds[b.ID] = b.Tenant
-		case platform.IsAuthorKind(b.Kind):
-			authors = append(authors, b)
-		default:
+		if b.Kind != platform.BindGuild && !platform.IsAuthorKind(b.Kind) {
 			return fmt.Errorf("discord: binding kind %q: want %s or an author kind", b.Kind, platform.BindGuild)
 		}
+		if b.Kind != platform.BindPrincipal {
+			var ok bool
+			if b.ID, ok = id(b.ID); !ok {
+				return fmt.Errorf("discord: %s %q is not a Discord id", b.Kind, b.ID)
+			}
+		}
+		if b.Space != "" {
+			var ok bool
+			if b.Space, ok = id(b.Space); !ok {
+				return fmt.Errorf("discord: %s %q: space %q is not a Discord id", b.Kind, b.ID, b.Space)
+			}
+		}
+		if b.Kind == platform.BindGuild {
+			guilds[b.ID] = b.Tenant
+		}
+		canonical = append(canonical, b)
 	}
-	p.authors.Store(platform.NewAuthors(authors))
+	p.owners.Store(platform.NewOwnership(canonical))
 	old := *p.guilds.Swap(&guilds)
 	for guild, tenant := range guilds {
 		if old[guild] != tenant {

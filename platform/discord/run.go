@@ -31,6 +31,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 		wg.Go(func() { p.ingestLoop(ctx, p.queues[i]) })
 	}
 	wg.Go(func() { p.cmds.loop(ctx) })
+	wg.Go(func() { p.links.Run(ctx) })
 	p.setStatus(false, false, "connecting")
 	if p.deps.Exclusive != nil {
 		p.setStatus(true, false, "standby: the Gateway session runs on another instance; webhooks are served here")
@@ -64,7 +65,7 @@ func (p *Platform) ingestLoop(ctx context.Context, q <-chan ingestItem) {
 // rule), normalizes it under that tenant's knobs and delivers it.
 func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	m := &it.msg
-	if p.consumeLink(ctx, m, it.edit) {
+	if p.consumeLink(m, it.edit) {
 		return
 	}
 	n, tenant, drop := p.messageNormalizer(m)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -110,19 +111,20 @@ func (d *declines) has(now time.Time, tenant, chat string) bool {
 	return ok
 }
 
-// ScopeGuild implements platform.ScopeLocator with the same lookup: the
+// LocateChat implements platform.ScopeLocator with the same lookup: the
 // channel cache, else GET /channels/{id} for the asking tenant. A channel
 // Discord answers 404 or 403 for is one the bot cannot see.
-func (p *Platform) ScopeGuild(ctx context.Context, chatID string) (string, error) {
-	if !isSnowflake(chatID) {
-		return "", platform.ErrUnknownChat
+func (p *Platform) LocateChat(ctx context.Context, chatID string) (platform.Chat, error) {
+	n, err := strconv.ParseUint(chatID, 10, 64)
+	if err != nil || len(chatID) > 20 {
+		return platform.Chat{}, platform.ErrUnknownChat
 	}
-	ci, err := p.cache.channel(ctx, chatID)
+	ci, err := p.cache.channel(ctx, strconv.FormatUint(n, 10))
 	switch {
 	case errors.Is(err, errNotFound):
-		return "", platform.ErrUnknownChat
+		return platform.Chat{}, platform.ErrUnknownChat
 	case err != nil:
-		return "", fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
+		return platform.Chat{}, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
 	}
-	return ci.GuildID, nil
+	return chatOfInfo(ci), nil
 }

@@ -186,28 +186,34 @@ func TestNewLeaseHolderAsksUntilItsSnapshotLoads(t *testing.T) {
 	}
 }
 
-// TestScopeGuild: the guild of a channel as the bot sees it, for the
-// management plane's visibility floor: on a standby looked up with GET
-// /channels/{id} (then kept), "" for a DM channel, ErrUnknownChat for a
-// channel Discord does not show the bot or a malformed id, and
-// ErrUnavailable when Discord does not answer.
-func TestScopeGuild(t *testing.T) {
+// TestLocateChat: a channel as the bot sees it, for the management
+// plane's visibility floor: on a standby looked up with GET /channels/{id}
+// (then kept), with its guild and parent; a DM channel as a DM;
+// ErrUnknownChat for a channel Discord does not show the bot or a
+// malformed id, and ErrUnavailable when Discord does not answer. An id
+// spelled with leading zeros is placed in its canonical spelling.
+func TestLocateChat(t *testing.T) {
 	e := newStandbyEnv(t, nil)
 	ctx := platform.WithTenant(waitCtx(t), "t2")
-	for chat, want := range map[string]string{chanGeneral: guildLab, threadPlan: guildLab, chanOther: guildOther, chanDMAda: ""} {
+	for chat, want := range map[string]platform.Chat{
+		chanGeneral: {ID: chanGeneral, Space: guildLab},
+		threadPlan:  {ID: threadPlan, Parent: chanGeneral, Space: guildLab},
+		chanOther:   {ID: chanOther, Space: guildOther},
+		chanDMAda:   {ID: chanDMAda, DM: true},
+	} {
 		before := len(e.fake.Requests())
-		for range 2 {
-			if g, err := e.p.ScopeGuild(ctx, chat); err != nil || g != want {
-				t.Fatalf("ScopeGuild(%s) = %q, %v, want %q", chat, g, err, want)
+		for _, spelled := range []string{chat, "00" + chat} {
+			if got, err := e.p.LocateChat(ctx, spelled); err != nil || got != want {
+				t.Fatalf("LocateChat(%s) = %+v, %v, want %+v", spelled, got, err, want)
 			}
 		}
 		if n := channelLookups(e, before, chat); n != 1 {
 			t.Fatalf("%s: %d lookups for two asks, want 1", chat, n)
 		}
 	}
-	for _, chat := range []string{"999999", "not-an-id"} {
-		if _, err := e.p.ScopeGuild(ctx, chat); !errors.Is(err, platform.ErrUnknownChat) {
-			t.Fatalf("ScopeGuild(%s) = %v, want ErrUnknownChat", chat, err)
+	for _, chat := range []string{"999999", "not-an-id", "-5"} {
+		if _, err := e.p.LocateChat(ctx, chat); !errors.Is(err, platform.ErrUnknownChat) {
+			t.Fatalf("LocateChat(%s) = %v, want ErrUnknownChat", chat, err)
 		}
 	}
 	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
@@ -217,7 +223,7 @@ func TestScopeGuild(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 		return true
 	})
-	if _, err := e.p.ScopeGuild(ctx, chanRandom); !errors.Is(err, platform.ErrUnavailable) {
-		t.Fatalf("ScopeGuild with Discord failing = %v, want ErrUnavailable", err)
+	if _, err := e.p.LocateChat(ctx, chanRandom); !errors.Is(err, platform.ErrUnavailable) {
+		t.Fatalf("LocateChat with Discord failing = %v, want ErrUnavailable", err)
 	}
 }

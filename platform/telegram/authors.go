@@ -3,7 +3,6 @@ package telegram
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/go-telegram/bot"
 
@@ -11,30 +10,31 @@ import (
 	"connector/session"
 )
 
-// This file applies author-first routing (platform.Authors, Hermes
-// contract §3 "Author-first resolution", §7.1) to Telegram updates, and
-// consumes the "/link <code>" DMs that link an account. An update the
-// author table says nothing about falls back to the chat's tenant. A
-// tenant may act in the chat where an update routed to it by author was
-// posted (platform.Grants): a linked user's DM chat, a group.
+// This file places Telegram updates and actions in the ownership order
+// (platform.Ownership: chat bindings, then scope claims, then author
+// links; Hermes contract §3 "Author-first resolution", §7.1), and consumes
+// the "/link <code>" DMs that link an account. An update no rule places
+// reaches nobody. A tenant may act in the chat where an update routed to
+// it by author link was posted (platform.Grants): a linked user's DM chat,
+// a group no binding or claim covers.
 
-// route resolves the tenant of in, author first. owner is set when the
-// author is linked to it (the owner floor: the group gate is skipped);
-// drop is why no tenant takes it.
+// route resolves the tenant of in by the ownership order. owner is set
+// when the author is linked to it (the owner floor: the group gate is
+// skipped); drop is why no tenant takes it.
 func (p *Platform) route(in *inbound) (tenant string, owner bool, drop string) {
 	src := &in.event.Source
-	r, ok := (*p.authors.Load()).Route(src.UserID.Value, src.ChatType == session.ChatTypeDM, src.ChatID)
+	chat := chatOf(src.ChatID)
+	chat.DM = src.ChatType == session.ChatTypeDM
+	r, ok := p.owners.Load().Route(src.UserID.Value, chat)
 	switch {
-	case ok && r.Drop != "":
-		return "", false, r.Drop
-	case ok:
-		p.grants.Add(src.ChatID, r.Tenant)
-		return r.Tenant, r.Owner, ""
-	}
-	if tenant = (*p.chats.Load())[in.chatID]; tenant == "" {
+	case !ok:
 		return "", false, dropUnclaimed
+	case r.Drop != "":
+		return "", false, r.Drop
+	case r.Grant:
+		p.grants.Add(src.ChatID, r.Tenant)
 	}
-	return tenant, false, ""
+	return r.Tenant, r.Owner, ""
 }
 
 // linkCode returns the code of in when it is a "/link <code>" DM the
@@ -46,8 +46,20 @@ func (p *Platform) linkCode(in *inbound) (string, bool) {
 	return platform.ParseLinkCommand(in.msg.Text)
 }
 
+// submitLink hands the "/link <code>" DM in to the link desk
+// (platform.LinkDesk), which redeems it on its own workers: the update's
+// delivery, and the updates behind it, never wait for the redemption or
+// the reply. A DM the desk does not take is consumed unanswered.
+func (p *Platform) submitLink(in *inbound, code string) {
+	dm := *in // the desk runs after handle returned
+	if reason := p.links.Submit(in.event.Source.UserID.Value, func(ctx context.Context) { p.redeemLink(ctx, &dm, code) }); reason != "" {
+		p.drop(reason, 0, in.chatID)
+	}
+}
+
 // redeemLink redeems code for the DM's author and answers in the DM,
-// paced like any message to the chat.
+// paced like any message to the chat, on the link replies' own share of
+// the bot's budget (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	user := in.event.Source.UserID.Value
 	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
@@ -61,7 +73,7 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
-	err = p.paced(ctx, tenant, in.chatID, false, func(ctx context.Context) error {
+	err = p.paced(ctx, platform.LinkBudget, in.chatID, false, func(ctx context.Context) error {
 		_, err := p.sendMessage(ctx, &bot.SendMessageParams{ChatID: in.chatID, Text: reply}, reply)
 		return err
 	})
@@ -73,9 +85,16 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
 // when it claimed the chat, when the chat is the DM of a user linked to
 // it (a private chat's id is its user's), or when an update routed to it
-// by author was posted there (and it is still remembered). The first two
-// hold on every instance and across restarts.
-func (p *Platform) ChatGranted(chatID, tenant string) bool {
-	a := *p.authors.Load()
-	return a.Claimed(chatID, tenant) || (!strings.HasPrefix(chatID, "-") && a.Linked(chatID, tenant)) || p.grants.Has(chatID, tenant)
+// by author link was posted there (and it is still remembered), as long
+// as the ownership order lets that stand (platform.Ownership.MayAct: no
+// binding or claim of another tenant). The first two hold on every
+// instance and across restarts.
+func (p *Platform) ChatGranted(_ context.Context, chatID, tenant string) (bool, error) {
+	if _, err := parseChatID(chatID); err != nil {
+		return false, nil
+	}
+	own, chat := p.owners.Load(), chatOf(chatID)
+	return own.MayAct(tenant, chat, func() bool {
+		return (chat.DM && own.Linked(chatID, tenant)) || p.grants.Has(chatID, tenant)
+	}), nil
 }

@@ -1,27 +1,37 @@
 package telegram
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"connector/platform"
+	"connector/platform/telegram/telegramtest"
 )
 
-// TestAuthorFirst: a linked user's group message reaches their tenant,
-// not the group's, without the mention the group's tenant requires (the
-// owner floor), and their DM too; an unlinked user's message there is
-// gated as before; in a chat claimed with an allow-list only the listed
-// user reaches the claimant, others are dropped.
-func TestAuthorFirst(t *testing.T) {
+// TestOwnershipOrder: in a chat bound to a tenant (t2's group) every
+// message is that tenant's: its own linked user's without the mention it
+// requires (the owner floor), a user linked to t1 gated as anyone (never
+// t1's), and t3's claim of the group is set aside; elsewhere a linked
+// user's group message and DM reach their tenant (t1), which may then act
+// there; in a chat claimed with an allow-list only the listed user reaches
+// the claimant, others (a user linked to t1 included) are dropped.
+func TestOwnershipOrder(t *testing.T) {
 	e := webhookEnv(t, func(c *Config) {
 		c.Tenants = map[string]TenantConfig{"t2": {RequireMention: new(true)}}
 	})
 	bindings := []platform.Binding{
 		{Kind: platform.BindUser, ID: "501", Tenant: "t1"},
+		{Kind: platform.BindUser, ID: "505", Tenant: "t2"},
 		{Kind: platform.BindScope, ID: "-100777", Tenant: "t3"},
+		{Kind: platform.BindScope, ID: "-1001234567890", Tenant: "t3"}, // t2's group
 		{Kind: platform.BindPrincipal, ID: platform.PrincipalAllowList, Tenant: "t3"},
 		{Kind: platform.BindAllow, ID: "502", Tenant: "t3"},
+		{Kind: platform.BindAllow, ID: "506", Tenant: "t3"},
 	}
 	for chat, tenant := range testChats {
 		bindings = append(bindings, platform.Binding{Kind: platform.BindChat, ID: chat, Tenant: tenant})
@@ -29,10 +39,20 @@ func TestAuthorFirst(t *testing.T) {
 	if err := e.p.Bind(bindings); err != nil {
 		t.Fatal(err)
 	}
+	ctx := context.Background()
+	granted := func(chat, tenant string) bool {
+		t.Helper()
+		ok, err := e.p.ChatGranted(ctx, chat, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
 	// Before any message: a linked user's DM and a claimed chat are
-	// granted from the table alone (any instance, after a restart).
-	if !e.p.ChatGranted("501", "t1") || !e.p.ChatGranted("-100777", "t3") || e.p.ChatGranted("-100777", "t1") || e.p.ChatGranted("503", "t1") {
-		t.Fatal("grants from the author table are wrong")
+	// granted from the table alone (any instance, after a restart); a
+	// claim of t2's group is not.
+	if !granted("501", "t1") || !granted("-100777", "t3") || granted("-100777", "t1") || granted("503", "t1") || granted("-1001234567890", "t3") {
+		t.Fatal("grants from the ownership table are wrong")
 	}
 	n := 0
 	say := func(chat int64, typ string, from int64, text string) {
@@ -52,17 +72,96 @@ func TestAuthorFirst(t *testing.T) {
 		}
 		e.sink.empty(t)
 	}
-	say(-1001234567890, "supergroup", 501, "linked, no mention")
-	expect("t1", "linked, no mention")
+	say(-1001234567890, "supergroup", 505, "t2's user, no mention")
+	expect("t2", "t2's user, no mention")
+	say(-1001234567890, "supergroup", 501, "t1's user in t2's group, no mention")
+	say(-1001234567890, "supergroup", 506, "t3's allowed user in t2's group, no mention")
 	say(-1001234567890, "supergroup", 503, "unlinked, no mention")
 	e.sink.empty(t)
+	say(-100888, "supergroup", 501, "t1's user in an unbound group")
+	expect("t1", "t1's user in an unbound group")
 	say(501, "private", 501, "my DM")
 	expect("t1", "my DM")
 	say(-100777, "group", 502, "allowed")
 	expect("t3", "allowed")
 	say(-100777, "group", 504, "not allowed")
+	say(-100777, "group", 501, "t1's user in t3's claim")
 	e.sink.empty(t)
-	if !e.p.ChatGranted("501", "t1") || e.p.ChatGranted("501", "t2") {
-		t.Fatal("t1 is not granted its user's DM, or t2 is")
+	if !granted("501", "t1") || granted("501", "t2") || !granted("-100888", "t1") || granted("-100888", "t2") {
+		t.Fatal("t1 is not granted its user's DM and group, or t2 is")
 	}
+	if granted("-100777", "t1") || granted("-1001234567890", "t1") {
+		t.Fatal("t1 is granted a chat claimed by t3 or bound to t2")
+	}
+}
+
+// stalledLinker is a Linker whose redemptions wait until release is
+// closed (a store that answers slowly), telling entered of each.
+type stalledLinker struct {
+	entered chan string
+	release chan struct{}
+}
+
+func (l *stalledLinker) Link(ctx context.Context, _, user, _ string) (string, error) {
+	l.entered <- user
+	select {
+	case <-l.release:
+	case <-ctx.Done():
+	}
+	return "", platform.ErrLinkRefused
+}
+
+// TestLinkDMsDoNotHoldUpOtherTenants (issue 22): while a "/link" DM's
+// redemption is stalled, the webhook has already answered it, and another
+// tenant's update, in a chat that shares its delivery stripe (chat ids
+// equal modulo 64), is delivered at once; the link is answered in the DM
+// once the redemption returns.
+func TestLinkDMsDoNotHoldUpOtherTenants(t *testing.T) {
+	linker := &stalledLinker{entered: make(chan string, 4), release: make(chan struct{})}
+	e := newWebhookEnv(t, nil)
+	e.p.deps.Linker = linker
+	e.startWebhook(t)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(linker.release)
+		}
+	}
+	t.Cleanup(release) // before Run's cleanup: a stalled redemption ends
+
+	const linkUser = 64*1000 + 46 // its DM shares stripe 46 with t2's chat -1001234567890
+	dm := fmt.Sprintf(`{"update_id":1,"message":{"message_id":1,"date":1767225300,"chat":{"id":%d,"type":"private","first_name":"M"},"from":{"id":%d,"is_bot":false,"first_name":"M"},"text":"/link NOT-A-CODE"}}`, linkUser, linkUser)
+	answered := make(chan int, 1)
+	go func() {
+		code, _ := telegramtest.PostUpdate(context.Background(), http.DefaultClient, e.hook, testSecret, []byte(dm))
+		answered <- code
+	}()
+	select {
+	case <-linker.entered:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the /link DM's redemption to start", waitFor)
+	}
+	other := `{"update_id":2,"message":{"message_id":2,"date":1767225300,"chat":{"id":-1001234567890,"type":"supergroup","title":"Hermes Users"},"from":{"id":777,"is_bot":false,"first_name":"B"},"text":"@hermes_test_bot hello from t2"}}`
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if code, err := telegramtest.PostUpdate(ctx, http.DefaultClient, e.hook, testSecret, []byte(other)); err != nil || code != http.StatusOK {
+		t.Fatalf("t2's update while a /link redemption is stalled: %d, %v; want 200 at once", code, err)
+	}
+	if d := e.sink.next(t); d.Tenant != "t2" || d.Event == nil || !strings.Contains(d.Event.Text, "hello from t2") {
+		t.Fatalf("delivery %s %+v, want t2's update", d.Tenant, d.Event)
+	}
+	select {
+	case code := <-answered:
+		if code != http.StatusOK {
+			t.Fatalf("the /link DM was answered %d, want 200", code)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the webhook to answer the /link DM", waitFor)
+	}
+	release()
+	if calls := e.calls(t, "sendMessage", 1); calls[0].Form["chat_id"] != strconv.Itoa(linkUser) || calls[0].Form["text"] != platform.LinkFailReply {
+		t.Fatalf("reply %v, want the refusal in the DM", calls[0].Form)
+	}
+	e.sink.empty(t)
 }

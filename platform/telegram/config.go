@@ -33,9 +33,12 @@ type Config struct {
 	APIServerURL string `yaml:"api_server_url"`
 
 	// Chats maps a chat id (decimal, as Telegram sends it: negative for
-	// groups and channels) to the tenant that owns it. Updates from chats no
-	// tenant claims are dropped; egress to them is declined. The config
-	// loader fills it from the tenants section. Default empty.
+	// groups and channels) to the tenant that owns it: every update there
+	// reaches that tenant, and only it may act there, whoever posts and
+	// whatever another tenant claimed (the ownership order,
+	// docs/security.md). Updates from other chats reach only scope claims
+	// and linked users' tenants, or are dropped. The config loader fills it
+	// from the tenants section. Default empty.
 	Chats map[string]string `yaml:"chats"`
 	// Tenants holds per-tenant group trigger knobs of the native adapter
 	// (require_mention, allowed_chats, ...) and fair-share weights, in its

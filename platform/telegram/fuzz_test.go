@@ -23,9 +23,9 @@ type checkingSink struct {
 
 func (s *checkingSink) Deliver(_ context.Context, d platform.Delivery) error {
 	s.count++
-	chat, owner := s.p.chatOwner(d.ChatID)
-	if owner == "" || owner != d.Tenant || d.Platform != "telegram" {
-		s.t.Fatalf("delivery for chat %q (%d) to tenant %q; the chat belongs to %q", d.ChatID, chat, d.Tenant, owner)
+	owner, err := s.p.ChatTenant(context.Background(), d.ChatID)
+	if err != nil || owner != d.Tenant || d.Platform != "telegram" {
+		s.t.Fatalf("delivery for chat %q to tenant %q; the chat belongs to %q (%v)", d.ChatID, d.Tenant, owner, err)
 	}
 	if d.Kind == platform.KindInbound {
 		src := &d.Event.Source

@@ -125,13 +125,27 @@ func newEnvOn(t *testing.T, clk *clocktest.Fake, configure func(*Config)) *env {
 // server, registered with the fake.
 func webhookEnv(t *testing.T, configure func(*Config)) *env {
 	t.Helper()
-	e := newEnv(t, func(c *Config) {
+	e := newWebhookEnv(t, configure)
+	e.startWebhook(t)
+	return e
+}
+
+// newWebhookEnv builds a webhook-mode platform; startWebhook runs it.
+func newWebhookEnv(t *testing.T, configure func(*Config)) *env {
+	t.Helper()
+	return newEnv(t, func(c *Config) {
 		c.WebhookURL = "https://connector.example" + WebhookPath
 		c.WebhookSecret = testSecret
 		if configure != nil {
 			configure(c)
 		}
 	})
+}
+
+// startWebhook serves the platform's route on a loopback server, runs the
+// platform and waits until the fake has its webhook.
+func (e *env) startWebhook(t *testing.T) {
+	t.Helper()
 	mux := http.NewServeMux()
 	for pattern, h := range e.p.Routes() {
 		mux.Handle(pattern, h)
@@ -141,7 +155,6 @@ func webhookEnv(t *testing.T, configure func(*Config)) *env {
 	e.hook = srv.URL + WebhookPath
 	e.run(t)
 	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
-	return e
 }
 
 // pollingEnv runs a long-polling platform.

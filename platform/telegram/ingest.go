@@ -16,7 +16,8 @@ import (
 var errNotRunning = errors.New("telegram: not running")
 
 // handle ingests one update: normalize, drop redeliveries, consume a
-// "/link <code>" DM, resolve the tenant (author first, then the chat:
+// "/link <code>" DM (handed to the link desk, never waited for), resolve
+// the tenant (author first, then the chat:
 // authors.go), deliver. Updates of one chat are delivered one at a
 // time in arrival order. It returns an error only when the sink refused the
 // delivery, so the caller can have the update redelivered; a dropped update
@@ -43,7 +44,7 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		return nil
 	}
 	if code, ok := p.linkCode(&in); ok {
-		p.redeemLink(ctx, &in, code)
+		p.submitLink(&in, code)
 		if u.ID != 0 {
 			p.seen.add(u.ID)
 		}

@@ -43,9 +43,11 @@ type Platform struct {
 	scrubber  *strings.Replacer
 	secretSum [32]byte // sha256 of the webhook secret
 
-	chats   atomic.Pointer[map[int64]string] // chat id -> tenant; replaced by Bind
-	authors atomic.Pointer[platform.Authors] // author routing (authors.go); replaced by Bind
-	grants  *platform.Grants                 // chats granted by author routing
+	// owners is the chat ownership (authors.go): chat bindings, scope
+	// claims, links and principals; Config.Chats until Bind replaces it.
+	owners atomic.Pointer[platform.Ownership]
+	grants *platform.Grants   // chats granted by author links
+	links  *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
 	// policies are the tenants' group gates, from Config.Tenants and the
 	// relevance their gateways declared (relevance.go); defaultPolicy when
 	// absent.
@@ -74,6 +76,7 @@ var (
 	_ platform.Binder         = (*Platform)(nil)
 	_ platform.ChatGranter    = (*Platform)(nil)
 	_ platform.RelevanceTaker = (*Platform)(nil)
+	_ platform.ScopeLocator   = (*Platform)(nil)
 )
 
 // allowedUpdates are the update types the connector ingests.
@@ -105,15 +108,14 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		health:    newHealth("not started"),
 		callbacks: make(chan string, 256),
 	}
-	chats := make(map[int64]string, len(cfg.Chats))
-	for chat, tenant := range cfg.Chats {
-		id, _ := parseChatID(chat) // Validate checked it
-		chats[id] = tenant
+	chats := make([]platform.Binding, 0, len(cfg.Chats))
+	for chat, tenant := range cfg.Chats { // Validate checked the ids
+		chats = append(chats, platform.Binding{Kind: platform.BindChat, ID: chat, Tenant: tenant})
 	}
-	p.chats.Store(&chats)
+	p.owners.Store(platform.NewOwnership(chats))
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
-	p.authors.Store(platform.NewAuthors(nil))
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.links = platform.NewLinkDesk(p.now)
 	p.SetRelevance(nil)
 	m, err := p.liveMapping()
 	if err != nil {
@@ -183,23 +185,34 @@ func (p *Platform) Name() string { return platformName }
 // Descriptor implements platform.Platform.
 func (p *Platform) Descriptor() descriptor.Descriptor { return p.desc }
 
-// ChatTenant implements platform.Platform: the tenant is the one whose
-// config claims the chat id.
+// ChatTenant implements platform.Platform: the tenant the chat id, in its
+// canonical spelling (as sources carry it), is bound to
+// (platform.Ownership.Owner).
 func (p *Platform) ChatTenant(_ context.Context, chatID string) (string, error) {
-	if _, tenant := p.chatOwner(chatID); tenant != "" {
-		return tenant, nil
+	if _, err := parseChatID(chatID); err == nil {
+		if tenant, ok := p.owners.Load().Owner(chatOf(chatID)); ok {
+			return tenant, nil
+		}
 	}
 	return "", platform.ErrUnknownChat
 }
 
-// chatOwner parses a chat id in its canonical spelling (as sources carry
-// it) and returns the tenant that claims it.
-func (p *Platform) chatOwner(chatID string) (int64, string) {
-	id, err := parseChatID(chatID)
-	if err != nil {
-		return 0, ""
+// chatOf places a chat id in its canonical spelling for the ownership
+// order: a private chat's id is its user's, positive; groups, supergroups
+// and channels are negative.
+func chatOf(chatID string) platform.Chat {
+	return platform.Chat{ID: chatID, DM: !strings.HasPrefix(chatID, "-")}
+}
+
+// LocateChat implements platform.ScopeLocator: any chat id, spelled as a
+// number, is placed without asking Telegram (a claim of a private chat is
+// refused as a DM's).
+func (p *Platform) LocateChat(_ context.Context, chatID string) (platform.Chat, error) {
+	n, err := strconv.ParseInt(chatID, 10, 64)
+	if err != nil || n == 0 {
+		return platform.Chat{}, platform.ErrUnknownChat
 	}
-	return id, (*p.chats.Load())[id]
+	return chatOf(strconv.FormatInt(n, 10)), nil
 }
 
 // Status implements platform.Platform.
@@ -233,32 +246,25 @@ func newScrubber(token, webhookSecret string) *strings.Replacer {
 // webhook secret removed.
 func (p *Platform) errorText(err error) string { return p.scrubber.Replace(err.Error()) }
 
-// Bind implements platform.Binder: bindings of kind chat (the id in its
-// canonical spelling) replace the chat routing table, those of the author
-// kinds (platform.IsAuthorKind) the author table.
+// Bind implements platform.Binder: the bindings of kind chat and of the
+// author kinds (platform.IsAuthorKind) replace the chat ownership
+// (platform.Ownership); ids are read in their canonical spelling (a
+// principal's is its policy).
 func (p *Platform) Bind(bindings []platform.Binding) error {
-	chats := make(map[int64]string, len(bindings))
-	var authors []platform.Binding
+	canonical := make([]platform.Binding, 0, len(bindings))
 	for _, b := range bindings {
-		switch {
-		case b.Kind == platform.BindPrincipal:
-			authors = append(authors, b)
-		case b.Kind == platform.BindChat || platform.IsAuthorKind(b.Kind):
+		if b.Kind != platform.BindChat && !platform.IsAuthorKind(b.Kind) {
+			return fmt.Errorf("telegram: binding kind %q: want %s or an author kind", b.Kind, platform.BindChat)
+		}
+		if b.Kind != platform.BindPrincipal {
 			id, err := parseChatID(b.ID)
 			if err != nil {
 				return fmt.Errorf("telegram: %s %q: %w", b.Kind, b.ID, err)
 			}
-			if b.Kind == platform.BindChat {
-				chats[id] = b.Tenant
-				continue
-			}
 			b.ID = strconv.FormatInt(id, 10)
-			authors = append(authors, b)
-		default:
-			return fmt.Errorf("telegram: binding kind %q: want %s or an author kind", b.Kind, platform.BindChat)
 		}
+		canonical = append(canonical, b)
 	}
-	p.chats.Store(&chats)
-	p.authors.Store(platform.NewAuthors(authors))
+	p.owners.Store(platform.NewOwnership(canonical))
 	return nil
 }

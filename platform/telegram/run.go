@@ -45,6 +45,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Go(func() { p.answerCallbacks(ctx) })
+	wg.Go(func() { p.links.Run(ctx) })
 
 	if err := p.connect(ctx); err != nil {
 		return err

@@ -67,6 +67,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("PubSub", func(t *testing.T) { testPubSub(t, b) })
 	t.Run("PubSubAcrossInstances", func(t *testing.T) { testPubSubAcrossInstances(t, b) })
 	t.Run("Registry", func(t *testing.T) { testRegistry(t, b) })
+	t.Run("RegistryCompareAndSwap", func(t *testing.T) { testRegistryCAS(t, b) })
 	t.Run("InvalidArguments", func(t *testing.T) { testInvalid(t, b) })
 	t.Run("Closed", func(t *testing.T) { testClosed(t, b) })
 }
@@ -954,6 +955,86 @@ func testRegistry(t *testing.T, b Backend) {
 	}
 }
 
+// testRegistryCAS: CompareAndSwap creates, replaces and removes an entry
+// only from the value it names, bumping the revision when it does; of
+// concurrent creates of one key (on two instances when the backend is
+// shared) exactly one succeeds, and its value is the one stored.
+func testRegistryCAS(t *testing.T, b Backend) {
+	f := newFixture(t, b)
+	r := f.s.Registry()
+	cas := func(old, value string, want bool, wantRev uint64) {
+		t.Helper()
+		var o, v []byte
+		if old != "" {
+			o = []byte(old)
+		}
+		if value != "" {
+			v = []byte(value)
+		}
+		ok, err := r.CompareAndSwap(ctx, "claims", "k", o, v)
+		if err != nil || ok != want {
+			t.Fatalf("CompareAndSwap(%q -> %q) = %v, %v; want %v", old, value, ok, err, want)
+		}
+		got, stored, err := r.Get(ctx, "claims", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, rev, _ := r.List(ctx, "claims"); rev != wantRev {
+			t.Fatalf("after CompareAndSwap(%q -> %q): revision %d, want %d", old, value, rev, wantRev)
+		}
+		if want && value == "" && stored || want && value != "" && (!stored || string(got.Value) != value || got.Rev != wantRev) {
+			t.Fatalf("after CompareAndSwap(%q -> %q): entry %+v (stored %v)", old, value, got, stored)
+		}
+	}
+	cas("", "one", true, 1)  // create
+	cas("", "two", false, 1) // exists
+	cas("uno", "two", false, 1)
+	cas("one", "two", true, 2)
+	cas("two", "", true, 3)   // remove
+	cas("two", "", false, 3)  // gone
+	cas("", "three", true, 4) // created again
+	if _, err := r.Put(ctx, "claims", "k", []byte("put")); err != nil {
+		t.Fatal(err)
+	}
+	cas("put", "four", true, 6) // a Put's value is compared like a swap's
+
+	// Concurrent creates of one key: one winner, on one or two instances.
+	stores := []store.Registry{r, r}
+	if b.Shared {
+		stores[1] = f.open(f.clock.Now).Registry()
+	}
+	const n = 16
+	won := make([]bool, n)
+	var start, done sync.WaitGroup
+	start.Add(1)
+	for i := range n {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			start.Wait()
+			ok, err := stores[i%2].CompareAndSwap(ctx, "race", "k", nil, []byte(strconv.Itoa(i)))
+			if err != nil {
+				t.Errorf("racer %d: %v", i, err)
+			}
+			won[i] = ok
+		}()
+	}
+	start.Done()
+	done.Wait()
+	winners := 0
+	for i, ok := range won {
+		if ok {
+			winners++
+			if e, _, _ := r.Get(ctx, "race", "k"); string(e.Value) != strconv.Itoa(i) {
+				t.Fatalf("racer %d won but %q is stored", i, e.Value)
+			}
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d of %d concurrent creates of one key succeeded, want 1", winners, n)
+	}
+}
+
 func testInvalid(t *testing.T, b Backend) {
 	s := newFixture(t, b).s
 	long := tooLongName()
@@ -983,6 +1064,10 @@ func testInvalid(t *testing.T, b Backend) {
 		"publish empty channel":  func() error { return s.PubSub().Publish(ctx, "", nil) },
 		"registry empty key":     func() error { _, err := s.Registry().Put(ctx, "ns", "", nil); return err },
 		"registry empty listing": func() error { _, _, err := s.Registry().List(ctx, ""); return err },
+		"registry swap empty key": func() error {
+			_, err := s.Registry().CompareAndSwap(ctx, "ns", "", nil, []byte("v"))
+			return err
+		},
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, store.ErrInvalid) {
@@ -1012,12 +1097,16 @@ func testClosed(t *testing.T, b Backend) {
 			_, _, err := s.Capabilities().Get(ctx, "k")
 			return err
 		},
-		"owner Set":         func() error { return s.Owners().Set(ctx, "t", "s", store.Owner{}, time.Second) },
-		"lease Acquire":     func() error { _, _, err := s.Leases().Acquire(ctx, "n", "h", time.Second); return err },
-		"Publish":           func() error { return s.PubSub().Publish(ctx, "c", nil) },
-		"Subscribe":         func() error { _, _, err := s.PubSub().Subscribe(ctx, "c"); return err },
-		"registry List":     func() error { _, _, err := s.Registry().List(ctx, "ns"); return err },
-		"registry Put":      func() error { _, err := s.Registry().Put(ctx, "ns", "k", nil); return err },
+		"owner Set":     func() error { return s.Owners().Set(ctx, "t", "s", store.Owner{}, time.Second) },
+		"lease Acquire": func() error { _, _, err := s.Leases().Acquire(ctx, "n", "h", time.Second); return err },
+		"Publish":       func() error { return s.PubSub().Publish(ctx, "c", nil) },
+		"Subscribe":     func() error { _, _, err := s.PubSub().Subscribe(ctx, "c"); return err },
+		"registry List": func() error { _, _, err := s.Registry().List(ctx, "ns"); return err },
+		"registry Put":  func() error { _, err := s.Registry().Put(ctx, "ns", "k", nil); return err },
+		"registry CompareAndSwap": func() error {
+			_, err := s.Registry().CompareAndSwap(ctx, "ns", "k", nil, []byte("v"))
+			return err
+		},
 		"capability Delete": func() error { return s.Capabilities().Delete(ctx, "k") },
 		"Claim":             func() error { _, err := s.Claims().Claim(ctx, "k", time.Now()); return err },
 	}

@@ -1,0 +1,69 @@
+// Package keyrate rate-limits requests per key (a tenant, a platform
+// user): each key has its own token bucket (golang.org/x/time/rate), Burst
+// requests at once and then one more per Every. The buckets of at most
+// MaxKeys keys are kept, least recently used forgotten first, so keys an
+// outsider invents cannot grow memory; a forgotten key starts again with a
+// full bucket.
+//
+// Time comes from an injected clock, so tests judge the limits on a clock
+// that does not move.
+package keyrate
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"golang.org/x/time/rate"
+)
+
+// Config sets the allowance of every key.
+type Config struct {
+	// Burst requests may go at once; at least 1.
+	Burst int
+	// Every is the time that earns one more request; > 0.
+	Every time.Duration
+	// MaxKeys bounds the keys remembered; at least 1.
+	MaxKeys int
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// Limiter limits requests per key. It is safe for concurrent use.
+type Limiter struct {
+	cfg Config
+
+	mu   sync.Mutex
+	keys *simplelru.LRU[string, *rate.Limiter]
+}
+
+// New returns a Limiter; it panics on a Config outside its bounds (a
+// programming error: the limits are constants of their users).
+func New(cfg Config) *Limiter {
+	if cfg.Burst < 1 || cfg.Every <= 0 || cfg.MaxKeys < 1 {
+		panic("keyrate: Burst, Every and MaxKeys must be positive")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	keys, _ := simplelru.NewLRU[string, *rate.Limiter](cfg.MaxKeys, nil) // size > 0: no error
+	return &Limiter{cfg: cfg, keys: keys}
+}
+
+// Allow spends one request of key's allowance. When none is left it
+// spends nothing and reports how long until one is.
+func (l *Limiter) Allow(key string) (ok bool, retryAfter time.Duration) {
+	now := l.cfg.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, found := l.keys.Get(key)
+	if !found {
+		b = rate.NewLimiter(rate.Every(l.cfg.Every), l.cfg.Burst)
+		l.keys.Add(key, b)
+	}
+	if b.AllowN(now, 1) {
+		return true, 0
+	}
+	missing := 1 - b.TokensAt(now)
+	return false, time.Duration(missing * float64(l.cfg.Every))
+}

@@ -1,0 +1,112 @@
+package discord
+
+import (
+	"testing"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/platform/discord/discordtest"
+)
+
+// TestClaimInBoundGuildIsSetAside is issue 22's hijack on the platform:
+// t2 holds a claim of channel general in t1's guild Lab (stored before
+// the fix, without its guild), opened to any author, and Ada is linked to
+// t2. Every message in general and its thread still reaches t1 (Ada's
+// too), t2 is never granted the channel, and t2's send there is declined
+// on the instance with the Gateway and on one without it, while t1's goes
+// through. A claim of t2's in its own guild and a grant where no binding
+// holds still work.
+func TestClaimInBoundGuildIsSetAside(t *testing.T) {
+	bindings := []platform.Binding{
+		{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"},
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: chanGeneral, Tenant: "t2"}, // no Space: a claim from before the fix
+		{Kind: platform.BindScope, ID: chanOther, Tenant: "t2", Space: guildOther},
+		{Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "t2"},
+		{Kind: platform.BindUser, ID: userAda, Tenant: "t2"},
+	}
+	e := newEnv(t, discordtest.Options{}, func(c *Config) {
+		c.Tenants = map[string]TenantConfig{"t1": {FreeResponseChannels: []string{"*"}}}
+	})
+	e.startReady(t)
+	if err := e.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	by := func(user, id, channel, text string) map[string]any {
+		m := msg(id, channel, guildLab, text, false)
+		m["author"] = map[string]any{"id": user, "username": "u" + user}
+		return m
+	}
+	for _, m := range []map[string]any{
+		by("777", "9101", chanGeneral, "eve in general"),
+		by(userAda, "9102", chanGeneral, "ada in general"),
+		by(userAda, "9103", threadPlan, "ada in the thread"),
+	} {
+		e.dispatch(t, "MESSAGE_CREATE", m)
+		if d := e.sink.next(t); d.Tenant != "t1" || d.Event == nil || d.Event.Text != m["content"] {
+			t.Fatalf("delivery to %q %+v, want %q to t1", d.Tenant, d.Event, m["content"])
+		}
+	}
+	send := func(e *env, tenant, chat string) contract.Result {
+		t.Helper()
+		return execute(t, e, tenant, `{"op":"send","chat_id":"`+chat+`","content":"from `+tenant+`","reply_to":null,"metadata":{}}`)
+	}
+	standby := newStandbyEnv(t, nil)
+	if err := standby.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	for name, env := range map[string]*env{"the Gateway's instance": e, "a standby": standby} {
+		for _, chat := range []string{chanGeneral, threadPlan} {
+			if granted(t, env, chat, "t2") {
+				t.Fatalf("%s: t2 is granted %s in t1's guild", name, chat)
+			}
+			if r := send(env, "t2", chat); r.Success || r.Code != contract.CodeEgressDeclined {
+				t.Fatalf("%s: t2's send into %s: %+v, want the decline", name, chat, r)
+			}
+			if r := send(env, "t1", chat); !r.Success {
+				t.Fatalf("%s: t1's send into its %s: %+v", name, chat, r)
+			}
+		}
+		if r := send(env, "t2", chanOther); !r.Success {
+			t.Fatalf("%s: t2's send into its own channel: %+v", name, r)
+		}
+	}
+}
+
+// TestClaimantActsInItsThreads: in guild Lab, which no tenant is bound
+// to, t3 claimed channel general for any author. t3 may answer in general
+// and in its thread (the cache knows the thread's channel), before any
+// message and after one routed to it there; t1, whose guild Lab no longer
+// is, may not.
+func TestClaimantActsInItsThreads(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: chanGeneral, Tenant: "t3", Space: guildLab},
+		{Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "t3"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(tenant, chat string) contract.Result {
+		t.Helper()
+		return execute(t, e, tenant, `{"op":"send","chat_id":"`+chat+`","content":"from `+tenant+`","reply_to":null,"metadata":{}}`)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, chat := range []string{chanGeneral, threadPlan} {
+			if r := send("t3", chat); !r.Success {
+				t.Fatalf("%s: t3's send into %s: %+v", when, chat, r)
+			}
+			if r := send("t1", chat); r.Success || r.Code != contract.CodeEgressDeclined {
+				t.Fatalf("%s: t1's send into %s: %+v, want the decline", when, chat, r)
+			}
+		}
+	}
+	check("before any message")
+	e.dispatch(t, "MESSAGE_CREATE", msg("9201", threadPlan, guildLab, "in the thread", true))
+	if d := e.sink.next(t); d.Tenant != "t3" || d.Event == nil || d.Event.Text != "in the thread" {
+		t.Fatalf("delivery to %q %+v, want the thread's message to t3", d.Tenant, d.Event)
+	}
+	check("after a message")
+}

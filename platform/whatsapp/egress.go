@@ -1,0 +1,156 @@
+package whatsapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connector/contract"
+	"connector/internal/netcause"
+	"connector/platform"
+)
+
+// chat is what an op acts on: the user (wa_id) and the business number
+// the tenant's conversation with them goes through.
+type chat struct {
+	user   string
+	number string
+	last   string // the user's latest message id, "" when unknown
+}
+
+// handlers is the egress table; the descriptor's supported_ops are its
+// keys. edit, delete, thread_* and draft do not exist on the Cloud API.
+var handlers = platform.Ops[*Platform, chat]{
+	contract.OpSend:        (*Platform).send,
+	contract.OpPrompt:      (*Platform).prompt,
+	contract.OpReact:       (*Platform).react,
+	contract.OpSendMedia:   (*Platform).sendMedia,
+	contract.OpTyping:      (*Platform).typing,
+	contract.OpGetChatInfo: (*Platform).getChatInfo,
+}
+
+// callMargin is kept free before a request's deadline for the Graph call
+// that follows a wait.
+const callMargin = time.Second
+
+// Execute implements platform.Platform. An op outside the table is
+// unsupported; a chat_id that is not a wa_id, or a user the tenant may not
+// act on (platform.Authorize, ChatTenant), gets the structured decline.
+// The op goes out from the business number sender names.
+func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+	h, ok := handlers[a.Op]
+	if !ok {
+		return platform.Unsupported(platformName)
+	}
+	user := string(a.ChatID)
+	if !platform.ValidWhatsAppID(user) {
+		return contract.Declined(platformName)
+	}
+	if r, ok := platform.Authorize(ctx, p, tenant, user); !ok {
+		return r
+	}
+	c, ok := p.sender(tenant, user)
+	if !ok { // the bindings changed since Authorize
+		return contract.Declined(platformName)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
+		defer cancel()
+	}
+	return h(p, ctx, tenant, c, a)
+}
+
+// rateLimitedError says a message could not be paced before the deadline.
+type rateLimitedError struct{ wait time.Duration }
+
+func (e *rateLimitedError) Error() string {
+	return fmt.Sprintf("whatsapp: rate limited; next slot in %s, after the request's deadline", e.wait.Round(time.Millisecond))
+}
+
+// paced runs call for one message from number to user: it waits for the
+// user's slot (pacer), then for tenant's fair share of the app's budget,
+// then calls. A Graph rate-limit answer (rateLimitCodes) holds the user
+// with backoff and, for the app- and account-wide codes, pauses the whole
+// budget; the message is sent again while the deadline allows, since Meta
+// did not take it. Any other error is returned as it is, never retried:
+// the call may have gone through.
+func (p *Platform) paced(ctx context.Context, tenant, number, user string, call func(context.Context) error) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(p.cfg.RequestTimeout)
+	}
+	// ctx's deadline is real time; latest is on p.clock, like the pacer.
+	latest := p.clock.Now().Add(time.Until(deadline) - callMargin)
+	key := number + "/" + user
+	for {
+		now := p.clock.Now()
+		at, ok := p.pace.reserve(key, now, latest)
+		if !ok {
+			return &rateLimitedError{wait: at.Sub(now)}
+		}
+		if err := p.clock.Sleep(ctx, at.Sub(now)); err != nil {
+			return err
+		}
+		waitCtx, cancel := context.WithTimeout(ctx, latest.Sub(p.clock.Now()))
+		err := p.budget.Wait(waitCtx, tenant)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &rateLimitedError{wait: time.Second}
+		}
+		if d := p.clock.Now().Sub(now); d > 0 {
+			p.metrics.RateLimitWait(platformName, d)
+		}
+		err = call(ctx)
+		p.noteToken(err)
+		ge, limited := rateLimited(err)
+		if !limited {
+			if err == nil {
+				p.pace.passed(key)
+			}
+			return err
+		}
+		p.metrics.RateLimited(platformName)
+		hold := p.pace.hold(key, p.clock.Now())
+		if ge.Code != 131056 { // not the pair limit: the app or account is throttled
+			p.budget.Pause(hold)
+		}
+		p.log.Info("whatsapp rate limited; backing off", "tenant", tenant, "code", ge.Code, "hold", hold)
+	}
+}
+
+// failure turns an egress error into a result whose text carries no
+// secret: the window's own code, rate_limited with a hint, unavailable for
+// what may be retried (no answer, the network, Meta's 5xx), platform_error
+// for the rest, with Meta's code and message.
+func (p *Platform) failure(op string, err error) contract.Result {
+	var limited *rateLimitedError
+	var ge *GraphError
+	prefix := "whatsapp_cloud " + op + ": "
+	switch {
+	case errors.As(err, &limited):
+		r := contract.Failed(contract.CodeRateLimited, prefix+"rate limited; retry later")
+		r.RetryAfterMS = max(limited.wait.Milliseconds(), 1)
+		return r
+	case errors.As(err, &ge) && ge.Code == codeReengagement:
+		return contract.Failed(contract.CodeWindowClosed, prefix+"the 24-hour customer-service window is closed: the user last wrote more than 24 hours ago, so WhatsApp delivers only approved templates until they write again (Graph error 131047)")
+	case errors.As(err, &ge) && rateLimitCodes[ge.Code]:
+		r := contract.Failed(contract.CodeRateLimited, prefix+p.errorText(ge))
+		r.RetryAfterMS = holdMin.Milliseconds()
+		return r
+	case errors.As(err, &ge) && ge.Status >= http.StatusInternalServerError:
+		return contract.Failed(contract.CodeUnavailable, prefix+p.errorText(ge))
+	case errors.As(err, &ge):
+		return contract.Failed(contract.CodePlatformError, prefix+p.errorText(ge))
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return contract.Failed(contract.CodeUnavailable, prefix+"no answer from the Graph API before the deadline")
+	case netcause.IsNetwork(err):
+		return contract.Failed(contract.CodeUnavailable, prefix+"Graph API unreachable: "+netcause.Describe(err))
+	}
+	return contract.Failed(contract.CodePlatformError, prefix+p.errorText(err))
+}

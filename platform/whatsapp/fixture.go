@@ -1,0 +1,117 @@
+package whatsapp
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"connector/session"
+)
+
+// NormalizeFixture maps a fixture case's raw webhook payload, with its
+// context (the native adapter_config, the wamids the adapter has seen, the
+// native prompts' live state), to what live ingest makes of its first
+// message: the event's source and fields, or the drop. It runs the same
+// decoding, walk, classification and gate as live ingest;
+// `connector conformance events` calls it for every whatsapp_cloud case of
+// testdata/platform_events_slack_whatsapp.json.
+func NormalizeFixture(raw, context json.RawMessage) (session.Outcome, error) {
+	fc, err := readFixtureContext(context)
+	if err != nil {
+		return session.Outcome{}, err
+	}
+	acc, err := newAccess(fc.AdapterConfig.tenantConfig(), nil)
+	if err != nil {
+		return session.Outcome{}, fmt.Errorf("whatsapp: fixture adapter_config: %w", err)
+	}
+	var p payload
+	if err := decodePayload(raw, &p); err != nil {
+		return session.Outcome{}, err
+	}
+	if p.Object != objectWABA {
+		return session.Outcome{Drop: dropNotWABA}, nil
+	}
+	for _, e := range p.Entry {
+		for _, c := range e.Changes {
+			if c.Field != fieldMessages {
+				continue
+			}
+			v := &c.Value
+			if len(v.Messages) == 0 {
+				continue
+			}
+			m := &v.Messages[0]
+			if id := strings.TrimSpace(m.ID); id != "" && fc.seen[id] {
+				return session.Outcome{Drop: dropDuplicate}, nil
+			}
+			ev, drop := classify(m, v.contactNames(), v.Metadata.DisplayPhoneNumber, acc, fc)
+			if drop != "" {
+				return session.Outcome{Drop: drop}, nil
+			}
+			o := session.Outcome{Source: ev.Source, Event: &session.EventFields{Text: ev.Text, MessageType: ev.MessageType}}
+			if ev.MessageID != "" {
+				o.Event.MessageID = &ev.MessageID
+			}
+			if ev.ReplyToMessageID != "" {
+				o.Event.ReplyToMessageID = &ev.ReplyToMessageID
+			}
+			return o, nil
+		}
+	}
+	for _, e := range p.Entry {
+		for _, c := range e.Changes {
+			if c.Field == fieldMessages && len(c.Value.Statuses) > 0 {
+				return session.Outcome{Drop: dropStatus}, nil
+			}
+		}
+	}
+	return session.Outcome{Drop: dropNonMessage}, nil
+}
+
+// fixtureContext is a fixture case's context object.
+type fixtureContext struct {
+	AdapterConfig fixtureAdapterConfig `json:"adapter_config"`
+	SeenWamids    []string             `json:"seen_wamids"`
+	// The native prompts' live state: state id -> session key.
+	ClarifyState      map[string]string `json:"clarify_state"`
+	ExecApprovalState map[string]string `json:"exec_approval_state"`
+	SlashConfirmState map[string]string `json:"slash_confirm_state"`
+
+	seen map[string]bool
+}
+
+// fixtureAdapterConfig is the native adapter's config.extra in a fixture.
+type fixtureAdapterConfig struct {
+	AllowAllUsers bool     `json:"allow_all_users"`
+	DMPolicy      string   `json:"dm_policy"`
+	AllowFrom     []string `json:"allow_from"`
+}
+
+func (a fixtureAdapterConfig) tenantConfig() TenantConfig {
+	allowAll := OptIn(a.AllowAllUsers)
+	return TenantConfig{AllowAllUsers: &allowAll, DMPolicy: a.DMPolicy, AllowFrom: List(a.AllowFrom)}
+}
+
+func readFixtureContext(raw json.RawMessage) (*fixtureContext, error) {
+	fc := &fixtureContext{}
+	if len(raw) > 0 && string(raw) != "null" {
+		if err := json.Unmarshal(raw, fc); err != nil {
+			return nil, fmt.Errorf("whatsapp: fixture context: %w", err)
+		}
+	}
+	fc.seen = make(map[string]bool, len(fc.SeenWamids))
+	for _, id := range fc.SeenWamids {
+		fc.seen[id] = true
+	}
+	return fc, nil
+}
+
+// native implements taps from the context's state maps.
+func (fc *fixtureContext) native(prefix, stateID string) bool {
+	state := map[string]map[string]string{"cl:": fc.ClarifyState, "appr:": fc.ExecApprovalState, "sc:": fc.SlashConfirmState}[prefix]
+	_, ok := state[stateID]
+	return ok
+}
+
+// prompt implements taps: a fixture knows no prompt of the connector's.
+func (*fixtureContext) prompt(string, string) bool { return false }

@@ -1,0 +1,308 @@
+package whatsapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connector/platform"
+	"connector/vault"
+)
+
+// Values of the payload the walk selects, as the native adapter.
+const (
+	objectWABA    = "whatsapp_business_account"
+	fieldMessages = "messages"
+)
+
+// errNotRunning answers webhooks that arrive while Run is not running.
+var errNotRunning = errors.New("whatsapp: not running")
+
+// errElsewhere answers a message another instance is storing right now.
+var errElsewhere = errors.New("whatsapp: another instance is storing this message; Meta will retry")
+
+// ownerGate admits a tenant's linked owner whatever the tenant's DM gate
+// says (the owner floor of author routing).
+var ownerGate = &access{policy: policyOpen, allowAll: true}
+
+// ingest walks one verified payload as _dispatch_payload does: only
+// whatsapp_business_account objects, only "messages" changes; statuses are
+// counted, messages ingested in order. It returns an error only when a
+// message could not be stored, so the caller answers non-200 and Meta
+// retries the payload (what was stored is then dropped as a duplicate).
+func (p *Platform) ingest(ctx context.Context, pl *payload, received time.Time) error {
+	sink := p.sink.Load()
+	if sink == nil {
+		return errNotRunning
+	}
+	if pl.Object != objectWABA {
+		p.metrics.Dropped(platformName, dropNotWABA)
+		return nil
+	}
+	for _, e := range pl.Entry {
+		for i := range e.Changes {
+			c := &e.Changes[i]
+			if c.Field != fieldMessages {
+				p.metrics.Dropped(platformName, dropNonMessage)
+				continue
+			}
+			number := strings.TrimSpace(c.Value.Metadata.PhoneNumberID)
+			for j := range c.Value.Statuses {
+				p.status(number, &c.Value.Statuses[j])
+			}
+			names := c.Value.contactNames()
+			for j := range c.Value.Messages {
+				if err := p.message(ctx, *sink, &c.Value, &c.Value.Messages[j], names, received); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// message ingests one message: one at a time per (business number, user),
+// in arrival order; redeliveries dropped; a "/link <code>" consumed; the
+// tenant resolved (the number's owner, else the user's linked tenant); the
+// native classification and DM gate (classify); the conversation recorded;
+// an attachment re-hosted; delivered; marked delivered.
+func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeValue, m *message, names map[string]string, received time.Time) error {
+	number := strings.TrimSpace(v.Metadata.PhoneNumberID)
+	sender, wamid := strings.TrimSpace(m.From), strings.TrimSpace(m.ID)
+	chat := number + "/" + sender
+	if err := p.chats.enter(ctx, chat); err != nil {
+		return err
+	}
+	defer p.chats.leave(chat)
+	if wamid != "" && p.delivered(number, wamid) {
+		p.drop(dropDuplicate, number, sender)
+		return nil
+	}
+	switch taken, err := p.claim(ctx, number, wamid); {
+	case err != nil:
+		return fmt.Errorf("whatsapp: claim message: %w", err)
+	case !taken:
+		p.metrics.Dropped(platformName, "in_progress_elsewhere")
+		return errElsewhere
+	}
+	defer p.unclaim(number, wamid)
+	if wamid != "" && p.deps.Cluster != nil && p.delivered(number, wamid) { // delivered while we took the claim
+		p.drop(dropDuplicate, number, sender)
+		return nil
+	}
+	if code, ok := p.linkCode(m, sender); ok {
+		if reason := p.links.Submit(sender, func(ctx context.Context) { p.redeemLink(ctx, number, sender, code) }); reason != "" {
+			p.drop(reason, number, sender)
+		}
+		p.markDelivered(number, wamid)
+		return nil
+	}
+	tenant, owner := p.route(number, sender)
+	if tenant == "" {
+		p.drop(dropUnclaimed, number, sender)
+		return nil
+	}
+	gate := p.gate(tenant)
+	if owner {
+		gate = ownerGate
+	}
+	ev, drop := classify(m, names, v.Metadata.DisplayPhoneNumber, gate, tenantTaps{p: p, tenant: tenant})
+	if drop != "" {
+		p.drop(drop, number, sender)
+		return nil
+	}
+	p.converse(tenant, sender, conv{Number: number, Last: wamid})
+	if ev.ReplyTo != nil {
+		ev.ReplyTo.Text = p.quotes.text(tenant, sender, ev.ReplyToMessageID)
+	}
+	p.quotes.add(tenant, sender, wamid, ev.Text)
+	p.attachMedia(ctx, tenant, m, &ev)
+	d := platform.Delivery{
+		Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
+		SessionKey: p.deps.Key(tenant, &ev.Source), ChatID: sender, Received: received,
+	}
+	if ev.PromptResponse == nil && isStop(ev.Text) {
+		d.Kind = platform.KindInterrupt
+	} else {
+		d.Event = &ev
+	}
+	if err := sink.Deliver(ctx, d); err != nil {
+		return fmt.Errorf("whatsapp: deliver message of %s: %w", sender, err)
+	}
+	p.markDelivered(number, wamid)
+	if pr := ev.PromptResponse; pr != nil {
+		p.vault.Delete(promptKey(tenant, sender, pr.PromptID)) // one tap answers a prompt
+	}
+	return nil
+}
+
+// isStop reports the platform-side interrupt command "/stop", alone or
+// with arguments.
+func isStop(text string) bool {
+	return text == "/stop" || strings.HasPrefix(text, "/stop ")
+}
+
+// route resolves the tenant of a message from sender to number by the
+// ownership order (platform.Ownership): the number's owner (rule 1), else,
+// for a number no tenant owns, the tenant the sender is linked to (rule 3).
+// owner reports that the sender is linked to that tenant.
+func (p *Platform) route(number, sender string) (tenant string, owner bool) {
+	r, ok := p.owners.Load().Route(sender, chatOf(sender, number))
+	if !ok || r.Drop != "" {
+		return "", false
+	}
+	return r.Tenant, r.Owner
+}
+
+// deliveredKey is the vault key marking message wamid to number delivered.
+func deliveredKey(number, wamid string) vault.Key {
+	return vault.Key{Tenant: "number:" + number, SessionKey: wamid, Kind: vault.KindWhatsAppMessage}
+}
+
+// delivered reports whether message wamid to number was delivered (on any
+// instance sharing the store, within a day).
+func (p *Platform) delivered(number, wamid string) bool {
+	_, ok := p.vault.Get(deliveredKey(number, wamid))
+	return ok
+}
+
+// markDelivered records message wamid to number as delivered.
+func (p *Platform) markDelivered(number, wamid string) {
+	if wamid == "" {
+		return
+	}
+	if err := p.vault.Put(deliveredKey(number, wamid), vault.Entry{Stored: p.clock.Now()}); err != nil {
+		p.log.Warn("whatsapp delivered mark not stored; a redelivery would be delivered again", "err", err)
+	}
+}
+
+// pendingTTL bounds how long a message's claim is held: longer than
+// storing it may take, its attachment's download included.
+const pendingTTL = 3 * time.Minute
+
+// claimKey is the store claim of message wamid to number being stored.
+func claimKey(number, wamid string) string {
+	return "whatsapp_cloud/message/" + number + "/" + wamid
+}
+
+// claim takes message wamid to number for this instance (store.Claims,
+// atomic across the instances sharing the store) and reports whether it
+// may go on: false when another instance holds it, which is storing it
+// now (the claim ends with that, or after pendingTTL if it crashed, so a
+// copy is delayed, never lost). Once the claim is taken, a message
+// delivered meanwhile (its claim already released) is found by the caller's
+// second look at the delivered mark. With a single instance (Deps.Cluster
+// nil) the per-chat queue keeps copies apart, and nothing is written.
+func (p *Platform) claim(ctx context.Context, number, wamid string) (bool, error) {
+	if p.deps.Cluster == nil || p.deps.Store == nil || wamid == "" {
+		return true, nil
+	}
+	return p.deps.Store.Claims().Claim(ctx, claimKey(number, wamid), p.clock.Now().Add(pendingTTL))
+}
+
+// unclaim releases the claim of message wamid to number, once it is
+// delivered or failed.
+func (p *Platform) unclaim(number, wamid string) {
+	if p.deps.Cluster == nil || p.deps.Store == nil || wamid == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.deps.Store.Claims().Release(ctx, claimKey(number, wamid)); err != nil {
+		p.log.Warn("whatsapp message claim not released; a redelivery waits for it to expire", "err", err)
+	}
+}
+
+// drop counts and logs a message that is not delivered.
+func (p *Platform) drop(reason, number, sender string) {
+	p.metrics.Dropped(platformName, reason)
+	p.log.Debug("whatsapp message dropped", "reason", reason, "phone_number_id", number, "user_id", sender)
+}
+
+// status counts one delivery status for the tenant owning number; a
+// failed one is logged with Meta's error code.
+func (p *Platform) status(number string, st *status) {
+	tenant, _ := p.route(number, strings.TrimSpace(st.RecipientID))
+	if tenant == "" {
+		p.metrics.Dropped(platformName, dropUnclaimed)
+		return
+	}
+	if p.statuses != nil {
+		p.statuses.DeliveryStatus(platformName, tenant, statusLabel(st.Status))
+	}
+	if st.Status == "failed" {
+		code, title := 0, ""
+		if len(st.Errors) > 0 {
+			code, title = st.Errors[0].Code, st.Errors[0].Title
+		}
+		p.log.Warn("whatsapp message failed", "tenant", tenant, "phone_number_id", number, "user_id", st.RecipientID,
+			"code", code, "title", title)
+	}
+}
+
+// statusLabel bounds the status values a metric label takes.
+func statusLabel(s string) string {
+	switch s {
+	case "sent", "delivered", "read", "failed":
+		return s
+	}
+	return "other"
+}
+
+// tenantTaps answers classify for one tenant's prompts.
+type tenantTaps struct {
+	p      *Platform
+	tenant string
+}
+
+// native implements taps: the connector sends no native adapter prompts.
+func (tenantTaps) native(string, string) bool { return false }
+
+// prompt implements taps from the vault; message forgets the prompt once
+// the tap is delivered.
+func (t tenantTaps) prompt(chat, promptID string) bool {
+	_, ok := t.p.vault.Get(promptKey(t.tenant, chat, promptID))
+	return ok
+}
+
+// promptKey is the vault key of tenant's prompt promptID to user.
+func promptKey(tenant, user, promptID string) vault.Key {
+	return vault.Key{Tenant: tenant, SessionKey: user + ":" + promptID, Kind: vault.KindWhatsAppPrompt}
+}
+
+// linkCode returns the code of a "/link <code>" text message the platform
+// must consume.
+func (p *Platform) linkCode(m *message, sender string) (string, bool) {
+	if p.deps.Linker == nil || sender == "" || m.kind() != "text" || m.grouped() {
+		return "", false
+	}
+	return platform.ParseLinkCommand(m.body())
+}
+
+// redeemLink redeems code for sender and answers from number, on the link
+// desk's workers (platform.LinkDesk: a webhook, and the messages behind it,
+// never wait for it) and the link replies' own share of the budget
+// (platform.LinkBudget).
+func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) {
+	tenant, err := p.deps.Linker.Link(ctx, platformName, sender, code)
+	reply, reason := platform.LinkAnswer(err)
+	p.metrics.Dropped(platformName, reason)
+	switch {
+	case err == nil:
+		p.converse(tenant, sender, conv{Number: number})
+	case !errors.Is(err, platform.ErrLinkRefused):
+		p.log.Warn("whatsapp /link not redeemed", "user_id", sender, "err", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	msg := textMessage(sender, reply, "")
+	err = p.paced(ctx, platform.LinkBudget, number, sender, func(ctx context.Context) error {
+		_, err := p.graph.sendMessage(ctx, number, msg)
+		return err
+	})
+	if err != nil {
+		p.log.Warn("whatsapp /link reply not sent", "user_id", sender, "err", p.errorText(err))
+	}
+}

@@ -1,0 +1,310 @@
+package whatsapp
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"connector/descriptor"
+	"connector/internal/clock"
+	"connector/platform"
+	"connector/platform/fairshare"
+	"connector/vault"
+)
+
+// Platform is the WhatsApp Cloud API app shared by the tenants that own
+// its business numbers. Build it with New.
+type Platform struct {
+	deps     platform.Deps
+	cfg      Config
+	log      *slog.Logger
+	metrics  platform.Metrics
+	statuses StatusMetrics // nil when deps.Metrics does not count statuses
+	clock    clock.Clock
+
+	graph       *graph
+	scrubber    *strings.Replacer
+	verifySum   [32]byte // sha256 of the verify token
+	vault       vault.Store
+	numbers     atomic.Pointer[map[string]string]  // phone number id -> tenant; replaced by Bind
+	owners      atomic.Pointer[platform.Ownership] // numbers and linked users; replaced by Bind
+	gates       map[string]*access                 // tenant -> DM gate
+	defaultGate *access
+	chats       serial
+	budget      *fairshare.Scheduler
+	pace        *pacer
+	quotes      *quotes
+	links       *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
+	desc        descriptor.Descriptor
+
+	running   atomic.Bool
+	sink      atomic.Pointer[platform.Sink]
+	started   chan struct{} // closed when Run first takes a sink
+	startOnce sync.Once
+	tokenMu   sync.Mutex
+	tokenOK   bool // false after Meta refused the access token (code 190)
+}
+
+var (
+	_ platform.Platform = (*Platform)(nil)
+	_ platform.Routes   = (*Platform)(nil)
+	_ platform.Binder   = (*Platform)(nil)
+)
+
+// StatusMetrics is implemented by a Deps.Metrics that counts the delivery
+// statuses (sent, delivered, read, failed) Meta reports for each tenant's
+// messages.
+type StatusMetrics interface {
+	DeliveryStatus(platform, tenant, status string)
+}
+
+// New builds the platform. It does no I/O.
+func New(cfg Config, deps platform.Deps) (*Platform, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	deps = deps.WithDefaults()
+	p := &Platform{
+		deps:    deps,
+		cfg:     cfg,
+		log:     deps.Log.With("platform", platformName),
+		metrics: deps.Metrics,
+		clock:   deps.Clock,
+		vault:   deps.Vault,
+		gates:   make(map[string]*access, len(cfg.Tenants)),
+		tokenOK: true,
+		started: make(chan struct{}),
+	}
+	p.statuses, _ = deps.Metrics.(StatusMetrics)
+	if p.vault == nil {
+		p.vault = vault.NewMemory(vault.Config{Now: deps.Clock.Now})
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = 32
+	p.graph = &graph{base: cfg.APIURL + "/" + cfg.APIVersion, token: cfg.AccessToken, hc: &http.Client{Transport: transport}}
+	p.scrubber = strings.NewReplacer(cfg.AccessToken, "[redacted]", cfg.AppSecret, "[redacted]", cfg.VerifyToken, "[redacted]")
+	p.verifySum = sha256.Sum256([]byte(cfg.VerifyToken))
+	var err error
+	if p.defaultGate, err = newAccess(cfg.access(), nil); err != nil {
+		return nil, err
+	}
+	for tenant, tc := range cfg.Tenants {
+		if p.gates[tenant], err = newAccess(cfg.access(), &tc); err != nil {
+			return nil, err
+		}
+	}
+	bindings := make([]platform.Binding, 0, len(cfg.PhoneNumbers))
+	for id, tenant := range cfg.PhoneNumbers {
+		bindings = append(bindings, platform.Binding{Kind: platform.BindPhoneNumber, ID: id, Tenant: tenant})
+	}
+	if err := p.Bind(bindings); err != nil {
+		return nil, err
+	}
+	p.budget = fairshare.New(fairshare.Config{
+		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(), Clock: p.clock,
+	})
+	p.pace = newPacer(cfg.ChatPerSecond)
+	p.quotes = newQuotes()
+	p.links = platform.NewLinkDesk(deps.Clock.Now)
+	p.desc = descriptor.WhatsApp(handlers.Names())
+	return p, nil
+}
+
+// Name implements platform.Platform.
+func (p *Platform) Name() string { return platformName }
+
+// Descriptor implements platform.Platform.
+func (p *Platform) Descriptor() descriptor.Descriptor { return p.desc }
+
+// Routes implements platform.Routes: the webhook's handshake and events.
+func (p *Platform) Routes() map[string]http.Handler {
+	return map[string]http.Handler{
+		http.MethodGet + " " + WebhookPath:  http.HandlerFunc(p.serveVerify),
+		http.MethodPost + " " + WebhookPath: http.HandlerFunc(p.serveWebhook),
+	}
+}
+
+// Run implements platform.Platform: webhooks are delivered into sink, and
+// "/link <code>" DMs redeemed on the link desk's workers, until ctx ends.
+// There is nothing to connect to: the Graph API is called per action.
+func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
+	p.sink.Store(&sink)
+	p.running.Store(true)
+	p.startOnce.Do(func() { close(p.started) })
+	p.links.Run(ctx) // until ctx ends
+	p.running.Store(false)
+	p.sink.Store(nil)
+	return nil
+}
+
+// Status implements platform.Platform: ready while Run runs, unless Meta
+// refused the access token on the last call that told.
+func (p *Platform) Status() platform.Status {
+	p.tokenMu.Lock()
+	tokenOK := p.tokenOK
+	p.tokenMu.Unlock()
+	switch {
+	case !p.running.Load():
+		return platform.Status{Detail: "not started"}
+	case !tokenOK:
+		return platform.Status{Detail: "Meta refused the access token (Graph error 190); set a valid whatsapp.access_token"}
+	}
+	return platform.Status{Ready: true, Detail: "receiving webhooks at " + WebhookPath}
+}
+
+// noteToken records whether Meta accepted the access token, from a Graph
+// call's error.
+func (p *Platform) noteToken(err error) {
+	ge, isGraph := err.(*GraphError)
+	ok := err == nil || !isGraph || ge.Code != codeTokenInvalid
+	if err != nil && !isGraph {
+		return // a network failure says nothing about the token
+	}
+	p.tokenMu.Lock()
+	p.tokenOK = ok
+	p.tokenMu.Unlock()
+}
+
+// gate returns tenant's DM gate.
+func (p *Platform) gate(tenant string) *access {
+	if a := p.gates[tenant]; a != nil {
+		return a
+	}
+	return p.defaultGate
+}
+
+// ownNumber is the business number a tenant sends from when its
+// conversation names none: the lowest id it owns, "" for none.
+func (p *Platform) ownNumber(tenant string) string {
+	var ids []string
+	for id, t := range *p.numbers.Load() {
+		if t == tenant {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return ""
+	}
+	return slices.Min(ids)
+}
+
+// Bind implements platform.Binder: bindings of kind phone_number (a phone
+// number id) and the author kinds user and dm_default (a wa_id) replace
+// the ownership table (platform.Ownership). Other kinds are refused.
+func (p *Platform) Bind(bindings []platform.Binding) error {
+	numbers := make(map[string]string, len(bindings))
+	owned := make([]platform.Binding, 0, len(bindings))
+	for _, b := range bindings {
+		switch b.Kind {
+		case platform.BindPhoneNumber, platform.BindUser, platform.BindDMDefault:
+			if !platform.ValidWhatsAppID(b.ID) {
+				return fmt.Errorf("whatsapp_cloud: %s %q: want digits", b.Kind, b.ID)
+			}
+		default:
+			return fmt.Errorf("whatsapp_cloud: binding kind %q: want %s, %s or %s", b.Kind, platform.BindPhoneNumber, platform.BindUser, platform.BindDMDefault)
+		}
+		if b.Kind == platform.BindPhoneNumber {
+			numbers[b.ID] = b.Tenant
+			b.ID = numberSpace(b.ID)
+		}
+		owned = append(owned, b)
+	}
+	p.numbers.Store(&numbers)
+	p.owners.Store(platform.NewOwnership(owned))
+	return nil
+}
+
+// numberSpace is a business number as the ownership order's space: the
+// chats (users) writing to it are in it. The prefix keeps a number id
+// from ever reading as a wa_id.
+func numberSpace(number string) string { return "number:" + number }
+
+// chatOf is the conversation of user with a business number as the
+// ownership order reads it: a DM in the number's space ("" for none).
+func chatOf(user, number string) platform.Chat {
+	c := platform.Chat{ID: user, DM: true}
+	if number != "" {
+		c.Space = numberSpace(number)
+	}
+	return c
+}
+
+// ChatTenant implements platform.Platform. A WhatsApp chat is a user
+// (wa_id), and every tenant whose number the user wrote to has its own
+// conversation with them; so the answer is the asking tenant (WithTenant)
+// when the ownership order lets it act in its conversation with the user
+// (mayAct), and ErrUnknownChat otherwise: nothing about other tenants is
+// revealed.
+func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
+	tenant := platform.TenantOf(ctx)
+	if tenant == "" || !platform.ValidWhatsAppID(chatID) {
+		return "", platform.ErrUnknownChat
+	}
+	if _, ok := p.sender(tenant, chatID); ok {
+		return tenant, nil
+	}
+	return "", platform.ErrUnknownChat
+}
+
+// sender returns the chat tenant acts in with user, with the business
+// number it goes out from, when the ownership order lets it: the
+// conversation the user's last message routed to tenant opened, while its
+// number is tenant's own or (a number no tenant owns) reached tenant by
+// author link (platform.Ownership.MayAct); else, for a user linked to
+// tenant, tenant's own lowest number. ok is false otherwise.
+func (p *Platform) sender(tenant, user string) (chat, bool) {
+	own := p.owners.Load()
+	if cv, ok := p.conversation(tenant, user); ok && own.MayAct(tenant, chatOf(user, cv.Number), func() bool { return true }) {
+		return chat{user: user, number: cv.Number, last: cv.Last}, true
+	}
+	if number := p.ownNumber(tenant); number != "" && own.Linked(user, tenant) {
+		return chat{user: user, number: number}, true
+	}
+	return chat{}, false
+}
+
+// conv is a tenant's conversation with a user: the business number the
+// user last wrote to and that message's id.
+type conv struct {
+	Number string `json:"n"`
+	Last   string `json:"m,omitempty"`
+}
+
+// conversationKey is the vault key of tenant's conversation with user.
+func conversationKey(tenant, user string) vault.Key {
+	return vault.Key{Tenant: tenant, SessionKey: user, Kind: vault.KindWhatsAppConversation}
+}
+
+// conversation returns tenant's conversation with user.
+func (p *Platform) conversation(tenant, user string) (conv, bool) {
+	e, ok := p.vault.Get(conversationKey(tenant, user))
+	if !ok {
+		return conv{}, false
+	}
+	var c conv
+	if json.Unmarshal([]byte(e.Ref), &c) != nil {
+		return conv{}, false
+	}
+	return c, true
+}
+
+// converse records that user wrote to number in tenant's conversation,
+// last as the latest message id. It is written before the message is
+// delivered, so the tenant's answer finds it.
+func (p *Platform) converse(tenant, user string, c conv) {
+	ref, _ := json.Marshal(c) // two strings: cannot fail
+	if err := p.vault.Put(conversationKey(tenant, user), vault.Entry{Ref: string(ref), Stored: p.clock.Now()}); err != nil {
+		p.log.Warn("whatsapp conversation not stored", "tenant", tenant, "user_id", user, "err", err)
+	}
+}
+
+// errorText is err's text for logs and results, every credential removed.
+func (p *Platform) errorText(err error) string { return p.scrubber.Replace(err.Error()) }

@@ -1,0 +1,741 @@
+package whatsapp
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
+	"connector/media"
+	"connector/platform"
+	"connector/platform/whatsapp/whatsapptest"
+	"connector/store"
+	"connector/vault"
+)
+
+const (
+	testSecret = "app-secret-3f9a1c"
+	testVerify = "verify-token-77d2"
+	testToken  = "EAAG-access-token-5e1b"
+)
+
+var (
+	biz1 = whatsapptest.Business{PhoneNumberID: "106540352242922", DisplayNumber: "15550109999"}
+	biz2 = whatsapptest.Business{PhoneNumberID: "206540352242922", DisplayNumber: "15550108888"}
+	biz3 = whatsapptest.Business{PhoneNumberID: "306540352242922", DisplayNumber: "15550107777"} // no tenant's
+)
+
+// recordingSink keeps every delivery; fail makes Deliver refuse.
+type recordingSink struct {
+	mu      sync.Mutex
+	got     []platform.Delivery
+	fail    bool
+	changed chan struct{}
+}
+
+func newSink() *recordingSink { return &recordingSink{changed: make(chan struct{})} }
+
+func (s *recordingSink) Deliver(_ context.Context, d platform.Delivery) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail {
+		return errors.New("ledger full")
+	}
+	s.got = append(s.got, d)
+	close(s.changed)
+	s.changed = make(chan struct{})
+	return nil
+}
+
+func (s *recordingSink) all() []platform.Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]platform.Delivery(nil), s.got...)
+}
+
+// rig is a platform on a fake Graph API with a recording sink, its
+// webhook served on loopback.
+type rig struct {
+	p     *Platform
+	fake  *whatsapptest.Server
+	sink  *recordingSink
+	url   string // the webhook's URL
+	media *media.Store
+	stats *statusCounter
+}
+
+// statusCounter is a Metrics that also counts statuses per tenant.
+type statusCounter struct {
+	platform.NopMetrics
+	mu      sync.Mutex
+	counts  map[string]int // "<tenant>/<status>"
+	dropped map[string]int
+}
+
+func (c *statusCounter) DeliveryStatus(_, tenant, status string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts[tenant+"/"+status]++
+}
+
+func (c *statusCounter) Dropped(_, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropped[reason]++
+}
+
+func (c *statusCounter) get(m map[string]int, k string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return m[k]
+}
+
+func testConfig(apiURL string) Config {
+	allowAll := OptIn(true)
+	return Config{
+		AppSecret: testSecret, VerifyToken: testVerify, AccessToken: testToken, APIURL: apiURL,
+		PhoneNumbers:  map[string]string{biz1.PhoneNumberID: "t1", biz2.PhoneNumberID: "t2"},
+		AllowAllUsers: &allowAll, ChatPerSecond: -1,
+	}
+}
+
+// newRig builds a platform; v is the vault (nil: a fresh memory one), so
+// two rigs on one vault are two instances sharing a store.
+func newRig(t *testing.T, v vault.Store, edit func(*Config, *platform.Deps)) *rig {
+	t.Helper()
+	fake := whatsapptest.New(t, testToken)
+	r := &rig{fake: fake, sink: newSink(), stats: &statusCounter{counts: map[string]int{}, dropped: map[string]int{}}}
+	if v == nil {
+		v = vault.NewMemory(vault.Config{})
+	}
+	ms, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test", AllowPrivateURLs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.media = ms
+	cfg := testConfig(fake.URL)
+	deps := platform.Deps{Vault: v, Metrics: r.stats, Media: ms}
+	if edit != nil {
+		edit(&cfg, &deps)
+	}
+	if r.p, err = New(cfg, deps); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = r.p.Run(ctx, r.sink); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-r.p.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not start within 10s")
+	}
+	mux := http.NewServeMux()
+	for pattern, h := range r.p.Routes() {
+		mux.Handle(pattern, h)
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	r.url = srv.URL + WebhookPath
+	return r
+}
+
+// post sends a signed webhook and returns the status.
+func (r *rig) post(t *testing.T, body []byte) int {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(whatsapptest.SignedRequest(r.url, testSecret, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (r *rig) exec(t *testing.T, tenant string, a map[string]any) contract.Result {
+	t.Helper()
+	raw, _ := json.Marshal(a)
+	var act contract.Action
+	if err := json.Unmarshal(raw, &act); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return r.p.Execute(ctx, tenant, &act)
+}
+
+func TestVerifyHandshake(t *testing.T) {
+	r := newRig(t, nil, nil)
+	get := func(q string) (int, string) {
+		resp, err := http.Get(r.url + "?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("hub.mode=subscribe&hub.verify_token=" + testVerify + "&hub.challenge=1158201444"); code != 200 || body != "1158201444" {
+		t.Fatalf("handshake: %d %q", code, body)
+	}
+	for _, q := range []string{
+		"hub.mode=subscribe&hub.verify_token=wrong&hub.challenge=1",
+		"hub.mode=unsubscribe&hub.verify_token=" + testVerify + "&hub.challenge=1",
+		"hub.mode=subscribe&hub.challenge=1",
+	} {
+		if code, body := get(q); code != http.StatusForbidden || strings.Contains(body, "1") {
+			t.Errorf("%s: %d %q, want 403", q, code, body)
+		}
+	}
+}
+
+func TestForgedSignatureDeliversNothing(t *testing.T) {
+	r := newRig(t, nil, nil)
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.A1", "hello")
+	for name, sig := range map[string]string{
+		"missing": "", "other secret": whatsapptest.Sign("not-the-secret", body), "malformed": "sha256=zz",
+		"truncated": whatsapptest.Sign(testSecret, body)[:40], "sha1": "sha1=" + strings.Repeat("0", 40),
+	} {
+		req, _ := http.NewRequest(http.MethodPost, r.url, bytes.NewReader(body))
+		if sig != "" {
+			req.Header.Set("X-Hub-Signature-256", sig)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s signature: %d, want 401", name, resp.StatusCode)
+		}
+	}
+	// A body changed after signing is forged too.
+	req := whatsapptest.SignedRequest(r.url, testSecret, body)
+	req.Body = io.NopCloser(bytes.NewReader(bytes.Replace(body, []byte("hello"), []byte("HELLO"), 1)))
+	resp, _ := http.DefaultClient.Do(req)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("tampered body: %d", resp.StatusCode)
+	}
+	if got := r.sink.all(); len(got) != 0 {
+		t.Fatalf("a forged webhook delivered %d events", len(got))
+	}
+}
+
+func TestTextReachesTheNumbersTenant(t *testing.T) {
+	r := newRig(t, nil, nil)
+	if code := r.post(t, whatsapptest.Text(biz2, "447700900123", "Ada Lovelace", "wamid.B1", "hi there")); code != 200 {
+		t.Fatalf("webhook: %d", code)
+	}
+	got := r.sink.all()
+	if len(got) != 1 {
+		t.Fatalf("%d deliveries", len(got))
+	}
+	d := got[0]
+	if d.Tenant != "t2" || d.SessionKey != "agent:main:whatsapp_cloud:dm:447700900123" || d.Event.Text != "hi there" ||
+		d.Event.MessageID != "wamid.B1" || d.Event.Source.ChatName.Value != "Ada Lovelace" {
+		t.Fatalf("delivery %+v event %+v", d, d.Event)
+	}
+	if code := r.post(t, whatsapptest.Text(biz3, "447700900123", "Ada", "wamid.B2", "to nobody's number")); code != 200 {
+		t.Fatalf("unclaimed: %d", code)
+	}
+	if len(r.sink.all()) != 1 || r.stats.get(r.stats.dropped, dropUnclaimed) != 1 {
+		t.Fatalf("an unclaimed number's message was delivered or not counted")
+	}
+}
+
+// TestRedeliveryDeliveredOnceAcrossInstances: two platforms on one vault
+// are two instances sharing the store; Meta's redelivery of a stored
+// message to the other instance is dropped, and a payload refused while
+// the ledger is full is delivered once on Meta's retry.
+func TestRedeliveryDeliveredOnceAcrossInstances(t *testing.T) {
+	shared := vault.NewMemory(vault.Config{})
+	a, b := newRig(t, shared, nil), newRig(t, shared, nil)
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.R1", "once")
+	if a.post(t, body) != 200 || b.post(t, body) != 200 || a.post(t, body) != 200 {
+		t.Fatal("a redelivery was not answered 200")
+	}
+	if n := len(a.sink.all()) + len(b.sink.all()); n != 1 {
+		t.Fatalf("delivered %d times across the two instances", n)
+	}
+	b.sink.mu.Lock()
+	b.sink.fail = true
+	b.sink.mu.Unlock()
+	body = whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.R2", "retry me")
+	if code := b.post(t, body); code != http.StatusServiceUnavailable {
+		t.Fatalf("refused delivery answered %d, want 503", code)
+	}
+	if a.post(t, body) != 200 || a.post(t, body) != 200 {
+		t.Fatal("retry not answered 200")
+	}
+	if got := a.sink.all(); len(got) != 2 || got[1].Event.MessageID != "wamid.R2" {
+		t.Fatalf("after the retry: %d deliveries on a", len(got))
+	}
+}
+
+func TestStatusesCountedPerTenantNeverDelivered(t *testing.T) {
+	r := newRig(t, nil, nil)
+	for _, body := range [][]byte{
+		whatsapptest.Status(biz1, "447700900123", "wamid.S1", "delivered", 0),
+		whatsapptest.Status(biz1, "447700900123", "wamid.S1", "read", 0),
+		whatsapptest.Status(biz2, "447700900123", "wamid.S2", "failed", 131026),
+	} {
+		if code := r.post(t, body); code != 200 {
+			t.Fatalf("status: %d", code)
+		}
+	}
+	if len(r.sink.all()) != 0 {
+		t.Fatal("a status was delivered")
+	}
+	for k, want := range map[string]int{"t1/delivered": 1, "t1/read": 1, "t2/failed": 1, "t2/read": 0} {
+		if got := r.stats.get(r.stats.counts, k); got != want {
+			t.Errorf("%s: %d, want %d", k, got, want)
+		}
+	}
+}
+
+// converse makes user write to b so that b's tenant has a conversation.
+func (r *rig) converse(t *testing.T, b whatsapptest.Business, user, wamid string) {
+	t.Helper()
+	if code := r.post(t, whatsapptest.Text(b, user, "U", wamid, "hello")); code != 200 {
+		t.Fatalf("webhook: %d", code)
+	}
+}
+
+func TestTwoNumbersTwoTenantsIsolated(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada, bob = "447700900123", "14155550142"
+	r.converse(t, biz1, ada, "wamid.I1")
+	r.converse(t, biz2, bob, "wamid.I2")
+	send := func(tenant, user string) contract.Result {
+		return r.exec(t, tenant, map[string]any{"op": "send", "chat_id": user, "content": "hi", "reply_to": nil, "metadata": map[string]any{}})
+	}
+	for _, c := range []struct{ tenant, user string }{{"t1", bob}, {"t2", ada}, {"t3", ada}} {
+		if res := send(c.tenant, c.user); res.Code != contract.CodeEgressDeclined {
+			t.Errorf("%s to %s: %+v, want the decline", c.tenant, c.user, res)
+		}
+	}
+	for _, op := range []map[string]any{
+		{"op": "typing", "chat_id": bob}, {"op": "react", "chat_id": bob, "message_id": "wamid.I2", "emoji": "👀"},
+		{"op": "get_chat_info", "chat_id": bob}, {"op": "prompt", "chat_id": bob, "content": "q", "prompt_id": "p1", "options": []any{map[string]any{"id": "a", "label": "A"}}},
+	} {
+		if res := r.exec(t, "t1", op); res.Code != contract.CodeEgressDeclined {
+			t.Errorf("t1 %s on t2's user: %+v", op["op"], res)
+		}
+	}
+	if res := send("t1", ada); !res.Success {
+		t.Fatalf("t1 to its own user: %+v", res)
+	}
+	if res := send("t2", bob); !res.Success {
+		t.Fatalf("t2 to its own user: %+v", res)
+	}
+	sent := r.fake.Sent()
+	if len(sent) != 2 || sent[0].PhoneNumberID != biz1.PhoneNumberID || sent[0].To != ada ||
+		sent[1].PhoneNumberID != biz2.PhoneNumberID || sent[1].To != bob {
+		t.Fatalf("sent %+v", sent)
+	}
+	// The same user writing to both numbers has two conversations, each
+	// answered from its own tenant's number.
+	r.converse(t, biz2, ada, "wamid.I3")
+	if res := send("t2", ada); !res.Success {
+		t.Fatalf("t2 to ada: %+v", res)
+	}
+	if s := r.fake.Sent(); s[2].PhoneNumberID != biz2.PhoneNumberID {
+		t.Fatalf("t2's send went out from %s", s[2].PhoneNumberID)
+	}
+	for _, op := range []string{"edit", "delete", "thread_create", "thread_rename", "draft", "follow_up"} {
+		if res := r.exec(t, "t1", map[string]any{"op": op, "chat_id": ada}); res.Code != contract.CodeUnsupportedOp {
+			t.Errorf("%s: %+v, want unsupported_op", op, res)
+		}
+	}
+}
+
+func TestSendSplitsQuotesAndFormats(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.Q1")
+	long := strings.Repeat("word ", 1000) // 5,000 characters
+	res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "**Hello** " + long, "reply_to": "wamid.Q1", "metadata": map[string]any{}})
+	if !res.Success {
+		t.Fatal(res)
+	}
+	sent := r.fake.Sent()
+	if len(sent) != 2 || res.MessageID != sent[0].ID {
+		t.Fatalf("%d messages, result %+v", len(sent), res)
+	}
+	if sent[0].Context() != "wamid.Q1" || sent[1].Context() != "" {
+		t.Fatalf("quotes: %q %q", sent[0].Context(), sent[1].Context())
+	}
+	body0, _ := sent[0].Block()["body"].(string)
+	if !strings.HasPrefix(body0, "*Hello* word") || len([]rune(body0)) > maxMessageRunes {
+		t.Fatalf("first part %.40q (%d)", body0, len([]rune(body0)))
+	}
+	// A reply to the bot's message quotes its text.
+	tap := whatsapptest.Message(biz1, ada, "Ada", map[string]any{"id": "wamid.Q2", "type": "text", "text": map[string]any{"body": "why?"},
+		"context": map[string]any{"from": biz1.DisplayNumber, "id": sent[1].ID}})
+	if code := r.post(t, tap); code != 200 {
+		t.Fatal(code)
+	}
+	got := r.sink.all()
+	if rt := got[len(got)-1].Event.ReplyTo; rt == nil || !rt.IsOwn || rt.Text != sent[1].Block()["body"] {
+		t.Fatalf("reply_to %+v", rt)
+	}
+	if res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "  ", "reply_to": nil}); res.Code != contract.CodeBadRequest {
+		t.Fatalf("empty content: %+v", res)
+	}
+}
+
+func TestWindowClosedHasItsOwnCode(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.W1")
+	r.fake.CloseWindow(ada)
+	res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "too late", "reply_to": nil})
+	if res.Success || res.Code != contract.CodeWindowClosed || !strings.Contains(res.Error, "24-hour") {
+		t.Fatalf("%+v", res)
+	}
+	if strings.Contains(res.Error, testToken) {
+		t.Fatal("the token leaked")
+	}
+}
+
+func TestPromptRoundTrip(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.P0")
+	options := func(n int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = map[string]any{"id": "o" + string(rune('a'+i)), "label": "Option number " + string(rune('A'+i)) + " with a long label"}
+		}
+		return out
+	}
+	for _, c := range []struct {
+		n        int
+		kind     string
+		list     bool
+		tapIndex int
+	}{{2, "button", false, 1}, {7, "list", true, 6}} {
+		prompt := "pr" + c.kind
+		res := r.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Pick one", "prompt_id": prompt,
+			"options": options(c.n), "reply_to": nil, "metadata": map[string]any{}})
+		if !res.Success {
+			t.Fatal(res)
+		}
+		sent := r.fake.Sent()
+		msg := sent[len(sent)-1]
+		if msg.Type != "interactive" || msg.Block()["type"] != c.kind || msg.ID != res.MessageID {
+			t.Fatalf("%s prompt sent %+v", c.kind, msg.Body)
+		}
+		token := "hp1:" + prompt + ":o" + string(rune('a'+c.tapIndex))
+		before := len(r.sink.all())
+		tap := whatsapptest.Tap(biz1, ada, "Ada", "wamid.T"+c.kind, msg.ID, token, "Option", c.list)
+		if code := r.post(t, tap); code != 200 {
+			t.Fatal(code)
+		}
+		got := r.sink.all()
+		if len(got) != before+1 {
+			t.Fatal("no delivery for the tap")
+		}
+		ev := got[len(got)-1].Event
+		pr := ev.PromptResponse
+		if pr == nil || pr.PromptID != prompt || pr.OptionID != token[len(token)-2:] || pr.PromptMessageID != msg.ID ||
+			ev.Text != "/"+pr.OptionID || ev.MessageType != contract.MessageCommand || ev.Source.UserID.Value != ada {
+			t.Fatalf("tap event %+v (prompt_response %+v)", ev, pr)
+		}
+		// A second tap on the answered prompt is stale: a text turn.
+		if code := r.post(t, whatsapptest.Tap(biz1, ada, "Ada", "wamid.U"+c.kind, msg.ID, token, "Option", c.list)); code != 200 {
+			t.Fatal(code)
+		}
+		if ev := r.sink.all()[before+1].Event; ev.PromptResponse != nil || ev.Text != "Option" {
+			t.Fatalf("stale tap %+v", ev)
+		}
+	}
+	res := r.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Pick", "prompt_id": "many", "options": options(12), "reply_to": nil})
+	sent := r.fake.Sent()
+	if !res.Success || sent[len(sent)-1].Type != "text" || !strings.Contains(sent[len(sent)-1].Block()["body"].(string), "12. Option number L") {
+		t.Fatalf("numbered prompt: %+v %+v", res, sent[len(sent)-1].Body)
+	}
+}
+
+func TestReactTypingChatInfo(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.X1")
+	if res := r.exec(t, "t1", map[string]any{"op": "react", "chat_id": ada, "message_id": "wamid.X1", "emoji": "👀"}); !res.Success {
+		t.Fatal(res)
+	}
+	if res := r.exec(t, "t1", map[string]any{"op": "react", "chat_id": ada, "message_id": "wamid.X1", "emoji": "👀", "remove": true}); !res.Success {
+		t.Fatal(res)
+	}
+	sent := r.fake.Sent()
+	if sent[0].Type != "reaction" || sent[0].Block()["emoji"] != "👀" || sent[1].Block()["emoji"] != "" {
+		t.Fatalf("reactions %+v %+v", sent[0].Body, sent[1].Body)
+	}
+	if res := r.exec(t, "t1", map[string]any{"op": "typing", "chat_id": ada}); !res.Success {
+		t.Fatal(res)
+	}
+	if reads := r.fake.Reads(); len(reads) != 1 || reads[0].MessageID != "wamid.X1" || !reads[0].Typing || reads[0].PhoneNumberID != biz1.PhoneNumberID {
+		t.Fatalf("reads %+v", reads)
+	}
+	res := r.exec(t, "t1", map[string]any{"op": "get_chat_info", "chat_id": ada})
+	if !res.Success || res.ChatInfo == nil || res.ChatInfo.Name != ada || res.ChatInfo.Type != "dm" {
+		t.Fatalf("chat info %+v", res)
+	}
+}
+
+func TestSendMediaUploadsThenSendsByID(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.M1")
+	data := make([]byte, 300_000)
+	_, _ = rand.Read(data)
+	info, err := r.media.Put("t1", bytes.NewReader(data), "application/pdf", "report.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := r.exec(t, "t1", map[string]any{"op": "send_media", "chat_id": ada, "media_kind": "document", "source_url": r.media.URL(info.ID),
+		"content": "the report", "reply_to": "wamid.M1", "metadata": map[string]any{}})
+	if !res.Success {
+		t.Fatal(res)
+	}
+	sent := r.fake.Sent()
+	msg := sent[len(sent)-1]
+	id, _ := msg.Block()["id"].(string)
+	up, ok := r.fake.Media(id)
+	if msg.Type != "document" || !ok || !bytes.Equal(up.Data, data) || up.MIME != "application/pdf" || up.PhoneNumberID != biz1.PhoneNumberID ||
+		msg.Block()["caption"] != "the report" || msg.Block()["filename"] != "report.pdf" || msg.Context() != "wamid.M1" {
+		t.Fatalf("media message %+v, upload ok=%v mime=%s equal=%v", msg.Body, ok, up.MIME, bytes.Equal(up.Data, data))
+	}
+	// Another tenant's media id is not found.
+	if res := r.exec(t, "t2", map[string]any{"op": "send_media", "chat_id": ada, "media_kind": "image", "source_url": r.media.URL(info.ID)}); res.Success {
+		t.Fatal("t2 sent t1's media")
+	}
+}
+
+func TestInboundMediaRehostedByteExact(t *testing.T) {
+	r := newRig(t, nil, nil)
+	data := make([]byte, 200_000)
+	_, _ = rand.Read(data)
+	r.fake.AddMedia("1290374517283301", "image/jpeg", data)
+	body := whatsapptest.Message(biz1, "447700900123", "Ada", map[string]any{"id": "wamid.IMG", "type": "image",
+		"image": map[string]any{"id": "1290374517283301", "mime_type": "image/jpeg", "caption": "Which plant is this?"}})
+	if code := r.post(t, body); code != 200 {
+		t.Fatal(code)
+	}
+	ev := r.sink.all()[0].Event
+	if ev.Text != "Which plant is this?" || ev.MessageType != contract.MessagePhoto || len(ev.MediaURLs) != 1 || len(ev.Media) != 1 {
+		t.Fatalf("event %+v", ev)
+	}
+	id, ok := r.media.ParseRef(ev.MediaURLs[0])
+	if !ok {
+		t.Fatalf("media url %q is no re-host", ev.MediaURLs[0])
+	}
+	obj, err := r.media.Open("t1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	got, _ := io.ReadAll(obj.Section())
+	if !bytes.Equal(got, data) || obj.MIME != "image/jpeg" || ev.Media[0].Kind != "image" {
+		t.Fatalf("re-hosted %d bytes (%s), equal=%v", len(got), obj.MIME, bytes.Equal(got, data))
+	}
+	if strings.Contains(ev.MediaURLs[0], r.fake.URL) {
+		t.Fatal("the Graph URL reached the gateway")
+	}
+}
+
+// linker links every code "GOOD" to t2.
+type linker struct{}
+
+func (linker) Link(_ context.Context, _, _, code string) (string, error) {
+	if code == "GOOD" {
+		return "t2", nil
+	}
+	return "", platform.ErrLinkRefused
+}
+
+func TestLinkRoutesAnUnownedNumber(t *testing.T) {
+	v := vault.NewMemory(vault.Config{})
+	r := newRig(t, v, func(c *Config, d *platform.Deps) { d.Linker = linker{} })
+	const ada = "447700900123"
+	if code := r.post(t, whatsapptest.Text(biz3, ada, "Ada", "wamid.L1", "/link GOOD")); code != 200 {
+		t.Fatal(code)
+	}
+	if len(r.sink.all()) != 0 {
+		t.Fatal("the /link message was delivered")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sent, err := r.fake.WaitSent(ctx, 1) // the link desk answers on its own workers
+	if err != nil || len(sent) != 1 || sent[0].Block()["body"] != platform.LinkedReply || sent[0].PhoneNumberID != biz3.PhoneNumberID {
+		t.Fatalf("link reply %+v", sent)
+	}
+	// The linked user's messages to the unowned number reach t2 (Bind as
+	// the registry would after the link).
+	if err := r.p.Bind([]platform.Binding{
+		{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t1"},
+		{Kind: platform.BindUser, ID: ada, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.post(t, whatsapptest.Text(biz3, ada, "Ada", "wamid.L2", "hi agent")); code != 200 {
+		t.Fatal(code)
+	}
+	if got := r.sink.all(); len(got) != 1 || got[0].Tenant != "t2" {
+		t.Fatalf("deliveries %+v", got)
+	}
+	if res := r.exec(t, "t2", map[string]any{"op": "send", "chat_id": ada, "content": "hello", "reply_to": nil}); !res.Success {
+		t.Fatal(res)
+	}
+	if s := r.fake.Sent(); s[len(s)-1].PhoneNumberID != biz3.PhoneNumberID {
+		t.Fatalf("sent from %s", s[len(s)-1].PhoneNumberID)
+	}
+	if err := r.p.Bind([]platform.Binding{{Kind: "guild", ID: "1", Tenant: "t1"}}); err == nil {
+		t.Fatal("a guild binding was accepted")
+	}
+}
+
+func TestGateDropsAsNatively(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, _ *platform.Deps) {
+		c.AllowAllUsers = nil
+		c.Tenants = map[string]TenantConfig{"t2": {DMPolicy: "allowlist", AllowFrom: List{"+44 7700 900123"}}}
+	})
+	// t1: open without allow_all_users fails closed; t2: allowlist.
+	r.converse(t, biz1, "447700900123", "wamid.G1")
+	r.converse(t, biz2, "14155550142", "wamid.G2")
+	r.converse(t, biz2, "447700900123", "wamid.G3")
+	got := r.sink.all()
+	if len(got) != 1 || got[0].Tenant != "t2" || got[0].Event.MessageID != "wamid.G3" {
+		t.Fatalf("deliveries %+v", got)
+	}
+	if r.stats.get(r.stats.dropped, dropOpenNotOptedIn) != 1 || r.stats.get(r.stats.dropped, dropNotAllowlisted) != 1 {
+		t.Fatalf("drops %v", r.stats.dropped)
+	}
+}
+
+func TestRateLimitBacksOffAndRetries(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.RL")
+	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 131056, Message: "(#131056) (Business Account, Consumer Account) pair rate limit hit"})
+	res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "after a pause", "reply_to": nil})
+	if !res.Success || len(r.fake.Sent()) != 1 {
+		t.Fatalf("%+v, %d sent", res, len(r.fake.Sent()))
+	}
+	// Limits that outlast the deadline are rate_limited.
+	for range 8 {
+		r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 80007, Message: "(#80007) Rate limit issues"})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	act := contract.Action{Op: contract.OpSend, ChatID: ada, Content: "x"}
+	if res := r.p.Execute(ctx, "t1", &act); res.Code != contract.CodeRateLimited || res.RetryAfterMS <= 0 {
+		t.Fatalf("%+v", res)
+	}
+}
+
+// blockingSink holds every delivery until release is closed.
+type blockingSink struct {
+	*recordingSink
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s blockingSink) Deliver(ctx context.Context, d platform.Delivery) error {
+	s.entered <- struct{}{}
+	<-s.release
+	return s.recordingSink.Deliver(ctx, d)
+}
+
+// TestCopyWhileStoringIsRetriedNotDoubled: Meta sends a copy of a message
+// to a second instance while the first is still storing it (its answer
+// was late); the second answers 503, so Meta retries, and the retry is
+// dropped as delivered.
+func TestCopyWhileStoringIsRetriedNotDoubled(t *testing.T) {
+	shared, st := vault.NewMemory(vault.Config{}), store.NewMemory(nil)
+	node := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	a := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = node("i1"), st })
+	b := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = node("i2"), st })
+	slow := blockingSink{recordingSink: a.sink, entered: make(chan struct{}), release: make(chan struct{})}
+	a.p.sink.Store(ptr[platform.Sink](slow))
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.C1", "slow")
+	first := make(chan int)
+	go func() { first <- a.post(t, body) }()
+	select {
+	case <-slow.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first instance never delivered")
+	}
+	if code := b.post(t, body); code != http.StatusServiceUnavailable {
+		t.Fatalf("the copy on the second instance: %d, want 503", code)
+	}
+	close(slow.release)
+	if code := <-first; code != 200 {
+		t.Fatalf("first: %d", code)
+	}
+	if code := b.post(t, body); code != 200 {
+		t.Fatalf("Meta's retry: %d", code)
+	}
+	if n := len(a.sink.all()) + len(b.sink.all()); n != 1 {
+		t.Fatalf("delivered %d times", n)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestFairShareBetweenTenants: with the app's budget at one call a
+// second, a tenant flooding sends does not make another tenant's one send
+// wait behind its queue (platform/fairshare, on the injected clock).
+func TestFairShareBetweenTenants(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(c *Config, d *platform.Deps) { c.GlobalPerSecond = 1; d.Clock = clk })
+	const ada, bob = "447700900123", "14155550142"
+	r.converse(t, biz1, ada, "wamid.F1")
+	r.converse(t, biz2, bob, "wamid.F2")
+	var done atomic.Int32
+	run := func(tenant, user string) {
+		go func() {
+			defer done.Add(1)
+			if res := r.exec(t, tenant, map[string]any{"op": "send", "chat_id": user, "content": tenant, "reply_to": nil}); !res.Success {
+				t.Errorf("%s: %+v", tenant, res)
+			}
+		}()
+	}
+	finished := func() int { return int(done.Load()) }
+	waiting := func() int { return r.p.budget.Waiting("t1") + r.p.budget.Waiting("t2") }
+	for range 6 {
+		run("t1", ada)
+	}
+	clk.Settle(t, 6, finished, waiting)
+	run("t2", bob)
+	clk.Drive(t, 7, finished, waiting)
+	sent := r.fake.Sent()
+	for i, s := range sent {
+		if s.To == bob {
+			if i > 2 {
+				t.Fatalf("t2's one send went out %dth, behind t1's flood", i+1)
+			}
+			return
+		}
+	}
+	t.Fatal("t2's send never went out")
+}

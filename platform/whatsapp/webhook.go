@@ -1,0 +1,110 @@
+package whatsapp
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+)
+
+// signatureHeader carries "sha256=<hex>", the HMAC-SHA256 of the raw body
+// under the app secret.
+const signatureHeader = "X-Hub-Signature-256"
+
+// bodyPool recycles webhook body buffers.
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody keeps unusually large buffers out of the pool.
+const maxPooledBody = 64 << 10
+
+// serveVerify answers Meta's subscription handshake, GET
+// /whatsapp/webhook?hub.mode=subscribe&hub.verify_token=...&hub.challenge=...:
+// the challenge when the mode is subscribe and the token matches (compared
+// in constant time), 403 otherwise (400 without a challenge).
+func (p *Platform) serveVerify(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	sum := sha256.Sum256([]byte(q.Get("hub.verify_token")))
+	if q.Get("hub.mode") != "subscribe" || subtle.ConstantTimeCompare(sum[:], p.verifySum[:]) != 1 {
+		p.metrics.Dropped(platformName, "verify_refused")
+		http.Error(w, "forbidden", http.StatusForbidden)
+		return
+	}
+	challenge := q.Get("hub.challenge")
+	if challenge == "" || len(challenge) > 256 {
+		http.Error(w, "missing challenge", http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	_, _ = w.Write([]byte(challenge))
+}
+
+// serveWebhook handles POST /whatsapp/webhook; the package doc lists its
+// answers. Every message is stored (delivered into the sink) before the
+// 200, so Meta retries whatever was not.
+func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
+	received := p.clock.Now()
+	sig, ok := parseSignature(r.Header.Get(signatureHeader))
+	if !ok { // refused before the body is read
+		p.metrics.Dropped(platformName, "unauthorized")
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	buf := bodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			bodyPool.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxWebhookBytes)); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			p.metrics.Dropped(platformName, "oversized")
+			http.Error(w, "payload too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "cannot read the body", http.StatusBadRequest)
+		return
+	}
+	if !p.signed(buf.Bytes(), sig) {
+		p.metrics.Dropped(platformName, "unauthorized")
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	var pl payload
+	if err := decodePayload(buf.Bytes(), &pl); err != nil {
+		p.metrics.Dropped(platformName, dropMalformed)
+		http.Error(w, "malformed payload", http.StatusBadRequest)
+		return
+	}
+	if err := p.ingest(r.Context(), &pl, received); err != nil {
+		p.log.Warn("whatsapp webhook not stored; Meta will retry", "err", err)
+		http.Error(w, "try again later", http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// parseSignature reads an X-Hub-Signature-256 value, "sha256=<hex>".
+func parseSignature(header string) (sig [sha256.Size]byte, ok bool) {
+	got, ok := strings.CutPrefix(strings.TrimSpace(header), "sha256=")
+	if !ok || len(got) != 2*sha256.Size {
+		return sig, false
+	}
+	_, err := hex.Decode(sig[:], []byte(got))
+	return sig, err == nil
+}
+
+// signed reports whether sig is the HMAC-SHA256 of body under the app
+// secret, compared in constant time.
+func (p *Platform) signed(body []byte, sig [sha256.Size]byte) bool {
+	mac := hmac.New(sha256.New, []byte(p.cfg.AppSecret))
+	mac.Write(body)
+	return hmac.Equal(mac.Sum(nil), sig[:])
+}

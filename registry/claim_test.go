@@ -1,0 +1,160 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"connector/platform"
+	"connector/registry"
+)
+
+// TestClaimFollowsTheOwnershipOrder: a claim of a chat bound to another
+// tenant (in the YAML or through the admin API, the chat itself or the
+// guild holding it, in any spelling) is ErrConflict, as is a DM or a chat
+// another tenant claimed; the bound owner's claim replaces a claim its
+// binding sets aside; a repeated claim is a no-op; the loser of a claim
+// cannot release it.
+func TestClaimFollowsTheOwnershipOrder(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.SetDeclared(registry.State{
+		Tenants:  []registry.Tenant{{ID: "a"}, {ID: "b"}},
+		Bindings: []registry.Binding{{Platform: "telegram", Kind: platform.BindChat, ID: "-1001", Tenant: "b"}, {Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "b"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1002", Tenant: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(tenant, platformName string, chat platform.Chat, want error) {
+		t.Helper()
+		if err := r.Claim(ctx, tenant, platformName, chat); !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Fatalf("%s claims %s %+v: %v, want %v", tenant, platformName, chat, err, want)
+		}
+	}
+	claim("a", "telegram", platform.Chat{ID: "-1001"}, registry.ErrConflict)
+	claim("a", "telegram", platform.Chat{ID: "-01002"}, registry.ErrConflict)
+	claim("a", "discord", platform.Chat{ID: "701", Space: "700"}, registry.ErrConflict)
+	claim("a", "discord", platform.Chat{ID: "7011", Parent: "701", Space: "0700"}, registry.ErrConflict)
+	claim("a", "telegram", platform.Chat{ID: "81", DM: true}, registry.ErrConflict)
+	claim("a", "telegram", platform.Chat{ID: "not a chat"}, registry.ErrInvalid)
+
+	claim("a", "discord", platform.Chat{ID: "801", Space: "800"}, nil)
+	claim("a", "discord", platform.Chat{ID: "0801", Space: "800"}, nil) // held already
+	claim("b", "discord", platform.Chat{ID: "801", Space: "800"}, registry.ErrConflict)
+	claim("b", "discord", platform.Chat{ID: "8011", Parent: "801", Space: "800"}, registry.ErrConflict)
+	if err := r.Unbind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindScope, ID: "801", Tenant: "b"}); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("b releases a's claim: %v", err)
+	}
+	// The operator gives guild 800 to b: a's claim there is set aside,
+	// and b's claim replaces it.
+	if err := r.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "800", Tenant: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := effective(t, r)
+	if got := platform.NewOwnership(s.PlatformBindings()["discord"]).SetAside(); len(got) != 1 || got[0].Claim.Tenant != "a" || got[0].Claim.Space != "800" || got[0].Owner != "b" {
+		t.Fatalf("set aside %+v, want a's claim of 801 in b's guild", got)
+	}
+	claim("b", "discord", platform.Chat{ID: "801", Space: "800"}, nil)
+	s, _ = effective(t, r)
+	if got := bindingsOf(s, "b", platform.BindScope); !slices.Equal(got, []string{"discord:801"}) || len(bindingsOf(s, "a", platform.BindScope)) != 0 {
+		t.Fatalf("claims of b %q, of a %q", got, bindingsOf(s, "a", platform.BindScope))
+	}
+	if err := r.Unbind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindScope, ID: "801", Tenant: "a"}); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("a releases the claim b replaced: %v", err)
+	}
+}
+
+// TestClaimRaceOnRedis: two registries on one redis-server (two
+// instances) race tenants a and b to claim the same chat, 50 rounds of
+// four concurrent claims each: exactly one tenant wins every round, and
+// the stored claim is the winner's.
+func TestClaimRaceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	one, two := twoOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := range 50 {
+		chat := platform.Chat{ID: fmt.Sprint(-5000 - round)}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		won := map[string]int{}
+		for i, r := range []*registry.Registry{one, two, two, one} {
+			tenant := []string{"a", "b"}[i%2]
+			wg.Go(func() {
+				err := r.Claim(ctx, tenant, "telegram", chat)
+				switch {
+				case err == nil:
+					mu.Lock()
+					won[tenant]++
+					mu.Unlock()
+				case !errors.Is(err, registry.ErrConflict):
+					t.Errorf("claim: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if len(won) != 1 {
+			t.Fatalf("round %d: winners %v, want one tenant", round, won)
+		}
+		s, _ := effective(t, two)
+		for tenant := range won {
+			if got := bindingsOf(s, tenant, platform.BindScope); !slices.Contains(got, "telegram:"+chat.ID) {
+				t.Fatalf("round %d: %s won but holds %q", round, tenant, got)
+			}
+		}
+	}
+}
+
+// TestBindOwnYieldsToClaimsAndLinks: a binding a tenant makes for itself
+// (a provision's routeKeys) is ErrConflict on a chat another tenant
+// claimed, on a guild another tenant claimed a channel in, and on the
+// private chat of a user linked to another tenant only; it is allowed
+// where the claim or link is the tenant's own, and an operator's Bind
+// still overrides them (issue 22: the provision hole the authorization
+// matrix found).
+func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	if err := r.SetDeclared(registry.State{Tenants: []registry.Tenant{{ID: "a"}, {ID: "b"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(ctx, "b", "telegram", platform.Chat{ID: "-1301"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Claim(ctx, "b", "discord", platform.Chat{ID: "901", Space: "900"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []registry.Binding{
+		{Platform: "telegram", Kind: platform.BindUser, ID: "4002", Tenant: "b"},
+		{Platform: "telegram", Kind: platform.BindUser, ID: "4003", Tenant: "a"},
+		{Platform: "telegram", Kind: platform.BindUser, ID: "4003", Tenant: "b"},
+	} {
+		if err := r.Bind(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bindOwn := func(tenant, platformName, kind, id string, want error) {
+		t.Helper()
+		err := r.BindOwn(ctx, registry.Binding{Platform: platformName, Kind: kind, ID: id, Tenant: tenant})
+		if !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Fatalf("%s binds its own %s %s %s: %v, want %v", tenant, platformName, kind, id, err, want)
+		}
+	}
+	bindOwn("a", "telegram", platform.BindChat, "-1301", registry.ErrConflict) // b's claimed chat
+	bindOwn("a", "discord", platform.BindGuild, "900", registry.ErrConflict)   // b claimed a channel in it
+	bindOwn("a", "telegram", platform.BindChat, "4002", registry.ErrConflict)  // b's linked user's DM
+	bindOwn("a", "telegram", platform.BindChat, "4003", nil)                   // linked to a as well
+	bindOwn("b", "telegram", platform.BindChat, "-1301", nil)                  // its own claim
+	bindOwn("a", "telegram", platform.BindChat, "-1302", nil)                  // nobody's
+	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "4002", Tenant: "a"}); err != nil {
+		t.Fatalf("an operator's bind of a linked user's chat: %v", err)
+	}
+}
