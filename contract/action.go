@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Outbound op names (hermes-wire.md §7.3). A platform advertises the ones its
@@ -29,6 +30,25 @@ const (
 var Ops = []string{
 	OpSend, OpEdit, OpTyping, OpFollowUp, OpGetChatInfo, OpSendMedia, OpPrompt,
 	OpReact, OpThreadCreate, OpThreadRename, OpDelete, OpDraft, OpTaskCard, OpTaskCardStop,
+}
+
+// AddressesChat reports whether op acts in the chat its action's chat_id
+// names. Every op does but follow_up, which names a session (session_key)
+// and its capability (kind); this is the one place that says so.
+func AddressesChat(op string) bool { return op != OpFollowUp }
+
+// MissingTarget returns bad_request when a, an op of the contract, does not
+// name what it acts on: a follow_up its session_key, any other op its
+// chat_id. An op outside the contract is not checked here (the platform
+// answers unsupported_op).
+func (a *Action) MissingTarget() (Result, bool) {
+	switch {
+	case a.Op == OpFollowUp && a.SessionKey == "":
+		return Failed(CodeBadRequest, "follow_up needs a session_key"), true
+	case AddressesChat(a.Op) && a.ChatID == "" && slices.Contains(Ops, a.Op):
+		return Failed(CodeBadRequest, a.Op+" needs a chat_id"), true
+	}
+	return Result{}, false
 }
 
 // Action is the op and its fields of an outbound frame. Fields an op does not

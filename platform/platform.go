@@ -45,10 +45,12 @@ type Platform interface {
 	// unreachable. The caller names the asking tenant in ctx (WithTenant): a
 	// platform that has to ask the network charges the call to it.
 	ChatTenant(ctx context.Context, chatID string) (string, error)
-	// Execute performs one outbound action for tenant. It checks the op
-	// (Unsupported) and a chat-addressed op's chat (Authorize) itself: the
-	// relay checks neither. It honours ctx's deadline (the gateway waits
-	// 30 s) and never returns secrets in the result.
+	// Execute performs one outbound action for tenant through
+	// platform.Execute and the platform's Egress, which check the action's
+	// target, the op (Unsupported), a chat-addressed op's chat id and chat
+	// (Authorize) in the one order every platform answers by. It honours
+	// ctx's deadline (the gateway waits 30 s) and never returns secrets in
+	// the result.
 	Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result
 	// Status reports readiness for /readyz.
 	Status() Status

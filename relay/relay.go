@@ -82,7 +82,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
 	"connector/descriptor"
@@ -216,7 +215,9 @@ type Config struct {
 	WakePerHost int `yaml:"wake_per_host"`
 }
 
-func (c *Config) setDefaults() {
+// WithDefaults returns c with every unset field at its default: the
+// configuration New runs with.
+func (c Config) WithDefaults() Config {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -243,6 +244,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.SessionOwners, 100_000)
 	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
 	orDefault(&c.WakePerHost, wake.DefaultPerHost)
+	return c
 }
 
 // orDefault sets *v to def when it is zero or negative.
@@ -268,9 +270,6 @@ type Server struct {
 	order            []string // platform names in configured order
 	// writerLinger is every connection's wsconn.Queue.Linger.
 	writerLinger wsconn.Linger
-	// sessions remembers which tenant each delivered session key belongs
-	// to, so a follow_up naming another tenant's session is declined.
-	sessions *lru.Cache[string, string]
 	// stopping is set when Shutdown begins: Deliver takes nothing more.
 	stopping atomic.Bool
 	// ledgers are the tenants' ledgers, on cfg.Store.
@@ -306,7 +305,7 @@ type gatewayRecord struct {
 // New validates cfg, recovers every tenant's stored inbound and returns a
 // Server, ready for the platforms' deliveries.
 func New(cfg Config) (*Server, error) {
-	cfg.setDefaults()
+	cfg = cfg.WithDefaults()
 	if cfg.MaxTokenLifetime < contract.TokenTTL {
 		return nil, fmt.Errorf("relay: MaxTokenLifetime %v is below the gateway's %v token lifetime", cfg.MaxTokenLifetime, contract.TokenTTL)
 	}
@@ -339,7 +338,6 @@ func newServer(cfg Config) (*Server, error) {
 
 		descriptorFrames: make(map[string][]byte),
 	}
-	s.sessions, _ = lru.New[string, string](cfg.SessionOwners)
 	var nonce [4]byte
 	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails
 	s.incarnation = hex.EncodeToString(nonce[:])
@@ -444,18 +442,6 @@ func KeyFunc(tenants []Tenant) platform.KeyFunc {
 		}
 		return session.Key(src, o)
 	}
-}
-
-// noteSession records that sessionKey belongs to tenant.
-func (s *Server) noteSession(sessionKey, tenant string) {
-	if t, ok := s.sessions.Peek(sessionKey); !ok || t != tenant {
-		s.sessions.Add(sessionKey, tenant)
-	}
-}
-
-// sessionTenant returns the tenant a session key was delivered to, if known.
-func (s *Server) sessionTenant(sessionKey string) (string, bool) {
-	return s.sessions.Get(sessionKey)
 }
 
 var _ platform.Sink = (*Server)(nil)

@@ -9,6 +9,7 @@
 package vault
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -145,14 +146,17 @@ func (e Entry) expiredAt(now time.Time, ttl time.Duration) bool {
 // Store is the vault's storage. Memory is the in-process implementation;
 // Durable keeps values on a store.Capabilities (the embedded store or Redis)
 // so they survive restarts and are shared between instances.
+//
+// Every call runs under the caller's ctx: a lookup on the way to a
+// platform call is bounded by that call's deadline.
 type Store interface {
 	// Put stores e under k, replacing an older value.
-	Put(k Key, e Entry) error
+	Put(ctx context.Context, k Key, e Entry) error
 	// Get returns the live entry under k. A key of another tenant is a
 	// different key, so it finds nothing.
-	Get(k Key) (Entry, bool)
+	Get(ctx context.Context, k Key) (Entry, bool)
 	// Delete removes k.
-	Delete(k Key)
+	Delete(ctx context.Context, k Key)
 	// Stats reports counters for metrics.
 	Stats() Stats
 }
@@ -211,7 +215,7 @@ func NewMemory(cfg Config) *Memory {
 func (m *Memory) onEvict(Key, Entry) { m.evicted.Add(1) }
 
 // Put implements Store.
-func (m *Memory) Put(k Key, e Entry) error {
+func (m *Memory) Put(_ context.Context, k Key, e Entry) error {
 	if err := k.check(); err != nil {
 		return err
 	}
@@ -223,7 +227,7 @@ func (m *Memory) Put(k Key, e Entry) error {
 }
 
 // Get implements Store.
-func (m *Memory) Get(k Key) (Entry, bool) {
+func (m *Memory) Get(_ context.Context, k Key) (Entry, bool) {
 	e, state := m.lookup(k)
 	switch state {
 	case found:
@@ -264,7 +268,7 @@ func (m *Memory) lookup(k Key) (Entry, lookupState) {
 }
 
 // Delete implements Store.
-func (m *Memory) Delete(k Key) {
+func (m *Memory) Delete(_ context.Context, k Key) {
 	if c, ok := m.caches[k.Kind]; ok {
 		c.Remove(k)
 	}

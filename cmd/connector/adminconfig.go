@@ -122,13 +122,16 @@ func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
 			}
 			cfg, err := c.reload()
 			if err != nil {
+				c.live.metrics.reloads.WithLabelValues(reloadUnreadable).Inc()
 				c.log.Error("SIGHUP: config not reloaded; the running one stays", "err", err)
 				continue
 			}
 			if err := c.live.reload(ctx, cfg); err != nil {
+				c.live.metrics.reloads.WithLabelValues(reloadNotApplied).Inc()
 				c.log.Error("SIGHUP: config read but not applied", "err", err)
 				continue
 			}
+			c.live.metrics.reloads.WithLabelValues(reloadOK).Inc()
 			c.log.Info("SIGHUP: tenants, gateways and routing reloaded from the config (other keys need a restart)", "tenants", len(cfg.Tenants))
 		}
 	}()

@@ -25,6 +25,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -293,7 +294,8 @@ func (m *matrix) declined(t *testing.T, res contract.Result, op, tag, what strin
 // attackOp: x's gateways run op on every chat of y, tagged with the chat's
 // platform and with relay; follow_up names y's interaction session. Each
 // is declined without a platform call (the final checks look at the
-// fakes). send_media from y's media id into x's own chat is refused as an
+// fakes); the follow_up answers capability_missing, as for a session
+// nobody has. send_media from y's media id into x's own chat is refused as an
 // unknown id; edit, react, delete and thread_rename of y's message or
 // thread from x's own channel leave them as they are.
 func attackOp(t *testing.T, m *matrix, x, y *mxTenant, c mxCred, op string) {
@@ -308,9 +310,17 @@ func attackOp(t *testing.T, m *matrix, x, y *mxTenant, c mxCred, op string) {
 	}
 	for _, g := range x.gws {
 		if op == contract.OpFollowUp {
+			// Another tenant's session answers as a session nobody has:
+			// its capability is looked up under the caller's tenant only
+			// (docs/contract.md), so the answer tells nothing of y.
 			a := map[string]any{"op": op, "session_key": y.interactionSession, "kind": "discord.interaction_token", "content": marker, "metadata": map[string]any{}}
+			none := maps.Clone(a)
+			none["session_key"] = "agent:main:discord:dm:no-such-session"
+			want := g.conn.outbound(t, "discord", none)
 			for _, tag := range []string{"discord", contract.PlatformRelay, ""} {
-				m.declined(t, g.conn.outbound(t, tag, a), op, tag, fmt.Sprintf("%s's follow_up of %s's interaction (tag %q)", g.id, y.id, tag))
+				if res := g.conn.outbound(t, tag, a); res.Success || res.Code != contract.CodeCapabilityMissing || res != want {
+					t.Errorf("%s's follow_up of %s's interaction (tag %q): %+v, want capability_missing as for no session (%+v)", g.id, y.id, tag, res, want)
+				}
 			}
 			continue
 		}

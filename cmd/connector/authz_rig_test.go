@@ -491,7 +491,7 @@ func (m *matrix) admin(t *testing.T, method, path string, body any, want int) st
 		data, _ := json.Marshal(body)
 		rd = bytes.NewReader(data)
 	}
-	req, _ := http.NewRequest(method, "http://"+m.r.adminAddr+path, rd)
+	req, _ := http.NewRequest(method, "http://"+m.r.child.admin+path, rd)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	return post(t, req, want, method+" "+path)
 }
@@ -718,7 +718,7 @@ func newMatrix(t *testing.T, rows []mxRow) *matrix {
 	if err := m.dfake.WaitSession(ctx, 1); err != nil {
 		t.Fatalf("waiting for the Discord Gateway session: %v", err)
 	}
-	waitMetrics(t, "http://"+m.r.opsAddr+"/metrics", `connector_platform_ready{platform="discord"} 1`,
+	waitMetrics(t, "http://"+m.r.child.ops+"/metrics", `connector_platform_ready{platform="discord"} 1`,
 		`connector_platform_ready{platform="telegram"} 1`, `connector_platform_ready{platform="nexscope"} 1`,
 		`connector_platform_ready{platform="whatsapp_cloud"} 1`)
 	for _, x := range []*mxTenant{m.ta, m.tb} {

@@ -18,12 +18,10 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -56,41 +54,6 @@ const (
 	crashWebhookSecret = "crash-tg-webhook-secret"
 	crashNexscopeToken = "crash-nexscope-token"
 )
-
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
-// TestMain removes the connector binary the crash tests built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// connectorBinary builds this package's binary once per test run.
-func connectorBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "connector-crash-"); binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "connector")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
 
 // ingestPath is one way events reach the connector, with the confirmation
 // its source waits for.
@@ -233,6 +196,7 @@ func checkReplay(t *testing.T, got []replayed, want []int) {
 		t.Errorf("events came in %d sessions, want %d", len(last), crashSessions)
 	}
 	slices.Sort(indexes)
+	want = slices.Sorted(slices.Values(want)) // sessions (chats) are ingested side by side: in order per session only
 	if !slices.Equal(indexes, want) {
 		t.Fatalf("replayed events %v, want %v", indexes, want)
 	}
@@ -307,80 +271,17 @@ telegram:
 	return r
 }
 
-// child is one run of the connector binary.
-type child struct {
-	cmd    *exec.Cmd
-	addr   string
-	ops    string // the operations listener (/metrics)
-	stderr *syncBuffer
-	exited chan struct{}
-	err    error // set before exited is closed
-}
-
 // start runs the connector on the rig's data directory and waits until it
 // listens and its Discord Gateway session is up.
 func (r *crashRig) start(t *testing.T) {
 	t.Helper()
-	r.child, r.queued, r.member = startChild(t, r.bin, r.config, r.dir, r.env), 0, nil
+	r.child, r.queued, r.member = startChild(t, r.bin, r.env, r.config, r.dir, false), 0, nil
 	r.sessions++
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
 	defer cancel()
 	if err := r.dfake.WaitSession(ctx, r.sessions); err != nil {
 		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, err)
 	}
-}
-
-// startChild runs the connector binary bin on config and the data
-// directory dir with the environment env, and waits until it listens. The
-// child is killed when the test ends; its log is shown if the test failed.
-func startChild(t *testing.T, bin, config, dir string, env []string) *child {
-	t.Helper()
-	cmd := exec.Command(bin, "serve", "-config", config, "-data-dir", dir)
-	cmd.Env = env
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = c.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrs := make(chan [2]string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		var public string
-		for sc.Scan() {
-			if _, rest, ok := strings.Cut(sc.Text(), " listening on http://"); ok {
-				public, _, _ = strings.Cut(rest, " ")
-			}
-			if _, rest, ok := strings.Cut(sc.Text(), "(keep private): http://"); ok {
-				ops, _, _ := strings.Cut(rest, "/")
-				addrs <- [2]string{public, ops}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		c.err = cmd.Wait()
-		close(c.exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-c.exited
-		if t.Failed() {
-			t.Logf("connector log (pid %d):\n%s", cmd.Process.Pid, tail(c.stderr.String(), 60))
-		}
-	})
-	select {
-	case a := <-addrs:
-		c.addr, c.ops = a[0], a[1]
-	case <-c.exited:
-		t.Fatalf("connector exited before listening: %v\n%s", c.err, c.stderr.String())
-	case <-time.After(crashWait):
-		t.Fatalf("timed out after %v waiting for the connector to listen\n%s", crashWait, c.stderr.String())
-	}
-	return c
 }
 
 // stop ends the child with sig and waits for it: SIGTERM must end it
@@ -402,11 +303,6 @@ func (r *crashRig) stop(t *testing.T, sig syscall.Signal) {
 	if sig == syscall.SIGTERM && c.err != nil {
 		t.Fatalf("connector exited with %v on SIGTERM\n%s", c.err, tail(c.stderr.String(), 40))
 	}
-}
-
-func tail(s string, lines int) string {
-	all := strings.Split(s, "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }
 
 // gateway connects a gateway for every platform.

@@ -177,15 +177,10 @@ func TestStockGatewayEnrollProvisionWake(t *testing.T) {
 	}
 }
 
-// scrape returns the running connector's /metrics, from the ops listener
-// its log names.
+// scrape returns the running connector's /metrics.
 func scrape(t *testing.T, r *adminRig) string {
 	t.Helper()
-	m := regexp.MustCompile(`"ops_addr":"([^"]+)"`).FindStringSubmatch(r.child.stderr.String())
-	if m == nil {
-		t.Fatal("the log names no ops_addr")
-	}
-	req, _ := http.NewRequest(http.MethodGet, "http://"+m[1]+"/metrics", nil)
+	req, _ := http.NewRequest(http.MethodGet, "http://"+r.child.ops+"/metrics", nil)
 	return post(t, req, http.StatusOK, "GET /metrics")
 }
 

@@ -267,15 +267,24 @@ func (k *sessionKeys) key(tenant string, src *session.Source) string {
 	return (*k.fn.Load())(tenant, src)
 }
 
-// adminMetrics counts admin API requests and registry applies.
+// adminMetrics counts admin API requests, registry applies and SIGHUP
+// reloads.
 type adminMetrics struct {
 	changes *prometheus.CounterVec
 	refused prometheus.Counter
 	applies *prometheus.CounterVec
+	reloads *prometheus.CounterVec
 	// setAside is the number of stored scope claims a binding of another
 	// tenant sets aside, per platform (live.reportSetAside).
 	setAside *prometheus.GaugeVec
 }
+
+// Results of connector_config_reloads_total.
+const (
+	reloadOK         = "ok"
+	reloadUnreadable = "unreadable"
+	reloadNotApplied = "not_applied"
+)
 
 func newAdminMetrics(reg *prometheus.Registry) *adminMetrics {
 	m := &adminMetrics{
@@ -287,13 +296,19 @@ func newAdminMetrics(reg *prometheus.Registry) *adminMetrics {
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_registry_applies_total",
 			Help: "Registry applies (start, admin change, change notification, poll, secret expiry, SIGHUP) by result: ok or error."}, []string{"result"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_config_reloads_total",
+			Help: "SIGHUP config reloads by result: ok, unreadable (the file did not parse or validate; the running config stays) or not_applied."}, []string{"result"}),
 	}
 	m.setAside = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "connector_scope_claims_set_aside",
 		Help: "Stored scope claims that a binding of another tenant (configuration or admin API) sets aside, per platform: kept in the store, ignored by routing and egress."}, []string{"platform"})
-	reg.MustRegister(m.changes, m.refused, m.applies, m.setAside)
+	reg.MustRegister(m.changes, m.refused, m.applies, m.reloads, m.setAside)
 	m.applies.WithLabelValues("ok")
 	m.applies.WithLabelValues("error")
+	for _, r := range []string{reloadOK, reloadUnreadable, reloadNotApplied} {
+		m.reloads.WithLabelValues(r)
+	}
 	return m
 }
 

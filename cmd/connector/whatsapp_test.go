@@ -82,7 +82,7 @@ whatsapp:
 // start runs the binary on the rig's data directory.
 func (r *waRig) start(t *testing.T) {
 	t.Helper()
-	r.child = startChild(t, r.bin, r.config, r.dir, r.env)
+	r.child = startChild(t, r.bin, r.env, r.config, r.dir, false)
 }
 
 func (r *waRig) webhook() string { return "http://" + r.child.addr + "/whatsapp/webhook" }

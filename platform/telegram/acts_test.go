@@ -77,7 +77,7 @@ func TestPromptInlineKeyboard(t *testing.T) {
 	if r := e.act(t, "t2", promptAction(chatAda, contract.PromptOption{ID: "a", Label: "A"})); r.Code != contract.CodeEgressDeclined {
 		t.Errorf("t2 prompt into t1's chat = %+v", r)
 	}
-	if r := e.act(t, "t1", promptAction("not-a-chat", contract.PromptOption{ID: "a", Label: "A"})); r.Code != contract.CodeEgressDeclined {
+	if r := e.act(t, "t1", promptAction("not-a-chat", contract.PromptOption{ID: "a", Label: "A"})); r.Code != contract.CodeBadRequest {
 		t.Errorf("prompt into a non-chat = %+v", r)
 	}
 	if n := len(e.fake.Calls("sendMessage")); n != 3 {

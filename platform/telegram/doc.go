@@ -80,11 +80,16 @@
 // or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
 // chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
 // (the last dedupe_window ids). One chat's updates are delivered one at a
-// time in arrival order: the long poll runs a single synchronous worker,
-// and a webhook update is delivered before it is answered (Telegram's Bot
-// API server sends a chat's next update only after the previous one was
-// answered). A delivery the relay refuses is retried (polling) or answered
-// 503 so Telegram retries (webhook). When polling, an update whose delivery
+// time in arrival order, and different chats' side by side
+// (platform/chatorder), so a slow media download or delivery delays its own
+// chat only: the long poll's single worker hands each update its chat's
+// turn in order, and a webhook update is delivered before it is answered
+// (Telegram's Bot API server sends a chat's next update only after the
+// previous one was answered). When polling, the next getUpdates waits until
+// every update of the previous answer is handled (its offset confirms them
+// all), so a slow chat holds later answers, not the chats of its own. A
+// delivery the relay refuses is retried (polling) or answered 503 so
+// Telegram retries (webhook). When polling, an update whose delivery
 // is still failing when the connector shuts down is logged as lost.
 //
 // # Egress

@@ -10,30 +10,27 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/telegram/telegramtest"
 	"connector/session"
 )
 
-// checkingSink verifies every delivery against the tenant routing table.
-type checkingSink struct {
-	t     *testing.T
-	p     *Platform
-	count int
-}
-
-func (s *checkingSink) Deliver(_ context.Context, d platform.Delivery) error {
-	s.count++
-	owner, err := s.p.ChatTenant(context.Background(), d.ChatID)
-	if err != nil || owner != d.Tenant || d.Platform != "telegram" {
-		s.t.Fatalf("delivery for chat %q to tenant %q; the chat belongs to %q (%v)", d.ChatID, d.Tenant, owner, err)
-	}
-	if d.Kind == platform.KindInbound {
-		src := &d.Event.Source
-		if src.ChatID != d.ChatID || src.Platform != "telegram" || d.SessionKey != session.Key(src, session.DefaultOptions) {
-			s.t.Fatalf("inbound %+v does not match its delivery %+v", src, d)
+// routedToOwner fails t on a delivery p's routing table does not send to
+// its tenant, or whose source does not match it.
+func routedToOwner(t *testing.T, p *Platform) func(platform.Delivery) error {
+	return func(d platform.Delivery) error {
+		owner, err := p.ChatTenant(context.Background(), d.ChatID)
+		if err != nil || owner != d.Tenant || d.Platform != "telegram" {
+			t.Fatalf("delivery for chat %q to tenant %q; the chat belongs to %q (%v)", d.ChatID, d.Tenant, owner, err)
 		}
+		if d.Kind == platform.KindInbound {
+			src := &d.Event.Source
+			if src.ChatID != d.ChatID || src.Platform != "telegram" || d.SessionKey != session.Key(src, session.DefaultOptions) {
+				t.Fatalf("inbound %+v does not match its delivery %+v", src, d)
+			}
+		}
+		return nil
 	}
-	return nil
 }
 
 // FuzzWebhook posts arbitrary bodies (seeded with every fixture update and
@@ -69,7 +66,9 @@ func FuzzWebhook(f *testing.F) {
 		m := *p.mapping.Load()
 		m.botUsername = parityBotUsername
 		p.mapping.Store(&m)
-		var sink platform.Sink = &checkingSink{t: t, p: p}
+		checked := platformtest.NewSink(0)
+		checked.Check = routedToOwner(t, p)
+		var sink platform.Sink = checked
 		p.sink.Store(&sink)
 		req := httptest.NewRequest(http.MethodPost, WebhookPath, bytes.NewReader(body))
 		req.Header.Set(secretHeader, testSecret)

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/chatcontext"
+	"connector/platform/chatorder"
 	"connector/platform/fairshare"
 )
 
@@ -48,16 +48,21 @@ type Platform struct {
 	owners atomic.Pointer[platform.Ownership]
 	grants *platform.Grants   // chats granted by author links
 	links  *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
+	egress platform.Egress[*Platform, int64]
 	// policies are the tenants' group gates, from Config.Tenants and the
 	// relevance their gateways declared (relevance.go); defaultPolicy when
 	// absent.
-	policies  atomic.Pointer[map[string]*policy]
-	observed  *chatcontext.Log[observedKey]
-	sealed    *lru.Cache[draftKey, string] // see sealedDrafts
-	mapping   atomic.Pointer[mapping]
-	seen      *recentIDs
-	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
-	unclaimed chatSet        // unclaimed chats already logged
+	policies atomic.Pointer[map[string]*policy]
+	observed *chatcontext.Log[observedKey]
+	sealed   *lru.Cache[draftKey, string] // see sealedDrafts
+	mapping  atomic.Pointer[mapping]
+	seen     *recentIDs
+	// turns ingests each chat's updates in arrival order, and different
+	// chats side by side. Unbounded: a webhook's requests (at most
+	// webhook_max_connections) and a long poll's batch (its updates are
+	// handled before the next poll) bound it.
+	turns     *chatorder.Queue[int64]
+	unclaimed chatSet // unclaimed chats already logged
 
 	budget *fairshare.Scheduler
 	limits *limiter
@@ -92,7 +97,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	deps = deps.WithDefaults()
 	p := &Platform{
 		cfg:       cfg,
@@ -107,6 +112,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
 		callbacks: make(chan string, 256),
+		turns:     chatorder.New[int64](0),
 	}
 	chats := make([]platform.Binding, 0, len(cfg.Chats))
 	for chat, tenant := range cfg.Chats { // Validate checked the ids
@@ -128,6 +134,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(),
 		Clock: p.clock,
 	})
+	p.egress = platform.Egress[*Platform, int64]{Ops: handlers, Chat: chatIDOf, Timeout: cfg.RequestTimeout}
 	p.desc = descriptor.Telegram(handlers.Names())
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()

@@ -299,10 +299,8 @@ func TestTelegramSettingsParity(t *testing.T) {
 					t.Fatalf("%s: %v", probe[0], err)
 				}
 				var d *platform.Delivery
-				select {
-				case got := <-rec.ch:
+				if got, ok := rec.TryNext(); ok {
 					d = &got
-				default:
 				}
 				if got := parityOutcome(d, drops.take()); got != probe[1] {
 					t.Errorf("probe %d %s: %s, want %s", i+1, probe[0], got, probe[1])

@@ -164,12 +164,10 @@ func TestTelegramMessageTextParity(t *testing.T) {
 				if err := p.handle(context.Background(), u, time.Now()); err != nil {
 					t.Fatal(err)
 				}
-				select {
-				case d := <-rec.ch:
+				if d, ok := rec.TryNext(); ok {
 					return &d
-				default:
-					return nil
 				}
+				return nil
 			}
 			d := deliver(textUpdate(t, c.where, c.text, 1))
 			if strings.HasSuffix(c.where, ", observed") {
