@@ -328,7 +328,7 @@ type clusterRig struct {
 func newClusterRig(t *testing.T, n int) *clusterRig {
 	t.Helper()
 	clk := clocktest.New(time.Now())
-	st := store.NewMemory(clk.Now)
+	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
 	r := &clusterRig{clk: clk, st: st, acquired: make(chan string, 64)}
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{

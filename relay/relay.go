@@ -311,7 +311,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ownStore := cfg.Store == nil
 	if ownStore {
-		cfg.Store = store.NewMemory(cfg.Clock.Now)
+		cfg.Store = store.NewMemory(cfg.Clock)
 	}
 	s, err := newServer(cfg)
 	if err != nil {
@@ -334,7 +334,7 @@ func newServer(cfg Config) (*Server, error) {
 		platforms:    make(map[string]platform.Platform),
 		conns:        make(map[*conn]struct{}),
 		ops:          make(map[*outboundOp]struct{}),
-		logs:         newServerLogs(cfg.Clock.Now, len(cfg.Tenants)),
+		logs:         newServerLogs(cfg.Clock, len(cfg.Tenants)),
 
 		descriptorFrames: make(map[string][]byte),
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"connector/internal/clock"
 )
 
 // The redis backend's keys, each after the configured prefix. A kind's name
@@ -50,7 +52,7 @@ const minRedisVersion = "6.2"
 type redisStore struct {
 	c     *redis.Client
 	p     string // key prefix
-	now   func() time.Time
+	clock clock.Clock
 	epoch string
 	// pipe sends the ledger's appends, acks and reads and the pub/sub
 	// publishes, every command queued while the previous round trip was
@@ -62,7 +64,7 @@ type redisStore struct {
 	subs   map[*redisSub]struct{}
 }
 
-func openRedis(ctx context.Context, url, prefix string, now func() time.Time) (*redisStore, error) {
+func openRedis(ctx context.Context, url, prefix string, clk clock.Clock) (*redisStore, error) {
 	if url == "" {
 		return nil, fmt.Errorf("%w: the redis backend needs store.redis_url", ErrInvalid)
 	}
@@ -72,7 +74,7 @@ func openRedis(ctx context.Context, url, prefix string, now func() time.Time) (*
 		return nil, fmt.Errorf("%w: store.redis_url does not parse as redis://[user:password@]host[:port][/db]", ErrInvalid)
 	}
 	c := redis.NewClient(opt)
-	s := &redisStore{c: c, p: prefix, now: now, subs: make(map[*redisSub]struct{})}
+	s := &redisStore{c: c, p: prefix, clock: clk, subs: make(map[*redisSub]struct{})}
 	if err := s.init(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
@@ -288,7 +290,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	if len(recs) == 0 {
 		return nil, ctx.Err()
 	}
-	now := l.s.now()
+	now := l.s.clock.Now()
 	args := make([]any, 0, 2+6*len(recs))
 	args = append(args, tenant, len(recs))
 	for i := range recs {
@@ -506,7 +508,7 @@ func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]
 	if err := checkName("tenant", tenant); err != nil {
 		return nil, err
 	}
-	rule := bounds.at(l.s.now())
+	rule := bounds.at(l.s.clock.Now())
 	p := l.s.p
 	res, err := trimScript.Run(ctx, l.s.c, []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"},
 		tenant, rule.maxEntries, rule.maxBytes, rule.cutoff).Slice()
@@ -583,7 +585,7 @@ func (c redisCaps) Put(ctx context.Context, key string, value []byte, expires ti
 	if err := checkName("capability key", key); err != nil {
 		return err
 	}
-	ttl := max(expires.Sub(c.s.now()), 0) + redisExpirySlack
+	ttl := max(expires.Sub(c.s.clock.Now()), 0) + redisExpirySlack
 	if err := c.s.c.Set(ctx, c.s.p+"cap:"+key, encodeExpiring(expires, value), ttl).Err(); err != nil {
 		return fmt.Errorf("store: put capability: %w", rerr(err))
 	}
@@ -605,7 +607,7 @@ func (c redisCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("store: get capability: %w", err)
 	}
-	if expired(c.s.now(), expires) {
+	if expired(c.s.clock.Now(), expires) {
 		return nil, false, nil
 	}
 	return value, true, nil
@@ -642,7 +644,7 @@ return 1
 // claimValue is a claim's expiry as stored, and its key's PX.
 func (c redisClaims) claimValue(expires time.Time) (string, int64) {
 	return strconv.FormatInt(expires.Unix(), 10) + " " + strconv.Itoa(expires.Nanosecond()),
-		pxMillis(max(expires.Sub(c.s.now()), 0) + redisExpirySlack)
+		pxMillis(max(expires.Sub(c.s.clock.Now()), 0) + redisExpirySlack)
 }
 
 func (c redisClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
@@ -650,7 +652,7 @@ func (c redisClaims) Claim(ctx context.Context, key string, expires time.Time) (
 		return false, err
 	}
 	exp, px := c.claimValue(expires)
-	now := c.s.now()
+	now := c.s.clock.Now()
 	n, err := claimScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, now.Unix(), now.Nanosecond(), exp, px).Int()
 	if err != nil {
 		return false, fmt.Errorf("store: claim: %w", rerr(err))
@@ -689,7 +691,7 @@ func (w redisOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner
 	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
 		return err
 	}
-	v := encodeExpiring(w.s.now().Add(ttl), encodeOwner(o))
+	v := encodeExpiring(w.s.clock.Now().Add(ttl), encodeOwner(o))
 	if err := w.s.c.Set(ctx, w.key(tenant, sessionKey), v, ttl+redisExpirySlack).Err(); err != nil {
 		return fmt.Errorf("store: set owner: %w", rerr(err))
 	}
@@ -711,7 +713,7 @@ func (w redisOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner,
 	if err != nil {
 		return Owner{}, false, fmt.Errorf("store: get owner: %w", err)
 	}
-	if expired(w.s.now(), expires) {
+	if expired(w.s.clock.Now(), expires) {
 		return Owner{}, false, nil
 	}
 	o, err := decodeOwner(val)
@@ -785,7 +787,7 @@ func (ls redisLeases) lease(token, holder string, pttl int64) (Lease, error) {
 	if err != nil {
 		return Lease{}, errCorrupt
 	}
-	return Lease{Holder: holder, Token: t, Expires: ls.s.now().Add(time.Duration(pttl) * time.Millisecond)}, nil
+	return Lease{Holder: holder, Token: t, Expires: ls.s.clock.Now().Add(time.Duration(pttl) * time.Millisecond)}, nil
 }
 
 func (ls redisLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
@@ -822,7 +824,7 @@ func (ls redisLeases) Renew(ctx context.Context, name string, l Lease, ttl time.
 	if ok != 1 {
 		return Lease{}, ErrNotHeld
 	}
-	l.Expires = ls.s.now().Add(ttl)
+	l.Expires = ls.s.clock.Now().Add(ttl)
 	return l, nil
 }
 

@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"connector/internal/clock"
 	"connector/internal/redistest"
 	"connector/store"
 	"connector/store/storetest"
@@ -60,7 +60,7 @@ func TestRedisAppendSurvivesServerKill(t *testing.T) {
 	srv.Kill(t)
 	srv.Restart(t)
 	cfg.RedisURL = srv.URL()
-	s2 := opener(t, cfg)(time.Now)
+	s2 := opener(t, cfg)(clock.System)
 	if s2.Epoch() != epoch {
 		t.Fatalf("epoch after the server restart %q, before %q", s2.Epoch(), epoch)
 	}
@@ -88,7 +88,7 @@ func TestRedisAppendSurvivesServerKill(t *testing.T) {
 func TestRedisPipelineSurvivesScriptFlush(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	s := opener(t, redisConfig(srv))(time.Now)
+	s := opener(t, redisConfig(srv))(clock.System)
 	l := s.Ledger()
 	first, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}})
 	if err != nil {

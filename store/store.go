@@ -46,6 +46,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"connector/internal/clock"
 )
 
 // Store is the connector's durable state. Its methods are safe for
@@ -357,19 +359,19 @@ type Config struct {
 	// RedisPrefix starts every key the redis backend writes, so several
 	// deployments (or tests) can share one server. Empty means "connector:".
 	RedisPrefix string `yaml:"-"`
-	// Now is the clock for expiry, record ages and (memory, embedded)
-	// leases. Nil means time.Now.
-	Now func() time.Time `yaml:"-"`
+	// Clock is the clock of expiry, record ages, (memory, embedded) leases
+	// and sweeps. Nil means clock.System.
+	Clock clock.Clock `yaml:"-"`
 }
 
 // Open opens the backend cfg selects.
 func Open(ctx context.Context, cfg Config) (Store, error) {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System
 	}
 	switch cfg.Backend {
 	case BackendMemory:
-		return NewMemory(cfg.Now), nil
+		return NewMemory(cfg.Clock), nil
 	case BackendEmbedded, "":
 		if cfg.Path == "" {
 			p, err := DefaultPath()
@@ -378,10 +380,10 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 			}
 			cfg.Path = p
 		}
-		return openEmbedded(ctx, cfg.Path, cfg.Now)
+		return openEmbedded(ctx, cfg.Path, cfg.Clock)
 	case BackendRedis:
 		cfg.RedisPrefix = cmp.Or(cfg.RedisPrefix, "connector:")
-		return openRedis(ctx, cfg.RedisURL, cfg.RedisPrefix, cfg.Now)
+		return openRedis(ctx, cfg.RedisURL, cfg.RedisPrefix, cfg.Clock)
 	}
 	return nil, fmt.Errorf("%w: unknown store backend %q (want embedded, redis or memory)", ErrInvalid, cfg.Backend)
 }

@@ -287,7 +287,7 @@ const storeOpenTimeout = 30 * time.Second
 // exactly what serve starts with; -check builds on an in-memory store, as a
 // running connector holds the real one.
 func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err error) {
-	reg := registry.New(st, time.Now)
+	reg := registry.New(st, clock.System)
 	if err := reg.SetDeclared(cfg.declared()); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -669,7 +669,7 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 
 // sweepMedia removes expired media objects every minute until ctx ends.
 func sweepMedia(ctx context.Context, ms *media.Store) {
-	tick := time.NewTicker(time.Minute)
+	tick := clock.NewTicker(clock.System, time.Minute)
 	defer tick.Stop()
 	for {
 		select {

@@ -19,7 +19,7 @@ const timeout = 10 * time.Second
 func pair(t *testing.T) (a, b *cluster.Node, clk *clocktest.Fake, st *store.Memory) {
 	t.Helper()
 	clk = clocktest.New(time.Unix(1_700_000_000, 0))
-	st = store.NewMemory(clk.Now)
+	st = store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
 	start := func(name string) *cluster.Node {
 		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub(), LeaseTTL: 3 * time.Second, Clock: clk})

@@ -32,7 +32,6 @@ type Platform struct {
 	key     platform.KeyFunc
 	metrics platform.Metrics
 	clock   clock.Clock
-	now     func() time.Time // clock.Now
 
 	bot       *bot.Bot
 	transport *http.Transport
@@ -106,7 +105,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		key:       deps.Key,
 		metrics:   deps.Metrics,
 		clock:     deps.Clock,
-		now:       deps.Clock.Now,
 		observed:  chatcontext.New[observedKey](chatcontext.Bounds{}),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
@@ -120,8 +118,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.owners.Store(platform.NewOwnership(chats))
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
-	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
-	p.links = platform.NewLinkDesk(p.now)
+	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
+	p.links = platform.NewLinkDesk(p.clock)
 	p.SetRelevance(nil)
 	m, err := p.liveMapping()
 	if err != nil {

@@ -113,7 +113,7 @@ func testConfig(st store.Ledger, c *clocktest.Fake, m *fakeMetrics) Config {
 func newRig(t *testing.T, mod func(*Config)) *rig {
 	t.Helper()
 	c := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	st := store.NewMemory(c.Now)
+	st := store.NewMemory(c)
 	t.Cleanup(func() { _ = st.Close() })
 	return newRigOn(t, st, c, mod)
 }
