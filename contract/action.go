@@ -111,6 +111,10 @@ type Metadata struct {
 	Profile          string `json:"profile"`
 	ThreadID         ID     `json:"thread_id"`
 	ReplyToMessageID ID     `json:"reply_to_message_id"`
+	// MessageID is the message of the turn the action belongs to (the
+	// gateway keys a turn's draft stream by it, else by
+	// reply_to_message_id).
+	MessageID ID `json:"message_id"`
 }
 
 // UnmarshalJSON tolerates a null or non-object metadata (read as empty).

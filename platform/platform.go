@@ -190,9 +190,11 @@ type Deps struct {
 	// to normal routing.
 	Linker Linker
 	// Store is the durable store every instance shares. A platform keeps
-	// its own state there under its own names (Slack: the workspaces
-	// installed through OAuth in its Registry, its event dedupe in its
-	// Claims). Nil: such state lives in the platform's memory.
+	// there, under its own names, what every instance sharing the store and
+	// the next start must know too (Slack: the workspaces installed through
+	// OAuth, its event dedupe; WhatsApp: its dedupe; Telegram: the names of
+	// the forum topics the connector created or renamed). Nil: such state
+	// lives in the platform's memory.
 	Store store.Store
 }
 

@@ -424,6 +424,16 @@ func (s *Server) connKey(c *conn) string {
 // LedgerStats returns the counters of the tenants' ledgers.
 func (s *Server) LedgerStats() ledger.Stats { return s.ledgers.Stats() }
 
+// BufferBounds returns the bounds of the buffered inbound in force:
+// entries and payload bytes per tenant, payload bytes of all tenants.
+func (s *Server) BufferBounds() (entries int, bytes, totalBytes int64) {
+	return s.cfg.BufferEntries, s.cfg.BufferBytes, s.cfg.BufferBytesTotal
+}
+
+// TenantBufferBytes returns the payload bytes of the inbound held for each
+// tenant this instance has a ledger of.
+func (s *Server) TenantBufferBytes() map[string]int64 { return s.ledgers.TenantBytes() }
+
 // KeyFunc returns the session-key function for tenants: session.Key with each
 // tenant's gateway knobs (the gateway defaults for an unknown tenant).
 func KeyFunc(tenants []Tenant) platform.KeyFunc {

@@ -37,6 +37,13 @@ type Config struct {
 	// more for the close). A second SIGTERM or SIGINT exits at once.
 	// Default 30s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// ShutdownDelay is how long SIGTERM waits, serving as usual while
+	// /readyz answers 503, before the shutdown starts: long enough for a
+	// load balancer's health checks to take the instance out of rotation
+	// (its interval times its unhealthy threshold) before the listener
+	// closes. A second SIGTERM or SIGINT exits at once. Default 0s (none:
+	// right for a single instance without a load balancer).
+	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
 	// Log configures structured logging.
 	Log LogConfig `yaml:"log"`
 	// TLS, when cert_file and key_file are set, serves https:// and wss://
@@ -89,6 +96,9 @@ type Config struct {
 
 	// deprecations are the older key spellings the file used.
 	deprecations []deprecation
+	// fromEnv names the variable each key set from the environment came
+	// from (applyKeyEnv).
+	fromEnv map[string]string
 }
 
 // LogConfig configures log/slog output.
@@ -231,8 +241,11 @@ func GatewaySecretsEnv(id string) string {
 			b[i] = '_'
 		}
 	}
-	return "CONNECTOR_GATEWAY_SECRETS_" + string(b)
+	return gatewaySecretsEnvPrefix + string(b)
 }
+
+// gatewaySecretsEnvPrefix starts GatewaySecretsEnv's variables.
+const gatewaySecretsEnvPrefix = "CONNECTOR_GATEWAY_SECRETS_"
 
 // normalize fills the defaults of the listeners and the http section and
 // rewrites platform ids to the spelling the platforms send ("0500" is
@@ -253,6 +266,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		return errors.New("config: shutdown_grace: must not be negative")
+	}
+	if c.ShutdownDelay < 0 {
+		return errors.New("config: shutdown_delay: must not be negative")
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":

@@ -44,7 +44,7 @@ func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, identity 
 			return nil
 		},
 		Log:     log,
-		Metrics: am,
+		Metrics: gatewayChanges{am},
 	})
 }
 

@@ -150,3 +150,62 @@ telegram:
 		})
 	}
 }
+
+// TestShutdownDelayAnswersNotReadyBeforeTheListenerCloses: with
+// shutdown_delay, SIGTERM first turns /readyz to 503 while the public
+// listener still serves (a health check and a gateway's upgrade), so a load
+// balancer sees the instance leave before its connections are refused; the
+// connector then shuts down and exits 0.
+func TestShutdownDelayAnswersNotReadyBeforeTheListenerCloses(t *testing.T) {
+	bin := connectorBinary(t)
+	doc := fmt.Sprintf(`listen: 127.0.0.1:0
+ops: {listen: 127.0.0.1:0}
+shutdown_delay: 2s
+log: {level: info, format: text}
+tenants: [{id: t1, gateways: [{id: gw1, secrets: [%q]}]}]
+`, fullGatewaySecret)
+	r := startBinary(t, bin, doc)
+	ops := "http://" + r.ops
+	status := func(url string) int {
+		resp, err := http.Get(url)
+		if err != nil {
+			return -1
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status(ops + "/readyz"); got != http.StatusOK {
+		t.Fatalf("/readyz before SIGTERM: %d", got)
+	}
+	signaled := time.Now()
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for status(ops+"/readyz") != http.StatusServiceUnavailable {
+		if time.Since(signaled) > serveWait {
+			t.Fatalf("timed out after %v waiting for /readyz to answer 503", serveWait)
+		}
+	}
+	if got := status("http://" + r.addr + "/healthz"); got != http.StatusOK {
+		t.Fatalf("the public listener stopped serving with /readyz at 503: /healthz %d", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), serveWait)
+	defer cancel()
+	gw, err := relaytest.Dial(ctx, "ws://"+r.addr+"/relay", relaytest.Token("gw1", fullGatewaySecret, time.Now()))
+	if err != nil {
+		t.Fatalf("a gateway's upgrade during shutdown_delay: %v", err)
+	}
+	defer gw.CloseNow()
+	if _, err := gw.Hello(ctx, "relay", ""); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, err := gw.Closed(ctx); code != 1001 {
+		t.Fatalf("closed %d (%v), want 1001 once the delay is over", code, err)
+	}
+	if code := r.waitExit(t, "after shutdown_delay"); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.stderr.String())
+	}
+	if d := time.Since(signaled); d < 2*time.Second {
+		t.Fatalf("the shutdown ended %v after SIGTERM, before shutdown_delay", d)
+	}
+}

@@ -19,7 +19,7 @@ func TestStoreSection(t *testing.T) {
 		t.Fatalf("embedded defaults: store %+v, secrets in %q; want the embedded store and the secrets in %s", cfg.Store, gen.DataDir, dir)
 	}
 	var banner bytes.Buffer
-	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, nil)
+	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, nil, len(cfg.Tenants))
 	if want := "store:     embedded, in " + filepath.Join(dir, "connector.db"); !strings.Contains(banner.String(), want) {
 		t.Errorf("banner lacks %q:\n%s", want, banner.String())
 	}

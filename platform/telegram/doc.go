@@ -96,8 +96,12 @@
 //
 // The ops are send, edit, typing, get_chat_info, send_media, prompt (an inline
 // keyboard of hp1 callback buttons, prompt.go), react and delete
-// (msgops.go), thread_create and thread_rename (forum topics, topics.go),
-// and draft (native draft streaming with sendMessageDraft, draft.go);
+// (msgops.go), thread_create and thread_rename (forum topics, topics.go;
+// the names of the topics the connector created or renamed are kept in
+// platform.Deps.Store, so the rename guards can be honoured although
+// Telegram cannot read a topic's name), and draft (native draft streaming
+// with sendMessageDraft in private chats, a preview message sent and edited
+// elsewhere, which the reply replaces, draft.go);
 // the descriptor's supported_ops are the keys of the handler table. An action on a chat the
 // tenant does not own gets contract.Declined. send splits content over
 // 4,096 code points at paragraph, line or word boundaries (carrying code

@@ -55,6 +55,7 @@ func FuzzWebhook(f *testing.F) {
 	f.Add([]byte(`{"update_id":1,"message":{"message_id":1,"date":1,"text":"/stop","entities":[{"type":"bot_command","offset":0,"length":5}],"chat":{"id":123456789,"type":"private"}}}`))
 	f.Add([]byte(`{"update_id":2,"callback_query":{"id":"x","from":{"id":1},"message":{"message_id":3,"date":0,"chat":{"id":-4001234567,"type":"group"}},"data":"hp1::"}}`))
 	f.Add([]byte(`{"update_id":3}`))
+	f.Add([]byte(`{"update_id":5,"message":{"message_id":9,"date":1,"message_thread_id":42,"is_topic_message":true,"from":{"id":7,"is_bot":false,"first_name":"G"},"chat":{"id":-1001112223334,"type":"supergroup","is_forum":true},"forum_topic_edited":{"name":"renamed"}}}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, body []byte) {

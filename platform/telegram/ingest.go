@@ -25,7 +25,7 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 	if p.sink.Load() == nil {
 		return errNotRunning
 	}
-	in, ok := p.prepare(u)
+	in, ok := p.prepare(ctx, u)
 	if !ok {
 		return nil
 	}
@@ -33,8 +33,12 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 }
 
 // prepare normalizes u; ok is false when it is dropped at once (counted).
-func (p *Platform) prepare(u *models.Update) (in inbound, ok bool) {
-	in, drop := normalize(u, p.mapping.Load())
+func (p *Platform) prepare(ctx context.Context, u *models.Update) (in inbound, ok bool) {
+	m := p.mapping.Load()
+	if u.Message != nil && u.Message.ForumTopicEdited != nil {
+		p.observeEdit(ctx, u.Message, m.botID)
+	}
+	in, drop := normalize(u, m)
 	if drop != "" {
 		if drop == dropForeignCallback {
 			p.queueCallbackAnswer(in.callbackID)

@@ -22,6 +22,7 @@ import (
 	"connector/platform/chatcontext"
 	"connector/platform/chatorder"
 	"connector/platform/fairshare"
+	"connector/store"
 )
 
 // Platform is the shared Telegram bot. Build it with New.
@@ -53,7 +54,9 @@ type Platform struct {
 	// absent.
 	policies atomic.Pointer[map[string]*policy]
 	observed *chatcontext.Log[observedKey]
-	sealed   *lru.Cache[draftKey, string] // see sealedDrafts
+	sealed   *lru.Cache[draftKey, string]   // see sealedDrafts
+	previews *lru.Cache[draftKey, *preview] // open draft streams of group chats
+	topics   *topicMemory
 	mapping  atomic.Pointer[mapping]
 	seen     *recentIDs
 	// turns ingests each chat's updates in arrival order, and different
@@ -118,6 +121,12 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.owners.Store(platform.NewOwnership(chats))
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
+	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
+	var topicState store.Capabilities
+	if deps.Store != nil {
+		topicState = deps.Store.Capabilities()
+	}
+	p.topics = newTopicMemory(topicState, p.clock)
 	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
 	p.links = platform.NewLinkDesk(p.clock)
 	p.SetRelevance(nil)

@@ -183,7 +183,7 @@ func (p *Platform) libraryError(err error) {
 func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
 	received := p.clock.Now()
 	p.offsets.handing(u.ID)
-	in, ok := p.prepare(u)
+	in, ok := p.prepare(ctx, u)
 	if !ok {
 		p.offsets.done(u.ID)
 		return
