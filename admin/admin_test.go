@@ -140,7 +140,7 @@ func FuzzHandler(f *testing.F) {
 func TestBindingOnAPlatformNotRunningIsRefused(t *testing.T) {
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
-	reg := registry.New(st, time.Now)
+	reg := registry.New(st, clock.System)
 	h, err := admin.New(admin.Config{Registry: reg, Token: token, Platforms: []string{"nexscope"},
 		Apply: func(context.Context) error { return nil }})
 	if err != nil {
