@@ -16,60 +16,20 @@ import (
 )
 
 // Several instances on one store (Config.Cluster set, a Redis shared by
-// every instance) serve one fleet, on the connector's cluster layer
-// (internal/cluster); docs/architecture.md draws it. A hub's role is then
-// driver or remote; everything below is the same code as alone, behind
-// those two roles.
-//
-//   - Any instance ingests: it stores the delivery in the tenant's stored
-//     ledger (durably, before the platform confirms it) and publishes the
-//     tenant's name on the wake channel.
-//   - One instance at a time drives a tenant: the holder of the lease
-//     "relay/tenant/<id>" (role driver). Only the driver holds the tenant's
-//     ledger in memory: it takes stored records in with ledger.Tail (on a
-//     wake, and every beat in case a wake was lost), dispatches them, and
-//     is the only writer of acknowledgements, so there is no locking per
-//     event.
-//   - An instance that holds sockets of a tenant and finds the lease free
-//     takes it. Otherwise (role remote) it announces each socket to the
-//     driver every beat ("serve"), and the driver keeps it as a ledger
-//     consumer (remoteSeat) whose frames it sends to the socket's instance;
-//     acks, going_idle, closes and interrupts go the other way.
-//   - The driver renews its lease every beat (a third of the lease TTL, on
-//     the cluster's clock). When it dies, the lease expires within the TTL;
-//     the next beat of an instance holding sockets of the tenant takes it
-//     over and reads the stored ledger from the start: entries in flight on
-//     the dead driver are delivered again with the same bufferIds. A driver
-//     forgets a remote socket not announced for cluster.LostBeats beats,
-//     and gives its unacknowledged entries to another.
-//   - The driver writes each session's owner (instance and connection) to
-//     store.Owners when it changes, and again every ownerRefresh while the
-//     session's entries keep going there. An interrupt on a remote instance
-//     goes straight to the stored owner's instance, else to the driver, and
-//     the driver falls back to the stored owner when its own memory has
-//     none: so interrupts reach the owner right after a takeover, and while
-//     the dead driver's lease runs out. The stored owner is read at most
-//     once per interrupt (interrupt.ownerRead).
-//
-// Lost messages follow the cluster layer's one rule:
-//
-//   - wake: the driver reads the stored ledger every beat anyway;
-//   - serve: it is sent again every beat; a socket the driver never heard
-//     of gets nothing, and one not heard of for cluster.LostBeats beats is
-//     forgotten (its entries go to another socket); going_idle travels in
-//     the serve announcements, so it is repeated with them;
-//   - detach: the socket is forgotten as above;
-//   - a remote socket's frames and its acks are the two directions of a
-//     link (cluster.Link): the driver's beat names the last frame it sent
-//     ("hold"), the socket's serve the last ack; a gap seen at the next
-//     message or beat breaks the link, and the socket starts a new one (a
-//     new generation): the driver puts what the old one held
-//     unacknowledged back in line, in order, with the same bufferIds, so a
-//     lost frame is delivered and a lost ack answered by a redelivery (the
-//     gateway deduplicates by message id);
-//   - interrupt: not repeated. An interrupt only matters while a turn is
-//     running and its sender (a user's /stop, a gateway) may send it
-//     again; it is not a confirmed inbound under the durability promise.
+// every instance) serve one fleet on the cluster layer (internal/cluster);
+// docs/architecture.md ("Several instances on one Redis") describes and
+// draws it. In short: any instance stores a delivery and wakes the tenant's
+// driver, the holder of the lease "relay/tenant/<id>" (role driver), which
+// alone holds the tenant's ledger in memory and takes stored records in
+// with ledger.Tail; an instance with sockets of a tenant it does not drive
+// (role remote) announces them to the driver every beat, which keeps each
+// as a ledger consumer (remoteSeat) whose frames it sends there. Lost
+// messages follow the cluster layer's one rule: announcements are repeated
+// every beat; a socket's frames and its acks are the two directions of a
+// link whose gaps break it, and the socket then starts a new generation, to
+// which the driver hands what the old one held unacknowledged, in order,
+// with the same bufferIds; the stored owner is read once per interrupt,
+// which is not repeated.
 
 // The wake channel (the store prefixes it) and the tenant lease's prefix.
 const (

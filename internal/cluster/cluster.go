@@ -100,7 +100,6 @@ type Node struct {
 
 	out      chan outMsg
 	wantRoom atomic.Bool
-	lost     atomic.Uint64 // messages not published, for Stats
 
 	mu       sync.Mutex // guards what follows; a leaf
 	handlers map[byte]handler
@@ -284,7 +283,6 @@ func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
 	case n.out <- outMsg{channel, encode(typ, n.cfg.Instance, nil, fields)}:
 		return true
 	default:
-		n.lost.Add(1)
 		return false
 	}
 }
@@ -335,10 +333,8 @@ func (n *Node) publishLoop() {
 		case err != nil && streak == 0:
 			n.cfg.Log.Warn("cluster messages not published", "channel", m.channel, "err", err)
 			streak++
-			n.lost.Add(1)
 		case err != nil:
 			streak++
-			n.lost.Add(1)
 		case streak > 0:
 			n.cfg.Log.Info("cluster messages published again", "lost", streak)
 			streak = 0
@@ -368,10 +364,6 @@ func (n *Node) publishLoop() {
 		}
 	}
 }
-
-// Lost counts the messages that were not published (the outbox was full,
-// or the store failed).
-func (n *Node) Lost() uint64 { return n.lost.Load() }
 
 // OnBeat registers f to run every beat, after the beats registered before
 // it, on the node's clock: on a clocktest.Fake inside the Advance that
@@ -421,16 +413,6 @@ func (n *Node) Gone(instance string, since time.Time) bool {
 		last = since
 	}
 	return now.Sub(last) > LostBeats*n.beat
-}
-
-// Heard records that instance was heard from now, as a message from it
-// does: for a user that learns of an instance otherwise (a lease's
-// holder).
-func (n *Node) Heard(instance string) {
-	now := n.cfg.Clock.Now()
-	n.mu.Lock()
-	n.heard[instance] = now
-	n.mu.Unlock()
 }
 
 // forget drops the instances not heard from for forgetBeats beats.

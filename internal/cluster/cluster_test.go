@@ -170,7 +170,7 @@ func (p blockingPubSub) Publish(ctx context.Context, channel string, msg []byte)
 	return p.PubSub.Publish(ctx, channel, msg)
 }
 
-// Send never waits: a full outbox refuses the message (counted as lost);
+// Send never waits: a full outbox refuses the message;
 // Roomy says no past half, and OnRoom runs once the outbox drained below
 // half again.
 func TestFullOutbox(t *testing.T) {
@@ -189,8 +189,8 @@ func TestFullOutbox(t *testing.T) {
 		sent++
 	}
 	// One message may be with the publisher, the rest queued.
-	if sent < cluster.OutboxSize || sent > cluster.OutboxSize+1 || n.Lost() != 1 {
-		t.Fatalf("%d messages queued before Send refused one, %d lost; want the outbox's %d, 1", sent, n.Lost(), cluster.OutboxSize)
+	if sent < cluster.OutboxSize || sent > cluster.OutboxSize+1 {
+		t.Fatalf("%d messages queued before Send refused one, want the outbox's %d", sent, cluster.OutboxSize)
 	}
 	if n.Roomy() {
 		t.Fatal("Roomy with a full outbox")

@@ -17,48 +17,20 @@ import (
 )
 
 // Several instances (platform.Deps.Cluster set, a Redis shared by every
-// instance) serve the rooms together, on the connector's cluster layer
-// (internal/cluster); docs/nexscope.md draws it.
-//
-//   - Each room has one home: the instance holding the lease
-//     "nexscope/room/<name>" (platform.Deps.Exclusive; the connector
-//     stores it as "ingest/nexscope/room/<name>"). The home runs the room
-//     exactly as a single instance does: members, presence, the file lock,
-//     routing, acks and the bridge to the tenant's gateways.
-//   - A client may connect to any instance. That instance checks token,
-//     version, name and room itself and, when the room's home is elsewhere,
-//     asks the home to join the member (name_taken and room_full are the
-//     home's answers). From then on it is the member's edge: it forwards the
-//     frames the client sends to the home and writes the frames the home
-//     sends. The home keeps the member as a remote member: the same member,
-//     with its socket on another instance.
-//   - Order and loss (the cluster layer's rule): each direction of a member
-//     is a cluster.Link. Frames carry their sequence number, and every beat
-//     each side tells the other the last it sent, so a lost frame is seen at
-//     the next frame or the next beat; the member is then closed with 1011:
-//     it never sees frames missing or out of order, so a file's chunks
-//     arrive in order or not at all.
-//   - Flow control: the home counts a remote member's frames in its send
-//     queue until the edge reports them written, so backpressure on file
-//     chunks and the slow-consumer rule work as on one instance; the edge
-//     stops reading a socket while more than SendQueueBytes it forwarded
-//     wait at the home. The reports are totals, repeated in the beats, so a
-//     lost one costs a beat.
-//   - Liveness: every beat each edge tells each home which of its sockets it
-//     holds, and each home tells each edge which remote members it keeps. A
-//     member the other side does not list is closed; an instance gone for
-//     the cluster layer (silent for cluster.LostBeats beats) takes its
-//     members with it: the home removes them (presence follows), the edge
-//     closes the members homed there with 1012.
-//   - When the home dies or loses its lease, its rooms' file locks and
-//     transfers in progress go with it; members on other instances are
-//     closed with 1012 within three beats, and the room starts empty on the
-//     instance that takes the lease (within LeaseTTL and a third). A home
-//     that shuts down closes them with 1001 at once.
-//   - A gateway's send, prompt and send_media are executed by the home:
-//     another instance forwards the action (a cluster call) and waits for
-//     the home's result. A send_media whose re-host is stored on the
-//     forwarding instance fails there (media stores are per instance).
+// instance) serve the rooms together on the cluster layer
+// (internal/cluster); docs/nexscope.md ("Many instances") describes and
+// draws it. Each room has a home, the holder of the lease
+// "nexscope/room/<name>", which runs it exactly as a single instance does;
+// the instance a client connects to is the member's edge, which joins it at
+// the home and relays its frames both ways. Each direction of a member is a
+// cluster.Link: a gap, seen at the next frame or the other side's next beat
+// (which names the last frame sent and the bytes written or processed, so
+// credits lost on the way come back), closes the member with 1011 (room
+// state is live; nothing can be sent again). An instance gone for the
+// cluster layer takes its members with it: the edge closes those homed
+// there with 1012, the home removes those whose socket was there. A
+// gateway's send, prompt and send_media are executed by the home (a
+// cluster call).
 
 // forwardedExecTimeout bounds an action another instance forwarded: the
 // relay's default outbound_timeout, after which that instance has answered
