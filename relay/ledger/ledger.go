@@ -196,11 +196,13 @@ type Pool struct {
 	mu      sync.Mutex // guards ledgers
 	ledgers map[string]*Ledger
 
-	rmMu  sync.Mutex // guards dirty
+	rmMu  sync.Mutex // guards dirty and spare
 	dirty []*Ledger  // ledgers with removals to write
+	spare []*Ledger  // a drained dirty slice, for reuse
 	wake  chan struct{}
 
-	flushMu sync.Mutex // one flush at a time
+	flushMu sync.Mutex          // one flush at a time
+	acks    map[string][]uint64 // a small flush's removals by tenant; guarded by flushMu
 
 	closeOnce sync.Once
 	stop      chan struct{}
@@ -215,6 +217,7 @@ func NewPool(cfg Config) *Pool {
 	p := &Pool{
 		cfg:     cfg,
 		ledgers: make(map[string]*Ledger),
+		acks:    make(map[string][]uint64, smallFlush),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -239,6 +242,7 @@ type Ledger struct {
 	owners    *simplelru.LRU[string, owner]
 	appending map[string]int // session key -> Appends being stored
 	removals  []uint64       // seqs to remove from the store
+	spare     []uint64       // a drained removals slice, for reuse
 	dirty     bool           // queued in the pool's dirty list
 	size      atomic.Int64   // bytes, for the pool to read without the lock
 
@@ -996,14 +1000,21 @@ func (p *Pool) Flush(ctx context.Context) {
 	defer p.flushMu.Unlock()
 	p.rmMu.Lock()
 	dirty := p.dirty
-	p.dirty = nil
+	p.dirty = p.spare[:0]
 	p.rmMu.Unlock()
-	acks := make(map[string][]uint64, len(dirty))
+	// The kept map serves small flushes only: grown once, it would keep the
+	// size of the largest flush, which every range over it (the store's)
+	// and every clear pays for. A ledger is in dirty at most once.
+	acks := p.acks
+	if len(dirty) > smallFlush {
+		acks = make(map[string][]uint64, len(dirty))
+	}
 	entries := 0
-	for _, l := range dirty { // a ledger is in dirty at most once
+	for _, l := range dirty {
 		l.mu.Lock()
 		seqs := l.removals
-		l.removals, l.dirty = nil, false
+		l.removals, l.spare = l.spare[:0], nil
+		l.dirty = false
 		l.mu.Unlock()
 		if len(seqs) > 0 {
 			acks[l.tenant] = seqs
@@ -1013,7 +1024,23 @@ func (p *Pool) Flush(ctx context.Context) {
 	if len(acks) > 0 {
 		p.remove(ctx, acks, entries)
 	}
+	for i, l := range dirty {
+		dirty[i] = nil
+		if seqs := acks[l.tenant]; seqs != nil {
+			l.mu.Lock()
+			l.spare = seqs
+			l.mu.Unlock()
+		}
+	}
+	clear(p.acks)
+	p.rmMu.Lock()
+	p.spare = dirty
+	p.rmMu.Unlock()
 }
+
+// smallFlush is the most tenants whose removals the pool's kept map takes:
+// as many as a Go map holds in one group of slots, so it never grows.
+const smallFlush = 8
 
 // remove deletes acks (entries in all) from the tenants' stored ledgers.
 func (p *Pool) remove(ctx context.Context, acks map[string][]uint64, entries int) {
