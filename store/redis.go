@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -1020,6 +1021,30 @@ func (p redisPubSub) Publish(ctx context.Context, channel string, msg []byte) er
 		return fmt.Errorf("store: publish: %w", rerr(err))
 	}
 	return nil
+}
+
+var _ BatchPublisher = redisPubSub{}
+
+// PublishAll implements BatchPublisher: the messages go in one pipeline
+// (several when they fill one), in order.
+func (p redisPubSub) PublishAll(ctx context.Context, msgs []Message) (failed int, err error) {
+	calls := make([]pipeCall, 0, len(msgs))
+	for _, m := range msgs {
+		if e := checkName("channel", m.Channel); e != nil {
+			failed++
+			err = cmp.Or(err, e)
+			continue
+		}
+		key, msg := p.s.p+"channel:"+m.Channel, m.Msg
+		calls = append(calls, pipeCall{queue: func(ctx context.Context, pipe redis.Pipeliner) redis.Cmder { return pipe.Publish(ctx, key, msg) }})
+	}
+	for _, c := range p.s.pipelinedAll(ctx, calls) {
+		if e := c.Err(); e != nil {
+			failed++
+			err = cmp.Or(err, fmt.Errorf("store: publish: %w", rerr(e)))
+		}
+	}
+	return failed, err
 }
 
 func (p redisPubSub) Subscribe(ctx context.Context, channel string) (<-chan []byte, func(), error) {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -108,5 +109,45 @@ func TestRedisPipelineSurvivesScriptFlush(t *testing.T) {
 	}
 	if n, err := l.Ack(ctx, "t1", first[0], next[0]); err != nil || n != 2 {
 		t.Fatalf("Ack after SCRIPT FLUSH = %d, %v; want 2 removed", n, err)
+	}
+}
+
+// TestRedisPublishAllKeepsOrder: the redis backend's PublishAll (the
+// cluster layer's batched outbox) delivers every message, in order, across
+// channels and over more than one pipeline; a bad channel name fails alone.
+func TestRedisPublishAllKeepsOrder(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := opener(t, redisConfig(srv))(clock.System)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, stopA, err := s.PubSub().Subscribe(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopA()
+	b, stopB, err := s.PubSub().Subscribe(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopB()
+	var msgs []store.Message
+	for i := range 200 {
+		msgs = append(msgs, store.Message{Channel: []string{"a", "b"}[i%2], Msg: fmt.Appendf(nil, "%d", i)})
+	}
+	msgs = append(msgs, store.Message{Channel: "", Msg: []byte("no channel")})
+	failed, err := s.PubSub().(store.BatchPublisher).PublishAll(ctx, msgs)
+	if failed != 1 || err == nil {
+		t.Fatalf("PublishAll = %d, %v; want the one message without a channel failed", failed, err)
+	}
+	for i := range 200 {
+		ch := []<-chan []byte{a, b}[i%2]
+		select {
+		case m := <-ch:
+			if string(m) != fmt.Sprint(i) {
+				t.Fatalf("message %d arrived as %q", i, m)
+			}
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for message %d", i)
+		}
 	}
 }

@@ -266,6 +266,20 @@ type PubSub interface {
 	Subscribe(ctx context.Context, channel string) (msgs <-chan []byte, cancel func(), err error)
 }
 
+// Message is one message for PublishAll.
+type Message struct {
+	Channel string
+	Msg     []byte
+}
+
+// BatchPublisher is a PubSub that publishes several messages at once, in
+// their order (the redis backend: one pipeline, sharing one round trip).
+type BatchPublisher interface {
+	// PublishAll publishes msgs in order and returns how many failed, and
+	// the first failure.
+	PublishAll(ctx context.Context, msgs []Message) (failed int, err error)
+}
+
 // SubscriptionBuffer is how many undelivered messages a subscription holds
 // before newer ones are dropped.
 const SubscriptionBuffer = 256

@@ -41,6 +41,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -98,7 +99,7 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	out      chan outMsg
+	out      chan store.Message
 	wantRoom atomic.Bool
 
 	mu       sync.Mutex // guards what follows; a leaf
@@ -113,11 +114,6 @@ type Node struct {
 	beats  map[int]func()
 	nextID int
 	closed bool
-}
-
-type outMsg struct {
-	channel string
-	msg     []byte
 }
 
 type handler struct {
@@ -159,7 +155,7 @@ func New(cfg Config) (*Node, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
 		cfg: cfg, beat: cfg.LeaseTTL / 3, ctx: ctx, cancel: cancel,
-		out:      make(chan outMsg, OutboxSize),
+		out:      make(chan store.Message, OutboxSize),
 		handlers: make(map[byte]handler),
 		heard:    make(map[string]time.Time),
 		calls:    make(map[string]chan []byte),
@@ -280,7 +276,7 @@ func (n *Node) Dispatch(msg []byte) {
 // full, and the message is lost as pub/sub may lose any.
 func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
 	select {
-	case n.out <- outMsg{channel, encode(typ, n.cfg.Instance, nil, fields)}:
+	case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}:
 		return true
 	default:
 		return false
@@ -291,7 +287,7 @@ func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
 // (a sender of bulk data); false when ctx ended or the node closed first.
 func (n *Node) SendWait(ctx context.Context, channel string, typ byte, fields ...[]byte) bool {
 	select {
-	case n.out <- outMsg{channel, encode(typ, n.cfg.Instance, nil, fields)}:
+	case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}:
 		return true
 	case <-ctx.Done():
 	case <-n.ctx.Done():
@@ -319,26 +315,41 @@ func (n *Node) OnRoom(f func()) {
 	n.mu.Unlock()
 }
 
-// publishLoop publishes queued messages in order; once the node closes it
-// publishes what is left and returns. A message that cannot be published is
-// lost; the first of a streak is logged, and the streak's length when
-// publishing works again.
+// publishLoop publishes queued messages in order, what is queued at once
+// together when the store can (store.BatchPublisher: one round trip); once
+// the node closes it publishes what is left and returns. A message that
+// cannot be published is lost; the first of a streak is logged, and the
+// streak's length when publishing works again.
 func (n *Node) publishLoop() {
+	batcher, _ := n.cfg.PubSub.(store.BatchPublisher)
+	batch := make([]store.Message, 0, publishBatch)
 	streak := 0
-	send := func(m outMsg) {
+	publish := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
-		err := n.cfg.PubSub.Publish(ctx, m.channel, m.msg)
-		cancel()
+		defer cancel()
+		failed, first := 0, error(nil)
+		if batcher != nil {
+			failed, first = batcher.PublishAll(ctx, batch)
+		} else {
+			for _, m := range batch {
+				if err := n.cfg.PubSub.Publish(ctx, m.Channel, m.Msg); err != nil {
+					failed++
+					first = cmp.Or(first, err)
+				}
+			}
+		}
 		switch {
-		case err != nil && streak == 0:
-			n.cfg.Log.Warn("cluster messages not published", "channel", m.channel, "err", err)
-			streak++
-		case err != nil:
-			streak++
+		case failed > 0 && streak == 0:
+			n.cfg.Log.Warn("cluster messages not published", "messages", failed, "err", first)
+			streak += failed
+		case failed > 0:
+			streak += failed
 		case streak > 0:
 			n.cfg.Log.Info("cluster messages published again", "lost", streak)
 			streak = 0
 		}
+		clear(batch)
+		batch = batch[:0]
 		if len(n.out) < OutboxSize/2 && n.wantRoom.CompareAndSwap(true, false) {
 			n.mu.Lock()
 			fs := n.onRoom
@@ -351,19 +362,36 @@ func (n *Node) publishLoop() {
 	for {
 		select {
 		case m := <-n.out:
-			send(m)
+			batch = append(batch, m)
 		case <-n.ctx.Done():
 			for {
 				select {
 				case m := <-n.out:
-					send(m)
+					batch = append(batch, m)
+					if len(batch) == publishBatch {
+						publish()
+					}
 				default:
+					publish()
 					return
 				}
 			}
 		}
+	gather:
+		for len(batch) < publishBatch {
+			select {
+			case m := <-n.out:
+				batch = append(batch, m)
+			default:
+				break gather
+			}
+		}
+		publish()
 	}
 }
+
+// publishBatch is the most messages published at once.
+const publishBatch = 256
 
 // OnBeat registers f to run every beat, after the beats registered before
 // it, on the node's clock: on a clocktest.Fake inside the Advance that

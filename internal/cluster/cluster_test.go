@@ -182,20 +182,22 @@ func TestFullOutbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
 	room := make(chan struct{}, 1)
 	n.OnRoom(func() { room <- struct{}{} })
 	sent := 0
 	for n.Send("elsewhere", 'x') {
 		sent++
 	}
-	// One message may be with the publisher, the rest queued.
-	if sent < cluster.OutboxSize || sent > cluster.OutboxSize+1 {
-		t.Fatalf("%d messages queued before Send refused one, want the outbox's %d", sent, cluster.OutboxSize)
+	// A batch may be with the publisher, the rest queued.
+	if sent < cluster.OutboxSize || sent > cluster.OutboxSize+256 {
+		t.Fatalf("%d messages queued before Send refused one, want the outbox's %d and at most a batch", sent, cluster.OutboxSize)
 	}
 	if n.Roomy() {
 		t.Fatal("Roomy with a full outbox")
 	}
-	close(ps.release)
+	release.Do(func() { close(ps.release) })
 	receive(t, room, "OnRoom once the outbox drained below half")
 	if !n.Roomy() {
 		t.Fatal("not Roomy after OnRoom")

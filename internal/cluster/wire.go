@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"strconv"
 	"sync/atomic"
+
+	"connector/store"
 )
 
 // A message is one type byte, then fields, each a uvarint length and its
@@ -94,7 +96,7 @@ func (n *Node) Call(ctx context.Context, channel string, typ byte, fields ...[]b
 		n.mu.Unlock()
 	}()
 	select {
-	case n.out <- outMsg{channel, encode(typ, n.cfg.Instance, []byte(req), fields)}:
+	case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}:
 	case <-ctx.Done():
 		return nil, false
 	}
