@@ -124,11 +124,7 @@ func (h *hub) init(l *ledger.Ledger) {
 func (h *hub) serve(c *conn, platform string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := h.seats[c]
-	if s == nil {
-		s = &seat{}
-		h.seats[c] = s
-	}
+	s := h.seatLocked(c)
 	s.platforms = append(s.platforms, platform)
 	h.role.Load().serve(c, s, platform)
 }
@@ -137,13 +133,19 @@ func (h *hub) serve(c *conn, platform string) {
 func (h *hub) idle(c *conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	s := h.seatLocked(c)
+	s.idle = true
+	h.role.Load().idle(c, s)
+}
+
+// seatLocked returns c's seat, making it, under mu.
+func (h *hub) seatLocked(c *conn) *seat {
 	s := h.seats[c]
 	if s == nil {
 		s = &seat{}
 		h.seats[c] = s
 	}
-	s.idle = true
-	h.role.Load().idle(c, s)
+	return s
 }
 
 // detach forgets c, which closed.
