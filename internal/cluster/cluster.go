@@ -1,43 +1,20 @@
 // Package cluster is how the connector's instances that share one store (a
 // Redis) work together: the one layer under the relay's tenants
-// (relay/fleet.go) and nexscope's rooms (platform/nexscope/cluster.go).
+// (relay/fleet.go) and nexscope's rooms (platform/nexscope/cluster.go),
+// drawn in docs/architecture.md. A Node gives them an outbox (one
+// publisher, in order, never waiting), an inbox and shared channels
+// dispatched by message type, a beat on the injected clock, peer liveness
+// (Gone), Links and Calls.
 //
-// A Node is this instance among the others. It gives its users:
-//
-//   - an outbox: one goroutine publishes every message, in order, so the
-//     messages one instance sends another arrive in the order they were
-//     sent, or not at all;
-//   - an inbox: the instance's own channel, and any shared channel a user
-//     subscribes to (Subscribe), read by one goroutine each and dispatched
-//     by message type to the handler its user registered (Handle);
-//   - a beat (OnBeat): every third of the lease TTL, on the injected clock,
-//     the work that repeats what may have been lost;
-//   - peer liveness (Lost): every message names its sender, and an
-//     instance not heard from for LostBeats beats is gone;
-//   - links (Link): the counters of one ordered stream between two
-//     instances, which tell a lost message from one not sent;
-//   - calls (Call): a request answered by one result, or an error at the
-//     caller's deadline.
-//
-// # Lost messages
-//
-// Pub/sub is at most once, and a message the outbox has no room for is lost
-// the same way (Send never waits). There is one rule for that, which every
-// user keeps:
-//
-//   - State is announced again every beat (the relay's sockets, nexscope's
-//     members), so a lost announcement costs a beat.
-//   - A stream whose messages must arrive, in order, is a Link: each message
-//     carries its sequence number and each beat the number of the last one
-//     sent, so the receiver sees a gap at the next message or at the next
-//     beat, and the link is broken. Its owner then restarts it from what it
-//     keeps: the relay sends the socket's unacknowledged inbound again, in
-//     order, with the same bufferIds (the ledger is durable); nexscope,
-//     whose room state is live, closes the member with 1011.
-//   - A request is a Call: it fails when its deadline passes without a
-//     result.
-//   - An instance silent for LostBeats beats is gone: what was linked with
-//     it is given up as above.
+// The one rule for lost messages, which every user keeps: pub/sub may lose
+// any message, and a full outbox loses one the same way. State is announced
+// again every beat. A stream that must arrive in order is a Link: each
+// message carries its sequence number and each beat the last one sent, so
+// the receiver sees a gap at the next message or beat, the link is broken,
+// and its owner restarts it from what it keeps (the relay sends the
+// unacknowledged inbound again, in order; nexscope, whose room state is
+// live, closes the member with 1011). A request is a Call, which fails at
+// its deadline. An instance silent for LostBeats beats is gone.
 package cluster
 
 import (
