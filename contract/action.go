@@ -54,11 +54,14 @@ func (a *Action) MissingTarget() (Result, bool) {
 // Action is the op and its fields of an outbound frame. Fields an op does not
 // use are empty; unknown fields are ignored.
 type Action struct {
-	Op       string   `json:"op"`
-	ChatID   ID       `json:"chat_id"`
-	Content  string   `json:"content"`
-	ReplyTo  ID       `json:"reply_to"`
-	Metadata Metadata `json:"metadata"`
+	Op      string `json:"op"`
+	ChatID  ID     `json:"chat_id"`
+	Content string `json:"content"`
+	// HasContent reports, for typing, whether content was sent: absent
+	// asks for the platform's default indicator, "" clears a Slack status.
+	HasContent bool     `json:"-"`
+	ReplyTo    ID       `json:"reply_to"`
+	Metadata   Metadata `json:"metadata"`
 
 	// edit, react, delete, thread_rename (the thread id)
 	MessageID ID `json:"message_id"`
@@ -110,6 +113,7 @@ type Metadata struct {
 	UserID           ID     `json:"user_id"`
 	Profile          string `json:"profile"`
 	ThreadID         ID     `json:"thread_id"`
+	ThreadTS         ID     `json:"thread_ts"`
 	ReplyToMessageID ID     `json:"reply_to_message_id"`
 	// MessageID is the message of the turn the action belongs to (the
 	// gateway keys a turn's draft stream by it, else by
@@ -141,6 +145,13 @@ func DecodeAction(raw json.RawMessage) (Action, error) {
 	}
 	if a.Op == "" {
 		return a, errors.New("outbound action has no op")
+	}
+	if a.Op == OpTyping {
+		var probe struct {
+			Content *string `json:"content"`
+		}
+		_ = json.Unmarshal(raw, &probe) // it decoded above
+		a.HasContent = probe.Content != nil
 	}
 	return a, nil
 }

@@ -27,6 +27,10 @@ type Kind string
 // follow-ups and edits for 15 minutes after the interaction.
 const KindDiscordInteractionToken Kind = "discord.interaction_token"
 
+// KindSlackResponseURL is a Slack slash command's response_url: it posts
+// up to five replies to the command for 30 minutes (follow_up).
+const KindSlackResponseURL Kind = "slack.response_url"
+
 // KindChatGrant is a posting grant: the tenant may act with the shared bot
 // in the chat named by the key's SessionKey, because an author bound to it
 // spoke there (platform.Grants). The value is empty: the key is the grant.
@@ -64,6 +68,8 @@ func (k Kind) TTL() (time.Duration, bool) {
 	switch k {
 	case KindDiscordInteractionToken:
 		return 15 * time.Minute, true
+	case KindSlackResponseURL:
+		return 30 * time.Minute, true
 	case KindChatGrant:
 		return ChatGrantTTL, true
 	case KindWhatsAppConversation:
@@ -76,7 +82,7 @@ func (k Kind) TTL() (time.Duration, bool) {
 
 // Kinds lists every kind the vault stores.
 func Kinds() []Kind {
-	return []Kind{KindDiscordInteractionToken, KindChatGrant, KindWhatsAppConversation, KindWhatsAppMessage, KindWhatsAppPrompt}
+	return []Kind{KindDiscordInteractionToken, KindSlackResponseURL, KindChatGrant, KindWhatsAppConversation, KindWhatsAppMessage, KindWhatsAppPrompt}
 }
 
 // Secret is a credential value that never prints.

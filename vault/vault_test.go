@@ -48,7 +48,7 @@ func testStore(t *testing.T, newStore func(c clock.Clock) vault.Store) {
 	})
 	t.Run("unknown kind refused", func(t *testing.T) {
 		bad := k
-		bad.Kind = "slack.response_url"
+		bad.Kind = "teams.reply_url"
 		if err := s.Put(t.Context(), bad, vault.Entry{Value: vault.NewSecret(token)}); err == nil {
 			t.Fatal("Put accepted an unknown kind")
 		} else if strings.Contains(err.Error(), token) {

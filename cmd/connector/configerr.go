@@ -227,10 +227,11 @@ func explainTypeError(root *yaml.Node, key string, te *yaml.TypeError, withLines
 }
 
 // holdsSecret reports whether the key path names a secret: a token, a
-// secret or the Redis URL (which may carry a password).
+// secret, a password or the Redis URL (which may carry a password).
 func holdsSecret(key string) bool {
 	last := key[strings.LastIndexByte(key, '.')+1:]
-	return strings.Contains(last, "token") || strings.Contains(last, "secret") || strings.HasPrefix(last, "redis_url")
+	return strings.Contains(last, "token") || strings.Contains(last, "secret") || strings.Contains(last, "password") ||
+		strings.HasPrefix(last, "redis_url")
 }
 
 // keyedValue is a value node and the key path that leads to it.

@@ -30,6 +30,7 @@ import (
 
 	"connector/contract"
 	"connector/platform/discord/discordtest"
+	"connector/platform/slack/slacktest"
 	"connector/platform/telegram/telegramtest"
 	"connector/relay/relaytest"
 	"connector/session"
@@ -72,6 +73,7 @@ var ingestPaths = []ingestPath{
 	{name: "discord_interactions", confirm: confirmDiscordInteractions},
 	{name: "discord_gateway", confirm: confirmDiscordGateway},
 	{name: "nexscope", confirm: confirmNexscope},
+	{name: "slack_events", confirm: confirmSlackEvents},
 }
 
 // TestCrashKeepsConfirmedInbound runs every ingest path through two kills:
@@ -217,6 +219,7 @@ type crashRig struct {
 	env              []string
 	dfake            *discordtest.Server
 	tfake            *telegramtest.Server
+	sfake            *slacktest.Server
 	priv             ed25519.PrivateKey
 
 	child    *child
@@ -231,6 +234,12 @@ func newCrashRig(t *testing.T, bin string, polling bool) *crashRig {
 	r.dfake.AddGuild(discordtest.Guild{ID: "500", Name: "Lab"},
 		discordtest.Channel{ID: "501", Type: 0, GuildID: "500", Name: "general"})
 	r.tfake = telegramtest.New(t, crashTelegramToken)
+	r.sfake = slacktest.New(t)
+	r.sfake.AddTeam(bbTeamA)
+	r.sfake.AddUser(bbTeamA.ID, slacktest.User{ID: bbAda, Name: "ada", DisplayName: "Ada"})
+	for i := range crashSessions {
+		r.sfake.AddChannel(bbTeamA.ID, slacktest.Channel{ID: crashSlackDM(i), IsIM: true, Peer: bbAda})
+	}
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	r.priv = priv
 	telegram := fmt.Sprintf("  api_server_url: %s\n  chats: {\"42\": t1, \"43\": t1, \"44\": t1, \"45\": t1, \"-4001\": t1}\n", r.tfake.URL)
@@ -258,7 +267,10 @@ discord:
 telegram:
 %snexscope:
   rooms: [{name: default, tenant: t1}]
-`, crashGatewaySecret, hex.EncodeToString(pub), r.dfake.URL, r.dfake.GatewayURL, telegram)
+slack:
+  api_url: %s
+  teams: {%q: t1}
+`, crashGatewaySecret, hex.EncodeToString(pub), r.dfake.URL, r.dfake.GatewayURL, telegram, r.sfake.URL, bbTeamA.ID)
 	r.config = filepath.Join(t.TempDir(), "connector.yaml")
 	if err := os.WriteFile(r.config, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -267,6 +279,7 @@ telegram:
 		"PATH=" + os.Getenv("PATH"),
 		"DISCORD_BOT_TOKEN=" + crashDiscordToken, "TELEGRAM_BOT_TOKEN=" + crashTelegramToken,
 		"TELEGRAM_WEBHOOK_SECRET=" + crashWebhookSecret, "NEXSCOPE_TOKEN=" + crashNexscopeToken,
+		"SLACK_SIGNING_SECRET=" + slackSecret, "SLACK_BOT_TOKEN=" + bbTeamA.Token,
 	}
 	return r
 }
@@ -315,7 +328,7 @@ func (r *crashRig) gateway(t *testing.T) *relaytest.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gw.CloseNow() })
-	for _, p := range []string{"discord", "telegram", "nexscope"} {
+	for _, p := range []string{"discord", "telegram", "nexscope", "slack"} {
 		if _, err := gw.Hello(ctx, p, ""); err != nil {
 			t.Fatalf("hello %s: %v", p, err)
 		}
@@ -515,5 +528,25 @@ func confirmNexscope(t *testing.T, r *crashRig, from, to int) {
 			}
 			break
 		}
+	}
+}
+
+// crashSlackDM is the DM channel of session i (Ada's DMs with the app).
+func crashSlackDM(i int) string { return fmt.Sprintf("D0CRASH%03d", i%crashSessions) }
+
+// slackCrashEvent is event i: a reply in the thread of session i%4's DM,
+// so a session's events share its thread.
+func slackCrashEvent(i int) []byte {
+	session := i % crashSessions
+	ts := fmt.Sprintf("1768491%03d.%06d", i, i)
+	ev := slacktest.MessageEvent(bbTeamA.ID, crashSlackDM(session), bbAda, ts, fmt.Sprintf("1768400000.%06d", session), fmt.Sprintf("evt %d", i))
+	return slacktest.Envelope(bbTeamA.ID, bbTeamA.BotUser, fmt.Sprintf("EvCrash%d", i), ev)
+}
+
+// confirmSlackEvents: each event is confirmed by the Events API's 200.
+func confirmSlackEvents(t *testing.T, r *crashRig, from, to int) {
+	for i := from; i < to; i++ {
+		req := slacktest.SignedRequest("http://"+r.child.addr+"/slack/events", slackSecret, time.Now(), "application/json", slackCrashEvent(i))
+		post(t, req, http.StatusOK, fmt.Sprintf("slack event %d", i))
 	}
 }

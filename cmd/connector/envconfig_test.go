@@ -12,6 +12,7 @@ import (
 
 	"connector/platform/discord"
 	"connector/platform/nexscope"
+	"connector/platform/slack"
 	"connector/platform/telegram"
 	"connector/platform/whatsapp"
 )
@@ -33,6 +34,8 @@ func TestEveryKeyVariableSetsItsKey(t *testing.T) {
 		reflect.TypeFor[[]TenantConfig]():                   "[{id: t1}]",
 		reflect.TypeFor[map[string]discord.TenantConfig]():  "{t1: {weight: 2}}",
 		reflect.TypeFor[map[string]telegram.TenantConfig](): "{t1: {require_mention: true}}",
+		reflect.TypeFor[map[string]slack.TenantConfig]():    "{t1: {require_mention: true}}",
+		reflect.TypeFor[*bool]():                            "true",
 		reflect.TypeFor[telegram.TopicBindings]():           `[{chat_id: "-100", topics: []}]`,
 		reflect.TypeFor[[]nexscope.Room]():                  "[{name: r1}]",
 		reflect.TypeFor[*whatsapp.OptIn]():                  "yes",

@@ -94,6 +94,11 @@ func (c *Config) declared() registry.State {
 			s.Bindings = append(s.Bindings, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: chat, Tenant: c.Telegram.Chats[chat]})
 		}
 	}
+	if c.Slack != nil {
+		for _, team := range slices.Sorted(maps.Keys(c.Slack.Teams)) {
+			s.Bindings = append(s.Bindings, registry.Binding{Platform: "slack", Kind: platform.BindTeam, ID: team, Tenant: c.Slack.Teams[team]})
+		}
+	}
 	if c.WhatsApp != nil {
 		for _, number := range slices.Sorted(maps.Keys(c.WhatsApp.PhoneNumbers)) {
 			s.Bindings = append(s.Bindings, registry.Binding{Platform: "whatsapp_cloud", Kind: platform.BindPhoneNumber, ID: number, Tenant: c.WhatsApp.PhoneNumbers[number]})

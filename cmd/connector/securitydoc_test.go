@@ -7,6 +7,7 @@ import (
 	"connector/media"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
+	"connector/platform/slack"
 	"connector/platform/telegram"
 	"connector/relay"
 )
@@ -26,6 +27,7 @@ func TestSecurityDocDefaults(t *testing.T) {
 	discordCfg := discord.Config{}.WithDefaults()
 	telegramCfg := telegram.Config{}.WithDefaults()
 	nexscopeCfg := nexscope.Config{}.WithDefaults()
+	slackCfg := slack.Config{}.WithDefaults()
 	for _, s := range []struct {
 		prefix  string
 		cfg     any
@@ -33,6 +35,7 @@ func TestSecurityDocDefaults(t *testing.T) {
 	}{
 		{"http", &c.HTTP, 6}, {"ops", &c.Ops, 1}, {"media", &m, 6},
 		{"relay", &relayCfg, 11}, {"discord", &discordCfg, 4}, {"telegram", &telegramCfg, 1}, {"nexscope", &nexscopeCfg, 9},
+		{"slack", &slackCfg, 1},
 	} {
 		n, errs := doctable.CheckDefaults("../../docs/security.md", "## Limits", s.prefix, s.cfg)
 		for _, err := range errs {

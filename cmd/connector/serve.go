@@ -59,6 +59,7 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	store.LogRedisClient(log)
 	logDeprecations(log, cfg.deprecations)
 	warnStrayEnv(log, os.Environ())
 	if path != "" {
@@ -141,7 +142,7 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if gen, err = loadGenerated(dir); err != nil {
 			return nil, nil, err
 		}
-		cfg = &Config{Store: store.Config{Path: dir}, Tenants: []TenantConfig{{
+		cfg = &Config{Store: StoreConfig{Path: dir}, Tenants: []TenantConfig{{
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
@@ -296,12 +297,16 @@ type connector struct {
 func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
-	st, err := store.Open(ctx, cfg.Store)
+	sc, err := cfg.Store.storeConfig()
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, sc)
 	switch {
 	case errors.Is(err, store.ErrDamaged):
 		return nil, err // it names the file and what to do
 	case err != nil:
-		return nil, fmt.Errorf("store (%s): %w", describeStore(&cfg.Store), err)
+		return nil, fmt.Errorf("store (%s): %w", cfg.Store.describe(), err)
 	}
 	return st, nil
 }
@@ -663,7 +668,7 @@ func (c *connector) shutdown(public *http.Server, stopIngest func()) {
 // gatewayKnows lists the connector's platforms that the Hermes gateway knows
 // by name; it files events of any other platform (nexscope) under "relay"
 // (docs/hermes-wire.md §6.2).
-var gatewayKnows = map[string]bool{"discord": true, "telegram": true, "whatsapp_cloud": true}
+var gatewayKnows = map[string]bool{"discord": true, "telegram": true, "slack": true, "whatsapp_cloud": true}
 
 // gatewayPlatforms is the GATEWAY_RELAY_PLATFORMS value a gateway of this
 // connector should run with: one hello per platform it knows by name, so
@@ -698,14 +703,14 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	addr := addrs.Addr
 	base := scheme + "://" + addr
 	fmt.Fprintf(w, "connector %s listening on %s (relay at %s://%s/relay)\n", version(), base, wsScheme, addr)
-	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN, WHATSAPP_ACCESS_TOKEN or NEXSCOPE_TOKEN)")
+	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN, SLACK_BOT_TOKEN, WHATSAPP_ACCESS_TOKEN or NEXSCOPE_TOKEN)")
 	counted := strconv.Itoa(tenants)
 	if added := tenants - len(cfg.Tenants); added > 0 {
 		counted += fmt.Sprintf(" (%d from the config, %d added with the admin API)", len(cfg.Tenants), added)
 	}
 	fmt.Fprintf(w, "  platforms: %s; tenants: %s\n", names, counted)
 	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound, interaction tokens, and the tenants, gateways, secrets and\n"+
-		"             bindings added with the admin API; restoring a backup rolls all of them back)\n", describeStore(&cfg.Store))
+		"             bindings added with the admin API; restoring a backup rolls all of them back)\n", cfg.Store.describe())
 	if gen != nil {
 		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_PLATFORMS=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
 			base, gatewayPlatforms(platforms), gen.GatewayID, gen.GatewaySecret)

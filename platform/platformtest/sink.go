@@ -1,6 +1,7 @@
 // Package platformtest is test support for the platform packages: Sink,
 // the one platform.Sink double their tests, fuzz targets and benchmarks
-// deliver into, and WaitUntil, the one wait for a state to hold.
+// deliver into, WaitUntil, the one wait for a state to hold, and LastDrop,
+// the metrics double that tells which gate dropped an event.
 package platformtest
 
 import (
