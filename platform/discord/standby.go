@@ -61,7 +61,7 @@ func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, er
 			return owner, nil
 		}
 	}
-	if p.declined.has(p.now(), asker, chatID) {
+	if p.declined.has(p.clock.Now(), asker, chatID) {
 		return "", platform.ErrUnknownChat
 	}
 	wc, err := p.fetchChannel(ctx, chatID)
@@ -75,7 +75,7 @@ func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, er
 			return owner, nil
 		}
 	}
-	p.declined.add(p.now().Add(standbyDeclineTTL), asker, chatID)
+	p.declined.add(p.clock.Now().Add(standbyDeclineTTL), asker, chatID)
 	return "", platform.ErrUnknownChat
 }
 

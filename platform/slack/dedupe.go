@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"connector/internal/clock"
 	"connector/store"
 )
 
@@ -49,14 +50,14 @@ func newDedupe(p *Platform) *dedupe {
 	if p.deps.Cluster != nil && p.deps.Store != nil {
 		d.claims = p.deps.Store.Claims()
 	} else {
-		d.claims = newMemClaims(p.now)
+		d.claims = newMemClaims(p.clock)
 	}
 	return d
 }
 
 // begin claims key for this copy.
 func (d *dedupe) begin(ctx context.Context, key string) (claimOutcome, error) {
-	now := d.p.now()
+	now := d.p.clock.Now()
 	took, err := d.claims.Claim(ctx, "slack/pending/"+key, now.Add(pendingTTL))
 	if err != nil {
 		return claimBusy, err
@@ -84,7 +85,7 @@ func (d *dedupe) begin(ctx context.Context, key string) (claimOutcome, error) {
 // finish records a taken key as done: the event was stored or
 // deliberately dropped.
 func (d *dedupe) finish(ctx context.Context, key string) {
-	if err := d.claims.Hold(ctx, "slack/done/"+key, d.p.now().Add(d.p.cfg.DedupeWindow)); err != nil {
+	if err := d.claims.Hold(ctx, "slack/done/"+key, d.p.clock.Now().Add(d.p.cfg.DedupeWindow)); err != nil {
 		d.p.log.Warn("slack dedupe marker not stored; a retry of this event may be delivered again", "err", err)
 	}
 }
@@ -107,22 +108,22 @@ const memClaimsMax = 500_000
 // memClaims are claims in process memory: a map swept of expired ones
 // whenever it has doubled since the last sweep.
 type memClaims struct {
-	now func() time.Time
+	clock clock.Clock
 
 	mu    sync.Mutex
 	until map[string]time.Time
 	swept int
 }
 
-func newMemClaims(now func() time.Time) *memClaims {
-	return &memClaims{now: now, until: map[string]time.Time{}, swept: 1024}
+func newMemClaims(c clock.Clock) *memClaims {
+	return &memClaims{clock: c, until: map[string]time.Time{}, swept: 1024}
 }
 
 // Claim implements store.Claims.
 func (m *memClaims) Claim(_ context.Context, key string, expires time.Time) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.now()
+	now := m.clock.Now()
 	if u, ok := m.until[key]; ok && now.Before(u) {
 		return false, nil
 	}
@@ -134,7 +135,7 @@ func (m *memClaims) Claim(_ context.Context, key string, expires time.Time) (boo
 func (m *memClaims) Hold(_ context.Context, key string, expires time.Time) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.set(key, expires, m.now())
+	m.set(key, expires, m.clock.Now())
 	return nil
 }
 

@@ -104,10 +104,10 @@ var _ lookups = (*names)(nil)
 func newNames(p *Platform) *names {
 	return &names{
 		p:      p,
-		users:  newTTLCache[string, userInfo](nameCacheSize, nameCacheTTL, p.now),
-		chans:  newTTLCache[string, string](nameCacheSize, nameCacheTTL, p.now),
-		roots:  newTTLCache[string, rootMessage](rootCacheSize, rootCacheTTL, p.now),
-		failed: newTTLCache[string, struct{}](nameCacheSize, failedTTL, p.now),
+		users:  newTTLCache[string, userInfo](nameCacheSize, nameCacheTTL, p.clock),
+		chans:  newTTLCache[string, string](nameCacheSize, nameCacheTTL, p.clock),
+		roots:  newTTLCache[string, rootMessage](rootCacheSize, rootCacheTTL, p.clock),
+		failed: newTTLCache[string, struct{}](nameCacheSize, failedTTL, p.clock),
 	}
 }
 

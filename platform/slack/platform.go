@@ -30,7 +30,6 @@ type Platform struct {
 	key     platform.KeyFunc
 	metrics platform.Metrics
 	clock   clock.Clock
-	now     func() time.Time
 
 	http   *http.Client // Web API, files, response_url
 	desc   descriptor.Descriptor
@@ -105,7 +104,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		key:      deps.Key,
 		metrics:  deps.Metrics,
 		clock:    deps.Clock,
-		now:      deps.Clock.Now,
 		http:     &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
 		policies: make(map[string]*policy, len(cfg.Tenants)),
 		defPol:   defaultPolicy(cfg.AllowAllUsers),
@@ -119,11 +117,11 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		bindings = append(bindings, platform.Binding{Kind: platform.BindTeam, ID: team, Tenant: tenant})
 	}
 	_ = p.Bind(bindings) // Validate checked the ids
-	p.links = platform.NewLinkDesk(p.now)
-	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.links = platform.NewLinkDesk(p.clock)
+	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
-	p.notFound = newTTLCache[string, struct{}](chanTeamsSize, declineMemory, p.now)
-	p.histories = newTTLCache[string, threadHistory](threadContextSize, threadContextTTL, p.now)
+	p.notFound = newTTLCache[string, struct{}](chanTeamsSize, declineMemory, p.clock)
+	p.histories = newTTLCache[string, threadHistory](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
 	p.memory = newMemory()

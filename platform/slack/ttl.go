@@ -5,14 +5,16 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"connector/internal/clock"
 )
 
 // ttlCache is a bounded LRU whose entries expire after ttl on the
 // platform's clock (tests move it), checked when read: no goroutine of its
 // own, unlike expirable.LRU.
 type ttlCache[K comparable, V any] struct {
-	now func() time.Time
-	ttl time.Duration
+	clock clock.Clock
+	ttl   time.Duration
 
 	mu  sync.Mutex
 	lru *simplelru.LRU[K, ttlEntry[V]]
@@ -23,9 +25,9 @@ type ttlEntry[V any] struct {
 	expires time.Time
 }
 
-func newTTLCache[K comparable, V any](size int, ttl time.Duration, now func() time.Time) *ttlCache[K, V] {
+func newTTLCache[K comparable, V any](size int, ttl time.Duration, c clock.Clock) *ttlCache[K, V] {
 	l, _ := simplelru.NewLRU[K, ttlEntry[V]](size, nil) // size > 0: cannot fail
-	return &ttlCache[K, V]{now: now, ttl: ttl, lru: l}
+	return &ttlCache[K, V]{clock: c, ttl: ttl, lru: l}
 }
 
 // Get returns k's value when it has not expired.
@@ -33,7 +35,7 @@ func (c *ttlCache[K, V]) Get(k K) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lru.Get(k)
-	if ok && c.now().Before(e.expires) {
+	if ok && c.clock.Now().Before(e.expires) {
 		return e.v, true
 	}
 	if ok {
@@ -53,7 +55,7 @@ func (c *ttlCache[K, V]) Contains(k K) bool {
 func (c *ttlCache[K, V]) Add(k K, v V) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.lru.Add(k, ttlEntry[V]{v: v, expires: c.now().Add(c.ttl)})
+	c.lru.Add(k, ttlEntry[V]{v: v, expires: c.clock.Now().Add(c.ttl)})
 }
 
 // Remove forgets k.

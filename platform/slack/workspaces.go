@@ -69,8 +69,8 @@ func newWorkspaces(p *Platform) *workspaces {
 	w := &workspaces{
 		p:       p,
 		local:   map[string]installRecord{},
-		cache:   newTTLCache[string, *workspace](installCacheSize, installCacheTTL, p.now),
-		missing: newTTLCache[string, struct{}](installCacheSize, missCacheTTL, p.now),
+		cache:   newTTLCache[string, *workspace](installCacheSize, installCacheTTL, p.clock),
+		missing: newTTLCache[string, struct{}](installCacheSize, missCacheTTL, p.clock),
 	}
 	if p.cfg.BotToken != "" {
 		w.config = &workspace{client: w.newClient(p.cfg.BotToken)}
