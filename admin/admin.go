@@ -44,6 +44,7 @@ import (
 	"strings"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/httpjson"
 	"connector/registry"
 	"connector/registry/change"
@@ -73,8 +74,8 @@ type Config struct {
 	Log *slog.Logger
 	// Metrics counts requests; nil discards.
 	Metrics Metrics
-	// Now is the clock of rotation answers; nil is time.Now.
-	Now func() time.Time
+	// Clock is the clock of rotation answers; nil is clock.System.
+	Clock clock.Clock
 	// Backup copies the store for GET /admin/v1/backup; nil (a store that
 	// is not one file, Redis) answers 501.
 	Backup store.Backuper
@@ -109,8 +110,8 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = nopMetrics{}
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System
 	}
 	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(),
 		rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "admin change", Metrics: cfg.Metrics}}
@@ -273,7 +274,7 @@ func (h *Handler) rotate(r *http.Request) ([]any, int, any, error) {
 		}
 	}
 	secret, err := h.cfg.Registry.Rotate(r.Context(), tenant, gateway, grace)
-	until := h.cfg.Now().Add(max(grace, 0)).UTC().Format(time.RFC3339)
+	until := h.cfg.Clock.Now().Add(max(grace, 0)).UTC().Format(time.RFC3339)
 	return []any{"tenant", tenant, "gateway_id", gateway, "grace", max(grace, 0)}, http.StatusOK,
 		map[string]string{"id": gateway, "secret": secret, "previous_valid_until": until}, err
 }

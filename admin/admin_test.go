@@ -8,9 +8,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"connector/admin"
+	"connector/internal/clock"
 	"connector/registry"
 	"connector/store"
 )
@@ -33,7 +33,7 @@ func newHandler(t testing.TB) (*admin.Handler, *counts, *int) {
 	applied := new(int)
 	m := &counts{changes: map[string]int{}}
 	h, err := admin.New(admin.Config{
-		Registry: registry.New(st, time.Now), Token: token, Metrics: m,
+		Registry: registry.New(st, clock.System), Token: token, Metrics: m,
 		Apply: func(context.Context) error { *applied++; return nil },
 	})
 	if err != nil {
@@ -140,7 +140,7 @@ func FuzzHandler(f *testing.F) {
 func TestBindingOnAPlatformNotRunningIsRefused(t *testing.T) {
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
-	reg := registry.New(st, time.Now)
+	reg := registry.New(st, clock.System)
 	h, err := admin.New(admin.Config{Registry: reg, Token: token, Platforms: []string{"nexscope"},
 		Apply: func(context.Context) error { return nil }})
 	if err != nil {

@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"connector/admin"
+	"connector/internal/clock"
 	"connector/registry"
 	"connector/store"
 )
@@ -50,7 +50,7 @@ func TestBackupRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := &counts{changes: map[string]int{}}
-	h, err := admin.New(admin.Config{Registry: registry.New(st, time.Now), Token: token, Metrics: m,
+	h, err := admin.New(admin.Config{Registry: registry.New(st, clock.System), Token: token, Metrics: m,
 		Apply: func(context.Context) error { return nil }, Backup: st.(store.Backuper)})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func (f failingBackup) Backup(_ context.Context, start func(int64) (io.Writer, e
 // the client short of its Content-Length, so the client's read fails
 // instead of taking half a file for a backup.
 func TestBackupCutShortIsNotWhole(t *testing.T) {
-	h, err := admin.New(admin.Config{Registry: registry.New(store.NewMemory(nil), time.Now), Token: token,
+	h, err := admin.New(admin.Config{Registry: registry.New(store.NewMemory(nil), clock.System), Token: token,
 		Apply: func(context.Context) error { return nil }, Backup: failingBackup{size: 1 << 20}})
 	if err != nil {
 		t.Fatal(err)

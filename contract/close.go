@@ -2,14 +2,13 @@ package contract
 
 import (
 	"errors"
-
-	"github.com/coder/websocket"
+	"strconv"
 
 	"connector/internal/textsplit"
-	"connector/internal/wsconn"
 )
 
-// CloseCode is a WebSocket close status the connector sends on /relay.
+// CloseCode is a WebSocket close status (RFC 6455 section 7.4) the
+// connector sends; the constants below are those of /relay.
 //
 // The gateway client interprets only 4401; every other code while it is not
 // shutting down is an "unexpected close" and it re-dials with backoff
@@ -57,8 +56,24 @@ const (
 	ReasonRevoked      = "revoked"
 )
 
-// Close is a close code with the reason sent with it; it is an error.
-type Close = wsconn.Close
+// Close is how a server ends a WebSocket connection: the close status and
+// the reason sent with it. The /relay server and nexscope predefine one
+// value per cause, each with one documented meaning; package
+// internal/wsconn sends them. A Close is an error, so code that decides a
+// connection must end can return the Close it ends with.
+type Close struct {
+	Code   CloseCode
+	Reason string
+}
+
+// Error implements error: "close 4009 name_taken".
+func (c Close) Error() string {
+	s := "close " + strconv.Itoa(int(c.Code))
+	if c.Reason != "" {
+		s += " " + c.Reason
+	}
+	return s
+}
 
 // The closes the connector sends on /relay, one value per cause (a 4404
 // names its platform: UnsupportedPlatform).
@@ -98,7 +113,7 @@ func UnsupportedPlatform(reason string) Close {
 }
 
 func closeOf(code CloseCode, reason string) Close {
-	return Close{Code: websocket.StatusCode(code), Reason: reason}
+	return Close{Code: code, Reason: reason}
 }
 
 // MaxCloseReasonBytes is the longest close reason that still fits a close frame.

@@ -213,3 +213,21 @@ func FuzzDecodeAck(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeAckAllocatesOnce: the gateway's most frequent frame decodes
+// allocating its bufferId only; the frame json.Unmarshal fills is declared
+// past the ack path (declared before it, every ack allocates it too: 2).
+func TestDecodeAckAllocatesOnce(t *testing.T) {
+	line := []byte(`{"type": "inbound_ack", "bufferId": "epoch-12345"}`)
+	ok := true
+	n := testing.AllocsPerRun(1000, func() {
+		f, err := DecodeGatewayFrame(line)
+		ok = ok && err == nil && string(f.BufferID) == "epoch-12345"
+	})
+	if !ok {
+		t.Fatal("DecodeGatewayFrame did not decode the ack")
+	}
+	if n != 1 {
+		t.Fatalf("decoding an inbound_ack allocates %v times, want 1", n)
+	}
+}

@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"connector/idtoken"
+	"connector/internal/clock"
 	"connector/internal/httpjson"
 	"connector/internal/keyrate"
 	"connector/internal/textsplit"
@@ -98,8 +99,9 @@ type HandlerConfig struct {
 	Log *slog.Logger
 	// Metrics counts requests; nil discards.
 	Metrics Metrics
-	// Now is the clock of the provisioning rate limit; nil is time.Now.
-	Now func() time.Time
+	// Clock is the clock of the provisioning rate limit; nil is
+	// clock.System.
+	Clock clock.Clock
 }
 
 // Handler serves the two routes.
@@ -137,7 +139,7 @@ func New(cfg HandlerConfig) *Handler {
 		cfg.Apply = func(context.Context) error { return nil }
 	}
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "relay credential request", Metrics: cfg.Metrics},
-		changes: keyrate.New(keyrate.Config{Burst: ProvisionBurst, Every: ProvisionEvery, MaxKeys: maxLimitedTenants, Now: cfg.Now})}
+		changes: keyrate.New(keyrate.Config{Burst: ProvisionBurst, Every: ProvisionEvery, MaxKeys: maxLimitedTenants, Clock: cfg.Clock})}
 }
 
 type nopMetrics struct{}

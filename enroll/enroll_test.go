@@ -64,17 +64,16 @@ func newRig(t *testing.T, configured bool) *rig {
 	t.Helper()
 	keyOnce.Do(func() { key = idtokentest.Key(t) })
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	now := clk.Now
-	st := store.NewMemory(now)
+	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
-	r := &rig{clk: clk, reg: registry.New(st, now), metrics: &counts{n: map[string]int{}}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	r := &rig{clk: clk, reg: registry.New(st, clk), metrics: &counts{n: map[string]int{}}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
 	var v *idtoken.Verifier
 	if configured {
 		pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, err = idtoken.New(idtoken.Config{Key: pub, Audience: "connector", Now: now}); err != nil {
+		if v, err = idtoken.New(idtoken.Config{Key: pub, Audience: "connector", Clock: clk}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,7 +82,7 @@ func newRig(t *testing.T, configured bool) *rig {
 		Apply:   func(context.Context) error { r.applied++; return nil },
 		Log:     slog.New(slog.NewJSONHandler(syncWriter{r.logMu, r.logs}, nil)),
 		Metrics: r.metrics,
-		Now:     now,
+		Clock:   clk,
 	})
 	mux := http.NewServeMux()
 	for pattern, handler := range h.Routes() {
@@ -307,15 +306,15 @@ var (
 func fuzzRig(t *testing.T) *fuzzState {
 	fuzzOnce.Do(func() {
 		keyOnce.Do(func() { key = idtokentest.Key(t) })
-		now := func() time.Time { return time.Unix(1_700_000_000, 0) }
-		st := store.NewMemory(now) // lives for the process
-		reg := registry.New(st, now)
+		clk := clocktest.New(time.Unix(1_700_000_000, 0))
+		st := store.NewMemory(clk) // lives for the process
+		reg := registry.New(st, clk)
 		_ = reg.CreateTenant(context.Background(), registry.Tenant{ID: "acme"})
 		pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := idtoken.New(idtoken.Config{Key: pub, Now: now})
+		v, err := idtoken.New(idtoken.Config{Key: pub, Clock: clk})
 		if err != nil {
 			t.Fatal(err)
 		}

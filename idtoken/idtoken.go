@@ -35,6 +35,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"connector/internal/clock"
 )
 
 // MaxTokenBytes bounds a token.
@@ -80,8 +82,8 @@ type Config struct {
 	// MaxLifetime is how far ahead of the clock exp may lie (the skew
 	// comes on top); zero is DefaultMaxLifetime.
 	MaxLifetime time.Duration
-	// Now is the clock; nil is time.Now.
-	Now func() time.Time
+	// Clock is the clock; nil is clock.System.
+	Clock clock.Clock
 }
 
 // Verifier verifies tokens. It is safe for concurrent use.
@@ -108,8 +110,8 @@ func New(cfg Config) (*Verifier, error) {
 	cfg.TenantClaim = cmp.Or(cfg.TenantClaim, DefaultTenantClaim)
 	cfg.Skew = cmp.Or(max(cfg.Skew, 0), DefaultSkew)
 	cfg.MaxLifetime = cmp.Or(max(cfg.MaxLifetime, 0), DefaultMaxLifetime)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System
 	}
 	return &Verifier{cfg: cfg}, nil
 }
@@ -249,7 +251,7 @@ func (v *Verifier) verify(token string, audience func(aud []string) error) (Clai
 	if err := dec.Decode(&claims); err != nil || claims == nil {
 		return bad("payload is not a JSON object")
 	}
-	now := v.cfg.Now()
+	now := v.cfg.Clock.Now()
 	exp, ok := numericDate(claims["exp"])
 	if !ok {
 		return bad("no numeric exp claim")

@@ -14,6 +14,7 @@ import (
 
 	"connector/idtoken"
 	"connector/idtoken/idtokentest"
+	"connector/internal/clock/clocktest"
 )
 
 var (
@@ -41,7 +42,7 @@ func setup(t testing.TB) *idtoken.Verifier {
 		t.Fatal(err)
 	}
 	v, err := idtoken.New(idtoken.Config{Key: pub, Issuer: "https://portal.example", Audience: "connector",
-		Now: func() time.Time { return time.Unix(1_700_000_000, 0) }})
+		Clock: clocktest.New(time.Unix(1_700_000_000, 0))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestMaxLifetimeIsConfigurable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hour, err := idtoken.New(idtoken.Config{Key: pub, MaxLifetime: time.Hour, Now: func() time.Time { return time.Unix(now, 0) }})
+	hour, err := idtoken.New(idtoken.Config{Key: pub, MaxLifetime: time.Hour, Clock: clocktest.New(time.Unix(now, 0))})
 	if err != nil {
 		t.Fatal(err)
 	}

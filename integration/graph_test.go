@@ -40,3 +40,25 @@ func TestPlatformsDoNotImportRelay(t *testing.T) {
 		}
 	}
 }
+
+// TestContractLinksNoWebSocketLibrary: the wire contract (frames, close
+// values) is plain data; it depends on no WebSocket library, so a client or
+// a tool can take it without one.
+func TestContractLinksNoWebSocketLibrary(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to read the package graph: %v", err)
+	}
+	out, err := exec.Command(goBin, "list", "-deps", "connector/contract").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	if !strings.Contains(string(out), "connector/internal/textsplit") {
+		t.Fatalf("go list -deps connector/contract did not list its known dependency; got %q", out)
+	}
+	for dep := range strings.FieldsSeq(string(out)) {
+		if strings.Contains(dep, "websocket") || dep == "connector/internal/wsconn" {
+			t.Errorf("connector/contract depends on %s", dep)
+		}
+	}
+}

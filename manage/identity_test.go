@@ -12,6 +12,7 @@ import (
 
 	"connector/idtoken"
 	"connector/idtoken/idtokentest"
+	"connector/internal/clock/clocktest"
 	"connector/manage"
 )
 
@@ -28,7 +29,7 @@ var identityNow = time.Unix(1_800_000_000, 0)
 func (r *rig) withIdentity(t *testing.T, key *rsa.PrivateKey) counts {
 	t.Helper()
 	v, err := idtoken.New(idtoken.Config{Key: &key.PublicKey, Issuer: "https://portal.example", Audience: "connector",
-		Now: func() time.Time { return identityNow }})
+		Clock: clocktest.New(identityNow)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/manage"
 	"connector/platform"
 	"connector/registry"
@@ -43,9 +43,9 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	st := store.NewMemory(time.Now)
+	st := store.NewMemory(clock.System)
 	t.Cleanup(func() { _ = st.Close() })
-	r := &rig{reg: registry.New(st, time.Now), mux: http.NewServeMux(), logs: &bytes.Buffer{}}
+	r := &rig{reg: registry.New(st, clock.System), mux: http.NewServeMux(), logs: &bytes.Buffer{}}
 	ctx := context.Background()
 	for _, id := range []string{"a", "b"} {
 		if err := r.reg.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {

@@ -12,7 +12,7 @@ import (
 	"connector/internal/httpjson"
 )
 
-// DefaultUploadTimeout is HandlerConfig.UploadTimeout's default.
+// DefaultUploadTimeout is Config.UploadTimeout's default.
 const DefaultUploadTimeout = 2 * time.Minute
 
 // Authenticator verifies a request's Authorization header: the gateway's
@@ -26,10 +26,6 @@ type Authenticator interface {
 type HandlerConfig struct {
 	// Auth authenticates gateways. Required.
 	Auth Authenticator
-	// UploadTimeout bounds reading an upload's body, from when the handler
-	// starts (replacing the listener's shorter body timeout). Zero means
-	// DefaultUploadTimeout.
-	UploadTimeout time.Duration
 	// Log receives refused requests at debug level; nil discards.
 	Log *slog.Logger
 }
@@ -45,7 +41,6 @@ type HandlerConfig struct {
 // only. An upload over MaxBytes is 413, one past a quota 507; an unknown,
 // expired or another tenant's id is 404. Error bodies are {"error": text}.
 func (s *Store) Handler(cfg HandlerConfig) http.Handler {
-	cfg.UploadTimeout = cmp.Or(max(cfg.UploadTimeout, 0), DefaultUploadTimeout)
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	return &handler{s: s, cfg: cfg}
 }
@@ -92,7 +87,7 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request, tenant string) 
 		httpjson.Error(w, http.StatusRequestEntityTooLarge, tooLargeText(h.s.cfg.MaxBytes))
 		return
 	}
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.UploadTimeout))
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.s.cfg.UploadTimeout))
 	mimeType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil {
 		mimeType = "application/octet-stream"

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,35 +60,68 @@ var (
 	ErrQuota = errors.New("media: storage quota exhausted")
 )
 
-// Config configures a Store.
+// Config configures a Store: the connector's media section, whose keys
+// are the yaml tags (docs/configuration.md). Zero values mean the defaults
+// (WithDefaults).
 type Config struct {
-	// Dir holds the objects' files (created, mode 0700). Required.
-	Dir string
-	// MaxBytes bounds one object. Zero means DefaultMaxBytes.
-	MaxBytes int64
-	// QuotaBytes bounds every object together. Zero means
-	// DefaultQuotaBytes.
-	QuotaBytes int64
-	// TenantQuotaBytes bounds one tenant's objects. Zero means
-	// DefaultTenantQuotaBytes (or QuotaBytes when that is lower).
-	TenantQuotaBytes int64
-	// TTL is an object's lifetime. Zero means DefaultTTL.
-	TTL time.Duration
-	// PublicURL is the base URL gateways reach the connector at (the dial
-	// URL's http(s) form without /relay, e.g. https://connector.example).
-	// Re-host URLs are PublicURL + "/relay/media/" + id; a send_media
-	// source_url on that host with that path names a stored object. Empty:
-	// inbound attachments cannot be re-hosted (their events carry no URL
-	// for them), and any URL whose path is /relay/media/<id> names a
-	// stored object.
-	PublicURL string
-	// AllowPrivateURLs lets Resolve download from loopback, private and
-	// link-local addresses. Off, a source_url resolving to one is refused
-	// (a gateway must not reach the connector's own network). Tests and
-	// local setups turn it on.
-	AllowPrivateURLs bool
+	// PublicURL is the base URL gateways reach this connector at: their
+	// GATEWAY_RELAY_URL with ws(s) turned into http(s) and /relay dropped,
+	// e.g. https://connector.example.com. Inbound attachments behind a
+	// platform credential (Telegram files, nexscope files sent to the bot)
+	// are re-hosted at <public_url>/relay/media/<id>; without it they
+	// reach gateways as their caption only. A send_media source_url on this
+	// host names an uploaded object. Default none.
+	PublicURL string `yaml:"public_url"`
+	// Dir holds the media files (mode 0700; emptied at start). Default the
+	// media directory in the data directory (store.path/media).
+	Dir string `yaml:"dir"`
+	// MaxBytes bounds one upload or re-hosted attachment; a larger upload
+	// is answered 413. Default 26214400 (25 MiB, the gateway's own cap).
+	MaxBytes int64 `yaml:"max_bytes"`
+	// QuotaBytes bounds the bytes of every stored object together; an
+	// upload past it is answered 507 once expired objects are removed.
+	// Default 1073741824 (1 GiB).
+	QuotaBytes int64 `yaml:"quota_bytes"`
+	// TenantQuotaBytes bounds one tenant's stored objects. Default
+	// 268435456 (256 MiB), or quota_bytes when lower.
+	TenantQuotaBytes int64 `yaml:"tenant_quota_bytes"`
+	// TTL is how long a stored object can be fetched; gateways download
+	// re-hosts on receipt. Default 1h.
+	TTL time.Duration `yaml:"ttl"`
+	// UploadTimeout bounds reading one upload's body (POST /relay/media);
+	// it replaces http.body_timeout on that route. Default 2m.
+	UploadTimeout time.Duration `yaml:"upload_timeout"`
+	// AllowPrivateURLs lets send_media download a source_url that resolves
+	// to a loopback, private or link-local address. Off by default: a
+	// gateway must not reach the connector's own network through it.
+	AllowPrivateURLs bool `yaml:"allow_private_urls"`
 	// Clock is the time source of expiry; nil is clock.System.
-	Clock clock.Clock
+	Clock clock.Clock `yaml:"-"`
+}
+
+// WithDefaults returns c with every zero bound at its default.
+func (c Config) WithDefaults() Config {
+	c.MaxBytes = cmp.Or(max(c.MaxBytes, 0), DefaultMaxBytes)
+	c.QuotaBytes = cmp.Or(max(c.QuotaBytes, 0), DefaultQuotaBytes)
+	c.TenantQuotaBytes = cmp.Or(max(c.TenantQuotaBytes, 0), min(DefaultTenantQuotaBytes, c.QuotaBytes))
+	c.TTL = cmp.Or(max(c.TTL, 0), DefaultTTL)
+	c.UploadTimeout = cmp.Or(max(c.UploadTimeout, 0), DefaultUploadTimeout)
+	c.Clock = cmp.Or(c.Clock, clock.System)
+	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
+	return c
+}
+
+// Validate checks what the zero values do not cover: PublicURL is an
+// http(s) base URL without query.
+func (c Config) Validate() error {
+	if c.PublicURL == "" {
+		return nil
+	}
+	u, err := url.Parse(c.PublicURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return errors.New("media.public_url: must be an http:// or https:// base URL without query")
+	}
+	return nil
 }
 
 // Info describes a stored object.
@@ -126,12 +160,10 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("media: no directory")
 	}
-	cfg.MaxBytes = cmp.Or(max(cfg.MaxBytes, 0), DefaultMaxBytes)
-	cfg.QuotaBytes = cmp.Or(max(cfg.QuotaBytes, 0), DefaultQuotaBytes)
-	cfg.TenantQuotaBytes = cmp.Or(max(cfg.TenantQuotaBytes, 0), min(DefaultTenantQuotaBytes, cfg.QuotaBytes))
-	cfg.TTL = cmp.Or(max(cfg.TTL, 0), DefaultTTL)
-	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
-	cfg.PublicURL = strings.TrimSuffix(cfg.PublicURL, "/")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("media: %w", err)
 	}

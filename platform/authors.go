@@ -5,10 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"connector/internal/clock"
 	"connector/vault"
 )
 
@@ -30,24 +30,24 @@ import (
 // it lets the grant stand (Ownership.MayAct).
 type Grants struct {
 	vault vault.Store
-	now   func() time.Time
+	clock clock.Clock
 	log   *slog.Logger
 }
 
 // NewGrants returns grants kept in v (nil: a process-local vault.Memory),
-// judged by the clock now (nil: time.Now). Failures to store a grant are
+// judged by the clock c (nil: clock.System). Failures to store a grant are
 // logged on log (nil: discarded).
-func NewGrants(v vault.Store, now func() time.Time, log *slog.Logger) *Grants {
-	if now == nil {
-		now = time.Now
+func NewGrants(v vault.Store, c clock.Clock, log *slog.Logger) *Grants {
+	if c == nil {
+		c = clock.System
 	}
 	if v == nil {
-		v = vault.NewMemory(vault.Config{Now: now})
+		v = vault.NewMemory(vault.Config{Clock: c})
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Grants{vault: v, now: now, log: log}
+	return &Grants{vault: v, clock: c, log: log}
 }
 
 // grantKey is the vault key of tenant's grant of chat.
@@ -64,7 +64,7 @@ func (g *Grants) Add(ctx context.Context, chat, space, tenant string) {
 		return
 	}
 	k := grantKey(chat, tenant)
-	now := g.now()
+	now := g.clock.Now()
 	if e, ok := g.vault.Get(ctx, k); ok && e.Ref == space && now.Sub(e.Stored) < vault.ChatGrantTTL/2 {
 		return
 	}

@@ -21,7 +21,7 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
 		t.Run(backend, func(t *testing.T) {
 			clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-			cfg := store.Config{Backend: backend, Now: clk.Now}
+			cfg := store.Config{Backend: backend, Clock: clk}
 			if backend == store.BackendRedis {
 				cfg.RedisURL = redistest.Start(t, redistest.Options{}).URL()
 			}
@@ -32,8 +32,8 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = st.Close() })
-			a := platform.NewGrants(vault.NewDurable(st.Capabilities(), vault.Config{Now: clk.Now}), clk.Now, nil)
-			b := platform.NewGrants(vault.NewDurable(st.Capabilities(), vault.Config{Now: clk.Now}), clk.Now, nil)
+			a := platform.NewGrants(vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk}), clk, nil)
+			b := platform.NewGrants(vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk}), clk, nil)
 
 			if b.Has(t.Context(), "501", "t2") {
 				t.Fatal("granted before any message")

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/keyrate"
 )
 
@@ -57,10 +58,10 @@ const (
 	DropLinkShed        = "link_shed"
 )
 
-// NewLinkDesk returns a desk on the clock now; Run runs its workers.
-func NewLinkDesk(now func() time.Time) *LinkDesk {
+// NewLinkDesk returns a desk on the clock c; Run runs its workers.
+func NewLinkDesk(c clock.Clock) *LinkDesk {
 	return &LinkDesk{
-		users: keyrate.New(keyrate.Config{Burst: LinkBurst, Every: LinkEvery, MaxKeys: linkUsers, Now: now}),
+		users: keyrate.New(keyrate.Config{Burst: LinkBurst, Every: LinkEvery, MaxKeys: linkUsers, Clock: c}),
 		queue: make(chan func(context.Context), LinkQueue),
 	}
 }

@@ -16,7 +16,7 @@ import (
 // another user is unaffected; the DMs taken run on the desk's workers.
 func TestLinkDeskLimitsEachUser(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	d := platform.NewLinkDesk(clk.Now)
+	d := platform.NewLinkDesk(clk)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
@@ -67,7 +67,7 @@ func TestLinkDeskLimitsEachUser(t *testing.T) {
 // returns when its context ends, with DMs still queued.
 func TestLinkDeskShedsWhenFull(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	d := platform.NewLinkDesk(clk.Now)
+	d := platform.NewLinkDesk(clk)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()

@@ -18,6 +18,7 @@ import (
 	"connector/contract"
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/cluster"
 	"connector/media"
 	"connector/session"
 	"connector/store"
@@ -182,9 +183,9 @@ type Deps struct {
 	Media *media.Store
 	// Cluster is set when several instances share the store (backend
 	// redis), together with Exclusive: how a platform whose state lives in
-	// one process (nexscope rooms) reaches the other instances. Nil for a
-	// single instance.
-	Cluster *Cluster
+	// one process (nexscope rooms) reaches the other instances (package
+	// internal/cluster). Nil for a single instance.
+	Cluster *cluster.Node
 	// Linker redeems "/link <code>" DMs (authors.go); nil leaves such DMs
 	// to normal routing.
 	Linker Linker
@@ -195,19 +196,6 @@ type Deps struct {
 	// the forum topics the connector created or renamed). Nil: such state
 	// lives in the platform's memory.
 	Store store.Store
-}
-
-// Cluster places a platform among the connector instances sharing one
-// store.
-type Cluster struct {
-	// Instance names this instance; it is unique among the instances.
-	Instance string
-	// PubSub carries messages between the instances (at most once).
-	PubSub store.PubSub
-	// Beat is how often an instance tells the instances it works with that
-	// it is alive (a third of Exclusive's lease TTL); one not heard from for
-	// three beats is gone.
-	Beat time.Duration
 }
 
 // RunExclusive runs run under d.Exclusive, or at once when it is nil.

@@ -49,7 +49,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	if err := r.requireTenant(ctx, tenant); err != nil {
 		return "", time.Time{}, err
 	}
-	now := r.now()
+	now := r.clock.Now()
 	entries, _, err := r.kv.List(ctx, nsEnroll)
 	if err != nil {
 		return "", time.Time{}, err
@@ -86,7 +86,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 	var tok enrollToken
 	if ok, err := r.get(ctx, nsEnroll, key, &tok); err != nil {
 		return "", err
-	} else if now := r.now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
+	} else if now := r.clock.Now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
 		return "", ErrEnrollToken
 	}
 	r.mu.Lock()
@@ -186,7 +186,7 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 	case g.Origin != "" && g.Origin != OriginProvision:
 		return "", "", fmt.Errorf("%w: gateway id %q was made by the %s, not by provision; its secret is not handed out again (rotate it with the admin API)", ErrConflict, id, originName(g.Origin))
 	}
-	live := g.liveSecrets(r.now())
+	live := g.liveSecrets(r.clock.Now())
 	if len(live) > 0 && live[0].Minter != "" && subtle.ConstantTimeCompare([]byte(live[0].Minter), []byte(minter)) == 1 {
 		return live[0].Value, ProvisionRepeated, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock/clocktest"
 	"connector/registry"
 	"connector/store"
 )
@@ -31,7 +32,7 @@ func TestEnrollTokenSingleUse(t *testing.T) {
 		t.Fatalf("token for an unknown tenant: %v, want ErrNotFound", err)
 	}
 	tok, exp, err := r.MintEnrollToken(ctx, "acme", time.Hour)
-	if err != nil || !exp.Equal(c.t.Add(time.Hour)) {
+	if err != nil || !exp.Equal(c.Now().Add(time.Hour)) {
 		t.Fatalf("MintEnrollToken = %v, %v", exp, err)
 	}
 	if _, err := r.Enroll(ctx, "other", tok, "gw1"); !errors.Is(err, registry.ErrEnrollToken) {
@@ -69,7 +70,7 @@ func TestEnrollTokenSingleUse(t *testing.T) {
 	}
 	// Expiry.
 	tok4, _, _ := r.MintEnrollToken(ctx, "acme", time.Minute)
-	c.t = c.t.Add(time.Minute)
+	c.Advance(time.Minute)
 	if _, err := r.Enroll(ctx, "acme", tok4, "gw3"); !errors.Is(err, registry.ErrEnrollToken) {
 		t.Fatalf("an expired token: %v, want ErrEnrollToken", err)
 	}
@@ -113,7 +114,7 @@ func TestProvisionAnswersASecretToItsTokenOnly(t *testing.T) {
 	if got := secretsOf(s, "gw1"); len(got) != 2 || got[0] != s3 || got[1] != s1 {
 		t.Fatalf("gw1 accepts %d secrets, want the rotated one then the first (its grace)", len(got))
 	}
-	c.t = c.t.Add(registry.DefaultGrace)
+	c.Advance(registry.DefaultGrace)
 	if s, _ = effective(t, r); len(secretsOf(s, "gw1")) != 1 {
 		t.Fatal("the first secret outlived the grace")
 	}
@@ -293,9 +294,10 @@ func TestWakeURLs(t *testing.T) {
 func TestEnrollTokenLifetimeIsBounded(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)
-	st := store.NewMemory(func() time.Time { return now })
+	clk := clocktest.New(now)
+	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
-	r := registry.New(st, func() time.Time { return now })
+	r := registry.New(st, clk)
 	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
 		t.Fatal(err)
 	}

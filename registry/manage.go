@@ -82,7 +82,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	if err := list(ctx, r.kv, nsLinkCodes, &codes); err != nil {
 		return "", time.Time{}, err
 	}
-	now := r.now()
+	now := r.clock.Now()
 	live := 0
 	for _, c := range codes {
 		switch {
@@ -128,7 +128,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if err != nil {
 		return "", err
 	}
-	if !deleted || !r.now().Before(c.Expires) {
+	if !deleted || !r.clock.Now().Before(c.Expires) {
 		return "", ErrNotFound
 	}
 	if err := r.Bind(ctx, Binding{Platform: platformName, Kind: platform.BindUser, ID: user, Tenant: c.Tenant}); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/redistest"
 	"connector/platform"
 	"connector/registry"
@@ -42,7 +43,7 @@ func TestLinkCodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(code) != registry.LinkCodeLen || !exp.Equal(c.t.Add(registry.DefaultLinkTTL)) {
+	if len(code) != registry.LinkCodeLen || !exp.Equal(c.Now().Add(registry.DefaultLinkTTL)) {
 		t.Fatalf("code %q expires %v", code, exp)
 	}
 	// A user may type it in lower case with a hyphen.
@@ -69,7 +70,7 @@ func TestLinkCodes(t *testing.T) {
 	}
 
 	code, _, _ = r.IssueLinkCode(ctx, "b", "gw-b", "", time.Minute)
-	c.t = c.t.Add(time.Minute)
+	c.Advance(time.Minute)
 	if _, err := r.RedeemLinkCode(ctx, "discord", "73", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Fatalf("expired code: %v", err)
 	}
@@ -93,7 +94,7 @@ func TestLinkCodes(t *testing.T) {
 		t.Fatalf("code over the bound: %v", err)
 	}
 	// Expired codes free their places.
-	c.t = c.t.Add(registry.DefaultLinkTTL)
+	c.Advance(registry.DefaultLinkTTL)
 	if _, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0); err != nil {
 		t.Fatalf("after expiry: %v", err)
 	}
@@ -256,7 +257,7 @@ func twoOnRedis(t *testing.T) (*registry.Registry, *registry.Registry) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = st.Close() })
-		return registry.New(st, time.Now)
+		return registry.New(st, clock.System)
 	}
 	return open(), open()
 }

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/store"
 )
@@ -197,9 +198,9 @@ type State struct {
 // Registry reads and writes the stored layer and merges it with the
 // declared one. Its methods are safe for concurrent use.
 type Registry struct {
-	kv  store.Registry
-	ps  store.PubSub
-	now func() time.Time
+	kv    store.Registry
+	ps    store.PubSub
+	clock clock.Clock
 	// mu serializes this instance's read-modify-write changes. Instances
 	// sharing a store do not lock each other: a binding is written with
 	// the store's CompareAndSwap (swapBinding), so of concurrent writers
@@ -210,8 +211,11 @@ type Registry struct {
 }
 
 // New returns the registry kept in st; now is its clock (secret expiry).
-func New(st store.Store, now func() time.Time) *Registry {
-	r := &Registry{kv: st.Registry(), ps: st.PubSub(), now: now}
+func New(st store.Store, c clock.Clock) *Registry {
+	if c == nil {
+		c = clock.System
+	}
+	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c}
 	r.declared.Store(&State{})
 	return r
 }
@@ -284,7 +288,7 @@ func (r *Registry) Effective(ctx context.Context) (State, time.Time, error) {
 		return State{}, time.Time{}, err
 	}
 	decl := r.Declared()
-	now := r.now()
+	now := r.clock.Now()
 	var out State
 	tenants := make(map[string]bool)
 	for _, t := range decl.Tenants {
@@ -595,7 +599,7 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 // at most (as Rotate). r.mu is held.
 func (r *Registry) rotateLocked(ctx context.Context, g Gateway, grace time.Duration, minter string) (string, error) {
 	grace = cmp.Or(grace, DefaultGrace)
-	now := r.now()
+	now := r.clock.Now()
 	until := now.Add(max(grace, 0))
 	secret := newSecret()
 	keep := []Secret{{Value: secret, Minter: minter}}
@@ -876,7 +880,7 @@ func (r *Registry) Watch(ctx context.Context, period time.Duration, changed func
 	}
 	go func() {
 		defer cancel()
-		t := time.NewTicker(period)
+		t := clock.NewTicker(r.clock, period)
 		defer t.Stop()
 		for {
 			select {

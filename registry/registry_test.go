@@ -6,21 +6,18 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/registry"
 	"connector/store"
 )
 
-// clock is a settable test clock.
-type clock struct{ t time.Time }
-
-func (c *clock) now() time.Time { return c.t }
-
-func newRegistry(t *testing.T) (*registry.Registry, *clock) {
+func newRegistry(t *testing.T) (*registry.Registry, *clocktest.Fake) {
 	t.Helper()
-	c := &clock{t: time.Unix(1_700_000_000, 0)}
-	st := store.NewMemory(c.now)
+	c := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(c)
 	t.Cleanup(func() { _ = st.Close() })
-	return registry.New(st, c.now), c
+	return registry.New(st, c), c
 }
 
 func effective(t *testing.T, r *registry.Registry) (registry.State, time.Time) {
@@ -68,10 +65,10 @@ func TestRotateGrace(t *testing.T) {
 	if got := secretsOf(s, "gw1"); len(got) != 2 || got[0] != fresh || got[1] != old {
 		t.Fatalf("secrets during the grace = %d entries, want the new then the old", len(got))
 	}
-	if want := c.t.Add(time.Minute); !next.Equal(want) {
+	if want := c.Now().Add(time.Minute); !next.Equal(want) {
 		t.Fatalf("next expiry %v, want %v", next, want)
 	}
-	c.t = c.t.Add(time.Minute)
+	c.Advance(time.Minute)
 	s, next = effective(t, r)
 	if got := secretsOf(s, "gw1"); len(got) != 1 || got[0] != fresh {
 		t.Fatalf("secrets after the grace = %d entries, want the new one only", len(got))
@@ -183,7 +180,7 @@ func TestSurvivesReopen(t *testing.T) {
 		return st
 	}
 	st := open()
-	r := registry.New(st, time.Now)
+	r := registry.New(st, clock.System)
 	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +196,7 @@ func TestSurvivesReopen(t *testing.T) {
 	}
 	st = open()
 	defer st.Close()
-	s, _, err := registry.New(st, time.Now).Effective(ctx)
+	s, _, err := registry.New(st, clock.System).Effective(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

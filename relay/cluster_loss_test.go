@@ -19,6 +19,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
 	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
@@ -41,8 +42,32 @@ type netStore struct {
 	lose func(channel string, msg []byte) bool
 	lost chan []byte // messages lost, for the test to inspect
 
-	owned chan string   // session keys whose owner it stored
-	acked chan struct{} // one per removal from the stored ledger
+	owned chan string    // session keys whose owner it stored
+	acked chan struct{}  // one per removal from the stored ledger
+	gets  map[string]int // reads of stored owners, by session key; under mu
+}
+
+// reads is how many times the stored owner of sessionKey was read.
+func (n *netStore) reads(sessionKey string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.gets[sessionKey]
+}
+
+// waitOwned waits until the owner of sessionKey was stored.
+func (n *netStore) waitOwned(t *testing.T, sessionKey string) {
+	t.Helper()
+	deadline := time.After(relaytest.Timeout)
+	for {
+		select {
+		case k := <-n.owned:
+			if k == sessionKey {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for %s to store the owner of %q", relaytest.Timeout, n.inst, sessionKey)
+		}
+	}
 }
 
 func (n *netStore) setLose(f func(channel string, msg []byte) bool) {
@@ -164,6 +189,9 @@ func (o netOwners) Get(ctx context.Context, tenant, sessionKey string) (store.Ow
 	if o.n.cut.Load() {
 		return store.Owner{}, false, errCut
 	}
+	o.n.mu.Lock()
+	o.n.gets[sessionKey]++
+	o.n.mu.Unlock()
 	return o.n.Store.Owners().Get(ctx, tenant, sessionKey)
 }
 
@@ -300,7 +328,7 @@ type clusterRig struct {
 func newClusterRig(t *testing.T, n int) *clusterRig {
 	t.Helper()
 	clk := clocktest.New(time.Now())
-	st := store.NewMemory(clk.Now)
+	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
 	r := &clusterRig{clk: clk, st: st, acquired: make(chan string, 64)}
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{
@@ -310,15 +338,21 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 		in := &rigInstance{
 			name: name,
 			net: &netStore{Store: st, inst: name, lost: make(chan []byte, 64),
-				owned: make(chan string, 64), acked: make(chan struct{}, 64)},
+				owned: make(chan string, 64), acked: make(chan struct{}, 64), gets: make(map[string]int)},
 			discord:  newFake("discord", map[string]string{"c1": "t1"}),
 			telegram: newFake("telegram", map[string]string{"c2": "t1"}),
 			buffered: &bufferedWatch{Metrics: relayMetricsNop{}, changed: make(chan struct{}, 1)},
 		}
+		log := slog.New(drivingWatch{relaytest.TestLogger(t).Handler(), name, r.acquired})
+		node, err := cluster.New(cluster.Config{Instance: name, PubSub: in.net.PubSub(), LeaseTTL: 3 * beat, Clock: clk, Log: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(node.Close)
 		in.h = relaytest.StartConfig(t, relay.Config{
 			Tenants: tenants, Platforms: []platform.Platform{in.discord, in.telegram},
-			Log:     slog.New(drivingWatch{relaytest.TestLogger(t).Handler(), name, r.acquired}),
-			Metrics: in.buffered, Store: in.net, Instance: name, LeaseTTL: 3 * beat, Clock: clk,
+			Log:     log,
+			Metrics: in.buffered, Store: in.net, Cluster: node, Clock: clk,
 			// Neither pings nor the write watchdog come due while the test
 			// advances the clock by a few beats.
 			PingInterval: time.Hour, WriteTimeout: time.Hour,
@@ -425,7 +459,7 @@ func TestClusterLostServeIsSentAgainAtTheNextBeat(t *testing.T) {
 	r := newClusterRig(t, 2)
 	r.dial(t, 0, "ga", "telegram")
 	r.waitAcquired(t)
-	r.inst[1].net.loseFirst(relay.ClusterInboxPrefix, relay.ClusterMsgServe)
+	r.inst[1].net.loseFirst(cluster.Inbox(""), relay.ClusterMsgServe)
 	gb := r.dial(t, 1, "gb", "discord")
 	r.inst[1].net.nextLost(t, "gb's serve")
 	mark := r.inst[0].buffered.mark()
@@ -437,16 +471,16 @@ func TestClusterLostServeIsSentAgainAtTheNextBeat(t *testing.T) {
 	}
 }
 
-// A frame lost on its way to a socket on another instance is forwarded
-// again, with the same bufferId, once it went unacknowledged for
-// ClusterResendBeats beats (before the socket would be forgotten for
-// silence).
+// A frame lost on its way to a socket on another instance, with none
+// after it, is seen at the driver's next beat, which names the last frame
+// it sent: the socket's link breaks, and the frame is forwarded again with
+// the same bufferId.
 func TestClusterLostFrameIsForwardedAgain(t *testing.T) {
 	r, _, gb := drivenRig(t, 2)
-	r.inst[0].net.loseFirst(relay.ClusterInboxPrefix+"i1", relay.ClusterMsgFrame)
+	r.inst[0].net.loseFirst(cluster.Inbox("i1"), relay.ClusterMsgFrame)
 	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
 	lost := r.inst[0].net.nextLost(t, "e1's frame")
-	r.advance(relay.ClusterResendBeats + 1)
+	r.advance(1)
 	ev, id := gb.NextInbound(t)
 	if ev.Text != "e1" {
 		t.Fatalf("gb got %q, want e1", ev.Text)
@@ -459,12 +493,30 @@ func TestClusterLostFrameIsForwardedAgain(t *testing.T) {
 	r.inst[0].buffered.wait(t, mark, 0, "e1's ack to reach the driver")
 }
 
-// A lost ack leaves the entry in flight; it is forwarded again (same
-// bufferId) after ClusterResendBeats beats, and the gateway's second ack
-// removes it.
+// A frame lost with another after it is seen at that one, without a beat:
+// the socket gets both again, in order (a session's order holds across a
+// loss).
+func TestClusterLostFrameKeepsTheSessionsOrder(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	r.inst[0].net.loseFirst(cluster.Inbox("i1"), relay.ClusterMsgFrame)
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	r.inst[0].net.nextLost(t, "e1's frame")
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e2")
+	for _, want := range []string{"e1", "e2"} {
+		ev, id := gb.NextInbound(t)
+		if ev.Text != want {
+			t.Fatalf("gb got %q, want %s: the session's order broke at the lost frame", ev.Text, want)
+		}
+		gb.Ack(t, id)
+	}
+}
+
+// A lost ack is seen at the socket's next serve, which names the last ack
+// sent: the link breaks, the entry is forwarded again (same bufferId), and
+// the gateway's second ack removes it.
 func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
 	r, _, gb := drivenRig(t, 2)
-	r.inst[1].net.loseFirst(relay.ClusterInboxPrefix+"i0", relay.ClusterMsgAck)
+	r.inst[1].net.loseFirst(cluster.Inbox("i0"), relay.ClusterMsgAck)
 	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
 	ev, id := gb.NextInbound(t)
 	if ev.Text != "e1" {
@@ -472,8 +524,7 @@ func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
 	}
 	gb.Ack(t, id)
 	r.inst[1].net.nextLost(t, "e1's ack")
-	println("ADVANCE", r.clk.Now().UnixMilli()%100000)
-	r.advance(relay.ClusterResendBeats + 1)
+	r.advance(1)
 	ev, again := gb.NextInbound(t)
 	if ev.Text != "e1" || again != id {
 		t.Fatalf("after the lost ack gb got %q as %s, want e1 again as %s", ev.Text, again, id)
@@ -481,6 +532,36 @@ func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
 	mark := r.inst[0].buffered.mark()
 	gb.Ack(t, again)
 	r.inst[0].buffered.wait(t, mark, 0, "e1's second ack to remove it")
+}
+
+// An interrupt reads the session's stored owner at most once, wherever it
+// goes: the instance it arrives at reads it and, finding none, forwards the
+// interrupt to the driver, which looks in its memory only.
+func TestClusterInterruptReadsTheStoredOwnerOnce(t *testing.T) {
+	r, ga, gb := drivenRig(t, 2)
+	// ga, on the driver, owns a telegram session, and the owner is stored.
+	known := sessionKey("telegram", "c2", "u2")
+	r.inst[0].telegram.deliver("t1", "c2", "u2", "t0")
+	_, id := ga.NextInbound(t)
+	ga.Ack(t, id)
+	r.inst[0].net.waitOwned(t, known)
+
+	unknown := sessionKey("discord", "c1", "nobody")
+	gb.Send(t, map[string]any{"type": "interrupt", "session_key": unknown})
+	// The second interrupt follows the first to the driver's instance (the
+	// stored owner is there), in order: once ga has it, the driver has
+	// handled the first.
+	gb.Send(t, map[string]any{"type": "interrupt", "session_key": known})
+	if f := ga.Next(t, contract.TypeInterruptInbound); f.SessionKey != known {
+		t.Fatalf("ga got interrupt_inbound for %q, want %q", f.SessionKey, known)
+	}
+	reads := 0
+	for _, in := range r.inst {
+		reads += in.net.reads(unknown)
+	}
+	if reads != 1 {
+		t.Fatalf("the stored owner of the unowned session was read %d times for one interrupt, want 1", reads)
+	}
 }
 
 // An instance that dies (cut off: its announcements, its socket's close

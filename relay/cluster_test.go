@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/cluster"
 	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
@@ -29,8 +30,13 @@ func fleet(t *testing.T, n int) []instance {
 	out := make([]instance, n)
 	for i := range out {
 		p := newFake("discord", map[string]string{"c1": "t1"})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(node.Close)
 		h := relaytest.StartConfig(t, relay.Config{Tenants: tenants, Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t),
-			Store: st, Instance: fmt.Sprintf("i%d", i), LeaseTTL: 600 * time.Millisecond})
+			Store: st, Cluster: node})
 		out[i] = instance{h: h, p: p}
 	}
 	return out

@@ -17,6 +17,7 @@ import (
 	"connector/contract"
 	"connector/internal/loglimit"
 	"connector/internal/wsconn"
+	"connector/relay/ledger"
 )
 
 // maxBatchBytes is how many queued frames the writer coalesces into one
@@ -74,7 +75,7 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, rem
 	c := &conn{
 		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, raw: raw, ctx: ctx, cancel: cancel,
 		log:      s.log.With("tenant", gw.tenant.id, "gateway_id", gw.id, "conn", id, "remote", remote),
-		logs:     loglimit.NewBucket(connLogRate, s.cfg.Clock.Now),
+		logs:     loglimit.NewBucket(connLogRate, s.cfg.Clock),
 		watch:    wsconn.NewWatchdog(ws, s.cfg.Clock, s.cfg.WriteTimeout),
 		outSlots: make(chan struct{}, s.cfg.MaxOutboundInFlight),
 	}
@@ -83,20 +84,28 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, rem
 	return c
 }
 
-// HasRoom implements ledger.Consumer: whether c may take one more entry
-// now. A queue over half its bound takes nothing new until the writer
-// drained it, so a burst of large inbound waits in the ledger instead of
-// closing c.
-func (c *conn) HasRoom() bool {
-	full := c.q.Queued() >= int64(c.srv.cfg.SendQueueBytes/2)
-	if full {
+// Offer implements ledger.Consumer: it enqueues frame unless the queue is
+// over half its bound (a burst of large inbound then waits in the ledger
+// instead of closing c; the writer pumps the ledger once it drained).
+func (c *conn) Offer(frame []byte) ledger.Offered {
+	half := int64(c.srv.cfg.SendQueueBytes / 2)
+	if c.q.Queued() >= half {
 		c.wantPump.Store(true)
+		if c.q.Queued() >= half { // else the writer drained it meanwhile
+			return ledger.Full
+		}
 	}
-	return !full
+	if !c.enqueue(frame) {
+		return ledger.Closing
+	}
+	return ledger.Taken
 }
 
-// Offer implements ledger.Consumer: it enqueues frame.
-func (c *conn) Offer(frame []byte) bool { return c.enqueue(frame) }
+// push implements pusher.
+func (c *conn) push(frame []byte) { c.enqueue(frame) }
+
+// Owner implements ledger.Consumer.
+func (c *conn) Owner() (instance, conn string) { return c.srv.instance, c.srv.connKey(c) }
 
 // enqueue queues one complete frame for the writer. It never blocks: a queue
 // over Config.SendQueueBytes means the gateway does not keep up, and the

@@ -48,7 +48,7 @@ func (c *conn) handleLine(line []byte) {
 		c.enqueue([]byte(contract.GoingIdleAck))
 		c.logs.Log(c.log, slog.LevelInfo, "gateway going idle: inbound buffered until it reconnects")
 	case contract.TypeInboundAck:
-		if !c.hub.ack(string(f.BufferID)) {
+		if !c.hub.ack(c, string(f.BufferID)) {
 			c.ignore(ignoredUnknownBufferID, slog.LevelDebug, "inbound_ack for an unknown bufferId", "buffer_id", truncateForLog(string(f.BufferID)))
 		}
 	default:
@@ -91,20 +91,15 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 	c.hub.serve(c, name)
 }
 
-// handleInterrupt publishes a gateway's interrupt on the bus; the relay
-// holding the session's owner delivers it as interrupt_inbound. It is looked
-// up under the connection's own tenant only.
+// handleInterrupt delivers a gateway's interrupt to the session's owner as
+// interrupt_inbound. It is looked up under the connection's own tenant
+// only.
 func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 	if f.SessionKey == "" {
 		c.ignore(ignoredNoSessionKey, slog.LevelDebug, "interrupt without session_key ignored")
 		return
 	}
-	err := c.srv.cfg.Bus.Deliver(c.ctx, platform.Delivery{
-		Kind: platform.KindInterrupt, Tenant: c.hub.id, SessionKey: f.SessionKey, GatewayID: c.gw.id, Received: c.srv.cfg.Clock.Now(),
-	})
-	if err != nil {
-		c.logs.Log(c.log, slog.LevelWarn, "interrupt not published", "err", err)
-	}
+	c.hub.interrupt(c.ctx, f.SessionKey, "", c.gw.id)
 }
 
 // handleOutbound starts one outbound op and answers it with exactly one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
@@ -14,8 +15,9 @@ import (
 )
 
 // hub is one tenant's share of the relay: its ledger (entries, connections
-// attached for inbound, session owners) and the platform of each chat it
-// received inbound from.
+// attached for inbound, session owners), the platform of each chat it
+// received inbound from, this instance's connections of the tenant, and
+// the role through which the hub reaches the ledger.
 type hub struct {
 	srv    *Server
 	id     string
@@ -29,16 +31,167 @@ type hub struct {
 	chats    *simplelru.LRU[string, string]
 	profiles *simplelru.LRU[string, string]
 
-	// drive is the tenant's state among several instances (cluster.go);
-	// nil for a single instance.
-	drive *drive
+	// role is how this instance reaches the tenant's ledger: the one
+	// choice serve, idle, detach, ack, interrupt and enqueue make. Alone it
+	// is local for good; among several instances (fleet.go) it is driver
+	// while this instance holds the tenant's lease, else remote.
+	role atomic.Pointer[roleRef]
+
+	// mu guards seats and orders role changes with them; it is taken before
+	// the ledger's mutex.
+	mu    sync.Mutex
+	seats map[*conn]*seat
+
+	// fleet is the tenant's state among several instances; nil alone.
+	fleet *tenantFleet
 }
 
-// init gives h its ledger.
+// seat is what one of this instance's connections asked of its tenant:
+// the platforms it serves and whether it went idle, so that a new role
+// can attach it again; and, while another instance drives the tenant, its
+// link to that instance.
+type seat struct {
+	platforms []string
+	idle      bool
+	link      *edgeLink // fleet.go; nil alone or while this instance drives
+}
+
+// role is how a hub reaches its tenant's ledger. serve, idle and detach run
+// under hub.mu.
+type role interface {
+	// store takes a delivery in: stored durably before it returns.
+	store(ctx context.Context, d ledger.Delivery) error
+	serve(c *conn, s *seat, platform string)
+	idle(c *conn, s *seat)
+	detach(c *conn, s *seat)
+	ack(c *conn, id string) bool
+	interrupt(ctx context.Context, in interrupt)
+}
+
+// roleRef boxes a role for hub.role.
+type roleRef struct{ role }
+
+// local is the role of a hub whose tenant no other instance serves: the
+// ledger is here, and every call goes straight to it.
+type local struct{ h *hub }
+
+func (r local) store(ctx context.Context, d ledger.Delivery) error {
+	_, err := r.h.ledger.Append(ctx, d)
+	return err
+}
+
+func (r local) serve(c *conn, _ *seat, platform string) { r.h.ledger.Serve(c, platform) }
+func (r local) idle(c *conn, _ *seat)                   { r.h.ledger.Idle(c) }
+func (r local) detach(c *conn, _ *seat)                 { r.h.ledger.Detach(c) }
+func (r local) ack(_ *conn, id string) bool             { return r.h.ledger.Ack(id) }
+
+func (r local) interrupt(_ context.Context, in interrupt) {
+	if !r.h.interruptOwner(in) {
+		r.h.logInterruptDropped(in)
+	}
+}
+
+// interrupt is one interrupt on its way to a session's owner.
+type interrupt struct {
+	sessionKey, chatID string
+	gatewayID          string // the sender; empty for a platform-side /stop
+	// ownerRead is set once the owner stored for the session was looked
+	// up (fleet.go), so no instance looks it up again for this interrupt.
+	ownerRead bool
+	// forwarded is set on the instance another one sent the interrupt to:
+	// it is not sent on again.
+	forwarded bool
+}
+
+// frame is the interrupt_inbound frame of in, in chatID when in names none.
+func (in interrupt) frame(chatID string) []byte {
+	if in.chatID != "" {
+		chatID = in.chatID
+	}
+	return contract.AppendInterruptInbound(nil, in.sessionKey, chatID)
+}
+
+// init gives h its ledger and its role.
 func (h *hub) init(l *ledger.Ledger) {
 	h.ledger = l
+	h.seats = make(map[*conn]*seat)
 	h.chats, _ = simplelru.NewLRU[string, string](h.srv.cfg.SessionOwners, nil)
 	h.profiles, _ = simplelru.NewLRU[string, string](h.srv.cfg.SessionOwners, nil)
+	h.role.Store(&roleRef{local{h}})
+}
+
+// serve attaches c for platform.
+func (h *hub) serve(c *conn, platform string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.seatLocked(c)
+	s.platforms = append(s.platforms, platform)
+	h.role.Load().serve(c, s, platform)
+}
+
+// idle switches c to buffered-only delivery.
+func (h *hub) idle(c *conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.seatLocked(c)
+	s.idle = true
+	h.role.Load().idle(c, s)
+}
+
+// seatLocked returns c's seat, making it, under mu.
+func (h *hub) seatLocked(c *conn) *seat {
+	s := h.seats[c]
+	if s == nil {
+		s = &seat{}
+		h.seats[c] = s
+	}
+	return s
+}
+
+// detach forgets c, which closed.
+func (h *hub) detach(c *conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.seats[c]
+	delete(h.seats, c)
+	h.role.Load().detach(c, s)
+}
+
+// ack removes an acknowledged entry; false when the bufferId is unknown.
+func (h *hub) ack(c *conn, id string) bool { return h.role.Load().ack(c, id) }
+
+// interrupt delivers interrupt_inbound to the connection owning
+// sessionKey: the owner this instance knows, or, among several instances,
+// the owner stored or known to the tenant's driver. With no live owner
+// there is no turn to stop, and it is dropped. gatewayID is the sender,
+// empty for a platform-side /stop.
+func (h *hub) interrupt(ctx context.Context, sessionKey, chatID, gatewayID string) {
+	h.role.Load().interrupt(ctx, interrupt{sessionKey: sessionKey, chatID: chatID, gatewayID: gatewayID})
+}
+
+// interruptOwner delivers in to the owner this instance's ledger knows,
+// and reports whether it knew one.
+func (h *hub) interruptOwner(in interrupt) bool {
+	c, chatID, ok := h.ledger.Owner(in.sessionKey)
+	if !ok {
+		return false
+	}
+	c.(pusher).push(in.frame(chatID))
+	return true
+}
+
+// pusher is a ledger.Consumer of the relay (a connection here, or a socket
+// on another instance) that also takes frames past the ledger's flow
+// control: interrupt_inbound, which must not wait behind inbound.
+type pusher interface {
+	ledger.Consumer
+	push(frame []byte)
+}
+
+// logInterruptDropped logs an interrupt no connection owns.
+func (h *hub) logInterruptDropped(in interrupt) {
+	// A gateway-sent key is bounded, but well above real keys' length.
+	h.srv.logTenant(h.id, "interrupt dropped: no live connection owns the session", "session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID)
 }
 
 // noteProfile remembers the profile a gateway's outbound action named for
@@ -81,8 +234,9 @@ func (h *hub) stampProfile(d *platform.Delivery) {
 	}
 }
 
-// enqueue encodes a platform delivery and stores it in the ledger. It
-// returns once the delivery is durable; an error means it was not taken.
+// enqueue encodes a platform delivery and stores it through the hub's
+// role. It returns once the delivery is durable; an error means it was not
+// taken.
 func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
 	m := h.srv.cfg.Metrics
 	buf := getEncodeBuf()
@@ -116,7 +270,7 @@ func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
 		h.chats.Add(d.ChatID, d.Platform)
 		h.chatsMu.Unlock()
 	}
-	_, err := h.ledger.Append(ctx, ledger.Delivery{
+	err := h.role.Load().store(ctx, ledger.Delivery{
 		Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
 		Payload: payload, Received: d.Received,
 	})
@@ -126,47 +280,7 @@ func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
 		return fmt.Errorf("relay: store inbound: %w", err)
 	}
 	m.Inbound(d.Platform, h.id, "queued")
-	if h.drive != nil {
-		h.appended()
-	}
 	return nil
-}
-
-// interrupt delivers interrupt_inbound to the connection owning sessionKey.
-// Among several instances, one that does not drive the tenant sends it to
-// the owner its driver stored, or else to the driver (cluster.go). With no
-// live owner there is no turn to stop, and it is dropped. gatewayID is the
-// sender, empty for a platform-side /stop.
-func (h *hub) interrupt(ctx context.Context, sessionKey, chatID, gatewayID string) {
-	if d := h.drive; d != nil && !d.driving.Load() {
-		if h.interruptStored(ctx, sessionKey, chatID) || h.forwardInterrupt(ctx, sessionKey, chatID, gatewayID) {
-			return
-		}
-	}
-	h.interruptLocal(ctx, sessionKey, chatID, gatewayID)
-}
-
-// interruptLocal delivers an interrupt to the owner this instance's ledger
-// knows; among several instances, else to the stored owner (after a
-// takeover the ledger knows no owner until the session's next entry).
-func (h *hub) interruptLocal(ctx context.Context, sessionKey, chatID, gatewayID string) {
-	c, ownerChat, ok := h.ledger.Owner(sessionKey)
-	if !ok {
-		if h.drive == nil || !h.interruptStored(ctx, sessionKey, chatID) {
-			h.logInterruptDropped(sessionKey, gatewayID)
-		}
-		return
-	}
-	if chatID == "" {
-		chatID = ownerChat
-	}
-	c.Offer(contract.AppendInterruptInbound(nil, sessionKey, chatID))
-}
-
-// logInterruptDropped logs an interrupt no connection owns.
-func (h *hub) logInterruptDropped(sessionKey, gatewayID string) {
-	// A gateway-sent key is bounded, but well above real keys' length.
-	h.srv.logTenant(h.id, "interrupt dropped: no live connection owns the session", "session_key", textsplit.Truncate(sessionKey, 256), "gateway_id", gatewayID)
 }
 
 // chatPlatform returns the platform of a chat this tenant received inbound from.

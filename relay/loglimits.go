@@ -5,6 +5,7 @@ import (
 	"net"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/loglimit"
 )
 
@@ -37,10 +38,10 @@ type serverLogs struct {
 	tenants *loglimit.Limiter // dropped interrupts, by tenant
 }
 
-func newServerLogs(now func() time.Time, tenants int) serverLogs {
+func newServerLogs(c clock.Clock, tenants int) serverLogs {
 	return serverLogs{
-		sources: loglimit.NewLimiter(sourceLogRate, allSourcesLogRate, sourceLogKeys, now),
-		tenants: loglimit.NewLimiter(tenantLogRate, allTenantsLogRate, tenants, now),
+		sources: loglimit.NewLimiter(sourceLogRate, allSourcesLogRate, sourceLogKeys, c),
+		tenants: loglimit.NewLimiter(tenantLogRate, allTenantsLogRate, tenants, c),
 	}
 }
 

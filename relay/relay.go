@@ -25,7 +25,8 @@
 //     platform: its descriptor is the intersection of all platforms'
 //     capabilities (descriptor.Merge), and the connection receives every
 //     platform's inbound for its tenant.
-//  3. Inbound. Platforms publish tenant-scoped deliveries on the Bus. Each
+//  3. Inbound. Platforms deliver tenant-scoped deliveries to the Server
+//     (it is their platform.Sink). Each
 //     tenant has a ledger (package relay/ledger, which sees connections only
 //     as ledger.Consumers) on Config.Store: every inbound is stored before
 //     the platform's Deliver returns, so a platform confirms it to its source
@@ -53,7 +54,7 @@
 //     gets the retryable code "unavailable" instead.
 //  5. Interrupts. The connector remembers which connection owns each session
 //     key (the one it delivered that session's inbound to; among several
-//     instances in the store too, cluster.go); an interrupt from any
+//     instances in the store too, fleet.go); an interrupt from any
 //     connection of the tenant, or a platform-side /stop, reaches the owner
 //     as interrupt_inbound.
 //  6. Keepalive and shutdown. The server pings every 30 s; a connection whose
@@ -61,28 +62,21 @@
 //     unacknowledged inbound is redelivered). Shutdown stops accepting, lets
 //     in-flight outbound finish, and closes every connection with 1001.
 //
-// # Locking
-//
-// Locks are taken in this order, never the other way round:
-//
-//  1. MemoryBus.mu, read-held while a delivery is routed to the relay;
-//  2. a tenant's ledger mutex (inside ledger.Ledger), which calls the
-//     connection's HasRoom and Offer while held;
-//  3. a connection's send-queue lock (conn.qmu).
-//
-// Server.mu (connections, closing), hub.chatsMu (chat platforms) and the
-// session-tenant cache's lock are leaves: nothing else is taken while one of
-// them is held. No lock is held across socket I/O or a platform call.
+// Locks are taken in the order docs/locks.md gives (TestLockOrder holds the
+// code to it); no lock is held across socket I/O or a platform call.
 package relay
 
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +86,7 @@ import (
 	"connector/contract"
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/cluster"
 	"connector/internal/connlimit"
 	"connector/internal/wsconn"
 	"connector/platform"
@@ -126,8 +121,6 @@ type Gateway struct {
 type Config struct {
 	Tenants   []Tenant            `yaml:"-"`
 	Platforms []platform.Platform `yaml:"-"`
-	// Bus carries deliveries; nil means a new MemoryBus.
-	Bus Bus `yaml:"-"`
 	// Log receives connection lifecycle lines; nil discards.
 	Log *slog.Logger `yaml:"-"`
 	// Metrics receives measurements; nil discards.
@@ -199,11 +192,11 @@ type Config struct {
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten). Zero means 100,000.
 	SessionOwners int `yaml:"-"`
-	// Instance names this instance among several sharing Store (a Redis):
-	// each tenant is then driven by one instance at a time, under a lease,
-	// and the others forward to it (cluster.go). Empty means this instance
-	// is the store's only user.
-	Instance string `yaml:"-"`
+	// Cluster is set when several instances share Store (a Redis): each
+	// tenant is then driven by one instance at a time, under a lease, and
+	// the others reach it through the cluster (fleet.go). Nil means this
+	// instance is the store's only user.
+	Cluster *cluster.Node `yaml:"-"`
 	// Away, when set, is called when an inbound is buffered for a tenant
 	// none of whose connections can take it (none is live, or every one
 	// went idle): the wake poke (package wake). On the instance driving
@@ -220,23 +213,11 @@ type Config struct {
 	// name, whatever the scheme and port) poked per wake_cooldown, across
 	// the instances; the others wait for a later cooldown. Zero means 8.
 	WakePerHost int `yaml:"wake_per_host"`
-	// LeaseTTL is how long a tenant's lease lasts unless renewed (every
-	// third of it): the bound on a takeover after its holder died. Zero
-	// means DefaultLeaseTTL.
-	LeaseTTL time.Duration `yaml:"-"`
 }
-
-// DefaultLeaseTTL is Config.LeaseTTL's default, and store.lease_ttl's: the
-// connector runs every lease it takes (tenants, ingest, nexscope rooms) on
-// one TTL.
-const DefaultLeaseTTL = 5 * time.Second
 
 // WithDefaults returns c with every unset field at its default: the
 // configuration New runs with.
 func (c Config) WithDefaults() Config {
-	if c.Bus == nil {
-		c.Bus = NewMemoryBus()
-	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
@@ -261,7 +242,6 @@ func (c Config) WithDefaults() Config {
 	orDefault(&c.MaxConnsPerGateway, 16)
 	orDefault(&c.CloseTimeout, 2*time.Second)
 	orDefault(&c.SessionOwners, 100_000)
-	orDefault(&c.LeaseTTL, DefaultLeaseTTL)
 	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
 	orDefault(&c.WakePerHost, wake.DefaultPerHost)
 	return c
@@ -290,13 +270,18 @@ type Server struct {
 	order            []string // platform names in configured order
 	// writerLinger is every connection's wsconn.Queue.Linger.
 	writerLinger wsconn.Linger
-	unsubscribe  func()
+	// stopping is set when Shutdown begins: Deliver takes nothing more.
+	stopping atomic.Bool
 	// ledgers are the tenants' ledgers, on cfg.Store.
 	ledgers *ledger.Pool
 	// ownStore is set when New made cfg.Store, so Shutdown closes it.
 	ownStore bool
-	// cluster is set when cfg.Instance is: several instances share the store.
-	cluster *cluster
+	// fleet is set when cfg.Cluster is: several instances share the store.
+	fleet *fleet
+	// instance names this instance among those sharing the store ("" when
+	// alone); incarnation tells this process's connection ids from those
+	// of an earlier process with the same instance name (ids restart at 1).
+	instance, incarnation string
 
 	logs serverLogs
 
@@ -318,7 +303,7 @@ type gatewayRecord struct {
 }
 
 // New validates cfg, recovers every tenant's stored inbound and returns a
-// Server subscribed to cfg.Bus.
+// Server, ready for the platforms' deliveries.
 func New(cfg Config) (*Server, error) {
 	cfg = cfg.WithDefaults()
 	if cfg.MaxTokenLifetime < contract.TokenTTL {
@@ -326,7 +311,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	ownStore := cfg.Store == nil
 	if ownStore {
-		cfg.Store = store.NewMemory(cfg.Clock.Now)
+		cfg.Store = store.NewMemory(cfg.Clock)
 	}
 	s, err := newServer(cfg)
 	if err != nil {
@@ -349,9 +334,15 @@ func newServer(cfg Config) (*Server, error) {
 		platforms:    make(map[string]platform.Platform),
 		conns:        make(map[*conn]struct{}),
 		ops:          make(map[*outboundOp]struct{}),
-		logs:         newServerLogs(cfg.Clock.Now, len(cfg.Tenants)),
+		logs:         newServerLogs(cfg.Clock, len(cfg.Tenants)),
 
 		descriptorFrames: make(map[string][]byte),
+	}
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:]) // crypto/rand.Read never fails
+	s.incarnation = hex.EncodeToString(nonce[:])
+	if cfg.Cluster != nil {
+		s.instance = cfg.Cluster.Instance()
 	}
 	if len(cfg.Store.Epoch()) > maxEpochBytes {
 		return nil, fmt.Errorf("relay: store epoch longer than %d bytes", maxEpochBytes)
@@ -384,28 +375,25 @@ func newServer(cfg Config) (*Server, error) {
 		MaxTotalBytes: cfg.BufferBytesTotal,
 		MaxAge:        cfg.BufferMaxAge,
 		SessionOwners: cfg.SessionOwners,
-		Shared:        cfg.Instance != "",
-		Owned:         s.ownedHook(),
 		Unserved:      cfg.Away,
 		Clock:         cfg.Clock,
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
 	})
-	if cfg.Instance != "" {
-		s.cluster = newCluster(s)
+	if cfg.Cluster != nil {
+		s.fleet = newFleet(s)
 	}
 	if err := s.SetTenants(cfg.Tenants); err != nil {
 		s.ledgers.Close(context.Background())
 		return nil, err
 	}
-	if cfg.Instance != "" {
+	if s.fleet != nil {
 		// Each tenant's driver reads its stored ledger when it takes the
 		// tenant's lease, not every instance at start.
-		if err := s.cluster.start(); err != nil {
+		if err := s.fleet.start(); err != nil {
 			s.ledgers.Close(context.Background())
 			return nil, fmt.Errorf("relay: join the instances: %w", err)
 		}
-		s.unsubscribe = cfg.Bus.Subscribe(s.route)
 		return s, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
@@ -418,7 +406,6 @@ func newServer(cfg Config) (*Server, error) {
 	if n > 0 {
 		s.log.Info("buffered inbound recovered from the store", "entries", n)
 	}
-	s.unsubscribe = cfg.Bus.Subscribe(s.route)
 	return s, nil
 }
 
@@ -428,6 +415,11 @@ const maxEpochBytes = 64
 
 // recoverTimeout bounds reading the stored inbound in New.
 const recoverTimeout = 5 * time.Minute
+
+// connKey names c among every instance's connections.
+func (s *Server) connKey(c *conn) string {
+	return s.incarnation + "." + strconv.FormatUint(c.id, 10)
+}
 
 // LedgerStats returns the counters of the tenants' ledgers.
 func (s *Server) LedgerStats() ledger.Stats { return s.ledgers.Stats() }
@@ -441,9 +433,6 @@ func (s *Server) BufferBounds() (entries int, bytes, totalBytes int64) {
 // TenantBufferBytes returns the payload bytes of the inbound held for each
 // tenant this instance has a ledger of.
 func (s *Server) TenantBufferBytes() map[string]int64 { return s.ledgers.TenantBytes() }
-
-// Sink is where platforms deliver: the server's bus.
-func (s *Server) Sink() platform.Sink { return s.cfg.Bus }
 
 // KeyFunc returns the session-key function for tenants: session.Key with each
 // tenant's gateway knobs (the gateway defaults for an unknown tenant).
@@ -465,9 +454,22 @@ func KeyFunc(tenants []Tenant) platform.KeyFunc {
 	}
 }
 
-// route takes one delivery off the bus. An inbound or passthrough delivery
-// is stored before it returns; an error means it was not.
-func (s *Server) route(ctx context.Context, d platform.Delivery) error {
+var _ platform.Sink = (*Server)(nil)
+
+// ErrShuttingDown is returned by Deliver once Shutdown began: the delivery
+// was not taken, and the platform leaves it unconfirmed at its source.
+var ErrShuttingDown = errors.New("relay: shutting down: delivery not taken")
+
+// Deliver implements platform.Sink: the platforms deliver to the relay. An
+// inbound or passthrough delivery is stored before it returns; an error
+// means it was not.
+func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.stopping.Load() {
+		return ErrShuttingDown
+	}
 	h := s.hub(d.Tenant)
 	if h == nil {
 		s.cfg.Metrics.Inbound(d.Platform, d.Tenant, "dropped_unknown_tenant")
@@ -589,7 +591,7 @@ func (s *Server) untrack(c *conn) {
 // frame is never lost to a short CloseTimeout on a busy machine.
 func (s *Server) closeSocket(ws *websocket.Conn, raw net.Conn, e contract.Close) {
 	_ = raw.SetReadDeadline(time.Now().Add(s.cfg.CloseTimeout))
-	_ = ws.Close(e.Code, e.Reason)
+	_ = ws.Close(websocket.StatusCode(e.Code), e.Reason)
 }
 
 // refusalLinger bounds how long a socket whose token was refused waits for
@@ -607,7 +609,7 @@ const refusalLinger = 100 * time.Millisecond
 func (s *Server) refuse(ws *websocket.Conn, raw net.Conn, e contract.Close) {
 	t := s.cfg.Clock.AfterFunc(min(refusalLinger, s.cfg.CloseTimeout), func() { _ = raw.SetReadDeadline(time.Now()) })
 	defer t.Stop()
-	_ = ws.Close(e.Code, e.Reason)
+	_ = ws.Close(websocket.StatusCode(e.Code), e.Reason)
 }
 
 // hijackRecorder keeps the socket websocket.Accept hijacks, so that
@@ -638,7 +640,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
-	s.unsubscribe()
+	s.stopping.Store(true)
 
 	var err error
 	if waitCtx(ctx, &s.outbound) != nil {
@@ -660,8 +662,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if waitCtx(cctx, &s.connsWG) != nil && err == nil {
 		err = errors.New("relay: gateway connections still open after their 1001 close")
 	}
-	if s.cluster != nil {
-		s.cluster.stop(cctx)
+	if s.fleet != nil {
+		s.fleet.stop(cctx)
 	}
 	s.ledgers.Close(cctx)
 	if n := s.ledgers.Len(); n > 0 && s.ownStore {

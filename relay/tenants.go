@@ -149,8 +149,8 @@ func (s *Server) closeGateway(gw *gatewayRecord) {
 func (s *Server) newHub(id string) *hub {
 	h := &hub{srv: s, id: id}
 	h.init(s.ledgers.Ledger(id))
-	if s.cluster != nil {
-		s.cluster.join(h)
+	if s.fleet != nil {
+		s.fleet.join(h)
 	}
 	return h
 }

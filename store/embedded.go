@@ -14,6 +14,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"connector/internal/clock"
 )
 
 // The embedded backend keeps one bbolt file, DataFile, in its data
@@ -62,7 +64,7 @@ type embedded struct {
 	dir   string // the data directory
 	db    *bolt.DB
 	group *groupCommit
-	now   func() time.Time
+	clock clock.Clock
 	epoch string
 	ps    *broker
 
@@ -74,7 +76,7 @@ type embedded struct {
 	closeErr  error
 }
 
-func openEmbedded(ctx context.Context, dir string, now func() time.Time) (*embedded, error) {
+func openEmbedded(ctx context.Context, dir string, clk clock.Clock) (*embedded, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -86,13 +88,13 @@ func openEmbedded(ctx context.Context, dir string, now func() time.Time) (*embed
 	if err != nil {
 		return nil, err
 	}
-	e := &embedded{dir: dir, db: db, now: now, ps: newBroker(), seqs: make(map[string]*tenantSeqs)}
+	e := &embedded{dir: dir, db: db, clock: clk, ps: newBroker(), seqs: make(map[string]*tenantSeqs)}
 	if err := db.Update(e.init); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("store: initialize %s: %w", path, err)
 	}
 	e.group = startGroupCommit(db)
-	e.stopSweep = startSweeper(e.sweep)
+	e.stopSweep = startSweeper(clk, e.sweep)
 	return e, nil
 }
 
@@ -173,7 +175,7 @@ func (e *embedded) Close() error {
 // sweep deletes expired capabilities and owners.
 func (e *embedded) sweep() {
 	_ = e.update(context.Background(), func(tx *bolt.Tx) error {
-		now := e.now()
+		now := e.clock.Now()
 		for _, name := range [][]byte{bCaps, bOwners} {
 			b := tx.Bucket(name)
 			var gone [][]byte
@@ -301,7 +303,7 @@ func (l embLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]u
 		return nil, committed, nil
 	}
 	e := l.e
-	now := e.now()
+	now := e.clock.Now()
 	vals := make([][]byte, len(recs))
 	var size int64
 	for i := range recs {
@@ -461,7 +463,7 @@ func (l embLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]Dr
 	if err := checkName("tenant", tenant); err != nil {
 		return nil, err
 	}
-	rule := bounds.at(l.e.now())
+	rule := bounds.at(l.e.clock.Now())
 	var out []Dropped
 	err := l.e.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bLedger).Bucket([]byte(tenant))
@@ -552,7 +554,7 @@ func (c embCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 		if err != nil {
 			return fmt.Errorf("capability: %w", err)
 		}
-		if !expired(c.e.now(), expires) {
+		if !expired(c.e.clock.Now(), expires) {
 			value, ok = append([]byte(nil), val...), true
 		}
 		return nil
@@ -582,7 +584,7 @@ func (c embClaims) Claim(ctx context.Context, key string, expires time.Time) (bo
 	err := c.e.batch(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bCaps)
 		if v := b.Get(k); v != nil {
-			if _, exp, err := decodeExpiring(v); err == nil && !expired(c.e.now(), exp) {
+			if _, exp, err := decodeExpiring(v); err == nil && !expired(c.e.clock.Now(), exp) {
 				return nil
 			}
 		}
@@ -613,7 +615,7 @@ func (w embOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, 
 		return err
 	}
 	k := embOwnerKey(tenant, sessionKey)
-	v := encodeExpiring(w.e.now().Add(ttl), encodeOwner(o))
+	v := encodeExpiring(w.e.clock.Now().Add(ttl), encodeOwner(o))
 	return w.e.batch(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket(bOwners).Put(k, v)
 	})
@@ -637,7 +639,7 @@ func (w embOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, b
 		if err != nil {
 			return fmt.Errorf("owner: %w", err)
 		}
-		ok = !expired(w.e.now(), expires)
+		ok = !expired(w.e.clock.Now(), expires)
 		return nil
 	})
 	if !ok {
@@ -685,7 +687,7 @@ func (ls embLeases) Acquire(ctx context.Context, name, holder string, ttl time.D
 		if err != nil {
 			return err
 		}
-		if l, acquired = nextLease(cur, ls.e.now(), holder, ttl); !acquired {
+		if l, acquired = nextLease(cur, ls.e.clock.Now(), holder, ttl); !acquired {
 			return nil
 		}
 		return putLease(tx, name, l)
@@ -705,7 +707,7 @@ func (ls embLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Du
 		if err != nil {
 			return err
 		}
-		now := ls.e.now()
+		now := ls.e.clock.Now()
 		if !holds(cur, l, now) {
 			return ErrNotHeld
 		}
@@ -727,7 +729,7 @@ func (ls embLeases) Release(ctx context.Context, name string, l Lease) error {
 		if err != nil {
 			return err
 		}
-		if !holds(cur, l, ls.e.now()) {
+		if !holds(cur, l, ls.e.clock.Now()) {
 			return ErrNotHeld
 		}
 		return putLease(tx, name, Lease{Token: l.Token}) // the token outlives the tenure
@@ -744,7 +746,7 @@ func (ls embLeases) Holder(ctx context.Context, name string) (Lease, bool, error
 		l, err = getLease(tx, name)
 		return err
 	})
-	if err != nil || !l.liveAt(ls.e.now()) {
+	if err != nil || !l.liveAt(ls.e.clock.Now()) {
 		return Lease{}, false, err
 	}
 	return l, true, nil

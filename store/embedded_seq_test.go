@@ -3,9 +3,10 @@ package store
 import (
 	"context"
 	"testing"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"connector/internal/clock"
 )
 
 // crashClose closes e as a crash would leave it: the queued writes are
@@ -40,7 +41,7 @@ func storedSequence(t *testing.T, e *embedded, tenant string) uint64 {
 func TestEmbeddedStageNeverReusesANumberAfterACrash(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	e, err := openEmbedded(ctx, dir, time.Now)
+	e, err := openEmbedded(ctx, dir, clock.System)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +59,7 @@ func TestEmbeddedStageNeverReusesANumberAfterACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e, err = openEmbedded(ctx, dir, time.Now)
+	e, err = openEmbedded(ctx, dir, clock.System)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestEmbeddedStageNeverReusesANumberAfterACrash(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e, err = openEmbedded(ctx, dir, time.Now)
+	e, err = openEmbedded(ctx, dir, clock.System)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/store"
 	"connector/store/storetest"
 )
@@ -27,7 +28,7 @@ func TestEmbedded(t *testing.T) {
 
 func TestEmbeddedLocksItsDirectory(t *testing.T) {
 	dir := t.TempDir()
-	s := opener(t, store.Config{Backend: store.BackendEmbedded, Path: dir})(time.Now)
+	s := opener(t, store.Config{Backend: store.BackendEmbedded, Path: dir})(clock.System)
 	_, err := store.Open(context.Background(), store.Config{Backend: store.BackendEmbedded, Path: dir})
 	if err == nil || !strings.Contains(err.Error(), "in use by another process") {
 		t.Fatalf("second Open of %s: err %v, want in use", dir, err)
@@ -35,7 +36,7 @@ func TestEmbeddedLocksItsDirectory(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	opener(t, store.Config{Backend: store.BackendEmbedded, Path: dir})(time.Now)
+	opener(t, store.Config{Backend: store.BackendEmbedded, Path: dir})(clock.System)
 }
 
 // crashChildEnv tells a re-executed test binary to be the appender that
@@ -125,7 +126,7 @@ func TestEmbeddedSurvivesKill9(t *testing.T) {
 	default:
 	}
 
-	s := opener(t, store.Config{Backend: store.BackendEmbedded, Path: dir})(time.Now)
+	s := opener(t, store.Config{Backend: store.BackendEmbedded, Path: dir})(clock.System)
 	var all []store.Record
 	for {
 		page, err := s.Ledger().Read(context.Background(), "t1", uint64(len(all)), 1000)

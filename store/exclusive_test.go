@@ -33,7 +33,7 @@ type exclusiveRig struct {
 
 func newExclusiveRig(t *testing.T) *exclusiveRig {
 	clk := clocktest.New(time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC))
-	st := NewMemory(clk.Now)
+	st := NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
 	return &exclusiveRig{t: t, clk: clk, st: st, leases: st.Leases(),
 		started: make(chan string, 16), stopped: make(chan string, 16)}

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"connector/internal/clock"
 )
 
 func TestGroupCommitFailsOnlyTheFailingWrite(t *testing.T) {
-	e, err := openEmbedded(context.Background(), t.TempDir(), time.Now)
+	e, err := openEmbedded(context.Background(), t.TempDir(), clock.System)
 	if err != nil {
 		t.Fatal(err)
 	}

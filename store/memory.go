@@ -9,12 +9,14 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"connector/internal/clock"
 )
 
 // Memory is the in-process Store, for unit tests and benchmarks: one mutex
 // over plain maps, and nothing survives Close.
 type Memory struct {
-	now       func() time.Time
+	clock     clock.Clock
 	epoch     string
 	ps        *broker
 	stopSweep func()
@@ -58,17 +60,17 @@ type memNamespace struct {
 // NewMemory returns an empty in-process store on clock now (nil means
 // time.Now). Close it: it runs a sweeper goroutine that deletes expired
 // capabilities and owners.
-func NewMemory(now func() time.Time) *Memory {
-	if now == nil {
-		now = time.Now
+func NewMemory(clk clock.Clock) *Memory {
+	if clk == nil {
+		clk = clock.System
 	}
 	m := &Memory{
-		now: now, epoch: newEpoch(), ps: newBroker(),
+		clock: clk, epoch: newEpoch(), ps: newBroker(),
 		ledgers: make(map[string]*memLog), caps: make(map[string]expiring),
 		owners: make(map[ownerKey]memOwner), leases: make(map[string]Lease),
 		reg: make(map[string]*memNamespace),
 	}
-	m.stopSweep = startSweeper(m.sweep)
+	m.stopSweep = startSweeper(clk, m.sweep)
 	return m
 }
 
@@ -132,7 +134,7 @@ func (m *Memory) Close() error {
 func (m *Memory) sweep() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.now()
+	now := m.clock.Now()
 	for k, e := range m.caps {
 		if expired(now, e.expires) {
 			delete(m.caps, k)
@@ -161,7 +163,7 @@ func (m memLedger) Append(ctx context.Context, tenant string, recs []Record) ([]
 		lg = &memLog{}
 		m.ledgers[tenant] = lg
 	}
-	now := m.now()
+	now := m.clock.Now()
 	seqs := make([]uint64, len(recs))
 	for i, r := range recs {
 		lg.seq++
@@ -239,7 +241,7 @@ func (m memLedger) Trim(ctx context.Context, tenant string, b Bounds) ([]Dropped
 	if lg == nil {
 		return nil, nil
 	}
-	rule := b.at(m.now())
+	rule := b.at(m.clock.Now())
 	n := 0
 	var out []Dropped
 	for n < len(lg.recs) && rule.drop(len(lg.recs)-n, lg.bytes, lg.recs[n].Received.UnixMicro()) {
@@ -296,7 +298,7 @@ func (m memCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	}
 	defer m.mu.Unlock()
 	e, ok := m.caps[key]
-	if !ok || expired(m.now(), e.expires) {
+	if !ok || expired(m.clock.Now(), e.expires) {
 		return nil, false, nil
 	}
 	return slices.Clone(e.value), true, nil
@@ -318,7 +320,7 @@ func (m memClaims) Claim(ctx context.Context, key string, expires time.Time) (bo
 		return false, err
 	}
 	defer m.mu.Unlock()
-	if e, ok := m.caps[claimPrefix+key]; ok && !expired(m.now(), e.expires) {
+	if e, ok := m.caps[claimPrefix+key]; ok && !expired(m.clock.Now(), e.expires) {
 		return false, nil
 	}
 	m.caps[claimPrefix+key] = expiring{expires: expires}
@@ -340,7 +342,7 @@ func (m memOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, 
 		return err
 	}
 	defer m.mu.Unlock()
-	m.owners[ownerKey{tenant, sessionKey}] = memOwner{o: o, expires: m.now().Add(ttl)}
+	m.owners[ownerKey{tenant, sessionKey}] = memOwner{o: o, expires: m.clock.Now().Add(ttl)}
 	return nil
 }
 
@@ -350,7 +352,7 @@ func (m memOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, b
 	}
 	defer m.mu.Unlock()
 	e, ok := m.owners[ownerKey{tenant, sessionKey}]
-	if !ok || expired(m.now(), e.expires) {
+	if !ok || expired(m.clock.Now(), e.expires) {
 		return Owner{}, false, nil
 	}
 	return e.o, true, nil
@@ -372,7 +374,7 @@ func (m memLeases) Acquire(ctx context.Context, name, holder string, ttl time.Du
 		return Lease{}, false, err
 	}
 	defer m.mu.Unlock()
-	l, acquired := nextLease(m.leases[name], m.now(), holder, ttl)
+	l, acquired := nextLease(m.leases[name], m.clock.Now(), holder, ttl)
 	if acquired {
 		m.leases[name] = l
 	}
@@ -384,7 +386,7 @@ func (m memLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Dur
 		return Lease{}, err
 	}
 	defer m.mu.Unlock()
-	now := m.now()
+	now := m.clock.Now()
 	if !holds(m.leases[name], l, now) {
 		return Lease{}, ErrNotHeld
 	}
@@ -398,7 +400,7 @@ func (m memLeases) Release(ctx context.Context, name string, l Lease) error {
 		return err
 	}
 	defer m.mu.Unlock()
-	if !holds(m.leases[name], l, m.now()) {
+	if !holds(m.leases[name], l, m.clock.Now()) {
 		return ErrNotHeld
 	}
 	m.leases[name] = Lease{Token: l.Token} // the token outlives the tenure
@@ -411,7 +413,7 @@ func (m memLeases) Holder(ctx context.Context, name string) (Lease, bool, error)
 	}
 	defer m.mu.Unlock()
 	l := m.leases[name]
-	if !l.liveAt(m.now()) {
+	if !l.liveAt(m.clock.Now()) {
 		return Lease{}, false, nil
 	}
 	return l, true, nil

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"connector/internal/clock"
 )
 
 // The redis backend's keys, each after the configured prefix. A kind's name
@@ -61,7 +64,7 @@ type redisStore struct {
 	// where names the server or servers in errors, without credentials.
 	where string
 	p     string // key prefix
-	now   func() time.Time
+	clock clock.Clock
 	epoch string
 	// minReplicas and replicaTimeout are Config.RedisMinReplicas and
 	// Config.RedisReplicaTimeout.
@@ -86,7 +89,7 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 		return nil, err
 	}
 	s := &redisStore{
-		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, now: cfg.Now,
+		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
 		subs: make(map[*redisSub]struct{}),
 	}
@@ -217,7 +220,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	if len(recs) == 0 {
 		return nil, ctx.Err()
 	}
-	now := l.s.now()
+	now := l.s.clock.Now()
 	args := make([]any, 0, 2+6*len(recs))
 	args = append(args, tenant, len(recs))
 	for i := range recs {
@@ -456,7 +459,7 @@ func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]
 	if err := checkName("tenant", tenant); err != nil {
 		return nil, err
 	}
-	rule := bounds.at(l.s.now())
+	rule := bounds.at(l.s.clock.Now())
 	res, err := trimScript.Run(ctx, l.s.c, l.ackKeys(tenant), rule.maxEntries, rule.maxBytes, rule.cutoff).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("store: trim tenant %q: %w", tenant, rerr(err))
@@ -549,7 +552,7 @@ func (c redisCaps) Put(ctx context.Context, key string, value []byte, expires ti
 	}
 	// A capability is written before the event it came with is confirmed
 	// (a Discord interaction's token), so it waits for the replicas too.
-	ttl := max(expires.Sub(c.s.now()), 0) + redisExpirySlack
+	ttl := max(expires.Sub(c.s.clock.Now()), 0) + redisExpirySlack
 	k, v := c.s.p+"cap:"+key, encodeExpiring(expires, value)
 	put := pipeCall{key: k, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 		return p.Set(ctx, k, v, ttl)
@@ -575,7 +578,7 @@ func (c redisCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, fmt.Errorf("store: get capability: %w", err)
 	}
-	if expired(c.s.now(), expires) {
+	if expired(c.s.clock.Now(), expires) {
 		return nil, false, nil
 	}
 	return value, true, nil
@@ -612,7 +615,7 @@ return 1
 // claimValue is a claim's expiry as stored, and its key's PX.
 func (c redisClaims) claimValue(expires time.Time) (string, int64) {
 	return strconv.FormatInt(expires.Unix(), 10) + " " + strconv.Itoa(expires.Nanosecond()),
-		pxMillis(max(expires.Sub(c.s.now()), 0) + redisExpirySlack)
+		pxMillis(max(expires.Sub(c.s.clock.Now()), 0) + redisExpirySlack)
 }
 
 func (c redisClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
@@ -620,7 +623,7 @@ func (c redisClaims) Claim(ctx context.Context, key string, expires time.Time) (
 		return false, err
 	}
 	exp, px := c.claimValue(expires)
-	now := c.s.now()
+	now := c.s.clock.Now()
 	n, err := claimScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, now.Unix(), now.Nanosecond(), exp, px).Int()
 	if err != nil {
 		return false, fmt.Errorf("store: claim: %w", rerr(err))
@@ -659,7 +662,7 @@ func (w redisOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner
 	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
 		return err
 	}
-	v := encodeExpiring(w.s.now().Add(ttl), encodeOwner(o))
+	v := encodeExpiring(w.s.clock.Now().Add(ttl), encodeOwner(o))
 	if err := w.s.c.Set(ctx, w.key(tenant, sessionKey), v, ttl+redisExpirySlack).Err(); err != nil {
 		return fmt.Errorf("store: set owner: %w", rerr(err))
 	}
@@ -681,7 +684,7 @@ func (w redisOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner,
 	if err != nil {
 		return Owner{}, false, fmt.Errorf("store: get owner: %w", err)
 	}
-	if expired(w.s.now(), expires) {
+	if expired(w.s.clock.Now(), expires) {
 		return Owner{}, false, nil
 	}
 	o, err := decodeOwner(val)
@@ -758,7 +761,7 @@ func (ls redisLeases) lease(token, holder string, pttl int64) (Lease, error) {
 	if err != nil {
 		return Lease{}, errCorrupt
 	}
-	return Lease{Holder: holder, Token: t, Expires: ls.s.now().Add(time.Duration(pttl) * time.Millisecond)}, nil
+	return Lease{Holder: holder, Token: t, Expires: ls.s.clock.Now().Add(time.Duration(pttl) * time.Millisecond)}, nil
 }
 
 func (ls redisLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
@@ -795,7 +798,7 @@ func (ls redisLeases) Renew(ctx context.Context, name string, l Lease, ttl time.
 	if ok != 1 {
 		return Lease{}, ErrNotHeld
 	}
-	l.Expires = ls.s.now().Add(ttl)
+	l.Expires = ls.s.clock.Now().Add(ttl)
 	return l, nil
 }
 
@@ -992,6 +995,31 @@ func (p redisPubSub) Publish(ctx context.Context, channel string, msg []byte) er
 		return fmt.Errorf("store: publish: %w", rerr(err))
 	}
 	return nil
+}
+
+var _ BatchPublisher = redisPubSub{}
+
+// PublishAll implements BatchPublisher: the messages go in one pipeline
+// (several when they fill one; on a Redis Cluster one per primary, a
+// channel always on the same one), in order.
+func (p redisPubSub) PublishAll(ctx context.Context, msgs []Message) (failed int, err error) {
+	calls := make([]pipeCall, 0, len(msgs))
+	for _, m := range msgs {
+		if e := checkName("channel", m.Channel); e != nil {
+			failed++
+			err = cmp.Or(err, e)
+			continue
+		}
+		key, msg := p.s.p+"channel:"+m.Channel, m.Msg
+		calls = append(calls, pipeCall{key: key, queue: func(ctx context.Context, pipe redis.Pipeliner) redis.Cmder { return pipe.Publish(ctx, key, msg) }})
+	}
+	for _, c := range p.s.pipelinedAll(ctx, calls) {
+		if e := c.err(); e != nil {
+			failed++
+			err = cmp.Or(err, fmt.Errorf("store: publish: %w", rerr(e)))
+		}
+	}
+	return failed, err
 }
 
 func (p redisPubSub) Subscribe(ctx context.Context, channel string) (<-chan []byte, func(), error) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"connector/internal/clock"
 	"connector/internal/redistest"
 	"connector/store"
 	"connector/store/storetest"
@@ -60,7 +61,7 @@ func TestRedisAppendSurvivesServerKill(t *testing.T) {
 	srv.Kill(t)
 	srv.Restart(t)
 	cfg.RedisURL = srv.URL()
-	s2 := opener(t, cfg)(time.Now)
+	s2 := opener(t, cfg)(clock.System)
 	if s2.Epoch() != epoch {
 		t.Fatalf("epoch after the server restart %q, before %q", s2.Epoch(), epoch)
 	}
@@ -88,7 +89,7 @@ func TestRedisAppendSurvivesServerKill(t *testing.T) {
 func TestRedisPipelineSurvivesScriptFlush(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := context.Background()
-	s := opener(t, redisConfig(srv))(time.Now)
+	s := opener(t, redisConfig(srv))(clock.System)
 	l := s.Ledger()
 	first, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a")}})
 	if err != nil {
@@ -108,5 +109,45 @@ func TestRedisPipelineSurvivesScriptFlush(t *testing.T) {
 	}
 	if n, err := l.Ack(ctx, "t1", first[0], next[0]); err != nil || n != 2 {
 		t.Fatalf("Ack after SCRIPT FLUSH = %d, %v; want 2 removed", n, err)
+	}
+}
+
+// TestRedisPublishAllKeepsOrder: the redis backend's PublishAll (the
+// cluster layer's batched outbox) delivers every message, in order, across
+// channels and over more than one pipeline; a bad channel name fails alone.
+func TestRedisPublishAllKeepsOrder(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	s := opener(t, redisConfig(srv))(clock.System)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, stopA, err := s.PubSub().Subscribe(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopA()
+	b, stopB, err := s.PubSub().Subscribe(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopB()
+	var msgs []store.Message
+	for i := range 200 {
+		msgs = append(msgs, store.Message{Channel: []string{"a", "b"}[i%2], Msg: fmt.Appendf(nil, "%d", i)})
+	}
+	msgs = append(msgs, store.Message{Channel: "", Msg: []byte("no channel")})
+	failed, err := s.PubSub().(store.BatchPublisher).PublishAll(ctx, msgs)
+	if failed != 1 || err == nil {
+		t.Fatalf("PublishAll = %d, %v; want the one message without a channel failed", failed, err)
+	}
+	for i := range 200 {
+		ch := []<-chan []byte{a, b}[i%2]
+		select {
+		case m := <-ch:
+			if string(m) != fmt.Sprint(i) {
+				t.Fatalf("message %d arrived as %q", i, m)
+			}
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for message %d", i)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"connector/internal/clock"
 	"connector/internal/redistest"
 	"connector/store"
 	"connector/store/storetest"
@@ -51,7 +52,7 @@ func TestRedisCluster(t *testing.T) {
 	// distinct names apart.
 	t.Run("NamesWithBraces", func(t *testing.T) {
 		ctx := context.Background()
-		s := opener(t, cfg())(time.Now)
+		s := opener(t, cfg())(clock.System)
 		names := []string{"}t", "t}", "{t}", "}", `\}`, `\)`, `t\`, "{", "a}b"}
 		for i, name := range names {
 			if _, err := s.Ledger().Append(ctx, name, []store.Record{{Payload: []byte(name)}, {Payload: []byte("x")}}); err != nil {
@@ -86,7 +87,7 @@ func TestRedisCluster(t *testing.T) {
 
 	t.Run("TenantsSpreadOverShards", func(t *testing.T) {
 		ctx := context.Background()
-		s := opener(t, cfg())(time.Now)
+		s := opener(t, cfg())(clock.System)
 		for i := range 12 {
 			if _, err := s.Ledger().Append(ctx, fmt.Sprintf("tenant-%d", i), []store.Record{{Payload: []byte("x")}}); err != nil {
 				t.Fatal(err)
@@ -145,7 +146,7 @@ func TestRedisTLSAndUser(t *testing.T) {
 		return fmt.Sprintf("rediss://%s:%s@%s/0", appUser, password, srv.Addr())
 	}
 	cfg := store.Config{Backend: store.BackendRedis, RedisURL: url(appPassword), RedisTLS: ca.ClientConfig(), RedisPrefix: "tls:"}
-	s := opener(t, cfg)(time.Now)
+	s := opener(t, cfg)(clock.System)
 	seqs, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("over tls")}})
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +185,7 @@ func TestRedisMinReplicas(t *testing.T) {
 	// The timeout is what each refused write below waits; long enough
 	// that a loaded machine does not refuse the ones that should pass.
 	cfg.RedisMinReplicas, cfg.RedisReplicaTimeout = 1, time.Second
-	s := opener(t, cfg)(time.Now)
+	s := opener(t, cfg)(clock.System)
 	l := s.Ledger()
 	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("replicated")}}); err != nil {
 		t.Fatalf("Append with a replica online: %v", err)
@@ -209,7 +210,7 @@ func TestRedisMinReplicas(t *testing.T) {
 		t.Fatalf("Put without a replica: %v, want ErrNotReplicated", err)
 	}
 	// A store that asks for no replica is not held up.
-	plain := opener(t, store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisPrefix: cfg.RedisPrefix})(time.Now)
+	plain := opener(t, store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisPrefix: cfg.RedisPrefix})(clock.System)
 	if _, err := plain.Ledger().Append(ctx, "t2", []store.Record{{}}); err != nil {
 		t.Fatalf("Append with RedisMinReplicas 0 and no replica: %v", err)
 	}

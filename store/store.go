@@ -31,8 +31,8 @@
 //   - "memory": in-process maps for unit tests and benchmarks; nothing
 //     survives Close.
 //
-// Expiry of capabilities and owners is judged by Config.Now on every
-// backend, so tests control time. Leases follow Config.Now on the memory and
+// Expiry of capabilities and owners is judged by Config.Clock on every
+// backend, so tests control time. Leases follow Config.Clock on the memory and
 // embedded backends and the Redis server's clock on the redis backend.
 //
 // The conformance suite every backend passes is in store/storetest.
@@ -49,6 +49,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"connector/internal/clock"
 )
 
 // Store is the connector's durable state. Its methods are safe for
@@ -226,7 +228,7 @@ type Owner struct {
 // any earlier holder's, so a resource can refuse a stale holder's writes.
 //
 // On the memory and embedded backends a lease expires by the store's clock
-// (Config.Now). On the redis backend it expires by the Redis server's clock
+// (Config.Clock). On the redis backend it expires by the Redis server's clock
 // (SET PX), and Lease.Expires is an estimate: the store's clock plus the
 // remaining TTL the server reported.
 type Leases interface {
@@ -266,6 +268,20 @@ type PubSub interface {
 	// returns. The channel is closed after cancel is called, ctx is done or
 	// the store is closed. Receivers must not modify the messages.
 	Subscribe(ctx context.Context, channel string) (msgs <-chan []byte, cancel func(), err error)
+}
+
+// Message is one message for PublishAll.
+type Message struct {
+	Channel string
+	Msg     []byte
+}
+
+// BatchPublisher is a PubSub that publishes several messages at once, in
+// their order (the redis backend: one pipeline, sharing one round trip).
+type BatchPublisher interface {
+	// PublishAll publishes msgs in order and returns how many failed, and
+	// the first failure.
+	PublishAll(ctx context.Context, msgs []Message) (failed int, err error)
 }
 
 // SubscriptionBuffer is how many undelivered messages a subscription holds
@@ -370,9 +386,9 @@ type Config struct {
 	// deployments (or tests) can share one server. Empty means
 	// "connector:". It may not contain { or } (the keys' hash tags).
 	RedisPrefix string
-	// Now is the clock for expiry, record ages and (memory, embedded)
-	// leases. Nil means time.Now.
-	Now func() time.Time
+	// Clock is the clock of expiry, record ages, (memory, embedded) leases
+	// and sweeps. Nil means clock.System.
+	Clock clock.Clock
 }
 
 // RedisSentinel names a primary that Sentinels watch.
@@ -410,12 +426,12 @@ const DefaultRedisReplicaTimeout = time.Second
 
 // Open opens the backend cfg selects.
 func Open(ctx context.Context, cfg Config) (Store, error) {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System
 	}
 	switch cfg.Backend {
 	case BackendMemory:
-		return NewMemory(cfg.Now), nil
+		return NewMemory(cfg.Clock), nil
 	case BackendEmbedded, "":
 		if cfg.Path == "" {
 			p, err := DefaultPath()
@@ -424,7 +440,7 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 			}
 			cfg.Path = p
 		}
-		return openEmbedded(ctx, cfg.Path, cfg.Now)
+		return openEmbedded(ctx, cfg.Path, cfg.Clock)
 	case BackendRedis:
 		cfg.RedisPrefix = cmp.Or(cfg.RedisPrefix, "connector:")
 		cfg.RedisReplicaTimeout = cmp.Or(cfg.RedisReplicaTimeout, DefaultRedisReplicaTimeout)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/leakcheck"
 	"connector/internal/redistest"
 	"connector/store"
@@ -22,9 +23,9 @@ func TestMain(m *testing.M) {
 // opener returns a storetest.Opener over cfg that closes what it opens
 // when t ends.
 func opener(t testing.TB, cfg store.Config) storetest.Opener {
-	return func(now func() time.Time) store.Store {
+	return func(c clock.Clock) store.Store {
 		cfg := cfg
-		cfg.Now = now
+		cfg.Clock = c
 		s, err := store.Open(context.Background(), cfg)
 		if err != nil {
 			t.Fatalf("Open(%s): %v", cfg.Backend, err)

@@ -1,20 +1,24 @@
 package store
 
-import "time"
+import (
+	"time"
+
+	"connector/internal/clock"
+)
 
 // sweepEvery is how often the memory and embedded backends delete expired
 // capabilities and owners. Lookups never return an expired value, so this
 // only bounds what is kept; Redis expires its keys itself.
 const sweepEvery = time.Minute
 
-// startSweeper runs sweep every sweepEvery until stop is called; stop waits
-// for a running sweep to finish.
-func startSweeper(sweep func()) (stop func()) {
+// startSweeper runs sweep every sweepEvery of c until stop is called; stop
+// waits for a running sweep to finish.
+func startSweeper(c clock.Clock, sweep func()) (stop func()) {
 	done := make(chan struct{})
 	finished := make(chan struct{})
+	t := clock.NewTicker(c, sweepEvery)
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(sweepEvery)
 		defer t.Stop()
 		for {
 			select {

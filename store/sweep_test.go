@@ -13,7 +13,7 @@ import (
 
 func TestMemorySweep(t *testing.T) {
 	c := clocktest.New(time.Unix(1000, 0))
-	m := NewMemory(c.Now)
+	m := NewMemory(c)
 	defer m.Close()
 	fill(t, m, c)
 	m.sweep()
@@ -24,7 +24,7 @@ func TestMemorySweep(t *testing.T) {
 
 func TestEmbeddedSweep(t *testing.T) {
 	c := clocktest.New(time.Unix(1000, 0))
-	e, err := openEmbedded(context.Background(), t.TempDir(), c.Now)
+	e, err := openEmbedded(context.Background(), t.TempDir(), c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/expirable"
+
+	"connector/internal/clock"
 )
 
 // Kind names a capability type. Its TTL is fixed per kind.
@@ -184,8 +186,8 @@ type Stats struct {
 type Config struct {
 	// MaxEntries bounds each kind's LRU. Zero means 100,000.
 	MaxEntries int
-	// Now is the clock expiry is judged by. Nil means time.Now.
-	Now func() time.Time
+	// Clock is the clock expiry is judged by. Nil means clock.System.
+	Clock clock.Clock
 }
 
 // Memory is a bounded in-process Store: one expirable LRU per kind, each with
@@ -193,7 +195,7 @@ type Config struct {
 // removes them.
 type Memory struct {
 	caches map[Kind]*expirable.LRU[Key, Entry]
-	now    func() time.Time
+	clock  clock.Clock
 
 	hits, misses, expiries, evicted atomic.Uint64
 }
@@ -206,10 +208,10 @@ func NewMemory(cfg Config) *Memory {
 	if cfg.MaxEntries <= 0 {
 		cfg.MaxEntries = 100_000
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System
 	}
-	m := &Memory{caches: make(map[Kind]*expirable.LRU[Key, Entry]), now: cfg.Now}
+	m := &Memory{caches: make(map[Kind]*expirable.LRU[Key, Entry]), clock: cfg.Clock}
 	for _, k := range Kinds() {
 		ttl, _ := k.TTL()
 		m.caches[k] = expirable.NewLRU(cfg.MaxEntries, m.onEvict, ttl)
@@ -226,7 +228,7 @@ func (m *Memory) Put(_ context.Context, k Key, e Entry) error {
 		return err
 	}
 	if e.Stored.IsZero() {
-		e.Stored = m.now()
+		e.Stored = m.clock.Now()
 	}
 	m.caches[k.Kind].Add(k, e)
 	return nil
@@ -266,7 +268,7 @@ func (m *Memory) lookup(k Key) (Entry, lookupState) {
 		return Entry{}, absent
 	}
 	ttl, _ := k.Kind.TTL()
-	if e.expiredAt(m.now(), ttl) {
+	if e.expiredAt(m.clock.Now(), ttl) {
 		c.Remove(k)
 		return Entry{}, expired
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/store"
 	"connector/vault"
@@ -17,9 +18,9 @@ import (
 const token = "aW50ZXJhY3Rpb246c2VjcmV0LXRva2Vu"
 
 // testStore is the conformance suite every Store implementation must pass.
-func testStore(t *testing.T, newStore func(now func() time.Time) vault.Store) {
+func testStore(t *testing.T, newStore func(c clock.Clock) vault.Store) {
 	clock := clocktest.New(time.Unix(1_767_225_300, 0))
-	s := newStore(clock.Now)
+	s := newStore(clock)
 	k := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
 	if err := s.Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token), Ref: "app-1"}); err != nil {
 		t.Fatal(err)
@@ -83,16 +84,16 @@ func testStore(t *testing.T, newStore func(now func() time.Time) vault.Store) {
 }
 
 func TestMemory(t *testing.T) {
-	testStore(t, func(now func() time.Time) vault.Store {
-		return vault.NewMemory(vault.Config{MaxEntries: 100, Now: now})
+	testStore(t, func(c clock.Clock) vault.Store {
+		return vault.NewMemory(vault.Config{MaxEntries: 100, Clock: c})
 	})
 }
 
 func TestDurable(t *testing.T) {
-	testStore(t, func(now func() time.Time) vault.Store {
-		st := store.NewMemory(now)
+	testStore(t, func(c clock.Clock) vault.Store {
+		st := store.NewMemory(c)
 		t.Cleanup(func() { _ = st.Close() })
-		return vault.NewDurable(st.Capabilities(), vault.Config{MaxEntries: 100, Now: now})
+		return vault.NewDurable(st.Capabilities(), vault.Config{MaxEntries: 100, Clock: c})
 	})
 }
 
@@ -102,7 +103,7 @@ func TestDurableSurvivesARestart(t *testing.T) {
 	clock := clocktest.New(time.Unix(1_767_225_300, 0))
 	dir := t.TempDir()
 	open := func() store.Store {
-		st, err := store.Open(context.Background(), store.Config{Path: dir, Now: clock.Now})
+		st, err := store.Open(context.Background(), store.Config{Path: dir, Clock: clock})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +111,7 @@ func TestDurableSurvivesARestart(t *testing.T) {
 	}
 	k := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
 	st := open()
-	if err := vault.NewDurable(st.Capabilities(), vault.Config{Now: clock.Now}).Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token), Ref: "app-1"}); err != nil {
+	if err := vault.NewDurable(st.Capabilities(), vault.Config{Clock: clock}).Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token), Ref: "app-1"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
@@ -119,7 +120,7 @@ func TestDurableSurvivesARestart(t *testing.T) {
 
 	st = open()
 	defer st.Close()
-	v := vault.NewDurable(st.Capabilities(), vault.Config{Now: clock.Now})
+	v := vault.NewDurable(st.Capabilities(), vault.Config{Clock: clock})
 	clock.Advance(10 * time.Minute)
 	e, ok := v.Get(t.Context(), k)
 	if !ok || e.Value.Reveal() != token || e.Ref != "app-1" {
@@ -131,7 +132,7 @@ func TestDurableSurvivesARestart(t *testing.T) {
 		t.Fatal("tenant t2 read tenant t1's capability after a restart")
 	}
 	clock.Advance(5 * time.Minute)
-	v = vault.NewDurable(st.Capabilities(), vault.Config{Now: clock.Now})
+	v = vault.NewDurable(st.Capabilities(), vault.Config{Clock: clock})
 	if _, ok := v.Get(t.Context(), k); ok {
 		t.Fatal("still valid 15 minutes after it was stored")
 	}

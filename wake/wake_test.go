@@ -89,7 +89,7 @@ func targetsOf(ts ...wake.Target) func(context.Context, string) ([]wake.Target, 
 func TestPokeOncePerCooldown(t *testing.T) {
 	ws := newWakeServer(t, http.StatusNoContent)
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	st := store.NewMemory(clk.Now)
+	st := store.NewMemory(clk)
 	defer st.Close()
 	m := &counter{}
 	p, err := wake.New(wake.Config{
@@ -136,7 +136,7 @@ func TestPokeOncePerCooldown(t *testing.T) {
 func TestOnePokeAcrossInstances(t *testing.T) {
 	ws := newWakeServer(t, http.StatusOK)
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	st := store.NewMemory(clk.Now)
+	st := store.NewMemory(clk)
 	defer st.Close()
 	targets := targetsOf(wake.Target{Tenant: "acme", Gateway: "gw1", URL: ws.URL})
 	var pokers []*wake.Poker
@@ -170,7 +170,7 @@ func TestPokeOutcomes(t *testing.T) {
 	goneURL := gone.URL
 	gone.Close() // connection refused
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	st := store.NewMemory(clk.Now)
+	st := store.NewMemory(clk)
 	defer st.Close()
 	m := &counter{}
 	var logs strings.Builder
@@ -217,7 +217,7 @@ func TestPokeTimeout(t *testing.T) {
 	defer close(release)
 	ok := newWakeServer(t, http.StatusOK)
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	st := store.NewMemory(clk.Now)
+	st := store.NewMemory(clk)
 	defer st.Close()
 	m := &counter{}
 	p, err := wake.New(wake.Config{
@@ -239,7 +239,7 @@ func TestPokeTimeout(t *testing.T) {
 // retried before the cooldown.
 func TestPokeStoreError(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	st := store.NewMemory(clk.Now)
+	st := store.NewMemory(clk)
 	defer st.Close()
 	m := &counter{}
 	p, err := wake.New(wake.Config{
@@ -303,7 +303,7 @@ func TestOnePokeAcrossInstancesOnRedis(t *testing.T) {
 func TestGatewaysSharingAWakeURLShareOnePoke(t *testing.T) {
 	ws := newWakeServer(t, http.StatusOK)
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	st := store.NewMemory(clk.Now)
+	st := store.NewMemory(clk)
 	defer st.Close()
 	var targets []wake.Target
 	for i := range 500 {
@@ -333,7 +333,7 @@ func TestWakePokesPerHostAreBounded(t *testing.T) {
 	servers := []*wakeServer{newWakeServer(t, http.StatusOK), newWakeServer(t, http.StatusOK)} // one host, two ports
 	other := newWakeServer(t, http.StatusOK)
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	st := store.NewMemory(clk.Now)
+	st := store.NewMemory(clk)
 	defer st.Close()
 	var targets []wake.Target
 	for i := range 20 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connector/admin"
+	"connector/internal/clock"
 	"connector/registry"
 )
 
@@ -16,7 +17,7 @@ import (
 // 0s" says the previous secrets end now, not that they "stay valid until"
 // this instant; with a grace it says until when.
 func TestAdminCLIRotateWithoutGraceSaysTheOldSecretsEnded(t *testing.T) {
-	reg := registry.New(memStore(t), time.Now)
+	reg := registry.New(memStore(t), clock.System)
 	ctx := context.Background()
 	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
 		t.Fatal(err)

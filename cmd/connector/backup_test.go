@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/registry"
 	"connector/store"
 )
@@ -204,7 +205,7 @@ func TestUpgradeGuideBackupCommandsAndRestore(t *testing.T) {
 // the tenants its registry stores.
 func backupTenants(t *testing.T, path string) []string {
 	t.Helper()
-	s, err := registry.New(openBackup(t, path), time.Now).Stored(context.Background())
+	s, err := registry.New(openBackup(t, path), clock.System).Stored(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/registry"
 	"connector/relay/relaytest"
 )
@@ -210,7 +211,7 @@ func TestReadmeExplainsEveryBannerSetting(t *testing.T) {
 // the store holds them, and names where the admin token came from.
 func TestBannerCountsEveryTenantAndNamesTheAdminToken(t *testing.T) {
 	st := memStore(t)
-	if err := registry.New(st, time.Now).CreateTenant(context.Background(), registry.Tenant{ID: "added"}); err != nil {
+	if err := registry.New(st, clock.System).CreateTenant(context.Background(), registry.Tenant{ID: "added"}); err != nil {
 		t.Fatal(err)
 	}
 	path := writeConfig(t, "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0}\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connector/enroll"
+	"connector/media"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
 	"connector/platform/slack"
@@ -67,7 +68,7 @@ type Config struct {
 	Store StoreConfig `yaml:"store"`
 	// Media bounds the media store (uploads for send_media, re-hosted
 	// inbound attachments) and says where gateways reach it.
-	Media MediaConfig `yaml:"media"`
+	Media media.Config `yaml:"media"`
 	// Enroll verifies the identity tokens of the Hermes gateway's
 	// credential routes, POST /relay/enroll and POST /relay/provision,
 	// and of the management plane, /manage/* (docs/operations.md).

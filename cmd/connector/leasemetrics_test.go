@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"connector/internal/clock/clocktest"
 	"connector/store"
 )
 
@@ -15,8 +16,8 @@ import (
 // however often it is extended; a renewal that finds another instance's
 // lease counts it lost; a released lease is no longer held.
 func TestLeaseMetricsCountTenures(t *testing.T) {
-	now := time.Unix(1767225600, 0)
-	mem := store.NewMemory(func() time.Time { return now })
+	clk := clocktest.New(time.Unix(1767225600, 0))
+	mem := store.NewMemory(clk)
 	t.Cleanup(func() { _ = mem.Close() })
 	lm := newLeaseMetrics(newMetrics())
 	i0 := lm.count(mem).Leases()
@@ -36,7 +37,7 @@ func TestLeaseMetricsCountTenures(t *testing.T) {
 	if value(held) != 1 || value(acquired) != 1 {
 		t.Fatalf("held %v acquired %v, want 1 and 1", value(held), value(acquired))
 	}
-	now = now.Add(2 * ttl) // i0 stalls; i1 takes the lease over
+	clk.Advance(2 * ttl) // i0 stalls; i1 takes the lease over
 	if _, ok, err := mem.Leases().Acquire(ctx, name, "i1", ttl); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
@@ -46,7 +47,7 @@ func TestLeaseMetricsCountTenures(t *testing.T) {
 	if value(held) != 0 || value(lost) != 1 {
 		t.Fatalf("held %v lost %v after the takeover, want 0 and 1", value(held), value(lost))
 	}
-	now = now.Add(2 * ttl)
+	clk.Advance(2 * ttl)
 	l, _, _ = i0.Acquire(ctx, name, "i0", ttl)
 	if err := i0.Release(ctx, name, l); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/registry"
 	"connector/relay"
@@ -41,7 +42,7 @@ type live struct {
 	metrics   *adminMetrics
 
 	mu     sync.Mutex // serializes apply
-	expiry *time.Timer
+	expiry clock.Timer
 	// setAside are the scope claims the last apply found set aside by a
 	// binding of another tenant (reportSetAside).
 	setAside map[setAsideClaim]bool
@@ -221,7 +222,7 @@ func (l *live) schedule(next time.Time) {
 	if next.IsZero() || l.ctx == nil {
 		return
 	}
-	l.expiry = time.AfterFunc(time.Until(next), func() {
+	l.expiry = clock.System.AfterFunc(time.Until(next), func() {
 		if l.ctx.Err() == nil {
 			_ = l.apply(l.ctx)
 		}

@@ -22,9 +22,7 @@ func TestSecurityDocDefaults(t *testing.T) {
 	if err := c.validateHTTP(); err != nil {
 		t.Fatal(err)
 	}
-	// The media section's zero values mean the media package's defaults.
-	m := MediaConfig{MaxBytes: media.DefaultMaxBytes, QuotaBytes: media.DefaultQuotaBytes,
-		TenantQuotaBytes: media.DefaultTenantQuotaBytes, TTL: media.DefaultTTL, UploadTimeout: media.DefaultUploadTimeout}
+	m := media.Config{}.WithDefaults()
 	relayCfg := relay.Config{}.WithDefaults()
 	discordCfg := discord.Config{}.WithDefaults()
 	telegramCfg := telegram.Config{}.WithDefaults()

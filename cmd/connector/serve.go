@@ -26,6 +26,7 @@ import (
 	"connector/admin"
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/cluster"
 	"connector/media"
 	"connector/platform"
 	"connector/registry"
@@ -100,9 +101,12 @@ func checkConfig(cfg *Config, log *slog.Logger, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "connector: %v\n", err)
 		return 1
 	}
-	// Stop what build started (the relay's store writer), so nothing
-	// logs after -check has answered.
+	// Stop what build started (the relay's store writer, the cluster
+	// node), so nothing logs after -check has answered.
 	_ = c.relay.Shutdown(context.Background())
+	if c.node != nil {
+		c.node.Close()
+	}
 	fmt.Fprintln(stdout, "config ok")
 	return 0
 }
@@ -167,7 +171,7 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if base == "" { // redis backend: the data directory holds only media
 			base, _ = dataDir(src.dataDir, "", lookup)
 		}
-		cfg.Media.Dir = cfg.Media.mediaDir(base)
+		cfg.Media.Dir = mediaDir(cfg.Media.Dir, base)
 	}
 	if gen != nil {
 		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it
@@ -283,6 +287,10 @@ type connector struct {
 	media *media.Store
 	// poker sends the wake pokes; run waits for those under way.
 	poker *wake.Poker
+	// node is this instance among those sharing the redis backend
+	// (internal/cluster); nil for one instance. serveReloading closes it
+	// once the relay and the platforms stopped.
+	node *cluster.Node
 }
 
 // openStore opens the store cfg.Store selects.
@@ -312,7 +320,7 @@ const storeOpenTimeout = 30 * time.Second
 // exactly what serve starts with; -check builds on an in-memory store, as a
 // running connector holds the real one.
 func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err error) {
-	reg := registry.New(st, time.Now)
+	reg := registry.New(st, clock.System)
 	if err := reg.SetDeclared(cfg.declared()); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
@@ -329,11 +337,17 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	m.watchStore(st)
 	leased := newLeaseMetrics(m).count(st)
 	c := &connector{cfg: cfg, log: log}
-	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, relay.DefaultLeaseTTL)
+	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, cluster.DefaultLeaseTTL)
 	deps, err := platformDeps(cfg, log, leased, keys, m, leaseTTL)
 	if err != nil {
 		return nil, err
 	}
+	c.node = deps.Cluster
+	defer func() {
+		if err != nil && c.node != nil {
+			c.node.Close()
+		}
+	}()
 	identity, err := identityVerifier(cfg.Enroll)
 	if err != nil {
 		return nil, err
@@ -349,11 +363,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	m.preinit(slices.Sorted(maps.Keys(cfg.TenantIDs())), platforms)
 	rc := cfg.Relay // the relay section; the rest is wiring
 	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, leased
-	rc.LeaseTTL = leaseTTL
+	rc.Cluster = deps.Cluster
+	instance := ""
 	if deps.Cluster != nil {
-		rc.Instance = deps.Cluster.Instance
+		instance = deps.Cluster.Instance()
 	}
-	poker, err := newPoker(cfg, reg, st, rc.Instance, log, m)
+	poker, err := newPoker(cfg, reg, st, instance, log, m)
 	if err != nil {
 		return nil, err
 	}
@@ -387,7 +402,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	var mediaRoutes map[string]http.Handler
 	if deps.Media != nil {
 		c.media = deps.Media
-		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, UploadTimeout: cfg.Media.UploadTimeout, Log: log}))
+		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, Log: log}))
 	}
 	routes, err := publicRoutes(srv, platforms, mediaRoutes, map[string]http.Handler{"POST /relay/policy": c.relayPolicyHandler()},
 		mh.Routes(), c.credentialRoutes(reg, identity))
@@ -414,7 +429,7 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 		Store:   st,
 	}
 	if cfg.Media.Dir != "" {
-		ms, err := media.New(cfg.Media.storeConfig(cfg.Media.Dir))
+		ms, err := media.New(cfg.Media)
 		if err != nil {
 			return deps, fmt.Errorf("media.dir: %w", err)
 		}
@@ -433,7 +448,11 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 	}
 	// nexscope rooms: a home per room under such a lease, the other
 	// instances proxying their members to it.
-	deps.Cluster = &platform.Cluster{Instance: instance, PubSub: st.PubSub(), Beat: leaseTTL / 3}
+	node, err := cluster.New(cluster.Config{Instance: instance, PubSub: st.PubSub(), LeaseTTL: leaseTTL, Log: log})
+	if err != nil {
+		return deps, fmt.Errorf("store: join the other instances: %w", err)
+	}
+	deps.Cluster = node
 	log.Info("sharing the store with other instances", "instance", instance, "lease_ttl", leaseTTL)
 	return deps, nil
 }
@@ -470,6 +489,9 @@ func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log
 		return err
 	}
 	c.reload = reload
+	if c.node != nil {
+		defer c.node.Close()
+	}
 	return c.run(ctx, gen, stdout, ready)
 }
 
@@ -582,7 +604,7 @@ func (c *connector) startIngest() (stop func()) {
 	var ingest sync.WaitGroup
 	for _, p := range c.platforms {
 		ingest.Go(func() {
-			err := p.Run(ctx, c.relay.Sink())
+			err := p.Run(ctx, c.relay)
 			if err != nil && ctx.Err() == nil {
 				c.log.Error("platform ingest stopped", "platform", p.Name(), "err", err)
 				return
@@ -713,7 +735,7 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 
 // sweepMedia removes expired media objects every minute until ctx ends.
 func sweepMedia(ctx context.Context, ms *media.Store) {
-	tick := time.NewTicker(time.Minute)
+	tick := clock.NewTicker(clock.System, time.Minute)
 	defer tick.Stop()
 	for {
 		select {

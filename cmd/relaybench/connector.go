@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connector/internal/cluster"
 	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/relay"
@@ -99,7 +100,7 @@ func startConnector(o *options, newPlatform func([]relay.Tenant) (platform.Platf
 	c.stop = stop
 	for _, srv := range c.Relays {
 		for _, p := range platforms {
-			c.ingest.Go(func() { _ = p.Run(ctx, srv.Sink()) })
+			c.ingest.Go(func() { _ = p.Run(ctx, srv) })
 		}
 	}
 	return c, nil
@@ -119,7 +120,13 @@ func (c *connector) startInstance(o *options, i int, prefix string, platforms []
 		Store:         st,
 	}
 	if o.Instances > 1 {
-		cfg.Instance = "relaybench-" + strconv.Itoa(i)
+		node, err := cluster.New(cluster.Config{Instance: "relaybench-" + strconv.Itoa(i), PubSub: st.PubSub()})
+		if err != nil {
+			closeStore()
+			return err
+		}
+		cfg.Cluster = node
+		closeStore = func(closeStore func()) func() { return func() { node.Close(); closeStore() } }(closeStore)
 	}
 	srv, err := relay.New(cfg)
 	if err != nil {

@@ -6,6 +6,7 @@ package clock
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
@@ -54,4 +55,49 @@ func (system) Sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Ticker delivers the time on C every period of its clock, as time.Ticker
+// does: a tick that finds C full is dropped. On a clocktest.Fake it ticks
+// inside the Advance that reaches each period.
+type Ticker struct {
+	// C receives the ticks.
+	C <-chan time.Time
+
+	c      chan time.Time
+	clock  Clock
+	period time.Duration
+	mu     sync.Mutex // guards timer and stopped
+	timer  Timer
+	stop   bool
+}
+
+// NewTicker starts a Ticker of period d on c; Stop ends it.
+func NewTicker(c Clock, d time.Duration) *Ticker {
+	ch := make(chan time.Time, 1)
+	t := &Ticker{C: ch, c: ch, clock: c, period: d}
+	t.mu.Lock()
+	t.timer = c.AfterFunc(d, t.tick)
+	t.mu.Unlock()
+	return t
+}
+
+func (t *Ticker) tick() {
+	select {
+	case t.c <- t.clock.Now():
+	default:
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.stop {
+		t.timer.Reset(t.period)
+	}
+}
+
+// Stop ends the ticks; no tick is sent after it returns but one under way.
+func (t *Ticker) Stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stop = true
+	t.timer.Stop()
 }

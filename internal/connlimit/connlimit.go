@@ -47,6 +47,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"connector/internal/clock"
 )
 
 // Reasons a connection is refused or closed by the Listener, as passed to
@@ -84,9 +86,9 @@ type Config struct {
 	// one reason; the line carries the count since the last one. Zero
 	// means one minute.
 	LogEvery time.Duration
-	// Now and Sleep are the clock; nil means time.Now and time.Sleep.
-	Now   func() time.Time
-	Sleep func(time.Duration)
+	// Clock times the accept backoff and the log allowance; nil is
+	// clock.System.
+	Clock clock.Clock
 }
 
 // Listener is a net.Listener that bounds unauthenticated connections. Create
@@ -164,11 +166,8 @@ func New(ln net.Listener, cfg Config) (*Listener, error) {
 		cfg.MaxPerSource = cfg.Max
 	}
 	cfg.LogEvery = cmp.Or(max(cfg.LogEvery, 0), time.Minute)
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Sleep == nil {
-		cfg.Sleep = time.Sleep
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System
 	}
 	l := &Listener{Listener: ln, cfg: cfg, conns: make(map[net.Conn]*state),
 		sources: make(map[string]int), logs: make(map[string]*logGate)}
@@ -198,7 +197,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 			l.shedOne()
 			l.refused(ReasonNoFDs, "accept failed: out of file descriptors; refusing connections until some are free", "err", err)
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			l.cfg.Sleep(delay)
+			_ = l.cfg.Clock.Sleep(context.Background(), delay)
 			continue
 		}
 		delay = 0
@@ -377,7 +376,7 @@ func (l *Listener) Close() error {
 // was logged less than LogEvery ago.
 func (l *Listener) refused(reason, msg string, attrs ...any) {
 	l.cfg.Refused(reason)
-	now := l.cfg.Now()
+	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	g := l.logs[reason]
 	if g == nil {

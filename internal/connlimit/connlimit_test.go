@@ -3,6 +3,7 @@ package connlimit
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"connector/internal/clock"
 )
 
 // server runs an http.Server on a loopback Listener limited to max; the
@@ -274,6 +277,22 @@ func (l *emfileListener) Accept() (net.Conn, error) {
 	return l.Listener.Accept()
 }
 
+// sleepClock is a clock.Clock whose Sleep returns at once, the time moved
+// on: it records each sleep.
+type sleepClock struct {
+	clock.Clock
+	now   time.Time
+	slept []time.Duration
+}
+
+func (c *sleepClock) Now() time.Time { return c.now }
+
+func (c *sleepClock) Sleep(_ context.Context, d time.Duration) error {
+	c.slept = append(c.slept, d)
+	c.now = c.now.Add(d)
+	return nil
+}
+
 func TestOutOfFDsBacksOffCountsAndLogsOnce(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -281,15 +300,13 @@ func TestOutOfFDsBacksOffCountsAndLogsOnce(t *testing.T) {
 	}
 	defer inner.Close()
 	var logs bytes.Buffer
-	var slept []time.Duration
 	var reasons []string
-	now := time.Unix(1000, 0)
+	clk := &sleepClock{now: time.Unix(1000, 0)}
 	l, err := New(&emfileListener{Listener: inner, n: 10}, Config{
 		Max:     4,
 		Log:     slog.New(slog.NewTextHandler(&logs, nil)),
 		Refused: func(r string) { reasons = append(reasons, r) },
-		Now:     func() time.Time { return now },
-		Sleep:   func(d time.Duration) { slept = append(slept, d); now = now.Add(d) },
+		Clock:   clk,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -312,13 +329,8 @@ func TestOutOfFDsBacksOffCountsAndLogsOnce(t *testing.T) {
 	for i := range want {
 		want[i] *= time.Millisecond
 	}
-	if len(slept) != len(want) {
-		t.Fatalf("slept %v, want %v", slept, want)
-	}
-	for i := range want {
-		if slept[i] != want[i] {
-			t.Fatalf("slept %v, want %v", slept, want)
-		}
+	if !slices.Equal(clk.slept, want) {
+		t.Fatalf("slept %v, want %v", clk.slept, want)
 	}
 	// 3.275 s of backoff: one line, the rest counted in the next one.
 	if n := strings.Count(logs.String(), "out of file descriptors"); n != 1 {

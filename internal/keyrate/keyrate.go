@@ -15,6 +15,8 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"golang.org/x/time/rate"
+
+	"connector/internal/clock"
 )
 
 // Config sets the allowance of every key.
@@ -25,8 +27,8 @@ type Config struct {
 	Every time.Duration
 	// MaxKeys bounds the keys remembered; at least 1.
 	MaxKeys int
-	// Now is the clock; nil is time.Now.
-	Now func() time.Time
+	// Clock is the clock; nil is clock.System.
+	Clock clock.Clock
 }
 
 // Limiter limits requests per key. It is safe for concurrent use.
@@ -43,8 +45,8 @@ func New(cfg Config) *Limiter {
 	if cfg.Burst < 1 || cfg.Every <= 0 || cfg.MaxKeys < 1 {
 		panic("keyrate: Burst, Every and MaxKeys must be positive")
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System
 	}
 	keys, _ := simplelru.NewLRU[string, *rate.Limiter](cfg.MaxKeys, nil) // size > 0: no error
 	return &Limiter{cfg: cfg, keys: keys}
@@ -53,7 +55,7 @@ func New(cfg Config) *Limiter {
 // Allow spends one request of key's allowance. When none is left it
 // spends nothing and reports how long until one is.
 func (l *Limiter) Allow(key string) (ok bool, retryAfter time.Duration) {
-	now := l.cfg.Now()
+	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b, found := l.keys.Get(key)

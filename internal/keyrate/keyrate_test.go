@@ -14,7 +14,7 @@ import (
 // its own allowance.
 func TestBurstThenOnePerEvery(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	l := keyrate.New(keyrate.Config{Burst: 3, Every: 10 * time.Second, MaxKeys: 10, Now: clk.Now})
+	l := keyrate.New(keyrate.Config{Burst: 3, Every: 10 * time.Second, MaxKeys: 10, Clock: clk})
 	for i := range 3 {
 		if ok, _ := l.Allow("u1"); !ok {
 			t.Fatalf("request %d of the burst refused", i+1)
@@ -44,7 +44,7 @@ func TestBurstThenOnePerEvery(t *testing.T) {
 // forgotten (and starts again with a full bucket); memory holds MaxKeys.
 func TestKeysAreBounded(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	l := keyrate.New(keyrate.Config{Burst: 1, Every: time.Hour, MaxKeys: 2, Now: clk.Now})
+	l := keyrate.New(keyrate.Config{Burst: 1, Every: time.Hour, MaxKeys: 2, Clock: clk})
 	l.Allow("a")
 	if ok, _ := l.Allow("a"); ok {
 		t.Fatal("a's second request within the hour allowed")

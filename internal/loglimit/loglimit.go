@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"connector/internal/clock"
 )
 
 // Rate is an allowance of log lines: Burst at once, then one more per
@@ -74,16 +76,16 @@ func (b *bucket) take() (ok bool, suppressed int) {
 // Bucket limits the log lines of one source. It is safe for concurrent
 // use.
 type Bucket struct {
-	rate Rate
-	now  func() time.Time
+	rate  Rate
+	clock clock.Clock
 
 	mu sync.Mutex
 	b  bucket
 }
 
 // NewBucket returns a full Bucket of rate r on the clock now.
-func NewBucket(r Rate, now func() time.Time) *Bucket {
-	return &Bucket{rate: r, now: now, b: newBucket(r, now())}
+func NewBucket(r Rate, c clock.Clock) *Bucket {
+	return &Bucket{rate: r, clock: c, b: newBucket(r, c.Now())}
 }
 
 // Log writes msg with args at level to log when log is enabled for level
@@ -94,7 +96,7 @@ func (b *Bucket) Log(log *slog.Logger, level slog.Level, msg string, args ...any
 		return
 	}
 	b.mu.Lock()
-	b.b.refill(b.rate, b.now())
+	b.b.refill(b.rate, b.clock.Now())
 	ok, suppressed := b.b.take()
 	b.mu.Unlock()
 	if ok {
@@ -127,7 +129,7 @@ func write(log *slog.Logger, level slog.Level, suppressed int, msg string, args 
 // for concurrent use.
 type Limiter struct {
 	perKey, overall Rate
-	now             func() time.Time
+	clock           clock.Clock
 
 	mu   sync.Mutex
 	all  bucket
@@ -136,12 +138,12 @@ type Limiter struct {
 
 // NewLimiter returns a Limiter allowing perKey to each key and overall to
 // all keys together, remembering at most maxKeys keys, on the clock now.
-func NewLimiter(perKey, overall Rate, maxKeys int, now func() time.Time) *Limiter {
+func NewLimiter(perKey, overall Rate, maxKeys int, c clock.Clock) *Limiter {
 	keys, err := simplelru.NewLRU[string, *bucket](max(maxKeys, 1), nil)
 	if err != nil {
 		panic(err) // only for a size below 1
 	}
-	return &Limiter{perKey: perKey, overall: overall, now: now, all: newBucket(overall, now()), keys: keys}
+	return &Limiter{perKey: perKey, overall: overall, clock: c, all: newBucket(overall, c.Now()), keys: keys}
 }
 
 // Log is Bucket.Log for the bucket of key: the line needs a token of
@@ -152,7 +154,7 @@ func (l *Limiter) Log(log *slog.Logger, level slog.Level, key, msg string, args 
 		return
 	}
 	l.mu.Lock()
-	now := l.now()
+	now := l.clock.Now()
 	kb, found := l.keys.Get(key)
 	if !found {
 		b := newBucket(l.perKey, now)

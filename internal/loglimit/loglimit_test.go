@@ -31,7 +31,7 @@ func TestBucketLetsABurstThroughThenOnePerInterval(t *testing.T) {
 	clk := clocktest.New(time.Unix(1767225600, 0))
 	var out lines
 	log := out.logger(slog.LevelInfo)
-	b := NewBucket(Rate{Burst: 3, Every: time.Minute}, clk.Now)
+	b := NewBucket(Rate{Burst: 3, Every: time.Minute}, clk)
 
 	for range 10 {
 		b.Log(log, slog.LevelWarn, "bad frame", "n", 1)
@@ -72,7 +72,7 @@ func TestBucketIgnoresLinesTheLoggerWouldDrop(t *testing.T) {
 	clk := clocktest.New(time.Unix(1767225600, 0))
 	var out lines
 	log := out.logger(slog.LevelInfo)
-	b := NewBucket(Rate{Burst: 2, Every: time.Minute}, clk.Now)
+	b := NewBucket(Rate{Burst: 2, Every: time.Minute}, clk)
 	for range 100 {
 		b.Log(log, slog.LevelDebug, "noise")
 	}
@@ -87,7 +87,7 @@ func TestLimiterBoundsEachKeyAndAllKeys(t *testing.T) {
 	clk := clocktest.New(time.Unix(1767225600, 0))
 	var out lines
 	log := out.logger(slog.LevelInfo)
-	l := NewLimiter(Rate{Burst: 2, Every: time.Minute}, Rate{Burst: 3, Every: 10 * time.Second}, 2, clk.Now)
+	l := NewLimiter(Rate{Burst: 2, Every: time.Minute}, Rate{Burst: 3, Every: 10 * time.Second}, 2, clk)
 
 	for range 5 {
 		l.Log(log, slog.LevelInfo, "a", "refused", "remote", "a")

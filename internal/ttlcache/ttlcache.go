@@ -10,13 +10,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"connector/internal/clock"
 )
 
 // Cache is a bounded LRU whose entries expire, each TTL after it was added
 // unless added with its own expiry (AddUntil). Safe for concurrent use.
 type Cache[K comparable, V any] struct {
-	now func() time.Time
-	ttl time.Duration
+	clock clock.Clock
+	ttl   time.Duration
 
 	mu  sync.Mutex
 	lru *simplelru.LRU[K, entry[V]]
@@ -28,13 +30,13 @@ type entry[V any] struct {
 }
 
 // New returns a cache of at most size (> 0) entries, each living ttl, on
-// the clock now.
-func New[K comparable, V any](size int, ttl time.Duration, now func() time.Time) *Cache[K, V] {
+// clock c.
+func New[K comparable, V any](size int, ttl time.Duration, c clock.Clock) *Cache[K, V] {
 	l, err := simplelru.NewLRU[K, entry[V]](size, nil)
 	if err != nil {
 		panic("ttlcache: size must be positive")
 	}
-	return &Cache[K, V]{now: now, ttl: ttl, lru: l}
+	return &Cache[K, V]{clock: c, ttl: ttl, lru: l}
 }
 
 // Get returns k's value when it has not expired.
@@ -42,7 +44,7 @@ func (c *Cache[K, V]) Get(k K) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lru.Get(k)
-	if ok && c.now().Before(e.expires) {
+	if ok && c.clock.Now().Before(e.expires) {
 		return e.v, true
 	}
 	if ok {
@@ -59,13 +61,13 @@ func (c *Cache[K, V]) Contains(k K) bool {
 }
 
 // Add sets k to v for the cache's TTL from now.
-func (c *Cache[K, V]) Add(k K, v V) { c.AddUntil(k, v, c.now().Add(c.ttl)) }
+func (c *Cache[K, V]) Add(k K, v V) { c.AddUntil(k, v, c.clock.Now().Add(c.ttl)) }
 
 // AddUntil sets k to v until expires; an expiry not after now removes k.
 func (c *Cache[K, V]) AddUntil(k K, v V, expires time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.now().Before(expires) {
+	if !c.clock.Now().Before(expires) {
 		c.lru.Remove(k)
 		return
 	}
@@ -77,7 +79,7 @@ func (c *Cache[K, V]) AddUntil(k K, v V, expires time.Time) {
 func (c *Cache[K, V]) AddIfAbsent(k K, v V, expires time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := c.now()
+	now := c.clock.Now()
 	if e, ok := c.lru.Peek(k); ok && now.Before(e.expires) {
 		return false
 	}

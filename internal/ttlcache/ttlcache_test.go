@@ -11,7 +11,7 @@ import (
 // cache's clock, and past the size the least recently used goes first.
 func TestExpiryAndBound(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	c := New[string, int](2, time.Minute, clk.Now)
+	c := New[string, int](2, time.Minute, clk)
 	c.Add("a", 1)
 	c.AddUntil("b", 2, clk.Now().Add(time.Hour))
 	if v, ok := c.Get("a"); !ok || v != 1 {
@@ -39,7 +39,7 @@ func TestExpiryAndBound(t *testing.T) {
 // TestAddIfAbsent: it sets a key only when no live value holds it.
 func TestAddIfAbsent(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	c := New[string, struct{}](8, time.Minute, clk.Now)
+	c := New[string, struct{}](8, time.Minute, clk)
 	if !c.AddIfAbsent("k", struct{}{}, clk.Now().Add(time.Second)) {
 		t.Fatal("a free key was not taken")
 	}

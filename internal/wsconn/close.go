@@ -6,35 +6,15 @@
 // Its owners decide what a close means (their close values) and what an
 // overflowing queue costs the peer; wsconn only runs the mechanism.
 //
-// Lock order: an owner's locks may be held while calling Queue and
-// Keepalive methods; their own locks are leaves (nothing is called under
-// them). Writer methods run on the writer goroutine with no wsconn lock
-// held; Keepalive's timeout callback runs with none held either.
+// Its locks are leaves (docs/locks.md): an owner's may be held while calling
+// Queue and Keepalive methods, and Writer methods and Keepalive's timeout
+// callback run with none of wsconn's held.
 package wsconn
 
-import (
-	"strconv"
+import "connector/contract"
 
-	"github.com/coder/websocket"
-)
-
-// Close is how a server ends a connection: a WebSocket close status and the
-// reason sent with it. Owners predefine one value per cause, each with one
-// documented meaning. A Close is an error, so code that decides a
-// connection must end can return the Close it ends with.
-type Close struct {
-	Code   websocket.StatusCode
-	Reason string
-}
-
-// Error implements error: "close 4009 name_taken".
-func (c Close) Error() string {
-	s := "close " + strconv.Itoa(int(c.Code))
-	if c.Reason != "" {
-		s += " " + c.Reason
-	}
-	return s
-}
+// Close is contract.Close: how an owner ends a connection.
+type Close = contract.Close
 
 // Drop is not sent: it drops the socket without a close handshake (the peer
 // is gone, or a write to it is stuck).

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
@@ -65,7 +66,7 @@ func BenchmarkInteractionPipeline(b *testing.B) {
 		for pb.Next() {
 			i := next.Add(1)
 			if i%int64(len(*pool)) == 0 {
-				p.seen = newDedupe(time.Hour, time.Now) // the pool's ids repeat
+				p.seen = newDedupe(time.Hour, clock.System) // the pool's ids repeat
 			}
 			w := httptest.NewRecorder()
 			p.serveInteractions(w, (*pool)[i%int64(len(*pool))].request())
@@ -90,7 +91,7 @@ func BenchmarkInteractionAckLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		if i%len(*pool) == 0 {
-			p.seen = newDedupe(time.Hour, time.Now)
+			p.seen = newDedupe(time.Hour, clock.System)
 		}
 		r := (*pool)[i%len(*pool)].request()
 		w := httptest.NewRecorder()

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"connector/internal/clock"
 )
 
 // Invalid-request window: Discord bans an IP that gets 10,000 invalid (401,
@@ -101,7 +103,7 @@ func (w *window) retryAfter(now time.Time, limit int) time.Duration {
 type breaker struct {
 	limit       int
 	tenantLimit int
-	now         func() time.Time
+	clock       clock.Clock
 
 	mu        sync.Mutex
 	bot       window
@@ -109,8 +111,8 @@ type breaker struct {
 	openUntil time.Time
 }
 
-func newBreaker(limit, tenantLimit int, now func() time.Time) *breaker {
-	return &breaker{limit: limit, tenantLimit: tenantLimit, now: now, tenants: make(map[string]*window)}
+func newBreaker(limit, tenantLimit int, c clock.Clock) *breaker {
+	return &breaker{limit: limit, tenantLimit: tenantLimit, clock: c, tenants: make(map[string]*window)}
 }
 
 // admit reports whether tenant may make a REST call now: nil, errBreakerOpen
@@ -118,7 +120,7 @@ func newBreaker(limit, tenantLimit int, now func() time.Time) *breaker {
 func (b *breaker) admit(tenant string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := b.now()
+	now := b.clock.Now()
 	if now.Before(b.openUntil) || b.bot.sum(slotOf(now)) >= b.limit {
 		return errBreakerOpen
 	}
@@ -133,7 +135,7 @@ func (b *breaker) admit(tenant string) error {
 func (b *breaker) record(tenant string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := slotOf(b.now())
+	e := slotOf(b.clock.Now())
 	b.bot.add(e)
 	if tenant == "" {
 		return
@@ -158,7 +160,7 @@ func (b *breaker) sweepLocked(e int64) {
 func (b *breaker) pause(d time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if until := b.now().Add(d); until.After(b.openUntil) {
+	if until := b.clock.Now().Add(d); until.After(b.openUntil) {
 		b.openUntil = until
 	}
 }

@@ -58,7 +58,7 @@ func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
 
 func TestBreakerWindow(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	b := newBreaker(3, 3, clk.Now)
+	b := newBreaker(3, 3, clk)
 	for range 3 {
 		if b.open() {
 			t.Fatal("opened too early")
@@ -88,7 +88,7 @@ func TestBreakerWindow(t *testing.T) {
 // and other tenants go on.
 func TestBreakerChargesTheTenant(t *testing.T) {
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
-	b := newBreaker(40, 10, clk.Now)
+	b := newBreaker(40, 10, clk)
 	for range 4 {
 		b.record("a")
 	}
@@ -133,7 +133,7 @@ func TestBreakerKeepsTheBotBelowTheBan(t *testing.T) {
 	}
 	for _, bad := range []int{7, 30} {
 		clk := clocktest.New(time.Unix(1_700_000_000, 0))
-		b := newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, clk.Now)
+		b := newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, clk)
 		var perSecond []int
 		goodRefused := false
 		for range 30 * 60 {

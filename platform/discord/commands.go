@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"slices"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/bwmarrin/discordgo"
@@ -256,16 +255,23 @@ func (c *commandSync) loop(ctx context.Context) {
 			return
 		case <-c.dirty:
 		}
-		t := time.NewTimer(debounce)
-		for quiet := false; !quiet; {
+		quiet := make(chan struct{}, 1)
+		t := c.p.clock.AfterFunc(debounce, func() { quiet <- struct{}{} })
+	burst:
+		for {
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return
 			case <-c.dirty:
-				t.Reset(debounce)
-			case <-t.C:
-				quiet = true
+				if !t.Reset(debounce) { // it fired meanwhile: take the signal back
+					select {
+					case <-quiet:
+					default:
+					}
+				}
+			case <-quiet:
+				break burst
 			}
 		}
 		for _, scope := range c.take() {

@@ -3,6 +3,8 @@ package discord
 import (
 	"sync"
 	"time"
+
+	"connector/internal/clock"
 )
 
 // dedupe remembers interaction ids for at least window. It keeps two
@@ -11,7 +13,7 @@ import (
 // timestamp skew: a replay older than that fails the freshness check anyway.
 type dedupe struct {
 	window time.Duration
-	now    func() time.Time
+	clock  clock.Clock
 
 	mu      sync.Mutex
 	cur     map[string]struct{}
@@ -23,15 +25,15 @@ type dedupe struct {
 // human rates; this only matters under a flood of valid signatures).
 const maxDedupeGeneration = 1 << 20
 
-func newDedupe(window time.Duration, now func() time.Time) *dedupe {
-	return &dedupe{window: window, now: now, cur: map[string]struct{}{}, prev: map[string]struct{}{}, rotated: now()}
+func newDedupe(window time.Duration, c clock.Clock) *dedupe {
+	return &dedupe{window: window, clock: c, cur: map[string]struct{}{}, prev: map[string]struct{}{}, rotated: c.Now()}
 }
 
 // add records id and reports whether it was new.
 func (d *dedupe) add(id string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if now := d.now(); now.Sub(d.rotated) >= d.window || len(d.cur) >= maxDedupeGeneration {
+	if now := d.clock.Now(); now.Sub(d.rotated) >= d.window || len(d.cur) >= maxDedupeGeneration {
 		d.prev, d.cur, d.rotated = d.cur, make(map[string]struct{}, len(d.cur)), now
 	}
 	if _, ok := d.cur[id]; ok {

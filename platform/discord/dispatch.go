@@ -144,7 +144,7 @@ func (p *Platform) readySnapshot(r *wireReady) {
 		listed[i] = g.ID
 	}
 	claimed := func(id string) bool { _, ok := p.guildOwners()[id]; return ok }
-	if p.snap.ready(p.now(), listed, claimed) {
+	if p.snap.ready(p.clock.Now(), listed, claimed) {
 		p.log.Info("discord guild snapshot loaded")
 	}
 }
@@ -174,7 +174,7 @@ const maxIngesting = 1024
 // channel are ingested in Gateway order, those of other channels side by
 // side (chatorder), so a slow step of one channel never delays another.
 func (p *Platform) enqueueMessage(edit bool, raw json.RawMessage) {
-	it := ingestItem{edit: edit, received: p.now()}
+	it := ingestItem{edit: edit, received: p.clock.Now()}
 	if err := json.Unmarshal(raw, &it.msg); err != nil {
 		p.metrics.Dropped(platformName, "malformed")
 		p.log.Warn("discord message dispatch not decodable", "err", err)

@@ -168,7 +168,7 @@ func TestEgressFollowUp(t *testing.T) {
 
 func TestFollowUpExpiredToken(t *testing.T) {
 	clk := clocktest.New(epoch)
-	v := vault.NewMemory(vault.Config{Now: clk.Now})
+	v := vault.NewMemory(vault.Config{Clock: clk})
 	key := vault.Key{Tenant: "t1", SessionKey: "s", Kind: vault.KindDiscordInteractionToken}
 	if err := v.Put(t.Context(), key, vault.Entry{Value: vault.NewSecret("tok"), Ref: "9000"}); err != nil {
 		t.Fatal(err)

@@ -109,7 +109,7 @@ func (g *gateway) open(ctx context.Context) error {
 			_ = c.Close()
 		}
 	}
-	timer := time.AfterFunc(g.p.cfg.HandshakeTimeout, abort)
+	timer := clock.System.AfterFunc(g.p.cfg.HandshakeTimeout, abort) // wall time: see run
 	stop := context.AfterFunc(ctx, abort)
 	err := g.p.sess.Open()
 	timer.Stop()
@@ -143,7 +143,7 @@ func (g *gateway) run(ctx context.Context) error {
 		}
 		switch {
 		case err == nil || errors.Is(err, discordgo.ErrWSAlreadyOpen):
-			up := g.p.now()
+			up := g.p.clock.Now()
 			g.p.setStatus(true, false, "connected")
 			g.p.log.Info("discord gateway connected")
 			select {
@@ -154,7 +154,7 @@ func (g *gateway) run(ctx context.Context) error {
 			}
 			g.p.setStatus(false, false, "gateway disconnected; reconnecting")
 			g.p.log.Warn("discord gateway disconnected; reconnecting")
-			if g.p.now().Sub(up) >= cfg.StableAfter {
+			if g.p.clock.Now().Sub(up) >= cfg.StableAfter {
 				backoff = cfg.ReconnectMin
 			}
 		default:
@@ -169,8 +169,11 @@ func (g *gateway) run(ctx context.Context) error {
 			g.p.setStatus(false, false, "gateway connect failed; retrying")
 			g.p.log.Warn("discord gateway connect failed", "err", gatewayErrText(err), "retry_in", backoff)
 		}
-		// Real time, like the handshake watchdog and discordgo's heartbeats:
-		// the Gateway's timing is not on the injected clock.
+		// Wall time, as the handshake watchdog in open: discordgo's Open,
+		// heartbeats and resume run on the library's own real timers, which
+		// no clock is injected into; a watchdog and a backoff on the
+		// platform's clock (a fake one in tests) would stand still while
+		// those run on.
 		if clock.System.Sleep(ctx, jitter(backoff)) != nil {
 			return nil
 		}

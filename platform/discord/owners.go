@@ -139,7 +139,7 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // ownersKnown reports whether the guild snapshot has loaded (or the wait for
 // it timed out, which is logged once).
 func (p *Platform) ownersKnown() bool {
-	known, expired, missing := p.snap.known(p.now())
+	known, expired, missing := p.snap.known(p.clock.Now())
 	if expired {
 		p.log.Warn("discord guild snapshot incomplete; answering chat owners from the guilds loaded", "missing_guilds", missing, "waited", guildSnapshotTimeout)
 	}

@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/bwmarrin/discordgo"
 	"github.com/gorilla/websocket"
@@ -41,7 +40,6 @@ type Platform struct {
 	cfg     Config
 	log     *slog.Logger
 	clock   clock.Clock
-	now     func() time.Time // clock.Now
 	metrics platform.Metrics
 	key     platform.KeyFunc
 	vault   vault.Store
@@ -130,7 +128,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		cfg:      cfg,
 		log:      deps.Log.With("platform", platformName),
 		clock:    deps.Clock,
-		now:      deps.Clock.Now,
 		metrics:  deps.Metrics,
 		key:      deps.Key,
 		vault:    deps.Vault,
@@ -143,8 +140,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	guilds := maps.Clone(cfg.Guilds)
 	p.guilds.Store(&guilds)
 	p.owners.Store(platform.NewOwnership(guildBindings(guilds)))
-	p.spoke = platform.NewGrants(deps.Vault, p.now, p.log)
-	p.links = platform.NewLinkDesk(p.now)
+	p.spoke = platform.NewGrants(deps.Vault, p.clock, p.log)
+	p.links = platform.NewLinkDesk(p.clock)
 	weights := make(map[string]int, len(cfg.Tenants))
 	p.SetRelevance(nil)
 	for name, tc := range cfg.Tenants {
@@ -153,12 +150,12 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		}
 	}
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
-	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.now)
+	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.clock)
 	p.cache = newCache(p)
-	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.now)
+	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
-	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
+	p.seen = newDedupe(2*cfg.InteractionSkew, p.clock)
 	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)
 	if err := p.newSession(); err != nil {
@@ -182,7 +179,7 @@ func (p *Platform) newSession() error {
 	tr := &transport{
 		base: http.DefaultTransport, gatewayURL: p.cfg.GatewayURL, sched: p.sched,
 		routes: newRouteLimiter(p.clock), breaker: p.breaker, metrics: p.metrics,
-		log: p.log, now: p.now, timeout: p.cfg.RequestTimeout,
+		log: p.log, clock: p.clock, timeout: p.cfg.RequestTimeout,
 	}
 	if p.cfg.APIBaseURL != "" {
 		u, _ := url.Parse(p.cfg.APIBaseURL) // validated

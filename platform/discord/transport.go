@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/fairshare"
 )
@@ -49,7 +50,7 @@ type transport struct {
 	breaker    *breaker
 	metrics    platform.Metrics
 	log        *slog.Logger
-	now        func() time.Time
+	clock      clock.Clock
 	timeout    time.Duration
 }
 
@@ -82,7 +83,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, r route) (
 		if err := t.breaker.admit(tenant); err != nil {
 			return nil, err
 		}
-		start := t.now()
+		start := t.clock.Now()
 		if !r.exemptGlobal {
 			if err := t.sched.Wait(ctx, tenant); err != nil {
 				return nil, waitError(err)
@@ -91,7 +92,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, r route) (
 		if err := t.routes.acquire(ctx, r.key); err != nil {
 			return nil, waitError(err)
 		}
-		if waited := t.now().Sub(start); waited > time.Millisecond {
+		if waited := t.clock.Now().Sub(start); waited > time.Millisecond {
 			t.metrics.RateLimitWait(platformName, waited)
 		}
 		out, err := t.outgoing(ctx, req)

@@ -46,7 +46,7 @@ var (
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
-	received := p.now()
+	received := p.clock.Now()
 	buf := bufPool.Get().(*bytes.Buffer)
 	defer bufPool.Put(buf)
 	buf.Reset()
@@ -178,12 +178,13 @@ func (p *Platform) acquireSlot(ctx context.Context) bool {
 		return true
 	default:
 	}
-	t := time.NewTimer(slotWait)
+	expired := make(chan struct{})
+	t := p.clock.AfterFunc(slotWait, func() { close(expired) })
 	defer t.Stop()
 	select {
 	case p.slots <- struct{}{}:
 		return true
-	case <-t.C:
+	case <-expired:
 	case <-ctx.Done():
 	}
 	return false
@@ -220,7 +221,7 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 // (when no interactions endpoint URL is set): same dedupe and processing,
 // acknowledged through POST /interactions/{id}/{token}/callback.
 func (p *Platform) gatewayInteraction(raw json.RawMessage) {
-	received := p.now()
+	received := p.clock.Now()
 	var in wireInteraction
 	if err := json.Unmarshal(raw, &in); err != nil || in.ID == "" || !isSnowflake(in.ID) {
 		p.metrics.Dropped(platformName, "malformed")

@@ -1,98 +1,64 @@
 package nexscope
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
 
 	"connector/contract"
-	"connector/internal/clustermsg"
+	"connector/internal/cluster"
 	"connector/internal/wsconn"
-	"connector/platform"
-	"connector/store"
 )
 
 // Several instances (platform.Deps.Cluster set, a Redis shared by every
-// instance) serve the rooms together; docs/nexscope.md draws it.
-//
-//   - Each room has one home: the instance holding the lease
-//     "nexscope/room/<name>" (platform.Deps.Exclusive; the
-//     connector stores it as "ingest/nexscope/room/<name>"). The home runs the
-//     room exactly as a single instance does: members, presence, the file
-//     lock, routing, acks and the bridge to the tenant's gateways.
-//   - A client may connect to any instance. That instance checks token,
-//     version, name and room itself and, when the room's home is elsewhere,
-//     asks the home to join the member (name_taken and room_full are the
-//     home's answers). From then on it is the member's edge: it forwards the
-//     frames the client sends to the home and writes the frames the home
-//     sends. The home keeps the member as a remote member: the same member,
-//     with its socket on another instance.
-//   - Order: an instance publishes through one goroutine and reads each
-//     subscription with one, so pub/sub keeps the order of one instance's
-//     messages. Frames carry a sequence number per member and direction; a
-//     gap (pub/sub is at most once) closes the member with 1011: a member
-//     never sees frames missing or out of order, so a file's chunks arrive
-//     in order or not at all.
-//   - Flow control: the home counts a remote member's frames in its send
-//     queue until the edge reports them written, so backpressure on file
-//     chunks and the slow-consumer rule work as on one instance; the edge
-//     stops reading a socket while more than SendQueueBytes it forwarded
-//     wait at the home.
-//   - Liveness: every beat each edge tells each home which of its sockets it
-//     holds, and each home tells each edge which remote members it keeps. A
-//     member the other side does not list is closed; an instance not heard
-//     from (a beat or any message of a member) for three beats is gone: the home removes its members (presence
-//     follows), the edge closes the members homed there with 1012.
-//   - When the home dies or loses its lease, its rooms' file locks and
-//     transfers in progress go with it; members on other instances are
-//     closed with 1012 within three beats, and the room starts empty on the
-//     instance that takes the lease (within LeaseTTL and a third). A home
-//     that shuts down closes them with 1001 at once.
-//   - A gateway's send, prompt and send_media are executed by the home:
-//     another instance forwards the action and waits for the home's
-//     result. A send_media whose re-host is stored on the forwarding
-//     instance fails there (media stores are per instance).
+// instance) serve the rooms together on the cluster layer
+// (internal/cluster); docs/nexscope.md ("Many instances") describes and
+// draws it. Each room has a home, the holder of the lease
+// "nexscope/room/<name>", which runs it exactly as a single instance does;
+// the instance a client connects to is the member's edge, which joins it at
+// the home and relays its frames both ways. Each direction of a member is a
+// cluster.Link: a gap, seen at the next frame or the other side's next beat
+// (which names the last frame sent and the bytes written or processed, so
+// credits lost on the way come back), closes the member with 1011 (room
+// state is live; nothing can be sent again). An instance gone for the
+// cluster layer takes its members with it: the edge closes those homed
+// there with 1012, the home removes those whose socket was there. A
+// gateway's send, prompt and send_media are executed by the home (a
+// cluster call).
 
 // forwardedExecTimeout bounds an action another instance forwarded: the
 // relay's default outbound_timeout, after which that instance has answered
 // the gateway anyway.
 const forwardedExecTimeout = 30 * time.Second
 
-// Pub/sub channels (the store prefixes them) and the room lease's name.
+// The room's channel (the store prefixes it) and the room lease's name.
 const (
-	inboxPrefix = "nexscope:inbox:" // + instance: messages for one instance
-	roomPrefix  = "nexscope:room:"  // + room: messages for the room's home
-	leasePrefix = "nexscope/room/"  // + room: the home's lease
+	roomPrefix  = "nexscope:room:" // + room: messages for the room's home
+	leasePrefix = "nexscope/room/" // + room: the home's lease
 )
 
-// Messages between instances (internal/clustermsg).
+// Messages between instances (internal/cluster: each names its sender, the
+// edge or the home). nexscope's types are lower-case letters.
 const (
-	msgJoin     = 'J' // room channel: room, name, edge, conn
-	msgJoined   = 'K' // edge inbox: conn, home, refusal (close code; "" joined)
-	msgIn       = 'T' // home inbox: edge, conn, seq, binary ("1"), frame
-	msgOut      = 'F' // edge inbox: conn, seq, binary ("1"), frame
-	msgClose    = 'C' // edge inbox: conn, code, reason, flush ("1")
-	msgLeave    = 'L' // home inbox or room channel: edge, conn
-	msgWritten  = 'W' // home inbox: edge, conn, bytes written in total
-	msgConsumed = 'U' // edge inbox: conn, bytes processed in total
-	msgEdgeBeat = 'B' // home inbox: edge, conns (",")
-	msgHomeBeat = 'H' // edge inbox: home, conns (",")
-	msgExec     = 'X' // room channel: request, instance, tenant, action (JSON)
-	msgProbe    = 'P' // edge inbox: request, conn, home (ping the member for its name)
-	msgResult   = 'R' // inbox: request, result (an action's JSON; a probe's "1" alive)
+	msgJoin     = 'j' // room channel: room, name, conn
+	msgJoined   = 'k' // edge inbox: conn, refusal (close code; "" joined)
+	msgIn       = 't' // home inbox: conn, seq, binary ("1"), frame
+	msgOut      = 'f' // edge inbox: conn, seq, binary ("1"), frame
+	msgClose    = 'c' // edge inbox: conn, code, reason, flush ("1")
+	msgLeave    = 'l' // home inbox or room channel: conn
+	msgWritten  = 'w' // home inbox: conn, bytes written in total
+	msgConsumed = 'u' // edge inbox: conn, bytes processed in total
+	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
+	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
+	msgExec     = 'x' // call on the room channel: tenant, action (JSON)
+	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 )
-
-// fieldCount is how many fields each message type has.
-var fieldCount = map[byte]int{
-	msgJoin: 4, msgJoined: 3, msgIn: 5, msgOut: 4, msgClose: 4, msgLeave: 2,
-	msgWritten: 3, msgConsumed: 2, msgEdgeBeat: 2, msgHomeBeat: 2, msgExec: 4, msgProbe: 3, msgResult: 2,
-}
 
 // Cluster tuning.
 const (
@@ -100,72 +66,88 @@ const (
 	// a join (sent again every beat) before it refuses the client with
 	// 1013: long enough for a lease takeover (four beats).
 	joinBeats = 6
-	// lostBeats is how many beats without a word from an instance make it
-	// gone; after forgetBeats it is forgotten.
-	lostBeats   = 3
-	forgetBeats = 100
 	// creditBytes is how many bytes written or processed an instance
 	// reports at least at once (it also reports whenever it runs dry).
 	creditBytes = 64 << 10
-	// outboxSize bounds the messages queued for publishing.
-	outboxSize = 1024
 )
 
-// cluster is this instance's part in the rooms of several instances.
-type cluster struct {
+// fleet is this instance's part in the rooms of several instances.
+type fleet struct {
 	p    *Platform
-	inst string
-	ps   store.PubSub
-	beat time.Duration
+	node *cluster.Node
 
-	out  chan outMsg // published in order by publishLoop
-	ctx  context.Context
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	ctx       context.Context // ends when Run ends
+	stop      context.CancelFunc
+	stopBeats func()
+	wg        sync.WaitGroup
 
 	mu      sync.Mutex
-	edges   map[string]*member     // this instance's sockets in rooms homed elsewhere, by conn
-	remotes map[string]*member     // members of rooms homed here with their socket elsewhere, by edge/conn
-	joining map[string]bool        // remote joins being decided, by edge/conn
-	heard   map[string]time.Time   // instance -> when a message from it last arrived
-	calls   map[string]chan []byte // forwarded actions waiting for their result, by request
-	nextReq uint64
+	edges   map[string]*member // this instance's sockets in rooms homed elsewhere, by conn
+	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
+	joining map[string]bool    // remote joins being decided, by edge/conn
 	// bid starts a room's bid for its lease once start ran (nil before);
 	// under mu. Rooms Bind creates later bid through it.
 	bid func(r *room)
 }
 
-type outMsg struct {
-	channel string
-	msg     []byte
-}
-
-func newCluster(p *Platform, c *platform.Cluster) *cluster {
+func newCluster(p *Platform, node *cluster.Node) *fleet {
 	ctx, stop := context.WithCancel(context.Background())
-	return &cluster{
-		p: p, inst: c.Instance, ps: c.PubSub, beat: c.Beat,
-		out: make(chan outMsg, outboxSize), ctx: ctx, stop: stop,
+	cl := &fleet{
+		p: p, node: node, ctx: ctx, stop: stop,
 		edges: make(map[string]*member), remotes: make(map[string]*member),
-		joining: make(map[string]bool), heard: make(map[string]time.Time),
-		calls: make(map[string]chan []byte),
+		joining: make(map[string]bool),
 	}
-}
-
-// start subscribes to this instance's inbox and runs the publisher, the
-// beat and, for every room, the bid for its lease until ctx ends.
-func (cl *cluster) start(ctx context.Context, exclusive func(context.Context, string, func(context.Context) error) error) error {
-	inbox, cancel, err := cl.ps.Subscribe(cl.ctx, inboxPrefix+cl.inst)
-	if err != nil {
-		return err
-	}
-	cl.wg.Go(func() {
-		defer cancel()
-		for m := range inbox {
-			cl.handle(m)
+	node.Handle(msgJoin, 3, func(m cluster.Msg) {
+		cl.joinHere(string(m.Fields[0]), string(m.Fields[1]), m.From, string(m.Fields[2]))
+	})
+	node.Handle(msgJoined, 2, func(m cluster.Msg) {
+		if e := cl.edge(m.Fields[0]); e != nil {
+			e.link.answer(joinAnswer{home: m.From, refusal: string(m.Fields[1])})
 		}
 	})
-	cl.wg.Go(cl.publishLoop)
-	cl.wg.Go(func() { cl.beatLoop(ctx) })
+	node.Handle(msgIn, 4, func(m cluster.Msg) {
+		if r := cl.remote(m.From, m.Fields[0]); r != nil {
+			r.remote.received(r, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3])
+		}
+	})
+	node.Handle(msgOut, 4, func(m cluster.Msg) {
+		if e := cl.edge(m.Fields[0]); e != nil {
+			e.link.received(e, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3])
+		}
+	})
+	node.Handle(msgClose, 4, func(m cluster.Msg) {
+		if e := cl.edge(m.Fields[0]); e != nil {
+			code, _ := strconv.Atoi(string(m.Fields[1]))
+			e.leave()
+			e.q.Close(Close{Code: contract.CloseCode(code), Reason: string(m.Fields[2])}, string(m.Fields[3]) == "1")
+		}
+	})
+	node.Handle(msgLeave, 1, func(m cluster.Msg) {
+		if r := cl.remote(m.From, m.Fields[0]); r != nil {
+			r.kick(wsconn.Drop) // its socket is gone: nothing to tell the edge
+		}
+	})
+	node.Handle(msgWritten, 2, func(m cluster.Msg) {
+		if r := cl.remote(m.From, m.Fields[0]); r != nil {
+			r.remote.wrote(r, int64(cluster.Uint(m.Fields[1])))
+		}
+	})
+	node.Handle(msgConsumed, 2, func(m cluster.Msg) {
+		if e := cl.edge(m.Fields[0]); e != nil {
+			e.link.consumedUpTo(int64(cluster.Uint(m.Fields[1])))
+		}
+	})
+	node.Handle(msgEdgeBeat, 1, func(m cluster.Msg) { cl.edgeBeat(m.From, m.Fields[0]) })
+	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
+	node.HandleCall(msgExec, 2, cl.execHere)
+	node.HandleCall(msgProbe, 1, cl.probeHere)
+	return cl
+}
+
+// start runs the beat and, for every room, the bid for its lease until ctx
+// ends.
+func (cl *fleet) start(ctx context.Context, exclusive func(context.Context, string, func(context.Context) error) error) {
+	cl.stopBeats = cl.node.OnBeat(cl.sendBeats)
 	bid := func(r *room) {
 		cl.wg.Go(func() {
 			_ = exclusive(ctx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
@@ -181,12 +163,11 @@ func (cl *cluster) start(ctx context.Context, exclusive func(context.Context, st
 		bid(r)
 	}
 	cl.p.roomsMu.Unlock()
-	return nil
 }
 
 // adopt has a room Bind created bid for its lease, if start ran (start
 // bids for every room there is then). Called under roomsMu.
-func (cl *cluster) adopt(r *room) {
+func (cl *fleet) adopt(r *room) {
 	cl.mu.Lock()
 	bid := cl.bid
 	cl.mu.Unlock()
@@ -195,81 +176,35 @@ func (cl *cluster) adopt(r *room) {
 	}
 }
 
-// shutdown publishes what is queued and ends the goroutines; the room
-// leases are released as their bids end with Run's context.
-func (cl *cluster) shutdown() {
+// shutdown stops the beat and waits for the bids, which end with Run's
+// context (releasing the room leases).
+func (cl *fleet) shutdown() {
+	if cl.stopBeats != nil {
+		cl.stopBeats()
+	}
 	cl.stop()
 	cl.wg.Wait()
 }
 
-// publish queues msg for channel; it waits while the outbox is full.
-func (cl *cluster) publish(channel string, msg []byte) {
-	select {
-	case cl.out <- outMsg{channel, msg}:
-	case <-cl.ctx.Done():
-	}
-}
-
-// publishLoop publishes queued messages in order; once stopped it publishes
-// what is left and returns.
-func (cl *cluster) publishLoop() {
-	lost := 0 // messages not published since the last one that was
-	send := func(m outMsg) {
-		ctx, cancel := context.WithTimeout(context.Background(), cl.beat*lostBeats)
-		defer cancel()
-		err := cl.ps.Publish(ctx, m.channel, m.msg)
-		switch {
-		case err != nil && lost == 0:
-			cl.p.log.Warn("nexscope cluster messages not published", "channel", m.channel, "err", err)
-			lost++
-		case err != nil:
-			lost++
-		case lost > 0:
-			cl.p.log.Info("nexscope cluster messages published again", "lost", lost)
-			lost = 0
-		}
-	}
-	for {
-		select {
-		case m := <-cl.out:
-			send(m)
-		case <-cl.ctx.Done():
-			for {
-				select {
-				case m := <-cl.out:
-					send(m)
-				default:
-					return
-				}
-			}
-		}
-	}
+// send queues a message for instance's inbox; it waits while the outbox is
+// full (bulk frames hold their sender back).
+func (cl *fleet) send(instance string, typ byte, fields ...[]byte) {
+	cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
 }
 
 // home runs r as its home while this instance holds the room's lease
 // (hctx); runCtx is Run's. On the way out every member is closed: with
 // 1001 when the connector shuts down, else with 1012 (the room moves).
-func (cl *cluster) home(runCtx, hctx context.Context, r *room) error {
-	msgs, cancel, err := cl.ps.Subscribe(hctx, roomPrefix+r.name)
+func (cl *fleet) home(runCtx, hctx context.Context, r *room) error {
+	cancel, err := cl.node.Subscribe(hctx, roomPrefix+r.name)
 	if err != nil {
 		cl.p.log.Warn("nexscope room channel not subscribed; the room's lease is given up", "room", r.name, "err", err)
 		return nil
 	}
-	defer cancel()
 	r.becomeHome()
 	cl.p.log.Info("nexscope room homed on this instance", "room", r.name)
-	for done := false; !done; {
-		select {
-		case <-hctx.Done():
-			done = true
-		case m, ok := <-msgs:
-			if !ok {
-				done = true
-				break
-			}
-			cl.handle(m)
-		}
-	}
+	<-hctx.Done()
+	cancel()
 	c := CloseRoomMoved
 	if runCtx.Err() != nil {
 		c = CloseGoingAway
@@ -279,140 +214,44 @@ func (cl *cluster) home(runCtx, hctx context.Context, r *room) error {
 	return nil
 }
 
-// handle takes one message from the inbox or a room channel. It never
-// waits for long: joins and forwarded actions run on their own goroutines.
-func (cl *cluster) handle(msg []byte) {
-	if len(msg) == 0 {
-		return
-	}
-	typ, f, ok := clustermsg.Decode(msg, fieldCount[msg[0]])
-	if !ok {
-		cl.p.log.Warn("malformed nexscope cluster message dropped", "bytes", len(msg))
-		return
-	}
-	switch typ {
-	case msgJoin:
-		cl.joinHere(string(f[0]), string(f[1]), string(f[2]), string(f[3]))
-	case msgJoined:
-		if m := cl.edge(f[0]); m != nil {
-			m.link.answer(joinAnswer{home: string(f[1]), refusal: string(f[2])})
-		}
-	case msgIn:
-		if m := cl.remote(f[0], f[1]); m != nil {
-			m.remote.received(m, parseUint(f[2]), string(f[3]) == "1", f[4])
-		}
-	case msgOut:
-		if m := cl.edge(f[0]); m != nil {
-			m.link.received(m, parseUint(f[1]), string(f[2]) == "1", f[3])
-		}
-	case msgClose:
-		if m := cl.edge(f[0]); m != nil {
-			code, _ := strconv.Atoi(string(f[1]))
-			m.leave()
-			m.q.Close(Close{Code: websocket.StatusCode(code), Reason: string(f[2])}, string(f[3]) == "1")
-		}
-	case msgLeave:
-		if m := cl.remote(f[0], f[1]); m != nil {
-			m.kick(wsconn.Drop) // its socket is gone: nothing to tell the edge
-		}
-	case msgWritten:
-		if m := cl.remote(f[0], f[1]); m != nil {
-			m.remote.wrote(m, int64(parseUint(f[2])))
-		}
-	case msgConsumed:
-		if m := cl.edge(f[0]); m != nil {
-			m.link.consumedUpTo(int64(parseUint(f[1])))
-		}
-	case msgEdgeBeat:
-		cl.edgeBeat(string(f[0]), string(f[1]))
-	case msgHomeBeat:
-		cl.homeBeat(string(f[0]), string(f[1]))
-	case msgExec:
-		cl.execHere(string(f[0]), string(f[1]), string(f[2]), f[3])
-	case msgProbe:
-		cl.probeHere(string(f[0]), f[1], string(f[2]))
-	case msgResult:
-		cl.mu.Lock()
-		ch := cl.calls[string(f[0])]
-		delete(cl.calls, string(f[0]))
-		cl.mu.Unlock()
-		if ch != nil {
-			ch <- f[1]
-		}
-	}
-}
-
-func parseUint(b []byte) uint64 {
-	n, _ := strconv.ParseUint(string(b), 10, 64)
-	return n
-}
-
-// edge returns this instance's socket conn in a room homed elsewhere. A
-// message for it shows that its home is alive.
-func (cl *cluster) edge(conn []byte) *member {
-	now := cl.p.clock.Now()
+// edge returns this instance's socket conn in a room homed elsewhere.
+func (cl *fleet) edge(conn []byte) *member {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	m := cl.edges[string(conn)]
-	if m != nil && m.link.home != "" {
-		cl.heard[m.link.home] = now
-	}
-	return m
+	return cl.edges[string(conn)]
 }
 
-// remote returns the remote member of a room homed here. A message from
-// its edge shows that the edge is alive.
-func (cl *cluster) remote(edge, conn []byte) *member {
-	now := cl.p.clock.Now()
+// remote returns the remote member of a room homed here.
+func (cl *fleet) remote(edge string, conn []byte) *member {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	cl.heard[string(edge)] = now
-	return cl.remotes[string(edge)+"/"+string(conn)]
-}
-
-// beatLoop beats until ctx ends.
-func (cl *cluster) beatLoop(ctx context.Context) {
-	for cl.p.clock.Sleep(ctx, cl.beat) == nil {
-		cl.sendBeats()
-	}
+	return cl.remotes[edge+"/"+string(conn)]
 }
 
 // sendBeats tells every instance this one works with which members it
-// holds, and closes the members of instances not heard from for lostBeats
-// beats.
-func (cl *cluster) sendBeats() {
-	now := cl.p.clock.Now()
-	gone := func(inst string, since time.Time) bool {
-		last := cl.heard[inst]
-		if last.Before(since) {
-			last = since
-		}
-		return now.Sub(last) > lostBeats*cl.beat
-	}
-	toHome := make(map[string][]string)
-	toEdge := make(map[string][]string)
+// holds, with the last frame sent to each and the bytes written or
+// processed, and closes the members linked with instances gone.
+func (cl *fleet) sendBeats() {
+	toHome := make(map[string][]byte)
+	toEdge := make(map[string][]byte)
 	var lost []*member
 	cl.mu.Lock()
 	for conn, m := range cl.edges {
 		if h := m.link.home; h != "" {
-			if gone(h, m.link.since) {
+			if cl.node.Gone(h, m.link.since) {
 				lost = append(lost, m)
 				continue
 			}
-			toHome[h] = append(toHome[h], conn)
+			toHome[h] = appendBeat(toHome[h], conn, m.link.out.Sent(), m.link.writtenTotal())
 		}
 	}
 	for _, m := range cl.remotes {
-		if gone(m.remote.edge, m.remote.since) {
+		l := m.remote
+		if cl.node.Gone(l.edge, l.since) {
 			lost = append(lost, m)
 			continue
 		}
-		toEdge[m.remote.edge] = append(toEdge[m.remote.edge], m.remote.conn)
-	}
-	for inst, last := range cl.heard {
-		if now.Sub(last) > forgetBeats*cl.beat {
-			delete(cl.heard, inst) // an instance gone for good (names may change on restart)
-		}
+		toEdge[l.edge] = appendBeat(toEdge[l.edge], l.conn, l.out.Sent(), l.consumedTotal())
 	}
 	cl.mu.Unlock()
 	for _, m := range lost {
@@ -424,61 +263,115 @@ func (cl *cluster) sendBeats() {
 			m.kick(wsconn.Drop)
 		}
 	}
-	for h, conns := range toHome {
-		cl.publish(inboxPrefix+h, clustermsg.Encode(msgEdgeBeat, []byte(cl.inst), []byte(strings.Join(conns, ","))))
+	for h, list := range toHome {
+		cl.node.Send(cluster.Inbox(h), msgEdgeBeat, list)
 	}
-	for e, conns := range toEdge {
-		cl.publish(inboxPrefix+e, clustermsg.Encode(msgHomeBeat, []byte(cl.inst), []byte(strings.Join(conns, ","))))
+	for e, list := range toEdge {
+		cl.node.Send(cluster.Inbox(e), msgHomeBeat, list)
 	}
 }
 
-// edgeBeat records an edge's beat and removes the remote members it no
-// longer holds (joined more than a beat ago, so not racing the beat).
-func (cl *cluster) edgeBeat(edge, conns string) {
+// appendBeat appends one member's "conn:sent:total" to a beat's list.
+func appendBeat(list []byte, conn string, sent uint64, total int64) []byte {
+	if len(list) > 0 {
+		list = append(list, ',')
+	}
+	list = append(list, conn...)
+	list = append(list, ':')
+	list = cluster.AppendUint(list, sent)
+	list = append(list, ':')
+	return strconv.AppendInt(list, total, 10)
+}
+
+// beatEntry is one member of a beat's list.
+type beatEntry struct {
+	sent  uint64
+	total int64
+}
+
+// parseBeat reads a beat's list; malformed entries are skipped.
+func parseBeat(list []byte) map[string]beatEntry {
+	out := make(map[string]beatEntry)
+	for e := range bytes.SplitSeq(list, []byte{','}) {
+		parts := bytes.Split(e, []byte{':'})
+		if len(parts) != 3 || len(parts[0]) == 0 {
+			continue
+		}
+		total, _ := strconv.ParseInt(string(parts[2]), 10, 64)
+		out[string(parts[0])] = beatEntry{sent: cluster.Uint(parts[1]), total: total}
+	}
+	return out
+}
+
+// edgeBeat takes an edge's beat: a remote member it no longer holds
+// (joined more than a beat ago, so not racing the beat) is removed, one
+// whose frames were lost on the way here is closed with 1011, and the
+// bytes written are credited.
+func (cl *fleet) edgeBeat(edge string, list []byte) {
 	now := cl.p.clock.Now()
-	held := setOf(conns)
-	var stale []*member
+	held := parseBeat(list)
+	var stale, broken []*member
+	credits := make(map[*member]int64)
 	cl.mu.Lock()
-	cl.heard[edge] = now
 	for _, m := range cl.remotes {
-		if m.remote.edge == edge && !held[m.remote.conn] && now.Sub(m.remote.since) > cl.beat {
+		l := m.remote
+		if l.edge != edge {
+			continue
+		}
+		e, ok := held[l.conn]
+		switch {
+		case !ok && now.Sub(l.since) > cl.node.Beat():
 			stale = append(stale, m)
+		case ok && l.in.Missing(e.sent):
+			broken = append(broken, m)
+		case ok:
+			credits[m] = e.total
 		}
 	}
 	cl.mu.Unlock()
 	for _, m := range stale {
 		m.kick(wsconn.Drop)
 	}
+	for _, m := range broken {
+		m.log.Warn("nexscope frames from the member's instance lost; closing it")
+		m.kick(CloseFramesLost)
+	}
+	for m, total := range credits {
+		m.remote.wrote(m, total)
+	}
 }
 
-// homeBeat records a home's beat and closes this instance's members the
-// home no longer keeps.
-func (cl *cluster) homeBeat(home, conns string) {
+// homeBeat takes a home's beat: this instance's members the home no longer
+// keeps, or whose frames from the home were lost on the way, are closed
+// with 1011, and the bytes the home processed are credited.
+func (cl *fleet) homeBeat(home string, list []byte) {
 	now := cl.p.clock.Now()
-	kept := setOf(conns)
+	kept := parseBeat(list)
 	var stale []*member
+	credits := make(map[*member]int64)
 	cl.mu.Lock()
-	cl.heard[home] = now
 	for conn, m := range cl.edges {
-		if m.link.home == home && !kept[conn] && now.Sub(m.link.since) > cl.beat {
+		if m.link.home != home {
+			continue
+		}
+		e, ok := kept[conn]
+		switch {
+		case !ok && now.Sub(m.link.since) > cl.node.Beat():
 			stale = append(stale, m)
+		case ok && m.link.in.Missing(e.sent):
+			stale = append(stale, m)
+		case ok:
+			credits[m] = e.total
 		}
 	}
 	cl.mu.Unlock()
 	for _, m := range stale {
-		m.log.Info("nexscope room's home no longer keeps this member")
+		m.log.Info("nexscope room's home no longer keeps this member, or frames from it were lost")
 		m.kick(CloseFramesLost)
 	}
-}
-
-func setOf(list string) map[string]bool {
-	out := make(map[string]bool)
-	for _, s := range strings.Split(list, ",") {
-		if s != "" {
-			out[s] = true
-		}
+	for m, total := range credits {
+		m.link.consumedUpTo(total)
 	}
-	return out
 }
 
 // joinAnswer is a home's answer to a join.
@@ -490,22 +383,21 @@ type joinAnswer struct {
 // joinRemote joins m, a socket of this instance, to its room at the room's
 // home, asking again every beat until the home answers or joinBeats beats
 // pass. It returns the Close that refuses m, or nil once joined.
-func (cl *cluster) joinRemote(m *member) error {
+func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
 	m.link = newEdgeLink(cl, conn)
 	cl.mu.Lock()
 	cl.edges[conn] = m
 	cl.mu.Unlock()
-	join := clustermsg.Encode(msgJoin, []byte(r.name), []byte(m.name), []byte(cl.inst), []byte(conn))
 	for try := 0; ; try++ {
 		if try == joinBeats {
 			m.leave()
 			return CloseNoHome
 		}
-		cl.publish(roomPrefix+r.name, join)
+		cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
 		expired := make(chan struct{})
-		t := cl.p.clock.AfterFunc(cl.beat, func() { close(expired) })
+		t := cl.p.clock.AfterFunc(cl.node.Beat(), func() { close(expired) })
 		select {
 		case a := <-m.link.joined:
 			t.Stop()
@@ -516,7 +408,6 @@ func (cl *cluster) joinRemote(m *member) error {
 			}
 			cl.mu.Lock()
 			m.link.home, m.link.since = a.home, cl.p.clock.Now()
-			cl.heard[a.home] = m.link.since
 			cl.mu.Unlock()
 			return nil
 		case <-m.link.done:
@@ -540,7 +431,7 @@ func refusalClose(code int) Close {
 // joinHere decides a join that an edge sent to a room homed here: the
 // member joins (or is refused) as a local one would, and its frames then
 // flow through runRemote.
-func (cl *cluster) joinHere(roomName, name, edge, conn string) {
+func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	p := cl.p
 	r := p.room(roomName)
 	if r == nil || !validName(name) {
@@ -548,7 +439,6 @@ func (cl *cluster) joinHere(roomName, name, edge, conn string) {
 	}
 	key := edge + "/" + conn
 	cl.mu.Lock()
-	cl.heard[edge] = p.clock.Now()
 	if cl.joining[key] {
 		cl.mu.Unlock()
 		return // an edge asking again while the first ask is decided
@@ -560,21 +450,22 @@ func (cl *cluster) joinHere(roomName, name, edge, conn string) {
 	}
 	cl.joining[key] = true
 	cl.mu.Unlock()
+	goingAway := strconv.Itoa(int(CloseGoingAway.Code))
 	if !p.track() {
 		cl.joined(key, nil)
-		cl.answerJoin(edge, conn, strconv.Itoa(int(CloseGoingAway.Code)))
+		cl.answerJoin(edge, conn, goingAway)
 		return
 	}
 	go func() {
 		defer p.wg.Done()
 		m := newMember(p, r, name)
 		m.remote = &homeLink{cl: cl, edge: edge, conn: conn, since: p.clock.Now()}
-		m.remote.in = wsconn.NewQueue(remoteReader{m}, 0, math.MaxInt64, 0)
+		m.remote.in.q = wsconn.NewQueue(remoteReader{m}, 0, math.MaxInt64, 0)
 		m.q = m.newQueue(remoteWriter{m})
 		m.log = p.log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
 		if !p.register(m) {
 			cl.joined(key, nil)
-			cl.answerJoin(edge, conn, strconv.Itoa(int(CloseGoingAway.Code)))
+			cl.answerJoin(edge, conn, goingAway)
 			return
 		}
 		defer p.unregister(m)
@@ -600,7 +491,7 @@ func (cl *cluster) joinHere(roomName, name, edge, conn string) {
 }
 
 // joined ends the decision on key: m joined, or nil.
-func (cl *cluster) joined(key string, m *member) {
+func (cl *fleet) joined(key string, m *member) {
 	cl.mu.Lock()
 	delete(cl.joining, key)
 	if m != nil {
@@ -609,60 +500,34 @@ func (cl *cluster) joined(key string, m *member) {
 	cl.mu.Unlock()
 }
 
-func (cl *cluster) answerJoin(edge, conn, refusal string) {
-	cl.publish(inboxPrefix+edge, clustermsg.Encode(msgJoined, []byte(conn), []byte(cl.inst), []byte(refusal)))
-}
-
-// call publishes msg, a request named req, on channel and waits for its
-// result until ctx ends or, when expired is not nil, it is closed; ok is
-// false without a result.
-func (cl *cluster) call(ctx context.Context, expired <-chan struct{}, channel string, msg func(req []byte) []byte) (result []byte, ok bool) {
-	ch := make(chan []byte, 1)
-	cl.mu.Lock()
-	cl.nextReq++
-	req := cl.inst + "-" + strconv.FormatUint(cl.nextReq, 10)
-	cl.calls[req] = ch
-	cl.mu.Unlock()
-	defer func() {
-		cl.mu.Lock()
-		delete(cl.calls, req)
-		cl.mu.Unlock()
-	}()
-	cl.publish(channel, msg([]byte(req)))
-	select {
-	case res := <-ch:
-		return res, true
-	case <-ctx.Done():
-	case <-expired:
-	}
-	return nil, false
+func (cl *fleet) answerJoin(edge, conn, refusal string) {
+	cl.send(edge, msgJoined, []byte(conn), []byte(refusal))
 }
 
 // probe asks the edge of m, a remote member, whether m answers a WebSocket
 // ping within nameProbeTimeout (a new connection asks for its name); no
 // answer from the edge within a beat more counts as no.
-func (cl *cluster) probe(m *member) bool {
-	expired := make(chan struct{})
-	t := cl.p.clock.AfterFunc(nameProbeTimeout+cl.beat, func() { close(expired) })
+func (cl *fleet) probe(m *member) bool {
+	ctx, cancel := context.WithCancel(cl.ctx)
+	defer cancel()
+	t := cl.p.clock.AfterFunc(nameProbeTimeout+cl.node.Beat(), cancel)
 	defer t.Stop()
-	res, ok := cl.call(cl.ctx, expired, inboxPrefix+m.remote.edge, func(req []byte) []byte {
-		return clustermsg.Encode(msgProbe, req, []byte(m.remote.conn), []byte(cl.inst))
-	})
+	res, ok := cl.node.Call(ctx, cluster.Inbox(m.remote.edge), msgProbe, []byte(m.remote.conn))
 	return ok && string(res) == "1"
 }
 
 // probeHere answers a home's probe of one of this instance's sockets: "1"
 // when it answers a ping in time. A socket this instance does not hold is
 // not alive.
-func (cl *cluster) probeHere(req string, conn []byte, home string) {
+func (cl *fleet) probeHere(req cluster.Msg) {
 	answer := func(alive bool) {
 		res := []byte("0")
 		if alive {
 			res = []byte("1")
 		}
-		cl.publish(inboxPrefix+home, clustermsg.Encode(msgResult, []byte(req), res))
+		cl.node.Reply(req, res)
 	}
-	m := cl.edge(conn)
+	m := cl.edge(req.Fields[0])
 	if m == nil {
 		answer(false)
 		return
@@ -678,14 +543,12 @@ func (cl *cluster) probeHere(req string, conn []byte, home string) {
 
 // forwardExec asks the home of r to execute a (the home authorizes it) and
 // waits for its result until ctx ends.
-func (cl *cluster) forwardExec(ctx context.Context, r *room, tenant string, a *contract.Action) contract.Result {
+func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	action, err := json.Marshal(a)
 	if err != nil {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: action cannot be encoded")
 	}
-	raw, ok := cl.call(ctx, nil, roomPrefix+r.name, func(req []byte) []byte {
-		return clustermsg.Encode(msgExec, req, []byte(cl.inst), []byte(tenant), action)
-	})
+	raw, ok := cl.node.Call(ctx, roomPrefix+r.name, msgExec, []byte(tenant), action)
 	if !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
@@ -697,12 +560,13 @@ func (cl *cluster) forwardExec(ctx context.Context, r *room, tenant string, a *c
 }
 
 // execHere executes an action another instance forwarded to a room homed
-// here and sends the result back.
-func (cl *cluster) execHere(req, from, tenant string, action []byte) {
+// here and answers the result.
+func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
 	if !p.track() {
 		return
 	}
+	tenant, action := string(req.Fields[0]), req.Fields[1]
 	go func() {
 		defer p.wg.Done()
 		var a contract.Action
@@ -716,40 +580,38 @@ func (cl *cluster) execHere(req, from, tenant string, action []byte) {
 			cancel()
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
-		cl.publish(inboxPrefix+from, clustermsg.Encode(msgResult, []byte(req), raw))
+		cl.node.Reply(req, raw)
 	}()
 }
 
 // homeLink is, at a room's home, the far end of a remote member: its edge
-// instance and the member's sequence numbers and credits.
+// instance, the links of both directions and the credits.
 type homeLink struct {
-	cl         *cluster
+	cl         *fleet
 	edge, conn string
 	since      time.Time
 	// in holds the frames the member sent until its handler (remoteReader)
 	// takes them; the edge's window bounds it.
-	in *wsconn.Queue
+	in struct {
+		cluster.Link
+		q *wsconn.Queue
+	}
+	out cluster.Link // frames for the member (remoteWriter)
 
-	inSeq   uint64 // inbox goroutine
-	written int64  // inbox goroutine: bytes the edge reported written
+	written int64 // inbox goroutine: bytes the edge reported written
 
-	outSeq             uint64 // remoteWriter
-	consumed, reported int64  // remoteReader
+	consumedMu         sync.Mutex
+	consumed, reported int64 // remoteReader; consumed read by beats
 }
 
 // received queues a frame the member sent; a gap closes the member.
 func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte) {
-	if seq != l.inSeq+1 {
-		m.log.Warn("nexscope frames from the member's instance lost; closing it", "want_seq", l.inSeq+1, "seq", seq)
+	if !l.in.Take(seq) {
+		m.log.Warn("nexscope frames from the member's instance lost; closing it", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
 		return
 	}
-	l.inSeq = seq
-	typ := websocket.MessageText
-	if binary {
-		typ = websocket.MessageBinary
-	}
-	_ = l.in.Push(wsconn.Frame{Type: typ, Data: data}) // dropped once the member left
+	_ = l.in.q.Push(wsconn.Frame{Type: messageType(binary), Data: data}) // dropped once the member left
 }
 
 // wrote takes the edge's report of bytes written in total: they leave the
@@ -761,13 +623,20 @@ func (l *homeLink) wrote(m *member, total int64) {
 	}
 }
 
+// consumedTotal is the bytes of the member's frames processed so far.
+func (l *homeLink) consumedTotal() int64 {
+	l.consumedMu.Lock()
+	defer l.consumedMu.Unlock()
+	return l.consumed
+}
+
 // runRemote serves a remote member after it joined: frames from its edge
 // are handled as a local member's (remoteReader), frames for it are relayed
 // to the edge (remoteWriter).
 func (m *member) runRemote() {
 	m.q.Start()
-	m.remote.in.Start()
-	<-m.remote.in.Done() // the member left, or asked to stop reading
+	m.remote.in.q.Start()
+	<-m.remote.in.q.Done() // the member left, or asked to stop reading
 	m.leave()
 	m.q.Close(wsconn.Drop, false)
 	<-m.q.Done()
@@ -788,11 +657,14 @@ func (r remoteReader) Write(batch []wsconn.Frame) error {
 		} else {
 			m.handleText(f.Data)
 		}
-		l.in.Written(len(f.Data))
+		l.in.q.Written(len(f.Data))
+		l.consumedMu.Lock()
 		l.consumed += int64(len(f.Data))
-		if l.in.Len() == 0 || l.consumed-l.reported >= creditBytes {
-			l.reported = l.consumed
-			l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgConsumed, []byte(l.conn), strconv.AppendInt(nil, l.consumed, 10)))
+		consumed := l.consumed
+		l.consumedMu.Unlock()
+		if l.in.q.Len() == 0 || consumed-l.reported >= creditBytes {
+			l.reported = consumed
+			l.cl.send(l.edge, msgConsumed, []byte(l.conn), strconv.AppendInt(nil, consumed, 10))
 		}
 		if m.stop {
 			return wsconn.Drop
@@ -813,8 +685,9 @@ type remoteWriter struct{ m *member }
 func (w remoteWriter) Write(batch []wsconn.Frame) error {
 	l := w.m.remote
 	for _, f := range batch {
-		l.outSeq++
-		l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgOut, []byte(l.conn), strconv.AppendUint(nil, l.outSeq, 10), binaryFlag(f.Type), f.Data))
+		l.out.Send(func(seq uint64) {
+			l.cl.send(l.edge, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(f.Type), f.Data)
+		})
 	}
 	return nil
 }
@@ -828,7 +701,7 @@ func (w remoteWriter) End(end Close) {
 	if w.m.q.Flushing() {
 		flush = "1"
 	}
-	l.cl.publish(inboxPrefix+l.edge, clustermsg.Encode(msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), []byte(flush)))
+	l.cl.send(l.edge, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), []byte(flush))
 }
 
 func binaryFlag(t websocket.MessageType) []byte {
@@ -838,10 +711,17 @@ func binaryFlag(t websocket.MessageType) []byte {
 	return []byte("0")
 }
 
-// edgeLink is, at a member's edge, the way to the room's home: the
-// member's sequence numbers and the credits of both directions.
+func messageType(binary bool) websocket.MessageType {
+	if binary {
+		return websocket.MessageBinary
+	}
+	return websocket.MessageText
+}
+
+// edgeLink is, at a member's edge, the way to the room's home: the links
+// of both directions and the credits.
 type edgeLink struct {
-	cl     *cluster
+	cl     *fleet
 	conn   string
 	joined chan joinAnswer // the home's answer to the join
 	done   chan struct{}   // closed when the member leaves
@@ -849,18 +729,19 @@ type edgeLink struct {
 	home  string    // under cl.mu, set once joined
 	since time.Time // under cl.mu: when joined
 
-	outSeq uint64 // the member's reader
-	inSeq  uint64 // inbox goroutine
+	out cluster.Link // frames the member sent (its reader)
+	in  cluster.Link // frames for the member (inbox goroutine)
 
 	mu       sync.Mutex
 	sent     int64 // bytes forwarded to the home
 	consumed int64 // of them, bytes the home reported processed
+	written  int64 // bytes written to the socket (the member's writer)
 	credit   chan struct{}
 
-	written, reported int64 // the member's writer
+	reported int64 // the member's writer
 }
 
-func newEdgeLink(cl *cluster, conn string) *edgeLink {
+func newEdgeLink(cl *fleet, conn string) *edgeLink {
 	return &edgeLink{cl: cl, conn: conn, joined: make(chan joinAnswer, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
 }
 
@@ -893,9 +774,9 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte) {
 	l.mu.Lock()
 	l.sent += int64(len(data))
 	l.mu.Unlock()
-	l.outSeq++
-	l.cl.publish(inboxPrefix+l.home, clustermsg.Encode(msgIn, []byte(l.cl.inst), []byte(l.conn),
-		strconv.AppendUint(nil, l.outSeq, 10), binaryFlag(typ), data))
+	l.out.Send(func(seq uint64) {
+		l.cl.send(l.home, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(typ), data)
+	})
 }
 
 // consumedUpTo takes the home's report of bytes processed in total.
@@ -910,17 +791,12 @@ func (l *edgeLink) consumedUpTo(total int64) {
 
 // received queues a frame the home sent for the member; a gap closes it.
 func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
-	if seq != l.inSeq+1 {
-		m.log.Warn("nexscope frames from the room's home lost; closing the member", "want_seq", l.inSeq+1, "seq", seq)
+	if !l.in.Take(seq) {
+		m.log.Warn("nexscope frames from the room's home lost; closing the member", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
 		return
 	}
-	l.inSeq = seq
-	typ := websocket.MessageText
-	if binary {
-		typ = websocket.MessageBinary
-	}
-	if m.q.Push(wsconn.Frame{Type: typ, Data: data}) == wsconn.ErrOverflow {
+	if m.q.Push(wsconn.Frame{Type: messageType(binary), Data: data}) == wsconn.ErrOverflow {
 		m.kick(CloseSlowConsumer)
 	}
 }
@@ -928,12 +804,22 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
 // wrote reports n more bytes written to the socket to the home, in batches
 // of creditBytes or when the queue ran dry.
 func (l *edgeLink) wrote(m *member, n int) {
+	l.mu.Lock()
 	l.written += int64(n)
-	if l.written-l.reported < creditBytes && m.q.Len() > 0 {
+	written := l.written
+	l.mu.Unlock()
+	if written-l.reported < creditBytes && m.q.Len() > 0 {
 		return
 	}
-	l.reported = l.written
-	l.cl.publish(inboxPrefix+l.home, clustermsg.Encode(msgWritten, []byte(l.cl.inst), []byte(l.conn), strconv.AppendInt(nil, l.written, 10)))
+	l.reported = written
+	l.cl.send(l.home, msgWritten, []byte(l.conn), strconv.AppendInt(nil, written, 10))
+}
+
+// writtenTotal is the bytes written to the socket so far.
+func (l *edgeLink) writtenTotal() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.written
 }
 
 // leave forgets the member, which left, and tells its home.
@@ -944,10 +830,9 @@ func (l *edgeLink) leave(m *member) {
 	home := l.home
 	cl.mu.Unlock()
 	close(l.done)
-	msg := clustermsg.Encode(msgLeave, []byte(cl.inst), []byte(l.conn))
 	if home != "" {
-		cl.publish(inboxPrefix+home, msg)
+		cl.send(home, msgLeave, []byte(l.conn))
 	} else {
-		cl.publish(roomPrefix+m.room.name, msg) // a join in progress
+		cl.node.SendWait(cl.ctx, roomPrefix+m.room.name, msgLeave, []byte(l.conn)) // a join in progress
 	}
 }

@@ -19,7 +19,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
-	"connector/internal/clustermsg"
+	"connector/internal/cluster"
 	"connector/internal/redistest"
 	"connector/platform"
 	"connector/platform/platformtest"
@@ -41,6 +41,22 @@ type instance struct {
 	name string
 	st   store.Store
 	stop func()
+	// lose, when set, loses the messages this instance publishes for which
+	// it returns true, as pub/sub may.
+	lose atomic.Pointer[func(channel string, msg []byte) bool]
+}
+
+// lossyPubSub is an instance's pub/sub, which loses what in.lose says.
+type lossyPubSub struct {
+	store.PubSub
+	in *instance
+}
+
+func (p lossyPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
+	if lose := p.in.lose.Load(); lose != nil && (*lose)(channel, msg) {
+		return nil
+	}
+	return p.PubSub.Publish(ctx, channel, msg)
 }
 
 // startInstances starts n instances sharing srv, each running Run.
@@ -72,9 +88,15 @@ func startInstanceWith(t testing.TB, srv *redistest.Server, cfg Config, name str
 	cfg.Token = testToken
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("instance", name)
+	in := &instance{name: name, st: st}
+	node, err := cluster.New(cluster.Config{Instance: name, PubSub: lossyPubSub{st.PubSub(), in}, LeaseTTL: ttl, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Close)
 	deps := platform.Deps{
 		Log:     log,
-		Cluster: &platform.Cluster{Instance: name, PubSub: st.PubSub(), Beat: ttl / 3},
+		Cluster: node,
 		Exclusive: func(ctx context.Context, lease string, run func(context.Context) error) error {
 			return store.RunExclusive(ctx, clock.System, st.Leases(), lease, name, ttl, run)
 		},
@@ -94,7 +116,7 @@ func startInstanceWith(t testing.TB, srv *redistest.Server, cfg Config, name str
 	t.Cleanup(hs.Close)
 	tr := &testRelay{p: p, srv: hs, logs: logs, url: "ws" + strings.TrimPrefix(hs.URL, "http"),
 		sink: platformtest.NewSink(64)}
-	in := &instance{testRelay: tr, name: name, st: st}
+	in.testRelay = tr
 	in.stop = tr.run(t, tr.sink)
 	t.Cleanup(func() {
 		in.stop()
@@ -302,13 +324,45 @@ func TestClusterLostFrameCloses(t *testing.T) {
 	edge.p.cluster.mu.Unlock()
 
 	// The next frame alice's edge expects is number 3 (two presences).
-	forged := clustermsg.Encode(msgOut, []byte(conn), []byte("4"), []byte("0"), []byte(`{"type":"msg"}`))
+	forged := cluster.Encode(msgOut, home.name, []byte(conn), []byte("4"), []byte("0"), []byte(`{"type":"msg"}`))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	if err := home.st.PubSub().Publish(ctx, inboxPrefix+edge.name, forged); err != nil {
+	if err := home.st.PubSub().Publish(ctx, cluster.Inbox(edge.name), forged); err != nil {
 		t.Fatal(err)
 	}
 	expectClose(alice, CloseFramesLost)
+	bob.ExpectPresence("bob")
+}
+
+// TestClusterLostLastFrameClosesAtTheNextBeat: a frame from the home lost
+// with no frame after it to show the gap is seen at the home's next beat,
+// which names the last frame it sent: the member is closed with 1011 rather
+// than left without the msg.
+func TestClusterLostLastFrameClosesAtTheNextBeat(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	lost := make(chan struct{})
+	lose := func(channel string, msg []byte) bool {
+		if channel != cluster.Inbox(edge.name) || cluster.Type(msg) != msgOut || !bytes.Contains(msg, []byte(`"msgId":"m1"`)) {
+			return false
+		}
+		close(lost)
+		return true
+	}
+	home.lose.Store(&lose)
+	bob.SendJSON(msg("m1", "bob", []string{"alice"}, "lost on the way"))
+	select {
+	case <-lost:
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the msg's frame to be lost", testTimeout)
+	}
+	expectClose(alice, CloseFramesLost)
+	bob.Expect("ack")
 	bob.ExpectPresence("bob")
 }
 
@@ -370,27 +424,32 @@ func FuzzClusterHandle(f *testing.F) {
 		for i, s := range fields {
 			b[i] = []byte(s)
 		}
-		return clustermsg.Encode(typ, b...)
+		return cluster.Encode(typ, "i9", b...)
 	}
-	f.Add(enc(msgJoin, DefaultRoom, "alice", "i9", "1"))
-	f.Add(enc(msgIn, "i9", "1", "1", "0", `{"type":"msg","msgId":"m","from":"alice","to":[],"text":"x"}`))
-	f.Add(enc(msgIn, "i9", "1", "2", "1", "chunk"))
+	f.Add(enc(msgJoin, DefaultRoom, "alice", "1"))
+	f.Add(enc(msgIn, "1", "1", "0", `{"type":"msg","msgId":"m","from":"alice","to":[],"text":"x"}`))
+	f.Add(enc(msgIn, "1", "2", "1", "chunk"))
 	f.Add(enc(msgOut, "1", "1", "0", `{}`))
 	f.Add(enc(msgClose, "1", "4010", "x", "1"))
-	f.Add(enc(msgLeave, "i9", "1"))
-	f.Add(enc(msgWritten, "i9", "1", "99999999999"))
+	f.Add(enc(msgLeave, "1"))
+	f.Add(enc(msgWritten, "1", "99999999999"))
 	f.Add(enc(msgConsumed, "1", "-5"))
-	f.Add(enc(msgEdgeBeat, "i9", "1,2,,3"))
-	f.Add(enc(msgHomeBeat, "i9", ""))
-	f.Add(enc(msgExec, "r1", "i9", "t1", `{"op":"send","chat_id":"default","content":"hi"}`))
-	f.Add(enc(msgProbe, "r2", "7", "i9"))
-	f.Add(enc(msgResult, "i0-1", "1"))
+	f.Add(enc(msgEdgeBeat, "1:3:9,2:x:,,3"))
+	f.Add(enc(msgHomeBeat, ""))
+	f.Add(enc(msgExec, "r1", "t1", `{"op":"send","chat_id":"default","content":"hi"}`))
+	f.Add(enc(msgProbe, "r2", "7"))
+	f.Add(enc(0, "1", "1"))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		st := store.NewMemory(nil)
 		defer st.Close()
+		node, err := cluster.New(cluster.Config{Instance: "i0", PubSub: st.PubSub(), LeaseTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer node.Close()
 		p, err := New(Config{Token: testToken, Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}, platform.Deps{
 			Log:       slog.New(slog.DiscardHandler),
-			Cluster:   &platform.Cluster{Instance: "i0", PubSub: st.PubSub(), Beat: time.Hour},
+			Cluster:   node,
 			Exclusive: func(ctx context.Context, _ string, run func(context.Context) error) error { return run(ctx) },
 		})
 		if err != nil {
@@ -401,7 +460,7 @@ func FuzzClusterHandle(f *testing.F) {
 		go func() { done <- p.Run(ctx, encodingSink(t)) }()
 		waitFor(t, "the room homed", func() bool { return p.rooms[DefaultRoom].home.Load() })
 		for _, m := range bytes.Split(msg, []byte{0x1e}) {
-			p.cluster.handle(m)
+			node.Dispatch(m)
 		}
 		cancel()
 		select {

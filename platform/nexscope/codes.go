@@ -3,6 +3,7 @@ package nexscope
 import (
 	"github.com/coder/websocket"
 
+	"connector/contract"
 	"connector/internal/wsconn"
 )
 
@@ -10,7 +11,7 @@ import (
 // the reason sent with it. Each predefined value has one meaning; two values
 // share a status where the protocol gives one status two causes (1008,
 // 4010). A Close is an error.
-type Close = wsconn.Close
+type Close = contract.Close
 
 // The closes the relay sends. 1001, 1008 and 4009-4014 are the protocol's
 // own; 4015-4017 cover cases the protocol leaves to the relay. Those of a
@@ -18,11 +19,11 @@ type Close = wsconn.Close
 var (
 	// CloseUnauthorized (1008, no reason): the token is missing or wrong. No
 	// error frame and no reason, to prevent enumeration.
-	CloseUnauthorized = Close{Code: websocket.StatusPolicyViolation}
+	CloseUnauthorized = Close{Code: 1008}
 	// CloseVersionMismatch (1008): v is not 1.
-	CloseVersionMismatch = Close{Code: websocket.StatusPolicyViolation, Reason: string(CodeVersionMismatch)}
+	CloseVersionMismatch = Close{Code: 1008, Reason: string(CodeVersionMismatch)}
 	// CloseGoingAway (1001): the connector is shutting down.
-	CloseGoingAway = Close{Code: websocket.StatusGoingAway, Reason: "shutting down"}
+	CloseGoingAway = Close{Code: 1001, Reason: "shutting down"}
 	// CloseNameTaken (4009): the name is already online in the room.
 	CloseNameTaken = Close{Code: 4009, Reason: string(CodeNameTaken)}
 	// CloseHeartbeatTimeout (4010): two consecutive WebSocket pings went
@@ -60,14 +61,14 @@ var (
 	// CloseRoomMoved (1012, service restart): the instance that hosted the
 	// room (its home) died, shut down or lost the room's lease; the room,
 	// with its file lock, starts again on another instance.
-	CloseRoomMoved = Close{Code: websocket.StatusServiceRestart, Reason: "room moved to another instance"}
+	CloseRoomMoved = Close{Code: 1012, Reason: "room moved to another instance"}
 	// CloseFramesLost (1011): a frame between this instance and the room's
 	// home was lost (pub/sub is at most once); the member is closed rather
 	// than see frames missing or out of order.
-	CloseFramesLost = Close{Code: websocket.StatusInternalError, Reason: "frames lost between relay instances"}
+	CloseFramesLost = Close{Code: 1011, Reason: "frames lost between relay instances"}
 	// CloseNoHome (1013, try again later): no instance answered for the
 	// room within the join timeout (its home is changing).
-	CloseNoHome = Close{Code: websocket.StatusTryAgainLater, Reason: "room unavailable, try again"}
+	CloseNoHome = Close{Code: 1013, Reason: "room unavailable, try again"}
 )
 
 // closeWith ends ws with c (wsconn.Drop: without a close handshake).
@@ -76,7 +77,7 @@ func closeWith(ws *websocket.Conn, c Close) {
 		_ = ws.CloseNow()
 		return
 	}
-	_ = ws.Close(c.Code, c.Reason)
+	_ = ws.Close(websocket.StatusCode(c.Code), c.Reason)
 }
 
 // ErrorCode is the code of an {"type":"error","code":...} frame: a wire

@@ -229,7 +229,7 @@ func expectClose(c *client, want Close) {
 // close frame of want: its code and its reason.
 func endedWith(err error, want Close) bool {
 	var ce websocket.CloseError
-	return errors.As(err, &ce) && ce.Code == want.Code && ce.Reason == want.Reason
+	return errors.As(err, &ce) && int(ce.Code) == int(want.Code) && ce.Reason == want.Reason
 }
 
 // msg is a client msg frame.

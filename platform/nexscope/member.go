@@ -236,7 +236,7 @@ func (m *member) leave() {
 		m.link.leave(m)
 	case m.remote != nil:
 		m.room.leave(m)
-		m.remote.in.Close(wsconn.Drop, false)
+		m.remote.in.q.Close(wsconn.Drop, false)
 	default:
 		m.room.leave(m)
 	}

@@ -38,7 +38,7 @@ type Platform struct {
 
 	// cluster is set when several instances share the rooms (cluster.go);
 	// exclusive is then platform.Deps.RunExclusive.
-	cluster   *cluster
+	cluster   *fleet
 	exclusive func(ctx context.Context, name string, run func(context.Context) error) error
 
 	sink   atomic.Pointer[sinkRef]
@@ -119,16 +119,11 @@ func (p *Platform) Routes() map[string]http.Handler {
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.runCtx.Store(&ctx)
 	p.sink.Store(&sinkRef{sink})
-	var err error
 	if p.cluster != nil {
 		defer p.cluster.shutdown()
-		if err = p.cluster.start(ctx, p.exclusive); err != nil {
-			err = fmt.Errorf("nexscope: joining the other instances: %w", err)
-		}
+		p.cluster.start(ctx, p.exclusive)
 	}
-	if err == nil {
-		<-ctx.Done()
-	}
+	<-ctx.Done()
 	p.sink.Store(nil)
 	p.mu.Lock()
 	p.closed = true
@@ -141,7 +136,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 		m.kick(CloseGoingAway)
 	}
 	p.wg.Wait()
-	return err
+	return nil
 }
 
 // ChatTenant implements platform.Platform: a chat is a room, owned by the

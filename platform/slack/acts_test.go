@@ -400,8 +400,8 @@ func TestEditsAndMentionsAcrossTurns(t *testing.T) {
 func TestDraftStreamMovesWithTheGateway(t *testing.T) {
 	st := newSharedStore(t)
 	fake := newFake(t)
-	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: &platform.Cluster{Instance: "i0", Beat: time.Second}})
-	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: &platform.Cluster{Instance: "i1", Beat: time.Second}})
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i1")})
 	frame := func(e *env, id int, content string, final bool) contract.Result {
 		t.Helper()
 		raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": id, "content": content, "final": final,

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"testing"
-	"time"
 
 	"connector/contract"
 	"connector/platform"
@@ -173,7 +172,7 @@ func TestGrantPlacedOnEveryInstance(t *testing.T) {
 	}
 	instance := func(name string, bindings []platform.Binding) *env {
 		e := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Vault: vault.NewDurable(st.Capabilities(), vault.Config{}),
-			Cluster: &platform.Cluster{Instance: name, Beat: time.Second}})
+			Cluster: newNode(t, st, name)})
 		if err := e.p.works.install(context.Background(), teamC.ID, installRecord{Token: teamC.Token, BotUser: teamC.BotUser}); err != nil {
 			t.Fatal(err)
 		}

@@ -6,8 +6,9 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
+
+	"connector/internal/pytext"
 )
 
 // This file writes the native adapter's view of a message's other Block
@@ -201,7 +202,7 @@ func blockPayload(raw json.RawMessage) string {
 	writePython(&b, inspectable.sanitize(), 0)
 	payload := b.String()
 	if utf8.RuneCountInString(payload) > maxBlockPayload {
-		payload = strings.TrimRightFunc(string([]rune(payload)[:maxBlockPayload-18]), unicode.IsSpace) + "\n... [truncated]"
+		payload = strings.TrimRightFunc(string([]rune(payload)[:maxBlockPayload-18]), pytext.IsSpace) + "\n... [truncated]"
 	}
 	return blockPayloadHeader + payload + "\n```"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/store"
 )
@@ -53,16 +54,16 @@ const localClaims = 500_000
 
 // newClaims is where the platform's claims are kept: the store's with
 // several instances (so one instance takes each), else process memory.
-func newClaims(deps platform.Deps, now func() time.Time) store.Claims {
+func newClaims(deps platform.Deps, c clock.Clock) store.Claims {
 	if deps.Cluster != nil && deps.Store != nil {
 		return deps.Store.Claims()
 	}
-	return newLocalState(localClaims, now)
+	return newLocalState(localClaims, c)
 }
 
 // begin claims key for this copy.
 func (d *dedupe) begin(ctx context.Context, key string) (claimOutcome, error) {
-	now := d.p.now()
+	now := d.p.clock.Now()
 	took, err := d.claims.Claim(ctx, "slack/pending/"+key, now.Add(pendingTTL))
 	if err != nil {
 		return claimBusy, err
@@ -90,7 +91,7 @@ func (d *dedupe) begin(ctx context.Context, key string) (claimOutcome, error) {
 // finish records a taken key as done: the event was stored or
 // deliberately dropped.
 func (d *dedupe) finish(ctx context.Context, key string) {
-	if err := d.claims.Hold(ctx, "slack/done/"+key, d.p.now().Add(d.p.cfg.DedupeWindow)); err != nil {
+	if err := d.claims.Hold(ctx, "slack/done/"+key, d.p.clock.Now().Add(d.p.cfg.DedupeWindow)); err != nil {
 		d.p.log.Warn("slack dedupe marker not stored; a retry of this event may be delivered again", "err", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/platform/chatorder"
 	"connector/store"
 )
@@ -86,16 +87,16 @@ func digest(text string) string {
 // the turns of each tenant's chat on this instance.
 type streams struct {
 	state store.Capabilities
-	now   func() time.Time
+	clock clock.Clock
 	turns *chatorder.Queue[streamKey]
 }
 
-func newStreams(st store.Store, now func() time.Time) *streams {
-	s := &streams{now: now, turns: chatorder.New[streamKey](0)}
+func newStreams(st store.Store, c clock.Clock) *streams {
+	s := &streams{clock: c, turns: chatorder.New[streamKey](0)}
 	if st != nil {
 		s.state = st.Capabilities()
 	} else {
-		s.state = newLocalState(localStreams, now)
+		s.state = newLocalState(localStreams, c)
 	}
 	return s
 }
@@ -125,7 +126,7 @@ func (s *streams) save(ctx context.Context, k streamKey, st *stream) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	raw, _ := json.Marshal(st) // plain fields: cannot fail
-	return s.state.Put(ctx, k.stateKey(), raw, s.now().Add(streamTTL))
+	return s.state.Put(ctx, k.stateKey(), raw, s.clock.Now().Add(streamTTL))
 }
 
 // sealed returns the message of k's sealed draft; ok is false when it was
@@ -142,7 +143,7 @@ func (s *streams) sealed(ctx context.Context, k streamKey, draft int64) (string,
 func (s *streams) seal(ctx context.Context, k streamKey, draft int64, ts string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	return s.state.Put(ctx, k.sealKey(draft), []byte(ts), s.now().Add(streamTTL))
+	return s.state.Put(ctx, k.sealKey(draft), []byte(ts), s.clock.Now().Add(streamTTL))
 }
 
 // cutCursor removes a trailing cursor glyph.

@@ -53,7 +53,7 @@ const maxPooledBody = 64 << 10
 // returns the body's buffer.
 func (p *Platform) verified(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
 	ts, err := strconv.ParseInt(r.Header.Get(headerTimestamp), 10, 64)
-	if err != nil || p.now().Sub(time.Unix(ts, 0)).Abs() > signatureWindow {
+	if err != nil || p.clock.Now().Sub(time.Unix(ts, 0)).Abs() > signatureWindow {
 		p.metrics.Dropped(platformName, "unauthorized")
 		http.Error(w, "stale or missing request timestamp", http.StatusUnauthorized)
 		return nil, nil, false
@@ -106,7 +106,7 @@ func (p *Platform) answer(w http.ResponseWriter, err error, what string) {
 
 // serveEvents handles POST /slack/events (the Events API).
 func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
-	received := p.now()
+	received := p.clock.Now()
 	body, release, ok := p.verified(w, r)
 	if !ok {
 		return
@@ -143,7 +143,7 @@ func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
 // delivered before the 200 (Slack's 3 s acknowledgement); every other
 // interaction is answered and dropped.
 func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
-	received := p.now()
+	received := p.clock.Now()
 	body, release, ok := p.verified(w, r)
 	if !ok {
 		return
@@ -173,7 +173,7 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 // before the answer, an ephemeral acknowledgement (the native "Running
 // `/x`…").
 func (p *Platform) serveCommands(w http.ResponseWriter, r *http.Request) {
-	received := p.now()
+	received := p.clock.Now()
 	body, release, ok := p.verified(w, r)
 	if !ok {
 		return

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
 	"connector/session"
@@ -124,9 +125,16 @@ func TestNotStoredIsRetried(t *testing.T) {
 // elsewhere is answered 503 or 200, never delivered.
 func TestDuplicateAcrossInstances(t *testing.T) {
 	st := newSharedStore(t)
-	cluster := &platform.Cluster{Instance: "i0", Beat: time.Second}
-	a := newEnv(t, nil, &platform.Deps{Store: st, Cluster: cluster})
-	b := newEnv(t, nil, &platform.Deps{Store: st, Cluster: &platform.Cluster{Instance: "i1", Beat: time.Second}})
+	node := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	a := newEnv(t, nil, &platform.Deps{Store: st, Cluster: node("i0")})
+	b := newEnv(t, nil, &platform.Deps{Store: st, Cluster: node("i1")})
 	for i := range 20 {
 		ts := "1768490100.0001" + string(rune('0'+i/10)) + string(rune('0'+i%10))
 		body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev"+ts, slacktest.MessageEvent(teamA.ID, dmAda, userAda, ts, "", "once "+ts))

@@ -16,6 +16,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
 	"connector/internal/leakcheck"
 	"connector/platform"
 	"connector/platform/platformtest"
@@ -257,3 +258,14 @@ func contextFor() (context.Context, context.CancelFunc) {
 
 // sprintf is fmt.Sprintf.
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// newNode is an instance's cluster node on st, closed when t ends.
+func newNode(t testing.TB, st store.Store, name string) *cluster.Node {
+	t.Helper()
+	n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}

@@ -265,7 +265,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	if c.ResponseURL != "" && ev.MessageType == "command" {
 		k := vault.Key{Tenant: tenant, SessionKey: p.key(tenant, &ev.Source), Kind: vault.KindSlackResponseURL}
 		ref := responseRef{team: c.TeamID, channel: c.ChannelID, user: c.UserID}.String()
-		if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.now()}); err != nil {
+		if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.clock.Now()}); err != nil {
 			return "", fmt.Errorf("slack: keep the response_url: %w", err)
 		}
 	}

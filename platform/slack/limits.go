@@ -103,7 +103,7 @@ func (l *limits) budget(team, method string) *fairshare.Scheduler {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := budgetKey{team, method}
-	now := l.p.now()
+	now := l.p.clock.Now()
 	if b := l.budgets[k]; b != nil {
 		b.used = now
 		return b.sched
@@ -152,22 +152,22 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 		deadline = time.Now().Add(p.cfg.RequestTimeout)
 	}
 	// ctx's deadline is real time; latest is on p.clock, like the budgets.
-	latest := p.now().Add(time.Until(deadline) - callMargin)
+	latest := p.clock.Now().Add(time.Until(deadline) - callMargin)
 	paced := channel != "" && channelPaced[method]
 	chanKey := team + "/" + channel
 	for {
-		start := p.now()
+		start := p.clock.Now()
 		if paced {
 			at, ok := p.limits.channels.Reserve(chanKey, start, latest)
 			if !ok {
 				return &rateLimitedError{wait: at.Sub(start)}
 			}
-			if err := p.clock.Sleep(ctx, at.Sub(p.now())); err != nil {
+			if err := p.clock.Sleep(ctx, at.Sub(p.clock.Now())); err != nil {
 				return err
 			}
 		}
 		sched := p.limits.budget(team, method)
-		wctx, cancel := context.WithTimeout(ctx, latest.Sub(p.now()))
+		wctx, cancel := context.WithTimeout(ctx, latest.Sub(p.clock.Now()))
 		err := sched.Wait(wctx, tenant)
 		cancel()
 		if err != nil {
@@ -176,7 +176,7 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 			}
 			return &rateLimitedError{wait: time.Second}
 		}
-		if d := p.now().Sub(start); d > 0 {
+		if d := p.clock.Now().Sub(start); d > 0 {
 			p.metrics.RateLimitWait(platformName, d)
 		}
 		err = fn(ctx, c)
@@ -191,10 +191,10 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 		retry := max(limited.RetryAfter, time.Second)
 		sched.Pause(retry)
 		if paced {
-			p.limits.channels.Hold(chanKey, p.now().Add(retry), p.now())
+			p.limits.channels.Hold(chanKey, p.clock.Now().Add(retry), p.clock.Now())
 		}
 		p.log.Info("slack 429; waiting Retry-After", "team", team, "method", method, "retry_after", retry)
-		if p.now().Add(retry).After(latest) {
+		if p.clock.Now().Add(retry).After(latest) {
 			return &rateLimitedError{wait: retry}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"connector/internal/clock"
 	"connector/store"
 )
 
@@ -22,8 +23,8 @@ import (
 // restart). Without a store the markers are kept in process memory
 // (localState), 20,000 in all, least recently set forgotten first.
 type memory struct {
-	caps store.Capabilities // the store's, else a localState
-	now  func() time.Time
+	caps  store.Capabilities // the store's, else a localState
+	clock clock.Clock
 }
 
 // memoryTTL is how long a marker lasts after it was last set.
@@ -46,11 +47,11 @@ const (
 
 var _ threadState = (*memory)(nil)
 
-func newMemory(st store.Store, now func() time.Time) *memory {
+func newMemory(st store.Store, c clock.Clock) *memory {
 	if st != nil {
-		return &memory{caps: st.Capabilities(), now: now}
+		return &memory{caps: st.Capabilities(), clock: c}
 	}
-	return &memory{caps: newLocalState(memorySize, now), now: now}
+	return &memory{caps: newLocalState(memorySize, c), clock: c}
 }
 
 // markKey is a marker's key in the store.
@@ -68,7 +69,7 @@ func (m *memory) has(ctx context.Context, kind markKind, key string) (bool, erro
 func (m *memory) set(ctx context.Context, kind markKind, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	return m.caps.Put(ctx, markKey(kind, key), nil, m.now().Add(memoryTTL))
+	return m.caps.Put(ctx, markKey(kind, key), nil, m.clock.Now().Add(memoryTTL))
 }
 
 func (m *memory) processed(ctx context.Context, team, ts string) (bool, error) {

@@ -22,11 +22,11 @@ func TestThreadMarkersSharedAcrossInstances(t *testing.T) {
 	// The store's clock judges expiry; the platforms run on real time (the
 	// Slack signatures do).
 	clk := clocktest.New(time.Now())
-	st := store.NewMemory(clk.Now)
+	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
 	fake := newFake(t)
 	deps := func(instance string) *platform.Deps {
-		return &platform.Deps{Store: st, Cluster: &platform.Cluster{Instance: instance, Beat: time.Second}}
+		return &platform.Deps{Store: st, Cluster: newNode(t, st, instance)}
 	}
 	a := newEnvOn(t, fake, nil, deps("i0"))
 	b := newEnvOn(t, fake, nil, deps("i1"))

@@ -104,9 +104,9 @@ var _ lookups = (*names)(nil)
 func newNames(p *Platform) *names {
 	return &names{
 		p:      p,
-		users:  ttlcache.New[string, userInfo](nameCacheSize, nameCacheTTL, p.now),
-		chans:  ttlcache.New[string, string](nameCacheSize, nameCacheTTL, p.now),
-		failed: ttlcache.New[string, struct{}](nameCacheSize, failedTTL, p.now),
+		users:  ttlcache.New[string, userInfo](nameCacheSize, nameCacheTTL, p.clock),
+		chans:  ttlcache.New[string, string](nameCacheSize, nameCacheTTL, p.clock),
+		failed: ttlcache.New[string, struct{}](nameCacheSize, failedTTL, p.clock),
 	}
 }
 

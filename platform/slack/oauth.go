@@ -53,7 +53,7 @@ func (p *Platform) stateKey() []byte {
 func (p *Platform) newState() string {
 	b := make([]byte, 16+8, 16+8+sha256.Size)
 	_, _ = rand.Read(b[:16]) // crypto/rand.Read never fails
-	binary.BigEndian.PutUint64(b[16:], uint64(p.now().Add(stateTTL).Unix()))
+	binary.BigEndian.PutUint64(b[16:], uint64(p.clock.Now().Add(stateTTL).Unix()))
 	mac := hmac.New(sha256.New, p.stateKey())
 	mac.Write(b)
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(b))
@@ -70,7 +70,7 @@ func (p *Platform) checkState(state string) (string, error) {
 	if !hmac.Equal(mac.Sum(nil), b[24:]) {
 		return "", errors.New("state signature mismatch")
 	}
-	if exp := time.Unix(int64(binary.BigEndian.Uint64(b[16:24])), 0); !p.now().Before(exp) {
+	if exp := time.Unix(int64(binary.BigEndian.Uint64(b[16:24])), 0); !p.clock.Now().Before(exp) {
 		return "", errors.New("state expired")
 	}
 	return base64.RawURLEncoding.EncodeToString(b[:16]), nil
@@ -148,7 +148,7 @@ func (p *Platform) serveOAuthCallback(w http.ResponseWriter, r *http.Request) {
 		p.oauthPage(w, http.StatusBadRequest, "Slack answered no bot token for a workspace.")
 		return
 	}
-	rec := installRecord{Token: resp.AccessToken, BotUser: resp.BotUserID, AppID: resp.AppID, TeamName: resp.Team.Name, Installed: p.now().Unix()}
+	rec := installRecord{Token: resp.AccessToken, BotUser: resp.BotUserID, AppID: resp.AppID, TeamName: resp.Team.Name, Installed: p.clock.Now().Unix()}
 	if err := p.works.install(r.Context(), resp.Team.ID, rec); err != nil {
 		p.log.Error("slack install not stored", "team", resp.Team.ID, "err", err)
 		p.oauthPage(w, http.StatusServiceUnavailable, "The install could not be stored; try again.")

@@ -32,7 +32,6 @@ type Platform struct {
 	key     platform.KeyFunc
 	metrics platform.Metrics
 	clock   clock.Clock
-	now     func() time.Time
 
 	http   *http.Client // Web API, files, response_url
 	desc   descriptor.Descriptor
@@ -118,7 +117,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		key:      deps.Key,
 		metrics:  deps.Metrics,
 		clock:    deps.Clock,
-		now:      deps.Clock.Now,
 		http:     &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
 		policies: make(map[string]*policy, len(cfg.Tenants)),
 		defPol:   defaultPolicy(cfg.AllowAllUsers),
@@ -132,20 +130,20 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		bindings = append(bindings, platform.Binding{Kind: platform.BindTeam, ID: team, Tenant: tenant})
 	}
 	_ = p.Bind(bindings) // Validate checked the ids
-	p.links = platform.NewLinkDesk(p.now)
-	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.links = platform.NewLinkDesk(p.clock)
+	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
-	p.notFound = ttlcache.New[string, struct{}](chanTeamsSize, declineMemory, p.now)
-	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.now)
-	p.histories = ttlcache.New[string, threadHistory](threadContextSize, threadContextTTL, p.now)
+	p.notFound = ttlcache.New[string, struct{}](chanTeamsSize, declineMemory, p.clock)
+	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.clock)
+	p.histories = ttlcache.New[string, threadHistory](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
-	p.memory = newMemory(deps.Store, p.now)
-	p.claims = newClaims(deps, p.now)
+	p.memory = newMemory(deps.Store, p.clock)
+	p.claims = newClaims(deps, p.clock)
 	p.dedupe = newDedupe(p)
 	p.queues = chatorder.New[string](maxInFlight)
 	p.limits = newLimits(p)
-	p.streams = newStreams(deps.Store, p.now)
+	p.streams = newStreams(deps.Store, p.clock)
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
 	p.desc = descriptor.Slack(p.egress.Ops.Names())
 	p.setStatus(platform.Status{Detail: "not started"})

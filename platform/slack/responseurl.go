@@ -13,11 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/slack-go/slack"
 
 	"connector/contract"
+	"connector/internal/pytext"
 	"connector/session"
 	"connector/vault"
 )
@@ -103,7 +103,7 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	k := vault.Key{Tenant: tenant, SessionKey: sessionKey, Kind: kindResponseURL}
 	e, ok := p.deps.Vault.Get(ctx, k)
 	ref := parseResponseRef(e.Ref)
-	if !ok || ref.user != user || ref.channel != t.channel || p.now().Sub(e.Stored) >= slashReplyWindow {
+	if !ok || ref.user != user || ref.channel != t.channel || p.clock.Now().Sub(e.Stored) >= slashReplyWindow {
 		return contract.Result{}, false
 	}
 	// The command is named by a digest of its response_url (unique to it,
@@ -133,7 +133,7 @@ func (p *Platform) privateReply(ctx context.Context, tenant, sessionKey string, 
 		posts := parts
 		if len(posts) > room {
 			posts = slices.Clone(parts[:room])
-			posts[room-1] = strings.TrimRightFunc(posts[room-1], unicode.IsSpace) +
+			posts[room-1] = strings.TrimRightFunc(posts[room-1], pytext.IsSpace) +
 				"\n\n_[Reply truncated: " + strconv.Itoa(len(parts)-room) + " more part(s) exceeded Slack's ephemeral reply limit.]_"
 		}
 		for _, part := range posts {

@@ -97,7 +97,7 @@ func (p *Platform) runSocket(ctx context.Context) error {
 	api := slack.New("", slack.OptionAppLevelToken(p.cfg.AppToken), slack.OptionAPIURL(p.cfg.APIURL), slack.OptionHTTPClient(p.http))
 	backoff := connectBackoffMin
 	for ctx.Err() == nil {
-		start := p.now()
+		start := p.clock.Now()
 		err := p.socketSession(ctx, api)
 		if ctx.Err() != nil {
 			break
@@ -107,7 +107,7 @@ func (p *Platform) runSocket(ctx context.Context) error {
 			p.log.Error("slack rejected the app token; check slack.app_token")
 			return errTokenRejected
 		}
-		if p.now().Sub(start) > time.Minute {
+		if p.clock.Now().Sub(start) > time.Minute {
 			backoff = connectBackoffMin
 		}
 		p.setStatus(platform.Status{Detail: "socket mode reconnecting: " + p.errorText(err)})
@@ -150,7 +150,7 @@ func (l slogLogger) Output(_ int, s string) error {
 // queued in their chat's order before the next envelope is read; the rest
 // run beside.
 func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, ev *socketmode.Event) {
-	received := p.now()
+	received := p.clock.Now()
 	switch ev.Type {
 	case socketmode.EventTypeConnected:
 		p.setStatus(platform.Status{Ready: true, Detail: "socket mode connected"})

@@ -30,7 +30,7 @@ func TestSlashReplyIsEphemeral(t *testing.T) {
 	fake := newFake(t)
 	instance := func(name string) *env {
 		return newEnvOn(t, fake, nil, &platform.Deps{Store: st, Vault: vault.NewDurable(st.Capabilities(), vault.Config{}),
-			Cluster: &platform.Cluster{Instance: name, Beat: time.Second}})
+			Cluster: newNode(t, st, name)})
 	}
 	a, b := instance("i0"), instance("i1")
 	url := fake.ResponseURL("r1")

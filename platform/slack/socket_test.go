@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connector/internal/clock"
+	"connector/internal/cluster"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
 	"connector/store"
@@ -15,10 +16,15 @@ import (
 
 // socketDeps runs Exclusive on st's leases, as serve does with several
 // instances, under instance's name.
-func socketDeps(st store.Store, instance string) *platform.Deps {
+func socketDeps(t *testing.T, st store.Store, instance string) *platform.Deps {
+	node, err := cluster.New(cluster.Config{Instance: instance, PubSub: st.PubSub(), LeaseTTL: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(node.Close)
 	return &platform.Deps{
 		Store:   st,
-		Cluster: &platform.Cluster{Instance: instance, PubSub: st.PubSub(), Beat: 100 * time.Millisecond},
+		Cluster: node,
 		Exclusive: func(ctx context.Context, name string, run func(context.Context) error) error {
 			return store.RunExclusive(ctx, clock.System, st.Leases(), "ingest/"+name, instance, 300*time.Millisecond, run)
 		},
@@ -32,13 +38,13 @@ func socketDeps(st store.Store, instance string) *platform.Deps {
 func TestSocketModeUnderALease(t *testing.T) {
 	st := newSharedStore(t)
 	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
-	a := newEnv(t, socket, socketDeps(st, "i0"))
+	a := newEnv(t, socket, socketDeps(t, st, "i0"))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	if err := a.fake.WaitSocket(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	b := newEnvOn(t, a.fake, socket, socketDeps(st, "i1"))
+	b := newEnvOn(t, a.fake, socket, socketDeps(t, st, "i1"))
 	push := func(fake *slacktest.Server, ts, text string) string {
 		t.Helper()
 		env := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev"+ts, slacktest.MessageEvent(teamA.ID, dmAda, userAda, ts, "", text))

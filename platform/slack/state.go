@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/ttlcache"
 	"connector/store"
 )
@@ -26,8 +27,8 @@ var (
 )
 
 // newLocalState returns a local state of at most size entries.
-func newLocalState(size int, now func() time.Time) localState {
-	return localState{c: ttlcache.New[string, []byte](size, 0, now)}
+func newLocalState(size int, c clock.Clock) localState {
+	return localState{c: ttlcache.New[string, []byte](size, 0, c)}
 }
 
 // Put implements store.Capabilities.

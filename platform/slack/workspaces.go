@@ -71,8 +71,8 @@ func newWorkspaces(p *Platform) *workspaces {
 	w := &workspaces{
 		p:       p,
 		local:   map[string]installRecord{},
-		cache:   ttlcache.New[string, *workspace](installCacheSize, installCacheTTL, p.now),
-		missing: ttlcache.New[string, struct{}](installCacheSize, missCacheTTL, p.now),
+		cache:   ttlcache.New[string, *workspace](installCacheSize, installCacheTTL, p.clock),
+		missing: ttlcache.New[string, struct{}](installCacheSize, missCacheTTL, p.clock),
 	}
 	if p.cfg.BotToken != "" {
 		w.config = &workspace{client: w.newClient(p.cfg.BotToken)}

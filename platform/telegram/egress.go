@@ -66,17 +66,17 @@ func (e *rateLimitedError) Error() string {
 func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGroup bool, call func(context.Context) error) error {
 	// ctx's deadline is real time; latest is on p.clock, like the windows.
 	deadline, _ := ctx.Deadline()
-	latest := p.now().Add(time.Until(deadline) - callMargin)
+	latest := p.clock.Now().Add(time.Until(deadline) - callMargin)
 	for {
-		now := p.now()
+		now := p.clock.Now()
 		at, ok := p.limits.reserve(chat, countGroup, now, latest)
 		if !ok {
 			return &rateLimitedError{wait: at.Sub(now)}
 		}
-		if err := p.clock.Sleep(ctx, at.Sub(p.now())); err != nil {
+		if err := p.clock.Sleep(ctx, at.Sub(p.clock.Now())); err != nil {
 			return err
 		}
-		waitCtx, cancel := context.WithTimeout(ctx, latest.Sub(p.now()))
+		waitCtx, cancel := context.WithTimeout(ctx, latest.Sub(p.clock.Now()))
 		err := p.budget.Wait(waitCtx, tenant)
 		cancel()
 		if err != nil {
@@ -85,7 +85,7 @@ func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGr
 			}
 			return &rateLimitedError{wait: time.Second}
 		}
-		if d := p.now().Sub(now); d > 0 {
+		if d := p.clock.Now().Sub(now); d > 0 {
 			p.metrics.RateLimitWait(platformName, d)
 		}
 		err = call(ctx)
@@ -95,7 +95,7 @@ func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGr
 		}
 		p.metrics.RateLimited(platformName)
 		retry := time.Duration(max(tooMany.RetryAfter, 1)) * time.Second
-		p.limits.block(chat, p.now().Add(retry), p.now())
+		p.limits.block(chat, p.clock.Now().Add(retry), p.clock.Now())
 		p.log.Info("telegram 429; waiting retry_after", "chat_id", chat, "retry_after", retry)
 	}
 }

@@ -133,7 +133,7 @@ func (p *Platform) edit(ctx context.Context, tenant string, chat int64, a *contr
 // typing shows "typing…" in the chat (and topic) via sendChatAction. It is
 // not paced: a chat under a 429 flood wait is skipped instead.
 func (p *Platform) typing(ctx context.Context, _ string, chat int64, a *contract.Action) contract.Result {
-	now := p.now()
+	now := p.clock.Now()
 	if until := p.limits.blockedUntil(chat); until.After(now) {
 		return p.failure(contract.OpTyping, &rateLimitedError{wait: until.Sub(now)})
 	}

@@ -33,7 +33,6 @@ type Platform struct {
 	key     platform.KeyFunc
 	metrics platform.Metrics
 	clock   clock.Clock
-	now     func() time.Time // clock.Now
 
 	bot       *bot.Bot
 	transport *http.Transport
@@ -109,7 +108,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		key:       deps.Key,
 		metrics:   deps.Metrics,
 		clock:     deps.Clock,
-		now:       deps.Clock.Now,
 		observed:  chatcontext.New[observedKey](chatcontext.Bounds{}),
 		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
@@ -128,9 +126,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if deps.Store != nil {
 		topicState = deps.Store.Capabilities()
 	}
-	p.topics = newTopicMemory(topicState, p.now)
-	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
-	p.links = platform.NewLinkDesk(p.now)
+	p.topics = newTopicMemory(topicState, p.clock)
+	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
+	p.links = platform.NewLinkDesk(p.clock)
 	p.SetRelevance(nil)
 	m, err := p.liveMapping()
 	if err != nil {

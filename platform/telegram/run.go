@@ -181,7 +181,7 @@ func (p *Platform) libraryError(err error) {
 // the rest queued), so nothing is dropped while the connector runs. Only a
 // handled update lets the next poll confirm it (offsetGate).
 func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
-	received := p.now()
+	received := p.clock.Now()
 	p.offsets.handing(u.ID)
 	in, ok := p.prepare(ctx, u)
 	if !ok {

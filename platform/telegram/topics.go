@@ -13,6 +13,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/textsplit"
 	"connector/store"
 )
@@ -128,11 +129,11 @@ func (r topicRecord) guard(known bool, a *contract.Action) (contract.Result, boo
 type topicMemory struct {
 	state store.Capabilities
 	local *lru.Cache[topicKey, topicRecord]
-	now   func() time.Time
+	clock clock.Clock
 }
 
-func newTopicMemory(state store.Capabilities, now func() time.Time) *topicMemory {
-	t := &topicMemory{state: state, now: now}
+func newTopicMemory(state store.Capabilities, c clock.Clock) *topicMemory {
+	t := &topicMemory{state: state, clock: c}
 	if state == nil {
 		t.local, _ = lru.New[topicKey, topicRecord](localTopics) // size > 0: cannot fail
 	}
@@ -168,7 +169,7 @@ func (t *topicMemory) put(ctx context.Context, chat int64, topic int, rec topicR
 		return nil
 	}
 	raw, _ := json.Marshal(rec) // plain fields: cannot fail
-	return t.state.Put(ctx, topicStateKey(chat, topic), raw, t.now().Add(topicNameTTL))
+	return t.state.Put(ctx, topicStateKey(chat, topic), raw, t.clock.Now().Add(topicNameTTL))
 }
 
 // observeEdit updates the remembered name of a topic someone other than

@@ -26,7 +26,7 @@ const maxPooledBody = 64 << 10
 // answered (its webhook queues updates per chat), so a chat's updates stay
 // in order.
 func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
-	received := p.now()
+	received := p.clock.Now()
 	if !p.secretOK(r.Header.Get(secretHeader)) {
 		p.metrics.Dropped(platformName, "unauthorized")
 		http.Error(w, "unauthorized", http.StatusUnauthorized)

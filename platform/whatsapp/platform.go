@@ -88,7 +88,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.statuses, _ = deps.Metrics.(StatusMetrics)
 	if p.vault == nil {
-		p.vault = vault.NewMemory(vault.Config{Now: deps.Clock.Now})
+		p.vault = vault.NewMemory(vault.Config{Clock: deps.Clock})
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	transport.MaxIdleConnsPerHost = 32
@@ -116,7 +116,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	})
 	p.pace = pace.New(cfg.ChatPerSecond)
 	p.quotes = newQuotes()
-	p.links = platform.NewLinkDesk(deps.Clock.Now)
+	p.links = platform.NewLinkDesk(deps.Clock)
 	p.egress = newEgress(cfg.RequestTimeout)
 	p.turns = chatorder.New[string](0)
 	p.desc = descriptor.WhatsApp(handlers.Names())

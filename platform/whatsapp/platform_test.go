@@ -17,6 +17,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
 	"connector/media"
 	"connector/platform"
 	"connector/platform/whatsapp/whatsapptest"
@@ -669,8 +670,16 @@ func (s blockingSink) Deliver(ctx context.Context, d platform.Delivery) error {
 // dropped as delivered.
 func TestCopyWhileStoringIsRetriedNotDoubled(t *testing.T) {
 	shared, st := vault.NewMemory(vault.Config{}), store.NewMemory(nil)
-	a := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = &platform.Cluster{Instance: "i1"}, st })
-	b := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = &platform.Cluster{Instance: "i2"}, st })
+	node := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	a := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = node("i1"), st })
+	b := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = node("i2"), st })
 	slow := blockingSink{recordingSink: a.sink, entered: make(chan struct{}), release: make(chan struct{})}
 	a.p.sink.Store(ptr[platform.Sink](slow))
 	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.C1", "slow")

@@ -28,7 +28,8 @@
 //     session's entries reach gateways in sequence order.
 //
 //   - A consumer holds at most Config.AckWindow windowed entries in flight
-//     (sent, not acknowledged), and takes nothing while it reports no room.
+//     (sent, not acknowledged), and takes nothing while it reports no room
+//     (Full); one that reports Closing is offered nothing more.
 //
 //   - An idle consumer (Idle) gets nothing new but keeps what it holds; a
 //     detached one (Detach) gives its unacknowledged entries back, and they
@@ -49,40 +50,26 @@
 //   - Recover loads every tenant's stored records, in order, after a
 //     restart.
 //
-//   - With Config.Shared (several instances on one store) Append only
-//     stores; the one instance driving a tenant takes the records in, in
-//     sequence order, with Tail, whichever instance appended them, and
-//     Reset forgets everything when it stops driving the tenant.
-//
-//   - Resend offers a consumer again what it holds in flight and was
-//     offered before a given time: the cluster's driver uses it for sockets
-//     on other instances, where a frame or its acknowledgement can be lost
-//     on the way (pub/sub is at most once).
+//   - Among several instances on one store, the one driving a tenant takes
+//     the records in, in sequence order, with Tail, whichever instance
+//     stored them (Store: stored, not taken in), and Reset forgets
+//     everything when it stops driving the tenant.
 //
 // Memory holds each entry's frame (its payload framed once) until it is
 // acknowledged or dropped, so it is bounded by MaxTotalBytes plus the
-// frames' envelopes. Session owners are kept in memory; Config.Owned
-// reports each dispatch of a session's entry so the caller can keep them
-// elsewhere too (the cluster writes them to store.Owners). After a restart
-// or a Reset a session's next entry picks a new owner.
+// frames' envelopes. Session owners are kept in memory; OnOwned reports
+// each dispatch of a session's entry so the caller can keep them elsewhere
+// too (among several instances the relay writes them to store.Owners).
+// After a restart or a Reset a session's next entry picks a new owner.
 //
 // # Locking
 //
 // Each Ledger's state is guarded by its own mutex, which is never held
 // across I/O: store calls happen before it is taken or after it is
-// released, and no two Ledger mutexes are ever held together. Locks are
-// taken in this order only:
-//
-//  1. Pool.flushMu, which serializes removal flushes and is held across the
-//     store's Ack; only the pool's goroutine, Flush and Close take it;
-//  2. a Ledger's mutex, with which the ledger calls Consumer.HasRoom and
-//     Consumer.Offer;
-//  3. the consumer's own locks (the relay's send-queue lock), and Pool.rmMu
-//     (the queue of ledgers with removals), a leaf.
-//
-// Pool.mu (the ledger list) is a leaf taken with no other lock held. A
-// consumer must never call into the Ledger from HasRoom or Offer, nor while
-// it holds a lock it takes in them.
+// released, and no two Ledger mutexes are ever held together. A consumer
+// must never call into the Ledger from Offer, nor while it holds a lock it
+// takes in it. The order of these locks among the relay's is in
+// docs/locks.md.
 package ledger
 
 import (
@@ -104,16 +91,31 @@ import (
 )
 
 // Consumer is a gateway connection as the ledger sees it. The ledger calls
-// both methods with its mutex held: they must not block nor call back into
-// the Ledger.
+// Offer with its mutex held: it must not block nor call back into the
+// Ledger.
 type Consumer interface {
-	// HasRoom reports whether the consumer can take another frame now. A
-	// consumer that says no calls Ledger.Pump once it has room again.
-	HasRoom() bool
-	// Offer hands the consumer one complete frame, without blocking. False
-	// means the consumer did not take it (it is closing) and will detach.
-	Offer(frame []byte) bool
+	// Offer hands the consumer one complete frame, without blocking.
+	Offer(frame []byte) Offered
+	// Owner names the consumer among the consumers of every instance
+	// sharing the store (its instance and its connection): a session's
+	// owner as it is stored (OnOwned).
+	Owner() (instance, conn string)
 }
+
+// Offered is what a Consumer did with a frame it was offered.
+type Offered uint8
+
+// Offer's results.
+const (
+	// Taken: the consumer took the frame.
+	Taken Offered = iota
+	// Full: the consumer has no room now; it calls Ledger.Pump once it
+	// has. The frame waits in the ledger.
+	Full
+	// Closing: the consumer is closing and will detach; it gets nothing
+	// more, and the frame goes to another consumer.
+	Closing
+)
 
 // Framer turns a stored payload into the frame a consumer is offered.
 type Framer interface {
@@ -173,20 +175,11 @@ type Config struct {
 	// SessionOwners bounds the remembered session owners per tenant (least
 	// recently used are forgotten).
 	SessionOwners int
-	// Owned, when set, is called for every entry of a session dispatched,
-	// with the consumer it went to (the session's owner from now on) and
-	// the entry's chat. It is called with the ledger's mutex held: it must
-	// not block nor call into the Ledger.
-	Owned func(tenant string, c Consumer, sessionKey, chatID string)
 	// Unserved, when set, is called when an entry comes into the ledger
 	// (Append, or Tail) that no attached consumer serves: it is buffered
 	// until a gateway connects (the wake poke). It is called with the
 	// ledger's mutex held: it must not block nor call into the Ledger.
 	Unserved func(tenant string)
-	// Shared is set when several instances append to the store: Append
-	// then only stores, and entries come into a ledger through Tail alone,
-	// run by the one instance driving the tenant. Recover is not used.
-	Shared bool
 	// Clock is the time of entries' ages and of the sweep.
 	Clock   clock.Clock
 	Log     *slog.Logger
@@ -253,6 +246,8 @@ type Ledger struct {
 	dirty     bool           // queued in the pool's dirty list
 	size      atomic.Int64   // bytes, for the pool to read without the lock
 
+	owned func(c Consumer, sessionKey, chatID string) // OnOwned's
+
 	// tailMu serializes Tail and Reset; it is taken before mu, and held
 	// across the store's Read.
 	tailMu  sync.Mutex
@@ -282,10 +277,9 @@ type entry struct {
 	frame      []byte // immutable
 	size       int64  // payload bytes
 	received   time.Time
-	prev, next *entry    // neighbours in seq order
-	seat       *seat     // in flight on this consumer; nil while waiting
-	offered    time.Time // when it was last offered to seat
-	sent       bool      // delivered at least once
+	prev, next *entry // neighbours in seq order
+	seat       *seat  // in flight on this consumer; nil while waiting
+	sent       bool   // delivered at least once
 	windowed   bool
 	// staged is set while the entry's commit is under way: it may be
 	// dispatched, but its removal from the store waits for the commit.
@@ -362,9 +356,6 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	if d.Received.IsZero() {
 		d.Received = p.cfg.Clock.Now()
 	}
-	if p.cfg.Shared {
-		return l.appendShared(ctx, d)
-	}
 	if d.SessionKey != "" {
 		l.mu.Lock()
 		l.appending[d.SessionKey]++
@@ -426,10 +417,14 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	return e.id, nil
 }
 
-// appendShared stores d for the instance driving the tenant, which takes
+// Store stores d, durably, without taking it into the ledger, and returns
+// its bufferId: among several instances, the one driving the tenant takes
 // it in with Tail.
-func (l *Ledger) appendShared(ctx context.Context, d Delivery) (string, error) {
+func (l *Ledger) Store(ctx context.Context, d Delivery) (string, error) {
 	p := l.pool
+	if d.Received.IsZero() {
+		d.Received = p.cfg.Clock.Now()
+	}
 	seqs, err := p.cfg.Store.Append(ctx, l.tenant, []store.Record{{
 		Kind: d.Kind, Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
 		Payload: d.Payload, Received: d.Received,
@@ -587,8 +582,8 @@ func (l *Ledger) dispatchLocked() {
 			keep = append(keep, e)
 			continue
 		}
-		s := l.pickLocked(e)
-		if s == nil || (e.windowed && s.inflight >= cfg.AckWindow) || !s.c.HasRoom() || !s.c.Offer(e.frame) {
+		s, offered := l.offerLocked(e)
+		if offered != Taken {
 			if e.sessionKey != "" {
 				if blocked == nil {
 					blocked = make(map[string]bool)
@@ -598,7 +593,7 @@ func (l *Ledger) dispatchLocked() {
 			keep = append(keep, e)
 			continue
 		}
-		e.seat, e.offered = s, now
+		e.seat = s
 		if e.windowed {
 			s.inflight++
 		}
@@ -608,13 +603,32 @@ func (l *Ledger) dispatchLocked() {
 		}
 		if e.sessionKey != "" {
 			l.owners.Add(e.sessionKey, owner{seat: s, chatID: e.chatID})
-			if cfg.Owned != nil {
-				cfg.Owned(l.tenant, s.c, e.sessionKey, e.chatID)
+			if l.owned != nil {
+				l.owned(s.c, e.sessionKey, e.chatID)
 			}
 		}
 	}
 	clear(l.pending[len(keep):])
 	l.pending = keep
+}
+
+// offerLocked offers e to the consumer pickLocked chooses, and on to the
+// next while one says it is closing (it is offered nothing more). It
+// returns the consumer that took e, or why nobody did (Full: none with room
+// or window).
+func (l *Ledger) offerLocked(e *entry) (*seat, Offered) {
+	for {
+		s := l.pickLocked(e)
+		if s == nil || (e.windowed && s.inflight >= l.pool.cfg.AckWindow) {
+			return nil, Full
+		}
+		switch offered := s.c.Offer(e.frame); offered {
+		case Closing:
+			l.unattachLocked(s)
+		default:
+			return s, offered
+		}
+	}
 }
 
 // noteUnservedLocked calls Config.Unserved once if one of entries is still
@@ -745,31 +759,14 @@ func (l *Ledger) Ack(id string) bool {
 	return true
 }
 
-// Resend offers c again, in sequence order, every entry in flight on it
-// that was last offered before cutoff, while c has room, and returns how
-// many it offered. The entries keep their bufferIds; each one's offer time
-// becomes now. A consumer that lost frames on the way (or whose
-// acknowledgements were lost) thus gets them again.
-func (l *Ledger) Resend(c Consumer, cutoff time.Time) int {
+// OnOwned has f called for every entry of a session dispatched, with the
+// consumer it went to (the session's owner from now on) and the entry's
+// chat. f is called with the ledger's mutex held: it must not block nor
+// call into the Ledger.
+func (l *Ledger) OnOwned(f func(c Consumer, sessionKey, chatID string)) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.seats[c]
-	if s == nil {
-		return 0
-	}
-	n := 0
-	now := l.pool.cfg.Clock.Now() // before any offer, as in dispatchLocked
-	for e := l.oldest; e != nil; e = e.next {
-		if e.seat != s || !e.offered.Before(cutoff) {
-			continue
-		}
-		if !s.c.HasRoom() || !s.c.Offer(e.frame) {
-			break
-		}
-		e.offered = now
-		n++
-	}
-	return n
+	l.owned = f
+	l.mu.Unlock()
 }
 
 // Pump dispatches again: a consumer that reported no room calls it once it
@@ -886,9 +883,9 @@ const recoverBatch = 1024
 
 // Tail takes in, in order, the stored records after the last one it took
 // in (all of them, on the first call or after Reset), applies the bounds
-// and dispatches; it returns how many entries it took in. With
-// Config.Shared it is how entries enter the ledger: the instance driving
-// the tenant calls it whenever another instance may have appended.
+// and dispatches; it returns how many entries it took in. Among several
+// instances it is how entries enter the ledger: the instance driving the
+// tenant calls it whenever another instance may have stored one.
 func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	p := l.pool
 	l.tailMu.Lock()

@@ -27,15 +27,18 @@ type fakeConsumer struct {
 	frames []string
 }
 
-func (f *fakeConsumer) HasRoom() bool { return !f.noRoom }
-
-func (f *fakeConsumer) Offer(frame []byte) bool {
-	if f.refuse {
-		return false
+func (f *fakeConsumer) Offer(frame []byte) Offered {
+	switch {
+	case f.refuse:
+		return Closing
+	case f.noRoom:
+		return Full
 	}
 	f.frames = append(f.frames, string(frame))
-	return true
+	return Taken
 }
+
+func (f *fakeConsumer) Owner() (string, string) { return "i", f.name }
 
 // take returns and forgets the frames offered so far, as "bufferId|payload".
 func (f *fakeConsumer) take() []string {
@@ -110,7 +113,7 @@ func testConfig(st store.Ledger, c *clocktest.Fake, m *fakeMetrics) Config {
 func newRig(t *testing.T, mod func(*Config)) *rig {
 	t.Helper()
 	c := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	st := store.NewMemory(c.Now)
+	st := store.NewMemory(c)
 	t.Cleanup(func() { _ = st.Close() })
 	return newRigOn(t, st, c, mod)
 }
@@ -136,6 +139,18 @@ func (r *rig) add(t *testing.T, session, text string) string {
 		ChatID: "chat-" + session, Payload: []byte(text)})
 	if err != nil {
 		t.Fatalf("append %q: %v", text, err)
+	}
+	return id
+}
+
+// store1 stores one entry of session with Store, as an instance that does
+// not drive the tenant does.
+func (r *rig) store1(t *testing.T, session, text string) string {
+	t.Helper()
+	id, err := r.Store(context.Background(), Delivery{Platform: "discord", SessionKey: session,
+		ChatID: "chat-" + session, Payload: []byte(text)})
+	if err != nil {
+		t.Fatalf("store %q: %v", text, err)
 	}
 	return id
 }
@@ -344,14 +359,15 @@ func TestSessionWaitsBehindItsBlockedEntry(t *testing.T) {
 	r.Pump()
 	want(t, "after Pump", payloads(a.take()), "second", "third")
 
+	// An owner that is closing gets nothing more: its session's next entry
+	// goes to another consumer at once.
 	a.refuse = true
-	r.add(t, "s1", "refused")
-	if len(b.frames) != 1 {
-		t.Fatalf("an entry refused by the owner went to %q", b.frames)
-	}
+	r.add(t, "s1", "owner closing")
+	want(t, "after the owner said Closing", payloads(b.take()), "other session", "owner closing")
 	a.refuse = false
-	r.Pump()
-	want(t, "after a refusal", payloads(a.take()), "refused")
+	r.add(t, "s1", "later")
+	want(t, "the closing owner", payloads(a.take()))
+	want(t, "the new owner", payloads(b.take()), "later")
 }
 
 func TestConsumersGetOnlyThePlatformsTheyServe(t *testing.T) {
@@ -702,25 +718,24 @@ func TestAgeSweepRunsOnTheClock(t *testing.T) {
 	want(t, "stored", r.stored(t))
 }
 
-// Two pools on one store stand for two instances: with Shared, Append only
-// stores, and the driving instance takes records in with Tail, each once,
-// in order, whoever appended them.
-func TestSharedTailTakesInWhatAnyInstanceAppended(t *testing.T) {
-	shared := func(c *Config) { c.Shared = true }
-	driver := newRig(t, shared)
-	other := newRigOn(t, driver.store, driver.clock, shared)
+// Two pools on one store stand for two instances: Store only stores, and
+// the driving instance takes records in with Tail, each once, in order,
+// whoever stored them.
+func TestTailTakesInWhatAnyInstanceStored(t *testing.T) {
+	driver := newRig(t, nil)
+	other := newRigOn(t, driver.store, driver.clock, nil)
 	c := &fakeConsumer{}
 	driver.Serve(c, "discord")
 
-	a := driver.add(t, "s1", "m0")
-	b := other.add(t, "s1", "m1")
+	a := driver.store1(t, "s1", "m0")
+	b := other.store1(t, "s1", "m1")
 	if len(c.frames) != 0 {
-		t.Fatalf("a shared Append dispatched %q before Tail", c.frames)
+		t.Fatalf("Store dispatched %q before Tail", c.frames)
 	}
 	if n, err := driver.Tail(context.Background()); err != nil || n != 2 {
 		t.Fatalf("Tail took in %d (%v), want 2", n, err)
 	}
-	other.add(t, "s1", "m2")
+	other.store1(t, "s1", "m2")
 	if n, err := driver.Tail(context.Background()); err != nil || n != 1 {
 		t.Fatalf("second Tail took in %d (%v), want 1", n, err)
 	}
@@ -793,59 +808,16 @@ func TestFlushWritesTenantsRemovalsTogether(t *testing.T) {
 	}
 }
 
-// Resend offers a consumer again, in order and with their bufferIds, only
-// the entries it holds unacknowledged that were last offered before the
-// cutoff; acknowledged entries and other consumers' are left alone.
-func TestResendOffersAgainWhatWentUnacknowledged(t *testing.T) {
-	r := newRig(t, nil)
-	a, b := &fakeConsumer{name: "a"}, &fakeConsumer{name: "b"}
-	r.Serve(a, "discord")
-	old := []string{r.add(t, "s1", "m0"), r.add(t, "s1", "m1"), r.add(t, "s1", "m2")}
-	r.Serve(b, "discord")
-	r.add(t, "s2", "other") // b is the least loaded: it takes s2
-	r.Ack(old[1])
-	r.clock.Advance(time.Minute)
-	cutoff := r.clock.Now()
-	recent := r.add(t, "s1", "m3")
-	a.take()
-	b.take()
-
-	if n := r.Resend(a, cutoff); n != 2 {
-		t.Fatalf("Resend offered %d entries, want 2", n)
-	}
-	got := a.take()
-	want(t, "resent", ids(got), old[0], old[2])
-	want(t, "resent payloads", payloads(got), "m0", "m2")
-	if len(b.take()) != 0 {
-		t.Fatal("Resend offered another consumer's entries")
-	}
-	// What was just offered again waits for the next cutoff after it.
-	if n := r.Resend(a, cutoff); n != 0 {
-		t.Fatalf("a second Resend with the same cutoff offered %d entries, want 0", n)
-	}
-	r.clock.Advance(time.Minute)
-	r.Resend(a, r.clock.Now())
-	want(t, "resent later", ids(a.take()), old[0], old[2], recent)
-	// A consumer without room takes nothing.
-	a.noRoom = true
-	r.clock.Advance(time.Minute)
-	if n := r.Resend(a, r.clock.Now()); n != 0 {
-		t.Fatalf("Resend offered %d entries to a consumer without room", n)
-	}
-}
-
-// Owned reports every dispatched entry of a session with the consumer it
+// OnOwned reports every dispatched entry of a session with the consumer it
 // went to and its chat.
 func TestOwnedReportsEachSessionsConsumer(t *testing.T) {
 	type owned struct {
-		c          Consumer
-		key, chat  string
-		tenantName string
+		c         Consumer
+		key, chat string
 	}
 	var got []owned
-	r := newRig(t, func(c *Config) {
-		c.Owned = func(tenant string, c Consumer, key, chat string) { got = append(got, owned{c, key, chat, tenant}) }
-	})
+	r := newRig(t, nil)
+	r.OnOwned(func(c Consumer, key, chat string) { got = append(got, owned{c, key, chat}) })
 	a := &fakeConsumer{name: "a"}
 	r.add(t, "s1", "m0")
 	r.Append(context.Background(), Delivery{Platform: "discord", Payload: []byte("no session")})
@@ -855,8 +827,8 @@ func TestOwnedReportsEachSessionsConsumer(t *testing.T) {
 		t.Fatalf("Owned called %d times, want 2 (one per session entry): %+v", len(got), got)
 	}
 	for _, o := range got {
-		if o.c != a || o.key != "s1" || o.chat != "chat-s1" || o.tenantName != "t1" {
-			t.Fatalf("Owned(%q, %v, %q, %q), want (t1, a, s1, chat-s1)", o.tenantName, o.c, o.key, o.chat)
+		if o.c != a || o.key != "s1" || o.chat != "chat-s1" {
+			t.Fatalf("Owned(%v, %q, %q), want (a, s1, chat-s1)", o.c, o.key, o.chat)
 		}
 	}
 }

@@ -85,7 +85,7 @@ func StartWith(t testing.TB, cfg relay.Config, opts Options) *Harness {
 	var wg sync.WaitGroup
 	for _, p := range cfg.Platforms {
 		wg.Go(func() {
-			if err := p.Run(ctx, srv.Sink()); err != nil {
+			if err := p.Run(ctx, srv); err != nil {
 				t.Logf("platform %s stopped: %v", p.Name(), err)
 			}
 		})

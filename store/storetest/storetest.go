@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/store"
 )
@@ -41,8 +42,8 @@ type Backend struct {
 	ServerClockLeases bool
 }
 
-// Opener opens a store over one data set on clock now.
-type Opener func(now func() time.Time) store.Store
+// Opener opens a store over one data set on clock c.
+type Opener func(c clock.Clock) store.Store
 
 // waitTimeout bounds every wait of the suite.
 const waitTimeout = 10 * time.Second
@@ -85,7 +86,7 @@ func newFixture(t *testing.T, b Backend) *fixture {
 	// A fixed instant with a sub-microsecond part, so the suite also checks
 	// that records keep Received to the microsecond.
 	c := clocktest.New(time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC))
-	return &fixture{clock: c, open: open, s: open(c.Now)}
+	return &fixture{clock: c, open: open, s: open(c)}
 }
 
 // reopen closes f's store and opens the data set again.
@@ -94,7 +95,7 @@ func (f *fixture) reopen(t *testing.T) {
 	if err := f.s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	f.s = f.open(f.clock.Now)
+	f.s = f.open(f.clock)
 }
 
 var ctx = context.Background()
@@ -171,7 +172,7 @@ func testEpoch(t *testing.T, b Backend) {
 		t.Fatalf("two fresh data sets share the epoch %q", e)
 	}
 	if b.Shared {
-		if got := f.open(f.clock.Now).Epoch(); got != e {
+		if got := f.open(f.clock).Epoch(); got != e {
 			t.Fatalf("second instance's epoch %q, first's %q", got, e)
 		}
 	}
@@ -453,7 +454,7 @@ func testSeqsAcrossInstances(t *testing.T, b Backend) {
 		t.Skip("the backend has one instance per data set")
 	}
 	f := newFixture(t, b)
-	a, c := f.s.Ledger(), f.open(f.clock.Now).Ledger()
+	a, c := f.s.Ledger(), f.open(f.clock).Ledger()
 	var want []uint64
 	for i := range 6 {
 		l := a
@@ -475,7 +476,7 @@ func testConcurrentAppends(t *testing.T, b Backend) {
 	f := newFixture(t, b)
 	ledgers := []store.Ledger{f.s.Ledger()}
 	if b.Shared {
-		ledgers = append(ledgers, f.open(f.clock.Now).Ledger())
+		ledgers = append(ledgers, f.open(f.clock).Ledger())
 	}
 	const writers, appends = 8, 25
 	var mu sync.Mutex
@@ -598,7 +599,7 @@ func testClaims(t *testing.T, b Backend) {
 	claim(c, "ev/1", time.Minute, false)
 	claim(c, "ev/2", time.Minute, true) // keys are independent
 	if b.Shared {
-		claim(f.open(f.clock.Now).Claims(), "ev/1", time.Minute, false) // another instance
+		claim(f.open(f.clock).Claims(), "ev/1", time.Minute, false) // another instance
 	}
 	f.clock.Advance(time.Minute - time.Nanosecond)
 	claim(c, "ev/1", time.Minute, false)
@@ -892,7 +893,7 @@ func testPubSubAcrossInstances(t *testing.T, b Backend) {
 		t.Skip("the backend has one instance per data set")
 	}
 	f := newFixture(t, b)
-	second := f.open(f.clock.Now)
+	second := f.open(f.clock)
 	ch, _ := subscribe(t, second.PubSub(), ctx, "wake")
 	publish(t, f.s.PubSub(), "wake", "tenant t1")
 	if m := recv(t, ch, "a message from the other instance"); string(m) != "tenant t1" {
@@ -1001,7 +1002,7 @@ func testRegistryCAS(t *testing.T, b Backend) {
 	// Concurrent creates of one key: one winner, on one or two instances.
 	stores := []store.Registry{r, r}
 	if b.Shared {
-		stores[1] = f.open(f.clock.Now).Registry()
+		stores[1] = f.open(f.clock).Registry()
 	}
 	const n = 16
 	won := make([]bool, n)

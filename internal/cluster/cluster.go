@@ -1,0 +1,433 @@
+// Package cluster is how the connector's instances that share one store (a
+// Redis) work together: the one layer under the relay's tenants
+// (relay/fleet.go) and nexscope's rooms (platform/nexscope/cluster.go),
+// drawn in docs/architecture.md. A Node gives them an outbox (one
+// publisher, in order, never waiting), an inbox and shared channels
+// dispatched by message type, a beat on the injected clock, peer liveness
+// (Gone), Links and Calls.
+//
+// The one rule for lost messages, which every user keeps: pub/sub may lose
+// any message, and a full outbox loses one the same way. State is announced
+// again every beat. A stream that must arrive in order is a Link: each
+// message carries its sequence number and each beat the last one sent, so
+// the receiver sees a gap at the next message or beat, the link is broken,
+// and its owner restarts it from what it keeps (the relay sends the
+// unacknowledged inbound again, in order; nexscope, whose room state is
+// live, closes the member with 1011). A request is a Call, which fails at
+// its deadline. An instance silent for LostBeats beats is gone.
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connector/internal/clock"
+	"connector/store"
+)
+
+// DefaultLeaseTTL is the default lease TTL of every lease the instances
+// take (tenants, ingest, nexscope rooms): store.lease_ttl's default.
+const DefaultLeaseTTL = 5 * time.Second
+
+// LostBeats is how many beats without a message from an instance make it
+// gone.
+const LostBeats = 3
+
+// forgetBeats is how many beats without a message from an instance make the
+// node forget it (an instance's name may change on restart).
+const forgetBeats = 100
+
+// OutboxSize bounds the messages waiting to be published.
+const OutboxSize = 8192
+
+// inboxPrefix starts every instance's own channel (the store prefixes it).
+const inboxPrefix = "cluster:inbox:"
+
+// Config configures a Node.
+type Config struct {
+	// Instance names this instance; unique among the instances sharing
+	// PubSub.
+	Instance string
+	// PubSub carries the messages between instances (at most once).
+	PubSub store.PubSub
+	// LeaseTTL is how long the instances' leases last unless renewed; a
+	// beat is a third of it. Zero means DefaultLeaseTTL.
+	LeaseTTL time.Duration
+	// Clock times beats and liveness; nil means clock.System.
+	Clock clock.Clock
+	// Log receives the node's lines; nil discards.
+	Log *slog.Logger
+}
+
+// Node is this instance among the instances sharing one store. Its methods
+// are safe for concurrent use.
+type Node struct {
+	cfg  Config
+	beat time.Duration
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	out      chan store.Message
+	wantRoom atomic.Bool
+
+	mu       sync.Mutex // guards what follows; a leaf
+	handlers map[byte]handler
+	onRoom   []func()
+	heard    map[string]time.Time // instance -> when its last message arrived
+	calls    map[string]chan []byte
+	nextReq  uint64
+
+	beatMu sync.Mutex // one beat at a time; guards timer, beats and stopped
+	timer  clock.Timer
+	beats  map[int]func()
+	nextID int
+	closed bool
+}
+
+type handler struct {
+	fields int
+	call   bool
+	fn     func(Msg)
+}
+
+// Msg is one message from another instance, as its handler gets it.
+type Msg struct {
+	// Type is the message's type byte.
+	Type byte
+	// From names the sending instance.
+	From string
+	// Fields are the message's fields. They alias the message, which
+	// nothing else changes, so a handler may keep them; it must not change
+	// them (on the memory and embedded backends every subscriber shares
+	// one copy).
+	Fields [][]byte
+	// req names the request a Call's message answers.
+	req []byte
+}
+
+// New starts a Node: it subscribes to the instance's inbox and starts the
+// outbox and the beat. Close stops it.
+func New(cfg Config) (*Node, error) {
+	if cfg.Instance == "" || cfg.PubSub == nil {
+		return nil, errors.New("cluster: an instance name and a pub/sub are required")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.System
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{
+		cfg: cfg, beat: cfg.LeaseTTL / 3, ctx: ctx, cancel: cancel,
+		out:      make(chan store.Message, OutboxSize),
+		handlers: make(map[byte]handler),
+		heard:    make(map[string]time.Time),
+		calls:    make(map[string]chan []byte),
+		beats:    make(map[int]func()),
+	}
+	n.handlers[typeResult] = handler{fields: 2, fn: n.answered}
+	if _, err := n.Subscribe(ctx, Inbox(cfg.Instance)); err != nil {
+		cancel()
+		return nil, err
+	}
+	n.wg.Go(n.publishLoop)
+	n.beatMu.Lock()
+	n.timer = cfg.Clock.AfterFunc(n.beat, n.tick)
+	n.beatMu.Unlock()
+	return n, nil
+}
+
+// Instance is this instance's name.
+func (n *Node) Instance() string { return n.cfg.Instance }
+
+// Beat is the time between two beats: a third of the lease TTL.
+func (n *Node) Beat() time.Duration { return n.beat }
+
+// LeaseTTL is how long the instances' leases last unless renewed.
+func (n *Node) LeaseTTL() time.Duration { return n.cfg.LeaseTTL }
+
+// Clock is the node's clock.
+func (n *Node) Clock() clock.Clock { return n.cfg.Clock }
+
+// Inbox is the channel of instance's inbox.
+func Inbox(instance string) string { return inboxPrefix + instance }
+
+// Close stops the beat, ends the subscriptions, publishes what the outbox
+// still holds (each within the lease TTL) and returns once every goroutine
+// of the node has finished.
+func (n *Node) Close() {
+	n.beatMu.Lock()
+	n.closed = true
+	n.timer.Stop()
+	n.beatMu.Unlock()
+	n.cancel()
+	n.wg.Wait()
+}
+
+// Handle registers fn for the messages of type typ, which carry fields
+// fields; a message of that type with another count is dropped as
+// malformed. fn runs on the goroutine reading the channel the message came
+// on, so it must not wait for long. Each user owns its type bytes: a type
+// registered twice panics.
+func (n *Node) Handle(typ byte, fields int, fn func(Msg)) {
+	n.register(typ, handler{fields: fields, fn: fn})
+}
+
+// HandleCall registers fn for the requests of type typ (sent with Call),
+// which fn answers with Reply.
+func (n *Node) HandleCall(typ byte, fields int, fn func(Msg)) {
+	n.register(typ, handler{fields: fields, call: true, fn: fn})
+}
+
+func (n *Node) register(typ byte, h handler) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, dup := n.handlers[typ]; dup {
+		panic("cluster: message type " + strconv.QuoteRune(rune(typ)) + " registered twice")
+	}
+	n.handlers[typ] = h
+}
+
+// Subscribe reads channel, a channel shared by several instances (or the
+// one instance holding a lease on it), until ctx ends or cancel is called,
+// dispatching its messages as the inbox's.
+func (n *Node) Subscribe(ctx context.Context, channel string) (cancel func(), err error) {
+	msgs, cancel, err := n.cfg.PubSub.Subscribe(ctx, channel)
+	if err != nil {
+		return nil, err
+	}
+	n.wg.Go(func() {
+		for m := range msgs {
+			n.Dispatch(m)
+		}
+	})
+	return cancel, nil
+}
+
+// Dispatch hands one received message to its handler: what the inbox and
+// every subscription do with each message, exported for fuzzing.
+// Malformed messages and messages of types nobody handles are dropped.
+func (n *Node) Dispatch(msg []byte) {
+	typ, from, fields, ok := decode(msg)
+	if !ok {
+		n.cfg.Log.Warn("malformed cluster message dropped", "bytes", len(msg))
+		return
+	}
+	now := n.cfg.Clock.Now()
+	n.mu.Lock()
+	n.heard[from] = now
+	h, ok := n.handlers[typ]
+	n.mu.Unlock()
+	if !ok {
+		return
+	}
+	m := Msg{Type: typ, From: from, Fields: fields}
+	if h.call {
+		if len(fields) == 0 {
+			return
+		}
+		m.req, m.Fields = fields[0], fields[1:]
+	}
+	if len(m.Fields) != h.fields {
+		n.cfg.Log.Warn("malformed cluster message dropped", "type", string(rune(typ)), "fields", len(m.Fields))
+		return
+	}
+	h.fn(m)
+}
+
+// Send queues a message of type typ with fields for channel (an instance's
+// Inbox, or a shared channel). It never waits: false means the outbox is
+// full, and the message is lost as pub/sub may lose any.
+func (n *Node) Send(channel string, typ byte, fields ...[]byte) bool {
+	select {
+	case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}:
+		return true
+	default:
+		return false
+	}
+}
+
+// SendWait queues a message as Send does, waiting while the outbox is full
+// (a sender of bulk data); false when ctx ended or the node closed first.
+func (n *Node) SendWait(ctx context.Context, channel string, typ byte, fields ...[]byte) bool {
+	select {
+	case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, nil, fields)}:
+		return true
+	case <-ctx.Done():
+	case <-n.ctx.Done():
+	}
+	return false
+}
+
+// Roomy reports whether the outbox is less than half full. When it is not,
+// the OnRoom callbacks run once it is again: a sender that must not fill
+// the outbox (the relay's frames) holds back meanwhile.
+func (n *Node) Roomy() bool {
+	if len(n.out) < OutboxSize/2 {
+		return true
+	}
+	n.wantRoom.Store(true)
+	return false
+}
+
+// OnRoom registers f to run (on the publishing goroutine, with no lock
+// held) whenever the outbox is less than half full again after Roomy said
+// it was not.
+func (n *Node) OnRoom(f func()) {
+	n.mu.Lock()
+	n.onRoom = append(n.onRoom, f)
+	n.mu.Unlock()
+}
+
+// publishLoop publishes queued messages in order, what is queued at once
+// together when the store can (store.BatchPublisher: one round trip); once
+// the node closes it publishes what is left and returns. A message that
+// cannot be published is lost; the first of a streak is logged, and the
+// streak's length when publishing works again.
+func (n *Node) publishLoop() {
+	batcher, _ := n.cfg.PubSub.(store.BatchPublisher)
+	batch := make([]store.Message, 0, publishBatch)
+	streak := 0
+	publish := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
+		defer cancel()
+		failed, first := 0, error(nil)
+		if batcher != nil {
+			failed, first = batcher.PublishAll(ctx, batch)
+		} else {
+			for _, m := range batch {
+				if err := n.cfg.PubSub.Publish(ctx, m.Channel, m.Msg); err != nil {
+					failed++
+					first = cmp.Or(first, err)
+				}
+			}
+		}
+		switch {
+		case failed > 0 && streak == 0:
+			n.cfg.Log.Warn("cluster messages not published", "messages", failed, "err", first)
+			streak += failed
+		case failed > 0:
+			streak += failed
+		case streak > 0:
+			n.cfg.Log.Info("cluster messages published again", "lost", streak)
+			streak = 0
+		}
+		clear(batch)
+		batch = batch[:0]
+		if len(n.out) < OutboxSize/2 && n.wantRoom.CompareAndSwap(true, false) {
+			n.mu.Lock()
+			fs := n.onRoom
+			n.mu.Unlock()
+			for _, f := range fs {
+				f()
+			}
+		}
+	}
+	for {
+		select {
+		case m := <-n.out:
+			batch = append(batch, m)
+		case <-n.ctx.Done():
+			for {
+				select {
+				case m := <-n.out:
+					batch = append(batch, m)
+					if len(batch) == publishBatch {
+						publish()
+					}
+				default:
+					publish()
+					return
+				}
+			}
+		}
+	gather:
+		for len(batch) < publishBatch {
+			select {
+			case m := <-n.out:
+				batch = append(batch, m)
+			default:
+				break gather
+			}
+		}
+		publish()
+	}
+}
+
+// publishBatch is the most messages published at once.
+const publishBatch = 256
+
+// OnBeat registers f to run every beat, after the beats registered before
+// it, on the node's clock: on a clocktest.Fake inside the Advance that
+// reaches the beat, so tests step the instances beat by beat. stop
+// unregisters f, waiting for a beat under way.
+func (n *Node) OnBeat(f func()) (stop func()) {
+	n.beatMu.Lock()
+	id := n.nextID
+	n.nextID++
+	n.beats[id] = f
+	n.beatMu.Unlock()
+	return func() {
+		n.beatMu.Lock()
+		delete(n.beats, id)
+		n.beatMu.Unlock()
+	}
+}
+
+// tick runs one beat and arms the next.
+func (n *Node) tick() {
+	n.beatMu.Lock()
+	defer n.beatMu.Unlock()
+	if n.closed {
+		return
+	}
+	ids := make([]int, 0, len(n.beats))
+	for id := range n.beats {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		n.beats[id]()
+	}
+	n.forget()
+	n.timer.Reset(n.beat)
+}
+
+// Gone reports whether instance has been silent for LostBeats beats,
+// counting from since when that is later than its last message (a link
+// made since then has not had the time to hear from it).
+func (n *Node) Gone(instance string, since time.Time) bool {
+	now := n.cfg.Clock.Now()
+	n.mu.Lock()
+	last := n.heard[instance]
+	n.mu.Unlock()
+	if last.Before(since) {
+		last = since
+	}
+	return now.Sub(last) > LostBeats*n.beat
+}
+
+// forget drops the instances not heard from for forgetBeats beats.
+func (n *Node) forget() {
+	now := n.cfg.Clock.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for inst, last := range n.heard {
+		if now.Sub(last) > forgetBeats*n.beat {
+			delete(n.heard, inst)
+		}
+	}
+}

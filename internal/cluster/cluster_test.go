@@ -1,0 +1,297 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
+	"connector/store"
+)
+
+const timeout = 10 * time.Second
+
+// pair starts two nodes, a and b, on one memory store and one fake clock.
+func pair(t *testing.T) (a, b *cluster.Node, clk *clocktest.Fake, st *store.Memory) {
+	t.Helper()
+	clk = clocktest.New(time.Unix(1_700_000_000, 0))
+	st = store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	start := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub(), LeaseTTL: 3 * time.Second, Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	return start("a"), start("b"), clk, st
+}
+
+// receive waits for the next value on ch.
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(timeout):
+		t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	}
+	var zero T
+	return zero
+}
+
+// Messages from one instance reach another's handler in the order they
+// were sent, with their sender; a message with the wrong field count, of a
+// type nobody handles, or malformed is dropped, and the next one still
+// arrives.
+func TestSendReachesTheHandlerInOrder(t *testing.T) {
+	a, b, _, st := pair(t)
+	got := make(chan cluster.Msg, store.SubscriptionBuffer)
+	b.Handle('x', 2, func(m cluster.Msg) {
+		m.Fields = [][]byte{bytes.Clone(m.Fields[0]), bytes.Clone(m.Fields[1])}
+		got <- m
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, bad := range [][]byte{
+		cluster.Encode('x', "a", []byte("only one field")),
+		cluster.Encode('y', "a", []byte("1"), []byte("2")),
+		{'x', 200},                        // a field longer than the message
+		cluster.Encode('x', "", nil, nil), // no sender
+	} {
+		if err := st.PubSub().Publish(ctx, cluster.Inbox("b"), bad); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range store.SubscriptionBuffer - 10 {
+		if !a.Send(cluster.Inbox("b"), 'x', fmt.Appendf(nil, "%d", i), []byte("p")) {
+			t.Fatalf("message %d found the outbox full", i)
+		}
+	}
+	for i := range store.SubscriptionBuffer - 10 {
+		m := receive(t, got, fmt.Sprintf("message %d", i))
+		if m.From != "a" || string(m.Fields[0]) != fmt.Sprint(i) || string(m.Fields[1]) != "p" {
+			t.Fatalf("message %d arrived as %+v", i, m)
+		}
+	}
+}
+
+// A call is answered by its handler's Reply; one nobody answers fails at
+// the caller's deadline.
+func TestCall(t *testing.T) {
+	a, b, _, _ := pair(t)
+	b.HandleCall('q', 1, func(m cluster.Msg) { b.Reply(m, append([]byte("re:"), m.Fields[0]...)) })
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, ok := a.Call(ctx, cluster.Inbox("b"), 'q', []byte("hi"))
+	if !ok || string(res) != "re:hi" {
+		t.Fatalf("Call = %q, %v; want re:hi", res, ok)
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	if res, ok := a.Call(short, cluster.Inbox("nobody"), 'q', []byte("hi")); ok {
+		t.Fatalf("a call nobody answers returned %q", res)
+	}
+}
+
+// An instance silent for LostBeats beats is gone; any message from it
+// counts as a sign of life; a link made later is given LostBeats beats of
+// its own.
+func TestGone(t *testing.T) {
+	a, b, clk, _ := pair(t)
+	heard := make(chan struct{}, 1)
+	b.Handle('p', 0, func(cluster.Msg) { heard <- struct{}{} })
+	a.Send(cluster.Inbox("b"), 'p')
+	receive(t, heard, "a's message")
+	start := clk.Now()
+	clk.Advance(cluster.LostBeats * b.Beat())
+	if b.Gone("a", time.Time{}) {
+		t.Fatal("a gone after exactly LostBeats beats of silence")
+	}
+	clk.Advance(time.Millisecond)
+	if !b.Gone("a", time.Time{}) {
+		t.Fatal("a not gone after more than LostBeats beats of silence")
+	}
+	if b.Gone("a", clk.Now()) {
+		t.Fatal("a gone for a link made just now")
+	}
+	a.Send(cluster.Inbox("b"), 'p')
+	receive(t, heard, "a's second message")
+	if b.Gone("a", start) {
+		t.Fatal("a gone right after a message from it")
+	}
+}
+
+// Beats run inside the Advance that reaches them, in registration order,
+// every third of the lease TTL; a stopped one no more.
+func TestBeats(t *testing.T) {
+	a, _, clk, _ := pair(t)
+	var mu sync.Mutex
+	var runs []string
+	stop1 := a.OnBeat(func() { mu.Lock(); runs = append(runs, "1"); mu.Unlock() })
+	a.OnBeat(func() { mu.Lock(); runs = append(runs, "2"); mu.Unlock() })
+	read := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprint(runs)
+	}
+	clk.Advance(a.Beat() - time.Millisecond)
+	if r := read(); r != "[]" {
+		t.Fatalf("beats ran before the first beat was due: %s", r)
+	}
+	clk.Advance(time.Millisecond)
+	if r := read(); r != "[1 2]" {
+		t.Fatalf("after one beat: %s, want [1 2]", r)
+	}
+	stop1()
+	clk.Advance(a.Beat())
+	if r := read(); r != "[1 2 2]" {
+		t.Fatalf("after a second beat with the first stopped: %s, want [1 2 2]", r)
+	}
+}
+
+// blockingPubSub holds every Publish until release is closed.
+type blockingPubSub struct {
+	store.PubSub
+	release chan struct{}
+}
+
+func (p blockingPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return p.PubSub.Publish(ctx, channel, msg)
+}
+
+// Send never waits: a full outbox refuses the message;
+// Roomy says no past half, and OnRoom runs once the outbox drained below
+// half again.
+func TestFullOutbox(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := blockingPubSub{st.PubSub(), make(chan struct{})}
+	n, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(ps.release) }) }) // before Close: it publishes what is queued
+	room := make(chan struct{}, 1)
+	n.OnRoom(func() { room <- struct{}{} })
+	sent := 0
+	for n.Send("elsewhere", 'x') {
+		sent++
+	}
+	// A batch may be with the publisher, the rest queued.
+	if sent < cluster.OutboxSize || sent > cluster.OutboxSize+256 {
+		t.Fatalf("%d messages queued before Send refused one, want the outbox's %d and at most a batch", sent, cluster.OutboxSize)
+	}
+	if n.Roomy() {
+		t.Fatal("Roomy with a full outbox")
+	}
+	release.Do(func() { close(ps.release) })
+	receive(t, room, "OnRoom once the outbox drained below half")
+	if !n.Roomy() {
+		t.Fatal("not Roomy after OnRoom")
+	}
+}
+
+// Close publishes what the outbox still holds.
+func TestClosePublishesWhatIsQueued(t *testing.T) {
+	a, b, _, _ := pair(t)
+	got := make(chan string, 100)
+	b.Handle('x', 1, func(m cluster.Msg) { got <- string(m.Fields[0]) })
+	for i := range 100 {
+		a.Send(cluster.Inbox("b"), 'x', fmt.Appendf(nil, "%d", i))
+	}
+	a.Close()
+	for i := range 100 {
+		if m := receive(t, got, fmt.Sprintf("message %d after Close", i)); m != fmt.Sprint(i) {
+			t.Fatalf("message %d arrived as %s", i, m)
+		}
+	}
+}
+
+// A Link tells a gap (at the next message, or at the sender's word of what
+// it sent) from a message not sent yet.
+func TestLink(t *testing.T) {
+	var out, in cluster.Link
+	for range 3 {
+		out.Send(func(seq uint64) {
+			if !in.Take(seq) {
+				t.Fatalf("message %d refused in order", seq)
+			}
+		})
+	}
+	if in.Missing(out.Sent()) {
+		t.Fatal("Missing with every message taken")
+	}
+	out.Send(func(seq uint64) {
+		if out.Sent() != 3 {
+			t.Fatalf("message %d counted as sent before it was", seq)
+		}
+	}) // lost
+	if !in.Missing(out.Sent()) {
+		t.Fatal("a lost last message not Missing at the sender's word")
+	}
+	out.Send(func(seq uint64) {
+		if in.Take(seq) {
+			t.Fatalf("message %d taken after a gap", seq)
+		}
+	})
+	if in.Received() != 3 {
+		t.Fatalf("Received %d after the gap, want 3", in.Received())
+	}
+}
+
+// Two users of one node cannot take the same message type.
+func TestTypeRegisteredTwicePanics(t *testing.T) {
+	a, _, _, _ := pair(t)
+	a.Handle('z', 0, func(cluster.Msg) {})
+	defer func() {
+		if recover() == nil {
+			t.Fatal("registering a type twice did not panic")
+		}
+	}()
+	a.Handle('z', 1, func(cluster.Msg) {})
+}
+
+// FuzzDispatch: no message, however malformed, panics a node; a message
+// that decodes reaches its handler with the fields it was encoded with.
+func FuzzDispatch(f *testing.F) {
+	f.Add(cluster.Encode('x', "a", []byte("1"), []byte("22")))
+	f.Add([]byte{'x', 1, 'a', 200})
+	f.Add([]byte{})
+	st := store.NewMemory(nil)
+	defer st.Close()
+	n, err := cluster.New(cluster.Config{Instance: "b", PubSub: st.PubSub(), LeaseTTL: time.Hour})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer n.Close()
+	var got [][]byte
+	n.Handle('x', 2, func(m cluster.Msg) { got = m.Fields })
+	n.HandleCall('q', 1, func(m cluster.Msg) { n.Reply(m, m.Fields[0]) })
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		got = nil
+		n.Dispatch(msg)
+		if got == nil {
+			return
+		}
+		again := cluster.Encode('x', "a", got...)
+		got2 := got
+		got = nil
+		n.Dispatch(again)
+		if len(got) != 2 || !bytes.Equal(got[0], got2[0]) || !bytes.Equal(got[1], got2[1]) {
+			t.Fatalf("re-encoded %q dispatched as %q", got2, got)
+		}
+	})
+}

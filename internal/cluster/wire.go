@@ -1,0 +1,177 @@
+package cluster
+
+import (
+	"context"
+	"encoding/binary"
+	"strconv"
+	"sync/atomic"
+
+	"connector/store"
+)
+
+// A message is one type byte, then fields, each a uvarint length and its
+// bytes: first the sending instance, then (for a Call's request) the
+// request's name, then the user's fields.
+
+// typeResult is the type of a Call's result; users' types are any other.
+const typeResult = 0
+
+// encode returns a message of type typ from instance from: the request
+// name req unless nil, then fields.
+func encode(typ byte, from string, req []byte, fields [][]byte) []byte {
+	n := 1 + binary.MaxVarintLen32 + len(from)
+	if req != nil {
+		n += binary.MaxVarintLen32 + len(req)
+	}
+	for _, f := range fields {
+		n += binary.MaxVarintLen32 + len(f)
+	}
+	b := make([]byte, 1, n)
+	b[0] = typ
+	b = appendField(b, []byte(from))
+	if req != nil {
+		b = appendField(b, req)
+	}
+	for _, f := range fields {
+		b = appendField(b, f)
+	}
+	return b
+}
+
+func appendField(b, f []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(f)))
+	return append(b, f...)
+}
+
+// Encode returns a message of type typ from instance from carrying fields,
+// as Send publishes it: for tests that forge or lose messages.
+func Encode(typ byte, from string, fields ...[]byte) []byte {
+	return encode(typ, from, nil, fields)
+}
+
+// decode splits msg into its type, its sender and its fields, which alias
+// msg; ok is false for a malformed message (a field longer than what is
+// left, no sender).
+func decode(msg []byte) (typ byte, from string, fields [][]byte, ok bool) {
+	if len(msg) == 0 {
+		return 0, "", nil, false
+	}
+	typ, rest := msg[0], msg[1:]
+	for len(rest) > 0 {
+		l, k := binary.Uvarint(rest)
+		if k <= 0 || uint64(len(rest)-k) < l {
+			return 0, "", nil, false
+		}
+		fields = append(fields, rest[k:k+int(l)])
+		rest = rest[k+int(l):]
+	}
+	if len(fields) == 0 || len(fields[0]) == 0 {
+		return 0, "", nil, false
+	}
+	return typ, string(fields[0]), fields[1:], true
+}
+
+// Type is the type byte of an encoded message (0 for an empty one): for
+// tests that lose chosen messages.
+func Type(msg []byte) byte {
+	if len(msg) == 0 {
+		return 0
+	}
+	return msg[0]
+}
+
+// Call sends a request of type typ with fields on channel and waits for its
+// result until ctx ends (false). The handler registered with HandleCall
+// answers it with Reply.
+func (n *Node) Call(ctx context.Context, channel string, typ byte, fields ...[]byte) (result []byte, ok bool) {
+	ch := make(chan []byte, 1)
+	n.mu.Lock()
+	n.nextReq++
+	req := strconv.FormatUint(n.nextReq, 10)
+	n.calls[req] = ch
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.calls, req)
+		n.mu.Unlock()
+	}()
+	select {
+	case n.out <- store.Message{Channel: channel, Msg: encode(typ, n.cfg.Instance, []byte(req), fields)}:
+	case <-ctx.Done():
+		return nil, false
+	}
+	select {
+	case res := <-ch:
+		return res, true
+	case <-ctx.Done():
+		return nil, false
+	}
+}
+
+// Reply answers m, a request a HandleCall handler got, with result.
+func (n *Node) Reply(m Msg, result []byte) {
+	n.Send(Inbox(m.From), typeResult, m.req, result)
+}
+
+// answered hands a result (fields: the request's name, the result) to the
+// Call waiting for it.
+func (n *Node) answered(m Msg) {
+	n.mu.Lock()
+	ch := n.calls[string(m.Fields[0])]
+	delete(n.calls, string(m.Fields[0]))
+	n.mu.Unlock()
+	if ch != nil {
+		ch <- m.Fields[1]
+	}
+}
+
+// Link counts the messages of one ordered stream from one instance to
+// another (the frames of one socket, say), at both ends: the sender sends
+// each with Send and tells the receiver Sent every beat; the receiver takes
+// each with Take, and a false Take or a true Missing is a lost message.
+// Send and Sent are the sender's, Take, Received and Missing the
+// receiver's; each side's own calls (Sent aside) come from one goroutine
+// at a time.
+type Link struct {
+	next, sent, received atomic.Uint64
+}
+
+// Send numbers the next message and calls send with its number, which must
+// queue the message on the node's outbox (or lose it). The message counts
+// as sent once send returned, so a beat queued meanwhile never announces a
+// message queued after it.
+func (l *Link) Send(send func(seq uint64)) {
+	seq := l.next.Add(1)
+	send(seq)
+	l.sent.Store(seq)
+}
+
+// Sent is the number of the last message sent.
+func (l *Link) Sent() uint64 { return l.sent.Load() }
+
+// Take reports whether seq is the next message; false is a gap (a message
+// before it was lost), and then nothing is counted.
+func (l *Link) Take(seq uint64) bool {
+	if seq != l.received.Load()+1 {
+		return false
+	}
+	l.received.Store(seq)
+	return true
+}
+
+// Received is the number of the last message taken.
+func (l *Link) Received() uint64 { return l.received.Load() }
+
+// Missing reports whether the sender's word that it sent up to sent shows
+// messages lost: the messages it sent before that word all arrived before
+// it (the node's outbox and each subscription keep their order).
+func (l *Link) Missing(sent uint64) bool { return sent > l.received.Load() }
+
+// Uint reads a decimal field (0 when it is not one).
+func Uint(b []byte) uint64 {
+	n, _ := strconv.ParseUint(string(b), 10, 64)
+	return n
+}
+
+// AppendUint appends v as a decimal field.
+func AppendUint(b []byte, v uint64) []byte { return strconv.AppendUint(b, v, 10) }

@@ -1,0 +1,892 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"connector/internal/cluster"
+	"connector/relay/ledger"
+	"connector/store"
+)
+
+// Several instances on one store (Config.Cluster set, a Redis shared by
+// every instance) serve one fleet on the cluster layer (internal/cluster);
+// docs/architecture.md ("Several instances on one Redis") describes and
+// draws it. In short: any instance stores a delivery and wakes the tenant's
+// driver, the holder of the lease "relay/tenant/<id>" (role driver), which
+// alone holds the tenant's ledger in memory and takes stored records in
+// with ledger.Tail; an instance with sockets of a tenant it does not drive
+// (role remote) announces them to the driver every beat, which keeps each
+// as a ledger consumer (remoteSeat) whose frames it sends there. Lost
+// messages follow the cluster layer's one rule: announcements are repeated
+// every beat; a socket's frames and its acks are the two directions of a
+// link whose gaps break it, and the socket then starts a new generation, to
+// which the driver hands what the old one held unacknowledged, in order,
+// with the same bufferIds; the stored owner is read once per interrupt,
+// which is not repeated.
+
+// The wake channel (the store prefixes it) and the tenant lease's prefix.
+const (
+	wakeChannel = "relay:wake"
+	leasePrefix = "relay/tenant/"
+)
+
+// Messages between instances (internal/cluster: each names its sender).
+// The relay's types are upper-case letters.
+const (
+	msgWake      = 'W' // wake channel: tenant
+	msgServe     = 'S' // driver: tenant, conn, platforms (","), idle ("1"), gen, acks sent
+	msgDetach    = 'D' // driver: tenant, conn
+	msgAck       = 'A' // driver: tenant, conn, gen, seq, bufferId
+	msgFrame     = 'F' // socket's instance: tenant, conn, gen, seq, frame
+	msgHold      = 'H' // socket's instance, every beat: tenant, conn, gen, frames sent
+	msgBroken    = 'B' // socket's instance: tenant, conn, gen (acks were lost)
+	msgInterrupt = 'I' // tenant, session key, chat id, gateway id, conn ("" for the driver), owner read ("1")
+)
+
+// Session owners in the store: each record lives ownerTTL, and is written
+// again when ownerRefresh has passed since the last write and the
+// session's entries still go to the same socket. An interrupt matters
+// while a turn runs, right after an inbound, so an hour is ample.
+// ownerQueue bounds the writes waiting; past it a write is skipped and
+// retried at the session's next dispatch.
+const (
+	ownerTTL     = time.Hour
+	ownerRefresh = ownerTTL / 4
+	ownerQueue   = 4096
+)
+
+// beatWorkers bounds the tenants whose beats (lease calls to the store)
+// run at once.
+const beatWorkers = 16
+
+// fleet is this instance's part in serving tenants with other instances.
+type fleet struct {
+	srv    *Server
+	node   *cluster.Node
+	leases store.Leases
+	owners store.Owners
+
+	ownerOut chan ownerWrite // session owners to store
+
+	localMu sync.Mutex
+	local   map[string]*conn // this instance's sockets that said hello, by connKey
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	stopBeats func()
+	// started is set by start: from then on a joining tenant's loop starts
+	// at once.
+	started atomic.Bool
+}
+
+// ownerWrite is a session owner to store.
+type ownerWrite struct {
+	h          *hub
+	sessionKey string
+	owner      store.Owner
+}
+
+// ownerNote is, on the driver, the owner last written for a session.
+type ownerNote struct {
+	c       ledger.Consumer
+	chatID  string
+	written time.Time
+}
+
+// tenantFleet is one tenant's state among several instances.
+type tenantFleet struct {
+	h       *hub
+	fl      *fleet
+	driving atomic.Bool
+	kick    chan struct{} // take stored records in now
+	nudge   chan struct{} // beat now
+	looping atomic.Bool   // loop started
+
+	beatMu sync.Mutex  // one beat at a time; guards lease
+	lease  store.Lease // while driving
+
+	// ownMu guards owned; a leaf, taken inside the ledger's mutex (by
+	// noteOwner, the ledger's OnOwned hook).
+	ownMu sync.Mutex
+	owned *simplelru.LRU[string, ownerNote] // owners stored, by session key
+
+	// Under hub.mu:
+	driver  string                 // the driving instance, as last seen
+	remotes map[string]*remoteSeat // other instances' sockets, while driving
+}
+
+// edgeLink is, while another instance drives the tenant, a local
+// connection's link to it: its generation (a new one after a loss), the
+// frames received and the acks sent.
+type edgeLink struct {
+	gen    uint64
+	frames cluster.Link
+	acks   cluster.Link
+}
+
+// remoteSeat is, on the driver, a socket on another instance: a ledger
+// consumer whose frames go to that instance.
+type remoteSeat struct {
+	f          *tenantFleet
+	inst, conn string
+	gen        uint64
+	sendMu     sync.Mutex // numbers and queues one frame at a time
+	frames     cluster.Link
+	acks       cluster.Link
+	seen       time.Time // under hub.mu
+	broken     bool      // under hub.mu: acks were lost; waiting for a new generation
+}
+
+// Offer implements ledger.Consumer: the frame goes to the socket's
+// instance, unless the cluster's outbox is over half full.
+func (r *remoteSeat) Offer(frame []byte) ledger.Offered {
+	if !r.f.fl.node.Roomy() {
+		return ledger.Full
+	}
+	r.push(frame)
+	return ledger.Taken
+}
+
+// push implements pusher. A frame the outbox has no room for is lost like
+// one pub/sub lost: the link's next message or beat shows the gap.
+func (r *remoteSeat) push(frame []byte) {
+	r.sendMu.Lock()
+	defer r.sendMu.Unlock()
+	r.frames.Send(func(seq uint64) {
+		r.f.send(r.inst, msgFrame, []byte(r.conn), cluster.AppendUint(nil, r.gen), cluster.AppendUint(nil, seq), frame)
+	})
+}
+
+// Owner implements ledger.Consumer.
+func (r *remoteSeat) Owner() (instance, conn string) { return r.inst, r.conn }
+
+func newFleet(s *Server) *fleet {
+	ctx, cancel := context.WithCancel(context.Background())
+	fl := &fleet{
+		srv: s, node: s.cfg.Cluster, leases: s.cfg.Store.Leases(), owners: s.cfg.Store.Owners(),
+		ownerOut: make(chan ownerWrite, ownerQueue),
+		local:    make(map[string]*conn),
+		ctx:      ctx, cancel: cancel,
+	}
+	n := fl.node
+	n.Handle(msgWake, 1, func(m cluster.Msg) {
+		fl.atDriver(m, (*tenantFleet).kickTail)
+	})
+	n.Handle(msgServe, 6, func(m cluster.Msg) {
+		fl.atDriver(m, func(f *tenantFleet) {
+			f.serveRemote(m.From, string(m.Fields[1]), string(m.Fields[2]), string(m.Fields[3]) == "1",
+				cluster.Uint(m.Fields[4]), cluster.Uint(m.Fields[5]))
+		})
+	})
+	n.Handle(msgDetach, 2, func(m cluster.Msg) {
+		fl.atDriver(m, func(f *tenantFleet) { f.detachRemote(m.From, string(m.Fields[1])) })
+	})
+	n.Handle(msgAck, 5, func(m cluster.Msg) {
+		fl.atDriver(m, func(f *tenantFleet) {
+			f.ackRemote(m.From, string(m.Fields[1]), cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]), string(m.Fields[4]))
+		})
+	})
+	n.Handle(msgFrame, 5, func(m cluster.Msg) {
+		fl.atSocket(m, func(f *tenantFleet, c *conn) {
+			f.frameIn(c, cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]), m.Fields[4])
+		})
+	})
+	n.Handle(msgHold, 4, func(m cluster.Msg) {
+		fl.atSocket(m, func(f *tenantFleet, c *conn) {
+			f.holdIn(c, cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]))
+		})
+	})
+	n.Handle(msgBroken, 3, func(m cluster.Msg) {
+		fl.atSocket(m, func(f *tenantFleet, c *conn) { f.brokenIn(c, cluster.Uint(m.Fields[2])) })
+	})
+	n.Handle(msgInterrupt, 6, fl.interruptIn)
+	n.OnRoom(func() {
+		for _, h := range fl.srv.hubs() {
+			if h.fleet.driving.Load() {
+				h.ledger.Pump()
+			}
+		}
+	})
+	return fl
+}
+
+// atDriver runs do for the tenant m names, when this instance drives it
+// (and the relay has not stopped).
+func (fl *fleet) atDriver(m cluster.Msg, do func(*tenantFleet)) {
+	if fl.ctx.Err() != nil {
+		return
+	}
+	if h := fl.srv.hub(string(m.Fields[0])); h != nil && h.fleet.driving.Load() {
+		do(h.fleet)
+	}
+}
+
+// atSocket runs do for this instance's connection m names (its second
+// field), when it is a connection of the tenant m names: whatever the
+// sender believed the connection to be, a frame never reaches another
+// tenant's socket.
+func (fl *fleet) atSocket(m cluster.Msg, do func(*tenantFleet, *conn)) {
+	if fl.ctx.Err() != nil {
+		return
+	}
+	if c := fl.localConn(string(m.Fields[1])); c != nil && c.hub.id == string(m.Fields[0]) {
+		do(c.hub.fleet, c)
+	}
+}
+
+// send queues a relay message for instance's inbox.
+func (f *tenantFleet) send(instance string, typ byte, fields ...[]byte) {
+	f.fl.node.Send(cluster.Inbox(instance), typ, append([][]byte{[]byte(f.h.id)}, fields...)...)
+}
+
+// localConn returns this instance's connection named key, if it is open.
+func (fl *fleet) localConn(key string) *conn {
+	fl.localMu.Lock()
+	defer fl.localMu.Unlock()
+	return fl.local[key]
+}
+
+// join gives a new tenant's hub its fleet state and the remote role, before
+// the hub is visible to the rest of the server; its loop runs once the
+// fleet started.
+func (fl *fleet) join(h *hub) {
+	owned, _ := simplelru.NewLRU[string, ownerNote](fl.srv.cfg.SessionOwners, nil)
+	f := &tenantFleet{
+		h: h, fl: fl, kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1), owned: owned,
+		remotes: make(map[string]*remoteSeat),
+	}
+	h.fleet = f
+	h.role.Store(&roleRef{remote{f}})
+	h.ledger.OnOwned(f.noteOwner)
+	if fl.started.Load() {
+		fl.startLoop(f)
+	}
+}
+
+// startLoop starts f's loop unless it runs already.
+func (fl *fleet) startLoop(f *tenantFleet) {
+	if f.looping.CompareAndSwap(false, true) {
+		fl.wg.Go(func() { f.loop(fl.ctx) })
+	}
+}
+
+// start subscribes to the wake channel and starts the beats and the
+// tenants' loops.
+func (fl *fleet) start() error {
+	if _, err := fl.node.Subscribe(fl.ctx, wakeChannel); err != nil {
+		return err
+	}
+	fl.wg.Go(fl.ownerLoop)
+	fl.stopBeats = fl.node.OnBeat(fl.beat)
+	fl.started.Store(true)
+	for _, h := range fl.srv.hubs() {
+		fl.startLoop(h.fleet)
+	}
+	return nil
+}
+
+// stop ends the beats and the goroutines and gives up the leases this
+// instance holds, so other instances take its tenants over at once.
+func (fl *fleet) stop(ctx context.Context) {
+	if fl.stopBeats != nil {
+		fl.stopBeats() // a beat under way ends first
+	}
+	fl.cancel()
+	fl.wg.Wait()
+	for _, h := range fl.srv.hubs() {
+		f := h.fleet
+		f.beatMu.Lock() // a nudged beat under way ends first
+		if f.driving.Load() {
+			_ = fl.leases.Release(ctx, leasePrefix+h.id, f.lease)
+		}
+		f.beatMu.Unlock()
+	}
+}
+
+// beat runs every tenant's beat, beatWorkers at a time: the node's beat,
+// on its clock (on a fake clock inside the Advance that reaches it, so
+// tests step the fleet beat by beat).
+func (fl *fleet) beat() {
+	work := make(chan *tenantFleet)
+	var wg sync.WaitGroup
+	for range beatWorkers {
+		wg.Go(func() {
+			for f := range work {
+				f.beat(fl.ctx)
+				f.tail(fl.ctx)
+			}
+		})
+	}
+	for _, h := range fl.srv.hubs() {
+		work <- h.fleet
+	}
+	close(work)
+	wg.Wait()
+}
+
+// ownerLoop stores the session owners the drivers noted.
+func (fl *fleet) ownerLoop() {
+	for {
+		select {
+		case <-fl.ctx.Done():
+			return
+		case w := <-fl.ownerOut:
+			ctx, cancel := context.WithTimeout(fl.ctx, fl.node.LeaseTTL())
+			err := fl.owners.Set(ctx, w.h.id, w.sessionKey, w.owner, ownerTTL)
+			cancel()
+			if err != nil && fl.ctx.Err() == nil {
+				fl.srv.log.Warn("session owner not stored: an interrupt after a takeover may not find it",
+					"tenant", w.h.id, "err", err)
+				w.h.fleet.forgetOwnerNote(w.sessionKey)
+			}
+		}
+	}
+}
+
+// noteOwner is the ledger's OnOwned hook: it queues the store write of a
+// session's owner when it changed or its record is due for a refresh. It
+// runs under the ledger's mutex and never blocks: with the queue full the
+// write waits for the session's next dispatch.
+func (f *tenantFleet) noteOwner(c ledger.Consumer, sessionKey, chatID string) {
+	now := f.fl.node.Clock().Now()
+	f.ownMu.Lock()
+	defer f.ownMu.Unlock()
+	if n, ok := f.owned.Get(sessionKey); ok && n.c == c && n.chatID == chatID && now.Sub(n.written) < ownerRefresh {
+		return
+	}
+	o := store.Owner{ChatID: chatID}
+	o.Instance, o.Conn = c.Owner()
+	select {
+	case f.fl.ownerOut <- ownerWrite{h: f.h, sessionKey: sessionKey, owner: o}:
+		f.owned.Add(sessionKey, ownerNote{c: c, chatID: chatID, written: now})
+	default:
+	}
+}
+
+// forgetOwnerNote makes the session's next dispatch write its owner again.
+func (f *tenantFleet) forgetOwnerNote(sessionKey string) {
+	f.ownMu.Lock()
+	f.owned.Remove(sessionKey)
+	f.ownMu.Unlock()
+}
+
+// wake tells the tenant's driver, wherever it is, that a record was
+// stored.
+func (f *tenantFleet) wake() {
+	f.fl.node.Send(wakeChannel, msgWake, []byte(f.h.id))
+}
+
+func (f *tenantFleet) kickTail() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (f *tenantFleet) nudgeBeat() {
+	select {
+	case f.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// loop takes stored records in on a wake, and beats when nudged, until ctx
+// ends; the node's beat runs the regular beats.
+func (f *tenantFleet) loop(ctx context.Context) {
+	f.nudgeBeat() // a tenant lease this instance left may be free
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.kick:
+		case <-f.nudge:
+			f.beat(ctx)
+		}
+		f.tail(ctx)
+	}
+}
+
+// tail takes the stored records in while driving.
+func (f *tenantFleet) tail(ctx context.Context) {
+	if !f.driving.Load() {
+		return
+	}
+	if _, err := f.h.ledger.Tail(ctx); err != nil && ctx.Err() == nil {
+		f.fl.srv.log.Warn("stored inbound not read", "tenant", f.h.id, "err", err)
+	}
+}
+
+// beat renews the lease while driving (and tells each remote socket's
+// instance the last frame sent to it), takes the lease when free and this
+// instance holds sockets of the tenant, and otherwise announces those
+// sockets to the driver.
+func (f *tenantFleet) beat(ctx context.Context) {
+	f.beatMu.Lock()
+	defer f.beatMu.Unlock()
+	if ctx.Err() != nil {
+		return
+	}
+	h, fl := f.h, f.fl
+	name := leasePrefix + h.id
+	ctx, cancel := context.WithTimeout(ctx, fl.node.Beat())
+	defer cancel()
+	if f.driving.Load() {
+		l, err := fl.leases.Renew(ctx, name, f.lease, fl.node.LeaseTTL())
+		switch {
+		case err == nil:
+			f.lease = l
+			f.holdRemotes()
+		case errors.Is(err, store.ErrNotHeld) || !fl.node.Clock().Now().Before(f.lease.Expires):
+			fl.srv.log.Warn("tenant lease lost: another instance drives it now", "tenant", h.id, "err", err)
+			f.stopDriving()
+		default:
+			fl.srv.log.Warn("tenant lease not renewed", "tenant", h.id, "err", err)
+		}
+		return
+	}
+	h.mu.Lock()
+	n := len(h.seats)
+	h.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	l, acquired, err := fl.leases.Acquire(ctx, name, fl.node.Instance(), fl.node.LeaseTTL())
+	switch {
+	case err != nil:
+		if fl.ctx.Err() == nil {
+			fl.srv.log.Warn("tenant lease not checked", "tenant", h.id, "err", err)
+		}
+	case acquired:
+		f.lease = l
+		f.startDriving(l)
+	default:
+		f.follow(l.Holder)
+	}
+}
+
+// startDriving makes this instance the tenant's driver under l: the ledger
+// starts empty (Tail reads the stored records next) and this instance's
+// sockets attach to it.
+func (f *tenantFleet) startDriving(l store.Lease) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ledger.Reset()
+	f.driver = f.fl.node.Instance()
+	clear(f.remotes)
+	f.ownMu.Lock()
+	f.owned.Purge() // another driver may have stored other owners since
+	f.ownMu.Unlock()
+	f.driving.Store(true)
+	h.role.Store(&roleRef{driver{local{h}, f}})
+	for c, s := range h.seats {
+		s.link = nil
+		for _, p := range s.platforms {
+			h.ledger.Serve(c, p)
+		}
+		if s.idle {
+			h.ledger.Idle(c)
+		}
+	}
+	f.fl.srv.log.Info("driving tenant", "tenant", h.id, "lease_token", l.Token)
+}
+
+// stopDriving gives the tenant up after its lease was lost.
+func (f *tenantFleet) stopDriving() {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	f.driving.Store(false)
+	h.role.Store(&roleRef{remote{f}})
+	f.driver = ""
+	clear(f.remotes)
+	h.ledger.Reset()
+}
+
+// follow records driver as the tenant's driver and announces this
+// instance's sockets to it. A new driver gets new links: it knows none of
+// the old ones.
+func (f *tenantFleet) follow(driver string) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if driver != f.driver {
+		f.driver = driver
+		for _, s := range h.seats {
+			s.link = nil
+		}
+	}
+	for c, s := range h.seats {
+		f.announceLocked(c, s)
+	}
+}
+
+// announceLocked sends c's serve to the driver, under hub.mu; with no
+// driver known yet, the next beat finds it.
+func (f *tenantFleet) announceLocked(c *conn, s *seat) {
+	if f.driver == "" {
+		f.nudgeBeat()
+		return
+	}
+	if s.link == nil {
+		s.link = &edgeLink{gen: 1}
+	}
+	idle := "0"
+	if s.idle {
+		idle = "1"
+	}
+	f.send(f.driver, msgServe, []byte(f.fl.srv.connKey(c)), []byte(strings.Join(s.platforms, ",")), []byte(idle),
+		cluster.AppendUint(nil, s.link.gen), cluster.AppendUint(nil, s.link.acks.Sent()))
+}
+
+// breakLinkLocked starts a new generation of c's link after a loss, under
+// hub.mu, and announces it: the driver puts what the old one held back in
+// line.
+func (f *tenantFleet) breakLinkLocked(c *conn, s *seat, why string) {
+	f.fl.srv.log.Info("link to the tenant's driver broken: its unacknowledged inbound comes again",
+		"tenant", f.h.id, "conn", c.id, "driver", f.driver, "why", why)
+	s.link = &edgeLink{gen: s.link.gen + 1}
+	f.announceLocked(c, s)
+}
+
+// edgeSeat returns c's seat and link when another instance drives the
+// tenant and gen is the link's generation, under hub.mu.
+func (f *tenantFleet) edgeSeat(c *conn, gen uint64) (*seat, bool) {
+	s := f.h.seats[c]
+	return s, s != nil && s.link != nil && s.link.gen == gen && !f.driving.Load()
+}
+
+// frameIn takes a frame the driver sent for c: in order, it is queued; a
+// gap breaks the link.
+func (f *tenantFleet) frameIn(c *conn, gen, seq uint64, frame []byte) {
+	h := f.h
+	h.mu.Lock()
+	s, ok := f.edgeSeat(c, gen)
+	switch {
+	case !ok:
+	case !s.link.frames.Take(seq):
+		f.breakLinkLocked(c, s, "frames lost")
+		ok = false
+	}
+	h.mu.Unlock()
+	if ok {
+		c.enqueue(frame)
+	}
+}
+
+// holdIn takes the driver's beat for c: a frame sent and not received was
+// lost.
+func (f *tenantFleet) holdIn(c *conn, gen, sent uint64) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := f.edgeSeat(c, gen); ok && s.link.frames.Missing(sent) {
+		f.breakLinkLocked(c, s, "last frames lost")
+	}
+}
+
+// brokenIn takes the driver's word that acks of c's link were lost.
+func (f *tenantFleet) brokenIn(c *conn, gen uint64) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := f.edgeSeat(c, gen); ok {
+		f.breakLinkLocked(c, s, "acks lost")
+	}
+}
+
+// ackOut sends c's ack of id to the driver; false when no driver is known.
+func (f *tenantFleet) ackOut(c *conn, id string) bool {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.seats[c]
+	if s == nil || s.link == nil || f.driver == "" {
+		return false
+	}
+	l := s.link
+	l.acks.Send(func(seq uint64) {
+		f.send(f.driver, msgAck, []byte(f.fl.srv.connKey(c)), cluster.AppendUint(nil, l.gen), cluster.AppendUint(nil, seq), []byte(id))
+	})
+	return true
+}
+
+// serveRemote attaches (or refreshes) a socket on another instance, as its
+// serve announces it: a new generation replaces the old link, whose
+// unacknowledged entries go back in line; acks lost on the old one break
+// it.
+func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, acksSent uint64) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !f.driving.Load() {
+		return
+	}
+	key := inst + "/" + conn
+	rs := f.remotes[key]
+	if rs != nil && rs.gen != gen {
+		f.dropRemoteLocked(key, rs)
+		rs = nil
+	}
+	if rs == nil {
+		rs = &remoteSeat{f: f, inst: inst, conn: conn, gen: gen}
+		f.remotes[key] = rs
+	}
+	rs.seen = f.fl.node.Clock().Now()
+	if !rs.broken && rs.acks.Missing(acksSent) {
+		f.breakRemoteLocked(rs)
+	}
+	if rs.broken {
+		f.send(inst, msgBroken, []byte(conn), cluster.AppendUint(nil, gen))
+		return
+	}
+	for p := range strings.SplitSeq(platforms, ",") {
+		if p != "" {
+			h.ledger.Serve(rs, p)
+		}
+	}
+	if idle {
+		h.ledger.Idle(rs)
+	}
+}
+
+// ackRemote takes an ack from a socket on another instance.
+func (f *tenantFleet) ackRemote(inst, conn string, gen, seq uint64, id string) {
+	h := f.h
+	h.ledger.Ack(id)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if rs := f.remotes[inst+"/"+conn]; rs != nil && rs.gen == gen && !rs.broken && !rs.acks.Take(seq) {
+		f.breakRemoteLocked(rs)
+		f.send(inst, msgBroken, []byte(conn), cluster.AppendUint(nil, gen))
+	}
+}
+
+// breakRemoteLocked gives up rs's link, whose acks were lost: what it held
+// goes back in line, and rs takes nothing until a new generation.
+func (f *tenantFleet) breakRemoteLocked(rs *remoteSeat) {
+	rs.broken = true
+	f.h.ledger.Detach(rs)
+}
+
+func (f *tenantFleet) detachRemote(inst, conn string) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	key := inst + "/" + conn
+	if rs := f.remotes[key]; rs != nil {
+		f.dropRemoteLocked(key, rs)
+	}
+}
+
+// dropRemoteLocked forgets a remote socket; what it held goes back in line.
+func (f *tenantFleet) dropRemoteLocked(key string, rs *remoteSeat) {
+	delete(f.remotes, key)
+	if !rs.broken {
+		f.h.ledger.Detach(rs)
+	}
+}
+
+// holdRemotes forgets the remote sockets not announced for
+// cluster.LostBeats beats and tells the others' instances the last frame
+// sent to each.
+func (f *tenantFleet) holdRemotes() {
+	h := f.h
+	cutoff := f.fl.node.Clock().Now().Add(-cluster.LostBeats * f.fl.node.Beat())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for key, rs := range f.remotes {
+		switch {
+		case rs.seen.Before(cutoff):
+			f.dropRemoteLocked(key, rs)
+		case !rs.broken:
+			f.send(rs.inst, msgHold, []byte(rs.conn), cluster.AppendUint(nil, rs.gen), cluster.AppendUint(nil, rs.frames.Sent()))
+		}
+	}
+}
+
+// interruptStored delivers in to the session's owner as its driver stored
+// it, and reports whether it knew one: a connection of this tenant on this
+// instance, or one on another instance (the interrupt is sent there, which
+// drops it if the connection closed meanwhile). It reads the store once
+// per interrupt: in.ownerRead is set from then on.
+func (f *tenantFleet) interruptStored(ctx context.Context, in *interrupt) bool {
+	in.ownerRead = true
+	fl := f.fl
+	ctx, cancel := context.WithTimeout(ctx, fl.node.LeaseTTL())
+	defer cancel()
+	o, ok, err := fl.owners.Get(ctx, f.h.id, in.sessionKey)
+	if err != nil {
+		fl.srv.log.Warn("session owner not read", "tenant", f.h.id, "err", err)
+		return false
+	}
+	if !ok {
+		return false
+	}
+	if o.Instance != fl.node.Instance() {
+		f.sendInterrupt(o.Instance, *in, o.Conn, o.ChatID)
+		return true
+	}
+	c := fl.localConn(o.Conn)
+	if c == nil || c.hub != f.h {
+		return false
+	}
+	c.push(in.frame(o.ChatID))
+	return true
+}
+
+// forwardInterrupt sends in to the tenant's driver; false when this
+// instance drives it, or no instance does.
+func (f *tenantFleet) forwardInterrupt(ctx context.Context, in interrupt) bool {
+	h := f.h
+	h.mu.Lock()
+	driver := f.driver
+	h.mu.Unlock()
+	if driver == "" {
+		l, ok, err := f.fl.leases.Holder(ctx, leasePrefix+h.id)
+		if err != nil || !ok {
+			return false
+		}
+		driver = l.Holder
+	}
+	if driver == f.fl.node.Instance() {
+		return false
+	}
+	f.sendInterrupt(driver, in, "", "")
+	return true
+}
+
+// sendInterrupt sends in to instance: to its connection conn, or, with
+// conn empty, to the tenant's driver there. chatID stands for the
+// interrupt's chat when it names none.
+func (f *tenantFleet) sendInterrupt(instance string, in interrupt, conn, chatID string) {
+	if in.chatID == "" {
+		in.chatID = chatID
+	}
+	read := "0"
+	if in.ownerRead {
+		read = "1"
+	}
+	f.send(instance, msgInterrupt, []byte(in.sessionKey), []byte(in.chatID), []byte(in.gatewayID), []byte(conn), []byte(read))
+}
+
+// interruptIn takes an interrupt another instance sent: for one of this
+// instance's connections, or for the tenant's driver.
+func (fl *fleet) interruptIn(m cluster.Msg) {
+	if fl.ctx.Err() != nil {
+		return
+	}
+	in := interrupt{sessionKey: string(m.Fields[1]), chatID: string(m.Fields[2]), gatewayID: string(m.Fields[3]),
+		ownerRead: string(m.Fields[5]) == "1", forwarded: true}
+	if conn := string(m.Fields[4]); conn != "" {
+		if c := fl.localConn(conn); c != nil && c.hub.id == string(m.Fields[0]) {
+			c.push(in.frame(""))
+		}
+		return
+	}
+	if h := fl.srv.hub(string(m.Fields[0])); h != nil {
+		h.role.Load().interrupt(fl.ctx, in)
+	}
+}
+
+// driver is the role of a hub whose tenant this instance drives among
+// several: the ledger is here, as alone, with the fleet's additions.
+type driver struct {
+	local
+	f *tenantFleet
+}
+
+// store stores d for Tail to take in (whichever instance stored it), and
+// wakes this instance's loop and any other driver there might be.
+func (r driver) store(ctx context.Context, d ledger.Delivery) error {
+	if _, err := r.h.ledger.Store(ctx, d); err != nil {
+		return err
+	}
+	r.f.kickTail()
+	r.f.wake()
+	return nil
+}
+
+func (r driver) serve(c *conn, s *seat, platform string) {
+	r.f.fl.addLocal(c)
+	r.local.serve(c, s, platform)
+}
+
+func (r driver) detach(c *conn, s *seat) {
+	r.f.fl.removeLocal(c)
+	r.local.detach(c, s)
+}
+
+// interrupt goes to the owner in memory, else to the stored one.
+func (r driver) interrupt(ctx context.Context, in interrupt) {
+	if r.h.interruptOwner(in) || (!in.ownerRead && r.f.interruptStored(ctx, &in)) {
+		return
+	}
+	r.h.logInterruptDropped(in)
+}
+
+// remote is the role of a hub whose tenant another instance drives (or
+// none, until a beat finds out).
+type remote struct{ f *tenantFleet }
+
+func (r remote) store(ctx context.Context, d ledger.Delivery) error {
+	if _, err := r.f.h.ledger.Store(ctx, d); err != nil {
+		return err
+	}
+	r.f.wake()
+	return nil
+}
+
+func (r remote) serve(c *conn, s *seat, _ string) {
+	r.f.fl.addLocal(c)
+	r.f.announceLocked(c, s)
+}
+
+func (r remote) idle(c *conn, s *seat) { r.f.announceLocked(c, s) }
+
+func (r remote) detach(c *conn, s *seat) {
+	f := r.f
+	f.fl.removeLocal(c)
+	if s != nil && s.link != nil && f.driver != "" {
+		f.send(f.driver, msgDetach, []byte(f.fl.srv.connKey(c)))
+	}
+}
+
+func (r remote) ack(c *conn, id string) bool { return r.f.ackOut(c, id) }
+
+// interrupt goes to the stored owner, else to the driver.
+func (r remote) interrupt(ctx context.Context, in interrupt) {
+	f := r.f
+	if (!in.ownerRead && f.interruptStored(ctx, &in)) || (!in.forwarded && f.forwardInterrupt(ctx, in)) {
+		return
+	}
+	f.h.logInterruptDropped(in)
+}
+
+func (fl *fleet) addLocal(c *conn) {
+	fl.localMu.Lock()
+	fl.local[fl.srv.connKey(c)] = c
+	fl.localMu.Unlock()
+}
+
+func (fl *fleet) removeLocal(c *conn) {
+	fl.localMu.Lock()
+	delete(fl.local, fl.srv.connKey(c))
+	fl.localMu.Unlock()
+}
+
+var (
+	_ ledger.Consumer = (*remoteSeat)(nil)
+	_ pusher          = (*remoteSeat)(nil)
+	_ role            = local{}
+	_ role            = driver{}
+	_ role            = remote{}
+)
