@@ -24,7 +24,10 @@ import (
 // vault.KindChatGrant), so with a durable vault every instance sharing the
 // store sees a grant another instance made, and grants survive restarts;
 // the vault's bounded in-memory front answers repeated lookups. A grant
-// lasts vault.ChatGrantTTL after the last message that renewed it.
+// lasts vault.ChatGrantTTL after the last message that renewed it, and
+// records the space the message was in (a Discord guild, a Slack
+// workspace), so an instance that never saw the chat can place it before
+// it lets the grant stand (Ownership.MayAct).
 type Grants struct {
 	vault vault.Store
 	clock clock.Clock
@@ -52,30 +55,37 @@ func grantKey(chat, tenant string) vault.Key {
 	return vault.Key{Tenant: tenant, SessionKey: chat, Kind: vault.KindChatGrant}
 }
 
-// Add grants tenant the chat, or renews the grant, under ctx. A grant
-// renewed less than half its TTL ago is left as it is, so a busy chat costs
-// the store one write per half TTL, not one per message.
-func (g *Grants) Add(ctx context.Context, chat, tenant string) {
+// Add grants tenant the chat, in space ("" for none or unknown), or renews
+// the grant, under ctx. A grant of the same space renewed less than half
+// its TTL ago is left as it is, so a busy chat costs the store one write
+// per half TTL, not one per message.
+func (g *Grants) Add(ctx context.Context, chat, space, tenant string) {
 	if chat == "" || tenant == "" {
 		return
 	}
 	k := grantKey(chat, tenant)
 	now := g.clock.Now()
-	if e, ok := g.vault.Get(ctx, k); ok && now.Sub(e.Stored) < vault.ChatGrantTTL/2 {
+	if e, ok := g.vault.Get(ctx, k); ok && e.Ref == space && now.Sub(e.Stored) < vault.ChatGrantTTL/2 {
 		return
 	}
-	if err := g.vault.Put(ctx, k, vault.Entry{Stored: now}); err != nil {
+	if err := g.vault.Put(ctx, k, vault.Entry{Ref: space, Stored: now}); err != nil {
 		g.log.Warn("chat grant not stored", "chat_id", chat, "tenant", tenant, "err", err)
 	}
 }
 
-// Has reports whether tenant holds a live grant of the chat, looking it up
-// under ctx.
-func (g *Grants) Has(ctx context.Context, chat, tenant string) bool {
+// Granted reports whether tenant holds a live grant of the chat, looking it
+// up under ctx, and the space the grant was last renewed in.
+func (g *Grants) Granted(ctx context.Context, chat, tenant string) (space string, ok bool) {
 	if chat == "" || tenant == "" {
-		return false
+		return "", false
 	}
-	_, ok := g.vault.Get(ctx, grantKey(chat, tenant))
+	e, ok := g.vault.Get(ctx, grantKey(chat, tenant))
+	return e.Ref, ok
+}
+
+// Has reports whether tenant holds a live grant of the chat.
+func (g *Grants) Has(ctx context.Context, chat, tenant string) bool {
+	_, ok := g.Granted(ctx, chat, tenant)
 	return ok
 }
 

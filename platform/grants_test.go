@@ -38,7 +38,7 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 			if b.Has(t.Context(), "501", "t2") {
 				t.Fatal("granted before any message")
 			}
-			a.Add(t.Context(), "501", "t2")
+			a.Add(t.Context(), "501", "", "t2")
 			if !b.Has(t.Context(), "501", "t2") || !a.Has(t.Context(), "501", "t2") {
 				t.Fatal("the grant made on a is not seen on both instances")
 			}
@@ -48,7 +48,7 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 
 			// A renewal past half the TTL, on a, outlives b's cached copy.
 			clk.Advance(vault.ChatGrantTTL/2 + time.Minute)
-			a.Add(t.Context(), "501", "t2")
+			a.Add(t.Context(), "501", "", "t2")
 			clk.Advance(vault.ChatGrantTTL/2 + time.Minute)
 			if !b.Has(t.Context(), "501", "t2") {
 				t.Fatal("the grant renewed on a expired on b")
@@ -65,8 +65,26 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 // TestGrantsWithoutVault: with no vault the grants are the process's own.
 func TestGrantsWithoutVault(t *testing.T) {
 	g := platform.NewGrants(nil, nil, nil)
-	g.Add(t.Context(), "-100", "t1")
+	g.Add(t.Context(), "-100", "", "t1")
 	if !g.Has(t.Context(), "-100", "t1") || g.Has(t.Context(), "-100", "t2") {
 		t.Fatal("a process-local grant is not kept, or kept for another tenant")
+	}
+}
+
+// TestGrantsRecordTheirSpace: a grant keeps the space it was made in, and
+// a renewal from another space (a Slack Connect channel's other
+// workspace) records that one at once.
+func TestGrantsRecordTheirSpace(t *testing.T) {
+	g := platform.NewGrants(nil, nil, nil)
+	g.Add(t.Context(), "C1", "T1", "t1")
+	if space, ok := g.Granted(t.Context(), "C1", "t1"); !ok || space != "T1" {
+		t.Fatalf("granted %v in %q", ok, space)
+	}
+	g.Add(t.Context(), "C1", "T2", "t1")
+	if space, _ := g.Granted(t.Context(), "C1", "t1"); space != "T2" {
+		t.Fatalf("renewed in T2, recorded %q", space)
+	}
+	if _, ok := g.Granted(t.Context(), "C1", "t2"); ok {
+		t.Fatal("another tenant holds the grant")
 	}
 }

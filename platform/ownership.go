@@ -265,8 +265,19 @@ func (o *Ownership) SetAside() []SetAsideClaim {
 // whatever sets it aside: a platform's cheap first question before it
 // places the chat for MayAct, which decides.
 func (o *Ownership) Claimed(chatID, tenant string) bool {
+	_, ok := o.ClaimedIn(chatID, tenant)
+	return ok
+}
+
+// ClaimedIn is Claimed, with the space the claim was made in (Binding.Space:
+// "" when the claim did not record one), which a platform places the chat
+// by when it has not seen it.
+func (o *Ownership) ClaimedIn(chatID, tenant string) (space string, ok bool) {
 	cl, ok := o.claims[chatID]
-	return ok && cl.Tenant == tenant
+	if !ok || cl.Tenant != tenant {
+		return "", false
+	}
+	return cl.Space, true
 }
 
 // YieldsTo reports whether a binding tenant makes of id for itself (a

@@ -49,7 +49,7 @@ func (p *Platform) route(ctx context.Context, author, guildID, channelID string)
 		return "", false, r.Drop
 	case ok:
 		if r.Grant {
-			p.spoke.Add(ctx, channelID, r.Tenant)
+			p.spoke.Add(ctx, channelID, guildID, r.Tenant)
 		}
 		return r.Tenant, r.Owner, ""
 	case guildID == "" && p.cfg.DMTenant != "":
@@ -114,7 +114,7 @@ func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
 	p.metrics.Dropped(platformName, reason)
 	switch {
 	case err == nil:
-		p.spoke.Add(ctx, channel, tenant)
+		p.spoke.Add(ctx, channel, "", tenant)
 	case !errors.Is(err, platform.ErrLinkRefused):
 		p.log.Warn("discord /link not redeemed", "user_id", user, "err", err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/platform/chatorder"
@@ -69,8 +70,9 @@ type Platform struct {
 	// several instances, while it holds the lease ingest/discord/gateway).
 	gwHere atomic.Bool
 	// declined is what an instance without the Gateway remembers of its
-	// chat-owner lookups (standby.go).
-	declined *declines
+	// chat-owner lookups (standby.go): (asking tenant, chat) pairs
+	// declined lately.
+	declined *ttlcache.Cache[[2]string, struct{}]
 	seen     *dedupe
 	gw       *gateway
 	cmds     *commandSync
@@ -150,7 +152,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.clock)
 	p.cache = newCache(p)
-	p.declined = newDeclines(maxStandbyDeclines)
+	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.clock)

@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
-
-	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"connector/platform"
 )
@@ -61,7 +58,7 @@ func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, er
 			return owner, nil
 		}
 	}
-	if p.declined.has(p.clock.Now(), asker, chatID) {
+	if p.declined.Contains([2]string{asker, chatID}) {
 		return "", platform.ErrUnknownChat
 	}
 	wc, err := p.fetchChannel(ctx, chatID)
@@ -75,40 +72,8 @@ func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, er
 			return owner, nil
 		}
 	}
-	p.declined.add(p.clock.Now().Add(standbyDeclineTTL), asker, chatID)
+	p.declined.Add([2]string{asker, chatID}, struct{}{})
 	return "", platform.ErrUnknownChat
-}
-
-// declines is a bounded memory of (tenant, chat) pairs declined until an
-// expiry on the platform's clock; the least recently added go first.
-type declines struct {
-	mu    sync.Mutex
-	until *simplelru.LRU[[2]string, time.Time]
-}
-
-func newDeclines(size int) *declines {
-	l, _ := simplelru.NewLRU[[2]string, time.Time](size, nil) // size > 0
-	return &declines{until: l}
-}
-
-func (d *declines) add(until time.Time, tenant, chat string) {
-	d.mu.Lock()
-	d.until.Add([2]string{tenant, chat}, until)
-	d.mu.Unlock()
-}
-
-// has reports whether tenant's decline of chat is remembered at now; an
-// expired one is forgotten.
-func (d *declines) has(now time.Time, tenant, chat string) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	key := [2]string{tenant, chat}
-	until, ok := d.until.Peek(key)
-	if ok && !now.Before(until) {
-		d.until.Remove(key)
-		return false
-	}
-	return ok
 }
 
 // LocateChat implements platform.ScopeLocator with the same lookup: the

@@ -391,3 +391,58 @@ func TestEditsAndMentionsAcrossTurns(t *testing.T) {
 	_ = session.Key
 	_ = time.Second
 }
+
+// TestDraftStreamMovesWithTheGateway: a gateway whose connection drops
+// mid-stream goes on with the same draft on another instance: its frames
+// there append to the message the first instance started (one message,
+// one chat.startStream), its seal there stops that stream, and its retried
+// seal, wherever it lands, answers the same message without posting again.
+func TestDraftStreamMovesWithTheGateway(t *testing.T) {
+	st := newSharedStore(t)
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i1")})
+	frame := func(e *env, id int, content string, final bool) contract.Result {
+		t.Helper()
+		raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": id, "content": content, "final": final,
+			"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda}})
+		return e.execute(t, "t1", string(raw))
+	}
+	first := frame(a, 7, "Hello", false)
+	if !first.Success {
+		t.Fatalf("%+v", first)
+	}
+	if r := frame(b, 7, "Hello, wor▌", false); !r.Success || r.MessageID != first.MessageID {
+		t.Fatalf("the next frame on b: %+v", r)
+	}
+	if c := b.lastCall(t, "chat.appendStream"); c.Form.Get("markdown_text") != ", wor" || c.Form.Get("ts") != first.MessageID {
+		t.Fatalf("append %v", c.Form)
+	}
+	// Back on a (another reconnect), a frame appends to what b streamed.
+	if r := frame(a, 7, "Hello, world", false); !r.Success {
+		t.Fatalf("a frame back on a: %+v", r)
+	}
+	sealed := frame(b, 7, "Hello, world.", true)
+	if !sealed.Success || sealed.MessageID != first.MessageID {
+		t.Fatalf("seal %+v", sealed)
+	}
+	for _, e := range []*env{a, b} {
+		if again := frame(e, 7, "Hello, world.", true); !again.Success || again.MessageID != first.MessageID {
+			t.Fatalf("a retried seal: %+v", again)
+		}
+	}
+	if m := fake.Messages(chanGeneral); len(m) != 1 || m[0].Text != "Hello, world." || m[0].Stream {
+		t.Fatalf("streamed messages %+v", m)
+	}
+	if n, s := len(fake.Calls("chat.startStream")), len(fake.Calls("chat.stopStream")); n != 1 || s != 1 {
+		t.Fatalf("%d streams started, %d stopped", n, s)
+	}
+	// The next draft, started on b, is sealed by a's send of its text.
+	frame(b, 8, "Second", false)
+	if r := a.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"Second answer","metadata":{"thread_id":"1768490100.000100"}}`); !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	if m := fake.Messages(chanGeneral); len(m) != 2 || m[1].Text != "Second answer" || m[1].Stream || len(fake.Calls("chat.postMessage")) != 0 {
+		t.Fatalf("the send posted again: %+v", m)
+	}
+}

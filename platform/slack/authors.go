@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/slack-go/slack"
@@ -38,35 +39,85 @@ func (p *Platform) route(ctx context.Context, user, channel, team string, dm boo
 	case r.Drop != "":
 		return "", false, r.Drop
 	case r.Grant:
-		p.grants.Add(ctx, channel, r.Tenant)
+		p.grants.Add(ctx, channel, team, r.Tenant)
 	}
 	return r.Tenant, r.Owner, ""
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// when it claimed the channel, or an event routed to it by claim or
-// author link was posted there (and it is still remembered), as long as
-// the ownership order lets that stand (platform.Ownership.MayAct: no
-// binding of the channel or of a workspace this instance saw it in, and
-// no claim of another tenant).
+// when it claimed the channel, or an event routed to it by claim or author
+// link was posted there (and it is still remembered, platform.Grants), as
+// long as the ownership order lets that stand in every workspace the
+// channel is in (platform.Ownership.MayAct: no binding of the channel or of
+// one of its workspaces, and no claim of another tenant). The channel is
+// placed first (place), on any instance, whether this one saw it or not; a
+// channel that cannot be placed grants nothing. A chat the tenant has
+// neither claim nor grant of costs no lookup.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
 	if !channelIDPattern.MatchString(chatID) {
 		return false, nil
 	}
 	own := p.owners.Load()
-	if !own.Claimed(chatID, tenant) && !p.grants.Has(ctx, chatID, tenant) {
+	claimSpace, claimed := own.ClaimedIn(chatID, tenant)
+	grantSpace, granted := p.grants.Granted(ctx, chatID, tenant)
+	if !claimed && !granted {
 		return false, nil
 	}
-	teams, _ := p.chanTeams.Get(chatID)
-	if len(teams) == 0 {
-		teams = []string{""}
+	teams, err := p.place(ctx, tenant, chatID, claimSpace, grantSpace)
+	if err != nil || len(teams) == 0 {
+		return false, err
 	}
 	for _, team := range teams {
-		if !own.MayAct(tenant, chatOf(chatID, team), func() bool { return true }) {
+		if !own.MayAct(tenant, chatOf(chatID, team), func() bool { return granted }) {
 			return false, nil
 		}
 	}
 	return true, nil
+}
+
+// place returns the workspaces channel chat is in: those this instance
+// saw it in, and those conversations.info names for it (a Slack Connect
+// channel's other workspaces too), asked once per placementTTL with the
+// token of a workspace that should have it (one it was seen in, the
+// claim's or the grant's, hints), else of the asking tenant's. nil when
+// none has it; an error wrapping platform.ErrUnavailable when Slack could
+// not be asked.
+func (p *Platform) place(ctx context.Context, tenant, chat string, hints ...string) ([]string, error) {
+	if p.placed.Contains(chat) {
+		teams, _ := p.chanTeams.Get(chat)
+		return teams, nil
+	}
+	seen, _ := p.chanTeams.Get(chat)
+	var unreachable error
+	found := false
+	for _, team := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(seen), hints...)))) {
+		if team == "" {
+			continue
+		}
+		ok, err := p.channelIn(ctx, team, chat)
+		if err != nil {
+			unreachable = err
+			continue
+		}
+		if found = ok; found {
+			break
+		}
+	}
+	if !found {
+		team, err := p.probeChannel(ctx, tenant, chat)
+		switch {
+		case err != nil:
+			unreachable = err
+		case team != "":
+			found = true
+		}
+	}
+	if !found && unreachable != nil {
+		return nil, unreachable
+	}
+	p.placed.Add(chat, struct{}{})
+	teams, _ := p.chanTeams.Get(chat)
+	return teams, nil
 }
 
 // LocateChat implements platform.ScopeLocator: a channel is placed in the
@@ -107,21 +158,21 @@ func linkCommand(text string) (string, bool) {
 // workers: the event's delivery, and the events behind it in the chat,
 // never wait for them. A DM the desk does not take is consumed
 // unanswered.
-func (p *Platform) submitLink(user, channel, code string, reply func(context.Context, string)) {
-	if reason := p.links.Submit(user, func(ctx context.Context) { reply(ctx, p.link(ctx, user, channel, code)) }); reason != "" {
+func (p *Platform) submitLink(team, user, channel, code string, reply func(context.Context, string)) {
+	if reason := p.links.Submit(user, func(ctx context.Context) { reply(ctx, p.link(ctx, team, user, channel, code)) }); reason != "" {
 		p.drop(reason, "")
 	}
 }
 
 // link redeems code for user and returns the reply to show. A tenant the
-// user is now linked to is granted the DM channel.
-func (p *Platform) link(ctx context.Context, user, channel, code string) string {
+// user is now linked to is granted the DM channel (of workspace team).
+func (p *Platform) link(ctx context.Context, team, user, channel, code string) string {
 	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
 	reply, reason := platform.LinkAnswer(err)
 	p.metrics.Dropped(platformName, reason)
 	switch {
 	case err == nil:
-		p.grants.Add(ctx, channel, tenant)
+		p.grants.Add(ctx, channel, team, tenant)
 	case !errors.Is(err, platform.ErrLinkRefused):
 		p.log.Warn("slack /link not redeemed", "user_id", user, "err", err)
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strconv"
 	"testing"
 
 	"connector/contract"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
+	"connector/vault"
 )
 
 // Ownership world: besides the fixture world, workspace C, installed and
@@ -141,5 +144,87 @@ func TestLocateChat(t *testing.T) {
 	}
 	if c, err := e.p.LocateChat(platform.WithTenant(context.Background(), "t1"), dmAda); err != nil || !c.DM {
 		t.Fatalf("a DM: %+v %v", c, err)
+	}
+}
+
+// TestGrantPlacedOnEveryInstance: a grant is judged where the channel is,
+// on every instance sharing the store, whether it saw the channel or not:
+// the instance places the channel with conversations.info (the grant's
+// workspace's token) before it lets the grant stand. A grant made while
+// its workspace was bound to nobody stops counting on every instance once
+// the workspace is bound to another tenant, and a grant in a Slack Connect
+// channel also shared with a workspace bound to another tenant never
+// counts; meanwhile the granted tenant acts with the token of the
+// workspace the channel is in.
+func TestGrantPlacedOnEveryInstance(t *testing.T) {
+	st := newSharedStore(t)
+	fake := newFake(t)
+	fake.AddTeam(teamC)
+	fake.AddChannel(teamC.ID, slacktest.Channel{ID: chanNew, Name: "new-general"})
+	const shared = "C0SHR00001" // C's, shared with A (t1's)
+	fake.AddChannel(teamC.ID, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamC.ID, teamA.ID}})
+	fake.AddChannel(teamA.ID, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamC.ID, teamA.ID}})
+	fake.AddUser(teamC.ID, slacktest.User{ID: userCat, Name: "cat"})
+	link := platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"}
+	base := []platform.Binding{
+		{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindChannel, ID: chanOps, Tenant: "t3"}, link,
+	}
+	instance := func(name string, bindings []platform.Binding) *env {
+		e := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Vault: vault.NewDurable(st.Capabilities(), vault.Config{}),
+			Cluster: newNode(t, st, name)})
+		if err := e.p.works.install(context.Background(), teamC.ID, installRecord{Token: teamC.Token, BotUser: teamC.BotUser}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.p.Bind(bindings); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a, b := instance("i0", base), instance("i1", base)
+	send := func(e *env, tenant, chat string) contract.Result {
+		return e.execute(t, tenant, `{"op":"send","chat_id":"`+chat+`","content":"ok","metadata":{}}`)
+	}
+	// Cat (linked to t2) speaks in C's channels on a: t2 is granted them.
+	for i, chat := range []string{chanNew, shared} {
+		a.event(t, teamC, "Ev"+strconv.Itoa(i), slacktest.MessageEvent(teamC.ID, chat, userCat, "1768490100.00010"+strconv.Itoa(i), "", "status?"), http.StatusOK)
+		if d := a.sink.Next(t); d.Tenant != "t2" {
+			t.Fatalf("%s: %+v", chat, d)
+		}
+	}
+	// b never saw the channel: it places it in C and t2 posts there with
+	// C's token.
+	if r := send(b, "t2", chanNew); !r.Success {
+		t.Fatalf("t2 on the other instance: %+v", r)
+	}
+	if c := b.lastCall(t, "chat.postMessage"); c.Team != teamC.ID {
+		t.Fatalf("posted with %q's token", c.Team)
+	}
+	// The Slack Connect channel is also in A, t1's: t2's grant does not
+	// stand there, on either instance.
+	for _, e := range []*env{a, b} {
+		if granted, err := e.p.ChatGranted(platform.WithTenant(context.Background(), "t2"), shared, "t2"); granted || err != nil {
+			t.Fatalf("t2's grant stands in a channel shared with t1's workspace: %v %v", granted, err)
+		}
+	}
+	// C is bound to t1: t2's grant stops counting on both instances and on
+	// one that never saw the channel; t1 may act there.
+	rebound := append(slices.Clone(base), platform.Binding{Kind: platform.BindTeam, ID: teamC.ID, Tenant: "t1"})
+	c := instance("i2", rebound)
+	for _, e := range []*env{a, b} {
+		if err := e.p.Bind(rebound); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, e := range map[string]*env{"a": a, "b": b, "c": c} {
+		if granted, err := e.p.ChatGranted(platform.WithTenant(context.Background(), "t2"), chanNew, "t2"); granted || err != nil {
+			t.Fatalf("%s: t2's grant stands in a channel of t1's workspace: %v %v", name, granted, err)
+		}
+		if r := send(e, "t2", chanNew); r.Code != contract.CodeEgressDeclined {
+			t.Fatalf("%s: t2 in t1's workspace: %+v", name, r)
+		}
+	}
+	if r := send(c, "t1", chanNew); !r.Success {
+		t.Fatalf("t1 in its workspace: %+v", r)
 	}
 }

@@ -441,8 +441,9 @@ func withBlockText(text string, blocks []any, bot string) string {
 // maxUnfurlBody bounds one link preview's text, as natively.
 const maxUnfurlBody = 500
 
-// withUnfurls appends the message's link previews (_append_link_unfurls);
-// previews of Slack messages (is_msg_unfurl) are skipped.
+// withUnfurls appends the message's link previews (_append_link_unfurls),
+// with the rich text and tables of their own blocks; previews of Slack
+// messages (is_msg_unfurl) are skipped.
 func withUnfurls(text string, unfurls []wireUnfurl) string {
 	var sections []string
 	for _, u := range unfurls {
@@ -467,6 +468,15 @@ func withUnfurls(text string, unfurls []wireUnfurl) string {
 		body = strings.TrimSpace(body)
 		if r := []rune(body); len(r) > maxUnfurlBody {
 			body = string(r[:maxUnfurlBody-3]) + "..."
+		}
+		// A pasted table arrives as the attachment's table block, in
+		// neither its text nor its fallback.
+		if nested := richText(decodeBlocks(u.Blocks)); nested != "" && !strings.Contains(body, nested) {
+			if body == "" {
+				body = nested
+			} else {
+				body = strings.TrimSpace(body + "\n" + nested)
+			}
 		}
 		var section string
 		switch {

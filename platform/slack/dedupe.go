@@ -2,10 +2,10 @@ package slack
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"connector/internal/clock"
+	"connector/platform"
 	"connector/store"
 )
 
@@ -45,14 +45,20 @@ type dedupe struct {
 	claims store.Claims
 }
 
-func newDedupe(p *Platform) *dedupe {
-	d := &dedupe{p: p}
-	if p.deps.Cluster != nil && p.deps.Store != nil {
-		d.claims = p.deps.Store.Claims()
-	} else {
-		d.claims = newMemClaims(p.clock)
+func newDedupe(p *Platform) *dedupe { return &dedupe{p: p, claims: p.claims} }
+
+// localClaims bounds the claims kept in process memory: past it the least
+// recently used are forgotten, which may let a late duplicate through but
+// never loses an event.
+const localClaims = 500_000
+
+// newClaims is where the platform's claims are kept: the store's with
+// several instances (so one instance takes each), else process memory.
+func newClaims(deps platform.Deps, c clock.Clock) store.Claims {
+	if deps.Cluster != nil && deps.Store != nil {
+		return deps.Store.Claims()
 	}
-	return d
+	return newLocalState(localClaims, c)
 }
 
 // begin claims key for this copy.
@@ -97,76 +103,5 @@ func (d *dedupe) release(key string) {
 	defer cancel()
 	if err := d.claims.Release(ctx, "slack/pending/"+key); err != nil {
 		d.p.log.Warn("slack dedupe claim not released; a retry waits for it to expire", "err", err)
-	}
-}
-
-// memClaimsMax bounds the claims kept in memory: past it (after a sweep),
-// arbitrary ones are forgotten, which may let a late duplicate through
-// but never loses an event.
-const memClaimsMax = 500_000
-
-// memClaims are claims in process memory: a map swept of expired ones
-// whenever it has doubled since the last sweep.
-type memClaims struct {
-	clock clock.Clock
-
-	mu    sync.Mutex
-	until map[string]time.Time
-	swept int
-}
-
-func newMemClaims(c clock.Clock) *memClaims {
-	return &memClaims{clock: c, until: map[string]time.Time{}, swept: 1024}
-}
-
-// Claim implements store.Claims.
-func (m *memClaims) Claim(_ context.Context, key string, expires time.Time) (bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := m.clock.Now()
-	if u, ok := m.until[key]; ok && now.Before(u) {
-		return false, nil
-	}
-	m.set(key, expires, now)
-	return true, nil
-}
-
-// Hold implements store.Claims.
-func (m *memClaims) Hold(_ context.Context, key string, expires time.Time) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.set(key, expires, m.clock.Now())
-	return nil
-}
-
-// Release implements store.Claims.
-func (m *memClaims) Release(_ context.Context, key string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.until, key)
-	return nil
-}
-
-// set stores a claim, sweeping the expired ones when the map has doubled.
-// Called with mu held.
-func (m *memClaims) set(key string, expires, now time.Time) {
-	if !now.Before(expires) {
-		delete(m.until, key)
-		return
-	}
-	m.until[key] = expires
-	if len(m.until) >= 2*m.swept {
-		for k, u := range m.until {
-			if !now.Before(u) {
-				delete(m.until, k)
-			}
-		}
-		for k := range m.until {
-			if len(m.until) <= memClaimsMax {
-				break
-			}
-			delete(m.until, k)
-		}
-		m.swept = max(len(m.until), 1024)
 	}
 }

@@ -2,13 +2,20 @@ package slack
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"strconv"
 	"strings"
-	"sync"
+	"time"
 
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/slack-go/slack"
 
 	"connector/contract"
+	"connector/internal/clock"
+	"connector/platform/chatorder"
+	"connector/store"
 )
 
 // This file streams drafts with Slack's native message streaming
@@ -18,51 +25,125 @@ import (
 // starts a message in the thread, later frames append what they add, and
 // the seal (final: true, or a send whose content extends the stream)
 // stops it with the rest. One stream is open per tenant and chat; a frame
-// of another draft_id seals the open one first. The streams are this
-// instance's: the frames of one stream come from one gateway connection.
+// of another draft_id seals the open one first.
+//
+// A gateway sends a stream's frames over its one connection, but when that
+// connection drops mid-stream the gateway dials again, possibly to another
+// instance, and goes on with the same draft there (it also retries an
+// ambiguous seal once). So a stream is not this instance's: its state
+// (the message's ts, its workspace, how much was streamed and a digest of
+// it, whether it was sealed) is kept in the store (platform.Deps.Store),
+// written at every frame and read at the next, wherever it lands; the text
+// itself is the gateway's, which sends it whole with every frame. A frame
+// that does not extend what the record says was streamed seals the stream
+// and fails, as natively. Frames of one stream on one instance run one at
+// a time; two instances racing on one stream (the old connection's last
+// frame still running while the new one's first arrives) may append a
+// frame twice or fail it, never open a second message.
 
-// sealedStreams bounds the sealed streams remembered, so a repeated seal
-// (the gateway retries an ambiguous one once) answers the same message.
-const sealedStreams = 512
+// streamTTL is how long a stream's record lasts after its last frame, and
+// a seal's (so a repeated seal answers the same message). Slack ends a
+// stream left open by itself.
+const streamTTL = 10 * time.Minute
 
-// openStreams bounds the streams open at once; the least recently used is
-// abandoned past it (its message stays as streamed, and its next frame
-// starts another).
-const openStreams = 10_000
+// localStreams bounds the stream records kept in process memory without a
+// store.
+const localStreams = 10_000
 
 // streamCursors are the cursor glyphs a streaming consumer may end a
 // frame with; the API appends only, so they are cut.
 var streamCursors = []string{"\u2589", "▍", "▌", "…"}
 
+// streamKey is one tenant's stream in one chat.
 type streamKey struct {
 	tenant, channel string
 }
 
-type sealKey struct {
-	streamKey
-	draft int64
-}
-
-// stream is one open native stream.
+// stream is the record of one native stream.
 type stream struct {
-	mu    sync.Mutex // held across its API calls: one frame at a time
-	draft int64
-	team  string
-	ts    string // the message's ts, "" until started
-	sent  string // the text streamed so far
-	done  bool   // sealed or abandoned: a new frame starts another
+	Draft int64  `json:"draft"`
+	Team  string `json:"team"`
+	TS    string `json:"ts"`   // the message
+	Sent  int    `json:"sent"` // bytes of text streamed so far
+	// Digest is the hex SHA-256 of the text streamed so far.
+	Digest string `json:"digest"`
+	// Done is set once the stream is sealed (or abandoned): a new frame
+	// starts another.
+	Done bool `json:"done,omitempty"`
 }
 
+// extendedBy reports whether text begins with what was streamed.
+func (st *stream) extendedBy(text string) bool {
+	return len(text) >= st.Sent && digest(text[:st.Sent]) == st.Digest
+}
+
+// digest is the hex SHA-256 of text.
+func digest(text string) string {
+	sum := sha256.Sum256([]byte(text))
+	return hex.EncodeToString(sum[:])
+}
+
+// streams are the stream records, in the store (or process memory), and
+// the turns of each tenant's chat on this instance.
 type streams struct {
-	mu     sync.Mutex
-	open   *lru.Cache[streamKey, *stream]
-	sealed *lru.Cache[sealKey, string]
+	state store.Capabilities
+	clock clock.Clock
+	turns *chatorder.Queue[streamKey]
 }
 
-func newStreams() *streams {
-	sealed, _ := lru.New[sealKey, string](sealedStreams) // size > 0: cannot fail
-	open, _ := lru.New[streamKey, *stream](openStreams)
-	return &streams{open: open, sealed: sealed}
+func newStreams(st store.Store, c clock.Clock) *streams {
+	s := &streams{clock: c, turns: chatorder.New[streamKey](0)}
+	if st != nil {
+		s.state = st.Capabilities()
+	} else {
+		s.state = newLocalState(localStreams, c)
+	}
+	return s
+}
+
+func (k streamKey) stateKey() string { return "slack/stream/" + k.tenant + "/" + k.channel }
+
+func (k streamKey) sealKey(draft int64) string {
+	return k.stateKey() + "/sealed/" + strconv.FormatInt(draft, 10)
+}
+
+// load returns k's stream record; ok is false when there is none.
+func (s *streams) load(ctx context.Context, k streamKey) (st stream, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	raw, ok, err := s.state.Get(ctx, k.stateKey())
+	if err != nil || !ok {
+		return stream{}, false, err
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return stream{}, false, errors.New("slack: unreadable stream record")
+	}
+	return st, true, nil
+}
+
+// save stores k's stream record for streamTTL.
+func (s *streams) save(ctx context.Context, k streamKey, st *stream) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	raw, _ := json.Marshal(st) // plain fields: cannot fail
+	return s.state.Put(ctx, k.stateKey(), raw, s.clock.Now().Add(streamTTL))
+}
+
+// sealed returns the message of k's sealed draft; ok is false when it was
+// not sealed lately.
+func (s *streams) sealed(ctx context.Context, k streamKey, draft int64) (string, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	raw, ok, err := s.state.Get(ctx, k.sealKey(draft))
+	return string(raw), ok, err
+}
+
+// seal records k's draft as sealed as message ts ("" for a reply that
+// has no message: a slash command's).
+func (s *streams) seal(ctx context.Context, k streamKey, draft int64, ts string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	return s.state.Put(ctx, k.sealKey(draft), []byte(ts), s.clock.Now().Add(streamTTL))
 }
 
 // cutCursor removes a trailing cursor glyph.
@@ -76,28 +157,14 @@ func cutCursor(text string) string {
 	return text
 }
 
-// current returns the open stream of k, nil when none.
-func (s *streams) current(k streamKey) *stream {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, _ := s.open.Get(k)
-	return st
-}
-
-// put makes st k's open stream.
-func (s *streams) put(k streamKey, st *stream) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.open.Add(k, st)
-}
-
-// end forgets st as k's open stream.
-func (s *streams) end(k streamKey, st *stream) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if cur, _ := s.open.Peek(k); cur == st {
-		s.open.Remove(k)
+// inTurn runs fn in k's turn on this instance (one frame of a stream at a
+// time), answering a frame that waited past its deadline as unavailable.
+func (p *Platform) inTurn(ctx context.Context, k streamKey, fn func() contract.Result) contract.Result {
+	var r contract.Result
+	if err := p.streams.turns.Do(ctx, k, func() error { r = fn(); return nil }); err != nil {
+		return p.failure(contract.OpDraft, err)
 	}
+	return r
 }
 
 // draft streams one frame, or seals the stream with final.
@@ -109,38 +176,51 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 		return contract.Failed(contract.CodeBadRequest, "slack draft: content is empty")
 	}
 	k := streamKey{tenant, t.channel}
-	sk := sealKey{k, a.DraftID}
-	if id, ok := p.streams.sealed.Get(sk); ok && a.Final {
-		return contract.OK(id)
+	return p.inTurn(ctx, k, func() contract.Result { return p.frame(ctx, tenant, t, a, k) })
+}
+
+// frame is draft in k's turn.
+func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) contract.Result {
+	if a.Final {
+		switch ts, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
+		case err != nil:
+			return p.streamUnreadable(err)
+		case ok:
+			return contract.OK(ts)
+		}
 	}
 	text := cutCursor(a.Content)
-	st := p.streams.current(k)
-	if st != nil && st.draft != a.DraftID {
-		p.seal(ctx, k, st, "")
-		st = nil
+	st, open, err := p.streams.load(ctx, k)
+	if err != nil {
+		return p.streamUnreadable(err)
 	}
-	if st == nil {
-		if a.Final {
-			// Nothing was streamed: the content is sent as the reply.
-			first, _, r := p.postParts(ctx, tenant, t, a, mrkdwnParts(a.Content), nil)
-			if first != "" {
-				p.streams.sealed.Add(sk, first)
-			}
-			if !r.Success {
-				return r
-			}
-			return contract.OK(first)
+	open = open && !st.Done
+	if open && st.Draft != a.DraftID {
+		p.seal(ctx, k, &st, "")
+		open = false
+	}
+	switch {
+	case !open && a.Final:
+		// Nothing was streamed: the content is sent as the reply (to a
+		// slash command, privately).
+		r, ok := p.slashReply(ctx, tenant, t, a)
+		if !ok {
+			r = p.post(ctx, tenant, t, a)
 		}
+		if r.Success || r.MessageID != "" {
+			p.streamNotKept(p.streams.seal(ctx, k, a.DraftID, r.MessageID))
+		}
+		return r
+	case !open:
 		return p.startStream(ctx, tenant, t, a, k, text)
-	}
-	if a.Final {
-		ts, err := p.seal(ctx, k, st, text)
+	case a.Final:
+		ts, err := p.seal(ctx, k, &st, text)
 		if err != nil {
 			return p.failure(contract.OpDraft, err)
 		}
 		return contract.OK(ts)
 	}
-	return p.appendStream(ctx, t, k, st, text)
+	return p.appendStream(ctx, t, k, &st, text)
 }
 
 // startStream starts a stream in the action's thread with text.
@@ -149,81 +229,66 @@ func (p *Platform) startStream(ctx context.Context, tenant string, t target, a *
 	if thread == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack draft: Slack streams only into a thread (metadata.thread_id)")
 	}
-	st := &stream{draft: a.DraftID, team: t.team}
-	st.mu.Lock()
-	defer st.mu.Unlock()
 	opts := []slack.MsgOption{slack.MsgOptionTS(thread), slack.MsgOptionMarkdownText(text), slack.MsgOptionRecipientTeamID(t.team)}
 	if u := string(a.Metadata.UserID); u != "" {
 		opts = append(opts, slack.MsgOptionRecipientUserID(u))
 	}
+	st := stream{Draft: a.DraftID, Team: t.team, Sent: len(text), Digest: digest(text)}
 	err := p.callIn(ctx, t.team, t.channel, "chat.startStream", func(ctx context.Context, c *slack.Client) (err error) {
-		_, st.ts, err = c.StartStreamContext(ctx, t.channel, opts...)
+		_, st.TS, err = c.StartStreamContext(ctx, t.channel, opts...)
 		return err
 	})
 	if err != nil {
 		return p.failure(contract.OpDraft, err)
 	}
-	st.sent = text
-	p.streams.put(k, st)
-	p.memory.sent(t.team, st.ts, thread)
-	return contract.OK(st.ts)
+	p.streamNotKept(p.streams.save(ctx, k, &st))
+	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, st.TS, thread))
+	return contract.OK(st.TS)
 }
 
 // appendStream appends what text adds to the stream. A frame that does
 // not extend what was streamed (the text was rewritten) seals the stream
 // and fails, so the gateway streams by editing instead, as natively.
 func (p *Platform) appendStream(ctx context.Context, t target, k streamKey, st *stream, text string) contract.Result {
-	st.mu.Lock()
-	if st.done {
-		st.mu.Unlock()
-		return contract.Failed(contract.CodeBadRequest, "slack draft: the stream was sealed")
-	}
-	if text == st.sent {
-		st.mu.Unlock()
-		return contract.OK(st.ts)
-	}
-	if !strings.HasPrefix(text, st.sent) {
-		st.mu.Unlock()
+	if !st.extendedBy(text) {
 		p.seal(ctx, k, st, "")
 		return contract.Failed(contract.CodeBadRequest, "slack draft: the frame does not extend the streamed text; the stream was sealed")
 	}
-	defer st.mu.Unlock()
-	delta := text[len(st.sent):]
+	if len(text) == st.Sent {
+		return contract.OK(st.TS)
+	}
+	delta := text[st.Sent:]
 	err := p.call(ctx, t.team, "chat.appendStream", func(ctx context.Context, c *slack.Client) error {
-		_, _, err := c.AppendStreamContext(ctx, t.channel, st.ts, slack.MsgOptionMarkdownText(delta))
+		_, _, err := c.AppendStreamContext(ctx, t.channel, st.TS, slack.MsgOptionMarkdownText(delta))
 		return err
 	})
 	if err != nil {
 		return p.failure(contract.OpDraft, err)
 	}
-	st.sent = text
-	return contract.OK(st.ts)
+	st.Sent, st.Digest = len(text), digest(text)
+	p.streamNotKept(p.streams.save(ctx, k, st))
+	return contract.OK(st.TS)
 }
 
 // seal stops st, with what final adds to the streamed text (nothing when
 // it does not extend it), records it as sealed and returns its message.
 func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, final string) (string, error) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	p.streams.end(k, st)
-	if st.done {
-		return st.ts, nil
-	}
-	st.done = true
 	var opts []slack.MsgOption
-	if final != "" && strings.HasPrefix(final, st.sent) && len(final) > len(st.sent) {
-		opts = append(opts, slack.MsgOptionMarkdownText(final[len(st.sent):]))
+	if final != "" && len(final) > st.Sent && st.extendedBy(final) {
+		opts = append(opts, slack.MsgOptionMarkdownText(final[st.Sent:]))
 	}
-	err := p.call(ctx, st.team, "chat.stopStream", func(ctx context.Context, c *slack.Client) error {
-		_, _, err := c.StopStreamContext(ctx, k.channel, st.ts, opts...)
+	st.Done = true
+	p.streamNotKept(p.streams.save(ctx, k, st))
+	p.streamNotKept(p.streams.seal(ctx, k, st.Draft, st.TS))
+	err := p.call(ctx, st.Team, "chat.stopStream", func(ctx context.Context, c *slack.Client) error {
+		_, _, err := c.StopStreamContext(ctx, k.channel, st.TS, opts...)
 		return err
 	})
-	p.streams.sealed.Add(sealKey{k, st.draft}, st.ts)
 	if err != nil {
 		p.log.Debug("slack chat.stopStream failed; Slack ends the stream by itself", "err", p.errorText(err))
-		return st.ts, err
+		return st.TS, err
 	}
-	return st.ts, nil
+	return st.TS, nil
 }
 
 // sealByContent seals the tenant's open stream in the chat when content
@@ -232,20 +297,37 @@ func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, final stri
 // stream.
 func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
 	k := streamKey{tenant, t.channel}
-	st := p.streams.current(k)
-	if st == nil {
-		return contract.Result{}, false
-	}
-	text := cutCursor(a.Content)
-	st.mu.Lock()
-	extends := st.sent != "" && strings.HasPrefix(text, st.sent)
-	st.mu.Unlock()
-	if !extends {
-		return contract.Result{}, false
-	}
-	ts, err := p.seal(ctx, k, st, text)
+	sealed := false
+	r := p.inTurn(ctx, k, func() contract.Result {
+		st, open, err := p.streams.load(ctx, k)
+		if err != nil || !open || st.Done || st.Sent == 0 {
+			return contract.Result{}
+		}
+		text := cutCursor(a.Content)
+		if !st.extendedBy(text) {
+			return contract.Result{}
+		}
+		ts, err := p.seal(ctx, k, &st, text)
+		if err != nil {
+			return contract.Result{} // post it normally; Slack ends the stream
+		}
+		sealed = true
+		return contract.OK(ts)
+	})
+	return r, sealed
+}
+
+// streamUnreadable answers a frame whose stream record the store did not
+// give: retryable, nothing was posted.
+func (p *Platform) streamUnreadable(err error) contract.Result {
+	p.log.Warn("slack stream record not read", "err", err)
+	return contract.Failed(contract.CodeUnavailable, "slack draft: the stream's state could not be read; retry")
+}
+
+// streamNotKept logs a stream record the store did not keep: a frame that
+// lands on another instance then starts another message.
+func (p *Platform) streamNotKept(err error) {
 	if err != nil {
-		return contract.Result{}, false // post it normally; Slack ends the stream
+		p.log.Warn("slack stream record not stored", "err", err)
 	}
-	return contract.OK(ts), true
 }

@@ -31,9 +31,10 @@ type fixtureContext struct {
 }
 
 type fixtureRepliesMsg struct {
-	User string `json:"user"`
-	Text string `json:"text"`
-	TS   string `json:"ts"`
+	User     string `json:"user"`
+	Text     string `json:"text"`
+	TS       string `json:"ts"`
+	ThreadTS string `json:"thread_ts"`
 }
 
 // NormalizeFixture maps a Slack case's raw payload (an Events API
@@ -102,10 +103,19 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 	if env.InnerEvent == nil || json.Unmarshal(*env.InnerEvent, &ev) != nil {
 		return session.Outcome{Drop: dropMalformed}, nil
 	}
+	bot := fc.TeamBotUserIDs[env.installTeam()]
+	if bot == "" {
+		bot = fc.BotUserID
+	}
 	m, ok := newMessage(&env, &ev)
+	if ev.Type == "reaction_added" || ev.Type == "reaction_removed" {
+		var drop string
+		if m, drop = reactionTurn(ctx, look, &env, &ev, pol, bot); drop != "" {
+			return session.Outcome{Drop: drop}, nil
+		}
+		ok = true
+	}
 	switch {
-	case ev.Type == "reaction_added" || ev.Type == "reaction_removed":
-		return session.Outcome{Drop: dropReaction}, nil
 	case !ok:
 		return session.Outcome{Drop: dropUnsupported}, nil
 	case slices.Contains(fc.SeenEventIDs, m.dedupeKey):
@@ -113,12 +123,14 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 	case m.edit && slices.Contains(fc.ProcessedMessageTS, m.ev.TS):
 		return session.Outcome{Drop: dropEditOfProcessed}, nil
 	}
-	bot := fc.TeamBotUserIDs[m.scope]
-	if bot == "" {
-		bot = fc.BotUserID
+	if b := fc.TeamBotUserIDs[m.scope]; b != "" {
+		bot = b
 	}
 	n := &normalizer{pol: pol, look: look, state: &fixtureState{fc: &fc}, bot: bot}
-	t, drop := n.normalize(ctx, &m)
+	t, drop, err := n.normalize(ctx, &m)
+	if err != nil {
+		return session.Outcome{}, err
+	}
 	if drop != "" {
 		return session.Outcome{Drop: drop}, nil
 	}
@@ -177,6 +189,14 @@ func (l *fixtureLookup) channelName(ctx context.Context, team, id string) string
 	return parseConversationsInfo(raw, id, func(peer string) string { return l.user(ctx, team, peer).name })
 }
 
+func (l *fixtureLookup) reacted(_ context.Context, _, channel, ts string) (string, string, bool) {
+	msgs := l.fc.ConversationsReplies[channel+":"+ts]
+	if len(msgs) == 0 {
+		return "", "", false
+	}
+	return cmpOr(cmpOr(msgs[0].ThreadTS, msgs[0].TS), ts), msgs[0].User, true
+}
+
 func (l *fixtureLookup) threadRoot(_ context.Context, _, channel, ts string) (rootMessage, bool) {
 	for _, m := range l.fc.ConversationsReplies[channel+":"+ts] {
 		if m.TS == ts {
@@ -193,14 +213,16 @@ func marked(list []string, team, ts string) bool {
 	return slices.Contains(list, team+":"+ts) || slices.Contains(list, ts)
 }
 
-func (s *fixtureState) processed(team, ts string) bool {
-	return marked(s.fc.ProcessedMessageTS, team, ts)
+func (s *fixtureState) processed(_ context.Context, team, ts string) (bool, error) {
+	return marked(s.fc.ProcessedMessageTS, team, ts), nil
 }
-func (s *fixtureState) botPosted(team, ts string) bool { return marked(s.fc.BotMessageTS, team, ts) }
-func (s *fixtureState) mentioned(team, ts string) bool {
-	return marked(s.fc.MentionedThreads, team, ts)
+func (s *fixtureState) botPosted(_ context.Context, team, ts string) (bool, error) {
+	return marked(s.fc.BotMessageTS, team, ts), nil
 }
-func (s *fixtureState) active(team, channel, ts string) bool {
-	return slices.Contains(s.fc.ActiveThreadSessions, team+":"+channel+":"+ts)
+func (s *fixtureState) mentioned(_ context.Context, team, ts string) (bool, error) {
+	return marked(s.fc.MentionedThreads, team, ts), nil
 }
-func (s *fixtureState) markMentioned(string, string) {}
+func (s *fixtureState) active(_ context.Context, team, channel, ts string) (bool, error) {
+	return slices.Contains(s.fc.ActiveThreadSessions, team+":"+channel+":"+ts), nil
+}
+func (s *fixtureState) markMentioned(context.Context, string, string) error { return nil }

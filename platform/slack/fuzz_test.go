@@ -69,7 +69,10 @@ func FuzzEvents(f *testing.F) {
 				"elements": []any{map[string]any{"type": "link", "url": "https://x", "text": "x"}}}}}}}}}}))
 	f.Add([]byte(`{"type":"event_callback","team_id":"T0AAA00001","event":{"type":"message","team":{"id":7},"files":[{"size":-1}]}}`))
 	f.Add([]byte(`{"type":"event_callback","event":null}`))
-	e := newEnv(f, nil, nil)
+	f.Add(slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev2", map[string]any{"type": "reaction_added", "user": userAda, "reaction": "+1",
+		"item_user": teamA.BotUser, "item": map[string]any{"type": "message", "channel": chanGeneral, "ts": "1.2"}, "event_ts": "3.4"}))
+	// Reactions start turns, so the fuzzer reaches their path too.
+	e := newEnv(f, func(c *Config) { c.Tenants["t1"] = TenantConfig{ReactionTriggers: &[]string{}} }, nil)
 	e.p.sink.Store(ptr[platform.Sink](&checkingSink{}))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		e.p.sink.Store(ptr[platform.Sink](&checkingSink{t: t}))
@@ -177,4 +180,31 @@ func FuzzState(f *testing.F) {
 
 func urlEscape(s string) string {
 	return strings.NewReplacer("%", "%25", "&", "%26", "+", "%2B", "=", "%3D").Replace(s)
+}
+
+// FuzzBlockPayload: any blocks JSON dumps without a panic, to at most the
+// header, 6,000 characters of JSON and the fence; what it dumps is valid
+// JSON (unless cut, or holding Python's Infinity).
+func FuzzBlockPayload(f *testing.F) {
+	f.Add([]byte(dumpBlocks))
+	f.Add([]byte(`[{"type":"section","text":{"type":"mrkdwn","text":"a\u0000b"},"fields":[1.5e300,-0,1e-7,"",null,{}]}]`))
+	f.Add([]byte(`[null, 0, false, "", [], {}]`))
+	f.Add([]byte(`[{"type":"x","optional":1e999,"multiple":-1e999}]`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		out := blockPayload(raw)
+		if out == "" {
+			return
+		}
+		body, ok := strings.CutPrefix(out, blockPayloadHeader)
+		if !ok || !strings.HasSuffix(body, "\n```") {
+			t.Fatalf("not a fenced dump: %q", out)
+		}
+		body = strings.TrimSuffix(body, "\n```")
+		if n := utf8.RuneCountInString(body); n > maxBlockPayload {
+			t.Fatalf("%d characters", n)
+		}
+		if !strings.HasSuffix(body, "\n... [truncated]") && !strings.Contains(body, "Infinity") && !json.Valid([]byte(body)) {
+			t.Fatalf("invalid JSON: %q", body)
+		}
+	})
 }

@@ -25,6 +25,9 @@ func (n *normalizer) gate(ctx context.Context, m *message, routing string, menti
 			return dropOtherUser
 		}
 	}
+	if m.force {
+		return "" // a reaction's turn: past the mention rules
+	}
 	reply := ev.ThreadTS != "" && ev.ThreadTS != ev.TS
 	free := !pol.requireMentionIn[ev.Channel] && (pol.freeResponse[ev.Channel] || !pol.requireMention)
 	switch {
@@ -49,24 +52,27 @@ func mentionsUser(text, user string) bool {
 // wakes is _should_wake_on_unmentioned_message: an unmentioned message
 // starts a turn in a thread the bot posted into, a thread mentioned
 // earlier, a thread with a turn already, under a root the bot posted, or
-// under a root that mentions the bot; the last two are read from Slack
-// and hold across restarts and instances.
+// under a root that mentions the bot. The markers are the store's
+// (memory.go) and the roots are read from Slack, so every instance and a
+// restart agree.
 func (n *normalizer) wakes(ctx context.Context, m *message, reply bool) bool {
 	ev, team := m.ev, m.scope
 	thread := ev.ThreadTS
 	switch {
 	case thread == "":
 		return false
-	case reply && n.state.botPosted(team, thread):
+	case reply && n.ask(n.state.botPosted(ctx, team, thread)):
 		return true
-	case n.state.mentioned(team, thread):
+	case n.ask(n.state.mentioned(ctx, team, thread)):
 		return true
 	case !reply:
 		return false
-	case n.state.active(team, ev.Channel, thread):
+	case n.ask(n.state.active(ctx, team, ev.Channel, thread)):
 		return true
+	case n.err != nil:
+		return false
 	}
-	root, ok := n.look.threadRoot(ctx, team, ev.Channel, thread)
+	root, ok := n.look.threadRoot(ctx, m.install, ev.Channel, thread)
 	switch {
 	case !ok:
 		return false
@@ -74,7 +80,7 @@ func (n *normalizer) wakes(ctx context.Context, m *message, reply bool) bool {
 		return true
 	case strings.Contains(root.text, "<@"+n.bot+">"):
 		if !n.pol.strictMention {
-			n.state.markMentioned(team, thread)
+			n.remember(n.state.markMentioned(ctx, team, thread))
 		}
 		return true
 	}

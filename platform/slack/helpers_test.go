@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
 	"connector/internal/leakcheck"
 	"connector/platform"
 	"connector/platform/platformtest"
@@ -252,4 +254,18 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // contextFor is a context ending after waitFor.
 func contextFor() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), waitFor)
+}
+
+// sprintf is fmt.Sprintf.
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// newNode is an instance's cluster node on st, closed when t ends.
+func newNode(t testing.TB, st store.Store, name string) *cluster.Node {
+	t.Helper()
+	n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
 }

@@ -57,7 +57,17 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat string, 
 	case "app_uninstalled", "tokens_revoked":
 		return "", func(ctx context.Context) error { return p.uninstalled(ctx, env, &ev) }
 	case "reaction_added", "reaction_removed":
-		return done(dropReaction)
+		if ev.Item == nil || ev.Item.Channel == "" {
+			return done(dropMalformed)
+		}
+		team := env.installTeam()
+		p.seenIn(ev.Item.Channel, team)
+		return team + "/" + ev.Item.Channel, func(ctx context.Context) error {
+			if p.sink.Load() == nil {
+				return errNotRunning
+			}
+			return p.ingestReaction(ctx, env, &ev, received)
+		}
 	case "app_home_opened", "app_context_changed", "assistant_thread_started", "assistant_thread_context_changed":
 		return done(dropLifecycle)
 	case "message", "app_mention":
@@ -109,19 +119,30 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		}
 	}()
 	ev := m.ev
-	if m.edit && p.memory.processed(m.scope, ev.TS) {
-		p.drop(dropEditOfProcessed, env.EventID)
-		stored = true
-		return nil
+	if m.edit {
+		switch done, err := p.memory.processed(ctx, m.scope, ev.TS); {
+		case err != nil:
+			return fmt.Errorf("slack: read the message's turn marker: %w", err)
+		case done:
+			p.drop(dropEditOfProcessed, env.EventID)
+			stored = true
+			return nil
+		}
 	}
 	dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
 	if code, ok := linkCommand(ev.Text); ok && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != "" {
 		team, channel := m.install, ev.Channel
-		p.submitLink(ev.User, channel, code, func(ctx context.Context, reply string) { p.replyLink(ctx, team, channel, reply) })
+		p.submitLink(team, ev.User, channel, code, func(ctx context.Context, reply string) { p.replyLink(ctx, team, channel, reply) })
 		stored = true
 		return nil
 	}
-	tenant, owner, drop := p.route(ctx, ev.User, ev.Channel, m.install, dm)
+	var tenant, drop string
+	var owner bool
+	if m.routed != nil {
+		tenant, owner = m.routed.tenant, m.routed.owner
+	} else {
+		tenant, owner, drop = p.route(ctx, ev.User, ev.Channel, m.install, dm)
+	}
 	if drop != "" {
 		p.drop(drop, env.EventID)
 		stored = true
@@ -131,24 +152,36 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 	if bot == "" {
 		bot = cmpOr(p.works.botUser(ctx, m.install), env.botUser())
 	}
-	n := &normalizer{pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner}
+	n := &normalizer{pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner, warn: p.markerNotKept}
 	tctx := platform.WithTenant(ctx, tenant)
-	t, drop := n.normalize(tctx, m)
+	t, drop, err := n.normalize(tctx, m)
+	if err != nil {
+		return fmt.Errorf("slack: read the thread's markers: %w", err)
+	}
 	if drop != "" {
 		p.drop(drop, env.EventID)
 		stored = true
 		return nil
 	}
-	p.attachFiles(tctx, tenant, m.install, t)
 	if ev.ThreadTS != "" && ev.ThreadTS != ev.TS {
-		t.ev.Context = p.threadContext(tctx, tenant, m, ev.ThreadTS, bot)
+		t.ev.Context, t.rootFiles = p.threadContext(tctx, tenant, m, ev.ThreadTS, bot)
 	}
+	p.attachFiles(tctx, tenant, m.install, t)
 	if err := p.deliver(ctx, tenant, &t.ev, received); err != nil {
 		return err
 	}
 	stored = true
-	p.memory.turnStarted(m.scope, ev.Channel, ev.TS, t.thread)
+	p.markerNotKept(p.memory.turnStarted(ctx, m.scope, ev.Channel, ev.TS, t.thread))
 	return nil
+}
+
+// markerNotKept logs a marker the store did not keep (memory.go): what it
+// would have decided later (an edit's turn, an unmentioned reply's wake)
+// is decided without it.
+func (p *Platform) markerNotKept(err error) {
+	if err != nil {
+		p.log.Warn("slack thread marker not stored", "err", err)
+	}
 }
 
 // deliver hands an inbound event of tenant to the sink.
@@ -207,7 +240,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 			return "Send /link <code> in a direct message with the app.", nil
 		}
 		url := c.ResponseURL
-		p.submitLink(c.UserID, c.ChannelID, strings.TrimSpace(c.Text), func(ctx context.Context, reply string) {
+		p.submitLink(c.TeamID, c.UserID, c.ChannelID, strings.TrimSpace(c.Text), func(ctx context.Context, reply string) {
 			if url != "" {
 				p.replyLinkCommand(ctx, url, reply)
 			}

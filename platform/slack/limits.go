@@ -12,6 +12,7 @@ import (
 
 	"connector/platform"
 	"connector/platform/fairshare"
+	"connector/platform/pace"
 )
 
 // This file paces every Web API call within Slack's limits: each method
@@ -23,7 +24,7 @@ import (
 // channel_per_second (Slack allows about one per second per channel). A
 // 429 pauses the method's budget in that workspace for its Retry-After,
 // and the call is made again when the deadline allows: Slack did not take
-// it.
+// it. The channel pace is platform/pace's, as WhatsApp's per-user pace is.
 
 // tier is a method's budget in one workspace.
 type tier struct {
@@ -79,10 +80,11 @@ const limitsSweepEvery = 4096
 type limits struct {
 	p *Platform
 
-	mu       sync.Mutex
-	budgets  map[budgetKey]*budget
-	channels map[string]time.Time // workspace/channel -> its next free slot
-	added    int
+	mu      sync.Mutex
+	budgets map[budgetKey]*budget
+	added   int
+
+	channels *pace.Pacer // "<workspace>/<channel>"
 }
 
 type budgetKey struct{ team, method string }
@@ -93,7 +95,7 @@ type budget struct {
 }
 
 func newLimits(p *Platform) *limits {
-	return &limits{p: p, budgets: map[budgetKey]*budget{}, channels: map[string]time.Time{}}
+	return &limits{p: p, budgets: map[budgetKey]*budget{}, channels: pace.New(p.cfg.ChannelPerSecond)}
 }
 
 // budget returns the scheduler of method in team.
@@ -110,7 +112,6 @@ func (l *limits) budget(team, method string) *fairshare.Scheduler {
 		l.added = 0
 		idle := now.Add(-time.Hour)
 		maps.DeleteFunc(l.budgets, func(_ budgetKey, b *budget) bool { return b.used.Before(idle) })
-		maps.DeleteFunc(l.channels, func(_ string, next time.Time) bool { return next.Before(now) })
 	}
 	t, ok := methodTiers[method]
 	if !ok {
@@ -121,35 +122,6 @@ func (l *limits) budget(team, method string) *fairshare.Scheduler {
 	})}
 	l.budgets[k] = b
 	return b.sched
-}
-
-// reserve books the channel's next slot at or after now and returns it;
-// ok is false (nothing booked) when it would come after latest.
-func (l *limits) reserve(key string, now, latest time.Time) (time.Time, bool) {
-	per := l.p.cfg.ChannelPerSecond
-	if per <= 0 {
-		return now, true
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	at := now
-	if next := l.channels[key]; next.After(at) {
-		at = next
-	}
-	if at.After(latest) {
-		return at, false
-	}
-	l.channels[key] = at.Add(time.Second / time.Duration(per))
-	return at, true
-}
-
-// block holds the channel until until (a 429 on a message into it).
-func (l *limits) block(key string, until time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if until.After(l.channels[key]) {
-		l.channels[key] = until
-	}
 }
 
 // rateLimitedError says a call could not be made before the deadline.
@@ -186,7 +158,7 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 	for {
 		start := p.clock.Now()
 		if paced {
-			at, ok := p.limits.reserve(chanKey, start, latest)
+			at, ok := p.limits.channels.Reserve(chanKey, start, latest)
 			if !ok {
 				return &rateLimitedError{wait: at.Sub(start)}
 			}
@@ -219,7 +191,7 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 		retry := max(limited.RetryAfter, time.Second)
 		sched.Pause(retry)
 		if paced {
-			p.limits.block(chanKey, p.clock.Now().Add(retry))
+			p.limits.channels.Hold(chanKey, p.clock.Now().Add(retry), p.clock.Now())
 		}
 		p.log.Info("slack 429; waiting Retry-After", "team", team, "method", method, "retry_after", retry)
 		if p.clock.Now().Add(retry).After(latest) {

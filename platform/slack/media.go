@@ -65,7 +65,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, t target, a *co
 		return p.failure(contract.OpSendMedia, err)
 	}
 	ts := p.shareTS(ctx, t, up.FileID)
-	p.memory.sent(t.team, ts, thread)
+	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, thread))
 	return contract.OK(ts)
 }
 
@@ -117,9 +117,10 @@ var unsafeName = regexp.MustCompile(`[^\w.\- ]`)
 // message_type still says what they were).
 func (p *Platform) attachFiles(ctx context.Context, tenant, team string, t *turn) {
 	store := p.deps.Media
-	if len(t.files) == 0 || store == nil || store.URL("x") == "" {
+	if (len(t.files) == 0 && len(t.rootFiles) == 0) || store == nil || store.URL("x") == "" {
 		return
 	}
+	p.attachRootImages(ctx, tenant, team, t)
 	var injected, notices []string
 	for i, f := range t.files {
 		if i == maxInboundFiles {
@@ -164,6 +165,38 @@ func (p *Platform) attachFiles(ctx context.Context, tenant, team string, t *turn
 	}
 	if len(notices) > 0 {
 		t.ev.Text = joinText("[Slack attachment notice]\n"+strings.Join(notices, "\n"), t.ev.Text)
+	}
+}
+
+// attachRootImages re-hosts the first images of the thread's root (up to
+// threadRootImages; a Slack Connect stub completed with files.info) as the
+// turn's first media, and makes the turn a photo unless it is a command,
+// as natively. A root image that cannot be fetched is left out without a
+// notice: the context names it already.
+func (p *Platform) attachRootImages(ctx context.Context, tenant, team string, t *turn) {
+	added := 0
+	for _, f := range t.rootFiles {
+		if added == threadRootImages {
+			break
+		}
+		if f.FileAccess == "check_file_info" && !p.fileInfo(ctx, team, &f) {
+			continue
+		}
+		if !strings.HasPrefix(f.Mimetype, "image/") || (f.URLPrivateDownload == "" && f.URLPrivate == "") {
+			continue
+		}
+		info, err := p.rehost(ctx, tenant, team, &f, f.Mimetype)
+		if err != nil {
+			p.log.Warn("slack thread root image could not be re-hosted", "file", f.ID, "err", p.errorText(err))
+			continue
+		}
+		url := p.deps.Media.URL(info.ID)
+		t.ev.MediaURLs = append(t.ev.MediaURLs, url)
+		t.ev.Media = append(t.ev.Media, contract.Media{URL: url, MIME: info.MIME, Kind: "image", Size: info.Size, Filename: info.Filename})
+		added++
+	}
+	if added > 0 && t.ev.MessageType != "command" {
+		t.ev.MessageType = "photo"
 	}
 }
 

@@ -1,59 +1,118 @@
 package slack
 
 import (
-	lru "github.com/hashicorp/golang-lru/v2"
+	"context"
+	"time"
+
+	"connector/internal/clock"
+	"connector/store"
 )
 
-// memory is what this instance remembers of the workspaces' threads, as
-// the native adapter's _processed_message_ts, _bot_message_ts,
-// _mentioned_threads and its sessions do: bounded (the native caps,
-// 5,000 each), least recently used forgotten first. It is per instance:
-// on another instance the bot-posted and mentioned markers are absent,
-// and the wake check falls back to the thread's root, read from Slack
-// (gate.go), which holds everywhere. Keys are "<team>:<ts>".
+// memory is what the connector remembers of the workspaces' messages and
+// threads, as the native adapter's _processed_message_ts, _bot_message_ts,
+// _mentioned_threads and its thread sessions do: the messages that started
+// a turn (an edit of one starts none), the messages the bot posted and the
+// threads it posted into, the threads mentioned earlier, and the threads
+// with a delivered turn. The mention gating reads them (gate.go), so every
+// instance must read the same: with a store (platform.Deps.Store) each
+// marker is a store capability, written when it is set and read at every
+// question, so every instance sharing the store and the next start agree.
+// Each marker expires memoryTTL after it was last set, which bounds the
+// store by the rate the bot posts and is mentioned at, as the native
+// adapter's sets are bounded (5,000 each, oldest first; and forgotten at a
+// restart). Without a store the markers are kept in process memory
+// (localState), 20,000 in all, least recently set forgotten first.
 type memory struct {
-	turns     *lru.Cache[string, struct{}] // messages that started a turn
-	posted    *lru.Cache[string, struct{}] // messages the bot posted, and their threads
-	mentions  *lru.Cache[string, struct{}] // threads mentioned earlier
-	delivered *lru.Cache[string, struct{}] // threads with a delivered turn ("<team>:<channel>:<ts>")
+	caps  store.Capabilities // the store's, else a localState
+	clock clock.Clock
 }
 
-// memorySize bounds each of memory's sets.
-const memorySize = 5000
+// memoryTTL is how long a marker lasts after it was last set.
+const memoryTTL = 7 * 24 * time.Hour
+
+// memorySize bounds the markers kept in process memory (the native caps,
+// 5,000 of each of the four kinds).
+const memorySize = 4 * 5000
+
+// markKind names a kind of marker.
+type markKind string
+
+// Marker kinds. Keys are "<team>:<ts>", for active "<team>:<channel>:<ts>".
+const (
+	markTurn      markKind = "turn"      // a message that started a turn
+	markPosted    markKind = "posted"    // a message the bot posted, or a thread it posted into
+	markMentioned markKind = "mentioned" // a thread mentioned earlier
+	markActive    markKind = "active"    // a thread with a delivered turn
+)
 
 var _ threadState = (*memory)(nil)
 
-func newMemory() *memory {
-	mk := func() *lru.Cache[string, struct{}] {
-		c, _ := lru.New[string, struct{}](memorySize) // size > 0: cannot fail
-		return c
+func newMemory(st store.Store, c clock.Clock) *memory {
+	if st != nil {
+		return &memory{caps: st.Capabilities(), clock: c}
 	}
-	return &memory{turns: mk(), posted: mk(), mentions: mk(), delivered: mk()}
+	return &memory{caps: newLocalState(memorySize, c), clock: c}
 }
 
-func (m *memory) processed(team, ts string) bool { return m.turns.Contains(team + ":" + ts) }
-func (m *memory) botPosted(team, ts string) bool { return m.posted.Contains(team + ":" + ts) }
-func (m *memory) mentioned(team, ts string) bool { return m.mentions.Contains(team + ":" + ts) }
-func (m *memory) active(team, channel, ts string) bool {
-	return m.delivered.Contains(team + ":" + channel + ":" + ts)
+// markKey is a marker's key in the store.
+func markKey(kind markKind, key string) string { return "slack/mark/" + string(kind) + "/" + key }
+
+// has reports whether the marker kind/key is set.
+func (m *memory) has(ctx context.Context, kind markKind, key string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	_, ok, err := m.caps.Get(ctx, markKey(kind, key))
+	return ok, err
 }
-func (m *memory) markMentioned(team, ts string) { m.mentions.Add(team+":"+ts, struct{}{}) }
+
+// set sets the marker kind/key for memoryTTL from now.
+func (m *memory) set(ctx context.Context, kind markKind, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	return m.caps.Put(ctx, markKey(kind, key), nil, m.clock.Now().Add(memoryTTL))
+}
+
+func (m *memory) processed(ctx context.Context, team, ts string) (bool, error) {
+	return m.has(ctx, markTurn, team+":"+ts)
+}
+
+func (m *memory) botPosted(ctx context.Context, team, ts string) (bool, error) {
+	return m.has(ctx, markPosted, team+":"+ts)
+}
+
+func (m *memory) mentioned(ctx context.Context, team, ts string) (bool, error) {
+	return m.has(ctx, markMentioned, team+":"+ts)
+}
+
+func (m *memory) active(ctx context.Context, team, channel, ts string) (bool, error) {
+	return m.has(ctx, markActive, team+":"+channel+":"+ts)
+}
+
+func (m *memory) markMentioned(ctx context.Context, team, ts string) error {
+	return m.set(ctx, markMentioned, team+":"+ts)
+}
 
 // turnStarted records a delivered turn: message ts of team in channel,
 // in session thread (may be "").
-func (m *memory) turnStarted(team, channel, ts, thread string) {
-	m.turns.Add(team+":"+ts, struct{}{})
-	if thread != "" {
-		m.delivered.Add(team+":"+channel+":"+thread, struct{}{})
+func (m *memory) turnStarted(ctx context.Context, team, channel, ts, thread string) error {
+	if err := m.set(ctx, markTurn, team+":"+ts); err != nil {
+		return err
 	}
+	if thread == "" {
+		return nil
+	}
+	return m.set(ctx, markActive, team+":"+channel+":"+thread)
 }
 
 // sent records a message the bot posted, and the thread it went into.
-func (m *memory) sent(team, ts, thread string) {
-	if ts != "" {
-		m.posted.Add(team+":"+ts, struct{}{})
+func (m *memory) sent(ctx context.Context, team, ts, thread string) error {
+	for _, k := range []string{ts, thread} {
+		if k == "" {
+			continue
+		}
+		if err := m.set(ctx, markPosted, team+":"+k); err != nil {
+			return err
+		}
 	}
-	if thread != "" {
-		m.posted.Add(team+":"+thread, struct{}{})
-	}
+	return nil
 }

@@ -7,11 +7,14 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+
+	"connector/internal/ttlcache"
 )
 
 // This file resolves the names a source carries (users.info,
-// conversations.info) and a thread's root (conversations.replies) for
-// live ingest, cached with a bound, as the native adapter does
+// conversations.info) and a thread's root (from the thread's history,
+// threadcontext.go) for live ingest, cached with a bound, as the native
+// adapter does
 // (_resolve_user_name, _parse_users_info, _resolve_channel_name,
 // _bot_authored_thread_root). Any failure resolves to the id, never to an
 // error: a name is never worth a lost message.
@@ -25,8 +28,6 @@ const (
 	nameCacheSize  = 5000
 	nameCacheTTL   = time.Hour
 	failedTTL      = time.Minute
-	rootCacheSize  = 2500
-	rootCacheTTL   = time.Minute // the native _THREAD_CACHE_TTL
 	lookupDeadline = 750 * time.Millisecond
 )
 
@@ -93,10 +94,9 @@ func parseConversationsInfo(raw json.RawMessage, id string, peer func(string) st
 // cached per workspace.
 type names struct {
 	p      *Platform
-	users  *ttlCache[string, userInfo]
-	chans  *ttlCache[string, string]
-	roots  *ttlCache[string, rootMessage]
-	failed *ttlCache[string, struct{}] // lookups that failed lately, by the key of their cache
+	users  *ttlcache.Cache[string, userInfo]
+	chans  *ttlcache.Cache[string, string]
+	failed *ttlcache.Cache[string, struct{}] // lookups that failed lately, by the key of their cache
 }
 
 var _ lookups = (*names)(nil)
@@ -104,10 +104,9 @@ var _ lookups = (*names)(nil)
 func newNames(p *Platform) *names {
 	return &names{
 		p:      p,
-		users:  newTTLCache[string, userInfo](nameCacheSize, nameCacheTTL, p.clock),
-		chans:  newTTLCache[string, string](nameCacheSize, nameCacheTTL, p.clock),
-		roots:  newTTLCache[string, rootMessage](rootCacheSize, rootCacheTTL, p.clock),
-		failed: newTTLCache[string, struct{}](nameCacheSize, failedTTL, p.clock),
+		users:  ttlcache.New[string, userInfo](nameCacheSize, nameCacheTTL, p.clock),
+		chans:  ttlcache.New[string, string](nameCacheSize, nameCacheTTL, p.clock),
+		failed: ttlcache.New[string, struct{}](nameCacheSize, failedTTL, p.clock),
 	}
 }
 
@@ -165,13 +164,19 @@ func (n *names) channelName(ctx context.Context, team, id string) string {
 }
 
 func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootMessage, bool) {
-	key := team + "/" + channel + "/" + ts
-	if r, ok := n.roots.Get(key); ok {
-		return r, true
-	}
-	if n.failed.Contains("r/" + key) {
+	h, ok := n.p.history(ctx, team, channel, ts)
+	if !ok {
 		return rootMessage{}, false
 	}
+	for _, m := range h.msgs {
+		if m.Timestamp == ts {
+			return rootMessage{user: m.User, text: m.Text}, true
+		}
+	}
+	return rootMessage{}, false
+}
+
+func (n *names) reacted(ctx context.Context, team, channel, ts string) (string, string, bool) {
 	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
 	defer cancel()
 	var msgs []slack.Message
@@ -181,17 +186,11 @@ func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootM
 		})
 		return err
 	})
-	if err != nil {
-		n.p.log.Debug("slack conversations.replies failed", "team", team, "channel", channel, "err", n.p.errorText(err))
-		n.failed.Add("r/"+key, struct{}{})
-		return rootMessage{}, false
-	}
-	for _, m := range msgs {
-		if m.Timestamp == ts {
-			r := rootMessage{user: m.User, text: m.Text}
-			n.roots.Add(key, r)
-			return r, true
+	if err != nil || len(msgs) == 0 {
+		if err != nil {
+			n.p.log.Debug("slack conversations.replies failed for a reaction", "team", team, "channel", channel, "err", n.p.errorText(err))
 		}
+		return "", "", false
 	}
-	return rootMessage{}, false
+	return cmpOr(cmpOr(msgs[0].ThreadTimestamp, msgs[0].Timestamp), ts), msgs[0].User, true
 }

@@ -57,6 +57,10 @@ type lookups interface {
 	// threadRoot reads the root message of thread ts (conversations.replies);
 	// ok is false when it cannot be read.
 	threadRoot(ctx context.Context, team, channel, ts string) (rootMessage, bool)
+	// reacted reads the message ts a reaction was made to
+	// (conversations.replies, first message): its thread (its own ts when
+	// it is a root) and its author; ok is false when it cannot be read.
+	reacted(ctx context.Context, team, channel, ts string) (thread, user string, ok bool)
 }
 
 // userInfo is a resolved user.
@@ -71,20 +75,22 @@ type rootMessage struct {
 }
 
 // threadState is what the native adapter remembers of a workspace's
-// messages and threads (live: memory.go).
+// messages and threads (live: memory.go, kept in the store). A question it
+// cannot answer is an error: the event is not stored, and its source sends
+// it again.
 type threadState interface {
 	// processed reports whether message ts already started a turn (an edit
 	// of it starts none).
-	processed(team, ts string) bool
+	processed(ctx context.Context, team, ts string) (bool, error)
 	// botPosted reports whether the bot posted message ts, or into thread
 	// ts.
-	botPosted(team, ts string) bool
+	botPosted(ctx context.Context, team, ts string) (bool, error)
 	// mentioned reports whether thread ts was mentioned earlier.
-	mentioned(team, ts string) bool
+	mentioned(ctx context.Context, team, ts string) (bool, error)
 	// active reports whether a turn was delivered in thread ts of channel.
-	active(team, channel, ts string) bool
+	active(ctx context.Context, team, channel, ts string) (bool, error)
 	// markMentioned remembers that thread ts was mentioned.
-	markMentioned(team, ts string)
+	markMentioned(ctx context.Context, team, ts string) error
 }
 
 // message is one message-shaped event ready for normalization.
@@ -101,6 +107,23 @@ type message struct {
 	// dedupeKey is the native dedupe key "<team>:<ts>" (for an edit, the
 	// edit's own ts).
 	dedupeKey string
+	// force, set for a message a reaction synthesized, skips the mention
+	// rule of the channel gate (not allowed_channels, nor a message
+	// addressed to another user).
+	force bool
+	// noThread, set for a synthesized message sent to a channel's top
+	// level, keys it without a thread.
+	noThread bool
+	// routed, when set, is the tenant the message goes to, decided before
+	// (a reaction is routed where it was made).
+	routed *routing
+}
+
+// routing is where a message goes: a tenant, and whether its author is
+// linked to it (the owner floor).
+type routing struct {
+	tenant string
+	owner  bool
 }
 
 // newMessage reads a message or app_mention event of envelope env; ok is
@@ -191,6 +214,29 @@ type normalizer struct {
 	// owner waives the mention gates: the author is linked to the tenant
 	// (the owner floor of author-first routing).
 	owner bool
+	// err is the first question state could not answer (normalize
+	// returns it).
+	err error
+	// warn logs a marker state failed to keep (nil: not logged).
+	warn func(error)
+}
+
+// ask returns state's answer, recording its error: an unanswered question
+// counts as no.
+func (n *normalizer) ask(ok bool, err error) bool {
+	if err != nil && n.err == nil {
+		n.err = err
+	}
+	return ok && err == nil
+}
+
+// remember records a marker state failed to keep: the turn goes on (the
+// marker only saves a later mention), and the failure is logged by the
+// caller through warn.
+func (n *normalizer) remember(err error) {
+	if err != nil && n.warn != nil {
+		n.warn(err)
+	}
 }
 
 // turn is a normalized message.
@@ -199,12 +245,25 @@ type turn struct {
 	// thread is the session's thread ts ("" when none).
 	thread string
 	files  []wireFile
+	// rootFiles are the files of the thread's root, when the turn enters
+	// the thread: its images lead the turn's media (threadcontext.go).
+	rootFiles []wireFile
 }
 
 // normalize runs the native pipeline on m: the prefilter's per-tenant
 // drops, the DM and user gates, the channel gate, then the event. It
-// returns the turn, or the reason none starts.
-func (n *normalizer) normalize(ctx context.Context, m *message) (*turn, string) {
+// returns the turn, or the reason none starts, or the error of a question
+// state could not answer (the message must not be confirmed).
+func (n *normalizer) normalize(ctx context.Context, m *message) (*turn, string, error) {
+	t, drop := n.run(ctx, m)
+	if n.err != nil {
+		return nil, "", n.err
+	}
+	return t, drop, nil
+}
+
+// run is normalize without the state's error.
+func (n *normalizer) run(ctx context.Context, m *message) (*turn, string) {
 	ev, pol := m.ev, n.pol
 	if pol.ignoreAll || pol.ignored[ev.Channel] {
 		return nil, dropChannelIgnored
@@ -228,7 +287,7 @@ func (n *normalizer) normalize(ctx context.Context, m *message) (*turn, string) 
 	if ev.User != "" && !pol.admits(ev.User) {
 		return nil, dropUserNotAllowed
 	}
-	thread := n.sessionThread(ev, isDM)
+	thread := n.sessionThread(m, isDM)
 	mentioned := (n.bot != "" && strings.Contains(routing, "<@"+n.bot+">")) || pol.mentionPattern(routing)
 	if n.peerBot(ctx, m, mentioned) {
 		return nil, dropBotSender
@@ -275,8 +334,10 @@ func (n *normalizer) peerBot(ctx context.Context, m *message, mentioned bool) bo
 
 // sessionThread is _session_thread_ts: DMs key a top-level message on its
 // own ts (dm_top_level_threads_as_sessions), channels a thread reply on
-// its root and a top-level message on its own ts (reply_in_thread).
-func (n *normalizer) sessionThread(ev *wireEvent, isDM bool) string {
+// its root and a top-level message on its own ts (reply_in_thread), and a
+// reaction's turn sent to a channel's top level on no thread.
+func (n *normalizer) sessionThread(m *message, isDM bool) string {
+	ev := m.ev
 	if isDM {
 		if ev.ThreadTS != "" {
 			return ev.ThreadTS
@@ -285,6 +346,9 @@ func (n *normalizer) sessionThread(ev *wireEvent, isDM bool) string {
 			return ev.TS
 		}
 		return ""
+	}
+	if m.noThread {
+		return ev.ThreadTS
 	}
 	if ev.ThreadTS != "" && ev.ThreadTS != ev.TS {
 		return ev.ThreadTS
@@ -308,6 +372,9 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 	text := original
 	if len(blocks) > 0 && !command {
 		text = withBlockText(text, blocks, n.bot)
+		if dump := blockPayload(ev.Blocks); dump != "" {
+			text = strings.TrimSpace(strings.TrimSpace(text) + "\n\n" + dump)
+		}
 	}
 	text = withUnfurls(text, ev.Attachments)
 	if mentioned && n.bot != "" {
@@ -317,7 +384,7 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 			text, probe, command = stripped, stripped, true
 		}
 		if thread != "" && !n.pol.strictMention && !n.pol.threadRequireMention {
-			n.state.markMentioned(m.scope, thread)
+			n.remember(n.state.markMentioned(ctx, m.scope, thread))
 		}
 	}
 	t := &turn{thread: thread}

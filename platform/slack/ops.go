@@ -18,16 +18,26 @@ import (
 // the first part also to the channel with the tenant's reply_broadcast,
 // with its unfurl_links and unfurl_media when set. The result carries the
 // first message's ts. If a later part cannot be sent, the failure says
-// how many parts went out and still carries that ts. A send whose content
-// extends a draft stream still open in the chat seals that stream instead
-// (its message is the reply, as natively).
+// how many parts went out and still carries that ts. The first reply to a
+// slash command goes to its user alone (slashReply), with no message_id,
+// as natively; a send whose content extends a draft stream still open in
+// the chat seals that stream instead (its message is the reply, as
+// natively).
 func (p *Platform) send(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack send: content is empty")
 	}
+	if r, ok := p.slashReply(ctx, tenant, t, a); ok {
+		return r
+	}
 	if r, ok := p.sealByContent(ctx, tenant, t, a); ok {
 		return r
 	}
+	return p.post(ctx, tenant, t, a)
+}
+
+// post posts a's content as send does, with none of send's other paths.
+func (p *Platform) post(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	first, _, r := p.postParts(ctx, tenant, t, a, mrkdwnParts(a.Content), nil)
 	if !r.Success {
 		return r
@@ -67,7 +77,7 @@ func (p *Platform) postParts(ctx context.Context, tenant string, t target, a *co
 			}
 			return first, last, r
 		}
-		p.memory.sent(t.team, ts, thread)
+		p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, thread))
 		last = ts
 		if i == 0 {
 			first = ts
@@ -246,7 +256,7 @@ func (p *Platform) threadCreate(ctx context.Context, _ string, t target, a *cont
 	if err != nil {
 		return p.failure(contract.OpThreadCreate, err)
 	}
-	p.memory.sent(t.team, ts, "")
+	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, ""))
 	r := contract.OK(ts)
 	r.ThreadID = ts
 	return r

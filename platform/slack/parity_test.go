@@ -62,6 +62,13 @@ var slackParity = []slackParityCase{
 	{"reply_broadcast", "{reply_broadcast: true}", [][2]string{{"send@thread", "posted broadcast=true"}}, ""},
 	{"reply_broadcast", "{}", [][2]string{{"send@thread", "posted"}}, ""},
 	{"unfurl_links", "{unfurl_links: false, unfurl_media: false}", [][2]string{{"send@thread", "posted unfurl_links=false unfurl_media=false"}}, ""},
+	{"reaction_triggers", "{}", [][2]string{{"react(thumbsup)@bot", "drop:reaction_routing_disabled"}}, ""},
+	{"reaction_triggers", "{reaction_triggers: true}", [][2]string{{"react(thumbsup)@bot", "group thread=root"}, {"react(thumbsup)@ada", "drop:reaction_not_on_bot_message"}, {"botreact(eyes)@bot", "drop:reaction_by_bot"}}, ""},
+	{"reaction_triggers", `{reaction_triggers: "eyes, :tada:"}`, [][2]string{{"react(tada)@ada", "group thread=root"}, {"react(thumbsup)@bot", "drop:reaction_not_a_trigger"}}, ""},
+	{"reaction_triggers", `{reaction_triggers: "off"}`, [][2]string{{"react(thumbsup)@bot", "drop:reaction_routing_disabled"}}, ""},
+	{"reaction_trigger_target", "{reaction_triggers: true, reaction_trigger_target: C0FREE0001}", [][2]string{{"react(thumbsup)@bot", "group thread=none"}}, ""},
+	{"reaction_trigger_target", "{reaction_triggers: true, reaction_trigger_target: C0ACME0001}", [][2]string{{"react(thumbsup)@bot", "drop:reaction_target_not_owned"}}, ""},
+	{"reaction_trigger_target", "{reaction_trigger_target: general}", nil, "is not a Slack id"},
 }
 
 // Parity world: besides the fixture world, a free channel, a group DM,
@@ -83,6 +90,9 @@ func parityProbe(t *testing.T, probe, ts string) map[string]any {
 	kind, where, ok := strings.Cut(probe, "@")
 	if !ok {
 		t.Fatalf("probe %q", probe)
+	}
+	if name, ok := strings.CutPrefix(kind, "react("); ok || strings.HasPrefix(kind, "botreact(") {
+		return parityReaction(t, kind, strings.TrimSuffix(name, ")"), where, ts)
 	}
 	channel, thread := chanGeneral, ""
 	switch where {
@@ -147,6 +157,26 @@ func parityProbe(t *testing.T, probe, ts string) map[string]any {
 		ev[k] = v
 	}
 	return ev
+}
+
+// parityReaction is the reaction probe "react(<name>)@<bot|ada>" (Ada's
+// reaction to the bot's thread root or to hers), or
+// "botreact(<name>)@..." (the bot's own).
+func parityReaction(t *testing.T, kind, name, where, ts string) map[string]any {
+	reactor := userAda
+	if rest, ok := strings.CutPrefix(kind, "botreact("); ok {
+		reactor, name = teamA.BotUser, strings.TrimSuffix(rest, ")")
+	}
+	item, author := parityBotTS, teamA.BotUser
+	switch where {
+	case "bot":
+	case "ada":
+		item, author = parityRoot, userAda
+	default:
+		t.Fatalf("reaction probe %q: where", where)
+	}
+	return map[string]any{"type": "reaction_added", "user": reactor, "reaction": name, "item_user": author,
+		"item": map[string]any{"type": "message", "channel": chanGeneral, "ts": item}, "event_ts": ts}
 }
 
 // parityOutcome writes what became of a probe: "<chat_type> thread=<self

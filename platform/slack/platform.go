@@ -18,8 +18,10 @@ import (
 
 	"connector/descriptor"
 	"connector/internal/clock"
+	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/chatorder"
+	"connector/store"
 )
 
 // Platform is the shared Slack app. Build it with New.
@@ -50,16 +52,22 @@ type Platform struct {
 	names     *names
 	memory    *memory
 	dedupe    *dedupe
+	claims    store.Claims             // one holder per key (newClaims): dedupe, slash replies
 	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
 	limits    *limits
 	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
+	chanMu    sync.Mutex                   // serializes seenIn's read and write of chanTeams
+	// placed remembers the channels ChatGranted placed with
+	// conversations.info lately (placementTTL): their workspaces are in
+	// chanTeams.
+	placed *ttlcache.Cache[string, struct{}]
 	// notFound remembers, per (tenant, chat), that the tenant's workspaces
 	// do not have the chat, for declineMemory: a decline's cost depends
 	// only on the asker's own asks.
-	notFound *ttlCache[string, struct{}]
+	notFound *ttlcache.Cache[string, struct{}]
 	// histories are threads' messages lately read for their context
 	// (threadcontext.go).
-	histories *ttlCache[string, threadHistory]
+	histories *ttlcache.Cache[string, threadHistory]
 	streams   *streams // draft streams (draft.go)
 	egress    platform.Egress[*Platform, string]
 
@@ -88,6 +96,11 @@ const chanTeamsSize = 100_000
 // declineMemory is how long a chat found in none of a tenant's workspaces
 // is not looked up again for it.
 const declineMemory = 30 * time.Second
+
+// placementTTL is how long the workspaces conversations.info named for a
+// channel a grant or claim is judged in stand before they are asked again
+// (a Slack Connect channel may be shared with more workspaces meanwhile).
+const placementTTL = time.Hour
 
 // New builds the platform. It does no I/O: the connector starts while
 // Slack is unreachable, and Status says so until Run gets through.
@@ -120,15 +133,17 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.links = platform.NewLinkDesk(p.clock)
 	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
-	p.notFound = newTTLCache[string, struct{}](chanTeamsSize, declineMemory, p.clock)
-	p.histories = newTTLCache[string, threadHistory](threadContextSize, threadContextTTL, p.clock)
+	p.notFound = ttlcache.New[string, struct{}](chanTeamsSize, declineMemory, p.clock)
+	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.clock)
+	p.histories = ttlcache.New[string, threadHistory](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
-	p.memory = newMemory()
+	p.memory = newMemory(deps.Store, p.clock)
+	p.claims = newClaims(deps, p.clock)
 	p.dedupe = newDedupe(p)
 	p.queues = chatorder.New[string](maxInFlight)
 	p.limits = newLimits(p)
-	p.streams = newStreams()
+	p.streams = newStreams(deps.Store, p.clock)
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
 	p.desc = descriptor.Slack(p.egress.Ops.Names())
 	p.setStatus(platform.Status{Detail: "not started"})
@@ -217,12 +232,16 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 func (p *Platform) teamTenant(team string) string { return (*p.teams.Load())[team] }
 
 // seenIn records that channel is a conversation of workspace team (from
-// an event Slack delivered for it).
+// an event Slack delivered for it, or conversations.info). A workspace
+// once recorded stays until the channel is evicted: a grant is judged
+// against every one (ChatGranted).
 func (p *Platform) seenIn(channel, team string) {
 	if channel == "" || team == "" {
 		return
 	}
-	teams, _ := p.chanTeams.Get(channel)
+	p.chanMu.Lock()
+	defer p.chanMu.Unlock()
+	teams, _ := p.chanTeams.Peek(channel)
 	if slices.Contains(teams, team) {
 		return
 	}
@@ -293,7 +312,6 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 		case err != nil:
 			unreachable = err
 		case found:
-			p.seenIn(chat, team)
 			return team, nil
 		}
 	}
@@ -304,18 +322,29 @@ func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (strin
 }
 
 // channelIn asks workspace team whether chat is one of its conversations
-// the bot sees.
+// the bot sees (conversations.info with its token, on the share of the
+// tenant in ctx). When it is, the workspaces the answer names are
+// recorded as the channel's (seenIn): team, and a Slack Connect channel's
+// other workspaces (shared_team_ids, its host's and context team). An
+// error wraps platform.ErrUnavailable: Slack could not be asked.
 func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, error) {
-	err := p.call(ctx, team, "conversations.info", func(ctx context.Context, c *slack.Client) error {
-		_, err := c.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: chat})
+	var ch *slack.Channel
+	err := p.call(ctx, team, "conversations.info", func(ctx context.Context, c *slack.Client) (err error) {
+		ch, err = c.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: chat})
 		return err
 	})
 	var se slack.SlackErrorResponse
 	switch {
-	case err == nil:
-		return true, nil
 	case errors.As(err, &se), errors.Is(err, errNotInstalled):
 		return false, nil
+	case err != nil:
+		return false, platform.UnavailableError("slack: the chat's owner could not be looked up; retry later")
 	}
-	return false, platform.UnavailableError("slack: the chat's owner could not be looked up; retry later")
+	p.seenIn(chat, team)
+	for _, other := range append([]string{ch.ContextTeamID, ch.ConversationHostID}, ch.SharedTeamIDs...) {
+		if teamIDPattern.MatchString(other) {
+			p.seenIn(chat, other)
+		}
+	}
+	return true, nil
 }

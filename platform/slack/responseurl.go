@@ -3,13 +3,22 @@ package slack
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/slack-go/slack"
+
+	"connector/contract"
+	"connector/internal/pytext"
+	"connector/session"
 	"connector/vault"
 )
 
@@ -48,6 +57,108 @@ func (p *Platform) takeResponseURL(ctx context.Context, tenant, sessionKey strin
 		return responseRef{}, "", false
 	}
 	return parseResponseRef(e.Ref), e.Value.Reveal(), true
+}
+
+// slashReplyWindow is how long after a slash command the first reply of
+// its session goes to the command's user alone (the native
+// _SLASH_CTX_TTL: response_url lives 30 minutes, but a reply that late is
+// not the command's).
+const slashReplyWindow = 120 * time.Second
+
+// slashReply answers the send a gateway makes in reply to a slash command
+// as the native adapter does (_pop_slash_context, _send_slash_reply): the
+// first reply to a command goes to its user alone, through the command's
+// response_url (the first part replacing the "Running /x…"
+// acknowledgement, at most five posts, the rest cut with a notice), else
+// with chat.postEphemeral to the user, and never as a public post. ok is
+// false when a is not such a reply; the send then posts as any other.
+//
+// The native adapter knows the reply by the task that handles the command.
+// The gateway's send names no session, so the connector knows it by what
+// it carries: no reply anchor (reply_to, metadata.message_id and
+// reply_to_message_id empty: a command has no message to answer), and the
+// chat, workspace (metadata.scope_id), thread and author (metadata.user_id:
+// the gateway stamps the author of the chat's last inbound) of a command
+// whose response_url the vault holds under that session for the tenant,
+// received within slashReplyWindow and not answered yet (a claim, so of
+// the instances sharing the store one answers it). The response_url stays
+// in the vault; no frame ever carries it.
+func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {
+	user := string(a.Metadata.UserID)
+	if user == "" || strings.TrimSpace(string(a.ReplyTo)) != "" || a.Metadata.MessageID != "" || a.Metadata.ReplyToMessageID != "" {
+		return contract.Result{}, false
+	}
+	src := session.Source{
+		Platform: platformName,
+		ChatID:   t.channel,
+		ChatType: session.ChatTypeGroup,
+		UserID:   session.StrOrNull(user),
+		ThreadID: session.StrOrNull(cmpOr(string(a.Metadata.ThreadID), string(a.Metadata.ThreadTS))),
+		ScopeID:  cmpOr(string(a.Metadata.ScopeID), t.team),
+	}
+	if strings.HasPrefix(t.channel, "D") {
+		src.ChatType = session.ChatTypeDM
+	}
+	sessionKey := p.key(tenant, &src)
+	k := vault.Key{Tenant: tenant, SessionKey: sessionKey, Kind: kindResponseURL}
+	e, ok := p.deps.Vault.Get(ctx, k)
+	ref := parseResponseRef(e.Ref)
+	if !ok || ref.user != user || ref.channel != t.channel || p.clock.Now().Sub(e.Stored) >= slashReplyWindow {
+		return contract.Result{}, false
+	}
+	// The command is named by a digest of its response_url (unique to it,
+	// and never the secret itself).
+	digest := sha256.Sum256([]byte(e.Value.Reveal()))
+	claim := "slack/slash-reply/" + tenant + "/" + sessionKey + "/" + hex.EncodeToString(digest[:16])
+	switch took, err := p.claims.Claim(ctx, claim, e.Stored.Add(slashReplyWindow)); {
+	case err != nil:
+		// Answered as the command's reply all the same: a private reply
+		// must not become public because the store did not answer.
+		p.log.Warn("slack slash reply claim not stored; answering it privately", "err", err)
+	case !took:
+		return contract.Result{}, false // answered already (on another instance)
+	}
+	return p.privateReply(ctx, tenant, sessionKey, ref, e.Value.Reveal(), a.Content), true
+}
+
+// privateReply posts content to the command's user alone: through its
+// response_url while it takes posts, the first replacing the
+// acknowledgement, the parts beyond its remaining posts cut with a notice;
+// if a post fails, every part with chat.postEphemeral instead; if that
+// fails too, the result fails (nothing is posted publicly).
+func (p *Platform) privateReply(ctx context.Context, tenant, sessionKey string, ref responseRef, url, content string) contract.Result {
+	parts := mrkdwnParts(content)
+	used, err := ref.used, error(nil)
+	if room := maxResponseURLPosts - used; room > 0 {
+		posts := parts
+		if len(posts) > room {
+			posts = slices.Clone(parts[:room])
+			posts[room-1] = strings.TrimRightFunc(posts[room-1], pytext.IsSpace) +
+				"\n\n_[Reply truncated: " + strconv.Itoa(len(parts)-room) + " more part(s) exceeded Slack's ephemeral reply limit.]_"
+		}
+		for _, part := range posts {
+			body := map[string]any{"response_type": "ephemeral", "replace_original": used == 0, "text": part}
+			if err = p.postResponseURL(ctx, url, body); err != nil {
+				break
+			}
+			used++
+		}
+		p.usedResponseURL(context.WithoutCancel(ctx), tenant, sessionKey, used)
+		if err == nil {
+			return contract.OK("")
+		}
+		p.log.Warn("slack response_url reply failed; posting it ephemerally", "err", p.errorText(err))
+	}
+	for _, part := range parts {
+		err := p.callIn(ctx, ref.team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
+			_, err := c.PostEphemeralContext(ctx, ref.channel, ref.user, slack.MsgOptionText(part, false))
+			return err
+		})
+		if err != nil {
+			return p.failure(contract.OpSend, err)
+		}
+	}
+	return contract.OK("")
 }
 
 // usedResponseURL records that tenant's response_url took used posts; it

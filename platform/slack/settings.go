@@ -88,6 +88,20 @@ type TenantConfig struct {
 	// AllowAllUsers admits everyone whatever AllowedUsers says
 	// (SLACK_ALLOW_ALL_USERS). Default: slack.allow_all_users.
 	AllowAllUsers *bool `yaml:"allow_all_users"`
+	// ReactionTriggers makes reactions start turns: a reaction becomes a
+	// message "reaction:<added|removed>:<emoji>" from the reactor, in the
+	// reacted-to message's thread, past the mention gates
+	// (slack.reaction_triggers, SLACK_REACTION_TRIGGERS). true (also "all",
+	// "*", an empty list) for every reaction to the bot's own messages; a
+	// list of reaction names for those reactions to any message. Default:
+	// off, reactions start nothing.
+	ReactionTriggers *[]string `yaml:"reaction_triggers"`
+	// ReactionTriggerTarget sends the turns reactions start to one chat of
+	// the tenant instead: a channel id (a top-level turn there) or
+	// "<channel>:<ts>" (that thread) (slack.reaction_trigger_target). A
+	// target another tenant owns drops the turn. Default: the reacted-to
+	// message's thread.
+	ReactionTriggerTarget string `yaml:"reaction_trigger_target"`
 	// Weight is the tenant's share of each workspace's Web API budget
 	// relative to the other tenants there. Default 1.
 	Weight int `yaml:"weight"`
@@ -122,6 +136,8 @@ var tenantKnobs = map[string]nativecfg.Knob[TenantConfig]{
 	"allowed_users":                    nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedUsers }),
 	"mention_patterns":                 readMentionPatterns,
 	"allow_bots":                       func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.AllowBots) },
+	"reaction_triggers":                readReactionTriggers,
+	"reaction_trigger_target":          func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.ReactionTriggerTarget) },
 	"weight":                           func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.Weight) },
 }
 
@@ -166,6 +182,60 @@ func readMentionPatterns(tc *TenantConfig, n *yaml.Node) error {
 	return nil
 }
 
+// reactionWords are reaction_triggers' words for on (every reaction to
+// the bot's messages) and off, as the native _slack_reaction_triggers
+// reads them.
+var (
+	reactionAll = map[string]bool{"true": true, "1": true, "yes": true, "on": true, "all": true, "*": true}
+	reactionOff = map[string]bool{"": true, "false": true, "0": true, "no": true, "off": true}
+	reactionSep = regexp.MustCompile(`[,\s]+`)
+)
+
+// readReactionTriggers reads reaction_triggers as the native adapter
+// does: null or false is off; true is every reaction to the bot's
+// messages; a list names reactions (an empty one is every reaction); a
+// string is a word for on or off, else reaction names split on commas and
+// spaces. Names lose surrounding colons (":tada:" is "tada").
+func readReactionTriggers(tc *TenantConfig, n *yaml.Node) error {
+	names := func(items []string) *[]string {
+		out := []string{}
+		for _, it := range items {
+			if name := strings.Trim(strings.TrimSpace(it), ":"); name != "" {
+				out = append(out, name)
+			}
+		}
+		return &out
+	}
+	switch {
+	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
+		tc.ReactionTriggers = nil
+	case nativecfg.IsYAML11Bool(n):
+		tc.ReactionTriggers = nil
+		if on, _ := nativecfg.ParseFlag(n.Value, true); on { // a YAML 1.1 boolean word: cannot fail
+			tc.ReactionTriggers = &[]string{}
+		}
+	case n.Kind == yaml.SequenceNode:
+		items, err := nativecfg.List(n)
+		if err != nil {
+			return err
+		}
+		tc.ReactionTriggers = names(items)
+	case n.Kind == yaml.ScalarNode:
+		text := strings.TrimSpace(nativecfg.Bridged(n))
+		switch lower := strings.ToLower(text); {
+		case reactionOff[lower]:
+			tc.ReactionTriggers = nil
+		case reactionAll[lower]:
+			tc.ReactionTriggers = &[]string{}
+		default:
+			tc.ReactionTriggers = names(reactionSep.Split(text, -1))
+		}
+	default:
+		return fmt.Errorf("want true, false, a list of reaction names or a comma-separated string")
+	}
+	return nil
+}
+
 // AllowBots values.
 const (
 	AllowBotsNone     = "none"
@@ -186,6 +256,13 @@ type policy struct {
 	apiHumans                                           map[string]bool
 	allowedUsers                                        map[string]bool // nil: everyone
 	patterns                                            []*regexp.Regexp
+	// reactions is nil when reactions start no turns; an empty set when
+	// every reaction to the bot's messages does, else the names that do
+	// on any message.
+	reactions map[string]bool
+	// reactionTarget and reactionThread are reaction_trigger_target's
+	// channel and thread ("" for none).
+	reactionTarget, reactionThread string
 }
 
 // newPolicy checks tc and builds its policy; allowAll is
@@ -234,6 +311,23 @@ func newPolicy(tc TenantConfig, allowAll bool) (*policy, error) {
 	pol.ignoreAll = pol.ignored["*"]
 	if pol.allowedUsers["*"] || nativecfg.FlagOr(tc.AllowAllUsers, allowAll) {
 		pol.allowedUsers = nil
+	}
+	if rt := tc.ReactionTriggers; rt != nil {
+		pol.reactions = map[string]bool{}
+		for _, name := range *rt {
+			pol.reactions[name] = true
+		}
+	}
+	if target := strings.TrimSpace(tc.ReactionTriggerTarget); target != "" {
+		channel, thread, _ := strings.Cut(target, ":")
+		channel, thread = strings.TrimSpace(channel), strings.TrimSpace(thread)
+		switch {
+		case !channelIDPattern.MatchString(channel):
+			return nil, fmt.Errorf("reaction_trigger_target: %q is not a Slack id", channel)
+		case thread != "" && !messageTS.MatchString(thread):
+			return nil, fmt.Errorf("reaction_trigger_target: %q is not a message ts", thread)
+		}
+		pol.reactionTarget, pol.reactionThread = channel, thread
 	}
 	for i, pat := range tc.MentionPatterns {
 		if strings.TrimSpace(pat) == "" {

@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"time"
 
@@ -12,14 +13,17 @@ import (
 
 // This file gives a turn that enters a thread its history, as the native
 // adapter's _fetch_thread_context does: when a reply in a thread starts
-// a turn and this instance has delivered no turn of that thread yet (the
-// native "no active session"), the thread's earlier messages are read
+// a turn and no turn of that thread was delivered yet (the native "no
+// active session"; memory.go's marker, the same on every instance), the thread's earlier messages are read
 // with conversations.replies and ride the event as its context (the
 // gateway shows them as channel_context, reference only, outside the
 // text). The bot's own replies are left out (the parent stays even when
 // a bot posted it), the bot's mention is cut, the parent is marked
-// "[thread parent]", and an author the tenant's allowlist would not admit
-// is marked "[unverified]", as natively.
+// "[thread parent]", an author the tenant's allowlist would not admit is
+// marked "[unverified]", and a message's files are named in its text
+// ("[image: chart.png]"), as natively. The root's images, up to four,
+// ride the turn as its first media (_collect_thread_root_images: the root
+// is often what the mention is about).
 
 // Thread context limits, as natively.
 const (
@@ -27,6 +31,7 @@ const (
 	threadContextTTL      = 60 * time.Second // a thread's history is read once a minute at most
 	threadContextDeadline = 2 * time.Second  // the read, within the chat's ingest
 	threadContextSize     = 1000             // threads whose history is cached
+	threadRootImages      = 4                // the root's images a turn that enters its thread gets
 )
 
 // threadHistory is a thread's messages as read, for threadContext.
@@ -36,31 +41,31 @@ type threadHistory struct {
 
 // threadContext returns the context of a turn of tenant that enters
 // thread (in channel, read with workspace install's token), from the
-// messages before current; nil when the thread was entered before on
-// this instance, or cannot be read.
-func (p *Platform) threadContext(ctx context.Context, tenant string, m *message, thread, bot string) []contract.ContextMessage {
+// messages before current, and the files of the thread's root; nothing
+// when the thread was entered before, or cannot be read.
+func (p *Platform) threadContext(ctx context.Context, tenant string, m *message, thread, bot string) ([]contract.ContextMessage, []wireFile) {
 	ev := m.ev
-	if thread == "" || thread == ev.TS || p.memory.active(m.scope, ev.Channel, thread) {
-		return nil
+	if thread == "" || thread == ev.TS {
+		return nil, nil
 	}
-	key := m.install + "/" + ev.Channel + "/" + thread
-	h, ok := p.histories.Get(key)
+	switch active, err := p.memory.active(ctx, m.scope, ev.Channel, thread); {
+	case err != nil:
+		p.log.Debug("slack thread marker unreadable; the thread's context is read", "err", err)
+	case active:
+		return nil, nil
+	}
+	h, ok := p.history(ctx, m.install, ev.Channel, thread)
 	if !ok {
-		cctx, cancel := context.WithTimeout(ctx, threadContextDeadline)
-		defer cancel()
-		var msgs []slack.Message
-		err := p.call(cctx, m.install, "conversations.replies", func(ctx context.Context, c *slack.Client) (err error) {
-			msgs, _, _, err = c.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
-				ChannelID: ev.Channel, Timestamp: thread, Limit: threadContextLimit + 1, Inclusive: true,
-			})
-			return err
-		})
-		if err != nil {
-			p.log.Debug("slack thread context unavailable", "team", m.install, "channel", ev.Channel, "err", p.errorText(err))
-			return nil
+		return nil, nil
+	}
+	var root []wireFile
+	for i := range h.msgs {
+		if h.msgs[i].Timestamp == thread {
+			for j := range h.msgs[i].Files {
+				root = append(root, fileOf(&h.msgs[i].Files[j]))
+			}
+			break
 		}
-		h = threadHistory{msgs: msgs}
-		p.histories.Add(key, h)
 	}
 	pol := p.policy(tenant)
 	var out []contract.ContextMessage
@@ -77,6 +82,9 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		text := strings.TrimSpace(msg.Text)
 		if bot != "" {
 			text = strings.TrimSpace(strings.ReplaceAll(text, "<@"+bot+">", ""))
+		}
+		if markers := fileMarkers(msg.Files); markers != "" {
+			text = strings.TrimSpace(text + "\n" + markers)
 		}
 		if text == "" {
 			continue
@@ -99,7 +107,69 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		}
 		out = append(out, contract.ContextMessage{Text: text, Source: contract.ContextAuthor{UserName: name, UserID: author}})
 	}
-	return out
+	return out, root
+}
+
+// fileOf is a file of a message read with conversations.replies.
+func fileOf(f *slack.File) wireFile {
+	return wireFile{ID: f.ID, Name: f.Name, Title: f.Title, Mimetype: f.Mimetype, Size: int64(f.Size),
+		URLPrivate: f.URLPrivate, URLPrivateDownload: f.URLPrivateDownload, FileAccess: f.FileAccess}
+}
+
+// markerName is what a file's name loses in its marker, so a hostile name
+// cannot fake the context's structure.
+var markerName = regexp.MustCompile(`[\r\n\[\]]+`)
+
+// fileMarkers names a message's files for the text-only context
+// (_slack_file_marker): "[image: name]" (video, audio likewise), else
+// "[file: name (mimetype)]".
+func fileMarkers(files []slack.File) string {
+	markers := make([]string, 0, len(files))
+	for i := range files {
+		f := &files[i]
+		name := strings.TrimSpace(markerName.ReplaceAllString(cmpOr(cmpOr(f.Name, f.Title), cmpOr(f.ID, "file")), " "))
+		name = cmpOr(name, "file")
+		marker := "[file: " + name + "]"
+		if kind, _, _ := strings.Cut(f.Mimetype, "/"); strings.Contains(f.Mimetype, "/") && (kind == "image" || kind == "video" || kind == "audio") {
+			marker = "[" + kind + ": " + name + "]"
+		} else if f.Mimetype != "" {
+			marker = "[file: " + name + " (" + f.Mimetype + ")]"
+		}
+		markers = append(markers, marker)
+	}
+	return strings.Join(markers, " ")
+}
+
+// history is thread ts of channel as conversations.replies reads it with
+// workspace team's token (the thread's first threadContextLimit+1
+// messages), cached for threadContextTTL; a failed read is not asked
+// again for failedTTL. The wake check (a thread's root) and the context
+// share it, as natively (_thread_context_cache).
+func (p *Platform) history(ctx context.Context, team, channel, ts string) (threadHistory, bool) {
+	key := team + "/" + channel + "/" + ts
+	if h, ok := p.histories.Get(key); ok {
+		return h, true
+	}
+	if p.names.failed.Contains("h/" + key) {
+		return threadHistory{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, threadContextDeadline)
+	defer cancel()
+	var msgs []slack.Message
+	err := p.call(ctx, team, "conversations.replies", func(ctx context.Context, c *slack.Client) (err error) {
+		msgs, _, _, err = c.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
+			ChannelID: channel, Timestamp: ts, Limit: threadContextLimit + 1, Inclusive: true,
+		})
+		return err
+	})
+	if err != nil {
+		p.log.Debug("slack thread unreadable", "team", team, "channel", channel, "err", p.errorText(err))
+		p.names.failed.Add("h/"+key, struct{}{})
+		return threadHistory{}, false
+	}
+	h := threadHistory{msgs: msgs}
+	p.histories.Add(key, h)
+	return h, true
 }
 
 // tsBefore reports whether Slack ts a is earlier than b ("<seconds>.<micros>").

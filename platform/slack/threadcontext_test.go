@@ -2,9 +2,11 @@ package slack
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 
 	"connector/contract"
+	"connector/platform"
 	"connector/platform/slack/slacktest"
 )
 
@@ -77,5 +79,43 @@ func TestTSBefore(t *testing.T) {
 		if got := tsBefore(c.a, c.b); got != c.want {
 			t.Errorf("tsBefore(%s, %s) = %v", c.a, c.b, got)
 		}
+	}
+}
+
+// TestThreadRootImages: a turn that enters a thread gets the root's first
+// four images as its first media (re-hosted with the workspace's token),
+// before its own files, and is a photo; the context names every file of
+// the thread's messages; the next turn in the thread gets neither.
+func TestThreadRootImages(t *testing.T) {
+	ms := newMediaStore(t)
+	e := newEnv(t, nil, &platform.Deps{Media: ms})
+	png := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 100)...)
+	var ids []string
+	for i := range 5 {
+		id := "F0IMG0000" + strconv.Itoa(i)
+		e.fake.AddFile(teamA.ID, id, "chart"+strconv.Itoa(i)+".png", "image/png", png)
+		ids = append(ids, id)
+	}
+	e.fake.AddFile(teamA.ID, "F0PDF00001", "report\n[x].pdf", "application/pdf", []byte("%PDF-1.4"))
+	root := "1768400000.000100"
+	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: root, User: userAda, Text: "numbers",
+		Files: append([]string{"F0PDF00001"}, ids...)})
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768400000.000400", root, "<@"+teamA.BotUser+"> what's in this chart?"), http.StatusOK)
+	d := e.sink.Next(t)
+	if d.Event.MessageType != "photo" || len(d.Event.Media) != threadRootImages {
+		t.Fatalf("%s with %d media", d.Event.MessageType, len(d.Event.Media))
+	}
+	for i, m := range d.Event.Media {
+		if m.Kind != "image" || m.Filename != "chart"+strconv.Itoa(i)+".png" || m.Size != int64(len(png)) {
+			t.Fatalf("media %d: %+v", i, m)
+		}
+	}
+	want := "[thread parent] numbers\n[file: report x .pdf (application/pdf)] [image: chart0.png] [image: chart1.png] [image: chart2.png] [image: chart3.png] [image: chart4.png]"
+	if len(d.Event.Context) != 1 || d.Event.Context[0].Text != want {
+		t.Fatalf("context %+v", d.Event.Context)
+	}
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768400000.000500", root, "<@"+teamA.BotUser+"> and?"), http.StatusOK)
+	if d := e.sink.Next(t); len(d.Event.Media) != 0 || d.Event.MessageType != "text" || len(d.Event.Context) != 0 {
+		t.Fatalf("second turn %+v", d.Event)
 	}
 }

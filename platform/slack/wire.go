@@ -93,6 +93,16 @@ type wireEvent struct {
 	Tokens *struct {
 		Bot []string `json:"bot"`
 	} `json:"tokens"`
+	// Reaction, ItemUser and Item are a reaction_added or
+	// reaction_removed event's: the reaction's name, the author of the
+	// reacted-to item, and the item.
+	Reaction string `json:"reaction"`
+	ItemUser string `json:"item_user"`
+	Item     *struct {
+		Type    string `json:"type"`
+		Channel string `json:"channel"`
+		TS      string `json:"ts"`
+	} `json:"item"`
 }
 
 // wireUnfurl is one entry of a message's attachments: a link unfurl.
@@ -104,6 +114,8 @@ type wireUnfurl struct {
 	Footer      string `json:"footer"`
 	Fallback    string `json:"fallback"`
 	IsMsgUnfurl bool   `json:"is_msg_unfurl"`
+	// Blocks are the attachment's own blocks (a pasted table arrives so).
+	Blocks json.RawMessage `json:"blocks"`
 }
 
 // wireFile is one of a message's files.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+
+	"connector/internal/ttlcache"
 )
 
 // This file owns the workspaces' credentials: the bot_token's workspace
@@ -61,16 +63,16 @@ type workspaces struct {
 	mu      sync.Mutex
 	config  *workspace               // bot_token's; team and bot user once auth.test answered
 	local   map[string]installRecord // installs without a store (Deps.Store nil)
-	cache   *ttlCache[string, *workspace]
-	missing *ttlCache[string, struct{}]
+	cache   *ttlcache.Cache[string, *workspace]
+	missing *ttlcache.Cache[string, struct{}]
 }
 
 func newWorkspaces(p *Platform) *workspaces {
 	w := &workspaces{
 		p:       p,
 		local:   map[string]installRecord{},
-		cache:   newTTLCache[string, *workspace](installCacheSize, installCacheTTL, p.clock),
-		missing: newTTLCache[string, struct{}](installCacheSize, missCacheTTL, p.clock),
+		cache:   ttlcache.New[string, *workspace](installCacheSize, installCacheTTL, p.clock),
+		missing: ttlcache.New[string, struct{}](installCacheSize, missCacheTTL, p.clock),
 	}
 	if p.cfg.BotToken != "" {
 		w.config = &workspace{client: w.newClient(p.cfg.BotToken)}

@@ -32,7 +32,7 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 	case r.Drop != "":
 		return "", false, r.Drop
 	case r.Grant:
-		p.grants.Add(ctx, src.ChatID, r.Tenant)
+		p.grants.Add(ctx, src.ChatID, "", r.Tenant)
 	}
 	return r.Tenant, r.Owner, ""
 }
@@ -67,7 +67,7 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	p.metrics.Dropped(platformName, reason)
 	switch {
 	case err == nil:
-		p.grants.Add(ctx, in.event.Source.ChatID, tenant)
+		p.grants.Add(ctx, in.event.Source.ChatID, "", tenant)
 	case !errors.Is(err, platform.ErrLinkRefused):
 		p.log.Warn("telegram /link not redeemed", "user_id", user, "err", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"connector/contract"
 	"connector/internal/netcause"
 	"connector/platform"
+	"connector/platform/pace"
 )
 
 // chat is what an op acts on: the user (wa_id) and the business number
@@ -72,7 +73,7 @@ func (e *rateLimitedError) Error() string {
 }
 
 // paced runs call for one message from number to user: it waits for the
-// user's slot (pacer), then for tenant's fair share of the app's budget,
+// user's slot (platform/pace), then for tenant's fair share of the app's budget,
 // then calls. A Graph rate-limit answer (rateLimitCodes) holds the user
 // with backoff and, for the app- and account-wide codes, pauses the whole
 // budget; the message is sent again while the deadline allows, since Meta
@@ -88,7 +89,7 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 	key := number + "/" + user
 	for {
 		now := p.clock.Now()
-		at, ok := p.pace.reserve(key, now, latest)
+		at, ok := p.pace.Reserve(key, now, latest)
 		if !ok {
 			return &rateLimitedError{wait: at.Sub(now)}
 		}
@@ -112,12 +113,12 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 		ge, limited := rateLimited(err)
 		if !limited {
 			if err == nil {
-				p.pace.passed(key)
+				p.pace.Passed(key)
 			}
 			return err
 		}
 		p.metrics.RateLimited(platformName)
-		hold := p.pace.hold(key, p.clock.Now())
+		hold := p.pace.Backoff(key, p.clock.Now())
 		if ge.Code != 131056 { // not the pair limit: the app or account is throttled
 			p.budget.Pause(hold)
 		}
@@ -142,7 +143,7 @@ func (p *Platform) failure(op string, err error) contract.Result {
 		return contract.Failed(contract.CodeWindowClosed, prefix+"the 24-hour customer-service window is closed: the user last wrote more than 24 hours ago, so WhatsApp delivers only approved templates until they write again (Graph error 131047)")
 	case errors.As(err, &ge) && rateLimitCodes[ge.Code]:
 		r := contract.Failed(contract.CodeRateLimited, prefix+p.errorText(ge))
-		r.RetryAfterMS = holdMin.Milliseconds()
+		r.RetryAfterMS = pace.BackoffMin.Milliseconds()
 		return r
 	case errors.As(err, &ge) && ge.Status >= http.StatusInternalServerError:
 		return contract.Failed(contract.CodeUnavailable, prefix+p.errorText(ge))

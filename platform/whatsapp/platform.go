@@ -17,6 +17,7 @@ import (
 	"connector/platform"
 	"connector/platform/chatorder"
 	"connector/platform/fairshare"
+	"connector/platform/pace"
 	"connector/vault"
 )
 
@@ -41,7 +42,7 @@ type Platform struct {
 	turns       *chatorder.Queue[string] // one chat (number/user) at a time, chats side by side
 	egress      platform.Egress[*Platform, string]
 	budget      *fairshare.Scheduler
-	pace        *pacer
+	pace        *pace.Pacer
 	quotes      *quotes
 	links       *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
 	desc        descriptor.Descriptor
@@ -113,7 +114,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.budget = fairshare.New(fairshare.Config{
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(), Clock: p.clock,
 	})
-	p.pace = newPacer(cfg.ChatPerSecond)
+	p.pace = pace.New(cfg.ChatPerSecond)
 	p.quotes = newQuotes()
 	p.links = platform.NewLinkDesk(deps.Clock)
 	p.egress = newEgress(cfg.RequestTimeout)

@@ -67,6 +67,10 @@ type Channel struct {
 	IsMPIM   bool
 	// Peer is an IM's other user.
 	Peer string
+	// SharedTeams are the workspaces a Slack Connect channel is shared
+	// with (conversations.info's shared_team_ids); add the channel to
+	// each of them too for their tokens to reach it.
+	SharedTeams []string
 }
 
 // Message is a message the fake holds.
@@ -74,7 +78,10 @@ type Message struct {
 	Team, Channel, TS, ThreadTS string
 	User, BotID, Text           string
 	Blocks                      json.RawMessage
-	Deleted                     bool
+	// Files are the ids of files added with AddFile (in the message's
+	// team), listed in its files.
+	Files   []string
+	Deleted bool
 	// Stream is set while a chat.startStream message is open.
 	Stream bool
 }
@@ -496,7 +503,11 @@ func (s *Server) answer(w http.ResponseWriter, method string, t *Team, a args) {
 		}})
 	case "conversations.info":
 		c := s.channels[t.ID+"/"+channel]
-		ch := map[string]any{"id": c.ID, "is_im": c.IsIM, "is_mpim": c.IsMPIM, "is_channel": !c.IsIM && !c.IsMPIM}
+		ch := map[string]any{"id": c.ID, "is_im": c.IsIM, "is_mpim": c.IsMPIM, "is_channel": !c.IsIM && !c.IsMPIM,
+			"context_team_id": t.ID}
+		if len(c.SharedTeams) > 0 {
+			ch["is_shared"], ch["is_ext_shared"], ch["shared_team_ids"] = true, true, c.SharedTeams
+		}
 		if c.IsIM {
 			ch["user"] = c.Peer
 		} else {
@@ -508,7 +519,7 @@ func (s *Server) answer(w http.ResponseWriter, method string, t *Team, a args) {
 		var msgs []any
 		for _, m := range s.messages {
 			if m.Team == t.ID && m.Channel == channel && !m.Deleted && (m.TS == ts || m.ThreadTS == ts) {
-				msgs = append(msgs, messageJSON(m))
+				msgs = append(msgs, s.messageJSON(m))
 			}
 		}
 		if len(msgs) == 0 {
@@ -533,7 +544,7 @@ func (s *Server) answer(w http.ResponseWriter, method string, t *Team, a args) {
 			m.Blocks = json.RawMessage(b)
 		}
 		s.messages = append(s.messages, m)
-		writeJSON(w, map[string]any{"ok": true, "channel": channel, "ts": m.TS, "message": messageJSON(m)})
+		writeJSON(w, map[string]any{"ok": true, "channel": channel, "ts": m.TS, "message": s.messageJSON(m)})
 	case "chat.update", "chat.appendStream", "chat.stopStream", "chat.delete":
 		m := s.findLocked(t.ID, channel, a.get("ts"))
 		if m == nil {
@@ -634,7 +645,8 @@ func (s *Server) findLocked(team, channel, ts string) *Message {
 	return nil
 }
 
-func messageJSON(m *Message) map[string]any {
+// messageJSON is m as the Web API shows it. Called with s.mu held.
+func (s *Server) messageJSON(m *Message) map[string]any {
 	out := map[string]any{"type": "message", "ts": m.TS, "text": m.Text, "user": m.User, "team": m.Team}
 	if m.BotID != "" {
 		out["bot_id"] = m.BotID
@@ -644,6 +656,15 @@ func messageJSON(m *Message) map[string]any {
 	}
 	if len(m.Blocks) > 0 {
 		out["blocks"] = m.Blocks
+	}
+	if len(m.Files) > 0 {
+		files := make([]any, 0, len(m.Files))
+		for _, id := range m.Files {
+			f := s.files[s.fileIDs[m.Team+"/"+id]]
+			files = append(files, map[string]any{"id": id, "name": f.name, "mimetype": f.contentType, "size": len(f.data),
+				"url_private": f.url, "url_private_download": f.url})
+		}
+		out["files"] = files
 	}
 	return out
 }

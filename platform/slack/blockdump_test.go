@@ -1,0 +1,63 @@
+package slack
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"connector/platform/slack/slacktest"
+)
+
+// dumpBlocks are blocks of every kind the dump treats apart: rich_text and
+// table (rendered as text, not dumped), a null (dropped), allowlisted and
+// other keys, empty values, a repeated key, numbers Python writes its own
+// way, and strings with escapes and non-ASCII text.
+const dumpBlocks = `[
+ {"type":"rich_text","block_id":"r1","elements":[{"type":"rich_text_section","elements":[{"type":"text","text":"deploy?"}]}]},
+ {"type":"section","block_id":"s1","text":{"type":"mrkdwn","text":"*Build* #42 \"ok\" — é\u0001\ttab","verbatim":false},"accessory":{"type":"button","text":{"type":"plain_text","text":"Open","emoji":true},"url":"https://ci.example/42","action_id":"open","value":"x"}},
+ {"type":"actions","block_id":"a","elements":[{"type":"button","action_id":"a1","text":{"type":"plain_text","text":""},"style":"primary"},{"type":"static_select","options":[],"placeholder":{"type":"plain_text","text":"Pick"},"action_id":"s"}],"optional":1e16,"multiple":-0,"emoji":100.0,"dispatch_action":1.5e-5},
+ {"type":"context","elements":[{"type":"image","image_url":"https://x/y.png","alt_text":"logo"},{"type":"mrkdwn","text":"line1\nline2 \\ back"}]},
+ {"type":"table","rows":[[{"type":"raw_text","text":"a"}]]},
+ null,
+ {"type":"divider","block_id":"d1","style":{"nested":[1,{}]},"block_id":"d2"}
+]`
+
+// TestBlockPayloadAsNative: the JSON dump of a message's other blocks is
+// the native adapter's to the character (_serialize_slack_blocks_for_agent,
+// checked against Python's json.dumps), and is cut at 6,000 characters.
+func TestBlockPayloadAsNative(t *testing.T) {
+	want := "[Slack Block Kit payload for this message]\n```json\n[\n  {\n    \"type\": \"section\",\n    \"block_id\": \"s1\",\n    \"text\": {\n      \"type\": \"mrkdwn\",\n      \"text\": \"*Build* #42 \\\"ok\\\" — é\\u0001\\ttab\"\n    },\n    \"accessory\": {\n      \"type\": \"button\",\n      \"text\": {\n        \"type\": \"plain_text\",\n        \"text\": \"Open\",\n        \"emoji\": true\n      },\n      \"action_id\": \"open\"\n    }\n  },\n  {\n    \"type\": \"actions\",\n    \"block_id\": \"a\",\n    \"elements\": [\n      {\n        \"type\": \"button\",\n        \"action_id\": \"a1\",\n        \"text\": {\n          \"type\": \"plain_text\"\n        },\n        \"style\": \"primary\"\n      },\n      {\n        \"type\": \"static_select\",\n        \"placeholder\": {\n          \"type\": \"plain_text\",\n          \"text\": \"Pick\"\n        },\n        \"action_id\": \"s\"\n      }\n    ],\n    \"optional\": 1e+16,\n    \"multiple\": 0,\n    \"emoji\": 100.0,\n    \"dispatch_action\": 1.5e-05\n  },\n  {\n    \"type\": \"context\",\n    \"elements\": [\n      {\n        \"type\": \"image\"\n      },\n      {\n        \"type\": \"mrkdwn\",\n        \"text\": \"line1\\nline2 \\\\ back\"\n      }\n    ]\n  },\n  {\n    \"type\": \"divider\",\n    \"block_id\": \"d2\",\n    \"style\": {\n      \"nested\": [\n        1,\n        {}\n      ]\n    }\n  }\n]\n```"
+	if got := blockPayload(json.RawMessage(dumpBlocks)); got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+	long, _ := json.Marshal([]any{map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": strings.Repeat("é", 7000)}}})
+	got := blockPayload(long)
+	if n := utf8.RuneCountInString(got); n != 6053 || !strings.HasSuffix(got, "éé\n... [truncated]\n```") {
+		t.Fatalf("%d characters, ending %q", n, got[len(got)-40:])
+	}
+	for _, none := range []string{`[]`, `[{"type":"rich_text","elements":[]},{"type":"table","rows":[]}]`, `{"type":"section"}`, `[`} {
+		if got := blockPayload(json.RawMessage(none)); got != "" {
+			t.Errorf("%s: %q", none, got)
+		}
+	}
+}
+
+// TestBlocksInTheText: a message's other blocks reach the turn's text as
+// the native adapter puts them there (after the text), and an unfurl's
+// pasted table after the unfurl's text.
+func TestBlocksInTheText(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "deploy?")
+	ev["blocks"] = json.RawMessage(dumpBlocks)
+	ev["attachments"] = []any{map[string]any{"title": "Sheet", "title_link": "https://docs.example/s", "text": "Q1 numbers",
+		"blocks": []any{map[string]any{"type": "table", "rows": []any{[]any{map[string]any{"type": "raw_text", "text": "q"}, map[string]any{"type": "raw_text", "text": "1"}}}}}}}
+	e.event(t, teamA, "Ev1", ev, http.StatusOK)
+	d := e.sink.Next(t)
+	// The table block is rendered into the text ("a"), the others dumped.
+	want := "deploy?\na\n\n" + blockPayload(json.RawMessage(dumpBlocks)) + "\n\n📎 [Sheet](https://docs.example/s)\n   Q1 numbers\nq | 1"
+	if d.Event.Text != want {
+		t.Fatalf("text\n%s\nwant\n%s", d.Event.Text, want)
+	}
+}

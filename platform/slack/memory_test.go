@@ -1,0 +1,71 @@
+package slack
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/platform"
+	"connector/platform/slack/slacktest"
+	"connector/store"
+)
+
+// TestThreadMarkersSharedAcrossInstances: the markers the mention gating
+// reads are the store's, so two instances on one store, and an instance
+// started later on it, gate alike: an unmentioned reply wakes the bot in a
+// thread it posted into on the other instance, in a thread mentioned on
+// the other instance, and not in a thread nobody engaged; an edit of a
+// message that started a turn on the other instance starts none. A marker
+// expires memoryTTL after it was set.
+func TestThreadMarkersSharedAcrossInstances(t *testing.T) {
+	// The store's clock judges expiry; the platforms run on real time (the
+	// Slack signatures do).
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	deps := func(instance string) *platform.Deps {
+		return &platform.Deps{Store: st, Cluster: newNode(t, st, instance)}
+	}
+	a := newEnvOn(t, fake, nil, deps("i0"))
+	b := newEnvOn(t, fake, nil, deps("i1"))
+	const root, mentionRoot, quiet = "1768490100.000100", "1768490200.000100", "1768490300.000100"
+
+	// The bot answers in a thread on a; a plain reply there reaches b.
+	if r := a.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"looking","metadata":{"thread_id":"`+root+`"}}`); !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	b.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490110.000100", root, "thanks"), http.StatusOK)
+	if d := b.sink.Next(t); d.Event.Text != "thanks" {
+		t.Fatalf("%+v", d.Event)
+	}
+	// A top-level mention on a marks its thread; a plain reply on b wakes.
+	a.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, mentionRoot, "", "<@"+teamA.BotUser+"> look"), http.StatusOK)
+	a.sink.Next(t)
+	b.event(t, teamA, "Ev3", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490210.000100", mentionRoot, "and this"), http.StatusOK)
+	if d := b.sink.Next(t); d.Event.Text != "and this" {
+		t.Fatalf("%+v", d.Event)
+	}
+	// Nobody engaged this thread: its reply starts nothing anywhere.
+	b.event(t, teamA, "Ev4", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490310.000100", quiet, "chatter"), http.StatusOK)
+	b.sink.Empty(t)
+	// An edit of the message that started a turn on a starts none on b.
+	edit := map[string]any{"type": "message", "subtype": "message_changed", "channel": chanGeneral, "channel_type": "channel",
+		"ts": "1768490400.000900", "event_ts": "1768490400.000900",
+		"message": map[string]any{"client_msg_id": "m1", "type": "message", "user": userAda, "ts": mentionRoot,
+			"text": "<@U0BOTA0001> look again", "team": teamA.ID, "edited": map[string]any{"user": userAda, "ts": "1768490400.000900"}}}
+	b.event(t, teamA, "Ev5", edit, http.StatusOK)
+	b.sink.Empty(t)
+
+	// An instance started later on the store agrees.
+	c := newEnvOn(t, fake, nil, deps("i2"))
+	c.event(t, teamA, "Ev6", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490120.000100", root, "still there?"), http.StatusOK)
+	if d := c.sink.Next(t); d.Event.Text != "still there?" {
+		t.Fatalf("%+v", d.Event)
+	}
+	// The markers expire: a week later the bot-posted thread is quiet.
+	clk.Advance(memoryTTL + time.Minute)
+	c.event(t, teamA, "Ev7", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490130.000100", root, "anyone?"), http.StatusOK)
+	c.sink.Empty(t)
+}

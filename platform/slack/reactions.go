@@ -1,0 +1,141 @@
+package slack
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"connector/contract"
+	"connector/platform"
+)
+
+// This file turns reactions into turns where the tenant's
+// reaction_triggers asks for it, as the native adapter's
+// _handle_slack_reaction does: a reaction (added or removed) by someone
+// other than the bot, to a message, becomes a message
+// "reaction:<added|removed>:<emoji>" from the reactor, in the reacted-to
+// message's thread (or the tenant's reaction_trigger_target), which goes
+// through the tenant's gates past the mention rules. Without the setting
+// reactions start nothing. The native adapter also hands every reaction
+// to its reaction hook (a plugin callback inside the gateway process); the
+// connector's contract has no frame for a hook that is not a turn, so
+// those reactions stay dropped (docs/settings-parity.md).
+
+// Drop reasons of reactions.
+const (
+	dropReactionItem    = "reaction_not_on_message"
+	dropReactionByBot   = "reaction_by_bot"
+	dropReactionTrigger = "reaction_not_a_trigger"
+	dropReactionBotMsg  = "reaction_not_on_bot_message"
+	dropReactionTarget  = "reaction_target_not_owned"
+)
+
+// reactionEmoji are the reactions whose message names them by their
+// Unicode emoji (_REACTION_EMOJI_MAP), so a skill matching the text sees
+// the character a user would have typed; any other keeps its name.
+var reactionEmoji = map[string]string{
+	"thumbsup": "👍", "+1": "👍", "thumbsdown": "👎", "-1": "👎", "white_check_mark": "✅",
+	"heavy_check_mark": "✅", "x": "❌", "no_entry": "⛔", "warning": "⚠\ufe0f", "rotating_light": "🚨",
+	"eyes": "👀", "rocket": "🚀", "tada": "🎉", "fire": "🔥", "wave": "👋",
+}
+
+// reactionTurn reads reaction event ev (of envelope env, in workspace
+// team, whose bot user is bot) into the message it makes under the
+// tenant's policy pol, or says why it makes none. look reads the
+// reacted-to message (its thread and author).
+func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEvent, pol *policy, bot string) (message, string) {
+	item, team := ev.Item, env.installTeam()
+	switch {
+	case item == nil || item.Type != "message":
+		return message{}, dropReactionItem
+	case item.Channel == "" || item.TS == "" || ev.User == "" || ev.Reaction == "":
+		return message{}, dropMalformed
+	case bot != "" && ev.User == bot:
+		return message{}, dropReactionByBot
+	case pol.reactions == nil:
+		return message{}, dropReaction
+	}
+	explicit := len(pol.reactions) > 0
+	if explicit && !pol.reactions[strings.Trim(ev.Reaction, ":")] {
+		return message{}, dropReactionTrigger
+	}
+	// The reacted-to message's thread; without an allowlist only a
+	// reaction to the bot's own message counts. When the message cannot
+	// be read it is taken as its own thread's root, unchecked, as natively.
+	thread := item.TS
+	if t, author, ok := look.reacted(ctx, team, item.Channel, item.TS); ok {
+		thread = t
+		if author = cmpOr(ev.ItemUser, author); !explicit && author != "" && bot != "" && author != bot {
+			return message{}, dropReactionBotMsg
+		}
+	}
+	action := "added"
+	if ev.Type == "reaction_removed" {
+		action = "removed"
+	}
+	syn := &wireEvent{
+		Type: "message", User: ev.User, Channel: item.Channel, ThreadTS: thread, TeamID: team,
+		Text: "reaction:" + action + ":" + cmpOr(reactionEmoji[ev.Reaction], ev.Reaction),
+		TS:   cmpOr(ev.EventTS, fmt.Sprintf("reaction-%s-%s-%s", item.TS, ev.Reaction, ev.User)),
+	}
+	m := message{ev: syn, scope: team, install: team, dedupeKey: team + ":" + syn.TS, force: true}
+	if pol.reactionTarget != "" {
+		syn.Channel, syn.ChannelType = pol.reactionTarget, "channel"
+		if strings.HasPrefix(syn.Channel, "D") {
+			syn.ChannelType = "im"
+		}
+		syn.ThreadTS = pol.reactionThread
+		m.noThread = pol.reactionThread == ""
+	}
+	return m, ""
+}
+
+// ingestReaction handles a reaction event: routed where it was made (the
+// ownership order, by the reactor), it becomes the tenant's turn when its
+// reaction_triggers says so (reactionTurn). A reaction_trigger_target the
+// tenant may not act in drops it.
+func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEvent, received time.Time) error {
+	team, channel := env.installTeam(), ev.Item.Channel
+	r, ok := p.owners.Load().Route(ev.User, chatOf(channel, team))
+	switch {
+	case !ok:
+		p.drop(dropUnclaimed, env.EventID)
+		return nil
+	case r.Drop != "":
+		p.drop(r.Drop, env.EventID)
+		return nil
+	}
+	bot := cmpOr(p.works.botUser(ctx, team), env.botUser())
+	tctx := platform.WithTenant(ctx, r.Tenant)
+	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot)
+	if drop != "" {
+		p.drop(drop, env.EventID)
+		return nil
+	}
+	if m.ev.Channel != channel {
+		switch ok, err := p.reactionTarget(ctx, r.Tenant, m.ev.Channel); {
+		case err != nil:
+			return err
+		case !ok:
+			p.drop(dropReactionTarget, env.EventID)
+			return nil
+		}
+	}
+	if r.Grant {
+		p.grants.Add(ctx, channel, team, r.Tenant)
+	}
+	m.routed = &routing{tenant: r.Tenant, owner: r.Owner}
+	return p.ingestMessage(ctx, env, &m, received)
+}
+
+// reactionTarget reports whether tenant may act in the target chat of its
+// reaction turns (platform.Authorize, the check every action passes); err
+// is set when that could not be told.
+func (p *Platform) reactionTarget(ctx context.Context, tenant, chat string) (bool, error) {
+	r, ok := platform.Authorize(platform.WithTenant(ctx, tenant), p, tenant, chat)
+	if !ok && r.Code == contract.CodeUnavailable {
+		return false, fmt.Errorf("slack: the reaction target's owner could not be looked up: %s", r.Error)
+	}
+	return ok, nil
+}

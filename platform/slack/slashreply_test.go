@@ -1,0 +1,116 @@
+package slack
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/internal/clock/clocktest"
+	"connector/platform"
+	"connector/platform/slack/slacktest"
+	"connector/vault"
+)
+
+// slashSend is the gateway's plain send in reply to Ada's slash command in
+// the general channel: no reply anchor, the chat's workspace and last
+// author in its metadata.
+const slashSend = `{"op":"send","chat_id":"C0GEN00001","content":%q,"reply_to":null,"metadata":{"scope_id":"T0AAA00001","user_id":"U0ADA00001"%s}}`
+
+// TestSlashReplyIsEphemeral: the gateway answers a slash command with a
+// plain send, on another instance than the one the command reached; the
+// reply goes to the command's user alone through its response_url,
+// replacing the acknowledgement, never to chat.postMessage, and the
+// result has no message_id, as natively. Only the first reply is: the
+// next send of the session, a send with a reply anchor, and one by another
+// author are public. The response_url never reaches the gateway.
+func TestSlashReplyIsEphemeral(t *testing.T) {
+	st := newSharedStore(t)
+	fake := newFake(t)
+	instance := func(name string) *env {
+		return newEnvOn(t, fake, nil, &platform.Deps{Store: st, Vault: vault.NewDurable(st.Capabilities(), vault.Config{}),
+			Cluster: newNode(t, st, name)})
+	}
+	a, b := instance("i0"), instance("i1")
+	url := fake.ResponseURL("r1")
+	if code, body := a.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/model", "gpt-5", url)); code != http.StatusOK || !strings.Contains(body, "Running `/model`") {
+		t.Fatalf("%d %s", code, body)
+	}
+	if d := a.sink.Next(t); d.Event.MessageType != "command" || strings.Contains(d.Event.Text, "response") {
+		t.Fatalf("%+v", d.Event)
+	}
+	r := b.execute(t, "t1", sprintf(slashSend, "**Model** set to gpt-5", ""))
+	if !r.Success || r.MessageID != "" {
+		t.Fatalf("the reply: %+v", r)
+	}
+	posts := fake.Responses()
+	if len(posts) != 1 || posts[0].ID != "r1" || posts[0].Body["response_type"] != "ephemeral" || posts[0].Body["replace_original"] != true ||
+		posts[0].Body["text"] != "*Model* set to gpt-5" {
+		t.Fatalf("response_url posts %+v", posts)
+	}
+	if n := len(fake.Calls("chat.postMessage")); n != 0 {
+		t.Fatalf("the command's reply was posted publicly (%d chat.postMessage)", n)
+	}
+	// Every later send is public, on either instance.
+	for i, action := range []string{
+		sprintf(slashSend, "and one more thing", ""),
+		sprintf(slashSend, "a reply", `,"reply_to_message_id":"1768490100.000100"`),
+	} {
+		e := []*env{a, b}[i]
+		if r := e.execute(t, "t1", action); !r.Success || r.MessageID == "" {
+			t.Fatalf("send %d: %+v", i, r)
+		}
+	}
+	if n, m := len(fake.Calls("chat.postMessage")), len(fake.Responses()); n != 2 || m != 1 {
+		t.Fatalf("%d public posts, %d response_url posts", n, m)
+	}
+	// Another user's command in the channel: a send carrying Ada as the
+	// author is not its reply.
+	a.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, "U0CAR00003", "/usage", "", fake.ResponseURL("r2")))
+	a.sink.Next(t)
+	if r := b.execute(t, "t1", sprintf(slashSend, "not Car's", "")); !r.Success || r.MessageID == "" || len(fake.Responses()) != 1 {
+		t.Fatalf("%+v %+v", r, fake.Responses())
+	}
+}
+
+// TestSlashReplyFallsBackPrivately: a response_url that fails is replaced
+// by chat.postEphemeral to the command's user, never a public post; a
+// reply longer than five parts is cut to five with the native notice; a
+// reply later than two minutes after the command is public.
+func TestSlashReplyFallsBackPrivately(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	command := func(responseURL string) {
+		t.Helper()
+		e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", responseURL))
+		e.sink.Next(t)
+	}
+	command(e.fake.URL + "no-such-path/r1")
+	if r := e.execute(t, "t1", sprintf(slashSend, "all good", "")); !r.Success || r.MessageID != "" {
+		t.Fatalf("%+v", r)
+	}
+	eph := e.fake.Calls("chat.postEphemeral")
+	if len(eph) != 1 || eph[0].Form.Get("user") != userAda || eph[0].Form.Get("channel") != chanGeneral || eph[0].Form.Get("text") != "all good" ||
+		len(e.fake.Calls("chat.postMessage")) != 0 {
+		t.Fatalf("ephemeral fallback %+v", eph)
+	}
+	// Six parts: five posts, the fifth ending with the notice.
+	command(e.fake.ResponseURL("r2"))
+	long := strings.Repeat(strings.Repeat("x", 999)+"\n", 39*6)
+	if r := e.execute(t, "t1", sprintf(slashSend, long, "")); !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	posts := e.fake.Responses()
+	if len(posts) != 5 || !strings.HasSuffix(posts[4].Body["text"].(string), "\n\n_[Reply truncated: 1 more part(s) exceeded Slack's ephemeral reply limit.]_") ||
+		posts[0].Body["replace_original"] != true || posts[1].Body["replace_original"] != false {
+		t.Fatalf("%d posts", len(posts))
+	}
+	// Two minutes on, a send is no longer the command's reply.
+	command(e.fake.ResponseURL("r3"))
+	clk.Advance(slashReplyWindow)
+	if r := e.execute(t, "t1", sprintf(slashSend, "late", "")); !r.Success || r.MessageID == "" || len(e.fake.Responses()) != 5 {
+		t.Fatalf("%+v", r)
+	}
+	_ = contract.OK
+}
