@@ -190,7 +190,7 @@ type function struct {
 func analyze(t *testing.T, pkgs ...string) *analysis {
 	t.Helper()
 	a := &analysis{fset: token.NewFileSet(), funcs: map[string]*function{}, methods: map[string][]*function{},
-		acq: map[string]map[string]bool{}, locks: map[string]bool{}, edges: map[[2]string]string{}}
+		locks: map[string]bool{}, edges: map[[2]string]string{}}
 	out, err := exec.Command("go", append([]string{"list", "-json=ImportPath,Dir,GoFiles"}, pkgs...)...).Output()
 	if err != nil {
 		t.Fatalf("go list %v: %v", pkgs, err)
@@ -374,7 +374,7 @@ func (a *analysis) call(f *function, c *ast.CallExpr, held []string) []string {
 				held = slices.Delete(held, i, i+1)
 			}
 		}
-		for l := range a.acquires(callee, map[string]bool{}) {
+		for l := range a.acquires(callee) {
 			for _, h := range held {
 				a.edge(h, l, at)
 			}
@@ -418,35 +418,51 @@ func (a *analysis) releases(name string) map[string]bool {
 }
 
 // acquires returns the locks function name takes, its callees' included.
-func (a *analysis) acquires(name string, visiting map[string]bool) map[string]bool {
-	if got, ok := a.acq[name]; ok {
-		return got
+// It is the least fixed point over the whole call graph (computed once,
+// by closure), so a cycle of calls never leaves a function with the part
+// of its locks that the walk happened to reach first.
+func (a *analysis) acquires(name string) map[string]bool {
+	if a.acq == nil {
+		a.closeAcquires()
 	}
-	f := a.funcs[name]
-	if f == nil || visiting[name] {
-		return nil
-	}
-	visiting[name] = true
-	got := map[string]bool{}
-	ast.Inspect(f.body, func(n ast.Node) bool {
-		switch n := n.(type) {
-		case *ast.FuncLit, *ast.GoStmt:
-			return false
-		case *ast.CallExpr:
-			if l, op := lockCall(f.info, n); op == "Lock" || op == "RLock" {
-				got[l] = true
-				return true
+	return a.acq[name]
+}
+
+// closeAcquires fills acq: each function's own locks, then its callees'
+// until nothing changes.
+func (a *analysis) closeAcquires() {
+	a.acq = map[string]map[string]bool{}
+	callees := map[string][]string{}
+	for name, f := range a.funcs {
+		own := map[string]bool{}
+		ast.Inspect(f.body, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.FuncLit, *ast.GoStmt:
+				return false
+			case *ast.CallExpr:
+				if l, op := lockCall(f.info, n); op == "Lock" || op == "RLock" {
+					own[l] = true
+					return true
+				}
+				callees[name] = append(callees[name], a.callees(f.info, n)...)
 			}
-			for _, callee := range a.callees(f.info, n) {
-				for l := range a.acquires(callee, visiting) {
-					got[l] = true
+			return true
+		})
+		a.acq[name] = own
+	}
+	for changed := true; changed; {
+		changed = false
+		for name, cs := range callees {
+			for _, c := range cs {
+				for l := range a.acq[c] {
+					if !a.acq[name][l] {
+						a.acq[name][l] = true
+						changed = true
+					}
 				}
 			}
 		}
-		return true
-	})
-	a.acq[name] = got
-	return got
+	}
 }
 
 // callees returns the functions a call may run: the one it names, or,

@@ -68,7 +68,7 @@ func newRoom(p *Platform, rc Room) *room {
 	if rc.Tenant != "" {
 		r.mu.Lock()
 		r.bindLocked(rc.Tenant)
-		r.unlock()
+		r.mu.Unlock() // a new room has no member to kick (unlock's work)
 	}
 	return r
 }
