@@ -32,6 +32,17 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if o.Connector != "" {
+		res, err := runProcesses(&o)
+		if res != nil {
+			res.print(stdout)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "relaybench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	if err := raiseFileLimit(o.Gateways); err != nil {
 		fmt.Fprintf(stderr, "relaybench: %v\n", err)
 		return 1
@@ -158,7 +169,7 @@ func runOnce(o *options) (*result, error) {
 		echoURL = url
 	}
 
-	fl, err := startFleet(o, relayURL)
+	fl, err := startFleet(o, relayURL, wholeFleet(o))
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +200,7 @@ func runOnce(o *options) (*result, error) {
 			}
 		}
 		if waDrv != nil {
-			waDrv.start(c.BaseURL, c.Metrics.progress)
+			waDrv.start(c.Metrics.progress, c.BaseURL)
 		}
 		before := sampleCPU(fl.pid())
 		st, err := driveConnector(o, c, drv, fl)

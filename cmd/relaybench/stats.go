@@ -93,7 +93,15 @@ func (r *recorder) take() stats {
 	l, errs, n := r.lat, r.errors, r.bytes
 	r.lat, r.errors, r.bytes = nil, 0, 0
 	r.mu.Unlock()
-	s := stats{Received: len(l), Errors: errs, Bytes: n}
+	s := summarize(l)
+	s.Errors, s.Bytes = errs, n
+	return s
+}
+
+// summarize returns the count and percentiles of the latencies l (sorted
+// in place).
+func summarize(l []time.Duration) stats {
+	s := stats{Received: len(l)}
 	if len(l) == 0 {
 		return s
 	}
@@ -101,6 +109,24 @@ func (r *recorder) take() stats {
 	at := func(q float64) time.Duration { return l[min(len(l)-1, int(q*float64(len(l))))] }
 	s.P50, s.P90, s.P99, s.Max = at(0.50), at(0.90), at(0.99), l[len(l)-1]
 	return s
+}
+
+// count returns how many latencies and errors were recorded since the last
+// take, leaving them.
+func (r *recorder) count() (n, errors int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.lat), r.errors
+}
+
+// takeSamples returns every latency and the errors recorded since the last
+// take, and starts over.
+func (r *recorder) takeSamples() ([]time.Duration, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l, errs := r.lat, r.errors
+	r.lat, r.errors, r.bytes = nil, 0, 0
+	return l, errs
 }
 
 // stampPrefix starts the stamp every generated event text carries:

@@ -65,6 +65,7 @@ func (w *webhookPool) stop() {
 	if w.jobs != nil {
 		close(w.jobs)
 		w.workers.Wait()
+		w.jobs = nil
 	}
 }
 

@@ -1,0 +1,517 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A run on connector processes (-connector): Instances real connector
+// binaries serve one fleet on one Redis (store.backend redis), Clients
+// gateway processes dial them from loopback source addresses of their own,
+// so that no process holds more connections than the open-file limit
+// allows. The run measures
+//
+//   - each connector process's memory per gateway: Go heap and stacks in
+//     use (from its /metrics, after a garbage collection that ran once the
+//     gateways were connected) and resident set, before and after;
+//   - Redis's used_memory per gateway (INFO memory, before and after);
+//   - the connect rate of all gateway processes dialing at once;
+//   - the cores every process kept busy while the gateways were idle;
+//   - one event to every tenant: a signed WhatsApp webhook per tenant,
+//     round-robin over the connector processes, at -rate; latency from its
+//     scheduled POST to the gateway's read;
+//   - the same connections to as many bare echo server processes, measured
+//     the same way (heap and stacks after a GC, resident set).
+
+// procResult is what a run on connector processes measured.
+type procResult struct {
+	Opts                  options
+	LoadBefore, LoadAfter string
+
+	Connected, ConnectFailed int
+	ConnectTime              time.Duration
+	Instances                []instanceResult
+	// MaxClientFiles is the most files a gateway process had open.
+	MaxClientFiles int
+
+	Redis redisResult
+	// Idle is the CPU every process used while the gateways were idle.
+	Idle idleCPU
+
+	// Event is the one event to every tenant; nil when not reached.
+	Event *stats
+
+	// Echo are the echo server processes, in the same order.
+	Echo []echoResult
+}
+
+// instanceResult is one connector process.
+type instanceResult struct {
+	Name          string
+	Conns         int
+	Before, After procMem
+	Files         int // open files with the gateways connected
+}
+
+// echoResult is one echo server process.
+type echoResult struct {
+	Conns         int
+	Before, After procMem
+}
+
+// redisResult is the Redis server's memory and keys before the gateways
+// connected, once they were connected and idle, and after the events.
+type redisResult struct {
+	Before, Connected, AfterEvents redisSample
+}
+
+// redisSample is INFO memory's used_memory and DBSIZE.
+type redisSample struct {
+	UsedMemory int64
+	Keys       int64
+}
+
+// idleCPU is the cores used while the gateways were idle, by the connector
+// processes together, the Redis server (-1: not a local process) and the
+// gateway processes together.
+type idleCPU struct {
+	Span                       time.Duration
+	Instances, Redis, Gateways float64
+}
+
+// runProcesses performs the run on connector processes o asks for. Every
+// process it starts is stopped before it returns, also on failure.
+func runProcesses(o *options) (*procResult, error) {
+	res := &procResult{Opts: *o, LoadBefore: loadAverage()}
+	ropt, err := redis.ParseURL(o.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("-redis-url: %w", err)
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	if res.Redis.Before, err = sampleRedis(rdb); err != nil {
+		return nil, err
+	}
+	if res.Redis.Before.Keys != 0 {
+		return nil, fmt.Errorf("the Redis database at -redis-url holds %d keys: the run needs an empty one (a fresh redis-server, or another db number)", res.Redis.Before.Keys)
+	}
+	redisPID := redisProcess(rdb)
+
+	dir, err := os.MkdirTemp("", "relaybench-run-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	wa := &whatsappDriver{}
+	defer wa.close()
+	waCfg := wa.setup(tenantIDs(o.Tenants))
+	config := filepath.Join(dir, "connector.yaml")
+	if err := writeInstanceConfig(config, o, waCfg); err != nil {
+		return nil, err
+	}
+	env := []string{"WHATSAPP_APP_SECRET=" + waCfg.AppSecret, "WHATSAPP_ACCESS_TOKEN=" + waCfg.AccessToken,
+		"WHATSAPP_VERIFY_TOKEN=" + waCfg.VerifyToken}
+
+	var insts []*instance
+	stopInstances := func() error {
+		var errs []error
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, in := range insts {
+			wg.Go(func() {
+				if err := in.stop(); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		insts = nil
+		return errors.Join(errs...)
+	}
+	defer stopInstances()
+	for i := range o.Instances {
+		in, err := startInstance(o, dir, config, i, env)
+		if err != nil {
+			return res, err
+		}
+		insts = append(insts, in)
+	}
+	for _, in := range insts {
+		if err := in.waitReady(); err != nil {
+			return res, err
+		}
+	}
+	before, err := settle(insts, o.Settle)
+	if err != nil {
+		return res, err
+	}
+	if res.Redis.Before, err = sampleRedis(rdb); err != nil {
+		return res, err
+	}
+
+	clients, err := startClients(o, insts)
+	defer func() {
+		for _, c := range clients {
+			_ = c.stop()
+		}
+	}()
+	if err != nil {
+		return res, err
+	}
+	if err := res.connect(clients, insts); err != nil {
+		return res, err
+	}
+
+	cpuBefore := sampleProcesses(insts, redisPID, clients)
+	after, err := settle(insts, o.Settle)
+	if err != nil {
+		return res, err
+	}
+	time.Sleep(time.Until(cpuBefore.at.Add(minIdleSpan))) // measuring the idle CPU
+	res.Idle = idleCores(cpuBefore, sampleProcesses(insts, redisPID, clients))
+	for i, in := range insts {
+		res.Instances = append(res.Instances, instanceResult{Name: in.name, Conns: after[i].conns,
+			Before: before[i].mem, After: after[i].mem, Files: after[i].fds})
+	}
+	for _, c := range clients {
+		res.MaxClientFiles = max(res.MaxClientFiles, openFiles(c.pid()))
+	}
+	if res.Redis.Connected, err = sampleRedis(rdb); err != nil {
+		return res, err
+	}
+
+	if res.Event, err = eventPerTenant(o, wa, insts, clients); err != nil {
+		return res, err
+	}
+	if res.Redis.AfterEvents, err = sampleRedis(rdb); err != nil {
+		return res, err
+	}
+	for _, c := range clients {
+		if err := c.closeGateways(); err != nil {
+			return res, err
+		}
+	}
+	if err := stopInstances(); err != nil {
+		return res, err
+	}
+	if o.Echo {
+		if res.Echo, err = echoProcesses(o, clients); err != nil {
+			return res, err
+		}
+	}
+	res.LoadAfter = loadAverage()
+	return res, nil
+}
+
+// startClients starts the gateway processes: process c connects gateways
+// [c*G/M, (c+1)*G/M) from loopback addresses of its own, 127.0.0.2 upwards,
+// each gateway to the connector process o's layout gives it.
+func startClients(o *options, insts []*instance) ([]*fleetProcess, error) {
+	urls := make([]string, len(insts))
+	for i, in := range insts {
+		urls[i] = in.relayURL
+	}
+	per := o.Sources / o.Clients
+	var clients []*fleetProcess
+	for c := range o.Clients {
+		first, end := c*o.Gateways/o.Clients, (c+1)*o.Gateways/o.Clients
+		span := fleetSpan{first: first, count: end - first, sourceFirst: 2 + c*per, sources: per,
+			layout: layout{tenants: o.Tenants, affinity: o.Affinity}}
+		fl, err := startFleet(o, strings.Join(urls, ","), span)
+		if err != nil {
+			return clients, err
+		}
+		clients = append(clients, fl)
+	}
+	return clients, nil
+}
+
+// connect has every gateway process dial its gateways at once, and waits
+// until the connector processes count them all.
+func (res *procResult) connect(clients []*fleetProcess, insts []*instance) error {
+	start := time.Now()
+	errs := make([]error, len(clients))
+	failed := make([]int, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Go(func() { failed[i], _, errs[i] = c.connect() })
+	}
+	wg.Wait()
+	res.ConnectTime = time.Since(start)
+	for _, n := range failed {
+		res.ConnectFailed += n
+	}
+	res.Connected = res.Opts.Gateways - res.ConnectFailed
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(connectWait)
+	for {
+		n := 0
+		for _, in := range insts {
+			s, err := in.sample()
+			if err != nil {
+				return err
+			}
+			n += s.conns
+		}
+		if n == res.Connected {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the connector processes serve %d gateway connections after %v, want %d", n, connectWait, res.Connected)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the processes' /metrics
+	}
+}
+
+// settle waits, up to limit, until every connector process has run a
+// garbage collection that ended after this call, and returns what their
+// /metrics say a second after it (the cycle's sweep done); a process that
+// ran none within limit has Collected false.
+func settle(insts []*instance, limit time.Duration) ([]instanceSample, error) {
+	first := make([]instanceSample, len(insts))
+	for i, in := range insts {
+		s, err := in.sample()
+		if err != nil {
+			return nil, err
+		}
+		first[i] = s
+	}
+	last := slices.Clone(first)
+	seen := make([]bool, len(insts)) // the new cycle showed in last[i]
+	done := make([]bool, len(insts))
+	deadline := time.Now().Add(limit)
+	for {
+		pending := 0
+		for i, in := range insts {
+			if done[i] {
+				continue
+			}
+			s, err := in.sample()
+			if err != nil {
+				return nil, err
+			}
+			s.mem.Collected = seen[i] || s.gcs > first[i].gcs
+			done[i], seen[i], last[i] = seen[i], s.mem.Collected, s
+			if !done[i] {
+				pending++
+			}
+		}
+		if pending == 0 || time.Now().After(deadline) {
+			return last, nil
+		}
+		time.Sleep(time.Second) // polling the processes' /metrics
+	}
+}
+
+// minIdleSpan is the shortest time the idle CPU is measured over: several
+// beats of the instances (a third of store.lease_ttl, 5 s by default).
+const minIdleSpan = 10 * time.Second
+
+// processTimes are the CPU ticks of the run's processes at one moment.
+type processTimes struct {
+	at                         time.Time
+	instances, redis, gateways uint64
+	redisKnown                 bool
+}
+
+// sampleProcesses reads the CPU ticks of the connector processes, the
+// Redis server (pid 0: unknown) and the gateway processes.
+func sampleProcesses(insts []*instance, redisPID int, clients []*fleetProcess) processTimes {
+	t := processTimes{at: time.Now()}
+	for _, in := range insts {
+		n, _ := processTicks(strconv.Itoa(in.cmd.Process.Pid))
+		t.instances += n
+	}
+	for _, c := range clients {
+		n, _ := processTicks(strconv.Itoa(c.pid()))
+		t.gateways += n
+	}
+	if redisPID > 0 {
+		t.redis, t.redisKnown = processTicks(strconv.Itoa(redisPID))
+	}
+	return t
+}
+
+// idleCores turns two samples into cores kept busy between them.
+func idleCores(a, z processTimes) idleCPU {
+	span := z.at.Sub(a.at)
+	cores := func(x, y uint64) float64 { return float64(y-x) / clockTicks / span.Seconds() }
+	c := idleCPU{Span: span, Instances: cores(a.instances, z.instances), Gateways: cores(a.gateways, z.gateways), Redis: -1}
+	if a.redisKnown && z.redisKnown {
+		c.Redis = cores(a.redis, z.redis)
+	}
+	return c
+}
+
+// eventPerTenant posts one signed WhatsApp message to each tenant's
+// business number, round-robin over the connector processes, at o.Rate
+// (0: as fast as the webhook workers go), and waits until the gateways
+// read them all or o.Drain passes after the last POST. Latency runs from
+// each POST's scheduled time to the gateway's read.
+func eventPerTenant(o *options, wa *whatsappDriver, insts []*instance, clients []*fleetProcess) (*stats, error) {
+	for _, c := range clients { // start from nothing read
+		if _, _, err := c.samples(); err != nil {
+			return nil, err
+		}
+	}
+	progress := make(chan struct{}, 1)
+	urls := make([]string, len(insts))
+	for i, in := range insts {
+		urls[i] = in.baseURL
+	}
+	wa.start(progress, urls...)
+	p := pacer{Rate: o.Rate, Count: o.Tenants, Window: o.Tenants + 1, InFlight: func() int64 { return 0 }, Progress: progress}
+	start := time.Now()
+	sent, failed, err := p.run(context.Background(), wa.fire)
+	wa.stop() // every POST answered
+	if err != nil {
+		return nil, err
+	}
+	want := sent - failed - int(wa.failures())
+	deadline := time.Now().Add(o.Drain)
+	for {
+		n := 0
+		for _, c := range clients {
+			got, _, err := c.received()
+			if err != nil {
+				return nil, err
+			}
+			n += got
+		}
+		if n >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // polling the gateway processes
+	}
+	elapsed := time.Since(start)
+	var all []time.Duration
+	errs := 0
+	for _, c := range clients {
+		lat, e, err := c.samples()
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, lat...)
+		errs += e
+	}
+	st := summarize(all)
+	st.Sent, st.Elapsed = sent, elapsed
+	st.Errors = failed + int(wa.failures()) + errs
+	return &st, nil
+}
+
+// echoProcesses measures the baseline: one echo server process per
+// connector process, each holding the connections its connector process
+// held (the gateway processes dial them with the same layout), memory
+// before and after after a forced GC.
+func echoProcesses(o *options, clients []*fleetProcess) ([]echoResult, error) {
+	counts := make([]int, o.Instances)
+	l := layout{tenants: o.Tenants, affinity: o.Affinity}
+	for g := range o.Gateways {
+		counts[l.connectorOf(g, o.Instances)]++
+	}
+	var servers []*echoServer
+	defer func() {
+		for _, s := range servers {
+			_ = s.stop()
+		}
+	}()
+	urls := make([]string, o.Instances)
+	for i := range o.Instances {
+		s, err := startEchoServerProcess(counts[i])
+		if err != nil {
+			return nil, err
+		}
+		servers = append(servers, s)
+		urls[i] = s.url
+	}
+	res := make([]echoResult, len(servers))
+	for i, s := range servers {
+		m, err := s.mem()
+		if err != nil {
+			return nil, err
+		}
+		res[i] = echoResult{Conns: counts[i], Before: m}
+	}
+	errs := make([]error, len(clients))
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		n := (i+1)*o.Gateways/o.Clients - i*o.Gateways/o.Clients
+		wg.Go(func() { _, errs[i] = c.echoConnect(strings.Join(urls, ","), n) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	for i, s := range servers {
+		m, err := s.mem()
+		if err != nil {
+			return res, err
+		}
+		res[i].After = m
+	}
+	return res, nil
+}
+
+// sampleRedis reads used_memory (INFO memory) and DBSIZE.
+func sampleRedis(rdb *redis.Client) (redisSample, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return redisSample{}, fmt.Errorf("redis INFO memory: %w", err)
+	}
+	used, err := strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
+	if err != nil {
+		return redisSample{}, fmt.Errorf("redis INFO memory: used_memory: %w", err)
+	}
+	keys, err := rdb.DBSize(ctx).Result()
+	if err != nil {
+		return redisSample{}, fmt.Errorf("redis DBSIZE: %w", err)
+	}
+	return redisSample{UsedMemory: used, Keys: keys}, nil
+}
+
+// redisProcess is the Redis server's process id when it runs on this
+// machine (INFO server's process_id, checked against /proc), else 0.
+func redisProcess(rdb *redis.Client) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(infoField(info, "process_id"))
+	if err != nil {
+		return 0
+	}
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil || !strings.HasPrefix(string(comm), "redis-server") {
+		return 0
+	}
+	return pid
+}
+
+// infoField is the value of field in an INFO answer ("" when absent).
+func infoField(info, field string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
