@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -233,6 +232,11 @@ func (in *instance) sample() (instanceSample, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, in.opsURL+"/metrics", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
+		select {
+		case <-in.exited:
+			return instanceSample{}, fmt.Errorf("connector process %s exited: %s", in.name, in.logTail())
+		default:
+		}
 		return instanceSample{}, fmt.Errorf("scrape %s: %w", in.name, err)
 	}
 	defer resp.Body.Close()
@@ -317,7 +321,3 @@ func openFiles(pid int) int {
 	}
 	return len(entries)
 }
-
-// errNotCollected says a process ran no garbage collection within the
-// wait: its heap figure includes garbage.
-var errNotCollected = errors.New("no garbage collection within the wait")

@@ -366,7 +366,7 @@ func TestConnectorProcessesRun(t *testing.T) {
 	var out bytes.Buffer
 	res.print(&out)
 	for _, want := range []string{"2 connector processes", "connect:    40 gateways", "rb-i0", "rb-i1", "connector processes",
-		"echo processes (2)", "connector/echo per connection", "redis:      used_memory", "idle:", "event per tenant"} {
+		"echo processes (2)", "connector/echo per connection", "redis:      used_memory", "cores busy:", "event per tenant"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

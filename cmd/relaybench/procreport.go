@@ -22,6 +22,9 @@ func (r *procResult) print(w io.Writer) {
 		o.Instances, o.Connector, o.Gateways, o.Tenants, spread, o.Clients)
 	fmt.Fprintf(w, "machine:    %d CPUs, %s/%s, %s, open-file limit %d, load average %s before, %s after\n",
 		runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), fileLimit(), r.LoadBefore, orNA(r.LoadAfter))
+	if r.Ready > 0 {
+		fmt.Fprintf(w, "start:      %d connector processes ready in %s (each reads the %d gateways from its config file)\n", o.Instances, round(r.Ready), o.Gateways)
+	}
 	if r.Connected == 0 && r.ConnectFailed == 0 {
 		return
 	}
@@ -70,14 +73,10 @@ func (r *procResult) print(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	if r.Idle.Span > 0 {
-		redisCores := "unknown (not a local process)"
-		if r.Idle.Redis >= 0 {
-			redisCores = fmt.Sprintf("%.2f cores", r.Idle.Redis)
-		}
-		fmt.Fprintf(w, "idle:       %s with every gateway connected: connector processes %.2f cores together, redis-server %s, gateway processes %.2f cores\n",
-			round(r.Idle.Span), r.Idle.Instances, redisCores, r.Idle.Gateways)
-	}
+	fmt.Fprintln(w, "cores busy:")
+	printCores(w, "connecting", r.Connecting)
+	printCores(w, "idle", r.Idle)
+	printCores(w, "events", r.Events)
 	if e := r.Event; e != nil {
 		fmt.Fprintf(w, "\none event to every tenant: a signed WhatsApp message to each tenant's number, POSTed round-robin to the connector processes at %s;\n", rate)
 		fmt.Fprintln(w, "latency from the POST's scheduled time to a gateway's read, over all tenants:")
@@ -87,6 +86,21 @@ func (r *procResult) print(w io.Writer) {
 			round(e.Elapsed), round(e.P50), round(e.P90), round(e.P99), round(e.Max))
 		_ = tw.Flush()
 	}
+}
+
+// printCores prints the cores each kind of process kept busy in a phase.
+func printCores(w io.Writer, phase string, c cpuUse) {
+	if c.Span <= 0 {
+		return
+	}
+	f := func(x float64) string {
+		if x < 0 {
+			return "unknown"
+		}
+		return fmt.Sprintf("%.2f", x)
+	}
+	fmt.Fprintf(w, "  %-11s %8s: connector processes %s, redis-server %s, gateway processes %s, other processes %s\n",
+		phase, round(c.Span), f(c.Instances), f(c.Redis), f(c.Gateways), f(c.Others))
 }
 
 // memGrowth is memory growth per connection, or its sum over processes.

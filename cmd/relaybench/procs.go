@@ -38,6 +38,9 @@ type procResult struct {
 	Opts                  options
 	LoadBefore, LoadAfter string
 
+	// Ready is how long the connector processes took to answer /readyz.
+	Ready time.Duration
+
 	Connected, ConnectFailed int
 	ConnectTime              time.Duration
 	Instances                []instanceResult
@@ -45,8 +48,9 @@ type procResult struct {
 	MaxClientFiles int
 
 	Redis redisResult
-	// Idle is the CPU every process used while the gateways were idle.
-	Idle idleCPU
+	// Idle is the CPU every process used while the gateways were idle,
+	// Connecting while they connected, Events during the event per tenant.
+	Idle, Connecting, Events cpuUse
 
 	// Event is the one event to every tenant; nil when not reached.
 	Event *stats
@@ -141,6 +145,7 @@ func runProcesses(o *options) (*procResult, error) {
 		return errors.Join(errs...)
 	}
 	defer stopInstances()
+	started := time.Now()
 	for i := range o.Instances {
 		in, err := startInstance(o, dir, config, i, env)
 		if err != nil {
@@ -153,6 +158,7 @@ func runProcesses(o *options) (*procResult, error) {
 			return res, err
 		}
 	}
+	res.Ready = time.Since(started)
 	before, err := settle(insts, o.Settle)
 	if err != nil {
 		return res, err
@@ -170,17 +176,19 @@ func runProcesses(o *options) (*procResult, error) {
 	if err != nil {
 		return res, err
 	}
+	cpuBefore := sampleProcesses(insts, redisPID, clients)
 	if err := res.connect(clients, insts); err != nil {
 		return res, err
 	}
+	res.Connecting = coresBetween(cpuBefore, sampleProcesses(insts, redisPID, clients))
 
-	cpuBefore := sampleProcesses(insts, redisPID, clients)
+	cpuBefore = sampleProcesses(insts, redisPID, clients)
 	after, err := settle(insts, o.Settle)
 	if err != nil {
 		return res, err
 	}
-	time.Sleep(time.Until(cpuBefore.at.Add(minIdleSpan))) // measuring the idle CPU
-	res.Idle = idleCores(cpuBefore, sampleProcesses(insts, redisPID, clients))
+	time.Sleep(time.Until(cpuBefore.at.Add(min(minIdleSpan, o.Settle)))) // measuring the idle CPU
+	res.Idle = coresBetween(cpuBefore, sampleProcesses(insts, redisPID, clients))
 	for i, in := range insts {
 		res.Instances = append(res.Instances, instanceResult{Name: in.name, Conns: after[i].conns,
 			Before: before[i].mem, After: after[i].mem, Files: after[i].fds})
@@ -192,9 +200,11 @@ func runProcesses(o *options) (*procResult, error) {
 		return res, err
 	}
 
+	cpuBefore = sampleProcesses(insts, redisPID, clients)
 	if res.Event, err = eventPerTenant(o, wa, insts, clients); err != nil {
 		return res, err
 	}
+	res.Events = coresBetween(cpuBefore, sampleProcesses(insts, redisPID, clients))
 	if res.Redis.AfterEvents, err = sampleRedis(rdb); err != nil {
 		return res, err
 	}
@@ -317,28 +327,34 @@ func settle(insts []*instance, limit time.Duration) ([]instanceSample, error) {
 	}
 }
 
-// minIdleSpan is the shortest time the idle CPU is measured over: several
-// beats of the instances (a third of store.lease_ttl, 5 s by default).
+// minIdleSpan is the shortest time the idle CPU is measured over (unless
+// -settle is shorter): several beats of the instances (a third of
+// store.lease_ttl, 5 s by default).
 const minIdleSpan = 10 * time.Second
 
-// processTimes are the CPU ticks of the run's processes at one moment.
+// processTimes are the CPU ticks of the machine and of the run's
+// processes at one moment.
 type processTimes struct {
-	at                         time.Time
-	instances, redis, gateways uint64
-	redisKnown                 bool
+	at                                        time.Time
+	machine, self, instances, redis, gateways uint64
+	known, redisKnown                         bool
 }
 
-// sampleProcesses reads the CPU ticks of the connector processes, the
-// Redis server (pid 0: unknown) and the gateway processes.
+// sampleProcesses reads the CPU ticks of the machine, this process, the
+// connector processes, the Redis server (pid 0: unknown) and the gateway
+// processes.
 func sampleProcesses(insts []*instance, redisPID int, clients []*fleetProcess) processTimes {
 	t := processTimes{at: time.Now()}
+	t.machine, t.known = machineTicks()
+	self, ok := processTicks("self")
+	t.self, t.known = self, t.known && ok
 	for _, in := range insts {
-		n, _ := processTicks(strconv.Itoa(in.cmd.Process.Pid))
-		t.instances += n
+		n, ok := processTicks(strconv.Itoa(in.cmd.Process.Pid))
+		t.instances, t.known = t.instances+n, t.known && ok
 	}
 	for _, c := range clients {
-		n, _ := processTicks(strconv.Itoa(c.pid()))
-		t.gateways += n
+		n, ok := processTicks(strconv.Itoa(c.pid()))
+		t.gateways, t.known = t.gateways+n, t.known && ok
 	}
 	if redisPID > 0 {
 		t.redis, t.redisKnown = processTicks(strconv.Itoa(redisPID))
@@ -346,13 +362,33 @@ func sampleProcesses(insts []*instance, redisPID int, clients []*fleetProcess) p
 	return t
 }
 
-// idleCores turns two samples into cores kept busy between them.
-func idleCores(a, z processTimes) idleCPU {
+// cpuUse is the cores kept busy during a phase of the run: by the
+// connector processes together, the Redis server, the gateway processes
+// together, and every other process on the machine (this one included
+// with the others only when the Redis server is not local). -1: unknown.
+type cpuUse struct {
+	Span                               time.Duration
+	Instances, Redis, Gateways, Others float64
+}
+
+// coresBetween turns two samples into the cores kept busy between them.
+func coresBetween(a, z processTimes) cpuUse {
 	span := z.at.Sub(a.at)
 	cores := func(x, y uint64) float64 { return float64(y-x) / clockTicks / span.Seconds() }
-	c := idleCPU{Span: span, Instances: cores(a.instances, z.instances), Gateways: cores(a.gateways, z.gateways), Redis: -1}
+	c := cpuUse{Span: span, Instances: -1, Gateways: -1, Redis: -1, Others: -1}
+	if span <= 0 || !a.known || !z.known {
+		return c
+	}
+	c.Instances, c.Gateways = cores(a.instances, z.instances), cores(a.gateways, z.gateways)
+	ours := (z.self - a.self) + (z.instances - a.instances) + (z.gateways - a.gateways)
 	if a.redisKnown && z.redisKnown {
 		c.Redis = cores(a.redis, z.redis)
+		ours += z.redis - a.redis
+	}
+	if z.machine >= a.machine+ours {
+		c.Others = float64(z.machine-a.machine-ours) / clockTicks / span.Seconds()
+	} else {
+		c.Others = 0
 	}
 	return c
 }
