@@ -165,6 +165,11 @@ func (f *fleet) connect() (failed int, err error) {
 					continue
 				}
 				conns[i] = ws
+				// Read at once, as the gateway does: a connection
+				// nobody reads answers no ping, and the connector
+				// closes it (1011 ping timeout) long before thousands
+				// more have dialed.
+				f.readers.Go(func() { f.read(ws) })
 			}
 		})
 	}
@@ -172,7 +177,6 @@ func (f *fleet) connect() (failed int, err error) {
 	for _, ws := range conns {
 		if ws != nil {
 			f.conns = append(f.conns, ws)
-			f.readers.Go(func() { f.read(ws) })
 		}
 	}
 	if len(f.conns) == 0 {

@@ -342,8 +342,8 @@ func TestConnectorProcessesRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Connected != 40 || res.ConnectFailed != 0 {
-		t.Fatalf("connected %d, failed %d; want 40, 0", res.Connected, res.ConnectFailed)
+	if res.Connected != 40 || res.ConnectFailed != 0 || res.Broken != 0 {
+		t.Fatalf("connected %d, failed %d, broken %d; want 40, 0, 0", res.Connected, res.ConnectFailed, res.Broken)
 	}
 	if len(res.Instances) != 2 || res.Instances[0].Conns != 20 || res.Instances[1].Conns != 20 {
 		t.Fatalf("instances %+v: want two holding 20 gateways each", res.Instances)

@@ -39,6 +39,7 @@ func (r *procResult) print(w io.Writer) {
 		maxFiles = max(maxFiles, in.Files)
 	}
 	fmt.Fprintf(w, "open files: at most %d in a connector process, %d in a gateway process (limit %d)\n", maxFiles, r.MaxClientFiles, fileLimit())
+	fmt.Fprintf(w, "broken:     %d gateway connections ended before the events\n", r.Broken)
 
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -46,6 +46,9 @@ type procResult struct {
 	Instances                []instanceResult
 	// MaxClientFiles is the most files a gateway process had open.
 	MaxClientFiles int
+	// Broken is how many gateway connections ended before the events (a
+	// connector closed them, or they failed).
+	Broken int
 
 	Redis redisResult
 	// Idle is the CPU every process used while the gateways were idle,
@@ -95,8 +98,8 @@ type idleCPU struct {
 
 // runProcesses performs the run on connector processes o asks for. Every
 // process it starts is stopped before it returns, also on failure.
-func runProcesses(o *options) (*procResult, error) {
-	res := &procResult{Opts: *o, LoadBefore: loadAverage()}
+func runProcesses(o *options) (res *procResult, err error) {
+	res = &procResult{Opts: *o, LoadBefore: loadAverage()}
 	ropt, err := redis.ParseURL(o.RedisURL)
 	if err != nil {
 		return nil, fmt.Errorf("-redis-url: %w", err)
@@ -115,11 +118,18 @@ func runProcesses(o *options) (*procResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	config := filepath.Join(dir, "connector.yaml")
+	defer func() { // after every process stopped
+		if err == nil {
+			_ = os.RemoveAll(dir)
+			return
+		}
+		_ = os.Remove(config) // it holds the gateway secret
+		err = fmt.Errorf("%w (the connector processes' logs are kept in %s)", err, dir)
+	}()
 	wa := &whatsappDriver{}
 	defer wa.close()
 	waCfg := wa.setup(tenantIDs(o.Tenants))
-	config := filepath.Join(dir, "connector.yaml")
 	if err := writeInstanceConfig(config, o, waCfg); err != nil {
 		return nil, err
 	}
@@ -182,13 +192,21 @@ func runProcesses(o *options) (*procResult, error) {
 	}
 	res.Connecting = coresBetween(cpuBefore, sampleProcesses(insts, redisPID, clients))
 
-	cpuBefore = sampleProcesses(insts, redisPID, clients)
 	after, err := settle(insts, o.Settle)
 	if err != nil {
 		return res, err
 	}
-	time.Sleep(time.Until(cpuBefore.at.Add(min(minIdleSpan, o.Settle)))) // measuring the idle CPU
+	// The idle CPU, without scraping the processes' /metrics meanwhile.
+	cpuBefore = sampleProcesses(insts, redisPID, clients)
+	time.Sleep(min(idleSpan, o.Settle))
 	res.Idle = coresBetween(cpuBefore, sampleProcesses(insts, redisPID, clients))
+	for _, c := range clients {
+		_, broken, err := c.received()
+		if err != nil {
+			return res, err
+		}
+		res.Broken += broken
+	}
 	for i, in := range insts {
 		res.Instances = append(res.Instances, instanceResult{Name: in.name, Conns: after[i].conns,
 			Before: before[i].mem, After: after[i].mem, Files: after[i].fds})
@@ -281,9 +299,15 @@ func (res *procResult) connect(clients []*fleetProcess, insts []*instance) error
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the connector processes serve %d gateway connections after %v, want %d", n, connectWait, res.Connected)
+			broken := 0
+			for _, c := range clients {
+				_, b, _ := c.received()
+				broken += b
+			}
+			return fmt.Errorf("the connector processes serve %d gateway connections after %v, want %d (the gateway processes saw %d connections end)",
+				n, connectWait, res.Connected, broken)
 		}
-		time.Sleep(200 * time.Millisecond) // polling the processes' /metrics
+		time.Sleep(time.Second) // polling the processes' /metrics
 	}
 }
 
@@ -327,10 +351,10 @@ func settle(insts []*instance, limit time.Duration) ([]instanceSample, error) {
 	}
 }
 
-// minIdleSpan is the shortest time the idle CPU is measured over (unless
-// -settle is shorter): several beats of the instances (a third of
-// store.lease_ttl, 5 s by default).
-const minIdleSpan = 10 * time.Second
+// idleSpan is how long the idle CPU is measured (unless -settle is
+// shorter): several beats of the instances (a third of store.lease_ttl,
+// 5 s by default) and registry polls (5 s).
+const idleSpan = 15 * time.Second
 
 // processTimes are the CPU ticks of the machine and of the run's
 // processes at one moment.
