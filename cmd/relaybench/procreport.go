@@ -73,6 +73,9 @@ func (r *procResult) print(w io.Writer) {
 			fmt.Fprintf(w, "; %s and %d keys after the events", mib(re.UsedMemory), re.Keys)
 		}
 		fmt.Fprintln(w)
+		if r.Redis.IdleCommands > 0 {
+			fmt.Fprintf(w, "            %.0f commands/s while the gateways were idle, %.0f of them PUBLISH\n", r.Redis.IdleCommands, r.Redis.IdlePublish)
+		}
 	}
 	fmt.Fprintln(w, "cores busy:")
 	printCores(w, "connecting", r.Connecting)
@@ -85,6 +88,10 @@ func (r *procResult) print(w io.Writer) {
 		fmt.Fprintln(tw, "\tsent\treceived\tlost\terrors\tall read after\tp50\tp90\tp99\tmax\t")
 		fmt.Fprintf(tw, "event per tenant\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", e.Sent, e.Received, e.Lost(), e.Errors,
 			round(e.Elapsed), round(e.P50), round(e.P90), round(e.P99), round(e.Max))
+		if a := r.Answered; a != nil && a.Received > 0 {
+			fmt.Fprintf(tw, "webhook answered (from its POST)\t%d\t\t\t\t\t%s\t%s\t%s\t%s\t\n", a.Received,
+				round(a.P50), round(a.P90), round(a.P99), round(a.Max))
+		}
 		_ = tw.Flush()
 	}
 }

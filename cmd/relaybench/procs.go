@@ -56,7 +56,8 @@ type procResult struct {
 	Idle, Connecting, Events cpuUse
 
 	// Event is the one event to every tenant; nil when not reached.
-	Event *stats
+	// Answered is how long its webhooks took to be answered 200.
+	Event, Answered *stats
 
 	// Echo are the echo server processes, in the same order.
 	Echo []echoResult
@@ -80,6 +81,11 @@ type echoResult struct {
 // connected, once they were connected and idle, and after the events.
 type redisResult struct {
 	Before, Connected, AfterEvents redisSample
+	// IdleCommands and IdlePublish are the commands, and the PUBLISH
+	// commands among them, the server ran per second while the gateways
+	// were idle (the instances' beats: leases, stored-ledger reads,
+	// announcements of sockets to the instance driving their tenant).
+	IdleCommands, IdlePublish float64
 }
 
 // redisSample is INFO memory's used_memory and DBSIZE.
@@ -155,6 +161,7 @@ func runProcesses(o *options) (res *procResult, err error) {
 		return errors.Join(errs...)
 	}
 	defer stopInstances()
+	progress("starting %d connector processes with %d gateways and %d tenants in their config", o.Instances, o.Gateways, o.Tenants)
 	started := time.Now()
 	for i := range o.Instances {
 		in, err := startInstance(o, dir, config, i, env)
@@ -169,6 +176,7 @@ func runProcesses(o *options) (res *procResult, err error) {
 		}
 	}
 	res.Ready = time.Since(started)
+	progress("ready in %s; waiting up to %s for each one's garbage collection", round(res.Ready), o.Settle)
 	before, err := settle(insts, o.Settle)
 	if err != nil {
 		return res, err
@@ -177,6 +185,7 @@ func runProcesses(o *options) (res *procResult, err error) {
 		return res, err
 	}
 
+	progress("connecting %d gateways from %d gateway processes", o.Gateways, o.Clients)
 	clients, err := startClients(o, insts)
 	defer func() {
 		for _, c := range clients {
@@ -192,14 +201,25 @@ func runProcesses(o *options) (res *procResult, err error) {
 	}
 	res.Connecting = coresBetween(cpuBefore, sampleProcesses(insts, redisPID, clients))
 
+	progress("%d connected in %s; waiting up to %s for each connector process's garbage collection", res.Connected, round(res.ConnectTime), o.Settle)
 	after, err := settle(insts, o.Settle)
 	if err != nil {
 		return res, err
 	}
 	// The idle CPU, without scraping the processes' /metrics meanwhile.
+	progress("measuring the idle CPU for %s", min(idleSpan, o.Settle))
 	cpuBefore = sampleProcesses(insts, redisPID, clients)
+	cmdsBefore, err := redisCommands(rdb)
+	if err != nil {
+		return res, err
+	}
 	time.Sleep(min(idleSpan, o.Settle))
 	res.Idle = coresBetween(cpuBefore, sampleProcesses(insts, redisPID, clients))
+	cmdsAfter, err := redisCommands(rdb)
+	if err != nil {
+		return res, err
+	}
+	res.Redis.IdleCommands, res.Redis.IdlePublish = cmdsAfter.rate(cmdsBefore)
 	for _, c := range clients {
 		_, broken, err := c.received()
 		if err != nil {
@@ -218,10 +238,13 @@ func runProcesses(o *options) (res *procResult, err error) {
 		return res, err
 	}
 
+	progress("one event to each of %d tenants", o.Tenants)
 	cpuBefore = sampleProcesses(insts, redisPID, clients)
 	if res.Event, err = eventPerTenant(o, wa, insts, clients); err != nil {
 		return res, err
 	}
+	answered := wa.answered.take()
+	res.Answered = &answered
 	res.Events = coresBetween(cpuBefore, sampleProcesses(insts, redisPID, clients))
 	if res.Redis.AfterEvents, err = sampleRedis(rdb); err != nil {
 		return res, err
@@ -235,12 +258,19 @@ func runProcesses(o *options) (res *procResult, err error) {
 		return res, err
 	}
 	if o.Echo {
+		progress("the echo baseline: %d echo server processes", o.Instances)
 		if res.Echo, err = echoProcesses(o, clients); err != nil {
 			return res, err
 		}
 	}
 	res.LoadAfter = loadAverage()
 	return res, nil
+}
+
+// progress tells the operator, on stderr, what a run that takes minutes
+// is doing.
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "relaybench: %s %s\n", time.Now().Format(time.TimeOnly), fmt.Sprintf(format, args...))
 }
 
 // startClients starts the gateway processes: process c connects gateways
@@ -544,6 +574,40 @@ func sampleRedis(rdb *redis.Client) (redisSample, error) {
 		return redisSample{}, fmt.Errorf("redis DBSIZE: %w", err)
 	}
 	return redisSample{UsedMemory: used, Keys: keys}, nil
+}
+
+// redisCounts are the server's command counters at one moment.
+type redisCounts struct {
+	at             time.Time
+	total, publish int64
+}
+
+// redisCommands reads the commands the server has run (INFO stats) and
+// the PUBLISH calls among them (INFO commandstats).
+func redisCommands(rdb *redis.Client) (redisCounts, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := rdb.Info(ctx, "stats", "commandstats").Result()
+	if err != nil {
+		return redisCounts{}, fmt.Errorf("redis INFO stats: %w", err)
+	}
+	c := redisCounts{at: time.Now()}
+	c.total, _ = strconv.ParseInt(infoField(info, "total_commands_processed"), 10, 64)
+	for f := range strings.SplitSeq(infoField(info, "cmdstat_publish"), ",") {
+		if v, ok := strings.CutPrefix(f, "calls="); ok {
+			c.publish, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return c, nil
+}
+
+// rate is the commands and PUBLISH commands per second from a to c.
+func (c redisCounts) rate(a redisCounts) (commands, publish float64) {
+	s := c.at.Sub(a.at).Seconds()
+	if s <= 0 {
+		return 0, 0
+	}
+	return float64(c.total-a.total) / s, float64(c.publish-a.publish) / s
 }
 
 // redisProcess is the Redis server's process id when it runs on this
