@@ -149,22 +149,7 @@ func (f *fleetProcess) samples() ([]time.Duration, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(fields) < 1 {
-		return nil, 0, errors.New("gateway process answered samples without an error count")
-	}
-	errs, err := strconv.Atoi(fields[0])
-	if err != nil {
-		return nil, 0, fmt.Errorf("samples: %w", err)
-	}
-	lat := make([]time.Duration, len(fields)-1)
-	for i, v := range fields[1:] {
-		ns, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return nil, 0, fmt.Errorf("samples: %w", err)
-		}
-		lat[i] = time.Duration(ns)
-	}
-	return lat, errs, nil
+	return parseSamples(fields)
 }
 
 // closeGateways closes every gateway connection.

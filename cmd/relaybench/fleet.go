@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,11 +102,7 @@ func (f *fleet) handle(cmd []string) string {
 		return fmt.Sprintf("received %d %d", n, errs)
 	case "samples":
 		lat, errs := f.rec.takeSamples()
-		b := strconv.AppendInt([]byte("samples "), int64(errs), 10)
-		for _, d := range lat {
-			b = strconv.AppendInt(append(b, ' '), int64(d), 10)
-		}
-		return string(b)
+		return "samples " + samplesFields(errs, lat)
 	case "echo-connect":
 		start := time.Now()
 		if err := f.echo.connectCommand(cmd[1:]); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -62,6 +63,36 @@ func parseStats(f []string) (stats, error) {
 	}
 	return stats{Sent: int(v[0]), Received: int(v[1]), Errors: int(v[2]), Bytes: int(v[3]), Elapsed: time.Duration(v[4]),
 		P50: time.Duration(v[5]), P90: time.Duration(v[6]), P99: time.Duration(v[7]), Max: time.Duration(v[8])}, nil
+}
+
+// samplesFields encodes the latencies lat and the error count errs for the
+// child protocol.
+func samplesFields(errs int, lat []time.Duration) string {
+	b := strconv.AppendInt(nil, int64(errs), 10)
+	for _, d := range lat {
+		b = strconv.AppendInt(append(b, ' '), int64(d), 10)
+	}
+	return string(b)
+}
+
+// parseSamples decodes what samplesFields wrote.
+func parseSamples(f []string) ([]time.Duration, int, error) {
+	if len(f) < 1 {
+		return nil, 0, errors.New("samples: no error count")
+	}
+	errs, err := strconv.Atoi(f[0])
+	if err != nil {
+		return nil, 0, fmt.Errorf("samples: %w", err)
+	}
+	lat := make([]time.Duration, len(f)-1)
+	for i, v := range f[1:] {
+		ns, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("samples: %w", err)
+		}
+		lat[i] = time.Duration(ns)
+	}
+	return lat, errs, nil
 }
 
 // recorder collects latencies from many goroutines.
