@@ -66,13 +66,13 @@ func (r *procResult) print(w io.Writer) {
 
 	rb, rc, re := r.Redis.Before, r.Redis.Connected, r.Redis.AfterEvents
 	if rc.UsedMemory > 0 && r.Connected > 0 {
-		fmt.Fprintf(w, "redis:      used_memory %s before, %s with the gateways connected (%+.0f B per gateway), %d keys (%+.3f per gateway)",
-			mib(rb.UsedMemory), mib(rc.UsedMemory), float64(rc.UsedMemory-rb.UsedMemory)/float64(r.Connected),
-			rc.Keys, float64(rc.Keys-rb.Keys)/float64(r.Connected))
+		perGateway := func(a, z int64) float64 { return float64(z-a) / float64(r.Connected) }
+		fmt.Fprintf(w, "redis:      used_memory %s before, %s with the gateways connected: %+.0f B per gateway, of which data %+.0f B (%d keys, %+.3f per gateway) and client buffers %+.0f B\n",
+			mib(rb.UsedMemory), mib(rc.UsedMemory), perGateway(rb.UsedMemory, rc.UsedMemory),
+			perGateway(rb.Dataset, rc.Dataset), rc.Keys, perGateway(rb.Keys, rc.Keys), perGateway(rb.Clients, rc.Clients))
 		if re.UsedMemory > 0 {
-			fmt.Fprintf(w, "; %s and %d keys after the events", mib(re.UsedMemory), re.Keys)
+			fmt.Fprintf(w, "            after the events: used_memory %s, data %s, %d keys\n", mib(re.UsedMemory), mib(re.Dataset), re.Keys)
 		}
-		fmt.Fprintln(w)
 		if r.Redis.IdleCommands > 0 {
 			fmt.Fprintf(w, "            %.0f commands/s while the gateways were idle, %.0f of them PUBLISH\n", r.Redis.IdleCommands, r.Redis.IdlePublish)
 		}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,10 +90,13 @@ type redisResult struct {
 	IdleCommands, IdlePublish float64
 }
 
-// redisSample is INFO memory's used_memory and DBSIZE.
+// redisSample is INFO memory's used_memory, the part of it that holds
+// data (used_memory_dataset) and the part that buffers the clients'
+// queries and answers (mem_clients_normal: the instances' connections),
+// and DBSIZE.
 type redisSample struct {
-	UsedMemory int64
-	Keys       int64
+	UsedMemory, Dataset, Clients int64
+	Keys                         int64
 }
 
 // idleCPU is the cores used while the gateways were idle, by the connector
@@ -133,6 +138,7 @@ func runProcesses(o *options) (res *procResult, err error) {
 		_ = os.Remove(config) // it holds the gateway secret
 		err = fmt.Errorf("%w (the connector processes' logs are kept in %s)", err, dir)
 	}()
+	defer onSignal(func() { _ = os.RemoveAll(dir) })()
 	wa := &whatsappDriver{}
 	defer wa.close()
 	waCfg := wa.setup(tenantIDs(o.Tenants))
@@ -265,6 +271,29 @@ func runProcesses(o *options) (res *procResult, err error) {
 	}
 	res.LoadAfter = loadAverage()
 	return res, nil
+}
+
+// onSignal makes SIGINT and SIGTERM run cleanup and exit 1, until stop is
+// called. Every process of the run ends with this one: the connector
+// processes by their parent-death signal, the gateway and echo server
+// processes at the end of their input.
+func onSignal(cleanup func()) (stop func()) {
+	sigs := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case sig := <-sigs:
+			progress("%v: stopping", sig)
+			cleanup()
+			os.Exit(1)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+	}
 }
 
 // progress tells the operator, on stderr, what a run that takes minutes
@@ -565,15 +594,16 @@ func sampleRedis(rdb *redis.Client) (redisSample, error) {
 	if err != nil {
 		return redisSample{}, fmt.Errorf("redis INFO memory: %w", err)
 	}
-	used, err := strconv.ParseInt(infoField(info, "used_memory"), 10, 64)
-	if err != nil {
-		return redisSample{}, fmt.Errorf("redis INFO memory: used_memory: %w", err)
+	var r redisSample
+	for field, dst := range map[string]*int64{"used_memory": &r.UsedMemory, "used_memory_dataset": &r.Dataset, "mem_clients_normal": &r.Clients} {
+		if *dst, err = strconv.ParseInt(infoField(info, field), 10, 64); err != nil {
+			return redisSample{}, fmt.Errorf("redis INFO memory: %s: %w", field, err)
+		}
 	}
-	keys, err := rdb.DBSize(ctx).Result()
-	if err != nil {
+	if r.Keys, err = rdb.DBSize(ctx).Result(); err != nil {
 		return redisSample{}, fmt.Errorf("redis DBSIZE: %w", err)
 	}
-	return redisSample{UsedMemory: used, Keys: keys}, nil
+	return r, nil
 }
 
 // redisCounts are the server's command counters at one moment.
