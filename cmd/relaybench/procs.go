@@ -590,13 +590,16 @@ func echoProcesses(o *options, clients []*fleetProcess) ([]echoResult, error) {
 func sampleRedis(rdb *redis.Client) (redisSample, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	info, err := rdb.Info(ctx, "memory").Result()
-	if err != nil {
+	info := rdb.InfoMap(ctx, "memory")
+	if err := info.Err(); err != nil {
 		return redisSample{}, fmt.Errorf("redis INFO memory: %w", err)
 	}
-	var r redisSample
+	var (
+		r   redisSample
+		err error
+	)
 	for field, dst := range map[string]*int64{"used_memory": &r.UsedMemory, "used_memory_dataset": &r.Dataset, "mem_clients_normal": &r.Clients} {
-		if *dst, err = strconv.ParseInt(infoField(info, field), 10, 64); err != nil {
+		if *dst, err = strconv.ParseInt(info.Item("Memory", field), 10, 64); err != nil {
 			return redisSample{}, fmt.Errorf("redis INFO memory: %s: %w", field, err)
 		}
 	}
@@ -617,13 +620,13 @@ type redisCounts struct {
 func redisCommands(rdb *redis.Client) (redisCounts, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	info, err := rdb.Info(ctx, "stats", "commandstats").Result()
-	if err != nil {
+	info := rdb.InfoMap(ctx, "stats", "commandstats")
+	if err := info.Err(); err != nil {
 		return redisCounts{}, fmt.Errorf("redis INFO stats: %w", err)
 	}
 	c := redisCounts{at: time.Now()}
-	c.total, _ = strconv.ParseInt(infoField(info, "total_commands_processed"), 10, 64)
-	for f := range strings.SplitSeq(infoField(info, "cmdstat_publish"), ",") {
+	c.total, _ = strconv.ParseInt(info.Item("Stats", "total_commands_processed"), 10, 64)
+	for f := range strings.SplitSeq(info.Item("Commandstats", "cmdstat_publish"), ",") {
 		if v, ok := strings.CutPrefix(f, "calls="); ok {
 			c.publish, _ = strconv.ParseInt(v, 10, 64)
 		}
@@ -645,11 +648,11 @@ func (c redisCounts) rate(a redisCounts) (commands, publish float64) {
 func redisProcess(rdb *redis.Client) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	info, err := rdb.Info(ctx, "server").Result()
-	if err != nil {
+	info := rdb.InfoMap(ctx, "server")
+	if info.Err() != nil {
 		return 0
 	}
-	pid, err := strconv.Atoi(infoField(info, "process_id"))
+	pid, err := strconv.Atoi(info.Item("Server", "process_id"))
 	if err != nil {
 		return 0
 	}
@@ -658,14 +661,4 @@ func redisProcess(rdb *redis.Client) int {
 		return 0
 	}
 	return pid
-}
-
-// infoField is the value of field in an INFO answer ("" when absent).
-func infoField(info, field string) string {
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }
