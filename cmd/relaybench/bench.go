@@ -32,23 +32,13 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	var res interface{ print(io.Writer) }
 	if o.Connector != "" {
-		res, err := runProcesses(&o)
-		if res != nil {
-			res.print(stdout)
-		}
-		if err != nil {
-			fmt.Fprintf(stderr, "relaybench: %v\n", err)
-			return 1
-		}
-		return 0
+		res, err = runProcesses(&o)
+	} else if err = raiseFileLimit(o.Gateways); err == nil {
+		res, err = run(&o)
 	}
-	if err := raiseFileLimit(o.Gateways); err != nil {
-		fmt.Fprintf(stderr, "relaybench: %v\n", err)
-		return 1
-	}
-	res, err := run(&o)
-	if res != nil {
+	if res != nil { // a nil *result or *procResult prints nothing
 		res.print(stdout)
 	}
 	if err != nil {

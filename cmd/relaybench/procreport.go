@@ -7,8 +7,12 @@ import (
 	"text/tabwriter"
 )
 
-// print writes the report of a run on connector processes.
+// print writes the report of a run on connector processes; nothing when r
+// is nil.
 func (r *procResult) print(w io.Writer) {
+	if r == nil {
+		return
+	}
 	o := &r.Opts
 	rate := "as fast as 16 webhook workers go"
 	if o.Rate > 0 {
