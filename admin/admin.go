@@ -78,6 +78,9 @@ type Config struct {
 	// Backup copies the store for GET /admin/v1/backup; nil (a store that
 	// is not one file, Redis) answers 501.
 	Backup store.Backuper
+	// Platforms are the platforms this connector runs: a binding on
+	// another is refused (it would route nothing). Nil accepts any.
+	Platforms []string
 }
 
 // ActorHeader names who is calling, for the log (the CLI sends the local
@@ -119,7 +122,7 @@ func New(cfg Config) (*Handler, error) {
 	h.change("POST /admin/v1/tenants/{tenant}/gateways", "create_gateway", h.createGateway)
 	h.change("POST /admin/v1/tenants/{tenant}/gateways/{gateway}/rotate", "rotate_gateway", h.rotate)
 	h.change("DELETE /admin/v1/tenants/{tenant}/gateways/{gateway}", "delete_gateway", h.deleteGateway)
-	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", binding(cfg.Registry.Bind))
+	h.change("PUT /admin/v1/tenants/{tenant}/bindings", "bind", binding(h.bind))
 	h.change("DELETE /admin/v1/tenants/{tenant}/bindings", "unbind", binding(cfg.Registry.Unbind))
 	h.change("PUT /admin/v1/tenants/{tenant}/gateways/{gateway}/wake", "set_wake", h.setWake)
 	h.change("POST /admin/v1/tenants/{tenant}/enroll-tokens", "mint_enroll_token", h.mintEnrollToken)
@@ -279,6 +282,14 @@ func (h *Handler) deleteGateway(r *http.Request) ([]any, int, any, error) {
 	tenant, gateway := r.PathValue("tenant"), r.PathValue("gateway")
 	return []any{"tenant", tenant, "gateway_id", gateway}, http.StatusNoContent, nil,
 		h.cfg.Registry.DeleteGateway(r.Context(), tenant, gateway)
+}
+
+// bind stores b unless its platform does not run here.
+func (h *Handler) bind(ctx context.Context, b registry.Binding) error {
+	if h.cfg.Platforms != nil && !slices.Contains(h.cfg.Platforms, b.Platform) {
+		return change.Invalid("platform %q is not enabled on this connector (no %s section or credentials in its config), so the binding would route nothing; enable it first", b.Platform, b.Platform)
+	}
+	return h.cfg.Registry.Bind(ctx, b)
 }
 
 // bindingRequest is the body of the bindings routes.

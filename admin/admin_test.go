@@ -133,3 +133,31 @@ func FuzzHandler(f *testing.F) {
 		}
 	})
 }
+
+// TestBindingOnAPlatformNotRunningIsRefused: a binding on a platform the
+// connector does not run would route nothing, so it is refused (400) with
+// what to do, and stored nowhere; unbinding stays possible.
+func TestBindingOnAPlatformNotRunningIsRefused(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	reg := registry.New(st, time.Now)
+	h, err := admin.New(admin.Config{Registry: reg, Token: token, Platforms: []string{"nexscope"},
+		Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bearer := "Bearer " + token
+	if w := do(h, "POST", "/admin/v1/tenants", bearer, `{"id":"acme"}`); w.Code != 201 {
+		t.Fatalf("create tenant: %d %s", w.Code, w.Body)
+	}
+	w := do(h, "PUT", "/admin/v1/tenants/acme/bindings", bearer, `{"platform":"telegram","kind":"chat","id":"-100123"}`)
+	if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `platform \"telegram\" is not enabled on this connector`) {
+		t.Fatalf("bind on telegram, not running: %d %s", w.Code, w.Body)
+	}
+	if s, err := reg.Stored(context.Background()); err != nil || len(s.Bindings) != 0 {
+		t.Fatalf("stored bindings %+v (%v)", s.Bindings, err)
+	}
+	if w := do(h, "PUT", "/admin/v1/tenants/acme/bindings", bearer, `{"platform":"nexscope","kind":"room","id":"lab"}`); w.Code != http.StatusNoContent {
+		t.Fatalf("bind on nexscope, running: %d %s", w.Code, w.Body)
+	}
+}

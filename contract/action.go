@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Outbound op names (hermes-wire.md §7.3). A platform advertises the ones its
@@ -31,14 +32,36 @@ var Ops = []string{
 	OpReact, OpThreadCreate, OpThreadRename, OpDelete, OpDraft, OpTaskCard, OpTaskCardStop,
 }
 
+// AddressesChat reports whether op acts in the chat its action's chat_id
+// names. Every op does but follow_up, which names a session (session_key)
+// and its capability (kind); this is the one place that says so.
+func AddressesChat(op string) bool { return op != OpFollowUp }
+
+// MissingTarget returns bad_request when a, an op of the contract, does not
+// name what it acts on: a follow_up its session_key, any other op its
+// chat_id. An op outside the contract is not checked here (the platform
+// answers unsupported_op).
+func (a *Action) MissingTarget() (Result, bool) {
+	switch {
+	case a.Op == OpFollowUp && a.SessionKey == "":
+		return Failed(CodeBadRequest, "follow_up needs a session_key"), true
+	case AddressesChat(a.Op) && a.ChatID == "" && slices.Contains(Ops, a.Op):
+		return Failed(CodeBadRequest, a.Op+" needs a chat_id"), true
+	}
+	return Result{}, false
+}
+
 // Action is the op and its fields of an outbound frame. Fields an op does not
 // use are empty; unknown fields are ignored.
 type Action struct {
-	Op       string   `json:"op"`
-	ChatID   ID       `json:"chat_id"`
-	Content  string   `json:"content"`
-	ReplyTo  ID       `json:"reply_to"`
-	Metadata Metadata `json:"metadata"`
+	Op      string `json:"op"`
+	ChatID  ID     `json:"chat_id"`
+	Content string `json:"content"`
+	// HasContent reports, for typing, whether content was sent: absent
+	// asks for the platform's default indicator, "" clears a Slack status.
+	HasContent bool     `json:"-"`
+	ReplyTo    ID       `json:"reply_to"`
+	Metadata   Metadata `json:"metadata"`
 
 	// edit, react, delete, thread_rename (the thread id)
 	MessageID ID `json:"message_id"`
@@ -90,7 +113,12 @@ type Metadata struct {
 	UserID           ID     `json:"user_id"`
 	Profile          string `json:"profile"`
 	ThreadID         ID     `json:"thread_id"`
+	ThreadTS         ID     `json:"thread_ts"`
 	ReplyToMessageID ID     `json:"reply_to_message_id"`
+	// MessageID is the message of the turn the action belongs to (the
+	// gateway keys a turn's draft stream by it, else by
+	// reply_to_message_id).
+	MessageID ID `json:"message_id"`
 }
 
 // UnmarshalJSON tolerates a null or non-object metadata (read as empty).
@@ -117,6 +145,13 @@ func DecodeAction(raw json.RawMessage) (Action, error) {
 	}
 	if a.Op == "" {
 		return a, errors.New("outbound action has no op")
+	}
+	if a.Op == OpTyping {
+		var probe struct {
+			Content *string `json:"content"`
+		}
+		_ = json.Unmarshal(raw, &probe) // it decoded above
+		a.HasContent = probe.Content != nil
 	}
 	return a, nil
 }

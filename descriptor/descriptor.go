@@ -129,6 +129,7 @@ func Slack(ops []string) Descriptor {
 		Platform:               "slack",
 		Label:                  "Slack",
 		MaxMessageLength:       39000,
+		SupportsContext:        true,
 		SupportsEdit:           slices.Contains(ops, "edit"),
 		SupportsDraftStreaming: slices.Contains(ops, "draft"),
 		SupportsThreads:        slices.Contains(ops, "thread_create"),

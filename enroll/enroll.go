@@ -330,6 +330,7 @@ type provisionRequest struct {
 var bindingKinds = map[string]string{
 	"discord":        platform.BindGuild,
 	"telegram":       platform.BindChat,
+	"slack":          platform.BindTeam,
 	"whatsapp_cloud": platform.BindPhoneNumber,
 	"nexscope":       platform.BindRoom,
 }
@@ -384,7 +385,7 @@ func routeBindings(tenant, platformName string, keys []string) ([]registry.Bindi
 	}
 	kind, ok := bindingKinds[platformName]
 	if !ok {
-		return nil, change.Invalid("routeKeys need the platform they route (discord, telegram, whatsapp_cloud or nexscope), not %q", platformName)
+		return nil, change.Invalid("routeKeys need the platform they route (discord, telegram, slack, whatsapp_cloud or nexscope), not %q", platformName)
 	}
 	out := make([]registry.Binding, 0, len(keys))
 	for _, k := range keys {

@@ -89,7 +89,7 @@ func startDiscordLoopWith(t *testing.T, mutate func(*discord.Config)) *discordLo
 	if err := fake.WaitSession(waitCtx(t), 1); err != nil {
 		t.Fatal(err)
 	}
-	logs.WaitFor(t, "discord guild snapshot loaded")
+	discordtest.WaitOwners(t, p)
 	l := &discordLoop{fake: fake, priv: priv, h: h, p: p, gw: h.Dial(t, "gw1", secretGW1), gw2: h.Dial(t, "gw2", secretGW2)}
 	l.gw.Hello(t, "discord", "9000")
 	l.gw2.Hello(t, "discord", "9000")
@@ -362,7 +362,7 @@ func TestDiscordFullLoop(t *testing.T) {
 	if res := gw2.Outbound(t, "discord", map[string]any{"op": "send", "chat_id": discordtest.ThreadPlan, "content": "hijack", "reply_to": nil, "metadata": map[string]any{}}); res.Success || res.Code != contract.CodeEgressDeclined {
 		t.Fatalf("t2 send to t1's chat = %+v", res)
 	}
-	if res := gw2.Outbound(t, "discord", followUp); res.Success {
+	if res := gw2.Outbound(t, "discord", followUp); res.Success || res.Code != contract.CodeCapabilityMissing {
 		t.Fatalf("t2 follow_up with t1's session = %+v", res)
 	}
 	// t2 only ever sees its own guild's events.

@@ -19,6 +19,7 @@ import (
 	"connector/platform"
 	"connector/platform/nexscope"
 	"connector/platform/nexscope/nexscopetest"
+	"connector/platform/platformtest"
 	"connector/relay"
 	"connector/relay/relaytest"
 	"connector/session"
@@ -441,7 +442,7 @@ func TestNexscopeSendMediaWaitsForTheRoomLock(t *testing.T) {
 		}
 		results <- r
 	}()
-	nexscopetest.WaitFor(t, "send_media waiting for the lock", func() bool { return strings.Contains(e.logs.String(), "waiting for the room's file-transfer lock") })
+	platformtest.WaitUntil(t, "send_media waiting for the lock", func() bool { return strings.Contains(e.logs.String(), "waiting for the room's file-transfer lock") })
 	src := nexscopetest.NewChunkSource(200_000, 65536)
 	for b := src.Next(); b != nil; b = src.Next() {
 		alice.SendBinary(b)

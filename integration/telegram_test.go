@@ -22,6 +22,7 @@ import (
 	"connector/platform/telegram/telegramtest"
 	"connector/relay"
 	"connector/relay/relaytest"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -49,10 +50,12 @@ func startTelegramLoop(t *testing.T) *telegramLoop {
 			t.Log(logs.String())
 		}
 	})
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
 	p, err := telegram.New(telegram.Config{BotToken: telegramtest.Token, APIServerURL: fake.URL, Chats: telegramtest.Chats(), PollTimeout: 2 * time.Second,
 		GlobalPerSecond: -1, ChatPerSecond: -1, GroupPerMinute: -1},
 		platform.Deps{Log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants)})
+			Vault: vault.NewMemory(vault.Config{}), Key: relay.KeyFunc(tenants), Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +163,8 @@ func TestTelegramActsThroughRelay(t *testing.T) {
 		t.Fatalf("follow_up on telegram = %+v, want unsupported_op", r)
 	}
 
-	// Forum topics: created, renamed unguarded, a guarded rename fails safe.
+	// Forum topics: created, renamed unguarded, a guarded rename of a topic
+	// the connector did not create fails safe.
 	l.fake.AddForum(-1001112223334)
 	create := map[string]any{"op": "thread_create", "chat_id": telegramtest.ChatDevForum, "thread_name": "Handoff", "metadata": map[string]any{}}
 	if r := l.gw2.Outbound(t, "telegram", create); r.Code != contract.CodeEgressDeclined {
@@ -171,22 +175,28 @@ func TestTelegramActsThroughRelay(t *testing.T) {
 	if name, ok := l.fake.Topic(-1001112223334, topic); !created.Success || !ok || name != "Handoff" {
 		t.Fatalf("thread_create = %+v, topic %q", created, name)
 	}
-	rename := func(guarded bool) contract.Result {
-		a := map[string]any{"op": "thread_rename", "chat_id": telegramtest.ChatDevForum, "message_id": created.ThreadID, "thread_name": "Deploy",
+	rename := func(id string, guarded bool) contract.Result {
+		a := map[string]any{"op": "thread_rename", "chat_id": telegramtest.ChatDevForum, "message_id": id, "thread_name": "Deploy",
 			"metadata": map[string]any{}}
 		if guarded {
 			a["only_if_connector_created"] = true
 		}
 		return l.gw.Outbound(t, "telegram", a)
 	}
-	if r := rename(true); r.Code != contract.CodeNameChanged {
-		t.Fatalf("guarded rename = %+v, want name_changed", r)
+	human := strconv.Itoa(l.fake.CreateTopic(-1001112223334, "Questions"))
+	if r := rename(human, true); r.Code != contract.CodeNameChanged {
+		t.Fatalf("guarded rename of a member's topic = %+v, want name_changed", r)
 	}
-	if r := rename(false); !r.Success {
+	if r := rename(human, false); !r.Success {
 		t.Fatalf("rename = %+v", r)
 	}
-	if name, _ := l.fake.Topic(-1001112223334, topic); name != "Deploy" {
-		t.Fatalf("topic renamed to %q", name)
+	if name, _ := l.fake.Topic(-1001112223334, topic); name != "Handoff" {
+		t.Fatalf("the connector's topic renamed to %q", name)
+	}
+	if id, _ := strconv.Atoi(human); true {
+		if name, _ := l.fake.Topic(-1001112223334, id); name != "Deploy" {
+			t.Fatalf("the member's topic renamed to %q", name)
+		}
 	}
 }
 
@@ -244,7 +254,6 @@ func TestTelegramDraftStreaming(t *testing.T) {
 		action map[string]any
 		code   string
 	}{
-		"group chat":         {l.gw, telegramDraft(telegramtest.ChatDevForum, 8, "x", false), contract.CodeBadRequest},
 		"zero draft_id":      {l.gw, telegramDraft(telegramtest.ChatAda, 0, "x", false), contract.CodeBadRequest},
 		"blank content":      {l.gw, telegramDraft(telegramtest.ChatAda, 9, " ", false), contract.CodeBadRequest},
 		"another tenant's":   {l.gw, telegramDraft(telegramtest.ChatT2, 9, "x", false), contract.CodeEgressDeclined},
@@ -612,4 +621,151 @@ func TestTelegramMediaSendMediaFailures(t *testing.T) {
 			t.Errorf("%d %s calls after refused send_media", n, m)
 		}
 	}
+}
+
+// TestTelegramStockGatewayRenamesTopics plays the stock gateway's
+// thread_create and thread_rename frames (relaytest.StockThread*, with the
+// guard it always sends) against the fake Bot API. Telegram cannot read a
+// topic's name, so the connector remembers the names it gave: both guards
+// pass for its own topics, a member's rename (a forum_topic_edited update)
+// makes only_if_connector_created refuse and only_if_current_name follow
+// the member's name, and a topic the connector never named fails safe.
+func TestTelegramStockGatewayRenamesTopics(t *testing.T) {
+	l := startTelegramLoop(t)
+	const forum = int64(-1001112223334)
+	l.fake.AddForum(forum)
+	created := l.gw.Outbound(t, "telegram", relaytest.StockThreadCreate(telegramtest.ChatDevForum, "  handoff: deploy  ", nil))
+	topic, _ := strconv.Atoi(created.ThreadID)
+	if !created.Success || topic == 0 {
+		t.Fatalf("thread_create = %+v", created)
+	}
+	name := func() string { n, _ := l.fake.Topic(forum, topic); return n }
+	rename := func(gw *relaytest.Gateway, thread, to string, connectorCreated bool, current *string) contract.Result {
+		return gw.Outbound(t, "telegram", relaytest.StockThreadRename(telegramtest.ChatDevForum, thread, to, connectorCreated, current, nil))
+	}
+	str := func(s string) *string { return &s }
+
+	if r := rename(l.gw, created.ThreadID, "Fix  the\tbuild", true, nil); !r.Success || name() != "Fix the build" {
+		t.Fatalf("only_if_connector_created on the connector's topic = %+v, topic %q", r, name())
+	}
+	if r := rename(l.gw, created.ThreadID, "Deploy v2", false, str("Fix the build")); !r.Success || name() != "Deploy v2" {
+		t.Fatalf("only_if_current_name with the current name = %+v, topic %q", r, name())
+	}
+	if r := rename(l.gw, created.ThreadID, "Deploy v3", true, nil); !r.Success || name() != "Deploy v3" {
+		t.Fatalf("only_if_connector_created after the connector's own renames = %+v, topic %q", r, name())
+	}
+	for what, r := range map[string]contract.Result{
+		"a stale only_if_current_name": rename(l.gw, created.ThreadID, "x", false, str("Deploy v2")),
+		"another tenant's gateway":     rename(l.gw2, created.ThreadID, "x", true, nil),
+	} {
+		if r.Success || name() != "Deploy v3" {
+			t.Errorf("%s: %+v, topic %q", what, r, name())
+		}
+	}
+
+	// A member renames the topic in a Telegram client. The update is
+	// handled before the DM queued after it reaches the gateway.
+	grace := map[string]any{"id": int64(31337), "is_bot": false, "first_name": "Grace"}
+	edited, err := l.fake.RenameTopic(884100600, devForum, topic, "Grace's topic", grace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.fake.Enqueue(edited)
+	l.fake.Enqueue(telegramtest.WithUpdateID(t, telegramtest.Fixture(t, "telegram_shared_private_text").Raw, 884100601))
+	l.inbound(t, l.gw)
+	if r := rename(l.gw, created.ThreadID, "LLM title", true, nil); r.Code != contract.CodeNameChanged || name() != "Grace's topic" {
+		t.Fatalf("only_if_connector_created after a member's rename = %+v, topic %q", r, name())
+	}
+	if r := rename(l.gw, created.ThreadID, "LLM title", false, str("Deploy v3")); r.Code != contract.CodeNameChanged {
+		t.Fatalf("only_if_current_name with the connector's old name = %+v", r)
+	}
+	if r := rename(l.gw, created.ThreadID, "Agreed title", false, str("Grace's topic")); !r.Success || name() != "Agreed title" {
+		t.Fatalf("only_if_current_name with the member's name = %+v, topic %q", r, name())
+	}
+
+	// A topic a member created: its name was never the connector's.
+	other := strconv.Itoa(l.fake.CreateTopic(forum, "Questions"))
+	for what, r := range map[string]contract.Result{
+		"only_if_connector_created": rename(l.gw, other, "x", true, nil),
+		"only_if_current_name":      rename(l.gw, other, "x", false, str("Questions")),
+	} {
+		if r.Code != contract.CodeNameChanged {
+			t.Errorf("%s on a member's topic = %+v, want name_changed", what, r)
+		}
+	}
+	if id, _ := strconv.Atoi(other); true {
+		if n, _ := l.fake.Topic(forum, id); n != "Questions" {
+			t.Fatalf("a guarded rename renamed the member's topic to %q", n)
+		}
+	}
+}
+
+// TestTelegramStockGatewayStreamsDraftsInGroups plays the stock gateway's
+// native draft streaming in a forum topic of a group, as its stream
+// consumer sends it: draft frames (final false) with the stream's metadata,
+// then the reply as a plain send with the same metadata. Telegram streams
+// drafts into private chats only, so the frames show in one message of
+// their own, sent once and edited, and the reply replaces it: the topic
+// ends with the reply alone. A sealed stream (final true) keeps the preview
+// as its message and answers its id, again on a repeated seal.
+func TestTelegramStockGatewayStreamsDraftsInGroups(t *testing.T) {
+	l := startTelegramLoop(t)
+	const forum = int64(-1001112223334)
+	meta := map[string]any{"thread_id": "42", "reply_to_message_id": "3003"}
+	before := len(l.fake.Messages(forum))
+	for i, content := range []string{"Looking at the **build**", "Looking at the **build** logs"} {
+		if r := l.gw.Outbound(t, "telegram", relaytest.StockDraft(telegramtest.ChatDevForum, 7, content, false, meta)); !r.Success || r.MessageID != "" {
+			t.Fatalf("draft frame %d = %+v, want success without a message_id", i, r)
+		}
+	}
+	sent, edited := l.fake.Calls("sendMessage"), l.fake.Calls("editMessageText")
+	if len(sent) != 1 || len(edited) != 1 || sent[0].Form["message_thread_id"] != "42" {
+		t.Fatalf("%d sendMessage, %d editMessageText calls for two frames: %+v", len(sent), len(edited), sent)
+	}
+	if msgs := l.fake.Messages(forum); len(msgs) != before+1 || !hasText(msgs, "Looking at the build logs") {
+		t.Fatalf("the topic shows %v", msgs)
+	}
+	// Another turn's stream in the same topic goes on beside it.
+	otherMeta := map[string]any{"thread_id": "42", "reply_to_message_id": "3004"}
+	if r := l.gw.Outbound(t, "telegram", relaytest.StockDraft(telegramtest.ChatDevForum, 8, "Other turn", false, otherMeta)); !r.Success {
+		t.Fatalf("other stream = %+v", r)
+	}
+	reply := l.gw.Outbound(t, "telegram", relaytest.StockSend(telegramtest.ChatDevForum, "The build is **fixed**.", "3003", meta))
+	if !reply.Success {
+		t.Fatalf("reply = %+v", reply)
+	}
+	msgs := l.fake.Messages(forum)
+	if len(msgs) != before+2 || !hasText(msgs, "The build is fixed.") || !hasText(msgs, "Other turn") || hasText(msgs, "Looking at the build logs") {
+		t.Fatalf("after the reply the topic shows %v, want the reply and the other turn's preview", msgs)
+	}
+	// A frame of another tenant's gateway into t1's group is declined.
+	if r := l.gw2.Outbound(t, "telegram", relaytest.StockDraft(telegramtest.ChatDevForum, 9, "x", false, nil)); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 draft = %+v", r)
+	}
+
+	// The other stream is sealed: its preview becomes the message.
+	sealed := l.gw.Outbound(t, "telegram", relaytest.StockDraft(telegramtest.ChatDevForum, 8, "Other turn, done", true, otherMeta))
+	id, _ := strconv.Atoi(sealed.MessageID)
+	if text := l.fake.Messages(forum)[id]; !sealed.Success || text != "Other turn, done" {
+		t.Fatalf("seal = %+v, message %q", sealed, text)
+	}
+	if again := l.gw.Outbound(t, "telegram", relaytest.StockDraft(telegramtest.ChatDevForum, 8, "Other turn, done", true, otherMeta)); !again.Success || again.MessageID != sealed.MessageID {
+		t.Fatalf("repeated seal = %+v, want message %s", again, sealed.MessageID)
+	}
+	if r := l.gw.Outbound(t, "telegram", relaytest.StockDraft(telegramtest.ChatDevForum, 8, "straggler", false, otherMeta)); !r.Success {
+		t.Fatalf("a frame after the seal = %+v", r)
+	}
+	if msgs := l.fake.Messages(forum); len(msgs) != before+2 || l.fake.Messages(forum)[id] != "Other turn, done" {
+		t.Fatalf("after the seal the topic shows %v", msgs)
+	}
+}
+
+// hasText reports whether one of msgs reads text.
+func hasText(msgs map[int]string, text string) bool {
+	for _, m := range msgs {
+		if m == text {
+			return true
+		}
+	}
+	return false
 }

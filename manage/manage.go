@@ -76,7 +76,9 @@ type Config struct {
 	// Apply applies the registry to this instance.
 	Apply func(ctx context.Context) error
 	// Platforms are the platforms that route by author (discord,
-	// telegram); requests naming another are refused.
+	// telegram, whatsapp_cloud); requests naming another are refused. A
+	// platform without scope claims (whatsapp_cloud) refuses a scope or
+	// principal request as the registry's invalid binding (400).
 	Platforms []string
 	// Locator returns the named platform's platform.ScopeLocator, nil
 	// when it has none (or Locator is nil): a claim on such a platform is

@@ -52,29 +52,30 @@ func grantKey(chat, tenant string) vault.Key {
 	return vault.Key{Tenant: tenant, SessionKey: chat, Kind: vault.KindChatGrant}
 }
 
-// Add grants tenant the chat, or renews the grant. A grant renewed less
-// than half its TTL ago is left as it is, so a busy chat costs the store
-// one write per half TTL, not one per message.
-func (g *Grants) Add(chat, tenant string) {
+// Add grants tenant the chat, or renews the grant, under ctx. A grant
+// renewed less than half its TTL ago is left as it is, so a busy chat costs
+// the store one write per half TTL, not one per message.
+func (g *Grants) Add(ctx context.Context, chat, tenant string) {
 	if chat == "" || tenant == "" {
 		return
 	}
 	k := grantKey(chat, tenant)
 	now := g.now()
-	if e, ok := g.vault.Get(k); ok && now.Sub(e.Stored) < vault.ChatGrantTTL/2 {
+	if e, ok := g.vault.Get(ctx, k); ok && now.Sub(e.Stored) < vault.ChatGrantTTL/2 {
 		return
 	}
-	if err := g.vault.Put(k, vault.Entry{Stored: now}); err != nil {
+	if err := g.vault.Put(ctx, k, vault.Entry{Stored: now}); err != nil {
 		g.log.Warn("chat grant not stored", "chat_id", chat, "tenant", tenant, "err", err)
 	}
 }
 
-// Has reports whether tenant holds a live grant of the chat.
-func (g *Grants) Has(chat, tenant string) bool {
+// Has reports whether tenant holds a live grant of the chat, looking it up
+// under ctx.
+func (g *Grants) Has(ctx context.Context, chat, tenant string) bool {
 	if chat == "" || tenant == "" {
 		return false
 	}
-	_, ok := g.vault.Get(grantKey(chat, tenant))
+	_, ok := g.vault.Get(ctx, grantKey(chat, tenant))
 	return ok
 }
 

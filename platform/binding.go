@@ -2,16 +2,17 @@ package platform
 
 import "context"
 
-// Binding gives one chat scope of a platform to a tenant: a Discord guild
-// or channel, a Telegram chat, a nexscope room. The connector's registry
-// (YAML routing plus the bindings made through the admin API) hands every
-// Binder its complete table whenever it changes.
+// Binding gives one chat scope of a platform to a tenant: a Discord guild,
+// a Telegram chat, a Slack workspace or channel, a nexscope room. The
+// connector's registry (YAML routing plus the bindings made through the
+// admin API) hands every Binder its complete table whenever it changes.
 type Binding struct {
 	// Kind is the scope: BindGuild on Discord, BindChat on Telegram,
-	// BindRoom on nexscope, BindPhoneNumber on WhatsApp Cloud; on Discord
-	// and Telegram also the management plane's BindUser, BindScope,
-	// BindDMDefault, BindPrincipal and BindAllow, on WhatsApp Cloud
-	// BindUser and BindDMDefault. Ownership (ownership.go) reads them all.
+	// BindTeam and BindChannel on Slack, BindRoom on nexscope,
+	// BindPhoneNumber on WhatsApp Cloud; on Discord, Telegram and Slack also
+	// the management plane's BindUser, BindScope, BindDMDefault,
+	// BindPrincipal and BindAllow, on WhatsApp Cloud BindUser and
+	// BindDMDefault. Ownership (ownership.go) reads them all.
 	Kind string
 	// ID names the scope as the platform spells it (a snowflake, a chat
 	// id, a room name).
@@ -29,6 +30,7 @@ type Binding struct {
 const (
 	BindGuild   = "guild"
 	BindChannel = "channel"
+	BindTeam    = "team"
 	BindChat    = "chat"
 	BindRoom    = "room"
 	// BindPhoneNumber gives a WhatsApp Cloud business phone number (its

@@ -1,18 +1,20 @@
 package platform
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
 	"slices"
+	"time"
 
 	"connector/contract"
 )
 
 // Op performs one outbound op of platform P for tenant on chat: what the
-// platform resolved the action's chat_id to (a Discord channel id, a
-// Telegram chat id, a nexscope room), already authorized for the tenant
-// (Authorize); the zero T for an op addressed to no chat (follow_up).
+// platform's Egress.Chat made of the action's chat_id (a Discord channel
+// id, a Telegram chat id, a nexscope room), already authorized for the
+// tenant; the zero T for an op addressed to no chat (follow_up).
 type Op[P, T any] func(p P, ctx context.Context, tenant string, chat T, a *contract.Action) contract.Result
 
 // Ops is a platform's egress table; its keys are the descriptor's
@@ -22,35 +24,138 @@ type Ops[P, T any] map[string]Op[P, T]
 // Names lists the table's ops, sorted.
 func (o Ops[P, T]) Names() []string { return slices.Sorted(maps.Keys(o)) }
 
+// DefaultTimeout bounds an action whose ctx has no deadline and whose
+// Egress sets no Timeout: the 30 s a gateway waits for a result.
+const DefaultTimeout = 30 * time.Second
+
+// Egress is how a platform executes the gateway's outbound actions: its op
+// table, how a chat_id names one of its chats, and the bound of an action
+// called without a deadline. Execute runs every platform's actions through
+// the same checks, in the same order, so one situation gets one answer on
+// every platform (docs/contract.md, "Checks, in order").
+type Egress[P Platform, T any] struct {
+	// Ops is the op table.
+	Ops Ops[P, T]
+	// Chat makes a chat_id into the chat the platform's ops act on; ok is
+	// false when chatID is not a chat id of the platform at all (for
+	// example a Discord chat_id that is not a snowflake). A well-formed id
+	// of a chat nobody claims is ok: Authorize declines it before any op
+	// runs.
+	Chat func(p P, chatID string) (chat T, ok bool)
+	// Timeout bounds an action whose ctx has no deadline (a platform called
+	// directly, not by the relay); zero means DefaultTimeout.
+	Timeout time.Duration
+}
+
+// Execute performs action a for tenant on p through e. The checks, in
+// order (each answers the action when it fails):
+//
+//  1. a names its target (contract.Action.MissingTarget): bad_request;
+//  2. the op is in e.Ops: unsupported_op (Unsupported);
+//  3. a chat-addressed op's chat_id is a chat id of p (e.Chat): bad_request;
+//  4. that chat is one tenant may act in (Authorize): egress_declined, or
+//     unavailable when its owner could not be looked up.
+//
+// The op then runs, charged to tenant (WithTenant). Everything from step 4
+// on runs under ctx's deadline, or e.Timeout when ctx has none.
+func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenant string, a *contract.Action) contract.Result {
+	if r, missing := a.MissingTarget(); missing {
+		return r
+	}
+	op, ok := e.Ops[a.Op]
+	if !ok {
+		return Unsupported(p.Name())
+	}
+	var chat T
+	if contract.AddressesChat(a.Op) {
+		if chat, ok = e.Chat(p, string(a.ChatID)); !ok {
+			return contract.Failed(contract.CodeBadRequest, "chat_id is not a "+p.Name()+" chat id")
+		}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cmp.Or(e.Timeout, DefaultTimeout))
+		defer cancel()
+	}
+	ctx = WithTenant(ctx, tenant)
+	if contract.AddressesChat(a.Op) {
+		if r, ok := Authorize(ctx, p, tenant, string(a.ChatID)); !ok {
+			return r
+		}
+	}
+	return op(p, ctx, tenant, chat, a)
+}
+
 // Unsupported is the result of an op outside platform name's table.
 func Unsupported(name string) contract.Result {
 	return contract.Failed(contract.CodeUnsupportedOp, name+" does not support this op")
 }
 
 // Authorize is the one check that tenant may act in chatID on p, made by
-// p's Execute before a chat-addressed op: p grants it the chat (ChatGranter)
-// or ChatTenant, asked on its behalf (WithTenant), names it. Otherwise it
-// returns false and the result to answer: OwnerUnknown when either's
-// error wraps ErrUnavailable, else the uniform decline.
+// Execute before a chat-addressed op: p grants it the chat (ChatGranter) or
+// ChatTenant, asked on its behalf (WithTenant), names it. Otherwise it
+// returns false and the result to answer: OwnerUnknown when either's error
+// wraps ErrUnavailable, else the uniform decline. A chat Locate found for
+// the same tenant on p is not asked about again.
 func Authorize(ctx context.Context, p Platform, tenant, chatID string) (contract.Result, bool) {
+	switch err := authorize(ctx, p, tenant, chatID); {
+	case err == nil:
+		return contract.Result{}, true
+	case errors.Is(err, ErrUnavailable):
+		return OwnerUnknown(p.Name(), err), false
+	}
+	return contract.Declined(p.Name()), false
+}
+
+// authorize is Authorize's check: nil, ErrUnknownChat, or an error
+// wrapping ErrUnavailable.
+func authorize(ctx context.Context, p Platform, tenant, chatID string) error {
+	if found, ok := ctx.Value(locatedKey{}).(located); ok && found == (located{p.Name(), tenant, chatID}) {
+		return nil
+	}
 	ctx = WithTenant(ctx, tenant)
 	if g, ok := p.(ChatGranter); ok {
 		granted, err := g.ChatGranted(ctx, chatID, tenant)
 		switch {
 		case errors.Is(err, ErrUnavailable):
-			return OwnerUnknown(p.Name(), err), false
+			return err
 		case granted:
-			return contract.Result{}, true
+			return nil
 		}
 	}
 	owner, err := p.ChatTenant(ctx, chatID)
 	switch {
 	case errors.Is(err, ErrUnavailable):
-		return OwnerUnknown(p.Name(), err), false
+		return err
 	case err != nil || owner != tenant:
-		return contract.Declined(p.Name()), false
+		return ErrUnknownChat
 	}
-	return contract.Result{}, true
+	return nil
+}
+
+// locatedKey is the context key of the chat Locate found.
+type locatedKey struct{}
+
+// located is a chat Locate found tenant may act in on a platform.
+type located struct{ platform, tenant, chat string }
+
+// Locate returns the first of ps on which tenant may act in chatID
+// (Authorize), for an action that names no platform, and ctx marked so that
+// this platform's Execute does not ask again for that chat. When none
+// lets it, the error wraps ErrUnavailable if one of them could not be
+// asked, else it is ErrUnknownChat.
+func Locate(ctx context.Context, ps []Platform, tenant, chatID string) (Platform, context.Context, error) {
+	failure := ErrUnknownChat
+	for _, p := range ps {
+		err := authorize(ctx, p, tenant, chatID)
+		if err == nil {
+			return p, context.WithValue(ctx, locatedKey{}, located{p.Name(), tenant, chatID}), nil
+		}
+		if errors.Is(err, ErrUnavailable) {
+			failure = err
+		}
+	}
+	return nil, ctx, failure
 }
 
 // UnavailableError is an error wrapping ErrUnavailable whose text is safe

@@ -35,27 +35,27 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 			a := platform.NewGrants(vault.NewDurable(st.Capabilities(), vault.Config{Now: clk.Now}), clk.Now, nil)
 			b := platform.NewGrants(vault.NewDurable(st.Capabilities(), vault.Config{Now: clk.Now}), clk.Now, nil)
 
-			if b.Has("501", "t2") {
+			if b.Has(t.Context(), "501", "t2") {
 				t.Fatal("granted before any message")
 			}
-			a.Add("501", "t2")
-			if !b.Has("501", "t2") || !a.Has("501", "t2") {
+			a.Add(t.Context(), "501", "t2")
+			if !b.Has(t.Context(), "501", "t2") || !a.Has(t.Context(), "501", "t2") {
 				t.Fatal("the grant made on a is not seen on both instances")
 			}
-			if b.Has("501", "t1") || b.Has("502", "t2") || b.Has("", "t2") || b.Has("501", "") {
+			if b.Has(t.Context(), "501", "t1") || b.Has(t.Context(), "502", "t2") || b.Has(t.Context(), "", "t2") || b.Has(t.Context(), "501", "") {
 				t.Fatal("a grant leaked to another tenant or chat")
 			}
 
 			// A renewal past half the TTL, on a, outlives b's cached copy.
 			clk.Advance(vault.ChatGrantTTL/2 + time.Minute)
-			a.Add("501", "t2")
+			a.Add(t.Context(), "501", "t2")
 			clk.Advance(vault.ChatGrantTTL/2 + time.Minute)
-			if !b.Has("501", "t2") {
+			if !b.Has(t.Context(), "501", "t2") {
 				t.Fatal("the grant renewed on a expired on b")
 			}
 			// Without a renewal it expires everywhere.
 			clk.Advance(vault.ChatGrantTTL)
-			if a.Has("501", "t2") || b.Has("501", "t2") {
+			if a.Has(t.Context(), "501", "t2") || b.Has(t.Context(), "501", "t2") {
 				t.Fatal("the grant outlived its TTL")
 			}
 		})
@@ -65,8 +65,8 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 // TestGrantsWithoutVault: with no vault the grants are the process's own.
 func TestGrantsWithoutVault(t *testing.T) {
 	g := platform.NewGrants(nil, nil, nil)
-	g.Add("-100", "t1")
-	if !g.Has("-100", "t1") || g.Has("-100", "t2") {
+	g.Add(t.Context(), "-100", "t1")
+	if !g.Has(t.Context(), "-100", "t1") || g.Has(t.Context(), "-100", "t2") {
 		t.Fatal("a process-local grant is not kept, or kept for another tenant")
 	}
 }

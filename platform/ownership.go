@@ -42,7 +42,8 @@ import (
 // Chat is where a message or an action is, as the ownership order reads
 // it. Ids are in the platform's canonical spelling, as its bindings are.
 type Chat struct {
-	// ID is the chat: a Discord channel or thread, a Telegram chat.
+	// ID is the chat: a Discord channel or thread, a Telegram chat, a
+	// Slack conversation.
 	ID string
 	// Parent is the channel a thread is in; "" for none.
 	Parent string
@@ -67,15 +68,15 @@ type Ownership struct {
 }
 
 // NewOwnership builds the ownership of one platform's bindings, ids
-// already in their canonical spelling: BindGuild, BindChannel, BindChat,
-// BindRoom and BindPhoneNumber bind; the author kinds (IsAuthorKind) and BindPrincipal
-// claim, link and admit.
+// already in their canonical spelling: BindGuild, BindTeam, BindChannel,
+// BindChat, BindRoom and BindPhoneNumber bind; the author kinds
+// (IsAuthorKind) and BindPrincipal claim, link and admit.
 func NewOwnership(bindings []Binding) *Ownership {
 	o := &Ownership{bound: map[string]string{}, claims: map[string]Binding{}, links: map[string][]string{},
 		dmDefault: map[string]string{}, principal: map[string]string{}, allow: map[string]map[string]bool{}}
 	for _, b := range bindings {
 		switch b.Kind {
-		case BindGuild, BindChannel, BindChat, BindRoom, BindPhoneNumber:
+		case BindGuild, BindTeam, BindChannel, BindChat, BindRoom, BindPhoneNumber:
 			o.bound[b.ID] = b.Tenant
 		case BindScope:
 			o.claims[b.ID] = b

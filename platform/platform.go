@@ -44,10 +44,12 @@ type Platform interface {
 	// unreachable. The caller names the asking tenant in ctx (WithTenant): a
 	// platform that has to ask the network charges the call to it.
 	ChatTenant(ctx context.Context, chatID string) (string, error)
-	// Execute performs one outbound action for tenant. It checks the op
-	// (Unsupported) and a chat-addressed op's chat (Authorize) itself: the
-	// relay checks neither. It honours ctx's deadline (the gateway waits
-	// 30 s) and never returns secrets in the result.
+	// Execute performs one outbound action for tenant through
+	// platform.Execute and the platform's Egress, which check the action's
+	// target, the op (Unsupported), a chat-addressed op's chat id and chat
+	// (Authorize) in the one order every platform answers by. It honours
+	// ctx's deadline (the gateway waits 30 s) and never returns secrets in
+	// the result.
 	Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result
 	// Status reports readiness for /readyz.
 	Status() Status
@@ -187,9 +189,11 @@ type Deps struct {
 	// to normal routing.
 	Linker Linker
 	// Store is the durable store every instance shares. A platform keeps
-	// its own state there under its own names (Slack: the workspaces
-	// installed through OAuth in its Registry, its event dedupe in its
-	// Claims). Nil: such state lives in the platform's memory.
+	// there, under its own names, what every instance sharing the store and
+	// the next start must know too (Slack: the workspaces installed through
+	// OAuth, its event dedupe; WhatsApp: its dedupe; Telegram: the names of
+	// the forum topics the connector created or renamed). Nil: such state
+	// lives in the platform's memory.
 	Store store.Store
 }
 

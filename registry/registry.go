@@ -904,6 +904,13 @@ func checkID(what, id string) error {
 	return nil
 }
 
+// Slack's id shapes: a workspace, a conversation, a user.
+var (
+	slackTeam    = regexp.MustCompile(`^T[A-Z0-9]{2,30}$`)
+	slackChannel = regexp.MustCompile(`^[CGD][A-Z0-9]{2,30}$`)
+	slackUser    = regexp.MustCompile(`^[UWB][A-Z0-9]{2,30}$`)
+)
+
 // roomPattern is a nexscope room name.
 var roomPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)
 
@@ -916,7 +923,7 @@ func CanonicalBinding(b Binding) (Binding, error) {
 	}
 	authorKind := b.Kind == platform.BindUser || b.Kind == platform.BindScope || b.Kind == platform.BindDMDefault || b.Kind == platform.BindAllow
 	switch {
-	case (b.Platform == "discord" || b.Platform == "telegram") && b.Kind == platform.BindPrincipal:
+	case (b.Platform == "discord" || b.Platform == "telegram" || b.Platform == "slack") && b.Kind == platform.BindPrincipal:
 		if b.ID != platform.PrincipalOwnerOnly && b.ID != platform.PrincipalAllowList && b.ID != platform.PrincipalAny {
 			return bad("owner-only, allow-list or any")
 		}
@@ -932,6 +939,18 @@ func CanonicalBinding(b Binding) (Binding, error) {
 			return bad("a chat or user id")
 		}
 		b.ID = strconv.FormatInt(n, 10)
+	case b.Platform == "slack" && b.Kind == platform.BindTeam:
+		if !slackTeam.MatchString(b.ID) {
+			return bad("a Slack workspace id (T...)")
+		}
+	case b.Platform == "slack" && (b.Kind == platform.BindChannel || b.Kind == platform.BindScope):
+		if !slackChannel.MatchString(b.ID) {
+			return bad("a Slack conversation id (C..., G..., D...)")
+		}
+	case b.Platform == "slack" && authorKind:
+		if !slackUser.MatchString(b.ID) {
+			return bad("a Slack user id (U..., W...)")
+		}
 	case b.Platform == "whatsapp_cloud" && (b.Kind == platform.BindPhoneNumber || b.Kind == platform.BindUser || b.Kind == platform.BindDMDefault):
 		if !platform.ValidWhatsAppID(b.ID) {
 			return bad("a phone number id or wa_id (digits)")
@@ -941,7 +960,7 @@ func CanonicalBinding(b Binding) (Binding, error) {
 			return bad("a room name (^[a-zA-Z0-9_-]{1,32}$)")
 		}
 	default:
-		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat, whatsapp_cloud phone_number or nexscope room, or on discord and telegram user, scope, dm_default, principal or allow, on whatsapp_cloud user or dm_default", ErrInvalid, b.Platform, b.Kind)
+		return Binding{}, fmt.Errorf("%w: binding platform %q kind %q: want discord guild, telegram chat, slack team or channel, whatsapp_cloud phone_number or nexscope room, or on discord, telegram and slack user, scope, dm_default, principal or allow, on whatsapp_cloud user or dm_default", ErrInvalid, b.Platform, b.Kind)
 	}
 	switch {
 	case b.Space == "":
@@ -951,8 +970,12 @@ func CanonicalBinding(b Binding) (Binding, error) {
 			return Binding{}, fmt.Errorf("%w: discord scope %q: space %q is not a Discord id", ErrInvalid, b.ID, b.Space)
 		}
 		b.Space = strconv.FormatUint(n, 10)
+	case b.Platform == "slack" && b.Kind == platform.BindScope:
+		if !slackTeam.MatchString(b.Space) {
+			return Binding{}, fmt.Errorf("%w: slack scope %q: space %q is not a Slack workspace id", ErrInvalid, b.ID, b.Space)
+		}
 	default:
-		return Binding{}, fmt.Errorf("%w: %s binding %s %q: only a Discord scope claim has a space", ErrInvalid, b.Platform, b.Kind, b.ID)
+		return Binding{}, fmt.Errorf("%w: %s binding %s %q: only a Discord or Slack scope claim has a space", ErrInvalid, b.Platform, b.Kind, b.ID)
 	}
 	return b, nil
 }

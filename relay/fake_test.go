@@ -3,8 +3,8 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connector/contract"
@@ -36,6 +36,8 @@ type fakePlatform struct {
 
 	egress  chan egress
 	entered chan string // chat ids of actions Execute started
+	// lookups counts ChatTenant's calls.
+	lookups atomic.Int64
 }
 
 func newFake(name string, chats map[string]string) *fakePlatform {
@@ -67,6 +69,7 @@ func (p *fakePlatform) Run(ctx context.Context, sink platform.Sink) error {
 }
 
 func (p *fakePlatform) ChatTenant(_ context.Context, chatID string) (string, error) {
+	p.lookups.Add(1)
 	if p.down[chatID] {
 		return "", fmt.Errorf("%w: dial tcp 10.1.2.3:443: connect: connection refused", platform.ErrUnavailable)
 	}
@@ -76,13 +79,21 @@ func (p *fakePlatform) ChatTenant(_ context.Context, chatID string) (string, err
 	return "", platform.ErrUnknownChat
 }
 
+// Execute runs every op of p.ops through platform.Execute, as the real
+// platforms do; any chat_id is well-formed.
 func (p *fakePlatform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	if !slices.Contains(p.ops, a.Op) {
-		return platform.Unsupported(p.name)
+	e := platform.Egress[*fakePlatform, string]{
+		Ops:  platform.Ops[*fakePlatform, string]{},
+		Chat: func(_ *fakePlatform, chatID string) (string, bool) { return chatID, true },
 	}
-	if r, ok := platform.Authorize(ctx, p, tenant, string(a.ChatID)); !ok && a.Op != contract.OpFollowUp {
-		return r
+	for _, op := range p.ops {
+		e.Ops[op] = (*fakePlatform).act
 	}
+	return platform.Execute(ctx, &e, p, tenant, a)
+}
+
+// act records an action Execute let through, after the wait slowChat set.
+func (p *fakePlatform) act(ctx context.Context, tenant, _ string, a *contract.Action) contract.Result {
 	select {
 	case p.entered <- string(a.ChatID):
 	default: // nobody is watching

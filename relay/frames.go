@@ -183,17 +183,21 @@ func (c *conn) target(tag string) outboundTarget {
 }
 
 // execute runs an action on its platform, which it records in op (for the
-// metrics). The relay checks what is its own: the platform, a follow_up's
-// session, that the action names its chat or session. The op and the chat
-// are the platform's to check (platform.Platform.Execute).
+// metrics). The relay checks what is its own: the platform, and that the
+// action names its chat or session (before it can resolve a platform from
+// them). The op, the chat and the session's capability are the platform's
+// to check (platform.Execute).
 func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action, op *outboundOp) contract.Result {
 	if t.declined {
 		return contract.Declined(truncateForLog(t.name))
 	}
+	if r, missing := a.MissingTarget(); missing {
+		return r
+	}
 	name := t.name
 	if name == "" {
 		var err error
-		if name, err = c.resolvePlatform(ctx, a, t.among); err != nil {
+		if name, ctx, err = c.resolvePlatform(ctx, a, t.among); err != nil {
 			if errors.Is(err, platform.ErrUnavailable) {
 				c.logs.Log(c.log, slog.LevelWarn, "chat tenant lookup failed", "platform", contract.PlatformRelay, "err", err)
 				return platform.OwnerUnknown(contract.PlatformRelay, err)
@@ -206,19 +210,10 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 		return contract.Declined(name)
 	}
 	op.platform = name
-	if a.Op == contract.OpFollowUp {
-		if a.SessionKey == "" {
-			return contract.Failed(contract.CodeBadRequest, "follow_up needs a session_key")
-		}
-		if owner, known := c.srv.sessionTenant(a.SessionKey); known && owner != c.hub.id {
-			return contract.Declined(name)
-		}
-		return p.Execute(ctx, c.hub.id, a)
-	}
-	if a.ChatID == "" && slices.Contains(contract.Ops, a.Op) { // an op outside the contract is the platform's unsupported_op
-		return contract.Failed(contract.CodeBadRequest, a.Op+" needs a chat_id")
-	}
 	r := p.Execute(ctx, c.hub.id, a)
+	if !contract.AddressesChat(a.Op) {
+		return r
+	}
 	// The chat's profile is noted unless the platform refused the action or
 	// could not tell whose the chat is (unavailable; after a transport
 	// failure the retry notes it): only the tenant's own chats are noted.
@@ -233,39 +228,37 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 // resolvePlatform finds the platform of an action whose frame names none
 // (or names "relay"), among the platforms in among (nil: all): the prefix of
 // a follow_up's kind, the platform the chat's inbound came from, or the
-// first platform, in configured order, that places the chat in this tenant.
-// It fails with platform.ErrUnknownChat, or with an error wrapping
-// platform.ErrUnavailable when no platform placed the chat and one of them
-// could not be asked.
-func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action, among []string) (string, error) {
+// first platform, in configured order, where this tenant may act in the
+// chat (platform.Locate, whose answer the returned ctx carries to that
+// platform's Execute, so the chat is not looked up twice). It fails with
+// platform.ErrUnknownChat, or with an error wrapping platform.ErrUnavailable
+// when no platform placed the chat and one of them could not be asked.
+func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action, among []string) (string, context.Context, error) {
 	allowed := func(name string) bool {
 		return c.srv.platforms[name] != nil && (among == nil || slices.Contains(among, name))
 	}
-	if a.Op == contract.OpFollowUp {
+	if !contract.AddressesChat(a.Op) {
 		name, _, _ := strings.Cut(a.Kind, ".")
 		if !allowed(name) {
-			return "", platform.ErrUnknownChat
+			return "", ctx, platform.ErrUnknownChat
 		}
-		return name, nil
+		return name, ctx, nil
 	}
 	chatID := string(a.ChatID)
 	if name, ok := c.hub.chatPlatform(chatID); ok && allowed(name) {
-		return name, nil
+		return name, ctx, nil
 	}
-	failure := platform.ErrUnknownChat
+	candidates := make([]platform.Platform, 0, len(c.srv.order))
 	for _, name := range c.srv.order {
-		if !allowed(name) {
-			continue
-		}
-		owner, err := c.srv.platforms[name].ChatTenant(platform.WithTenant(ctx, c.hub.id), chatID)
-		if err == nil && owner == c.hub.id {
-			return name, nil
-		}
-		if errors.Is(err, platform.ErrUnavailable) {
-			failure = err
+		if allowed(name) {
+			candidates = append(candidates, c.srv.platforms[name])
 		}
 	}
-	return "", failure
+	p, ctx, err := platform.Locate(ctx, candidates, c.hub.id, chatID)
+	if err != nil {
+		return "", ctx, err
+	}
+	return p.Name(), ctx, nil
 }
 
 // answer enqueues the outbound_result for reqID and records the op under

@@ -116,9 +116,6 @@ func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
 		h.chats.Add(d.ChatID, d.Platform)
 		h.chatsMu.Unlock()
 	}
-	if d.SessionKey != "" {
-		h.srv.noteSession(d.SessionKey, h.id)
-	}
 	_, err := h.ledger.Append(ctx, ledger.Delivery{
 		Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
 		Payload: payload, Received: d.Received,

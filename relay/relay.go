@@ -88,7 +88,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
 	"connector/descriptor"
@@ -232,7 +231,9 @@ type Config struct {
 // one TTL.
 const DefaultLeaseTTL = 5 * time.Second
 
-func (c *Config) setDefaults() {
+// WithDefaults returns c with every unset field at its default: the
+// configuration New runs with.
+func (c Config) WithDefaults() Config {
 	if c.Bus == nil {
 		c.Bus = NewMemoryBus()
 	}
@@ -263,6 +264,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.LeaseTTL, DefaultLeaseTTL)
 	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
 	orDefault(&c.WakePerHost, wake.DefaultPerHost)
+	return c
 }
 
 // orDefault sets *v to def when it is zero or negative.
@@ -288,10 +290,7 @@ type Server struct {
 	order            []string // platform names in configured order
 	// writerLinger is every connection's wsconn.Queue.Linger.
 	writerLinger wsconn.Linger
-	// sessions remembers which tenant each delivered session key belongs
-	// to, so a follow_up naming another tenant's session is declined.
-	sessions    *lru.Cache[string, string]
-	unsubscribe func()
+	unsubscribe  func()
 	// ledgers are the tenants' ledgers, on cfg.Store.
 	ledgers *ledger.Pool
 	// ownStore is set when New made cfg.Store, so Shutdown closes it.
@@ -321,7 +320,7 @@ type gatewayRecord struct {
 // New validates cfg, recovers every tenant's stored inbound and returns a
 // Server subscribed to cfg.Bus.
 func New(cfg Config) (*Server, error) {
-	cfg.setDefaults()
+	cfg = cfg.WithDefaults()
 	if cfg.MaxTokenLifetime < contract.TokenTTL {
 		return nil, fmt.Errorf("relay: MaxTokenLifetime %v is below the gateway's %v token lifetime", cfg.MaxTokenLifetime, contract.TokenTTL)
 	}
@@ -354,7 +353,6 @@ func newServer(cfg Config) (*Server, error) {
 
 		descriptorFrames: make(map[string][]byte),
 	}
-	s.sessions, _ = lru.New[string, string](cfg.SessionOwners)
 	if len(cfg.Store.Epoch()) > maxEpochBytes {
 		return nil, fmt.Errorf("relay: store epoch longer than %d bytes", maxEpochBytes)
 	}
@@ -434,6 +432,16 @@ const recoverTimeout = 5 * time.Minute
 // LedgerStats returns the counters of the tenants' ledgers.
 func (s *Server) LedgerStats() ledger.Stats { return s.ledgers.Stats() }
 
+// BufferBounds returns the bounds of the buffered inbound in force:
+// entries and payload bytes per tenant, payload bytes of all tenants.
+func (s *Server) BufferBounds() (entries int, bytes, totalBytes int64) {
+	return s.cfg.BufferEntries, s.cfg.BufferBytes, s.cfg.BufferBytesTotal
+}
+
+// TenantBufferBytes returns the payload bytes of the inbound held for each
+// tenant this instance has a ledger of.
+func (s *Server) TenantBufferBytes() map[string]int64 { return s.ledgers.TenantBytes() }
+
 // Sink is where platforms deliver: the server's bus.
 func (s *Server) Sink() platform.Sink { return s.cfg.Bus }
 
@@ -455,18 +463,6 @@ func KeyFunc(tenants []Tenant) platform.KeyFunc {
 		}
 		return session.Key(src, o)
 	}
-}
-
-// noteSession records that sessionKey belongs to tenant.
-func (s *Server) noteSession(sessionKey, tenant string) {
-	if t, ok := s.sessions.Peek(sessionKey); !ok || t != tenant {
-		s.sessions.Add(sessionKey, tenant)
-	}
-}
-
-// sessionTenant returns the tenant a session key was delivered to, if known.
-func (s *Server) sessionTenant(sessionKey string) (string, bool) {
-	return s.sessions.Get(sessionKey)
 }
 
 // route takes one delivery off the bus. An inbound or passthrough delivery

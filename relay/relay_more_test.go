@@ -108,6 +108,28 @@ func TestUntaggedActionGoesToItsChatsPlatform(t *testing.T) {
 	}
 }
 
+// An untagged action whose chat no inbound placed yet is resolved by the
+// platform's own check (platform.Locate), whose answer that platform's
+// Execute takes: the chat's owner is looked up once, not once to resolve and
+// again to authorize.
+func TestUntaggedActionLooksItsChatUpOnce(t *testing.T) {
+	nx := newFake("nexscope", map[string]string{"lab": "t1"})
+	tg := newFake("telegram", map[string]string{"43": "t1"})
+	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
+	h := relaytest.Start(t, tenants, nx, tg)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, contract.PlatformRelay, "")
+	if res := gw.Outbound(t, "", sendAction("43", "hi")); !res.Success {
+		t.Fatalf("send to 43: %+v", res)
+	}
+	if e := tg.nextEgress(t); string(e.Action.ChatID) != "43" {
+		t.Fatalf("egress %+v", e)
+	}
+	if n, m := nx.lookups.Load(), tg.lookups.Load(); n != 1 || m != 1 {
+		t.Fatalf("chat owner looked up %d times on nexscope and %d on telegram, want once on each", n, m)
+	}
+}
+
 func TestPassthroughForwardCarriesBufferID(t *testing.T) {
 	h, p := twoTenants(t)
 	gw := h.Dial(t, "gw1", "s1")

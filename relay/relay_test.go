@@ -236,7 +236,12 @@ func TestInterruptRoutedToSessionOwner(t *testing.T) {
 	}
 }
 
-func TestFollowUpForAnotherTenantsSessionIsDeclined(t *testing.T) {
+// A follow_up reaches its platform for the caller's tenant, whatever
+// session it names: the platform looks its capability up under that tenant
+// only (a session of another tenant finds nothing: capability_missing, in
+// platform/discord's TestEgressFollowUp), so the relay keeps no memory of
+// whose sessions are whose.
+func TestFollowUpRunsForTheCallersTenant(t *testing.T) {
 	h, p := twoTenants(t)
 	gw1 := h.Dial(t, "gw1", "s1")
 	gw1.Hello(t, "discord", "")
@@ -244,18 +249,22 @@ func TestFollowUpForAnotherTenantsSessionIsDeclined(t *testing.T) {
 	gw1.NextInbound(t)
 	gw2 := h.Dial(t, "gw2", "s2")
 	gw2.Hello(t, "discord", "")
-	res := gw2.Outbound(t, "discord", map[string]any{"op": "follow_up", "session_key": sessionKey("discord", "c1", "u1"),
-		"kind": "discord.interaction_token", "content": "x", "metadata": map[string]any{}})
-	if res.Code != contract.CodeEgressDeclined {
-		t.Fatalf("foreign follow_up: %+v", res)
+	followUp := map[string]any{"op": "follow_up", "session_key": sessionKey("discord", "c1", "u1"),
+		"kind": "discord.interaction_token", "content": "x", "metadata": map[string]any{}}
+	for _, c := range []struct {
+		gw     *relaytest.Gateway
+		tenant string
+	}{{gw2, "t2"}, {gw1, "t1"}} {
+		if res := c.gw.Outbound(t, "discord", followUp); !res.Success {
+			t.Fatalf("%s follow_up: %+v", c.tenant, res)
+		}
+		if e := p.nextEgress(t); e.Tenant != c.tenant || e.Action.Op != "follow_up" {
+			t.Fatalf("egress %+v, want %s's follow_up", e, c.tenant)
+		}
 	}
-	res = gw1.Outbound(t, "discord", map[string]any{"op": "follow_up", "session_key": sessionKey("discord", "c1", "u1"),
-		"kind": "discord.interaction_token", "content": "x", "metadata": map[string]any{}})
-	if !res.Success {
-		t.Fatalf("own follow_up: %+v", res)
-	}
-	if e := p.nextEgress(t); e.Tenant != "t1" || e.Action.Op != "follow_up" {
-		t.Fatalf("egress %+v", e)
+	delete(followUp, "session_key")
+	if res := gw1.Outbound(t, "", followUp); res.Code != contract.CodeBadRequest {
+		t.Fatalf("follow_up without a session_key: %+v", res)
 	}
 }
 

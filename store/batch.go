@@ -1,6 +1,10 @@
 package store
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // batcher is the one mechanism by which a backend shares a commit's fixed
 // cost (the embedded backend's fsyncs, the redis backend's network round
@@ -20,6 +24,10 @@ type batcher[W any] struct {
 
 	mu     sync.RWMutex // read-held while sending to reqs, write-held to close it
 	closed bool
+
+	// commits, writes and nanos count the batches committed, the writes
+	// they carried and the time commit took (CommitStats).
+	commits, writes, nanos atomic.Uint64
 }
 
 // newBatcher starts the goroutine that commits batches of at most max
@@ -59,9 +67,18 @@ func (b *batcher[W]) run() {
 				break gather
 			}
 		}
+		start := time.Now()
 		b.commit(batch)
+		b.nanos.Add(uint64(time.Since(start)))
+		b.commits.Add(1)
+		b.writes.Add(uint64(len(batch)))
 		clear(batch)
 	}
+}
+
+// stats returns the batches committed so far.
+func (b *batcher[W]) stats() CommitStats {
+	return CommitStats{Commits: b.commits.Load(), Writes: b.writes.Load(), Time: time.Duration(b.nanos.Load())}
 }
 
 // close commits what is queued, stops the goroutine and makes later

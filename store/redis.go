@@ -19,24 +19,31 @@ import (
 // (kind, name) pairs share a key.
 //
 //	epoch                  the epoch (SET NX once)
-//	seq:<tenant>           the tenant's last assigned seq (INCRBY)
-//	log:<tenant>           the tenant's ledger: a stream with ids 0-<seq>,
+//	layout                 the key layout, redisLayout (SET NX once)
+//	seq:{<tenant>}         the tenant's last assigned seq (INCRBY)
+//	log:{<tenant>}         the tenant's ledger: a stream with ids 0-<seq>,
 //	                       fields k kind, p platform, s session key,
 //	                       c chat id, r received (Unix µs), d payload
-//	bytes:<tenant>         the sum of the stream's payload lengths
-//	tenants                set of tenants whose stream holds entries
+//	bytes:{<tenant>}       the sum of the stream's payload lengths
+//	ledgers                set of the tenants that ever appended (SADD)
 //	cap:<key>              expiring capability value, PX as garbage collection
-//	owner:<n>:<tenant><session key>  expiring owner (n = len(tenant)), PX
-//	lease:<name>           "<token>:<holder>", PX the lease's TTL
-//	leasetoken:<name>      the last fencing token (INCR)
+//	owner:<n>:{<tenant>}<session key>  expiring owner (n = len(tenant)), PX
+//	lease:{<name>}         "<token>:<holder>", PX the lease's TTL
+//	leasetoken:{<name>}    the last fencing token (INCR)
 //	claim:<key>            a claim's expiry "<Unix s> <ns>" by the store's clock, PX as garbage collection
-//	registry:<namespace>   hash key -> entry
-//	registryrev:<namespace> the namespace's revision (INCR)
+//	registry:{<namespace>} hash key -> entry
+//	registryrev:{<namespace>} the namespace's revision (INCR)
 //	channel:<channel>      a pub/sub channel
 //
 // Every multi-key change is one Lua script, so it is atomic on the server
-// and seqs stay monotonic across instances. The scripts touch keys of
-// several tenants' slots (tenants), so Redis Cluster is not supported.
+// and seqs stay monotonic across instances. A script's keys share their
+// braces, the hash tag, so on a Redis Cluster they live in one slot: a
+// tenant's ledger keys on the tenant's, a lease's on its name's, a
+// registry namespace's on its name's (tagged); tenants spread over the
+// shards. The one set shared by every tenant, ledgers, is
+// written apart from the scripts: once per tenant and store, before its
+// first append, and never shrinks; Tenants reads it and keeps the tenants
+// whose stream holds entries.
 
 // redisExpirySlack is added to the PX of capabilities and owners, whose
 // expiry is judged by the store's clock: the key outlives its expiry by this
@@ -48,144 +55,47 @@ const redisExpirySlack = time.Minute
 const minRedisVersion = "6.2"
 
 type redisStore struct {
-	c     *redis.Client
+	c redis.UniversalClient
+	// cluster is c on a Redis Cluster, else nil.
+	cluster *redis.ClusterClient
+	// where names the server or servers in errors, without credentials.
+	where string
 	p     string // key prefix
 	now   func() time.Time
 	epoch string
-	// pipe sends the ledger's appends, acks and reads and the pub/sub
-	// publishes, every command queued while the previous round trip was
-	// under way in one pipeline.
+	// minReplicas and replicaTimeout are Config.RedisMinReplicas and
+	// Config.RedisReplicaTimeout.
+	minReplicas    int
+	replicaTimeout time.Duration
+	// pipe sends the ledger's appends, acks and reads, the capabilities'
+	// writes and the pub/sub publishes, every command queued while the
+	// previous round trip was under way in one pipeline per server
+	// (redispipe.go).
 	pipe *batcher[pipeCall]
+	// indexed holds the tenants this store has added to the ledgers set.
+	indexed sync.Map
 
 	mu     sync.Mutex
 	closed bool
 	subs   map[*redisSub]struct{}
 }
 
-func openRedis(ctx context.Context, url, prefix string, now func() time.Time) (*redisStore, error) {
-	if url == "" {
-		return nil, fmt.Errorf("%w: the redis backend needs store.redis_url", ErrInvalid)
-	}
-	opt, err := redis.ParseURL(url)
+func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
+	c, cluster, where, err := redisClient(cfg)
 	if err != nil {
-		// The URL may carry a password: name the problem, not the URL.
-		return nil, fmt.Errorf("%w: store.redis_url does not parse as redis://[user:password@]host[:port][/db]", ErrInvalid)
+		return nil, err
 	}
-	c := redis.NewClient(opt)
-	s := &redisStore{c: c, p: prefix, now: now, subs: make(map[*redisSub]struct{})}
+	s := &redisStore{
+		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, now: cfg.Now,
+		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
+		subs: make(map[*redisSub]struct{}),
+	}
 	if err := s.init(ctx); err != nil {
 		_ = c.Close()
 		return nil, err
 	}
 	s.pipe = newBatcher(maxPipeline, s.sendPipeline)
 	return s, nil
-}
-
-// maxPipeline bounds the commands in one pipeline.
-const maxPipeline = 1024
-
-// pipeCall is one command sent through the pipeline, and where its reply
-// goes.
-type pipeCall struct {
-	// queue adds the command to the pipeline and returns its reply.
-	queue func(ctx context.Context, p redis.Pipeliner) redis.Cmder
-	// alone runs the command by itself: a script the server answered
-	// NOSCRIPT (its script cache was flushed) is sent again this way,
-	// which loads it. Nil for a command that is not a script.
-	alone func(ctx context.Context) redis.Cmder
-	reply chan redis.Cmder
-}
-
-// pipelined sends call in the next pipeline and returns its reply. It
-// shares one round trip with every command queued at the same time,
-// whatever their tenants; a script stays one atomic call on the server.
-func (s *redisStore) pipelined(ctx context.Context, call pipeCall) redis.Cmder {
-	return s.pipelinedAll(ctx, []pipeCall{call})[0]
-}
-
-// pipelinedAll queues calls together, so they go in the same pipeline
-// (unless it fills up), and returns their replies in order.
-func (s *redisStore) pipelinedAll(ctx context.Context, calls []pipeCall) []redis.Cmder {
-	out := make([]redis.Cmder, len(calls))
-	if err := ctx.Err(); err != nil {
-		for i := range out {
-			out[i] = failedCmd(ctx, err)
-		}
-		return out
-	}
-	for i := range calls {
-		calls[i].reply = make(chan redis.Cmder, 1)
-		if err := s.pipe.submit(calls[i]); err != nil {
-			out[i] = failedCmd(ctx, err)
-		}
-	}
-	for i, c := range calls {
-		if out[i] == nil {
-			out[i] = <-c.reply
-		}
-	}
-	return out
-}
-
-// scriptCall is the pipelined call of script.
-func (s *redisStore) scriptCall(script *redis.Script, keys []string, args ...any) pipeCall {
-	return pipeCall{
-		queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) },
-		alone: func(ctx context.Context) redis.Cmder { return script.Run(ctx, s.c, keys, args...) },
-	}
-}
-
-// runPipelined runs script through the pipeline.
-func (s *redisStore) runPipelined(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	cmd := s.pipelined(ctx, s.scriptCall(script, keys, args...))
-	if c, ok := cmd.(*redis.Cmd); ok {
-		return c
-	}
-	return failedCmd(ctx, cmd.Err())
-}
-
-func failedCmd(ctx context.Context, err error) *redis.Cmd {
-	cmd := redis.NewCmd(ctx)
-	cmd.SetErr(err)
-	return cmd
-}
-
-// sendPipeline sends calls in one pipeline. The calls' contexts are not
-// used: a call once queued is sent, within the client's read and write
-// timeouts.
-func (s *redisStore) sendPipeline(calls []pipeCall) {
-	ctx := context.Background()
-	pipe := s.c.Pipeline()
-	cmds := make([]redis.Cmder, len(calls))
-	for i, c := range calls {
-		cmds[i] = c.queue(ctx, pipe)
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for i, c := range calls {
-		cmd := cmds[i]
-		if c.alone != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			cmd = c.alone(ctx)
-		}
-		c.reply <- cmd
-	}
-}
-
-// init checks the server and loads or creates the epoch.
-func (s *redisStore) init(ctx context.Context) error {
-	info, err := s.c.Info(ctx, "server").Result()
-	if err != nil {
-		return fmt.Errorf("store: redis at %s: %w", s.c.Options().Addr, err)
-	}
-	if v := infoField(info, "redis_version"); !versionAtLeast(v, minRedisVersion) {
-		return fmt.Errorf("store: redis at %s is version %q; the store needs %s or later", s.c.Options().Addr, v, minRedisVersion)
-	}
-	if err := s.c.SetNX(ctx, s.p+"epoch", newEpoch(), 0).Err(); err != nil {
-		return fmt.Errorf("store: redis epoch: %w", err)
-	}
-	if s.epoch, err = s.c.Get(ctx, s.p+"epoch").Result(); err != nil {
-		return fmt.Errorf("store: redis epoch: %w", err)
-	}
-	return nil
 }
 
 // infoField returns field's value from an INFO reply.
@@ -272,14 +182,33 @@ for i = 0, n - 1 do
   size = size + string.len(ARGV[a + 5])
 end
 redis.call('INCRBY', KEYS[3], size)
-redis.call('SADD', KEYS[4], ARGV[1])
 return first
 `)
 
-func (l redisLedger) keys(tenant string) []string {
-	p := l.s.p
-	return []string{p + "seq:" + tenant, p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"}
+// tagged is name in braces, the hash tag of its keys: Redis Cluster hashes
+// a key by what its first { and the next } enclose, so the keys of one name
+// share a slot. A } or \ in name is escaped (\) and \\), which keeps the
+// tag whole (never empty, never cut short) and the keys of distinct names
+// distinct.
+func tagged(name string) string {
+	if strings.ContainsAny(name, `}\`) {
+		name = tagEscaper.Replace(name)
+	}
+	return "{" + name + "}"
 }
+
+var tagEscaper = strings.NewReplacer(`\`, `\\`, `}`, `\)`)
+
+func (l redisLedger) keys(tenant string) []string {
+	p, t := l.s.p, tagged(tenant)
+	return []string{p + "seq:" + t, p + "log:" + t, p + "bytes:" + t}
+}
+
+// logKey is tenant's stream.
+func (l redisLedger) logKey(tenant string) string { return l.s.p + "log:" + tagged(tenant) }
+
+// indexKey is the set of the tenants that ever appended.
+func (l redisLedger) indexKey() string { return l.s.p + "ledgers" }
 
 func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) ([]uint64, error) {
 	if err := checkName("tenant", tenant); err != nil {
@@ -296,13 +225,40 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		received := receivedAt(r.Received, now)
 		args = append(args, r.Kind, r.Platform, r.SessionKey, r.ChatID, received.UnixMicro(), r.Payload)
 	}
-	first, err := l.s.runPipelined(ctx, appendScript, l.keys(tenant), args...).Int64()
+	calls := make([]pipeCall, 0, 2)
+	_, indexed := l.s.indexed.Load(tenant)
+	if !indexed {
+		key := l.indexKey()
+		calls = append(calls, pipeCall{key: key, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+			return p.SAdd(ctx, key, tenant)
+		}})
+	}
+	add := scriptCall(appendScript, l.keys(tenant), args...)
+	add.replicate = true
+	calls = append(calls, add)
+	replies := l.s.pipelinedAll(ctx, calls)
+	stored := replies[len(replies)-1]
+	first, err := redisInt(stored.cmd)
 	if err != nil {
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
 	}
 	seqs := make([]uint64, len(recs))
 	for i := range seqs {
 		seqs[i] = uint64(first) + uint64(i)
+	}
+	failed := stored.unreplicated
+	if !indexed {
+		if err := replies[0].err(); err != nil {
+			failed = err
+		} else {
+			l.s.indexed.Store(tenant, struct{}{})
+		}
+	}
+	if failed != nil {
+		// Stored, maybe, but not as the caller asked: not to be confirmed,
+		// so not to be delivered either. The source sends it again.
+		_, _ = l.Ack(context.WithoutCancel(ctx), tenant, seqs...)
+		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(failed))
 	}
 	return seqs, nil
 }
@@ -322,10 +278,10 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 	if afterSeq == math.MaxUint64 {
 		return nil, ctx.Err()
 	}
-	key, start := l.s.p+"log:"+tenant, "(0-"+strconv.FormatUint(afterSeq, 10)
-	cmd := l.s.pipelined(ctx, pipeCall{queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+	key, start := l.logKey(tenant), "(0-"+strconv.FormatUint(afterSeq, 10)
+	cmd := l.s.pipelined(ctx, pipeCall{key: key, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 		return p.XRangeN(ctx, key, start, "+", int64(max))
-	}})
+	}}).cmd
 	var msgs []redis.XMessage
 	err := cmd.Err()
 	if xc, ok := cmd.(*redis.XMessageSliceCmd); ok && err == nil {
@@ -376,12 +332,11 @@ func streamSeq(id string) (uint64, bool) {
 	return seq, err == nil
 }
 
-// ackScript deletes the entries 0-<seq> for each seq in ARGV[2:], keeps
-// the bytes counter and drops the tenant from the set once its stream is
-// empty.
+// ackScript deletes the entries 0-<seq> for each seq in ARGV and keeps
+// the bytes counter.
 var ackScript = redis.NewScript(`
 local removed, size = 0, 0
-for i = 2, #ARGV do
+for i = 1, #ARGV do
   local id = '0-' .. ARGV[i]
   local e = redis.call('XRANGE', KEYS[1], id, id)
   if #e > 0 then
@@ -393,10 +348,7 @@ for i = 2, #ARGV do
     removed = removed + 1
   end
 end
-if removed > 0 then
-  redis.call('DECRBY', KEYS[2], size)
-  if redis.call('XLEN', KEYS[1]) == 0 then redis.call('SREM', KEYS[3], ARGV[1]) end
-end
+if removed > 0 then redis.call('DECRBY', KEYS[2], size) end
 return removed
 `)
 
@@ -407,7 +359,7 @@ func (l redisLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (in
 	if len(seqs) == 0 {
 		return 0, ctx.Err()
 	}
-	n, err := l.s.runPipelined(ctx, ackScript, l.ackKeys(tenant), ackArgs(tenant, seqs)...).Int()
+	n, err := l.s.runPipelined(ctx, ackScript, l.ackKeys(tenant), ackArgs(seqs)...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, rerr(err))
 	}
@@ -425,18 +377,18 @@ func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int,
 	calls := make([]pipeCall, 0, len(acks))
 	for tenant, seqs := range acks {
 		if len(seqs) > 0 {
-			calls = append(calls, l.s.scriptCall(ackScript, l.ackKeys(tenant), ackArgs(tenant, seqs)...))
+			calls = append(calls, scriptCall(ackScript, l.ackKeys(tenant), ackArgs(seqs)...))
 		}
 	}
 	removed := 0
 	var errs []error
-	for _, cmd := range l.s.pipelinedAll(ctx, calls) {
-		n, err := redisInt(cmd)
+	for _, r := range l.s.pipelinedAll(ctx, calls) {
+		n, err := redisInt(r.cmd)
 		if err != nil {
 			errs = append(errs, rerr(err))
 			continue
 		}
-		removed += n
+		removed += int(n)
 	}
 	if len(errs) > 0 {
 		return removed, fmt.Errorf("store: ack: %w", errors.Join(errs...))
@@ -444,14 +396,15 @@ func (l redisLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int,
 	return removed, nil
 }
 
+// ackKeys are the keys of ackScript and trimScript: tenant's stream and
+// its bytes counter.
 func (l redisLedger) ackKeys(tenant string) []string {
-	p := l.s.p
-	return []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"}
+	p, t := l.s.p, tagged(tenant)
+	return []string{p + "log:" + t, p + "bytes:" + t}
 }
 
-func ackArgs(tenant string, seqs []uint64) []any {
-	args := make([]any, 0, 1+len(seqs))
-	args = append(args, tenant)
+func ackArgs(seqs []uint64) []any {
+	args := make([]any, 0, len(seqs))
 	for _, seq := range seqs {
 		args = append(args, strconv.FormatUint(seq, 10))
 	}
@@ -459,19 +412,19 @@ func ackArgs(tenant string, seqs []uint64) []any {
 }
 
 // redisInt is a script's integer reply.
-func redisInt(cmd redis.Cmder) (int, error) {
+func redisInt(cmd redis.Cmder) (int64, error) {
 	c, ok := cmd.(*redis.Cmd)
 	if !ok {
 		return 0, cmd.Err()
 	}
-	return c.Int()
+	return c.Int64()
 }
 
 // trimScript is trimRule.drop over the stream, oldest first: ARGV are the
-// tenant, max entries, max bytes and the cutoff in Unix µs (0: none). It
-// returns {id, kind, platform, bytes, received} per dropped entry.
+// max entries, max bytes and the cutoff in Unix µs (0: none). It returns
+// {id, kind, platform, bytes, received} per dropped entry.
 var trimScript = redis.NewScript(`
-local maxN, maxB, cutoff = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local maxN, maxB, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = redis.call('XLEN', KEYS[1])
 local b = tonumber(redis.call('GET', KEYS[2]) or '0')
 local out = {}
@@ -495,10 +448,7 @@ while not done and n > 0 do
   end
   start = '(' .. es[#es][1]
 end
-if #out > 0 then
-  redis.call('SET', KEYS[2], b)
-  if n == 0 then redis.call('SREM', KEYS[3], ARGV[1]) end
-end
+if #out > 0 then redis.call('SET', KEYS[2], b) end
 return out
 `)
 
@@ -507,9 +457,7 @@ func (l redisLedger) Trim(ctx context.Context, tenant string, bounds Bounds) ([]
 		return nil, err
 	}
 	rule := bounds.at(l.s.now())
-	p := l.s.p
-	res, err := trimScript.Run(ctx, l.s.c, []string{p + "log:" + tenant, p + "bytes:" + tenant, p + "tenants"},
-		tenant, rule.maxEntries, rule.maxBytes, rule.cutoff).Slice()
+	res, err := trimScript.Run(ctx, l.s.c, l.ackKeys(tenant), rule.maxEntries, rule.maxBytes, rule.cutoff).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("store: trim tenant %q: %w", tenant, rerr(err))
 	}
@@ -550,9 +498,10 @@ func (l redisLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
 	}
 	var n *redis.IntCmd
 	var b *redis.StringCmd
+	keys := l.ackKeys(tenant)
 	_, err := l.s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		n = p.XLen(ctx, l.s.p+"log:"+tenant)
-		b = p.Get(ctx, l.s.p+"bytes:"+tenant)
+		n = p.XLen(ctx, keys[0])
+		b = p.Get(ctx, keys[1])
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -565,15 +514,30 @@ func (l redisLedger) Stats(ctx context.Context, tenant string) (Stats, error) {
 	return Stats{Entries: int(n.Val()), Bytes: bytes}, nil
 }
 
+// Tenants reads the tenants that ever appended, then their streams'
+// lengths (one pipeline per server), and keeps those with entries.
 func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
-	out, err := l.s.c.SMembers(ctx, l.s.p+"tenants").Result()
+	all, err := l.s.c.SMembers(ctx, l.indexKey()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: tenants: %w", rerr(err))
 	}
-	slices.Sort(out)
-	if len(out) == 0 {
-		return nil, nil
+	lens := make([]*redis.IntCmd, len(all))
+	_, err = l.s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, t := range all {
+			lens[i] = p.XLen(ctx, l.logKey(t))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: tenants: %w", rerr(err))
 	}
+	var out []string
+	for i, t := range all {
+		if lens[i].Val() > 0 {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
 	return out, nil
 }
 
@@ -583,8 +547,14 @@ func (c redisCaps) Put(ctx context.Context, key string, value []byte, expires ti
 	if err := checkName("capability key", key); err != nil {
 		return err
 	}
+	// A capability is written before the event it came with is confirmed
+	// (a Discord interaction's token), so it waits for the replicas too.
 	ttl := max(expires.Sub(c.s.now()), 0) + redisExpirySlack
-	if err := c.s.c.Set(ctx, c.s.p+"cap:"+key, encodeExpiring(expires, value), ttl).Err(); err != nil {
+	k, v := c.s.p+"cap:"+key, encodeExpiring(expires, value)
+	put := pipeCall{key: k, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
+		return p.Set(ctx, k, v, ttl)
+	}}
+	if err := c.s.pipelined(ctx, put).err(); err != nil {
 		return fmt.Errorf("store: put capability: %w", rerr(err))
 	}
 	return nil
@@ -682,7 +652,7 @@ func (c redisClaims) Release(ctx context.Context, key string) error {
 type redisOwners struct{ s *redisStore }
 
 func (w redisOwners) key(tenant, sessionKey string) string {
-	return w.s.p + "owner:" + strconv.Itoa(len(tenant)) + ":" + tenant + sessionKey
+	return w.s.p + "owner:" + strconv.Itoa(len(tenant)) + ":" + tagged(tenant) + sessionKey
 }
 
 func (w redisOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
@@ -777,6 +747,9 @@ if not v then return false end
 return {v, redis.call('PTTL', KEYS[1])}
 `)
 
+// key is the lease name's key.
+func (ls redisLeases) key(name string) string { return ls.s.p + "lease:" + tagged(name) }
+
 func leaseValue(l Lease) string { return strconv.FormatUint(l.Token, 10) + ":" + l.Holder }
 
 // lease builds a Lease from its token and holder and the remaining TTL.
@@ -792,8 +765,8 @@ func (ls redisLeases) Acquire(ctx context.Context, name, holder string, ttl time
 	if err := checkLeaseArgs(name, holder, ttl); err != nil {
 		return Lease{}, false, err
 	}
-	p := ls.s.p
-	res, err := acquireScript.Run(ctx, ls.s.c, []string{p + "lease:" + name, p + "leasetoken:" + name}, holder, pxMillis(ttl)).Slice()
+	p, tag := ls.s.p, tagged(name)
+	res, err := acquireScript.Run(ctx, ls.s.c, []string{p + "lease:" + tag, p + "leasetoken:" + tag}, holder, pxMillis(ttl)).Slice()
 	if err != nil {
 		return Lease{}, false, fmt.Errorf("store: acquire lease %q: %w", name, rerr(err))
 	}
@@ -815,7 +788,7 @@ func (ls redisLeases) Renew(ctx context.Context, name string, l Lease, ttl time.
 	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
 		return Lease{}, err
 	}
-	ok, err := renewScript.Run(ctx, ls.s.c, []string{ls.s.p + "lease:" + name}, leaseValue(l), pxMillis(ttl)).Int()
+	ok, err := renewScript.Run(ctx, ls.s.c, []string{ls.key(name)}, leaseValue(l), pxMillis(ttl)).Int()
 	if err != nil {
 		return Lease{}, fmt.Errorf("store: renew lease %q: %w", name, rerr(err))
 	}
@@ -830,7 +803,7 @@ func (ls redisLeases) Release(ctx context.Context, name string, l Lease) error {
 	if err := checkName("lease name", name); err != nil {
 		return err
 	}
-	ok, err := releaseScript.Run(ctx, ls.s.c, []string{ls.s.p + "lease:" + name}, leaseValue(l)).Int()
+	ok, err := releaseScript.Run(ctx, ls.s.c, []string{ls.key(name)}, leaseValue(l)).Int()
 	if err != nil {
 		return fmt.Errorf("store: release lease %q: %w", name, rerr(err))
 	}
@@ -844,7 +817,7 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	if err := checkName("lease name", name); err != nil {
 		return Lease{}, false, err
 	}
-	res, err := holderScript.Run(ctx, ls.s.c, []string{ls.s.p + "lease:" + name}).Slice()
+	res, err := holderScript.Run(ctx, ls.s.c, []string{ls.key(name)}).Slice()
 	if errors.Is(err, redis.Nil) {
 		return Lease{}, false, nil
 	}
@@ -867,7 +840,8 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 type redisRegistry struct{ s *redisStore }
 
 func (r redisRegistry) keys(namespace string) []string {
-	return []string{r.s.p + "registry:" + namespace, r.s.p + "registryrev:" + namespace}
+	tag := tagged(namespace)
+	return []string{r.s.p + "registry:" + tag, r.s.p + "registryrev:" + tag}
 }
 
 // registryPutScript: KEYS hash, revision; ARGV key, value. Stores the entry
@@ -927,7 +901,7 @@ func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, b
 	if err := checkRegistryArgs(namespace, key); err != nil {
 		return Entry{}, false, err
 	}
-	v, err := r.s.c.HGet(ctx, r.s.p+"registry:"+namespace, key).Bytes()
+	v, err := r.s.c.HGet(ctx, r.keys(namespace)[0], key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return Entry{}, false, nil
 	}
@@ -1014,7 +988,7 @@ func (p redisPubSub) Publish(ctx context.Context, channel string, msg []byte) er
 	}
 	key := p.s.p + "channel:" + channel
 	publish := func(ctx context.Context, pipe redis.Pipeliner) redis.Cmder { return pipe.Publish(ctx, key, msg) }
-	if err := p.s.pipelined(ctx, pipeCall{queue: publish}).Err(); err != nil {
+	if err := p.s.pipelined(ctx, pipeCall{key: key, queue: publish}).err(); err != nil {
 		return fmt.Errorf("store: publish: %w", rerr(err))
 	}
 	return nil

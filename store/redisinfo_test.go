@@ -1,6 +1,19 @@
 package store
 
-import "testing"
+import (
+	"errors"
+	"io"
+	"net"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// replyError is an error reply of the server, as go-redis reports one.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
 
 func TestVersionAtLeast(t *testing.T) {
 	for _, c := range []struct {
@@ -17,5 +30,27 @@ func TestVersionAtLeast(t *testing.T) {
 	info := "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:00000000\r\n"
 	if v := infoField(info, "redis_version"); v != "7.0.15" {
 		t.Errorf("infoField = %q", v)
+	}
+}
+
+func TestNotServing(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{redis.Nil, false},
+		{replyError("ERR wrong number of arguments"), false},
+		{replyError("NOSCRIPT No matching script"), false},
+		{replyError("MOVED 3999 127.0.0.1:6381"), true},
+		{replyError("ASK 3999 127.0.0.1:6381"), true},
+		{replyError("CLUSTERDOWN The cluster is down"), true},
+		{replyError("READONLY You can't write against a read only replica."), true},
+		{io.EOF, true},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
+	} {
+		if got := notServing(c.err); got != c.want {
+			t.Errorf("notServing(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

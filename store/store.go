@@ -21,11 +21,13 @@
 //   - "embedded" (the default): go.etcd.io/bbolt in Config.Path. A write is
 //     committed with fsync before it returns; concurrent writers share one
 //     commit (group commit, batch.go). One process owns the data directory.
-//   - "redis": github.com/redis/go-redis/v9 against one Redis 7 primary
-//     (not Cluster), shared by any number of connector instances. A write is
-//     as durable as the server's persistence settings make it (see
+//   - "redis": github.com/redis/go-redis/v9 against one Redis 6.2+
+//     primary (found directly or through Sentinel) or a Redis Cluster,
+//     shared by any number of connector instances. A write is as durable as
+//     the server's persistence settings make it, and with RedisMinReplicas
+//     it returns only once that many replicas have it (see
 //     docs/durability.md); concurrent ledger and pub/sub calls share one
-//     round trip (a pipeline, batch.go).
+//     round trip per server (a pipeline, batch.go).
 //   - "memory": in-process maps for unit tests and benchmarks; nothing
 //     survives Close.
 //
@@ -40,6 +42,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -96,8 +99,9 @@ type Ledger interface {
 	// the error that kept them from being stored. A sequence number Stage
 	// returned is never assigned again, even when commit fails or the
 	// process dies before the records are durable. The redis backend, whose
-	// numbers come from the server, stores the records before Stage
-	// returns, and its commit returns nil.
+	// numbers come from the server, stores the records (and with
+	// Config.RedisMinReplicas has them replicated) before Stage returns,
+	// and its commit returns nil.
 	Stage(ctx context.Context, tenant string, recs []Record) (seqs []uint64, commit func() error, err error)
 	// Read returns up to max (> 0) of tenant's records with a sequence
 	// number above afterSeq, in sequence order.
@@ -309,6 +313,11 @@ var (
 	// ErrNotHeld is returned by Renew and Release for a lease the caller
 	// no longer holds.
 	ErrNotHeld = errors.New("store: lease not held")
+	// ErrNotReplicated is returned by the redis backend's ledger appends
+	// and capability writes when Config.RedisMinReplicas replicas did not
+	// acknowledge the write within Config.RedisReplicaTimeout: the write
+	// may survive or not, so it must not be confirmed to anyone.
+	ErrNotReplicated = errors.New("store: write not acknowledged by enough replicas")
 )
 
 // claimPrefix puts the memory and embedded backends' claims beside their
@@ -328,24 +337,76 @@ const (
 
 // Config selects and configures a backend. The zero value opens the
 // embedded backend in DefaultPath. Its fields are the configuration keys
-// store.backend, store.path and store.redis_url (environment
-// CONNECTOR_REDIS_URL); docs/durability.md says what is wired.
+// of the store section (cmd/connector); docs/durability.md says what each
+// Redis mode promises.
 type Config struct {
 	// Backend is "embedded", "redis" or "memory". Empty means embedded.
 	Backend string
 	// Path is the embedded backend's data directory, created if missing.
 	// Empty means DefaultPath().
 	Path string
-	// RedisURL addresses the redis backend's server, e.g.
-	// redis://:password@host:6379/0 (rediss:// for TLS). Required for redis.
-	RedisURL string
+	// The redis backend reaches exactly one of: RedisURL, one server, e.g.
+	// redis://user:password@host:6379/0 (rediss:// for TLS);
+	// RedisSentinel, a primary found through Sentinel, whose failovers
+	// the store follows; RedisCluster, a Redis Cluster.
+	RedisURL      string
+	RedisSentinel *RedisSentinel
+	RedisCluster  *RedisCluster
+	// RedisTLS is the TLS configuration of whichever mode turns TLS on (a
+	// rediss:// URL, RedisSentinel.TLS, RedisCluster.TLS), e.g. with the
+	// CA that signed the servers' certificates. Nil: the system's roots.
+	RedisTLS *tls.Config
+	// RedisMinReplicas, when above 0, makes the ledger's appends and the
+	// capabilities' writes (what a platform's confirmation waits for)
+	// return only once that many replicas acknowledged them (WAIT after
+	// each pipeline that carries one), and fail with ErrNotReplicated when
+	// they do not within RedisReplicaTimeout. 0: a write returns when the
+	// primary has it.
+	RedisMinReplicas int
+	// RedisReplicaTimeout bounds that wait. 0 means
+	// DefaultRedisReplicaTimeout.
+	RedisReplicaTimeout time.Duration
 	// RedisPrefix starts every key the redis backend writes, so several
-	// deployments (or tests) can share one server. Empty means "connector:".
+	// deployments (or tests) can share one server. Empty means
+	// "connector:". It may not contain { or } (the keys' hash tags).
 	RedisPrefix string
 	// Now is the clock for expiry, record ages and (memory, embedded)
 	// leases. Nil means time.Now.
 	Now func() time.Time
 }
+
+// RedisSentinel names a primary that Sentinels watch.
+type RedisSentinel struct {
+	// Master is the name the Sentinels know the primary by.
+	Master string
+	// Addrs are Sentinels' host:port addresses; one that answers is
+	// enough, and the others it knows of are learnt from it.
+	Addrs []string
+	// Username and Password authenticate to the primary and its replicas
+	// (Username empty: the default user).
+	Username, Password string
+	// SentinelUsername and SentinelPassword authenticate to the Sentinels,
+	// when they require it.
+	SentinelUsername, SentinelPassword string
+	// TLS connects to the Sentinels, the primary and the replicas over TLS.
+	TLS bool
+}
+
+// RedisCluster names a Redis Cluster.
+type RedisCluster struct {
+	// Addrs are nodes' host:port addresses; the others are learnt from
+	// them.
+	Addrs []string
+	// Username and Password authenticate to every node (Username empty:
+	// the default user).
+	Username, Password string
+	// TLS connects to the nodes over TLS.
+	TLS bool
+}
+
+// DefaultRedisReplicaTimeout is how long a write waits for
+// Config.RedisMinReplicas replicas by default.
+const DefaultRedisReplicaTimeout = time.Second
 
 // Open opens the backend cfg selects.
 func Open(ctx context.Context, cfg Config) (Store, error) {
@@ -366,7 +427,8 @@ func Open(ctx context.Context, cfg Config) (Store, error) {
 		return openEmbedded(ctx, cfg.Path, cfg.Now)
 	case BackendRedis:
 		cfg.RedisPrefix = cmp.Or(cfg.RedisPrefix, "connector:")
-		return openRedis(ctx, cfg.RedisURL, cfg.RedisPrefix, cfg.Now)
+		cfg.RedisReplicaTimeout = cmp.Or(cfg.RedisReplicaTimeout, DefaultRedisReplicaTimeout)
+		return openRedis(ctx, cfg)
 	}
 	return nil, fmt.Errorf("%w: unknown store backend %q (want embedded, redis or memory)", ErrInvalid, cfg.Backend)
 }

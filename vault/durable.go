@@ -29,7 +29,8 @@ type Durable struct {
 
 var _ Store = (*Durable)(nil)
 
-// storeTimeout bounds each call to the backing store.
+// storeTimeout bounds each call to the backing store, within the caller's
+// deadline.
 const storeTimeout = 5 * time.Second
 
 // NewDurable returns a vault on caps, with a Memory configured by cfg in
@@ -53,7 +54,7 @@ func storeKey(k Key) string {
 }
 
 // Put implements Store: the value is stored durably before Put returns.
-func (d *Durable) Put(k Key, e Entry) error {
+func (d *Durable) Put(ctx context.Context, k Key, e Entry) error {
 	if err := k.check(); err != nil {
 		return err
 	}
@@ -62,19 +63,19 @@ func (d *Durable) Put(k Key, e Entry) error {
 		e.Stored = d.now()
 	}
 	value, _ := json.Marshal(storedEntry{Value: e.Value.Reveal(), Ref: e.Ref, Stored: e.Stored.UnixMicro()}) // plain fields: cannot fail
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	if err := d.caps.Put(ctx, storeKey(k), value, e.Stored.Add(ttl)); err != nil {
 		d.storeErrors.Add(1)
 		return fmt.Errorf("vault: store capability %q: %w", k.Kind, err)
 	}
-	return d.mem.Put(k, e)
+	return d.mem.Put(ctx, k, e)
 }
 
 // Get implements Store. A value this process does not hold live is looked
 // up in the store (written before a restart, or by another instance); a
 // store failure counts as a miss (Stats.StoreErrors).
-func (d *Durable) Get(k Key) (Entry, bool) {
+func (d *Durable) Get(ctx context.Context, k Key) (Entry, bool) {
 	ttl, ok := k.Kind.TTL()
 	if !ok || k.Tenant == "" {
 		d.misses.Add(1)
@@ -86,7 +87,7 @@ func (d *Durable) Get(k Key) (Entry, bool) {
 		d.hits.Add(1)
 		return e, true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	raw, ok, err := d.caps.Get(ctx, storeKey(k))
 	if err != nil {
@@ -103,15 +104,15 @@ func (d *Durable) Get(k Key) (Entry, bool) {
 		d.misses.Add(1)
 		return Entry{}, false
 	}
-	_ = d.mem.Put(k, e) // k was checked above: cannot fail
+	_ = d.mem.Put(ctx, k, e) // k was checked above: cannot fail
 	d.hits.Add(1)
 	return e, true
 }
 
 // Delete implements Store.
-func (d *Durable) Delete(k Key) {
-	d.mem.Delete(k)
-	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+func (d *Durable) Delete(ctx context.Context, k Key) {
+	d.mem.Delete(ctx, k)
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	if err := d.caps.Delete(ctx, storeKey(k)); err != nil {
 		d.storeErrors.Add(1)

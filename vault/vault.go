@@ -9,6 +9,7 @@
 package vault
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -23,6 +24,10 @@ type Kind string
 // KindDiscordInteractionToken is a Discord interaction token: valid for
 // follow-ups and edits for 15 minutes after the interaction.
 const KindDiscordInteractionToken Kind = "discord.interaction_token"
+
+// KindSlackResponseURL is a Slack slash command's response_url: it posts
+// up to five replies to the command for 30 minutes (follow_up).
+const KindSlackResponseURL Kind = "slack.response_url"
 
 // KindChatGrant is a posting grant: the tenant may act with the shared bot
 // in the chat named by the key's SessionKey, because an author bound to it
@@ -61,6 +66,8 @@ func (k Kind) TTL() (time.Duration, bool) {
 	switch k {
 	case KindDiscordInteractionToken:
 		return 15 * time.Minute, true
+	case KindSlackResponseURL:
+		return 30 * time.Minute, true
 	case KindChatGrant:
 		return ChatGrantTTL, true
 	case KindWhatsAppConversation:
@@ -73,7 +80,7 @@ func (k Kind) TTL() (time.Duration, bool) {
 
 // Kinds lists every kind the vault stores.
 func Kinds() []Kind {
-	return []Kind{KindDiscordInteractionToken, KindChatGrant, KindWhatsAppConversation, KindWhatsAppMessage, KindWhatsAppPrompt}
+	return []Kind{KindDiscordInteractionToken, KindSlackResponseURL, KindChatGrant, KindWhatsAppConversation, KindWhatsAppMessage, KindWhatsAppPrompt}
 }
 
 // Secret is a credential value that never prints.
@@ -145,14 +152,17 @@ func (e Entry) expiredAt(now time.Time, ttl time.Duration) bool {
 // Store is the vault's storage. Memory is the in-process implementation;
 // Durable keeps values on a store.Capabilities (the embedded store or Redis)
 // so they survive restarts and are shared between instances.
+//
+// Every call runs under the caller's ctx: a lookup on the way to a
+// platform call is bounded by that call's deadline.
 type Store interface {
 	// Put stores e under k, replacing an older value.
-	Put(k Key, e Entry) error
+	Put(ctx context.Context, k Key, e Entry) error
 	// Get returns the live entry under k. A key of another tenant is a
 	// different key, so it finds nothing.
-	Get(k Key) (Entry, bool)
+	Get(ctx context.Context, k Key) (Entry, bool)
 	// Delete removes k.
-	Delete(k Key)
+	Delete(ctx context.Context, k Key)
 	// Stats reports counters for metrics.
 	Stats() Stats
 }
@@ -211,7 +221,7 @@ func NewMemory(cfg Config) *Memory {
 func (m *Memory) onEvict(Key, Entry) { m.evicted.Add(1) }
 
 // Put implements Store.
-func (m *Memory) Put(k Key, e Entry) error {
+func (m *Memory) Put(_ context.Context, k Key, e Entry) error {
 	if err := k.check(); err != nil {
 		return err
 	}
@@ -223,7 +233,7 @@ func (m *Memory) Put(k Key, e Entry) error {
 }
 
 // Get implements Store.
-func (m *Memory) Get(k Key) (Entry, bool) {
+func (m *Memory) Get(_ context.Context, k Key) (Entry, bool) {
 	e, state := m.lookup(k)
 	switch state {
 	case found:
@@ -264,7 +274,7 @@ func (m *Memory) lookup(k Key) (Entry, lookupState) {
 }
 
 // Delete implements Store.
-func (m *Memory) Delete(k Key) {
+func (m *Memory) Delete(_ context.Context, k Key) {
 	if c, ok := m.caches[k.Kind]; ok {
 		c.Remove(k)
 	}

@@ -21,12 +21,12 @@ func testStore(t *testing.T, newStore func(now func() time.Time) vault.Store) {
 	clock := clocktest.New(time.Unix(1_767_225_300, 0))
 	s := newStore(clock.Now)
 	k := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
-	if err := s.Put(k, vault.Entry{Value: vault.NewSecret(token), Ref: "app-1"}); err != nil {
+	if err := s.Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token), Ref: "app-1"}); err != nil {
 		t.Fatal(err)
 	}
 
 	t.Run("same tenant finds it", func(t *testing.T) {
-		e, ok := s.Get(k)
+		e, ok := s.Get(t.Context(), k)
 		if !ok || e.Value.Reveal() != token || e.Ref != "app-1" {
 			t.Fatalf("Get = %v, %v", e, ok)
 		}
@@ -34,21 +34,21 @@ func testStore(t *testing.T, newStore func(now func() time.Time) vault.Store) {
 	t.Run("other tenant finds nothing", func(t *testing.T) {
 		other := k
 		other.Tenant = "t2"
-		if _, ok := s.Get(other); ok {
+		if _, ok := s.Get(t.Context(), other); ok {
 			t.Fatal("tenant t2 read tenant t1's capability")
 		}
 	})
 	t.Run("other session finds nothing", func(t *testing.T) {
 		other := k
 		other.SessionKey = "agent:main:discord:dm:2"
-		if _, ok := s.Get(other); ok {
+		if _, ok := s.Get(t.Context(), other); ok {
 			t.Fatal("found a capability under another session")
 		}
 	})
 	t.Run("unknown kind refused", func(t *testing.T) {
 		bad := k
-		bad.Kind = "slack.response_url"
-		if err := s.Put(bad, vault.Entry{Value: vault.NewSecret(token)}); err == nil {
+		bad.Kind = "teams.reply_url"
+		if err := s.Put(t.Context(), bad, vault.Entry{Value: vault.NewSecret(token)}); err == nil {
 			t.Fatal("Put accepted an unknown kind")
 		} else if strings.Contains(err.Error(), token) {
 			t.Fatal("error leaks the value")
@@ -57,26 +57,26 @@ func testStore(t *testing.T, newStore func(now func() time.Time) vault.Store) {
 	t.Run("missing tenant refused", func(t *testing.T) {
 		bad := k
 		bad.Tenant = ""
-		if err := s.Put(bad, vault.Entry{Value: vault.NewSecret(token)}); err == nil {
+		if err := s.Put(t.Context(), bad, vault.Entry{Value: vault.NewSecret(token)}); err == nil {
 			t.Fatal("Put accepted an empty tenant")
 		}
 	})
 	t.Run("expires after its kind's TTL", func(t *testing.T) {
 		clock.Advance(14*time.Minute + 59*time.Second)
-		if _, ok := s.Get(k); !ok {
+		if _, ok := s.Get(t.Context(), k); !ok {
 			t.Fatal("expired early")
 		}
 		clock.Advance(time.Second)
-		if _, ok := s.Get(k); ok {
+		if _, ok := s.Get(t.Context(), k); ok {
 			t.Fatal("still valid after 15 minutes")
 		}
 	})
 	t.Run("delete", func(t *testing.T) {
 		k2 := k
 		k2.SessionKey = "agent:main:discord:dm:3"
-		_ = s.Put(k2, vault.Entry{Value: vault.NewSecret(token)})
-		s.Delete(k2)
-		if _, ok := s.Get(k2); ok {
+		_ = s.Put(t.Context(), k2, vault.Entry{Value: vault.NewSecret(token)})
+		s.Delete(t.Context(), k2)
+		if _, ok := s.Get(t.Context(), k2); ok {
 			t.Fatal("found after Delete")
 		}
 	})
@@ -110,7 +110,7 @@ func TestDurableSurvivesARestart(t *testing.T) {
 	}
 	k := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
 	st := open()
-	if err := vault.NewDurable(st.Capabilities(), vault.Config{Now: clock.Now}).Put(k, vault.Entry{Value: vault.NewSecret(token), Ref: "app-1"}); err != nil {
+	if err := vault.NewDurable(st.Capabilities(), vault.Config{Now: clock.Now}).Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token), Ref: "app-1"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Close(); err != nil {
@@ -121,18 +121,18 @@ func TestDurableSurvivesARestart(t *testing.T) {
 	defer st.Close()
 	v := vault.NewDurable(st.Capabilities(), vault.Config{Now: clock.Now})
 	clock.Advance(10 * time.Minute)
-	e, ok := v.Get(k)
+	e, ok := v.Get(t.Context(), k)
 	if !ok || e.Value.Reveal() != token || e.Ref != "app-1" {
 		t.Fatalf("after a restart Get = %v, %v", e, ok)
 	}
 	other := k
 	other.Tenant = "t2"
-	if _, ok := v.Get(other); ok {
+	if _, ok := v.Get(t.Context(), other); ok {
 		t.Fatal("tenant t2 read tenant t1's capability after a restart")
 	}
 	clock.Advance(5 * time.Minute)
 	v = vault.NewDurable(st.Capabilities(), vault.Config{Now: clock.Now})
-	if _, ok := v.Get(k); ok {
+	if _, ok := v.Get(t.Context(), k); ok {
 		t.Fatal("still valid 15 minutes after it was stored")
 	}
 	if s := v.Stats(); s.Hits != 0 || s.Misses != 1 || s.StoreErrors != 0 {
@@ -147,11 +147,11 @@ func TestDurableKeysDoNotCollide(t *testing.T) {
 	v := vault.NewDurable(st.Capabilities(), vault.Config{})
 	a := vault.Key{Tenant: "t1/x", SessionKey: "s", Kind: vault.KindDiscordInteractionToken}
 	b := vault.Key{Tenant: "t1", SessionKey: "x/s", Kind: vault.KindDiscordInteractionToken}
-	if err := v.Put(a, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
+	if err := v.Put(t.Context(), a, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
 		t.Fatal(err)
 	}
 	fresh := vault.NewDurable(st.Capabilities(), vault.Config{})
-	if _, ok := fresh.Get(b); ok {
+	if _, ok := fresh.Get(t.Context(), b); ok {
 		t.Fatal("a key of another tenant found the capability")
 	}
 }
@@ -160,7 +160,7 @@ func TestMemoryBounded(t *testing.T) {
 	m := vault.NewMemory(vault.Config{MaxEntries: 10})
 	for i := range 25 {
 		k := vault.Key{Tenant: "t1", SessionKey: fmt.Sprint("s", i), Kind: vault.KindDiscordInteractionToken}
-		if err := m.Put(k, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
+		if err := m.Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,7 +168,7 @@ func TestMemoryBounded(t *testing.T) {
 		t.Fatalf("stats = %+v, want size 10, evicted 15", st)
 	}
 	k := vault.Key{Tenant: "t1", SessionKey: "s24", Kind: vault.KindDiscordInteractionToken}
-	if _, ok := m.Get(k); !ok {
+	if _, ok := m.Get(t.Context(), k); !ok {
 		t.Fatal("newest entry evicted")
 	}
 }
@@ -190,5 +190,66 @@ func TestSecretNeverPrints(t *testing.T) {
 	}
 	if s.Reveal() != token {
 		t.Fatal("Reveal lost the value")
+	}
+}
+
+// stallingCaps is a store.Capabilities that answers nothing until its
+// caller's context ends, as an unreachable Redis does. It reports on calls
+// whether it was called under the context marked with callerKey.
+type stallingCaps struct{ calls chan bool }
+
+type callerKey struct{}
+
+func (c stallingCaps) stall(ctx context.Context) error {
+	c.calls <- ctx.Value(callerKey{}) != nil
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (c stallingCaps) Put(ctx context.Context, _ string, _ []byte, _ time.Time) error {
+	return c.stall(ctx)
+}
+
+func (c stallingCaps) Get(ctx context.Context, _ string) ([]byte, bool, error) {
+	return nil, false, c.stall(ctx)
+}
+
+func (c stallingCaps) Delete(ctx context.Context, _ string) error { return c.stall(ctx) }
+
+// A Durable vault's calls to its store end with the caller's context, so a
+// lookup on the way to a platform call (a chat grant inside Authorize) is
+// bounded by that call's deadline, not by a deadline of its own.
+func TestDurableRunsUnderTheCallersContext(t *testing.T) {
+	caps := stallingCaps{calls: make(chan bool, 1)}
+	v := vault.NewDurable(caps, vault.Config{})
+	k := vault.Key{Tenant: "t1", SessionKey: "chat", Kind: vault.KindChatGrant}
+	for name, call := range map[string]func(ctx context.Context){
+		"get":    func(ctx context.Context) { v.Get(ctx, k) },
+		"put":    func(ctx context.Context) { _ = v.Put(ctx, k, vault.Entry{}) },
+		"delete": func(ctx context.Context) { v.Delete(ctx, k) },
+	} {
+		ctx, cancel := context.WithCancel(context.WithValue(t.Context(), callerKey{}, true))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			call(ctx)
+		}()
+		select {
+		case underCaller := <-caps.calls:
+			if !underCaller {
+				t.Errorf("%s: the store was called under a context of its own, not the caller's", name)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the store was not called within 10s", name)
+		}
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: still waiting for the store 10s after its caller's context ended", name)
+		}
+	}
+	if s := v.Stats(); s.StoreErrors != 3 || s.Misses != 1 {
+		t.Fatalf("stats %+v, want 3 store errors and the get's miss", s)
 	}
 }

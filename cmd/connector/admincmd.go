@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"connector/admin"
@@ -84,6 +86,9 @@ type adminCall struct {
 	// enrollToken is set for a call that answers an enrollment token,
 	// printed as the environment line hermes gateway enroll reads.
 	enrollToken bool
+	// endsPrevious is set for a rotation with no grace: the previous
+	// secrets end at once.
+	endsPrevious bool
 }
 
 // adminRequest turns the command line into a request.
@@ -123,10 +128,12 @@ func adminRequest(args []string) (adminCall, error) {
 		return adminCall{method: http.MethodPost, path: tenants + "/" + at(args, 1) + "/gateways", body: map[string]string{"id": at(args, 2)}, secret: true}, n(3)
 	case "gateway rotate":
 		if len(args) == 4 {
-			if _, err := time.ParseDuration(args[3]); err != nil {
+			grace, err := time.ParseDuration(args[3])
+			if err != nil {
 				return adminCall{}, fmt.Errorf("grace %q: want a duration such as 10m", args[3])
 			}
-			return adminCall{method: http.MethodPost, path: tenants + "/" + args[1] + "/gateways/" + args[2] + "/rotate", body: map[string]string{"grace": args[3]}, secret: true}, nil
+			return adminCall{method: http.MethodPost, path: tenants + "/" + args[1] + "/gateways/" + args[2] + "/rotate", body: map[string]string{"grace": args[3]},
+				secret: true, endsPrevious: grace == 0}, nil
 		}
 		return adminCall{method: http.MethodPost, path: tenants + "/" + at(args, 1) + "/gateways/" + at(args, 2) + "/rotate", secret: true}, n(3)
 	case "gateway rm":
@@ -210,6 +217,17 @@ func answerError(resp *http.Response, data []byte) error {
 	return fmt.Errorf("%s: %s", resp.Status, cmp.Or(e.Error, strings.TrimSpace(string(data))))
 }
 
+// unreachable explains a request to the admin listener at base that got
+// no answer: nothing listening there is the common case (the admin API is
+// off unless admin.listen is set, or -url is not its address).
+func unreachable(base string, err error) error {
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return err
+	}
+	return fmt.Errorf("nothing listens at %s: the admin API is off unless the connector's config sets admin.listen "+
+		"(and admin.token or $%s); give its address (the banner's admin: line) with -url or $%s", base, envAdminToken, envAdminURL)
+}
+
 // adminDo sends req and prints the answer.
 func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 	var body io.Reader
@@ -225,7 +243,7 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "connector admin: %v\n", err)
+		fmt.Fprintf(stderr, "connector admin: %v\n", unreachable(base, err))
 		return 1
 	}
 	defer resp.Body.Close()
@@ -242,7 +260,10 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 		}
 		_ = json.Unmarshal(data, &s)
 		fmt.Fprintf(stdout, "GATEWAY_RELAY_ID=%s\nGATEWAY_RELAY_SECRET=%s\n", s.ID, s.Secret)
-		if s.PreviousValidUntil != "" {
+		switch {
+		case c.endsPrevious:
+			fmt.Fprintln(stderr, "the previous secrets are no longer valid: an upgrade signed with one is refused (4401) from now on; open sockets stay until they reconnect")
+		case s.PreviousValidUntil != "":
 			fmt.Fprintf(stderr, "the previous secrets stay valid until %s\n", s.PreviousValidUntil)
 		}
 		return 0

@@ -87,9 +87,9 @@ func (c *connector) serveAdmin() (addr string, stop func(), err error) {
 	if c.admin == nil {
 		return "", func() {}, nil
 	}
-	ln, err := net.Listen("tcp", c.cfg.Admin.Listen)
+	ln, err := bind("admin.listen", c.cfg.Admin.Listen)
 	if err != nil {
-		return "", nil, fmt.Errorf("admin.listen: %w", err)
+		return "", nil, err
 	}
 	if !loopbackOnly(ln.Addr()) {
 		c.log.Warn("admin API listening on a non-loopback address: anyone who can reach it may try the admin token, and a token that works changes every tenant; keep admin.listen on loopback (127.0.0.1) or a private network behind a firewall",
@@ -122,13 +122,16 @@ func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
 			}
 			cfg, err := c.reload()
 			if err != nil {
+				c.live.metrics.reloads.WithLabelValues(reloadUnreadable).Inc()
 				c.log.Error("SIGHUP: config not reloaded; the running one stays", "err", err)
 				continue
 			}
 			if err := c.live.reload(ctx, cfg); err != nil {
+				c.live.metrics.reloads.WithLabelValues(reloadNotApplied).Inc()
 				c.log.Error("SIGHUP: config read but not applied", "err", err)
 				continue
 			}
+			c.live.metrics.reloads.WithLabelValues(reloadOK).Inc()
 			c.log.Info("SIGHUP: tenants, gateways and routing reloaded from the config (other keys need a restart)", "tenants", len(cfg.Tenants))
 		}
 	}()

@@ -22,9 +22,11 @@ package main
 // there, so that the outbound op rows and the final checks cover it.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -39,6 +41,7 @@ import (
 	"connector/contract"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/slack/slacktest"
 	"connector/platform/whatsapp/whatsapptest"
 	"connector/relay/relaytest"
 )
@@ -117,6 +120,11 @@ func matrixRows() []mxRow {
 		mxRow{route: "POST /telegram/webhook", phase: phaseParallel, attack: attackTelegramWebhook},
 		mxRow{route: "GET /whatsapp/webhook", phase: phaseParallel, attack: attackWhatsAppVerify},
 		mxRow{route: "POST /whatsapp/webhook", phase: phaseParallel, attack: attackWhatsAppWebhook},
+		mxRow{route: "POST /slack/events", phase: phaseParallel, attack: attackSlackSigned("/slack/events")},
+		mxRow{route: "POST /slack/interactions", phase: phaseParallel, attack: attackSlackSigned("/slack/interactions")},
+		mxRow{route: "POST /slack/commands", phase: phaseParallel, attack: attackSlackSigned("/slack/commands")},
+		mxRow{route: "GET /slack/install", phase: phaseParallel, attack: attackSlackInstall},
+		mxRow{route: "GET /slack/oauth/callback", phase: phaseParallel, attack: attackSlackCallback},
 		mxRow{route: "GET /healthz", phase: phaseParallel, attack: attackHealthz},
 	)
 }
@@ -293,7 +301,8 @@ func (m *matrix) declined(t *testing.T, res contract.Result, op, tag, what strin
 // attackOp: x's gateways run op on every chat of y, tagged with the chat's
 // platform and with relay; follow_up names y's interaction session. Each
 // is declined without a platform call (the final checks look at the
-// fakes). send_media from y's media id into x's own chat is refused as an
+// fakes); the follow_up answers capability_missing, as for a session
+// nobody has. send_media from y's media id into x's own chat is refused as an
 // unknown id; edit, react, delete and thread_rename of y's message or
 // thread from x's own channel leave them as they are.
 func attackOp(t *testing.T, m *matrix, x, y *mxTenant, c mxCred, op string) {
@@ -308,9 +317,17 @@ func attackOp(t *testing.T, m *matrix, x, y *mxTenant, c mxCred, op string) {
 	}
 	for _, g := range x.gws {
 		if op == contract.OpFollowUp {
+			// Another tenant's session answers as a session nobody has:
+			// its capability is looked up under the caller's tenant only
+			// (docs/contract.md), so the answer tells nothing of y.
 			a := map[string]any{"op": op, "session_key": y.interactionSession, "kind": "discord.interaction_token", "content": marker, "metadata": map[string]any{}}
+			none := maps.Clone(a)
+			none["session_key"] = "agent:main:discord:dm:no-such-session"
+			want := g.conn.outbound(t, "discord", none)
 			for _, tag := range []string{"discord", contract.PlatformRelay, ""} {
-				m.declined(t, g.conn.outbound(t, tag, a), op, tag, fmt.Sprintf("%s's follow_up of %s's interaction (tag %q)", g.id, y.id, tag))
+				if res := g.conn.outbound(t, tag, a); res.Success || res.Code != contract.CodeCapabilityMissing || res != want {
+					t.Errorf("%s's follow_up of %s's interaction (tag %q): %+v, want capability_missing as for no session (%+v)", g.id, y.id, tag, res, want)
+				}
 			}
 			continue
 		}
@@ -621,7 +638,7 @@ func attackProvision(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 				// Undo the binding, so that the rows after this one start
 				// from y's own routing.
 				kind := map[string]string{"telegram": platform.BindChat, "discord": platform.BindGuild, "nexscope": platform.BindRoom,
-					"whatsapp_cloud": platform.BindPhoneNumber}[body["platform"].(string)]
+					"whatsapp_cloud": platform.BindPhoneNumber, "slack": platform.BindTeam}[body["platform"].(string)]
 				t.Cleanup(func() {
 					m.admin(t, http.MethodDelete, "/admin/v1/tenants/"+x.id+"/bindings", map[string]string{"platform": body["platform"].(string), "kind": kind, "id": keys[0]}, http.StatusNoContent)
 				})
@@ -642,6 +659,7 @@ func attackProvision(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 		{"discord", y.discordChannel.guild, y.discordChannel}, {"discord", y.boundChannel.guild, y.boundChannel},
 		{"nexscope", y.room.room, y.room}, {"nexscope", y.boundRoom.room, y.boundRoom},
 		{"whatsapp_cloud", y.waChat.number, y.waChat}, {"whatsapp_cloud", y.waBound.number, y.waBound},
+		{"slack", y.slackChat.guild, y.slackChat},
 	}
 	for _, k := range keys {
 		t.Run(k.chat.String(), func(t *testing.T) {
@@ -978,6 +996,92 @@ func attackWhatsAppWebhook(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
 	}
 }
 
+// slackWrites are the Slack Web API methods that write into a channel.
+var slackWrites = map[string]bool{"chat.postMessage": true, "chat.postEphemeral": true, "chat.update": true, "chat.delete": true,
+	"chat.startStream": true, "chat.appendStream": true, "chat.stopStream": true, "reactions.add": true, "reactions.remove": true,
+	"files.completeUploadExternal": true, "assistant.threads.setStatus": true}
+
+// attackSlackSigned: a tenant's credential is not Slack's signing
+// secret: an event, a press or a slash command in y's channel signed with
+// it (as the HMAC key of X-Slack-Signature, or sent as that header or a
+// bearer) is 401 and delivers nothing.
+func attackSlackSigned(path string) func(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
+	return func(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
+		g := y.slackChat
+		text := "xt-attack-" + x.id + "-slack"
+		n := m.next()
+		ts := fmt.Sprintf("1768490000.%06d", n)
+		body, contentType := slacktest.Envelope(g.guild, "UMXBOT001", "EvXT"+strconv.FormatInt(n, 10),
+			slacktest.MessageEvent(g.guild, g.chat, "UMXUSER01", ts, "", text)), "application/json"
+		switch path {
+		case "/slack/interactions":
+			body, contentType = slacktest.Press(g.guild, g.chat, "UMXUSER01", ts, "", "hp1:p1:ok", text), "application/x-www-form-urlencoded"
+		case "/slack/commands":
+			body, contentType = slacktest.Command(g.guild, g.chat, "UMXUSER01", "/status", text, ""), "application/x-www-form-urlencoded"
+		}
+		now := strconv.FormatInt(time.Now().Unix(), 10)
+		for _, b := range m.bearers(t, x, c) {
+			for _, sig := range []string{slacktest.Sign(b, time.Now(), body), b} {
+				header := []string{"Content-Type", contentType}
+				if b != "" {
+					header = append(header, "X-Slack-Signature", sig, "X-Slack-Request-Timestamp", now)
+				}
+				if a := m.do(t, http.MethodPost, path, b, string(body), header...); a.status != http.StatusUnauthorized {
+					t.Errorf("POST %s in %s's channel signed with %s's %s: %d %s, want 401", path, y.id, x.id, c, a.status, a.body)
+				}
+			}
+		}
+	}
+}
+
+// attackSlackInstall: /slack/install takes no credential and binds
+// nothing: with any of x's it answers the redirect to Slack's consent
+// page, and neither tenant's registry entry moves.
+func attackSlackInstall(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
+	m.unchanged(t, x, y, func() {
+		for _, b := range m.bearers(t, x, c) {
+			browser := &http.Client{Timeout: crashWait, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+			req, _ := http.NewRequest(http.MethodGet, m.base+"/slack/install", nil)
+			if b != "" {
+				req.Header.Set("Authorization", "Bearer "+b)
+			}
+			resp, err := browser.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusFound || !strings.HasPrefix(resp.Header.Get("Location"), strings.TrimSuffix(m.sfake.URL, "/")+"/oauth/v2/authorize") {
+				t.Errorf("/slack/install with %s's %s: %d %s", x.id, c, resp.StatusCode, resp.Header.Get("Location"))
+			}
+		}
+	})
+}
+
+// attackSlackCallback: an install's callback needs the state the install
+// route signed and the cookie of the browser that asked: x's credential
+// as the state (with or without a cookie carrying it), and a code of y's
+// workspace, is 400 and installs nothing; y's workspace keeps serving y.
+func attackSlackCallback(t *testing.T, m *matrix, x, y *mxTenant, c mxCred) {
+	code := "xt-code-" + x.id + "-" + string(c)
+	m.sfake.AddOAuthCode(code, mxSlackTeam(int(y.slackChat.guild[len(y.slackChat.guild)-1]-'0')))
+	exchanges := len(m.sfake.Calls("oauth.v2.access"))
+	m.unchanged(t, x, y, func() {
+		for _, b := range m.bearers(t, x, c) {
+			state := cmp.Or(b, "xt-state")
+			path := "/slack/oauth/callback?" + url.Values{"code": {code}, "state": {state}}.Encode()
+			for _, header := range [][]string{nil, {"Cookie", "slack_oauth_state=" + state}} {
+				if a := m.do(t, http.MethodGet, path, b, nil, header...); a.status != http.StatusBadRequest {
+					t.Errorf("the Slack OAuth callback with %s's %s as the state: %d %s, want 400", x.id, c, a.status, a.body)
+				}
+			}
+		}
+	})
+	if n := len(m.sfake.Calls("oauth.v2.access")); n != exchanges {
+		t.Errorf("a forged callback exchanged Slack's code (%d calls)", n-exchanges)
+	}
+	m.deliver(t, y, y.slackChat, "")
+}
+
 // attackHealthz: /healthz says "ok" to anyone and nothing else.
 func attackHealthz(t *testing.T, m *matrix, x, _ *mxTenant, c mxCred) {
 	for _, b := range m.bearers(t, x, c) {
@@ -1020,6 +1124,12 @@ func (m *matrix) checkAfterwards(t *testing.T) {
 				}
 			}
 		}
+		slackChats := []string{y.slackChat.chat, y.slackBound.chat}
+		for _, call := range m.sfake.Calls("")[m.setupSlack:] {
+			if slackWrites[call.Method] && slices.Contains(slackChats, call.Form.Get("channel")) {
+				t.Errorf("Slack got %s %v, a write to %s's channel, during the attacks", call.Method, call.Form, y.id)
+			}
+		}
 		for _, s := range m.wfake.Sent()[m.setupSent:] {
 			if s.To == y.waChat.chat || s.To == y.waBound.chat {
 				t.Errorf("WhatsApp got a message from %s to %s's user %s during the attacks", s.PhoneNumberID, y.id, s.To)
@@ -1042,6 +1152,11 @@ func (m *matrix) checkAfterwards(t *testing.T) {
 			if strings.Contains(v, "xt-attack") {
 				t.Errorf("Telegram got an attack: %s %v", call.Method, call.Form)
 			}
+		}
+	}
+	for _, call := range m.sfake.Calls("") {
+		if strings.Contains(call.Form.Encode(), "xt-attack") || strings.Contains(string(call.JSON), "xt-attack") {
+			t.Errorf("Slack got an attack: %s %v %s", call.Method, call.Form, call.JSON)
 		}
 	}
 	for _, s := range m.wfake.Sent() {

@@ -22,6 +22,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -40,6 +41,7 @@ import (
 	"connector/idtoken/idtokentest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/slack/slacktest"
 	"connector/platform/telegram/telegramtest"
 	"connector/platform/whatsapp/whatsapptest"
 	"connector/relay/relaytest"
@@ -54,8 +56,8 @@ const (
 
 // matrixConfig is the connector's config: tenants ta (n=1) and tb (n=2),
 // each owning Discord guild 5n0 (channel 5n1), Telegram chat -100n,
-// WhatsApp business number 106n and nexscope room room-<x> by
-// configuration. The admin API, provisioning and
+// WhatsApp business number 106n, Slack workspace TMX0000n (channel
+// CMX0000n) and nexscope room room-<x> by configuration. The admin API, provisioning and
 // the management plane add the rest in setup (mxTenant).
 const matrixConfig = `listen: 127.0.0.1:0
 ops: {listen: 127.0.0.1:0}
@@ -85,6 +87,12 @@ whatsapp:
   api_url: %s
   phone_numbers: {"1061": ta, "1062": tb}
   allow_all_users: true
+slack:
+  api_url: %s
+  teams: {"TMX00001": ta, "TMX00002": tb}
+  tenants:
+    ta: {require_mention: false}
+    tb: {require_mention: false}
 nexscope:
   rooms: [{name: room-ta, tenant: ta}, {name: room-tb, tenant: tb}]
 enroll: {public_key_file: %q, audience: connector}
@@ -97,11 +105,27 @@ const (
 	mxWAAccessToken = "mx-wa-access-token"
 )
 
+// The Slack credentials of the matrix (SLACK_* variables), and its
+// workspaces: ta's (its bot token is slack.bot_token), tb's (installed
+// through the OAuth routes) and a shared one bound to nobody (installed
+// too), whose channels the admin API binds.
+const (
+	mxSlackSecret       = "mx-slack-signing-secret"
+	mxSlackClientSecret = "mx-slack-client-secret"
+	mxSlackShared       = "TMX00009"
+)
+
+// mxSlackTeam is workspace n's fake (n 9: the shared one).
+func mxSlackTeam(n int) slacktest.Team {
+	return slacktest.Team{ID: fmt.Sprintf("TMX0000%d", n), Name: fmt.Sprintf("ws%d", n), Token: fmt.Sprintf("xoxb-mx-%d", n),
+		BotUser: fmt.Sprintf("UMXBOT00%d", n), BotID: fmt.Sprintf("BMXBOT00%d", n)}
+}
+
 // mxTarget is one chat of a tenant: where its messages arrive and where an
 // outbound op or a claim names it.
 type mxTarget struct {
-	platform string // discord, telegram, whatsapp_cloud or nexscope
-	guild    string // Discord: the guild the chat is in
+	platform string // discord, telegram, whatsapp_cloud, slack or nexscope
+	guild    string // Discord: the guild the chat is in; Slack: the workspace
 	number   string // WhatsApp: the business number the user writes to
 	chat     string // the chat_id an op names (a nexscope room's as its inbound says)
 	how      string // how it is the tenant's: configured, admin binding, …
@@ -137,6 +161,7 @@ type mxTenant struct {
 	tgChat, tgBound, tgProvisioned, tgClaimed, tgDM      mxTarget
 	room, boundRoom                                      mxTarget
 	waChat, waBound                                      mxTarget
+	slackChat, slackBound                                mxTarget
 
 	discordMsg, tgMsg  string // ids of messages its gateway sent in its configured chats
 	interactionToken   string
@@ -148,7 +173,7 @@ type mxTenant struct {
 // targets are every chat of t, in a fixed order.
 func (t *mxTenant) targets() []mxTarget {
 	return []mxTarget{t.discordChannel, t.boundChannel, t.claimedChannel, t.thread,
-		t.tgChat, t.tgBound, t.tgProvisioned, t.tgClaimed, t.tgDM, t.room, t.boundRoom, t.waChat, t.waBound}
+		t.tgChat, t.tgBound, t.tgProvisioned, t.tgClaimed, t.tgDM, t.room, t.boundRoom, t.waChat, t.waBound, t.slackChat, t.slackBound}
 }
 
 // ids are the ids of t's chats, messages and gateways: none may show up
@@ -158,7 +183,7 @@ func (t *mxTenant) ids() []string {
 	for _, g := range t.targets() {
 		out = append(out, g.chat)
 	}
-	return append(out, t.discordChannel.guild, t.boundChannel.guild, t.room.room, t.boundRoom.room, t.waChat.number, t.waBound.number,
+	return append(out, t.discordChannel.guild, t.boundChannel.guild, t.room.room, t.boundRoom.room, t.waChat.number, t.waBound.number, t.slackChat.guild,
 		t.gws[0].id, t.gws[1].id, t.spare.id, t.discordMsg, t.tgMsg)
 }
 
@@ -168,6 +193,7 @@ type matrix struct {
 	r      *adminRig
 	dfake  *discordtest.Server
 	wfake  *whatsapptest.Server
+	sfake  *slacktest.Server
 	priv   ed25519.PrivateKey
 	idKey  *rsa.PrivateKey
 	base   string // http://<public listener>
@@ -185,6 +211,7 @@ type matrix struct {
 	setupCalls    int            // fake Telegram calls before the attacks
 	setupReqs     int            // fake Discord requests before the attacks
 	setupSent     int            // fake WhatsApp messages before the attacks
+	setupSlack    int            // fake Slack calls before the attacks
 }
 
 // wakeup wakes every waiter when something was recorded.
@@ -259,7 +286,7 @@ func (m *matrix) connect(t *testing.T, x *mxTenant, gw *mxGateway, manifest []an
 	if err != nil {
 		t.Fatalf("%s dial: %v", gw.id, err)
 	}
-	for _, p := range []string{"discord", "telegram", "whatsapp_cloud", contract.PlatformRelay} {
+	for _, p := range []string{"discord", "telegram", "whatsapp_cloud", "slack", contract.PlatformRelay} {
 		hello := map[string]any{"type": contract.TypeHello, "platform": p, "botId": ""}
 		if p == "discord" && manifest != nil {
 			hello["command_manifest"] = manifest
@@ -491,7 +518,7 @@ func (m *matrix) admin(t *testing.T, method, path string, body any, want int) st
 		data, _ := json.Marshal(body)
 		rd = bytes.NewReader(data)
 	}
-	req, _ := http.NewRequest(method, "http://"+m.r.adminAddr+path, rd)
+	req, _ := http.NewRequest(method, "http://"+m.r.child.admin+path, rd)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	return post(t, req, want, method+" "+path)
 }
@@ -610,6 +637,13 @@ func (m *matrix) post(t *testing.T, g mxTarget, text string) {
 		body := whatsapptest.Text(whatsapptest.Business{PhoneNumberID: g.number, DisplayNumber: "1555" + g.number}, g.chat, "U",
 			"wamid.mx"+strconv.FormatInt(m.next(), 10), text)
 		post(t, whatsapptest.SignedRequest(m.base+"/whatsapp/webhook", mxWAAppSecret, body), http.StatusOK, "whatsapp webhook "+text)
+	case "slack":
+		n := m.next()
+		team := g.guild
+		bot := mxSlackTeam(int(team[len(team)-1] - '0')).BotUser
+		ev := slacktest.MessageEvent(team, g.chat, cmp.Or(g.user, "UMXUSER01"), fmt.Sprintf("1768490000.%06d", n), "", text)
+		body := slacktest.Envelope(team, bot, "EvMX"+strconv.FormatInt(n, 10), ev)
+		post(t, slacktest.SignedRequest(m.base+"/slack/events", mxSlackSecret, time.Now(), "application/json", body), http.StatusOK, "slack event "+text)
 	case "nexscope":
 		nexscopeSay(t, m.r.child.addr, g.room, "ada"+strconv.FormatInt(m.next(), 10), text)
 	default:
@@ -685,6 +719,8 @@ func newMatrix(t *testing.T, rows []mxRow) *matrix {
 		client: &http.Client{Timeout: crashWait}}
 	m.dfake = discordtest.New(t, discordtest.Options{Token: crashDiscordToken})
 	m.wfake = whatsapptest.New(t, mxWAAccessToken)
+	m.sfake = slacktest.New(t)
+	m.sfake.AddTeam(mxSlackTeam(1)) // ta's, by bot_token; the others are installed below
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	m.priv = priv
 	m.idKey = idtokentest.Key(t)
@@ -692,12 +728,13 @@ func newMatrix(t *testing.T, rows []mxRow) *matrix {
 	if err := os.WriteFile(keyFile, idtokentest.PublicPEM(t, m.idKey), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	doc := fmt.Sprintf(matrixConfig, hex.EncodeToString(pub), m.dfake.URL, m.dfake.GatewayURL, m.r.tfake.URL, m.wfake.URL, keyFile)
+	doc := fmt.Sprintf(matrixConfig, hex.EncodeToString(pub), m.dfake.URL, m.dfake.GatewayURL, m.r.tfake.URL, m.wfake.URL, m.sfake.URL, keyFile)
 	if err := os.WriteFile(m.r.config, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	m.r.env = append(m.r.env, "DISCORD_BOT_TOKEN="+crashDiscordToken,
-		"WHATSAPP_APP_SECRET="+mxWAAppSecret, "WHATSAPP_VERIFY_TOKEN="+mxWAVerifyToken, "WHATSAPP_ACCESS_TOKEN="+mxWAAccessToken)
+		"WHATSAPP_APP_SECRET="+mxWAAppSecret, "WHATSAPP_VERIFY_TOKEN="+mxWAVerifyToken, "WHATSAPP_ACCESS_TOKEN="+mxWAAccessToken,
+		"SLACK_SIGNING_SECRET="+mxSlackSecret, "SLACK_BOT_TOKEN="+mxSlackTeam(1).Token, "SLACK_CLIENT_ID=1.2", "SLACK_CLIENT_SECRET="+mxSlackClientSecret)
 	checkRows(t, m.r.config, m.r.env, rows)
 
 	m.ta, m.tb = newTenant(1, "ta"), newTenant(2, "tb")
@@ -706,6 +743,10 @@ func newMatrix(t *testing.T, rows []mxRow) *matrix {
 			discordtest.Channel{ID: x.discordChannel.chat, Type: 0, GuildID: x.discordChannel.guild, Name: "general"})
 		m.dfake.AddGuild(discordtest.Guild{ID: x.boundChannel.guild, Name: "bound " + x.id},
 			discordtest.Channel{ID: x.boundChannel.chat, Type: 0, GuildID: x.boundChannel.guild, Name: "general"})
+	}
+	for _, x := range []*mxTenant{m.ta, m.tb} {
+		m.sfake.AddChannel(x.slackChat.guild, slacktest.Channel{ID: x.slackChat.chat, Name: "general"})
+		m.sfake.AddChannel(mxSlackShared, slacktest.Channel{ID: x.slackBound.chat, Name: "desk-" + x.id})
 	}
 	m.dfake.AddGuild(discordtest.Guild{ID: "530", Name: "shared"},
 		discordtest.Channel{ID: m.ta.claimedChannel.chat, Type: 0, GuildID: "530", Name: "desk-ta"},
@@ -718,13 +759,15 @@ func newMatrix(t *testing.T, rows []mxRow) *matrix {
 	if err := m.dfake.WaitSession(ctx, 1); err != nil {
 		t.Fatalf("waiting for the Discord Gateway session: %v", err)
 	}
-	waitMetrics(t, "http://"+m.r.opsAddr+"/metrics", `connector_platform_ready{platform="discord"} 1`,
+	waitMetrics(t, "http://"+m.r.child.ops+"/metrics", `connector_platform_ready{platform="discord"} 1`,
 		`connector_platform_ready{platform="telegram"} 1`, `connector_platform_ready{platform="nexscope"} 1`,
-		`connector_platform_ready{platform="whatsapp_cloud"} 1`)
+		`connector_platform_ready{platform="whatsapp_cloud"} 1`, `connector_platform_ready{platform="slack"} 1`)
+	m.slackInstall(t, mxSlackTeam(2))
+	m.slackInstall(t, mxSlackTeam(9))
 	for _, x := range []*mxTenant{m.ta, m.tb} {
 		m.setUp(t, x)
 	}
-	m.setupReqs, m.setupCalls, m.setupSent = len(m.dfake.Requests()), len(m.r.tfake.Calls("")), len(m.wfake.Sent())
+	m.setupReqs, m.setupCalls, m.setupSent, m.setupSlack = len(m.dfake.Requests()), len(m.r.tfake.Calls("")), len(m.wfake.Sent()), len(m.sfake.Calls(""))
 	return m
 }
 
@@ -746,6 +789,8 @@ func newTenant(n int, id string) *mxTenant {
 		boundRoom:      mxTarget{platform: "nexscope", room: "lab-" + id, how: "room bound by the admin API"},
 		waChat:         mxTarget{platform: "whatsapp_cloud", number: d("106%d"), chat: d("4477009001%d"), how: "user of its configured number"},
 		waBound:        mxTarget{platform: "whatsapp_cloud", number: d("116%d"), chat: d("4477009002%d"), how: "user of its number bound by the admin API"},
+		slackChat:      mxTarget{platform: "slack", guild: d("TMX0000%d"), chat: d("CMX0000%d"), how: "channel of its configured workspace"},
+		slackBound:     mxTarget{platform: "slack", guild: mxSlackShared, chat: d("CMXB000%d"), how: "channel bound by the admin API"},
 	}
 }
 
@@ -763,7 +808,7 @@ func (m *matrix) setUp(t *testing.T, x *mxTenant) {
 	}
 	for _, b := range []struct{ platform, kind, id string }{
 		{"discord", platform.BindGuild, x.boundChannel.guild}, {"telegram", platform.BindChat, x.tgBound.chat}, {"nexscope", platform.BindRoom, x.boundRoom.room},
-		{"whatsapp_cloud", platform.BindPhoneNumber, x.waBound.number},
+		{"whatsapp_cloud", platform.BindPhoneNumber, x.waBound.number}, {"slack", platform.BindChannel, x.slackBound.chat},
 	} {
 		m.admin(t, http.MethodPut, "/admin/v1/tenants/"+x.id+"/bindings", map[string]string{"platform": b.platform, "kind": b.kind, "id": b.id}, http.StatusNoContent)
 	}
@@ -802,7 +847,7 @@ func (m *matrix) setUp(t *testing.T, x *mxTenant) {
 	}
 
 	// Every chat reaches x; the inbound names each chat as ops must.
-	for _, g := range []*mxTarget{&x.discordChannel, &x.boundChannel, &x.claimedChannel, &x.tgChat, &x.tgBound, &x.tgProvisioned, &x.tgClaimed, &x.tgDM, &x.room, &x.boundRoom, &x.waChat, &x.waBound} {
+	for _, g := range []*mxTarget{&x.discordChannel, &x.boundChannel, &x.claimedChannel, &x.tgChat, &x.tgBound, &x.tgProvisioned, &x.tgClaimed, &x.tgDM, &x.room, &x.boundRoom, &x.waChat, &x.waBound, &x.slackChat, &x.slackBound} {
 		f, ok := m.deliver(t, x, *g, "")
 		if !ok {
 			t.FailNow()
@@ -943,3 +988,28 @@ func checkRows(t *testing.T, path string, env []string, rows []mxRow) {
 
 // rowKey names a row: its route, and on /relay its frame.
 func rowKey(route, frame string) string { return strings.TrimSpace(route + " " + frame) }
+
+// slackInstall installs the app in team through the OAuth routes, as the
+// workspace's admin would: /slack/install sets the browser's cookie and
+// sends it to Slack with a state, Slack sends it back to
+// /slack/oauth/callback with a code.
+func (m *matrix) slackInstall(t *testing.T, team slacktest.Team) {
+	t.Helper()
+	browser := &http.Client{Timeout: crashWait, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := browser.Get(m.base + "/slack/install")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil || resp.StatusCode != http.StatusFound {
+		t.Fatalf("/slack/install: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	code := "mx-code-" + team.ID
+	m.sfake.AddOAuthCode(code, team)
+	req, _ := http.NewRequest(http.MethodGet, m.base+"/slack/oauth/callback?"+url.Values{"code": {code}, "state": {loc.Query().Get("state")}}.Encode(), nil)
+	for _, c := range resp.Cookies() {
+		req.AddCookie(c)
+	}
+	post(t, req, http.StatusOK, "the OAuth callback of "+team.ID)
+}

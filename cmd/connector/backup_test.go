@@ -8,17 +8,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"connector/registry"
 	"connector/store"
 )
 
-// backupRecords opens the embedded data file at path (a copy) and returns
-// tenant t1's payloads.
-func backupRecords(t *testing.T, path string) []string {
+// openBackup opens a copy of the embedded data file at path as a store,
+// closed when the test ends.
+func openBackup(t *testing.T, path string) store.Store {
 	t.Helper()
 	dir := t.TempDir()
 	data, err := os.ReadFile(path)
@@ -32,8 +35,15 @@ func backupRecords(t *testing.T, path string) []string {
 	if err != nil {
 		t.Fatalf("opening the backup %s: %v", path, err)
 	}
-	defer st.Close()
-	recs, err := st.Ledger().Read(context.Background(), "t1", 0, 100_000)
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// backupRecords opens the embedded data file at path (a copy) and returns
+// tenant t1's payloads.
+func backupRecords(t *testing.T, path string) []string {
+	t.Helper()
+	recs, err := openBackup(t, path).Ledger().Read(context.Background(), "t1", 0, 100_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +126,7 @@ func TestAdminBackupWhileWriting(t *testing.T) {
 		t.Fatalf("a direct backup of a running connector's file: %v\n%s", err, b)
 	}
 
-	if err := r.child.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-r.child.exited:
-	case <-time.After(crashWait):
-		t.Fatalf("timed out after %v waiting for the connector to stop on SIGTERM", crashWait)
-	}
+	r.terminate(t)
 	stopped := filepath.Join(t.TempDir(), "stopped.db")
 	msg = r.cli(t, "backup", "-o", stopped, "-data-dir", r.dataDir)
 	if !strings.Contains(msg, "bytes written to "+stopped) {
@@ -135,5 +138,94 @@ func TestAdminBackupWhileWriting(t *testing.T) {
 	}
 	if miss := holdsAll(payloads, "during", 0, during); miss != "" {
 		t.Fatalf("the stopped backup lacks %s (of %d confirmed)", miss, during)
+	}
+}
+
+// TestUpgradeGuideBackupCommandsAndRestore runs the backup commands of
+// docs/guides/upgrade-backup.md as they are written (the file names
+// replaced by a test's): the online one against the running connector, the
+// offline one once it stopped. Both copies hold the registry (a tenant
+// the admin API added). Restoring the online copy, taken before a second
+// tenant was added, rolls that tenant back, as the guide says.
+func TestUpgradeGuideBackupCommandsAndRestore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	guide, err := os.ReadFile("../../docs/guides/upgrade-backup.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := regexp.MustCompile(`(?m)^(?:CONNECTOR_ADMIN_TOKEN=\.\.\. )?connector admin backup .*$`).FindAllString(string(guide), -1)
+	if len(cmds) != 2 || strings.Contains(cmds[0], "-data-dir") || !strings.Contains(cmds[1], "-data-dir /var/lib/connector") {
+		t.Fatalf("the guide's backup commands are %q, want the online one then the offline one", cmds)
+	}
+	r := newAdminRig(t)
+	r.start(t)
+	r.cli(t, "tenant", "add", "acme")
+	run := func(line string) string {
+		t.Helper()
+		out := filepath.Join(t.TempDir(), "connector-backup.db")
+		line = strings.TrimPrefix(line, "CONNECTOR_ADMIN_TOKEN=... ") // r.env sets it
+		line = strings.ReplaceAll(line, "/backups/connector-$(date +%F).db", out)
+		line = strings.ReplaceAll(line, "/var/lib/connector", r.dataDir)
+		cmd := exec.Command(r.bin, strings.Fields(line)[1:]...)
+		cmd.Env = append(slices.Clone(r.env), "CONNECTOR_ADMIN_URL=http://"+r.child.admin)
+		if b, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(b), "bytes written to "+out) {
+			t.Fatalf("%s: %v\n%s", line, err, b)
+		}
+		return out
+	}
+	online := run(cmds[0])
+	r.cli(t, "tenant", "add", "later")
+	r.terminate(t)
+	offline := run(cmds[1])
+	for path, want := range map[string][]string{online: {"acme"}, offline: {"acme", "later"}} {
+		if got := backupTenants(t, path); !slices.Equal(got, want) {
+			t.Errorf("backup %s holds the tenants %v, want %v", filepath.Base(filepath.Dir(path)), got, want)
+		}
+	}
+
+	// Restore the online copy: "later" was added after it.
+	data, err := os.ReadFile(online)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.dataDir, store.DataFile), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r.start(t)
+	listing := r.cli(t, "tenants")
+	if !strings.Contains(listing, `"id": "acme"`) || strings.Contains(listing, `"id": "later"`) {
+		t.Fatalf("after restoring the backup the tenants are\n%s", listing)
+	}
+}
+
+// backupTenants opens the embedded data file at path (a copy) and returns
+// the tenants its registry stores.
+func backupTenants(t *testing.T, path string) []string {
+	t.Helper()
+	s, err := registry.New(openBackup(t, path), time.Now).Stored(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, tn := range s.Tenants {
+		ids = append(ids, tn.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// terminate stops the rig's connector with SIGTERM and waits until it
+// exited.
+func (r *adminRig) terminate(t *testing.T) {
+	t.Helper()
+	if err := r.child.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.child.exited:
+	case <-time.After(crashWait):
+		t.Fatalf("timed out after %v waiting for the connector to stop on SIGTERM", crashWait)
 	}
 }

@@ -71,7 +71,7 @@ func downloadBackup(ctx context.Context, base, token string, start func(int64) (
 	}
 	resp, err := http.DefaultClient.Do(req) // no overall timeout: the server bounds a copy
 	if err != nil {
-		return 0, err
+		return 0, unreachable(base, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

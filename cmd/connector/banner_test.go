@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/registry"
 	"connector/relay/relaytest"
 )
 
@@ -43,7 +44,7 @@ func TestBannerRecommendsGatewaySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	var banner bytes.Buffer
-	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms)
+	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms, len(cfg.Tenants))
 	for _, want := range []string{
 		"GATEWAY_RELAY_URL=http://127.0.0.1:8080", "GATEWAY_RELAY_ID=local",
 		"GATEWAY_RELAY_SECRET=" + gen.GatewaySecret, gen.DataDir,
@@ -64,7 +65,7 @@ func TestBannerRecommendsGatewaySettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	banner.Reset()
-	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms)
+	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms, len(cfg.Tenants))
 	if got := bannerPlatforms(t, banner.String()); got != "discord,telegram,relay" {
 		t.Errorf("every platform: GATEWAY_RELAY_PLATFORMS=%s, want discord,telegram,relay", got)
 	}
@@ -181,11 +182,11 @@ func TestReadmeExplainsEveryBannerSetting(t *testing.T) {
 		t.Fatal(err)
 	}
 	var banner bytes.Buffer
-	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms)
+	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms, len(cfg.Tenants))
 	if _, gen, err = loadOrDefault(sources{dataDir: t.TempDir()}, noEnv); err != nil {
 		t.Fatal(err)
 	}
-	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms)
+	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, c.platforms, len(cfg.Tenants))
 	names := regexp.MustCompile(`GATEWAY_RELAY_[A-Z_]+`).FindAllString(banner.String(), -1)
 	slices.Sort(names)
 	names = slices.Compact(names)
@@ -201,5 +202,45 @@ func TestReadmeExplainsEveryBannerSetting(t *testing.T) {
 		if !strings.Contains(string(readme), cmd) {
 			t.Errorf("README lost the newcomer's command %q", cmd)
 		}
+	}
+}
+
+// TestBannerCountsEveryTenantAndNamesTheAdminToken: the banner counts the
+// tenants the admin API added (kept in the store) with the config's, says
+// the store holds them, and names where the admin token came from.
+func TestBannerCountsEveryTenantAndNamesTheAdminToken(t *testing.T) {
+	st := memStore(t)
+	if err := registry.New(st, time.Now).CreateTenant(context.Background(), registry.Tenant{ID: "added"}); err != nil {
+		t.Fatal(err)
+	}
+	path := writeConfig(t, "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0}\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n")
+	env := map[string]string{"CONNECTOR_ADMIN_TOKEN": "admin-token-0123456789"}
+	cfg, gen, err := loadOrDefault(sources{configPath: path, dataDir: t.TempDir()}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.relay.Shutdown(context.Background())
+	var banner bytes.Buffer
+	addrs := listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090", AdminAddr: "127.0.0.1:9091"}
+	printBanner(&banner, addrs, false, cfg, gen, conn.platforms, int(conn.live.tenants.Load()))
+	for _, want := range []string{"tenants: 2 (1 from the config, 1 added with the admin API)", "(bearer $CONNECTOR_ADMIN_TOKEN; keep private)",
+		"the tenants, gateways, secrets and\n             bindings added with the admin API; restoring a backup rolls all of them back"} {
+		if !strings.Contains(banner.String(), want) {
+			t.Errorf("banner lacks %q:\n%s", want, banner.String())
+		}
+	}
+	// Written in the file, the token is named as the file's key.
+	cfg, gen, err = loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\nadmin: {listen: 127.0.0.1:0, token: admin-token-0123456789}\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	banner.Reset()
+	printBanner(&banner, addrs, false, cfg, gen, nil, 0)
+	if !strings.Contains(banner.String(), "(bearer admin.token of the config file; keep private)") {
+		t.Errorf("banner:\n%s", banner.String())
 	}
 }

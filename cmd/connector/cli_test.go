@@ -1,11 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,52 +8,11 @@ import (
 	"connector/contract"
 )
 
-// buildBinary builds this command into a temporary directory and returns
-// the binary's path.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "connector")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// runBinary runs bin with args, stdin and extra environment variables, and
-// returns its exit code and output. It fails the test after 60 s.
-func runBinary(t *testing.T, bin, stdin string, env []string, args ...string) (int, string, string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("timed out after 60s waiting for connector %v to exit", args)
-	}
-	var exit *exec.ExitError
-	if err != nil && !errors.As(err, &exit) {
-		t.Fatal(err)
-	}
-	return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
-}
-
 // TestBuiltBinaryHelp runs the built binary: --help lists every subcommand
 // with a line each and exits 0, and every subcommand's --help exits 0
 // without doing its work (conformance keys --help opens no file).
 func TestBuiltBinaryHelp(t *testing.T) {
-	bin := buildBinary(t)
+	bin := connectorBinary(t)
 	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
 		code, out, errOut := runBinary(t, bin, "", nil, args...)
 		if code != 0 {
@@ -95,7 +49,7 @@ func TestBuiltBinaryHelp(t *testing.T) {
 // TestBuiltBinaryTokenSecretOutsideArgv: the secret comes from the
 // environment or stdin; -secret still works but warns.
 func TestBuiltBinaryTokenSecretOutsideArgv(t *testing.T) {
-	bin := buildBinary(t)
+	bin := connectorBinary(t)
 	const id, secret = "gw-example", "s3cr3t-example-secret"
 	verify := func(how, out string) {
 		t.Helper()

@@ -2,6 +2,8 @@ package main
 
 import (
 	"cmp"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -15,6 +17,7 @@ import (
 	"connector/enroll"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
+	"connector/platform/slack"
 	"connector/platform/telegram"
 	"connector/platform/whatsapp"
 	"connector/registry"
@@ -36,6 +39,13 @@ type Config struct {
 	// more for the close). A second SIGTERM or SIGINT exits at once.
 	// Default 30s.
 	ShutdownGrace time.Duration `yaml:"shutdown_grace"`
+	// ShutdownDelay is how long SIGTERM waits, serving as usual while
+	// /readyz answers 503, before the shutdown starts: long enough for a
+	// load balancer's health checks to take the instance out of rotation
+	// (its interval times its unhealthy threshold) before the listener
+	// closes. A second SIGTERM or SIGINT exits at once. Default 0s (none:
+	// right for a single instance without a load balancer).
+	ShutdownDelay time.Duration `yaml:"shutdown_delay"`
 	// Log configures structured logging.
 	Log LogConfig `yaml:"log"`
 	// TLS, when cert_file and key_file are set, serves https:// and wss://
@@ -76,6 +86,12 @@ type Config struct {
 	// one chat under two spellings is an error). Long polling unless
 	// webhook_url is set.
 	Telegram *telegram.Config `yaml:"telegram"`
+	// Slack fronts the shared Slack app; enabled when the section is present
+	// or SLACK_SIGNING_SECRET, SLACK_BOT_TOKEN or SLACK_APP_TOKEN is set.
+	// Routing: teams (workspace id -> tenant), plus team and channel
+	// bindings of the admin API. HTTP events at /slack/events unless
+	// app_token selects Socket Mode.
+	Slack *slack.Config `yaml:"slack"`
 	// WhatsApp fronts one WhatsApp Cloud API app (platform whatsapp_cloud);
 	// enabled when the section is present or WHATSAPP_ACCESS_TOKEN is set.
 	// Routing: phone_numbers (business phone number id -> tenant). Meta
@@ -88,6 +104,9 @@ type Config struct {
 
 	// deprecations are the older key spellings the file used.
 	deprecations []deprecation
+	// fromEnv names the variable each key set from the environment came
+	// from (applyKeyEnv).
+	fromEnv map[string]string
 }
 
 // LogConfig configures log/slog output.
@@ -110,18 +129,48 @@ type TLSConfig struct {
 // StoreConfig selects the durable store.
 type StoreConfig struct {
 	// Backend is embedded (a bbolt file in the data directory; no
-	// external service; one process at a time) or redis (a Redis 7 server
-	// shared by several instances). Default embedded.
+	// external service; one process at a time) or redis (Redis 6.2 or
+	// later shared by several instances: one server, a primary found
+	// through Sentinel, or a Redis Cluster). Default embedded.
 	Backend string `yaml:"backend"`
 	// Path is the data directory: the embedded store's file (connector.db)
 	// and the secrets embedded defaults generate. The -data-dir flag and
 	// $CONNECTOR_DATA_DIR override it. Default $XDG_STATE_HOME/connector,
 	// else ~/.local/state/connector.
 	Path string `yaml:"path"`
-	// RedisURL addresses the redis backend's server:
-	// redis://[:password@]host:port/db (rediss:// for TLS).
-	// $CONNECTOR_REDIS_URL overrides it.
+	// RedisURL addresses the redis backend's one server:
+	// redis://[user:password@]host:port/db (rediss:// for TLS; an ACL user
+	// as user). $CONNECTOR_REDIS_URL overrides it. Set one of redis_url,
+	// redis_sentinel and redis_cluster_addrs.
 	RedisURL string `yaml:"redis_url"`
+	// RedisSentinel finds the redis backend's primary through Sentinel and
+	// follows its failovers without a restart.
+	RedisSentinel *RedisSentinelConfig `yaml:"redis_sentinel"`
+	// RedisClusterAddrs are host:port addresses of nodes of a Redis
+	// Cluster the redis backend runs on (the others are learnt from
+	// them). Each tenant's keys live in one slot, so tenants spread over
+	// the shards.
+	RedisClusterAddrs []string `yaml:"redis_cluster_addrs"`
+	// RedisClusterUsername is the ACL user for the cluster's nodes.
+	// Default the default user.
+	RedisClusterUsername string `yaml:"redis_cluster_username"`
+	// RedisClusterPassword is the password for the cluster's nodes.
+	RedisClusterPassword string `yaml:"redis_cluster_password"`
+	// RedisClusterTLS connects to the cluster's nodes over TLS.
+	RedisClusterTLS bool `yaml:"redis_cluster_tls"`
+	// RedisTLS says how to verify the Redis servers when TLS is on
+	// (rediss://, redis_sentinel.tls, redis_cluster_tls), and the client
+	// certificate to present if they ask for one.
+	RedisTLS RedisTLSConfig `yaml:"redis_tls"`
+	// RedisMinReplicas is how many Redis replicas must have an inbound
+	// event (WAIT) before it is confirmed to its platform; when they do not
+	// within redis_replica_timeout the confirmation is refused and the
+	// platform sends the event again. Default 0: confirmed once the
+	// primary has it.
+	RedisMinReplicas int `yaml:"redis_min_replicas"`
+	// RedisReplicaTimeout bounds the wait for redis_min_replicas. Default
+	// 1s.
+	RedisReplicaTimeout time.Duration `yaml:"redis_replica_timeout"`
 	// Instance names this instance among those sharing the redis backend
 	// (in logs and leases); unique per process. $CONNECTOR_INSTANCE
 	// overrides it. Default the host name and a random suffix.
@@ -136,6 +185,41 @@ type StoreConfig struct {
 
 // EnvRedisURL overrides store.redis_url.
 const EnvRedisURL = "CONNECTOR_REDIS_URL"
+
+// RedisSentinelConfig names a Redis primary that Sentinels watch.
+type RedisSentinelConfig struct {
+	// Master is the name the Sentinels know the primary by.
+	Master string `yaml:"master"`
+	// Addrs are Sentinels' host:port addresses.
+	Addrs []string `yaml:"addrs"`
+	// Username is the ACL user for the primary and its replicas. Default
+	// the default user.
+	Username string `yaml:"username"`
+	// Password is the password for the primary and its replicas.
+	Password string `yaml:"password"`
+	// SentinelUsername is the ACL user for the Sentinels themselves, when
+	// they require one.
+	SentinelUsername string `yaml:"sentinel_username"`
+	// SentinelPassword is the Sentinels' own password, when they require
+	// one (their requirepass), which may differ from password.
+	SentinelPassword string `yaml:"sentinel_password"`
+	// TLS connects to the Sentinels, the primary and the replicas over
+	// TLS.
+	TLS bool `yaml:"tls"`
+}
+
+// RedisTLSConfig verifies the Redis servers and identifies the connector
+// to them.
+type RedisTLSConfig struct {
+	// CAFile is a PEM bundle of the CAs that signed the servers'
+	// certificates. Default the system's roots.
+	CAFile string `yaml:"ca_file"`
+	// CertFile is a PEM client certificate chain, for servers that ask for
+	// one (tls-auth-clients).
+	CertFile string `yaml:"cert_file"`
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `yaml:"key_file"`
+}
 
 // TenantConfig is one tenant.
 type TenantConfig struct {
@@ -257,8 +341,11 @@ func GatewaySecretsEnv(id string) string {
 			b[i] = '_'
 		}
 	}
-	return "CONNECTOR_GATEWAY_SECRETS_" + string(b)
+	return gatewaySecretsEnvPrefix + string(b)
 }
+
+// gatewaySecretsEnvPrefix starts GatewaySecretsEnv's variables.
+const gatewaySecretsEnvPrefix = "CONNECTOR_GATEWAY_SECRETS_"
 
 // normalize fills the defaults of the listeners and the http section and
 // rewrites platform ids to the spelling the platforms send ("0500" is
@@ -279,6 +366,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		return errors.New("config: shutdown_grace: must not be negative")
+	}
+	if c.ShutdownDelay < 0 {
+		return errors.New("config: shutdown_delay: must not be negative")
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":
@@ -406,27 +496,117 @@ func (s *StoreConfig) validate() error {
 	switch s.Backend {
 	case "", store.BackendEmbedded:
 	case store.BackendRedis:
-		if s.RedisURL == "" {
-			return fmt.Errorf("config: store.redis_url: required for the redis backend (or set %s)", EnvRedisURL)
-		}
-		if _, err := url.Parse(s.RedisURL); err != nil {
-			return errors.New("config: store.redis_url: not a URL")
-		}
+		return s.validateRedis()
 	default:
 		return fmt.Errorf("config: store.backend: %q is not one of embedded, redis", s.Backend)
 	}
 	return nil
 }
 
-// storeConfig is the store section for store.Open.
-func (s *StoreConfig) storeConfig() store.Config {
-	return store.Config{Backend: s.Backend, Path: s.Path, RedisURL: s.RedisURL}
+// validateRedis checks the redis backend's keys: exactly one way to reach
+// it, each complete.
+func (s *StoreConfig) validateRedis() error {
+	modes := 0
+	for _, set := range []bool{s.RedisURL != "", s.RedisSentinel != nil, len(s.RedisClusterAddrs) > 0} {
+		if set {
+			modes++
+		}
+	}
+	switch {
+	case modes == 0:
+		return fmt.Errorf("config: store.redis_url: required for the redis backend (or set %s), unless store.redis_sentinel or store.redis_cluster_addrs is set", EnvRedisURL)
+	case modes > 1:
+		return errors.New("config: store: set only one of redis_url, redis_sentinel and redis_cluster_addrs")
+	case s.RedisSentinel != nil && s.RedisSentinel.Master == "":
+		return errors.New("config: store.redis_sentinel.master: required")
+	case s.RedisSentinel != nil && len(s.RedisSentinel.Addrs) == 0:
+		return errors.New("config: store.redis_sentinel.addrs: required")
+	case len(s.RedisClusterAddrs) == 0 && (s.RedisClusterUsername != "" || s.RedisClusterPassword != "" || s.RedisClusterTLS):
+		return errors.New("config: store.redis_cluster_*: set with redis_cluster_addrs only")
+	case s.RedisMinReplicas < 0:
+		return errors.New("config: store.redis_min_replicas: must not be negative")
+	case s.RedisReplicaTimeout < 0:
+		return errors.New("config: store.redis_replica_timeout: must not be negative")
+	case (s.RedisTLS.CertFile == "") != (s.RedisTLS.KeyFile == ""):
+		return errors.New("config: store.redis_tls: cert_file and key_file must be set together")
+	}
+	if _, err := s.RedisTLS.load(); err != nil {
+		return err
+	}
+	if s.RedisURL != "" {
+		u, err := url.Parse(s.RedisURL)
+		if err != nil {
+			return errors.New("config: store.redis_url: not a URL")
+		}
+		if u.Scheme != "redis" && u.Scheme != "rediss" {
+			return errors.New("config: store.redis_url: the scheme must be redis or rediss (TLS)")
+		}
+	}
+	return nil
+}
+
+// storeConfig is the store section for store.Open, with store.redis_tls's
+// files read.
+func (s *StoreConfig) storeConfig() (store.Config, error) {
+	cfg := store.Config{
+		Backend: s.Backend, Path: s.Path, RedisURL: s.RedisURL,
+		RedisMinReplicas: s.RedisMinReplicas, RedisReplicaTimeout: s.RedisReplicaTimeout,
+	}
+	if s.Backend != store.BackendRedis {
+		return cfg, nil
+	}
+	if sc := s.RedisSentinel; sc != nil {
+		cfg.RedisSentinel = &store.RedisSentinel{
+			Master: sc.Master, Addrs: sc.Addrs, Username: sc.Username, Password: sc.Password,
+			SentinelUsername: sc.SentinelUsername, SentinelPassword: sc.SentinelPassword, TLS: sc.TLS,
+		}
+	}
+	if len(s.RedisClusterAddrs) > 0 {
+		cfg.RedisCluster = &store.RedisCluster{
+			Addrs: s.RedisClusterAddrs, Username: s.RedisClusterUsername, Password: s.RedisClusterPassword, TLS: s.RedisClusterTLS,
+		}
+	}
+	var err error
+	cfg.RedisTLS, err = s.RedisTLS.load()
+	return cfg, err
+}
+
+// load reads the files of the redis_tls section; nil when none is set.
+func (c RedisTLSConfig) load() (*tls.Config, error) {
+	if c == (RedisTLSConfig{}) {
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: store.redis_tls.ca_file: %w", err)
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("config: store.redis_tls.ca_file: no PEM certificate in %s", c.CAFile)
+		}
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: store.redis_tls: %w", err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
 }
 
 // describe says where the store keeps its data, for the banner and logs:
 // never the Redis password.
 func (s *StoreConfig) describe() string {
 	if s.Backend == store.BackendRedis {
+		switch {
+		case s.RedisSentinel != nil:
+			return fmt.Sprintf("redis primary %q through the Sentinels at %s", s.RedisSentinel.Master, strings.Join(s.RedisSentinel.Addrs, ","))
+		case len(s.RedisClusterAddrs) > 0:
+			return "redis cluster at " + strings.Join(s.RedisClusterAddrs, ",")
+		}
 		where := "redis"
 		if u, err := url.Parse(s.RedisURL); err == nil {
 			where += " at " + u.Host + u.Path

@@ -27,7 +27,8 @@ func configCmd(args []string, stdout, stderr io.Writer) int {
 // exampleConfig is the commented example of docs/configuration.md and
 // connector config example.
 const exampleConfig = `# connector.yaml: every key is in docs/configuration.md.
-listen: 0.0.0.0:8080            # public: /relay, the webhooks, nexscope, /healthz
+listen: 127.0.0.1:8080          # public: /relay, the webhooks, nexscope, /healthz; behind a reverse proxy
+                                #   that terminates TLS (docs/guides/tls.md), or set tls and listen: 0.0.0.0:443
 ops: {listen: 127.0.0.1:9090}   # private: /metrics, /readyz, /platforms
 shutdown_grace: 30s
 log: {level: info, format: json}

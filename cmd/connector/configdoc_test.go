@@ -16,7 +16,25 @@ func TestConfigurationDoc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const path = "../../docs/configuration.md"
+	keepInStep(t, "docs/configuration.md", want, "the Config struct", "TestConfigurationDoc")
+	for _, key := range []string{"`listen`", "`tenants[].gateways[].secrets`", "`discord.guilds`", "`telegram.chats`", "`nexscope.rooms[].tenant`"} {
+		if !strings.Contains(want, key) {
+			t.Errorf("reference lacks %s", key)
+		}
+	}
+	for _, line := range strings.Split(want, "\n") {
+		if strings.HasPrefix(line, "| `") && strings.HasSuffix(line, "|  |") {
+			t.Errorf("undocumented key (add a doc comment to its field): %s", line)
+		}
+	}
+}
+
+// keepInStep fails the test when the repository's file doc (generated from
+// source by the test named test) is not want; with -update it writes want
+// there first.
+func keepInStep(t *testing.T, doc, want, source, test string) {
+	t.Helper()
+	path := "../../" + doc
 	if *update {
 		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
 			t.Fatal(err)
@@ -27,16 +45,6 @@ func TestConfigurationDoc(t *testing.T) {
 		t.Fatalf("%v (generate it with -update)", err)
 	}
 	if string(got) != want {
-		t.Fatalf("docs/configuration.md is out of date with the Config struct; run\n\tgo test ./cmd/connector -run TestConfigurationDoc -update")
-	}
-	for _, key := range []string{"`listen`", "`tenants[].gateways[].secrets`", "`discord.guilds`", "`telegram.chats`", "`nexscope.rooms[].tenant`"} {
-		if !strings.Contains(want, key) {
-			t.Errorf("reference lacks %s", key)
-		}
-	}
-	for _, line := range strings.Split(want, "\n") {
-		if strings.HasPrefix(line, "| `") && strings.HasSuffix(line, "|  |") {
-			t.Errorf("undocumented key (add a doc comment to its field): %s", line)
-		}
+		t.Fatalf("%s is out of date with %s; run\n\tgo test ./cmd/connector -run %s -update", doc, source, test)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -20,9 +21,52 @@ var unknownField = regexp.MustCompile(`line (\d+): field (\S+) not found in type
 func parseDocument(data []byte) (*yaml.Node, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, errors.New(syntaxLine(data, strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
 	return &root, nil
+}
+
+// yamlLine splits the "line N: problem" of a YAML syntax error.
+var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
+
+// maxLinesScanned bounds the documents syntaxLine re-reads.
+const maxLinesScanned = 10_000
+
+// syntaxLine corrects the line of a syntax error msg of data. The YAML
+// parser reports the line where the block holding the problem starts (a
+// bad indent on line 4 under a list that starts on line 2 is "line 2");
+// the problem is on the first line at which the document, cut after it,
+// fails with the same problem. That line is named, and the block's when
+// they differ.
+func syntaxLine(data []byte, msg string) string {
+	m := yamlLine.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	block, _ := strconv.Atoi(m[1])
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > maxLinesScanned {
+		return msg
+	}
+	end := 0
+	for i, l := range lines {
+		end += len(l)
+		if i+1 < block {
+			continue
+		}
+		var n yaml.Node
+		err := yaml.Unmarshal(data[:end], &n)
+		if err == nil {
+			continue
+		}
+		if p := yamlLine.FindStringSubmatch(strings.TrimPrefix(err.Error(), "yaml: ")); p != nil && p[2] == m[2] {
+			if i+1 == block {
+				return msg
+			}
+			return fmt.Sprintf("line %d: %s (in the block that starts on line %d)", i+1, m[2], block)
+		}
+	}
+	return msg
 }
 
 // decodeValue decodes the YAML document data into out, which key (empty
@@ -183,10 +227,11 @@ func explainTypeError(root *yaml.Node, key string, te *yaml.TypeError, withLines
 }
 
 // holdsSecret reports whether the key path names a secret: a token, a
-// secret or the Redis URL (which may carry a password).
+// secret, a password or the Redis URL (which may carry a password).
 func holdsSecret(key string) bool {
 	last := key[strings.LastIndexByte(key, '.')+1:]
-	return strings.Contains(last, "token") || strings.Contains(last, "secret") || strings.HasPrefix(last, "redis_url")
+	return strings.Contains(last, "token") || strings.Contains(last, "secret") || strings.Contains(last, "password") ||
+		strings.HasPrefix(last, "redis_url")
 }
 
 // keyedValue is a value node and the key path that leads to it.

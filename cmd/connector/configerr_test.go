@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -33,4 +35,59 @@ func TestConfigTypeErrorsNameTheKeyAndTheFix(t *testing.T) {
 			t.Errorf("%q: error %q still reads as yaml's", doc, err)
 		}
 	}
+}
+
+// TestConfigSyntaxErrorsNameTheLineOfTheProblem: the YAML parser names the
+// line where the enclosing block starts; the error names the line of the
+// problem (and the block's when they differ).
+func TestConfigSyntaxErrorsNameTheLineOfTheProblem(t *testing.T) {
+	for doc, want := range map[string]string{
+		"listen: 127.0.0.1:8080\ntenants:\n  - id: t1\n   gateways: []\n": `line 4: did not find expected '-' indicator (in the block that starts on line 2)`,
+		"listen: x\ntenants:\n  - id: t1\n    gateways:\n   - id: gw1\n":  `line 5: did not find expected '-' indicator (in the block that starts on line 2)`,
+		"listen: x\nlog:\n  level: info\n format: json\n":                 `line 4: did not find expected key (in the block that starts on line 3)`,
+		"listen: x\nlog:\n  level: info\n   format: json\n":               `line 4: mapping values are not allowed in this context`,
+		"tenants: [{id: t1}\nlisten: x\n":                                 `line 1: did not find expected ',' or ']'`,
+	} {
+		_, err := ParseConfig([]byte(doc))
+		if err == nil || err.Error() != "config: "+want {
+			t.Errorf("%q: error %v, want %q", doc, err, want)
+		}
+	}
+}
+
+// TestConfigErrorsNameTheFile: an error about the file's content names the
+// file, whether the parser, the decoder or validation found it.
+func TestConfigErrorsNameTheFile(t *testing.T) {
+	for doc, want := range map[string]string{
+		"listen: 127.0.0.1:8080\ntenants:\n  - id: t1\n   gateways: []\n": ": line 4: did not find",
+		"listen_typo: x\n":      `: unknown key "listen_typo" (line 1)`,
+		"log:\n  level: loud\n": ": log.level:",
+		"listen: nowhere\n":     ": listen:",
+	} {
+		path := filepath.Join(t.TempDir(), "connector.yaml")
+		if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut := runCmd(t, "serve", "-config", path, "-check")
+		if code != 1 || !strings.HasPrefix(errOut, "connector: config "+path+want) {
+			t.Errorf("%q: exit %d, stderr %q, want it to start with %q", doc, code, errOut, "connector: config "+path+want)
+		}
+	}
+}
+
+// FuzzParseConfig: any document parses or fails with an error, never a
+// panic or a hang, whatever line syntaxLine finds for a syntax error.
+func FuzzParseConfig(f *testing.F) {
+	for _, doc := range []string{"listen: 127.0.0.1:8080\ntenants:\n  - id: t1\n   gateways: []\n", "a: [1, 2\nb: 3\n",
+		"log:\n  level: info\n format: json\n", "tenants: [{id: t1, gateways: [{id: g, secrets: [s]}]}]\n", exampleConfig} {
+		f.Add([]byte(doc))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if len(doc) > 64<<10 {
+			return
+		}
+		if _, err := ParseConfig(doc); err != nil && err.Error() == "" {
+			t.Fatal("an empty error")
+		}
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"connector/platform"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
+	"connector/platform/slack"
 	"connector/platform/telegram"
 	"connector/platform/whatsapp"
 	"connector/vault"
@@ -84,12 +85,13 @@ func TestContractDoc(t *testing.T) {
 	slices.Sort(closeDoc)
 	same("close codes", closeDoc, closeCode)
 
-	// Per-platform columns: header "op | fields | discord | telegram | nexscope | whatsapp_cloud".
+	// Per-platform columns: header "op | fields | discord | telegram |
+	// nexscope | whatsapp_cloud | slack"; a mark may carry a footnote ("✓¹").
 	for col, p := range docPlatforms(t) {
 		d := p.Descriptor()
 		var marked []string
 		for _, r := range tables["Ops"] {
-			if strings.TrimSpace(r[col]) == "✓" {
+			if strings.HasPrefix(strings.TrimSpace(r[col]), "✓") {
 				marked = append(marked, strings.Trim(r[0], "`"))
 			}
 		}
@@ -119,7 +121,11 @@ func docPlatforms(t *testing.T) map[int]platform.Platform {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[int]platform.Platform{2: d, 3: tg, 4: n, 5: w}
+	s, err := slack.New(slack.Config{SigningSecret: "doc-test-secret", BotToken: "xoxb-doc-test"}, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[int]platform.Platform{2: d, 3: tg, 4: n, 5: w, 6: s}
 }
 
 func prefixed(consts map[string]string, prefix string) []string {

@@ -18,12 +18,10 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +30,7 @@ import (
 
 	"connector/contract"
 	"connector/platform/discord/discordtest"
+	"connector/platform/slack/slacktest"
 	"connector/platform/telegram/telegramtest"
 	"connector/relay/relaytest"
 	"connector/session"
@@ -57,41 +56,6 @@ const (
 	crashNexscopeToken = "crash-nexscope-token"
 )
 
-var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
-)
-
-// TestMain removes the connector binary the crash tests built.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
-
-// connectorBinary builds this package's binary once per test run.
-func connectorBinary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "connector-crash-"); binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "connector")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
-
 // ingestPath is one way events reach the connector, with the confirmation
 // its source waits for.
 type ingestPath struct {
@@ -109,6 +73,7 @@ var ingestPaths = []ingestPath{
 	{name: "discord_interactions", confirm: confirmDiscordInteractions},
 	{name: "discord_gateway", confirm: confirmDiscordGateway},
 	{name: "nexscope", confirm: confirmNexscope},
+	{name: "slack_events", confirm: confirmSlackEvents},
 }
 
 // TestCrashKeepsConfirmedInbound runs every ingest path through two kills:
@@ -233,6 +198,7 @@ func checkReplay(t *testing.T, got []replayed, want []int) {
 		t.Errorf("events came in %d sessions, want %d", len(last), crashSessions)
 	}
 	slices.Sort(indexes)
+	want = slices.Sorted(slices.Values(want)) // sessions (chats) are ingested side by side: in order per session only
 	if !slices.Equal(indexes, want) {
 		t.Fatalf("replayed events %v, want %v", indexes, want)
 	}
@@ -253,6 +219,7 @@ type crashRig struct {
 	env              []string
 	dfake            *discordtest.Server
 	tfake            *telegramtest.Server
+	sfake            *slacktest.Server
 	priv             ed25519.PrivateKey
 
 	child    *child
@@ -267,6 +234,12 @@ func newCrashRig(t *testing.T, bin string, polling bool) *crashRig {
 	r.dfake.AddGuild(discordtest.Guild{ID: "500", Name: "Lab"},
 		discordtest.Channel{ID: "501", Type: 0, GuildID: "500", Name: "general"})
 	r.tfake = telegramtest.New(t, crashTelegramToken)
+	r.sfake = slacktest.New(t)
+	r.sfake.AddTeam(bbTeamA)
+	r.sfake.AddUser(bbTeamA.ID, slacktest.User{ID: bbAda, Name: "ada", DisplayName: "Ada"})
+	for i := range crashSessions {
+		r.sfake.AddChannel(bbTeamA.ID, slacktest.Channel{ID: crashSlackDM(i), IsIM: true, Peer: bbAda})
+	}
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	r.priv = priv
 	telegram := fmt.Sprintf("  api_server_url: %s\n  chats: {\"42\": t1, \"43\": t1, \"44\": t1, \"45\": t1, \"-4001\": t1}\n", r.tfake.URL)
@@ -294,7 +267,10 @@ discord:
 telegram:
 %snexscope:
   rooms: [{name: default, tenant: t1}]
-`, crashGatewaySecret, hex.EncodeToString(pub), r.dfake.URL, r.dfake.GatewayURL, telegram)
+slack:
+  api_url: %s
+  teams: {%q: t1}
+`, crashGatewaySecret, hex.EncodeToString(pub), r.dfake.URL, r.dfake.GatewayURL, telegram, r.sfake.URL, bbTeamA.ID)
 	r.config = filepath.Join(t.TempDir(), "connector.yaml")
 	if err := os.WriteFile(r.config, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -303,84 +279,22 @@ telegram:
 		"PATH=" + os.Getenv("PATH"),
 		"DISCORD_BOT_TOKEN=" + crashDiscordToken, "TELEGRAM_BOT_TOKEN=" + crashTelegramToken,
 		"TELEGRAM_WEBHOOK_SECRET=" + crashWebhookSecret, "NEXSCOPE_TOKEN=" + crashNexscopeToken,
+		"SLACK_SIGNING_SECRET=" + slackSecret, "SLACK_BOT_TOKEN=" + bbTeamA.Token,
 	}
 	return r
-}
-
-// child is one run of the connector binary.
-type child struct {
-	cmd    *exec.Cmd
-	addr   string
-	ops    string // the operations listener (/metrics)
-	stderr *syncBuffer
-	exited chan struct{}
-	err    error // set before exited is closed
 }
 
 // start runs the connector on the rig's data directory and waits until it
 // listens and its Discord Gateway session is up.
 func (r *crashRig) start(t *testing.T) {
 	t.Helper()
-	r.child, r.queued, r.member = startChild(t, r.bin, r.config, r.dir, r.env), 0, nil
+	r.child, r.queued, r.member = startChild(t, r.bin, r.env, r.config, r.dir, false), 0, nil
 	r.sessions++
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
 	defer cancel()
 	if err := r.dfake.WaitSession(ctx, r.sessions); err != nil {
 		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, err)
 	}
-}
-
-// startChild runs the connector binary bin on config and the data
-// directory dir with the environment env, and waits until it listens. The
-// child is killed when the test ends; its log is shown if the test failed.
-func startChild(t *testing.T, bin, config, dir string, env []string) *child {
-	t.Helper()
-	cmd := exec.Command(bin, "serve", "-config", config, "-data-dir", dir)
-	cmd.Env = env
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, stderr: &syncBuffer{}, exited: make(chan struct{})}
-	cmd.Stderr = c.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addrs := make(chan [2]string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		var public string
-		for sc.Scan() {
-			if _, rest, ok := strings.Cut(sc.Text(), " listening on http://"); ok {
-				public, _, _ = strings.Cut(rest, " ")
-			}
-			if _, rest, ok := strings.Cut(sc.Text(), "(keep private): http://"); ok {
-				ops, _, _ := strings.Cut(rest, "/")
-				addrs <- [2]string{public, ops}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	go func() {
-		c.err = cmd.Wait()
-		close(c.exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-c.exited
-		if t.Failed() {
-			t.Logf("connector log (pid %d):\n%s", cmd.Process.Pid, tail(c.stderr.String(), 60))
-		}
-	})
-	select {
-	case a := <-addrs:
-		c.addr, c.ops = a[0], a[1]
-	case <-c.exited:
-		t.Fatalf("connector exited before listening: %v\n%s", c.err, c.stderr.String())
-	case <-time.After(crashWait):
-		t.Fatalf("timed out after %v waiting for the connector to listen\n%s", crashWait, c.stderr.String())
-	}
-	return c
 }
 
 // stop ends the child with sig and waits for it: SIGTERM must end it
@@ -404,11 +318,6 @@ func (r *crashRig) stop(t *testing.T, sig syscall.Signal) {
 	}
 }
 
-func tail(s string, lines int) string {
-	all := strings.Split(s, "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
-}
-
 // gateway connects a gateway for every platform.
 func (r *crashRig) gateway(t *testing.T) *relaytest.Client {
 	t.Helper()
@@ -419,7 +328,7 @@ func (r *crashRig) gateway(t *testing.T) *relaytest.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = gw.CloseNow() })
-	for _, p := range []string{"discord", "telegram", "nexscope"} {
+	for _, p := range []string{"discord", "telegram", "nexscope", "slack"} {
 		if _, err := gw.Hello(ctx, p, ""); err != nil {
 			t.Fatalf("hello %s: %v", p, err)
 		}
@@ -619,5 +528,25 @@ func confirmNexscope(t *testing.T, r *crashRig, from, to int) {
 			}
 			break
 		}
+	}
+}
+
+// crashSlackDM is the DM channel of session i (Ada's DMs with the app).
+func crashSlackDM(i int) string { return fmt.Sprintf("D0CRASH%03d", i%crashSessions) }
+
+// slackCrashEvent is event i: a reply in the thread of session i%4's DM,
+// so a session's events share its thread.
+func slackCrashEvent(i int) []byte {
+	session := i % crashSessions
+	ts := fmt.Sprintf("1768491%03d.%06d", i, i)
+	ev := slacktest.MessageEvent(bbTeamA.ID, crashSlackDM(session), bbAda, ts, fmt.Sprintf("1768400000.%06d", session), fmt.Sprintf("evt %d", i))
+	return slacktest.Envelope(bbTeamA.ID, bbTeamA.BotUser, fmt.Sprintf("EvCrash%d", i), ev)
+}
+
+// confirmSlackEvents: each event is confirmed by the Events API's 200.
+func confirmSlackEvents(t *testing.T, r *crashRig, from, to int) {
+	for i := from; i < to; i++ {
+		req := slacktest.SignedRequest("http://"+r.child.addr+"/slack/events", slackSecret, time.Now(), "application/json", slackCrashEvent(i))
+		post(t, req, http.StatusOK, fmt.Sprintf("slack event %d", i))
 	}
 }

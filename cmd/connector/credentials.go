@@ -43,19 +43,19 @@ func identityVerifier(ec enroll.Config) (*idtoken.Verifier, error) {
 // credentialRoutes returns the enroll package's routes for the public mux,
 // verifying identity tokens with v (nil: the routes answer 404).
 func (c *connector) credentialRoutes(reg *registry.Registry, v *idtoken.Verifier) map[string]http.Handler {
-	h := enroll.New(enroll.HandlerConfig{Verifier: v, Registry: reg, Platforms: platformNames(c.platforms), Apply: c.live.apply, Log: c.log, Metrics: c.live.metrics})
+	h := enroll.New(enroll.HandlerConfig{Verifier: v, Registry: reg, Platforms: platformNames(c.platforms), Apply: c.live.apply, Log: c.log, Metrics: gatewayChanges{c.live.metrics}})
 	return h.Routes()
 }
 
 // newPoker returns the wake poker of a connector on st: its cooldown is
 // relay.wake_cooldown and its budget per host relay.wake_per_host, held
 // across the instances sharing st.
-func newPoker(cfg *Config, reg *registry.Registry, st store.Store, instance string, log *slog.Logger, promReg *prometheus.Registry) (*wake.Poker, error) {
+func newPoker(cfg *Config, reg *registry.Registry, st store.Store, instance string, log *slog.Logger, m *metrics) (*wake.Poker, error) {
 	pokes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "connector_wake_pokes_total",
 		Help: "Wake pokes sent to gateways' wake URLs, by result: ok, http_error (4xx/5xx), unreachable, store_error (the registry or the cooldown lease could not be read), host_limit (not sent: the tenant's wake URLs on that host had relay.wake_per_host pokes this cooldown)."},
 		[]string{"result"})
-	promReg.MustRegister(pokes)
+	m.register(pokes)
 	for _, r := range []string{wake.ResultOK, wake.ResultHTTPError, wake.ResultUnreachable, wake.ResultStoreError, wake.ResultHostLimit} {
 		pokes.WithLabelValues(r)
 	}

@@ -23,7 +23,7 @@ import (
 // the damaged page made it panic (exit 2, a goroutine dump) and the empty
 // file was silently made a fresh store.
 func TestBuiltBinaryRefusesADamagedStore(t *testing.T) {
-	bin := buildBinary(t)
+	bin := connectorBinary(t)
 	full := t.TempDir()
 	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendEmbedded, Path: full})
 	if err != nil {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 )
 
@@ -36,6 +38,12 @@ var envAliases = map[string]string{
 	"telegram.bot_token":      "TELEGRAM_BOT_TOKEN",
 	"telegram.webhook_secret": "TELEGRAM_WEBHOOK_SECRET",
 	"telegram.webhook_url":    "TELEGRAM_WEBHOOK_URL",
+	"slack.signing_secret":    "SLACK_SIGNING_SECRET",
+	"slack.bot_token":         "SLACK_BOT_TOKEN",
+	"slack.app_token":         "SLACK_APP_TOKEN",
+	"slack.client_id":         "SLACK_CLIENT_ID",
+	"slack.client_secret":     "SLACK_CLIENT_SECRET",
+	"slack.allow_all_users":   "SLACK_ALLOW_ALL_USERS",
 	"whatsapp.app_secret":     "WHATSAPP_APP_SECRET",
 	"whatsapp.verify_token":   "WHATSAPP_VERIFY_TOKEN",
 	"whatsapp.access_token":   "WHATSAPP_ACCESS_TOKEN",
@@ -91,6 +99,10 @@ func (c *Config) applyKeyEnv(lookup func(string) (string, bool)) error {
 			return fmt.Errorf("config: %s: %w", name, err)
 		}
 		fieldAt(root, k.index).Set(dst.Elem())
+		if c.fromEnv == nil {
+			c.fromEnv = map[string]string{}
+		}
+		c.fromEnv[k.Key] = name
 	}
 	return nil
 }
@@ -125,4 +137,71 @@ func configPath(flagPath string, search []string, lookup func(string) (string, b
 		}
 	}
 	return ""
+}
+
+// strayEnv is a CONNECTOR_* variable of the environment the connector does
+// not read, and the one it reads whose name is closest ("" when none is
+// close).
+type strayEnv struct{ Name, Closest string }
+
+// strayEnvVars returns the CONNECTOR_* variables of environ (os.Environ's
+// form) that no key, command or gateway reads, so that serve can warn: a
+// misspelled variable is otherwise silently ignored, while a misspelled
+// key in the file is an error.
+func strayEnvVars(environ []string) []strayEnv {
+	known := []string{envConfigPath, envDataDir, envTokenSecret, envAdminURL, envAdminToken}
+	for _, k := range configKeys() {
+		if k.Env != "" {
+			known = append(known, k.Env)
+		}
+	}
+	var stray []strayEnv
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envKeyPrefix) || slices.Contains(known, name) ||
+			strings.HasPrefix(name, gatewaySecretsEnvPrefix) {
+			continue
+		}
+		s := strayEnv{Name: name}
+		best := len(name)/4 + 1 // closer than this, or no suggestion
+		for _, k := range known {
+			if d := editDistance(name, k); d < best {
+				s.Closest, best = k, d
+			}
+		}
+		stray = append(stray, s)
+	}
+	return stray
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// warnStrayEnv logs a warning for each variable strayEnvVars finds.
+func warnStrayEnv(log *slog.Logger, environ []string) {
+	for _, s := range strayEnvVars(environ) {
+		if s.Closest != "" {
+			log.Warn("environment variable not read by the connector; misspelled?", "variable", s.Name, "did_you_mean", s.Closest)
+			continue
+		}
+		log.Warn("environment variable not read by the connector; misspelled?", "variable", s.Name)
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 
 	"connector/platform/discord"
 	"connector/platform/nexscope"
+	"connector/platform/slack"
 	"connector/platform/telegram"
 	"connector/platform/whatsapp"
 )
@@ -32,6 +34,8 @@ func TestEveryKeyVariableSetsItsKey(t *testing.T) {
 		reflect.TypeFor[[]TenantConfig]():                   "[{id: t1}]",
 		reflect.TypeFor[map[string]discord.TenantConfig]():  "{t1: {weight: 2}}",
 		reflect.TypeFor[map[string]telegram.TenantConfig](): "{t1: {require_mention: true}}",
+		reflect.TypeFor[map[string]slack.TenantConfig]():    "{t1: {require_mention: true}}",
+		reflect.TypeFor[*bool]():                            "true",
 		reflect.TypeFor[telegram.TopicBindings]():           `[{chat_id: "-100", topics: []}]`,
 		reflect.TypeFor[[]nexscope.Room]():                  "[{name: r1}]",
 		reflect.TypeFor[*whatsapp.OptIn]():                  "yes",
@@ -79,6 +83,10 @@ func TestEveryKeyVariableSetsItsKey(t *testing.T) {
 		if fieldAt(reflect.ValueOf(&c).Elem(), k.index).IsZero() {
 			t.Errorf("%s=%s did not set %s", k.Env, raw, k.Key)
 		}
+		if c.fromEnv[k.Key] != k.Env {
+			t.Errorf("%s=%s: the key's source is recorded as %q", k.Env, raw, c.fromEnv[k.Key])
+		}
+		c.fromEnv = nil // where the value came from, not a value
 		if n := countNonZero(reflect.ValueOf(c)); n != 1 {
 			t.Errorf("%s=%s set %d values, want only %s: %+v", k.Env, raw, n, k.Key, c)
 		}
@@ -240,13 +248,41 @@ func TestConfigFileSearch(t *testing.T) {
 }
 
 // TestConfigExampleParses: connector config example prints a file the
-// connector reads.
+// connector reads, whose listeners are on loopback: without tls it serves
+// plain HTTP, which belongs behind a reverse proxy, not on every interface.
 func TestConfigExampleParses(t *testing.T) {
 	code, out, errOut := runCmd(t, "config", "example")
-	if code != 0 || !strings.Contains(out, "ops: {listen: 127.0.0.1:9090}") {
+	if code != 0 {
 		t.Fatalf("exit %d %q %q", code, out, errOut)
 	}
-	if _, err := ParseConfig([]byte(out)); err != nil {
+	cfg, err := ParseConfig([]byte(out))
+	if err != nil {
 		t.Fatalf("the example does not parse: %v", err)
+	}
+	for key, addr := range map[string]string{"listen": cfg.Listen, "ops.listen": cfg.Ops.Listen} {
+		host, _, err := net.SplitHostPort(addr)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			t.Errorf("the example's %s is %q, not a loopback address", key, addr)
+		}
+	}
+	if cfg.TLS.CertFile != "" {
+		t.Errorf("the example sets tls: %+v", cfg.TLS)
+	}
+}
+
+// TestStrayConnectorVariablesAreWarned: a CONNECTOR_* variable nothing
+// reads (a misspelling) is warned about at start, with the closest name the
+// connector reads; the ones it reads are not.
+func TestStrayConnectorVariablesAreWarned(t *testing.T) {
+	got := strayEnvVars([]string{"CONNECTOR_LOG_LEVL=debug", "CONNECTOR_TENANTS=[]", "CONNECTOR_GATEWAY_SECRETS_GW1=s",
+		"CONNECTOR_ADMIN_TOKEN=x", "CONNECTOR_DATADIR=/x", "CONNECTOR_WHATEVER=1", "HOME=/root", "CONNECTOR_TOKEN_SECRET=s"})
+	want := []strayEnv{{"CONNECTOR_LOG_LEVL", "CONNECTOR_LOG_LEVEL"}, {"CONNECTOR_DATADIR", "CONNECTOR_DATA_DIR"}, {"CONNECTOR_WHATEVER", ""}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("stray %v, want %v", got, want)
+	}
+	t.Setenv("CONNECTOR_OPS_LISTN", "127.0.0.1:9999")
+	code, _, errOut := runCmd(t, "serve", "-data-dir", t.TempDir(), "-check")
+	if code != 0 || !strings.Contains(errOut, `"variable":"CONNECTOR_OPS_LISTN","did_you_mean":"CONNECTOR_OPS_LISTEN"`) {
+		t.Fatalf("exit %d, stderr %s", code, errOut)
 	}
 }

@@ -152,7 +152,7 @@ func (r *hijackRig) discordSay(t *testing.T, user, channel, guild, text string) 
 func (r *hijackRig) telegramSay(t *testing.T, user, chat int64, text string) {
 	t.Helper()
 	if !r.telegramReady {
-		waitMetrics(t, "http://"+r.opsAddr+"/metrics", `connector_platform_ready{platform="telegram"} 1`)
+		waitMetrics(t, "http://"+r.child.ops+"/metrics", `connector_platform_ready{platform="telegram"} 1`)
 		r.telegramReady = true
 	}
 	r.n++
@@ -290,8 +290,11 @@ func TestClaimSetAsideByBindingYields(t *testing.T) {
 	}
 	r.cli(t, "bind", "b", "telegram", "chat", "-1003")
 	r.cli(t, "bind", "b", "discord", "guild", "800")
-	r.waitLog(t, `"msg":"scope claim set aside","platform":"telegram","chat_id":"-1003","claimant":"a","owner":"b"`)
-	r.waitLog(t, `"msg":"scope claim set aside","platform":"discord","chat_id":"801","claimant":"a","owner":"b"`)
+	waitMetrics(t, "http://"+r.child.ops+"/metrics",
+		`connector_scope_claims_set_aside{platform="discord"} 1`, `connector_scope_claims_set_aside{platform="telegram"} 1`)
+	// The documented warning names the claim and both tenants.
+	r.child.waitLog(t, `"msg":"scope claim set aside","platform":"telegram","chat_id":"-1003","claimant":"a","owner":"b"`)
+	r.child.waitLog(t, `"msg":"scope claim set aside","platform":"discord","chat_id":"801","claimant":"a","owner":"b"`)
 
 	check := func(round string) {
 		t.Helper()

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -258,5 +259,34 @@ func TestBodyDeadlineIsLiftedOnceTheBodyIsRead(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("timed out after 10s waiting for the handler")
+	}
+}
+
+// TestTakenAddressNamesTheSetting: when another process holds a listener's
+// address (9090 is a popular port), the error names the key and its
+// environment variable, so the operator knows what to change.
+func TestTakenAddressNamesTheSetting(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	for key, set := range map[string]func(*Config){
+		"ops.listen":   func(c *Config) { c.Listen = "127.0.0.1:0"; c.Ops.Listen = addr },
+		"listen":       func(c *Config) { c.Listen = addr; c.Ops.Listen = "127.0.0.1:0" },
+		"admin.listen": func(c *Config) { c.Listen, c.Ops.Listen, c.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0", addr },
+	} {
+		cfg, gen, err := loadOrDefault(sources{dataDir: t.TempDir()}, noEnv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Admin.Token = "admin-token-0123456789"
+		set(cfg)
+		err = serve(context.Background(), cfg, gen, slog.New(slog.DiscardHandler), io.Discard, nil)
+		want := fmt.Sprintf("%s: %s is taken by another process; set %s in the config file, or $%s, to a free address", key, addr, key, envVariable(key))
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s taken: %v, want %q", key, err, want)
+		}
 	}
 }

@@ -46,6 +46,10 @@ type live struct {
 	// binding of another tenant (reportSetAside).
 	setAside map[setAsideClaim]bool
 	ctx      context.Context // ends the expiry timer's applies
+
+	// tenants is how many tenants the last apply served: the config's and
+	// the admin API's.
+	tenants atomic.Int64
 }
 
 // newLive keeps srv and the platforms that take bindings or relevance
@@ -87,6 +91,11 @@ func (c *Config) declared() registry.State {
 	if c.Telegram != nil {
 		for _, chat := range slices.Sorted(maps.Keys(c.Telegram.Chats)) {
 			s.Bindings = append(s.Bindings, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: chat, Tenant: c.Telegram.Chats[chat]})
+		}
+	}
+	if c.Slack != nil {
+		for _, team := range slices.Sorted(maps.Keys(c.Slack.Teams)) {
+			s.Bindings = append(s.Bindings, registry.Binding{Platform: "slack", Kind: platform.BindTeam, ID: team, Tenant: c.Slack.Teams[team]})
 		}
 	}
 	if c.WhatsApp != nil {
@@ -163,6 +172,7 @@ func (l *live) apply(ctx context.Context) error {
 		rt.SetRelevance(policies[name])
 	}
 	l.schedule(next)
+	l.tenants.Store(int64(len(s.Tenants)))
 	l.metrics.applies.WithLabelValues("ok").Inc()
 	l.log.Debug("registry applied", "tenants", len(s.Tenants), "gateways", len(s.Gateways), "bindings", len(s.Bindings))
 	return nil
@@ -267,38 +277,71 @@ func (k *sessionKeys) key(tenant string, src *session.Source) string {
 	return (*k.fn.Load())(tenant, src)
 }
 
-// adminMetrics counts admin API requests and registry applies.
+// adminMetrics counts the changes of the admin API and of the routes
+// gateways and identities change the registry through, registry applies
+// and SIGHUP reloads.
 type adminMetrics struct {
-	changes *prometheus.CounterVec
-	refused prometheus.Counter
-	applies *prometheus.CounterVec
+	changes *prometheus.CounterVec // the admin API's
+	// gateways are the changes made without the admin token (gatewayChanges).
+	gateways *prometheus.CounterVec
+	refused  prometheus.Counter
+	applies  *prometheus.CounterVec
+	reloads  *prometheus.CounterVec
 	// setAside is the number of stored scope claims a binding of another
 	// tenant sets aside, per platform (live.reportSetAside).
 	setAside *prometheus.GaugeVec
 }
 
-func newAdminMetrics(reg *prometheus.Registry) *adminMetrics {
+// Results of connector_config_reloads_total.
+const (
+	reloadOK         = "ok"
+	reloadUnreadable = "unreadable"
+	reloadNotApplied = "not_applied"
+)
+
+func newAdminMetrics(pm *metrics) *adminMetrics {
+	const outcomes = "ok, invalid, not_found, exists, declared, conflict, limit, refused, unauthorized, forbidden, unavailable, not_configured, error"
 	m := &adminMetrics{
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_admin_changes_total",
-			Help: "Admin API, /relay/policy, /relay/enroll, /relay/provision and management-plane (/manage/*, /link) changes by op and outcome (ok, invalid, not_found, exists, declared, conflict, limit, refused, unauthorized, forbidden, unavailable, not_configured, error)."}, []string{"op", "outcome"}),
+			Help: "Admin API requests (/admin/v1/) that change or copy the registry, by op and outcome (" + outcomes + ")."}, []string{"op", "outcome"}),
+		gateways: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_gateway_changes_total",
+			Help: "Registry changes made without the admin token, by gateways (/relay/policy), the Hermes identity authority's tokens (/relay/enroll, /relay/provision, /manage/*) and users redeeming a /link code, by op and outcome (" + outcomes + ")."},
+			[]string{"op", "outcome"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "connector_admin_refused_total", Help: "Admin API requests refused for a missing or wrong token."}),
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_registry_applies_total",
 			Help: "Registry applies (start, admin change, change notification, poll, secret expiry, SIGHUP) by result: ok or error."}, []string{"result"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "connector_config_reloads_total",
+			Help: "SIGHUP config reloads by result: ok, unreadable (the file did not parse or validate; the running config stays) or not_applied."}, []string{"result"}),
 	}
 	m.setAside = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "connector_scope_claims_set_aside",
 		Help: "Stored scope claims that a binding of another tenant (configuration or admin API) sets aside, per platform: kept in the store, ignored by routing and egress."}, []string{"platform"})
-	reg.MustRegister(m.changes, m.refused, m.applies, m.setAside)
+	pm.register(m.changes, m.gateways, m.refused, m.applies, m.reloads, m.setAside)
 	m.applies.WithLabelValues("ok")
 	m.applies.WithLabelValues("error")
+	for _, r := range []string{reloadOK, reloadUnreadable, reloadNotApplied} {
+		m.reloads.WithLabelValues(r)
+	}
 	return m
 }
 
 // AdminChange implements admin.Metrics.
 func (m *adminMetrics) AdminChange(op, outcome string) { m.changes.WithLabelValues(op, outcome).Inc() }
+
+// gatewayChanges counts the changes of the routes that take no admin token
+// (the management plane, enrollment, /relay/policy) in
+// connector_gateway_changes_total.
+type gatewayChanges struct{ m *adminMetrics }
+
+// AdminChange implements change.Metrics.
+func (g gatewayChanges) AdminChange(op, outcome string) {
+	g.m.gateways.WithLabelValues(op, outcome).Inc()
+}
 
 // AdminRefused implements admin.Metrics.
 func (m *adminMetrics) AdminRefused() { m.refused.Inc() }

@@ -8,6 +8,7 @@
 //	connector conformance keys FILE     check session keys against a fixture
 //	connector conformance events FILE   check platform normalization against a fixture
 //	connector token -gateway-id ID [-ttl 300s]   (secret from $CONNECTOR_TOKEN_SECRET or stdin)
+//	connector health [-config FILE] [-url URL]   probe /healthz of a running connector
 //	connector version
 //	connector help
 //
@@ -53,6 +54,7 @@ func init() {
 		{"conformance", "check session keys or platform normalization against an oracle fixture", conformanceCmd},
 		{"admin", "change tenants, gateways, secrets and bindings of a running connector (admin API)", adminCmd},
 		{"token", "mint a gateway's upgrade token, reading the secret from $" + envTokenSecret + " or stdin", tokenCmd},
+		{"health", "probe a running connector's /healthz (a container's HEALTHCHECK); exit 0 when it answers", healthCmd},
 		{"version", "print the version, commit and Go version", versionCmd},
 		{"help", "print this list", func(_ []string, stdout, _ io.Writer) int { printUsage(stdout); return 0 }},
 	}

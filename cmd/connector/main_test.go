@@ -69,6 +69,17 @@ func TestTokenCommandMintsTheGatewaysToken(t *testing.T) {
 	if code, _, _ := runCmd(t, "token", "-gateway-id", "x"); code != 2 {
 		t.Fatalf("missing secret: exit %d", code)
 	}
+	// A lifetime the connector refuses is refused at mint time.
+	t.Setenv(envTokenSecret, "s1")
+	if code, out, errOut := runCmd(t, "token", "-gateway-id", "gw1", "-ttl", "2h"); code != 2 || out != "" || !strings.Contains(errOut, "at most 1h0m0s") {
+		t.Fatalf("-ttl 2h: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, out, _ = runCmd(t, "token", "-gateway-id", "gw1", "-ttl", "1h")
+	tok, err = contract.ParseToken(strings.TrimSpace(out))
+	keys, _ = contract.NewTokenKeys([]string{"s1"})
+	if code != 0 || err != nil || tok.Verify(&keys, time.Now(), contract.TokenWindow{}) != nil {
+		t.Fatalf("-ttl 1h: exit %d, token %q does not verify (%v)", code, out, err)
+	}
 }
 
 func TestConfigErrorsNameTheKey(t *testing.T) {

@@ -29,6 +29,12 @@ func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, identity 
 	if cfg.Telegram != nil {
 		names = append(names, "telegram")
 	}
+	if cfg.Slack != nil {
+		names = append(names, "slack")
+	}
+	if cfg.WhatsApp != nil {
+		names = append(names, "whatsapp_cloud") // links and DM defaults; it takes no scope claims
+	}
 	return manage.New(manage.Config{
 		Registry:  reg,
 		Auth:      relayAuth{c},
@@ -44,7 +50,7 @@ func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, identity 
 			return nil
 		},
 		Log:     log,
-		Metrics: am,
+		Metrics: gatewayChanges{am},
 	})
 }
 

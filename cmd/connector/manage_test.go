@@ -263,7 +263,7 @@ enroll: {public_key_file: %q, audience: connector}
 	if got := nextText(t, gws["a"]); got != "71 after deprovision" {
 		t.Fatalf("a got %q", got)
 	}
-	r.waitLog(t, `"op":"manage_deprovision","outcome":"ok","tenant":"b","gateway_id":"gw-b","auth":"identity"`)
+	r.child.waitLog(t, `"op":"manage_deprovision","outcome":"ok","tenant":"b","gateway_id":"gw-b","auth":"identity"`)
 	for _, secret := range []string{codeA, codeB, codeT, bSecret} {
 		if strings.Contains(r.child.stderr.String(), secret) {
 			t.Fatal("the log shows a link code or secret")

@@ -13,6 +13,7 @@ import (
 	"connector/platform"
 	"connector/platform/whatsapp"
 	"connector/relay"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -22,6 +23,9 @@ import (
 // reasons), never from what a gateway or platform user sends.
 type metrics struct {
 	reg *prometheus.Registry
+	// registered lists every collector on reg, in registration order: the
+	// source of docs/metrics.md.
+	registered []prometheus.Collector
 
 	connections   *prometheus.GaugeVec
 	refused       *prometheus.CounterVec
@@ -79,7 +83,9 @@ func newMetrics() *metrics {
 			Name: "connector_ratelimit_wait_seconds", Help: "Time egress calls waited for the platform's rate-limit budget.",
 			Buckets: latencyBuckets}, []string{"platform"}),
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_platform_429_total", Help: "HTTP 429 answers from the platform."}, []string{"platform"}),
+			Name: "connector_platform_rate_limited_total",
+			Help: "Answers in which the platform refused a call for its rate limit (HTTP 429, or Telegram's error 429); the call waited retry_after and was made again within its deadline."},
+			[]string{"platform"}),
 		httpRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "connector_http_connections_refused_total",
 			Help: "Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), out_of_fds (accept failed for lack of file descriptors)."},
@@ -93,7 +99,7 @@ func newMetrics() *metrics {
 	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "connector_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "commit", "goversion"})
 	buildInfo.WithLabelValues(d.Version, d.Commit, d.GoVersion).Set(1)
-	m.reg.MustRegister(m.connections, m.refused, m.framesIgnored, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
+	m.register(m.connections, m.refused, m.framesIgnored, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
 		m.buffered, m.rateWait, m.rateLimited, m.httpRefused, m.statuses, buildInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range []string{contract.ReasonUnauthorized, contract.ReasonExpired} {
@@ -103,6 +109,12 @@ func newMetrics() *metrics {
 		m.httpRefused.WithLabelValues(r)
 	}
 	return m
+}
+
+// register registers cs on the registry and lists them in registered.
+func (m *metrics) register(cs ...prometheus.Collector) {
+	m.reg.MustRegister(cs...)
+	m.registered = append(m.registered, cs...)
 }
 
 // preinit creates the series of every configured tenant and platform, so
@@ -136,7 +148,7 @@ var outboundResults = []string{
 
 // watchListener exports the public listener's unauthenticated connections.
 func (m *metrics) watchListener(l *connlimit.Listener) {
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	m.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "connector_http_unauthenticated_connections",
 		Help: "Public listener connections held that have not become an authenticated WebSocket (requests in progress, idle keep-alives)."},
 		func() float64 { return float64(l.Unauthenticated()) }))
@@ -149,7 +161,7 @@ func (m *metrics) HTTPRefused(reason string) { m.httpRefused.WithLabelValues(rea
 // watchVault exports the vault's counters.
 func (m *metrics) watchVault(v vault.Store) {
 	stat := func(f func(vault.Stats) float64) func() float64 { return func() float64 { return f(v.Stats()) } }
-	m.reg.MustRegister(
+	m.register(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "connector_vault_entries", Help: "Capabilities held in the vault."},
 			stat(func(s vault.Stats) float64 { return float64(s.Size) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_vault_hits_total", Help: "Vault lookups that found a live capability."},
@@ -163,9 +175,35 @@ func (m *metrics) watchVault(v vault.Store) {
 	)
 }
 
+// watchStore exports the store's batched commits, when it batches them.
+func (m *metrics) watchStore(st store.Store) {
+	c, ok := st.(store.Committer)
+	if !ok {
+		return
+	}
+	m.register(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_store_commits_total",
+			Help: "Batched commits to the store (embedded: a bbolt transaction with its fsyncs; redis: a pipeline)."},
+			func() float64 { return float64(c.CommitStats().Commits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_store_commit_writes_total",
+			Help: "Writes (appends, acks, owners, capabilities, ...) the store's batched commits carried."},
+			func() float64 { return float64(c.CommitStats().Writes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_store_commit_seconds_total",
+			Help: "Time the store's batched commits took, in total: its rate over connector_store_commits_total's is the mean commit latency."},
+			func() float64 { return c.CommitStats().Time.Seconds() }),
+	)
+}
+
 // watchLedger exports the counters of the relay's ledgers.
 func (m *metrics) watchLedger(srv *relay.Server) {
-	m.reg.MustRegister(
+	entries, bytes, total := srv.BufferBounds()
+	bound := func(name, help string, v float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v })
+	}
+	m.register(bufferedBytes{srv},
+		bound("connector_buffer_limit_entries", "relay.buffer_entries: the buffered inbound entries a tenant may hold before its oldest are dropped.", float64(entries)),
+		bound("connector_buffer_limit_bytes", "relay.buffer_bytes: the payload bytes of buffered inbound a tenant may hold before its oldest are dropped.", float64(bytes)),
+		bound("connector_buffer_limit_total_bytes", "relay.buffer_bytes_total: the payload bytes of buffered inbound all tenants together may hold.", float64(total)),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_ledger_removed_total",
 			Help: "Buffered inbound entries (acknowledged or dropped) removed from the durable store."},
 			func() float64 { return float64(srv.LedgerStats().Removed) }),
@@ -178,10 +216,29 @@ func (m *metrics) watchLedger(srv *relay.Server) {
 	)
 }
 
+// bufferedBytesDesc is connector_buffered_bytes, which bufferedBytes reads
+// from the ledgers at each scrape.
+var bufferedBytesDesc = prometheus.NewDesc("connector_buffered_bytes",
+	"Payload bytes of the inbound events held for a tenant (relay.buffer_bytes bounds it): in flight without ack, or waiting for a gateway.",
+	[]string{"tenant"}, nil)
+
+// bufferedBytes exports each tenant's buffered payload bytes.
+type bufferedBytes struct{ srv *relay.Server }
+
+// Describe implements prometheus.Collector.
+func (bufferedBytes) Describe(ch chan<- *prometheus.Desc) { ch <- bufferedBytesDesc }
+
+// Collect implements prometheus.Collector.
+func (b bufferedBytes) Collect(ch chan<- prometheus.Metric) {
+	for tenant, n := range b.srv.TenantBufferBytes() {
+		ch <- prometheus.MustNewConstMetric(bufferedBytesDesc, prometheus.GaugeValue, float64(n), tenant)
+	}
+}
+
 // watchPlatforms exports each platform's readiness (1 ready, 0 not).
 func (m *metrics) watchPlatforms(ps []platform.Platform) {
 	for _, p := range ps {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		m.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "connector_platform_ready", Help: "1 when the platform is connected and ready.",
 			ConstLabels: prometheus.Labels{"platform": p.Name()}},
 			func() float64 {

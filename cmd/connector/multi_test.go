@@ -302,21 +302,10 @@ func startThreeInstances(t *testing.T) (*crashRig, []*crashRig, store.Store) {
 	rds := redistest.Start(t, redistest.Options{})
 	bin := connectorBinary(t)
 	base := newCrashRig(t, bin, true)
-	doc, err := os.ReadFile(base.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := strings.Replace(string(doc), "tenants:\n", fmt.Sprintf("store: {backend: redis, redis_url: %q, lease_ttl: %s}\ntenants:\n", rds.URL(), multiLeaseTTL), 1)
-	cfg = strings.Replace(cfg, "      - id: gw1\n", "      - id: gw2\n        secrets: [\"gw2-secret\"]\n      - id: gw3\n        secrets: [\"gw3-secret\"]\n      - id: gw1\n", 1)
-	base.config = filepath.Join(t.TempDir(), "multi.yaml")
-	if err := os.WriteFile(base.config, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: rds.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	var st store.Store
+	base.config, st = onRedis(t, base.config, rds.URL(), func(cfg string) string {
+		return strings.Replace(cfg, "      - id: gw1\n", "      - id: gw2\n        secrets: [\"gw2-secret\"]\n      - id: gw3\n        secrets: [\"gw3-secret\"]\n      - id: gw1\n", 1)
+	})
 
 	// Three instances, each a rig sharing the fakes, started in order.
 	rigs := make([]*crashRig, 3)
@@ -844,4 +833,27 @@ func (m *nexMember) closed(t *testing.T) websocket.StatusCode {
 			return websocket.CloseStatus(err)
 		}
 	}
+}
+
+// onRedis writes a copy of the config at path on the redis-server at url
+// (store.backend redis, lease_ttl multiLeaseTTL), edit applied to its
+// text, and returns the copy's path and a store on that Redis for the
+// test to watch.
+func onRedis(t *testing.T, path, url string, edit func(string) string) (string, store.Store) {
+	t.Helper()
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(string(doc), "tenants:\n", fmt.Sprintf("store: {backend: redis, redis_url: %q, lease_ttl: %s}\ntenants:\n", url, multiLeaseTTL), 1)
+	out := filepath.Join(t.TempDir(), "redis.yaml")
+	if err := os.WriteFile(out, []byte(edit(cfg)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return out, st
 }

@@ -9,6 +9,7 @@ import (
 	"connector/platform"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
+	"connector/platform/slack"
 	"connector/platform/telegram"
 	"connector/platform/whatsapp"
 )
@@ -16,6 +17,7 @@ import (
 func init() {
 	eventNormalizers["discord"] = discord.NormalizeFixture
 	eventNormalizers["telegram"] = telegram.NormalizeFixture
+	eventOutcomes["slack"] = slack.NormalizeFixture
 	eventOutcomes["whatsapp_cloud"] = whatsapp.NormalizeFixture
 }
 
@@ -94,6 +96,21 @@ func (c *Config) validatePlatforms() error {
 			}
 		}
 	}
+	if s := c.Slack; s != nil {
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		for _, team := range slices.Sorted(maps.Keys(s.Teams)) {
+			if err := known(fmt.Sprintf("slack.teams[%q]", team), s.Teams[team]); err != nil {
+				return err
+			}
+		}
+		for _, tenant := range slices.Sorted(maps.Keys(s.Tenants)) {
+			if err := known(fmt.Sprintf("slack.tenants[%q]", tenant), tenant); err != nil {
+				return err
+			}
+		}
+	}
 	if w := c.WhatsApp; w != nil {
 		if err := w.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
@@ -168,6 +185,13 @@ func buildPlatforms(cfg *Config, deps platform.Deps) ([]platform.Platform, error
 	}
 	if cfg.Telegram != nil {
 		p, err := telegram.New(*cfg.Telegram, deps)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		out = append(out, p)
+	}
+	if cfg.Slack != nil {
+		p, err := slack.New(*cfg.Slack, deps)
 		if err != nil {
 			return nil, fmt.Errorf("config: %w", err)
 		}

@@ -37,7 +37,7 @@ func (c *connector) relayPolicyHandler() http.Handler {
 		tenant, gatewayID, err := c.relay.Authenticate(r.Header.Get("Authorization"))
 		if err != nil {
 			reason := contract.Refusal(err).Reason
-			c.live.metrics.changes.WithLabelValues("relay_policy", "unauthorized").Inc()
+			c.live.metrics.gateways.WithLabelValues("relay_policy", "unauthorized").Inc()
 			c.log.Info("relevance policy refused", "remote", r.RemoteAddr, "reason", reason)
 			httpjson.Error(w, http.StatusUnauthorized, reason)
 			return
@@ -45,12 +45,12 @@ func (c *connector) relayPolicyHandler() http.Handler {
 		var req policyRequest
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPolicyBodyBytes))
 		if err := dec.Decode(&req); err != nil {
-			c.live.metrics.changes.WithLabelValues("relay_policy", "invalid").Inc()
+			c.live.metrics.gateways.WithLabelValues("relay_policy", "invalid").Inc()
 			httpjson.Error(w, http.StatusBadRequest, "malformed JSON body")
 			return
 		}
 		if req.Platform != contract.PlatformRelay && !slices.ContainsFunc(c.platforms, func(p platform.Platform) bool { return p.Name() == req.Platform }) {
-			c.live.metrics.changes.WithLabelValues("relay_policy", "invalid").Inc()
+			c.live.metrics.gateways.WithLabelValues("relay_policy", "invalid").Inc()
 			httpjson.Error(w, http.StatusBadRequest, "platform is not one this connector fronts")
 			return
 		}
@@ -59,7 +59,7 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			RequireAddress: req.RequireAddress, FreeResponseScopes: req.FreeResponseScopes, AllowOtherBots: req.AllowOtherBots,
 		})
 		outcome, status := change.Outcome(err)
-		c.live.metrics.changes.WithLabelValues("relay_policy", outcome).Inc()
+		c.live.metrics.gateways.WithLabelValues("relay_policy", outcome).Inc()
 		c.log.Info("relevance policy declared", "tenant", tenant, "gateway_id", gatewayID, "platform", req.Platform,
 			"require_address", req.RequireAddress, "free_response_scopes", len(req.FreeResponseScopes),
 			"allow_other_bots", req.AllowOtherBots, "outcome", outcome)

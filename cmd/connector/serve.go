@@ -9,15 +9,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"connector/admin"
@@ -55,7 +58,9 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	log := newLogger(cfg.Log, stderr)
+	store.LogRedisClient(log)
 	logDeprecations(log, cfg.deprecations)
+	warnStrayEnv(log, os.Environ())
 	if path != "" {
 		log.Info("config loaded", "file", path)
 	} else {
@@ -141,7 +146,7 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 	} else {
 		var err error
 		if cfg, err = LoadConfig(src.configPath); err != nil {
-			return nil, nil, err
+			return nil, nil, inFile(src.configPath, err)
 		}
 	}
 	if err := cfg.applyKeyEnv(lookup); err != nil {
@@ -168,13 +173,37 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it
 	}
 	if err := cfg.normalize(); err != nil {
-		return nil, nil, err
+		return nil, nil, inFile(src.configPath, err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, inFile(src.configPath, err)
 	}
 	return cfg, gen, nil
 }
+
+// inFile names the config file path (none: embedded defaults) in err,
+// which reading or checking its configuration returned: "config: x"
+// becomes "config <path>: x". A value may also have come from the
+// environment; an error about one names its variable.
+func inFile(path string, err error) error {
+	var pe *fs.PathError
+	if path == "" || errors.As(err, &pe) { // reading it failed: the error names it
+		return err
+	}
+	return &fileError{path: path, err: err}
+}
+
+// fileError is an error of the config file path.
+type fileError struct {
+	path string
+	err  error
+}
+
+func (e *fileError) Error() string {
+	return "config " + e.path + ": " + strings.TrimPrefix(e.err.Error(), "config: ")
+}
+
+func (e *fileError) Unwrap() error { return e.err }
 
 // loadGenerated returns the embedded defaults' secrets from the data
 // directory dir, generating them on first use.
@@ -260,7 +289,11 @@ type connector struct {
 func openStore(ctx context.Context, cfg *Config) (store.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
-	st, err := store.Open(ctx, cfg.Store.storeConfig())
+	sc, err := cfg.Store.storeConfig()
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, sc)
 	switch {
 	case errors.Is(err, store.ErrDamaged):
 		return nil, err // it names the file and what to do
@@ -292,10 +325,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	tenants := relayTenants(effective)
 	keys := newSessionKeys(tenants)
 	m := newMetrics()
-	am := newAdminMetrics(m.reg)
+	am := newAdminMetrics(m)
+	m.watchStore(st)
+	leased := newLeaseMetrics(m).count(st)
 	c := &connector{cfg: cfg, log: log}
 	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, relay.DefaultLeaseTTL)
-	deps, err := platformDeps(cfg, log, st, keys, m, leaseTTL)
+	deps, err := platformDeps(cfg, log, leased, keys, m, leaseTTL)
 	if err != nil {
 		return nil, err
 	}
@@ -313,12 +348,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	m.watchPlatforms(platforms)
 	m.preinit(slices.Sorted(maps.Keys(cfg.TenantIDs())), platforms)
 	rc := cfg.Relay // the relay section; the rest is wiring
-	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, st
+	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, leased
 	rc.LeaseTTL = leaseTTL
 	if deps.Cluster != nil {
 		rc.Instance = deps.Cluster.Instance
 	}
-	poker, err := newPoker(cfg, reg, st, rc.Instance, log, m.reg)
+	poker, err := newPoker(cfg, reg, st, rc.Instance, log, m)
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +375,8 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	}
 	if cfg.Admin.Listen != "" {
 		backup, _ := st.(store.Backuper) // the embedded store; nil for redis
-		if c.admin, err = admin.New(admin.Config{Registry: reg, Token: cfg.Admin.Token, Apply: c.live.apply, Log: log, Metrics: c.live.metrics, Backup: backup}); err != nil {
+		if c.admin, err = admin.New(admin.Config{Registry: reg, Token: cfg.Admin.Token, Apply: c.live.apply, Log: log, Metrics: c.live.metrics, Backup: backup,
+			Platforms: platformNames(platforms)}); err != nil {
 			return nil, err
 		}
 	}
@@ -479,13 +515,13 @@ type listeners struct {
 // listen binds the operations, public and admin listeners and serves the
 // operations and admin ones; on an error nothing stays open.
 func (c *connector) listen() (*listeners, error) {
-	opsLn, err := net.Listen("tcp", c.cfg.Ops.Listen)
+	opsLn, err := bind("ops.listen", c.cfg.Ops.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("ops.listen: %w", err)
+		return nil, err
 	}
 	opsSrv := c.opsServer()
 	go func() { _ = opsSrv.Serve(opsLn) }()
-	raw, err := net.Listen("tcp", c.cfg.Listen)
+	raw, err := bind("listen", c.cfg.Listen)
 	if err != nil {
 		opsSrv.Close()
 		return nil, err
@@ -504,6 +540,20 @@ func (c *connector) listen() (*listeners, error) {
 	}
 	l.addrs.Addr, l.addrs.OpsAddr = l.ln.Addr().String(), opsLn.Addr().String()
 	return l, nil
+}
+
+// bind listens on addr, the value of the config key; an error names the
+// key and, when another process holds the address, how to choose another.
+func bind(key, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("%s: %s is taken by another process; set %s in the config file, or $%s, to a free address (%w)",
+			key, addr, key, envVariable(key), err)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return ln, nil
 }
 
 // servePublic serves the public listener (TLS when configured); the channel
@@ -553,8 +603,9 @@ func (c *connector) startIngest() (stop func()) {
 // addresses to ready (when not nil).
 func (c *connector) announce(stdout io.Writer, gen *generatedSecrets, addrs listenAddrs, ready func(listenAddrs)) {
 	tlsOn := c.tls != nil
-	printBanner(stdout, addrs, tlsOn, c.cfg, gen, c.platforms)
-	c.log.Info("connector listening", "addr", addrs.Addr, "ops_addr", addrs.OpsAddr, "tls", tlsOn, "platforms", len(c.platforms), "tenants", len(c.cfg.Tenants))
+	tenants := int(c.live.tenants.Load())
+	printBanner(stdout, addrs, tlsOn, c.cfg, gen, c.platforms, tenants)
+	c.log.Info("connector listening", "addr", addrs.Addr, "ops_addr", addrs.OpsAddr, "tls", tlsOn, "platforms", len(c.platforms), "tenants", tenants)
 	if ready != nil {
 		ready(addrs)
 	}
@@ -563,12 +614,17 @@ func (c *connector) announce(stdout io.Writer, gen *generatedSecrets, addrs list
 // defaultShutdownGrace is shutdown_grace's default.
 const defaultShutdownGrace = 30 * time.Second
 
-// shutdown drains within shutdown_grace: stop ingest (undelivered platform
+// shutdown drains within shutdown_grace, after shutdown_delay of serving
+// as usual while /readyz answers 503: stop ingest (undelivered platform
 // events stay with the platform), stop accepting, answer in-flight
 // outbound, close gateways with 1001 so they reconnect elsewhere.
 func (c *connector) shutdown(public *http.Server, stopIngest func()) {
 	grace := cmp.Or(c.cfg.ShutdownGrace, defaultShutdownGrace)
 	c.draining.Store(true)
+	if d := c.cfg.ShutdownDelay; d > 0 {
+		c.log.Info("draining: /readyz answers 503; the shutdown starts after shutdown_delay", "shutdown_delay", d)
+		<-time.After(d)
+	}
 	c.log.Info("shutting down", "grace", grace)
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
@@ -590,7 +646,7 @@ func (c *connector) shutdown(public *http.Server, stopIngest func()) {
 // gatewayKnows lists the connector's platforms that the Hermes gateway knows
 // by name; it files events of any other platform (nexscope) under "relay"
 // (docs/hermes-wire.md §6.2).
-var gatewayKnows = map[string]bool{"discord": true, "telegram": true, "whatsapp_cloud": true}
+var gatewayKnows = map[string]bool{"discord": true, "telegram": true, "slack": true, "whatsapp_cloud": true}
 
 // gatewayPlatforms is the GATEWAY_RELAY_PLATFORMS value a gateway of this
 // connector should run with: one hello per platform it knows by name, so
@@ -615,8 +671,9 @@ func gatewayPlatforms(platforms []platform.Platform) string {
 }
 
 // printBanner tells the operator, in a few lines, what listens and how a
-// gateway (or a nexscope client) connects.
-func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *generatedSecrets, platforms []platform.Platform) {
+// gateway (or a nexscope client) connects. tenants is how many tenants are
+// served: the config's and those the admin API added.
+func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *generatedSecrets, platforms []platform.Platform, tenants int) {
 	scheme, wsScheme := "http", "ws"
 	if tlsOn {
 		scheme, wsScheme = "https", "wss"
@@ -624,9 +681,14 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	addr := addrs.Addr
 	base := scheme + "://" + addr
 	fmt.Fprintf(w, "connector %s listening on %s (relay at %s://%s/relay)\n", version(), base, wsScheme, addr)
-	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN, WHATSAPP_ACCESS_TOKEN or NEXSCOPE_TOKEN)")
-	fmt.Fprintf(w, "  platforms: %s; tenants: %d\n", names, len(cfg.Tenants))
-	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound and interaction tokens survive restarts)\n", cfg.Store.describe())
+	names := cmp.Or(strings.Join(platformNames(platforms), ", "), "none (set DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN, SLACK_BOT_TOKEN, WHATSAPP_ACCESS_TOKEN or NEXSCOPE_TOKEN)")
+	counted := strconv.Itoa(tenants)
+	if added := tenants - len(cfg.Tenants); added > 0 {
+		counted += fmt.Sprintf(" (%d from the config, %d added with the admin API)", len(cfg.Tenants), added)
+	}
+	fmt.Fprintf(w, "  platforms: %s; tenants: %s\n", names, counted)
+	fmt.Fprintf(w, "  store:     %s (unacknowledged inbound, interaction tokens, and the tenants, gateways, secrets and\n"+
+		"             bindings added with the admin API; restoring a backup rolls all of them back)\n", cfg.Store.describe())
 	if gen != nil {
 		fmt.Fprintf(w, "  gateway:   GATEWAY_RELAY_URL=%s GATEWAY_RELAY_PLATFORMS=%s GATEWAY_RELAY_ID=%s GATEWAY_RELAY_SECRET=%s\n",
 			base, gatewayPlatforms(platforms), gen.GatewayID, gen.GatewaySecret)
@@ -641,7 +703,11 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	ops := "http://" + addrs.OpsAddr
 	fmt.Fprintf(w, "  health:    %s/healthz; operations (keep private): %s/readyz  %s/platforms  %s/metrics\n", base, ops, ops, ops)
 	if addrs.AdminAddr != "" {
-		fmt.Fprintf(w, "  admin:     http://%s/admin/v1/ (bearer admin.token; keep private)\n", addrs.AdminAddr)
+		token := "admin.token of the config file"
+		if name := cfg.fromEnv["admin.token"]; name != "" {
+			token = "$" + name
+		}
+		fmt.Fprintf(w, "  admin:     http://%s/admin/v1/ (bearer %s; keep private)\n", addrs.AdminAddr, token)
 	}
 }
 

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -10,11 +8,8 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -48,80 +43,35 @@ func hangingTelegram(t *testing.T) (apiURL string, sent <-chan struct{}) {
 	return srv.URL, ch
 }
 
-// runningConnector is a connector binary started by a test.
-type runningConnector struct {
-	cmd    *exec.Cmd
-	addr   string
-	stderr *watchedBuffer
-	exited chan struct{}
-}
-
-// startBinary runs the built binary with the config doc, waits for its
-// banner and returns it; the process is killed when the test ends.
-func startBinary(t *testing.T, bin, doc string, env ...string) *runningConnector {
+// startBinary runs the built binary with the config doc and env added to
+// the test's environment, and waits for its banner.
+func startBinary(t *testing.T, bin, doc string, env ...string) *child {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "connector.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := &runningConnector{stderr: newWatchedBuffer(), exited: make(chan struct{})}
-	r.cmd = exec.Command(bin, "serve", "-config", path, "-data-dir", t.TempDir())
-	r.cmd.Env = append(os.Environ(), env...)
-	r.cmd.Stderr = r.stderr
-	stdout, err := r.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = r.cmd.Wait(); close(r.exited) }()
-	t.Cleanup(func() {
-		_ = r.cmd.Process.Kill()
-		<-r.exited
-	})
-	addrCh := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`listening on http://(\S+) `)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				addrCh <- m[1]
-			}
-		}
-	}()
-	select {
-	case r.addr = <-addrCh:
-	case <-r.exited:
-		t.Fatalf("connector exited before listening:\n%s", r.stderr.String())
-	case <-time.After(serveWait):
-		t.Fatalf("timed out after %v waiting for the connector's banner", serveWait)
-	}
-	return r
+	return startChild(t, bin, append(os.Environ(), env...), path, t.TempDir(), false)
 }
 
-// waitExit waits for the process to exit and returns its exit code.
-func (r *runningConnector) waitExit(t *testing.T, within time.Duration, what string) int {
+// waitDraining waits until the child's /readyz says it drains (503): it
+// took the signal and is shutting down.
+func (c *child) waitDraining(t *testing.T) {
 	t.Helper()
-	select {
-	case <-r.exited:
-		return r.cmd.ProcessState.ExitCode()
-	case <-time.After(within):
-		t.Fatalf("timed out after %v waiting for the connector to exit %s\n%s", within, what, r.stderr.String())
-	}
-	return 0
-}
-
-// waitLog waits until the connector's log holds s.
-func (r *runningConnector) waitLog(t *testing.T, s string) {
-	t.Helper()
-	deadline := time.After(serveWait)
-	for !strings.Contains(r.stderr.String(), s) {
-		select {
-		case <-r.stderr.changed():
-		case <-deadline:
-			t.Fatalf("timed out after %v waiting for the log line %q:\n%s", serveWait, s, r.stderr.String())
+	deadline := time.Now().Add(crashWait)
+	for {
+		resp, err := http.Get("http://" + c.ops + "/readyz")
+		if err != nil {
+			t.Fatal(err)
 		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for /readyz to say the connector drains (%d)", crashWait, resp.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval of /readyz
 	}
 }
 
@@ -131,7 +81,7 @@ func (r *runningConnector) waitLog(t *testing.T, s string) {
 // SIGTERM during the shutdown exits at once instead of waiting out the
 // grace period.
 func TestBuiltBinaryShutdown(t *testing.T) {
-	bin := buildBinary(t)
+	bin := connectorBinary(t)
 	for _, tc := range []struct {
 		name  string
 		grace string
@@ -174,12 +124,12 @@ telegram:
 			if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			r.waitLog(t, "shutting down")
 			if tc.name == "second signal" {
+				r.waitDraining(t) // the first signal was taken
 				if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 					t.Fatal(err)
 				}
-				if code := r.waitExit(t, serveWait, "after the second SIGTERM"); code != 1 || !strings.Contains(r.stderr.String(), "second signal") {
+				if code := r.waitExit(t, "after the second SIGTERM"); code != 1 || !strings.Contains(r.stderr.String(), "second signal") {
 					t.Fatalf("exit %d, want 1 with a log line:\n%s", code, r.stderr.String())
 				}
 				return
@@ -194,38 +144,68 @@ telegram:
 			if code, _, err := gw.Closed(ctx); code != 1001 {
 				t.Fatalf("closed %d (%v), want 1001", code, err)
 			}
-			if code := r.waitExit(t, serveWait, "after the grace period"); code != 0 {
+			if code := r.waitExit(t, "after the grace period"); code != 0 {
 				t.Fatalf("exit %d:\n%s", code, r.stderr.String())
 			}
 		})
 	}
 }
 
-// watchedBuffer collects a process's output and tells a waiter of every
-// write.
-type watchedBuffer struct {
-	mu    sync.Mutex
-	b     bytes.Buffer
-	wrote chan struct{} // capacity 1
-}
-
-func newWatchedBuffer() *watchedBuffer { return &watchedBuffer{wrote: make(chan struct{}, 1)} }
-
-func (w *watchedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	n, err := w.b.Write(p)
-	w.mu.Unlock()
-	select {
-	case w.wrote <- struct{}{}:
-	default:
+// TestShutdownDelayAnswersNotReadyBeforeTheListenerCloses: with
+// shutdown_delay, SIGTERM first turns /readyz to 503 while the public
+// listener still serves (a health check and a gateway's upgrade), so a load
+// balancer sees the instance leave before its connections are refused; the
+// connector then shuts down and exits 0.
+func TestShutdownDelayAnswersNotReadyBeforeTheListenerCloses(t *testing.T) {
+	bin := connectorBinary(t)
+	doc := fmt.Sprintf(`listen: 127.0.0.1:0
+ops: {listen: 127.0.0.1:0}
+shutdown_delay: 2s
+log: {level: info, format: text}
+tenants: [{id: t1, gateways: [{id: gw1, secrets: [%q]}]}]
+`, fullGatewaySecret)
+	r := startBinary(t, bin, doc)
+	ops := "http://" + r.ops
+	status := func(url string) int {
+		resp, err := http.Get(url)
+		if err != nil {
+			return -1
+		}
+		resp.Body.Close()
+		return resp.StatusCode
 	}
-	return n, err
+	if got := status(ops + "/readyz"); got != http.StatusOK {
+		t.Fatalf("/readyz before SIGTERM: %d", got)
+	}
+	signaled := time.Now()
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for status(ops+"/readyz") != http.StatusServiceUnavailable {
+		if time.Since(signaled) > serveWait {
+			t.Fatalf("timed out after %v waiting for /readyz to answer 503", serveWait)
+		}
+	}
+	if got := status("http://" + r.addr + "/healthz"); got != http.StatusOK {
+		t.Fatalf("the public listener stopped serving with /readyz at 503: /healthz %d", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), serveWait)
+	defer cancel()
+	gw, err := relaytest.Dial(ctx, "ws://"+r.addr+"/relay", relaytest.Token("gw1", fullGatewaySecret, time.Now()))
+	if err != nil {
+		t.Fatalf("a gateway's upgrade during shutdown_delay: %v", err)
+	}
+	defer gw.CloseNow()
+	if _, err := gw.Hello(ctx, "relay", ""); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, err := gw.Closed(ctx); code != 1001 {
+		t.Fatalf("closed %d (%v), want 1001 once the delay is over", code, err)
+	}
+	if code := r.waitExit(t, "after shutdown_delay"); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.stderr.String())
+	}
+	if d := time.Since(signaled); d < 2*time.Second {
+		t.Fatalf("the shutdown ended %v after SIGTERM, before shutdown_delay", d)
+	}
 }
-
-func (w *watchedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
-func (w *watchedBuffer) changed() <-chan struct{} { return w.wrote }

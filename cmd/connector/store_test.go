@@ -2,9 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"connector/internal/redistest"
+	"connector/store"
 )
 
 // TestStoreSection: the store section, its environment variables and what
@@ -19,7 +25,7 @@ func TestStoreSection(t *testing.T) {
 		t.Fatalf("embedded defaults: store %+v, secrets in %q; want the embedded store and the secrets in %s", cfg.Store, gen.DataDir, dir)
 	}
 	var banner bytes.Buffer
-	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, nil)
+	printBanner(&banner, listenAddrs{Addr: "127.0.0.1:8080", OpsAddr: "127.0.0.1:9090"}, false, cfg, gen, nil, len(cfg.Tenants))
 	if want := "store:     embedded, in " + filepath.Join(dir, "connector.db"); !strings.Contains(banner.String(), want) {
 		t.Errorf("banner lacks %q:\n%s", want, banner.String())
 	}
@@ -53,15 +59,72 @@ func TestStoreSection(t *testing.T) {
 		t.Errorf("describe = %q", got)
 	}
 
+	// Sentinel, as issue 26 pins it; its passwords never in the banner.
+	pinned := "store:\n  backend: redis\n  redis_sentinel: {master: mymaster, addrs: [\"10.0.0.1:26379\", \"10.0.0.2:26379\"], password: sentinel-pw-77}\n  redis_min_replicas: 1\n"
+	cfg, _, err = loadOrDefault(sources{configPath: writeConfig(t, pinned)}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := cfg.Store.storeConfig()
+	if err != nil || sc.RedisSentinel == nil || sc.RedisSentinel.Master != "mymaster" || len(sc.RedisSentinel.Addrs) != 2 ||
+		sc.RedisSentinel.Password != "sentinel-pw-77" || sc.RedisMinReplicas != 1 || sc.RedisURL != "" {
+		t.Fatalf("the pinned Sentinel config: %+v %v", sc, err)
+	}
+	if got := cfg.Store.describe(); got != `redis primary "mymaster" through the Sentinels at 10.0.0.1:26379,10.0.0.2:26379` {
+		t.Errorf("describe = %q", got)
+	}
+	cluster := "store: {backend: redis, redis_cluster_addrs: [\"10.0.0.5:7000\"], redis_cluster_password: cl-pw, redis_cluster_tls: true}\n"
+	cfg, _, err = loadOrDefault(sources{configPath: writeConfig(t, cluster)}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc, err := cfg.Store.storeConfig(); err != nil || sc.RedisCluster == nil || !sc.RedisCluster.TLS || sc.RedisCluster.Password != "cl-pw" {
+		t.Fatalf("a cluster config: %+v %v", sc, err)
+	}
+
 	for doc, want := range map[string]string{
-		"store: {backend: bolt}\n":          `store.backend: "bolt" is not one of embedded, redis`,
-		"store: {backend: redis}\n":         "store.redis_url: required for the redis backend (or set CONNECTOR_REDIS_URL)",
-		"relay: {buffer_bytes_total: -1}\n": "relay.buffer_bytes_total: must not be negative",
-		"relay: {buffer_max_age: -1s}\n":    "relay.buffer_max_age: must not be negative",
+		"store: {backend: bolt}\n":  `store.backend: "bolt" is not one of embedded, redis`,
+		"store: {backend: redis}\n": "store.redis_url: required for the redis backend (or set CONNECTOR_REDIS_URL)",
+		"store: {backend: redis, redis_url: \"redis://h/0\", redis_cluster_addrs: [\"h:7000\"]}\n":  "set only one of redis_url, redis_sentinel and redis_cluster_addrs",
+		"store: {backend: redis, redis_sentinel: {addrs: [\"h:26379\"]}}\n":                         "store.redis_sentinel.master: required",
+		"store: {backend: redis, redis_url: \"http://h/0\"}\n":                                      "the scheme must be redis or rediss",
+		"store: {backend: redis, redis_url: \"redis://h/0\", redis_min_replicas: -1}\n":             "store.redis_min_replicas: must not be negative",
+		"store: {backend: redis, redis_url: \"redis://h/0\", redis_tls: {ca_file: /nonexistent}}\n": "store.redis_tls.ca_file",
+		"relay: {buffer_bytes_total: -1}\n":                                                         "relay.buffer_bytes_total: must not be negative",
+		"relay: {buffer_max_age: -1s}\n":                                                            "relay.buffer_max_age: must not be negative",
 	} {
 		_, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc), dataDir: t.TempDir()}, noEnv)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error saying %q", strings.TrimSpace(doc), err, want)
 		}
+	}
+}
+
+// TestStoreRedisTLSFromConfig: a rediss:// URL with an ACL user and
+// store.redis_tls.ca_file reach a TLS-only redis-server whose certificate
+// the test's CA signed; without the CA file the server is not trusted.
+func TestStoreRedisTLSFromConfig(t *testing.T) {
+	ca := redistest.NewCA(t)
+	srv := redistest.Start(t, redistest.Options{TLS: ca, Users: []string{"app on >app-pw-3b1 ~* &* +@all"}})
+	url := fmt.Sprintf("rediss://app:app-pw-3b1@%s/0", srv.Addr())
+	doc := fmt.Sprintf("store: {backend: redis, redis_url: %q, redis_tls: {ca_file: %q}}\n", url, ca.CAFile)
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc)}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := openStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("open over TLS with the CA file: %v", err)
+	}
+	defer st.Close()
+	if _, err := st.Ledger().Append(context.Background(), "t1", []store.Record{{Payload: []byte("over tls")}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store.RedisTLS = RedisTLSConfig{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if st, err := openStore(ctx, cfg); err == nil {
+		st.Close()
+		t.Fatal("a server signed by an unknown CA was trusted")
 	}
 }

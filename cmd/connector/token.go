@@ -30,7 +30,7 @@ func tokenCmd(args []string, stdout, stderr io.Writer) int {
 			"gateway's secret: $"+envTokenSecret+" when set, else the first line of stdin.")
 	id := fs.String("gateway-id", "", "gateway id (GATEWAY_RELAY_ID)")
 	secretFlag := fs.String("secret", "", "deprecated: puts the secret in argv and shell history; use $"+envTokenSecret+" or stdin")
-	ttl := fs.Duration("ttl", contract.TokenTTL, "token lifetime")
+	ttl := fs.Duration("ttl", contract.TokenTTL, fmt.Sprintf("token lifetime, at most %s (the connector refuses a token that lives longer)", contract.DefaultMaxTokenLifetime))
 	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
 		return code
 	}
@@ -42,8 +42,8 @@ func tokenCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "connector token: -gateway-id is required")
 		return 2
 	}
-	if *ttl <= 0 {
-		fmt.Fprintln(stderr, "connector token: -ttl must be positive")
+	if *ttl <= 0 || *ttl > contract.DefaultMaxTokenLifetime {
+		fmt.Fprintf(stderr, "connector token: -ttl must be positive and at most %s: the connector refuses a token that lives longer (close 4401)\n", contract.DefaultMaxTokenLifetime)
 		return 2
 	}
 	secret := *secretFlag

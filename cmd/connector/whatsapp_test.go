@@ -1,7 +1,9 @@
 package main
 
 import (
+	"connector/platform"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -34,6 +36,9 @@ const (
 var (
 	waBiz1 = whatsapptest.Business{PhoneNumberID: "106540352242922", DisplayNumber: "15550109999"}
 	waBiz2 = whatsapptest.Business{PhoneNumberID: "206540352242922", DisplayNumber: "15550108888"}
+	// waBiz3 is a number of the app no tenant owns: its users reach the
+	// tenant they linked to.
+	waBiz3 = whatsapptest.Business{PhoneNumberID: "306540352242922", DisplayNumber: "15550107777"}
 )
 
 // waRig is the connector binary fronting WhatsApp for two tenants, each
@@ -82,7 +87,7 @@ whatsapp:
 // start runs the binary on the rig's data directory.
 func (r *waRig) start(t *testing.T) {
 	t.Helper()
-	r.child = startChild(t, r.bin, r.config, r.dir, r.env)
+	r.child = startChild(t, r.bin, r.env, r.config, r.dir, false)
 }
 
 func (r *waRig) webhook() string { return "http://" + r.child.addr + "/whatsapp/webhook" }
@@ -292,6 +297,34 @@ func TestWhatsAppBlackBox(t *testing.T) {
 		res := outbound(t, gw1, map[string]any{"op": "send", "chat_id": ada, "content": "tomorrow", "reply_to": nil})
 		if res.Success || res.Code != "window_closed" {
 			t.Fatalf("%+v", res)
+		}
+	})
+
+	t.Run("a /manage/link code links a user of an unowned number", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodPost, base+"/manage/link", strings.NewReader(`{"platform":"whatsapp_cloud"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+relaytest.Token("gw1", waSecret1, time.Now()))
+		var link struct{ Code string }
+		if err := json.Unmarshal([]byte(post(t, req, http.StatusOK, "/manage/link on whatsapp_cloud")), &link); err != nil || link.Code == "" {
+			t.Fatalf("link answer: %q, %v", link.Code, err)
+		}
+		const carol = "447700900777"
+		before := len(r.fake.Sent())
+		r.post(t, whatsapptest.Text(waBiz3, carol, "Carol", "wamid.L1", "/link "+link.Code), waAppSecret, http.StatusOK)
+		ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+		defer cancel()
+		sent, err := r.fake.WaitSent(ctx, before+1) // the link desk answers once the link is applied
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply := sent[before]; reply.To != carol || reply.PhoneNumberID != waBiz3.PhoneNumberID || !strings.Contains(fmt.Sprint(reply.Body), platform.LinkedReply) {
+			t.Fatalf("reply to the /link DM: %+v", reply)
+		}
+		r.post(t, whatsapptest.Text(waBiz3, carol, "Carol", "wamid.L2", "linked now"), waAppSecret, http.StatusOK)
+		if f := waInbound(t, gw1); f.Event.Text != "linked now" || f.Event.Source.ChatID != carol {
+			t.Fatalf("gw1 got %+v, want carol's message after her /link", f.Event)
 		}
 	})
 

@@ -111,6 +111,8 @@ func runOnce(o *options) (*result, error) {
 		drv      eventDriver
 		nexDrv   *nexscopeDriver
 		discDrv  *discordDriver
+		slackDrv *slackDriver
+		platf    platform.Platform
 		waDrv    *whatsappDriver
 		relayURL = o.URL
 		echoURL  string
@@ -139,6 +141,15 @@ func runOnce(o *options) (*result, error) {
 			drv = discDrv
 			newPlatform = discDrv.newPlatform
 			defer discDrv.close()
+		case driverSlack:
+			slackDrv = &slackDriver{}
+			drv = slackDrv
+			newPlatform = func(ts []relay.Tenant) (platform.Platform, error) {
+				p, err := slackDrv.newPlatform(ts)
+				platf = p
+				return p, err
+			}
+			defer slackDrv.close()
 		case driverWhatsApp:
 			waDrv = &whatsappDriver{}
 			drv = waDrv
@@ -186,6 +197,11 @@ func runOnce(o *options) (*result, error) {
 		}
 		if discDrv != nil {
 			if err := discDrv.start(c.BaseURL, c.Metrics.progress); err != nil {
+				return res, err
+			}
+		}
+		if slackDrv != nil {
+			if err := slackDrv.start(c.BaseURL, platf, c.Metrics.progress); err != nil {
 				return res, err
 			}
 		}

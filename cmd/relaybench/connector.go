@@ -186,7 +186,7 @@ func (c *connector) close() {
 // (the records the run leaves are acknowledged and deleted, the prefix's
 // few bookkeeping keys stay).
 func openStore(o *options, prefix string) (st store.Store, closeStore func(), err error) {
-	cfg := store.Config{Backend: o.Store, RedisURL: o.RedisURL, RedisPrefix: prefix}
+	cfg := store.Config{Backend: o.Store, RedisURL: o.RedisURL, RedisMinReplicas: o.RedisMinReplicas, RedisPrefix: prefix}
 	var dir string
 	if o.Store == store.BackendEmbedded {
 		if dir, err = os.MkdirTemp(o.StoreDir, "relaybench-store-"); err != nil {

@@ -27,6 +27,11 @@
 //	           /discord/interactions (one guild per tenant), with a fake
 //	           Discord (discordtest) for REST and the platform's Gateway
 //	           session; latency runs from the scheduled POST to the read.
+//	slack      signed Events API message events mentioning the bot POSTed
+//	           to /slack/events (a workspace per tenant, installed through
+//	           the OAuth flow first; a thread per user), with a fake Slack
+//	           (slacktest) for the Web API; latency runs from the scheduled
+//	           POST to the read.
 //	idle       no events: connect the gateways and measure the connection cost.
 //
 // -store embedded or -store redis (with -redis-url) runs the in-process
@@ -46,6 +51,7 @@
 //	relaybench -gateways 1000 -tenants 100 -rate 5000 -duration 10s
 //	relaybench -driver nexscope -gateways 100 -rate 0 -duration 10s
 //	relaybench -driver discord -gateways 100 -rate 500 -duration 10s
+//	relaybench -driver slack -gateways 100 -rate 500 -duration 10s
 //	relaybench -driver whatsapp -gateways 100 -rate 0 -duration 10s
 //	relaybench -gateways 100 -rate 0 -duration 5s -producers 256 -store embedded
 //	relaybench -url ws://10.0.0.5:8080/relay -secret S -gateway-prefix bench-gw- -gateways 100 -driver idle

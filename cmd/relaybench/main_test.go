@@ -111,6 +111,15 @@ func TestDiscordRun(t *testing.T) {
 	checkEventRun(t, res, 100)
 }
 
+func TestSlackRun(t *testing.T) {
+	o := benchOptions(t, "-driver", "slack")
+	res, err := run(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEventRun(t, res, 100)
+}
+
 // A run against a connector by URL connects with the operator's gateway
 // ids and secret and reports the connection figures it can see.
 func TestIdleRunAgainstURL(t *testing.T) {
@@ -166,6 +175,8 @@ func TestOptionsRejectBadFlags(t *testing.T) {
 		{[]string{"-instances", "0"}, "-instances"},
 		{[]string{"-instances", "3"}, "-instances"},
 		{[]string{"-instances", "3", "-store", "embedded"}, "-instances"},
+		{[]string{"-redis-min-replicas", "1"}, "-redis-min-replicas"},
+		{[]string{"-redis-min-replicas", "-1", "-store", "redis", "-redis-url", "redis://127.0.0.1:1/0"}, "-redis-min-replicas"},
 		{[]string{"-store", "embedded", "-url", "ws://127.0.0.1:1/relay", "-secret", "s", "-driver", "idle"}, "-store"},
 		{[]string{"-producers", "0"}, "-producers"},
 		{[]string{"-producers", "4", "-driver", "nexscope"}, "-producers"},

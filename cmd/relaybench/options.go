@@ -18,6 +18,7 @@ const (
 	driverSynthetic = "synthetic"
 	driverNexscope  = "nexscope"
 	driverDiscord   = "discord"
+	driverSlack     = "slack"
 	driverWhatsApp  = "whatsapp"
 	driverIdle      = "idle"
 )
@@ -58,6 +59,9 @@ type options struct {
 	StoreDir string
 	// RedisURL addresses the redis backend's server.
 	RedisURL string
+	// RedisMinReplicas is the store's RedisMinReplicas: appends wait for
+	// that many of the server's replicas (WAIT).
+	RedisMinReplicas int
 	// Producers is how many goroutines the synthetic driver publishes from
 	// at once, as concurrent webhooks would; 1 publishes one event at a
 	// time.
@@ -108,7 +112,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Secret, "secret", "", "gateway HMAC secret (required with -url; random in-process)")
 	fs.IntVar(&o.Gateways, "gateways", 10, "gateways to connect")
 	fs.IntVar(&o.Tenants, "tenants", 0, "tenants the gateways are spread over, round-robin (default: one per gateway)")
-	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope, discord, whatsapp or idle")
+	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope, discord, slack, whatsapp or idle")
 	fs.Float64Var(&o.Rate, "rate", 1000, "events per second (0: as fast as -window allows)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "how long to drive events")
 	fs.IntVar(&o.Window, "window", 1024, "most events sent and not yet acknowledged by a gateway")
@@ -119,6 +123,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Store, "store", store.BackendMemory, "store backend of the in-process relay: memory, embedded or redis (embedded and redis are also compared with memory in the same run)")
 	fs.StringVar(&o.StoreDir, "store-dir", "", "where the embedded store's data directory is made (default: the system's temporary directory; put it on the disk you mean to measure)")
 	fs.StringVar(&o.RedisURL, "redis-url", "", "redis:// URL of the server for -store redis (keys under a fresh prefix per run)")
+	fs.IntVar(&o.RedisMinReplicas, "redis-min-replicas", 0, "with -store redis, each append waits until this many replicas of the server have it (store.redis_min_replicas)")
 	fs.IntVar(&o.Producers, "producers", 1, "goroutines the synthetic driver publishes from at once (all instances together)")
 	fs.IntVar(&o.Instances, "instances", 1, "relay instances sharing the redis store (-store redis, -driver synthetic); gateways and events are spread over them")
 	fs.IntVar(&o.Sources, "sources", 0, "loopback source addresses 127.0.0.1..N the connections dial from (0: one per 20000 connections; in-process only)")
@@ -185,10 +190,14 @@ func (o *options) validate() error {
 		return errors.New("-sources applies to the in-process connector (loopback)")
 	case o.Instances < 1:
 		return errors.New("-instances must be at least 1")
+	case o.RedisMinReplicas < 0:
+		return errors.New("-redis-min-replicas must not be negative")
 	case o.Connector != "":
 		return o.validateProcesses()
 	case o.Instances > 1 && (o.Store != store.BackendRedis || o.Driver != driverSynthetic):
 		return errors.New("-instances above 1 needs -store redis and -driver synthetic (or -connector)")
+	case o.RedisMinReplicas > 0 && o.Store != store.BackendRedis:
+		return errors.New("-redis-min-replicas needs -store redis")
 	case o.Clients != 0 || o.Affinity:
 		return errors.New("-clients and -affinity apply to -connector")
 	}
@@ -205,10 +214,10 @@ func (o *options) validate() error {
 		return errors.New("-store applies to the in-process connector; a connector at -url uses its own")
 	}
 	switch o.Driver {
-	case driverSynthetic, driverNexscope, driverDiscord, driverWhatsApp, driverIdle:
+	case driverSynthetic, driverNexscope, driverDiscord, driverSlack, driverWhatsApp, driverIdle:
 		return nil
 	}
-	return fmt.Errorf("unknown -driver %q (synthetic, nexscope, discord, whatsapp or idle)", o.Driver)
+	return fmt.Errorf("unknown -driver %q (synthetic, nexscope, discord, slack, whatsapp or idle)", o.Driver)
 }
 
 // validateProcesses checks a run on connector processes: every process
@@ -232,6 +241,8 @@ func (o *options) validateProcesses() error {
 		return errors.New("-clients must be at least 1")
 	case o.Producers > 1:
 		return errors.New("-producers applies to -driver synthetic only")
+	case o.RedisMinReplicas > 0:
+		return errors.New("-redis-min-replicas applies to the in-process relay; the connector processes run on their config's defaults")
 	case limit > 0 && uint64(perInstance)+fileMargin > limit:
 		return fmt.Errorf("%d gateways over %d connector processes is %d connections each, above what the open-file limit %d allows: use at least %d -instances",
 			o.Gateways, o.Instances, perInstance, limit, ceilDiv(o.Gateways, int(limit-fileMargin)))
@@ -271,7 +282,7 @@ func (o *options) gatewayID(i int) string { return fmt.Sprintf("%s%d", o.Gateway
 // helloPlatform is the platform the gateways hello.
 func (o *options) helloPlatform() string {
 	switch o.Driver {
-	case driverNexscope, driverDiscord:
+	case driverNexscope, driverDiscord, driverSlack:
 		return o.Driver
 	case driverWhatsApp:
 		return "whatsapp_cloud"

@@ -7,11 +7,16 @@ import (
 	"net/http"
 )
 
-// Write answers status with v encoded as JSON.
+// Write answers status with v encoded as JSON, as written: < > & are not
+// escaped (an error about a "<tenant>" reads as it was written); the
+// answer is never HTML, and nosniff keeps a browser from reading it as such.
 func Write(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 // Error answers status with {"error": msg}.

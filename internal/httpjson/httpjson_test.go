@@ -15,10 +15,13 @@ func TestWriteAndError(t *testing.T) {
 	}{
 		{"value", func(w http.ResponseWriter) { Write(w, http.StatusCreated, map[string]int{"n": 1}) }, http.StatusCreated, `{"n":1}` + "\n"},
 		{"error", func(w http.ResponseWriter) { Error(w, http.StatusConflict, `taken "x"`) }, http.StatusConflict, `{"error":"taken \"x\""}` + "\n"},
+		{"not HTML-escaped", func(w http.ResponseWriter) { Error(w, http.StatusBadRequest, "want <tenant> & <gateway>") }, http.StatusBadRequest,
+			`{"error":"want <tenant> & <gateway>"}` + "\n"},
 	} {
 		rec := httptest.NewRecorder()
 		tc.write(rec)
-		if rec.Code != tc.status || rec.Body.String() != tc.body || rec.Header().Get("Content-Type") != "application/json" {
+		if rec.Code != tc.status || rec.Body.String() != tc.body || rec.Header().Get("Content-Type") != "application/json" ||
+			rec.Header().Get("X-Content-Type-Options") != "nosniff" {
 			t.Errorf("%s: got %d %q (Content-Type %q), want %d %q (application/json)", tc.name, rec.Code, rec.Body.String(), rec.Header().Get("Content-Type"), tc.status, tc.body)
 		}
 	}

@@ -167,11 +167,11 @@ func TestThreadCreateAndRename(t *testing.T) {
 	// Later inbound from the created thread carries the auto-thread markers;
 	// inbound from a thread the connector did not create does not.
 	e.dispatch(t, "MESSAGE_CREATE", msg("7300", created.ThreadID, guildLab, "thanks", true))
-	if src := e.sink.next(t).Event.Source; !src.AutoThreadCreated || src.AutoThreadInitialName != "Handoff: deploy" || src.ThreadID.Value != created.ThreadID {
+	if src := e.sink.Next(t).Event.Source; !src.AutoThreadCreated || src.AutoThreadInitialName != "Handoff: deploy" || src.ThreadID.Value != created.ThreadID {
 		t.Fatalf("inbound from the created thread: %+v", src)
 	}
 	e.dispatch(t, "MESSAGE_CREATE", msg("7301", threadPlan, guildLab, "hi", true))
-	if src := e.sink.next(t).Event.Source; src.AutoThreadCreated || src.AutoThreadInitialName != "" {
+	if src := e.sink.Next(t).Event.Source; src.AutoThreadCreated || src.AutoThreadInitialName != "" {
 		t.Fatalf("inbound from a human's thread: %+v", src)
 	}
 
@@ -234,7 +234,7 @@ func TestAutoThreadAnnouncedOnFirstSend(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7500", chanGeneral, guildLab, "plan the v2.1 rollout", true))
-	src := e.sink.next(t).Event.Source
+	src := e.sink.Next(t).Event.Source
 	if !src.AutoThreadCreated || src.AutoThreadInitialName != "plan the v2.1 rollout" || src.ChatID != "7500" || src.ParentChatID != chanGeneral {
 		t.Fatalf("auto-threaded inbound = %+v", src)
 	}
@@ -249,7 +249,7 @@ func TestAutoThreadAnnouncedOnFirstSend(t *testing.T) {
 		t.Fatalf("send into a human's thread = %+v", r)
 	}
 	e.dispatch(t, "MESSAGE_CREATE", msg("7501", "7500", guildLab, "more", true))
-	if src := e.sink.next(t).Event.Source; !src.AutoThreadCreated || src.AutoThreadInitialName != "plan the v2.1 rollout" {
+	if src := e.sink.Next(t).Event.Source; !src.AutoThreadCreated || src.AutoThreadInitialName != "plan the v2.1 rollout" {
 		t.Fatalf("later inbound from the auto-thread = %+v", src)
 	}
 }

@@ -42,14 +42,14 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 // is why no tenant takes the event (platform.DropPrincipal, or
 // dropUnclaimed). A tenant reached by claim or author link is granted the
 // channel.
-func (p *Platform) route(author, guildID, channelID string) (tenant string, owner bool, drop string) {
+func (p *Platform) route(ctx context.Context, author, guildID, channelID string) (tenant string, owner bool, drop string) {
 	r, ok := p.owners.Load().Route(author, p.chatOf(guildID, channelID))
 	switch {
 	case ok && r.Drop != "":
 		return "", false, r.Drop
 	case ok:
 		if r.Grant {
-			p.spoke.Add(channelID, r.Tenant)
+			p.spoke.Add(ctx, channelID, r.Tenant)
 		}
 		return r.Tenant, r.Owner, ""
 	case guildID == "" && p.cfg.DMTenant != "":
@@ -64,12 +64,12 @@ const dropUnclaimed = "unclaimed"
 // messageNormalizer resolves m's tenant (route) and returns the normalizer
 // to read it with: under the owner floor, without the tenant's mention
 // gates.
-func (p *Platform) messageNormalizer(m *wireMessage) (n *normalizer, tenant, drop string) {
+func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *normalizer, tenant, drop string) {
 	author := ""
 	if m.Author != nil {
 		author = m.Author.ID
 	}
-	tenant, owner, drop := p.route(author, m.GuildID, m.ChannelID)
+	tenant, owner, drop := p.route(ctx, author, m.GuildID, m.ChannelID)
 	if drop != "" {
 		return nil, "", drop
 	}
@@ -114,7 +114,7 @@ func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
 	p.metrics.Dropped(platformName, reason)
 	switch {
 	case err == nil:
-		p.spoke.Add(channel, tenant)
+		p.spoke.Add(ctx, channel, tenant)
 	case !errors.Is(err, platform.ErrLinkRefused):
 		p.log.Warn("discord /link not redeemed", "user_id", user, "err", err)
 	}
@@ -133,7 +133,7 @@ func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
 // claim nor grant of costs no lookup.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
 	own := p.owners.Load()
-	spoke := p.spoke.Has(chatID, tenant)
+	spoke := p.spoke.Has(ctx, chatID, tenant)
 	claimed := own.Claimed(chatID, tenant)
 	if ci, ok := p.cache.cachedChannel(chatID); ok && ci.ParentID != "" {
 		claimed = claimed || own.Claimed(ci.ParentID, tenant)

@@ -15,16 +15,9 @@ import (
 
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 	"connector/vault"
 )
-
-// countSink counts deliveries.
-type countSink struct{ n atomic.Int64 }
-
-func (s *countSink) Deliver(context.Context, platform.Delivery) error {
-	s.n.Add(1)
-	return nil
-}
 
 // benchPlatform is a running platform (no Gateway) whose cache knows
 // guildLab, with interaction processing delivering to sink.
@@ -62,7 +55,7 @@ func (s *signedInteraction) request() *httptestRequest {
 // session key, vault put and delivery (routing to the tenant's sink), on
 // all cores.
 func BenchmarkInteractionPipeline(b *testing.B) {
-	sink := &countSink{}
+	sink := platformtest.NewSink(0)
 	p, pool := benchPlatform(b, sink)
 	var next atomic.Int64
 	b.ReportAllocs()
@@ -83,7 +76,7 @@ func BenchmarkInteractionPipeline(b *testing.B) {
 	})
 	p.work.Wait()
 	b.StopTimer()
-	b.ReportMetric(float64(sink.n.Load())/time.Since(start).Seconds(), "delivered/s")
+	b.ReportMetric(float64(sink.Taken())/time.Since(start).Seconds(), "delivered/s")
 }
 
 // BenchmarkInteractionAckLatency measures, per interaction, the time from
@@ -91,7 +84,7 @@ func BenchmarkInteractionPipeline(b *testing.B) {
 // earlier interactions are processed in the background), and reports p50
 // and p99.
 func BenchmarkInteractionAckLatency(b *testing.B) {
-	p, pool := benchPlatform(b, &countSink{})
+	p, pool := benchPlatform(b, platformtest.NewSink(0))
 	lat := make([]time.Duration, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()

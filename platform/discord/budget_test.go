@@ -127,7 +127,7 @@ func TestBreakerChargesTheTenant(t *testing.T) {
 // invalid answers reach the bot; seven such tenants never refuse a tenant
 // that behaves, thirty do (the bot-wide breaker, the last line).
 func TestBreakerKeepsTheBotBelowTheBan(t *testing.T) {
-	cfg := Config{}.withDefaults()
+	cfg := Config{}.WithDefaults()
 	if cfg.InvalidRequestLimit >= discordInvalidBan || cfg.TenantInvalidRequestLimit != cfg.InvalidRequestLimit/8 {
 		t.Fatalf("defaults %d / %d", cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit)
 	}
@@ -210,7 +210,7 @@ func TestInvalidRequestLimitsValidated(t *testing.T) {
 			t.Errorf("limits %d/%d: Validate = %v, want %q", tc.bot, tc.tenant, err, tc.err)
 		}
 	}
-	if d := (Config{InvalidRequestLimit: 4}).withDefaults(); d.TenantInvalidRequestLimit != 1 {
+	if d := (Config{InvalidRequestLimit: 4}).WithDefaults(); d.TenantInvalidRequestLimit != 1 {
 		t.Errorf("tenant share of a bot limit of 4 = %d, want 1", d.TenantInvalidRequestLimit)
 	}
 }

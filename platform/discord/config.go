@@ -217,9 +217,9 @@ const (
 	DefaultCommandSyncDebounce = 5 * time.Second
 )
 
-// withDefaults returns cfg with every zero or negative knob set to its
-// default.
-func (cfg Config) withDefaults() Config {
+// WithDefaults returns cfg with every zero or negative knob set to its
+// default: the configuration New runs with.
+func (cfg Config) WithDefaults() Config {
 	cfg.GlobalPerSecond = cmp.Or(max(cfg.GlobalPerSecond, 0), DefaultGlobalPerSecond)
 	cfg.GlobalBurst = cmp.Or(max(cfg.GlobalBurst, 0), DefaultGlobalBurst)
 	cfg.InvalidRequestLimit = cmp.Or(max(cfg.InvalidRequestLimit, 0), DefaultInvalidRequestLimit)
@@ -276,7 +276,7 @@ func (cfg *Config) Validate() error {
 	if cfg.InvalidRequestLimit >= discordInvalidBan {
 		return fmt.Errorf("discord.invalid_request_limit: %d reaches Discord's ban threshold of %d invalid requests per 10 minutes", cfg.InvalidRequestLimit, discordInvalidBan)
 	}
-	if botLimit := cfg.withDefaults().InvalidRequestLimit; cfg.TenantInvalidRequestLimit > botLimit {
+	if botLimit := cfg.WithDefaults().InvalidRequestLimit; cfg.TenantInvalidRequestLimit > botLimit {
 		return fmt.Errorf("discord.tenant_invalid_request_limit: %d exceeds invalid_request_limit %d", cfg.TenantInvalidRequestLimit, botLimit)
 	}
 	return nil

@@ -3,7 +3,6 @@ package discord
 import (
 	"cmp"
 	"encoding/json"
-	"hash/fnv"
 	"time"
 )
 
@@ -167,13 +166,13 @@ type ingestItem struct {
 	received time.Time
 }
 
-// ingestShards is how many ordered ingest workers run; a channel always maps
-// to the same one, so its messages are delivered in Gateway order.
-const (
-	ingestShards     = 4
-	ingestQueueDepth = 256
-)
+// maxIngesting bounds the messages being ingested or waiting for their
+// channel's turn; past it the Gateway reader waits.
+const maxIngesting = 1024
 
+// enqueueMessage gives a message its channel's turn: the messages of one
+// channel are ingested in Gateway order, those of other channels side by
+// side (chatorder), so a slow step of one channel never delays another.
 func (p *Platform) enqueueMessage(edit bool, raw json.RawMessage) {
 	it := ingestItem{edit: edit, received: p.now()}
 	if err := json.Unmarshal(raw, &it.msg); err != nil {
@@ -185,13 +184,7 @@ func (p *Platform) enqueueMessage(edit bool, raw json.RawMessage) {
 	if life == nil {
 		return
 	}
-	h := fnv.New32a()
-	h.Write([]byte(it.msg.ChannelID))
-	q := p.queues[h.Sum32()%ingestShards]
 	// Blocking here stalls the Gateway reader: Discord then resumes the
 	// session and replays, so nothing is lost.
-	select {
-	case q <- it:
-	case <-life.ctx.Done():
-	}
+	p.turns.Go(life.ctx, it.msg.ChannelID, func() { p.ingestMessage(life.ctx, &it) })
 }

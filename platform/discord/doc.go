@@ -21,10 +21,12 @@
 // Dispatches are handled on discordgo's reader goroutine, in order. GUILD_*,
 // CHANNEL_*, THREAD_* events feed a channel/thread/guild cache (ingest
 // falls back to REST GET /channels/{id} or /guilds/{id} on a miss) and the
-// set of threads the bot takes part in. MESSAGE_CREATE and MESSAGE_UPDATE are queued to one of
-// four ingest workers chosen by channel, so each channel's messages are
-// delivered in order; a full queue blocks the reader, and Discord replays
-// on resume, so nothing is lost.
+// set of threads the bot takes part in. MESSAGE_CREATE and MESSAGE_UPDATE
+// take their channel's turn (platform/chatorder): each channel's messages
+// are ingested in order, different channels' side by side, so a slow step
+// (a REST lookup, a delivery waiting for its commit) delays its own channel
+// only. Past maxIngesting messages in flight the reader waits, and Discord
+// replays on resume, so nothing is lost.
 //
 // The tenant of a message or interaction comes from its author first
 // (authors.go: a user bound to a tenant, a claimed channel's principal),

@@ -132,7 +132,7 @@ func TestEgressFollowUp(t *testing.T) {
 	token := "followup-token-secret"
 	e.fake.AddInteractionToken(token)
 	key := "agent:main:discord:group:101:501"
-	if err := e.vault.Put(vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
+	if err := e.vault.Put(t.Context(), vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
 		vault.Entry{Value: vault.NewSecret(token), Ref: "9000"}); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestFollowUpExpiredToken(t *testing.T) {
 	clk := clocktest.New(epoch)
 	v := vault.NewMemory(vault.Config{Now: clk.Now})
 	key := vault.Key{Tenant: "t1", SessionKey: "s", Kind: vault.KindDiscordInteractionToken}
-	if err := v.Put(key, vault.Entry{Value: vault.NewSecret("tok"), Ref: "9000"}); err != nil {
+	if err := v.Put(t.Context(), key, vault.Entry{Value: vault.NewSecret("tok"), Ref: "9000"}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(15*time.Minute + time.Second)
@@ -190,7 +190,7 @@ func TestErrorPathsLogNoSecrets(t *testing.T) {
 	e.startReady(t)
 	token := "errpath-interaction-token-abcdef123456"
 	key := "agent:main:discord:group:101:501"
-	if err := e.vault.Put(vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
+	if err := e.vault.Put(t.Context(), vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
 		vault.Entry{Value: vault.NewSecret(token), Ref: "9000"}); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestErrorPathsLogNoSecrets(t *testing.T) {
 	})
 	// A fresh token: the 429 above emptied the first one's bucket.
 	token2 := token + "-second"
-	if err := e.vault.Put(vault.Key{Tenant: "t1", SessionKey: key + "x", Kind: vault.KindDiscordInteractionToken},
+	if err := e.vault.Put(t.Context(), vault.Key{Tenant: "t1", SessionKey: key + "x", Kind: vault.KindDiscordInteractionToken},
 		vault.Entry{Value: vault.NewSecret(token2), Ref: "9000"}); err != nil {
 		t.Fatal(err)
 	}

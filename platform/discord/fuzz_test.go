@@ -13,6 +13,7 @@ import (
 
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 )
 
 // FuzzNormalizeFixture feeds arbitrary dispatches and contexts through the
@@ -50,13 +51,9 @@ func fuzzPlatform(t testing.TB) (*Platform, ed25519.PrivateKey) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(func() { cancel(); p.work.Wait() })
-	p.life = &lifecycle{ctx: ctx, sink: discardSink{}}
+	p.life = &lifecycle{ctx: ctx, sink: platformtest.NewSink(0)}
 	return p, priv
 }
-
-type discardSink struct{}
-
-func (discardSink) Deliver(context.Context, platform.Delivery) error { return nil }
 
 // FuzzInteractionWebhook signs arbitrary bodies and serves them: the handler
 // answers one of its documented statuses and never panics.

@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 	"connector/vault"
 )
 
@@ -15,7 +18,7 @@ func TestGatewayGuildMessageAutoThreads(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7001", chanGeneral, guildLab, "deploy   the <#101> build", true))
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Kind != platform.KindInbound || d.Tenant != "t1" || d.Platform != "discord" {
 		t.Fatalf("delivery = %+v", d)
 	}
@@ -44,14 +47,14 @@ func TestGatewayDMThreadEditAndUnclaimed(t *testing.T) {
 	e.startReady(t)
 
 	e.dispatch(t, "MESSAGE_CREATE", msg("7002", chanDMAda, "", "hello there", false))
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Tenant != "t1" || d.SessionKey != "agent:main:discord:dm:301" || d.Event.Source.ChatName.Value != "ada.l" ||
 		d.Event.Source.UserName.Value != "Ada" || d.Event.Source.ScopeID != "" {
 		t.Fatalf("DM delivery = %+v / %+v", d, d.Event.Source)
 	}
 
 	e.dispatch(t, "MESSAGE_CREATE", msg("7003", threadPlan, guildLab, "status?", true))
-	d = e.sink.next(t)
+	d = e.sink.Next(t)
 	src := d.Event.Source
 	if src.ChatType != "thread" || src.ChatID != threadPlan || src.ParentChatID != chanGeneral ||
 		src.ChatName.Value != "Lab / #general / Deploy plan" || src.ChatTopic.Valid || d.SessionKey != "agent:main:discord:thread:103:103" {
@@ -61,7 +64,7 @@ func TestGatewayDMThreadEditAndUnclaimed(t *testing.T) {
 	edit := msg("7004", chanRandom, guildLab, "fixed typo", true)
 	edit["edited_timestamp"] = "2026-01-15T12:05:00.000000+00:00"
 	e.dispatch(t, "MESSAGE_UPDATE", edit)
-	d = e.sink.next(t)
+	d = e.sink.Next(t)
 	src = d.Event.Source
 	if !src.MessageIsEdit || src.ChatType != "group" || src.ChatID != chanRandom || src.AutoThreadCreated ||
 		d.SessionKey != "agent:main:discord:group:102:"+userAda {
@@ -74,15 +77,11 @@ func TestGatewayDMThreadEditAndUnclaimed(t *testing.T) {
 	// A guild message without a mention is gated; a system message too.
 	e.dispatch(t, "MESSAGE_CREATE", msg("7006", chanRandom, guildLab, "no mention", false))
 	e.metrics.waitDrop(t, "not_mentioned", 1)
-	select {
-	case d := <-e.sink.ch:
-		t.Fatalf("unexpected delivery %+v", d)
-	default:
-	}
+	e.sink.Empty(t)
 
 	// Tenant t2's guild goes to t2.
 	e.dispatch(t, "MESSAGE_CREATE", msg("7007", chanOther, guildOther, "hi", true))
-	if d := e.sink.next(t); d.Tenant != "t2" {
+	if d := e.sink.Next(t); d.Tenant != "t2" {
 		t.Fatalf("tenant = %q", d.Tenant)
 	}
 }
@@ -91,7 +90,7 @@ func TestGatewayStopBecomesInterrupt(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7010", threadPlan, guildLab, "/stop", true))
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Kind != platform.KindInterrupt || d.SessionKey != "agent:main:discord:thread:103:103" || d.ChatID != threadPlan || d.Event != nil {
 		t.Fatalf("delivery = %+v", d)
 	}
@@ -147,9 +146,8 @@ func TestGatewayReconnectResumes(t *testing.T) {
 	if e.fake.Resumes() != 1 || e.fake.Identifies() != 1 {
 		t.Fatalf("identifies %d resumes %d, want 1 and 1", e.fake.Identifies(), e.fake.Resumes())
 	}
-	e.logs.WaitFor(t, "discord gateway disconnected")
 	e.dispatch(t, "MESSAGE_CREATE", msg("7020", threadPlan, guildLab, "still there?", true))
-	if d := e.sink.next(t); d.Event.Source.MessageID != "7020" {
+	if d := e.sink.Next(t); d.Event.Source.MessageID != "7020" {
 		t.Fatalf("delivery after resume = %+v", d)
 	}
 }
@@ -159,7 +157,7 @@ func TestGatewayHandshakeWatchdog(t *testing.T) {
 		c.HandshakeTimeout = 100 * 1e6 // 100ms
 	})
 	e.start(t)
-	e.logs.WaitFor(t, "discord gateway connect failed")
+	platformtest.WaitUntil(t, "the handshake given up", func() bool { return e.p.Status().Detail == "gateway connect failed; retrying" })
 	if st := e.p.Status(); st.Ready || st.Terminal {
 		t.Fatalf("status = %+v", st)
 	}
@@ -169,10 +167,10 @@ func TestGatewayAutoThreadThenFollowUpWithoutMention(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7030", chanGeneral, guildLab, "start a plan", true))
-	first := e.sink.next(t)
+	first := e.sink.Next(t)
 	// The bot takes part in the thread it created: no mention needed there.
 	e.dispatch(t, "MESSAGE_CREATE", msg("7031", "7030", guildLab, "and also this", false))
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.SessionKey != first.SessionKey || d.Event.Source.ChatName.Value != "Lab / #general / start a plan" {
 		t.Fatalf("follow-up key %q (want %q), source %+v", d.SessionKey, first.SessionKey, d.Event.Source)
 	}
@@ -192,11 +190,11 @@ func TestGatewayInteractionAcksThroughCallback(t *testing.T) {
 	if err != nil || string(req.Body) != `{"type":5}` {
 		t.Fatalf("callback = %s %v", req.Body, err)
 	}
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Event.Text != "/model gpt" || d.Tenant != "t1" {
 		t.Fatalf("delivery = %+v", d.Event)
 	}
-	if _, ok := e.vault.Get(vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); !ok {
+	if _, ok := e.vault.Get(t.Context(), vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); !ok {
 		t.Fatal("token not in the vault")
 	}
 }
@@ -208,19 +206,55 @@ func TestGatewayCacheFollowsChannelEvents(t *testing.T) {
 	e.startReady(t)
 	e.dispatch(t, "CHANNEL_CREATE", map[string]any{"id": "110", "type": 0, "guild_id": guildLab, "name": "fresh", "topic": "new topic"})
 	e.dispatch(t, "MESSAGE_CREATE", msg("7040", "110", guildLab, "hello", true))
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Event.Source.ChatName.Value != "Lab / #fresh" || d.Event.Source.ChatTopic.Value != "new topic" {
 		t.Fatalf("source = %+v", d.Event.Source)
 	}
 	e.dispatch(t, "CHANNEL_UPDATE", map[string]any{"id": "110", "type": 0, "guild_id": guildLab, "name": "renamed", "topic": "  "})
 	e.dispatch(t, "MESSAGE_CREATE", msg("7041", "110", guildLab, "again", true))
-	d = e.sink.next(t)
+	d = e.sink.Next(t)
 	if d.Event.Source.ChatName.Value != "Lab / #renamed" || d.Event.Source.ChatTopic.Valid {
 		t.Fatalf("source after update = %+v", d.Event.Source)
 	}
 	for _, r := range e.fake.Requests() {
 		if r.Path == "/api/v9/channels/110" {
 			t.Fatal("a cached channel was fetched over REST")
+		}
+	}
+}
+
+// A delivery that hangs in one channel delays that channel's later
+// messages only: a channel of the same former ingest shard (102 and 201
+// both hashed to shard 2 of 4) is delivered meanwhile, and each channel's
+// messages keep Gateway order.
+func TestSlowChannelDelaysOnlyItself(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	held, release := make(chan struct{}), make(chan struct{})
+	e.sink.Check = func(d platform.Delivery) error {
+		if d.Event != nil && d.Event.MessageID == "7101" {
+			close(held)
+			<-release
+		}
+		return nil
+	}
+	e.startReady(t)
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free) // before Run's cleanup waits for the ingest
+	e.dispatch(t, "MESSAGE_CREATE", msg("7101", chanRandom, guildLab, "first", true))
+	e.dispatch(t, "MESSAGE_CREATE", msg("7102", chanRandom, guildLab, "second", true))
+	e.dispatch(t, "MESSAGE_CREATE", msg("7103", chanOther, guildOther, "elsewhere", true))
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first message of #random was not delivered")
+	}
+	if d := e.sink.Next(t); d.Event.MessageID != "7103" {
+		t.Fatalf("delivered %s while #random's delivery hangs, want 7103 of another channel", d.Event.MessageID)
+	}
+	free()
+	for _, want := range []string{"7101", "7102"} {
+		if d := e.sink.Next(t); d.Event.MessageID != want {
+			t.Fatalf("delivered %s, want %s: #random's messages in Gateway order", d.Event.MessageID, want)
 		}
 	}
 }

@@ -61,7 +61,7 @@ func TestGrantsAcrossInstances(t *testing.T) {
 			}
 
 			holder.dispatch(t, "MESSAGE_CREATE", msg("7001", chanGeneral, guildLab, "ada to her agent", false))
-			if d := holder.sink.next(t); d.Event == nil || d.Tenant != "t2" || d.Event.Text != "ada to her agent" {
+			if d := holder.sink.Next(t); d.Event == nil || d.Tenant != "t2" || d.Event.Text != "ada to her agent" {
 				t.Fatalf("delivery %+v, want Ada's message to t2", d)
 			}
 			if !send("t2", "reply from the other instance") {
@@ -76,7 +76,7 @@ func TestGrantsAcrossInstances(t *testing.T) {
 			}
 
 			holder.dispatch(t, "MESSAGE_CREATE", msg("7002", chanOther, guildOther, "ada in t1's guild", true))
-			if d := holder.sink.next(t); d.Event == nil || d.Tenant != "t1" || d.Event.Text != "ada in t1's guild" {
+			if d := holder.sink.Next(t); d.Event == nil || d.Tenant != "t1" || d.Event.Text != "ada in t1's guild" {
 				t.Fatalf("delivery %+v, want Ada's message in t1's guild to t1", d)
 			}
 			if sendInto(chanOther, "t2", "into t1's channel") {

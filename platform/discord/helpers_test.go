@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
-	"errors"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 	"connector/session"
 	"connector/vault"
 )
@@ -39,36 +38,8 @@ var (
 	post          = discordtest.Post
 )
 
-// chanSink collects deliveries; while refuse is set it takes none, as a
-// relay whose store fails.
-type chanSink struct {
-	ch     chan platform.Delivery
-	refuse atomic.Bool
-}
-
-func newSink() *chanSink { return &chanSink{ch: make(chan platform.Delivery, 1024)} }
-
-// errRefused is what a refusing chanSink answers.
-var errRefused = errors.New("sink refuses deliveries")
-
-func (s *chanSink) Deliver(_ context.Context, d platform.Delivery) error {
-	if s.refuse.Load() {
-		return errRefused
-	}
-	s.ch <- d
-	return nil
-}
-
-func (s *chanSink) next(t *testing.T) platform.Delivery {
-	t.Helper()
-	select {
-	case d := <-s.ch:
-		return d
-	case <-time.After(10 * time.Second):
-		t.Fatal("no delivery within 10s")
-	}
-	return platform.Delivery{}
-}
+// newSink is the sink a test's platform delivers into.
+func newSink() *platformtest.Sink { return platformtest.NewSink(1024) }
 
 // metricsRecorder records drops and rate-limit counts.
 type metricsRecorder struct {
@@ -121,7 +92,7 @@ func (m *metricsRecorder) waitDrop(t *testing.T, reason string, n int) {
 type env struct {
 	fake    *discordtest.Server
 	p       *Platform
-	sink    *chanSink
+	sink    *platformtest.Sink
 	logs    *discordtest.LogCapture
 	metrics *metricsRecorder
 	vault   *vault.Memory
@@ -210,8 +181,9 @@ func (e *env) startReady(t *testing.T) {
 	if err := e.fake.WaitSession(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	e.logs.WaitFor(t, "discord gateway connected")
-	e.logs.WaitFor(t, "discord guild snapshot loaded")
+	platformtest.WaitUntil(t, "the Gateway session up and the guild snapshot loaded", func() bool {
+		return e.p.Status().Ready && e.p.snap.loaded.Load()
+	})
 }
 
 func (e *env) dispatch(t *testing.T, typ string, d any) {

@@ -43,7 +43,7 @@ func TestClaimInBoundGuildIsSetAside(t *testing.T) {
 		by(userAda, "9103", threadPlan, "ada in the thread"),
 	} {
 		e.dispatch(t, "MESSAGE_CREATE", m)
-		if d := e.sink.next(t); d.Tenant != "t1" || d.Event == nil || d.Event.Text != m["content"] {
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event == nil || d.Event.Text != m["content"] {
 			t.Fatalf("delivery to %q %+v, want %q to t1", d.Tenant, d.Event, m["content"])
 		}
 	}
@@ -105,7 +105,7 @@ func TestClaimantActsInItsThreads(t *testing.T) {
 	}
 	check("before any message")
 	e.dispatch(t, "MESSAGE_CREATE", msg("9201", threadPlan, guildLab, "in the thread", true))
-	if d := e.sink.next(t); d.Tenant != "t3" || d.Event == nil || d.Event.Text != "in the thread" {
+	if d := e.sink.Next(t); d.Tenant != "t3" || d.Event == nil || d.Event.Text != "in the thread" {
 		t.Fatalf("delivery to %q %+v, want the thread's message to t3", d.Tenant, d.Event)
 	}
 	check("after a message")

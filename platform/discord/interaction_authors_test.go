@@ -51,7 +51,7 @@ func TestInteractionsRouteByAuthor(t *testing.T) {
 	now := time.Now()
 	expect := func(what, tenant, text string) platform.Delivery {
 		t.Helper()
-		d := e.sink.next(t)
+		d := e.sink.Next(t)
 		if d.Tenant != tenant || d.Event == nil || d.Event.Text != text {
 			t.Fatalf("%s: delivery to %q %+v, want %q to %q", what, d.Tenant, d.Event, text, tenant)
 		}
@@ -62,7 +62,7 @@ func TestInteractionsRouteByAuthor(t *testing.T) {
 		key := vault.Key{SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}
 		for _, tenant := range []string{"a", "b", "c"} {
 			key.Tenant = tenant
-			if e2, ok := e.vault.Get(key); ok != (tenant == owner) || (ok && e2.Value.Reveal() != token) {
+			if e2, ok := e.vault.Get(t.Context(), key); ok != (tenant == owner) || (ok && e2.Value.Reveal() != token) {
 				t.Fatalf("token %s in %s's vault: %v, want only in %s's", token, tenant, ok, owner)
 			}
 		}
@@ -106,9 +106,5 @@ func TestInteractionsRouteByAuthor(t *testing.T) {
 	slash("8207", userEve, guildOther, chanDesk, notConnected)
 	slash("8209", userAda, guildOther, chanDesk, notConnected)
 	e.metrics.waitDrop(t, platform.DropPrincipal, 2)
-	select {
-	case d := <-e.sink.ch:
-		t.Fatalf("unexpected delivery %+v", d)
-	default:
-	}
+	e.sink.Empty(t)
 }

@@ -21,7 +21,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 		e := newEnvDeps(t, platform.Deps{Vault: sharedVault}, discordtest.Options{}, nil)
 		e.startReady(t)
 		e.dispatch(t, "MESSAGE_CREATE", msg("7900", threadPlan, guildLab, "hi", true))
-		e.sink.next(t)
+		e.sink.Next(t)
 		if r := execute(t, e, "t1", `{"op":"typing","chat_id":"103","metadata":{}}`); !r.Success {
 			t.Fatalf("typing = %+v", r)
 		}

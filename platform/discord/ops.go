@@ -152,13 +152,10 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 	if a.Kind != string(vault.KindDiscordInteractionToken) {
 		return contract.Failed(contract.CodeBadRequest, "discord follow_up supports kind "+string(vault.KindDiscordInteractionToken))
 	}
-	if a.SessionKey == "" {
-		return contract.Failed(contract.CodeBadRequest, "follow_up needs session_key")
-	}
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "follow_up needs content")
 	}
-	e, ok := p.vault.Get(vault.Key{Tenant: tenant, SessionKey: a.SessionKey, Kind: vault.KindDiscordInteractionToken})
+	e, ok := p.vault.Get(ctx, vault.Key{Tenant: tenant, SessionKey: a.SessionKey, Kind: vault.KindDiscordInteractionToken})
 	if !ok || !isSnowflake(e.Ref) {
 		return contract.Failed(contract.CodeCapabilityMissing, "no live discord.interaction_token for this session (absent or expired)")
 	}

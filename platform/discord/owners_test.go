@@ -134,7 +134,7 @@ func TestDMChannelAddressableAfterItsMessage(t *testing.T) {
 		t.Fatalf("an unseen DM channel = %+v, want the decline", r)
 	}
 	e.dispatch(t, "MESSAGE_CREATE", msg("7100", chanDMAda, "", "hi", false))
-	if d := e.sink.next(t); d.ChatID != chanDMAda || d.Tenant != "t1" {
+	if d := e.sink.Next(t); d.ChatID != chanDMAda || d.Tenant != "t1" {
 		t.Fatalf("delivery = %+v", d)
 	}
 	if r := execute(t, e, "t1", `{"op":"send","chat_id":"301","content":"hello","reply_to":null,"metadata":{}}`); !r.Success {

@@ -22,6 +22,7 @@ import (
 	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/chatcontext"
+	"connector/platform/chatorder"
 	"connector/platform/fairshare"
 	"connector/vault"
 )
@@ -43,6 +44,7 @@ type Platform struct {
 	metrics platform.Metrics
 	key     platform.KeyFunc
 	vault   vault.Store
+	egress  platform.Egress[*Platform, string]
 	// guilds maps a guild id to its tenant: Config.Guilds until Bind
 	// replaces it. Command sync and the guild snapshot read it; who a
 	// chat belongs to is owners'.
@@ -81,7 +83,9 @@ type Platform struct {
 	botID    atomic.Pointer[string]
 	status   atomic.Pointer[platform.Status]
 
-	queues [ingestShards]chan ingestItem
+	// turns ingests each channel's messages in Gateway order, and
+	// different channels side by side.
+	turns *chatorder.Queue[string]
 
 	lifeMu sync.Mutex
 	life   *lifecycle
@@ -117,7 +121,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if deps.Vault == nil {
 		return nil, errors.New("discord: deps.Vault is required (interaction tokens live there)")
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	deps = deps.WithDefaults()
 	pub, _ := decodePublicKey(cfg.PublicKey) // validated above
 	p := &Platform{
@@ -133,6 +137,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		fallback: newPolicy(TenantConfig{}),
 		slots:    make(chan struct{}, maxProcessing),
 	}
+	p.egress = platform.Egress[*Platform, string]{Ops: ops, Chat: channelOf, Timeout: cfg.RequestTimeout}
 	guilds := maps.Clone(cfg.Guilds)
 	p.guilds.Store(&guilds)
 	p.owners.Store(platform.NewOwnership(guildBindings(guilds)))
@@ -152,9 +157,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
 	p.seen = newDedupe(2*cfg.InteractionSkew, p.now)
-	for i := range p.queues {
-		p.queues[i] = make(chan ingestItem, ingestQueueDepth)
-	}
+	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)
 	if err := p.newSession(); err != nil {
 		return nil, err

@@ -361,7 +361,7 @@ func TestExpiredInteractionTokenDoesNotPauseREST(t *testing.T) {
 		return true
 	})
 	key := "agent:main:discord:group:101:501"
-	if err := e.vault.Put(vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
+	if err := e.vault.Put(t.Context(), vault.Key{Tenant: "t1", SessionKey: key, Kind: vault.KindDiscordInteractionToken},
 		vault.Entry{Value: vault.NewSecret("expired-interaction-token"), Ref: "9000"}); err != nil {
 		t.Fatal(err)
 	}

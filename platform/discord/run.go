@@ -27,9 +27,6 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.lifeMu.Unlock()
 
 	var wg sync.WaitGroup
-	for i := range p.queues {
-		wg.Go(func() { p.ingestLoop(ctx, p.queues[i]) })
-	}
 	wg.Go(func() { p.cmds.loop(ctx) })
 	wg.Go(func() { p.links.Run(ctx) })
 	p.setStatus(false, false, "connecting")
@@ -43,22 +40,12 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	})
 	cancel()
 	wg.Wait()
+	p.turns.Wait()
 	p.work.Wait()
 	if err == nil {
 		p.setStatus(false, false, "stopped")
 	}
 	return err
-}
-
-func (p *Platform) ingestLoop(ctx context.Context, q <-chan ingestItem) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case it := <-q:
-			p.ingestMessage(ctx, &it)
-		}
-	}
 }
 
 // ingestMessage resolves the tenant from the message's own guild (or the DM
@@ -68,7 +55,7 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	if p.consumeLink(m, it.edit) {
 		return
 	}
-	n, tenant, drop := p.messageNormalizer(m)
+	n, tenant, drop := p.messageNormalizer(ctx, m)
 	if drop == platform.DropPrincipal {
 		p.metrics.Dropped(platformName, drop)
 		p.log.Debug("discord message dropped: the scope's principal does not admit its author", "channel_id", m.ChannelID)

@@ -115,7 +115,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	if u := in.user(); u != nil {
 		author = u.ID
 	}
-	tenant, _, drop := p.route(author, in.GuildID, in.ChannelID)
+	tenant, _, drop := p.route(life.ctx, author, in.GuildID, in.ChannelID)
 	switch drop {
 	case "":
 	case platform.DropPrincipal:
@@ -207,7 +207,7 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 		if isSnowflake(in.ApplicationID) {
 			appID = in.ApplicationID
 		}
-		err := p.vault.Put(vault.Key{Tenant: tenant, SessionKey: key, Kind: vault.KindDiscordInteractionToken},
+		err := p.vault.Put(ctx, vault.Key{Tenant: tenant, SessionKey: key, Kind: vault.KindDiscordInteractionToken},
 			vault.Entry{Value: token, Ref: appID, Stored: received})
 		if err != nil {
 			p.log.Warn("discord interaction token not stored", "interaction_id", in.ID, "err", err)

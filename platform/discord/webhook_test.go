@@ -13,6 +13,7 @@ import (
 	"connector/contract"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 	"connector/vault"
 )
 
@@ -47,7 +48,7 @@ func TestInteractionsWebhook(t *testing.T) {
 	if code != 200 || ack != `{"type":5}` {
 		t.Fatalf("slash = %d %s", code, ack)
 	}
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Kind != platform.KindInbound || d.Tenant != "t1" || d.Event.Text != "/model gpt" || d.Event.MessageType != contract.MessageCommand {
 		t.Fatalf("delivery = %+v %+v", d, d.Event)
 	}
@@ -60,11 +61,11 @@ func TestInteractionsWebhook(t *testing.T) {
 	if strings.Contains(string(frame), token) {
 		t.Fatalf("inbound frame carries the interaction token: %s", frame)
 	}
-	entry, ok := e.vault.Get(vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken})
+	entry, ok := e.vault.Get(t.Context(), vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken})
 	if !ok || entry.Value.Reveal() != token || entry.Ref != "9000" {
 		t.Fatalf("vault entry = %v %v", entry, ok)
 	}
-	if _, ok := e.vault.Get(vault.Key{Tenant: "t2", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); ok {
+	if _, ok := e.vault.Get(t.Context(), vault.Key{Tenant: "t2", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); ok {
 		t.Fatal("another tenant found the token")
 	}
 
@@ -111,11 +112,7 @@ func TestInteractionsWebhook(t *testing.T) {
 		t.Fatalf("unclaimed = %d %s", code, ack)
 	}
 	e.metrics.waitDrop(t, "unclaimed", 1)
-	select {
-	case d := <-e.sink.ch:
-		t.Fatalf("unexpected delivery %+v", d)
-	default:
-	}
+	e.sink.Empty(t)
 }
 
 func TestInteractionComponentsAndDM(t *testing.T) {
@@ -133,7 +130,7 @@ func TestInteractionComponentsAndDM(t *testing.T) {
 	if code != 200 || ack != `{"type":6}` {
 		t.Fatalf("component = %d %s", code, ack)
 	}
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	pr := d.Event.PromptResponse
 	if pr == nil || pr.PromptID != "a1b2c3.0000beef" || pr.OptionID != "once" || pr.PromptMessageID != "7777" || d.Event.Text != "/once" {
 		t.Fatalf("prompt response = %+v text %q", pr, d.Event.Text)
@@ -146,7 +143,7 @@ func TestInteractionComponentsAndDM(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("dm slash = %d", code)
 	}
-	d = e.sink.next(t)
+	d = e.sink.Next(t)
 	if d.Tenant != "t1" || d.SessionKey != "agent:main:discord:dm:301" || d.Event.Source.ChatName != (sessionStr("")) {
 		t.Fatalf("dm = %+v %+v", d, d.Event.Source)
 	}
@@ -168,7 +165,7 @@ func TestInteractionConfirmedOnlyOnceDelivered(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	url := e.webhookServer(t)
-	e.sink.refuse.Store(true)
+	e.sink.RefuseAll(true)
 	body := slashBody("8101", "refused-webhook-token", guildLab, chanGeneral)
 	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), body)); code != http.StatusServiceUnavailable {
 		t.Fatalf("undeliverable slash = %d %s, want 503", code, ack)
@@ -179,7 +176,8 @@ func TestInteractionConfirmedOnlyOnceDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.dispatch(t, "INTERACTION_CREATE", in)
-	e.logs.WaitFor(t, "delivery failed\" platform=discord tenant=t1 chat_id="+chanRandom)
+	platformtest.WaitUntil(t, "the Gateway interaction's delivery", func() bool { return e.sink.Calls() == 2 })
+	e.p.work.Wait() // its processing ended: it would have called back by now
 	for _, r := range e.fake.Requests() {
 		if strings.HasSuffix(r.Path, "/callback") {
 			t.Fatalf("an undelivered Gateway interaction was acknowledged: %s %s", r.Method, r.Path)

@@ -10,6 +10,7 @@ import (
 
 	"connector/contract"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/session"
 )
 
@@ -46,7 +47,7 @@ func TestMsgToBotBecomesInbound(t *testing.T) {
 	if fmt.Sprint(ack["delivered"]) != "[hermes]" || fmt.Sprint(ack["offline"]) != "[ghost]" {
 		t.Fatalf("ack %v", ack)
 	}
-	d := tr.sink.next(t)
+	d := tr.sink.Next(t)
 	want := session.Source{
 		Platform: "nexscope", ChatID: "lab", ChatName: session.Str("lab"), ChatType: "group",
 		UserID: session.Str("alice"), UserName: session.Str("alice"), ThreadID: session.Str("t-9"),
@@ -85,18 +86,18 @@ func TestBridgeFilters(t *testing.T) {
 	send("stop", []string{"hermes"}, " /stop ", 0, "user")                  // interrupt
 	send("cmd", []string{"hermes"}, "/help", 0, "user")                     // command
 
-	d := tr.sink.next(t)
+	d := tr.sink.Next(t)
 	if d.Event == nil || d.Event.MessageID != "mention" || d.Event.Source.IsBot {
 		t.Fatalf("first delivery %+v, want the mention", d.Event)
 	}
-	if d = tr.sink.next(t); d.Event == nil || d.Event.MessageID != "hop2" {
+	if d = tr.sink.Next(t); d.Event == nil || d.Event.MessageID != "hop2" {
 		t.Fatalf("second delivery %+v, want hop2", d)
 	}
-	d = tr.sink.next(t)
+	d = tr.sink.Next(t)
 	if d.Kind != platform.KindInterrupt || d.Event != nil || d.ChatID != "lab" || d.SessionKey != "agent:main:relay:group:lab:th" {
 		t.Fatalf("interrupt %+v", d)
 	}
-	if d = tr.sink.next(t); d.Event == nil || d.Event.MessageType != contract.MessageCommand {
+	if d = tr.sink.Next(t); d.Event == nil || d.Event.MessageType != contract.MessageCommand {
 		t.Fatalf("command %+v", d.Event)
 	}
 }
@@ -120,7 +121,7 @@ func TestFileToBotBridgesDescription(t *testing.T) {
 	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
 		t.Fatalf("ack %v", ack)
 	}
-	d := tr.sink.next(t)
+	d := tr.sink.Next(t)
 	if d.Event == nil || !strings.HasPrefix(d.Event.Text, "attached: current auth.ts\n[file \"auth.ts\", 5 bytes;") {
 		t.Fatalf("event %+v", d.Event)
 	}
@@ -154,7 +155,7 @@ func inbound(t *testing.T, tr *testRelay, c *client, id, thread string, hop int)
 	c.SendJSON(map[string]any{"type": "msg", "msgId": id, "from": c.Name, "to": []string{"hermes"},
 		"role": "user", "threadId": thread, "text": "q", "hopCount": hop})
 	c.Expect("ack")
-	tr.sink.next(t)
+	tr.sink.Next(t)
 }
 
 func send(tr *testRelay, tenant string, a contract.Action) contract.Result {
@@ -303,7 +304,7 @@ func TestAckListsBotOnlyWhenBridged(t *testing.T) {
 	}
 	// Only the two bridged messages reached the tenant.
 	for _, id := range []string{"ok", "ok2"} {
-		if d := tr.sink.next(t); d.Event == nil || d.Event.MessageID != id {
+		if d := tr.sink.Next(t); d.Event == nil || d.Event.MessageID != id {
 			t.Fatalf("delivery %+v, want %s", d.Event, id)
 		}
 	}
@@ -331,20 +332,13 @@ func TestAckBotOfflineWhileBridgeNotRunning(t *testing.T) {
 	}
 }
 
-// refusingSink is a sink whose store fails: it takes no delivery.
-type refusingSink struct{ calls chan platform.Delivery }
-
-func (s *refusingSink) Deliver(_ context.Context, d platform.Delivery) error {
-	s.calls <- d
-	return errors.New("store unavailable")
-}
-
 // The ack is the sender's confirmation, so it lists the bot as delivered
 // only once the sink took the message: when the sink fails, the bot is
 // offline, for a msg and for a file.
 func TestAckBotOfflineWhenTheSinkFails(t *testing.T) {
 	tr := newRelay(t, boundConfig())
-	sink := &refusingSink{calls: make(chan platform.Delivery, 4)}
+	sink := platformtest.NewSink(4) // whose store fails: it takes no delivery
+	sink.RefuseAll(true)
 	t.Cleanup(tr.run(t, sink))
 	alice := tr.join(t, "lab", "alice")
 	bob := tr.join(t, "lab", "bob")
@@ -364,7 +358,7 @@ func TestAckBotOfflineWhenTheSinkFails(t *testing.T) {
 	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
 		t.Fatalf("file ack %v, want bob delivered and hermes offline", ack)
 	}
-	if n := len(sink.calls); n != 3 {
+	if n := sink.Calls(); n != 3 {
 		t.Fatalf("the sink was asked %d times, want 3", n)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"connector/internal/clustermsg"
 	"connector/internal/redistest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/store"
 )
 
@@ -92,7 +93,7 @@ func startInstanceWith(t testing.TB, srv *redistest.Server, cfg Config, name str
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 	tr := &testRelay{p: p, srv: hs, logs: logs, url: "ws" + strings.TrimPrefix(hs.URL, "http"),
-		sink: &recordingSink{ch: make(chan platform.Delivery, 64)}}
+		sink: platformtest.NewSink(64)}
 	in := &instance{testRelay: tr, name: name, st: st}
 	in.stop = tr.run(t, tr.sink)
 	t.Cleanup(func() {
@@ -179,7 +180,7 @@ func TestClusterRoomAcrossInstances(t *testing.T) {
 
 	// A msg to the bot from an edge is bridged by the home.
 	bob.SendJSON(msg("m2", "bob", []string{"hermes"}, "question for the agent"))
-	d := home.sink.next(t)
+	d := home.sink.Next(t)
 	if d.Tenant != "t1" || d.Event == nil || d.Event.Text != "question for the agent" || d.Event.Source.UserID.Value != "bob" {
 		t.Fatalf("delivery %+v", d)
 	}
@@ -397,7 +398,7 @@ func FuzzClusterHandle(f *testing.F) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- p.Run(ctx, checkingSink{t}) }()
+		go func() { done <- p.Run(ctx, encodingSink(t)) }()
 		waitFor(t, "the room homed", func() bool { return p.rooms[DefaultRoom].home.Load() })
 		for _, m := range bytes.Split(msg, []byte{0x1e}) {
 			p.cluster.handle(m)

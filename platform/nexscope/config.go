@@ -162,8 +162,9 @@ func (c *Config) Validate() error {
 // relay itself sends (presence of a full room, errors, acks).
 const minPayload = 4096
 
-// withDefaults returns c with every zero field set to its default.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero field set to its default: the
+// configuration New runs with.
+func (c Config) WithDefaults() Config {
 	c.MaxUsers = cmp.Or(c.MaxUsers, DefaultMaxUsers)
 	c.MaxPayload = cmp.Or(c.MaxPayload, DefaultMaxPayload)
 	c.MaxFile = cmp.Or(c.MaxFile, DefaultMaxFile)

@@ -2,14 +2,16 @@ package nexscope
 
 import (
 	"context"
+	"maps"
 
 	"connector/contract"
 	"connector/internal/textsplit"
 	"connector/platform"
 )
 
-// egress is the op table; the descriptor's supported_ops are its keys. edit
-// is absent: a relayed msg cannot be changed.
+// egress is the op table; the descriptor's supported_ops are its keys.
+// Every op is addressed to a chat (a room). edit is absent: a relayed msg
+// cannot be changed.
 var egress = platform.Ops[*Platform, *room]{
 	contract.OpSend:        (*Platform).send,
 	contract.OpTyping:      (*Platform).typing,
@@ -18,27 +20,60 @@ var egress = platform.Ops[*Platform, *room]{
 	contract.OpSendMedia:   (*Platform).sendMedia,
 }
 
-// Execute performs a gateway's outbound action for tenant. chat_id is a room
-// name; a room that is not bound to tenant is declined (platform.Authorize,
-// at the instance that executes). With several instances a send, prompt or
-// send_media to a room of the tenant homed on another instance is executed
-// there (a prompt is answered at the room's home, a file is sent under its
-// lock). The home opens send_media's source_url itself: a public URL it
-// downloads, a re-host it finds when the gateway uploaded it there. A
-// re-host stored on this instance cannot reach the home (the media store is
-// per instance): that send_media fails with unavailable.
-func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	if p.cluster != nil && (a.Op == contract.OpSend || a.Op == contract.OpPrompt || a.Op == contract.OpSendMedia) {
-		if r := p.room(string(a.ChatID)); r != nil && r.tenant() != "" && r.tenant() == tenant && !r.home.Load() {
-			if a.Op == contract.OpSendMedia && p.storedHere(tenant, a.SourceURL) {
-				return contract.Failed(contract.CodeUnavailable,
-					"nexscope send_media: the media is stored on this instance and the room is served by another; "+
-						"route a gateway's /relay/media and /relay to one instance")
-			}
-			return p.cluster.forwardExec(ctx, r, tenant, a)
-		}
+// roomOf makes a chat_id into the room ops act on: a room name (one that
+// names no room gives nil, which platform.Authorize declines before any op
+// runs; rooms are never removed).
+func roomOf(p *Platform, chatID string) (*room, bool) {
+	if !validName(chatID) {
+		return nil, false
 	}
-	return p.executeHere(ctx, tenant, a)
+	return p.room(chatID), true
+}
+
+// newEgress returns the egress of a room homed here (here), and of the
+// instance a gateway reached (edge). With several instances, the edge's
+// send, prompt and send_media to a room homed on another instance are
+// executed there (forwarded), and the home runs them through here (a
+// prompt is answered at the room's home, a file is sent under its lock).
+// Both check the action (platform.Execute): the edge before it forwards
+// anything, the home before it acts.
+func newEgress(p *Platform) (edge, here platform.Egress[*Platform, *room]) {
+	here = platform.Egress[*Platform, *room]{Ops: egress, Chat: roomOf}
+	if p.cluster == nil {
+		return here, here
+	}
+	edge = here
+	edge.Ops = maps.Clone(egress)
+	for _, op := range []string{contract.OpSend, contract.OpPrompt, contract.OpSendMedia} {
+		edge.Ops[op] = forwarded(egress[op])
+	}
+	return edge, here
+}
+
+// forwarded runs op here when the room is homed here, else has its home
+// execute the action. The home opens send_media's source_url itself: a
+// public URL it downloads, a re-host it finds when the gateway uploaded it
+// there. A re-host stored on this instance cannot reach the home (the media
+// store is per instance): that send_media fails with unavailable.
+func forwarded(op platform.Op[*Platform, *room]) platform.Op[*Platform, *room] {
+	return func(p *Platform, ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result {
+		if r.home.Load() {
+			return op(p, ctx, tenant, r, a)
+		}
+		if a.Op == contract.OpSendMedia && p.storedHere(tenant, a.SourceURL) {
+			return contract.Failed(contract.CodeUnavailable,
+				"nexscope send_media: the media is stored on this instance and the room is served by another; "+
+					"route a gateway's /relay/media and /relay to one instance")
+		}
+		return p.cluster.forwardExec(ctx, r, tenant, a)
+	}
+}
+
+// Execute performs a gateway's outbound action for tenant through
+// platform.Execute. chat_id is a room name; a room that is not bound to
+// tenant is declined.
+func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+	return platform.Execute(ctx, &p.edge, p, tenant, a)
 }
 
 // storedHere reports whether sourceURL names an object of tenant in this
@@ -59,17 +94,10 @@ func (p *Platform) storedHere(tenant, sourceURL string) bool {
 	return true
 }
 
-// executeHere performs a on this instance. Rooms are never removed, so an
-// authorized chat_id names one.
+// executeHere performs a on this instance, for an action another
+// instance forwarded to a room homed here.
 func (p *Platform) executeHere(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	h, ok := egress[a.Op]
-	if !ok {
-		return platform.Unsupported(platformName)
-	}
-	if r, ok := platform.Authorize(ctx, p, tenant, string(a.ChatID)); !ok {
-		return r
-	}
-	return h(p, ctx, tenant, p.room(string(a.ChatID)), a)
+	return platform.Execute(ctx, &p.here, p, tenant, a)
 }
 
 // send posts content as the bot's msg (role userAgent). Addressing:

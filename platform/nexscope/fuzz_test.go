@@ -11,16 +11,19 @@ import (
 
 	"connector/internal/wsconn"
 	"connector/platform"
+	"connector/platform/platformtest"
 )
 
-// checkingSink fails the fuzz run on a delivery that does not encode.
-type checkingSink struct{ t *testing.T }
-
-func (s checkingSink) Deliver(_ context.Context, d platform.Delivery) error {
-	if d.Event != nil && !json.Valid(d.Event.AppendJSON(nil)) {
-		s.t.Fatalf("delivery encodes to invalid JSON: %+v", d.Event)
+// encodingSink fails t on a delivery that does not encode.
+func encodingSink(t *testing.T) *platformtest.Sink {
+	s := platformtest.NewSink(0)
+	s.Check = func(d platform.Delivery) error {
+		if d.Event != nil && !json.Valid(d.Event.AppendJSON(nil)) {
+			t.Fatalf("delivery encodes to invalid JSON: %+v", d.Event)
+		}
+		return nil
 	}
-	return nil
+	return s
 }
 
 // frameCheck is a member's wsconn.Writer without a socket: every frame the
@@ -75,7 +78,7 @@ func FuzzMemberFrames(f *testing.F) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		p.runCtx.Store(&ctx)
-		p.sink.Store(&sinkRef{checkingSink{t}})
+		p.sink.Store(&sinkRef{encodingSink(t)})
 		r := p.rooms[DefaultRoom]
 		alice, bob := newMember(p, r, "alice"), newMember(p, r, "bob")
 		for _, m := range []*member{alice, bob} {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/coder/websocket"
 
-	"connector/platform"
+	"connector/platform/platformtest"
 )
 
 func TestHandshakeRefusals(t *testing.T) {
@@ -101,7 +101,7 @@ func TestPresenceIsSortedAndRoomsAreSeparate(t *testing.T) {
 
 func TestShutdownClosesMembersGoingAway(t *testing.T) {
 	tr := newRelay(t, Config{})
-	stop := tr.run(t, &recordingSink{ch: make(chan platform.Delivery, 1)})
+	stop := tr.run(t, platformtest.NewSink(1))
 	c := tr.join(t, "", "alice")
 	// Keep reading while Run shuts down, as a live client does, so the
 	// close handshake completes.

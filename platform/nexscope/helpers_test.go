@@ -16,6 +16,7 @@ import (
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/nexscope/nexscopetest"
+	"connector/platform/platformtest"
 )
 
 // The member client, waits and fixtures of nexscopetest, under this
@@ -33,7 +34,7 @@ type (
 
 var (
 	newFakeClock         = nexscopetest.NewClock
-	waitFor              = nexscopetest.WaitFor
+	waitFor              = platformtest.WaitUntil
 	dialMember           = nexscopetest.Dial
 	containsUser         = nexscopetest.ContainsUser
 	users                = nexscopetest.Users
@@ -47,32 +48,13 @@ var (
 	sendFile             = nexscopetest.SendFile
 )
 
-// recordingSink is a platform.Sink that hands deliveries to the test.
-type recordingSink struct{ ch chan platform.Delivery }
-
-func (s *recordingSink) Deliver(_ context.Context, d platform.Delivery) error {
-	s.ch <- d
-	return nil
-}
-
-func (s *recordingSink) next(t testing.TB) platform.Delivery {
-	t.Helper()
-	select {
-	case d := <-s.ch:
-		return d
-	case <-time.After(testTimeout):
-		t.Fatal("no delivery")
-		return platform.Delivery{}
-	}
-}
-
 // testRelay is a Platform served on a loopback httptest server, Run started
 // with a recording sink.
 type testRelay struct {
 	p     *Platform
 	srv   *httptest.Server
 	clock *clocktest.Fake
-	sink  *recordingSink
+	sink  *platformtest.Sink
 	logs  *syncBuffer
 	url   string // ws:// base
 }
@@ -122,7 +104,7 @@ func startRelay(t testing.TB, cfg Config) *testRelay {
 func startRelayOn(t testing.TB, cfg Config, wrap func(*clocktest.Fake) clock.Clock) *testRelay {
 	t.Helper()
 	tr := newRelayOn(t, cfg, wrap)
-	tr.sink = &recordingSink{ch: make(chan platform.Delivery, 64)}
+	tr.sink = platformtest.NewSink(64)
 	stop := tr.run(t, tr.sink)
 	t.Cleanup(stop)
 	return tr

@@ -32,6 +32,9 @@ type Platform struct {
 	roomsMu sync.RWMutex
 	rooms   map[string]*room
 	desc    descriptor.Descriptor
+	// edge executes a gateway's actions; here those another instance
+	// forwarded to a room homed here (egress.go).
+	edge, here platform.Egress[*Platform, *room]
 
 	// cluster is set when several instances share the rooms (cluster.go);
 	// exclusive is then platform.Deps.RunExclusive.
@@ -64,7 +67,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	deps = deps.WithDefaults()
 	p := &Platform{
 		cfg:       cfg,
@@ -90,6 +93,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 			r.home.Store(true) // a single instance hosts every room
 		}
 	}
+	p.edge, p.here = newEgress(p)
 	p.desc = descriptor.Nexscope(egress.Names(), cfg.MaxText)
 	return p, nil
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
-	"connector/platform"
+	"connector/platform/platformtest"
 )
 
 // recordingMetrics keeps every label it is given.
@@ -44,7 +44,7 @@ func TestTokenNeverLeaks(t *testing.T) {
 	tr := newRelay(t, Config{Token: token, Rooms: []Room{{Name: "lab", Tenant: "t1"}}})
 	metrics := &recordingMetrics{}
 	tr.p.metrics = metrics
-	tr.sink = &recordingSink{ch: make(chan platform.Delivery, 64)}
+	tr.sink = platformtest.NewSink(64)
 	stop := tr.run(t, tr.sink)
 
 	var frames strings.Builder
@@ -82,7 +82,7 @@ func TestTokenNeverLeaks(t *testing.T) {
 	alice.SendJSON(msg("m1", "alice", []string{"bob", "hermes"}, "hi"))
 	collect(bob, 1)
 	collect(alice, 1)
-	tr.sink.next(t)
+	tr.sink.Next(t)
 	over := msg("m2", "alice", []string{"hermes"}, "loop")
 	over["hopCount"] = DefaultHopLimit
 	alice.SendJSON(over) // dropped by the hop limit: a metric

@@ -21,7 +21,7 @@ import (
 // route resolves the tenant of in by the ownership order. owner is set
 // when the author is linked to it (the owner floor: the group gate is
 // skipped); drop is why no tenant takes it.
-func (p *Platform) route(in *inbound) (tenant string, owner bool, drop string) {
+func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner bool, drop string) {
 	src := &in.event.Source
 	chat := chatOf(src.ChatID)
 	chat.DM = src.ChatType == session.ChatTypeDM
@@ -32,7 +32,7 @@ func (p *Platform) route(in *inbound) (tenant string, owner bool, drop string) {
 	case r.Drop != "":
 		return "", false, r.Drop
 	case r.Grant:
-		p.grants.Add(src.ChatID, r.Tenant)
+		p.grants.Add(ctx, src.ChatID, r.Tenant)
 	}
 	return r.Tenant, r.Owner, ""
 }
@@ -67,7 +67,7 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	p.metrics.Dropped(platformName, reason)
 	switch {
 	case err == nil:
-		p.grants.Add(in.event.Source.ChatID, tenant)
+		p.grants.Add(ctx, in.event.Source.ChatID, tenant)
 	case !errors.Is(err, platform.ErrLinkRefused):
 		p.log.Warn("telegram /link not redeemed", "user_id", user, "err", err)
 	}
@@ -89,12 +89,12 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 // as the ownership order lets that stand (platform.Ownership.MayAct: no
 // binding or claim of another tenant). The first two hold on every
 // instance and across restarts.
-func (p *Platform) ChatGranted(_ context.Context, chatID, tenant string) (bool, error) {
+func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
 	if _, err := parseChatID(chatID); err != nil {
 		return false, nil
 	}
 	own, chat := p.owners.Load(), chatOf(chatID)
 	return own.MayAct(tenant, chat, func() bool {
-		return (chat.DM && own.Linked(chatID, tenant)) || p.grants.Has(chatID, tenant)
+		return (chat.DM && own.Linked(chatID, tenant)) || p.grants.Has(ctx, chatID, tenant)
 	}), nil
 }

@@ -66,18 +66,18 @@ func TestOwnershipOrder(t *testing.T) {
 	}
 	expect := func(tenant, text string) {
 		t.Helper()
-		d := e.sink.next(t)
+		d := e.sink.Next(t)
 		if d.Tenant != tenant || d.Event == nil || d.Event.Text != text {
 			t.Fatalf("delivery %s %+v, want %q to %s", d.Tenant, d.Event, text, tenant)
 		}
-		e.sink.empty(t)
+		e.sink.Empty(t)
 	}
 	say(-1001234567890, "supergroup", 505, "t2's user, no mention")
 	expect("t2", "t2's user, no mention")
 	say(-1001234567890, "supergroup", 501, "t1's user in t2's group, no mention")
 	say(-1001234567890, "supergroup", 506, "t3's allowed user in t2's group, no mention")
 	say(-1001234567890, "supergroup", 503, "unlinked, no mention")
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	say(-100888, "supergroup", 501, "t1's user in an unbound group")
 	expect("t1", "t1's user in an unbound group")
 	say(501, "private", 501, "my DM")
@@ -86,7 +86,7 @@ func TestOwnershipOrder(t *testing.T) {
 	expect("t3", "allowed")
 	say(-100777, "group", 504, "not allowed")
 	say(-100777, "group", 501, "t1's user in t3's claim")
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	if !granted("501", "t1") || granted("501", "t2") || !granted("-100888", "t1") || granted("-100888", "t2") {
 		t.Fatal("t1 is not granted its user's DM and group, or t2 is")
 	}
@@ -148,7 +148,7 @@ func TestLinkDMsDoNotHoldUpOtherTenants(t *testing.T) {
 	if code, err := telegramtest.PostUpdate(ctx, http.DefaultClient, e.hook, testSecret, []byte(other)); err != nil || code != http.StatusOK {
 		t.Fatalf("t2's update while a /link redemption is stalled: %d, %v; want 200 at once", code, err)
 	}
-	if d := e.sink.next(t); d.Tenant != "t2" || d.Event == nil || !strings.Contains(d.Event.Text, "hello from t2") {
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event == nil || !strings.Contains(d.Event.Text, "hello from t2") {
 		t.Fatalf("delivery %s %+v, want t2's update", d.Tenant, d.Event)
 	}
 	select {
@@ -163,5 +163,5 @@ func TestLinkDMsDoNotHoldUpOtherTenants(t *testing.T) {
 	if calls := e.calls(t, "sendMessage", 1); calls[0].Form["chat_id"] != strconv.Itoa(linkUser) || calls[0].Form["text"] != platform.LinkFailReply {
 		t.Fatalf("reply %v, want the refusal in the DM", calls[0].Form)
 	}
-	e.sink.empty(t)
+	e.sink.Empty(t)
 }

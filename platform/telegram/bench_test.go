@@ -2,7 +2,6 @@ package telegram
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -15,11 +14,8 @@ import (
 
 	"connector/internal/textsplit"
 	"connector/platform"
+	"connector/platform/platformtest"
 )
-
-type nopSink struct{ n atomic.Int64 }
-
-func (s *nopSink) Deliver(context.Context, platform.Delivery) error { s.n.Add(1); return nil }
 
 // discardWriter is a ResponseWriter that keeps only the status.
 type discardWriter struct {
@@ -59,13 +55,13 @@ func webhookBodies(b *testing.B, n int) [][]byte {
 	return out
 }
 
-func benchPlatform(b *testing.B) (*Platform, *nopSink) {
+func benchPlatform(b *testing.B) (*Platform, *platformtest.Sink) {
 	p, err := New(Config{BotToken: testToken, Chats: testChats, WebhookURL: "https://x.example/h", WebhookSecret: testSecret},
 		platform.Deps{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	sink := &nopSink{}
+	sink := platformtest.NewSink(0)
 	var s platform.Sink = sink
 	p.sink.Store(&s)
 	return p, sink
@@ -95,7 +91,7 @@ func BenchmarkWebhook(b *testing.B) {
 			i++
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "updates/s")
-		if sink.n.Load() == 0 {
+		if sink.Taken() == 0 {
 			b.Fatal("nothing delivered")
 		}
 	})
@@ -146,7 +142,7 @@ func BenchmarkSplitMessage(b *testing.B) {
 	}
 }
 
-func decodeOrFail(b *testing.B, body []byte) *models.Update {
+func decodeOrFail(b testing.TB, body []byte) *models.Update {
 	var u models.Update
 	if err := decodeUpdate(body, &u); err != nil {
 		b.Fatal(err)

@@ -123,8 +123,9 @@ const (
 // WebhookPath is where Telegram posts updates in webhook mode.
 const WebhookPath = "/telegram/webhook"
 
-// withDefaults returns c with every zero field set to its default.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with every zero field set to its default: the
+// configuration New runs with.
+func (c Config) WithDefaults() Config {
 	c.APIServerURL = strings.TrimRight(cmp.Or(c.APIServerURL, DefaultAPIServerURL), "/")
 	c.GlobalPerSecond = cmp.Or(c.GlobalPerSecond, DefaultGlobalPerSecond)
 	c.ChatPerSecond = cmp.Or(c.ChatPerSecond, DefaultChatPerSecond)

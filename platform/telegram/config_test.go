@@ -54,7 +54,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
-	c := Config{BotToken: testToken}.withDefaults()
+	c := Config{BotToken: testToken}.WithDefaults()
 	if c.APIServerURL != DefaultAPIServerURL || c.GlobalPerSecond != 30 || c.ChatPerSecond != 1 || c.GroupPerMinute != 20 ||
 		c.PollTimeout != 50*time.Second || c.RequestTimeout != 30*time.Second || c.WebhookMaxConnections != 40 ||
 		c.MaxWebhookBytes != 1<<20 || c.DedupeWindow != 10_000 {

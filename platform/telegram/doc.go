@@ -80,19 +80,28 @@
 // or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
 // chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
 // (the last dedupe_window ids). One chat's updates are delivered one at a
-// time in arrival order: the long poll runs a single synchronous worker,
-// and a webhook update is delivered before it is answered (Telegram's Bot
-// API server sends a chat's next update only after the previous one was
-// answered). A delivery the relay refuses is retried (polling) or answered
-// 503 so Telegram retries (webhook). When polling, an update whose delivery
+// time in arrival order, and different chats' side by side
+// (platform/chatorder), so a slow media download or delivery delays its own
+// chat only: the long poll's single worker hands each update its chat's
+// turn in order, and a webhook update is delivered before it is answered
+// (Telegram's Bot API server sends a chat's next update only after the
+// previous one was answered). When polling, the next getUpdates waits until
+// every update of the previous answer is handled (its offset confirms them
+// all), so a slow chat holds later answers, not the chats of its own. A
+// delivery the relay refuses is retried (polling) or answered 503 so
+// Telegram retries (webhook). When polling, an update whose delivery
 // is still failing when the connector shuts down is logged as lost.
 //
 // # Egress
 //
 // The ops are send, edit, typing, get_chat_info, send_media, prompt (an inline
 // keyboard of hp1 callback buttons, prompt.go), react and delete
-// (msgops.go), thread_create and thread_rename (forum topics, topics.go),
-// and draft (native draft streaming with sendMessageDraft, draft.go);
+// (msgops.go), thread_create and thread_rename (forum topics, topics.go;
+// the names of the topics the connector created or renamed are kept in
+// platform.Deps.Store, so the rename guards can be honoured although
+// Telegram cannot read a topic's name), and draft (native draft streaming
+// with sendMessageDraft in private chats, a preview message sent and edited
+// elsewhere, which the reply replaces, draft.go);
 // the descriptor's supported_ops are the keys of the handler table. An action on a chat the
 // tenant does not own gets contract.Declined. send splits content over
 // 4,096 code points at paragraph, line or word boundaries (carrying code

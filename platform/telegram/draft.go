@@ -1,9 +1,11 @@
 package telegram
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
@@ -16,7 +18,8 @@ import (
 // became, so a repeated seal (the gateway retries an ambiguous one once)
 // answers the same message id and sends nothing. It is per instance; the
 // least recently sealed stream is forgotten first. The gateway keeps the
-// same number of sealed streams per process.
+// same number of sealed streams per process. It also bounds
+// Platform.previews, the open streams of group chats.
 const sealedDrafts = 512
 
 // draftKey names one draft stream of a tenant's chat.
@@ -26,27 +29,72 @@ type draftKey struct {
 	draft  int64
 }
 
-// draft streams a preview of a reply being generated (sendMessageDraft,
-// Telegram's native draft streaming): every frame replaces the preview of
-// draft_id in the chat (and topic) with content, rendered as MarkdownV2
-// (plain text if Telegram rejects the entities) and cut to one message. A
-// draft is ephemeral on Telegram; final: true seals the stream by sending
-// content as a real message (split like send) and answers its id, once: a
-// repeated seal answers the same id. Telegram streams drafts into private
-// chats only; in any other chat, with a zero draft_id or blank content the
-// op fails with bad_request and calls nothing, so the gateway falls back to
-// edit-based streaming.
+// preview is the message a draft stream of a group chat is shown in:
+// Telegram streams drafts into private chats only, so elsewhere the first
+// frame sends a message and later frames edit it. mu orders the frames of
+// one stream and guards the fields.
+type preview struct {
+	mu     sync.Mutex
+	id     int    // the message; 0 until sent, and after it was gone
+	thread int    // the topic it is in
+	turn   string // the turn it answers (draftTurn)
+	// done is set once the preview left Platform.previews (sealed or
+	// replaced): a frame that was waiting for it takes the stream's next
+	// preview instead.
+	done bool
+}
+
+// openPreview returns the preview of stream k, locked, adding one for a's
+// topic and turn when there is none.
+func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
+	for {
+		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: draftTurn(a)}
+		if old, ok, _ := p.previews.PeekOrAdd(k, pv); ok {
+			pv = old
+		}
+		pv.mu.Lock()
+		if !pv.done {
+			return pv
+		}
+		pv.mu.Unlock()
+	}
+}
+
+// closePreview takes pv, locked, out of Platform.previews.
+func (p *Platform) closePreview(k draftKey, pv *preview) {
+	pv.done = true
+	p.previews.Remove(k)
+}
+
+// draftTurn is the turn an action belongs to, as the gateway keys a draft
+// stream: metadata.message_id, else metadata.reply_to_message_id; "" when
+// it names none.
+func draftTurn(a *contract.Action) string {
+	return string(cmp.Or(a.Metadata.MessageID, a.Metadata.ReplyToMessageID))
+}
+
+// draft streams a preview of a reply being generated. Every frame replaces
+// the preview of draft_id in the chat (and topic) with content, rendered as
+// MarkdownV2 (plain text if Telegram rejects the entities) and cut to one
+// message: in a private chat through sendMessageDraft (Telegram's native,
+// ephemeral drafts), elsewhere in a message of its own that the first frame
+// sends and later frames edit, and that the reply replaces as a native
+// draft is replaced: the tenant's next send into the chat and topic, for
+// the same turn, deletes it (replacePreviews). final: true seals the
+// stream: content becomes a real message (split like send; in a group the
+// preview becomes its first part) whose id is answered, once: a repeated
+// seal answers the same id. A zero draft_id or blank content fails with
+// bad_request and calls nothing.
 func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	switch {
-	case chat <= 0:
-		return contract.Failed(contract.CodeBadRequest, "telegram draft: drafts stream only in private chats")
 	case a.DraftID == 0:
 		return contract.Failed(contract.CodeBadRequest, "telegram draft: draft_id must be a non-zero integer")
 	case strings.TrimSpace(a.Content) == "":
 		return contract.Failed(contract.CodeBadRequest, "telegram draft: content is empty")
-	}
-	if a.Final {
+	case a.Final:
 		return p.sealDraft(ctx, tenant, chat, a)
+	case chat < 0:
+		return p.showPreview(ctx, tenant, chat, a)
 	}
 	preview := textsplit.Split(a.Content, splitRules)[0]
 	params := &bot.SendMessageDraftParams{
@@ -70,14 +118,97 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 	return contract.OK("")
 }
 
+// showPreview shows a group chat's draft frame in the stream's preview
+// message: it edits the message, or sends it when there is none yet (or it
+// is gone). A frame of a sealed stream shows nothing.
+func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
+	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
+	if _, ok := p.sealed.Get(k); ok {
+		return contract.OK("")
+	}
+	pv := p.openPreview(k, a)
+	defer pv.mu.Unlock()
+	text := textsplit.Split(a.Content, splitRules)[0]
+	if pv.id != 0 {
+		gone, err := p.editPreview(ctx, tenant, chat, pv.id, text)
+		if err != nil {
+			return p.failure(contract.OpDraft, err)
+		}
+		if !gone {
+			return contract.OK("")
+		}
+		pv.id = 0
+	}
+	params := &bot.SendMessageParams{ChatID: chat, MessageThreadID: pv.thread, Text: renderMarkdownV2(text), ParseMode: models.ParseModeMarkdown}
+	var msg *models.Message
+	err := p.paced(ctx, tenant, chat, true, func(ctx context.Context) (err error) {
+		msg, err = p.sendMessage(ctx, params, text)
+		return err
+	})
+	if err != nil {
+		return p.failure(contract.OpDraft, err)
+	}
+	pv.id, pv.thread = msg.ID, params.MessageThreadID
+	return contract.OK("")
+}
+
+// editPreview replaces the text of preview message id; gone reports that
+// the message no longer exists (someone deleted it).
+func (p *Platform) editPreview(ctx context.Context, tenant string, chat int64, id int, text string) (gone bool, err error) {
+	params := &bot.EditMessageTextParams{ChatID: chat, MessageID: id, Text: renderMarkdownV2(text), ParseMode: models.ParseModeMarkdown}
+	err = p.paced(ctx, tenant, chat, false, func(ctx context.Context) error {
+		_, err := p.bot.EditMessageText(ctx, params)
+		if err != nil && isBadRequest(err, "can't parse entities") {
+			params.Text, params.ParseMode = text, ""
+			_, err = p.bot.EditMessageText(ctx, params)
+		}
+		return err
+	})
+	switch {
+	case err != nil && isBadRequest(err, "message is not modified"):
+		return false, nil
+	case err != nil && isBadRequest(err, "message to edit not found"):
+		return true, nil
+	}
+	return false, err
+}
+
 // sealDraft sends a stream's final content as a real message, once per
-// stream, and answers the first part's id.
+// stream, and answers the first part's id. In a group chat the stream's
+// preview becomes that first part.
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
 	if id, ok := p.sealed.Get(k); ok {
 		return contract.OK(id)
 	}
-	first, _, r := p.sendParts(ctx, tenant, chat, a, textsplit.Split(a.Content, splitRules), nil)
+	parts := textsplit.Split(a.Content, splitRules)
+	if _, open := p.previews.Peek(k); open {
+		pv := p.openPreview(k, a)
+		defer pv.mu.Unlock()
+		if id, ok := p.sealed.Get(k); ok { // sealed while this seal waited
+			return contract.OK(id)
+		}
+		if pv.id != 0 {
+			gone, err := p.editPreview(ctx, tenant, chat, pv.id, parts[0])
+			if err != nil {
+				return p.failure(contract.OpDraft, err)
+			}
+			if !gone {
+				first := strconv.Itoa(pv.id)
+				p.sealed.Add(k, first)
+				p.closePreview(k, pv)
+				if len(parts) > 1 {
+					if _, _, r := p.sendParts(ctx, tenant, chat, a, parts[1:], nil); !r.Success {
+						r.MessageID = first
+						return r
+					}
+				}
+				return contract.OK(first)
+			}
+		}
+		p.closePreview(k, pv)
+	}
+	first, _, r := p.sendParts(ctx, tenant, chat, a, parts, nil)
 	if first != "" {
 		// Even a partly sent seal is the stream's message: a retry must not
 		// send the parts that went out again.
@@ -87,4 +218,37 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 		return r
 	}
 	return contract.OK(first)
+}
+
+// replacePreviews deletes the previews of tenant's open draft streams in a
+// group chat's topic that a's reply replaces: those of a's turn, or every
+// one of the topic when a names no turn, as Telegram's sendMessage replaces
+// a native draft. Deleting is best effort: a preview that stays is logged.
+func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
+	if chat > 0 || p.previews.Len() == 0 {
+		return
+	}
+	thread, turn := topicThread(a.Metadata.ThreadID), draftTurn(a)
+	for _, k := range p.previews.Keys() {
+		if k.tenant != tenant || k.chat != chat {
+			continue
+		}
+		pv, ok := p.previews.Peek(k)
+		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) {
+			continue
+		}
+		pv.mu.Lock()
+		id, open := pv.id, !pv.done
+		if open {
+			p.closePreview(k, pv)
+		}
+		pv.mu.Unlock()
+		if !open || id == 0 {
+			continue
+		}
+		_, err := p.bot.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chat, MessageID: id})
+		if err != nil && !isBadRequest(err, "message to delete not found") {
+			p.log.Info("telegram draft preview not deleted", "chat_id", chat, "message_id", id, "err", p.errorText(err))
+		}
+	}
 }

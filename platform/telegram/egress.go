@@ -16,6 +16,7 @@ import (
 )
 
 // handlers is the egress table; the descriptor's supported_ops are its keys.
+// Every op is addressed to a chat (a chat id).
 var handlers = platform.Ops[*Platform, int64]{
 	contract.OpSend:         (*Platform).send,
 	contract.OpEdit:         (*Platform).edit,
@@ -34,28 +35,18 @@ var handlers = platform.Ops[*Platform, int64]{
 // follows a rate-limit wait.
 const callMargin = time.Second
 
-// Execute implements platform.Platform. An op outside the table is
-// unsupported; a chat_id that is not a chat id, or a chat the tenant may not
-// act in (platform.Authorize), gets the structured decline. Without a
-// deadline on ctx the action gets request_timeout.
+// chatIDOf makes a chat_id into the chat id ops act on: a chat id in its
+// canonical decimal spelling.
+func chatIDOf(_ *Platform, chatID string) (int64, bool) {
+	chat, err := parseChatID(chatID)
+	return chat, err == nil
+}
+
+// Execute implements platform.Platform through platform.Execute: an op
+// needs a Telegram chat id the tenant may act in, and runs under ctx
+// (request_timeout when ctx has no deadline).
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	h, ok := handlers[a.Op]
-	if !ok {
-		return platform.Unsupported(platformName)
-	}
-	chat, err := parseChatID(string(a.ChatID))
-	if err != nil {
-		return contract.Declined(platformName)
-	}
-	if r, ok := platform.Authorize(ctx, p, tenant, string(a.ChatID)); !ok {
-		return r
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
-		defer cancel()
-	}
-	return h(p, ctx, tenant, chat, a)
+	return platform.Execute(ctx, &p.egress, p, tenant, a)
 }
 
 // rateLimitedError says a message could not be paced before the deadline.

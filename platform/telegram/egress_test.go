@@ -195,13 +195,19 @@ func TestSend429BeyondDeadline(t *testing.T) {
 	}
 }
 
+// Another tenant's chat and a chat nobody claims are declined; a chat_id
+// that is no Telegram chat id at all (or none) is bad_request, as on every
+// platform (platform.Execute).
 func TestEgressDeclinesOtherTenants(t *testing.T) {
 	e := newEnv(t, nil)
-	for _, chat := range []string{"-1001234567890", "-1007778889990", "abc", "", "0123456789"} {
+	for chat, code := range map[string]string{
+		"-1001234567890": contract.CodeEgressDeclined, "-1007778889990": contract.CodeEgressDeclined,
+		"abc": contract.CodeBadRequest, "": contract.CodeBadRequest, "0123456789": contract.CodeBadRequest,
+	} {
 		for _, op := range []string{contract.OpSend, contract.OpEdit, contract.OpTyping, contract.OpGetChatInfo} {
 			r := e.act(t, "t1", contract.Action{Op: op, ChatID: contract.ID(chat), Content: "x", MessageID: "5"})
-			if r != contract.Declined("telegram") {
-				t.Errorf("%s to %q: %+v, want the structured decline", op, chat, r)
+			if r.Success || r.Code != code || (code == contract.CodeEgressDeclined && r != contract.Declined("telegram")) {
+				t.Errorf("%s to %q: %+v, want %s", op, chat, r, code)
 			}
 		}
 	}

@@ -10,30 +10,27 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/telegram/telegramtest"
 	"connector/session"
 )
 
-// checkingSink verifies every delivery against the tenant routing table.
-type checkingSink struct {
-	t     *testing.T
-	p     *Platform
-	count int
-}
-
-func (s *checkingSink) Deliver(_ context.Context, d platform.Delivery) error {
-	s.count++
-	owner, err := s.p.ChatTenant(context.Background(), d.ChatID)
-	if err != nil || owner != d.Tenant || d.Platform != "telegram" {
-		s.t.Fatalf("delivery for chat %q to tenant %q; the chat belongs to %q (%v)", d.ChatID, d.Tenant, owner, err)
-	}
-	if d.Kind == platform.KindInbound {
-		src := &d.Event.Source
-		if src.ChatID != d.ChatID || src.Platform != "telegram" || d.SessionKey != session.Key(src, session.DefaultOptions) {
-			s.t.Fatalf("inbound %+v does not match its delivery %+v", src, d)
+// routedToOwner fails t on a delivery p's routing table does not send to
+// its tenant, or whose source does not match it.
+func routedToOwner(t *testing.T, p *Platform) func(platform.Delivery) error {
+	return func(d platform.Delivery) error {
+		owner, err := p.ChatTenant(context.Background(), d.ChatID)
+		if err != nil || owner != d.Tenant || d.Platform != "telegram" {
+			t.Fatalf("delivery for chat %q to tenant %q; the chat belongs to %q (%v)", d.ChatID, d.Tenant, owner, err)
 		}
+		if d.Kind == platform.KindInbound {
+			src := &d.Event.Source
+			if src.ChatID != d.ChatID || src.Platform != "telegram" || d.SessionKey != session.Key(src, session.DefaultOptions) {
+				t.Fatalf("inbound %+v does not match its delivery %+v", src, d)
+			}
+		}
+		return nil
 	}
-	return nil
 }
 
 // FuzzWebhook posts arbitrary bodies (seeded with every fixture update and
@@ -58,6 +55,7 @@ func FuzzWebhook(f *testing.F) {
 	f.Add([]byte(`{"update_id":1,"message":{"message_id":1,"date":1,"text":"/stop","entities":[{"type":"bot_command","offset":0,"length":5}],"chat":{"id":123456789,"type":"private"}}}`))
 	f.Add([]byte(`{"update_id":2,"callback_query":{"id":"x","from":{"id":1},"message":{"message_id":3,"date":0,"chat":{"id":-4001234567,"type":"group"}},"data":"hp1::"}}`))
 	f.Add([]byte(`{"update_id":3}`))
+	f.Add([]byte(`{"update_id":5,"message":{"message_id":9,"date":1,"message_thread_id":42,"is_topic_message":true,"from":{"id":7,"is_bot":false,"first_name":"G"},"chat":{"id":-1001112223334,"type":"supergroup","is_forum":true},"forum_topic_edited":{"name":"renamed"}}}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -69,7 +67,9 @@ func FuzzWebhook(f *testing.F) {
 		m := *p.mapping.Load()
 		m.botUsername = parityBotUsername
 		p.mapping.Store(&m)
-		var sink platform.Sink = &checkingSink{t: t, p: p}
+		checked := platformtest.NewSink(0)
+		checked.Check = routedToOwner(t, p)
+		var sink platform.Sink = checked
 		p.sink.Store(&sink)
 		req := httptest.NewRequest(http.MethodPost, WebhookPath, bytes.NewReader(body))
 		req.Header.Set(secretHeader, testSecret)

@@ -13,6 +13,7 @@ import (
 
 	"connector/contract"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/session"
 )
 
@@ -106,7 +107,7 @@ func TestShareSessionText(t *testing.T) {
 }
 
 // observeEnv is a platform whose tenant t1 observes the group -4001234567.
-func observeEnv(t *testing.T) (*Platform, *recordingSink) {
+func observeEnv(t *testing.T) (*Platform, *platformtest.Sink) {
 	t.Helper()
 	cfg := Config{BotToken: testToken, Chats: testChats}
 	if err := yaml.Unmarshal([]byte("{tenants: {t1: {require_mention: true, observe_unmentioned_group_messages: true, group_allowed_chats: -4001234567}}}"), &cfg); err != nil {
@@ -139,14 +140,14 @@ func TestObservedContextSurvivesRefusalAndRedelivery(t *testing.T) {
 		}
 	}
 	mention := parityUpdate(t, "mention@group", 2)
-	rec.refuse.Store(1)
+	rec.Refuse(1)
 	if err := p.handle(ctx, mention, time.Now()); err == nil {
 		t.Fatal("a refused delivery was not reported")
 	}
 	if err := p.handle(ctx, mention, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	d := rec.next(t)
+	d := rec.Next(t)
 	want := []contract.ContextMessage{{Text: "hi", Source: contract.ContextAuthor{UserName: "Ada", UserID: "123456789"}}}
 	if !reflect.DeepEqual(d.Event.Context, want) || d.Event.Text != "[Ada|123456789]\nhi" {
 		t.Fatalf("delivered %q with context %+v, want the held-back message once", d.Event.Text, d.Event.Context)
@@ -155,7 +156,7 @@ func TestObservedContextSurvivesRefusalAndRedelivery(t *testing.T) {
 	if d.SessionKey != shared {
 		t.Errorf("session key %s, want the chat's shared %s", d.SessionKey, shared)
 	}
-	rec.empty(t)
+	rec.Empty(t)
 }
 
 // TestGateEndToEnd: long polling against the fake Bot API, the gates use
@@ -171,10 +172,16 @@ func TestGateEndToEnd(t *testing.T) {
 	e.fake.Enqueue(parityRaw(t, "plain@group", 2))
 	e.fake.Enqueue(parityRaw(t, "say(@hermes_test_bot hi)@group", 3))
 	e.fake.Enqueue(parityRaw(t, "otherbot@dm", 4))
-	if d := e.sink.next(t); d.Event.MessageID != "43" || d.Event.Text != "hi" {
-		t.Fatalf("first delivery %s %q, want the message for this bot (43), its mention removed", d.Event.MessageID, d.Event.Text)
+	// The group and the DM are ingested side by side: in any order.
+	seen := map[string]bool{}
+	for range 2 {
+		d := e.sink.Next(t)
+		seen[d.Event.Source.ChatType] = true
+		if d.Event.Source.ChatType != session.ChatTypeDM && (d.Event.MessageID != "43" || d.Event.Text != "hi") {
+			t.Fatalf("group delivery %s %q, want the message for this bot (43), its mention removed", d.Event.MessageID, d.Event.Text)
+		}
 	}
-	if d := e.sink.next(t); d.Event.Source.ChatType != session.ChatTypeDM {
-		t.Fatalf("second delivery %+v, want the DM (DMs are not gated)", d.Event.Source)
+	if !seen[session.ChatTypeDM] || len(seen) != 2 {
+		t.Fatalf("delivered chat types %v, want the group's message and the DM (DMs are not gated)", seen)
 	}
 }

@@ -2,17 +2,16 @@ package telegram
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"connector/internal/clock/clocktest"
 	"connector/internal/leakcheck"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/telegram/telegramtest"
 )
 
@@ -36,47 +35,14 @@ var (
 	fixture      = telegramtest.Fixture
 )
 
-// recordingSink collects deliveries; it can refuse the next few.
-type recordingSink struct {
-	ch     chan platform.Delivery
-	refuse atomic.Int32
-}
-
-func newSink() *recordingSink { return &recordingSink{ch: make(chan platform.Delivery, 1024)} }
-
-func (s *recordingSink) Deliver(_ context.Context, d platform.Delivery) error {
-	if s.refuse.Add(-1) >= 0 {
-		return errors.New("bus refused the delivery")
-	}
-	s.ch <- d
-	return nil
-}
-
-func (s *recordingSink) next(t *testing.T) platform.Delivery {
-	t.Helper()
-	select {
-	case d := <-s.ch:
-		return d
-	case <-time.After(waitFor):
-		t.Fatal("no delivery")
-		return platform.Delivery{}
-	}
-}
-
-// empty asserts nothing was delivered. Only meaningful after a synchronous
-// ingest (a webhook request returns after its delivery).
-func (s *recordingSink) empty(t *testing.T) {
-	t.Helper()
-	if n := len(s.ch); n != 0 {
-		t.Fatalf("%d unexpected deliveries, first %+v", n, <-s.ch)
-	}
-}
+// newSink is the sink a test's platform delivers into.
+func newSink() *platformtest.Sink { return platformtest.NewSink(1024) }
 
 // env is a platform wired to a fake Bot API.
 type env struct {
 	p    *Platform
 	fake *telegramtest.Server
-	sink *recordingSink
+	sink *platformtest.Sink
 	logs *telegramtest.LogBuffer
 	// hook is the webhook endpoint (webhook mode only).
 	hook string

@@ -15,42 +15,62 @@ import (
 // errNotRunning answers updates that arrive while Run is not running.
 var errNotRunning = errors.New("telegram: not running")
 
-// handle ingests one update: normalize, drop redeliveries, consume a
-// "/link <code>" DM (handed to the link desk, never waited for), resolve
-// the tenant (author first, then the chat:
-// authors.go), deliver. Updates of one chat are delivered one at a
-// time in arrival order. It returns an error only when the sink refused the
-// delivery, so the caller can have the update redelivered; a dropped update
-// is not an error.
+// handle ingests one update (a webhook's) in its chat's turn and returns
+// once it is delivered or dropped (prepare, then ingest). Updates of one
+// chat are ingested one at a time in arrival order; those of other chats
+// meanwhile go on (chatorder). It returns an error only when the sink
+// refused the delivery, so the caller can have the update redelivered; a
+// dropped update is not an error.
 func (p *Platform) handle(ctx context.Context, u *models.Update, received time.Time) error {
-	sink := p.sink.Load()
-	if sink == nil {
+	if p.sink.Load() == nil {
 		return errNotRunning
 	}
+	in, ok := p.prepare(ctx, u)
+	if !ok {
+		return nil
+	}
+	return p.turns.Do(ctx, in.chatID, func() error { return p.ingest(ctx, u, &in, received) })
+}
+
+// prepare normalizes u; ok is false when it is dropped at once (counted).
+func (p *Platform) prepare(ctx context.Context, u *models.Update) (in inbound, ok bool) {
 	m := p.mapping.Load()
+	if u.Message != nil && u.Message.ForumTopicEdited != nil {
+		p.observeEdit(ctx, u.Message, m.botID)
+	}
 	in, drop := normalize(u, m)
 	if drop != "" {
 		if drop == dropForeignCallback {
 			p.queueCallbackAnswer(in.callbackID)
 		}
 		p.drop(drop, u.ID, 0)
-		return nil
+		return in, false
 	}
-	mu := &p.stripes[uint64(in.chatID)%uint64(len(p.stripes))]
-	mu.Lock()
-	defer mu.Unlock()
+	return in, true
+}
+
+// ingest ingests u, normalized as in, in its chat's turn: drop
+// redeliveries, consume a "/link <code>" DM (handed to the link desk,
+// never waited for), resolve the tenant (author
+// first, then the chat: authors.go), gate, re-host its media, deliver.
+func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, received time.Time) error {
+	sink := p.sink.Load()
+	if sink == nil {
+		return errNotRunning
+	}
+	m := p.mapping.Load()
 	if u.ID != 0 && p.seen.contains(u.ID) {
 		p.drop(dropDuplicate, u.ID, in.chatID)
 		return nil
 	}
-	if code, ok := p.linkCode(&in); ok {
-		p.submitLink(&in, code)
+	if code, ok := p.linkCode(in); ok {
+		p.submitLink(in, code)
 		if u.ID != 0 {
 			p.seen.add(u.ID)
 		}
 		return nil
 	}
-	tenant, owner, drop := p.route(&in)
+	tenant, owner, drop := p.route(ctx, in)
 	if drop != "" {
 		p.drop(drop, u.ID, in.chatID)
 		return nil
@@ -78,7 +98,7 @@ func (p *Platform) handle(ctx context.Context, u *models.Update, received time.T
 		}
 		p.attachMedia(ctx, tenant, in.msg, &in.event)
 	}
-	if err := (*sink).Deliver(ctx, p.delivery(tenant, &in, received)); err != nil {
+	if err := (*sink).Deliver(ctx, p.delivery(tenant, in, received)); err != nil {
 		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
 	}
 	if len(in.event.Context) > 0 {

@@ -3,12 +3,18 @@ package telegram
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"connector/contract"
+	"connector/media"
 	"connector/platform"
 )
 
@@ -123,7 +129,7 @@ func TestWebhookIngest(t *testing.T) {
 		if code := e.post(t, c.raw); code != http.StatusOK {
 			t.Fatalf("%s: status %d", c.name, code)
 		}
-		checkDelivery(t, c, e.sink.next(t))
+		checkDelivery(t, c, e.sink.Next(t))
 	}
 	// The callback was answered after its delivery.
 	calls := e.calls(t, "answerCallbackQuery", 1)
@@ -173,7 +179,7 @@ func TestWebhookRejects(t *testing.T) {
 			if code := e.postSecret(t, c.body, c.secret); code != c.want {
 				t.Errorf("status %d, want %d", code, c.want)
 			}
-			e.sink.empty(t)
+			e.sink.Empty(t)
 		})
 	}
 	// The unclaimed chat is logged once at info level, not per update.
@@ -196,19 +202,19 @@ func TestWebhookRejects(t *testing.T) {
 func TestWebhookDedupeAndRetry(t *testing.T) {
 	e := webhookEnv(t, nil)
 	raw := fixture(t, "telegram_shared_private_text").Raw
-	e.sink.refuse.Store(1)
+	e.sink.Refuse(1)
 	if code := e.post(t, raw); code != http.StatusServiceUnavailable {
 		t.Fatalf("refused delivery: status %d, want 503", code)
 	}
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	if code := e.post(t, raw); code != http.StatusOK { // Telegram's retry
 		t.Fatalf("retry: status %d", code)
 	}
-	e.sink.next(t)
+	e.sink.Next(t)
 	if code := e.post(t, raw); code != http.StatusOK { // a duplicate
 		t.Fatalf("duplicate: status %d", code)
 	}
-	e.sink.empty(t)
+	e.sink.Empty(t)
 }
 
 func TestWebhookBeforeRun(t *testing.T) {
@@ -238,7 +244,7 @@ func TestStopBecomesInterrupt(t *testing.T) {
 	if code := e.post(t, stop); code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
-	d := e.sink.next(t)
+	d := e.sink.Next(t)
 	if d.Kind != platform.KindInterrupt || d.SessionKey != "agent:main:telegram:group:-1001112223334:42" ||
 		d.ChatID != "-1001112223334" || d.Tenant != "t1" || d.Event != nil {
 		t.Errorf("delivery = %+v, want the topic's interrupt", d)
@@ -249,7 +255,7 @@ func TestStopBecomesInterrupt(t *testing.T) {
 	if code := e.post(t, other); code != http.StatusOK {
 		t.Fatalf("status %d", code)
 	}
-	if d := e.sink.next(t); d.Kind != platform.KindInbound || d.Event.MessageType != contract.MessageCommand {
+	if d := e.sink.Next(t); d.Kind != platform.KindInbound || d.Event.MessageType != contract.MessageCommand {
 		t.Errorf("delivery = %+v, want an inbound command", d)
 	}
 }
@@ -264,14 +270,27 @@ func TestPollingIngest(t *testing.T) {
 	for _, c := range cases {
 		e.fake.Enqueue(c.raw)
 	}
-	for _, c := range cases { // in order
-		checkDelivery(t, c, e.sink.next(t))
+	// Chats are ingested side by side: each chat's updates arrive in their
+	// order, the chats' in any.
+	waiting := map[string][]ingestCase{}
+	for _, c := range cases {
+		u := decodeOrFail(t, c.raw)
+		in, _ := normalize(u, e.p.mapping.Load())
+		waiting[in.event.Source.ChatID] = append(waiting[in.event.Source.ChatID], c)
+	}
+	for range cases {
+		d := e.sink.Next(t)
+		if len(waiting[d.ChatID]) == 0 {
+			t.Fatalf("unexpected delivery in chat %s: %+v", d.ChatID, d)
+		}
+		checkDelivery(t, waiting[d.ChatID][0], d)
+		waiting[d.ChatID] = waiting[d.ChatID][1:]
 	}
 	e.calls(t, "answerCallbackQuery", 1)
 	// Confirmed updates are not fetched again: a later one arrives alone.
 	later := fixture(t, "telegram_shared_private_no_last_name")
 	e.fake.Enqueue(withUpdateID(t, later.Raw, 884100200))
-	if d := e.sink.next(t); d.SessionKey != later.Key {
+	if d := e.sink.Next(t); d.SessionKey != later.Key {
 		t.Fatalf("got %s, want %s", d.SessionKey, later.Key)
 	}
 	if st := e.p.Status(); !strings.Contains(st.Detail, "long polling as @hermes_test_bot") {
@@ -281,23 +300,119 @@ func TestPollingIngest(t *testing.T) {
 
 func TestPollingRetriesRefusedDelivery(t *testing.T) {
 	e := pollingEnv(t, nil)
-	e.sink.refuse.Store(2)
+	e.sink.Refuse(2)
 	first := fixture(t, "telegram_shared_private_text")
 	second := fixture(t, "telegram_shared_basic_group")
 	e.fake.Enqueue(first.Raw)
 	e.fake.Enqueue(first.Raw) // a redelivery is dropped by update_id
 	e.fake.Enqueue(second.Raw)
-	if d := e.sink.next(t); d.SessionKey != first.Key {
-		t.Fatalf("first delivery %s, want %s", d.SessionKey, first.Key)
-	}
-	if d := e.sink.next(t); d.SessionKey != second.Key {
-		t.Fatalf("second delivery %s, want %s", d.SessionKey, second.Key)
+	// Two chats, ingested side by side: each is delivered once, in any order.
+	got := []string{e.sink.Next(t).SessionKey, e.sink.Next(t).SessionKey}
+	if !slices.Contains(got, first.Key) || !slices.Contains(got, second.Key) {
+		t.Fatalf("deliveries %q, want %s and %s", got, first.Key, second.Key)
 	}
 	// The duplicate was consumed without a delivery: the next update is next.
 	third := fixture(t, "telegram_shared_private_command")
 	e.fake.Enqueue(withUpdateID(t, third.Raw, 884100200))
-	if d := e.sink.next(t); d.Event.MessageID != "19" {
+	if d := e.sink.Next(t); d.Event.MessageID != "19" {
 		t.Fatalf("third delivery %+v", d.Event)
 	}
-	e.sink.empty(t)
+	e.sink.Empty(t)
+}
+
+// heldFile is a file the fake Bot API serves only once release was
+// called; started is closed when its download began.
+type heldFile struct {
+	started, released chan struct{}
+	release           func()
+}
+
+func (f *heldFile) Read(b []byte) (int, error) {
+	select {
+	case <-f.started:
+	default:
+		close(f.started)
+	}
+	<-f.released
+	return copy(b, "held file bytes"), nil
+}
+
+// slowChats sets up chat X (Ada's DM) with a document whose download holds
+// until held.release is called, and chat Y, on the same stripe of
+// 64 as X (the striped lock this replaced), with plain text.
+func slowChats(t *testing.T, e *env) (doc, after, other []byte, held *heldFile) {
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.p.deps.Media = store
+	held = &heldFile{started: make(chan struct{}), released: make(chan struct{})}
+	held.release = sync.OnceFunc(func() { close(held.released) })
+	t.Cleanup(held.release)
+	e.fake.AddFile("SLOW", "documents/slow.pdf", 15, func() io.Reader { return held })
+	msg := func(id int, chat int64, body string) []byte {
+		return []byte(fmt.Sprintf(`{"update_id":%d,"message":{"message_id":%d,"date":1700000000,`+
+			`"chat":{"id":%d,"type":"private","first_name":"A"},"from":{"id":%d,"is_bot":false,"first_name":"A"},%s}}`,
+			700+id, id, chat, chat, body))
+	}
+	const x, y = 123456789, 123456789 + 64
+	doc = msg(1, x, `"caption":"the report","document":{"file_id":"SLOW","file_unique_id":"U1","file_name":"r.pdf","file_size":15}`)
+	return doc, msg(2, x, `"text":"after the report"`), msg(3, y, `"text":"meanwhile"`), held
+}
+
+// A download that hangs in chat X delays X's later updates only: chat Y,
+// on the stripe X used to lock, is delivered meanwhile; X's updates keep
+// their order (long polling: the library hands them over in order). The
+// three come in one getUpdates answer: the next poll, whose offset would
+// confirm X, waits for X (offsetGate).
+func TestSlowDownloadDelaysOnlyItsChatPolling(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Chats = map[string]string{"123456789": "t1", "123456853": "t1"} })
+	doc, after, other, held := slowChats(t, e)
+	e.fake.Enqueue(doc)
+	e.fake.Enqueue(after)
+	e.fake.Enqueue(other)
+	e.run(t)
+	t.Cleanup(held.release) // before Run's cleanup waits for X's ingest
+	if d := e.sink.Next(t); d.Event.Text != "meanwhile" {
+		t.Fatalf("first delivery %q, want chat Y's while X's download hangs", d.Event.Text)
+	}
+	select {
+	case <-held.started:
+	case <-time.After(waitFor):
+		t.Fatal("X's download did not start")
+	}
+	e.sink.Empty(t) // X's two updates wait for the download
+	held.release()
+	if d := e.sink.Next(t); d.Event.Text != "the report" || len(d.Event.Media) != 1 {
+		t.Fatalf("second delivery %q with %d media, want X's document", d.Event.Text, len(d.Event.Media))
+	}
+	if d := e.sink.Next(t); d.Event.Text != "after the report" {
+		t.Fatalf("third delivery %q, want X's next message, after its document", d.Event.Text)
+	}
+}
+
+// The same with webhooks: Y's request is answered while X's hangs.
+func TestSlowDownloadDelaysOnlyItsChatWebhook(t *testing.T) {
+	e := webhookEnv(t, func(c *Config) { c.Chats = map[string]string{"123456789": "t1", "123456853": "t1"} })
+	doc, _, other, held := slowChats(t, e)
+	posted := make(chan int, 1)
+	go func() { posted <- e.post(t, doc) }()
+	select {
+	case <-held.started:
+	case <-time.After(waitFor):
+		t.Fatal("X's download did not start")
+	}
+	if code := e.post(t, other); code != http.StatusOK {
+		t.Fatalf("Y's update answered %d", code)
+	}
+	if d := e.sink.Next(t); d.Event.Text != "meanwhile" {
+		t.Fatalf("first delivery %q, want chat Y's while X's download hangs", d.Event.Text)
+	}
+	held.release()
+	if code := <-posted; code != http.StatusOK {
+		t.Fatalf("X's update answered %d", code)
+	}
+	if d := e.sink.Next(t); d.Event.Text != "the report" {
+		t.Fatalf("second delivery %q, want X's document", d.Event.Text)
+	}
 }

@@ -17,19 +17,21 @@ import (
 // offset = the last update id + 1, as soon as it handed the last update to
 // its worker; that offset confirms the update to Telegram, which never sends
 // it again, while its delivery may still be running, and a crash then would
-// lose it. Behind the gate the offset only moves past updates whose handle
-// returned: delivered (stored) or dropped on purpose.
+// lose it. Behind the gate the offset only moves past updates whose
+// ingest ended: delivered (stored) or dropped on purpose. Updates of
+// different chats are ingested side by side, so they end in any order.
 type offsetGate struct {
 	base http.RoundTripper
 
 	mu      sync.Mutex
-	handed  int64         // the highest update id a getUpdates answer carried
-	handled int64         // the highest update id handled
-	changed chan struct{} // closed and replaced when handled grows
+	handed  int64              // the highest update id a getUpdates answer carried
+	reached int64              // the highest update id the worker took (handing)
+	pending map[int64]struct{} // taken and not yet handled
+	changed chan struct{}      // closed and replaced when an update is handled
 }
 
 func newOffsetGate(base http.RoundTripper) *offsetGate {
-	return &offsetGate{base: base, changed: make(chan struct{})}
+	return &offsetGate{base: base, pending: make(map[int64]struct{}), changed: make(chan struct{})}
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -83,7 +85,7 @@ func handedOut(body []byte) int64 {
 func (g *offsetGate) wait(ctx context.Context) error {
 	for {
 		g.mu.Lock()
-		done, changed := g.handled >= g.handed, g.changed
+		done, changed := g.reached >= g.handed && len(g.pending) == 0, g.changed
 		g.mu.Unlock()
 		if done {
 			return nil
@@ -96,13 +98,19 @@ func (g *offsetGate) wait(ctx context.Context) error {
 	}
 }
 
-// done records that the update id was handled.
+// handing records that the worker took update id, before it is handled.
+func (g *offsetGate) handing(id int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.reached = max(g.reached, id)
+	g.pending[id] = struct{}{}
+}
+
+// done records that update id was handled.
 func (g *offsetGate) done(id int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if id > g.handled {
-		g.handled = id
-		close(g.changed)
-		g.changed = make(chan struct{})
-	}
+	delete(g.pending, id)
+	close(g.changed)
+	g.changed = make(chan struct{})
 }

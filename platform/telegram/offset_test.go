@@ -67,10 +67,18 @@ func TestOffsetGateHoldsThePollUntilItsUpdatesAreHandled(t *testing.T) {
 	if _, err := call(ctx, "sendMessage"); err != nil {
 		t.Fatal(err)
 	}
-	record("handled 7")
-	g.done(7)
+	// The worker takes both; 8 (another chat) is handled before 7.
+	g.handing(7)
+	g.handing(8)
 	record("handled 8")
 	g.done(8)
+	select {
+	case err := <-done:
+		t.Fatalf("the second poll went out (%v) while update 7 was still being handled", err)
+	default:
+	}
+	record("handled 7")
+	g.done(7)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -81,8 +89,8 @@ func TestOffsetGateHoldsThePollUntilItsUpdatesAreHandled(t *testing.T) {
 	}
 	mu.Lock()
 	i := slices.Index(events, "poll 2")
-	if i < 0 || !slices.Contains(events[:i], "handled 8") {
-		t.Fatalf("events %q: the second poll went out before update 8 was handled", events)
+	if i < 0 || !slices.Contains(events[:i], "handled 7") || !slices.Contains(events[:i], "handled 8") {
+		t.Fatalf("events %q: the second poll went out before updates 7 and 8 were handled", events)
 	}
 	mu.Unlock()
 

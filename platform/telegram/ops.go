@@ -21,7 +21,9 @@ import (
 // MarkdownV2 (plain text if Telegram rejects the entities), into the topic
 // of metadata.thread_id, the first part replying to reply_to. The result
 // carries the first message's id. If a later part cannot be sent, the
-// failure says how many parts went out and still carries that id.
+// failure says how many parts went out and still carries that id. In a
+// group chat the reply replaces the previews of the draft streams it ends
+// (replacePreviews).
 func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "telegram send: content is empty")
@@ -31,6 +33,7 @@ func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contr
 	if !r.Success {
 		return r
 	}
+	p.replacePreviews(ctx, tenant, chat, a)
 	return contract.OK(first)
 }
 

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,7 +20,9 @@ import (
 	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/chatcontext"
+	"connector/platform/chatorder"
 	"connector/platform/fairshare"
+	"connector/store"
 )
 
 // Platform is the shared Telegram bot. Build it with New.
@@ -48,16 +49,23 @@ type Platform struct {
 	owners atomic.Pointer[platform.Ownership]
 	grants *platform.Grants   // chats granted by author links
 	links  *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
+	egress platform.Egress[*Platform, int64]
 	// policies are the tenants' group gates, from Config.Tenants and the
 	// relevance their gateways declared (relevance.go); defaultPolicy when
 	// absent.
-	policies  atomic.Pointer[map[string]*policy]
-	observed  *chatcontext.Log[observedKey]
-	sealed    *lru.Cache[draftKey, string] // see sealedDrafts
-	mapping   atomic.Pointer[mapping]
-	seen      *recentIDs
-	stripes   [64]sync.Mutex // serialize delivery per chat (by chat id)
-	unclaimed chatSet        // unclaimed chats already logged
+	policies atomic.Pointer[map[string]*policy]
+	observed *chatcontext.Log[observedKey]
+	sealed   *lru.Cache[draftKey, string]   // see sealedDrafts
+	previews *lru.Cache[draftKey, *preview] // open draft streams of group chats
+	topics   *topicMemory
+	mapping  atomic.Pointer[mapping]
+	seen     *recentIDs
+	// turns ingests each chat's updates in arrival order, and different
+	// chats side by side. Unbounded: a webhook's requests (at most
+	// webhook_max_connections) and a long poll's batch (its updates are
+	// handled before the next poll) bound it.
+	turns     *chatorder.Queue[int64]
+	unclaimed chatSet // unclaimed chats already logged
 
 	budget *fairshare.Scheduler
 	limits *limiter
@@ -92,7 +100,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	deps = deps.WithDefaults()
 	p := &Platform{
 		cfg:       cfg,
@@ -107,6 +115,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
 		callbacks: make(chan string, 256),
+		turns:     chatorder.New[int64](0),
 	}
 	chats := make([]platform.Binding, 0, len(cfg.Chats))
 	for chat, tenant := range cfg.Chats { // Validate checked the ids
@@ -114,6 +123,12 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.owners.Store(platform.NewOwnership(chats))
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
+	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
+	var topicState store.Capabilities
+	if deps.Store != nil {
+		topicState = deps.Store.Capabilities()
+	}
+	p.topics = newTopicMemory(topicState, p.now)
 	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
 	p.links = platform.NewLinkDesk(p.now)
 	p.SetRelevance(nil)
@@ -128,6 +143,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(),
 		Clock: p.clock,
 	})
+	p.egress = platform.Egress[*Platform, int64]{Ops: handlers, Chat: chatIDOf, Timeout: cfg.RequestTimeout}
 	p.desc = descriptor.Telegram(handlers.Names())
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()

@@ -30,10 +30,10 @@ func TestDeclaredRelevance(t *testing.T) {
 	}
 	delivered := func(text string) {
 		t.Helper()
-		if d := e.sink.next(t); d.Tenant != "t1" || d.Event == nil || d.Event.Text != text {
+		if d := e.sink.Next(t); d.Tenant != "t1" || d.Event == nil || d.Event.Text != text {
 			t.Fatalf("delivery %s %+v, want %q to t1", d.Tenant, d.Event, text)
 		}
-		e.sink.empty(t)
+		e.sink.Empty(t)
 	}
 	replyToBot := `,"reply_to_message":{"message_id":1,"date":1767225200,"chat":{"id":-4001234567,"type":"group"},"from":{"id":7012345678,"is_bot":true,"first_name":"Hermes"},"text":"earlier"}`
 
@@ -42,11 +42,11 @@ func TestDeclaredRelevance(t *testing.T) {
 
 	e.p.SetRelevance(map[string]platform.Relevance{"t1": {RequireAddress: true, FreeResponseScopes: []string{"#general", "-100:x"}}})
 	say(501, false, "declared: unaddressed", "")
-	e.sink.empty(t)
+	e.sink.Empty(t)
 	say(501, false, "declared: a reply to the bot", replyToBot)
 	delivered("declared: a reply to the bot")
 	say(601, true, "another bot, replying", replyToBot)
-	e.sink.empty(t) // allowOtherBots false: a bot needs an explicit mention
+	e.sink.Empty(t) // allowOtherBots false: a bot needs an explicit mention
 	say(501, false, "kept knob: hermes, a mention pattern", "")
 	delivered("kept knob: hermes, a mention pattern")
 

@@ -125,13 +125,16 @@ func (p *Platform) connectOnce(ctx context.Context) error {
 
 // poll long-polls getUpdates until ctx ends or the token is rejected. The
 // library runs one worker on an unbuffered channel with synchronous
-// handlers, so updates are ingested strictly in order.
+// handlers, so updates reach polled strictly in order, and polled gives
+// each its chat's turn in that order. poll returns once every update it
+// handed out is ingested (or given up at shutdown).
 func (p *Platform) poll(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	p.stopPoll.Store(&cancel)
 	defer p.stopPoll.Store(nil)
 	p.log.Info("telegram long polling started")
+	defer p.turns.Wait()
 	p.bot.Start(ctx)
 	if errors.Is(context.Cause(ctx), errTokenRejected) {
 		return errTokenRejected
@@ -172,27 +175,37 @@ func (p *Platform) libraryError(err error) {
 	p.log.Warn("telegram bot api error", "err", text)
 }
 
-// polled ingests one update from the long poll. A delivery failure is
-// retried with backoff, holding the poll (Telegram keeps the rest queued),
-// so nothing is dropped while the connector runs. Only a handled update
-// lets the next poll confirm it (offsetGate).
+// polled gives one update from the long poll its chat's turn and returns:
+// updates of other chats go on while this one is ingested. A delivery
+// failure is retried with backoff, holding the next poll (Telegram keeps
+// the rest queued), so nothing is dropped while the connector runs. Only a
+// handled update lets the next poll confirm it (offsetGate).
 func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
 	received := p.now()
-	backoff := 50 * time.Millisecond
-	for {
-		err := p.handle(context.WithoutCancel(ctx), u, received)
-		if err == nil {
-			p.offsets.done(u.ID)
-			return
-		}
-		if ctx.Err() != nil {
-			p.log.Error("telegram update not delivered at shutdown", "update_id", u.ID, "err", err)
-			return
-		}
-		p.log.Warn("telegram update not delivered, retrying", "update_id", u.ID, "err", err, "retry_in", backoff)
-		_ = p.clock.Sleep(ctx, backoff) // a shutdown is seen above
-		backoff = min(backoff*2, 5*time.Second)
+	p.offsets.handing(u.ID)
+	in, ok := p.prepare(ctx, u)
+	if !ok {
+		p.offsets.done(u.ID)
+		return
 	}
+	p.turns.Go(ctx, in.chatID, func() { // unbounded: never refused
+		backoff := 50 * time.Millisecond
+		for {
+			err := p.ingest(context.WithoutCancel(ctx), u, &in, received)
+			if err == nil {
+				p.offsets.done(u.ID)
+				return
+			}
+			if ctx.Err() != nil {
+				p.log.Error("telegram update not delivered at shutdown", "update_id", u.ID, "err", err)
+				return
+			}
+			p.log.Warn("telegram update not delivered, retrying", "update_id", u.ID, "err", err, "retry_in", backoff)
+			_ = p.clock.Sleep(ctx, backoff) // a shutdown is seen above
+			backoff = min(backoff*2, 5*time.Second)
+			in, _ = normalize(u, p.mapping.Load()) // afresh: the failed attempt may have changed it
+		}
+	})
 }
 
 // answerCallbacks acknowledges delivered callback queries so the button's

@@ -76,7 +76,7 @@ func TestRedeliveryBackoffRunsOnTheClock(t *testing.T) {
 	e := newEnvOn(t, clk, nil)
 	e.run(t)
 	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
-	e.sink.refuse.Store(2)
+	e.sink.Refuse(2)
 	first := fixture(t, "telegram_shared_private_text")
 	e.fake.Enqueue(first.Raw)
 	none := func() int { return 0 }
@@ -87,7 +87,7 @@ func TestRedeliveryBackoffRunsOnTheClock(t *testing.T) {
 		}
 		clk.Advance(backoff)
 	}
-	if d := e.sink.next(t); d.SessionKey != first.Key {
+	if d := e.sink.Next(t); d.SessionKey != first.Key {
 		t.Fatalf("delivered %s, want %s", d.SessionKey, first.Key)
 	}
 }

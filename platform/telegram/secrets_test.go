@@ -47,7 +47,7 @@ func TestNoSecretInLogsOrResults(t *testing.T) {
 	p.run(t)
 	p.waitStatus(t, func(st platform.Status) bool { return st.Ready })
 	p.fake.Enqueue(fixture(t, "telegram_shared_private_text").Raw)
-	p.sink.next(t)
+	p.sink.Next(t)
 	status(p.p)
 
 	// Unreachable API: startup and egress.

@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"connector/internal/doctable"
 	"connector/platform"
+	"connector/platform/platformtest"
 )
 
 // The parity probes run as tenant t1 of testChats against the bot of
@@ -131,27 +131,6 @@ func parityRaw(t testing.TB, probe string, updateID int) []byte {
 	}
 	raw, _ := json.Marshal(map[string]any{"update_id": updateID, "message": msg})
 	return raw
-}
-
-// lastDrop remembers the reason of the last dropped update.
-type lastDrop struct {
-	platform.NopMetrics
-	mu     sync.Mutex
-	reason string
-}
-
-func (l *lastDrop) Dropped(_, reason string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.reason = reason
-}
-
-func (l *lastDrop) take() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r := l.reason
-	l.reason = ""
-	return r
 }
 
 // parityOutcome names what became of a probe: "drop:<reason>", "observed"
@@ -282,7 +261,7 @@ func TestTelegramSettingsParity(t *testing.T) {
 			if err != nil {
 				t.Fatalf("settings refused: %v", err)
 			}
-			drops := &lastDrop{}
+			drops := &platformtest.LastDrop{}
 			p, err := New(cfg, platform.Deps{Metrics: drops})
 			if err != nil {
 				t.Fatal(err)
@@ -299,12 +278,10 @@ func TestTelegramSettingsParity(t *testing.T) {
 					t.Fatalf("%s: %v", probe[0], err)
 				}
 				var d *platform.Delivery
-				select {
-				case got := <-rec.ch:
+				if got, ok := rec.TryNext(); ok {
 					d = &got
-				default:
 				}
-				if got := parityOutcome(d, drops.take()); got != probe[1] {
+				if got := parityOutcome(d, drops.Take()); got != probe[1] {
 					t.Errorf("probe %d %s: %s, want %s", i+1, probe[0], got, probe[1])
 				}
 			}

@@ -17,6 +17,7 @@ import (
 
 	"connector/internal/doctable"
 	"connector/platform"
+	"connector/platform/platformtest"
 )
 
 // textParitySettings are tenant t1's settings while the message-text rows
@@ -147,7 +148,7 @@ func TestTelegramMessageTextParity(t *testing.T) {
 	for _, c := range telegramTextParity {
 		t.Run(c.where+" "+strconv.Quote(c.text), func(t *testing.T) {
 			cfg := Config{BotToken: testToken, Chats: testChats, Tenants: map[string]TenantConfig{"t1": tc}}
-			drops := &lastDrop{}
+			drops := &platformtest.LastDrop{}
 			p, err := New(cfg, platform.Deps{Metrics: drops})
 			if err != nil {
 				t.Fatal(err)
@@ -164,16 +165,14 @@ func TestTelegramMessageTextParity(t *testing.T) {
 				if err := p.handle(context.Background(), u, time.Now()); err != nil {
 					t.Fatal(err)
 				}
-				select {
-				case d := <-rec.ch:
+				if d, ok := rec.TryNext(); ok {
 					return &d
-				default:
-					return nil
 				}
+				return nil
 			}
 			d := deliver(textUpdate(t, c.where, c.text, 1))
 			if strings.HasSuffix(c.where, ", observed") {
-				if d != nil || drops.take() != dropObserved {
+				if d != nil || drops.Take() != dropObserved {
 					t.Fatalf("not held back as context: %+v", d)
 				}
 				d = deliver(textUpdate(t, "forum", "@hermes_bot hi", 2))
@@ -186,7 +185,7 @@ func TestTelegramMessageTextParity(t *testing.T) {
 				return
 			}
 			if d == nil {
-				t.Fatalf("not delivered (dropped: %s)", drops.take())
+				t.Fatalf("not delivered (dropped: %s)", drops.Take())
 			}
 			if d.Kind != platform.KindInbound {
 				t.Fatalf("delivered as kind %v, want an inbound event", d.Kind)

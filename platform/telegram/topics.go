@@ -2,13 +2,19 @@ package telegram
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-telegram/bot"
+	"github.com/go-telegram/bot/models"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/store"
 )
 
 // maxTopicName is Telegram's forum topic name limit.
@@ -24,7 +30,7 @@ func actionTopicName(a *contract.Action) (string, bool) {
 // must be a forum and the bot allowed to manage topics, else Telegram's
 // refusal is a platform_error). The topic's message_thread_id is the
 // result's thread_id (and message_id); sends name it in
-// metadata.thread_id.
+// metadata.thread_id. The topic's name is remembered (topicMemory).
 func (p *Platform) threadCreate(ctx context.Context, _ string, chat int64, a *contract.Action) contract.Result {
 	name, ok := actionTopicName(a)
 	if !ok {
@@ -34,6 +40,7 @@ func (p *Platform) threadCreate(ctx context.Context, _ string, chat int64, a *co
 	if err != nil {
 		return p.failure(contract.OpThreadCreate, err)
 	}
+	p.rememberTopic(ctx, chat, topic.MessageThreadID, topicRecord{Name: name, Given: name, Created: true})
 	id := strconv.Itoa(topic.MessageThreadID)
 	r := contract.OK(id)
 	r.ThreadID = id
@@ -41,10 +48,13 @@ func (p *Platform) threadCreate(ctx context.Context, _ string, chat int64, a *co
 }
 
 // threadRename renames forum topic message_id of chat (editForumTopic).
-// Telegram has no way to read a topic's name, so a guarded rename
-// (only_if_current_name, only_if_connector_created) cannot be checked and
-// fails safe with name_changed, leaving a human's name alone; unguarded
-// renames proceed.
+// Telegram has no way to read a topic's name, so the guards are checked
+// against what the connector remembers of the topics it created or renamed
+// (topicMemory): only_if_current_name needs the remembered name to be the
+// one given, only_if_connector_created needs the connector to have created
+// the topic and nobody to have renamed it since. A topic whose name is not
+// remembered fails a guard safe with name_changed, leaving a human's name
+// alone; unguarded renames proceed.
 func (p *Platform) threadRename(ctx context.Context, _ string, chat int64, a *contract.Action) contract.Result {
 	name, ok := actionTopicName(a)
 	topic := topicThread(a.MessageID)
@@ -53,12 +63,137 @@ func (p *Platform) threadRename(ctx context.Context, _ string, chat int64, a *co
 		return contract.Failed(contract.CodeBadRequest, "telegram thread_rename needs a thread_name")
 	case topic == 0:
 		return contract.Failed(contract.CodeBadRequest, "telegram thread_rename: message_id is not a forum topic id")
-	case a.OnlyIfCurrentName != nil || a.OnlyIfConnectorCreated:
-		return contract.Failed(contract.CodeNameChanged, "telegram thread_rename: a topic's current name cannot be read, so a guarded rename is not made")
 	}
-	_, err := p.bot.EditForumTopic(ctx, &bot.EditForumTopicParams{ChatID: chat, MessageThreadID: topic, Name: name})
+	rec, known, err := p.topics.get(ctx, chat, topic)
+	if a.OnlyIfCurrentName != nil || a.OnlyIfConnectorCreated {
+		if err != nil {
+			p.log.Warn("telegram topic name not read from the store", "chat_id", chat, "topic", topic, "err", err)
+			return contract.Failed(contract.CodeUnavailable, "telegram thread_rename: the topic's remembered name could not be read; not renamed")
+		}
+		if r, ok := rec.guard(known, a); !ok {
+			return r
+		}
+	}
+	_, err = p.bot.EditForumTopic(ctx, &bot.EditForumTopicParams{ChatID: chat, MessageThreadID: topic, Name: name})
 	if err != nil && !isBadRequest(err, "topic_not_modified") {
 		return p.failure(contract.OpThreadRename, err)
 	}
+	rec.Name, rec.Given = name, name
+	p.rememberTopic(ctx, chat, topic, rec)
 	return contract.OK("")
+}
+
+// topicNameTTL is how long the name of a topic is remembered after the
+// connector last named it or saw it renamed.
+const topicNameTTL = 90 * 24 * time.Hour
+
+// localTopics bounds the topic names kept in process memory when the
+// platform has no store (platform.Deps.Store).
+const localTopics = 4096
+
+// topicRecord is what the connector remembers of a forum topic it created
+// or renamed.
+type topicRecord struct {
+	// Name is the topic's current name as far as the connector saw it:
+	// the one it gave, or a later one from a forum_topic_edited update.
+	Name string `json:"name"`
+	// Given is the name the connector last gave the topic.
+	Given string `json:"given"`
+	// Created says the connector created the topic.
+	Created bool `json:"created,omitempty"`
+}
+
+// guard checks a's rename guards against the record (known false: there is
+// none); the result says why not when ok is false.
+func (r topicRecord) guard(known bool, a *contract.Action) (contract.Result, bool) {
+	switch {
+	case !known:
+		return contract.Failed(contract.CodeNameChanged, "telegram thread_rename: the connector did not create or rename this topic, so its current name is unknown; not renamed"), false
+	case a.OnlyIfConnectorCreated && !r.Created:
+		return contract.Failed(contract.CodeNameChanged, "telegram thread_rename: the topic was not created by the connector; not renamed"), false
+	case a.OnlyIfConnectorCreated && r.Name != r.Given:
+		return contract.Failed(contract.CodeNameChanged, "telegram thread_rename: the topic was renamed by someone else; not renamed"), false
+	case a.OnlyIfCurrentName != nil && r.Name != *a.OnlyIfCurrentName:
+		return contract.Failed(contract.CodeNameChanged, "telegram thread_rename: the topic's name is not only_if_current_name; not renamed"), false
+	}
+	return contract.Result{}, true
+}
+
+// topicMemory remembers the names of the forum topics the connector created
+// or renamed, so that thread_rename can honour its guards although Telegram
+// cannot read a topic's name. With a store (platform.Deps.Store) every
+// instance sharing it and the next start see the same names: each lookup
+// reads the store, never a copy in memory that another instance may have
+// made stale. Without one the names are kept in process memory.
+type topicMemory struct {
+	state store.Capabilities
+	local *lru.Cache[topicKey, topicRecord]
+	now   func() time.Time
+}
+
+func newTopicMemory(state store.Capabilities, now func() time.Time) *topicMemory {
+	t := &topicMemory{state: state, now: now}
+	if state == nil {
+		t.local, _ = lru.New[topicKey, topicRecord](localTopics) // size > 0: cannot fail
+	}
+	return t
+}
+
+// topicStateKey is the store key of a topic's record.
+func topicStateKey(chat int64, topic int) string {
+	return "telegram/topic/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(topic)
+}
+
+// get returns the record of topic in chat; known is false when there is
+// none (or it expired).
+func (t *topicMemory) get(ctx context.Context, chat int64, topic int) (rec topicRecord, known bool, err error) {
+	if t.state == nil {
+		rec, known = t.local.Get(topicKey{chat: chat, thread: topic})
+		return rec, known, nil
+	}
+	raw, ok, err := t.state.Get(ctx, topicStateKey(chat, topic))
+	if err != nil || !ok {
+		return topicRecord{}, false, err
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return topicRecord{}, false, errors.New("unreadable topic record")
+	}
+	return rec, true, nil
+}
+
+// put stores rec for topic in chat for topicNameTTL.
+func (t *topicMemory) put(ctx context.Context, chat int64, topic int, rec topicRecord) error {
+	if t.state == nil {
+		t.local.Add(topicKey{chat: chat, thread: topic}, rec)
+		return nil
+	}
+	raw, _ := json.Marshal(rec) // plain fields: cannot fail
+	return t.state.Put(ctx, topicStateKey(chat, topic), raw, t.now().Add(topicNameTTL))
+}
+
+// observeEdit updates the remembered name of a topic someone other than
+// the bot renamed (a forum_topic_edited service message). Topics the
+// connector never named are not recorded.
+func (p *Platform) observeEdit(ctx context.Context, msg *models.Message, botID int64) {
+	edit := msg.ForumTopicEdited
+	if edit == nil || edit.Name == "" || msg.MessageThreadID == 0 || (msg.From != nil && msg.From.ID == botID) {
+		return
+	}
+	chat, topic := msg.Chat.ID, msg.MessageThreadID
+	rec, known, err := p.topics.get(ctx, chat, topic)
+	switch {
+	case err != nil:
+		p.log.Warn("telegram topic name not read from the store", "chat_id", chat, "topic", topic, "err", err)
+	case known && rec.Name != edit.Name:
+		rec.Name = edit.Name
+		p.rememberTopic(ctx, chat, topic, rec)
+	}
+}
+
+// rememberTopic stores rec, logging a failure: the op that named the topic
+// has succeeded anyway, and a later guarded rename fails safe.
+func (p *Platform) rememberTopic(ctx context.Context, chat int64, topic int, rec topicRecord) {
+	if err := p.topics.put(ctx, chat, topic, rec); err != nil {
+		p.log.Warn("telegram topic name not remembered", "chat_id", chat, "topic", topic, "err", err)
+	}
 }

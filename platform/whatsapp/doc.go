@@ -38,7 +38,7 @@
 // and passes its DM gate.
 //
 // Messages of one (business number, user) pair are handled one at a time
-// in arrival order, others in parallel (serial.go). A message id already
+// in arrival order, others in parallel (platform/chatorder). A message id already
 // delivered is dropped (the mark is kept in the capability vault for a
 // day, so on every instance sharing the store). With several instances a
 // message is also claimed while it is stored (store.Claims, atomic across

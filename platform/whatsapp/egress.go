@@ -35,32 +35,33 @@ var handlers = platform.Ops[*Platform, chat]{
 // that follows a wait.
 const callMargin = time.Second
 
-// Execute implements platform.Platform. An op outside the table is
-// unsupported; a chat_id that is not a wa_id, or a user the tenant may not
-// act on (platform.Authorize, ChatTenant), gets the structured decline.
-// The op goes out from the business number sender names.
+// newEgress is the platform's egress: a chat_id is a user's wa_id, and
+// each op of handlers goes out from the business number of the tenant's
+// conversation with that user (sender), resolved once the user is
+// authorized.
+func newEgress(timeout time.Duration) platform.Egress[*Platform, string] {
+	ops := make(platform.Ops[*Platform, string], len(handlers))
+	for name, h := range handlers {
+		ops[name] = func(p *Platform, ctx context.Context, tenant, user string, a *contract.Action) contract.Result {
+			c, ok := p.sender(ctx, tenant, user)
+			if !ok { // the bindings changed since Authorize
+				return contract.Declined(platformName)
+			}
+			return h(p, ctx, tenant, c, a)
+		}
+	}
+	return platform.Egress[*Platform, string]{
+		Ops:     ops,
+		Chat:    func(_ *Platform, user string) (string, bool) { return user, platform.ValidWhatsAppID(user) },
+		Timeout: timeout,
+	}
+}
+
+// Execute implements platform.Platform through platform.Execute: an op
+// needs a wa_id the tenant may act on (Authorize, ChatTenant) and goes out
+// from the business number sender names.
 func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	h, ok := handlers[a.Op]
-	if !ok {
-		return platform.Unsupported(platformName)
-	}
-	user := string(a.ChatID)
-	if !platform.ValidWhatsAppID(user) {
-		return contract.Declined(platformName)
-	}
-	if r, ok := platform.Authorize(ctx, p, tenant, user); !ok {
-		return r
-	}
-	c, ok := p.sender(tenant, user)
-	if !ok { // the bindings changed since Authorize
-		return contract.Declined(platformName)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.cfg.RequestTimeout)
-		defer cancel()
-	}
-	return h(p, ctx, tenant, c, a)
+	return platform.Execute(ctx, &p.egress, p, tenant, a)
 }
 
 // rateLimitedError says a message could not be paced before the deadline.

@@ -71,71 +71,68 @@ func (p *Platform) ingest(ctx context.Context, pl *payload, received time.Time) 
 func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeValue, m *message, names map[string]string, received time.Time) error {
 	number := strings.TrimSpace(v.Metadata.PhoneNumberID)
 	sender, wamid := strings.TrimSpace(m.From), strings.TrimSpace(m.ID)
-	chat := number + "/" + sender
-	if err := p.chats.enter(ctx, chat); err != nil {
-		return err
-	}
-	defer p.chats.leave(chat)
-	if wamid != "" && p.delivered(number, wamid) {
-		p.drop(dropDuplicate, number, sender)
-		return nil
-	}
-	switch taken, err := p.claim(ctx, number, wamid); {
-	case err != nil:
-		return fmt.Errorf("whatsapp: claim message: %w", err)
-	case !taken:
-		p.metrics.Dropped(platformName, "in_progress_elsewhere")
-		return errElsewhere
-	}
-	defer p.unclaim(number, wamid)
-	if wamid != "" && p.deps.Cluster != nil && p.delivered(number, wamid) { // delivered while we took the claim
-		p.drop(dropDuplicate, number, sender)
-		return nil
-	}
-	if code, ok := p.linkCode(m, sender); ok {
-		if reason := p.links.Submit(sender, func(ctx context.Context) { p.redeemLink(ctx, number, sender, code) }); reason != "" {
-			p.drop(reason, number, sender)
+	return p.turns.Do(ctx, number+"/"+sender, func() error {
+		if wamid != "" && p.delivered(ctx, number, wamid) {
+			p.drop(dropDuplicate, number, sender)
+			return nil
 		}
-		p.markDelivered(number, wamid)
+		switch taken, err := p.claim(ctx, number, wamid); {
+		case err != nil:
+			return fmt.Errorf("whatsapp: claim message: %w", err)
+		case !taken:
+			p.metrics.Dropped(platformName, "in_progress_elsewhere")
+			return errElsewhere
+		}
+		defer p.unclaim(number, wamid)
+		if wamid != "" && p.deps.Cluster != nil && p.delivered(ctx, number, wamid) { // delivered while we took the claim
+			p.drop(dropDuplicate, number, sender)
+			return nil
+		}
+		if code, ok := p.linkCode(m, sender); ok {
+			if reason := p.links.Submit(sender, func(ctx context.Context) { p.redeemLink(ctx, number, sender, code) }); reason != "" {
+				p.drop(reason, number, sender)
+			}
+			p.markDelivered(ctx, number, wamid)
+			return nil
+		}
+		tenant, owner := p.route(number, sender)
+		if tenant == "" {
+			p.drop(dropUnclaimed, number, sender)
+			return nil
+		}
+		gate := p.gate(tenant)
+		if owner {
+			gate = ownerGate
+		}
+		ev, drop := classify(m, names, v.Metadata.DisplayPhoneNumber, gate, tenantTaps{ctx: ctx, p: p, tenant: tenant})
+		if drop != "" {
+			p.drop(drop, number, sender)
+			return nil
+		}
+		p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid})
+		if ev.ReplyTo != nil {
+			ev.ReplyTo.Text = p.quotes.text(tenant, sender, ev.ReplyToMessageID)
+		}
+		p.quotes.add(tenant, sender, wamid, ev.Text)
+		p.attachMedia(ctx, tenant, m, &ev)
+		d := platform.Delivery{
+			Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
+			SessionKey: p.deps.Key(tenant, &ev.Source), ChatID: sender, Received: received,
+		}
+		if ev.PromptResponse == nil && isStop(ev.Text) {
+			d.Kind = platform.KindInterrupt
+		} else {
+			d.Event = &ev
+		}
+		if err := sink.Deliver(ctx, d); err != nil {
+			return fmt.Errorf("whatsapp: deliver message of %s: %w", sender, err)
+		}
+		p.markDelivered(ctx, number, wamid)
+		if pr := ev.PromptResponse; pr != nil {
+			p.vault.Delete(ctx, promptKey(tenant, sender, pr.PromptID)) // one tap answers a prompt
+		}
 		return nil
-	}
-	tenant, owner := p.route(number, sender)
-	if tenant == "" {
-		p.drop(dropUnclaimed, number, sender)
-		return nil
-	}
-	gate := p.gate(tenant)
-	if owner {
-		gate = ownerGate
-	}
-	ev, drop := classify(m, names, v.Metadata.DisplayPhoneNumber, gate, tenantTaps{p: p, tenant: tenant})
-	if drop != "" {
-		p.drop(drop, number, sender)
-		return nil
-	}
-	p.converse(tenant, sender, conv{Number: number, Last: wamid})
-	if ev.ReplyTo != nil {
-		ev.ReplyTo.Text = p.quotes.text(tenant, sender, ev.ReplyToMessageID)
-	}
-	p.quotes.add(tenant, sender, wamid, ev.Text)
-	p.attachMedia(ctx, tenant, m, &ev)
-	d := platform.Delivery{
-		Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
-		SessionKey: p.deps.Key(tenant, &ev.Source), ChatID: sender, Received: received,
-	}
-	if ev.PromptResponse == nil && isStop(ev.Text) {
-		d.Kind = platform.KindInterrupt
-	} else {
-		d.Event = &ev
-	}
-	if err := sink.Deliver(ctx, d); err != nil {
-		return fmt.Errorf("whatsapp: deliver message of %s: %w", sender, err)
-	}
-	p.markDelivered(number, wamid)
-	if pr := ev.PromptResponse; pr != nil {
-		p.vault.Delete(promptKey(tenant, sender, pr.PromptID)) // one tap answers a prompt
-	}
-	return nil
+	})
 }
 
 // isStop reports the platform-side interrupt command "/stop", alone or
@@ -163,17 +160,17 @@ func deliveredKey(number, wamid string) vault.Key {
 
 // delivered reports whether message wamid to number was delivered (on any
 // instance sharing the store, within a day).
-func (p *Platform) delivered(number, wamid string) bool {
-	_, ok := p.vault.Get(deliveredKey(number, wamid))
+func (p *Platform) delivered(ctx context.Context, number, wamid string) bool {
+	_, ok := p.vault.Get(ctx, deliveredKey(number, wamid))
 	return ok
 }
 
 // markDelivered records message wamid to number as delivered.
-func (p *Platform) markDelivered(number, wamid string) {
+func (p *Platform) markDelivered(ctx context.Context, number, wamid string) {
 	if wamid == "" {
 		return
 	}
-	if err := p.vault.Put(deliveredKey(number, wamid), vault.Entry{Stored: p.clock.Now()}); err != nil {
+	if err := p.vault.Put(ctx, deliveredKey(number, wamid), vault.Entry{Stored: p.clock.Now()}); err != nil {
 		p.log.Warn("whatsapp delivered mark not stored; a redelivery would be delivered again", "err", err)
 	}
 }
@@ -253,6 +250,7 @@ func statusLabel(s string) string {
 
 // tenantTaps answers classify for one tenant's prompts.
 type tenantTaps struct {
+	ctx    context.Context // the message's: the vault lookup runs under it
 	p      *Platform
 	tenant string
 }
@@ -263,7 +261,7 @@ func (tenantTaps) native(string, string) bool { return false }
 // prompt implements taps from the vault; message forgets the prompt once
 // the tap is delivered.
 func (t tenantTaps) prompt(chat, promptID string) bool {
-	_, ok := t.p.vault.Get(promptKey(t.tenant, chat, promptID))
+	_, ok := t.p.vault.Get(t.ctx, promptKey(t.tenant, chat, promptID))
 	return ok
 }
 
@@ -291,7 +289,7 @@ func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) 
 	p.metrics.Dropped(platformName, reason)
 	switch {
 	case err == nil:
-		p.converse(tenant, sender, conv{Number: number})
+		p.converse(ctx, tenant, sender, conv{Number: number})
 	case !errors.Is(err, platform.ErrLinkRefused):
 		p.log.Warn("whatsapp /link not redeemed", "user_id", sender, "err", err)
 	}

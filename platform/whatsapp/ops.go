@@ -165,7 +165,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 	if err != nil {
 		return p.failure(a.Op, err)
 	}
-	if err := p.vault.Put(promptKey(tenant, c.user, a.PromptID), vault.Entry{Stored: p.clock.Now()}); err != nil {
+	if err := p.vault.Put(ctx, promptKey(tenant, c.user, a.PromptID), vault.Entry{Stored: p.clock.Now()}); err != nil {
 		p.log.Warn("whatsapp prompt not remembered; its taps arrive as text", "tenant", tenant, "err", err)
 	}
 	return contract.OK(id)

@@ -15,6 +15,7 @@ import (
 	"connector/descriptor"
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/platform/chatorder"
 	"connector/platform/fairshare"
 	"connector/vault"
 )
@@ -37,7 +38,8 @@ type Platform struct {
 	owners      atomic.Pointer[platform.Ownership] // numbers and linked users; replaced by Bind
 	gates       map[string]*access                 // tenant -> DM gate
 	defaultGate *access
-	chats       serial
+	turns       *chatorder.Queue[string] // one chat (number/user) at a time, chats side by side
+	egress      platform.Egress[*Platform, string]
 	budget      *fairshare.Scheduler
 	pace        *pacer
 	quotes      *quotes
@@ -114,6 +116,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.pace = newPacer(cfg.ChatPerSecond)
 	p.quotes = newQuotes()
 	p.links = platform.NewLinkDesk(deps.Clock.Now)
+	p.egress = newEgress(cfg.RequestTimeout)
+	p.turns = chatorder.New[string](0)
 	p.desc = descriptor.WhatsApp(handlers.Names())
 	return p, nil
 }
@@ -248,7 +252,7 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 	if tenant == "" || !platform.ValidWhatsAppID(chatID) {
 		return "", platform.ErrUnknownChat
 	}
-	if _, ok := p.sender(tenant, chatID); ok {
+	if _, ok := p.sender(ctx, tenant, chatID); ok {
 		return tenant, nil
 	}
 	return "", platform.ErrUnknownChat
@@ -260,9 +264,9 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // number is tenant's own or (a number no tenant owns) reached tenant by
 // author link (platform.Ownership.MayAct); else, for a user linked to
 // tenant, tenant's own lowest number. ok is false otherwise.
-func (p *Platform) sender(tenant, user string) (chat, bool) {
+func (p *Platform) sender(ctx context.Context, tenant, user string) (chat, bool) {
 	own := p.owners.Load()
-	if cv, ok := p.conversation(tenant, user); ok && own.MayAct(tenant, chatOf(user, cv.Number), func() bool { return true }) {
+	if cv, ok := p.conversation(ctx, tenant, user); ok && own.MayAct(tenant, chatOf(user, cv.Number), func() bool { return true }) {
 		return chat{user: user, number: cv.Number, last: cv.Last}, true
 	}
 	if number := p.ownNumber(tenant); number != "" && own.Linked(user, tenant) {
@@ -284,8 +288,8 @@ func conversationKey(tenant, user string) vault.Key {
 }
 
 // conversation returns tenant's conversation with user.
-func (p *Platform) conversation(tenant, user string) (conv, bool) {
-	e, ok := p.vault.Get(conversationKey(tenant, user))
+func (p *Platform) conversation(ctx context.Context, tenant, user string) (conv, bool) {
+	e, ok := p.vault.Get(ctx, conversationKey(tenant, user))
 	if !ok {
 		return conv{}, false
 	}
@@ -299,9 +303,9 @@ func (p *Platform) conversation(tenant, user string) (conv, bool) {
 // converse records that user wrote to number in tenant's conversation,
 // last as the latest message id. It is written before the message is
 // delivered, so the tenant's answer finds it.
-func (p *Platform) converse(tenant, user string, c conv) {
+func (p *Platform) converse(ctx context.Context, tenant, user string, c conv) {
 	ref, _ := json.Marshal(c) // two strings: cannot fail
-	if err := p.vault.Put(conversationKey(tenant, user), vault.Entry{Ref: string(ref), Stored: p.clock.Now()}); err != nil {
+	if err := p.vault.Put(ctx, conversationKey(tenant, user), vault.Entry{Ref: string(ref), Stored: p.clock.Now()}); err != nil {
 		p.log.Warn("whatsapp conversation not stored", "tenant", tenant, "user_id", user, "err", err)
 	}
 }

@@ -320,10 +320,15 @@ func TestTwoNumbersTwoTenantsIsolated(t *testing.T) {
 	send := func(tenant, user string) contract.Result {
 		return r.exec(t, tenant, map[string]any{"op": "send", "chat_id": user, "content": "hi", "reply_to": nil, "metadata": map[string]any{}})
 	}
-	for _, c := range []struct{ tenant, user string }{{"t1", bob}, {"t2", ada}, {"t3", ada}} {
+	for _, c := range []struct{ tenant, user string }{{"t1", bob}, {"t2", ada}, {"t3", ada}, {"t1", "14155550199"}} {
 		if res := send(c.tenant, c.user); res.Code != contract.CodeEgressDeclined {
 			t.Errorf("%s to %s: %+v, want the decline", c.tenant, c.user, res)
 		}
+	}
+	// A chat_id that is no wa_id at all is bad_request, as on every
+	// platform (platform.Execute).
+	if res := send("t1", "+44 7700 900123"); res.Code != contract.CodeBadRequest {
+		t.Errorf("send to a chat_id that is no wa_id: %+v, want bad_request", res)
 	}
 	for _, op := range []map[string]any{
 		{"op": "typing", "chat_id": bob}, {"op": "react", "chat_id": bob, "message_id": "wamid.I2", "emoji": "👀"},
@@ -354,7 +359,7 @@ func TestTwoNumbersTwoTenantsIsolated(t *testing.T) {
 		t.Fatalf("t2's send went out from %s", s[2].PhoneNumberID)
 	}
 	for _, op := range []string{"edit", "delete", "thread_create", "thread_rename", "draft", "follow_up"} {
-		if res := r.exec(t, "t1", map[string]any{"op": op, "chat_id": ada}); res.Code != contract.CodeUnsupportedOp {
+		if res := r.exec(t, "t1", map[string]any{"op": op, "chat_id": ada, "session_key": "s"}); res.Code != contract.CodeUnsupportedOp {
 			t.Errorf("%s: %+v, want unsupported_op", op, res)
 		}
 	}

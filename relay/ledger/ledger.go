@@ -1076,6 +1076,20 @@ type Stats struct {
 	Bytes int64
 }
 
+// TenantBytes returns the payload bytes each tenant's ledger holds.
+func (p *Pool) TenantBytes() map[string]int64 {
+	p.mu.Lock()
+	ledgers := slices.Collect(maps.Values(p.ledgers))
+	p.mu.Unlock()
+	out := make(map[string]int64, len(ledgers))
+	for _, l := range ledgers {
+		l.mu.Lock()
+		out[l.tenant] = l.bytes
+		l.mu.Unlock()
+	}
+	return out
+}
+
 // Stats returns the pool's counters.
 func (p *Pool) Stats() Stats {
 	return Stats{Removed: p.removed.Load(), RemoveErrors: p.removeErrors.Load(), Bytes: p.bytes.Load()}

@@ -2,6 +2,7 @@ package discordtest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"connector/platform"
+	"connector/platform/platformtest"
 )
 
 // TB is the part of testing.TB the fixture helpers use.
@@ -163,4 +167,15 @@ func (c *LogCapture) WaitFor(tb TB, s string) {
 			tb.Fatalf("log never said %q; log:\n%s", s, c.Text())
 		}
 	}
+}
+
+// WaitOwners waits until the Discord platform p places the fixture world's
+// #general in tenant t1: its Gateway session is up and the guild snapshot
+// loaded, so it can tell a chat's owner.
+func WaitOwners(tb TB, p platform.Platform) {
+	tb.Helper()
+	platformtest.WaitUntil(tb, "the Discord guild snapshot", func() bool {
+		owner, err := p.ChatTenant(context.Background(), ChanGeneral)
+		return err == nil && owner == "t1"
+	})
 }

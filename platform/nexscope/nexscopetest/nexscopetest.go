@@ -36,21 +36,6 @@ func NewClock() *clocktest.Fake {
 	return clocktest.New(time.Date(2026, 4, 28, 12, 0, 0, 0, time.UTC))
 }
 
-// WaitFor waits up to Timeout until cond holds, checking every millisecond;
-// what names the condition in the failure.
-func WaitFor(tb TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(Timeout)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", Timeout, what)
-		}
-		<-tick.C
-	}
-}
-
 // SyncBuffer collects log output from many goroutines.
 type SyncBuffer struct {
 	mu sync.Mutex

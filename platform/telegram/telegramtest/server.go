@@ -520,6 +520,54 @@ func (s *Server) Topic(chat int64, id int) (string, bool) {
 	return name, ok
 }
 
+// CreateTopic creates a forum topic in chat as a member would in a
+// Telegram client, and returns its id.
+func (s *Server) CreateTopic(chat int64, name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	s.topics[msgKey{chat, s.nextID}] = name
+	return s.nextID
+}
+
+// RenameTopic renames forum topic id of chat (a Chat object, whose id must
+// be the chat's) as member from (a User object) would in a Telegram client,
+// and returns the update Telegram then sends: a service message in the
+// topic whose forum_topic_edited carries the new name. It fails when the
+// topic does not exist.
+func (s *Server) RenameTopic(updateID int64, chat map[string]any, id int, name string, from map[string]any) ([]byte, error) {
+	chatID, _ := chat["id"].(int64)
+	s.mu.Lock()
+	_, ok := s.topics[msgKey{chatID, id}]
+	if ok {
+		s.topics[msgKey{chatID, id}] = name
+		s.nextID++
+	}
+	msgID := s.nextID
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("telegramtest: chat %d has no topic %d", chatID, id)
+	}
+	return json.Marshal(map[string]any{"update_id": updateID, "message": map[string]any{
+		"message_id": msgID, "date": time.Now().Unix(), "chat": chat, "from": from,
+		"message_thread_id": id, "is_topic_message": true, "forum_topic_edited": map[string]any{"name": name},
+	}})
+}
+
+// Messages returns the texts of chat's messages that exist (sent by the
+// bot and not deleted, or queued as updates), by message id.
+func (s *Server) Messages(chat int64) map[int]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[int]string{}
+	for k, text := range s.messages {
+		if k.chat == chat {
+			out[k.id] = text
+		}
+	}
+	return out
+}
+
 func (s *Server) createForumTopic(form map[string]string) (any, *Failure) {
 	chat, f := chatID(form)
 	if f != nil {

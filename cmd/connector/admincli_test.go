@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/admin"
+	"connector/registry"
+)
+
+// TestAdminCLIRotateWithoutGraceSaysTheOldSecretsEnded: "gateway rotate …
+// 0s" says the previous secrets end now, not that they "stay valid until"
+// this instant; with a grace it says until when.
+func TestAdminCLIRotateWithoutGraceSaysTheOldSecretsEnded(t *testing.T) {
+	reg := registry.New(memStore(t), time.Now)
+	ctx := context.Background()
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.CreateGateway(ctx, "acme", "acme-gw"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(admin.Config{Registry: reg, Token: adminToken, Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Setenv(envAdminToken, adminToken)
+
+	code, out, errOut := runCmd(t, "admin", "-url", srv.URL, "gateway", "rotate", "acme", "acme-gw", "0s")
+	if code != 0 || !strings.Contains(out, "GATEWAY_RELAY_SECRET=") ||
+		errOut != "the previous secrets are no longer valid: an upgrade signed with one is refused (4401) from now on; open sockets stay until they reconnect\n" {
+		t.Fatalf("rotate 0s: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	code, _, errOut = runCmd(t, "admin", "-url", srv.URL, "gateway", "rotate", "acme", "acme-gw", "10m")
+	until, err := time.Parse(time.RFC3339, strings.TrimSpace(strings.TrimPrefix(errOut, "the previous secrets stay valid until ")))
+	if code != 0 || err != nil || until.Before(time.Now().Add(9*time.Minute)) {
+		t.Fatalf("rotate 10m: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestAdminCLIWithoutAdminListenerSaysWhy: pointed at an address where
+// nothing listens, the admin CLI says how the admin API is turned on and
+// found, not just "connection refused".
+func TestAdminCLIWithoutAdminListenerSaysWhy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	t.Setenv(envAdminToken, adminToken)
+	for _, args := range [][]string{{"tenants"}, {"backup", "-o", t.TempDir() + "/b.db"}} {
+		code, _, errOut := runCmd(t, append([]string{"admin", "-url", url}, args...)...)
+		if code != 1 || !strings.Contains(errOut, "nothing listens at "+url+": the admin API is off unless the connector's config sets admin.listen") ||
+			!strings.Contains(errOut, "-url or $CONNECTOR_ADMIN_URL") {
+			t.Errorf("admin %s: exit %d, stderr %q", args[0], code, errOut)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"connector/store"
+)
+
+// leaseMetrics counts the leases this instance takes, keeps and loses
+// among the instances sharing a redis store: a tenant's delivery, an
+// ingest (the Discord Gateway session, the Telegram long poll, a nexscope
+// room). Labels are the lease's kind (leaseKind), never a tenant or room.
+type leaseMetrics struct {
+	held     *prometheus.GaugeVec
+	acquired *prometheus.CounterVec
+	lost     *prometheus.CounterVec
+
+	mu     sync.Mutex
+	tokens map[string]uint64 // held leases: name -> fencing token
+}
+
+func newLeaseMetrics(m *metrics) *leaseMetrics {
+	l := &leaseMetrics{
+		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "connector_leases_held",
+			Help: "Leases this instance holds among the instances sharing the redis store, by kind: tenant (a tenant's delivery), discord_gateway, telegram_poll, nexscope_room, ..."},
+			[]string{"kind"}),
+		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "connector_lease_acquired_total",
+			Help: "Leases this instance took over (a new tenure: at start, after a release or after the holder's lease ran out), by kind."},
+			[]string{"kind"}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "connector_lease_lost_total",
+			Help: "Leases this instance held and found taken by another instance (or expired) when it renewed them, by kind."},
+			[]string{"kind"}),
+		tokens: map[string]uint64{},
+	}
+	m.register(l.held, l.acquired, l.lost)
+	return l
+}
+
+// leaseKind is the kind label of lease name: its path without the tenant's
+// or room's id.
+func leaseKind(name string) string {
+	switch {
+	case strings.HasPrefix(name, "relay/tenant/"):
+		return "tenant"
+	case strings.HasPrefix(name, "ingest/nexscope/room/"):
+		return "nexscope_room"
+	case strings.HasPrefix(name, "ingest/"):
+		return strings.ReplaceAll(strings.TrimPrefix(name, "ingest/"), "/", "_")
+	}
+	return "other"
+}
+
+// count wraps st so the leases taken through it are counted.
+func (l *leaseMetrics) count(st store.Store) store.Store {
+	return countedStore{Store: st, leases: countedLeases{Leases: st.Leases(), m: l}}
+}
+
+// countedStore is a store whose Leases are counted.
+type countedStore struct {
+	store.Store
+	leases countedLeases
+}
+
+// Leases implements store.Store.
+func (s countedStore) Leases() store.Leases { return s.leases }
+
+// countedLeases counts a store's leases in leaseMetrics.
+type countedLeases struct {
+	store.Leases
+	m *leaseMetrics
+}
+
+// Acquire implements store.Leases.
+func (c countedLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, bool, error) {
+	l, acquired, err := c.Leases.Acquire(ctx, name, holder, ttl)
+	if err == nil && acquired {
+		c.m.took(name, l.Token)
+	}
+	return l, acquired, err
+}
+
+// Renew implements store.Leases.
+func (c countedLeases) Renew(ctx context.Context, name string, l store.Lease, ttl time.Duration) (store.Lease, error) {
+	nl, err := c.Leases.Renew(ctx, name, l, ttl)
+	if errors.Is(err, store.ErrNotHeld) && c.m.gone(name) {
+		c.m.lost.WithLabelValues(leaseKind(name)).Inc()
+	}
+	return nl, err
+}
+
+// Release implements store.Leases.
+func (c countedLeases) Release(ctx context.Context, name string, l store.Lease) error {
+	c.m.gone(name)
+	return c.Leases.Release(ctx, name, l)
+}
+
+// took records lease name held with token; a token not held before is a
+// new tenure.
+func (l *leaseMetrics) took(name string, token uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev, ok := l.tokens[name]
+	if ok && prev == token {
+		return // an extension of the tenure
+	}
+	l.tokens[name] = token
+	kind := leaseKind(name)
+	l.acquired.WithLabelValues(kind).Inc()
+	if !ok {
+		l.held.WithLabelValues(kind).Inc()
+	}
+}
+
+// gone forgets lease name, reporting whether it was held.
+func (l *leaseMetrics) gone(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.tokens[name]; !ok {
+		return false
+	}
+	delete(l.tokens, name)
+	l.held.WithLabelValues(leaseKind(name)).Dec()
+	return true
+}

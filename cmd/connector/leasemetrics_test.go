@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"connector/store"
+)
+
+// TestLeaseMetricsCountTenures: a lease taken is held and acquired once,
+// however often it is extended; a renewal that finds another instance's
+// lease counts it lost; a released lease is no longer held.
+func TestLeaseMetricsCountTenures(t *testing.T) {
+	now := time.Unix(1767225600, 0)
+	mem := store.NewMemory(func() time.Time { return now })
+	t.Cleanup(func() { _ = mem.Close() })
+	lm := newLeaseMetrics(newMetrics())
+	i0 := lm.count(mem).Leases()
+	ctx := context.Background()
+	const name, ttl = "relay/tenant/acme", 5 * time.Second
+	l, ok, err := i0.Acquire(ctx, name, "i0", ttl)
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if _, _, err := i0.Acquire(ctx, name, "i0", ttl); err != nil { // an extension
+		t.Fatal(err)
+	}
+	if l, err = i0.Renew(ctx, name, l, ttl); err != nil {
+		t.Fatal(err)
+	}
+	held, acquired, lost := lm.held.WithLabelValues("tenant"), lm.acquired.WithLabelValues("tenant"), lm.lost.WithLabelValues("tenant")
+	if value(held) != 1 || value(acquired) != 1 {
+		t.Fatalf("held %v acquired %v, want 1 and 1", value(held), value(acquired))
+	}
+	now = now.Add(2 * ttl) // i0 stalls; i1 takes the lease over
+	if _, ok, err := mem.Leases().Acquire(ctx, name, "i1", ttl); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if _, err := i0.Renew(ctx, name, l, ttl); err == nil {
+		t.Fatal("renewed a lease another instance holds")
+	}
+	if value(held) != 0 || value(lost) != 1 {
+		t.Fatalf("held %v lost %v after the takeover, want 0 and 1", value(held), value(lost))
+	}
+	now = now.Add(2 * ttl)
+	l, _, _ = i0.Acquire(ctx, name, "i0", ttl)
+	if err := i0.Release(ctx, name, l); err != nil {
+		t.Fatal(err)
+	}
+	if value(held) != 0 || value(acquired) != 2 || leaseKind("ingest/nexscope/room/lab") != "nexscope_room" ||
+		leaseKind("ingest/telegram/poll") != "telegram_poll" {
+		t.Fatalf("after a second tenure and its release: held %v acquired %v", value(held), value(acquired))
+	}
+}
+
+// value is the current value of a counter or gauge.
+func value(m prometheus.Metric) float64 {
+	var d dto.Metric
+	_ = m.Write(&d)
+	if c := d.GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return d.GetGauge().GetValue()
+}

@@ -1,0 +1,133 @@
+package chatorder_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"connector/platform/chatorder"
+)
+
+// wait fails t unless ch is closed (or sends) within 10 s.
+func wait[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out after 10s waiting for %s", what)
+	}
+}
+
+// A piece of chat X that does not end holds X's later pieces, and no piece
+// of another chat; each chat's pieces run in the order they were given.
+func TestSlowChatDelaysOnlyItself(t *testing.T) {
+	q := chatorder.New[int64](0)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	ran := map[int64][]int{}
+	record := func(chat int64, i int) {
+		mu.Lock()
+		defer mu.Unlock()
+		ran[chat] = append(ran[chat], i)
+	}
+	q.Go(t.Context(), 1, func() { <-release; record(1, 0) })
+	for i := 1; i < 50; i++ {
+		q.Go(t.Context(), 1, func() { record(1, i) })
+	}
+	yDone := make(chan struct{})
+	for i := range 50 {
+		q.Go(t.Context(), 65, func() { // 65 % 64 == 1: the same stripe as chat 1 before
+			record(65, i)
+			if i == 49 {
+				close(yDone)
+			}
+		})
+	}
+	wait(t, yDone, "chat 65's pieces while chat 1 is held")
+	mu.Lock()
+	if len(ran[1]) != 0 {
+		t.Errorf("chat 1 ran %v while its first piece was held", ran[1])
+	}
+	mu.Unlock()
+	close(release)
+	q.Wait()
+	want := make([]int, 50)
+	for i := range want {
+		want[i] = i
+	}
+	for _, chat := range []int64{1, 65} {
+		if !slices.Equal(ran[chat], want) {
+			t.Errorf("chat %d ran %v, want 0..49 in order", chat, ran[chat])
+		}
+	}
+	if n := q.Keys(); n != 0 {
+		t.Errorf("%d keys remembered after all work ended", n)
+	}
+}
+
+// Do runs in the caller's goroutine after the earlier pieces of its key and
+// returns fn's error; a Do whose ctx ends while it waits does not run, and
+// the key's later pieces still run after the earlier ones.
+func TestDoWaitsItsTurn(t *testing.T) {
+	q := chatorder.New[string](0)
+	release := make(chan struct{})
+	var order []string
+	q.Go(t.Context(), "x", func() { <-release; order = append(order, "first") })
+
+	ctx, cancel := context.WithCancel(t.Context())
+	gaveUp := make(chan error, 1)
+	go func() {
+		gaveUp <- q.Do(ctx, "x", func() error { order = append(order, "cancelled"); return nil })
+	}()
+	cancel() // before or after the Do above took its turn: either way it must not run
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do with an ended ctx = %v", err)
+	}
+	done := make(chan error, 1)
+	boom := errors.New("boom")
+	go func() {
+		done <- q.Do(t.Context(), "x", func() error { order = append(order, "last"); return boom })
+	}()
+	close(release)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for Do")
+	}
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do = %v, want fn's error", err)
+	}
+	q.Wait()
+	if !slices.Equal(order, []string{"first", "last"}) {
+		t.Fatalf("ran %v, want first then last (the cancelled Do never runs)", order)
+	}
+}
+
+// With a bound, Go waits for room; an ended ctx drops the piece.
+func TestBoundHoldsTheSource(t *testing.T) {
+	q := chatorder.New[int](2)
+	release := make(chan struct{})
+	q.Go(t.Context(), 1, func() { <-release })
+	q.Go(t.Context(), 2, func() { <-release })
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if q.Go(ctx, 3, func() { t.Error("a piece over the bound ran") }) {
+		t.Fatal("Go over the bound with an ended ctx took the piece")
+	}
+	third := make(chan struct{})
+	queued := make(chan bool, 1)
+	go func() { queued <- q.Go(t.Context(), 3, func() { close(third) }) }()
+	select {
+	case <-queued:
+		t.Fatal("Go over the bound returned before room was made")
+	default:
+	}
+	close(release)
+	wait(t, queued, "Go to take the piece once room was made")
+	wait(t, third, "the third piece")
+	q.Wait()
+}

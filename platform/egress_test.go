@@ -1,0 +1,123 @@
+package platform_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/descriptor"
+	"connector/platform"
+)
+
+// chatsPlatform owns the chats in owners, grants those in granted, and
+// records what its one op and its checks saw.
+type chatsPlatform struct {
+	owners  map[string]string // chat -> tenant
+	granted map[string]string // chat -> tenant
+	lookups int
+	// grantCtx is the ctx ChatGranted last saw; opCtx the op's.
+	grantCtx, opCtx context.Context
+}
+
+func (p *chatsPlatform) Name() string                                   { return "chats" }
+func (p *chatsPlatform) Descriptor() descriptor.Descriptor              { return descriptor.Descriptor{} }
+func (p *chatsPlatform) Run(ctx context.Context, _ platform.Sink) error { <-ctx.Done(); return nil }
+func (p *chatsPlatform) Status() platform.Status                        { return platform.Status{Ready: true} }
+
+func (p *chatsPlatform) ChatTenant(_ context.Context, chat string) (string, error) {
+	p.lookups++
+	if chat == "down" {
+		return "", platform.UnavailableError("chats: down")
+	}
+	if t, ok := p.owners[chat]; ok {
+		return t, nil
+	}
+	return "", platform.ErrUnknownChat
+}
+
+func (p *chatsPlatform) ChatGranted(ctx context.Context, chat, tenant string) (bool, error) {
+	p.grantCtx = ctx
+	return p.granted[chat] == tenant, nil
+}
+
+var _ platform.ChatGranter = (*chatsPlatform)(nil)
+
+func (p *chatsPlatform) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{contract.OpSend: func(p *chatsPlatform, ctx context.Context, tenant, chat string, _ *contract.Action) contract.Result {
+			p.opCtx = ctx
+			return contract.OK(tenant + ":" + chat)
+		}},
+		Chat:    func(_ *chatsPlatform, chat string) (string, bool) { return chat, chat != "!" },
+		Timeout: time.Hour,
+	}
+	return platform.Execute(ctx, &e, p, tenant, a)
+}
+
+// TestExecuteChecksInOrder: each check of platform.Execute answers its
+// situation, the op runs only past all of them, charged to the tenant and
+// under a deadline, and the grant is looked up under the caller's ctx.
+func TestExecuteChecksInOrder(t *testing.T) {
+	p := &chatsPlatform{owners: map[string]string{"own": "t1", "theirs": "t2"}, granted: map[string]string{"shared": "t1"}}
+	send := func(chat string) *contract.Action {
+		return &contract.Action{Op: contract.OpSend, ChatID: contract.ID(chat)}
+	}
+	for _, c := range []struct {
+		name string
+		a    *contract.Action
+		want contract.Result
+	}{
+		{"no chat_id", send(""), contract.Failed(contract.CodeBadRequest, "send needs a chat_id")},
+		{"follow_up without session", &contract.Action{Op: contract.OpFollowUp}, contract.Failed(contract.CodeBadRequest, "follow_up needs a session_key")},
+		{"op outside the table", &contract.Action{Op: contract.OpEdit, ChatID: "own"}, platform.Unsupported("chats")},
+		{"op outside the contract", &contract.Action{Op: "teleport"}, platform.Unsupported("chats")},
+		{"no chat of the platform", send("!"), contract.Failed(contract.CodeBadRequest, "chat_id is not a chats chat id")},
+		{"another tenant's chat", send("theirs"), contract.Declined("chats")},
+		{"nobody's chat", send("nowhere"), contract.Declined("chats")},
+		{"owner unknown", send("down"), contract.Failed(contract.CodeUnavailable, "chats: down")},
+		{"own chat", send("own"), contract.OK("t1:own")},
+		{"granted chat", send("shared"), contract.OK("t1:shared")},
+	} {
+		if r := p.Execute(t.Context(), "t1", c.a); r != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, r, c.want)
+		}
+	}
+	if _, ok := p.opCtx.Deadline(); !ok || platform.TenantOf(p.opCtx) != "t1" {
+		t.Errorf("the op ran without a deadline or not charged to t1")
+	}
+	type mark struct{}
+	ctx := context.WithValue(t.Context(), mark{}, true)
+	p.Execute(ctx, "t1", send("own"))
+	if p.grantCtx.Value(mark{}) == nil {
+		t.Error("the grant was not looked up under the caller's ctx")
+	}
+}
+
+// TestLocateIsAskedOnce: the chat Locate found is not looked up again by
+// the platform's Execute, and what it found authorizes that chat for that
+// tenant on that platform only.
+func TestLocateIsAskedOnce(t *testing.T) {
+	a := &chatsPlatform{owners: map[string]string{"x": "t2"}}
+	b := &chatsPlatform{owners: map[string]string{"own": "t1", "other": "t1", "theirs": "t2"}}
+	ps := []platform.Platform{a, b}
+	found, ctx, err := platform.Locate(t.Context(), ps, "t1", "own")
+	if err != nil || found != b {
+		t.Fatalf("Locate = %v, %v; want the second platform", found, err)
+	}
+	if r := b.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: "own"}); !r.Success || a.lookups != 1 || b.lookups != 1 {
+		t.Fatalf("send %+v after %d and %d lookups, want one on each", r, a.lookups, b.lookups)
+	}
+	for _, c := range []struct{ tenant, chat string }{{"t2", "own"}, {"t1", "theirs"}} {
+		if r := b.Execute(ctx, c.tenant, &contract.Action{Op: contract.OpSend, ChatID: contract.ID(c.chat)}); r != contract.Declined("chats") {
+			t.Errorf("%s on %s with Locate's answer for t1 on own: %+v, want the decline", c.tenant, c.chat, r)
+		}
+	}
+	if _, _, err := platform.Locate(t.Context(), ps, "t1", "nowhere"); !errors.Is(err, platform.ErrUnknownChat) {
+		t.Errorf("Locate of nobody's chat: %v", err)
+	}
+	if _, _, err := platform.Locate(t.Context(), ps, "t1", "down"); !errors.Is(err, platform.ErrUnavailable) {
+		t.Errorf("Locate of a chat whose owner is unknown: %v", err)
+	}
+}

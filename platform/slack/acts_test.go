@@ -1,0 +1,393 @@
+package slack
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/media"
+	"connector/platform"
+	"connector/platform/platformtest"
+	"connector/platform/slack/slacktest"
+	"connector/session"
+)
+
+// TestPromptRoundTrip: a prompt posts Block Kit buttons whose action_ids
+// are hp1 tokens; a press comes back as a prompt_response from the user
+// who pressed, in the prompt's thread, before the 200; a second press is
+// dropped; the prompt is rewritten without its buttons; a foreign
+// action is answered and dropped.
+func TestPromptRoundTrip(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Run *make deploy*?","prompt_kind":"approval",
+		"prompt_id":"a1b2c3.00000001","options":[{"id":"once","label":"Approve once","style":"primary"},{"id":"deny","label":"Deny","style":"danger"}],
+		"metadata":{"thread_id":"1768490100.000100"}}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	c := e.lastCall(t, "chat.postMessage")
+	var blocks []struct {
+		Type     string `json:"type"`
+		Elements []struct {
+			ActionID string `json:"action_id"`
+			Style    string `json:"style"`
+			Value    string `json:"value"`
+		} `json:"elements"`
+	}
+	if err := json.Unmarshal([]byte(c.Form.Get("blocks")), &blocks); err != nil || len(blocks) != 2 || blocks[1].Type != "actions" ||
+		blocks[1].Elements[0].ActionID != "hp1:a1b2c3.00000001:once" || blocks[1].Elements[1].Style != "danger" || c.Form.Get("thread_ts") != "1768490100.000100" {
+		t.Fatalf("blocks %s (%v)", c.Form.Get("blocks"), err)
+	}
+	press := slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "1768490100.000100", "hp1:a1b2c3.00000001:once", "Approve once")
+	if code, body := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("press: %d %s", code, body)
+	}
+	d := e.sink.Next(t)
+	pr := d.Event.PromptResponse
+	if d.Tenant != "t1" || pr == nil || pr.PromptID != "a1b2c3.00000001" || pr.OptionID != "once" || pr.Label != "Approve once" ||
+		pr.PromptMessageID != r.MessageID || d.Event.Text != "/once" || d.Event.MessageType != "command" ||
+		d.Event.Source.UserID.Value != userAda || d.Event.Source.UserName.Value != "Ada" || d.Event.Source.ThreadID.Value != "1768490100.000100" {
+		t.Fatalf("press delivered as %+v (%+v)", d.Event, pr)
+	}
+	if d.SessionKey != "agent:main:slack:group:T0AAA00001:C0GEN00001:1768490100.000100" {
+		t.Fatalf("press keyed %s", d.SessionKey)
+	}
+	if code, _ := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", press); code != http.StatusOK {
+		t.Fatalf("second press: %d", code)
+	}
+	e.sink.Empty(t)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	updates, err := e.fake.WaitCalls(ctx, "chat.update", 1)
+	if err != nil || strings.Contains(updates[0].Form.Get("blocks"), "hp1:") || !strings.Contains(updates[0].Form.Get("blocks"), "Approve once") {
+		t.Fatalf("prompt update %v %v", updates, err)
+	}
+	native := slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hermes_approve_once", "Allow once")
+	if code, _ := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", native); code != http.StatusOK {
+		t.Fatalf("foreign action: %d", code)
+	}
+	e.sink.Empty(t)
+	for _, bad := range []string{`{"op":"prompt","chat_id":"C0GEN00001","content":"?","prompt_id":"p","options":[]}`,
+		`{"op":"prompt","chat_id":"C0GEN00001","content":" ","prompt_id":"p","options":[{"id":"a","label":"A"}]}`,
+		`{"op":"prompt","chat_id":"C0GEN00001","content":"?","prompt_id":"p p","options":[{"id":"a","label":"A"}]}`} {
+		if r := e.execute(t, "t1", bad); r.Code != contract.CodeBadRequest {
+			t.Errorf("%s: %+v", bad, r)
+		}
+	}
+}
+
+// TestSlashCommandFollowUp: a slash command is delivered as the native
+// adapter delivers it, acknowledged ephemerally; its response_url stays in
+// the vault under its session and tenant, never in the event; follow_up
+// posts through it (the first reply replacing the acknowledgement), for
+// that tenant only.
+func TestSlashCommandFollowUp(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	url := e.fake.ResponseURL("r1")
+	code, body := e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/model", "gpt-5", url))
+	if code != http.StatusOK || !strings.Contains(body, `"response_type":"ephemeral"`) || !strings.Contains(body, "Running `/model`") {
+		t.Fatalf("%d %s", code, body)
+	}
+	d := e.sink.Next(t)
+	raw, _ := json.Marshal(d.Event)
+	if d.Event.Text != "/model gpt-5" || d.Event.MessageType != "command" || strings.Contains(string(raw), "response") ||
+		d.SessionKey != "agent:main:slack:group:T0AAA00001:C0GEN00001:U0ADA00001" {
+		t.Fatalf("%s key %s", raw, d.SessionKey)
+	}
+	if r := e.execute(t, "t2", `{"op":"follow_up","session_key":"`+d.SessionKey+`","kind":"slack.response_url","content":"x"}`); r.Code != contract.CodeCapabilityMissing {
+		t.Fatalf("another tenant's follow_up: %+v", r)
+	}
+	for i, text := range []string{"**Model** set", "and again"} {
+		if r := e.execute(t, "t1", `{"op":"follow_up","session_key":"`+d.SessionKey+`","kind":"slack.response_url","content":"`+text+`"}`); !r.Success {
+			t.Fatalf("follow_up %d: %+v", i, r)
+		}
+	}
+	posts := e.fake.Responses()
+	if len(posts) != 2 || posts[0].ID != "r1" || posts[0].Body["replace_original"] != true || posts[1].Body["replace_original"] != false ||
+		posts[0].Body["text"] != "*Model* set" || posts[0].Body["response_type"] != "ephemeral" {
+		t.Fatalf("%+v", posts)
+	}
+	if r := e.execute(t, "t1", `{"op":"follow_up","session_key":"agent:main:slack:dm:none","kind":"slack.response_url","content":"x"}`); r.Code != contract.CodeCapabilityMissing {
+		t.Fatalf("unknown session: %+v", r)
+	}
+	// Slack takes five posts per response_url: the rest go ephemerally to
+	// the command's user in its channel, never publicly.
+	for i := range 4 {
+		if r := e.execute(t, "t1", `{"op":"follow_up","session_key":"`+d.SessionKey+`","kind":"slack.response_url","content":"more `+strconv.Itoa(i)+`"}`); !r.Success {
+			t.Fatalf("follow_up %d: %+v", i, r)
+		}
+	}
+	if n := len(e.fake.Responses()); n != 5 {
+		t.Fatalf("%d posts to the response_url", n)
+	}
+	eph := e.fake.Calls("chat.postEphemeral")
+	if len(eph) != 1 || eph[0].Form.Get("channel") != chanGeneral || eph[0].Form.Get("user") != userAda || eph[0].Form.Get("text") != "more 3" ||
+		len(e.fake.Calls("chat.postMessage")) != 0 {
+		t.Fatalf("ephemeral %+v", eph)
+	}
+	// /hermes free text is a question, not a command: no response_url kept.
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/hermes", "what changed?", e.fake.ResponseURL("r2")))
+	if d := e.sink.Next(t); d.Event.Text != "what changed?" || d.Event.MessageType != "text" || d.SessionKey != "agent:main:slack:dm:T0AAA00001:D0ADA00001" {
+		t.Fatalf("%+v %s", d.Event, d.SessionKey)
+	}
+}
+
+// TestLinkCommand: /link in a DM is redeemed for the DM's author on the
+// link desk, off the request, and answered through the command's
+// response_url; the command is never delivered.
+func TestLinkCommand(t *testing.T) {
+	linker := &fakeLinker{tenant: "t3"}
+	e := newEnv(t, nil, &platform.Deps{Linker: linker})
+	ctx, cancel := contextFor()
+	defer cancel()
+	code, body := e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/link", "ABC-123", e.fake.ResponseURL("rl")))
+	if code != http.StatusOK || body != "" {
+		t.Fatalf("%d %s", code, body)
+	}
+	platformtest.WaitUntil(t, "the state", func() bool { return len(e.fake.Responses()) == 1 })
+	if r := e.fake.Responses()[0]; r.ID != "rl" || r.Body["text"] != platform.LinkedReply || r.Body["response_type"] != "ephemeral" {
+		t.Fatalf("answer %+v", r)
+	}
+	if user, got := linker.last(); user != userAda || got != "ABC-123" {
+		t.Fatalf("linked %s with %q", user, got)
+	}
+	e.sink.Empty(t)
+	// The same in a DM message ("!link", as Slack's client reads "/" as a
+	// command) is consumed and answered in the DM.
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "!link XYZ"), http.StatusOK)
+	calls, err := e.fake.WaitCalls(ctx, "chat.postMessage", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := calls[0]; c.Form.Get("channel") != dmAda || c.Form.Get("text") != platform.LinkedReply {
+		t.Fatalf("reply %v", c.Form)
+	}
+	if _, got := linker.last(); got != "XYZ" {
+		t.Fatalf("linked with %q", got)
+	}
+	e.sink.Empty(t)
+	// In a channel, /link is refused without redeeming.
+	code, body = e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/link", "ABC", ""))
+	if code != http.StatusOK || !strings.Contains(body, "direct message") {
+		t.Fatalf("%d %s", code, body)
+	}
+	if _, got := linker.last(); got != "XYZ" {
+		t.Fatal("a /link outside a DM was redeemed")
+	}
+}
+
+type fakeLinker struct {
+	tenant string
+
+	mu         sync.Mutex
+	user, code string
+}
+
+func (l *fakeLinker) Link(_ context.Context, _, user, code string) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.user, l.code = user, code
+	return l.tenant, nil
+}
+
+func (l *fakeLinker) last() (user, code string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.user, l.code
+}
+
+// newMediaStore is a media store with a public URL.
+func newMediaStore(t *testing.T) *media.Store {
+	t.Helper()
+	ms, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "https://connector.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// TestSendMediaExternalUpload: send_media streams the object to the
+// external upload URL byte for byte, completes the upload into the chat
+// and thread with the caption, and answers the file message's ts.
+func TestSendMediaExternalUpload(t *testing.T) {
+	ms := newMediaStore(t)
+	e := newEnv(t, nil, &platform.Deps{Media: ms})
+	data := make([]byte, 300_000)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	info, err := ms.Put("t1", strings.NewReader(string(data)), "application/pdf", "report.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.execute(t, "t1", `{"op":"send_media","chat_id":"C0GEN00001","media_kind":"document","source_url":"`+ms.URL(info.ID)+
+		`","content":"the **report**","filename":"q3.pdf","metadata":{"thread_id":"1768490100.000100"}}`)
+	if !r.Success || r.MessageID == "" {
+		t.Fatalf("%+v", r)
+	}
+	sum := sha256.Sum256(data)
+	ups := e.fake.Uploads()
+	if len(ups) != 1 || ups[0].SHA256 != hex.EncodeToString(sum[:]) || ups[0].Filename != "q3.pdf" || ups[0].Channel != chanGeneral ||
+		ups[0].ThreadTS != "1768490100.000100" || ups[0].Comment != "the *report*" || ups[0].TS != r.MessageID {
+		t.Fatalf("upload %+v", ups)
+	}
+	if r := e.execute(t, "t2", `{"op":"send_media","chat_id":"C0ACME0001","media_kind":"document","source_url":"`+ms.URL(info.ID)+`","content":""}`); r.Code != contract.CodeBadRequest {
+		t.Fatalf("another tenant's media: %+v", r)
+	}
+}
+
+// TestInboundFileRehosted: a file share's file is fetched with its
+// workspace's token into the media store and listed in the event; the
+// Slack URL and the token never reach it. A file the token cannot read
+// (Slack's sign-in page) is named in a notice instead.
+func TestInboundFileRehosted(t *testing.T) {
+	ms := newMediaStore(t)
+	e := newEnv(t, nil, &platform.Deps{Media: ms})
+	png := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 5000)...)
+	url := e.fake.AddFile(teamA.ID, "F0IMG00001", "shot.png", "image/png", png)
+	ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "what's wrong here?")
+	ev["subtype"] = "file_share"
+	ev["files"] = []any{map[string]any{"id": "F0IMG00001", "name": "shot.png", "mimetype": "image/png", "size": len(png),
+		"url_private": url, "url_private_download": url}}
+	e.event(t, teamA, "Ev1", ev, http.StatusOK)
+	d := e.sink.Next(t)
+	raw, _ := json.Marshal(d.Event)
+	if d.Event.MessageType != "photo" || len(d.Event.MediaURLs) != 1 || !strings.HasPrefix(d.Event.MediaURLs[0], "https://connector.example/relay/media/") ||
+		strings.Contains(string(raw), "files-pri") || strings.Contains(string(raw), "xoxb") || d.Event.Media[0].Kind != "image" {
+		t.Fatalf("%s", raw)
+	}
+	id := strings.TrimPrefix(d.Event.MediaURLs[0], "https://connector.example/relay/media/")
+	obj, err := ms.Open("t1", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(png)+1)
+	n, _ := obj.Section().Read(got)
+	obj.Close()
+	if n != len(png) || string(got[:n]) != string(png) {
+		t.Fatalf("re-hosted %d bytes", n)
+	}
+	// Workspace B's file is not workspace A's token's: the sign-in page.
+	other := e.fake.AddFile(teamB.ID, "F0DOC00002", "notes.txt", "text/plain", []byte("secret"))
+	ev = slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "", "and this")
+	ev["subtype"] = "file_share"
+	ev["files"] = []any{map[string]any{"id": "F0DOC00002", "name": "notes.txt", "mimetype": "text/plain", "size": 6, "url_private": other}}
+	e.event(t, teamA, "Ev2", ev, http.StatusOK)
+	if d := e.sink.Next(t); len(d.Event.MediaURLs) != 0 || !strings.HasPrefix(d.Event.Text, "[Slack attachment notice]") || strings.Contains(d.Event.Text, "secret") {
+		t.Fatalf("%+v", d.Event)
+	}
+	// A small text file of the workspace is put in front of the text.
+	txt := e.fake.AddFile(teamA.ID, "F0TXT00003", "todo.md", "text/markdown", []byte("- ship it"))
+	ev = slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000300", "", "see the list")
+	ev["files"] = []any{map[string]any{"id": "F0TXT00003", "name": "todo.md", "mimetype": "text/markdown", "size": 9, "url_private": txt}}
+	e.event(t, teamA, "Ev3", ev, http.StatusOK)
+	if d := e.sink.Next(t); d.Event.Text != "[Content of todo.md]:\n- ship it\n\nsee the list" || d.Event.MessageType != "document" {
+		t.Fatalf("%q %s", d.Event.Text, d.Event.MessageType)
+	}
+	// A Slack Connect stub (no URLs) is completed with files.info first.
+	e.fake.AddFile(teamA.ID, "F0CON00004", "plan.txt", "text/plain", []byte("step 1"))
+	ev = slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000400", "", "shared")
+	ev["files"] = []any{map[string]any{"id": "F0CON00004", "file_access": "check_file_info"}}
+	e.event(t, teamA, "Ev4", ev, http.StatusOK)
+	if d := e.sink.Next(t); len(d.Event.MediaURLs) != 1 || d.Event.Text != "[Content of plan.txt]:\nstep 1\n\nshared" || len(e.fake.Calls("files.info")) != 1 {
+		t.Fatalf("%+v", d.Event)
+	}
+	// One Slack will not describe is named in the notice.
+	ev = slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000500", "", "gone")
+	ev["files"] = []any{map[string]any{"id": "F0GONE0005", "file_access": "check_file_info"}}
+	e.event(t, teamA, "Ev5", ev, http.StatusOK)
+	if d := e.sink.Next(t); len(d.Event.MediaURLs) != 0 || !strings.Contains(d.Event.Text, "F0GONE0005 could not be fetched") {
+		t.Fatalf("%+v", d.Event)
+	}
+}
+
+// TestDraftStreams: draft frames stream into one message of the thread
+// (chat.startStream, then appendStream with what each frame adds); the
+// final frame stops it with the rest and answers its ts; a repeated seal
+// answers the same; a send extending an open stream seals it instead of
+// posting the reply twice.
+func TestDraftStreams(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	frame := func(id int, content string, final bool) contract.Result {
+		b, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": id, "content": content, "final": final,
+			"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda}})
+		return e.execute(t, "t1", string(b))
+	}
+	first := frame(7, "Hello", false)
+	if !first.Success || first.MessageID == "" {
+		t.Fatalf("%+v", first)
+	}
+	if c := e.lastCall(t, "chat.startStream"); c.Form.Get("thread_ts") != "1768490100.000100" || c.Form.Get("recipient_user_id") != userAda ||
+		c.Form.Get("recipient_team_id") != teamA.ID || c.Form.Get("markdown_text") != "Hello" {
+		t.Fatalf("start %v", c.Form)
+	}
+	frame(7, "Hello, wor▌", false)
+	if c := e.lastCall(t, "chat.appendStream"); c.Form.Get("markdown_text") != ", wor" {
+		t.Fatalf("append %v", c.Form)
+	}
+	sealed := frame(7, "Hello, world.", true)
+	if !sealed.Success || sealed.MessageID != first.MessageID {
+		t.Fatalf("seal %+v", sealed)
+	}
+	if again := frame(7, "Hello, world.", true); again.MessageID != first.MessageID || len(e.fake.Calls("chat.stopStream")) != 1 {
+		t.Fatalf("repeated seal %+v", again)
+	}
+	if m := e.fake.Messages(chanGeneral); len(m) != 1 || m[0].Text != "Hello, world." || m[0].Stream {
+		t.Fatalf("streamed message %+v", m)
+	}
+	frame(8, "Second", false)
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"Second answer","metadata":{"thread_id":"1768490100.000100"}}`); !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	if m := e.fake.Messages(chanGeneral); len(m) != 2 || m[1].Text != "Second answer" || len(e.fake.Calls("chat.postMessage")) != 0 {
+		t.Fatalf("the send posted again: %+v", m)
+	}
+	if r := e.execute(t, "t1", `{"op":"draft","chat_id":"C0GEN00001","draft_id":9,"content":"x","metadata":{}}`); r.Code != contract.CodeBadRequest {
+		t.Fatalf("a draft outside a thread: %+v", r)
+	}
+}
+
+// TestEditsAndMentionsAcrossTurns: an edit that adds a mention to a
+// message the gate held back starts a turn with the original ts; an edit
+// of a message that started one does not; a reply in a thread the bot
+// posted into needs no mention.
+func TestEditsAndMentionsAcrossTurns(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", "", "can someone look?"), http.StatusOK)
+	e.sink.Empty(t)
+	edit := map[string]any{"type": "message", "subtype": "message_changed", "channel": chanGeneral, "channel_type": "channel",
+		"ts": "1768490160.000900", "event_ts": "1768490160.000900", "hidden": true,
+		"message": map[string]any{"client_msg_id": "m1", "type": "message", "user": userAda, "ts": "1768490100.000100",
+			"text": "<@U0BOTA0001> can someone look?", "team": teamA.ID, "edited": map[string]any{"user": userAda, "ts": "1768490160.000900"}}}
+	e.event(t, teamA, "Ev2", edit, http.StatusOK)
+	d := e.sink.Next(t)
+	if d.Event.MessageID != "1768490100.000100" || !d.Event.Source.MessageIsEdit || d.Event.Text != "can someone look?" {
+		t.Fatalf("%+v", d.Event)
+	}
+	edit["event_ts"], edit["ts"] = "1768490200.000100", "1768490200.000100"
+	e.event(t, teamA, "Ev3", edit, http.StatusOK)
+	e.sink.Empty(t)
+	// The bot answers in the thread; an unmentioned reply there wakes it.
+	e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"looking","metadata":{"thread_id":"1768490100.000100"}}`)
+	e.event(t, teamA, "Ev4", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490300.000100", "1768490100.000100", "thanks"), http.StatusOK)
+	if d := e.sink.Next(t); d.Event.Text != "thanks" || d.SessionKey != "agent:main:slack:group:T0AAA00001:C0GEN00001:1768490100.000100" {
+		t.Fatalf("%+v %s", d.Event, d.SessionKey)
+	}
+	// A reply under a root the bot posted (on another instance, say) wakes
+	// it too: the root is read from Slack.
+	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: "1768400000.000100", User: teamA.BotUser, BotID: teamA.BotID, Text: "digest"})
+	e.event(t, teamA, "Ev5", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490400.000100", "1768400000.000100", "ok"), http.StatusOK)
+	if d := e.sink.Next(t); d.Event.Source.ThreadID.Value != "1768400000.000100" {
+		t.Fatalf("%+v", d.Event.Source)
+	}
+	_ = session.Key
+	_ = time.Second
+}

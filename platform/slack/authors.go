@@ -1,0 +1,153 @@
+package slack
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/slack-go/slack"
+
+	"connector/platform"
+)
+
+// This file places Slack events and actions in the ownership order
+// (platform.Ownership: bindings of the channel or of its workspace, then
+// scope claims, then author links), and consumes the "/link <code>" DMs
+// that link an account. The workspace of an event is the one whose
+// installation got it (slack.teams and team bindings bind it). A tenant
+// reached by claim or author link is granted the channel
+// (platform.Grants, shared by every instance on the store).
+
+// chatOf places conversation channel of workspace team ("" when not
+// known) for the ownership order: a D conversation is a 1:1 DM.
+func chatOf(channel, team string) platform.Chat {
+	return platform.Chat{ID: channel, Space: team, DM: strings.HasPrefix(channel, "D")}
+}
+
+// route resolves the tenant of an event by user (empty when it has none)
+// in channel of workspace team (dm: a 1:1 DM). owner is set when the
+// author is linked to the tenant (the owner floor: no mention gates);
+// drop is why no tenant takes the event.
+func (p *Platform) route(ctx context.Context, user, channel, team string, dm bool) (tenant string, owner bool, drop string) {
+	chat := chatOf(channel, team)
+	chat.DM = dm
+	r, ok := p.owners.Load().Route(user, chat)
+	switch {
+	case !ok:
+		return "", false, dropUnclaimed
+	case r.Drop != "":
+		return "", false, r.Drop
+	case r.Grant:
+		p.grants.Add(ctx, channel, r.Tenant)
+	}
+	return r.Tenant, r.Owner, ""
+}
+
+// ChatGranted implements platform.ChatGranter: tenant may act in chatID
+// when it claimed the channel, or an event routed to it by claim or
+// author link was posted there (and it is still remembered), as long as
+// the ownership order lets that stand (platform.Ownership.MayAct: no
+// binding of the channel or of a workspace this instance saw it in, and
+// no claim of another tenant).
+func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
+	if !channelIDPattern.MatchString(chatID) {
+		return false, nil
+	}
+	own := p.owners.Load()
+	if !own.Claimed(chatID, tenant) && !p.grants.Has(ctx, chatID, tenant) {
+		return false, nil
+	}
+	teams, _ := p.chanTeams.Get(chatID)
+	if len(teams) == 0 {
+		teams = []string{""}
+	}
+	for _, team := range teams {
+		if !own.MayAct(tenant, chatOf(chatID, team), func() bool { return true }) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// LocateChat implements platform.ScopeLocator: a channel is placed in the
+// workspace this instance saw it in, else looked up in the asking
+// tenant's workspaces (conversations.info, on its share); one in none of
+// them is unknown. Its space is its workspace, which a claim names as its
+// guildId.
+func (p *Platform) LocateChat(ctx context.Context, chatID string) (platform.Chat, error) {
+	if !channelIDPattern.MatchString(chatID) {
+		return platform.Chat{}, platform.ErrUnknownChat
+	}
+	if teams, _ := p.chanTeams.Get(chatID); len(teams) > 0 {
+		return chatOf(chatID, teams[0]), nil
+	}
+	team, err := p.probeChannel(ctx, platform.TenantOf(ctx), chatID)
+	switch {
+	case err != nil:
+		return platform.Chat{}, err // wraps platform.ErrUnavailable
+	case team == "":
+		return platform.Chat{}, platform.ErrUnknownChat
+	}
+	return chatOf(chatID, team), nil
+}
+
+// linkCommand reports whether a DM's text is the account-link command:
+// "/link <code>", or "!link <code>" (Slack's client takes a leading "/"
+// for a slash command, so the native adapter reads "!" as "/").
+func linkCommand(text string) (string, bool) {
+	t := strings.TrimSpace(text)
+	if strings.HasPrefix(t, "!") {
+		t = "/" + t[1:]
+	}
+	return platform.ParseLinkCommand(t)
+}
+
+// submitLink hands a "/link <code>" of user to the link desk
+// (platform.LinkDesk), which redeems it and answers with reply on its own
+// workers: the event's delivery, and the events behind it in the chat,
+// never wait for them. A DM the desk does not take is consumed
+// unanswered.
+func (p *Platform) submitLink(user, channel, code string, reply func(context.Context, string)) {
+	if reason := p.links.Submit(user, func(ctx context.Context) { reply(ctx, p.link(ctx, user, channel, code)) }); reason != "" {
+		p.drop(reason, "")
+	}
+}
+
+// link redeems code for user and returns the reply to show. A tenant the
+// user is now linked to is granted the DM channel.
+func (p *Platform) link(ctx context.Context, user, channel, code string) string {
+	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
+	reply, reason := platform.LinkAnswer(err)
+	p.metrics.Dropped(platformName, reason)
+	switch {
+	case err == nil:
+		p.grants.Add(ctx, channel, tenant)
+	case !errors.Is(err, platform.ErrLinkRefused):
+		p.log.Warn("slack /link not redeemed", "user_id", user, "err", err)
+	}
+	return reply
+}
+
+// replyLink answers a /link DM in the DM, on the link replies' own share
+// of the workspace's budget (platform.LinkBudget).
+func (p *Platform) replyLink(ctx context.Context, team, channel, reply string) {
+	ctx, cancel := context.WithTimeout(platform.WithTenant(ctx, platform.LinkBudget), p.cfg.RequestTimeout)
+	defer cancel()
+	err := p.callIn(ctx, team, channel, "chat.postMessage", func(ctx context.Context, c *slack.Client) error {
+		_, _, err := c.PostMessageContext(ctx, channel, slack.MsgOptionText(reply, false))
+		return err
+	})
+	if err != nil {
+		p.log.Warn("slack /link reply not sent", "channel_id", channel, "err", p.errorText(err))
+	}
+}
+
+// replyLinkCommand answers a /link slash command ephemerally through its
+// response_url.
+func (p *Platform) replyLinkCommand(ctx context.Context, responseURL, reply string) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	if err := p.postResponseURL(ctx, responseURL, map[string]any{"response_type": "ephemeral", "text": reply}); err != nil {
+		p.log.Warn("slack /link answer not sent", "err", p.errorText(err))
+	}
+}

@@ -1,0 +1,145 @@
+package slack
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/platform/slack/slacktest"
+)
+
+// Ownership world: besides the fixture world, workspace C, installed and
+// bound to no tenant, with its channel and users.
+const (
+	chanNew = "C0NEW00001" // in C
+	userCat = "U0CAT00001" // of C
+	userDan = "U0DAN00002" // of C
+	dmCat   = "D0CAT00001" // Cat's DM with the app in C
+)
+
+// ownershipEnv is the fixture world plus workspace C, with bindings
+// (besides the fixture's).
+func ownershipEnv(t *testing.T, bindings ...platform.Binding) *env {
+	t.Helper()
+	e := newEnv(t, nil, nil)
+	e.fake.AddTeam(teamC)
+	e.fake.AddChannel(teamC.ID, slacktest.Channel{ID: chanNew, Name: "new-general"})
+	e.fake.AddChannel(teamC.ID, slacktest.Channel{ID: dmCat, IsIM: true, Peer: userCat})
+	e.fake.AddUser(teamC.ID, slacktest.User{ID: userCat, Name: "cat"})
+	e.fake.AddUser(teamC.ID, slacktest.User{ID: userDan, Name: "dan"})
+	if err := e.p.works.install(context.Background(), teamC.ID, installRecord{Token: teamC.Token, BotUser: teamC.BotUser}); err != nil {
+		t.Fatal(err)
+	}
+	base := []platform.Binding{
+		{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindChannel, ID: chanOps, Tenant: "t3"},
+	}
+	if err := e.p.Bind(append(base, bindings...)); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// TestOwnershipOrder: a bound workspace or channel takes its messages
+// whoever wrote them (a link elsewhere does not move them); in a workspace
+// nobody binds, a claimed channel is its claimant's (for authors its
+// principal admits), and a linked author's message reaches the author's
+// tenant under the owner floor (no mention needed), which may then answer
+// there; nobody else may.
+func TestOwnershipOrder(t *testing.T) {
+	e := ownershipEnv(t,
+		platform.Binding{Kind: platform.BindUser, ID: userAda, Tenant: "t2"},
+		platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"},
+		platform.Binding{Kind: platform.BindScope, ID: "C0CLM00001", Tenant: "t3", Space: teamC.ID},
+		platform.Binding{Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "t3"},
+	)
+	e.fake.AddChannel(teamC.ID, slacktest.Channel{ID: "C0CLM00001", Name: "claimed"})
+	mention := "<@" + teamC.BotUser + "> "
+	// Rule 1: workspace A is t1's, Ada's link to t2 notwithstanding.
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", "", "<@"+teamA.BotUser+"> hi"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t1" {
+		t.Fatalf("bound workspace's message went to %s", d.Tenant)
+	}
+	// Rule 3: in C, Cat (linked to t2) needs no mention, and t2 may answer.
+	e.event(t, teamC, "Ev2", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490100.000200", "", "status?"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Text != "status?" {
+		t.Fatalf("linked author's message: %+v", d)
+	}
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+chanNew+`","content":"ok","metadata":{}}`); !r.Success {
+		t.Fatalf("t2 answering where its author spoke: %+v", r)
+	}
+	if c := e.lastCall(t, "chat.postMessage"); c.Team != teamC.ID {
+		t.Fatalf("posted with %s's token", c.Team)
+	}
+	for _, tenant := range []string{"t1", "t3"} {
+		if r := e.execute(t, tenant, `{"op":"send","chat_id":"`+chanNew+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+			t.Fatalf("%s in t2's granted channel: %+v", tenant, r)
+		}
+	}
+	// Dan is linked to nobody: his message in C reaches nobody.
+	e.event(t, teamC, "Ev3", slacktest.MessageEvent(teamC.ID, chanNew, userDan, "1768490100.000300", "", mention+"hello?"), http.StatusOK)
+	e.sink.Empty(t)
+	// Rule 2: t3's claimed channel admits anyone (principal any); only t3
+	// may act there.
+	e.event(t, teamC, "Ev4", slacktest.MessageEvent(teamC.ID, "C0CLM00001", userDan, "1768490100.000400", "", mention+"deploy"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t3" {
+		t.Fatalf("claimed channel's message went to %s", d.Tenant)
+	}
+	if r := e.execute(t, "t3", `{"op":"send","chat_id":"C0CLM00001","content":"ok","metadata":{}}`); !r.Success {
+		t.Fatalf("claimant: %+v", r)
+	}
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"C0CLM00001","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("another tenant in the claimed channel: %+v", r)
+	}
+	// Cat's DM reaches the tenant Cat is linked to.
+	e.event(t, teamC, "Ev5", slacktest.MessageEvent(teamC.ID, dmCat, userCat, "1768490100.000500", "", "hey"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Source.ChatType != "dm" {
+		t.Fatalf("linked DM: %+v", d)
+	}
+}
+
+// TestGrantYieldsToALaterBinding: a channel t2 was granted by its author
+// stops being t2's once its workspace is bound to another tenant.
+func TestGrantYieldsToALaterBinding(t *testing.T) {
+	link := platform.Binding{Kind: platform.BindUser, ID: userCat, Tenant: "t2"}
+	e := ownershipEnv(t, link)
+	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490100.000100", "", "status?"), http.StatusOK)
+	e.sink.Next(t)
+	if granted, _ := e.p.ChatGranted(context.Background(), chanNew, "t2"); !granted {
+		t.Fatal("no grant after the linked author's message")
+	}
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamC.ID, Tenant: "t1"}, link}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"`+chanNew+`","content":"x","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 in a channel of a workspace bound to t1: %+v", r)
+	}
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"`+chanNew+`","content":"ok","metadata":{}}`); !r.Success {
+		t.Fatalf("t1 in its workspace: %+v", r)
+	}
+}
+
+// TestLocateChat: a claim places a channel in the workspace this
+// instance saw it in, else in one of the asking tenant's workspaces; a
+// channel in none of them is unknown, as is a non-Slack id.
+func TestLocateChat(t *testing.T) {
+	e := ownershipEnv(t)
+	e.p.seenIn(chanNew, teamC.ID)
+	if c, err := e.p.LocateChat(platform.WithTenant(context.Background(), "t1"), chanNew); err != nil || c.Space != teamC.ID || c.DM {
+		t.Fatalf("seen channel: %+v %v", c, err)
+	}
+	if c, err := e.p.LocateChat(platform.WithTenant(context.Background(), "t1"), chanGeneral); err != nil || c.Space != teamA.ID {
+		t.Fatalf("t1's channel: %+v %v", c, err)
+	}
+	for _, chat := range []string{chanAcme, "C0NOWHERE1", "general"} {
+		if _, err := e.p.LocateChat(platform.WithTenant(context.Background(), "t1"), chat); !errors.Is(err, platform.ErrUnknownChat) {
+			t.Errorf("%s: %v", chat, err)
+		}
+	}
+	if c, err := e.p.LocateChat(platform.WithTenant(context.Background(), "t1"), dmAda); err != nil || !c.DM {
+		t.Fatalf("a DM: %+v %v", c, err)
+	}
+}

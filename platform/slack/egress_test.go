@@ -1,0 +1,306 @@
+package slack
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/internal/clock/clocktest"
+	"connector/platform"
+	"connector/platform/slack/slacktest"
+)
+
+// TestSendPostsIntoTheThread: send reaches chat.postMessage in the chat
+// and the thread metadata names, as mrkdwn, with the message's ts as the
+// result; a long reply is split at 39,000 characters.
+func TestSendPostsIntoTheThread(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"**done**, see [docs](https://x.example/d)","reply_to":null,
+		"metadata":{"thread_id":"1768490100.000100","scope_id":"T0AAA00001"}}`)
+	if !r.Success || r.MessageID == "" {
+		t.Fatalf("%+v", r)
+	}
+	c := e.lastCall(t, "chat.postMessage")
+	if c.Team != teamA.ID || c.Form.Get("channel") != chanGeneral || c.Form.Get("thread_ts") != "1768490100.000100" ||
+		c.Form.Get("text") != "*done*, see <https://x.example/d|docs>" {
+		t.Fatalf("call %+v", c)
+	}
+	long := strings.Repeat("word ", 9000) // 45,000 characters
+	r = e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"`+long+`","metadata":{}}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	msgs := e.fake.Messages(chanGeneral)
+	if len(msgs) != 3 || len([]rune(msgs[1].Text)) > maxMessageRunes || msgs[1].TS != r.MessageID {
+		t.Fatalf("%d messages, the long one's first part %d characters, result %+v", len(msgs), len([]rune(msgs[1].Text)), r)
+	}
+	// reply_in_thread false: a top-level message's synthetic thread (its
+	// own ts, echoed as reply_to) gets a flat reply.
+	f := newEnv(t, func(c *Config) { c.Tenants["t1"] = TenantConfig{ReplyInThread: new(false)} }, nil)
+	if r := f.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"flat","reply_to":"1768490100.000100","metadata":{"thread_id":"1768490100.000100"}}`); !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	if c := f.lastCall(t, "chat.postMessage"); c.Form.Has("thread_ts") {
+		t.Fatalf("flat reply went into thread %s", c.Form.Get("thread_ts"))
+	}
+}
+
+// TestEgressDeclinesOtherTenantsChats: a chat of another tenant's
+// workspace and a channel bound to another tenant get the uniform decline
+// and call nothing.
+func TestEgressDeclinesOtherTenantsChats(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	// The instance has seen the channels it is asked about.
+	e.p.seenIn(chanGeneral, teamA.ID)
+	e.p.seenIn(chanAcme, teamB.ID)
+	before := len(e.fake.Calls("chat.postMessage"))
+	for _, c := range []struct{ tenant, chat string }{
+		{"t2", chanGeneral}, {"t1", chanAcme}, {"t1", chanOps}, {"t2", "C0NOWHERE1"},
+	} {
+		r := e.execute(t, c.tenant, `{"op":"send","chat_id":"`+c.chat+`","content":"x","metadata":{"scope_id":"T0AAA00001"}}`)
+		if r.Code != contract.CodeEgressDeclined || r.Error != contract.Declined("slack").Error {
+			t.Errorf("%s in %s: %+v", c.tenant, c.chat, r)
+		}
+	}
+	// A chat_id that is no Slack conversation id is bad_request, as on
+	// every platform (platform.Execute).
+	if r := e.execute(t, "t1", `{"op":"send","chat_id":"general","content":"x","metadata":{}}`); r.Code != contract.CodeBadRequest {
+		t.Errorf("a channel name as chat_id: %+v", r)
+	}
+	if n := len(e.fake.Calls("chat.postMessage")); n != before {
+		t.Fatalf("a declined send posted %d messages", n-before)
+	}
+	// The bound channel's own tenant may act there, with its workspace's token.
+	if r := e.execute(t, "t3", `{"op":"send","chat_id":"C0OPS00002","content":"ok","metadata":{}}`); !r.Success {
+		t.Fatalf("t3 in its bound channel: %+v", r)
+	}
+	if c := e.lastCall(t, "chat.postMessage"); c.Team != teamA.ID {
+		t.Fatalf("posted with %s's token", c.Team)
+	}
+}
+
+// TestEditDeleteReact: chat.update, chat.delete (a message already gone
+// is deleted), reactions by name.
+func TestEditDeleteReact(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	sent := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"first","metadata":{}}`)
+	if r := e.execute(t, "t1", `{"op":"edit","chat_id":"C0GEN00001","message_id":"`+sent.MessageID+`","content":"_second_"}`); !r.Success || r.MessageID != sent.MessageID {
+		t.Fatalf("edit %+v", r)
+	}
+	if m := e.fake.Messages(chanGeneral); m[0].Text != "_second_" {
+		t.Fatalf("edited text %q", m[0].Text)
+	}
+	for _, emoji := range []string{"👀", "✅", ":tada:", "thumbsup"} {
+		if r := e.execute(t, "t1", `{"op":"react","chat_id":"C0GEN00001","message_id":"`+sent.MessageID+`","emoji":"`+emoji+`"}`); !r.Success {
+			t.Fatalf("react %s: %+v", emoji, r)
+		}
+	}
+	names := []string{}
+	for _, c := range e.fake.Calls("reactions.add") {
+		names = append(names, c.Form.Get("name"))
+	}
+	if strings.Join(names, ",") != "eyes,white_check_mark,tada,thumbsup" {
+		t.Fatalf("reaction names %v", names)
+	}
+	if r := e.execute(t, "t1", `{"op":"react","chat_id":"C0GEN00001","message_id":"`+sent.MessageID+`","emoji":"👀","remove":true}`); !r.Success {
+		t.Fatalf("unreact %+v", r)
+	}
+	if r := e.execute(t, "t1", `{"op":"react","chat_id":"C0GEN00001","message_id":"`+sent.MessageID+`","emoji":"🫠"}`); r.Code != contract.CodeBadRequest {
+		t.Fatalf("an emoji Slack cannot name: %+v", r)
+	}
+	for range 2 {
+		if r := e.execute(t, "t1", `{"op":"delete","chat_id":"C0GEN00001","message_id":"`+sent.MessageID+`"}`); !r.Success {
+			t.Fatalf("delete %+v", r)
+		}
+	}
+	for _, op := range []string{"edit", "delete", "react"} {
+		if r := e.execute(t, "t1", `{"op":"`+op+`","chat_id":"C0GEN00001","message_id":"callback:9","content":"x","emoji":"👀"}`); r.Code != contract.CodeBadRequest {
+			t.Fatalf("%s of a message_id that is no ts: %+v", op, r)
+		}
+	}
+}
+
+// TestThreadsTypingChatInfo: thread_create is a reply thread (a seed
+// message's ts, or message_id's own), thread_rename is unsupported,
+// typing is the assistant status of the thread, get_chat_info reads
+// conversations.info.
+func TestThreadsTypingChatInfo(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	r := e.execute(t, "t1", `{"op":"thread_create","chat_id":"C0GEN00001","thread_name":"Deploy plan"}`)
+	if !r.Success || r.ThreadID == "" || r.ThreadID != r.MessageID {
+		t.Fatalf("thread_create %+v", r)
+	}
+	if m := e.fake.Messages(chanGeneral); len(m) != 1 || m[0].Text != ":thread: Hermes handoff — *Deploy plan*" {
+		t.Fatalf("seed %+v", m)
+	}
+	if r := e.execute(t, "t1", `{"op":"thread_create","chat_id":"C0GEN00001","thread_name":"x","message_id":"1768490100.000100"}`); r.ThreadID != "1768490100.000100" {
+		t.Fatalf("thread of a message %+v", r)
+	}
+	if r := e.execute(t, "t1", `{"op":"thread_rename","chat_id":"C0GEN00001","message_id":"1768490100.000100","thread_name":"y","only_if_connector_created":true}`); r.Code != contract.CodeUnsupportedOp {
+		t.Fatalf("thread_rename %+v", r)
+	}
+	for _, c := range []struct{ action, status string }{
+		{`{"op":"typing","chat_id":"C0GEN00001","metadata":{"thread_id":"1768490100.000100"}}`, "is thinking..."},
+		{`{"op":"typing","chat_id":"C0GEN00001","content":"Running: web_search…","metadata":{"thread_id":"1768490100.000100"}}`, "Running: web_search…"},
+		{`{"op":"typing","chat_id":"C0GEN00001","content":"","metadata":{"thread_id":"1768490100.000100"}}`, ""},
+	} {
+		if r := e.execute(t, "t1", c.action); !r.Success {
+			t.Fatalf("typing %+v", r)
+		}
+		call := e.lastCall(t, "assistant.threads.setStatus")
+		if call.Form.Get("status") != c.status || call.Form.Get("thread_ts") != "1768490100.000100" || call.Form.Get("channel_id") != chanGeneral {
+			t.Fatalf("setStatus %v, want status %q", call.Form, c.status)
+		}
+	}
+	n := len(e.fake.Calls("assistant.threads.setStatus"))
+	if r := e.execute(t, "t1", `{"op":"typing","chat_id":"C0GEN00001","metadata":{}}`); !r.Success || len(e.fake.Calls("assistant.threads.setStatus")) != n {
+		t.Fatalf("typing without a thread %+v", r)
+	}
+	if r := e.execute(t, "t1", `{"op":"get_chat_info","chat_id":"C0GEN00001"}`); r.ChatInfo == nil || *r.ChatInfo != (contract.ChatInfo{Name: "general", Type: "group"}) {
+		t.Fatalf("get_chat_info %+v", r)
+	}
+	if r := e.execute(t, "t1", `{"op":"get_chat_info","chat_id":"D0ADA00001"}`); r.ChatInfo == nil || *r.ChatInfo != (contract.ChatInfo{Name: "Ada", Type: "dm"}) {
+		t.Fatalf("get_chat_info of a DM %+v", r)
+	}
+}
+
+// TestDescriptorSaysWhatWorks: the ops advertised are the table's; without
+// the assistant feature, typing and draft are not advertised.
+func TestDescriptorSaysWhatWorks(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	d := e.p.Descriptor()
+	want := "delete,draft,edit,follow_up,get_chat_info,prompt,react,send,send_media,thread_create,typing"
+	if strings.Join(d.SupportedOps, ",") != want || !d.SupportsEdit || !d.SupportsThreads || !d.SupportsDraftStreaming ||
+		d.MaxMessageLength != 39000 || d.MarkdownDialect != "markdown" || d.Platform != "slack" {
+		t.Fatalf("%+v", d)
+	}
+	f := newEnv(t, func(c *Config) { c.Assistant = new(false) }, nil)
+	if d := f.p.Descriptor(); d.HasOp("typing") || d.HasOp("draft") || d.SupportsDraftStreaming {
+		t.Fatalf("without the assistant feature: %+v", d)
+	}
+	if r := f.execute(t, "t1", `{"op":"typing","chat_id":"C0GEN00001","metadata":{}}`); r.Code != contract.CodeUnsupportedOp {
+		t.Fatalf("typing %+v", r)
+	}
+}
+
+// TestRateLimitedCallWaitsRetryAfter: a 429 pauses the method in the
+// workspace for Retry-After (on the platform's clock) and the call is
+// made again: the message goes out once.
+func TestRateLimitedCallWaitsRetryAfter(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	e.fake.Fail429("chat.postMessage", 1, 2*time.Second)
+	done := make(chan contract.Result, 1)
+	go func() {
+		done <- e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"patient","metadata":{}}`)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if _, err := e.fake.WaitCalls(ctx, "chat.postMessage", 1); err != nil {
+		t.Fatal(err)
+	}
+	waitClockWaiters(t, clk)
+	select {
+	case r := <-done:
+		t.Fatalf("answered %+v before Retry-After passed", r)
+	default:
+	}
+	clk.Advance(2 * time.Second)
+	// The paused budget refills its first token 100 ms (at 600 a minute)
+	// after the pause.
+	waitClockWaiters(t, clk)
+	clk.Advance(100 * time.Millisecond)
+	select {
+	case r := <-done:
+		if !r.Success {
+			t.Fatalf("%+v", r)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the send did not go out after Retry-After")
+	}
+	if n := len(e.fake.Messages(chanGeneral)); n != 1 {
+		t.Fatalf("%d messages", n)
+	}
+	// A Retry-After past the deadline answers rate_limited at once.
+	clk.Advance(5 * time.Second) // the budget refills
+	e.fake.Fail429("chat.postMessage", 1, time.Minute)
+	a, _ := contract.DecodeAction([]byte(`{"op":"send","chat_id":"C0GEN00001","content":"late","metadata":{}}`))
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer dcancel()
+	if r := e.p.Execute(dctx, "t1", &a); r.Code != contract.CodeRateLimited || r.RetryAfterMS < 59_000 {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// waitClockWaiters waits until something sleeps on clk.
+func waitClockWaiters(t *testing.T, clk *clocktest.Fake) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := clk.WaitPending(ctx, 1); err != nil {
+		t.Fatalf("waiting for a sleeper on the clock: %v", err)
+	}
+}
+
+// TestUnreachableSlack: egress while Slack is down answers unavailable
+// naming no address.
+func TestUnreachableSlack(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.fake.Close()
+	r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"x","metadata":{"scope_id":"T0AAA00001"}}`)
+	if r.Code != contract.CodeUnavailable || strings.Contains(r.Error, "127.0.0.1") {
+		t.Fatalf("%+v", r)
+	}
+}
+
+// TestDeclineDoesNotRevealExistence: what a tenant is declined costs the
+// same whatever the chat is: another tenant's channel this instance has
+// seen, a channel bound to another tenant, or one that does not exist
+// each cost one conversations.info in the asker's workspace on the first
+// ask, none on a repeat within 30 s, one again after; and a Slack
+// Connect channel seen in another tenant's workspace that is also in the
+// asker's is the asker's.
+func TestDeclineDoesNotRevealExistence(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	e.p.seenIn(chanGeneral, teamA.ID)
+	lookups := func() int { return len(e.fake.Calls("conversations.info")) }
+	ask := func(chat string) {
+		t.Helper()
+		r := e.execute(t, "t2", `{"op":"send","chat_id":"`+chat+`","content":"x","metadata":{}}`)
+		if r.Code != contract.CodeEgressDeclined || r.Error != contract.Declined("slack").Error {
+			t.Fatalf("t2 in %s: %+v", chat, r)
+		}
+	}
+	for _, chat := range []string{chanGeneral, chanOps, "C0NOWHERE1"} {
+		before := lookups()
+		ask(chat)
+		if n := lookups() - before; n != 1 {
+			t.Errorf("first ask of %s: %d lookups, want 1", chat, n)
+		}
+		ask(chat)
+		if n := lookups() - before; n != 1 {
+			t.Errorf("repeated ask of %s: %d lookups in all, want 1", chat, n)
+		}
+	}
+	clk.Advance(declineMemory)
+	for _, chat := range []string{chanGeneral, chanOps, "C0NOWHERE1"} {
+		before := lookups()
+		ask(chat)
+		if n := lookups() - before; n != 1 {
+			t.Errorf("ask of %s after %v: %d lookups, want 1", chat, declineMemory, n)
+		}
+	}
+	// A shared channel: seen in workspace A, also in B.
+	e.fake.AddChannel(teamB.ID, slacktest.Channel{ID: "C0SHARED01", Name: "shared"})
+	e.fake.AddChannel(teamA.ID, slacktest.Channel{ID: "C0SHARED01", Name: "shared"})
+	e.p.seenIn("C0SHARED01", teamA.ID)
+	if r := e.execute(t, "t2", `{"op":"send","chat_id":"C0SHARED01","content":"x","metadata":{}}`); !r.Success {
+		t.Fatalf("t2 in a channel shared with its workspace: %+v", r)
+	}
+	if c := e.lastCall(t, "chat.postMessage"); c.Team != teamB.ID {
+		t.Fatalf("posted with %s's token", c.Team)
+	}
+}

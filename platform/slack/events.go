@@ -1,0 +1,200 @@
+package slack
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+// This file serves the signed HTTP routes Slack calls. Every request is
+// verified first: X-Slack-Request-Timestamp within signatureWindow of the
+// connector's clock, then X-Slack-Signature, the v0 HMAC-SHA256 of
+// "v0:<timestamp>:<body>" with the signing secret, compared in constant
+// time (slack.SecretsVerifier). Answers:
+//
+//	200  handled: stored, deliberately dropped, a duplicate, or a
+//	     url_verification challenge answered
+//	400  the body is not what the route takes
+//	401  a signature or timestamp missing, wrong or outside the window;
+//	     nothing is delivered
+//	405  any method but POST (the mux's)
+//	413  the body is over max_event_bytes
+//	503  not stored (the relay refused it, the chat's queue is full, or
+//	     another instance is handling a copy): Slack retries, and the
+//	     dedupe drops a copy that did get through
+//
+// A 200 is written only after the event is stored, within Slack's 3 s.
+
+// signatureWindow is how far a request's timestamp may be from the
+// connector's clock.
+const signatureWindow = 5 * time.Minute
+
+// Request headers Slack sets.
+const (
+	headerTimestamp = "X-Slack-Request-Timestamp"
+	headerRetryNum  = "X-Slack-Retry-Num"
+)
+
+// bodyPool recycles request body buffers.
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody keeps unusually large buffers out of the pool.
+const maxPooledBody = 64 << 10
+
+// verified reads r's body and checks its signature; it answers the
+// request itself (and returns ok false) when the check fails. release
+// returns the body's buffer.
+func (p *Platform) verified(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
+	ts, err := strconv.ParseInt(r.Header.Get(headerTimestamp), 10, 64)
+	if err != nil || p.now().Sub(time.Unix(ts, 0)).Abs() > signatureWindow {
+		p.metrics.Dropped(platformName, "unauthorized")
+		http.Error(w, "stale or missing request timestamp", http.StatusUnauthorized)
+		return nil, nil, false
+	}
+	sv, err := slack.NewSecretsVerifier(r.Header, p.cfg.SigningSecret)
+	if err != nil {
+		p.metrics.Dropped(platformName, "unauthorized")
+		http.Error(w, "missing or malformed signature", http.StatusUnauthorized)
+		return nil, nil, false
+	}
+	buf := bodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	release = func() {
+		if buf.Cap() <= maxPooledBody {
+			bodyPool.Put(buf)
+		}
+	}
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxEventBytes)); err != nil {
+		release()
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			p.metrics.Dropped(platformName, "oversized")
+			http.Error(w, "request too large", http.StatusRequestEntityTooLarge)
+			return nil, nil, false
+		}
+		http.Error(w, "cannot read the body", http.StatusBadRequest)
+		return nil, nil, false
+	}
+	if _, err := sv.Write(buf.Bytes()); err != nil || sv.Ensure() != nil {
+		release()
+		p.metrics.Dropped(platformName, "unauthorized")
+		http.Error(w, "bad signature", http.StatusUnauthorized)
+		return nil, nil, false
+	}
+	return buf.Bytes(), release, true
+}
+
+// answer writes the status of an ingest error: 200 for nil, 503 when the
+// event was not stored.
+func (p *Platform) answer(w http.ResponseWriter, err error, what string) {
+	if err == nil {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if !errors.Is(err, errBusy) {
+		p.log.Warn("slack "+what+" not stored; Slack will retry", "err", p.errorText(err))
+	}
+	http.Error(w, "try again later", http.StatusServiceUnavailable)
+}
+
+// serveEvents handles POST /slack/events (the Events API).
+func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
+	received := p.now()
+	body, release, ok := p.verified(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	var env envelope
+	if err := decodeEnvelope(body, &env); err != nil {
+		p.drop(dropMalformed, "")
+		http.Error(w, "malformed event", http.StatusBadRequest)
+		return
+	}
+	switch env.Type {
+	case "url_verification":
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"challenge": env.Challenge})
+		return
+	case "event_callback":
+	case "app_rate_limited":
+		p.log.Warn("slack is rate limiting the app's events", "team", env.TeamID)
+		w.WriteHeader(http.StatusOK)
+		return
+	default:
+		p.drop(dropUnsupported, "")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if n := r.Header.Get(headerRetryNum); n != "" {
+		p.log.Debug("slack event retried", "event_id", env.EventID, "retry", n, "reason", r.Header.Get("X-Slack-Retry-Reason"))
+	}
+	p.answer(w, p.ingestEnvelope(r.Context(), &env, received), "event")
+}
+
+// serveInteractions handles POST /slack/interactions: a prompt press is
+// delivered before the 200 (Slack's 3 s acknowledgement); every other
+// interaction is answered and dropped.
+func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
+	received := p.now()
+	body, release, ok := p.verified(w, r)
+	if !ok {
+		return
+	}
+	form, err := url.ParseQuery(string(body))
+	release()
+	var ic slack.InteractionCallback
+	if err != nil || json.Unmarshal([]byte(form.Get("payload")), &ic) != nil {
+		p.drop(dropMalformed, "")
+		http.Error(w, "malformed interaction", http.StatusBadRequest)
+		return
+	}
+	pr, ok := pressOf(&ic)
+	if !ok {
+		p.drop(dropForeignAction, "")
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	err = p.ingestPress(r.Context(), &pr, received)
+	p.answer(w, err, "prompt press")
+	if err == nil {
+		p.markPressed(&ic, &pr)
+	}
+}
+
+// serveCommands handles POST /slack/commands: the command is delivered
+// before the answer, an ephemeral acknowledgement (the native "Running
+// `/x`…").
+func (p *Platform) serveCommands(w http.ResponseWriter, r *http.Request) {
+	received := p.now()
+	body, release, ok := p.verified(w, r)
+	if !ok {
+		return
+	}
+	form, err := url.ParseQuery(string(body))
+	release()
+	if err != nil {
+		p.drop(dropMalformed, "")
+		http.Error(w, "malformed command", http.StatusBadRequest)
+		return
+	}
+	c := slashFromFields(form.Get)
+	text, err := p.ingestCommand(r.Context(), &c, received)
+	if err != nil {
+		p.answer(w, err, "slash command")
+		return
+	}
+	if text == "" {
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{"response_type": "ephemeral", "text": text})
+}

@@ -1,0 +1,192 @@
+package slack
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/platform"
+	"connector/platform/slack/slacktest"
+	"connector/session"
+	"connector/store"
+)
+
+// TestSignedEventReachesItsTenant: a signed message is delivered to the
+// tenant of its workspace, normalized, before the 200.
+func TestSignedEventReachesItsTenant(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "hello <@U0BOTA0001>"), http.StatusOK)
+	d := e.sink.Next(t)
+	src := d.Event.Source
+	if d.Tenant != "t1" || d.Platform != "slack" || src.ChatID != dmAda || src.ChatType != "dm" || src.ScopeID != teamA.ID ||
+		src.UserName.Value != "Ada" || src.ChatName.Value != "Ada" || src.ThreadID.Value != "1768490100.000100" {
+		t.Fatalf("delivery %+v source %+v", d, src)
+	}
+	if d.Event.Text != "hello" || d.SessionKey != "agent:main:slack:dm:T0AAA00001:D0ADA00001:1768490100.000100" {
+		t.Fatalf("event %+v key %s", d.Event, d.SessionKey)
+	}
+	// Workspace B reaches its own tenant.
+	e.event(t, teamB, "Ev2", slacktest.MessageEvent(teamB.ID, chanAcme, userBob, "1768490100.000200", "", "<@U0BOTB0002> status?"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Text != "status?" || d.Event.Source.ChatName.Value != "acme-general" {
+		t.Fatalf("workspace B's event: %+v", d)
+	}
+	// A channel bound to a tenant goes to it, not to its workspace's.
+	e.event(t, teamA, "Ev3", slacktest.MessageEvent(teamA.ID, chanOps, userAda, "1768490100.000300", "", "<@U0BOTA0001> deploy"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t3" {
+		t.Fatalf("bound channel's event went to %s", d.Tenant)
+	}
+}
+
+// TestForgedOrStaleSignatureRefused: a wrong signature, a timestamp more
+// than five minutes off the platform's clock either way, and a missing
+// header are 401, and deliver nothing.
+func TestForgedOrStaleSignatureRefused(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "hi"))
+	cases := map[string]*http.Request{
+		"forged":     slacktest.SignedRequest(e.srv.URL+EventsPath, "another-secret", clk.Now(), "application/json", body),
+		"stale":      slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, clk.Now().Add(-5*time.Minute-time.Second), "application/json", body),
+		"from after": slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, clk.Now().Add(5*time.Minute+time.Second), "application/json", body),
+	}
+	tampered := slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, clk.Now(), "application/json", body)
+	tampered.Body = http.NoBody
+	cases["tampered body"] = tampered
+	unsigned := slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, clk.Now(), "application/json", body)
+	unsigned.Header.Del("X-Slack-Signature")
+	cases["unsigned"] = unsigned
+	for name, req := range cases {
+		if code, _ := e.do(t, req); code != http.StatusUnauthorized {
+			t.Errorf("%s: %d, want 401", name, code)
+		}
+	}
+	e.sink.Empty(t)
+	// The window is the platform's clock's: a request signed "now" by a
+	// sender whose clock agrees is accepted 4m59s later by the platform's.
+	clk.Advance(4*time.Minute + 59*time.Second)
+	if code, _ := e.do(t, slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, clk.Now().Add(-4*time.Minute-59*time.Second), "application/json", body)); code != http.StatusOK {
+		t.Fatalf("a request 4m59s old: %d", code)
+	}
+	e.sink.Next(t)
+}
+
+// TestURLVerification answers the challenge.
+func TestURLVerification(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	code, body := e.post(t, EventsPath, "application/json", []byte(`{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`))
+	if code != http.StatusOK || !strings.Contains(body, `"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"`) {
+		t.Fatalf("%d %s", code, body)
+	}
+	e.sink.Empty(t)
+}
+
+// TestRetriedEventDeliveredOnce: Slack's retry of an event (same body,
+// X-Slack-Retry-Num) and the app_mention of a message already delivered
+// (same team and ts) are answered 200 and not delivered again.
+func TestRetriedEventDeliveredOnce(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	msg := slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", "", "<@U0BOTA0001> once")
+	e.event(t, teamA, "Ev1", msg, http.StatusOK)
+	e.sink.Next(t)
+	req := slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, time.Now(), "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", msg))
+	req.Header.Set("X-Slack-Retry-Num", "1")
+	req.Header.Set("X-Slack-Retry-Reason", "http_timeout")
+	if code, _ := e.do(t, req); code != http.StatusOK {
+		t.Fatalf("retry: %d", code)
+	}
+	mention := slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", "", "<@U0BOTA0001> once")
+	mention["type"] = "app_mention"
+	delete(mention, "channel_type")
+	e.event(t, teamA, "Ev2", mention, http.StatusOK)
+	e.sink.Empty(t)
+}
+
+// TestNotStoredIsRetried: a delivery the relay refuses is answered 503
+// (Slack retries), and the retry is delivered.
+func TestNotStoredIsRetried(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	msg := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "refused first")
+	e.sink.Refuse(1)
+	e.event(t, teamA, "Ev1", msg, http.StatusServiceUnavailable)
+	e.sink.Empty(t)
+	e.event(t, teamA, "Ev1", msg, http.StatusOK)
+	if d := e.sink.Next(t); d.Event.Text != "refused first" {
+		t.Fatalf("%+v", d.Event)
+	}
+}
+
+// TestDuplicateAcrossInstances: two instances sharing a store get the
+// same event at once (Slack retried a slow first delivery on another
+// instance); it is delivered once, and the copy that found it in hand
+// elsewhere is answered 503 or 200, never delivered.
+func TestDuplicateAcrossInstances(t *testing.T) {
+	st := newSharedStore(t)
+	cluster := &platform.Cluster{Instance: "i0", Beat: time.Second}
+	a := newEnv(t, nil, &platform.Deps{Store: st, Cluster: cluster})
+	b := newEnv(t, nil, &platform.Deps{Store: st, Cluster: &platform.Cluster{Instance: "i1", Beat: time.Second}})
+	for i := range 20 {
+		ts := "1768490100.0001" + string(rune('0'+i/10)) + string(rune('0'+i%10))
+		body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev"+ts, slacktest.MessageEvent(teamA.ID, dmAda, userAda, ts, "", "once "+ts))
+		var wg sync.WaitGroup
+		codes := make([]int, 2)
+		for j, e := range []*env{a, b} {
+			wg.Go(func() {
+				codes[j], _ = e.do(t, slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, time.Now(), "application/json", body))
+			})
+		}
+		wg.Wait()
+		if codes[0] != http.StatusOK && codes[1] != http.StatusOK {
+			t.Fatalf("event %d: answered %v, want one 200", i, codes)
+		}
+		got := a.sink.Taken() + b.sink.Taken() - int64(i)
+		// A 503 copy is retried by Slack: the retry finds it done.
+		for j, e := range []*env{a, b} {
+			if codes[j] == http.StatusServiceUnavailable {
+				if code, _ := e.do(t, slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, time.Now(), "application/json", body)); code != http.StatusOK {
+					t.Fatalf("event %d: the retry got %d", i, code)
+				}
+			}
+		}
+		if n := a.sink.Taken() + b.sink.Taken() - int64(i); got != 1 || n != 1 {
+			t.Fatalf("event %d delivered %d times", i, n)
+		}
+		for _, e := range []*env{a, b} {
+			e.sink.TryNext()
+		}
+	}
+}
+
+// TestUnclaimedWorkspaceDropped: an event of a workspace no tenant claims
+// is answered 200 and delivered to nobody.
+func TestUnclaimedWorkspaceDropped(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Teams = nil }, nil)
+	if err := e.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "anyone?"), http.StatusOK)
+	e.sink.Empty(t)
+}
+
+// TestEventsAreNotMisrouted: the session key of a delivered event is the
+// one its tenant's gateway computes, and a DM in workspace B never reaches
+// workspace A's tenant.
+func TestEventsAreNotMisrouted(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.fake.AddChannel(teamB.ID, slacktest.Channel{ID: "D0BOB00001", IsIM: true, Peer: userBob})
+	e.event(t, teamB, "Ev1", slacktest.MessageEvent(teamB.ID, "D0BOB00001", userBob, "1768490100.000100", "", "private"), http.StatusOK)
+	d := e.sink.Next(t)
+	if d.Tenant != "t2" || d.SessionKey != session.Key(&d.Event.Source, session.DefaultOptions) {
+		t.Fatalf("%+v", d)
+	}
+}
+
+// newSharedStore is one store two instances share.
+func newSharedStore(t *testing.T) store.Store {
+	t.Helper()
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}

@@ -1,0 +1,206 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/slack-go/slack"
+	"go.yaml.in/yaml/v3"
+
+	"connector/session"
+)
+
+// fixtureContext is the "context" of a Slack case of
+// platform_events_slack_whatsapp.json: what the native adapter knew or
+// asked Slack besides the payload.
+type fixtureContext struct {
+	BotUserID            string                         `json:"bot_user_id"`
+	TeamBotUserIDs       map[string]string              `json:"team_bot_user_ids"`
+	UsersInfo            map[string]json.RawMessage     `json:"users_info"`
+	ConversationsInfo    map[string]json.RawMessage     `json:"conversations_info"`
+	ConversationsReplies map[string][]fixtureRepliesMsg `json:"conversations_replies"`
+	BotMessageTS         []string                       `json:"bot_message_ts"`
+	MentionedThreads     []string                       `json:"mentioned_threads"`
+	ActiveThreadSessions []string                       `json:"active_thread_sessions"`
+	SeenEventIDs         []string                       `json:"seen_event_ids"`
+	ProcessedMessageTS   []string                       `json:"processed_message_ts"`
+	AdapterConfig        json.RawMessage                `json:"adapter_config"`
+}
+
+type fixtureRepliesMsg struct {
+	User string `json:"user"`
+	Text string `json:"text"`
+	TS   string `json:"ts"`
+}
+
+// NormalizeFixture maps a Slack case's raw payload (an Events API
+// envelope, a slash command's fields, or an interaction payload) and its
+// context to what the connector makes of it: the turn's source and event,
+// or a drop. It runs live ingest's decoding and normalization with the
+// context standing in for the Web API and the adapter's memory, under the
+// case's adapter_config as the tenant's knobs. `connector conformance
+// events` calls it for every slack case.
+func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
+	var fc fixtureContext
+	if len(ctxJSON) > 0 && string(ctxJSON) != "null" {
+		if err := json.Unmarshal(ctxJSON, &fc); err != nil {
+			return session.Outcome{}, fmt.Errorf("slack fixture: context: %w", err)
+		}
+	}
+	var tc TenantConfig
+	if len(fc.AdapterConfig) > 0 {
+		// JSON is YAML: the knobs are read as the config file's are.
+		if err := yaml.Unmarshal(fc.AdapterConfig, &tc); err != nil {
+			return session.Outcome{}, fmt.Errorf("slack fixture: adapter_config: %w", err)
+		}
+	}
+	pol, err := newPolicy(tc, false)
+	if err != nil {
+		return session.Outcome{}, fmt.Errorf("slack fixture: adapter_config: %w", err)
+	}
+	var probe struct {
+		Type    string `json:"type"`
+		Command string `json:"command"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return session.Outcome{}, fmt.Errorf("slack fixture: raw: %w", err)
+	}
+	ctx := context.Background()
+	look := &fixtureLookup{fc: &fc}
+	switch {
+	case probe.Command != "":
+		var fields map[string]any
+		if err := json.Unmarshal(raw, &fields); err != nil {
+			return session.Outcome{}, fmt.Errorf("slack fixture: slash command: %w", err)
+		}
+		c := slashFromFields(func(k string) string { s, _ := fields[k].(string); return s })
+		if pol.disableDMs && strings.HasPrefix(c.ChannelID, "D") {
+			return session.Outcome{Drop: dropDMsDisabled}, nil
+		}
+		ev := slashEvent(&c)
+		return outcome(ev.Source, ev.Text, ev.MessageType, ev.MessageID, ev.ReplyToMessageID), nil
+	case probe.Type == string(slack.InteractionTypeBlockActions):
+		var ic slack.InteractionCallback
+		if err := json.Unmarshal(raw, &ic); err != nil {
+			return session.Outcome{}, fmt.Errorf("slack fixture: interaction: %w", err)
+		}
+		p, ok := pressOf(&ic)
+		if !ok {
+			return session.Outcome{Drop: dropForeignAction}, nil
+		}
+		ev := p.event(look.user(ctx, p.team, p.user).name, look.channelName(ctx, p.team, p.channel))
+		return outcome(ev.Source, ev.Text, ev.MessageType, ev.MessageID, ev.ReplyToMessageID), nil
+	}
+	var env envelope
+	if err := decodeEnvelope(raw, &env); err != nil {
+		return session.Outcome{}, err
+	}
+	var ev wireEvent
+	if env.InnerEvent == nil || json.Unmarshal(*env.InnerEvent, &ev) != nil {
+		return session.Outcome{Drop: dropMalformed}, nil
+	}
+	m, ok := newMessage(&env, &ev)
+	switch {
+	case ev.Type == "reaction_added" || ev.Type == "reaction_removed":
+		return session.Outcome{Drop: dropReaction}, nil
+	case !ok:
+		return session.Outcome{Drop: dropUnsupported}, nil
+	case slices.Contains(fc.SeenEventIDs, m.dedupeKey):
+		return session.Outcome{Drop: dropDuplicate}, nil
+	case m.edit && slices.Contains(fc.ProcessedMessageTS, m.ev.TS):
+		return session.Outcome{Drop: dropEditOfProcessed}, nil
+	}
+	bot := fc.TeamBotUserIDs[m.scope]
+	if bot == "" {
+		bot = fc.BotUserID
+	}
+	n := &normalizer{pol: pol, look: look, state: &fixtureState{fc: &fc}, bot: bot}
+	t, drop := n.normalize(ctx, &m)
+	if drop != "" {
+		return session.Outcome{Drop: drop}, nil
+	}
+	return outcome(t.ev.Source, t.ev.Text, t.ev.MessageType, t.ev.MessageID, t.ev.ReplyToMessageID), nil
+}
+
+// outcome is the session.Outcome of a turn.
+func outcome(src session.Source, text, msgType, messageID, replyTo string) session.Outcome {
+	opt := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	return session.Outcome{Source: src, Event: &session.EventFields{
+		Text: text, MessageType: msgType, MessageID: opt(messageID), ReplyToMessageID: opt(replyTo),
+	}}
+}
+
+// slashFromFields reads a slash command from its form fields (get returns
+// "" for an absent one), as slack.SlashCommandParse reads them, with the
+// thread anchor (_slash_thread_id) besides.
+func slashFromFields(get func(string) string) slashCommand {
+	return slashCommand{
+		SlashCommand: slack.SlashCommand{
+			TeamID: get("team_id"), ChannelID: get("channel_id"), UserID: get("user_id"), UserName: get("user_name"),
+			Command: get("command"), Text: get("text"), ResponseURL: get("response_url"), APIAppID: get("api_app_id"),
+		},
+		thread: cmpOr(get("thread_ts"), get("message_ts")),
+	}
+}
+
+// fixtureLookup answers lookups from a fixture's context.
+type fixtureLookup struct{ fc *fixtureContext }
+
+func (l *fixtureLookup) user(_ context.Context, _, id string) userInfo {
+	if id == "" {
+		return userInfo{}
+	}
+	raw, ok := l.fc.UsersInfo[id]
+	if !ok {
+		return userInfo{name: id}
+	}
+	info, err := parseUsersInfo(raw, id)
+	if err != nil {
+		return userInfo{name: id}
+	}
+	return info
+}
+
+func (l *fixtureLookup) channelName(ctx context.Context, team, id string) string {
+	raw, ok := l.fc.ConversationsInfo[id]
+	if !ok {
+		return id
+	}
+	return parseConversationsInfo(raw, id, func(peer string) string { return l.user(ctx, team, peer).name })
+}
+
+func (l *fixtureLookup) threadRoot(_ context.Context, _, channel, ts string) (rootMessage, bool) {
+	for _, m := range l.fc.ConversationsReplies[channel+":"+ts] {
+		if m.TS == ts {
+			return rootMessage{user: m.User, text: strings.TrimSpace(m.Text)}, true
+		}
+	}
+	return rootMessage{}, false
+}
+
+// fixtureState answers the adapter memory from a fixture's context.
+type fixtureState struct{ fc *fixtureContext }
+
+func marked(list []string, team, ts string) bool {
+	return slices.Contains(list, team+":"+ts) || slices.Contains(list, ts)
+}
+
+func (s *fixtureState) processed(team, ts string) bool {
+	return marked(s.fc.ProcessedMessageTS, team, ts)
+}
+func (s *fixtureState) botPosted(team, ts string) bool { return marked(s.fc.BotMessageTS, team, ts) }
+func (s *fixtureState) mentioned(team, ts string) bool {
+	return marked(s.fc.MentionedThreads, team, ts)
+}
+func (s *fixtureState) active(team, channel, ts string) bool {
+	return slices.Contains(s.fc.ActiveThreadSessions, team+":"+channel+":"+ts)
+}
+func (s *fixtureState) markMentioned(string, string) {}

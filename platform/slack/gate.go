@@ -1,0 +1,82 @@
+package slack
+
+import (
+	"context"
+	"regexp"
+	"strings"
+)
+
+// This file is the native channel gate (_channel_gate_allows,
+// _should_wake_on_unmentioned_message): it applies to every conversation
+// but a 1:1 DM, group DMs included, in the native order.
+
+// leadingMention matches a message whose first token mentions a user.
+var leadingMention = regexp.MustCompile(`^\s*<@([^>|\s]+)(?:\|[^>]*)?>`)
+
+// gate returns why a channel or group-DM message starts no turn, "" when
+// it does. routing is the text mentions are detected in.
+func (n *normalizer) gate(ctx context.Context, m *message, routing string, mentioned bool) string {
+	ev, pol := m.ev, n.pol
+	if pol.allowedChannels != nil && !pol.allowedChannels[ev.Channel] {
+		return dropChannelNotAllow
+	}
+	if pol.ignoreOtherUserMentions && !mentioned && !mentionsUser(routing, n.bot) {
+		if lm := leadingMention.FindStringSubmatch(routing); lm != nil && lm[1] != n.bot {
+			return dropOtherUser
+		}
+	}
+	reply := ev.ThreadTS != "" && ev.ThreadTS != ev.TS
+	free := !pol.requireMentionIn[ev.Channel] && (pol.freeResponse[ev.Channel] || !pol.requireMention)
+	switch {
+	case !free && pol.strictMention && !mentioned:
+		return dropStrictMention
+	case pol.threadRequireMention && reply && !mentioned:
+		return dropThreadMention
+	case free || mentioned:
+		return ""
+	case n.wakes(ctx, m, reply):
+		return ""
+	}
+	return dropMentionRequired
+}
+
+// mentionsUser reports whether text mentions user, with or without a
+// label.
+func mentionsUser(text, user string) bool {
+	return user != "" && (strings.Contains(text, "<@"+user+">") || strings.Contains(text, "<@"+user+"|"))
+}
+
+// wakes is _should_wake_on_unmentioned_message: an unmentioned message
+// starts a turn in a thread the bot posted into, a thread mentioned
+// earlier, a thread with a turn already, under a root the bot posted, or
+// under a root that mentions the bot; the last two are read from Slack
+// and hold across restarts and instances.
+func (n *normalizer) wakes(ctx context.Context, m *message, reply bool) bool {
+	ev, team := m.ev, m.scope
+	thread := ev.ThreadTS
+	switch {
+	case thread == "":
+		return false
+	case reply && n.state.botPosted(team, thread):
+		return true
+	case n.state.mentioned(team, thread):
+		return true
+	case !reply:
+		return false
+	case n.state.active(team, ev.Channel, thread):
+		return true
+	}
+	root, ok := n.look.threadRoot(ctx, team, ev.Channel, thread)
+	switch {
+	case !ok:
+		return false
+	case root.user != "" && root.user == n.bot:
+		return true
+	case strings.Contains(root.text, "<@"+n.bot+">"):
+		if !n.pol.strictMention {
+			n.state.markMentioned(team, thread)
+		}
+		return true
+	}
+	return false
+}

@@ -1,0 +1,283 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/vault"
+)
+
+// This file ingests what Slack sends, whatever carried it (the HTTP
+// routes of events.go, Socket Mode): messages, slash commands, prompt
+// presses, and the uninstall events. Each returns nil once the event is
+// stored (Sink.Deliver returned) or deliberately dropped, errBusy when
+// another instance is handling its copy, and another error when it could
+// not be stored: the source must send it again.
+
+// Ingest errors.
+var (
+	errNotRunning = errors.New("slack: not running")
+	errBusy       = errors.New("slack: another instance is handling this event; try again later")
+)
+
+// ingestEnvelope handles one event_callback envelope: a message in its
+// chat's order.
+func (p *Platform) ingestEnvelope(ctx context.Context, env *envelope, received time.Time) error {
+	chat, job := p.envelopeJob(env, received)
+	if chat == "" {
+		return job(ctx)
+	}
+	return p.inChatOrder(ctx, chat, job)
+}
+
+// envelopeJob reads an event_callback envelope into the job that handles
+// it, and the chat whose order a message's job runs in ("" for any other
+// event).
+func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat string, job func(context.Context) error) {
+	done := func(reason string) (string, func(context.Context) error) {
+		return "", func(context.Context) error {
+			if p.sink.Load() == nil {
+				return errNotRunning
+			}
+			p.drop(reason, env.EventID)
+			return nil
+		}
+	}
+	var ev wireEvent
+	if env.InnerEvent == nil || json.Unmarshal(*env.InnerEvent, &ev) != nil {
+		return done(dropMalformed)
+	}
+	switch ev.Type {
+	case "app_uninstalled", "tokens_revoked":
+		return "", func(ctx context.Context) error { return p.uninstalled(ctx, env, &ev) }
+	case "reaction_added", "reaction_removed":
+		return done(dropReaction)
+	case "app_home_opened", "app_context_changed", "assistant_thread_started", "assistant_thread_context_changed":
+		return done(dropLifecycle)
+	case "message", "app_mention":
+	default:
+		return done(dropUnsupported)
+	}
+	m, ok := newMessage(env, &ev)
+	if !ok || m.ev.Channel == "" || m.dedupeKey == "" || m.install == "" {
+		return done(dropMalformed)
+	}
+	p.seenIn(m.ev.Channel, m.install)
+	return m.install + "/" + m.ev.Channel, func(ctx context.Context) error {
+		if p.sink.Load() == nil {
+			return errNotRunning
+		}
+		return p.ingestMessage(ctx, env, &m, received)
+	}
+}
+
+// inChatOrder runs job in chat's turn (platform/chatorder: one job of a
+// chat at a time, in arrival order, chats side by side) in the caller's
+// goroutine. A job that started runs to its end even when the request
+// that queued it is gone; one still waiting for its turn when ctx ends
+// does not run.
+func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(context.Context) error) error {
+	return p.queues.Do(ctx, chat, func() error { return job(context.WithoutCancel(ctx)) })
+}
+
+// ingestMessage is one message's pipeline: dedupe (team and ts, across
+// instances), the edit guard, the /link DM, routing, the tenant's gates,
+// the files, delivery.
+func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message, received time.Time) error {
+	key := "msg/" + m.dedupeKey
+	switch outcome, err := p.dedupe.begin(ctx, key); {
+	case err != nil:
+		return fmt.Errorf("slack: dedupe: %w", err)
+	case outcome == claimDone:
+		p.drop(dropDuplicate, env.EventID)
+		return nil
+	case outcome == claimBusy:
+		return errBusy
+	}
+	stored := false
+	defer func() {
+		if stored {
+			p.dedupe.finish(ctx, key)
+		} else {
+			p.dedupe.release(key)
+		}
+	}()
+	ev := m.ev
+	if m.edit && p.memory.processed(m.scope, ev.TS) {
+		p.drop(dropEditOfProcessed, env.EventID)
+		stored = true
+		return nil
+	}
+	dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
+	if code, ok := linkCommand(ev.Text); ok && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != "" {
+		team, channel := m.install, ev.Channel
+		p.submitLink(ev.User, channel, code, func(ctx context.Context, reply string) { p.replyLink(ctx, team, channel, reply) })
+		stored = true
+		return nil
+	}
+	tenant, owner, drop := p.route(ctx, ev.User, ev.Channel, m.install, dm)
+	if drop != "" {
+		p.drop(drop, env.EventID)
+		stored = true
+		return nil
+	}
+	bot := p.works.botUser(ctx, m.scope)
+	if bot == "" {
+		bot = cmpOr(p.works.botUser(ctx, m.install), env.botUser())
+	}
+	n := &normalizer{pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner}
+	tctx := platform.WithTenant(ctx, tenant)
+	t, drop := n.normalize(tctx, m)
+	if drop != "" {
+		p.drop(drop, env.EventID)
+		stored = true
+		return nil
+	}
+	p.attachFiles(tctx, tenant, m.install, t)
+	if ev.ThreadTS != "" && ev.ThreadTS != ev.TS {
+		t.ev.Context = p.threadContext(tctx, tenant, m, ev.ThreadTS, bot)
+	}
+	if err := p.deliver(ctx, tenant, &t.ev, received); err != nil {
+		return err
+	}
+	stored = true
+	p.memory.turnStarted(m.scope, ev.Channel, ev.TS, t.thread)
+	return nil
+}
+
+// deliver hands an inbound event of tenant to the sink.
+func (p *Platform) deliver(ctx context.Context, tenant string, ev *contract.Event, received time.Time) error {
+	sink := p.sink.Load()
+	if sink == nil {
+		return errNotRunning
+	}
+	d := platform.Delivery{
+		Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
+		SessionKey: p.key(tenant, &ev.Source), ChatID: ev.Source.ChatID, Event: ev, Received: received,
+	}
+	if err := (*sink).Deliver(ctx, d); err != nil {
+		return fmt.Errorf("slack: deliver: %w", err)
+	}
+	return nil
+}
+
+// drop counts and logs an event that is not delivered.
+func (p *Platform) drop(reason, eventID string) {
+	p.metrics.Dropped(platformName, reason)
+	p.log.Debug("slack event dropped", "reason", reason, "event_id", eventID)
+}
+
+// uninstalled forgets a workspace's install when Slack says the app was
+// uninstalled or its bot token revoked.
+func (p *Platform) uninstalled(ctx context.Context, env *envelope, ev *wireEvent) error {
+	team := env.installTeam()
+	if ev.Type == "tokens_revoked" && (ev.Tokens == nil || len(ev.Tokens.Bot) == 0) {
+		p.drop(dropUnsupported, env.EventID) // only user tokens were revoked
+		return nil
+	}
+	removed, err := p.works.remove(ctx, team)
+	if err != nil {
+		return fmt.Errorf("slack: forget the install of %s: %w", team, err)
+	}
+	p.metrics.Dropped(platformName, ev.Type)
+	p.log.Info("slack workspace install removed", "team", team, "event", ev.Type, "was_installed", removed)
+	return nil
+}
+
+// ingestCommand handles a slash command and returns the ephemeral text to
+// answer it with ("" for none).
+func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received time.Time) (string, error) {
+	if p.sink.Load() == nil {
+		return "", errNotRunning
+	}
+	if c.ChannelID == "" || c.UserID == "" || c.TeamID == "" || c.Command == "" {
+		p.drop(dropMalformed, "")
+		return "", nil
+	}
+	dm := strings.HasPrefix(c.ChannelID, "D")
+	if strings.TrimSpace(strings.TrimPrefix(c.Command, "/")) == "link" {
+		if !dm || p.deps.Linker == nil {
+			p.drop(dropCommandNotRouted, "")
+			return "Send /link <code> in a direct message with the app.", nil
+		}
+		url := c.ResponseURL
+		p.submitLink(c.UserID, c.ChannelID, strings.TrimSpace(c.Text), func(ctx context.Context, reply string) {
+			if url != "" {
+				p.replyLinkCommand(ctx, url, reply)
+			}
+		})
+		return "", nil
+	}
+	tenant, _, drop := p.route(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
+	if drop != "" {
+		p.drop(drop, "")
+		return "", nil
+	}
+	pol := p.policy(tenant)
+	switch {
+	case dm && pol.disableDMs:
+		p.drop(dropDMsDisabled, "")
+		return "", nil
+	case !pol.admits(c.UserID):
+		p.drop(dropUserNotAllowed, "")
+		return "", nil
+	}
+	ev := slashEvent(c)
+	if c.ResponseURL != "" && ev.MessageType == "command" {
+		k := vault.Key{Tenant: tenant, SessionKey: p.key(tenant, &ev.Source), Kind: vault.KindSlackResponseURL}
+		ref := responseRef{team: c.TeamID, channel: c.ChannelID, user: c.UserID}.String()
+		if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.now()}); err != nil {
+			return "", fmt.Errorf("slack: keep the response_url: %w", err)
+		}
+	}
+	err := p.inChatOrder(ctx, c.TeamID+"/"+c.ChannelID, func(ctx context.Context) error {
+		return p.deliver(ctx, tenant, &ev, received)
+	})
+	if err != nil {
+		return "", err
+	}
+	return "Running `" + c.Command + "`…", nil
+}
+
+// ingestPress handles a prompt button press: delivered as a
+// prompt_response from the user who pressed, once per prompt message
+// (a second press of the same prompt is a duplicate, as natively).
+func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Time) error {
+	if p.sink.Load() == nil {
+		return errNotRunning
+	}
+	p.seenIn(pr.channel, pr.team)
+	key := "press/" + pr.team + ":" + pr.channel + ":" + pr.message
+	return p.inChatOrder(ctx, pr.team+"/"+pr.channel, func(ctx context.Context) error {
+		switch outcome, err := p.dedupe.begin(ctx, key); {
+		case err != nil:
+			return fmt.Errorf("slack: dedupe: %w", err)
+		case outcome == claimDone:
+			p.drop(dropDuplicate, "")
+			return nil
+		case outcome == claimBusy:
+			return errBusy
+		}
+		dm := strings.HasPrefix(pr.channel, "D")
+		tenant, _, drop := p.route(ctx, pr.user, pr.channel, pr.team, dm)
+		if drop != "" {
+			p.drop(drop, "")
+			p.dedupe.finish(ctx, key)
+			return nil
+		}
+		tctx := platform.WithTenant(ctx, tenant)
+		ev := pr.event(p.names.user(tctx, pr.team, pr.user).name, p.names.channelName(tctx, pr.team, pr.channel))
+		if err := p.deliver(ctx, tenant, &ev, received); err != nil {
+			p.dedupe.release(key)
+			return err
+		}
+		p.dedupe.finish(ctx, key)
+		return nil
+	})
+}

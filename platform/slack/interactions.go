@@ -1,0 +1,78 @@
+package slack
+
+import (
+	"strings"
+
+	"github.com/slack-go/slack"
+
+	"connector/contract"
+	"connector/session"
+)
+
+// This file reads interaction payloads (POST /slack/interactions, Socket
+// Mode interactive envelopes). A press of a prompt button (action_id
+// hp1:<prompt_id>:<option_id>, prompt.go) becomes a prompt_response from
+// the user who pressed, in the prompt's chat and thread; every other
+// interaction (the native adapter's own hermes_* buttons, modals,
+// shortcuts) is answered and dropped with dropForeignAction.
+
+// press is a prompt button press.
+type press struct {
+	team, channel, user string
+	// thread is the prompt message's thread ("" for a top-level prompt).
+	thread string
+	// message is the prompt message's ts (prompt_message_id).
+	message                   string
+	promptID, optionID, label string
+	actionTS                  string
+}
+
+// pressOf reads a prompt press from ic; ok is false for any other
+// interaction.
+func pressOf(ic *slack.InteractionCallback) (press, bool) {
+	if ic.Type != slack.InteractionTypeBlockActions || len(ic.ActionCallback.BlockActions) == 0 {
+		return press{}, false
+	}
+	a := ic.ActionCallback.BlockActions[0]
+	promptID, optionID, ok := contract.ParsePromptToken(a.ActionID)
+	if !ok {
+		return press{}, false
+	}
+	p := press{
+		team:     cmpOr(ic.Team.ID, ic.User.TeamID),
+		channel:  cmpOr(ic.Container.ChannelID, ic.Channel.ID),
+		user:     ic.User.ID,
+		thread:   cmpOr(ic.Container.ThreadTs, ic.Message.ThreadTimestamp),
+		message:  cmpOr(ic.Container.MessageTs, ic.Message.Timestamp),
+		promptID: promptID, optionID: optionID,
+		label:    a.Text.Text,
+		actionTS: cmpOr(a.ActionTs, ic.ActionTs),
+	}
+	if p.channel == "" || p.user == "" {
+		return press{}, false
+	}
+	return p, true
+}
+
+// event is the press as an inbound: text /<option_id>, message_type
+// command, from the user who pressed, in the prompt's thread.
+func (p *press) event(userName, chatName string) contract.Event {
+	src := session.Source{
+		Platform:  platformName,
+		ChatID:    p.channel,
+		ChatName:  session.Str(chatName),
+		ChatType:  session.ChatTypeGroup,
+		UserID:    session.Str(p.user),
+		UserName:  session.Str(userName),
+		ThreadID:  session.StrOrNull(p.thread),
+		ScopeID:   p.team,
+		MessageID: p.actionTS,
+	}
+	if strings.HasPrefix(p.channel, "D") {
+		src.ChatType = session.ChatTypeDM
+	}
+	return contract.Event{
+		Text: "/" + p.optionID, MessageType: "command", MessageID: p.actionTS, Source: src,
+		PromptResponse: &contract.PromptResponse{PromptID: p.promptID, OptionID: p.optionID, Label: p.label, PromptMessageID: p.message},
+	}
+}

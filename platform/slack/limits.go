@@ -1,0 +1,242 @@
+package slack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"connector/platform"
+	"connector/platform/fairshare"
+)
+
+// This file paces every Web API call within Slack's limits: each method
+// has a tier, a budget per workspace (Tier 1 about 1 call per minute, Tier
+// 2 20, Tier 3 50, Tier 4 100; chat.postMessage its own), shared between
+// the tenants calling it in that workspace by weighted fair share
+// (platform/fairshare), so one tenant's flood never delays another tenant,
+// nor another workspace. Messages into one channel are also paced at
+// channel_per_second (Slack allows about one per second per channel). A
+// 429 pauses the method's budget in that workspace for its Retry-After,
+// and the call is made again when the deadline allows: Slack did not take
+// it.
+
+// tier is a method's budget in one workspace.
+type tier struct {
+	perMinute float64
+	burst     int
+}
+
+var (
+	tier1    = tier{1, 1}
+	tier2    = tier{20, 3}
+	tier3    = tier{50, 5}
+	tier4    = tier{100, 10}
+	tierPost = tier{600, 20} // chat.postMessage: one per second per channel, several hundred per minute per workspace
+)
+
+// methodTiers are the tiers of the methods the connector calls; any other
+// is Tier 3.
+var methodTiers = map[string]tier{
+	"auth.test":                    tier4,
+	"users.info":                   tier4,
+	"conversations.info":           tier3,
+	"conversations.replies":        tier3,
+	"conversations.open":           tier3,
+	"chat.postMessage":             tierPost,
+	"chat.postEphemeral":           tier4,
+	"chat.update":                  tier3,
+	"chat.delete":                  tier3,
+	"chat.startStream":             tier4,
+	"chat.appendStream":            tierPost,
+	"chat.stopStream":              tier4,
+	"reactions.add":                tier3,
+	"reactions.remove":             tier2,
+	"files.getUploadURLExternal":   tier4,
+	"files.completeUploadExternal": tier4,
+	"assistant.threads.setStatus":  tier4,
+	"apps.connections.open":        tier1,
+}
+
+// channelPaced are the methods that post a message into a channel.
+var channelPaced = map[string]bool{
+	"chat.postMessage": true, "chat.postEphemeral": true, "files.completeUploadExternal": true, "chat.startStream": true,
+}
+
+// callMargin is kept free before a request's deadline for the call that
+// follows a wait.
+const callMargin = 500 * time.Millisecond
+
+// limitsSweepEvery is how many new budgets trigger a sweep of idle ones.
+const limitsSweepEvery = 4096
+
+// limits holds the budgets of every (workspace, method) and the pace of
+// every channel.
+type limits struct {
+	p *Platform
+
+	mu       sync.Mutex
+	budgets  map[budgetKey]*budget
+	channels map[string]time.Time // workspace/channel -> its next free slot
+	added    int
+}
+
+type budgetKey struct{ team, method string }
+
+type budget struct {
+	sched *fairshare.Scheduler
+	used  time.Time
+}
+
+func newLimits(p *Platform) *limits {
+	return &limits{p: p, budgets: map[budgetKey]*budget{}, channels: map[string]time.Time{}}
+}
+
+// budget returns the scheduler of method in team.
+func (l *limits) budget(team, method string) *fairshare.Scheduler {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := budgetKey{team, method}
+	now := l.p.now()
+	if b := l.budgets[k]; b != nil {
+		b.used = now
+		return b.sched
+	}
+	if l.added++; l.added >= limitsSweepEvery {
+		l.added = 0
+		idle := now.Add(-time.Hour)
+		maps.DeleteFunc(l.budgets, func(_ budgetKey, b *budget) bool { return b.used.Before(idle) })
+		maps.DeleteFunc(l.channels, func(_ string, next time.Time) bool { return next.Before(now) })
+	}
+	t, ok := methodTiers[method]
+	if !ok {
+		t = tier3
+	}
+	b := &budget{used: now, sched: fairshare.New(fairshare.Config{
+		Rate: t.perMinute / 60, Burst: t.burst, Weights: l.p.cfg.weights(), Clock: l.p.clock,
+	})}
+	l.budgets[k] = b
+	return b.sched
+}
+
+// reserve books the channel's next slot at or after now and returns it;
+// ok is false (nothing booked) when it would come after latest.
+func (l *limits) reserve(key string, now, latest time.Time) (time.Time, bool) {
+	per := l.p.cfg.ChannelPerSecond
+	if per <= 0 {
+		return now, true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at := now
+	if next := l.channels[key]; next.After(at) {
+		at = next
+	}
+	if at.After(latest) {
+		return at, false
+	}
+	l.channels[key] = at.Add(time.Second / time.Duration(per))
+	return at, true
+}
+
+// block holds the channel until until (a 429 on a message into it).
+func (l *limits) block(key string, until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if until.After(l.channels[key]) {
+		l.channels[key] = until
+	}
+}
+
+// rateLimitedError says a call could not be made before the deadline.
+type rateLimitedError struct{ wait time.Duration }
+
+func (e *rateLimitedError) Error() string {
+	return fmt.Sprintf("slack: rate limited; next slot in %s, after the request's deadline", e.wait.Round(time.Millisecond))
+}
+
+// call makes one Web API call of method in workspace team with its
+// client, on the share of the tenant in ctx (platform.TenantOf), within
+// ctx's deadline.
+func (p *Platform) call(ctx context.Context, team, method string, fn func(context.Context, *slack.Client) error) error {
+	return p.callIn(ctx, team, "", method, fn)
+}
+
+// callIn is call for a call into channel: a method that posts a message
+// there is also paced per channel. Only a 429 is retried (Slack did not
+// take the call); any other error is returned as it is.
+func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn func(context.Context, *slack.Client) error) error {
+	c, err := p.works.client(ctx, team)
+	if err != nil {
+		return err
+	}
+	tenant := platform.TenantOf(ctx)
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(p.cfg.RequestTimeout)
+	}
+	// ctx's deadline is real time; latest is on p.clock, like the budgets.
+	latest := p.now().Add(time.Until(deadline) - callMargin)
+	paced := channel != "" && channelPaced[method]
+	chanKey := team + "/" + channel
+	for {
+		start := p.now()
+		if paced {
+			at, ok := p.limits.reserve(chanKey, start, latest)
+			if !ok {
+				return &rateLimitedError{wait: at.Sub(start)}
+			}
+			if err := p.clock.Sleep(ctx, at.Sub(p.now())); err != nil {
+				return err
+			}
+		}
+		sched := p.limits.budget(team, method)
+		wctx, cancel := context.WithTimeout(ctx, latest.Sub(p.now()))
+		err := sched.Wait(wctx, tenant)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &rateLimitedError{wait: time.Second}
+		}
+		if d := p.now().Sub(start); d > 0 {
+			p.metrics.RateLimitWait(platformName, d)
+		}
+		err = fn(ctx, c)
+		var limited *slack.RateLimitedError
+		if !errors.As(err, &limited) {
+			if tokenRevoked(err) {
+				p.works.forget(team)
+			}
+			return err
+		}
+		p.metrics.RateLimited(platformName)
+		retry := max(limited.RetryAfter, time.Second)
+		sched.Pause(retry)
+		if paced {
+			p.limits.block(chanKey, p.now().Add(retry))
+		}
+		p.log.Info("slack 429; waiting Retry-After", "team", team, "method", method, "retry_after", retry)
+		if p.now().Add(retry).After(latest) {
+			return &rateLimitedError{wait: retry}
+		}
+	}
+}
+
+// tokenRevoked reports Slack's answers for a token that no longer works.
+func tokenRevoked(err error) bool {
+	var se slack.SlackErrorResponse
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Err {
+	case "invalid_auth", "token_revoked", "account_inactive", "not_authed", "token_expired":
+		return true
+	}
+	return false
+}

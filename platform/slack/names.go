@@ -1,0 +1,197 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/slack-go/slack"
+)
+
+// This file resolves the names a source carries (users.info,
+// conversations.info) and a thread's root (conversations.replies) for
+// live ingest, cached with a bound, as the native adapter does
+// (_resolve_user_name, _parse_users_info, _resolve_channel_name,
+// _bot_authored_thread_root). Any failure resolves to the id, never to an
+// error: a name is never worth a lost message.
+
+// Bounds of the caches (the native adapter keeps 5,000 names of each
+// kind), and how long entries live: a failed lookup is kept as its id, as
+// natively, but only for failedTTL. A lookup waits at most lookupDeadline
+// (for the method's budget too): an event must be stored within Slack's
+// 3 s.
+const (
+	nameCacheSize  = 5000
+	nameCacheTTL   = time.Hour
+	failedTTL      = time.Minute
+	rootCacheSize  = 2500
+	rootCacheTTL   = time.Minute // the native _THREAD_CACHE_TTL
+	lookupDeadline = 750 * time.Millisecond
+)
+
+// parseUser is _parse_users_info: the display name, then the profile's
+// real name, the user's real name, the handle, else the id; a bot or
+// workflow bot, or a profile with a bot_id, is a bot.
+func parseUser(u *slack.User, id string) userInfo {
+	name := id
+	for _, n := range []string{u.Profile.DisplayName, u.Profile.RealName, u.RealName, u.Name} {
+		if n != "" {
+			name = n
+			break
+		}
+	}
+	return userInfo{name: name, isBot: u.IsBot || u.IsWorkflowBot || u.Profile.BotID != ""}
+}
+
+// parseUsersInfo reads a users.info answer.
+func parseUsersInfo(raw json.RawMessage, id string) (userInfo, error) {
+	var r struct {
+		OK   bool       `json:"ok"`
+		User slack.User `json:"user"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return userInfo{}, err
+	}
+	if !r.OK {
+		return userInfo{}, errors.New("users.info: not ok")
+	}
+	return parseUser(&r.User, id), nil
+}
+
+// channelName is _resolve_channel_name on an answered conversation: an
+// IM is its peer's name (peer resolves it), anything else its name, else
+// its normalized name, else the id.
+func channelName(ch *slack.Channel, id string, peer func(string) string) string {
+	switch {
+	case ch.IsIM && ch.User != "":
+		return peer(ch.User)
+	case ch.IsIM:
+		return id
+	case ch.Name != "":
+		return ch.Name
+	case ch.NameNormalized != "":
+		return ch.NameNormalized
+	}
+	return id
+}
+
+// parseConversationsInfo reads a conversations.info answer; not ok is the
+// id.
+func parseConversationsInfo(raw json.RawMessage, id string, peer func(string) string) string {
+	var r struct {
+		OK      bool          `json:"ok"`
+		Channel slack.Channel `json:"channel"`
+	}
+	if json.Unmarshal(raw, &r) != nil || !r.OK {
+		return id
+	}
+	return channelName(&r.Channel, id, peer)
+}
+
+// names is the live lookups: the Web API with the workspace's token,
+// cached per workspace.
+type names struct {
+	p      *Platform
+	users  *ttlCache[string, userInfo]
+	chans  *ttlCache[string, string]
+	roots  *ttlCache[string, rootMessage]
+	failed *ttlCache[string, struct{}] // lookups that failed lately, by the key of their cache
+}
+
+var _ lookups = (*names)(nil)
+
+func newNames(p *Platform) *names {
+	return &names{
+		p:      p,
+		users:  newTTLCache[string, userInfo](nameCacheSize, nameCacheTTL, p.now),
+		chans:  newTTLCache[string, string](nameCacheSize, nameCacheTTL, p.now),
+		roots:  newTTLCache[string, rootMessage](rootCacheSize, rootCacheTTL, p.now),
+		failed: newTTLCache[string, struct{}](nameCacheSize, failedTTL, p.now),
+	}
+}
+
+func (n *names) user(ctx context.Context, team, id string) userInfo {
+	if id == "" {
+		return userInfo{}
+	}
+	key := team + "/" + id
+	if u, ok := n.users.Get(key); ok {
+		return u
+	}
+	if n.failed.Contains("u/" + key) {
+		return userInfo{name: id}
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
+	defer cancel()
+	var u *slack.User
+	err := n.p.call(ctx, team, "users.info", func(ctx context.Context, c *slack.Client) (err error) {
+		u, err = c.GetUserInfoContext(ctx, id)
+		return err
+	})
+	if err != nil {
+		n.p.log.Debug("slack users.info failed; using the id", "team", team, "user", id, "err", n.p.errorText(err))
+		n.failed.Add("u/"+key, struct{}{})
+		return userInfo{name: id}
+	}
+	info := parseUser(u, id)
+	n.users.Add(key, info)
+	return info
+}
+
+func (n *names) channelName(ctx context.Context, team, id string) string {
+	key := team + "/" + id
+	if name, ok := n.chans.Get(key); ok {
+		return name
+	}
+	if n.failed.Contains("c/" + key) {
+		return id
+	}
+	lctx, cancel := context.WithTimeout(ctx, lookupDeadline)
+	defer cancel()
+	var ch *slack.Channel
+	err := n.p.call(lctx, team, "conversations.info", func(ctx context.Context, c *slack.Client) (err error) {
+		ch, err = c.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: id})
+		return err
+	})
+	if err != nil {
+		n.p.log.Debug("slack conversations.info failed; using the id", "team", team, "channel", id, "err", n.p.errorText(err))
+		n.failed.Add("c/"+key, struct{}{})
+		return id
+	}
+	name := channelName(ch, id, func(peer string) string { return n.user(ctx, team, peer).name })
+	n.chans.Add(key, name)
+	return name
+}
+
+func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootMessage, bool) {
+	key := team + "/" + channel + "/" + ts
+	if r, ok := n.roots.Get(key); ok {
+		return r, true
+	}
+	if n.failed.Contains("r/" + key) {
+		return rootMessage{}, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
+	defer cancel()
+	var msgs []slack.Message
+	err := n.p.call(ctx, team, "conversations.replies", func(ctx context.Context, c *slack.Client) (err error) {
+		msgs, _, _, err = c.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
+			ChannelID: channel, Timestamp: ts, Limit: 1, Inclusive: true,
+		})
+		return err
+	})
+	if err != nil {
+		n.p.log.Debug("slack conversations.replies failed", "team", team, "channel", channel, "err", n.p.errorText(err))
+		n.failed.Add("r/"+key, struct{}{})
+		return rootMessage{}, false
+	}
+	for _, m := range msgs {
+		if m.Timestamp == ts {
+			r := rootMessage{user: m.User, text: m.Text}
+			n.roots.Add(key, r)
+			return r, true
+		}
+	}
+	return rootMessage{}, false
+}

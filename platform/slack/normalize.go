@@ -1,0 +1,401 @@
+package slack
+
+import (
+	"context"
+	"regexp"
+	"strings"
+
+	"connector/contract"
+	"connector/session"
+)
+
+// This file turns a Slack message event into the SessionSource and
+// MessageEvent the native adapter builds (plugins/platforms/slack/
+// adapter.py@00067189: _prefilter_inbound, _handle_slack_message_impl,
+// _session_thread_ts, _build_message_event), under one tenant's policy;
+// gate.go holds the channel gate. Every Slack case of
+// testdata/platform_events_slack_whatsapp.json runs through it
+// (NormalizeFixture).
+
+// platformName is the wire platform.
+const platformName = "slack"
+
+// Drop reasons (Metrics.Dropped): why a Slack event starts no turn.
+const (
+	dropMalformed        = "malformed"
+	dropUnsupported      = "unsupported"
+	dropDuplicate        = "duplicate"
+	dropUnclaimed        = "unclaimed"
+	dropNotInstalled     = "not_installed"
+	dropEditOfProcessed  = "edit_of_processed_message"
+	dropChannelIgnored   = "channel_ignored"
+	dropBotSender        = "bot_sender"
+	dropDeleted          = "message_deleted"
+	dropDMsDisabled      = "dms_disabled"
+	dropUserNotAllowed   = "user_not_allowed"
+	dropChannelNotAllow  = "channel_not_allowed"
+	dropOtherUser        = "addressed_to_other_user"
+	dropStrictMention    = "strict_mention"
+	dropThreadMention    = "thread_require_mention"
+	dropMentionRequired  = "mention_required"
+	dropReaction         = "reaction_routing_disabled"
+	dropForeignAction    = "foreign_action"
+	dropLifecycle        = "lifecycle"
+	dropCommandNotRouted = "command_not_routed"
+)
+
+// lookups is what normalization asks Slack: live, the Web API with a
+// bounded cache (names.go); in a fixture, the case's context.
+type lookups interface {
+	// user resolves a user of team to its display name (users.info:
+	// display_name, real_name, user.real_name, name; any failure: the id)
+	// and whether it is a bot.
+	user(ctx context.Context, team, user string) userInfo
+	// channelName resolves a conversation to its name, an IM to its peer's
+	// name (conversations.info; any failure: the id).
+	channelName(ctx context.Context, team, channel string) string
+	// threadRoot reads the root message of thread ts (conversations.replies);
+	// ok is false when it cannot be read.
+	threadRoot(ctx context.Context, team, channel, ts string) (rootMessage, bool)
+}
+
+// userInfo is a resolved user.
+type userInfo struct {
+	name  string
+	isBot bool
+}
+
+// rootMessage is a thread's root message.
+type rootMessage struct {
+	user, text string
+}
+
+// threadState is what the native adapter remembers of a workspace's
+// messages and threads (live: memory.go).
+type threadState interface {
+	// processed reports whether message ts already started a turn (an edit
+	// of it starts none).
+	processed(team, ts string) bool
+	// botPosted reports whether the bot posted message ts, or into thread
+	// ts.
+	botPosted(team, ts string) bool
+	// mentioned reports whether thread ts was mentioned earlier.
+	mentioned(team, ts string) bool
+	// active reports whether a turn was delivered in thread ts of channel.
+	active(team, channel, ts string) bool
+	// markMentioned remembers that thread ts was mentioned.
+	markMentioned(team, ts string)
+}
+
+// message is one message-shaped event ready for normalization.
+type message struct {
+	ev *wireEvent // the message; for an edit, the edited message
+	// edit is set for message_changed (ts is the original message's).
+	edit bool
+	// scope is the workspace of the source (_event_team_id: the event's
+	// team first, then the envelope's).
+	scope string
+	// install is the workspace whose installation got the event (the
+	// envelope's team): its token and tenant.
+	install string
+	// dedupeKey is the native dedupe key "<team>:<ts>" (for an edit, the
+	// edit's own ts).
+	dedupeKey string
+}
+
+// newMessage reads a message or app_mention event of envelope env; ok is
+// false when it is not one (or an edit without its message).
+func newMessage(env *envelope, ev *wireEvent) (message, bool) {
+	m := message{ev: ev, install: env.installTeam()}
+	if ev.Type != "message" && ev.Type != "app_mention" {
+		return message{}, false
+	}
+	changedTS := ""
+	if ev.Subtype == "message_changed" {
+		inner := ev.Message
+		if inner == nil {
+			return message{}, false
+		}
+		// _normalize_changed_message: the inner message, with the
+		// envelope's channel, channel_type and team when it lacks them.
+		edited := *inner
+		edited.Channel = cmpOr(edited.Channel, ev.Channel)
+		edited.ChannelType = cmpOr(edited.ChannelType, ev.ChannelType)
+		if !truthy(edited.Team) && truthy(ev.Team) {
+			edited.Team = ev.Team
+		}
+		edited.TeamID = cmpOr(edited.TeamID, ev.TeamID)
+		editTS := ""
+		if inner.Edited != nil {
+			editTS = inner.Edited.TS
+		}
+		changedTS = cmpOr(ev.EventTS, editTS)
+		if changedTS == "" && ev.TS != inner.TS {
+			changedTS = ev.TS
+		}
+		if changedTS == "" && inner.TS != "" {
+			changedTS = inner.TS + ":changed"
+		}
+		m.ev, m.edit = &edited, true
+	}
+	m.scope = eventTeam(m.ev, env)
+	if ts := cmpOr(changedTS, m.ev.TS); ts != "" {
+		m.dedupeKey = m.scope + ":" + ts
+		if m.scope == "" {
+			m.dedupeKey = ts
+		}
+	}
+	return m, true
+}
+
+// eventTeam is _event_team_id: the event's team_id or team, then the
+// envelope's, then its first authorization's.
+func eventTeam(ev *wireEvent, env *envelope) string {
+	if ev.TeamID != "" {
+		return ev.TeamID
+	}
+	if t := teamOf(ev.Team); t != "" {
+		return t
+	}
+	return env.installTeam()
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// declaredBot is _event_declares_bot_sender: the event itself says a bot
+// sent it (bot_id, bot_profile, subtype bot_message, user_profile.is_bot,
+// or an app_id without client_msg_id from a user not in api_human_users).
+func declaredBot(ev *wireEvent, pol *policy) bool {
+	if ev.BotID != "" || truthy(ev.BotProfile) || ev.Subtype == "bot_message" || profileIsBot(ev.UserProfile) {
+		return true
+	}
+	if ev.AppID != "" && ev.ClientMsgID == "" {
+		return !pol.apiHumans[ev.User]
+	}
+	return false
+}
+
+// normalizer normalizes one tenant's messages.
+type normalizer struct {
+	pol   *policy
+	look  lookups
+	state threadState
+	// bot is the bot user of the message's workspace (mentions of it wake
+	// the bot and are removed from the text).
+	bot string
+	// owner waives the mention gates: the author is linked to the tenant
+	// (the owner floor of author-first routing).
+	owner bool
+}
+
+// turn is a normalized message.
+type turn struct {
+	ev contract.Event
+	// thread is the session's thread ts ("" when none).
+	thread string
+	files  []wireFile
+}
+
+// normalize runs the native pipeline on m: the prefilter's per-tenant
+// drops, the DM and user gates, the channel gate, then the event. It
+// returns the turn, or the reason none starts.
+func (n *normalizer) normalize(ctx context.Context, m *message) (*turn, string) {
+	ev, pol := m.ev, n.pol
+	if pol.ignoreAll || pol.ignored[ev.Channel] {
+		return nil, dropChannelIgnored
+	}
+	blocks := decodeBlocks(ev.Blocks)
+	routing := mentionText(ev.Text, blocks)
+	if n.dropBotSender(ctx, m, routing) {
+		return nil, dropBotSender
+	}
+	if ev.Subtype == "message_deleted" {
+		return nil, dropDeleted
+	}
+	channelType := ev.ChannelType
+	if channelType == "" && strings.HasPrefix(ev.Channel, "D") {
+		channelType = "im"
+	}
+	isDM := channelType == "im" || channelType == "mpim"
+	if isDM && pol.disableDMs {
+		return nil, dropDMsDisabled
+	}
+	if ev.User != "" && !pol.admits(ev.User) {
+		return nil, dropUserNotAllowed
+	}
+	thread := n.sessionThread(ev, isDM)
+	mentioned := (n.bot != "" && strings.Contains(routing, "<@"+n.bot+">")) || pol.mentionPattern(routing)
+	if n.peerBot(ctx, m, mentioned) {
+		return nil, dropBotSender
+	}
+	if channelType != "im" && n.bot != "" && !n.owner {
+		if drop := n.gate(ctx, m, routing, mentioned); drop != "" {
+			return nil, drop
+		}
+	}
+	return n.build(ctx, m, blocks, thread, isDM, mentioned), ""
+}
+
+// dropBotSender is _drop_bot_sender: a bot's message is dropped unless
+// allow_bots admits it; the bot's own messages always are.
+func (n *normalizer) dropBotSender(ctx context.Context, m *message, routing string) bool {
+	ev := m.ev
+	isBot := declaredBot(ev, n.pol)
+	if !isBot && ev.User != "" && ev.ClientMsgID == "" {
+		isBot = n.look.user(ctx, m.scope, ev.User).isBot
+	}
+	switch {
+	case !isBot:
+		return false
+	case n.pol.allowBots == AllowBotsNone:
+		return true
+	case n.pol.allowBots == AllowBotsMentions && n.bot != "" && !strings.Contains(routing, "<@"+n.bot+">"):
+		return true
+	}
+	return ev.User != "" && ev.User == n.bot
+}
+
+// peerBot is _peer_bot_drop: a message of another bot user (a peer agent
+// posting as a user) is dropped unless allow_bots admits it.
+func (n *normalizer) peerBot(ctx context.Context, m *message, mentioned bool) bool {
+	ev := m.ev
+	if ev.User == "" || ev.User == n.bot {
+		return false
+	}
+	if !declaredBot(ev, n.pol) && !n.look.user(ctx, m.scope, ev.User).isBot {
+		return false
+	}
+	return n.pol.allowBots == AllowBotsNone || (n.pol.allowBots == AllowBotsMentions && !mentioned)
+}
+
+// sessionThread is _session_thread_ts: DMs key a top-level message on its
+// own ts (dm_top_level_threads_as_sessions), channels a thread reply on
+// its root and a top-level message on its own ts (reply_in_thread).
+func (n *normalizer) sessionThread(ev *wireEvent, isDM bool) string {
+	if isDM {
+		if ev.ThreadTS != "" {
+			return ev.ThreadTS
+		}
+		if n.pol.dmTopLevelThreads {
+			return ev.TS
+		}
+		return ""
+	}
+	if ev.ThreadTS != "" && ev.ThreadTS != ev.TS {
+		return ev.ThreadTS
+	}
+	if n.pol.replyInThread {
+		return ev.TS
+	}
+	return ""
+}
+
+// userMention matches a user mention, with or without a label.
+var userMention = regexp.MustCompile(`<@([A-Z0-9]+)(?:\|[^>]*)?>`)
+
+// build makes the event of an admitted message (_apply_bot_mention,
+// _build_message_event).
+func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread string, isDM, mentioned bool) *turn {
+	ev := m.ev
+	original := ev.Text
+	probe := strings.TrimLeft(original, " \t\n\r\v\f")
+	command := strings.HasPrefix(probe, "/")
+	text := original
+	if len(blocks) > 0 && !command {
+		text = withBlockText(text, blocks, n.bot)
+	}
+	text = withUnfurls(text, ev.Attachments)
+	if mentioned && n.bot != "" {
+		mention := "<@" + n.bot + ">"
+		text = strings.TrimSpace(strings.ReplaceAll(text, mention, ""))
+		if stripped := strings.TrimSpace(strings.ReplaceAll(original, mention, "")); strings.HasPrefix(stripped, "/") {
+			text, probe, command = stripped, stripped, true
+		}
+		if thread != "" && !n.pol.strictMention && !n.pol.threadRequireMention {
+			n.state.markMentioned(m.scope, thread)
+		}
+	}
+	t := &turn{thread: thread}
+	msgType := "text"
+	for _, f := range ev.Files {
+		if f.FileAccess == "check_file_info" && f.ID != "" {
+			t.files = append(t.files, f) // a Slack Connect stub: described when fetched (attachFiles)
+			continue
+		}
+		if f.URLPrivateDownload == "" && f.URLPrivate == "" {
+			continue
+		}
+		kind := fileKind(&f)
+		if kind == "document" && (f.Size <= 0 || f.Size > maxDocumentBytes) {
+			continue // _cache_slack_document skips it
+		}
+		t.files = append(t.files, f)
+		if msgType == "text" || messageTypeRank[kindMessageType[kind]] < messageTypeRank[msgType] {
+			msgType = kindMessageType[kind]
+		}
+	}
+	if command {
+		msgType, text = "command", probe
+	} else {
+		text = userMention.ReplaceAllStringFunc(text, func(mention string) string {
+			id := userMention.FindStringSubmatch(mention)[1]
+			name := strings.TrimSpace(n.look.user(ctx, m.scope, id).name)
+			return "@" + cmpOr(name, id)
+		})
+	}
+	src := session.Source{
+		Platform:      platformName,
+		ChatID:        ev.Channel,
+		ChatName:      session.Str(n.look.channelName(ctx, m.scope, ev.Channel)),
+		ChatType:      session.ChatTypeGroup,
+		UserID:        session.StrOrNull(ev.User),
+		UserName:      session.Str(n.look.user(ctx, m.scope, ev.User).name),
+		ThreadID:      session.StrOrNull(thread),
+		ScopeID:       m.scope,
+		MessageID:     ev.TS,
+		IsBot:         declaredBot(ev, n.pol),
+		MessageIsEdit: m.edit,
+	}
+	if isDM {
+		src.ChatType = session.ChatTypeDM
+	}
+	t.ev = contract.Event{Text: text, MessageType: msgType, MessageID: ev.TS, Source: src}
+	if thread != "" && thread != ev.TS {
+		t.ev.ReplyToMessageID = thread
+	}
+	return t
+}
+
+// maxDocumentBytes is the largest document the native adapter fetches
+// (Slack's bot upload cap).
+const maxDocumentBytes = 20 << 20
+
+// fileKind is _slack_file_kind, in the contract's media kinds: image,
+// audio, voice (an audio-only clip Slack labels video), video, document.
+func fileKind(f *wireFile) string {
+	switch {
+	case strings.HasPrefix(f.Mimetype, "image/"):
+		return "image"
+	case strings.HasPrefix(f.Mimetype, "audio/"):
+		return "audio"
+	case strings.HasPrefix(f.Mimetype, "video/") && (strings.EqualFold(strings.TrimSpace(f.Subtype), "slack_audio") ||
+		strings.HasPrefix(strings.ToLower(strings.TrimSpace(f.Name)), "audio_message")):
+		return "voice"
+	case strings.HasPrefix(f.Mimetype, "video/"):
+		return "video"
+	}
+	return "document"
+}
+
+// kindMessageType is the message_type of a media kind, and
+// messageTypeRank the native precedence among them (_media_message_type:
+// photo, then video, then voice, else document).
+var (
+	kindMessageType = map[string]string{"image": "photo", "video": "video", "audio": "voice", "voice": "voice", "document": "document"}
+	messageTypeRank = map[string]int{"photo": 0, "video": 1, "voice": 2, "document": 3}
+)

@@ -1,0 +1,121 @@
+package slack
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/platform"
+	"connector/platform/slack/slacktest"
+)
+
+var teamC = slacktest.Team{ID: "T0CCC00003", Name: "Newco", Token: "xoxb-3-newco-token", BotUser: "U0BOTC0003", BotID: "B0BOTC0003"}
+
+// install begins an install (GET /slack/install) and returns its state
+// and the cookie the browser was given.
+func (e *env) install(t *testing.T) (string, *http.Cookie) {
+	t.Helper()
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get(e.srv.URL + InstallPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if resp.StatusCode != http.StatusFound || err != nil || !strings.HasPrefix(loc.String(), strings.TrimSuffix(e.fake.URL, "/")+"/oauth/v2/authorize") ||
+		loc.Query().Get("client_id") != "1.2" || !strings.Contains(loc.Query().Get("scope"), "chat:write") {
+		t.Fatalf("install: %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	cookies := resp.Cookies()
+	if len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].Value != loc.Query().Get("state") {
+		t.Fatalf("cookies %+v", cookies)
+	}
+	return loc.Query().Get("state"), cookies[0]
+}
+
+// callback is Slack's redirect back with code and state, from a browser
+// holding cookie (nil: none).
+func (e *env) callback(t *testing.T, code, state string, cookie *http.Cookie) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.srv.URL+OAuthCallbackPath+"?"+url.Values{"code": {code}, "state": {state}}.Encode(), nil)
+	if cookie != nil {
+		req.AddCookie(cookie)
+	}
+	return e.do(t, req)
+}
+
+// TestOAuthInstallThenEvent: the install flow stores a new workspace's
+// token; its events then reach the tenant it is bound to, and egress uses
+// its token. Its state is single-use, bound to the browser, and expires;
+// app_uninstalled forgets the token.
+func TestOAuthInstallThenEvent(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, func(c *Config) { c.Teams[teamC.ID] = "t3" }, &platform.Deps{Clock: clk})
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamC.ID, Tenant: "t3"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.AddChannel(teamC.ID, slacktest.Channel{ID: "C0NEW00001", Name: "new-general"})
+	e.fake.AddUser(teamC.ID, slacktest.User{ID: "U0CAT00001", Name: "cat"})
+	state, cookie := e.install(t)
+	e.fake.AddOAuthCode("code-1", teamC)
+	if code, body := e.callback(t, "code-1", state, nil); code != http.StatusBadRequest {
+		t.Fatalf("a callback without the browser's cookie: %d %s", code, body)
+	}
+	if code, body := e.callback(t, "code-1", state, cookie); code != http.StatusOK || !strings.Contains(body, "Newco") || strings.Contains(body, teamC.Token) {
+		t.Fatalf("callback: %d %s", code, body)
+	}
+	if code, _ := e.callback(t, "code-1", state, cookie); code != http.StatusBadRequest {
+		t.Fatalf("a used state: %d", code)
+	}
+	if strings.Contains(e.logs.String(), teamC.Token) {
+		t.Fatal("the installed token was logged")
+	}
+	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, "C0NEW00001", "U0CAT00001", "1768490100.000100", "", "<@U0BOTC0003> hi"), http.StatusOK)
+	d := e.sink.Next(t)
+	if d.Tenant != "t3" || d.Event.Text != "hi" || d.Event.Source.ChatName.Value != "new-general" {
+		t.Fatalf("%+v", d)
+	}
+	if r := e.execute(t, "t3", `{"op":"send","chat_id":"C0NEW00001","content":"welcome","metadata":{"scope_id":"T0CCC00003"}}`); !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	if c := e.lastCall(t, "chat.postMessage"); c.Team != teamC.ID {
+		t.Fatalf("posted as %s", c.Team)
+	}
+	// Uninstalled: the token is forgotten; egress there is unavailable.
+	e.event(t, teamC, "Ev2", map[string]any{"type": "app_uninstalled"}, http.StatusOK)
+	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); ok {
+		t.Fatal("the install outlived app_uninstalled")
+	}
+	if r := e.execute(t, "t3", `{"op":"send","chat_id":"C0NEW00001","content":"gone","metadata":{"scope_id":"T0CCC00003"}}`); r.Success {
+		t.Fatalf("egress after the uninstall: %+v", r)
+	}
+	// An expired state and a forged one are refused.
+	state, cookie = e.install(t)
+	clk.Advance(stateTTL)
+	e.fake.AddOAuthCode("code-2", teamC)
+	if code, _ := e.callback(t, "code-2", state, cookie); code != http.StatusBadRequest {
+		t.Fatalf("an expired state: %d", code)
+	}
+	forged := state[:len(state)-2] + "AA"
+	if code, _ := e.callback(t, "code-2", forged, &http.Cookie{Name: stateCookie, Value: forged}); code != http.StatusBadRequest {
+		t.Fatalf("a forged state: %d", code)
+	}
+}
+
+// TestTokensRevokedForgetsTheBotToken: tokens_revoked of the bot token
+// forgets the workspace's install; one of user tokens only changes
+// nothing.
+func TestTokensRevokedForgetsTheBotToken(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.event(t, teamB, "Ev1", map[string]any{"type": "tokens_revoked", "tokens": map[string]any{"oauth": []string{"U0BOB00002"}}}, http.StatusOK)
+	if _, ok, _ := e.p.works.load(t.Context(), teamB.ID); !ok {
+		t.Fatal("a user token's revocation forgot the bot's install")
+	}
+	e.event(t, teamB, "Ev2", map[string]any{"type": "tokens_revoked", "tokens": map[string]any{"bot": []string{teamB.BotUser}}}, http.StatusOK)
+	if _, ok, _ := e.p.works.load(t.Context(), teamB.ID); ok {
+		t.Fatal("the bot token's revocation left the install")
+	}
+}

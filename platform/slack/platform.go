@@ -1,0 +1,323 @@
+package slack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/slack-go/slack"
+
+	"connector/descriptor"
+	"connector/internal/clock"
+	"connector/platform"
+	"connector/platform/chatorder"
+)
+
+// Platform is the shared Slack app. Build it with New.
+type Platform struct {
+	cfg     Config
+	deps    platform.Deps
+	log     *slog.Logger
+	key     platform.KeyFunc
+	metrics platform.Metrics
+	clock   clock.Clock
+	now     func() time.Time
+
+	http   *http.Client // Web API, files, response_url
+	desc   descriptor.Descriptor
+	status atomic.Pointer[platform.Status]
+
+	// owners is the chat ownership (authors.go): workspace and channel
+	// bindings, scope claims, author links; replaced by Bind.
+	owners atomic.Pointer[platform.Ownership]
+	// teams are the workspaces bound to tenants (workspace -> tenant), the
+	// workspaces a tenant's chats are looked up in; replaced by Bind.
+	teams    atomic.Pointer[map[string]string]
+	grants   *platform.Grants   // chats granted by author routing
+	links    *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
+	policies map[string]*policy // tenant -> knobs; defaultPol when absent
+	defPol   *policy
+
+	works     *workspaces
+	names     *names
+	memory    *memory
+	dedupe    *dedupe
+	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
+	limits    *limits
+	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
+	// notFound remembers, per (tenant, chat), that the tenant's workspaces
+	// do not have the chat, for declineMemory: a decline's cost depends
+	// only on the asker's own asks.
+	notFound *ttlCache[string, struct{}]
+	// histories are threads' messages lately read for their context
+	// (threadcontext.go).
+	histories *ttlCache[string, threadHistory]
+	streams   *streams // draft streams (draft.go)
+	egress    platform.Egress[*Platform, string]
+
+	running atomic.Bool
+	sink    atomic.Pointer[platform.Sink]
+	bg      sync.WaitGroup // background work Run waits for: socket mode jobs, prompt updates
+}
+
+var (
+	_ platform.Platform     = (*Platform)(nil)
+	_ platform.Routes       = (*Platform)(nil)
+	_ platform.Binder       = (*Platform)(nil)
+	_ platform.ChatGranter  = (*Platform)(nil)
+	_ platform.ScopeLocator = (*Platform)(nil)
+)
+
+// maxInFlight bounds the events being ingested or waiting for their
+// chat's turn, across chats: past it a webhook waits (Slack retries one
+// that took too long) and Socket Mode reads no further.
+const maxInFlight = 16_384
+
+// chanTeamsSize bounds the channels whose workspaces are remembered (and
+// the declines).
+const chanTeamsSize = 100_000
+
+// declineMemory is how long a chat found in none of a tenant's workspaces
+// is not looked up again for it.
+const declineMemory = 30 * time.Second
+
+// New builds the platform. It does no I/O: the connector starts while
+// Slack is unreachable, and Status says so until Run gets through.
+func New(cfg Config, deps platform.Deps) (*Platform, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	deps = deps.WithDefaults()
+	p := &Platform{
+		cfg:      cfg,
+		deps:     deps,
+		log:      deps.Log.With("platform", platformName),
+		key:      deps.Key,
+		metrics:  deps.Metrics,
+		clock:    deps.Clock,
+		now:      deps.Clock.Now,
+		http:     &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
+		policies: make(map[string]*policy, len(cfg.Tenants)),
+		defPol:   defaultPolicy(cfg.AllowAllUsers),
+	}
+	for tenant, tc := range cfg.Tenants {
+		pol, _ := newPolicy(tc, cfg.AllowAllUsers) // Validate checked it
+		p.policies[tenant] = pol
+	}
+	bindings := make([]platform.Binding, 0, len(cfg.Teams))
+	for team, tenant := range cfg.Teams {
+		bindings = append(bindings, platform.Binding{Kind: platform.BindTeam, ID: team, Tenant: tenant})
+	}
+	_ = p.Bind(bindings) // Validate checked the ids
+	p.links = platform.NewLinkDesk(p.now)
+	p.grants = platform.NewGrants(deps.Vault, p.now, p.log)
+	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
+	p.notFound = newTTLCache[string, struct{}](chanTeamsSize, declineMemory, p.now)
+	p.histories = newTTLCache[string, threadHistory](threadContextSize, threadContextTTL, p.now)
+	p.works = newWorkspaces(p)
+	p.names = newNames(p)
+	p.memory = newMemory()
+	p.dedupe = newDedupe(p)
+	p.queues = chatorder.New[string](maxInFlight)
+	p.limits = newLimits(p)
+	p.streams = newStreams()
+	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
+	p.desc = descriptor.Slack(p.egress.Ops.Names())
+	p.setStatus(platform.Status{Detail: "not started"})
+	return p, nil
+}
+
+// policy returns tenant's knobs.
+func (p *Platform) policy(tenant string) *policy {
+	if pol := p.policies[tenant]; pol != nil {
+		return pol
+	}
+	return p.defPol
+}
+
+// Name implements platform.Platform.
+func (p *Platform) Name() string { return platformName }
+
+// Descriptor implements platform.Platform.
+func (p *Platform) Descriptor() descriptor.Descriptor { return p.desc }
+
+// Status implements platform.Platform.
+func (p *Platform) Status() platform.Status { return *p.status.Load() }
+
+func (p *Platform) setStatus(st platform.Status) {
+	if cur := p.status.Load(); cur != nil && cur.Terminal {
+		return
+	}
+	p.status.Store(&st)
+}
+
+// Routes implements platform.Routes: the signed webhooks when a signing
+// secret is set, the OAuth install routes when a client id is.
+func (p *Platform) Routes() map[string]http.Handler {
+	r := map[string]http.Handler{}
+	if p.cfg.SigningSecret != "" {
+		r[http.MethodPost+" "+EventsPath] = http.HandlerFunc(p.serveEvents)
+		r[http.MethodPost+" "+InteractionsPath] = http.HandlerFunc(p.serveInteractions)
+		r[http.MethodPost+" "+CommandsPath] = http.HandlerFunc(p.serveCommands)
+	}
+	if p.cfg.ClientID != "" {
+		r[http.MethodGet+" "+InstallPath] = http.HandlerFunc(p.serveInstall)
+		r[http.MethodGet+" "+OAuthCallbackPath] = http.HandlerFunc(p.serveOAuthCallback)
+	}
+	return r
+}
+
+// tokenPattern matches a Slack token of any kind.
+var tokenPattern = regexp.MustCompile(`x(?:ox[abeprs]|app)-[A-Za-z0-9-]+`)
+
+// errorText is err's text for logs and results, with every Slack token,
+// the signing secret and the client secret removed.
+func (p *Platform) errorText(err error) string {
+	s := tokenPattern.ReplaceAllString(err.Error(), "[redacted]")
+	for _, secret := range []string{p.cfg.SigningSecret, p.cfg.ClientSecret} {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, "[redacted]")
+		}
+	}
+	return s
+}
+
+// Bind implements platform.Binder: bindings of kind team (a workspace id)
+// and channel (a conversation id), and of the author kinds
+// (platform.IsAuthorKind), replace the chat ownership
+// (platform.Ownership). The YAML's slack.teams are bindings too.
+func (p *Platform) Bind(bindings []platform.Binding) error {
+	teams := map[string]string{}
+	for _, b := range bindings {
+		switch {
+		case b.Kind == platform.BindTeam && teamIDPattern.MatchString(b.ID):
+			teams[b.ID] = b.Tenant
+		case b.Kind == platform.BindChannel && channelIDPattern.MatchString(b.ID),
+			b.Kind == platform.BindPrincipal,
+			(b.Kind == platform.BindUser || b.Kind == platform.BindAllow || b.Kind == platform.BindDMDefault) && userIDPattern.MatchString(b.ID),
+			b.Kind == platform.BindScope && channelIDPattern.MatchString(b.ID):
+		default:
+			return fmt.Errorf("slack: binding %s %q: want a team (T...), a channel (C..., G..., D...) or an author kind", b.Kind, b.ID)
+		}
+	}
+	p.teams.Store(&teams)
+	p.owners.Store(platform.NewOwnership(bindings))
+	return nil
+}
+
+// teamTenant returns the tenant a workspace is bound to.
+func (p *Platform) teamTenant(team string) string { return (*p.teams.Load())[team] }
+
+// seenIn records that channel is a conversation of workspace team (from
+// an event Slack delivered for it).
+func (p *Platform) seenIn(channel, team string) {
+	if channel == "" || team == "" {
+		return
+	}
+	teams, _ := p.chanTeams.Get(channel)
+	if slices.Contains(teams, team) {
+		return
+	}
+	p.chanTeams.Add(channel, append(slices.Clip(teams), team))
+}
+
+// ChatTenant implements platform.Platform: a channel bound to a tenant is
+// its; otherwise the tenant of a workspace the channel is in. A Slack
+// Connect channel is in several workspaces, so it may belong to several
+// tenants: the asking tenant (platform.WithTenant) is answered when it is
+// one of them. Whatever the asker gets that is not its own costs the same
+// (what a decline reveals, docs/security.md): the chat is looked up in the
+// asker's workspaces (conversations.info, on its share of their budget)
+// whether it is another tenant's, bound to one, or unknown, and that
+// answer is remembered for the asker for declineMemory.
+func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error) {
+	if !channelIDPattern.MatchString(chatID) {
+		return "", platform.ErrUnknownChat
+	}
+	asker := platform.TenantOf(ctx)
+	if t, _ := p.owners.Load().Owner(platform.Chat{ID: chatID}); t != "" {
+		if t == asker {
+			return t, nil
+		}
+		// The binding wins whatever the lookup says; it is made so that a
+		// bound channel costs what any other decline does.
+		if _, err := p.probeChannel(ctx, asker, chatID); err != nil {
+			return "", err
+		}
+		return t, nil
+	}
+	owner := ""
+	teams, _ := p.chanTeams.Get(chatID)
+	for _, team := range teams {
+		switch t := p.teamTenant(team); {
+		case t == "":
+		case t == asker:
+			return t, nil
+		case owner == "":
+			owner = t
+		}
+	}
+	team, err := p.probeChannel(ctx, asker, chatID)
+	switch {
+	case err != nil:
+		return "", err
+	case team != "":
+		return asker, nil // also in one of the asker's workspaces (Slack Connect)
+	case owner != "":
+		return owner, nil
+	}
+	return "", platform.ErrUnknownChat
+}
+
+// probeChannel looks chat up in the workspaces bound to tenant and returns
+// the first that has it ("" when none does).
+func (p *Platform) probeChannel(ctx context.Context, tenant, chat string) (string, error) {
+	if tenant == "" || p.notFound.Contains(tenant+"/"+chat) {
+		return "", nil
+	}
+	var unreachable error
+	for team, t := range *p.teams.Load() {
+		if t != tenant {
+			continue
+		}
+		found, err := p.channelIn(ctx, team, chat)
+		switch {
+		case err != nil:
+			unreachable = err
+		case found:
+			p.seenIn(chat, team)
+			return team, nil
+		}
+	}
+	if unreachable == nil {
+		p.notFound.Add(tenant+"/"+chat, struct{}{})
+	}
+	return "", unreachable
+}
+
+// channelIn asks workspace team whether chat is one of its conversations
+// the bot sees.
+func (p *Platform) channelIn(ctx context.Context, team, chat string) (bool, error) {
+	err := p.call(ctx, team, "conversations.info", func(ctx context.Context, c *slack.Client) error {
+		_, err := c.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: chat})
+		return err
+	})
+	var se slack.SlackErrorResponse
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &se), errors.Is(err, errNotInstalled):
+		return false, nil
+	}
+	return false, platform.UnavailableError("slack: the chat's owner could not be looked up; retry later")
+}

@@ -1,0 +1,236 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/slack-go/slack"
+	"github.com/slack-go/slack/socketmode"
+
+	"connector/platform"
+)
+
+// errTokenRejected ends Run: Slack refused bot_token or app_token, so
+// nothing works until the config is fixed.
+var errTokenRejected = errors.New("slack: the token was rejected (invalid_auth)")
+
+// Backoff while Slack is unreachable, and bounds of the startup calls.
+const (
+	connectBackoffMin = 500 * time.Millisecond
+	connectBackoffMax = 30 * time.Second
+	connectTimeout    = 15 * time.Second
+	ackTimeout        = 10 * time.Second
+)
+
+// Run implements platform.Platform. It takes deliveries at once (the HTTP
+// routes serve from then on), asks auth.test which workspace and bot user
+// bot_token is (retrying with backoff while Slack is unreachable), and,
+// with app_token, holds the Socket Mode connection while this instance
+// holds the lease slack/socket (of several instances, one at a time). It
+// returns when ctx is done, or with an error when Slack rejects a token.
+func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return errors.New("slack: Run is already running")
+	}
+	defer p.running.Store(false)
+	p.sink.Store(&sink)
+	defer p.sink.Store(nil)
+	defer p.bg.Wait()
+	defer p.queues.Wait()
+	p.bg.Go(func() { p.links.Run(ctx) })
+	if err := p.identify(ctx); err != nil || ctx.Err() != nil {
+		return err
+	}
+	if p.cfg.AppToken == "" {
+		<-ctx.Done()
+		return nil
+	}
+	return p.deps.RunExclusive(ctx, "slack/socket", p.runSocket)
+}
+
+// identify runs auth.test for bot_token until it answers.
+func (p *Platform) identify(ctx context.Context) error {
+	if p.cfg.BotToken == "" {
+		p.setStatus(platform.Status{Ready: true, Detail: "serving the workspaces installed through OAuth"})
+		return nil
+	}
+	p.setStatus(platform.Status{Detail: "asking Slack who bot_token is (auth.test)"})
+	backoff := connectBackoffMin
+	for {
+		actx, cancel := context.WithTimeout(ctx, connectTimeout)
+		var who *slack.AuthTestResponse
+		err := p.call(actx, "", "auth.test", func(ctx context.Context, c *slack.Client) (err error) {
+			who, err = c.AuthTestContext(ctx)
+			return err
+		})
+		cancel()
+		switch {
+		case err == nil:
+			p.works.identify(who.TeamID, who.UserID)
+			p.setStatus(platform.Status{Ready: true, Detail: "connected as @" + who.User + " in " + who.Team})
+			p.log.Info("slack bot token identified", "team", who.TeamID, "bot_user", who.UserID)
+			return nil
+		case ctx.Err() != nil:
+			return nil
+		case tokenRevoked(err):
+			p.setStatus(platform.Status{Detail: "Slack rejected bot_token (" + slackErr(err) + ")", Terminal: true})
+			p.log.Error("slack rejected the bot token; check slack.bot_token")
+			return errTokenRejected
+		}
+		p.setStatus(platform.Status{Detail: "cannot reach Slack: " + p.errorText(err)})
+		p.log.Warn("slack unreachable, retrying auth.test", "err", p.errorText(err), "retry_in", backoff)
+		if p.clock.Sleep(ctx, backoff) != nil {
+			return nil
+		}
+		backoff = min(backoff*2, connectBackoffMax)
+	}
+}
+
+// runSocket holds a Socket Mode connection until ctx ends (the lease is
+// lost or the connector stops), reconnecting with backoff. Each envelope
+// is acknowledged only once its event is stored or deliberately dropped;
+// one left unacknowledged is sent again by Slack.
+func (p *Platform) runSocket(ctx context.Context) error {
+	p.log.Info("slack socket mode lease held; connecting")
+	api := slack.New("", slack.OptionAppLevelToken(p.cfg.AppToken), slack.OptionAPIURL(p.cfg.APIURL), slack.OptionHTTPClient(p.http))
+	backoff := connectBackoffMin
+	for ctx.Err() == nil {
+		start := p.now()
+		err := p.socketSession(ctx, api)
+		if ctx.Err() != nil {
+			break
+		}
+		if tokenRevoked(err) {
+			p.setStatus(platform.Status{Detail: "Slack rejected app_token", Terminal: true})
+			p.log.Error("slack rejected the app token; check slack.app_token")
+			return errTokenRejected
+		}
+		if p.now().Sub(start) > time.Minute {
+			backoff = connectBackoffMin
+		}
+		p.setStatus(platform.Status{Detail: "socket mode reconnecting: " + p.errorText(err)})
+		p.log.Warn("slack socket mode connection ended; reconnecting", "err", p.errorText(err), "retry_in", backoff)
+		if p.clock.Sleep(ctx, backoff) != nil {
+			break
+		}
+		backoff = min(backoff*2, connectBackoffMax)
+	}
+	p.log.Info("slack socket mode stopped")
+	return nil
+}
+
+// socketSession runs one socketmode client until it fails or ctx ends.
+func (p *Platform) socketSession(ctx context.Context, api *slack.Client) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := socketmode.New(api, socketmode.OptionLog(slogLogger{p}))
+	ended := make(chan error, 1)
+	go func() { ended <- client.RunContext(ctx) }()
+	for {
+		select {
+		case err := <-ended:
+			return err
+		case ev := <-client.Events:
+			p.socketEvent(ctx, client, &ev)
+		}
+	}
+}
+
+// slogLogger routes the socketmode client's log lines to the debug log.
+type slogLogger struct{ p *Platform }
+
+func (l slogLogger) Output(_ int, s string) error {
+	l.p.log.Debug("slack socketmode: " + l.p.errorText(errors.New(s)))
+	return nil
+}
+
+// socketEvent handles one event of the socketmode client. Messages are
+// queued in their chat's order before the next envelope is read; the rest
+// run beside.
+func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, ev *socketmode.Event) {
+	received := p.now()
+	switch ev.Type {
+	case socketmode.EventTypeConnected:
+		p.setStatus(platform.Status{Ready: true, Detail: "socket mode connected"})
+		return
+	case socketmode.EventTypeInvalidAuth:
+		p.setStatus(platform.Status{Detail: "Slack rejected app_token", Terminal: true})
+		return
+	case socketmode.EventTypeEventsAPI, socketmode.EventTypeInteractive, socketmode.EventTypeSlashCommand:
+	default:
+		return
+	}
+	req := ev.Request
+	if req == nil {
+		return
+	}
+	ack := func(err error, payload any) {
+		if err != nil {
+			if !errors.Is(err, errBusy) {
+				p.log.Warn("slack socket mode envelope not stored; Slack will send it again", "err", p.errorText(err))
+			}
+			return
+		}
+		actx, cancel := context.WithTimeout(ctx, ackTimeout)
+		defer cancel()
+		if payload == nil {
+			payload = struct{}{}
+		}
+		if err := client.AckCtx(actx, req.EnvelopeID, payload); err != nil {
+			p.log.Debug("slack socket mode ack failed", "err", p.errorText(err))
+		}
+	}
+	switch ev.Type {
+	case socketmode.EventTypeEventsAPI:
+		var env envelope
+		if err := decodeEnvelope(req.Payload, &env); err != nil || env.Type != "event_callback" {
+			ack(nil, nil)
+			return
+		}
+		chat, job := p.envelopeJob(&env, received)
+		run := func() { ack(job(ctx), nil) }
+		if chat == "" {
+			p.bg.Go(run)
+			return
+		}
+		if !p.queues.Go(ctx, chat, run) {
+			ack(ctx.Err(), nil)
+		}
+	case socketmode.EventTypeInteractive:
+		p.bg.Go(func() {
+			var ic slack.InteractionCallback
+			if json.Unmarshal(req.Payload, &ic) != nil {
+				ack(nil, nil)
+				return
+			}
+			pr, ok := pressOf(&ic)
+			if !ok {
+				p.drop(dropForeignAction, "")
+				ack(nil, nil)
+				return
+			}
+			err := p.ingestPress(ctx, &pr, received)
+			ack(err, nil)
+			if err == nil {
+				p.markPressed(&ic, &pr)
+			}
+		})
+	case socketmode.EventTypeSlashCommand:
+		p.bg.Go(func() {
+			var form map[string]any
+			if json.Unmarshal(req.Payload, &form) != nil {
+				ack(nil, nil)
+				return
+			}
+			c := slashFromFields(func(k string) string { s, _ := form[k].(string); return s })
+			text, err := p.ingestCommand(ctx, &c, received)
+			var payload any
+			if text != "" {
+				payload = map[string]string{"response_type": "ephemeral", "text": text}
+			}
+			ack(err, payload)
+		})
+	}
+}

@@ -1,0 +1,297 @@
+package slack
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"connector/internal/nativecfg"
+)
+
+// This file owns how a tenant's Slack knobs are read and checked: the
+// native adapter's names (plugins/platforms/slack/adapter.py, its YAML to
+// SLACK_* bridge) and spellings (internal/nativecfg). docs/settings-parity.md
+// lists every knob; TestSlackSettingsParity checks each row.
+
+// TenantConfig holds the native Slack adapter's knobs that decide which of
+// a tenant's messages become turns, how they are keyed and how replies are
+// posted, and the tenant's fair-share weight. Lists may be YAML lists, bare
+// scalars or comma-separated strings; booleans YAML booleans or
+// true/false, 1/0, yes/no, on/off.
+type TenantConfig struct {
+	// RequireMention makes a channel or group-DM message need a mention of
+	// the bot (or a mention_patterns match, or a thread the bot takes part
+	// in) (slack.require_mention, SLACK_REQUIRE_MENTION). Default true.
+	RequireMention *bool `yaml:"require_mention"`
+	// StrictMention makes every message outside free-response channels
+	// need an explicit mention, even in threads the bot takes part in
+	// (slack.strict_mention). Default false.
+	StrictMention *bool `yaml:"strict_mention"`
+	// ThreadRequireMention makes thread replies need a mention, even in
+	// free-response channels (slack.thread_require_mention). Default false.
+	ThreadRequireMention *bool `yaml:"thread_require_mention"`
+	// IgnoreOtherUserMentions drops a message whose first token mentions
+	// someone other than the bot, unless it also mentions the bot
+	// (slack.ignore_other_user_mentions). Default false.
+	IgnoreOtherUserMentions *bool `yaml:"ignore_other_user_mentions"`
+	// DisableDMs drops DMs and group DMs (slack.disable_dms). Default false.
+	DisableDMs *bool `yaml:"disable_dms"`
+	// FreeResponseChannels need no mention (slack.free_response_channels):
+	// channel ids. Default none.
+	FreeResponseChannels []string `yaml:"free_response_channels"`
+	// RequireMentionChannels always need a mention, over require_mention:
+	// false and free_response_channels (slack.require_mention_channels).
+	// Default none.
+	RequireMentionChannels []string `yaml:"require_mention_channels"`
+	// AllowedChannels, when set, drops channel and group-DM messages of
+	// other channels, even when they mention the bot
+	// (slack.allowed_channels). Default none (every channel).
+	AllowedChannels []string `yaml:"allowed_channels"`
+	// IgnoredChannels drops every message of these channels; "*" drops all
+	// (slack.ignored_channels). Default none.
+	IgnoredChannels []string `yaml:"ignored_channels"`
+	// MentionPatterns are regular expressions that count as a mention,
+	// searched case-insensitively in the text (slack.mention_patterns).
+	// One string is one pattern. Default none.
+	MentionPatterns []string `yaml:"mention_patterns"`
+	// AllowBots admits messages of other bots: "none" (default), "mentions"
+	// (only those mentioning the bot) or "all" (slack.allow_bots,
+	// SLACK_ALLOW_BOTS). The bot's own messages are always dropped.
+	AllowBots string `yaml:"allow_bots"`
+	// APIHumanUsers are user ids whose Web API posts (an app_id and no
+	// client_msg_id) count as human (slack.api_human_users). Default none.
+	APIHumanUsers []string `yaml:"api_human_users"`
+	// ReplyInThread keys a top-level channel message on its own ts (its
+	// reply starts a thread under it); false keys the channel per user and
+	// replies flat (slack.reply_in_thread). A YAML boolean only. Default
+	// true.
+	ReplyInThread *bool `yaml:"reply_in_thread"`
+	// DMTopLevelThreadsAsSessions keys a top-level DM on its own ts (a new
+	// session per top-level DM); false keys the DM channel
+	// (slack.dm_top_level_threads_as_sessions). Default true.
+	DMTopLevelThreadsAsSessions *bool `yaml:"dm_top_level_threads_as_sessions"`
+	// ReplyBroadcast also posts the first part of a thread reply to the
+	// channel (slack.reply_broadcast). Default false.
+	ReplyBroadcast *bool `yaml:"reply_broadcast"`
+	// UnfurlLinks is sent with every chat.postMessage when set
+	// (slack.unfurl_links). Default: unset, Slack's own default.
+	UnfurlLinks *bool `yaml:"unfurl_links"`
+	// UnfurlMedia is sent with every chat.postMessage when set to false
+	// (slack.unfurl_media). Default: unset, Slack's own default (true).
+	UnfurlMedia *bool `yaml:"unfurl_media"`
+	// AllowedUsers, when set, admits only these user ids ("*" admits
+	// everyone) (SLACK_ALLOWED_USERS). Default: none, everyone (the tenant's
+	// gateway applies its own allowlist).
+	AllowedUsers []string `yaml:"allowed_users"`
+	// AllowAllUsers admits everyone whatever AllowedUsers says
+	// (SLACK_ALLOW_ALL_USERS). Default: slack.allow_all_users.
+	AllowAllUsers *bool `yaml:"allow_all_users"`
+	// Weight is the tenant's share of each workspace's Web API budget
+	// relative to the other tenants there. Default 1.
+	Weight int `yaml:"weight"`
+}
+
+// UnmarshalYAML reads a tenant's knobs as the native adapter reads them.
+// Unknown keys are errors.
+func (tc *TenantConfig) UnmarshalYAML(node *yaml.Node) error {
+	return nativecfg.ReadKnobs(node, tc, "slack tenant", tenantKnobs)
+}
+
+// tenantKnobs reads each YAML key of TenantConfig
+// (TestSlackTenantKnobsCoverFields keeps it in step with the yaml tags).
+// The native flags count true, 1, yes and on as true.
+var tenantKnobs = map[string]nativecfg.Knob[TenantConfig]{
+	"require_mention":                  nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.RequireMention }, true),
+	"strict_mention":                   nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.StrictMention }, true),
+	"thread_require_mention":           nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.ThreadRequireMention }, true),
+	"ignore_other_user_mentions":       nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.IgnoreOtherUserMentions }, true),
+	"disable_dms":                      nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.DisableDMs }, true),
+	"dm_top_level_threads_as_sessions": nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.DMTopLevelThreadsAsSessions }, true),
+	"reply_broadcast":                  yamlBoolKnob(func(tc *TenantConfig) **bool { return &tc.ReplyBroadcast }),
+	"reply_in_thread":                  yamlBoolKnob(func(tc *TenantConfig) **bool { return &tc.ReplyInThread }),
+	"unfurl_links":                     nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.UnfurlLinks }, true),
+	"unfurl_media":                     nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.UnfurlMedia }, true),
+	"allow_all_users":                  nativecfg.FlagKnob(func(tc *TenantConfig) **bool { return &tc.AllowAllUsers }, true),
+	"free_response_channels":           nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.FreeResponseChannels }),
+	"require_mention_channels":         nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.RequireMentionChannels }),
+	"allowed_channels":                 nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedChannels }),
+	"ignored_channels":                 nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.IgnoredChannels }),
+	"api_human_users":                  nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.APIHumanUsers }),
+	"allowed_users":                    nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedUsers }),
+	"mention_patterns":                 readMentionPatterns,
+	"allow_bots":                       func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.AllowBots) },
+	"weight":                           func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.Weight) },
+}
+
+// yamlBoolKnob reads a knob the native adapter tests for truth as it is
+// (reply_in_thread, reply_broadcast): a YAML boolean. A string such as
+// "false" is refused: natively it is a non-empty string, so true.
+func yamlBoolKnob(field func(*TenantConfig) **bool) nativecfg.Knob[TenantConfig] {
+	return func(tc *TenantConfig, n *yaml.Node) error {
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+			*field(tc) = nil
+			return nil
+		}
+		if !nativecfg.IsYAML11Bool(n) {
+			return fmt.Errorf("%q: want a YAML boolean (the native adapter reads any other value by its truth, so the string %q is true)", n.Value, n.Value)
+		}
+		v, _ := nativecfg.ParseFlag(n.Value, true) // a YAML 1.1 boolean word: cannot fail
+		*field(tc) = &v
+		return nil
+	}
+}
+
+// readMentionPatterns reads mention_patterns: one string is one pattern, a
+// list holds patterns.
+func readMentionPatterns(tc *TenantConfig, n *yaml.Node) error {
+	switch {
+	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
+		tc.MentionPatterns = nil
+	case n.Kind == yaml.ScalarNode && nativecfg.IsYAML11String(n):
+		tc.MentionPatterns = []string{n.Value}
+	case n.Kind == yaml.SequenceNode:
+		patterns := make([]string, 0, len(n.Content))
+		for i, item := range n.Content {
+			if !nativecfg.IsYAML11String(item) {
+				return fmt.Errorf("[%d]: %q is not a string to YAML 1.1, so the native adapter skips it; quote it", i, item.Value)
+			}
+			patterns = append(patterns, item.Value)
+		}
+		tc.MentionPatterns = patterns
+	default:
+		return fmt.Errorf("want a list of regular expressions or one")
+	}
+	return nil
+}
+
+// AllowBots values.
+const (
+	AllowBotsNone     = "none"
+	AllowBotsMentions = "mentions"
+	AllowBotsAll      = "all"
+)
+
+// policy is one tenant's TenantConfig in the form ingest and egress read.
+type policy struct {
+	requireMention, strictMention, threadRequireMention bool
+	ignoreOtherUserMentions, disableDMs                 bool
+	replyInThread, dmTopLevelThreads, replyBroadcast    bool
+	unfurlLinks, unfurlMedia                            *bool
+	allowBots                                           string
+	freeResponse, requireMentionIn, allowedChannels     map[string]bool // allowedChannels nil: every channel
+	ignored                                             map[string]bool
+	ignoreAll                                           bool
+	apiHumans                                           map[string]bool
+	allowedUsers                                        map[string]bool // nil: everyone
+	patterns                                            []*regexp.Regexp
+}
+
+// newPolicy checks tc and builds its policy; allowAll is
+// slack.allow_all_users. The error starts with the YAML key.
+func newPolicy(tc TenantConfig, allowAll bool) (*policy, error) {
+	pol := &policy{
+		requireMention:          nativecfg.FlagOr(tc.RequireMention, true),
+		strictMention:           nativecfg.FlagOr(tc.StrictMention, false),
+		threadRequireMention:    nativecfg.FlagOr(tc.ThreadRequireMention, false),
+		ignoreOtherUserMentions: nativecfg.FlagOr(tc.IgnoreOtherUserMentions, false),
+		disableDMs:              nativecfg.FlagOr(tc.DisableDMs, false),
+		replyInThread:           nativecfg.FlagOr(tc.ReplyInThread, true),
+		dmTopLevelThreads:       nativecfg.FlagOr(tc.DMTopLevelThreadsAsSessions, true),
+		replyBroadcast:          nativecfg.FlagOr(tc.ReplyBroadcast, false),
+		unfurlLinks:             tc.UnfurlLinks,
+		unfurlMedia:             tc.UnfurlMedia,
+	}
+	switch v := strings.ToLower(strings.TrimSpace(tc.AllowBots)); v {
+	case "":
+		pol.allowBots = AllowBotsNone
+	case AllowBotsNone, AllowBotsMentions, AllowBotsAll:
+		pol.allowBots = v
+	default:
+		return nil, fmt.Errorf("allow_bots: %q is not one of none, mentions, all (the native adapter reads it as none)", tc.AllowBots)
+	}
+	sets := []struct {
+		key  string
+		in   []string
+		out  *map[string]bool
+		want *regexp.Regexp
+	}{
+		{"free_response_channels", tc.FreeResponseChannels, &pol.freeResponse, channelIDPattern},
+		{"require_mention_channels", tc.RequireMentionChannels, &pol.requireMentionIn, channelIDPattern},
+		{"allowed_channels", tc.AllowedChannels, &pol.allowedChannels, channelIDPattern},
+		{"ignored_channels", tc.IgnoredChannels, &pol.ignored, channelIDPattern},
+		{"api_human_users", tc.APIHumanUsers, &pol.apiHumans, userIDPattern},
+		{"allowed_users", tc.AllowedUsers, &pol.allowedUsers, userIDPattern},
+	}
+	for _, s := range sets {
+		set, err := idSet(s.key, s.in, s.want)
+		if err != nil {
+			return nil, err
+		}
+		*s.out = set
+	}
+	pol.ignoreAll = pol.ignored["*"]
+	if pol.allowedUsers["*"] || nativecfg.FlagOr(tc.AllowAllUsers, allowAll) {
+		pol.allowedUsers = nil
+	}
+	for i, pat := range tc.MentionPatterns {
+		if strings.TrimSpace(pat) == "" {
+			continue // the native adapter skips blank patterns
+		}
+		re, err := regexp.Compile("(?i)" + pat)
+		if err != nil {
+			return nil, fmt.Errorf("mention_patterns[%d]: %q: Go's regexp cannot compile it: %w", i, pat, err)
+		}
+		pol.patterns = append(pol.patterns, re)
+	}
+	return pol, nil
+}
+
+// idSet reads list knob key (split on commas, trimmed, as the native reader
+// does) into a set; an entry that is not an id of the shape want (or "*",
+// which only ignored_channels and allowed_users read) could never match and
+// is refused. Nil when empty.
+func idSet(key string, items []string, want *regexp.Regexp) (map[string]bool, error) {
+	entries := nativecfg.Split(items)
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	set := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		switch {
+		case e == "*" && (key == "ignored_channels" || key == "allowed_users"):
+		case e == "*":
+			return nil, fmt.Errorf("%s: \"*\" is not a wildcard in this list: the native adapter would match no channel", key)
+		case strings.HasPrefix(e, "<") || strings.HasPrefix(e, "#"):
+			return nil, fmt.Errorf("%s: %q is mention or name syntax; write the bare id (the native adapter compares ids only)", key, e)
+		case !want.MatchString(e):
+			return nil, fmt.Errorf("%s: %q is not a Slack id, so it never matches", key, e)
+		}
+		set[e] = true
+	}
+	return set, nil
+}
+
+// defaultPolicy is the native defaults, for tenants without settings.
+func defaultPolicy(allowAll bool) *policy {
+	pol, _ := newPolicy(TenantConfig{}, allowAll) // the zero config is valid
+	return pol
+}
+
+// mentions reports whether text matches one of the tenant's
+// mention_patterns.
+func (pol *policy) mentionPattern(text string) bool {
+	for _, re := range pol.patterns {
+		if re.MatchString(text) {
+			return true
+		}
+	}
+	return false
+}
+
+// admits reports whether user may start a turn (the allowlist; the
+// native runner's check).
+func (pol *policy) admits(user string) bool {
+	return pol.allowedUsers == nil || pol.allowedUsers[user]
+}

@@ -1,0 +1,105 @@
+package telegram
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-telegram/bot/models"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/platform/telegram/telegramtest"
+	"connector/store"
+)
+
+// onState builds a platform against fake whose topic names are kept in st,
+// as another instance or a later start would be.
+func onState(t *testing.T, fake *telegramtest.Server, st store.Store) *Platform {
+	t.Helper()
+	p, err := New(Config{BotToken: testToken, APIServerURL: fake.URL, Chats: testChats,
+		GlobalPerSecond: -1, ChatPerSecond: -1, GroupPerMinute: -1},
+		platform.Deps{Log: slog.New(slog.DiscardHandler), Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.transport.CloseIdleConnections)
+	return p
+}
+
+func execute(t *testing.T, p *Platform, a contract.Action) contract.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	return p.Execute(ctx, "t1", &a)
+}
+
+// TestTopicNamesSharedAndKeptAcrossRestarts: a topic one instance created
+// is known to another instance on the same store, which honours
+// only_if_connector_created for it; the name it gave is known after a
+// restart on the embedded store, where only_if_current_name holds for it
+// and a rename by a member (forum_topic_edited) is remembered too.
+func TestTopicNamesSharedAndKeptAcrossRestarts(t *testing.T) {
+	fake := telegramtest.New(t, testToken)
+	fake.AddForum(-1001112223334)
+	dir := t.TempDir()
+	open := func() store.Store {
+		st, err := store.Open(context.Background(), store.Config{Backend: store.BackendEmbedded, Path: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	st := open()
+	i0, i1 := onState(t, fake, st), onState(t, fake, st)
+	created := execute(t, i0, contract.Action{Op: contract.OpThreadCreate, ChatID: chatDevForum, ThreadName: "Handoff"})
+	if !created.Success {
+		t.Fatalf("thread_create = %+v", created)
+	}
+	rename := contract.Action{Op: contract.OpThreadRename, ChatID: chatDevForum, MessageID: contract.ID(created.ThreadID),
+		ThreadName: "Fix the build", OnlyIfConnectorCreated: true}
+	if r := execute(t, i1, rename); !r.Success {
+		t.Fatalf("only_if_connector_created on the other instance = %+v", r)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st = open()
+	t.Cleanup(func() { _ = st.Close() })
+	restarted := onState(t, fake, st)
+	current := "Fix the build"
+	rename.ThreadName, rename.OnlyIfConnectorCreated, rename.OnlyIfCurrentName = "Deploy", false, &current
+	if r := execute(t, restarted, rename); !r.Success {
+		t.Fatalf("only_if_current_name after a restart = %+v", r)
+	}
+	topic, _ := strconv.Atoi(created.ThreadID)
+	if name, _ := fake.Topic(-1001112223334, topic); name != "Deploy" {
+		t.Fatalf("topic %q", name)
+	}
+
+	// A member's rename, seen by the restarted instance, reaches the store.
+	edited, err := fake.RenameTopic(1, map[string]any{"id": int64(-1001112223334), "type": "supergroup", "is_forum": true}, topic, "Grace's",
+		map[string]any{"id": int64(31337), "is_bot": false, "first_name": "Grace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newSink()
+	var sink platform.Sink = rec
+	restarted.sink.Store(&sink)
+	var u models.Update
+	if err := json.Unmarshal(edited, &u); err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.handle(context.Background(), &u, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	rec.Empty(t)
+	rename.OnlyIfCurrentName, rename.OnlyIfConnectorCreated = nil, true
+	if r := execute(t, onState(t, fake, st), rename); r.Code != contract.CodeNameChanged {
+		t.Fatalf("only_if_connector_created after a member's rename = %+v, want name_changed", r)
+	}
+}

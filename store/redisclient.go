@@ -1,0 +1,157 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisReadTimeout is go-redis's default read timeout, which a pipeline
+// ending in WAIT must outlast.
+const redisReadTimeout = 3 * time.Second
+
+// redisClient connects to the server or servers cfg names: one server
+// (RedisURL), a primary through Sentinel (RedisSentinel: go-redis's
+// failover client, which asks the Sentinels for the primary and follows
+// their switch-master announcements) or a Redis Cluster (RedisCluster).
+// cluster is the same client as c on a Redis Cluster, else nil; where names
+// the servers for errors and logs, never with credentials.
+func redisClient(cfg Config) (c redis.UniversalClient, cluster *redis.ClusterClient, where string, err error) {
+	if err := checkRedisConfig(cfg); err != nil {
+		return nil, nil, "", err
+	}
+	// A pipeline ending in WAIT is read within this.
+	readTimeout := max(redisReadTimeout, cfg.RedisReplicaTimeout+time.Second)
+	switch {
+	case cfg.RedisSentinel != nil:
+		sc := cfg.RedisSentinel
+		c = redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: sc.Master, SentinelAddrs: sc.Addrs,
+			SentinelUsername: sc.SentinelUsername, SentinelPassword: sc.SentinelPassword,
+			Username: sc.Username, Password: sc.Password,
+			TLSConfig: redisTLS(cfg.RedisTLS, sc.TLS), ReadTimeout: readTimeout,
+		})
+		return c, nil, fmt.Sprintf("primary %q through the Sentinels at %s", sc.Master, strings.Join(sc.Addrs, ",")), nil
+	case cfg.RedisCluster != nil:
+		rc := cfg.RedisCluster
+		cluster = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: rc.Addrs, Username: rc.Username, Password: rc.Password,
+			TLSConfig: redisTLS(cfg.RedisTLS, rc.TLS), ReadTimeout: readTimeout,
+		})
+		return cluster, cluster, "the cluster at " + strings.Join(rc.Addrs, ","), nil
+	}
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		// The URL may carry a password: name the problem, not the URL.
+		return nil, nil, "", fmt.Errorf("%w: store.redis_url does not parse as redis[s]://[user:password@]host[:port][/db]", ErrInvalid)
+	}
+	if opt.TLSConfig != nil && cfg.RedisTLS != nil {
+		t := cfg.RedisTLS.Clone()
+		t.ServerName = cmp.Or(t.ServerName, opt.TLSConfig.ServerName)
+		opt.TLSConfig = t
+	}
+	opt.ReadTimeout = readTimeout
+	return redis.NewClient(opt), nil, opt.Addr, nil
+}
+
+// LogRedisClient sends go-redis's own log lines (a Sentinel announcing a
+// new primary, a pool failing to dial) to log, so they keep the
+// connector's format. go-redis has one logger for the whole process.
+func LogRedisClient(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
+
+// redisLogger is go-redis's logger on a slog.Logger.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.InfoContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}
+
+// redisTLS is the TLS configuration of a mode that turned TLS on, nil for
+// one that did not.
+func redisTLS(t *tls.Config, on bool) *tls.Config {
+	switch {
+	case !on:
+		return nil
+	case t != nil:
+		return t.Clone()
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12}
+}
+
+// checkRedisConfig rejects a redis configuration that names no servers or
+// several kinds of them, or that the key layout cannot work with.
+func checkRedisConfig(cfg Config) error {
+	modes := 0
+	for _, set := range []bool{cfg.RedisURL != "", cfg.RedisSentinel != nil, cfg.RedisCluster != nil} {
+		if set {
+			modes++
+		}
+	}
+	switch {
+	case modes == 0:
+		return fmt.Errorf("%w: the redis backend needs store.redis_url, store.redis_sentinel or store.redis_cluster_addrs", ErrInvalid)
+	case modes > 1:
+		return fmt.Errorf("%w: set only one of store.redis_url, store.redis_sentinel and store.redis_cluster_addrs", ErrInvalid)
+	case cfg.RedisSentinel != nil && (cfg.RedisSentinel.Master == "" || len(cfg.RedisSentinel.Addrs) == 0):
+		return fmt.Errorf("%w: store.redis_sentinel needs master and addrs", ErrInvalid)
+	case cfg.RedisCluster != nil && len(cfg.RedisCluster.Addrs) == 0:
+		return fmt.Errorf("%w: store.redis_cluster_addrs is empty", ErrInvalid)
+	case cfg.RedisMinReplicas < 0:
+		return fmt.Errorf("%w: store.redis_min_replicas %d is negative", ErrInvalid, cfg.RedisMinReplicas)
+	case cfg.RedisReplicaTimeout <= 0:
+		return fmt.Errorf("%w: the replica timeout %v is not positive", ErrInvalid, cfg.RedisReplicaTimeout)
+	case strings.ContainsAny(cfg.RedisPrefix, "{}"):
+		return fmt.Errorf("%w: the redis key prefix %q contains { or }, which would make it the keys' hash tag", ErrInvalid, cfg.RedisPrefix)
+	}
+	return nil
+}
+
+// redisLayout names the key layout (redis.go) this version writes: every
+// multi-key script's keys share a hash tag. Data sets written before it
+// (no layout key) keep their ledgers under other names.
+const redisLayout = "hashtags"
+
+// init checks the server and the key layout, and loads or creates the
+// epoch.
+func (s *redisStore) init(ctx context.Context) error {
+	info, err := s.c.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("store: redis (%s): %w", s.where, err)
+	}
+	if v := infoField(info, "redis_version"); !versionAtLeast(v, minRedisVersion) {
+		return fmt.Errorf("store: redis (%s) is version %q; the store needs %s or later", s.where, v, minRedisVersion)
+	}
+	// The epoch is read before the layout and written after it, so a
+	// store that finds an epoch without a layout found a data set of an
+	// earlier version, not one being created beside it.
+	epoch, err := s.c.Get(ctx, s.p+"epoch").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("store: redis epoch: %w", err)
+	}
+	layout, err := s.c.Get(ctx, s.p+"layout").Result()
+	switch {
+	case err != nil && !errors.Is(err, redis.Nil):
+		return fmt.Errorf("store: redis key layout: %w", err)
+	case layout == "" && epoch != "":
+		return fmt.Errorf("store: redis (%s) holds a data set under %q written by an earlier connector, whose ledger keys this version does not read: stop every instance, let the gateways acknowledge what is buffered, delete the keys under %q, and start again", s.where, s.p, s.p)
+	case layout != "" && layout != redisLayout:
+		return fmt.Errorf("store: redis (%s) holds a data set under %q of key layout %q, not %q", s.where, s.p, layout, redisLayout)
+	}
+	if err := s.c.SetNX(ctx, s.p+"layout", redisLayout, 0).Err(); err != nil {
+		return fmt.Errorf("store: redis key layout: %w", err)
+	}
+	if err := s.c.SetNX(ctx, s.p+"epoch", newEpoch(), 0).Err(); err != nil {
+		return fmt.Errorf("store: redis epoch: %w", err)
+	}
+	if s.epoch, err = s.c.Get(ctx, s.p+"epoch").Result(); err != nil {
+		return fmt.Errorf("store: redis epoch: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"connector/internal/redistest"
+	"connector/store"
+	"connector/store/storetest"
+)
+
+// appUser is the ACL user the mode tests connect as: every command, every
+// key, but not the default user.
+const (
+	appUser     = "app"
+	appPassword = "app-secret-7f3a"
+	appACL      = appUser + " on >" + appPassword + " ~* &* +@all"
+	adminPass   = "admin-secret-91c2"
+)
+
+// The conformance suite on a Redis Cluster of three shards, over TLS with a
+// CA made for the test, as an ACL user: every script's keys share a slot
+// (the cluster refuses CROSSSLOT otherwise), and the tenants' ledgers
+// spread over the shards.
+func TestRedisCluster(t *testing.T) {
+	ca := redistest.NewCA(t)
+	c := redistest.StartCluster(t, 3, 0, redistest.Options{TLS: ca, Password: adminPass, Users: []string{appACL}})
+	cfg := func() store.Config {
+		return store.Config{
+			Backend:      store.BackendRedis,
+			RedisCluster: &store.RedisCluster{Addrs: c.Addrs()[:1], Username: appUser, Password: appPassword, TLS: true},
+			RedisTLS:     ca.ClientConfig(),
+			RedisPrefix:  fmt.Sprintf("test%d:", prefixes.Add(1)),
+		}
+	}
+	storetest.Run(t, storetest.Backend{
+		Fresh:             func(t *testing.T) storetest.Opener { return opener(t, cfg()) },
+		Durable:           true,
+		Shared:            true,
+		ServerClockLeases: true,
+	})
+
+	// Names with braces and backslashes keep each name's keys in one slot
+	// (an empty or cut tag would hash each key alone: CROSSSLOT) and
+	// distinct names apart.
+	t.Run("NamesWithBraces", func(t *testing.T) {
+		ctx := context.Background()
+		s := opener(t, cfg())(time.Now)
+		names := []string{"}t", "t}", "{t}", "}", `\}`, `\)`, `t\`, "{", "a}b"}
+		for i, name := range names {
+			if _, err := s.Ledger().Append(ctx, name, []store.Record{{Payload: []byte(name)}, {Payload: []byte("x")}}); err != nil {
+				t.Fatalf("Append(%q): %v", name, err)
+			}
+			if got := mustReadAll(t, s, name); len(got) != 2 || string(got[0].Payload) != name {
+				t.Fatalf("Read(%q) = %d records, first %q", name, len(got), got[0].Payload)
+			}
+			if st, err := s.Ledger().Stats(ctx, name); err != nil || st.Entries != 2 {
+				t.Fatalf("Stats(%q) = %+v, %v", name, st, err)
+			}
+			if _, err := s.Ledger().Trim(ctx, name, store.Bounds{MaxEntries: 1}); err != nil {
+				t.Fatalf("Trim(%q): %v", name, err)
+			}
+			if _, acquired, err := s.Leases().Acquire(ctx, name, "h", time.Minute); err != nil || !acquired {
+				t.Fatalf("Acquire(%q) = %v, %v", name, acquired, err)
+			}
+			if _, err := s.Registry().Put(ctx, name, "k", []byte{byte(i)}); err != nil {
+				t.Fatalf("Registry().Put(%q): %v", name, err)
+			}
+		}
+		tenants, err := s.Ledger().Tenants(ctx)
+		if err != nil || len(tenants) != len(names) {
+			t.Fatalf("Tenants = %q, %v; want the %d names", tenants, err, len(names))
+		}
+		for i, name := range names {
+			if e, ok, err := s.Registry().Get(ctx, name, "k"); err != nil || !ok || e.Value[0] != byte(i) {
+				t.Fatalf("Registry().Get(%q) = %v %v %v", name, e, ok, err)
+			}
+		}
+	})
+
+	t.Run("TenantsSpreadOverShards", func(t *testing.T) {
+		ctx := context.Background()
+		s := opener(t, cfg())(time.Now)
+		for i := range 12 {
+			if _, err := s.Ledger().Append(ctx, fmt.Sprintf("tenant-%d", i), []store.Record{{Payload: []byte("x")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		holding := 0
+		for _, p := range c.Primaries {
+			n, err := p.Client(t).DBSize(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				holding++
+			}
+		}
+		if holding != 3 {
+			t.Fatalf("12 tenants' keys on %d of 3 shards", holding)
+		}
+	})
+}
+
+// The conformance suite through Sentinel, over TLS, as an ACL user, with
+// every append and capability waiting for the one replica (WAIT).
+func TestRedisSentinel(t *testing.T) {
+	ca := redistest.NewCA(t)
+	primary := redistest.Start(t, redistest.Options{TLS: ca, Password: adminPass, Users: []string{appACL}})
+	redistest.StartReplicas(t, primary, 1)
+	sentinels := redistest.StartSentinels(t, primary, 1, 1, redistest.SentinelOptions{Master: "mymaster"})
+	storetest.Run(t, storetest.Backend{
+		Fresh: func(t *testing.T) storetest.Opener {
+			return opener(t, store.Config{
+				Backend: store.BackendRedis,
+				RedisSentinel: &store.RedisSentinel{Master: "mymaster", Addrs: []string{sentinels[0].Addr()},
+					Username: appUser, Password: appPassword, TLS: true},
+				RedisTLS:         ca.ClientConfig(),
+				RedisMinReplicas: 1,
+				// Every write must pass: a long timeout for a loaded machine.
+				RedisReplicaTimeout: 5 * time.Second,
+				RedisPrefix:         fmt.Sprintf("test%d:", prefixes.Add(1)),
+			})
+		},
+		Durable:           true,
+		Shared:            true,
+		ServerClockLeases: true,
+	})
+}
+
+// One server over TLS (rediss://) as an ACL user: the CA is the test's; a
+// wrong password is refused without the error naming it; a plain redis://
+// URL cannot reach a TLS-only server.
+func TestRedisTLSAndUser(t *testing.T) {
+	ca := redistest.NewCA(t)
+	srv := redistest.Start(t, redistest.Options{TLS: ca, Password: adminPass, Users: []string{appACL}})
+	ctx := context.Background()
+	url := func(password string) string {
+		return fmt.Sprintf("rediss://%s:%s@%s/0", appUser, password, srv.Addr())
+	}
+	cfg := store.Config{Backend: store.BackendRedis, RedisURL: url(appPassword), RedisTLS: ca.ClientConfig(), RedisPrefix: "tls:"}
+	s := opener(t, cfg)(time.Now)
+	seqs, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("over tls")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mustReadAll(t, s, "t1"); len(got) != 1 || got[0].Seq != seqs[0] {
+		t.Fatalf("read back %+v", got)
+	}
+
+	for name, bad := range map[string]store.Config{
+		"wrong password": {Backend: store.BackendRedis, RedisURL: url("wrong-pw-5521"), RedisTLS: ca.ClientConfig()},
+		"plain":          {Backend: store.BackendRedis, RedisURL: strings.Replace(url(appPassword), "rediss:", "redis:", 1)},
+		"unknown CA":     {Backend: store.BackendRedis, RedisURL: url(appPassword)},
+	} {
+		openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		st, err := store.Open(openCtx, bad)
+		cancel()
+		if err == nil {
+			_ = st.Close()
+			t.Fatalf("%s: Open succeeded", name)
+		}
+		if strings.Contains(err.Error(), "wrong-pw-5521") || strings.Contains(err.Error(), appPassword) {
+			t.Fatalf("%s: the error names the password: %v", name, err)
+		}
+	}
+}
+
+// With RedisMinReplicas an append returns once a replica has it; with the
+// replica gone it fails with ErrNotReplicated within the timeout, and what
+// it stored is removed again (the source sends it again); a capability
+// likewise. With the replica back, appends go through again.
+func TestRedisMinReplicas(t *testing.T) {
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	ctx := context.Background()
+	cfg := redisConfig(primary)
+	// The timeout is what each refused write below waits; long enough
+	// that a loaded machine does not refuse the ones that should pass.
+	cfg.RedisMinReplicas, cfg.RedisReplicaTimeout = 1, time.Second
+	s := opener(t, cfg)(time.Now)
+	l := s.Ledger()
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("replicated")}}); err != nil {
+		t.Fatalf("Append with a replica online: %v", err)
+	}
+	if err := s.Capabilities().Put(ctx, "cap1", []byte("v"), time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("Put with a replica online: %v", err)
+	}
+
+	replica.Kill(t)
+	start := time.Now()
+	_, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("alone")}})
+	if !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("Append without a replica: %v, want ErrNotReplicated", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the refused Append took %v", took)
+	}
+	if got := mustReadAll(t, s, "t1"); len(got) != 1 || string(got[0].Payload) != "replicated" {
+		t.Fatalf("after the refused append the ledger holds %d records, want only the replicated one", len(got))
+	}
+	if err := s.Capabilities().Put(ctx, "cap2", []byte("v"), time.Now().Add(time.Hour)); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("Put without a replica: %v, want ErrNotReplicated", err)
+	}
+	// A store that asks for no replica is not held up.
+	plain := opener(t, store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisPrefix: cfg.RedisPrefix})(time.Now)
+	if _, err := plain.Ledger().Append(ctx, "t2", []store.Record{{}}); err != nil {
+		t.Fatalf("Append with RedisMinReplicas 0 and no replica: %v", err)
+	}
+
+	replica.Restart(t)
+	primary.WaitReplicas(t, 1)
+	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("again")}}); err != nil {
+		t.Fatalf("Append with the replica back: %v", err)
+	}
+}
+
+// A data set written before the hash-tag key layout (an epoch and no
+// layout key) is refused with what to do, never read as empty.
+func TestRedisRefusesTheEarlierKeyLayout(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	if err := c.Set(ctx, "old:epoch", "0123456789abcdef", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "old:"})
+	if err == nil || !strings.Contains(err.Error(), "earlier connector") {
+		t.Fatalf("Open over the earlier layout: %v", err)
+	}
+}
+
+func mustReadAll(t *testing.T, s store.Store, tenant string) []store.Record {
+	t.Helper()
+	got, err := s.Ledger().Read(context.Background(), tenant, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}

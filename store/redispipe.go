@@ -1,0 +1,238 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxPipeline bounds the commands in one pipeline.
+const maxPipeline = 1024
+
+// pipeCall is one command sent through the pipeline, and where its reply
+// goes.
+type pipeCall struct {
+	// queue adds the command to the pipeline and returns its reply.
+	queue func(ctx context.Context, p redis.Pipeliner) redis.Cmder
+	// reload queues a script with its body: a script the server answered
+	// NOSCRIPT (its script cache was flushed) is sent again this way,
+	// which loads it. Nil for a command that is not a script.
+	reload func(ctx context.Context, p redis.Pipeliner) redis.Cmder
+	// key is a key the command touches: on a Redis Cluster it goes to the
+	// primary serving that key's slot.
+	key string
+	// replicate marks a write a platform's confirmation waits for: with
+	// Config.RedisMinReplicas its reply also waits for the replicas.
+	replicate bool
+	reply     chan pipeReply
+}
+
+// pipeReply is a pipelined command's reply.
+type pipeReply struct {
+	cmd redis.Cmder
+	// unreplicated, for a replicate call that succeeded, says the replicas
+	// did not acknowledge it in time (ErrNotReplicated).
+	unreplicated error
+}
+
+// err is the reply's error: the command's, else the replicas'.
+func (r pipeReply) err() error {
+	if err := r.cmd.Err(); err != nil {
+		return err
+	}
+	return r.unreplicated
+}
+
+// pipelined sends call in the next pipeline and returns its reply. It
+// shares one round trip with every command queued at the same time,
+// whatever their tenants; a script stays one atomic call on the server.
+func (s *redisStore) pipelined(ctx context.Context, call pipeCall) pipeReply {
+	return s.pipelinedAll(ctx, []pipeCall{call})[0]
+}
+
+// pipelinedAll queues calls together, so they go in the same pipeline
+// (unless it fills up), and returns their replies in order.
+func (s *redisStore) pipelinedAll(ctx context.Context, calls []pipeCall) []pipeReply {
+	out := make([]pipeReply, len(calls))
+	if err := ctx.Err(); err != nil {
+		for i := range out {
+			out[i] = pipeReply{cmd: failedCmd(ctx, err)}
+		}
+		return out
+	}
+	for i := range calls {
+		calls[i].reply = make(chan pipeReply, 1)
+		if err := s.pipe.submit(calls[i]); err != nil {
+			out[i] = pipeReply{cmd: failedCmd(ctx, err)}
+		}
+	}
+	for i, c := range calls {
+		if out[i].cmd == nil {
+			out[i] = <-c.reply
+		}
+	}
+	return out
+}
+
+// scriptCall is the pipelined call of script on keys, routed by the first.
+func scriptCall(script *redis.Script, keys []string, args ...any) pipeCall {
+	return pipeCall{
+		queue:  func(ctx context.Context, p redis.Pipeliner) redis.Cmder { return script.EvalSha(ctx, p, keys, args...) },
+		reload: func(ctx context.Context, p redis.Pipeliner) redis.Cmder { return script.Eval(ctx, p, keys, args...) },
+		key:    keys[0],
+	}
+}
+
+// runPipelined runs script through the pipeline.
+func (s *redisStore) runPipelined(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return scriptReply(ctx, s.pipelined(ctx, scriptCall(script, keys, args...)))
+}
+
+// scriptReply is a script's reply, with the replicas' shortfall as its
+// error.
+func scriptReply(ctx context.Context, r pipeReply) *redis.Cmd {
+	c, ok := r.cmd.(*redis.Cmd)
+	if err := r.err(); !ok || err != nil {
+		return failedCmd(ctx, r.err())
+	}
+	return c
+}
+
+func failedCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}
+
+// sendPipeline sends calls, one pipeline per server: on a Redis Cluster
+// each primary gets the calls whose keys it serves, all primaries at once.
+// The calls' contexts are not used: a call once queued is sent, within the
+// client's read and write timeouts.
+func (s *redisStore) sendPipeline(calls []pipeCall) {
+	if s.cluster == nil {
+		s.sendTo(s.c, calls)
+		return
+	}
+	ctx := context.Background()
+	shares := make(map[*redis.Client][]pipeCall)
+	for _, c := range calls {
+		node, err := s.cluster.MasterForKey(ctx, c.key)
+		if err != nil {
+			c.reply <- pipeReply{cmd: failedCmd(ctx, fmt.Errorf("the cluster serves no slot of %q: %w", c.key, err))}
+			continue
+		}
+		shares[node] = append(shares[node], c)
+	}
+	var wg sync.WaitGroup
+	for node, share := range shares {
+		wg.Go(func() {
+			if s.sendTo(node, share) {
+				// The slots moved or the node failed: look the cluster up
+				// again, so the next pipelines go where the slots are now.
+				// The calls that failed are refused, as on any error.
+				s.cluster.ReloadState(ctx)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// pipeliner is a client of one server, or the failover client of one
+// primary.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// sendTo sends calls to one server in one pipeline, scripts by their SHA1,
+// and sends again with their bodies the scripts the server did not have.
+// It reports whether a call failed because the server is unreachable or no
+// longer serves its key (stale).
+func (s *redisStore) sendTo(c pipeliner, calls []pipeCall) (stale bool) {
+	again, stale := s.exec(c, calls, false)
+	if len(again) > 0 {
+		_, staleAgain := s.exec(c, again, true)
+		stale = stale || staleAgain
+	}
+	return stale
+}
+
+// exec sends calls in one pipeline, scripts with their bodies or by their
+// SHA1, followed by WAIT when one of them is a write to replicate and
+// Config.RedisMinReplicas asks for replicas: WAIT counts the replicas
+// that acknowledged every write its connection made, so the whole
+// pipeline's writes wait together. It answers each call, except the scripts
+// sent by SHA1 that the server answered NOSCRIPT, which it returns, and
+// reports whether a call failed for a reason that makes the cluster's
+// layout stale (notServing).
+func (s *redisStore) exec(c pipeliner, calls []pipeCall, bodies bool) (again []pipeCall, stale bool) {
+	ctx := context.Background()
+	pipe := c.Pipeline()
+	cmds := make([]redis.Cmder, len(calls))
+	replicate := false
+	for i, call := range calls {
+		if bodies {
+			cmds[i] = call.reload(ctx, pipe)
+		} else {
+			cmds[i] = call.queue(ctx, pipe)
+		}
+		replicate = replicate || call.replicate
+	}
+	var wait *redis.IntCmd
+	if replicate && s.minReplicas > 0 {
+		wait = redis.NewIntCmd(ctx, "wait", s.minReplicas, s.replicaTimeout.Milliseconds())
+		_ = pipe.Process(ctx, wait)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var unreplicated error
+	if wait != nil {
+		unreplicated = s.replicated(wait)
+	}
+	for i, call := range calls {
+		if !bodies && call.reload != nil && redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
+			again = append(again, call)
+			continue
+		}
+		r := pipeReply{cmd: cmds[i]}
+		if call.replicate {
+			r.unreplicated = unreplicated
+		}
+		stale = stale || notServing(cmds[i].Err())
+		call.reply <- r
+	}
+	return again, stale
+}
+
+// notServing reports whether err says the server could not be reached or
+// does not serve the key (any more): a connection error, not a reply, or a
+// Redis Cluster redirection or outage.
+func notServing(err error) bool {
+	if err == nil {
+		return false
+	}
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return true
+	}
+	for _, prefix := range []string{"MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "READONLY"} {
+		if redis.HasErrorPrefix(err, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// replicated is nil when WAIT's reply counts Config.RedisMinReplicas
+// replicas, else the ErrNotReplicated saying how many did.
+func (s *redisStore) replicated(wait *redis.IntCmd) error {
+	n, err := wait.Result()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
+	case n < int64(s.minReplicas):
+		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.minReplicas, s.replicaTimeout)
+	}
+	return nil
+}
