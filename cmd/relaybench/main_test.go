@@ -467,3 +467,23 @@ func TestLayout(t *testing.T) {
 		t.Errorf("round-robin: gateway 7 of 3 connectors on %d, want 1", got)
 	}
 }
+
+// Redis reports used_memory_dataset as an unsigned difference that wraps
+// around when its overhead estimate exceeds used_memory (seen at 100,000
+// gateways: 18446744073708419770); the run reads that as no data instead
+// of failing.
+func TestParseRedisMemory(t *testing.T) {
+	info := map[string]string{"used_memory": "5000000", "used_memory_dataset": "18446744073708419770", "mem_clients_normal": "40000"}
+	r, err := parseRedisMemory(func(f string) string { return info[f] })
+	if err != nil || r.UsedMemory != 5_000_000 || r.Dataset != 0 || r.Clients != 40_000 {
+		t.Fatalf("parseRedisMemory: %+v, %v; want used 5000000, data 0, clients 40000", r, err)
+	}
+	info["used_memory_dataset"] = "123"
+	if r, err := parseRedisMemory(func(f string) string { return info[f] }); err != nil || r.Dataset != 123 {
+		t.Fatalf("parseRedisMemory: %+v, %v; want data 123", r, err)
+	}
+	delete(info, "mem_clients_normal")
+	if _, err := parseRedisMemory(func(f string) string { return info[f] }); err == nil || !strings.Contains(err.Error(), "mem_clients_normal") {
+		t.Fatalf("parseRedisMemory without mem_clients_normal: %v, want an error naming it", err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -594,17 +595,31 @@ func sampleRedis(rdb *redis.Client) (redisSample, error) {
 	if err := info.Err(); err != nil {
 		return redisSample{}, fmt.Errorf("redis INFO memory: %w", err)
 	}
-	var (
-		r   redisSample
-		err error
-	)
-	for field, dst := range map[string]*int64{"used_memory": &r.UsedMemory, "used_memory_dataset": &r.Dataset, "mem_clients_normal": &r.Clients} {
-		if *dst, err = strconv.ParseInt(info.Item("Memory", field), 10, 64); err != nil {
-			return redisSample{}, fmt.Errorf("redis INFO memory: %s: %w", field, err)
-		}
+	r, err := parseRedisMemory(func(field string) string { return info.Item("Memory", field) })
+	if err != nil {
+		return redisSample{}, err
 	}
 	if r.Keys, err = rdb.DBSize(ctx).Result(); err != nil {
 		return redisSample{}, fmt.Errorf("redis DBSIZE: %w", err)
+	}
+	return r, nil
+}
+
+// parseRedisMemory reads the memory fields of INFO memory through get.
+func parseRedisMemory(get func(field string) string) (redisSample, error) {
+	var r redisSample
+	for field, dst := range map[string]*int64{"used_memory": &r.UsedMemory, "used_memory_dataset": &r.Dataset, "mem_clients_normal": &r.Clients} {
+		v, err := strconv.ParseUint(get(field), 10, 64)
+		if err != nil {
+			return redisSample{}, fmt.Errorf("redis INFO memory: %s: %w", field, err)
+		}
+		*dst = int64(min(v, math.MaxInt64))
+	}
+	// Redis computes used_memory_dataset unsigned, as used_memory less an
+	// overhead estimate: it wraps around when the estimate is the larger
+	// (client buffers freed in between). That is no data.
+	if r.Dataset > r.UsedMemory {
+		r.Dataset = 0
 	}
 	return r, nil
 }
