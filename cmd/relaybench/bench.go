@@ -32,12 +32,13 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if err := raiseFileLimit(o.Gateways); err != nil {
-		fmt.Fprintf(stderr, "relaybench: %v\n", err)
-		return 1
+	var res interface{ print(io.Writer) }
+	if o.Connector != "" {
+		res, err = runProcesses(&o)
+	} else if err = raiseFileLimit(o.Gateways); err == nil {
+		res, err = run(&o)
 	}
-	res, err := run(&o)
-	if res != nil {
+	if res != nil { // a nil *result or *procResult prints nothing
 		res.print(stdout)
 	}
 	if err != nil {
@@ -169,7 +170,7 @@ func runOnce(o *options) (*result, error) {
 		echoURL = url
 	}
 
-	fl, err := startFleet(o, relayURL)
+	fl, err := startFleet(o, relayURL, wholeFleet(o))
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +206,7 @@ func runOnce(o *options) (*result, error) {
 			}
 		}
 		if waDrv != nil {
-			waDrv.start(c.BaseURL, c.Metrics.progress)
+			waDrv.start(c.Metrics.progress, c.BaseURL)
 		}
 		before := sampleCPU(fl.pid())
 		st, err := driveConnector(o, c, drv, fl)

@@ -22,19 +22,11 @@ type cpuSample struct {
 // childPID.
 func sampleCPU(childPID int) cpuSample {
 	s := cpuSample{at: time.Now()}
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
+	busy, ok := machineTicks()
+	if !ok {
 		return cpuSample{unavailable: true}
 	}
-	line, _, _ := bytes.Cut(b, []byte("\n"))
-	f := bytes.Fields(line) // cpu user nice system idle iowait irq softirq steal …
-	for i, v := range f[1:] {
-		if i == 3 || i == 4 || i >= 8 { // idle, iowait, guest time (already in user)
-			continue
-		}
-		n, _ := strconv.ParseUint(string(v), 10, 64)
-		s.busy += n
-	}
+	s.busy = busy
 	for _, pid := range []string{"self", strconv.Itoa(childPID)} {
 		t, ok := processTicks(pid)
 		if !ok {
@@ -43,6 +35,25 @@ func sampleCPU(childPID int) cpuSample {
 		s.ours += t
 	}
 	return s
+}
+
+// machineTicks is the busy CPU time of the whole machine from /proc/stat.
+func machineTicks() (uint64, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line) // cpu user nice system idle iowait irq softirq steal …
+	var busy uint64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 8 { // idle, iowait, guest time (already in user)
+			continue
+		}
+		n, _ := strconv.ParseUint(string(v), 10, 64)
+		busy += n
+	}
+	return busy, true
 }
 
 // processTicks returns utime+stime of a process from /proc/<pid>/stat.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,8 @@ func echoHandler() http.Handler {
 // echoClients are the fleet's connections to the echo server.
 type echoClients struct {
 	clients  []*http.Client // connection i dials through clients[i mod len]
+	first    int            // connection i is the fleet's (first+i)th: layout picks its URL
+	layout   layout
 	conns    []*websocket.Conn
 	readers  sync.WaitGroup
 	rec      recorder
@@ -52,22 +55,25 @@ type echoClients struct {
 	closing  atomic.Bool
 }
 
-// connectCommand parses "URL N" and opens N connections.
+// connectCommand parses "URLS N" and opens N connections.
 func (e *echoClients) connectCommand(args []string) error {
 	if len(args) != 2 {
-		return errors.New("echo-connect: want URL N")
+		return errors.New("echo-connect: want URLS N")
 	}
 	n, err := strconv.Atoi(args[1])
 	if err != nil {
 		return fmt.Errorf("echo-connect: %w", err)
 	}
-	return e.connect(args[0], n)
+	return e.connect(strings.Split(args[0], ","), n)
 }
 
-func (e *echoClients) connect(url string, n int) error {
+// connect opens n connections, one at a time, connection i to the server
+// gateway first+i would dial.
+func (e *echoClients) connect(urls []string, n int) error {
 	e.progress = make(chan struct{}, 1)
 	for i := range n {
 		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+		url := urls[e.layout.connectorOf(e.first+i, len(urls))]
 		ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPClient: e.clients[i%len(e.clients)]})
 		cancel()
 		if err != nil {

@@ -36,8 +36,14 @@ const dialTimeout = 30 * time.Second
 //	                         -> "connected <ns> <failed>"
 //	report                   latencies read since the last report
 //	                         -> "stats <stats fields>"
+//	received                 inbound read since the last report or samples,
+//	                         without taking them -> "received <n> <errors>"
+//	samples                  the latencies (ns) of the inbound read since the
+//	                         last report, taken -> "samples <errors> <ns>..."
 //	close                    close every gateway -> "closed"
-//	echo-connect URL N       open N echo connections -> "echo-connected <ns>"
+//	echo-connect URLS N      open N echo connections, connection i to the
+//	                         one of the comma-separated URLS gateway
+//	                         first+i dials -> "echo-connected <ns>"
 //	echo-run SIZE RATE NS WINDOW
 //	                         run the echo baseline over them
 //	                         -> "echo <stats fields>"
@@ -51,13 +57,17 @@ func fleetMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs.StringVar(&f.prefix, "prefix", "", "gateway id prefix")
 	fs.StringVar(&f.platform, "platform", "", "platform to hello")
 	fs.IntVar(&f.gateways, "gateways", 0, "gateways")
+	fs.IntVar(&f.first, "first", 0, "index of the first gateway (gateway i is <prefix><first+i>)")
+	fs.IntVar(&f.layout.tenants, "tenants", 0, "tenants of the gateways, round-robin (0: gateway i dials URL i mod n)")
+	fs.BoolVar(&f.layout.affinity, "affinity", false, "every gateway of a tenant dials the same URL")
 	fs.IntVar(&f.workers, "workers", 8, "gateways dialing at once")
-	sources := fs.Int("sources", 0, "loopback source addresses 127.0.0.1..N to dial from, round-robin (0: the system's choice)")
+	sources := fs.Int("sources", 0, "loopback source addresses to dial from, round-robin (0: the system's choice)")
+	firstSource := fs.Int("source-first", 1, "the first source address is 127.0.0.<source-first>")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	f.clients = sourceClients(*sources)
-	f.echo.clients = f.clients
+	f.clients = sourceClients(*firstSource, *sources)
+	f.echo.clients, f.echo.first, f.echo.layout = f.clients, f.first, f.layout
 	f.secret = os.Getenv(secretEnv)
 	if err := raiseFileLimit(f.gateways); err != nil {
 		fmt.Fprintf(stderr, "relaybench fleet: %v\n", err)
@@ -87,6 +97,12 @@ func (f *fleet) handle(cmd []string) string {
 		return fmt.Sprintf("connected %d %d", time.Since(start), failed)
 	case "report":
 		return "stats " + f.rec.take().fields()
+	case "received":
+		n, errs := f.rec.count()
+		return fmt.Sprintf("received %d %d", n, errs)
+	case "samples":
+		lat, errs := f.rec.takeSamples()
+		return "samples " + samplesFields(errs, lat)
 	case "echo-connect":
 		start := time.Now()
 		if err := f.echo.connectCommand(cmd[1:]); err != nil {
@@ -109,7 +125,8 @@ func (f *fleet) handle(cmd []string) string {
 // fleet is the child's set of gateway connections.
 type fleet struct {
 	url, prefix, secret, platform string
-	gateways, workers             int
+	gateways, first, workers      int
+	layout                        layout
 
 	clients []*http.Client // connection i dials through clients[i mod len]
 	rec     recorder
@@ -134,13 +151,20 @@ func (f *fleet) connect() (failed int, err error) {
 				if i >= len(conns) {
 					return
 				}
-				ws, err := dialGateway(f.clients[i%len(f.clients)], urls[i%len(urls)], fmt.Sprintf("%s%d", f.prefix, i), f.secret, f.platform)
+				g := f.first + i
+				url := urls[f.layout.connectorOf(g, len(urls))]
+				ws, err := dialGateway(f.clients[i%len(f.clients)], url, fmt.Sprintf("%s%d", f.prefix, g), f.secret, f.platform)
 				if err != nil {
 					fails.Add(1)
 					firstErr.CompareAndSwap(nil, err)
 					continue
 				}
 				conns[i] = ws
+				// Read at once, as the gateway does: a connection
+				// nobody reads answers no ping, and the connector
+				// closes it (1011 ping timeout) long before thousands
+				// more have dialed.
+				f.readers.Go(func() { f.read(ws) })
 			}
 		})
 	}
@@ -148,13 +172,35 @@ func (f *fleet) connect() (failed int, err error) {
 	for _, ws := range conns {
 		if ws != nil {
 			f.conns = append(f.conns, ws)
-			f.readers.Go(func() { f.read(ws) })
 		}
 	}
 	if len(f.conns) == 0 {
 		return int(fails.Load()), fmt.Errorf("no gateway connected: %v", firstErr.Load())
 	}
 	return int(fails.Load()), nil
+}
+
+// layout says which of several connectors each gateway dials.
+type layout struct {
+	// tenants is how many tenants the gateways are spread over,
+	// round-robin (gateway g is tenant g mod tenants's); 0 leaves them
+	// out: gateway g dials connector g mod n.
+	tenants int
+	// affinity puts every gateway of a tenant on one connector (tenant t
+	// on t mod n); otherwise tenant t's kth gateway dials connector
+	// (t+k) mod n, so each tenant is spread over all of them.
+	affinity bool
+}
+
+// connectorOf is the connector (of n) gateway g dials.
+func (l layout) connectorOf(g, n int) int {
+	switch {
+	case l.tenants <= 0:
+		return g % n
+	case l.affinity:
+		return (g % l.tenants) % n
+	}
+	return (g%l.tenants + g/l.tenants) % n
 }
 
 // dialGateway connects as gateway id the way the Hermes gateway does: a
@@ -187,15 +233,15 @@ func dialGateway(client *http.Client, url, id, secret, platform string) (*websoc
 }
 
 // sourceClients returns one HTTP client per loopback source address
-// 127.0.0.1..n, or the default client for n < 1. Each dials a new socket
-// per WebSocket (a hijacked connection is never pooled).
-func sourceClients(n int) []*http.Client {
+// 127.0.0.first..first+n-1, or the default client for n < 1. Each dials a
+// new socket per WebSocket (a hijacked connection is never pooled).
+func sourceClients(first, n int) []*http.Client {
 	if n < 1 {
 		return []*http.Client{http.DefaultClient}
 	}
 	clients := make([]*http.Client, n)
 	for i := range clients {
-		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(i+1))}}
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(first+i))}}
 		clients[i] = &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
 	}
 	return clients

@@ -38,6 +38,14 @@
 // relay on that durable store backend, after the same load on the memory
 // store, and prints the backend's figures as ratios to memory's.
 //
+// -connector runs real connector processes instead (the binary at that
+// path, -instances of them on the Redis at -redis-url), with the gateways
+// in -clients processes, so that a run of 100,000 gateways keeps every
+// process under an open-file limit of 20,000; it measures memory per
+// gateway in each connector process and in Redis, the connect rate, the
+// idle CPU and one event to every tenant, and the same connections on as
+// many bare echo server processes (procs.go).
+//
 // Examples:
 //
 //	relaybench -gateways 1000 -tenants 100 -rate 5000 -duration 10s
@@ -47,6 +55,7 @@
 //	relaybench -driver whatsapp -gateways 100 -rate 0 -duration 10s
 //	relaybench -gateways 100 -rate 0 -duration 5s -producers 256 -store embedded
 //	relaybench -url ws://10.0.0.5:8080/relay -secret S -gateway-prefix bench-gw- -gateways 100 -driver idle
+//	relaybench -driver idle -connector ./connector -redis-url redis://127.0.0.1:6390/0 -instances 7 -gateways 100000 -tenants 1000
 package main
 
 import (
@@ -54,12 +63,21 @@ import (
 )
 
 // roleEnv selects the process's role: "fleet" runs the gateway side for a
-// parent relaybench (see fleetMain).
+// parent relaybench (see fleetMain), "echo-server" an echo server process
+// (see echoServerMain).
 const roleEnv = "RELAYBENCH_ROLE"
 
 func main() {
-	if os.Getenv(roleEnv) == roleFleet {
-		os.Exit(fleetMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(roleMain(os.Args[1:]))
+}
+
+// roleMain runs the process's role.
+func roleMain(args []string) int {
+	switch os.Getenv(roleEnv) {
+	case roleFleet:
+		return fleetMain(args, os.Stdin, os.Stdout, os.Stderr)
+	case roleEchoServer:
+		return echoServerMain(args, os.Stdin, os.Stdout, os.Stderr)
 	}
-	os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr))
+	return benchMain(args, os.Stdout, os.Stderr)
 }

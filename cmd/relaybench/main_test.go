@@ -2,19 +2,27 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"connector/internal/redistest"
 )
 
-// TestMain lets the test binary play the gateway process that run starts
-// (this executable re-executed with RELAYBENCH_ROLE=fleet).
+// TestMain lets the test binary play the gateway and echo server
+// processes that a run starts (this executable re-executed with
+// RELAYBENCH_ROLE set).
 func TestMain(m *testing.M) {
-	if os.Getenv(roleEnv) == roleFleet {
-		os.Exit(fleetMain(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	if os.Getenv(roleEnv) != "" {
+		os.Exit(roleMain(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
@@ -172,6 +180,14 @@ func TestOptionsRejectBadFlags(t *testing.T) {
 		{[]string{"-store", "embedded", "-url", "ws://127.0.0.1:1/relay", "-secret", "s", "-driver", "idle"}, "-store"},
 		{[]string{"-producers", "0"}, "-producers"},
 		{[]string{"-producers", "4", "-driver", "nexscope"}, "-producers"},
+		{[]string{"-clients", "2"}, "-clients"},
+		{[]string{"-affinity"}, "-affinity"},
+		{[]string{"-connector", os.Args[0], "-redis-url", "redis://127.0.0.1:1/0"}, "-driver idle"},
+		{[]string{"-connector", os.Args[0], "-driver", "idle"}, "-redis-url"},
+		{[]string{"-connector", os.Args[0], "-driver", "idle", "-redis-url", "redis://127.0.0.1:1/0", "-store", "embedded"}, "-store redis"},
+		{[]string{"-connector", "/nonexistent/connector", "-driver", "idle", "-redis-url", "redis://127.0.0.1:1/0"}, "go build"},
+		{[]string{"-connector", os.Args[0], "-driver", "idle", "-redis-url", "redis://127.0.0.1:1/0", "-gateways", "20000", "-tenants", "1", "-instances", "2", "-clients", "2"}, "-tenants"},
+		{[]string{"-connector", os.Args[0], "-driver", "idle", "-redis-url", "redis://127.0.0.1:1/0", "-clients", "2", "-sources", "3"}, "-sources"},
 	} {
 		_, err := parseOptions(tc.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -274,5 +290,200 @@ func TestEmbeddedStoreDirRemoved(t *testing.T) {
 	left, err := os.ReadDir(dir)
 	if err != nil || len(left) != 0 {
 		t.Fatalf("store directory holds %v (%v) after the run, want nothing", left, err)
+	}
+}
+
+// buildConnector builds the connector binary for a run on connector
+// processes.
+func buildConnector(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "connector")
+	if out, err := exec.Command("go", "build", "-o", bin, "connector/cmd/connector").CombinedOutput(); err != nil {
+		t.Fatalf("go build connector: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// A run on connector processes keeps every process's connections within
+// the open-file limit, and says how many processes it takes.
+func TestOptionsFitOpenFileLimit(t *testing.T) {
+	limit := hardFileLimit()
+	if limit <= fileMargin || limit > 1<<20 {
+		t.Skipf("open-file limit %d", limit)
+	}
+	gateways := 2 * int(limit)
+	need := strconv.Itoa(ceilDiv(gateways, int(limit-fileMargin)))
+	base := []string{"-connector", os.Args[0], "-driver", "idle", "-redis-url", "redis://127.0.0.1:1/0",
+		"-gateways", strconv.Itoa(gateways), "-tenants", strconv.Itoa(gateways / 100)}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-instances", "1", "-clients", need}, "use at least " + need + " -instances"},
+		{[]string{"-instances", need, "-clients", "1"}, "use at least " + need + " -clients"},
+	} {
+		_, err := parseOptions(append(slices.Clone(base), tc.args...), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one saying %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := parseOptions(append(slices.Clone(base), "-instances", need, "-clients", need), &bytes.Buffer{}); err != nil {
+		t.Errorf("-instances %s -clients %s: %v", need, need, err)
+	}
+}
+
+// A run on real connector processes: two of them on one redis-server,
+// the gateways of every tenant spread over both from two gateway
+// processes, one event to every tenant through a signed WhatsApp webhook,
+// and the echo baseline on two echo server processes. Every gateway
+// connects, every tenant's event arrives, and every process the run
+// started is gone afterwards (Redis has no client left but the test's).
+func TestConnectorProcessesRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary and redis-server")
+	}
+	bin := buildConnector(t)
+	url := redistest.Start(t, redistest.Options{}).URL()
+	o, err := parseOptions([]string{"-driver", "idle", "-connector", bin, "-redis-url", url, "-instances", "2", "-clients", "2",
+		"-gateways", "40", "-tenants", "8", "-rate", "0", "-settle", "0s"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := runProcesses(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Connected != 40 || res.ConnectFailed != 0 || res.Broken != 0 {
+		t.Fatalf("connected %d, failed %d, broken %d; want 40, 0, 0", res.Connected, res.ConnectFailed, res.Broken)
+	}
+	if len(res.Instances) != 2 || res.Instances[0].Conns != 20 || res.Instances[1].Conns != 20 {
+		t.Fatalf("instances %+v: want two holding 20 gateways each", res.Instances)
+	}
+	for _, in := range res.Instances {
+		if in.After.Heap <= 0 || in.After.Goroutines < 20 || in.After.RSS <= 0 {
+			t.Errorf("%s: memory %+v, want a heap, a resident set and a goroutine per gateway", in.Name, in.After)
+		}
+	}
+	if e := res.Event; e == nil || e.Sent != 8 || e.Received != 8 || e.Lost() != 0 || e.Errors != 0 || e.P99 <= 0 {
+		t.Fatalf("event per tenant %+v: want 8 sent and read, none lost or failed", e)
+	}
+	if len(res.Echo) != 2 || res.Echo[0].Conns != 20 || res.Echo[0].After.Goroutines < 20 {
+		t.Fatalf("echo processes %+v: want two holding 20 connections each", res.Echo)
+	}
+	if res.Redis.Connected.Keys == 0 || res.Redis.Connected.UsedMemory <= res.Redis.Before.UsedMemory {
+		t.Errorf("redis %+v: want keys and memory once the gateways connected", res.Redis)
+	}
+
+	var out bytes.Buffer
+	res.print(&out)
+	for _, want := range []string{"2 connector processes", "connect:    40 gateways", "rb-i0", "rb-i1", "connector processes",
+		"echo processes (2)", "connector/echo per connection", "redis:      used_memory", "cores busy:", "event per tenant"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), o.Secret) {
+		t.Errorf("report shows the gateway secret:\n%s", out.String())
+	}
+
+	ropt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	clients, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(strings.TrimSpace(clients), "\n") + 1; n != 1 {
+		t.Fatalf("redis has %d clients after the run, want only the test's:\n%s", n, clients)
+	}
+}
+
+// A run on connector processes refuses a Redis database that holds keys
+// (its figures would not be the run's, and the run's keys would mix with
+// them) before it starts anything.
+func TestConnectorProcessesNeedEmptyRedis(t *testing.T) {
+	url := redistest.Start(t, redistest.Options{}).URL()
+	ropt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	if err := rdb.Set(context.Background(), "someone-else", "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseOptions([]string{"-driver", "idle", "-connector", os.Args[0], "-redis-url", url, "-gateways", "4"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runProcesses(&o); err == nil || !strings.Contains(err.Error(), "empty") {
+		t.Fatalf("run on a Redis holding a key: %v, want a refusal asking for an empty one", err)
+	}
+}
+
+// Gateways are spread over connector processes as a load balancer would,
+// or with -affinity each tenant on one; without tenants, round-robin.
+func TestLayout(t *testing.T) {
+	count := func(l layout, gateways, n int) (perConnector []int, tenantsOn [][]int) {
+		perConnector = make([]int, n)
+		tenantsOn = make([][]int, l.tenants)
+		for g := range gateways {
+			c := l.connectorOf(g, n)
+			perConnector[c]++
+			if l.tenants > 0 && !slices.Contains(tenantsOn[g%l.tenants], c) {
+				tenantsOn[g%l.tenants] = append(tenantsOn[g%l.tenants], c)
+			}
+		}
+		return perConnector, tenantsOn
+	}
+	// 10 tenants over 5 connectors: round-robin would put each tenant on
+	// one connector; spread puts each on all five, evenly.
+	per, on := count(layout{tenants: 10}, 1000, 5)
+	for c, n := range per {
+		if n != 200 {
+			t.Errorf("spread: connector %d holds %d gateways, want 200", c, n)
+		}
+	}
+	for tn, cs := range on {
+		if len(cs) != 5 {
+			t.Errorf("spread: tenant %d on connectors %v, want all five", tn, cs)
+		}
+	}
+	per, on = count(layout{tenants: 10, affinity: true}, 1000, 5)
+	for tn, cs := range on {
+		if len(cs) != 1 || cs[0] != tn%5 {
+			t.Errorf("affinity: tenant %d on connectors %v, want only %d", tn, cs, tn%5)
+		}
+	}
+	if per[0] != 200 {
+		t.Errorf("affinity: connector 0 holds %d gateways, want 200", per[0])
+	}
+	if got := (layout{}).connectorOf(7, 3); got != 1 {
+		t.Errorf("round-robin: gateway 7 of 3 connectors on %d, want 1", got)
+	}
+}
+
+// Redis reports used_memory_dataset as an unsigned difference that wraps
+// around when its overhead estimate exceeds used_memory (seen at 100,000
+// gateways: 18446744073708419770); the run reads that as no data instead
+// of failing.
+func TestParseRedisMemory(t *testing.T) {
+	info := map[string]string{"used_memory": "5000000", "used_memory_dataset": "18446744073708419770", "mem_clients_normal": "40000"}
+	r, err := parseRedisMemory(func(f string) string { return info[f] })
+	if err != nil || r.UsedMemory != 5_000_000 || r.Dataset != 0 || r.Clients != 40_000 {
+		t.Fatalf("parseRedisMemory: %+v, %v; want used 5000000, data 0, clients 40000", r, err)
+	}
+	info["used_memory_dataset"] = "123"
+	if r, err := parseRedisMemory(func(f string) string { return info[f] }); err != nil || r.Dataset != 123 {
+		t.Fatalf("parseRedisMemory: %+v, %v; want data 123", r, err)
+	}
+	delete(info, "mem_clients_normal")
+	if _, err := parseRedisMemory(func(f string) string { return info[f] }); err == nil || !strings.Contains(err.Error(), "mem_clients_normal") {
+		t.Fatalf("parseRedisMemory without mem_clients_normal: %v, want an error naming it", err)
 	}
 }

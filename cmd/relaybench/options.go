@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"connector/store"
@@ -73,9 +74,30 @@ type options struct {
 	// the gateways and echo clients dial from, round-robin: one address
 	// to one listener runs out of ephemeral ports near 28,000 connections.
 	// 0 picks one per 20,000 connections; a target other than loopback
-	// (-url) dials from the system's choice.
+	// (-url) dials from the system's choice. On connector processes
+	// (-connector) every gateway process dials from addresses of its own,
+	// 127.0.0.2 upwards.
 	Sources int
+	// Connector, when set, is the connector binary: the run starts
+	// Instances of it (serve, store.backend redis on RedisURL) instead of
+	// the in-process connector, and Clients gateway processes spread over
+	// them (driver idle).
+	Connector string
+	// Clients is how many gateway processes share the gateways on
+	// connector processes; 0 picks one per 16,000 gateways.
+	Clients int
+	// Affinity puts every gateway of a tenant on the same connector
+	// process; otherwise a tenant's gateways are spread over all of them.
+	Affinity bool
+	// Settle bounds the wait for each connector process's next garbage
+	// collection, before and after the gateways connect, so that the heap
+	// it reports holds no garbage.
+	Settle time.Duration
 }
+
+// connsPerClient is how many gateways -clients 0 gives one gateway
+// process: below the 20,000 open-file limit with room to spare.
+const connsPerClient = 16_000
 
 // connsPerSource is how many connections -sources 0 puts on one loopback
 // source address, well within the default ephemeral port range.
@@ -105,6 +127,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Producers, "producers", 1, "goroutines the synthetic driver publishes from at once (all instances together)")
 	fs.IntVar(&o.Instances, "instances", 1, "relay instances sharing the redis store (-store redis, -driver synthetic); gateways and events are spread over them")
 	fs.IntVar(&o.Sources, "sources", 0, "loopback source addresses 127.0.0.1..N the connections dial from (0: one per 20000 connections; in-process only)")
+	fs.StringVar(&o.Connector, "connector", "", "the connector binary: run -instances processes of it on the redis at -redis-url, with the gateways in -clients processes (driver idle)")
+	fs.IntVar(&o.Clients, "clients", 0, "gateway processes with -connector (0: one per 16000 gateways)")
+	fs.BoolVar(&o.Affinity, "affinity", false, "with -connector: every gateway of a tenant on one connector process (default: spread over all)")
+	fs.DurationVar(&o.Settle, "settle", 150*time.Second, "with -connector: longest wait for each connector process's next garbage collection before reading its heap (Go collects at least every 2 minutes)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -114,8 +140,19 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.Tenants <= 0 {
 		o.Tenants = o.Gateways
 	}
+	if o.Connector != "" {
+		if o.Clients == 0 {
+			o.Clients = ceilDiv(o.Gateways, connsPerClient)
+		}
+		if o.Store == store.BackendMemory {
+			o.Store = store.BackendRedis
+		}
+		if o.Sources == 0 {
+			o.Sources = max(1, o.Clients) * o.sourcesPerClient()
+		}
+	}
 	if o.Sources == 0 && o.URL == "" {
-		o.Sources = (o.Gateways + connsPerSource - 1) / connsPerSource
+		o.Sources = ceilDiv(o.Gateways, connsPerSource)
 	}
 	if o.Secret == "" && o.URL == "" {
 		var b [16]byte
@@ -153,12 +190,16 @@ func (o *options) validate() error {
 		return errors.New("-sources applies to the in-process connector (loopback)")
 	case o.Instances < 1:
 		return errors.New("-instances must be at least 1")
-	case o.Instances > 1 && (o.Store != store.BackendRedis || o.Driver != driverSynthetic):
-		return errors.New("-instances above 1 needs -store redis and -driver synthetic")
 	case o.RedisMinReplicas < 0:
 		return errors.New("-redis-min-replicas must not be negative")
+	case o.Connector != "":
+		return o.validateProcesses()
+	case o.Instances > 1 && (o.Store != store.BackendRedis || o.Driver != driverSynthetic):
+		return errors.New("-instances above 1 needs -store redis and -driver synthetic (or -connector)")
 	case o.RedisMinReplicas > 0 && o.Store != store.BackendRedis:
 		return errors.New("-redis-min-replicas needs -store redis")
+	case o.Clients != 0 || o.Affinity:
+		return errors.New("-clients and -affinity apply to -connector")
 	}
 	switch o.Store {
 	case store.BackendMemory, store.BackendEmbedded:
@@ -178,6 +219,62 @@ func (o *options) validate() error {
 	}
 	return fmt.Errorf("unknown -driver %q (synthetic, nexscope, discord, slack, whatsapp or idle)", o.Driver)
 }
+
+// validateProcesses checks a run on connector processes: every process
+// (connector and gateway process alike) must hold its connections within
+// the open-file limit, every gateway process needs source addresses of its
+// own, and every tenant within the gateway ceiling of the config.
+func (o *options) validateProcesses() error {
+	limit := hardFileLimit()
+	perInstance, perClient := ceilDiv(o.Gateways, o.Instances), ceilDiv(o.Gateways, max(1, o.Clients))
+	perTenant := ceilDiv(o.Gateways, o.Tenants)
+	switch {
+	case o.Driver != driverIdle:
+		return errors.New("-connector runs -driver idle (connections, then one event per tenant)")
+	case o.URL != "":
+		return errors.New("-connector and -url exclude each other")
+	case o.RedisURL == "":
+		return errors.New("-connector needs -redis-url: an empty Redis database the connector processes share")
+	case o.Store != store.BackendRedis:
+		return errors.New("-connector runs the connector processes on -store redis")
+	case o.Clients < 1:
+		return errors.New("-clients must be at least 1")
+	case o.Producers > 1:
+		return errors.New("-producers applies to -driver synthetic only")
+	case o.RedisMinReplicas > 0:
+		return errors.New("-redis-min-replicas applies to the in-process relay; the connector processes run on their config's defaults")
+	case limit > 0 && uint64(perInstance)+fileMargin > limit:
+		return fmt.Errorf("%d gateways over %d connector processes is %d connections each, above what the open-file limit %d allows: use at least %d -instances",
+			o.Gateways, o.Instances, perInstance, limit, ceilDiv(o.Gateways, int(limit-fileMargin)))
+	case limit > 0 && uint64(perClient)+fileMargin > limit:
+		return fmt.Errorf("%d gateways over %d gateway processes is %d connections each, above what the open-file limit %d allows: use at least %d -clients",
+			o.Gateways, o.Clients, perClient, limit, ceilDiv(o.Gateways, int(limit-fileMargin)))
+	case o.Sources%o.Clients != 0 || 1+o.Sources > 254:
+		return fmt.Errorf("-sources %d: want a multiple of -clients %d, at most 253 (127.0.0.2 upwards)", o.Sources, o.Clients)
+	case perTenant > gatewayCeiling:
+		return fmt.Errorf("%d gateways over %d tenants is %d per tenant, above the config's ceiling of %d: use more -tenants", o.Gateways, o.Tenants, perTenant, gatewayCeiling)
+	case o.Settle < 0:
+		return errors.New("-settle must not be negative")
+	}
+	if st, err := os.Stat(o.Connector); err != nil || st.IsDir() {
+		return fmt.Errorf("-connector %s: not a file (build it: go build -o connector ./cmd/connector)", o.Connector)
+	}
+	return nil
+}
+
+// gatewayCeiling is the most gateways a tenant may have
+// (registry.GatewayLimitCeiling).
+const gatewayCeiling = 10_000
+
+// sourcesPerClient is how many loopback source addresses each gateway
+// process dials from on connector processes: one per 20,000 of its
+// connections.
+func (o *options) sourcesPerClient() int {
+	return ceilDiv(ceilDiv(o.Gateways, max(1, o.Clients)), connsPerSource)
+}
+
+// ceilDiv is a/b rounded up.
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // gatewayID is gateway i's id.
 func (o *options) gatewayID(i int) string { return fmt.Sprintf("%s%d", o.GatewayPrefix, i) }

@@ -17,25 +17,31 @@ const stallTimeout = 30 * time.Second
 type pacer struct {
 	Rate     float64
 	Duration time.Duration
-	Window   int
+	// Count, when positive, ends the run after that many events instead
+	// of after Duration.
+	Count  int
+	Window int
 	// InFlight reports events sent and not yet completed.
 	InFlight func() int64
 	// Progress is signalled when InFlight may have dropped.
 	Progress <-chan struct{}
 }
 
-// run calls fire for each event until Duration has passed and returns how
-// many it fired and how many of those failed.
+// run calls fire for each event until Duration has passed (or Count events
+// were fired) and returns how many it fired and how many of those failed.
 func (p *pacer) run(ctx context.Context, fire func(seq int, at time.Time) error) (sent, failed int, err error) {
 	start := time.Now()
 	end := start.Add(p.Duration)
+	if p.Count > 0 {
+		end = time.Unix(1<<62, 0) // never: the count ends the run
+	}
 	var interval time.Duration
 	if p.Rate > 0 {
 		interval = time.Duration(float64(time.Second) / p.Rate)
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for seq := 0; ; seq++ {
+	for seq := 0; p.Count <= 0 || seq < p.Count; seq++ {
 		at := time.Now()
 		if interval > 0 {
 			at = start.Add(time.Duration(seq) * interval)
@@ -61,6 +67,7 @@ func (p *pacer) run(ctx context.Context, fire func(seq int, at time.Time) error)
 			failed++
 		}
 	}
+	return sent, failed, nil
 }
 
 // waitWindow waits until fewer than Window events are in flight.

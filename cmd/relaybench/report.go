@@ -10,8 +10,11 @@ import (
 	"time"
 )
 
-// print writes the human-readable report.
+// print writes the human-readable report; nothing when r is nil.
 func (r *result) print(w io.Writer) {
+	if r == nil {
+		return
+	}
 	o := &r.Opts
 	rate := "max"
 	if o.Rate > 0 {

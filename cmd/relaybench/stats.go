@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -64,6 +65,36 @@ func parseStats(f []string) (stats, error) {
 		P50: time.Duration(v[5]), P90: time.Duration(v[6]), P99: time.Duration(v[7]), Max: time.Duration(v[8])}, nil
 }
 
+// samplesFields encodes the latencies lat and the error count errs for the
+// child protocol.
+func samplesFields(errs int, lat []time.Duration) string {
+	b := strconv.AppendInt(nil, int64(errs), 10)
+	for _, d := range lat {
+		b = strconv.AppendInt(append(b, ' '), int64(d), 10)
+	}
+	return string(b)
+}
+
+// parseSamples decodes what samplesFields wrote.
+func parseSamples(f []string) ([]time.Duration, int, error) {
+	if len(f) < 1 {
+		return nil, 0, errors.New("samples: no error count")
+	}
+	errs, err := strconv.Atoi(f[0])
+	if err != nil {
+		return nil, 0, fmt.Errorf("samples: %w", err)
+	}
+	lat := make([]time.Duration, len(f)-1)
+	for i, v := range f[1:] {
+		ns, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, 0, fmt.Errorf("samples: %w", err)
+		}
+		lat[i] = time.Duration(ns)
+	}
+	return lat, errs, nil
+}
+
 // recorder collects latencies from many goroutines.
 type recorder struct {
 	mu     sync.Mutex
@@ -93,7 +124,15 @@ func (r *recorder) take() stats {
 	l, errs, n := r.lat, r.errors, r.bytes
 	r.lat, r.errors, r.bytes = nil, 0, 0
 	r.mu.Unlock()
-	s := stats{Received: len(l), Errors: errs, Bytes: n}
+	s := summarize(l)
+	s.Errors, s.Bytes = errs, n
+	return s
+}
+
+// summarize returns the count and percentiles of the latencies l (sorted
+// in place).
+func summarize(l []time.Duration) stats {
+	s := stats{Received: len(l)}
 	if len(l) == 0 {
 		return s
 	}
@@ -101,6 +140,24 @@ func (r *recorder) take() stats {
 	at := func(q float64) time.Duration { return l[min(len(l)-1, int(q*float64(len(l))))] }
 	s.P50, s.P90, s.P99, s.Max = at(0.50), at(0.90), at(0.99), l[len(l)-1]
 	return s
+}
+
+// count returns how many latencies and errors were recorded since the last
+// take, leaving them.
+func (r *recorder) count() (n, errors int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.lat), r.errors
+}
+
+// takeSamples returns every latency and the errors recorded since the last
+// take, and starts over.
+func (r *recorder) takeSamples() ([]time.Duration, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l, errs := r.lat, r.errors
+	r.lat, r.errors, r.bytes = nil, 0, 0
+	return l, errs
 }
 
 // stampPrefix starts the stamp every generated event text carries:

@@ -25,6 +25,9 @@ type webhookPool struct {
 	workers  sync.WaitGroup
 	failed   atomic.Int64 // refused webhooks and events the platform dropped
 	progress chan struct{}
+	// answered records how long each webhook took to be answered (the
+	// platform's confirmation), from its POST.
+	answered recorder
 }
 
 // start runs n workers that post each job with post, which reports
@@ -37,7 +40,10 @@ func (w *webhookPool) start(n int, progress chan struct{}, post func(webhookJob)
 	for range n {
 		w.workers.Go(func() {
 			for j := range w.jobs {
-				if !post(j) {
+				start := time.Now()
+				ok := post(j)
+				w.answered.add(time.Since(start), 0)
+				if !ok {
 					w.fail()
 				}
 			}
@@ -65,6 +71,7 @@ func (w *webhookPool) stop() {
 	if w.jobs != nil {
 		close(w.jobs)
 		w.workers.Wait()
+		w.jobs = nil
 	}
 }
 
