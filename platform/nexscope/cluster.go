@@ -118,8 +118,13 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	node.Handle(msgClose, 4, func(m cluster.Msg) {
 		if e := cl.edge(m.Fields[0]); e != nil {
 			code, _ := strconv.Atoi(string(m.Fields[1]))
+			c := Close{Code: contract.CloseCode(code), Reason: string(m.Fields[2])}
+			if abandons(c) {
+				e.link.abandon(e, c)
+				return
+			}
 			e.leave()
-			e.q.Close(Close{Code: contract.CloseCode(code), Reason: string(m.Fields[2])}, string(m.Fields[3]) == "1")
+			e.q.Close(c, string(m.Fields[3]) == "1")
 		}
 	})
 	node.Handle(msgLeave, 1, func(m cluster.Msg) {
@@ -733,9 +738,10 @@ type edgeLink struct {
 	in  cluster.Link // frames for the member (inbox goroutine)
 
 	mu       sync.Mutex
-	sent     int64 // bytes forwarded to the home
-	consumed int64 // of them, bytes the home reported processed
-	written  int64 // bytes written to the socket (the member's writer)
+	pending  pending // the member's frames the home has not answered (unanswered.go)
+	sent     int64   // bytes forwarded to the home
+	consumed int64   // of them, bytes the home reported processed
+	written  int64   // bytes written to the socket (the member's writer)
 	credit   chan struct{}
 
 	reported int64 // the member's writer
@@ -757,6 +763,10 @@ func (l *edgeLink) answer(a joinAnswer) {
 // SendQueueBytes or more forwarded bytes wait there (the socket is not read
 // meanwhile: TCP pushes back on the client).
 func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte) {
+	var answer []byte
+	if typ == websocket.MessageText {
+		answer = answerable(data)
+	}
 	window := m.p.cfg.SendQueueBytes
 	for {
 		l.mu.Lock()
@@ -772,7 +782,14 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte) {
 		}
 	}
 	l.mu.Lock()
+	if l.pending.closed {
+		l.mu.Unlock()
+		return
+	}
 	l.sent += int64(len(data))
+	if answer != nil {
+		l.pending.sent = append(l.pending.sent, answer)
+	}
 	l.mu.Unlock()
 	l.out.Send(func(seq uint64) {
 		l.cl.send(l.home, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(typ), data)
@@ -795,6 +812,9 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
 		m.log.Warn("nexscope frames from the room's home lost; closing the member", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
 		return
+	}
+	if !binary {
+		l.relayed(data)
 	}
 	if m.q.Push(wsconn.Frame{Type: messageType(binary), Data: data}) == wsconn.ErrOverflow {
 		m.kick(CloseSlowConsumer)

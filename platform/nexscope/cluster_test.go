@@ -276,7 +276,10 @@ func TestClusterRoomAcrossInstances(t *testing.T) {
 // TestClusterHomeLost: when the room's home stops (here: its connection to
 // Redis is cut, as a crash would), its members elsewhere are closed with
 // 1012 within a few beats, another instance hosts the room, and members who
-// reconnect meet again there.
+// reconnect meet again there. Before the close, what the home left
+// unanswered is answered by the members' own instances: the file in flight
+// is undelivered for its sender and incomplete for its recipient, and a msg
+// sent after the home stopped is undelivered.
 func TestClusterHomeLost(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
@@ -291,6 +294,15 @@ func TestClusterHomeLost(t *testing.T) {
 
 	_ = home.st.Close() // the home is cut off: no beats, no lease renewal
 	lost := time.Now()
+	alice.SendJSON(msg("m1", "alice", []string{"bob"}, "sent after the home was cut off"))
+	for _, id := range []string{"f1", "m1"} {
+		if e := alice.Expect("error"); e["code"] != string(CodeUndelivered) || e["msgId"] != id {
+			t.Fatalf("alice got %v, want undelivered for %s", e, id)
+		}
+	}
+	if e := bob.Expect("error"); e["code"] != string(CodeTransferIncomplete) || e["msgId"] != "f1" {
+		t.Fatalf("bob got %v, want transfer_incomplete for f1", e)
+	}
 	expectClose(alice, CloseRoomMoved)
 	expectClose(bob, CloseRoomMoved)
 	t.Logf("members closed %v after their home was cut off (beat %v)", time.Since(lost).Round(time.Millisecond), takeoverTTL/3)
@@ -563,4 +575,38 @@ func BenchmarkClusterFile(b *testing.B) {
 		sender.Expect("ack")
 		<-ends
 	}
+}
+
+// TestClusterLostMsgIsAnswered: a msg lost on its way from the member's
+// instance to the room's home is seen missing at the edge's next beat; the
+// home closes the member with 1011, and the member's instance answers the
+// msg undelivered before that close, so it is never lost silently.
+func TestClusterLostMsgIsAnswered(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	lost := make(chan struct{})
+	lose := func(channel string, msg []byte) bool {
+		if channel != cluster.Inbox(home.name) || cluster.Type(msg) != msgIn || !bytes.Contains(msg, []byte(`"msgId":"m1"`)) {
+			return false
+		}
+		close(lost)
+		return true
+	}
+	edge.lose.Store(&lose)
+	alice.SendJSON(msg("m1", "alice", []string{"bob"}, "lost on the way"))
+	select {
+	case <-lost:
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the msg's frame to be lost", testTimeout)
+	}
+	if e := alice.Expect("error"); e["code"] != string(CodeUndelivered) || e["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want undelivered for m1", e)
+	}
+	expectClose(alice, CloseFramesLost)
+	bob.ExpectPresence("bob")
 }
