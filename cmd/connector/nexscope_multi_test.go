@@ -24,14 +24,20 @@ import (
 )
 
 // startTwoInstances starts two connector processes (i0, i1) sharing a fresh
-// redis-server, and returns their rigs, a store on that Redis to watch the
+// redis-server, with direct streams between them (nexscope.cluster_addr)
+// when streamed, and returns their rigs, a store on that Redis to watch the
 // leases, and the redis-server.
-func startTwoInstances(t *testing.T) ([]*crashRig, store.Store, *redistest.Server) {
+func startTwoInstances(t *testing.T, streamed bool) ([]*crashRig, store.Store, *redistest.Server) {
 	t.Helper()
 	rds := redistest.Start(t, redistest.Options{})
 	base := newCrashRig(t, connectorBinary(t), true)
 	var st store.Store
-	base.config, st = onRedis(t, base.config, rds.URL(), func(cfg string) string { return cfg })
+	base.config, st = onRedis(t, base.config, rds.URL(), func(cfg string) string {
+		if streamed {
+			return strings.Replace(cfg, "nexscope:\n", "nexscope:\n  cluster_addr: 127.0.0.1:0\n", 1)
+		}
+		return cfg
+	})
 	rigs := make([]*crashRig, 2)
 	for i := range rigs {
 		r := *base
@@ -123,7 +129,18 @@ func TestTwoInstancesNexscopeMsgDuringHomeDeath(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary and redis-server")
 	}
-	rigs, st, _ := startTwoInstances(t)
+	inBothModes(t, msgDuringHomeDeath)
+}
+
+// inBothModes runs test with member frames on Redis pub/sub, then on
+// direct streams.
+func inBothModes(t *testing.T, test func(t *testing.T, streamed bool)) {
+	t.Run("pubsub", func(t *testing.T) { test(t, false) })
+	t.Run("streams", func(t *testing.T) { test(t, true) })
+}
+
+func msgDuringHomeDeath(t *testing.T, streamed bool) {
+	rigs, st, _ := startTwoInstances(t, streamed)
 	homeName, _ := waitLeaseHolder(t, st, nexscopeRoomLease, "")
 	home := instanceIndex(homeName)
 	edge := rigs[1-home]
@@ -190,7 +207,11 @@ func TestTwoInstancesNexscopeFileDuringHomeDeath(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary and redis-server")
 	}
-	rigs, st, _ := startTwoInstances(t)
+	inBothModes(t, fileDuringHomeDeath)
+}
+
+func fileDuringHomeDeath(t *testing.T, streamed bool) {
+	rigs, st, _ := startTwoInstances(t, streamed)
 	homeName, _ := waitLeaseHolder(t, st, nexscopeRoomLease, "")
 	home := instanceIndex(homeName)
 	edge := rigs[1-home]
@@ -264,8 +285,12 @@ func TestTwoInstancesNexscopeFileCPU(t *testing.T) {
 		}
 		mib = n
 	}
+	inBothModes(t, func(t *testing.T, streamed bool) { fileCPU(t, streamed, mib) })
+}
+
+func fileCPU(t *testing.T, streamed bool, mib int64) {
 	size := mib << 20
-	rigs, st, rds := startTwoInstances(t)
+	rigs, st, rds := startTwoInstances(t, streamed)
 	homeName, _ := waitLeaseHolder(t, st, nexscopeRoomLease, "")
 	home := instanceIndex(homeName)
 	edge := 1 - home

@@ -172,11 +172,30 @@ func (in *instance) joinWith(t testing.TB, name string, want ...string) *client 
 // real redis-server, with every member on a different instance: presence,
 // msg and ack, the bridge to the bot and the gateway's reply, the file lock
 // and a file's chunks in order through the flow control, and a leave.
-func TestClusterRoomAcrossInstances(t *testing.T) {
+func TestClusterRoomAcrossInstances(t *testing.T) { clusterRoomAcrossInstances(t, "") }
+
+// TestClusterRoomAcrossInstancesStreamed is TestClusterRoomAcrossInstances
+// with direct streams between the instances (cluster_addr): what an
+// instance sends another's inbox goes over TCP, not pub/sub.
+func TestClusterRoomAcrossInstancesStreamed(t *testing.T) {
+	clusterRoomAcrossInstances(t, "127.0.0.1:0")
+}
+
+func clusterRoomAcrossInstances(t *testing.T, clusterAddr string) {
 	srv := redistest.Start(t, redistest.Options{})
 	// A send window of 64 KiB makes a 1 MiB file run on credits both ways.
-	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}, SendQueueBytes: 64 << 10}
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}, SendQueueBytes: 64 << 10, ClusterAddr: clusterAddr}
 	ins := startInstances(t, srv, cfg, 3, clusterLeaseTTL)
+	if clusterAddr != "" {
+		// Pub/sub loses every member frame: they must take the streams.
+		lose := func(channel string, msg []byte) bool {
+			t := cluster.Type(msg)
+			return strings.HasPrefix(channel, cluster.Inbox("")) && (t == msgIn || t == msgOut || t == msgJoined)
+		}
+		for _, in := range ins {
+			in.lose.Store(&lose)
+		}
+	}
 	home := homeOf(t, ins, DefaultRoom)
 	edges := others(ins, home)
 
@@ -528,12 +547,18 @@ func BenchmarkClusterMsgAck(b *testing.B) {
 
 // BenchmarkClusterFile streams a file from a member on one instance to a
 // member on another through the room's home on a third (every chunk crosses
-// pub/sub twice, under the send-window credits).
+// between instances twice, under the send-window credits): on pub/sub, and
+// on direct streams.
 func BenchmarkClusterFile(b *testing.B) {
+	b.Run("pubsub", func(b *testing.B) { benchClusterFile(b, "") })
+	b.Run("streams", func(b *testing.B) { benchClusterFile(b, "127.0.0.1:0") })
+}
+
+func benchClusterFile(b *testing.B, clusterAddr string) {
 	srv := redistest.Start(b, redistest.Options{})
 	ins := make([]*instance, 3)
 	for i := range ins {
-		ins[i] = startInstance(b, srv, Config{}, fmt.Sprintf("i%d", i), clusterLeaseTTL)
+		ins[i] = startInstance(b, srv, Config{ClusterAddr: clusterAddr}, fmt.Sprintf("i%d", i), clusterLeaseTTL)
 	}
 	home := homeOf(b, ins, DefaultRoom)
 	edges := others(ins, home)
