@@ -79,12 +79,12 @@ type Config struct {
 	// request's own host (coder/websocket AcceptOptions.OriginPatterns).
 	// Default none; clients that send no Origin header are always allowed.
 	OriginPatterns []string `yaml:"origin_patterns"`
-	// ClusterAddr is, with several instances, the host:port this instance
-	// listens on for the other instances' direct streams, and gives them to
+	// ClusterAddr is the host:port this instance listens on, with several
+	// instances, for the other instances' direct streams, and gives them to
 	// dial: the host must be an address they reach (not 0.0.0.0); port 0
 	// picks a free one. Member frames, file chunks and their credits then
 	// go straight from instance to instance instead of through Redis
-	// pub/sub (docs/nexscope.md, "Direct streams"). Set it on every
+	// pub/sub (docs/nexscope.md, "Many instances"). Set it on every
 	// instance or on none. Default "": everything crosses Redis pub/sub.
 	ClusterAddr string `yaml:"cluster_addr"`
 	// Rooms configures named rooms and the default room (Name "default").
