@@ -58,6 +58,7 @@ const (
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
 	msgExec     = 'x' // call on the room channel: tenant, action (JSON)
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
+	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
 
 // Cluster tuning.
@@ -66,15 +67,20 @@ const (
 	// a join (sent again every beat) before it refuses the client with
 	// 1013: long enough for a lease takeover (four beats).
 	joinBeats = 6
-	// creditBytes is how many bytes written or processed an instance
-	// reports at least at once (it also reports whenever it runs dry).
-	creditBytes = 64 << 10
 )
+
+// creditStep is how many bytes written or processed an instance reports
+// at once: a quarter of the send window, so the other side, which sees at
+// most that many fewer than there are, never waits on a report while less
+// than the window is in flight (and every beat repeats the totals). One
+// report per quarter window, not per frame: a file costs a few reports.
+func (p *Platform) creditStep() int64 { return max(p.cfg.SendQueueBytes/4, 1) }
 
 // fleet is this instance's part in the rooms of several instances.
 type fleet struct {
-	p    *Platform
-	node *cluster.Node
+	p       *Platform
+	node    *cluster.Node
+	streams *streams // direct streams to and from the other instances (stream.go)
 
 	ctx       context.Context // ends when Run ends
 	stop      context.CancelFunc
@@ -97,6 +103,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		edges: make(map[string]*member), remotes: make(map[string]*member),
 		joining: make(map[string]bool),
 	}
+	cl.streams = newStreams(cl)
 	node.Handle(msgJoin, 3, func(m cluster.Msg) {
 		cl.joinHere(string(m.Fields[0]), string(m.Fields[1]), m.From, string(m.Fields[2]))
 	})
@@ -118,8 +125,13 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	node.Handle(msgClose, 4, func(m cluster.Msg) {
 		if e := cl.edge(m.Fields[0]); e != nil {
 			code, _ := strconv.Atoi(string(m.Fields[1]))
+			c := Close{Code: contract.CloseCode(code), Reason: string(m.Fields[2])}
+			if abandons(c) {
+				e.link.abandon(e, c)
+				return
+			}
 			e.leave()
-			e.q.Close(Close{Code: contract.CloseCode(code), Reason: string(m.Fields[2])}, string(m.Fields[3]) == "1")
+			e.q.Close(c, string(m.Fields[3]) == "1")
 		}
 	})
 	node.Handle(msgLeave, 1, func(m cluster.Msg) {
@@ -141,12 +153,18 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
 	node.HandleCall(msgExec, 2, cl.execHere)
 	node.HandleCall(msgProbe, 1, cl.probeHere)
+	node.HandleCall(msgStream, 0, cl.streams.ticketHere)
 	return cl
 }
 
 // start runs the beat and, for every room, the bid for its lease until ctx
 // ends.
 func (cl *fleet) start(ctx context.Context, exclusive func(context.Context, string, func(context.Context) error) error) {
+	if addr := cl.p.cfg.ClusterAddr; addr != "" {
+		if err := cl.streams.listen(addr); err != nil {
+			cl.p.log.Error("nexscope cluster_addr not listened on; member frames cross Redis pub/sub", "cluster_addr", addr, "err", err)
+		}
+	}
 	cl.stopBeats = cl.node.OnBeat(cl.sendBeats)
 	bid := func(r *room) {
 		cl.wg.Go(func() {
@@ -184,12 +202,24 @@ func (cl *fleet) shutdown() {
 	}
 	cl.stop()
 	cl.wg.Wait()
+	cl.streams.close()
 }
 
-// send queues a message for instance's inbox; it waits while the outbox is
-// full (bulk frames hold their sender back).
+// send queues a message for instance's inbox, on the direct stream to it
+// when there is one (stream.go); it waits while the queue is full (bulk
+// frames hold their sender back).
 func (cl *fleet) send(instance string, typ byte, fields ...[]byte) {
-	cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
+	if !cl.streams.send(instance, true, typ, fields...) {
+		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
+	}
+}
+
+// sendNow is send for messages that must not wait (beats): one that finds
+// the queue full is lost, as pub/sub may lose any.
+func (cl *fleet) sendNow(instance string, typ byte, fields ...[]byte) {
+	if !cl.streams.send(instance, false, typ, fields...) {
+		cl.node.Send(cluster.Inbox(instance), typ, fields...)
+	}
 }
 
 // home runs r as its home while this instance holds the room's lease
@@ -264,10 +294,10 @@ func (cl *fleet) sendBeats() {
 		}
 	}
 	for h, list := range toHome {
-		cl.node.Send(cluster.Inbox(h), msgEdgeBeat, list)
+		cl.sendNow(h, msgEdgeBeat, list)
 	}
 	for e, list := range toEdge {
-		cl.node.Send(cluster.Inbox(e), msgHomeBeat, list)
+		cl.sendNow(e, msgHomeBeat, list)
 	}
 }
 
@@ -645,7 +675,7 @@ func (m *member) runRemote() {
 
 // remoteReader is the wsconn.Writer of a remote member's inbound frames: it
 // handles them as a local member's reader does, and reports the bytes
-// consumed to the edge, in batches of creditBytes or when it ran dry.
+// consumed to the edge, every creditStep bytes.
 type remoteReader struct{ m *member }
 
 // Write implements wsconn.Writer; a member that must stop reading ends it.
@@ -662,7 +692,7 @@ func (r remoteReader) Write(batch []wsconn.Frame) error {
 		l.consumed += int64(len(f.Data))
 		consumed := l.consumed
 		l.consumedMu.Unlock()
-		if l.in.q.Len() == 0 || consumed-l.reported >= creditBytes {
+		if consumed-l.reported >= m.p.creditStep() {
 			l.reported = consumed
 			l.cl.send(l.edge, msgConsumed, []byte(l.conn), strconv.AppendInt(nil, consumed, 10))
 		}
@@ -733,9 +763,10 @@ type edgeLink struct {
 	in  cluster.Link // frames for the member (inbox goroutine)
 
 	mu       sync.Mutex
-	sent     int64 // bytes forwarded to the home
-	consumed int64 // of them, bytes the home reported processed
-	written  int64 // bytes written to the socket (the member's writer)
+	pending  pending // the member's frames the home has not answered (unanswered.go)
+	sent     int64   // bytes forwarded to the home
+	consumed int64   // of them, bytes the home reported processed
+	written  int64   // bytes written to the socket (the member's writer)
 	credit   chan struct{}
 
 	reported int64 // the member's writer
@@ -757,6 +788,10 @@ func (l *edgeLink) answer(a joinAnswer) {
 // SendQueueBytes or more forwarded bytes wait there (the socket is not read
 // meanwhile: TCP pushes back on the client).
 func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte) {
+	var answer []byte
+	if typ == websocket.MessageText {
+		answer = answerable(data)
+	}
 	window := m.p.cfg.SendQueueBytes
 	for {
 		l.mu.Lock()
@@ -772,7 +807,14 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte) {
 		}
 	}
 	l.mu.Lock()
+	if l.pending.closed {
+		l.mu.Unlock()
+		return
+	}
 	l.sent += int64(len(data))
+	if answer != nil {
+		l.pending.sent = append(l.pending.sent, answer)
+	}
 	l.mu.Unlock()
 	l.out.Send(func(seq uint64) {
 		l.cl.send(l.home, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(typ), data)
@@ -796,19 +838,22 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
 		m.kick(CloseFramesLost)
 		return
 	}
+	if !binary {
+		l.relayed(data)
+	}
 	if m.q.Push(wsconn.Frame{Type: messageType(binary), Data: data}) == wsconn.ErrOverflow {
 		m.kick(CloseSlowConsumer)
 	}
 }
 
-// wrote reports n more bytes written to the socket to the home, in batches
-// of creditBytes or when the queue ran dry.
+// wrote reports n more bytes written to the socket to the home, every
+// creditStep bytes.
 func (l *edgeLink) wrote(m *member, n int) {
 	l.mu.Lock()
 	l.written += int64(n)
 	written := l.written
 	l.mu.Unlock()
-	if written-l.reported < creditBytes && m.q.Len() > 0 {
+	if written-l.reported < m.p.creditStep() {
 		return
 	}
 	l.reported = written

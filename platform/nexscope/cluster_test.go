@@ -172,11 +172,30 @@ func (in *instance) joinWith(t testing.TB, name string, want ...string) *client 
 // real redis-server, with every member on a different instance: presence,
 // msg and ack, the bridge to the bot and the gateway's reply, the file lock
 // and a file's chunks in order through the flow control, and a leave.
-func TestClusterRoomAcrossInstances(t *testing.T) {
+func TestClusterRoomAcrossInstances(t *testing.T) { clusterRoomAcrossInstances(t, "") }
+
+// TestClusterRoomAcrossInstancesStreamed is TestClusterRoomAcrossInstances
+// with direct streams between the instances (cluster_addr): what an
+// instance sends another's inbox goes over TCP, not pub/sub.
+func TestClusterRoomAcrossInstancesStreamed(t *testing.T) {
+	clusterRoomAcrossInstances(t, "127.0.0.1:0")
+}
+
+func clusterRoomAcrossInstances(t *testing.T, clusterAddr string) {
 	srv := redistest.Start(t, redistest.Options{})
 	// A send window of 64 KiB makes a 1 MiB file run on credits both ways.
-	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}, SendQueueBytes: 64 << 10}
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}, SendQueueBytes: 64 << 10, ClusterAddr: clusterAddr}
 	ins := startInstances(t, srv, cfg, 3, clusterLeaseTTL)
+	if clusterAddr != "" {
+		// Pub/sub loses every member frame: they must take the streams.
+		lose := func(channel string, msg []byte) bool {
+			t := cluster.Type(msg)
+			return strings.HasPrefix(channel, cluster.Inbox("")) && (t == msgIn || t == msgOut || t == msgJoined)
+		}
+		for _, in := range ins {
+			in.lose.Store(&lose)
+		}
+	}
 	home := homeOf(t, ins, DefaultRoom)
 	edges := others(ins, home)
 
@@ -276,7 +295,10 @@ func TestClusterRoomAcrossInstances(t *testing.T) {
 // TestClusterHomeLost: when the room's home stops (here: its connection to
 // Redis is cut, as a crash would), its members elsewhere are closed with
 // 1012 within a few beats, another instance hosts the room, and members who
-// reconnect meet again there.
+// reconnect meet again there. Before the close, what the home left
+// unanswered is answered by the members' own instances: the file in flight
+// is undelivered for its sender and incomplete for its recipient, and a msg
+// sent after the home stopped is undelivered.
 func TestClusterHomeLost(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
@@ -291,6 +313,15 @@ func TestClusterHomeLost(t *testing.T) {
 
 	_ = home.st.Close() // the home is cut off: no beats, no lease renewal
 	lost := time.Now()
+	alice.SendJSON(msg("m1", "alice", []string{"bob"}, "sent after the home was cut off"))
+	for _, id := range []string{"f1", "m1"} {
+		if e := alice.Expect("error"); e["code"] != string(CodeUndelivered) || e["msgId"] != id {
+			t.Fatalf("alice got %v, want undelivered for %s", e, id)
+		}
+	}
+	if e := bob.Expect("error"); e["code"] != string(CodeTransferIncomplete) || e["msgId"] != "f1" {
+		t.Fatalf("bob got %v, want transfer_incomplete for f1", e)
+	}
 	expectClose(alice, CloseRoomMoved)
 	expectClose(bob, CloseRoomMoved)
 	t.Logf("members closed %v after their home was cut off (beat %v)", time.Since(lost).Round(time.Millisecond), takeoverTTL/3)
@@ -516,12 +547,18 @@ func BenchmarkClusterMsgAck(b *testing.B) {
 
 // BenchmarkClusterFile streams a file from a member on one instance to a
 // member on another through the room's home on a third (every chunk crosses
-// pub/sub twice, under the send-window credits).
+// between instances twice, under the send-window credits): on pub/sub, and
+// on direct streams.
 func BenchmarkClusterFile(b *testing.B) {
+	b.Run("pubsub", func(b *testing.B) { benchClusterFile(b, "") })
+	b.Run("streams", func(b *testing.B) { benchClusterFile(b, "127.0.0.1:0") })
+}
+
+func benchClusterFile(b *testing.B, clusterAddr string) {
 	srv := redistest.Start(b, redistest.Options{})
 	ins := make([]*instance, 3)
 	for i := range ins {
-		ins[i] = startInstance(b, srv, Config{}, fmt.Sprintf("i%d", i), clusterLeaseTTL)
+		ins[i] = startInstance(b, srv, Config{ClusterAddr: clusterAddr}, fmt.Sprintf("i%d", i), clusterLeaseTTL)
 	}
 	home := homeOf(b, ins, DefaultRoom)
 	edges := others(ins, home)
@@ -563,4 +600,38 @@ func BenchmarkClusterFile(b *testing.B) {
 		sender.Expect("ack")
 		<-ends
 	}
+}
+
+// TestClusterLostMsgIsAnswered: a msg lost on its way from the member's
+// instance to the room's home is seen missing at the edge's next beat; the
+// home closes the member with 1011, and the member's instance answers the
+// msg undelivered before that close, so it is never lost silently.
+func TestClusterLostMsgIsAnswered(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	lost := make(chan struct{})
+	lose := func(channel string, msg []byte) bool {
+		if channel != cluster.Inbox(home.name) || cluster.Type(msg) != msgIn || !bytes.Contains(msg, []byte(`"msgId":"m1"`)) {
+			return false
+		}
+		close(lost)
+		return true
+	}
+	edge.lose.Store(&lose)
+	alice.SendJSON(msg("m1", "alice", []string{"bob"}, "lost on the way"))
+	select {
+	case <-lost:
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the msg's frame to be lost", testTimeout)
+	}
+	if e := alice.Expect("error"); e["code"] != string(CodeUndelivered) || e["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want undelivered for m1", e)
+	}
+	expectClose(alice, CloseFramesLost)
+	bob.ExpectPresence("bob")
 }

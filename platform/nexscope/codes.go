@@ -131,6 +131,13 @@ const (
 	// CodeUnexpectedBinary: a binary frame from a member that holds no
 	// transfer lock. The frame is dropped.
 	CodeUnexpectedBinary ErrorCode = "unexpected_binary"
+	// CodeUndelivered: several instances; the msg or file (its file-start's
+	// msgId) was not answered by the room's home before the member's
+	// connection to it ended (the home died, moved or shut down, or frames
+	// were lost): it may have reached some recipients, or none. Sent by the
+	// member's own instance just before it closes the member with 1012,
+	// 1011 or 1001.
+	CodeUndelivered ErrorCode = "undelivered"
 )
 
 // strikeLimit is how many missing_from / from_mismatch / missing_to errors

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -78,6 +79,14 @@ type Config struct {
 	// request's own host (coder/websocket AcceptOptions.OriginPatterns).
 	// Default none; clients that send no Origin header are always allowed.
 	OriginPatterns []string `yaml:"origin_patterns"`
+	// ClusterAddr is the host:port this instance listens on, with several
+	// instances, for the other instances' direct streams, and gives them to
+	// dial: the host must be an address they reach (not 0.0.0.0); port 0
+	// picks a free one. Member frames, file chunks and their credits then
+	// go straight from instance to instance instead of through Redis
+	// pub/sub (docs/nexscope.md, "Many instances"). Set it on every
+	// instance or on none. Default "": everything crosses Redis pub/sub.
+	ClusterAddr string `yaml:"cluster_addr"`
 	// Rooms configures named rooms and the default room (Name "default").
 	// The default room always exists; a room is served at /ws/{name}, the
 	// default room also at /ws. Default: only the default room, unbound.
@@ -126,6 +135,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxPayload > 0 && c.MaxPayload < minPayload {
 		return fmt.Errorf("nexscope: max_payload must be at least %d bytes", minPayload)
+	}
+	if c.ClusterAddr != "" {
+		host, _, err := net.SplitHostPort(c.ClusterAddr)
+		if ip := net.ParseIP(host); err != nil || host == "" || ip != nil && ip.IsUnspecified() {
+			return errors.New("nexscope: cluster_addr must be host:port with a host the other instances reach")
+		}
 	}
 	if c.MaxText > 0 && c.MaxText < 8 {
 		return errors.New("nexscope: max_text must be at least 8 bytes")

@@ -205,8 +205,14 @@ func (m *member) send(data []byte) {
 }
 
 // kick removes the member from its room and ends its socket with c at once
-// (queued frames are dropped).
+// (queued frames are dropped). A member on this instance whose room's home
+// is another is abandoned instead when c means the home will not answer it
+// any more (unanswered.go).
 func (m *member) kick(c Close) {
+	if m.link != nil && abandons(c) {
+		m.link.abandon(m, c)
+		return
+	}
 	if c == CloseSlowConsumer {
 		m.log.Info("nexscope member send queue overflowed, disconnecting")
 		m.p.metrics.Dropped(platformName, "slow_consumer")

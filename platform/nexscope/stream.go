@@ -1,0 +1,412 @@
+package nexscope
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"connector/internal/cluster"
+	"connector/internal/wsconn"
+)
+
+// Direct streams (Config.ClusterAddr): what this instance sends to another
+// instance's inbox (member frames, file chunks, credits, closes, beats,
+// join answers) goes over one TCP connection it dialed to that instance,
+// instead of Redis pub/sub, so a file between members on two instances
+// costs the two instances a read and a write each, and Redis nothing.
+//
+// The first message for an instance opens its stream: a cluster call
+// through pub/sub asks it for its address and a one-time ticket (so Redis,
+// which the instances already trust, vouches for both ends), then this
+// instance dials, presents its name and the ticket, and writes messages as
+// they are queued, each a uvarint length and the message as the cluster
+// layer encodes it. The other end hands each to the cluster node
+// (cluster.Node.Dispatch), as if it had come from its inbox. The call
+// follows every message this instance published to that inbox before, so
+// the stream's first message comes after them: a member's frames keep
+// their order across the switch. Each direction has its own stream (the
+// sender's), so each direction has one path.
+//
+// A stream is lost as pub/sub loses messages: a write that fails or takes
+// LostBeats beats, a peer that answers no ticket (an instance without
+// ClusterAddr), a dial that fails. Its queued messages are dropped, the
+// members' links see the gap (1011), and the next message opens a new
+// stream (after streamRetryBeats beats when the last attempt failed;
+// pub/sub meanwhile). An idle stream is closed after streamIdleBeats.
+
+// msgStream is the call asking an instance for a stream ticket; its
+// result is "addr ticket", or "" from an instance that takes no streams.
+const msgStream = 's'
+
+// Stream tuning, in beats.
+const (
+	streamRetryBeats = 30 // after a failed attempt, pub/sub this long
+	streamIdleBeats  = 60 // an idle outgoing stream is closed
+	streamReadBeats  = 90 // an incoming stream silent this long is closed
+)
+
+// streamQueue bounds the messages waiting for a stream's writer (senders
+// of bulk frames wait, beats are dropped).
+const streamQueue = 256
+
+// streamHello starts a stream: the magic, the dialer's instance name and
+// its ticket, one line.
+const streamHello = "nexscope-stream/1"
+
+// maxHello bounds the hello line.
+const maxHello = 512
+
+// streams is this instance's direct streams: a listener for the other
+// instances' streams, and the streams it dialed, by instance.
+type streams struct {
+	cl   *fleet
+	ln   net.Listener // nil: this instance takes no streams
+	addr string       // ln's address, as the other instances dial it
+	wg   sync.WaitGroup
+
+	mu      sync.Mutex // a leaf
+	out     map[string]*outStream
+	failed  map[string]time.Time // instance -> when to try a stream again
+	tickets map[string]ticket    // instance -> the ticket it was given
+	in      map[net.Conn]struct{}
+	closed  bool
+}
+
+type ticket struct {
+	secret  [16]byte
+	expires time.Time
+}
+
+// outStream is one stream this instance sends on.
+type outStream struct {
+	to   string
+	q    chan []byte
+	dead chan struct{} // closed when the stream ended
+}
+
+// newStreams returns cl's streams: none until listen.
+func newStreams(cl *fleet) *streams {
+	return &streams{cl: cl, out: make(map[string]*outStream), failed: make(map[string]time.Time),
+		tickets: make(map[string]ticket), in: make(map[net.Conn]struct{})}
+}
+
+// listen takes the other instances' streams on addr, and has this
+// instance stream to them: called once, before the first message.
+func (s *streams) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ln, s.addr = ln, ln.Addr().String()
+	s.mu.Unlock()
+	s.wg.Go(s.accept)
+	return nil
+}
+
+// beats is d in beats of the cluster node.
+func (s *streams) beats(n int) time.Duration { return time.Duration(n) * s.cl.node.Beat() }
+
+// send queues a message for instance's inbox on the stream to it, opening
+// it if needed, waiting while its queue is full when wait is set. It
+// reports false when this instance streams to nobody or instance had no
+// stream lately: then the caller publishes the message.
+func (s *streams) send(instance string, wait bool, typ byte, fields ...[]byte) bool {
+	s.mu.Lock()
+	if s.ln == nil {
+		s.mu.Unlock()
+		return false
+	}
+	o := s.out[instance]
+	if o == nil {
+		if s.closed || s.cl.p.clock.Now().Before(s.failed[instance]) {
+			s.mu.Unlock()
+			return false
+		}
+		o = &outStream{to: instance, q: make(chan []byte, streamQueue), dead: make(chan struct{})}
+		s.out[instance] = o
+		delete(s.failed, instance)
+		s.wg.Go(func() { s.run(o) })
+	}
+	s.mu.Unlock()
+	msg := cluster.Encode(typ, s.cl.node.Instance(), fields...)
+	if !wait {
+		select {
+		case o.q <- msg:
+		default: // lost, as a full outbox loses one
+		}
+		return true
+	}
+	select {
+	case o.q <- msg:
+	case <-o.dead: // lost with the stream
+	case <-s.cl.ctx.Done():
+	}
+	return true
+}
+
+// run opens o and writes its queue until the stream fails, idles or the
+// fleet stops; then o is forgotten (its queue dropped).
+func (s *streams) run(o *outStream) {
+	conn, err := s.dial(o.to)
+	if err != nil {
+		s.cl.p.log.Warn("nexscope stream to another instance not opened; using pub/sub", "instance", o.to, "err", err)
+	} else {
+		err = s.write(o, conn)
+		_ = conn.Close()
+		if err != nil {
+			s.cl.p.log.Warn("nexscope stream to another instance lost", "instance", o.to, "err", err)
+		}
+	}
+	s.mu.Lock()
+	delete(s.out, o.to)
+	if err != nil {
+		s.failed[o.to] = s.cl.p.clock.Now().Add(s.beats(streamRetryBeats))
+	}
+	s.mu.Unlock()
+	close(o.dead)
+}
+
+// dial asks instance for a ticket (through pub/sub) and opens the stream.
+func (s *streams) dial(instance string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(s.cl.ctx, s.beats(cluster.LostBeats))
+	defer cancel()
+	res, ok := s.cl.node.Call(ctx, cluster.Inbox(instance), msgStream)
+	if !ok {
+		return nil, errors.New("no answer to the ticket request")
+	}
+	addr, secret, ok := strings.Cut(string(res), " ")
+	if !ok {
+		return nil, errors.New("the instance takes no streams (no nexscope.cluster_addr)")
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.SetWriteDeadline(time.Now().Add(s.beats(cluster.LostBeats)))
+	if _, err := io.WriteString(conn, streamHello+" "+s.cl.node.Instance()+" "+secret+"\n"); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// write sends o's queue on conn, what is queued at once in one write,
+// until a write fails or takes LostBeats beats, the stream idles for
+// streamIdleBeats, or the fleet stops (after writing what is queued).
+func (s *streams) write(o *outStream, conn net.Conn) error {
+	idle := s.beats(streamIdleBeats)
+	idled := make(chan struct{}, 1)
+	timer := s.cl.p.clock.AfterFunc(idle, func() { wsconn.Signal(idled) })
+	defer timer.Stop()
+	var bufs net.Buffers
+	hdrs := make([]byte, 0, streamQueue*binary.MaxVarintLen32)
+	flush := func() error {
+		_ = conn.SetWriteDeadline(time.Now().Add(s.beats(cluster.LostBeats)))
+		_, err := bufs.WriteTo(conn)
+		clear(bufs[:cap(bufs)])
+		bufs, hdrs = bufs[:0], hdrs[:0]
+		return err
+	}
+	add := func(msg []byte) {
+		start := len(hdrs)
+		hdrs = binary.AppendUvarint(hdrs, uint64(len(msg)))
+		bufs = append(bufs, hdrs[start:], msg)
+	}
+	for {
+		select {
+		case msg := <-o.q:
+			add(msg)
+		gather:
+			for len(bufs) < 2*streamQueue {
+				select {
+				case msg := <-o.q:
+					add(msg)
+				default:
+					break gather
+				}
+			}
+			if err := flush(); err != nil {
+				return err
+			}
+			timer.Reset(idle)
+		case <-idled:
+			return nil
+		case <-s.cl.ctx.Done():
+			for {
+				select {
+				case msg := <-o.q:
+					add(msg)
+				default:
+					return flush()
+				}
+			}
+		}
+	}
+}
+
+// ticketHere answers another instance's ticket request: this instance's
+// address and a fresh ticket for it, valid for LostBeats beats and one
+// stream; "" when this instance takes no streams.
+func (s *streams) ticketHere(req cluster.Msg) {
+	var t ticket
+	_, _ = rand.Read(t.secret[:]) // never fails (crypto/rand)
+	t.expires = s.cl.p.clock.Now().Add(s.beats(cluster.LostBeats))
+	s.mu.Lock()
+	addr := s.addr
+	if addr != "" {
+		s.tickets[req.From] = t
+	}
+	s.mu.Unlock()
+	if addr == "" {
+		s.cl.node.Reply(req, nil)
+		return
+	}
+	s.cl.node.Reply(req, []byte(addr+" "+hex.EncodeToString(t.secret[:])))
+}
+
+// accept takes the other instances' streams until the listener closes.
+func (s *streams) accept() {
+	for {
+		conn, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			_ = conn.Close()
+			return
+		}
+		s.in[conn] = struct{}{}
+		s.mu.Unlock()
+		s.wg.Go(func() {
+			s.read(conn)
+			s.mu.Lock()
+			delete(s.in, conn)
+			s.mu.Unlock()
+			_ = conn.Close()
+		})
+	}
+}
+
+// read checks an incoming stream's hello and dispatches its messages until
+// it ends, breaks the framing, or is silent for streamReadBeats.
+func (s *streams) read(conn net.Conn) {
+	_ = conn.SetReadDeadline(time.Now().Add(s.beats(cluster.LostBeats)))
+	br := bufio.NewReaderSize(conn, 64<<10)
+	from, err := s.hello(br)
+	if err != nil {
+		s.cl.p.log.Warn("nexscope stream refused", "remote", conn.RemoteAddr().String(), "err", err)
+		return
+	}
+	limit := uint64(s.cl.p.cfg.MaxPayload) + 64<<10 // a frame and its fields
+	for {
+		_ = conn.SetReadDeadline(time.Now().Add(s.beats(streamReadBeats)))
+		msg, err := readStreamMessage(br, limit)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				s.cl.p.log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)
+			}
+			return
+		}
+		s.cl.node.Dispatch(msg)
+	}
+}
+
+// hello reads and checks a stream's first line: the magic, the dialer's
+// instance name and the ticket it was given (used up here).
+func (s *streams) hello(br *bufio.Reader) (string, error) {
+	line, err := readLine(br, maxHello)
+	if err != nil {
+		return "", err
+	}
+	from, secret, ok := parseHello(line)
+	if !ok {
+		return "", errors.New("malformed hello")
+	}
+	s.mu.Lock()
+	t, issued := s.tickets[from]
+	if issued {
+		delete(s.tickets, from)
+	}
+	s.mu.Unlock()
+	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 || s.cl.p.clock.Now().After(t.expires) {
+		return "", errors.New("no valid ticket")
+	}
+	return from, nil
+}
+
+// readLine reads one line of at most max bytes, without its newline.
+func readLine(br *bufio.Reader, max int) ([]byte, error) {
+	var line []byte
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		if b == '\n' {
+			return line, nil
+		}
+		if len(line) == max {
+			return nil, errors.New("hello too long")
+		}
+		line = append(line, b)
+	}
+}
+
+// parseHello splits a hello line into the dialer's name and its ticket.
+func parseHello(line []byte) (from string, secret []byte, ok bool) {
+	parts := strings.Split(string(line), " ")
+	if len(parts) != 3 || parts[0] != streamHello || parts[1] == "" {
+		return "", nil, false
+	}
+	secret, err := hex.DecodeString(parts[2])
+	if err != nil || len(secret) != len(ticket{}.secret) {
+		return "", nil, false
+	}
+	return parts[1], secret, true
+}
+
+// readStreamMessage reads one message: a uvarint length of at most limit,
+// then that many bytes (a fresh buffer: handlers may keep its fields).
+func readStreamMessage(br *bufio.Reader, limit uint64) ([]byte, error) {
+	n, err := binary.ReadUvarint(br)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 || n > limit {
+		return nil, errors.New("stream message length out of bounds")
+	}
+	msg := make([]byte, n)
+	if _, err := io.ReadFull(br, msg); err != nil {
+		return nil, err
+	}
+	return msg, nil
+}
+
+// close stops the listener and the incoming streams, and waits for the
+// outgoing ones to write what is queued (the fleet's context has ended).
+func (s *streams) close() {
+	s.mu.Lock()
+	s.closed = true
+	for c := range s.in {
+		_ = c.Close()
+	}
+	ln := s.ln
+	s.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	s.wg.Wait()
+}

@@ -1,0 +1,133 @@
+package nexscope
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/coder/websocket"
+
+	"connector/internal/wsconn"
+)
+
+// With several instances a member's msgs and files are answered by the
+// room's home (cluster.go), which may die, move or be cut off while they
+// are on the way. So the member's edge keeps, per member, the msgIds of
+// the msgs and file-starts it forwarded that no ack or error from the home
+// has answered yet, and the msgId of a file the member is receiving. When
+// the member must be closed because the home will not answer any more
+// (1012, 1011, 1001), the edge first answers each of them itself: an
+// undelivered error per msg or file sent, transfer_incomplete for the file
+// being received. Every msg thus gets an ack or an error before the close,
+// within the time the edge takes to see the home gone (LostBeats beats and
+// at most one more: lease_ttl × 4/3 by default); docs/nexscope.md.
+
+// pending is an edge member's unanswered frames, under edgeLink.mu.
+type pending struct {
+	sent     [][]byte // raw msgIds forwarded and not yet answered, oldest first
+	incoming []byte   // raw msgId of the file being received, nil when none
+	closed   bool     // the member was abandoned: nothing more is forwarded
+}
+
+// answerable returns the raw msgId of a msg or file-start the member sends
+// (a copy: data is the read buffer), nil for any other frame.
+func answerable(data []byte) []byte {
+	f, err := parseFrame(data)
+	if err != nil || len(f.msgID) == 0 {
+		return nil
+	}
+	if t, _ := stringValue(f.typ); string(t) != "msg" && string(t) != "file-start" {
+		return nil
+	}
+	return bytes.Clone(f.msgID)
+}
+
+// relayed notes a text frame from the home on its way to the member: an
+// ack or error answers the oldest sent frame with its msgId; file-start
+// begins an incoming file, which its file-end or transfer_incomplete ends.
+func (l *edgeLink) relayed(data []byte) {
+	typ, msgID, code := answerFields(data)
+	if msgID == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := &l.pending
+	switch typ {
+	case "ack", "error":
+		if typ == "error" && code == string(CodeTransferIncomplete) && sameValue(p.incoming, msgID) {
+			p.incoming = nil
+			return
+		}
+		for i, id := range p.sent {
+			if sameValue(id, msgID) {
+				p.sent = append(p.sent[:i], p.sent[i+1:]...)
+				return
+			}
+		}
+	case "file-start":
+		p.incoming = bytes.Clone(msgID)
+	case "file-end":
+		if sameValue(p.incoming, msgID) {
+			p.incoming = nil
+		}
+	}
+}
+
+// answerFields reads the type, msgId (raw) and code of a frame the home
+// sends; msgID is nil when the frame has none or is not a JSON object.
+func answerFields(data []byte) (typ string, msgID []byte, code string) {
+	if !json.Valid(data) {
+		return "", nil, ""
+	}
+	i := skipSpace(data, 0)
+	if data[i] != '{' {
+		return "", nil, ""
+	}
+	eachMember(data, i, func(key, val []byte) {
+		switch {
+		case keyIs(key, "type"):
+			s, _ := stringValue(val)
+			typ = string(s)
+		case keyIs(key, "msgId"):
+			msgID = val
+		case keyIs(key, "code"):
+			s, _ := stringValue(val)
+			code = string(s)
+		}
+	})
+	return typ, msgID, code
+}
+
+// abandons reports whether closing an edge member with c means its home
+// will not answer it any more.
+func abandons(c Close) bool {
+	return c.Code == CloseRoomMoved.Code || c.Code == CloseFramesLost.Code || c.Code == CloseGoingAway.Code
+}
+
+// abandon closes m, an edge member whose room's home will not answer it
+// any more, with c: first undelivered for each msg or file it sent that
+// the home had not answered, and transfer_incomplete for a file it was
+// receiving, after the frames already queued for it. Frames the member
+// sends from now on are not forwarded (the close is on its way).
+func (l *edgeLink) abandon(m *member, c Close) {
+	l.mu.Lock()
+	p := l.pending
+	l.pending = pending{closed: true}
+	l.mu.Unlock()
+	m.leave()
+	if p.closed {
+		return // abandoned before
+	}
+	for _, id := range p.sent {
+		_ = m.q.Push(wsconn.Frame{Type: websocket.MessageText,
+			Data: appendError(nil, CodeUndelivered, "the room's home instance did not answer this before the connection to it ended; it may not have been delivered", id)})
+	}
+	if p.incoming != nil {
+		_ = m.q.Push(wsconn.Frame{Type: websocket.MessageText,
+			Data: appendError(nil, CodeTransferIncomplete, "the sender's file transfer did not complete", p.incoming)})
+	}
+	if len(p.sent) > 0 || p.incoming != nil {
+		m.log.Info("nexscope member's room home lost; unanswered frames reported", "undelivered", len(p.sent), "transfer_incomplete", p.incoming != nil, "close", int(c.Code))
+	}
+	m.q.Close(c, true)
+}
