@@ -213,9 +213,6 @@ func marked(list []string, team, ts string) bool {
 	return slices.Contains(list, team+":"+ts) || slices.Contains(list, ts)
 }
 
-func (s *fixtureState) processed(_ context.Context, team, ts string) (bool, error) {
-	return marked(s.fc.ProcessedMessageTS, team, ts), nil
-}
 func (s *fixtureState) botPosted(_ context.Context, team, ts string) (bool, error) {
 	return marked(s.fc.BotMessageTS, team, ts), nil
 }

@@ -79,9 +79,6 @@ type rootMessage struct {
 // cannot answer is an error: the event is not stored, and its source sends
 // it again.
 type threadState interface {
-	// processed reports whether message ts already started a turn (an edit
-	// of it starts none).
-	processed(ctx context.Context, team, ts string) (bool, error)
 	// botPosted reports whether the bot posted message ts, or into thread
 	// ts.
 	botPosted(ctx context.Context, team, ts string) (bool, error)
