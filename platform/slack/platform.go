@@ -140,7 +140,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.names = newNames(p)
 	p.memory = newMemory(deps.Store, p.clock)
 	p.claims = newClaims(deps, p.clock)
-	p.dedupe = newDedupe(p)
+	p.dedupe = &dedupe{p}
 	p.queues = chatorder.New[string](maxInFlight)
 	p.limits = newLimits(p)
 	p.streams = newStreams(deps.Store, p.clock)
