@@ -94,10 +94,6 @@ type budget struct {
 	used  time.Time
 }
 
-func newLimits(p *Platform) *limits {
-	return &limits{p: p, budgets: map[budgetKey]*budget{}, channels: pace.New(p.cfg.ChannelPerSecond)}
-}
-
 // budget returns the scheduler of method in team.
 func (l *limits) budget(team, method string) *fairshare.Scheduler {
 	l.mu.Lock()

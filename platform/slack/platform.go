@@ -21,6 +21,7 @@ import (
 	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/chatorder"
+	"connector/platform/pace"
 	"connector/store"
 )
 
@@ -138,12 +139,12 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.histories = ttlcache.New[string, threadHistory](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
-	p.memory = newMemory(deps.Store, p.clock)
+	p.memory = &memory{caps: stateOr(deps.Store, memorySize, p.clock), clock: p.clock}
 	p.claims = newClaims(deps, p.clock)
 	p.dedupe = &dedupe{p}
 	p.queues = chatorder.New[string](maxInFlight)
-	p.limits = newLimits(p)
-	p.streams = newStreams(deps.Store, p.clock)
+	p.limits = &limits{p: p, budgets: map[budgetKey]*budget{}, channels: pace.New(cfg.ChannelPerSecond)}
+	p.streams = &streams{state: stateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0)}
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
 	p.desc = descriptor.Slack(p.egress.Ops.Names())
 	p.setStatus(platform.Status{Detail: "not started"})
