@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -147,7 +148,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 	}
 	bot := p.works.botUser(ctx, m.scope)
 	if bot == "" {
-		bot = cmpOr(p.works.botUser(ctx, m.install), env.botUser())
+		bot = cmp.Or(p.works.botUser(ctx, m.install), env.botUser())
 	}
 	n := &normalizer{pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner, warn: p.markerNotKept}
 	tctx := platform.WithTenant(ctx, tenant)

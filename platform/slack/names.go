@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -192,5 +193,5 @@ func (n *names) reacted(ctx context.Context, team, channel, ts string) (string, 
 		}
 		return "", "", false
 	}
-	return cmpOr(cmpOr(msgs[0].ThreadTimestamp, msgs[0].Timestamp), ts), msgs[0].User, true
+	return cmp.Or(cmp.Or(msgs[0].ThreadTimestamp, msgs[0].Timestamp), ts), msgs[0].User, true
 }

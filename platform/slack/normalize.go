@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"regexp"
 	"strings"
@@ -139,17 +140,17 @@ func newMessage(env *envelope, ev *wireEvent) (message, bool) {
 		// _normalize_changed_message: the inner message, with the
 		// envelope's channel, channel_type and team when it lacks them.
 		edited := *inner
-		edited.Channel = cmpOr(edited.Channel, ev.Channel)
-		edited.ChannelType = cmpOr(edited.ChannelType, ev.ChannelType)
+		edited.Channel = cmp.Or(edited.Channel, ev.Channel)
+		edited.ChannelType = cmp.Or(edited.ChannelType, ev.ChannelType)
 		if !truthy(edited.Team) && truthy(ev.Team) {
 			edited.Team = ev.Team
 		}
-		edited.TeamID = cmpOr(edited.TeamID, ev.TeamID)
+		edited.TeamID = cmp.Or(edited.TeamID, ev.TeamID)
 		editTS := ""
 		if inner.Edited != nil {
 			editTS = inner.Edited.TS
 		}
-		changedTS = cmpOr(ev.EventTS, editTS)
+		changedTS = cmp.Or(ev.EventTS, editTS)
 		if changedTS == "" && ev.TS != inner.TS {
 			changedTS = ev.TS
 		}
@@ -159,7 +160,7 @@ func newMessage(env *envelope, ev *wireEvent) (message, bool) {
 		m.ev, m.edit = &edited, true
 	}
 	m.scope = eventTeam(m.ev, env)
-	if ts := cmpOr(changedTS, m.ev.TS); ts != "" {
+	if ts := cmp.Or(changedTS, m.ev.TS); ts != "" {
 		m.dedupeKey = m.scope + ":" + ts
 		if m.scope == "" {
 			m.dedupeKey = ts
@@ -178,13 +179,6 @@ func eventTeam(ev *wireEvent, env *envelope) string {
 		return t
 	}
 	return env.installTeam()
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // declaredBot is _event_declares_bot_sender: the event itself says a bot
@@ -409,7 +403,7 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 		text = userMention.ReplaceAllStringFunc(text, func(mention string) string {
 			id := userMention.FindStringSubmatch(mention)[1]
 			name := strings.TrimSpace(n.look.user(ctx, m.scope, id).name)
-			return "@" + cmpOr(name, id)
+			return "@" + cmp.Or(name, id)
 		})
 	}
 	src := session.Source{

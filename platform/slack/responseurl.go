@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -90,8 +91,8 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 		ChatID:   t.channel,
 		ChatType: session.ChatTypeGroup,
 		UserID:   session.StrOrNull(user),
-		ThreadID: session.StrOrNull(cmpOr(string(a.Metadata.ThreadID), string(a.Metadata.ThreadTS))),
-		ScopeID:  cmpOr(string(a.Metadata.ScopeID), t.team),
+		ThreadID: session.StrOrNull(cmp.Or(string(a.Metadata.ThreadID), string(a.Metadata.ThreadTS))),
+		ScopeID:  cmp.Or(string(a.Metadata.ScopeID), t.team),
 	}
 	if strings.HasPrefix(t.channel, "D") {
 		src.ChatType = session.ChatTypeDM

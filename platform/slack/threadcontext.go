@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"regexp"
 	"strings"
@@ -95,7 +96,7 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		case author != "":
 			name = p.names.user(ctx, m.scope, author).name
 		case isBot:
-			name = cmpOr(msg.Username, "bot")
+			name = cmp.Or(msg.Username, "bot")
 		default:
 			name = "unknown"
 		}
@@ -127,8 +128,8 @@ func fileMarkers(files []slack.File) string {
 	markers := make([]string, 0, len(files))
 	for i := range files {
 		f := &files[i]
-		name := strings.TrimSpace(markerName.ReplaceAllString(cmpOr(cmpOr(f.Name, f.Title), cmpOr(f.ID, "file")), " "))
-		name = cmpOr(name, "file")
+		name := strings.TrimSpace(markerName.ReplaceAllString(cmp.Or(cmp.Or(f.Name, f.Title), cmp.Or(f.ID, "file")), " "))
+		name = cmp.Or(name, "file")
 		marker := "[file: " + name + "]"
 		if kind, _, _ := strings.Cut(f.Mimetype, "/"); strings.Contains(f.Mimetype, "/") && (kind == "image" || kind == "video" || kind == "audio") {
 			marker = "[" + kind + ": " + name + "]"
