@@ -169,7 +169,7 @@ func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootM
 	if !ok {
 		return rootMessage{}, false
 	}
-	for _, m := range h.msgs {
+	for _, m := range h {
 		if m.Timestamp == ts {
 			return rootMessage{user: m.User, text: m.Text}, true
 		}

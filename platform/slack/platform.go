@@ -68,7 +68,7 @@ type Platform struct {
 	notFound *ttlcache.Cache[string, struct{}]
 	// histories are threads' messages lately read for their context
 	// (threadcontext.go).
-	histories *ttlcache.Cache[string, threadHistory]
+	histories *ttlcache.Cache[string, []slack.Message]
 	streams   *streams // draft streams (draft.go)
 	egress    platform.Egress[*Platform, string]
 
@@ -136,7 +136,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
 	p.notFound = ttlcache.New[string, struct{}](chanTeamsSize, declineMemory, p.clock)
 	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.clock)
-	p.histories = ttlcache.New[string, threadHistory](threadContextSize, threadContextTTL, p.clock)
+	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
 	p.memory = &memory{caps: stateOr(deps.Store, memorySize, p.clock), clock: p.clock}
