@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"connector/contract"
+	"connector/internal/pytext"
 	"connector/session"
 )
 
@@ -142,7 +143,7 @@ func newMessage(env *envelope, ev *wireEvent) (message, bool) {
 		edited := *inner
 		edited.Channel = cmp.Or(edited.Channel, ev.Channel)
 		edited.ChannelType = cmp.Or(edited.ChannelType, ev.ChannelType)
-		if !truthy(edited.Team) && truthy(ev.Team) {
+		if !pytext.Truthy(edited.Team) && pytext.Truthy(ev.Team) {
 			edited.Team = ev.Team
 		}
 		edited.TeamID = cmp.Or(edited.TeamID, ev.TeamID)
@@ -185,7 +186,7 @@ func eventTeam(ev *wireEvent, env *envelope) string {
 // sent it (bot_id, bot_profile, subtype bot_message, user_profile.is_bot,
 // or an app_id without client_msg_id from a user not in api_human_users).
 func declaredBot(ev *wireEvent, pol *policy) bool {
-	if ev.BotID != "" || truthy(ev.BotProfile) || ev.Subtype == "bot_message" || profileIsBot(ev.UserProfile) {
+	if ev.BotID != "" || pytext.Truthy(ev.BotProfile) || ev.Subtype == "bot_message" || profileIsBot(ev.UserProfile) {
 		return true
 	}
 	if ev.AppID != "" && ev.ClientMsgID == "" {
