@@ -16,7 +16,6 @@ import (
 
 	"connector/contract"
 	"connector/internal/pytext"
-	"connector/session"
 	"connector/vault"
 )
 
@@ -86,17 +85,7 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	if user == "" || strings.TrimSpace(string(a.ReplyTo)) != "" || a.Metadata.MessageID != "" || a.Metadata.ReplyToMessageID != "" {
 		return contract.Result{}, false
 	}
-	src := session.Source{
-		Platform: platformName,
-		ChatID:   t.channel,
-		ChatType: session.ChatTypeGroup,
-		UserID:   session.StrOrNull(user),
-		ThreadID: session.StrOrNull(cmp.Or(string(a.Metadata.ThreadID), string(a.Metadata.ThreadTS))),
-		ScopeID:  cmp.Or(string(a.Metadata.ScopeID), t.team),
-	}
-	if strings.HasPrefix(t.channel, "D") {
-		src.ChatType = session.ChatTypeDM
-	}
+	src := slashSource(t.channel, user, cmp.Or(string(a.Metadata.ThreadID), string(a.Metadata.ThreadTS)), cmp.Or(string(a.Metadata.ScopeID), t.team))
 	sessionKey := p.key(tenant, &src)
 	k := vault.Key{Tenant: tenant, SessionKey: sessionKey, Kind: kindResponseURL}
 	e, ok := p.deps.Vault.Get(ctx, k)
