@@ -16,9 +16,9 @@ const maxPooledBody = 64 << 10
 // ReadBody reads the body of a platform's webhook request, at most limit
 // bytes, into a pooled buffer that release gives back once body is no
 // longer used. When the body cannot be read it answers the request itself,
-// 413 past limit (counted in m as platform's dropped "oversized") or 400,
-// and ok is false.
-func ReadBody(w http.ResponseWriter, r *http.Request, limit int64, m Metrics, platform string) (body []byte, release func(), ok bool) {
+// 413 with the text tooLarge past limit (counted in m as platform's dropped
+// "oversized") or 400, and ok is false.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64, tooLarge string, m Metrics, platform string) (body []byte, release func(), ok bool) {
 	buf := bodyPool.Get().(*bytes.Buffer)
 	buf.Reset()
 	release = func() {
@@ -30,7 +30,7 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64, m Metrics, pl
 		release()
 		if tooBig := new(http.MaxBytesError); errors.As(err, &tooBig) {
 			m.Dropped(platform, "oversized")
-			http.Error(w, "request too large", http.StatusRequestEntityTooLarge)
+			http.Error(w, tooLarge, http.StatusRequestEntityTooLarge)
 		} else {
 			http.Error(w, "cannot read the body", http.StatusBadRequest)
 		}

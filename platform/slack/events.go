@@ -58,7 +58,7 @@ func (p *Platform) verified(w http.ResponseWriter, r *http.Request) (body []byte
 		http.Error(w, "missing or malformed signature", http.StatusUnauthorized)
 		return nil, nil, false
 	}
-	body, release, ok = platform.ReadBody(w, r, p.cfg.MaxEventBytes, p.metrics, platformName)
+	body, release, ok = platform.ReadBody(w, r, p.cfg.MaxEventBytes, "request too large", p.metrics, platformName)
 	if !ok {
 		return nil, nil, false
 	}

@@ -48,7 +48,7 @@ func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	body, release, ok := platform.ReadBody(w, r, p.cfg.MaxWebhookBytes, p.metrics, platformName)
+	body, release, ok := platform.ReadBody(w, r, p.cfg.MaxWebhookBytes, "payload too large", p.metrics, platformName)
 	if !ok {
 		return
 	}
