@@ -12,22 +12,33 @@ import (
 
 // A write still under way when the watchdog's timeout passes on the clock
 // fails with ErrWriteTimeout and drops the socket; writes that complete in
-// time leave no timer armed.
+// time share one timer, which disarms once a timeout passed with no write.
 func TestWatchdogDropsAStuckWrite(t *testing.T) {
 	ws, _ := pair(t, true)
 	clk := clocktest.New(time.Unix(0, 0))
-	w := NewWatchdog(ws, clk, time.Second)
-	if err := w.Write(websocket.MessageText, []byte("hello")); err != nil {
-		t.Fatal(err)
+	var w Watchdog
+	w.Init(ws, clk, time.Second)
+	for range 3 {
+		if err := w.Write(websocket.MessageText, []byte("hello")); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if n := clk.Pending(); n != 1 {
+		t.Fatalf("%d timers armed after three writes, want one", n)
+	}
+	clk.Advance(time.Second)
 	if n := clk.Pending(); n != 0 {
-		t.Fatalf("%d timers armed between writes, want none", n)
+		t.Fatalf("%d timers armed a timeout after the last write, want none", n)
 	}
-	// The client's reader discards what it reads, so writes complete
-	// until the test fires the watchdog in the middle of one.
+	if err := w.Write(websocket.MessageText, []byte("again")); err != nil {
+		t.Fatalf("a write after the watchdog disarmed: %v", err)
+	}
+	// The client's reader discards what it reads (each message within its
+	// default read limit of 32 KiB), so writes complete until the test
+	// fires the watchdog in the middle of one.
 	result := make(chan error, 1)
 	go func() {
-		big := make([]byte, 1<<20)
+		big := make([]byte, 16<<10)
 		for {
 			if err := w.Write(websocket.MessageBinary, big); err != nil {
 				result <- err
