@@ -96,15 +96,10 @@ type Linger struct {
 
 // parking is what a lingering writer waits with: wake gets a signal when a
 // frame or the close comes, and is closed by idle, the timer that fires
-// once the writer waited Linger.Idle. A park does not reset idle: it notes
-// when it parked, and arms idle only when it is not armed; when idle fires
-// early for the latest park it waits the rest (retire). So a writer woken
-// per frame touches no timer per frame.
+// once the writer waited Linger.Idle.
 type parking struct {
-	wake     chan struct{} // cap 1
-	idle     clock.Timer
-	armed    bool  // idle is pending or firing
-	parkedAt int64 // on the Linger's clock, in Unix nanoseconds
+	wake chan struct{} // cap 1
+	idle clock.Timer
 }
 
 // NewQueue returns a queue drained into w. A window of 0 means WaitSpace
@@ -332,42 +327,25 @@ func (q *Queue) lingerLocked() bool {
 // q.mu must be held.
 func (q *Queue) parkLocked() chan struct{} {
 	q.parked = true
-	now := q.linger.Clock.Now().UnixNano()
-	p := q.parking
-	if p == nil {
-		p = &parking{wake: make(chan struct{}, 1), armed: true, parkedAt: now}
-		p.idle = q.linger.Clock.AfterFunc(q.linger.Idle, func() { q.retire(p) })
-		q.parking = p
+	if p := q.parking; p != nil {
+		p.idle.Reset(q.linger.Idle)
 		return p.wake
 	}
-	p.parkedAt = now
-	if !p.armed {
-		p.armed = true
-		p.idle.Reset(q.linger.Idle)
-	}
+	p := &parking{wake: make(chan struct{}, 1)}
+	p.idle = q.linger.Clock.AfterFunc(q.linger.Idle, func() { q.retire(p) })
+	q.parking = p
 	return p.wake
 }
 
 // retire is p's idle timer's: it closes p.wake if the writer is still
-// parked with p and has been for Linger.Idle, waits the rest if it parked
-// since, and disarms while the writer is busy (the next park arms it).
+// parked with p.
 func (q *Queue) retire(p *parking) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.parking != p {
-		return
+	if q.parked && q.parking == p {
+		q.parked = false
+		close(p.wake)
 	}
-	if !q.parked {
-		p.armed = false
-		return
-	}
-	if left := time.Duration(p.parkedAt + int64(q.linger.Idle) - q.linger.Clock.Now().UnixNano()); left > 0 {
-		p.idle.Reset(left)
-		return
-	}
-	p.armed = false
-	q.parked = false
-	close(p.wake)
 }
 
 // takeLocked moves the next frames into batch: one, plus those that follow
