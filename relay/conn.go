@@ -76,9 +76,9 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, rem
 		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, raw: raw, ctx: ctx, cancel: cancel,
 		log:      s.log.With("tenant", gw.tenant.id, "gateway_id", gw.id, "conn", id, "remote", remote),
 		logs:     loglimit.NewBucket(connLogRate, s.cfg.Clock),
-		watch:    wsconn.NewWatchdog(ws, s.cfg.Clock, s.cfg.WriteTimeout),
 		outSlots: make(chan struct{}, s.cfg.MaxOutboundInFlight),
 	}
+	c.watch.Init(ws, s.cfg.Clock, s.cfg.WriteTimeout)
 	c.q = wsconn.NewQueue(c, 0, int64(s.cfg.SendQueueBytes), maxBatchBytes)
 	c.q.Linger(&s.writerLinger)
 	return c

@@ -67,6 +67,11 @@ type result struct {
 	// ConnectorNoise and EchoNoise are the cores other processes kept busy
 	// during each run (-1 unknown).
 	ConnectorNoise, EchoNoise float64
+	// ConnectorCPU and EchoCPU are the CPU time this process and the
+	// gateway process used during each run (-1 unknown): on a machine
+	// other work shares, CPU per event compares the two runs where their
+	// throughput depends on what else ran.
+	ConnectorCPU, EchoCPU time.Duration
 	// MemoryStore is the same event run on the memory store, measured just
 	// before, when Opts.Store is another backend; MemoryStoreNoise is its
 	// ConnectorNoise.
@@ -210,7 +215,8 @@ func runOnce(o *options) (*result, error) {
 		}
 		before := sampleCPU(fl.pid())
 		st, err := driveConnector(o, c, drv, fl)
-		res.ConnectorNoise = othersCores(before, sampleCPU(fl.pid()))
+		after := sampleCPU(fl.pid())
+		res.ConnectorNoise, res.ConnectorCPU = othersCores(before, after), ownCPU(before, after)
 		res.Connector = &st
 		if err != nil {
 			return res, err
@@ -235,7 +241,8 @@ func runOnce(o *options) (*result, error) {
 			size := max(res.Connector.AvgBytes(), 64)
 			before := sampleCPU(fl.pid())
 			st, err := fl.echoRun(size, pacer{Rate: o.Rate, Duration: o.Duration, Window: o.Window})
-			res.EchoNoise = othersCores(before, sampleCPU(fl.pid()))
+			after := sampleCPU(fl.pid())
+			res.EchoNoise, res.EchoCPU = othersCores(before, after), ownCPU(before, after)
 			if err != nil {
 				return res, err
 			}

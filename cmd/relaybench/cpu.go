@@ -85,3 +85,12 @@ func othersCores(a, z cpuSample) float64 {
 	others := float64(z.busy-a.busy) - float64(z.ours-a.ours)
 	return max(0, others/clockTicks/z.at.Sub(a.at).Seconds())
 }
+
+// ownCPU is the CPU time relaybench's two processes used between a and z;
+// -1 when unknown.
+func ownCPU(a, z cpuSample) time.Duration {
+	if a.unavailable || z.unavailable || z.ours < a.ours {
+		return -1
+	}
+	return time.Duration(z.ours-a.ours) * time.Second / clockTicks
+}

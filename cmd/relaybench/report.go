@@ -64,12 +64,33 @@ func (r *result) print(w io.Writer) {
 		fmt.Fprintf(w, ", %s during the echo run", cores(r.EchoNoise))
 	}
 	fmt.Fprintln(w)
+	printCPU(w, r)
 	if m := r.MemoryStore; m != nil {
 		printRatio(w, o.Store+"/memory store", r.Connector, m)
 	}
 	if e := r.Echo; e != nil {
 		printRatio(w, "connector/echo", r.Connector, e)
 	}
+}
+
+// printCPU prints the CPU time relaybench's processes spent per event
+// received in the connector and echo runs, and their ratio.
+func printCPU(w io.Writer, r *result) {
+	per := func(cpu time.Duration, s *stats) time.Duration {
+		if cpu < 0 || s == nil || s.Received == 0 {
+			return -1
+		}
+		return cpu / time.Duration(s.Received)
+	}
+	c := per(r.ConnectorCPU, r.Connector)
+	if c < 0 {
+		return
+	}
+	fmt.Fprintf(w, "CPU per event (this process and the gateways'): connector run %.1fµs", c.Seconds()*1e6)
+	if e := per(r.EchoCPU, r.Echo); e > 0 {
+		fmt.Fprintf(w, ", echo run %.1fµs (echo/connector %.2fx)", e.Seconds()*1e6, float64(e)/float64(c))
+	}
+	fmt.Fprintln(w)
 }
 
 // printRatio prints run c as a ratio of baseline b.

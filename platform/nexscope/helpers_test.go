@@ -155,6 +155,18 @@ func (tr *testRelay) writesDone(t testing.TB) {
 	})
 }
 
+// armedWatchdogs counts the members' write watchdogs whose timer is
+// pending (a write within the last WriteTimeout on the clock).
+func (tr *testRelay) armedWatchdogs() int {
+	n := 0
+	for _, m := range tr.members() {
+		if m.watch.Armed() {
+			n++
+		}
+	}
+	return n
+}
+
 // members returns every member the relay serves, those that left their
 // room included until their goroutines have finished.
 func (tr *testRelay) members() []*member {

@@ -67,7 +67,7 @@ func (m *member) newQueue(w wsconn.Writer) *wsconn.Queue {
 // accepted binds the member to its upgraded socket.
 func (m *member) accepted(ws *websocket.Conn) {
 	m.ws = ws
-	m.watch = wsconn.NewWatchdog(ws, m.p.clock, m.p.cfg.WriteTimeout)
+	m.watch.Init(ws, m.p.clock, m.p.cfg.WriteTimeout)
 	m.alive.Init(ws, m.p.clock, m.p.cfg.HeartbeatInterval, 2, func() {
 		m.log.Info("nexscope heartbeat_timeout", "missed_pongs", 2)
 		m.kick(CloseHeartbeatTimeout)
