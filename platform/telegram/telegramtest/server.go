@@ -473,10 +473,15 @@ func (s *Server) editMessageText(form map[string]string) (any, *Failure) {
 }
 
 // getUpdates answers from the queue at once, or holds the long poll until
-// an update is queued, timeout seconds pass or the client goes away.
+// an update is queued, timeout seconds pass or the client goes away. An
+// answer carries at most limit updates (1-100, default 100), as Telegram's.
 func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[string]string) {
 	offset, _ := strconv.ParseInt(form["offset"], 10, 64)
 	timeout, _ := strconv.Atoi(form["timeout"])
+	limit, err := strconv.Atoi(form["limit"])
+	if err != nil || limit < 1 || limit > maxUpdates {
+		limit = maxUpdates
+	}
 	deadline := time.NewTimer(time.Duration(timeout) * time.Second)
 	defer deadline.Stop()
 	for {
@@ -484,7 +489,7 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 		// Lower ids are confirmed by the offset.
 		s.updates = slices.DeleteFunc(s.updates, func(u queued) bool { return u.id < offset })
 		batch := make([]json.RawMessage, 0, len(s.updates))
-		for _, u := range s.updates {
+		for _, u := range s.updates[:min(limit, len(s.updates))] {
 			batch = append(batch, u.raw)
 		}
 		ch := s.changed
@@ -503,6 +508,9 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 		}
 	}
 }
+
+// maxUpdates is the most updates one getUpdates answer carries.
+const maxUpdates = 100
 
 // AddForum makes chat a forum: createForumTopic works there (elsewhere it
 // answers "the chat is not a forum").
