@@ -114,6 +114,7 @@ func runOnce(o *options) (*result, error) {
 		slackDrv *slackDriver
 		platf    platform.Platform
 		waDrv    *whatsappDriver
+		tgDrv    *telegramDriver
 		relayURL = o.URL
 		echoURL  string
 		err      error
@@ -155,6 +156,11 @@ func runOnce(o *options) (*result, error) {
 			drv = waDrv
 			newPlatform = waDrv.newPlatform
 			defer waDrv.close()
+		case driverTelegram:
+			tgDrv = &telegramDriver{}
+			drv = tgDrv
+			newPlatform = tgDrv.newPlatform
+			defer tgDrv.close()
 		}
 		if c, err = startConnector(o, newPlatform); err != nil {
 			return nil, err
@@ -207,6 +213,11 @@ func runOnce(o *options) (*result, error) {
 		}
 		if waDrv != nil {
 			waDrv.start(c.Metrics.progress, c.BaseURL)
+		}
+		if tgDrv != nil {
+			if err := tgDrv.start(c.Metrics.progress); err != nil {
+				return res, err
+			}
 		}
 		before := sampleCPU(fl.pid())
 		st, err := driveConnector(o, c, drv, fl)
