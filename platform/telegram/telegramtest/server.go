@@ -46,6 +46,7 @@ type Server struct {
 	changed   chan struct{} // closed and replaced on every recorded call or queued update
 	calls     []Call
 	updates   []queued
+	onAnswer  func(updates int) // see OnAnswer
 	failures  map[string][]Failure
 	messages  map[msgKey]string
 	markups   map[msgKey]json.RawMessage
@@ -492,10 +493,16 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 		for _, u := range s.updates[:min(limit, len(s.updates))] {
 			batch = append(batch, u.raw)
 		}
-		ch := s.changed
+		ch, onAnswer := s.changed, s.onAnswer
 		s.mu.Unlock()
 		if len(batch) > 0 {
 			writeResult(w, batch)
+			if onAnswer != nil {
+				if f, ok := w.(http.Flusher); ok {
+					f.Flush()
+				}
+				onAnswer(len(batch))
+			}
 			return
 		}
 		select {
@@ -507,6 +514,16 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 		case <-ch:
 		}
 	}
+}
+
+// OnAnswer makes f run after each getUpdates answer that carries updates
+// (f gets how many), once the answer is flushed to the client and before
+// the handler returns: a crash test kills the client there, between
+// fetching a batch and confirming it.
+func (s *Server) OnAnswer(f func(updates int)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onAnswer = f
 }
 
 // maxUpdates is the most updates one getUpdates answer carries.
