@@ -136,6 +136,13 @@ func (p *Platform) poll(ctx context.Context) error {
 	p.log.Info("telegram long polling started")
 	defer p.turns.Wait()
 	p.bot.Start(ctx)
+	// An answer cut short by the end of ctx: the part the worker took is
+	// ingested as a whole answer would have been, so that the offset gate
+	// is not left waiting for it.
+	if answer := p.answer; len(answer) > 0 {
+		p.answer = nil
+		p.ingestAnswer(ctx, answer)
+	}
 	if errors.Is(context.Cause(ctx), errTokenRejected) {
 		return errTokenRejected
 	}
