@@ -192,8 +192,8 @@ func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
 	p.offsets.handing(u.ID)
 	last := p.offsets.lastOfAnswer(u.ID)
 	if p.inAnswer(u.ID) {
+		// Its first copy's done clears the id for the offset gate.
 		p.drop(dropDuplicate, u.ID, 0)
-		p.offsets.done(u.ID)
 	} else if in, ok := p.prepare(ctx, u); ok {
 		p.answer = append(p.answer, polledUpdate{u: u, in: in, received: received})
 	} else {
