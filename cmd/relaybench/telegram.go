@@ -56,14 +56,19 @@ func (d *telegramDriver) newPlatform(tenants []relay.Tenant) (platform.Platform,
 // the platform drops an event.
 func (d *telegramDriver) start(progress chan struct{}) error {
 	d.progress = progress
-	deadline := time.Now().Add(dialTimeout)
-	for !d.platform.Status().Ready {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("telegram platform not polling after %v: %s", dialTimeout, d.platform.Status().Detail)
+	timeout := time.NewTimer(dialTimeout)
+	defer timeout.Stop()
+	for {
+		st, changed := d.platform.StatusChanges()
+		if st.Ready {
+			return nil
 		}
-		time.Sleep(10 * time.Millisecond) // polling a status with no change signal
+		select {
+		case <-changed:
+		case <-timeout.C:
+			return fmt.Errorf("telegram platform not polling after %v: %s", dialTimeout, st.Detail)
+		}
 	}
-	return nil
 }
 
 // fire queues message seq on the fake Bot API for the next getUpdates.
