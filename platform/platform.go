@@ -133,6 +133,22 @@ type Sink interface {
 	Deliver(ctx context.Context, d Delivery) error
 }
 
+// BatchSink is a Sink that also takes a batch of deliveries from one
+// source at once (a Telegram getUpdates answer), so that the batch is made
+// durable in one store commit instead of one commit per delivery. The
+// relay implements it.
+type BatchSink interface {
+	Sink
+	// DeliverAll hands each of ds to its tenant's gateways as Deliver
+	// would, keeping their order, and returns once every one is stored:
+	// all of a tenant's inbound and passthrough deliveries in one store
+	// write, the tenants' writes side by side (sharing the store's group
+	// commit). errs is nil when every delivery was taken; otherwise
+	// errs[i] is nil for a delivery taken and the error of one not taken,
+	// which the source must deliver again.
+	DeliverAll(ctx context.Context, ds []Delivery) (errs []error)
+}
+
 // KeyFunc computes the session key a tenant's gateway would compute for src,
 // with that tenant's gateway knobs.
 type KeyFunc func(tenant string, src *session.Source) string

@@ -815,6 +815,16 @@ func (r driver) store(ctx context.Context, d ledger.Delivery) error {
 	return nil
 }
 
+// storeAll is store for several deliveries: one store write for all.
+func (r driver) storeAll(ctx context.Context, ds []ledger.Delivery) error {
+	if _, err := r.h.ledger.StoreAll(ctx, ds); err != nil {
+		return err
+	}
+	r.f.kickTail()
+	r.f.wake()
+	return nil
+}
+
 func (r driver) serve(c *conn, s *seat, platform string) {
 	r.f.fl.addLocal(c)
 	r.local.serve(c, s, platform)
@@ -839,6 +849,14 @@ type remote struct{ f *tenantFleet }
 
 func (r remote) store(ctx context.Context, d ledger.Delivery) error {
 	if _, err := r.f.h.ledger.Store(ctx, d); err != nil {
+		return err
+	}
+	r.f.wake()
+	return nil
+}
+
+func (r remote) storeAll(ctx context.Context, ds []ledger.Delivery) error {
+	if _, err := r.f.h.ledger.StoreAll(ctx, ds); err != nil {
 		return err
 	}
 	r.f.wake()

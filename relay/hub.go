@@ -61,6 +61,8 @@ type seat struct {
 type role interface {
 	// store takes a delivery in: stored durably before it returns.
 	store(ctx context.Context, d ledger.Delivery) error
+	// storeAll is store for several deliveries: one store write for all.
+	storeAll(ctx context.Context, ds []ledger.Delivery) error
 	serve(c *conn, s *seat, platform string)
 	idle(c *conn, s *seat)
 	detach(c *conn, s *seat)
@@ -77,6 +79,11 @@ type local struct{ h *hub }
 
 func (r local) store(ctx context.Context, d ledger.Delivery) error {
 	_, err := r.h.ledger.Append(ctx, d)
+	return err
+}
+
+func (r local) storeAll(ctx context.Context, ds []ledger.Delivery) error {
+	_, err := r.h.ledger.AppendAll(ctx, ds)
 	return err
 }
 
@@ -238,11 +245,45 @@ func (h *hub) stampProfile(d *platform.Delivery) {
 // role. It returns once the delivery is durable; an error means it was not
 // taken.
 func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
-	m := h.srv.cfg.Metrics
 	buf := getEncodeBuf()
 	defer putEncodeBuf(buf)
+	ld, ok := h.encode(&d, buf)
+	if !ok {
+		return nil
+	}
+	return h.stored(&d, h.role.Load().store(ctx, ld), 1)
+}
+
+// enqueueAll is enqueue for several deliveries of this tenant from one
+// source: one store write for all of them, in their order. Either every
+// one is taken or, with an error, none (the dropped ones aside).
+func (h *hub) enqueueAll(ctx context.Context, ds []platform.Delivery) error {
+	lds := make([]ledger.Delivery, 0, len(ds))
+	bufs := make([]*[]byte, 0, len(ds))
+	defer func() {
+		for _, b := range bufs {
+			putEncodeBuf(b)
+		}
+	}()
+	for i := range ds {
+		buf := getEncodeBuf()
+		bufs = append(bufs, buf)
+		if ld, ok := h.encode(&ds[i], buf); ok {
+			lds = append(lds, ld)
+		}
+	}
+	if len(lds) == 0 {
+		return nil
+	}
+	return h.stored(&ds[0], h.role.Load().storeAll(ctx, lds), len(lds))
+}
+
+// encode encodes d into buf for the ledger; ok is false when d is dropped
+// (counted and logged) instead.
+func (h *hub) encode(d *platform.Delivery, buf *[]byte) (ld ledger.Delivery, ok bool) {
+	m := h.srv.cfg.Metrics
 	var payload []byte
-	h.stampProfile(&d)
+	h.stampProfile(d)
 	switch {
 	case d.Kind == platform.KindInbound && d.Event != nil:
 		var truncated bool
@@ -256,30 +297,39 @@ func (h *hub) enqueue(ctx context.Context, d platform.Delivery) error {
 		payload = appendForward((*buf)[:0], d.Forward)
 	default:
 		h.srv.log.Warn("delivery dropped: no payload", "tenant", h.id, "platform", d.Platform)
-		return nil
+		return ld, false
 	}
 	*buf = payload
 	if len(payload) > maxPayloadBytes {
 		m.Inbound(d.Platform, h.id, "dropped_oversized")
 		h.srv.log.Warn("delivery dropped: larger than the gateway's frame limit",
 			"tenant", h.id, "platform", d.Platform, "bytes", len(payload))
-		return nil
+		return ld, false
 	}
 	if d.ChatID != "" {
 		h.chatsMu.Lock()
 		h.chats.Add(d.ChatID, d.Platform)
 		h.chatsMu.Unlock()
 	}
-	err := h.role.Load().store(ctx, ledger.Delivery{
+	return ledger.Delivery{
 		Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
 		Payload: payload, Received: d.Received,
-	})
+	}, true
+}
+
+// stored counts n deliveries (of d's platform) stored, or refused with err.
+func (h *hub) stored(d *platform.Delivery, err error, n int) error {
+	m := h.srv.cfg.Metrics
 	if err != nil {
-		m.Inbound(d.Platform, h.id, "store_failed")
-		h.srv.log.Warn("delivery refused: not stored", "tenant", h.id, "platform", d.Platform, "err", err)
+		for range n {
+			m.Inbound(d.Platform, h.id, "store_failed")
+		}
+		h.srv.log.Warn("delivery refused: not stored", "tenant", h.id, "platform", d.Platform, "deliveries", n, "err", err)
 		return fmt.Errorf("relay: store inbound: %w", err)
 	}
-	m.Inbound(d.Platform, h.id, "queued")
+	for range n {
+		m.Inbound(d.Platform, h.id, "queued")
+	}
 	return nil
 }
 

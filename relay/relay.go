@@ -454,7 +454,7 @@ func KeyFunc(tenants []Tenant) platform.KeyFunc {
 	}
 }
 
-var _ platform.Sink = (*Server)(nil)
+var _ platform.BatchSink = (*Server)(nil)
 
 // ErrShuttingDown is returned by Deliver once Shutdown began: the delivery
 // was not taken, and the platform leaves it unconfirmed at its source.
@@ -485,6 +485,101 @@ func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
 		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
 	}
 	return nil
+}
+
+// DeliverAll implements platform.BatchSink: the deliveries of one source's
+// batch (a Telegram getUpdates answer). Each tenant's inbound and
+// passthrough deliveries between two interrupts are stored in one store
+// write (enqueueAll), different tenants' side by side; an interrupt is
+// handled, as Deliver handles it, once everything before it in ds is
+// stored, so the batch keeps its order.
+func (s *Server) DeliverAll(ctx context.Context, ds []platform.Delivery) []error {
+	var errs []error
+	fail := func(i int, err error) {
+		if errs == nil {
+			errs = make([]error, len(ds))
+		}
+		errs[i] = err
+	}
+	start := 0
+	for i := range ds {
+		if ds[i].Kind == platform.KindInterrupt {
+			s.deliverRun(ctx, ds, start, i, fail)
+			if err := s.Deliver(ctx, ds[i]); err != nil {
+				fail(i, err)
+			}
+			start = i + 1
+		}
+	}
+	s.deliverRun(ctx, ds, start, len(ds), fail)
+	return errs
+}
+
+// deliverRun stores ds[from:to], which holds no interrupt, with one
+// enqueueAll per tenant, and reports each delivery not taken to fail.
+func (s *Server) deliverRun(ctx context.Context, ds []platform.Delivery, from, to int, fail func(int, error)) {
+	if from >= to {
+		return
+	}
+	byTenant := make(map[string][]int)
+	var order []string
+	for i := from; i < to; i++ {
+		t := ds[i].Tenant
+		if _, ok := byTenant[t]; !ok {
+			order = append(order, t)
+		}
+		byTenant[t] = append(byTenant[t], i)
+	}
+	errs := make([]error, len(order))
+	var wg sync.WaitGroup
+	for n, t := range order {
+		store := func() { errs[n] = s.deliverTenant(ctx, t, ds, byTenant[t]) }
+		if len(order) == 1 {
+			store()
+		} else {
+			wg.Go(store)
+		}
+	}
+	wg.Wait()
+	for n, t := range order {
+		if errs[n] != nil {
+			for _, i := range byTenant[t] {
+				fail(i, errs[n])
+			}
+		}
+	}
+}
+
+// deliverTenant stores tenant's deliveries ds[idx...] as Deliver would,
+// in one enqueueAll.
+func (s *Server) deliverTenant(ctx context.Context, tenant string, ds []platform.Delivery, idx []int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.stopping.Load() {
+		return ErrShuttingDown
+	}
+	h := s.hub(tenant)
+	if h == nil {
+		for _, i := range idx {
+			s.cfg.Metrics.Inbound(ds[i].Platform, tenant, "dropped_unknown_tenant")
+		}
+		s.log.Warn("deliveries dropped: unknown tenant", "tenant", tenant, "platform", ds[idx[0]].Platform, "deliveries", len(idx))
+		return nil
+	}
+	batch := make([]platform.Delivery, 0, len(idx))
+	for _, i := range idx {
+		switch ds[i].Kind {
+		case platform.KindInbound, platform.KindPassthrough:
+			batch = append(batch, ds[i])
+		default:
+			s.log.Warn("delivery dropped: unknown kind", "tenant", tenant, "kind", ds[i].Kind)
+		}
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	return h.enqueueAll(ctx, batch)
 }
 
 // ServeHTTP upgrades a gateway's request and returns, serving the

@@ -25,8 +25,9 @@ type batcher[W any] struct {
 	mu     sync.RWMutex // read-held while sending to reqs, write-held to close it
 	closed bool
 
-	// commits, writes and nanos count the batches committed, the writes
-	// they carried and the time commit took (CommitStats).
+	// commits, writes and nanos count the batches committed (from the
+	// start of their commit), the writes they carried and the time commit
+	// took (CommitStats).
 	commits, writes, nanos atomic.Uint64
 }
 
@@ -67,11 +68,13 @@ func (b *batcher[W]) run() {
 				break gather
 			}
 		}
+		// Counted before commit answers the writers, so that a writer that
+		// got its answer finds its commit counted.
+		b.commits.Add(1)
+		b.writes.Add(uint64(len(batch)))
 		start := time.Now()
 		b.commit(batch)
 		b.nanos.Add(uint64(time.Since(start)))
-		b.commits.Add(1)
-		b.writes.Add(uint64(len(batch)))
 		clear(batch)
 	}
 }

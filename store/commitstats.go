@@ -11,7 +11,9 @@ type Committer interface {
 
 // CommitStats counts a backend's batched commits since it opened.
 type CommitStats struct {
-	// Commits is the batches committed (with or without an error).
+	// Commits is the batches committed (with or without an error), each
+	// counted as its commit starts: a write that returned has its commit
+	// counted.
 	Commits uint64
 	// Writes is the writes they carried.
 	Writes uint64

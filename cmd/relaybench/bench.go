@@ -119,6 +119,7 @@ func runOnce(o *options) (*result, error) {
 		slackDrv *slackDriver
 		platf    platform.Platform
 		waDrv    *whatsappDriver
+		tgDrv    *telegramDriver
 		relayURL = o.URL
 		echoURL  string
 		err      error
@@ -160,6 +161,11 @@ func runOnce(o *options) (*result, error) {
 			drv = waDrv
 			newPlatform = waDrv.newPlatform
 			defer waDrv.close()
+		case driverTelegram:
+			tgDrv = &telegramDriver{}
+			drv = tgDrv
+			newPlatform = tgDrv.newPlatform
+			defer tgDrv.close()
 		}
 		if c, err = startConnector(o, newPlatform); err != nil {
 			return nil, err
@@ -212,6 +218,11 @@ func runOnce(o *options) (*result, error) {
 		}
 		if waDrv != nil {
 			waDrv.start(c.Metrics.progress, c.BaseURL)
+		}
+		if tgDrv != nil {
+			if err := tgDrv.start(c.Metrics.progress); err != nil {
+				return res, err
+			}
 		}
 		before := sampleCPU(fl.pid())
 		st, err := driveConnector(o, c, drv, fl)

@@ -32,6 +32,10 @@
 //	           the OAuth flow first; a thread per user), with a fake Slack
 //	           (slacktest) for the Web API; latency runs from the scheduled
 //	           POST to the read.
+//	telegram   text messages queued on a fake Bot API (telegramtest) that
+//	           the platform long-polls (getUpdates answers of up to 100), a
+//	           private chat per tenant from one user: each tenant one
+//	           sequential source; latency runs from the enqueue to the read.
 //	idle       no events: connect the gateways and measure the connection cost.
 //
 // -store embedded or -store redis (with -redis-url) runs the in-process
@@ -53,6 +57,7 @@
 //	relaybench -driver discord -gateways 100 -rate 500 -duration 10s
 //	relaybench -driver slack -gateways 100 -rate 500 -duration 10s
 //	relaybench -driver whatsapp -gateways 100 -rate 0 -duration 10s
+//	relaybench -driver telegram -gateways 1 -rate 0 -duration 5s -echo=false -store embedded
 //	relaybench -gateways 100 -rate 0 -duration 5s -producers 256 -store embedded
 //	relaybench -url ws://10.0.0.5:8080/relay -secret S -gateway-prefix bench-gw- -gateways 100 -driver idle
 //	relaybench -driver idle -connector ./connector -redis-url redis://127.0.0.1:6390/0 -instances 7 -gateways 100000 -tenants 1000

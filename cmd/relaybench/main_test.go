@@ -120,6 +120,20 @@ func TestSlackRun(t *testing.T) {
 	checkEventRun(t, res, 100)
 }
 
+// The telegram driver's events reach the gateways through long polling
+// on the embedded store, after the same run on the memory store.
+func TestTelegramRun(t *testing.T) {
+	o := benchOptions(t, "-driver", "telegram", "-store", "embedded", "-store-dir", t.TempDir())
+	res, err := run(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEventRun(t, res, 100)
+	if b := res.MemoryStore; b == nil || b.Sent != 100 || b.Received != 100 || b.Lost() != 0 || b.Errors != 0 {
+		t.Fatalf("memory baseline %+v: want 100 sent and received, none lost or failed", b)
+	}
+}
+
 // A run against a connector by URL connects with the operator's gateway
 // ids and secret and reports the connection figures it can see.
 func TestIdleRunAgainstURL(t *testing.T) {

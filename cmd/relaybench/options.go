@@ -20,6 +20,7 @@ const (
 	driverDiscord   = "discord"
 	driverSlack     = "slack"
 	driverWhatsApp  = "whatsapp"
+	driverTelegram  = "telegram"
 	driverIdle      = "idle"
 )
 
@@ -112,7 +113,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Secret, "secret", "", "gateway HMAC secret (required with -url; random in-process)")
 	fs.IntVar(&o.Gateways, "gateways", 10, "gateways to connect")
 	fs.IntVar(&o.Tenants, "tenants", 0, "tenants the gateways are spread over, round-robin (default: one per gateway)")
-	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope, discord, slack, whatsapp or idle")
+	fs.StringVar(&o.Driver, "driver", driverSynthetic, "event source: synthetic, nexscope, discord, slack, whatsapp, telegram or idle")
 	fs.Float64Var(&o.Rate, "rate", 1000, "events per second (0: as fast as -window allows)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "how long to drive events")
 	fs.IntVar(&o.Window, "window", 1024, "most events sent and not yet acknowledged by a gateway")
@@ -214,10 +215,10 @@ func (o *options) validate() error {
 		return errors.New("-store applies to the in-process connector; a connector at -url uses its own")
 	}
 	switch o.Driver {
-	case driverSynthetic, driverNexscope, driverDiscord, driverSlack, driverWhatsApp, driverIdle:
+	case driverSynthetic, driverNexscope, driverDiscord, driverSlack, driverWhatsApp, driverTelegram, driverIdle:
 		return nil
 	}
-	return fmt.Errorf("unknown -driver %q (synthetic, nexscope, discord, slack, whatsapp or idle)", o.Driver)
+	return fmt.Errorf("unknown -driver %q (synthetic, nexscope, discord, slack, whatsapp, telegram or idle)", o.Driver)
 }
 
 // validateProcesses checks a run on connector processes: every process
@@ -282,7 +283,7 @@ func (o *options) gatewayID(i int) string { return fmt.Sprintf("%s%d", o.Gateway
 // helloPlatform is the platform the gateways hello.
 func (o *options) helloPlatform() string {
 	switch o.Driver {
-	case driverNexscope, driverDiscord, driverSlack:
+	case driverNexscope, driverDiscord, driverSlack, driverTelegram:
 		return o.Driver
 	case driverWhatsApp:
 		return "whatsapp_cloud"

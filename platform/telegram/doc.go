@@ -87,7 +87,11 @@
 // (Telegram's Bot API server sends a chat's next update only after the
 // previous one was answered). When polling, the next getUpdates waits until
 // every update of the previous answer is handled (its offset confirms them
-// all), so a slow chat holds later answers, not the chats of its own. A
+// all), so a slow chat holds later answers, not the chats of its own. The
+// updates of one answer are readied in their chats' turns and then handed
+// to the relay together (platform.BatchSink.DeliverAll, batch.go), which
+// stores each tenant's part in one store write: one commit per answer, not
+// one per update. A
 // delivery the relay refuses is retried (polling) or answered 503 so
 // Telegram retries (webhook). When polling, an update whose delivery
 // is still failing when the connector shuts down is logged as lost.

@@ -49,31 +49,54 @@ func (p *Platform) prepare(ctx context.Context, u *models.Update) (in inbound, o
 	return in, true
 }
 
-// ingest ingests u, normalized as in, in its chat's turn: drop
-// redeliveries, consume a "/link <code>" DM (handed to the link desk,
-// never waited for), resolve the tenant (author
-// first, then the chat: authors.go), gate, re-host its media, deliver.
+// ingest ingests u, normalized as in, in its chat's turn: ready it, then
+// deliver it.
 func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, received time.Time) error {
 	sink := p.sink.Load()
 	if sink == nil {
 		return errNotRunning
 	}
+	r := p.ready(ctx, u, in, received)
+	if !r.deliver {
+		return nil
+	}
+	if err := (*sink).Deliver(ctx, r.d); err != nil {
+		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
+	}
+	p.delivered(u, in, &r)
+	return nil
+}
+
+// readied is an update made ready for the sink.
+type readied struct {
+	// deliver is false when the update was dropped or consumed instead.
+	deliver  bool
+	d        platform.Delivery
+	observed observedKey
+}
+
+// ready does what comes before an update's delivery, in its chat's turn:
+// drop redeliveries, consume a "/link <code>" DM (handed to the link desk,
+// never waited for), resolve the tenant (author first, then the chat:
+// authors.go), gate, re-host its media. Once the delivery is stored the
+// caller calls delivered.
+func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, received time.Time) readied {
 	m := p.mapping.Load()
 	if u.ID != 0 && p.seen.contains(u.ID) {
 		p.drop(dropDuplicate, u.ID, in.chatID)
-		return nil
+		return readied{}
 	}
 	if code, ok := p.linkCode(in); ok {
 		p.submitLink(in, code)
 		if u.ID != 0 {
 			p.seen.add(u.ID)
 		}
-		return nil
+		return readied{}
 	}
 	tenant, owner, drop := p.route(ctx, in)
 	if drop != "" {
 		p.drop(drop, u.ID, in.chatID)
-		return nil
+		return readied{}
 	}
 	var observed observedKey
 	if in.msg != nil {
@@ -89,7 +112,7 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 				p.seen.add(u.ID)
 			}
 			p.drop(reason, u.ID, in.chatID)
-			return nil
+			return readied{}
 		}
 		if pol.sharesSessions(in.msg) {
 			shareSession(&in.event)
@@ -98,11 +121,13 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 		}
 		p.attachMedia(ctx, tenant, in.msg, &in.event)
 	}
-	if err := (*sink).Deliver(ctx, p.delivery(tenant, in, received)); err != nil {
-		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
-	}
+	return readied{deliver: true, d: p.delivery(tenant, in, received), observed: observed}
+}
+
+// delivered does what follows an update's stored delivery.
+func (p *Platform) delivered(u *models.Update, in *inbound, r *readied) {
 	if len(in.event.Context) > 0 {
-		p.observed.Delivered(observed)
+		p.observed.Delivered(r.observed)
 	}
 	if u.ID != 0 {
 		p.seen.add(u.ID)
@@ -110,7 +135,6 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 	if in.callbackID != "" {
 		p.queueCallbackAnswer(in.callbackID)
 	}
-	return nil
 }
 
 // delivery wraps a normalized update for tenant: a "/stop" becomes an

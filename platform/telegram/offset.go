@@ -106,6 +106,16 @@ func (g *offsetGate) handing(id int64) {
 	g.pending[id] = struct{}{}
 }
 
+// lastOfAnswer reports whether update id, which the worker took, is the
+// last of the getUpdates answer it came in: the next poll is held until
+// this answer is handled, so the highest id handed out is still this
+// answer's.
+func (g *offsetGate) lastOfAnswer(id int64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return id >= g.handed
+}
+
 // done records that update id was handled.
 func (g *offsetGate) done(id int64) {
 	g.mu.Lock()

@@ -63,7 +63,10 @@ type Platform struct {
 	// chats side by side. Unbounded: a webhook's requests (at most
 	// webhook_max_connections) and a long poll's batch (its updates are
 	// handled before the next poll) bound it.
-	turns     *chatorder.Queue[int64]
+	turns *chatorder.Queue[int64]
+	// answer is the current getUpdates answer's updates the poll worker
+	// took so far (batch.go); only that one goroutine touches it.
+	answer    []polledUpdate
 	unclaimed chatSet // unclaimed chats already logged
 
 	budget *fairshare.Scheduler

@@ -136,6 +136,13 @@ func (p *Platform) poll(ctx context.Context) error {
 	p.log.Info("telegram long polling started")
 	defer p.turns.Wait()
 	p.bot.Start(ctx)
+	// An answer cut short by the end of ctx: the part the worker took is
+	// ingested as a whole answer would have been, so that the offset gate
+	// is not left waiting for it.
+	if answer := p.answer; len(answer) > 0 {
+		p.answer = nil
+		p.ingestAnswer(ctx, answer)
+	}
 	if errors.Is(context.Cause(ctx), errTokenRejected) {
 		return errTokenRejected
 	}
@@ -175,23 +182,40 @@ func (p *Platform) libraryError(err error) {
 	p.log.Warn("telegram bot api error", "err", text)
 }
 
-// polled gives one update from the long poll its chat's turn and returns:
-// updates of other chats go on while this one is ingested. A delivery
-// failure is retried with backoff, holding the next poll (Telegram keeps
-// the rest queued), so nothing is dropped while the connector runs. Only a
-// handled update lets the next poll confirm it (offsetGate).
+// polled takes one update from the long poll: the updates of one
+// getUpdates answer are collected, and when the answer's last one arrives
+// they are ingested together (ingestAnswer), so the whole answer is stored
+// in one commit. Only a handled update lets the next poll confirm it
+// (offsetGate).
 func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
 	received := p.clock.Now()
 	p.offsets.handing(u.ID)
-	in, ok := p.prepare(ctx, u)
-	if !ok {
+	last := p.offsets.lastOfAnswer(u.ID)
+	if p.inAnswer(u.ID) {
+		// Its first copy's done clears the id for the offset gate.
+		p.drop(dropDuplicate, u.ID, 0)
+	} else if in, ok := p.prepare(ctx, u); ok {
+		p.answer = append(p.answer, polledUpdate{u: u, in: in, received: received})
+	} else {
 		p.offsets.done(u.ID)
-		return
 	}
+	if last {
+		answer := p.answer
+		p.answer = nil
+		p.ingestAnswer(ctx, answer)
+	}
+}
+
+// ingestOne gives one polled update its chat's turn and returns: updates
+// of other chats go on while this one is ingested. A delivery failure is
+// retried with backoff, holding the next poll (Telegram keeps the rest
+// queued), so nothing is dropped while the connector runs.
+func (p *Platform) ingestOne(ctx context.Context, pu *polledUpdate) {
+	u, in := pu.u, pu.in
 	p.turns.Go(ctx, in.chatID, func() { // unbounded: never refused
 		backoff := 50 * time.Millisecond
 		for {
-			err := p.ingest(context.WithoutCancel(ctx), u, &in, received)
+			err := p.ingest(context.WithoutCancel(ctx), u, &in, pu.received)
 			if err == nil {
 				p.offsets.done(u.ID)
 				return

@@ -352,90 +352,167 @@ type Delivery struct {
 // means it was not taken. The ledger's mutex is not held while the store
 // writes, so concurrent Appends share its commits.
 func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
-	p := l.pool
-	if d.Received.IsZero() {
-		d.Received = p.cfg.Clock.Now()
-	}
-	if d.SessionKey != "" {
-		l.mu.Lock()
-		l.appending[d.SessionKey]++
-		l.mu.Unlock()
-	}
 	rec := records.Get().(*[1]store.Record)
-	rec[0] = store.Record{
-		Kind: d.Kind, Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
-		Payload: d.Payload, Received: d.Received,
-	}
-	seqs, commit, err := p.cfg.Store.Stage(ctx, l.tenant, rec[:])
-	if err == nil && len(seqs) != 1 {
-		err = errors.New("ledger: the store assigned no sequence number")
-	}
-	var e *entry
-	if err == nil {
-		e = l.newEntry(seqs[0], &rec[0])
-		e.staged = true
-	}
+	l.record(&rec[0], &d)
+	var es [1]*entry
+	err := l.appendRecords(ctx, rec[:], es[:])
 	rec[0] = store.Record{}
 	records.Put(rec)
-	l.mu.Lock()
-	if d.SessionKey != "" {
-		if l.appending[d.SessionKey]--; l.appending[d.SessionKey] <= 0 {
-			delete(l.appending, d.SessionKey)
+	if err != nil {
+		return "", err
+	}
+	return es[0].id, nil
+}
+
+// AppendAll is Append for several deliveries from one source: it stores ds
+// in one store write (one commit of the embedded store, one round trip of
+// redis), takes them into the ledger in their order, and returns their
+// bufferIds. Either all of ds are taken or, with an error, none.
+func (l *Ledger) AppendAll(ctx context.Context, ds []Delivery) ([]string, error) {
+	recs := make([]store.Record, len(ds))
+	for i := range ds {
+		l.record(&recs[i], &ds[i])
+	}
+	es := make([]*entry, len(ds))
+	if err := l.appendRecords(ctx, recs, es); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(es))
+	for i, e := range es {
+		ids[i] = e.id
+	}
+	return ids, nil
+}
+
+// record fills r, the store's record of d.
+func (l *Ledger) record(r *store.Record, d *Delivery) {
+	received := d.Received
+	if received.IsZero() {
+		received = l.pool.cfg.Clock.Now()
+	}
+	*r = store.Record{
+		Kind: d.Kind, Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
+		Payload: d.Payload, Received: received,
+	}
+}
+
+// appendRecords stages recs in one store call, takes the entries it builds
+// (into es, in recs' order) into the ledger and dispatches them, then waits
+// for their commit: Append and AppendAll.
+func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*entry) error {
+	p := l.pool
+	l.countAppending(recs, 1)
+	seqs, commit, err := p.cfg.Store.Stage(ctx, l.tenant, recs)
+	if err == nil && len(seqs) != len(recs) {
+		err = errors.New("ledger: the store assigned no sequence number")
+	}
+	if err == nil {
+		for i := range recs {
+			es[i] = l.newEntry(seqs[i], &recs[i])
+			es[i].staged = true
 		}
 	}
-	if e != nil {
-		l.insertLocked(e)
+	l.mu.Lock()
+	l.countAppendingLocked(recs, -1)
+	if err == nil {
+		for _, e := range es {
+			l.insertLocked(e)
+		}
 		l.boundLocked()
 	}
 	l.dispatchLocked()
-	if e != nil {
-		l.noteUnservedLocked(e)
+	if err == nil {
+		l.noteUnservedLocked(es...)
 		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 	}
 	l.mu.Unlock()
 	if err != nil {
-		return "", err
+		return err
 	}
 	err = commit()
 	l.mu.Lock()
-	e.staged = false
-	switch {
-	case err != nil && l.byID[e.id] == e:
-		// Not stored, so not confirmed: the source delivers it again.
-		l.removeLocked(e)
+	removed := false
+	for _, e := range es {
+		e.staged = false
+		switch {
+		case err != nil && l.byID[e.id] == e:
+			// Not stored, so not confirmed: the source delivers it again.
+			l.removeLocked(e)
+			removed = true
+		case err == nil && e.removeStored:
+			// Acknowledged or dropped while its commit was under way.
+			l.queueRemovalLocked(e.seq)
+		}
+	}
+	if removed {
 		l.dispatchLocked()
 		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
-	case err == nil && e.removeStored:
-		// Acknowledged or dropped while its commit was under way.
-		l.queueRemovalLocked(e.seq)
 	}
 	l.mu.Unlock()
 	if err != nil {
-		return "", err
+		return err
 	}
 	p.boundTotal()
-	return e.id, nil
+	return nil
+}
+
+// countAppending adds n to the count of Appends being stored for each
+// record's session (appending), which holds back the session's later
+// entries from dispatch until the earlier ones are numbered.
+func (l *Ledger) countAppending(recs []store.Record, n int) {
+	for i := range recs {
+		if recs[i].SessionKey != "" {
+			l.mu.Lock()
+			l.countAppendingLocked(recs, n)
+			l.mu.Unlock()
+			return
+		}
+	}
+}
+
+// countAppendingLocked is countAppending with l.mu held.
+func (l *Ledger) countAppendingLocked(recs []store.Record, n int) {
+	for i := range recs {
+		k := recs[i].SessionKey
+		if k == "" {
+			continue
+		}
+		if l.appending[k] += n; l.appending[k] <= 0 {
+			delete(l.appending, k)
+		}
+	}
 }
 
 // Store stores d, durably, without taking it into the ledger, and returns
 // its bufferId: among several instances, the one driving the tenant takes
 // it in with Tail.
 func (l *Ledger) Store(ctx context.Context, d Delivery) (string, error) {
-	p := l.pool
-	if d.Received.IsZero() {
-		d.Received = p.cfg.Clock.Now()
-	}
-	seqs, err := p.cfg.Store.Append(ctx, l.tenant, []store.Record{{
-		Kind: d.Kind, Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
-		Payload: d.Payload, Received: d.Received,
-	}})
-	if err == nil && len(seqs) != 1 {
-		err = errors.New("ledger: the store assigned no sequence number")
-	}
+	ids, err := l.StoreAll(ctx, []Delivery{d})
 	if err != nil {
 		return "", err
 	}
-	return p.cfg.IDPrefix + strconv.FormatUint(seqs[0], 10), nil
+	return ids[0], nil
+}
+
+// StoreAll is Store for several deliveries from one source: one store
+// write for all of ds, whose bufferIds it returns in order.
+func (l *Ledger) StoreAll(ctx context.Context, ds []Delivery) ([]string, error) {
+	recs := make([]store.Record, len(ds))
+	for i := range ds {
+		l.record(&recs[i], &ds[i])
+	}
+	seqs, err := l.pool.cfg.Store.Append(ctx, l.tenant, recs)
+	if err == nil && len(seqs) != len(recs) {
+		err = errors.New("ledger: the store assigned no sequence number")
+	}
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(seqs))
+	for i, seq := range seqs {
+		ids[i] = l.pool.cfg.IDPrefix + strconv.FormatUint(seq, 10)
+	}
+	return ids, nil
 }
 
 // records holds the one-record slices Append hands the store, which copies

@@ -882,3 +882,52 @@ func TestUnservedReportsBufferedEntriesNoConsumerServes(t *testing.T) {
 	}
 	want(t, "on recovery", calls, "t1")
 }
+
+// AppendAll stores a batch in one Stage, in order, and offers it in
+// order; a commit that fails takes none of it back into the ledger.
+func TestAppendAllStoresABatchInOneStageOrNone(t *testing.T) {
+	slow := &slowCommitLedger{committing: make(chan struct{}), release: make(chan struct{}), err: errDiskFull}
+	r := newRig(t, func(c *Config) { slow.Ledger = c.Store; c.Store = slow })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	batch := []Delivery{
+		{Platform: "discord", SessionKey: "s1", Payload: []byte("a")},
+		{Platform: "discord", SessionKey: "s2", Payload: []byte("b")},
+		{Platform: "discord", SessionKey: "s1", Payload: []byte("c")},
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.AppendAll(context.Background(), batch)
+		done <- err
+	}()
+	select {
+	case <-slow.committing:
+	case <-time.After(10 * time.Second):
+		t.Fatal("timed out after 10s waiting for AppendAll to wait for its commit")
+	}
+	want(t, "offered while the batch's commit is under way", payloads(c.take()), "a", "b", "c")
+	close(slow.release)
+	if err := appendResult(t, done); !errors.Is(err, errDiskFull) {
+		t.Fatalf("AppendAll = %v, want the commit's error", err)
+	}
+	if r.Len() != 0 {
+		t.Fatalf("the ledger holds %d entries after the batch's commit failed, want 0", r.Len())
+	}
+
+	// The store works again (slowCommitLedger slows its first Stage only).
+	ids, err := r.AppendAll(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := r.store.Ledger().Read(context.Background(), "t1", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fake's failed commit left its records in the memory store.
+	want(t, "stored", r.stored(t), "a", "b", "c", "a", "b", "c")
+	for i, id := range ids {
+		if rec := recs[len(recs)-3+i]; id != fmt.Sprint("p-", rec.Seq) {
+			t.Fatalf("bufferId %d is %q, stored seq %d", i, id, rec.Seq)
+		}
+	}
+}

@@ -46,6 +46,7 @@ type Server struct {
 	changed   chan struct{} // closed and replaced on every recorded call or queued update
 	calls     []Call
 	updates   []queued
+	onAnswer  func(updates int) // see OnAnswer
 	failures  map[string][]Failure
 	messages  map[msgKey]string
 	markups   map[msgKey]json.RawMessage
@@ -473,10 +474,15 @@ func (s *Server) editMessageText(form map[string]string) (any, *Failure) {
 }
 
 // getUpdates answers from the queue at once, or holds the long poll until
-// an update is queued, timeout seconds pass or the client goes away.
+// an update is queued, timeout seconds pass or the client goes away. An
+// answer carries at most limit updates (1-100, default 100), as Telegram's.
 func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[string]string) {
 	offset, _ := strconv.ParseInt(form["offset"], 10, 64)
 	timeout, _ := strconv.Atoi(form["timeout"])
+	limit, err := strconv.Atoi(form["limit"])
+	if err != nil || limit < 1 || limit > maxUpdates {
+		limit = maxUpdates
+	}
 	deadline := time.NewTimer(time.Duration(timeout) * time.Second)
 	defer deadline.Stop()
 	for {
@@ -484,13 +490,19 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 		// Lower ids are confirmed by the offset.
 		s.updates = slices.DeleteFunc(s.updates, func(u queued) bool { return u.id < offset })
 		batch := make([]json.RawMessage, 0, len(s.updates))
-		for _, u := range s.updates {
+		for _, u := range s.updates[:min(limit, len(s.updates))] {
 			batch = append(batch, u.raw)
 		}
-		ch := s.changed
+		ch, onAnswer := s.changed, s.onAnswer
 		s.mu.Unlock()
 		if len(batch) > 0 {
 			writeResult(w, batch)
+			if onAnswer != nil {
+				if f, ok := w.(http.Flusher); ok {
+					f.Flush()
+				}
+				onAnswer(len(batch))
+			}
 			return
 		}
 		select {
@@ -503,6 +515,19 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 		}
 	}
 }
+
+// OnAnswer makes f run after each getUpdates answer that carries updates
+// (f gets how many), once the answer is flushed to the client and before
+// the handler returns: a crash test kills the client there, between
+// fetching a batch and confirming it.
+func (s *Server) OnAnswer(f func(updates int)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onAnswer = f
+}
+
+// maxUpdates is the most updates one getUpdates answer carries.
+const maxUpdates = 100
 
 // AddForum makes chat a forum: createForumTopic works there (elsewhere it
 // answers "the chat is not a forum").
