@@ -384,13 +384,8 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 // requireTenant is nil when tenant id is declared or stored, else
 // ErrNotFound (or the store's error).
 func (r *Registry) requireTenant(ctx context.Context, id string) error {
-	if r.declaredTenant(id) {
-		return nil
-	}
-	if _, ok, err := r.kv.Get(ctx, nsTenants, id); err != nil || ok {
-		return err
-	}
-	return ErrNotFound
+	_, err := r.tenant(ctx, id)
+	return err
 }
 
 // CreateTenant stores a new tenant.
@@ -747,13 +742,12 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	if _, ok := r.declaredBinding(b); ok {
 		return ErrDeclared
 	}
-	err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding) (bool, error) {
+	return r.swapBinding(ctx, b.key(), nil, func(cur *Binding) (bool, error) {
 		if cur == nil || cur.Tenant != b.Tenant {
 			return false, ErrNotFound
 		}
 		return true, nil
 	})
-	return err
 }
 
 // maxSwaps bounds swapBinding's rounds: each lost round means another
