@@ -359,14 +359,7 @@ func (l redisLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (in
 	if err := checkName("tenant", tenant); err != nil {
 		return 0, err
 	}
-	if len(seqs) == 0 {
-		return 0, ctx.Err()
-	}
-	n, err := l.s.runPipelined(ctx, ackScript, l.ackKeys(tenant), ackArgs(seqs)...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, rerr(err))
-	}
-	return n, nil
+	return l.AckAll(ctx, map[string][]uint64{tenant: seqs})
 }
 
 // AckAll sends one ack script call per tenant, all in the same pipeline.
