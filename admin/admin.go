@@ -34,7 +34,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -189,17 +188,7 @@ func actor(r *http.Request) string {
 }
 
 // decode reads the JSON body strictly into v.
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return change.Invalid("malformed JSON body: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return change.Invalid("malformed JSON body: more than one value")
-	}
-	return nil
-}
+func decode(r *http.Request, v any) error { return change.Decode(r.Body, v, true) }
 
 func (h *Handler) createTenant(r *http.Request) ([]any, int, any, error) {
 	var t registry.Tenant
