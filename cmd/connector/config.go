@@ -146,7 +146,7 @@ type StoreConfig struct {
 	RedisURL string `yaml:"redis_url"`
 	// RedisSentinel finds the redis backend's primary through Sentinel and
 	// follows its failovers without a restart.
-	RedisSentinel *RedisSentinelConfig `yaml:"redis_sentinel"`
+	RedisSentinel *store.RedisSentinel `yaml:"redis_sentinel"`
 	// RedisClusterAddrs are host:port addresses of nodes of a Redis
 	// Cluster the redis backend runs on (the others are learnt from
 	// them). Each tenant's keys live in one slot, so tenants spread over
@@ -186,28 +186,6 @@ type StoreConfig struct {
 
 // EnvRedisURL overrides store.redis_url.
 const EnvRedisURL = "CONNECTOR_REDIS_URL"
-
-// RedisSentinelConfig names a Redis primary that Sentinels watch.
-type RedisSentinelConfig struct {
-	// Master is the name the Sentinels know the primary by.
-	Master string `yaml:"master"`
-	// Addrs are Sentinels' host:port addresses.
-	Addrs []string `yaml:"addrs"`
-	// Username is the ACL user for the primary and its replicas. Default
-	// the default user.
-	Username string `yaml:"username"`
-	// Password is the password for the primary and its replicas.
-	Password string `yaml:"password"`
-	// SentinelUsername is the ACL user for the Sentinels themselves, when
-	// they require one.
-	SentinelUsername string `yaml:"sentinel_username"`
-	// SentinelPassword is the Sentinels' own password, when they require
-	// one (their requirepass), which may differ from password.
-	SentinelPassword string `yaml:"sentinel_password"`
-	// TLS connects to the Sentinels, the primary and the replicas over
-	// TLS.
-	TLS bool `yaml:"tls"`
-}
 
 // RedisTLSConfig verifies the Redis servers and identifies the connector
 // to them.
@@ -556,12 +534,7 @@ func (s *StoreConfig) storeConfig() (store.Config, error) {
 	if s.Backend != store.BackendRedis {
 		return cfg, nil
 	}
-	if sc := s.RedisSentinel; sc != nil {
-		cfg.RedisSentinel = &store.RedisSentinel{
-			Master: sc.Master, Addrs: sc.Addrs, Username: sc.Username, Password: sc.Password,
-			SentinelUsername: sc.SentinelUsername, SentinelPassword: sc.SentinelPassword, TLS: sc.TLS,
-		}
-	}
+	cfg.RedisSentinel = s.RedisSentinel
 	if len(s.RedisClusterAddrs) > 0 {
 		cfg.RedisCluster = &store.RedisCluster{
 			Addrs: s.RedisClusterAddrs, Username: s.RedisClusterUsername, Password: s.RedisClusterPassword, TLS: s.RedisClusterTLS,
