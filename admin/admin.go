@@ -103,15 +103,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Token == "" {
 		return nil, errors.New("admin: a token is required")
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = nopMetrics{}
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
+	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(),
 		rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "admin change", Metrics: cfg.Metrics}}
 	h.mux.HandleFunc("GET /admin/v1/tenants", h.listTenants)

@@ -32,6 +32,7 @@
 package enroll
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,12 +129,8 @@ const maxLimitedTenants = 10_000
 
 // New returns the Handler.
 func New(cfg HandlerConfig) *Handler {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = nopMetrics{}
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
+	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
 	if cfg.Apply == nil {
 		cfg.Apply = func(context.Context) error { return nil }
 	}

@@ -104,9 +104,7 @@ func New(cfg Config) (*Verifier, error) {
 	cfg.TenantClaim = cmp.Or(cfg.TenantClaim, DefaultTenantClaim)
 	cfg.Skew = cmp.Or(max(cfg.Skew, 0), DefaultSkew)
 	cfg.MaxLifetime = cmp.Or(max(cfg.MaxLifetime, 0), DefaultMaxLifetime)
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	return &Verifier{cfg: cfg}, nil
 }
 

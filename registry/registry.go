@@ -212,9 +212,7 @@ type Registry struct {
 
 // New returns the registry kept in st; now is its clock (secret expiry).
 func New(st store.Store, c clock.Clock) *Registry {
-	if c == nil {
-		c = clock.System
-	}
+	c = cmp.Or(c, clock.System)
 	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c}
 	r.declared.Store(&State{})
 	return r

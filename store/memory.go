@@ -61,9 +61,7 @@ type memNamespace struct {
 // time.Now). Close it: it runs a sweeper goroutine that deletes expired
 // capabilities and owners.
 func NewMemory(clk clock.Clock) *Memory {
-	if clk == nil {
-		clk = clock.System
-	}
+	clk = cmp.Or(clk, clock.System)
 	m := &Memory{
 		clock: clk, epoch: newEpoch(), ps: newBroker(),
 		ledgers: make(map[string]*memLog), caps: make(map[string]expiring),

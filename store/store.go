@@ -433,9 +433,7 @@ const DefaultRedisReplicaTimeout = time.Second
 
 // Open opens the backend cfg selects.
 func Open(ctx context.Context, cfg Config) (Store, error) {
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	switch cfg.Backend {
 	case BackendMemory:
 		return NewMemory(cfg.Clock), nil

@@ -161,9 +161,7 @@ func New(ln net.Listener, cfg Config) (*Listener, error) {
 		cfg.MaxPerSource = cfg.Max
 	}
 	cfg.LogEvery = cmp.Or(max(cfg.LogEvery, 0), time.Minute)
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	l := &Listener{Listener: ln, cfg: cfg, conns: make(map[net.Conn]*state),
 		sources: make(map[string]int), logs: make(map[string]*loglimit.Bucket, len(Reasons))}
 	for _, r := range Reasons {
