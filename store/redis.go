@@ -975,15 +975,8 @@ type redisSub struct {
 }
 
 func (p redisPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
-	if err := checkName("channel", channel); err != nil {
-		return err
-	}
-	key := p.s.p + "channel:" + channel
-	publish := func(ctx context.Context, pipe redis.Pipeliner) redis.Cmder { return pipe.Publish(ctx, key, msg) }
-	if err := p.s.pipelined(ctx, pipeCall{key: key, queue: publish}).err(); err != nil {
-		return fmt.Errorf("store: publish: %w", rerr(err))
-	}
-	return nil
+	_, err := p.PublishAll(ctx, []Message{{Channel: channel, Msg: msg}})
+	return err
 }
 
 var _ BatchPublisher = redisPubSub{}

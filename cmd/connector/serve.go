@@ -45,12 +45,8 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "listen address, overriding the config file")
 	dataDirFlag := fs.String("data-dir", "", "the data directory: the embedded store, and the secrets embedded defaults generate (default: $"+envDataDir+", store.path, $XDG_STATE_HOME/connector or ~/.local/state/connector)")
 	check := fs.Bool("check", false, "validate the config and exit")
-	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+	if code := parseFlagsOnly(fs, args, stdout, stderr); code >= 0 {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "connector serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	path := configPath(*configFlag, defaultConfigSearch, os.LookupEnv)
 	cfg, generated, err := loadOrDefault(sources{configPath: path, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
