@@ -245,16 +245,9 @@ func (r *Registry) Declared() State { return *r.declared.Load() }
 // Stored returns the stored layer.
 func (r *Registry) Stored(ctx context.Context) (State, error) {
 	var s State
-	if err := list(ctx, r.kv, nsTenants, &s.Tenants); err != nil {
-		return State{}, err
-	}
-	if err := list(ctx, r.kv, nsGateways, &s.Gateways); err != nil {
-		return State{}, err
-	}
-	if err := list(ctx, r.kv, nsBindings, &s.Bindings); err != nil {
-		return State{}, err
-	}
-	if err := list(ctx, r.kv, nsPolicies, &s.Policies); err != nil {
+	err := cmp.Or(list(ctx, r.kv, nsTenants, &s.Tenants), list(ctx, r.kv, nsGateways, &s.Gateways),
+		list(ctx, r.kv, nsBindings, &s.Bindings), list(ctx, r.kv, nsPolicies, &s.Policies))
+	if err != nil {
 		return State{}, err
 	}
 	return s, nil
