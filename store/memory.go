@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -133,16 +134,8 @@ func (m *Memory) sweep() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	for k, e := range m.caps {
-		if expired(now, e.expires) {
-			delete(m.caps, k)
-		}
-	}
-	for k, o := range m.owners {
-		if expired(now, o.expires) {
-			delete(m.owners, k)
-		}
-	}
+	maps.DeleteFunc(m.caps, func(_ string, e expiring) bool { return expired(now, e.expires) })
+	maps.DeleteFunc(m.owners, func(_ ownerKey, o memOwner) bool { return expired(now, o.expires) })
 }
 
 // memLedger and the other views below are the store under each interface.
