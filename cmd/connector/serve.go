@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"connector/admin"
 	"connector/contract"
 	"connector/internal/clock"
@@ -407,7 +409,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	}
 	c.publicPatterns = slices.Sorted(maps.Keys(routes))
 	c.handler = newMux(routes)
-	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
+	c.opsHandler = opsMux(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}), &c.draining, platforms)
 	return c, nil
 }
 
