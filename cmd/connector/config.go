@@ -343,11 +343,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: listen: %w", err)
 		}
 	}
-	if c.ShutdownGrace < 0 {
-		return errors.New("config: shutdown_grace: must not be negative")
-	}
-	if c.ShutdownDelay < 0 {
-		return errors.New("config: shutdown_delay: must not be negative")
+	if err := nonNegative("", c); err != nil { // shutdown_grace, shutdown_delay
+		return err
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":
@@ -384,14 +381,14 @@ func (c *Config) Validate() error {
 }
 
 // nonNegative checks that no number of the section at key (a pointer to
-// its struct) is negative: zero stands for the default, and relay.New would
-// read a negative one as its default too.
+// its struct; "" for the file's top level) is negative: zero stands for the
+// default, and relay.New would read a negative one as its default too.
 func nonNegative(key string, section any) error {
 	v := reflect.ValueOf(section).Elem()
 	for i := range v.NumField() {
 		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
 		if f := v.Field(i); name != "-" && f.CanInt() && f.Int() < 0 {
-			return fmt.Errorf("config: %s.%s: must not be negative", key, name)
+			return fmt.Errorf("config: %s: must not be negative", joinKey(key, name))
 		}
 	}
 	return nil
