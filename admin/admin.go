@@ -34,7 +34,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -104,15 +103,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Token == "" {
 		return nil, errors.New("admin: a token is required")
 	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = nopMetrics{}
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
+	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	h := &Handler{cfg: cfg, tokenHash: sha256.Sum256([]byte(cfg.Token)), mux: http.NewServeMux(),
 		rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "admin change", Metrics: cfg.Metrics}}
 	h.mux.HandleFunc("GET /admin/v1/tenants", h.listTenants)
@@ -189,17 +182,7 @@ func actor(r *http.Request) string {
 }
 
 // decode reads the JSON body strictly into v.
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return change.Invalid("malformed JSON body: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return change.Invalid("malformed JSON body: more than one value")
-	}
-	return nil
-}
+func decode(r *http.Request, v any) error { return change.Decode(r.Body, v, true) }
 
 func (h *Handler) createTenant(r *http.Request) ([]any, int, any, error) {
 	var t registry.Tenant

@@ -32,8 +32,8 @@
 package enroll
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -129,12 +129,8 @@ const maxLimitedTenants = 10_000
 
 // New returns the Handler.
 func New(cfg HandlerConfig) *Handler {
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = nopMetrics{}
-	}
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
+	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
 	if cfg.Apply == nil {
 		cfg.Apply = func(context.Context) error { return nil }
 	}
@@ -262,15 +258,6 @@ func classify(err error) error {
 	return err
 }
 
-// decode reads the JSON body into v; unknown fields are ignored (the
-// gateway's body grows additively).
-func decode(r *http.Request, v any) error {
-	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
-		return change.Invalid("malformed JSON body")
-	}
-	return nil
-}
-
 // enrollRequest is what `hermes gateway enroll` posts.
 type enrollRequest struct {
 	EnrollmentToken string `json:"enrollmentToken"`
@@ -290,7 +277,7 @@ type credentials struct {
 
 func (h *Handler) enroll(req *request) (any, error) {
 	var body enrollRequest
-	if err := decode(req.r, &body); err != nil {
+	if err := change.Decode(req.r.Body, &body, false); err != nil { // unknown fields ignored: the body grows additively
 		return nil, err
 	}
 	req.what = []any{"gateway_id", body.GatewayID, "wake_host", wake.Host(body.WakeURL)}
@@ -339,7 +326,7 @@ var bindingKinds = map[string]string{
 
 func (h *Handler) provision(req *request) (any, error) {
 	var body provisionRequest
-	if err := decode(req.r, &body); err != nil {
+	if err := change.Decode(req.r.Body, &body, false); err != nil { // unknown fields ignored: the body grows additively
 		return nil, err
 	}
 	req.what = []any{"gateway_id", body.GatewayID, "platform", body.Platform, "bot_id", textsplit.Truncate(body.BotID, maxLogIDBytes),

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strconv"
 
 	"connector/internal/textsplit"
@@ -48,12 +47,8 @@ const maxField = 128
 func ParseRequest(body []byte) (*Request, error) {
 	var w wireRequest
 	if len(bytes.TrimSpace(body)) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		if err := dec.Decode(&w); err != nil {
-			return nil, change.Invalid("malformed JSON body: %v", err)
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			return nil, change.Invalid("malformed JSON body: more than one value")
+		if err := change.Decode(bytes.NewReader(body), &w, false); err != nil {
+			return nil, err
 		}
 	}
 	if w.TTLSeconds < 0 || w.TTLSeconds > int(registry.MaxLinkTTL.Seconds()) {

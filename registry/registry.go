@@ -212,9 +212,7 @@ type Registry struct {
 
 // New returns the registry kept in st; now is its clock (secret expiry).
 func New(st store.Store, c clock.Clock) *Registry {
-	if c == nil {
-		c = clock.System
-	}
+	c = cmp.Or(c, clock.System)
 	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c}
 	r.declared.Store(&State{})
 	return r
@@ -247,16 +245,9 @@ func (r *Registry) Declared() State { return *r.declared.Load() }
 // Stored returns the stored layer.
 func (r *Registry) Stored(ctx context.Context) (State, error) {
 	var s State
-	if err := list(ctx, r.kv, nsTenants, &s.Tenants); err != nil {
-		return State{}, err
-	}
-	if err := list(ctx, r.kv, nsGateways, &s.Gateways); err != nil {
-		return State{}, err
-	}
-	if err := list(ctx, r.kv, nsBindings, &s.Bindings); err != nil {
-		return State{}, err
-	}
-	if err := list(ctx, r.kv, nsPolicies, &s.Policies); err != nil {
+	err := cmp.Or(list(ctx, r.kv, nsTenants, &s.Tenants), list(ctx, r.kv, nsGateways, &s.Gateways),
+		list(ctx, r.kv, nsBindings, &s.Bindings), list(ctx, r.kv, nsPolicies, &s.Policies))
+	if err != nil {
 		return State{}, err
 	}
 	return s, nil
@@ -403,13 +394,8 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 // requireTenant is nil when tenant id is declared or stored, else
 // ErrNotFound (or the store's error).
 func (r *Registry) requireTenant(ctx context.Context, id string) error {
-	if r.declaredTenant(id) {
-		return nil
-	}
-	if _, ok, err := r.kv.Get(ctx, nsTenants, id); err != nil || ok {
-		return err
-	}
-	return ErrNotFound
+	_, err := r.tenant(ctx, id)
+	return err
 }
 
 // CreateTenant stores a new tenant.
@@ -766,13 +752,12 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	if _, ok := r.declaredBinding(b); ok {
 		return ErrDeclared
 	}
-	err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding) (bool, error) {
+	return r.swapBinding(ctx, b.key(), nil, func(cur *Binding) (bool, error) {
 		if cur == nil || cur.Tenant != b.Tenant {
 			return false, ErrNotFound
 		}
 		return true, nil
 	})
-	return err
 }
 
 // maxSwaps bounds swapBinding's rounds: each lost round means another

@@ -543,18 +543,23 @@ func (c embCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if err := checkName("capability key", key); err != nil {
 		return nil, false, err
 	}
-	var value []byte
-	var ok bool
-	err := c.e.view(ctx, func(tx *bolt.Tx) error {
-		v := tx.Bucket(bCaps).Get([]byte(key))
+	return c.e.getLive(ctx, bCaps, []byte(key), "capability")
+}
+
+// getLive is a copy of the value of the expiring value (encodeExpiring)
+// under key in bucket, unless there is none or it has expired; what names
+// the value in an error.
+func (e *embedded) getLive(ctx context.Context, bucket, key []byte, what string) (value []byte, ok bool, err error) {
+	err = e.view(ctx, func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucket).Get(key)
 		if v == nil {
 			return nil
 		}
 		val, expires, err := decodeExpiring(v)
 		if err != nil {
-			return fmt.Errorf("capability: %w", err)
+			return fmt.Errorf("%s: %w", what, err)
 		}
-		if !expired(c.e.clock.Now(), expires) {
+		if !expired(e.clock.Now(), expires) {
 			value, ok = append([]byte(nil), val...), true
 		}
 		return nil
@@ -625,27 +630,15 @@ func (w embOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, b
 	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
 		return Owner{}, false, err
 	}
-	var o Owner
-	var ok bool
-	err := w.e.view(ctx, func(tx *bolt.Tx) error {
-		v := tx.Bucket(bOwners).Get(embOwnerKey(tenant, sessionKey))
-		if v == nil {
-			return nil
-		}
-		val, expires, err := decodeExpiring(v)
-		if err == nil {
-			o, err = decodeOwner(val)
-		}
-		if err != nil {
-			return fmt.Errorf("owner: %w", err)
-		}
-		ok = !expired(w.e.clock.Now(), expires)
-		return nil
-	})
-	if !ok {
-		o = Owner{}
+	val, ok, err := w.e.getLive(ctx, bOwners, embOwnerKey(tenant, sessionKey), "owner")
+	if err != nil || !ok {
+		return Owner{}, false, err
 	}
-	return o, ok, err
+	o, err := decodeOwner(val)
+	if err != nil {
+		return Owner{}, false, fmt.Errorf("owner: %w", err)
+	}
+	return o, true, nil
 }
 
 func (w embOwners) Delete(ctx context.Context, tenant, sessionKey string) error {

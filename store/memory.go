@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -61,9 +62,7 @@ type memNamespace struct {
 // time.Now). Close it: it runs a sweeper goroutine that deletes expired
 // capabilities and owners.
 func NewMemory(clk clock.Clock) *Memory {
-	if clk == nil {
-		clk = clock.System
-	}
+	clk = cmp.Or(clk, clock.System)
 	m := &Memory{
 		clock: clk, epoch: newEpoch(), ps: newBroker(),
 		ledgers: make(map[string]*memLog), caps: make(map[string]expiring),
@@ -135,16 +134,8 @@ func (m *Memory) sweep() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	for k, e := range m.caps {
-		if expired(now, e.expires) {
-			delete(m.caps, k)
-		}
-	}
-	for k, o := range m.owners {
-		if expired(now, o.expires) {
-			delete(m.owners, k)
-		}
-	}
+	maps.DeleteFunc(m.caps, func(_ string, e expiring) bool { return expired(now, e.expires) })
+	maps.DeleteFunc(m.owners, func(_ ownerKey, o memOwner) bool { return expired(now, o.expires) })
 }
 
 // memLedger and the other views below are the store under each interface.

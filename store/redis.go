@@ -359,14 +359,7 @@ func (l redisLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (in
 	if err := checkName("tenant", tenant); err != nil {
 		return 0, err
 	}
-	if len(seqs) == 0 {
-		return 0, ctx.Err()
-	}
-	n, err := l.s.runPipelined(ctx, ackScript, l.ackKeys(tenant), ackArgs(seqs)...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("store: ack tenant %q: %w", tenant, rerr(err))
-	}
-	return n, nil
+	return l.AckAll(ctx, map[string][]uint64{tenant: seqs})
 }
 
 // AckAll sends one ack script call per tenant, all in the same pipeline.
@@ -567,31 +560,43 @@ func (c redisCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if err := checkName("capability key", key); err != nil {
 		return nil, false, err
 	}
-	v, err := c.s.c.Get(ctx, c.s.p+"cap:"+key).Bytes()
+	value, ok, err := c.s.getLive(ctx, c.s.p+"cap:"+key)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: get capability: %w", err)
+	}
+	return value, ok, nil
+}
+
+// getLive is the value of the expiring value (encodeExpiring) under key,
+// unless there is none or it has expired.
+func (s *redisStore) getLive(ctx context.Context, key string) ([]byte, bool, error) {
+	v, err := s.c.Get(ctx, key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("store: get capability: %w", rerr(err))
+		return nil, false, rerr(err)
 	}
 	value, expires, err := decodeExpiring(v)
-	if err != nil {
-		return nil, false, fmt.Errorf("store: get capability: %w", err)
-	}
-	if expired(c.s.clock.Now(), expires) {
-		return nil, false, nil
+	if err != nil || expired(s.clock.Now(), expires) {
+		return nil, false, err
 	}
 	return value, true, nil
+}
+
+// del deletes key; what names it in the error.
+func (s *redisStore) del(ctx context.Context, key, what string) error {
+	if err := s.c.Del(ctx, key).Err(); err != nil {
+		return fmt.Errorf("store: %s: %w", what, rerr(err))
+	}
+	return nil
 }
 
 func (c redisCaps) Delete(ctx context.Context, key string) error {
 	if err := checkName("capability key", key); err != nil {
 		return err
 	}
-	if err := c.s.c.Del(ctx, c.s.p+"cap:"+key).Err(); err != nil {
-		return fmt.Errorf("store: delete capability: %w", rerr(err))
-	}
-	return nil
+	return c.s.del(ctx, c.s.p+"cap:"+key, "delete capability")
 }
 
 type redisClaims struct{ s *redisStore }
@@ -646,10 +651,7 @@ func (c redisClaims) Release(ctx context.Context, key string) error {
 	if err := checkName("claim key", key); err != nil {
 		return err
 	}
-	if err := c.s.c.Del(ctx, c.s.p+"claim:"+key).Err(); err != nil {
-		return fmt.Errorf("store: release claim: %w", rerr(err))
-	}
-	return nil
+	return c.s.del(ctx, c.s.p+"claim:"+key, "release claim")
 }
 
 type redisOwners struct{ s *redisStore }
@@ -673,35 +675,22 @@ func (w redisOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner,
 	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
 		return Owner{}, false, err
 	}
-	v, err := w.s.c.Get(ctx, w.key(tenant, sessionKey)).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return Owner{}, false, nil
+	val, ok, err := w.s.getLive(ctx, w.key(tenant, sessionKey))
+	var o Owner
+	if ok {
+		o, err = decodeOwner(val)
 	}
-	if err != nil {
-		return Owner{}, false, fmt.Errorf("store: get owner: %w", rerr(err))
-	}
-	val, expires, err := decodeExpiring(v)
 	if err != nil {
 		return Owner{}, false, fmt.Errorf("store: get owner: %w", err)
 	}
-	if expired(w.s.clock.Now(), expires) {
-		return Owner{}, false, nil
-	}
-	o, err := decodeOwner(val)
-	if err != nil {
-		return Owner{}, false, fmt.Errorf("store: get owner: %w", err)
-	}
-	return o, true, nil
+	return o, ok, nil
 }
 
 func (w redisOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
 	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
 		return err
 	}
-	if err := w.s.c.Del(ctx, w.key(tenant, sessionKey)).Err(); err != nil {
-		return fmt.Errorf("store: delete owner: %w", rerr(err))
-	}
-	return nil
+	return w.s.del(ctx, w.key(tenant, sessionKey), "delete owner")
 }
 
 type redisLeases struct{ s *redisStore }
@@ -1000,15 +989,8 @@ type redisSub struct {
 }
 
 func (p redisPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
-	if err := checkName("channel", channel); err != nil {
-		return err
-	}
-	key := p.s.p + "channel:" + channel
-	publish := func(ctx context.Context, pipe redis.Pipeliner) redis.Cmder { return pipe.Publish(ctx, key, msg) }
-	if err := p.s.pipelined(ctx, pipeCall{key: key, queue: publish}).err(); err != nil {
-		return fmt.Errorf("store: publish: %w", rerr(err))
-	}
-	return nil
+	_, err := p.PublishAll(ctx, []Message{{Channel: channel, Msg: msg}})
+	return err
 }
 
 var _ BatchPublisher = redisPubSub{}

@@ -86,21 +86,6 @@ func scriptCall(script *redis.Script, keys []string, args ...any) pipeCall {
 	}
 }
 
-// runPipelined runs script through the pipeline.
-func (s *redisStore) runPipelined(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	return scriptReply(ctx, s.pipelined(ctx, scriptCall(script, keys, args...)))
-}
-
-// scriptReply is a script's reply, with the replicas' shortfall as its
-// error.
-func scriptReply(ctx context.Context, r pipeReply) *redis.Cmd {
-	c, ok := r.cmd.(*redis.Cmd)
-	if err := r.err(); !ok || err != nil {
-		return failedCmd(ctx, r.err())
-	}
-	return c
-}
-
 func failedCmd(ctx context.Context, err error) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
 	cmd.SetErr(err)

@@ -394,21 +394,28 @@ type Config struct {
 	Clock clock.Clock
 }
 
-// RedisSentinel names a primary that Sentinels watch.
+// RedisSentinel names a primary that Sentinels watch. It is also the
+// store.redis_sentinel section of the connector's config file.
 type RedisSentinel struct {
 	// Master is the name the Sentinels know the primary by.
-	Master string
+	Master string `yaml:"master"`
 	// Addrs are Sentinels' host:port addresses; one that answers is
 	// enough, and the others it knows of are learnt from it.
-	Addrs []string
-	// Username and Password authenticate to the primary and its replicas
-	// (Username empty: the default user).
-	Username, Password string
-	// SentinelUsername and SentinelPassword authenticate to the Sentinels,
-	// when they require it.
-	SentinelUsername, SentinelPassword string
-	// TLS connects to the Sentinels, the primary and the replicas over TLS.
-	TLS bool
+	Addrs []string `yaml:"addrs"`
+	// Username is the ACL user for the primary and its replicas. Default
+	// the default user.
+	Username string `yaml:"username"`
+	// Password is the password for the primary and its replicas.
+	Password string `yaml:"password"`
+	// SentinelUsername is the ACL user for the Sentinels themselves, when
+	// they require one.
+	SentinelUsername string `yaml:"sentinel_username"`
+	// SentinelPassword is the Sentinels' own password, when they require
+	// one (their requirepass), which may differ from password.
+	SentinelPassword string `yaml:"sentinel_password"`
+	// TLS connects to the Sentinels, the primary and the replicas over
+	// TLS.
+	TLS bool `yaml:"tls"`
 }
 
 // RedisCluster names a Redis Cluster.
@@ -429,9 +436,7 @@ const DefaultRedisReplicaTimeout = time.Second
 
 // Open opens the backend cfg selects.
 func Open(ctx context.Context, cfg Config) (Store, error) {
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	switch cfg.Backend {
 	case BackendMemory:
 		return NewMemory(cfg.Clock), nil

@@ -34,9 +34,7 @@ func ValidateURL(raw string) (string, error) {
 		return bad("not a URL")
 	}
 	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return bad("want an http:// or https:// URL")
-	case u.Opaque != "":
+	case u.Scheme != "http" && u.Scheme != "https", u.Opaque != "":
 		return bad("want an http:// or https:// URL")
 	case u.User != nil || strings.Contains(u.Host, "@"):
 		return bad("userinfo (user:password@) is not allowed")

@@ -108,13 +108,23 @@ func adminRequest(args []string) (adminCall, error) {
 		sub += " " + args[1]
 		args = args[1:]
 	}
+	tenant := tenants + "/" + at(args, 1)
+	gateway := tenant + "/gateways/" + at(args, 2)
+	// optional is the count check of a subcommand whose last argument,
+	// the want-th, may be left out.
+	optional := func(want int) error {
+		if len(args) == want {
+			return nil
+		}
+		return n(want - 1)
+	}
 	switch sub {
 	case "tenants":
 		return adminCall{method: http.MethodGet, path: tenants}, n(1)
 	case "tenant add":
 		return adminCall{method: http.MethodPost, path: tenants, body: map[string]string{"id": at(args, 1)}}, n(2)
 	case "tenant rm":
-		return adminCall{method: http.MethodDelete, path: tenants + "/" + at(args, 1)}, n(2)
+		return adminCall{method: http.MethodDelete, path: tenant}, n(2)
 	case "tenant max-gateways":
 		if len(args) != 3 {
 			return adminCall{}, n(3)
@@ -123,40 +133,38 @@ func adminRequest(args []string) (adminCall, error) {
 		if err != nil {
 			return adminCall{}, fmt.Errorf("max gateways %q: want a number", args[2])
 		}
-		return adminCall{method: http.MethodPut, path: tenants + "/" + args[1] + "/max-gateways", body: map[string]int{"max_gateways": limit}}, nil
+		return adminCall{method: http.MethodPut, path: tenant + "/max-gateways", body: map[string]int{"max_gateways": limit}}, nil
 	case "gateway add":
-		return adminCall{method: http.MethodPost, path: tenants + "/" + at(args, 1) + "/gateways", body: map[string]string{"id": at(args, 2)}, secret: true}, n(3)
+		return adminCall{method: http.MethodPost, path: tenant + "/gateways", body: map[string]string{"id": at(args, 2)}, secret: true}, n(3)
 	case "gateway rotate":
+		c := adminCall{method: http.MethodPost, path: gateway + "/rotate", secret: true}
 		if len(args) == 4 {
 			grace, err := time.ParseDuration(args[3])
 			if err != nil {
 				return adminCall{}, fmt.Errorf("grace %q: want a duration such as 10m", args[3])
 			}
-			return adminCall{method: http.MethodPost, path: tenants + "/" + args[1] + "/gateways/" + args[2] + "/rotate", body: map[string]string{"grace": args[3]},
-				secret: true, endsPrevious: grace == 0}, nil
+			c.body, c.endsPrevious = map[string]string{"grace": args[3]}, grace == 0
 		}
-		return adminCall{method: http.MethodPost, path: tenants + "/" + at(args, 1) + "/gateways/" + at(args, 2) + "/rotate", secret: true}, n(3)
+		return c, optional(4)
 	case "gateway rm":
-		return adminCall{method: http.MethodDelete, path: tenants + "/" + at(args, 1) + "/gateways/" + at(args, 2)}, n(3)
+		return adminCall{method: http.MethodDelete, path: gateway}, n(3)
 	case "gateway wake":
-		if len(args) == 4 {
-			return adminCall{method: http.MethodPut, path: tenants + "/" + args[1] + "/gateways/" + args[2] + "/wake", body: map[string]string{"url": args[3]}}, nil
-		}
-		return adminCall{method: http.MethodPut, path: tenants + "/" + at(args, 1) + "/gateways/" + at(args, 2) + "/wake", body: map[string]string{"url": ""}}, n(3)
+		return adminCall{method: http.MethodPut, path: gateway + "/wake", body: map[string]string{"url": at(args, 3)}}, optional(4)
 	case "enroll-token":
+		c := adminCall{method: http.MethodPost, path: tenant + "/enroll-tokens", enrollToken: true}
 		if len(args) == 3 {
 			if _, err := time.ParseDuration(args[2]); err != nil {
 				return adminCall{}, fmt.Errorf("ttl %q: want a duration such as 24h", args[2])
 			}
-			return adminCall{method: http.MethodPost, path: tenants + "/" + args[1] + "/enroll-tokens", body: map[string]string{"ttl": args[2]}, enrollToken: true}, nil
+			c.body = map[string]string{"ttl": args[2]}
 		}
-		return adminCall{method: http.MethodPost, path: tenants + "/" + at(args, 1) + "/enroll-tokens", enrollToken: true}, n(2)
+		return c, optional(3)
 	case "bind", "unbind":
 		method := http.MethodPut
 		if sub == "unbind" {
 			method = http.MethodDelete
 		}
-		return adminCall{method: method, path: tenants + "/" + at(args, 1) + "/bindings",
+		return adminCall{method: method, path: tenant + "/bindings",
 			body: map[string]string{"platform": at(args, 2), "kind": at(args, 3), "id": at(args, 4)}}, n(5)
 	case "session":
 		if len(args) < 2 {
@@ -181,7 +189,7 @@ func adminRequest(args []string) (adminCall, error) {
 				return adminCall{}, fmt.Errorf("session: unknown setting %q", k)
 			}
 		}
-		return adminCall{method: http.MethodPut, path: tenants + "/" + args[1] + "/session", body: body}, nil
+		return adminCall{method: http.MethodPut, path: tenant + "/session", body: body}, nil
 	}
 	return adminCall{}, fmt.Errorf("unknown subcommand %q", strings.Join(args, " "))
 }

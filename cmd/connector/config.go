@@ -146,7 +146,7 @@ type StoreConfig struct {
 	RedisURL string `yaml:"redis_url"`
 	// RedisSentinel finds the redis backend's primary through Sentinel and
 	// follows its failovers without a restart.
-	RedisSentinel *RedisSentinelConfig `yaml:"redis_sentinel"`
+	RedisSentinel *store.RedisSentinel `yaml:"redis_sentinel"`
 	// RedisClusterAddrs are host:port addresses of nodes of a Redis
 	// Cluster the redis backend runs on (the others are learnt from
 	// them). Each tenant's keys live in one slot, so tenants spread over
@@ -186,28 +186,6 @@ type StoreConfig struct {
 
 // EnvRedisURL overrides store.redis_url.
 const EnvRedisURL = "CONNECTOR_REDIS_URL"
-
-// RedisSentinelConfig names a Redis primary that Sentinels watch.
-type RedisSentinelConfig struct {
-	// Master is the name the Sentinels know the primary by.
-	Master string `yaml:"master"`
-	// Addrs are Sentinels' host:port addresses.
-	Addrs []string `yaml:"addrs"`
-	// Username is the ACL user for the primary and its replicas. Default
-	// the default user.
-	Username string `yaml:"username"`
-	// Password is the password for the primary and its replicas.
-	Password string `yaml:"password"`
-	// SentinelUsername is the ACL user for the Sentinels themselves, when
-	// they require one.
-	SentinelUsername string `yaml:"sentinel_username"`
-	// SentinelPassword is the Sentinels' own password, when they require
-	// one (their requirepass), which may differ from password.
-	SentinelPassword string `yaml:"sentinel_password"`
-	// TLS connects to the Sentinels, the primary and the replicas over
-	// TLS.
-	TLS bool `yaml:"tls"`
-}
 
 // RedisTLSConfig verifies the Redis servers and identifies the connector
 // to them.
@@ -365,11 +343,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("config: listen: %w", err)
 		}
 	}
-	if c.ShutdownGrace < 0 {
-		return errors.New("config: shutdown_grace: must not be negative")
-	}
-	if c.ShutdownDelay < 0 {
-		return errors.New("config: shutdown_delay: must not be negative")
+	if err := nonNegative("", c); err != nil { // shutdown_grace, shutdown_delay
+		return err
 	}
 	switch c.Log.Level {
 	case "", "debug", "info", "warn", "error":
@@ -406,14 +381,14 @@ func (c *Config) Validate() error {
 }
 
 // nonNegative checks that no number of the section at key (a pointer to
-// its struct) is negative: zero stands for the default, and relay.New would
-// read a negative one as its default too.
+// its struct; "" for the file's top level) is negative: zero stands for the
+// default, and relay.New would read a negative one as its default too.
 func nonNegative(key string, section any) error {
 	v := reflect.ValueOf(section).Elem()
 	for i := range v.NumField() {
 		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
 		if f := v.Field(i); name != "-" && f.CanInt() && f.Int() < 0 {
-			return fmt.Errorf("config: %s.%s: must not be negative", key, name)
+			return fmt.Errorf("config: %s: must not be negative", joinKey(key, name))
 		}
 	}
 	return nil
@@ -556,12 +531,7 @@ func (s *StoreConfig) storeConfig() (store.Config, error) {
 	if s.Backend != store.BackendRedis {
 		return cfg, nil
 	}
-	if sc := s.RedisSentinel; sc != nil {
-		cfg.RedisSentinel = &store.RedisSentinel{
-			Master: sc.Master, Addrs: sc.Addrs, Username: sc.Username, Password: sc.Password,
-			SentinelUsername: sc.SentinelUsername, SentinelPassword: sc.SentinelPassword, TLS: sc.TLS,
-		}
-	}
+	cfg.RedisSentinel = s.RedisSentinel
 	if len(s.RedisClusterAddrs) > 0 {
 		cfg.RedisCluster = &store.RedisCluster{
 			Addrs: s.RedisClusterAddrs, Username: s.RedisClusterUsername, Password: s.RedisClusterPassword, TLS: s.RedisClusterTLS,

@@ -22,12 +22,8 @@ func healthCmd(args []string, stdout, stderr io.Writer) int {
 	configFlag := fs.String("config", "", "YAML config file (default: as serve finds it: $"+envConfigPath+", ./connector.yaml, /etc/connector/connector.yaml)")
 	base := fs.String("url", "", "probe URL+/healthz instead, e.g. http://127.0.0.1:9090")
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this long")
-	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+	if code := parseFlagsOnly(fs, args, stdout, stderr); code >= 0 {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "connector health: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	url := strings.TrimSuffix(*base, "/")
 	if url == "" {

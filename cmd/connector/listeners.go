@@ -75,16 +75,11 @@ func (c *connector) opsServer() *http.Server {
 // nothing to wait for (and a deadline would only cancel its context).
 func withBodyDeadline(next http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != http.NoBody && !isWebSocketUpgrade(r) {
+		if r.Body != http.NoBody && !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(d))
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// isWebSocketUpgrade reports whether r asks to switch to WebSocket.
-func isWebSocketUpgrade(r *http.Request) bool {
-	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
 // publicRoutes maps every route of the public listener, ServeMux pattern

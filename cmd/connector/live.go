@@ -90,25 +90,22 @@ func (c *Config) declared() registry.State {
 			s.Gateways = append(s.Gateways, gw)
 		}
 	}
-	if c.Discord != nil {
-		for _, g := range slices.Sorted(maps.Keys(c.Discord.Guilds)) {
-			s.Bindings = append(s.Bindings, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: g, Tenant: c.Discord.Guilds[g]})
+	bind := func(platformName, kind string, ids map[string]string) { // id -> tenant
+		for _, id := range slices.Sorted(maps.Keys(ids)) {
+			s.Bindings = append(s.Bindings, registry.Binding{Platform: platformName, Kind: kind, ID: id, Tenant: ids[id]})
 		}
+	}
+	if c.Discord != nil {
+		bind("discord", platform.BindGuild, c.Discord.Guilds)
 	}
 	if c.Telegram != nil {
-		for _, chat := range slices.Sorted(maps.Keys(c.Telegram.Chats)) {
-			s.Bindings = append(s.Bindings, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: chat, Tenant: c.Telegram.Chats[chat]})
-		}
+		bind("telegram", platform.BindChat, c.Telegram.Chats)
 	}
 	if c.Slack != nil {
-		for _, team := range slices.Sorted(maps.Keys(c.Slack.Teams)) {
-			s.Bindings = append(s.Bindings, registry.Binding{Platform: "slack", Kind: platform.BindTeam, ID: team, Tenant: c.Slack.Teams[team]})
-		}
+		bind("slack", platform.BindTeam, c.Slack.Teams)
 	}
 	if c.WhatsApp != nil {
-		for _, number := range slices.Sorted(maps.Keys(c.WhatsApp.PhoneNumbers)) {
-			s.Bindings = append(s.Bindings, registry.Binding{Platform: "whatsapp_cloud", Kind: platform.BindPhoneNumber, ID: number, Tenant: c.WhatsApp.PhoneNumbers[number]})
-		}
+		bind("whatsapp_cloud", platform.BindPhoneNumber, c.WhatsApp.PhoneNumbers)
 	}
 	if c.Nexscope != nil {
 		for _, r := range c.Nexscope.Rooms {

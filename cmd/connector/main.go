@@ -109,6 +109,19 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) int {
 	return -1
 }
 
+// parseFlagsOnly is parseFlags for a command that takes no arguments
+// besides its flags: one is a usage error (2).
+func parseFlagsOnly(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) int {
+	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "connector %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2
+	}
+	return -1
+}
+
 // newFlagSet returns a flag set whose usage starts with synopsis and a
 // line saying what the command does.
 func newFlagSet(name, synopsis, about string) *flag.FlagSet {
@@ -129,12 +142,8 @@ func newFlagSet(name, synopsis, about string) *flag.FlagSet {
 // was built with.
 func versionCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("version", "connector version", "Prints the version, the commit and the Go version of this binary.")
-	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+	if code := parseFlagsOnly(fs, args, stdout, stderr); code >= 0 {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "connector version: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	d := readBuildDetails()
 	fmt.Fprintf(stdout, "connector %s\ncommit %s\n%s\n", d.Version, d.Commit, d.GoVersion)

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"connector/contract"
 	"connector/internal/connlimit"
@@ -248,10 +246,6 @@ func (m *metrics) watchPlatforms(ps []platform.Platform) {
 				return 0
 			}))
 	}
-}
-
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
 // ConnOpened implements relay.Metrics.

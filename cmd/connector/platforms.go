@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -54,7 +55,8 @@ func (c *Config) normalizePlatforms() error {
 }
 
 // validatePlatforms checks each enabled platform's section and that every
-// tenant it routes to is configured.
+// tenant it routes to is configured. Each check is pure, so a section's
+// are made together and the first failing one, in order, is reported.
 func (c *Config) validatePlatforms() error {
 	tenants := c.TenantIDs()
 	known := func(key, tenant string) error {
@@ -63,80 +65,50 @@ func (c *Config) validatePlatforms() error {
 		}
 		return nil
 	}
-	if d := c.Discord; d != nil {
-		if err := d.Validate(); err != nil {
+	valid := func(v interface{ Validate() error }) error {
+		if err := v.Validate(); err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
-		for _, g := range slices.Sorted(maps.Keys(d.Guilds)) {
-			if err := known(fmt.Sprintf("discord.guilds[%q]", g), d.Guilds[g]); err != nil {
+		return nil
+	}
+	routed := func(key string, ids map[string]string) error { // id -> tenant
+		for _, id := range slices.Sorted(maps.Keys(ids)) {
+			if err := known(fmt.Sprintf("%s[%q]", key, id), ids[id]); err != nil {
 				return err
 			}
 		}
-		if err := known("discord.dm_tenant", d.DMTenant); err != nil {
-			return err
-		}
-		for _, t := range slices.Sorted(maps.Keys(d.Tenants)) {
-			if err := known(fmt.Sprintf("discord.tenants[%q]", t), t); err != nil {
+		return nil
+	}
+	keyed := func(key string, tenants []string) error { // the keys of a map by tenant
+		for _, t := range tenants {
+			if err := known(fmt.Sprintf("%s[%q]", key, t), t); err != nil {
 				return err
 			}
 		}
+		return nil
+	}
+	var errs []error
+	if d := c.Discord; d != nil {
+		errs = append(errs, valid(d), routed("discord.guilds", d.Guilds), known("discord.dm_tenant", d.DMTenant),
+			keyed("discord.tenants", slices.Sorted(maps.Keys(d.Tenants))))
 	}
 	if t := c.Telegram; t != nil {
-		if err := t.Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-		for _, chat := range slices.Sorted(maps.Keys(t.Chats)) {
-			if err := known(fmt.Sprintf("telegram.chats[%q]", chat), t.Chats[chat]); err != nil {
-				return err
-			}
-		}
-		for _, tenant := range slices.Sorted(maps.Keys(t.Tenants)) {
-			if err := known(fmt.Sprintf("telegram.tenants[%q]", tenant), tenant); err != nil {
-				return err
-			}
-		}
+		errs = append(errs, valid(t), routed("telegram.chats", t.Chats), keyed("telegram.tenants", slices.Sorted(maps.Keys(t.Tenants))))
 	}
 	if s := c.Slack; s != nil {
-		if err := s.Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-		for _, team := range slices.Sorted(maps.Keys(s.Teams)) {
-			if err := known(fmt.Sprintf("slack.teams[%q]", team), s.Teams[team]); err != nil {
-				return err
-			}
-		}
-		for _, tenant := range slices.Sorted(maps.Keys(s.Tenants)) {
-			if err := known(fmt.Sprintf("slack.tenants[%q]", tenant), tenant); err != nil {
-				return err
-			}
-		}
+		errs = append(errs, valid(s), routed("slack.teams", s.Teams), keyed("slack.tenants", slices.Sorted(maps.Keys(s.Tenants))))
 	}
 	if w := c.WhatsApp; w != nil {
-		if err := w.Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-		for _, number := range slices.Sorted(maps.Keys(w.PhoneNumbers)) {
-			if err := known(fmt.Sprintf("whatsapp.phone_numbers[%q]", number), w.PhoneNumbers[number]); err != nil {
-				return err
-			}
-		}
-		for _, tenant := range slices.Sorted(maps.Keys(w.Tenants)) {
-			if err := known(fmt.Sprintf("whatsapp.tenants[%q]", tenant), tenant); err != nil {
-				return err
-			}
-		}
+		errs = append(errs, valid(w), routed("whatsapp.phone_numbers", w.PhoneNumbers),
+			keyed("whatsapp.tenants", slices.Sorted(maps.Keys(w.Tenants))))
 	}
 	if n := c.Nexscope; n != nil {
-		if err := n.Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
+		errs = append(errs, valid(n))
 		for i, r := range n.Rooms {
-			if err := known(fmt.Sprintf("nexscope.rooms[%d].tenant", i), r.Tenant); err != nil {
-				return err
-			}
+			errs = append(errs, known(fmt.Sprintf("nexscope.rooms[%d].tenant", i), r.Tenant))
 		}
 	}
-	return nil
+	return cmp.Or(errs...)
 }
 
 // canonicalIDs rewrites the keys of ids (platform ids mapped to tenants) to
@@ -176,40 +148,31 @@ func platformNames(platforms []platform.Platform) []string {
 // merge and untagged outbound on a "relay" connection is resolved.
 func buildPlatforms(cfg *Config, deps platform.Deps) ([]platform.Platform, error) {
 	var out []platform.Platform
+	add := func(p platform.Platform, err error) error {
+		if err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+		out = append(out, p)
+		return nil
+	}
+	var err error
 	if cfg.Discord != nil {
-		p, err := discord.New(*cfg.Discord, deps)
-		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
-		}
-		out = append(out, p)
+		err = add(discord.New(*cfg.Discord, deps))
 	}
-	if cfg.Telegram != nil {
-		p, err := telegram.New(*cfg.Telegram, deps)
-		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
-		}
-		out = append(out, p)
+	if cfg.Telegram != nil && err == nil {
+		err = add(telegram.New(*cfg.Telegram, deps))
 	}
-	if cfg.Slack != nil {
-		p, err := slack.New(*cfg.Slack, deps)
-		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
-		}
-		out = append(out, p)
+	if cfg.Slack != nil && err == nil {
+		err = add(slack.New(*cfg.Slack, deps))
 	}
-	if cfg.WhatsApp != nil {
-		p, err := whatsapp.New(*cfg.WhatsApp, deps)
-		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
-		}
-		out = append(out, p)
+	if cfg.WhatsApp != nil && err == nil {
+		err = add(whatsapp.New(*cfg.WhatsApp, deps))
 	}
-	if cfg.Nexscope != nil {
-		p, err := nexscope.New(*cfg.Nexscope, deps)
-		if err != nil {
-			return nil, fmt.Errorf("config: %w", err)
-		}
-		out = append(out, p)
+	if cfg.Nexscope != nil && err == nil {
+		err = add(nexscope.New(*cfg.Nexscope, deps))
+	}
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

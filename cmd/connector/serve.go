@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"connector/admin"
 	"connector/contract"
 	"connector/internal/clock"
@@ -45,12 +47,8 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	listen := fs.String("listen", "", "listen address, overriding the config file")
 	dataDirFlag := fs.String("data-dir", "", "the data directory: the embedded store, and the secrets embedded defaults generate (default: $"+envDataDir+", store.path, $XDG_STATE_HOME/connector or ~/.local/state/connector)")
 	check := fs.Bool("check", false, "validate the config and exit")
-	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+	if code := parseFlagsOnly(fs, args, stdout, stderr); code >= 0 {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "connector serve: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	path := configPath(*configFlag, defaultConfigSearch, os.LookupEnv)
 	cfg, generated, err := loadOrDefault(sources{configPath: path, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
@@ -411,7 +409,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	}
 	c.publicPatterns = slices.Sorted(maps.Keys(routes))
 	c.handler = newMux(routes)
-	c.opsHandler = opsMux(m.handler(), &c.draining, platforms)
+	c.opsHandler = opsMux(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}), &c.draining, platforms)
 	return c, nil
 }
 

@@ -31,12 +31,8 @@ func tokenCmd(args []string, stdout, stderr io.Writer) int {
 	id := fs.String("gateway-id", "", "gateway id (GATEWAY_RELAY_ID)")
 	secretFlag := fs.String("secret", "", "deprecated: puts the secret in argv and shell history; use $"+envTokenSecret+" or stdin")
 	ttl := fs.Duration("ttl", contract.TokenTTL, fmt.Sprintf("token lifetime, at most %s (the connector refuses a token that lives longer)", contract.DefaultMaxTokenLifetime))
-	if code := parseFlags(fs, args, stdout, stderr); code >= 0 {
+	if code := parseFlagsOnly(fs, args, stdout, stderr); code >= 0 {
 		return code
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "connector token: unexpected argument %q\n", fs.Arg(0))
-		return 2
 	}
 	if *id == "" {
 		fmt.Fprintln(stderr, "connector token: -gateway-id is required")

@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"connector/internal/clock"
+	"connector/internal/loglimit"
 )
 
 // Reasons a connection is refused or closed by the Listener, as passed to
@@ -83,8 +84,8 @@ type Config struct {
 	// Refused is told of every refusal by reason; nil ignores them.
 	Refused func(reason string)
 	// LogEvery is the least time between two log lines about refusals of
-	// one reason; the line carries the count since the last one. Zero
-	// means one minute.
+	// one reason; the line carries the count held back since the last one
+	// (loglimit.SuppressedKey). Zero means one minute.
 	LogEvery time.Duration
 	// Clock times the accept backoff and the log allowance; nil is
 	// clock.System.
@@ -95,14 +96,14 @@ type Config struct {
 // it with New.
 type Listener struct {
 	net.Listener
-	cfg Config
+	cfg  Config
+	logs map[string]*loglimit.Bucket // refusals' log lines by reason; read-only after New
 
 	mu      sync.Mutex
 	conns   map[net.Conn]*state // unauthenticated connections
 	sources map[string]int      // unauthenticated connections by source
 	seq     uint64              // orders idle transitions
-	logs    map[string]*logGate
-	reserve *os.File // closed to make room when accept runs out of fds
+	reserve *os.File            // closed to make room when accept runs out of fds
 }
 
 // state is what the Listener knows of one unauthenticated connection.
@@ -147,12 +148,6 @@ func (c *conn) ReadFrom(r io.Reader) (int64, error) {
 // connection.
 type connKey struct{}
 
-// logGate rate-limits the log lines of one reason.
-type logGate struct {
-	last       time.Time
-	suppressed int
-}
-
 // New wraps ln. cfg.Max must be positive.
 func New(ln net.Listener, cfg Config) (*Listener, error) {
 	if cfg.Max <= 0 {
@@ -166,11 +161,12 @@ func New(ln net.Listener, cfg Config) (*Listener, error) {
 		cfg.MaxPerSource = cfg.Max
 	}
 	cfg.LogEvery = cmp.Or(max(cfg.LogEvery, 0), time.Minute)
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	l := &Listener{Listener: ln, cfg: cfg, conns: make(map[net.Conn]*state),
-		sources: make(map[string]int), logs: make(map[string]*logGate)}
+		sources: make(map[string]int), logs: make(map[string]*loglimit.Bucket, len(Reasons))}
+	for _, r := range Reasons {
+		l.logs[r] = loglimit.NewBucket(loglimit.Rate{Burst: 1, Every: cfg.LogEvery}, cfg.Clock)
+	}
 	l.reserve, _ = os.Open(os.DevNull)
 	return l, nil
 }
@@ -376,22 +372,7 @@ func (l *Listener) Close() error {
 // was logged less than LogEvery ago.
 func (l *Listener) refused(reason, msg string, attrs ...any) {
 	l.cfg.Refused(reason)
-	now := l.cfg.Clock.Now()
-	l.mu.Lock()
-	g := l.logs[reason]
-	if g == nil {
-		g = &logGate{}
-		l.logs[reason] = g
-	}
-	if !g.last.IsZero() && now.Sub(g.last) < l.cfg.LogEvery {
-		g.suppressed++
-		l.mu.Unlock()
-		return
-	}
-	suppressed := g.suppressed
-	g.last, g.suppressed = now, 0
-	l.mu.Unlock()
-	l.cfg.Log.Warn(msg, append(attrs, "reason", reason, "suppressed_since_last", suppressed)...)
+	l.logs[reason].Log(l.cfg.Log, slog.LevelWarn, msg, append(attrs, "reason", reason)...)
 }
 
 // outOfFDs reports whether err is an accept failure for lack of file

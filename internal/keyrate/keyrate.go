@@ -10,6 +10,7 @@
 package keyrate
 
 import (
+	"cmp"
 	"sync"
 	"time"
 
@@ -45,9 +46,7 @@ func New(cfg Config) *Limiter {
 	if cfg.Burst < 1 || cfg.Every <= 0 || cfg.MaxKeys < 1 {
 		panic("keyrate: Burst, Every and MaxKeys must be positive")
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	keys, _ := simplelru.NewLRU[string, *rate.Limiter](cfg.MaxKeys, nil) // size > 0: no error
 	return &Limiter{cfg: cfg, keys: keys}
 }

@@ -6,8 +6,10 @@ package change
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 
@@ -40,6 +42,23 @@ func Refuse(status int, outcome, format string, args ...any) *Refusal {
 // Invalid is a malformed request: 400, outcome invalid.
 func Invalid(format string, args ...any) *Refusal {
 	return Refuse(http.StatusBadRequest, "invalid", format, args...)
+}
+
+// Decode reads one JSON value from r into v, refusing as Invalid a body
+// that is not one, has more after it, or, when strict, has a field v does
+// not.
+func Decode(r io.Reader, v any, strict bool) error {
+	dec := json.NewDecoder(r)
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	if err := dec.Decode(v); err != nil {
+		return Invalid("malformed JSON body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Invalid("malformed JSON body: more than one value")
+	}
+	return nil
 }
 
 // Outcome maps err to its outcome label and HTTP status: nil is ok 200, a
