@@ -120,6 +120,12 @@ func TestTakeoverAtDefaultLeaseTTL(t *testing.T) {
 			}
 		}
 
+		left := map[string]time.Duration{}
+		for _, name := range append([]string{"relay/tenant/t1"}, held...) {
+			if l, ok, err := st.Leases().Holder(t.Context(), name); err == nil && ok {
+				left[name] = time.Until(l.Expires)
+			}
+		}
 		killed := time.Now()
 		stopInstance(t, rigs[victim])
 		moved := make(map[string]<-chan holderChange, len(held))
@@ -139,7 +145,7 @@ func TestTakeoverAtDefaultLeaseTTL(t *testing.T) {
 				t.Fatalf("timed out after %v waiting for %s to leave the killed %s", crashWait, name, driver)
 			}
 		}
-		t.Logf("run %d: %s (driver) killed: %s", run+1, driver, strings.Join(report, "; "))
+		t.Logf("run %d: %s (driver) killed: %s; the leases had %v left at the kill", run+1, driver, strings.Join(report, "; "), left)
 
 		// The killed instance comes back under a new name (its old lease
 		// records must not make it the holder again) with its gateways.
