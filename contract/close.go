@@ -79,22 +79,22 @@ func (c Close) Error() string {
 // names its platform: UnsupportedPlatform).
 var (
 	// EndUnauthorized: the upgrade token failed.
-	EndUnauthorized = closeOf(CloseUnauthorized, ReasonUnauthorized)
+	EndUnauthorized = Close{Code: CloseUnauthorized, Reason: ReasonUnauthorized}
 	// EndExpired: the upgrade token was valid but stale.
-	EndExpired = closeOf(CloseUnauthorized, ReasonExpired)
+	EndExpired = Close{Code: CloseUnauthorized, Reason: ReasonExpired}
 	// EndRevoked: the gateway's tenant or secret was removed while it was
 	// connected.
-	EndRevoked = closeOf(CloseUnauthorized, ReasonRevoked)
+	EndRevoked = Close{Code: CloseUnauthorized, Reason: ReasonRevoked}
 	// EndShutdown: the connector is shutting down.
-	EndShutdown = closeOf(CloseGoingAway, "connector shutting down")
+	EndShutdown = Close{Code: CloseGoingAway, Reason: "connector shutting down"}
 	// EndPingTimeout: the gateway did not answer a ping in time.
-	EndPingTimeout = closeOf(ClosePingTimeout, "ping timeout")
+	EndPingTimeout = Close{Code: ClosePingTimeout, Reason: "ping timeout"}
 	// EndTooSlow: the gateway's send queue overflowed or a write to it
 	// timed out.
-	EndTooSlow = closeOf(CloseSlowConsumer, "gateway too slow")
+	EndTooSlow = Close{Code: CloseSlowConsumer, Reason: "gateway too slow"}
 	// EndTooManyConns: a newer connection of the same gateway id took the
 	// place of this one, or of a newcomer beyond the limit.
-	EndTooManyConns = closeOf(CloseReplaced, "too many connections for this gateway id")
+	EndTooManyConns = Close{Code: CloseReplaced, Reason: "too many connections for this gateway id"}
 )
 
 // Refusal is the close refusing a token that failed with err: EndExpired
@@ -109,11 +109,7 @@ func Refusal(err error) Close {
 // UnsupportedPlatform is the close of a hello whose platform this connector
 // does not front; reason names it (truncated to MaxCloseReasonBytes).
 func UnsupportedPlatform(reason string) Close {
-	return closeOf(CloseUnsupportedPlatform, TruncateReason(reason))
-}
-
-func closeOf(code CloseCode, reason string) Close {
-	return Close{Code: code, Reason: reason}
+	return Close{Code: CloseUnsupportedPlatform, Reason: TruncateReason(reason)}
 }
 
 // MaxCloseReasonBytes is the longest close reason that still fits a close frame.

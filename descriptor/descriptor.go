@@ -71,27 +71,33 @@ func sortedOps(ops []string) []string {
 	return slices.Compact(out)
 }
 
+// fromOps completes d from the ops its platform implements: the contract
+// version, edit, draft and thread support, and supported_ops.
+func fromOps(ops []string, d Descriptor) Descriptor {
+	d.ContractVersion = ContractVersion
+	d.SupportsEdit = slices.Contains(ops, "edit")
+	d.SupportsDraftStreaming = slices.Contains(ops, "draft")
+	d.SupportsThreads = slices.Contains(ops, "thread_create")
+	d.SupportedOps = sortedOps(ops)
+	return d
+}
+
 // Discord is the descriptor of the shared Discord bot: 2,000 code points per
 // message, Discord markdown, edits and threads.
 func Discord(ops []string) Descriptor {
-	return Descriptor{
-		ContractVersion:        ContractVersion,
-		Platform:               "discord",
-		Label:                  "Discord",
-		MaxMessageLength:       2000,
-		SupportsEdit:           slices.Contains(ops, "edit"),
-		SupportsDraftStreaming: slices.Contains(ops, "draft"),
-		SupportsThreads:        slices.Contains(ops, "thread_create"),
-		MarkdownDialect:        MarkdownDiscord,
-		LenUnit:                LenChars,
-		Emoji:                  "\U0001f3ae",
-		PlatformHint:           "You are chatting on Discord through a shared bot. Discord markdown is supported; messages over 2000 characters are split.",
+	return fromOps(ops, Descriptor{
+		Platform:         "discord",
+		Label:            "Discord",
+		MaxMessageLength: 2000,
+		MarkdownDialect:  MarkdownDiscord,
+		LenUnit:          LenChars,
+		Emoji:            "\U0001f3ae",
+		PlatformHint:     "You are chatting on Discord through a shared bot. Discord markdown is supported; messages over 2000 characters are split.",
 		// Guild messages the mention gates held back ride the channel's next
 		// delivered message as context (platform/discord channelctx.go:
 		// Model B, from Gateway events already received, no REST calls).
 		SupportsContext: true,
-		SupportedOps:    sortedOps(ops),
-	}
+	})
 }
 
 // Telegram is the descriptor of the shared Telegram bot. Telegram counts its
@@ -99,24 +105,19 @@ func Discord(ops []string) Descriptor {
 // utf16, as the native adapter does, which is a safe upper bound for the
 // gateway's chunking, and the connector's egress splits by code points.
 func Telegram(ops []string) Descriptor {
-	return Descriptor{
-		ContractVersion:        ContractVersion,
-		Platform:               "telegram",
-		Label:                  "Telegram",
-		MaxMessageLength:       4096,
-		SupportsEdit:           slices.Contains(ops, "edit"),
-		SupportsDraftStreaming: slices.Contains(ops, "draft"),
-		SupportsThreads:        slices.Contains(ops, "thread_create"),
-		MarkdownDialect:        MarkdownTelegramV2,
-		LenUnit:                LenUTF16,
-		Emoji:                  "\u2708\ufe0f",
-		PlatformHint:           "You are chatting on Telegram through a shared bot.",
+	return fromOps(ops, Descriptor{
+		Platform:         "telegram",
+		Label:            "Telegram",
+		MaxMessageLength: 4096,
+		MarkdownDialect:  MarkdownTelegramV2,
+		LenUnit:          LenUTF16,
+		Emoji:            "\u2708\ufe0f",
+		PlatformHint:     "You are chatting on Telegram through a shared bot.",
 		// Observe mode's held-back group messages ride the next delivered
 		// message of their chat topic as context (platform/telegram
 		// observe.go: Model B, a passive buffer, no extra API calls).
 		SupportsContext: true,
-		SupportedOps:    sortedOps(ops),
-	}
+	})
 }
 
 // Slack is the descriptor of the shared Slack app: 39,000 code points per
@@ -124,21 +125,16 @@ func Telegram(ops []string) Descriptor {
 // standard markdown that the connector converts to mrkdwn as the native
 // adapter does, edits, and threads (a thread is a reply to a message).
 func Slack(ops []string) Descriptor {
-	return Descriptor{
-		ContractVersion:        ContractVersion,
-		Platform:               "slack",
-		Label:                  "Slack",
-		MaxMessageLength:       39000,
-		SupportsContext:        true,
-		SupportsEdit:           slices.Contains(ops, "edit"),
-		SupportsDraftStreaming: slices.Contains(ops, "draft"),
-		SupportsThreads:        slices.Contains(ops, "thread_create"),
-		MarkdownDialect:        MarkdownStandard,
-		LenUnit:                LenChars,
-		Emoji:                  "\U0001f4bc",
-		PlatformHint:           "You are chatting on Slack through a shared app. Markdown is converted to Slack mrkdwn.",
-		SupportedOps:           sortedOps(ops),
-	}
+	return fromOps(ops, Descriptor{
+		Platform:         "slack",
+		Label:            "Slack",
+		MaxMessageLength: 39000,
+		SupportsContext:  true,
+		MarkdownDialect:  MarkdownStandard,
+		LenUnit:          LenChars,
+		Emoji:            "\U0001f4bc",
+		PlatformHint:     "You are chatting on Slack through a shared app. Markdown is converted to Slack mrkdwn.",
+	})
 }
 
 // WhatsApp is the descriptor of the WhatsApp Cloud API platform
@@ -146,39 +142,29 @@ func Slack(ops []string) Descriptor {
 // splits them, standard markdown converted to WhatsApp's syntax on send, no
 // edits, no threads, no drafts (the Cloud API has none of them).
 func WhatsApp(ops []string) Descriptor {
-	return Descriptor{
-		ContractVersion:        ContractVersion,
-		Platform:               "whatsapp_cloud",
-		Label:                  "WhatsApp",
-		MaxMessageLength:       4096,
-		SupportsEdit:           slices.Contains(ops, "edit"),
-		SupportsDraftStreaming: slices.Contains(ops, "draft"),
-		SupportsThreads:        slices.Contains(ops, "thread_create"),
-		MarkdownDialect:        MarkdownStandard,
-		LenUnit:                LenChars,
-		Emoji:                  "\U0001f4ac",
-		PlatformHint:           "You are chatting on WhatsApp through a shared business number. WhatsApp has no threads and no message edits; replies quote the user's message.",
-		SupportedOps:           sortedOps(ops),
-	}
+	return fromOps(ops, Descriptor{
+		Platform:         "whatsapp_cloud",
+		Label:            "WhatsApp",
+		MaxMessageLength: 4096,
+		MarkdownDialect:  MarkdownStandard,
+		LenUnit:          LenChars,
+		Emoji:            "\U0001f4ac",
+		PlatformHint:     "You are chatting on WhatsApp through a shared business number. WhatsApp has no threads and no message edits; replies quote the user's message.",
+	})
 }
 
 // Nexscope is the descriptor of the connector's own nexscope relay rooms:
 // plain text up to maxText bytes' worth of code points, no edits, no thread API.
 func Nexscope(ops []string, maxText int) Descriptor {
-	return Descriptor{
-		ContractVersion:        ContractVersion,
-		Platform:               "nexscope",
-		Label:                  "nexscope",
-		MaxMessageLength:       maxText,
-		SupportsEdit:           slices.Contains(ops, "edit"),
-		SupportsDraftStreaming: slices.Contains(ops, "draft"),
-		SupportsThreads:        false,
-		MarkdownDialect:        MarkdownPlain,
-		LenUnit:                LenChars,
-		Emoji:                  "\U0001f9ed",
-		PlatformHint:           "You are in a nexscope room: a plain-text chat relay between coding agents and their users.",
-		SupportedOps:           sortedOps(ops),
-	}
+	return fromOps(ops, Descriptor{
+		Platform:         "nexscope",
+		Label:            "nexscope",
+		MaxMessageLength: maxText,
+		MarkdownDialect:  MarkdownPlain,
+		LenUnit:          LenChars,
+		Emoji:            "\U0001f9ed",
+		PlatformHint:     "You are in a nexscope room: a plain-text chat relay between coding agents and their users.",
+	})
 }
 
 // Merge builds the descriptor answered to a hello for platform "relay": the

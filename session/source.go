@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	"connector/internal/pytext"
 )
 
 // Nullable is a string that may be JSON null. The zero value is null; an empty
@@ -251,9 +253,9 @@ func (s *Source) UnmarshalJSON(data []byte) error {
 	s.Profile = plain("profile")
 	s.AutoThreadInitialName = plain("auto_thread_initial_name")
 	s.ProspectiveThreadID = plain("prospective_thread_id")
-	s.AutoThreadCreated = truthyJSON(raw["auto_thread_created"])
-	s.IsBot = truthyJSON(raw["is_bot"])
-	s.MessageIsEdit = truthyJSON(raw["message_is_edit"])
+	s.AutoThreadCreated = pytext.Truthy(raw["auto_thread_created"])
+	s.IsBot = pytext.Truthy(raw["is_bot"])
+	s.MessageIsEdit = pytext.Truthy(raw["message_is_edit"])
 	return err
 }
 
@@ -311,22 +313,5 @@ func pythonStr(v json.RawMessage) (string, error) {
 		return "", errors.New("session source: chat_id: want a string")
 	default:
 		return string(v), nil
-	}
-}
-
-func truthyJSON(v json.RawMessage) bool {
-	if len(v) == 0 {
-		return false
-	}
-	switch v[0] {
-	case 't':
-		return true
-	case 'f', 'n':
-		return false
-	case '"':
-		return len(v) > 2
-	default:
-		f, err := strconv.ParseFloat(string(v), 64)
-		return err == nil && f != 0
 	}
 }

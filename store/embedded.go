@@ -874,3 +874,17 @@ func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint6
 	}
 	return out, rev, nil
 }
+
+func (r embRegistry) Revision(ctx context.Context, namespace string) (uint64, error) {
+	if err := checkName("namespace", namespace); err != nil {
+		return 0, err
+	}
+	var rev uint64
+	err := r.e.view(ctx, func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bRegistry).Bucket([]byte(namespace)); b != nil {
+			rev = b.Sequence()
+		}
+		return nil
+	})
+	return rev, err
+}

@@ -508,6 +508,17 @@ func (m memRegistry) List(ctx context.Context, namespace string) ([]Entry, uint6
 	return out, ns.rev, nil
 }
 
+func (m memRegistry) Revision(ctx context.Context, namespace string) (uint64, error) {
+	if err := m.lock(ctx, checkName("namespace", namespace)); err != nil {
+		return 0, err
+	}
+	defer m.mu.Unlock()
+	if ns := m.reg[namespace]; ns != nil {
+		return ns.rev, nil
+	}
+	return 0, nil
+}
+
 func sortEntries(es []Entry) {
 	slices.SortFunc(es, func(a, b Entry) int { return strings.Compare(a.Key, b.Key) })
 }

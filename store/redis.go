@@ -974,6 +974,20 @@ func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uin
 	return out, rev, nil
 }
 
+func (r redisRegistry) Revision(ctx context.Context, namespace string) (uint64, error) {
+	if err := checkName("namespace", namespace); err != nil {
+		return 0, err
+	}
+	rev, err := r.s.c.Get(ctx, r.keys(namespace)[1]).Uint64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("store: registry revision: %w", rerr(err))
+	}
+	return rev, nil
+}
+
 type redisPubSub struct{ s *redisStore }
 
 // redisSub forwards one Redis subscription to its channel.

@@ -302,6 +302,9 @@ type Registry interface {
 	// List returns every entry of namespace sorted by key, and the
 	// namespace's revision (0 for a namespace never written).
 	List(ctx context.Context, namespace string) (entries []Entry, rev uint64, err error)
+	// Revision returns the namespace's revision (0 for a namespace never
+	// written) without reading its entries: a cheap look for a change.
+	Revision(ctx context.Context, namespace string) (rev uint64, err error)
 	// CompareAndSwap replaces the value under key with value when the
 	// value stored there now is old, atomically for every instance
 	// sharing the store: old nil means key must be absent, value nil

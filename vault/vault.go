@@ -214,13 +214,11 @@ func NewMemory(cfg Config) *Memory {
 	m := &Memory{caches: make(map[Kind]*expirable.LRU[Key, Entry]), clock: cfg.Clock}
 	for _, k := range Kinds() {
 		ttl, _ := k.TTL()
-		m.caches[k] = expirable.NewLRU(cfg.MaxEntries, m.onEvict, ttl)
+		// The eviction callback runs under the cache lock, so it only counts.
+		m.caches[k] = expirable.NewLRU(cfg.MaxEntries, func(Key, Entry) { m.evicted.Add(1) }, ttl)
 	}
 	return m
 }
-
-// onEvict runs under the cache lock, so it only counts.
-func (m *Memory) onEvict(Key, Entry) { m.evicted.Add(1) }
 
 // Put implements Store.
 func (m *Memory) Put(_ context.Context, k Key, e Entry) error {

@@ -219,12 +219,29 @@ func (n *Node) Subscribe(ctx context.Context, channel string) (cancel func(), er
 	return cancel, nil
 }
 
-// Dispatch hands one received message to its handler: what the inbox and
-// every subscription do with each message, exported for fuzzing.
-// Malformed messages and messages of types nobody handles are dropped.
+// Dispatch hands one received message, or each message of a bundle in
+// order, to its handler: what the inbox and every subscription do with
+// each message, exported for fuzzing. Malformed messages (a bundle inside
+// a bundle among them) and messages of types nobody handles are dropped.
 func (n *Node) Dispatch(msg []byte) {
+	if len(msg) > 0 && msg[0] == typeBundle {
+		_, _, msgs, ok := decode(msg)
+		if !ok {
+			n.cfg.Log.Warn("malformed cluster message dropped", "bytes", len(msg))
+			return
+		}
+		for _, m := range msgs {
+			n.dispatchOne(m)
+		}
+		return
+	}
+	n.dispatchOne(msg)
+}
+
+// dispatchOne is Dispatch of one message, not a bundle.
+func (n *Node) dispatchOne(msg []byte) {
 	typ, from, fields, ok := decode(msg)
-	if !ok {
+	if !ok || typ == typeBundle {
 		n.cfg.Log.Warn("malformed cluster message dropped", "bytes", len(msg))
 		return
 	}
@@ -295,7 +312,8 @@ func (n *Node) OnRoom(f func()) {
 }
 
 // publishLoop publishes queued messages in order, what is queued at once
-// together when the store can (store.BatchPublisher: one round trip); once
+// together when the store can (store.BatchPublisher: one round trip, the
+// messages for one channel bundled into one publication); once
 // the node closes it publishes what is left and returns. A message that
 // cannot be published is lost; the first of a streak is logged, and the
 // streak's length when publishing works again.
@@ -308,7 +326,7 @@ func (n *Node) publishLoop() {
 		defer cancel()
 		failed, first := 0, error(nil)
 		if batcher != nil {
-			failed, first = batcher.PublishAll(ctx, batch)
+			failed, first = batcher.PublishAll(ctx, bundle(n.cfg.Instance, batch))
 		} else {
 			for _, m := range batch {
 				if err := n.cfg.PubSub.Publish(ctx, m.Channel, m.Msg); err != nil {

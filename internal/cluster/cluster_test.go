@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,6 +271,7 @@ func FuzzDispatch(f *testing.F) {
 	f.Add(cluster.Encode('x', "a", []byte("1"), []byte("22")))
 	f.Add([]byte{'x', 1, 'a', 200})
 	f.Add([]byte{})
+	f.Add(cluster.Encode(1, "a", cluster.Encode('x', "a", []byte("1"), []byte("2")), []byte{1, 1}))
 	st := store.NewMemory(nil)
 	defer st.Close()
 	n, err := cluster.New(cluster.Config{Instance: "b", PubSub: st.PubSub(), LeaseTTL: time.Hour})
@@ -294,4 +296,69 @@ func FuzzDispatch(f *testing.F) {
 			t.Fatalf("re-encoded %q dispatched as %q", got2, got)
 		}
 	})
+}
+
+// countingPubSub is a store.BatchPublisher that holds every batch until
+// release is closed and counts the publications it makes.
+type countingPubSub struct {
+	store.PubSub
+	release      chan struct{}
+	publications *atomic.Int64
+}
+
+func (p countingPubSub) PublishAll(ctx context.Context, msgs []store.Message) (int, error) {
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+		return len(msgs), ctx.Err()
+	}
+	for _, m := range msgs {
+		p.publications.Add(1)
+		if err := p.PubSub.Publish(ctx, m.Channel, m.Msg); err != nil {
+			return len(msgs), err
+		}
+	}
+	return 0, nil
+}
+
+// Messages queued together for one channel go out as one publication (a
+// bundle) and reach the handler one by one, in order; a bundle inside a
+// bundle is dropped.
+func TestMessagesForOneChannelAreBundled(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	var pubs atomic.Int64
+	ps := countingPubSub{st.PubSub(), make(chan struct{}), &pubs}
+	a, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	b, err := cluster.New(cluster.Config{Instance: "b", PubSub: st.PubSub(), LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	got := make(chan string, 400)
+	b.Handle('x', 1, func(m cluster.Msg) { got <- string(m.Fields[0]) })
+	const n = 200
+	for i := range n {
+		if !a.Send(cluster.Inbox("b"), 'x', fmt.Appendf(nil, "%d", i)) {
+			t.Fatalf("message %d found the outbox full", i)
+		}
+	}
+	close(ps.release)
+	for i := range n {
+		if m := receive(t, got, fmt.Sprintf("message %d", i)); m != fmt.Sprint(i) {
+			t.Fatalf("message %d arrived as %q", i, m)
+		}
+	}
+	if p := pubs.Load(); p >= n/2 {
+		t.Fatalf("%d messages took %d publications; want them bundled", n, p)
+	}
+	nested := cluster.Encode(1, "a", cluster.Encode(1, "a", cluster.Encode('x', "a", []byte("inner"))), cluster.Encode('x', "a", []byte("after")))
+	b.Dispatch(nested)
+	if m := receive(t, got, "the message after a nested bundle"); m != "after" {
+		t.Fatalf("a nested bundle was dispatched: got %q", m)
+	}
 }

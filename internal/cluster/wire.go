@@ -13,8 +13,53 @@ import (
 // bytes: first the sending instance, then (for a Call's request) the
 // request's name, then the user's fields.
 
-// typeResult is the type of a Call's result; users' types are any other.
-const typeResult = 0
+// typeResult is the type of a Call's result, and typeBundle that of a
+// bundle: several messages for one channel published as one (publishLoop),
+// each a field. Users' types are any other.
+const (
+	typeResult = 0
+	typeBundle = 1
+)
+
+// maxBundle bounds a bundle's size in bytes; a message at least this large
+// is published alone.
+const maxBundle = 64 << 10
+
+// bundle returns batch with the messages for one channel joined into
+// bundles of at most maxBundle bytes, each channel's in order: an idle
+// fleet's announcements to one instance cost one PUBLISH a batch, not one
+// a socket.
+func bundle(from string, batch []store.Message) []store.Message {
+	byChannel := make(map[string][][]byte)
+	var order []string
+	for _, m := range batch {
+		if _, ok := byChannel[m.Channel]; !ok {
+			order = append(order, m.Channel)
+		}
+		byChannel[m.Channel] = append(byChannel[m.Channel], m.Msg)
+	}
+	if len(order) == len(batch) {
+		return batch
+	}
+	out := batch[:0:0]
+	for _, ch := range order {
+		msgs := byChannel[ch]
+		for len(msgs) > 0 {
+			n, size := 0, 0
+			for n < len(msgs) && (n == 0 || size+len(msgs[n]) <= maxBundle) {
+				size += len(msgs[n])
+				n++
+			}
+			m := msgs[0]
+			if n > 1 {
+				m = encode(typeBundle, from, nil, msgs[:n])
+			}
+			out = append(out, store.Message{Channel: ch, Msg: m})
+			msgs = msgs[n:]
+		}
+	}
+	return out
+}
 
 // encode returns a message of type typ from instance from: the request
 // name req unless nil, then fields.

@@ -3,7 +3,7 @@
 // and \w of their regular expressions, which Python applies to all of
 // Unicode), so the Discord and Telegram platforms normalize message text
 // exactly as the adapters do. Go's unicode.IsSpace and regexp's ASCII \s and
-// \w differ from them.
+// \w differ from them. Truthy is Python's truth value of a JSON value.
 package pytext
 
 import (

@@ -48,3 +48,14 @@ func TestStrip(t *testing.T) {
 		}
 	}
 }
+
+func TestTruthyIsPythonBool(t *testing.T) {
+	for raw, want := range map[string]bool{
+		"": false, "null": false, "false": false, "true": true, "0": false, "0.0": false, "-0": false, "2": true,
+		`""`: false, `"0"`: true, "{}": false, "{ }": false, `{"a":1}`: true, "[]": false, "[ ]": false, "[0]": true, " true ": true,
+	} {
+		if got := Truthy([]byte(raw)); got != want {
+			t.Errorf("Truthy(%q) = %v, want %v", raw, got, want)
+		}
+	}
+}

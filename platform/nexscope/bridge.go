@@ -137,12 +137,6 @@ func optionalString(raw []byte) (string, bool) {
 
 // fileNote describes a file sent to the bot; its bytes are not forwarded.
 func fileNote(attachment []byte, size int64) string {
-	var name []byte
-	eachMember(attachment, 0, func(key, val []byte) {
-		if keyIs(key, "name") {
-			name, _ = stringValue(val)
-		}
-	})
-	return "\n[file " + strconv.Quote(string(name)) + ", " + strconv.FormatInt(size, 10) +
+	return "\n[file " + strconv.Quote(attachmentText(attachment, "name")) + ", " + strconv.FormatInt(size, 10) +
 		" bytes; the relay does not forward file contents to agents]"
 }

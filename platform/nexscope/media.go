@@ -10,10 +10,7 @@ import (
 	"mime"
 	"strings"
 
-	"github.com/coder/websocket"
-
 	"connector/contract"
-	"connector/internal/wsconn"
 	"connector/media"
 )
 
@@ -48,7 +45,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 	att := attachmentJSON{Name: cmp.Or(a.Filename, obj.Filename, "file"), Size: obj.Size,
 		MIME: cmp.Or(obj.MIME, "application/octet-stream"), SHA256: hex.EncodeToString(sum.Sum(nil)), ChunkSize: mediaChunk}
 
-	t, recipients, msgID, res, ok := r.beginBotTransfer(ctx, a, &att)
+	t, msgID, res, ok := r.beginBotTransfer(ctx, a, &att)
 	if !ok {
 		return res
 	}
@@ -56,7 +53,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 	buf := make([]byte, mediaChunk)
 	for {
 		n, err := io.ReadFull(src, buf)
-		if n > 0 && !r.pushBotChunk(t, recipients, buf[:n]) {
+		if n > 0 && !r.pushChunk(t, buf[:n]) {
 			return r.abortBotTransfer(t)
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
@@ -77,7 +74,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 	}
 	r.transfer = nil
 	t.finish()
-	for _, rc := range recipients {
+	for _, rc := range t.recipients {
 		if !rc.left.Load() {
 			r.pushLocked(rc, end)
 		}
@@ -96,7 +93,7 @@ type attachmentJSON struct {
 
 // beginBotTransfer waits for the room's lock within ctx, takes it for the
 // bot and sends file-start to the addressed members online.
-func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *attachmentJSON) (*transfer, []*member, string, contract.Result, bool) {
+func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *attachmentJSON) (*transfer, string, contract.Result, bool) {
 	p := r.p
 	for {
 		r.mu.Lock()
@@ -111,13 +108,13 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 		case <-ctx.Done():
 			res := contract.Failed(contract.CodeRateLimited, "nexscope send_media: another file transfer holds the room")
 			res.RetryAfterMS = 2000
-			return nil, nil, "", res, false
+			return nil, "", res, false
 		}
 	}
 	defer r.unlock()
 	m, online := r.addressLocked(a)
 	if len(online) == 0 {
-		return nil, nil, "", contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)"), false
+		return nil, "", contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)"), false
 	}
 	msgID := p.newMsgID()
 	to := m.to
@@ -142,26 +139,7 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 	for _, rc := range online {
 		r.pushLocked(rc, start)
 	}
-	return t, online, msgID, contract.Result{}, true
-}
-
-// pushBotChunk queues one chunk of the bot's transfer t for its recipients
-// once each of their queues has room; false when t ended meanwhile.
-func (r *room) pushBotChunk(t *transfer, recipients []*member, data []byte) bool {
-	for _, rc := range recipients {
-		rc.q.WaitSpace(t.done)
-	}
-	r.mu.Lock()
-	defer r.unlock()
-	if r.transfer != t {
-		return false
-	}
-	c := newChunk(data, len(recipients))
-	for _, rc := range recipients {
-		r.pushFrameLocked(rc, wsconn.Frame{Type: websocket.MessageBinary, Data: c.buf, Owner: c})
-	}
-	t.received += int64(len(data))
-	return true
+	return t, msgID, contract.Result{}, true
 }
 
 // abortBotTransfer releases the lock t holds (telling the recipients) and

@@ -129,14 +129,26 @@ func (m *member) handleChunk(data []byte) {
 		m.abortTransfer(t, "chunks exceed attachment.size", true)
 		return
 	}
+	if !m.room.pushChunk(t, data) {
+		return
+	}
+	if t.upload != nil {
+		// A failed write (quota) is remembered by the upload and reported
+		// at file-end, where the file is bridged without it.
+		_, _ = t.upload.Write(data)
+	}
+}
+
+// pushChunk queues one chunk of t for its recipients once each of their
+// queues has room; false when t ended meanwhile.
+func (r *room) pushChunk(t *transfer, data []byte) bool {
 	for _, rc := range t.recipients {
 		rc.q.WaitSpace(t.done)
 	}
-	r := m.room
 	r.mu.Lock()
+	defer r.unlock()
 	if r.transfer != t {
-		r.unlock()
-		return
+		return false
 	}
 	if len(t.recipients) > 0 {
 		// Every recipient holds a reference; the queue of one that left is
@@ -147,12 +159,7 @@ func (m *member) handleChunk(data []byte) {
 		}
 	}
 	t.received += int64(len(data))
-	r.unlock()
-	if t.upload != nil {
-		// A failed write (quota) is remembered by the upload and reported
-		// at file-end, where the file is bridged without it.
-		_, _ = t.upload.Write(data)
-	}
+	return true
 }
 
 // handleFileEnd completes the member's transfer: file-end to the

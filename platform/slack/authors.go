@@ -198,7 +198,7 @@ func (p *Platform) replyLink(ctx context.Context, team, channel, reply string) {
 func (p *Platform) replyLinkCommand(ctx context.Context, responseURL, reply string) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
-	if err := p.postResponseURL(ctx, responseURL, map[string]any{"response_type": "ephemeral", "text": reply}); err != nil {
+	if err := p.postResponseURL(ctx, responseURL, &slack.WebhookMessage{ResponseType: "ephemeral", Text: reply}); err != nil {
 		p.log.Warn("slack /link answer not sent", "err", p.errorText(err))
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"connector/internal/pytext"
 )
 
 // This file reads a message's Block Kit blocks and link unfurls as the
@@ -25,7 +27,7 @@ type blockNode = map[string]any
 
 // decodeBlocks decodes a message's blocks; nil when absent or not a list.
 func decodeBlocks(raw json.RawMessage) []any {
-	if !truthy(raw) {
+	if !pytext.Truthy(raw) {
 		return nil
 	}
 	var blocks []any

@@ -57,6 +57,26 @@ func slashText(command, text string) string {
 	return legacy
 }
 
+// slashSource is the source of a slash command in channel of workspace
+// team, and so of the session its replies (slashReply) belong to: no
+// chat_name, user_name or message_id, and a DM only in a D channel (a
+// group DM's command is group), so its key differs from a message's in the
+// same chat, as natively.
+func slashSource(channel, user, thread, team string) session.Source {
+	src := session.Source{
+		Platform: platformName,
+		ChatID:   channel,
+		ChatType: session.ChatTypeGroup,
+		UserID:   session.StrOrNull(user),
+		ThreadID: session.StrOrNull(thread),
+		ScopeID:  team,
+	}
+	if strings.HasPrefix(channel, "D") {
+		src.ChatType = session.ChatTypeDM
+	}
+	return src
+}
+
 // slashCommand is a slash command and the thread anchor its payload may
 // carry (thread_ts, else message_ts).
 type slashCommand struct {
@@ -64,24 +84,10 @@ type slashCommand struct {
 	thread string
 }
 
-// slashEvent builds the event of a slash command. Its source has no
-// chat_name, user_name or message_id, and is a DM only in a D channel (a
-// group DM's command is group), so its key differs from a message's in the
-// same chat, as natively.
+// slashEvent builds the event of a slash command.
 func slashEvent(c *slashCommand) contract.Event {
 	text := slashText(c.Command, c.Text)
-	src := session.Source{
-		Platform: platformName,
-		ChatID:   c.ChannelID,
-		ChatType: session.ChatTypeGroup,
-		UserID:   session.StrOrNull(c.UserID),
-		ThreadID: session.StrOrNull(c.thread),
-		ScopeID:  c.TeamID,
-	}
-	if strings.HasPrefix(c.ChannelID, "D") {
-		src.ChatType = session.ChatTypeDM
-	}
-	ev := contract.Event{Text: text, MessageType: "text", Source: src}
+	ev := contract.Event{Text: text, MessageType: "text", Source: slashSource(c.ChannelID, c.UserID, c.thread, c.TeamID)}
 	if strings.HasPrefix(text, "/") {
 		ev.MessageType = "command"
 	}

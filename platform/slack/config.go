@@ -187,15 +187,3 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
-
-// weights returns each tenant's fair-share weight; a tenant without one
-// weighs 1.
-func (c Config) weights() map[string]int {
-	w := make(map[string]int, len(c.Tenants))
-	for tenant, tc := range c.Tenants {
-		if tc.Weight > 0 {
-			w[tenant] = tc.Weight
-		}
-	}
-	return w
-}

@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"connector/internal/clock"
@@ -30,22 +31,8 @@ import (
 // key.
 const pendingTTL = 30 * time.Second
 
-// claimOutcome is what begin found.
-type claimOutcome int
-
-const (
-	claimTaken claimOutcome = iota // handle the event, then finish
-	claimDone                      // a duplicate: drop it, confirm it
-	claimBusy                      // another instance is handling it
-)
-
-// dedupe holds the markers.
-type dedupe struct {
-	p      *Platform
-	claims store.Claims
-}
-
-func newDedupe(p *Platform) *dedupe { return &dedupe{p: p, claims: p.claims} }
+// dedupe holds the markers (in the platform's claims).
+type dedupe struct{ p *Platform }
 
 // localClaims bounds the claims kept in process memory: past it the least
 // recently used are forgotten, which may let a late duplicate through but
@@ -61,37 +48,36 @@ func newClaims(deps platform.Deps, c clock.Clock) store.Claims {
 	return newLocalState(localClaims, c)
 }
 
-// begin claims key for this copy.
-func (d *dedupe) begin(ctx context.Context, key string) (claimOutcome, error) {
-	now := d.p.clock.Now()
-	took, err := d.claims.Claim(ctx, "slack/pending/"+key, now.Add(pendingTTL))
+// begin claims key for this copy. taken is false for a duplicate (err
+// nil: drop it, confirm it) and while another instance handles the key
+// (err errBusy); then nothing is to be finished or released.
+func (d *dedupe) begin(ctx context.Context, key string) (taken bool, err error) {
+	claims, now := d.p.claims, d.p.clock.Now()
+	took, err := claims.Claim(ctx, "slack/pending/"+key, now.Add(pendingTTL))
 	if err != nil {
-		return claimBusy, err
+		return false, fmt.Errorf("slack: dedupe: %w", err)
 	}
 	// Claiming until now takes nothing: it only tells whether a done
 	// claim holds the key.
-	free, err := d.claims.Claim(ctx, "slack/done/"+key, now)
+	free, err := claims.Claim(ctx, "slack/done/"+key, now)
+	if took && (err != nil || !free) {
+		d.release(key)
+	}
 	switch {
 	case err != nil:
-		if took {
-			d.release(key)
-		}
-		return claimBusy, err
+		return false, fmt.Errorf("slack: dedupe: %w", err)
 	case !free:
-		if took {
-			d.release(key)
-		}
-		return claimDone, nil
+		return false, nil
 	case !took:
-		return claimBusy, nil
+		return false, errBusy
 	}
-	return claimTaken, nil
+	return true, nil
 }
 
 // finish records a taken key as done: the event was stored or
 // deliberately dropped.
 func (d *dedupe) finish(ctx context.Context, key string) {
-	if err := d.claims.Hold(ctx, "slack/done/"+key, d.p.clock.Now().Add(d.p.cfg.DedupeWindow)); err != nil {
+	if err := d.p.claims.Hold(ctx, "slack/done/"+key, d.p.clock.Now().Add(d.p.cfg.DedupeWindow)); err != nil {
 		d.p.log.Warn("slack dedupe marker not stored; a retry of this event may be delivered again", "err", err)
 	}
 }
@@ -101,7 +87,7 @@ func (d *dedupe) finish(ctx context.Context, key string) {
 func (d *dedupe) release(key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	if err := d.claims.Release(ctx, "slack/pending/"+key); err != nil {
+	if err := d.p.claims.Release(ctx, "slack/pending/"+key); err != nil {
 		d.p.log.Warn("slack dedupe claim not released; a retry waits for it to expire", "err", err)
 	}
 }

@@ -91,16 +91,6 @@ type streams struct {
 	turns *chatorder.Queue[streamKey]
 }
 
-func newStreams(st store.Store, c clock.Clock) *streams {
-	s := &streams{clock: c, turns: chatorder.New[streamKey](0)}
-	if st != nil {
-		s.state = st.Capabilities()
-	} else {
-		s.state = newLocalState(localStreams, c)
-	}
-	return s
-}
-
 func (k streamKey) stateKey() string { return "slack/stream/" + k.tenant + "/" + k.channel }
 
 func (k streamKey) sealKey(draft int64) string {

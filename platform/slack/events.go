@@ -1,16 +1,16 @@
 package slack
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
+
+	"connector/platform"
 )
 
 // This file serves the signed HTTP routes Slack calls. Every request is
@@ -42,12 +42,6 @@ const (
 	headerRetryNum  = "X-Slack-Retry-Num"
 )
 
-// bodyPool recycles request body buffers.
-var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// maxPooledBody keeps unusually large buffers out of the pool.
-const maxPooledBody = 64 << 10
-
 // verified reads r's body and checks its signature; it answers the
 // request itself (and returns ok false) when the check fails. release
 // returns the body's buffer.
@@ -64,31 +58,17 @@ func (p *Platform) verified(w http.ResponseWriter, r *http.Request) (body []byte
 		http.Error(w, "missing or malformed signature", http.StatusUnauthorized)
 		return nil, nil, false
 	}
-	buf := bodyPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	release = func() {
-		if buf.Cap() <= maxPooledBody {
-			bodyPool.Put(buf)
-		}
-	}
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxEventBytes)); err != nil {
-		release()
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			p.metrics.Dropped(platformName, "oversized")
-			http.Error(w, "request too large", http.StatusRequestEntityTooLarge)
-			return nil, nil, false
-		}
-		http.Error(w, "cannot read the body", http.StatusBadRequest)
+	body, release, ok = platform.ReadBody(w, r, p.cfg.MaxEventBytes, "request too large", p.metrics, platformName)
+	if !ok {
 		return nil, nil, false
 	}
-	if _, err := sv.Write(buf.Bytes()); err != nil || sv.Ensure() != nil {
+	if _, err := sv.Write(body); err != nil || sv.Ensure() != nil {
 		release()
 		p.metrics.Dropped(platformName, "unauthorized")
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return nil, nil, false
 	}
-	return buf.Bytes(), release, true
+	return body, release, true
 }
 
 // answer writes the status of an ingest error: 200 for nil, 503 when the

@@ -74,6 +74,17 @@ func TestForgedOrStaleSignatureRefused(t *testing.T) {
 	e.sink.Next(t)
 }
 
+// TestOversizedBodyIs413: a signed body over max_event_bytes is answered
+// 413 "request too large" (docs/security.md) and delivers nothing.
+func TestOversizedBodyIs413(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxEventBytes = 64 }, nil)
+	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "hi"))
+	if code, text := e.post(t, EventsPath, "application/json", body); code != http.StatusRequestEntityTooLarge || strings.TrimSpace(text) != "request too large" {
+		t.Fatalf("%d %q, want 413 request too large", code, text)
+	}
+	e.sink.Empty(t)
+}
+
 // TestURLVerification answers the challenge.
 func TestURLVerification(t *testing.T) {
 	e := newEnv(t, nil, nil)

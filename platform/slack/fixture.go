@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -159,7 +160,7 @@ func slashFromFields(get func(string) string) slashCommand {
 			TeamID: get("team_id"), ChannelID: get("channel_id"), UserID: get("user_id"), UserName: get("user_name"),
 			Command: get("command"), Text: get("text"), ResponseURL: get("response_url"), APIAppID: get("api_app_id"),
 		},
-		thread: cmpOr(get("thread_ts"), get("message_ts")),
+		thread: cmp.Or(get("thread_ts"), get("message_ts")),
 	}
 }
 
@@ -194,7 +195,7 @@ func (l *fixtureLookup) reacted(_ context.Context, _, channel, ts string) (strin
 	if len(msgs) == 0 {
 		return "", "", false
 	}
-	return cmpOr(cmpOr(msgs[0].ThreadTS, msgs[0].TS), ts), msgs[0].User, true
+	return cmp.Or(cmp.Or(msgs[0].ThreadTS, msgs[0].TS), ts), msgs[0].User, true
 }
 
 func (l *fixtureLookup) threadRoot(_ context.Context, _, channel, ts string) (rootMessage, bool) {
@@ -213,9 +214,6 @@ func marked(list []string, team, ts string) bool {
 	return slices.Contains(list, team+":"+ts) || slices.Contains(list, ts)
 }
 
-func (s *fixtureState) processed(_ context.Context, team, ts string) (bool, error) {
-	return marked(s.fc.ProcessedMessageTS, team, ts), nil
-}
 func (s *fixtureState) botPosted(_ context.Context, team, ts string) (bool, error) {
 	return marked(s.fc.BotMessageTS, team, ts), nil
 }

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -248,8 +247,6 @@ func (e *env) lastCall(t testing.TB, method string) slacktest.Call {
 	}
 	return calls[len(calls)-1]
 }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 // contextFor is a context ending after waitFor.
 func contextFor() (context.Context, context.CancelFunc) {

@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -101,14 +102,11 @@ func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(contex
 // the files, delivery.
 func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message, received time.Time) error {
 	key := "msg/" + m.dedupeKey
-	switch outcome, err := p.dedupe.begin(ctx, key); {
-	case err != nil:
-		return fmt.Errorf("slack: dedupe: %w", err)
-	case outcome == claimDone:
-		p.drop(dropDuplicate, env.EventID)
-		return nil
-	case outcome == claimBusy:
-		return errBusy
+	if taken, err := p.dedupe.begin(ctx, key); !taken {
+		if err == nil {
+			p.drop(dropDuplicate, env.EventID)
+		}
+		return err
 	}
 	stored := false
 	defer func() {
@@ -150,7 +148,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 	}
 	bot := p.works.botUser(ctx, m.scope)
 	if bot == "" {
-		bot = cmpOr(p.works.botUser(ctx, m.install), env.botUser())
+		bot = cmp.Or(p.works.botUser(ctx, m.install), env.botUser())
 	}
 	n := &normalizer{pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner, warn: p.markerNotKept}
 	tctx := platform.WithTenant(ctx, tenant)
@@ -288,14 +286,11 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	p.seenIn(pr.channel, pr.team)
 	key := "press/" + pr.team + ":" + pr.channel + ":" + pr.message
 	return p.inChatOrder(ctx, pr.team+"/"+pr.channel, func(ctx context.Context) error {
-		switch outcome, err := p.dedupe.begin(ctx, key); {
-		case err != nil:
-			return fmt.Errorf("slack: dedupe: %w", err)
-		case outcome == claimDone:
-			p.drop(dropDuplicate, "")
-			return nil
-		case outcome == claimBusy:
-			return errBusy
+		if taken, err := p.dedupe.begin(ctx, key); !taken {
+			if err == nil {
+				p.drop(dropDuplicate, "")
+			}
+			return err
 		}
 		dm := strings.HasPrefix(pr.channel, "D")
 		tenant, _, drop := p.route(ctx, pr.user, pr.channel, pr.team, dm)

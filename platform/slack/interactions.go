@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"strings"
 
 	"github.com/slack-go/slack"
@@ -39,14 +40,14 @@ func pressOf(ic *slack.InteractionCallback) (press, bool) {
 		return press{}, false
 	}
 	p := press{
-		team:     cmpOr(ic.Team.ID, ic.User.TeamID),
-		channel:  cmpOr(ic.Container.ChannelID, ic.Channel.ID),
+		team:     cmp.Or(ic.Team.ID, ic.User.TeamID),
+		channel:  cmp.Or(ic.Container.ChannelID, ic.Channel.ID),
 		user:     ic.User.ID,
-		thread:   cmpOr(ic.Container.ThreadTs, ic.Message.ThreadTimestamp),
-		message:  cmpOr(ic.Container.MessageTs, ic.Message.Timestamp),
+		thread:   cmp.Or(ic.Container.ThreadTs, ic.Message.ThreadTimestamp),
+		message:  cmp.Or(ic.Container.MessageTs, ic.Message.Timestamp),
 		promptID: promptID, optionID: optionID,
 		label:    a.Text.Text,
-		actionTS: cmpOr(a.ActionTs, ic.ActionTs),
+		actionTS: cmp.Or(a.ActionTs, ic.ActionTs),
 	}
 	if p.channel == "" || p.user == "" {
 		return press{}, false

@@ -94,10 +94,6 @@ type budget struct {
 	used  time.Time
 }
 
-func newLimits(p *Platform) *limits {
-	return &limits{p: p, budgets: map[budgetKey]*budget{}, channels: pace.New(p.cfg.ChannelPerSecond)}
-}
-
 // budget returns the scheduler of method in team.
 func (l *limits) budget(team, method string) *fairshare.Scheduler {
 	l.mu.Lock()
@@ -118,7 +114,7 @@ func (l *limits) budget(team, method string) *fairshare.Scheduler {
 		t = tier3
 	}
 	b := &budget{used: now, sched: fairshare.New(fairshare.Config{
-		Rate: t.perMinute / 60, Burst: t.burst, Weights: l.p.cfg.weights(), Clock: l.p.clock,
+		Rate: t.perMinute / 60, Burst: t.burst, Weights: fairshare.WeightsOf(l.p.cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }), Clock: l.p.clock,
 	})}
 	l.budgets[k] = b
 	return b.sched

@@ -47,13 +47,6 @@ const (
 
 var _ threadState = (*memory)(nil)
 
-func newMemory(st store.Store, c clock.Clock) *memory {
-	if st != nil {
-		return &memory{caps: st.Capabilities(), clock: c}
-	}
-	return &memory{caps: newLocalState(memorySize, c), clock: c}
-}
-
 // markKey is a marker's key in the store.
 func markKey(kind markKind, key string) string { return "slack/mark/" + string(kind) + "/" + key }
 

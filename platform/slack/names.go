@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -168,7 +169,7 @@ func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootM
 	if !ok {
 		return rootMessage{}, false
 	}
-	for _, m := range h.msgs {
+	for _, m := range h {
 		if m.Timestamp == ts {
 			return rootMessage{user: m.User, text: m.Text}, true
 		}
@@ -192,5 +193,5 @@ func (n *names) reacted(ctx context.Context, team, channel, ts string) (string, 
 		}
 		return "", "", false
 	}
-	return cmpOr(cmpOr(msgs[0].ThreadTimestamp, msgs[0].Timestamp), ts), msgs[0].User, true
+	return cmp.Or(cmp.Or(msgs[0].ThreadTimestamp, msgs[0].Timestamp), ts), msgs[0].User, true
 }

@@ -1,11 +1,13 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"regexp"
 	"strings"
 
 	"connector/contract"
+	"connector/internal/pytext"
 	"connector/session"
 )
 
@@ -79,9 +81,6 @@ type rootMessage struct {
 // cannot answer is an error: the event is not stored, and its source sends
 // it again.
 type threadState interface {
-	// processed reports whether message ts already started a turn (an edit
-	// of it starts none).
-	processed(ctx context.Context, team, ts string) (bool, error)
 	// botPosted reports whether the bot posted message ts, or into thread
 	// ts.
 	botPosted(ctx context.Context, team, ts string) (bool, error)
@@ -142,17 +141,17 @@ func newMessage(env *envelope, ev *wireEvent) (message, bool) {
 		// _normalize_changed_message: the inner message, with the
 		// envelope's channel, channel_type and team when it lacks them.
 		edited := *inner
-		edited.Channel = cmpOr(edited.Channel, ev.Channel)
-		edited.ChannelType = cmpOr(edited.ChannelType, ev.ChannelType)
-		if !truthy(edited.Team) && truthy(ev.Team) {
+		edited.Channel = cmp.Or(edited.Channel, ev.Channel)
+		edited.ChannelType = cmp.Or(edited.ChannelType, ev.ChannelType)
+		if !pytext.Truthy(edited.Team) && pytext.Truthy(ev.Team) {
 			edited.Team = ev.Team
 		}
-		edited.TeamID = cmpOr(edited.TeamID, ev.TeamID)
+		edited.TeamID = cmp.Or(edited.TeamID, ev.TeamID)
 		editTS := ""
 		if inner.Edited != nil {
 			editTS = inner.Edited.TS
 		}
-		changedTS = cmpOr(ev.EventTS, editTS)
+		changedTS = cmp.Or(ev.EventTS, editTS)
 		if changedTS == "" && ev.TS != inner.TS {
 			changedTS = ev.TS
 		}
@@ -162,7 +161,7 @@ func newMessage(env *envelope, ev *wireEvent) (message, bool) {
 		m.ev, m.edit = &edited, true
 	}
 	m.scope = eventTeam(m.ev, env)
-	if ts := cmpOr(changedTS, m.ev.TS); ts != "" {
+	if ts := cmp.Or(changedTS, m.ev.TS); ts != "" {
 		m.dedupeKey = m.scope + ":" + ts
 		if m.scope == "" {
 			m.dedupeKey = ts
@@ -183,18 +182,11 @@ func eventTeam(ev *wireEvent, env *envelope) string {
 	return env.installTeam()
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // declaredBot is _event_declares_bot_sender: the event itself says a bot
 // sent it (bot_id, bot_profile, subtype bot_message, user_profile.is_bot,
 // or an app_id without client_msg_id from a user not in api_human_users).
 func declaredBot(ev *wireEvent, pol *policy) bool {
-	if ev.BotID != "" || truthy(ev.BotProfile) || ev.Subtype == "bot_message" || profileIsBot(ev.UserProfile) {
+	if ev.BotID != "" || pytext.Truthy(ev.BotProfile) || ev.Subtype == "bot_message" || profileIsBot(ev.UserProfile) {
 		return true
 	}
 	if ev.AppID != "" && ev.ClientMsgID == "" {
@@ -412,7 +404,7 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 		text = userMention.ReplaceAllStringFunc(text, func(mention string) string {
 			id := userMention.FindStringSubmatch(mention)[1]
 			name := strings.TrimSpace(n.look.user(ctx, m.scope, id).name)
-			return "@" + cmpOr(name, id)
+			return "@" + cmp.Or(name, id)
 		})
 	}
 	src := session.Source{

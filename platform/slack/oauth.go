@@ -120,11 +120,11 @@ func (p *Platform) serveOAuthCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: stateCookie, Value: "", Path: OAuthCallbackPath, MaxAge: -1})
 	key := "oauth/" + nonce
-	switch outcome, err := p.dedupe.begin(r.Context(), key); {
-	case err != nil:
+	switch taken, err := p.dedupe.begin(r.Context(), key); {
+	case err != nil && !errors.Is(err, errBusy):
 		p.oauthPage(w, http.StatusServiceUnavailable, "The install could not be recorded; try again.")
 		return
-	case outcome != claimTaken:
+	case !taken:
 		p.metrics.Dropped(platformName, "oauth_state")
 		p.oauthPage(w, http.StatusBadRequest, "This install link was already used. Start again at "+InstallPath+".")
 		return

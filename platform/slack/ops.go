@@ -3,7 +3,6 @@ package slack
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"regexp"
 	"strings"
 
@@ -332,24 +331,11 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 			}
 			continue
 		}
-		body := map[string]any{"response_type": "ephemeral", "replace_original": used == 0, "text": part}
-		if err := p.postResponseURL(ctx, url, body); err != nil {
+		msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: used == 0, Text: part}
+		if err := p.postResponseURL(ctx, url, msg); err != nil {
 			return p.failure(contract.OpFollowUp, err)
 		}
 		used++
 	}
 	return contract.OK("")
-}
-
-// postResponseURL posts body as JSON to a response_url.
-func (p *Platform) postResponseURL(ctx context.Context, url string, body map[string]any) error {
-	resp, err := p.postJSON(ctx, url, body)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return slack.StatusCodeError{Code: resp.StatusCode, Status: resp.Status}
-	}
-	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/chatorder"
+	"connector/platform/pace"
 	"connector/store"
 )
 
@@ -67,7 +68,7 @@ type Platform struct {
 	notFound *ttlcache.Cache[string, struct{}]
 	// histories are threads' messages lately read for their context
 	// (threadcontext.go).
-	histories *ttlcache.Cache[string, threadHistory]
+	histories *ttlcache.Cache[string, []slack.Message]
 	streams   *streams // draft streams (draft.go)
 	egress    platform.Egress[*Platform, string]
 
@@ -135,15 +136,15 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
 	p.notFound = ttlcache.New[string, struct{}](chanTeamsSize, declineMemory, p.clock)
 	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.clock)
-	p.histories = ttlcache.New[string, threadHistory](threadContextSize, threadContextTTL, p.clock)
+	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
-	p.memory = newMemory(deps.Store, p.clock)
+	p.memory = &memory{caps: stateOr(deps.Store, memorySize, p.clock), clock: p.clock}
 	p.claims = newClaims(deps, p.clock)
-	p.dedupe = newDedupe(p)
+	p.dedupe = &dedupe{p}
 	p.queues = chatorder.New[string](maxInFlight)
-	p.limits = newLimits(p)
-	p.streams = newStreams(deps.Store, p.clock)
+	p.limits = &limits{p: p, budgets: map[budgetKey]*budget{}, channels: pace.New(cfg.ChannelPerSecond)}
+	p.streams = &streams{state: stateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0)}
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
 	p.desc = descriptor.Slack(p.egress.Ops.Names())
 	p.setStatus(platform.Status{Detail: "not started"})

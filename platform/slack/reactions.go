@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -66,7 +67,7 @@ func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEven
 	thread := item.TS
 	if t, author, ok := look.reacted(ctx, team, item.Channel, item.TS); ok {
 		thread = t
-		if author = cmpOr(ev.ItemUser, author); !explicit && author != "" && bot != "" && author != bot {
+		if author = cmp.Or(ev.ItemUser, author); !explicit && author != "" && bot != "" && author != bot {
 			return message{}, dropReactionBotMsg
 		}
 	}
@@ -76,8 +77,8 @@ func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEven
 	}
 	syn := &wireEvent{
 		Type: "message", User: ev.User, Channel: item.Channel, ThreadTS: thread, TeamID: team,
-		Text: "reaction:" + action + ":" + cmpOr(reactionEmoji[ev.Reaction], ev.Reaction),
-		TS:   cmpOr(ev.EventTS, fmt.Sprintf("reaction-%s-%s-%s", item.TS, ev.Reaction, ev.User)),
+		Text: "reaction:" + action + ":" + cmp.Or(reactionEmoji[ev.Reaction], ev.Reaction),
+		TS:   cmp.Or(ev.EventTS, fmt.Sprintf("reaction-%s-%s-%s", item.TS, ev.Reaction, ev.User)),
 	}
 	m := message{ev: syn, scope: team, install: team, dedupeKey: team + ":" + syn.TS, force: true}
 	if pol.reactionTarget != "" {
@@ -106,7 +107,7 @@ func (p *Platform) ingestReaction(ctx context.Context, env *envelope, ev *wireEv
 		p.drop(r.Drop, env.EventID)
 		return nil
 	}
-	bot := cmpOr(p.works.botUser(ctx, team), env.botUser())
+	bot := cmp.Or(p.works.botUser(ctx, team), env.botUser())
 	tctx := platform.WithTenant(ctx, r.Tenant)
 	m, drop := reactionTurn(tctx, p.names, env, ev, p.policy(r.Tenant), bot)
 	if drop != "" {

@@ -1,13 +1,11 @@
 package slack
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -18,7 +16,6 @@ import (
 
 	"connector/contract"
 	"connector/internal/pytext"
-	"connector/session"
 	"connector/vault"
 )
 
@@ -88,17 +85,7 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	if user == "" || strings.TrimSpace(string(a.ReplyTo)) != "" || a.Metadata.MessageID != "" || a.Metadata.ReplyToMessageID != "" {
 		return contract.Result{}, false
 	}
-	src := session.Source{
-		Platform: platformName,
-		ChatID:   t.channel,
-		ChatType: session.ChatTypeGroup,
-		UserID:   session.StrOrNull(user),
-		ThreadID: session.StrOrNull(cmpOr(string(a.Metadata.ThreadID), string(a.Metadata.ThreadTS))),
-		ScopeID:  cmpOr(string(a.Metadata.ScopeID), t.team),
-	}
-	if strings.HasPrefix(t.channel, "D") {
-		src.ChatType = session.ChatTypeDM
-	}
+	src := slashSource(t.channel, user, cmp.Or(string(a.Metadata.ThreadID), string(a.Metadata.ThreadTS)), cmp.Or(string(a.Metadata.ScopeID), t.team))
 	sessionKey := p.key(tenant, &src)
 	k := vault.Key{Tenant: tenant, SessionKey: sessionKey, Kind: kindResponseURL}
 	e, ok := p.deps.Vault.Get(ctx, k)
@@ -137,8 +124,8 @@ func (p *Platform) privateReply(ctx context.Context, tenant, sessionKey string, 
 				"\n\n_[Reply truncated: " + strconv.Itoa(len(parts)-room) + " more part(s) exceeded Slack's ephemeral reply limit.]_"
 		}
 		for _, part := range posts {
-			body := map[string]any{"response_type": "ephemeral", "replace_original": used == 0, "text": part}
-			if err = p.postResponseURL(ctx, url, body); err != nil {
+			msg := &slack.WebhookMessage{ResponseType: "ephemeral", ReplaceOriginal: used == 0, Text: part}
+			if err = p.postResponseURL(ctx, url, msg); err != nil {
 				break
 			}
 			used++
@@ -177,22 +164,15 @@ func (p *Platform) usedResponseURL(ctx context.Context, tenant, sessionKey strin
 	}
 }
 
-// postJSON posts body as JSON to a Slack URL (a response_url): an https
-// URL on slack.com or a subdomain, or on the Web API's own host (a fake's
-// in tests). Anything else is refused, so a stored URL can never make the
-// connector post elsewhere.
-func (p *Platform) postJSON(ctx context.Context, raw string, body map[string]any) (*http.Response, error) {
-	u, err := url.Parse(raw)
-	if err != nil || !p.slackURL(u) {
-		return nil, errors.New("slack: the response_url is not a Slack URL")
+// postResponseURL posts msg to a response_url: an https URL on slack.com
+// or a subdomain, or on the Web API's own host (a fake's in tests).
+// Anything else is refused, so a stored URL can never make the connector
+// post elsewhere.
+func (p *Platform) postResponseURL(ctx context.Context, raw string, msg *slack.WebhookMessage) error {
+	if u, err := url.Parse(raw); err != nil || !p.slackURL(u) {
+		return errors.New("slack: the response_url is not a Slack URL")
 	}
-	data, _ := json.Marshal(body) // strings and booleans: cannot fail
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(data))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	return p.http.Do(req)
+	return slack.PostWebhookCustomHTTPContext(ctx, raw, p.http, msg)
 }
 
 // slackURL reports whether u is an https URL on slack.com (or a

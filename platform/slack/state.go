@@ -26,6 +26,15 @@ var (
 	_ store.Claims       = localState{}
 )
 
+// stateOr is st's capabilities, else a local state of at most size
+// entries.
+func stateOr(st store.Store, size int, c clock.Clock) store.Capabilities {
+	if st != nil {
+		return st.Capabilities()
+	}
+	return newLocalState(size, c)
+}
+
 // newLocalState returns a local state of at most size entries.
 func newLocalState(size int, c clock.Clock) localState {
 	return localState{c: ttlcache.New[string, []byte](size, 0, c)}

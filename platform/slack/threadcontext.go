@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"regexp"
 	"strings"
@@ -34,11 +35,6 @@ const (
 	threadRootImages      = 4                // the root's images a turn that enters its thread gets
 )
 
-// threadHistory is a thread's messages as read, for threadContext.
-type threadHistory struct {
-	msgs []slack.Message
-}
-
 // threadContext returns the context of a turn of tenant that enters
 // thread (in channel, read with workspace install's token), from the
 // messages before current, and the files of the thread's root; nothing
@@ -59,18 +55,18 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		return nil, nil
 	}
 	var root []wireFile
-	for i := range h.msgs {
-		if h.msgs[i].Timestamp == thread {
-			for j := range h.msgs[i].Files {
-				root = append(root, fileOf(&h.msgs[i].Files[j]))
+	for i := range h {
+		if h[i].Timestamp == thread {
+			for j := range h[i].Files {
+				root = append(root, fileOf(&h[i].Files[j]))
 			}
 			break
 		}
 	}
 	pol := p.policy(tenant)
 	var out []contract.ContextMessage
-	for i := range h.msgs {
-		msg := &h.msgs[i]
+	for i := range h {
+		msg := &h[i]
 		if !tsBefore(msg.Timestamp, ev.TS) {
 			continue // the turn itself, and what came after it
 		}
@@ -95,7 +91,7 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		case author != "":
 			name = p.names.user(ctx, m.scope, author).name
 		case isBot:
-			name = cmpOr(msg.Username, "bot")
+			name = cmp.Or(msg.Username, "bot")
 		default:
 			name = "unknown"
 		}
@@ -127,8 +123,8 @@ func fileMarkers(files []slack.File) string {
 	markers := make([]string, 0, len(files))
 	for i := range files {
 		f := &files[i]
-		name := strings.TrimSpace(markerName.ReplaceAllString(cmpOr(cmpOr(f.Name, f.Title), cmpOr(f.ID, "file")), " "))
-		name = cmpOr(name, "file")
+		name := strings.TrimSpace(markerName.ReplaceAllString(cmp.Or(cmp.Or(f.Name, f.Title), cmp.Or(f.ID, "file")), " "))
+		name = cmp.Or(name, "file")
 		marker := "[file: " + name + "]"
 		if kind, _, _ := strings.Cut(f.Mimetype, "/"); strings.Contains(f.Mimetype, "/") && (kind == "image" || kind == "video" || kind == "audio") {
 			marker = "[" + kind + ": " + name + "]"
@@ -145,13 +141,13 @@ func fileMarkers(files []slack.File) string {
 // messages), cached for threadContextTTL; a failed read is not asked
 // again for failedTTL. The wake check (a thread's root) and the context
 // share it, as natively (_thread_context_cache).
-func (p *Platform) history(ctx context.Context, team, channel, ts string) (threadHistory, bool) {
+func (p *Platform) history(ctx context.Context, team, channel, ts string) ([]slack.Message, bool) {
 	key := team + "/" + channel + "/" + ts
 	if h, ok := p.histories.Get(key); ok {
 		return h, true
 	}
 	if p.names.failed.Contains("h/" + key) {
-		return threadHistory{}, false
+		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, threadContextDeadline)
 	defer cancel()
@@ -165,11 +161,10 @@ func (p *Platform) history(ctx context.Context, team, channel, ts string) (threa
 	if err != nil {
 		p.log.Debug("slack thread unreadable", "team", team, "channel", channel, "err", p.errorText(err))
 		p.names.failed.Add("h/"+key, struct{}{})
-		return threadHistory{}, false
+		return nil, false
 	}
-	h := threadHistory{msgs: msgs}
-	p.histories.Add(key, h)
-	return h, true
+	p.histories.Add(key, msgs)
+	return msgs, true
 }
 
 // tsBefore reports whether Slack ts a is earlier than b ("<seconds>.<micros>").

@@ -149,16 +149,6 @@ func teamOf(raw json.RawMessage) string {
 	return ""
 }
 
-// truthy reports whether a raw JSON value is true to Python: present and
-// not null, false, 0, "", {} or [].
-func truthy(raw json.RawMessage) bool {
-	switch v := string(bytes.TrimSpace(raw)); v {
-	case "", "null", "false", "0", `""`, "{}", "[]":
-		return false
-	}
-	return true
-}
-
 // profileIsBot reads user_profile.is_bot.
 func profileIsBot(raw json.RawMessage) bool {
 	var p struct {

@@ -260,15 +260,3 @@ func validSecret(s string) error {
 func (c Config) access() TenantConfig {
 	return TenantConfig{AllowAllUsers: c.AllowAllUsers, DMPolicy: c.DMPolicy, AllowFrom: c.AllowFrom, AllowedUsers: c.AllowedUsers}
 }
-
-// weights returns each tenant's fair-share weight; a tenant without one
-// weighs 1.
-func (c Config) weights() map[string]int {
-	w := make(map[string]int, len(c.Tenants))
-	for tenant, tc := range c.Tenants {
-		if tc.Weight > 0 {
-			w[tenant] = tc.Weight
-		}
-	}
-	return w
-}

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"connector/platform/fairshare"
 )
 
 // TestConfigReadsNativeSpellings reads the pinned section and the native
@@ -55,7 +57,7 @@ tenants:
 	if t3.tapAllowed("999") {
 		t.Error("pairing admitted a tap")
 	}
-	if w := c.weights(); w["t3"] != 3 || w["t2"] != 0 {
+	if w := fairshare.WeightsOf(c.Tenants, func(tc TenantConfig) int { return tc.Weight }); w["t3"] != 3 || w["t2"] != 0 {
 		t.Errorf("weights %v", w)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"connector/contract"
+	"connector/internal/pytext"
 	"connector/session"
 )
 
@@ -208,27 +209,7 @@ func (m *message) messageType() string {
 }
 
 // grouped reports whether m carries a chat field Python counts as true.
-func (m *message) grouped() bool {
-	var v any
-	if len(m.Chat) == 0 || json.Unmarshal(m.Chat, &v) != nil {
-		return false
-	}
-	switch v := v.(type) {
-	case nil:
-		return false
-	case bool:
-		return v
-	case float64:
-		return v != 0
-	case string:
-		return v != ""
-	case map[string]any:
-		return len(v) > 0
-	case []any:
-		return len(v) > 0
-	}
-	return true
-}
+func (m *message) grouped() bool { return pytext.Truthy(m.Chat) }
 
 // contactNames indexes the change's contacts as wa_id -> profile name,
 // both stripped, as _dispatch_payload does.

@@ -112,7 +112,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		return nil, err
 	}
 	p.budget = fairshare.New(fairshare.Config{
-		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(), Clock: p.clock,
+		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }), Clock: p.clock,
 	})
 	p.pace = pace.New(cfg.ChatPerSecond)
 	p.quotes = newQuotes()

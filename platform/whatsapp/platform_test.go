@@ -233,6 +233,29 @@ func TestForgedSignatureDeliversNothing(t *testing.T) {
 	}
 }
 
+// TestOversizedWebhookIs413: a signed body over max_webhook_bytes is
+// answered 413 "payload too large" (docs/security.md), counted as
+// oversized, and delivers nothing.
+func TestOversizedWebhookIs413(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, _ *platform.Deps) { c.MaxWebhookBytes = 64 })
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.O1", strings.Repeat("x", 100))
+	resp, err := http.DefaultClient.Do(whatsapptest.SignedRequest(r.url, testSecret, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || strings.TrimSpace(string(text)) != "payload too large" {
+		t.Fatalf("%d %q, want 413 payload too large", resp.StatusCode, text)
+	}
+	if n := r.stats.get(r.stats.dropped, "oversized"); n != 1 {
+		t.Errorf("oversized counted %d times", n)
+	}
+	if got := r.sink.all(); len(got) != 0 {
+		t.Fatalf("an oversized webhook delivered %d events", len(got))
+	}
+}
+
 func TestTextReachesTheNumbersTenant(t *testing.T) {
 	r := newRig(t, nil, nil)
 	if code := r.post(t, whatsapptest.Text(biz2, "447700900123", "Ada Lovelace", "wamid.B1", "hi there")); code != 200 {

@@ -1,26 +1,19 @@
 package whatsapp
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"errors"
 	"net/http"
 	"strings"
-	"sync"
+
+	"connector/platform"
 )
 
 // signatureHeader carries "sha256=<hex>", the HMAC-SHA256 of the raw body
 // under the app secret.
 const signatureHeader = "X-Hub-Signature-256"
-
-// bodyPool recycles webhook body buffers.
-var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// maxPooledBody keeps unusually large buffers out of the pool.
-const maxPooledBody = 64 << 10
 
 // serveVerify answers Meta's subscription handshake, GET
 // /whatsapp/webhook?hub.mode=subscribe&hub.verify_token=...&hub.challenge=...:
@@ -55,30 +48,18 @@ func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	buf := bodyPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			bodyPool.Put(buf)
-		}
-	}()
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxWebhookBytes)); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			p.metrics.Dropped(platformName, "oversized")
-			http.Error(w, "payload too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "cannot read the body", http.StatusBadRequest)
+	body, release, ok := platform.ReadBody(w, r, p.cfg.MaxWebhookBytes, "payload too large", p.metrics, platformName)
+	if !ok {
 		return
 	}
-	if !p.signed(buf.Bytes(), sig) {
+	defer release()
+	if !p.signed(body, sig) {
 		p.metrics.Dropped(platformName, "unauthorized")
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
 	var pl payload
-	if err := decodePayload(buf.Bytes(), &pl); err != nil {
+	if err := decodePayload(body, &pl); err != nil {
 		p.metrics.Dropped(platformName, dropMalformed)
 		http.Error(w, "malformed payload", http.StatusBadRequest)
 		return

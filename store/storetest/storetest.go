@@ -920,6 +920,9 @@ func testRegistry(t *testing.T, b Backend) {
 		if rev != wantRev || len(got) != len(want) {
 			t.Fatalf("List(%q) = %+v at revision %d; want %+v at %d", ns, got, rev, want, wantRev)
 		}
+		if rev, err := r.Revision(ctx, ns); err != nil || rev != wantRev {
+			t.Fatalf("Revision(%q) = %d, %v; want %d", ns, rev, err, wantRev)
+		}
 		for i := range want {
 			if got[i].Key != want[i].Key || got[i].Rev != want[i].Rev || !bytes.Equal(got[i].Value, want[i].Value) {
 				t.Fatalf("List(%q)[%d] = %+v, want %+v", ns, i, got[i], want[i])
