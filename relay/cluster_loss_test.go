@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -322,6 +323,7 @@ type clusterRig struct {
 	clk      *clocktest.Fake
 	st       *store.Memory
 	acquired chan string
+	lost     chan string // instances that stopped driving, having lost the lease
 	inst     []*rigInstance
 }
 
@@ -330,7 +332,7 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 	clk := clocktest.New(time.Now())
 	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
-	r := &clusterRig{clk: clk, st: st, acquired: make(chan string, 64)}
+	r := &clusterRig{clk: clk, st: st, acquired: make(chan string, 64), lost: make(chan string, 64)}
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{
 		{ID: "ga", Secrets: []string{"sa"}}, {ID: "gb", Secrets: []string{"sb"}}, {ID: "gc", Secrets: []string{"sc"}}}}}
 	for i := range n {
@@ -343,7 +345,7 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 			telegram: newFake("telegram", map[string]string{"c2": "t1"}),
 			buffered: &bufferedWatch{Metrics: relayMetricsNop{}, changed: make(chan struct{}, 1)},
 		}
-		log := slog.New(drivingWatch{relaytest.TestLogger(t).Handler(), name, r.acquired})
+		log := slog.New(drivingWatch{relaytest.TestLogger(t).Handler(), name, r.acquired, r.lost})
 		node, err := cluster.New(cluster.Config{Instance: name, PubSub: in.net.PubSub(), LeaseTTL: 3 * beat, Clock: clk, Log: log})
 		if err != nil {
 			t.Fatal(err)
@@ -375,26 +377,31 @@ func (r *clusterRig) dial(t *testing.T, i int, id string, platforms ...string) *
 
 // drivingWatch is a slog.Handler that reports, on acquired, the name of its
 // instance each time the instance starts driving the tenant (it logs
-// "driving tenant" once it does).
+// "driving tenant" once it does), and on lost each time it stops driving
+// having lost the lease.
 type drivingWatch struct {
 	slog.Handler
 	inst     string
 	acquired chan<- string
+	lost     chan<- string
 }
 
 func (w drivingWatch) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == "driving tenant" {
+	switch {
+	case r.Message == "driving tenant":
 		w.acquired <- w.inst
+	case strings.HasPrefix(r.Message, "tenant lease lost"):
+		w.lost <- w.inst
 	}
 	return w.Handler.Handle(ctx, r)
 }
 
 func (w drivingWatch) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return drivingWatch{w.Handler.WithAttrs(attrs), w.inst, w.acquired}
+	return drivingWatch{w.Handler.WithAttrs(attrs), w.inst, w.acquired, w.lost}
 }
 
 func (w drivingWatch) WithGroup(name string) slog.Handler {
-	return drivingWatch{w.Handler.WithGroup(name), w.inst, w.acquired}
+	return drivingWatch{w.Handler.WithGroup(name), w.inst, w.acquired, w.lost}
 }
 
 // waitAcquired waits until an instance took the tenant's lease and started
@@ -662,6 +669,47 @@ func TestClusterInterruptRightAfterTakeoverReachesTheOwner(t *testing.T) {
 		if f := gws[owner].Next(t, contract.TypeInterruptInbound); f.SessionKey != key || f.ChatID != "c1" {
 			t.Fatalf("interrupt_inbound for %q in %q, want %q in c1", f.SessionKey, f.ChatID, key)
 		}
+	}
+}
+
+// A driver cut off from the store stops driving before its lease expires
+// there (its tenure's view ends an eighth of the TTL earlier), and the
+// other instance holding sockets of the tenant takes the lease at that
+// expiry, which it learnt at its last bid, not at a later beat.
+func TestClusterCutOffDriverStopsBeforeTheTakeover(t *testing.T) {
+	r := newClusterRig(t, 2)
+	r.dial(t, 0, "ga", "telegram")
+	if who := r.waitAcquired(t); who != "i0" {
+		t.Fatalf("%s took the tenant's lease, want i0 (the only one with a socket)", who)
+	}
+	r.dial(t, 1, "gb", "discord")
+	r.advance(3) // renewals, and i1's bids
+	l, ok, err := r.st.Leases().Holder(context.Background(), "relay/tenant/t1")
+	if err != nil || !ok || l.Holder != "i0" {
+		t.Fatalf("lease %+v %v %v, want i0's", l, ok, err)
+	}
+	r.inst[0].net.cut.Store(true)
+	// Up to a millisecond before the expiry: i0's view ended, nobody else
+	// may take the lease yet.
+	for until := l.Expires.Add(-time.Millisecond); r.clk.Now().Before(until); {
+		r.clk.Advance(min(100*time.Millisecond, until.Sub(r.clk.Now())))
+	}
+	select {
+	case who := <-r.lost:
+		if who != "i0" {
+			t.Fatalf("%s stopped driving, want i0", who)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for the cut-off driver to stop driving before its lease's expiry", relaytest.Timeout)
+	}
+	select {
+	case who := <-r.acquired:
+		t.Fatalf("%s took the lease before it expired", who)
+	default:
+	}
+	r.clk.Advance(time.Millisecond) // the expiry: i1's bid
+	if who := r.waitAcquired(t); who != "i1" {
+		t.Fatalf("%s took the lease at its expiry, want i1", who)
 	}
 }
 

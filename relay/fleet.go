@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/relay/ledger"
 	"connector/store"
@@ -110,8 +110,9 @@ type tenantFleet struct {
 	nudge   chan struct{} // beat now
 	looping atomic.Bool   // loop started
 
-	beatMu sync.Mutex  // one beat at a time; guards lease
-	lease  store.Lease // while driving
+	beatMu sync.Mutex    // one beat at a time; guards tenure and bid
+	tenure *store.Tenure // while driving: the lease, renewed on its own timer
+	bid    clock.Timer   // while not driving: nudges a beat at the lease's known expiry
 
 	// ownMu guards owned; a leaf, taken inside the ledger's mutex (by
 	// noteOwner, the ledger's OnOwned hook).
@@ -304,8 +305,11 @@ func (fl *fleet) stop(ctx context.Context) {
 	for _, h := range fl.srv.hubs() {
 		f := h.fleet
 		f.beatMu.Lock() // a nudged beat under way ends first
-		if f.driving.Load() {
-			_ = fl.leases.Release(ctx, leasePrefix+h.id, f.lease)
+		if f.bid != nil {
+			f.bid.Stop()
+		}
+		if f.tenure != nil {
+			_ = f.tenure.Release(ctx)
 		}
 		f.beatMu.Unlock()
 	}
@@ -424,10 +428,12 @@ func (f *tenantFleet) tail(ctx context.Context) {
 	}
 }
 
-// beat renews the lease while driving (and tells each remote socket's
-// instance the last frame sent to it), takes the lease when free and this
-// instance holds sockets of the tenant, and otherwise announces those
-// sockets to the driver.
+// beat, while driving, tells each remote socket's instance the last frame
+// sent to it, or stops driving once the tenure ended (its lease is renewed
+// on its own timer, store.Tenure, which nudges a beat when it ends). Not
+// driving, it takes the lease when free and this instance holds sockets of
+// the tenant, and otherwise announces those sockets to the driver and
+// arms a beat at the lease's known expiry.
 func (f *tenantFleet) beat(ctx context.Context) {
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
@@ -439,18 +445,13 @@ func (f *tenantFleet) beat(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, fl.node.Beat())
 	defer cancel()
 	if f.driving.Load() {
-		l, err := fl.leases.Renew(ctx, name, f.lease, fl.node.LeaseTTL())
-		switch {
-		case err == nil:
-			f.lease = l
+		if f.tenure.Held() {
 			f.holdRemotes()
-		case errors.Is(err, store.ErrNotHeld) || !fl.node.Clock().Now().Before(f.lease.Expires):
-			fl.srv.log.Warn("tenant lease lost: another instance drives it now", "tenant", h.id, "err", err)
-			f.stopDriving()
-		default:
-			fl.srv.log.Warn("tenant lease not renewed", "tenant", h.id, "err", err)
+			return
 		}
-		return
+		fl.srv.log.Warn("tenant lease lost: not renewed in time or taken by another instance", "tenant", h.id)
+		f.tenure = nil
+		f.stopDriving()
 	}
 	h.mu.Lock()
 	n := len(h.seats)
@@ -458,17 +459,23 @@ func (f *tenantFleet) beat(ctx context.Context) {
 	if n == 0 {
 		return
 	}
-	l, acquired, err := fl.leases.Acquire(ctx, name, fl.node.Instance(), fl.node.LeaseTTL())
+	clk, ttl := fl.node.Clock(), fl.node.LeaseTTL()
+	t, l, err := store.Hold(ctx, clk, fl.leases, name, fl.node.Instance(), ttl, f.nudgeBeat)
 	switch {
 	case err != nil:
 		if fl.ctx.Err() == nil {
 			fl.srv.log.Warn("tenant lease not checked", "tenant", h.id, "err", err)
 		}
-	case acquired:
-		f.lease = l
+	case t != nil:
+		f.tenure = t
 		f.startDriving(l)
 	default:
 		f.follow(l.Holder)
+		if f.bid == nil {
+			f.bid = clk.AfterFunc(store.BidIn(clk, l, ttl), f.nudgeBeat)
+		} else {
+			f.bid.Reset(store.BidIn(clk, l, ttl))
+		}
 	}
 }
 

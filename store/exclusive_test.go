@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,6 +30,9 @@ type exclusiveRig struct {
 	finished atomic.Int64 // RunExclusive calls returned
 	started  chan string  // a holder's run started
 	stopped  chan string  // a holder's run saw its context end
+
+	mu   sync.Mutex
+	runs map[*context.Context]bool // the contexts of the runs under way
 }
 
 func newExclusiveRig(t *testing.T) *exclusiveRig {
@@ -36,7 +40,7 @@ func newExclusiveRig(t *testing.T) *exclusiveRig {
 	st := NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
 	return &exclusiveRig{t: t, clk: clk, st: st, leases: st.Leases(),
-		started: make(chan string, 16), stopped: make(chan string, 16)}
+		started: make(chan string, 16), stopped: make(chan string, 16), runs: map[*context.Context]bool{}}
 }
 
 // start runs RunExclusive for holder on leases until ctx ends; its run
@@ -49,9 +53,15 @@ func (r *exclusiveRig) start(ctx context.Context, leases Leases, holder string) 
 		defer close(returned)
 		defer r.finished.Add(1)
 		err := RunExclusive(ctx, r.clk, leases, "job", holder, exclusiveTTL, func(c context.Context) error {
+			r.mu.Lock()
+			r.runs[&c] = true
+			r.mu.Unlock()
 			r.started <- holder
 			<-c.Done()
 			r.stopped <- holder
+			r.mu.Lock()
+			delete(r.runs, &c)
+			r.mu.Unlock()
 			return nil
 		})
 		if err != nil {
@@ -62,13 +72,27 @@ func (r *exclusiveRig) start(ctx context.Context, leases Leases, holder string) 
 }
 
 // settle waits until every holder sleeps on the fake clock (waiting for
-// the lease, or between renewals) or has returned. A holder that lost the
-// lease sleeps again only once its run returned. It cannot tell a holder
-// whose context just ended (still counted asleep) from one that returned:
-// wait for start's channel instead.
+// the lease), runs with its lease (its run waits for its context, which
+// only the tenure's timers end, inside Advance) or has returned. A holder
+// that lost the lease sleeps again only once its run returned. It cannot
+// tell a holder whose context just ended (still counted asleep) from one
+// that returned: wait for start's channel instead.
 func (r *exclusiveRig) settle() {
 	r.t.Helper()
-	r.clk.Settle(r.t, r.jobs, func() int { return int(r.finished.Load()) }, func() int { return 0 })
+	r.clk.Settle(r.t, r.jobs, func() int { return int(r.finished.Load()) }, r.running)
+}
+
+// running counts the runs under way whose context has not ended.
+func (r *exclusiveRig) running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for c := range r.runs {
+		if (*c).Err() == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // advance moves the fake clock d forward in exclusiveSteps, letting the
@@ -106,7 +130,7 @@ func (r *exclusiveRig) quiet(when string) {
 
 // Two holders compete for one lease: while the first renews it, through
 // many TTLs, the second never runs; once the first stops, the second takes
-// over within a TTL.
+// over within a RenewEvery of the TTL.
 func TestRunExclusiveOneHolderAtATime(t *testing.T) {
 	r := newExclusiveRig(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -136,9 +160,9 @@ func TestRunExclusiveOneHolderAtATime(t *testing.T) {
 	if l := r.holder(); l.Holder != "" {
 		t.Fatalf("a returned, but the lease is held by %q", l.Holder)
 	}
-	r.advance(exclusiveTTL / 3) // b's next try
+	r.advance(exclusiveTTL / RenewEvery) // b's next bid
 	if h := r.holder().Holder; h != "b" {
-		t.Fatalf("a third of a TTL after a released the lease it is held by %q, want b", h)
+		t.Fatalf("a RenewEvery of a TTL after a released the lease it is held by %q, want b", h)
 	}
 	if h := waitString(t, r.started, "b to take over"); h != "b" {
 		t.Fatalf("took over: %q, want b", h)
@@ -146,8 +170,8 @@ func TestRunExclusiveOneHolderAtATime(t *testing.T) {
 }
 
 // A holder that dies holding the lease (no renewal, no release) keeps the
-// other out until the lease expires on the clock, and no longer than a
-// third of a TTL after.
+// other out until the lease expires on the clock, and no longer: the other
+// bids at the expiry it was told.
 func TestRunExclusiveTakesOverFromADeadHolder(t *testing.T) {
 	r := newExclusiveRig(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -162,9 +186,9 @@ func TestRunExclusiveTakesOverFromADeadHolder(t *testing.T) {
 		t.Fatalf("before the dead holder's lease expired it is held by %q, want a", h)
 	}
 	r.quiet("before the dead holder's lease expired")
-	r.advance(exclusiveStep + exclusiveTTL/3)
+	r.advance(exclusiveStep)
 	if h := r.holder().Holder; h != "b" {
-		t.Fatalf("a third of a TTL after the dead holder's lease expired it is held by %q, want b", h)
+		t.Fatalf("at the dead holder's lease's expiry it is held by %q, want b (its bid waits for the known expiry)", h)
 	}
 	if h := waitString(t, r.started, "b to take over"); h != "b" {
 		t.Fatalf("took over: %q, want b", h)
@@ -202,9 +226,10 @@ func (p *partitionedLeases) Release(ctx context.Context, name string, l Lease) e
 	return p.Leases.Release(ctx, name, l)
 }
 
-// A holder whose renewals fail (cut off from the store) runs on until its
-// lease's expiry passes on the clock, then stops; the other holder takes
-// over once the lease expired, not before.
+// A holder whose renewals fail (cut off from the store) stops before its
+// lease expires in the store (its own view ends FenceMargin of the TTL
+// earlier: fencing), and the other holder takes over at the expiry, not
+// before.
 func TestRunExclusiveHolderThatCannotRenewStops(t *testing.T) {
 	r := newExclusiveRig(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -226,20 +251,21 @@ func TestRunExclusiveHolderThatCannotRenewStops(t *testing.T) {
 	if h := r.holder().Holder; h != "a" {
 		t.Fatalf("before a's last renewal expired the lease is held by %q, want a", h)
 	}
-	r.quiet("while a's renewals fail but its lease has not expired")
-
-	r.advance(exclusiveStep + exclusiveTTL/3)
-	// a's run ended before a slept again, so it has reported.
+	// a's run ended (inside the Advance that reached the end of its view)
+	// before a slept again, so it has reported.
 	select {
 	case h := <-r.stopped:
 		if h != "a" {
 			t.Fatalf("stopped: %q, want a", h)
 		}
 	default:
-		t.Fatal("a third of a TTL after a's lease expired unrenewed, a's run still runs")
+		t.Fatal("a step before a's lease expires unrenewed in the store, a's run still runs")
 	}
+	r.quiet("while a's lease has not expired in the store")
+
+	r.advance(exclusiveStep)
 	if h := r.holder().Holder; h != "b" {
-		t.Fatalf("a third of a TTL after a's lease expired unrenewed it is held by %q, want b", h)
+		t.Fatalf("at a's unrenewed lease's expiry it is held by %q, want b", h)
 	}
 	if h := waitString(t, r.started, "b to take over"); h != "b" {
 		t.Fatalf("took over: %q, want b", h)

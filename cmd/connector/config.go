@@ -179,8 +179,11 @@ type StoreConfig struct {
 	// LeaseTTL bounds a takeover when an instance dies (redis backend):
 	// how long the lease on a tenant's delivery, on the Discord Gateway
 	// session, on the Telegram long poll and on a nexscope room lasts
-	// unless its holder renews it (every third of it, the instances' beat).
-	// Default 5s.
+	// unless its holder renews it. The holder renews every quarter of it,
+	// and stops acting as the owner an eighth of it before the lease
+	// expires unrenewed; another instance takes the lease at its expiry. A
+	// third of it is the instances' beat, and an instance silent for the
+	// whole of it is gone. Default 2s.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 

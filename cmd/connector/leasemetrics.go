@@ -34,7 +34,7 @@ func newLeaseMetrics(m *metrics) *leaseMetrics {
 			Help: "Leases this instance took over (a new tenure: at start, after a release or after the holder's lease ran out), by kind."},
 			[]string{"kind"}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "connector_lease_lost_total",
-			Help: "Leases this instance held and found taken by another instance (or expired) when it renewed them, by kind."},
+			Help: "Leases this instance held and lost while it lived, by kind: found taken by another instance (or expired) when it renewed them, or given up because no renewal succeeded in time (then taken again, or by another instance). A false takeover when no instance died."},
 			[]string{"kind"}),
 		tokens: map[string]uint64{},
 	}
@@ -79,8 +79,12 @@ type countedLeases struct {
 // Acquire implements store.Leases.
 func (c countedLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, bool, error) {
 	l, acquired, err := c.Leases.Acquire(ctx, name, holder, ttl)
-	if err == nil && acquired {
+	switch {
+	case err != nil:
+	case acquired:
 		c.m.took(name, l.Token)
+	case c.m.gone(name): // given up unrenewed, and another instance's now
+		c.m.lost.WithLabelValues(leaseKind(name)).Inc()
 	}
 	return l, acquired, err
 }
@@ -101,13 +105,20 @@ func (c countedLeases) Release(ctx context.Context, name string, l store.Lease) 
 }
 
 // took records lease name held with token; a token not held before is a
-// new tenure.
+// new tenure. The instance acquires a lease only when it does not hold it
+// (store.Tenure renews a held one), so a lease it still counts as held was
+// given up unrenewed (store.Tenure's view expired): lost, and now a new
+// tenure, with the same token when no other instance took it meanwhile.
 func (l *leaseMetrics) took(name string, token uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prev, ok := l.tokens[name]
+	if ok {
+		l.lost.WithLabelValues(leaseKind(name)).Inc()
+	}
 	if ok && prev == token {
-		return // an extension of the tenure
+		l.acquired.WithLabelValues(leaseKind(name)).Inc()
+		return
 	}
 	l.tokens[name] = token
 	kind := leaseKind(name)

@@ -13,8 +13,10 @@ import (
 )
 
 // TestLeaseMetricsCountTenures: a lease taken is held and acquired once,
-// however often it is extended; a renewal that finds another instance's
-// lease counts it lost; a released lease is no longer held.
+// however often it is renewed; one acquired again while held (its holder's
+// tenure gave it up unrenewed) is lost and acquired again; a renewal that
+// finds another instance's lease counts it lost, and so does a bid of the
+// instance that counted it held; a released lease is no longer held.
 func TestLeaseMetricsCountTenures(t *testing.T) {
 	clk := clocktest.New(time.Unix(1767225600, 0))
 	mem := store.NewMemory(clk)
@@ -27,15 +29,18 @@ func TestLeaseMetricsCountTenures(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	if _, _, err := i0.Acquire(ctx, name, "i0", ttl); err != nil { // an extension
-		t.Fatal(err)
-	}
 	if l, err = i0.Renew(ctx, name, l, ttl); err != nil {
 		t.Fatal(err)
 	}
 	held, acquired, lost := lm.held.WithLabelValues("tenant"), lm.acquired.WithLabelValues("tenant"), lm.lost.WithLabelValues("tenant")
 	if value(held) != 1 || value(acquired) != 1 {
 		t.Fatalf("held %v acquired %v, want 1 and 1", value(held), value(acquired))
+	}
+	if _, _, err := i0.Acquire(ctx, name, "i0", ttl); err != nil { // after a tenure that gave it up
+		t.Fatal(err)
+	}
+	if value(held) != 1 || value(acquired) != 2 || value(lost) != 1 {
+		t.Fatalf("held %v acquired %v lost %v after it was given up and taken again, want 1, 2 and 1", value(held), value(acquired), value(lost))
 	}
 	clk.Advance(2 * ttl) // i0 stalls; i1 takes the lease over
 	if _, ok, err := mem.Leases().Acquire(ctx, name, "i1", ttl); err != nil || !ok {
@@ -44,17 +49,32 @@ func TestLeaseMetricsCountTenures(t *testing.T) {
 	if _, err := i0.Renew(ctx, name, l, ttl); err == nil {
 		t.Fatal("renewed a lease another instance holds")
 	}
-	if value(held) != 0 || value(lost) != 1 {
-		t.Fatalf("held %v lost %v after the takeover, want 0 and 1", value(held), value(lost))
+	if value(held) != 0 || value(lost) != 2 {
+		t.Fatalf("held %v lost %v after the takeover, want 0 and 2", value(held), value(lost))
 	}
 	clk.Advance(2 * ttl)
 	l, _, _ = i0.Acquire(ctx, name, "i0", ttl)
 	if err := i0.Release(ctx, name, l); err != nil {
 		t.Fatal(err)
 	}
-	if value(held) != 0 || value(acquired) != 2 || leaseKind("ingest/nexscope/room/lab") != "nexscope_room" ||
+	if value(held) != 0 || value(acquired) != 3 || leaseKind("ingest/nexscope/room/lab") != "nexscope_room" ||
 		leaseKind("ingest/telegram/poll") != "telegram_poll" {
 		t.Fatalf("after a second tenure and its release: held %v acquired %v", value(held), value(acquired))
+	}
+	// A tenure that gave the lease up unrenewed, and another instance took
+	// it: the holder's next bid finds it lost.
+	if _, ok, err := i0.Acquire(ctx, name, "i0", ttl); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	clk.Advance(2 * ttl)
+	if _, ok, err := mem.Leases().Acquire(ctx, name, "i1", ttl); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if _, ok, err := i0.Acquire(ctx, name, "i0", ttl); err != nil || ok {
+		t.Fatal(ok, err)
+	}
+	if value(held) != 0 || value(lost) != 3 {
+		t.Fatalf("held %v lost %v after a bid found the lease another's, want 0 and 3", value(held), value(lost))
 	}
 }
 

@@ -413,7 +413,7 @@ func settle(insts []*instance, limit time.Duration) ([]instanceSample, error) {
 
 // idleSpan is how long the idle CPU is measured (unless -settle is
 // shorter): several beats of the instances (a third of store.lease_ttl,
-// 5 s by default) and registry polls (5 s).
+// 2 s by default) and registry polls (5 s).
 const idleSpan = 15 * time.Second
 
 // processTimes are the CPU ticks of the machine and of the run's

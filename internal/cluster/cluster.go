@@ -33,8 +33,10 @@ import (
 )
 
 // DefaultLeaseTTL is the default lease TTL of every lease the instances
-// take (tenants, ingest, nexscope rooms): store.lease_ttl's default.
-const DefaultLeaseTTL = 5 * time.Second
+// take (tenants, ingest, nexscope rooms): store.lease_ttl's default. A
+// dead instance's leases move about that long after its death (they are
+// held with store.Tenure); docs/durability.md.
+const DefaultLeaseTTL = 2 * time.Second
 
 // LostBeats is how many beats without a message from an instance make it
 // gone.
