@@ -28,6 +28,9 @@ func newChunk(data []byte, refs int) *chunk {
 	return c
 }
 
+// retain adds a reference: one more Release before the buffer goes back.
+func (c *chunk) retain() { c.refs.Add(1) }
+
 // Release implements wsconn.Releaser: it drops one recipient's reference;
 // the last one returns the buffer. A chunk that is never released (its
 // queue vanished mid-close) is simply collected.

@@ -209,7 +209,18 @@ func (cl *fleet) shutdown() {
 // when there is one (stream.go); it waits while the queue is full (bulk
 // frames hold their sender back).
 func (cl *fleet) send(instance string, typ byte, fields ...[]byte) {
-	if !cl.streams.send(instance, true, typ, fields...) {
+	if !cl.streams.send(instance, true, false, streamMsg{typ: typ, fields: fields}) {
+		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
+	}
+}
+
+// sendHeld is send for fields that stay unchanged, as long as c (when not
+// nil) is retained: a direct stream writes them from where they are.
+func (cl *fleet) sendHeld(instance string, c *chunk, typ byte, fields ...[]byte) {
+	if c != nil {
+		c.retain()
+	}
+	if !cl.streams.send(instance, true, true, streamMsg{typ: typ, fields: fields, held: c}) {
 		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
 	}
 }
@@ -217,7 +228,7 @@ func (cl *fleet) send(instance string, typ byte, fields ...[]byte) {
 // sendNow is send for messages that must not wait (beats): one that finds
 // the queue full is lost, as pub/sub may lose any.
 func (cl *fleet) sendNow(instance string, typ byte, fields ...[]byte) {
-	if !cl.streams.send(instance, false, typ, fields...) {
+	if !cl.streams.send(instance, false, false, streamMsg{typ: typ, fields: fields}) {
 		cl.node.Send(cluster.Inbox(instance), typ, fields...)
 	}
 }
@@ -708,15 +719,17 @@ func (remoteReader) End(Close) {}
 
 // remoteWriter is a remote member's wsconn.Writer: it publishes queued
 // frames to the edge (their bytes stay queued until the edge reports them
-// written), then the close.
+// written), then the close. A frame's bytes are never modified once
+// queued; a chunk's stay so while the stream retains it.
 type remoteWriter struct{ m *member }
 
 // Write implements wsconn.Writer.
 func (w remoteWriter) Write(batch []wsconn.Frame) error {
 	l := w.m.remote
 	for _, f := range batch {
+		c, _ := f.Owner.(*chunk) // a frame's only owner
 		l.out.Send(func(seq uint64) {
-			l.cl.send(l.edge, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(f.Type), f.Data)
+			l.cl.sendHeld(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(f.Type), f.Data)
 		})
 	}
 	return nil
