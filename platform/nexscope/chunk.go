@@ -5,10 +5,11 @@ import (
 	"sync/atomic"
 )
 
-// chunk is one file chunk shared by the send queues of all its recipients.
-// Its buffer comes from a pool and goes back once every recipient's writer
-// has written it (or dropped it), so streaming a file allocates nothing per
-// chunk in steady state.
+// chunk is one file chunk shared by the send queues of all its recipients,
+// or a frame a member sent, read for the room's home on another instance
+// (forward). Its buffer comes from a pool and goes back once every holder
+// (a recipient's writer, the member's reader, a direct stream) released it,
+// so streaming a file allocates nothing per chunk in steady state.
 type chunk struct {
 	buf  []byte
 	refs atomic.Int32

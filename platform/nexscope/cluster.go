@@ -799,8 +799,9 @@ func (l *edgeLink) answer(a joinAnswer) {
 
 // forward sends a frame the member sent to the home, after waiting while
 // SendQueueBytes or more forwarded bytes wait there (the socket is not read
-// meanwhile: TCP pushes back on the client).
-func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte) {
+// meanwhile: TCP pushes back on the client). data is c's bytes, which stay
+// unchanged while c is retained.
+func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c *chunk) {
 	var answer []byte
 	if typ == websocket.MessageText {
 		answer = answerable(data)
@@ -830,7 +831,7 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte) {
 	}
 	l.mu.Unlock()
 	l.out.Send(func(seq uint64) {
-		l.cl.send(l.home, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(typ), data)
+		l.cl.sendHeld(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(typ), data)
 	})
 }
 
