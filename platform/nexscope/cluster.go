@@ -114,12 +114,12 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	})
 	node.Handle(msgIn, 4, func(m cluster.Msg) {
 		if r := cl.remote(m.From, m.Fields[0]); r != nil {
-			r.remote.received(r, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3])
+			r.remote.received(r, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3], m.Held)
 		}
 	})
 	node.Handle(msgOut, 4, func(m cluster.Msg) {
 		if e := cl.edge(m.Fields[0]); e != nil {
-			e.link.received(e, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3])
+			e.link.received(e, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3], m.Held)
 		}
 	})
 	node.Handle(msgClose, 4, func(m cluster.Msg) {
@@ -218,7 +218,7 @@ func (cl *fleet) send(instance string, typ byte, fields ...[]byte) {
 // nil) is retained: a direct stream writes them from where they are.
 func (cl *fleet) sendHeld(instance string, c *chunk, typ byte, fields ...[]byte) {
 	if c != nil {
-		c.retain()
+		c.Retain()
 	}
 	if !cl.streams.send(instance, true, true, streamMsg{typ: typ, fields: fields, held: c}) {
 		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
@@ -646,13 +646,13 @@ type homeLink struct {
 }
 
 // received queues a frame the member sent; a gap closes the member.
-func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte) {
+func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
 	if !l.in.Take(seq) {
 		m.log.Warn("nexscope frames from the member's instance lost; closing it", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
 		return
 	}
-	_ = l.in.q.Push(wsconn.Frame{Type: messageType(binary), Data: data}) // dropped once the member left
+	_ = l.in.q.Push(wsconn.Frame{Type: messageType(binary), Data: data, Owner: retained(held)}) // dropped once the member left
 }
 
 // wrote takes the edge's report of bytes written in total: they leave the
@@ -745,6 +745,16 @@ func (w remoteWriter) End(end Close) {
 		flush = "1"
 	}
 	l.cl.send(l.edge, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), []byte(flush))
+}
+
+// retained is held, retained for a queued frame that borrows its memory
+// (released once written or dropped); nil for none.
+func retained(held cluster.Buffer) wsconn.Releaser {
+	if held == nil {
+		return nil
+	}
+	held.Retain()
+	return held
 }
 
 func binaryFlag(t websocket.MessageType) []byte {
@@ -846,7 +856,7 @@ func (l *edgeLink) consumedUpTo(total int64) {
 }
 
 // received queues a frame the home sent for the member; a gap closes it.
-func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
+func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
 	if !l.in.Take(seq) {
 		m.log.Warn("nexscope frames from the room's home lost; closing the member", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
@@ -855,7 +865,7 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
 	if !binary {
 		l.relayed(data)
 	}
-	if m.q.Push(wsconn.Frame{Type: messageType(binary), Data: data}) == wsconn.ErrOverflow {
+	if m.q.Push(wsconn.Frame{Type: messageType(binary), Data: data, Owner: retained(held)}) == wsconn.ErrOverflow {
 		m.kick(CloseSlowConsumer)
 	}
 }

@@ -355,14 +355,18 @@ func (s *streams) read(conn net.Conn) {
 	limit := uint64(s.cl.p.cfg.MaxPayload) + 64<<10 // a frame and its fields
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(s.beats(streamReadBeats)))
-		msg, err := readStreamMessage(br, conn, limit)
+		msg, held, err := readStreamMessage(br, conn, limit)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.cl.p.log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)
 			}
 			return
 		}
-		s.cl.node.Dispatch(msg)
+		if held != nil {
+			s.cl.node.DispatchHeld(msg, held)
+		} else {
+			s.cl.node.Dispatch(msg)
+		}
 	}
 }
 
@@ -421,30 +425,41 @@ func parseHello(line []byte) (from string, secret []byte, ok bool) {
 }
 
 // readStreamMessage reads one message from br, which buffers r: a uvarint
-// length of at most limit, then that many bytes (a fresh buffer: handlers
-// may keep its fields). What br does not hold yet of a large message is
-// read from r straight into the message, not through br's buffer.
-func readStreamMessage(br *bufio.Reader, r io.Reader, limit uint64) ([]byte, error) {
+// length of at most limit, then that many bytes. A message of
+// cluster.RefBytes or more is read into a pooled chunk, held, which goes
+// back to the pool once the handlers that Retained it Released it (none: it
+// stays the GC's); a smaller one into a fresh buffer. What br does not hold
+// yet of a large message is read from r straight into the message, not
+// through br's buffer.
+func readStreamMessage(br *bufio.Reader, r io.Reader, limit uint64) (msg []byte, held *chunk, err error) {
 	n, err := binary.ReadUvarint(br)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if n == 0 || n > limit {
-		return nil, errors.New("stream message length out of bounds")
+		return nil, nil, errors.New("stream message length out of bounds")
 	}
-	msg := make([]byte, n)
+	if n < cluster.RefBytes {
+		msg = make([]byte, n)
+	} else {
+		held = newChunk(nil, 0)
+		if uint64(cap(held.buf)) < n {
+			held.buf = make([]byte, n)
+		}
+		msg = held.buf[:n]
+	}
 	k := min(int(n), br.Buffered())
 	if _, err := io.ReadFull(br, msg[:k]); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	src := io.Reader(br)
 	if len(msg)-k >= cluster.RefBytes {
 		src = r // br is empty
 	}
 	if _, err := io.ReadFull(src, msg[k:]); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return msg, nil
+	return msg, held, nil
 }
 
 // close stops the listener and the incoming streams, and waits for the

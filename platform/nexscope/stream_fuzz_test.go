@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/cluster"
 	"connector/internal/redistest"
 )
 
@@ -35,7 +36,7 @@ func FuzzStreamInput(f *testing.F) {
 		}
 		const limit = 1 << 10
 		for {
-			msg, err := readStreamMessage(br, rd, limit)
+			msg, _, err := readStreamMessage(br, rd, limit)
 			if err != nil {
 				return
 			}
@@ -77,7 +78,8 @@ func TestStreamRefusedWithoutTicket(t *testing.T) {
 }
 
 // readStreamMessage reads messages small and large, split anywhere between
-// what its bufio.Reader holds and what it reads past it, whole and in order.
+// what its bufio.Reader holds and what it reads past it, whole and in order;
+// the large ones into pooled chunks.
 func TestReadStreamMessageLargeAndSmall(t *testing.T) {
 	var stream []byte
 	var want [][]byte
@@ -91,15 +93,18 @@ func TestReadStreamMessageLargeAndSmall(t *testing.T) {
 	rd := bytes.NewReader(stream)
 	br := bufio.NewReaderSize(rd, 4096)
 	for i, w := range want {
-		got, err := readStreamMessage(br, rd, 1<<20)
+		got, held, err := readStreamMessage(br, rd, 1<<20)
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
+		}
+		if (held != nil) != (len(w) >= cluster.RefBytes) || held != nil && (&held.buf[0] != &got[0] || held.refs.Load() != 0) {
+			t.Fatalf("message %d of %d bytes: held %v; want a pooled chunk, unreferenced, from %d bytes", i, len(w), held != nil, cluster.RefBytes)
 		}
 		if !bytes.Equal(got, w) {
 			t.Fatalf("message %d: %d bytes read differ from the %d written", i, len(got), len(w))
 		}
 	}
-	if _, err := readStreamMessage(br, rd, 1<<20); err != io.EOF {
+	if _, _, err := readStreamMessage(br, rd, 1<<20); err != io.EOF {
 		t.Fatalf("after the last message: %v, want EOF", err)
 	}
 }
