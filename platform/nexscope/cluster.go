@@ -694,7 +694,8 @@ func (r remoteReader) Write(batch []wsconn.Frame) error {
 	m, l := r.m, r.m.remote
 	for _, f := range batch {
 		if f.Type == websocket.MessageBinary {
-			m.handleChunk(f.Data)
+			held, _ := f.Owner.(*chunk) // read from the stream, or nil
+			m.handleChunk(f.Data, held)
 		} else {
 			m.handleText(f.Data)
 		}

@@ -128,7 +128,7 @@ func (m *member) readLoop() error {
 			m.link.forward(m, typ, data, held)
 			held.Release()
 		} else if typ == websocket.MessageBinary {
-			m.handleChunk(data)
+			m.handleChunk(data, nil)
 		} else {
 			m.handleText(data)
 		}

@@ -446,7 +446,8 @@ func readStreamMessage(br *bufio.Reader, r io.Reader, limit uint64) (msg []byte,
 		if uint64(cap(held.buf)) < n {
 			held.buf = make([]byte, n)
 		}
-		msg = held.buf[:n]
+		held.buf = held.buf[:n]
+		msg = held.buf
 	}
 	k := min(int(n), br.Buffered())
 	if _, err := io.ReadFull(br, msg[:k]); err != nil {
