@@ -94,10 +94,10 @@ type outStream struct {
 }
 
 // streamMsg is a message queued on a stream: encoded (a copy), or its type
-// and fields, written from where they are (writev), which stay unchanged
-// until written while held, a *chunk when they are its bytes, retained
-// until then (a message dropped with its stream leaves its chunk to the
-// GC).
+// and fields, which the writer encodes around the large fields' own bytes
+// (cluster.Gather): those stay unchanged until written, held (when not
+// nil, the chunk they lie in) retained until then. A message dropped with
+// its stream leaves its chunk to the GC.
 type streamMsg struct {
 	msg    []byte // the encoded message; nil: typ and fields
 	typ    byte
@@ -131,12 +131,13 @@ func (s *streams) beats(n int) time.Duration { return time.Duration(n) * s.cl.no
 // send queues a message for instance's inbox on the stream to it, opening
 // it if needed, waiting while its queue is full when wait is set. It
 // reports false when this instance streams to nobody or instance had no
-// stream lately: then the caller publishes the message. Unless held is
-// set, m's fields are copied (the caller may reuse them); a held m's
-// fields are written from where they are (see streamMsg), and its chunk,
-// which the caller retained, is released here when send reports false.
-func (s *streams) send(instance string, wait, held bool, m streamMsg) bool {
-	ok := s.queue(instance, wait, held, m)
+// stream lately: then the caller publishes the message. Unless stable is
+// set, m's fields are copied (the caller may reuse them); a stable m's
+// fields are written from where they are (see streamMsg), and its held
+// chunk, which the caller retained, is released here when send reports
+// false.
+func (s *streams) send(instance string, wait, stable bool, m streamMsg) bool {
+	ok := s.queue(instance, wait, stable, m)
 	if !ok && m.held != nil {
 		m.held.Release()
 	}
@@ -144,7 +145,7 @@ func (s *streams) send(instance string, wait, held bool, m streamMsg) bool {
 }
 
 // queue is send, without releasing a held chunk.
-func (s *streams) queue(instance string, wait, held bool, m streamMsg) bool {
+func (s *streams) queue(instance string, wait, stable bool, m streamMsg) bool {
 	s.mu.Lock()
 	if s.ln == nil {
 		s.mu.Unlock()
@@ -162,7 +163,7 @@ func (s *streams) queue(instance string, wait, held bool, m streamMsg) bool {
 		s.wg.Go(func() { s.run(o) })
 	}
 	s.mu.Unlock()
-	if !held {
+	if !stable {
 		m = streamMsg{msg: cluster.Encode(m.typ, s.cl.node.Instance(), m.fields...)}
 	}
 	if !wait {
