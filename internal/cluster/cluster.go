@@ -4,7 +4,9 @@
 // drawn in docs/architecture.md. A Node gives them an outbox (one
 // publisher, in order, never waiting), an inbox and shared channels
 // dispatched by message type, a beat on the injected clock, peer liveness
-// (Gone), Links and Calls.
+// (Gone), Links and Calls. A user that carries messages on a transport of
+// its own (nexscope's direct streams) encodes them with Gather, without
+// copying large fields, and hands them in with DispatchHeld.
 //
 // The one rule for lost messages, which every user keeps: pub/sub may lose
 // any message, and a full outbox loses one the same way. State is announced
