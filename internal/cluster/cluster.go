@@ -4,7 +4,9 @@
 // drawn in docs/architecture.md. A Node gives them an outbox (one
 // publisher, in order, never waiting), an inbox and shared channels
 // dispatched by message type, a beat on the injected clock, peer liveness
-// (Gone), Links and Calls.
+// (Gone), Links and Calls. A user that carries messages on a transport of
+// its own (nexscope's direct streams) encodes them with Gather, without
+// copying large fields, and hands them in with DispatchHeld.
 //
 // The one rule for lost messages, which every user keeps: pub/sub may lose
 // any message, and a full outbox loses one the same way. State is announced
@@ -112,6 +114,11 @@ type Msg struct {
 	// them (on the memory and embedded backends every subscriber shares
 	// one copy).
 	Fields [][]byte
+	// Held, when not nil, is the reusable memory Fields alias
+	// (DispatchHeld): a handler that keeps Fields may Retain it instead of
+	// keeping the memory from reuse for good, and then must not use them
+	// after its Release.
+	Held Buffer
 	// req names the request a Call's message answers.
 	req []byte
 }
@@ -219,11 +226,31 @@ func (n *Node) Subscribe(ctx context.Context, channel string) (cancel func(), er
 	return cancel, nil
 }
 
+// Buffer is reusable memory a message was read into (DispatchHeld).
+type Buffer interface {
+	// Retain keeps the memory from reuse until the matching Release.
+	Retain()
+	// Release ends one Retain; once each ended, the memory may be reused.
+	Release()
+}
+
+// DispatchHeld is Dispatch of a message read into held: its handler gets
+// held as Msg.Held. A bundle's messages get none (several handlers would
+// share it). Without a Retain, held is never reused.
+func (n *Node) DispatchHeld(msg []byte, held Buffer) {
+	if len(msg) > 0 && msg[0] == typeBundle {
+		held = nil
+	}
+	n.dispatch(msg, held)
+}
+
 // Dispatch hands one received message, or each message of a bundle in
 // order, to its handler: what the inbox and every subscription do with
 // each message, exported for fuzzing. Malformed messages (a bundle inside
 // a bundle among them) and messages of types nobody handles are dropped.
-func (n *Node) Dispatch(msg []byte) {
+func (n *Node) Dispatch(msg []byte) { n.dispatch(msg, nil) }
+
+func (n *Node) dispatch(msg []byte, held Buffer) {
 	if len(msg) > 0 && msg[0] == typeBundle {
 		_, _, msgs, ok := decode(msg)
 		if !ok {
@@ -231,15 +258,15 @@ func (n *Node) Dispatch(msg []byte) {
 			return
 		}
 		for _, m := range msgs {
-			n.dispatchOne(m)
+			n.dispatchOne(m, nil)
 		}
 		return
 	}
-	n.dispatchOne(msg)
+	n.dispatchOne(msg, held)
 }
 
 // dispatchOne is Dispatch of one message, not a bundle.
-func (n *Node) dispatchOne(msg []byte) {
+func (n *Node) dispatchOne(msg []byte, held Buffer) {
 	typ, from, fields, ok := decode(msg)
 	if !ok || typ == typeBundle {
 		n.cfg.Log.Warn("malformed cluster message dropped", "bytes", len(msg))
@@ -253,7 +280,7 @@ func (n *Node) dispatchOne(msg []byte) {
 	if !ok {
 		return
 	}
-	m := Msg{Type: typ, From: from, Fields: fields}
+	m := Msg{Type: typ, From: from, Fields: fields, Held: held}
 	if h.call {
 		if len(fields) == 0 {
 			return

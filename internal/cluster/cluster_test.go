@@ -362,3 +362,37 @@ func TestMessagesForOneChannelAreBundled(t *testing.T) {
 		t.Fatalf("a nested bundle was dispatched: got %q", m)
 	}
 }
+
+type countedBuffer struct{ refs int }
+
+func (b *countedBuffer) Retain()  { b.refs++ }
+func (b *countedBuffer) Release() { b.refs-- }
+
+// DispatchHeld hands a message's buffer to its handler, which may retain
+// it; a bundle's messages get none, and Dispatch gives none.
+func TestDispatchHeld(t *testing.T) {
+	st := store.NewMemory(nil)
+	defer st.Close()
+	n, err := cluster.New(cluster.Config{Instance: "b", PubSub: st.PubSub(), LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	var held []cluster.Buffer
+	n.Handle('x', 1, func(m cluster.Msg) {
+		held = append(held, m.Held)
+		if m.Held != nil {
+			m.Held.Retain()
+		}
+	})
+	buf := &countedBuffer{}
+	n.DispatchHeld(cluster.Encode('x', "a", []byte("1")), buf)
+	n.DispatchHeld(cluster.Encode(1, "a", cluster.Encode('x', "a", []byte("2")), cluster.Encode('x', "a", []byte("3"))), buf)
+	n.Dispatch(cluster.Encode('x', "a", []byte("4")))
+	if len(held) != 4 || held[0] != cluster.Buffer(buf) || held[1] != nil || held[2] != nil || held[3] != nil {
+		t.Fatalf("handlers got buffers %v, want the buffer for the plain message only", held)
+	}
+	if buf.refs != 1 {
+		t.Fatalf("the buffer has %d references, want the handler's 1", buf.refs)
+	}
+}

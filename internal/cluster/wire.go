@@ -71,6 +71,11 @@ func encode(typ byte, from string, req []byte, fields [][]byte) []byte {
 	for _, f := range fields {
 		n += binary.MaxVarintLen32 + len(f)
 	}
+	var last []byte // a large last field (a file chunk)
+	if k := len(fields) - 1; k >= 0 && len(fields[k]) >= RefBytes {
+		fields, last = fields[:k], fields[k]
+		n -= len(last)
+	}
 	b := make([]byte, 1, n)
 	b[0] = typ
 	b = appendField(b, []byte(from))
@@ -79,6 +84,11 @@ func encode(typ byte, from string, req []byte, fields [][]byte) []byte {
 	}
 	for _, f := range fields {
 		b = appendField(b, f)
+	}
+	if last != nil {
+		// Appended past b's capacity: the message's memory is allocated
+		// and filled, not zeroed first.
+		b = appendField(b, last)
 	}
 	return b
 }

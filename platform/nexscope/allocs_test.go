@@ -1,7 +1,9 @@
 package nexscope
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/binary"
 	"testing"
 
 	"connector/platform"
@@ -43,5 +45,31 @@ func TestReadMessageReusesTheScratchBuffer(t *testing.T) {
 	})
 	if n != 0 {
 		t.Fatalf("reading a message allocates %v times, want 0", n)
+	}
+}
+
+// A file chunk read from another instance's direct stream lands in a pooled
+// chunk, which goes back to the pool once the frame that retained it was
+// written: in steady state reading one allocates nothing (a fresh buffer per
+// chunk: 1, zeroed before it is filled).
+func TestStreamChunkReusesPooledBuffers(t *testing.T) {
+	msg := bytes.Repeat([]byte("c"), 64<<10)
+	stream := binary.AppendUvarint(nil, uint64(len(msg)))
+	stream = append(stream, msg...)
+	rd := bytes.NewReader(stream)
+	br := bufio.NewReaderSize(rd, 4096)
+	read := func() {
+		rd.Reset(stream)
+		br.Reset(rd)
+		got, held, err := readStreamMessage(br, rd, 1<<20)
+		if err != nil || held == nil || !bytes.Equal(got, msg) {
+			t.Fatalf("readStreamMessage = %d bytes, held %v, %v", len(got), held != nil, err)
+		}
+		held.Retain()  // the frame queued for the recipient...
+		held.Release() // ...written
+	}
+	read()
+	if n := testing.AllocsPerRun(100, read); n != 0 {
+		t.Fatalf("reading a chunk from a stream allocates %v times, want 0", n)
 	}
 }

@@ -5,10 +5,11 @@ import (
 	"sync/atomic"
 )
 
-// chunk is one file chunk shared by the send queues of all its recipients.
-// Its buffer comes from a pool and goes back once every recipient's writer
-// has written it (or dropped it), so streaming a file allocates nothing per
-// chunk in steady state.
+// chunk is one file chunk shared by the send queues of all its recipients,
+// or a frame a member sent, read for the room's home on another instance
+// (forward), or a message read from another instance's direct stream. Its buffer comes from a pool and goes back once every holder
+// (a recipient's writer, the member's reader, a direct stream) released it,
+// so streaming a file allocates nothing per chunk in steady state.
 type chunk struct {
 	buf  []byte
 	refs atomic.Int32
@@ -28,7 +29,11 @@ func newChunk(data []byte, refs int) *chunk {
 	return c
 }
 
-// Release implements wsconn.Releaser: it drops one recipient's reference;
+// Retain adds a reference: one more Release before the buffer goes back
+// (cluster.Buffer).
+func (c *chunk) Retain() { c.refs.Add(1) }
+
+// Release implements wsconn.Releaser and cluster.Buffer: it drops one recipient's reference;
 // the last one returns the buffer. A chunk that is never released (its
 // queue vanished mid-close) is simply collected.
 func (c *chunk) Release() {

@@ -114,12 +114,12 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	})
 	node.Handle(msgIn, 4, func(m cluster.Msg) {
 		if r := cl.remote(m.From, m.Fields[0]); r != nil {
-			r.remote.received(r, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3])
+			r.remote.received(r, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3], m.Held)
 		}
 	})
 	node.Handle(msgOut, 4, func(m cluster.Msg) {
 		if e := cl.edge(m.Fields[0]); e != nil {
-			e.link.received(e, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3])
+			e.link.received(e, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3], m.Held)
 		}
 	})
 	node.Handle(msgClose, 4, func(m cluster.Msg) {
@@ -209,7 +209,18 @@ func (cl *fleet) shutdown() {
 // when there is one (stream.go); it waits while the queue is full (bulk
 // frames hold their sender back).
 func (cl *fleet) send(instance string, typ byte, fields ...[]byte) {
-	if !cl.streams.send(instance, true, typ, fields...) {
+	if !cl.streams.send(instance, true, false, streamMsg{typ: typ, fields: fields}) {
+		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
+	}
+}
+
+// sendHeld is send for fields that stay unchanged, as long as c (when not
+// nil) is retained: a direct stream writes them from where they are.
+func (cl *fleet) sendHeld(instance string, c *chunk, typ byte, fields ...[]byte) {
+	if c != nil {
+		c.Retain()
+	}
+	if !cl.streams.send(instance, true, true, streamMsg{typ: typ, fields: fields, held: c}) {
 		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
 	}
 }
@@ -217,7 +228,7 @@ func (cl *fleet) send(instance string, typ byte, fields ...[]byte) {
 // sendNow is send for messages that must not wait (beats): one that finds
 // the queue full is lost, as pub/sub may lose any.
 func (cl *fleet) sendNow(instance string, typ byte, fields ...[]byte) {
-	if !cl.streams.send(instance, false, typ, fields...) {
+	if !cl.streams.send(instance, false, false, streamMsg{typ: typ, fields: fields}) {
 		cl.node.Send(cluster.Inbox(instance), typ, fields...)
 	}
 }
@@ -635,13 +646,13 @@ type homeLink struct {
 }
 
 // received queues a frame the member sent; a gap closes the member.
-func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte) {
+func (l *homeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
 	if !l.in.Take(seq) {
 		m.log.Warn("nexscope frames from the member's instance lost; closing it", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
 		return
 	}
-	_ = l.in.q.Push(wsconn.Frame{Type: messageType(binary), Data: data}) // dropped once the member left
+	_ = l.in.q.Push(wsconn.Frame{Type: messageType(binary), Data: data, Owner: retained(held)}) // dropped once the member left
 }
 
 // wrote takes the edge's report of bytes written in total: they leave the
@@ -683,7 +694,8 @@ func (r remoteReader) Write(batch []wsconn.Frame) error {
 	m, l := r.m, r.m.remote
 	for _, f := range batch {
 		if f.Type == websocket.MessageBinary {
-			m.handleChunk(f.Data)
+			held, _ := f.Owner.(*chunk) // read from the stream, or nil
+			m.handleChunk(f.Data, held)
 		} else {
 			m.handleText(f.Data)
 		}
@@ -708,15 +720,17 @@ func (remoteReader) End(Close) {}
 
 // remoteWriter is a remote member's wsconn.Writer: it publishes queued
 // frames to the edge (their bytes stay queued until the edge reports them
-// written), then the close.
+// written), then the close. A frame's bytes are never modified once
+// queued; a chunk's stay so while the stream retains it.
 type remoteWriter struct{ m *member }
 
 // Write implements wsconn.Writer.
 func (w remoteWriter) Write(batch []wsconn.Frame) error {
 	l := w.m.remote
 	for _, f := range batch {
+		c, _ := f.Owner.(*chunk) // a frame's only owner
 		l.out.Send(func(seq uint64) {
-			l.cl.send(l.edge, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(f.Type), f.Data)
+			l.cl.sendHeld(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(f.Type), f.Data)
 		})
 	}
 	return nil
@@ -732,6 +746,16 @@ func (w remoteWriter) End(end Close) {
 		flush = "1"
 	}
 	l.cl.send(l.edge, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), []byte(flush))
+}
+
+// retained is held, retained for a queued frame that borrows its memory
+// (released once written or dropped); nil for none.
+func retained(held cluster.Buffer) wsconn.Releaser {
+	if held == nil {
+		return nil
+	}
+	held.Retain()
+	return held
 }
 
 func binaryFlag(t websocket.MessageType) []byte {
@@ -786,8 +810,9 @@ func (l *edgeLink) answer(a joinAnswer) {
 
 // forward sends a frame the member sent to the home, after waiting while
 // SendQueueBytes or more forwarded bytes wait there (the socket is not read
-// meanwhile: TCP pushes back on the client).
-func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte) {
+// meanwhile: TCP pushes back on the client). data is c's bytes, which stay
+// unchanged while c is retained.
+func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c *chunk) {
 	var answer []byte
 	if typ == websocket.MessageText {
 		answer = answerable(data)
@@ -817,7 +842,7 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte) {
 	}
 	l.mu.Unlock()
 	l.out.Send(func(seq uint64) {
-		l.cl.send(l.home, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(typ), data)
+		l.cl.sendHeld(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(typ), data)
 	})
 }
 
@@ -832,7 +857,7 @@ func (l *edgeLink) consumedUpTo(total int64) {
 }
 
 // received queues a frame the home sent for the member; a gap closes it.
-func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
+func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, held cluster.Buffer) {
 	if !l.in.Take(seq) {
 		m.log.Warn("nexscope frames from the room's home lost; closing the member", "want_seq", l.in.Received()+1, "seq", seq)
 		m.kick(CloseFramesLost)
@@ -841,7 +866,7 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte) {
 	if !binary {
 		l.relayed(data)
 	}
-	if m.q.Push(wsconn.Frame{Type: messageType(binary), Data: data}) == wsconn.ErrOverflow {
+	if m.q.Push(wsconn.Frame{Type: messageType(binary), Data: data, Owner: retained(held)}) == wsconn.ErrOverflow {
 		m.kick(CloseSlowConsumer)
 	}
 }

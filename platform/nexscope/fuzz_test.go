@@ -107,7 +107,7 @@ func FuzzMemberFrames(f *testing.F) {
 			}
 			switch {
 			case len(frame) > 0 && frame[0] == 'B':
-				alice.handleChunk(frame[1:])
+				alice.handleChunk(frame[1:], nil)
 			case len(frame) > 0 && frame[0] == 'T':
 				clock.Advance(DefaultTransferTimeout)
 			default:

@@ -53,7 +53,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 	buf := make([]byte, mediaChunk)
 	for {
 		n, err := io.ReadFull(src, buf)
-		if n > 0 && !r.pushChunk(t, buf[:n]) {
+		if n > 0 && !r.pushChunk(t, buf[:n], nil) {
 			return r.abortBotTransfer(t)
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {

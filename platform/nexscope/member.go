@@ -108,7 +108,13 @@ func (m *member) readLoop() error {
 		if err != nil {
 			return err
 		}
-		data, err := readMessage(rd, &m.scratch, limit)
+		buf, held := &m.scratch, (*chunk)(nil)
+		if m.link != nil {
+			// A pooled buffer the stream to the home writes from.
+			held = newChunk(nil, 1)
+			buf = &held.buf
+		}
+		data, err := readMessage(rd, buf, limit)
 		if errors.Is(err, errTooLarge) {
 			m.log.Info("nexscope frame over max_payload", "max_payload", limit)
 			m.send(errorFrame(CodeMsgTooLarge, "frame exceeds max payload"))
@@ -119,9 +125,10 @@ func (m *member) readLoop() error {
 			return err
 		}
 		if m.link != nil {
-			m.link.forward(m, typ, data)
+			m.link.forward(m, typ, data, held)
+			held.Release()
 		} else if typ == websocket.MessageBinary {
-			m.handleChunk(data)
+			m.handleChunk(data, nil)
 		} else {
 			m.handleText(data)
 		}

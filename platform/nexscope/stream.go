@@ -89,8 +89,20 @@ type ticket struct {
 // outStream is one stream this instance sends on.
 type outStream struct {
 	to   string
-	q    chan []byte
+	q    chan streamMsg
 	dead chan struct{} // closed when the stream ended
+}
+
+// streamMsg is a message queued on a stream: encoded (a copy), or its type
+// and fields, which the writer encodes around the large fields' own bytes
+// (cluster.Gather): those stay unchanged until written, held (when not
+// nil, the chunk they lie in) retained until then. A message dropped with
+// its stream leaves its chunk to the GC.
+type streamMsg struct {
+	msg    []byte // the encoded message; nil: typ and fields
+	typ    byte
+	fields [][]byte
+	held   *chunk // released once written; may be nil
 }
 
 // newStreams returns cl's streams: none until listen.
@@ -119,8 +131,21 @@ func (s *streams) beats(n int) time.Duration { return time.Duration(n) * s.cl.no
 // send queues a message for instance's inbox on the stream to it, opening
 // it if needed, waiting while its queue is full when wait is set. It
 // reports false when this instance streams to nobody or instance had no
-// stream lately: then the caller publishes the message.
-func (s *streams) send(instance string, wait bool, typ byte, fields ...[]byte) bool {
+// stream lately: then the caller publishes the message. Unless stable is
+// set, m's fields are copied (the caller may reuse them); a stable m's
+// fields are written from where they are (see streamMsg), and its held
+// chunk, which the caller retained, is released here when send reports
+// false.
+func (s *streams) send(instance string, wait, stable bool, m streamMsg) bool {
+	ok := s.queue(instance, wait, stable, m)
+	if !ok && m.held != nil {
+		m.held.Release()
+	}
+	return ok
+}
+
+// queue is send, without releasing a held chunk.
+func (s *streams) queue(instance string, wait, stable bool, m streamMsg) bool {
 	s.mu.Lock()
 	if s.ln == nil {
 		s.mu.Unlock()
@@ -132,22 +157,24 @@ func (s *streams) send(instance string, wait bool, typ byte, fields ...[]byte) b
 			s.mu.Unlock()
 			return false
 		}
-		o = &outStream{to: instance, q: make(chan []byte, streamQueue), dead: make(chan struct{})}
+		o = &outStream{to: instance, q: make(chan streamMsg, streamQueue), dead: make(chan struct{})}
 		s.out[instance] = o
 		delete(s.failed, instance)
 		s.wg.Go(func() { s.run(o) })
 	}
 	s.mu.Unlock()
-	msg := cluster.Encode(typ, s.cl.node.Instance(), fields...)
+	if !stable {
+		m = streamMsg{msg: cluster.Encode(m.typ, s.cl.node.Instance(), m.fields...)}
+	}
 	if !wait {
 		select {
-		case o.q <- msg:
+		case o.q <- m:
 		default: // lost, as a full outbox loses one
 		}
 		return true
 	}
 	select {
-	case o.q <- msg:
+	case o.q <- m:
 	case <-o.dead: // lost with the stream
 	case <-s.cl.ctx.Done():
 	}
@@ -209,26 +236,41 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 	idled := make(chan struct{}, 1)
 	timer := s.cl.p.clock.AfterFunc(idle, func() { wsconn.Signal(idled) })
 	defer timer.Stop()
-	var bufs net.Buffers
-	hdrs := make([]byte, 0, streamQueue*binary.MaxVarintLen32)
+	var g cluster.Gather
+	var held []*chunk
+	from := s.cl.node.Instance()
 	flush := func() error {
 		_ = conn.SetWriteDeadline(time.Now().Add(s.beats(cluster.LostBeats)))
+		bufs := g.Done()
 		_, err := bufs.WriteTo(conn)
-		clear(bufs[:cap(bufs)])
-		bufs, hdrs = bufs[:0], hdrs[:0]
+		g.Reset()
+		for _, c := range held {
+			c.Release()
+		}
+		clear(held)
+		held = held[:0]
 		return err
 	}
-	add := func(msg []byte) {
-		start := len(hdrs)
-		hdrs = binary.AppendUvarint(hdrs, uint64(len(msg)))
-		bufs = append(bufs, hdrs[start:], msg)
+	n := 0 // messages gathered
+	add := func(m streamMsg) {
+		n++
+		if m.msg != nil {
+			g.Uvarint(uint64(len(m.msg)))
+			g.Bytes(m.msg)
+			return
+		}
+		g.Uvarint(uint64(cluster.EncodedLen(from, m.fields...)))
+		g.Encode(m.typ, from, m.fields...)
+		if m.held != nil {
+			held = append(held, m.held)
+		}
 	}
 	for {
 		select {
 		case msg := <-o.q:
 			add(msg)
 		gather:
-			for len(bufs) < 2*streamQueue {
+			for n < streamQueue {
 				select {
 				case msg := <-o.q:
 					add(msg)
@@ -236,6 +278,7 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 					break gather
 				}
 			}
+			n = 0
 			if err := flush(); err != nil {
 				return err
 			}
@@ -313,14 +356,18 @@ func (s *streams) read(conn net.Conn) {
 	limit := uint64(s.cl.p.cfg.MaxPayload) + 64<<10 // a frame and its fields
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(s.beats(streamReadBeats)))
-		msg, err := readStreamMessage(br, limit)
+		msg, held, err := readStreamMessage(br, conn, limit)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.cl.p.log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)
 			}
 			return
 		}
-		s.cl.node.Dispatch(msg)
+		if held != nil {
+			s.cl.node.DispatchHeld(msg, held)
+		} else {
+			s.cl.node.Dispatch(msg)
+		}
 	}
 }
 
@@ -378,21 +425,43 @@ func parseHello(line []byte) (from string, secret []byte, ok bool) {
 	return parts[1], secret, true
 }
 
-// readStreamMessage reads one message: a uvarint length of at most limit,
-// then that many bytes (a fresh buffer: handlers may keep its fields).
-func readStreamMessage(br *bufio.Reader, limit uint64) ([]byte, error) {
+// readStreamMessage reads one message from br, which buffers r: a uvarint
+// length of at most limit, then that many bytes. A message of
+// cluster.RefBytes or more is read into a pooled chunk, held, which goes
+// back to the pool once the handlers that Retained it Released it (none: it
+// stays the GC's); a smaller one into a fresh buffer. What br does not hold
+// yet of a large message is read from r straight into the message, not
+// through br's buffer.
+func readStreamMessage(br *bufio.Reader, r io.Reader, limit uint64) (msg []byte, held *chunk, err error) {
 	n, err := binary.ReadUvarint(br)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if n == 0 || n > limit {
-		return nil, errors.New("stream message length out of bounds")
+		return nil, nil, errors.New("stream message length out of bounds")
 	}
-	msg := make([]byte, n)
-	if _, err := io.ReadFull(br, msg); err != nil {
-		return nil, err
+	if n < cluster.RefBytes {
+		msg = make([]byte, n)
+	} else {
+		held = newChunk(nil, 0)
+		if uint64(cap(held.buf)) < n {
+			held.buf = make([]byte, n)
+		}
+		held.buf = held.buf[:n]
+		msg = held.buf
 	}
-	return msg, nil
+	k := min(int(n), br.Buffered())
+	if _, err := io.ReadFull(br, msg[:k]); err != nil {
+		return nil, nil, err
+	}
+	src := io.Reader(br)
+	if len(msg)-k >= cluster.RefBytes {
+		src = r // br is empty
+	}
+	if _, err := io.ReadFull(src, msg[k:]); err != nil {
+		return nil, nil, err
+	}
+	return msg, held, nil
 }
 
 // close stops the listener and the incoming streams, and waits for the

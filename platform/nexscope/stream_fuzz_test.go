@@ -3,12 +3,15 @@ package nexscope
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"testing"
 	"time"
 
+	"connector/internal/cluster"
 	"connector/internal/redistest"
 )
 
@@ -21,7 +24,8 @@ func FuzzStreamInput(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		br := bufio.NewReader(bytes.NewReader(data))
+		rd := bytes.NewReader(data)
+		br := bufio.NewReader(rd)
 		if line, err := readLine(br, maxHello); err == nil {
 			if len(line) > maxHello {
 				t.Fatalf("hello of %d bytes read", len(line))
@@ -32,7 +36,7 @@ func FuzzStreamInput(f *testing.F) {
 		}
 		const limit = 1 << 10
 		for {
-			msg, err := readStreamMessage(br, limit)
+			msg, _, err := readStreamMessage(br, rd, limit)
 			if err != nil {
 				return
 			}
@@ -70,5 +74,37 @@ func TestStreamRefusedWithoutTicket(t *testing.T) {
 			t.Fatalf("hello %q: read %d bytes, %v; want the connection closed", hello, n, err)
 		}
 		_ = conn.Close()
+	}
+}
+
+// readStreamMessage reads messages small and large, split anywhere between
+// what its bufio.Reader holds and what it reads past it, whole and in order;
+// the large ones into pooled chunks.
+func TestReadStreamMessageLargeAndSmall(t *testing.T) {
+	var stream []byte
+	var want [][]byte
+	for i, n := range []int{3, 5000, 70000, 1, 9000, 4096, 200} {
+		msg := bytes.Repeat([]byte{byte('a' + i)}, n)
+		msg[n-1] = '!'
+		want = append(want, msg)
+		stream = binary.AppendUvarint(stream, uint64(n))
+		stream = append(stream, msg...)
+	}
+	rd := bytes.NewReader(stream)
+	br := bufio.NewReaderSize(rd, 4096)
+	for i, w := range want {
+		got, held, err := readStreamMessage(br, rd, 1<<20)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if (held != nil) != (len(w) >= cluster.RefBytes) || held != nil && (&held.buf[0] != &got[0] || held.refs.Load() != 0) {
+			t.Fatalf("message %d of %d bytes: held %v; want a pooled chunk, unreferenced, from %d bytes", i, len(w), held != nil, cluster.RefBytes)
+		}
+		if !bytes.Equal(got, w) {
+			t.Fatalf("message %d: %d bytes read differ from the %d written", i, len(got), len(w))
+		}
+	}
+	if _, _, err := readStreamMessage(br, rd, 1<<20); err != io.EOF {
+		t.Fatalf("after the last message: %v, want EOF", err)
 	}
 }

@@ -115,8 +115,9 @@ func (m *member) handleFileStart(f *clientFrame) {
 }
 
 // handleChunk forwards a binary frame of the member's transfer, waiting
-// while any recipient's queue is full.
-func (m *member) handleChunk(data []byte) {
+// while any recipient's queue is full; held is the chunk data lies in when
+// it came from another instance's stream (see pushChunk), else nil.
+func (m *member) handleChunk(data []byte, held *chunk) {
 	t := m.transfer
 	if t == nil || t.finished() {
 		m.transfer = nil
@@ -129,7 +130,7 @@ func (m *member) handleChunk(data []byte) {
 		m.abortTransfer(t, "chunks exceed attachment.size", true)
 		return
 	}
-	if !m.room.pushChunk(t, data) {
+	if !m.room.pushChunk(t, data, held) {
 		return
 	}
 	if t.upload != nil {
@@ -140,8 +141,10 @@ func (m *member) handleChunk(data []byte) {
 }
 
 // pushChunk queues one chunk of t for its recipients once each of their
-// queues has room; false when t ended meanwhile.
-func (r *room) pushChunk(t *transfer, data []byte) bool {
+// queues has room; false when t ended meanwhile. The recipients' frames
+// borrow data from held when it is not nil (a chunk read from another
+// instance), else from a copy.
+func (r *room) pushChunk(t *transfer, data []byte, held *chunk) bool {
 	for _, rc := range t.recipients {
 		rc.q.WaitSpace(t.done)
 	}
@@ -153,9 +156,15 @@ func (r *room) pushChunk(t *transfer, data []byte) bool {
 	if len(t.recipients) > 0 {
 		// Every recipient holds a reference; the queue of one that left is
 		// closed (or about to be) and releases its reference at once.
-		c := newChunk(data, len(t.recipients))
+		c, buf := held, data
+		if c == nil {
+			c = newChunk(data, len(t.recipients))
+			buf = c.buf
+		} else {
+			c.refs.Add(int32(len(t.recipients)))
+		}
 		for _, rc := range t.recipients {
-			r.pushFrameLocked(rc, wsconn.Frame{Type: websocket.MessageBinary, Data: c.buf, Owner: c})
+			r.pushFrameLocked(rc, wsconn.Frame{Type: websocket.MessageBinary, Data: buf, Owner: c})
 		}
 	}
 	t.received += int64(len(data))
