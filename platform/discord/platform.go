@@ -73,9 +73,11 @@ type Platform struct {
 	// chat-owner lookups (standby.go): (asking tenant, chat) pairs
 	// declined lately.
 	declined *ttlcache.Cache[[2]string, struct{}]
-	seen     *dedupe
-	gw       *gateway
-	cmds     *commandSync
+	// seen remembers interaction ids for twice the timestamp skew: a
+	// replay older than that fails the freshness check anyway.
+	seen *ttlcache.Cache[string, struct{}]
+	gw   *gateway
+	cmds *commandSync
 	// policies are the tenants' policies, from Config.Tenants and the
 	// relevance their gateways declared (SetRelevance).
 	policies atomic.Pointer[map[string]*policy]
@@ -111,6 +113,11 @@ var (
 
 // maxProcessing bounds interactions being normalized and delivered at once.
 const maxProcessing = 256
+
+// maxSeenInteractions bounds the interaction ids remembered (interactions
+// arrive at human rates; this only matters under a flood of valid
+// signatures).
+const maxSeenInteractions = 1 << 20
 
 // New validates cfg, applies defaults and builds the platform. It makes no
 // network call; Run connects.
@@ -155,7 +162,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
-	p.seen = newDedupe(2*cfg.InteractionSkew, p.clock)
+	p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, 2*cfg.InteractionSkew, p.clock)
 	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)
 	if err := p.newSession(); err != nil {
