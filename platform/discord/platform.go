@@ -149,13 +149,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.owners.Store(platform.NewOwnership(guildBindings(guilds)))
 	p.spoke = platform.NewGrants(deps.Vault, p.clock, p.log)
 	p.links = platform.NewLinkDesk(p.clock)
-	weights := make(map[string]int, len(cfg.Tenants))
 	p.SetRelevance(nil)
-	for name, tc := range cfg.Tenants {
-		if tc.Weight > 0 {
-			weights[name] = tc.Weight
-		}
-	}
+	weights := fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight })
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.clock)
 	p.cache = newCache(p)

@@ -253,15 +253,3 @@ func parseChatID(s string) (int64, error) {
 	}
 	return n, nil
 }
-
-// weights returns each tenant's fair-share weight of the global send
-// budget; a tenant without one weighs 1.
-func (c Config) weights() map[string]int {
-	w := make(map[string]int, len(c.Tenants))
-	for tenant, tc := range c.Tenants {
-		if tc.Weight > 0 {
-			w[tenant] = tc.Weight
-		}
-	}
-	return w
-}

@@ -141,7 +141,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.secretSum = sha256.Sum256([]byte(cfg.WebhookSecret))
 	p.scrubber = newScrubber(cfg.BotToken, cfg.WebhookSecret)
 	p.budget = fairshare.New(fairshare.Config{
-		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(),
+		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }),
 		Clock: p.clock,
 	})
 	p.egress = platform.Egress[*Platform, int64]{Ops: handlers, Chat: chatIDOf, Timeout: cfg.RequestTimeout}
