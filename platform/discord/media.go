@@ -30,7 +30,7 @@ type attachmentRef struct {
 
 // mediaMessage is the payload_json of a message with an attachment.
 type mediaMessage struct {
-	postMessage
+	discordgo.MessageSend
 	Attachments []attachmentRef `json:"attachments"`
 }
 
@@ -54,7 +54,7 @@ func (p *Platform) opSendMedia(ctx context.Context, tenant, chatID string, a *co
 	if strings.TrimSpace(a.Content) != "" {
 		pieces = textsplit.Split(a.Content, splitRules)
 	}
-	msg := mediaMessage{postMessage: postMessage{AllowedMentions: allowedMentions, Reference: ref}}
+	msg := mediaMessage{MessageSend: discordgo.MessageSend{AllowedMentions: allowedMentions, Reference: ref}}
 	if len(pieces) > 0 {
 		msg.Content = pieces[0]
 	}

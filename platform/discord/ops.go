@@ -20,13 +20,6 @@ var allowedMentions = &discordgo.MessageAllowedMentions{
 	RepliedUser: true,
 }
 
-// postMessage is the body of POST /channels/{id}/messages.
-type postMessage struct {
-	Content         string                            `json:"content"`
-	AllowedMentions *discordgo.MessageAllowedMentions `json:"allowed_mentions,omitempty"`
-	Reference       *discordgo.MessageReference       `json:"message_reference,omitempty"`
-}
-
 type messageAnswer struct {
 	ID string `json:"id"`
 }
@@ -61,7 +54,7 @@ func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Act
 func (p *Platform) postPieces(ctx context.Context, chatID string, pieces []string, ref *discordgo.MessageReference) (string, error) {
 	first := ""
 	for i, piece := range pieces {
-		body := postMessage{Content: piece, AllowedMentions: allowedMentions}
+		body := discordgo.MessageSend{Content: piece, AllowedMentions: allowedMentions}
 		if i == 0 {
 			body.Reference = ref
 		}
