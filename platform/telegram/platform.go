@@ -233,7 +233,10 @@ func (p *Platform) LocateChat(_ context.Context, chatID string) (platform.Chat, 
 }
 
 // Status implements platform.Platform.
-func (p *Platform) Status() platform.Status { return p.health.get() }
+func (p *Platform) Status() platform.Status {
+	st, _ := p.health.watch()
+	return st
+}
 
 // StatusChanges returns the status and a channel closed at its next change,
 // so a caller can wait for readiness without polling.
