@@ -249,13 +249,17 @@ func (p *Platform) normalizer(tenant string) *normalizer {
 }
 
 // startThread creates a thread from a message (auto-threading and anchored
-// thread_create) and records it (recordThread).
+// thread_create), or without a starter message when messageID is "" (a
+// public channel thread), and records it (recordThread).
 func (p *Platform) startThread(ctx context.Context, channelID, messageID, name string) (string, error) {
+	endpoint := discordgo.EndpointChannelMessageThread(channelID, messageID)
+	start := &discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440}
+	if messageID == "" {
+		endpoint, start.Type = discordgo.EndpointChannelThreads(channelID), discordgo.ChannelTypeGuildPublicThread
+	}
 	var th wireChannel
-	err := p.rest(ctx, "POST", discordgo.EndpointChannelMessageThread(channelID, messageID),
-		&discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440}, &th)
-	if err != nil {
-		p.log.Warn("auto-thread creation failed", "channel_id", channelID, "err", describe(err).msg)
+	if err := p.rest(ctx, "POST", endpoint, start, &th); err != nil {
+		p.log.Warn("thread creation failed", "channel_id", channelID, "err", describe(err).msg)
 		return "", err
 	}
 	if th.ID == "" {
