@@ -65,7 +65,7 @@ func (p *Platform) opSendMedia(ctx context.Context, tenant, chatID string, a *co
 		return p.failed("send_media", err, "")
 	}
 	if len(pieces) > 1 {
-		if _, err := p.postPieces(ctx, chatID, pieces[1:], nil); err != nil {
+		if _, err := p.postPieces(ctx, discordgo.EndpointChannelMessages(chatID), pieces[1:], nil); err != nil {
 			return p.failed("send_media", err, id)
 		}
 	}

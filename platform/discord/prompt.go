@@ -44,7 +44,7 @@ func (p *Platform) opPrompt(ctx context.Context, _, chatID string, a *contract.A
 	pieces := textsplit.Split(a.Content, splitRules)
 	last := pieces[len(pieces)-1]
 	if len(pieces) > 1 {
-		if _, err := p.postPieces(ctx, chatID, pieces[:len(pieces)-1], ref); err != nil {
+		if _, err := p.postPieces(ctx, discordgo.EndpointChannelMessages(chatID), pieces[:len(pieces)-1], ref); err != nil {
 			return p.failed("prompt", err, "")
 		}
 		ref = nil
