@@ -115,7 +115,7 @@ const (
 // DM (Metrics.Dropped: link_consumed, link_refused or link_failed), logs a
 // failure other than a refused code, and on success calls grant with the
 // tenant the user is now linked to.
-func (d Deps) RedeemLink(ctx context.Context, name, user, code string, grant func(tenant string)) string {
+func (d *Deps) RedeemLink(ctx context.Context, name, user, code string, grant func(tenant string)) string {
 	tenant, err := d.Linker.Link(ctx, name, user, code)
 	reply, reason := LinkedReply, "link_consumed"
 	switch {
