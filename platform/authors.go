@@ -110,16 +110,25 @@ const (
 	LinkErrorReply = "Linking failed for now; try again in a minute."
 )
 
-// LinkAnswer is the reply to a /link DM the Linker answered with err, and
-// the reason the platform counts the consumed DM under.
-func LinkAnswer(err error) (reply, reason string) {
+// RedeemLink redeems code for user's account on platform name through
+// d.Linker and returns the reply to send in the DM. It counts the consumed
+// DM (Metrics.Dropped: link_consumed, link_refused or link_failed), logs a
+// failure other than a refused code, and on success calls grant with the
+// tenant the user is now linked to.
+func (d *Deps) RedeemLink(ctx context.Context, name, user, code string, grant func(tenant string)) string {
+	tenant, err := d.Linker.Link(ctx, name, user, code)
+	reply, reason := LinkedReply, "link_consumed"
 	switch {
 	case errors.Is(err, ErrLinkRefused):
-		return LinkFailReply, "link_refused"
+		reply, reason = LinkFailReply, "link_refused"
 	case err != nil:
-		return LinkErrorReply, "link_failed"
+		reply, reason = LinkErrorReply, "link_failed"
+		d.Log.Warn(name+" /link not redeemed", "user_id", user, "err", err)
+	default:
+		grant(tenant)
 	}
-	return LinkedReply, "link_consumed"
+	d.Metrics.Dropped(name, reason)
+	return reply
 }
 
 // maxLinkText bounds the text ParseLinkCommand looks at.

@@ -293,3 +293,48 @@ func ListKnob[T any](field func(*T) *[]string) Knob[T] {
 		return nil
 	}
 }
+
+// PatternsKnob reads mention_patterns into the field field points at: one
+// string is one pattern, a list holds patterns. The native adapter silently
+// skips what YAML reads as a number, boolean or null; those are refused.
+func PatternsKnob[T any](field func(*T) *[]string) Knob[T] {
+	return func(dst *T, n *yaml.Node) error {
+		switch {
+		case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
+			*field(dst) = nil
+		case n.Kind == yaml.ScalarNode && IsYAML11String(n):
+			*field(dst) = []string{n.Value}
+		case n.Kind == yaml.SequenceNode:
+			patterns := make([]string, 0, len(n.Content))
+			for i, item := range n.Content {
+				if !IsYAML11String(item) {
+					return fmt.Errorf("[%d]: %q is not a string to YAML 1.1, so the native adapter skips it; quote it", i, item.Value)
+				}
+				patterns = append(patterns, item.Value)
+			}
+			*field(dst) = patterns
+		default:
+			return fmt.Errorf("want a list of regular expressions or one (a bare number or boolean is not a string to YAML 1.1; quote it)")
+		}
+		return nil
+	}
+}
+
+// CompilePatterns compiles mention_patterns, searched case-insensitively;
+// blank patterns are skipped as the native adapter skips them, and one Go's
+// regexp cannot compile (Python-only syntax such as lookarounds) is refused
+// with an error that starts with the YAML key.
+func CompilePatterns(patterns []string) ([]*regexp.Regexp, error) {
+	var out []*regexp.Regexp
+	for i, pat := range patterns {
+		if strings.TrimSpace(pat) == "" {
+			continue
+		}
+		re, err := regexp.Compile("(?i)" + pat)
+		if err != nil {
+			return nil, fmt.Errorf("mention_patterns[%d]: %q: Go's regexp cannot compile it: %w", i, pat, err)
+		}
+		out = append(out, re)
+	}
+	return out, nil
+}

@@ -109,15 +109,7 @@ func (p *Platform) consumeLink(m *wireMessage, edit bool) bool {
 // redeemLink redeems code for user and answers in the DM channel, on the
 // link replies' own share of the bot's budget (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
-	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
-	reply, reason := platform.LinkAnswer(err)
-	p.metrics.Dropped(platformName, reason)
-	switch {
-	case err == nil:
-		p.spoke.Add(ctx, channel, "", tenant)
-	case !errors.Is(err, platform.ErrLinkRefused):
-		p.log.Warn("discord /link not redeemed", "user_id", user, "err", err)
-	}
+	reply := p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string) { p.spoke.Add(ctx, channel, "", tenant) })
 	if err := p.rest(platform.WithTenant(ctx, platform.LinkBudget), "POST", discordgo.EndpointChannelMessages(channel), &discordgo.MessageSend{Content: reply}, nil); err != nil {
 		p.log.Warn("discord /link reply not sent", "channel_id", channel, "err", describe(err).msg)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connector/internal/clock"
+	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
@@ -66,7 +67,7 @@ func BenchmarkInteractionPipeline(b *testing.B) {
 		for pb.Next() {
 			i := next.Add(1)
 			if i%int64(len(*pool)) == 0 {
-				p.seen = newDedupe(time.Hour, clock.System) // the pool's ids repeat
+				p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, time.Hour, clock.System) // the pool's ids repeat
 			}
 			w := httptest.NewRecorder()
 			p.serveInteractions(w, (*pool)[i%int64(len(*pool))].request())
@@ -91,7 +92,7 @@ func BenchmarkInteractionAckLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		if i%len(*pool) == 0 {
-			p.seen = newDedupe(time.Hour, clock.System)
+			p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, time.Hour, clock.System)
 		}
 		r := (*pool)[i%len(*pool)].request()
 		w := httptest.NewRecorder()

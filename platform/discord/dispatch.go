@@ -4,21 +4,11 @@ import (
 	"cmp"
 	"encoding/json"
 	"time"
+
+	"github.com/bwmarrin/discordgo"
 )
 
 // Gateway dispatches the cache keeps up with.
-type wireReady struct {
-	User        wireUser `json:"user"`
-	Application struct {
-		ID string `json:"id"`
-	} `json:"application"`
-	// Guilds are the bot's guilds, each announced as unavailable; a
-	// GUILD_CREATE with its channels follows for each.
-	Guilds []struct {
-		ID string `json:"id"`
-	} `json:"guilds"`
-}
-
 type wireThreadMember struct {
 	ID     string `json:"id"` // thread id (absent inside a channel object)
 	UserID string `json:"user_id"`
@@ -57,9 +47,9 @@ type wireThreadMembersUpdate struct {
 func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 	switch typ {
 	case "READY":
-		var r wireReady
+		var r discordgo.Ready
 		err := json.Unmarshal(raw, &r)
-		if err == nil && r.User.ID != "" {
+		if err == nil && r.User != nil && r.User.ID != "" {
 			id := r.User.ID
 			p.botID.Store(&id)
 		}
@@ -137,8 +127,9 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 }
 
 // readySnapshot starts waiting for the GUILD_CREATE of every claimed guild
-// READY lists.
-func (p *Platform) readySnapshot(r *wireReady) {
+// READY lists (each announced as unavailable; a GUILD_CREATE with its
+// channels follows for each).
+func (p *Platform) readySnapshot(r *discordgo.Ready) {
 	listed := make([]string, len(r.Guilds))
 	for i, g := range r.Guilds {
 		listed[i] = g.ID

@@ -30,7 +30,7 @@ type attachmentRef struct {
 
 // mediaMessage is the payload_json of a message with an attachment.
 type mediaMessage struct {
-	postMessage
+	discordgo.MessageSend
 	Attachments []attachmentRef `json:"attachments"`
 }
 
@@ -54,7 +54,7 @@ func (p *Platform) opSendMedia(ctx context.Context, tenant, chatID string, a *co
 	if strings.TrimSpace(a.Content) != "" {
 		pieces = textsplit.Split(a.Content, splitRules)
 	}
-	msg := mediaMessage{postMessage: postMessage{AllowedMentions: allowedMentions, Reference: ref}}
+	msg := mediaMessage{MessageSend: discordgo.MessageSend{AllowedMentions: allowedMentions, Reference: ref}}
 	if len(pieces) > 0 {
 		msg.Content = pieces[0]
 	}
@@ -65,7 +65,7 @@ func (p *Platform) opSendMedia(ctx context.Context, tenant, chatID string, a *co
 		return p.failed("send_media", err, "")
 	}
 	if len(pieces) > 1 {
-		if _, err := p.postPieces(ctx, chatID, pieces[1:], nil); err != nil {
+		if _, err := p.postPieces(ctx, discordgo.EndpointChannelMessages(chatID), pieces[1:], nil); err != nil {
 			return p.failed("send_media", err, id)
 		}
 	}

@@ -20,13 +20,6 @@ var allowedMentions = &discordgo.MessageAllowedMentions{
 	RepliedUser: true,
 }
 
-// postMessage is the body of POST /channels/{id}/messages.
-type postMessage struct {
-	Content         string                            `json:"content"`
-	AllowedMentions *discordgo.MessageAllowedMentions `json:"allowed_mentions,omitempty"`
-	Reference       *discordgo.MessageReference       `json:"message_reference,omitempty"`
-}
-
 type messageAnswer struct {
 	ID string `json:"id"`
 }
@@ -41,7 +34,7 @@ func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Act
 	if bad != "" {
 		return contract.Failed(contract.CodeBadRequest, bad)
 	}
-	first, err := p.postPieces(ctx, chatID, textsplit.Split(a.Content, splitRules), ref)
+	first, err := p.postPieces(ctx, discordgo.EndpointChannelMessages(chatID), textsplit.Split(a.Content, splitRules), ref)
 	if err != nil {
 		return p.failed("send", err, first)
 	}
@@ -57,16 +50,17 @@ func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Act
 	return r
 }
 
-// postPieces posts each piece in order and returns the first one's id.
-func (p *Platform) postPieces(ctx context.Context, chatID string, pieces []string, ref *discordgo.MessageReference) (string, error) {
+// postPieces posts each piece in order to endpoint (a channel's messages or
+// an interaction webhook) and returns the first one's id.
+func (p *Platform) postPieces(ctx context.Context, endpoint string, pieces []string, ref *discordgo.MessageReference) (string, error) {
 	first := ""
 	for i, piece := range pieces {
-		body := postMessage{Content: piece, AllowedMentions: allowedMentions}
+		body := discordgo.MessageSend{Content: piece, AllowedMentions: allowedMentions}
 		if i == 0 {
 			body.Reference = ref
 		}
 		var m messageAnswer
-		if err := p.rest(ctx, "POST", discordgo.EndpointChannelMessages(chatID), &body, &m); err != nil {
+		if err := p.rest(ctx, "POST", endpoint, &body, &m); err != nil {
 			if i > 0 {
 				err = fmt.Errorf("piece %d of %d: %w", i+1, len(pieces), err)
 			}
@@ -95,7 +89,7 @@ func (p *Platform) opEdit(ctx context.Context, _, chatID string, a *contract.Act
 		return p.failed("edit", err, "")
 	}
 	if len(pieces) > 1 {
-		if _, err := p.postPieces(ctx, chatID, pieces[1:], nil); err != nil {
+		if _, err := p.postPieces(ctx, discordgo.EndpointChannelMessages(chatID), pieces[1:], nil); err != nil {
 			return p.failed("edit", err, msgID)
 		}
 	}
@@ -160,16 +154,9 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 		return contract.Failed(contract.CodeCapabilityMissing, "no live discord.interaction_token for this session (absent or expired)")
 	}
 	endpoint := discordgo.EndpointWebhookToken(e.Ref, e.Value.Reveal()) + "?wait=true"
-	first := ""
-	for i, piece := range textsplit.Split(a.Content, splitRules) {
-		var m messageAnswer
-		body := &discordgo.WebhookParams{Content: piece, AllowedMentions: allowedMentions}
-		if err := p.rest(ctx, "POST", endpoint, body, &m); err != nil {
-			return p.failed("follow_up", err, first)
-		}
-		if i == 0 {
-			first = m.ID
-		}
+	first, err := p.postPieces(ctx, endpoint, textsplit.Split(a.Content, splitRules), nil)
+	if err != nil {
+		return p.failed("follow_up", err, first)
 	}
 	return contract.OK(first)
 }

@@ -73,9 +73,11 @@ type Platform struct {
 	// chat-owner lookups (standby.go): (asking tenant, chat) pairs
 	// declined lately.
 	declined *ttlcache.Cache[[2]string, struct{}]
-	seen     *dedupe
-	gw       *gateway
-	cmds     *commandSync
+	// seen remembers interaction ids for twice the timestamp skew: a
+	// replay older than that fails the freshness check anyway.
+	seen *ttlcache.Cache[string, struct{}]
+	gw   *gateway
+	cmds *commandSync
 	// policies are the tenants' policies, from Config.Tenants and the
 	// relevance their gateways declared (SetRelevance).
 	policies atomic.Pointer[map[string]*policy]
@@ -112,6 +114,11 @@ var (
 // maxProcessing bounds interactions being normalized and delivered at once.
 const maxProcessing = 256
 
+// maxSeenInteractions bounds the interaction ids remembered (interactions
+// arrive at human rates; this only matters under a flood of valid
+// signatures).
+const maxSeenInteractions = 1 << 20
+
 // New validates cfg, applies defaults and builds the platform. It makes no
 // network call; Run connects.
 func New(cfg Config, deps platform.Deps) (*Platform, error) {
@@ -142,20 +149,15 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.owners.Store(platform.NewOwnership(guildBindings(guilds)))
 	p.spoke = platform.NewGrants(deps.Vault, p.clock, p.log)
 	p.links = platform.NewLinkDesk(p.clock)
-	weights := make(map[string]int, len(cfg.Tenants))
 	p.SetRelevance(nil)
-	for name, tc := range cfg.Tenants {
-		if tc.Weight > 0 {
-			weights[name] = tc.Weight
-		}
-	}
+	weights := fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight })
 	p.sched = fairshare.New(fairshare.Config{Rate: cfg.GlobalPerSecond, Burst: cfg.GlobalBurst, Weights: weights, Clock: p.clock})
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.clock)
 	p.cache = newCache(p)
 	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
-	p.seen = newDedupe(2*cfg.InteractionSkew, p.clock)
+	p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, 2*cfg.InteractionSkew, p.clock)
 	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)
 	if err := p.newSession(); err != nil {
@@ -247,13 +249,17 @@ func (p *Platform) normalizer(tenant string) *normalizer {
 }
 
 // startThread creates a thread from a message (auto-threading and anchored
-// thread_create) and records it (recordThread).
+// thread_create), or without a starter message when messageID is "" (a
+// public channel thread), and records it (recordThread).
 func (p *Platform) startThread(ctx context.Context, channelID, messageID, name string) (string, error) {
+	endpoint := discordgo.EndpointChannelMessageThread(channelID, messageID)
+	start := &discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440}
+	if messageID == "" {
+		endpoint, start.Type = discordgo.EndpointChannelThreads(channelID), discordgo.ChannelTypeGuildPublicThread
+	}
 	var th wireChannel
-	err := p.rest(ctx, "POST", discordgo.EndpointChannelMessageThread(channelID, messageID),
-		&discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440}, &th)
-	if err != nil {
-		p.log.Warn("auto-thread creation failed", "channel_id", channelID, "err", describe(err).msg)
+	if err := p.rest(ctx, "POST", endpoint, start, &th); err != nil {
+		p.log.Warn("thread creation failed", "channel_id", channelID, "err", describe(err).msg)
 		return "", err
 	}
 	if th.ID == "" {

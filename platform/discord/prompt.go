@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"cmp"
 	"context"
 
 	"github.com/bwmarrin/discordgo"
@@ -12,35 +13,17 @@ import (
 // Discord's message component limits: 5 action rows of 5 buttons, labels of
 // at most 80 characters.
 const (
-	buttonsPerRow   = 5
-	maxPromptRows   = 5
-	maxButtonLabel  = 80
-	componentRow    = 1
-	componentButton = 2
+	buttonsPerRow  = 5
+	maxPromptRows  = 5
+	maxButtonLabel = 80
 )
 
 // buttonStyles maps the gateway's option style to Discord's button style;
 // anything else is secondary (grey).
-var buttonStyles = map[string]int{
-	contract.StylePrimary:   1,
-	contract.StyleSecondary: 2,
-	contract.StyleSuccess:   3,
-	contract.StyleDanger:    4,
-}
-
-// wireComponent is an action row or a button of a message.
-type wireComponent struct {
-	Type       int             `json:"type"`
-	Style      int             `json:"style,omitempty"`
-	Label      string          `json:"label,omitempty"`
-	CustomID   string          `json:"custom_id,omitempty"`
-	Components []wireComponent `json:"components,omitempty"`
-}
-
-// promptMessage is the body of the POST that carries a prompt's buttons.
-type promptMessage struct {
-	postMessage
-	Components []wireComponent `json:"components"`
+var buttonStyles = map[string]discordgo.ButtonStyle{
+	contract.StylePrimary: discordgo.PrimaryButton,
+	contract.StyleSuccess: discordgo.SuccessButton,
+	contract.StyleDanger:  discordgo.DangerButton,
 }
 
 // opPrompt posts the question with one button per option, each carrying
@@ -61,15 +44,12 @@ func (p *Platform) opPrompt(ctx context.Context, _, chatID string, a *contract.A
 	pieces := textsplit.Split(a.Content, splitRules)
 	last := pieces[len(pieces)-1]
 	if len(pieces) > 1 {
-		if _, err := p.postPieces(ctx, chatID, pieces[:len(pieces)-1], ref); err != nil {
+		if _, err := p.postPieces(ctx, discordgo.EndpointChannelMessages(chatID), pieces[:len(pieces)-1], ref); err != nil {
 			return p.failed("prompt", err, "")
 		}
 		ref = nil
 	}
-	body := promptMessage{
-		postMessage: postMessage{Content: last, AllowedMentions: allowedMentions, Reference: ref},
-		Components:  buttonRows(buttons),
-	}
+	body := discordgo.MessageSend{Content: last, AllowedMentions: allowedMentions, Reference: ref, Components: buttonRows(buttons)}
 	var m messageAnswer
 	if err := p.rest(ctx, "POST", discordgo.EndpointChannelMessages(chatID), &body, &m); err != nil {
 		return p.failed("prompt", err, "")
@@ -78,19 +58,16 @@ func (p *Platform) opPrompt(ctx context.Context, _, chatID string, a *contract.A
 }
 
 // buttonRows lays buttons out in action rows of buttonsPerRow.
-func buttonRows(buttons []contract.PromptButton) []wireComponent {
-	rows := make([]wireComponent, 0, (len(buttons)+buttonsPerRow-1)/buttonsPerRow)
+func buttonRows(buttons []contract.PromptButton) []discordgo.MessageComponent {
+	rows := make([]discordgo.MessageComponent, 0, (len(buttons)+buttonsPerRow-1)/buttonsPerRow)
+	var row *discordgo.ActionsRow
 	for i, b := range buttons {
 		if i%buttonsPerRow == 0 {
-			rows = append(rows, wireComponent{Type: componentRow})
+			row = &discordgo.ActionsRow{}
+			rows = append(rows, row)
 		}
-		style, ok := buttonStyles[b.Style]
-		if !ok {
-			style = buttonStyles[contract.StyleSecondary]
-		}
-		row := &rows[len(rows)-1]
-		row.Components = append(row.Components, wireComponent{
-			Type: componentButton, Style: style, Label: textsplit.TruncateRunes(b.Label, maxButtonLabel), CustomID: b.Token,
+		row.Components = append(row.Components, discordgo.Button{
+			Style: cmp.Or(buttonStyles[b.Style], discordgo.SecondaryButton), Label: textsplit.TruncateRunes(b.Label, maxButtonLabel), CustomID: b.Token,
 		})
 	}
 	return rows

@@ -79,38 +79,16 @@ func (p *Platform) opThreadCreate(ctx context.Context, _, parent string, a *cont
 	if ch, ok := p.cache.cachedChannel(parent); ok && ch.isThread() {
 		return contract.Failed(contract.CodeBadRequest, "thread_create: chat_id is a thread; name its parent channel")
 	}
-	var id string
-	var err error
-	if a.MessageID != "" {
-		if !isSnowflake(string(a.MessageID)) {
-			return contract.Failed(contract.CodeBadRequest, "thread_create: message_id is not a Discord message id")
-		}
-		id, err = p.startThread(ctx, parent, string(a.MessageID), name)
-	} else {
-		id, err = p.startChannelThread(ctx, parent, name)
+	if a.MessageID != "" && !isSnowflake(string(a.MessageID)) {
+		return contract.Failed(contract.CodeBadRequest, "thread_create: message_id is not a Discord message id")
 	}
+	id, err := p.startThread(ctx, parent, string(a.MessageID), name)
 	if err != nil {
 		return p.failed("thread_create", err, "")
 	}
 	r := contract.OK(id)
 	r.ThreadID = id
 	return r
-}
-
-// startChannelThread creates a public thread without a starter message
-// and records it like startThread.
-func (p *Platform) startChannelThread(ctx context.Context, parent, name string) (string, error) {
-	var th wireChannel
-	err := p.rest(ctx, "POST", discordgo.EndpointChannelThreads(parent),
-		&discordgo.ThreadStart{Name: name, AutoArchiveDuration: 1440, Type: discordgo.ChannelTypeGuildPublicThread}, &th)
-	if err != nil {
-		return "", err
-	}
-	if th.ID == "" {
-		return "", errors.New("thread answer without id")
-	}
-	p.recordThread(&th, parent, name)
-	return th.ID, nil
 }
 
 // recordThread caches a thread the connector created, with the bot as a

@@ -73,7 +73,7 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		p.reject(w, http.StatusBadRequest, "not an interaction")
 		return
 	}
-	if !p.seen.add(in.ID) {
+	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(2*p.cfg.InteractionSkew)) {
 		p.metrics.Dropped(platformName, "duplicate")
 		p.reject(w, http.StatusConflict, "duplicate interaction")
 		return
@@ -227,7 +227,7 @@ func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 		p.metrics.Dropped(platformName, "malformed")
 		return
 	}
-	if !p.seen.add(in.ID) {
+	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(2*p.cfg.InteractionSkew)) {
 		p.metrics.Dropped(platformName, "duplicate")
 		return
 	}

@@ -2,7 +2,6 @@ package slack
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 
@@ -167,16 +166,7 @@ func (p *Platform) submitLink(team, user, channel, code string, reply func(conte
 // link redeems code for user and returns the reply to show. A tenant the
 // user is now linked to is granted the DM channel (of workspace team).
 func (p *Platform) link(ctx context.Context, team, user, channel, code string) string {
-	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
-	reply, reason := platform.LinkAnswer(err)
-	p.metrics.Dropped(platformName, reason)
-	switch {
-	case err == nil:
-		p.grants.Add(ctx, channel, team, tenant)
-	case !errors.Is(err, platform.ErrLinkRefused):
-		p.log.Warn("slack /link not redeemed", "user_id", user, "err", err)
-	}
-	return reply
+	return p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string) { p.grants.Add(ctx, channel, team, tenant) })
 }
 
 // replyLink answers a /link DM in the DM, on the link replies' own share

@@ -134,7 +134,7 @@ var tenantKnobs = map[string]nativecfg.Knob[TenantConfig]{
 	"ignored_channels":                 nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.IgnoredChannels }),
 	"api_human_users":                  nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.APIHumanUsers }),
 	"allowed_users":                    nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedUsers }),
-	"mention_patterns":                 readMentionPatterns,
+	"mention_patterns":                 nativecfg.PatternsKnob(func(tc *TenantConfig) *[]string { return &tc.MentionPatterns }),
 	"allow_bots":                       func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.AllowBots) },
 	"reaction_triggers":                readReactionTriggers,
 	"reaction_trigger_target":          func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.ReactionTriggerTarget) },
@@ -157,29 +157,6 @@ func yamlBoolKnob(field func(*TenantConfig) **bool) nativecfg.Knob[TenantConfig]
 		*field(tc) = &v
 		return nil
 	}
-}
-
-// readMentionPatterns reads mention_patterns: one string is one pattern, a
-// list holds patterns.
-func readMentionPatterns(tc *TenantConfig, n *yaml.Node) error {
-	switch {
-	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
-		tc.MentionPatterns = nil
-	case n.Kind == yaml.ScalarNode && nativecfg.IsYAML11String(n):
-		tc.MentionPatterns = []string{n.Value}
-	case n.Kind == yaml.SequenceNode:
-		patterns := make([]string, 0, len(n.Content))
-		for i, item := range n.Content {
-			if !nativecfg.IsYAML11String(item) {
-				return fmt.Errorf("[%d]: %q is not a string to YAML 1.1, so the native adapter skips it; quote it", i, item.Value)
-			}
-			patterns = append(patterns, item.Value)
-		}
-		tc.MentionPatterns = patterns
-	default:
-		return fmt.Errorf("want a list of regular expressions or one")
-	}
-	return nil
 }
 
 // reactionWords are reaction_triggers' words for on (every reaction to
@@ -329,15 +306,9 @@ func newPolicy(tc TenantConfig, allowAll bool) (*policy, error) {
 		}
 		pol.reactionTarget, pol.reactionThread = channel, thread
 	}
-	for i, pat := range tc.MentionPatterns {
-		if strings.TrimSpace(pat) == "" {
-			continue // the native adapter skips blank patterns
-		}
-		re, err := regexp.Compile("(?i)" + pat)
-		if err != nil {
-			return nil, fmt.Errorf("mention_patterns[%d]: %q: Go's regexp cannot compile it: %w", i, pat, err)
-		}
-		pol.patterns = append(pol.patterns, re)
+	var err error
+	if pol.patterns, err = nativecfg.CompilePatterns(tc.MentionPatterns); err != nil {
+		return nil, err
 	}
 	return pol, nil
 }

@@ -2,7 +2,6 @@ package telegram
 
 import (
 	"context"
-	"errors"
 
 	"github.com/go-telegram/bot"
 
@@ -62,18 +61,10 @@ func (p *Platform) submitLink(in *inbound, code string) {
 // the bot's budget (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 	user := in.event.Source.UserID.Value
-	tenant, err := p.deps.Linker.Link(ctx, platformName, user, code)
-	reply, reason := platform.LinkAnswer(err)
-	p.metrics.Dropped(platformName, reason)
-	switch {
-	case err == nil:
-		p.grants.Add(ctx, in.event.Source.ChatID, "", tenant)
-	case !errors.Is(err, platform.ErrLinkRefused):
-		p.log.Warn("telegram /link not redeemed", "user_id", user, "err", err)
-	}
+	reply := p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string) { p.grants.Add(ctx, in.event.Source.ChatID, "", tenant) })
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
-	err = p.paced(ctx, platform.LinkBudget, in.chatID, false, func(ctx context.Context) error {
+	err := p.paced(ctx, platform.LinkBudget, in.chatID, false, func(ctx context.Context) error {
 		_, err := p.sendMessage(ctx, &bot.SendMessageParams{ChatID: in.chatID, Text: reply}, reply)
 		return err
 	})

@@ -179,19 +179,16 @@ func (c Config) Validate() error {
 	if _, err := topicNames(c.DMTopics, true); err != nil {
 		return fmt.Errorf("telegram.dm_topics%w", err)
 	}
-	if c.PollTimeout != 0 && c.PollTimeout < 2*time.Second {
+	switch {
+	case c.PollTimeout != 0 && c.PollTimeout < 2*time.Second:
 		return errors.New("telegram.poll_timeout: must be at least 2s")
-	}
-	if c.RequestTimeout < 0 {
+	case c.RequestTimeout < 0:
 		return errors.New("telegram.request_timeout: negative")
-	}
-	if c.WebhookMaxConnections < 0 || c.WebhookMaxConnections > 100 {
+	case c.WebhookMaxConnections < 0 || c.WebhookMaxConnections > 100:
 		return errors.New("telegram.webhook_max_connections: must be 1-100")
-	}
-	if c.MaxWebhookBytes < 0 {
+	case c.MaxWebhookBytes < 0:
 		return errors.New("telegram.max_webhook_bytes: negative")
-	}
-	if c.DedupeWindow < 0 {
+	case c.DedupeWindow < 0:
 		return errors.New("telegram.dedupe_window: negative")
 	}
 	return nil
@@ -252,16 +249,4 @@ func parseChatID(s string) (int64, error) {
 		return 0, errors.New("want a non-zero decimal chat id")
 	}
 	return n, nil
-}
-
-// weights returns each tenant's fair-share weight of the global send
-// budget; a tenant without one weighs 1.
-func (c Config) weights() map[string]int {
-	w := make(map[string]int, len(c.Tenants))
-	for tenant, tc := range c.Tenants {
-		if tc.Weight > 0 {
-			w[tenant] = tc.Weight
-		}
-	}
-	return w
 }

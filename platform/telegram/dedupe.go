@@ -1,41 +1,18 @@
 package telegram
 
-import "sync"
+import lru "github.com/hashicorp/golang-lru/v2"
 
 // recentIDs remembers the last n update_ids, so a redelivered update (a
 // webhook retry, a replayed poll) is dropped instead of delivered twice.
-type recentIDs struct {
-	mu   sync.Mutex
-	set  map[int64]struct{}
-	ring []int64
-	next int
-}
+type recentIDs struct{ ids *lru.Cache[int64, struct{}] }
 
 func newRecentIDs(n int) *recentIDs {
-	return &recentIDs{set: make(map[int64]struct{}, n), ring: make([]int64, 0, n)}
+	ids, _ := lru.New[int64, struct{}](n) // n > 0 (Validate, WithDefaults): cannot fail
+	return &recentIDs{ids: ids}
 }
 
 // contains reports whether id was added and not yet forgotten.
-func (r *recentIDs) contains(id int64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, ok := r.set[id]
-	return ok
-}
+func (r *recentIDs) contains(id int64) bool { return r.ids.Contains(id) }
 
 // add remembers id, forgetting the oldest one once n are remembered.
-func (r *recentIDs) add(id int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.set[id]; ok {
-		return
-	}
-	if len(r.ring) < cap(r.ring) {
-		r.ring = append(r.ring, id)
-	} else {
-		delete(r.set, r.ring[r.next])
-		r.ring[r.next] = id
-		r.next = (r.next + 1) % len(r.ring)
-	}
-	r.set[id] = struct{}{}
-}
+func (r *recentIDs) add(id int64) { r.ids.Add(id, struct{}{}) }

@@ -130,11 +130,11 @@ func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a
 	defer pv.mu.Unlock()
 	text := textsplit.Split(a.Content, splitRules)[0]
 	if pv.id != 0 {
-		gone, err := p.editPreview(ctx, tenant, chat, pv.id, text)
-		if err != nil {
-			return p.failure(contract.OpDraft, err)
-		}
+		gone, err := p.editText(ctx, tenant, chat, pv.id, text)
 		if !gone {
+			if err != nil {
+				return p.failure(contract.OpDraft, err)
+			}
 			return contract.OK("")
 		}
 		pv.id = 0
@@ -152,9 +152,11 @@ func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a
 	return contract.OK("")
 }
 
-// editPreview replaces the text of preview message id; gone reports that
-// the message no longer exists (someone deleted it).
-func (p *Platform) editPreview(ctx context.Context, tenant string, chat int64, id int, text string) (gone bool, err error) {
+// editText replaces the text of message id (editMessageText, paced),
+// rendered as MarkdownV2, plain if Telegram rejects the entities; "message
+// is not modified" is success. gone reports that the message no longer
+// exists (someone deleted it); err is then Telegram's answer.
+func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id int, text string) (gone bool, err error) {
 	params := &bot.EditMessageTextParams{ChatID: chat, MessageID: id, Text: renderMarkdownV2(text), ParseMode: models.ParseModeMarkdown}
 	err = p.paced(ctx, tenant, chat, false, func(ctx context.Context) error {
 		_, err := p.bot.EditMessageText(ctx, params)
@@ -168,7 +170,7 @@ func (p *Platform) editPreview(ctx context.Context, tenant string, chat int64, i
 	case err != nil && isBadRequest(err, "message is not modified"):
 		return false, nil
 	case err != nil && isBadRequest(err, "message to edit not found"):
-		return true, nil
+		return true, err
 	}
 	return false, err
 }
@@ -189,8 +191,8 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 			return contract.OK(id)
 		}
 		if pv.id != 0 {
-			gone, err := p.editPreview(ctx, tenant, chat, pv.id, parts[0])
-			if err != nil {
+			gone, err := p.editText(ctx, tenant, chat, pv.id, parts[0])
+			if err != nil && !gone {
 				return p.failure(contract.OpDraft, err)
 			}
 			if !gone {

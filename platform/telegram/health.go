@@ -37,12 +37,6 @@ func (h *health) watch() (platform.Status, <-chan struct{}) {
 	return h.st, h.changed
 }
 
-func (h *health) get() platform.Status {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.st
-}
-
 // pollObserver marks the platform ready whenever a getUpdates long poll is
 // answered with 200: the library reports failures, never successes.
 type pollObserver struct {

@@ -110,21 +110,7 @@ func (p *Platform) edit(ctx context.Context, tenant string, chat int64, a *contr
 	case utf8.RuneCountInString(a.Content) > maxMessageRunes:
 		return contract.Failed(contract.CodeBadRequest, "telegram edit: content exceeds 4096 characters")
 	}
-	params := &bot.EditMessageTextParams{
-		ChatID: chat, MessageID: id, Text: renderMarkdownV2(a.Content), ParseMode: models.ParseModeMarkdown,
-	}
-	err := p.paced(ctx, tenant, chat, false, func(ctx context.Context) error {
-		_, err := p.bot.EditMessageText(ctx, params)
-		if err != nil && isBadRequest(err, "can't parse entities") {
-			params.Text, params.ParseMode = a.Content, ""
-			_, err = p.bot.EditMessageText(ctx, params)
-		}
-		if err != nil && isBadRequest(err, "message is not modified") {
-			return nil
-		}
-		return err
-	})
-	if err != nil {
+	if _, err := p.editText(ctx, tenant, chat, id, a.Content); err != nil {
 		return p.failure(contract.OpEdit, err)
 	}
 	return contract.OK(strconv.Itoa(id))

@@ -141,7 +141,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.secretSum = sha256.Sum256([]byte(cfg.WebhookSecret))
 	p.scrubber = newScrubber(cfg.BotToken, cfg.WebhookSecret)
 	p.budget = fairshare.New(fairshare.Config{
-		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: cfg.weights(),
+		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }),
 		Clock: p.clock,
 	})
 	p.egress = platform.Egress[*Platform, int64]{Ops: handlers, Chat: chatIDOf, Timeout: cfg.RequestTimeout}
@@ -233,7 +233,10 @@ func (p *Platform) LocateChat(_ context.Context, chatID string) (platform.Chat, 
 }
 
 // Status implements platform.Platform.
-func (p *Platform) Status() platform.Status { return p.health.get() }
+func (p *Platform) Status() platform.Status {
+	st, _ := p.health.watch()
+	return st
+}
 
 // StatusChanges returns the status and a channel closed at its next change,
 // so a caller can wait for readiness without polling.

@@ -29,10 +29,7 @@ func (b *TopicBindings) UnmarshalYAML(n *yaml.Node) error {
 	case n.Kind == yaml.SequenceNode:
 		for _, item := range n.Content {
 			var tb TopicBinding
-			if err := decodeStrict(item, "TopicBinding", map[string]func(*yaml.Node) error{
-				"chat_id": func(v *yaml.Node) error { return idText(v, &tb.ChatID) },
-				"topics":  func(v *yaml.Node) error { return decodeTopics(v, &tb.Topics) },
-			}); err != nil {
+			if err := nativecfg.ReadKnobs(item, &tb, "topic binding", bindingKeys); err != nil {
 				return err
 			}
 			out = append(out, tb)
@@ -55,6 +52,19 @@ func (b *TopicBindings) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// bindingKeys and topicKeys read the keys of a TopicBinding and of a Topic;
+// null is no value.
+var (
+	bindingKeys = map[string]nativecfg.Knob[TopicBinding]{
+		"chat_id": func(tb *TopicBinding, v *yaml.Node) error { return idText(v, &tb.ChatID) },
+		"topics":  func(tb *TopicBinding, v *yaml.Node) error { return decodeTopics(v, &tb.Topics) },
+	}
+	topicKeys = map[string]nativecfg.Knob[Topic]{
+		"thread_id": func(t *Topic, v *yaml.Node) error { return idText(v, &t.ThreadID) },
+		"name":      func(t *Topic, v *yaml.Node) error { return v.Decode(&t.Name) },
+	}
+)
+
 func decodeTopics(n *yaml.Node, topics *[]Topic) error {
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
@@ -64,10 +74,7 @@ func decodeTopics(n *yaml.Node, topics *[]Topic) error {
 	}
 	for _, item := range n.Content {
 		var t Topic
-		if err := decodeStrict(item, "Topic", map[string]func(*yaml.Node) error{
-			"thread_id": func(v *yaml.Node) error { return idText(v, &t.ThreadID) },
-			"name":      func(v *yaml.Node) error { return v.Decode(&t.Name) },
-		}); err != nil {
+		if err := nativecfg.ReadKnobs(item, &t, "topic", topicKeys); err != nil {
 			return err
 		}
 		*topics = append(*topics, t)
@@ -78,33 +85,13 @@ func decodeTopics(n *yaml.Node, topics *[]Topic) error {
 // idText reads a chat or thread id as the native adapter sees it:
 // nativecfg.Bridged, the str() of the value YAML 1.1 reads.
 func idText(n *yaml.Node, id *string) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
 	if n.Kind != yaml.ScalarNode {
 		return fmt.Errorf("line %d: want an id", n.Line)
 	}
 	*id = nativecfg.Bridged(n)
-	return nil
-}
-
-// decodeStrict decodes a mapping key by key; a key without a reader is the
-// error yaml's strict mode gives, which the config loader reports as an
-// unknown key.
-func decodeStrict(n *yaml.Node, typ string, fields map[string]func(*yaml.Node) error) error {
-	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("line %d: want a mapping", n.Line)
-	}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		read, ok := fields[k.Value]
-		if !ok {
-			return fmt.Errorf("line %d: field %s not found in type telegram.%s", k.Line, k.Value, typ)
-		}
-		if v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
-			continue
-		}
-		if err := read(v); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 

@@ -117,32 +117,8 @@ var tenantKnobs = map[string]nativecfg.Knob[TenantConfig]{
 	"allowed_topics":                     nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.AllowedTopics }),
 	"ignored_threads":                    nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.IgnoredThreads }),
 	"group_allowed_chats":                nativecfg.ListKnob(func(tc *TenantConfig) *[]string { return &tc.GroupAllowedChats }),
-	"mention_patterns":                   readMentionPatterns,
+	"mention_patterns":                   nativecfg.PatternsKnob(func(tc *TenantConfig) *[]string { return &tc.MentionPatterns }),
 	"weight":                             func(tc *TenantConfig, n *yaml.Node) error { return n.Decode(&tc.Weight) },
-}
-
-// readMentionPatterns reads mention_patterns: one string is one pattern, a
-// list holds patterns. The native adapter silently skips what YAML reads as
-// a number, boolean or null; those are refused.
-func readMentionPatterns(tc *TenantConfig, n *yaml.Node) error {
-	switch {
-	case n.Kind == yaml.ScalarNode && n.Tag == "!!null":
-		tc.MentionPatterns = nil
-	case n.Kind == yaml.ScalarNode && nativecfg.IsYAML11String(n):
-		tc.MentionPatterns = []string{n.Value}
-	case n.Kind == yaml.SequenceNode:
-		patterns := make([]string, 0, len(n.Content))
-		for i, item := range n.Content {
-			if !nativecfg.IsYAML11String(item) {
-				return fmt.Errorf("[%d]: %q is not a string to YAML 1.1, so the native adapter skips it; quote it", i, item.Value)
-			}
-			patterns = append(patterns, item.Value)
-		}
-		tc.MentionPatterns = patterns
-	default:
-		return fmt.Errorf("want a list of regular expressions or one (a bare number or boolean is not a string to YAML 1.1; quote it)")
-	}
-	return nil
 }
 
 // observe reports whether observe mode is on: observe_unmentioned_group_messages,
@@ -214,15 +190,8 @@ func newPolicy(tc TenantConfig) (*policy, error) {
 	if pol.ignoredThreads, err = setOf("ignored_threads", tc.IgnoredThreads, pythonThreadID); err != nil {
 		return nil, err
 	}
-	for i, pat := range tc.MentionPatterns {
-		if strings.TrimSpace(pat) == "" {
-			continue // the native adapter skips blank patterns
-		}
-		re, err := regexp.Compile("(?i)" + pat)
-		if err != nil {
-			return nil, fmt.Errorf("mention_patterns[%d]: %q: Go's regexp cannot compile it: %w", i, pat, err)
-		}
-		pol.patterns = append(pol.patterns, re)
+	if pol.patterns, err = nativecfg.CompilePatterns(tc.MentionPatterns); err != nil {
+		return nil, err
 	}
 	return pol, nil
 }

@@ -1,24 +1,17 @@
 package telegram
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"net/http"
-	"sync"
 
 	"github.com/go-telegram/bot/models"
+
+	"connector/platform"
 )
 
 // secretHeader carries setWebhook's secret_token on every delivery.
 const secretHeader = "X-Telegram-Bot-Api-Secret-Token"
-
-// bodyPool recycles webhook body buffers.
-var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// maxPooledBody keeps unusually large buffers out of the pool.
-const maxPooledBody = 64 << 10
 
 // serveWebhook handles POST /telegram/webhook; the package doc lists its
 // answers. The update is delivered before the answer, and the Bot API
@@ -32,25 +25,13 @@ func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	buf := bodyPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			bodyPool.Put(buf)
-		}
-	}()
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxWebhookBytes)); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			p.metrics.Dropped(platformName, "oversized")
-			http.Error(w, "update too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "cannot read the body", http.StatusBadRequest)
+	body, release, ok := platform.ReadBody(w, r, p.cfg.MaxWebhookBytes, "update too large", p.metrics, platformName)
+	if !ok {
 		return
 	}
+	defer release()
 	var u models.Update
-	if err := decodeUpdate(buf.Bytes(), &u); err != nil {
+	if err := decodeUpdate(body, &u); err != nil {
 		p.drop(dropMalformed, 0, 0)
 		http.Error(w, "malformed update", http.StatusBadRequest)
 		return

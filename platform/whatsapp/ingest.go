@@ -284,19 +284,11 @@ func (p *Platform) linkCode(m *message, sender string) (string, bool) {
 // never wait for it) and the link replies' own share of the budget
 // (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) {
-	tenant, err := p.deps.Linker.Link(ctx, platformName, sender, code)
-	reply, reason := platform.LinkAnswer(err)
-	p.metrics.Dropped(platformName, reason)
-	switch {
-	case err == nil:
-		p.converse(ctx, tenant, sender, conv{Number: number})
-	case !errors.Is(err, platform.ErrLinkRefused):
-		p.log.Warn("whatsapp /link not redeemed", "user_id", sender, "err", err)
-	}
+	reply := p.deps.RedeemLink(ctx, platformName, sender, code, func(tenant string) { p.converse(ctx, tenant, sender, conv{Number: number}) })
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	msg := textMessage(sender, reply, "")
-	err = p.paced(ctx, platform.LinkBudget, number, sender, func(ctx context.Context) error {
+	err := p.paced(ctx, platform.LinkBudget, number, sender, func(ctx context.Context) error {
 		_, err := p.graph.sendMessage(ctx, number, msg)
 		return err
 	})
