@@ -73,9 +73,13 @@ func writeInstanceConfig(path string, o *options, wa whatsapp.Config) error {
 			tenants[i].MaxGateways = n
 		}
 	}
+	st := map[string]string{"backend": "redis"}
+	if o.LeaseTTL > 0 {
+		st["lease_ttl"] = o.LeaseTTL.String()
+	}
 	doc := map[string]any{
 		"log":   map[string]string{"level": "warn", "format": "json"},
-		"store": map[string]string{"backend": "redis"},
+		"store": st,
 		"whatsapp": map[string]any{
 			"api_url": wa.APIURL, "phone_numbers": wa.PhoneNumbers, "allow_all_users": true,
 		},

@@ -71,6 +71,9 @@ type options struct {
 	// with its own store client and listener; the gateways are spread
 	// over them and every instance ingests events.
 	Instances int
+	// LeaseTTL is the connector processes' store.lease_ttl (driver idle
+	// with -connector); zero keeps the connector's default.
+	LeaseTTL time.Duration
 	// Sources is how many loopback source addresses (127.0.0.1, .2, ...)
 	// the gateways and echo clients dial from, round-robin: one address
 	// to one listener runs out of ephemeral ports near 28,000 connections.
@@ -126,6 +129,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.RedisURL, "redis-url", "", "redis:// URL of the server for -store redis (keys under a fresh prefix per run)")
 	fs.IntVar(&o.RedisMinReplicas, "redis-min-replicas", 0, "with -store redis, each append waits until this many replicas of the server have it (store.redis_min_replicas)")
 	fs.IntVar(&o.Producers, "producers", 1, "goroutines the synthetic driver publishes from at once (all instances together)")
+	fs.DurationVar(&o.LeaseTTL, "lease-ttl", 0, "store.lease_ttl of the connector processes (driver idle with -connector); 0 keeps the connector's default")
 	fs.IntVar(&o.Instances, "instances", 1, "relay instances sharing the redis store (-store redis, -driver synthetic); gateways and events are spread over them")
 	fs.IntVar(&o.Sources, "sources", 0, "loopback source addresses 127.0.0.1..N the connections dial from (0: one per 20000 connections; in-process only)")
 	fs.StringVar(&o.Connector, "connector", "", "the connector binary: run -instances processes of it on the redis at -redis-url, with the gateways in -clients processes (driver idle)")
