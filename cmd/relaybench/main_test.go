@@ -64,8 +64,11 @@ func checkEventRun(t *testing.T, res *result, wantEvents int) {
 		t.Errorf("echo messages of %d bytes, smaller than the connector's %d-byte frames",
 			res.Echo.AvgBytes(), res.Connector.AvgBytes())
 	}
-	if m := res.Memory; m == nil || m.Goroutines < 1 || m.total() <= 0 {
-		t.Errorf("connector memory per connection %+v, want goroutines and bytes", m)
+	// Bytes per connection are not checked: with 4 connections a stack the
+	// runtime shrinks meanwhile elsewhere in the process outweighs them
+	// (seen: -16 KiB under load). The goroutine count is exact.
+	if m := res.Memory; m == nil || m.Goroutines < 1 {
+		t.Errorf("connector memory per connection %+v, want its goroutine", m)
 	}
 	if m := res.EchoMemory; m == nil || m.Goroutines < 1 {
 		t.Errorf("echo memory per connection %+v, want its goroutine", m)
