@@ -365,8 +365,11 @@ func TestWakePokesPerHostAreBounded(t *testing.T) {
 	if got := other.hits.Load(); got != 1 {
 		t.Fatalf("GETs to the other host: %d, want 1", got)
 	}
-	if got := m.get(wake.ResultHostLimit); got != 2*17 {
-		t.Fatalf("host_limit counted %d, want 34 (the 17 URLs without a slot, on each instance)", got)
+	// Each of the 17 URLs without a slot is counted by every instance that
+	// took its cooldown lease to look: at least one, and both unless one
+	// looked while the other held it (then it skips the URL as poked).
+	if got := m.get(wake.ResultHostLimit); got < 17 || got > 2*17 {
+		t.Fatalf("host_limit counted %d, want 17 to 34 (the 17 URLs without a slot, once or on each instance)", got)
 	}
 	clk.Advance(time.Minute)
 	round()
