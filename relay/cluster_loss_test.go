@@ -425,6 +425,31 @@ func (r *clusterRig) advance(k int) {
 	}
 }
 
+// keepBeating advances the clock one more beat every few seconds, at most
+// cluster.LostBeats times, until the returned stop is called: after a loss
+// the next beat is expected to make it up, and a later one must (a beat's
+// own messages may be late on a loaded machine; the recovery is what is
+// checked, not its latency).
+func (r *clusterRig) keepBeating() (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		for range cluster.LostBeats {
+			select {
+			case <-done:
+				return
+			case <-time.After(relaytest.Timeout / 4):
+				r.advance(1)
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
 // driven returns a rig where i0 drives t1 for ga (telegram only, so it
 // never takes discord inbound) and gb on i1 serves discord, and the driver
 // knows gb: a first discord inbound reached it and was acknowledged.
@@ -488,7 +513,9 @@ func TestClusterLostFrameIsForwardedAgain(t *testing.T) {
 	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
 	lost := r.inst[0].net.nextLost(t, "e1's frame")
 	r.advance(1)
+	stop := r.keepBeating()
 	ev, id := gb.NextInbound(t)
+	stop()
 	if ev.Text != "e1" {
 		t.Fatalf("gb got %q, want e1", ev.Text)
 	}
@@ -532,7 +559,9 @@ func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
 	gb.Ack(t, id)
 	r.inst[1].net.nextLost(t, "e1's ack")
 	r.advance(1)
+	stop := r.keepBeating()
 	ev, again := gb.NextInbound(t)
+	stop()
 	if ev.Text != "e1" || again != id {
 		t.Fatalf("after the lost ack gb got %q as %s, want e1 again as %s", ev.Text, again, id)
 	}
