@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"connector/internal/doctable"
+	"connector/internal/doctabletest"
 )
 
 // parityWorld is the guild the parity cases run in: text channels general
@@ -203,7 +203,7 @@ func TestSettingsParity(t *testing.T) {
 // docs/settings-parity.md and discordParity name different rows: each
 // row's knob and YAML must be a case, in the same order.
 func TestSettingsParityDocInSync(t *testing.T) {
-	rows, err := doctable.Rows("../../docs/settings-parity.md", "## Discord")
+	rows, err := doctabletest.Rows("../../docs/settings-parity.md", "## Discord")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestSettingsParityDocInSync(t *testing.T) {
 		if len(r) != 4 {
 			t.Fatalf("row %q: want 4 cells (knob, setting, native, connector)", r)
 		}
-		doc = append(doc, doctable.Code(r[0])+" "+doctable.Code(r[1]))
+		doc = append(doc, doctabletest.Code(r[0])+" "+doctabletest.Code(r[1]))
 	}
 	for _, c := range discordParity {
 		cases = append(cases, c.knob+" "+c.setting)
