@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -179,4 +180,27 @@ func OwnerUnknown(name string, err error) contract.Result {
 		return contract.Failed(contract.CodeUnavailable, string(u))
 	}
 	return contract.Failed(contract.CodeUnavailable, name+": the chat's owner could not be looked up; retry later")
+}
+
+// SendParts sends a message's parts in order, each with send (i is its
+// index), and returns the first and last messages' ids with the result:
+// OK(first), or failure's result for the first part that failed, which
+// past the first part says how many went out and still carries first.
+func SendParts(parts []string, send func(i int, part string) (string, error), failure func(error) contract.Result) (first, last string, r contract.Result) {
+	for i, part := range parts {
+		id, err := send(i, part)
+		if err != nil {
+			r = failure(err)
+			if i > 0 {
+				r.Error = fmt.Sprintf("%s (sent %d of %d parts)", r.Error, i, len(parts))
+				r.MessageID = first
+			}
+			return first, last, r
+		}
+		if i == 0 {
+			first = id
+		}
+		last = id
+	}
+	return first, last, contract.OK(first)
 }

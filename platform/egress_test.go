@@ -121,3 +121,34 @@ func TestLocateIsAskedOnce(t *testing.T) {
 		t.Errorf("Locate of a chat whose owner is unknown: %v", err)
 	}
 }
+
+// TestSendParts: the parts go out in order; a failure past the first part
+// says how many went out and carries the first message's id, one of the
+// first part carries none.
+func TestSendParts(t *testing.T) {
+	failAt := -1
+	var sent []string
+	send := func(i int, part string) (string, error) {
+		if i == failAt {
+			return "", errors.New("boom")
+		}
+		sent = append(sent, part)
+		return "m" + part, nil
+	}
+	failure := func(err error) contract.Result { return contract.Failed(contract.CodePlatformError, "x: "+err.Error()) }
+
+	first, last, r := platform.SendParts([]string{"1", "2", "3"}, send, failure)
+	if !r.Success || r.MessageID != "m1" || first != "m1" || last != "m3" || len(sent) != 3 {
+		t.Fatalf("all sent: first %q last %q result %+v sent %v", first, last, r, sent)
+	}
+	failAt, sent = 2, nil
+	first, last, r = platform.SendParts([]string{"1", "2", "3"}, send, failure)
+	if r.Success || r.Error != "x: boom (sent 2 of 3 parts)" || r.MessageID != "m1" || first != "m1" || last != "m2" {
+		t.Fatalf("third failed: first %q last %q result %+v", first, last, r)
+	}
+	failAt, sent = 0, nil
+	_, _, r = platform.SendParts([]string{"1", "2"}, send, failure)
+	if r.Success || r.Error != "x: boom" || r.MessageID != "" || len(sent) != 0 {
+		t.Fatalf("first failed: result %+v sent %v", r, sent)
+	}
+}
