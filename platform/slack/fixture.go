@@ -11,6 +11,7 @@ import (
 	"github.com/slack-go/slack"
 	"go.yaml.in/yaml/v3"
 
+	"connector/platform"
 	"connector/session"
 )
 
@@ -83,7 +84,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 			return session.Outcome{Drop: dropDMsDisabled}, nil
 		}
 		ev := slashEvent(&c)
-		return outcome(ev.Source, ev.Text, ev.MessageType, ev.MessageID, ev.ReplyToMessageID), nil
+		return platform.Outcome(&ev), nil
 	case probe.Type == string(slack.InteractionTypeBlockActions):
 		var ic slack.InteractionCallback
 		if err := json.Unmarshal(raw, &ic); err != nil {
@@ -94,7 +95,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 			return session.Outcome{Drop: dropForeignAction}, nil
 		}
 		ev := p.event(look.user(ctx, p.team, p.user).name, look.channelName(ctx, p.team, p.channel))
-		return outcome(ev.Source, ev.Text, ev.MessageType, ev.MessageID, ev.ReplyToMessageID), nil
+		return platform.Outcome(&ev), nil
 	}
 	var env envelope
 	if err := decodeEnvelope(raw, &env); err != nil {
@@ -135,20 +136,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 	if drop != "" {
 		return session.Outcome{Drop: drop}, nil
 	}
-	return outcome(t.ev.Source, t.ev.Text, t.ev.MessageType, t.ev.MessageID, t.ev.ReplyToMessageID), nil
-}
-
-// outcome is the session.Outcome of a turn.
-func outcome(src session.Source, text, msgType, messageID, replyTo string) session.Outcome {
-	opt := func(s string) *string {
-		if s == "" {
-			return nil
-		}
-		return &s
-	}
-	return session.Outcome{Source: src, Event: &session.EventFields{
-		Text: text, MessageType: msgType, MessageID: opt(messageID), ReplyToMessageID: opt(replyTo),
-	}}
+	return platform.Outcome(&t.ev), nil
 }
 
 // slashFromFields reads a slash command from its form fields (get returns
@@ -168,26 +156,28 @@ func slashFromFields(get func(string) string) slashCommand {
 type fixtureLookup struct{ fc *fixtureContext }
 
 func (l *fixtureLookup) user(_ context.Context, _, id string) userInfo {
+	var r struct {
+		OK   bool       `json:"ok"`
+		User slack.User `json:"user"`
+	}
 	if id == "" {
 		return userInfo{}
 	}
-	raw, ok := l.fc.UsersInfo[id]
-	if !ok {
+	if raw, ok := l.fc.UsersInfo[id]; !ok || json.Unmarshal(raw, &r) != nil || !r.OK {
 		return userInfo{name: id}
 	}
-	info, err := parseUsersInfo(raw, id)
-	if err != nil {
-		return userInfo{name: id}
-	}
-	return info
+	return parseUser(&r.User, id)
 }
 
 func (l *fixtureLookup) channelName(ctx context.Context, team, id string) string {
-	raw, ok := l.fc.ConversationsInfo[id]
-	if !ok {
+	var r struct {
+		OK      bool          `json:"ok"`
+		Channel slack.Channel `json:"channel"`
+	}
+	if raw, ok := l.fc.ConversationsInfo[id]; !ok || json.Unmarshal(raw, &r) != nil || !r.OK {
 		return id
 	}
-	return parseConversationsInfo(raw, id, func(peer string) string { return l.user(ctx, team, peer).name })
+	return channelName(&r.Channel, id, func(peer string) string { return l.user(ctx, team, peer).name })
 }
 
 func (l *fixtureLookup) reacted(_ context.Context, _, channel, ts string) (string, string, bool) {
