@@ -136,17 +136,7 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed interaction", http.StatusBadRequest)
 		return
 	}
-	pr, ok := pressOf(&ic)
-	if !ok {
-		p.drop(dropForeignAction, "")
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	err = p.ingestPress(r.Context(), &pr, received)
-	p.answer(w, err, "prompt press")
-	if err == nil {
-		p.markPressed(&ic, &pr)
-	}
+	p.answer(w, p.interaction(r.Context(), &ic, received), "prompt press")
 }
 
 // serveCommands handles POST /slack/commands: the command is delivered

@@ -2,7 +2,9 @@ package slack
 
 import (
 	"cmp"
+	"context"
 	"strings"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -53,6 +55,22 @@ func pressOf(ic *slack.InteractionCallback) (press, bool) {
 		return press{}, false
 	}
 	return p, true
+}
+
+// interaction handles an interaction, from either route: a prompt press
+// is ingested (ingestPress) and, once stored, its prompt marked pressed;
+// any other interaction is dropped.
+func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallback, received time.Time) error {
+	pr, ok := pressOf(ic)
+	if !ok {
+		p.drop(dropForeignAction, "")
+		return nil
+	}
+	err := p.ingestPress(ctx, &pr, received)
+	if err == nil {
+		p.markPressed(ic, &pr)
+	}
+	return err
 }
 
 // event is the press as an inbound: text /<option_id>, message_type
