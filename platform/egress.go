@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/netcause"
 )
 
 // Op performs one outbound op of platform P for tenant on chat: what the
@@ -203,4 +204,34 @@ func SendParts(parts []string, send func(i int, part string) (string, error), fa
 		last = id
 	}
 	return first, last, contract.OK(first)
+}
+
+// RateLimitedError says an op could not be paced within its deadline:
+// its next slot is Wait away.
+type RateLimitedError struct{ Wait time.Duration }
+
+// Error implements error.
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("rate limited; next slot in %s, after the request's deadline", e.Wait.Round(time.Millisecond))
+}
+
+// CommonFailure is the result, its text after prefix ("slack send: "), of
+// the op errors every platform answers alike: a RateLimitedError is
+// rate_limited with its wait as the hint; no answer before the deadline,
+// or a network failure reaching peer (the remote API's name), is
+// unavailable, the latter described without the URL or address its text
+// holds. ok is false for any other error.
+func CommonFailure(prefix, peer string, err error) (r contract.Result, ok bool) {
+	var limited *RateLimitedError
+	switch {
+	case errors.As(err, &limited):
+		r = contract.Failed(contract.CodeRateLimited, prefix+"rate limited; retry later")
+		r.RetryAfterMS = max(limited.Wait.Milliseconds(), 1)
+		return r, true
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return contract.Failed(contract.CodeUnavailable, prefix+"no answer from "+peer+" before the deadline"), true
+	case netcause.IsNetwork(err):
+		return contract.Failed(contract.CodeUnavailable, prefix+peer+" unreachable: "+netcause.Describe(err)), true
+	}
+	return r, false
 }

@@ -3,6 +3,9 @@ package platform_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +153,31 @@ func TestSendParts(t *testing.T) {
 	_, _, r = platform.SendParts([]string{"1", "2"}, send, failure)
 	if r.Success || r.Error != "x: boom" || r.MessageID != "" || len(sent) != 0 {
 		t.Fatalf("first failed: result %+v sent %v", r, sent)
+	}
+}
+
+// TestCommonFailure: the answers every platform gives alike, and none for
+// any other error.
+func TestCommonFailure(t *testing.T) {
+	dial := &url.Error{Op: "Post", URL: "https://api.example/x?token=secret", Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}}
+	for _, c := range []struct {
+		err        error
+		ok         bool
+		code, text string
+		retryAfter int64
+	}{
+		{&platform.RateLimitedError{Wait: 1500 * time.Millisecond}, true, contract.CodeRateLimited, "x send: rate limited; retry later", 1500},
+		{&platform.RateLimitedError{}, true, contract.CodeRateLimited, "x send: rate limited; retry later", 1},
+		{context.DeadlineExceeded, true, contract.CodeUnavailable, "x send: no answer from X before the deadline", 0},
+		{dial, true, contract.CodeUnavailable, "x send: X unreachable: ", 0},
+		{errors.New("other"), false, "", "", 0},
+	} {
+		r, ok := platform.CommonFailure("x send: ", "X", c.err)
+		if ok != c.ok || r.Code != c.code || !strings.HasPrefix(r.Error, c.text) || r.RetryAfterMS != c.retryAfter {
+			t.Errorf("%v: %+v %v, want %s %q… retry %d", c.err, r, ok, c.code, c.text, c.retryAfter)
+		}
+		if strings.Contains(r.Error, "api.example") || strings.Contains(r.Error, "secret") {
+			t.Errorf("%v: the result names the URL: %q", c.err, r.Error)
+		}
 	}
 }

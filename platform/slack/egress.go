@@ -10,7 +10,6 @@ import (
 	"github.com/slack-go/slack"
 
 	"connector/contract"
-	"connector/internal/netcause"
 	"connector/platform"
 )
 
@@ -111,24 +110,14 @@ func (p *Platform) teamFor(ctx context.Context, tenant, chat, hint string) (stri
 // failure turns an egress error into a result whose text carries no
 // secret.
 func (p *Platform) failure(op string, err error) contract.Result {
-	var limited *rateLimitedError
-	var se slack.SlackErrorResponse
-	switch {
-	case errors.As(err, &limited):
-		r := contract.Failed(contract.CodeRateLimited, "slack "+op+": rate limited; retry later")
-		r.RetryAfterMS = max(limited.wait.Milliseconds(), 1)
+	if r, ok := platform.CommonFailure("slack "+op+": ", "Slack", err); ok {
 		return r
+	}
+	switch {
 	case errors.Is(err, errNotInstalled):
 		return contract.Failed(contract.CodeUnavailable, "slack "+op+": the app is not installed in this chat's workspace")
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return contract.Failed(contract.CodeUnavailable, "slack "+op+": no answer from Slack before the deadline")
 	case errors.Is(err, platform.ErrUnavailable):
 		return platform.OwnerUnknown(platformName, err)
-	case errors.As(err, &se):
-		return contract.Failed(contract.CodePlatformError, "slack "+op+": "+p.errorText(err))
-	case netcause.IsNetwork(err):
-		// The error text holds the Web API's URL and address.
-		return contract.Failed(contract.CodeUnavailable, "slack "+op+": Slack unreachable: "+netcause.Describe(err))
 	}
 	return contract.Failed(contract.CodePlatformError, "slack "+op+": "+p.errorText(err))
 }

@@ -112,7 +112,7 @@ func (p *Platform) edit(ctx context.Context, tenant string, chat int64, a *contr
 func (p *Platform) typing(ctx context.Context, _ string, chat int64, a *contract.Action) contract.Result {
 	now := p.clock.Now()
 	if until := p.limits.blockedUntil(chat); until.After(now) {
-		return p.failure(contract.OpTyping, &rateLimitedError{wait: until.Sub(now)})
+		return p.failure(contract.OpTyping, &platform.RateLimitedError{Wait: until.Sub(now)})
 	}
 	params := &bot.SendChatActionParams{ChatID: chat, MessageThreadID: topicThread(a.Metadata.ThreadID), Action: models.ChatActionTyping}
 	_, err := p.bot.SendChatAction(ctx, params)
