@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/netcause"
+	"connector/platform/fairshare"
 )
 
 // Op performs one outbound op of platform P for tenant on chat: what the
@@ -234,4 +236,20 @@ func CommonFailure(prefix, peer string, err error) (r contract.Result, ok bool) 
 		return contract.Failed(contract.CodeUnavailable, prefix+peer+" unreachable: "+netcause.Describe(err)), true
 	}
 	return r, false
+}
+
+// WaitShare waits until latest (on clk, the budget's clock) for one unit
+// of tenant's fair share of budget: nil once granted, ctx's error when
+// ctx ended first, else a RateLimitedError (no share came in time, or too
+// many of tenant's requests wait already).
+func WaitShare(ctx context.Context, budget *fairshare.Scheduler, tenant string, latest time.Time, clk clock.Clock) error {
+	wctx, cancel := context.WithTimeout(ctx, latest.Sub(clk.Now()))
+	defer cancel()
+	if err := budget.Wait(wctx, tenant); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &RateLimitedError{Wait: time.Second}
+	}
+	return nil
 }

@@ -11,7 +11,9 @@ import (
 
 	"connector/contract"
 	"connector/descriptor"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/fairshare"
 )
 
 // chatsPlatform owns the chats in owners, grants those in granted, and
@@ -179,5 +181,24 @@ func TestCommonFailure(t *testing.T) {
 		if strings.Contains(r.Error, "api.example") || strings.Contains(r.Error, "secret") {
 			t.Errorf("%v: the result names the URL: %q", c.err, r.Error)
 		}
+	}
+}
+
+// TestWaitShare: a unit within the budget is granted; one that would come
+// after latest is rate limited; a ctx that ended answers its own error.
+func TestWaitShare(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	budget := fairshare.New(fairshare.Config{Rate: 1, Burst: 1, Clock: clk})
+	if err := platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(time.Second), clk); err != nil {
+		t.Fatalf("first unit: %v", err)
+	}
+	var limited *platform.RateLimitedError
+	if err := platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(10*time.Millisecond), clk); !errors.As(err, &limited) {
+		t.Fatalf("a unit past latest: %v, want a RateLimitedError", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := platform.WaitShare(ctx, budget, "t1", clk.Now().Add(time.Second), clk); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ended ctx: %v", err)
 	}
 }

@@ -155,19 +155,13 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 			}
 		}
 		sched := p.limits.budget(team, method)
-		wctx, cancel := context.WithTimeout(ctx, latest.Sub(p.clock.Now()))
-		err := sched.Wait(wctx, tenant)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return &platform.RateLimitedError{Wait: time.Second}
+		if err := platform.WaitShare(ctx, sched, tenant, latest, p.clock); err != nil {
+			return err
 		}
 		if d := p.clock.Now().Sub(start); d > 0 {
 			p.metrics.RateLimitWait(platformName, d)
 		}
-		err = fn(ctx, c)
+		err := fn(ctx, c)
 		var limited *slack.RateLimitedError
 		if !errors.As(err, &limited) {
 			if tokenRevoked(err) {

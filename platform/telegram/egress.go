@@ -68,19 +68,13 @@ func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGr
 		if err := p.clock.Sleep(ctx, at.Sub(p.clock.Now())); err != nil {
 			return err
 		}
-		waitCtx, cancel := context.WithTimeout(ctx, latest.Sub(p.clock.Now()))
-		err := p.budget.Wait(waitCtx, tenant)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return &platform.RateLimitedError{Wait: time.Second}
+		if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.clock); err != nil {
+			return err
 		}
 		if d := p.clock.Now().Sub(now); d > 0 {
 			p.metrics.RateLimitWait(platformName, d)
 		}
-		err = call(ctx)
+		err := call(ctx)
 		var tooMany *bot.TooManyRequestsError
 		if !errors.As(err, &tooMany) {
 			return err
