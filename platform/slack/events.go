@@ -157,12 +157,8 @@ func (p *Platform) serveCommands(w http.ResponseWriter, r *http.Request) {
 	}
 	c := slashFromFields(form.Get)
 	text, err := p.ingestCommand(r.Context(), &c, received)
-	if err != nil {
+	if err != nil || text == "" {
 		p.answer(w, err, "slash command")
-		return
-	}
-	if text == "" {
-		w.WriteHeader(http.StatusOK)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

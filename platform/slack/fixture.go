@@ -200,17 +200,19 @@ func (l *fixtureLookup) threadRoot(_ context.Context, _, channel, ts string) (ro
 // fixtureState answers the adapter memory from a fixture's context.
 type fixtureState struct{ fc *fixtureContext }
 
-func marked(list []string, team, ts string) bool {
-	return slices.Contains(list, team+":"+ts) || slices.Contains(list, ts)
+// has answers a marker from the context's lists; the bot's posts and the
+// mentioned threads may be listed by their ts alone.
+func (s *fixtureState) has(_ context.Context, kind markKind, key string) (bool, error) {
+	_, ts, _ := strings.Cut(key, ":")
+	switch kind {
+	case markPosted:
+		return slices.Contains(s.fc.BotMessageTS, key) || slices.Contains(s.fc.BotMessageTS, ts), nil
+	case markMentioned:
+		return slices.Contains(s.fc.MentionedThreads, key) || slices.Contains(s.fc.MentionedThreads, ts), nil
+	case markActive:
+		return slices.Contains(s.fc.ActiveThreadSessions, key), nil
+	}
+	return false, nil
 }
 
-func (s *fixtureState) botPosted(_ context.Context, team, ts string) (bool, error) {
-	return marked(s.fc.BotMessageTS, team, ts), nil
-}
-func (s *fixtureState) mentioned(_ context.Context, team, ts string) (bool, error) {
-	return marked(s.fc.MentionedThreads, team, ts), nil
-}
-func (s *fixtureState) active(_ context.Context, team, channel, ts string) (bool, error) {
-	return slices.Contains(s.fc.ActiveThreadSessions, team+":"+channel+":"+ts), nil
-}
-func (s *fixtureState) markMentioned(context.Context, string, string) error { return nil }
+func (s *fixtureState) set(context.Context, markKind, string) error { return nil }

@@ -118,7 +118,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 	}()
 	ev := m.ev
 	if m.edit {
-		switch done, err := p.memory.processed(ctx, m.scope, ev.TS); {
+		switch done, err := p.memory.has(ctx, markTurn, m.scope+":"+ev.TS); {
 		case err != nil:
 			return fmt.Errorf("slack: read the message's turn marker: %w", err)
 		case done:
