@@ -105,10 +105,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 	if env.InnerEvent == nil || json.Unmarshal(*env.InnerEvent, &ev) != nil {
 		return session.Outcome{Drop: dropMalformed}, nil
 	}
-	bot := fc.TeamBotUserIDs[env.installTeam()]
-	if bot == "" {
-		bot = fc.BotUserID
-	}
+	bot := cmp.Or(fc.TeamBotUserIDs[env.installTeam()], fc.BotUserID)
 	m, ok := newMessage(&env, &ev)
 	if ev.Type == "reaction_added" || ev.Type == "reaction_removed" {
 		var drop string

@@ -3,7 +3,6 @@ package slack
 import (
 	"cmp"
 	"context"
-	"strings"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -76,20 +75,8 @@ func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallbac
 // event is the press as an inbound: text /<option_id>, message_type
 // command, from the user who pressed, in the prompt's thread.
 func (p *press) event(userName, chatName string) contract.Event {
-	src := session.Source{
-		Platform:  platformName,
-		ChatID:    p.channel,
-		ChatName:  session.Str(chatName),
-		ChatType:  session.ChatTypeGroup,
-		UserID:    session.Str(p.user),
-		UserName:  session.Str(userName),
-		ThreadID:  session.StrOrNull(p.thread),
-		ScopeID:   p.team,
-		MessageID: p.actionTS,
-	}
-	if strings.HasPrefix(p.channel, "D") {
-		src.ChatType = session.ChatTypeDM
-	}
+	src := slashSource(p.channel, p.user, p.thread, p.team) // pressOf: the user is set
+	src.ChatName, src.UserName, src.MessageID = session.Str(chatName), session.Str(userName), p.actionTS
 	return contract.Event{
 		Text: "/" + p.optionID, MessageType: "command", MessageID: p.actionTS, Source: src,
 		PromptResponse: &contract.PromptResponse{PromptID: p.promptID, OptionID: p.optionID, Label: p.label, PromptMessageID: p.message},
