@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -98,10 +99,7 @@ func (p *Platform) teamFor(ctx context.Context, tenant, chat, hint string) (stri
 	if err != nil {
 		return "", err
 	}
-	if team == "" {
-		team = p.works.configTeam()
-	}
-	if team == "" {
+	if team = cmp.Or(team, p.works.configTeam()); team == "" {
 		return "", errNotInstalled
 	}
 	return team, nil
@@ -137,10 +135,7 @@ func slackErr(err error) string {
 // thread, which the gateway echoes as both) is no thread: the reply goes
 // flat.
 func (p *Platform) threadOf(tenant string, a *contract.Action) string {
-	thread := string(a.Metadata.ThreadID)
-	if thread == "" {
-		thread = string(a.Metadata.ThreadTS)
-	}
+	thread := cmp.Or(string(a.Metadata.ThreadID), string(a.Metadata.ThreadTS))
 	if !p.policy(tenant).replyInThread {
 		if thread == string(a.ReplyTo) {
 			return ""

@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"regexp"
 	"strings"
@@ -231,10 +232,7 @@ func (p *Platform) threadCreate(ctx context.Context, _ string, t target, a *cont
 		r.ThreadID = ts
 		return r
 	}
-	name := textsplit.TruncateRunes(strings.TrimSpace(a.ThreadName), maxThreadName)
-	if name == "" {
-		name = "session"
-	}
+	name := cmp.Or(textsplit.TruncateRunes(strings.TrimSpace(a.ThreadName), maxThreadName), "session")
 	seed := ":thread: Hermes handoff — *" + name + "*"
 	var ts string
 	err := p.callIn(ctx, t.team, t.channel, "chat.postMessage", func(ctx context.Context, c *slack.Client) (err error) {
