@@ -1,3 +1,10 @@
+// Package slack fronts one Slack app for many tenants: it verifies and
+// ingests Slack's events, interactions and slash commands (signed HTTP
+// routes, or Socket Mode), normalizes messages into the tenant-scoped
+// MessageEvents the native Hermes adapter builds, and executes the
+// gateways' outbound actions with slack-go's Web API client, within
+// Slack's rate tiers. Each file's header says which rule it owns;
+// docs/contract.md lists the ops and docs/security.md the routes.
 package slack
 
 import (
