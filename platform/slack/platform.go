@@ -37,7 +37,6 @@ type Platform struct {
 	cfg     Config
 	deps    platform.Deps
 	log     *slog.Logger
-	key     platform.KeyFunc
 	metrics platform.Metrics
 	clock   clock.Clock
 
@@ -122,7 +121,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		cfg:      cfg,
 		deps:     deps,
 		log:      deps.Log.With("platform", platformName),
-		key:      deps.Key,
 		metrics:  deps.Metrics,
 		clock:    deps.Clock,
 		http:     &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},

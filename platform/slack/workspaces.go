@@ -61,7 +61,7 @@ type workspaces struct {
 	p *Platform
 
 	mu      sync.Mutex
-	config  *workspace               // bot_token's; team and bot user once auth.test answered
+	config  *workspace               // bot_token's (nil without); its team and bot user once auth.test answered, under mu
 	local   map[string]installRecord // installs without a store (Deps.Store nil)
 	cache   *ttlcache.Cache[string, *workspace]
 	missing *ttlcache.Cache[string, struct{}]
@@ -106,13 +106,7 @@ func (w *workspaces) configTeam() string {
 // any workspace while auth.test has not said which it is and no install
 // claims it; installs are read from the store.
 func (w *workspaces) get(ctx context.Context, team string) (*workspace, error) {
-	w.mu.Lock()
-	cfg := w.config
-	var cfgTeam string
-	if cfg != nil {
-		cfgTeam = cfg.team
-	}
-	w.mu.Unlock()
+	cfg, cfgTeam := w.config, w.configTeam() // config is set once, by newWorkspaces
 	if cfg != nil && cfgTeam == team && team != "" {
 		return cfg, nil
 	}
