@@ -28,7 +28,6 @@ const (
 	dropUnsupported      = "unsupported"
 	dropDuplicate        = "duplicate"
 	dropUnclaimed        = "unclaimed"
-	dropNotInstalled     = "not_installed"
 	dropEditOfProcessed  = "edit_of_processed_message"
 	dropChannelIgnored   = "channel_ignored"
 	dropBotSender        = "bot_sender"

@@ -43,7 +43,6 @@ var errNotInstalled = errors.New("slack: the app is not installed in this worksp
 type installRecord struct {
 	Token    string `json:"token"`
 	BotUser  string `json:"bot_user_id"`
-	BotID    string `json:"bot_id,omitempty"`
 	AppID    string `json:"app_id,omitempty"`
 	TeamName string `json:"team_name,omitempty"`
 	// Installed is when the install was stored (Unix seconds).
