@@ -42,11 +42,13 @@
 // # Limits
 //
 // Messages to one user are spaced (chat_per_second, platform/pace), then
-// wait for the tenant's fair share of the app's budget (global_per_second,
-// platform/fairshare). A Graph rate-limit answer holds the user with a
-// backoff and, unless it is the pair limit (131056), pauses the app's
-// budget; the message is sent again within the deadline, since Meta did
-// not take it. Other errors are never retried (paced).
+// wait for the tenant's fair share of the sending number's budget
+// (number_per_second) and of the app's (global_per_second), both
+// platform/fairshare. A Graph rate-limit answer holds the user with a
+// backoff and pauses the number's budget (130429) or the app's (the app
+// and account codes), not for the pair limit (131056); the message is
+// sent again within the deadline, since Meta did not take it. Other errors
+// are never retried (paced).
 //
 // # Secrets
 //

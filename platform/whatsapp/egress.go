@@ -64,11 +64,12 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 }
 
 // paced runs call for one message from number to user: it waits for the
-// user's slot (platform/pace), then for tenant's fair share of the app's budget,
-// then calls. A Graph rate-limit answer (rateLimitCodes) holds the user
-// with backoff and, for the app- and account-wide codes, pauses the whole
-// budget; the message is sent again while the deadline allows, since Meta
-// did not take it. Any other error is returned as it is, never retried:
+// user's slot (platform/pace), then for tenant's fair share of the number's
+// budget and of the app's, then calls. A Graph rate-limit answer
+// (rateLimitCodes) holds the user with backoff and pauses what Meta
+// throttled: the number (130429), or the app or account (4, 80007, 613);
+// the pair limit (131056) holds the user alone. The message is sent again
+// while the deadline allows, since Meta did not take it. Any other error is returned as it is, never retried:
 // the call may have gone through.
 func (p *Platform) paced(ctx context.Context, tenant, number, user string, call func(context.Context) error) error {
 	deadline, ok := ctx.Deadline()
@@ -85,6 +86,10 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 			return &platform.RateLimitedError{Wait: at.Sub(now)}
 		}
 		if err := p.clock.Sleep(ctx, at.Sub(now)); err != nil {
+			return err
+		}
+		numberBudget := p.numberBudget(number)
+		if err := platform.WaitShare(ctx, numberBudget, tenant, latest, p.clock); err != nil {
 			return err
 		}
 		if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.clock); err != nil {
@@ -104,7 +109,11 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 		}
 		p.metrics.RateLimited(platformName)
 		hold := p.pace.Backoff(key, p.clock.Now())
-		if ge.Code != 131056 { // not the pair limit: the app or account is throttled
+		switch ge.Code {
+		case codePairRate: // the user alone
+		case codeNumberThroughput:
+			numberBudget.Pause(hold)
+		default: // the app or the account
 			p.budget.Pause(hold)
 		}
 		p.log.Info("whatsapp rate limited; backing off", "tenant", tenant, "code", ge.Code, "hold", hold)

@@ -60,13 +60,17 @@ const (
 	codeReengagement = 131047
 	// codeTokenInvalid: the access token expired or was revoked.
 	codeTokenInvalid = 190
+	// codeNumberThroughput: the business number's throughput is spent.
+	codeNumberThroughput = 130429
+	// codePairRate: too many messages to one user in a short time.
+	codePairRate = 131056
 )
 
 // rateLimitCodes are Graph's throttling answers: application (4), WABA
 // (80007), throughput per number (130429), pair rate to one user
 // (131056), and the older per-user call limit (613). Meta did not take
 // the message, so it may be sent again after a pause.
-var rateLimitCodes = map[int]bool{4: true, 80007: true, 130429: true, 131056: true, 613: true}
+var rateLimitCodes = map[int]bool{4: true, 80007: true, codeNumberThroughput: true, codePairRate: true, 613: true}
 
 // rateLimited reports whether err is a Graph throttling answer.
 func rateLimited(err error) (*GraphError, bool) {

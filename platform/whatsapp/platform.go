@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"connector/descriptor"
@@ -40,7 +41,9 @@ type Platform struct {
 	defaultGate *access
 	turns       *chatorder.Queue[string] // one chat (number/user) at a time, chats side by side
 	egress      platform.Egress[*Platform, string]
-	budget      *fairshare.Scheduler
+	budget      *fairshare.Scheduler // the app's (GlobalPerSecond)
+	numberMu    sync.Mutex
+	perNumber   map[string]*fairshare.Scheduler // each business number's (NumberPerSecond), made on first send
 	pace        *pace.Pacer
 	quotes      *quotes
 	links       *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
@@ -105,9 +108,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if err := p.Bind(bindings); err != nil {
 		return nil, err
 	}
-	p.budget = fairshare.New(fairshare.Config{
-		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }), Clock: p.clock,
-	})
+	p.budget = p.newBudget(cfg.GlobalPerSecond)
+	p.perNumber = make(map[string]*fairshare.Scheduler)
 	p.pace = pace.New(cfg.ChatPerSecond)
 	p.quotes = newQuotes()
 	p.links = platform.NewLinkDesk(deps.Clock)
@@ -115,6 +117,29 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.turns = chatorder.New[string](0)
 	p.desc = descriptor.WhatsApp(handlers.Names())
 	return p, nil
+}
+
+// newBudget is a budget of perSecond calls a second (none when negative),
+// shared between tenants by their weights.
+func (p *Platform) newBudget(perSecond int) *fairshare.Scheduler {
+	return fairshare.New(fairshare.Config{
+		Rate: float64(max(perSecond, 0)), Burst: max(perSecond, 1), Clock: p.clock,
+		Weights: fairshare.WeightsOf(p.cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }),
+	})
+}
+
+// numberBudget is the send budget of business number (phone number id),
+// shared between the tenants sending from it; the numbers are the bound
+// ones, so the map stays as small as the configuration.
+func (p *Platform) numberBudget(number string) *fairshare.Scheduler {
+	p.numberMu.Lock()
+	defer p.numberMu.Unlock()
+	b := p.perNumber[number]
+	if b == nil {
+		b = p.newBudget(p.cfg.NumberPerSecond)
+		p.perNumber[number] = b
+	}
+	return b
 }
 
 // Name implements platform.Platform.

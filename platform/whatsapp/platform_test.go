@@ -764,3 +764,57 @@ func TestFairShareBetweenTenants(t *testing.T) {
 	}
 	t.Fatal("t2's send never went out")
 }
+
+// TestNumberBudgetIsPerNumber: each business number has its own send
+// budget (number_per_second), so a number that spent it holds its next
+// send while another number's goes out; a throughput answer (130429)
+// pauses that number's budget, not the app's.
+func TestNumberBudgetIsPerNumber(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(c *Config, d *platform.Deps) { c.NumberPerSecond, c.ChatPerSecond, d.Clock = 2, -1, clk })
+	const ada, bob, cyd = "447700900123", "14155550142", "447700900456"
+	r.converse(t, biz1, ada, "wamid.N1")
+	r.converse(t, biz2, bob, "wamid.N2")
+	r.converse(t, biz1, cyd, "wamid.N3")
+	var done atomic.Int32
+	run := func(tenant, user string) {
+		go func() {
+			defer done.Add(1)
+			if res := r.exec(t, tenant, map[string]any{"op": "send", "chat_id": user, "content": tenant, "reply_to": nil}); !res.Success {
+				t.Errorf("%s to %s: %+v", tenant, user, res)
+			}
+		}()
+	}
+	finished := func() int { return int(done.Load()) }
+	number1, number2 := r.p.numberBudget(biz1.PhoneNumberID), r.p.numberBudget(biz2.PhoneNumberID)
+	waiting := func() int { return number1.Waiting("t1") + number2.Waiting("t2") }
+
+	for range 3 {
+		run("t1", ada)
+	}
+	clk.Settle(t, 3, finished, waiting)
+	if n := finished(); n != 2 || number1.Waiting("t1") != 1 {
+		t.Fatalf("3 sends from a number with a budget of 2: %d went out, %d wait; want 2 and 1", n, number1.Waiting("t1"))
+	}
+	run("t2", bob)
+	clk.Settle(t, 4, finished, waiting)
+	if n := finished(); n != 3 {
+		t.Fatalf("the other number's send waited: %d of 4 sends done, want 3", n)
+	}
+	clk.Drive(t, 4, finished, waiting)
+
+	clk.Advance(time.Second) // number 1's budget refills
+	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 130429, Message: "(#130429) Rate limit hit"})
+	run("t1", ada) // throttled: backs off on the clock, pausing number 1
+	clk.Settle(t, 5, finished, waiting)
+	run("t1", cyd)
+	run("t2", bob)
+	clk.Settle(t, 7, finished, waiting)
+	if n, w := finished(), number1.Waiting("t1"); n != 5 || w != 1 {
+		t.Fatalf("after a 130429 on number 1: %d of 7 sends done and %d waiting for number 1; want 5 (number 2's went out) and 1", n, w)
+	}
+	clk.Drive(t, 7, finished, waiting)
+	if n := len(r.fake.Sent()); n != 7 {
+		t.Fatalf("%d messages sent, want 7", n)
+	}
+}
