@@ -549,6 +549,15 @@ func checkRegistryArgs(namespace, key string) error {
 // returned.
 func committed() error { return nil }
 
+// staged is the Stage of a backend whose Append returned seqs, err: the
+// records are durable before it returns.
+func staged(seqs []uint64, err error) ([]uint64, func() error, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	return seqs, committed, nil
+}
+
 // expired reports whether a value that expires at expires is gone at now:
 // it is from its expiry instant on.
 func expired(now, expires time.Time) bool { return !now.Before(expires) }
