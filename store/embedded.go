@@ -339,7 +339,7 @@ func (l embLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]u
 		return writeStats(tx, tenant, st)
 	}}
 	// Queued under ts.mu, so the tenant's writes commit in seq order.
-	if err := e.group.b.submit(w); err != nil {
+	if err := e.group.submit(w); err != nil {
 		return nil, nil, fmt.Errorf("store: append to tenant %q: %w", tenant, err)
 	}
 	ts.next += uint64(len(recs))
