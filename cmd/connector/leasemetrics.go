@@ -27,15 +27,12 @@ type leaseMetrics struct {
 
 func newLeaseMetrics(m *metrics) *leaseMetrics {
 	l := &leaseMetrics{
-		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "connector_leases_held",
-			Help: "Leases this instance holds among the instances sharing the redis store, by kind: tenant (a tenant's delivery), discord_gateway, telegram_poll, nexscope_room, ..."},
-			[]string{"kind"}),
-		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "connector_lease_acquired_total",
-			Help: "Leases this instance took over (a new tenure: at start, after a release or after the holder's lease ran out), by kind."},
-			[]string{"kind"}),
-		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "connector_lease_lost_total",
-			Help: "Leases this instance held and lost while it lived, by kind: found taken by another instance (or expired) when it renewed them, or given up because no renewal succeeded in time (then taken again, or by another instance). A false takeover when no instance died."},
-			[]string{"kind"}),
+		held: gaugeVec("connector_leases_held",
+			"Leases this instance holds among the instances sharing the redis store, by kind: tenant (a tenant's delivery), discord_gateway, telegram_poll, nexscope_room, ...", "kind"),
+		acquired: counterVec("connector_lease_acquired_total",
+			"Leases this instance took over (a new tenure: at start, after a release or after the holder's lease ran out), by kind.", "kind"),
+		lost: counterVec("connector_lease_lost_total",
+			"Leases this instance held and lost while it lived, by kind: found taken by another instance (or expired) when it renewed them, or given up because no renewal succeeded in time (then taken again, or by another instance). A false takeover when no instance died.", "kind"),
 		holding: map[string]bool{},
 	}
 	m.register(l.held, l.acquired, l.lost)
