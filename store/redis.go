@@ -101,16 +101,6 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 	return s, nil
 }
 
-// infoField returns field's value from an INFO reply.
-func infoField(info, field string) string {
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
-}
-
 // versionAtLeast compares dotted versions numerically.
 func versionAtLeast(v, min string) bool {
 	have, want := strings.Split(v, "."), strings.Split(min, ".")
