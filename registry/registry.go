@@ -221,10 +221,7 @@ func New(st store.Store, c clock.Clock) *Registry {
 // SetDeclared replaces the declared (YAML) layer after checking it.
 func (r *Registry) SetDeclared(s State) error {
 	for _, t := range s.Tenants {
-		if err := t.Session.check(); err != nil {
-			return err
-		}
-		if err := t.checkLimits(); err != nil {
+		if err := cmp.Or(t.Session.check(), t.checkLimits()); err != nil {
 			return err
 		}
 	}
@@ -400,13 +397,7 @@ func (r *Registry) requireTenant(ctx context.Context, id string) error {
 
 // CreateTenant stores a new tenant.
 func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
-	if err := checkID("tenant", t.ID); err != nil {
-		return err
-	}
-	if err := t.Session.check(); err != nil {
-		return err
-	}
-	if err := t.checkLimits(); err != nil {
+	if err := cmp.Or(checkID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
 		return err
 	}
 	r.mu.Lock()

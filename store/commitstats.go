@@ -27,7 +27,7 @@ var (
 )
 
 // CommitStats implements Committer: the group commit's transactions.
-func (e *embedded) CommitStats() CommitStats { return e.group.b.stats() }
+func (e *embedded) CommitStats() CommitStats { return e.group.stats() }
 
 // CommitStats implements Committer: the write pipelines.
 func (s *redisStore) CommitStats() CommitStats { return s.pipe.stats() }

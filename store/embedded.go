@@ -126,24 +126,22 @@ func (e *embedded) init(tx *bolt.Tx) error {
 // as ErrClosed. batch is update through the group commit: fn may run more
 // than once and must set, not accumulate, its results.
 func (e *embedded) view(ctx context.Context, fn func(*bolt.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return closedErr(e.db.View(fn))
+	return inTx(ctx, e.db.View, fn)
 }
 
 func (e *embedded) update(ctx context.Context, fn func(*bolt.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return closedErr(e.db.Update(fn))
+	return inTx(ctx, e.db.Update, fn)
 }
 
 func (e *embedded) batch(ctx context.Context, fn func(*bolt.Tx) error) error {
+	return inTx(ctx, e.group.do, fn)
+}
+
+func inTx(ctx context.Context, run func(func(*bolt.Tx) error) error, fn func(*bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return e.group.do(fn)
+	return closedErr(run(fn))
 }
 
 func closedErr(err error) error {
@@ -339,7 +337,7 @@ func (l embLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]u
 		return writeStats(tx, tenant, st)
 	}}
 	// Queued under ts.mu, so the tenant's writes commit in seq order.
-	if err := e.group.b.submit(w); err != nil {
+	if err := e.group.submit(w); err != nil {
 		return nil, nil, fmt.Errorf("store: append to tenant %q: %w", tenant, err)
 	}
 	ts.next += uint64(len(recs))

@@ -14,7 +14,7 @@ import (
 // (docs/durability.md).
 type groupCommit struct {
 	db *bolt.DB
-	b  *batcher[write]
+	*batcher[write]
 }
 
 // write is one caller's function and where its result goes.
@@ -28,7 +28,7 @@ const maxGroup = 1024
 
 func startGroupCommit(db *bolt.DB) *groupCommit {
 	g := &groupCommit{db: db}
-	g.b = newBatcher(maxGroup, g.commit)
+	g.batcher = newBatcher(maxGroup, g.commit)
 	return g
 }
 
@@ -36,7 +36,7 @@ func startGroupCommit(db *bolt.DB) *groupCommit {
 // may run twice (see commit), so it must set, not accumulate, its results.
 func (g *groupCommit) do(fn func(*bolt.Tx) error) error {
 	w := write{fn: fn, err: make(chan error, 1)}
-	if err := g.b.submit(w); err != nil {
+	if err := g.submit(w); err != nil {
 		return err
 	}
 	return <-w.err
@@ -64,7 +64,3 @@ func (g *groupCommit) commit(group []write) {
 		w.err <- closedErr(err)
 	}
 }
-
-// close commits what is queued, stops the committer and makes later writes
-// fail with ErrClosed.
-func (g *groupCommit) close() { g.b.close() }

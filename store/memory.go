@@ -169,11 +169,7 @@ func (m memLedger) Append(ctx context.Context, tenant string, recs []Record) ([]
 }
 
 func (m memLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]uint64, func() error, error) {
-	seqs, err := m.Append(ctx, tenant, recs)
-	if err != nil {
-		return nil, nil, err
-	}
-	return seqs, committed, nil
+	return staged(m.Append(ctx, tenant, recs))
 }
 
 func (m memLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {

@@ -101,16 +101,6 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 	return s, nil
 }
 
-// infoField returns field's value from an INFO reply.
-func infoField(info, field string) string {
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
-}
-
 // versionAtLeast compares dotted versions numerically.
 func versionAtLeast(v, min string) bool {
 	have, want := strings.Split(v, "."), strings.Split(min, ".")
@@ -267,11 +257,7 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 }
 
 func (l redisLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]uint64, func() error, error) {
-	seqs, err := l.Append(ctx, tenant, recs)
-	if err != nil {
-		return nil, nil, err
-	}
-	return seqs, committed, nil
+	return staged(l.Append(ctx, tenant, recs))
 }
 
 func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error) {
@@ -356,9 +342,6 @@ return removed
 `)
 
 func (l redisLedger) Ack(ctx context.Context, tenant string, seqs ...uint64) (int, error) {
-	if err := checkName("tenant", tenant); err != nil {
-		return 0, err
-	}
 	return l.AckAll(ctx, map[string][]uint64{tenant: seqs})
 }
 
@@ -983,8 +966,6 @@ type redisPubSub struct{ s *redisStore }
 type redisSub struct {
 	ps   *redis.PubSub
 	sub  *subscription
-	once sync.Once
-	quit chan struct{} // closed by stop
 	done chan struct{} // closed when forward returns
 }
 
@@ -1036,7 +1017,7 @@ func (p redisPubSub) Subscribe(ctx context.Context, channel string) (<-chan []by
 		_ = ps.Close()
 		return nil, nil, fmt.Errorf("store: subscribe: %w", rerr(err))
 	}
-	rs := &redisSub{ps: ps, sub: newSubscription(), quit: make(chan struct{}), done: make(chan struct{})}
+	rs := &redisSub{ps: ps, sub: newSubscription(), done: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -1056,32 +1037,19 @@ func (p redisPubSub) Subscribe(ctx context.Context, channel string) (<-chan []by
 	return rs.sub.ch, func() { stopAfter(); cancel() }, nil
 }
 
-// forward moves messages from Redis to the subscription until the
-// subscription is closed. go-redis reconnects and resubscribes after a
+// forward moves messages from Redis to the subscription until ps is
+// closed. go-redis's channel reconnects and resubscribes after a
 // connection error; what was published meanwhile is lost.
 func (rs *redisSub) forward() {
 	defer close(rs.done)
 	defer close(rs.sub.ch)
-	ctx := context.Background()
-	for {
-		msg, err := rs.ps.ReceiveMessage(ctx)
-		if err != nil {
-			select {
-			case <-rs.quit:
-				return
-			case <-time.After(100 * time.Millisecond): // back off before reconnecting
-			}
-			continue
-		}
+	for msg := range rs.ps.Channel() {
 		rs.sub.offer([]byte(msg.Payload))
 	}
 }
 
 // stop closes the subscription and waits for forward to end.
 func (rs *redisSub) stop() {
-	rs.once.Do(func() {
-		close(rs.quit)
-		_ = rs.ps.Close()
-	})
+	_ = rs.ps.Close()
 	<-rs.done
 }

@@ -121,11 +121,11 @@ const redisLayout = "hashtags"
 // init checks the server and the key layout, and loads or creates the
 // epoch.
 func (s *redisStore) init(ctx context.Context) error {
-	info, err := s.c.Info(ctx, "server").Result()
+	info, err := s.c.InfoMap(ctx, "server").Result()
 	if err != nil {
 		return fmt.Errorf("store: redis (%s): %w", s.where, err)
 	}
-	if v := infoField(info, "redis_version"); !versionAtLeast(v, minRedisVersion) {
+	if v := info["Server"]["redis_version"]; !versionAtLeast(v, minRedisVersion) {
 		return fmt.Errorf("store: redis (%s) is version %q; the store needs %s or later", s.where, v, minRedisVersion)
 	}
 	// The epoch is read before the layout and written after it, so a

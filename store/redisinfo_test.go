@@ -27,10 +27,6 @@ func TestVersionAtLeast(t *testing.T) {
 			t.Errorf("versionAtLeast(%q, 6.2) = %v", c.v, got)
 		}
 	}
-	info := "# Server\r\nredis_version:7.0.15\r\nredis_git_sha1:00000000\r\n"
-	if v := infoField(info, "redis_version"); v != "7.0.15" {
-		t.Errorf("infoField = %q", v)
-	}
 }
 
 func TestNotServing(t *testing.T) {

@@ -125,17 +125,11 @@ func (s *redisStore) sendPipeline(calls []pipeCall) {
 	wg.Wait()
 }
 
-// pipeliner is a client of one server, or the failover client of one
-// primary.
-type pipeliner interface {
-	Pipeline() redis.Pipeliner
-}
-
 // sendTo sends calls to one server in one pipeline, scripts by their SHA1,
 // and sends again with their bodies the scripts the server did not have.
 // It reports whether a call failed because the server is unreachable or no
 // longer serves its key (stale).
-func (s *redisStore) sendTo(c pipeliner, calls []pipeCall) (stale bool) {
+func (s *redisStore) sendTo(c redis.UniversalClient, calls []pipeCall) (stale bool) {
 	again, stale := s.exec(c, calls, false)
 	if len(again) > 0 {
 		_, staleAgain := s.exec(c, again, true)
@@ -152,7 +146,7 @@ func (s *redisStore) sendTo(c pipeliner, calls []pipeCall) (stale bool) {
 // sent by SHA1 that the server answered NOSCRIPT, which it returns, and
 // reports whether a call failed for a reason that makes the cluster's
 // layout stale (notServing).
-func (s *redisStore) exec(c pipeliner, calls []pipeCall, bodies bool) (again []pipeCall, stale bool) {
+func (s *redisStore) exec(c redis.UniversalClient, calls []pipeCall, bodies bool) (again []pipeCall, stale bool) {
 	ctx := context.Background()
 	pipe := c.Pipeline()
 	cmds := make([]redis.Cmder, len(calls))

@@ -501,53 +501,44 @@ func checkAckAllArgs(acks map[string][]uint64) error {
 
 // checkReadArgs rejects a bad tenant name or a non-positive read size.
 func checkReadArgs(tenant string, max int) error {
-	if err := checkName("tenant", tenant); err != nil {
+	if err := checkName("tenant", tenant); err != nil || max > 0 {
 		return err
 	}
-	if max <= 0 {
-		return fmt.Errorf("%w: read size %d is not positive", ErrInvalid, max)
-	}
-	return nil
+	return fmt.Errorf("%w: read size %d is not positive", ErrInvalid, max)
 }
 
 // checkOwnerArgs rejects a bad tenant or session key name.
 func checkOwnerArgs(tenant, sessionKey string) error {
-	if err := checkName("tenant", tenant); err != nil {
-		return err
-	}
-	return checkName("session key", sessionKey)
+	return cmp.Or(checkName("tenant", tenant), checkName("session key", sessionKey))
 }
 
 // checkOwnerSetArgs rejects bad Owners.Set arguments.
 func checkOwnerSetArgs(tenant, sessionKey string, ttl time.Duration) error {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return err
-	}
-	return checkTTL(ttl)
+	return cmp.Or(checkOwnerArgs(tenant, sessionKey), checkTTL(ttl))
 }
 
 // checkLeaseArgs rejects bad Leases.Acquire or Renew arguments.
 func checkLeaseArgs(name, holder string, ttl time.Duration) error {
-	if err := checkName("lease name", name); err != nil {
-		return err
-	}
-	if err := checkName("lease holder", holder); err != nil {
-		return err
-	}
-	return checkTTL(ttl)
+	return cmp.Or(checkName("lease name", name), checkName("lease holder", holder), checkTTL(ttl))
 }
 
 // checkRegistryArgs rejects a bad namespace or registry key name.
 func checkRegistryArgs(namespace, key string) error {
-	if err := checkName("namespace", namespace); err != nil {
-		return err
-	}
-	return checkName("registry key", key)
+	return cmp.Or(checkName("namespace", namespace), checkName("registry key", key))
 }
 
 // committed is the commit of a Stage whose records were durable before it
 // returned.
 func committed() error { return nil }
+
+// staged is the Stage of a backend whose Append returned seqs, err: the
+// records are durable before it returns.
+func staged(seqs []uint64, err error) ([]uint64, func() error, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	return seqs, committed, nil
+}
 
 // expired reports whether a value that expires at expires is gone at now:
 // it is from its expiry instant on.

@@ -201,7 +201,7 @@ func (p *Poker) pokeTenant(tenant string) {
 func (p *Poker) pokeHost(ctx context.Context, wg *sync.WaitGroup, tenant, host string, urls []string, gateways map[string][]string) {
 	slot, limited := 0, 0
 	for _, url := range urls {
-		holder := p.cfg.Instance + "/" + nonce()
+		holder := p.cfg.Instance + "/" + rand.Text()
 		name := "wake/" + tenant + "/url/" + digest(url)
 		lease, acquired, err := p.cfg.Leases.Acquire(ctx, name, holder, p.cfg.Cooldown)
 		if err != nil {
@@ -278,11 +278,4 @@ func (p *Poker) get(ctx context.Context, url string) (result string, status int)
 		return ResultHTTPError, resp.StatusCode
 	}
 	return ResultOK, resp.StatusCode
-}
-
-// nonce is a fresh random lease-holder suffix.
-func nonce() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -362,25 +362,9 @@ func (c *Config) Validate() error {
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		return errors.New("config: tls: cert_file and key_file must be set together")
 	}
-	if err := c.validateHTTP(); err != nil {
-		return err
-	}
-	if err := c.Admin.validate(); err != nil {
-		return err
-	}
-	if err := c.validateMedia(); err != nil {
-		return err
-	}
-	if err := nonNegative("relay", &c.Relay); err != nil {
-		return err
-	}
-	if err := c.Store.validate(); err != nil {
-		return err
-	}
-	if err := c.validateTenants(); err != nil {
-		return err
-	}
-	return c.validatePlatforms()
+	// The first failing section, in this order, is reported.
+	return cmp.Or(c.validateHTTP(), c.Admin.validate(), c.validateMedia(), nonNegative("relay", &c.Relay),
+		c.Store.validate(), c.validateTenants(), c.validatePlatforms())
 }
 
 // nonNegative checks that no number of the section at key (a pointer to

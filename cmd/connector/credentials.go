@@ -51,10 +51,8 @@ func (c *connector) credentialRoutes(reg *registry.Registry, v *idtoken.Verifier
 // relay.wake_cooldown and its budget per host relay.wake_per_host, held
 // across the instances sharing st.
 func newPoker(cfg *Config, reg *registry.Registry, st store.Store, instance string, log *slog.Logger, m *metrics) (*wake.Poker, error) {
-	pokes := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "connector_wake_pokes_total",
-		Help: "Wake pokes sent to gateways' wake URLs, by result: ok, http_error (4xx/5xx), unreachable, store_error (the registry or the cooldown lease could not be read), host_limit (not sent: the tenant's wake URLs on that host had relay.wake_per_host pokes this cooldown)."},
-		[]string{"result"})
+	pokes := counterVec("connector_wake_pokes_total",
+		"Wake pokes sent to gateways' wake URLs, by result: ok, http_error (4xx/5xx), unreachable, store_error (the registry or the cooldown lease could not be read), host_limit (not sent: the tenant's wake URLs on that host had relay.wake_per_host pokes this cooldown).", "result")
 	m.register(pokes)
 	for _, r := range []string{wake.ResultOK, wake.ResultHTTPError, wake.ResultUnreachable, wake.ResultStoreError, wake.ResultHostLimit} {
 		pokes.WithLabelValues(r)

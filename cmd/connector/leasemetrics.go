@@ -21,22 +21,19 @@ type leaseMetrics struct {
 	acquired *prometheus.CounterVec
 	lost     *prometheus.CounterVec
 
-	mu     sync.Mutex
-	tokens map[string]uint64 // held leases: name -> fencing token
+	mu      sync.Mutex
+	holding map[string]bool // the names of the leases held
 }
 
 func newLeaseMetrics(m *metrics) *leaseMetrics {
 	l := &leaseMetrics{
-		held: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "connector_leases_held",
-			Help: "Leases this instance holds among the instances sharing the redis store, by kind: tenant (a tenant's delivery), discord_gateway, telegram_poll, nexscope_room, ..."},
-			[]string{"kind"}),
-		acquired: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "connector_lease_acquired_total",
-			Help: "Leases this instance took over (a new tenure: at start, after a release or after the holder's lease ran out), by kind."},
-			[]string{"kind"}),
-		lost: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "connector_lease_lost_total",
-			Help: "Leases this instance held and lost while it lived, by kind: found taken by another instance (or expired) when it renewed them, or given up because no renewal succeeded in time (then taken again, or by another instance). A false takeover when no instance died."},
-			[]string{"kind"}),
-		tokens: map[string]uint64{},
+		held: gaugeVec("connector_leases_held",
+			"Leases this instance holds among the instances sharing the redis store, by kind: tenant (a tenant's delivery), discord_gateway, telegram_poll, nexscope_room, ...", "kind"),
+		acquired: counterVec("connector_lease_acquired_total",
+			"Leases this instance took over (a new tenure: at start, after a release or after the holder's lease ran out), by kind.", "kind"),
+		lost: counterVec("connector_lease_lost_total",
+			"Leases this instance held and lost while it lived, by kind: found taken by another instance (or expired) when it renewed them, or given up because no renewal succeeded in time (then taken again, or by another instance). A false takeover when no instance died.", "kind"),
+		holding: map[string]bool{},
 	}
 	m.register(l.held, l.acquired, l.lost)
 	return l
@@ -82,7 +79,7 @@ func (c countedLeases) Acquire(ctx context.Context, name, holder string, ttl tim
 	switch {
 	case err != nil:
 	case acquired:
-		c.m.took(name, l.Token)
+		c.m.took(name)
 	case c.m.gone(name): // given up unrenewed, and another instance's now
 		c.m.lost.WithLabelValues(leaseKind(name)).Inc()
 	}
@@ -104,38 +101,31 @@ func (c countedLeases) Release(ctx context.Context, name string, l store.Lease) 
 	return c.Leases.Release(ctx, name, l)
 }
 
-// took records lease name held with token; a token not held before is a
-// new tenure. The instance acquires a lease only when it does not hold it
-// (store.Tenure renews a held one), so a lease it still counts as held was
-// given up unrenewed (store.Tenure's view expired): lost, and now a new
-// tenure, with the same token when no other instance took it meanwhile.
-func (l *leaseMetrics) took(name string, token uint64) {
+// took records lease name held: a new tenure. The instance acquires a
+// lease only when it does not hold it (store.Tenure renews a held one), so
+// a lease it still counts as held was given up unrenewed (store.Tenure's
+// view expired): lost, and now a new tenure, whatever its token.
+func (l *leaseMetrics) took(name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	prev, ok := l.tokens[name]
-	if ok {
-		l.lost.WithLabelValues(leaseKind(name)).Inc()
-	}
-	if ok && prev == token {
-		l.acquired.WithLabelValues(leaseKind(name)).Inc()
-		return
-	}
-	l.tokens[name] = token
 	kind := leaseKind(name)
-	l.acquired.WithLabelValues(kind).Inc()
-	if !ok {
+	if l.holding[name] {
+		l.lost.WithLabelValues(kind).Inc()
+	} else {
 		l.held.WithLabelValues(kind).Inc()
 	}
+	l.holding[name] = true
+	l.acquired.WithLabelValues(kind).Inc()
 }
 
 // gone forgets lease name, reporting whether it was held.
 func (l *leaseMetrics) gone(name string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, ok := l.tokens[name]; !ok {
+	if !l.holding[name] {
 		return false
 	}
-	delete(l.tokens, name)
+	delete(l.holding, name)
 	l.held.WithLabelValues(leaseKind(name)).Dec()
 	return true
 }

@@ -336,25 +336,19 @@ const (
 func newAdminMetrics(pm *metrics) *adminMetrics {
 	const outcomes = "ok, invalid, not_found, exists, declared, conflict, limit, refused, unauthorized, forbidden, unavailable, not_configured, error"
 	m := &adminMetrics{
-		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_admin_changes_total",
-			Help: "Admin API requests (/admin/v1/) that change or copy the registry, by op and outcome (" + outcomes + ")."}, []string{"op", "outcome"}),
-		gateways: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_gateway_changes_total",
-			Help: "Registry changes made without the admin token, by gateways (/relay/policy), the Hermes identity authority's tokens (/relay/enroll, /relay/provision, /manage/*) and users redeeming a /link code, by op and outcome (" + outcomes + ")."},
-			[]string{"op", "outcome"}),
+		changes: counterVec("connector_admin_changes_total",
+			"Admin API requests (/admin/v1/) that change or copy the registry, by op and outcome ("+outcomes+").", "op", "outcome"),
+		gateways: counterVec("connector_gateway_changes_total",
+			"Registry changes made without the admin token, by gateways (/relay/policy), the Hermes identity authority's tokens (/relay/enroll, /relay/provision, /manage/*) and users redeeming a /link code, by op and outcome ("+outcomes+").", "op", "outcome"),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "connector_admin_refused_total", Help: "Admin API requests refused for a missing or wrong token."}),
-		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_registry_applies_total",
-			Help: "Registry applies (start, admin change, change notification, poll, secret expiry, SIGHUP) by result: ok or error."}, []string{"result"}),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_config_reloads_total",
-			Help: "SIGHUP config reloads by result: ok, unreadable (the file did not parse or validate; the running config stays) or not_applied."}, []string{"result"}),
+		applies: counterVec("connector_registry_applies_total",
+			"Registry applies (start, admin change, change notification, poll, secret expiry, SIGHUP) by result: ok or error.", "result"),
+		reloads: counterVec("connector_config_reloads_total",
+			"SIGHUP config reloads by result: ok, unreadable (the file did not parse or validate; the running config stays) or not_applied.", "result"),
+		setAside: gaugeVec("connector_scope_claims_set_aside",
+			"Stored scope claims that a binding of another tenant (configuration or admin API) sets aside, per platform: kept in the store, ignored by routing and egress.", "platform"),
 	}
-	m.setAside = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "connector_scope_claims_set_aside",
-		Help: "Stored scope claims that a binding of another tenant (configuration or admin API) sets aside, per platform: kept in the store, ignored by routing and egress."}, []string{"platform"})
 	pm.register(m.changes, m.gateways, m.refused, m.applies, m.reloads, m.setAside)
 	m.applies.WithLabelValues("ok")
 	m.applies.WithLabelValues("error")

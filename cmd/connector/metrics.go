@@ -54,48 +54,31 @@ var latencyBuckets = []float64{
 
 func newMetrics() *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "connector_gateway_connections", Help: "Authenticated gateway connections."}, []string{"tenant"}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_gateway_refused_total", Help: "Gateway upgrades refused, by reason: unauthorized or expired (close 4401), too_many_connections (close 4409), no_credentials (HTTP 401: no Authorization header)."}, []string{"reason"}),
-		framesIgnored: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_gateway_frames_ignored_total",
-			Help: "Gateway frames the relay skipped, by tenant and reason: malformed, unknown_type, no_request_id, no_session_key, unknown_buffer_id."},
-			[]string{"tenant", "reason"}),
-		inbound: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_inbound_events_total",
-			Help: "Platform events by outcome: queued for the tenant's gateways, or dropped (with the reason); tenant is empty when no tenant claimed the event."},
-			[]string{"platform", "tenant", "outcome"}),
-		deliveryDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "connector_inbound_delivery_seconds", Help: "Time from platform receipt to the inbound frame handed to a gateway connection's writer.",
-			Buckets: latencyBuckets}, []string{"platform"}),
-		outbound: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_outbound_ops_total", Help: "Outbound ops by platform (none: answered before one was chosen), op and result (ok or the failure code)."}, []string{"platform", "op", "result"}),
-		outboundTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "connector_outbound_seconds", Help: "Time from an outbound request to its result, by platform and op.",
-			Buckets: latencyBuckets}, []string{"platform", "op"}),
-		buffered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "connector_buffered_events", Help: "Inbound events held for a tenant: in flight without ack, or waiting for a gateway."}, []string{"tenant"}),
-		rateWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "connector_ratelimit_wait_seconds", Help: "Time egress calls waited for the platform's rate-limit budget.",
-			Buckets: latencyBuckets}, []string{"platform"}),
-		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_platform_rate_limited_total",
-			Help: "Answers in which the platform refused a call for its rate limit (HTTP 429, or Telegram's error 429); the call waited retry_after and was made again within its deadline."},
-			[]string{"platform"}),
-		httpRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_http_connections_refused_total",
-			Help: "Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), out_of_fds (accept failed for lack of file descriptors)."},
-			[]string{"reason"}),
-		statuses: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "connector_delivery_statuses_total",
-			Help: "Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways."},
-			[]string{"platform", "tenant", "status"}),
+		reg:         prometheus.NewRegistry(),
+		connections: gaugeVec("connector_gateway_connections", "Authenticated gateway connections.", "tenant"),
+		refused: counterVec("connector_gateway_refused_total",
+			"Gateway upgrades refused, by reason: unauthorized or expired (close 4401), too_many_connections (close 4409), no_credentials (HTTP 401: no Authorization header).", "reason"),
+		framesIgnored: counterVec("connector_gateway_frames_ignored_total",
+			"Gateway frames the relay skipped, by tenant and reason: malformed, unknown_type, no_request_id, no_session_key, unknown_buffer_id.", "tenant", "reason"),
+		inbound: counterVec("connector_inbound_events_total",
+			"Platform events by outcome: queued for the tenant's gateways, or dropped (with the reason); tenant is empty when no tenant claimed the event.", "platform", "tenant", "outcome"),
+		deliveryDelay: latencyVec("connector_inbound_delivery_seconds",
+			"Time from platform receipt to the inbound frame handed to a gateway connection's writer.", "platform"),
+		outbound: counterVec("connector_outbound_ops_total",
+			"Outbound ops by platform (none: answered before one was chosen), op and result (ok or the failure code).", "platform", "op", "result"),
+		outboundTime: latencyVec("connector_outbound_seconds", "Time from an outbound request to its result, by platform and op.", "platform", "op"),
+		buffered: gaugeVec("connector_buffered_events",
+			"Inbound events held for a tenant: in flight without ack, or waiting for a gateway.", "tenant"),
+		rateWait: latencyVec("connector_ratelimit_wait_seconds", "Time egress calls waited for the platform's rate-limit budget.", "platform"),
+		rateLimited: counterVec("connector_platform_rate_limited_total",
+			"Answers in which the platform refused a call for its rate limit (HTTP 429, or Telegram's error 429); the call waited retry_after and was made again within its deadline.", "platform"),
+		httpRefused: counterVec("connector_http_connections_refused_total",
+			"Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), out_of_fds (accept failed for lack of file descriptors).", "reason"),
+		statuses: counterVec("connector_delivery_statuses_total",
+			"Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways.", "platform", "tenant", "status"),
 	}
 	d := readBuildDetails()
-	buildInfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "connector_build_info", Help: "Always 1; the labels say which build runs."}, []string{"version", "commit", "goversion"})
+	buildInfo := gaugeVec("connector_build_info", "Always 1; the labels say which build runs.", "version", "commit", "goversion")
 	buildInfo.WithLabelValues(d.Version, d.Commit, d.GoVersion).Set(1)
 	m.register(m.connections, m.refused, m.framesIgnored, m.inbound, m.deliveryDelay, m.outbound, m.outboundTime,
 		m.buffered, m.rateWait, m.rateLimited, m.httpRefused, m.statuses, buildInfo,
@@ -107,6 +90,30 @@ func newMetrics() *metrics {
 		m.httpRefused.WithLabelValues(r)
 	}
 	return m
+}
+
+// counterVec, gaugeVec and latencyVec (a histogram in latencyBuckets) are
+// vectors of name, help and labels.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+func latencyVec(name, help string, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: latencyBuckets}, labels)
+}
+
+// counterFunc and gaugeFunc are a counter and a gauge of name and help
+// that read f at each scrape.
+func counterFunc(name, help string, f func() float64) prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f)
+}
+
+func gaugeFunc(name, help string, f func() float64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
 }
 
 // register registers cs on the registry and lists them in registered.
@@ -146,9 +153,8 @@ var outboundResults = []string{
 
 // watchListener exports the public listener's unauthenticated connections.
 func (m *metrics) watchListener(l *connlimit.Listener) {
-	m.register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "connector_http_unauthenticated_connections",
-		Help: "Public listener connections held that have not become an authenticated WebSocket (requests in progress, idle keep-alives)."},
+	m.register(gaugeFunc("connector_http_unauthenticated_connections",
+		"Public listener connections held that have not become an authenticated WebSocket (requests in progress, idle keep-alives).",
 		func() float64 { return float64(l.Unauthenticated()) }))
 }
 
@@ -160,15 +166,12 @@ func (m *metrics) HTTPRefused(reason string) { m.httpRefused.WithLabelValues(rea
 func (m *metrics) watchVault(v vault.Store) {
 	stat := func(f func(vault.Stats) float64) func() float64 { return func() float64 { return f(v.Stats()) } }
 	m.register(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "connector_vault_entries", Help: "Capabilities held in the vault."},
-			stat(func(s vault.Stats) float64 { return float64(s.Size) })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_vault_hits_total", Help: "Vault lookups that found a live capability."},
-			stat(func(s vault.Stats) float64 { return float64(s.Hits) })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_vault_misses_total", Help: "Vault lookups that found nothing usable."},
-			stat(func(s vault.Stats) float64 { return float64(s.Misses) })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_vault_expiries_total", Help: "Vault lookups that found only an expired capability."},
+		gaugeFunc("connector_vault_entries", "Capabilities held in the vault.", stat(func(s vault.Stats) float64 { return float64(s.Size) })),
+		counterFunc("connector_vault_hits_total", "Vault lookups that found a live capability.", stat(func(s vault.Stats) float64 { return float64(s.Hits) })),
+		counterFunc("connector_vault_misses_total", "Vault lookups that found nothing usable.", stat(func(s vault.Stats) float64 { return float64(s.Misses) })),
+		counterFunc("connector_vault_expiries_total", "Vault lookups that found only an expired capability.",
 			stat(func(s vault.Stats) float64 { return float64(s.Expiries) })),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_vault_store_errors_total", Help: "Failed calls to the vault's durable store."},
+		counterFunc("connector_vault_store_errors_total", "Failed calls to the vault's durable store.",
 			stat(func(s vault.Stats) float64 { return float64(s.StoreErrors) })),
 	)
 }
@@ -180,14 +183,12 @@ func (m *metrics) watchStore(st store.Store) {
 		return
 	}
 	m.register(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_store_commits_total",
-			Help: "Batched commits to the store (embedded: a bbolt transaction with its fsyncs; redis: a pipeline)."},
+		counterFunc("connector_store_commits_total", "Batched commits to the store (embedded: a bbolt transaction with its fsyncs; redis: a pipeline).",
 			func() float64 { return float64(c.CommitStats().Commits) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_store_commit_writes_total",
-			Help: "Writes (appends, acks, owners, capabilities, ...) the store's batched commits carried."},
+		counterFunc("connector_store_commit_writes_total", "Writes (appends, acks, owners, capabilities, ...) the store's batched commits carried.",
 			func() float64 { return float64(c.CommitStats().Writes) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_store_commit_seconds_total",
-			Help: "Time the store's batched commits took, in total: its rate over connector_store_commits_total's is the mean commit latency."},
+		counterFunc("connector_store_commit_seconds_total",
+			"Time the store's batched commits took, in total: its rate over connector_store_commits_total's is the mean commit latency.",
 			func() float64 { return c.CommitStats().Time.Seconds() }),
 	)
 }
@@ -195,21 +196,16 @@ func (m *metrics) watchStore(st store.Store) {
 // watchLedger exports the counters of the relay's ledgers.
 func (m *metrics) watchLedger(srv *relay.Server) {
 	entries, bytes, total := srv.BufferBounds()
-	bound := func(name, help string, v float64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return v })
-	}
+	bound := func(v float64) func() float64 { return func() float64 { return v } }
 	m.register(bufferedBytes{srv},
-		bound("connector_buffer_limit_entries", "relay.buffer_entries: the buffered inbound entries a tenant may hold before its oldest are dropped.", float64(entries)),
-		bound("connector_buffer_limit_bytes", "relay.buffer_bytes: the payload bytes of buffered inbound a tenant may hold before its oldest are dropped.", float64(bytes)),
-		bound("connector_buffer_limit_total_bytes", "relay.buffer_bytes_total: the payload bytes of buffered inbound all tenants together may hold.", float64(total)),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_ledger_removed_total",
-			Help: "Buffered inbound entries (acknowledged or dropped) removed from the durable store."},
+		gaugeFunc("connector_buffer_limit_entries", "relay.buffer_entries: the buffered inbound entries a tenant may hold before its oldest are dropped.", bound(float64(entries))),
+		gaugeFunc("connector_buffer_limit_bytes", "relay.buffer_bytes: the payload bytes of buffered inbound a tenant may hold before its oldest are dropped.", bound(float64(bytes))),
+		gaugeFunc("connector_buffer_limit_total_bytes", "relay.buffer_bytes_total: the payload bytes of buffered inbound all tenants together may hold.", bound(float64(total))),
+		counterFunc("connector_ledger_removed_total", "Buffered inbound entries (acknowledged or dropped) removed from the durable store.",
 			func() float64 { return float64(srv.LedgerStats().Removed) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "connector_ledger_remove_errors_total",
-			Help: "Buffered inbound entries whose removal from the store failed (they are redelivered after a restart)."},
+		counterFunc("connector_ledger_remove_errors_total", "Buffered inbound entries whose removal from the store failed (they are redelivered after a restart).",
 			func() float64 { return float64(srv.LedgerStats().RemoveErrors) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "connector_ledger_bytes",
-			Help: "Payload bytes of the inbound buffered for every tenant (relay.buffer_bytes_total bounds it)."},
+		gaugeFunc("connector_ledger_bytes", "Payload bytes of the inbound buffered for every tenant (relay.buffer_bytes_total bounds it).",
 			func() float64 { return float64(srv.LedgerStats().Bytes) }),
 	)
 }
