@@ -44,6 +44,7 @@ func TestNexscopeBridgeLoopThroughRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := relaytest.Start(t, tenants, p)
+	waitBridging(t, p)
 	gw := h.Dial(t, "gw1", "s1")
 	d := gw.Hello(t, "nexscope", "")
 	if d.Platform != "nexscope" || d.SupportsEdit || fmt.Sprint(d.SupportedOps) != "[get_chat_info prompt send send_media typing]" {
@@ -121,6 +122,7 @@ func TestNexscopeStockGatewayKeysNexscopeAsRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := relaytest.Start(t, tenants, p)
+	waitBridging(t, p)
 	gw := h.Dial(t, "gw1", "s1")
 	gw.Hello(t, "nexscope", "")
 
@@ -175,6 +177,7 @@ func TestNexscopeReplyWithoutThreadUsesDefaultThread(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := relaytest.Start(t, tenants, p)
+	waitBridging(t, p)
 	gw := h.Dial(t, "gw1", "s1")
 	gw.Hello(t, "nexscope", "")
 	alice := nexscopetest.Dial(t, "ws"+strings.TrimPrefix(h.URL, "http")+"/ws/lab?name=alice&token="+nexscopetest.Token+"&v=1", nil)
@@ -252,6 +255,7 @@ func TestNexscopePromptTextFormRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := relaytest.Start(t, tenants, p)
+	waitBridging(t, p)
 	gw := h.Dial(t, "gw1", "s1")
 	if d := gw.Hello(t, "nexscope", ""); !d.HasOp("prompt") {
 		t.Fatalf("descriptor ops %v lack prompt", d.SupportedOps)
@@ -349,6 +353,7 @@ func newNexscopeMediaEnv(t *testing.T) *nexscopeMediaEnv {
 		relaytest.Options{Listener: ln, Routes: func(srv *relay.Server) map[string]http.Handler {
 			return media.Routes(store.Handler(media.HandlerConfig{Auth: srv}))
 		}})
+	waitBridging(t, p)
 	gw := h.Dial(t, "gw1", "s1")
 	gw.Hello(t, "nexscope", "")
 	return &nexscopeMediaEnv{h: h, gw: gw, tok1: relaytest.Token("gw1", "s1", time.Now()), tok2: relaytest.Token("gw2", "s2", time.Now()),
@@ -550,4 +555,12 @@ func TestNexscopeSendMediaFailures(t *testing.T) {
 	if bytes.Contains([]byte(e.logs.String()), []byte(nexscopetest.Token)) {
 		t.Error("the room token reached a log line")
 	}
+}
+
+// waitBridging waits until p's Run bridges to the relay: the harness starts
+// Run on a goroutine of its own, and a msg to the bot before that is
+// acknowledged with the bot offline (unavailable), as documented.
+func waitBridging(t *testing.T, p *nexscope.Platform) {
+	t.Helper()
+	platformtest.WaitUntil(t, "the nexscope bridge to run", func() bool { return p.Status().Ready })
 }
