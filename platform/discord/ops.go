@@ -113,7 +113,7 @@ func (p *Platform) opGetChatInfo(ctx context.Context, _, _ string, a *contract.A
 	}
 	info := &contract.ChatInfo{Name: ch.Name, Type: session.ChatTypeGroup}
 	switch {
-	case ch.Type == chanDM:
+	case ch.Type == discordgo.ChannelTypeDM:
 		info.Type = session.ChatTypeDM
 	case ch.isThread():
 		info.Type = session.ChatTypeThread
