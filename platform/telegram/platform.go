@@ -3,7 +3,6 @@ package telegram
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -133,11 +132,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
 	p.links = platform.NewLinkDesk(p.clock)
 	p.SetRelevance(nil)
-	m, err := p.liveMapping()
-	if err != nil {
-		return nil, err
-	}
-	p.mapping.Store(m)
 	p.secretSum = sha256.Sum256([]byte(cfg.WebhookSecret))
 	p.scrubber = newScrubber(cfg.BotToken, cfg.WebhookSecret)
 	p.budget = fairshare.New(fairshare.Config{
@@ -155,7 +149,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		Transport: &pollObserver{base: p.offsets, onReady: p.pollReady},
 		Timeout:   cfg.PollTimeout + 15*time.Second,
 	}
-	p.bot, err = bot.New(cfg.BotToken,
+	p.bot, _ = bot.New(cfg.BotToken, // cannot fail: Validate checked the token, and getMe is skipped
 		bot.WithSkipGetMe(),
 		bot.WithServerURL(cfg.APIServerURL),
 		bot.WithHTTPClient(cfg.PollTimeout, client),
@@ -166,26 +160,17 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		bot.WithUpdatesChannelCap(0),
 		bot.WithAllowedUpdates(allowedUpdates),
 	)
-	if err != nil {
-		return nil, errors.New("telegram: cannot build the bot client")
-	}
+	p.mapping.Store(p.liveMapping())
 	return p, nil
 }
 
-// liveMapping builds the normalization context from the config; the bot id
-// is the token's numeric prefix, so no getMe is needed to start.
-func (p *Platform) liveMapping() (*mapping, error) {
-	idText, _, _ := strings.Cut(p.cfg.BotToken, ":")
-	id, _ := strconv.ParseInt(idText, 10, 64) // Validate checked it
-	group, err := topicNames(p.cfg.GroupTopics, false)
-	if err != nil {
-		return nil, fmt.Errorf("telegram.group_topics%w", err)
-	}
-	dm, err := topicNames(p.cfg.DMTopics, true)
-	if err != nil {
-		return nil, fmt.Errorf("telegram.dm_topics%w", err)
-	}
-	return &mapping{botID: id, groupTopics: group, dmTopics: dm}, nil
+// liveMapping builds the normalization context from the config (Validate
+// checked its topics); the bot id is the token's numeric prefix, so no getMe
+// is needed to start.
+func (p *Platform) liveMapping() *mapping {
+	group, _ := topicNames(p.cfg.GroupTopics, false)
+	dm, _ := topicNames(p.cfg.DMTopics, true)
+	return &mapping{botID: p.bot.ID(), groupTopics: group, dmTopics: dm}
 }
 
 // policy returns tenant's group trigger policy.
@@ -271,20 +256,14 @@ func (p *Platform) errorText(err error) string { return p.scrubber.Replace(err.E
 // (platform.Ownership); ids are read in their canonical spelling (a
 // principal's is its policy).
 func (p *Platform) Bind(bindings []platform.Binding) error {
-	canonical := make([]platform.Binding, 0, len(bindings))
 	for _, b := range bindings {
 		if b.Kind != platform.BindChat && !platform.IsAuthorKind(b.Kind) {
 			return fmt.Errorf("telegram: binding kind %q: want %s or an author kind", b.Kind, platform.BindChat)
 		}
-		if b.Kind != platform.BindPrincipal {
-			id, err := parseChatID(b.ID)
-			if err != nil {
-				return fmt.Errorf("telegram: %s %q: %w", b.Kind, b.ID, err)
-			}
-			b.ID = strconv.FormatInt(id, 10)
+		if _, err := parseChatID(b.ID); err != nil && b.Kind != platform.BindPrincipal {
+			return fmt.Errorf("telegram: %s %q: %w", b.Kind, b.ID, err)
 		}
-		canonical = append(canonical, b)
 	}
-	p.owners.Store(platform.NewOwnership(canonical))
+	p.owners.Store(platform.NewOwnership(bindings))
 	return nil
 }
