@@ -181,7 +181,7 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		src.AutoThreadCreated = true
 		src.AutoThreadInitialName = name
 		if n.created != nil {
-			n.created.markFresh(id)
+			n.created.fresh.Add(id, struct{}{})
 		}
 	default:
 		src.ChatID = ch.ID
@@ -235,7 +235,7 @@ func (n *normalizer) threadSource(src *session.Source, thr, parent chanInfo, gui
 	src.ThreadID = session.Str(thr.ID)
 	src.ParentChatID = thr.ParentID
 	if n.created != nil {
-		if name, ok := n.created.initialName(thr.ID); ok {
+		if name, ok := n.created.names.Get(thr.ID); ok {
 			src.AutoThreadCreated, src.AutoThreadInitialName = true, name
 		}
 	}
@@ -358,12 +358,9 @@ func (n *normalizer) messageEvent(m *wireMessage) contract.Event {
 	return ev
 }
 
-// flagVoiceMessage marks a voice message (message flag 1<<13).
-const flagVoiceMessage = 1 << 13
-
-func mediaKind(mime string, flags int) string {
+func mediaKind(mime string, flags discordgo.MessageFlags) string {
 	switch {
-	case flags&flagVoiceMessage != 0:
+	case flags&discordgo.MessageFlagsIsVoiceMessage != 0:
 		return contract.MessageVoice
 	case strings.HasPrefix(mime, "image/"):
 		return contract.MessagePhoto

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -42,25 +41,16 @@ var (
 	ackNotConnected = []byte(`{"type":4,"data":{"content":"This server is not connected to an agent.","flags":64}}`)
 )
 
-// bufPool holds request bodies and signed-message scratch space.
+// bufPool holds the signed-message scratch space.
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 	received := p.clock.Now()
-	buf := bufPool.Get().(*bytes.Buffer)
-	defer bufPool.Put(buf)
-	buf.Reset()
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxInteractionBytes))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		p.reject(w, http.StatusRequestEntityTooLarge, "body too large")
-		return
-	case err != nil:
-		p.reject(w, http.StatusBadRequest, "unreadable body")
+	body, release, ok := platform.ReadBody(w, r, p.cfg.MaxInteractionBytes, "body too large", p.metrics, platformName)
+	if !ok {
 		return
 	}
-	body := buf.Bytes()
+	defer release()
 	scratch := bufPool.Get().(*bytes.Buffer)
 	defer bufPool.Put(scratch)
 	if !verifySignature(p.pubKey, r.Header.Get(headerSignature), r.Header.Get(headerTimestamp),

@@ -61,21 +61,21 @@ type wireMessageRef struct {
 }
 
 type wireMessage struct {
-	ID                string                `json:"id"`
-	ChannelID         string                `json:"channel_id"`
-	GuildID           string                `json:"guild_id"`
-	Content           string                `json:"content"`
-	Type              discordgo.MessageType `json:"type"`
-	Author            *wireUser             `json:"author"`
-	Member            *wireMember           `json:"member"`
-	WebhookID         string                `json:"webhook_id"`
-	Mentions          []wireUser            `json:"mentions"`
-	MessageReference  *wireMessageRef       `json:"message_reference"`
-	ReferencedMessage *wireMessage          `json:"referenced_message"`
-	Attachments       []wireAttachment      `json:"attachments"`
-	Thread            *wireChannel          `json:"thread"`
-	EditedTimestamp   string                `json:"edited_timestamp"`
-	Flags             int                   `json:"flags"`
+	ID                string                 `json:"id"`
+	ChannelID         string                 `json:"channel_id"`
+	GuildID           string                 `json:"guild_id"`
+	Content           string                 `json:"content"`
+	Type              discordgo.MessageType  `json:"type"`
+	Author            *wireUser              `json:"author"`
+	Member            *wireMember            `json:"member"`
+	WebhookID         string                 `json:"webhook_id"`
+	Mentions          []wireUser             `json:"mentions"`
+	MessageReference  *wireMessageRef        `json:"message_reference"`
+	ReferencedMessage *wireMessage           `json:"referenced_message"`
+	Attachments       []wireAttachment       `json:"attachments"`
+	Thread            *wireChannel           `json:"thread"`
+	EditedTimestamp   string                 `json:"edited_timestamp"`
+	Flags             discordgo.MessageFlags `json:"flags"`
 }
 
 type wireInteraction struct {

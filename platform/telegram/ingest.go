@@ -82,14 +82,14 @@ type readied struct {
 // caller calls delivered.
 func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, received time.Time) readied {
 	m := p.mapping.Load()
-	if u.ID != 0 && p.seen.contains(u.ID) {
+	if u.ID != 0 && p.seen.Contains(u.ID) {
 		p.drop(dropDuplicate, u.ID, in.chatID)
 		return readied{}
 	}
 	if code, ok := p.linkCode(in); ok {
 		p.submitLink(in, code)
 		if u.ID != 0 {
-			p.seen.add(u.ID)
+			p.seen.Add(u.ID, struct{}{})
 		}
 		return readied{}
 	}
@@ -109,7 +109,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 				reason = dropObserved
 			}
 			if u.ID != 0 {
-				p.seen.add(u.ID)
+				p.seen.Add(u.ID, struct{}{})
 			}
 			p.drop(reason, u.ID, in.chatID)
 			return readied{}
@@ -130,7 +130,7 @@ func (p *Platform) delivered(u *models.Update, in *inbound, r *readied) {
 		p.observed.Delivered(r.observed)
 	}
 	if u.ID != 0 {
-		p.seen.add(u.ID)
+		p.seen.Add(u.ID, struct{}{})
 	}
 	if in.callbackID != "" {
 		p.queueCallbackAnswer(in.callbackID)

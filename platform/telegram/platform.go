@@ -57,7 +57,9 @@ type Platform struct {
 	previews *lru.Cache[draftKey, *preview] // open draft streams of group chats
 	topics   *topicMemory
 	mapping  atomic.Pointer[mapping]
-	seen     *recentIDs
+	// seen remembers the last dedupe_window update_ids, so a redelivered
+	// update (a webhook retry, a replayed poll) is dropped, not delivered twice.
+	seen *lru.Cache[int64, struct{}]
 	// turns ingests each chat's updates in arrival order, and different
 	// chats side by side. Unbounded: a webhook's requests (at most
 	// webhook_max_connections) and a long poll's batch (its updates are
@@ -111,7 +113,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		metrics:   deps.Metrics,
 		clock:     deps.Clock,
 		observed:  chatcontext.New[observedKey](chatcontext.Bounds{}),
-		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
 		callbacks: make(chan string, 256),
@@ -122,7 +123,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		chats = append(chats, platform.Binding{Kind: platform.BindChat, ID: chat, Tenant: tenant})
 	}
 	p.owners.Store(platform.NewOwnership(chats))
-	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
+	p.seen, _ = lru.New[int64, struct{}](cfg.DedupeWindow) // sizes > 0 (Validate, WithDefaults): cannot fail
+	p.sealed, _ = lru.New[draftKey, string](sealedDrafts)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	var topicState store.Capabilities
 	if deps.Store != nil {
