@@ -82,8 +82,6 @@ func (c *cache) putChannel(ch *wireChannel) {
 	c.chans.Add(ch.ID, infoFrom(ch))
 }
 
-func (c *cache) deleteChannel(id string) { c.chans.Remove(id) }
-
 // rememberDM records id as a DM channel unless the cache knows it already.
 func (c *cache) rememberDM(id string) {
 	if isSnowflake(id) {

@@ -39,14 +39,13 @@ type wireMember struct {
 }
 
 type wireChannel struct {
-	ID         string                `json:"id"`
-	Type       discordgo.ChannelType `json:"type"`
-	GuildID    string                `json:"guild_id"`
-	Name       string                `json:"name"`
-	ParentID   string                `json:"parent_id"`
-	Topic      string                `json:"topic"`
-	OwnerID    string                `json:"owner_id"`
-	Recipients []wireUser            `json:"recipients"`
+	ID       string                `json:"id"`
+	Type     discordgo.ChannelType `json:"type"`
+	GuildID  string                `json:"guild_id"`
+	Name     string                `json:"name"`
+	ParentID string                `json:"parent_id"`
+	Topic    string                `json:"topic"`
+	OwnerID  string                `json:"owner_id"`
 }
 
 type wireAttachment struct {
@@ -96,7 +95,6 @@ type wireInteractionData struct {
 	Name       string         `json:"name"`
 	Options    []wireOption   `json:"options"`
 	CustomID   string         `json:"custom_id"`
-	Values     []string       `json:"values"`
 	Components []wireModalRow `json:"components"`
 }
 
@@ -116,10 +114,8 @@ type wireModalRow struct {
 
 // wireDispatch is a Gateway dispatch envelope.
 type wireDispatch struct {
-	Op int             `json:"op"`
-	S  int64           `json:"s"`
-	T  string          `json:"t"`
-	D  json.RawMessage `json:"d"`
+	T string          `json:"t"`
+	D json.RawMessage `json:"d"`
 }
 
 // user returns the interaction's invoker: member.user in a guild, user in a DM.
