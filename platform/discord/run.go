@@ -114,14 +114,10 @@ func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received
 		// could not be asked about it (normalization's stand-in).
 		p.cache.rememberDM(src.ChatID)
 	}
-	d := platform.Delivery{
-		Tenant: tenant, Platform: platformName, SessionKey: p.key(tenant, src),
-		ChatID: src.ChatID, Received: received,
-	}
+	d := platform.Delivery{Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
+		SessionKey: p.key(tenant, src), ChatID: src.ChatID, Received: received, Event: &t.ev}
 	if t.interrupt {
-		d.Kind = platform.KindInterrupt
-	} else {
-		d.Kind, d.Event = platform.KindInbound, &t.ev
+		d.Kind, d.Event = platform.KindInterrupt, nil
 	}
 	if err := life.sink.Deliver(ctx, d); err != nil {
 		p.log.Warn("discord delivery failed", "tenant", tenant, "chat_id", src.ChatID, "err", err)

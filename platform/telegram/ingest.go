@@ -141,19 +141,11 @@ func (p *Platform) delivered(u *models.Update, in *inbound, r *readied) {
 // interrupt of the session it was sent in, anything else an inbound event.
 func (p *Platform) delivery(tenant string, in *inbound, received time.Time) platform.Delivery {
 	src := &in.event.Source
-	d := platform.Delivery{
-		Tenant:     tenant,
-		Platform:   platformName,
-		SessionKey: p.key(tenant, src),
-		ChatID:     src.ChatID,
-		Received:   received,
-	}
+	d := platform.Delivery{Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
+		SessionKey: p.key(tenant, src), ChatID: src.ChatID, Received: received, Event: &in.event}
 	if in.stop {
-		d.Kind = platform.KindInterrupt
-		return d
+		d.Kind, d.Event = platform.KindInterrupt, nil
 	}
-	d.Kind = platform.KindInbound
-	d.Event = &in.event
 	return d
 }
 
