@@ -106,14 +106,8 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		author = u.ID
 	}
 	tenant, _, drop := p.route(life.ctx, author, in.GuildID, in.ChannelID)
-	switch drop {
-	case "":
-	case platform.DropPrincipal:
-		p.metrics.Dropped(platformName, drop)
-		p.log.Debug("discord interaction dropped: the scope's principal does not admit its author", "channel_id", in.ChannelID)
-		return ackNotConnected, 0
-	default:
-		p.dropUnclaimed(in.GuildID, in.ChannelID)
+	if drop != "" {
+		p.routeDropped(drop, in.GuildID, in.ChannelID)
 		return ackNotConnected, 0
 	}
 	ack := ackDeferred
@@ -225,15 +219,10 @@ func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 	respond := func(ctx context.Context, ack []byte) error {
 		return p.rest(ctx, "POST", discordgo.EndpointInteractionResponse(in.ID, token), json.RawMessage(ack), nil)
 	}
-	switch in.Type {
-	case interactionPing:
-		return
-	case interactionAutocomplete:
-		p.respondLater(respond, ackNoChoices)
-		return
-	}
+	// A PING needs no answer here; the other immediate answers go out on
+	// their own (a deferred one is sent once processing delivered it).
 	ack, status := p.acceptInteraction(&in, received, respond)
-	if status == 0 && bytes.Equal(ack, ackNotConnected) {
+	if status == 0 && (bytes.Equal(ack, ackNoChoices) || bytes.Equal(ack, ackNotConnected)) {
 		p.respondLater(respond, ack)
 	}
 }
