@@ -160,8 +160,7 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		n.threadSource(src, thr, ch, guild)
 	case ch.isThread():
 		n.threadSource(src, ch, *parent, guild)
-	case n.pol.autoThread && !edit && m.Type == discordgo.MessageTypeDefault && !n.pol.noThread.matches(channelKeys(ch, nil)) && !free && !voice &&
-		ch.Type != discordgo.ChannelTypeGuildForum && ch.Type != discordgo.ChannelTypeGuildMedia:
+	case n.pol.autoThread && !edit && m.Type == discordgo.MessageTypeDefault && !n.pol.noThread.matches(channelKeys(ch, nil)) && !free && !voice && !ch.isForum():
 		if ch.Type != discordgo.ChannelTypeGuildText && ch.Type != discordgo.ChannelTypeGuildNews {
 			// Voice and stage text chats cannot hold message threads; the
 			// native adapter posts an error there and does not dispatch.
@@ -172,14 +171,9 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		if err != nil {
 			return nil, drop("auto_thread_failed")
 		}
-		src.ChatID = id
-		src.ChatType = session.ChatTypeThread
-		src.ThreadID = session.Str(id)
-		src.ParentChatID = ch.ID
-		src.ChatName = session.Str(guild + " / #" + ch.Name + " / " + name)
+		n.threadSource(src, chanInfo{ID: id, Name: name, ParentID: ch.ID}, ch, guild)
 		src.ChatTopic = session.StrOrNull(ch.Topic)
-		src.AutoThreadCreated = true
-		src.AutoThreadInitialName = name
+		src.AutoThreadCreated, src.AutoThreadInitialName = true, name
 		if n.created != nil {
 			n.created.fresh.Add(id, struct{}{})
 		}
