@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/go-telegram/bot/models"
@@ -154,33 +153,11 @@ func (p *Platform) delivery(tenant string, in *inbound, received time.Time) plat
 // the chat to a tenant), later ones and the other reasons at debug.
 func (p *Platform) drop(reason string, updateID, chatID int64) {
 	p.metrics.Dropped(platformName, reason)
-	if reason == dropUnclaimed && p.unclaimed.firstTime(chatID) {
-		p.log.Info("telegram update from a chat no tenant claims dropped", "chat_id", chatID, "update_id", updateID)
-		return
+	if reason == dropUnclaimed {
+		if logged, _ := p.unclaimed.ContainsOrAdd(chatID, struct{}{}); !logged {
+			p.log.Info("telegram update from a chat no tenant claims dropped", "chat_id", chatID, "update_id", updateID)
+			return
+		}
 	}
 	p.log.Debug("telegram update dropped", "reason", reason, "chat_id", chatID, "update_id", updateID)
-}
-
-// chatSet remembers up to maxUnclaimedLogged chats, forgetting all of them
-// when full, so the unclaimed-chat line repeats now and then but never
-// floods the log.
-type chatSet struct {
-	mu    sync.Mutex
-	chats map[int64]struct{}
-}
-
-const maxUnclaimedLogged = 1024
-
-// firstTime reports whether chat was not in the set, and adds it.
-func (s *chatSet) firstTime(chat int64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.chats[chat]; ok {
-		return false
-	}
-	if s.chats == nil || len(s.chats) >= maxUnclaimedLogged {
-		s.chats = make(map[int64]struct{})
-	}
-	s.chats[chat] = struct{}{}
-	return true
 }

@@ -68,7 +68,7 @@ type Platform struct {
 	// answer is the current getUpdates answer's updates the poll worker
 	// took so far (batch.go); only that one goroutine touches it.
 	answer    []polledUpdate
-	unclaimed chatSet // unclaimed chats already logged
+	unclaimed *lru.Cache[int64, struct{}] // unclaimed chats already logged (the latest 1,024)
 
 	budget *fairshare.Scheduler
 	limits *limiter
@@ -125,6 +125,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.owners.Store(platform.NewOwnership(chats))
 	p.seen, _ = lru.New[int64, struct{}](cfg.DedupeWindow) // sizes > 0 (Validate, WithDefaults): cannot fail
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts)
+	p.unclaimed, _ = lru.New[int64, struct{}](1024)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	var topicState store.Capabilities
 	if deps.Store != nil {
