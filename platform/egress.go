@@ -4,11 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock"
+	"connector/internal/netcause"
+	"connector/platform/fairshare"
 )
 
 // Op performs one outbound op of platform P for tenant on chat: what the
@@ -179,4 +183,73 @@ func OwnerUnknown(name string, err error) contract.Result {
 		return contract.Failed(contract.CodeUnavailable, string(u))
 	}
 	return contract.Failed(contract.CodeUnavailable, name+": the chat's owner could not be looked up; retry later")
+}
+
+// SendParts sends a message's parts in order, each with send (i is its
+// index), and returns the first and last messages' ids with the result:
+// OK(first), or failure's result for the first part that failed, which
+// past the first part says how many went out and still carries first.
+func SendParts(parts []string, send func(i int, part string) (string, error), failure func(error) contract.Result) (first, last string, r contract.Result) {
+	for i, part := range parts {
+		id, err := send(i, part)
+		if err != nil {
+			r = failure(err)
+			if i > 0 {
+				r.Error = fmt.Sprintf("%s (sent %d of %d parts)", r.Error, i, len(parts))
+				r.MessageID = first
+			}
+			return first, last, r
+		}
+		if i == 0 {
+			first = id
+		}
+		last = id
+	}
+	return first, last, contract.OK(first)
+}
+
+// RateLimitedError says an op could not be paced within its deadline:
+// its next slot is Wait away.
+type RateLimitedError struct{ Wait time.Duration }
+
+// Error implements error.
+func (e *RateLimitedError) Error() string {
+	return fmt.Sprintf("rate limited; next slot in %s, after the request's deadline", e.Wait.Round(time.Millisecond))
+}
+
+// CommonFailure is the result, its text after prefix ("slack send: "), of
+// the op errors every platform answers alike: a RateLimitedError is
+// rate_limited with its wait as the hint; no answer before the deadline,
+// or a network failure reaching peer (the remote API's name), is
+// unavailable, the latter described without the URL or address its text
+// holds. ok is false for any other error.
+func CommonFailure(prefix, peer string, err error) (r contract.Result, ok bool) {
+	var limited *RateLimitedError
+	switch {
+	case errors.As(err, &limited):
+		r = contract.Failed(contract.CodeRateLimited, prefix+"rate limited; retry later")
+		r.RetryAfterMS = max(limited.Wait.Milliseconds(), 1)
+		return r, true
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return contract.Failed(contract.CodeUnavailable, prefix+"no answer from "+peer+" before the deadline"), true
+	case netcause.IsNetwork(err):
+		return contract.Failed(contract.CodeUnavailable, prefix+peer+" unreachable: "+netcause.Describe(err)), true
+	}
+	return r, false
+}
+
+// WaitShare waits until latest (on clk, the budget's clock) for one unit
+// of tenant's fair share of budget: nil once granted, ctx's error when
+// ctx ended first, else a RateLimitedError (no share came in time, or too
+// many of tenant's requests wait already).
+func WaitShare(ctx context.Context, budget *fairshare.Scheduler, tenant string, latest time.Time, clk clock.Clock) error {
+	wctx, cancel := context.WithTimeout(ctx, latest.Sub(clk.Now()))
+	defer cancel()
+	if err := budget.Wait(wctx, tenant); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return &RateLimitedError{Wait: time.Second}
+	}
+	return nil
 }

@@ -3,12 +3,17 @@ package platform_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"connector/contract"
 	"connector/descriptor"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/fairshare"
 )
 
 // chatsPlatform owns the chats in owners, grants those in granted, and
@@ -119,5 +124,81 @@ func TestLocateIsAskedOnce(t *testing.T) {
 	}
 	if _, _, err := platform.Locate(t.Context(), ps, "t1", "down"); !errors.Is(err, platform.ErrUnavailable) {
 		t.Errorf("Locate of a chat whose owner is unknown: %v", err)
+	}
+}
+
+// TestSendParts: the parts go out in order; a failure past the first part
+// says how many went out and carries the first message's id, one of the
+// first part carries none.
+func TestSendParts(t *testing.T) {
+	failAt := -1
+	var sent []string
+	send := func(i int, part string) (string, error) {
+		if i == failAt {
+			return "", errors.New("boom")
+		}
+		sent = append(sent, part)
+		return "m" + part, nil
+	}
+	failure := func(err error) contract.Result { return contract.Failed(contract.CodePlatformError, "x: "+err.Error()) }
+
+	first, last, r := platform.SendParts([]string{"1", "2", "3"}, send, failure)
+	if !r.Success || r.MessageID != "m1" || first != "m1" || last != "m3" || len(sent) != 3 {
+		t.Fatalf("all sent: first %q last %q result %+v sent %v", first, last, r, sent)
+	}
+	failAt, sent = 2, nil
+	first, last, r = platform.SendParts([]string{"1", "2", "3"}, send, failure)
+	if r.Success || r.Error != "x: boom (sent 2 of 3 parts)" || r.MessageID != "m1" || first != "m1" || last != "m2" {
+		t.Fatalf("third failed: first %q last %q result %+v", first, last, r)
+	}
+	failAt, sent = 0, nil
+	_, _, r = platform.SendParts([]string{"1", "2"}, send, failure)
+	if r.Success || r.Error != "x: boom" || r.MessageID != "" || len(sent) != 0 {
+		t.Fatalf("first failed: result %+v sent %v", r, sent)
+	}
+}
+
+// TestCommonFailure: the answers every platform gives alike, and none for
+// any other error.
+func TestCommonFailure(t *testing.T) {
+	dial := &url.Error{Op: "Post", URL: "https://api.example/x?token=secret", Err: &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}}
+	for _, c := range []struct {
+		err        error
+		ok         bool
+		code, text string
+		retryAfter int64
+	}{
+		{&platform.RateLimitedError{Wait: 1500 * time.Millisecond}, true, contract.CodeRateLimited, "x send: rate limited; retry later", 1500},
+		{&platform.RateLimitedError{}, true, contract.CodeRateLimited, "x send: rate limited; retry later", 1},
+		{context.DeadlineExceeded, true, contract.CodeUnavailable, "x send: no answer from X before the deadline", 0},
+		{dial, true, contract.CodeUnavailable, "x send: X unreachable: ", 0},
+		{errors.New("other"), false, "", "", 0},
+	} {
+		r, ok := platform.CommonFailure("x send: ", "X", c.err)
+		if ok != c.ok || r.Code != c.code || !strings.HasPrefix(r.Error, c.text) || r.RetryAfterMS != c.retryAfter {
+			t.Errorf("%v: %+v %v, want %s %q… retry %d", c.err, r, ok, c.code, c.text, c.retryAfter)
+		}
+		if strings.Contains(r.Error, "api.example") || strings.Contains(r.Error, "secret") {
+			t.Errorf("%v: the result names the URL: %q", c.err, r.Error)
+		}
+	}
+}
+
+// TestWaitShare: a unit within the budget is granted; one that would come
+// after latest is rate limited; a ctx that ended answers its own error.
+func TestWaitShare(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	budget := fairshare.New(fairshare.Config{Rate: 1, Burst: 1, Clock: clk})
+	if err := platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(time.Second), clk); err != nil {
+		t.Fatalf("first unit: %v", err)
+	}
+	var limited *platform.RateLimitedError
+	if err := platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(10*time.Millisecond), clk); !errors.As(err, &limited) {
+		t.Fatalf("a unit past latest: %v, want a RateLimitedError", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := platform.WaitShare(ctx, budget, "t1", clk.Now().Add(time.Second), clk); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ended ctx: %v", err)
 	}
 }

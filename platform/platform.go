@@ -241,3 +241,18 @@ func (d Deps) WithDefaults() Deps {
 	}
 	return d
 }
+
+// Outcome is what a conformance case (session.CheckOutcomes) reads of ev,
+// the event a platform's fixture normalizer built: its source and the
+// fields a fixture's event names, an empty id being absent.
+func Outcome(ev *contract.Event) session.Outcome {
+	opt := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
+	return session.Outcome{Source: ev.Source, Event: &session.EventFields{
+		Text: ev.Text, MessageType: ev.MessageType, MessageID: opt(ev.MessageID), ReplyToMessageID: opt(ev.ReplyToMessageID),
+	}}
+}

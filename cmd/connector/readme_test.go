@@ -8,14 +8,14 @@ import (
 	"strings"
 	"testing"
 
-	"connector/internal/doctable"
+	"connector/internal/doctabletest"
 )
 
 // TestReadmeLayoutNamesEveryPackage: the README's layout table names every
 // package of the module: in a row, or by its last element in the row of
 // its parent (storetest in store's row).
 func TestReadmeLayoutNamesEveryPackage(t *testing.T) {
-	rows, err := doctable.Rows("../../README.md", "## Layout")
+	rows, err := doctabletest.Rows("../../README.md", "## Layout")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"connector/internal/doctable"
+	"connector/internal/doctabletest"
 	"connector/media"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
@@ -37,7 +37,7 @@ func TestSecurityDocDefaults(t *testing.T) {
 		{"relay", &relayCfg, 11}, {"discord", &discordCfg, 4}, {"telegram", &telegramCfg, 1}, {"nexscope", &nexscopeCfg, 9},
 		{"slack", &slackCfg, 1},
 	} {
-		n, errs := doctable.CheckDefaults("../../docs/security.md", "## Limits", s.prefix, s.cfg)
+		n, errs := doctabletest.CheckDefaults("../../docs/security.md", "## Limits", s.prefix, s.cfg)
 		for _, err := range errs {
 			t.Error(err)
 		}

@@ -72,6 +72,9 @@ type result struct {
 	// other work shares, CPU per event compares the two runs where their
 	// throughput depends on what else ran.
 	ConnectorCPU, EchoCPU time.Duration
+	// ConnectorSelfCPU and EchoSelfCPU are the parts of ConnectorCPU and
+	// EchoCPU this process used (-1 unknown); the rest is the gateways'.
+	ConnectorSelfCPU, EchoSelfCPU time.Duration
 	// MemoryStore is the same event run on the memory store, measured just
 	// before, when Opts.Store is another backend; MemoryStoreNoise is its
 	// ConnectorNoise.
@@ -227,7 +230,7 @@ func runOnce(o *options) (*result, error) {
 		before := sampleCPU(fl.pid())
 		st, err := driveConnector(o, c, drv, fl)
 		after := sampleCPU(fl.pid())
-		res.ConnectorNoise, res.ConnectorCPU = othersCores(before, after), ownCPU(before, after)
+		res.ConnectorNoise, res.ConnectorCPU, res.ConnectorSelfCPU = othersCores(before, after), ownCPU(before, after), selfCPU(before, after)
 		res.Connector = &st
 		if err != nil {
 			return res, err
@@ -253,7 +256,7 @@ func runOnce(o *options) (*result, error) {
 			before := sampleCPU(fl.pid())
 			st, err := fl.echoRun(size, pacer{Rate: o.Rate, Duration: o.Duration, Window: o.Window})
 			after := sampleCPU(fl.pid())
-			res.EchoNoise, res.EchoCPU = othersCores(before, after), ownCPU(before, after)
+			res.EchoNoise, res.EchoCPU, res.EchoSelfCPU = othersCores(before, after), ownCPU(before, after), selfCPU(before, after)
 			if err != nil {
 				return res, err
 			}

@@ -10,12 +10,13 @@ import (
 // clockTicks is USER_HZ, the unit of /proc CPU times (100 on Linux).
 const clockTicks = 100
 
-// cpuSample is the machine's busy CPU time and the part of it this process
-// and the gateway process used, in clock ticks; zero where /proc is missing.
+// cpuSample is the machine's busy CPU time, the part of it this process and
+// the gateway process used (ours) and this process's alone (self), in clock
+// ticks; zero where /proc is missing.
 type cpuSample struct {
-	at          time.Time
-	busy, ours  uint64
-	unavailable bool
+	at               time.Time
+	busy, ours, self uint64
+	unavailable      bool
 }
 
 // sampleCPU reads /proc/stat and the stat files of this process and of
@@ -33,6 +34,9 @@ func sampleCPU(childPID int) cpuSample {
 			return cpuSample{unavailable: true}
 		}
 		s.ours += t
+		if pid == "self" {
+			s.self = t
+		}
 	}
 	return s
 }
@@ -93,4 +97,13 @@ func ownCPU(a, z cpuSample) time.Duration {
 		return -1
 	}
 	return time.Duration(z.ours-a.ours) * time.Second / clockTicks
+}
+
+// selfCPU is the part of ownCPU this process used (the relay or the echo
+// server, and the event source); -1 when unknown.
+func selfCPU(a, z cpuSample) time.Duration {
+	if ownCPU(a, z) < 0 || z.self < a.self {
+		return -1
+	}
+	return time.Duration(z.self-a.self) * time.Second / clockTicks
 }

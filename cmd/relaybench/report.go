@@ -86,11 +86,19 @@ func printCPU(w io.Writer, r *result) {
 	if c < 0 {
 		return
 	}
-	fmt.Fprintf(w, "CPU per event (this process and the gateways'): connector run %.1fµs", c.Seconds()*1e6)
+	fmt.Fprintf(w, "CPU per event (this process and the gateways'): connector run %.1fµs%s", c.Seconds()*1e6, split(per(r.ConnectorSelfCPU, r.Connector), c))
 	if e := per(r.EchoCPU, r.Echo); e > 0 {
-		fmt.Fprintf(w, ", echo run %.1fµs (echo/connector %.2fx)", e.Seconds()*1e6, float64(e)/float64(c))
+		fmt.Fprintf(w, ", echo run %.1fµs%s (echo/connector %.2fx)", e.Seconds()*1e6, split(per(r.EchoSelfCPU, r.Echo), e), float64(e)/float64(c))
 	}
 	fmt.Fprintln(w)
+}
+
+// split is " (this process s, gateways all-s)", or "" when s is unknown.
+func split(self, all time.Duration) string {
+	if self < 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (this process %.1fµs, gateways %.1fµs)", self.Seconds()*1e6, (all-self).Seconds()*1e6)
 }
 
 // printRatio prints run c as a ratio of baseline b.

@@ -11,7 +11,7 @@ import (
 	"github.com/bwmarrin/discordgo"
 	"go.yaml.in/yaml/v3"
 
-	"connector/internal/doctable"
+	"connector/internal/doctabletest"
 )
 
 // parityWorld is the guild the parity cases run in: text channels general
@@ -204,7 +204,7 @@ func TestSettingsParity(t *testing.T) {
 // docs/settings-parity.md and discordParity name different rows: each
 // row's knob and YAML must be a case, in the same order.
 func TestSettingsParityDocInSync(t *testing.T) {
-	rows, err := doctable.Rows("../../docs/settings-parity.md", "## Discord")
+	rows, err := doctabletest.Rows("../../docs/settings-parity.md", "## Discord")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestSettingsParityDocInSync(t *testing.T) {
 		if len(r) != 4 {
 			t.Fatalf("row %q: want 4 cells (knob, setting, native, connector)", r)
 		}
-		doc = append(doc, doctable.Code(r[0])+" "+doctable.Code(r[1]))
+		doc = append(doc, doctabletest.Code(r[0])+" "+doctabletest.Code(r[1]))
 	}
 	for _, c := range discordParity {
 		cases = append(cases, c.knob+" "+c.setting)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"connector/internal/doctable"
+	"connector/internal/doctabletest"
 )
 
 // discordTextCase is one row of docs/settings-parity.md's Discord
@@ -91,7 +91,7 @@ func TestDiscordMessageTextParity(t *testing.T) {
 // the native cell) the text the gateway receives, Go-quoted, and the
 // native cell names the thread's name as a code span when one is started.
 func TestDiscordMessageTextDocInSync(t *testing.T) {
-	rows, err := doctable.Rows("../../docs/settings-parity.md", "### Discord message text")
+	rows, err := doctabletest.Rows("../../docs/settings-parity.md", "### Discord message text")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestDiscordMessageTextDocInSync(t *testing.T) {
 		if len(r) != 4 {
 			t.Fatalf("row %q: want 4 cells (where, message, native, connector)", r)
 		}
-		doc = append(doc, doctable.Code(r[0])+" "+doctable.Code(r[1])+" "+doctable.Code(r[2]))
+		doc = append(doc, doctabletest.Code(r[0])+" "+doctabletest.Code(r[1])+" "+doctabletest.Code(r[2]))
 		if i < len(discordTextParity) && discordTextParity[i].thread != "" &&
 			!strings.Contains(r[2], "`"+strconv.Quote(discordTextParity[i].thread)+"`") {
 			t.Errorf("row %d: the native cell does not name the thread %q", i+1, discordTextParity[i].thread)

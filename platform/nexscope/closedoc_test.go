@@ -7,13 +7,13 @@ import (
 	"slices"
 	"testing"
 
-	"connector/internal/doctable"
+	"connector/internal/doctabletest"
 )
 
 // TestCloseDoc: docs/nexscope.md's close table lists exactly the closes
 // codes.go defines, one row per Close value (their codes as a multiset).
 func TestCloseDoc(t *testing.T) {
-	rows, err := doctable.Rows("../../docs/nexscope.md", "## Close and error codes")
+	rows, err := doctabletest.Rows("../../docs/nexscope.md", "## Close and error codes")
 	if err != nil {
 		t.Fatal(err)
 	}

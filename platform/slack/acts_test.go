@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,6 +308,17 @@ func TestInboundFileRehosted(t *testing.T) {
 	e.event(t, teamA, "Ev5", ev, http.StatusOK)
 	if d := e.sink.Next(t); len(d.Event.MediaURLs) != 0 || !strings.Contains(d.Event.Text, "F0GONE0005 could not be fetched") {
 		t.Fatalf("%+v", d.Event)
+	}
+	// A file URL on a host that is neither Slack's nor the Web API's never
+	// gets the token: the file is named in the notice.
+	var asked atomic.Int32
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { asked.Add(1) }))
+	t.Cleanup(elsewhere.Close)
+	ev = slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000600", "", "look")
+	ev["files"] = []any{map[string]any{"id": "F0ELSE0006", "name": "x.txt", "mimetype": "text/plain", "size": 3, "url_private": elsewhere.URL + "/x.txt"}}
+	e.event(t, teamA, "Ev6", ev, http.StatusOK)
+	if d := e.sink.Next(t); len(d.Event.MediaURLs) != 0 || !strings.Contains(d.Event.Text, "x.txt could not be fetched") || asked.Load() != 0 {
+		t.Fatalf("%+v, asked %d", d.Event, asked.Load())
 	}
 }
 

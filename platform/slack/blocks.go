@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -143,10 +144,7 @@ func renderInline(el blockNode) string {
 		return fb
 	}
 	url := str(el, "url")
-	label := str(el, "text")
-	if label == "" {
-		label = str(el, "fallback")
-	}
+	label := cmp.Or(str(el, "text"), str(el, "fallback"))
 	if url == "" && typ == "message_mention" {
 		if ch, ts := pyStr(el["channel_id"]), pyStr(el["message_ts"]); el["channel_id"] != nil && el["message_ts"] != nil && ch != "" && ts != "" {
 			url = "archives/" + ch + "/p" + strings.ReplaceAll(ts, ".", "")
@@ -452,10 +450,7 @@ func withUnfurls(text string, unfurls []wireUnfurl) string {
 		if u.IsMsgUnfurl {
 			continue
 		}
-		url := u.TitleLink
-		if url == "" {
-			url = u.FromURL
-		}
+		url := cmp.Or(u.TitleLink, u.FromURL)
 		header := ""
 		switch {
 		case u.Title != "" && url != "":
@@ -463,11 +458,7 @@ func withUnfurls(text string, unfurls []wireUnfurl) string {
 		case u.Title != "" || url != "":
 			header = "📎 " + u.Title + url
 		}
-		body := u.Text
-		if body == "" {
-			body = u.Fallback
-		}
-		body = strings.TrimSpace(body)
+		body := strings.TrimSpace(cmp.Or(u.Text, u.Fallback))
 		if r := []rune(body); len(r) > maxUnfurlBody {
 			body = string(r[:maxUnfurlBody-3]) + "..."
 		}

@@ -57,11 +57,12 @@ func slashText(command, text string) string {
 	return legacy
 }
 
-// slashSource is the source of a slash command in channel of workspace
-// team, and so of the session its replies (slashReply) belong to: no
-// chat_name, user_name or message_id, and a DM only in a D channel (a
-// group DM's command is group), so its key differs from a message's in the
-// same chat, as natively.
+// slashSource is the source of a slash command (or a prompt press, which
+// adds its names and message_id) in channel of workspace team, and so of
+// the session its replies (slashReply) belong to: no chat_name, user_name
+// or message_id, and a DM only in a D channel (a group DM's command is
+// group), so its key differs from a message's in the same chat, as
+// natively.
 func slashSource(channel, user, thread, team string) session.Source {
 	src := session.Source{
 		Platform: platformName,

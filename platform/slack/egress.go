@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -10,7 +11,6 @@ import (
 	"github.com/slack-go/slack"
 
 	"connector/contract"
-	"connector/internal/netcause"
 	"connector/platform"
 )
 
@@ -99,10 +99,7 @@ func (p *Platform) teamFor(ctx context.Context, tenant, chat, hint string) (stri
 	if err != nil {
 		return "", err
 	}
-	if team == "" {
-		team = p.works.configTeam()
-	}
-	if team == "" {
+	if team = cmp.Or(team, p.works.configTeam()); team == "" {
 		return "", errNotInstalled
 	}
 	return team, nil
@@ -111,24 +108,14 @@ func (p *Platform) teamFor(ctx context.Context, tenant, chat, hint string) (stri
 // failure turns an egress error into a result whose text carries no
 // secret.
 func (p *Platform) failure(op string, err error) contract.Result {
-	var limited *rateLimitedError
-	var se slack.SlackErrorResponse
-	switch {
-	case errors.As(err, &limited):
-		r := contract.Failed(contract.CodeRateLimited, "slack "+op+": rate limited; retry later")
-		r.RetryAfterMS = max(limited.wait.Milliseconds(), 1)
+	if r, ok := platform.CommonFailure("slack "+op+": ", "Slack", err); ok {
 		return r
+	}
+	switch {
 	case errors.Is(err, errNotInstalled):
 		return contract.Failed(contract.CodeUnavailable, "slack "+op+": the app is not installed in this chat's workspace")
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return contract.Failed(contract.CodeUnavailable, "slack "+op+": no answer from Slack before the deadline")
 	case errors.Is(err, platform.ErrUnavailable):
 		return platform.OwnerUnknown(platformName, err)
-	case errors.As(err, &se):
-		return contract.Failed(contract.CodePlatformError, "slack "+op+": "+p.errorText(err))
-	case netcause.IsNetwork(err):
-		// The error text holds the Web API's URL and address.
-		return contract.Failed(contract.CodeUnavailable, "slack "+op+": Slack unreachable: "+netcause.Describe(err))
 	}
 	return contract.Failed(contract.CodePlatformError, "slack "+op+": "+p.errorText(err))
 }
@@ -148,10 +135,7 @@ func slackErr(err error) string {
 // thread, which the gateway echoes as both) is no thread: the reply goes
 // flat.
 func (p *Platform) threadOf(tenant string, a *contract.Action) string {
-	thread := string(a.Metadata.ThreadID)
-	if thread == "" {
-		thread = string(a.Metadata.ThreadTS)
-	}
+	thread := cmp.Or(string(a.Metadata.ThreadID), string(a.Metadata.ThreadTS))
 	if !p.policy(tenant).replyInThread {
 		if thread == string(a.ReplyTo) {
 			return ""

@@ -136,17 +136,7 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "malformed interaction", http.StatusBadRequest)
 		return
 	}
-	pr, ok := pressOf(&ic)
-	if !ok {
-		p.drop(dropForeignAction, "")
-		w.WriteHeader(http.StatusOK)
-		return
-	}
-	err = p.ingestPress(r.Context(), &pr, received)
-	p.answer(w, err, "prompt press")
-	if err == nil {
-		p.markPressed(&ic, &pr)
-	}
+	p.answer(w, p.interaction(r.Context(), &ic, received), "prompt press")
 }
 
 // serveCommands handles POST /slack/commands: the command is delivered
@@ -167,12 +157,8 @@ func (p *Platform) serveCommands(w http.ResponseWriter, r *http.Request) {
 	}
 	c := slashFromFields(form.Get)
 	text, err := p.ingestCommand(r.Context(), &c, received)
-	if err != nil {
+	if err != nil || text == "" {
 		p.answer(w, err, "slash command")
-		return
-	}
-	if text == "" {
-		w.WriteHeader(http.StatusOK)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

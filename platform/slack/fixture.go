@@ -11,6 +11,7 @@ import (
 	"github.com/slack-go/slack"
 	"go.yaml.in/yaml/v3"
 
+	"connector/platform"
 	"connector/session"
 )
 
@@ -83,7 +84,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 			return session.Outcome{Drop: dropDMsDisabled}, nil
 		}
 		ev := slashEvent(&c)
-		return outcome(ev.Source, ev.Text, ev.MessageType, ev.MessageID, ev.ReplyToMessageID), nil
+		return platform.Outcome(&ev), nil
 	case probe.Type == string(slack.InteractionTypeBlockActions):
 		var ic slack.InteractionCallback
 		if err := json.Unmarshal(raw, &ic); err != nil {
@@ -94,7 +95,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 			return session.Outcome{Drop: dropForeignAction}, nil
 		}
 		ev := p.event(look.user(ctx, p.team, p.user).name, look.channelName(ctx, p.team, p.channel))
-		return outcome(ev.Source, ev.Text, ev.MessageType, ev.MessageID, ev.ReplyToMessageID), nil
+		return platform.Outcome(&ev), nil
 	}
 	var env envelope
 	if err := decodeEnvelope(raw, &env); err != nil {
@@ -104,10 +105,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 	if env.InnerEvent == nil || json.Unmarshal(*env.InnerEvent, &ev) != nil {
 		return session.Outcome{Drop: dropMalformed}, nil
 	}
-	bot := fc.TeamBotUserIDs[env.installTeam()]
-	if bot == "" {
-		bot = fc.BotUserID
-	}
+	bot := cmp.Or(fc.TeamBotUserIDs[env.installTeam()], fc.BotUserID)
 	m, ok := newMessage(&env, &ev)
 	if ev.Type == "reaction_added" || ev.Type == "reaction_removed" {
 		var drop string
@@ -135,20 +133,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 	if drop != "" {
 		return session.Outcome{Drop: drop}, nil
 	}
-	return outcome(t.ev.Source, t.ev.Text, t.ev.MessageType, t.ev.MessageID, t.ev.ReplyToMessageID), nil
-}
-
-// outcome is the session.Outcome of a turn.
-func outcome(src session.Source, text, msgType, messageID, replyTo string) session.Outcome {
-	opt := func(s string) *string {
-		if s == "" {
-			return nil
-		}
-		return &s
-	}
-	return session.Outcome{Source: src, Event: &session.EventFields{
-		Text: text, MessageType: msgType, MessageID: opt(messageID), ReplyToMessageID: opt(replyTo),
-	}}
+	return platform.Outcome(&t.ev), nil
 }
 
 // slashFromFields reads a slash command from its form fields (get returns
@@ -168,26 +153,28 @@ func slashFromFields(get func(string) string) slashCommand {
 type fixtureLookup struct{ fc *fixtureContext }
 
 func (l *fixtureLookup) user(_ context.Context, _, id string) userInfo {
+	var r struct {
+		OK   bool       `json:"ok"`
+		User slack.User `json:"user"`
+	}
 	if id == "" {
 		return userInfo{}
 	}
-	raw, ok := l.fc.UsersInfo[id]
-	if !ok {
+	if raw, ok := l.fc.UsersInfo[id]; !ok || json.Unmarshal(raw, &r) != nil || !r.OK {
 		return userInfo{name: id}
 	}
-	info, err := parseUsersInfo(raw, id)
-	if err != nil {
-		return userInfo{name: id}
-	}
-	return info
+	return parseUser(&r.User, id)
 }
 
 func (l *fixtureLookup) channelName(ctx context.Context, team, id string) string {
-	raw, ok := l.fc.ConversationsInfo[id]
-	if !ok {
+	var r struct {
+		OK      bool          `json:"ok"`
+		Channel slack.Channel `json:"channel"`
+	}
+	if raw, ok := l.fc.ConversationsInfo[id]; !ok || json.Unmarshal(raw, &r) != nil || !r.OK {
 		return id
 	}
-	return parseConversationsInfo(raw, id, func(peer string) string { return l.user(ctx, team, peer).name })
+	return channelName(&r.Channel, id, func(peer string) string { return l.user(ctx, team, peer).name })
 }
 
 func (l *fixtureLookup) reacted(_ context.Context, _, channel, ts string) (string, string, bool) {
@@ -210,17 +197,19 @@ func (l *fixtureLookup) threadRoot(_ context.Context, _, channel, ts string) (ro
 // fixtureState answers the adapter memory from a fixture's context.
 type fixtureState struct{ fc *fixtureContext }
 
-func marked(list []string, team, ts string) bool {
-	return slices.Contains(list, team+":"+ts) || slices.Contains(list, ts)
+// has answers a marker from the context's lists; the bot's posts and the
+// mentioned threads may be listed by their ts alone.
+func (s *fixtureState) has(_ context.Context, kind markKind, key string) (bool, error) {
+	_, ts, _ := strings.Cut(key, ":")
+	switch kind {
+	case markPosted:
+		return slices.Contains(s.fc.BotMessageTS, key) || slices.Contains(s.fc.BotMessageTS, ts), nil
+	case markMentioned:
+		return slices.Contains(s.fc.MentionedThreads, key) || slices.Contains(s.fc.MentionedThreads, ts), nil
+	case markActive:
+		return slices.Contains(s.fc.ActiveThreadSessions, key), nil
+	}
+	return false, nil
 }
 
-func (s *fixtureState) botPosted(_ context.Context, team, ts string) (bool, error) {
-	return marked(s.fc.BotMessageTS, team, ts), nil
-}
-func (s *fixtureState) mentioned(_ context.Context, team, ts string) (bool, error) {
-	return marked(s.fc.MentionedThreads, team, ts), nil
-}
-func (s *fixtureState) active(_ context.Context, team, channel, ts string) (bool, error) {
-	return slices.Contains(s.fc.ActiveThreadSessions, team+":"+channel+":"+ts), nil
-}
-func (s *fixtureState) markMentioned(context.Context, string, string) error { return nil }
+func (s *fixtureState) set(context.Context, markKind, string) error { return nil }

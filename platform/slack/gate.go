@@ -61,13 +61,13 @@ func (n *normalizer) wakes(ctx context.Context, m *message, reply bool) bool {
 	switch {
 	case thread == "":
 		return false
-	case reply && n.ask(n.state.botPosted(ctx, team, thread)):
+	case reply && n.ask(n.state.has(ctx, markPosted, team+":"+thread)):
 		return true
-	case n.ask(n.state.mentioned(ctx, team, thread)):
+	case n.ask(n.state.has(ctx, markMentioned, team+":"+thread)):
 		return true
 	case !reply:
 		return false
-	case n.ask(n.state.active(ctx, team, ev.Channel, thread)):
+	case n.ask(n.state.has(ctx, markActive, team+":"+ev.Channel+":"+thread)):
 		return true
 	case n.err != nil:
 		return false
@@ -80,7 +80,7 @@ func (n *normalizer) wakes(ctx context.Context, m *message, reply bool) bool {
 		return true
 	case strings.Contains(root.text, "<@"+n.bot+">"):
 		if !n.pol.strictMention {
-			n.remember(n.state.markMentioned(ctx, team, thread))
+			n.remember(n.state.set(ctx, markMentioned, team+":"+thread))
 		}
 		return true
 	}

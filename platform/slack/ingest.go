@@ -118,7 +118,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 	}()
 	ev := m.ev
 	if m.edit {
-		switch done, err := p.memory.processed(ctx, m.scope, ev.TS); {
+		switch done, err := p.memory.has(ctx, markTurn, m.scope+":"+ev.TS); {
 		case err != nil:
 			return fmt.Errorf("slack: read the message's turn marker: %w", err)
 		case done:
@@ -190,7 +190,7 @@ func (p *Platform) deliver(ctx context.Context, tenant string, ev *contract.Even
 	}
 	d := platform.Delivery{
 		Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
-		SessionKey: p.key(tenant, &ev.Source), ChatID: ev.Source.ChatID, Event: ev, Received: received,
+		SessionKey: p.deps.Key(tenant, &ev.Source), ChatID: ev.Source.ChatID, Event: ev, Received: received,
 	}
 	if err := (*sink).Deliver(ctx, d); err != nil {
 		return fmt.Errorf("slack: deliver: %w", err)
@@ -261,7 +261,7 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	}
 	ev := slashEvent(c)
 	if c.ResponseURL != "" && ev.MessageType == "command" {
-		k := vault.Key{Tenant: tenant, SessionKey: p.key(tenant, &ev.Source), Kind: vault.KindSlackResponseURL}
+		k := vault.Key{Tenant: tenant, SessionKey: p.deps.Key(tenant, &ev.Source), Kind: vault.KindSlackResponseURL}
 		ref := responseRef{team: c.TeamID, channel: c.ChannelID, user: c.UserID}.String()
 		if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.clock.Now()}); err != nil {
 			return "", fmt.Errorf("slack: keep the response_url: %w", err)

@@ -2,7 +2,8 @@ package slack
 
 import (
 	"cmp"
-	"strings"
+	"context"
+	"time"
 
 	"github.com/slack-go/slack"
 
@@ -55,23 +56,27 @@ func pressOf(ic *slack.InteractionCallback) (press, bool) {
 	return p, true
 }
 
+// interaction handles an interaction, from either route: a prompt press
+// is ingested (ingestPress) and, once stored, its prompt marked pressed;
+// any other interaction is dropped.
+func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallback, received time.Time) error {
+	pr, ok := pressOf(ic)
+	if !ok {
+		p.drop(dropForeignAction, "")
+		return nil
+	}
+	err := p.ingestPress(ctx, &pr, received)
+	if err == nil {
+		p.markPressed(ic, &pr)
+	}
+	return err
+}
+
 // event is the press as an inbound: text /<option_id>, message_type
 // command, from the user who pressed, in the prompt's thread.
 func (p *press) event(userName, chatName string) contract.Event {
-	src := session.Source{
-		Platform:  platformName,
-		ChatID:    p.channel,
-		ChatName:  session.Str(chatName),
-		ChatType:  session.ChatTypeGroup,
-		UserID:    session.Str(p.user),
-		UserName:  session.Str(userName),
-		ThreadID:  session.StrOrNull(p.thread),
-		ScopeID:   p.team,
-		MessageID: p.actionTS,
-	}
-	if strings.HasPrefix(p.channel, "D") {
-		src.ChatType = session.ChatTypeDM
-	}
+	src := slashSource(p.channel, p.user, p.thread, p.team) // pressOf: the user is set
+	src.ChatName, src.UserName, src.MessageID = session.Str(chatName), session.Str(userName), p.actionTS
 	return contract.Event{
 		Text: "/" + p.optionID, MessageType: "command", MessageID: p.actionTS, Source: src,
 		PromptResponse: &contract.PromptResponse{PromptID: p.promptID, OptionID: p.optionID, Label: p.label, PromptMessageID: p.message},

@@ -3,7 +3,6 @@ package slack
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -120,13 +119,6 @@ func (l *limits) budget(team, method string) *fairshare.Scheduler {
 	return b.sched
 }
 
-// rateLimitedError says a call could not be made before the deadline.
-type rateLimitedError struct{ wait time.Duration }
-
-func (e *rateLimitedError) Error() string {
-	return fmt.Sprintf("slack: rate limited; next slot in %s, after the request's deadline", e.wait.Round(time.Millisecond))
-}
-
 // call makes one Web API call of method in workspace team with its
 // client, on the share of the tenant in ctx (platform.TenantOf), within
 // ctx's deadline.
@@ -156,26 +148,20 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 		if paced {
 			at, ok := p.limits.channels.Reserve(chanKey, start, latest)
 			if !ok {
-				return &rateLimitedError{wait: at.Sub(start)}
+				return &platform.RateLimitedError{Wait: at.Sub(start)}
 			}
 			if err := p.clock.Sleep(ctx, at.Sub(p.clock.Now())); err != nil {
 				return err
 			}
 		}
 		sched := p.limits.budget(team, method)
-		wctx, cancel := context.WithTimeout(ctx, latest.Sub(p.clock.Now()))
-		err := sched.Wait(wctx, tenant)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return &rateLimitedError{wait: time.Second}
+		if err := platform.WaitShare(ctx, sched, tenant, latest, p.clock); err != nil {
+			return err
 		}
 		if d := p.clock.Now().Sub(start); d > 0 {
 			p.metrics.RateLimitWait(platformName, d)
 		}
-		err = fn(ctx, c)
+		err := fn(ctx, c)
 		var limited *slack.RateLimitedError
 		if !errors.As(err, &limited) {
 			if tokenRevoked(err) {
@@ -191,7 +177,7 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 		}
 		p.log.Info("slack 429; waiting Retry-After", "team", team, "method", method, "retry_after", retry)
 		if p.clock.Now().Add(retry).After(latest) {
-			return &rateLimitedError{wait: retry}
+			return &platform.RateLimitedError{Wait: retry}
 		}
 	}
 }

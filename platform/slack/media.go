@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"io"
-	"net/http"
 	"path"
 	"regexp"
 	"strings"
@@ -244,34 +242,14 @@ func (p *Platform) rehost(ctx context.Context, tenant, team string, f *wireFile,
 	}
 	ctx, cancel := context.WithTimeout(ctx, mediaDownloadTimeout)
 	defer cancel()
-	w := &sniffWriter{w: up, allowHTML: strings.HasPrefix(f.Mimetype, "text/html")}
-	if err := c.GetFileContext(ctx, cmp.Or(f.URLPrivateDownload, f.URLPrivate), w); err != nil {
+	// slack-go sends the token only to Slack's https hosts or the Web
+	// API's, and refuses a redirect to the sign-in page (a file the token
+	// cannot read).
+	if err := c.GetFileContext(ctx, cmp.Or(f.URLPrivateDownload, f.URLPrivate), up); err != nil {
 		up.Abort()
 		return media.Info{}, err
 	}
 	return up.Commit()
-}
-
-// errHTMLFile is a download that answered a web page: Slack's sign-in page
-// for a file the token cannot read.
-var errHTMLFile = errors.New("slack returned HTML instead of the file; check the app's files:read scope")
-
-// sniffWriter passes a download on, refusing it when its first bytes are
-// HTML and the file is not.
-type sniffWriter struct {
-	w         io.Writer
-	allowHTML bool
-	checked   bool
-}
-
-func (s *sniffWriter) Write(b []byte) (int, error) {
-	if !s.checked {
-		s.checked = true
-		if !s.allowHTML && strings.HasPrefix(http.DetectContentType(b), "text/html") {
-			return 0, errHTMLFile
-		}
-	}
-	return s.w.Write(b)
 }
 
 // textOf is the "[Content of name]:" text of a small text document.

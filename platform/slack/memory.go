@@ -65,26 +65,6 @@ func (m *memory) set(ctx context.Context, kind markKind, key string) error {
 	return m.caps.Put(ctx, markKey(kind, key), nil, m.clock.Now().Add(memoryTTL))
 }
 
-func (m *memory) processed(ctx context.Context, team, ts string) (bool, error) {
-	return m.has(ctx, markTurn, team+":"+ts)
-}
-
-func (m *memory) botPosted(ctx context.Context, team, ts string) (bool, error) {
-	return m.has(ctx, markPosted, team+":"+ts)
-}
-
-func (m *memory) mentioned(ctx context.Context, team, ts string) (bool, error) {
-	return m.has(ctx, markMentioned, team+":"+ts)
-}
-
-func (m *memory) active(ctx context.Context, team, channel, ts string) (bool, error) {
-	return m.has(ctx, markActive, team+":"+channel+":"+ts)
-}
-
-func (m *memory) markMentioned(ctx context.Context, team, ts string) error {
-	return m.set(ctx, markMentioned, team+":"+ts)
-}
-
 // turnStarted records a delivered turn: message ts of team in channel,
 // in session thread (may be "").
 func (m *memory) turnStarted(ctx context.Context, team, channel, ts, thread string) error {

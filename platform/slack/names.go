@@ -3,8 +3,6 @@ package slack
 import (
 	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -46,21 +44,6 @@ func parseUser(u *slack.User, id string) userInfo {
 	return userInfo{name: name, isBot: u.IsBot || u.IsWorkflowBot || u.Profile.BotID != ""}
 }
 
-// parseUsersInfo reads a users.info answer.
-func parseUsersInfo(raw json.RawMessage, id string) (userInfo, error) {
-	var r struct {
-		OK   bool       `json:"ok"`
-		User slack.User `json:"user"`
-	}
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return userInfo{}, err
-	}
-	if !r.OK {
-		return userInfo{}, errors.New("users.info: not ok")
-	}
-	return parseUser(&r.User, id), nil
-}
-
 // channelName is _resolve_channel_name on an answered conversation: an
 // IM is its peer's name (peer resolves it), anything else its name, else
 // its normalized name, else the id.
@@ -76,19 +59,6 @@ func channelName(ch *slack.Channel, id string, peer func(string) string) string 
 		return ch.NameNormalized
 	}
 	return id
-}
-
-// parseConversationsInfo reads a conversations.info answer; not ok is the
-// id.
-func parseConversationsInfo(raw json.RawMessage, id string, peer func(string) string) string {
-	var r struct {
-		OK      bool          `json:"ok"`
-		Channel slack.Channel `json:"channel"`
-	}
-	if json.Unmarshal(raw, &r) != nil || !r.OK {
-		return id
-	}
-	return channelName(&r.Channel, id, peer)
 }
 
 // names is the live lookups: the Web API with the workspace's token,

@@ -28,7 +28,6 @@ const (
 	dropUnsupported      = "unsupported"
 	dropDuplicate        = "duplicate"
 	dropUnclaimed        = "unclaimed"
-	dropNotInstalled     = "not_installed"
 	dropEditOfProcessed  = "edit_of_processed_message"
 	dropChannelIgnored   = "channel_ignored"
 	dropBotSender        = "bot_sender"
@@ -77,19 +76,14 @@ type rootMessage struct {
 }
 
 // threadState is what the native adapter remembers of a workspace's
-// messages and threads (live: memory.go, kept in the store). A question it
-// cannot answer is an error: the event is not stored, and its source sends
-// it again.
+// messages and threads: the markers of memory.go (live: kept in the
+// store). A question it cannot answer is an error: the event is not
+// stored, and its source sends it again.
 type threadState interface {
-	// botPosted reports whether the bot posted message ts, or into thread
-	// ts.
-	botPosted(ctx context.Context, team, ts string) (bool, error)
-	// mentioned reports whether thread ts was mentioned earlier.
-	mentioned(ctx context.Context, team, ts string) (bool, error)
-	// active reports whether a turn was delivered in thread ts of channel.
-	active(ctx context.Context, team, channel, ts string) (bool, error)
-	// markMentioned remembers that thread ts was mentioned.
-	markMentioned(ctx context.Context, team, ts string) error
+	// has reports whether the marker kind/key is set.
+	has(ctx context.Context, kind markKind, key string) (bool, error)
+	// set sets the marker kind/key.
+	set(ctx context.Context, kind markKind, key string) error
 }
 
 // message is one message-shaped event ready for normalization.
@@ -376,7 +370,7 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 			text, probe, command = stripped, stripped, true
 		}
 		if thread != "" && !n.pol.strictMention && !n.pol.threadRequireMention {
-			n.remember(n.state.markMentioned(ctx, m.scope, thread))
+			n.remember(n.state.set(ctx, markMentioned, m.scope+":"+thread))
 		}
 	}
 	t := &turn{thread: thread}

@@ -1,8 +1,8 @@
 package slack
 
 import (
+	"cmp"
 	"context"
-	"fmt"
 	"regexp"
 	"strings"
 
@@ -10,6 +10,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // send posts content as mrkdwn (chat.postMessage, mrkdwn true), split into
@@ -51,7 +52,7 @@ func (p *Platform) post(ctx context.Context, tenant string, t target, a *contrac
 func (p *Platform) postParts(ctx context.Context, tenant string, t target, a *contract.Action, parts []string, blocks []slack.Block) (first, last string, r contract.Result) {
 	pol := p.policy(tenant)
 	thread := p.threadOf(tenant, a)
-	for i, part := range parts {
+	return platform.SendParts(parts, func(i int, part string) (ts string, err error) {
 		opts := []slack.MsgOption{slack.MsgOptionText(part, false)} // mrkdwn is chat.postMessage's default
 		if thread != "" {
 			opts = append(opts, slack.MsgOptionTS(thread))
@@ -63,26 +64,15 @@ func (p *Platform) postParts(ctx context.Context, tenant string, t target, a *co
 		if i == len(parts)-1 && blocks != nil {
 			opts = append(opts, slack.MsgOptionBlocks(blocks...))
 		}
-		var ts string
-		err := p.callIn(ctx, t.team, t.channel, "chat.postMessage", func(ctx context.Context, c *slack.Client) (err error) {
+		err = p.callIn(ctx, t.team, t.channel, "chat.postMessage", func(ctx context.Context, c *slack.Client) (err error) {
 			_, ts, err = c.PostMessageContext(ctx, t.channel, opts...)
 			return err
 		})
-		if err != nil {
-			r := p.failure(a.Op, err)
-			if i > 0 {
-				r.Error = fmt.Sprintf("%s (sent %d of %d parts)", r.Error, i, len(parts))
-				r.MessageID = first
-			}
-			return first, last, r
+		if err == nil {
+			p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, thread))
 		}
-		p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, thread))
-		last = ts
-		if i == 0 {
-			first = ts
-		}
-	}
-	return first, last, contract.OK(first)
+		return ts, err
+	}, func(err error) contract.Result { return p.failure(a.Op, err) })
 }
 
 // unfurlOptions are the tenant's unfurl_links and unfurl_media, when set
@@ -242,10 +232,7 @@ func (p *Platform) threadCreate(ctx context.Context, _ string, t target, a *cont
 		r.ThreadID = ts
 		return r
 	}
-	name := textsplit.TruncateRunes(strings.TrimSpace(a.ThreadName), maxThreadName)
-	if name == "" {
-		name = "session"
-	}
+	name := cmp.Or(textsplit.TruncateRunes(strings.TrimSpace(a.ThreadName), maxThreadName), "session")
 	seed := ":thread: Hermes handoff — *" + name + "*"
 	var ts string
 	err := p.callIn(ctx, t.team, t.channel, "chat.postMessage", func(ctx context.Context, c *slack.Client) (err error) {

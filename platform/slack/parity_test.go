@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"connector/internal/doctable"
+	"connector/internal/doctabletest"
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
@@ -280,7 +280,7 @@ func paritySend(t *testing.T, e *env) string {
 // TestSlackSettingsParityDocInSync fails when the Slack table of
 // docs/settings-parity.md and slackParity name different rows.
 func TestSlackSettingsParityDocInSync(t *testing.T) {
-	rows, err := doctable.Rows("../../docs/settings-parity.md", "## Slack")
+	rows, err := doctabletest.Rows("../../docs/settings-parity.md", "## Slack")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestSlackSettingsParityDocInSync(t *testing.T) {
 		if len(r) != 4 {
 			t.Fatalf("row %q: want 4 cells (knob, setting, native, connector)", r)
 		}
-		doc = append(doc, doctable.Code(r[0])+" "+doctable.Code(r[1]))
+		doc = append(doc, doctabletest.Code(r[0])+" "+doctabletest.Code(r[1]))
 	}
 	for _, c := range slackParity {
 		cases = append(cases, c.knob+" "+c.setting)

@@ -1,3 +1,10 @@
+// Package slack fronts one Slack app for many tenants: it verifies and
+// ingests Slack's events, interactions and slash commands (signed HTTP
+// routes, or Socket Mode), normalizes messages into the tenant-scoped
+// MessageEvents the native Hermes adapter builds, and executes the
+// gateways' outbound actions with slack-go's Web API client, within
+// Slack's rate tiers. Each file's header says which rule it owns;
+// docs/contract.md lists the ops and docs/security.md the routes.
 package slack
 
 import (
@@ -30,7 +37,6 @@ type Platform struct {
 	cfg     Config
 	deps    platform.Deps
 	log     *slog.Logger
-	key     platform.KeyFunc
 	metrics platform.Metrics
 	clock   clock.Clock
 
@@ -115,7 +121,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		cfg:      cfg,
 		deps:     deps,
 		log:      deps.Log.With("platform", platformName),
-		key:      deps.Key,
 		metrics:  deps.Metrics,
 		clock:    deps.Clock,
 		http:     &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},

@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -72,11 +73,7 @@ func (p *Platform) markPressed(ic *slack.InteractionCallback, pr *press) {
 			kept = append(kept, b)
 		}
 	}
-	label := pr.label
-	if label == "" {
-		label = pr.optionID
-	}
-	kept = append(kept, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, "Selected *"+label+"* (<@"+pr.user+">)", false, false)))
+	kept = append(kept, slack.NewContextBlock("", slack.NewTextBlockObject(slack.MarkdownType, "Selected *"+cmp.Or(pr.label, pr.optionID)+"* (<@"+pr.user+">)", false, false)))
 	text := ic.Message.Text
 	p.bg.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), pressUpdateTimeout)

@@ -71,13 +71,10 @@ func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEven
 			return message{}, dropReactionBotMsg
 		}
 	}
-	action := "added"
-	if ev.Type == "reaction_removed" {
-		action = "removed"
-	}
 	syn := &wireEvent{
 		Type: "message", User: ev.User, Channel: item.Channel, ThreadTS: thread, TeamID: team,
-		Text: "reaction:" + action + ":" + cmp.Or(reactionEmoji[ev.Reaction], ev.Reaction),
+		// ev.Type is reaction_added or reaction_removed.
+		Text: "reaction:" + strings.TrimPrefix(ev.Type, "reaction_") + ":" + cmp.Or(reactionEmoji[ev.Reaction], ev.Reaction),
 		TS:   cmp.Or(ev.EventTS, fmt.Sprintf("reaction-%s-%s-%s", item.TS, ev.Reaction, ev.User)),
 	}
 	m := message{ev: syn, scope: team, install: team, dedupeKey: team + ":" + syn.TS, force: true}

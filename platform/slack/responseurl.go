@@ -86,7 +86,7 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 		return contract.Result{}, false
 	}
 	src := slashSource(t.channel, user, cmp.Or(string(a.Metadata.ThreadID), string(a.Metadata.ThreadTS)), cmp.Or(string(a.Metadata.ScopeID), t.team))
-	sessionKey := p.key(tenant, &src)
+	sessionKey := p.deps.Key(tenant, &src)
 	k := vault.Key{Tenant: tenant, SessionKey: sessionKey, Kind: kindResponseURL}
 	e, ok := p.deps.Vault.Get(ctx, k)
 	ref := parseResponseRef(e.Ref)

@@ -205,17 +205,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 				ack(nil, nil)
 				return
 			}
-			pr, ok := pressOf(&ic)
-			if !ok {
-				p.drop(dropForeignAction, "")
-				ack(nil, nil)
-				return
-			}
-			err := p.ingestPress(ctx, &pr, received)
-			ack(err, nil)
-			if err == nil {
-				p.markPressed(&ic, &pr)
-			}
+			ack(p.interaction(ctx, &ic, received), nil)
 		})
 	case socketmode.EventTypeSlashCommand:
 		p.bg.Go(func() {

@@ -43,7 +43,6 @@ var errNotInstalled = errors.New("slack: the app is not installed in this worksp
 type installRecord struct {
 	Token    string `json:"token"`
 	BotUser  string `json:"bot_user_id"`
-	BotID    string `json:"bot_id,omitempty"`
 	AppID    string `json:"app_id,omitempty"`
 	TeamName string `json:"team_name,omitempty"`
 	// Installed is when the install was stored (Unix seconds).
@@ -61,7 +60,7 @@ type workspaces struct {
 	p *Platform
 
 	mu      sync.Mutex
-	config  *workspace               // bot_token's; team and bot user once auth.test answered
+	config  *workspace               // bot_token's (nil without); its team and bot user once auth.test answered, under mu
 	local   map[string]installRecord // installs without a store (Deps.Store nil)
 	cache   *ttlcache.Cache[string, *workspace]
 	missing *ttlcache.Cache[string, struct{}]
@@ -106,13 +105,7 @@ func (w *workspaces) configTeam() string {
 // any workspace while auth.test has not said which it is and no install
 // claims it; installs are read from the store.
 func (w *workspaces) get(ctx context.Context, team string) (*workspace, error) {
-	w.mu.Lock()
-	cfg := w.config
-	var cfgTeam string
-	if cfg != nil {
-		cfgTeam = cfg.team
-	}
-	w.mu.Unlock()
+	cfg, cfgTeam := w.config, w.configTeam() // config is set once, by newWorkspaces
 	if cfg != nil && cfgTeam == team && team != "" {
 		return cfg, nil
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/go-telegram/bot"
 
 	"connector/contract"
-	"connector/internal/netcause"
 	"connector/platform"
 )
 
@@ -49,13 +48,6 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 	return platform.Execute(ctx, &p.egress, p, tenant, a)
 }
 
-// rateLimitedError says a message could not be paced before the deadline.
-type rateLimitedError struct{ wait time.Duration }
-
-func (e *rateLimitedError) Error() string {
-	return fmt.Sprintf("telegram: rate limited; next slot in %s, after the request's deadline", e.wait.Round(time.Millisecond))
-}
-
 // paced runs call for one message into chat: it waits for the chat's (and,
 // when countGroup, the group's) window, then for tenant's fair share of the
 // global budget, then calls. A 429 blocks the chat for retry_after and
@@ -71,24 +63,18 @@ func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGr
 		now := p.clock.Now()
 		at, ok := p.limits.reserve(chat, countGroup, now, latest)
 		if !ok {
-			return &rateLimitedError{wait: at.Sub(now)}
+			return &platform.RateLimitedError{Wait: at.Sub(now)}
 		}
 		if err := p.clock.Sleep(ctx, at.Sub(p.clock.Now())); err != nil {
 			return err
 		}
-		waitCtx, cancel := context.WithTimeout(ctx, latest.Sub(p.clock.Now()))
-		err := p.budget.Wait(waitCtx, tenant)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return &rateLimitedError{wait: time.Second}
+		if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.clock); err != nil {
+			return err
 		}
 		if d := p.clock.Now().Sub(now); d > 0 {
 			p.metrics.RateLimitWait(platformName, d)
 		}
-		err = call(ctx)
+		err := call(ctx)
 		var tooMany *bot.TooManyRequestsError
 		if !errors.As(err, &tooMany) {
 			return err
@@ -102,19 +88,11 @@ func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGr
 
 // failure turns an egress error into a result whose text carries no secret.
 func (p *Platform) failure(op string, err error) contract.Result {
-	var limited *rateLimitedError
 	var migrated *bot.MigrateError
-	switch {
-	case errors.As(err, &limited):
-		r := contract.Failed(contract.CodeRateLimited, "telegram "+op+": rate limited; retry later")
-		r.RetryAfterMS = max(limited.wait.Milliseconds(), 1)
+	if r, ok := platform.CommonFailure("telegram "+op+": ", "Telegram", err); ok {
 		return r
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return contract.Failed(contract.CodeUnavailable, "telegram "+op+": no answer from Telegram before the deadline")
-	case netcause.IsNetwork(err):
-		// The error text holds the Bot API server's URL and address.
-		return contract.Failed(contract.CodeUnavailable, "telegram "+op+": Telegram unreachable: "+netcause.Describe(err))
-	case errors.As(err, &migrated):
+	}
+	if errors.As(err, &migrated) {
 		return contract.Failed(contract.CodePlatformError,
 			fmt.Sprintf("telegram %s: the group became supergroup %d", op, migrated.MigrateToChatID))
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // send posts content, split into 4,096-character messages, rendered as
@@ -42,7 +42,7 @@ func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contr
 func (p *Platform) sendParts(ctx context.Context, tenant string, chat int64, a *contract.Action, parts []string, markup models.ReplyMarkup) (first, last string, r contract.Result) {
 	thread := topicThread(a.Metadata.ThreadID)
 	reply := messageRef(a.ReplyTo)
-	for i, part := range parts {
+	return platform.SendParts(parts, func(i int, part string) (string, error) {
 		params := &bot.SendMessageParams{
 			ChatID:          chat,
 			MessageThreadID: thread,
@@ -61,19 +61,10 @@ func (p *Platform) sendParts(ctx context.Context, tenant string, chat int64, a *
 			return err
 		})
 		if err != nil {
-			r := p.failure(a.Op, err)
-			if i > 0 {
-				r.Error = fmt.Sprintf("%s (sent %d of %d parts)", r.Error, i, len(parts))
-				r.MessageID = first
-			}
-			return first, last, r
+			return "", err
 		}
-		last = strconv.Itoa(msg.ID)
-		if i == 0 {
-			first = last
-		}
-	}
-	return first, last, contract.OK(first)
+		return strconv.Itoa(msg.ID), nil
+	}, func(err error) contract.Result { return p.failure(a.Op, err) })
 }
 
 // sendMessage calls sendMessage once, and once more without what Telegram
@@ -119,7 +110,7 @@ func (p *Platform) edit(ctx context.Context, tenant string, chat int64, a *contr
 func (p *Platform) typing(ctx context.Context, _ string, chat int64, a *contract.Action) contract.Result {
 	now := p.clock.Now()
 	if until := p.limits.blockedUntil(chat); until.After(now) {
-		return p.failure(contract.OpTyping, &rateLimitedError{wait: until.Sub(now)})
+		return p.failure(contract.OpTyping, &platform.RateLimitedError{Wait: until.Sub(now)})
 	}
 	params := &bot.SendChatActionParams{ChatID: chat, MessageThreadID: topicThread(a.Metadata.ThreadID), Action: models.ChatActionTyping}
 	_, err := p.bot.SendChatAction(ctx, params)

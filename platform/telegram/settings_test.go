@@ -13,7 +13,7 @@ import (
 	"github.com/go-telegram/bot/models"
 	"go.yaml.in/yaml/v3"
 
-	"connector/internal/doctable"
+	"connector/internal/doctabletest"
 	"connector/platform"
 	"connector/platform/platformtest"
 )
@@ -292,7 +292,7 @@ func TestTelegramSettingsParity(t *testing.T) {
 // TestTelegramSettingsParityDocInSync fails when the Telegram table of
 // docs/settings-parity.md and telegramParity name different rows.
 func TestTelegramSettingsParityDocInSync(t *testing.T) {
-	rows, err := doctable.Rows("../../docs/settings-parity.md", "## Telegram")
+	rows, err := doctabletest.Rows("../../docs/settings-parity.md", "## Telegram")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,7 @@ func TestTelegramSettingsParityDocInSync(t *testing.T) {
 		if len(r) != 4 {
 			t.Fatalf("row %q: want 4 cells (knob, setting, native, connector)", r)
 		}
-		doc = append(doc, doctable.Code(r[0])+" "+doctable.Code(r[1]))
+		doc = append(doc, doctabletest.Code(r[0])+" "+doctabletest.Code(r[1]))
 	}
 	for _, c := range telegramParity {
 		cases = append(cases, c.knob+" "+c.setting)

@@ -15,7 +15,7 @@ import (
 	"github.com/go-telegram/bot/models"
 	"go.yaml.in/yaml/v3"
 
-	"connector/internal/doctable"
+	"connector/internal/doctabletest"
 	"connector/platform"
 	"connector/platform/platformtest"
 )
@@ -202,7 +202,7 @@ func TestTelegramMessageTextParity(t *testing.T) {
 // names where the message is sent, its text and (the first code span of
 // the native cell) the text the gateway receives, Go-quoted.
 func TestTelegramMessageTextDocInSync(t *testing.T) {
-	rows, err := doctable.Rows("../../docs/settings-parity.md", "### Telegram message text")
+	rows, err := doctabletest.Rows("../../docs/settings-parity.md", "### Telegram message text")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestTelegramMessageTextDocInSync(t *testing.T) {
 		if len(r) != 4 {
 			t.Fatalf("row %q: want 4 cells (where, message, native, connector)", r)
 		}
-		doc = append(doc, doctable.Code(r[0])+" "+doctable.Code(r[1])+" "+doctable.Code(r[2]))
+		doc = append(doc, doctabletest.Code(r[0])+" "+doctabletest.Code(r[1])+" "+doctabletest.Code(r[2]))
 	}
 	for _, c := range telegramTextParity {
 		cases = append(cases, c.where+" "+strconv.Quote(c.text)+" "+strconv.Quote(c.want))

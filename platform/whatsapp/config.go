@@ -128,19 +128,12 @@ func (o *OptIn) UnmarshalYAML(n *yaml.Node) error {
 		return errors.New("want a boolean")
 	}
 	if nativecfg.IsYAML11Bool(n) {
-		v, err := nativecfg.Flag(n, true)
-		if err != nil {
-			return err
-		}
-		*o = OptIn(nativecfg.FlagOr(v, false))
+		v, _ := nativecfg.ParseFlag(n.Value, true) // a YAML 1.1 boolean word: cannot fail
+		*o = OptIn(v)
 		return nil
 	}
-	switch strings.ToLower(strings.TrimSpace(n.Value)) {
-	case "true", "1", "yes":
-		*o = true
-	default:
-		*o = false
-	}
+	s := strings.ToLower(strings.TrimSpace(n.Value))
+	*o = OptIn(s == "true" || s == "1" || s == "yes")
 	return nil
 }
 

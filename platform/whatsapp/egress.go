@@ -3,12 +3,10 @@ package whatsapp
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
 	"connector/contract"
-	"connector/internal/netcause"
 	"connector/platform"
 	"connector/platform/pace"
 )
@@ -65,13 +63,6 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 	return platform.Execute(ctx, &p.egress, p, tenant, a)
 }
 
-// rateLimitedError says a message could not be paced before the deadline.
-type rateLimitedError struct{ wait time.Duration }
-
-func (e *rateLimitedError) Error() string {
-	return fmt.Sprintf("whatsapp: rate limited; next slot in %s, after the request's deadline", e.wait.Round(time.Millisecond))
-}
-
 // paced runs call for one message from number to user: it waits for the
 // user's slot (platform/pace), then for tenant's fair share of the app's budget,
 // then calls. A Graph rate-limit answer (rateLimitCodes) holds the user
@@ -91,24 +82,18 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 		now := p.clock.Now()
 		at, ok := p.pace.Reserve(key, now, latest)
 		if !ok {
-			return &rateLimitedError{wait: at.Sub(now)}
+			return &platform.RateLimitedError{Wait: at.Sub(now)}
 		}
 		if err := p.clock.Sleep(ctx, at.Sub(now)); err != nil {
 			return err
 		}
-		waitCtx, cancel := context.WithTimeout(ctx, latest.Sub(p.clock.Now()))
-		err := p.budget.Wait(waitCtx, tenant)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return &rateLimitedError{wait: time.Second}
+		if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.clock); err != nil {
+			return err
 		}
 		if d := p.clock.Now().Sub(now); d > 0 {
 			p.metrics.RateLimitWait(platformName, d)
 		}
-		err = call(ctx)
+		err := call(ctx)
 		p.noteToken(err)
 		ge, limited := rateLimited(err)
 		if !limited {
@@ -131,14 +116,12 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 // what may be retried (no answer, the network, Meta's 5xx), platform_error
 // for the rest, with Meta's code and message.
 func (p *Platform) failure(op string, err error) contract.Result {
-	var limited *rateLimitedError
 	var ge *GraphError
 	prefix := "whatsapp_cloud " + op + ": "
-	switch {
-	case errors.As(err, &limited):
-		r := contract.Failed(contract.CodeRateLimited, prefix+"rate limited; retry later")
-		r.RetryAfterMS = max(limited.wait.Milliseconds(), 1)
+	if r, ok := platform.CommonFailure(prefix, "the Graph API", err); ok {
 		return r
+	}
+	switch {
 	case errors.As(err, &ge) && ge.Code == codeReengagement:
 		return contract.Failed(contract.CodeWindowClosed, prefix+"the 24-hour customer-service window is closed: the user last wrote more than 24 hours ago, so WhatsApp delivers only approved templates until they write again (Graph error 131047)")
 	case errors.As(err, &ge) && rateLimitCodes[ge.Code]:
@@ -149,10 +132,6 @@ func (p *Platform) failure(op string, err error) contract.Result {
 		return contract.Failed(contract.CodeUnavailable, prefix+p.errorText(ge))
 	case errors.As(err, &ge):
 		return contract.Failed(contract.CodePlatformError, prefix+p.errorText(ge))
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return contract.Failed(contract.CodeUnavailable, prefix+"no answer from the Graph API before the deadline")
-	case netcause.IsNetwork(err):
-		return contract.Failed(contract.CodeUnavailable, prefix+"Graph API unreachable: "+netcause.Describe(err))
 	}
 	return contract.Failed(contract.CodePlatformError, prefix+p.errorText(err))
 }

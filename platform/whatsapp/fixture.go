@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"connector/platform"
 	"connector/session"
 )
 
@@ -48,14 +49,7 @@ func NormalizeFixture(raw, context json.RawMessage) (session.Outcome, error) {
 			if drop != "" {
 				return session.Outcome{Drop: drop}, nil
 			}
-			o := session.Outcome{Source: ev.Source, Event: &session.EventFields{Text: ev.Text, MessageType: ev.MessageType}}
-			if ev.MessageID != "" {
-				o.Event.MessageID = &ev.MessageID
-			}
-			if ev.ReplyToMessageID != "" {
-				o.Event.ReplyToMessageID = &ev.ReplyToMessageID
-			}
-			return o, nil
+			return platform.Outcome(&ev), nil
 		}
 	}
 	for _, e := range p.Entry {

@@ -1,6 +1,7 @@
 package whatsapp
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 )
@@ -63,10 +64,7 @@ func newAccess(top TenantConfig, over *TenantConfig) (*access, error) {
 	if len(a.allow) > 0 && !a.allowAll {
 		def = policyAllowlist
 	}
-	a.policy = strings.ToLower(strings.TrimSpace(tc.DMPolicy))
-	if a.policy == "" {
-		a.policy = def
-	}
+	a.policy = cmp.Or(strings.ToLower(strings.TrimSpace(tc.DMPolicy)), def)
 	switch a.policy {
 	case policyAllowlist, policyPairing, policyOpen, policyDisabled:
 	default:

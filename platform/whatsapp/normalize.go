@@ -24,7 +24,6 @@ type payload struct {
 }
 
 type entry struct {
-	ID      string   `json:"id"`
 	Changes []change `json:"changes"`
 }
 
@@ -96,7 +95,6 @@ type mediaRef struct {
 
 // status is a delivery receipt of a message the business sent.
 type status struct {
-	ID          string `json:"id"`
 	Status      string `json:"status"`
 	RecipientID string `json:"recipient_id"`
 	Errors      []struct {

@@ -8,6 +8,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/platform"
 	"connector/vault"
 )
 
@@ -74,28 +75,17 @@ func (p *Platform) send(ctx context.Context, tenant string, c chat, a *contract.
 // sendText sends text split into pieces, the first quoting replyTo, and
 // returns the first and last message ids with the result.
 func (p *Platform) sendText(ctx context.Context, tenant string, c chat, op, text, replyTo string) (first, last string, r contract.Result) {
-	parts := textsplit.Split(text, splitRules)
-	for i, part := range parts {
+	return platform.SendParts(textsplit.Split(text, splitRules), func(i int, part string) (string, error) {
 		quote := ""
 		if i == 0 {
 			quote = replyTo
 		}
 		id, err := p.post(ctx, tenant, c, textMessage(c.user, part, quote))
-		if err != nil {
-			r := p.failure(op, err)
-			if i > 0 {
-				r.Error = fmt.Sprintf("%s (sent %d of %d parts)", r.Error, i, len(parts))
-				r.MessageID = first
-			}
-			return first, last, r
+		if err == nil {
+			p.quotes.add(tenant, c.user, id, part)
 		}
-		p.quotes.add(tenant, c.user, id, part)
-		last = id
-		if i == 0 {
-			first = id
-		}
-	}
-	return first, last, contract.OK(first)
+		return id, err
+	}, func(err error) contract.Result { return p.failure(op, err) })
 }
 
 // post sends one /messages payload from the conversation's number, paced.

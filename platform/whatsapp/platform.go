@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"connector/descriptor"
@@ -47,12 +46,9 @@ type Platform struct {
 	links       *platform.LinkDesk // redeems "/link <code>" DMs off the delivery path
 	desc        descriptor.Descriptor
 
-	running   atomic.Bool
-	sink      atomic.Pointer[platform.Sink]
-	started   chan struct{} // closed when Run first takes a sink
-	startOnce sync.Once
-	tokenMu   sync.Mutex
-	tokenOK   bool // false after Meta refused the access token (code 190)
+	running      atomic.Bool
+	sink         atomic.Pointer[platform.Sink]
+	tokenRefused atomic.Bool // Meta refused the access token (code 190) on the last call that told
 }
 
 var (
@@ -83,8 +79,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		clock:   deps.Clock,
 		vault:   deps.Vault,
 		gates:   make(map[string]*access, len(cfg.Tenants)),
-		tokenOK: true,
-		started: make(chan struct{}),
 	}
 	p.statuses, _ = deps.Metrics.(StatusMetrics)
 	if p.vault == nil {
@@ -143,7 +137,6 @@ func (p *Platform) Routes() map[string]http.Handler {
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(&sink)
 	p.running.Store(true)
-	p.startOnce.Do(func() { close(p.started) })
 	p.links.Run(ctx) // until ctx ends
 	p.running.Store(false)
 	p.sink.Store(nil)
@@ -153,29 +146,21 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 // Status implements platform.Platform: ready while Run runs, unless Meta
 // refused the access token on the last call that told.
 func (p *Platform) Status() platform.Status {
-	p.tokenMu.Lock()
-	tokenOK := p.tokenOK
-	p.tokenMu.Unlock()
 	switch {
 	case !p.running.Load():
 		return platform.Status{Detail: "not started"}
-	case !tokenOK:
+	case p.tokenRefused.Load():
 		return platform.Status{Detail: "Meta refused the access token (Graph error 190); set a valid whatsapp.access_token"}
 	}
 	return platform.Status{Ready: true, Detail: "receiving webhooks at " + WebhookPath}
 }
 
 // noteToken records whether Meta accepted the access token, from a Graph
-// call's error.
+// call's error; a network failure says nothing about it.
 func (p *Platform) noteToken(err error) {
-	ge, isGraph := err.(*GraphError)
-	ok := err == nil || !isGraph || ge.Code != codeTokenInvalid
-	if err != nil && !isGraph {
-		return // a network failure says nothing about the token
+	if ge, isGraph := err.(*GraphError); isGraph || err == nil {
+		p.tokenRefused.Store(isGraph && ge.Code == codeTokenInvalid)
 	}
-	p.tokenMu.Lock()
-	p.tokenOK = ok
-	p.tokenMu.Unlock()
 }
 
 // gate returns tenant's DM gate.

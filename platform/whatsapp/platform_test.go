@@ -20,6 +20,7 @@ import (
 	"connector/internal/cluster"
 	"connector/media"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/whatsapp/whatsapptest"
 	"connector/store"
 	"connector/vault"
@@ -137,11 +138,7 @@ func newRig(t *testing.T, v vault.Store, edit func(*Config, *platform.Deps)) *ri
 	done := make(chan struct{})
 	go func() { _ = r.p.Run(ctx, r.sink); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	select {
-	case <-r.p.started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not start within 10s")
-	}
+	platformtest.WaitUntil(t, "whatsapp Run to start", func() bool { return r.p.running.Load() })
 	mux := http.NewServeMux()
 	for pattern, h := range r.p.Routes() {
 		mux.Handle(pattern, h)

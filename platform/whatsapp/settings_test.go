@@ -7,7 +7,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"connector/internal/doctable"
+	"connector/internal/doctabletest"
 )
 
 // whatsappParity is one row of docs/settings-parity.md's WhatsApp table:
@@ -63,7 +63,7 @@ func TestWhatsAppSettingsParity(t *testing.T) {
 }
 
 func TestWhatsAppSettingsParityDocInSync(t *testing.T) {
-	rows, err := doctable.Rows("../../docs/settings-parity.md", "## WhatsApp Cloud")
+	rows, err := doctabletest.Rows("../../docs/settings-parity.md", "## WhatsApp Cloud")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestWhatsAppSettingsParityDocInSync(t *testing.T) {
 		if len(r) != 4 {
 			t.Fatalf("row %q: want 4 cells (knob, setting, native, connector)", r)
 		}
-		doc = append(doc, doctable.Code(r[0])+" "+doctable.Code(r[1]))
+		doc = append(doc, doctabletest.Code(r[0])+" "+doctabletest.Code(r[1]))
 	}
 	for _, c := range whatsappParity {
 		cases = append(cases, c.knob+" "+c.setting)

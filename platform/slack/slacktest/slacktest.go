@@ -164,6 +164,10 @@ func New(tb interface {
 		}
 		c.Handle("/upload/", s.serveUpload)
 		c.Handle("/files-pri/", s.serveFile)
+		c.Handle("/signin", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			_, _ = io.WriteString(w, "<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in</body></html>")
+		})
 		c.Handle("/response/", s.serveResponse)
 		c.Handle("/oauth/v2/authorize", s.serveAuthorize)
 		c.Handle("/socket", s.sockets.serve)
@@ -724,15 +728,15 @@ func (s *Server) serveUpload(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveFile serves an added file to its workspace's token; any other
-// caller gets the sign-in page, as files.slack.com does.
+// caller is redirected to the sign-in page (with redir set to the file's
+// path), as files.slack.com does.
 func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	f, ok := s.files[r.URL.EscapedPath()]
 	team := s.tokens[strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")]
 	s.mu.Unlock()
 	if !ok || team != f.team {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		_, _ = io.WriteString(w, "<!DOCTYPE html><html><head><title>Slack</title></head><body>Sign in</body></html>")
+		http.Redirect(w, r, "/signin?redir="+url.QueryEscape(r.URL.Path), http.StatusFound)
 		return
 	}
 	w.Header().Set("Content-Type", f.contentType)

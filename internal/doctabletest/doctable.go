@@ -1,7 +1,7 @@
-// Package doctable reads the rows of a Markdown table from a document, so a
+// Package doctabletest reads the rows of a Markdown table from a document, so a
 // test can check that a table in docs/ and the test's own cases name the
 // same things.
-package doctable
+package doctabletest
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package doctable
+package doctabletest
 
 import (
 	"os"
