@@ -32,7 +32,7 @@ func (p *Platform) chatOf(guildID, channelID string) platform.Chat {
 
 // chatOfInfo places a cached or looked-up channel for the ownership order.
 func chatOfInfo(ci chanInfo) platform.Chat {
-	return platform.Chat{ID: ci.ID, Parent: ci.ParentID, Space: ci.GuildID, DM: ci.Type == chanDM || ci.Type == chanGroupDM}
+	return platform.Chat{ID: ci.ID, Parent: ci.ParentID, Space: ci.GuildID, DM: ci.Type == discordgo.ChannelTypeDM || ci.Type == discordgo.ChannelTypeGroupDM}
 }
 
 // route resolves the tenant of an event by the ownership order, from its

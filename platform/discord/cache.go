@@ -6,13 +6,14 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/bwmarrin/discordgo"
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
 // chanInfo is what normalization needs to know about a channel or thread.
 type chanInfo struct {
 	ID       string
-	Type     int
+	Type     discordgo.ChannelType
 	GuildID  string
 	Name     string
 	ParentID string
@@ -31,10 +32,12 @@ func infoFrom(c *wireChannel) chanInfo {
 }
 
 func (c chanInfo) isThread() bool {
-	return c.Type == chanAnnounceThr || c.Type == chanPublicThread || c.Type == chanPrivateThread
+	return c.Type == discordgo.ChannelTypeGuildNewsThread || c.Type == discordgo.ChannelTypeGuildPublicThread || c.Type == discordgo.ChannelTypeGuildPrivateThread
 }
 
-func (c chanInfo) isForum() bool { return c.Type == chanGuildForum || c.Type == chanGuildMedia }
+func (c chanInfo) isForum() bool {
+	return c.Type == discordgo.ChannelTypeGuildForum || c.Type == discordgo.ChannelTypeGuildMedia
+}
 
 // errNotFound reports a channel or guild that does not exist or that the bot
 // cannot see.
@@ -79,12 +82,10 @@ func (c *cache) putChannel(ch *wireChannel) {
 	c.chans.Add(ch.ID, infoFrom(ch))
 }
 
-func (c *cache) deleteChannel(id string) { c.chans.Remove(id) }
-
 // rememberDM records id as a DM channel unless the cache knows it already.
 func (c *cache) rememberDM(id string) {
 	if isSnowflake(id) {
-		c.chans.ContainsOrAdd(id, chanInfo{ID: id, Type: chanDM})
+		c.chans.ContainsOrAdd(id, chanInfo{ID: id, Type: discordgo.ChannelTypeDM})
 	}
 }
 

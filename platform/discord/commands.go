@@ -255,23 +255,17 @@ func (c *commandSync) loop(ctx context.Context) {
 			return
 		case <-c.dirty:
 		}
-		quiet := make(chan struct{}, 1)
-		t := c.p.clock.AfterFunc(debounce, func() { quiet <- struct{}{} })
-	burst:
-		for {
+		for quiet := false; !quiet; { // until debounce passes without a signal
+			fired := make(chan struct{})
+			t := c.p.clock.AfterFunc(debounce, func() { close(fired) })
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return
 			case <-c.dirty:
-				if !t.Reset(debounce) { // it fired meanwhile: take the signal back
-					select {
-					case <-quiet:
-					default:
-					}
-				}
-			case <-quiet:
-				break burst
+				t.Stop()
+			case <-fired:
+				quiet = true
 			}
 		}
 		for _, scope := range c.take() {

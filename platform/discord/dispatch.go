@@ -23,12 +23,10 @@ type wireGuild struct {
 
 type wireThread struct {
 	wireChannel
-	Member       *wireThreadMember `json:"member"`
-	NewlyCreated bool              `json:"newly_created"`
+	Member *wireThreadMember `json:"member"`
 }
 
 type wireThreadListSync struct {
-	GuildID string             `json:"guild_id"`
 	Threads []wireChannel      `json:"threads"`
 	Members []wireThreadMember `json:"members"`
 }
@@ -83,7 +81,7 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 	case "CHANNEL_DELETE", "THREAD_DELETE":
 		var c wireChannel
 		if json.Unmarshal(raw, &c) == nil {
-			p.cache.deleteChannel(c.ID)
+			p.cache.chans.Remove(c.ID)
 			p.cache.leave(c.ID)
 		}
 	case "THREAD_LIST_SYNC":

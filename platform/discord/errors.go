@@ -26,13 +26,6 @@ type failure struct {
 	code       string
 	msg        string
 	retryAfter int64 // ms
-	status     int
-}
-
-func (f failure) result() contract.Result {
-	r := contract.Failed(f.code, f.msg)
-	r.RetryAfterMS = f.retryAfter
-	return r
 }
 
 // describe classifies err without ever quoting a URL.
@@ -56,7 +49,7 @@ func describe(err error) failure {
 		if re.Message != nil && (re.Message.Code != 0 || re.Message.Message != "") {
 			msg = fmt.Sprintf("%s (code %d: %s)", msg, re.Message.Code, textsplit.Truncate(re.Message.Message, 200))
 		}
-		return failure{code: contract.CodePlatformError, msg: msg, status: re.Response.StatusCode}
+		return failure{code: contract.CodePlatformError, msg: msg}
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return failure{code: contract.CodeUnavailable, msg: "discord request timed out"}
 	case errors.As(err, &ue):

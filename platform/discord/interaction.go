@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/bwmarrin/discordgo"
+
 	"connector/contract"
 	"connector/session"
 )
@@ -53,11 +55,11 @@ func (n *normalizer) interaction(ctx context.Context, in *wireInteraction) (*tur
 	src.UserID = session.Str(u.ID)
 	src.UserName = session.Str(memberName(in.Member, u))
 	switch {
-	case ch.Type == chanDM:
+	case ch.Type == discordgo.ChannelTypeDM:
 		src.ChatType = session.ChatTypeDM
 		src.ChatName = session.Str("")
 		return t, nil
-	case ch.Type == chanGroupDM:
+	case ch.Type == discordgo.ChannelTypeGroupDM:
 		return nil, drop("group_dm")
 	}
 	guildID := cmp.Or(in.GuildID, ch.GuildID)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/bwmarrin/discordgo"
+
 	"connector/contract"
 	"connector/internal/pytext"
 	"connector/internal/textsplit"
@@ -85,7 +87,7 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 	if m.Author.ID == n.botID {
 		return nil, drop("own_message")
 	}
-	if m.Type != msgDefault && m.Type != msgReply {
+	if m.Type != discordgo.MessageTypeDefault && m.Type != discordgo.MessageTypeReply {
 		return nil, drop("system_message")
 	}
 	ch, err := n.channelOf(ctx, m.ChannelID, m.GuildID)
@@ -116,14 +118,14 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 	src.MessageIsEdit = edit
 
 	switch ch.Type {
-	case chanDM:
+	case discordgo.ChannelTypeDM:
 		src.ChatID = m.ChannelID
 		src.ChatType = session.ChatTypeDM
 		src.ChatName = session.Str(m.Author.Username)
 		src.UserName = session.Str(cmp.Or(m.Author.GlobalName, m.Author.Username))
 		t.interrupt = isStop(t.ev.Text)
 		return t, nil
-	case chanGroupDM:
+	case discordgo.ChannelTypeGroupDM:
 		return nil, drop("group_dm")
 	}
 
@@ -158,9 +160,8 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		n.threadSource(src, thr, ch, guild)
 	case ch.isThread():
 		n.threadSource(src, ch, *parent, guild)
-	case n.pol.autoThread && !edit && m.Type == msgDefault && !n.pol.noThread.matches(channelKeys(ch, nil)) && !free && !voice &&
-		ch.Type != chanGuildForum && ch.Type != chanGuildMedia:
-		if ch.Type != chanGuildText && ch.Type != chanAnnouncement {
+	case n.pol.autoThread && !edit && m.Type == discordgo.MessageTypeDefault && !n.pol.noThread.matches(channelKeys(ch, nil)) && !free && !voice && !ch.isForum():
+		if ch.Type != discordgo.ChannelTypeGuildText && ch.Type != discordgo.ChannelTypeGuildNews {
 			// Voice and stage text chats cannot hold message threads; the
 			// native adapter posts an error there and does not dispatch.
 			return nil, drop("auto_thread_unsupported")
@@ -170,16 +171,11 @@ func (n *normalizer) message(ctx context.Context, m *wireMessage, edit bool) (*t
 		if err != nil {
 			return nil, drop("auto_thread_failed")
 		}
-		src.ChatID = id
-		src.ChatType = session.ChatTypeThread
-		src.ThreadID = session.Str(id)
-		src.ParentChatID = ch.ID
-		src.ChatName = session.Str(guild + " / #" + ch.Name + " / " + name)
+		n.threadSource(src, chanInfo{ID: id, Name: name, ParentID: ch.ID}, ch, guild)
 		src.ChatTopic = session.StrOrNull(ch.Topic)
-		src.AutoThreadCreated = true
-		src.AutoThreadInitialName = name
+		src.AutoThreadCreated, src.AutoThreadInitialName = true, name
 		if n.created != nil {
-			n.created.markFresh(id)
+			n.created.fresh.Add(id, struct{}{})
 		}
 	default:
 		src.ChatID = ch.ID
@@ -233,7 +229,7 @@ func (n *normalizer) threadSource(src *session.Source, thr, parent chanInfo, gui
 	src.ThreadID = session.Str(thr.ID)
 	src.ParentChatID = thr.ParentID
 	if n.created != nil {
-		if name, ok := n.created.initialName(thr.ID); ok {
+		if name, ok := n.created.names.Get(thr.ID); ok {
 			src.AutoThreadCreated, src.AutoThreadInitialName = true, name
 		}
 	}
@@ -253,7 +249,7 @@ func (n *normalizer) channelOf(ctx context.Context, channelID, guildID string) (
 		return ch, nil
 	}
 	if guildID == "" {
-		return chanInfo{ID: channelID, Type: chanDM}, nil
+		return chanInfo{ID: channelID, Type: discordgo.ChannelTypeDM}, nil
 	}
 	if errors.Is(err, errNotFound) {
 		return chanInfo{}, drop("unknown_channel")
@@ -267,7 +263,7 @@ func (n *normalizer) parentOf(ctx context.Context, thr chanInfo) chanInfo {
 	if p, err := n.look.channel(ctx, thr.ParentID); err == nil {
 		return p
 	}
-	return chanInfo{ID: thr.ParentID, Type: chanGuildText}
+	return chanInfo{ID: thr.ParentID, Type: discordgo.ChannelTypeGuildText}
 }
 
 // guildName returns the guild's name, or its id when the name is unknown.
@@ -281,7 +277,7 @@ func (n *normalizer) guildName(ctx context.Context, id string) string {
 // channelTopic is a guild channel's effective topic: voice channels have
 // none; whitespace-only topics read as none.
 func channelTopic(ch chanInfo) session.Nullable {
-	if ch.Type == chanGuildVoice {
+	if ch.Type == discordgo.ChannelTypeGuildVoice {
 		return session.Nullable{}
 	}
 	return session.StrOrNull(ch.Topic)
@@ -356,12 +352,9 @@ func (n *normalizer) messageEvent(m *wireMessage) contract.Event {
 	return ev
 }
 
-// flagVoiceMessage marks a voice message (message flag 1<<13).
-const flagVoiceMessage = 1 << 13
-
-func mediaKind(mime string, flags int) string {
+func mediaKind(mime string, flags discordgo.MessageFlags) string {
 	switch {
-	case flags&flagVoiceMessage != 0:
+	case flags&discordgo.MessageFlagsIsVoiceMessage != 0:
 		return contract.MessageVoice
 	case strings.HasPrefix(mime, "image/"):
 		return contract.MessagePhoto

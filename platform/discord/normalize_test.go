@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+
+	"github.com/bwmarrin/discordgo"
 )
 
 // TestNormalizeGates covers the native adapter's drops and the cases the
@@ -12,9 +14,9 @@ func TestNormalizeGates(t *testing.T) {
 	topic := "t"
 	look := &fixtureLookup{
 		chans: map[string]chanInfo{
-			"101": {ID: "101", Type: chanGuildText, GuildID: "100", Name: "general", Topic: topic},
-			"105": {ID: "105", Type: chanGuildVoice, GuildID: "100", Name: "Lounge"},
-			"106": {ID: "106", Type: chanGroupDM},
+			"101": {ID: "101", Type: discordgo.ChannelTypeGuildText, GuildID: "100", Name: "general", Topic: topic},
+			"105": {ID: "105", Type: discordgo.ChannelTypeGuildVoice, GuildID: "100", Name: "Lounge"},
+			"106": {ID: "106", Type: discordgo.ChannelTypeGroupDM},
 		},
 		guilds: map[string]string{"100": "Lab"},
 	}

@@ -113,7 +113,7 @@ func (p *Platform) opGetChatInfo(ctx context.Context, _, _ string, a *contract.A
 	}
 	info := &contract.ChatInfo{Name: ch.Name, Type: session.ChatTypeGroup}
 	switch {
-	case ch.Type == chanDM:
+	case ch.Type == discordgo.ChannelTypeDM:
 		info.Type = session.ChatTypeDM
 	case ch.isThread():
 		info.Type = session.ChatTypeThread
@@ -166,7 +166,7 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 func (p *Platform) failed(op string, err error, done string) contract.Result {
 	f := describe(err)
 	p.log.Warn("discord egress failed", "op", op, "code", f.code, "err", f.msg)
-	r := f.result()
-	r.MessageID = done
+	r := contract.Failed(f.code, f.msg)
+	r.RetryAfterMS, r.MessageID = f.retryAfter, done
 	return r
 }

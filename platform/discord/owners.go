@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bwmarrin/discordgo"
+
 	"connector/platform"
 )
 
@@ -150,9 +152,9 @@ func (p *Platform) ownersKnown() bool {
 // (platform.Ownership.Owner: its guild's), or DMTenant for a DM channel.
 func (p *Platform) channelTenant(ch chanInfo) (string, bool) {
 	switch ch.Type {
-	case chanDM:
+	case discordgo.ChannelTypeDM:
 		return p.cfg.DMTenant, p.cfg.DMTenant != ""
-	case chanGroupDM:
+	case discordgo.ChannelTypeGroupDM:
 		return "", false
 	}
 	return p.owners.Load().Owner(chatOfInfo(ch))

@@ -160,9 +160,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, 2*cfg.InteractionSkew, p.clock)
 	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)
-	if err := p.newSession(); err != nil {
-		return nil, err
-	}
+	p.newSession()
 	p.setStatus(false, false, "not started")
 	empty := ""
 	p.botID.Store(&empty)
@@ -173,11 +171,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 // dialer under its Gateway, no reconnect or rate-limit sleeping of its own
 // (the gateway supervisor and the transport do both), events delivered in
 // order on the Gateway reader, and its package-global logging off.
-func (p *Platform) newSession() error {
-	s, err := discordgo.New("Bot " + p.cfg.BotToken)
-	if err != nil {
-		return fmt.Errorf("discord: %w", err)
-	}
+func (p *Platform) newSession() {
+	s, _ := discordgo.New("Bot " + p.cfg.BotToken) // never fails
 	tr := &transport{
 		base: http.DefaultTransport, gatewayURL: p.cfg.GatewayURL, sched: p.sched,
 		routes: newRouteLimiter(p.clock), breaker: p.breaker, metrics: p.metrics,
@@ -203,7 +198,6 @@ func (p *Platform) newSession() error {
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.Event) { p.onDispatch(e.Type, e.RawData) })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { p.gw.signalDisconnect() })
 	p.sess = s
-	return nil
 }
 
 // Name implements platform.Platform.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -95,44 +96,26 @@ func newRouteLimiter(clk clock.Clock) *routeLimiter {
 // bucketKey maps a route to its bucket: the shared hash when Discord told us
 // one, else the route itself.
 func (l *routeLimiter) bucketKey(r string) string {
-	if h, ok := l.hashes[templateOf(r)]; ok {
-		return h + "|" + majorOf(r)
+	template, major := splitRoute(r)
+	if h, ok := l.hashes[template]; ok {
+		return h + "|" + major
 	}
 	return r
 }
 
-// templateOf drops the major parameter from a route key ("POST 123
-// messages" keeps "POST channels"): the part of the key shared by every
-// channel.
-func templateOf(r string) string {
+// splitRoute parts a route key into its template, the part shared by every
+// channel (the major parameter, and a webhook's token, replaced: "POST
+// channels 123 messages" becomes "POST channels {major} messages"), and its
+// major parameter ("" when the resource has none).
+func splitRoute(r string) (template, major string) {
 	f := strings.Fields(r)
-	if len(f) > 2 && hasMajor(f[1]) {
-		f[2] = "{major}"
+	if len(f) > 2 && slices.Contains([]string{"channels", "guilds", "webhooks", "interactions"}, f[1]) {
+		major, f[2] = f[2], "{major}"
 		if f[1] == "webhooks" && len(f) > 3 && strings.HasPrefix(f[3], "#") {
-			f[3] = "{token}"
+			major, f[3] = major+f[3], "{token}"
 		}
 	}
-	return strings.Join(f, " ")
-}
-
-// hasMajor reports the top-level resources Discord limits per id.
-func hasMajor(resource string) bool {
-	switch resource {
-	case "channels", "guilds", "webhooks", "interactions":
-		return true
-	}
-	return false
-}
-
-func majorOf(r string) string {
-	f := strings.Fields(r)
-	if len(f) > 2 && hasMajor(f[1]) {
-		if f[1] == "webhooks" && len(f) > 3 && strings.HasPrefix(f[3], "#") {
-			return f[2] + f[3]
-		}
-		return f[2]
-	}
-	return ""
+	return strings.Join(f, " "), major
 }
 
 // rateLimitedError says a call could not be made within its deadline.
@@ -190,7 +173,8 @@ func (l *routeLimiter) update(r string, rl rateHeaders) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if rl.bucket != "" {
-		l.hashes[templateOf(r)] = rl.bucket
+		template, _ := splitRoute(r)
+		l.hashes[template] = rl.bucket
 	}
 	k := l.bucketKey(r)
 	st := l.buckets[k]

@@ -56,13 +56,8 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		return
 	}
 	n, tenant, drop := p.messageNormalizer(ctx, m)
-	if drop == platform.DropPrincipal {
-		p.metrics.Dropped(platformName, drop)
-		p.log.Debug("discord message dropped: the scope's principal does not admit its author", "channel_id", m.ChannelID)
-		return
-	}
-	if n == nil {
-		p.dropUnclaimed(m.GuildID, m.ChannelID)
+	if drop != "" {
+		p.routeDropped(drop, m.GuildID, m.ChannelID)
 		return
 	}
 	t, err := n.message(platform.WithTenant(ctx, tenant), m, it.edit)
@@ -84,14 +79,19 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 	}
 }
 
-func (p *Platform) dropUnclaimed(guildID, channelID string) {
-	if guildID == "" {
+// routeDropped counts and logs an event route gave no tenant (drop).
+func (p *Platform) routeDropped(drop, guildID, channelID string) {
+	switch {
+	case drop == platform.DropPrincipal:
+		p.metrics.Dropped(platformName, drop)
+		p.log.Debug("discord event dropped: the scope's principal does not admit its author", "channel_id", channelID)
+	case guildID == "":
 		p.metrics.Dropped(platformName, "dm_no_tenant")
 		p.log.Info("discord DM dropped: no dm_tenant configured", "channel_id", channelID)
-		return
+	default:
+		p.metrics.Dropped(platformName, "unclaimed")
+		p.log.Info("discord event dropped: no tenant claims its guild", "guild_id", guildID)
 	}
-	p.metrics.Dropped(platformName, "unclaimed")
-	p.log.Info("discord event dropped: no tenant claims its guild", "guild_id", guildID)
 }
 
 func (p *Platform) dropped(err error, attrs ...any) {
@@ -114,14 +114,10 @@ func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received
 		// could not be asked about it (normalization's stand-in).
 		p.cache.rememberDM(src.ChatID)
 	}
-	d := platform.Delivery{
-		Tenant: tenant, Platform: platformName, SessionKey: p.key(tenant, src),
-		ChatID: src.ChatID, Received: received,
-	}
+	d := platform.Delivery{Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
+		SessionKey: p.key(tenant, src), ChatID: src.ChatID, Received: received, Event: &t.ev}
 	if t.interrupt {
-		d.Kind = platform.KindInterrupt
-	} else {
-		d.Kind, d.Event = platform.KindInbound, &t.ev
+		d.Kind, d.Event = platform.KindInterrupt, nil
 	}
 	if err := life.sink.Deliver(ctx, d); err != nil {
 		p.log.Warn("discord delivery failed", "tenant", tenant, "chat_id", src.ChatID, "err", err)

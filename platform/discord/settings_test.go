@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bwmarrin/discordgo"
 	"go.yaml.in/yaml/v3"
 
 	"connector/internal/doctabletest"
@@ -21,11 +22,11 @@ import (
 func parityWorld() *fixtureLookup {
 	return &fixtureLookup{
 		chans: map[string]chanInfo{
-			"101": {ID: "101", Type: chanGuildText, GuildID: "100", Name: "general"},
-			"102": {ID: "102", Type: chanGuildText, GuildID: "100", Name: "random"},
-			"103": {ID: "103", Type: chanPublicThread, GuildID: "100", Name: "Deploy plan", ParentID: "101"},
-			"104": {ID: "104", Type: chanPublicThread, GuildID: "100", Name: "Ops", ParentID: "102"},
-			"301": {ID: "301", Type: chanDM},
+			"101": {ID: "101", Type: discordgo.ChannelTypeGuildText, GuildID: "100", Name: "general"},
+			"102": {ID: "102", Type: discordgo.ChannelTypeGuildText, GuildID: "100", Name: "random"},
+			"103": {ID: "103", Type: discordgo.ChannelTypeGuildPublicThread, GuildID: "100", Name: "Deploy plan", ParentID: "101"},
+			"104": {ID: "104", Type: discordgo.ChannelTypeGuildPublicThread, GuildID: "100", Name: "Ops", ParentID: "102"},
+			"301": {ID: "301", Type: discordgo.ChannelTypeDM},
 		},
 		guilds: map[string]string{"100": "Lab"},
 		joined: "104",

@@ -29,7 +29,7 @@ const maxCreatedThreads = 4096
 // does not know the thread, so there the markers are simply absent and the
 // guarded rename fails safe.
 type createdThreads struct {
-	names *lru.Cache[string, string]
+	names *lru.Cache[string, string] // thread id -> the name the connector gave it
 	// fresh holds auto-threads no send went into yet: the first send's
 	// result announces the thread (thread_id, auto_thread_name).
 	fresh *lru.Cache[string, struct{}]
@@ -41,23 +41,14 @@ func newCreatedThreads() *createdThreads {
 	return &createdThreads{names: names, fresh: fresh}
 }
 
-// markFresh records that auto-threading just created thread id.
-func (c *createdThreads) markFresh(id string) { c.fresh.Add(id, struct{}{}) }
-
 // announce returns the initial name of thread id when it is a fresh
 // auto-thread, once: the first send into it reports it.
 func (c *createdThreads) announce(id string) (string, bool) {
 	if !c.fresh.Remove(id) {
 		return "", false
 	}
-	return c.initialName(id)
+	return c.names.Get(id)
 }
-
-func (c *createdThreads) remember(id, name string) { c.names.Add(id, name) }
-
-// initialName returns the name the connector gave thread id, if it
-// created it.
-func (c *createdThreads) initialName(id string) (string, bool) { return c.names.Get(id) }
 
 // actionThreadName checks and cuts a thread_name for Discord.
 func actionThreadName(a *contract.Action) (string, bool) {
@@ -98,7 +89,7 @@ func (p *Platform) recordThread(th *wireChannel, parent, name string) {
 	th.Name = cmp.Or(th.Name, name)
 	p.cache.putChannel(th)
 	p.cache.join(th.ID)
-	p.created.remember(th.ID, name)
+	p.created.names.Add(th.ID, name)
 }
 
 // opThreadRename renames thread message_id (PATCH /channels/{id}). The
@@ -125,7 +116,7 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	}
 	want := a.OnlyIfCurrentName
 	if a.OnlyIfConnectorCreated {
-		initial, ok := p.created.initialName(threadID)
+		initial, ok := p.created.names.Get(threadID)
 		if !ok {
 			return contract.Failed(contract.CodeNameChanged, "thread_rename: the thread was not created by the connector; not renamed")
 		}

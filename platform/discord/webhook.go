@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -42,25 +41,16 @@ var (
 	ackNotConnected = []byte(`{"type":4,"data":{"content":"This server is not connected to an agent.","flags":64}}`)
 )
 
-// bufPool holds request bodies and signed-message scratch space.
+// bufPool holds the signed-message scratch space.
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 	received := p.clock.Now()
-	buf := bufPool.Get().(*bytes.Buffer)
-	defer bufPool.Put(buf)
-	buf.Reset()
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, p.cfg.MaxInteractionBytes))
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		p.reject(w, http.StatusRequestEntityTooLarge, "body too large")
-		return
-	case err != nil:
-		p.reject(w, http.StatusBadRequest, "unreadable body")
+	body, release, ok := platform.ReadBody(w, r, p.cfg.MaxInteractionBytes, "body too large", p.metrics, platformName)
+	if !ok {
 		return
 	}
-	body := buf.Bytes()
+	defer release()
 	scratch := bufPool.Get().(*bytes.Buffer)
 	defer bufPool.Put(scratch)
 	if !verifySignature(p.pubKey, r.Header.Get(headerSignature), r.Header.Get(headerTimestamp),
@@ -116,14 +106,8 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		author = u.ID
 	}
 	tenant, _, drop := p.route(life.ctx, author, in.GuildID, in.ChannelID)
-	switch drop {
-	case "":
-	case platform.DropPrincipal:
-		p.metrics.Dropped(platformName, drop)
-		p.log.Debug("discord interaction dropped: the scope's principal does not admit its author", "channel_id", in.ChannelID)
-		return ackNotConnected, 0
-	default:
-		p.dropUnclaimed(in.GuildID, in.ChannelID)
+	if drop != "" {
+		p.routeDropped(drop, in.GuildID, in.ChannelID)
 		return ackNotConnected, 0
 	}
 	ack := ackDeferred
@@ -235,15 +219,10 @@ func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 	respond := func(ctx context.Context, ack []byte) error {
 		return p.rest(ctx, "POST", discordgo.EndpointInteractionResponse(in.ID, token), json.RawMessage(ack), nil)
 	}
-	switch in.Type {
-	case interactionPing:
-		return
-	case interactionAutocomplete:
-		p.respondLater(respond, ackNoChoices)
-		return
-	}
+	// A PING needs no answer here; the other immediate answers go out on
+	// their own (a deferred one is sent once processing delivered it).
 	ack, status := p.acceptInteraction(&in, received, respond)
-	if status == 0 && bytes.Equal(ack, ackNotConnected) {
+	if status == 0 && (bytes.Equal(ack, ackNoChoices) || bytes.Equal(ack, ackNotConnected)) {
 		p.respondLater(respond, ack)
 	}
 }

@@ -1,31 +1,14 @@
 package discord
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/bwmarrin/discordgo"
+)
 
 // Lean views of Discord's JSON objects: only the fields ingest reads. Live
 // dispatches, webhook bodies and fixture cases all decode into these, so the
 // three paths share one decoder. Nullable strings decode as "".
-
-// Channel types (channel.mdx).
-const (
-	chanGuildText     = 0
-	chanDM            = 1
-	chanGuildVoice    = 2
-	chanGroupDM       = 3
-	chanAnnouncement  = 5
-	chanAnnounceThr   = 10
-	chanPublicThread  = 11
-	chanPrivateThread = 12
-	chanStageVoice    = 13
-	chanGuildForum    = 15
-	chanGuildMedia    = 16
-)
-
-// Message types that start agent turns; every other type is a system message.
-const (
-	msgDefault = 0
-	msgReply   = 19
-)
 
 // Interaction types.
 const (
@@ -56,14 +39,13 @@ type wireMember struct {
 }
 
 type wireChannel struct {
-	ID         string     `json:"id"`
-	Type       int        `json:"type"`
-	GuildID    string     `json:"guild_id"`
-	Name       string     `json:"name"`
-	ParentID   string     `json:"parent_id"`
-	Topic      string     `json:"topic"`
-	OwnerID    string     `json:"owner_id"`
-	Recipients []wireUser `json:"recipients"`
+	ID       string                `json:"id"`
+	Type     discordgo.ChannelType `json:"type"`
+	GuildID  string                `json:"guild_id"`
+	Name     string                `json:"name"`
+	ParentID string                `json:"parent_id"`
+	Topic    string                `json:"topic"`
+	OwnerID  string                `json:"owner_id"`
 }
 
 type wireAttachment struct {
@@ -78,21 +60,21 @@ type wireMessageRef struct {
 }
 
 type wireMessage struct {
-	ID                string           `json:"id"`
-	ChannelID         string           `json:"channel_id"`
-	GuildID           string           `json:"guild_id"`
-	Content           string           `json:"content"`
-	Type              int              `json:"type"`
-	Author            *wireUser        `json:"author"`
-	Member            *wireMember      `json:"member"`
-	WebhookID         string           `json:"webhook_id"`
-	Mentions          []wireUser       `json:"mentions"`
-	MessageReference  *wireMessageRef  `json:"message_reference"`
-	ReferencedMessage *wireMessage     `json:"referenced_message"`
-	Attachments       []wireAttachment `json:"attachments"`
-	Thread            *wireChannel     `json:"thread"`
-	EditedTimestamp   string           `json:"edited_timestamp"`
-	Flags             int              `json:"flags"`
+	ID                string                 `json:"id"`
+	ChannelID         string                 `json:"channel_id"`
+	GuildID           string                 `json:"guild_id"`
+	Content           string                 `json:"content"`
+	Type              discordgo.MessageType  `json:"type"`
+	Author            *wireUser              `json:"author"`
+	Member            *wireMember            `json:"member"`
+	WebhookID         string                 `json:"webhook_id"`
+	Mentions          []wireUser             `json:"mentions"`
+	MessageReference  *wireMessageRef        `json:"message_reference"`
+	ReferencedMessage *wireMessage           `json:"referenced_message"`
+	Attachments       []wireAttachment       `json:"attachments"`
+	Thread            *wireChannel           `json:"thread"`
+	EditedTimestamp   string                 `json:"edited_timestamp"`
+	Flags             discordgo.MessageFlags `json:"flags"`
 }
 
 type wireInteraction struct {
@@ -113,7 +95,6 @@ type wireInteractionData struct {
 	Name       string         `json:"name"`
 	Options    []wireOption   `json:"options"`
 	CustomID   string         `json:"custom_id"`
-	Values     []string       `json:"values"`
 	Components []wireModalRow `json:"components"`
 }
 
@@ -133,10 +114,8 @@ type wireModalRow struct {
 
 // wireDispatch is a Gateway dispatch envelope.
 type wireDispatch struct {
-	Op int             `json:"op"`
-	S  int64           `json:"s"`
-	T  string          `json:"t"`
-	D  json.RawMessage `json:"d"`
+	T string          `json:"t"`
+	D json.RawMessage `json:"d"`
 }
 
 // user returns the interaction's invoker: member.user in a guild, user in a DM.

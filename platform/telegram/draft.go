@@ -216,10 +216,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 		// send the parts that went out again.
 		p.sealed.Add(k, first)
 	}
-	if !r.Success {
-		return r
-	}
-	return contract.OK(first)
+	return r // contract.OK(first) when every part went out
 }
 
 // replacePreviews deletes the previews of tenant's open draft streams in a

@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"cmp"
 	"regexp"
 	"slices"
 	"strings"
@@ -98,22 +99,13 @@ func (pol *policy) sharesSessions(msg *models.Message) bool {
 // topicAllowed applies allowed_topics to a thread id (0: none, which counts
 // as the General topic 1).
 func (pol *policy) topicAllowed(thread int) bool {
-	if pol.allowedTopics == nil {
-		return true
-	}
-	if thread == 0 {
-		thread = generalTopic
-	}
-	return pol.allowedTopics[thread]
+	return pol.allowedTopics == nil || pol.allowedTopics[cmp.Or(thread, generalTopic)]
 }
 
 // free reports a free-response chat, or topic (a message without a thread
 // is topic 1).
 func (pol *policy) free(chat int64, thread int) bool {
-	if thread == 0 {
-		thread = generalTopic
-	}
-	return pol.freeChats[chat] || pol.freeTopics[topicKey{chat: chat, thread: thread}]
+	return pol.freeChats[chat] || pol.freeTopics[topicKey{chat: chat, thread: cmp.Or(thread, generalTopic)}]
 }
 
 // matchesPatterns reports a mention_patterns match in the text or caption.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/go-telegram/bot/models"
@@ -82,14 +81,14 @@ type readied struct {
 // caller calls delivered.
 func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, received time.Time) readied {
 	m := p.mapping.Load()
-	if u.ID != 0 && p.seen.contains(u.ID) {
+	if u.ID != 0 && p.seen.Contains(u.ID) {
 		p.drop(dropDuplicate, u.ID, in.chatID)
 		return readied{}
 	}
 	if code, ok := p.linkCode(in); ok {
 		p.submitLink(in, code)
 		if u.ID != 0 {
-			p.seen.add(u.ID)
+			p.seen.Add(u.ID, struct{}{})
 		}
 		return readied{}
 	}
@@ -109,7 +108,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 				reason = dropObserved
 			}
 			if u.ID != 0 {
-				p.seen.add(u.ID)
+				p.seen.Add(u.ID, struct{}{})
 			}
 			p.drop(reason, u.ID, in.chatID)
 			return readied{}
@@ -130,7 +129,7 @@ func (p *Platform) delivered(u *models.Update, in *inbound, r *readied) {
 		p.observed.Delivered(r.observed)
 	}
 	if u.ID != 0 {
-		p.seen.add(u.ID)
+		p.seen.Add(u.ID, struct{}{})
 	}
 	if in.callbackID != "" {
 		p.queueCallbackAnswer(in.callbackID)
@@ -141,19 +140,11 @@ func (p *Platform) delivered(u *models.Update, in *inbound, r *readied) {
 // interrupt of the session it was sent in, anything else an inbound event.
 func (p *Platform) delivery(tenant string, in *inbound, received time.Time) platform.Delivery {
 	src := &in.event.Source
-	d := platform.Delivery{
-		Tenant:     tenant,
-		Platform:   platformName,
-		SessionKey: p.key(tenant, src),
-		ChatID:     src.ChatID,
-		Received:   received,
-	}
+	d := platform.Delivery{Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
+		SessionKey: p.key(tenant, src), ChatID: src.ChatID, Received: received, Event: &in.event}
 	if in.stop {
-		d.Kind = platform.KindInterrupt
-		return d
+		d.Kind, d.Event = platform.KindInterrupt, nil
 	}
-	d.Kind = platform.KindInbound
-	d.Event = &in.event
 	return d
 }
 
@@ -162,33 +153,11 @@ func (p *Platform) delivery(tenant string, in *inbound, received time.Time) plat
 // the chat to a tenant), later ones and the other reasons at debug.
 func (p *Platform) drop(reason string, updateID, chatID int64) {
 	p.metrics.Dropped(platformName, reason)
-	if reason == dropUnclaimed && p.unclaimed.firstTime(chatID) {
-		p.log.Info("telegram update from a chat no tenant claims dropped", "chat_id", chatID, "update_id", updateID)
-		return
+	if reason == dropUnclaimed {
+		if logged, _ := p.unclaimed.ContainsOrAdd(chatID, struct{}{}); !logged {
+			p.log.Info("telegram update from a chat no tenant claims dropped", "chat_id", chatID, "update_id", updateID)
+			return
+		}
 	}
 	p.log.Debug("telegram update dropped", "reason", reason, "chat_id", chatID, "update_id", updateID)
-}
-
-// chatSet remembers up to maxUnclaimedLogged chats, forgetting all of them
-// when full, so the unclaimed-chat line repeats now and then but never
-// floods the log.
-type chatSet struct {
-	mu    sync.Mutex
-	chats map[int64]struct{}
-}
-
-const maxUnclaimedLogged = 1024
-
-// firstTime reports whether chat was not in the set, and adds it.
-func (s *chatSet) firstTime(chat int64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.chats[chat]; ok {
-		return false
-	}
-	if s.chats == nil || len(s.chats) >= maxUnclaimedLogged {
-		s.chats = make(map[int64]struct{})
-	}
-	s.chats[chat] = struct{}{}
-	return true
 }

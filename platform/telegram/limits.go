@@ -7,14 +7,13 @@ import (
 )
 
 // limiter enforces Telegram's per-chat limits: at most chatN messages into
-// one chat per chatPer and groupN messages into one group per groupPer, as
+// one chat per second and groupN messages into one group per minute, as
 // sliding windows, plus the flood wait a 429 imposes on a chat. Slots are
 // reserved in call order, so one chat's messages go out in the order they
 // were paced. Groups are the chats with negative ids (groups, supergroups
 // and channels).
 type limiter struct {
-	chatN, groupN     int // <= 0 disables the window
-	chatPer, groupPer time.Duration
+	chatN, groupN int // per second, per minute; <= 0 disables the window
 
 	mu    sync.Mutex
 	chats map[int64]*chatLimit
@@ -38,11 +37,7 @@ type window struct {
 const sweepEvery = 4096
 
 func newLimiter(chatPerSecond, groupPerMinute int) *limiter {
-	return &limiter{
-		chatN: chatPerSecond, chatPer: time.Second,
-		groupN: groupPerMinute, groupPer: time.Minute,
-		chats: make(map[int64]*chatLimit),
-	}
+	return &limiter{chatN: chatPerSecond, groupN: groupPerMinute, chats: make(map[int64]*chatLimit)}
 }
 
 // reserve books the earliest slot for one message into chat at or after
@@ -54,11 +49,11 @@ func (l *limiter) reserve(chat int64, countGroup bool, now, latest time.Time) (t
 	cl := l.get(chat, now)
 	at := later(now, later(cl.last, cl.blocked))
 	if l.chatN > 0 {
-		at = later(at, cl.chat.free(l.chatN, l.chatPer))
+		at = later(at, cl.chat.free(l.chatN, time.Second))
 	}
 	group := countGroup && chat < 0 && l.groupN > 0
 	if group {
-		at = later(at, cl.group.free(l.groupN, l.groupPer))
+		at = later(at, cl.group.free(l.groupN, time.Minute))
 	}
 	if at.After(latest) {
 		return at, false
@@ -99,7 +94,7 @@ func (l *limiter) get(chat int64, now time.Time) *chatLimit {
 	}
 	if l.added++; l.added >= sweepEvery {
 		l.added = 0
-		idle := now.Add(-max(l.chatPer, l.groupPer))
+		idle := now.Add(-time.Minute) // the longer window
 		maps.DeleteFunc(l.chats, func(_ int64, cl *chatLimit) bool { return cl.last.Before(idle) && cl.blocked.Before(now) })
 	}
 	cl := &chatLimit{}

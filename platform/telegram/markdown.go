@@ -19,29 +19,6 @@ import (
 func renderMarkdownV2(src string) string {
 	r := mdRenderer{}
 	r.b.Grow(len(src) + len(src)/8 + 16)
-	r.render(src)
-	return r.b.String()
-}
-
-type mdRenderer struct {
-	b strings.Builder
-	// afterItalic is set when the last byte written is an italic marker: a
-	// following italic marker would form "__" (underline), so a \r (ignored
-	// by Telegram) is put between them.
-	afterItalic bool
-}
-
-// spans are inline formats that are open; the same kind never nests.
-type spans uint8
-
-const (
-	spanBold spans = 1 << iota
-	spanItalic
-	spanStrike
-	spanLink
-)
-
-func (r *mdRenderer) render(src string) {
 	inFence := false
 	for first := true; ; first = false {
 		line, rest, more := strings.Cut(src, "\n")
@@ -71,7 +48,26 @@ func (r *mdRenderer) render(src string) {
 	if inFence {
 		r.raw("\n```")
 	}
+	return r.b.String()
 }
+
+type mdRenderer struct {
+	b strings.Builder
+	// afterItalic is set when the last byte written is an italic marker: a
+	// following italic marker would form "__" (underline), so a \r (ignored
+	// by Telegram) is put between them.
+	afterItalic bool
+}
+
+// spans are inline formats that are open; the same kind never nests.
+type spans uint8
+
+const (
+	spanBold spans = 1 << iota
+	spanItalic
+	spanStrike
+	spanLink
+)
 
 // block renders one line outside a fence.
 func (r *mdRenderer) block(line string) {
@@ -350,13 +346,7 @@ func (r *mdRenderer) code(s string) {
 
 // isReserved reports the characters MarkdownV2 requires escaped outside
 // entities, the backslash included.
-func isReserved(c byte) bool {
-	switch c {
-	case '_', '*', '[', ']', '(', ')', '~', '`', '>', '#', '+', '-', '=', '|', '{', '}', '.', '!', '\\':
-		return true
-	}
-	return false
-}
+func isReserved(c byte) bool { return strings.IndexByte("_*[]()~`>#+-=|{}.!\\", c) >= 0 }
 
 func isASCIIPunct(c byte) bool {
 	return c >= '!' && c <= '/' || c >= ':' && c <= '@' || c >= '[' && c <= '`' || c >= '{' && c <= '~'

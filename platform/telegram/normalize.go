@@ -198,18 +198,13 @@ func source(chat *models.Chat, msg *models.Message, from *models.User, m *mappin
 // message (is_topic_message) has one, since a reply's message_thread_id is
 // just its reply chain.
 func threadID(chat *models.Chat, msg *models.Message) int {
-	forum := chat.IsForum && (chat.Type == models.ChatTypeGroup || chat.Type == models.ChatTypeSupergroup)
+	forum := chat.IsForum && isGroup(chat)
 	switch {
-	case msg == nil:
-		if forum {
-			return generalTopic
-		}
-		return 0
-	case forum && msg.MessageThreadID != 0:
-		return msg.MessageThreadID
+	case forum && msg != nil:
+		return cmp.Or(msg.MessageThreadID, generalTopic)
 	case forum:
 		return generalTopic
-	case msg.IsTopicMessage:
+	case msg != nil && msg.IsTopicMessage:
 		return msg.MessageThreadID
 	}
 	return 0

@@ -28,13 +28,11 @@ func (p *Platform) send(ctx context.Context, tenant string, chat int64, a *contr
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "telegram send: content is empty")
 	}
-	parts := textsplit.Split(a.Content, splitRules)
-	first, _, r := p.sendParts(ctx, tenant, chat, a, parts, nil)
-	if !r.Success {
-		return r
+	_, _, r := p.sendParts(ctx, tenant, chat, a, textsplit.Split(a.Content, splitRules), nil)
+	if r.Success {
+		p.replacePreviews(ctx, tenant, chat, a)
 	}
-	p.replacePreviews(ctx, tenant, chat, a)
-	return contract.OK(first)
+	return r
 }
 
 // sendParts sends parts in order into the topic of a's metadata.thread_id,

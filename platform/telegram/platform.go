@@ -3,7 +3,6 @@ package telegram
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -58,7 +57,9 @@ type Platform struct {
 	previews *lru.Cache[draftKey, *preview] // open draft streams of group chats
 	topics   *topicMemory
 	mapping  atomic.Pointer[mapping]
-	seen     *recentIDs
+	// seen remembers the last dedupe_window update_ids, so a redelivered
+	// update (a webhook retry, a replayed poll) is dropped, not delivered twice.
+	seen *lru.Cache[int64, struct{}]
 	// turns ingests each chat's updates in arrival order, and different
 	// chats side by side. Unbounded: a webhook's requests (at most
 	// webhook_max_connections) and a long poll's batch (its updates are
@@ -67,7 +68,7 @@ type Platform struct {
 	// answer is the current getUpdates answer's updates the poll worker
 	// took so far (batch.go); only that one goroutine touches it.
 	answer    []polledUpdate
-	unclaimed chatSet // unclaimed chats already logged
+	unclaimed *lru.Cache[int64, struct{}] // unclaimed chats already logged (the latest 1,024)
 
 	budget *fairshare.Scheduler
 	limits *limiter
@@ -112,7 +113,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		metrics:   deps.Metrics,
 		clock:     deps.Clock,
 		observed:  chatcontext.New[observedKey](chatcontext.Bounds{}),
-		seen:      newRecentIDs(cfg.DedupeWindow),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
 		callbacks: make(chan string, 256),
@@ -123,7 +123,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		chats = append(chats, platform.Binding{Kind: platform.BindChat, ID: chat, Tenant: tenant})
 	}
 	p.owners.Store(platform.NewOwnership(chats))
-	p.sealed, _ = lru.New[draftKey, string](sealedDrafts) // size > 0: cannot fail
+	p.seen, _ = lru.New[int64, struct{}](cfg.DedupeWindow) // sizes > 0 (Validate, WithDefaults): cannot fail
+	p.sealed, _ = lru.New[draftKey, string](sealedDrafts)
+	p.unclaimed, _ = lru.New[int64, struct{}](1024)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	var topicState store.Capabilities
 	if deps.Store != nil {
@@ -133,11 +135,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
 	p.links = platform.NewLinkDesk(p.clock)
 	p.SetRelevance(nil)
-	m, err := p.liveMapping()
-	if err != nil {
-		return nil, err
-	}
-	p.mapping.Store(m)
 	p.secretSum = sha256.Sum256([]byte(cfg.WebhookSecret))
 	p.scrubber = newScrubber(cfg.BotToken, cfg.WebhookSecret)
 	p.budget = fairshare.New(fairshare.Config{
@@ -155,7 +152,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		Transport: &pollObserver{base: p.offsets, onReady: p.pollReady},
 		Timeout:   cfg.PollTimeout + 15*time.Second,
 	}
-	p.bot, err = bot.New(cfg.BotToken,
+	p.bot, _ = bot.New(cfg.BotToken, // cannot fail: Validate checked the token, and getMe is skipped
 		bot.WithSkipGetMe(),
 		bot.WithServerURL(cfg.APIServerURL),
 		bot.WithHTTPClient(cfg.PollTimeout, client),
@@ -166,26 +163,17 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		bot.WithUpdatesChannelCap(0),
 		bot.WithAllowedUpdates(allowedUpdates),
 	)
-	if err != nil {
-		return nil, errors.New("telegram: cannot build the bot client")
-	}
+	p.mapping.Store(p.liveMapping())
 	return p, nil
 }
 
-// liveMapping builds the normalization context from the config; the bot id
-// is the token's numeric prefix, so no getMe is needed to start.
-func (p *Platform) liveMapping() (*mapping, error) {
-	idText, _, _ := strings.Cut(p.cfg.BotToken, ":")
-	id, _ := strconv.ParseInt(idText, 10, 64) // Validate checked it
-	group, err := topicNames(p.cfg.GroupTopics, false)
-	if err != nil {
-		return nil, fmt.Errorf("telegram.group_topics%w", err)
-	}
-	dm, err := topicNames(p.cfg.DMTopics, true)
-	if err != nil {
-		return nil, fmt.Errorf("telegram.dm_topics%w", err)
-	}
-	return &mapping{botID: id, groupTopics: group, dmTopics: dm}, nil
+// liveMapping builds the normalization context from the config (Validate
+// checked its topics); the bot id is the token's numeric prefix, so no getMe
+// is needed to start.
+func (p *Platform) liveMapping() *mapping {
+	group, _ := topicNames(p.cfg.GroupTopics, false)
+	dm, _ := topicNames(p.cfg.DMTopics, true)
+	return &mapping{botID: p.bot.ID(), groupTopics: group, dmTopics: dm}
 }
 
 // policy returns tenant's group trigger policy.
@@ -271,20 +259,14 @@ func (p *Platform) errorText(err error) string { return p.scrubber.Replace(err.E
 // (platform.Ownership); ids are read in their canonical spelling (a
 // principal's is its policy).
 func (p *Platform) Bind(bindings []platform.Binding) error {
-	canonical := make([]platform.Binding, 0, len(bindings))
 	for _, b := range bindings {
 		if b.Kind != platform.BindChat && !platform.IsAuthorKind(b.Kind) {
 			return fmt.Errorf("telegram: binding kind %q: want %s or an author kind", b.Kind, platform.BindChat)
 		}
-		if b.Kind != platform.BindPrincipal {
-			id, err := parseChatID(b.ID)
-			if err != nil {
-				return fmt.Errorf("telegram: %s %q: %w", b.Kind, b.ID, err)
-			}
-			b.ID = strconv.FormatInt(id, 10)
+		if _, err := parseChatID(b.ID); err != nil && b.Kind != platform.BindPrincipal {
+			return fmt.Errorf("telegram: %s %q: %w", b.Kind, b.ID, err)
 		}
-		canonical = append(canonical, b)
 	}
-	p.owners.Store(platform.NewOwnership(canonical))
+	p.owners.Store(platform.NewOwnership(bindings))
 	return nil
 }

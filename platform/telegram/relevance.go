@@ -50,16 +50,13 @@ func (p *Platform) SetRelevance(byTenant map[string]platform.Relevance) {
 			}
 			skipped++
 		}
-		pol, err := newPolicy(tc)
-		if err != nil { // only the configured knobs can fail, and Validate checked them
-			p.log.Warn("telegram declared relevance not applied", "tenant", tenant, "err", err)
-			continue
-		}
+		// Cannot fail: Validate checked the configured knobs, the loop above
+		// the declared ones.
+		policies[tenant], _ = newPolicy(tc)
 		if skipped > 0 {
 			p.log.Info("telegram declared relevance: free-response scopes that are no chat id or chat:thread skipped",
 				"tenant", tenant, "skipped", skipped)
 		}
-		policies[tenant] = pol
 	}
 	p.policies.Store(&policies)
 }
