@@ -510,7 +510,7 @@ func TestTelegramMediaInbound20MB(t *testing.T) {
 		"chat":{"id":123456789,"type":"private","first_name":"Ada"},"from":{"id":123456789,"is_bot":false,"first_name":"Ada"},
 		"caption":"the report","document":{"file_id":"DOC1","file_unique_id":"U1","file_name":"report.pdf",
 		"mime_type":"application/pdf","file_size":%d}}}`, size)))
-	ev, buf := e.gw1.NextInbound(t)
+	ev, buf := e.gw1.NextInboundWithin(t, time.Minute)
 	if buf != "" {
 		e.gw1.Ack(t, buf)
 	}

@@ -192,6 +192,20 @@ func (g *Gateway) NextInbound(t testing.TB) (contract.Event, string) {
 	return f.Event, f.BufferID
 }
 
+// NextInboundWithin is NextInbound waiting up to d instead of Timeout, for
+// an inbound that follows a transfer of many MiB (the race detector on a
+// loaded machine slows one past Timeout).
+func (g *Gateway) NextInboundWithin(t testing.TB, d time.Duration) (contract.Event, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	f, err := g.Client.Next(ctx, contract.TypeInbound)
+	if err != nil {
+		t.Fatalf("next inbound, waiting up to %v: %v", d, err)
+	}
+	return f.Event, f.BufferID
+}
+
 // Outbound sends an action (tagged with platform unless "") and returns its result.
 func (g *Gateway) Outbound(t testing.TB, platform string, action map[string]any) contract.Result {
 	t.Helper()
