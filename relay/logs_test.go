@@ -178,6 +178,12 @@ func TestInvalidFrameFloodLogsBoundedLines(t *testing.T) {
 		{`{"type":"interrupt"}`, "no_session_key"},
 		{`{"type":"inbound_ack","bufferId":"none"}`, "unknown_buffer_id"},
 	}
+	// Handling 5 MiB of frames takes seconds under the race detector on a
+	// busy machine, and the socket holds the sender back meanwhile, so the
+	// flood and the wait for its handling share one longer deadline.
+	const floodTimeout = 2 * time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), floodTimeout)
+	defer cancel()
 	want := map[string]int{}
 	frames, sent := 0, 0
 	var msg []byte
@@ -189,15 +195,13 @@ func TestInvalidFrameFloodLogsBoundedLines(t *testing.T) {
 			want[k.reason]++
 			frames++
 		}
-		gw.SendRaw(t, string(msg))
+		if err := gw.Client.SendRaw(ctx, msg); err != nil {
+			t.Fatalf("sending the flood (%d of 5 MiB sent, up to %v in all): %v", sent, floodTimeout, err)
+		}
 		sent += len(msg)
 	}
 	// Frames are handled in order: once this result is back, every frame
-	// before it has been. Handling 5 MiB of frames takes seconds under the
-	// race detector on a busy machine, hence the longer wait.
-	const floodTimeout = 2 * time.Minute
-	ctx, cancel := context.WithTimeout(context.Background(), floodTimeout)
-	defer cancel()
+	// before it has been.
 	if _, err := gw.Client.Outbound(ctx, "", map[string]any{"op": "no_such_op"}); err != nil {
 		t.Fatalf("waited up to %v for the flood to be handled: %v", floodTimeout, err)
 	}
