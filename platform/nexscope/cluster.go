@@ -207,20 +207,19 @@ func (cl *fleet) shutdown() {
 
 // send queues a message for instance's inbox, on the direct stream to it
 // when there is one (stream.go); it waits while the queue is full (bulk
-// frames hold their sender back).
+// frames hold their sender back). The fields must stay unchanged once
+// queued: a direct stream writes them from where they are.
 func (cl *fleet) send(instance string, typ byte, fields ...[]byte) {
-	if !cl.streams.send(instance, true, false, streamMsg{typ: typ, fields: fields}) {
-		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
-	}
+	cl.sendHeld(instance, nil, typ, fields...)
 }
 
-// sendHeld is send for fields that stay unchanged, as long as c (when not
-// nil) is retained: a direct stream writes them from where they are.
+// sendHeld is send for fields that lie in c (when not nil), which stays
+// retained until they are written.
 func (cl *fleet) sendHeld(instance string, c *chunk, typ byte, fields ...[]byte) {
 	if c != nil {
 		c.Retain()
 	}
-	if !cl.streams.send(instance, true, true, streamMsg{typ: typ, fields: fields, held: c}) {
+	if !cl.streams.send(instance, true, streamMsg{typ: typ, fields: fields, held: c}) {
 		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
 	}
 }
@@ -228,7 +227,7 @@ func (cl *fleet) sendHeld(instance string, c *chunk, typ byte, fields ...[]byte)
 // sendNow is send for messages that must not wait (beats): one that finds
 // the queue full is lost, as pub/sub may lose any.
 func (cl *fleet) sendNow(instance string, typ byte, fields ...[]byte) {
-	if !cl.streams.send(instance, false, false, streamMsg{typ: typ, fields: fields}) {
+	if !cl.streams.send(instance, false, streamMsg{typ: typ, fields: fields}) {
 		cl.node.Send(cluster.Inbox(instance), typ, fields...)
 	}
 }
@@ -486,15 +485,14 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	}
 	if cl.remotes[key] != nil {
 		cl.mu.Unlock()
-		cl.answerJoin(edge, conn, "") // the first answer was lost
+		cl.send(edge, msgJoined, []byte(conn), nil) // the first answer was lost
 		return
 	}
 	cl.joining[key] = true
 	cl.mu.Unlock()
 	goingAway := strconv.Itoa(int(CloseGoingAway.Code))
 	if !p.track() {
-		cl.joined(key, nil)
-		cl.answerJoin(edge, conn, goingAway)
+		cl.decided(edge, conn, nil, goingAway)
 		return
 	}
 	go func() {
@@ -505,8 +503,7 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 		m.q = m.newQueue(remoteWriter{m})
 		m.log = p.log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
 		if !p.register(m) {
-			cl.joined(key, nil)
-			cl.answerJoin(edge, conn, goingAway)
+			cl.decided(edge, conn, nil, goingAway)
 			return
 		}
 		defer p.unregister(m)
@@ -515,12 +512,10 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 			err = r.join(m)
 		}
 		if c, ok := err.(Close); ok {
-			cl.joined(key, nil)
-			cl.answerJoin(edge, conn, strconv.Itoa(int(c.Code)))
+			cl.decided(edge, conn, nil, strconv.Itoa(int(c.Code)))
 			return
 		}
-		cl.joined(key, m)
-		cl.answerJoin(edge, conn, "")
+		cl.decided(edge, conn, m, "")
 		m.log.Debug("nexscope remote member joined")
 		m.runRemote()
 		cl.mu.Lock()
@@ -531,17 +526,16 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	}()
 }
 
-// joined ends the decision on key: m joined, or nil.
-func (cl *fleet) joined(key string, m *member) {
+// decided ends the decision on the join of edge's conn and answers it: m
+// joined (refusal ""), or m is nil and refusal is the refusing close code.
+func (cl *fleet) decided(edge, conn string, m *member, refusal string) {
+	key := edge + "/" + conn
 	cl.mu.Lock()
 	delete(cl.joining, key)
 	if m != nil {
 		cl.remotes[key] = m
 	}
 	cl.mu.Unlock()
-}
-
-func (cl *fleet) answerJoin(edge, conn, refusal string) {
 	cl.send(edge, msgJoined, []byte(conn), []byte(refusal))
 }
 

@@ -67,17 +67,8 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 		}
 	}
 	end := appendWithTS(nil, mustJSON(map[string]string{"type": "file-end", "msgId": msgID, "from": r.bot()}), p.nowMs())
-	r.mu.Lock()
-	defer r.unlock()
-	if r.transfer != t {
+	if _, _, ok := r.finishTransfer(t, end); !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope send_media: the transfer stalled and was aborted")
-	}
-	r.transfer = nil
-	t.finish()
-	for _, rc := range t.recipients {
-		if !rc.left.Load() {
-			r.pushLocked(rc, end)
-		}
 	}
 	return contract.OK(msgID)
 }
@@ -145,11 +136,7 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 // abortBotTransfer releases the lock t holds (telling the recipients) and
 // returns the failure.
 func (r *room) abortBotTransfer(t *transfer) contract.Result {
-	r.mu.Lock()
-	if r.transfer == t {
-		r.abortLocked(t)
-	}
-	r.unlock()
+	r.abort(t)
 	return contract.Failed(contract.CodeUnavailable, "nexscope send_media: the transfer was aborted before file-end")
 }
 
@@ -183,22 +170,6 @@ func (p *Platform) commitRehost(u *media.Upload, attachment, text []byte) *contr
 	url := p.deps.Media.URL(info.ID)
 	return &contract.Media{URL: url, MIME: info.MIME, Kind: kindOf(info.MIME), Size: info.Size,
 		Filename: cmp.Or(info.Filename, attachmentText(attachment, "name")), Caption: caption}
-}
-
-// attachmentText reads a string member of an attachment object.
-func attachmentText(attachment []byte, key string) string {
-	var out string
-	i := skipSpace(attachment, 0)
-	if i >= len(attachment) || attachment[i] != '{' {
-		return ""
-	}
-	eachMember(attachment, i, func(k, val []byte) {
-		if keyIs(k, key) {
-			s, _ := optionalString(val)
-			out = s
-		}
-	})
-	return out
 }
 
 // kindOf is the media kind of a MIME type.

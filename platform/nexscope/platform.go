@@ -41,8 +41,7 @@ type Platform struct {
 	cluster   *fleet
 	exclusive func(ctx context.Context, name string, run func(context.Context) error) error
 
-	sink   atomic.Pointer[sinkRef]
-	runCtx atomic.Pointer[context.Context]
+	sink atomic.Pointer[sinkRef] // set while Run bridges
 
 	mu      sync.Mutex
 	members map[*member]struct{}
@@ -51,8 +50,11 @@ type Platform struct {
 	nextID  atomic.Uint64
 }
 
-// sinkRef boxes the Sink given to Run.
-type sinkRef struct{ platform.Sink }
+// sinkRef is the Sink given to Run, with Run's context.
+type sinkRef struct {
+	platform.Sink
+	ctx context.Context
+}
 
 var (
 	_ platform.Platform = (*Platform)(nil)
@@ -117,8 +119,7 @@ func (p *Platform) Routes() map[string]http.Handler {
 // several instances it also bids for the rooms' leases and talks to the
 // other instances until then.
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
-	p.runCtx.Store(&ctx)
-	p.sink.Store(&sinkRef{sink})
+	p.sink.Store(&sinkRef{sink, ctx})
 	if p.cluster != nil {
 		defer p.cluster.shutdown()
 		p.cluster.start(ctx, p.exclusive)
@@ -165,12 +166,12 @@ func (p *Platform) Status() platform.Status {
 // deliver hands d to the sink given to Run and reports whether the sink
 // took it; without a sink it is dropped.
 func (p *Platform) deliver(d platform.Delivery) bool {
-	s, ctx := p.sink.Load(), p.runCtx.Load()
-	if s == nil || ctx == nil {
+	s := p.sink.Load()
+	if s == nil {
 		p.metrics.Dropped(platformName, "unavailable")
 		return false
 	}
-	if err := s.Deliver(*ctx, d); err != nil {
+	if err := s.Deliver(s.ctx, d); err != nil {
 		p.metrics.Dropped(platformName, "sink_error")
 		p.log.Warn("nexscope delivery failed", "tenant", d.Tenant, "chat_id", d.ChatID, "err", err)
 		return false

@@ -93,13 +93,12 @@ type outStream struct {
 	dead chan struct{} // closed when the stream ended
 }
 
-// streamMsg is a message queued on a stream: encoded (a copy), or its type
-// and fields, which the writer encodes around the large fields' own bytes
-// (cluster.Gather): those stay unchanged until written, held (when not
-// nil, the chunk they lie in) retained until then. A message dropped with
-// its stream leaves its chunk to the GC.
+// streamMsg is a message queued on a stream: its type and fields, which
+// the writer encodes around the large fields' own bytes (cluster.Gather):
+// those stay unchanged until written, held (when not nil, the chunk they
+// lie in) retained until then. A message dropped with its stream leaves
+// its chunk to the GC.
 type streamMsg struct {
-	msg    []byte // the encoded message; nil: typ and fields
 	typ    byte
 	fields [][]byte
 	held   *chunk // released once written; may be nil
@@ -128,24 +127,17 @@ func (s *streams) listen(addr string) error {
 // beats is d in beats of the cluster node.
 func (s *streams) beats(n int) time.Duration { return time.Duration(n) * s.cl.node.Beat() }
 
-// send queues a message for instance's inbox on the stream to it, opening
-// it if needed, waiting while its queue is full when wait is set. It
-// reports false when this instance streams to nobody or instance had no
-// stream lately: then the caller publishes the message. Unless stable is
-// set, m's fields are copied (the caller may reuse them); a stable m's
-// fields are written from where they are (see streamMsg), and its held
-// chunk, which the caller retained, is released here when send reports
-// false.
-func (s *streams) send(instance string, wait, stable bool, m streamMsg) bool {
-	ok := s.queue(instance, wait, stable, m)
-	if !ok && m.held != nil {
-		m.held.Release()
-	}
-	return ok
-}
-
-// queue is send, without releasing a held chunk.
-func (s *streams) queue(instance string, wait, stable bool, m streamMsg) bool {
+// send queues m for instance's inbox on the stream to it, opening it if
+// needed, waiting while its queue is full when wait is set. It reports
+// false when this instance streams to nobody or instance had no stream
+// lately: then the caller publishes the message, and m's held chunk, which
+// the caller retained, is released here.
+func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
+	defer func() {
+		if !ok && m.held != nil {
+			m.held.Release()
+		}
+	}()
 	s.mu.Lock()
 	if s.ln == nil {
 		s.mu.Unlock()
@@ -163,9 +155,6 @@ func (s *streams) queue(instance string, wait, stable bool, m streamMsg) bool {
 		s.wg.Go(func() { s.run(o) })
 	}
 	s.mu.Unlock()
-	if !stable {
-		m = streamMsg{msg: cluster.Encode(m.typ, s.cl.node.Instance(), m.fields...)}
-	}
 	if !wait {
 		select {
 		case o.q <- m:
@@ -254,11 +243,6 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 	n := 0 // messages gathered
 	add := func(m streamMsg) {
 		n++
-		if m.msg != nil {
-			g.Uvarint(uint64(len(m.msg)))
-			g.Bytes(m.msg)
-			return
-		}
 		g.Uvarint(uint64(cluster.EncodedLen(from, m.fields...)))
 		g.Encode(m.typ, from, m.fields...)
 		if m.held != nil {

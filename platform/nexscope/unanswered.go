@@ -2,7 +2,6 @@ package nexscope
 
 import (
 	"bytes"
-	"encoding/json"
 
 	"github.com/coder/websocket"
 
@@ -45,16 +44,19 @@ func answerable(data []byte) []byte {
 // ack or error answers the oldest sent frame with its msgId; file-start
 // begins an incoming file, which its file-end or transfer_incomplete ends.
 func (l *edgeLink) relayed(data []byte) {
-	typ, msgID, code := answerFields(data)
-	if msgID == nil {
+	f, err := parseFrame(data)
+	if err != nil || f.msgID == nil {
 		return
 	}
+	typ, _ := stringValue(f.typ)
+	code, _ := stringValue(f.code)
+	msgID := f.msgID
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := &l.pending
-	switch typ {
+	switch string(typ) {
 	case "ack", "error":
-		if typ == "error" && code == string(CodeTransferIncomplete) && sameValue(p.incoming, msgID) {
+		if string(typ) == "error" && string(code) == string(CodeTransferIncomplete) && sameValue(p.incoming, msgID) {
 			p.incoming = nil
 			return
 		}
@@ -71,31 +73,6 @@ func (l *edgeLink) relayed(data []byte) {
 			p.incoming = nil
 		}
 	}
-}
-
-// answerFields reads the type, msgId (raw) and code of a frame the home
-// sends; msgID is nil when the frame has none or is not a JSON object.
-func answerFields(data []byte) (typ string, msgID []byte, code string) {
-	if !json.Valid(data) {
-		return "", nil, ""
-	}
-	i := skipSpace(data, 0)
-	if data[i] != '{' {
-		return "", nil, ""
-	}
-	eachMember(data, i, func(key, val []byte) {
-		switch {
-		case keyIs(key, "type"):
-			s, _ := stringValue(val)
-			typ = string(s)
-		case keyIs(key, "msgId"):
-			msgID = val
-		case keyIs(key, "code"):
-			s, _ := stringValue(val)
-			code = string(s)
-		}
-	})
-	return typ, msgID, code
 }
 
 // abandons reports whether closing an edge member with c means its home

@@ -26,14 +26,9 @@ func appendWithTS(dst, raw []byte, ts int64) []byte {
 // appendPresence appends {"type":"presence","users":[...],"ts":ts}; users
 // must be sorted.
 func appendPresence(dst []byte, users []string, ts int64) []byte {
-	dst = append(dst, `{"type":"presence","users":[`...)
-	for i, u := range users {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = session.AppendJSONString(dst, u)
-	}
-	dst = append(dst, `],"ts":`...)
+	dst = append(dst, `{"type":"presence","users":`...)
+	dst = appendList(dst, users, session.AppendJSONString)
+	dst = append(dst, `,"ts":`...)
 	dst = strconv.AppendInt(dst, ts, 10)
 	return append(dst, '}')
 }
@@ -47,9 +42,9 @@ func appendAck(dst, msgID, threadID []byte, delivered, offline [][]byte) []byte 
 	dst = append(dst, `,"threadId":`...)
 	dst = appendRaw(dst, threadID)
 	dst = append(dst, `,"delivered":`...)
-	dst = appendRawList(dst, delivered)
+	dst = appendList(dst, delivered, appendRaw)
 	dst = append(dst, `,"offline":`...)
-	dst = appendRawList(dst, offline)
+	dst = appendList(dst, offline, appendRaw)
 	return append(dst, '}')
 }
 
@@ -73,13 +68,14 @@ func appendRaw(dst, raw []byte) []byte {
 	return append(dst, raw...)
 }
 
-func appendRawList(dst []byte, list [][]byte) []byte {
+// appendList appends list as a JSON array, each element by add.
+func appendList[T any](dst []byte, list []T, add func([]byte, T) []byte) []byte {
 	dst = append(dst, '[')
 	for i, v := range list {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = append(dst, v...)
+		dst = add(dst, v)
 	}
 	return append(dst, ']')
 }
@@ -127,14 +123,9 @@ func appendBotMsg(dst []byte, m *botMsg, ts int64) []byte {
 	dst = session.AppendJSONString(dst, m.msgID)
 	dst = append(dst, `,"from":`...)
 	dst = session.AppendJSONString(dst, m.from)
-	dst = append(dst, `,"to":[`...)
-	for i, t := range m.to {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = session.AppendJSONString(dst, t)
-	}
-	dst = append(dst, `],"role":"userAgent","threadId":`...)
+	dst = append(dst, `,"to":`...)
+	dst = appendList(dst, m.to, session.AppendJSONString)
+	dst = append(dst, `,"role":"userAgent","threadId":`...)
 	dst = session.AppendJSONString(dst, m.threadID)
 	dst = append(dst, `,"text":`...)
 	dst = session.AppendJSONString(dst, m.text)
