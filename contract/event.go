@@ -21,17 +21,18 @@ const (
 )
 
 // Event is the MessageEvent carried by an inbound frame (hermes-wire.md §6.2).
+// Its JSON names are for UnmarshalJSON; AppendJSON writes the same ones.
 type Event struct {
-	Text             string
-	MessageType      string
-	MessageID        string
-	Source           session.Source
-	ReplyToMessageID string
-	ReplyTo          *ReplyTo
-	MediaURLs        []string
-	Media            []Media
-	Context          []ContextMessage
-	PromptResponse   *PromptResponse
+	Text             string           `json:"text"`
+	MessageType      string           `json:"message_type"`
+	MessageID        string           `json:"message_id"`
+	Source           session.Source   `json:"source"`
+	ReplyToMessageID string           `json:"reply_to_message_id"`
+	ReplyTo          *ReplyTo         `json:"reply_to"`
+	MediaURLs        []string         `json:"media_urls"`
+	Media            []Media          `json:"media"`
+	Context          []ContextMessage `json:"context"`
+	PromptResponse   *PromptResponse  `json:"prompt_response"`
 }
 
 // ReplyTo describes the message an event replies to.
@@ -138,26 +139,19 @@ func appendMarshaled(dst []byte, key string, v any, present bool) []byte {
 // UnmarshalJSON reads an event object (used by tests and tools that play the
 // gateway's part).
 func (e *Event) UnmarshalJSON(data []byte) error {
-	var w struct {
-		Text             string           `json:"text"`
-		MessageType      string           `json:"message_type"`
-		MessageID        ID               `json:"message_id"`
-		Source           session.Source   `json:"source"`
-		ReplyToMessageID ID               `json:"reply_to_message_id"`
-		ReplyTo          *ReplyTo         `json:"reply_to"`
-		MediaURLs        []string         `json:"media_urls"`
-		Media            []Media          `json:"media"`
-		Context          []ContextMessage `json:"context"`
-		PromptResponse   *PromptResponse  `json:"prompt_response"`
-	}
+	type plain Event // without this method
+	var ev Event
+	w := struct {
+		*plain
+		// ids may be numbers (ID); these shadow plain's string fields
+		MessageID        ID `json:"message_id"`
+		ReplyToMessageID ID `json:"reply_to_message_id"`
+	}{plain: (*plain)(&ev)}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*e = Event{
-		Text: w.Text, MessageType: w.MessageType, MessageID: string(w.MessageID),
-		Source: w.Source, ReplyToMessageID: string(w.ReplyToMessageID), ReplyTo: w.ReplyTo,
-		MediaURLs: w.MediaURLs, Media: w.Media, Context: w.Context, PromptResponse: w.PromptResponse,
-	}
+	ev.MessageID, ev.ReplyToMessageID = string(w.MessageID), string(w.ReplyToMessageID)
+	*e = ev
 	return nil
 }
 

@@ -172,31 +172,17 @@ func (p *Platform) commitRehost(u *media.Upload, attachment, text []byte) *contr
 		Filename: cmp.Or(info.Filename, attachmentText(attachment, "name")), Caption: caption}
 }
 
+// mediaTypes is the gateway message_type of each media kind but
+// "document".
+var mediaTypes = map[string]string{"image": contract.MessagePhoto, "audio": contract.MessageAudio, "video": contract.MessageVideo}
+
 // kindOf is the media kind of a MIME type.
 func kindOf(mimeType string) string {
 	mt, _, _ := mime.ParseMediaType(mimeType)
-	switch {
-	case strings.HasPrefix(mt, "image/"):
-		return "image"
-	case strings.HasPrefix(mt, "audio/"):
-		return "audio"
-	case strings.HasPrefix(mt, "video/"):
-		return "video"
+	if k, _, ok := strings.Cut(mt, "/"); ok && mediaTypes[k] != "" {
+		return k
 	}
 	return "document"
-}
-
-// messageTypeOf is the gateway message_type of an attachment kind.
-func messageTypeOf(kind string) string {
-	switch kind {
-	case "image":
-		return contract.MessagePhoto
-	case "audio":
-		return contract.MessageAudio
-	case "video":
-		return contract.MessageVideo
-	}
-	return contract.MessageDocument
 }
 
 // mustJSON encodes v, which marshals by construction.

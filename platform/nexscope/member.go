@@ -10,6 +10,7 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/internal/wsconn"
+	"connector/session"
 )
 
 // member is one connected client: one WebSocket, one session. Its handler
@@ -51,7 +52,7 @@ func newMember(p *Platform, r *room, name string) *member {
 		p:      p,
 		room:   r,
 		name:   name,
-		quoted: appendQuoted(nil, name),
+		quoted: session.AppendJSONString(nil, name),
 	}
 	m.q = m.newQueue(m)
 	return m
@@ -72,14 +73,6 @@ func (m *member) accepted(ws *websocket.Conn) {
 		m.log.Info("nexscope heartbeat_timeout", "missed_pongs", 2)
 		m.kick(CloseHeartbeatTimeout)
 	})
-}
-
-// appendQuoted appends a valid member name as a JSON string (names need no
-// escaping).
-func appendQuoted(dst []byte, name string) []byte {
-	dst = append(dst, '"')
-	dst = append(dst, name...)
-	return append(dst, '"')
 }
 
 // run serves the member after it joined: it starts the heartbeat and the

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"connector/internal/wsconn"
+	"connector/session"
 )
 
 // room is one relay room: its members, its file-transfer lock and, when bound
@@ -265,7 +266,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop
 			case u == sender.name:
 			case u == r.bot():
 				if mentions(f.text, r.bot()) {
-					toBot(appendQuoted(nil, u))
+					toBot(session.AppendJSONString(nil, u))
 				}
 			default:
 				m := r.members[u]

@@ -2,6 +2,7 @@ package nexscope
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -378,22 +379,17 @@ func (s *streams) hello(br *bufio.Reader) (string, error) {
 	return from, nil
 }
 
-// readLine reads one line of at most max bytes, without its newline.
+// readLine reads one line of at most max bytes (and br's buffer), without
+// its newline.
 func readLine(br *bufio.Reader, max int) ([]byte, error) {
-	var line []byte
-	for {
-		b, err := br.ReadByte()
-		if err != nil {
-			return nil, err
-		}
-		if b == '\n' {
-			return line, nil
-		}
-		if len(line) == max {
-			return nil, errors.New("hello too long")
-		}
-		line = append(line, b)
+	line, err := br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull || len(line) > max+1 {
+		return nil, errors.New("hello too long")
 	}
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(line[:len(line)-1]), nil
 }
 
 // parseHello splits a hello line into the dialer's name and its ticket.

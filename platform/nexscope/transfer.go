@@ -9,6 +9,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/wsconn"
 	"connector/media"
+	"connector/session"
 )
 
 // transfer is a file stream in progress: the room's lock while it is the
@@ -210,9 +211,9 @@ func (m *member) handleFileEnd(f *clientFrame) {
 		note = fileNote(t.start.attachment, t.size)
 	}
 	if toBot && r.bridge(&t.start, note, att) {
-		delivered = append(delivered, appendQuoted(nil, r.bot()))
+		delivered = append(delivered, session.AppendJSONString(nil, r.bot()))
 	} else if t.toBot {
-		offline = append(offline, appendQuoted(nil, r.bot()))
+		offline = append(offline, session.AppendJSONString(nil, r.bot()))
 	}
 	m.send(appendAck(nil, t.start.msgID, t.start.threadID, delivered, offline))
 }
