@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -282,7 +283,7 @@ func (cl *fleet) sendBeats() {
 				lost = append(lost, m)
 				continue
 			}
-			toHome[h] = appendBeat(toHome[h], conn, m.link.out.Sent(), m.link.writtenTotal())
+			toHome[h] = appendBeat(toHome[h], conn, m.link.out.Sent(), m.link.written.Load())
 		}
 	}
 	for _, m := range cl.remotes {
@@ -291,7 +292,7 @@ func (cl *fleet) sendBeats() {
 			lost = append(lost, m)
 			continue
 		}
-		toEdge[l.edge] = appendBeat(toEdge[l.edge], l.conn, l.out.Sent(), l.consumedTotal())
+		toEdge[l.edge] = appendBeat(toEdge[l.edge], l.conn, l.out.Sent(), l.consumed.Load())
 	}
 	cl.mu.Unlock()
 	for _, m := range lost {
@@ -635,8 +636,8 @@ type homeLink struct {
 
 	written int64 // inbox goroutine: bytes the edge reported written
 
-	consumedMu         sync.Mutex
-	consumed, reported int64 // remoteReader; consumed read by beats
+	consumed atomic.Int64 // bytes of the member's frames processed; beats read it
+	reported int64        // remoteReader: consumed as last reported
 }
 
 // received queues a frame the member sent; a gap closes the member.
@@ -656,13 +657,6 @@ func (l *homeLink) wrote(m *member, total int64) {
 		m.q.Written(int(total - l.written))
 		l.written = total
 	}
-}
-
-// consumedTotal is the bytes of the member's frames processed so far.
-func (l *homeLink) consumedTotal() int64 {
-	l.consumedMu.Lock()
-	defer l.consumedMu.Unlock()
-	return l.consumed
 }
 
 // runRemote serves a remote member after it joined: frames from its edge
@@ -694,11 +688,7 @@ func (r remoteReader) Write(batch []wsconn.Frame) error {
 			m.handleText(f.Data)
 		}
 		l.in.q.Written(len(f.Data))
-		l.consumedMu.Lock()
-		l.consumed += int64(len(f.Data))
-		consumed := l.consumed
-		l.consumedMu.Unlock()
-		if consumed-l.reported >= m.p.creditStep() {
+		if consumed := l.consumed.Add(int64(len(f.Data))); consumed-l.reported >= m.p.creditStep() {
 			l.reported = consumed
 			l.cl.send(l.edge, msgConsumed, []byte(l.conn), strconv.AppendInt(nil, consumed, 10))
 		}
@@ -784,10 +774,10 @@ type edgeLink struct {
 	pending  pending // the member's frames the home has not answered (unanswered.go)
 	sent     int64   // bytes forwarded to the home
 	consumed int64   // of them, bytes the home reported processed
-	written  int64   // bytes written to the socket (the member's writer)
 	credit   chan struct{}
 
-	reported int64 // the member's writer
+	written  atomic.Int64 // bytes written to the socket (the member's writer); beats read it
+	reported int64        // the member's writer: written as last reported
 }
 
 func newEdgeLink(cl *fleet, conn string) *edgeLink {
@@ -868,22 +858,12 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, hel
 // wrote reports n more bytes written to the socket to the home, every
 // creditStep bytes.
 func (l *edgeLink) wrote(m *member, n int) {
-	l.mu.Lock()
-	l.written += int64(n)
-	written := l.written
-	l.mu.Unlock()
+	written := l.written.Add(int64(n))
 	if written-l.reported < m.p.creditStep() {
 		return
 	}
 	l.reported = written
 	l.cl.send(l.home, msgWritten, []byte(l.conn), strconv.AppendInt(nil, written, 10))
-}
-
-// writtenTotal is the bytes written to the socket so far.
-func (l *edgeLink) writtenTotal() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.written
 }
 
 // leave forgets the member, which left, and tells its home.
