@@ -15,6 +15,7 @@ import (
 	"connector/contract"
 	"connector/internal/cluster"
 	"connector/internal/wsconn"
+	"connector/platform"
 )
 
 // Several instances (platform.Deps.Cluster set, a Redis shared by every
@@ -612,7 +613,7 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			// lock and its recipients, within the bound the forwarding
 			// instance's relay gives the op by default.
 			ctx, cancel := context.WithTimeout(cl.ctx, forwardedExecTimeout)
-			res = p.executeHere(ctx, tenant, &a)
+			res = platform.Execute(ctx, &p.here, p, tenant, &a)
 			cancel()
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes

@@ -94,12 +94,6 @@ func (p *Platform) storedHere(tenant, sourceURL string) bool {
 	return true
 }
 
-// executeHere performs a on this instance, for an action another
-// instance forwarded to a room homed here.
-func (p *Platform) executeHere(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	return platform.Execute(ctx, &p.here, p, tenant, a)
-}
-
 // send posts content as the bot's msg (role userAgent). Addressing:
 //
 //   - the reply target is the inbound named by reply_to (or

@@ -82,18 +82,14 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		rooms:     make(map[string]*room, len(cfg.Rooms)+1),
 		members:   make(map[*member]struct{}),
 	}
+	if deps.Cluster != nil {
+		p.cluster, p.exclusive = newCluster(p, deps.Cluster), deps.RunExclusive
+	}
 	for _, rc := range cfg.Rooms {
 		p.rooms[rc.Name] = newRoom(p, rc)
 	}
 	if p.rooms[DefaultRoom] == nil {
 		p.rooms[DefaultRoom] = newRoom(p, Room{Name: DefaultRoom})
-	}
-	if deps.Cluster != nil {
-		p.cluster, p.exclusive = newCluster(p, deps.Cluster), deps.RunExclusive
-	} else {
-		for _, r := range p.rooms {
-			r.home.Store(true) // a single instance hosts every room
-		}
 	}
 	p.edge, p.here = newEgress(p)
 	p.desc = descriptor.Nexscope(egress.Names(), cfg.MaxText)
@@ -244,9 +240,7 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		if p.rooms[name] == nil {
 			r := newRoom(p, Room{Name: name})
 			p.rooms[name] = r
-			if p.cluster == nil {
-				r.home.Store(true) // a single instance hosts every room
-			} else {
+			if p.cluster != nil {
 				p.cluster.adopt(r)
 			}
 		}

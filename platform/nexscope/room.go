@@ -60,12 +60,10 @@ func newRoom(p *Platform, rc Room) *room {
 		p:       p,
 		name:    rc.Name,
 		botName: cmp.Or(rc.BotName, p.cfg.BotName),
-		cap:     rc.MaxUsers,
+		cap:     cmp.Or(rc.MaxUsers, p.cfg.MaxUsers),
 		members: make(map[string]*member),
 	}
-	if r.cap == 0 {
-		r.cap = p.cfg.MaxUsers
-	}
+	r.home.Store(p.cluster == nil) // a single instance hosts every room
 	if rc.Tenant != "" {
 		r.mu.Lock()
 		r.bindLocked(rc.Tenant)
