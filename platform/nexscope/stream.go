@@ -241,9 +241,7 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 		held = held[:0]
 		return err
 	}
-	n := 0 // messages gathered
 	add := func(m streamMsg) {
-		n++
 		g.Uvarint(uint64(cluster.EncodedLen(from, m.fields...)))
 		g.Encode(m.typ, from, m.fields...)
 		if m.held != nil {
@@ -254,16 +252,9 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 		select {
 		case msg := <-o.q:
 			add(msg)
-		gather:
-			for n < streamQueue {
-				select {
-				case msg := <-o.q:
-					add(msg)
-				default:
-					break gather
-				}
+			for range len(o.q) { // queued behind it (this goroutine alone receives)
+				add(<-o.q)
 			}
-			n = 0
 			if err := flush(); err != nil {
 				return err
 			}
@@ -271,14 +262,10 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 		case <-idled:
 			return nil
 		case <-s.cl.ctx.Done():
-			for {
-				select {
-				case msg := <-o.q:
-					add(msg)
-				default:
-					return flush()
-				}
+			for range len(o.q) {
+				add(<-o.q)
 			}
+			return flush()
 		}
 	}
 }
