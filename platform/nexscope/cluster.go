@@ -557,16 +557,9 @@ func (cl *fleet) probe(m *member) bool {
 // when it answers a ping in time. A socket this instance does not hold is
 // not alive.
 func (cl *fleet) probeHere(req cluster.Msg) {
-	answer := func(alive bool) {
-		res := []byte("0")
-		if alive {
-			res = []byte("1")
-		}
-		cl.node.Reply(req, res)
-	}
 	m := cl.edge(req.Fields[0])
 	if m == nil {
-		answer(false)
+		cl.node.Reply(req, flag(false))
 		return
 	}
 	if !cl.p.track() {
@@ -574,7 +567,7 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 	}
 	go func() {
 		defer cl.p.wg.Done()
-		answer(m.alive.Probe(nameProbeTimeout))
+		cl.node.Reply(req, flag(m.alive.Probe(nameProbeTimeout)))
 	}()
 }
 
@@ -715,7 +708,7 @@ func (w remoteWriter) Write(batch []wsconn.Frame) error {
 	for _, f := range batch {
 		c, _ := f.Owner.(*chunk) // a frame's only owner
 		l.out.Send(func(seq uint64) {
-			l.cl.sendHeld(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(f.Type), f.Data)
+			l.cl.sendHeld(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), flag(f.Type == websocket.MessageBinary), f.Data)
 		})
 	}
 	return nil
@@ -726,11 +719,8 @@ func (w remoteWriter) End(end Close) {
 	if end == wsconn.Drop {
 		return
 	}
-	l, flush := w.m.remote, "0"
-	if w.m.q.Flushing() {
-		flush = "1"
-	}
-	l.cl.send(l.edge, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), []byte(flush))
+	l := w.m.remote
+	l.cl.send(l.edge, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), flag(w.m.q.Flushing()))
 }
 
 // retained is held, retained for a queued frame that borrows its memory
@@ -743,8 +733,9 @@ func retained(held cluster.Buffer) wsconn.Releaser {
 	return held
 }
 
-func binaryFlag(t websocket.MessageType) []byte {
-	if t == websocket.MessageBinary {
+// flag is a boolean field: "1" or "0".
+func flag(b bool) []byte {
+	if b {
 		return []byte("1")
 	}
 	return []byte("0")
@@ -827,7 +818,7 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c 
 	}
 	l.mu.Unlock()
 	l.out.Send(func(seq uint64) {
-		l.cl.sendHeld(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(typ), data)
+		l.cl.sendHeld(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), flag(typ == websocket.MessageBinary), data)
 	})
 }
 

@@ -94,22 +94,11 @@ func (p *Platform) storedHere(tenant, sourceURL string) bool {
 	return true
 }
 
-// send posts content as the bot's msg (role userAgent). Addressing:
-//
-//   - the reply target is the inbound named by reply_to (or
-//     metadata.reply_to_message_id); else the last inbound in
-//     metadata.thread_id; else, when the send names no message at all, the
-//     room's last inbound (a reply_to the bridge does not remember has no
-//     target);
-//   - threadId is metadata.thread_id, else the target's thread, else
-//     DefaultThread;
-//   - to is the target's author, else metadata.user_id, else everyone online
-//     (to: []);
-//   - hopCount is the target's hopCount + 1, else 0.
-//
-// Content longer than MaxText bytes goes out as several msgs split on rune
-// boundaries; message_id is the first one's msgId. It fails with
-// "unavailable" when no recipient is online (the relay keeps no queue).
+// send posts content as the bot's msg (role userAgent), addressed by
+// addressLocked as the package doc says; content longer than MaxText bytes
+// goes out as several msgs split on rune boundaries, and message_id is the
+// first one's msgId. No recipient online is unavailable (the relay keeps no
+// queue).
 func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action) contract.Result {
 	if a.Content == "" {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: send needs content")
@@ -134,9 +123,9 @@ func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action
 	return contract.OK(first)
 }
 
-// addressLocked addresses a bot message answering a (see send): its
-// from, to, threadId and hopCount, and the members online to get it.
-// Called under mu.
+// addressLocked addresses a bot message answering a (see the package
+// doc's send): its from, to, threadId and hopCount, and the members online
+// to get it. Called under mu.
 func (r *room) addressLocked(a *contract.Action) (botMsg, []*member) {
 	ref := r.replyTarget(a)
 	thread := string(a.Metadata.ThreadID)
@@ -164,7 +153,7 @@ func (r *room) addressLocked(a *contract.Action) (botMsg, []*member) {
 	return m, online
 }
 
-// replyTarget finds the inbound a send answers (see send). Called under mu.
+// replyTarget finds the inbound a send answers. Called under mu.
 func (r *room) replyTarget(a *contract.Action) msgRef {
 	answers := false
 	for _, id := range []contract.ID{a.ReplyTo, a.Metadata.ReplyToMessageID} {

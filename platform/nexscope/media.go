@@ -19,16 +19,11 @@ import (
 const mediaChunk = 64 << 10
 
 // sendMedia streams the object source_url names to the addressed members
-// as a file transfer from the bot: file-start (attachment name, size, mime,
-// sha256, chunkSize; text = content), the bytes in 64 KiB binary frames,
-// file-end. It is addressed like send (the inbound it answers, else
-// metadata.user_id, else everyone online) and honours the room's lock:
-// while a member's transfer holds it, sendMedia waits for it within ctx
-// (rate_limited, retry_after_ms 2000, when it stays held). Chunks wait for
-// room in the recipients' send queues, so memory stays bounded. Every
-// media_kind is a file. message_id is the file-start's msgId. No recipient
-// online is unavailable; a transfer that stalls past TransferTimeout or
-// ends with the context is aborted (recipients get transfer_incomplete).
+// as the bot's file transfer (the package doc's send_media), whatever the
+// media_kind; chunks wait for room in the recipients' send queues. No
+// recipient online is unavailable; a transfer that stalls past
+// TransferTimeout or ends with the context is aborted (recipients get
+// transfer_incomplete).
 func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result {
 	obj, res, ok := p.deps.OpenMedia(ctx, platformName, tenant, a)
 	if !ok {

@@ -19,30 +19,17 @@ import (
 	"connector/internal/wsconn"
 )
 
-// Direct streams (Config.ClusterAddr): what this instance sends to another
-// instance's inbox (member frames, file chunks, credits, closes, beats,
-// join answers) goes over one TCP connection it dialed to that instance,
-// instead of Redis pub/sub, so a file between members on two instances
-// costs the two instances a read and a write each, and Redis nothing.
-//
-// The first message for an instance opens its stream: a cluster call
-// through pub/sub asks it for its address and a one-time ticket (so Redis,
-// which the instances already trust, vouches for both ends), then this
-// instance dials, presents its name and the ticket, and writes messages as
-// they are queued, each a uvarint length and the message as the cluster
-// layer encodes it. The other end hands each to the cluster node
-// (cluster.Node.Dispatch), as if it had come from its inbox. The call
-// follows every message this instance published to that inbox before, so
-// the stream's first message comes after them: a member's frames keep
-// their order across the switch. Each direction has its own stream (the
-// sender's), so each direction has one path.
-//
-// A stream is lost as pub/sub loses messages: a write that fails or takes
-// LostBeats beats, a peer that answers no ticket (an instance without
-// ClusterAddr), a dial that fails. Its queued messages are dropped, the
-// members' links see the gap (1011), and the next message opens a new
-// stream (after streamRetryBeats beats when the last attempt failed;
-// pub/sub meanwhile). An idle stream is closed after streamIdleBeats.
+// Direct streams (Config.ClusterAddr): docs/nexscope.md ("Direct streams")
+// says what goes over them instead of Redis pub/sub, how one opens (a
+// ticket asked for through a cluster call, so Redis vouches for both ends;
+// the call follows every message published to that inbox before, so a
+// member's frames keep their order across the switch) and how one is lost
+// (as pub/sub loses messages). Each is a TCP connection this instance
+// dialed, carrying what it sends that instance: each message a uvarint
+// length and the message as the cluster layer encodes it, which the other
+// end hands to its cluster node (cluster.Node.Dispatch) as if it had come
+// from its inbox. Each direction has its own stream (the sender's), so
+// each direction has one path.
 
 // msgStream is the call asking an instance for a stream ticket; its
 // result is "addr ticket", or "" from an instance that takes no streams.

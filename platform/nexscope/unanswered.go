@@ -8,17 +8,11 @@ import (
 	"connector/internal/wsconn"
 )
 
-// With several instances a member's msgs and files are answered by the
-// room's home (cluster.go), which may die, move or be cut off while they
-// are on the way. So the member's edge keeps, per member, the msgIds of
-// the msgs and file-starts it forwarded that no ack or error from the home
-// has answered yet, and the msgId of a file the member is receiving. When
-// the member must be closed because the home will not answer any more
-// (1012, 1011, 1001), the edge first answers each of them itself: an
-// undelivered error per msg or file sent, transfer_incomplete for the file
-// being received. Every msg thus gets an ack or an error before the close,
-// within the time the edge takes to see the home gone (LostBeats beats and
-// at most one more: lease_ttl × 4/3 by default); docs/nexscope.md.
+// With several instances the room's home answers a member's msgs and
+// files, and may die, move or be cut off while they are on the way. So the
+// member's edge keeps what the home has not answered (pending) and, before
+// a close that means the home will not answer any more (1012, 1011, 1001),
+// answers it itself: docs/nexscope.md, "When the home dies".
 
 // pending is an edge member's unanswered frames, under edgeLink.mu.
 type pending struct {
