@@ -89,13 +89,14 @@ type fleet struct {
 	stopBeats func()
 	wg        sync.WaitGroup
 
+	// bid starts a room's bid for its lease once start ran (nil before);
+	// under Platform.roomsMu. Rooms Bind creates later bid through it.
+	bid func(r *room)
+
 	mu      sync.Mutex
 	edges   map[string]*member // this instance's sockets in rooms homed elsewhere, by conn
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
-	// bid starts a room's bid for its lease once start ran (nil before);
-	// under mu. Rooms Bind creates later bid through it.
-	bid func(r *room)
 }
 
 func newCluster(p *Platform, node *cluster.Node) *fleet {
@@ -168,31 +169,25 @@ func (cl *fleet) start(ctx context.Context, exclusive func(context.Context, stri
 		}
 	}
 	cl.stopBeats = cl.node.OnBeat(cl.sendBeats)
-	bid := func(r *room) {
+	// Bind holds roomsMu while it adds a room and calls adopt, so every
+	// room bids once: those here now, and later ones through cl.bid.
+	cl.p.roomsMu.Lock()
+	defer cl.p.roomsMu.Unlock()
+	cl.bid = func(r *room) {
 		cl.wg.Go(func() {
 			_ = exclusive(ctx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
 		})
 	}
-	// Bind holds roomsMu while it adds a room and calls adopt, so every
-	// room bids once: those here now, and later ones through cl.bid.
-	cl.p.roomsMu.Lock()
-	cl.mu.Lock()
-	cl.bid = bid
-	cl.mu.Unlock()
 	for _, r := range cl.p.rooms {
-		bid(r)
+		cl.bid(r)
 	}
-	cl.p.roomsMu.Unlock()
 }
 
 // adopt has a room Bind created bid for its lease, if start ran (start
 // bids for every room there is then). Called under roomsMu.
 func (cl *fleet) adopt(r *room) {
-	cl.mu.Lock()
-	bid := cl.bid
-	cl.mu.Unlock()
-	if bid != nil {
-		bid(r)
+	if cl.bid != nil {
+		cl.bid(r)
 	}
 }
 
