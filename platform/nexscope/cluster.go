@@ -71,12 +71,20 @@ const (
 	joinBeats = 6
 )
 
-// creditStep is how many bytes written or processed an instance reports
-// at once: a quarter of the send window, so the other side, which sees at
-// most that many fewer than there are, never waits on a report while less
-// than the window is in flight (and every beat repeats the totals). One
-// report per quarter window, not per frame: a file costs a few reports.
-func (p *Platform) creditStep() int64 { return max(p.cfg.SendQueueBytes/4, 1) }
+// credit reports total, the bytes written or processed so far on this
+// side of a member's link, as a typ message to instance when a quarter of
+// the send window more were since the last report (*reported): the other
+// side, which sees at most that many fewer than there are, never waits on
+// a report while less than the window is in flight (and every beat
+// repeats the totals). One report per quarter window, not per frame: a
+// file costs a few reports.
+func (cl *fleet) credit(instance, conn string, typ byte, total int64, reported *int64) {
+	if total-*reported < max(cl.p.cfg.SendQueueBytes/4, 1) {
+		return
+	}
+	*reported = total
+	cl.send(instance, typ, []byte(conn), strconv.AppendInt(nil, total, 10))
+}
 
 // fleet is this instance's part in the rooms of several instances.
 type fleet struct {
@@ -663,7 +671,7 @@ func (m *member) runRemote() {
 
 // remoteReader is the wsconn.Writer of a remote member's inbound frames: it
 // handles them as a local member's reader does, and reports the bytes
-// consumed to the edge, every creditStep bytes.
+// consumed to the edge (credit).
 type remoteReader struct{ m *member }
 
 // Write implements wsconn.Writer; a member that must stop reading ends it.
@@ -677,10 +685,7 @@ func (r remoteReader) Write(batch []wsconn.Frame) error {
 			m.handleText(f.Data)
 		}
 		l.in.q.Written(len(f.Data))
-		if consumed := l.consumed.Add(int64(len(f.Data))); consumed-l.reported >= m.p.creditStep() {
-			l.reported = consumed
-			l.cl.send(l.edge, msgConsumed, []byte(l.conn), strconv.AppendInt(nil, consumed, 10))
-		}
+		l.cl.credit(l.edge, l.conn, msgConsumed, l.consumed.Add(int64(len(f.Data))), &l.reported)
 		if m.stop {
 			return wsconn.Drop
 		}
@@ -842,15 +847,9 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, hel
 	}
 }
 
-// wrote reports n more bytes written to the socket to the home, every
-// creditStep bytes.
-func (l *edgeLink) wrote(m *member, n int) {
-	written := l.written.Add(int64(n))
-	if written-l.reported < m.p.creditStep() {
-		return
-	}
-	l.reported = written
-	l.cl.send(l.home, msgWritten, []byte(l.conn), strconv.AppendInt(nil, written, 10))
+// wrote counts n more bytes written to the socket, reported to the home.
+func (l *edgeLink) wrote(n int) {
+	l.cl.credit(l.home, l.conn, msgWritten, l.written.Add(int64(n)), &l.reported)
 }
 
 // leave forgets the member, which left, and tells its home.

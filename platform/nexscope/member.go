@@ -185,7 +185,7 @@ func (m *member) Write(batch []wsconn.Frame) error {
 			return err
 		}
 		if m.link != nil {
-			m.link.wrote(m, len(f.Data))
+			m.link.wrote(len(f.Data))
 		}
 	}
 	return nil
