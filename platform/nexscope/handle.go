@@ -64,7 +64,7 @@ func (m *member) checkFrom(f *clientFrame) bool {
 
 // checkTo enforces that to is an array of names; a failure is a strike.
 func (m *member) checkTo(f *clientFrame) bool {
-	if !isStringArray(f.to) {
+	if !namesOf(f.to, func(_, _ []byte) {}) {
 		m.strike(CodeMissingTo, "to must be an array of names", f.msgID)
 		return false
 	}

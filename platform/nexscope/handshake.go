@@ -1,6 +1,7 @@
 package nexscope
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -31,10 +32,7 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	}
 	defer p.wg.Done()
 	q := req.URL.Query()
-	roomName := req.PathValue("room")
-	if roomName == "" {
-		roomName = DefaultRoom
-	}
+	roomName := cmp.Or(req.PathValue("room"), DefaultRoom)
 	name := q.Get("name")
 	m := newMember(p, nil, name)
 	ws, err := websocket.Accept(w, req, &websocket.AcceptOptions{

@@ -205,11 +205,6 @@ func namesOf(raw []byte, fn func(raw, name []byte)) (ok bool) {
 	return ok
 }
 
-// isStringArray reports whether raw is a JSON array of strings.
-func isStringArray(raw []byte) bool {
-	return namesOf(raw, func(_, _ []byte) {})
-}
-
 // intValue reads a raw JSON number that is a non-negative integer.
 func intValue(raw []byte) (int64, bool) {
 	if len(raw) == 0 || raw[0] < '0' || raw[0] > '9' {
