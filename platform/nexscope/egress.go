@@ -3,6 +3,7 @@ package nexscope
 import (
 	"context"
 	"maps"
+	"slices"
 
 	"connector/contract"
 	"connector/internal/textsplit"
@@ -144,9 +145,7 @@ func (r *room) addressLocked(a *contract.Action) (botMsg, []*member) {
 		m.to = []string{string(a.Metadata.UserID)}
 	}
 	if m.to == nil {
-		for _, mem := range r.members {
-			online = append(online, mem)
-		}
+		online = slices.Collect(maps.Values(r.members))
 	} else if mem, ok := r.members[m.to[0]]; ok {
 		online = append(online, mem)
 	}

@@ -6,7 +6,9 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -124,10 +126,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(nil)
 	p.mu.Lock()
 	p.closed = true
-	members := make([]*member, 0, len(p.members))
-	for m := range p.members {
-		members = append(members, m)
-	}
+	members := slices.Collect(maps.Keys(p.members))
 	p.mu.Unlock()
 	for _, m := range members {
 		m.kick(CloseGoingAway)
@@ -245,10 +244,7 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 			}
 		}
 	}
-	rooms := make([]*room, 0, len(p.rooms))
-	for _, r := range p.rooms {
-		rooms = append(rooms, r)
-	}
+	rooms := slices.Collect(maps.Values(p.rooms))
 	p.roomsMu.Unlock()
 	for _, r := range rooms {
 		r.mu.Lock()

@@ -2,6 +2,7 @@ package nexscope
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -176,10 +177,7 @@ func (r *room) becomeHome() {
 func (r *room) resign(c Close) {
 	r.mu.Lock()
 	r.home.Store(false)
-	members := make([]*member, 0, len(r.members))
-	for _, m := range r.members {
-		members = append(members, m)
-	}
+	members := slices.Collect(maps.Values(r.members))
 	r.unlock()
 	for _, m := range members {
 		m.kick(c)
