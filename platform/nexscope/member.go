@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 
 	"github.com/coder/websocket"
@@ -141,16 +142,11 @@ func readMessage(r io.Reader, scratch *[]byte, limit int64) ([]byte, error) {
 	buf := (*scratch)[:0]
 	for {
 		if len(buf) == cap(buf) {
-			n := max(2*cap(buf), 4096)
-			if int64(n) > limit+1 {
-				n = int(limit + 1)
-			}
+			n := int(min(int64(max(2*cap(buf), 4096)), limit+1))
 			if n <= cap(buf) {
 				return nil, errTooLarge
 			}
-			grown := make([]byte, len(buf), n)
-			copy(grown, buf)
-			buf = grown
+			buf = slices.Grow(buf, n-len(buf))
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]

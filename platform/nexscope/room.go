@@ -232,11 +232,11 @@ func (out *routed) botOffline() {
 // (callers pass reused ones). keepRecipients collects the members reached.
 //
 // The bot is addressed when f.to names it or, in a broadcast, f.text
-// mentions "@<bot>". botDrop is the bridge's dropReason for f: when it is ""
-// an addressed bot counts as delivered and toBot is set; otherwise the bot
-// is offline (the message is dropped for it) and the drop is counted. A
-// broadcast that does not mention the bot lists it in neither list.
-func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop string, keepRecipients bool, out *routed) {
+// mentions "@<bot>". When the bridge takes f (dropReason "") an addressed
+// bot counts as delivered and toBot is set; otherwise the bot is offline
+// (the message is dropped for it) and the drop is counted. A broadcast that
+// does not mention the bot lists it in neither list.
+func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, keepRecipients bool, out *routed) {
 	deliver := func(m *member, quoted []byte) {
 		r.pushLocked(m, frame)
 		out.delivered = append(out.delivered, quoted)
@@ -245,7 +245,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop
 		}
 	}
 	toBot := func(quoted []byte) {
-		if botDrop != "" {
+		if botDrop := r.p.dropReason(f); botDrop != "" {
 			r.p.metrics.Dropped(platformName, botDrop)
 			out.offline = append(out.offline, quoted)
 			return

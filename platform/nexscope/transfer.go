@@ -100,12 +100,8 @@ func (m *member) handleFileStart(f *clientFrame) {
 	// Armed before file-start goes out: a recipient that has it knows the
 	// deadline runs.
 	t.timer = m.p.clock.AfterFunc(m.p.cfg.TransferTimeout, func() { r.stall(t) })
-	botDrop := ""
-	if r.bot() != "" {
-		botDrop = m.p.dropReason(&start)
-	}
 	var res routed
-	r.routeLocked(m, &start, out, botDrop, true, &res)
+	r.routeLocked(m, &start, out, true, &res)
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
 	if t.toBot {
 		t.upload = m.p.beginRehost(r, start.attachment)
