@@ -36,29 +36,22 @@ func AppendPassthroughForward(dst []byte, bufferID string, forwardJSON []byte) [
 func appendHead(dst []byte, typ, bufferID, key string) []byte {
 	dst = append(append(append(dst, `{"type":"`...), typ...), '"')
 	if bufferID != "" {
-		dst = append(dst, `,"bufferId":`...)
-		dst = session.AppendJSONString(dst, bufferID)
+		dst = session.AppendJSONField(dst, `,"bufferId":`, bufferID)
 	}
 	return append(append(append(dst, `,"`...), key...), `":`...)
 }
 
 // AppendOutboundResult appends the outbound_result answering requestID.
 func AppendOutboundResult(dst []byte, requestID string, r Result) []byte {
-	dst = append(dst, `{"type":"outbound_result","requestId":`...)
-	dst = session.AppendJSONString(dst, requestID)
-	dst = append(dst, `,"result":`...)
+	dst = session.AppendJSONField(dst, `{"type":"outbound_result","requestId":`, requestID)
 	b, _ := json.Marshal(r) // Result has only plain fields: cannot fail
-	dst = append(dst, b...)
-	return append(dst, "}\n"...)
+	return append(append(append(dst, `,"result":`...), b...), "}\n"...)
 }
 
 // AppendInterruptInbound appends an interrupt_inbound frame.
 func AppendInterruptInbound(dst []byte, sessionKey, chatID string) []byte {
-	dst = append(dst, `{"type":"interrupt_inbound","session_key":`...)
-	dst = session.AppendJSONString(dst, sessionKey)
-	dst = append(dst, `,"chat_id":`...)
-	dst = session.AppendJSONString(dst, chatID)
-	return append(dst, "}\n"...)
+	dst = session.AppendJSONField(dst, `{"type":"interrupt_inbound","session_key":`, sessionKey)
+	return append(session.AppendJSONField(dst, `,"chat_id":`, chatID), "}\n"...)
 }
 
 // EncodeDescriptor returns the descriptor frame for d.

@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"cmp"
 	"encoding/json"
 	"strconv"
 
@@ -80,32 +81,19 @@ func (e Event) MarshalJSON() ([]byte, error) {
 // AppendJSON appends the event object to dst. text, message_type and source
 // are always written (message_type defaults to "text"); the rest only when set.
 func (e *Event) AppendJSON(dst []byte) []byte {
-	dst = append(dst, `{"text":`...)
-	dst = session.AppendJSONString(dst, e.Text)
-	dst = append(dst, `,"message_type":`...)
-	mt := e.MessageType
-	if mt == "" {
-		mt = MessageText
-	}
-	dst = session.AppendJSONString(dst, mt)
+	dst = session.AppendJSONField(dst, `{"text":`, e.Text)
+	dst = session.AppendJSONField(dst, `,"message_type":`, cmp.Or(e.MessageType, MessageText))
 	if e.MessageID != "" {
-		dst = append(dst, `,"message_id":`...)
-		dst = session.AppendJSONString(dst, e.MessageID)
+		dst = session.AppendJSONField(dst, `,"message_id":`, e.MessageID)
 	}
-	dst = append(dst, `,"source":`...)
-	dst = e.Source.AppendJSON(dst)
+	dst = e.Source.AppendJSON(append(dst, `,"source":`...))
 	if e.ReplyToMessageID != "" {
-		dst = append(dst, `,"reply_to_message_id":`...)
-		dst = session.AppendJSONString(dst, e.ReplyToMessageID)
+		dst = session.AppendJSONField(dst, `,"reply_to_message_id":`, e.ReplyToMessageID)
 	}
 	if e.ReplyTo != nil {
-		dst = append(dst, `,"reply_to":{"text":`...)
-		dst = session.AppendJSONString(dst, e.ReplyTo.Text)
-		dst = append(dst, `,"author":`...)
-		dst = session.AppendJSONString(dst, e.ReplyTo.Author)
-		dst = append(dst, `,"is_own":`...)
-		dst = strconv.AppendBool(dst, e.ReplyTo.IsOwn)
-		dst = append(dst, '}')
+		dst = session.AppendJSONField(dst, `,"reply_to":{"text":`, e.ReplyTo.Text)
+		dst = session.AppendJSONField(dst, `,"author":`, e.ReplyTo.Author)
+		dst = append(strconv.AppendBool(append(dst, `,"is_own":`...), e.ReplyTo.IsOwn), '}')
 	}
 	if len(e.MediaURLs) > 0 {
 		dst = append(dst, `,"media_urls":[`...)

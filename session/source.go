@@ -86,10 +86,10 @@ func (s Source) MarshalJSON() ([]byte, error) {
 // AppendJSON appends the JSON object of s to dst and returns the extended
 // slice; it is the allocation-free form of MarshalJSON.
 func (s *Source) AppendJSON(dst []byte) []byte {
-	dst = appendField(dst, `{"platform":`, s.Platform)
-	dst = appendField(dst, `,"chat_id":`, s.ChatID)
+	dst = AppendJSONField(dst, `{"platform":`, s.Platform)
+	dst = AppendJSONField(dst, `,"chat_id":`, s.ChatID)
 	dst = appendNullable(dst, `,"chat_name":`, s.ChatName)
-	dst = appendField(dst, `,"chat_type":`, s.ChatType)
+	dst = AppendJSONField(dst, `,"chat_type":`, s.ChatType)
 	dst = appendNullable(dst, `,"user_id":`, s.UserID)
 	dst = appendNullable(dst, `,"user_name":`, s.UserName)
 	dst = appendNullable(dst, `,"thread_id":`, s.ThreadID)
@@ -111,15 +111,19 @@ func (s *Source) AppendJSON(dst []byte) []byte {
 	return append(dst, '}')
 }
 
-// appendField appends key and v as a JSON string.
-func appendField(dst []byte, key, v string) []byte { return AppendJSONString(append(dst, key...), v) }
+// AppendJSONField appends key, the JSON text before a member's value (such
+// as `,"chat_id":`), and v as a JSON string: a string member of a
+// hand-encoded frame.
+func AppendJSONField(dst []byte, key, v string) []byte {
+	return AppendJSONString(append(dst, key...), v)
+}
 
-// appendOptional is appendField when v is set.
+// appendOptional is AppendJSONField when v is set.
 func appendOptional(dst []byte, key, v string) []byte {
 	if v == "" {
 		return dst
 	}
-	return appendField(dst, key, v)
+	return AppendJSONField(dst, key, v)
 }
 
 // appendNullable appends key and n, null when it is not valid.
