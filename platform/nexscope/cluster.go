@@ -177,8 +177,8 @@ func (cl *fleet) start(ctx context.Context, exclusive func(context.Context, stri
 		}
 	}
 	cl.stopBeats = cl.node.OnBeat(cl.sendBeats)
-	// Bind holds roomsMu while it adds a room and calls adopt, so every
-	// room bids once: those here now, and later ones through cl.bid.
+	// Bind holds roomsMu while it adds a room and calls cl.bid if set, so
+	// every room bids once: those here now, and later ones through cl.bid.
 	cl.p.roomsMu.Lock()
 	defer cl.p.roomsMu.Unlock()
 	cl.bid = func(r *room) {
@@ -187,14 +187,6 @@ func (cl *fleet) start(ctx context.Context, exclusive func(context.Context, stri
 		})
 	}
 	for _, r := range cl.p.rooms {
-		cl.bid(r)
-	}
-}
-
-// adopt has a room Bind created bid for its lease, if start ran (start
-// bids for every room there is then). Called under roomsMu.
-func (cl *fleet) adopt(r *room) {
-	if cl.bid != nil {
 		cl.bid(r)
 	}
 }
@@ -431,7 +423,7 @@ type joinAnswer struct {
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
-	m.link = newEdgeLink(cl, conn)
+	m.link = &edgeLink{cl: cl, conn: conn, joined: make(chan joinAnswer, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
 	cl.mu.Lock()
 	cl.edges[conn] = m
 	cl.mu.Unlock()
@@ -770,10 +762,6 @@ type edgeLink struct {
 
 	written  atomic.Int64 // bytes written to the socket (the member's writer); beats read it
 	reported int64        // the member's writer: written as last reported
-}
-
-func newEdgeLink(cl *fleet, conn string) *edgeLink {
-	return &edgeLink{cl: cl, conn: conn, joined: make(chan joinAnswer, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
 }
 
 // answer delivers the home's answer to the join (the first one counts).

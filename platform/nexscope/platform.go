@@ -239,8 +239,8 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		if p.rooms[name] == nil {
 			r := newRoom(p, Room{Name: name})
 			p.rooms[name] = r
-			if p.cluster != nil {
-				p.cluster.adopt(r)
+			if p.cluster != nil && p.cluster.bid != nil {
+				p.cluster.bid(r) // start ran: the room bids for its lease
 			}
 		}
 	}
