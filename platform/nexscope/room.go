@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -333,7 +334,7 @@ func mentions(text []byte, bot string) bool {
 	}
 	for i := 0; i+1+len(bot) <= len(s); i++ {
 		end := i + 1 + len(bot)
-		if s[i] == '@' && string(s[i+1:end]) == bot && (end == len(s) || !nameByte(s[end])) {
+		if s[i] == '@' && string(s[i+1:end]) == bot && (end == len(s) || strings.IndexByte(nameChars, s[end]) < 0) {
 			return true
 		}
 	}
