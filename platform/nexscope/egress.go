@@ -38,11 +38,8 @@ func roomOf(p *Platform, chatID string) (*room, bool) {
 // prompt is answered at the room's home, a file is sent under its lock).
 // Both check the action (platform.Execute): the edge before it forwards
 // anything, the home before it acts.
-func newEgress(p *Platform) (edge, here platform.Egress[*Platform, *room]) {
+func newEgress() (edge, here platform.Egress[*Platform, *room]) {
 	here = platform.Egress[*Platform, *room]{Ops: egress, Chat: roomOf}
-	if p.cluster == nil {
-		return here, here
-	}
 	edge = here
 	edge.Ops = maps.Clone(egress)
 	for _, op := range []string{contract.OpSend, contract.OpPrompt, contract.OpSendMedia} {

@@ -93,7 +93,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	if p.rooms[DefaultRoom] == nil {
 		p.rooms[DefaultRoom] = newRoom(p, Room{Name: DefaultRoom})
 	}
-	p.edge, p.here = newEgress(p)
+	p.edge, p.here = newEgress()
 	p.desc = descriptor.Nexscope(egress.Names(), cfg.MaxText)
 	return p, nil
 }

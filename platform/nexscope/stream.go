@@ -264,17 +264,14 @@ func (s *streams) ticketHere(req cluster.Msg) {
 	var t ticket
 	_, _ = rand.Read(t.secret[:]) // never fails (crypto/rand)
 	t.expires = s.cl.p.clock.Now().Add(s.beats(cluster.LostBeats))
+	var res []byte // none: this instance takes no streams
 	s.mu.Lock()
-	addr := s.addr
-	if addr != "" {
+	if s.addr != "" {
 		s.tickets[req.From] = t
+		res = []byte(s.addr + " " + hex.EncodeToString(t.secret[:]))
 	}
 	s.mu.Unlock()
-	if addr == "" {
-		s.cl.node.Reply(req, nil)
-		return
-	}
-	s.cl.node.Reply(req, []byte(addr+" "+hex.EncodeToString(t.secret[:])))
+	s.cl.node.Reply(req, res)
 }
 
 // accept takes the other instances' streams until the listener closes.
@@ -343,9 +340,7 @@ func (s *streams) hello(br *bufio.Reader) (string, error) {
 	}
 	s.mu.Lock()
 	t, issued := s.tickets[from]
-	if issued {
-		delete(s.tickets, from)
-	}
+	delete(s.tickets, from)
 	s.mu.Unlock()
 	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 || s.cl.p.clock.Now().After(t.expires) {
 		return "", errors.New("no valid ticket")
