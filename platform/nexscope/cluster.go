@@ -170,7 +170,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 
 // start runs the beat and, for every room, the bid for its lease until ctx
 // ends.
-func (cl *fleet) start(ctx context.Context, exclusive func(context.Context, string, func(context.Context) error) error) {
+func (cl *fleet) start(ctx context.Context) {
 	if addr := cl.p.cfg.ClusterAddr; addr != "" {
 		if err := cl.streams.listen(addr); err != nil {
 			cl.p.log.Error("nexscope cluster_addr not listened on; member frames cross Redis pub/sub", "cluster_addr", addr, "err", err)
@@ -183,7 +183,7 @@ func (cl *fleet) start(ctx context.Context, exclusive func(context.Context, stri
 	defer cl.p.roomsMu.Unlock()
 	cl.bid = func(r *room) {
 		cl.wg.Go(func() {
-			_ = exclusive(ctx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
+			_ = cl.p.deps.RunExclusive(ctx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
 		})
 	}
 	for _, r := range cl.p.rooms {

@@ -28,7 +28,7 @@ type Platform struct {
 	metrics   platform.Metrics
 	clock     clock.Clock      // ts values, the heartbeat, transfer and probe deadlines
 	key       platform.KeyFunc // the tenant's session key for a source
-	deps      platform.Deps    // the media store (send_media, files to the bot)
+	deps      platform.Deps    // the media store (send_media, files to the bot), the room leases
 	tokenHash [sha256.Size]byte
 	// rooms are the rooms by name, guarded by roomsMu; Bind adds rooms.
 	roomsMu sync.RWMutex
@@ -38,10 +38,8 @@ type Platform struct {
 	// forwarded to a room homed here (egress.go).
 	edge, here platform.Egress[*Platform, *room]
 
-	// cluster is set when several instances share the rooms (cluster.go);
-	// exclusive is then platform.Deps.RunExclusive.
-	cluster   *fleet
-	exclusive func(ctx context.Context, name string, run func(context.Context) error) error
+	// cluster is set when several instances share the rooms (cluster.go).
+	cluster *fleet
 
 	sink atomic.Pointer[sinkRef] // set while Run bridges
 
@@ -85,7 +83,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		members:   make(map[*member]struct{}),
 	}
 	if deps.Cluster != nil {
-		p.cluster, p.exclusive = newCluster(p, deps.Cluster), deps.RunExclusive
+		p.cluster = newCluster(p, deps.Cluster)
 	}
 	for _, rc := range cfg.Rooms {
 		p.rooms[rc.Name] = newRoom(p, rc)
@@ -120,7 +118,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.sink.Store(&sinkRef{sink, ctx})
 	if p.cluster != nil {
 		defer p.cluster.shutdown()
-		p.cluster.start(ctx, p.exclusive)
+		p.cluster.start(ctx)
 	}
 	<-ctx.Done()
 	p.sink.Store(nil)
