@@ -173,14 +173,7 @@ func decodeAck(line []byte) (GatewayFrame, bool) {
 // gateway sends one frame per message, but splitting is what its own reader
 // does, so a message carrying several frames is handled the same way.
 func SplitLines(msg []byte, fn func(line []byte)) {
-	for len(msg) > 0 {
-		i := bytes.IndexByte(msg, '\n')
-		var line []byte
-		if i < 0 {
-			line, msg = msg, nil
-		} else {
-			line, msg = msg[:i], msg[i+1:]
-		}
+	for line := range bytes.SplitSeq(msg, []byte{'\n'}) {
 		if len(bytes.TrimSpace(line)) > 0 {
 			fn(line)
 		}

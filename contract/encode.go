@@ -14,7 +14,7 @@ import (
 // AppendInbound appends an inbound frame carrying ev. bufferID, when set,
 // makes the gateway answer with inbound_ack after handling it.
 func AppendInbound(dst []byte, bufferID string, ev *Event) []byte {
-	dst = appendInboundHead(dst, bufferID)
+	dst = appendHead(dst, TypeInbound, bufferID, "event")
 	dst = ev.AppendJSON(dst)
 	return append(dst, "}\n"...)
 }
@@ -22,51 +22,36 @@ func AppendInbound(dst []byte, bufferID string, ev *Event) []byte {
 // AppendInboundEvent is AppendInbound for an event already encoded as JSON
 // (by Event.AppendJSON), such as one read back from the inbound ledger.
 func AppendInboundEvent(dst []byte, bufferID string, eventJSON []byte) []byte {
-	dst = appendInboundHead(dst, bufferID)
-	dst = append(dst, eventJSON...)
-	return append(dst, "}\n"...)
-}
-
-// appendInboundHead appends an inbound frame up to its event's value.
-func appendInboundHead(dst []byte, bufferID string) []byte {
-	dst = append(dst, `{"type":"inbound"`...)
-	if bufferID != "" {
-		dst = append(dst, `,"bufferId":`...)
-		dst = session.AppendJSONString(dst, bufferID)
-	}
-	return append(dst, `,"event":`...)
+	return append(append(appendHead(dst, TypeInbound, bufferID, "event"), eventJSON...), "}\n"...)
 }
 
 // AppendPassthroughForward appends a passthrough_forward frame; forwardJSON is
 // the encoded Forward.
 func AppendPassthroughForward(dst []byte, bufferID string, forwardJSON []byte) []byte {
-	dst = append(dst, `{"type":"passthrough_forward"`...)
+	return append(append(appendHead(dst, TypePassthroughForward, bufferID, "forward"), forwardJSON...), "}\n"...)
+}
+
+// appendHead appends a frame of type typ with its bufferId (when set) up
+// to the value of its body member key.
+func appendHead(dst []byte, typ, bufferID, key string) []byte {
+	dst = append(append(append(dst, `{"type":"`...), typ...), '"')
 	if bufferID != "" {
-		dst = append(dst, `,"bufferId":`...)
-		dst = session.AppendJSONString(dst, bufferID)
+		dst = session.AppendJSONField(dst, `,"bufferId":`, bufferID)
 	}
-	dst = append(dst, `,"forward":`...)
-	dst = append(dst, forwardJSON...)
-	return append(dst, "}\n"...)
+	return append(append(append(dst, `,"`...), key...), `":`...)
 }
 
 // AppendOutboundResult appends the outbound_result answering requestID.
 func AppendOutboundResult(dst []byte, requestID string, r Result) []byte {
-	dst = append(dst, `{"type":"outbound_result","requestId":`...)
-	dst = session.AppendJSONString(dst, requestID)
-	dst = append(dst, `,"result":`...)
+	dst = session.AppendJSONField(dst, `{"type":"outbound_result","requestId":`, requestID)
 	b, _ := json.Marshal(r) // Result has only plain fields: cannot fail
-	dst = append(dst, b...)
-	return append(dst, "}\n"...)
+	return append(append(append(dst, `,"result":`...), b...), "}\n"...)
 }
 
 // AppendInterruptInbound appends an interrupt_inbound frame.
 func AppendInterruptInbound(dst []byte, sessionKey, chatID string) []byte {
-	dst = append(dst, `{"type":"interrupt_inbound","session_key":`...)
-	dst = session.AppendJSONString(dst, sessionKey)
-	dst = append(dst, `,"chat_id":`...)
-	dst = session.AppendJSONString(dst, chatID)
-	return append(dst, "}\n"...)
+	dst = session.AppendJSONField(dst, `{"type":"interrupt_inbound","session_key":`, sessionKey)
+	return append(session.AppendJSONField(dst, `,"chat_id":`, chatID), "}\n"...)
 }
 
 // EncodeDescriptor returns the descriptor frame for d.

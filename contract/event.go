@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"cmp"
 	"encoding/json"
 	"strconv"
 
@@ -21,17 +22,18 @@ const (
 )
 
 // Event is the MessageEvent carried by an inbound frame (hermes-wire.md §6.2).
+// Its JSON names are for UnmarshalJSON; AppendJSON writes the same ones.
 type Event struct {
-	Text             string
-	MessageType      string
-	MessageID        string
-	Source           session.Source
-	ReplyToMessageID string
-	ReplyTo          *ReplyTo
-	MediaURLs        []string
-	Media            []Media
-	Context          []ContextMessage
-	PromptResponse   *PromptResponse
+	Text             string           `json:"text"`
+	MessageType      string           `json:"message_type"`
+	MessageID        string           `json:"message_id"`
+	Source           session.Source   `json:"source"`
+	ReplyToMessageID string           `json:"reply_to_message_id"`
+	ReplyTo          *ReplyTo         `json:"reply_to"`
+	MediaURLs        []string         `json:"media_urls"`
+	Media            []Media          `json:"media"`
+	Context          []ContextMessage `json:"context"`
+	PromptResponse   *PromptResponse  `json:"prompt_response"`
 }
 
 // ReplyTo describes the message an event replies to.
@@ -79,32 +81,19 @@ func (e Event) MarshalJSON() ([]byte, error) {
 // AppendJSON appends the event object to dst. text, message_type and source
 // are always written (message_type defaults to "text"); the rest only when set.
 func (e *Event) AppendJSON(dst []byte) []byte {
-	dst = append(dst, `{"text":`...)
-	dst = session.AppendJSONString(dst, e.Text)
-	dst = append(dst, `,"message_type":`...)
-	mt := e.MessageType
-	if mt == "" {
-		mt = MessageText
-	}
-	dst = session.AppendJSONString(dst, mt)
+	dst = session.AppendJSONField(dst, `{"text":`, e.Text)
+	dst = session.AppendJSONField(dst, `,"message_type":`, cmp.Or(e.MessageType, MessageText))
 	if e.MessageID != "" {
-		dst = append(dst, `,"message_id":`...)
-		dst = session.AppendJSONString(dst, e.MessageID)
+		dst = session.AppendJSONField(dst, `,"message_id":`, e.MessageID)
 	}
-	dst = append(dst, `,"source":`...)
-	dst = e.Source.AppendJSON(dst)
+	dst = e.Source.AppendJSON(append(dst, `,"source":`...))
 	if e.ReplyToMessageID != "" {
-		dst = append(dst, `,"reply_to_message_id":`...)
-		dst = session.AppendJSONString(dst, e.ReplyToMessageID)
+		dst = session.AppendJSONField(dst, `,"reply_to_message_id":`, e.ReplyToMessageID)
 	}
 	if e.ReplyTo != nil {
-		dst = append(dst, `,"reply_to":{"text":`...)
-		dst = session.AppendJSONString(dst, e.ReplyTo.Text)
-		dst = append(dst, `,"author":`...)
-		dst = session.AppendJSONString(dst, e.ReplyTo.Author)
-		dst = append(dst, `,"is_own":`...)
-		dst = strconv.AppendBool(dst, e.ReplyTo.IsOwn)
-		dst = append(dst, '}')
+		dst = session.AppendJSONField(dst, `,"reply_to":{"text":`, e.ReplyTo.Text)
+		dst = session.AppendJSONField(dst, `,"author":`, e.ReplyTo.Author)
+		dst = append(strconv.AppendBool(append(dst, `,"is_own":`...), e.ReplyTo.IsOwn), '}')
 	}
 	if len(e.MediaURLs) > 0 {
 		dst = append(dst, `,"media_urls":[`...)
@@ -138,26 +127,19 @@ func appendMarshaled(dst []byte, key string, v any, present bool) []byte {
 // UnmarshalJSON reads an event object (used by tests and tools that play the
 // gateway's part).
 func (e *Event) UnmarshalJSON(data []byte) error {
-	var w struct {
-		Text             string           `json:"text"`
-		MessageType      string           `json:"message_type"`
-		MessageID        ID               `json:"message_id"`
-		Source           session.Source   `json:"source"`
-		ReplyToMessageID ID               `json:"reply_to_message_id"`
-		ReplyTo          *ReplyTo         `json:"reply_to"`
-		MediaURLs        []string         `json:"media_urls"`
-		Media            []Media          `json:"media"`
-		Context          []ContextMessage `json:"context"`
-		PromptResponse   *PromptResponse  `json:"prompt_response"`
-	}
+	type plain Event // without this method
+	var ev Event
+	w := struct {
+		*plain
+		// ids may be numbers (ID); these shadow plain's string fields
+		MessageID        ID `json:"message_id"`
+		ReplyToMessageID ID `json:"reply_to_message_id"`
+	}{plain: (*plain)(&ev)}
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*e = Event{
-		Text: w.Text, MessageType: w.MessageType, MessageID: string(w.MessageID),
-		Source: w.Source, ReplyToMessageID: string(w.ReplyToMessageID), ReplyTo: w.ReplyTo,
-		MediaURLs: w.MediaURLs, Media: w.Media, Context: w.Context, PromptResponse: w.PromptResponse,
-	}
+	ev.MessageID, ev.ReplyToMessageID = string(w.MessageID), string(w.ReplyToMessageID)
+	*e = ev
 	return nil
 }
 

@@ -18,18 +18,8 @@ const (
 
 // ValidPromptID reports whether s is a well-formed prompt or option id.
 func ValidPromptID(s string) bool {
-	if s == "" || len(s) > MaxPromptIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '.', c == '-':
-		default:
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= MaxPromptIDLen &&
+		strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == ""
 }
 
 // PromptToken returns the callback token of one option of a prompt.

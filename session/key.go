@@ -60,12 +60,6 @@ func Key(src *Source, opts Options) string {
 	b.Grow(len("agent:main:") + len(opts.Profile) + len(opts.keyPlatform(src.Platform)) + len(src.ChatType) +
 		len(src.ScopeID) + len(src.ChatID) + len(src.ThreadID.Value) + len(src.ProspectiveThreadID) +
 		len(src.UserID.Value) + len(src.UserIDAlt) + 8)
-	AppendKey(&b, src, opts)
-	return b.String()
-}
-
-// AppendKey writes the session key of src to b; Key is its convenience form.
-func AppendKey(b *strings.Builder, src *Source, opts Options) {
 	isDM := src.ChatType == ChatTypeDM
 	whatsapp := src.Platform == "whatsapp"
 
@@ -122,17 +116,14 @@ func AppendKey(b *strings.Builder, src *Source, opts Options) {
 		part(src.ScopeID)
 	}
 	part(chatID)
-	if isDM {
-		if addUser {
-			part(participant)
-		}
-		part(thread)
-		return
+	if isDM && addUser {
+		part(participant) // a DM's user comes before its thread
 	}
 	part(thread)
-	if addUser {
+	if !isDM && addUser {
 		part(participant)
 	}
+	return b.String()
 }
 
 // normalizeWhatsApp strips JID syntax down to the bare identifier: trim

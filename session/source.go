@@ -86,28 +86,18 @@ func (s Source) MarshalJSON() ([]byte, error) {
 // AppendJSON appends the JSON object of s to dst and returns the extended
 // slice; it is the allocation-free form of MarshalJSON.
 func (s *Source) AppendJSON(dst []byte) []byte {
-	dst = append(dst, `{"platform":`...)
-	dst = appendString(dst, s.Platform)
-	dst = append(dst, `,"chat_id":`...)
-	dst = appendString(dst, s.ChatID)
-	dst = append(dst, `,"chat_name":`...)
-	dst = appendNullable(dst, s.ChatName)
-	dst = append(dst, `,"chat_type":`...)
-	dst = appendString(dst, s.ChatType)
-	dst = append(dst, `,"user_id":`...)
-	dst = appendNullable(dst, s.UserID)
-	dst = append(dst, `,"user_name":`...)
-	dst = appendNullable(dst, s.UserName)
-	dst = append(dst, `,"thread_id":`...)
-	dst = appendNullable(dst, s.ThreadID)
-	dst = append(dst, `,"chat_topic":`...)
-	dst = appendNullable(dst, s.ChatTopic)
+	dst = AppendJSONField(dst, `{"platform":`, s.Platform)
+	dst = AppendJSONField(dst, `,"chat_id":`, s.ChatID)
+	dst = appendNullable(dst, `,"chat_name":`, s.ChatName)
+	dst = AppendJSONField(dst, `,"chat_type":`, s.ChatType)
+	dst = appendNullable(dst, `,"user_id":`, s.UserID)
+	dst = appendNullable(dst, `,"user_name":`, s.UserName)
+	dst = appendNullable(dst, `,"thread_id":`, s.ThreadID)
+	dst = appendNullable(dst, `,"chat_topic":`, s.ChatTopic)
 	dst = appendOptional(dst, `,"user_id_alt":`, s.UserIDAlt)
 	dst = appendOptional(dst, `,"chat_id_alt":`, s.ChatIDAlt)
-	if s.ScopeID != "" {
-		dst = appendOptional(dst, `,"scope_id":`, s.ScopeID)
-		dst = appendOptional(dst, `,"guild_id":`, s.ScopeID)
-	}
+	dst = appendOptional(dst, `,"scope_id":`, s.ScopeID)
+	dst = appendOptional(dst, `,"guild_id":`, s.ScopeID)
 	dst = appendOptional(dst, `,"parent_chat_id":`, s.ParentChatID)
 	dst = appendOptional(dst, `,"message_id":`, s.MessageID)
 	dst = appendOptional(dst, `,"profile":`, s.Profile)
@@ -116,31 +106,40 @@ func (s *Source) AppendJSON(dst []byte) []byte {
 	}
 	dst = appendOptional(dst, `,"auto_thread_initial_name":`, s.AutoThreadInitialName)
 	dst = appendOptional(dst, `,"prospective_thread_id":`, s.ProspectiveThreadID)
-	dst = append(dst, `,"is_bot":`...)
-	dst = strconv.AppendBool(dst, s.IsBot)
-	dst = append(dst, `,"message_is_edit":`...)
-	dst = strconv.AppendBool(dst, s.MessageIsEdit)
+	dst = strconv.AppendBool(append(dst, `,"is_bot":`...), s.IsBot)
+	dst = strconv.AppendBool(append(dst, `,"message_is_edit":`...), s.MessageIsEdit)
 	return append(dst, '}')
 }
 
+// AppendJSONField appends key, the JSON text before a member's value (such
+// as `,"chat_id":`), and v as a JSON string: a string member of a
+// hand-encoded frame.
+func AppendJSONField(dst []byte, key, v string) []byte {
+	return AppendJSONString(append(dst, key...), v)
+}
+
+// appendOptional is AppendJSONField when v is set.
 func appendOptional(dst []byte, key, v string) []byte {
 	if v == "" {
 		return dst
 	}
-	return appendString(append(dst, key...), v)
+	return AppendJSONField(dst, key, v)
 }
 
-func appendNullable(dst []byte, n Nullable) []byte {
+// appendNullable appends key and n, null when it is not valid.
+func appendNullable(dst []byte, key string, n Nullable) []byte {
+	dst = append(dst, key...)
 	if !n.Valid {
 		return append(dst, "null"...)
 	}
-	return appendString(dst, n.Value)
+	return AppendJSONString(dst, n.Value)
 }
 
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, as
-// encoding/json does; HTML characters are not escaped (the gateway is not a
-// browser).
-func appendString(dst []byte, s string) []byte {
+// AppendJSONString appends s to dst as a JSON string literal. Invalid UTF-8
+// becomes U+FFFD, as encoding/json does; HTML characters are not escaped
+// (the gateway is not a browser). Other packages that hand-encode hot-path
+// frames use it so all of them escape alike.
+func AppendJSONString(dst []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	start := 0
@@ -189,10 +188,6 @@ func appendString(dst []byte, s string) []byte {
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
-
-// AppendJSONString appends s to dst as a JSON string literal. Other packages
-// that hand-encode hot-path frames use it so all of them escape alike.
-func AppendJSONString(dst []byte, s string) []byte { return appendString(dst, s) }
 
 // UnmarshalJSON reads a wire dict with the tolerance of the gateway's
 // SessionSource.from_dict(): chat_id goes through str() (a number becomes its
@@ -290,28 +285,20 @@ func looseString(key string, v json.RawMessage) (Nullable, error) {
 	}
 }
 
-// pythonStr is str(value) for the chat_id field: null is "None", numbers keep
-// their spelling, booleans are "True"/"False".
+// pythonStr is str(value) for the chat_id field: null is "None", false
+// "False", numbers keep their spelling; strings, true and non-scalars read
+// as looseString reads them.
 func pythonStr(v json.RawMessage) (string, error) {
-	if len(v) == 0 {
+	switch {
+	case len(v) == 0:
 		return "", nil
-	}
-	switch v[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(v, &s); err != nil {
-			return "", fmt.Errorf("session source: chat_id: %w", err)
-		}
-		return s, nil
-	case 'n':
+	case v[0] == 'n':
 		return "None", nil
-	case 't':
-		return "True", nil
-	case 'f':
+	case v[0] == 'f':
 		return "False", nil
-	case '{', '[':
-		return "", errors.New("session source: chat_id: want a string")
-	default:
-		return string(v), nil
+	case v[0] == '"' || v[0] == 't' || v[0] == '{' || v[0] == '[':
+		n, err := looseString("chat_id", v)
+		return n.Value, err
 	}
+	return string(v), nil
 }

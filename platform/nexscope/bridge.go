@@ -1,6 +1,7 @@
 package nexscope
 
 import (
+	"cmp"
 	"strconv"
 	"strings"
 
@@ -113,7 +114,7 @@ func (r *room) bridge(f *clientFrame, note string, att *contract.Media) bool {
 		ev := &contract.Event{Text: text + note, MessageID: src.MessageID, Source: src, PromptResponse: answer}
 		switch {
 		case att != nil:
-			ev.MessageType = messageTypeOf(att.Kind)
+			ev.MessageType = cmp.Or(mediaTypes[att.Kind], contract.MessageDocument)
 			ev.MediaURLs, ev.Media = []string{att.URL}, []contract.Media{*att}
 		case strings.HasPrefix(text, "/") && note == "":
 			ev.MessageType = contract.MessageCommand

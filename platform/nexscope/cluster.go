@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -14,6 +15,7 @@ import (
 	"connector/contract"
 	"connector/internal/cluster"
 	"connector/internal/wsconn"
+	"connector/platform"
 )
 
 // Several instances (platform.Deps.Cluster set, a Redis shared by every
@@ -69,12 +71,20 @@ const (
 	joinBeats = 6
 )
 
-// creditStep is how many bytes written or processed an instance reports
-// at once: a quarter of the send window, so the other side, which sees at
-// most that many fewer than there are, never waits on a report while less
-// than the window is in flight (and every beat repeats the totals). One
-// report per quarter window, not per frame: a file costs a few reports.
-func (p *Platform) creditStep() int64 { return max(p.cfg.SendQueueBytes/4, 1) }
+// credit reports total, the bytes written or processed so far on this
+// side of a member's link, as a typ message to instance when a quarter of
+// the send window more were since the last report (*reported): the other
+// side, which sees at most that many fewer than there are, never waits on
+// a report while less than the window is in flight (and every beat
+// repeats the totals). One report per quarter window, not per frame: a
+// file costs a few reports.
+func (cl *fleet) credit(instance, conn string, typ byte, total int64, reported *int64) {
+	if total-*reported < max(cl.p.cfg.SendQueueBytes/4, 1) {
+		return
+	}
+	*reported = total
+	cl.send(instance, typ, []byte(conn), strconv.AppendInt(nil, total, 10))
+}
 
 // fleet is this instance's part in the rooms of several instances.
 type fleet struct {
@@ -87,13 +97,14 @@ type fleet struct {
 	stopBeats func()
 	wg        sync.WaitGroup
 
+	// bid starts a room's bid for its lease once start ran (nil before);
+	// under Platform.roomsMu. Rooms Bind creates later bid through it.
+	bid func(r *room)
+
 	mu      sync.Mutex
 	edges   map[string]*member // this instance's sockets in rooms homed elsewhere, by conn
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
-	// bid starts a room's bid for its lease once start ran (nil before);
-	// under mu. Rooms Bind creates later bid through it.
-	bid func(r *room)
 }
 
 func newCluster(p *Platform, node *cluster.Node) *fleet {
@@ -159,38 +170,24 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 
 // start runs the beat and, for every room, the bid for its lease until ctx
 // ends.
-func (cl *fleet) start(ctx context.Context, exclusive func(context.Context, string, func(context.Context) error) error) {
+func (cl *fleet) start(ctx context.Context) {
 	if addr := cl.p.cfg.ClusterAddr; addr != "" {
 		if err := cl.streams.listen(addr); err != nil {
 			cl.p.log.Error("nexscope cluster_addr not listened on; member frames cross Redis pub/sub", "cluster_addr", addr, "err", err)
 		}
 	}
 	cl.stopBeats = cl.node.OnBeat(cl.sendBeats)
-	bid := func(r *room) {
+	// Bind holds roomsMu while it adds a room and calls cl.bid if set, so
+	// every room bids once: those here now, and later ones through cl.bid.
+	cl.p.roomsMu.Lock()
+	defer cl.p.roomsMu.Unlock()
+	cl.bid = func(r *room) {
 		cl.wg.Go(func() {
-			_ = exclusive(ctx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
+			_ = cl.p.deps.RunExclusive(ctx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
 		})
 	}
-	// Bind holds roomsMu while it adds a room and calls adopt, so every
-	// room bids once: those here now, and later ones through cl.bid.
-	cl.p.roomsMu.Lock()
-	cl.mu.Lock()
-	cl.bid = bid
-	cl.mu.Unlock()
 	for _, r := range cl.p.rooms {
-		bid(r)
-	}
-	cl.p.roomsMu.Unlock()
-}
-
-// adopt has a room Bind created bid for its lease, if start ran (start
-// bids for every room there is then). Called under roomsMu.
-func (cl *fleet) adopt(r *room) {
-	cl.mu.Lock()
-	bid := cl.bid
-	cl.mu.Unlock()
-	if bid != nil {
-		bid(r)
+		cl.bid(r)
 	}
 }
 
@@ -207,20 +204,19 @@ func (cl *fleet) shutdown() {
 
 // send queues a message for instance's inbox, on the direct stream to it
 // when there is one (stream.go); it waits while the queue is full (bulk
-// frames hold their sender back).
+// frames hold their sender back). The fields must stay unchanged once
+// queued: a direct stream writes them from where they are.
 func (cl *fleet) send(instance string, typ byte, fields ...[]byte) {
-	if !cl.streams.send(instance, true, false, streamMsg{typ: typ, fields: fields}) {
-		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
-	}
+	cl.sendHeld(instance, nil, typ, fields...)
 }
 
-// sendHeld is send for fields that stay unchanged, as long as c (when not
-// nil) is retained: a direct stream writes them from where they are.
+// sendHeld is send for fields that lie in c (when not nil), which stays
+// retained until they are written.
 func (cl *fleet) sendHeld(instance string, c *chunk, typ byte, fields ...[]byte) {
 	if c != nil {
 		c.Retain()
 	}
-	if !cl.streams.send(instance, true, true, streamMsg{typ: typ, fields: fields, held: c}) {
+	if !cl.streams.send(instance, true, streamMsg{typ: typ, fields: fields, held: c}) {
 		cl.node.SendWait(cl.ctx, cluster.Inbox(instance), typ, fields...)
 	}
 }
@@ -228,7 +224,7 @@ func (cl *fleet) sendHeld(instance string, c *chunk, typ byte, fields ...[]byte)
 // sendNow is send for messages that must not wait (beats): one that finds
 // the queue full is lost, as pub/sub may lose any.
 func (cl *fleet) sendNow(instance string, typ byte, fields ...[]byte) {
-	if !cl.streams.send(instance, false, false, streamMsg{typ: typ, fields: fields}) {
+	if !cl.streams.send(instance, false, streamMsg{typ: typ, fields: fields}) {
 		cl.node.Send(cluster.Inbox(instance), typ, fields...)
 	}
 }
@@ -283,7 +279,7 @@ func (cl *fleet) sendBeats() {
 				lost = append(lost, m)
 				continue
 			}
-			toHome[h] = appendBeat(toHome[h], conn, m.link.out.Sent(), m.link.writtenTotal())
+			toHome[h] = appendBeat(toHome[h], conn, m.link.out.Sent(), m.link.written.Load())
 		}
 	}
 	for _, m := range cl.remotes {
@@ -292,7 +288,7 @@ func (cl *fleet) sendBeats() {
 			lost = append(lost, m)
 			continue
 		}
-		toEdge[l.edge] = appendBeat(toEdge[l.edge], l.conn, l.out.Sent(), l.consumedTotal())
+		toEdge[l.edge] = appendBeat(toEdge[l.edge], l.conn, l.out.Sent(), l.consumed.Load())
 	}
 	cl.mu.Unlock()
 	for _, m := range lost {
@@ -427,7 +423,7 @@ type joinAnswer struct {
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
-	m.link = newEdgeLink(cl, conn)
+	m.link = &edgeLink{cl: cl, conn: conn, joined: make(chan joinAnswer, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
 	cl.mu.Lock()
 	cl.edges[conn] = m
 	cl.mu.Unlock()
@@ -486,15 +482,14 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	}
 	if cl.remotes[key] != nil {
 		cl.mu.Unlock()
-		cl.answerJoin(edge, conn, "") // the first answer was lost
+		cl.send(edge, msgJoined, []byte(conn), nil) // the first answer was lost
 		return
 	}
 	cl.joining[key] = true
 	cl.mu.Unlock()
 	goingAway := strconv.Itoa(int(CloseGoingAway.Code))
 	if !p.track() {
-		cl.joined(key, nil)
-		cl.answerJoin(edge, conn, goingAway)
+		cl.decided(edge, conn, nil, goingAway)
 		return
 	}
 	go func() {
@@ -505,8 +500,7 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 		m.q = m.newQueue(remoteWriter{m})
 		m.log = p.log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
 		if !p.register(m) {
-			cl.joined(key, nil)
-			cl.answerJoin(edge, conn, goingAway)
+			cl.decided(edge, conn, nil, goingAway)
 			return
 		}
 		defer p.unregister(m)
@@ -515,12 +509,10 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 			err = r.join(m)
 		}
 		if c, ok := err.(Close); ok {
-			cl.joined(key, nil)
-			cl.answerJoin(edge, conn, strconv.Itoa(int(c.Code)))
+			cl.decided(edge, conn, nil, strconv.Itoa(int(c.Code)))
 			return
 		}
-		cl.joined(key, m)
-		cl.answerJoin(edge, conn, "")
+		cl.decided(edge, conn, m, "")
 		m.log.Debug("nexscope remote member joined")
 		m.runRemote()
 		cl.mu.Lock()
@@ -531,17 +523,16 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	}()
 }
 
-// joined ends the decision on key: m joined, or nil.
-func (cl *fleet) joined(key string, m *member) {
+// decided ends the decision on the join of edge's conn and answers it: m
+// joined (refusal ""), or m is nil and refusal is the refusing close code.
+func (cl *fleet) decided(edge, conn string, m *member, refusal string) {
+	key := edge + "/" + conn
 	cl.mu.Lock()
 	delete(cl.joining, key)
 	if m != nil {
 		cl.remotes[key] = m
 	}
 	cl.mu.Unlock()
-}
-
-func (cl *fleet) answerJoin(edge, conn, refusal string) {
 	cl.send(edge, msgJoined, []byte(conn), []byte(refusal))
 }
 
@@ -561,16 +552,9 @@ func (cl *fleet) probe(m *member) bool {
 // when it answers a ping in time. A socket this instance does not hold is
 // not alive.
 func (cl *fleet) probeHere(req cluster.Msg) {
-	answer := func(alive bool) {
-		res := []byte("0")
-		if alive {
-			res = []byte("1")
-		}
-		cl.node.Reply(req, res)
-	}
 	m := cl.edge(req.Fields[0])
 	if m == nil {
-		answer(false)
+		cl.node.Reply(req, flag(false))
 		return
 	}
 	if !cl.p.track() {
@@ -578,7 +562,7 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 	}
 	go func() {
 		defer cl.p.wg.Done()
-		answer(m.alive.Probe(nameProbeTimeout))
+		cl.node.Reply(req, flag(m.alive.Probe(nameProbeTimeout)))
 	}()
 }
 
@@ -617,7 +601,7 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			// lock and its recipients, within the bound the forwarding
 			// instance's relay gives the op by default.
 			ctx, cancel := context.WithTimeout(cl.ctx, forwardedExecTimeout)
-			res = p.executeHere(ctx, tenant, &a)
+			res = platform.Execute(ctx, &p.here, p, tenant, &a)
 			cancel()
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
@@ -641,8 +625,8 @@ type homeLink struct {
 
 	written int64 // inbox goroutine: bytes the edge reported written
 
-	consumedMu         sync.Mutex
-	consumed, reported int64 // remoteReader; consumed read by beats
+	consumed atomic.Int64 // bytes of the member's frames processed; beats read it
+	reported int64        // remoteReader: consumed as last reported
 }
 
 // received queues a frame the member sent; a gap closes the member.
@@ -664,13 +648,6 @@ func (l *homeLink) wrote(m *member, total int64) {
 	}
 }
 
-// consumedTotal is the bytes of the member's frames processed so far.
-func (l *homeLink) consumedTotal() int64 {
-	l.consumedMu.Lock()
-	defer l.consumedMu.Unlock()
-	return l.consumed
-}
-
 // runRemote serves a remote member after it joined: frames from its edge
 // are handled as a local member's (remoteReader), frames for it are relayed
 // to the edge (remoteWriter).
@@ -686,7 +663,7 @@ func (m *member) runRemote() {
 
 // remoteReader is the wsconn.Writer of a remote member's inbound frames: it
 // handles them as a local member's reader does, and reports the bytes
-// consumed to the edge, every creditStep bytes.
+// consumed to the edge (credit).
 type remoteReader struct{ m *member }
 
 // Write implements wsconn.Writer; a member that must stop reading ends it.
@@ -700,14 +677,7 @@ func (r remoteReader) Write(batch []wsconn.Frame) error {
 			m.handleText(f.Data)
 		}
 		l.in.q.Written(len(f.Data))
-		l.consumedMu.Lock()
-		l.consumed += int64(len(f.Data))
-		consumed := l.consumed
-		l.consumedMu.Unlock()
-		if consumed-l.reported >= m.p.creditStep() {
-			l.reported = consumed
-			l.cl.send(l.edge, msgConsumed, []byte(l.conn), strconv.AppendInt(nil, consumed, 10))
-		}
+		l.cl.credit(l.edge, l.conn, msgConsumed, l.consumed.Add(int64(len(f.Data))), &l.reported)
 		if m.stop {
 			return wsconn.Drop
 		}
@@ -730,7 +700,7 @@ func (w remoteWriter) Write(batch []wsconn.Frame) error {
 	for _, f := range batch {
 		c, _ := f.Owner.(*chunk) // a frame's only owner
 		l.out.Send(func(seq uint64) {
-			l.cl.sendHeld(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(f.Type), f.Data)
+			l.cl.sendHeld(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), flag(f.Type == websocket.MessageBinary), f.Data)
 		})
 	}
 	return nil
@@ -741,11 +711,8 @@ func (w remoteWriter) End(end Close) {
 	if end == wsconn.Drop {
 		return
 	}
-	l, flush := w.m.remote, "0"
-	if w.m.q.Flushing() {
-		flush = "1"
-	}
-	l.cl.send(l.edge, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), []byte(flush))
+	l := w.m.remote
+	l.cl.send(l.edge, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), flag(w.m.q.Flushing()))
 }
 
 // retained is held, retained for a queued frame that borrows its memory
@@ -758,8 +725,9 @@ func retained(held cluster.Buffer) wsconn.Releaser {
 	return held
 }
 
-func binaryFlag(t websocket.MessageType) []byte {
-	if t == websocket.MessageBinary {
+// flag is a boolean field: "1" or "0".
+func flag(b bool) []byte {
+	if b {
 		return []byte("1")
 	}
 	return []byte("0")
@@ -790,14 +758,10 @@ type edgeLink struct {
 	pending  pending // the member's frames the home has not answered (unanswered.go)
 	sent     int64   // bytes forwarded to the home
 	consumed int64   // of them, bytes the home reported processed
-	written  int64   // bytes written to the socket (the member's writer)
 	credit   chan struct{}
 
-	reported int64 // the member's writer
-}
-
-func newEdgeLink(cl *fleet, conn string) *edgeLink {
-	return &edgeLink{cl: cl, conn: conn, joined: make(chan joinAnswer, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
+	written  atomic.Int64 // bytes written to the socket (the member's writer); beats read it
+	reported int64        // the member's writer: written as last reported
 }
 
 // answer delivers the home's answer to the join (the first one counts).
@@ -842,7 +806,7 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c 
 	}
 	l.mu.Unlock()
 	l.out.Send(func(seq uint64) {
-		l.cl.sendHeld(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), binaryFlag(typ), data)
+		l.cl.sendHeld(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), flag(typ == websocket.MessageBinary), data)
 	})
 }
 
@@ -871,25 +835,9 @@ func (l *edgeLink) received(m *member, seq uint64, binary bool, data []byte, hel
 	}
 }
 
-// wrote reports n more bytes written to the socket to the home, every
-// creditStep bytes.
-func (l *edgeLink) wrote(m *member, n int) {
-	l.mu.Lock()
-	l.written += int64(n)
-	written := l.written
-	l.mu.Unlock()
-	if written-l.reported < m.p.creditStep() {
-		return
-	}
-	l.reported = written
-	l.cl.send(l.home, msgWritten, []byte(l.conn), strconv.AppendInt(nil, written, 10))
-}
-
-// writtenTotal is the bytes written to the socket so far.
-func (l *edgeLink) writtenTotal() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.written
+// wrote counts n more bytes written to the socket, reported to the home.
+func (l *edgeLink) wrote(n int) {
+	l.cl.credit(l.home, l.conn, msgWritten, l.written.Add(int64(n)), &l.reported)
 }
 
 // leave forgets the member, which left, and tells its home.

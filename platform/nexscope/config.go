@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -194,21 +195,9 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// nameChars are the characters of user and room names.
+const nameChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-"
+
 // validName reports whether s matches ^[a-zA-Z0-9_-]{1,32}$ (user and room
 // names).
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !nameByte(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-// nameByte reports whether b may appear in a name.
-func nameByte(b byte) bool {
-	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-'
-}
+func validName(s string) bool { return len(s) >= 1 && len(s) <= 32 && strings.Trim(s, nameChars) == "" }

@@ -177,13 +177,6 @@
 //
 // # Close codes
 //
-//	1001 shutting down          4012 invalid_name
-//	1008 bad token / version    4013 ten from/to errors
-//	4009 name_taken             4014 file transfer stalled
-//	4010 heartbeat / ghost      4015 room_full
-//	4011 msg_too_large          4016 slow consumer
-//	                            4017 unknown_room
-//
-// With several instances also: 1011 frames lost between instances, 1012 the
-// room moved to another instance, 1013 no instance hosts the room yet.
+// The Close values (codes.go) name every close the relay sends and its
+// cause; docs/nexscope.md tabulates them.
 package nexscope

@@ -3,6 +3,7 @@ package nexscope
 import (
 	"context"
 	"maps"
+	"slices"
 
 	"connector/contract"
 	"connector/internal/textsplit"
@@ -37,11 +38,8 @@ func roomOf(p *Platform, chatID string) (*room, bool) {
 // prompt is answered at the room's home, a file is sent under its lock).
 // Both check the action (platform.Execute): the edge before it forwards
 // anything, the home before it acts.
-func newEgress(p *Platform) (edge, here platform.Egress[*Platform, *room]) {
+func newEgress() (edge, here platform.Egress[*Platform, *room]) {
 	here = platform.Egress[*Platform, *room]{Ops: egress, Chat: roomOf}
-	if p.cluster == nil {
-		return here, here
-	}
 	edge = here
 	edge.Ops = maps.Clone(egress)
 	for _, op := range []string{contract.OpSend, contract.OpPrompt, contract.OpSendMedia} {
@@ -94,28 +92,11 @@ func (p *Platform) storedHere(tenant, sourceURL string) bool {
 	return true
 }
 
-// executeHere performs a on this instance, for an action another
-// instance forwarded to a room homed here.
-func (p *Platform) executeHere(ctx context.Context, tenant string, a *contract.Action) contract.Result {
-	return platform.Execute(ctx, &p.here, p, tenant, a)
-}
-
-// send posts content as the bot's msg (role userAgent). Addressing:
-//
-//   - the reply target is the inbound named by reply_to (or
-//     metadata.reply_to_message_id); else the last inbound in
-//     metadata.thread_id; else, when the send names no message at all, the
-//     room's last inbound (a reply_to the bridge does not remember has no
-//     target);
-//   - threadId is metadata.thread_id, else the target's thread, else
-//     DefaultThread;
-//   - to is the target's author, else metadata.user_id, else everyone online
-//     (to: []);
-//   - hopCount is the target's hopCount + 1, else 0.
-//
-// Content longer than MaxText bytes goes out as several msgs split on rune
-// boundaries; message_id is the first one's msgId. It fails with
-// "unavailable" when no recipient is online (the relay keeps no queue).
+// send posts content as the bot's msg (role userAgent), addressed by
+// addressLocked as the package doc says; content longer than MaxText bytes
+// goes out as several msgs split on rune boundaries, and message_id is the
+// first one's msgId. No recipient online is unavailable (the relay keeps no
+// queue).
 func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action) contract.Result {
 	if a.Content == "" {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: send needs content")
@@ -140,9 +121,9 @@ func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action
 	return contract.OK(first)
 }
 
-// addressLocked addresses a bot message answering a (see send): its
-// from, to, threadId and hopCount, and the members online to get it.
-// Called under mu.
+// addressLocked addresses a bot message answering a (see the package
+// doc's send): its from, to, threadId and hopCount, and the members online
+// to get it. Called under mu.
 func (r *room) addressLocked(a *contract.Action) (botMsg, []*member) {
 	ref := r.replyTarget(a)
 	thread := string(a.Metadata.ThreadID)
@@ -161,16 +142,14 @@ func (r *room) addressLocked(a *contract.Action) (botMsg, []*member) {
 		m.to = []string{string(a.Metadata.UserID)}
 	}
 	if m.to == nil {
-		for _, mem := range r.members {
-			online = append(online, mem)
-		}
+		online = slices.Collect(maps.Values(r.members))
 	} else if mem, ok := r.members[m.to[0]]; ok {
 		online = append(online, mem)
 	}
 	return m, online
 }
 
-// replyTarget finds the inbound a send answers (see send). Called under mu.
+// replyTarget finds the inbound a send answers. Called under mu.
 func (r *room) replyTarget(a *contract.Action) msgRef {
 	answers := false
 	for _, id := range []contract.ID{a.ReplyTo, a.Metadata.ReplyToMessageID} {

@@ -77,8 +77,7 @@ func FuzzMemberFrames(f *testing.F) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		p.runCtx.Store(&ctx)
-		p.sink.Store(&sinkRef{encodingSink(t)})
+		p.sink.Store(&sinkRef{encodingSink(t), ctx})
 		r := p.rooms[DefaultRoom]
 		alice, bob := newMember(p, r, "alice"), newMember(p, r, "bob")
 		for _, m := range []*member{alice, bob} {

@@ -31,12 +31,8 @@ func (m *member) handleMsg(f *clientFrame) {
 	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
 	res := &m.routed
 	res.delivered, res.offline, res.toBot = res.delivered[:0], res.offline[:0], false
-	botDrop := ""
-	if r.bot() != "" {
-		botDrop = m.p.dropReason(f)
-	}
 	r.mu.Lock()
-	r.routeLocked(m, f, out, botDrop, false, res)
+	r.routeLocked(m, f, out, false, res)
 	r.unlock()
 	// The ack confirms the bot only once the bridge's delivery is stored.
 	if res.toBot && !r.bridge(f, "", nil) {
@@ -64,7 +60,7 @@ func (m *member) checkFrom(f *clientFrame) bool {
 
 // checkTo enforces that to is an array of names; a failure is a strike.
 func (m *member) checkTo(f *clientFrame) bool {
-	if !isStringArray(f.to) {
+	if !namesOf(f.to, func(_, _ []byte) {}) {
 		m.strike(CodeMissingTo, "to must be an array of names", f.msgID)
 		return false
 	}

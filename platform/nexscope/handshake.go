@@ -1,6 +1,7 @@
 package nexscope
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -23,11 +24,7 @@ const handshakeWriteTimeout = 5 * time.Second
 const nameProbeTimeout = 5 * time.Second
 
 // serveWS runs one client connection: /ws?name=&token=&v= (default room) or
-// /ws/{room}?... The checks, in order: token (1008, no error frame),
-// version (version_mismatch, 1008), name (invalid_name, 4012), room
-// (unknown_room, 4017), uniqueness (name_taken, 4009, unless the holder is
-// a ghost: see replaceGhost), cap (room_full, 4015). On success the first
-// frame is presence.
+// /ws/{room}?..., through the handshake's checks in the package doc's order.
 func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	if !p.track() {
 		http.Error(w, "nexscope is shutting down", http.StatusServiceUnavailable)
@@ -35,10 +32,7 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	}
 	defer p.wg.Done()
 	q := req.URL.Query()
-	roomName := req.PathValue("room")
-	if roomName == "" {
-		roomName = DefaultRoom
-	}
+	roomName := cmp.Or(req.PathValue("room"), DefaultRoom)
 	name := q.Get("name")
 	m := newMember(p, nil, name)
 	ws, err := websocket.Accept(w, req, &websocket.AcceptOptions{

@@ -19,16 +19,11 @@ import (
 const mediaChunk = 64 << 10
 
 // sendMedia streams the object source_url names to the addressed members
-// as a file transfer from the bot: file-start (attachment name, size, mime,
-// sha256, chunkSize; text = content), the bytes in 64 KiB binary frames,
-// file-end. It is addressed like send (the inbound it answers, else
-// metadata.user_id, else everyone online) and honours the room's lock:
-// while a member's transfer holds it, sendMedia waits for it within ctx
-// (rate_limited, retry_after_ms 2000, when it stays held). Chunks wait for
-// room in the recipients' send queues, so memory stays bounded. Every
-// media_kind is a file. message_id is the file-start's msgId. No recipient
-// online is unavailable; a transfer that stalls past TransferTimeout or
-// ends with the context is aborted (recipients get transfer_incomplete).
+// as the bot's file transfer (the package doc's send_media), whatever the
+// media_kind; chunks wait for room in the recipients' send queues. No
+// recipient online is unavailable; a transfer that stalls past
+// TransferTimeout or ends with the context is aborted (recipients get
+// transfer_incomplete).
 func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result {
 	obj, res, ok := p.deps.OpenMedia(ctx, platformName, tenant, a)
 	if !ok {
@@ -67,17 +62,8 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 		}
 	}
 	end := appendWithTS(nil, mustJSON(map[string]string{"type": "file-end", "msgId": msgID, "from": r.bot()}), p.nowMs())
-	r.mu.Lock()
-	defer r.unlock()
-	if r.transfer != t {
+	if _, _, ok := r.finishTransfer(t, end); !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope send_media: the transfer stalled and was aborted")
-	}
-	r.transfer = nil
-	t.finish()
-	for _, rc := range t.recipients {
-		if !rc.left.Load() {
-			r.pushLocked(rc, end)
-		}
 	}
 	return contract.OK(msgID)
 }
@@ -145,11 +131,7 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 // abortBotTransfer releases the lock t holds (telling the recipients) and
 // returns the failure.
 func (r *room) abortBotTransfer(t *transfer) contract.Result {
-	r.mu.Lock()
-	if r.transfer == t {
-		r.abortLocked(t)
-	}
-	r.unlock()
+	r.abort(t)
 	return contract.Failed(contract.CodeUnavailable, "nexscope send_media: the transfer was aborted before file-end")
 }
 
@@ -185,47 +167,17 @@ func (p *Platform) commitRehost(u *media.Upload, attachment, text []byte) *contr
 		Filename: cmp.Or(info.Filename, attachmentText(attachment, "name")), Caption: caption}
 }
 
-// attachmentText reads a string member of an attachment object.
-func attachmentText(attachment []byte, key string) string {
-	var out string
-	i := skipSpace(attachment, 0)
-	if i >= len(attachment) || attachment[i] != '{' {
-		return ""
-	}
-	eachMember(attachment, i, func(k, val []byte) {
-		if keyIs(k, key) {
-			s, _ := optionalString(val)
-			out = s
-		}
-	})
-	return out
-}
+// mediaTypes is the gateway message_type of each media kind but
+// "document".
+var mediaTypes = map[string]string{"image": contract.MessagePhoto, "audio": contract.MessageAudio, "video": contract.MessageVideo}
 
 // kindOf is the media kind of a MIME type.
 func kindOf(mimeType string) string {
 	mt, _, _ := mime.ParseMediaType(mimeType)
-	switch {
-	case strings.HasPrefix(mt, "image/"):
-		return "image"
-	case strings.HasPrefix(mt, "audio/"):
-		return "audio"
-	case strings.HasPrefix(mt, "video/"):
-		return "video"
+	if k, _, ok := strings.Cut(mt, "/"); ok && mediaTypes[k] != "" {
+		return k
 	}
 	return "document"
-}
-
-// messageTypeOf is the gateway message_type of an attachment kind.
-func messageTypeOf(kind string) string {
-	switch kind {
-	case "image":
-		return contract.MessagePhoto
-	case "audio":
-		return contract.MessageAudio
-	case "video":
-		return contract.MessageVideo
-	}
-	return contract.MessageDocument
 }
 
 // mustJSON encodes v, which marshals by construction.

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 
 	"github.com/coder/websocket"
 
 	"connector/internal/wsconn"
+	"connector/session"
 )
 
 // member is one connected client: one WebSocket, one session. Its handler
@@ -51,7 +53,7 @@ func newMember(p *Platform, r *room, name string) *member {
 		p:      p,
 		room:   r,
 		name:   name,
-		quoted: appendQuoted(nil, name),
+		quoted: session.AppendJSONString(nil, name),
 	}
 	m.q = m.newQueue(m)
 	return m
@@ -72,14 +74,6 @@ func (m *member) accepted(ws *websocket.Conn) {
 		m.log.Info("nexscope heartbeat_timeout", "missed_pongs", 2)
 		m.kick(CloseHeartbeatTimeout)
 	})
-}
-
-// appendQuoted appends a valid member name as a JSON string (names need no
-// escaping).
-func appendQuoted(dst []byte, name string) []byte {
-	dst = append(dst, '"')
-	dst = append(dst, name...)
-	return append(dst, '"')
 }
 
 // run serves the member after it joined: it starts the heartbeat and the
@@ -148,16 +142,11 @@ func readMessage(r io.Reader, scratch *[]byte, limit int64) ([]byte, error) {
 	buf := (*scratch)[:0]
 	for {
 		if len(buf) == cap(buf) {
-			n := max(2*cap(buf), 4096)
-			if int64(n) > limit+1 {
-				n = int(limit + 1)
-			}
+			n := int(min(int64(max(2*cap(buf), 4096)), limit+1))
 			if n <= cap(buf) {
 				return nil, errTooLarge
 			}
-			grown := make([]byte, len(buf), n)
-			copy(grown, buf)
-			buf = grown
+			buf = slices.Grow(buf, n-len(buf))
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -192,7 +181,7 @@ func (m *member) Write(batch []wsconn.Frame) error {
 			return err
 		}
 		if m.link != nil {
-			m.link.wrote(m, len(f.Data))
+			m.link.wrote(len(f.Data))
 		}
 	}
 	return nil

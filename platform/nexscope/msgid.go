@@ -12,9 +12,7 @@ const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 // Crockford base32 characters) for a msg the bot sends.
 func (p *Platform) newMsgID() string {
 	var b [16]byte
-	ms := uint64(p.nowMs())
-	binary.BigEndian.PutUint16(b[0:2], uint16(ms>>32))
-	binary.BigEndian.PutUint32(b[2:6], uint32(ms))
+	binary.BigEndian.PutUint64(b[:8], uint64(p.nowMs())<<16)
 	_, _ = rand.Read(b[6:]) // crypto/rand.Read never fails
 	var out [26]byte
 	// 128 bits as 26 base32 digits: the first digit carries the top 3 bits.

@@ -18,6 +18,7 @@ type clientFrame struct {
 	raw                                        []byte
 	typ, msgID, from, to, threadID, role, text []byte
 	hopCount, attachment                       []byte
+	code                                       []byte // of the error frames a room's home sends (unanswered.go)
 }
 
 // Parse errors; both are answered with bad_json.
@@ -36,26 +37,17 @@ func parseFrame(data []byte) (clientFrame, error) {
 	if data[i] != '{' {
 		return f, errNotObject
 	}
+	fields := [...]struct {
+		name string
+		val  *[]byte
+	}{{"type", &f.typ}, {"msgId", &f.msgID}, {"from", &f.from}, {"to", &f.to}, {"threadId", &f.threadID},
+		{"role", &f.role}, {"text", &f.text}, {"hopCount", &f.hopCount}, {"attachment", &f.attachment}, {"code", &f.code}}
 	eachMember(data, i, func(key, val []byte) {
-		switch {
-		case keyIs(key, "type"):
-			f.typ = val
-		case keyIs(key, "msgId"):
-			f.msgID = val
-		case keyIs(key, "from"):
-			f.from = val
-		case keyIs(key, "to"):
-			f.to = val
-		case keyIs(key, "threadId"):
-			f.threadID = val
-		case keyIs(key, "role"):
-			f.role = val
-		case keyIs(key, "text"):
-			f.text = val
-		case keyIs(key, "hopCount"):
-			f.hopCount = val
-		case keyIs(key, "attachment"):
-			f.attachment = val
+		for _, fl := range fields {
+			if keyIs(key, fl.name) {
+				*fl.val = val
+				return
+			}
 		}
 	})
 	return f, nil
@@ -213,11 +205,6 @@ func namesOf(raw []byte, fn func(raw, name []byte)) (ok bool) {
 	return ok
 }
 
-// isStringArray reports whether raw is a JSON array of strings.
-func isStringArray(raw []byte) bool {
-	return namesOf(raw, func(_, _ []byte) {})
-}
-
 // intValue reads a raw JSON number that is a non-negative integer.
 func intValue(raw []byte) (int64, bool) {
 	if len(raw) == 0 || raw[0] < '0' || raw[0] > '9' {
@@ -235,16 +222,27 @@ func intValue(raw []byte) (int64, bool) {
 	return int64(f), true
 }
 
-// attachmentSize reads attachment.size from a file-start's raw attachment.
-func attachmentSize(raw []byte) (int64, bool) {
-	if len(raw) == 0 || raw[0] != '{' {
-		return 0, false
+// objectMember returns the raw value of the member key (the last of duplicates)
+// of the JSON object raw; nil when raw is not an object or has none.
+func objectMember(raw []byte, key string) []byte {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return nil
 	}
-	var size []byte
-	eachMember(raw, 0, func(key, val []byte) {
-		if keyIs(key, "size") {
-			size = val
+	var val []byte
+	eachMember(raw, i, func(k, v []byte) {
+		if keyIs(k, key) {
+			val = v
 		}
 	})
-	return intValue(size)
+	return val
+}
+
+// attachmentSize reads attachment.size from a file-start's raw attachment.
+func attachmentSize(raw []byte) (int64, bool) { return intValue(objectMember(raw, "size")) }
+
+// attachmentText reads a string member of an attachment object.
+func attachmentText(attachment []byte, key string) string {
+	s, _ := optionalString(objectMember(attachment, key))
+	return s
 }

@@ -6,7 +6,9 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -26,7 +28,7 @@ type Platform struct {
 	metrics   platform.Metrics
 	clock     clock.Clock      // ts values, the heartbeat, transfer and probe deadlines
 	key       platform.KeyFunc // the tenant's session key for a source
-	deps      platform.Deps    // the media store (send_media, files to the bot)
+	deps      platform.Deps    // the media store (send_media, files to the bot), the room leases
 	tokenHash [sha256.Size]byte
 	// rooms are the rooms by name, guarded by roomsMu; Bind adds rooms.
 	roomsMu sync.RWMutex
@@ -36,13 +38,10 @@ type Platform struct {
 	// forwarded to a room homed here (egress.go).
 	edge, here platform.Egress[*Platform, *room]
 
-	// cluster is set when several instances share the rooms (cluster.go);
-	// exclusive is then platform.Deps.RunExclusive.
-	cluster   *fleet
-	exclusive func(ctx context.Context, name string, run func(context.Context) error) error
+	// cluster is set when several instances share the rooms (cluster.go).
+	cluster *fleet
 
-	sink   atomic.Pointer[sinkRef]
-	runCtx atomic.Pointer[context.Context]
+	sink atomic.Pointer[sinkRef] // set while Run bridges
 
 	mu      sync.Mutex
 	members map[*member]struct{}
@@ -51,8 +50,11 @@ type Platform struct {
 	nextID  atomic.Uint64
 }
 
-// sinkRef boxes the Sink given to Run.
-type sinkRef struct{ platform.Sink }
+// sinkRef is the Sink given to Run, with Run's context.
+type sinkRef struct {
+	platform.Sink
+	ctx context.Context
+}
 
 var (
 	_ platform.Platform = (*Platform)(nil)
@@ -80,20 +82,16 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		rooms:     make(map[string]*room, len(cfg.Rooms)+1),
 		members:   make(map[*member]struct{}),
 	}
+	if deps.Cluster != nil {
+		p.cluster = newCluster(p, deps.Cluster)
+	}
 	for _, rc := range cfg.Rooms {
 		p.rooms[rc.Name] = newRoom(p, rc)
 	}
 	if p.rooms[DefaultRoom] == nil {
 		p.rooms[DefaultRoom] = newRoom(p, Room{Name: DefaultRoom})
 	}
-	if deps.Cluster != nil {
-		p.cluster, p.exclusive = newCluster(p, deps.Cluster), deps.RunExclusive
-	} else {
-		for _, r := range p.rooms {
-			r.home.Store(true) // a single instance hosts every room
-		}
-	}
-	p.edge, p.here = newEgress(p)
+	p.edge, p.here = newEgress()
 	p.desc = descriptor.Nexscope(egress.Names(), cfg.MaxText)
 	return p, nil
 }
@@ -117,20 +115,16 @@ func (p *Platform) Routes() map[string]http.Handler {
 // several instances it also bids for the rooms' leases and talks to the
 // other instances until then.
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
-	p.runCtx.Store(&ctx)
-	p.sink.Store(&sinkRef{sink})
+	p.sink.Store(&sinkRef{sink, ctx})
 	if p.cluster != nil {
 		defer p.cluster.shutdown()
-		p.cluster.start(ctx, p.exclusive)
+		p.cluster.start(ctx)
 	}
 	<-ctx.Done()
 	p.sink.Store(nil)
 	p.mu.Lock()
 	p.closed = true
-	members := make([]*member, 0, len(p.members))
-	for m := range p.members {
-		members = append(members, m)
-	}
+	members := slices.Collect(maps.Keys(p.members))
 	p.mu.Unlock()
 	for _, m := range members {
 		m.kick(CloseGoingAway)
@@ -165,12 +159,12 @@ func (p *Platform) Status() platform.Status {
 // deliver hands d to the sink given to Run and reports whether the sink
 // took it; without a sink it is dropped.
 func (p *Platform) deliver(d platform.Delivery) bool {
-	s, ctx := p.sink.Load(), p.runCtx.Load()
-	if s == nil || ctx == nil {
+	s := p.sink.Load()
+	if s == nil {
 		p.metrics.Dropped(platformName, "unavailable")
 		return false
 	}
-	if err := s.Deliver(*ctx, d); err != nil {
+	if err := s.Deliver(s.ctx, d); err != nil {
 		p.metrics.Dropped(platformName, "sink_error")
 		p.log.Warn("nexscope delivery failed", "tenant", d.Tenant, "chat_id", d.ChatID, "err", err)
 		return false
@@ -243,17 +237,12 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		if p.rooms[name] == nil {
 			r := newRoom(p, Room{Name: name})
 			p.rooms[name] = r
-			if p.cluster == nil {
-				r.home.Store(true) // a single instance hosts every room
-			} else {
-				p.cluster.adopt(r)
+			if p.cluster != nil && p.cluster.bid != nil {
+				p.cluster.bid(r) // start ran: the room bids for its lease
 			}
 		}
 	}
-	rooms := make([]*room, 0, len(p.rooms))
-	for _, r := range p.rooms {
-		rooms = append(rooms, r)
-	}
+	rooms := slices.Collect(maps.Values(p.rooms))
 	p.roomsMu.Unlock()
 	for _, r := range rooms {
 		r.mu.Lock()

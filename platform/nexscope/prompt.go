@@ -21,16 +21,11 @@ type openPrompt struct {
 // has no buttons: the question, then one line per option, "/<option_id>:
 // <label>", in order.
 func promptText(question string, buttons []contract.PromptButton) string {
-	var b strings.Builder
-	b.WriteString(question)
-	b.WriteString("\n")
+	text := question + "\n"
 	for _, o := range buttons {
-		b.WriteString("\n/")
-		b.WriteString(o.ID)
-		b.WriteString(": ")
-		b.WriteString(o.Label)
+		text += "\n/" + o.ID + ": " + o.Label
 	}
-	return b.String()
+	return text
 }
 
 // prompt sends the question in its text form like send (same addressing)

@@ -2,7 +2,9 @@ package nexscope
 
 import (
 	"cmp"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -10,6 +12,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"connector/internal/wsconn"
+	"connector/session"
 )
 
 // room is one relay room: its members, its file-transfer lock and, when bound
@@ -59,12 +62,10 @@ func newRoom(p *Platform, rc Room) *room {
 		p:       p,
 		name:    rc.Name,
 		botName: cmp.Or(rc.BotName, p.cfg.BotName),
-		cap:     rc.MaxUsers,
+		cap:     cmp.Or(rc.MaxUsers, p.cfg.MaxUsers),
 		members: make(map[string]*member),
 	}
-	if r.cap == 0 {
-		r.cap = p.cfg.MaxUsers
-	}
+	r.home.Store(p.cluster == nil) // a single instance hosts every room
 	if rc.Tenant != "" {
 		r.mu.Lock()
 		r.bindLocked(rc.Tenant)
@@ -177,10 +178,7 @@ func (r *room) becomeHome() {
 func (r *room) resign(c Close) {
 	r.mu.Lock()
 	r.home.Store(false)
-	members := make([]*member, 0, len(r.members))
-	for _, m := range r.members {
-		members = append(members, m)
-	}
+	members := slices.Collect(maps.Values(r.members))
 	r.unlock()
 	for _, m := range members {
 		m.kick(c)
@@ -235,11 +233,11 @@ func (out *routed) botOffline() {
 // (callers pass reused ones). keepRecipients collects the members reached.
 //
 // The bot is addressed when f.to names it or, in a broadcast, f.text
-// mentions "@<bot>". botDrop is the bridge's dropReason for f: when it is ""
-// an addressed bot counts as delivered and toBot is set; otherwise the bot
-// is offline (the message is dropped for it) and the drop is counted. A
-// broadcast that does not mention the bot lists it in neither list.
-func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop string, keepRecipients bool, out *routed) {
+// mentions "@<bot>". When the bridge takes f (dropReason "") an addressed
+// bot counts as delivered and toBot is set; otherwise the bot is offline
+// (the message is dropped for it) and the drop is counted. A broadcast that
+// does not mention the bot lists it in neither list.
+func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, keepRecipients bool, out *routed) {
 	deliver := func(m *member, quoted []byte) {
 		r.pushLocked(m, frame)
 		out.delivered = append(out.delivered, quoted)
@@ -248,7 +246,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop
 		}
 	}
 	toBot := func(quoted []byte) {
-		if botDrop != "" {
+		if botDrop := r.p.dropReason(f); botDrop != "" {
 			r.p.metrics.Dropped(platformName, botDrop)
 			out.offline = append(out.offline, quoted)
 			return
@@ -265,7 +263,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, botDrop
 			case u == sender.name:
 			case u == r.bot():
 				if mentions(f.text, r.bot()) {
-					toBot(appendQuoted(nil, u))
+					toBot(session.AppendJSONString(nil, u))
 				}
 			default:
 				m := r.members[u]
@@ -336,7 +334,7 @@ func mentions(text []byte, bot string) bool {
 	}
 	for i := 0; i+1+len(bot) <= len(s); i++ {
 		end := i + 1 + len(bot)
-		if s[i] == '@' && string(s[i+1:end]) == bot && (end == len(s) || !nameByte(s[end])) {
+		if s[i] == '@' && string(s[i+1:end]) == bot && (end == len(s) || strings.IndexByte(nameChars, s[end]) < 0) {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package nexscope
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -18,30 +19,17 @@ import (
 	"connector/internal/wsconn"
 )
 
-// Direct streams (Config.ClusterAddr): what this instance sends to another
-// instance's inbox (member frames, file chunks, credits, closes, beats,
-// join answers) goes over one TCP connection it dialed to that instance,
-// instead of Redis pub/sub, so a file between members on two instances
-// costs the two instances a read and a write each, and Redis nothing.
-//
-// The first message for an instance opens its stream: a cluster call
-// through pub/sub asks it for its address and a one-time ticket (so Redis,
-// which the instances already trust, vouches for both ends), then this
-// instance dials, presents its name and the ticket, and writes messages as
-// they are queued, each a uvarint length and the message as the cluster
-// layer encodes it. The other end hands each to the cluster node
-// (cluster.Node.Dispatch), as if it had come from its inbox. The call
-// follows every message this instance published to that inbox before, so
-// the stream's first message comes after them: a member's frames keep
-// their order across the switch. Each direction has its own stream (the
-// sender's), so each direction has one path.
-//
-// A stream is lost as pub/sub loses messages: a write that fails or takes
-// LostBeats beats, a peer that answers no ticket (an instance without
-// ClusterAddr), a dial that fails. Its queued messages are dropped, the
-// members' links see the gap (1011), and the next message opens a new
-// stream (after streamRetryBeats beats when the last attempt failed;
-// pub/sub meanwhile). An idle stream is closed after streamIdleBeats.
+// Direct streams (Config.ClusterAddr): docs/nexscope.md ("Direct streams")
+// says what goes over them instead of Redis pub/sub, how one opens (a
+// ticket asked for through a cluster call, so Redis vouches for both ends;
+// the call follows every message published to that inbox before, so a
+// member's frames keep their order across the switch) and how one is lost
+// (as pub/sub loses messages). Each is a TCP connection this instance
+// dialed, carrying what it sends that instance: each message a uvarint
+// length and the message as the cluster layer encodes it, which the other
+// end hands to its cluster node (cluster.Node.Dispatch) as if it had come
+// from its inbox. Each direction has its own stream (the sender's), so
+// each direction has one path.
 
 // msgStream is the call asking an instance for a stream ticket; its
 // result is "addr ticket", or "" from an instance that takes no streams.
@@ -93,13 +81,12 @@ type outStream struct {
 	dead chan struct{} // closed when the stream ended
 }
 
-// streamMsg is a message queued on a stream: encoded (a copy), or its type
-// and fields, which the writer encodes around the large fields' own bytes
-// (cluster.Gather): those stay unchanged until written, held (when not
-// nil, the chunk they lie in) retained until then. A message dropped with
-// its stream leaves its chunk to the GC.
+// streamMsg is a message queued on a stream: its type and fields, which
+// the writer encodes around the large fields' own bytes (cluster.Gather):
+// those stay unchanged until written, held (when not nil, the chunk they
+// lie in) retained until then. A message dropped with its stream leaves
+// its chunk to the GC.
 type streamMsg struct {
-	msg    []byte // the encoded message; nil: typ and fields
 	typ    byte
 	fields [][]byte
 	held   *chunk // released once written; may be nil
@@ -128,24 +115,17 @@ func (s *streams) listen(addr string) error {
 // beats is d in beats of the cluster node.
 func (s *streams) beats(n int) time.Duration { return time.Duration(n) * s.cl.node.Beat() }
 
-// send queues a message for instance's inbox on the stream to it, opening
-// it if needed, waiting while its queue is full when wait is set. It
-// reports false when this instance streams to nobody or instance had no
-// stream lately: then the caller publishes the message. Unless stable is
-// set, m's fields are copied (the caller may reuse them); a stable m's
-// fields are written from where they are (see streamMsg), and its held
-// chunk, which the caller retained, is released here when send reports
-// false.
-func (s *streams) send(instance string, wait, stable bool, m streamMsg) bool {
-	ok := s.queue(instance, wait, stable, m)
-	if !ok && m.held != nil {
-		m.held.Release()
-	}
-	return ok
-}
-
-// queue is send, without releasing a held chunk.
-func (s *streams) queue(instance string, wait, stable bool, m streamMsg) bool {
+// send queues m for instance's inbox on the stream to it, opening it if
+// needed, waiting while its queue is full when wait is set. It reports
+// false when this instance streams to nobody or instance had no stream
+// lately: then the caller publishes the message, and m's held chunk, which
+// the caller retained, is released here.
+func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
+	defer func() {
+		if !ok && m.held != nil {
+			m.held.Release()
+		}
+	}()
 	s.mu.Lock()
 	if s.ln == nil {
 		s.mu.Unlock()
@@ -163,9 +143,6 @@ func (s *streams) queue(instance string, wait, stable bool, m streamMsg) bool {
 		s.wg.Go(func() { s.run(o) })
 	}
 	s.mu.Unlock()
-	if !stable {
-		m = streamMsg{msg: cluster.Encode(m.typ, s.cl.node.Instance(), m.fields...)}
-	}
 	if !wait {
 		select {
 		case o.q <- m:
@@ -251,14 +228,7 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 		held = held[:0]
 		return err
 	}
-	n := 0 // messages gathered
 	add := func(m streamMsg) {
-		n++
-		if m.msg != nil {
-			g.Uvarint(uint64(len(m.msg)))
-			g.Bytes(m.msg)
-			return
-		}
 		g.Uvarint(uint64(cluster.EncodedLen(from, m.fields...)))
 		g.Encode(m.typ, from, m.fields...)
 		if m.held != nil {
@@ -269,16 +239,9 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 		select {
 		case msg := <-o.q:
 			add(msg)
-		gather:
-			for n < streamQueue {
-				select {
-				case msg := <-o.q:
-					add(msg)
-				default:
-					break gather
-				}
+			for range len(o.q) { // queued behind it (this goroutine alone receives)
+				add(<-o.q)
 			}
-			n = 0
 			if err := flush(); err != nil {
 				return err
 			}
@@ -286,14 +249,10 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 		case <-idled:
 			return nil
 		case <-s.cl.ctx.Done():
-			for {
-				select {
-				case msg := <-o.q:
-					add(msg)
-				default:
-					return flush()
-				}
+			for range len(o.q) {
+				add(<-o.q)
 			}
+			return flush()
 		}
 	}
 }
@@ -305,17 +264,14 @@ func (s *streams) ticketHere(req cluster.Msg) {
 	var t ticket
 	_, _ = rand.Read(t.secret[:]) // never fails (crypto/rand)
 	t.expires = s.cl.p.clock.Now().Add(s.beats(cluster.LostBeats))
+	var res []byte // none: this instance takes no streams
 	s.mu.Lock()
-	addr := s.addr
-	if addr != "" {
+	if s.addr != "" {
 		s.tickets[req.From] = t
+		res = []byte(s.addr + " " + hex.EncodeToString(t.secret[:]))
 	}
 	s.mu.Unlock()
-	if addr == "" {
-		s.cl.node.Reply(req, nil)
-		return
-	}
-	s.cl.node.Reply(req, []byte(addr+" "+hex.EncodeToString(t.secret[:])))
+	s.cl.node.Reply(req, res)
 }
 
 // accept takes the other instances' streams until the listener closes.
@@ -384,9 +340,7 @@ func (s *streams) hello(br *bufio.Reader) (string, error) {
 	}
 	s.mu.Lock()
 	t, issued := s.tickets[from]
-	if issued {
-		delete(s.tickets, from)
-	}
+	delete(s.tickets, from)
 	s.mu.Unlock()
 	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 || s.cl.p.clock.Now().After(t.expires) {
 		return "", errors.New("no valid ticket")
@@ -394,22 +348,17 @@ func (s *streams) hello(br *bufio.Reader) (string, error) {
 	return from, nil
 }
 
-// readLine reads one line of at most max bytes, without its newline.
+// readLine reads one line of at most max bytes (and br's buffer), without
+// its newline.
 func readLine(br *bufio.Reader, max int) ([]byte, error) {
-	var line []byte
-	for {
-		b, err := br.ReadByte()
-		if err != nil {
-			return nil, err
-		}
-		if b == '\n' {
-			return line, nil
-		}
-		if len(line) == max {
-			return nil, errors.New("hello too long")
-		}
-		line = append(line, b)
+	line, err := br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull || len(line) > max+1 {
+		return nil, errors.New("hello too long")
 	}
+	if err != nil {
+		return nil, err
+	}
+	return bytes.Clone(line[:len(line)-1]), nil
 }
 
 // parseHello splits a hello line into the dialer's name and its ticket.

@@ -9,6 +9,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/wsconn"
 	"connector/media"
+	"connector/session"
 )
 
 // transfer is a file stream in progress: the room's lock while it is the
@@ -99,12 +100,8 @@ func (m *member) handleFileStart(f *clientFrame) {
 	// Armed before file-start goes out: a recipient that has it knows the
 	// deadline runs.
 	t.timer = m.p.clock.AfterFunc(m.p.cfg.TransferTimeout, func() { r.stall(t) })
-	botDrop := ""
-	if r.bot() != "" {
-		botDrop = m.p.dropReason(&start)
-	}
 	var res routed
-	r.routeLocked(m, &start, out, botDrop, true, &res)
+	r.routeLocked(m, &start, out, true, &res)
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
 	if t.toBot {
 		t.upload = m.p.beginRehost(r, start.attachment)
@@ -195,53 +192,56 @@ func (m *member) handleFileEnd(f *clientFrame) {
 	}
 	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
 	r := m.room
-	r.mu.Lock()
-	if r.transfer != t {
-		r.unlock()
-		m.transfer = nil
+	delivered, offline, ok := r.finishTransfer(t, out)
+	m.transfer = nil
+	if !ok {
 		return
-	}
-	r.transfer = nil
-	t.finish()
-	delivered := make([][]byte, 0, len(t.recipients)+1)
-	offline := t.offline
-	for _, rc := range t.recipients {
-		if rc.left.Load() {
-			offline = append(offline, rc.quoted)
-			continue
-		}
-		r.pushLocked(rc, out)
-		delivered = append(delivered, rc.quoted)
 	}
 	toBot := t.toBot && m.p.sink.Load() != nil // Run may have ended since file-start
 	if !toBot && t.toBot {
 		m.p.metrics.Dropped(platformName, dropUnavailable)
 	}
-	r.unlock()
-	m.transfer = nil
 	// The ack confirms the bot only once the bridge's delivery is stored.
 	note := ""
 	if att == nil {
 		note = fileNote(t.start.attachment, t.size)
 	}
 	if toBot && r.bridge(&t.start, note, att) {
-		delivered = append(delivered, appendQuoted(nil, r.bot()))
+		delivered = append(delivered, session.AppendJSONString(nil, r.bot()))
 	} else if t.toBot {
-		offline = append(offline, appendQuoted(nil, r.bot()))
+		offline = append(offline, session.AppendJSONString(nil, r.bot()))
 	}
 	m.send(appendAck(nil, t.start.msgID, t.start.threadID, delivered, offline))
+}
+
+// finishTransfer ends t, if it still holds the room's lock, and releases
+// the lock: end (its file-end) goes to the recipients still online, listed
+// in delivered; offline is t.offline and the recipients gone since.
+func (r *room) finishTransfer(t *transfer, end []byte) (delivered, offline [][]byte, ok bool) {
+	r.mu.Lock()
+	defer r.unlock()
+	if r.transfer != t {
+		return nil, nil, false
+	}
+	r.transfer = nil
+	t.finish()
+	offline = t.offline
+	for _, rc := range t.recipients {
+		if rc.left.Load() {
+			offline = append(offline, rc.quoted)
+			continue
+		}
+		r.pushLocked(rc, end)
+		delivered = append(delivered, rc.quoted)
+	}
+	return delivered, offline, true
 }
 
 // abortTransfer ends the member's own transfer on a size mismatch: the
 // recipients get transfer_incomplete, the sender size_mismatch. With
 // dropRest, the sender's remaining chunks and file-end are dropped quietly.
 func (m *member) abortTransfer(t *transfer, why string, dropRest bool) {
-	r := m.room
-	r.mu.Lock()
-	if r.transfer == t {
-		r.abortLocked(t)
-	}
-	r.unlock()
+	m.room.abort(t)
 	m.transfer = nil
 	if dropRest {
 		// The sender overran attachment.size, so how much more it sends is
@@ -261,6 +261,18 @@ func (t *transfer) finish() {
 	}
 }
 
+// abort is abortLocked while t holds the room's lock; it reports whether
+// it did.
+func (r *room) abort(t *transfer) bool {
+	r.mu.Lock()
+	defer r.unlock()
+	if r.transfer != t {
+		return false
+	}
+	r.abortLocked(t)
+	return true
+}
+
 // abortLocked releases the lock held by t and tells the recipients who got
 // its file-start that it will not complete.
 func (r *room) abortLocked(t *transfer) {
@@ -275,13 +287,9 @@ func (r *room) abortLocked(t *transfer) {
 // stall ends t when its file-end did not arrive within TransferTimeout: the
 // lock is released, recipients are told, the sender is closed with 4014.
 func (r *room) stall(t *transfer) {
-	r.mu.Lock()
-	if r.transfer != t {
-		r.unlock()
+	if !r.abort(t) {
 		return
 	}
-	r.abortLocked(t)
-	r.unlock()
 	if t.sender == nil {
 		return // the bot's own transfer (sendMedia) sees the lock gone
 	}

@@ -2,24 +2,17 @@ package nexscope
 
 import (
 	"bytes"
-	"encoding/json"
 
 	"github.com/coder/websocket"
 
 	"connector/internal/wsconn"
 )
 
-// With several instances a member's msgs and files are answered by the
-// room's home (cluster.go), which may die, move or be cut off while they
-// are on the way. So the member's edge keeps, per member, the msgIds of
-// the msgs and file-starts it forwarded that no ack or error from the home
-// has answered yet, and the msgId of a file the member is receiving. When
-// the member must be closed because the home will not answer any more
-// (1012, 1011, 1001), the edge first answers each of them itself: an
-// undelivered error per msg or file sent, transfer_incomplete for the file
-// being received. Every msg thus gets an ack or an error before the close,
-// within the time the edge takes to see the home gone (LostBeats beats and
-// at most one more: lease_ttl × 4/3 by default); docs/nexscope.md.
+// With several instances the room's home answers a member's msgs and
+// files, and may die, move or be cut off while they are on the way. So the
+// member's edge keeps what the home has not answered (pending) and, before
+// a close that means the home will not answer any more (1012, 1011, 1001),
+// answers it itself: docs/nexscope.md, "When the home dies".
 
 // pending is an edge member's unanswered frames, under edgeLink.mu.
 type pending struct {
@@ -45,16 +38,19 @@ func answerable(data []byte) []byte {
 // ack or error answers the oldest sent frame with its msgId; file-start
 // begins an incoming file, which its file-end or transfer_incomplete ends.
 func (l *edgeLink) relayed(data []byte) {
-	typ, msgID, code := answerFields(data)
-	if msgID == nil {
+	f, err := parseFrame(data)
+	if err != nil || f.msgID == nil {
 		return
 	}
+	typ, _ := stringValue(f.typ)
+	code, _ := stringValue(f.code)
+	msgID := f.msgID
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	p := &l.pending
-	switch typ {
+	switch string(typ) {
 	case "ack", "error":
-		if typ == "error" && code == string(CodeTransferIncomplete) && sameValue(p.incoming, msgID) {
+		if string(typ) == "error" && string(code) == string(CodeTransferIncomplete) && sameValue(p.incoming, msgID) {
 			p.incoming = nil
 			return
 		}
@@ -71,31 +67,6 @@ func (l *edgeLink) relayed(data []byte) {
 			p.incoming = nil
 		}
 	}
-}
-
-// answerFields reads the type, msgId (raw) and code of a frame the home
-// sends; msgID is nil when the frame has none or is not a JSON object.
-func answerFields(data []byte) (typ string, msgID []byte, code string) {
-	if !json.Valid(data) {
-		return "", nil, ""
-	}
-	i := skipSpace(data, 0)
-	if data[i] != '{' {
-		return "", nil, ""
-	}
-	eachMember(data, i, func(key, val []byte) {
-		switch {
-		case keyIs(key, "type"):
-			s, _ := stringValue(val)
-			typ = string(s)
-		case keyIs(key, "msgId"):
-			msgID = val
-		case keyIs(key, "code"):
-			s, _ := stringValue(val)
-			code = string(s)
-		}
-	})
-	return typ, msgID, code
 }
 
 // abandons reports whether closing an edge member with c means its home

@@ -16,40 +16,29 @@ import (
 // least one member (every valid frame has "type"). A ts the sender put in
 // stays too; readers take the last of duplicate names, which is the relay's.
 func appendWithTS(dst, raw []byte, ts int64) []byte {
-	end := bytes.LastIndexByte(raw, '}')
-	dst = append(dst, raw[:end]...)
-	dst = append(dst, `,"ts":`...)
-	dst = strconv.AppendInt(dst, ts, 10)
-	return append(dst, '}')
+	return appendTS(append(dst, raw[:bytes.LastIndexByte(raw, '}')]...), ts)
+}
+
+// appendTS ends a frame with `,"ts":<ts>}`.
+func appendTS(dst []byte, ts int64) []byte {
+	return append(strconv.AppendInt(append(dst, `,"ts":`...), ts, 10), '}')
 }
 
 // appendPresence appends {"type":"presence","users":[...],"ts":ts}; users
 // must be sorted.
 func appendPresence(dst []byte, users []string, ts int64) []byte {
-	dst = append(dst, `{"type":"presence","users":[`...)
-	for i, u := range users {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = session.AppendJSONString(dst, u)
-	}
-	dst = append(dst, `],"ts":`...)
-	dst = strconv.AppendInt(dst, ts, 10)
-	return append(dst, '}')
+	dst = appendList(append(dst, `{"type":"presence","users":`...), users, session.AppendJSONString)
+	return appendTS(dst, ts)
 }
 
 // appendAck appends the sender's ack. msgID and threadID are raw JSON values
 // from the acknowledged frame (null when absent); delivered and offline are
 // raw JSON strings.
 func appendAck(dst, msgID, threadID []byte, delivered, offline [][]byte) []byte {
-	dst = append(dst, `{"type":"ack","msgId":`...)
-	dst = appendRaw(dst, msgID)
-	dst = append(dst, `,"threadId":`...)
-	dst = appendRaw(dst, threadID)
-	dst = append(dst, `,"delivered":`...)
-	dst = appendRawList(dst, delivered)
-	dst = append(dst, `,"offline":`...)
-	dst = appendRawList(dst, offline)
+	dst = appendRaw(append(dst, `{"type":"ack","msgId":`...), msgID)
+	dst = appendRaw(append(dst, `,"threadId":`...), threadID)
+	dst = appendList(append(dst, `,"delivered":`...), delivered, appendRaw)
+	dst = appendList(append(dst, `,"offline":`...), offline, appendRaw)
 	return append(dst, '}')
 }
 
@@ -73,13 +62,14 @@ func appendRaw(dst, raw []byte) []byte {
 	return append(dst, raw...)
 }
 
-func appendRawList(dst []byte, list [][]byte) []byte {
+// appendList appends list as a JSON array, each element by add.
+func appendList[T any](dst []byte, list []T, add func([]byte, T) []byte) []byte {
 	dst = append(dst, '[')
 	for i, v := range list {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = append(dst, v...)
+		dst = add(dst, v)
 	}
 	return append(dst, ']')
 }
@@ -92,27 +82,19 @@ func errorFrame(code ErrorCode, message string) []byte {
 // appendError appends an error frame; msgID (a raw JSON value) is added when
 // set, and retryAfterMs for transfer_busy.
 func appendError(dst []byte, code ErrorCode, message string, msgID []byte) []byte {
-	dst = append(dst, `{"type":"error","code":`...)
-	dst = session.AppendJSONString(dst, string(code))
-	dst = append(dst, `,"message":`...)
-	dst = session.AppendJSONString(dst, message)
+	dst = session.AppendJSONField(dst, `{"type":"error","code":`, string(code))
+	dst = session.AppendJSONField(dst, `,"message":`, message)
 	if len(msgID) > 0 {
-		dst = append(dst, `,"msgId":`...)
-		dst = append(dst, msgID...)
+		dst = append(append(dst, `,"msgId":`...), msgID...)
 	}
 	if code == CodeTransferBusy {
-		dst = append(dst, `,"retryAfterMs":`...)
-		dst = strconv.AppendInt(dst, retryAfterMs, 10)
+		dst = strconv.AppendInt(append(dst, `,"retryAfterMs":`...), retryAfterMs, 10)
 	}
 	return append(dst, '}')
 }
 
 // appendPong appends {"type":"pong","ts":ts}.
-func appendPong(dst []byte, ts int64) []byte {
-	dst = append(dst, `{"type":"pong","ts":`...)
-	dst = strconv.AppendInt(dst, ts, 10)
-	return append(dst, '}')
-}
+func appendPong(dst []byte, ts int64) []byte { return appendTS(append(dst, `{"type":"pong"`...), ts) }
 
 // botMsg is a msg the connector's bot sends.
 type botMsg struct {
@@ -123,24 +105,11 @@ type botMsg struct {
 
 // appendBotMsg appends the bot's msg frame with ts.
 func appendBotMsg(dst []byte, m *botMsg, ts int64) []byte {
-	dst = append(dst, `{"type":"msg","msgId":`...)
-	dst = session.AppendJSONString(dst, m.msgID)
-	dst = append(dst, `,"from":`...)
-	dst = session.AppendJSONString(dst, m.from)
-	dst = append(dst, `,"to":[`...)
-	for i, t := range m.to {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = session.AppendJSONString(dst, t)
-	}
-	dst = append(dst, `],"role":"userAgent","threadId":`...)
-	dst = session.AppendJSONString(dst, m.threadID)
-	dst = append(dst, `,"text":`...)
-	dst = session.AppendJSONString(dst, m.text)
-	dst = append(dst, `,"hopCount":`...)
-	dst = strconv.AppendInt(dst, int64(m.hopCount), 10)
-	dst = append(dst, `,"attachments":[],"ts":`...)
-	dst = strconv.AppendInt(dst, ts, 10)
-	return append(dst, '}')
+	dst = session.AppendJSONField(dst, `{"type":"msg","msgId":`, m.msgID)
+	dst = session.AppendJSONField(dst, `,"from":`, m.from)
+	dst = appendList(append(dst, `,"to":`...), m.to, session.AppendJSONString)
+	dst = session.AppendJSONField(dst, `,"role":"userAgent","threadId":`, m.threadID)
+	dst = session.AppendJSONField(dst, `,"text":`, m.text)
+	dst = strconv.AppendInt(append(dst, `,"hopCount":`...), int64(m.hopCount), 10)
+	return appendTS(append(dst, `,"attachments":[]`...), ts)
 }
