@@ -16,3 +16,20 @@ const RefusalLinger = refusalLinger
 
 // RaceDetector is set under the race detector.
 const RaceDetector = raceDetector
+
+// ClusterFramesSent is, on the instance s that drives tenant, the frames
+// its links to sockets on other instances count as sent: what its next
+// beat's holds announce.
+func ClusterFramesSent(s *Server, tenant string) uint64 {
+	h := s.hub(tenant)
+	if h == nil || h.fleet == nil {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n uint64
+	for _, rs := range h.fleet.remotes {
+		n += rs.frames.Sent()
+	}
+	return n
+}
