@@ -28,8 +28,10 @@ func ClusterFramesSent(s *Server, tenant string) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var n uint64
-	for _, rs := range h.fleet.remotes {
-		n += rs.frames.Sent()
+	for _, p := range h.fleet.peers {
+		for _, rs := range p.seats {
+			n += rs.frames.Sent()
+		}
 	}
 	return n
 }
