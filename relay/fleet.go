@@ -476,12 +476,12 @@ func (f *tenantFleet) tail(ctx context.Context) {
 	}
 }
 
-// beat, while driving, tells each remote socket's instance the last frame
-// sent to it, or stops driving once the tenure ended (its lease is renewed
-// on its own timer, store.Tenure, which nudges a beat when it ends). Not
-// driving, it takes the lease when free and this instance holds sockets of
-// the tenant, and otherwise announces those sockets to the driver and
-// arms a beat at the lease's known expiry.
+// beat, while driving, sends each instance with sockets of the tenant its
+// tally (holdRemotes), or stops driving once the tenure ended (its lease
+// is renewed on its own timer, store.Tenure, which nudges a beat when it
+// ends). Not driving, it takes the lease when free and this instance holds
+// sockets of the tenant, and otherwise sends the driver this instance's
+// roster (follow) and arms a beat at the lease's known expiry.
 func (f *tenantFleet) beat(ctx context.Context) {
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
