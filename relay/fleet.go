@@ -749,8 +749,9 @@ func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, 
 	}
 	rs.seen = f.fl.node.Clock().Now()
 	rs.hash = seatHash(conn, gen, platforms, idle)
-	// More acks taken than sent: the socket's instance no longer knows the
-	// link (it followed another driver since); it gets a new generation.
+	// Acks sent and not taken were lost; more taken than sent is a link the
+	// socket's instance no longer knows (it followed another driver since).
+	// Either way the link gets a new generation.
 	if !rs.broken && acksSent != rs.acks.Received() {
 		f.breakRemoteLocked(rs)
 	}
