@@ -590,9 +590,9 @@ func TestClusterLostServeIsSentAgainAtTheNextBeat(t *testing.T) {
 
 // A frame lost on its way to a socket on another instance, with none
 // after it, is seen at the driver's next beat, whose tally (it counts the
-// frames sent) the socket's instance does not match: it asks for a hold
-// of each link, which names the last frame sent, and the socket's link breaks, and the frame is forwarded again with
-// the same bufferId.
+// frames sent) the socket's instance does not match: it asks for a hold of
+// each link, which names the last frame sent; the socket's link breaks,
+// and the frame is forwarded again with the same bufferId.
 func TestClusterLostFrameIsForwardedAgain(t *testing.T) {
 	r, _, gb := drivenRig(t, 2)
 	r.inst[0].net.loseFirst(cluster.Inbox("i1"), relay.ClusterMsgFrame)
@@ -749,8 +749,8 @@ func TestClusterSeatsKeptByRostersGoWithTheirInstance(t *testing.T) {
 
 // A lost ack is seen at the instance's next roster (it counts the acks
 // sent), which has the driver ask for the serves again, each naming the
-// last ack sent: the link breaks, the entry is forwarded again (same bufferId), and
-// the gateway's second ack removes it.
+// last ack sent: the link breaks, the entry is forwarded again (same
+// bufferId), and the gateway's second ack removes it.
 func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
 	r, _, gb := drivenRig(t, 2)
 	r.inst[1].net.loseFirst(cluster.Inbox("i0"), relay.ClusterMsgAck)
