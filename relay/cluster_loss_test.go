@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,29 @@ type netStore struct {
 	owned chan string    // session keys whose owner it stored
 	acked chan struct{}  // one per removal from the stored ledger
 	gets  map[string]int // reads of stored owners, by session key; under mu
+
+	sent      map[byte]int  // messages published (not lost), by type; under mu
+	published chan struct{} // signalled after each
+}
+
+// count is how many messages of type typ it published (not lost).
+func (n *netStore) count(typ byte) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.sent[typ]
+}
+
+// waitCount waits until it published at least k messages of type typ.
+func (n *netStore) waitCount(t *testing.T, typ byte, k int, what string) {
+	t.Helper()
+	deadline := time.After(relaytest.Timeout)
+	for n.count(typ) < k {
+		select {
+		case <-n.published:
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for %s to publish %d %s (it published %d)", relaytest.Timeout, n.inst, k, what, n.count(typ))
+		}
+	}
 }
 
 // reads is how many times the stored owner of sessionKey was read.
@@ -120,7 +144,17 @@ func (p netPubSub) Publish(ctx context.Context, channel string, msg []byte) erro
 		p.n.lost <- append([]byte(nil), msg...)
 		return nil
 	}
-	return p.n.Store.PubSub().Publish(ctx, channel, msg)
+	err := p.n.Store.PubSub().Publish(ctx, channel, msg)
+	if err == nil {
+		p.n.mu.Lock()
+		p.n.sent[cluster.Type(msg)]++
+		p.n.mu.Unlock()
+		select {
+		case p.n.published <- struct{}{}:
+		default:
+		}
+	}
+	return err
 }
 
 func (p netPubSub) Subscribe(ctx context.Context, channel string) (<-chan []byte, func(), error) {
@@ -340,7 +374,8 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 		in := &rigInstance{
 			name: name,
 			net: &netStore{Store: st, inst: name, lost: make(chan []byte, 64),
-				owned: make(chan string, 64), acked: make(chan struct{}, 64), gets: make(map[string]int)},
+				owned: make(chan string, 64), acked: make(chan struct{}, 64), gets: make(map[string]int),
+				sent: make(map[byte]int), published: make(chan struct{}, 1)},
 			discord:  newFake("discord", map[string]string{"c1": "t1"}),
 			telegram: newFake("telegram", map[string]string{"c2": "t1"}),
 			buffered: &bufferedWatch{Metrics: relayMetricsNop{}, changed: make(chan struct{}, 1)},
@@ -425,28 +460,77 @@ func (r *clusterRig) advance(k int) {
 	}
 }
 
-// keepBeating advances the clock one more beat every few seconds, at most
-// cluster.LostBeats times, until the returned stop is called: after a loss
-// the next beat is expected to make it up, and a later one must (a beat's
-// own messages may be late on a loaded machine; the recovery is what is
-// checked, not its latency).
-func (r *clusterRig) keepBeating() (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		for range cluster.LostBeats {
-			select {
-			case <-done:
-				return
-			case <-time.After(relaytest.Timeout / 4):
-				r.advance(1)
-			}
+// waitFramesSent waits until instance i, the driver, counts n frames as
+// sent on its links to sockets on other instances. A frame is queued
+// before its link counts it (cluster.Link.Send: a beat queued meanwhile
+// never announces a frame queued after it), so the publisher may lose it
+// before the driver counts it: a beat that ran in between would announce
+// the frames before it only, and the loss would be made up a beat later.
+func (r *clusterRig) waitFramesSent(t *testing.T, i int, n uint64, what string) {
+	t.Helper()
+	deadline := time.Now().Add(relaytest.Timeout)
+	for relay.ClusterFramesSent(r.inst[i].h.Server, "t1") < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s to count %s as sent (it counts %d frames, want %d)",
+				relaytest.Timeout, r.inst[i].name, what, relay.ClusterFramesSent(r.inst[i].h.Server, "t1"), n)
 		}
-	}()
-	return func() {
-		close(done)
-		<-finished
+		runtime.Gosched() // polling: the count signals nothing
+	}
+}
+
+// step advances the clock one beat and waits until the driver i0 has
+// taken the roster i1 sent at that beat: it matched (and reports true), or
+// the driver asked for the serves again and i1 sent them. Stepping so, the
+// clock never outruns the messages (several beats at once could pass
+// before the driver hears from i1, which would forget i1's sockets).
+func (r *clusterRig) step(t *testing.T) (matched bool) {
+	t.Helper()
+	i0, i1 := r.inst[0], r.inst[1]
+	asks, serves := i0.net.count(relay.ClusterMsgAskServe), i1.net.count(relay.ClusterMsgServe)
+	r.advance(1)
+	now := r.clk.Now()
+	deadline := time.After(relaytest.Timeout)
+	poll := time.NewTicker(time.Millisecond) // a match signals nothing
+	defer poll.Stop()
+	for {
+		if relay.ClusterRosterMatched(i0.h.Server, "t1", "i1").Equal(now) {
+			return true
+		}
+		if i0.net.count(relay.ClusterMsgAskServe) > asks && i1.net.count(relay.ClusterMsgServe) > serves {
+			return false
+		}
+		select {
+		case <-i0.net.published:
+		case <-i1.net.published:
+		case <-poll.C:
+		case <-deadline:
+			t.Fatalf("timed out after %v waiting for the driver to take i1's roster of the beat at %v", relaytest.Timeout, now)
+		}
+	}
+}
+
+// beatMatched steps k beats, each of whose rosters must match: the fleet
+// is idle and its instances agree.
+func (r *clusterRig) beatMatched(t *testing.T, k int) {
+	t.Helper()
+	for i := range k {
+		if !r.step(t) {
+			t.Fatalf("the driver did not match i1's roster at beat %d of %d", i+1, k)
+		}
+	}
+}
+
+// waitRemoteSeats waits until i0, the driver, keeps n sockets of other
+// instances.
+func (r *clusterRig) waitRemoteSeats(t *testing.T, n int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(relaytest.Timeout)
+	for relay.ClusterRemoteSeats(r.inst[0].h.Server, "t1") != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for the driver to keep %d remote seats (%s); it keeps %d",
+				relaytest.Timeout, n, what, relay.ClusterRemoteSeats(r.inst[0].h.Server, "t1"))
+		}
+		runtime.Gosched() // polling: the count signals nothing
 	}
 }
 
@@ -485,8 +569,9 @@ func TestClusterLostWakeIsMadeUpByTheNextBeat(t *testing.T) {
 	}
 }
 
-// A lost serve (a socket's announcement) is sent again at the next beat;
-// the entry waiting for a socket then goes to it.
+// A lost serve (a socket's announcement) is sent again after the next
+// beat, whose roster the driver does not match and answers by asking for
+// the serves again; the entry waiting for a socket then goes to it.
 func TestClusterLostServeIsSentAgainAtTheNextBeat(t *testing.T) {
 	r := newClusterRig(t, 2)
 	r.dial(t, 0, "ga", "telegram")
@@ -504,18 +589,18 @@ func TestClusterLostServeIsSentAgainAtTheNextBeat(t *testing.T) {
 }
 
 // A frame lost on its way to a socket on another instance, with none
-// after it, is seen at the driver's next beat, which names the last frame
-// it sent: the socket's link breaks, and the frame is forwarded again with
-// the same bufferId.
+// after it, is seen at the driver's next beat, whose tally (it counts the
+// frames sent) the socket's instance does not match: it asks for a hold of
+// each link, which names the last frame sent; the socket's link breaks,
+// and the frame is forwarded again with the same bufferId.
 func TestClusterLostFrameIsForwardedAgain(t *testing.T) {
 	r, _, gb := drivenRig(t, 2)
 	r.inst[0].net.loseFirst(cluster.Inbox("i1"), relay.ClusterMsgFrame)
 	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
 	lost := r.inst[0].net.nextLost(t, "e1's frame")
+	r.waitFramesSent(t, 0, 2, "e1's frame") // e0's and e1's
 	r.advance(1)
-	stop := r.keepBeating()
 	ev, id := gb.NextInbound(t)
-	stop()
 	if ev.Text != "e1" {
 		t.Fatalf("gb got %q, want e1", ev.Text)
 	}
@@ -545,9 +630,127 @@ func TestClusterLostFrameKeepsTheSessionsOrder(t *testing.T) {
 	}
 }
 
-// A lost ack is seen at the socket's next serve, which names the last ack
-// sent: the link breaks, the entry is forwarded again (same bufferId), and
-// the gateway's second ack removes it.
+// A lost frame whose instance's ask for holds is lost too is made up a
+// beat later: the tally is sent every beat, and still does not match.
+func TestClusterLostFrameAndLostAskAreMadeUpAtTheNextBeat(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	r.inst[0].net.loseFirst(cluster.Inbox("i1"), relay.ClusterMsgFrame)
+	r.inst[1].net.loseFirst(cluster.Inbox("i0"), relay.ClusterMsgAskHolds)
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	lost := r.inst[0].net.nextLost(t, "e1's frame")
+	r.waitFramesSent(t, 0, 2, "e1's frame")
+	r.advance(1)
+	r.inst[1].net.nextLost(t, "the ask for holds")
+	r.advance(1)
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" || !bytes.Contains(lost, []byte(`"bufferId":"`+id+`"`)) {
+		t.Fatalf("gb got %q as %s, want e1 as in the lost frame %q", ev.Text, id, lost)
+	}
+}
+
+// An idle socket on another instance costs no message of its own at the
+// beats (no serve, no hold): each instance's roster to the driver and the
+// driver's tally back keep it, well past LostBeats beats, and it still
+// gets the tenant's inbound.
+func TestClusterIdleSocketCostsNoMessageOfItsOwn(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	r.dial(t, 1, "gc", "telegram")
+	i0, i1 := r.inst[0].net, r.inst[1].net
+	r.waitRemoteSeats(t, 2, "gb and gc")
+	serves, holds := i1.count(relay.ClusterMsgServe), i0.count(relay.ClusterMsgHold)
+	rosters, tallies := i1.count(relay.ClusterMsgRoster), i0.count(relay.ClusterMsgTally)
+	beats := 2*cluster.LostBeats + 1
+	r.beatMatched(t, beats)
+	i1.waitCount(t, relay.ClusterMsgRoster, rosters+beats, "rosters, one a beat")
+	i0.waitCount(t, relay.ClusterMsgTally, tallies+beats, "tallies, one a beat")
+	if n := i1.count(relay.ClusterMsgServe) - serves; n != 0 {
+		t.Errorf("i1 announced its idle sockets %d times in %d beats, want 0", n, beats)
+	}
+	if n := i0.count(relay.ClusterMsgHold) - holds; n != 0 {
+		t.Errorf("the driver sent %d holds in %d beats, want 0", n, beats)
+	}
+	for _, typ := range []byte{relay.ClusterMsgAskServe, relay.ClusterMsgAskHolds} {
+		if n := i0.count(typ) + i1.count(typ); n != 0 {
+			t.Errorf("%d asks of type %c in an idle fleet, want 0 (a roster or a tally did not match)", n, typ)
+		}
+	}
+	if n := relay.ClusterRemoteSeats(r.inst[0].h.Server, "t1"); n != 2 {
+		t.Fatalf("the driver keeps %d remote seats, want 2 (gb and gc)", n)
+	}
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	if ev, _ := gb.NextInbound(t); ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+}
+
+// A lost detach (a socket that closed) is repaired by the roster: the
+// driver's no longer matches the instance's, the instance announces the
+// sockets it has again, and the one it no longer has is forgotten
+// LostBeats beats later; what it held goes to another socket with the
+// same bufferId, and the instance's other socket stays.
+func TestClusterLostDetachIsRepairedByTheRoster(t *testing.T) {
+	r, ga, gb := drivenRig(t, 2)
+	r.dial(t, 1, "gc", "telegram")
+	r.waitRemoteSeats(t, 2, "gb and gc")
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	r.inst[1].net.loseFirst(cluster.Inbox("i0"), relay.ClusterMsgDetach)
+	_ = gb.CloseNow()
+	r.inst[1].net.nextLost(t, "gb's detach")
+	ga.Hello(t, "discord", "")
+	for range cluster.LostBeats {
+		if r.step(t) {
+			t.Fatal("the driver matched i1's roster while it kept gb's seat")
+		}
+	}
+	// The next beat forgets gb's seat, before i1's roster, which matches.
+	r.beatMatched(t, 1)
+	ev, again := ga.NextInbound(t)
+	if ev.Text != "e1" || again != id {
+		t.Fatalf("after gb's lost detach ga got %q as %s, want e1 as %s", ev.Text, again, id)
+	}
+	if n := relay.ClusterRemoteSeats(r.inst[0].h.Server, "t1"); n != 1 {
+		t.Fatalf("the driver keeps %d remote seats, want 1 (gc)", n)
+	}
+}
+
+// The seats an instance's rosters kept (LostBeats beats and more with no
+// serve) go with the instance: once it is silent (cut off, standing for
+// its death), the driver forgets them LostBeats beats after its last
+// roster, and what its socket held goes to
+// another socket with the same bufferId.
+func TestClusterSeatsKeptByRostersGoWithTheirInstance(t *testing.T) {
+	r, ga, gb := drivenRig(t, 2)
+	serves := r.inst[1].net.count(relay.ClusterMsgServe)
+	r.beatMatched(t, cluster.LostBeats+1)
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	if n := r.inst[1].net.count(relay.ClusterMsgServe); n != serves {
+		t.Fatalf("i1 announced gb %d times more; want its seat kept by rosters alone", n-serves)
+	}
+	r.inst[1].net.cut.Store(true)
+	_ = gb.CloseNow()
+	ga.Hello(t, "discord", "")
+	r.advance(cluster.LostBeats + 1)
+	ev, again := ga.NextInbound(t)
+	if ev.Text != "e1" || again != id {
+		t.Fatalf("after i1 went silent ga got %q as %s, want e1 as %s", ev.Text, again, id)
+	}
+	if n := relay.ClusterRemoteSeats(r.inst[0].h.Server, "t1"); n != 0 {
+		t.Fatalf("the driver keeps %d remote seats of a silent instance, want 0", n)
+	}
+}
+
+// A lost ack is seen at the instance's next roster (it counts the acks
+// sent), which has the driver ask for the serves again, each naming the
+// last ack sent: the link breaks, the entry is forwarded again (same
+// bufferId), and the gateway's second ack removes it.
 func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
 	r, _, gb := drivenRig(t, 2)
 	r.inst[1].net.loseFirst(cluster.Inbox("i0"), relay.ClusterMsgAck)
@@ -559,9 +762,7 @@ func TestClusterLostAckIsAnsweredByARedelivery(t *testing.T) {
 	gb.Ack(t, id)
 	r.inst[1].net.nextLost(t, "e1's ack")
 	r.advance(1)
-	stop := r.keepBeating()
 	ev, again := gb.NextInbound(t)
-	stop()
 	if ev.Text != "e1" || again != id {
 		t.Fatalf("after the lost ack gb got %q as %s, want e1 again as %s", ev.Text, again, id)
 	}

@@ -1,5 +1,7 @@
 package relay
 
+import "time"
+
 // What cluster tests need to lose chosen pub/sub messages between
 // instances: the wake channel and each message's type byte.
 const (
@@ -8,6 +10,11 @@ const (
 	ClusterMsgDetach   = msgDetach
 	ClusterMsgAck      = msgAck
 	ClusterMsgFrame    = msgFrame
+	ClusterMsgHold     = msgHold
+	ClusterMsgRoster   = msgRoster
+	ClusterMsgTally    = msgTally
+	ClusterMsgAskServe = msgAskServes
+	ClusterMsgAskHolds = msgAskHolds
 )
 
 // RefusalLinger is how long a refused upgrade's socket waits for the
@@ -16,3 +23,53 @@ const RefusalLinger = refusalLinger
 
 // RaceDetector is set under the race detector.
 const RaceDetector = raceDetector
+
+// ClusterFramesSent is, on the instance s that drives tenant, the frames
+// its links to sockets on other instances count as sent: what its next
+// beat's holds announce.
+func ClusterFramesSent(s *Server, tenant string) uint64 {
+	h := s.hub(tenant)
+	if h == nil || h.fleet == nil {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var n uint64
+	for _, p := range h.fleet.peers {
+		for _, rs := range p.seats {
+			n += rs.frames.Sent()
+		}
+	}
+	return n
+}
+
+// ClusterRosterMatched is, on the instance s that drives tenant, when the
+// last roster of inst that matched arrived (zero if none did).
+func ClusterRosterMatched(s *Server, tenant, inst string) time.Time {
+	h := s.hub(tenant)
+	if h == nil || h.fleet == nil {
+		return time.Time{}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if p := h.fleet.peers[inst]; p != nil {
+		return p.seen
+	}
+	return time.Time{}
+}
+
+// ClusterRemoteSeats is, on the instance s that drives tenant, how many
+// sockets on other instances it keeps.
+func ClusterRemoteSeats(s *Server, tenant string) int {
+	h := s.hub(tenant)
+	if h == nil || h.fleet == nil {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, p := range h.fleet.peers {
+		n += len(p.seats)
+	}
+	return n
+}

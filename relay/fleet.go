@@ -22,14 +22,18 @@ import (
 // driver, the holder of the lease "relay/tenant/<id>" (role driver), which
 // alone holds the tenant's ledger in memory and takes stored records in
 // with ledger.Tail; an instance with sockets of a tenant it does not drive
-// (role remote) announces them to the driver every beat, which keeps each
-// as a ledger consumer (remoteSeat) whose frames it sends there. Lost
-// messages follow the cluster layer's one rule: announcements are repeated
-// every beat; a socket's frames and its acks are the two directions of a
-// link whose gaps break it, and the socket then starts a new generation, to
-// which the driver hands what the old one held unacknowledged, in order,
-// with the same bufferIds; the stored owner is read once per interrupt,
-// which is not repeated.
+// (role remote) announces each to the driver when it joins or changes,
+// which keeps each as a ledger consumer (remoteSeat) whose frames it sends
+// there. Lost messages follow the cluster layer's one rule: state is
+// repeated every beat, here as one roster a beat from each instance to the
+// driver and one tally back (count and digest of the links and their
+// counters, whatever the number of sockets), and a mismatch has the
+// per-socket state sent again (every serve, or every hold); a socket's
+// frames and its acks are the two directions of a link whose gaps break
+// it, and the socket then starts a new generation, to which the driver
+// hands what the old one held unacknowledged, in order, with the same
+// bufferIds; the stored owner is read once per interrupt, which is not
+// repeated.
 
 // The wake channel (the store prefixes it) and the tenant lease's prefix.
 const (
@@ -45,8 +49,12 @@ const (
 	msgDetach    = 'D' // driver: tenant, conn
 	msgAck       = 'A' // driver: tenant, conn, gen, seq, bufferId
 	msgFrame     = 'F' // socket's instance: tenant, conn, gen, seq, frame
-	msgHold      = 'H' // socket's instance, every beat: tenant, conn, gen, frames sent
+	msgHold      = 'H' // socket's instance, when it asks (msgAskHolds): tenant, conn, gen, frames sent
 	msgBroken    = 'B' // socket's instance: tenant, conn, gen (acks were lost)
+	msgRoster    = 'R' // driver, every beat: tenant, links, digest of (link, acks sent)
+	msgTally     = 'T' // socket's instance, every beat: tenant, links, digest of (link, frames sent)
+	msgAskServes = 'Q' // socket's instance, when a roster did not match: tenant
+	msgAskHolds  = 'K' // driver, when a tally did not match: tenant
 	msgInterrupt = 'I' // tenant, session key, chat id, gateway id, conn ("" for the driver), owner read ("1")
 )
 
@@ -120,8 +128,14 @@ type tenantFleet struct {
 	owned *simplelru.LRU[string, ownerNote] // owners stored, by session key
 
 	// Under hub.mu:
-	driver  string                 // the driving instance, as last seen
-	remotes map[string]*remoteSeat // other instances' sockets, while driving
+	driver string           // the driving instance, as last seen
+	peers  map[string]*peer // other instances' sockets, while driving, by instance
+}
+
+// peer is, on the driver, another instance with sockets of the tenant.
+type peer struct {
+	seats map[string]*remoteSeat // by connection
+	seen  time.Time              // when its last roster matched
 }
 
 // edgeLink is, while another instance drives the tenant, a local
@@ -129,6 +143,7 @@ type tenantFleet struct {
 // frames received and the acks sent.
 type edgeLink struct {
 	gen    uint64
+	hash   uint64 // seatHash of what the last serve announced
 	frames cluster.Link
 	acks   cluster.Link
 }
@@ -142,8 +157,18 @@ type remoteSeat struct {
 	sendMu     sync.Mutex // numbers and queues one frame at a time
 	frames     cluster.Link
 	acks       cluster.Link
-	seen       time.Time // under hub.mu
+	hash       uint64    // under hub.mu: seatHash of its last serve
+	seen       time.Time // under hub.mu: its last serve
 	broken     bool      // under hub.mu: acks were lost; waiting for a new generation
+}
+
+// framesSent is the number of the last frame queued for r's socket: read
+// under sendMu, so no frame is queued and not yet counted (a hold or a
+// tally queued after it names exactly the frames queued before it).
+func (r *remoteSeat) framesSent() uint64 {
+	r.sendMu.Lock()
+	defer r.sendMu.Unlock()
+	return r.frames.Sent()
 }
 
 // Offer implements ledger.Consumer: the frame goes to the socket's
@@ -208,6 +233,18 @@ func newFleet(s *Server) *fleet {
 	n.Handle(msgBroken, 3, func(m cluster.Msg) {
 		fl.atSocket(m, func(f *tenantFleet, c *conn) { f.brokenIn(c, cluster.Uint(m.Fields[2])) })
 	})
+	n.Handle(msgRoster, 3, func(m cluster.Msg) {
+		fl.atDriver(m, func(f *tenantFleet) { f.rosterIn(m.From, tallyOf(m.Fields[1:])) })
+	})
+	n.Handle(msgTally, 3, func(m cluster.Msg) {
+		fl.atEdge(m, func(f *tenantFleet) { f.tallyIn(m.From, tallyOf(m.Fields[1:])) })
+	})
+	n.Handle(msgAskServes, 1, func(m cluster.Msg) {
+		fl.atEdge(m, func(f *tenantFleet) { f.announceAll(m.From) })
+	})
+	n.Handle(msgAskHolds, 1, func(m cluster.Msg) {
+		fl.atDriver(m, func(f *tenantFleet) { f.holdsFor(m.From) })
+	})
 	n.Handle(msgInterrupt, 6, fl.interruptIn)
 	n.OnRoom(func() {
 		for _, h := range fl.srv.hubs() {
@@ -226,6 +263,17 @@ func (fl *fleet) atDriver(m cluster.Msg, do func(*tenantFleet)) {
 		return
 	}
 	if h := fl.srv.hub(string(m.Fields[0])); h != nil && h.fleet.driving.Load() {
+		do(h.fleet)
+	}
+}
+
+// atEdge runs do for the tenant m names, when this instance has its hub
+// (and the relay has not stopped); do checks the role under hub.mu.
+func (fl *fleet) atEdge(m cluster.Msg, do func(*tenantFleet)) {
+	if fl.ctx.Err() != nil {
+		return
+	}
+	if h := fl.srv.hub(string(m.Fields[0])); h != nil {
 		do(h.fleet)
 	}
 }
@@ -262,7 +310,7 @@ func (fl *fleet) join(h *hub) {
 	owned, _ := simplelru.NewLRU[string, ownerNote](fl.srv.cfg.SessionOwners, nil)
 	f := &tenantFleet{
 		h: h, fl: fl, kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1), owned: owned,
-		remotes: make(map[string]*remoteSeat),
+		peers: make(map[string]*peer),
 	}
 	h.fleet = f
 	h.role.Store(&roleRef{remote{f}})
@@ -428,12 +476,12 @@ func (f *tenantFleet) tail(ctx context.Context) {
 	}
 }
 
-// beat, while driving, tells each remote socket's instance the last frame
-// sent to it, or stops driving once the tenure ended (its lease is renewed
-// on its own timer, store.Tenure, which nudges a beat when it ends). Not
-// driving, it takes the lease when free and this instance holds sockets of
-// the tenant, and otherwise announces those sockets to the driver and
-// arms a beat at the lease's known expiry.
+// beat, while driving, sends each instance with sockets of the tenant its
+// tally (holdRemotes), or stops driving once the tenure ended (its lease
+// is renewed on its own timer, store.Tenure, which nudges a beat when it
+// ends). Not driving, it takes the lease when free and this instance holds
+// sockets of the tenant, and otherwise sends the driver this instance's
+// roster (follow) and arms a beat at the lease's known expiry.
 func (f *tenantFleet) beat(ctx context.Context) {
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
@@ -488,7 +536,7 @@ func (f *tenantFleet) startDriving(l store.Lease) {
 	defer h.mu.Unlock()
 	h.ledger.Reset()
 	f.driver = f.fl.node.Instance()
-	clear(f.remotes)
+	clear(f.peers)
 	f.ownMu.Lock()
 	f.owned.Purge() // another driver may have stored other owners since
 	f.ownMu.Unlock()
@@ -514,13 +562,14 @@ func (f *tenantFleet) stopDriving() {
 	f.driving.Store(false)
 	h.role.Store(&roleRef{remote{f}})
 	f.driver = ""
-	clear(f.remotes)
+	clear(f.peers)
 	h.ledger.Reset()
 }
 
-// follow records driver as the tenant's driver and announces this
-// instance's sockets to it. A new driver gets new links: it knows none of
-// the old ones.
+// follow records driver as the tenant's driver and sends it this
+// instance's roster: one message for all its sockets, which the driver
+// answers with msgAskServes when it does not match what it knows. A new
+// driver gets new links, each announced: it knows none of the old ones.
 func (f *tenantFleet) follow(driver string) {
 	h := f.h
 	h.mu.Lock()
@@ -531,8 +580,51 @@ func (f *tenantFleet) follow(driver string) {
 			s.link = nil
 		}
 	}
+	var t tally
+	for c, s := range h.seats {
+		if s.link == nil {
+			f.announceLocked(c, s)
+		}
+		t.add(s.link.hash, s.link.acks.Sent())
+	}
+	if t.links > 0 {
+		f.send(driver, msgRoster, t.fields()...)
+	}
+}
+
+// announceAll announces every socket of the tenant here again, as driver
+// asked after a roster that did not match.
+func (f *tenantFleet) announceAll(driver string) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f.driving.Load() || driver != f.driver {
+		return
+	}
 	for c, s := range h.seats {
 		f.announceLocked(c, s)
+	}
+}
+
+// tallyIn checks the driver's tally of the links to this instance against
+// the frames received on each: a link, a generation or a frame it does not
+// know has it asked for a hold of each link (msgAskHolds), which shows the
+// link whose frames were lost.
+func (f *tenantFleet) tallyIn(driver string, theirs tally) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f.driving.Load() || driver != f.driver {
+		return
+	}
+	var mine tally
+	for _, s := range h.seats {
+		if s.link != nil {
+			mine.add(s.link.hash, s.link.frames.Received())
+		}
+	}
+	if mine != theirs {
+		f.send(driver, msgAskHolds)
 	}
 }
 
@@ -546,11 +638,13 @@ func (f *tenantFleet) announceLocked(c *conn, s *seat) {
 	if s.link == nil {
 		s.link = &edgeLink{gen: 1}
 	}
+	key, platforms := f.fl.srv.connKey(c), strings.Join(s.platforms, ",")
+	s.link.hash = seatHash(key, s.link.gen, platforms, s.idle)
 	idle := "0"
 	if s.idle {
 		idle = "1"
 	}
-	f.send(f.driver, msgServe, []byte(f.fl.srv.connKey(c)), []byte(strings.Join(s.platforms, ",")), []byte(idle),
+	f.send(f.driver, msgServe, []byte(key), []byte(platforms), []byte(idle),
 		cluster.AppendUint(nil, s.link.gen), cluster.AppendUint(nil, s.link.acks.Sent()))
 }
 
@@ -589,13 +683,15 @@ func (f *tenantFleet) frameIn(c *conn, gen, seq uint64, frame []byte) {
 	}
 }
 
-// holdIn takes the driver's beat for c: a frame sent and not received was
-// lost.
+// holdIn takes the driver's hold for c: a frame sent and not received was
+// lost; more received than sent is a link the driver no longer knows (it
+// started driving again since), broken too. (The driver reads what it sent
+// with no frame between queued and counted, remoteSeat.framesSent.)
 func (f *tenantFleet) holdIn(c *conn, gen, sent uint64) {
 	h := f.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s, ok := f.edgeSeat(c, gen); ok && s.link.frames.Missing(sent) {
+	if s, ok := f.edgeSeat(c, gen); ok && sent != s.link.frames.Received() {
 		f.breakLinkLocked(c, s, "last frames lost")
 	}
 }
@@ -637,18 +733,26 @@ func (f *tenantFleet) serveRemote(inst, conn, platforms string, idle bool, gen, 
 	if !f.driving.Load() {
 		return
 	}
-	key := inst + "/" + conn
-	rs := f.remotes[key]
+	p := f.peers[inst]
+	if p == nil {
+		p = &peer{seats: make(map[string]*remoteSeat)}
+		f.peers[inst] = p
+	}
+	rs := p.seats[conn]
 	if rs != nil && rs.gen != gen {
-		f.dropRemoteLocked(key, rs)
+		f.dropRemoteLocked(p, rs)
 		rs = nil
 	}
 	if rs == nil {
 		rs = &remoteSeat{f: f, inst: inst, conn: conn, gen: gen}
-		f.remotes[key] = rs
+		p.seats[conn] = rs
 	}
 	rs.seen = f.fl.node.Clock().Now()
-	if !rs.broken && rs.acks.Missing(acksSent) {
+	rs.hash = seatHash(conn, gen, platforms, idle)
+	// Acks sent and not taken were lost; more taken than sent is a link the
+	// socket's instance no longer knows (it followed another driver since).
+	// Either way the link gets a new generation.
+	if !rs.broken && acksSent != rs.acks.Received() {
 		f.breakRemoteLocked(rs)
 	}
 	if rs.broken {
@@ -671,7 +775,7 @@ func (f *tenantFleet) ackRemote(inst, conn string, gen, seq uint64, id string) {
 	h.ledger.Ack(id)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if rs := f.remotes[inst+"/"+conn]; rs != nil && rs.gen == gen && !rs.broken && !rs.acks.Take(seq) {
+	if rs := f.remoteLocked(inst, conn); rs != nil && rs.gen == gen && !rs.broken && !rs.acks.Take(seq) {
 		f.breakRemoteLocked(rs)
 		f.send(inst, msgBroken, []byte(conn), cluster.AppendUint(nil, gen))
 	}
@@ -684,38 +788,102 @@ func (f *tenantFleet) breakRemoteLocked(rs *remoteSeat) {
 	f.h.ledger.Detach(rs)
 }
 
+// remoteLocked returns the seat of inst's connection conn, under hub.mu.
+func (f *tenantFleet) remoteLocked(inst, conn string) *remoteSeat {
+	if p := f.peers[inst]; p != nil {
+		return p.seats[conn]
+	}
+	return nil
+}
+
 func (f *tenantFleet) detachRemote(inst, conn string) {
 	h := f.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	key := inst + "/" + conn
-	if rs := f.remotes[key]; rs != nil {
-		f.dropRemoteLocked(key, rs)
+	if p := f.peers[inst]; p != nil {
+		if rs := p.seats[conn]; rs != nil {
+			f.dropRemoteLocked(p, rs)
+		}
 	}
 }
 
 // dropRemoteLocked forgets a remote socket; what it held goes back in line.
-func (f *tenantFleet) dropRemoteLocked(key string, rs *remoteSeat) {
-	delete(f.remotes, key)
+func (f *tenantFleet) dropRemoteLocked(p *peer, rs *remoteSeat) {
+	delete(p.seats, rs.conn)
 	if !rs.broken {
 		f.h.ledger.Detach(rs)
 	}
 }
 
-// holdRemotes forgets the remote sockets not announced for
-// cluster.LostBeats beats and tells the others' instances the last frame
-// sent to each.
+// rosterIn checks the roster inst sent every beat against the links the
+// driver keeps for it: matching, it keeps them all (the only message an
+// idle socket costs); otherwise inst is asked to announce each again,
+// which attaches a socket whose serve was lost, breaks a link whose acks
+// were lost, and refreshes each seat it still has (one whose detach was
+// lost is forgotten LostBeats beats later).
+func (f *tenantFleet) rosterIn(inst string, theirs tally) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var mine tally
+	p := f.peers[inst]
+	if p != nil {
+		for _, rs := range p.seats {
+			if !rs.broken {
+				mine.add(rs.hash, rs.acks.Received())
+			}
+		}
+	}
+	if p != nil && mine == theirs {
+		p.seen = f.fl.node.Clock().Now()
+		return
+	}
+	f.send(inst, msgAskServes)
+}
+
+// holdsFor sends inst a hold of each of its links, as it asked after a
+// tally that did not match: the link whose frames were lost breaks.
+func (f *tenantFleet) holdsFor(inst string) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := f.peers[inst]
+	if p == nil {
+		return
+	}
+	for _, rs := range p.seats {
+		if !rs.broken {
+			f.send(inst, msgHold, []byte(rs.conn), cluster.AppendUint(nil, rs.gen), cluster.AppendUint(nil, rs.framesSent()))
+		}
+	}
+}
+
+// holdRemotes forgets the remote sockets neither announced nor kept by a
+// matching roster for cluster.LostBeats beats (their instance died, or
+// left the tenant), and sends each other instance its tally: one message
+// for all its links, which it answers with msgAskHolds when a frame is
+// missing.
 func (f *tenantFleet) holdRemotes() {
 	h := f.h
 	cutoff := f.fl.node.Clock().Now().Add(-cluster.LostBeats * f.fl.node.Beat())
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for key, rs := range f.remotes {
-		switch {
-		case rs.seen.Before(cutoff):
-			f.dropRemoteLocked(key, rs)
-		case !rs.broken:
-			f.send(rs.inst, msgHold, []byte(rs.conn), cluster.AppendUint(nil, rs.gen), cluster.AppendUint(nil, rs.frames.Sent()))
+	for inst, p := range f.peers {
+		var t tally
+		for _, rs := range p.seats {
+			switch {
+			case rs.seen.Before(cutoff) && p.seen.Before(cutoff):
+				f.dropRemoteLocked(p, rs)
+			case !rs.broken:
+				t.add(rs.hash, rs.framesSent())
+			}
+		}
+		if len(p.seats) == 0 {
+			delete(f.peers, inst)
+			continue
+		}
+		if t.links > 0 {
+			f.send(inst, msgTally, t.fields()...)
 		}
 	}
 }

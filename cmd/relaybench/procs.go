@@ -87,7 +87,7 @@ type redisResult struct {
 	// IdleCommands and IdlePublish are the commands, and the PUBLISH
 	// commands among them, the server ran per second while the gateways
 	// were idle (the instances' beats: leases, stored-ledger reads,
-	// announcements of sockets to the instance driving their tenant).
+	// rosters and tallies between each instance and their tenant's driver).
 	IdleCommands, IdlePublish float64
 }
 

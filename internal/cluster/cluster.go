@@ -10,8 +10,10 @@
 //
 // The one rule for lost messages, which every user keeps: pub/sub may lose
 // any message, and a full outbox loses one the same way. State is announced
-// again every beat. A stream that must arrive in order is a Link: each
-// message carries its sequence number and each beat the last one sent, so
+// again every beat (or a digest of it, as the relay's rosters, with the
+// state itself sent again when the digest does not match). A stream that
+// must arrive in order is a Link: each message carries its sequence number
+// and each beat the last one sent (or a digest of many links' counts), so
 // the receiver sees a gap at the next message or beat, the link is broken,
 // and its owner restarts it from what it keeps (the relay sends the
 // unacknowledged inbound again, in order; nexscope, whose room state is

@@ -182,7 +182,8 @@ func (n *Node) answered(m Msg) {
 
 // Link counts the messages of one ordered stream from one instance to
 // another (the frames of one socket, say), at both ends: the sender sends
-// each with Send and tells the receiver Sent every beat; the receiver takes
+// each with Send and tells the receiver Sent every beat (itself, or summed
+// over many links in a digest, as the relay does); the receiver takes
 // each with Take, and a false Take or a true Missing is a lost message.
 // Send and Sent are the sender's, Take, Received and Missing the
 // receiver's; each side's own calls (Sent aside) come from one goroutine
