@@ -227,10 +227,7 @@ func (h *Handler) link(ctx context.Context, c caller, req *Request) ([]any, map[
 	if err := h.platformOf(req.Platform, false); err != nil {
 		return nil, nil, err
 	}
-	ttl := time.Duration(req.TTLSeconds) * time.Second
-	if ttl == 0 {
-		ttl = registry.DefaultLinkTTL
-	}
+	ttl := cmp.Or(time.Duration(req.TTLSeconds)*time.Second, registry.DefaultLinkTTL)
 	code, expires, err := h.cfg.Registry.IssueLinkCode(ctx, c.tenant, c.gateway, req.Platform, ttl)
 	what := []any{"platform", req.Platform}
 	if err != nil {

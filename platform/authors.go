@@ -1,6 +1,7 @@
 package platform
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -38,16 +39,11 @@ type Grants struct {
 // judged by the clock c (nil: clock.System). Failures to store a grant are
 // logged on log (nil: discarded).
 func NewGrants(v vault.Store, c clock.Clock, log *slog.Logger) *Grants {
-	if c == nil {
-		c = clock.System
-	}
+	c = cmp.Or(c, clock.System)
 	if v == nil {
 		v = vault.NewMemory(vault.Config{Clock: c})
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Grants{vault: v, clock: c, log: log}
+	return &Grants{vault: v, clock: c, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
 }
 
 // grantKey is the vault key of tenant's grant of chat.

@@ -9,6 +9,7 @@
 package platform
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -227,18 +228,12 @@ func (d *Deps) RunExclusive(ctx context.Context, name string, run func(context.C
 // clock.System. Every platform's New starts from it, so each default is
 // stated here alone.
 func (d Deps) WithDefaults() Deps {
-	if d.Log == nil {
-		d.Log = slog.New(slog.DiscardHandler)
-	}
+	d.Log = cmp.Or(d.Log, slog.New(slog.DiscardHandler))
 	if d.Key == nil {
 		d.Key = func(_ string, src *session.Source) string { return session.Key(src, session.DefaultOptions) }
 	}
-	if d.Metrics == nil {
-		d.Metrics = NopMetrics{}
-	}
-	if d.Clock == nil {
-		d.Clock = clock.System
-	}
+	d.Metrics = cmp.Or[Metrics](d.Metrics, NopMetrics{})
+	d.Clock = cmp.Or(d.Clock, clock.System)
 	return d
 }
 

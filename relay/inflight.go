@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -65,10 +67,7 @@ var shutdownResult = contract.Result{
 // deadline; whatever they return is dropped.
 func (s *Server) abandonOps() int {
 	s.mu.Lock()
-	ops := make([]*outboundOp, 0, len(s.ops))
-	for o := range s.ops {
-		ops = append(ops, o)
-	}
+	ops := slices.Collect(maps.Keys(s.ops))
 	s.mu.Unlock()
 	n := 0
 	for _, o := range ops {

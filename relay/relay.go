@@ -68,14 +68,17 @@ package relay
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -218,15 +221,9 @@ type Config struct {
 // WithDefaults returns c with every unset field at its default: the
 // configuration New runs with.
 func (c Config) WithDefaults() Config {
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
-	}
-	if c.Metrics == nil {
-		c.Metrics = nopMetrics{}
-	}
-	if c.Clock == nil {
-		c.Clock = clock.System
-	}
+	c.Log = cmp.Or(c.Log, slog.New(slog.DiscardHandler))
+	c.Metrics = cmp.Or[Metrics](c.Metrics, nopMetrics{})
+	c.Clock = cmp.Or(c.Clock, clock.System)
 	orDefault(&c.ClockSkew, 30*time.Second)
 	orDefault(&c.MaxTokenLifetime, contract.DefaultMaxTokenLifetime)
 	orDefault(&c.PingInterval, 30*time.Second)
@@ -744,10 +741,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = fmt.Errorf("relay: %d outbound ops were still running at the shutdown deadline", n)
 	}
 	s.mu.Lock()
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(s.conns))
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.closeWith(contract.EndShutdown)

@@ -26,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -131,15 +132,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Instance == "" || cfg.PubSub == nil {
 		return nil, errors.New("cluster: an instance name and a pub/sub are required")
 	}
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
+	cfg.LeaseTTL = cmp.Or(max(cfg.LeaseTTL, 0), DefaultLeaseTTL)
+	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
+	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
 		cfg: cfg, beat: cfg.LeaseTTL / 3, ctx: ctx, cancel: cancel,
@@ -443,12 +438,7 @@ func (n *Node) tick() {
 	if n.closed {
 		return
 	}
-	ids := make([]int, 0, len(n.beats))
-	for id := range n.beats {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(n.beats)) {
 		n.beats[id]()
 	}
 	n.forget()

@@ -43,12 +43,7 @@ func (g *Gather) Encode(typ byte, from string, fields ...[]byte) {
 	g.small = append(g.small, from...)
 	for _, f := range fields {
 		g.Uvarint(uint64(len(f)))
-		if len(f) < RefBytes {
-			g.small = append(g.small, f...)
-			continue
-		}
-		g.cut()
-		g.Bufs = append(g.Bufs, f)
+		g.Bytes(f)
 	}
 }
 

@@ -1152,9 +1152,7 @@ type Stats struct {
 
 // TenantBytes returns the payload bytes each tenant's ledger holds.
 func (p *Pool) TenantBytes() map[string]int64 {
-	p.mu.Lock()
-	ledgers := slices.Collect(maps.Values(p.ledgers))
-	p.mu.Unlock()
+	ledgers := p.all()
 	out := make(map[string]int64, len(ledgers))
 	for _, l := range ledgers {
 		l.mu.Lock()
