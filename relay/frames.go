@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -261,10 +262,7 @@ func (c *conn) resolvePlatform(ctx context.Context, a *contract.Action, among []
 func (c *conn) answer(reqID, platformName, op string, r contract.Result, start time.Time) {
 	code := "ok"
 	if !r.Success {
-		code = r.Code
-		if code == "" {
-			code = contract.CodePlatformError
-		}
+		code = cmp.Or(r.Code, contract.CodePlatformError)
 	}
 	var took time.Duration
 	if !start.IsZero() {

@@ -5,7 +5,6 @@ import (
 	"net"
 	"time"
 
-	"connector/internal/clock"
 	"connector/internal/loglimit"
 )
 
@@ -36,13 +35,6 @@ const sourceLogKeys = 4096
 type serverLogs struct {
 	sources *loglimit.Limiter // refused upgrades, by remote host
 	tenants *loglimit.Limiter // dropped interrupts, by tenant
-}
-
-func newServerLogs(c clock.Clock, tenants int) serverLogs {
-	return serverLogs{
-		sources: loglimit.NewLimiter(sourceLogRate, allSourcesLogRate, sourceLogKeys, c),
-		tenants: loglimit.NewLimiter(tenantLogRate, allTenantsLogRate, tenants, c),
-	}
 }
 
 // logSource logs a line about an upgrade from remote (host:port) within

@@ -91,6 +91,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/internal/connlimit"
+	"connector/internal/loglimit"
 	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/relay/ledger"
@@ -331,7 +332,10 @@ func newServer(cfg Config) (*Server, error) {
 		platforms:    make(map[string]platform.Platform),
 		conns:        make(map[*conn]struct{}),
 		ops:          make(map[*outboundOp]struct{}),
-		logs:         newServerLogs(cfg.Clock, len(cfg.Tenants)),
+		logs: serverLogs{
+			sources: loglimit.NewLimiter(sourceLogRate, allSourcesLogRate, sourceLogKeys, cfg.Clock),
+			tenants: loglimit.NewLimiter(tenantLogRate, allTenantsLogRate, len(cfg.Tenants), cfg.Clock),
+		},
 
 		descriptorFrames: make(map[string][]byte),
 	}

@@ -3,6 +3,8 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"connector/contract"
 )
@@ -27,11 +29,7 @@ func (s *Server) hub(id string) *hub {
 func (s *Server) hubs() []*hub {
 	s.regMu.RLock()
 	defer s.regMu.RUnlock()
-	out := make([]*hub, 0, len(s.tenants))
-	for _, h := range s.tenants {
-		out = append(out, h)
-	}
-	return out
+	return slices.Collect(maps.Values(s.tenants))
 }
 
 // gateway returns gateway id's record, nil when no tenant has it.
