@@ -1,6 +1,9 @@
 package platform
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 // Binding gives one chat scope of a platform to a tenant: a Discord guild,
 // a Telegram chat, a Slack workspace or channel, a nexscope room. The
@@ -121,13 +124,5 @@ type ScopeLocator interface {
 // ValidWhatsAppID reports whether s is a WhatsApp Cloud id as Meta spells
 // phone number ids and wa_ids: 1 to 32 decimal digits.
 func ValidWhatsAppID(s string) bool {
-	if s == "" || len(s) > 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
+	return s != "" && len(s) <= 32 && strings.Trim(s, "0123456789") == ""
 }

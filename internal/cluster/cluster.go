@@ -464,9 +464,5 @@ func (n *Node) forget() {
 	now := n.cfg.Clock.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	for inst, last := range n.heard {
-		if now.Sub(last) > forgetBeats*n.beat {
-			delete(n.heard, inst)
-		}
-	}
+	maps.DeleteFunc(n.heard, func(_ string, last time.Time) bool { return now.Sub(last) > forgetBeats*n.beat })
 }
