@@ -9,6 +9,7 @@
 package vault
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -205,13 +206,8 @@ var _ Store = (*Memory)(nil)
 // NewMemory creates the vault. Create it once per process: each kind's LRU
 // owns a sweeper goroutine that never stops.
 func NewMemory(cfg Config) *Memory {
-	if cfg.MaxEntries <= 0 {
-		cfg.MaxEntries = 100_000
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.System
-	}
-	m := &Memory{caches: make(map[Kind]*expirable.LRU[Key, Entry]), clock: cfg.Clock}
+	cfg.MaxEntries = cmp.Or(max(cfg.MaxEntries, 0), 100_000)
+	m := &Memory{caches: make(map[Kind]*expirable.LRU[Key, Entry]), clock: cmp.Or(cfg.Clock, clock.System)}
 	for _, k := range Kinds() {
 		ttl, _ := k.TTL()
 		// The eviction callback runs under the cache lock, so it only counts.
