@@ -381,22 +381,12 @@ func (n *Node) publishLoop() {
 		}
 	}
 	for {
+		closing := false
 		select {
 		case m := <-n.out:
 			batch = append(batch, m)
 		case <-n.ctx.Done():
-			for {
-				select {
-				case m := <-n.out:
-					batch = append(batch, m)
-					if len(batch) == publishBatch {
-						publish()
-					}
-				default:
-					publish()
-					return
-				}
-			}
+			closing = true
 		}
 	gather:
 		for len(batch) < publishBatch {
@@ -408,6 +398,9 @@ func (n *Node) publishLoop() {
 			}
 		}
 		publish()
+		if closing && len(n.out) == 0 {
+			return
+		}
 	}
 }
 
