@@ -584,16 +584,8 @@ func (s *Server) deliverTenant(ctx context.Context, tenant string, ds []platform
 }
 
 // ServeHTTP upgrades a gateway's request and returns, serving the
-// connection on a goroutine of its own until it closes. A request without
-// an Authorization header is answered 401 over plain HTTP (the stock
-// gateway sends one whenever it has an id and a secret, and cannot have
-// had a descriptor without them). Any other authentication failure is
-// reported with close 4401 after the upgrade, as the gateway expects
-// (refuse). A
-// connection beyond its gateway id's MaxConnsPerGateway waits, before its
-// upgrade, for the oldest one to be fully closed (see admission). Until
-// its token checks out, the connection counts against its source's share
-// of the public listener (connlimit), upgraded or not.
+// connection on a goroutine of its own until it closes; the package doc
+// (step 1) says how it authenticates, refuses and admits.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	closing := s.closing
