@@ -118,13 +118,16 @@ func (in interrupt) frame(chatID string) []byte {
 	return contract.AppendInterruptInbound(nil, in.sessionKey, chatID)
 }
 
-// init gives h its ledger and its role.
-func (h *hub) init(l *ledger.Ledger) {
-	h.ledger = l
-	h.seats = make(map[*conn]*seat)
-	h.chats, _ = simplelru.NewLRU[string, string](h.srv.cfg.SessionOwners, nil)
-	h.profiles, _ = simplelru.NewLRU[string, string](h.srv.cfg.SessionOwners, nil)
+// newHub makes tenant id's hub, with its ledger and its role, under regMu.
+func (s *Server) newHub(id string) *hub {
+	h := &hub{srv: s, id: id, ledger: s.ledgers.Ledger(id), seats: make(map[*conn]*seat)}
+	h.chats, _ = simplelru.NewLRU[string, string](s.cfg.SessionOwners, nil)
+	h.profiles, _ = simplelru.NewLRU[string, string](s.cfg.SessionOwners, nil)
 	h.role.Store(&roleRef{local{h}})
+	if s.fleet != nil {
+		s.fleet.join(h)
+	}
+	return h
 }
 
 // serve attaches c for platform.

@@ -142,13 +142,3 @@ func (s *Server) closeGateway(gw *gatewayRecord) {
 		s.log.Info("gateway revoked: its connections closed", "tenant", gw.tenant.id, "gateway_id", gw.id, "conns", len(conns))
 	}
 }
-
-// newHub makes tenant id's hub, with its ledger, under regMu.
-func (s *Server) newHub(id string) *hub {
-	h := &hub{srv: s, id: id}
-	h.init(s.ledgers.Ledger(id))
-	if s.fleet != nil {
-		s.fleet.join(h)
-	}
-	return h
-}
