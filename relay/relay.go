@@ -225,31 +225,24 @@ func (c Config) WithDefaults() Config {
 	c.Log = cmp.Or(c.Log, slog.New(slog.DiscardHandler))
 	c.Metrics = cmp.Or[Metrics](c.Metrics, nopMetrics{})
 	c.Clock = cmp.Or(c.Clock, clock.System)
-	orDefault(&c.ClockSkew, 30*time.Second)
-	orDefault(&c.MaxTokenLifetime, contract.DefaultMaxTokenLifetime)
-	orDefault(&c.PingInterval, 30*time.Second)
-	orDefault(&c.WriteTimeout, 10*time.Second)
-	orDefault(&c.OutboundTimeout, 30*time.Second)
-	orDefault(&c.SendQueueBytes, 8<<20)
-	orDefault(&c.MaxOutboundInFlight, 1024)
-	orDefault(&c.AckWindow, 256)
-	orDefault(&c.BufferEntries, 10_000)
-	orDefault(&c.BufferBytes, 64<<20)
-	orDefault(&c.BufferBytesTotal, 256<<20)
-	orDefault(&c.BufferMaxAge, 7*24*time.Hour)
-	orDefault(&c.MaxConnsPerGateway, 16)
-	orDefault(&c.CloseTimeout, 2*time.Second)
-	orDefault(&c.SessionOwners, 100_000)
-	orDefault(&c.WakeCooldown, wake.DefaultCooldown)
-	orDefault(&c.WakePerHost, wake.DefaultPerHost)
+	c.ClockSkew = cmp.Or(max(c.ClockSkew, 0), 30*time.Second)
+	c.MaxTokenLifetime = cmp.Or(max(c.MaxTokenLifetime, 0), contract.DefaultMaxTokenLifetime)
+	c.PingInterval = cmp.Or(max(c.PingInterval, 0), 30*time.Second)
+	c.WriteTimeout = cmp.Or(max(c.WriteTimeout, 0), 10*time.Second)
+	c.OutboundTimeout = cmp.Or(max(c.OutboundTimeout, 0), 30*time.Second)
+	c.SendQueueBytes = cmp.Or(max(c.SendQueueBytes, 0), 8<<20)
+	c.MaxOutboundInFlight = cmp.Or(max(c.MaxOutboundInFlight, 0), 1024)
+	c.AckWindow = cmp.Or(max(c.AckWindow, 0), 256)
+	c.BufferEntries = cmp.Or(max(c.BufferEntries, 0), 10_000)
+	c.BufferBytes = cmp.Or(max(c.BufferBytes, 0), 64<<20)
+	c.BufferBytesTotal = cmp.Or(max(c.BufferBytesTotal, 0), 256<<20)
+	c.BufferMaxAge = cmp.Or(max(c.BufferMaxAge, 0), 7*24*time.Hour)
+	c.MaxConnsPerGateway = cmp.Or(max(c.MaxConnsPerGateway, 0), 16)
+	c.CloseTimeout = cmp.Or(max(c.CloseTimeout, 0), 2*time.Second)
+	c.SessionOwners = cmp.Or(max(c.SessionOwners, 0), 100_000)
+	c.WakeCooldown = cmp.Or(max(c.WakeCooldown, 0), wake.DefaultCooldown)
+	c.WakePerHost = cmp.Or(max(c.WakePerHost, 0), wake.DefaultPerHost)
 	return c
-}
-
-// orDefault sets *v to def when it is zero or negative.
-func orDefault[T int | int64 | time.Duration](v *T, def T) {
-	if *v <= 0 {
-		*v = def
-	}
 }
 
 // Server is the /relay WebSocket endpoint. Create it with New and mount it
