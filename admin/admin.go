@@ -170,15 +170,12 @@ func (h *Handler) change(pattern, op string, do changeFunc) {
 // actor is who the request says is calling, bounded and printable.
 func actor(r *http.Request) string {
 	a := r.Header.Get(ActorHeader)
-	if len(a) > 64 {
-		a = a[:64]
-	}
 	return strings.Map(func(c rune) rune {
 		if c < 0x20 || c == 0x7f {
 			return -1
 		}
 		return c
-	}, a)
+	}, a[:min(len(a), 64)])
 }
 
 // decode reads the JSON body strictly into v.

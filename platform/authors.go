@@ -145,11 +145,7 @@ func ParseLinkCommand(text string) (code string, ok bool) {
 	}
 	rest := text[5:]
 	if rest != "" && rest[0] == '@' {
-		end := strings.IndexFunc(rest, unicode.IsSpace)
-		if end < 0 {
-			end = len(rest)
-		}
-		rest = rest[end:]
+		rest = strings.TrimLeftFunc(rest, func(r rune) bool { return !unicode.IsSpace(r) }) // up to the space after "@botname"
 	}
 	if r, _ := utf8.DecodeRuneInString(rest); rest != "" && !unicode.IsSpace(r) {
 		return "", false // "/linked", "/links", …

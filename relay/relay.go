@@ -435,8 +435,6 @@ func KeyFunc(tenants []Tenant) platform.KeyFunc {
 	for _, t := range tenants {
 		if t.Session != nil {
 			opts[t.ID] = *t.Session
-		} else {
-			opts[t.ID] = session.DefaultOptions
 		}
 	}
 	return func(tenant string, src *session.Source) string {
