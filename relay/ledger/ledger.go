@@ -590,9 +590,7 @@ func (l *Ledger) removeLocked(e *entry) {
 		l.pending[0] = nil
 		l.pending = l.pending[1:]
 	default:
-		if i := slices.Index(l.pending, e); i >= 0 {
-			l.pending = slices.Delete(l.pending, i, i+1)
-		}
+		l.pending = slices.DeleteFunc(l.pending, func(x *entry) bool { return x == e })
 	}
 }
 
@@ -792,17 +790,13 @@ func (l *Ledger) Detach(c Consumer) {
 	delete(l.seats, c)
 	s.detached = true
 	l.unattachLocked(s)
-	requeued := false
 	for e := l.oldest; e != nil; e = e.next {
 		if e.seat == s {
 			e.seat = nil
 			l.pending = append(l.pending, e)
-			requeued = true
 		}
 	}
-	if requeued {
-		slices.SortFunc(l.pending, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
-	}
+	slices.SortFunc(l.pending, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
 	s.inflight = 0
 	l.dispatchLocked()
 }
@@ -812,9 +806,7 @@ func (l *Ledger) unattachLocked(s *seat) {
 		return
 	}
 	s.attached = false
-	if i := slices.Index(l.attached, s); i >= 0 {
-		l.attached = slices.Delete(l.attached, i, i+1)
-	}
+	l.attached = slices.DeleteFunc(l.attached, func(x *seat) bool { return x == s })
 }
 
 // Ack removes an acknowledged entry and reports whether it was in the
