@@ -214,7 +214,7 @@ func (c *conn) end(err error) {
 	c.hub.detach(c)
 	c.srv.cfg.Metrics.ConnClosed(c.hub.id)
 	c.logClosed(err)
-	c.srv.untrack(c)
+	untrack(c.srv, c.srv.conns, &c.srv.connsWG, c)
 	c.gw.admission.release(c.place)
 }
 

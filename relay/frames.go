@@ -126,13 +126,13 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 	}
 	s := c.srv
 	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Clock.Now(), platform: noPlatform}
-	if !s.beginOp(op) {
+	if !track(s, s.ops, &s.outbound, op) {
 		<-c.outSlots
 		c.answer(reqID, noPlatform, a.Op, contract.Failed(contract.CodeUnavailable, "connector is shutting down"), time.Time{})
 		return
 	}
 	go func() {
-		defer s.endOp(op)
+		defer untrack(s, s.ops, &s.outbound, op)
 		defer func() { <-c.outSlots }()
 		// Not c.ctx: an op the platform already started is answered even if
 		// the gateway reconnects meanwhile, and shutdown waits for it.

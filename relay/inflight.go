@@ -25,27 +25,6 @@ type outboundOp struct {
 	answered atomic.Bool
 }
 
-// beginOp registers o as in flight; false when the server is shutting
-// down and takes no new ops.
-func (s *Server) beginOp(o *outboundOp) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.ops[o] = struct{}{}
-	s.outbound.Add(1)
-	return true
-}
-
-// endOp removes o once its platform call returned.
-func (s *Server) endOp(o *outboundOp) {
-	s.mu.Lock()
-	delete(s.ops, o)
-	s.mu.Unlock()
-	s.outbound.Done()
-}
-
 // finish answers o with r unless Shutdown answered it already.
 func (o *outboundOp) finish(r contract.Result) {
 	if o.answered.CompareAndSwap(false, true) {

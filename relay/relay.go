@@ -632,7 +632,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		gw.admission.release(place)
 		return
 	}
-	if !s.track(c) {
+	if !track(s, s.conns, &s.connsWG, c) {
 		s.closeSocket(ws, hr.conn, contract.EndShutdown)
 		gw.admission.release(place)
 		return
@@ -643,23 +643,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go c.serve()
 }
 
-// track registers c; false when the server is shutting down.
-func (s *Server) track(c *conn) bool {
+// track adds v, a connection (to conns, connsWG) or an outbound op (to ops,
+// outbound), to what Shutdown closes and waits for; false when the server is
+// shutting down and takes no more.
+func track[T comparable](s *Server, set map[T]struct{}, wg *sync.WaitGroup, v T) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return false
 	}
-	s.conns[c] = struct{}{}
-	s.connsWG.Add(1)
+	set[v] = struct{}{}
+	wg.Add(1)
 	return true
 }
 
-func (s *Server) untrack(c *conn) {
+// untrack removes v, which track added, once it is done.
+func untrack[T comparable](s *Server, set map[T]struct{}, wg *sync.WaitGroup, v T) {
 	s.mu.Lock()
-	delete(s.conns, c)
+	delete(set, v)
 	s.mu.Unlock()
-	s.connsWG.Done()
+	wg.Done()
 }
 
 // closeSocket closes ws with e. Writing the close frame is
