@@ -136,8 +136,7 @@ type Info struct {
 
 // Store is the media store. Its methods are safe for concurrent use.
 type Store struct {
-	cfg   Config
-	clock clock.Clock
+	cfg Config
 
 	mu       sync.Mutex
 	objects  map[string]*object
@@ -176,9 +175,7 @@ func New(cfg Config) (*Store, error) {
 			_ = os.Remove(filepath.Join(cfg.Dir, e.Name()))
 		}
 	}
-	s := &Store{cfg: cfg, clock: cfg.Clock, objects: make(map[string]*object), byTenant: make(map[string]int64)}
-	s.fetcher = newFetcher(cfg.AllowPrivateURLs)
-	return s, nil
+	return &Store{cfg: cfg, objects: make(map[string]*object), byTenant: make(map[string]int64), fetcher: newFetcher(cfg.AllowPrivateURLs)}, nil
 }
 
 // fileSuffix marks the store's files, so New removes only those.
@@ -280,7 +277,7 @@ func (u *Upload) Commit() (Info, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u.obj.committed = true
-	u.obj.Expires = s.clock.Now().Add(s.cfg.TTL)
+	u.obj.Expires = s.cfg.Clock.Now().Add(s.cfg.TTL)
 	return u.obj.Info, nil
 }
 
@@ -349,7 +346,7 @@ func (s *Store) fits(tenant string, n int64) bool {
 
 // sweepLocked removes every expired object. Called with mu held.
 func (s *Store) sweepLocked() {
-	now := s.clock.Now()
+	now := s.cfg.Clock.Now()
 	for id, obj := range s.objects {
 		if obj.committed && !now.Before(obj.Expires) {
 			s.removeLocked(id)
@@ -422,7 +419,7 @@ func (s *Store) Open(tenant, id string) (*Object, error) {
 	}
 	s.mu.Lock()
 	obj, ok := s.objects[id]
-	if ok && obj.committed && !s.clock.Now().Before(obj.Expires) {
+	if ok && obj.committed && !s.cfg.Clock.Now().Before(obj.Expires) {
 		s.removeLocked(id)
 		ok = false
 	}

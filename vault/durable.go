@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"connector/internal/clock"
 	"connector/store"
 )
 
@@ -21,9 +20,8 @@ import (
 // embedded data directory, the Redis server) must be protected like the
 // bot's own credentials (docs/durability.md).
 type Durable struct {
-	mem   *Memory
-	caps  store.Capabilities
-	clock clock.Clock
+	mem  *Memory // its clock is the store's
+	caps store.Capabilities
 
 	hits, misses, expiries, storeErrors atomic.Uint64
 }
@@ -37,8 +35,7 @@ const storeTimeout = 5 * time.Second
 // NewDurable returns a vault on caps, with a Memory configured by cfg in
 // front. cfg.Clock must be the store's clock: expiry is judged by both.
 func NewDurable(caps store.Capabilities, cfg Config) *Durable {
-	m := NewMemory(cfg)
-	return &Durable{mem: m, caps: caps, clock: m.clock}
+	return &Durable{mem: NewMemory(cfg), caps: caps}
 }
 
 // storedEntry is an Entry as the store keeps it.
@@ -61,7 +58,7 @@ func (d *Durable) Put(ctx context.Context, k Key, e Entry) error {
 	}
 	ttl, _ := k.Kind.TTL()
 	if e.Stored.IsZero() {
-		e.Stored = d.clock.Now()
+		e.Stored = d.mem.clock.Now()
 	}
 	value, _ := json.Marshal(storedEntry{Value: e.Value.Reveal(), Ref: e.Ref, Stored: e.Stored.UnixMicro()}) // plain fields: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
@@ -100,7 +97,7 @@ func (d *Durable) Get(ctx context.Context, k Key) (Entry, bool) {
 		return Entry{}, false
 	}
 	e := Entry{Value: NewSecret(se.Value), Ref: se.Ref, Stored: time.UnixMicro(se.Stored)}
-	if e.expiredAt(d.clock.Now(), ttl) {
+	if e.expiredAt(d.mem.clock.Now(), ttl) {
 		d.expiries.Add(1)
 		d.misses.Add(1)
 		return Entry{}, false
