@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -201,7 +202,8 @@ type pusher interface {
 // logInterruptDropped logs an interrupt no connection owns.
 func (h *hub) logInterruptDropped(in interrupt) {
 	// A gateway-sent key is bounded, but well above real keys' length.
-	h.srv.logTenant(h.id, "interrupt dropped: no live connection owns the session", "session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID)
+	h.srv.logs.tenants.Log(h.srv.log, slog.LevelInfo, h.id, "interrupt dropped: no live connection owns the session",
+		"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id)
 }
 
 // noteProfile remembers the profile a gateway's outbound action named for

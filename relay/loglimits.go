@@ -46,8 +46,3 @@ func (s *Server) logSource(level slog.Level, remote, msg string, args ...any) {
 	}
 	s.logs.sources.Log(s.log, level, host, msg, append(args, "remote", remote)...)
 }
-
-// logTenant logs an Info line about tenant within its allowance.
-func (s *Server) logTenant(tenant, msg string, args ...any) {
-	s.logs.tenants.Log(s.log, slog.LevelInfo, tenant, msg, append(args, "tenant", tenant)...)
-}
