@@ -1147,9 +1147,7 @@ func (p *Pool) TenantBytes() map[string]int64 {
 	ledgers := p.all()
 	out := make(map[string]int64, len(ledgers))
 	for _, l := range ledgers {
-		l.mu.Lock()
-		out[l.tenant] = l.bytes
-		l.mu.Unlock()
+		out[l.tenant] = l.size.Load()
 	}
 	return out
 }
