@@ -228,17 +228,6 @@ func (e *rateLimited) Error() string {
 		ProvisionBurst, ProvisionEvery, max(time.Second, e.retry.Round(time.Second)))
 }
 
-// admit spends one of tenant's credential changes (registry.Provision's
-// admit).
-func (h *Handler) admit(tenant string) func() error {
-	return func() error {
-		if ok, retry := h.changes.Allow(tenant); !ok {
-			return &rateLimited{retry: retry}
-		}
-		return nil
-	}
-}
-
 // classify is the answer to err where this API's contract differs from
 // change.Outcome's: a bad enrollment token and a tenant not onboarded are
 // forbidden, a conflict of any kind is one outcome, a rate limit is its
@@ -345,7 +334,12 @@ func (h *Handler) provision(req *request) (any, error) {
 		return nil, err
 	}
 	ctx := req.r.Context()
-	secret, outcome, err := h.cfg.Registry.Provision(ctx, tenant, body.GatewayID, req.minter, h.admit(tenant))
+	secret, outcome, err := h.cfg.Registry.Provision(ctx, tenant, body.GatewayID, req.minter, func() error {
+		if ok, retry := h.changes.Allow(tenant); !ok { // spends one of the tenant's credential changes
+			return &rateLimited{retry: retry}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
