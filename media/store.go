@@ -192,13 +192,6 @@ func (s *Store) URL(id string) string {
 	return s.cfg.PublicURL + routePrefix + id
 }
 
-// newID returns a 128-bit random id in lowercase hex.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return hex.EncodeToString(b[:])
-}
-
 // ValidID reports whether id has the form of a media id (32 lowercase hex
 // characters).
 func ValidID(id string) bool {
@@ -221,7 +214,9 @@ type Upload struct {
 // Begin starts an object of tenant. Its size is reserved against the
 // quotas as bytes are written.
 func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
-	id := newID()
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	id := hex.EncodeToString(b[:])
 	path := filepath.Join(s.cfg.Dir, id+fileSuffix)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {

@@ -424,7 +424,8 @@ func (n *Node) OnBeat(f func()) (stop func()) {
 	}
 }
 
-// tick runs one beat and arms the next.
+// tick runs one beat, forgets the instances not heard from for forgetBeats
+// beats, and arms the next.
 func (n *Node) tick() {
 	n.beatMu.Lock()
 	defer n.beatMu.Unlock()
@@ -434,7 +435,10 @@ func (n *Node) tick() {
 	for _, id := range slices.Sorted(maps.Keys(n.beats)) {
 		n.beats[id]()
 	}
-	n.forget()
+	now := n.cfg.Clock.Now()
+	n.mu.Lock()
+	maps.DeleteFunc(n.heard, func(_ string, last time.Time) bool { return now.Sub(last) > forgetBeats*n.beat })
+	n.mu.Unlock()
 	n.timer.Reset(n.beat)
 }
 
@@ -450,12 +454,4 @@ func (n *Node) Gone(instance string, since time.Time) bool {
 		last = since
 	}
 	return now.Sub(last) > LostBeats*n.beat
-}
-
-// forget drops the instances not heard from for forgetBeats beats.
-func (n *Node) forget() {
-	now := n.cfg.Clock.Now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	maps.DeleteFunc(n.heard, func(_ string, last time.Time) bool { return now.Sub(last) > forgetBeats*n.beat })
 }
