@@ -100,14 +100,6 @@ type redisSample struct {
 	Keys                         int64
 }
 
-// idleCPU is the cores used while the gateways were idle, by the connector
-// processes together, the Redis server (-1: not a local process) and the
-// gateway processes together.
-type idleCPU struct {
-	Span                       time.Duration
-	Instances, Redis, Gateways float64
-}
-
 // runProcesses performs the run on connector processes o asks for. Every
 // process it starts is stopped before it returns, also on failure.
 func runProcesses(o *options) (res *procResult, err error) {
