@@ -114,7 +114,7 @@ func testConfig(apiURL string) Config {
 
 // newRig builds a platform; v is the vault (nil: a fresh memory one), so
 // two rigs on one vault are two instances sharing a store.
-func newRig(t *testing.T, v vault.Store, edit func(*Config, *platform.Deps)) *rig {
+func newRig(t testing.TB, v vault.Store, edit func(*Config, *platform.Deps)) *rig {
 	t.Helper()
 	fake := whatsapptest.New(t, testToken)
 	r := &rig{fake: fake, sink: newSink(), stats: &statusCounter{counts: map[string]int{}, dropped: map[string]int{}}}
