@@ -66,7 +66,12 @@ func checkEventRun(t *testing.T, res *result, wantEvents int) {
 	}
 	// Bytes per connection are not checked: with 4 connections a stack the
 	// runtime shrinks meanwhile elsewhere in the process outweighs them
-	// (seen: -16 KiB under load). The goroutine count is exact.
+	// (seen: -16 KiB under load). The goroutine count is exact with one
+	// instance; several instances in the process start and end goroutines
+	// of their own on every beat (seen: 0.5 per echo connection under load).
+	if res.Opts.Instances > 1 {
+		return
+	}
 	if m := res.Memory; m == nil || m.Goroutines < 1 {
 		t.Errorf("connector memory per connection %+v, want its goroutine", m)
 	}
