@@ -134,3 +134,45 @@ func hexKey(pub ed25519.PublicKey) string {
 	}
 	return string(b)
 }
+
+// dispatchTypes are the Gateway dispatches onDispatch acts on.
+var dispatchTypes = []string{
+	"READY", "GUILD_CREATE", "GUILD_UPDATE", "CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE",
+	"THREAD_UPDATE", "CHANNEL_DELETE", "THREAD_DELETE", "THREAD_LIST_SYNC", "THREAD_MEMBER_UPDATE",
+	"THREAD_MEMBERS_UPDATE", "MESSAGE_CREATE", "MESSAGE_UPDATE", "INTERACTION_CREATE",
+}
+
+// FuzzDispatch feeds arbitrary payloads of every Gateway dispatch the
+// platform acts on through onDispatch: the bot's identity, the guild,
+// channel and thread caches, message and interaction ingest (on a running
+// platform whose REST calls go nowhere). It must never panic.
+func FuzzDispatch(f *testing.F) {
+	p, _ := fuzzPlatform(f)
+	index := func(typ string) uint8 {
+		for i, t := range dispatchTypes {
+			if t == typ {
+				return uint8(i)
+			}
+		}
+		return 0
+	}
+	for _, c := range loadFixtures(f) {
+		var d struct {
+			T string          `json:"t"`
+			D json.RawMessage `json:"d"`
+		}
+		if json.Unmarshal(c.Raw, &d) == nil && d.T != "" {
+			f.Add(index(d.T), []byte(d.D))
+		}
+	}
+	f.Add(index("READY"), []byte(`{"user":{"id":"9000"},"guilds":[{"id":"`+guildLab+`","unavailable":true}]}`))
+	f.Add(index("GUILD_CREATE"), []byte(`{"id":"`+guildLab+`","name":"lab","channels":[{"id":"101","type":0}],"threads":[{"id":"102","parent_id":"101","type":11}]}`))
+	f.Add(index("THREAD_LIST_SYNC"), []byte(`{"guild_id":"`+guildLab+`","threads":[{"id":"103","type":11}],"members":[{"id":"103","user_id":"9000"}]}`))
+	f.Add(index("THREAD_MEMBERS_UPDATE"), []byte(`{"id":"102","added_members":[{"user_id":"9000"}],"removed_member_ids":["9000"]}`))
+	f.Add(index("THREAD_DELETE"), []byte(`{"id":"102"}`))
+	f.Add(index("MESSAGE_CREATE"), []byte(`{"id":"1","channel_id":"101","guild_id":"`+guildLab+`","author":{"id":"5"},"content":"<@9000> hi"}`))
+	f.Add(index("INTERACTION_CREATE"), []byte(`{"id":"1","type":2,"guild_id":"`+guildLab+`","channel_id":"101","data":{"name":"x"}}`))
+	f.Fuzz(func(t *testing.T, typ uint8, raw []byte) {
+		p.onDispatch(dispatchTypes[int(typ)%len(dispatchTypes)], raw)
+	})
+}
