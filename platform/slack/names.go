@@ -85,53 +85,58 @@ func (n *names) user(ctx context.Context, team, id string) userInfo {
 	if id == "" {
 		return userInfo{}
 	}
-	key := team + "/" + id
-	if u, ok := n.users.Get(key); ok {
-		return u
-	}
-	if n.failed.Contains("u/" + key) {
-		return userInfo{name: id}
-	}
-	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
-	defer cancel()
-	var u *slack.User
-	err := n.p.call(ctx, team, "users.info", func(ctx context.Context, c *slack.Client) (err error) {
-		u, err = c.GetUserInfoContext(ctx, id)
-		return err
+	info, ok := lookup(ctx, n.p, n.users, team, id, "users.info", lookupDeadline, func(ctx context.Context, c *slack.Client) (userInfo, error) {
+		u, err := c.GetUserInfoContext(ctx, id)
+		if err != nil {
+			return userInfo{}, err
+		}
+		return parseUser(u, id), nil
 	})
-	if err != nil {
-		n.p.log.Debug("slack users.info failed; using the id", "team", team, "user", id, "err", n.p.errorText(err))
-		n.failed.Add("u/"+key, struct{}{})
+	if !ok {
 		return userInfo{name: id}
 	}
-	info := parseUser(u, id)
-	n.users.Add(key, info)
 	return info
 }
 
 func (n *names) channelName(ctx context.Context, team, id string) string {
-	key := team + "/" + id
-	if name, ok := n.chans.Get(key); ok {
-		return name
-	}
-	if n.failed.Contains("c/" + key) {
+	name, ok := lookup(ctx, n.p, n.chans, team, id, "conversations.info", lookupDeadline, func(lctx context.Context, c *slack.Client) (string, error) {
+		ch, err := c.GetConversationInfoContext(lctx, &slack.GetConversationInfoInput{ChannelID: id})
+		if err != nil {
+			return "", err
+		}
+		return channelName(ch, id, func(peer string) string { return n.user(ctx, team, peer).name }), nil
+	})
+	if !ok {
 		return id
 	}
-	lctx, cancel := context.WithTimeout(ctx, lookupDeadline)
+	return name
+}
+
+// lookup returns what method answered about id in workspace team (fetch,
+// within deadline), cached for the cache's TTL. Any failure is logged and
+// answered ok false, and is not asked again for failedTTL.
+func lookup[V any](ctx context.Context, p *Platform, cache *ttlcache.Cache[string, V], team, id, method string, deadline time.Duration, fetch func(context.Context, *slack.Client) (V, error)) (V, bool) {
+	key := team + "/" + id
+	if v, ok := cache.Get(key); ok {
+		return v, true
+	}
+	var v V
+	if p.names.failed.Contains(method + " " + key) {
+		return v, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, deadline)
 	defer cancel()
-	var ch *slack.Channel
-	err := n.p.call(lctx, team, "conversations.info", func(ctx context.Context, c *slack.Client) (err error) {
-		ch, err = c.GetConversationInfoContext(ctx, &slack.GetConversationInfoInput{ChannelID: id})
+	err := p.call(ctx, team, method, func(ctx context.Context, c *slack.Client) (err error) {
+		v, err = fetch(ctx, c)
 		return err
 	})
 	if err != nil {
-		n.p.log.Debug("slack conversations.info failed; using the id", "team", team, "channel", id, "err", n.p.errorText(err))
-		n.failed.Add("c/"+key, struct{}{})
-		return id
+		p.log.Debug("slack "+method+" failed", "team", team, "id", id, "err", p.errorText(err))
+		p.names.failed.Add(method+" "+key, struct{}{})
+		return v, false
 	}
-	name := channelName(ch, id, func(peer string) string { return n.user(ctx, team, peer).name })
-	n.chans.Add(key, name)
-	return name
+	cache.Add(key, v)
+	return v, true
 }
 
 func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootMessage, bool) {

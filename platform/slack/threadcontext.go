@@ -142,29 +142,12 @@ func fileMarkers(files []slack.File) string {
 // again for failedTTL. The wake check (a thread's root) and the context
 // share it, as natively (_thread_context_cache).
 func (p *Platform) history(ctx context.Context, team, channel, ts string) ([]slack.Message, bool) {
-	key := team + "/" + channel + "/" + ts
-	if h, ok := p.histories.Get(key); ok {
-		return h, true
-	}
-	if p.names.failed.Contains("h/" + key) {
-		return nil, false
-	}
-	ctx, cancel := context.WithTimeout(ctx, threadContextDeadline)
-	defer cancel()
-	var msgs []slack.Message
-	err := p.call(ctx, team, "conversations.replies", func(ctx context.Context, c *slack.Client) (err error) {
-		msgs, _, _, err = c.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
+	return lookup(ctx, p, p.histories, team, channel+"/"+ts, "conversations.replies", threadContextDeadline, func(ctx context.Context, c *slack.Client) ([]slack.Message, error) {
+		msgs, _, _, err := c.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
 			ChannelID: channel, Timestamp: ts, Limit: threadContextLimit + 1, Inclusive: true,
 		})
-		return err
+		return msgs, err
 	})
-	if err != nil {
-		p.log.Debug("slack thread unreadable", "team", team, "channel", channel, "err", p.errorText(err))
-		p.names.failed.Add("h/"+key, struct{}{})
-		return nil, false
-	}
-	p.histories.Add(key, msgs)
-	return msgs, true
 }
 
 // tsBefore reports whether Slack ts a is earlier than b ("<seconds>.<micros>").
