@@ -19,24 +19,17 @@ import (
 // platform_events_slack_whatsapp.json: what the native adapter knew or
 // asked Slack besides the payload.
 type fixtureContext struct {
-	BotUserID            string                         `json:"bot_user_id"`
-	TeamBotUserIDs       map[string]string              `json:"team_bot_user_ids"`
-	UsersInfo            map[string]json.RawMessage     `json:"users_info"`
-	ConversationsInfo    map[string]json.RawMessage     `json:"conversations_info"`
-	ConversationsReplies map[string][]fixtureRepliesMsg `json:"conversations_replies"`
-	BotMessageTS         []string                       `json:"bot_message_ts"`
-	MentionedThreads     []string                       `json:"mentioned_threads"`
-	ActiveThreadSessions []string                       `json:"active_thread_sessions"`
-	SeenEventIDs         []string                       `json:"seen_event_ids"`
-	ProcessedMessageTS   []string                       `json:"processed_message_ts"`
-	AdapterConfig        json.RawMessage                `json:"adapter_config"`
-}
-
-type fixtureRepliesMsg struct {
-	User     string `json:"user"`
-	Text     string `json:"text"`
-	TS       string `json:"ts"`
-	ThreadTS string `json:"thread_ts"`
+	BotUserID            string                     `json:"bot_user_id"`
+	TeamBotUserIDs       map[string]string          `json:"team_bot_user_ids"`
+	UsersInfo            map[string]json.RawMessage `json:"users_info"`
+	ConversationsInfo    map[string]json.RawMessage `json:"conversations_info"`
+	ConversationsReplies map[string][]slack.Message `json:"conversations_replies"`
+	BotMessageTS         []string                   `json:"bot_message_ts"`
+	MentionedThreads     []string                   `json:"mentioned_threads"`
+	ActiveThreadSessions []string                   `json:"active_thread_sessions"`
+	SeenEventIDs         []string                   `json:"seen_event_ids"`
+	ProcessedMessageTS   []string                   `json:"processed_message_ts"`
+	AdapterConfig        json.RawMessage            `json:"adapter_config"`
 }
 
 // NormalizeFixture maps a Slack case's raw payload (an Events API
@@ -177,21 +170,13 @@ func (l *fixtureLookup) channelName(ctx context.Context, team, id string) string
 	return channelName(&r.Channel, id, func(peer string) string { return l.user(ctx, team, peer).name })
 }
 
-func (l *fixtureLookup) reacted(_ context.Context, _, channel, ts string) (string, string, bool) {
+func (l *fixtureLookup) history(_ context.Context, _, channel, ts string) ([]slack.Message, bool) {
 	msgs := l.fc.ConversationsReplies[channel+":"+ts]
-	if len(msgs) == 0 {
-		return "", "", false
-	}
-	return cmp.Or(cmp.Or(msgs[0].ThreadTS, msgs[0].TS), ts), msgs[0].User, true
+	return msgs, len(msgs) > 0
 }
 
-func (l *fixtureLookup) threadRoot(_ context.Context, _, channel, ts string) (rootMessage, bool) {
-	for _, m := range l.fc.ConversationsReplies[channel+":"+ts] {
-		if m.TS == ts {
-			return rootMessage{user: m.User, text: strings.TrimSpace(m.Text)}, true
-		}
-	}
-	return rootMessage{}, false
+func (l *fixtureLookup) reacted(ctx context.Context, team, channel, ts string) ([]slack.Message, bool) {
+	return l.history(ctx, team, channel, ts)
 }
 
 // fixtureState answers the adapter memory from a fixture's context.

@@ -72,13 +72,14 @@ func (n *normalizer) wakes(ctx context.Context, m *message, reply bool) bool {
 	case n.err != nil:
 		return false
 	}
-	root, ok := n.look.threadRoot(ctx, m.install, ev.Channel, thread)
+	h, _ := n.look.history(ctx, m.install, ev.Channel, thread)
+	root := rootIn(h, thread)
 	switch {
-	case !ok:
+	case root == nil:
 		return false
-	case root.user != "" && root.user == n.bot:
+	case root.User != "" && root.User == n.bot:
 		return true
-	case strings.Contains(root.text, "<@"+n.bot+">"):
+	case strings.Contains(root.Text, "<@"+n.bot+">"):
 		if !n.pol.strictMention {
 			n.remember(n.state.set(ctx, markMentioned, team+":"+thread))
 		}

@@ -1,7 +1,6 @@
 package slack
 
 import (
-	"cmp"
 	"context"
 	"time"
 
@@ -11,12 +10,12 @@ import (
 )
 
 // This file resolves the names a source carries (users.info,
-// conversations.info) and a thread's root (from the thread's history,
-// threadcontext.go) for live ingest, cached with a bound, as the native
-// adapter does
-// (_resolve_user_name, _parse_users_info, _resolve_channel_name,
-// _bot_authored_thread_root). Any failure resolves to the id, never to an
-// error: a name is never worth a lost message.
+// conversations.info), a thread's history (threadcontext.go, where the
+// wake check finds its root) and a reacted-to message for live ingest,
+// cached with a bound, as the native adapter does (_resolve_user_name,
+// _parse_users_info, _resolve_channel_name, _bot_authored_thread_root).
+// Any failure resolves to the id, never to an error: a name is never worth
+// a lost message.
 
 // Bounds of the caches (the native adapter keeps 5,000 names of each
 // kind), and how long entries live: a failed lookup is kept as its id, as
@@ -139,20 +138,7 @@ func lookup[V any](ctx context.Context, p *Platform, cache *ttlcache.Cache[strin
 	return v, true
 }
 
-func (n *names) threadRoot(ctx context.Context, team, channel, ts string) (rootMessage, bool) {
-	h, ok := n.p.history(ctx, team, channel, ts)
-	if !ok {
-		return rootMessage{}, false
-	}
-	for _, m := range h {
-		if m.Timestamp == ts {
-			return rootMessage{user: m.User, text: m.Text}, true
-		}
-	}
-	return rootMessage{}, false
-}
-
-func (n *names) reacted(ctx context.Context, team, channel, ts string) (string, string, bool) {
+func (n *names) reacted(ctx context.Context, team, channel, ts string) ([]slack.Message, bool) {
 	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
 	defer cancel()
 	var msgs []slack.Message
@@ -162,11 +148,8 @@ func (n *names) reacted(ctx context.Context, team, channel, ts string) (string, 
 		})
 		return err
 	})
-	if err != nil || len(msgs) == 0 {
-		if err != nil {
-			n.p.log.Debug("slack conversations.replies failed for a reaction", "team", team, "channel", channel, "err", n.p.errorText(err))
-		}
-		return "", "", false
+	if err != nil {
+		n.p.log.Debug("slack conversations.replies failed for a reaction", "team", team, "channel", channel, "err", n.p.errorText(err))
 	}
-	return cmp.Or(cmp.Or(msgs[0].ThreadTimestamp, msgs[0].Timestamp), ts), msgs[0].User, true
+	return msgs, err == nil && len(msgs) > 0
 }

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/slack-go/slack"
+
 	"connector/contract"
 	"connector/internal/pytext"
 	"connector/session"
@@ -55,13 +57,13 @@ type lookups interface {
 	// channelName resolves a conversation to its name, an IM to its peer's
 	// name (conversations.info; any failure: the id).
 	channelName(ctx context.Context, team, channel string) string
-	// threadRoot reads the root message of thread ts (conversations.replies);
-	// ok is false when it cannot be read.
-	threadRoot(ctx context.Context, team, channel, ts string) (rootMessage, bool)
+	// history reads thread ts of channel (conversations.replies, its
+	// root first); ok is false when it cannot be read.
+	history(ctx context.Context, team, channel, ts string) ([]slack.Message, bool)
 	// reacted reads the message ts a reaction was made to
-	// (conversations.replies, first message): its thread (its own ts when
-	// it is a root) and its author; ok is false when it cannot be read.
-	reacted(ctx context.Context, team, channel, ts string) (thread, user string, ok bool)
+	// (conversations.replies: it comes first); ok is false when it cannot
+	// be read.
+	reacted(ctx context.Context, team, channel, ts string) ([]slack.Message, bool)
 }
 
 // userInfo is a resolved user.
@@ -70,9 +72,14 @@ type userInfo struct {
 	isBot bool
 }
 
-// rootMessage is a thread's root message.
-type rootMessage struct {
-	user, text string
+// rootIn is thread ts's root in its history h, nil when h lacks it.
+func rootIn(h []slack.Message, ts string) *slack.Message {
+	for i := range h {
+		if h[i].Timestamp == ts {
+			return &h[i]
+		}
+	}
+	return nil
 }
 
 // threadState is what the native adapter remembers of a workspace's

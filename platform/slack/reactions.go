@@ -65,9 +65,9 @@ func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEven
 	// reaction to the bot's own message counts. When the message cannot
 	// be read it is taken as its own thread's root, unchecked, as natively.
 	thread := item.TS
-	if t, author, ok := look.reacted(ctx, team, item.Channel, item.TS); ok {
-		thread = t
-		if author = cmp.Or(ev.ItemUser, author); !explicit && author != "" && bot != "" && author != bot {
+	if msgs, ok := look.reacted(ctx, team, item.Channel, item.TS); ok {
+		thread = cmp.Or(msgs[0].ThreadTimestamp, msgs[0].Timestamp, item.TS)
+		if author := cmp.Or(ev.ItemUser, msgs[0].User); !explicit && author != "" && bot != "" && author != bot {
 			return message{}, dropReactionBotMsg
 		}
 	}

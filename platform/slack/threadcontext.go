@@ -50,17 +50,14 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 	case active:
 		return nil, nil
 	}
-	h, ok := p.history(ctx, m.install, ev.Channel, thread)
+	h, ok := p.names.history(ctx, m.install, ev.Channel, thread)
 	if !ok {
 		return nil, nil
 	}
 	var root []wireFile
-	for i := range h {
-		if h[i].Timestamp == thread {
-			for j := range h[i].Files {
-				root = append(root, fileOf(&h[i].Files[j]))
-			}
-			break
+	if r := rootIn(h, thread); r != nil {
+		for i := range r.Files {
+			root = append(root, fileOf(&r.Files[i]))
 		}
 	}
 	pol := p.policy(tenant)
@@ -141,8 +138,8 @@ func fileMarkers(files []slack.File) string {
 // messages), cached for threadContextTTL; a failed read is not asked
 // again for failedTTL. The wake check (a thread's root) and the context
 // share it, as natively (_thread_context_cache).
-func (p *Platform) history(ctx context.Context, team, channel, ts string) ([]slack.Message, bool) {
-	return lookup(ctx, p, p.histories, team, channel+"/"+ts, "conversations.replies", threadContextDeadline, func(ctx context.Context, c *slack.Client) ([]slack.Message, error) {
+func (n *names) history(ctx context.Context, team, channel, ts string) ([]slack.Message, bool) {
+	return lookup(ctx, n.p, n.p.histories, team, channel+"/"+ts, "conversations.replies", threadContextDeadline, func(ctx context.Context, c *slack.Client) ([]slack.Message, error) {
 		msgs, _, _, err := c.GetConversationRepliesContext(ctx, &slack.GetConversationRepliesParameters{
 			ChannelID: channel, Timestamp: ts, Limit: threadContextLimit + 1, Inclusive: true,
 		})
