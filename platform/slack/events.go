@@ -116,7 +116,12 @@ func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if n := r.Header.Get(headerRetryNum); n != "" {
 		p.log.Debug("slack event retried", "event_id", env.EventID, "retry", n, "reason", r.Header.Get("X-Slack-Retry-Reason"))
 	}
-	p.answer(w, p.ingestEnvelope(r.Context(), &env, received), "event")
+	chat, job := p.envelopeJob(&env, received)
+	if chat == "" {
+		p.answer(w, job(r.Context()), "event")
+		return
+	}
+	p.answer(w, p.inChatOrder(r.Context(), chat, job), "event") // a message, in its chat's order
 }
 
 // serveInteractions handles POST /slack/interactions: a prompt press is

@@ -27,16 +27,6 @@ var (
 	errBusy       = errors.New("slack: another instance is handling this event; try again later")
 )
 
-// ingestEnvelope handles one event_callback envelope: a message in its
-// chat's order.
-func (p *Platform) ingestEnvelope(ctx context.Context, env *envelope, received time.Time) error {
-	chat, job := p.envelopeJob(env, received)
-	if chat == "" {
-		return job(ctx)
-	}
-	return p.inChatOrder(ctx, chat, job)
-}
-
 // envelopeJob reads an event_callback envelope into the job that handles
 // it, and the chat whose order a message's job runs in ("" for any other
 // event).
