@@ -35,7 +35,6 @@ type GraphError struct {
 	// Status is the HTTP status.
 	Status  int
 	Code    int
-	Subcode int
 	Message string
 	// Details is error_data.details, Meta's longer explanation.
 	Details string
@@ -247,7 +246,6 @@ func graphError(resp *http.Response) error {
 		Error struct {
 			Message   string `json:"message"`
 			Code      int    `json:"code"`
-			Subcode   int    `json:"error_subcode"`
 			ErrorData struct {
 				Details string `json:"details"`
 			} `json:"error_data"`
@@ -256,7 +254,7 @@ func graphError(resp *http.Response) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	ge := &GraphError{Status: resp.StatusCode}
 	if json.Unmarshal(raw, &body) == nil && (body.Error.Code != 0 || body.Error.Message != "") {
-		ge.Code, ge.Subcode = body.Error.Code, body.Error.Subcode
+		ge.Code = body.Error.Code
 		ge.Message, ge.Details = textsplit.Truncate(body.Error.Message, 300), textsplit.Truncate(body.Error.ErrorData.Details, 300)
 	} else {
 		ge.Message = http.StatusText(resp.StatusCode)
