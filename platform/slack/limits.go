@@ -3,12 +3,12 @@ package slack
 import (
 	"context"
 	"errors"
-	"maps"
 	"sync"
 	"time"
 
 	"github.com/slack-go/slack"
 
+	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/fairshare"
 	"connector/platform/pace"
@@ -71,52 +71,42 @@ var channelPaced = map[string]bool{
 // follows a wait.
 const callMargin = 500 * time.Millisecond
 
-// limitsSweepEvery is how many new budgets trigger a sweep of idle ones.
-const limitsSweepEvery = 4096
+// Budgets are forgotten budgetIdle after their last call; at most
+// budgetsSize are kept.
+const (
+	budgetIdle  = time.Hour
+	budgetsSize = 100_000
+)
 
 // limits holds the budgets of every (workspace, method) and the pace of
 // every channel.
 type limits struct {
 	p *Platform
 
-	mu      sync.Mutex
-	budgets map[budgetKey]*budget
-	added   int
-
+	mu       sync.Mutex // one budget is made per key
+	budgets  *ttlcache.Cache[budgetKey, *fairshare.Scheduler]
 	channels *pace.Pacer // "<workspace>/<channel>"
 }
 
 type budgetKey struct{ team, method string }
-
-type budget struct {
-	sched *fairshare.Scheduler
-	used  time.Time
-}
 
 // budget returns the scheduler of method in team.
 func (l *limits) budget(team, method string) *fairshare.Scheduler {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := budgetKey{team, method}
-	now := l.p.clock.Now()
-	if b := l.budgets[k]; b != nil {
-		b.used = now
-		return b.sched
-	}
-	if l.added++; l.added >= limitsSweepEvery {
-		l.added = 0
-		idle := now.Add(-time.Hour)
-		maps.DeleteFunc(l.budgets, func(_ budgetKey, b *budget) bool { return b.used.Before(idle) })
-	}
-	t, ok := methodTiers[method]
+	sched, ok := l.budgets.Get(k)
 	if !ok {
-		t = tier3
+		t, ok := methodTiers[method]
+		if !ok {
+			t = tier3
+		}
+		sched = fairshare.New(fairshare.Config{
+			Rate: t.perMinute / 60, Burst: t.burst, Weights: fairshare.WeightsOf(l.p.cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }), Clock: l.p.clock,
+		})
 	}
-	b := &budget{used: now, sched: fairshare.New(fairshare.Config{
-		Rate: t.perMinute / 60, Burst: t.burst, Weights: fairshare.WeightsOf(l.p.cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }), Clock: l.p.clock,
-	})}
-	l.budgets[k] = b
-	return b.sched
+	l.budgets.Add(k, sched) // budgetIdle from this call
+	return sched
 }
 
 // call makes one Web API call of method in workspace team with its

@@ -28,6 +28,7 @@ import (
 	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/chatorder"
+	"connector/platform/fairshare"
 	"connector/platform/pace"
 	"connector/store"
 )
@@ -148,7 +149,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.claims = newClaims(deps, p.clock)
 	p.dedupe = &dedupe{p}
 	p.queues = chatorder.New[string](maxInFlight)
-	p.limits = &limits{p: p, budgets: map[budgetKey]*budget{}, channels: pace.New(cfg.ChannelPerSecond)}
+	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
 	p.streams = &streams{state: stateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0)}
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
 	p.desc = descriptor.Slack(p.egress.Ops.Names())
