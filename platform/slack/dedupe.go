@@ -74,6 +74,25 @@ func (d *dedupe) begin(ctx context.Context, key string) (taken bool, err error) 
 	return true, nil
 }
 
+// once handles the first copy of key with handle: a duplicate is dropped
+// (nil), a copy another instance is handling is errBusy, and key is done
+// once handle returns nil (the event stored or deliberately dropped), else
+// released for a retry.
+func (d *dedupe) once(ctx context.Context, key, eventID string, handle func() error) error {
+	if taken, err := d.begin(ctx, key); !taken {
+		if err == nil {
+			d.p.drop(dropDuplicate, eventID)
+		}
+		return err
+	}
+	if err := handle(); err != nil {
+		d.release(key)
+		return err
+	}
+	d.finish(ctx, key)
+	return nil
+}
+
 // finish records a taken key as done: the event was stored or
 // deliberately dropped.
 func (d *dedupe) finish(ctx context.Context, key string) {

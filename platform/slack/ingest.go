@@ -91,76 +91,58 @@ func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(contex
 // instances), the edit guard, the /link DM, routing, the tenant's gates,
 // the files, delivery.
 func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message, received time.Time) error {
-	key := "msg/" + m.dedupeKey
-	if taken, err := p.dedupe.begin(ctx, key); !taken {
-		if err == nil {
-			p.drop(dropDuplicate, env.EventID)
+	return p.dedupe.once(ctx, "msg/"+m.dedupeKey, env.EventID, func() error {
+		ev := m.ev
+		if m.edit {
+			switch done, err := p.memory.has(ctx, markTurn, m.scope+":"+ev.TS); {
+			case err != nil:
+				return fmt.Errorf("slack: read the message's turn marker: %w", err)
+			case done:
+				p.drop(dropEditOfProcessed, env.EventID)
+				return nil
+			}
 		}
-		return err
-	}
-	stored := false
-	defer func() {
-		if stored {
-			p.dedupe.finish(ctx, key)
-		} else {
-			p.dedupe.release(key)
-		}
-	}()
-	ev := m.ev
-	if m.edit {
-		switch done, err := p.memory.has(ctx, markTurn, m.scope+":"+ev.TS); {
-		case err != nil:
-			return fmt.Errorf("slack: read the message's turn marker: %w", err)
-		case done:
-			p.drop(dropEditOfProcessed, env.EventID)
-			stored = true
+		dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
+		if code, ok := linkCommand(ev.Text); ok && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != "" {
+			team, channel := m.install, ev.Channel
+			p.submitLink(team, ev.User, channel, code, func(ctx context.Context, reply string) { p.replyLink(ctx, team, channel, reply) })
 			return nil
 		}
-	}
-	dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
-	if code, ok := linkCommand(ev.Text); ok && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != "" {
-		team, channel := m.install, ev.Channel
-		p.submitLink(team, ev.User, channel, code, func(ctx context.Context, reply string) { p.replyLink(ctx, team, channel, reply) })
-		stored = true
+		var tenant, drop string
+		var owner bool
+		if m.routed != nil {
+			tenant, owner = m.routed.tenant, m.routed.owner
+		} else {
+			tenant, owner, drop = p.route(ctx, ev.User, ev.Channel, m.install, dm)
+		}
+		if drop != "" {
+			p.drop(drop, env.EventID)
+			return nil
+		}
+		bot := p.works.botUser(ctx, m.scope)
+		if bot == "" {
+			bot = cmp.Or(p.works.botUser(ctx, m.install), env.botUser())
+		}
+		n := &normalizer{pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner, warn: p.markerNotKept}
+		tctx := platform.WithTenant(ctx, tenant)
+		t, drop, err := n.normalize(tctx, m)
+		if err != nil {
+			return fmt.Errorf("slack: read the thread's markers: %w", err)
+		}
+		if drop != "" {
+			p.drop(drop, env.EventID)
+			return nil
+		}
+		if ev.ThreadTS != "" && ev.ThreadTS != ev.TS {
+			t.ev.Context, t.rootFiles = p.threadContext(tctx, tenant, m, ev.ThreadTS, bot)
+		}
+		p.attachFiles(tctx, tenant, m.install, t)
+		if err := p.deliver(ctx, tenant, &t.ev, received); err != nil {
+			return err
+		}
+		p.markerNotKept(p.memory.turnStarted(ctx, m.scope, ev.Channel, ev.TS, t.thread))
 		return nil
-	}
-	var tenant, drop string
-	var owner bool
-	if m.routed != nil {
-		tenant, owner = m.routed.tenant, m.routed.owner
-	} else {
-		tenant, owner, drop = p.route(ctx, ev.User, ev.Channel, m.install, dm)
-	}
-	if drop != "" {
-		p.drop(drop, env.EventID)
-		stored = true
-		return nil
-	}
-	bot := p.works.botUser(ctx, m.scope)
-	if bot == "" {
-		bot = cmp.Or(p.works.botUser(ctx, m.install), env.botUser())
-	}
-	n := &normalizer{pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner, warn: p.markerNotKept}
-	tctx := platform.WithTenant(ctx, tenant)
-	t, drop, err := n.normalize(tctx, m)
-	if err != nil {
-		return fmt.Errorf("slack: read the thread's markers: %w", err)
-	}
-	if drop != "" {
-		p.drop(drop, env.EventID)
-		stored = true
-		return nil
-	}
-	if ev.ThreadTS != "" && ev.ThreadTS != ev.TS {
-		t.ev.Context, t.rootFiles = p.threadContext(tctx, tenant, m, ev.ThreadTS, bot)
-	}
-	p.attachFiles(tctx, tenant, m.install, t)
-	if err := p.deliver(ctx, tenant, &t.ev, received); err != nil {
-		return err
-	}
-	stored = true
-	p.markerNotKept(p.memory.turnStarted(ctx, m.scope, ev.Channel, ev.TS, t.thread))
-	return nil
+	})
 }
 
 // markerNotKept logs a marker the store did not keep (memory.go): what it
@@ -276,26 +258,16 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	p.seenIn(pr.channel, pr.team)
 	key := "press/" + pr.team + ":" + pr.channel + ":" + pr.message
 	return p.inChatOrder(ctx, pr.team+"/"+pr.channel, func(ctx context.Context) error {
-		if taken, err := p.dedupe.begin(ctx, key); !taken {
-			if err == nil {
-				p.drop(dropDuplicate, "")
+		return p.dedupe.once(ctx, key, "", func() error {
+			dm := strings.HasPrefix(pr.channel, "D")
+			tenant, _, drop := p.route(ctx, pr.user, pr.channel, pr.team, dm)
+			if drop != "" {
+				p.drop(drop, "")
+				return nil
 			}
-			return err
-		}
-		dm := strings.HasPrefix(pr.channel, "D")
-		tenant, _, drop := p.route(ctx, pr.user, pr.channel, pr.team, dm)
-		if drop != "" {
-			p.drop(drop, "")
-			p.dedupe.finish(ctx, key)
-			return nil
-		}
-		tctx := platform.WithTenant(ctx, tenant)
-		ev := pr.event(p.names.user(tctx, pr.team, pr.user).name, p.names.channelName(tctx, pr.team, pr.channel))
-		if err := p.deliver(ctx, tenant, &ev, received); err != nil {
-			p.dedupe.release(key)
-			return err
-		}
-		p.dedupe.finish(ctx, key)
-		return nil
+			tctx := platform.WithTenant(ctx, tenant)
+			ev := pr.event(p.names.user(tctx, pr.team, pr.user).name, p.names.channelName(tctx, pr.team, pr.channel))
+			return p.deliver(ctx, tenant, &ev, received)
+		})
 	})
 }
