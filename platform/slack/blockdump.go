@@ -23,6 +23,12 @@ import (
 // maxBlockPayload bounds the dump's JSON, in characters (code points).
 const maxBlockPayload = 6000
 
+// maxDumpBytes is where writing the dump stops: past it the dump is cut
+// at maxBlockPayload characters whatever follows (a character takes at
+// most 4 bytes). A deeply nested block's indentation grows with the
+// square of its depth; it is never written beyond this.
+const maxDumpBytes = 4*maxBlockPayload + 4
+
 // blockPayloadHeader starts the dump.
 const blockPayloadHeader = "[Slack Block Kit payload for this message]\n```json\n"
 
@@ -208,7 +214,7 @@ func blockPayload(raw json.RawMessage) string {
 }
 
 // writePython writes v as Python's json.dumps(v, indent=2,
-// ensure_ascii=False) does, at nesting depth.
+// ensure_ascii=False) does, at nesting depth, until b holds maxDumpBytes.
 func writePython(b *strings.Builder, v *jsonValue, depth int) {
 	// container writes n items between open and close, one a line.
 	container := func(open, close string, n int, item func(i int)) {
@@ -218,13 +224,18 @@ func writePython(b *strings.Builder, v *jsonValue, depth int) {
 		}
 		b.WriteString(open)
 		for i := range n {
+			if b.Len() > maxDumpBytes {
+				return
+			}
 			if i > 0 {
 				b.WriteByte(',')
 			}
 			b.WriteString("\n" + strings.Repeat("  ", depth+1))
 			item(i)
 		}
-		b.WriteString("\n" + strings.Repeat("  ", depth) + close)
+		if b.Len() <= maxDumpBytes {
+			b.WriteString("\n" + strings.Repeat("  ", depth) + close)
+		}
 	}
 	switch v.kind {
 	case 'o':
