@@ -224,7 +224,7 @@ func (p *Platform) fileInfo(ctx context.Context, team string, f *wireFile) bool 
 		p.log.Warn("slack files.info failed for a shared file", "file", f.ID, "err", p.errorText(err))
 		return false
 	}
-	f.Name, f.Title = cmp.Or(info.Name, f.Name), cmp.Or(info.Title, f.Title)
+	f.Name = cmp.Or(info.Name, f.Name)
 	f.Mimetype, f.Size = cmp.Or(info.Mimetype, f.Mimetype), cmp.Or(int64(info.Size), f.Size)
 	f.URLPrivate, f.URLPrivateDownload = info.URLPrivate, info.URLPrivateDownload
 	return f.URLPrivate != "" || f.URLPrivateDownload != ""

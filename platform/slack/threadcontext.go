@@ -105,7 +105,7 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 
 // fileOf is a file of a message read with conversations.replies.
 func fileOf(f *slack.File) wireFile {
-	return wireFile{ID: f.ID, Name: f.Name, Title: f.Title, Mimetype: f.Mimetype, Size: int64(f.Size),
+	return wireFile{ID: f.ID, Name: f.Name, Mimetype: f.Mimetype, Size: int64(f.Size),
 		URLPrivate: f.URLPrivate, URLPrivateDownload: f.URLPrivateDownload, FileAccess: f.FileAccess}
 }
 

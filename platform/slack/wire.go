@@ -122,7 +122,6 @@ type wireUnfurl struct {
 type wireFile struct {
 	ID                 string `json:"id"`
 	Name               string `json:"name"`
-	Title              string `json:"title"`
 	Mimetype           string `json:"mimetype"`
 	Subtype            string `json:"subtype"`
 	Size               int64  `json:"size"`
