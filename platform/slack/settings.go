@@ -146,16 +146,12 @@ var tenantKnobs = map[string]nativecfg.Knob[TenantConfig]{
 // "false" is refused: natively it is a non-empty string, so true.
 func yamlBoolKnob(field func(*TenantConfig) **bool) nativecfg.Knob[TenantConfig] {
 	return func(tc *TenantConfig, n *yaml.Node) error {
-		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-			*field(tc) = nil
-			return nil
-		}
-		if !nativecfg.IsYAML11Bool(n) {
+		if n.Tag != "!!null" && !nativecfg.IsYAML11Bool(n) {
 			return fmt.Errorf("%q: want a YAML boolean (the native adapter reads any other value by its truth, so the string %q is true)", n.Value, n.Value)
 		}
-		v, _ := nativecfg.ParseFlag(n.Value, true) // a YAML 1.1 boolean word: cannot fail
-		*field(tc) = &v
-		return nil
+		v, err := nativecfg.Flag(n, true) // null: unset
+		*field(tc) = v
+		return err
 	}
 }
 
