@@ -174,11 +174,7 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 
 // tokenRevoked reports Slack's answers for a token that no longer works.
 func tokenRevoked(err error) bool {
-	var se slack.SlackErrorResponse
-	if !errors.As(err, &se) {
-		return false
-	}
-	switch se.Err {
+	switch slackErr(err) {
 	case "invalid_auth", "token_revoked", "account_inactive", "not_authed", "token_expired":
 		return true
 	}
