@@ -155,18 +155,16 @@ func linkCommand(text string) (string, bool) {
 // submitLink hands a "/link <code>" of user to the link desk
 // (platform.LinkDesk), which redeems it and answers with reply on its own
 // workers: the event's delivery, and the events behind it in the chat,
-// never wait for them. A DM the desk does not take is consumed
+// never wait for them. A tenant the user is then linked to is granted the
+// DM channel (of workspace team). A DM the desk does not take is consumed
 // unanswered.
 func (p *Platform) submitLink(team, user, channel, code string, reply func(context.Context, string)) {
-	if reason := p.links.Submit(user, func(ctx context.Context) { reply(ctx, p.link(ctx, team, user, channel, code)) }); reason != "" {
+	reason := p.links.Submit(user, func(ctx context.Context) {
+		reply(ctx, p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string) { p.grants.Add(ctx, channel, team, tenant) }))
+	})
+	if reason != "" {
 		p.drop(reason, "")
 	}
-}
-
-// link redeems code for user and returns the reply to show. A tenant the
-// user is now linked to is granted the DM channel (of workspace team).
-func (p *Platform) link(ctx context.Context, team, user, channel, code string) string {
-	return p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string) { p.grants.Add(ctx, channel, team, tenant) })
 }
 
 // replyLink answers a /link DM in the DM, on the link replies' own share
