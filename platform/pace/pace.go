@@ -116,10 +116,3 @@ func (p *Pacer) get(key string, now time.Time) *state {
 	s.touched = now
 	return s
 }
-
-// Keys reports how many keys the pacer remembers.
-func (p *Pacer) Keys() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.keys)
-}
