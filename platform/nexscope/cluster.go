@@ -173,7 +173,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 func (cl *fleet) start(ctx context.Context) {
 	if addr := cl.p.cfg.ClusterAddr; addr != "" {
 		if err := cl.streams.listen(addr); err != nil {
-			cl.p.log.Error("nexscope cluster_addr not listened on; member frames cross Redis pub/sub", "cluster_addr", addr, "err", err)
+			cl.p.deps.Log.Error("nexscope cluster_addr not listened on; member frames cross Redis pub/sub", "cluster_addr", addr, "err", err)
 		}
 	}
 	cl.stopBeats = cl.node.OnBeat(cl.sendBeats)
@@ -235,11 +235,11 @@ func (cl *fleet) sendNow(instance string, typ byte, fields ...[]byte) {
 func (cl *fleet) home(runCtx, hctx context.Context, r *room) error {
 	cancel, err := cl.node.Subscribe(hctx, roomPrefix+r.name)
 	if err != nil {
-		cl.p.log.Warn("nexscope room channel not subscribed; the room's lease is given up", "room", r.name, "err", err)
+		cl.p.deps.Log.Warn("nexscope room channel not subscribed; the room's lease is given up", "room", r.name, "err", err)
 		return nil
 	}
 	r.becomeHome()
-	cl.p.log.Info("nexscope room homed on this instance", "room", r.name)
+	cl.p.deps.Log.Info("nexscope room homed on this instance", "room", r.name)
 	<-hctx.Done()
 	cancel()
 	c := CloseRoomMoved
@@ -247,7 +247,7 @@ func (cl *fleet) home(runCtx, hctx context.Context, r *room) error {
 		c = CloseGoingAway
 	}
 	r.resign(c)
-	cl.p.log.Info("nexscope room no longer homed on this instance", "room", r.name)
+	cl.p.deps.Log.Info("nexscope room no longer homed on this instance", "room", r.name)
 	return nil
 }
 
@@ -345,7 +345,7 @@ func parseBeat(list []byte) map[string]beatEntry {
 // whose frames were lost on the way here is closed with 1011, and the
 // bytes written are credited.
 func (cl *fleet) edgeBeat(edge string, list []byte) {
-	now := cl.p.clock.Now()
+	now := cl.p.deps.Clock.Now()
 	held := parseBeat(list)
 	var stale, broken []*member
 	credits := make(map[*member]int64)
@@ -382,7 +382,7 @@ func (cl *fleet) edgeBeat(edge string, list []byte) {
 // keeps, or whose frames from the home were lost on the way, are closed
 // with 1011, and the bytes the home processed are credited.
 func (cl *fleet) homeBeat(home string, list []byte) {
-	now := cl.p.clock.Now()
+	now := cl.p.deps.Clock.Now()
 	kept := parseBeat(list)
 	var stale []*member
 	credits := make(map[*member]int64)
@@ -434,7 +434,7 @@ func (cl *fleet) joinRemote(m *member) error {
 		}
 		cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
 		expired := make(chan struct{})
-		t := cl.p.clock.AfterFunc(cl.node.Beat(), func() { close(expired) })
+		t := cl.p.deps.Clock.AfterFunc(cl.node.Beat(), func() { close(expired) })
 		select {
 		case a := <-m.link.joined:
 			t.Stop()
@@ -444,7 +444,7 @@ func (cl *fleet) joinRemote(m *member) error {
 				return refusalClose(code)
 			}
 			cl.mu.Lock()
-			m.link.home, m.link.since = a.home, cl.p.clock.Now()
+			m.link.home, m.link.since = a.home, cl.p.deps.Clock.Now()
 			cl.mu.Unlock()
 			return nil
 		case <-m.link.done:
@@ -495,10 +495,10 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	go func() {
 		defer p.wg.Done()
 		m := newMember(p, r, name)
-		m.remote = &homeLink{cl: cl, edge: edge, conn: conn, since: p.clock.Now()}
+		m.remote = &homeLink{cl: cl, edge: edge, conn: conn, since: p.deps.Clock.Now()}
 		m.remote.in.q = wsconn.NewQueue(remoteReader{m}, 0, math.MaxInt64, 0)
 		m.q = m.newQueue(remoteWriter{m})
-		m.log = p.log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
+		m.log = p.deps.Log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
 		if !p.register(m) {
 			cl.decided(edge, conn, nil, goingAway)
 			return
@@ -542,7 +542,7 @@ func (cl *fleet) decided(edge, conn string, m *member, refusal string) {
 func (cl *fleet) probe(m *member) bool {
 	ctx, cancel := context.WithCancel(cl.ctx)
 	defer cancel()
-	t := cl.p.clock.AfterFunc(nameProbeTimeout+cl.node.Beat(), cancel)
+	t := cl.p.deps.Clock.AfterFunc(nameProbeTimeout+cl.node.Beat(), cancel)
 	defer t.Stop()
 	res, ok := cl.node.Call(ctx, cluster.Inbox(m.remote.edge), msgProbe, []byte(m.remote.conn))
 	return ok && string(res) == "1"

@@ -88,7 +88,7 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 		}
 		busy := r.transfer.done
 		r.unlock()
-		p.log.Debug("nexscope send_media waiting for the room's file-transfer lock", "room", r.name)
+		p.deps.Log.Debug("nexscope send_media waiting for the room's file-transfer lock", "room", r.name)
 		select {
 		case <-busy:
 		case <-ctx.Done():
@@ -120,7 +120,7 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 	}{"file-start", msgID, m.from, to, "userAgent", m.threadID, a.Content, m.hopCount, *att}), p.nowMs())
 	parsed, _ := parseFrame(start) // valid JSON by construction
 	t := &transfer{start: parsed, size: att.Size, recipients: online, done: make(chan struct{})}
-	t.timer = p.clock.AfterFunc(p.cfg.TransferTimeout, func() { r.stall(t) })
+	t.timer = p.deps.Clock.AfterFunc(p.cfg.TransferTimeout, func() { r.stall(t) })
 	r.transfer = t
 	for _, rc := range online {
 		r.pushLocked(rc, start)
@@ -146,7 +146,7 @@ func (p *Platform) beginRehost(r *room, attachment []byte) *media.Upload {
 	name, mimeType := attachmentText(attachment, "name"), attachmentText(attachment, "mime")
 	u, err := store.Begin(r.tenant(), cmp.Or(mimeType, "application/octet-stream"), name)
 	if err != nil {
-		p.log.Warn("nexscope file to the bot cannot be re-hosted", "room", r.name, "err", err)
+		p.deps.Log.Warn("nexscope file to the bot cannot be re-hosted", "room", r.name, "err", err)
 		return nil
 	}
 	return u
@@ -158,7 +158,7 @@ func (p *Platform) beginRehost(r *room, attachment []byte) *media.Upload {
 func (p *Platform) commitRehost(u *media.Upload, attachment, text []byte) *contract.Media {
 	info, err := u.Commit()
 	if err != nil {
-		p.log.Warn("nexscope file to the bot could not be re-hosted", "err", err)
+		p.deps.Log.Warn("nexscope file to the bot could not be re-hosted", "err", err)
 		return nil
 	}
 	caption, _ := optionalString(text)

@@ -247,7 +247,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, keepRec
 	}
 	toBot := func(quoted []byte) {
 		if botDrop := r.p.dropReason(f); botDrop != "" {
-			r.p.metrics.Dropped(platformName, botDrop)
+			r.p.deps.Metrics.Dropped(platformName, botDrop)
 			out.offline = append(out.offline, quoted)
 			return
 		}

@@ -133,7 +133,7 @@ func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
 	}
 	o := s.out[instance]
 	if o == nil {
-		if s.closed || s.cl.p.clock.Now().Before(s.failed[instance]) {
+		if s.closed || s.cl.p.deps.Clock.Now().Before(s.failed[instance]) {
 			s.mu.Unlock()
 			return false
 		}
@@ -163,18 +163,18 @@ func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
 func (s *streams) run(o *outStream) {
 	conn, err := s.dial(o.to)
 	if err != nil {
-		s.cl.p.log.Warn("nexscope stream to another instance not opened; using pub/sub", "instance", o.to, "err", err)
+		s.cl.p.deps.Log.Warn("nexscope stream to another instance not opened; using pub/sub", "instance", o.to, "err", err)
 	} else {
 		err = s.write(o, conn)
 		_ = conn.Close()
 		if err != nil {
-			s.cl.p.log.Warn("nexscope stream to another instance lost", "instance", o.to, "err", err)
+			s.cl.p.deps.Log.Warn("nexscope stream to another instance lost", "instance", o.to, "err", err)
 		}
 	}
 	s.mu.Lock()
 	delete(s.out, o.to)
 	if err != nil {
-		s.failed[o.to] = s.cl.p.clock.Now().Add(s.beats(streamRetryBeats))
+		s.failed[o.to] = s.cl.p.deps.Clock.Now().Add(s.beats(streamRetryBeats))
 	}
 	s.mu.Unlock()
 	close(o.dead)
@@ -211,7 +211,7 @@ func (s *streams) dial(instance string) (net.Conn, error) {
 func (s *streams) write(o *outStream, conn net.Conn) error {
 	idle := s.beats(streamIdleBeats)
 	idled := make(chan struct{}, 1)
-	timer := s.cl.p.clock.AfterFunc(idle, func() { wsconn.Signal(idled) })
+	timer := s.cl.p.deps.Clock.AfterFunc(idle, func() { wsconn.Signal(idled) })
 	defer timer.Stop()
 	var g cluster.Gather
 	var held []*chunk
@@ -263,7 +263,7 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 func (s *streams) ticketHere(req cluster.Msg) {
 	var t ticket
 	_, _ = rand.Read(t.secret[:]) // never fails (crypto/rand)
-	t.expires = s.cl.p.clock.Now().Add(s.beats(cluster.LostBeats))
+	t.expires = s.cl.p.deps.Clock.Now().Add(s.beats(cluster.LostBeats))
 	var res []byte // none: this instance takes no streams
 	s.mu.Lock()
 	if s.addr != "" {
@@ -306,7 +306,7 @@ func (s *streams) read(conn net.Conn) {
 	br := bufio.NewReaderSize(conn, 64<<10)
 	from, err := s.hello(br)
 	if err != nil {
-		s.cl.p.log.Warn("nexscope stream refused", "remote", conn.RemoteAddr().String(), "err", err)
+		s.cl.p.deps.Log.Warn("nexscope stream refused", "remote", conn.RemoteAddr().String(), "err", err)
 		return
 	}
 	limit := uint64(s.cl.p.cfg.MaxPayload) + 64<<10 // a frame and its fields
@@ -315,7 +315,7 @@ func (s *streams) read(conn net.Conn) {
 		msg, held, err := readStreamMessage(br, conn, limit)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				s.cl.p.log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)
+				s.cl.p.deps.Log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)
 			}
 			return
 		}
@@ -342,7 +342,7 @@ func (s *streams) hello(br *bufio.Reader) (string, error) {
 	t, issued := s.tickets[from]
 	delete(s.tickets, from)
 	s.mu.Unlock()
-	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 || s.cl.p.clock.Now().After(t.expires) {
+	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 || s.cl.p.deps.Clock.Now().After(t.expires) {
 		return "", errors.New("no valid ticket")
 	}
 	return from, nil
