@@ -340,32 +340,42 @@ func parseBeat(list []byte) map[string]beatEntry {
 	return out
 }
 
-// edgeBeat takes an edge's beat: a remote member it no longer holds
-// (joined more than a beat ago, so not racing the beat) is removed, one
-// whose frames were lost on the way here is closed with 1011, and the
-// bytes written are credited.
-func (cl *fleet) edgeBeat(edge string, list []byte) {
+// takeBeat reads a peer's beat against the members linked with it (linked
+// gives each one's conn, join time and link from the peer): one not listed
+// and joined over a beat ago is stale, one with frames lost is broken, and
+// each other one listed is credited the total the peer reported.
+func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64) {
 	now := cl.p.deps.Clock.Now()
-	held := parseBeat(list)
-	var stale, broken []*member
-	credits := make(map[*member]int64)
+	listed := parseBeat(list)
+	credits = make(map[*member]int64)
 	cl.mu.Lock()
-	for _, m := range cl.remotes {
-		l := m.remote
-		if l.edge != edge {
+	defer cl.mu.Unlock()
+	for _, m := range members {
+		conn, since, in, ok := linked(m)
+		if !ok {
 			continue
 		}
-		e, ok := held[l.conn]
+		e, ok := listed[conn]
 		switch {
-		case !ok && now.Sub(l.since) > cl.node.Beat():
+		case !ok && now.Sub(since) > cl.node.Beat():
 			stale = append(stale, m)
-		case ok && l.in.Missing(e.sent):
+		case ok && in.Missing(e.sent):
 			broken = append(broken, m)
 		case ok:
 			credits[m] = e.total
 		}
 	}
-	cl.mu.Unlock()
+	return stale, broken, credits
+}
+
+// edgeBeat takes an edge's beat: a remote member it no longer holds is
+// removed, one whose frames were lost on the way here is closed with 1011,
+// and the bytes written are credited.
+func (cl *fleet) edgeBeat(edge string, list []byte) {
+	stale, broken, credits := cl.takeBeat(list, cl.remotes, func(m *member) (string, time.Time, *cluster.Link, bool) {
+		l := m.remote
+		return l.conn, l.since, &l.in.Link, l.edge == edge
+	})
 	for _, m := range stale {
 		m.kick(wsconn.Drop)
 	}
@@ -382,27 +392,10 @@ func (cl *fleet) edgeBeat(edge string, list []byte) {
 // keeps, or whose frames from the home were lost on the way, are closed
 // with 1011, and the bytes the home processed are credited.
 func (cl *fleet) homeBeat(home string, list []byte) {
-	now := cl.p.deps.Clock.Now()
-	kept := parseBeat(list)
-	var stale []*member
-	credits := make(map[*member]int64)
-	cl.mu.Lock()
-	for conn, m := range cl.edges {
-		if m.link.home != home {
-			continue
-		}
-		e, ok := kept[conn]
-		switch {
-		case !ok && now.Sub(m.link.since) > cl.node.Beat():
-			stale = append(stale, m)
-		case ok && m.link.in.Missing(e.sent):
-			stale = append(stale, m)
-		case ok:
-			credits[m] = e.total
-		}
-	}
-	cl.mu.Unlock()
-	for _, m := range stale {
+	stale, broken, credits := cl.takeBeat(list, cl.edges, func(m *member) (string, time.Time, *cluster.Link, bool) {
+		return m.link.conn, m.link.since, &m.link.in, m.link.home == home
+	})
+	for _, m := range append(stale, broken...) {
 		m.log.Info("nexscope room's home no longer keeps this member, or frames from it were lost")
 		m.kick(CloseFramesLost)
 	}
