@@ -69,12 +69,8 @@ type waiter struct {
 
 // New returns a Scheduler for cfg.
 func New(cfg Config) *Scheduler {
-	if cfg.Burst <= 0 {
-		cfg.Burst = max(1, int(cfg.Rate))
-	}
-	if cfg.MaxWaiting <= 0 {
-		cfg.MaxWaiting = 10_000
-	}
+	cfg.Burst = cmp.Or(max(cfg.Burst, 0), max(1, int(cfg.Rate)))
+	cfg.MaxWaiting = cmp.Or(max(cfg.MaxWaiting, 0), 10_000)
 	clk := cmp.Or(cfg.Clock, clock.System)
 	return &Scheduler{cfg: cfg, clock: clk, tokens: float64(cfg.Burst), last: clk.Now(), fresh: true, queues: make(map[string][]*waiter)}
 }
