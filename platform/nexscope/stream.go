@@ -65,8 +65,9 @@ type streams struct {
 	out     map[string]*outStream
 	failed  map[string]time.Time // instance -> when to try a stream again
 	tickets map[string]ticket    // instance -> the ticket it was given
-	in      map[net.Conn]struct{}
-	closed  bool
+
+	ending context.Context // ends with close, which closes the incoming streams
+	end    context.CancelFunc
 }
 
 type ticket struct {
@@ -94,8 +95,9 @@ type streamMsg struct {
 
 // newStreams returns cl's streams: none until listen.
 func newStreams(cl *fleet) *streams {
-	return &streams{cl: cl, out: make(map[string]*outStream), failed: make(map[string]time.Time),
-		tickets: make(map[string]ticket), in: make(map[net.Conn]struct{})}
+	s := &streams{cl: cl, out: make(map[string]*outStream), failed: make(map[string]time.Time), tickets: make(map[string]ticket)}
+	s.ending, s.end = context.WithCancel(context.Background())
+	return s
 }
 
 // listen takes the other instances' streams on addr, and has this
@@ -133,7 +135,7 @@ func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
 	}
 	o := s.out[instance]
 	if o == nil {
-		if s.closed || s.cl.p.deps.Clock.Now().Before(s.failed[instance]) {
+		if s.ending.Err() != nil || s.cl.p.deps.Clock.Now().Before(s.failed[instance]) {
 			s.mu.Unlock()
 			return false
 		}
@@ -274,26 +276,17 @@ func (s *streams) ticketHere(req cluster.Msg) {
 	s.cl.node.Reply(req, res)
 }
 
-// accept takes the other instances' streams until the listener closes.
+// accept takes the other instances' streams until the listener closes;
+// close closes those still open (one accepted after close began, at once).
 func (s *streams) accept() {
 	for {
 		conn, err := s.ln.Accept()
 		if err != nil {
 			return
 		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			_ = conn.Close()
-			return
-		}
-		s.in[conn] = struct{}{}
-		s.mu.Unlock()
 		s.wg.Go(func() {
+			defer context.AfterFunc(s.ending, func() { _ = conn.Close() })()
 			s.read(conn)
-			s.mu.Lock()
-			delete(s.in, conn)
-			s.mu.Unlock()
 			_ = conn.Close()
 		})
 	}
@@ -416,11 +409,8 @@ func readStreamMessage(br *bufio.Reader, r io.Reader, limit uint64) (msg []byte,
 // close stops the listener and the incoming streams, and waits for the
 // outgoing ones to write what is queued (the fleet's context has ended).
 func (s *streams) close() {
+	s.end()
 	s.mu.Lock()
-	s.closed = true
-	for c := range s.in {
-		_ = c.Close()
-	}
 	ln := s.ln
 	s.mu.Unlock()
 	if ln != nil {
