@@ -256,7 +256,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, keepRec
 		out.toBot = true
 	}
 	broadcast := true
-	eachElement(f.to, 0, func([]byte) { broadcast = false })
+	eachMember(f.to, 0, func(_, _ []byte) { broadcast = false })
 	if broadcast {
 		for _, u := range r.users {
 			switch {
