@@ -113,7 +113,7 @@ func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action
 		if first == "" {
 			first = m.msgID
 		}
-		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), &m, p.nowMs())
+		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), "msg", &m, `,"attachments":[]`, p.nowMs())
 		for _, mem := range online {
 			r.pushLocked(mem, frame)
 		}

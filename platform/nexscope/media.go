@@ -102,22 +102,8 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 	if len(online) == 0 {
 		return nil, "", contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)"), false
 	}
-	msgID := p.newMsgID()
-	to := m.to
-	if to == nil {
-		to = []string{} // a broadcast
-	}
-	start := appendWithTS(nil, mustJSON(struct {
-		Type       string         `json:"type"`
-		MsgID      string         `json:"msgId"`
-		From       string         `json:"from"`
-		To         []string       `json:"to"`
-		Role       string         `json:"role"`
-		ThreadID   string         `json:"threadId"`
-		Text       string         `json:"text"`
-		HopCount   int            `json:"hopCount"`
-		Attachment attachmentJSON `json:"attachment"`
-	}{"file-start", msgID, m.from, to, "userAgent", m.threadID, a.Content, m.hopCount, *att}), p.nowMs())
+	m.msgID, m.text = p.newMsgID(), a.Content
+	start := appendBotMsg(nil, "file-start", &m, `,"attachment":`+string(mustJSON(att)), p.nowMs())
 	parsed, _ := parseFrame(start) // valid JSON by construction
 	t := &transfer{start: parsed, size: att.Size, recipients: online, done: make(chan struct{})}
 	t.timer = p.deps.Clock.AfterFunc(p.cfg.TransferTimeout, func() { r.stall(t) })
@@ -125,7 +111,7 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 	for _, rc := range online {
 		r.pushLocked(rc, start)
 	}
-	return t, msgID, contract.Result{}, true
+	return t, m.msgID, contract.Result{}, true
 }
 
 // abortBotTransfer releases the lock t holds (telling the recipients) and
