@@ -197,12 +197,7 @@ func (s *Scheduler) next() string {
 	return s.ring[s.cur]
 }
 
-func (s *Scheduler) weight(tenant string) int {
-	if w := s.cfg.Weights[tenant]; w > 0 {
-		return w
-	}
-	return 1
-}
+func (s *Scheduler) weight(tenant string) int { return max(s.cfg.Weights[tenant], 1) }
 
 // dropFromRing removes ring[i] (a tenant with no more waiters). When it was
 // the tenant being served, the one sliding into its place starts a fresh turn.
