@@ -1,6 +1,7 @@
 package nexscope
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
@@ -126,14 +127,7 @@ func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action
 // to get it. Called under mu.
 func (r *room) addressLocked(a *contract.Action) (botMsg, []*member) {
 	ref := r.replyTarget(a)
-	thread := string(a.Metadata.ThreadID)
-	if thread == "" {
-		thread = ref.thread
-	}
-	if thread == "" {
-		thread = DefaultThread
-	}
-	m := botMsg{from: r.bot(), threadID: thread}
+	m := botMsg{from: r.bot(), threadID: cmp.Or(string(a.Metadata.ThreadID), ref.thread, DefaultThread)}
 	var online []*member
 	switch {
 	case ref.valid:
