@@ -111,9 +111,7 @@ func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action
 	var first string
 	for _, piece := range textsplit.SplitBytes(a.Content, p.cfg.MaxText) {
 		m.msgID, m.text = p.newMsgID(), piece
-		if first == "" {
-			first = m.msgID
-		}
+		first = cmp.Or(first, m.msgID)
 		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), "msg", &m, `,"attachments":[]`, p.nowMs())
 		for _, mem := range online {
 			r.pushLocked(mem, frame)
