@@ -70,19 +70,17 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	if !ok {
 		return Unsupported(p.Name())
 	}
-	var chat T
-	if contract.AddressesChat(a.Op) {
-		if chat, ok = e.Chat(p, string(a.ChatID)); !ok {
-			return contract.Failed(contract.CodeBadRequest, "chat_id is not a "+p.Name()+" chat id")
-		}
-	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cmp.Or(e.Timeout, DefaultTimeout))
 		defer cancel()
 	}
 	ctx = WithTenant(ctx, tenant)
+	var chat T
 	if contract.AddressesChat(a.Op) {
+		if chat, ok = e.Chat(p, string(a.ChatID)); !ok {
+			return contract.Failed(contract.CodeBadRequest, "chat_id is not a "+p.Name()+" chat id")
+		}
 		if r, ok := Authorize(ctx, p, tenant, string(a.ChatID)); !ok {
 			return r
 		}

@@ -62,9 +62,9 @@ type Ownership struct {
 	bound     map[string]string  // bound chat, channel or space -> tenant
 	claims    map[string]Binding // claimed chat -> its claim
 	links     map[string][]string
-	dmDefault map[string]string // user -> tenant
-	principal map[string]string // tenant -> policy
-	allow     map[string]map[string]bool
+	dmDefault map[string]string  // user -> tenant
+	principal map[string]string  // tenant -> policy
+	allow     map[[2]string]bool // (tenant, user) on its allow-list
 }
 
 // NewOwnership builds the ownership of one platform's bindings, ids
@@ -73,7 +73,7 @@ type Ownership struct {
 // (IsAuthorKind) and BindPrincipal claim, link and admit.
 func NewOwnership(bindings []Binding) *Ownership {
 	o := &Ownership{bound: map[string]string{}, claims: map[string]Binding{}, links: map[string][]string{},
-		dmDefault: map[string]string{}, principal: map[string]string{}, allow: map[string]map[string]bool{}}
+		dmDefault: map[string]string{}, principal: map[string]string{}, allow: map[[2]string]bool{}}
 	for _, b := range bindings {
 		switch b.Kind {
 		case BindGuild, BindTeam, BindChannel, BindChat, BindRoom, BindPhoneNumber:
@@ -90,10 +90,7 @@ func NewOwnership(bindings []Binding) *Ownership {
 		case BindPrincipal:
 			o.principal[b.Tenant] = b.ID
 		case BindAllow:
-			if o.allow[b.Tenant] == nil {
-				o.allow[b.Tenant] = map[string]bool{}
-			}
-			o.allow[b.Tenant][b.ID] = true
+			o.allow[[2]string{b.Tenant, b.ID}] = true
 		}
 	}
 	return o
@@ -168,7 +165,7 @@ func (o *Ownership) Route(user string, c Chat) (r Route, ok bool) {
 		case o.Linked(user, claimant):
 			return Route{Tenant: claimant, Owner: true, Grant: true}, true
 		case o.principal[claimant] == PrincipalAny,
-			o.principal[claimant] == PrincipalAllowList && o.allow[claimant][user]:
+			o.principal[claimant] == PrincipalAllowList && o.allow[[2]string{claimant, user}]:
 			return Route{Tenant: claimant, Grant: true}, true
 		}
 		return Route{Drop: DropPrincipal}, true

@@ -81,13 +81,6 @@ func (q *Queue[K]) Go(ctx context.Context, key K, fn func()) bool {
 // Wait returns once every piece Go started has ended.
 func (q *Queue[K]) Wait() { q.wg.Wait() }
 
-// Keys reports how many keys have work in flight.
-func (q *Queue[K]) Keys() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.tails)
-}
-
 // acquire takes a slot of the bound, or reports false when ctx ends first.
 func (q *Queue[K]) acquire(ctx context.Context) bool {
 	if q.slots == nil {

@@ -12,7 +12,10 @@
 package fairshare
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,11 +41,7 @@ type Config struct {
 
 // ErrQueueFull is returned by Wait when a tenant already has MaxWaiting
 // requests waiting.
-var ErrQueueFull = errQueueFull{}
-
-type errQueueFull struct{}
-
-func (errQueueFull) Error() string { return "fairshare: too many requests waiting for this tenant" }
+var ErrQueueFull = errors.New("fairshare: too many requests waiting for this tenant")
 
 // Scheduler meters one budget fairly between tenants. Its zero value is not
 // usable; call New.
@@ -53,18 +52,14 @@ type Scheduler struct {
 	mu        sync.Mutex
 	tokens    float64
 	last      time.Time
-	paused    time.Time // no grants before this instant (a global 429)
-	queues    map[string]*queue
-	ring      []string // tenants with waiters, in round-robin order
-	cur       int      // index in ring of the tenant being served
-	credit    int      // grants left for ring[cur] in its turn
-	fresh     bool     // ring[cur] has not started its turn yet
+	paused    time.Time            // no grants before this instant (a global 429)
+	queues    map[string][]*waiter // per tenant with waiters, in FIFO order
+	ring      []string             // tenants with waiters, in round-robin order
+	cur       int                  // index in ring of the tenant being served
+	credit    int                  // grants left for ring[cur] in its turn
+	fresh     bool                 // ring[cur] has not started its turn yet
 	timer     clock.Timer
 	timerWhen time.Time
-}
-
-type queue struct {
-	waiters []*waiter
 }
 
 type waiter struct {
@@ -74,17 +69,10 @@ type waiter struct {
 
 // New returns a Scheduler for cfg.
 func New(cfg Config) *Scheduler {
-	if cfg.Burst <= 0 {
-		cfg.Burst = max(1, int(cfg.Rate))
-	}
-	if cfg.MaxWaiting <= 0 {
-		cfg.MaxWaiting = 10_000
-	}
-	clk := cfg.Clock
-	if clk == nil {
-		clk = clock.System
-	}
-	return &Scheduler{cfg: cfg, clock: clk, tokens: float64(cfg.Burst), last: clk.Now(), fresh: true, queues: make(map[string]*queue)}
+	cfg.Burst = cmp.Or(max(cfg.Burst, 0), max(1, int(cfg.Rate)))
+	cfg.MaxWaiting = cmp.Or(max(cfg.MaxWaiting, 0), 10_000)
+	clk := cmp.Or(cfg.Clock, clock.System)
+	return &Scheduler{cfg: cfg, clock: clk, tokens: float64(cfg.Burst), last: clk.Now(), fresh: true, queues: make(map[string][]*waiter)}
 }
 
 // Wait blocks until tenant may make one request, or ctx ends. A nil return
@@ -101,19 +89,15 @@ func (s *Scheduler) Wait(ctx context.Context, tenant string) error {
 		return nil
 	}
 	q := s.queues[tenant]
-	if q == nil {
-		q = &queue{}
-		s.queues[tenant] = q
-	}
-	if len(q.waiters) >= s.cfg.MaxWaiting {
+	if len(q) >= s.cfg.MaxWaiting {
 		s.mu.Unlock()
 		return ErrQueueFull
 	}
 	w := &waiter{ready: make(chan struct{})}
-	if len(q.waiters) == 0 {
+	if len(q) == 0 {
 		s.ring = append(s.ring, tenant)
 	}
-	q.waiters = append(q.waiters, w)
+	s.queues[tenant] = append(q, w)
 	s.dispatch()
 	s.mu.Unlock()
 
@@ -147,10 +131,7 @@ func (s *Scheduler) Pause(d time.Duration) {
 func (s *Scheduler) Waiting(tenant string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if q := s.queues[tenant]; q != nil {
-		return len(q.waiters)
-	}
-	return 0
+	return len(s.queues[tenant])
 }
 
 func (s *Scheduler) refill() {
@@ -176,14 +157,14 @@ func (s *Scheduler) dispatch() {
 	for len(s.ring) > 0 && s.tokens >= 1 && !s.clock.Now().Before(s.paused) {
 		tenant := s.next()
 		q := s.queues[tenant]
-		w := q.waiters[0]
-		q.waiters[0] = nil
-		q.waiters = q.waiters[1:]
+		w := q[0]
+		q[0] = nil
+		s.queues[tenant] = q[1:]
 		w.granted = true
 		close(w.ready)
 		s.tokens--
 		s.credit--
-		if len(q.waiters) == 0 {
+		if len(q) == 1 {
 			delete(s.queues, tenant)
 			s.dropFromRing(s.cur)
 		}
@@ -216,17 +197,12 @@ func (s *Scheduler) next() string {
 	return s.ring[s.cur]
 }
 
-func (s *Scheduler) weight(tenant string) int {
-	if w := s.cfg.Weights[tenant]; w > 0 {
-		return w
-	}
-	return 1
-}
+func (s *Scheduler) weight(tenant string) int { return max(s.cfg.Weights[tenant], 1) }
 
 // dropFromRing removes ring[i] (a tenant with no more waiters). When it was
 // the tenant being served, the one sliding into its place starts a fresh turn.
 func (s *Scheduler) dropFromRing(i int) {
-	s.ring = append(s.ring[:i], s.ring[i+1:]...)
+	s.ring = slices.Delete(s.ring, i, i+1)
 	switch {
 	case i < s.cur:
 		s.cur--
@@ -239,25 +215,17 @@ func (s *Scheduler) dropFromRing(i int) {
 }
 
 func (s *Scheduler) remove(tenant string, w *waiter) {
-	q := s.queues[tenant]
-	if q == nil {
+	q, ok := s.queues[tenant]
+	if !ok {
 		return
 	}
-	for i, x := range q.waiters {
-		if x == w {
-			q.waiters = append(q.waiters[:i], q.waiters[i+1:]...)
-			break
-		}
-	}
-	if len(q.waiters) > 0 {
+	if q = slices.DeleteFunc(q, func(x *waiter) bool { return x == w }); len(q) > 0 {
+		s.queues[tenant] = q
 		return
 	}
 	delete(s.queues, tenant)
-	for i, t := range s.ring {
-		if t == tenant {
-			s.dropFromRing(i)
-			return
-		}
+	if i := slices.Index(s.ring, tenant); i >= 0 {
+		s.dropFromRing(i)
 	}
 }
 

@@ -20,7 +20,7 @@ func TestMsgAllocatesItsFramesOnly(t *testing.T) {
 	r := p.room(DefaultRoom)
 	alice, bob := newMember(p, r, "alice"), newMember(p, r, "bob")
 	for _, m := range []*member{alice, bob} {
-		m.log = p.log
+		m.log = p.deps.Log
 		if err := r.join(m); err != nil {
 			t.Fatal(err)
 		}

@@ -82,7 +82,7 @@ func (r *room) bridge(f *clientFrame, note string, att *contract.Media) bool {
 	if tenant == "" {
 		return false // unbound since the message was routed
 	}
-	key := p.key(tenant, &src)
+	key := p.deps.Key(tenant, &src)
 	ref := msgRef{from: src.UserID.Value, thread: thread, hop: hop, valid: true}
 	r.mu.Lock()
 	if r.msgs == nil {
@@ -106,7 +106,7 @@ func (r *room) bridge(f *clientFrame, note string, att *contract.Media) bool {
 		Platform:   platformName,
 		SessionKey: key,
 		ChatID:     r.name,
-		Received:   p.clock.Now(),
+		Received:   p.deps.Clock.Now(),
 	}
 	if note == "" && att == nil && strings.TrimSpace(text) == "/stop" {
 		d.Kind = platform.KindInterrupt

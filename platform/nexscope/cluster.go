@@ -173,7 +173,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 func (cl *fleet) start(ctx context.Context) {
 	if addr := cl.p.cfg.ClusterAddr; addr != "" {
 		if err := cl.streams.listen(addr); err != nil {
-			cl.p.log.Error("nexscope cluster_addr not listened on; member frames cross Redis pub/sub", "cluster_addr", addr, "err", err)
+			cl.p.deps.Log.Error("nexscope cluster_addr not listened on; member frames cross Redis pub/sub", "cluster_addr", addr, "err", err)
 		}
 	}
 	cl.stopBeats = cl.node.OnBeat(cl.sendBeats)
@@ -235,11 +235,11 @@ func (cl *fleet) sendNow(instance string, typ byte, fields ...[]byte) {
 func (cl *fleet) home(runCtx, hctx context.Context, r *room) error {
 	cancel, err := cl.node.Subscribe(hctx, roomPrefix+r.name)
 	if err != nil {
-		cl.p.log.Warn("nexscope room channel not subscribed; the room's lease is given up", "room", r.name, "err", err)
+		cl.p.deps.Log.Warn("nexscope room channel not subscribed; the room's lease is given up", "room", r.name, "err", err)
 		return nil
 	}
 	r.becomeHome()
-	cl.p.log.Info("nexscope room homed on this instance", "room", r.name)
+	cl.p.deps.Log.Info("nexscope room homed on this instance", "room", r.name)
 	<-hctx.Done()
 	cancel()
 	c := CloseRoomMoved
@@ -247,7 +247,7 @@ func (cl *fleet) home(runCtx, hctx context.Context, r *room) error {
 		c = CloseGoingAway
 	}
 	r.resign(c)
-	cl.p.log.Info("nexscope room no longer homed on this instance", "room", r.name)
+	cl.p.deps.Log.Info("nexscope room no longer homed on this instance", "room", r.name)
 	return nil
 }
 
@@ -340,32 +340,42 @@ func parseBeat(list []byte) map[string]beatEntry {
 	return out
 }
 
-// edgeBeat takes an edge's beat: a remote member it no longer holds
-// (joined more than a beat ago, so not racing the beat) is removed, one
-// whose frames were lost on the way here is closed with 1011, and the
-// bytes written are credited.
-func (cl *fleet) edgeBeat(edge string, list []byte) {
-	now := cl.p.clock.Now()
-	held := parseBeat(list)
-	var stale, broken []*member
-	credits := make(map[*member]int64)
+// takeBeat reads a peer's beat against the members linked with it (linked
+// gives each one's conn, join time and link from the peer): one not listed
+// and joined over a beat ago is stale, one with frames lost is broken, and
+// each other one listed is credited the total the peer reported.
+func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64) {
+	now := cl.p.deps.Clock.Now()
+	listed := parseBeat(list)
+	credits = make(map[*member]int64)
 	cl.mu.Lock()
-	for _, m := range cl.remotes {
-		l := m.remote
-		if l.edge != edge {
+	defer cl.mu.Unlock()
+	for _, m := range members {
+		conn, since, in, ok := linked(m)
+		if !ok {
 			continue
 		}
-		e, ok := held[l.conn]
+		e, ok := listed[conn]
 		switch {
-		case !ok && now.Sub(l.since) > cl.node.Beat():
+		case !ok && now.Sub(since) > cl.node.Beat():
 			stale = append(stale, m)
-		case ok && l.in.Missing(e.sent):
+		case ok && in.Missing(e.sent):
 			broken = append(broken, m)
 		case ok:
 			credits[m] = e.total
 		}
 	}
-	cl.mu.Unlock()
+	return stale, broken, credits
+}
+
+// edgeBeat takes an edge's beat: a remote member it no longer holds is
+// removed, one whose frames were lost on the way here is closed with 1011,
+// and the bytes written are credited.
+func (cl *fleet) edgeBeat(edge string, list []byte) {
+	stale, broken, credits := cl.takeBeat(list, cl.remotes, func(m *member) (string, time.Time, *cluster.Link, bool) {
+		l := m.remote
+		return l.conn, l.since, &l.in.Link, l.edge == edge
+	})
 	for _, m := range stale {
 		m.kick(wsconn.Drop)
 	}
@@ -382,27 +392,10 @@ func (cl *fleet) edgeBeat(edge string, list []byte) {
 // keeps, or whose frames from the home were lost on the way, are closed
 // with 1011, and the bytes the home processed are credited.
 func (cl *fleet) homeBeat(home string, list []byte) {
-	now := cl.p.clock.Now()
-	kept := parseBeat(list)
-	var stale []*member
-	credits := make(map[*member]int64)
-	cl.mu.Lock()
-	for conn, m := range cl.edges {
-		if m.link.home != home {
-			continue
-		}
-		e, ok := kept[conn]
-		switch {
-		case !ok && now.Sub(m.link.since) > cl.node.Beat():
-			stale = append(stale, m)
-		case ok && m.link.in.Missing(e.sent):
-			stale = append(stale, m)
-		case ok:
-			credits[m] = e.total
-		}
-	}
-	cl.mu.Unlock()
-	for _, m := range stale {
+	stale, broken, credits := cl.takeBeat(list, cl.edges, func(m *member) (string, time.Time, *cluster.Link, bool) {
+		return m.link.conn, m.link.since, &m.link.in, m.link.home == home
+	})
+	for _, m := range append(stale, broken...) {
 		m.log.Info("nexscope room's home no longer keeps this member, or frames from it were lost")
 		m.kick(CloseFramesLost)
 	}
@@ -434,7 +427,7 @@ func (cl *fleet) joinRemote(m *member) error {
 		}
 		cl.node.SendWait(cl.ctx, roomPrefix+r.name, msgJoin, []byte(r.name), []byte(m.name), []byte(conn))
 		expired := make(chan struct{})
-		t := cl.p.clock.AfterFunc(cl.node.Beat(), func() { close(expired) })
+		t := cl.p.deps.Clock.AfterFunc(cl.node.Beat(), func() { close(expired) })
 		select {
 		case a := <-m.link.joined:
 			t.Stop()
@@ -444,7 +437,7 @@ func (cl *fleet) joinRemote(m *member) error {
 				return refusalClose(code)
 			}
 			cl.mu.Lock()
-			m.link.home, m.link.since = a.home, cl.p.clock.Now()
+			m.link.home, m.link.since = a.home, cl.p.deps.Clock.Now()
 			cl.mu.Unlock()
 			return nil
 		case <-m.link.done:
@@ -495,10 +488,10 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	go func() {
 		defer p.wg.Done()
 		m := newMember(p, r, name)
-		m.remote = &homeLink{cl: cl, edge: edge, conn: conn, since: p.clock.Now()}
+		m.remote = &homeLink{cl: cl, edge: edge, conn: conn, since: p.deps.Clock.Now()}
 		m.remote.in.q = wsconn.NewQueue(remoteReader{m}, 0, math.MaxInt64, 0)
 		m.q = m.newQueue(remoteWriter{m})
-		m.log = p.log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
+		m.log = p.deps.Log.With("room", r.name, "member", name, "edge", edge, "conn", conn)
 		if !p.register(m) {
 			cl.decided(edge, conn, nil, goingAway)
 			return
@@ -542,7 +535,7 @@ func (cl *fleet) decided(edge, conn string, m *member, refusal string) {
 func (cl *fleet) probe(m *member) bool {
 	ctx, cancel := context.WithCancel(cl.ctx)
 	defer cancel()
-	t := cl.p.clock.AfterFunc(nameProbeTimeout+cl.node.Beat(), cancel)
+	t := cl.p.deps.Clock.AfterFunc(nameProbeTimeout+cl.node.Beat(), cancel)
 	defer t.Stop()
 	res, ok := cl.node.Call(ctx, cluster.Inbox(m.remote.edge), msgProbe, []byte(m.remote.conn))
 	return ok && string(res) == "1"

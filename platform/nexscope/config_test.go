@@ -54,7 +54,7 @@ func TestConfigDefaults(t *testing.T) {
 	if p.rooms[DefaultRoom] == nil || p.rooms[DefaultRoom].tenant() != "" {
 		t.Fatal("no unbound default room")
 	}
-	if p.clock != clock.System {
+	if p.deps.Clock != clock.System {
 		t.Fatal("no real clock by default")
 	}
 }

@@ -1,6 +1,7 @@
 package nexscope
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
@@ -110,10 +111,8 @@ func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action
 	var first string
 	for _, piece := range textsplit.SplitBytes(a.Content, p.cfg.MaxText) {
 		m.msgID, m.text = p.newMsgID(), piece
-		if first == "" {
-			first = m.msgID
-		}
-		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), &m, p.nowMs())
+		first = cmp.Or(first, m.msgID)
+		frame := appendBotMsg(make([]byte, 0, 160+len(piece)), "msg", &m, `,"attachments":[]`, p.nowMs())
 		for _, mem := range online {
 			r.pushLocked(mem, frame)
 		}
@@ -126,14 +125,7 @@ func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action
 // to get it. Called under mu.
 func (r *room) addressLocked(a *contract.Action) (botMsg, []*member) {
 	ref := r.replyTarget(a)
-	thread := string(a.Metadata.ThreadID)
-	if thread == "" {
-		thread = ref.thread
-	}
-	if thread == "" {
-		thread = DefaultThread
-	}
-	m := botMsg{from: r.bot(), threadID: thread}
+	m := botMsg{from: r.bot(), threadID: cmp.Or(string(a.Metadata.ThreadID), ref.thread, DefaultThread)}
 	var online []*member
 	switch {
 	case ref.valid:

@@ -81,7 +81,7 @@ func FuzzMemberFrames(f *testing.F) {
 		r := p.rooms[DefaultRoom]
 		alice, bob := newMember(p, r, "alice"), newMember(p, r, "bob")
 		for _, m := range []*member{alice, bob} {
-			m.log = p.log
+			m.log = p.deps.Log
 			m.q = m.newQueue(frameCheck{t, &m.q})
 			m.q.Start()
 			defer func() {

@@ -39,7 +39,7 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 		OriginPatterns: p.cfg.OriginPatterns,
 	})
 	if err != nil {
-		p.log.Debug("nexscope upgrade refused", "err", err)
+		p.deps.Log.Debug("nexscope upgrade refused", "err", err)
 		return
 	}
 	m.accepted(ws)
@@ -69,7 +69,7 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 	}
 	m.room = r
 	m.id = p.nextID.Add(1)
-	m.log = p.log.With("room", r.name, "member", name, "conn", m.id)
+	m.log = p.deps.Log.With("room", r.name, "member", name, "conn", m.id)
 	if !p.register(m) {
 		closeWith(ws, CloseGoingAway)
 		return

@@ -88,7 +88,7 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 		}
 		busy := r.transfer.done
 		r.unlock()
-		p.log.Debug("nexscope send_media waiting for the room's file-transfer lock", "room", r.name)
+		p.deps.Log.Debug("nexscope send_media waiting for the room's file-transfer lock", "room", r.name)
 		select {
 		case <-busy:
 		case <-ctx.Done():
@@ -102,30 +102,16 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 	if len(online) == 0 {
 		return nil, "", contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)"), false
 	}
-	msgID := p.newMsgID()
-	to := m.to
-	if to == nil {
-		to = []string{} // a broadcast
-	}
-	start := appendWithTS(nil, mustJSON(struct {
-		Type       string         `json:"type"`
-		MsgID      string         `json:"msgId"`
-		From       string         `json:"from"`
-		To         []string       `json:"to"`
-		Role       string         `json:"role"`
-		ThreadID   string         `json:"threadId"`
-		Text       string         `json:"text"`
-		HopCount   int            `json:"hopCount"`
-		Attachment attachmentJSON `json:"attachment"`
-	}{"file-start", msgID, m.from, to, "userAgent", m.threadID, a.Content, m.hopCount, *att}), p.nowMs())
+	m.msgID, m.text = p.newMsgID(), a.Content
+	start := appendBotMsg(nil, "file-start", &m, `,"attachment":`+string(mustJSON(att)), p.nowMs())
 	parsed, _ := parseFrame(start) // valid JSON by construction
 	t := &transfer{start: parsed, size: att.Size, recipients: online, done: make(chan struct{})}
-	t.timer = p.clock.AfterFunc(p.cfg.TransferTimeout, func() { r.stall(t) })
+	t.timer = p.deps.Clock.AfterFunc(p.cfg.TransferTimeout, func() { r.stall(t) })
 	r.transfer = t
 	for _, rc := range online {
 		r.pushLocked(rc, start)
 	}
-	return t, msgID, contract.Result{}, true
+	return t, m.msgID, contract.Result{}, true
 }
 
 // abortBotTransfer releases the lock t holds (telling the recipients) and
@@ -146,7 +132,7 @@ func (p *Platform) beginRehost(r *room, attachment []byte) *media.Upload {
 	name, mimeType := attachmentText(attachment, "name"), attachmentText(attachment, "mime")
 	u, err := store.Begin(r.tenant(), cmp.Or(mimeType, "application/octet-stream"), name)
 	if err != nil {
-		p.log.Warn("nexscope file to the bot cannot be re-hosted", "room", r.name, "err", err)
+		p.deps.Log.Warn("nexscope file to the bot cannot be re-hosted", "room", r.name, "err", err)
 		return nil
 	}
 	return u
@@ -158,7 +144,7 @@ func (p *Platform) beginRehost(r *room, attachment []byte) *media.Upload {
 func (p *Platform) commitRehost(u *media.Upload, attachment, text []byte) *contract.Media {
 	info, err := u.Commit()
 	if err != nil {
-		p.log.Warn("nexscope file to the bot could not be re-hosted", "err", err)
+		p.deps.Log.Warn("nexscope file to the bot could not be re-hosted", "err", err)
 		return nil
 	}
 	caption, _ := optionalString(text)

@@ -69,8 +69,8 @@ func (m *member) newQueue(w wsconn.Writer) *wsconn.Queue {
 // accepted binds the member to its upgraded socket.
 func (m *member) accepted(ws *websocket.Conn) {
 	m.ws = ws
-	m.watch.Init(ws, m.p.clock, m.p.cfg.WriteTimeout)
-	m.alive.Init(ws, m.p.clock, m.p.cfg.HeartbeatInterval, 2, func() {
+	m.watch.Init(ws, m.p.deps.Clock, m.p.cfg.WriteTimeout)
+	m.alive.Init(ws, m.p.deps.Clock, m.p.cfg.HeartbeatInterval, 2, func() {
 		m.log.Info("nexscope heartbeat_timeout", "missed_pongs", 2)
 		m.kick(CloseHeartbeatTimeout)
 	})
@@ -173,7 +173,7 @@ func (m *member) Write(batch []wsconn.Frame) error {
 		m.q.Written(len(f.Data))
 		if err == wsconn.ErrWriteTimeout {
 			m.log.Info("nexscope member too slow, disconnecting", "write_timeout", m.p.cfg.WriteTimeout)
-			m.p.metrics.Dropped(platformName, "slow_consumer")
+			m.p.deps.Metrics.Dropped(platformName, "slow_consumer")
 			m.leave()
 			return CloseSlowConsumer
 		}
@@ -211,7 +211,7 @@ func (m *member) kick(c Close) {
 	}
 	if c == CloseSlowConsumer {
 		m.log.Info("nexscope member send queue overflowed, disconnecting")
-		m.p.metrics.Dropped(platformName, "slow_consumer")
+		m.p.deps.Metrics.Dropped(platformName, "slow_consumer")
 	}
 	m.leave()
 	m.q.Close(c, false)

@@ -54,31 +54,19 @@ func parseFrame(data []byte) (clientFrame, error) {
 }
 
 // eachMember calls fn with the raw key (quotes included) and raw value of
-// every member of the object starting at data[i]. data must be valid JSON.
+// every member of the object starting at data[i], or with a nil key and
+// every raw element of the array starting there. data must be valid JSON.
 func eachMember(data []byte, i int, fn func(key, val []byte)) {
-	i = skipSpace(data, i+1)
-	for i < len(data) && data[i] == '"' {
-		kEnd := skipString(data, i)
-		key := data[i:kEnd]
-		i = skipSpace(data, kEnd)
-		i = skipSpace(data, i+1) // ':'
+	object := data[i] == '{'
+	for i = skipSpace(data, i+1); i < len(data) && data[i] != '}' && data[i] != ']'; {
+		var key []byte
+		if object {
+			kEnd := skipString(data, i)
+			key, i = data[i:kEnd], skipSpace(data, skipSpace(data, kEnd)+1) // past ':'
+		}
 		vEnd := skipValue(data, i)
 		fn(key, data[i:vEnd])
 		i = skipSpace(data, vEnd)
-		if i < len(data) && data[i] == ',' {
-			i = skipSpace(data, i+1)
-		}
-	}
-}
-
-// eachElement calls fn with every raw element of the array starting at
-// data[i]. data must be valid JSON.
-func eachElement(data []byte, i int, fn func(val []byte)) {
-	i = skipSpace(data, i+1)
-	for i < len(data) && data[i] != ']' {
-		end := skipValue(data, i)
-		fn(data[i:end])
-		i = skipSpace(data, end)
 		if i < len(data) && data[i] == ',' {
 			i = skipSpace(data, i+1)
 		}
@@ -191,7 +179,7 @@ func namesOf(raw []byte, fn func(raw, name []byte)) (ok bool) {
 		return false
 	}
 	ok = true
-	eachElement(raw, 0, func(v []byte) {
+	eachMember(raw, 0, func(_, v []byte) {
 		if !ok {
 			return
 		}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
-	"log/slog"
 	"maps"
 	"net/http"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"connector/descriptor"
-	"connector/internal/clock"
 	"connector/platform"
 	"connector/session"
 )
@@ -23,12 +21,10 @@ const platformName = session.PlatformNexscope
 
 // Platform is the nexscope relay hosted by the connector. Create it with New.
 type Platform struct {
-	cfg       Config
-	log       *slog.Logger
-	metrics   platform.Metrics
-	clock     clock.Clock      // ts values, the heartbeat, transfer and probe deadlines
-	key       platform.KeyFunc // the tenant's session key for a source
-	deps      platform.Deps    // the media store (send_media, files to the bot), the room leases
+	cfg Config
+	// deps are New's Deps with their defaults: the log, the metrics, the
+	// clock (ts values, every deadline), session keys, media, leases.
+	deps      platform.Deps
 	tokenHash [sha256.Size]byte
 	// rooms are the rooms by name, guarded by roomsMu; Bind adds rooms.
 	roomsMu sync.RWMutex
@@ -73,10 +69,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	deps = deps.WithDefaults()
 	p := &Platform{
 		cfg:       cfg,
-		log:       deps.Log,
-		metrics:   deps.Metrics,
-		clock:     deps.Clock,
-		key:       deps.Key,
 		deps:      deps,
 		tokenHash: sha256.Sum256([]byte(cfg.Token)),
 		rooms:     make(map[string]*room, len(cfg.Rooms)+1),
@@ -161,12 +153,12 @@ func (p *Platform) Status() platform.Status {
 func (p *Platform) deliver(d platform.Delivery) bool {
 	s := p.sink.Load()
 	if s == nil {
-		p.metrics.Dropped(platformName, "unavailable")
+		p.deps.Metrics.Dropped(platformName, "unavailable")
 		return false
 	}
 	if err := s.Deliver(s.ctx, d); err != nil {
-		p.metrics.Dropped(platformName, "sink_error")
-		p.log.Warn("nexscope delivery failed", "tenant", d.Tenant, "chat_id", d.ChatID, "err", err)
+		p.deps.Metrics.Dropped(platformName, "sink_error")
+		p.deps.Log.Warn("nexscope delivery failed", "tenant", d.Tenant, "chat_id", d.ChatID, "err", err)
 		return false
 	}
 	return true
@@ -180,7 +172,7 @@ func (p *Platform) tokenOK(token string) bool {
 }
 
 // nowMs is the relay timestamp of frames.
-func (p *Platform) nowMs() int64 { return p.clock.Now().UnixMilli() }
+func (p *Platform) nowMs() int64 { return p.deps.Clock.Now().UnixMilli() }
 
 // register tracks m for shutdown; it fails once Run has ended.
 func (p *Platform) register(m *member) bool {

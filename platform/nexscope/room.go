@@ -23,8 +23,8 @@ type room struct {
 	// botName is the bot's member name while the room is bound.
 	botName string
 	cap     int
-	// bound is the room's tenant and bot; nil for a plain relay room. It
-	// changes under mu (Bind), and is read without it.
+	// bound is the room's tenant and bot, both "" for a plain relay room
+	// (never nil). It changes under mu (Bind), and is read without it.
 	bound atomic.Pointer[roomBinding]
 	// home is set while this instance hosts the room: always on a single
 	// instance; with several, while it holds the room's lease (cluster.go).
@@ -66,6 +66,7 @@ func newRoom(p *Platform, rc Room) *room {
 		members: make(map[string]*member),
 	}
 	r.home.Store(p.cluster == nil) // a single instance hosts every room
+	r.bound.Store(&roomBinding{})
 	if rc.Tenant != "" {
 		r.mu.Lock()
 		r.bindLocked(rc.Tenant)
@@ -75,20 +76,10 @@ func newRoom(p *Platform, rc Room) *room {
 }
 
 // tenant is the tenant the room is bound to; "" when it is a plain room.
-func (r *room) tenant() string {
-	if b := r.bound.Load(); b != nil {
-		return b.tenant
-	}
-	return ""
-}
+func (r *room) tenant() string { return r.bound.Load().tenant }
 
 // bot is the bot's member name; "" when the room is unbound.
-func (r *room) bot() string {
-	if b := r.bound.Load(); b != nil {
-		return b.bot
-	}
-	return ""
-}
+func (r *room) bot() string { return r.bound.Load().bot }
 
 // bindLocked binds the room to tenant ("" unbinds it): the bot joins or
 // leaves the presence list, which is broadcast, and the bridge forgets what
@@ -105,7 +96,7 @@ func (r *room) bindLocked(tenant string) {
 	}
 	r.msgs, r.threads, r.last = nil, nil, msgRef{}
 	if tenant == "" {
-		r.bound.Store(nil)
+		r.bound.Store(&roomBinding{})
 	} else {
 		r.bound.Store(&roomBinding{tenant: tenant, bot: r.botName})
 		if i, ok := slices.BinarySearch(r.users, r.botName); !ok {
@@ -247,7 +238,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, keepRec
 	}
 	toBot := func(quoted []byte) {
 		if botDrop := r.p.dropReason(f); botDrop != "" {
-			r.p.metrics.Dropped(platformName, botDrop)
+			r.p.deps.Metrics.Dropped(platformName, botDrop)
 			out.offline = append(out.offline, quoted)
 			return
 		}
@@ -256,7 +247,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, keepRec
 		out.toBot = true
 	}
 	broadcast := true
-	eachElement(f.to, 0, func([]byte) { broadcast = false })
+	eachMember(f.to, 0, func(_, _ []byte) { broadcast = false })
 	if broadcast {
 		for _, u := range r.users {
 			switch {

@@ -43,7 +43,7 @@ func TestTokenNeverLeaks(t *testing.T) {
 	const token = "TOKEN-7f3a9c-do-not-leak"
 	tr := newRelay(t, Config{Token: token, Rooms: []Room{{Name: "lab", Tenant: "t1"}}})
 	metrics := &recordingMetrics{}
-	tr.p.metrics = metrics
+	tr.p.deps.Metrics = metrics
 	tr.sink = platformtest.NewSink(64)
 	stop := tr.run(t, tr.sink)
 

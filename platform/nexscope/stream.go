@@ -65,8 +65,9 @@ type streams struct {
 	out     map[string]*outStream
 	failed  map[string]time.Time // instance -> when to try a stream again
 	tickets map[string]ticket    // instance -> the ticket it was given
-	in      map[net.Conn]struct{}
-	closed  bool
+
+	ending context.Context // ends with close, which closes the incoming streams
+	end    context.CancelFunc
 }
 
 type ticket struct {
@@ -94,8 +95,9 @@ type streamMsg struct {
 
 // newStreams returns cl's streams: none until listen.
 func newStreams(cl *fleet) *streams {
-	return &streams{cl: cl, out: make(map[string]*outStream), failed: make(map[string]time.Time),
-		tickets: make(map[string]ticket), in: make(map[net.Conn]struct{})}
+	s := &streams{cl: cl, out: make(map[string]*outStream), failed: make(map[string]time.Time), tickets: make(map[string]ticket)}
+	s.ending, s.end = context.WithCancel(context.Background())
+	return s
 }
 
 // listen takes the other instances' streams on addr, and has this
@@ -133,7 +135,7 @@ func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
 	}
 	o := s.out[instance]
 	if o == nil {
-		if s.closed || s.cl.p.clock.Now().Before(s.failed[instance]) {
+		if s.ending.Err() != nil || s.cl.p.deps.Clock.Now().Before(s.failed[instance]) {
 			s.mu.Unlock()
 			return false
 		}
@@ -163,18 +165,18 @@ func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
 func (s *streams) run(o *outStream) {
 	conn, err := s.dial(o.to)
 	if err != nil {
-		s.cl.p.log.Warn("nexscope stream to another instance not opened; using pub/sub", "instance", o.to, "err", err)
+		s.cl.p.deps.Log.Warn("nexscope stream to another instance not opened; using pub/sub", "instance", o.to, "err", err)
 	} else {
 		err = s.write(o, conn)
 		_ = conn.Close()
 		if err != nil {
-			s.cl.p.log.Warn("nexscope stream to another instance lost", "instance", o.to, "err", err)
+			s.cl.p.deps.Log.Warn("nexscope stream to another instance lost", "instance", o.to, "err", err)
 		}
 	}
 	s.mu.Lock()
 	delete(s.out, o.to)
 	if err != nil {
-		s.failed[o.to] = s.cl.p.clock.Now().Add(s.beats(streamRetryBeats))
+		s.failed[o.to] = s.cl.p.deps.Clock.Now().Add(s.beats(streamRetryBeats))
 	}
 	s.mu.Unlock()
 	close(o.dead)
@@ -211,7 +213,7 @@ func (s *streams) dial(instance string) (net.Conn, error) {
 func (s *streams) write(o *outStream, conn net.Conn) error {
 	idle := s.beats(streamIdleBeats)
 	idled := make(chan struct{}, 1)
-	timer := s.cl.p.clock.AfterFunc(idle, func() { wsconn.Signal(idled) })
+	timer := s.cl.p.deps.Clock.AfterFunc(idle, func() { wsconn.Signal(idled) })
 	defer timer.Stop()
 	var g cluster.Gather
 	var held []*chunk
@@ -263,7 +265,7 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 func (s *streams) ticketHere(req cluster.Msg) {
 	var t ticket
 	_, _ = rand.Read(t.secret[:]) // never fails (crypto/rand)
-	t.expires = s.cl.p.clock.Now().Add(s.beats(cluster.LostBeats))
+	t.expires = s.cl.p.deps.Clock.Now().Add(s.beats(cluster.LostBeats))
 	var res []byte // none: this instance takes no streams
 	s.mu.Lock()
 	if s.addr != "" {
@@ -274,26 +276,17 @@ func (s *streams) ticketHere(req cluster.Msg) {
 	s.cl.node.Reply(req, res)
 }
 
-// accept takes the other instances' streams until the listener closes.
+// accept takes the other instances' streams until the listener closes;
+// close closes those still open (one accepted after close began, at once).
 func (s *streams) accept() {
 	for {
 		conn, err := s.ln.Accept()
 		if err != nil {
 			return
 		}
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			_ = conn.Close()
-			return
-		}
-		s.in[conn] = struct{}{}
-		s.mu.Unlock()
 		s.wg.Go(func() {
+			defer context.AfterFunc(s.ending, func() { _ = conn.Close() })()
 			s.read(conn)
-			s.mu.Lock()
-			delete(s.in, conn)
-			s.mu.Unlock()
 			_ = conn.Close()
 		})
 	}
@@ -306,7 +299,7 @@ func (s *streams) read(conn net.Conn) {
 	br := bufio.NewReaderSize(conn, 64<<10)
 	from, err := s.hello(br)
 	if err != nil {
-		s.cl.p.log.Warn("nexscope stream refused", "remote", conn.RemoteAddr().String(), "err", err)
+		s.cl.p.deps.Log.Warn("nexscope stream refused", "remote", conn.RemoteAddr().String(), "err", err)
 		return
 	}
 	limit := uint64(s.cl.p.cfg.MaxPayload) + 64<<10 // a frame and its fields
@@ -315,7 +308,7 @@ func (s *streams) read(conn net.Conn) {
 		msg, held, err := readStreamMessage(br, conn, limit)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				s.cl.p.log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)
+				s.cl.p.deps.Log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)
 			}
 			return
 		}
@@ -342,7 +335,7 @@ func (s *streams) hello(br *bufio.Reader) (string, error) {
 	t, issued := s.tickets[from]
 	delete(s.tickets, from)
 	s.mu.Unlock()
-	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 || s.cl.p.clock.Now().After(t.expires) {
+	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 || s.cl.p.deps.Clock.Now().After(t.expires) {
 		return "", errors.New("no valid ticket")
 	}
 	return from, nil
@@ -416,11 +409,8 @@ func readStreamMessage(br *bufio.Reader, r io.Reader, limit uint64) (msg []byte,
 // close stops the listener and the incoming streams, and waits for the
 // outgoing ones to write what is queued (the fleet's context has ended).
 func (s *streams) close() {
+	s.end()
 	s.mu.Lock()
-	s.closed = true
-	for c := range s.in {
-		_ = c.Close()
-	}
 	ln := s.ln
 	s.mu.Unlock()
 	if ln != nil {

@@ -99,7 +99,7 @@ func (m *member) handleFileStart(f *clientFrame) {
 	t := &transfer{sender: m, start: start, size: size, done: make(chan struct{})}
 	// Armed before file-start goes out: a recipient that has it knows the
 	// deadline runs.
-	t.timer = m.p.clock.AfterFunc(m.p.cfg.TransferTimeout, func() { r.stall(t) })
+	t.timer = m.p.deps.Clock.AfterFunc(m.p.cfg.TransferTimeout, func() { r.stall(t) })
 	var res routed
 	r.routeLocked(m, &start, out, true, &res)
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
@@ -199,7 +199,7 @@ func (m *member) handleFileEnd(f *clientFrame) {
 	}
 	toBot := t.toBot && m.p.sink.Load() != nil // Run may have ended since file-start
 	if !toBot && t.toBot {
-		m.p.metrics.Dropped(platformName, dropUnavailable)
+		m.p.deps.Metrics.Dropped(platformName, dropUnavailable)
 	}
 	// The ack confirms the bot only once the bridge's delivery is stored.
 	note := ""

@@ -2,6 +2,7 @@ package nexscope
 
 import (
 	"bytes"
+	"slices"
 
 	"github.com/coder/websocket"
 
@@ -54,11 +55,8 @@ func (l *edgeLink) relayed(data []byte) {
 			p.incoming = nil
 			return
 		}
-		for i, id := range p.sent {
-			if sameValue(id, msgID) {
-				p.sent = append(p.sent[:i], p.sent[i+1:]...)
-				return
-			}
+		if i := slices.IndexFunc(p.sent, func(id []byte) bool { return sameValue(id, msgID) }); i >= 0 {
+			p.sent = slices.Delete(p.sent, i, i+1)
 		}
 	case "file-start":
 		p.incoming = bytes.Clone(msgID)

@@ -96,20 +96,23 @@ func appendError(dst []byte, code ErrorCode, message string, msgID []byte) []byt
 // appendPong appends {"type":"pong","ts":ts}.
 func appendPong(dst []byte, ts int64) []byte { return appendTS(append(dst, `{"type":"pong"`...), ts) }
 
-// botMsg is a msg the connector's bot sends.
+// botMsg is a msg or file-start the connector's bot sends.
 type botMsg struct {
 	msgID, from, threadID, text string
 	to                          []string
 	hopCount                    int
 }
 
-// appendBotMsg appends the bot's msg frame with ts.
-func appendBotMsg(dst []byte, m *botMsg, ts int64) []byte {
-	dst = session.AppendJSONField(dst, `{"type":"msg","msgId":`, m.msgID)
+// appendBotMsg appends the bot's frame of type typ (msg, file-start) with
+// ts; tail is the raw members that end it (a msg's `,"attachments":[]`, a
+// file-start's attachment).
+func appendBotMsg(dst []byte, typ string, m *botMsg, tail string, ts int64) []byte {
+	dst = session.AppendJSONField(dst, `{"type":`, typ)
+	dst = session.AppendJSONField(dst, `,"msgId":`, m.msgID)
 	dst = session.AppendJSONField(dst, `,"from":`, m.from)
 	dst = appendList(append(dst, `,"to":`...), m.to, session.AppendJSONString)
 	dst = session.AppendJSONField(dst, `,"role":"userAgent","threadId":`, m.threadID)
 	dst = session.AppendJSONField(dst, `,"text":`, m.text)
 	dst = strconv.AppendInt(append(dst, `,"hopCount":`...), int64(m.hopCount), 10)
-	return appendTS(append(dst, `,"attachments":[]`...), ts)
+	return appendTS(append(dst, tail...), ts)
 }

@@ -8,6 +8,7 @@
 package pace
 
 import (
+	"maps"
 	"sync"
 	"time"
 )
@@ -104,22 +105,11 @@ func (p *Pacer) get(key string, now time.Time) *state {
 	if s == nil {
 		if p.added++; p.added >= sweepEvery {
 			p.added = 0
-			for k, v := range p.keys {
-				if now.Sub(v.touched) > BackoffMax && !v.next.After(now) {
-					delete(p.keys, k)
-				}
-			}
+			maps.DeleteFunc(p.keys, func(_ string, v *state) bool { return now.Sub(v.touched) > BackoffMax && !v.next.After(now) })
 		}
 		s = &state{}
 		p.keys[key] = s
 	}
 	s.touched = now
 	return s
-}
-
-// Keys reports how many keys the pacer remembers.
-func (p *Pacer) Keys() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.keys)
 }
