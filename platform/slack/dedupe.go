@@ -45,7 +45,7 @@ func newClaims(deps platform.Deps, c clock.Clock) store.Claims {
 	if deps.Cluster != nil && deps.Store != nil {
 		return deps.Store.Claims()
 	}
-	return newLocalState(localClaims, c)
+	return platform.NewLocalState(localClaims, c)
 }
 
 // begin claims key for this copy. taken is false for a duplicate (err

@@ -21,9 +21,9 @@ import (
 // store by the rate the bot posts and is mentioned at, as the native
 // adapter's sets are bounded (5,000 each, oldest first; and forgotten at a
 // restart). Without a store the markers are kept in process memory
-// (localState), 20,000 in all, least recently set forgotten first.
+// (platform.LocalState), 20,000 in all, least recently set forgotten first.
 type memory struct {
-	caps  store.Capabilities // the store's, else a localState
+	caps  store.Capabilities // the store's, else a platform.LocalState
 	clock clock.Clock
 }
 

@@ -145,12 +145,12 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
-	p.memory = &memory{caps: stateOr(deps.Store, memorySize, p.clock), clock: p.clock}
+	p.memory = &memory{caps: platform.StateOr(deps.Store, memorySize, p.clock), clock: p.clock}
 	p.claims = newClaims(deps, p.clock)
 	p.dedupe = &dedupe{p}
 	p.queues = chatorder.New[string](maxInFlight)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
-	p.streams = &streams{state: stateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0)}
+	p.streams = &streams{state: platform.StateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0)}
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
 	p.desc = descriptor.Slack(p.egress.Ops.Names())
 	p.setStatus(platform.Status{Detail: "not started"})

@@ -21,7 +21,6 @@ import (
 	"connector/platform/chatcontext"
 	"connector/platform/chatorder"
 	"connector/platform/fairshare"
-	"connector/store"
 )
 
 // Platform is the shared Telegram bot. Build it with New.
@@ -127,11 +126,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts)
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
-	var topicState store.Capabilities
-	if deps.Store != nil {
-		topicState = deps.Store.Capabilities()
-	}
-	p.topics = newTopicMemory(topicState, p.clock)
+	p.topics = &topicMemory{state: platform.StateOr(deps.Store, localTopics, p.clock), clock: p.clock}
 	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
 	p.links = platform.NewLinkDesk(p.clock)
 	p.SetRelevance(nil)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
-	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
 	"connector/internal/clock"
@@ -127,17 +126,8 @@ func (r topicRecord) guard(known bool, a *contract.Action) (contract.Result, boo
 // reads the store, never a copy in memory that another instance may have
 // made stale. Without one the names are kept in process memory.
 type topicMemory struct {
-	state store.Capabilities
-	local *lru.Cache[topicKey, topicRecord]
+	state store.Capabilities // the store's, else a platform.LocalState
 	clock clock.Clock
-}
-
-func newTopicMemory(state store.Capabilities, c clock.Clock) *topicMemory {
-	t := &topicMemory{state: state, clock: c}
-	if state == nil {
-		t.local, _ = lru.New[topicKey, topicRecord](localTopics) // size > 0: cannot fail
-	}
-	return t
 }
 
 // topicStateKey is the store key of a topic's record.
@@ -148,10 +138,6 @@ func topicStateKey(chat int64, topic int) string {
 // get returns the record of topic in chat; known is false when there is
 // none (or it expired).
 func (t *topicMemory) get(ctx context.Context, chat int64, topic int) (rec topicRecord, known bool, err error) {
-	if t.state == nil {
-		rec, known = t.local.Get(topicKey{chat: chat, thread: topic})
-		return rec, known, nil
-	}
 	raw, ok, err := t.state.Get(ctx, topicStateKey(chat, topic))
 	if err != nil || !ok {
 		return topicRecord{}, false, err
@@ -164,10 +150,6 @@ func (t *topicMemory) get(ctx context.Context, chat int64, topic int) (rec topic
 
 // put stores rec for topic in chat for topicNameTTL.
 func (t *topicMemory) put(ctx context.Context, chat int64, topic int, rec topicRecord) error {
-	if t.state == nil {
-		t.local.Add(topicKey{chat: chat, thread: topic}, rec)
-		return nil
-	}
 	raw, _ := json.Marshal(rec) // plain fields: cannot fail
 	return t.state.Put(ctx, topicStateKey(chat, topic), raw, t.clock.Now().Add(topicNameTTL))
 }

@@ -1,0 +1,77 @@
+package platform
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"connector/internal/clock"
+	"connector/internal/ttlcache"
+	"connector/store"
+)
+
+// LocalState keeps, in process memory, what a platform otherwise keeps
+// in the store (Deps.Store): values with an expiry (store.Capabilities:
+// Slack's thread markers and draft streams, Telegram's topic names) and
+// claims (store.Claims: Slack's dedupe and slash replies), on the
+// platform's clock. It is
+// bounded: past size entries the least recently used are forgotten, which
+// may let a late duplicate through or an old thread quiet, never loses an
+// event.
+type LocalState struct {
+	c *ttlcache.Cache[string, []byte]
+}
+
+var (
+	_ store.Capabilities = LocalState{}
+	_ store.Claims       = LocalState{}
+)
+
+// StateOr is st's capabilities, else a local state of at most size
+// entries.
+func StateOr(st store.Store, size int, c clock.Clock) store.Capabilities {
+	if st != nil {
+		return st.Capabilities()
+	}
+	return NewLocalState(size, c)
+}
+
+// NewLocalState returns a local state of at most size entries.
+func NewLocalState(size int, c clock.Clock) LocalState {
+	return LocalState{c: ttlcache.New[string, []byte](size, 0, c)}
+}
+
+// Put implements store.Capabilities.
+func (s LocalState) Put(_ context.Context, key string, value []byte, expires time.Time) error {
+	s.c.AddUntil(key, slices.Clone(value), expires)
+	return nil
+}
+
+// Get implements store.Capabilities.
+func (s LocalState) Get(_ context.Context, key string) ([]byte, bool, error) {
+	v, ok := s.c.Get(key)
+	return slices.Clone(v), ok, nil
+}
+
+// Delete implements store.Capabilities.
+func (s LocalState) Delete(_ context.Context, key string) error {
+	s.c.Remove(key)
+	return nil
+}
+
+// Claim implements store.Claims.
+func (s LocalState) Claim(_ context.Context, key string, expires time.Time) (bool, error) {
+	return s.c.AddIfAbsent(key, nil, expires), nil
+}
+
+// Hold implements store.Claims.
+func (s LocalState) Hold(_ context.Context, key string, expires time.Time) error {
+	s.c.AddUntil(key, nil, expires)
+	return nil
+}
+
+// Release implements store.Claims.
+func (s LocalState) Release(_ context.Context, key string) error {
+	s.c.Remove(key)
+	return nil
+}
