@@ -388,13 +388,6 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 	return Binding{}, false
 }
 
-// requireTenant is nil when tenant id is declared or stored, else
-// ErrNotFound (or the store's error).
-func (r *Registry) requireTenant(ctx context.Context, id string) error {
-	_, err := r.tenant(ctx, id)
-	return err
-}
-
 // CreateTenant stores a new tenant.
 func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if err := cmp.Or(checkID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
@@ -503,7 +496,7 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
-	if err := r.requireTenant(ctx, tenant); err != nil {
+	if _, err := r.tenant(ctx, tenant); err != nil {
 		return "", err
 	}
 	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil {
@@ -558,7 +551,8 @@ func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) erro
 	return nil
 }
 
-// tenant returns tenant id, declared or stored.
+// tenant returns tenant id, declared or stored; ErrNotFound when neither
+// layer has it.
 func (r *Registry) tenant(ctx context.Context, id string) (Tenant, error) {
 	for _, t := range r.declared.Load().Tenants {
 		if t.ID == id {
@@ -663,7 +657,7 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 		}
 		return ErrDeclared
 	}
-	if err := r.requireTenant(ctx, b.Tenant); err != nil {
+	if _, err := r.tenant(ctx, b.Tenant); err != nil {
 		return err
 	}
 	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
@@ -710,7 +704,7 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	chat.ID, chat.Space = b.ID, b.Space
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.requireTenant(ctx, tenant); err != nil {
+	if _, err := r.tenant(ctx, tenant); err != nil {
 		return err
 	}
 	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
