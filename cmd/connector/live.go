@@ -169,34 +169,31 @@ func (l *live) applyChanged(ctx context.Context) {
 
 // applyLocked is apply, called under mu.
 func (l *live) applyLocked(ctx context.Context) error {
+	failed := func(level slog.Level, msg string, err error, args ...any) error {
+		l.metrics.applies.WithLabelValues("error").Inc()
+		l.log.Log(ctx, level, msg, append(args, "err", err)...)
+		return err
+	}
 	// Read before the layer itself, so a write in between is seen again
 	// by the next look.
 	rev, err := l.reg.Revision(ctx)
 	if err != nil {
-		l.metrics.applies.WithLabelValues("error").Inc()
-		l.log.Warn("registry not applied: cannot read it", "err", err)
-		return err
+		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
 	}
 	l.applied, l.appliedOK = rev, false
 	s, next, err := l.reg.Effective(ctx)
 	if err != nil {
-		l.metrics.applies.WithLabelValues("error").Inc()
-		l.log.Warn("registry not applied: cannot read it", "err", err)
-		return err
+		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
 	}
 	tenants := relayTenants(s)
 	l.keys.set(tenants)
 	if err := l.relay.SetTenants(tenants); err != nil {
-		l.metrics.applies.WithLabelValues("error").Inc()
-		l.log.Error("registry not applied to the relay", "err", err)
-		return err
+		return failed(slog.LevelError, "registry not applied to the relay", err)
 	}
 	bindings := s.PlatformBindings()
 	for name, b := range l.binders {
 		if err := b.Bind(bindings[name]); err != nil {
-			l.metrics.applies.WithLabelValues("error").Inc()
-			l.log.Error("registry bindings not applied", "platform", name, "err", err)
-			return err
+			return failed(slog.LevelError, "registry bindings not applied", err, "platform", name)
 		}
 	}
 	l.reportSetAside(bindings)
