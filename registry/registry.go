@@ -40,6 +40,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/session"
 	"connector/store"
 )
 
@@ -100,14 +101,41 @@ func (t Tenant) checkLimits() error {
 // gatewayLimit is the tenant's bound on its gateways.
 func (t Tenant) gatewayLimit() int { return cmp.Or(t.MaxGateways, DefaultMaxGateways) }
 
-// Session mirrors the gateway's session-key knobs (the YAML's
-// tenants[].session); nil fields are the gateway defaults.
+// Session holds the knobs of a tenant's gateways that change session
+// keys: the YAML's tenants[].session, and the admin API's. Nil fields are
+// the gateway defaults.
 type Session struct {
-	GroupSessionsPerUser  *bool  `json:"group_sessions_per_user,omitempty"`
-	ThreadSessionsPerUser *bool  `json:"thread_sessions_per_user,omitempty"`
-	Profile               string `json:"profile,omitempty"`
-	// NexscopeKeyPlatform is "relay" (the default) or "nexscope".
-	NexscopeKeyPlatform string `json:"nexscope_key_platform,omitempty"`
+	// GroupSessionsPerUser isolates users outside threads. Default true.
+	GroupSessionsPerUser *bool `json:"group_sessions_per_user,omitempty" yaml:"group_sessions_per_user"`
+	// ThreadSessionsPerUser isolates users inside threads. Default false.
+	ThreadSessionsPerUser *bool `json:"thread_sessions_per_user,omitempty" yaml:"thread_sessions_per_user"`
+	// Profile is the namespace under gateway multiplex_profiles. Default none.
+	Profile string `json:"profile,omitempty" yaml:"profile"`
+	// NexscopeKeyPlatform is the platform in the session keys of nexscope
+	// rooms, which must be the one the tenant's gateways use: relay (the
+	// default) for stock gateways, which know no nexscope platform and read
+	// it as relay (agent:main:relay:group:<room>:<thread>); nexscope for
+	// gateways with a nexscope platform plugin. Inbound events say nexscope
+	// either way.
+	NexscopeKeyPlatform string `json:"nexscope_key_platform,omitempty" yaml:"nexscope_key_platform"`
+}
+
+// Options returns the session-key options the knobs describe; nil is the
+// defaults.
+func (s *Session) Options() session.Options {
+	o := session.DefaultOptions
+	if s == nil {
+		return o
+	}
+	if s.GroupSessionsPerUser != nil {
+		o.GroupSessionsPerUser = *s.GroupSessionsPerUser
+	}
+	if s.ThreadSessionsPerUser != nil {
+		o.ThreadSessionsPerUser = *s.ThreadSessionsPerUser
+	}
+	o.Profile = s.Profile
+	o.NexscopeKeyPlatform = s.NexscopeKeyPlatform
+	return o
 }
 
 // Gateway is one gateway identity of a tenant.

@@ -219,7 +219,7 @@ type TenantConfig struct {
 	// platform plugins. Defaults are the stock gateway's:
 	// group_sessions_per_user true, thread_sessions_per_user false, no
 	// profile, nexscope rooms keyed as relay.
-	Session SessionConfig `yaml:"session"`
+	Session registry.Session `yaml:"session"`
 }
 
 // GatewayConfig is one gateway identity.
@@ -233,37 +233,6 @@ type GatewayConfig struct {
 	// CONNECTOR_GATEWAY_SECRETS_<ID> (comma-separated; the id upper-cased,
 	// every character outside A-Z and 0-9 replaced by "_").
 	Secrets []string `yaml:"secrets"`
-}
-
-// SessionConfig mirrors the gateway's session-key knobs.
-type SessionConfig struct {
-	// GroupSessionsPerUser isolates users outside threads. Default true.
-	GroupSessionsPerUser *bool `yaml:"group_sessions_per_user"`
-	// ThreadSessionsPerUser isolates users inside threads. Default false.
-	ThreadSessionsPerUser *bool `yaml:"thread_sessions_per_user"`
-	// Profile is the namespace under gateway multiplex_profiles. Default none.
-	Profile string `yaml:"profile"`
-	// NexscopeKeyPlatform is the platform in the session keys of nexscope
-	// rooms, which must be the one the tenant's gateways use: relay (the
-	// default) for stock gateways, which know no nexscope platform and read
-	// it as relay (agent:main:relay:group:<room>:<thread>); nexscope for
-	// gateways with a nexscope platform plugin. Inbound events say nexscope
-	// either way.
-	NexscopeKeyPlatform string `yaml:"nexscope_key_platform"`
-}
-
-// Options returns the session-key options the knobs describe.
-func (s SessionConfig) Options() session.Options {
-	o := session.DefaultOptions
-	if s.GroupSessionsPerUser != nil {
-		o.GroupSessionsPerUser = *s.GroupSessionsPerUser
-	}
-	if s.ThreadSessionsPerUser != nil {
-		o.ThreadSessionsPerUser = *s.ThreadSessionsPerUser
-	}
-	o.Profile = s.Profile
-	o.NexscopeKeyPlatform = s.NexscopeKeyPlatform
-	return o
 }
 
 const defaultListen = "127.0.0.1:8080"

@@ -80,7 +80,7 @@ func newLive(reg *registry.Registry, srv *relay.Server, platforms []platform.Pla
 func (c *Config) declared() registry.State {
 	var s registry.State
 	for _, t := range c.Tenants {
-		session := registry.Session(t.Session) // the same fields, JSON-tagged
+		session := t.Session
 		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &session, MaxGateways: t.MaxGateways})
 		for _, g := range t.Gateways {
 			gw := registry.Gateway{ID: g.ID, Tenant: t.ID}
@@ -122,11 +122,7 @@ func relayTenants(s registry.State) []relay.Tenant {
 	out := make([]relay.Tenant, 0, len(s.Tenants))
 	index := make(map[string]int, len(s.Tenants))
 	for _, t := range s.Tenants {
-		var sc SessionConfig
-		if t.Session != nil {
-			sc = SessionConfig(*t.Session)
-		}
-		opts := sc.Options()
+		opts := t.Session.Options()
 		index[t.ID] = len(out)
 		out = append(out, relay.Tenant{ID: t.ID, Session: &opts})
 	}
