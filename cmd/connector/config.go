@@ -425,6 +425,9 @@ func (c *Config) TenantIDs() map[string]bool {
 
 // validate checks the store section.
 func (s *StoreConfig) validate() error {
+	if err := nonNegative("store", s); err != nil { // lease_ttl and the redis_* numbers
+		return err
+	}
 	switch s.Backend {
 	case "", store.BackendEmbedded:
 	case store.BackendRedis:
@@ -455,10 +458,6 @@ func (s *StoreConfig) validateRedis() error {
 		return errors.New("config: store.redis_sentinel.addrs: required")
 	case len(s.RedisClusterAddrs) == 0 && (s.RedisClusterUsername != "" || s.RedisClusterPassword != "" || s.RedisClusterTLS):
 		return errors.New("config: store.redis_cluster_*: set with redis_cluster_addrs only")
-	case s.RedisMinReplicas < 0:
-		return errors.New("config: store.redis_min_replicas: must not be negative")
-	case s.RedisReplicaTimeout < 0:
-		return errors.New("config: store.redis_replica_timeout: must not be negative")
 	case (s.RedisTLS.CertFile == "") != (s.RedisTLS.KeyFile == ""):
 		return errors.New("config: store.redis_tls: cert_file and key_file must be set together")
 	}
