@@ -333,7 +333,7 @@ func (c *Config) Validate() error {
 	}
 	// The first failing section, in this order, is reported.
 	return cmp.Or(c.validateHTTP(), c.Admin.validate(), c.validateMedia(), nonNegative("relay", &c.Relay),
-		c.Store.validate(), c.validateTenants(), c.validatePlatforms())
+		nonNegative("enroll", &c.Enroll), c.Store.validate(), c.validateTenants(), c.validatePlatforms())
 }
 
 // nonNegative checks that no number of the section at key (a pointer to
