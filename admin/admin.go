@@ -124,10 +124,9 @@ func New(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-type nopMetrics struct{}
+type nopMetrics struct{ change.Nop }
 
-func (nopMetrics) AdminChange(string, string) {}
-func (nopMetrics) AdminRefused()              {}
+func (nopMetrics) AdminRefused() {}
 
 // ServeHTTP authenticates the request and routes it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -26,13 +26,10 @@ type Descriptor struct {
 	MarkdownDialect        string `json:"markdown_dialect"`
 	LenUnit                string `json:"len_unit"`
 
-	Emoji                        string   `json:"emoji,omitempty"`
-	PlatformHint                 string   `json:"platform_hint,omitempty"`
-	PIISafe                      bool     `json:"pii_safe,omitempty"`
-	SupportsContext              bool     `json:"supports_context,omitempty"`
-	SupportsInchannelContinuable bool     `json:"supports_inchannel_continuable,omitempty"`
-	SupportsBlockFormatting      bool     `json:"supports_block_formatting,omitempty"`
-	SupportedOps                 []string `json:"supported_ops"`
+	Emoji           string   `json:"emoji,omitempty"`
+	PlatformHint    string   `json:"platform_hint,omitempty"`
+	SupportsContext bool     `json:"supports_context,omitempty"`
+	SupportedOps    []string `json:"supported_ops"`
 }
 
 // ContractVersion is the contract_version every descriptor carries.
@@ -55,11 +52,9 @@ const (
 	MarkdownStandard = "markdown"
 )
 
-// Defaults the gateway applies to missing optional fields.
-const (
-	DefaultEmoji            = "\U0001f50c"
-	DefaultMaxMessageLength = 4096
-)
+// DefaultMaxMessageLength is the max_message_length the gateway applies
+// when the field is missing.
+const DefaultMaxMessageLength = 4096
 
 // HasOp reports whether op is advertised.
 func (d *Descriptor) HasOp(op string) bool { return slices.Contains(d.SupportedOps, op) }

@@ -130,17 +130,13 @@ const maxLimitedTenants = 10_000
 // New returns the Handler.
 func New(cfg HandlerConfig) *Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
-	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
+	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, change.Nop{})
 	if cfg.Apply == nil {
 		cfg.Apply = func(context.Context) error { return nil }
 	}
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "relay credential request", Metrics: cfg.Metrics},
 		changes: keyrate.New(keyrate.Config{Burst: ProvisionBurst, Every: ProvisionEvery, MaxKeys: maxLimitedTenants, Clock: cfg.Clock})}
 }
-
-type nopMetrics struct{}
-
-func (nopMetrics) AdminChange(string, string) {}
 
 // Routes maps the routes' patterns to their handlers, for the public mux.
 func (h *Handler) Routes() map[string]http.Handler {

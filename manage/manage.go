@@ -104,13 +104,9 @@ var _ platform.Linker = (*Handler)(nil)
 // New returns the handler.
 func New(cfg Config) *Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
-	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
+	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, change.Nop{})
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "manage change", Metrics: cfg.Metrics}}
 }
-
-type nopMetrics struct{}
-
-func (nopMetrics) AdminChange(string, string) {}
 
 // Routes maps each route's ServeMux pattern to its handler.
 func (h *Handler) Routes() map[string]http.Handler {

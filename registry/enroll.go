@@ -46,7 +46,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	ttl = cmp.Or(ttl, DefaultEnrollTTL)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.requireTenant(ctx, tenant); err != nil {
+	if _, err := r.tenant(ctx, tenant); err != nil {
 		return "", time.Time{}, err
 	}
 	now := r.clock.Now()
@@ -163,7 +163,7 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 	if r.declaredGateway(id) {
 		return "", "", ErrDeclared
 	}
-	if err := r.requireTenant(ctx, tenant); err != nil {
+	if _, err := r.tenant(ctx, tenant); err != nil {
 		return "", "", err
 	}
 	var g Gateway

@@ -75,7 +75,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.requireTenant(ctx, tenant); err != nil {
+	if _, err := r.tenant(ctx, tenant); err != nil {
 		return "", time.Time{}, err
 	}
 	var codes []linkCode
@@ -199,7 +199,7 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.requireTenant(ctx, tenant); err != nil {
+	if _, err := r.tenant(ctx, tenant); err != nil {
 		return err
 	}
 	if err := r.dropBindings(ctx, func(b Binding) bool {

@@ -40,6 +40,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/platform"
+	"connector/session"
 	"connector/store"
 )
 
@@ -100,14 +101,41 @@ func (t Tenant) checkLimits() error {
 // gatewayLimit is the tenant's bound on its gateways.
 func (t Tenant) gatewayLimit() int { return cmp.Or(t.MaxGateways, DefaultMaxGateways) }
 
-// Session mirrors the gateway's session-key knobs (the YAML's
-// tenants[].session); nil fields are the gateway defaults.
+// Session holds the knobs of a tenant's gateways that change session
+// keys: the YAML's tenants[].session, and the admin API's. Nil fields are
+// the gateway defaults.
 type Session struct {
-	GroupSessionsPerUser  *bool  `json:"group_sessions_per_user,omitempty"`
-	ThreadSessionsPerUser *bool  `json:"thread_sessions_per_user,omitempty"`
-	Profile               string `json:"profile,omitempty"`
-	// NexscopeKeyPlatform is "relay" (the default) or "nexscope".
-	NexscopeKeyPlatform string `json:"nexscope_key_platform,omitempty"`
+	// GroupSessionsPerUser isolates users outside threads. Default true.
+	GroupSessionsPerUser *bool `json:"group_sessions_per_user,omitempty" yaml:"group_sessions_per_user"`
+	// ThreadSessionsPerUser isolates users inside threads. Default false.
+	ThreadSessionsPerUser *bool `json:"thread_sessions_per_user,omitempty" yaml:"thread_sessions_per_user"`
+	// Profile is the namespace under gateway multiplex_profiles. Default none.
+	Profile string `json:"profile,omitempty" yaml:"profile"`
+	// NexscopeKeyPlatform is the platform in the session keys of nexscope
+	// rooms, which must be the one the tenant's gateways use: relay (the
+	// default) for stock gateways, which know no nexscope platform and read
+	// it as relay (agent:main:relay:group:<room>:<thread>); nexscope for
+	// gateways with a nexscope platform plugin. Inbound events say nexscope
+	// either way.
+	NexscopeKeyPlatform string `json:"nexscope_key_platform,omitempty" yaml:"nexscope_key_platform"`
+}
+
+// Options returns the session-key options the knobs describe; nil is the
+// defaults.
+func (s *Session) Options() session.Options {
+	o := session.DefaultOptions
+	if s == nil {
+		return o
+	}
+	if s.GroupSessionsPerUser != nil {
+		o.GroupSessionsPerUser = *s.GroupSessionsPerUser
+	}
+	if s.ThreadSessionsPerUser != nil {
+		o.ThreadSessionsPerUser = *s.ThreadSessionsPerUser
+	}
+	o.Profile = s.Profile
+	o.NexscopeKeyPlatform = s.NexscopeKeyPlatform
+	return o
 }
 
 // Gateway is one gateway identity of a tenant.
@@ -388,13 +416,6 @@ func (r *Registry) declaredBinding(b Binding) (Binding, bool) {
 	return Binding{}, false
 }
 
-// requireTenant is nil when tenant id is declared or stored, else
-// ErrNotFound (or the store's error).
-func (r *Registry) requireTenant(ctx context.Context, id string) error {
-	_, err := r.tenant(ctx, id)
-	return err
-}
-
 // CreateTenant stores a new tenant.
 func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if err := cmp.Or(checkID("tenant", t.ID), t.Session.check(), t.checkLimits()); err != nil {
@@ -503,7 +524,7 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
-	if err := r.requireTenant(ctx, tenant); err != nil {
+	if _, err := r.tenant(ctx, tenant); err != nil {
 		return "", err
 	}
 	if _, ok, err := r.kv.Get(ctx, nsGateways, id); err != nil {
@@ -558,7 +579,8 @@ func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) erro
 	return nil
 }
 
-// tenant returns tenant id, declared or stored.
+// tenant returns tenant id, declared or stored; ErrNotFound when neither
+// layer has it.
 func (r *Registry) tenant(ctx context.Context, id string) (Tenant, error) {
 	for _, t := range r.declared.Load().Tenants {
 		if t.ID == id {
@@ -663,7 +685,7 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 		}
 		return ErrDeclared
 	}
-	if err := r.requireTenant(ctx, b.Tenant); err != nil {
+	if _, err := r.tenant(ctx, b.Tenant); err != nil {
 		return err
 	}
 	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
@@ -710,7 +732,7 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	chat.ID, chat.Space = b.ID, b.Space
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.requireTenant(ctx, tenant); err != nil {
+	if _, err := r.tenant(ctx, tenant); err != nil {
 		return err
 	}
 	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {

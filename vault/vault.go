@@ -64,26 +64,21 @@ const (
 // window's own failure rather than a decline.
 const WhatsAppConversationTTL = 30 * 24 * time.Hour
 
-// TTL returns the lifetime of a kind's values (ok false for an unknown kind).
-func (k Kind) TTL() (time.Duration, bool) {
-	switch k {
-	case KindDiscordInteractionToken:
-		return 15 * time.Minute, true
-	case KindSlackResponseURL:
-		return 30 * time.Minute, true
-	case KindChatGrant:
-		return ChatGrantTTL, true
-	case KindWhatsAppConversation:
-		return WhatsAppConversationTTL, true
-	case KindWhatsAppMessage, KindWhatsAppPrompt:
-		return 24 * time.Hour, true
-	}
-	return 0, false
+// ttls are the kinds the vault stores, each with the lifetime of its
+// values.
+var ttls = map[Kind]time.Duration{
+	KindDiscordInteractionToken: 15 * time.Minute,
+	KindSlackResponseURL:        30 * time.Minute,
+	KindChatGrant:               ChatGrantTTL,
+	KindWhatsAppConversation:    WhatsAppConversationTTL,
+	KindWhatsAppMessage:         24 * time.Hour,
+	KindWhatsAppPrompt:          24 * time.Hour,
 }
 
-// Kinds lists every kind the vault stores.
-func Kinds() []Kind {
-	return []Kind{KindDiscordInteractionToken, KindSlackResponseURL, KindChatGrant, KindWhatsAppConversation, KindWhatsAppMessage, KindWhatsAppPrompt}
+// TTL returns the lifetime of a kind's values (ok false for an unknown kind).
+func (k Kind) TTL() (time.Duration, bool) {
+	ttl, ok := ttls[k]
+	return ttl, ok
 }
 
 // Secret is a credential value that never prints.
@@ -208,8 +203,7 @@ var _ Store = (*Memory)(nil)
 func NewMemory(cfg Config) *Memory {
 	cfg.MaxEntries = cmp.Or(max(cfg.MaxEntries, 0), 100_000)
 	m := &Memory{caches: make(map[Kind]*expirable.LRU[Key, Entry]), clock: cmp.Or(cfg.Clock, clock.System)}
-	for _, k := range Kinds() {
-		ttl, _ := k.TTL()
+	for k, ttl := range ttls {
 		// The eviction callback runs under the cache lock, so it only counts.
 		m.caches[k] = expirable.NewLRU(cfg.MaxEntries, func(Key, Entry) { m.evicted.Add(1) }, ttl)
 	}

@@ -53,7 +53,11 @@ func adminBackup(base string, args []string, stdout, stderr io.Writer) int {
 			return downloadBackup(ctx, base, token, start)
 		}
 	}
-	n, err := writeWhole(*out, copyTo)
+	var n int64
+	err := writeFile(*out, os.Rename, func(f *os.File) (err error) {
+		n, err = copyTo(func(int64) (io.Writer, error) { return f, nil })
+		return err
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "connector admin backup: %v\n", err)
 		return 1
@@ -95,16 +99,18 @@ func downloadBackup(ctx context.Context, base, token string, start func(int64) (
 	return n, nil
 }
 
-// writeWhole runs copyTo into a temporary file beside path and renames it to
-// path once copyTo succeeded and the file is synced; on failure path is
+// writeFile puts a file at path whole or not at all: write fills a new
+// temporary file beside it (mode 0600), which is synced and then
+// published at path: os.Rename replaces what is there, os.Link fails with
+// fs.ErrExist instead. The temporary file never stays; on failure path is
 // left as it was.
-func writeWhole(path string, copyTo func(start func(int64) (io.Writer, error)) (int64, error)) (int64, error) {
+func writeFile(path string, publish func(tmp, path string) error, write func(*os.File) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
-		return 0, err
+		return err
 	}
-	tmp := f.Name()
-	n, err := copyTo(func(int64) (io.Writer, error) { return f, nil })
+	defer os.Remove(f.Name())
+	err = write(f)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -112,11 +118,7 @@ func writeWhole(path string, copyTo func(start func(int64) (io.Writer, error)) (
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
+		err = publish(f.Name(), path)
 	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return n, err
-	}
-	return n, nil
+	return err
 }

@@ -219,7 +219,7 @@ type TenantConfig struct {
 	// platform plugins. Defaults are the stock gateway's:
 	// group_sessions_per_user true, thread_sessions_per_user false, no
 	// profile, nexscope rooms keyed as relay.
-	Session SessionConfig `yaml:"session"`
+	Session registry.Session `yaml:"session"`
 }
 
 // GatewayConfig is one gateway identity.
@@ -233,37 +233,6 @@ type GatewayConfig struct {
 	// CONNECTOR_GATEWAY_SECRETS_<ID> (comma-separated; the id upper-cased,
 	// every character outside A-Z and 0-9 replaced by "_").
 	Secrets []string `yaml:"secrets"`
-}
-
-// SessionConfig mirrors the gateway's session-key knobs.
-type SessionConfig struct {
-	// GroupSessionsPerUser isolates users outside threads. Default true.
-	GroupSessionsPerUser *bool `yaml:"group_sessions_per_user"`
-	// ThreadSessionsPerUser isolates users inside threads. Default false.
-	ThreadSessionsPerUser *bool `yaml:"thread_sessions_per_user"`
-	// Profile is the namespace under gateway multiplex_profiles. Default none.
-	Profile string `yaml:"profile"`
-	// NexscopeKeyPlatform is the platform in the session keys of nexscope
-	// rooms, which must be the one the tenant's gateways use: relay (the
-	// default) for stock gateways, which know no nexscope platform and read
-	// it as relay (agent:main:relay:group:<room>:<thread>); nexscope for
-	// gateways with a nexscope platform plugin. Inbound events say nexscope
-	// either way.
-	NexscopeKeyPlatform string `yaml:"nexscope_key_platform"`
-}
-
-// Options returns the session-key options the knobs describe.
-func (s SessionConfig) Options() session.Options {
-	o := session.DefaultOptions
-	if s.GroupSessionsPerUser != nil {
-		o.GroupSessionsPerUser = *s.GroupSessionsPerUser
-	}
-	if s.ThreadSessionsPerUser != nil {
-		o.ThreadSessionsPerUser = *s.ThreadSessionsPerUser
-	}
-	o.Profile = s.Profile
-	o.NexscopeKeyPlatform = s.NexscopeKeyPlatform
-	return o
 }
 
 const defaultListen = "127.0.0.1:8080"
@@ -364,7 +333,7 @@ func (c *Config) Validate() error {
 	}
 	// The first failing section, in this order, is reported.
 	return cmp.Or(c.validateHTTP(), c.Admin.validate(), c.validateMedia(), nonNegative("relay", &c.Relay),
-		c.Store.validate(), c.validateTenants(), c.validatePlatforms())
+		nonNegative("enroll", &c.Enroll), c.Store.validate(), c.validateTenants(), c.validatePlatforms())
 }
 
 // nonNegative checks that no number of the section at key (a pointer to
@@ -456,6 +425,9 @@ func (c *Config) TenantIDs() map[string]bool {
 
 // validate checks the store section.
 func (s *StoreConfig) validate() error {
+	if err := nonNegative("store", s); err != nil { // lease_ttl and the redis_* numbers
+		return err
+	}
 	switch s.Backend {
 	case "", store.BackendEmbedded:
 	case store.BackendRedis:
@@ -486,10 +458,6 @@ func (s *StoreConfig) validateRedis() error {
 		return errors.New("config: store.redis_sentinel.addrs: required")
 	case len(s.RedisClusterAddrs) == 0 && (s.RedisClusterUsername != "" || s.RedisClusterPassword != "" || s.RedisClusterTLS):
 		return errors.New("config: store.redis_cluster_*: set with redis_cluster_addrs only")
-	case s.RedisMinReplicas < 0:
-		return errors.New("config: store.redis_min_replicas: must not be negative")
-	case s.RedisReplicaTimeout < 0:
-		return errors.New("config: store.redis_replica_timeout: must not be negative")
 	case (s.RedisTLS.CertFile == "") != (s.RedisTLS.KeyFile == ""):
 		return errors.New("config: store.redis_tls: cert_file and key_file must be set together")
 	}

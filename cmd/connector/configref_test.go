@@ -184,7 +184,7 @@ func fieldDocs(dirs []string) (map[string]string, error) {
 var moduleRoot = "../.."
 
 // configDocDirs are the packages whose config structs the reference covers.
-var configDocDirs = []string{"cmd/connector", "store", "relay", "enroll", "media", "platform/discord", "platform/telegram", "platform/slack", "platform/whatsapp", "platform/nexscope"}
+var configDocDirs = []string{"cmd/connector", "store", "relay", "enroll", "media", "registry", "platform/discord", "platform/telegram", "platform/slack", "platform/whatsapp", "platform/nexscope"}
 
 const configDocHeader = `# Configuration reference
 

@@ -32,7 +32,12 @@ func TestCrashBetweenBatchFetchAndCommitRefetches(t *testing.T) {
 		r.tfake.Enqueue([]byte(telegramUpdate(i)))
 	}
 	killed := make(chan struct{})
+	// started is closed once r.start has set r.child: the connector may
+	// poll before startChild returns, and the answer must not read r.child
+	// before then.
+	started := make(chan struct{})
 	r.tfake.OnAnswer(func(n int) {
+		<-started
 		select {
 		case <-killed:
 			return
@@ -44,7 +49,10 @@ func TestCrashBetweenBatchFetchAndCommitRefetches(t *testing.T) {
 		_ = r.child.cmd.Process.Signal(syscall.SIGKILL)
 		close(killed)
 	})
-	r.start(t)
+	func() {
+		defer close(started) // also when r.start fails the test
+		r.start(t)
+	}()
 	select {
 	case <-killed:
 	case <-time.After(crashWait):

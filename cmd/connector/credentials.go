@@ -26,9 +26,6 @@ func identityVerifier(ec enroll.Config) (*idtoken.Verifier, error) {
 	if ec.PublicKeyFile == "" {
 		return nil, nil
 	}
-	if ec.MaxTokenLifetime < 0 {
-		return nil, fmt.Errorf("config: enroll.max_token_lifetime %v: want a positive duration (default %v)", ec.MaxTokenLifetime, idtoken.DefaultMaxLifetime)
-	}
 	key, err := idtoken.LoadPublicKey(ec.PublicKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)

@@ -60,26 +60,15 @@ func storedSecret(dir, name string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("data directory: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*") // mode 0600
-	if err != nil {
-		return "", fmt.Errorf("data directory: %w", err)
-	}
-	defer os.Remove(tmp.Name())
 	secret := randomSecret()
-	_, err = tmp.WriteString(secret + "\n")
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return "", fmt.Errorf("data directory: %w", err)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return readSecret(path) // another start stored one first
-		}
+	err := writeFile(path, os.Link, func(f *os.File) error {
+		_, err := f.WriteString(secret + "\n")
+		return err
+	})
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return readSecret(path) // another start stored one first
+	case err != nil:
 		return "", fmt.Errorf("data directory: %w", err)
 	}
 	return secret, nil

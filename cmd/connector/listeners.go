@@ -119,8 +119,8 @@ func newMux(routes map[string]http.Handler) *http.ServeMux {
 func opsMux(metrics http.Handler, draining *atomic.Bool, platforms []platform.Platform) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
-	mux.Handle("GET /readyz", readyHandler(draining, platforms))
-	mux.Handle("GET /platforms", platformsHandler(platforms))
+	mux.Handle("GET /readyz", statusHandler(platforms, draining))
+	mux.Handle("GET /platforms", statusHandler(platforms, nil))
 	mux.Handle("GET /metrics", metrics)
 	return mux
 }
@@ -131,43 +131,35 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = io.WriteString(w, "ok\n")
 }
 
-// readyHandler answers /readyz: 200 while the connector can serve gateways
-// (it listens and is not shutting down), 503 once it drains. Platform
-// health is reported in the body but does not change the status: a
-// gateway still gets nexscope and buffered inbound while Discord or
-// Telegram is unreachable, so an orchestrator must not pull the instance
-// for it (/platforms and connector_platform_ready report it).
-func readyHandler(draining *atomic.Bool, platforms []platform.Platform) http.Handler {
+// statusHandler answers /readyz (draining set) or /platforms (draining
+// nil) with each platform's status.
+//
+// /readyz is 200 while the connector can serve gateways (it listens and is
+// not shutting down), 503 once it drains. Platform health is reported in
+// the body but does not change the status: a gateway still gets nexscope
+// and buffered inbound while Discord or Telegram is unreachable, so an
+// orchestrator must not pull the instance for it (/platforms and
+// connector_platform_ready report it).
+//
+// /platforms is 200 when every configured platform is connected and
+// ready, 503 otherwise; for alerting, not for readiness.
+func statusHandler(platforms []platform.Platform, draining *atomic.Bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		ready := !draining.Load()
-		status, _ := platformStatus(platforms)
-		httpjson.Write(w, httpStatus(ready), struct {
+		status, ready := platformStatus(platforms)
+		drain := draining != nil && draining.Load()
+		if draining != nil {
+			ready = !drain
+		}
+		code := http.StatusOK
+		if !ready {
+			code = http.StatusServiceUnavailable
+		}
+		httpjson.Write(w, code, struct {
 			Ready     bool                       `json:"ready"`
 			Draining  bool                       `json:"draining,omitempty"`
 			Platforms map[string]platform.Status `json:"platforms"`
-		}{ready, !ready, status})
+		}{ready, drain, status})
 	})
-}
-
-// platformsHandler answers /platforms: 200 when every configured platform
-// is connected and ready, 503 otherwise, with each platform's status; for
-// alerting, not for readiness.
-func platformsHandler(platforms []platform.Platform) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		status, all := platformStatus(platforms)
-		httpjson.Write(w, httpStatus(all), struct {
-			Ready     bool                       `json:"ready"`
-			Platforms map[string]platform.Status `json:"platforms"`
-		}{all, status})
-	})
-}
-
-// httpStatus is 200 when ok, else 503.
-func httpStatus(ok bool) int {
-	if ok {
-		return http.StatusOK
-	}
-	return http.StatusServiceUnavailable
 }
 
 // platformStatus returns every platform's status and whether all are ready.

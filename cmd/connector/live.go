@@ -80,7 +80,7 @@ func newLive(reg *registry.Registry, srv *relay.Server, platforms []platform.Pla
 func (c *Config) declared() registry.State {
 	var s registry.State
 	for _, t := range c.Tenants {
-		session := registry.Session(t.Session) // the same fields, JSON-tagged
+		session := t.Session
 		s.Tenants = append(s.Tenants, registry.Tenant{ID: t.ID, Session: &session, MaxGateways: t.MaxGateways})
 		for _, g := range t.Gateways {
 			gw := registry.Gateway{ID: g.ID, Tenant: t.ID}
@@ -122,11 +122,7 @@ func relayTenants(s registry.State) []relay.Tenant {
 	out := make([]relay.Tenant, 0, len(s.Tenants))
 	index := make(map[string]int, len(s.Tenants))
 	for _, t := range s.Tenants {
-		var sc SessionConfig
-		if t.Session != nil {
-			sc = SessionConfig(*t.Session)
-		}
-		opts := sc.Options()
+		opts := t.Session.Options()
 		index[t.ID] = len(out)
 		out = append(out, relay.Tenant{ID: t.ID, Session: &opts})
 	}
@@ -169,34 +165,31 @@ func (l *live) applyChanged(ctx context.Context) {
 
 // applyLocked is apply, called under mu.
 func (l *live) applyLocked(ctx context.Context) error {
+	failed := func(level slog.Level, msg string, err error, args ...any) error {
+		l.metrics.applies.WithLabelValues("error").Inc()
+		l.log.Log(ctx, level, msg, append(args, "err", err)...)
+		return err
+	}
 	// Read before the layer itself, so a write in between is seen again
 	// by the next look.
 	rev, err := l.reg.Revision(ctx)
 	if err != nil {
-		l.metrics.applies.WithLabelValues("error").Inc()
-		l.log.Warn("registry not applied: cannot read it", "err", err)
-		return err
+		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
 	}
 	l.applied, l.appliedOK = rev, false
 	s, next, err := l.reg.Effective(ctx)
 	if err != nil {
-		l.metrics.applies.WithLabelValues("error").Inc()
-		l.log.Warn("registry not applied: cannot read it", "err", err)
-		return err
+		return failed(slog.LevelWarn, "registry not applied: cannot read it", err)
 	}
 	tenants := relayTenants(s)
 	l.keys.set(tenants)
 	if err := l.relay.SetTenants(tenants); err != nil {
-		l.metrics.applies.WithLabelValues("error").Inc()
-		l.log.Error("registry not applied to the relay", "err", err)
-		return err
+		return failed(slog.LevelError, "registry not applied to the relay", err)
 	}
 	bindings := s.PlatformBindings()
 	for name, b := range l.binders {
 		if err := b.Bind(bindings[name]); err != nil {
-			l.metrics.applies.WithLabelValues("error").Inc()
-			l.log.Error("registry bindings not applied", "platform", name, "err", err)
-			return err
+			return failed(slog.LevelError, "registry bindings not applied", err, "platform", name)
 		}
 	}
 	l.reportSetAside(bindings)

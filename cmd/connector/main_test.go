@@ -93,6 +93,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		"tls:\n  cert_file: a.pem\n":                                                  "tls",
 		"tenants:\n  - id: t1\n    session: {nexscope_key_platform: nexscop}\n":       "tenants[0].session.nexscope_key_platform",
 		"tenants:\n  - id: t1\n    max_gateways: 10001\n":                             "tenants[0].max_gateways",
+		"enroll: {max_token_lifetime: -1s}\n":                                         "enroll.max_token_lifetime: must not be negative",
 	}
 	for doc, want := range cases {
 		path := filepath.Join(t.TempDir(), "c.yaml")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 
 	"connector/platform"
 	"connector/platform/discord"
@@ -13,6 +12,7 @@ import (
 	"connector/platform/slack"
 	"connector/platform/telegram"
 	"connector/platform/whatsapp"
+	"connector/registry"
 )
 
 func init() {
@@ -37,19 +37,12 @@ func embeddedNexscope(gen *generatedSecrets, tenant string) *nexscope.Config {
 func (c *Config) normalizePlatforms() error {
 	var err error
 	if d := c.Discord; d != nil {
-		d.Guilds, err = canonicalIDs("discord.guilds", d.Guilds, func(id string) (string, bool) {
-			n, err := strconv.ParseUint(id, 10, 64)
-			return strconv.FormatUint(n, 10), err == nil
-		})
-		if err != nil {
+		if d.Guilds, err = canonicalIDs("discord.guilds", "discord", platform.BindGuild, d.Guilds); err != nil {
 			return err
 		}
 	}
 	if t := c.Telegram; t != nil {
-		t.Chats, err = canonicalIDs("telegram.chats", t.Chats, func(id string) (string, bool) {
-			n, err := strconv.ParseInt(id, 10, 64)
-			return strconv.FormatInt(n, 10), err == nil
-		})
+		t.Chats, err = canonicalIDs("telegram.chats", "telegram", platform.BindChat, t.Chats)
 	}
 	return err
 }
@@ -111,20 +104,21 @@ func (c *Config) validatePlatforms() error {
 	return cmp.Or(errs...)
 }
 
-// canonicalIDs rewrites the keys of ids (platform ids mapped to tenants) to
-// the spelling canonical returns, so "0500" routes id 500 as the platform
-// sends it; a key canonical cannot read is kept for the platform's own
+// canonicalIDs rewrites the keys of ids (platform ids mapped to tenants,
+// as bindings of kind on platformName) to the spelling
+// registry.CanonicalBinding gives them, so "0500" routes id 500 as the
+// platform sends it; a key it refuses is kept for the platform's own
 // validation to name. Two keys spelling one id are an error.
-func canonicalIDs(key string, ids map[string]string, canonical func(string) (string, bool)) (map[string]string, error) {
+func canonicalIDs(key, platformName, kind string, ids map[string]string) (map[string]string, error) {
 	if ids == nil {
 		return nil, nil
 	}
 	out := make(map[string]string, len(ids))
 	spelled := make(map[string]string, len(ids)) // canonical -> the key that spelled it
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
-		c, ok := canonical(id)
-		if !ok {
-			c = id
+		c := id
+		if b, err := registry.CanonicalBinding(registry.Binding{Platform: platformName, Kind: kind, ID: id}); err == nil {
+			c = b.ID
 		}
 		if first, dup := spelled[c]; dup {
 			return nil, fmt.Errorf("config: %s: %q and %q are the same id %s; keep one", key, first, id, c)

@@ -89,6 +89,7 @@ func TestStoreSection(t *testing.T) {
 		"store: {backend: redis, redis_sentinel: {addrs: [\"h:26379\"]}}\n":                         "store.redis_sentinel.master: required",
 		"store: {backend: redis, redis_url: \"http://h/0\"}\n":                                      "the scheme must be redis or rediss",
 		"store: {backend: redis, redis_url: \"redis://h/0\", redis_min_replicas: -1}\n":             "store.redis_min_replicas: must not be negative",
+		"store: {backend: redis, redis_url: \"redis://h/0\", lease_ttl: -1s}\n":                     "store.lease_ttl: must not be negative",
 		"store: {backend: redis, redis_url: \"redis://h/0\", redis_tls: {ca_file: /nonexistent}}\n": "store.redis_tls.ca_file",
 		"relay: {buffer_bytes_total: -1}\n":                                                         "relay.buffer_bytes_total: must not be negative",
 		"relay: {buffer_max_age: -1s}\n":                                                            "relay.buffer_max_age: must not be negative",

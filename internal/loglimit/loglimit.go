@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"golang.org/x/time/rate"
 
 	"connector/internal/clock"
 )
@@ -35,40 +36,23 @@ type Rate struct {
 // many lines were held back since the previous one.
 const SuppressedKey = "suppressed"
 
-// bucket is the state of one token bucket; its owner guards it.
+// bucket is one token bucket (golang.org/x/time/rate's) and the lines it
+// held back since the last one it let through.
 type bucket struct {
-	tokens     int
-	filled     time.Time // when tokens were last topped up
-	suppressed int       // lines held back since the last one let through
+	lim        *rate.Limiter
+	suppressed int
 }
 
-func newBucket(r Rate, now time.Time) bucket { return bucket{tokens: r.Burst, filled: now} }
+func newBucket(r Rate) bucket { return bucket{lim: rate.NewLimiter(rate.Every(r.Every), r.Burst)} }
 
-// refill adds the tokens earned since filled.
-func (b *bucket) refill(r Rate, now time.Time) {
-	if r.Every <= 0 {
-		return
-	}
-	earned := int(now.Sub(b.filled) / r.Every)
-	if earned <= 0 {
-		return
-	}
-	b.tokens += earned
-	b.filled = b.filled.Add(time.Duration(earned) * r.Every)
-	if b.tokens >= r.Burst {
-		b.tokens, b.filled = r.Burst, now
-	}
-}
-
-// take spends a token if there is one: ok, with the lines suppressed
-// before this one (the count restarts); otherwise the line is counted as
-// suppressed.
-func (b *bucket) take() (ok bool, suppressed int) {
-	if b.tokens <= 0 {
+// take spends a token if there is one at now: ok, with the lines
+// suppressed before this one (the count restarts); otherwise the line is
+// counted as suppressed.
+func (b *bucket) take(now time.Time) (ok bool, suppressed int) {
+	if !b.lim.AllowN(now, 1) {
 		b.suppressed++
 		return false, 0
 	}
-	b.tokens--
 	suppressed, b.suppressed = b.suppressed, 0
 	return true, suppressed
 }
@@ -76,7 +60,6 @@ func (b *bucket) take() (ok bool, suppressed int) {
 // Bucket limits the log lines of one source. It is safe for concurrent
 // use.
 type Bucket struct {
-	rate  Rate
 	clock clock.Clock
 
 	mu sync.Mutex
@@ -85,7 +68,7 @@ type Bucket struct {
 
 // NewBucket returns a full Bucket of rate r on the clock now.
 func NewBucket(r Rate, c clock.Clock) *Bucket {
-	return &Bucket{rate: r, clock: c, b: newBucket(r, c.Now())}
+	return &Bucket{clock: c, b: newBucket(r)}
 }
 
 // Log writes msg with args at level to log when log is enabled for level
@@ -96,8 +79,7 @@ func (b *Bucket) Log(log *slog.Logger, level slog.Level, msg string, args ...any
 		return
 	}
 	b.mu.Lock()
-	b.b.refill(b.rate, b.clock.Now())
-	ok, suppressed := b.b.take()
+	ok, suppressed := b.b.take(b.clock.Now())
 	b.mu.Unlock()
 	if ok {
 		write(log, level, suppressed, msg, args)
@@ -128,8 +110,8 @@ func write(log *slog.Logger, level slog.Level, suppressed int, msg string, args 
 // it had held back is lost from the log (but not from metrics). It is safe
 // for concurrent use.
 type Limiter struct {
-	perKey, overall Rate
-	clock           clock.Clock
+	perKey Rate
+	clock  clock.Clock
 
 	mu   sync.Mutex
 	all  bucket
@@ -143,7 +125,7 @@ func NewLimiter(perKey, overall Rate, maxKeys int, c clock.Clock) *Limiter {
 	if err != nil {
 		panic(err) // only for a size below 1
 	}
-	return &Limiter{perKey: perKey, overall: overall, clock: c, all: newBucket(overall, c.Now()), keys: keys}
+	return &Limiter{perKey: perKey, clock: c, all: newBucket(overall), keys: keys}
 }
 
 // Log is Bucket.Log for the bucket of key: the line needs a token of
@@ -157,16 +139,13 @@ func (l *Limiter) Log(log *slog.Logger, level slog.Level, key, msg string, args 
 	now := l.clock.Now()
 	kb, found := l.keys.Get(key)
 	if !found {
-		b := newBucket(l.perKey, now)
+		b := newBucket(l.perKey)
 		kb = &b
 		l.keys.Add(key, kb)
 	}
-	kb.refill(l.perKey, now)
-	l.all.refill(l.overall, now)
 	ok, suppressed := false, 0
-	if kb.tokens > 0 && l.all.tokens > 0 {
-		l.all.tokens--
-		ok, suppressed = kb.take()
+	if kb.lim.TokensAt(now) >= 1 && l.all.lim.AllowN(now, 1) {
+		ok, suppressed = kb.take(now)
 	} else {
 		kb.suppressed++
 	}

@@ -24,6 +24,12 @@ type Metrics interface {
 	AdminChange(op, outcome string)
 }
 
+// Nop is the Metrics of a route built without any: it counts nothing.
+type Nop struct{}
+
+// AdminChange implements Metrics.
+func (Nop) AdminChange(string, string) {}
+
 // Refusal is a request a route refuses with its own status and outcome
 // label; Msg is the answer's error.
 type Refusal struct {
