@@ -241,8 +241,10 @@ func CommonFailure(prefix, peer string, err error) (r contract.Result, ok bool) 
 // ctx ended first, else a RateLimitedError (no share came in time, or too
 // many of tenant's requests wait already).
 func WaitShare(ctx context.Context, budget *fairshare.Scheduler, tenant string, latest time.Time, clk clock.Clock) error {
-	wctx, cancel := context.WithTimeout(ctx, latest.Sub(clk.Now()))
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	bound := clk.AfterFunc(latest.Sub(clk.Now()), cancel)
+	defer bound.Stop()
 	if err := budget.Wait(wctx, tenant); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()

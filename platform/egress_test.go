@@ -192,9 +192,24 @@ func TestWaitShare(t *testing.T) {
 	if err := platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(time.Second), clk); err != nil {
 		t.Fatalf("first unit: %v", err)
 	}
+	// latest is on clk: the wait ends when clk passes it, not in real time.
+	done := make(chan error, 1)
+	go func() {
+		done <- platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(10*time.Millisecond), clk)
+	}()
+	clk.Settle(t, 1, func() int { return len(done) }, func() int { return budget.Waiting("t1") })
+	if len(done) != 0 {
+		t.Fatalf("a unit past latest came back before clk reached latest: %v", <-done)
+	}
+	clk.Advance(10 * time.Millisecond)
 	var limited *platform.RateLimitedError
-	if err := platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(10*time.Millisecond), clk); !errors.As(err, &limited) {
-		t.Fatalf("a unit past latest: %v, want a RateLimitedError", err)
+	select {
+	case err := <-done:
+		if !errors.As(err, &limited) {
+			t.Fatalf("a unit past latest: %v, want a RateLimitedError", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitShare still waits 10 s after clk passed latest")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
