@@ -155,7 +155,7 @@ func (e *embedded) Epoch() string              { return e.epoch }
 func (e *embedded) Ledger() Ledger             { return embLedger{e} }
 func (e *embedded) Capabilities() Capabilities { return embCaps{e} }
 func (e *embedded) Owners() Owners             { return embOwners{e} }
-func (e *embedded) Leases() Leases             { return embLeases{e} }
+func (e *embedded) Leases() Leases             { return localLeases{e.clock, e.lease} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
 func (e *embedded) Registry() Registry         { return embRegistry{e} }
 func (e *embedded) Claims() Claims             { return embClaims{e} }
@@ -648,99 +648,26 @@ func (w embOwners) Delete(ctx context.Context, tenant, sessionKey string) error 
 	})
 }
 
-type embLeases struct{ e *embedded }
-
-// getLease returns the stored lease name (zero when none).
-func getLease(tx *bolt.Tx, name string) (Lease, error) {
-	v := tx.Bucket(bLeases).Get([]byte(name))
-	if v == nil {
-		return Lease{}, nil
+// lease is localLeases' transaction: a bbolt one.
+func (e *embedded) lease(ctx context.Context, name string, write bool, fn func(Lease) (Lease, bool, error)) error {
+	run := e.view
+	if write {
+		run = e.update
 	}
-	l, err := decodeLease(v)
-	if err != nil {
-		return Lease{}, fmt.Errorf("lease %q: %w", name, err)
-	}
-	return l, nil
-}
-
-func putLease(tx *bolt.Tx, name string, l Lease) error {
-	return tx.Bucket(bLeases).Put([]byte(name), encodeLease(l))
-}
-
-func (ls embLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
-	if err := checkLeaseArgs(name, holder, ttl); err != nil {
-		return Lease{}, false, err
-	}
-	var l Lease
-	var acquired bool
-	err := ls.e.update(ctx, func(tx *bolt.Tx) error {
-		cur, err := getLease(tx, name)
-		if err != nil {
+	return run(ctx, func(tx *bolt.Tx) error {
+		var cur Lease
+		if v := tx.Bucket(bLeases).Get([]byte(name)); v != nil {
+			var err error
+			if cur, err = decodeLease(v); err != nil {
+				return fmt.Errorf("lease %q: %w", name, err)
+			}
+		}
+		l, put, err := fn(cur)
+		if !put || err != nil {
 			return err
 		}
-		if l, acquired = nextLease(cur, ls.e.clock.Now(), holder, ttl); !acquired {
-			return nil
-		}
-		return putLease(tx, name, l)
+		return tx.Bucket(bLeases).Put([]byte(name), encodeLease(l))
 	})
-	if err != nil {
-		return Lease{}, false, err
-	}
-	return l, acquired, nil
-}
-
-func (ls embLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
-	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
-		return Lease{}, err
-	}
-	err := ls.e.update(ctx, func(tx *bolt.Tx) error {
-		cur, err := getLease(tx, name)
-		if err != nil {
-			return err
-		}
-		now := ls.e.clock.Now()
-		if !holds(cur, l, now) {
-			return ErrNotHeld
-		}
-		l.Expires = now.Add(ttl)
-		return putLease(tx, name, l)
-	})
-	if err != nil {
-		return Lease{}, err
-	}
-	return l, nil
-}
-
-func (ls embLeases) Release(ctx context.Context, name string, l Lease) error {
-	if err := checkName("lease name", name); err != nil {
-		return err
-	}
-	return ls.e.update(ctx, func(tx *bolt.Tx) error {
-		cur, err := getLease(tx, name)
-		if err != nil {
-			return err
-		}
-		if !holds(cur, l, ls.e.clock.Now()) {
-			return ErrNotHeld
-		}
-		return putLease(tx, name, Lease{Token: l.Token}) // the token outlives the tenure
-	})
-}
-
-func (ls embLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
-	if err := checkName("lease name", name); err != nil {
-		return Lease{}, false, err
-	}
-	var l Lease
-	err := ls.e.view(ctx, func(tx *bolt.Tx) error {
-		var err error
-		l, err = getLease(tx, name)
-		return err
-	})
-	if err != nil || !l.liveAt(ls.e.clock.Now()) {
-		return Lease{}, false, err
-	}
-	return l, true, nil
 }
 
 type embRegistry struct{ e *embedded }

@@ -103,7 +103,7 @@ func (m *Memory) Capabilities() Capabilities { return memCaps{m} }
 func (m *Memory) Owners() Owners { return memOwners{m} }
 
 // Leases implements Store.
-func (m *Memory) Leases() Leases { return memLeases{m} }
+func (m *Memory) Leases() Leases { return localLeases{m.clock, m.lease} }
 
 // PubSub implements Store.
 func (m *Memory) PubSub() PubSub { return m.ps }
@@ -354,56 +354,17 @@ func (m memOwners) Delete(ctx context.Context, tenant, sessionKey string) error 
 	return nil
 }
 
-type memLeases struct{ *Memory }
-
-func (m memLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
-	if err := m.lock(ctx, checkLeaseArgs(name, holder, ttl)); err != nil {
-		return Lease{}, false, err
-	}
-	defer m.mu.Unlock()
-	l, acquired := nextLease(m.leases[name], m.clock.Now(), holder, ttl)
-	if acquired {
-		m.leases[name] = l
-	}
-	return l, acquired, nil
-}
-
-func (m memLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
-	if err := m.lock(ctx, checkLeaseArgs(name, l.Holder, ttl)); err != nil {
-		return Lease{}, err
-	}
-	defer m.mu.Unlock()
-	now := m.clock.Now()
-	if !holds(m.leases[name], l, now) {
-		return Lease{}, ErrNotHeld
-	}
-	l.Expires = now.Add(ttl)
-	m.leases[name] = l
-	return l, nil
-}
-
-func (m memLeases) Release(ctx context.Context, name string, l Lease) error {
-	if err := m.lock(ctx, checkName("lease name", name)); err != nil {
+// lease is localLeases' transaction: the store's mutex.
+func (m *Memory) lease(ctx context.Context, name string, _ bool, fn func(Lease) (Lease, bool, error)) error {
+	if err := m.lock(ctx, nil); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
-	if !holds(m.leases[name], l, m.clock.Now()) {
-		return ErrNotHeld
+	l, put, err := fn(m.leases[name])
+	if put && err == nil {
+		m.leases[name] = l
 	}
-	m.leases[name] = Lease{Token: l.Token} // the token outlives the tenure
-	return nil
-}
-
-func (m memLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
-	if err := m.lock(ctx, checkName("lease name", name)); err != nil {
-		return Lease{}, false, err
-	}
-	defer m.mu.Unlock()
-	l := m.leases[name]
-	if !l.liveAt(m.clock.Now()) {
-		return Lease{}, false, nil
-	}
-	return l, true, nil
+	return err
 }
 
 type memRegistry struct{ *Memory }

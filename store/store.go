@@ -588,17 +588,83 @@ func (r trimRule) drop(entries int, bytes int64, receivedMicros int64) bool {
 		(r.cutoff != 0 && receivedMicros < r.cutoff)
 }
 
-// nextLease is the single statement of the lease rules for the backends
-// that keep leases themselves (memory, embedded): cur is the stored lease
-// (zero when none), and the result is what Acquire stores and returns.
-func nextLease(cur Lease, now time.Time, holder string, ttl time.Duration) (Lease, bool) {
-	switch {
-	case !cur.liveAt(now):
-		return Lease{Holder: holder, Token: cur.Token + 1, Expires: now.Add(ttl)}, true
-	case cur.Holder == holder:
-		return Lease{Holder: holder, Token: cur.Token, Expires: now.Add(ttl)}, true
+// localLeases is Leases on the backends that keep leases themselves
+// (memory, embedded), by the store's clock: the single statement of the
+// lease rules. lease runs fn on the stored lease name (zero when none) in
+// one transaction, a writing one when write is set, and stores what fn
+// returns when fn says so.
+type localLeases struct {
+	clock clock.Clock
+	lease func(ctx context.Context, name string, write bool, fn func(cur Lease) (next Lease, put bool, err error)) error
+}
+
+func (ls localLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
+	if err := checkLeaseArgs(name, holder, ttl); err != nil {
+		return Lease{}, false, err
 	}
-	return cur, false
+	var l Lease
+	var acquired bool
+	err := ls.lease(ctx, name, true, func(cur Lease) (Lease, bool, error) {
+		now := ls.clock.Now()
+		switch {
+		case !cur.liveAt(now):
+			l, acquired = Lease{Holder: holder, Token: cur.Token + 1, Expires: now.Add(ttl)}, true
+		case cur.Holder == holder:
+			l, acquired = Lease{Holder: holder, Token: cur.Token, Expires: now.Add(ttl)}, true
+		default:
+			l, acquired = cur, false
+		}
+		return l, acquired, nil
+	})
+	if err != nil {
+		return Lease{}, false, err
+	}
+	return l, acquired, nil
+}
+
+func (ls localLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
+	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
+		return Lease{}, err
+	}
+	err := ls.lease(ctx, name, true, func(cur Lease) (Lease, bool, error) {
+		now := ls.clock.Now()
+		if !holds(cur, l, now) {
+			return Lease{}, false, ErrNotHeld
+		}
+		l.Expires = now.Add(ttl)
+		return l, true, nil
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	return l, nil
+}
+
+func (ls localLeases) Release(ctx context.Context, name string, l Lease) error {
+	if err := checkName("lease name", name); err != nil {
+		return err
+	}
+	return ls.lease(ctx, name, true, func(cur Lease) (Lease, bool, error) {
+		if !holds(cur, l, ls.clock.Now()) {
+			return Lease{}, false, ErrNotHeld
+		}
+		return Lease{Token: l.Token}, true, nil // the token outlives the tenure
+	})
+}
+
+func (ls localLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
+	if err := checkName("lease name", name); err != nil {
+		return Lease{}, false, err
+	}
+	var l Lease
+	err := ls.lease(ctx, name, false, func(cur Lease) (Lease, bool, error) {
+		l = cur
+		return cur, false, nil
+	})
+	if err != nil || !l.liveAt(ls.clock.Now()) {
+		return Lease{}, false, err
+	}
+	return l, true, nil
 }
 
 // holds reports whether l is the live lease cur.
