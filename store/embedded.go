@@ -743,15 +743,17 @@ func (r embRegistry) CompareAndSwap(ctx context.Context, namespace, key string, 
 		if err != nil {
 			return err
 		}
-		cur := b.Get([]byte(key))
-		if cur != nil {
-			e, err := decodeEntry(key, cur)
+		// An entry is present even with an empty value (cur nil).
+		var cur []byte
+		stored := b.Get([]byte(key))
+		if stored != nil {
+			e, err := decodeEntry(key, stored)
 			if err != nil {
 				return err
 			}
 			cur = e.Value
 		}
-		if (cur != nil) != (old != nil) || (cur != nil && !bytes.Equal(cur, old)) {
+		if (stored != nil) != (old != nil) || (stored != nil && !bytes.Equal(cur, old)) {
 			return nil
 		}
 		rev, err := b.NextSequence()
