@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -157,7 +156,7 @@ func (e *embedded) Capabilities() Capabilities { return embCaps{e} }
 func (e *embedded) Owners() Owners             { return embOwners{e} }
 func (e *embedded) Leases() Leases             { return localLeases{e.clock, e.lease} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
-func (e *embedded) Registry() Registry         { return embRegistry{e} }
+func (e *embedded) Registry() Registry         { return embRegistry{e, regWrites{e.writeRegistry}} }
 func (e *embedded) Claims() Claims             { return embClaims{e} }
 
 func (e *embedded) Close() error {
@@ -670,24 +669,46 @@ func (e *embedded) lease(ctx context.Context, name string, write bool, fn func(L
 	})
 }
 
-type embRegistry struct{ e *embedded }
+type embRegistry struct {
+	e *embedded
+	regWrites
+}
 
-func (r embRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return 0, err
-	}
-	var rev uint64
-	err := r.e.update(ctx, func(tx *bolt.Tx) error {
-		b, err := tx.Bucket(bRegistry).CreateBucketIfNotExists([]byte(namespace))
-		if err != nil {
-			return err
+// writeRegistry implements regWrites in a bbolt transaction. The namespace's
+// bucket is created by its first change.
+func (e *embedded) writeRegistry(ctx context.Context, namespace string, w regWrite) (rev uint64, applied bool, err error) {
+	err = e.update(ctx, func(tx *bolt.Tx) error {
+		reg := tx.Bucket(bRegistry)
+		b := reg.Bucket([]byte(namespace))
+		var stored, cur []byte
+		if b != nil {
+			stored = b.Get([]byte(w.key))
+		}
+		if stored != nil && w.when == regFrom {
+			ent, err := decodeEntry(w.key, stored)
+			if err != nil {
+				return err
+			}
+			cur = ent.Value // nil for an empty value: stored says it is present
+		}
+		if applied = w.applies(cur, stored != nil); !applied {
+			return nil
+		}
+		var err error
+		if b == nil {
+			if b, err = reg.CreateBucket([]byte(namespace)); err != nil {
+				return err
+			}
 		}
 		if rev, err = b.NextSequence(); err != nil {
 			return err
 		}
-		return b.Put([]byte(key), encodeEntry(rev, value))
+		if w.del {
+			return b.Delete([]byte(w.key))
+		}
+		return b.Put([]byte(w.key), encodeEntry(rev, w.value))
 	})
-	return rev, err
+	return rev, applied && err == nil, err
 }
 
 func (r embRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
@@ -711,64 +732,6 @@ func (r embRegistry) Get(ctx context.Context, namespace, key string) (Entry, boo
 		return err
 	})
 	return e, ok, err
-}
-
-func (r embRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return false, err
-	}
-	var deleted bool
-	err := r.e.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bRegistry).Bucket([]byte(namespace))
-		if b == nil || b.Get([]byte(key)) == nil {
-			return nil
-		}
-		if err := b.Delete([]byte(key)); err != nil {
-			return err
-		}
-		deleted = true
-		_, err := b.NextSequence()
-		return err
-	})
-	return deleted, err
-}
-
-func (r embRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return false, err
-	}
-	var swapped bool
-	err := r.e.update(ctx, func(tx *bolt.Tx) error {
-		b, err := tx.Bucket(bRegistry).CreateBucketIfNotExists([]byte(namespace))
-		if err != nil {
-			return err
-		}
-		// An entry is present even with an empty value (cur nil).
-		var cur []byte
-		stored := b.Get([]byte(key))
-		if stored != nil {
-			e, err := decodeEntry(key, stored)
-			if err != nil {
-				return err
-			}
-			cur = e.Value
-		}
-		if (stored != nil) != (old != nil) || (stored != nil && !bytes.Equal(cur, old)) {
-			return nil
-		}
-		rev, err := b.NextSequence()
-		if err != nil {
-			return err
-		}
-		if value == nil {
-			err = b.Delete([]byte(key))
-		} else {
-			err = b.Put([]byte(key), encodeEntry(rev, value))
-		}
-		swapped = err == nil
-		return err
-	})
-	return swapped, err
 }
 
 func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {

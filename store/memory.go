@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"maps"
@@ -109,7 +108,7 @@ func (m *Memory) Leases() Leases { return localLeases{m.clock, m.lease} }
 func (m *Memory) PubSub() PubSub { return m.ps }
 
 // Registry implements Store.
-func (m *Memory) Registry() Registry { return memRegistry{m} }
+func (m *Memory) Registry() Registry { return memRegistry{m, regWrites{m.writeRegistry}} }
 
 // Claims implements Store: claims are capabilities under claimPrefix, so
 // the sweep forgets them.
@@ -367,11 +366,15 @@ func (m *Memory) lease(ctx context.Context, name string, _ bool, fn func(Lease) 
 	return err
 }
 
-type memRegistry struct{ *Memory }
+type memRegistry struct {
+	*Memory
+	regWrites
+}
 
-func (m memRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
-	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
-		return 0, err
+// writeRegistry implements regWrites under the store's mutex.
+func (m *Memory) writeRegistry(ctx context.Context, namespace string, w regWrite) (uint64, bool, error) {
+	if err := m.lock(ctx, nil); err != nil {
+		return 0, false, err
 	}
 	defer m.mu.Unlock()
 	ns := m.reg[namespace]
@@ -379,9 +382,17 @@ func (m memRegistry) Put(ctx context.Context, namespace, key string, value []byt
 		ns = &memNamespace{entries: make(map[string]Entry)}
 		m.reg[namespace] = ns
 	}
+	cur, ok := ns.entries[w.key]
+	if !w.applies(cur.Value, ok) {
+		return 0, false, nil
+	}
 	ns.rev++
-	ns.entries[key] = Entry{Key: key, Value: slices.Clone(value), Rev: ns.rev}
-	return ns.rev, nil
+	if w.del {
+		delete(ns.entries, w.key)
+	} else {
+		ns.entries[w.key] = Entry{Key: w.key, Value: slices.Clone(w.value), Rev: ns.rev}
+	}
+	return ns.rev, true, nil
 }
 
 func (m memRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
@@ -396,46 +407,6 @@ func (m memRegistry) Get(ctx context.Context, namespace, key string) (Entry, boo
 	e, ok := ns.entries[key]
 	e.Value = slices.Clone(e.Value)
 	return e, ok, nil
-}
-
-func (m memRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
-	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
-		return false, err
-	}
-	defer m.mu.Unlock()
-	ns := m.reg[namespace]
-	if ns == nil {
-		return false, nil
-	}
-	if _, ok := ns.entries[key]; !ok {
-		return false, nil
-	}
-	delete(ns.entries, key)
-	ns.rev++
-	return true, nil
-}
-
-func (m memRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
-	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
-		return false, err
-	}
-	defer m.mu.Unlock()
-	ns := m.reg[namespace]
-	if ns == nil {
-		ns = &memNamespace{entries: make(map[string]Entry)}
-		m.reg[namespace] = ns
-	}
-	cur, ok := ns.entries[key]
-	if ok != (old != nil) || (ok && !bytes.Equal(cur.Value, old)) {
-		return false, nil
-	}
-	ns.rev++
-	if value == nil {
-		delete(ns.entries, key)
-	} else {
-		ns.entries[key] = Entry{Key: key, Value: slices.Clone(value), Rev: ns.rev}
-	}
-	return true, nil
 }
 
 func (m memRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {

@@ -134,7 +134,7 @@ func (s *redisStore) Capabilities() Capabilities { return redisCaps{s} }
 func (s *redisStore) Owners() Owners             { return redisOwners{s} }
 func (s *redisStore) Leases() Leases             { return redisLeases{s} }
 func (s *redisStore) PubSub() PubSub             { return redisPubSub{s} }
-func (s *redisStore) Registry() Registry         { return redisRegistry{s} }
+func (s *redisStore) Registry() Registry         { return redisRegistry{s, regWrites{s.writeRegistry}} }
 func (s *redisStore) Claims() Claims             { return redisClaims{s} }
 
 func (s *redisStore) Close() error {
@@ -812,48 +812,39 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	return l, true, nil
 }
 
-type redisRegistry struct{ s *redisStore }
-
-func (r redisRegistry) keys(namespace string) []string {
-	tag := tagged(namespace)
-	return []string{r.s.p + "registry:" + tag, r.s.p + "registryrev:" + tag}
+type redisRegistry struct {
+	s *redisStore
+	regWrites
 }
 
-// registryPutScript: KEYS hash, revision; ARGV key, value. Stores the entry
-// (rev as 8 big-endian bytes, then the value) and returns the revision.
-var registryPutScript = redis.NewScript(`
-local rev = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], ARGV[1], struct.pack('>I8', rev) .. ARGV[2])
-return rev
-`)
+// registryKeys are namespace's hash and revision.
+func (s *redisStore) registryKeys(namespace string) []string {
+	tag := tagged(namespace)
+	return []string{s.p + "registry:" + tag, s.p + "registryrev:" + tag}
+}
 
-// registryDeleteScript: KEYS hash, revision; ARGV key. Returns 1 if deleted.
-var registryDeleteScript = redis.NewScript(`
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
-  redis.call('INCR', KEYS[2])
-  return 1
-end
-return 0
-`)
-
-// registryCASScript: KEYS hash, revision; ARGV key, "1" when an entry
-// is expected (its value in ARGV[3]) else "0", "1" when a value is to be
-// stored (in ARGV[5]) else "0" (the entry is removed). Returns 1 if it
-// swapped.
-var registryCASScript = redis.NewScript(`
+// registryWriteScript is regWrite: KEYS hash, revision; ARGV key, when
+// (regWhen), "1" when an entry is expected (regFrom; its value in
+// ARGV[4]) else "0", "1" to remove key else "0" (store ARGV[6] as the
+// entry: rev as 8 big-endian bytes, then the value). Returns the new
+// revision, or 0 when the write does not apply.
+var registryWriteScript = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if ARGV[2] == '1' then
-  if not cur or string.sub(cur, 9) ~= ARGV[3] then return 0 end
-elseif cur then
-  return 0
+if ARGV[2] == '1' and not cur then return 0 end
+if ARGV[2] == '2' then
+  if ARGV[3] == '1' then
+    if not cur or string.sub(cur, 9) ~= ARGV[4] then return 0 end
+  elseif cur then
+    return 0
+  end
 end
 local rev = redis.call('INCR', KEYS[2])
-if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[1], ARGV[1], struct.pack('>I8', rev) .. ARGV[5])
-else
+if ARGV[5] == '1' then
   redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], struct.pack('>I8', rev) .. ARGV[6])
 end
-return 1
+return rev
 `)
 
 // registryListScript: KEYS hash, revision. Returns {rev, {key, entry, ...}}.
@@ -861,22 +852,26 @@ var registryListScript = redis.NewScript(`
 return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}
 `)
 
-func (r redisRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return 0, err
+// writeRegistry implements regWrites with registryWriteScript.
+func (s *redisStore) writeRegistry(ctx context.Context, namespace string, w regWrite) (uint64, bool, error) {
+	flag := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return "0"
 	}
-	rev, err := registryPutScript.Run(ctx, r.s.c, r.keys(namespace), key, value).Uint64()
+	rev, err := registryWriteScript.Run(ctx, s.c, s.registryKeys(namespace), w.key, int(w.when), flag(w.old != nil), w.old, flag(w.del), w.value).Uint64()
 	if err != nil {
-		return 0, fmt.Errorf("store: registry put: %w", rerr(err))
+		return 0, false, fmt.Errorf("store: registry %s: %w", w.op, rerr(err))
 	}
-	return rev, nil
+	return rev, rev > 0, nil
 }
 
 func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
 	if err := checkRegistryArgs(namespace, key); err != nil {
 		return Entry{}, false, err
 	}
-	v, err := r.s.c.HGet(ctx, r.keys(namespace)[0], key).Bytes()
+	v, err := r.s.c.HGet(ctx, r.s.registryKeys(namespace)[0], key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return Entry{}, false, nil
 	}
@@ -890,39 +885,11 @@ func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, b
 	return e, true, nil
 }
 
-func (r redisRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return false, err
-	}
-	n, err := registryDeleteScript.Run(ctx, r.s.c, r.keys(namespace), key).Int()
-	if err != nil {
-		return false, fmt.Errorf("store: registry delete: %w", rerr(err))
-	}
-	return n == 1, nil
-}
-
-func (r redisRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return false, err
-	}
-	flag := func(b []byte) string {
-		if b == nil {
-			return "0"
-		}
-		return "1"
-	}
-	n, err := registryCASScript.Run(ctx, r.s.c, r.keys(namespace), key, flag(old), old, flag(value), value).Int()
-	if err != nil {
-		return false, fmt.Errorf("store: registry compare-and-swap: %w", rerr(err))
-	}
-	return n == 1, nil
-}
-
 func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
 	if err := checkName("namespace", namespace); err != nil {
 		return nil, 0, err
 	}
-	res, err := registryListScript.Run(ctx, r.s.c, r.keys(namespace)).Slice()
+	res, err := registryListScript.Run(ctx, r.s.c, r.s.registryKeys(namespace)).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: registry list: %w", rerr(err))
 	}
@@ -950,7 +917,7 @@ func (r redisRegistry) Revision(ctx context.Context, namespace string) (uint64, 
 	if err := checkName("namespace", namespace); err != nil {
 		return 0, err
 	}
-	rev, err := r.s.c.Get(ctx, r.keys(namespace)[1]).Uint64()
+	rev, err := r.s.c.Get(ctx, r.s.registryKeys(namespace)[1]).Uint64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}

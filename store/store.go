@@ -39,6 +39,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -665,6 +666,73 @@ func (ls localLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 		return Lease{}, false, err
 	}
 	return l, true, nil
+}
+
+// regWrite is one registry change, and the single statement of when Put,
+// Delete and CompareAndSwap make one: Put always, Delete when key is
+// present, CompareAndSwap when the stored value is old (nil: absent). A
+// change bumps the namespace's revision and then stores value under key,
+// or removes key when del is set. The redis backend's registryWriteScript
+// mirrors it.
+type regWrite struct {
+	op    string // the method, for errors
+	key   string
+	value []byte
+	del   bool
+	when  regWhen
+	old   []byte
+}
+
+// regWhen says when a regWrite applies.
+type regWhen uint8
+
+const (
+	regAlways  regWhen = iota // Put
+	regPresent                // Delete
+	regFrom                   // CompareAndSwap: from old
+)
+
+// applies reports whether w changes the entry holding cur (present: there
+// is one).
+func (w regWrite) applies(cur []byte, present bool) bool {
+	switch w.when {
+	case regPresent:
+		return present
+	case regFrom:
+		return present == (w.old != nil) && (!present || bytes.Equal(cur, w.old))
+	}
+	return true
+}
+
+// regWrites are Registry's Put, Delete and CompareAndSwap on a backend's
+// write, which applies w atomically and reports the new revision and
+// whether w applied.
+type regWrites struct {
+	write func(ctx context.Context, namespace string, w regWrite) (rev uint64, applied bool, err error)
+}
+
+func (r regWrites) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return 0, err
+	}
+	rev, _, err := r.write(ctx, namespace, regWrite{op: "put", key: key, value: value})
+	return rev, err
+}
+
+func (r regWrites) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	_, deleted, err := r.write(ctx, namespace, regWrite{op: "delete", key: key, del: true, when: regPresent})
+	return deleted, err
+}
+
+func (r regWrites) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	_, swapped, err := r.write(ctx, namespace, regWrite{op: "compare-and-swap", key: key, value: value, del: value == nil, when: regFrom, old: old})
+	return swapped, err
 }
 
 // holds reports whether l is the live lease cur.
