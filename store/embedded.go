@@ -152,8 +152,8 @@ func closedErr(err error) error {
 
 func (e *embedded) Epoch() string              { return e.epoch }
 func (e *embedded) Ledger() Ledger             { return embLedger{e} }
-func (e *embedded) Capabilities() Capabilities { return embCaps{e} }
-func (e *embedded) Owners() Owners             { return embOwners{e} }
+func (e *embedded) Capabilities() Capabilities { return expiringCaps{e} }
+func (e *embedded) Owners() Owners             { return expiringOwners{e, e.clock} }
 func (e *embedded) Leases() Leases             { return localLeases{e.clock, e.lease} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
 func (e *embedded) Registry() Registry         { return embRegistry{e, regWrites{e.writeRegistry}} }
@@ -524,37 +524,35 @@ func (l embLedger) Tenants(ctx context.Context) ([]string, error) {
 	return out, err
 }
 
-type embCaps struct{ e *embedded }
-
-func (c embCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
-	if err := checkName("capability key", key); err != nil {
-		return err
+// expKey is where the expiring value (a, b) is (expiringStore). An owner's
+// key is the tenant as a length-prefixed string, then the session key, so
+// no two pairs share a key.
+func expKey(owner bool, a, b string) (bucket, key []byte) {
+	if owner {
+		return bOwners, append(appendString(nil, a), b...)
 	}
+	return bCaps, []byte(a)
+}
+
+func (e *embedded) putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error {
+	bucket, k := expKey(owner, a, b)
 	v := encodeExpiring(expires, value)
-	return c.e.batch(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bCaps).Put([]byte(key), v)
+	return e.batch(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).Put(k, v)
 	})
 }
 
-func (c embCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if err := checkName("capability key", key); err != nil {
-		return nil, false, err
-	}
-	return c.e.getLive(ctx, bCaps, []byte(key), "capability")
-}
-
-// getLive is a copy of the value of the expiring value (encodeExpiring)
-// under key in bucket, unless there is none or it has expired; what names
-// the value in an error.
-func (e *embedded) getLive(ctx context.Context, bucket, key []byte, what string) (value []byte, ok bool, err error) {
+// getLive returns a copy of the value.
+func (e *embedded) getLive(ctx context.Context, owner bool, a, b string) (value []byte, ok bool, err error) {
+	bucket, k := expKey(owner, a, b)
 	err = e.view(ctx, func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucket).Get(key)
+		v := tx.Bucket(bucket).Get(k)
 		if v == nil {
 			return nil
 		}
 		val, expires, err := decodeExpiring(v)
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return err
 		}
 		if !expired(e.clock.Now(), expires) {
 			value, ok = append([]byte(nil), val...), true
@@ -564,12 +562,10 @@ func (e *embedded) getLive(ctx context.Context, bucket, key []byte, what string)
 	return value, ok, err
 }
 
-func (c embCaps) Delete(ctx context.Context, key string) error {
-	if err := checkName("capability key", key); err != nil {
-		return err
-	}
-	return c.e.batch(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bCaps).Delete([]byte(key))
+func (e *embedded) delExpiring(ctx context.Context, owner bool, a, b string) error {
+	bucket, k := expKey(owner, a, b)
+	return e.batch(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).Delete(k)
 	})
 }
 
@@ -597,54 +593,11 @@ func (c embClaims) Claim(ctx context.Context, key string, expires time.Time) (bo
 }
 
 func (c embClaims) Hold(ctx context.Context, key string, expires time.Time) error {
-	return embCaps(c).Put(ctx, claimPrefix+key, nil, expires)
+	return expiringCaps{c.e}.Put(ctx, claimPrefix+key, nil, expires)
 }
 
 func (c embClaims) Release(ctx context.Context, key string) error {
-	return embCaps(c).Delete(ctx, claimPrefix+key)
-}
-
-type embOwners struct{ e *embedded }
-
-// embOwnerKey is the owners bucket's key: the tenant as a length-prefixed
-// string, then the session key, so no two pairs share a key.
-func embOwnerKey(tenant, sessionKey string) []byte {
-	return append(appendString(nil, tenant), sessionKey...)
-}
-
-func (w embOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
-		return err
-	}
-	k := embOwnerKey(tenant, sessionKey)
-	v := encodeExpiring(w.e.clock.Now().Add(ttl), encodeOwner(o))
-	return w.e.batch(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bOwners).Put(k, v)
-	})
-}
-
-func (w embOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return Owner{}, false, err
-	}
-	val, ok, err := w.e.getLive(ctx, bOwners, embOwnerKey(tenant, sessionKey), "owner")
-	if err != nil || !ok {
-		return Owner{}, false, err
-	}
-	o, err := decodeOwner(val)
-	if err != nil {
-		return Owner{}, false, fmt.Errorf("owner: %w", err)
-	}
-	return o, true, nil
-}
-
-func (w embOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return err
-	}
-	return w.e.batch(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bOwners).Delete(embOwnerKey(tenant, sessionKey))
-	})
+	return expiringCaps{c.e}.Delete(ctx, claimPrefix+key)
 }
 
 // lease is localLeases' transaction: a bbolt one.

@@ -130,8 +130,8 @@ func rerr(err error) error {
 
 func (s *redisStore) Epoch() string              { return s.epoch }
 func (s *redisStore) Ledger() Ledger             { return redisLedger{s} }
-func (s *redisStore) Capabilities() Capabilities { return redisCaps{s} }
-func (s *redisStore) Owners() Owners             { return redisOwners{s} }
+func (s *redisStore) Capabilities() Capabilities { return expiringCaps{s} }
+func (s *redisStore) Owners() Owners             { return expiringOwners{s, s.clock} }
 func (s *redisStore) Leases() Leases             { return redisLeases{s} }
 func (s *redisStore) PubSub() PubSub             { return redisPubSub{s} }
 func (s *redisStore) Registry() Registry         { return redisRegistry{s, regWrites{s.writeRegistry}} }
@@ -520,40 +520,31 @@ func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-type redisCaps struct{ s *redisStore }
-
-func (c redisCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
-	if err := checkName("capability key", key); err != nil {
-		return err
+// expKey is the key of the expiring value (a, b) (expiringStore).
+func (s *redisStore) expKey(owner bool, a, b string) string {
+	if owner {
+		return s.p + "owner:" + strconv.Itoa(len(a)) + ":" + tagged(a) + b
 	}
-	// A capability is written before the event it came with is confirmed
-	// (a Discord interaction's token), so it waits for the replicas too.
-	ttl := max(expires.Sub(c.s.clock.Now()), 0) + redisExpirySlack
-	k, v := c.s.p+"cap:"+key, encodeExpiring(expires, value)
+	return s.p + "cap:" + a
+}
+
+// putExpiring keeps the key redisExpirySlack past the value's expiry. A
+// capability is written before the event it came with is confirmed (a
+// Discord interaction's token), so it waits for the replicas too.
+func (s *redisStore) putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error {
+	k, v := s.expKey(owner, a, b), encodeExpiring(expires, value)
+	ttl := max(expires.Sub(s.clock.Now()), 0) + redisExpirySlack
+	if owner {
+		return rerr(s.c.Set(ctx, k, v, ttl).Err())
+	}
 	put := pipeCall{key: k, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 		return p.Set(ctx, k, v, ttl)
 	}}
-	if err := c.s.pipelined(ctx, put).err(); err != nil {
-		return fmt.Errorf("store: put capability: %w", rerr(err))
-	}
-	return nil
+	return rerr(s.pipelined(ctx, put).err())
 }
 
-func (c redisCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if err := checkName("capability key", key); err != nil {
-		return nil, false, err
-	}
-	value, ok, err := c.s.getLive(ctx, c.s.p+"cap:"+key)
-	if err != nil {
-		return nil, false, fmt.Errorf("store: get capability: %w", err)
-	}
-	return value, ok, nil
-}
-
-// getLive is the value of the expiring value (encodeExpiring) under key,
-// unless there is none or it has expired.
-func (s *redisStore) getLive(ctx context.Context, key string) ([]byte, bool, error) {
-	v, err := s.c.Get(ctx, key).Bytes()
+func (s *redisStore) getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error) {
+	v, err := s.c.Get(ctx, s.expKey(owner, a, b)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
@@ -567,19 +558,8 @@ func (s *redisStore) getLive(ctx context.Context, key string) ([]byte, bool, err
 	return value, true, nil
 }
 
-// del deletes key; what names it in the error.
-func (s *redisStore) del(ctx context.Context, key, what string) error {
-	if err := s.c.Del(ctx, key).Err(); err != nil {
-		return fmt.Errorf("store: %s: %w", what, rerr(err))
-	}
-	return nil
-}
-
-func (c redisCaps) Delete(ctx context.Context, key string) error {
-	if err := checkName("capability key", key); err != nil {
-		return err
-	}
-	return c.s.del(ctx, c.s.p+"cap:"+key, "delete capability")
+func (s *redisStore) delExpiring(ctx context.Context, owner bool, a, b string) error {
+	return rerr(s.c.Del(ctx, s.expKey(owner, a, b)).Err())
 }
 
 type redisClaims struct{ s *redisStore }
@@ -634,46 +614,7 @@ func (c redisClaims) Release(ctx context.Context, key string) error {
 	if err := checkName("claim key", key); err != nil {
 		return err
 	}
-	return c.s.del(ctx, c.s.p+"claim:"+key, "release claim")
-}
-
-type redisOwners struct{ s *redisStore }
-
-func (w redisOwners) key(tenant, sessionKey string) string {
-	return w.s.p + "owner:" + strconv.Itoa(len(tenant)) + ":" + tagged(tenant) + sessionKey
-}
-
-func (w redisOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
-		return err
-	}
-	v := encodeExpiring(w.s.clock.Now().Add(ttl), encodeOwner(o))
-	if err := w.s.c.Set(ctx, w.key(tenant, sessionKey), v, ttl+redisExpirySlack).Err(); err != nil {
-		return fmt.Errorf("store: set owner: %w", rerr(err))
-	}
-	return nil
-}
-
-func (w redisOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return Owner{}, false, err
-	}
-	val, ok, err := w.s.getLive(ctx, w.key(tenant, sessionKey))
-	var o Owner
-	if ok {
-		o, err = decodeOwner(val)
-	}
-	if err != nil {
-		return Owner{}, false, fmt.Errorf("store: get owner: %w", err)
-	}
-	return o, ok, nil
-}
-
-func (w redisOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return err
-	}
-	return w.s.del(ctx, w.key(tenant, sessionKey), "delete owner")
+	return opErr("release claim", rerr(c.s.c.Del(ctx, c.s.p+"claim:"+key).Err()))
 }
 
 type redisLeases struct{ s *redisStore }

@@ -589,6 +589,88 @@ func (r trimRule) drop(entries int, bytes int64, receivedMicros int64) bool {
 		(r.cutoff != 0 && receivedMicros < r.cutoff)
 }
 
+// expiringStore is where the embedded and redis backends keep
+// capabilities and owners: expiring values (encodeExpiring) by the store's
+// clock. A value is named by owner (an owner's, else a capability's) and
+// a, b: the capability key and "", or the owner's tenant and session key.
+type expiringStore interface {
+	putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error
+	// getLive returns the value unless there is none or it has expired.
+	getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error)
+	delExpiring(ctx context.Context, owner bool, a, b string) error
+}
+
+// expiringCaps is Capabilities on an expiringStore.
+type expiringCaps struct{ s expiringStore }
+
+func (c expiringCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
+	if err := checkName("capability key", key); err != nil {
+		return err
+	}
+	return opErr("put capability", c.s.putExpiring(ctx, false, key, "", value, expires))
+}
+
+func (c expiringCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := checkName("capability key", key); err != nil {
+		return nil, false, err
+	}
+	value, ok, err := c.s.getLive(ctx, false, key, "")
+	if err != nil {
+		return nil, false, opErr("get capability", err)
+	}
+	return value, ok, nil
+}
+
+func (c expiringCaps) Delete(ctx context.Context, key string) error {
+	if err := checkName("capability key", key); err != nil {
+		return err
+	}
+	return opErr("delete capability", c.s.delExpiring(ctx, false, key, ""))
+}
+
+// expiringOwners is Owners on an expiringStore.
+type expiringOwners struct {
+	s     expiringStore
+	clock clock.Clock
+}
+
+func (w expiringOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
+	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
+		return err
+	}
+	return opErr("set owner", w.s.putExpiring(ctx, true, tenant, sessionKey, encodeOwner(o), w.clock.Now().Add(ttl)))
+}
+
+func (w expiringOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return Owner{}, false, err
+	}
+	val, ok, err := w.s.getLive(ctx, true, tenant, sessionKey)
+	var o Owner
+	if ok {
+		o, err = decodeOwner(val)
+	}
+	if err != nil {
+		return Owner{}, false, opErr("get owner", err)
+	}
+	return o, ok, nil
+}
+
+func (w expiringOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return err
+	}
+	return opErr("delete owner", w.s.delExpiring(ctx, true, tenant, sessionKey))
+}
+
+// opErr names the operation that failed with err; nil stays nil.
+func opErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("store: %s: %w", op, err)
+}
+
 // localLeases is Leases on the backends that keep leases themselves
 // (memory, embedded), by the store's clock: the single statement of the
 // lease rules. lease runs fn on the stored lease name (zero when none) in
