@@ -637,23 +637,17 @@ redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
 return {1, token, ARGV[1], tonumber(ARGV[2])}
 `)
 
-// renewScript: KEYS lease; ARGV "<token>:<holder>", ttl ms. Returns 1 if
-// renewed.
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-`)
-
-// releaseScript: KEYS lease; ARGV "<token>:<holder>". Returns 1 if released.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+// heldScript: KEYS lease; ARGV "<token>:<holder>", ttl ms. When that is
+// the lease, renews it for the ttl, or releases it when the ttl is 0, and
+// returns 1; else returns 0.
+var heldScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '0' then
   redis.call('DEL', KEYS[1])
-  return 1
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return 0
+return 1
 `)
 
 // holderScript: KEYS lease. Returns {value, remaining ms} or nil.
@@ -704,12 +698,8 @@ func (ls redisLeases) Renew(ctx context.Context, name string, l Lease, ttl time.
 	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
 		return Lease{}, err
 	}
-	ok, err := renewScript.Run(ctx, ls.s.c, []string{ls.key(name)}, leaseValue(l), pxMillis(ttl)).Int()
-	if err != nil {
-		return Lease{}, fmt.Errorf("store: renew lease %q: %w", name, rerr(err))
-	}
-	if ok != 1 {
-		return Lease{}, ErrNotHeld
+	if err := ls.ifHeld(ctx, "renew", name, l, pxMillis(ttl)); err != nil {
+		return Lease{}, err
 	}
 	l.Expires = ls.s.clock.Now().Add(ttl)
 	return l, nil
@@ -719,9 +709,15 @@ func (ls redisLeases) Release(ctx context.Context, name string, l Lease) error {
 	if err := checkName("lease name", name); err != nil {
 		return err
 	}
-	ok, err := releaseScript.Run(ctx, ls.s.c, []string{ls.key(name)}, leaseValue(l)).Int()
+	return ls.ifHeld(ctx, "release", name, l, 0)
+}
+
+// ifHeld runs heldScript: it renews l for px ms, or releases it when px is
+// 0, and fails with ErrNotHeld when l is not the lease.
+func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, px int64) error {
+	ok, err := heldScript.Run(ctx, ls.s.c, []string{ls.key(name)}, leaseValue(l), px).Int()
 	if err != nil {
-		return fmt.Errorf("store: release lease %q: %w", name, rerr(err))
+		return fmt.Errorf("store: %s lease %q: %w", op, name, rerr(err))
 	}
 	if ok != 1 {
 		return ErrNotHeld
