@@ -380,12 +380,12 @@ func (m *Memory) writeRegistry(ctx context.Context, namespace string, w regWrite
 	ns := m.reg[namespace]
 	if ns == nil {
 		ns = &memNamespace{entries: make(map[string]Entry)}
-		m.reg[namespace] = ns
 	}
 	cur, ok := ns.entries[w.key]
 	if !w.applies(cur.Value, ok) {
 		return 0, false, nil
 	}
+	m.reg[namespace] = ns // created by its first change, as on the embedded backend
 	ns.rev++
 	if w.del {
 		delete(ns.entries, w.key)
