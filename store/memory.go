@@ -24,8 +24,8 @@ type Memory struct {
 	mu      sync.Mutex
 	closed  bool
 	ledgers map[string]*memLog
-	caps    map[string]expiring
-	owners  map[ownerKey]memOwner
+	caps    map[memKey]expiring // by the capability key and ""
+	owners  map[memKey]expiring // by tenant and session key: encodeOwner
 	leases  map[string]Lease
 	reg     map[string]*memNamespace
 }
@@ -39,18 +39,14 @@ type memLog struct {
 	bytes int64
 }
 
-// expiring is a capability value with its expiry.
+// expiring is a value of expiringStore with its expiry.
 type expiring struct {
 	value   []byte
 	expires time.Time
 }
 
-type ownerKey struct{ tenant, sessionKey string }
-
-type memOwner struct {
-	o       Owner
-	expires time.Time
-}
+// memKey names an expiring value (expiringStore's a, b).
+type memKey struct{ a, b string }
 
 type memNamespace struct {
 	rev     uint64
@@ -64,8 +60,8 @@ func NewMemory(clk clock.Clock) *Memory {
 	clk = cmp.Or(clk, clock.System)
 	m := &Memory{
 		clock: clk, epoch: newEpoch(), ps: newBroker(),
-		ledgers: make(map[string]*memLog), caps: make(map[string]expiring),
-		owners: make(map[ownerKey]memOwner), leases: make(map[string]Lease),
+		ledgers: make(map[string]*memLog), caps: make(map[memKey]expiring),
+		owners: make(map[memKey]expiring), leases: make(map[string]Lease),
 		reg: make(map[string]*memNamespace),
 	}
 	m.stopSweep = startSweeper(clk, m.sweep)
@@ -96,10 +92,10 @@ func (m *Memory) Epoch() string { return m.epoch }
 func (m *Memory) Ledger() Ledger { return memLedger{m} }
 
 // Capabilities implements Store.
-func (m *Memory) Capabilities() Capabilities { return memCaps{m} }
+func (m *Memory) Capabilities() Capabilities { return expiringCaps{m} }
 
 // Owners implements Store.
-func (m *Memory) Owners() Owners { return memOwners{m} }
+func (m *Memory) Owners() Owners { return expiringOwners{m, m.clock} }
 
 // Leases implements Store.
 func (m *Memory) Leases() Leases { return localLeases{m.clock, m.lease} }
@@ -133,8 +129,9 @@ func (m *Memory) sweep() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	maps.DeleteFunc(m.caps, func(_ string, e expiring) bool { return expired(now, e.expires) })
-	maps.DeleteFunc(m.owners, func(_ ownerKey, o memOwner) bool { return expired(now, o.expires) })
+	for _, exp := range []map[memKey]expiring{m.caps, m.owners} {
+		maps.DeleteFunc(exp, func(_ memKey, e expiring) bool { return expired(now, e.expires) })
+	}
 }
 
 // memLedger and the other views below are the store under each interface.
@@ -267,35 +264,41 @@ func (m memLedger) Tenants(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-type memCaps struct{ *Memory }
+// expMap is the map of the owners, or of the capabilities.
+func (m *Memory) expMap(owner bool) map[memKey]expiring {
+	if owner {
+		return m.owners
+	}
+	return m.caps
+}
 
-func (m memCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
-	if err := m.lock(ctx, checkName("capability key", key)); err != nil {
+func (m *Memory) putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error {
+	if err := m.lock(ctx, nil); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
-	m.caps[key] = expiring{value: slices.Clone(value), expires: expires}
+	m.expMap(owner)[memKey{a, b}] = expiring{value: slices.Clone(value), expires: expires}
 	return nil
 }
 
-func (m memCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if err := m.lock(ctx, checkName("capability key", key)); err != nil {
+func (m *Memory) getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error) {
+	if err := m.lock(ctx, nil); err != nil {
 		return nil, false, err
 	}
 	defer m.mu.Unlock()
-	e, ok := m.caps[key]
+	e, ok := m.expMap(owner)[memKey{a, b}]
 	if !ok || expired(m.clock.Now(), e.expires) {
 		return nil, false, nil
 	}
 	return slices.Clone(e.value), true, nil
 }
 
-func (m memCaps) Delete(ctx context.Context, key string) error {
-	if err := m.lock(ctx, checkName("capability key", key)); err != nil {
+func (m *Memory) delExpiring(ctx context.Context, owner bool, a, b string) error {
+	if err := m.lock(ctx, nil); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
-	delete(m.caps, key)
+	delete(m.expMap(owner), memKey{a, b})
 	return nil
 }
 
@@ -306,51 +309,20 @@ func (m memClaims) Claim(ctx context.Context, key string, expires time.Time) (bo
 		return false, err
 	}
 	defer m.mu.Unlock()
-	if e, ok := m.caps[claimPrefix+key]; ok && !expired(m.clock.Now(), e.expires) {
+	k := memKey{a: claimPrefix + key}
+	if e, ok := m.caps[k]; ok && !expired(m.clock.Now(), e.expires) {
 		return false, nil
 	}
-	m.caps[claimPrefix+key] = expiring{expires: expires}
+	m.caps[k] = expiring{expires: expires}
 	return true, nil
 }
 
 func (m memClaims) Hold(ctx context.Context, key string, expires time.Time) error {
-	return memCaps(m).Put(ctx, claimPrefix+key, nil, expires)
+	return expiringCaps{m.Memory}.Put(ctx, claimPrefix+key, nil, expires)
 }
 
 func (m memClaims) Release(ctx context.Context, key string) error {
-	return memCaps(m).Delete(ctx, claimPrefix+key)
-}
-
-type memOwners struct{ *Memory }
-
-func (m memOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := m.lock(ctx, checkOwnerSetArgs(tenant, sessionKey, ttl)); err != nil {
-		return err
-	}
-	defer m.mu.Unlock()
-	m.owners[ownerKey{tenant, sessionKey}] = memOwner{o: o, expires: m.clock.Now().Add(ttl)}
-	return nil
-}
-
-func (m memOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
-	if err := m.lock(ctx, checkOwnerArgs(tenant, sessionKey)); err != nil {
-		return Owner{}, false, err
-	}
-	defer m.mu.Unlock()
-	e, ok := m.owners[ownerKey{tenant, sessionKey}]
-	if !ok || expired(m.clock.Now(), e.expires) {
-		return Owner{}, false, nil
-	}
-	return e.o, true, nil
-}
-
-func (m memOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
-	if err := m.lock(ctx, checkOwnerArgs(tenant, sessionKey)); err != nil {
-		return err
-	}
-	defer m.mu.Unlock()
-	delete(m.owners, ownerKey{tenant, sessionKey})
-	return nil
+	return expiringCaps{m.Memory}.Delete(ctx, claimPrefix+key)
 }
 
 // lease is localLeases' transaction: the store's mutex.

@@ -589,9 +589,9 @@ func (r trimRule) drop(entries int, bytes int64, receivedMicros int64) bool {
 		(r.cutoff != 0 && receivedMicros < r.cutoff)
 }
 
-// expiringStore is where the embedded and redis backends keep
-// capabilities and owners: expiring values (encodeExpiring) by the store's
-// clock. A value is named by owner (an owner's, else a capability's) and
+// expiringStore is where every backend keeps capabilities and owners:
+// expiring values (encodeExpiring on the embedded and redis backends),
+// judged by the store's clock. A value is named by owner (an owner's, else a capability's) and
 // a, b: the capability key and "", or the owner's tenant and session key.
 type expiringStore interface {
 	putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error
