@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -153,11 +152,11 @@ func closedErr(err error) error {
 
 func (e *embedded) Epoch() string              { return e.epoch }
 func (e *embedded) Ledger() Ledger             { return embLedger{e} }
-func (e *embedded) Capabilities() Capabilities { return embCaps{e} }
-func (e *embedded) Owners() Owners             { return embOwners{e} }
-func (e *embedded) Leases() Leases             { return embLeases{e} }
+func (e *embedded) Capabilities() Capabilities { return expiringCaps{e} }
+func (e *embedded) Owners() Owners             { return expiringOwners{e, e.clock} }
+func (e *embedded) Leases() Leases             { return localLeases{e.clock, e.lease} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
-func (e *embedded) Registry() Registry         { return embRegistry{e} }
+func (e *embedded) Registry() Registry         { return embRegistry{e, regWrites{e.writeRegistry}} }
 func (e *embedded) Claims() Claims             { return embClaims{e} }
 
 func (e *embedded) Close() error {
@@ -525,37 +524,35 @@ func (l embLedger) Tenants(ctx context.Context) ([]string, error) {
 	return out, err
 }
 
-type embCaps struct{ e *embedded }
-
-func (c embCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
-	if err := checkName("capability key", key); err != nil {
-		return err
+// expKey is where the expiring value (a, b) is (expiringStore). An owner's
+// key is the tenant as a length-prefixed string, then the session key, so
+// no two pairs share a key.
+func expKey(owner bool, a, b string) (bucket, key []byte) {
+	if owner {
+		return bOwners, append(appendString(nil, a), b...)
 	}
+	return bCaps, []byte(a)
+}
+
+func (e *embedded) putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error {
+	bucket, k := expKey(owner, a, b)
 	v := encodeExpiring(expires, value)
-	return c.e.batch(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bCaps).Put([]byte(key), v)
+	return e.batch(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).Put(k, v)
 	})
 }
 
-func (c embCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if err := checkName("capability key", key); err != nil {
-		return nil, false, err
-	}
-	return c.e.getLive(ctx, bCaps, []byte(key), "capability")
-}
-
-// getLive is a copy of the value of the expiring value (encodeExpiring)
-// under key in bucket, unless there is none or it has expired; what names
-// the value in an error.
-func (e *embedded) getLive(ctx context.Context, bucket, key []byte, what string) (value []byte, ok bool, err error) {
+// getLive returns a copy of the value.
+func (e *embedded) getLive(ctx context.Context, owner bool, a, b string) (value []byte, ok bool, err error) {
+	bucket, k := expKey(owner, a, b)
 	err = e.view(ctx, func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucket).Get(key)
+		v := tx.Bucket(bucket).Get(k)
 		if v == nil {
 			return nil
 		}
 		val, expires, err := decodeExpiring(v)
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return err
 		}
 		if !expired(e.clock.Now(), expires) {
 			value, ok = append([]byte(nil), val...), true
@@ -565,12 +562,10 @@ func (e *embedded) getLive(ctx context.Context, bucket, key []byte, what string)
 	return value, ok, err
 }
 
-func (c embCaps) Delete(ctx context.Context, key string) error {
-	if err := checkName("capability key", key); err != nil {
-		return err
-	}
-	return c.e.batch(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bCaps).Delete([]byte(key))
+func (e *embedded) delExpiring(ctx context.Context, owner bool, a, b string) error {
+	bucket, k := expKey(owner, a, b)
+	return e.batch(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).Delete(k)
 	})
 }
 
@@ -598,169 +593,75 @@ func (c embClaims) Claim(ctx context.Context, key string, expires time.Time) (bo
 }
 
 func (c embClaims) Hold(ctx context.Context, key string, expires time.Time) error {
-	return embCaps(c).Put(ctx, claimPrefix+key, nil, expires)
+	return expiringCaps{c.e}.Put(ctx, claimPrefix+key, nil, expires)
 }
 
 func (c embClaims) Release(ctx context.Context, key string) error {
-	return embCaps(c).Delete(ctx, claimPrefix+key)
+	return expiringCaps{c.e}.Delete(ctx, claimPrefix+key)
 }
 
-type embOwners struct{ e *embedded }
-
-// embOwnerKey is the owners bucket's key: the tenant as a length-prefixed
-// string, then the session key, so no two pairs share a key.
-func embOwnerKey(tenant, sessionKey string) []byte {
-	return append(appendString(nil, tenant), sessionKey...)
-}
-
-func (w embOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
-		return err
+// lease is localLeases' transaction: a bbolt one.
+func (e *embedded) lease(ctx context.Context, name string, write bool, fn func(Lease) (Lease, bool, error)) error {
+	run := e.view
+	if write {
+		run = e.update
 	}
-	k := embOwnerKey(tenant, sessionKey)
-	v := encodeExpiring(w.e.clock.Now().Add(ttl), encodeOwner(o))
-	return w.e.batch(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bOwners).Put(k, v)
-	})
-}
-
-func (w embOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return Owner{}, false, err
-	}
-	val, ok, err := w.e.getLive(ctx, bOwners, embOwnerKey(tenant, sessionKey), "owner")
-	if err != nil || !ok {
-		return Owner{}, false, err
-	}
-	o, err := decodeOwner(val)
-	if err != nil {
-		return Owner{}, false, fmt.Errorf("owner: %w", err)
-	}
-	return o, true, nil
-}
-
-func (w embOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return err
-	}
-	return w.e.batch(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bOwners).Delete(embOwnerKey(tenant, sessionKey))
-	})
-}
-
-type embLeases struct{ e *embedded }
-
-// getLease returns the stored lease name (zero when none).
-func getLease(tx *bolt.Tx, name string) (Lease, error) {
-	v := tx.Bucket(bLeases).Get([]byte(name))
-	if v == nil {
-		return Lease{}, nil
-	}
-	l, err := decodeLease(v)
-	if err != nil {
-		return Lease{}, fmt.Errorf("lease %q: %w", name, err)
-	}
-	return l, nil
-}
-
-func putLease(tx *bolt.Tx, name string, l Lease) error {
-	return tx.Bucket(bLeases).Put([]byte(name), encodeLease(l))
-}
-
-func (ls embLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
-	if err := checkLeaseArgs(name, holder, ttl); err != nil {
-		return Lease{}, false, err
-	}
-	var l Lease
-	var acquired bool
-	err := ls.e.update(ctx, func(tx *bolt.Tx) error {
-		cur, err := getLease(tx, name)
-		if err != nil {
+	return run(ctx, func(tx *bolt.Tx) error {
+		var cur Lease
+		if v := tx.Bucket(bLeases).Get([]byte(name)); v != nil {
+			var err error
+			if cur, err = decodeLease(v); err != nil {
+				return fmt.Errorf("lease %q: %w", name, err)
+			}
+		}
+		l, put, err := fn(cur)
+		if !put || err != nil {
 			return err
 		}
-		if l, acquired = nextLease(cur, ls.e.clock.Now(), holder, ttl); !acquired {
+		return tx.Bucket(bLeases).Put([]byte(name), encodeLease(l))
+	})
+}
+
+type embRegistry struct {
+	e *embedded
+	regWrites
+}
+
+// writeRegistry implements regWrites in a bbolt transaction. The namespace's
+// bucket is created by its first change.
+func (e *embedded) writeRegistry(ctx context.Context, namespace string, w regWrite) (rev uint64, applied bool, err error) {
+	err = e.update(ctx, func(tx *bolt.Tx) error {
+		reg := tx.Bucket(bRegistry)
+		b := reg.Bucket([]byte(namespace))
+		var stored, cur []byte
+		if b != nil {
+			stored = b.Get([]byte(w.key))
+		}
+		if stored != nil && w.when == regFrom {
+			ent, err := decodeEntry(w.key, stored)
+			if err != nil {
+				return err
+			}
+			cur = ent.Value // nil for an empty value: stored says it is present
+		}
+		if applied = w.applies(cur, stored != nil); !applied {
 			return nil
 		}
-		return putLease(tx, name, l)
-	})
-	if err != nil {
-		return Lease{}, false, err
-	}
-	return l, acquired, nil
-}
-
-func (ls embLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
-	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
-		return Lease{}, err
-	}
-	err := ls.e.update(ctx, func(tx *bolt.Tx) error {
-		cur, err := getLease(tx, name)
-		if err != nil {
-			return err
-		}
-		now := ls.e.clock.Now()
-		if !holds(cur, l, now) {
-			return ErrNotHeld
-		}
-		l.Expires = now.Add(ttl)
-		return putLease(tx, name, l)
-	})
-	if err != nil {
-		return Lease{}, err
-	}
-	return l, nil
-}
-
-func (ls embLeases) Release(ctx context.Context, name string, l Lease) error {
-	if err := checkName("lease name", name); err != nil {
-		return err
-	}
-	return ls.e.update(ctx, func(tx *bolt.Tx) error {
-		cur, err := getLease(tx, name)
-		if err != nil {
-			return err
-		}
-		if !holds(cur, l, ls.e.clock.Now()) {
-			return ErrNotHeld
-		}
-		return putLease(tx, name, Lease{Token: l.Token}) // the token outlives the tenure
-	})
-}
-
-func (ls embLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
-	if err := checkName("lease name", name); err != nil {
-		return Lease{}, false, err
-	}
-	var l Lease
-	err := ls.e.view(ctx, func(tx *bolt.Tx) error {
 		var err error
-		l, err = getLease(tx, name)
-		return err
-	})
-	if err != nil || !l.liveAt(ls.e.clock.Now()) {
-		return Lease{}, false, err
-	}
-	return l, true, nil
-}
-
-type embRegistry struct{ e *embedded }
-
-func (r embRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return 0, err
-	}
-	var rev uint64
-	err := r.e.update(ctx, func(tx *bolt.Tx) error {
-		b, err := tx.Bucket(bRegistry).CreateBucketIfNotExists([]byte(namespace))
-		if err != nil {
-			return err
+		if b == nil {
+			if b, err = reg.CreateBucket([]byte(namespace)); err != nil {
+				return err
+			}
 		}
 		if rev, err = b.NextSequence(); err != nil {
 			return err
 		}
-		return b.Put([]byte(key), encodeEntry(rev, value))
+		if w.del {
+			return b.Delete([]byte(w.key))
+		}
+		return b.Put([]byte(w.key), encodeEntry(rev, w.value))
 	})
-	return rev, err
+	return rev, applied && err == nil, err
 }
 
 func (r embRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
@@ -784,62 +685,6 @@ func (r embRegistry) Get(ctx context.Context, namespace, key string) (Entry, boo
 		return err
 	})
 	return e, ok, err
-}
-
-func (r embRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return false, err
-	}
-	var deleted bool
-	err := r.e.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bRegistry).Bucket([]byte(namespace))
-		if b == nil || b.Get([]byte(key)) == nil {
-			return nil
-		}
-		if err := b.Delete([]byte(key)); err != nil {
-			return err
-		}
-		deleted = true
-		_, err := b.NextSequence()
-		return err
-	})
-	return deleted, err
-}
-
-func (r embRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return false, err
-	}
-	var swapped bool
-	err := r.e.update(ctx, func(tx *bolt.Tx) error {
-		b, err := tx.Bucket(bRegistry).CreateBucketIfNotExists([]byte(namespace))
-		if err != nil {
-			return err
-		}
-		cur := b.Get([]byte(key))
-		if cur != nil {
-			e, err := decodeEntry(key, cur)
-			if err != nil {
-				return err
-			}
-			cur = e.Value
-		}
-		if (cur != nil) != (old != nil) || (cur != nil && !bytes.Equal(cur, old)) {
-			return nil
-		}
-		rev, err := b.NextSequence()
-		if err != nil {
-			return err
-		}
-		if value == nil {
-			err = b.Delete([]byte(key))
-		} else {
-			err = b.Put([]byte(key), encodeEntry(rev, value))
-		}
-		swapped = err == nil
-		return err
-	})
-	return swapped, err
 }
 
 func (r embRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {

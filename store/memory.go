@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"maps"
@@ -25,8 +24,8 @@ type Memory struct {
 	mu      sync.Mutex
 	closed  bool
 	ledgers map[string]*memLog
-	caps    map[string]expiring
-	owners  map[ownerKey]memOwner
+	caps    map[memKey]expiring // by the capability key and ""
+	owners  map[memKey]expiring // by tenant and session key: encodeOwner
 	leases  map[string]Lease
 	reg     map[string]*memNamespace
 }
@@ -40,18 +39,14 @@ type memLog struct {
 	bytes int64
 }
 
-// expiring is a capability value with its expiry.
+// expiring is a value of expiringStore with its expiry.
 type expiring struct {
 	value   []byte
 	expires time.Time
 }
 
-type ownerKey struct{ tenant, sessionKey string }
-
-type memOwner struct {
-	o       Owner
-	expires time.Time
-}
+// memKey names an expiring value (expiringStore's a, b).
+type memKey struct{ a, b string }
 
 type memNamespace struct {
 	rev     uint64
@@ -65,8 +60,8 @@ func NewMemory(clk clock.Clock) *Memory {
 	clk = cmp.Or(clk, clock.System)
 	m := &Memory{
 		clock: clk, epoch: newEpoch(), ps: newBroker(),
-		ledgers: make(map[string]*memLog), caps: make(map[string]expiring),
-		owners: make(map[ownerKey]memOwner), leases: make(map[string]Lease),
+		ledgers: make(map[string]*memLog), caps: make(map[memKey]expiring),
+		owners: make(map[memKey]expiring), leases: make(map[string]Lease),
 		reg: make(map[string]*memNamespace),
 	}
 	m.stopSweep = startSweeper(clk, m.sweep)
@@ -97,19 +92,19 @@ func (m *Memory) Epoch() string { return m.epoch }
 func (m *Memory) Ledger() Ledger { return memLedger{m} }
 
 // Capabilities implements Store.
-func (m *Memory) Capabilities() Capabilities { return memCaps{m} }
+func (m *Memory) Capabilities() Capabilities { return expiringCaps{m} }
 
 // Owners implements Store.
-func (m *Memory) Owners() Owners { return memOwners{m} }
+func (m *Memory) Owners() Owners { return expiringOwners{m, m.clock} }
 
 // Leases implements Store.
-func (m *Memory) Leases() Leases { return memLeases{m} }
+func (m *Memory) Leases() Leases { return localLeases{m.clock, m.lease} }
 
 // PubSub implements Store.
 func (m *Memory) PubSub() PubSub { return m.ps }
 
 // Registry implements Store.
-func (m *Memory) Registry() Registry { return memRegistry{m} }
+func (m *Memory) Registry() Registry { return memRegistry{m, regWrites{m.writeRegistry}} }
 
 // Claims implements Store: claims are capabilities under claimPrefix, so
 // the sweep forgets them.
@@ -134,8 +129,9 @@ func (m *Memory) sweep() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.clock.Now()
-	maps.DeleteFunc(m.caps, func(_ string, e expiring) bool { return expired(now, e.expires) })
-	maps.DeleteFunc(m.owners, func(_ ownerKey, o memOwner) bool { return expired(now, o.expires) })
+	for _, exp := range []map[memKey]expiring{m.caps, m.owners} {
+		maps.DeleteFunc(exp, func(_ memKey, e expiring) bool { return expired(now, e.expires) })
+	}
 }
 
 // memLedger and the other views below are the store under each interface.
@@ -268,35 +264,41 @@ func (m memLedger) Tenants(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-type memCaps struct{ *Memory }
+// expMap is the map of the owners, or of the capabilities.
+func (m *Memory) expMap(owner bool) map[memKey]expiring {
+	if owner {
+		return m.owners
+	}
+	return m.caps
+}
 
-func (m memCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
-	if err := m.lock(ctx, checkName("capability key", key)); err != nil {
+func (m *Memory) putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error {
+	if err := m.lock(ctx, nil); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
-	m.caps[key] = expiring{value: slices.Clone(value), expires: expires}
+	m.expMap(owner)[memKey{a, b}] = expiring{value: slices.Clone(value), expires: expires}
 	return nil
 }
 
-func (m memCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if err := m.lock(ctx, checkName("capability key", key)); err != nil {
+func (m *Memory) getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error) {
+	if err := m.lock(ctx, nil); err != nil {
 		return nil, false, err
 	}
 	defer m.mu.Unlock()
-	e, ok := m.caps[key]
+	e, ok := m.expMap(owner)[memKey{a, b}]
 	if !ok || expired(m.clock.Now(), e.expires) {
 		return nil, false, nil
 	}
 	return slices.Clone(e.value), true, nil
 }
 
-func (m memCaps) Delete(ctx context.Context, key string) error {
-	if err := m.lock(ctx, checkName("capability key", key)); err != nil {
+func (m *Memory) delExpiring(ctx context.Context, owner bool, a, b string) error {
+	if err := m.lock(ctx, nil); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
-	delete(m.caps, key)
+	delete(m.expMap(owner), memKey{a, b})
 	return nil
 }
 
@@ -307,120 +309,62 @@ func (m memClaims) Claim(ctx context.Context, key string, expires time.Time) (bo
 		return false, err
 	}
 	defer m.mu.Unlock()
-	if e, ok := m.caps[claimPrefix+key]; ok && !expired(m.clock.Now(), e.expires) {
+	k := memKey{a: claimPrefix + key}
+	if e, ok := m.caps[k]; ok && !expired(m.clock.Now(), e.expires) {
 		return false, nil
 	}
-	m.caps[claimPrefix+key] = expiring{expires: expires}
+	m.caps[k] = expiring{expires: expires}
 	return true, nil
 }
 
 func (m memClaims) Hold(ctx context.Context, key string, expires time.Time) error {
-	return memCaps(m).Put(ctx, claimPrefix+key, nil, expires)
+	return expiringCaps{m.Memory}.Put(ctx, claimPrefix+key, nil, expires)
 }
 
 func (m memClaims) Release(ctx context.Context, key string) error {
-	return memCaps(m).Delete(ctx, claimPrefix+key)
+	return expiringCaps{m.Memory}.Delete(ctx, claimPrefix+key)
 }
 
-type memOwners struct{ *Memory }
-
-func (m memOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := m.lock(ctx, checkOwnerSetArgs(tenant, sessionKey, ttl)); err != nil {
+// lease is localLeases' transaction: the store's mutex.
+func (m *Memory) lease(ctx context.Context, name string, _ bool, fn func(Lease) (Lease, bool, error)) error {
+	if err := m.lock(ctx, nil); err != nil {
 		return err
 	}
 	defer m.mu.Unlock()
-	m.owners[ownerKey{tenant, sessionKey}] = memOwner{o: o, expires: m.clock.Now().Add(ttl)}
-	return nil
-}
-
-func (m memOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
-	if err := m.lock(ctx, checkOwnerArgs(tenant, sessionKey)); err != nil {
-		return Owner{}, false, err
-	}
-	defer m.mu.Unlock()
-	e, ok := m.owners[ownerKey{tenant, sessionKey}]
-	if !ok || expired(m.clock.Now(), e.expires) {
-		return Owner{}, false, nil
-	}
-	return e.o, true, nil
-}
-
-func (m memOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
-	if err := m.lock(ctx, checkOwnerArgs(tenant, sessionKey)); err != nil {
-		return err
-	}
-	defer m.mu.Unlock()
-	delete(m.owners, ownerKey{tenant, sessionKey})
-	return nil
-}
-
-type memLeases struct{ *Memory }
-
-func (m memLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
-	if err := m.lock(ctx, checkLeaseArgs(name, holder, ttl)); err != nil {
-		return Lease{}, false, err
-	}
-	defer m.mu.Unlock()
-	l, acquired := nextLease(m.leases[name], m.clock.Now(), holder, ttl)
-	if acquired {
+	l, put, err := fn(m.leases[name])
+	if put && err == nil {
 		m.leases[name] = l
 	}
-	return l, acquired, nil
+	return err
 }
 
-func (m memLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
-	if err := m.lock(ctx, checkLeaseArgs(name, l.Holder, ttl)); err != nil {
-		return Lease{}, err
-	}
-	defer m.mu.Unlock()
-	now := m.clock.Now()
-	if !holds(m.leases[name], l, now) {
-		return Lease{}, ErrNotHeld
-	}
-	l.Expires = now.Add(ttl)
-	m.leases[name] = l
-	return l, nil
+type memRegistry struct {
+	*Memory
+	regWrites
 }
 
-func (m memLeases) Release(ctx context.Context, name string, l Lease) error {
-	if err := m.lock(ctx, checkName("lease name", name)); err != nil {
-		return err
-	}
-	defer m.mu.Unlock()
-	if !holds(m.leases[name], l, m.clock.Now()) {
-		return ErrNotHeld
-	}
-	m.leases[name] = Lease{Token: l.Token} // the token outlives the tenure
-	return nil
-}
-
-func (m memLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
-	if err := m.lock(ctx, checkName("lease name", name)); err != nil {
-		return Lease{}, false, err
-	}
-	defer m.mu.Unlock()
-	l := m.leases[name]
-	if !l.liveAt(m.clock.Now()) {
-		return Lease{}, false, nil
-	}
-	return l, true, nil
-}
-
-type memRegistry struct{ *Memory }
-
-func (m memRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
-	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
-		return 0, err
+// writeRegistry implements regWrites under the store's mutex.
+func (m *Memory) writeRegistry(ctx context.Context, namespace string, w regWrite) (uint64, bool, error) {
+	if err := m.lock(ctx, nil); err != nil {
+		return 0, false, err
 	}
 	defer m.mu.Unlock()
 	ns := m.reg[namespace]
 	if ns == nil {
 		ns = &memNamespace{entries: make(map[string]Entry)}
-		m.reg[namespace] = ns
 	}
+	cur, ok := ns.entries[w.key]
+	if !w.applies(cur.Value, ok) {
+		return 0, false, nil
+	}
+	m.reg[namespace] = ns // created by its first change, as on the embedded backend
 	ns.rev++
-	ns.entries[key] = Entry{Key: key, Value: slices.Clone(value), Rev: ns.rev}
-	return ns.rev, nil
+	if w.del {
+		delete(ns.entries, w.key)
+	} else {
+		ns.entries[w.key] = Entry{Key: w.key, Value: slices.Clone(w.value), Rev: ns.rev}
+	}
+	return ns.rev, true, nil
 }
 
 func (m memRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
@@ -435,46 +379,6 @@ func (m memRegistry) Get(ctx context.Context, namespace, key string) (Entry, boo
 	e, ok := ns.entries[key]
 	e.Value = slices.Clone(e.Value)
 	return e, ok, nil
-}
-
-func (m memRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
-	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
-		return false, err
-	}
-	defer m.mu.Unlock()
-	ns := m.reg[namespace]
-	if ns == nil {
-		return false, nil
-	}
-	if _, ok := ns.entries[key]; !ok {
-		return false, nil
-	}
-	delete(ns.entries, key)
-	ns.rev++
-	return true, nil
-}
-
-func (m memRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
-	if err := m.lock(ctx, checkRegistryArgs(namespace, key)); err != nil {
-		return false, err
-	}
-	defer m.mu.Unlock()
-	ns := m.reg[namespace]
-	if ns == nil {
-		ns = &memNamespace{entries: make(map[string]Entry)}
-		m.reg[namespace] = ns
-	}
-	cur, ok := ns.entries[key]
-	if ok != (old != nil) || (ok && !bytes.Equal(cur.Value, old)) {
-		return false, nil
-	}
-	ns.rev++
-	if value == nil {
-		delete(ns.entries, key)
-	} else {
-		ns.entries[key] = Entry{Key: key, Value: slices.Clone(value), Rev: ns.rev}
-	}
-	return true, nil
 }
 
 func (m memRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {

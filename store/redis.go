@@ -130,11 +130,11 @@ func rerr(err error) error {
 
 func (s *redisStore) Epoch() string              { return s.epoch }
 func (s *redisStore) Ledger() Ledger             { return redisLedger{s} }
-func (s *redisStore) Capabilities() Capabilities { return redisCaps{s} }
-func (s *redisStore) Owners() Owners             { return redisOwners{s} }
+func (s *redisStore) Capabilities() Capabilities { return expiringCaps{s} }
+func (s *redisStore) Owners() Owners             { return expiringOwners{s, s.clock} }
 func (s *redisStore) Leases() Leases             { return redisLeases{s} }
 func (s *redisStore) PubSub() PubSub             { return redisPubSub{s} }
-func (s *redisStore) Registry() Registry         { return redisRegistry{s} }
+func (s *redisStore) Registry() Registry         { return redisRegistry{s, regWrites{s.writeRegistry}} }
 func (s *redisStore) Claims() Claims             { return redisClaims{s} }
 
 func (s *redisStore) Close() error {
@@ -520,40 +520,31 @@ func (l redisLedger) Tenants(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-type redisCaps struct{ s *redisStore }
-
-func (c redisCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
-	if err := checkName("capability key", key); err != nil {
-		return err
+// expKey is the key of the expiring value (a, b) (expiringStore).
+func (s *redisStore) expKey(owner bool, a, b string) string {
+	if owner {
+		return s.p + "owner:" + strconv.Itoa(len(a)) + ":" + tagged(a) + b
 	}
-	// A capability is written before the event it came with is confirmed
-	// (a Discord interaction's token), so it waits for the replicas too.
-	ttl := max(expires.Sub(c.s.clock.Now()), 0) + redisExpirySlack
-	k, v := c.s.p+"cap:"+key, encodeExpiring(expires, value)
+	return s.p + "cap:" + a
+}
+
+// putExpiring keeps the key redisExpirySlack past the value's expiry. A
+// capability is written before the event it came with is confirmed (a
+// Discord interaction's token), so it waits for the replicas too.
+func (s *redisStore) putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error {
+	k, v := s.expKey(owner, a, b), encodeExpiring(expires, value)
+	ttl := max(expires.Sub(s.clock.Now()), 0) + redisExpirySlack
+	if owner {
+		return rerr(s.c.Set(ctx, k, v, ttl).Err())
+	}
 	put := pipeCall{key: k, replicate: true, queue: func(ctx context.Context, p redis.Pipeliner) redis.Cmder {
 		return p.Set(ctx, k, v, ttl)
 	}}
-	if err := c.s.pipelined(ctx, put).err(); err != nil {
-		return fmt.Errorf("store: put capability: %w", rerr(err))
-	}
-	return nil
+	return rerr(s.pipelined(ctx, put).err())
 }
 
-func (c redisCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if err := checkName("capability key", key); err != nil {
-		return nil, false, err
-	}
-	value, ok, err := c.s.getLive(ctx, c.s.p+"cap:"+key)
-	if err != nil {
-		return nil, false, fmt.Errorf("store: get capability: %w", err)
-	}
-	return value, ok, nil
-}
-
-// getLive is the value of the expiring value (encodeExpiring) under key,
-// unless there is none or it has expired.
-func (s *redisStore) getLive(ctx context.Context, key string) ([]byte, bool, error) {
-	v, err := s.c.Get(ctx, key).Bytes()
+func (s *redisStore) getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error) {
+	v, err := s.c.Get(ctx, s.expKey(owner, a, b)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
@@ -567,19 +558,8 @@ func (s *redisStore) getLive(ctx context.Context, key string) ([]byte, bool, err
 	return value, true, nil
 }
 
-// del deletes key; what names it in the error.
-func (s *redisStore) del(ctx context.Context, key, what string) error {
-	if err := s.c.Del(ctx, key).Err(); err != nil {
-		return fmt.Errorf("store: %s: %w", what, rerr(err))
-	}
-	return nil
-}
-
-func (c redisCaps) Delete(ctx context.Context, key string) error {
-	if err := checkName("capability key", key); err != nil {
-		return err
-	}
-	return c.s.del(ctx, c.s.p+"cap:"+key, "delete capability")
+func (s *redisStore) delExpiring(ctx context.Context, owner bool, a, b string) error {
+	return rerr(s.c.Del(ctx, s.expKey(owner, a, b)).Err())
 }
 
 type redisClaims struct{ s *redisStore }
@@ -634,46 +614,7 @@ func (c redisClaims) Release(ctx context.Context, key string) error {
 	if err := checkName("claim key", key); err != nil {
 		return err
 	}
-	return c.s.del(ctx, c.s.p+"claim:"+key, "release claim")
-}
-
-type redisOwners struct{ s *redisStore }
-
-func (w redisOwners) key(tenant, sessionKey string) string {
-	return w.s.p + "owner:" + strconv.Itoa(len(tenant)) + ":" + tagged(tenant) + sessionKey
-}
-
-func (w redisOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
-	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
-		return err
-	}
-	v := encodeExpiring(w.s.clock.Now().Add(ttl), encodeOwner(o))
-	if err := w.s.c.Set(ctx, w.key(tenant, sessionKey), v, ttl+redisExpirySlack).Err(); err != nil {
-		return fmt.Errorf("store: set owner: %w", rerr(err))
-	}
-	return nil
-}
-
-func (w redisOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return Owner{}, false, err
-	}
-	val, ok, err := w.s.getLive(ctx, w.key(tenant, sessionKey))
-	var o Owner
-	if ok {
-		o, err = decodeOwner(val)
-	}
-	if err != nil {
-		return Owner{}, false, fmt.Errorf("store: get owner: %w", err)
-	}
-	return o, ok, nil
-}
-
-func (w redisOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
-	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
-		return err
-	}
-	return w.s.del(ctx, w.key(tenant, sessionKey), "delete owner")
+	return opErr("release claim", rerr(c.s.c.Del(ctx, c.s.p+"claim:"+key).Err()))
 }
 
 type redisLeases struct{ s *redisStore }
@@ -696,23 +637,17 @@ redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
 return {1, token, ARGV[1], tonumber(ARGV[2])}
 `)
 
-// renewScript: KEYS lease; ARGV "<token>:<holder>", ttl ms. Returns 1 if
-// renewed.
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-`)
-
-// releaseScript: KEYS lease; ARGV "<token>:<holder>". Returns 1 if released.
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+// heldScript: KEYS lease; ARGV "<token>:<holder>", ttl ms. When that is
+// the lease, renews it for the ttl, or releases it when the ttl is 0, and
+// returns 1; else returns 0.
+var heldScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '0' then
   redis.call('DEL', KEYS[1])
-  return 1
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return 0
+return 1
 `)
 
 // holderScript: KEYS lease. Returns {value, remaining ms} or nil.
@@ -763,12 +698,8 @@ func (ls redisLeases) Renew(ctx context.Context, name string, l Lease, ttl time.
 	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
 		return Lease{}, err
 	}
-	ok, err := renewScript.Run(ctx, ls.s.c, []string{ls.key(name)}, leaseValue(l), pxMillis(ttl)).Int()
-	if err != nil {
-		return Lease{}, fmt.Errorf("store: renew lease %q: %w", name, rerr(err))
-	}
-	if ok != 1 {
-		return Lease{}, ErrNotHeld
+	if err := ls.ifHeld(ctx, "renew", name, l, pxMillis(ttl)); err != nil {
+		return Lease{}, err
 	}
 	l.Expires = ls.s.clock.Now().Add(ttl)
 	return l, nil
@@ -778,9 +709,15 @@ func (ls redisLeases) Release(ctx context.Context, name string, l Lease) error {
 	if err := checkName("lease name", name); err != nil {
 		return err
 	}
-	ok, err := releaseScript.Run(ctx, ls.s.c, []string{ls.key(name)}, leaseValue(l)).Int()
+	return ls.ifHeld(ctx, "release", name, l, 0)
+}
+
+// ifHeld runs heldScript: it renews l for px ms, or releases it when px is
+// 0, and fails with ErrNotHeld when l is not the lease.
+func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, px int64) error {
+	ok, err := heldScript.Run(ctx, ls.s.c, []string{ls.key(name)}, leaseValue(l), px).Int()
 	if err != nil {
-		return fmt.Errorf("store: release lease %q: %w", name, rerr(err))
+		return fmt.Errorf("store: %s lease %q: %w", op, name, rerr(err))
 	}
 	if ok != 1 {
 		return ErrNotHeld
@@ -812,48 +749,39 @@ func (ls redisLeases) Holder(ctx context.Context, name string) (Lease, bool, err
 	return l, true, nil
 }
 
-type redisRegistry struct{ s *redisStore }
-
-func (r redisRegistry) keys(namespace string) []string {
-	tag := tagged(namespace)
-	return []string{r.s.p + "registry:" + tag, r.s.p + "registryrev:" + tag}
+type redisRegistry struct {
+	s *redisStore
+	regWrites
 }
 
-// registryPutScript: KEYS hash, revision; ARGV key, value. Stores the entry
-// (rev as 8 big-endian bytes, then the value) and returns the revision.
-var registryPutScript = redis.NewScript(`
-local rev = redis.call('INCR', KEYS[2])
-redis.call('HSET', KEYS[1], ARGV[1], struct.pack('>I8', rev) .. ARGV[2])
-return rev
-`)
+// registryKeys are namespace's hash and revision.
+func (s *redisStore) registryKeys(namespace string) []string {
+	tag := tagged(namespace)
+	return []string{s.p + "registry:" + tag, s.p + "registryrev:" + tag}
+}
 
-// registryDeleteScript: KEYS hash, revision; ARGV key. Returns 1 if deleted.
-var registryDeleteScript = redis.NewScript(`
-if redis.call('HDEL', KEYS[1], ARGV[1]) == 1 then
-  redis.call('INCR', KEYS[2])
-  return 1
-end
-return 0
-`)
-
-// registryCASScript: KEYS hash, revision; ARGV key, "1" when an entry
-// is expected (its value in ARGV[3]) else "0", "1" when a value is to be
-// stored (in ARGV[5]) else "0" (the entry is removed). Returns 1 if it
-// swapped.
-var registryCASScript = redis.NewScript(`
+// registryWriteScript is regWrite: KEYS hash, revision; ARGV key, when
+// (regWhen), "1" when an entry is expected (regFrom; its value in
+// ARGV[4]) else "0", "1" to remove key else "0" (store ARGV[6] as the
+// entry: rev as 8 big-endian bytes, then the value). Returns the new
+// revision, or 0 when the write does not apply.
+var registryWriteScript = redis.NewScript(`
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if ARGV[2] == '1' then
-  if not cur or string.sub(cur, 9) ~= ARGV[3] then return 0 end
-elseif cur then
-  return 0
+if ARGV[2] == '1' and not cur then return 0 end
+if ARGV[2] == '2' then
+  if ARGV[3] == '1' then
+    if not cur or string.sub(cur, 9) ~= ARGV[4] then return 0 end
+  elseif cur then
+    return 0
+  end
 end
 local rev = redis.call('INCR', KEYS[2])
-if ARGV[4] == '1' then
-  redis.call('HSET', KEYS[1], ARGV[1], struct.pack('>I8', rev) .. ARGV[5])
-else
+if ARGV[5] == '1' then
   redis.call('HDEL', KEYS[1], ARGV[1])
+else
+  redis.call('HSET', KEYS[1], ARGV[1], struct.pack('>I8', rev) .. ARGV[6])
 end
-return 1
+return rev
 `)
 
 // registryListScript: KEYS hash, revision. Returns {rev, {key, entry, ...}}.
@@ -861,22 +789,26 @@ var registryListScript = redis.NewScript(`
 return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}
 `)
 
-func (r redisRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return 0, err
+// writeRegistry implements regWrites with registryWriteScript.
+func (s *redisStore) writeRegistry(ctx context.Context, namespace string, w regWrite) (uint64, bool, error) {
+	flag := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return "0"
 	}
-	rev, err := registryPutScript.Run(ctx, r.s.c, r.keys(namespace), key, value).Uint64()
+	rev, err := registryWriteScript.Run(ctx, s.c, s.registryKeys(namespace), w.key, int(w.when), flag(w.old != nil), w.old, flag(w.del), w.value).Uint64()
 	if err != nil {
-		return 0, fmt.Errorf("store: registry put: %w", rerr(err))
+		return 0, false, fmt.Errorf("store: registry %s: %w", w.op, rerr(err))
 	}
-	return rev, nil
+	return rev, rev > 0, nil
 }
 
 func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {
 	if err := checkRegistryArgs(namespace, key); err != nil {
 		return Entry{}, false, err
 	}
-	v, err := r.s.c.HGet(ctx, r.keys(namespace)[0], key).Bytes()
+	v, err := r.s.c.HGet(ctx, r.s.registryKeys(namespace)[0], key).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return Entry{}, false, nil
 	}
@@ -890,39 +822,11 @@ func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, b
 	return e, true, nil
 }
 
-func (r redisRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return false, err
-	}
-	n, err := registryDeleteScript.Run(ctx, r.s.c, r.keys(namespace), key).Int()
-	if err != nil {
-		return false, fmt.Errorf("store: registry delete: %w", rerr(err))
-	}
-	return n == 1, nil
-}
-
-func (r redisRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
-	if err := checkRegistryArgs(namespace, key); err != nil {
-		return false, err
-	}
-	flag := func(b []byte) string {
-		if b == nil {
-			return "0"
-		}
-		return "1"
-	}
-	n, err := registryCASScript.Run(ctx, r.s.c, r.keys(namespace), key, flag(old), old, flag(value), value).Int()
-	if err != nil {
-		return false, fmt.Errorf("store: registry compare-and-swap: %w", rerr(err))
-	}
-	return n == 1, nil
-}
-
 func (r redisRegistry) List(ctx context.Context, namespace string) ([]Entry, uint64, error) {
 	if err := checkName("namespace", namespace); err != nil {
 		return nil, 0, err
 	}
-	res, err := registryListScript.Run(ctx, r.s.c, r.keys(namespace)).Slice()
+	res, err := registryListScript.Run(ctx, r.s.c, r.s.registryKeys(namespace)).Slice()
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: registry list: %w", rerr(err))
 	}
@@ -950,7 +854,7 @@ func (r redisRegistry) Revision(ctx context.Context, namespace string) (uint64, 
 	if err := checkName("namespace", namespace); err != nil {
 		return 0, err
 	}
-	rev, err := r.s.c.Get(ctx, r.keys(namespace)[1]).Uint64()
+	rev, err := r.s.c.Get(ctx, r.s.registryKeys(namespace)[1]).Uint64()
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}

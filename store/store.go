@@ -39,6 +39,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -588,17 +589,232 @@ func (r trimRule) drop(entries int, bytes int64, receivedMicros int64) bool {
 		(r.cutoff != 0 && receivedMicros < r.cutoff)
 }
 
-// nextLease is the single statement of the lease rules for the backends
-// that keep leases themselves (memory, embedded): cur is the stored lease
-// (zero when none), and the result is what Acquire stores and returns.
-func nextLease(cur Lease, now time.Time, holder string, ttl time.Duration) (Lease, bool) {
-	switch {
-	case !cur.liveAt(now):
-		return Lease{Holder: holder, Token: cur.Token + 1, Expires: now.Add(ttl)}, true
-	case cur.Holder == holder:
-		return Lease{Holder: holder, Token: cur.Token, Expires: now.Add(ttl)}, true
+// expiringStore is where every backend keeps capabilities and owners:
+// expiring values (encodeExpiring on the embedded and redis backends),
+// judged by the store's clock. A value is named by owner (an owner's, else a capability's) and
+// a, b: the capability key and "", or the owner's tenant and session key.
+type expiringStore interface {
+	putExpiring(ctx context.Context, owner bool, a, b string, value []byte, expires time.Time) error
+	// getLive returns the value unless there is none or it has expired.
+	getLive(ctx context.Context, owner bool, a, b string) ([]byte, bool, error)
+	delExpiring(ctx context.Context, owner bool, a, b string) error
+}
+
+// expiringCaps is Capabilities on an expiringStore.
+type expiringCaps struct{ s expiringStore }
+
+func (c expiringCaps) Put(ctx context.Context, key string, value []byte, expires time.Time) error {
+	if err := checkName("capability key", key); err != nil {
+		return err
 	}
-	return cur, false
+	return opErr("put capability", c.s.putExpiring(ctx, false, key, "", value, expires))
+}
+
+func (c expiringCaps) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if err := checkName("capability key", key); err != nil {
+		return nil, false, err
+	}
+	value, ok, err := c.s.getLive(ctx, false, key, "")
+	if err != nil {
+		return nil, false, opErr("get capability", err)
+	}
+	return value, ok, nil
+}
+
+func (c expiringCaps) Delete(ctx context.Context, key string) error {
+	if err := checkName("capability key", key); err != nil {
+		return err
+	}
+	return opErr("delete capability", c.s.delExpiring(ctx, false, key, ""))
+}
+
+// expiringOwners is Owners on an expiringStore.
+type expiringOwners struct {
+	s     expiringStore
+	clock clock.Clock
+}
+
+func (w expiringOwners) Set(ctx context.Context, tenant, sessionKey string, o Owner, ttl time.Duration) error {
+	if err := checkOwnerSetArgs(tenant, sessionKey, ttl); err != nil {
+		return err
+	}
+	return opErr("set owner", w.s.putExpiring(ctx, true, tenant, sessionKey, encodeOwner(o), w.clock.Now().Add(ttl)))
+}
+
+func (w expiringOwners) Get(ctx context.Context, tenant, sessionKey string) (Owner, bool, error) {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return Owner{}, false, err
+	}
+	val, ok, err := w.s.getLive(ctx, true, tenant, sessionKey)
+	var o Owner
+	if ok {
+		o, err = decodeOwner(val)
+	}
+	if err != nil {
+		return Owner{}, false, opErr("get owner", err)
+	}
+	return o, ok, nil
+}
+
+func (w expiringOwners) Delete(ctx context.Context, tenant, sessionKey string) error {
+	if err := checkOwnerArgs(tenant, sessionKey); err != nil {
+		return err
+	}
+	return opErr("delete owner", w.s.delExpiring(ctx, true, tenant, sessionKey))
+}
+
+// opErr names the operation that failed with err; nil stays nil.
+func opErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("store: %s: %w", op, err)
+}
+
+// localLeases is Leases on the backends that keep leases themselves
+// (memory, embedded), by the store's clock: the single statement of the
+// lease rules. lease runs fn on the stored lease name (zero when none) in
+// one transaction, a writing one when write is set, and stores what fn
+// returns when fn says so.
+type localLeases struct {
+	clock clock.Clock
+	lease func(ctx context.Context, name string, write bool, fn func(cur Lease) (next Lease, put bool, err error)) error
+}
+
+func (ls localLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (Lease, bool, error) {
+	if err := checkLeaseArgs(name, holder, ttl); err != nil {
+		return Lease{}, false, err
+	}
+	var l Lease
+	var acquired bool
+	err := ls.lease(ctx, name, true, func(cur Lease) (Lease, bool, error) {
+		now := ls.clock.Now()
+		switch {
+		case !cur.liveAt(now):
+			l, acquired = Lease{Holder: holder, Token: cur.Token + 1, Expires: now.Add(ttl)}, true
+		case cur.Holder == holder:
+			l, acquired = Lease{Holder: holder, Token: cur.Token, Expires: now.Add(ttl)}, true
+		default:
+			l, acquired = cur, false
+		}
+		return l, acquired, nil
+	})
+	if err != nil {
+		return Lease{}, false, err
+	}
+	return l, acquired, nil
+}
+
+func (ls localLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
+	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
+		return Lease{}, err
+	}
+	err := ls.lease(ctx, name, true, func(cur Lease) (Lease, bool, error) {
+		now := ls.clock.Now()
+		if !holds(cur, l, now) {
+			return Lease{}, false, ErrNotHeld
+		}
+		l.Expires = now.Add(ttl)
+		return l, true, nil
+	})
+	if err != nil {
+		return Lease{}, err
+	}
+	return l, nil
+}
+
+func (ls localLeases) Release(ctx context.Context, name string, l Lease) error {
+	if err := checkName("lease name", name); err != nil {
+		return err
+	}
+	return ls.lease(ctx, name, true, func(cur Lease) (Lease, bool, error) {
+		if !holds(cur, l, ls.clock.Now()) {
+			return Lease{}, false, ErrNotHeld
+		}
+		return Lease{Token: l.Token}, true, nil // the token outlives the tenure
+	})
+}
+
+func (ls localLeases) Holder(ctx context.Context, name string) (Lease, bool, error) {
+	if err := checkName("lease name", name); err != nil {
+		return Lease{}, false, err
+	}
+	var l Lease
+	err := ls.lease(ctx, name, false, func(cur Lease) (Lease, bool, error) {
+		l = cur
+		return cur, false, nil
+	})
+	if err != nil || !l.liveAt(ls.clock.Now()) {
+		return Lease{}, false, err
+	}
+	return l, true, nil
+}
+
+// regWrite is one registry change, and the single statement of when Put,
+// Delete and CompareAndSwap make one: Put always, Delete when key is
+// present, CompareAndSwap when the stored value is old (nil: absent). A
+// change bumps the namespace's revision and then stores value under key,
+// or removes key when del is set. The redis backend's registryWriteScript
+// mirrors it.
+type regWrite struct {
+	op    string // the method, for errors
+	key   string
+	value []byte
+	del   bool
+	when  regWhen
+	old   []byte
+}
+
+// regWhen says when a regWrite applies.
+type regWhen uint8
+
+const (
+	regAlways  regWhen = iota // Put
+	regPresent                // Delete
+	regFrom                   // CompareAndSwap: from old
+)
+
+// applies reports whether w changes the entry holding cur (present: there
+// is one).
+func (w regWrite) applies(cur []byte, present bool) bool {
+	switch w.when {
+	case regPresent:
+		return present
+	case regFrom:
+		return present == (w.old != nil) && (!present || bytes.Equal(cur, w.old))
+	}
+	return true
+}
+
+// regWrites are Registry's Put, Delete and CompareAndSwap on a backend's
+// write, which applies w atomically and reports the new revision and
+// whether w applied.
+type regWrites struct {
+	write func(ctx context.Context, namespace string, w regWrite) (rev uint64, applied bool, err error)
+}
+
+func (r regWrites) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return 0, err
+	}
+	rev, _, err := r.write(ctx, namespace, regWrite{op: "put", key: key, value: value})
+	return rev, err
+}
+
+func (r regWrites) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	_, deleted, err := r.write(ctx, namespace, regWrite{op: "delete", key: key, del: true, when: regPresent})
+	return deleted, err
+}
+
+func (r regWrites) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if err := checkRegistryArgs(namespace, key); err != nil {
+		return false, err
+	}
+	_, swapped, err := r.write(ctx, namespace, regWrite{op: "compare-and-swap", key: key, value: value, del: value == nil, when: regFrom, old: old})
+	return swapped, err
 }
 
 // holds reports whether l is the live lease cur.

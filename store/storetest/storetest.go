@@ -1002,6 +1002,18 @@ func testRegistryCAS(t *testing.T, b Backend) {
 	}
 	cas("put", "four", true, 6) // a Put's value is compared like a swap's
 
+	// An entry with an empty value is present: old nil does not match it,
+	// an empty old does.
+	if _, err := r.Put(ctx, "claims", "empty", []byte{}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.CompareAndSwap(ctx, "claims", "empty", nil, []byte("x")); err != nil || ok {
+		t.Fatalf("CompareAndSwap(absent -> x) of an empty entry = %v, %v; want not swapped", ok, err)
+	}
+	if ok, err := r.CompareAndSwap(ctx, "claims", "empty", []byte{}, []byte("x")); err != nil || !ok {
+		t.Fatalf("CompareAndSwap(empty -> x) = %v, %v; want swapped", ok, err)
+	}
+
 	// Concurrent creates of one key: one winner, on one or two instances.
 	stores := []store.Registry{r, r}
 	if b.Shared {
