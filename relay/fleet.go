@@ -430,10 +430,20 @@ func (f *tenantFleet) forgetOwnerNote(sessionKey string) {
 	f.ownMu.Unlock()
 }
 
-// wake tells the tenant's driver, wherever it is, that a record was
-// stored.
-func (f *tenantFleet) wake() {
+// store is both fleet roles' store: it stores ds, in one store write, for
+// Tail to take in (whichever instance stored them), and wakes the tenant's
+// driver, wherever it is: this instance's loop at once when kick is set
+// (the driver role), and any instance driving the tenant through the wake
+// channel.
+func (f *tenantFleet) store(ctx context.Context, ds []ledger.Delivery, kick bool) error {
+	if _, err := f.h.ledger.StoreAll(ctx, ds); err != nil {
+		return err
+	}
+	if kick {
+		f.kickTail()
+	}
 	f.fl.node.Send(wakeChannel, msgWake, []byte(f.h.id))
+	return nil
 }
 
 func (f *tenantFleet) kickTail() {
@@ -979,25 +989,12 @@ type driver struct {
 	f *tenantFleet
 }
 
-// store stores d for Tail to take in (whichever instance stored it), and
-// wakes this instance's loop and any other driver there might be.
 func (r driver) store(ctx context.Context, d ledger.Delivery) error {
-	if _, err := r.h.ledger.Store(ctx, d); err != nil {
-		return err
-	}
-	r.f.kickTail()
-	r.f.wake()
-	return nil
+	return r.f.store(ctx, []ledger.Delivery{d}, true)
 }
 
-// storeAll is store for several deliveries: one store write for all.
 func (r driver) storeAll(ctx context.Context, ds []ledger.Delivery) error {
-	if _, err := r.h.ledger.StoreAll(ctx, ds); err != nil {
-		return err
-	}
-	r.f.kickTail()
-	r.f.wake()
-	return nil
+	return r.f.store(ctx, ds, true)
 }
 
 func (r driver) serve(c *conn, s *seat, platform string) {
@@ -1023,19 +1020,11 @@ func (r driver) interrupt(ctx context.Context, in interrupt) {
 type remote struct{ f *tenantFleet }
 
 func (r remote) store(ctx context.Context, d ledger.Delivery) error {
-	if _, err := r.f.h.ledger.Store(ctx, d); err != nil {
-		return err
-	}
-	r.f.wake()
-	return nil
+	return r.f.store(ctx, []ledger.Delivery{d}, false)
 }
 
 func (r remote) storeAll(ctx context.Context, ds []ledger.Delivery) error {
-	if _, err := r.f.h.ledger.StoreAll(ctx, ds); err != nil {
-		return err
-	}
-	r.f.wake()
-	return nil
+	return r.f.store(ctx, ds, false)
 }
 
 func (r remote) serve(c *conn, s *seat, _ string) {

@@ -52,7 +52,7 @@
 //
 //   - Among several instances on one store, the one driving a tenant takes
 //     the records in, in sequence order, with Tail, whichever instance
-//     stored them (Store: stored, not taken in), and Reset forgets
+//     stored them (StoreAll: stored, not taken in), and Reset forgets
 //     everything when it stops driving the tenant.
 //
 // Memory holds each entry's frame (its payload framed once) until it is
@@ -483,19 +483,10 @@ func (l *Ledger) countAppendingLocked(recs []store.Record, n int) {
 	}
 }
 
-// Store stores d, durably, without taking it into the ledger, and returns
-// its bufferId: among several instances, the one driving the tenant takes
-// it in with Tail.
-func (l *Ledger) Store(ctx context.Context, d Delivery) (string, error) {
-	ids, err := l.StoreAll(ctx, []Delivery{d})
-	if err != nil {
-		return "", err
-	}
-	return ids[0], nil
-}
-
-// StoreAll is Store for several deliveries from one source: one store
-// write for all of ds, whose bufferIds it returns in order.
+// StoreAll stores ds, deliveries from one source, durably and in one store
+// write, without taking them into the ledger, and returns their bufferIds
+// in order: among several instances, the one driving the tenant takes them
+// in with Tail.
 func (l *Ledger) StoreAll(ctx context.Context, ds []Delivery) ([]string, error) {
 	recs := make([]store.Record, len(ds))
 	for i := range ds {
