@@ -11,6 +11,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/internal/cluster"
+	"connector/internal/wsconn"
 	"connector/relay/ledger"
 	"connector/store"
 )
@@ -259,12 +260,11 @@ func newFleet(s *Server) *fleet {
 // atDriver runs do for the tenant m names, when this instance drives it
 // (and the relay has not stopped).
 func (fl *fleet) atDriver(m cluster.Msg, do func(*tenantFleet)) {
-	if fl.ctx.Err() != nil {
-		return
-	}
-	if h := fl.srv.hub(string(m.Fields[0])); h != nil && h.fleet.driving.Load() {
-		do(h.fleet)
-	}
+	fl.atEdge(m, func(f *tenantFleet) {
+		if f.driving.Load() {
+			do(f)
+		}
+	})
 }
 
 // atEdge runs do for the tenant m names, when this instance has its hub
@@ -446,19 +446,8 @@ func (f *tenantFleet) store(ctx context.Context, ds []ledger.Delivery, kick bool
 	return nil
 }
 
-func (f *tenantFleet) kickTail() {
-	select {
-	case f.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (f *tenantFleet) nudgeBeat() {
-	select {
-	case f.nudge <- struct{}{}:
-	default:
-	}
-}
+func (f *tenantFleet) kickTail()  { wsconn.Signal(f.kick) }
+func (f *tenantFleet) nudgeBeat() { wsconn.Signal(f.nudge) }
 
 // loop takes stored records in on a wake, and beats when nudged, until ctx
 // ends; the node's beat runs the regular beats.
