@@ -84,9 +84,6 @@ type fleet struct {
 
 	ownerOut chan ownerWrite // session owners to store
 
-	localMu sync.Mutex
-	local   map[string]*conn // this instance's sockets that said hello, by connKey
-
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -200,7 +197,6 @@ func newFleet(s *Server) *fleet {
 	fl := &fleet{
 		srv: s, node: s.cfg.Cluster, leases: s.cfg.Store.Leases(), owners: s.cfg.Store.Owners(),
 		ownerOut: make(chan ownerWrite, ownerQueue),
-		local:    make(map[string]*conn),
 		ctx:      ctx, cancel: cancel,
 	}
 	n := fl.node
@@ -286,7 +282,7 @@ func (fl *fleet) atSocket(m cluster.Msg, do func(*tenantFleet, *conn)) {
 	if fl.ctx.Err() != nil {
 		return
 	}
-	if c := fl.localConn(string(m.Fields[1])); c != nil && c.hub.id == string(m.Fields[0]) {
+	if c := fl.srv.conn(string(m.Fields[1])); c != nil && c.hub.id == string(m.Fields[0]) {
 		do(c.hub.fleet, c)
 	}
 }
@@ -294,13 +290,6 @@ func (fl *fleet) atSocket(m cluster.Msg, do func(*tenantFleet, *conn)) {
 // send queues a relay message for instance's inbox.
 func (f *tenantFleet) send(instance string, typ byte, fields ...[]byte) {
 	f.fl.node.Send(cluster.Inbox(instance), typ, append([][]byte{[]byte(f.h.id)}, fields...)...)
-}
-
-// localConn returns this instance's connection named key, if it is open.
-func (fl *fleet) localConn(key string) *conn {
-	fl.localMu.Lock()
-	defer fl.localMu.Unlock()
-	return fl.local[key]
 }
 
 // join gives a new tenant's hub its fleet state and the remote role, before
@@ -637,7 +626,7 @@ func (f *tenantFleet) announceLocked(c *conn, s *seat) {
 	if s.link == nil {
 		s.link = &edgeLink{gen: 1}
 	}
-	key, platforms := f.fl.srv.connKey(c), strings.Join(s.platforms, ",")
+	key, platforms := c.key, strings.Join(s.platforms, ",")
 	s.link.hash = seatHash(key, s.link.gen, platforms, s.idle)
 	idle := "0"
 	if s.idle {
@@ -716,7 +705,7 @@ func (f *tenantFleet) ackOut(c *conn, id string) bool {
 	}
 	l := s.link
 	l.acks.Send(func(seq uint64) {
-		f.send(f.driver, msgAck, []byte(f.fl.srv.connKey(c)), cluster.AppendUint(nil, l.gen), cluster.AppendUint(nil, seq), []byte(id))
+		f.send(f.driver, msgAck, []byte(c.key), cluster.AppendUint(nil, l.gen), cluster.AppendUint(nil, seq), []byte(id))
 	})
 	return true
 }
@@ -909,7 +898,7 @@ func (f *tenantFleet) interruptStored(ctx context.Context, in *interrupt) bool {
 		f.sendInterrupt(o.Instance, *in, o.Conn, o.ChatID)
 		return true
 	}
-	c := fl.localConn(o.Conn)
+	c := fl.srv.conn(o.Conn)
 	if c == nil || c.hub != f.h {
 		return false
 	}
@@ -961,7 +950,7 @@ func (fl *fleet) interruptIn(m cluster.Msg) {
 	in := interrupt{sessionKey: string(m.Fields[1]), chatID: string(m.Fields[2]), gatewayID: string(m.Fields[3]),
 		ownerRead: string(m.Fields[5]) == "1", forwarded: true}
 	if conn := string(m.Fields[4]); conn != "" {
-		if c := fl.localConn(conn); c != nil && c.hub.id == string(m.Fields[0]) {
+		if c := fl.srv.conn(conn); c != nil && c.hub.id == string(m.Fields[0]) {
 			c.push(in.frame(""))
 		}
 		return
@@ -986,16 +975,6 @@ func (r driver) storeAll(ctx context.Context, ds []ledger.Delivery) error {
 	return r.f.store(ctx, ds, true)
 }
 
-func (r driver) serve(c *conn, s *seat, platform string) {
-	r.f.fl.addLocal(c)
-	r.local.serve(c, s, platform)
-}
-
-func (r driver) detach(c *conn, s *seat) {
-	r.f.fl.removeLocal(c)
-	r.local.detach(c, s)
-}
-
 // interrupt goes to the owner in memory, else to the stored one.
 func (r driver) interrupt(ctx context.Context, in interrupt) {
 	if r.h.interruptOwner(in) || (!in.ownerRead && r.f.interruptStored(ctx, &in)) {
@@ -1016,18 +995,14 @@ func (r remote) storeAll(ctx context.Context, ds []ledger.Delivery) error {
 	return r.f.store(ctx, ds, false)
 }
 
-func (r remote) serve(c *conn, s *seat, _ string) {
-	r.f.fl.addLocal(c)
-	r.f.announceLocked(c, s)
-}
+func (r remote) serve(c *conn, s *seat, _ string) { r.f.announceLocked(c, s) }
 
 func (r remote) idle(c *conn, s *seat) { r.f.announceLocked(c, s) }
 
 func (r remote) detach(c *conn, s *seat) {
 	f := r.f
-	f.fl.removeLocal(c)
 	if s != nil && s.link != nil && f.driver != "" {
-		f.send(f.driver, msgDetach, []byte(f.fl.srv.connKey(c)))
+		f.send(f.driver, msgDetach, []byte(c.key))
 	}
 }
 
@@ -1040,18 +1015,6 @@ func (r remote) interrupt(ctx context.Context, in interrupt) {
 		return
 	}
 	f.h.logInterruptDropped(in)
-}
-
-func (fl *fleet) addLocal(c *conn) {
-	fl.localMu.Lock()
-	fl.local[fl.srv.connKey(c)] = c
-	fl.localMu.Unlock()
-}
-
-func (fl *fleet) removeLocal(c *conn) {
-	fl.localMu.Lock()
-	delete(fl.local, fl.srv.connKey(c))
-	fl.localMu.Unlock()
 }
 
 var (

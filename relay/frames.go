@@ -126,7 +126,7 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 	}
 	s := c.srv
 	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Clock.Now(), platform: noPlatform}
-	if !track(s, s.ops, &s.outbound, op) {
+	if !track(s, s.ops, &s.outbound, op, struct{}{}) {
 		<-c.outSlots
 		c.answer(reqID, noPlatform, a.Op, contract.Failed(contract.CodeUnavailable, "connector is shutting down"), time.Time{})
 		return

@@ -79,7 +79,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -279,7 +278,7 @@ type Server struct {
 	connID   atomic.Uint64
 	mu       sync.Mutex
 	closing  bool
-	conns    map[*conn]struct{}
+	conns    map[string]*conn         // by key
 	ops      map[*outboundOp]struct{} // in-flight outbound ops of every connection
 	outbound sync.WaitGroup           // counts ops
 	connsWG  sync.WaitGroup
@@ -323,7 +322,7 @@ func newServer(cfg Config) (*Server, error) {
 		gateways:     make(map[string]*gatewayRecord),
 		tenants:      make(map[string]*hub),
 		platforms:    make(map[string]platform.Platform),
-		conns:        make(map[*conn]struct{}),
+		conns:        make(map[string]*conn),
 		ops:          make(map[*outboundOp]struct{}),
 		logs: serverLogs{
 			sources: loglimit.NewLimiter(sourceLogRate, allSourcesLogRate, sourceLogKeys, cfg.Clock),
@@ -410,9 +409,11 @@ const maxEpochBytes = 64
 // recoverTimeout bounds reading the stored inbound in New.
 const recoverTimeout = 5 * time.Minute
 
-// connKey names c among every instance's connections.
-func (s *Server) connKey(c *conn) string {
-	return s.incarnation + "." + strconv.FormatUint(c.id, 10)
+// conn returns this instance's open connection named key (conn.key).
+func (s *Server) conn(key string) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[key]
 }
 
 // LedgerStats returns the counters of the tenants' ledgers.
@@ -632,7 +633,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		gw.admission.release(place)
 		return
 	}
-	if !track(s, s.conns, &s.connsWG, c) {
+	if !track(s, s.conns, &s.connsWG, c.key, c) {
 		s.closeSocket(ws, hr.conn, contract.EndShutdown)
 		gw.admission.release(place)
 		return
@@ -643,24 +644,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go c.serve()
 }
 
-// track adds v, a connection (to conns, connsWG) or an outbound op (to ops,
-// outbound), to what Shutdown closes and waits for; false when the server is
-// shutting down and takes no more.
-func track[T comparable](s *Server, set map[T]struct{}, wg *sync.WaitGroup, v T) bool {
+// track adds v under k, a connection (to conns by its key, connsWG) or an
+// outbound op (to ops, outbound), to what Shutdown closes and waits for;
+// false when the server is shutting down and takes no more.
+func track[K comparable, V any](s *Server, set map[K]V, wg *sync.WaitGroup, k K, v V) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
 		return false
 	}
-	set[v] = struct{}{}
+	set[k] = v
 	wg.Add(1)
 	return true
 }
 
-// untrack removes v, which track added, once it is done.
-func untrack[T comparable](s *Server, set map[T]struct{}, wg *sync.WaitGroup, v T) {
+// untrack removes k, which track added, once it is done.
+func untrack[K comparable, V any](s *Server, set map[K]V, wg *sync.WaitGroup, k K) {
 	s.mu.Lock()
-	delete(set, v)
+	delete(set, k)
 	s.mu.Unlock()
 	wg.Done()
 }
@@ -731,7 +732,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = fmt.Errorf("relay: %d outbound ops were still running at the shutdown deadline", n)
 	}
 	s.mu.Lock()
-	conns := slices.Collect(maps.Keys(s.conns))
+	conns := slices.Collect(maps.Values(s.conns))
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.closeWith(contract.EndShutdown)
