@@ -95,8 +95,7 @@ type Node struct {
 
 	beatMu sync.Mutex // one beat at a time; guards timer, beats and stopped
 	timer  clock.Timer
-	beats  map[int]func()
-	nextID int
+	beats  []*func() // in registration order
 	closed bool
 }
 
@@ -142,7 +141,6 @@ func New(cfg Config) (*Node, error) {
 		handlers: make(map[byte]handler),
 		heard:    make(map[string]time.Time),
 		calls:    make(map[string]chan []byte),
-		beats:    make(map[int]func()),
 	}
 	n.handlers[typeResult] = handler{fields: 2, fn: n.answered}
 	if _, err := n.Subscribe(ctx, Inbox(cfg.Instance)); err != nil {
@@ -412,14 +410,13 @@ const publishBatch = 256
 // reaches the beat, so tests step the instances beat by beat. stop
 // unregisters f, waiting for a beat under way.
 func (n *Node) OnBeat(f func()) (stop func()) {
+	p := &f
 	n.beatMu.Lock()
-	id := n.nextID
-	n.nextID++
-	n.beats[id] = f
+	n.beats = append(n.beats, p)
 	n.beatMu.Unlock()
 	return func() {
 		n.beatMu.Lock()
-		delete(n.beats, id)
+		n.beats = slices.DeleteFunc(n.beats, func(q *func()) bool { return q == p })
 		n.beatMu.Unlock()
 	}
 }
@@ -432,8 +429,8 @@ func (n *Node) tick() {
 	if n.closed {
 		return
 	}
-	for _, id := range slices.Sorted(maps.Keys(n.beats)) {
-		n.beats[id]()
+	for _, f := range n.beats {
+		(*f)()
 	}
 	now := n.cfg.Clock.Now()
 	n.mu.Lock()
