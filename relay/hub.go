@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -131,12 +132,15 @@ func (s *Server) newHub(id string) *hub {
 	return h
 }
 
-// serve attaches c for platform.
+// serve attaches c for platform. A repeated hello serves it again and
+// grows nothing.
 func (h *hub) serve(c *conn, platform string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.seatLocked(c)
-	s.platforms = append(s.platforms, platform)
+	if !slices.Contains(s.platforms, platform) {
+		s.platforms = append(s.platforms, platform)
+	}
 	h.role.Load().serve(c, s, platform)
 }
 
