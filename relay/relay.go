@@ -293,8 +293,9 @@ type gatewayRecord struct {
 }
 
 // New validates cfg, recovers every tenant's stored inbound and returns a
-// Server, ready for the platforms' deliveries.
-func New(cfg Config) (*Server, error) {
+// Server, ready for the platforms' deliveries. On an error it closes what
+// it made: the ledgers, and the store unless cfg gave one.
+func New(cfg Config) (_ *Server, err error) {
 	cfg = cfg.WithDefaults()
 	if cfg.MaxTokenLifetime < contract.TokenTTL {
 		return nil, fmt.Errorf("relay: MaxTokenLifetime %v is below the gateway's %v token lifetime", cfg.MaxTokenLifetime, contract.TokenTTL)
@@ -302,21 +303,15 @@ func New(cfg Config) (*Server, error) {
 	ownStore := cfg.Store == nil
 	if ownStore {
 		cfg.Store = store.NewMemory(cfg.Clock)
+		defer func() {
+			if err != nil {
+				_ = cfg.Store.Close()
+			}
+		}()
 	}
-	s, err := newServer(cfg)
-	if err != nil {
-		if ownStore {
-			_ = cfg.Store.Close()
-		}
-		return nil, err
-	}
-	s.ownStore = ownStore
-	return s, nil
-}
-
-func newServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:          cfg,
+		ownStore:     ownStore,
 		writerLinger: wsconn.Linger{Clock: cfg.Clock, Idle: writerLinger},
 		log:          cfg.Log,
 		gateways:     make(map[string]*gatewayRecord),
@@ -373,18 +368,21 @@ func newServer(cfg Config) (*Server, error) {
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
 	})
+	defer func() {
+		if err != nil {
+			s.ledgers.Close(context.Background())
+		}
+	}()
 	if cfg.Cluster != nil {
 		s.fleet = newFleet(s)
 	}
 	if err := s.SetTenants(cfg.Tenants); err != nil {
-		s.ledgers.Close(context.Background())
 		return nil, err
 	}
 	if s.fleet != nil {
 		// Each tenant's driver reads its stored ledger when it takes the
 		// tenant's lease, not every instance at start.
 		if err := s.fleet.start(); err != nil {
-			s.ledgers.Close(context.Background())
 			return nil, fmt.Errorf("relay: join the instances: %w", err)
 		}
 		return s, nil
@@ -393,7 +391,6 @@ func newServer(cfg Config) (*Server, error) {
 	defer cancel()
 	n, err := s.ledgers.Recover(ctx)
 	if err != nil {
-		s.ledgers.Close(ctx)
 		return nil, fmt.Errorf("relay: recover buffered inbound: %w", err)
 	}
 	if n > 0 {
