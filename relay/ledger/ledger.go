@@ -949,17 +949,15 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			entries[i] = l.newEntry(recs[i].Seq, &recs[i])
 		}
 		l.mu.Lock()
-		fresh := entries[:0]
 		for _, e := range entries {
 			if l.byID[e.id] == nil {
 				l.insertLocked(e)
-				fresh = append(fresh, e)
 				n++
 			}
 		}
 		l.boundLocked()
 		l.dispatchLocked()
-		l.noteUnservedLocked(fresh...)
+		l.noteUnservedLocked(entries...) // it passes over those not inserted
 		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 		l.mu.Unlock()
 		l.readPos = recs[len(recs)-1].Seq
