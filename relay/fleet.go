@@ -956,7 +956,7 @@ func (fl *fleet) interruptIn(m cluster.Msg) {
 		return
 	}
 	if h := fl.srv.hub(string(m.Fields[0])); h != nil {
-		h.role.Load().interrupt(fl.ctx, in)
+		h.interrupt(fl.ctx, in)
 	}
 }
 
@@ -976,11 +976,8 @@ func (r driver) storeAll(ctx context.Context, ds []ledger.Delivery) error {
 }
 
 // interrupt goes to the owner in memory, else to the stored one.
-func (r driver) interrupt(ctx context.Context, in interrupt) {
-	if r.h.interruptOwner(in) || (!in.ownerRead && r.f.interruptStored(ctx, &in)) {
-		return
-	}
-	r.h.logInterruptDropped(in)
+func (r driver) interrupt(ctx context.Context, in interrupt) bool {
+	return r.local.interrupt(ctx, in) || (!in.ownerRead && r.f.interruptStored(ctx, &in))
 }
 
 // remote is the role of a hub whose tenant another instance drives (or
@@ -1009,12 +1006,8 @@ func (r remote) detach(c *conn, s *seat) {
 func (r remote) ack(c *conn, id string) bool { return r.f.ackOut(c, id) }
 
 // interrupt goes to the stored owner, else to the driver.
-func (r remote) interrupt(ctx context.Context, in interrupt) {
-	f := r.f
-	if (!in.ownerRead && f.interruptStored(ctx, &in)) || (!in.forwarded && f.forwardInterrupt(ctx, in)) {
-		return
-	}
-	f.h.logInterruptDropped(in)
+func (r remote) interrupt(ctx context.Context, in interrupt) bool {
+	return (!in.ownerRead && r.f.interruptStored(ctx, &in)) || (!in.forwarded && r.f.forwardInterrupt(ctx, in))
 }
 
 var (

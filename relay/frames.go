@@ -100,7 +100,7 @@ func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 		c.ignore(ignoredNoSessionKey, slog.LevelDebug, "interrupt without session_key ignored")
 		return
 	}
-	c.hub.interrupt(c.ctx, f.SessionKey, "", c.gw.id)
+	c.hub.interrupt(c.ctx, interrupt{sessionKey: f.SessionKey, gatewayID: c.gw.id})
 }
 
 // handleOutbound starts one outbound op and answers it with exactly one

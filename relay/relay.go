@@ -470,7 +470,7 @@ func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
 	case platform.KindInbound, platform.KindPassthrough:
 		return h.enqueue(ctx, d)
 	case platform.KindInterrupt:
-		h.interrupt(ctx, d.SessionKey, d.ChatID, d.GatewayID)
+		h.interrupt(ctx, interrupt{sessionKey: d.SessionKey, chatID: d.ChatID, gatewayID: d.GatewayID})
 	default:
 		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
 	}
