@@ -260,7 +260,8 @@ type Server struct {
 	order            []string // platform names in configured order
 	// writerLinger is every connection's wsconn.Queue.Linger.
 	writerLinger wsconn.Linger
-	// stopping is set when Shutdown begins: Deliver takes nothing more.
+	// stopping is set, under mu, when Shutdown begins: Deliver, ServeHTTP
+	// and track take nothing more.
 	stopping atomic.Bool
 	// ledgers are the tenants' ledgers, on cfg.Store.
 	ledgers *ledger.Pool
@@ -277,7 +278,6 @@ type Server struct {
 
 	connID   atomic.Uint64
 	mu       sync.Mutex
-	closing  bool
 	conns    map[string]*conn         // by key
 	ops      map[*outboundOp]struct{} // in-flight outbound ops of every connection
 	outbound sync.WaitGroup           // counts ops
@@ -576,10 +576,7 @@ func (s *Server) deliverTenant(ctx context.Context, tenant string, ds []platform
 // connection on a goroutine of its own until it closes; the package doc
 // (step 1) says how it authenticates, refuses and admits.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
+	if s.stopping.Load() {
 		http.Error(w, "connector is shutting down", http.StatusServiceUnavailable)
 		return
 	}
@@ -647,7 +644,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func track[K comparable, V any](s *Server, set map[K]V, wg *sync.WaitGroup, k K, v V) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing {
+	if s.stopping.Load() {
 		return false
 	}
 	set[k] = v
@@ -718,9 +715,8 @@ func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // if New made it (an in-memory one: then the entries are discarded).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
 	s.stopping.Store(true)
+	s.mu.Unlock()
 
 	var err error
 	if waitCtx(ctx, &s.outbound) != nil {
