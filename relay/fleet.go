@@ -628,11 +628,7 @@ func (f *tenantFleet) announceLocked(c *conn, s *seat) {
 	}
 	key, platforms := c.key, strings.Join(s.platforms, ",")
 	s.link.hash = seatHash(key, s.link.gen, platforms, s.idle)
-	idle := "0"
-	if s.idle {
-		idle = "1"
-	}
-	f.send(f.driver, msgServe, []byte(key), []byte(platforms), []byte(idle),
+	f.send(f.driver, msgServe, []byte(key), []byte(platforms), cluster.Flag(s.idle),
 		cluster.AppendUint(nil, s.link.gen), cluster.AppendUint(nil, s.link.acks.Sent()))
 }
 
@@ -934,11 +930,7 @@ func (f *tenantFleet) sendInterrupt(instance string, in interrupt, conn, chatID 
 	if in.chatID == "" {
 		in.chatID = chatID
 	}
-	read := "0"
-	if in.ownerRead {
-		read = "1"
-	}
-	f.send(instance, msgInterrupt, []byte(in.sessionKey), []byte(in.chatID), []byte(in.gatewayID), []byte(conn), []byte(read))
+	f.send(instance, msgInterrupt, []byte(in.sessionKey), []byte(in.chatID), []byte(in.gatewayID), []byte(conn), cluster.Flag(in.ownerRead))
 }
 
 // interruptIn takes an interrupt another instance sent: for one of this
