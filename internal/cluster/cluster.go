@@ -229,23 +229,16 @@ type Buffer interface {
 	Release()
 }
 
-// DispatchHeld is Dispatch of a message read into held: its handler gets
-// held as Msg.Held. A bundle's messages get none (several handlers would
-// share it). Without a Retain, held is never reused.
-func (n *Node) DispatchHeld(msg []byte, held Buffer) {
-	if len(msg) > 0 && msg[0] == typeBundle {
-		held = nil
-	}
-	n.dispatch(msg, held)
-}
-
 // Dispatch hands one received message, or each message of a bundle in
 // order, to its handler: what the inbox and every subscription do with
 // each message, exported for fuzzing. Malformed messages (a bundle inside
 // a bundle among them) and messages of types nobody handles are dropped.
-func (n *Node) Dispatch(msg []byte) { n.dispatch(msg, nil) }
+func (n *Node) Dispatch(msg []byte) { n.DispatchHeld(msg, nil) }
 
-func (n *Node) dispatch(msg []byte, held Buffer) {
+// DispatchHeld is Dispatch of a message read into held: its handler gets
+// held as Msg.Held. A bundle's messages get none (several handlers would
+// share it). Without a Retain, held is never reused.
+func (n *Node) DispatchHeld(msg []byte, held Buffer) {
 	if len(msg) > 0 && msg[0] == typeBundle {
 		_, _, msgs, ok := decode(msg)
 		if !ok {
