@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ const writerLinger = 100 * time.Millisecond
 // everything else only enqueues frames.
 type conn struct {
 	id     uint64
+	key    string // names c among every instance's connections
 	srv    *Server
 	gw     *gatewayRecord
 	hub    *hub
@@ -73,7 +75,8 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, rem
 	id := s.connID.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
-		id: id, srv: s, gw: gw, hub: gw.tenant, ws: ws, raw: raw, ctx: ctx, cancel: cancel,
+		id: id, key: s.incarnation + "." + strconv.FormatUint(id, 10), srv: s, gw: gw, hub: gw.tenant,
+		ws: ws, raw: raw, ctx: ctx, cancel: cancel,
 		log:      s.log.With("tenant", gw.tenant.id, "gateway_id", gw.id, "conn", id, "remote", remote),
 		logs:     loglimit.NewBucket(connLogRate, s.cfg.Clock),
 		outSlots: make(chan struct{}, s.cfg.MaxOutboundInFlight),
@@ -105,7 +108,7 @@ func (c *conn) Offer(frame []byte) ledger.Offered {
 func (c *conn) push(frame []byte) { c.enqueue(frame) }
 
 // Owner implements ledger.Consumer.
-func (c *conn) Owner() (instance, conn string) { return c.srv.instance, c.srv.connKey(c) }
+func (c *conn) Owner() (instance, conn string) { return c.srv.instance, c.key }
 
 // enqueue queues one complete frame for the writer. It never blocks: a queue
 // over Config.SendQueueBytes means the gateway does not keep up, and the
@@ -214,7 +217,7 @@ func (c *conn) end(err error) {
 	c.hub.detach(c)
 	c.srv.cfg.Metrics.ConnClosed(c.hub.id)
 	c.logClosed(err)
-	untrack(c.srv, c.srv.conns, &c.srv.connsWG, c)
+	untrack(c.srv, c.srv.conns, &c.srv.connsWG, c.key)
 	c.gw.admission.release(c.place)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/internal/cluster"
+	"connector/internal/wsconn"
 	"connector/relay/ledger"
 	"connector/store"
 )
@@ -82,9 +83,6 @@ type fleet struct {
 	owners store.Owners
 
 	ownerOut chan ownerWrite // session owners to store
-
-	localMu sync.Mutex
-	local   map[string]*conn // this instance's sockets that said hello, by connKey
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -199,7 +197,6 @@ func newFleet(s *Server) *fleet {
 	fl := &fleet{
 		srv: s, node: s.cfg.Cluster, leases: s.cfg.Store.Leases(), owners: s.cfg.Store.Owners(),
 		ownerOut: make(chan ownerWrite, ownerQueue),
-		local:    make(map[string]*conn),
 		ctx:      ctx, cancel: cancel,
 	}
 	n := fl.node
@@ -259,12 +256,11 @@ func newFleet(s *Server) *fleet {
 // atDriver runs do for the tenant m names, when this instance drives it
 // (and the relay has not stopped).
 func (fl *fleet) atDriver(m cluster.Msg, do func(*tenantFleet)) {
-	if fl.ctx.Err() != nil {
-		return
-	}
-	if h := fl.srv.hub(string(m.Fields[0])); h != nil && h.fleet.driving.Load() {
-		do(h.fleet)
-	}
+	fl.atEdge(m, func(f *tenantFleet) {
+		if f.driving.Load() {
+			do(f)
+		}
+	})
 }
 
 // atEdge runs do for the tenant m names, when this instance has its hub
@@ -286,7 +282,7 @@ func (fl *fleet) atSocket(m cluster.Msg, do func(*tenantFleet, *conn)) {
 	if fl.ctx.Err() != nil {
 		return
 	}
-	if c := fl.localConn(string(m.Fields[1])); c != nil && c.hub.id == string(m.Fields[0]) {
+	if c := fl.srv.conn(string(m.Fields[1])); c != nil && c.hub.id == string(m.Fields[0]) {
 		do(c.hub.fleet, c)
 	}
 }
@@ -294,13 +290,6 @@ func (fl *fleet) atSocket(m cluster.Msg, do func(*tenantFleet, *conn)) {
 // send queues a relay message for instance's inbox.
 func (f *tenantFleet) send(instance string, typ byte, fields ...[]byte) {
 	f.fl.node.Send(cluster.Inbox(instance), typ, append([][]byte{[]byte(f.h.id)}, fields...)...)
-}
-
-// localConn returns this instance's connection named key, if it is open.
-func (fl *fleet) localConn(key string) *conn {
-	fl.localMu.Lock()
-	defer fl.localMu.Unlock()
-	return fl.local[key]
 }
 
 // join gives a new tenant's hub its fleet state and the remote role, before
@@ -430,25 +419,24 @@ func (f *tenantFleet) forgetOwnerNote(sessionKey string) {
 	f.ownMu.Unlock()
 }
 
-// wake tells the tenant's driver, wherever it is, that a record was
-// stored.
-func (f *tenantFleet) wake() {
+// store is both fleet roles' store: it stores ds, in one store write, for
+// Tail to take in (whichever instance stored them), and wakes the tenant's
+// driver, wherever it is: this instance's loop at once when kick is set
+// (the driver role), and any instance driving the tenant through the wake
+// channel.
+func (f *tenantFleet) store(ctx context.Context, ds []ledger.Delivery, kick bool) error {
+	if _, err := f.h.ledger.StoreAll(ctx, ds); err != nil {
+		return err
+	}
+	if kick {
+		f.kickTail()
+	}
 	f.fl.node.Send(wakeChannel, msgWake, []byte(f.h.id))
+	return nil
 }
 
-func (f *tenantFleet) kickTail() {
-	select {
-	case f.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (f *tenantFleet) nudgeBeat() {
-	select {
-	case f.nudge <- struct{}{}:
-	default:
-	}
-}
+func (f *tenantFleet) kickTail()  { wsconn.Signal(f.kick) }
+func (f *tenantFleet) nudgeBeat() { wsconn.Signal(f.nudge) }
 
 // loop takes stored records in on a wake, and beats when nudged, until ctx
 // ends; the node's beat runs the regular beats.
@@ -638,13 +626,9 @@ func (f *tenantFleet) announceLocked(c *conn, s *seat) {
 	if s.link == nil {
 		s.link = &edgeLink{gen: 1}
 	}
-	key, platforms := f.fl.srv.connKey(c), strings.Join(s.platforms, ",")
+	key, platforms := c.key, strings.Join(s.platforms, ",")
 	s.link.hash = seatHash(key, s.link.gen, platforms, s.idle)
-	idle := "0"
-	if s.idle {
-		idle = "1"
-	}
-	f.send(f.driver, msgServe, []byte(key), []byte(platforms), []byte(idle),
+	f.send(f.driver, msgServe, []byte(key), []byte(platforms), cluster.Flag(s.idle),
 		cluster.AppendUint(nil, s.link.gen), cluster.AppendUint(nil, s.link.acks.Sent()))
 }
 
@@ -717,7 +701,7 @@ func (f *tenantFleet) ackOut(c *conn, id string) bool {
 	}
 	l := s.link
 	l.acks.Send(func(seq uint64) {
-		f.send(f.driver, msgAck, []byte(f.fl.srv.connKey(c)), cluster.AppendUint(nil, l.gen), cluster.AppendUint(nil, seq), []byte(id))
+		f.send(f.driver, msgAck, []byte(c.key), cluster.AppendUint(nil, l.gen), cluster.AppendUint(nil, seq), []byte(id))
 	})
 	return true
 }
@@ -910,7 +894,7 @@ func (f *tenantFleet) interruptStored(ctx context.Context, in *interrupt) bool {
 		f.sendInterrupt(o.Instance, *in, o.Conn, o.ChatID)
 		return true
 	}
-	c := fl.localConn(o.Conn)
+	c := fl.srv.conn(o.Conn)
 	if c == nil || c.hub != f.h {
 		return false
 	}
@@ -946,11 +930,7 @@ func (f *tenantFleet) sendInterrupt(instance string, in interrupt, conn, chatID 
 	if in.chatID == "" {
 		in.chatID = chatID
 	}
-	read := "0"
-	if in.ownerRead {
-		read = "1"
-	}
-	f.send(instance, msgInterrupt, []byte(in.sessionKey), []byte(in.chatID), []byte(in.gatewayID), []byte(conn), []byte(read))
+	f.send(instance, msgInterrupt, []byte(in.sessionKey), []byte(in.chatID), []byte(in.gatewayID), []byte(conn), cluster.Flag(in.ownerRead))
 }
 
 // interruptIn takes an interrupt another instance sent: for one of this
@@ -962,13 +942,13 @@ func (fl *fleet) interruptIn(m cluster.Msg) {
 	in := interrupt{sessionKey: string(m.Fields[1]), chatID: string(m.Fields[2]), gatewayID: string(m.Fields[3]),
 		ownerRead: string(m.Fields[5]) == "1", forwarded: true}
 	if conn := string(m.Fields[4]); conn != "" {
-		if c := fl.localConn(conn); c != nil && c.hub.id == string(m.Fields[0]) {
+		if c := fl.srv.conn(conn); c != nil && c.hub.id == string(m.Fields[0]) {
 			c.push(in.frame(""))
 		}
 		return
 	}
 	if h := fl.srv.hub(string(m.Fields[0])); h != nil {
-		h.role.Load().interrupt(fl.ctx, in)
+		h.interrupt(fl.ctx, in)
 	}
 }
 
@@ -979,43 +959,17 @@ type driver struct {
 	f *tenantFleet
 }
 
-// store stores d for Tail to take in (whichever instance stored it), and
-// wakes this instance's loop and any other driver there might be.
 func (r driver) store(ctx context.Context, d ledger.Delivery) error {
-	if _, err := r.h.ledger.Store(ctx, d); err != nil {
-		return err
-	}
-	r.f.kickTail()
-	r.f.wake()
-	return nil
+	return r.f.store(ctx, []ledger.Delivery{d}, true)
 }
 
-// storeAll is store for several deliveries: one store write for all.
 func (r driver) storeAll(ctx context.Context, ds []ledger.Delivery) error {
-	if _, err := r.h.ledger.StoreAll(ctx, ds); err != nil {
-		return err
-	}
-	r.f.kickTail()
-	r.f.wake()
-	return nil
-}
-
-func (r driver) serve(c *conn, s *seat, platform string) {
-	r.f.fl.addLocal(c)
-	r.local.serve(c, s, platform)
-}
-
-func (r driver) detach(c *conn, s *seat) {
-	r.f.fl.removeLocal(c)
-	r.local.detach(c, s)
+	return r.f.store(ctx, ds, true)
 }
 
 // interrupt goes to the owner in memory, else to the stored one.
-func (r driver) interrupt(ctx context.Context, in interrupt) {
-	if r.h.interruptOwner(in) || (!in.ownerRead && r.f.interruptStored(ctx, &in)) {
-		return
-	}
-	r.h.logInterruptDropped(in)
+func (r driver) interrupt(ctx context.Context, in interrupt) bool {
+	return r.local.interrupt(ctx, in) || (!in.ownerRead && r.f.interruptStored(ctx, &in))
 }
 
 // remote is the role of a hub whose tenant another instance drives (or
@@ -1023,57 +977,29 @@ func (r driver) interrupt(ctx context.Context, in interrupt) {
 type remote struct{ f *tenantFleet }
 
 func (r remote) store(ctx context.Context, d ledger.Delivery) error {
-	if _, err := r.f.h.ledger.Store(ctx, d); err != nil {
-		return err
-	}
-	r.f.wake()
-	return nil
+	return r.f.store(ctx, []ledger.Delivery{d}, false)
 }
 
 func (r remote) storeAll(ctx context.Context, ds []ledger.Delivery) error {
-	if _, err := r.f.h.ledger.StoreAll(ctx, ds); err != nil {
-		return err
-	}
-	r.f.wake()
-	return nil
+	return r.f.store(ctx, ds, false)
 }
 
-func (r remote) serve(c *conn, s *seat, _ string) {
-	r.f.fl.addLocal(c)
-	r.f.announceLocked(c, s)
-}
+func (r remote) serve(c *conn, s *seat, _ string) { r.f.announceLocked(c, s) }
 
 func (r remote) idle(c *conn, s *seat) { r.f.announceLocked(c, s) }
 
 func (r remote) detach(c *conn, s *seat) {
 	f := r.f
-	f.fl.removeLocal(c)
 	if s != nil && s.link != nil && f.driver != "" {
-		f.send(f.driver, msgDetach, []byte(f.fl.srv.connKey(c)))
+		f.send(f.driver, msgDetach, []byte(c.key))
 	}
 }
 
 func (r remote) ack(c *conn, id string) bool { return r.f.ackOut(c, id) }
 
 // interrupt goes to the stored owner, else to the driver.
-func (r remote) interrupt(ctx context.Context, in interrupt) {
-	f := r.f
-	if (!in.ownerRead && f.interruptStored(ctx, &in)) || (!in.forwarded && f.forwardInterrupt(ctx, in)) {
-		return
-	}
-	f.h.logInterruptDropped(in)
-}
-
-func (fl *fleet) addLocal(c *conn) {
-	fl.localMu.Lock()
-	fl.local[fl.srv.connKey(c)] = c
-	fl.localMu.Unlock()
-}
-
-func (fl *fleet) removeLocal(c *conn) {
-	fl.localMu.Lock()
-	delete(fl.local, fl.srv.connKey(c))
-	fl.localMu.Unlock()
+func (r remote) interrupt(ctx context.Context, in interrupt) bool {
+	return (!in.ownerRead && r.f.interruptStored(ctx, &in)) || (!in.forwarded && r.f.forwardInterrupt(ctx, in))
 }
 
 var (

@@ -100,7 +100,7 @@ func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 		c.ignore(ignoredNoSessionKey, slog.LevelDebug, "interrupt without session_key ignored")
 		return
 	}
-	c.hub.interrupt(c.ctx, f.SessionKey, "", c.gw.id)
+	c.hub.interrupt(c.ctx, interrupt{sessionKey: f.SessionKey, gatewayID: c.gw.id})
 }
 
 // handleOutbound starts one outbound op and answers it with exactly one
@@ -126,7 +126,7 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 	}
 	s := c.srv
 	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Clock.Now(), platform: noPlatform}
-	if !track(s, s.ops, &s.outbound, op) {
+	if !track(s, s.ops, &s.outbound, op, struct{}{}) {
 		<-c.outSlots
 		c.answer(reqID, noPlatform, a.Op, contract.Failed(contract.CodeUnavailable, "connector is shutting down"), time.Time{})
 		return

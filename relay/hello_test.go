@@ -55,3 +55,30 @@ func TestRepeatedHellosGrowNothing(t *testing.T) {
 		t.Fatalf("%d hellos answered with %d frames, want one descriptor each", hellos, c.q.Len())
 	}
 }
+
+// TestRepeatedHellosGrowNoSeat: the tenant's record of what a connection
+// serves (its seat, which a new driver attaches again and a remote role
+// announces to the driver) stays a set too, whatever the hellos repeated.
+func TestRepeatedHellosGrowNoSeat(t *testing.T) {
+	s, err := New(Config{
+		Tenants:   []Tenant{{ID: "t1", Gateways: []Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms: []platform.Platform{namedPlatform("alpha"), namedPlatform("beta")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Shutdown(context.Background()) }()
+	c := newConn(s, s.gateways["gw1"], nil, nil, "test")
+	names := []string{"beta", "relay", "alpha"}
+	const hellos = 3000
+	for i := range hellos {
+		c.handleLine([]byte(`{"type": "hello", "platform": "` + names[i%len(names)] + `", "botId": ""}`))
+	}
+	h := s.hub("t1")
+	h.mu.Lock()
+	got := len(h.seats[c].platforms)
+	h.mu.Unlock()
+	if got != len(names) {
+		t.Fatalf("after %d hellos the connection's seat lists %d platforms, want %d", hellos, got, len(names))
+	}
+}

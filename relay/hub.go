@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -68,7 +69,9 @@ type role interface {
 	idle(c *conn, s *seat)
 	detach(c *conn, s *seat)
 	ack(c *conn, id string) bool
-	interrupt(ctx context.Context, in interrupt)
+	// interrupt delivers in to its session's owner, or sends it on to
+	// one, and reports whether it did.
+	interrupt(ctx context.Context, in interrupt) bool
 }
 
 // roleRef boxes a role for hub.role.
@@ -93,10 +96,14 @@ func (r local) idle(c *conn, _ *seat)                   { r.h.ledger.Idle(c) }
 func (r local) detach(c *conn, _ *seat)                 { r.h.ledger.Detach(c) }
 func (r local) ack(_ *conn, id string) bool             { return r.h.ledger.Ack(id) }
 
-func (r local) interrupt(_ context.Context, in interrupt) {
-	if !r.h.interruptOwner(in) {
-		r.h.logInterruptDropped(in)
+// interrupt delivers in to the owner this instance's ledger knows.
+func (r local) interrupt(_ context.Context, in interrupt) bool {
+	c, chatID, ok := r.h.ledger.Owner(in.sessionKey)
+	if !ok {
+		return false
 	}
+	c.(pusher).push(in.frame(chatID))
+	return true
 }
 
 // interrupt is one interrupt on its way to a session's owner.
@@ -131,12 +138,15 @@ func (s *Server) newHub(id string) *hub {
 	return h
 }
 
-// serve attaches c for platform.
+// serve attaches c for platform. A repeated hello serves it again and
+// grows nothing.
 func (h *hub) serve(c *conn, platform string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.seatLocked(c)
-	s.platforms = append(s.platforms, platform)
+	if !slices.Contains(s.platforms, platform) {
+		s.platforms = append(s.platforms, platform)
+	}
 	h.role.Load().serve(c, s, platform)
 }
 
@@ -171,24 +181,18 @@ func (h *hub) detach(c *conn) {
 // ack removes an acknowledged entry; false when the bufferId is unknown.
 func (h *hub) ack(c *conn, id string) bool { return h.role.Load().ack(c, id) }
 
-// interrupt delivers interrupt_inbound to the connection owning
-// sessionKey: the owner this instance knows, or, among several instances,
-// the owner stored or known to the tenant's driver. With no live owner
-// there is no turn to stop, and it is dropped. gatewayID is the sender,
-// empty for a platform-side /stop.
-func (h *hub) interrupt(ctx context.Context, sessionKey, chatID, gatewayID string) {
-	h.role.Load().interrupt(ctx, interrupt{sessionKey: sessionKey, chatID: chatID, gatewayID: gatewayID})
-}
-
-// interruptOwner delivers in to the owner this instance's ledger knows,
-// and reports whether it knew one.
-func (h *hub) interruptOwner(in interrupt) bool {
-	c, chatID, ok := h.ledger.Owner(in.sessionKey)
-	if !ok {
-		return false
+// interrupt delivers interrupt_inbound to the connection owning in's
+// session: the owner this instance knows, or, among several instances, the
+// owner stored or known to the tenant's driver. With no live owner there
+// is no turn to stop, and it is dropped (logged within the tenant's
+// allowance).
+func (h *hub) interrupt(ctx context.Context, in interrupt) {
+	if h.role.Load().interrupt(ctx, in) {
+		return
 	}
-	c.(pusher).push(in.frame(chatID))
-	return true
+	// A gateway-sent key is bounded, but well above real keys' length.
+	h.srv.logs.tenants.Log(h.srv.log, slog.LevelInfo, h.id, "interrupt dropped: no live connection owns the session",
+		"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id)
 }
 
 // pusher is a ledger.Consumer of the relay (a connection here, or a socket
@@ -197,13 +201,6 @@ func (h *hub) interruptOwner(in interrupt) bool {
 type pusher interface {
 	ledger.Consumer
 	push(frame []byte)
-}
-
-// logInterruptDropped logs an interrupt no connection owns.
-func (h *hub) logInterruptDropped(in interrupt) {
-	// A gateway-sent key is bounded, but well above real keys' length.
-	h.srv.logs.tenants.Log(h.srv.log, slog.LevelInfo, h.id, "interrupt dropped: no live connection owns the session",
-		"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id)
 }
 
 // noteProfile remembers the profile a gateway's outbound action named for

@@ -79,7 +79,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,7 +260,8 @@ type Server struct {
 	order            []string // platform names in configured order
 	// writerLinger is every connection's wsconn.Queue.Linger.
 	writerLinger wsconn.Linger
-	// stopping is set when Shutdown begins: Deliver takes nothing more.
+	// stopping is set, under mu, when Shutdown begins: Deliver, ServeHTTP
+	// and track take nothing more.
 	stopping atomic.Bool
 	// ledgers are the tenants' ledgers, on cfg.Store.
 	ledgers *ledger.Pool
@@ -278,8 +278,7 @@ type Server struct {
 
 	connID   atomic.Uint64
 	mu       sync.Mutex
-	closing  bool
-	conns    map[*conn]struct{}
+	conns    map[string]*conn         // by key
 	ops      map[*outboundOp]struct{} // in-flight outbound ops of every connection
 	outbound sync.WaitGroup           // counts ops
 	connsWG  sync.WaitGroup
@@ -294,8 +293,9 @@ type gatewayRecord struct {
 }
 
 // New validates cfg, recovers every tenant's stored inbound and returns a
-// Server, ready for the platforms' deliveries.
-func New(cfg Config) (*Server, error) {
+// Server, ready for the platforms' deliveries. On an error it closes what
+// it made: the ledgers, and the store unless cfg gave one.
+func New(cfg Config) (_ *Server, err error) {
 	cfg = cfg.WithDefaults()
 	if cfg.MaxTokenLifetime < contract.TokenTTL {
 		return nil, fmt.Errorf("relay: MaxTokenLifetime %v is below the gateway's %v token lifetime", cfg.MaxTokenLifetime, contract.TokenTTL)
@@ -303,27 +303,21 @@ func New(cfg Config) (*Server, error) {
 	ownStore := cfg.Store == nil
 	if ownStore {
 		cfg.Store = store.NewMemory(cfg.Clock)
+		defer func() {
+			if err != nil {
+				_ = cfg.Store.Close()
+			}
+		}()
 	}
-	s, err := newServer(cfg)
-	if err != nil {
-		if ownStore {
-			_ = cfg.Store.Close()
-		}
-		return nil, err
-	}
-	s.ownStore = ownStore
-	return s, nil
-}
-
-func newServer(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:          cfg,
+		ownStore:     ownStore,
 		writerLinger: wsconn.Linger{Clock: cfg.Clock, Idle: writerLinger},
 		log:          cfg.Log,
 		gateways:     make(map[string]*gatewayRecord),
 		tenants:      make(map[string]*hub),
 		platforms:    make(map[string]platform.Platform),
-		conns:        make(map[*conn]struct{}),
+		conns:        make(map[string]*conn),
 		ops:          make(map[*outboundOp]struct{}),
 		logs: serverLogs{
 			sources: loglimit.NewLimiter(sourceLogRate, allSourcesLogRate, sourceLogKeys, cfg.Clock),
@@ -374,18 +368,21 @@ func newServer(cfg Config) (*Server, error) {
 		Log:           cfg.Log,
 		Metrics:       cfg.Metrics,
 	})
+	defer func() {
+		if err != nil {
+			s.ledgers.Close(context.Background())
+		}
+	}()
 	if cfg.Cluster != nil {
 		s.fleet = newFleet(s)
 	}
 	if err := s.SetTenants(cfg.Tenants); err != nil {
-		s.ledgers.Close(context.Background())
 		return nil, err
 	}
 	if s.fleet != nil {
 		// Each tenant's driver reads its stored ledger when it takes the
 		// tenant's lease, not every instance at start.
 		if err := s.fleet.start(); err != nil {
-			s.ledgers.Close(context.Background())
 			return nil, fmt.Errorf("relay: join the instances: %w", err)
 		}
 		return s, nil
@@ -394,7 +391,6 @@ func newServer(cfg Config) (*Server, error) {
 	defer cancel()
 	n, err := s.ledgers.Recover(ctx)
 	if err != nil {
-		s.ledgers.Close(ctx)
 		return nil, fmt.Errorf("relay: recover buffered inbound: %w", err)
 	}
 	if n > 0 {
@@ -410,9 +406,11 @@ const maxEpochBytes = 64
 // recoverTimeout bounds reading the stored inbound in New.
 const recoverTimeout = 5 * time.Minute
 
-// connKey names c among every instance's connections.
-func (s *Server) connKey(c *conn) string {
-	return s.incarnation + "." + strconv.FormatUint(c.id, 10)
+// conn returns this instance's open connection named key (conn.key).
+func (s *Server) conn(key string) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[key]
 }
 
 // LedgerStats returns the counters of the tenants' ledgers.
@@ -472,7 +470,7 @@ func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
 	case platform.KindInbound, platform.KindPassthrough:
 		return h.enqueue(ctx, d)
 	case platform.KindInterrupt:
-		h.interrupt(ctx, d.SessionKey, d.ChatID, d.GatewayID)
+		h.interrupt(ctx, interrupt{sessionKey: d.SessionKey, chatID: d.ChatID, gatewayID: d.GatewayID})
 	default:
 		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
 	}
@@ -578,10 +576,7 @@ func (s *Server) deliverTenant(ctx context.Context, tenant string, ds []platform
 // connection on a goroutine of its own until it closes; the package doc
 // (step 1) says how it authenticates, refuses and admits.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	closing := s.closing
-	s.mu.Unlock()
-	if closing {
+	if s.stopping.Load() {
 		http.Error(w, "connector is shutting down", http.StatusServiceUnavailable)
 		return
 	}
@@ -632,7 +627,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		gw.admission.release(place)
 		return
 	}
-	if !track(s, s.conns, &s.connsWG, c) {
+	if !track(s, s.conns, &s.connsWG, c.key, c) {
 		s.closeSocket(ws, hr.conn, contract.EndShutdown)
 		gw.admission.release(place)
 		return
@@ -643,24 +638,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go c.serve()
 }
 
-// track adds v, a connection (to conns, connsWG) or an outbound op (to ops,
-// outbound), to what Shutdown closes and waits for; false when the server is
-// shutting down and takes no more.
-func track[T comparable](s *Server, set map[T]struct{}, wg *sync.WaitGroup, v T) bool {
+// track adds v under k, a connection (to conns by its key, connsWG) or an
+// outbound op (to ops, outbound), to what Shutdown closes and waits for;
+// false when the server is shutting down and takes no more.
+func track[K comparable, V any](s *Server, set map[K]V, wg *sync.WaitGroup, k K, v V) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closing {
+	if s.stopping.Load() {
 		return false
 	}
-	set[v] = struct{}{}
+	set[k] = v
 	wg.Add(1)
 	return true
 }
 
-// untrack removes v, which track added, once it is done.
-func untrack[T comparable](s *Server, set map[T]struct{}, wg *sync.WaitGroup, v T) {
+// untrack removes k, which track added, once it is done.
+func untrack[K comparable, V any](s *Server, set map[K]V, wg *sync.WaitGroup, k K) {
 	s.mu.Lock()
-	delete(set, v)
+	delete(set, k)
 	s.mu.Unlock()
 	wg.Done()
 }
@@ -720,9 +715,8 @@ func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // if New made it (an in-memory one: then the entries are discarded).
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
 	s.stopping.Store(true)
+	s.mu.Unlock()
 
 	var err error
 	if waitCtx(ctx, &s.outbound) != nil {
@@ -731,7 +725,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = fmt.Errorf("relay: %d outbound ops were still running at the shutdown deadline", n)
 	}
 	s.mu.Lock()
-	conns := slices.Collect(maps.Keys(s.conns))
+	conns := slices.Collect(maps.Values(s.conns))
 	s.mu.Unlock()
 	for _, c := range conns {
 		c.closeWith(contract.EndShutdown)

@@ -129,7 +129,7 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 func (s *Server) closeGateway(gw *gatewayRecord) {
 	s.mu.Lock()
 	var conns []*conn
-	for c := range s.conns {
+	for _, c := range s.conns {
 		if c.gw == gw {
 			conns = append(conns, c)
 		}

@@ -95,8 +95,7 @@ type Node struct {
 
 	beatMu sync.Mutex // one beat at a time; guards timer, beats and stopped
 	timer  clock.Timer
-	beats  map[int]func()
-	nextID int
+	beats  []*func() // in registration order
 	closed bool
 }
 
@@ -142,7 +141,6 @@ func New(cfg Config) (*Node, error) {
 		handlers: make(map[byte]handler),
 		heard:    make(map[string]time.Time),
 		calls:    make(map[string]chan []byte),
-		beats:    make(map[int]func()),
 	}
 	n.handlers[typeResult] = handler{fields: 2, fn: n.answered}
 	if _, err := n.Subscribe(ctx, Inbox(cfg.Instance)); err != nil {
@@ -231,23 +229,16 @@ type Buffer interface {
 	Release()
 }
 
-// DispatchHeld is Dispatch of a message read into held: its handler gets
-// held as Msg.Held. A bundle's messages get none (several handlers would
-// share it). Without a Retain, held is never reused.
-func (n *Node) DispatchHeld(msg []byte, held Buffer) {
-	if len(msg) > 0 && msg[0] == typeBundle {
-		held = nil
-	}
-	n.dispatch(msg, held)
-}
-
 // Dispatch hands one received message, or each message of a bundle in
 // order, to its handler: what the inbox and every subscription do with
 // each message, exported for fuzzing. Malformed messages (a bundle inside
 // a bundle among them) and messages of types nobody handles are dropped.
-func (n *Node) Dispatch(msg []byte) { n.dispatch(msg, nil) }
+func (n *Node) Dispatch(msg []byte) { n.DispatchHeld(msg, nil) }
 
-func (n *Node) dispatch(msg []byte, held Buffer) {
+// DispatchHeld is Dispatch of a message read into held: its handler gets
+// held as Msg.Held. A bundle's messages get none (several handlers would
+// share it). Without a Retain, held is never reused.
+func (n *Node) DispatchHeld(msg []byte, held Buffer) {
 	if len(msg) > 0 && msg[0] == typeBundle {
 		_, _, msgs, ok := decode(msg)
 		if !ok {
@@ -412,14 +403,13 @@ const publishBatch = 256
 // reaches the beat, so tests step the instances beat by beat. stop
 // unregisters f, waiting for a beat under way.
 func (n *Node) OnBeat(f func()) (stop func()) {
+	p := &f
 	n.beatMu.Lock()
-	id := n.nextID
-	n.nextID++
-	n.beats[id] = f
+	n.beats = append(n.beats, p)
 	n.beatMu.Unlock()
 	return func() {
 		n.beatMu.Lock()
-		delete(n.beats, id)
+		n.beats = slices.DeleteFunc(n.beats, func(q *func()) bool { return q == p })
 		n.beatMu.Unlock()
 	}
 }
@@ -432,8 +422,8 @@ func (n *Node) tick() {
 	if n.closed {
 		return
 	}
-	for _, id := range slices.Sorted(maps.Keys(n.beats)) {
-		n.beats[id]()
+	for _, f := range n.beats {
+		(*f)()
 	}
 	now := n.cfg.Clock.Now()
 	n.mu.Lock()

@@ -223,6 +223,15 @@ func (l *Link) Received() uint64 { return l.received.Load() }
 // it (the node's outbox and each subscription keep their order).
 func (l *Link) Missing(sent uint64) bool { return sent > l.received.Load() }
 
+// Flag is b as a boolean field: "1" or "0" (read it as string(field) ==
+// "1").
+func Flag(b bool) []byte {
+	if b {
+		return []byte("1")
+	}
+	return []byte("0")
+}
+
 // Uint reads a decimal field (0 when it is not one).
 func Uint(b []byte) uint64 {
 	n, _ := strconv.ParseUint(string(b), 10, 64)

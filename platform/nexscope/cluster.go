@@ -547,7 +547,7 @@ func (cl *fleet) probe(m *member) bool {
 func (cl *fleet) probeHere(req cluster.Msg) {
 	m := cl.edge(req.Fields[0])
 	if m == nil {
-		cl.node.Reply(req, flag(false))
+		cl.node.Reply(req, cluster.Flag(false))
 		return
 	}
 	if !cl.p.track() {
@@ -555,7 +555,7 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 	}
 	go func() {
 		defer cl.p.wg.Done()
-		cl.node.Reply(req, flag(m.alive.Probe(nameProbeTimeout)))
+		cl.node.Reply(req, cluster.Flag(m.alive.Probe(nameProbeTimeout)))
 	}()
 }
 
@@ -693,7 +693,7 @@ func (w remoteWriter) Write(batch []wsconn.Frame) error {
 	for _, f := range batch {
 		c, _ := f.Owner.(*chunk) // a frame's only owner
 		l.out.Send(func(seq uint64) {
-			l.cl.sendHeld(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), flag(f.Type == websocket.MessageBinary), f.Data)
+			l.cl.sendHeld(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(f.Type == websocket.MessageBinary), f.Data)
 		})
 	}
 	return nil
@@ -705,7 +705,7 @@ func (w remoteWriter) End(end Close) {
 		return
 	}
 	l := w.m.remote
-	l.cl.send(l.edge, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), flag(w.m.q.Flushing()))
+	l.cl.send(l.edge, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), cluster.Flag(w.m.q.Flushing()))
 }
 
 // retained is held, retained for a queued frame that borrows its memory
@@ -716,14 +716,6 @@ func retained(held cluster.Buffer) wsconn.Releaser {
 	}
 	held.Retain()
 	return held
-}
-
-// flag is a boolean field: "1" or "0".
-func flag(b bool) []byte {
-	if b {
-		return []byte("1")
-	}
-	return []byte("0")
 }
 
 func messageType(binary bool) websocket.MessageType {
@@ -799,7 +791,7 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c 
 	}
 	l.mu.Unlock()
 	l.out.Send(func(seq uint64) {
-		l.cl.sendHeld(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), flag(typ == websocket.MessageBinary), data)
+		l.cl.sendHeld(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(typ == websocket.MessageBinary), data)
 	})
 }
 

@@ -52,7 +52,7 @@
 //
 //   - Among several instances on one store, the one driving a tenant takes
 //     the records in, in sequence order, with Tail, whichever instance
-//     stored them (Store: stored, not taken in), and Reset forgets
+//     stored them (StoreAll: stored, not taken in), and Reset forgets
 //     everything when it stops driving the tenant.
 //
 // Memory holds each entry's frame (its payload framed once) until it is
@@ -328,23 +328,12 @@ func (p *Pool) all() []*Ledger {
 	return slices.Collect(maps.Values(p.ledgers))
 }
 
-// Delivery is one platform delivery to take into a ledger.
-type Delivery struct {
-	// Kind is the caller's kind of delivery, stored with it and passed
-	// back to the Framer.
-	Kind     uint8
-	Platform string
-	// SessionKey routes the delivery to its session's owner; empty for
-	// none.
-	SessionKey string
-	// ChatID is the chat the delivery came from.
-	ChatID string
-	// Payload is the encoded delivery. The ledger does not keep it.
-	Payload []byte
-	// Received is when the platform event reached the connector; zero
-	// means now.
-	Received time.Time
-}
+// Delivery is one platform delivery to take into a ledger: the record the
+// store keeps of it, whose Seq the store sets. Kind is the caller's,
+// passed back to the Framer; SessionKey routes it to its session's owner
+// (empty for none); the ledger does not keep Payload; a zero Received
+// means now.
+type Delivery = store.Record
 
 // Append stores d, takes it into the ledger, dispatches it if a consumer can
 // take it, and returns its bufferId. It dispatches d once the store has
@@ -353,7 +342,8 @@ type Delivery struct {
 // writes, so concurrent Appends share its commits.
 func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 	rec := records.Get().(*[1]store.Record)
-	l.record(&rec[0], &d)
+	rec[0] = d
+	l.stamp(&rec[0])
 	var es [1]*entry
 	err := l.appendRecords(ctx, rec[:], es[:])
 	rec[0] = store.Record{}
@@ -369,9 +359,9 @@ func (l *Ledger) Append(ctx context.Context, d Delivery) (string, error) {
 // redis), takes them into the ledger in their order, and returns their
 // bufferIds. Either all of ds are taken or, with an error, none.
 func (l *Ledger) AppendAll(ctx context.Context, ds []Delivery) ([]string, error) {
-	recs := make([]store.Record, len(ds))
-	for i := range ds {
-		l.record(&recs[i], &ds[i])
+	recs := slices.Clone(ds)
+	for i := range recs {
+		l.stamp(&recs[i])
 	}
 	es := make([]*entry, len(ds))
 	if err := l.appendRecords(ctx, recs, es); err != nil {
@@ -384,15 +374,10 @@ func (l *Ledger) AppendAll(ctx context.Context, ds []Delivery) ([]string, error)
 	return ids, nil
 }
 
-// record fills r, the store's record of d.
-func (l *Ledger) record(r *store.Record, d *Delivery) {
-	received := d.Received
-	if received.IsZero() {
-		received = l.pool.cfg.Clock.Now()
-	}
-	*r = store.Record{
-		Kind: d.Kind, Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID,
-		Payload: d.Payload, Received: received,
+// stamp sets r's Received to now when it is zero.
+func (l *Ledger) stamp(r *store.Record) {
+	if r.Received.IsZero() {
+		r.Received = l.pool.cfg.Clock.Now()
 	}
 }
 
@@ -483,23 +468,14 @@ func (l *Ledger) countAppendingLocked(recs []store.Record, n int) {
 	}
 }
 
-// Store stores d, durably, without taking it into the ledger, and returns
-// its bufferId: among several instances, the one driving the tenant takes
-// it in with Tail.
-func (l *Ledger) Store(ctx context.Context, d Delivery) (string, error) {
-	ids, err := l.StoreAll(ctx, []Delivery{d})
-	if err != nil {
-		return "", err
-	}
-	return ids[0], nil
-}
-
-// StoreAll is Store for several deliveries from one source: one store
-// write for all of ds, whose bufferIds it returns in order.
+// StoreAll stores ds, deliveries from one source, durably and in one store
+// write, without taking them into the ledger, and returns their bufferIds
+// in order: among several instances, the one driving the tenant takes them
+// in with Tail.
 func (l *Ledger) StoreAll(ctx context.Context, ds []Delivery) ([]string, error) {
-	recs := make([]store.Record, len(ds))
-	for i := range ds {
-		l.record(&recs[i], &ds[i])
+	recs := slices.Clone(ds)
+	for i := range recs {
+		l.stamp(&recs[i])
 	}
 	seqs, err := l.pool.cfg.Store.Append(ctx, l.tenant, recs)
 	if err == nil && len(seqs) != len(recs) {
@@ -973,17 +949,15 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			entries[i] = l.newEntry(recs[i].Seq, &recs[i])
 		}
 		l.mu.Lock()
-		fresh := entries[:0]
 		for _, e := range entries {
 			if l.byID[e.id] == nil {
 				l.insertLocked(e)
-				fresh = append(fresh, e)
 				n++
 			}
 		}
 		l.boundLocked()
 		l.dispatchLocked()
-		l.noteUnservedLocked(fresh...)
+		l.noteUnservedLocked(entries...) // it passes over those not inserted
 		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 		l.mu.Unlock()
 		l.readPos = recs[len(recs)-1].Seq

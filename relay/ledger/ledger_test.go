@@ -143,16 +143,16 @@ func (r *rig) add(t *testing.T, session, text string) string {
 	return id
 }
 
-// store1 stores one entry of session with Store, as an instance that does
-// not drive the tenant does.
+// store1 stores one entry of session with StoreAll, as an instance that
+// does not drive the tenant does.
 func (r *rig) store1(t *testing.T, session, text string) string {
 	t.Helper()
-	id, err := r.Store(context.Background(), Delivery{Platform: "discord", SessionKey: session,
-		ChatID: "chat-" + session, Payload: []byte(text)})
+	ids, err := r.StoreAll(context.Background(), []Delivery{{Platform: "discord", SessionKey: session,
+		ChatID: "chat-" + session, Payload: []byte(text)}})
 	if err != nil {
 		t.Fatalf("store %q: %v", text, err)
 	}
-	return id
+	return ids[0]
 }
 
 // stored returns the payloads the store holds for t1, after writing the
