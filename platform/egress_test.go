@@ -188,20 +188,20 @@ func TestCommonFailure(t *testing.T) {
 // after latest is rate limited; a ctx that ended answers its own error.
 func TestWaitShare(t *testing.T) {
 	clk := clocktest.New(time.Now())
-	budget := fairshare.New(fairshare.Config{Rate: 1, Burst: 1, Clock: clk})
+	budget := fairshare.New(fairshare.Config{Rate: 0.001, Burst: 1, Clock: clk}) // the next unit in 1,000 s
 	if err := platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(time.Second), clk); err != nil {
 		t.Fatalf("first unit: %v", err)
 	}
 	// latest is on clk: the wait ends when clk passes it, not in real time.
 	done := make(chan error, 1)
 	go func() {
-		done <- platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(10*time.Millisecond), clk)
+		done <- platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(100*time.Second), clk)
 	}()
 	clk.Settle(t, 1, func() int { return len(done) }, func() int { return budget.Waiting("t1") })
 	if len(done) != 0 {
 		t.Fatalf("a unit past latest came back before clk reached latest: %v", <-done)
 	}
-	clk.Advance(10 * time.Millisecond)
+	clk.Advance(100 * time.Second)
 	var limited *platform.RateLimitedError
 	select {
 	case err := <-done:
