@@ -32,7 +32,6 @@ type failure struct {
 func describe(err error) failure {
 	var rl *rateLimitedError
 	var spent *shareSpentError
-	var dr *discordgo.RateLimitError
 	var re *discordgo.RESTError
 	var ue *url.Error
 	switch {
@@ -40,8 +39,6 @@ func describe(err error) failure {
 		return failure{code: contract.CodeRateLimited, msg: rl.Error(), retryAfter: rl.retryAfter.Milliseconds()}
 	case errors.As(err, &spent):
 		return failure{code: contract.CodeRateLimited, msg: spent.Error(), retryAfter: spent.retryAfter.Milliseconds()}
-	case errors.As(err, &dr) && dr.RateLimit != nil && dr.TooManyRequests != nil:
-		return failure{code: contract.CodeRateLimited, msg: "discord rate limit", retryAfter: dr.RetryAfter.Milliseconds()}
 	case errors.Is(err, errBreakerOpen):
 		return failure{code: contract.CodeUnavailable, msg: errBreakerOpen.Error()}
 	case errors.As(err, &re) && re.Response != nil:
