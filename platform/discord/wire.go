@@ -40,26 +40,22 @@ type wireAttachment struct {
 	Size        int64  `json:"size"`
 }
 
-type wireMessageRef struct {
-	MessageID string `json:"message_id"`
-}
-
 type wireMessage struct {
-	ID                string                 `json:"id"`
-	ChannelID         string                 `json:"channel_id"`
-	GuildID           string                 `json:"guild_id"`
-	Content           string                 `json:"content"`
-	Type              discordgo.MessageType  `json:"type"`
-	Author            *wireUser              `json:"author"`
-	Member            *wireMember            `json:"member"`
-	WebhookID         string                 `json:"webhook_id"`
-	Mentions          []wireUser             `json:"mentions"`
-	MessageReference  *wireMessageRef        `json:"message_reference"`
-	ReferencedMessage *wireMessage           `json:"referenced_message"`
-	Attachments       []wireAttachment       `json:"attachments"`
-	Thread            *wireChannel           `json:"thread"`
-	EditedTimestamp   string                 `json:"edited_timestamp"`
-	Flags             discordgo.MessageFlags `json:"flags"`
+	ID                string                      `json:"id"`
+	ChannelID         string                      `json:"channel_id"`
+	GuildID           string                      `json:"guild_id"`
+	Content           string                      `json:"content"`
+	Type              discordgo.MessageType       `json:"type"`
+	Author            *wireUser                   `json:"author"`
+	Member            *wireMember                 `json:"member"`
+	WebhookID         string                      `json:"webhook_id"`
+	Mentions          []wireUser                  `json:"mentions"`
+	MessageReference  *discordgo.MessageReference `json:"message_reference"`
+	ReferencedMessage *wireMessage                `json:"referenced_message"`
+	Attachments       []wireAttachment            `json:"attachments"`
+	Thread            *wireChannel                `json:"thread"`
+	EditedTimestamp   string                      `json:"edited_timestamp"`
+	Flags             discordgo.MessageFlags      `json:"flags"`
 }
 
 type wireInteraction struct {
