@@ -12,6 +12,7 @@ import (
 	"connector/contract"
 	"connector/internal/netcause"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // Errors from discordgo and net/http may carry the request URL, and an
@@ -30,13 +31,13 @@ type failure struct {
 
 // describe classifies err without ever quoting a URL.
 func describe(err error) failure {
-	var rl *rateLimitedError
+	var rl *platform.RateLimitedError
 	var spent *shareSpentError
 	var re *discordgo.RESTError
 	var ue *url.Error
 	switch {
 	case errors.As(err, &rl):
-		return failure{code: contract.CodeRateLimited, msg: rl.Error(), retryAfter: rl.retryAfter.Milliseconds()}
+		return failure{code: contract.CodeRateLimited, msg: "discord " + rl.Error(), retryAfter: rl.Wait.Milliseconds()}
 	case errors.As(err, &spent):
 		return failure{code: contract.CodeRateLimited, msg: spent.Error(), retryAfter: spent.retryAfter.Milliseconds()}
 	case errors.Is(err, errBreakerOpen):
