@@ -134,7 +134,7 @@ func TestSplitLines(t *testing.T) {
 
 func TestTruncateReason(t *testing.T) {
 	long := strings.Repeat("é", 100) // 200 bytes
-	r := TruncateReason(long)
+	r := UnsupportedPlatform(long).Reason
 	if len(r) > MaxCloseReasonBytes || !strings.HasPrefix(long, r) || !json.Valid([]byte(`"`+r+`"`)) {
 		t.Fatalf("truncated to %d bytes: %q", len(r), r)
 	}
