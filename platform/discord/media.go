@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -81,10 +79,7 @@ func (p *Platform) postAttachment(ctx context.Context, chatID string, msg *media
 	if err != nil {
 		return "", fmt.Errorf("encode request: %w", err)
 	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	boundary := hex.EncodeToString(b[:])
-	head, tail := attachmentForm(boundary, payload, filename, cmp.Or(obj.MIME, "application/octet-stream"))
+	head, tail, contentType := attachmentForm(payload, filename, cmp.Or(obj.MIME, "application/octet-stream"))
 	body := func() io.ReadCloser {
 		return io.NopCloser(io.MultiReader(bytes.NewReader(head), obj.Section(), bytes.NewReader(tail)))
 	}
@@ -94,7 +89,7 @@ func (p *Platform) postAttachment(ctx context.Context, chatID string, msg *media
 	}
 	req.GetBody = func() (io.ReadCloser, error) { return body(), nil }
 	req.Header.Set("Authorization", "Bot "+p.cfg.BotToken)
-	req.Header.Set("Content-Type", "multipart/form-data; boundary="+boundary)
+	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("User-Agent", p.sess.UserAgent)
 	resp, err := p.sess.Client.Do(req)
 	if err != nil {
@@ -117,12 +112,12 @@ func (p *Platform) postAttachment(ctx context.Context, chatID string, msg *media
 	return out.ID, nil
 }
 
-// attachmentForm is the multipart body around the file: head is
-// payload_json and the header of files[0], tail closes the form.
-func attachmentForm(boundary string, payload []byte, filename, mime string) (head, tail []byte) {
+// attachmentForm is the multipart body around the file, under a random
+// boundary: head is payload_json and the header of files[0], tail closes
+// the form; contentType names the boundary.
+func attachmentForm(payload []byte, filename, mime string) (head, tail []byte, contentType string) {
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
-	_ = mw.SetBoundary(boundary) // hex digits: always valid
 	h := textproto.MIMEHeader{}
 	h.Set("Content-Disposition", `form-data; name="payload_json"`)
 	h.Set("Content-Type", "application/json")
@@ -135,5 +130,5 @@ func attachmentForm(boundary string, payload []byte, filename, mime string) (hea
 	head = bytes.Clone(buf.Bytes())
 	buf.Reset()
 	_ = mw.Close()
-	return head, buf.Bytes()
+	return head, buf.Bytes(), mw.FormDataContentType()
 }
