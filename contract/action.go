@@ -79,11 +79,9 @@ type Action struct {
 	SourceURL string `json:"source_url"`
 	Filename  string `json:"filename"`
 
-	// prompt
-	PromptKind string         `json:"prompt_kind"`
-	PromptID   string         `json:"prompt_id"`
-	Options    []PromptOption `json:"options"`
-	TimeoutS   int            `json:"timeout_s"`
+	// prompt (prompt_kind and timeout_s are the gateway's own)
+	PromptID string         `json:"prompt_id"`
+	Options  []PromptOption `json:"options"`
 
 	// thread_create, thread_rename
 	ThreadName             string  `json:"thread_name"`
@@ -93,10 +91,6 @@ type Action struct {
 	// draft
 	DraftID int64 `json:"draft_id"`
 	Final   bool  `json:"final"`
-
-	// task_card, task_card_stop
-	CardID string          `json:"card_id"`
-	Chunks json.RawMessage `json:"chunks"`
 }
 
 // PromptOption is one button of a prompt.

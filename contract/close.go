@@ -107,15 +107,11 @@ func Refusal(err error) Close {
 }
 
 // UnsupportedPlatform is the close of a hello whose platform this connector
-// does not front; reason names it (truncated to MaxCloseReasonBytes).
+// does not front; reason names it, cut to MaxCloseReasonBytes on a UTF-8
+// boundary.
 func UnsupportedPlatform(reason string) Close {
-	return Close{Code: CloseUnsupportedPlatform, Reason: TruncateReason(reason)}
+	return Close{Code: CloseUnsupportedPlatform, Reason: textsplit.Truncate(reason, MaxCloseReasonBytes)}
 }
 
 // MaxCloseReasonBytes is the longest close reason that still fits a close frame.
 const MaxCloseReasonBytes = 123
-
-// TruncateReason shortens reason to MaxCloseReasonBytes on a UTF-8 boundary.
-func TruncateReason(reason string) string {
-	return textsplit.Truncate(reason, MaxCloseReasonBytes)
-}

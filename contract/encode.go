@@ -11,16 +11,10 @@ import (
 // complete "\n"-terminated frame: a frame without its newline is silently
 // lost by the gateway together with the one after it.
 
-// AppendInbound appends an inbound frame carrying ev. bufferID, when set,
-// makes the gateway answer with inbound_ack after handling it.
-func AppendInbound(dst []byte, bufferID string, ev *Event) []byte {
-	dst = appendHead(dst, TypeInbound, bufferID, "event")
-	dst = ev.AppendJSON(dst)
-	return append(dst, "}\n"...)
-}
-
-// AppendInboundEvent is AppendInbound for an event already encoded as JSON
-// (by Event.AppendJSON), such as one read back from the inbound ledger.
+// AppendInboundEvent appends an inbound frame carrying an event encoded as
+// JSON by Event.AppendJSON (such as one read back from the inbound ledger).
+// bufferID, when set, makes the gateway answer with inbound_ack after
+// handling it.
 func AppendInboundEvent(dst []byte, bufferID string, eventJSON []byte) []byte {
 	return append(append(appendHead(dst, TypeInbound, bufferID, "event"), eventJSON...), "}\n"...)
 }

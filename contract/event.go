@@ -22,7 +22,8 @@ const (
 )
 
 // Event is the MessageEvent carried by an inbound frame (hermes-wire.md §6.2).
-// Its JSON names are for UnmarshalJSON; AppendJSON writes the same ones.
+// Its JSON names are for decoding it (tests and tools that play the
+// gateway's part); AppendJSON writes the same ones.
 type Event struct {
 	Text             string           `json:"text"`
 	MessageType      string           `json:"message_type"`
@@ -122,25 +123,6 @@ func appendMarshaled(dst []byte, key string, v any, present bool) []byte {
 		return dst
 	}
 	return append(append(dst, key...), b...)
-}
-
-// UnmarshalJSON reads an event object (used by tests and tools that play the
-// gateway's part).
-func (e *Event) UnmarshalJSON(data []byte) error {
-	type plain Event // without this method
-	var ev Event
-	w := struct {
-		*plain
-		// ids may be numbers (ID); these shadow plain's string fields
-		MessageID        ID `json:"message_id"`
-		ReplyToMessageID ID `json:"reply_to_message_id"`
-	}{plain: (*plain)(&ev)}
-	if err := json.Unmarshal(data, &w); err != nil {
-		return err
-	}
-	ev.MessageID, ev.ReplyToMessageID = string(w.MessageID), string(w.ReplyToMessageID)
-	*e = ev
-	return nil
 }
 
 // Forward is the body of a passthrough_forward frame: a platform request the

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -477,8 +478,30 @@ func TestDiscordMediaSendMedia10MB(t *testing.T) {
 		t.Errorf("heap grew %s during a 10 MiB transfer: the file was held in memory", mediatest.MiB(heap))
 	}
 
-	// A caption-less send of each kind is one attachment message.
+	// A 429 on the multipart POST sends the whole form again.
 	small := upload(tok1, 12, 2048, "s.bin")
+	var limited atomic.Bool
+	fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if limited.Load() || r.Method != http.MethodPost || !strings.HasPrefix(r.Header.Get("Content-Type"), "multipart/") {
+			return false
+		}
+		limited.Store(true)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte(`{"message":"You are being rate limited.","retry_after":0.01,"global":false}`))
+		return true
+	})
+	if res := sendMedia(discordtest.ThreadPlan, "image", small, ""); !res.Success {
+		t.Fatalf("send_media after a 429: %+v", res)
+	}
+	fake.SetHook(nil)
+	smallSum, _ := mediatest.SHA256(mediatest.Content(12, 2048))
+	if msgs := fake.Messages(discordtest.ThreadPlan); !limited.Load() || len(msgs) != 1 || len(msgs[0].Attachments) != 1 ||
+		msgs[0].Attachments[0].Size != 2048 || msgs[0].Attachments[0].SHA256 != smallSum {
+		t.Fatalf("after a 429 (hit %v): messages %+v", limited.Load(), msgs)
+	}
+
+	// A caption-less send of each kind is one attachment message.
 	for _, kind := range platform.MediaKinds {
 		if res := sendMedia(discordtest.ChanRandom, kind, small, ""); !res.Success {
 			t.Errorf("%s: %+v", kind, res)

@@ -63,22 +63,11 @@ func LoadEventCases(path, platform string) ([]EventCase, error) {
 	return slices.DeleteFunc(all, func(c EventCase) bool { return c.Platform != platform }), nil
 }
 
-// EventResult is what CheckEvents found for one case: no Diffs means it
+// EventResult is what CheckOutcomes found for one case: no Diffs means it
 // passed.
 type EventResult struct {
 	Name  string
 	Diffs []string
-}
-
-// CheckEvents runs every case of platform (all when "") in the fixture at
-// path through normalize and compares each result with Mismatches; a
-// normalize error is the case's one difference. It is CheckOutcomes for a
-// normalizer that reports only the Source.
-func CheckEvents(path, platform string, normalize func(c EventCase) (Source, error)) ([]EventResult, error) {
-	return CheckOutcomes(path, platform, func(c EventCase) (Outcome, error) {
-		src, err := normalize(c)
-		return Outcome{Source: src}, err
-	})
 }
 
 // CheckOutcomes runs every case of platform (all when "") in the fixture

@@ -35,14 +35,14 @@ func TestLoadEventCases(t *testing.T) {
 	}
 }
 
-func TestCheckEventsReportsEveryFailure(t *testing.T) {
+func TestCheckOutcomesReportsEveryFailure(t *testing.T) {
 	calls := 0
-	results, err := session.CheckEvents("../testdata/platform_events.json", "telegram", func(c session.EventCase) (session.Source, error) {
+	results, err := session.CheckOutcomes("../testdata/platform_events.json", "telegram", func(c session.EventCase) (session.Outcome, error) {
 		calls++
 		if calls == 1 {
-			return session.Source{}, errors.New("boom")
+			return session.Outcome{}, errors.New("boom")
 		}
-		return session.Source{Platform: "telegram", ChatID: "wrong", ChatType: "dm"}, nil
+		return session.Outcome{Source: session.Source{Platform: "telegram", ChatID: "wrong", ChatType: "dm"}}, nil
 	})
 	if err != nil || len(results) != 28 {
 		t.Fatalf("%d results, %v", len(results), err)

@@ -10,15 +10,10 @@ import (
 	"connector/session"
 )
 
-// eventNormalizers map a platform name to the function that turns one raw
-// fixture payload (plus the cached context a native adapter would consult)
-// into a SessionSource, through the platform's live ingest code.
-var eventNormalizers = map[string]func(raw, context json.RawMessage) (session.Source, error){}
-
 // eventOutcomes map a platform name to the function that turns one raw
-// fixture payload into what the platform's live ingest makes of it: a
-// turn (its Source and event fields) or a drop. A platform is in this map
-// or in eventNormalizers.
+// fixture payload (plus the cached context a native adapter would consult)
+// into what the platform's live ingest makes of it: a turn (its Source and
+// event fields) or a drop.
 var eventOutcomes = map[string]func(raw, context json.RawMessage) (session.Outcome, error){}
 
 // conformanceCmd checks the connector against the oracle fixtures produced
@@ -99,15 +94,11 @@ func checkKeys(path string) (int, []string, error) {
 // expected source must match, and the session key (gateway defaults) too.
 func checkEvents(path string) (int, []string, error) {
 	results, err := session.CheckOutcomes(path, "", func(c session.EventCase) (session.Outcome, error) {
-		if outcome, ok := eventOutcomes[c.Platform]; ok {
-			return outcome(c.Raw, c.Context)
-		}
-		normalize, ok := eventNormalizers[c.Platform]
+		outcome, ok := eventOutcomes[c.Platform]
 		if !ok {
 			return session.Outcome{}, fmt.Errorf("platform %q is not implemented by this connector", c.Platform)
 		}
-		src, err := normalize(c.Raw, c.Context)
-		return session.Outcome{Source: src}, err
+		return outcome(c.Raw, c.Context)
 	})
 	if err != nil {
 		return 0, nil, err

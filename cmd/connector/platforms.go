@@ -16,8 +16,8 @@ import (
 )
 
 func init() {
-	eventNormalizers["discord"] = discord.NormalizeFixture
-	eventNormalizers["telegram"] = telegram.NormalizeFixture
+	eventOutcomes["discord"] = discord.NormalizeFixture
+	eventOutcomes["telegram"] = telegram.NormalizeFixture
 	eventOutcomes["slack"] = slack.NormalizeFixture
 	eventOutcomes["whatsapp_cloud"] = whatsapp.NormalizeFixture
 }

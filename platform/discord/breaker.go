@@ -19,8 +19,6 @@ const (
 	discordInvalidBan = 10_000
 	breakerSlots      = 60
 	breakerSlotSpan   = 10 * time.Second
-	// breakerWindow is the span Discord counts invalid answers over.
-	breakerWindow = breakerSlots * breakerSlotSpan
 	// unauthorizedPause is how long every REST call is refused after a 401
 	// to a bot-authenticated route: Discord asks clients to stop after one,
 	// since the token is not valid.

@@ -19,8 +19,7 @@ type chanInfo struct {
 	ParentID string
 	// Topic is "" when absent or whitespace only (the adapter reads such a
 	// topic as None).
-	Topic   string
-	OwnerID string
+	Topic string
 }
 
 func infoFrom(c *wireChannel) chanInfo {
@@ -28,7 +27,7 @@ func infoFrom(c *wireChannel) chanInfo {
 	if strings.TrimSpace(topic) == "" {
 		topic = ""
 	}
-	return chanInfo{ID: c.ID, Type: c.Type, GuildID: c.GuildID, Name: c.Name, ParentID: c.ParentID, Topic: topic, OwnerID: c.OwnerID}
+	return chanInfo{ID: c.ID, Type: c.Type, GuildID: c.GuildID, Name: c.Name, ParentID: c.ParentID, Topic: topic}
 }
 
 func (c chanInfo) isThread() bool {

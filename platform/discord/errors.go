@@ -1,17 +1,15 @@
 package discord
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 
 	"github.com/bwmarrin/discordgo"
 
 	"connector/contract"
-	"connector/internal/netcause"
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // Errors from discordgo and net/http may carry the request URL, and an
@@ -28,20 +26,16 @@ type failure struct {
 	retryAfter int64 // ms
 }
 
-// describe classifies err without ever quoting a URL.
+// describe classifies err without ever quoting a URL: the refusals of
+// the invalid-request breaker, Discord's error answers, then the failures
+// every platform describes alike (platform.CommonFailure: not paced in
+// time, no answer before the deadline, the network).
 func describe(err error) failure {
-	var rl *rateLimitedError
 	var spent *shareSpentError
-	var dr *discordgo.RateLimitError
 	var re *discordgo.RESTError
-	var ue *url.Error
 	switch {
-	case errors.As(err, &rl):
-		return failure{code: contract.CodeRateLimited, msg: rl.Error(), retryAfter: rl.retryAfter.Milliseconds()}
 	case errors.As(err, &spent):
 		return failure{code: contract.CodeRateLimited, msg: spent.Error(), retryAfter: spent.retryAfter.Milliseconds()}
-	case errors.As(err, &dr) && dr.RateLimit != nil && dr.TooManyRequests != nil:
-		return failure{code: contract.CodeRateLimited, msg: "discord rate limit", retryAfter: dr.RetryAfter.Milliseconds()}
 	case errors.Is(err, errBreakerOpen):
 		return failure{code: contract.CodeUnavailable, msg: errBreakerOpen.Error()}
 	case errors.As(err, &re) && re.Response != nil:
@@ -50,10 +44,9 @@ func describe(err error) failure {
 			msg = fmt.Sprintf("%s (code %d: %s)", msg, re.Message.Code, textsplit.Truncate(re.Message.Message, 200))
 		}
 		return failure{code: contract.CodePlatformError, msg: msg}
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return failure{code: contract.CodeUnavailable, msg: "discord request timed out"}
-	case errors.As(err, &ue):
-		return failure{code: contract.CodeUnavailable, msg: "discord unreachable: " + netcause.Describe(ue.Err)}
+	}
+	if r, ok := platform.CommonFailure("discord: ", "Discord", err); ok {
+		return failure{code: r.Code, msg: r.Error, retryAfter: r.RetryAfterMS}
 	}
 	return failure{code: contract.CodePlatformError, msg: "discord request failed"}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"connector/platform"
 	"connector/session"
 )
 
@@ -29,19 +30,20 @@ type fixtureContext struct {
 // NormalizeFixture maps a fixture case's raw Gateway dispatch (MESSAGE_CREATE,
 // MESSAGE_UPDATE or INTERACTION_CREATE) and its context (cached channel,
 // parent and guild, bot_user_id, adapter_config, bot_participates_in_thread)
-// to the SessionSource the native adapter builds. It runs the same
+// to the outcome of the turn it starts: the SessionSource the native adapter
+// builds and the event's fields (platform.Outcome). It runs the same
 // normalization as live ingest, with the context standing in for the cache;
 // an auto-thread gets the message's id, as Discord gives a message-started
 // thread. An event the adapter would drop returns an error.
-func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Source, error) {
+func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 	var d wireDispatch
 	if err := json.Unmarshal(raw, &d); err != nil {
-		return session.Source{}, fmt.Errorf("discord fixture: raw: %w", err)
+		return session.Outcome{}, fmt.Errorf("discord fixture: raw: %w", err)
 	}
 	var fc fixtureContext
 	if len(ctxJSON) > 0 {
 		if err := json.Unmarshal(ctxJSON, &fc); err != nil {
-			return session.Source{}, fmt.Errorf("discord fixture: context: %w", err)
+			return session.Outcome{}, fmt.Errorf("discord fixture: context: %w", err)
 		}
 	}
 	ac := fc.AdapterConfig
@@ -57,9 +59,9 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Source, error) {
 	}
 	t, err := normalizeDispatch(context.Background(), n, d.T, d.D)
 	if err != nil {
-		return session.Source{}, fmt.Errorf("discord fixture: %w", err)
+		return session.Outcome{}, fmt.Errorf("discord fixture: %w", err)
 	}
-	return t.ev.Source, nil
+	return platform.Outcome(&t.ev), nil
 }
 
 // normalizeDispatch decodes and normalizes one dispatch that can start a turn.

@@ -20,8 +20,8 @@ func loadFixtures(t testing.TB) []session.EventCase {
 // source must match the connector's Source JSON, and the session key must be
 // identical.
 func TestFixtures(t *testing.T) {
-	results, err := session.CheckEvents("../../testdata/platform_events.json", platformName,
-		func(c session.EventCase) (session.Source, error) { return NormalizeFixture(c.Raw, c.Context) })
+	results, err := session.CheckOutcomes("../../testdata/platform_events.json", platformName,
+		func(c session.EventCase) (session.Outcome, error) { return NormalizeFixture(c.Raw, c.Context) })
 	if err != nil {
 		t.Fatal(err)
 	}

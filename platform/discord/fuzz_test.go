@@ -26,10 +26,11 @@ func FuzzNormalizeFixture(f *testing.F) {
 	f.Add([]byte(`{"t":"MESSAGE_CREATE","d":{"id":"1","channel_id":"2","author":null}}`), []byte(`{}`))
 	f.Add([]byte(`{"t":"INTERACTION_CREATE","d":{"id":"1","type":2,"channel_id":"2","data":{"options":[{"type":1,"options":[{"type":2,"options":[{"type":1}]}]}]}}}`), []byte(`null`))
 	f.Fuzz(func(t *testing.T, raw, ctx []byte) {
-		src, err := NormalizeFixture(raw, ctx)
+		o, err := NormalizeFixture(raw, ctx)
 		if err != nil {
 			return
 		}
+		src := o.Source
 		if src.Platform != "discord" || src.ChatID == "" || src.ChatType == "" {
 			t.Fatalf("accepted a malformed source: %+v", src)
 		}

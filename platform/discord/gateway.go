@@ -14,7 +14,6 @@ import (
 	"github.com/gorilla/websocket"
 
 	"connector/internal/clock"
-	"connector/internal/netcause"
 )
 
 // RefusedError is returned by Run when Discord closed the Gateway with a
@@ -194,10 +193,6 @@ func gatewayErrText(err error) string {
 	var ce *websocket.CloseError
 	if errors.As(err, &ce) {
 		return fmt.Sprintf("closed by Discord with %d", ce.Code)
-	}
-	var ne net.Error
-	if errors.As(err, &ne) {
-		return "network: " + netcause.Describe(ne)
 	}
 	return describe(err).msg
 }

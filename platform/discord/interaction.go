@@ -28,11 +28,11 @@ func (n *normalizer) interaction(ctx context.Context, in *wireInteraction) (*tur
 	t := &turn{}
 	t.ev.MessageID = in.ID // unique per interaction: the gateway's replay dedupe key
 	switch in.Type {
-	case interactionCommand:
+	case discordgo.InteractionApplicationCommand:
 		t.ev.Text = commandText(&in.Data)
 		t.ev.MessageType = contract.MessageCommand
 		t.interrupt = isStop(t.ev.Text)
-	case interactionComponent:
+	case discordgo.InteractionMessageComponent:
 		t.ev.Text, t.ev.MessageType = in.Data.CustomID, contract.MessageText
 		// A button of a prompt op becomes its answer; another
 		// integration's custom_id stays text, as the contract keeps it.
@@ -44,7 +44,7 @@ func (n *normalizer) interaction(ctx context.Context, in *wireInteraction) (*tur
 			t.ev.PromptResponse = pr
 			t.ev.Text, t.ev.MessageType = "/"+optionID, contract.MessageCommand
 		}
-	case interactionModalSubmit:
+	case discordgo.InteractionModalSubmit:
 		t.ev.Text, t.ev.MessageType = modalText(&in.Data), contract.MessageText
 	default:
 		return nil, drop("unsupported_interaction")
@@ -117,7 +117,7 @@ func appendOptions(b *strings.Builder, opts []wireOption, depth int) {
 	for i := range opts {
 		o := &opts[i]
 		switch o.Type {
-		case optSubCommand, optSubCommandGroup:
+		case discordgo.ApplicationCommandOptionSubCommand, discordgo.ApplicationCommandOptionSubCommandGroup:
 			b.WriteByte(' ')
 			b.WriteString(o.Name)
 			appendOptions(b, o.Options, depth+1)

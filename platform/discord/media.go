@@ -1,10 +1,9 @@
 package discord
 
 import (
+	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
-	"sync"
 
 	"github.com/bwmarrin/discordgo"
 
@@ -73,19 +71,17 @@ func (p *Platform) opSendMedia(ctx context.Context, tenant, chatID string, a *co
 }
 
 // postAttachment sends msg with obj as files[0] and returns the message id.
-// The multipart body is written as the transport reads it, so the file is
-// never in memory; a retried attempt (after a 429) reads it again from the
-// start.
+// The multipart body is the form's framing around the file, which is read
+// from the media store as the transport sends it, so the file is never in
+// memory; a retried attempt (after a 429) reads it again from the start.
 func (p *Platform) postAttachment(ctx context.Context, chatID string, msg *mediaMessage, filename string, obj *media.Object) (string, error) {
 	payload, err := json.Marshal(msg)
 	if err != nil {
 		return "", fmt.Errorf("encode request: %w", err)
 	}
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	boundary := hex.EncodeToString(b[:])
+	head, tail, contentType := attachmentForm(payload, filename, cmp.Or(obj.MIME, "application/octet-stream"))
 	body := func() io.ReadCloser {
-		return &lazyBody{write: func(w io.Writer) error { return writeAttachmentForm(w, boundary, payload, filename, obj) }}
+		return io.NopCloser(io.MultiReader(bytes.NewReader(head), obj.Section(), bytes.NewReader(tail)))
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, discordgo.EndpointChannelMessages(chatID), body())
 	if err != nil {
@@ -93,7 +89,7 @@ func (p *Platform) postAttachment(ctx context.Context, chatID string, msg *media
 	}
 	req.GetBody = func() (io.ReadCloser, error) { return body(), nil }
 	req.Header.Set("Authorization", "Bot "+p.cfg.BotToken)
-	req.Header.Set("Content-Type", "multipart/form-data; boundary="+boundary)
+	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("User-Agent", p.sess.UserAgent)
 	resp, err := p.sess.Client.Do(req)
 	if err != nil {
@@ -116,76 +112,23 @@ func (p *Platform) postAttachment(ctx context.Context, chatID string, msg *media
 	return out.ID, nil
 }
 
-// writeAttachmentForm writes the multipart body: payload_json, then the
-// object as files[0].
-func writeAttachmentForm(w io.Writer, boundary string, payload []byte, filename string, obj *media.Object) error {
-	mw := multipart.NewWriter(w)
-	if err := mw.SetBoundary(boundary); err != nil {
-		return err
-	}
+// attachmentForm is the multipart body around the file, under a random
+// boundary: head is payload_json and the header of files[0], tail closes
+// the form; contentType names the boundary.
+func attachmentForm(payload []byte, filename, mime string) (head, tail []byte, contentType string) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
 	h := textproto.MIMEHeader{}
 	h.Set("Content-Disposition", `form-data; name="payload_json"`)
 	h.Set("Content-Type", "application/json")
-	part, err := mw.CreatePart(h)
-	if err != nil {
-		return err
-	}
-	if _, err := part.Write(payload); err != nil {
-		return err
-	}
+	part, _ := mw.CreatePart(h) // a bytes.Buffer never fails a write
+	_, _ = part.Write(payload)
 	h = textproto.MIMEHeader{}
 	h.Set("Content-Disposition", multipart.FileContentDisposition("files[0]", filename))
-	h.Set("Content-Type", cmp.Or(obj.MIME, "application/octet-stream"))
-	if part, err = mw.CreatePart(h); err != nil {
-		return err
-	}
-	if _, err := io.Copy(part, obj.Section()); err != nil {
-		return err
-	}
-	return mw.Close()
-}
-
-// lazyBody is a request body produced by write on a goroutine through a
-// pipe, started by the first Read: a body that is never read (the
-// transport sends a copy from GetBody) starts nothing, and Close stops a
-// writer still running.
-type lazyBody struct {
-	write func(io.Writer) error
-
-	once sync.Once
-	pr   *io.PipeReader
-	mu   sync.Mutex
-	done bool
-}
-
-func (b *lazyBody) Read(p []byte) (int, error) {
-	b.once.Do(func() {
-		pr, pw := io.Pipe()
-		b.mu.Lock()
-		b.pr = pr
-		closed := b.done
-		b.mu.Unlock()
-		if closed {
-			pr.Close()
-			return
-		}
-		go func() { pw.CloseWithError(b.write(pw)) }()
-	})
-	b.mu.Lock()
-	pr := b.pr
-	b.mu.Unlock()
-	if pr == nil {
-		return 0, io.ErrClosedPipe
-	}
-	return pr.Read(p)
-}
-
-func (b *lazyBody) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.done = true
-	if b.pr != nil {
-		return b.pr.Close()
-	}
-	return nil
+	h.Set("Content-Type", mime)
+	_, _ = mw.CreatePart(h)
+	head = bytes.Clone(buf.Bytes())
+	buf.Reset()
+	_ = mw.Close()
+	return head, buf.Bytes(), mw.FormDataContentType()
 }

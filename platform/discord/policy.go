@@ -129,12 +129,5 @@ func (p *policy) admits(author *wireUser, member *wireMember) bool {
 	if p.anyUser || (author != nil && p.users.has(author.ID)) {
 		return true
 	}
-	if member != nil {
-		for _, r := range member.Roles {
-			if p.roles.has(r) {
-				return true
-			}
-		}
-	}
-	return false
+	return member != nil && slices.ContainsFunc(member.Roles, p.roles.has)
 }

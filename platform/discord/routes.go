@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connector/internal/clock"
+	"connector/platform"
 )
 
 // route identifies a REST call for Discord's per-route rate limits: the
@@ -118,21 +119,6 @@ func splitRoute(r string) (template, major string) {
 	return strings.Join(f, " "), major
 }
 
-// rateLimitedError says a call could not be made within its deadline.
-type rateLimitedError struct {
-	retryAfter time.Duration
-	global     bool
-}
-
-// Error says which limit and how long to wait.
-func (e *rateLimitedError) Error() string {
-	scope := "route"
-	if e.global {
-		scope = "global"
-	}
-	return "discord " + scope + " rate limit: retry after " + e.retryAfter.Round(time.Millisecond).String()
-}
-
 // acquire waits until the route's bucket has a request left, reserving it.
 // It fails at once when the bucket resets after ctx's deadline.
 func (l *routeLimiter) acquire(ctx context.Context, r string) error {
@@ -157,7 +143,7 @@ func (l *routeLimiter) acquire(ctx context.Context, r string) error {
 		// ctx's deadline is on the real clock, not l.clock: compare what
 		// is left of it with the wait.
 		if dl, ok := ctx.Deadline(); ok && wait > time.Until(dl) {
-			return &rateLimitedError{retryAfter: wait}
+			return &platform.RateLimitedError{Wait: wait}
 		}
 		if err := l.clock.Sleep(ctx, wait); err != nil {
 			return err

@@ -123,7 +123,7 @@ func (t *transport) roundTrip(ctx context.Context, req *http.Request, r route) (
 			t.log.Debug("discord 429", "route", redactRoute(r.key), "retry_after", lim.retryAfter, "global", lim.global, "attempt", attempt)
 			dl, ok := ctx.Deadline() // real time: compare what is left of it
 			if attempt >= maxRateLimitRetries || (ok && lim.retryAfter > time.Until(dl)) {
-				return nil, &rateLimitedError{retryAfter: lim.retryAfter, global: lim.global}
+				return nil, &platform.RateLimitedError{Wait: lim.retryAfter}
 			}
 			continue
 		case http.StatusUnauthorized:
@@ -165,12 +165,8 @@ func (t *transport) outgoing(ctx context.Context, req *http.Request) (*http.Requ
 
 // waitError turns a failed wait into the error the op reports.
 func waitError(err error) error {
-	var rl *rateLimitedError
-	if errors.As(err, &rl) {
-		return rl
-	}
 	if errors.Is(err, fairshare.ErrQueueFull) {
-		return &rateLimitedError{retryAfter: time.Second}
+		return &platform.RateLimitedError{Wait: time.Second}
 	}
 	return err
 }

@@ -88,11 +88,11 @@ func (p *Platform) reject(w http.ResponseWriter, status int, msg string) {
 // Gateway); a webhook answers inline. A non-zero status means refuse.
 func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, respond func(ctx context.Context, ack []byte) error) ([]byte, int) {
 	switch in.Type {
-	case interactionPing:
+	case discordgo.InteractionPing:
 		return ackPong, 0
-	case interactionAutocomplete:
+	case discordgo.InteractionApplicationCommandAutocomplete:
 		return ackNoChoices, 0
-	case interactionCommand, interactionComponent, interactionModalSubmit:
+	case discordgo.InteractionApplicationCommand, discordgo.InteractionMessageComponent, discordgo.InteractionModalSubmit:
 	default:
 		p.metrics.Dropped(platformName, "unsupported_interaction")
 		return nil, http.StatusBadRequest
@@ -111,7 +111,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		return ackNotConnected, 0
 	}
 	ack := ackDeferred
-	if in.Type == interactionComponent {
+	if in.Type == discordgo.InteractionMessageComponent {
 		ack = ackDeferredComp
 	}
 	if !p.acquireSlot(life.ctx) {

@@ -57,7 +57,7 @@ func TestInteractionsWebhook(t *testing.T) {
 		src.UserName.Value != "Captain" || src.ScopeID != guildLab || src.ChatTopic.Value != "General chat" {
 		t.Fatalf("source = %+v", src)
 	}
-	frame := contract.AppendInbound(nil, "", d.Event)
+	frame := contract.AppendInboundEvent(nil, "", d.Event.AppendJSON(nil))
 	if strings.Contains(string(frame), token) {
 		t.Fatalf("inbound frame carries the interaction token: %s", frame)
 	}

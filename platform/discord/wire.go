@@ -10,21 +10,6 @@ import (
 // dispatches, webhook bodies and fixture cases all decode into these, so the
 // three paths share one decoder. Nullable strings decode as "".
 
-// Interaction types.
-const (
-	interactionPing         = 1
-	interactionCommand      = 2
-	interactionComponent    = 3
-	interactionAutocomplete = 4
-	interactionModalSubmit  = 5
-)
-
-// Application command option types that nest other options.
-const (
-	optSubCommand      = 1
-	optSubCommandGroup = 2
-)
-
 type wireUser struct {
 	ID         string `json:"id"`
 	Username   string `json:"username"`
@@ -55,40 +40,36 @@ type wireAttachment struct {
 	Size        int64  `json:"size"`
 }
 
-type wireMessageRef struct {
-	MessageID string `json:"message_id"`
-}
-
 type wireMessage struct {
-	ID                string                 `json:"id"`
-	ChannelID         string                 `json:"channel_id"`
-	GuildID           string                 `json:"guild_id"`
-	Content           string                 `json:"content"`
-	Type              discordgo.MessageType  `json:"type"`
-	Author            *wireUser              `json:"author"`
-	Member            *wireMember            `json:"member"`
-	WebhookID         string                 `json:"webhook_id"`
-	Mentions          []wireUser             `json:"mentions"`
-	MessageReference  *wireMessageRef        `json:"message_reference"`
-	ReferencedMessage *wireMessage           `json:"referenced_message"`
-	Attachments       []wireAttachment       `json:"attachments"`
-	Thread            *wireChannel           `json:"thread"`
-	EditedTimestamp   string                 `json:"edited_timestamp"`
-	Flags             discordgo.MessageFlags `json:"flags"`
+	ID                string                      `json:"id"`
+	ChannelID         string                      `json:"channel_id"`
+	GuildID           string                      `json:"guild_id"`
+	Content           string                      `json:"content"`
+	Type              discordgo.MessageType       `json:"type"`
+	Author            *wireUser                   `json:"author"`
+	Member            *wireMember                 `json:"member"`
+	WebhookID         string                      `json:"webhook_id"`
+	Mentions          []wireUser                  `json:"mentions"`
+	MessageReference  *discordgo.MessageReference `json:"message_reference"`
+	ReferencedMessage *wireMessage                `json:"referenced_message"`
+	Attachments       []wireAttachment            `json:"attachments"`
+	Thread            *wireChannel                `json:"thread"`
+	EditedTimestamp   string                      `json:"edited_timestamp"`
+	Flags             discordgo.MessageFlags      `json:"flags"`
 }
 
 type wireInteraction struct {
-	ID            string              `json:"id"`
-	ApplicationID string              `json:"application_id"`
-	Type          int                 `json:"type"`
-	Token         string              `json:"token"`
-	GuildID       string              `json:"guild_id"`
-	ChannelID     string              `json:"channel_id"`
-	Channel       *wireChannel        `json:"channel"`
-	Member        *wireMember         `json:"member"`
-	User          *wireUser           `json:"user"`
-	Data          wireInteractionData `json:"data"`
-	Message       *wireMessage        `json:"message"`
+	ID            string                    `json:"id"`
+	ApplicationID string                    `json:"application_id"`
+	Type          discordgo.InteractionType `json:"type"`
+	Token         string                    `json:"token"`
+	GuildID       string                    `json:"guild_id"`
+	ChannelID     string                    `json:"channel_id"`
+	Channel       *wireChannel              `json:"channel"`
+	Member        *wireMember               `json:"member"`
+	User          *wireUser                 `json:"user"`
+	Data          wireInteractionData       `json:"data"`
+	Message       *wireMessage              `json:"message"`
 }
 
 type wireInteractionData struct {
@@ -99,10 +80,10 @@ type wireInteractionData struct {
 }
 
 type wireOption struct {
-	Name    string          `json:"name"`
-	Type    int             `json:"type"`
-	Value   json.RawMessage `json:"value"`
-	Options []wireOption    `json:"options"`
+	Name    string                                 `json:"name"`
+	Type    discordgo.ApplicationCommandOptionType `json:"type"`
+	Value   json.RawMessage                        `json:"value"`
+	Options []wireOption                           `json:"options"`
 }
 
 type wireModalRow struct {

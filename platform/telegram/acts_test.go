@@ -17,7 +17,7 @@ const (
 
 func promptAction(chat string, options ...contract.PromptOption) contract.Action {
 	return contract.Action{Op: contract.OpPrompt, ChatID: contract.ID(chat), Content: "Run **make deploy**?",
-		PromptKind: "approval", PromptID: "f00dba.1234abcd", Options: options}
+		PromptID: "f00dba.1234abcd", Options: options}
 }
 
 func TestPromptInlineKeyboard(t *testing.T) {

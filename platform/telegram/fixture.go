@@ -8,32 +8,34 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/contract"
+	"connector/platform"
 	"connector/session"
 )
 
 // NormalizeFixture maps a fixture case's raw Bot API Update, with its
 // context (the bot, and the native adapter_config's group_topics/dm_topics),
-// to the Source the native adapter builds. It runs the same decoding,
+// to the outcome of the turn it starts: the Source the native adapter
+// builds and the event's fields (platform.Outcome). It runs the same decoding,
 // normalization and group gate (with the native default settings) as live
 // ingest; `connector conformance events` calls it for every telegram case
 // of testdata/platform_events.json.
-func NormalizeFixture(raw, context json.RawMessage) (session.Source, error) {
+func NormalizeFixture(raw, context json.RawMessage) (session.Outcome, error) {
 	m, err := fixtureMapping(context)
 	if err != nil {
-		return session.Source{}, err
+		return session.Outcome{}, err
 	}
 	var u models.Update
 	if err := decodeUpdate(raw, &u); err != nil {
-		return session.Source{}, err
+		return session.Outcome{}, err
 	}
 	in, drop := normalize(&u, &m)
 	if drop == "" && in.msg != nil {
 		drop = defaultPolicy.admit(in.msg, &m)
 	}
 	if drop != "" {
-		return session.Source{}, fmt.Errorf("telegram: the update is not ingested (%s)", drop)
+		return session.Outcome{}, fmt.Errorf("telegram: the update is not ingested (%s)", drop)
 	}
-	return in.event.Source, nil
+	return platform.Outcome(&in.event), nil
 }
 
 // decodeUpdate parses one Bot API Update (a webhook body or a fixture).

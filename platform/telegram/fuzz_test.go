@@ -93,7 +93,8 @@ func FuzzNormalizeFixture(f *testing.F) {
 	f.Add([]byte(callbackRaw), []byte(`{"adapter_config":{"group_topics":[{"chat_id":"x"}]}}`))
 	f.Add([]byte(`{}`), []byte(`[]`))
 	f.Fuzz(func(t *testing.T, raw, context []byte) {
-		src, err := NormalizeFixture(raw, context)
+		o, err := NormalizeFixture(raw, context)
+		src := o.Source
 		if err == nil && (src.Platform != "telegram" || src.ChatID == "") {
 			t.Fatalf("source %+v without error", src)
 		}

@@ -1,8 +1,6 @@
 package telegram
 
 import (
-	"net/http"
-	"strings"
 	"sync"
 
 	"connector/platform"
@@ -35,20 +33,4 @@ func (h *health) watch() (platform.Status, <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.st, h.changed
-}
-
-// pollObserver marks the platform ready whenever a getUpdates long poll is
-// answered with 200: the library reports failures, never successes.
-type pollObserver struct {
-	base    http.RoundTripper
-	onReady func()
-}
-
-// RoundTrip implements http.RoundTripper.
-func (o *pollObserver) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := o.base.RoundTrip(r)
-	if err == nil && resp.StatusCode == http.StatusOK && strings.HasSuffix(r.URL.Path, "/getUpdates") {
-		o.onReady()
-	}
-	return resp, err
 }

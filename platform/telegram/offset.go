@@ -20,8 +20,11 @@ import (
 // lose it. Behind the gate the offset only moves past updates whose
 // ingest ended: delivered (stored) or dropped on purpose. Updates of
 // different chats are ingested side by side, so they end in any order.
+// Every getUpdates answered with 200 also calls onReady: the library
+// reports failures, never successes.
 type offsetGate struct {
-	base http.RoundTripper
+	base    http.RoundTripper
+	onReady func()
 
 	mu      sync.Mutex
 	handed  int64              // the highest update id a getUpdates answer carried
@@ -30,8 +33,8 @@ type offsetGate struct {
 	changed chan struct{}      // closed and replaced when an update is handled
 }
 
-func newOffsetGate(base http.RoundTripper) *offsetGate {
-	return &offsetGate{base: base, pending: make(map[int64]struct{}), changed: make(chan struct{})}
+func newOffsetGate(base http.RoundTripper, onReady func()) *offsetGate {
+	return &offsetGate{base: base, onReady: onReady, pending: make(map[int64]struct{}), changed: make(chan struct{})}
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -58,6 +61,9 @@ func (g *offsetGate) RoundTrip(r *http.Request) (*http.Response, error) {
 	g.mu.Lock()
 	g.handed = max(g.handed, handedOut(body))
 	g.mu.Unlock()
+	if resp.StatusCode == http.StatusOK {
+		g.onReady()
+	}
 	return resp, nil
 }
 

@@ -43,7 +43,7 @@ func TestOffsetGateHoldsThePollUntilItsUpdatesAreHandled(t *testing.T) {
 			record("send")
 		}
 		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(body))}, nil
-	}))
+	}), func() {})
 	call := func(ctx context.Context, method string) (string, error) {
 		r, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://api.invalid/botT/"+method, nil)
 		resp, err := g.RoundTrip(r)

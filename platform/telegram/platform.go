@@ -141,12 +141,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
 	p.transport.MaxIdleConnsPerHost = 32
-	p.offsets = newOffsetGate(p.transport)
+	p.offsets = newOffsetGate(p.transport, p.pollReady)
 	p.download = &http.Client{Transport: p.transport}
-	client := &http.Client{
-		Transport: &pollObserver{base: p.offsets, onReady: p.pollReady},
-		Timeout:   cfg.PollTimeout + 15*time.Second,
-	}
+	client := &http.Client{Transport: p.offsets, Timeout: cfg.PollTimeout + 15*time.Second}
 	p.bot, _ = bot.New(cfg.BotToken, // cannot fail: Validate checked the token, and getMe is skipped
 		bot.WithSkipGetMe(),
 		bot.WithServerURL(cfg.APIServerURL),
