@@ -3,7 +3,6 @@ package discord
 import (
 	"cmp"
 	"context"
-	"errors"
 	"strings"
 	"unicode/utf8"
 
@@ -93,7 +92,9 @@ func (p *Platform) recordThread(th *wireChannel, parent, name string) {
 }
 
 // opThreadRename renames thread message_id (PATCH /channels/{id}). The
-// thread must be the tenant's and be chat_id or a thread under it. A human
+// tenant must be one that may act in the thread (platform.Authorize, the
+// check Execute made of chat_id: a binding, a claim or a grant) and the
+// thread be chat_id or a thread under it. A human
 // rename wins: with only_if_current_name the thread's current name is read
 // first, and with only_if_connector_created the thread must be one this
 // instance created and still carry its initial name; otherwise nothing is
@@ -107,12 +108,8 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	case !isSnowflake(threadID):
 		return contract.Failed(contract.CodeBadRequest, "thread_rename: message_id is not a Discord thread id")
 	}
-	owner, err := p.ChatTenant(ctx, threadID)
-	if errors.Is(err, platform.ErrUnavailable) {
-		return platform.OwnerUnknown(platformName, err)
-	}
-	if err != nil || owner != tenant {
-		return contract.Declined(platformName)
+	if r, ok := platform.Authorize(ctx, p, tenant, threadID); !ok {
+		return r
 	}
 	want := a.OnlyIfCurrentName
 	if a.OnlyIfConnectorCreated {
