@@ -56,7 +56,7 @@ func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Act
 // failed, which past the first piece says how many went out and carries
 // the first one's id.
 func (p *Platform) postPieces(op string, pieces []string, post func(i int, piece string) (string, error)) (first, last string, r contract.Result) {
-	return platform.SendParts(pieces, post, func(err error) contract.Result { return p.failed(op, err, "") })
+	return platform.SendParts(pieces, post, func(err error) contract.Result { return p.failed(op, err) })
 }
 
 // poster posts a piece to endpoint (a channel's messages or an interaction
@@ -97,7 +97,7 @@ func (p *Platform) opEdit(ctx context.Context, _, chatID string, a *contract.Act
 // opTyping shows the typing indicator (10 s).
 func (p *Platform) opTyping(ctx context.Context, _, _ string, a *contract.Action) contract.Result {
 	if err := p.rest(ctx, "POST", discordgo.EndpointChannelTyping(string(a.ChatID)), nil, nil); err != nil {
-		return p.failed("typing", err, "")
+		return p.failed("typing", err)
 	}
 	return contract.OK("")
 }
@@ -107,7 +107,7 @@ func (p *Platform) opTyping(ctx context.Context, _, _ string, a *contract.Action
 func (p *Platform) opGetChatInfo(ctx context.Context, _, _ string, a *contract.Action) contract.Result {
 	ch, err := p.cache.channel(ctx, string(a.ChatID))
 	if err != nil {
-		return p.failed("get_chat_info", err, "")
+		return p.failed("get_chat_info", err)
 	}
 	info := &contract.ChatInfo{Name: ch.Name, Type: session.ChatTypeGroup}
 	switch {
@@ -156,12 +156,12 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 	return r
 }
 
-// failed turns a REST error into a result (with the id of whatever part was
-// already done) and logs it, never quoting a URL.
-func (p *Platform) failed(op string, err error, done string) contract.Result {
+// failed turns a REST error into a result and logs it, never quoting a
+// URL. (postPieces adds what was already sent.)
+func (p *Platform) failed(op string, err error) contract.Result {
 	f := describe(err)
 	p.log.Warn("discord egress failed", "op", op, "code", f.code, "err", f.msg)
 	r := contract.Failed(f.code, f.msg)
-	r.RetryAfterMS, r.MessageID = f.retryAfter, done
+	r.RetryAfterMS = f.retryAfter
 	return r
 }

@@ -74,7 +74,7 @@ func (p *Platform) opThreadCreate(ctx context.Context, _, parent string, a *cont
 	}
 	id, err := p.startThread(ctx, parent, string(a.MessageID), name)
 	if err != nil {
-		return p.failed("thread_create", err, "")
+		return p.failed("thread_create", err)
 	}
 	r := contract.OK(id)
 	r.ThreadID = id
@@ -123,7 +123,7 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	}
 	wire, err := p.fetchChannel(ctx, threadID)
 	if err != nil {
-		return p.failed("thread_rename", err, "")
+		return p.failed("thread_rename", err)
 	}
 	th := infoFrom(&wire)
 	if !th.isThread() || (th.ID != string(a.ChatID) && th.ParentID != string(a.ChatID)) {
@@ -134,7 +134,7 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	}
 	var out wireChannel
 	if err := p.rest(ctx, "PATCH", discordgo.EndpointChannel(threadID), &discordgo.ChannelEdit{Name: name}, &out); err != nil {
-		return p.failed("thread_rename", err, "")
+		return p.failed("thread_rename", err)
 	}
 	if out.ID != "" {
 		p.cache.putChannel(&out)
