@@ -664,3 +664,43 @@ func TestDiscordChannelContextOff(t *testing.T) {
 // another, nor in the same test's next run under -count. Each vault keeps
 // a sweeper goroutine the leak check does not watch.
 func newVault() *vault.Memory { return vault.NewMemory(vault.Config{}) }
+
+// TestDiscordClaimedThreadRename: a tenant that claimed a channel of a
+// guild no tenant is bound to may create a thread there and rename it, as
+// Authorize (claims and grants, not bindings alone) lets it act in both;
+// the other tenant may rename it neither naming the claimed channel nor
+// from its own channel, and the thread keeps its name.
+func TestDiscordClaimedThreadRename(t *testing.T) {
+	l := startDiscordLoopWith(t, func(c *discord.Config) { c.Guilds = map[string]string{discordtest.GuildLab: "t1"} })
+	if err := l.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: discordtest.GuildLab, Tenant: "t1"},
+		{Kind: platform.BindScope, ID: discordtest.ChanOther, Tenant: "t2", Space: discordtest.GuildOther},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	create := map[string]any{"op": "thread_create", "chat_id": discordtest.ChanOther, "thread_name": "Claimed", "metadata": map[string]any{}}
+	if r := l.gw.Outbound(t, "discord", create); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t1 thread_create in t2's claimed channel = %+v", r)
+	}
+	created := l.gw2.Outbound(t, "discord", create)
+	if !created.Success || created.ThreadID == "" {
+		t.Fatalf("t2 thread_create in its claimed channel = %+v", created)
+	}
+	rename := func(chat, name string) map[string]any {
+		return map[string]any{"op": "thread_rename", "chat_id": chat, "message_id": created.ThreadID, "thread_name": name, "metadata": map[string]any{}}
+	}
+	for _, chat := range []string{discordtest.ChanOther, discordtest.ChanGeneral} {
+		if r := l.gw.Outbound(t, "discord", rename(chat, "t1 was here")); r.Code != contract.CodeEgressDeclined {
+			t.Fatalf("t1 thread_rename of t2's thread naming %s = %+v, want egress_declined", chat, r)
+		}
+	}
+	if th, _ := l.fake.Channel(created.ThreadID); th.Name != "Claimed" {
+		t.Fatalf("t1 renamed t2's thread to %q", th.Name)
+	}
+	if r := l.gw2.Outbound(t, "discord", rename(discordtest.ChanOther, "Renamed")); !r.Success {
+		t.Fatalf("t2 thread_rename of its thread in its claimed channel = %+v", r)
+	}
+	if th, _ := l.fake.Channel(created.ThreadID); th.Name != "Renamed" {
+		t.Fatalf("t2's thread is named %q, want Renamed", th.Name)
+	}
+}

@@ -260,8 +260,11 @@ func opAction(t *testing.T, m *matrix, op string, x, y *mxTenant, g mxTarget, ma
 		a["thread_name"], a["message_id"] = marker, msg
 	case contract.OpThreadRename:
 		a["message_id"], a["thread_name"] = y.thread.chat, marker
-		if g.platform == "telegram" {
+		switch {
+		case g.platform == "telegram":
 			a["message_id"] = "1"
+		case g == y.claimedThread:
+			a["message_id"] = g.chat
 		}
 	case contract.OpDelete:
 		a["message_id"] = msg
@@ -354,18 +357,29 @@ func attackOp(t *testing.T, m *matrix, x, y *mxTenant, c mxCred, op string) {
 			}
 		}
 	case contract.OpEdit, contract.OpReact, contract.OpDelete, contract.OpThreadRename:
-		// y's message or thread, named from x's own channel.
-		before := m.dfake.Messages(y.discordChannel.chat)
-		thread, _ := m.dfake.Channel(y.thread.chat)
-		a := opAction(t, m, op, x, y, x.discordChannel, "xt-own-"+x.id) // x's own channel: not an attack's text
-		if op != contract.OpThreadRename {
-			a["message_id"] = y.discordMsg
+		// y's message or thread, named from x's own channel; thread_rename
+		// also names y's thread in its claimed channel from x's own claimed
+		// channel, in the same guild nobody is bound to.
+		targets := [][2]mxTarget{{x.discordChannel, y.thread}}
+		if op == contract.OpThreadRename {
+			targets = append(targets, [2]mxTarget{x.claimedChannel, y.claimedThread})
 		}
-		_ = gw.outbound(t, "discord", a)
-		after := m.dfake.Messages(y.discordChannel.chat)
-		threadAfter, _ := m.dfake.Channel(y.thread.chat)
-		if fmt.Sprint(after) != fmt.Sprint(before) || fmt.Sprint(threadAfter) != fmt.Sprint(thread) {
-			t.Errorf("%s's %s from its own channel changed %s's message or thread:\nbefore %v %v\nafter  %v %v", x.id, op, y.id, before, thread, after, threadAfter)
+		for _, g := range targets {
+			own, victim := g[0], g[1]
+			before := m.dfake.Messages(y.discordChannel.chat)
+			thread, _ := m.dfake.Channel(victim.chat)
+			a := opAction(t, m, op, x, y, own, "xt-own-"+x.id) // x's own channel: not an attack's text
+			if op == contract.OpThreadRename {
+				a["message_id"] = victim.chat
+			} else {
+				a["message_id"] = y.discordMsg
+			}
+			_ = gw.outbound(t, "discord", a)
+			after := m.dfake.Messages(y.discordChannel.chat)
+			threadAfter, _ := m.dfake.Channel(victim.chat)
+			if fmt.Sprint(after) != fmt.Sprint(before) || fmt.Sprint(threadAfter) != fmt.Sprint(thread) {
+				t.Errorf("%s's %s from its own %s changed %s's message or %s:\nbefore %v %v\nafter  %v %v", x.id, op, own, y.id, victim, before, thread, after, threadAfter)
+			}
 		}
 	}
 }
@@ -1113,7 +1127,7 @@ func (m *matrix) checkAfterwards(t *testing.T) {
 			t.Errorf("%s's session got %d interrupts, %d of them its own", y.id, n, want)
 		}
 		// No platform call wrote into y's chats after the setup.
-		ids := []string{y.discordChannel.chat, y.boundChannel.chat, y.claimedChannel.chat, y.thread.chat, y.interactionToken}
+		ids := []string{y.discordChannel.chat, y.boundChannel.chat, y.claimedChannel.chat, y.thread.chat, y.claimedThread.chat, y.interactionToken}
 		for _, q := range m.dfake.Requests()[m.setupReqs:] {
 			if q.Method == http.MethodGet || strings.Contains(q.Path, "/messages/"+x.discordMsg) {
 				continue // a read, or x's op in its own channel naming y's message

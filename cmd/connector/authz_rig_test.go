@@ -157,11 +157,11 @@ type mxTenant struct {
 	mediaID     string // uploaded by its admin gateway
 	mediaBody   string
 
-	discordChannel, boundChannel, claimedChannel, thread mxTarget
-	tgChat, tgBound, tgProvisioned, tgClaimed, tgDM      mxTarget
-	room, boundRoom                                      mxTarget
-	waChat, waBound                                      mxTarget
-	slackChat, slackBound                                mxTarget
+	discordChannel, boundChannel, claimedChannel, thread, claimedThread mxTarget
+	tgChat, tgBound, tgProvisioned, tgClaimed, tgDM                     mxTarget
+	room, boundRoom                                                     mxTarget
+	waChat, waBound                                                     mxTarget
+	slackChat, slackBound                                               mxTarget
 
 	discordMsg, tgMsg  string // ids of messages its gateway sent in its configured chats
 	interactionToken   string
@@ -172,7 +172,7 @@ type mxTenant struct {
 
 // targets are every chat of t, in a fixed order.
 func (t *mxTenant) targets() []mxTarget {
-	return []mxTarget{t.discordChannel, t.boundChannel, t.claimedChannel, t.thread,
+	return []mxTarget{t.discordChannel, t.boundChannel, t.claimedChannel, t.thread, t.claimedThread,
 		t.tgChat, t.tgBound, t.tgProvisioned, t.tgClaimed, t.tgDM, t.room, t.boundRoom, t.waChat, t.waBound, t.slackChat, t.slackBound}
 }
 
@@ -780,6 +780,7 @@ func newTenant(n int, id string) *mxTenant {
 		boundChannel:   mxTarget{platform: "discord", guild: d("5%d5"), chat: d("5%d6"), how: "guild bound by the admin API"},
 		claimedChannel: mxTarget{platform: "discord", guild: "530", chat: d("53%d"), how: "claimed channel"},
 		thread:         mxTarget{platform: "discord", guild: d("5%d0"), how: "thread in its configured channel"},
+		claimedThread:  mxTarget{platform: "discord", guild: "530", how: "thread in its claimed channel"},
 		tgChat:         mxTarget{platform: "telegram", chat: d("-100%d"), how: "configured chat"},
 		tgBound:        mxTarget{platform: "telegram", chat: d("-110%d"), how: "chat bound by the admin API"},
 		tgProvisioned:  mxTarget{platform: "telegram", chat: d("-120%d"), how: "chat bound by its provision's routeKeys"},
@@ -877,6 +878,19 @@ func (m *matrix) setUp(t *testing.T, x *mxTenant) {
 	}
 	x.thread.chat = cmp.Or(res.ThreadID, res.MessageID)
 	m.deliver(t, x, x.thread, "")
+	// A thread in its claimed channel (a guild nobody is bound to), which
+	// it may rename as it may create it: both authorize by the claim.
+	res = gw.conn.outbound(t, "discord", map[string]any{"op": contract.OpThreadCreate, "chat_id": x.claimedChannel.chat, "thread_name": "claimed thread", "metadata": map[string]any{}})
+	if !res.Success {
+		t.Fatalf("%s creates a thread in its claimed channel: %+v", x.id, res)
+	}
+	x.claimedThread.chat = cmp.Or(res.ThreadID, res.MessageID)
+	res = gw.conn.outbound(t, "discord", map[string]any{"op": contract.OpThreadRename, "chat_id": x.claimedChannel.chat, "message_id": x.claimedThread.chat,
+		"thread_name": "claimed thread of " + x.id, "metadata": map[string]any{}})
+	if th, _ := m.dfake.Channel(x.claimedThread.chat); !res.Success || th.Name != "claimed thread of "+x.id {
+		t.Fatalf("%s renames its thread in its claimed channel: %+v, the thread is named %q", x.id, res, th.Name)
+	}
+	m.deliver(t, x, x.claimedThread, "")
 
 	// An interaction in x's guild: its token goes to the vault under x.
 	x.interactionToken = "xt-interaction-" + x.id

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -28,6 +29,43 @@ func execute(t *testing.T, e *env, tenant string, action string) contract.Result
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return e.p.Execute(ctx, tenant, &a)
+}
+
+// TestEgressPartlySent: a send, an edit or a follow_up whose later piece
+// Discord refuses reports how many pieces went out and the first one's
+// id, in the words every platform uses (platform.SendParts); the piece
+// count was dropped from the result.
+func TestEgressPartlySent(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	var posts, refuseAt atomic.Int64
+	refuseAt.Store(3)
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.Method != http.MethodPost || r.URL.Path != "/api/v9/channels/"+chanGeneral+"/messages" || posts.Add(1) != refuseAt.Load() {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `{"message":"Missing Permissions","code":50013}`)
+		return true
+	})
+	long := strings.Repeat("word ", 1000) // 5,000 code points: three pieces
+	body, _ := json.Marshal(map[string]any{"op": "send", "chat_id": chanGeneral, "content": long, "reply_to": nil, "metadata": map[string]any{}})
+	r := execute(t, e, "t1", string(body))
+	msgs := e.fake.Messages(chanGeneral)
+	if len(msgs) != 2 || r.Success || r.Code != contract.CodePlatformError || r.MessageID != msgs[0].ID ||
+		r.Error != "discord: HTTP 403 (code 50013: Missing Permissions) (sent 2 of 3 parts)" {
+		t.Fatalf("send = %+v with %d messages, want the third piece refused, 2 of 3 sent and the first's id", r, len(msgs))
+	}
+
+	// edit: the edited message is the first part, the second is refused.
+	posts.Store(0)
+	refuseAt.Store(1)
+	body, _ = json.Marshal(map[string]any{"op": "edit", "chat_id": chanGeneral, "message_id": msgs[0].ID, "content": strings.Repeat("word ", 500), "metadata": map[string]any{}})
+	r = execute(t, e, "t1", string(body))
+	if r.Success || r.MessageID != msgs[0].ID || r.Error != "discord: HTTP 403 (code 50013: Missing Permissions) (sent 1 of 2 parts)" {
+		t.Fatalf("edit = %+v, want the second piece refused, 1 of 2 sent and the edited message's id", r)
+	}
 }
 
 func TestEgressSendSplitsAndReplies(t *testing.T) {

@@ -48,26 +48,21 @@ func (p *Platform) opSendMedia(ctx context.Context, tenant, chatID string, a *co
 		return r
 	}
 	defer obj.Close()
-	var pieces []string
+	pieces := []string{""} // the file alone
 	if strings.TrimSpace(a.Content) != "" {
 		pieces = textsplit.Split(a.Content, splitRules)
 	}
-	msg := mediaMessage{MessageSend: discordgo.MessageSend{AllowedMentions: allowedMentions, Reference: ref}}
-	if len(pieces) > 0 {
-		msg.Content = pieces[0]
-	}
 	filename := cmp.Or(a.Filename, obj.Filename, "file")
-	msg.Attachments = []attachmentRef{{ID: 0, Filename: filename}}
-	id, err := p.postAttachment(ctx, chatID, &msg, filename, obj)
-	if err != nil {
-		return p.failed("send_media", err, "")
-	}
-	if len(pieces) > 1 {
-		if _, err := p.postPieces(ctx, discordgo.EndpointChannelMessages(chatID), pieces[1:], nil); err != nil {
-			return p.failed("send_media", err, id)
+	post := p.poster(ctx, discordgo.EndpointChannelMessages(chatID), nil)
+	_, _, r = p.postPieces("send_media", pieces, func(i int, piece string) (string, error) {
+		if i > 0 {
+			return post(i, piece)
 		}
-	}
-	return contract.OK(id)
+		msg := mediaMessage{MessageSend: discordgo.MessageSend{Content: piece, AllowedMentions: allowedMentions, Reference: ref}}
+		msg.Attachments = []attachmentRef{{ID: 0, Filename: filename}}
+		return p.postAttachment(ctx, chatID, &msg, filename, obj)
+	})
+	return r
 }
 
 // postAttachment sends msg with obj as files[0] and returns the message id.

@@ -32,7 +32,7 @@ func (p *Platform) opReact(ctx context.Context, _, _ string, a *contract.Action)
 		method = "DELETE"
 	}
 	if err := p.rest(ctx, method, endpoint, nil, nil); err != nil {
-		return p.failed("react", err, "")
+		return p.failed("react", err)
 	}
 	return contract.OK("")
 }
@@ -46,7 +46,7 @@ func (p *Platform) opDelete(ctx context.Context, _, _ string, a *contract.Action
 	}
 	err := p.rest(ctx, "DELETE", discordgo.EndpointChannelMessage(string(a.ChatID), msgID), nil, nil)
 	if err != nil && !isUnknownMessage(err) {
-		return p.failed("delete", err, "")
+		return p.failed("delete", err)
 	}
 	return contract.OK(msgID)
 }

@@ -2,13 +2,13 @@ package discord
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/bwmarrin/discordgo"
 
 	"connector/contract"
 	"connector/internal/textsplit"
+	"connector/platform"
 	"connector/session"
 	"connector/vault"
 )
@@ -34,14 +34,14 @@ func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Act
 	if bad != "" {
 		return contract.Failed(contract.CodeBadRequest, bad)
 	}
-	first, err := p.postPieces(ctx, discordgo.EndpointChannelMessages(chatID), textsplit.Split(a.Content, splitRules), ref)
-	if err != nil {
-		return p.failed("send", err, first)
+	pieces := textsplit.Split(a.Content, splitRules)
+	_, _, r := p.postPieces("send", pieces, p.poster(ctx, discordgo.EndpointChannelMessages(chatID), ref))
+	if !r.Success {
+		return r
 	}
 	if ci, ok := p.cache.cachedChannel(chatID); ok && ci.isThread() {
 		p.cache.join(chatID)
 	}
-	r := contract.OK(first)
 	// The first send into a thread auto-threading just created says so,
 	// as a connector that routes the reply into a new thread does.
 	if name, ok := p.created.announce(chatID); ok {
@@ -50,27 +50,27 @@ func (p *Platform) opSend(ctx context.Context, _, chatID string, a *contract.Act
 	return r
 }
 
-// postPieces posts each piece in order to endpoint (a channel's messages or
-// an interaction webhook) and returns the first one's id.
-func (p *Platform) postPieces(ctx context.Context, endpoint string, pieces []string, ref *discordgo.MessageReference) (string, error) {
-	first := ""
-	for i, piece := range pieces {
+// postPieces sends a message's pieces in order, each with post, through
+// platform.SendParts, as every platform does: it returns the first and last
+// messages' ids with OK(first), or op's failure for the first piece that
+// failed, which past the first piece says how many went out and carries
+// the first one's id.
+func (p *Platform) postPieces(op string, pieces []string, post func(i int, piece string) (string, error)) (first, last string, r contract.Result) {
+	return platform.SendParts(pieces, post, func(err error) contract.Result { return p.failed(op, err) })
+}
+
+// poster posts a piece to endpoint (a channel's messages or an interaction
+// webhook), the first one replying to ref: postPieces' post for plain text.
+func (p *Platform) poster(ctx context.Context, endpoint string, ref *discordgo.MessageReference) func(i int, piece string) (string, error) {
+	return func(i int, piece string) (string, error) {
 		body := discordgo.MessageSend{Content: piece, AllowedMentions: allowedMentions}
 		if i == 0 {
 			body.Reference = ref
 		}
 		var m messageAnswer
-		if err := p.rest(ctx, "POST", endpoint, &body, &m); err != nil {
-			if i > 0 {
-				err = fmt.Errorf("piece %d of %d: %w", i+1, len(pieces), err)
-			}
-			return first, err
-		}
-		if i == 0 {
-			first = m.ID
-		}
+		err := p.rest(ctx, "POST", endpoint, &body, &m)
+		return m.ID, err
 	}
-	return first, nil
 }
 
 // opEdit replaces a message's content. Content over 2,000 code points keeps
@@ -83,23 +83,21 @@ func (p *Platform) opEdit(ctx context.Context, _, chatID string, a *contract.Act
 	if strings.TrimSpace(a.Content) == "" {
 		return contract.Failed(contract.CodeBadRequest, "edit needs content")
 	}
-	pieces := textsplit.Split(a.Content, splitRules)
-	edit := &discordgo.MessageEdit{Content: &pieces[0], AllowedMentions: allowedMentions}
-	if err := p.rest(ctx, "PATCH", discordgo.EndpointChannelMessage(chatID, msgID), edit, nil); err != nil {
-		return p.failed("edit", err, "")
-	}
-	if len(pieces) > 1 {
-		if _, err := p.postPieces(ctx, discordgo.EndpointChannelMessages(chatID), pieces[1:], nil); err != nil {
-			return p.failed("edit", err, msgID)
+	post := p.poster(ctx, discordgo.EndpointChannelMessages(chatID), nil)
+	_, _, r := p.postPieces("edit", textsplit.Split(a.Content, splitRules), func(i int, piece string) (string, error) {
+		if i > 0 {
+			return post(i, piece)
 		}
-	}
-	return contract.OK(msgID)
+		edit := &discordgo.MessageEdit{Content: &piece, AllowedMentions: allowedMentions}
+		return msgID, p.rest(ctx, "PATCH", discordgo.EndpointChannelMessage(chatID, msgID), edit, nil)
+	})
+	return r
 }
 
 // opTyping shows the typing indicator (10 s).
 func (p *Platform) opTyping(ctx context.Context, _, _ string, a *contract.Action) contract.Result {
 	if err := p.rest(ctx, "POST", discordgo.EndpointChannelTyping(string(a.ChatID)), nil, nil); err != nil {
-		return p.failed("typing", err, "")
+		return p.failed("typing", err)
 	}
 	return contract.OK("")
 }
@@ -109,7 +107,7 @@ func (p *Platform) opTyping(ctx context.Context, _, _ string, a *contract.Action
 func (p *Platform) opGetChatInfo(ctx context.Context, _, _ string, a *contract.Action) contract.Result {
 	ch, err := p.cache.channel(ctx, string(a.ChatID))
 	if err != nil {
-		return p.failed("get_chat_info", err, "")
+		return p.failed("get_chat_info", err)
 	}
 	info := &contract.ChatInfo{Name: ch.Name, Type: session.ChatTypeGroup}
 	switch {
@@ -154,19 +152,16 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 		return contract.Failed(contract.CodeCapabilityMissing, "no live discord.interaction_token for this session (absent or expired)")
 	}
 	endpoint := discordgo.EndpointWebhookToken(e.Ref, e.Value.Reveal()) + "?wait=true"
-	first, err := p.postPieces(ctx, endpoint, textsplit.Split(a.Content, splitRules), nil)
-	if err != nil {
-		return p.failed("follow_up", err, first)
-	}
-	return contract.OK(first)
+	_, _, r := p.postPieces("follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
+	return r
 }
 
-// failed turns a REST error into a result (with the id of whatever part was
-// already done) and logs it, never quoting a URL.
-func (p *Platform) failed(op string, err error, done string) contract.Result {
+// failed turns a REST error into a result and logs it, never quoting a
+// URL. (postPieces adds what was already sent.)
+func (p *Platform) failed(op string, err error) contract.Result {
 	f := describe(err)
 	p.log.Warn("discord egress failed", "op", op, "code", f.code, "err", f.msg)
 	r := contract.Failed(f.code, f.msg)
-	r.RetryAfterMS, r.MessageID = f.retryAfter, done
+	r.RetryAfterMS = f.retryAfter
 	return r
 }

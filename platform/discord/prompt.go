@@ -42,19 +42,22 @@ func (p *Platform) opPrompt(ctx context.Context, _, chatID string, a *contract.A
 		return contract.Failed(contract.CodeBadRequest, bad)
 	}
 	pieces := textsplit.Split(a.Content, splitRules)
-	last := pieces[len(pieces)-1]
-	if len(pieces) > 1 {
-		if _, err := p.postPieces(ctx, discordgo.EndpointChannelMessages(chatID), pieces[:len(pieces)-1], ref); err != nil {
-			return p.failed("prompt", err, "")
+	_, last, r := p.postPieces("prompt", pieces, func(i int, piece string) (string, error) {
+		body := discordgo.MessageSend{Content: piece, AllowedMentions: allowedMentions}
+		if i == 0 {
+			body.Reference = ref
 		}
-		ref = nil
+		if i == len(pieces)-1 {
+			body.Components = buttonRows(buttons)
+		}
+		var m messageAnswer
+		err := p.rest(ctx, "POST", discordgo.EndpointChannelMessages(chatID), &body, &m)
+		return m.ID, err
+	})
+	if !r.Success {
+		return r
 	}
-	body := discordgo.MessageSend{Content: last, AllowedMentions: allowedMentions, Reference: ref, Components: buttonRows(buttons)}
-	var m messageAnswer
-	if err := p.rest(ctx, "POST", discordgo.EndpointChannelMessages(chatID), &body, &m); err != nil {
-		return p.failed("prompt", err, "")
-	}
-	return contract.OK(m.ID)
+	return contract.OK(last)
 }
 
 // buttonRows lays buttons out in action rows of buttonsPerRow.

@@ -3,7 +3,6 @@ package discord
 import (
 	"cmp"
 	"context"
-	"errors"
 	"strings"
 	"unicode/utf8"
 
@@ -75,7 +74,7 @@ func (p *Platform) opThreadCreate(ctx context.Context, _, parent string, a *cont
 	}
 	id, err := p.startThread(ctx, parent, string(a.MessageID), name)
 	if err != nil {
-		return p.failed("thread_create", err, "")
+		return p.failed("thread_create", err)
 	}
 	r := contract.OK(id)
 	r.ThreadID = id
@@ -93,7 +92,9 @@ func (p *Platform) recordThread(th *wireChannel, parent, name string) {
 }
 
 // opThreadRename renames thread message_id (PATCH /channels/{id}). The
-// thread must be the tenant's and be chat_id or a thread under it. A human
+// tenant must be one that may act in the thread (platform.Authorize, the
+// check Execute made of chat_id: a binding, a claim or a grant) and the
+// thread be chat_id or a thread under it. A human
 // rename wins: with only_if_current_name the thread's current name is read
 // first, and with only_if_connector_created the thread must be one this
 // instance created and still carry its initial name; otherwise nothing is
@@ -107,12 +108,8 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	case !isSnowflake(threadID):
 		return contract.Failed(contract.CodeBadRequest, "thread_rename: message_id is not a Discord thread id")
 	}
-	owner, err := p.ChatTenant(ctx, threadID)
-	if errors.Is(err, platform.ErrUnavailable) {
-		return platform.OwnerUnknown(platformName, err)
-	}
-	if err != nil || owner != tenant {
-		return contract.Declined(platformName)
+	if r, ok := platform.Authorize(ctx, p, tenant, threadID); !ok {
+		return r
 	}
 	want := a.OnlyIfCurrentName
 	if a.OnlyIfConnectorCreated {
@@ -126,7 +123,7 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	}
 	wire, err := p.fetchChannel(ctx, threadID)
 	if err != nil {
-		return p.failed("thread_rename", err, "")
+		return p.failed("thread_rename", err)
 	}
 	th := infoFrom(&wire)
 	if !th.isThread() || (th.ID != string(a.ChatID) && th.ParentID != string(a.ChatID)) {
@@ -137,7 +134,7 @@ func (p *Platform) opThreadRename(ctx context.Context, tenant, _ string, a *cont
 	}
 	var out wireChannel
 	if err := p.rest(ctx, "PATCH", discordgo.EndpointChannel(threadID), &discordgo.ChannelEdit{Name: name}, &out); err != nil {
-		return p.failed("thread_rename", err, "")
+		return p.failed("thread_rename", err)
 	}
 	if out.ID != "" {
 		p.cache.putChannel(&out)

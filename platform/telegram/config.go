@@ -157,7 +157,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("telegram.api_server_url: %w", err)
 		}
 	}
-	for chat, tenant := range c.Chats {
+	for _, chat := range slices.Sorted(maps.Keys(c.Chats)) {
+		tenant := c.Chats[chat]
 		if _, err := parseChatID(chat); err != nil {
 			return fmt.Errorf("telegram.chats[%q]: %w", chat, err)
 		}

@@ -53,6 +53,18 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestConfigValidateChatsInOrder: with several bad chats, Validate names
+// the first in sorted order, every time (not whichever the map walk met
+// first), as Discord's guilds and WhatsApp's numbers do.
+func TestConfigValidateChatsInOrder(t *testing.T) {
+	cfg := Config{BotToken: testToken, Chats: map[string]string{"x": "t1", "-0200": "t1", "5": "", "-0100": "t1", "-100123": "t1", "y": "t2"}}
+	for range 100 {
+		if err := cfg.Validate(); err == nil || !strings.HasPrefix(err.Error(), `telegram.chats["-0100"]:`) {
+			t.Fatalf("error %v, want the first bad chat in sorted order, -0100", err)
+		}
+	}
+}
+
 func TestConfigDefaults(t *testing.T) {
 	c := Config{BotToken: testToken}.WithDefaults()
 	if c.APIServerURL != DefaultAPIServerURL || c.GlobalPerSecond != 30 || c.ChatPerSecond != 1 || c.GroupPerMinute != 20 ||

@@ -54,10 +54,14 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 // repeats, as long as the deadline allows: a 429 means Telegram did not
 // take the message, so repeating never duplicates it. Errors other than a
 // 429 are returned as they are (never retried: the call may have gone
-// through).
+// through). A ctx without a deadline is bounded by request_timeout, as on
+// WhatsApp and Slack.
 func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGroup bool, call func(context.Context) error) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(p.cfg.RequestTimeout)
+	}
 	// ctx's deadline is real time; latest is on p.clock, like the windows.
-	deadline, _ := ctx.Deadline()
 	latest := p.clock.Now().Add(time.Until(deadline) - callMargin)
 	for {
 		now := p.clock.Now()

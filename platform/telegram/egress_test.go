@@ -195,6 +195,45 @@ func TestSend429BeyondDeadline(t *testing.T) {
 	}
 }
 
+// TestPacedWithoutDeadline: a send whose ctx has no deadline is bounded by
+// request_timeout, as on WhatsApp and Slack: into a chat a 429 holds for
+// 60 s it answers rate_limited at once (30 s do not reach the end of the
+// hold) instead of sleeping out the hold, which it did when paced read the
+// missing deadline as the zero time (and latest overflowed 292 years
+// ahead).
+func TestPacedWithoutDeadline(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, nil)
+	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 60", RetryAfter: 60})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	a := sendAction("123456789", "held")
+	if r := e.p.Execute(ctx, "t1", &a); r.Code != contract.CodeRateLimited {
+		t.Fatalf("send into the chat = %+v, want rate_limited by the 429", r)
+	}
+
+	noDeadline, stop := context.WithCancel(context.Background())
+	defer stop()
+	done := make(chan contract.Result, 1)
+	var finished atomic.Int64
+	go func() {
+		defer finished.Add(1)
+		_, _, r := e.p.sendParts(noDeadline, "t1", 123456789, &a, []string{"no deadline"}, nil)
+		done <- r
+	}()
+	clk.Settle(t, 1, func() int { return int(finished.Load()) }, func() int { return 0 })
+	if finished.Load() == 0 {
+		stop()
+		t.Fatalf("the send without a deadline sleeps on the clock until the 60 s hold ends, unbounded by request_timeout (%v)", e.p.cfg.RequestTimeout)
+	}
+	if r := <-done; r.Code != contract.CodeRateLimited || r.RetryAfterMS < 50_000 {
+		t.Fatalf("send without a deadline = %+v, want rate_limited with retry_after_ms ≈ 60 s", r)
+	}
+	if n := len(e.fake.Calls("sendMessage")); n != 1 {
+		t.Errorf("%d sendMessage calls, want only the one the 429 refused", n)
+	}
+}
+
 // Another tenant's chat and a chat nobody claims are declined; a chat_id
 // that is no Telegram chat id at all (or none) is bad_request, as on every
 // platform (platform.Execute).
