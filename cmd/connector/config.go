@@ -10,11 +10,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"time"
 
 	"connector/enroll"
+	"connector/internal/nonneg"
 	"connector/media"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
@@ -340,14 +340,7 @@ func (c *Config) Validate() error {
 // its struct; "" for the file's top level) is negative: zero stands for the
 // default, and relay.New would read a negative one as its default too.
 func nonNegative(key string, section any) error {
-	v := reflect.ValueOf(section).Elem()
-	for i := range v.NumField() {
-		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
-		if f := v.Field(i); name != "-" && f.CanInt() && f.Int() < 0 {
-			return fmt.Errorf("config: %s: must not be negative", joinKey(key, name))
-		}
-	}
-	return nil
+	return nonneg.Check("config: "+joinKey(key, ""), section)
 }
 
 // validListen checks addr the way net.Listen("tcp", addr) reads it, short of
