@@ -1,9 +1,14 @@
 package platform
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/textproto"
 	"slices"
 
 	"connector/contract"
@@ -62,4 +67,35 @@ func (d *Deps) OpenMedia(ctx context.Context, platformName, tenant string, a *co
 		r = contract.Failed(contract.CodeUnavailable, prefix+"source_url could not be read")
 	}
 	return nil, r, false
+}
+
+// NewFileUpload returns a POST to url of a multipart/form-data body: the
+// parts fields writes, then file as the part named field (filename, of type
+// mime). The file is read as the transport sends the body, so it is never
+// held in memory, and GetBody starts it over, so a retried or redirected
+// attempt carries the whole file.
+func NewFileUpload(ctx context.Context, url string, fields func(*multipart.Writer), field, filename, mime string, file *io.SectionReader) (*http.Request, error) {
+	var buf bytes.Buffer
+	mw := multipart.NewWriter(&buf)
+	fields(mw) // a bytes.Buffer never fails a write
+	h := textproto.MIMEHeader{}
+	h.Set("Content-Disposition", multipart.FileContentDisposition(field, filename))
+	h.Set("Content-Type", mime)
+	_, _ = mw.CreatePart(h)
+	head := bytes.Clone(buf.Bytes())
+	buf.Reset()
+	_ = mw.Close()
+	tail := buf.Bytes()
+	body := func() (io.ReadCloser, error) {
+		return io.NopCloser(io.MultiReader(bytes.NewReader(head), io.NewSectionReader(file, 0, file.Size()), bytes.NewReader(tail))), nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Body, _ = body()
+	req.GetBody = body
+	req.ContentLength = int64(len(head)+len(tail)) + file.Size()
+	req.Header.Set("Content-Type", mw.FormDataContentType())
+	return req, nil
 }

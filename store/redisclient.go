@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 
@@ -24,8 +25,8 @@ const redisReadTimeout = 3 * time.Second
 // cluster is the same client as c on a Redis Cluster, else nil; where names
 // the servers for errors and logs, never with credentials.
 func redisClient(cfg Config) (c redis.UniversalClient, cluster *redis.ClusterClient, where string, err error) {
-	if err := checkRedisConfig(cfg); err != nil {
-		return nil, nil, "", err
+	if err := CheckRedis(cfg); err != nil {
+		return nil, nil, "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	// A pipeline ending in WAIT is read within this.
 	readTimeout := max(redisReadTimeout, cfg.RedisReplicaTimeout+time.Second)
@@ -85,30 +86,40 @@ func redisTLS(t *tls.Config, on bool) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12}
 }
 
-// checkRedisConfig rejects a redis configuration that names no servers or
-// several kinds of them, or that the key layout cannot work with.
-func checkRedisConfig(cfg Config) error {
+// CheckRedis returns what makes cfg's redis configuration unusable, naming
+// the config key: no servers or several kinds of them, an incomplete one, a
+// URL that is not redis[s]://, or a setting the key layout cannot work
+// with; nil when there is none. Open wraps it in ErrInvalid.
+func CheckRedis(cfg Config) error {
 	modes := 0
 	for _, set := range []bool{cfg.RedisURL != "", cfg.RedisSentinel != nil, cfg.RedisCluster != nil} {
 		if set {
 			modes++
 		}
 	}
+	// The URL may carry a password: errors name the problem, not the URL.
+	u, err := url.Parse(cfg.RedisURL)
 	switch {
 	case modes == 0:
-		return fmt.Errorf("%w: the redis backend needs store.redis_url, store.redis_sentinel or store.redis_cluster_addrs", ErrInvalid)
+		return errors.New("the redis backend needs store.redis_url, store.redis_sentinel or store.redis_cluster_addrs")
 	case modes > 1:
-		return fmt.Errorf("%w: set only one of store.redis_url, store.redis_sentinel and store.redis_cluster_addrs", ErrInvalid)
-	case cfg.RedisSentinel != nil && (cfg.RedisSentinel.Master == "" || len(cfg.RedisSentinel.Addrs) == 0):
-		return fmt.Errorf("%w: store.redis_sentinel needs master and addrs", ErrInvalid)
+		return errors.New("store: set only one of redis_url, redis_sentinel and redis_cluster_addrs")
+	case cfg.RedisSentinel != nil && cfg.RedisSentinel.Master == "":
+		return errors.New("store.redis_sentinel.master: required")
+	case cfg.RedisSentinel != nil && len(cfg.RedisSentinel.Addrs) == 0:
+		return errors.New("store.redis_sentinel.addrs: required")
 	case cfg.RedisCluster != nil && len(cfg.RedisCluster.Addrs) == 0:
-		return fmt.Errorf("%w: store.redis_cluster_addrs is empty", ErrInvalid)
+		return errors.New("store.redis_cluster_addrs: empty")
+	case cfg.RedisURL != "" && err != nil:
+		return errors.New("store.redis_url: not a URL")
+	case cfg.RedisURL != "" && u.Scheme != "redis" && u.Scheme != "rediss":
+		return errors.New("store.redis_url: the scheme must be redis or rediss (TLS)")
 	case cfg.RedisMinReplicas < 0:
-		return fmt.Errorf("%w: store.redis_min_replicas %d is negative", ErrInvalid, cfg.RedisMinReplicas)
-	case cfg.RedisReplicaTimeout <= 0:
-		return fmt.Errorf("%w: the replica timeout %v is not positive", ErrInvalid, cfg.RedisReplicaTimeout)
+		return fmt.Errorf("store.redis_min_replicas: %d is negative", cfg.RedisMinReplicas)
+	case cfg.RedisReplicaTimeout < 0:
+		return fmt.Errorf("store.redis_replica_timeout: %v is negative", cfg.RedisReplicaTimeout)
 	case strings.ContainsAny(cfg.RedisPrefix, "{}"):
-		return fmt.Errorf("%w: the redis key prefix %q contains { or }, which would make it the keys' hash tag", ErrInvalid, cfg.RedisPrefix)
+		return fmt.Errorf("the redis key prefix %q contains { or }, which would make it the keys' hash tag", cfg.RedisPrefix)
 	}
 	return nil
 }

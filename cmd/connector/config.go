@@ -10,11 +10,11 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"time"
 
 	"connector/enroll"
+	"connector/internal/nonneg"
 	"connector/media"
 	"connector/platform/discord"
 	"connector/platform/nexscope"
@@ -340,14 +340,7 @@ func (c *Config) Validate() error {
 // its struct; "" for the file's top level) is negative: zero stands for the
 // default, and relay.New would read a negative one as its default too.
 func nonNegative(key string, section any) error {
-	v := reflect.ValueOf(section).Elem()
-	for i := range v.NumField() {
-		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
-		if f := v.Field(i); name != "-" && f.CanInt() && f.Int() < 0 {
-			return fmt.Errorf("config: %s: must not be negative", joinKey(key, name))
-		}
-	}
-	return nil
+	return nonneg.Check("config: "+joinKey(key, ""), section)
 }
 
 // validListen checks addr the way net.Listen("tcp", addr) reads it, short of
@@ -439,39 +432,22 @@ func (s *StoreConfig) validate() error {
 }
 
 // validateRedis checks the redis backend's keys: exactly one way to reach
-// it, each complete.
+// it, each complete (store.CheckRedis owns the rules store.Open applies).
 func (s *StoreConfig) validateRedis() error {
-	modes := 0
-	for _, set := range []bool{s.RedisURL != "", s.RedisSentinel != nil, len(s.RedisClusterAddrs) > 0} {
-		if set {
-			modes++
-		}
-	}
 	switch {
-	case modes == 0:
+	case s.RedisURL == "" && s.RedisSentinel == nil && len(s.RedisClusterAddrs) == 0:
 		return fmt.Errorf("config: store.redis_url: required for the redis backend (or set %s), unless store.redis_sentinel or store.redis_cluster_addrs is set", EnvRedisURL)
-	case modes > 1:
-		return errors.New("config: store: set only one of redis_url, redis_sentinel and redis_cluster_addrs")
-	case s.RedisSentinel != nil && s.RedisSentinel.Master == "":
-		return errors.New("config: store.redis_sentinel.master: required")
-	case s.RedisSentinel != nil && len(s.RedisSentinel.Addrs) == 0:
-		return errors.New("config: store.redis_sentinel.addrs: required")
 	case len(s.RedisClusterAddrs) == 0 && (s.RedisClusterUsername != "" || s.RedisClusterPassword != "" || s.RedisClusterTLS):
 		return errors.New("config: store.redis_cluster_*: set with redis_cluster_addrs only")
 	case (s.RedisTLS.CertFile == "") != (s.RedisTLS.KeyFile == ""):
 		return errors.New("config: store.redis_tls: cert_file and key_file must be set together")
 	}
-	if _, err := s.RedisTLS.load(); err != nil {
+	cfg, err := s.storeConfig()
+	if err != nil {
 		return err
 	}
-	if s.RedisURL != "" {
-		u, err := url.Parse(s.RedisURL)
-		if err != nil {
-			return errors.New("config: store.redis_url: not a URL")
-		}
-		if u.Scheme != "redis" && u.Scheme != "rediss" {
-			return errors.New("config: store.redis_url: the scheme must be redis or rediss (TLS)")
-		}
+	if err := store.CheckRedis(cfg); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	return nil
 }

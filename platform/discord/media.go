@@ -1,14 +1,12 @@
 package discord
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"mime/multipart"
-	"net/http"
 	"net/textproto"
 	"strings"
 
@@ -17,6 +15,7 @@ import (
 	"connector/contract"
 	"connector/internal/textsplit"
 	"connector/media"
+	"connector/platform"
 )
 
 // attachmentRef is an entry of a message's attachments array: id is the
@@ -66,25 +65,26 @@ func (p *Platform) opSendMedia(ctx context.Context, tenant, chatID string, a *co
 }
 
 // postAttachment sends msg with obj as files[0] and returns the message id.
-// The multipart body is the form's framing around the file, which is read
-// from the media store as the transport sends it, so the file is never in
-// memory; a retried attempt (after a 429) reads it again from the start.
+// The file is read from the media store as the transport sends it, so it
+// is never in memory; a retried attempt (after a 429) reads it again from
+// the start (platform.NewFileUpload).
 func (p *Platform) postAttachment(ctx context.Context, chatID string, msg *mediaMessage, filename string, obj *media.Object) (string, error) {
 	payload, err := json.Marshal(msg)
 	if err != nil {
 		return "", fmt.Errorf("encode request: %w", err)
 	}
-	head, tail, contentType := attachmentForm(payload, filename, cmp.Or(obj.MIME, "application/octet-stream"))
-	body := func() io.ReadCloser {
-		return io.NopCloser(io.MultiReader(bytes.NewReader(head), obj.Section(), bytes.NewReader(tail)))
+	fields := func(mw *multipart.Writer) {
+		h := textproto.MIMEHeader{}
+		h.Set("Content-Disposition", `form-data; name="payload_json"`)
+		h.Set("Content-Type", "application/json")
+		part, _ := mw.CreatePart(h)
+		_, _ = part.Write(payload)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, discordgo.EndpointChannelMessages(chatID), body())
+	req, err := platform.NewFileUpload(ctx, discordgo.EndpointChannelMessages(chatID), fields, "files[0]", filename, cmp.Or(obj.MIME, "application/octet-stream"), obj.Section())
 	if err != nil {
 		return "", err
 	}
-	req.GetBody = func() (io.ReadCloser, error) { return body(), nil }
 	req.Header.Set("Authorization", "Bot "+p.cfg.BotToken)
-	req.Header.Set("Content-Type", contentType)
 	req.Header.Set("User-Agent", p.sess.UserAgent)
 	resp, err := p.sess.Client.Do(req)
 	if err != nil {
@@ -105,25 +105,4 @@ func (p *Platform) postAttachment(ctx context.Context, chatID string, msg *media
 		return "", fmt.Errorf("decode POST answer: %w", err)
 	}
 	return out.ID, nil
-}
-
-// attachmentForm is the multipart body around the file, under a random
-// boundary: head is payload_json and the header of files[0], tail closes
-// the form; contentType names the boundary.
-func attachmentForm(payload []byte, filename, mime string) (head, tail []byte, contentType string) {
-	var buf bytes.Buffer
-	mw := multipart.NewWriter(&buf)
-	h := textproto.MIMEHeader{}
-	h.Set("Content-Disposition", `form-data; name="payload_json"`)
-	h.Set("Content-Type", "application/json")
-	part, _ := mw.CreatePart(h) // a bytes.Buffer never fails a write
-	_, _ = part.Write(payload)
-	h = textproto.MIMEHeader{}
-	h.Set("Content-Disposition", multipart.FileContentDisposition("files[0]", filename))
-	h.Set("Content-Type", mime)
-	_, _ = mw.CreatePart(h)
-	head = bytes.Clone(buf.Bytes())
-	buf.Reset()
-	_ = mw.Close()
-	return head, buf.Bytes(), mw.FormDataContentType()
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"connector/internal/nonneg"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -116,23 +118,8 @@ func (c *Config) Validate() error {
 	if c.Token == "" {
 		return errors.New("nexscope: token is required")
 	}
-	for _, f := range []struct {
-		key string
-		v   int64
-	}{
-		{"max_users", int64(c.MaxUsers)},
-		{"max_payload", c.MaxPayload},
-		{"max_file", c.MaxFile},
-		{"transfer_timeout", int64(c.TransferTimeout)},
-		{"heartbeat_interval", int64(c.HeartbeatInterval)},
-		{"write_timeout", int64(c.WriteTimeout)},
-		{"send_queue_bytes", c.SendQueueBytes},
-		{"max_text", int64(c.MaxText)},
-		{"remember_messages", int64(c.RememberMessages)},
-	} {
-		if f.v < 0 {
-			return fmt.Errorf("nexscope: %s must not be negative", f.key)
-		}
+	if err := nonneg.Check("nexscope: ", c, "hop_limit"); err != nil {
+		return err
 	}
 	if c.MaxPayload > 0 && c.MaxPayload < minPayload {
 		return fmt.Errorf("nexscope: max_payload must be at least %d bytes", minPayload)

@@ -13,6 +13,9 @@ func TestConfigValidateNamesTheKey(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("minimal config: %v", err)
 	}
+	if err := (&Config{Token: "t", HopLimit: -1}).Validate(); err != nil {
+		t.Fatalf("hop_limit -1 (no limit): %v", err)
+	}
 	for key, cfg := range map[string]Config{
 		"token":              {},
 		"max_users":          {Token: "t", MaxUsers: -1},

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"connector/internal/nonneg"
 )
 
 // Config configures the shared Slack app. SigningSecret with BotToken (one
@@ -177,13 +179,5 @@ func (c Config) Validate() error {
 			return fmt.Errorf("slack.tenants[%q].weight: must not be negative", tenant)
 		}
 	}
-	switch {
-	case c.RequestTimeout < 0:
-		return errors.New("slack.request_timeout: negative")
-	case c.MaxEventBytes < 0:
-		return errors.New("slack.max_event_bytes: negative")
-	case c.DedupeWindow < 0:
-		return errors.New("slack.dedupe_window: negative")
-	}
-	return nil
+	return nonneg.Check("slack.", &c, "channel_per_second")
 }

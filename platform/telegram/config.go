@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"connector/internal/nonneg"
 )
 
 // Config configures the shared Telegram bot. Its zero value plus BotToken
@@ -183,16 +185,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.PollTimeout != 0 && c.PollTimeout < 2*time.Second:
 		return errors.New("telegram.poll_timeout: must be at least 2s")
-	case c.RequestTimeout < 0:
-		return errors.New("telegram.request_timeout: negative")
 	case c.WebhookMaxConnections < 0 || c.WebhookMaxConnections > 100:
 		return errors.New("telegram.webhook_max_connections: must be 1-100")
-	case c.MaxWebhookBytes < 0:
-		return errors.New("telegram.max_webhook_bytes: negative")
-	case c.DedupeWindow < 0:
-		return errors.New("telegram.dedupe_window: negative")
 	}
-	return nil
+	return nonneg.Check("telegram.", &c, "global_per_second", "chat_per_second", "group_per_minute")
 }
 
 // validToken checks the "<bot id>:<secret>" shape without echoing the token.

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"connector/internal/nativecfg"
+	"connector/internal/nonneg"
 	"connector/platform"
 )
 
@@ -224,15 +225,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("whatsapp.tenants[%q].%w", tenant, err)
 		}
 	}
-	switch {
-	case c.RequestTimeout < 0:
-		return errors.New("whatsapp.request_timeout: negative")
-	case c.MaxWebhookBytes < 0:
-		return errors.New("whatsapp.max_webhook_bytes: negative")
-	case c.MaxInboundMediaBytes < 0:
-		return errors.New("whatsapp.max_inbound_media_bytes: negative")
-	}
-	return nil
+	return nonneg.Check("whatsapp.", &c, "global_per_second", "number_per_second", "chat_per_second")
 }
 
 // validSecret checks a credential's shape without echoing it: present,

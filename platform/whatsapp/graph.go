@@ -9,11 +9,11 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
-	"net/textproto"
 	"net/url"
 	"regexp"
 
 	"connector/internal/textsplit"
+	"connector/platform"
 )
 
 // This file is the connector's whole Graph API client: the five calls the
@@ -115,41 +115,21 @@ func (g *graph) markRead(ctx context.Context, phoneID, wamid string) error {
 	return g.postJSON(ctx, "/"+phoneID+"/messages", body, nil)
 }
 
-// uploadMedia uploads size bytes of r as one file of type mime to phoneID's
-// media and returns the media id; the multipart body is streamed.
-func (g *graph) uploadMedia(ctx context.Context, phoneID, filename, mime string, r io.Reader) (string, error) {
-	pr, pw := io.Pipe()
-	mw := multipart.NewWriter(pw)
-	go func() {
-		err := mw.WriteField("messaging_product", "whatsapp")
-		if err == nil {
-			err = mw.WriteField("type", mime)
-		}
-		if err == nil {
-			h := make(textproto.MIMEHeader)
-			h.Set("Content-Disposition", fmt.Sprintf(`form-data; name="file"; filename=%q`, filename))
-			h.Set("Content-Type", mime)
-			var part io.Writer
-			if part, err = mw.CreatePart(h); err == nil {
-				_, err = io.Copy(part, r)
-			}
-		}
-		if err == nil {
-			err = mw.Close()
-		}
-		pw.CloseWithError(err)
-	}()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.base+"/"+phoneID+"/media", pr)
+// uploadMedia uploads file, of type mime, to phoneID's media
+// and returns the media id; the file is streamed (platform.NewFileUpload).
+func (g *graph) uploadMedia(ctx context.Context, phoneID, filename, mime string, file *io.SectionReader) (string, error) {
+	fields := func(mw *multipart.Writer) {
+		_ = mw.WriteField("messaging_product", "whatsapp")
+		_ = mw.WriteField("type", mime)
+	}
+	req, err := platform.NewFileUpload(ctx, g.base+"/"+phoneID+"/media", fields, "file", filename, mime, file)
 	if err != nil {
-		pr.CloseWithError(err)
 		return "", err
 	}
-	req.Header.Set("Content-Type", mw.FormDataContentType())
 	var out struct {
 		ID string `json:"id"`
 	}
 	if err := g.do(req, &out); err != nil {
-		pr.CloseWithError(err)
 		return "", err
 	}
 	if out.ID == "" {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,13 +58,28 @@ func TestGraphMediaRoundTrip(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	data := bytes.Repeat([]byte("0123456789abcdef"), 70_000)
-	id, err := g.uploadMedia(ctx, "1065", "a \"quoted\" name.ogg", "audio/ogg; codecs=opus", bytes.NewReader(data))
+	file := io.NewSectionReader(bytes.NewReader(data), 0, int64(len(data)))
+	id, err := g.uploadMedia(ctx, "1065", "a \"quoted\" name.ogg", "audio/ogg; codecs=opus", file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	up, _ := fake.Media(id)
 	if !bytes.Equal(up.Data, data) || up.MIME != "audio/ogg; codecs=opus" || up.Filename != `a "quoted" name.ogg` {
 		t.Fatalf("upload %d bytes %q %q", len(up.Data), up.MIME, up.Filename)
+	}
+
+	// An upload sent again (here after a 307, which the client follows by
+	// sending the body once more) carries the whole file.
+	var redirected atomic.Bool
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		redirected.Store(true)
+		http.Redirect(w, r, fake.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer front.Close()
+	again := &graph{base: front.URL + "/" + whatsapptest.Version, token: testToken, hc: http.DefaultClient}
+	againID, err := again.uploadMedia(ctx, "1065", "b.ogg", "audio/ogg", file)
+	if up, _ := fake.Media(againID); err != nil || !redirected.Load() || !bytes.Equal(up.Data, data) {
+		t.Fatalf("upload sent again (redirected %v): %d bytes, %v", redirected.Load(), len(up.Data), err)
 	}
 	info, err := g.lookupMedia(ctx, id)
 	if err != nil || info.FileSize != int64(len(data)) {
