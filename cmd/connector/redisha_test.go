@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"connector/contract"
 	"connector/internal/redistest"
 	"connector/relay/relaytest"
@@ -61,16 +63,19 @@ func TestRedisSentinelFailover(t *testing.T) {
 	s := startHAStream(t, fmt.Sprintf("store:\n  backend: redis\n  redis_sentinel: {master: mymaster, addrs: [%s], password: %s}\n  redis_min_replicas: 1\n  lease_ttl: 1500ms\n",
 		strings.Join(addrs, ", "), haPassword))
 	s.waitConfirmed(t, 50)
+	events := watchSentinel(t, sentinels[0])
 
 	killed := time.Now()
 	primary.Kill(t)
 	resumed := s.waitResumed(t, killed, haAfter)
 	s.finish(t)
 	before, after, refused := s.counts(killed)
-	t.Logf("primary killed: confirmations resumed %v after the kill (bound %v); %d updates confirmed before it, %d after, %d answers refused (%d updates, sent again), longest wait for a confirmation %v; every confirmed update delivered",
-		resumed.Round(time.Millisecond), haResumeBound, before, after, refused, s.refusedUpdates(), s.longestWait().Round(time.Millisecond))
+	t.Logf("primary killed: confirmations resumed %v after the kill (bound %v), a replica promoted %v after it; %d updates confirmed before it, %d after, %d answers refused (%d updates, sent again), longest wait for a confirmation %v; every confirmed update delivered",
+		resumed.Round(time.Millisecond), haResumeBound, events.first("+promoted-slave", killed).Round(time.Millisecond),
+		before, after, refused, s.refusedUpdates(), s.longestWait().Round(time.Millisecond))
 	if resumed > haResumeBound {
-		t.Errorf("confirmations resumed %v after the primary's kill, more than %v", resumed, haResumeBound)
+		t.Errorf("confirmations resumed %v after the primary's kill, more than %v; one Sentinel's events after the kill:%s",
+			resumed, haResumeBound, events.timeline(killed))
 	}
 	// go-redis's own lines (the failover client's switch to the new
 	// primary) keep the connector's JSON log format.
@@ -83,6 +88,69 @@ func TestRedisSentinelFailover(t *testing.T) {
 	if !strings.Contains(logged, `"msg":"redis client"`) || !strings.Contains(logged, "new master") {
 		t.Error(`the log does not say the redis client followed the new primary ("redis client" ... "new master")`)
 	}
+}
+
+// sentinelEvents records the events a Sentinel publishes (+sdown, +odown,
+// +elected-leader, -failover-abort-not-elected, +promoted-slave,
+// +switch-master, ...), each with when it came: a failover that outlives
+// its bound says where the time went.
+type sentinelEvents struct {
+	mu     sync.Mutex
+	events []sentinelEvent
+}
+
+type sentinelEvent struct {
+	at   time.Time
+	name string
+}
+
+// watchSentinel subscribes to every event sentinel publishes and returns
+// once the subscription is in place.
+func watchSentinel(t *testing.T, sentinel *redistest.Server) *sentinelEvents {
+	t.Helper()
+	c := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr()})
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	sub := c.PSubscribe(ctx, "*")
+	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
+		t.Fatalf("subscribing to Sentinel %s's events: %v", sentinel.Addr(), err)
+	}
+	e := &sentinelEvents{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m := range sub.Channel() {
+			e.mu.Lock()
+			e.events = append(e.events, sentinelEvent{at: time.Now(), name: m.Channel})
+			e.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { _ = sub.Close(); _ = c.Close(); <-done })
+	return e
+}
+
+// first returns how long after since the first event name came (-1 when
+// none came).
+func (e *sentinelEvents) first(name string, since time.Time) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ev := range e.events {
+		if ev.name == name {
+			return ev.at.Sub(since)
+		}
+	}
+	return -1
+}
+
+// timeline lists the events with how long after since each came.
+func (e *sentinelEvents) timeline(since time.Time) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var b strings.Builder
+	for _, ev := range e.events {
+		fmt.Fprintf(&b, " %s@%v", ev.name, ev.at.Sub(since).Round(time.Millisecond))
+	}
+	return b.String()
 }
 
 // TestRedisOutage: the connector's one Redis (appendfsync always) is killed
