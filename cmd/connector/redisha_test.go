@@ -63,7 +63,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	s := startHAStream(t, fmt.Sprintf("store:\n  backend: redis\n  redis_sentinel: {master: mymaster, addrs: [%s], password: %s}\n  redis_min_replicas: 1\n  lease_ttl: 1500ms\n",
 		strings.Join(addrs, ", "), haPassword))
 	s.waitConfirmed(t, 50)
-	events := watchSentinel(t, sentinels[0])
+	events := watchSentinels(t, sentinels)
 
 	killed := time.Now()
 	primary.Kill(t)
@@ -74,7 +74,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 		resumed.Round(time.Millisecond), haResumeBound, events.first("+promoted-slave", killed).Round(time.Millisecond),
 		before, after, refused, s.refusedUpdates(), s.longestWait().Round(time.Millisecond))
 	if resumed > haResumeBound {
-		t.Errorf("confirmations resumed %v after the primary's kill, more than %v; one Sentinel's events after the kill:%s",
+		t.Errorf("confirmations resumed %v after the primary's kill, more than %v; the Sentinels' events after the kill (s<index><event>@<time>):%s",
 			resumed, haResumeBound, events.timeline(killed))
 	}
 	// go-redis's own lines (the failover client's switch to the new
@@ -90,47 +90,52 @@ func TestRedisSentinelFailover(t *testing.T) {
 	}
 }
 
-// sentinelEvents records the events a Sentinel publishes (+sdown, +odown,
+// sentinelEvents records the events the Sentinels publish (+sdown, +odown,
 // +elected-leader, -failover-abort-not-elected, +promoted-slave,
-// +switch-master, ...), each with when it came: a failover that outlives
-// its bound says where the time went.
+// +switch-master, ...), each with which Sentinel and when: a failover that
+// outlives its bound says where the time went. Only the leader publishes
+// the steps of the failover it runs, so every Sentinel is watched.
 type sentinelEvents struct {
 	mu     sync.Mutex
 	events []sentinelEvent
 }
 
 type sentinelEvent struct {
-	at   time.Time
-	name string
+	at       time.Time
+	sentinel int // index in the slice given to watchSentinels
+	name     string
 }
 
-// watchSentinel subscribes to every event sentinel publishes and returns
-// once the subscription is in place.
-func watchSentinel(t *testing.T, sentinel *redistest.Server) *sentinelEvents {
+// watchSentinels subscribes to every event the sentinels publish and
+// returns once the subscriptions are in place.
+func watchSentinels(t *testing.T, sentinels []*redistest.Server) *sentinelEvents {
 	t.Helper()
-	c := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr()})
-	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
-	defer cancel()
-	sub := c.PSubscribe(ctx, "*")
-	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
-		t.Fatalf("subscribing to Sentinel %s's events: %v", sentinel.Addr(), err)
-	}
 	e := &sentinelEvents{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for m := range sub.Channel() {
-			e.mu.Lock()
-			e.events = append(e.events, sentinelEvent{at: time.Now(), name: m.Channel})
-			e.mu.Unlock()
+	for i, sentinel := range sentinels {
+		c := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr()})
+		ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+		sub := c.PSubscribe(ctx, "*")
+		_, err := sub.Receive(ctx) // the subscription's confirmation
+		cancel()
+		if err != nil {
+			t.Fatalf("subscribing to Sentinel %s's events: %v", sentinel.Addr(), err)
 		}
-	}()
-	t.Cleanup(func() { _ = sub.Close(); _ = c.Close(); <-done })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for m := range sub.Channel() {
+				e.mu.Lock()
+				e.events = append(e.events, sentinelEvent{at: time.Now(), sentinel: i, name: m.Channel})
+				e.mu.Unlock()
+			}
+		}()
+		t.Cleanup(func() { _ = sub.Close(); _ = c.Close(); <-done })
+	}
 	return e
 }
 
-// first returns how long after since the first event name came (-1 when
-// none came).
+// first returns how long after since the first event name came, from any
+// Sentinel (-1 when none came).
 func (e *sentinelEvents) first(name string, since time.Time) time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -148,7 +153,7 @@ func (e *sentinelEvents) timeline(since time.Time) string {
 	defer e.mu.Unlock()
 	var b strings.Builder
 	for _, ev := range e.events {
-		fmt.Fprintf(&b, " %s@%v", ev.name, ev.at.Sub(since).Round(time.Millisecond))
+		fmt.Fprintf(&b, " s%d%s@%v", ev.sentinel, ev.name, ev.at.Sub(since).Round(time.Millisecond))
 	}
 	return b.String()
 }
