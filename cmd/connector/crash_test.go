@@ -290,10 +290,10 @@ func (r *crashRig) start(t *testing.T) {
 	t.Helper()
 	r.child, r.queued, r.member = startChild(t, r.bin, r.env, r.config, r.dir, false), 0, nil
 	r.sessions++
-	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	ctx, cancel := r.child.alive()
 	defer cancel()
-	if err := r.dfake.WaitSession(ctx, r.sessions); err != nil {
-		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, err)
+	if r.dfake.WaitSession(ctx, r.sessions) != nil {
+		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, context.Cause(ctx))
 	}
 }
 

@@ -90,11 +90,13 @@ func (r *hijackRig) restart(t *testing.T) {
 	}
 	r.start(t)
 	r.sessions++
+	sctx, scancel := r.child.alive()
+	defer scancel()
+	if r.dfake.WaitSession(sctx, r.sessions) != nil {
+		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, context.Cause(sctx))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
 	defer cancel()
-	if err := r.dfake.WaitSession(ctx, r.sessions); err != nil {
-		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, err)
-	}
 	r.gws = map[string]*relaytest.Client{}
 	for _, id := range []string{"a", "b"} {
 		c := r.dial(t, "gw-"+id, "s"+id)

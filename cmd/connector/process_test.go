@@ -8,6 +8,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -155,6 +156,23 @@ func startChild(t *testing.T, bin string, env []string, config, dataDir string, 
 		t.Fatalf("timed out after %v waiting for the connector to listen\n%s", crashWait, c.stderr.String())
 	}
 	return c
+}
+
+// alive returns a context that ends after crashWait or as soon as the
+// child exits, whichever comes first; context.Cause says which, so a wait
+// on the child's doing does not sit out crashWait for a dead process.
+func (c *child) alive() (context.Context, context.CancelFunc) {
+	timed, stopTimer := context.WithTimeoutCause(context.Background(), crashWait,
+		fmt.Errorf("timed out after %v", crashWait))
+	ctx, cancel := context.WithCancelCause(timed)
+	go func() {
+		select {
+		case <-c.exited:
+			cancel(fmt.Errorf("the connector exited (%v)", c.err))
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil); stopTimer() }
 }
 
 // waitExit waits for the child to exit and returns its exit code.

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"connector/contract"
 	"connector/internal/redistest"
 	"connector/relay/relaytest"
@@ -61,16 +63,19 @@ func TestRedisSentinelFailover(t *testing.T) {
 	s := startHAStream(t, fmt.Sprintf("store:\n  backend: redis\n  redis_sentinel: {master: mymaster, addrs: [%s], password: %s}\n  redis_min_replicas: 1\n  lease_ttl: 1500ms\n",
 		strings.Join(addrs, ", "), haPassword))
 	s.waitConfirmed(t, 50)
+	events := watchSentinels(t, sentinels)
 
 	killed := time.Now()
 	primary.Kill(t)
 	resumed := s.waitResumed(t, killed, haAfter)
 	s.finish(t)
 	before, after, refused := s.counts(killed)
-	t.Logf("primary killed: confirmations resumed %v after the kill (bound %v); %d updates confirmed before it, %d after, %d answers refused (%d updates, sent again), longest wait for a confirmation %v; every confirmed update delivered",
-		resumed.Round(time.Millisecond), haResumeBound, before, after, refused, s.refusedUpdates(), s.longestWait().Round(time.Millisecond))
+	t.Logf("primary killed: confirmations resumed %v after the kill (bound %v), a replica promoted %v after it; %d updates confirmed before it, %d after, %d answers refused (%d updates, sent again), longest wait for a confirmation %v; every confirmed update delivered",
+		resumed.Round(time.Millisecond), haResumeBound, events.first("+promoted-slave", killed).Round(time.Millisecond),
+		before, after, refused, s.refusedUpdates(), s.longestWait().Round(time.Millisecond))
 	if resumed > haResumeBound {
-		t.Errorf("confirmations resumed %v after the primary's kill, more than %v", resumed, haResumeBound)
+		t.Errorf("confirmations resumed %v after the primary's kill, more than %v; the Sentinels' events after the kill (s<index><event>@<time>):%s",
+			resumed, haResumeBound, events.timeline(killed))
 	}
 	// go-redis's own lines (the failover client's switch to the new
 	// primary) keep the connector's JSON log format.
@@ -83,6 +88,74 @@ func TestRedisSentinelFailover(t *testing.T) {
 	if !strings.Contains(logged, `"msg":"redis client"`) || !strings.Contains(logged, "new master") {
 		t.Error(`the log does not say the redis client followed the new primary ("redis client" ... "new master")`)
 	}
+}
+
+// sentinelEvents records the events the Sentinels publish (+sdown, +odown,
+// +elected-leader, -failover-abort-not-elected, +promoted-slave,
+// +switch-master, ...), each with which Sentinel and when: a failover that
+// outlives its bound says where the time went. Only the leader publishes
+// the steps of the failover it runs, so every Sentinel is watched.
+type sentinelEvents struct {
+	mu     sync.Mutex
+	events []sentinelEvent
+}
+
+type sentinelEvent struct {
+	at       time.Time
+	sentinel int // index in the slice given to watchSentinels
+	name     string
+}
+
+// watchSentinels subscribes to every event the sentinels publish and
+// returns once the subscriptions are in place.
+func watchSentinels(t *testing.T, sentinels []*redistest.Server) *sentinelEvents {
+	t.Helper()
+	e := &sentinelEvents{}
+	for i, sentinel := range sentinels {
+		c := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr()})
+		ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+		sub := c.PSubscribe(ctx, "*")
+		_, err := sub.Receive(ctx) // the subscription's confirmation
+		cancel()
+		if err != nil {
+			t.Fatalf("subscribing to Sentinel %s's events: %v", sentinel.Addr(), err)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for m := range sub.Channel() {
+				e.mu.Lock()
+				e.events = append(e.events, sentinelEvent{at: time.Now(), sentinel: i, name: m.Channel})
+				e.mu.Unlock()
+			}
+		}()
+		t.Cleanup(func() { _ = sub.Close(); _ = c.Close(); <-done })
+	}
+	return e
+}
+
+// first returns how long after since the first event name came, from any
+// Sentinel (-1 when none came).
+func (e *sentinelEvents) first(name string, since time.Time) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ev := range e.events {
+		if ev.name == name {
+			return ev.at.Sub(since)
+		}
+	}
+	return -1
+}
+
+// timeline lists the events with how long after since each came.
+func (e *sentinelEvents) timeline(since time.Time) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var b strings.Builder
+	for _, ev := range e.events {
+		fmt.Fprintf(&b, " s%d%s@%v", ev.sentinel, ev.name, ev.at.Sub(since).Round(time.Millisecond))
+	}
+	return b.String()
 }
 
 // TestRedisOutage: the connector's one Redis (appendfsync always) is killed
