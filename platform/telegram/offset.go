@@ -27,8 +27,8 @@ type offsetGate struct {
 	onReady func()
 
 	mu      sync.Mutex
-	handed  int64              // the highest update id a getUpdates answer carried
-	reached int64              // the highest update id the worker took (handing)
+	handed  int64              // the highest update id of the last getUpdates answer
+	reached int64              // the highest update id of that answer the worker took (handing)
 	pending map[int64]struct{} // taken and not yet handled
 	changed chan struct{}      // closed and replaced when an update is handled
 }
@@ -58,9 +58,15 @@ func (g *offsetGate) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	g.mu.Lock()
-	g.handed = max(g.handed, handedOut(body))
-	g.mu.Unlock()
+	// The answer's updates replace the previous answer's, all of which
+	// were handled (wait): ids are compared within one answer only, since
+	// after a week without updates Telegram numbers the next from a random,
+	// possibly lower, value.
+	if last := handedOut(body); last != 0 {
+		g.mu.Lock()
+		g.handed, g.reached = last, 0
+		g.mu.Unlock()
+	}
 	if resp.StatusCode == http.StatusOK {
 		g.onReady()
 	}

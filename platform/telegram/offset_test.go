@@ -125,3 +125,31 @@ func FuzzHandedOut(f *testing.F) {
 		}
 	})
 }
+
+// After a week without updates Telegram numbers the next update from a
+// random value, which may be lower than every id seen before: the poll goes
+// on, ingesting it and the rest of its answer, instead of waiting forever
+// for an id the old numbering would have reached.
+func TestPollingGoesOnWhenUpdateIDsRestartLower(t *testing.T) {
+	e := pollingEnv(t, nil)
+	first := fixture(t, "telegram_shared_private_text")
+	e.fake.Enqueue(first.Raw)
+	if d := e.sink.Next(t); d.SessionKey != first.Key {
+		t.Fatalf("delivered %s, want %s", d.SessionKey, first.Key)
+	}
+	// Restarted ids, lower than the first's; two chats in one answer.
+	second := fixture(t, "telegram_shared_basic_group")
+	third := fixture(t, "telegram_shared_private_command")
+	e.fake.Enqueue(withUpdateID(t, second.Raw, 5))
+	e.fake.Enqueue(withUpdateID(t, third.Raw, 6))
+	got := []string{e.sink.Next(t).SessionKey, e.sink.Next(t).SessionKey}
+	if !slices.Contains(got, second.Key) || !slices.Contains(got, third.Key) {
+		t.Fatalf("deliveries %q, want %s and %s", got, second.Key, third.Key)
+	}
+	// And the poll after them goes out too.
+	fourth := fixture(t, "telegram_shared_supergroup")
+	e.fake.Enqueue(withUpdateID(t, fourth.Raw, 7))
+	if d := e.sink.Next(t); d.SessionKey != fourth.Key {
+		t.Fatalf("delivered %s, want %s", d.SessionKey, fourth.Key)
+	}
+}
