@@ -136,3 +136,12 @@ func (g *offsetGate) done(id int64) {
 	close(g.changed)
 	g.changed = make(chan struct{})
 }
+
+// reset forgets every update handed out: a new poll starts, and the last
+// one's updates are ingested or given up.
+func (g *offsetGate) reset() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.handed, g.reached = 0, 0
+	clear(g.pending)
+}

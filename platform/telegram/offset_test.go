@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"connector/internal/clock/clocktest"
 )
 
 // roundTripFunc is an http.RoundTripper from a function.
@@ -151,5 +153,49 @@ func TestPollingGoesOnWhenUpdateIDsRestartLower(t *testing.T) {
 	e.fake.Enqueue(withUpdateID(t, fourth.Raw, 7))
 	if d := e.sink.Next(t); d.SessionKey != fourth.Key {
 		t.Fatalf("delivered %s, want %s", d.SessionKey, fourth.Key)
+	}
+}
+
+// A poll whose lease ends while an update's delivery is still being refused
+// gives that update up, unconfirmed; when the lease comes back the next poll
+// goes out and Telegram hands the update out again, and it is delivered:
+// neither held forever behind the gate nor confirmed by an offset the last
+// poll left behind.
+func TestPollAfterLostLeaseDeliversTheUpdateGivenUp(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, nil)
+	firstTerm, firstEnded, secondTerm := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	e.p.deps.Exclusive = func(ctx context.Context, _ string, run func(context.Context) error) error {
+		tctx, cancel := context.WithCancel(ctx)
+		go func() {
+			<-firstTerm
+			cancel()
+		}()
+		_ = run(tctx) // the lease is lost
+		cancel()
+		close(firstEnded)
+		select {
+		case <-secondTerm:
+		case <-ctx.Done():
+			return nil
+		}
+		return run(ctx)
+	}
+	e.sink.RefuseAll(true)
+	e.run(t)
+	first := fixture(t, "telegram_shared_private_text")
+	e.fake.Enqueue(first.Raw)
+	none := func() int { return 0 }
+	clk.Settle(t, 1, none, none) // refused: the delivery sleeps on the clock
+	close(firstTerm)
+	select {
+	case <-firstEnded:
+	case <-time.After(waitFor):
+		t.Fatal("timed out waiting for the first poll to end with its lease")
+	}
+	e.sink.RefuseAll(false)
+	close(secondTerm)
+	if d := e.sink.Next(t); d.SessionKey != first.Key {
+		t.Fatalf("delivered %s, want %s", d.SessionKey, first.Key)
 	}
 }
