@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-telegram/bot/models"
 )
@@ -25,6 +26,7 @@ import (
 type offsetGate struct {
 	base    http.RoundTripper
 	onReady func()
+	timeout time.Duration // bounds a call once it goes out
 
 	mu      sync.Mutex
 	handed  int64              // the highest update id of the last getUpdates answer
@@ -33,25 +35,34 @@ type offsetGate struct {
 	changed chan struct{}      // closed and replaced when an update is handled
 }
 
-func newOffsetGate(base http.RoundTripper, onReady func()) *offsetGate {
-	return &offsetGate{base: base, onReady: onReady, pending: make(map[int64]struct{}), changed: make(chan struct{})}
+func newOffsetGate(base http.RoundTripper, onReady func(), timeout time.Duration) *offsetGate {
+	return &offsetGate{base: base, onReady: onReady, timeout: timeout, pending: make(map[int64]struct{}), changed: make(chan struct{})}
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper. Each call is bounded by timeout
+// from when it goes out: a getUpdates held at the gate, while a slow answer
+// is still being handled, is not failed for the time it waited.
 func (g *offsetGate) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !strings.HasSuffix(r.URL.Path, "/getUpdates") {
-		return g.base.RoundTrip(r)
-	}
-	if err := g.wait(r.Context()); err != nil {
-		if r.Body != nil {
-			_ = r.Body.Close()
+	poll := strings.HasSuffix(r.URL.Path, "/getUpdates")
+	if poll {
+		if err := g.wait(r.Context()); err != nil {
+			if r.Body != nil {
+				_ = r.Body.Close()
+			}
+			return nil, err
 		}
-		return nil, err
 	}
-	resp, err := g.base.RoundTrip(r)
+	ctx, cancel := context.WithTimeout(r.Context(), g.timeout)
+	resp, err := g.base.RoundTrip(r.WithContext(ctx))
 	if err != nil {
+		cancel()
 		return resp, err
 	}
+	if !poll {
+		resp.Body = cancelOnClose{resp.Body, cancel}
+		return resp, nil
+	}
+	defer cancel()
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	if err != nil {
@@ -144,4 +155,18 @@ func (g *offsetGate) reset() {
 	defer g.mu.Unlock()
 	g.handed, g.reached = 0, 0
 	clear(g.pending)
+}
+
+// cancelOnClose is a response body that ends its call's context once
+// closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+// Close implements io.Closer.
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -45,7 +46,7 @@ func TestOffsetGateHoldsThePollUntilItsUpdatesAreHandled(t *testing.T) {
 			record("send")
 		}
 		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(body))}, nil
-	}), func() {})
+	}), func() {}, time.Minute)
 	call := func(ctx context.Context, method string) (string, error) {
 		r, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://api.invalid/botT/"+method, nil)
 		resp, err := g.RoundTrip(r)
@@ -197,5 +198,71 @@ func TestPollAfterLostLeaseDeliversTheUpdateGivenUp(t *testing.T) {
 	close(secondTerm)
 	if d := e.sink.Next(t); d.SessionKey != first.Key {
 		t.Fatalf("delivered %s, want %s", d.SessionKey, first.Key)
+	}
+}
+
+// The gate's timeout bounds a call from when it goes out: a getUpdates held
+// at the gate longer than that, while a slow answer is being handled, still
+// goes out and is answered (it used to fail with the client's timeout,
+// which counted the wait, making Status "getUpdates failing"); a call that
+// goes out and hangs fails once the timeout passes.
+func TestOffsetGateTimesCallsFromWhenTheyGoOut(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	polls := 0
+	hang := make(chan struct{})
+	defer close(hang)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/hang") {
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		polls++
+		if polls == 1 {
+			_, _ = io.WriteString(w, `{"ok":true,"result":[{"update_id":7}]}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"ok":true,"result":[]}`)
+	}))
+	defer srv.Close()
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	g := newOffsetGate(transport, func() {}, timeout)
+	client := &http.Client{Transport: g}
+	call := func(method string) error {
+		resp, err := client.Post(srv.URL+"/botT/"+method, "application/json", nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return err
+	}
+	if err := call("getUpdates"); err != nil {
+		t.Fatal(err)
+	}
+	g.handing(7)
+	done := make(chan error, 1)
+	go func() { done <- call("getUpdates") }()
+	// Update 7 takes three timeouts to handle; the poll waits meanwhile.
+	held := time.NewTimer(3 * timeout)
+	select {
+	case err := <-done:
+		t.Fatalf("the poll went out (%v) while update 7 was being handled", err)
+	case <-held.C:
+	}
+	g.done(7)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the poll held at the gate failed: %v", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the released poll", waitFor)
+	}
+	if err := call("hang"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a hanging call returned %v, want its deadline exceeded", err)
 	}
 }

@@ -141,7 +141,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
 	p.transport.MaxIdleConnsPerHost = 32
-	p.offsets = newOffsetGate(p.transport, p.pollReady)
+	p.offsets = newOffsetGate(p.transport, p.pollReady, cfg.PollTimeout+15*time.Second)
 	p.download = &http.Client{Transport: p.transport}
 	p.bot = p.newBot()
 	p.mapping.Store(p.liveMapping())
@@ -151,7 +151,8 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 // newBot builds a Bot API client: the one the platform calls, and a fresh
 // one for each long poll (poll).
 func (p *Platform) newBot() *bot.Bot {
-	client := &http.Client{Transport: p.offsets, Timeout: p.cfg.PollTimeout + 15*time.Second}
+	// No client timeout: the gate bounds each call from when it goes out.
+	client := &http.Client{Transport: p.offsets}
 	b, _ := bot.New(p.cfg.BotToken, // cannot fail: Validate checked the token, and getMe is skipped
 		bot.WithSkipGetMe(),
 		bot.WithServerURL(p.cfg.APIServerURL),
