@@ -581,6 +581,25 @@ func TestInboundMediaRehostedByteExact(t *testing.T) {
 	}
 }
 
+// An attachment is fetched only up to max_inbound_media_bytes, also when
+// the media lookup does not say its size: one whose bytes run past it is
+// delivered without it, and nothing of it stays in the media store.
+func TestInboundMediaOverTheLimitIsSkippedUnsized(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, _ *platform.Deps) { c.MaxInboundMediaBytes = 1000 })
+	r.fake.PutMedia("1290374517283302", whatsapptest.Media{Data: make([]byte, 1001), MIME: "image/jpeg", Unsized: true})
+	body := whatsapptest.Message(biz1, "447700900123", "Ada", map[string]any{"id": "wamid.BIG", "type": "image",
+		"image": map[string]any{"id": "1290374517283302", "mime_type": "image/jpeg", "caption": "big"}})
+	if code := r.post(t, body); code != 200 {
+		t.Fatal(code)
+	}
+	if ev := r.sink.all()[0].Event; ev.Text != "big" || len(ev.Media) != 0 {
+		t.Fatalf("delivered %q with %d media, want the caption alone", ev.Text, len(ev.Media))
+	}
+	if _, used := r.media.Usage("t1"); used != 0 {
+		t.Fatalf("the media store keeps %d bytes of the skipped attachment", used)
+	}
+}
+
 // linker links every code "GOOD" to t2.
 type linker struct{}
 
