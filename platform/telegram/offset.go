@@ -121,21 +121,15 @@ func (g *offsetGate) wait(ctx context.Context) error {
 	}
 }
 
-// handing records that the worker took update id, before it is handled.
-func (g *offsetGate) handing(id int64) {
+// handing records that the worker took update id, before it is handled,
+// and reports whether it is the last of the getUpdates answer it came in:
+// the next poll is held until this answer is handled, so the highest id
+// handed out is still this answer's.
+func (g *offsetGate) handing(id int64) (last bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.reached = max(g.reached, id)
 	g.pending[id] = struct{}{}
-}
-
-// lastOfAnswer reports whether update id, which the worker took, is the
-// last of the getUpdates answer it came in: the next poll is held until
-// this answer is handled, so the highest id handed out is still this
-// answer's.
-func (g *offsetGate) lastOfAnswer(id int64) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	return id >= g.handed
 }
 

@@ -193,8 +193,7 @@ func (p *Platform) libraryError(err error) {
 // (offsetGate).
 func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
 	received := p.clock.Now()
-	p.offsets.handing(u.ID)
-	last := p.offsets.lastOfAnswer(u.ID)
+	last := p.offsets.handing(u.ID)
 	if p.inAnswer(u.ID) {
 		// Its first copy's done clears the id for the offset gate.
 		p.drop(dropDuplicate, u.ID, 0)
