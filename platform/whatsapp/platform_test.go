@@ -837,3 +837,37 @@ func TestNumberBudgetIsPerNumber(t *testing.T) {
 		t.Fatalf("%d messages sent, want 7", n)
 	}
 }
+
+// A status is counted once although Meta sends its payload again because
+// a message of it could not be stored.
+func TestStatusCountedOnceWhenItsPayloadIsRetried(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	var body, msg map[string]any
+	if err := json.Unmarshal(whatsapptest.Status(biz1, ada, "wamid.S9", "delivered", 0), &body); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(whatsapptest.Text(biz1, ada, "Ada", "wamid.M9", "hi"), &msg); err != nil {
+		t.Fatal(err)
+	}
+	body["entry"] = append(body["entry"].([]any), msg["entry"].([]any)...)
+	raw, _ := json.Marshal(body)
+	r.sink.mu.Lock()
+	r.sink.fail = true
+	r.sink.mu.Unlock()
+	if code := r.post(t, raw); code != http.StatusServiceUnavailable {
+		t.Fatalf("with the message refused: %d", code)
+	}
+	r.sink.mu.Lock()
+	r.sink.fail = false
+	r.sink.mu.Unlock()
+	if code := r.post(t, raw); code != http.StatusOK {
+		t.Fatalf("retry: %d", code)
+	}
+	if got := r.stats.get(r.stats.counts, "t1/delivered"); got != 1 {
+		t.Fatalf("the status was counted %d times, want once", got)
+	}
+	if n := len(r.sink.all()); n != 1 {
+		t.Fatalf("%d deliveries, want the message once", n)
+	}
+}
