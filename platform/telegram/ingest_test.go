@@ -416,3 +416,39 @@ func TestSlowDownloadDelaysOnlyItsChatWebhook(t *testing.T) {
 		t.Fatalf("second delivery %q, want X's document", d.Event.Text)
 	}
 }
+
+// An attachment is fetched only up to the Bot API's 20 MiB, whatever the
+// update and getFile say of its size (file_size is optional, and a local
+// Bot API server serves larger files): one whose bytes run past that is
+// delivered without it, and nothing of it stays in the media store.
+func TestInboundFileOverTheDownloadLimitIsSkipped(t *testing.T) {
+	e := newWebhookEnv(t, nil)
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.example", MaxBytes: 2 * maxDownloadBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.p.deps.Media = store
+	e.startWebhook(t)
+	const size = maxDownloadBytes + 1
+	e.fake.AddFile("BIG", "documents/big.bin", size, func() io.Reader { return zeros{} })
+	doc := []byte(`{"update_id":800001,"message":{"message_id":81,"date":1700000000,` +
+		`"chat":{"id":123456789,"type":"private","first_name":"A"},"from":{"id":123456789,"is_bot":false,"first_name":"A"},` +
+		`"caption":"big","document":{"file_id":"BIG","file_unique_id":"U9","file_name":"big.bin"}}}`)
+	if code := e.post(t, doc); code != http.StatusOK {
+		t.Fatalf("answered %d", code)
+	}
+	if d := e.sink.Next(t); d.Event.Text != "big" || len(d.Event.Media) != 0 {
+		t.Fatalf("delivered %q with %d media, want the caption alone", d.Event.Text, len(d.Event.Media))
+	}
+	if _, used := store.Usage("t1"); used != 0 {
+		t.Fatalf("the media store keeps %d bytes of the skipped file", used)
+	}
+}
+
+// zeros reads zero bytes forever.
+type zeros struct{}
+
+func (zeros) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
+}

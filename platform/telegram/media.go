@@ -150,14 +150,15 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, msg *models.M
 	if !ok || store == nil || store.URL("x") == "" {
 		return
 	}
-	if f.size > min(maxDownloadBytes, store.MaxBytes()) {
+	limit := min(maxDownloadBytes, store.MaxBytes())
+	if f.size > limit {
 		p.log.Info("telegram attachment too large to re-host; delivered without it", "chat_id", msg.Chat.ID, "size", f.size)
 		p.metrics.Dropped(platformName, "media_skipped")
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, mediaDownloadTimeout)
 	defer cancel()
-	info, err := p.rehost(ctx, tenant, f)
+	info, err := p.rehost(ctx, tenant, f, limit)
 	if err != nil {
 		p.log.Warn("telegram attachment could not be re-hosted; delivered without it", "chat_id", msg.Chat.ID, "err", err)
 		p.metrics.Dropped(platformName, "media_skipped")
@@ -169,11 +170,16 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, msg *models.M
 		Filename: info.Filename, Caption: msg.Caption})
 }
 
-// rehost downloads file f into the media store. Errors carry no token.
-func (p *Platform) rehost(ctx context.Context, tenant string, f inboundFile) (media.Info, error) {
+// rehost downloads file f, at most limit bytes (file_size is optional, in
+// the update and in getFile's answer), into the media store. Errors carry
+// no token.
+func (p *Platform) rehost(ctx context.Context, tenant string, f inboundFile, limit int64) (media.Info, error) {
 	file, err := p.bot.GetFile(ctx, &bot.GetFileParams{FileID: f.id})
 	if err != nil {
 		return media.Info{}, fmt.Errorf("getFile: %s", p.errorText(err))
+	}
+	if file.FileSize > limit {
+		return media.Info{}, fmt.Errorf("%d bytes is over the %d-byte limit", file.FileSize, limit)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.bot.FileDownloadLink(file), nil)
 	if err != nil {
@@ -187,7 +193,7 @@ func (p *Platform) rehost(ctx context.Context, tenant string, f inboundFile) (me
 	if resp.StatusCode != http.StatusOK {
 		return media.Info{}, fmt.Errorf("download: HTTP %d", resp.StatusCode)
 	}
-	info, err := p.deps.Media.Put(tenant, resp.Body, cmp.Or(f.mime, "application/octet-stream"), f.filename)
+	info, err := p.deps.Media.Put(tenant, http.MaxBytesReader(nil, resp.Body, limit), cmp.Or(f.mime, "application/octet-stream"), f.filename)
 	if err != nil {
 		return media.Info{}, fmt.Errorf("store: %s", p.errorText(err))
 	}

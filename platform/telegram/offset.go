@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-telegram/bot/models"
 )
@@ -25,42 +26,58 @@ import (
 type offsetGate struct {
 	base    http.RoundTripper
 	onReady func()
+	timeout time.Duration // bounds a call once it goes out
 
 	mu      sync.Mutex
-	handed  int64              // the highest update id a getUpdates answer carried
-	reached int64              // the highest update id the worker took (handing)
+	handed  int64              // the highest update id of the last getUpdates answer
+	reached int64              // the highest update id of that answer the worker took (handing)
 	pending map[int64]struct{} // taken and not yet handled
 	changed chan struct{}      // closed and replaced when an update is handled
 }
 
-func newOffsetGate(base http.RoundTripper, onReady func()) *offsetGate {
-	return &offsetGate{base: base, onReady: onReady, pending: make(map[int64]struct{}), changed: make(chan struct{})}
+func newOffsetGate(base http.RoundTripper, onReady func(), timeout time.Duration) *offsetGate {
+	return &offsetGate{base: base, onReady: onReady, timeout: timeout, pending: make(map[int64]struct{}), changed: make(chan struct{})}
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper. Each call is bounded by timeout
+// from when it goes out: a getUpdates held at the gate, while a slow answer
+// is still being handled, is not failed for the time it waited.
 func (g *offsetGate) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !strings.HasSuffix(r.URL.Path, "/getUpdates") {
-		return g.base.RoundTrip(r)
-	}
-	if err := g.wait(r.Context()); err != nil {
-		if r.Body != nil {
-			_ = r.Body.Close()
+	poll := strings.HasSuffix(r.URL.Path, "/getUpdates")
+	if poll {
+		if err := g.wait(r.Context()); err != nil {
+			if r.Body != nil {
+				_ = r.Body.Close()
+			}
+			return nil, err
 		}
-		return nil, err
 	}
-	resp, err := g.base.RoundTrip(r)
+	ctx, cancel := context.WithTimeout(r.Context(), g.timeout)
+	resp, err := g.base.RoundTrip(r.WithContext(ctx))
 	if err != nil {
+		cancel()
 		return resp, err
 	}
+	if !poll {
+		resp.Body = cancelOnClose{resp.Body, cancel}
+		return resp, nil
+	}
+	defer cancel()
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	if err != nil {
 		return nil, err
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	g.mu.Lock()
-	g.handed = max(g.handed, handedOut(body))
-	g.mu.Unlock()
+	// The answer's updates replace the previous answer's, all of which
+	// were handled (wait): ids are compared within one answer only, since
+	// after a week without updates Telegram numbers the next from a random,
+	// possibly lower, value.
+	if last := handedOut(body); last != 0 {
+		g.mu.Lock()
+		g.handed, g.reached = last, 0
+		g.mu.Unlock()
+	}
 	if resp.StatusCode == http.StatusOK {
 		g.onReady()
 	}
@@ -104,21 +121,15 @@ func (g *offsetGate) wait(ctx context.Context) error {
 	}
 }
 
-// handing records that the worker took update id, before it is handled.
-func (g *offsetGate) handing(id int64) {
+// handing records that the worker took update id, before it is handled,
+// and reports whether it is the last of the getUpdates answer it came in:
+// the next poll is held until this answer is handled, so the highest id
+// handed out is still this answer's.
+func (g *offsetGate) handing(id int64) (last bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.reached = max(g.reached, id)
 	g.pending[id] = struct{}{}
-}
-
-// lastOfAnswer reports whether update id, which the worker took, is the
-// last of the getUpdates answer it came in: the next poll is held until
-// this answer is handled, so the highest id handed out is still this
-// answer's.
-func (g *offsetGate) lastOfAnswer(id int64) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	return id >= g.handed
 }
 
@@ -129,4 +140,27 @@ func (g *offsetGate) done(id int64) {
 	delete(g.pending, id)
 	close(g.changed)
 	g.changed = make(chan struct{})
+}
+
+// reset forgets every update handed out: a new poll starts, and the last
+// one's updates are ingested or given up.
+func (g *offsetGate) reset() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.handed, g.reached = 0, 0
+	clear(g.pending)
+}
+
+// cancelOnClose is a response body that ends its call's context once
+// closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+// Close implements io.Closer.
+func (c cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
 }

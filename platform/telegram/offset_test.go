@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"connector/internal/clock/clocktest"
 )
 
 // roundTripFunc is an http.RoundTripper from a function.
@@ -43,7 +46,7 @@ func TestOffsetGateHoldsThePollUntilItsUpdatesAreHandled(t *testing.T) {
 			record("send")
 		}
 		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader(body))}, nil
-	}), func() {})
+	}), func() {}, time.Minute)
 	call := func(ctx context.Context, method string) (string, error) {
 		r, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://api.invalid/botT/"+method, nil)
 		resp, err := g.RoundTrip(r)
@@ -124,4 +127,142 @@ func FuzzHandedOut(f *testing.F) {
 			t.Fatalf("handedOut took id %d from an answer that is not ok: %s", id, body)
 		}
 	})
+}
+
+// After a week without updates Telegram numbers the next update from a
+// random value, which may be lower than every id seen before: the poll goes
+// on, ingesting it and the rest of its answer, instead of waiting forever
+// for an id the old numbering would have reached.
+func TestPollingGoesOnWhenUpdateIDsRestartLower(t *testing.T) {
+	e := pollingEnv(t, nil)
+	first := fixture(t, "telegram_shared_private_text")
+	e.fake.Enqueue(first.Raw)
+	if d := e.sink.Next(t); d.SessionKey != first.Key {
+		t.Fatalf("delivered %s, want %s", d.SessionKey, first.Key)
+	}
+	// Restarted ids, lower than the first's; two chats in one answer.
+	second := fixture(t, "telegram_shared_basic_group")
+	third := fixture(t, "telegram_shared_private_command")
+	e.fake.Enqueue(withUpdateID(t, second.Raw, 5))
+	e.fake.Enqueue(withUpdateID(t, third.Raw, 6))
+	got := []string{e.sink.Next(t).SessionKey, e.sink.Next(t).SessionKey}
+	if !slices.Contains(got, second.Key) || !slices.Contains(got, third.Key) {
+		t.Fatalf("deliveries %q, want %s and %s", got, second.Key, third.Key)
+	}
+	// And the poll after them goes out too.
+	fourth := fixture(t, "telegram_shared_supergroup")
+	e.fake.Enqueue(withUpdateID(t, fourth.Raw, 7))
+	if d := e.sink.Next(t); d.SessionKey != fourth.Key {
+		t.Fatalf("delivered %s, want %s", d.SessionKey, fourth.Key)
+	}
+}
+
+// A poll whose lease ends while an update's delivery is still being refused
+// gives that update up, unconfirmed; when the lease comes back the next poll
+// goes out and Telegram hands the update out again, and it is delivered:
+// neither held forever behind the gate nor confirmed by an offset the last
+// poll left behind.
+func TestPollAfterLostLeaseDeliversTheUpdateGivenUp(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, nil)
+	firstTerm, firstEnded, secondTerm := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	e.p.deps.Exclusive = func(ctx context.Context, _ string, run func(context.Context) error) error {
+		tctx, cancel := context.WithCancel(ctx)
+		go func() {
+			<-firstTerm
+			cancel()
+		}()
+		_ = run(tctx) // the lease is lost
+		cancel()
+		close(firstEnded)
+		select {
+		case <-secondTerm:
+		case <-ctx.Done():
+			return nil
+		}
+		return run(ctx)
+	}
+	e.sink.RefuseAll(true)
+	e.run(t)
+	first := fixture(t, "telegram_shared_private_text")
+	e.fake.Enqueue(first.Raw)
+	none := func() int { return 0 }
+	clk.Settle(t, 1, none, none) // refused: the delivery sleeps on the clock
+	close(firstTerm)
+	select {
+	case <-firstEnded:
+	case <-time.After(waitFor):
+		t.Fatal("timed out waiting for the first poll to end with its lease")
+	}
+	e.sink.RefuseAll(false)
+	close(secondTerm)
+	if d := e.sink.Next(t); d.SessionKey != first.Key {
+		t.Fatalf("delivered %s, want %s", d.SessionKey, first.Key)
+	}
+}
+
+// The gate's timeout bounds a call from when it goes out: a getUpdates held
+// at the gate longer than that, while a slow answer is being handled, still
+// goes out and is answered (it used to fail with the client's timeout,
+// which counted the wait, making Status "getUpdates failing"); a call that
+// goes out and hangs fails once the timeout passes.
+func TestOffsetGateTimesCallsFromWhenTheyGoOut(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	polls := 0
+	hang := make(chan struct{})
+	defer close(hang)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/hang") {
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		polls++
+		if polls == 1 {
+			_, _ = io.WriteString(w, `{"ok":true,"result":[{"update_id":7}]}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"ok":true,"result":[]}`)
+	}))
+	defer srv.Close()
+	transport := &http.Transport{}
+	defer transport.CloseIdleConnections()
+	g := newOffsetGate(transport, func() {}, timeout)
+	client := &http.Client{Transport: g}
+	call := func(method string) error {
+		resp, err := client.Post(srv.URL+"/botT/"+method, "application/json", nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return err
+	}
+	if err := call("getUpdates"); err != nil {
+		t.Fatal(err)
+	}
+	g.handing(7)
+	done := make(chan error, 1)
+	go func() { done <- call("getUpdates") }()
+	// Update 7 takes three timeouts to handle; the poll waits meanwhile.
+	held := time.NewTimer(3 * timeout)
+	select {
+	case err := <-done:
+		t.Fatalf("the poll went out (%v) while update 7 was being handled", err)
+	case <-held.C:
+	}
+	g.done(7)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the poll held at the gate failed: %v", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the released poll", waitFor)
+	}
+	if err := call("hang"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a hanging call returned %v, want its deadline exceeded", err)
+	}
 }

@@ -141,13 +141,22 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 
 	p.transport = http.DefaultTransport.(*http.Transport).Clone()
 	p.transport.MaxIdleConnsPerHost = 32
-	p.offsets = newOffsetGate(p.transport, p.pollReady)
+	p.offsets = newOffsetGate(p.transport, p.pollReady, cfg.PollTimeout+15*time.Second)
 	p.download = &http.Client{Transport: p.transport}
-	client := &http.Client{Transport: p.offsets, Timeout: cfg.PollTimeout + 15*time.Second}
-	p.bot, _ = bot.New(cfg.BotToken, // cannot fail: Validate checked the token, and getMe is skipped
+	p.bot = p.newBot()
+	p.mapping.Store(p.liveMapping())
+	return p, nil
+}
+
+// newBot builds a Bot API client: the one the platform calls, and a fresh
+// one for each long poll (poll).
+func (p *Platform) newBot() *bot.Bot {
+	// No client timeout: the gate bounds each call from when it goes out.
+	client := &http.Client{Transport: p.offsets}
+	b, _ := bot.New(p.cfg.BotToken, // cannot fail: Validate checked the token, and getMe is skipped
 		bot.WithSkipGetMe(),
-		bot.WithServerURL(cfg.APIServerURL),
-		bot.WithHTTPClient(cfg.PollTimeout, client),
+		bot.WithServerURL(p.cfg.APIServerURL),
+		bot.WithHTTPClient(p.cfg.PollTimeout, client),
 		bot.WithErrorsHandler(p.libraryError),
 		bot.WithDefaultHandler(p.polled),
 		bot.WithNotAsyncHandlers(),
@@ -155,8 +164,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		bot.WithUpdatesChannelCap(0),
 		bot.WithAllowedUpdates(allowedUpdates),
 	)
-	p.mapping.Store(p.liveMapping())
-	return p, nil
+	return b
 }
 
 // liveMapping builds the normalization context from the config (Validate

@@ -127,7 +127,10 @@ func (p *Platform) connectOnce(ctx context.Context) error {
 // library runs one worker on an unbuffered channel with synchronous
 // handlers, so updates reach polled strictly in order, and polled gives
 // each its chat's turn in that order. poll returns once every update it
-// handed out is ingested (or given up at shutdown).
+// handed out is ingested (or given up at shutdown). Each poll (a lease
+// may end and come back) starts afresh: with a new library client, whose
+// first offset confirms nothing, since the last poll may have given up
+// updates it was handed, and with an open offset gate.
 func (p *Platform) poll(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -135,7 +138,8 @@ func (p *Platform) poll(ctx context.Context) error {
 	defer p.stopPoll.Store(nil)
 	p.log.Info("telegram long polling started")
 	defer p.turns.Wait()
-	p.bot.Start(ctx)
+	p.offsets.reset()
+	p.newBot().Start(ctx)
 	// An answer cut short by the end of ctx: the part the worker took is
 	// ingested as a whole answer would have been, so that the offset gate
 	// is not left waiting for it.
@@ -189,8 +193,7 @@ func (p *Platform) libraryError(err error) {
 // (offsetGate).
 func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
 	received := p.clock.Now()
-	p.offsets.handing(u.ID)
-	last := p.offsets.lastOfAnswer(u.ID)
+	last := p.offsets.handing(u.ID)
 	if p.inAnswer(u.ID) {
 		// Its first copy's done clears the id for the offset gate.
 		p.drop(dropDuplicate, u.ID, 0)

@@ -28,10 +28,11 @@ var errElsewhere = errors.New("whatsapp: another instance is storing this messag
 var ownerGate = &access{policy: policyOpen, allowAll: true}
 
 // ingest walks one verified payload as _dispatch_payload does: only
-// whatsapp_business_account objects, only "messages" changes; statuses are
-// counted, messages ingested in order. It returns an error only when a
-// message could not be stored, so the caller answers non-200 and Meta
-// retries the payload (what was stored is then dropped as a duplicate).
+// whatsapp_business_account objects, only "messages" changes; messages are
+// ingested in order, then statuses counted. It returns an error only when
+// a message could not be stored, so the caller answers non-200 and Meta
+// retries the payload (what was stored is then dropped as a duplicate, and
+// the statuses, not counted yet, are counted once).
 func (p *Platform) ingest(ctx context.Context, pl *payload, received time.Time) error {
 	sink := p.sink.Load()
 	if sink == nil {
@@ -41,6 +42,7 @@ func (p *Platform) ingest(ctx context.Context, pl *payload, received time.Time) 
 		p.metrics.Dropped(platformName, dropNotWABA)
 		return nil
 	}
+	var values []*changeValue
 	for _, e := range pl.Entry {
 		for i := range e.Changes {
 			c := &e.Changes[i]
@@ -48,16 +50,18 @@ func (p *Platform) ingest(ctx context.Context, pl *payload, received time.Time) 
 				p.metrics.Dropped(platformName, dropNonMessage)
 				continue
 			}
-			number := strings.TrimSpace(c.Value.Metadata.PhoneNumberID)
-			for j := range c.Value.Statuses {
-				p.status(number, &c.Value.Statuses[j])
-			}
+			values = append(values, &c.Value)
 			names := c.Value.contactNames()
 			for j := range c.Value.Messages {
 				if err := p.message(ctx, *sink, &c.Value, &c.Value.Messages[j], names, received); err != nil {
 					return err
 				}
 			}
+		}
+	}
+	for _, v := range values {
+		for j := range v.Statuses {
+			p.status(strings.TrimSpace(v.Metadata.PhoneNumberID), &v.Statuses[j])
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -131,7 +132,8 @@ func (p *Platform) rehost(ctx context.Context, tenant, kind string, md *mediaRef
 	defer resp.Body.Close()
 	mime := cmp.Or(mi.MimeType, md.MimeType, "application/octet-stream")
 	filename := cmp.Or(strings.TrimSpace(md.Filename), kind)
-	info, err := p.deps.Media.Put(tenant, resp.Body, mime, filename)
+	// file_size bounds the download only when Meta states it.
+	info, err := p.deps.Media.Put(tenant, http.MaxBytesReader(nil, resp.Body, limit), mime, filename)
 	if err != nil {
 		return media.Info{}, fmt.Errorf("store: %s", p.errorText(err))
 	}

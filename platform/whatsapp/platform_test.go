@@ -581,6 +581,25 @@ func TestInboundMediaRehostedByteExact(t *testing.T) {
 	}
 }
 
+// An attachment is fetched only up to max_inbound_media_bytes, also when
+// the media lookup does not say its size: one whose bytes run past it is
+// delivered without it, and nothing of it stays in the media store.
+func TestInboundMediaOverTheLimitIsSkippedUnsized(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, _ *platform.Deps) { c.MaxInboundMediaBytes = 1000 })
+	r.fake.PutMedia("1290374517283302", whatsapptest.Media{Data: make([]byte, 1001), MIME: "image/jpeg", Unsized: true})
+	body := whatsapptest.Message(biz1, "447700900123", "Ada", map[string]any{"id": "wamid.BIG", "type": "image",
+		"image": map[string]any{"id": "1290374517283302", "mime_type": "image/jpeg", "caption": "big"}})
+	if code := r.post(t, body); code != 200 {
+		t.Fatal(code)
+	}
+	if ev := r.sink.all()[0].Event; ev.Text != "big" || len(ev.Media) != 0 {
+		t.Fatalf("delivered %q with %d media, want the caption alone", ev.Text, len(ev.Media))
+	}
+	if _, used := r.media.Usage("t1"); used != 0 {
+		t.Fatalf("the media store keeps %d bytes of the skipped attachment", used)
+	}
+}
+
 // linker links every code "GOOD" to t2.
 type linker struct{}
 
@@ -816,5 +835,39 @@ func TestNumberBudgetIsPerNumber(t *testing.T) {
 	clk.Drive(t, 7, finished, waiting)
 	if n := len(r.fake.Sent()); n != 7 {
 		t.Fatalf("%d messages sent, want 7", n)
+	}
+}
+
+// A status is counted once although Meta sends its payload again because
+// a message of it could not be stored.
+func TestStatusCountedOnceWhenItsPayloadIsRetried(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	var body, msg map[string]any
+	if err := json.Unmarshal(whatsapptest.Status(biz1, ada, "wamid.S9", "delivered", 0), &body); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(whatsapptest.Text(biz1, ada, "Ada", "wamid.M9", "hi"), &msg); err != nil {
+		t.Fatal(err)
+	}
+	body["entry"] = append(body["entry"].([]any), msg["entry"].([]any)...)
+	raw, _ := json.Marshal(body)
+	r.sink.mu.Lock()
+	r.sink.fail = true
+	r.sink.mu.Unlock()
+	if code := r.post(t, raw); code != http.StatusServiceUnavailable {
+		t.Fatalf("with the message refused: %d", code)
+	}
+	r.sink.mu.Lock()
+	r.sink.fail = false
+	r.sink.mu.Unlock()
+	if code := r.post(t, raw); code != http.StatusOK {
+		t.Fatalf("retry: %d", code)
+	}
+	if got := r.stats.get(r.stats.counts, "t1/delivered"); got != 1 {
+		t.Fatalf("the status was counted %d times, want once", got)
+	}
+	if n := len(r.sink.all()); n != 1 {
+		t.Fatalf("%d deliveries, want the message once", n)
 	}
 }

@@ -487,8 +487,13 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		// Lower ids are confirmed by the offset.
-		s.updates = slices.DeleteFunc(s.updates, func(u queued) bool { return u.id < offset })
+		// Lower ids are confirmed by the offset, unless it lies past every
+		// queued update: after a week without updates Telegram numbers the
+		// next from a random, possibly lower, value, and hands it out
+		// although a client's offset still follows the old numbering.
+		if slices.ContainsFunc(s.updates, func(u queued) bool { return u.id+1 >= offset }) {
+			s.updates = slices.DeleteFunc(s.updates, func(u queued) bool { return u.id < offset })
+		}
 		batch := make([]json.RawMessage, 0, len(s.updates))
 		for _, u := range s.updates[:min(limit, len(s.updates))] {
 			batch = append(batch, u.raw)

@@ -66,6 +66,8 @@ type Media struct {
 	Filename string
 	// PhoneNumberID is the number that uploaded it ("" for inbound media).
 	PhoneNumberID string
+	// Unsized leaves file_size out of the media lookup's answer.
+	Unsized bool
 }
 
 // Server is the fake Graph API.
@@ -106,9 +108,15 @@ func New(t interface{ Cleanup(func()) }, token string) *Server {
 
 // AddMedia makes inbound media id available for lookup and download.
 func (s *Server) AddMedia(id, mimeType string, data []byte) {
+	s.PutMedia(id, Media{Data: data, MIME: mimeType})
+}
+
+// PutMedia makes inbound media id available for lookup and download, as m
+// describes it.
+func (s *Server) PutMedia(id string, m Media) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.media[id] = Media{Data: data, MIME: mimeType}
+	s.media[id] = m
 }
 
 // Media returns the object under id (uploaded or inbound).
@@ -335,8 +343,12 @@ func (s *Server) lookup(w http.ResponseWriter, id string) {
 		return
 	}
 	sum := sha256.Sum256(m.Data)
-	writeJSON(w, map[string]any{"url": s.URL + "/download/" + id, "mime_type": m.MIME, "sha256": hex.EncodeToString(sum[:]),
-		"file_size": len(m.Data), "id": id, "messaging_product": "whatsapp"})
+	answer := map[string]any{"url": s.URL + "/download/" + id, "mime_type": m.MIME, "sha256": hex.EncodeToString(sum[:]),
+		"file_size": len(m.Data), "id": id, "messaging_product": "whatsapp"}
+	if m.Unsized {
+		delete(answer, "file_size")
+	}
+	writeJSON(w, answer)
 }
 
 func (s *Server) download(w http.ResponseWriter, id string) {
