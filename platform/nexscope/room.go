@@ -83,7 +83,7 @@ func (r *room) bot() string { return r.bound.Load().bot }
 
 // bindLocked binds the room to tenant ("" unbinds it): the bot joins or
 // leaves the presence list, which is broadcast, and the bridge forgets what
-// it remembered for the previous tenant. A member already holding the
+// it remembered for the previous tenant, its open prompt included. A member already holding the
 // bot's name keeps it; the bot is then not listed twice.
 func (r *room) bindLocked(tenant string) {
 	if tenant == r.tenant() {
@@ -94,7 +94,7 @@ func (r *room) bindLocked(tenant string) {
 			r.users = slices.Delete(r.users, i, i+1)
 		}
 	}
-	r.msgs, r.threads, r.last = nil, nil, msgRef{}
+	r.msgs, r.threads, r.last, r.prompt = nil, nil, msgRef{}, nil
 	if tenant == "" {
 		r.bound.Store(&roomBinding{})
 	} else {
