@@ -246,9 +246,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, keepRec
 		out.delivered = append(out.delivered, quoted)
 		out.toBot = true
 	}
-	broadcast := true
-	eachMember(f.to, 0, func(_, _ []byte) { broadcast = false })
-	if broadcast {
+	if f.to[skipSpace(f.to, 1)] == ']' { // to = []: a broadcast (checkTo passed)
 		for _, u := range r.users {
 			switch {
 			case u == sender.name:
