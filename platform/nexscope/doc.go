@@ -85,7 +85,9 @@
 // A file chunk is handed to the recipients only once each of their queues
 // holds less than SendQueueBytes: a slow recipient slows the sender (its
 // reads stop, so TCP pushes back on it) instead of making the relay buffer
-// the file; memory per recipient stays under SendQueueBytes plus one chunk.
+// the file; memory per recipient stays under SendQueueBytes plus one chunk
+// (each frame counts 64 bytes beyond its data, so empty or tiny chunks
+// fill the window too).
 // Other frames never wait; a member whose queue passes SendQueueBytes +
 // MaxPayload is closed with 4016 (slow consumer, its backlog dropped) and
 // leaves the room; one whose single write takes longer than WriteTimeout

@@ -61,10 +61,19 @@ func newMember(p *Platform, r *room, name string) *member {
 
 // newQueue is the member's send queue, drained into w: a file chunk waits
 // while SendQueueBytes are queued, and more than SendQueueBytes +
-// MaxPayload queued is a slow consumer.
+// MaxPayload queued is a slow consumer. Each frame counts frameOverhead
+// bytes beyond its data.
 func (m *member) newQueue(w wsconn.Writer) *wsconn.Queue {
-	return wsconn.NewQueue(w, m.p.cfg.SendQueueBytes, m.p.cfg.SendQueueBytes+m.p.cfg.MaxPayload, 0)
+	q := wsconn.NewQueue(w, m.p.cfg.SendQueueBytes, m.p.cfg.SendQueueBytes+m.p.cfg.MaxPayload, 0)
+	q.ChargeFrames(frameOverhead)
+	return q
 }
+
+// frameOverhead is what a queued or forwarded frame counts beyond its
+// bytes, about its bookkeeping (a queue slot, a chunk header): a member
+// sending empty or tiny file chunks fills a recipient's window, and waits,
+// after SendQueueBytes/frameOverhead of them instead of never.
+const frameOverhead = 64
 
 // accepted binds the member to its upgraded socket.
 func (m *member) accepted(ws *websocket.Conn) {
@@ -170,7 +179,8 @@ func readMessage(r io.Reader, scratch *[]byte, limit int64) ([]byte, error) {
 func (m *member) Write(batch []wsconn.Frame) error {
 	for _, f := range batch {
 		err := m.watch.Write(f.Type, f.Data)
-		m.q.Written(len(f.Data))
+		n := m.q.Cost(f)
+		m.q.Written(n)
 		if err == wsconn.ErrWriteTimeout {
 			m.log.Info("nexscope member too slow, disconnecting", "write_timeout", m.p.cfg.WriteTimeout)
 			m.p.deps.Metrics.Dropped(platformName, "slow_consumer")
@@ -181,7 +191,7 @@ func (m *member) Write(batch []wsconn.Frame) error {
 			return err
 		}
 		if m.link != nil {
-			m.link.wrote(len(f.Data))
+			m.link.wrote(n)
 		}
 	}
 	return nil
