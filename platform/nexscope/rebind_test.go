@@ -3,6 +3,7 @@ package nexscope
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -65,4 +66,28 @@ func TestSendMediaDeclinedWhenRoomRebindsWhileWaiting(t *testing.T) {
 	if f := bob.Next(); f["type"] != "pong" {
 		t.Fatalf("bob got %v, want nothing from t1's bot", f)
 	}
+}
+
+// A member that held the bot's name before its room was bound keeps it
+// (package doc): it still gets the room's broadcasts like any member, and
+// when it leaves, the bot stays in the presence list.
+func TestMemberHoldingTheBotsNameAfterBind(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	alice := tr.join(t, "plain", "alice")
+	hermes := tr.join(t, "plain", "hermes")
+	alice.ExpectPresence("alice", "hermes")
+	if err := tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "plain", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	alice.ExpectPresence("alice", "hermes")
+	hermes.ExpectPresence("alice", "hermes")
+	alice.SendJSON(msg("m1", "alice", []string{}, "hello all"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
+		t.Fatalf("broadcast ack %v, want the member hermes delivered", ack)
+	}
+	if m := hermes.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("hermes got %v", m)
+	}
+	_ = hermes.WS.CloseNow()
+	alice.ExpectPresence("alice", "hermes") // the bot now
 }

@@ -185,7 +185,7 @@ func (r *room) leave(m *member) {
 		return
 	}
 	delete(r.members, m.name)
-	if i, ok := slices.BinarySearch(r.users, m.name); ok {
+	if i, ok := slices.BinarySearch(r.users, m.name); ok && m.name != r.bot() { // else the bot stays listed
 		r.users = slices.Delete(r.users, i, i+1)
 	}
 	if t := r.transfer; t != nil && t.sender == m {
@@ -250,7 +250,7 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, keepRec
 		for _, u := range r.users {
 			switch {
 			case u == sender.name:
-			case u == r.bot():
+			case u == r.bot() && r.members[u] == nil: // not a member holding its name
 				if mentions(f.text, r.bot()) {
 					toBot(session.AppendJSONString(nil, u))
 				}
