@@ -542,7 +542,7 @@ func (cl *fleet) probe(m *member) bool {
 }
 
 // probeHere answers a home's probe of one of this instance's sockets: "1"
-// when it answers a ping in time. A socket this instance does not hold is
+// when it is alive (member.answersProbe). A socket this instance does not hold is
 // not alive.
 func (cl *fleet) probeHere(req cluster.Msg) {
 	m := cl.edge(req.Fields[0])
@@ -555,7 +555,7 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 	}
 	go func() {
 		defer cl.p.wg.Done()
-		cl.node.Reply(req, cluster.Flag(m.alive.Probe(nameProbeTimeout)))
+		cl.node.Reply(req, cluster.Flag(m.answersProbe()))
 	}()
 }
 
@@ -774,12 +774,15 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c 
 		if waiting < window {
 			break
 		}
+		m.held.Store(true)
 		select {
 		case <-l.credit:
 		case <-l.done:
+			m.held.Store(false)
 			return
 		}
 	}
+	m.held.Store(false)
 	l.mu.Lock()
 	if l.pending.closed {
 		l.mu.Unlock()

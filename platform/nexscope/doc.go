@@ -27,7 +27,9 @@
 // a ghost, a client whose network dropped without a close that is now
 // reconnecting. The ghost is closed with 4010 (and leaves, with presence)
 // and the newcomer joins. A holder that answers keeps the name; the newcomer
-// gets name_taken after that round trip.
+// gets name_taken after that round trip. So does one that sends a message
+// meanwhile, or whose reader is held back by backpressure (its file chunks
+// wait for a slow recipient), which cannot read a pong.
 //
 // The first frame after a successful handshake is presence; every join and
 // every leave (close, crash, heartbeat timeout, any kick) sends the full

@@ -29,6 +29,12 @@ type member struct {
 	log    *slog.Logger
 
 	left atomic.Bool // removed from the room
+	// held is set while the reader waits for room in recipients' queues
+	// (handleChunk) or in the home's window (edgeLink.forward): it does not
+	// read, so it cannot take a probe's pong, but its client just sent a
+	// frame. reads counts the messages read. answersProbe uses both.
+	held  atomic.Bool
+	reads atomic.Uint64
 
 	// Several instances (cluster.go): link is set on the instance holding
 	// the socket when the room's home is another instance; remote is set at
@@ -127,6 +133,7 @@ func (m *member) readLoop() error {
 		if err != nil {
 			return err
 		}
+		m.reads.Add(1)
 		if m.link != nil {
 			m.link.forward(m, typ, data, held)
 			held.Release()
@@ -201,6 +208,16 @@ func (m *member) Write(batch []wsconn.Frame) error {
 func (m *member) End(c Close) {
 	m.watch.Stop()
 	closeWith(m.ws, c)
+}
+
+// answersProbe reports whether the member's client is alive (a new
+// connection asks for its name): it answers a fresh ping within
+// nameProbeTimeout, or its reader is held back by backpressure or read a
+// message meanwhile (a reader held back cannot read the pong; a message is
+// as good).
+func (m *member) answersProbe() bool {
+	read := m.reads.Load()
+	return m.held.Load() || m.alive.Probe(nameProbeTimeout) || m.held.Load() || m.reads.Load() != read
 }
 
 // send queues a frame for this member; a queue overflow disconnects it.
