@@ -66,6 +66,7 @@ type Queue struct {
 	w             Writer
 	window, limit int64
 	batch         int     // most bytes of several frames handed to one Write
+	overhead      int64   // what a frame counts beyond its data (ChargeFrames)
 	linger        *Linger // nil: the writer exits as soon as it is idle
 
 	mu      sync.Mutex
@@ -124,7 +125,7 @@ func (q *Queue) Push(f Frame) error {
 		return ErrClosed
 	}
 	q.frames = append(q.frames, f)
-	q.queued += int64(len(f.Data))
+	q.queued += int64(q.Cost(f))
 	overflow := q.queued > q.limit
 	q.unlockAndWake()
 	if overflow {
@@ -132,6 +133,17 @@ func (q *Queue) Push(f Frame) error {
 	}
 	return nil
 }
+
+// ChargeFrames has every frame count overhead bytes beyond its data
+// toward the window and the limit, so that a flood of small or empty frames
+// cannot hold much more memory (a slot, a buffer header) than the bytes
+// counted. The writer then releases Cost of each frame with Written. Call
+// it before the queue is used.
+func (q *Queue) ChargeFrames(overhead int64) { q.overhead = overhead }
+
+// Cost is what f counts toward the window and the limit: its data, plus
+// the overhead of ChargeFrames.
+func (q *Queue) Cost(f Frame) int { return len(f.Data) + int(q.overhead) }
 
 // Linger has a writer that finds the queue empty wait up to l.Idle on
 // l.Clock for the next frame before it exits, when the previous writer
@@ -252,7 +264,7 @@ func (q *Queue) Done() <-chan struct{} { return q.done }
 // dropLocked releases every queued frame. q.mu must be held.
 func (q *Queue) dropLocked() {
 	for i := q.head; i < len(q.frames); i++ {
-		q.queued -= int64(len(q.frames[i].Data))
+		q.queued -= int64(q.Cost(q.frames[i]))
 		q.frames[i].release()
 	}
 	q.frames, q.head = nil, 0

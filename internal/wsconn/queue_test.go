@@ -271,3 +271,26 @@ func TestQueueWaitSpace(t *testing.T) {
 	}
 	waitDone(t, q)
 }
+
+// With ChargeFrames, every frame counts its overhead beyond its data: empty
+// frames fill the window and overflow the limit, and a drop releases their
+// cost.
+func TestQueueChargeFrames(t *testing.T) {
+	q, _ := newRecorded(20, 30, 0)
+	q.ChargeFrames(10)
+	for i := range 3 {
+		if err := q.Push(Frame{}); err != nil {
+			t.Fatalf("empty frame %d: %v", i, err)
+		}
+	}
+	if q.Queued() != 30 || q.Cost(frame("abc")) != 13 {
+		t.Fatalf("3 empty frames cost %d, a 3-byte one %d; want 30 and 13", q.Queued(), q.Cost(frame("abc")))
+	}
+	if err := q.Push(Frame{}); err != ErrOverflow {
+		t.Fatalf("a 4th empty frame past a 30-byte limit: %v, want ErrOverflow", err)
+	}
+	q.Close(Close{Code: 1000}, false)
+	if q.Queued() != 0 {
+		t.Fatalf("%d bytes queued after a drop", q.Queued())
+	}
+}

@@ -85,9 +85,9 @@ func (r *room) bridge(f *clientFrame, note string, att *contract.Media) bool {
 	key := p.deps.Key(tenant, &src)
 	ref := msgRef{from: src.UserID.Value, thread: thread, hop: hop, valid: true}
 	r.mu.Lock()
-	if r.msgs == nil {
+	if r.tenant() != tenant {
 		r.mu.Unlock()
-		return false
+		return false // rebound meanwhile: its memory and prompt are another tenant's
 	}
 	r.msgs.Add(src.MessageID, ref)
 	if thread != "" {

@@ -362,3 +362,32 @@ func TestAckBotOfflineWhenTheSinkFails(t *testing.T) {
 		t.Fatalf("the sink was asked %d times, want 3", n)
 	}
 }
+
+// A room rebound to another tenant forgets the previous tenant's open
+// prompt: a member's "/<option_id>" then reaches the new tenant as a plain
+// command, not as a prompt_response naming the old tenant's prompt id and
+// labels.
+func TestRebindForgetsOpenPrompt(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	alice := tr.join(t, "lab", "alice")
+	var a contract.Action
+	if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"t1prompt.1","metadata":{"user_id":"alice"},
+		"options":[{"id":"once","label":"Approve t1's deploy"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+		t.Fatalf("prompt = %+v", res)
+	}
+	alice.Expect("msg")
+	if err := tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	alice.ExpectPresence("alice", "hermes") // t2's bot
+	alice.SendText(`{"type":"msg","msgId":"m2","from":"alice","to":["hermes"],"role":"user","threadId":"th1","text":"/once","hopCount":0}`)
+	alice.Expect("ack")
+	d := tr.sink.Next(t)
+	if d.Tenant != "t2" || d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
+		t.Fatalf("delivery to %s: %+v", d.Tenant, d.Event)
+	}
+}

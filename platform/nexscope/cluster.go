@@ -542,7 +542,7 @@ func (cl *fleet) probe(m *member) bool {
 }
 
 // probeHere answers a home's probe of one of this instance's sockets: "1"
-// when it answers a ping in time. A socket this instance does not hold is
+// when it is alive (member.answersProbe). A socket this instance does not hold is
 // not alive.
 func (cl *fleet) probeHere(req cluster.Msg) {
 	m := cl.edge(req.Fields[0])
@@ -555,7 +555,7 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 	}
 	go func() {
 		defer cl.p.wg.Done()
-		cl.node.Reply(req, cluster.Flag(m.alive.Probe(nameProbeTimeout)))
+		cl.node.Reply(req, cluster.Flag(m.answersProbe()))
 	}()
 }
 
@@ -618,7 +618,7 @@ type homeLink struct {
 
 	written int64 // inbox goroutine: bytes the edge reported written
 
-	consumed atomic.Int64 // bytes of the member's frames processed; beats read it
+	consumed atomic.Int64 // bytes (plus frameOverhead each) of the member's frames processed; beats read it
 	reported int64        // remoteReader: consumed as last reported
 }
 
@@ -670,7 +670,7 @@ func (r remoteReader) Write(batch []wsconn.Frame) error {
 			m.handleText(f.Data)
 		}
 		l.in.q.Written(len(f.Data))
-		l.cl.credit(l.edge, l.conn, msgConsumed, l.consumed.Add(int64(len(f.Data))), &l.reported)
+		l.cl.credit(l.edge, l.conn, msgConsumed, l.consumed.Add(int64(len(f.Data))+frameOverhead), &l.reported)
 		if m.stop {
 			return wsconn.Drop
 		}
@@ -741,11 +741,11 @@ type edgeLink struct {
 
 	mu       sync.Mutex
 	pending  pending // the member's frames the home has not answered (unanswered.go)
-	sent     int64   // bytes forwarded to the home
+	sent     int64   // bytes (plus frameOverhead per frame) forwarded to the home
 	consumed int64   // of them, bytes the home reported processed
 	credit   chan struct{}
 
-	written  atomic.Int64 // bytes written to the socket (the member's writer); beats read it
+	written  atomic.Int64 // queue cost (wsconn.Queue.Cost) written to the socket (the member's writer); beats read it
 	reported int64        // the member's writer: written as last reported
 }
 
@@ -774,18 +774,21 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c 
 		if waiting < window {
 			break
 		}
+		m.held.Store(true)
 		select {
 		case <-l.credit:
 		case <-l.done:
+			m.held.Store(false)
 			return
 		}
 	}
+	m.held.Store(false)
 	l.mu.Lock()
 	if l.pending.closed {
 		l.mu.Unlock()
 		return
 	}
-	l.sent += int64(len(data))
+	l.sent += int64(len(data)) + frameOverhead
 	if answer != nil {
 		l.pending.sent = append(l.pending.sent, answer)
 	}

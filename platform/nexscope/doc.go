@@ -27,7 +27,9 @@
 // a ghost, a client whose network dropped without a close that is now
 // reconnecting. The ghost is closed with 4010 (and leaves, with presence)
 // and the newcomer joins. A holder that answers keeps the name; the newcomer
-// gets name_taken after that round trip.
+// gets name_taken after that round trip. So does one that sends a message
+// meanwhile, or whose reader is held back by backpressure (its file chunks
+// wait for a slow recipient), which cannot read a pong.
 //
 // The first frame after a successful handshake is presence; every join and
 // every leave (close, crash, heartbeat timeout, any kick) sends the full
@@ -85,7 +87,9 @@
 // A file chunk is handed to the recipients only once each of their queues
 // holds less than SendQueueBytes: a slow recipient slows the sender (its
 // reads stop, so TCP pushes back on it) instead of making the relay buffer
-// the file; memory per recipient stays under SendQueueBytes plus one chunk.
+// the file; memory per recipient stays under SendQueueBytes plus one chunk
+// (each frame counts 64 bytes beyond its data, so empty or tiny chunks
+// fill the window too).
 // Other frames never wait; a member whose queue passes SendQueueBytes +
 // MaxPayload is closed with 4016 (slow consumer, its backlog dropped) and
 // leaves the room; one whose single write takes longer than WriteTimeout

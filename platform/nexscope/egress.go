@@ -98,12 +98,15 @@ func (p *Platform) storedHere(tenant, sourceURL string) bool {
 // goes out as several msgs split on rune boundaries, and message_id is the
 // first one's msgId. No recipient online is unavailable (the relay keeps no
 // queue).
-func (p *Platform) send(_ context.Context, _ string, r *room, a *contract.Action) contract.Result {
+func (p *Platform) send(_ context.Context, tenant string, r *room, a *contract.Action) contract.Result {
 	if a.Content == "" {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: send needs content")
 	}
 	r.mu.Lock()
 	defer r.unlock()
+	if r.tenant() != tenant {
+		return contract.Declined(platformName) // rebound since Execute authorized the action
+	}
 	m, online := r.addressLocked(a)
 	if len(online) == 0 {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)")

@@ -11,6 +11,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
+	"connector/platform"
 )
 
 func TestFileRelayedIntactToTwoRecipients(t *testing.T) {
@@ -434,4 +435,36 @@ func (c *watchdogClock) AfterFunc(d time.Duration, f func()) clock.Timer {
 		}
 	}
 	return c.Fake.AfterFunc(d, f)
+}
+
+// Empty (or tiny) file chunks fill a recipient's send window too: each
+// queued frame counts frameOverhead beyond its bytes, so a sender streaming
+// empty chunks to a member that does not read waits once the window is
+// full instead of queueing frames without bound.
+func TestEmptyChunksFillTheWindow(t *testing.T) {
+	const window = 4096
+	p, err := New(Config{Token: testToken, SendQueueBytes: window}, platform.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.room(DefaultRoom)
+	bob := newMember(p, r, "bob") // its writer never starts: nothing leaves its queue
+	tr := &transfer{recipients: []*member{bob}, done: make(chan struct{}), timer: p.deps.Clock.AfterFunc(time.Hour, func() {})}
+	r.transfer = tr
+	pushed := make(chan int, 1)
+	go func() {
+		n := 0
+		for n < 100_000 && r.pushChunk(tr, nil, nil) {
+			n++
+		}
+		pushed <- n
+	}()
+	waitFor(t, "bob's window full of empty chunks", func() bool { return bob.q.Queued() >= window })
+	if n := bob.q.Len(); n > window/frameOverhead {
+		t.Fatalf("bob has %d empty chunks queued, over the window's %d", n, window/frameOverhead)
+	}
+	r.abort(tr) // ends the wait
+	if n := <-pushed; n != window/frameOverhead {
+		t.Fatalf("%d empty chunks pushed before the window was full, want %d", n, window/frameOverhead)
+	}
 }

@@ -117,7 +117,9 @@ func refuse(ws *websocket.Conn, code ErrorCode, message string, c Close) {
 // replaceGhost probes the member holding name with a fresh WebSocket ping. If
 // it does not answer within nameProbeTimeout (or its connection fails), it is
 // closed with 4010 and leaves, and replaceGhost reports true: the name is
-// free for the newcomer. A live holder, or the bot, keeps the name.
+// free for the newcomer. A live holder (member.answersProbe: one whose
+// reader is held back by backpressure cannot read a pong but is alive), or
+// the bot, keeps the name.
 func (r *room) replaceGhost(name string) bool {
 	if name == r.bot() {
 		return false
@@ -132,7 +134,7 @@ func (r *room) replaceGhost(name string) bool {
 	if holder.remote != nil {
 		alive = holder.remote.cl.probe(holder) // its socket is on another instance
 	} else {
-		alive = holder.alive.Probe(nameProbeTimeout)
+		alive = holder.answersProbe()
 	}
 	if alive {
 		return false

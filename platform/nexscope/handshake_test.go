@@ -231,3 +231,54 @@ func TestLiveHolderKeepsName(t *testing.T) {
 		t.Fatalf("timed out after %v waiting for the holder's pong", testTimeout)
 	}
 }
+
+// A holder whose reader waits for room in a slow recipient's queue (its
+// file chunks are held back) cannot read the pong of a probe, but it is
+// demonstrably alive: a newcomer asking for its name gets name_taken, and
+// the holder is not replaced as a ghost.
+func TestBackpressuredHolderKeepsName(t *testing.T) {
+	const window = 4096
+	tr := startRelay(t, Config{SendQueueBytes: window})
+	tr.join(t, "", "bob") // never reads again
+	pings := make(chan struct{}, 8)
+	alice := tr.joinOpts(t, "", "alice", &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool {
+			pings <- struct{}{}
+			return true
+		},
+	})
+	alice.DiscardInBackground()
+	r := tr.p.room(DefaultRoom)
+	r.mu.Lock()
+	holder := r.members["alice"]
+	r.mu.Unlock()
+	const size = 96 << 20 // far more than the sockets' buffers, under max_file
+	alice.SendJSON(fileStart("F1", "alice", []string{"bob"}, size))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		chunk := make([]byte, 64<<10)
+		for sent := 0; sent < size; sent += len(chunk) {
+			if alice.WS.Write(ctx, websocket.MessageBinary, chunk) != nil {
+				return
+			}
+		}
+	}()
+	waitFor(t, "alice's reader held back by bob's full window", holder.held.Load)
+
+	c := tr.dialURL(t, "/ws", "name=alice&token="+testToken, nil)
+	c.Name = "alice"
+	answered := make(chan map[string]any, 1)
+	go func() { answered <- c.Next() }()
+	var got map[string]any
+	select {
+	case got = <-answered:
+	case <-pings: // the relay probes alice: let the probe time out
+		waitFor(t, "alice's reader held back again", holder.held.Load)
+		tr.clock.Advance(nameProbeTimeout)
+		got = <-answered
+	}
+	if got["type"] != "error" || got["code"] != string(CodeNameTaken) {
+		t.Fatalf("newcomer got %v, want name_taken: the backpressured holder was replaced", got)
+	}
+}

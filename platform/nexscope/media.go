@@ -40,7 +40,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 	att := attachmentJSON{Name: cmp.Or(a.Filename, obj.Filename, "file"), Size: obj.Size,
 		MIME: cmp.Or(obj.MIME, "application/octet-stream"), SHA256: hex.EncodeToString(sum.Sum(nil)), ChunkSize: mediaChunk}
 
-	t, msgID, res, ok := r.beginBotTransfer(ctx, a, &att)
+	t, msgID, res, ok := r.beginBotTransfer(ctx, tenant, a, &att)
 	if !ok {
 		return res
 	}
@@ -78,8 +78,9 @@ type attachmentJSON struct {
 }
 
 // beginBotTransfer waits for the room's lock within ctx, takes it for the
-// bot and sends file-start to the addressed members online.
-func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *attachmentJSON) (*transfer, string, contract.Result, bool) {
+// bot and sends file-start to the addressed members online; a room bound
+// to another tenant than tenant by then is declined.
+func (r *room) beginBotTransfer(ctx context.Context, tenant string, a *contract.Action, att *attachmentJSON) (*transfer, string, contract.Result, bool) {
 	p := r.p
 	for {
 		r.mu.Lock()
@@ -98,6 +99,9 @@ func (r *room) beginBotTransfer(ctx context.Context, a *contract.Action, att *at
 		}
 	}
 	defer r.unlock()
+	if r.tenant() != tenant {
+		return nil, "", contract.Declined(platformName), false // rebound while it waited
+	}
 	m, online := r.addressLocked(a)
 	if len(online) == 0 {
 		return nil, "", contract.Failed(contract.CodeUnavailable, "nexscope: the recipient is not online (messages are not queued)"), false

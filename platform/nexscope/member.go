@@ -29,6 +29,12 @@ type member struct {
 	log    *slog.Logger
 
 	left atomic.Bool // removed from the room
+	// held is set while the reader waits for room in recipients' queues
+	// (handleChunk) or in the home's window (edgeLink.forward): it does not
+	// read, so it cannot take a probe's pong, but its client just sent a
+	// frame. reads counts the messages read. answersProbe uses both.
+	held  atomic.Bool
+	reads atomic.Uint64
 
 	// Several instances (cluster.go): link is set on the instance holding
 	// the socket when the room's home is another instance; remote is set at
@@ -61,10 +67,19 @@ func newMember(p *Platform, r *room, name string) *member {
 
 // newQueue is the member's send queue, drained into w: a file chunk waits
 // while SendQueueBytes are queued, and more than SendQueueBytes +
-// MaxPayload queued is a slow consumer.
+// MaxPayload queued is a slow consumer. Each frame counts frameOverhead
+// bytes beyond its data.
 func (m *member) newQueue(w wsconn.Writer) *wsconn.Queue {
-	return wsconn.NewQueue(w, m.p.cfg.SendQueueBytes, m.p.cfg.SendQueueBytes+m.p.cfg.MaxPayload, 0)
+	q := wsconn.NewQueue(w, m.p.cfg.SendQueueBytes, m.p.cfg.SendQueueBytes+m.p.cfg.MaxPayload, 0)
+	q.ChargeFrames(frameOverhead)
+	return q
 }
+
+// frameOverhead is what a queued or forwarded frame counts beyond its
+// bytes, about its bookkeeping (a queue slot, a chunk header): a member
+// sending empty or tiny file chunks fills a recipient's window, and waits,
+// after SendQueueBytes/frameOverhead of them instead of never.
+const frameOverhead = 64
 
 // accepted binds the member to its upgraded socket.
 func (m *member) accepted(ws *websocket.Conn) {
@@ -118,6 +133,7 @@ func (m *member) readLoop() error {
 		if err != nil {
 			return err
 		}
+		m.reads.Add(1)
 		if m.link != nil {
 			m.link.forward(m, typ, data, held)
 			held.Release()
@@ -170,7 +186,8 @@ func readMessage(r io.Reader, scratch *[]byte, limit int64) ([]byte, error) {
 func (m *member) Write(batch []wsconn.Frame) error {
 	for _, f := range batch {
 		err := m.watch.Write(f.Type, f.Data)
-		m.q.Written(len(f.Data))
+		n := m.q.Cost(f)
+		m.q.Written(n)
 		if err == wsconn.ErrWriteTimeout {
 			m.log.Info("nexscope member too slow, disconnecting", "write_timeout", m.p.cfg.WriteTimeout)
 			m.p.deps.Metrics.Dropped(platformName, "slow_consumer")
@@ -181,7 +198,7 @@ func (m *member) Write(batch []wsconn.Frame) error {
 			return err
 		}
 		if m.link != nil {
-			m.link.wrote(len(f.Data))
+			m.link.wrote(n)
 		}
 	}
 	return nil
@@ -191,6 +208,16 @@ func (m *member) Write(batch []wsconn.Frame) error {
 func (m *member) End(c Close) {
 	m.watch.Stop()
 	closeWith(m.ws, c)
+}
+
+// answersProbe reports whether the member's client is alive (a new
+// connection asks for its name): it answers a fresh ping within
+// nameProbeTimeout, or its reader is held back by backpressure or read a
+// message meanwhile (a reader held back cannot read the pong; a message is
+// as good).
+func (m *member) answersProbe() bool {
+	read := m.reads.Load()
+	return m.held.Load() || m.alive.Probe(nameProbeTimeout) || m.held.Load() || m.reads.Load() != read
 }
 
 // send queues a frame for this member; a queue overflow disconnects it.

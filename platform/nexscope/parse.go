@@ -55,9 +55,10 @@ func parseFrame(data []byte) (clientFrame, error) {
 
 // eachMember calls fn with the raw key (quotes included) and raw value of
 // every member of the object starting at data[i], or with a nil key and
-// every raw element of the array starting there. data must be valid JSON.
+// every raw element of the array starting there. data must be valid JSON;
+// an i at or past its end calls fn for nothing.
 func eachMember(data []byte, i int, fn func(key, val []byte)) {
-	object := data[i] == '{'
+	object := i < len(data) && data[i] == '{'
 	for i = skipSpace(data, i+1); i < len(data) && data[i] != '}' && data[i] != ']'; {
 		var key []byte
 		if object {

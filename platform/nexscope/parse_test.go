@@ -183,3 +183,14 @@ func TestNameSetAcrossItsMapSwitch(t *testing.T) {
 		seen[string(name)] = true
 	}
 }
+
+// eachMember given no value (empty input, or an index at the end) calls fn
+// for nothing instead of panicking.
+func TestEachMemberOfNothing(t *testing.T) {
+	for _, c := range []struct {
+		data string
+		i    int
+	}{{"", 0}, {"[1]", 3}} {
+		eachMember([]byte(c.data), c.i, func(_, v []byte) { t.Errorf("eachMember(%q, %d) gave %s", c.data, c.i, v) })
+	}
+}

@@ -48,7 +48,9 @@ func (p *Platform) prompt(ctx context.Context, tenant string, r *room, a *contra
 		op.labels[b.ID] = b.Label
 	}
 	r.mu.Lock()
-	r.prompt = op
+	if r.tenant() == tenant { // not rebound since send
+		r.prompt = op
+	}
 	r.mu.Unlock()
 	return res
 }

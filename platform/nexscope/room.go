@@ -83,7 +83,7 @@ func (r *room) bot() string { return r.bound.Load().bot }
 
 // bindLocked binds the room to tenant ("" unbinds it): the bot joins or
 // leaves the presence list, which is broadcast, and the bridge forgets what
-// it remembered for the previous tenant. A member already holding the
+// it remembered for the previous tenant, its open prompt included. A member already holding the
 // bot's name keeps it; the bot is then not listed twice.
 func (r *room) bindLocked(tenant string) {
 	if tenant == r.tenant() {
@@ -94,7 +94,7 @@ func (r *room) bindLocked(tenant string) {
 			r.users = slices.Delete(r.users, i, i+1)
 		}
 	}
-	r.msgs, r.threads, r.last = nil, nil, msgRef{}
+	r.msgs, r.threads, r.last, r.prompt = nil, nil, msgRef{}, nil
 	if tenant == "" {
 		r.bound.Store(&roomBinding{})
 	} else {
@@ -185,7 +185,7 @@ func (r *room) leave(m *member) {
 		return
 	}
 	delete(r.members, m.name)
-	if i, ok := slices.BinarySearch(r.users, m.name); ok {
+	if i, ok := slices.BinarySearch(r.users, m.name); ok && m.name != r.bot() { // else the bot stays listed
 		r.users = slices.Delete(r.users, i, i+1)
 	}
 	if t := r.transfer; t != nil && t.sender == m {
@@ -246,13 +246,11 @@ func (r *room) routeLocked(sender *member, f *clientFrame, frame []byte, keepRec
 		out.delivered = append(out.delivered, quoted)
 		out.toBot = true
 	}
-	broadcast := true
-	eachMember(f.to, 0, func(_, _ []byte) { broadcast = false })
-	if broadcast {
+	if f.to[skipSpace(f.to, 1)] == ']' { // to = []: a broadcast (checkTo passed)
 		for _, u := range r.users {
 			switch {
 			case u == sender.name:
-			case u == r.bot():
+			case u == r.bot() && r.members[u] == nil: // not a member holding its name
 				if mentions(f.text, r.bot()) {
 					toBot(session.AppendJSONString(nil, u))
 				}

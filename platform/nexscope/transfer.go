@@ -127,7 +127,10 @@ func (m *member) handleChunk(data []byte, held *chunk) {
 		m.abortTransfer(t, "chunks exceed attachment.size", true)
 		return
 	}
-	if !m.room.pushChunk(t, data, held) {
+	m.held.Store(true)
+	pushed := m.room.pushChunk(t, data, held)
+	m.held.Store(false)
+	if !pushed {
 		return
 	}
 	if t.upload != nil {

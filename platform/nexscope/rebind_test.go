@@ -1,0 +1,93 @@
+package nexscope
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"connector/contract"
+	"connector/media"
+	"connector/media/mediatest"
+	"connector/platform"
+	"connector/platform/platformtest"
+)
+
+// A gateway's send_media that waits for the room's file-transfer lock is
+// declined when the room is bound to another tenant meanwhile: the
+// authorization Execute checked no longer holds, and the file must not reach
+// the members of a room its tenant lost.
+func TestSendMediaDeclinedWhenRoomRebindsWhileWaiting(t *testing.T) {
+	tr := newRelay(t, boundConfig())
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	tr.sink = platformtest.NewSink(64)
+	t.Cleanup(tr.run(t, tr.sink))
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.Expect("presence")
+	info, err := store.Put("t1", mediatest.Content(7, 1000), "application/pdf", "t1-secret.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	alice.SendJSON(fileStart("F1", "alice", []string{"bob"}, 10))
+	bob.Expect("file-start") // alice holds the room's lock
+	results := make(chan contract.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		results <- tr.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: "lab",
+			MediaKind: "document", SourceURL: store.URL(info.ID), Metadata: contract.Metadata{UserID: "bob"}})
+	}()
+	waitFor(t, "send_media waiting for the room's lock", func() bool {
+		return strings.Contains(tr.logs.String(), "waiting for the room's file-transfer lock")
+	})
+	if err := tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	bob.ExpectPresence("alice", "bob", "hermes") // t2's bot
+	alice.SendBinary(make([]byte, 10))
+	alice.SendJSON(fileEnd("F1", "alice"))
+	if typ, b := bob.Read(); len(b) != 10 || typ.String() != "MessageBinary" {
+		t.Fatalf("bob got %s, want alice's chunk", b)
+	}
+	bob.Expect("file-end")
+	got, _ := json.Marshal(<-results)
+	want, _ := json.Marshal(contract.Declined("nexscope"))
+	if string(got) != string(want) {
+		t.Fatalf("send_media after the rebind = %s, want %s", got, want)
+	}
+	bob.SendJSON(map[string]any{"type": "ping"})
+	if f := bob.Next(); f["type"] != "pong" {
+		t.Fatalf("bob got %v, want nothing from t1's bot", f)
+	}
+}
+
+// A member that held the bot's name before its room was bound keeps it
+// (package doc): it still gets the room's broadcasts like any member, and
+// when it leaves, the bot stays in the presence list.
+func TestMemberHoldingTheBotsNameAfterBind(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	alice := tr.join(t, "plain", "alice")
+	hermes := tr.join(t, "plain", "hermes")
+	alice.ExpectPresence("alice", "hermes")
+	if err := tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "plain", Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	alice.ExpectPresence("alice", "hermes")
+	hermes.ExpectPresence("alice", "hermes")
+	alice.SendJSON(msg("m1", "alice", []string{}, "hello all"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
+		t.Fatalf("broadcast ack %v, want the member hermes delivered", ack)
+	}
+	if m := hermes.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("hermes got %v", m)
+	}
+	_ = hermes.WS.CloseNow()
+	alice.ExpectPresence("alice", "hermes") // the bot now
+}
