@@ -239,19 +239,15 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	return "Running `" + c.Command + "`…", nil
 }
 
-// routeAct routes a slash command or prompt press of user (routing) and
-// authorizes it as the native adapter authorizes its user: disable_dms,
-// then the tenant's allowed_users. drop is why it is not delivered.
+// routeAct routes a slash command or prompt press of user (route) and
+// authorizes its user for the tenant (policy.refusal). drop is why it is
+// not delivered.
 func (p *Platform) routeAct(ctx context.Context, user, channel, team string, dm bool) (tenant, drop string) {
-	tenant, _, drop = p.route(ctx, user, channel, team, dm)
-	pol := p.policy(tenant)
-	switch {
-	case drop != "":
+	if tenant, _, drop = p.route(ctx, user, channel, team, dm); drop == "" {
+		drop = p.policy(tenant).refusal(user, dm)
+	}
+	if drop != "" {
 		return "", drop
-	case dm && pol.disableDMs:
-		return "", dropDMsDisabled
-	case !pol.admits(user):
-		return "", dropUserNotAllowed
 	}
 	return tenant, ""
 }
