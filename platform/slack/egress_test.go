@@ -72,6 +72,28 @@ func TestSharedChannelActsWithTheTenantsOwnToken(t *testing.T) {
 	}
 }
 
+// TestManySpansConvertedInTime: a send's markdown is converted in time
+// proportional to its length, however many spans it stashes (code, links,
+// entities): each stashed span used to be put back with a pass over the
+// whole text, so one gateway's 160 KB of inline code took 17 s of CPU
+// (a 1 MiB frame, minutes) and ran past the op's deadline. The send is
+// posted, its spans as they were.
+func TestManySpansConvertedInTime(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	content := strings.Repeat("`a` ", 40_000)
+	r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"`+content+`","metadata":{}}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	var posted strings.Builder
+	for _, c := range e.fake.Calls("chat.postMessage") {
+		posted.WriteString(c.Form.Get("text"))
+	}
+	if got := strings.Count(posted.String(), "`a`"); got != 40_000 {
+		t.Fatalf("%d code spans posted, want 40000", got)
+	}
+}
+
 // TestEgressDeclinesOtherTenantsChats: a chat of another tenant's
 // workspace and a channel bound to another tenant get the uniform decline
 // and call nothing.
