@@ -86,6 +86,43 @@ func TestPromptRoundTrip(t *testing.T) {
 	}
 }
 
+// TestPressAuthorizedAndMarkedOnce: a press is gated as a slash command
+// is (the native adapter authorizes the clicker): a user the tenant's
+// allowed_users leaves out is dropped, leaves the buttons and takes no
+// prompt, so an admitted user's press is still delivered; a later press
+// of that prompt (another option, another user) is a duplicate and does
+// not rewrite the prompt with a choice that was never delivered.
+func TestPressAuthorizedAndMarkedOnce(t *testing.T) {
+	const userCarol, userEve = "U0CAR00003", "U0EVE00005"
+	e := newEnv(t, func(c *Config) { c.Tenants["t1"] = TenantConfig{AllowedUsers: []string{userAda, userCarol}} }, nil)
+	r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_id":"p1",
+		"options":[{"id":"once","label":"Approve once"},{"id":"deny","label":"Deny"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	press := func(user, option, label string) {
+		t.Helper()
+		body := slacktest.Press(teamA.ID, chanGeneral, user, r.MessageID, "", "hp1:p1:"+option, label)
+		if code, text := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+			t.Fatalf("press of %s: %d %s", user, code, text)
+		}
+	}
+	press(userEve, "deny", "Deny")
+	e.sink.Empty(t)
+	press(userAda, "once", "Approve once")
+	if d := e.sink.Next(t); d.Event.PromptResponse == nil || d.Event.PromptResponse.OptionID != "once" || d.Event.Source.UserID.Value != userAda {
+		t.Fatalf("admitted press delivered as %+v", d.Event)
+	}
+	press(userCarol, "deny", "Deny")
+	e.sink.Empty(t)
+	e.stop() // waits for the background prompt updates
+	e.stop = func() {}
+	updates := e.fake.Calls("chat.update")
+	if len(updates) != 1 || !strings.Contains(updates[0].Form.Get("blocks"), "Approve once") || !strings.Contains(updates[0].Form.Get("blocks"), userAda) {
+		t.Fatalf("prompt updates %+v, want one naming Ada's choice", updates)
+	}
+}
+
 // TestSlashCommandFollowUp: a slash command is delivered as the native
 // adapter delivers it, acknowledged ephemerally; its response_url stays in
 // the vault under its session and tenant, never in the event; follow_up

@@ -50,6 +50,8 @@ type jsonValue struct {
 	b    bool
 	keys []string // object: in first-seen order (a repeated key keeps its place, takes the last value)
 	vals []*jsonValue
+	// index is an object's position of each key in keys.
+	index map[string]int
 }
 
 // decodeOrdered decodes one JSON value keeping object key order.
@@ -105,22 +107,22 @@ func readValue(d *json.Decoder) (*jsonValue, error) {
 
 // set puts key in an object, as a Python dict assignment does.
 func (v *jsonValue) set(key string, item *jsonValue) {
-	for i, k := range v.keys {
-		if k == key {
-			v.vals[i] = item
-			return
-		}
+	if i, ok := v.index[key]; ok {
+		v.vals[i] = item
+		return
 	}
+	if v.index == nil {
+		v.index = map[string]int{}
+	}
+	v.index[key] = len(v.keys)
 	v.keys = append(v.keys, key)
 	v.vals = append(v.vals, item)
 }
 
 // get returns an object's value of key.
 func (v *jsonValue) get(key string) *jsonValue {
-	for i, k := range v.keys {
-		if k == key {
-			return v.vals[i]
-		}
+	if i, ok := v.index[key]; ok {
+		return v.vals[i]
 	}
 	return nil
 }

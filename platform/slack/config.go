@@ -71,9 +71,10 @@ type Config struct {
 	// advertises neither op. Default true.
 	Assistant *bool `yaml:"assistant"`
 
-	// ChannelPerSecond paces messages (sends, edits, uploads) into one
-	// channel: Slack allows about one per second per channel. Default 1;
-	// negative disables it.
+	// ChannelPerSecond paces the messages posted into one channel (sends,
+	// ephemeral replies, uploads, stream starts; not edits, which are
+	// Tier 3 calls of their own): Slack allows about one per second per
+	// channel. Default 1; negative disables it.
 	ChannelPerSecond int `yaml:"channel_per_second"`
 	// RequestTimeout bounds an outbound action whose context has no
 	// deadline, including 429 retries. Default 30s.

@@ -79,12 +79,16 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 
 // teamFor picks the workspace whose token acts in chat for tenant (who
 // may act there: Authorize said so): the workspace the gateway names
-// (metadata.scope_id, echoed from the chat's inbound) when the chat was
-// seen in it or it is the tenant's, else one the chat was seen in (the
-// tenant's first), else one of the tenant's that has it, else bot_token's.
+// (metadata.scope_id, echoed from the chat's inbound) when it is the
+// tenant's, else one of the tenant's the chat was seen in, else the one
+// the gateway names when the chat was seen in it, else one the chat was
+// seen in, else one of the tenant's that has it, else bot_token's. So in
+// a Slack Connect channel a tenant acts with its own installation's
+// token, never with another tenant's (an inbound's scope_id is its
+// author's workspace, which may be the other tenant's).
 func (p *Platform) teamFor(ctx context.Context, tenant, chat, hint string) (string, error) {
 	seen, _ := p.chanTeams.Get(chat)
-	if hint != "" && (slices.Contains(seen, hint) || p.teamTenant(hint) == tenant) {
+	if hint != "" && p.teamTenant(hint) == tenant {
 		return hint, nil
 	}
 	for _, team := range seen {
@@ -92,7 +96,10 @@ func (p *Platform) teamFor(ctx context.Context, tenant, chat, hint string) (stri
 			return team, nil
 		}
 	}
-	if len(seen) > 0 {
+	switch {
+	case hint != "" && slices.Contains(seen, hint):
+		return hint, nil
+	case len(seen) > 0:
 		return seen[0], nil
 	}
 	team, err := p.probeChannel(ctx, tenant, chat)

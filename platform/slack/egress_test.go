@@ -47,6 +47,53 @@ func TestSendPostsIntoTheThread(t *testing.T) {
 	}
 }
 
+// TestSharedChannelActsWithTheTenantsOwnToken: in a Slack Connect
+// channel shared by A (t1's) and B (t2's), each tenant acts with its own
+// workspace's token, even when the gateway names the other workspace
+// (an inbound's scope_id is its author's workspace, so a reply to one of
+// t1's users echoes A): t2 never edits, deletes or posts through t1's
+// installation (whose bot's messages there are t1's replies).
+func TestSharedChannelActsWithTheTenantsOwnToken(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	e := newEnvOn(t, fake, nil, nil)
+	e.p.seenIn(shared, teamA.ID) // events of the channel came to both installations
+	e.p.seenIn(shared, teamB.ID)
+	for _, c := range []struct{ tenant, hint, want string }{
+		{"t2", teamA.ID, teamB.ID}, {"t1", teamB.ID, teamA.ID}, {"t2", teamB.ID, teamB.ID}, {"t2", "", teamB.ID},
+	} {
+		r := e.execute(t, c.tenant, `{"op":"edit","chat_id":"`+shared+`","message_id":"1768490100.000100","content":"x","metadata":{"scope_id":"`+c.hint+`"}}`)
+		if call := e.lastCall(t, "chat.update"); call.Team != c.want {
+			t.Errorf("%s naming %q edited with %s's token (%+v)", c.tenant, c.hint, call.Team, r)
+		}
+	}
+}
+
+// TestManySpansConvertedInTime: a send's markdown is converted in time
+// proportional to its length, however many spans it stashes (code, links,
+// entities): each stashed span used to be put back with a pass over the
+// whole text, so one gateway's 160 KB of inline code took 17 s of CPU
+// (a 1 MiB frame, minutes) and ran past the op's deadline. The send is
+// posted, its spans as they were.
+func TestManySpansConvertedInTime(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	content := strings.Repeat("`a` ", 40_000)
+	r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"`+content+`","metadata":{}}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	var posted strings.Builder
+	for _, c := range e.fake.Calls("chat.postMessage") {
+		posted.WriteString(c.Form.Get("text"))
+	}
+	if got := strings.Count(posted.String(), "`a`"); got != 40_000 {
+		t.Fatalf("%d code spans posted, want 40000", got)
+	}
+}
+
 // TestEgressDeclinesOtherTenantsChats: a chat of another tenant's
 // workspace and a channel bound to another tenant get the uniform decline
 // and call nothing.

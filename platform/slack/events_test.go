@@ -209,3 +209,29 @@ func newSharedStore(t *testing.T) store.Store {
 	t.Cleanup(func() { _ = st.Close() })
 	return st
 }
+
+// TestManyMentionsStoredInTime: the names of a message's mentions are
+// looked up within one deadline, not one each: a message mentioning a
+// hundred users the workspace's users.info budget cannot answer (the
+// clock stands still, so the budget never refills past its burst) is
+// still stored, before Slack gives up on the request, with the names it
+// could not resolve left as ids. One lookup deadline each would hold the
+// request, and every message behind it in the chat, for over a minute.
+func TestManyMentionsStoredInTime(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	var text strings.Builder
+	text.WriteString("<@U0BOTA0001> ping <@" + userAda + ">")
+	for i := range 100 {
+		text.WriteString(sprintf(" <@U0X%07d>", i))
+	}
+	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", "", text.String()))
+	ctx, cancel := contextFor()
+	defer cancel()
+	if code, answer := e.do(t, slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, e.now(), "application/json", body).WithContext(ctx)); code != http.StatusOK {
+		t.Fatalf("%d %s", code, answer)
+	}
+	if d := e.sink.Next(t); !strings.HasPrefix(d.Event.Text, "ping @Ada @U0X0000000") {
+		t.Fatalf("text %.80q", d.Event.Text)
+	}
+}

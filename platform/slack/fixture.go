@@ -73,8 +73,8 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 			return session.Outcome{}, fmt.Errorf("slack fixture: slash command: %w", err)
 		}
 		c := slashFromFields(func(k string) string { s, _ := fields[k].(string); return s })
-		if pol.disableDMs && strings.HasPrefix(c.ChannelID, "D") {
-			return session.Outcome{Drop: dropDMsDisabled}, nil
+		if drop := pol.refusal(c.UserID, strings.HasPrefix(c.ChannelID, "D")); drop != "" {
+			return session.Outcome{Drop: drop}, nil
 		}
 		ev := slashEvent(&c)
 		return platform.Outcome(&ev), nil
@@ -86,6 +86,9 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 		p, ok := pressOf(&ic)
 		if !ok {
 			return session.Outcome{Drop: dropForeignAction}, nil
+		}
+		if drop := pol.refusal(p.user, strings.HasPrefix(p.channel, "D")); drop != "" {
+			return session.Outcome{Drop: drop}, nil
 		}
 		ev := p.event(look.user(ctx, p.team, p.user).name, look.channelName(ctx, p.team, p.channel))
 		return platform.Outcome(&ev), nil

@@ -217,18 +217,9 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 		})
 		return "", nil
 	}
-	tenant, _, drop := p.route(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
+	tenant, drop := p.routeAct(ctx, c.UserID, c.ChannelID, c.TeamID, dm)
 	if drop != "" {
 		p.drop(drop, "")
-		return "", nil
-	}
-	pol := p.policy(tenant)
-	switch {
-	case dm && pol.disableDMs:
-		p.drop(dropDMsDisabled, "")
-		return "", nil
-	case !pol.admits(c.UserID):
-		p.drop(dropUserNotAllowed, "")
 		return "", nil
 	}
 	ev := slashEvent(c)
@@ -248,26 +239,45 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	return "Running `" + c.Command + "`…", nil
 }
 
+// routeAct routes a slash command or prompt press of user (route) and
+// authorizes its user for the tenant (policy.refusal). drop is why it is
+// not delivered.
+func (p *Platform) routeAct(ctx context.Context, user, channel, team string, dm bool) (tenant, drop string) {
+	if tenant, _, drop = p.route(ctx, user, channel, team, dm); drop == "" {
+		drop = p.policy(tenant).refusal(user, dm)
+	}
+	if drop != "" {
+		return "", drop
+	}
+	return tenant, ""
+}
+
 // ingestPress handles a prompt button press: delivered as a
 // prompt_response from the user who pressed, once per prompt message
 // (a second press of the same prompt is a duplicate, as natively).
-func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Time) error {
+// delivered is set when this copy was: a press that is dropped (its user
+// not admitted, a duplicate) is not the prompt's answer.
+func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Time) (delivered bool, err error) {
 	if p.sink.Load() == nil {
-		return errNotRunning
+		return false, errNotRunning
 	}
 	p.seenIn(pr.channel, pr.team)
+	// Authorized before the dedupe: a press that is not admitted takes
+	// no prompt from the users who are.
+	tenant, drop := p.routeAct(ctx, pr.user, pr.channel, pr.team, strings.HasPrefix(pr.channel, "D"))
+	if drop != "" {
+		p.drop(drop, "")
+		return false, nil
+	}
 	key := "press/" + pr.team + ":" + pr.channel + ":" + pr.message
-	return p.inChatOrder(ctx, pr.team+"/"+pr.channel, func(ctx context.Context) error {
+	err = p.inChatOrder(ctx, pr.team+"/"+pr.channel, func(ctx context.Context) error {
 		return p.dedupe.once(ctx, key, "", func() error {
-			dm := strings.HasPrefix(pr.channel, "D")
-			tenant, _, drop := p.route(ctx, pr.user, pr.channel, pr.team, dm)
-			if drop != "" {
-				p.drop(drop, "")
-				return nil
-			}
 			tctx := platform.WithTenant(ctx, tenant)
 			ev := pr.event(p.names.user(tctx, pr.team, pr.user).name, p.names.channelName(tctx, pr.team, pr.channel))
-			return p.deliver(ctx, tenant, &ev, received)
+			err := p.deliver(ctx, tenant, &ev, received)
+			delivered = err == nil
+			return err
 		})
 	})
+	return delivered, err
 }

@@ -57,16 +57,17 @@ func pressOf(ic *slack.InteractionCallback) (press, bool) {
 }
 
 // interaction handles an interaction, from either route: a prompt press
-// is ingested (ingestPress) and, once stored, its prompt marked pressed;
-// any other interaction is dropped.
+// is ingested (ingestPress) and, once this press is stored as the
+// prompt's answer, its prompt marked pressed; any other interaction is
+// dropped.
 func (p *Platform) interaction(ctx context.Context, ic *slack.InteractionCallback, received time.Time) error {
 	pr, ok := pressOf(ic)
 	if !ok {
 		p.drop(dropForeignAction, "")
 		return nil
 	}
-	err := p.ingestPress(ctx, &pr, received)
-	if err == nil {
+	delivered, err := p.ingestPress(ctx, &pr, received)
+	if delivered {
 		p.markPressed(ic, &pr)
 	}
 	return err

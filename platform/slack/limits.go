@@ -15,8 +15,9 @@ import (
 )
 
 // This file paces every Web API call within Slack's limits: each method
-// has a tier, a budget per workspace (Tier 1 about 1 call per minute, Tier
-// 2 20, Tier 3 50, Tier 4 100; chat.postMessage its own), shared between
+// has a tier, a budget per workspace (the one whose token makes the
+// call; Tier 1 about 1 call per minute, Tier 2 20, Tier 3 50, Tier 4 100;
+// chat.postMessage its own), shared between
 // the tenants calling it in that workspace by weighted fair share
 // (platform/fairshare), so one tenant's flood never delays another tenant,
 // nor another workspace. Messages into one channel are also paced at
@@ -120,7 +121,7 @@ func (p *Platform) call(ctx context.Context, team, method string, fn func(contex
 // there is also paced per channel. Only a 429 is retried (Slack did not
 // take the call); any other error is returned as it is.
 func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn func(context.Context, *slack.Client) error) error {
-	c, err := p.works.client(ctx, team)
+	c, tokens, err := p.works.client(ctx, team)
 	if err != nil {
 		return err
 	}
@@ -144,7 +145,7 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 				return err
 			}
 		}
-		sched := p.limits.budget(team, method)
+		sched := p.limits.budget(tokens, method)
 		if err := platform.WaitShare(ctx, sched, tenant, latest, p.clock); err != nil {
 			return err
 		}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slack-go/slack"
+
 	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
@@ -91,5 +93,44 @@ func TestFairShareInAWorkspace(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 			clk.Advance(time.Second)
 		}
+	}
+}
+
+// TestBudgetOfTheTokensWorkspace: with bot_token alone every workspace's
+// call is made with that token, so every call is on its workspace's
+// budget, whatever team it is for (a Slack Connect author's users.info
+// names the author's workspace): naming another team opens no second
+// budget, nor a fresh burst, for the same token.
+func TestBudgetOfTheTokensWorkspace(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, func(c *Config) { c.ClientID, c.ClientSecret = "", "" }, &platform.Deps{Clock: clk})
+	lookup := func(team string) error {
+		ctx, cancel := context.WithTimeout(platform.WithTenant(context.Background(), "t1"), waitFor)
+		defer cancel()
+		return e.p.call(ctx, team, "users.info", func(ctx context.Context, c *slack.Client) error {
+			_, err := c.GetUserInfoContext(ctx, userAda)
+			return err
+		})
+	}
+	for i := range tier4.burst {
+		if err := lookup(teamA.ID); err != nil {
+			t.Fatalf("lookup %d: %v", i, err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- lookup("T0EXT00009") }()
+	b := e.p.limits.budget(teamA.ID, "users.info")
+	platformtest.WaitUntil(t, "the other team's lookup waiting on bot_token's budget", func() bool { return b.Waiting("t1") == 1 })
+	if n := len(e.fake.Calls("users.info")); n != tier4.burst {
+		t.Fatalf("%d users.info calls past a burst of %d", n, tier4.burst)
+	}
+	clk.Advance(time.Minute)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("timed out waiting for the lookup once the budget refilled")
 	}
 }

@@ -33,7 +33,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, t target, a *co
 		return contract.Failed(contract.CodeBadRequest, "slack send_media: the media is empty")
 	}
 	filename := cmp.Or(a.Filename, obj.Filename, "file")
-	c, err := p.works.client(ctx, t.team)
+	c, _, err := p.works.client(ctx, t.team)
 	if err != nil {
 		return p.failure(contract.OpSendMedia, err)
 	}
@@ -232,7 +232,7 @@ func (p *Platform) fileInfo(ctx context.Context, team string, f *wireFile) bool 
 
 // rehost downloads f into the media store. Errors carry no token.
 func (p *Platform) rehost(ctx context.Context, tenant, team string, f *wireFile, mime string) (media.Info, error) {
-	c, err := p.works.client(ctx, team)
+	c, _, err := p.works.client(ctx, team)
 	if err != nil {
 		return media.Info{}, err
 	}

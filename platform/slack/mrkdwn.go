@@ -54,26 +54,45 @@ var (
 	entityEscape   = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 )
 
-// placeholders stash converted spans behind keys later passes do not
-// touch.
+// placeholders stash converted spans behind keys ("\x00SL<n>\x00") later
+// passes do not touch.
 type placeholders struct {
-	keys, values []string
+	values []string
 }
 
 func (p *placeholders) put(v string) string {
-	k := "\x00SL" + strconv.Itoa(len(p.keys)) + "\x00"
-	p.keys = append(p.keys, k)
 	p.values = append(p.values, v)
-	return k
+	return "\x00SL" + strconv.Itoa(len(p.values)-1) + "\x00"
 }
 
-// restore puts the stashed spans back, the last stashed first (a span may
-// hold keys stashed before it).
+// restore puts the stashed spans back, in one pass: a span may hold keys
+// stashed before it, which are put back in it in turn (and only those,
+// as if the last stashed were put back first).
 func (p *placeholders) restore(s string) string {
-	for i := len(p.keys) - 1; i >= 0; i-- {
-		s = strings.ReplaceAll(s, p.keys[i], p.values[i])
+	var b strings.Builder
+	p.restoreBelow(&b, s, len(p.values))
+	return b.String()
+}
+
+// restoreBelow writes s with the keys of the spans before limit put back.
+func (p *placeholders) restoreBelow(b *strings.Builder, s string, limit int) {
+	for {
+		i := strings.Index(s, "\x00SL")
+		if i < 0 {
+			b.WriteString(s)
+			return
+		}
+		digits, _, closed := strings.Cut(s[i+3:], "\x00")
+		n, err := strconv.Atoi(digits)
+		if !closed || err != nil || n < 0 || n >= limit || digits != strconv.Itoa(n) {
+			b.WriteString(s[:i+1])
+			s = s[i+1:]
+			continue
+		}
+		b.WriteString(s[:i])
+		p.restoreBelow(b, p.values[n], n)
+		s = s[i+3+len(digits)+1:]
 	}
-	return s
 }
 
 // replaceFunc is ReplaceAllStringFunc with the match's submatch indexes,

@@ -352,6 +352,10 @@ func (n *normalizer) sessionThread(m *message, isDM bool) string {
 	return ""
 }
 
+// mentionNamesDeadline bounds the lookups of the names of one message's
+// mentions, together; a name not resolved by then stays its id.
+const mentionNamesDeadline = 2 * lookupDeadline
+
 // userMention matches a user mention, with or without a label.
 var userMention = regexp.MustCompile(`<@([A-Z0-9]+)(?:\|[^>]*)?>`)
 
@@ -402,9 +406,13 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 	if command {
 		msgType, text = "command", probe
 	} else {
+		// One deadline for all the mentions: a message may hold thousands,
+		// and it must be stored within Slack's 3 s.
+		mctx, cancel := context.WithTimeout(ctx, mentionNamesDeadline)
+		defer cancel()
 		text = userMention.ReplaceAllStringFunc(text, func(mention string) string {
 			id := userMention.FindStringSubmatch(mention)[1]
-			name := strings.TrimSpace(n.look.user(ctx, m.scope, id).name)
+			name := strings.TrimSpace(n.look.user(mctx, m.scope, id).name)
 			return "@" + cmp.Or(name, id)
 		})
 	}

@@ -103,7 +103,7 @@ func (p *Platform) edit(ctx context.Context, _ string, t target, a *contract.Act
 		return contract.Failed(contract.CodeBadRequest, "slack edit: content is empty")
 	}
 	text := mrkdwnParts(a.Content)[0]
-	err := p.callIn(ctx, t.team, t.channel, "chat.update", func(ctx context.Context, c *slack.Client) error {
+	err := p.call(ctx, t.team, "chat.update", func(ctx context.Context, c *slack.Client) error {
 		_, _, _, err := c.UpdateMessageContext(ctx, t.channel, ts, slack.MsgOptionText(text, false))
 		return err
 	})

@@ -356,3 +356,16 @@ func (pol *policy) mentionPattern(text string) bool {
 func (pol *policy) admits(user string) bool {
 	return pol.allowedUsers == nil || pol.allowedUsers[user]
 }
+
+// refusal is why the tenant refuses a slash command or prompt press of
+// user (dm: in a 1:1 DM), "" when it takes it: disable_dms, then
+// allowed_users, as the native adapter authorizes them.
+func (pol *policy) refusal(user string, dm bool) string {
+	switch {
+	case dm && pol.disableDMs:
+		return dropDMsDisabled
+	case !pol.admits(user):
+		return dropUserNotAllowed
+	}
+	return ""
+}

@@ -130,13 +130,17 @@ func (w *workspaces) get(ctx context.Context, team string) (*workspace, error) {
 	return nil, errNotInstalled
 }
 
-// client returns team's Web API client.
-func (w *workspaces) client(ctx context.Context, team string) (*slack.Client, error) {
+// client returns team's Web API client, and the workspace whose token it
+// holds (bot_token's serves other workspaces too; "" before auth.test
+// answered): the workspace whose rate limits the call counts against.
+func (w *workspaces) client(ctx context.Context, team string) (*slack.Client, string, error) {
 	ws, err := w.get(ctx, team)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return ws.client, nil
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return ws.client, ws.team, nil
 }
 
 // botUser is the bot user of team's workspace, "" when unknown.
