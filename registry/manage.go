@@ -251,19 +251,31 @@ func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) 
 	if err != nil {
 		return n, err
 	}
-	var codes []linkCode
-	if err := list(ctx, r.kv, nsLinkCodes, &codes); err != nil {
+	if err := r.dropTenantEntries(ctx, nsLinkCodes, tenant); err != nil {
 		return n, err
-	}
-	for _, c := range codes {
-		if c.Tenant == tenant {
-			if _, err := r.kv.Delete(ctx, nsLinkCodes, c.Hash); err != nil {
-				return n, err
-			}
-		}
 	}
 	r.notify(ctx)
 	return n, nil
+}
+
+// dropTenantEntries deletes the entries of namespace (enrollment tokens,
+// link codes) that name tenant. Called under mu.
+func (r *Registry) dropTenantEntries(ctx context.Context, namespace, tenant string) error {
+	entries, _, err := r.kv.List(ctx, namespace)
+	if err != nil {
+		return fmt.Errorf("registry: read %s: %w", namespace, err)
+	}
+	for _, e := range entries {
+		var v struct {
+			Tenant string `json:"tenant"`
+		}
+		if json.Unmarshal(e.Value, &v) == nil && v.Tenant == tenant {
+			if _, err := r.kv.Delete(ctx, namespace, e.Key); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // dropBindings deletes the stored bindings drop selects, each only while

@@ -470,8 +470,8 @@ func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Ten
 	return r.put(ctx, nsTenants, t.ID, t)
 }
 
-// DeleteTenant removes a stored tenant with its stored gateways and
-// bindings.
+// DeleteTenant removes a stored tenant with its stored gateways,
+// bindings, wake URLs, policies, enrollment tokens and link codes.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -500,6 +500,13 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			if _, err := r.kv.Delete(ctx, nsPolicies, p.key()); err != nil {
 				return err
 			}
+		}
+	}
+	// Its unredeemed enrollment tokens and link codes end with it: a tenant
+	// made again under the id must not redeem them.
+	for _, ns := range []string{nsEnroll, nsLinkCodes} {
+		if err := r.dropTenantEntries(ctx, ns, id); err != nil {
+			return err
 		}
 	}
 	deleted, err := r.kv.Delete(ctx, nsTenants, id)
