@@ -332,8 +332,39 @@ func (c *Config) Validate() error {
 		return errors.New("config: tls: cert_file and key_file must be set together")
 	}
 	// The first failing section, in this order, is reported.
-	return cmp.Or(c.validateHTTP(), c.Admin.validate(), c.validateMedia(), nonNegative("relay", &c.Relay),
+	return cmp.Or(c.validateHTTP(), c.Admin.validate(), c.distinctListeners(), c.validateMedia(), nonNegative("relay", &c.Relay),
 		nonNegative("enroll", &c.Enroll), c.Store.validate(), c.validateTenants(), c.validatePlatforms())
+}
+
+// distinctListeners refuses two listeners (listen, ops.listen,
+// admin.listen) on one port of one address, or of every address and any
+// of them: the second could not bind, and serve would stop saying another
+// process holds the port. Port 0 (any free port) never clashes.
+func (c *Config) distinctListeners() error {
+	keys := []string{"listen", "ops.listen", "admin.listen"}
+	addrs := []string{c.Listen, c.Ops.Listen, c.Admin.Listen}
+	for i := range addrs {
+		for j := range i {
+			if sameListener(addrs[i], addrs[j]) {
+				return fmt.Errorf("config: %s: %q is also %s; give each listener its own port", keys[i], addrs[i], keys[j])
+			}
+		}
+	}
+	return nil
+}
+
+// sameListener reports whether listeners on a and b (host:port, checked
+// by validListen) would take the same port.
+func sameListener(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	na, _ := net.LookupPort("tcp", pa)
+	nb, _ := net.LookupPort("tcp", pb)
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return na != 0 && na == nb && (ha == hb || wildcard(ha) || wildcard(hb))
 }
 
 // minDuration is the shortest duration a key of the connector's own
