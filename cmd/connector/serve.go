@@ -82,6 +82,10 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 		return cfg, err
 	}}
 	if err := serveReloading(ctx, cfg, generated, log, stdout, nil, reload); err != nil {
+		if ctx.Err() != nil { // SIGINT or SIGTERM while it started: stopping is what was asked
+			log.Info("connector stopped before it finished starting", "err", err)
+			return 0
+		}
 		log.Error("connector stopped", "err", err)
 		return 1
 	}
@@ -496,6 +500,11 @@ func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log
 	c.reload = reload
 	if c.node != nil {
 		defer c.node.Close()
+	}
+	if ctx.Err() != nil { // SIGINT or SIGTERM while it was built: stop before listening
+		_ = c.relay.Shutdown(context.Background())
+		log.Info("connector stopped before it finished starting")
+		return nil
 	}
 	return c.run(ctx, gen, stdout, ready)
 }
