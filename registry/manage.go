@@ -78,21 +78,10 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	if _, err := r.tenant(ctx, tenant); err != nil {
 		return "", time.Time{}, err
 	}
-	var codes []linkCode
-	if err := list(ctx, r.kv, nsLinkCodes, &codes); err != nil {
-		return "", time.Time{}, err
-	}
 	now := r.clock.Now()
-	live := 0
-	for _, c := range codes {
-		switch {
-		case !now.Before(c.Expires):
-			if _, err := r.kv.Delete(ctx, nsLinkCodes, c.Hash); err != nil {
-				return "", time.Time{}, err
-			}
-		case c.Tenant == tenant:
-			live++
-		}
+	live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) })
+	if err != nil {
+		return "", time.Time{}, err
 	}
 	if live >= MaxLinkCodes {
 		return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant are outstanding; redeem or let them expire", ErrLimit, live)
@@ -251,31 +240,11 @@ func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) 
 	if err != nil {
 		return n, err
 	}
-	if err := r.dropTenantEntries(ctx, nsLinkCodes, tenant); err != nil {
+	if _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
 		return n, err
 	}
 	r.notify(ctx)
 	return n, nil
-}
-
-// dropTenantEntries deletes the entries of namespace (enrollment tokens,
-// link codes) that name tenant. Called under mu.
-func (r *Registry) dropTenantEntries(ctx context.Context, namespace, tenant string) error {
-	entries, _, err := r.kv.List(ctx, namespace)
-	if err != nil {
-		return fmt.Errorf("registry: read %s: %w", namespace, err)
-	}
-	for _, e := range entries {
-		var v struct {
-			Tenant string `json:"tenant"`
-		}
-		if json.Unmarshal(e.Value, &v) == nil && v.Tenant == tenant {
-			if _, err := r.kv.Delete(ctx, namespace, e.Key); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }
 
 // dropBindings deletes the stored bindings drop selects, each only while

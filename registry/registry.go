@@ -505,7 +505,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	// Its unredeemed enrollment tokens and link codes end with it: a tenant
 	// made again under the id must not redeem them.
 	for _, ns := range []string{nsEnroll, nsLinkCodes} {
-		if err := r.dropTenantEntries(ctx, ns, id); err != nil {
+		if _, err := r.sweep(ctx, ns, id, func(e expiring) bool { return e.Tenant == id }); err != nil {
 			return err
 		}
 	}
