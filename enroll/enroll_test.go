@@ -465,3 +465,34 @@ func TestProvisionRateLimit(t *testing.T) {
 		t.Errorf("metrics %v, want 3 rate_limited", r.metrics.n)
 	}
 }
+
+// TestLongIDsAreNotEchoed: the ids a caller sends (gatewayId, platform,
+// the wake URL's host) are logged and answered bounded, however long: an
+// identity token's holder could otherwise make every request write its
+// 64 KiB body into the log twice (an attribute and the error naming it)
+// and get it back, with no rate limit on a refused request.
+func TestLongIDsAreNotEchoed(t *testing.T) {
+	r := newRig(t, true)
+	long := strings.Repeat("g", 60<<10)
+	for _, c := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/relay/provision", map[string]any{"gatewayId": long, "platform": "relay"}},
+		{"/relay/provision", map[string]any{"gatewayId": "gw1", "platform": long}},
+		{"/relay/provision", map[string]any{"gatewayId": "gw1", "platform": "relay", "wakeUrl": "https://" + long + ".example/"}},
+		{"/relay/enroll", map[string]any{"gatewayId": long, "enrollmentToken": "enr_x"}},
+		{"/relay/enroll", map[string]any{"gatewayId": "gw1", "enrollmentToken": "enr_x", "wakeUrl": "https://" + long + ".example/"}},
+	} {
+		r.logMu.Lock()
+		r.logs.Reset()
+		r.logMu.Unlock()
+		status, answer := r.post(t, c.path, identity(t, "acme"), c.body)
+		r.logMu.Lock()
+		logged := r.logs.Len()
+		r.logMu.Unlock()
+		if msg, _ := answer["error"].(string); status != http.StatusBadRequest || len(msg) > 1024 || logged > 2048 {
+			t.Errorf("%s with a 60 KiB id: %d, an answer of %d bytes and %d bytes of log; want 400 and both bounded", c.path, status, len(msg), logged)
+		}
+	}
+}

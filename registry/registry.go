@@ -39,6 +39,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/session"
 	"connector/store"
@@ -927,7 +928,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 func checkID(what, id string) error {
 	if !idPattern.MatchString(id) {
-		return fmt.Errorf("%w: %s id %q: want 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", ErrInvalid, what, id)
+		return fmt.Errorf("%w: %s id %q: want 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", ErrInvalid, what, textsplit.Truncate(id, 80))
 	}
 	return nil
 }
