@@ -341,11 +341,11 @@ func (h *Handler) provision(req *request) (any, error) {
 		return nil, err
 	}
 	req.what = append(req.what, "provision", outcome)
+	if err := h.cfg.Registry.BindOwn(ctx, bindings...); err != nil {
+		return nil, fmt.Errorf("routeKeys: %w", err)
+	}
 	keys := make([]string, 0, len(bindings))
 	for _, b := range bindings {
-		if err := h.cfg.Registry.BindOwn(ctx, b); err != nil {
-			return nil, fmt.Errorf("routeKeys %q: %w", b.ID, err)
-		}
 		keys = append(keys, b.ID)
 	}
 	if err := h.cfg.Registry.SetWake(ctx, tenant, body.GatewayID, body.WakeURL); err != nil {

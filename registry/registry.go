@@ -707,23 +707,36 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	})
 }
 
-// BindOwn is Bind for a binding a tenant makes for itself (a
-// provision's routeKeys), which must not take a chat the ownership order
-// gives another tenant by claim or author link (platform.Ownership.YieldsTo):
-// that is ErrConflict too. An operator's Bind overrides claims and links.
-func (r *Registry) BindOwn(ctx context.Context, b Binding) error {
-	b, err := CanonicalBinding(b)
-	if err != nil {
-		return err
-	}
+// BindOwn is Bind for bindings a tenant makes for itself (a provision's
+// routeKeys), none of which may take a chat the ownership order gives
+// another tenant by claim or author link (platform.Ownership.YieldsTo):
+// that is ErrConflict too. They are judged against one read of the
+// effective registry and bound in order; an error names the binding it
+// stopped at. An operator's Bind overrides claims and links.
+func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 	s, _, err := r.Effective(ctx)
 	if err != nil {
 		return err
 	}
-	if _, taken := platform.NewOwnership(s.PlatformBindings()[b.Platform]).YieldsTo(b.Tenant, b.ID); taken {
-		return ErrConflict
+	bindings, owners := s.PlatformBindings(), map[string]*platform.Ownership{}
+	for _, b := range bs {
+		b, err := CanonicalBinding(b)
+		if err != nil {
+			return err
+		}
+		if owners[b.Platform] == nil {
+			owners[b.Platform] = platform.NewOwnership(bindings[b.Platform])
+		}
+		if _, taken := owners[b.Platform].YieldsTo(b.Tenant, b.ID); taken {
+			err = ErrConflict
+		} else {
+			err = r.Bind(ctx, b)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
+		}
 	}
-	return r.Bind(ctx, b)
+	return nil
 }
 
 // Claim stores tenant's scope claim of chat on platformName, as the
