@@ -265,7 +265,7 @@ func (h *Handler) enroll(req *request) (any, error) {
 	if err := change.Decode(req.r.Body, &body, false); err != nil { // unknown fields ignored: the body grows additively
 		return nil, err
 	}
-	req.what = []any{"gateway_id", body.GatewayID, "wake_host", wake.Host(body.WakeURL)}
+	req.what = []any{"gateway_id", textsplit.Truncate(body.GatewayID, maxLogIDBytes), "wake_host", wake.Host(body.WakeURL)}
 	if body.EnrollmentToken == "" {
 		return nil, change.Invalid("enrollmentToken is required")
 	}
@@ -314,7 +314,8 @@ func (h *Handler) provision(req *request) (any, error) {
 	if err := change.Decode(req.r.Body, &body, false); err != nil { // unknown fields ignored: the body grows additively
 		return nil, err
 	}
-	req.what = []any{"gateway_id", body.GatewayID, "platform", body.Platform, "bot_id", textsplit.Truncate(body.BotID, maxLogIDBytes),
+	req.what = []any{"gateway_id", textsplit.Truncate(body.GatewayID, maxLogIDBytes), "platform", textsplit.Truncate(body.Platform, maxLogIDBytes),
+		"bot_id", textsplit.Truncate(body.BotID, maxLogIDBytes),
 		"instance_id", textsplit.Truncate(body.InstanceID, maxLogIDBytes), "route_keys", len(body.RouteKeys), "wake_host", wake.Host(body.WakeURL)}
 	if body.Platform != "relay" && !slices.Contains(h.cfg.Platforms, body.Platform) {
 		return nil, change.Invalid("platform %q is not one this connector fronts", textsplit.Truncate(body.Platform, 64))
@@ -340,11 +341,11 @@ func (h *Handler) provision(req *request) (any, error) {
 		return nil, err
 	}
 	req.what = append(req.what, "provision", outcome)
+	if err := h.cfg.Registry.BindOwn(ctx, bindings...); err != nil {
+		return nil, fmt.Errorf("routeKeys: %w", err)
+	}
 	keys := make([]string, 0, len(bindings))
 	for _, b := range bindings {
-		if err := h.cfg.Registry.BindOwn(ctx, b); err != nil {
-			return nil, fmt.Errorf("routeKeys %q: %w", b.ID, err)
-		}
 		keys = append(keys, b.ID)
 	}
 	if err := h.cfg.Registry.SetWake(ctx, tenant, body.GatewayID, body.WakeURL); err != nil {

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -463,5 +464,104 @@ func TestProvisionRateLimit(t *testing.T) {
 	limited("gw-newer", id)
 	if r.metrics.n["relay_provision/rate_limited"] != 3 {
 		t.Errorf("metrics %v, want 3 rate_limited", r.metrics.n)
+	}
+}
+
+// TestLongIDsAreNotEchoed: the ids a caller sends (gatewayId, platform,
+// the wake URL's host) are logged and answered bounded, however long: an
+// identity token's holder could otherwise make every request write its
+// 64 KiB body into the log twice (an attribute and the error naming it)
+// and get it back, with no rate limit on a refused request.
+func TestLongIDsAreNotEchoed(t *testing.T) {
+	r := newRig(t, true)
+	long := strings.Repeat("g", 60<<10)
+	for _, c := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/relay/provision", map[string]any{"gatewayId": long, "platform": "relay"}},
+		{"/relay/provision", map[string]any{"gatewayId": "gw1", "platform": long}},
+		{"/relay/provision", map[string]any{"gatewayId": "gw1", "platform": "relay", "wakeUrl": "https://" + long + ".example/"}},
+		{"/relay/enroll", map[string]any{"gatewayId": long, "enrollmentToken": "enr_x"}},
+		{"/relay/enroll", map[string]any{"gatewayId": "gw1", "enrollmentToken": "enr_x", "wakeUrl": "https://" + long + ".example/"}},
+	} {
+		r.logMu.Lock()
+		r.logs.Reset()
+		r.logMu.Unlock()
+		status, answer := r.post(t, c.path, identity(t, "acme"), c.body)
+		r.logMu.Lock()
+		logged := r.logs.Len()
+		r.logMu.Unlock()
+		if msg, _ := answer["error"].(string); status != http.StatusBadRequest || len(msg) > 1024 || logged > 2048 {
+			t.Errorf("%s with a 60 KiB id: %d, an answer of %d bytes and %d bytes of log; want 400 and both bounded", c.path, status, len(msg), logged)
+		}
+	}
+}
+
+// listCounting is a store whose registry counts the namespaces read
+// whole (List).
+type listCounting struct {
+	store.Store
+	lists *atomic.Int64
+}
+
+func (s listCounting) Registry() store.Registry {
+	return listCountingRegistry{Registry: s.Store.Registry(), lists: s.lists}
+}
+
+type listCountingRegistry struct {
+	store.Registry
+	lists *atomic.Int64
+}
+
+func (r listCountingRegistry) List(ctx context.Context, namespace string) ([]store.Entry, uint64, error) {
+	r.lists.Add(1)
+	return r.Registry.List(ctx, namespace)
+}
+
+// TestProvisionReadsTheRegistryOnceForItsRouteKeys: a provision's route
+// keys are checked against the ownership order with one read of the
+// registry, not one read of every namespace per key. Before, a repeated
+// provision (free of the rate limit) with MaxRouteKeys keys read the
+// whole registry 1,000 times: 4,000 namespace reads per request.
+func TestProvisionReadsTheRegistryOnceForItsRouteKeys(t *testing.T) {
+	keyOnce.Do(func() { key = idtokentest.Key(t) })
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	lists := &atomic.Int64{}
+	reg := registry.New(listCounting{Store: mem, lists: lists}, clk)
+	if err := reg.CreateTenant(context.Background(), registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := idtoken.New(idtoken.Config{Key: pub, Audience: "connector", Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := enroll.New(enroll.HandlerConfig{Verifier: v, Registry: reg, Platforms: []string{"telegram"}, Clock: clk})
+	keys := make([]string, enroll.MaxRouteKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprint(-1000000 - i)
+	}
+	body, _ := json.Marshal(map[string]any{"gatewayId": "gw1", "platform": "telegram", "routeKeys": keys})
+	for round := range 2 { // the first binds them, the repeat finds them bound
+		lists.Store(0)
+		req := httptest.NewRequest(http.MethodPost, "/relay/provision", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+identity(t, "acme"))
+		w := httptest.NewRecorder()
+		h.Routes()["POST /relay/provision"].ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			t.Fatalf("provision %d: %d %s", round, w.Code, w.Body)
+		}
+		if n := lists.Load(); n > 16 {
+			t.Errorf("provision %d with %d route keys read %d namespaces whole, want a few (one registry read)", round, len(keys), n)
+		}
+	}
+	if s, _, _ := reg.Effective(context.Background()); len(s.Bindings) != len(keys) {
+		t.Fatalf("%d bindings, want %d", len(s.Bindings), len(keys))
 	}
 }

@@ -29,10 +29,32 @@ const DefaultEnrollTTL = MaxEnrollTTL
 // redeemed or another tenant's; the four are not told apart.
 var ErrEnrollToken = errors.New("registry: enrollment token invalid, expired, already used, or for another tenant")
 
-// enrollToken is a stored, unredeemed enrollment token.
-type enrollToken struct {
+// expiring is a stored, unredeemed enrollment token, and a link code as
+// sweep reads it: whose it is, and until when it is redeemable.
+type expiring struct {
 	Tenant  string    `json:"tenant"`
 	Expires time.Time `json:"expires"`
+}
+
+// sweep deletes the entries of namespace (enrollment tokens, link codes)
+// that do not decode or that drop selects, and returns how many of
+// tenant's it kept. Called under mu.
+func (r *Registry) sweep(ctx context.Context, namespace, tenant string, drop func(expiring) bool) (kept int, err error) {
+	entries, _, err := r.kv.List(ctx, namespace)
+	if err != nil {
+		return 0, fmt.Errorf("registry: read %s: %w", namespace, err)
+	}
+	for _, e := range entries {
+		var v expiring
+		if err := json.Unmarshal(e.Value, &v); err != nil || drop(v) {
+			if _, err := r.kv.Delete(ctx, namespace, e.Key); err != nil {
+				return kept, err
+			}
+		} else if v.Tenant == tenant {
+			kept++
+		}
+	}
+	return kept, nil
 }
 
 // MintEnrollToken returns a new single-use enrollment token for tenant,
@@ -50,21 +72,14 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 		return "", time.Time{}, err
 	}
 	now := r.clock.Now()
-	entries, _, err := r.kv.List(ctx, nsEnroll)
-	if err != nil {
+	if _, err := r.sweep(ctx, nsEnroll, tenant, func(tok expiring) bool {
+		return !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL))
+	}); err != nil {
 		return "", time.Time{}, err
-	}
-	for _, e := range entries {
-		var tok enrollToken
-		if err := json.Unmarshal(e.Value, &tok); err != nil || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
-			if _, err := r.kv.Delete(ctx, nsEnroll, e.Key); err != nil {
-				return "", time.Time{}, err
-			}
-		}
 	}
 	token := "enr_" + newSecret()
 	expires := now.Add(ttl)
-	if err := r.put(ctx, nsEnroll, tokenKey(token), enrollToken{Tenant: tenant, Expires: expires}); err != nil {
+	if err := r.put(ctx, nsEnroll, tokenKey(token), expiring{Tenant: tenant, Expires: expires}); err != nil {
 		return "", time.Time{}, err
 	}
 	return token, expires, nil
@@ -83,7 +98,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 		return "", err
 	}
 	key := tokenKey(token)
-	var tok enrollToken
+	var tok expiring
 	if ok, err := r.get(ctx, nsEnroll, key, &tok); err != nil {
 		return "", err
 	} else if now := r.clock.Now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {

@@ -327,3 +327,46 @@ func TestEnrollTokenLifetimeIsBounded(t *testing.T) {
 		t.Fatal("a 100-year token created a gateway")
 	}
 }
+
+// TestDeleteTenantEndsItsTokens: deleting a tenant ends its unredeemed
+// enrollment tokens and link codes with it. Were they kept, a tenant made
+// again under the same id (for whoever the operator gives it to) would
+// take a gateway enrolled, or a user linked, with a token or code minted
+// for the deleted one. Another tenant's stay redeemable.
+func TestDeleteTenantEndsItsTokens(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	for _, id := range []string{"acme", "other"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, _, err := r.MintEnrollToken(ctx, "acme", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := r.IssueLinkCode(ctx, "acme", "gw-acme", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherTok, _, _ := r.MintEnrollToken(ctx, "other", time.Hour)
+	otherCode, _, _ := r.IssueLinkCode(ctx, "other", "gw-other", "", 0)
+	if err := r.DeleteTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Enroll(ctx, "acme", tok, "gw1"); !errors.Is(err, registry.ErrEnrollToken) {
+		t.Errorf("the deleted tenant's enrollment token, redeemed for the tenant made again: %v, want ErrEnrollToken", err)
+	}
+	if tenant, err := r.RedeemLinkCode(ctx, "discord", "71", code); !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("the deleted tenant's link code: linked to %q, %v; want ErrNotFound", tenant, err)
+	}
+	if _, err := r.Enroll(ctx, "other", otherTok, "gw2"); err != nil {
+		t.Errorf("another tenant's enrollment token: %v", err)
+	}
+	if tenant, err := r.RedeemLinkCode(ctx, "discord", "72", otherCode); err != nil || tenant != "other" {
+		t.Errorf("another tenant's link code: %q, %v", tenant, err)
+	}
+}

@@ -78,21 +78,10 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	if _, err := r.tenant(ctx, tenant); err != nil {
 		return "", time.Time{}, err
 	}
-	var codes []linkCode
-	if err := list(ctx, r.kv, nsLinkCodes, &codes); err != nil {
-		return "", time.Time{}, err
-	}
 	now := r.clock.Now()
-	live := 0
-	for _, c := range codes {
-		switch {
-		case !now.Before(c.Expires):
-			if _, err := r.kv.Delete(ctx, nsLinkCodes, c.Hash); err != nil {
-				return "", time.Time{}, err
-			}
-		case c.Tenant == tenant:
-			live++
-		}
+	live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) })
+	if err != nil {
+		return "", time.Time{}, err
 	}
 	if live >= MaxLinkCodes {
 		return "", time.Time{}, fmt.Errorf("%w: %d link codes of this tenant are outstanding; redeem or let them expire", ErrLimit, live)
@@ -251,16 +240,8 @@ func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) 
 	if err != nil {
 		return n, err
 	}
-	var codes []linkCode
-	if err := list(ctx, r.kv, nsLinkCodes, &codes); err != nil {
+	if _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
 		return n, err
-	}
-	for _, c := range codes {
-		if c.Tenant == tenant {
-			if _, err := r.kv.Delete(ctx, nsLinkCodes, c.Hash); err != nil {
-				return n, err
-			}
-		}
 	}
 	r.notify(ctx)
 	return n, nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/internal/redistest"
 	"connector/platform"
 	"connector/registry"
@@ -260,4 +261,30 @@ func twoOnRedis(t *testing.T) (*registry.Registry, *registry.Registry) {
 		return registry.New(st, clock.System)
 	}
 	return open(), open()
+}
+
+// TestUndecodableLinkCodeIsSwept: a link code entry that does not decode
+// (a torn or foreign write) is dropped when codes are issued, as an
+// undecodable enrollment token is when tokens are minted. Before, it made
+// every tenant's IssueLinkCode fail for good.
+func TestUndecodableLinkCodeIsSwept(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, clk)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/linkcodes", "torn", []byte(`{"tenant": "a", "expi`)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0); err != nil {
+			t.Fatalf("IssueLinkCode with an undecodable entry stored: %v", err)
+		}
+	}
+	if _, ok, _ := st.Registry().Get(ctx, "registry/linkcodes", "torn"); ok {
+		t.Error("the undecodable entry is still stored")
+	}
 }

@@ -39,6 +39,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/session"
 	"connector/store"
@@ -470,8 +471,8 @@ func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Ten
 	return r.put(ctx, nsTenants, t.ID, t)
 }
 
-// DeleteTenant removes a stored tenant with its stored gateways and
-// bindings.
+// DeleteTenant removes a stored tenant with its stored gateways,
+// bindings, wake URLs, policies, enrollment tokens and link codes.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -500,6 +501,13 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			if _, err := r.kv.Delete(ctx, nsPolicies, p.key()); err != nil {
 				return err
 			}
+		}
+	}
+	// Its unredeemed enrollment tokens and link codes end with it: a tenant
+	// made again under the id must not redeem them.
+	for _, ns := range []string{nsEnroll, nsLinkCodes} {
+		if _, err := r.sweep(ctx, ns, id, func(e expiring) bool { return e.Tenant == id }); err != nil {
+			return err
 		}
 	}
 	deleted, err := r.kv.Delete(ctx, nsTenants, id)
@@ -699,23 +707,36 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	})
 }
 
-// BindOwn is Bind for a binding a tenant makes for itself (a
-// provision's routeKeys), which must not take a chat the ownership order
-// gives another tenant by claim or author link (platform.Ownership.YieldsTo):
-// that is ErrConflict too. An operator's Bind overrides claims and links.
-func (r *Registry) BindOwn(ctx context.Context, b Binding) error {
-	b, err := CanonicalBinding(b)
-	if err != nil {
-		return err
-	}
+// BindOwn is Bind for bindings a tenant makes for itself (a provision's
+// routeKeys), none of which may take a chat the ownership order gives
+// another tenant by claim or author link (platform.Ownership.YieldsTo):
+// that is ErrConflict too. They are judged against one read of the
+// effective registry and bound in order; an error names the binding it
+// stopped at. An operator's Bind overrides claims and links.
+func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 	s, _, err := r.Effective(ctx)
 	if err != nil {
 		return err
 	}
-	if _, taken := platform.NewOwnership(s.PlatformBindings()[b.Platform]).YieldsTo(b.Tenant, b.ID); taken {
-		return ErrConflict
+	bindings, owners := s.PlatformBindings(), map[string]*platform.Ownership{}
+	for _, b := range bs {
+		b, err := CanonicalBinding(b)
+		if err != nil {
+			return err
+		}
+		if owners[b.Platform] == nil {
+			owners[b.Platform] = platform.NewOwnership(bindings[b.Platform])
+		}
+		if _, taken := owners[b.Platform].YieldsTo(b.Tenant, b.ID); taken {
+			err = ErrConflict
+		} else {
+			err = r.Bind(ctx, b)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
+		}
 	}
-	return r.Bind(ctx, b)
+	return nil
 }
 
 // Claim stores tenant's scope claim of chat on platformName, as the
@@ -920,7 +941,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 func checkID(what, id string) error {
 	if !idPattern.MatchString(id) {
-		return fmt.Errorf("%w: %s id %q: want 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", ErrInvalid, what, id)
+		return fmt.Errorf("%w: %s id %q: want 1 to 64 of A-Z a-z 0-9 . _ -, starting with a letter or digit", ErrInvalid, what, textsplit.Truncate(id, 80))
 	}
 	return nil
 }

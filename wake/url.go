@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"connector/internal/textsplit"
 )
 
 // MaxURLBytes bounds a wake URL.
@@ -52,12 +54,17 @@ func ValidateURL(raw string) (string, error) {
 	return raw, nil
 }
 
-// Host is the host (and port) of a valid wake URL, for logs: the path and
-// query may carry a token and are never logged.
+// maxHostBytes bounds the host Host returns (a DNS name is at most 253
+// bytes): it is logged before the URL is checked.
+const maxHostBytes = 256
+
+// Host is the host (and port) of a wake URL, for logs, at most
+// maxHostBytes: the path and query may carry a token and are never
+// logged.
 func Host(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return ""
 	}
-	return u.Host
+	return textsplit.Truncate(u.Host, maxHostBytes)
 }

@@ -33,7 +33,7 @@ const defaultAdminURL = "http://127.0.0.1:9091"
 const adminUsage = `subcommands:
   tenants                                  list tenants, their gateways (no secrets) and bindings
   tenant add TENANT                        create a tenant
-  tenant rm TENANT                         delete a tenant, its gateways (sockets closed 4401) and bindings
+  tenant rm TENANT                         delete a tenant, its gateways (sockets closed 4401), bindings and unredeemed tokens
   tenant max-gateways TENANT N             bound the tenant's gateways (0: the default, 100)
   gateway add TENANT GATEWAY               create a gateway; prints its secret, shown once
   gateway rotate TENANT GATEWAY [GRACE]    new secret; the old ones stay valid for GRACE (default 1h; 0s: end now)

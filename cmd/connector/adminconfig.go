@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 )
 
@@ -100,6 +98,16 @@ func (c *connector) serveAdmin() (addr string, stop func(), err error) {
 	return ln.Addr().String(), func() { _ = srv.Close() }, nil
 }
 
+// reloader re-reads the config on SIGHUP.
+type reloader struct {
+	// read reads the config again.
+	read func() (*Config, error)
+	// hangups receives SIGHUP from the start of serve on: one sent while
+	// the connector starts neither ends the process (the signal's default
+	// action) nor is lost (it reloads once the connector runs).
+	hangups <-chan os.Signal
+}
+
 // reloadOnHangup re-reads the config on every SIGHUP until ctx is done or
 // stop is called, and applies its tenants, gateways and routing; the
 // connections of gateways that stay are not touched. Other keys keep the
@@ -108,8 +116,6 @@ func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
 	if c.reload == nil {
 		return func() {}
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -118,9 +124,9 @@ func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
 				return
 			case <-done:
 				return
-			case <-hup:
+			case <-c.reload.hangups:
 			}
-			cfg, err := c.reload()
+			cfg, err := c.reload.read()
 			if err != nil {
 				c.live.metrics.reloads.WithLabelValues(reloadUnreadable).Inc()
 				c.log.Error("SIGHUP: config not reloaded; the running one stays", "err", err)
@@ -135,8 +141,5 @@ func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
 			c.log.Info("SIGHUP: tenants, gateways and routing reloaded from the config (other keys need a restart)", "tenants", len(cfg.Tenants))
 		}
 	}()
-	return func() {
-		signal.Stop(hup)
-		close(done)
-	}
+	return func() { close(done) }
 }

@@ -135,7 +135,9 @@ func matrixRows() []mxRow {
 // an attack ever reached a platform or a member, that no message of one
 // tenant reached the other's gateways, that interrupts went to their own
 // tenant only, and that each tenant's chats, capability, media and
-// enrollment token still serve it.
+// enrollment token still serve it. Every route of the admin listener,
+// which takes the admin token only, refuses each credential kind too
+// (attackAdminListener).
 func TestAuthorizationMatrix(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary")
@@ -169,6 +171,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	if after := [2]string{m.view(t, m.ta), m.view(t, m.tb)}; after != before {
 		t.Errorf("the parallel rows changed a tenant's registry entry:\nbefore %q\nafter  %q", before, after)
 	}
+	t.Run("admin listener", m.attackAdminListener)
 	run("serial", phaseSerial)
 	t.Run("afterwards", m.checkAfterwards)
 	run("last", phaseLast)

@@ -183,7 +183,7 @@ type StoreConfig struct {
 	// and stops acting as the owner an eighth of it before the lease
 	// expires unrenewed; another instance takes the lease at its expiry. A
 	// third of it is the instances' beat, and an instance silent for the
-	// whole of it is gone. Default 2s.
+	// whole of it is gone. Default 2s; at least 100ms.
 	LeaseTTL time.Duration `yaml:"lease_ttl"`
 }
 
@@ -332,15 +332,58 @@ func (c *Config) Validate() error {
 		return errors.New("config: tls: cert_file and key_file must be set together")
 	}
 	// The first failing section, in this order, is reported.
-	return cmp.Or(c.validateHTTP(), c.Admin.validate(), c.validateMedia(), nonNegative("relay", &c.Relay),
+	return cmp.Or(c.validateHTTP(), c.Admin.validate(), c.distinctListeners(), c.validateMedia(), nonNegative("relay", &c.Relay),
 		nonNegative("enroll", &c.Enroll), c.Store.validate(), c.validateTenants(), c.validatePlatforms())
 }
 
+// distinctListeners refuses two listeners (listen, ops.listen,
+// admin.listen) on one port of one address, or of every address and any
+// of them: the second could not bind, and serve would stop saying another
+// process holds the port. Port 0 (any free port) never clashes.
+func (c *Config) distinctListeners() error {
+	keys := []string{"listen", "ops.listen", "admin.listen"}
+	addrs := []string{c.Listen, c.Ops.Listen, c.Admin.Listen}
+	for i := range addrs {
+		for j := range i {
+			if sameListener(addrs[i], addrs[j]) {
+				return fmt.Errorf("config: %s: %q is also %s; give each listener its own port", keys[i], addrs[i], keys[j])
+			}
+		}
+	}
+	return nil
+}
+
+// sameListener reports whether listeners on a and b (host:port, checked
+// by validListen) would take the same port.
+func sameListener(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil {
+		return false
+	}
+	na, _ := net.LookupPort("tcp", pa)
+	nb, _ := net.LookupPort("tcp", pb)
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return na != 0 && na == nb && (ha == hb || wildcard(ha) || wildcard(hb))
+}
+
+// minDuration is the shortest duration a key of the connector's own
+// sections may be set to (nonNegative).
+const minDuration = time.Millisecond
+
+// minLeaseTTL is the shortest store.lease_ttl: its holder renews every
+// quarter of it and the instances beat every third, each a store round
+// trip.
+const minLeaseTTL = 100 * time.Millisecond
+
 // nonNegative checks that no number of the section at key (a pointer to
-// its struct; "" for the file's top level) is negative: zero stands for the
-// default, and relay.New would read a negative one as its default too.
+// its struct; "" for the file's top level) is negative, and that no
+// duration of it is set shorter than minDuration: zero stands for the
+// default, relay.New would read a negative one as its default too, and
+// timers that short spin.
 func nonNegative(key string, section any) error {
-	return nonneg.Check("config: "+joinKey(key, ""), section)
+	prefix := "config: " + joinKey(key, "")
+	return cmp.Or(nonneg.Check(prefix, section), nonneg.Least(prefix, section, minDuration))
 }
 
 // validListen checks addr the way net.Listen("tcp", addr) reads it, short of
@@ -420,6 +463,9 @@ func (c *Config) TenantIDs() map[string]bool {
 func (s *StoreConfig) validate() error {
 	if err := nonNegative("store", s); err != nil { // lease_ttl and the redis_* numbers
 		return err
+	}
+	if s.LeaseTTL > 0 && s.LeaseTTL < minLeaseTTL {
+		return fmt.Errorf("config: store.lease_ttl: %v is shorter than %v; leave it unset for the default", s.LeaseTTL, minLeaseTTL)
 	}
 	switch s.Backend {
 	case "", store.BackendEmbedded:

@@ -196,9 +196,10 @@ The connector reads one YAML file: ` + "`-config FILE`" + `, else ` + "`$CONNECT
 defaults (see the README), and the log says which it did. Unknown keys and invalid values are
 errors that name the key; ` + "`connector serve -config FILE -check`" + ` validates a file and exits, and
 ` + "`connector config example`" + ` prints a commented example. Every key is optional unless its
-description says otherwise; a missing key takes the default its description names. Every key
-can also be set from the environment ([the table after the keys](#environment-variables-for-keys)),
-and a few older key spellings are still read ([deprecated keys](#deprecated-keys)).
+description says otherwise; a missing key takes the default its description names. A duration
+of the top level and of the ` + "`http`" + `, ` + "`media`" + `, ` + "`relay`" + `, ` + "`enroll`" + ` and ` + "`store`" + ` sections is either
+unset or at least 1ms. Every key can also be set from the environment
+([the table after the keys](#environment-variables-for-keys)), and a few older key spellings are still read ([deprecated keys](#deprecated-keys)).
 
 Environment variables besides the keys' (a set variable overrides the file):
 

@@ -290,3 +290,27 @@ func TestTakenAddressNamesTheSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestListenersOnOnePortRefused: two listeners on one port (of one
+// address, or of every address and any) are refused by -check, naming
+// both keys; before, -check said "config ok" and serve stopped saying that
+// "another process" held the port. Port 0 and distinct ports pass.
+func TestListenersOnOnePortRefused(t *testing.T) {
+	token := "admin: {token: " + strings.Repeat("0123456789abcdef", 4) + ", listen: "
+	for doc, want := range map[string]string{
+		"listen: 127.0.0.1:18790\nops: {listen: 127.0.0.1:18790}\n":                        `ops.listen: "127.0.0.1:18790" is also listen`,
+		"listen: 127.0.0.1:18790\n" + token + "\"127.0.0.1:18790\"}\n":                     `admin.listen: "127.0.0.1:18790" is also listen`,
+		"ops: {listen: \":9090\"}\n" + token + "\"127.0.0.1:9090\"}\n":                     `admin.listen: "127.0.0.1:9090" is also ops.listen`,
+		"listen: 0.0.0.0:8080\nops: {listen: 127.0.0.1:8080}\n":                            `ops.listen: "127.0.0.1:8080" is also listen`,
+		"listen: 127.0.0.1:0\nops: {listen: 127.0.0.1:0}\n" + token + "\"127.0.0.1:0\"}\n": "",
+		"listen: 127.0.0.1:8080\nops: {listen: 127.0.0.2:8080}\n":                          "",
+	} {
+		_, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc), dataDir: t.TempDir()}, noEnv)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v, want accepted", strings.TrimSpace(doc), err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v, want an error saying %q", strings.TrimSpace(doc), err, want)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +51,12 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlagsOnly(fs, args, stdout, stderr); code >= 0 {
 		return code
 	}
+	// SIGHUP is caught from here on: while the connector starts (the store
+	// may take storeOpenTimeout to open) its default action would end the
+	// process, and the file read before it may be older than the signal.
+	hangups := make(chan os.Signal, 1)
+	signal.Notify(hangups, syscall.SIGHUP)
+	defer signal.Stop(hangups)
 	path := configPath(*configFlag, defaultConfigSearch, os.LookupEnv)
 	cfg, generated, err := loadOrDefault(sources{configPath: path, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
 	if err != nil {
@@ -70,11 +77,15 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := shutdownSignals(log)
 	defer stop()
-	reload := func() (*Config, error) {
+	reload := &reloader{hangups: hangups, read: func() (*Config, error) {
 		cfg, _, err := loadOrDefault(sources{configPath: path, listen: *listen, dataDir: *dataDirFlag}, os.LookupEnv)
 		return cfg, err
-	}
+	}}
 	if err := serveReloading(ctx, cfg, generated, log, stdout, nil, reload); err != nil {
+		if ctx.Err() != nil { // SIGINT or SIGTERM while it started: stopping is what was asked
+			log.Info("connector stopped before it finished starting", "err", err)
+			return 0
+		}
 		log.Error("connector stopped", "err", err)
 		return 1
 	}
@@ -276,8 +287,8 @@ type connector struct {
 	live *live
 	// admin is the admin API's handler; nil when admin.listen is unset.
 	admin http.Handler
-	// reload re-reads the config for SIGHUP; nil ignores SIGHUP.
-	reload func() (*Config, error)
+	// reload re-reads the config on SIGHUP; nil ignores SIGHUP.
+	reload *reloader
 	// draining is set when shutdown starts: /readyz answers 503 from then.
 	draining atomic.Bool
 	// media is the media store (nil without media.dir); run sweeps its
@@ -472,7 +483,7 @@ func loadTLS(c TLSConfig) (*tls.Config, error) {
 // listeners' addresses once they accept connections. On SIGHUP it re-reads
 // the config with reload and applies its tenants and routing (nil reload
 // ignores SIGHUP).
-func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listenAddrs), reload func() (*Config, error)) error {
+func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log *slog.Logger, stdout io.Writer, ready func(listenAddrs), reload *reloader) error {
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -489,6 +500,11 @@ func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log
 	c.reload = reload
 	if c.node != nil {
 		defer c.node.Close()
+	}
+	if ctx.Err() != nil { // SIGINT or SIGTERM while it was built: stop before listening
+		_ = c.relay.Shutdown(context.Background())
+		log.Info("connector stopped before it finished starting")
+		return nil
 	}
 	return c.run(ctx, gen, stdout, ready)
 }

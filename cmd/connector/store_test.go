@@ -129,3 +129,32 @@ func TestStoreRedisTLSFromConfig(t *testing.T) {
 		t.Fatal("a server signed by an unknown CA was trusted")
 	}
 }
+
+// TestTooShortDurationsRefused: a duration set shorter than anything a
+// timer can mean is refused by name, where it was accepted before:
+// store.lease_ttl 1ns made an idle instance spin (its renewal and bid
+// interval, a quarter of it, and its beat, a third, are zero: measured
+// 64% of a core and about 10,000 Redis commands a second, and the log
+// flooded), relay.ping_interval 1ns a ping per nanosecond to every
+// gateway. Zero stays the default; the shortest accepted values pass.
+func TestTooShortDurationsRefused(t *testing.T) {
+	for doc, want := range map[string]string{
+		"store: {backend: redis, redis_url: \"redis://h/0\", lease_ttl: 1ns}\n":  "store.lease_ttl: 1ns is shorter than 1ms",
+		"store: {backend: redis, redis_url: \"redis://h/0\", lease_ttl: 99ms}\n": "store.lease_ttl: 99ms is shorter than 100ms",
+		"relay: {ping_interval: 1ns}\n":                                          "relay.ping_interval: 1ns is shorter than 1ms",
+		"relay: {write_timeout: 500us}\n":                                        "relay.write_timeout: 500µs is shorter than 1ms",
+		"http: {idle_timeout: 1ns}\n":                                            "http.idle_timeout: 1ns is shorter than 1ms",
+		"media: {ttl: 1ns}\n":                                                    "media.ttl: 1ns is shorter than 1ms",
+		"enroll: {max_token_lifetime: 1ns}\n":                                    "enroll.max_token_lifetime: 1ns is shorter than 1ms",
+		"shutdown_grace: 1ns\n":                                                  "shutdown_grace: 1ns is shorter than 1ms",
+		"store: {backend: redis, redis_url: \"redis://h/0\", lease_ttl: 100ms, redis_replica_timeout: 1ms}\nrelay: {ping_interval: 0s}\n": "",
+	} {
+		_, _, err := loadOrDefault(sources{configPath: writeConfig(t, doc), dataDir: t.TempDir()}, noEnv)
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("%s: %v, want accepted", strings.TrimSpace(doc), err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s: %v, want an error saying %q", strings.TrimSpace(doc), err, want)
+		}
+	}
+}

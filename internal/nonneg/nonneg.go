@@ -1,5 +1,6 @@
-// Package nonneg checks that a config section's numbers are not negative:
-// one owner for the check the connector's own sections and the platforms'
+// Package nonneg checks that a config section's numbers are not negative,
+// and that its durations, when set, are not too short to mean anything:
+// one owner for the checks the connector's own sections and the platforms'
 // validators make.
 package nonneg
 
@@ -8,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Check returns an error naming, as prefix followed by its yaml key, the
@@ -15,11 +17,39 @@ import (
 // negative; the keys in mayBeNegative (where negative means "off" or "no
 // limit") are not checked.
 func Check(prefix string, section any, mayBeNegative ...string) error {
+	return first(section, func(name string, f reflect.Value) error {
+		if f.CanInt() && f.Int() < 0 && !slices.Contains(mayBeNegative, name) {
+			return fmt.Errorf("%s%s: must not be negative", prefix, name)
+		}
+		return nil
+	})
+}
+
+// Least returns an error naming, as prefix followed by its yaml key, the
+// first duration field of the struct section points to that is set
+// (positive) but shorter than least: zero stands for a default, and a
+// duration such as 1ns is no setting (a timer or ticker that short spins).
+func Least(prefix string, section any, least time.Duration) error {
+	durationType := reflect.TypeFor[time.Duration]()
+	return first(section, func(name string, f reflect.Value) error {
+		if f.Type() == durationType && f.Int() > 0 && time.Duration(f.Int()) < least {
+			return fmt.Errorf("%s%s: %v is shorter than %v; leave it unset for the default", prefix, name, time.Duration(f.Int()), least)
+		}
+		return nil
+	})
+}
+
+// first returns the first error of check over the yaml-keyed fields of
+// the struct section points to.
+func first(section any, check func(name string, f reflect.Value) error) error {
 	v := reflect.ValueOf(section).Elem()
 	for i := range v.NumField() {
 		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
-		if f := v.Field(i); name != "-" && f.CanInt() && f.Int() < 0 && !slices.Contains(mayBeNegative, name) {
-			return fmt.Errorf("%s%s: must not be negative", prefix, name)
+		if name == "-" {
+			continue
+		}
+		if err := check(name, v.Field(i)); err != nil {
+			return err
 		}
 	}
 	return nil

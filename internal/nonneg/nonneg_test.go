@@ -31,3 +31,28 @@ func TestCheck(t *testing.T) {
 		}
 	}
 }
+
+func TestLeast(t *testing.T) {
+	type section struct {
+		Limit   int           `yaml:"limit"`
+		Timeout time.Duration `yaml:"timeout,omitempty"`
+		Hidden  time.Duration `yaml:"-"`
+	}
+	for _, c := range []struct {
+		s    section
+		want string
+	}{
+		{section{Limit: 1, Timeout: 0, Hidden: time.Nanosecond}, ""},
+		{section{Timeout: time.Millisecond}, ""},
+		{section{Timeout: -time.Nanosecond}, ""}, // Check's to refuse
+		{section{Timeout: time.Nanosecond}, "x.timeout: 1ns is shorter than 1ms; leave it unset for the default"},
+	} {
+		got := ""
+		if err := Least("x.", &c.s, time.Millisecond); err != nil {
+			got = err.Error()
+		}
+		if got != c.want {
+			t.Errorf("%+v: %q, want %q", c.s, got, c.want)
+		}
+	}
+}
