@@ -233,6 +233,39 @@ func TestSharedChannelPressGoesToThePromptsTenant(t *testing.T) {
 	}
 }
 
+// TestPressOfAPromptPostedOnAnotherInstance: who posted a prompt is in
+// the store, so a press that reaches another instance sharing it still
+// goes to the prompt's tenant (t2, in a channel shared with t1's
+// workspace, pressed by t1's user) and updates it with t2's token.
+func TestPressOfAPromptPostedOnAnotherInstance(t *testing.T) {
+	const shared = "C0SHR00001"
+	st := newSharedStore(t)
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i1")})
+	a.p.seenIn(shared, teamB.ID)
+	r := a.execute(t, "t2", `{"op":"prompt","chat_id":"`+shared+`","content":"Deploy?","prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	body := slacktest.PressFrom(teamA.ID, teamA.ID, shared, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")
+	if code, text := b.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+		t.Fatalf("press on b: %d %s", code, text)
+	}
+	if d := b.sink.Next(t); d.Tenant != "t2" || d.Event.PromptResponse == nil || d.Event.Source.ScopeID != teamB.ID {
+		t.Fatalf("press delivered to %s as %+v", d.Tenant, d.Event)
+	}
+	a.sink.Empty(t)
+	ctx, cancel := contextFor()
+	defer cancel()
+	if calls, err := fake.WaitCalls(ctx, "chat.update", 1); err != nil || calls[0].Team != teamB.ID || calls[0].Form.Get("ts") != r.MessageID {
+		t.Fatalf("prompt update %+v %v, want one with B's token", calls, err)
+	}
+}
+
 // TestSlashCommandFollowUp: a slash command is delivered as the native
 // adapter delivers it, acknowledged ephemerally; its response_url stays in
 // the vault under its session and tenant, never in the event; follow_up
