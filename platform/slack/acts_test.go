@@ -123,6 +123,149 @@ func TestPressAuthorizedAndMarkedOnce(t *testing.T) {
 	}
 }
 
+// TestSharedChannelPressGoesToThePromptsTenant: in a Slack Connect
+// channel shared by A (t1's) and B (t2's), a press goes to the tenant
+// that posted the prompt, authorized by that tenant's allowed_users, in
+// the session of the workspace that posted it, and the prompt is updated
+// with that workspace's token, whichever workspace the presser is of and
+// whichever of the two Slack names as the payload's team (Slack fills
+// team with the posting installation's workspace and user.team_id with
+// the presser's, java-slack-sdk#1041, but documents neither): never to
+// the presser's tenant, never with its token. A press of the same prompt
+// from the other workspace is its duplicate. Symmetrically for t1's
+// prompt; a prompt in an unshared channel is answered as before; a press
+// of a message that is no remembered prompt is dropped.
+func TestSharedChannelPressGoesToThePromptsTenant(t *testing.T) {
+	const shared, userEve = "C0SHR00001", "U0EVE00005" // Eve: A's, not admitted by t2
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	e := newEnvOn(t, fake, func(c *Config) { c.Tenants["t2"] = TenantConfig{AllowedUsers: []string{userBob, userAda}} }, nil)
+	e.p.seenIn(shared, teamA.ID) // events of the channel came to both installations
+	e.p.seenIn(shared, teamB.ID)
+	updates := 0
+	prompt := func(tenant, chat, id string) string {
+		t.Helper()
+		r := e.execute(t, tenant, `{"op":"prompt","chat_id":"`+chat+`","content":"Deploy?","prompt_id":"`+id+`",
+			"options":[{"id":"once","label":"Approve once"},{"id":"deny","label":"Deny"}]}`)
+		if !r.Success {
+			t.Fatalf("%s's prompt in %s: %+v", tenant, chat, r)
+		}
+		return r.MessageID
+	}
+	press := func(team, userTeam, chat, user, ts, id string) {
+		t.Helper()
+		body := slacktest.PressFrom(team, userTeam, chat, user, ts, "", "hp1:"+id+":once", "Approve once")
+		if code, text := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+			t.Fatalf("press of %s: %d %s", user, code, text)
+		}
+	}
+	// delivered wants the press delivered to tenant in team's session of
+	// chat, and the prompt ts updated with team's token.
+	delivered := func(tenant string, team slacktest.Team, chat, user, ts string) {
+		t.Helper()
+		d := e.sink.Next(t)
+		if d.Tenant != tenant || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptMessageID != ts ||
+			d.Event.Source.UserID.Value != user || d.Event.Source.ScopeID != team.ID ||
+			!strings.HasPrefix(d.SessionKey, "agent:main:slack:group:"+team.ID+":"+chat+":") {
+			t.Fatalf("press delivered to %s as %+v (%s), want %s's in %s", d.Tenant, d.Event, d.SessionKey, tenant, team.ID)
+		}
+		e.sink.Empty(t)
+		updates++
+		ctx, cancel := contextFor()
+		defer cancel()
+		calls, err := e.fake.WaitCalls(ctx, "chat.update", updates)
+		if err != nil {
+			t.Fatalf("waiting for update %d of a pressed prompt: %v", updates, err)
+		}
+		if c := calls[updates-1]; c.Team != team.ID || c.Form.Get("channel") != chat || c.Form.Get("ts") != ts {
+			t.Fatalf("prompt %s updated with %s's token in %s at %s", ts, c.Team, c.Form.Get("channel"), c.Form.Get("ts"))
+		}
+	}
+	drops := map[string]int{}
+	refused := func(reason string) {
+		t.Helper()
+		e.sink.Empty(t)
+		drops[reason]++
+		if n := strings.Count(e.logs.String(), `"reason":"`+reason+`"`); n != drops[reason] {
+			t.Fatalf("%d presses dropped as %s, want %d", n, reason, drops[reason])
+		}
+	}
+	for i, c := range []struct {
+		name        string
+		payloadTeam func(presser slacktest.Team) string
+	}{
+		{"team is the posting workspace", func(slacktest.Team) string { return teamB.ID }},
+		{"team is the presser's workspace", func(presser slacktest.Team) string { return presser.ID }},
+	} {
+		t.Log(c.name) // shown when a case fails
+		id := "p" + strconv.Itoa(i)
+		ts := prompt("t2", shared, id)
+		if posted := e.lastCall(t, "chat.postMessage"); posted.Team != teamB.ID {
+			t.Fatalf("t2's prompt posted with %s's token", posted.Team)
+		}
+		press(c.payloadTeam(teamA), teamA.ID, shared, userEve, ts, id)
+		refused(dropUserNotAllowed) // t1 admits everyone, but the prompt is t2's
+		press(c.payloadTeam(teamA), teamA.ID, shared, userAda, ts, id)
+		delivered("t2", teamB, shared, userAda, ts)
+		press(c.payloadTeam(teamB), teamB.ID, shared, userBob, ts, id)
+		e.sink.Empty(t) // a duplicate, whichever workspace it came from
+	}
+	// Symmetric: t1's prompt pressed by B's Bob goes to t1, updated with
+	// A's token, whether Slack names A or B.
+	for _, payloadTeam := range []string{teamA.ID, teamB.ID} {
+		ts := prompt("t1", shared, "q-"+payloadTeam)
+		press(payloadTeam, teamB.ID, shared, userBob, ts, "q-"+payloadTeam)
+		delivered("t1", teamA, shared, userBob, ts)
+	}
+	// Not shared: t1's prompt in its own channel, pressed by its user.
+	ts := prompt("t1", chanGeneral, "r1")
+	press(teamA.ID, teamA.ID, chanGeneral, userAda, ts, "r1")
+	delivered("t1", teamA, chanGeneral, userAda, ts)
+	// A message that is no prompt of the connector's.
+	press(teamA.ID, teamA.ID, chanGeneral, userAda, "1768490999.000100", "r2")
+	refused(dropUnknownPrompt)
+	e.stop() // waits for the background prompt updates
+	e.stop = func() {}
+	if n := len(e.fake.Calls("chat.update")); n != updates {
+		t.Fatalf("%d prompt updates, want %d", n, updates)
+	}
+}
+
+// TestPressOfAPromptPostedOnAnotherInstance: who posted a prompt is in
+// the store, so a press that reaches another instance sharing it still
+// goes to the prompt's tenant (t2, in a channel shared with t1's
+// workspace, pressed by t1's user) and updates it with t2's token.
+func TestPressOfAPromptPostedOnAnotherInstance(t *testing.T) {
+	const shared = "C0SHR00001"
+	st := newSharedStore(t)
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i1")})
+	a.p.seenIn(shared, teamB.ID)
+	r := a.execute(t, "t2", `{"op":"prompt","chat_id":"`+shared+`","content":"Deploy?","prompt_id":"p1","options":[{"id":"once","label":"Approve once"}]}`)
+	if !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	body := slacktest.PressFrom(teamA.ID, teamA.ID, shared, userAda, r.MessageID, "", "hp1:p1:once", "Approve once")
+	if code, text := b.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+		t.Fatalf("press on b: %d %s", code, text)
+	}
+	if d := b.sink.Next(t); d.Tenant != "t2" || d.Event.PromptResponse == nil || d.Event.Source.ScopeID != teamB.ID {
+		t.Fatalf("press delivered to %s as %+v", d.Tenant, d.Event)
+	}
+	a.sink.Empty(t)
+	ctx, cancel := contextFor()
+	defer cancel()
+	if calls, err := fake.WaitCalls(ctx, "chat.update", 1); err != nil || calls[0].Team != teamB.ID || calls[0].Form.Get("ts") != r.MessageID {
+		t.Fatalf("prompt update %+v %v, want one with B's token", calls, err)
+	}
+}
+
 // TestSlashCommandFollowUp: a slash command is delivered as the native
 // adapter delivers it, acknowledged ephemerally; its response_url stays in
 // the vault under its session and tenant, never in the event; follow_up

@@ -239,9 +239,8 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	return "Running `" + c.Command + "`…", nil
 }
 
-// routeAct routes a slash command or prompt press of user (route) and
-// authorizes its user for the tenant (policy.refusal). drop is why it is
-// not delivered.
+// routeAct routes a slash command of user (route) and authorizes its user
+// for the tenant (policy.refusal). drop is why it is not delivered.
 func (p *Platform) routeAct(ctx context.Context, user, channel, team string, dm bool) (tenant, drop string) {
 	if tenant, _, drop = p.route(ctx, user, channel, team, dm); drop == "" {
 		drop = p.policy(tenant).refusal(user, dm)
@@ -257,23 +256,42 @@ func (p *Platform) routeAct(ctx context.Context, user, channel, team string, dm 
 // (a second press of the same prompt is a duplicate, as natively).
 // delivered is set when this copy was: a press that is dropped (its user
 // not admitted, a duplicate) is not the prompt's answer.
+//
+// A press goes to the tenant that posted the prompt (memory.promptOwnerOf,
+// by the message's channel and ts), never by the payload's team: in a
+// Slack Connect channel the presser may be of another tenant's workspace,
+// and which workspace Slack names in team and user.team_id is not
+// documented. Its user is authorized by that tenant (policy.refusal, as a
+// slash command's), and the press is then of the workspace that posted the
+// prompt (its session, its token for the update). A press of a message
+// with no remembered prompt (posted before it was recorded, over
+// memoryTTL ago, or a store without it) is dropped.
 func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Time) (delivered bool, err error) {
 	if p.sink.Load() == nil {
 		return false, errNotRunning
 	}
 	p.seenIn(pr.channel, pr.team)
+	owner, ok, err := p.memory.promptOwnerOf(ctx, pr.channel, pr.message)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("slack: read the prompt's owner: %w", err)
+	case !ok:
+		p.drop(dropUnknownPrompt, "")
+		return false, nil
+	}
+	tenant, team := owner.Tenant, owner.Team
 	// Authorized before the dedupe: a press that is not admitted takes
 	// no prompt from the users who are.
-	tenant, drop := p.routeAct(ctx, pr.user, pr.channel, pr.team, strings.HasPrefix(pr.channel, "D"))
-	if drop != "" {
+	if drop := p.policy(tenant).refusal(pr.user, strings.HasPrefix(pr.channel, "D")); drop != "" {
 		p.drop(drop, "")
 		return false, nil
 	}
-	key := "press/" + pr.team + ":" + pr.channel + ":" + pr.message
-	err = p.inChatOrder(ctx, pr.team+"/"+pr.channel, func(ctx context.Context) error {
+	pr.team = team
+	key := "press/" + team + ":" + pr.channel + ":" + pr.message
+	err = p.inChatOrder(ctx, team+"/"+pr.channel, func(ctx context.Context) error {
 		return p.dedupe.once(ctx, key, "", func() error {
 			tctx := platform.WithTenant(ctx, tenant)
-			ev := pr.event(p.names.user(tctx, pr.team, pr.user).name, p.names.channelName(tctx, pr.team, pr.channel))
+			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))
 			err := p.deliver(ctx, tenant, &ev, received)
 			delivered = err == nil
 			return err

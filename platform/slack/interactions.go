@@ -14,12 +14,15 @@ import (
 // This file reads interaction payloads (POST /slack/interactions, Socket
 // Mode interactive envelopes). A press of a prompt button (action_id
 // hp1:<prompt_id>:<option_id>, prompt.go) becomes a prompt_response from
-// the user who pressed, in the prompt's chat and thread; every other
+// the user who pressed, in the prompt's chat and thread, for the tenant
+// that posted the prompt (ingestPress); every other
 // interaction (the native adapter's own hermes_* buttons, modals,
 // shortcuts) is answered and dropped with dropForeignAction.
 
 // press is a prompt button press.
 type press struct {
+	// team is the payload's workspace until ingestPress sets it to the
+	// workspace that posted the prompt.
 	team, channel, user string
 	// thread is the prompt message's thread ("" for a top-level prompt).
 	thread string

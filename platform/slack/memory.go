@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"connector/internal/clock"
@@ -13,7 +14,8 @@ import (
 // _mentioned_threads and its thread sessions do: the messages that started
 // a turn (an edit of one starts none), the messages the bot posted and the
 // threads it posted into, the threads mentioned earlier, and the threads
-// with a delivered turn. The mention gating reads them (gate.go), so every
+// with a delivered turn; and who posted each prompt message. The mention
+// gating reads the first (gate.go), a press the last (ingestPress), so every
 // instance must read the same: with a store (platform.Deps.Store) each
 // marker is a store capability, written when it is set and read at every
 // question, so every instance sharing the store and the next start agree.
@@ -21,7 +23,7 @@ import (
 // store by the rate the bot posts and is mentioned at, as the native
 // adapter's sets are bounded (5,000 each, oldest first; and forgotten at a
 // restart). Without a store the markers are kept in process memory
-// (platform.LocalState), 20,000 in all, least recently set forgotten first.
+// (platform.LocalState), 25,000 in all, least recently set forgotten first.
 type memory struct {
 	caps  store.Capabilities // the store's, else a platform.LocalState
 	clock clock.Clock
@@ -31,18 +33,20 @@ type memory struct {
 const memoryTTL = 7 * 24 * time.Hour
 
 // memorySize bounds the markers kept in process memory (the native caps,
-// 5,000 of each of the four kinds).
-const memorySize = 4 * 5000
+// 5,000 of each of the four thread kinds, and as many prompts).
+const memorySize = 5 * 5000
 
 // markKind names a kind of marker.
 type markKind string
 
-// Marker kinds. Keys are "<team>:<ts>", for active "<team>:<channel>:<ts>".
+// Marker kinds. Keys are "<team>:<ts>", for active "<team>:<channel>:<ts>",
+// for prompt "<channel>:<ts>".
 const (
 	markTurn      markKind = "turn"      // a message that started a turn
 	markPosted    markKind = "posted"    // a message the bot posted, or a thread it posted into
 	markMentioned markKind = "mentioned" // a thread mentioned earlier
 	markActive    markKind = "active"    // a thread with a delivered turn
+	markPrompt    markKind = "prompt"    // a prompt message, valued with who posted it (promptOwner)
 )
 
 var _ threadState = (*memory)(nil)
@@ -88,4 +92,35 @@ func (m *memory) sent(ctx context.Context, team, ts, thread string) error {
 		}
 	}
 	return nil
+}
+
+// promptOwner is who posted a prompt message: the tenant whose action it
+// was, and the workspace whose token posted it (the only one that may
+// update it).
+type promptOwner struct {
+	Tenant string `json:"tenant"`
+	Team   string `json:"team"`
+}
+
+// promptPosted records that o posted the prompt message ts in channel.
+func (m *memory) promptPosted(ctx context.Context, channel, ts string, o promptOwner) error {
+	value, _ := json.Marshal(o) // two strings: cannot fail
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	return m.caps.Put(ctx, markKey(markPrompt, channel+":"+ts), value, m.clock.Now().Add(memoryTTL))
+}
+
+// promptOwnerOf returns who posted the prompt message ts in channel; ok
+// is false when no prompt of the connector's is remembered there.
+func (m *memory) promptOwnerOf(ctx context.Context, channel, ts string) (o promptOwner, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	value, found, err := m.caps.Get(ctx, markKey(markPrompt, channel+":"+ts))
+	if err != nil || !found {
+		return promptOwner{}, false, err
+	}
+	if json.Unmarshal(value, &o) != nil || o.Tenant == "" || o.Team == "" {
+		return promptOwner{}, false, nil
+	}
+	return o, true, nil
 }

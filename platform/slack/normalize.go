@@ -43,6 +43,7 @@ const (
 	dropMentionRequired  = "mention_required"
 	dropReaction         = "reaction_routing_disabled"
 	dropForeignAction    = "foreign_action"
+	dropUnknownPrompt    = "unknown_prompt"
 	dropLifecycle        = "lifecycle"
 	dropCommandNotRouted = "command_not_routed"
 )

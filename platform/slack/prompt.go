@@ -28,8 +28,12 @@ var promptSplit = textsplit.Rules{Limit: maxSectionRunes, Breaks: splitRules.Bre
 // hp1:<prompt_id>:<option_id> and value the option id, styled primary
 // (primary and success) or danger, else Slack's default. The result's
 // message_id is the message carrying the buttons, which a press names as
-// prompt_message_id. A press comes back through the interactions route
-// (interactions.go) and the message is updated to show the choice.
+// prompt_message_id. Who posted it (the tenant, and the workspace whose
+// token did) is remembered under the message's channel and ts
+// (memory.promptPosted): a press comes back through the interactions
+// route (interactions.go) to that tenant, whichever workspace the presser
+// is of, and the message is updated with that workspace's token to show
+// the choice.
 func (p *Platform) prompt(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	buttons, err := contract.PromptButtons(a, maxPromptOptions)
 	if err != nil {
@@ -56,6 +60,9 @@ func (p *Platform) prompt(ctx context.Context, tenant string, t target, a *contr
 	_, lastTS, r := p.postParts(ctx, tenant, t, a, parts, blocks)
 	if !r.Success {
 		return r
+	}
+	if err := p.memory.promptPosted(context.WithoutCancel(ctx), t.channel, lastTS, promptOwner{Tenant: tenant, Team: t.team}); err != nil {
+		p.log.Warn("slack prompt owner not stored: its presses will be dropped", "channel_id", t.channel, "err", err)
 	}
 	return contract.OK(lastTS)
 }

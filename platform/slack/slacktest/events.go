@@ -74,17 +74,24 @@ func Command(team, channel, user, command, text, responseURL string) []byte {
 	}.Encode())
 }
 
-// Press is a block_actions payload of user pressing the button actionID
-// (label) on message ts of channel, in thread ("" for none), as the
-// interactions route's form body.
+// Press is a block_actions payload of user of workspace team pressing the
+// button actionID (label) on message ts of channel, in thread ("" for
+// none), as the interactions route's form body.
 func Press(team, channel, user, ts, thread, actionID, label string) []byte {
+	return PressFrom(team, team, channel, user, ts, thread, actionID, label)
+}
+
+// PressFrom is Press by a user of workspace userTeam (user.team_id) in a
+// payload whose team is team: in a Slack Connect channel they differ when
+// the presser is of another workspace than the one Slack names.
+func PressFrom(team, userTeam, channel, user, ts, thread, actionID, label string) []byte {
 	container := map[string]any{"type": "message", "message_ts": ts, "channel_id": channel, "is_ephemeral": false}
 	if thread != "" {
 		container["thread_ts"] = thread
 	}
 	payload, _ := json.Marshal(map[string]any{
 		"type": "block_actions", "team": map[string]any{"id": team, "domain": "fake"},
-		"user": map[string]any{"id": user, "username": "u", "team_id": team}, "api_app_id": "A0FAKEAPP1",
+		"user": map[string]any{"id": user, "username": "u", "team_id": userTeam}, "api_app_id": "A0FAKEAPP1",
 		"container": container, "channel": map[string]any{"id": channel, "name": "c"},
 		"message":      map[string]any{"type": "message", "ts": ts, "thread_ts": thread, "text": "prompt"},
 		"response_url": "https://hooks.slack.com/actions/x", "trigger_id": "1.2.3",
