@@ -151,3 +151,47 @@ func TestRedisPublishAllKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisCallsEndWithTheirContext: a call to a server that does not
+// answer (here: CLIENT PAUSE) ends with its caller's deadline, not with the
+// client's read timeout or when the server answers again: a vault lookup on
+// the way to a platform call, a lease renewal, a claim keep the deadline
+// their caller gave them.
+func TestRedisCallsEndWithTheirContext(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	cfg.RedisReplicaTimeout = time.Minute // and so a read timeout past the pause
+	s := opener(t, cfg)(clock.System)
+	admin := srv.Client(t)
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", "30000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func(ctx context.Context) error{
+		"capability get": func(ctx context.Context) error { _, _, err := s.Capabilities().Get(ctx, "k"); return err },
+		"owner set": func(ctx context.Context) error {
+			return s.Owners().Set(ctx, "t1", "s", store.Owner{Instance: "a"}, time.Minute)
+		},
+		"lease acquire": func(ctx context.Context) error {
+			_, _, err := s.Leases().Acquire(ctx, "l", "a", time.Minute)
+			return err
+		},
+		"claim": func(ctx context.Context) error {
+			_, err := s.Claims().Claim(ctx, "c", time.Now().Add(time.Minute))
+			return err
+		},
+		"registry get": func(ctx context.Context) error { _, _, err := s.Registry().Get(ctx, "ns", "k"); return err },
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		done := make(chan error, 1)
+		go func() { done <- call(ctx) }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%s: succeeded only once the server answered again, long after its deadline", name)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%s: still waiting for the paused server 15s after its 200ms deadline", name)
+		}
+		cancel()
+	}
+}
