@@ -254,3 +254,23 @@ func TestDurableRunsUnderTheCallersContext(t *testing.T) {
 		t.Fatalf("stats %+v, want 3 store errors and the get's miss", s)
 	}
 }
+
+// A Memory forgets expired values by its clock without a sweeper: a Put
+// removes those that are the least recently used of their kind.
+func TestMemoryForgetsExpiredOnPut(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_767_225_300, 0))
+	m := vault.NewMemory(vault.Config{Clock: clk})
+	put := func(session string) {
+		k := vault.Key{Tenant: "t1", SessionKey: session, Kind: vault.KindDiscordInteractionToken}
+		if err := m.Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a")
+	put("b")
+	clk.Advance(15 * time.Minute)
+	put("c")
+	if s := m.Stats(); s.Size != 1 || s.Evicted != 2 {
+		t.Fatalf("stats %+v, want the two expired values gone and c kept", s)
+	}
+}
