@@ -195,3 +195,55 @@ func TestRedisCallsEndWithTheirContext(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestRedisPipelinedCallsEndWithTheirContext: a pipelined call (an append,
+// a capability write) stops waiting for a server that does not answer when
+// its caller's deadline passes, and an append refused so is removed once
+// the server has it, so its records are not delivered besides the source's
+// retry.
+func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	cfg.RedisReplicaTimeout = time.Minute // and so a read timeout past the pause
+	s := opener(t, cfg)(clock.System)
+	if _, err := s.Ledger().Append(context.Background(), "t1", []store.Record{{Payload: []byte("indexed")}}); err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func(ctx context.Context) error{
+		"append": func(ctx context.Context) error {
+			_, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("refused")}})
+			return err
+		},
+		"capability put": func(ctx context.Context) error {
+			return s.Capabilities().Put(ctx, "k", []byte("v"), time.Now().Add(time.Minute))
+		},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		done := make(chan error, 1)
+		go func() { done <- call(ctx) }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%s: succeeded only once the server answered again, after its deadline", name)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%s: still waiting for the paused server 15s after its 200ms deadline", name)
+		}
+		cancel()
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		recs, err := s.Ledger().Read(context.Background(), "t1", 0, 10)
+		if err == nil && len(recs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15s after the pause: ledger %v, %v; want only the record appended before it", recs, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
