@@ -181,18 +181,7 @@ func TestRedisCallsEndWithTheirContext(t *testing.T) {
 		},
 		"registry get": func(ctx context.Context) error { _, _, err := s.Registry().Get(ctx, "ns", "k"); return err },
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		done := make(chan error, 1)
-		go func() { done <- call(ctx) }()
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Errorf("%s: succeeded only once the server answered again, long after its deadline", name)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatalf("%s: still waiting for the paused server 15s after its 200ms deadline", name)
-		}
-		cancel()
+		endsWithItsDeadline(t, name, call)
 	}
 }
 
@@ -222,18 +211,7 @@ func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
 			return s.Capabilities().Put(ctx, "k", []byte("v"), time.Now().Add(time.Minute))
 		},
 	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		done := make(chan error, 1)
-		go func() { done <- call(ctx) }()
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Errorf("%s: succeeded only once the server answered again, after its deadline", name)
-			}
-		case <-time.After(15 * time.Second):
-			t.Fatalf("%s: still waiting for the paused server 15s after its 200ms deadline", name)
-		}
-		cancel()
+		endsWithItsDeadline(t, name, call)
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -245,5 +223,23 @@ func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
 			t.Fatalf("15s after the pause: ledger %v, %v; want only the record appended before it", recs, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// endsWithItsDeadline runs call under a 200 ms deadline on a paused server
+// and fails t unless it returns an error within 15 s.
+func endsWithItsDeadline(t *testing.T, name string, call func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("%s: succeeded only once the server answered again, after its deadline", name)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s: still waiting for the paused server 15s after its 200ms deadline", name)
 	}
 }
