@@ -14,7 +14,8 @@ import (
 // Durable is a Store on a store.Capabilities: a capability survives
 // restarts and is shared by every connector instance on the same store, for
 // its kind's TTL. A bounded Memory in front answers lookups of values this
-// process already holds.
+// process already holds, except of the kinds another instance may change
+// or delete meanwhile (readThrough).
 //
 // The stored value holds the secret in clear: the store's data (the
 // embedded data directory, the Redis server) must be protected like the
@@ -81,7 +82,7 @@ func (d *Durable) Get(ctx context.Context, k Key) (Entry, bool) {
 	}
 	// A value expired here is looked up in the store too: another
 	// instance may have renewed it (a chat grant).
-	if e, state := d.mem.lookup(k); state == found {
+	if e, state := d.mem.lookup(k); state == found && !readThrough[k.Kind] {
 		d.hits.Add(1)
 		return e, true
 	}

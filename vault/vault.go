@@ -76,6 +76,12 @@ var ttls = map[Kind]time.Duration{
 	KindWhatsAppPrompt:          24 * time.Hour,
 }
 
+// readThrough are the kinds whose values change or are deleted while they
+// live (a conversation's business number, a prompt a tap answered): a
+// Durable vault reads them from its store on every lookup, so an instance
+// never acts on a value another instance replaced or deleted.
+var readThrough = map[Kind]bool{KindWhatsAppConversation: true, KindWhatsAppPrompt: true}
+
 // TTL returns the lifetime of a kind's values (ok false for an unknown kind).
 func (k Kind) TTL() (time.Duration, bool) {
 	ttl, ok := ttls[k]

@@ -274,3 +274,34 @@ func TestMemoryForgetsExpiredOnPut(t *testing.T) {
 		t.Fatalf("stats %+v, want the two expired values gone and c kept", s)
 	}
 }
+
+// Two Durable vaults on one store are two instances: what one changes or
+// deletes while it is live (a WhatsApp conversation's number, a prompt a
+// tap answered) is what the other then finds, even when its in-memory
+// front already held the value.
+func TestDurableSeesAnotherInstancesChanges(t *testing.T) {
+	st := store.NewMemory(nil)
+	defer st.Close()
+	a := vault.NewDurable(st.Capabilities(), vault.Config{})
+	b := vault.NewDurable(st.Capabilities(), vault.Config{})
+	conv := vault.Key{Tenant: "t1", SessionKey: "15550001", Kind: vault.KindWhatsAppConversation}
+	prompt := vault.Key{Tenant: "t1", SessionKey: "15550001:p1", Kind: vault.KindWhatsAppPrompt}
+	for _, k := range []vault.Key{conv, prompt} {
+		if err := a.Put(t.Context(), k, vault.Entry{Ref: "first"}); err != nil {
+			t.Fatal(err)
+		}
+		if e, ok := b.Get(t.Context(), k); !ok || e.Ref != "first" {
+			t.Fatalf("%s: the other instance found %v, %v", k.Kind, e, ok)
+		}
+	}
+	if err := a.Put(t.Context(), conv, vault.Entry{Ref: "second"}); err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := b.Get(t.Context(), conv); !ok || e.Ref != "second" {
+		t.Fatalf("after the conversation changed the other instance found %v, %v", e, ok)
+	}
+	a.Delete(t.Context(), prompt)
+	if _, ok := b.Get(t.Context(), prompt); ok {
+		t.Fatal("the other instance still found the prompt a tap answered")
+	}
+}
