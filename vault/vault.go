@@ -76,11 +76,14 @@ var ttls = map[Kind]time.Duration{
 	KindWhatsAppPrompt:          24 * time.Hour,
 }
 
-// readThrough are the kinds whose values change or are deleted while they
-// live (a conversation's business number, a prompt a tap answered): a
-// Durable vault reads them from its store on every lookup, so an instance
-// never acts on a value another instance replaced or deleted.
-var readThrough = map[Kind]bool{KindWhatsAppConversation: true, KindWhatsAppPrompt: true}
+// remembered are the kinds a Durable vault's in-memory front answers: marks
+// that something happened, which are renewed but never replaced by another
+// value nor deleted while they live. A value of another kind may be (a
+// later interaction's token under the same session key, a conversation's
+// business number, a prompt a tap answered), so it is read from the store
+// on every lookup: an instance never acts on a value another instance
+// replaced or deleted.
+var remembered = map[Kind]bool{KindChatGrant: true, KindWhatsAppMessage: true}
 
 // TTL returns the lifetime of a kind's values (ok false for an unknown kind).
 func (k Kind) TTL() (time.Duration, bool) {

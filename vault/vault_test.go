@@ -275,10 +275,10 @@ func TestMemoryForgetsExpiredOnPut(t *testing.T) {
 	}
 }
 
-// Two Durable vaults on one store are two instances: what one changes or
-// deletes while it is live (a WhatsApp conversation's number, a prompt a
-// tap answered) is what the other then finds, even when its in-memory
-// front already held the value.
+// Two Durable vaults on one store are two instances: what one replaces or
+// deletes while it is live (a later interaction's token, a WhatsApp
+// conversation's number, a prompt a tap answered) is what the other then
+// finds, even when its in-memory front already held the value.
 func TestDurableSeesAnotherInstancesChanges(t *testing.T) {
 	st := store.NewMemory(nil)
 	defer st.Close()
@@ -294,14 +294,41 @@ func TestDurableSeesAnotherInstancesChanges(t *testing.T) {
 			t.Fatalf("%s: the other instance found %v, %v", k.Kind, e, ok)
 		}
 	}
-	if err := a.Put(t.Context(), conv, vault.Entry{Ref: "second"}); err != nil {
-		t.Fatal(err)
-	}
-	if e, ok := b.Get(t.Context(), conv); !ok || e.Ref != "second" {
-		t.Fatalf("after the conversation changed the other instance found %v, %v", e, ok)
+	tok := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
+	for _, k := range []vault.Key{conv, tok} {
+		if err := a.Put(t.Context(), k, vault.Entry{Ref: "first"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := b.Get(t.Context(), k); !ok {
+			t.Fatalf("%s: the other instance found nothing", k.Kind)
+		}
+		if err := a.Put(t.Context(), k, vault.Entry{Ref: "second"}); err != nil {
+			t.Fatal(err)
+		}
+		if e, ok := b.Get(t.Context(), k); !ok || e.Ref != "second" {
+			t.Fatalf("%s: after it was replaced the other instance found %v, %v", k.Kind, e, ok)
+		}
 	}
 	a.Delete(t.Context(), prompt)
 	if _, ok := b.Get(t.Context(), prompt); ok {
 		t.Fatal("the other instance still found the prompt a tap answered")
+	}
+}
+
+// A Durable vault whose store does not answer finds what this process
+// holds itself, of every kind.
+func TestDurableFallsBackOnWhatItHolds(t *testing.T) {
+	st := store.NewMemory(nil)
+	v := vault.NewDurable(st.Capabilities(), vault.Config{})
+	k := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
+	if err := v.Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	if e, ok := v.Get(t.Context(), k); !ok || e.Value.Reveal() != token {
+		t.Fatalf("with the store closed Get = %v, %v; want the token this process stored", e, ok)
+	}
+	if s := v.Stats(); s.StoreErrors != 1 || s.Hits != 1 {
+		t.Fatalf("stats %+v, want the store's error and a hit", s)
 	}
 }
