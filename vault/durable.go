@@ -99,6 +99,9 @@ func (d *Durable) Get(ctx context.Context, k Key) (Entry, bool) {
 	}
 	var se storedEntry
 	if err != nil || !ok || json.Unmarshal(raw, &se) != nil {
+		if err == nil && state == found { // gone from the store: not to be answered when it fails
+			d.mem.Delete(ctx, k)
+		}
 		d.misses.Add(1)
 		return Entry{}, false
 	}

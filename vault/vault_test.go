@@ -331,4 +331,18 @@ func TestDurableFallsBackOnWhatItHolds(t *testing.T) {
 	if s := v.Stats(); s.StoreErrors != 1 || s.Hits != 1 {
 		t.Fatalf("stats %+v, want the store's error and a hit", s)
 	}
+
+	// What another instance deleted meanwhile is not answered so.
+	st = store.NewMemory(nil)
+	a, b := vault.NewDurable(st.Capabilities(), vault.Config{}), vault.NewDurable(st.Capabilities(), vault.Config{})
+	if err := a.Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
+		t.Fatal(err)
+	}
+	b.Get(t.Context(), k)
+	a.Delete(t.Context(), k)
+	b.Get(t.Context(), k)
+	_ = st.Close()
+	if _, ok := b.Get(t.Context(), k); ok {
+		t.Fatal("with the store closed Get found a token another instance had deleted")
+	}
 }
