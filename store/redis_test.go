@@ -243,3 +243,37 @@ func endsWithItsDeadline(t *testing.T, name string, call func(ctx context.Contex
 		t.Fatalf("%s: still waiting for the paused server 15s after its 200ms deadline", name)
 	}
 }
+
+// TestRedisQueuedCallsEndWithTheirContext: behind a pipeline the server
+// does not answer, more calls than a pipeline holds queue up; each, the
+// ones still waiting for room in the queue too, returns once its deadline
+// passes.
+func TestRedisQueuedCallsEndWithTheirContext(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	cfg.RedisReplicaTimeout = time.Minute // and so a read timeout past the pause
+	s := opener(t, cfg)(clock.System)
+	t.Cleanup(func() { srv.Kill(t) }) // before the store closes: the queue then fails at once
+	admin := srv.Client(t)
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", "30000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	const calls = 3000 // well over the pipeline's queue of 1024
+	done := make(chan error, calls)
+	for i := range calls {
+		go func() { done <- s.Capabilities().Put(ctx, strconv.Itoa(i), []byte("v"), time.Now().Add(time.Minute)) }()
+	}
+	timeout := time.After(15 * time.Second)
+	for i := range calls {
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("a capability write succeeded on the paused server")
+			}
+		case <-timeout:
+			t.Fatalf("%d of %d capability writes still waiting 15s after their 500ms deadline", calls-i, calls)
+		}
+	}
+}

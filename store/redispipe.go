@@ -71,7 +71,7 @@ func (s *redisStore) pipelinedAll(ctx context.Context, calls []pipeCall) []pipeR
 	}
 	for i := range calls {
 		calls[i].reply = make(chan pipeReply, 1)
-		if err := s.pipe.submit(calls[i]); err != nil {
+		if err := s.pipe.submit(ctx, calls[i]); err != nil {
 			out[i] = pipeReply{cmd: failedCmd(ctx, err)}
 		}
 	}
