@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,15 +41,20 @@ func newBatcher[W any](max int, commit func([]W)) *batcher[W] {
 }
 
 // submit queues w for the next commit, or fails with ErrClosed once close
-// was called. It blocks while max writes are already queued.
-func (b *batcher[W]) submit(w W) error {
+// was called. It waits while max writes are already queued, until ctx
+// ends (then w is not queued).
+func (b *batcher[W]) submit(ctx context.Context, w W) error {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	if b.closed {
 		return ErrClosed
 	}
-	b.reqs <- w
-	return nil
+	select {
+	case b.reqs <- w:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (b *batcher[W]) run() {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -38,7 +39,7 @@ func TestBatcherCarriesWritesQueuedDuringACommitInOneBatch(t *testing.T) {
 	b := newBatcher(8, recordingCommit(started, release, batches))
 	defer b.close()
 
-	if err := b.submit(1); err != nil {
+	if err := b.submit(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -47,7 +48,7 @@ func TestBatcherCarriesWritesQueuedDuringACommitInOneBatch(t *testing.T) {
 		t.Fatal("timed out after 10s waiting for a lone write's commit to start: it must not wait for company")
 	}
 	for w := 2; w <= 5; w++ { // queued while commit 1 runs
-		if err := b.submit(w); err != nil {
+		if err := b.submit(context.Background(), w); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,17 +66,17 @@ func TestBatcherBoundsABatch(t *testing.T) {
 	batches := make(chan []int, 8)
 	b := newBatcher(2, recordingCommit(started, release, batches))
 	defer b.close()
-	if err := b.submit(1); err != nil {
+	if err := b.submit(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
 	<-started
 	for w := 2; w <= 3; w++ { // fills the queue of 2
-		if err := b.submit(w); err != nil {
+		if err := b.submit(context.Background(), w); err != nil {
 			t.Fatal(err)
 		}
 	}
 	submitted := make(chan error, 1)
-	go func() { submitted <- b.submit(4) }() // blocks until the queue has room
+	go func() { submitted <- b.submit(context.Background(), 4) }() // blocks until the queue has room
 	close(release)
 	// After the first commit the goroutine takes 2 and gathers 3 (queued
 	// before the release) up to the bound; 4 comes alone.
@@ -93,11 +94,11 @@ func TestBatcherCloseCommitsWhatIsQueuedThenRefuses(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	batches := make(chan []int, 8)
 	b := newBatcher(8, recordingCommit(started, release, batches))
-	if err := b.submit(1); err != nil {
+	if err := b.submit(context.Background(), 1); err != nil {
 		t.Fatal(err)
 	}
 	<-started
-	if err := b.submit(2); err != nil {
+	if err := b.submit(context.Background(), 2); err != nil {
 		t.Fatal(err)
 	}
 	closed := make(chan struct{})
@@ -114,7 +115,7 @@ func TestBatcherCloseCommitsWhatIsQueuedThenRefuses(t *testing.T) {
 	if got := receiveBatch(t, batches); !slices.Equal(got, []int{2}) {
 		t.Fatalf("the write queued before close was committed as %v, want [2]", got)
 	}
-	if err := b.submit(3); !errors.Is(err, ErrClosed) {
+	if err := b.submit(context.Background(), 3); !errors.Is(err, ErrClosed) {
 		t.Fatalf("submit after close: %v, want ErrClosed", err)
 	}
 }

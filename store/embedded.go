@@ -133,7 +133,7 @@ func (e *embedded) update(ctx context.Context, fn func(*bolt.Tx) error) error {
 }
 
 func (e *embedded) batch(ctx context.Context, fn func(*bolt.Tx) error) error {
-	return inTx(ctx, e.group.do, fn)
+	return inTx(ctx, func(fn func(*bolt.Tx) error) error { return e.group.do(ctx, fn) }, fn)
 }
 
 func inTx(ctx context.Context, run func(func(*bolt.Tx) error) error, fn func(*bolt.Tx) error) error {
@@ -236,7 +236,7 @@ func (e *embedded) tenantSeqs(tenant string) *tenantSeqs {
 
 // reserve makes sure n numbers from ts.next are durably reserved; ts.mu is
 // held.
-func (e *embedded) reserve(ts *tenantSeqs, tenant string, n int) error {
+func (e *embedded) reserve(ctx context.Context, ts *tenantSeqs, tenant string, n int) error {
 	if !ts.loaded {
 		err := e.db.View(func(tx *bolt.Tx) error {
 			if b := tx.Bucket(bLedger).Bucket([]byte(tenant)); b != nil {
@@ -254,7 +254,7 @@ func (e *embedded) reserve(ts *tenantSeqs, tenant string, n int) error {
 		return nil
 	}
 	want := last + seqBlock
-	err := e.group.do(func(tx *bolt.Tx) error {
+	err := e.group.do(ctx, func(tx *bolt.Tx) error {
 		b, err := tx.Bucket(bLedger).CreateBucketIfNotExists([]byte(tenant))
 		if err != nil || b.Sequence() >= want {
 			return err
@@ -312,7 +312,7 @@ func (l embLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]u
 	ts := e.tenantSeqs(tenant)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	if err := e.reserve(ts, tenant, len(recs)); err != nil {
+	if err := e.reserve(ctx, ts, tenant, len(recs)); err != nil {
 		return nil, nil, fmt.Errorf("store: append to tenant %q: %w", tenant, err)
 	}
 	first := ts.next
@@ -336,7 +336,7 @@ func (l embLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]u
 		return writeStats(tx, tenant, st)
 	}}
 	// Queued under ts.mu, so the tenant's writes commit in seq order.
-	if err := e.group.submit(w); err != nil {
+	if err := e.group.submit(ctx, w); err != nil {
 		return nil, nil, fmt.Errorf("store: append to tenant %q: %w", tenant, err)
 	}
 	ts.next += uint64(len(recs))

@@ -32,7 +32,10 @@ func RunExclusive(ctx context.Context, clk clock.Clock, leases Leases, name, hol
 			err := run(rctx)
 			ended := rctx.Err() != nil
 			cancel()
-			_ = t.Release(context.WithoutCancel(ctx))
+			// Bounded by the TTL, when the lease expires anyway.
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+			_ = t.Release(rctx)
+			rcancel()
 			if err != nil && !ended {
 				return err // run failed on its own
 			}

@@ -306,3 +306,33 @@ func waitString(t *testing.T, ch <-chan string, what string) string {
 	}
 	return ""
 }
+
+// stallingRelease is Leases whose Release answers nothing until its
+// context ends, as a store that stopped answering.
+type stallingRelease struct{ Leases }
+
+func (stallingRelease) Release(ctx context.Context, _ string, _ Lease) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// RunExclusive's release of the lease, after its run ended, is bounded
+// (by the TTL, when the lease expires anyway): a store that stopped
+// answering does not keep it from returning.
+func TestRunExclusiveReleaseIsBounded(t *testing.T) {
+	r := newExclusiveRig(t)
+	boom := errors.New("run failed")
+	returned := make(chan error, 1)
+	go func() {
+		returned <- RunExclusive(t.Context(), r.clk, stallingRelease{r.leases}, "job", "a", 100*time.Millisecond,
+			func(context.Context) error { return boom })
+	}()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, boom) {
+			t.Fatalf("RunExclusive = %v, want the run's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunExclusive still releasing 10s after its run failed, on a store that does not answer")
+	}
+}

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -32,11 +34,12 @@ func startGroupCommit(db *bolt.DB) *groupCommit {
 	return g
 }
 
-// do runs fn in the next transaction and returns once it is committed. fn
-// may run twice (see commit), so it must set, not accumulate, its results.
-func (g *groupCommit) do(fn func(*bolt.Tx) error) error {
+// do runs fn in the next transaction and returns once it is committed, or
+// with ctx's error when ctx ends before fn is queued. fn may run twice
+// (see commit), so it must set, not accumulate, its results.
+func (g *groupCommit) do(ctx context.Context, fn func(*bolt.Tx) error) error {
 	w := write{fn: fn, err: make(chan error, 1)}
-	if err := g.submit(w); err != nil {
+	if err := g.submit(ctx, w); err != nil {
 		return err
 	}
 	return <-w.err

@@ -233,12 +233,12 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 	stored := replies[len(replies)-1]
 	first, err := redisInt(stored.cmd)
 	if err != nil {
+		if stored.late != nil {
+			go l.forget(tenant, len(recs), stored.late)
+		}
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(err))
 	}
-	seqs := make([]uint64, len(recs))
-	for i := range seqs {
-		seqs[i] = uint64(first) + uint64(i)
-	}
+	seqs := appendedSeqs(first, len(recs))
 	failed := stored.unreplicated
 	if !indexed {
 		if err := replies[0].err(); err != nil {
@@ -254,6 +254,24 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, fmt.Errorf("store: append to tenant %q: %w", tenant, rerr(failed))
 	}
 	return seqs, nil
+}
+
+// appendedSeqs are the seqs of n records appended from first.
+func appendedSeqs(first int64, n int) []uint64 {
+	seqs := make([]uint64, n)
+	for i := range seqs {
+		seqs[i] = uint64(first) + uint64(i)
+	}
+	return seqs
+}
+
+// forget removes the n records of an append whose caller stopped waiting
+// (it was refused, so the source sends them again) once late says where
+// they were stored, so they are not delivered twice.
+func (l redisLedger) forget(tenant string, n int, late <-chan pipeReply) {
+	if first, err := redisInt((<-late).cmd); err == nil {
+		_, _ = l.Ack(context.Background(), tenant, appendedSeqs(first, n)...)
+	}
 }
 
 func (l redisLedger) Stage(ctx context.Context, tenant string, recs []Record) ([]uint64, func() error, error) {

@@ -151,3 +151,129 @@ func TestRedisPublishAllKeepsOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisCallsEndWithTheirContext: a call to a server that does not
+// answer (here: CLIENT PAUSE) ends with its caller's deadline, not with the
+// client's read timeout or when the server answers again: a vault lookup on
+// the way to a platform call, a lease renewal, a claim keep the deadline
+// their caller gave them.
+func TestRedisCallsEndWithTheirContext(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	cfg.RedisReplicaTimeout = time.Minute // and so a read timeout past the pause
+	s := opener(t, cfg)(clock.System)
+	admin := srv.Client(t)
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", "30000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func(ctx context.Context) error{
+		"capability get": func(ctx context.Context) error { _, _, err := s.Capabilities().Get(ctx, "k"); return err },
+		"owner set": func(ctx context.Context) error {
+			return s.Owners().Set(ctx, "t1", "s", store.Owner{Instance: "a"}, time.Minute)
+		},
+		"lease acquire": func(ctx context.Context) error {
+			_, _, err := s.Leases().Acquire(ctx, "l", "a", time.Minute)
+			return err
+		},
+		"claim": func(ctx context.Context) error {
+			_, err := s.Claims().Claim(ctx, "c", time.Now().Add(time.Minute))
+			return err
+		},
+		"registry get": func(ctx context.Context) error { _, _, err := s.Registry().Get(ctx, "ns", "k"); return err },
+	} {
+		endsWithItsDeadline(t, name, call)
+	}
+}
+
+// TestRedisPipelinedCallsEndWithTheirContext: a pipelined call (an append,
+// a capability write) stops waiting for a server that does not answer when
+// its caller's deadline passes, and an append refused so is removed once
+// the server has it, so its records are not delivered besides the source's
+// retry.
+func TestRedisPipelinedCallsEndWithTheirContext(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	cfg.RedisReplicaTimeout = time.Minute // and so a read timeout past the pause
+	s := opener(t, cfg)(clock.System)
+	if _, err := s.Ledger().Append(context.Background(), "t1", []store.Record{{Payload: []byte("indexed")}}); err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", "3000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func(ctx context.Context) error{
+		"append": func(ctx context.Context) error {
+			_, err := s.Ledger().Append(ctx, "t1", []store.Record{{Payload: []byte("refused")}})
+			return err
+		},
+		"capability put": func(ctx context.Context) error {
+			return s.Capabilities().Put(ctx, "k", []byte("v"), time.Now().Add(time.Minute))
+		},
+	} {
+		endsWithItsDeadline(t, name, call)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		recs, err := s.Ledger().Read(context.Background(), "t1", 0, 10)
+		if err == nil && len(recs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15s after the pause: ledger %v, %v; want only the record appended before it", recs, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// endsWithItsDeadline runs call under a 200 ms deadline on a paused server
+// and fails t unless it returns an error within 15 s.
+func endsWithItsDeadline(t *testing.T, name string, call func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("%s: succeeded only once the server answered again, after its deadline", name)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s: still waiting for the paused server 15s after its 200ms deadline", name)
+	}
+}
+
+// TestRedisQueuedCallsEndWithTheirContext: behind a pipeline the server
+// does not answer, more calls than a pipeline holds queue up; each, the
+// ones still waiting for room in the queue too, returns once its deadline
+// passes.
+func TestRedisQueuedCallsEndWithTheirContext(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := redisConfig(srv)
+	cfg.RedisReplicaTimeout = time.Minute // and so a read timeout past the pause
+	s := opener(t, cfg)(clock.System)
+	t.Cleanup(func() { srv.Kill(t) }) // before the store closes: the queue then fails at once
+	admin := srv.Client(t)
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", "30000", "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	const calls = 3000 // well over the pipeline's queue of 1024
+	done := make(chan error, calls)
+	for i := range calls {
+		go func() { done <- s.Capabilities().Put(ctx, strconv.Itoa(i), []byte("v"), time.Now().Add(time.Minute)) }()
+	}
+	timeout := time.After(15 * time.Second)
+	for i := range calls {
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("a capability write succeeded on the paused server")
+			}
+		case <-timeout:
+			t.Fatalf("%d of %d capability writes still waiting 15s after their 500ms deadline", calls-i, calls)
+		}
+	}
+}

@@ -28,7 +28,9 @@ func redisClient(cfg Config) (c redis.UniversalClient, cluster *redis.ClusterCli
 	if err := CheckRedis(cfg); err != nil {
 		return nil, nil, "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	// A pipeline ending in WAIT is read within this.
+	// A pipeline ending in WAIT is read within this. A call's own deadline
+	// bounds it further (ContextTimeoutEnabled): go-redis otherwise reads
+	// and writes without it.
 	readTimeout := max(redisReadTimeout, cfg.RedisReplicaTimeout+time.Second)
 	switch {
 	case cfg.RedisSentinel != nil:
@@ -37,14 +39,14 @@ func redisClient(cfg Config) (c redis.UniversalClient, cluster *redis.ClusterCli
 			MasterName: sc.Master, SentinelAddrs: sc.Addrs,
 			SentinelUsername: sc.SentinelUsername, SentinelPassword: sc.SentinelPassword,
 			Username: sc.Username, Password: sc.Password,
-			TLSConfig: redisTLS(cfg.RedisTLS, sc.TLS), ReadTimeout: readTimeout,
+			TLSConfig: redisTLS(cfg.RedisTLS, sc.TLS), ReadTimeout: readTimeout, ContextTimeoutEnabled: true,
 		})
 		return c, nil, fmt.Sprintf("primary %q through the Sentinels at %s", sc.Master, strings.Join(sc.Addrs, ",")), nil
 	case cfg.RedisCluster != nil:
 		rc := cfg.RedisCluster
 		cluster = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: rc.Addrs, Username: rc.Username, Password: rc.Password,
-			TLSConfig: redisTLS(cfg.RedisTLS, rc.TLS), ReadTimeout: readTimeout,
+			TLSConfig: redisTLS(cfg.RedisTLS, rc.TLS), ReadTimeout: readTimeout, ContextTimeoutEnabled: true,
 		})
 		return cluster, cluster, "the cluster at " + strings.Join(rc.Addrs, ","), nil
 	}
@@ -58,7 +60,7 @@ func redisClient(cfg Config) (c redis.UniversalClient, cluster *redis.ClusterCli
 		t.ServerName = cmp.Or(t.ServerName, opt.TLSConfig.ServerName)
 		opt.TLSConfig = t
 	}
-	opt.ReadTimeout = readTimeout
+	opt.ReadTimeout, opt.ContextTimeoutEnabled = readTimeout, true
 	return redis.NewClient(opt), nil, opt.Addr, nil
 }
 

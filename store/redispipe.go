@@ -36,6 +36,10 @@ type pipeReply struct {
 	// unreplicated, for a replicate call that succeeded, says the replicas
 	// did not acknowledge it in time (ErrNotReplicated).
 	unreplicated error
+	// late, for a call its caller stopped waiting for (its context ended
+	// first), is where the reply will still come: the call was queued, so
+	// it is sent.
+	late <-chan pipeReply
 }
 
 // err is the reply's error: the command's, else the replicas'.
@@ -54,7 +58,9 @@ func (s *redisStore) pipelined(ctx context.Context, call pipeCall) pipeReply {
 }
 
 // pipelinedAll queues calls together, so they go in the same pipeline
-// (unless it fills up), and returns their replies in order.
+// (unless it fills up), and returns their replies in order. It waits for
+// them until ctx ends; the replies it did not wait for are ctx's error,
+// with late set.
 func (s *redisStore) pipelinedAll(ctx context.Context, calls []pipeCall) []pipeReply {
 	out := make([]pipeReply, len(calls))
 	if err := ctx.Err(); err != nil {
@@ -65,13 +71,18 @@ func (s *redisStore) pipelinedAll(ctx context.Context, calls []pipeCall) []pipeR
 	}
 	for i := range calls {
 		calls[i].reply = make(chan pipeReply, 1)
-		if err := s.pipe.submit(calls[i]); err != nil {
+		if err := s.pipe.submit(ctx, calls[i]); err != nil {
 			out[i] = pipeReply{cmd: failedCmd(ctx, err)}
 		}
 	}
 	for i, c := range calls {
-		if out[i].cmd == nil {
-			out[i] = <-c.reply
+		if out[i].cmd != nil {
+			continue
+		}
+		select {
+		case out[i] = <-c.reply:
+		case <-ctx.Done():
+			out[i] = pipeReply{cmd: failedCmd(ctx, ctx.Err()), late: c.reply}
 		}
 	}
 	return out
@@ -95,7 +106,7 @@ func failedCmd(ctx context.Context, err error) *redis.Cmd {
 // sendPipeline sends calls, one pipeline per server: on a Redis Cluster
 // each primary gets the calls whose keys it serves, all primaries at once.
 // The calls' contexts are not used: a call once queued is sent, within the
-// client's read and write timeouts.
+// client's read and write timeouts, even when its caller no longer waits.
 func (s *redisStore) sendPipeline(calls []pipeCall) {
 	if s.cluster == nil {
 		s.sendTo(s.c, calls)

@@ -14,7 +14,8 @@ import (
 // Durable is a Store on a store.Capabilities: a capability survives
 // restarts and is shared by every connector instance on the same store, for
 // its kind's TTL. A bounded Memory in front answers lookups of values this
-// process already holds.
+// process already holds of the kinds no instance replaces or deletes
+// while they live (remembered).
 //
 // The stored value holds the secret in clear: the store's data (the
 // embedded data directory, the Redis server) must be protected like the
@@ -81,18 +82,26 @@ func (d *Durable) Get(ctx context.Context, k Key) (Entry, bool) {
 	}
 	// A value expired here is looked up in the store too: another
 	// instance may have renewed it (a chat grant).
-	if e, state := d.mem.lookup(k); state == found {
+	held, state := d.mem.lookup(k)
+	if state == found && remembered[k.Kind] {
 		d.hits.Add(1)
-		return e, true
+		return held, true
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	raw, ok, err := d.caps.Get(ctx, storeKey(k))
 	if err != nil {
 		d.storeErrors.Add(1)
+		if state == found { // the store did not answer: what this process holds
+			d.hits.Add(1)
+			return held, true
+		}
 	}
 	var se storedEntry
 	if err != nil || !ok || json.Unmarshal(raw, &se) != nil {
+		if err == nil && state == found { // gone from the store: not to be answered when it fails
+			d.mem.Delete(ctx, k)
+		}
 		d.misses.Add(1)
 		return Entry{}, false
 	}

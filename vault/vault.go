@@ -13,10 +13,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"connector/internal/clock"
 )
@@ -74,6 +75,15 @@ var ttls = map[Kind]time.Duration{
 	KindWhatsAppMessage:         24 * time.Hour,
 	KindWhatsAppPrompt:          24 * time.Hour,
 }
+
+// remembered are the kinds a Durable vault's in-memory front answers: marks
+// that something happened, which are renewed but never replaced by another
+// value nor deleted while they live. A value of another kind may be (a
+// later interaction's token under the same session key, a conversation's
+// business number, a prompt a tap answered), so it is read from the store
+// on every lookup: an instance never acts on a value another instance
+// replaced or deleted.
+var remembered = map[Kind]bool{KindChatGrant: true, KindWhatsAppMessage: true}
 
 // TTL returns the lifetime of a kind's values (ok false for an unknown kind).
 func (k Kind) TTL() (time.Duration, bool) {
@@ -186,26 +196,29 @@ type Config struct {
 	Clock clock.Clock
 }
 
-// Memory is a bounded in-process Store: one expirable LRU per kind, each with
-// the kind's TTL. Expired values are never returned, even before the sweeper
-// removes them.
+// Memory is a bounded in-process Store: one LRU per kind, whose entries
+// expire their kind's TTL after they were stored, by the injected clock.
+// An expired value is never returned; it is removed when a lookup finds it,
+// or when a Put finds it the least recently used of its kind. It runs no
+// goroutine, so any number may be created.
 type Memory struct {
-	caches map[Kind]*expirable.LRU[Key, Entry]
-	clock  clock.Clock
+	clock clock.Clock
+
+	mu     sync.Mutex // guards caches; a leaf
+	caches map[Kind]*simplelru.LRU[Key, Entry]
 
 	hits, misses, expiries, evicted atomic.Uint64
 }
 
 var _ Store = (*Memory)(nil)
 
-// NewMemory creates the vault. Create it once per process: each kind's LRU
-// owns a sweeper goroutine that never stops.
+// NewMemory creates the vault.
 func NewMemory(cfg Config) *Memory {
 	cfg.MaxEntries = cmp.Or(max(cfg.MaxEntries, 0), 100_000)
-	m := &Memory{caches: make(map[Kind]*expirable.LRU[Key, Entry]), clock: cmp.Or(cfg.Clock, clock.System)}
-	for k, ttl := range ttls {
-		// The eviction callback runs under the cache lock, so it only counts.
-		m.caches[k] = expirable.NewLRU(cfg.MaxEntries, func(Key, Entry) { m.evicted.Add(1) }, ttl)
+	m := &Memory{caches: make(map[Kind]*simplelru.LRU[Key, Entry]), clock: cmp.Or(cfg.Clock, clock.System)}
+	for k := range ttls {
+		// The eviction callback runs under mu, so it only counts.
+		m.caches[k], _ = simplelru.NewLRU(cfg.MaxEntries, func(Key, Entry) { m.evicted.Add(1) }) // size > 0: cannot fail
 	}
 	return m
 }
@@ -215,10 +228,18 @@ func (m *Memory) Put(_ context.Context, k Key, e Entry) error {
 	if err := k.check(); err != nil {
 		return err
 	}
+	now := m.clock.Now()
 	if e.Stored.IsZero() {
-		e.Stored = m.clock.Now()
+		e.Stored = now
 	}
-	m.caches[k.Kind].Add(k, e)
+	ttl, _ := k.Kind.TTL()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.caches[k.Kind]
+	c.Add(k, e)
+	for _, old, ok := c.GetOldest(); ok && old.expiredAt(now, ttl); _, old, ok = c.GetOldest() {
+		c.RemoveOldest()
+	}
 	return nil
 }
 
@@ -251,6 +272,8 @@ func (m *Memory) lookup(k Key) (Entry, lookupState) {
 	if !ok || k.Tenant == "" {
 		return Entry{}, absent
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	e, ok := c.Get(k)
 	if !ok {
 		return Entry{}, absent
@@ -266,13 +289,17 @@ func (m *Memory) lookup(k Key) (Entry, lookupState) {
 // Delete implements Store.
 func (m *Memory) Delete(_ context.Context, k Key) {
 	if c, ok := m.caches[k.Kind]; ok {
+		m.mu.Lock()
 		c.Remove(k)
+		m.mu.Unlock()
 	}
 }
 
 // Stats implements Store.
 func (m *Memory) Stats() Stats {
 	size := 0
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, c := range m.caches {
 		size += c.Len()
 	}

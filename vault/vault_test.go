@@ -254,3 +254,95 @@ func TestDurableRunsUnderTheCallersContext(t *testing.T) {
 		t.Fatalf("stats %+v, want 3 store errors and the get's miss", s)
 	}
 }
+
+// A Memory forgets expired values by its clock without a sweeper: a Put
+// removes those that are the least recently used of their kind.
+func TestMemoryForgetsExpiredOnPut(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_767_225_300, 0))
+	m := vault.NewMemory(vault.Config{Clock: clk})
+	put := func(session string) {
+		k := vault.Key{Tenant: "t1", SessionKey: session, Kind: vault.KindDiscordInteractionToken}
+		if err := m.Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a")
+	put("b")
+	clk.Advance(15 * time.Minute)
+	put("c")
+	if s := m.Stats(); s.Size != 1 || s.Evicted != 2 {
+		t.Fatalf("stats %+v, want the two expired values gone and c kept", s)
+	}
+}
+
+// Two Durable vaults on one store are two instances: what one replaces or
+// deletes while it is live (a later interaction's token, a WhatsApp
+// conversation's number, a prompt a tap answered) is what the other then
+// finds, even when its in-memory front already held the value.
+func TestDurableSeesAnotherInstancesChanges(t *testing.T) {
+	st := store.NewMemory(nil)
+	defer st.Close()
+	a := vault.NewDurable(st.Capabilities(), vault.Config{})
+	b := vault.NewDurable(st.Capabilities(), vault.Config{})
+	conv := vault.Key{Tenant: "t1", SessionKey: "15550001", Kind: vault.KindWhatsAppConversation}
+	prompt := vault.Key{Tenant: "t1", SessionKey: "15550001:p1", Kind: vault.KindWhatsAppPrompt}
+	for _, k := range []vault.Key{conv, prompt} {
+		if err := a.Put(t.Context(), k, vault.Entry{Ref: "first"}); err != nil {
+			t.Fatal(err)
+		}
+		if e, ok := b.Get(t.Context(), k); !ok || e.Ref != "first" {
+			t.Fatalf("%s: the other instance found %v, %v", k.Kind, e, ok)
+		}
+	}
+	tok := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
+	for _, k := range []vault.Key{conv, tok} {
+		if err := a.Put(t.Context(), k, vault.Entry{Ref: "first"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := b.Get(t.Context(), k); !ok {
+			t.Fatalf("%s: the other instance found nothing", k.Kind)
+		}
+		if err := a.Put(t.Context(), k, vault.Entry{Ref: "second"}); err != nil {
+			t.Fatal(err)
+		}
+		if e, ok := b.Get(t.Context(), k); !ok || e.Ref != "second" {
+			t.Fatalf("%s: after it was replaced the other instance found %v, %v", k.Kind, e, ok)
+		}
+	}
+	a.Delete(t.Context(), prompt)
+	if _, ok := b.Get(t.Context(), prompt); ok {
+		t.Fatal("the other instance still found the prompt a tap answered")
+	}
+}
+
+// A Durable vault whose store does not answer finds what this process
+// holds itself, of every kind.
+func TestDurableFallsBackOnWhatItHolds(t *testing.T) {
+	st := store.NewMemory(nil)
+	v := vault.NewDurable(st.Capabilities(), vault.Config{})
+	k := vault.Key{Tenant: "t1", SessionKey: "agent:main:discord:dm:1", Kind: vault.KindDiscordInteractionToken}
+	if err := v.Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close()
+	if e, ok := v.Get(t.Context(), k); !ok || e.Value.Reveal() != token {
+		t.Fatalf("with the store closed Get = %v, %v; want the token this process stored", e, ok)
+	}
+	if s := v.Stats(); s.StoreErrors != 1 || s.Hits != 1 {
+		t.Fatalf("stats %+v, want the store's error and a hit", s)
+	}
+
+	// What another instance deleted meanwhile is not answered so.
+	st = store.NewMemory(nil)
+	a, b := vault.NewDurable(st.Capabilities(), vault.Config{}), vault.NewDurable(st.Capabilities(), vault.Config{})
+	if err := a.Put(t.Context(), k, vault.Entry{Value: vault.NewSecret(token)}); err != nil {
+		t.Fatal(err)
+	}
+	b.Get(t.Context(), k)
+	a.Delete(t.Context(), k)
+	b.Get(t.Context(), k)
+	_ = st.Close()
+	if _, ok := b.Get(t.Context(), k); ok {
+		t.Fatal("with the store closed Get found a token another instance had deleted")
+	}
+}

@@ -102,7 +102,7 @@ type env struct {
 	done    chan error
 }
 
-var sharedVault = vault.NewMemory(vault.Config{}) // one per process: each owns sweeper goroutines
+var sharedVault = vault.NewMemory(vault.Config{}) // the tests' common vault
 
 func testConfig(f *discordtest.Server, pub ed25519.PublicKey) Config {
 	return Config{

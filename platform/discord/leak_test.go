@@ -17,7 +17,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	before := runtime.NumGoroutine()
 	func() {
-		// The process's vault: its sweepers are no goroutine of the platform.
+		// The tests' common vault (a memory vault runs no goroutine).
 		e := newEnvDeps(t, platform.Deps{Vault: sharedVault}, discordtest.Options{}, nil)
 		e.startReady(t)
 		e.dispatch(t, "MESSAGE_CREATE", msg("7900", threadPlan, guildLab, "hi", true))

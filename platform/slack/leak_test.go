@@ -12,8 +12,8 @@ import (
 	"connector/vault"
 )
 
-// leakVault is the leak test's vault, made before it counts: a memory
-// vault's sweepers live as long as the process.
+// leakVault is the leak test's vault, made before it counts (a memory
+// vault runs no goroutine).
 var leakVault = vault.NewMemory(vault.Config{})
 
 // TestRunLeavesNoGoroutines runs the platform through signed ingest, a
