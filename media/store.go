@@ -378,6 +378,13 @@ func (s *Store) removeLocked(id string) {
 	_ = os.Remove(obj.path)
 }
 
+// Usage reports the bytes stored in all and for tenant.
+func (s *Store) Usage(tenant string) (total, ofTenant int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used, s.byTenant[tenant]
+}
+
 // Object is an open stored object. Section returns a fresh reader of its
 // bytes each time (for a request that is retried); Close releases it.
 type Object struct {

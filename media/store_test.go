@@ -17,13 +17,6 @@ import (
 	"connector/internal/clock/clocktest"
 )
 
-// Usage reports the bytes stored in all and for tenant.
-func (s *Store) Usage(tenant string) (total, ofTenant int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.used, s.byTenant[tenant]
-}
-
 // tokens is an Authenticator: a header "Bearer <token>" maps to a tenant.
 type tokens map[string]string
 
