@@ -97,8 +97,9 @@ type Webhook struct {
 }
 
 type queued struct {
-	id  int64
-	raw json.RawMessage
+	id     int64
+	raw    json.RawMessage
+	handed bool // carried by an answer: an offset past it confirms it
 }
 
 type msgKey struct {
@@ -487,16 +488,15 @@ func (s *Server) getUpdates(w http.ResponseWriter, r *http.Request, form map[str
 	defer deadline.Stop()
 	for {
 		s.mu.Lock()
-		// Lower ids are confirmed by the offset, unless it lies past every
-		// queued update: after a week without updates Telegram numbers the
-		// next from a random, possibly lower, value, and hands it out
+		// The offset confirms the updates handed out below it. One never
+		// handed out stays: after a week without updates Telegram numbers
+		// the next from a random, possibly lower, value, and hands it out
 		// although a client's offset still follows the old numbering.
-		if slices.ContainsFunc(s.updates, func(u queued) bool { return u.id+1 >= offset }) {
-			s.updates = slices.DeleteFunc(s.updates, func(u queued) bool { return u.id < offset })
-		}
+		s.updates = slices.DeleteFunc(s.updates, func(u queued) bool { return u.handed && u.id < offset })
 		batch := make([]json.RawMessage, 0, len(s.updates))
-		for _, u := range s.updates[:min(limit, len(s.updates))] {
-			batch = append(batch, u.raw)
+		for i := range s.updates[:min(limit, len(s.updates))] {
+			s.updates[i].handed = true
+			batch = append(batch, s.updates[i].raw)
 		}
 		ch, onAnswer := s.changed, s.onAnswer
 		s.mu.Unlock()
