@@ -632,6 +632,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		gw.admission.release(place)
 		return
 	}
+	if s.gateway(gw.id) != gw {
+		// SetTenants removed the gateway while this upgrade was under way
+		// (waiting for a slot, say) and closed only the tracked
+		// connections: either it saw c, or c sees the removal here.
+		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", gw.id, "reason", contract.ReasonRevoked)
+		s.closeSocket(ws, hr.conn, contract.EndRevoked)
+		untrack(s, s.conns, &s.connsWG, c.key)
+		gw.admission.release(place)
+		return
+	}
 	// On a goroutine of its own, so that net/http frees the request, its
 	// headers and this handler's stack, which would otherwise live as long
 	// as the connection.

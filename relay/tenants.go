@@ -82,8 +82,9 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //     set from now on; its open connections stay (a token is only checked
 //     at the upgrade);
 //   - a gateway that is gone, or moved to another tenant, has its open
-//     connections closed with 4401 "revoked", and its later upgrades are
-//     refused with 4401 "unauthorized";
+//     connections, and those whose upgrade is under way, closed with 4401
+//     "revoked", and its later upgrades are refused with 4401
+//     "unauthorized";
 //   - a tenant that is gone keeps its ledger (buffered inbound waits in
 //     the store until buffer_max_age); only its gateways go.
 //

@@ -1,14 +1,20 @@
 package relay_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
 )
@@ -137,5 +143,78 @@ func TestStockClientLatchesRevokedAfterAHandshake(t *testing.T) {
 	}
 	if step := anonymous.DialFailed(err); step != relaytest.Reconnect || anonymous.Revoked() {
 		t.Fatalf("HTTP 401: %v, want %v", step, relaytest.Reconnect)
+	}
+}
+
+// TestRevokedWhileWaitingForAdmission: a connection whose upgrade is under
+// way when its gateway is removed (here: waiting for a slot at the
+// connection limit while the oldest connection closes) is closed 4401, not
+// served: a removed gateway keeps no connection.
+func TestRevokedWhileWaitingForAdmission(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	base := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:            []relay.Tenant{base},
+		Platforms:          []platform.Platform{p},
+		MaxConnsPerGateway: 1,
+		CloseTimeout:       relaytest.Timeout, // the oldest closes only when the test says so
+		Log:                relaytest.TestLogger(t),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer cancel()
+
+	// The oldest: a raw socket that never answers its close frame, so its
+	// slot stays held until the test drops it.
+	oldest, err := net.Dial("tcp", strings.TrimPrefix(h.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldest.Close()
+	_ = oldest.SetDeadline(time.Now().Add(relaytest.Timeout))
+	fmt.Fprintf(oldest, "GET /relay HTTP/1.1\r\nHost: relay\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer %s\r\n\r\n",
+		relaytest.Token("gw1", "s1", time.Now()))
+	br := bufio.NewReader(oldest)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("oldest upgrade: %v %v", resp, err)
+	}
+
+	// The newcomer waits for the oldest's slot; its arrival closes the
+	// oldest with 4409, whose close frame tells the test it is waiting.
+	type dialed struct {
+		c   *relaytest.Client
+		err error
+	}
+	newcomer := make(chan dialed, 1)
+	go func() {
+		c, err := relaytest.Dial(ctx, h.RelayURL(), relaytest.Token("gw1", "s1", time.Now()))
+		newcomer <- dialed{c, err}
+	}()
+	if b, err := br.ReadByte(); err != nil || b != 0x88 {
+		t.Fatalf("oldest: read %#x %v, want the first byte of a close frame", b, err)
+	}
+
+	if err := h.Server.SetTenants([]relay.Tenant{{ID: "t1"}}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	_ = oldest.Close() // its slot goes to the newcomer
+
+	var d dialed
+	select {
+	case d = <-newcomer:
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for the newcomer's upgrade")
+	}
+	if d.err != nil {
+		t.Fatalf("newcomer's upgrade: %v", d.err)
+	}
+	defer d.c.CloseNow()
+	if err := d.c.Send(ctx, map[string]string{"type": "hello", "platform": "discord", "botId": ""}); err != nil {
+		t.Logf("hello not sent: %v", err) // the relay may have closed it already
+	}
+	code, reason, err := d.c.Closed(ctx)
+	if err != nil || code != websocket.StatusCode(contract.CloseUnauthorized) {
+		t.Fatalf("the removed gateway's newcomer: closed %d %q (%v), want 4401", code, reason, err)
 	}
 }
