@@ -125,7 +125,7 @@ func TestInstancesShareATenant(t *testing.T) {
 // instead of overflowing the queue and closing the socket 4408 (after
 // which the same burst would close its next connection too).
 func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
-	const events, size = 200, 100 << 10 // 20 MB, far over the queue bound and the socket buffers
+	const events, size = 16, 500 << 10 // 8 MB, over the queue bound and the socket buffers together
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}, {ID: "gw1b", Secrets: []string{"s1b"}}}}}
@@ -140,7 +140,7 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 		t.Cleanup(node.Close)
 		hs = append(hs, relaytest.StartConfig(t, relay.Config{Tenants: tenants, Platforms: []platform.Platform{p},
 			Log: relaytest.TestLogger(t), Store: st, Cluster: node,
-			SendQueueBytes: 1 << 20, WriteTimeout: time.Hour}))
+			SendQueueBytes: 2 << 20, WriteTimeout: time.Hour}))
 		ps = append(ps, p)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)

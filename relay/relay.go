@@ -152,8 +152,9 @@ type Config struct {
 	// gateway itself gives up after 30s. Zero means 30s.
 	OutboundTimeout time.Duration `yaml:"outbound_timeout"`
 	// SendQueueBytes bounds the frames waiting to be written to one
-	// connection; beyond it the connection is closed 4408. Zero means
-	// 8388608 (8 MiB).
+	// connection; beyond it the connection is closed 4408. Inbound waits in
+	// the buffer while half of it is queued, so it must hold twice the
+	// largest frame: at least 2097152 (2 MiB). Zero means 8388608 (8 MiB).
 	SendQueueBytes int `yaml:"send_queue_bytes"`
 	// MaxOutboundInFlight bounds concurrent outbound ops per connection;
 	// beyond it an op fails at once with code "rate_limited". Zero means 1024.
@@ -299,6 +300,12 @@ func New(cfg Config) (_ *Server, err error) {
 	cfg = cfg.WithDefaults()
 	if cfg.MaxTokenLifetime < contract.TokenTTL {
 		return nil, fmt.Errorf("relay: MaxTokenLifetime %v is below the gateway's %v token lifetime", cfg.MaxTokenLifetime, contract.TokenTTL)
+	}
+	if cfg.SendQueueBytes < 2*contract.MaxFrameBytes {
+		// Else an inbound frame offered to a queue under half its bound
+		// could overflow it, close the gateway 4408 and do so again at
+		// every redelivery.
+		return nil, fmt.Errorf("relay: SendQueueBytes %d is below %d, twice the largest frame", cfg.SendQueueBytes, 2*contract.MaxFrameBytes)
 	}
 	ownStore := cfg.Store == nil
 	if ownStore {
