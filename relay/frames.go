@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -134,6 +135,12 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 	go func() {
 		defer untrack(s, s.ops, &s.outbound, op)
 		defer func() { <-c.outSlots }()
+		defer func() {
+			if v := recover(); v != nil { // a platform bug fails this op, not the process
+				c.logs.Log(c.log, slog.LevelError, "outbound op failed: panic", "op", truncateForLog(a.Op), "platform", op.platform, "panic", v, "stack", string(debug.Stack()))
+				op.finish(contract.Failed(contract.CodePlatformError, "internal error"))
+			}
+		}()
 		// Not c.ctx: an op the platform already started is answered even if
 		// the gateway reconnects meanwhile, and shutdown waits for it.
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OutboundTimeout)
