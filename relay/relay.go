@@ -268,6 +268,10 @@ type Server struct {
 	ledgers *ledger.Pool
 	// ownStore is set when New made cfg.Store, so Shutdown closes it.
 	ownStore bool
+	// recovered is set once New read the stored inbound of every tenant
+	// (alone; among several instances each tenant's driver reads it), so
+	// SetTenants reads a tenant's it adds from then on.
+	recovered atomic.Bool
 	// fleet is set when cfg.Cluster is: several instances share the store.
 	fleet *fleet
 	// instance names this instance among those sharing the store ("" when
@@ -403,6 +407,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if n > 0 {
 		s.log.Info("buffered inbound recovered from the store", "entries", n)
 	}
+	s.recovered.Store(true)
 	return s, nil
 }
 

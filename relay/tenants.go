@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -77,7 +78,7 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 // touching the connections of gateways that stay under the same tenant:
 //
 //   - a new tenant gets its ledger (recovering what the store holds for
-//     it) and a new gateway id may connect at once;
+//     it, as New does) and a new gateway id may connect at once;
 //   - a gateway whose secrets changed accepts upgrades signed with the new
 //     set from now on; its open connections stay (a token is only checked
 //     at the upgrade);
@@ -95,11 +96,13 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 		return err
 	}
 	var revoked []*gatewayRecord
+	var added []*hub
 	s.regMu.Lock()
 	owner := make(map[string]string, len(keys))
 	for _, t := range tenants {
 		if s.tenants[t.ID] == nil {
 			s.tenants[t.ID] = s.newHub(t.ID)
+			added = append(added, s.tenants[t.ID])
 		}
 		for _, g := range t.Gateways {
 			owner[g.ID] = t.ID
@@ -123,7 +126,27 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	for _, gw := range revoked {
 		s.closeGateway(gw)
 	}
+	if s.recovered.Load() {
+		for _, h := range added {
+			s.recoverAdded(h)
+		}
+	}
 	return nil
+}
+
+// recoverAdded reads what the store holds for h, a tenant added after New
+// recovered the others' (among several instances its driver reads it when
+// it takes the tenant's lease). A failure is logged: the entries stay in
+// the store for the next start.
+func (s *Server) recoverAdded(h *hub) {
+	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+	defer cancel()
+	n, err := h.ledger.Tail(ctx)
+	if err != nil {
+		s.log.Warn("buffered inbound of an added tenant not read from the store: it is delivered after the next start", "tenant", h.id, "err", err)
+	} else if n > 0 {
+		s.log.Info("buffered inbound recovered from the store", "tenant", h.id, "entries", n)
+	}
 }
 
 // closeGateway closes every open connection of gw with 4401 "revoked".

@@ -17,6 +17,7 @@ import (
 	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
+	"connector/store"
 )
 
 // TestSetTenantsLive adds a tenant and gateway, rotates a secret and
@@ -216,5 +217,40 @@ func TestRevokedWhileWaitingForAdmission(t *testing.T) {
 	code, reason, err := d.c.Closed(ctx)
 	if err != nil || code != websocket.StatusCode(contract.CloseUnauthorized) {
 		t.Fatalf("the removed gateway's newcomer: closed %d %q (%v), want 4401", code, reason, err)
+	}
+}
+
+// TestTenantAddedWhileRunningGetsItsStoredInbound: a tenant the store holds
+// inbound for, left out of the configuration at the last start, gets that
+// inbound once SetTenants adds it back, without waiting for a restart.
+func TestTenantAddedWhileRunningGetsItsStoredInbound(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	tenant := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+
+	// The first process stores an inbound nobody acknowledges.
+	first, err := relay.New(relay.Config{Tenants: []relay.Tenant{tenant}, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &contract.Event{Text: "kept", MessageID: "m1"}
+	ev.Source.Platform, ev.Source.ChatID, ev.Source.ChatType = "discord", "c1", "group"
+	if err := first.Deliver(context.Background(), platform.Delivery{Kind: platform.KindInbound, Tenant: "t1", Platform: "discord", ChatID: "c1", Event: ev}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next one starts without the tenant, which is then added back.
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	h := relaytest.StartConfig(t, relay.Config{Platforms: []platform.Platform{p}, Store: st, Log: relaytest.TestLogger(t)})
+	if err := h.Server.SetTenants([]relay.Tenant{tenant}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	if got, _ := gw.NextInbound(t); got.Text != "kept" {
+		t.Fatalf("inbound %q, want the stored %q", got.Text, "kept")
 	}
 }
