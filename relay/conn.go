@@ -56,6 +56,10 @@ type conn struct {
 	wantPump atomic.Bool
 
 	closeCode atomic.Int32 // the code we closed with, for the log line
+	// closing is set once closeWith was called, revoked when it closed
+	// for a revocation: the reader then acts on nothing but acks, and on
+	// nothing at all once revoked.
+	closing, revoked atomic.Bool
 
 	// Owned by the read loop.
 	// identities are the hello'd platforms, each once, in first-hello
@@ -128,6 +132,10 @@ func (c *conn) enqueue(frame []byte) bool {
 // since nothing more can get through. The close handshake that follows is
 // bounded by CloseTimeout (Server.closeSocket).
 func (c *conn) closeWith(e contract.Close) {
+	if e == contract.EndRevoked {
+		c.revoked.Store(true)
+	}
+	c.closing.Store(true)
 	c.q.Close(e, e != contract.EndTooSlow && e != contract.EndPingTimeout)
 }
 

@@ -28,11 +28,15 @@ const (
 
 // handleLine dispatches one frame read from the gateway. Malformed frames,
 // frames of unknown types and frames missing what their type needs are
-// counted and skipped.
+// counted and skipped. Once the connection is closing, whose answers could
+// not reach the gateway, only acks are taken, and none after a revocation.
 func (c *conn) handleLine(line []byte) {
 	f, err := contract.DecodeGatewayFrame(line)
 	if err != nil {
 		c.ignore(ignoredMalformed, slog.LevelWarn, "skipping malformed frame", "err", err, "bytes", len(line))
+		return
+	}
+	if c.closing.Load() && (f.Type != contract.TypeInboundAck || c.revoked.Load()) {
 		return
 	}
 	// Frames go to the handlers by value: taking f's address here would move

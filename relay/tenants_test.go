@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -217,6 +218,70 @@ func TestRevokedWhileWaitingForAdmission(t *testing.T) {
 	code, reason, err := d.c.Closed(ctx)
 	if err != nil || code != websocket.StatusCode(contract.CloseUnauthorized) {
 		t.Fatalf("the removed gateway's newcomer: closed %d %q (%v), want 4401", code, reason, err)
+	}
+}
+
+// maskedText is a client's WebSocket text frame carrying payload (under
+// 64 KiB), masked with a zero key.
+func maskedText(payload string) []byte {
+	b := []byte{0x81}
+	if n := len(payload); n < 126 {
+		b = append(b, 0x80|byte(n))
+	} else {
+		b = append(b, 0x80|126, byte(n>>8), byte(n))
+	}
+	return append(append(b, 0, 0, 0, 0), payload...)
+}
+
+// TestRevokedGatewaysLaterFramesAreNotActedOn: once a gateway is removed,
+// the outbound it sends while its socket closes (a gateway that never
+// answers the close frame holds it open for CloseTimeout) is not executed.
+func TestRevokedGatewaysLaterFramesAreNotActedOn(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	base := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:      []relay.Tenant{base},
+		Platforms:    []platform.Platform{p},
+		CloseTimeout: 500 * time.Millisecond,
+		Log:          relaytest.TestLogger(t),
+	})
+	sock, err := net.Dial("tcp", strings.TrimPrefix(h.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	_ = sock.SetDeadline(time.Now().Add(relaytest.Timeout))
+	fmt.Fprintf(sock, "GET /relay HTTP/1.1\r\nHost: relay\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer %s\r\n\r\n",
+		relaytest.Token("gw1", "s1", time.Now()))
+	br := bufio.NewReader(sock)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	if _, err := sock.Write(maskedText(`{"type": "hello", "platform": "discord", "botId": ""}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	// The descriptor answers the hello: the connection is served.
+	if _, err := br.ReadString('}'); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := h.Server.SetTenants([]relay.Tenant{{ID: "t1"}}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	if _, err := sock.Write(maskedText(`{"type": "outbound", "requestId": "r1", "action": {"op": "send", "chat_id": "c1", "content": "after revocation"}}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, br); err != nil { // until the relay closes the socket
+		t.Fatal(err)
+	}
+	if err := h.Server.Shutdown(context.Background()); err != nil { // every op started has ended
+		t.Fatal(err)
+	}
+	select {
+	case e := <-p.egress:
+		t.Fatalf("the revoked gateway's outbound was executed: %+v", e)
+	default:
 	}
 }
 
