@@ -71,8 +71,9 @@ type conn struct {
 
 	outSlots chan struct{} // bounds concurrent outbound ops
 
-	place   *slot // the admission slot, given up once c ended
-	helloed bool  // a hello was read: reading goes on on a fresh goroutine (see read)
+	place   *slot  // the admission slot, given up once c ended
+	secret  []byte // the key of the secret c authenticated with
+	helloed bool   // a hello was read: reading goes on on a fresh goroutine (see read)
 }
 
 func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, remote string) *conn {

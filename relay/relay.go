@@ -600,7 +600,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized: no Authorization header", http.StatusUnauthorized)
 		return
 	}
-	gw, claimed, authErr := s.authenticate(r.Header.Get("Authorization"))
+	gw, key, claimed, authErr := s.authenticateKey(r.Header.Get("Authorization"))
 	var place *slot
 	var admitErr error
 	if authErr == nil {
@@ -633,7 +633,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := newConn(s, gw, ws, hr.conn, r.RemoteAddr)
-	c.place = place
+	c.place, c.secret = place, key
 	if !gw.admission.attach(place, c) {
 		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
 		gw.admission.release(place)
@@ -644,10 +644,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		gw.admission.release(place)
 		return
 	}
-	if s.gateway(gw.id) != gw {
-		// SetTenants removed the gateway while this upgrade was under way
-		// (waiting for a slot, say) and closed only the tracked
-		// connections: either it saw c, or c sees the removal here.
+	if s.gateway(gw.id) != gw || !gw.keys.Load().Holds(key) {
+		// SetTenants removed the gateway or the secret while this upgrade
+		// was under way (waiting for a slot, say) and closed only the
+		// tracked connections: either it saw c, or c sees the removal here.
 		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", gw.id, "reason", contract.ReasonRevoked)
 		s.closeSocket(ws, hr.conn, contract.EndRevoked)
 		untrack(s, s.conns, &s.connsWG, c.key)

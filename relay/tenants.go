@@ -80,8 +80,9 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //   - a new tenant gets its ledger (recovering what the store holds for
 //     it, as New does) and a new gateway id may connect at once;
 //   - a gateway whose secrets changed accepts upgrades signed with the new
-//     set from now on; its open connections stay (a token is only checked
-//     at the upgrade);
+//     set from now on; its open connections stay, but for those that
+//     authenticated with a secret the set no longer has: they are closed
+//     with 4401 "revoked";
 //   - a gateway that is gone, or moved to another tenant, has its open
 //     connections, and those whose upgrade is under way, closed with 4401
 //     "revoked", and its later upgrades are refused with 4401
@@ -114,17 +115,23 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 			revoked = append(revoked, gw)
 		}
 	}
+	var rekeyed []*gatewayRecord
 	for id, k := range keys {
 		gw := s.gateways[id]
 		if gw == nil {
 			gw = &gatewayRecord{id: id, tenant: s.tenants[owner[id]], admission: newAdmission(s.cfg.MaxConnsPerGateway)}
 			s.gateways[id] = gw
+		} else {
+			rekeyed = append(rekeyed, gw)
 		}
 		gw.keys.Store(&k)
 	}
 	s.regMu.Unlock()
 	for _, gw := range revoked {
-		s.closeGateway(gw)
+		s.closeGateway(gw, false)
+	}
+	for _, gw := range rekeyed {
+		s.closeGateway(gw, true)
 	}
 	if s.recovered.Load() {
 		for _, h := range added {
@@ -149,12 +156,14 @@ func (s *Server) recoverAdded(h *hub) {
 	}
 }
 
-// closeGateway closes every open connection of gw with 4401 "revoked".
-func (s *Server) closeGateway(gw *gatewayRecord) {
+// closeGateway closes with 4401 "revoked" every open connection of gw, or
+// with stale set those whose secret gw no longer has.
+func (s *Server) closeGateway(gw *gatewayRecord, stale bool) {
+	keys := gw.keys.Load()
 	s.mu.Lock()
 	var conns []*conn
 	for _, c := range s.conns {
-		if c.gw == gw {
+		if c.gw == gw && (!stale || !keys.Holds(c.secret)) {
 			conns = append(conns, c)
 		}
 	}

@@ -319,3 +319,33 @@ func TestTenantAddedWhileRunningGetsItsStoredInbound(t *testing.T) {
 		t.Fatalf("inbound %q, want the stored %q", got.Text, "kept")
 	}
 }
+
+// TestRemovedSecretClosesItsSockets: a secret that leaves a gateway's
+// rotation list (a leak answered with a rotation without grace, say) ends
+// the sockets that authenticated with it, 4401 "revoked", as their next
+// upgrade would be refused; sockets on a secret that stays are not touched.
+func TestRemovedSecretClosesItsSockets(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	tenant := func(secrets ...string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: secrets}}}}
+	}
+	h := relaytest.Start(t, tenant("old"), p)
+	leaked := h.Dial(t, "gw1", "old")
+	leaked.Hello(t, "discord", "")
+	if err := h.Server.SetTenants(tenant("new", "old")); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	kept := h.Dial(t, "gw1", "new")
+	kept.Hello(t, "discord", "")
+
+	if err := h.Server.SetTenants(tenant("new")); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	if code, reason := leaked.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("the removed secret's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+	p.deliver("t1", "c1", "u1", "still here")
+	if ev, _ := kept.NextInbound(t); ev.Text != "still here" {
+		t.Fatalf("the kept secret's socket got %q", ev.Text)
+	}
+}
