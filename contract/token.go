@@ -226,6 +226,16 @@ func (t Token) Match(keys *TokenKeys, now time.Time, w TokenWindow) ([]byte, err
 	return keys.keys[which], nil
 }
 
+// HeldBy reports whether o holds every secret of k.
+func (k *TokenKeys) HeldBy(o *TokenKeys) bool {
+	for i, key := range k.keys {
+		if k.live[i] == 1 && !o.Holds(key) {
+			return false
+		}
+	}
+	return true
+}
+
 // Holds reports whether key, one Match returned, is among k's secrets.
 func (k *TokenKeys) Holds(key []byte) bool {
 	held := 0

@@ -279,7 +279,8 @@ func FuzzParseToken(f *testing.F) {
 
 // TestMatchNamesTheSecretAndHoldsFollowsTheList: Match returns the key of
 // the secret that signed the token, which a list holding that secret
-// Holds and a list without it does not.
+// Holds and a list without it does not; HeldBy tells a list that dropped
+// a secret.
 func TestMatchNamesTheSecretAndHoldsFollowsTheList(t *testing.T) {
 	now := time.Now()
 	both, err := NewTokenKeys([]string{"new", "old"})
@@ -297,6 +298,9 @@ func TestMatchNamesTheSecretAndHoldsFollowsTheList(t *testing.T) {
 	}
 	if !both.Holds(key) || newOnly.Holds(key) {
 		t.Fatalf("Holds: %v with the secret, %v without; want true, false", both.Holds(key), newOnly.Holds(key))
+	}
+	if both.HeldBy(&newOnly) || !newOnly.HeldBy(&both) {
+		t.Fatalf("HeldBy: a list dropping a secret %v, one keeping all %v; want false, true", both.HeldBy(&newOnly), newOnly.HeldBy(&both))
 	}
 	if key, err := tok.Match(&newOnly, now, TokenWindow{}); err == nil || key != nil {
 		t.Fatalf("Match against a list without the secret = %q, %v; want an error", key, err)

@@ -96,7 +96,9 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	if err != nil {
 		return err
 	}
-	var revoked []*gatewayRecord
+	// revoked maps each gateway whose connections close to whether only
+	// those on a secret it no longer has do.
+	revoked := make(map[*gatewayRecord]bool)
 	var added []*hub
 	s.regMu.Lock()
 	owner := make(map[string]string, len(keys))
@@ -112,26 +114,22 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	for id, gw := range s.gateways {
 		if owner[id] != gw.tenant.id {
 			delete(s.gateways, id)
-			revoked = append(revoked, gw)
+			revoked[gw] = false
 		}
 	}
-	var rekeyed []*gatewayRecord
 	for id, k := range keys {
 		gw := s.gateways[id]
 		if gw == nil {
 			gw = &gatewayRecord{id: id, tenant: s.tenants[owner[id]], admission: newAdmission(s.cfg.MaxConnsPerGateway)}
 			s.gateways[id] = gw
-		} else {
-			rekeyed = append(rekeyed, gw)
+		} else if !gw.keys.Load().HeldBy(&k) {
+			revoked[gw] = true
 		}
 		gw.keys.Store(&k)
 	}
 	s.regMu.Unlock()
-	for _, gw := range revoked {
-		s.closeGateway(gw, false)
-	}
-	for _, gw := range rekeyed {
-		s.closeGateway(gw, true)
+	if len(revoked) > 0 {
+		s.closeGateways(revoked)
 	}
 	if s.recovered.Load() {
 		for _, h := range added {
@@ -156,22 +154,24 @@ func (s *Server) recoverAdded(h *hub) {
 	}
 }
 
-// closeGateway closes with 4401 "revoked" every open connection of gw, or
-// with stale set those whose secret gw no longer has.
-func (s *Server) closeGateway(gw *gatewayRecord, stale bool) {
-	keys := gw.keys.Load()
+// closeGateways closes with 4401 "revoked" every open connection of each
+// gateway in revoked, or only those on a secret it no longer has where
+// revoked says so.
+func (s *Server) closeGateways(revoked map[*gatewayRecord]bool) {
 	s.mu.Lock()
 	var conns []*conn
 	for _, c := range s.conns {
-		if c.gw == gw && (!stale || !keys.Holds(c.secret)) {
+		if stale, ok := revoked[c.gw]; ok && (!stale || !c.gw.keys.Load().Holds(c.secret)) {
 			conns = append(conns, c)
 		}
 	}
 	s.mu.Unlock()
+	closed := make(map[*gatewayRecord]int)
 	for _, c := range conns {
 		c.closeWith(contract.EndRevoked)
+		closed[c.gw]++
 	}
-	if len(conns) > 0 {
-		s.log.Info("gateway revoked: its connections closed", "tenant", gw.tenant.id, "gateway_id", gw.id, "conns", len(conns))
+	for gw, n := range closed {
+		s.log.Info("gateway revoked: its connections closed", "tenant", gw.tenant.id, "gateway_id", gw.id, "conns", n)
 	}
 }
