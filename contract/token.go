@@ -188,29 +188,59 @@ type TokenWindow struct {
 // tokens, so only a token minted to outlive a leak, or a gateway clock far
 // ahead, gets there.
 func (t Token) Verify(keys *TokenKeys, now time.Time, w TokenWindow) error {
+	_, err := t.Match(keys, now, w)
+	return err
+}
+
+// Match is Verify that also returns the key the token was signed with
+// (nil with an error), so that TokenKeys.Holds can tell later whether a
+// new rotation list still has it. Which slot matched leaves its time
+// unchanged.
+func (t Token) Match(keys *TokenKeys, now time.Time, w TokenWindow) ([]byte, error) {
 	if keys == nil {
 		keys = &TokenKeys{}
 	}
-	match := 0
+	match, which := 0, 0
 	signed := []byte(t.signed)
 	var sum [sha256.Size]byte
 	for i, key := range keys.keys {
 		mac := hmac.New(tokenHash, key)
 		mac.Write(signed)
-		match |= subtle.ConstantTimeCompare(mac.Sum(sum[:0]), t.sig[:]) & keys.live[i]
+		eq := subtle.ConstantTimeCompare(mac.Sum(sum[:0]), t.sig[:]) & keys.live[i]
+		match |= eq
+		which = subtle.ConstantTimeSelect(eq, i, which)
 	}
 	if match != 1 {
-		return ErrTokenBadSig
+		return nil, ErrTokenBadSig
 	}
 	if t.Exp == 0 || now.Add(-w.Skew).Unix() > t.Exp {
-		return ErrTokenExpired
+		return nil, ErrTokenExpired
 	}
 	if w.MaxLifetime <= 0 {
 		w.MaxLifetime = DefaultMaxTokenLifetime
 	}
 	// Both are positive (now is past 1970), so the difference cannot wrap.
 	if t.Exp-now.Unix() > int64((w.MaxLifetime+w.Skew)/time.Second) {
-		return ErrTokenLifetime
+		return nil, ErrTokenLifetime
 	}
-	return nil
+	return keys.keys[which], nil
+}
+
+// HeldBy reports whether o holds every secret of k.
+func (k *TokenKeys) HeldBy(o *TokenKeys) bool {
+	for i, key := range k.keys {
+		if k.live[i] == 1 && !o.Holds(key) {
+			return false
+		}
+	}
+	return true
+}
+
+// Holds reports whether key, one Match returned, is among k's secrets.
+func (k *TokenKeys) Holds(key []byte) bool {
+	held := 0
+	for i, own := range k.keys {
+		held |= k.live[i] & subtle.ConstantTimeCompare(own, key)
+	}
+	return held == 1
 }

@@ -276,3 +276,33 @@ func FuzzParseToken(f *testing.F) {
 		}
 	})
 }
+
+// TestMatchNamesTheSecretAndHoldsFollowsTheList: Match returns the key of
+// the secret that signed the token, which a list holding that secret
+// Holds and a list without it does not; HeldBy tells a list that dropped
+// a secret.
+func TestMatchNamesTheSecretAndHoldsFollowsTheList(t *testing.T) {
+	now := time.Now()
+	both, err := NewTokenKeys([]string{"new", "old"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newOnly, _ := NewTokenKeys([]string{"new"})
+	tok, err := ParseToken(MintToken("gw", "old", now.Unix()+60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := tok.Match(&both, now, TokenWindow{})
+	if err != nil || string(key) != "old" {
+		t.Fatalf("Match = %q, %v; want the key of %q", key, err, "old")
+	}
+	if !both.Holds(key) || newOnly.Holds(key) {
+		t.Fatalf("Holds: %v with the secret, %v without; want true, false", both.Holds(key), newOnly.Holds(key))
+	}
+	if both.HeldBy(&newOnly) || !newOnly.HeldBy(&both) {
+		t.Fatalf("HeldBy: a list dropping a secret %v, one keeping all %v; want false, true", both.HeldBy(&newOnly), newOnly.HeldBy(&both))
+	}
+	if key, err := tok.Match(&newOnly, now, TokenWindow{}); err == nil || key != nil {
+		t.Fatalf("Match against a list without the secret = %q, %v; want an error", key, err)
+	}
+}

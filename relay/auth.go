@@ -20,27 +20,35 @@ var noKeys contract.TokenKeys
 // when there is no readable token) for the log. Errors never carry the
 // token or a secret.
 func (s *Server) authenticate(header string) (gw *gatewayRecord, claimed string, err error) {
+	gw, _, claimed, err = s.authenticateKey(header)
+	return gw, claimed, err
+}
+
+// authenticateKey is authenticate that also returns the key of the secret
+// the token was signed with (TokenKeys.Holds tells whether the gateway
+// still has it).
+func (s *Server) authenticateKey(header string) (gw *gatewayRecord, key []byte, claimed string, err error) {
 	raw, err := contract.BearerToken(header)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	tok, err := contract.ParseToken(raw)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	gw = s.gateway(tok.GatewayID)
 	keys := &noKeys
 	if gw != nil {
 		keys = gw.keys.Load()
 	}
-	err = tok.Verify(keys, s.cfg.Clock.Now(), contract.TokenWindow{Skew: s.cfg.ClockSkew, MaxLifetime: s.cfg.MaxTokenLifetime})
+	key, err = tok.Match(keys, s.cfg.Clock.Now(), contract.TokenWindow{Skew: s.cfg.ClockSkew, MaxLifetime: s.cfg.MaxTokenLifetime})
 	if gw == nil {
-		return nil, tok.GatewayID, errUnknownGateway
+		return nil, nil, tok.GatewayID, errUnknownGateway
 	}
 	if err != nil {
-		return nil, tok.GatewayID, err
+		return nil, nil, tok.GatewayID, err
 	}
-	return gw, tok.GatewayID, nil
+	return gw, key, tok.GatewayID, nil
 }
 
 // Authenticate verifies the Authorization header of an HTTP side-channel

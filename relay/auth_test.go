@@ -11,6 +11,24 @@ import (
 	"connector/relay"
 )
 
+// TestNewRefusesASendQueueBelowTwoFrames: a send queue bound below twice
+// the largest frame would close a gateway 4408 on a large inbound, and
+// again at each of its redeliveries, so New refuses it.
+func TestNewRefusesASendQueueBelowTwoFrames(t *testing.T) {
+	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
+	_, err := relay.New(relay.Config{Tenants: tenants, SendQueueBytes: 256 << 10})
+	if want := "SendQueueBytes 262144 is below 2097152"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("relay.New = %v, want an error containing %q", err, want)
+	}
+	srv, err := relay.New(relay.Config{Tenants: tenants, SendQueueBytes: 2 * contract.MaxFrameBytes})
+	if err != nil {
+		t.Fatalf("twice the largest frame: %v", err)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestNewBoundsTokenSettings(t *testing.T) {
 	secrets := make([]string, contract.MaxSecretsPerGateway+1)
 	for i := range secrets {

@@ -2,9 +2,13 @@ package relay_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"connector/contract"
 	"connector/internal/cluster"
@@ -111,5 +115,85 @@ func TestInstancesShareATenant(t *testing.T) {
 	other.Send(t, map[string]any{"type": "interrupt", "session_key": sessionKey("discord", "c1", "u0")})
 	if fr := owner.Next(t, contract.TypeInterruptInbound); fr.SessionKey != sessionKey("discord", "c1", "u0") {
 		t.Fatalf("interrupt_inbound for %q, want session u0", fr.SessionKey)
+	}
+}
+
+// TestClusterBurstToARemoteSocketWaitsInTheLedger: a burst of large
+// inbound for a gateway whose socket is on another instance than the
+// tenant's driver waits in the driver's ledger while the socket's send
+// queue is over half its bound, as it does for a socket on the driver,
+// instead of overflowing the queue and closing the socket 4408 (after
+// which the same burst would close its next connection too).
+func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
+	const events, size = 16, 500 << 10 // 8 MB, over the queue bound and the socket buffers together
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}, {ID: "gw1b", Secrets: []string{"s1b"}}}}}
+	var hs []*relaytest.Harness
+	var ps []*fakePlatform
+	for i := range 2 {
+		p := newFake("discord", map[string]string{"c1": "t1"})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(node.Close)
+		hs = append(hs, relaytest.StartConfig(t, relay.Config{Tenants: tenants, Platforms: []platform.Platform{p},
+			Log: relaytest.TestLogger(t), Store: st, Cluster: node,
+			SendQueueBytes: 2 << 20, WriteTimeout: time.Hour}))
+		ps = append(ps, p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer cancel()
+
+	// i0 drives the tenant: its gateway is the only one, and gets the
+	// first inbound. Then it goes idle, so the burst is for i1's socket.
+	gwA := hs[0].Dial(t, "gw1", "s1")
+	gwA.Hello(t, "discord", "")
+	ps[0].deliver("t1", "c1", "u0", "warm")
+	if _, id := gwA.NextInbound(t); id != "" {
+		gwA.Ack(t, id)
+	}
+	gwA.Send(t, map[string]string{"type": "going_idle"})
+	gwA.Next(t, contract.TypeGoingIdleAck)
+
+	// i1's gateway says hello and reads nothing until the burst is stored.
+	ws, _, err := websocket.Dial(ctx, hs[1].RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
+		"Authorization": {"Bearer " + relaytest.Token("gw1b", "s1b", time.Now())}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(contract.MaxFrameBytes)
+	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n")); err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("x", size)
+	for i := range events {
+		ps[0].deliver("t1", "c1", "u1", fmt.Sprint(i, pad))
+	}
+
+	got := 0
+	for got < events {
+		_, msg, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d inbound: %v (code %d)", got, events, err, websocket.CloseStatus(err))
+		}
+		for line := range strings.SplitSeq(strings.TrimSpace(string(msg)), "\n") {
+			var f struct {
+				Type     string `json:"type"`
+				BufferID string `json:"bufferId"`
+			}
+			if err := json.Unmarshal([]byte(line), &f); err != nil {
+				t.Fatal(err)
+			}
+			if f.Type != contract.TypeInbound {
+				continue
+			}
+			got++
+			if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type": "inbound_ack", "bufferId": "`+f.BufferID+`"}`+"\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

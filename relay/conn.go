@@ -56,6 +56,10 @@ type conn struct {
 	wantPump atomic.Bool
 
 	closeCode atomic.Int32 // the code we closed with, for the log line
+	// closing is set once closeWith was called, revoked when it closed
+	// for a revocation: the reader then acts on nothing but acks, and on
+	// nothing at all once revoked.
+	closing, revoked atomic.Bool
 
 	// Owned by the read loop.
 	// identities are the hello'd platforms, each once, in first-hello
@@ -67,8 +71,9 @@ type conn struct {
 
 	outSlots chan struct{} // bounds concurrent outbound ops
 
-	place   *slot // the admission slot, given up once c ended
-	helloed bool  // a hello was read: reading goes on on a fresh goroutine (see read)
+	place   *slot  // the admission slot, given up once c ended
+	secret  []byte // the key of the secret c authenticated with
+	helloed bool   // a hello was read: reading goes on on a fresh goroutine (see read)
 }
 
 func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, remote string) *conn {
@@ -128,6 +133,10 @@ func (c *conn) enqueue(frame []byte) bool {
 // since nothing more can get through. The close handshake that follows is
 // bounded by CloseTimeout (Server.closeSocket).
 func (c *conn) closeWith(e contract.Close) {
+	if e == contract.EndRevoked {
+		c.revoked.Store(true)
+	}
+	c.closing.Store(true)
 	c.q.Close(e, e != contract.EndTooSlow && e != contract.EndPingTimeout)
 }
 

@@ -44,7 +44,8 @@ func putEncodeBuf(bp *[]byte) {
 // appendEvent appends ev's JSON to dst. An event whose frame would exceed
 // the gateway's 1 MiB message limit (the gateway closes the socket with 1009
 // and would be fed the same frame forever) is shortened: first its
-// reference-only context goes, then its text is cut.
+// reference-only context goes, then its text is cut, to nothing when the
+// rest alone is too large (the caller then drops it).
 func appendEvent(dst []byte, ev *contract.Event) (out []byte, truncated bool) {
 	start := len(dst)
 	dst = ev.AppendJSON(dst)
@@ -56,7 +57,11 @@ func appendEvent(dst []byte, ev *contract.Event) (out []byte, truncated bool) {
 	dst = short.AppendJSON(dst[:start])
 	for len(dst)-start > maxPayloadBytes && short.Text != "" {
 		over := len(dst) - start - maxPayloadBytes + frameHeadroom
-		short.Text = textsplit.Truncate(short.Text, len(short.Text)-over-len(truncationMark)) + truncationMark
+		if keep := len(short.Text) - over - len(truncationMark); keep > 0 {
+			short.Text = textsplit.Truncate(short.Text, keep) + truncationMark
+		} else {
+			short.Text = ""
+		}
 		dst = short.AppendJSON(dst[:start])
 	}
 	return dst, true

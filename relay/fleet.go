@@ -179,6 +179,11 @@ func (r *remoteSeat) Offer(frame []byte) ledger.Offered {
 	return ledger.Taken
 }
 
+// WindowBytes implements ledger.ByteWindow: the socket's instance queues
+// every frame it receives, so the inbound in flight to it is bounded as
+// conn.Offer bounds a local socket's, by half its send queue.
+func (r *remoteSeat) WindowBytes() int64 { return int64(r.f.fl.srv.cfg.SendQueueBytes / 2) }
+
 // push implements pusher. A frame the outbox has no room for is lost like
 // one pub/sub lost: the link's next message or beat shows the gap.
 func (r *remoteSeat) push(frame []byte) {
@@ -1003,9 +1008,9 @@ func (r remote) interrupt(ctx context.Context, in interrupt) bool {
 }
 
 var (
-	_ ledger.Consumer = (*remoteSeat)(nil)
-	_ pusher          = (*remoteSeat)(nil)
-	_ role            = local{}
-	_ role            = driver{}
-	_ role            = remote{}
+	_ ledger.ByteWindow = (*remoteSeat)(nil)
+	_ pusher            = (*remoteSeat)(nil)
+	_ role              = local{}
+	_ role              = driver{}
+	_ role              = remote{}
 )

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -27,11 +28,15 @@ const (
 
 // handleLine dispatches one frame read from the gateway. Malformed frames,
 // frames of unknown types and frames missing what their type needs are
-// counted and skipped.
+// counted and skipped. Once the connection is closing, whose answers could
+// not reach the gateway, only acks are taken, and none after a revocation.
 func (c *conn) handleLine(line []byte) {
 	f, err := contract.DecodeGatewayFrame(line)
 	if err != nil {
 		c.ignore(ignoredMalformed, slog.LevelWarn, "skipping malformed frame", "err", err, "bytes", len(line))
+		return
+	}
+	if c.closing.Load() && (f.Type != contract.TypeInboundAck || c.revoked.Load()) {
 		return
 	}
 	// Frames go to the handlers by value: taking f's address here would move
@@ -134,6 +139,12 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 	go func() {
 		defer untrack(s, s.ops, &s.outbound, op)
 		defer func() { <-c.outSlots }()
+		defer func() {
+			if v := recover(); v != nil { // a platform bug fails this op, not the process
+				c.logs.Log(c.log, slog.LevelError, "outbound op failed: panic", "op", truncateForLog(a.Op), "platform", op.platform, "panic", v, "stack", string(debug.Stack()))
+				op.finish(contract.Failed(contract.CodePlatformError, "internal error"))
+			}
+		}()
 		// Not c.ctx: an op the platform already started is answered even if
 		// the gateway reconnects meanwhile, and shutdown waits for it.
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OutboundTimeout)

@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"context"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -61,5 +62,47 @@ func TestReaderPanicEndsOnlyItsConnection(t *testing.T) {
 	again.Hello(t, "discord", "")
 	if res := again.Outbound(t, "discord", sendAction("c2", "back")); !res.Success {
 		t.Fatalf("the reconnected gateway's send after the panic: %+v", res)
+	}
+}
+
+// panickyEgress is a fakePlatform whose Execute panics for chat "boom",
+// standing in for a platform bug an action can reach.
+type panickyEgress struct{ *fakePlatform }
+
+func (p panickyEgress) Execute(ctx context.Context, tenant string, a *contract.Action) contract.Result {
+	if a.ChatID == "boom" {
+		panic("a bug in a platform's egress")
+	}
+	return p.fakePlatform.Execute(ctx, tenant, a)
+}
+
+// TestOutboundPanicFailsOnlyItsOp: a panic in a platform's Execute answers
+// that op with platform_error and is logged; the process, the connection
+// and every other tenant's gateway go on.
+func TestOutboundPanicFailsOnlyItsOp(t *testing.T) {
+	p := panickyEgress{newFake("discord", map[string]string{"c1": "t1", "c2": "t2", "boom": "t1"})}
+	logs := newLogBuffer()
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants: []relay.Tenant{
+			{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}},
+			{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{"s2"}}}},
+		},
+		Platforms: []platform.Platform{p},
+		Log:       slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	gw1 := h.Dial(t, "gw1", "s1")
+	gw1.Hello(t, "discord", "")
+	gw2 := h.Dial(t, "gw2", "s2")
+	gw2.Hello(t, "discord", "")
+
+	if res := gw1.Outbound(t, "discord", sendAction("boom", "hi")); res.Success || res.Code != contract.CodePlatformError {
+		t.Fatalf("the panicking op answered %+v, want platform_error", res)
+	}
+	logs.waitLine(t, "outbound op failed: panic")
+	if res := gw1.Outbound(t, "discord", sendAction("c1", "after")); !res.Success {
+		t.Fatalf("the same connection's send after the panic: %+v", res)
+	}
+	if res := gw2.Outbound(t, "discord", sendAction("c2", "other tenant")); !res.Success {
+		t.Fatalf("the other tenant's send after the panic: %+v", res)
 	}
 }

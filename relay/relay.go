@@ -152,8 +152,9 @@ type Config struct {
 	// gateway itself gives up after 30s. Zero means 30s.
 	OutboundTimeout time.Duration `yaml:"outbound_timeout"`
 	// SendQueueBytes bounds the frames waiting to be written to one
-	// connection; beyond it the connection is closed 4408. Zero means
-	// 8388608 (8 MiB).
+	// connection; beyond it the connection is closed 4408. Inbound waits in
+	// the buffer while half of it is queued, so it must hold twice the
+	// largest frame: at least 2097152 (2 MiB). Zero means 8388608 (8 MiB).
 	SendQueueBytes int `yaml:"send_queue_bytes"`
 	// MaxOutboundInFlight bounds concurrent outbound ops per connection;
 	// beyond it an op fails at once with code "rate_limited". Zero means 1024.
@@ -267,6 +268,10 @@ type Server struct {
 	ledgers *ledger.Pool
 	// ownStore is set when New made cfg.Store, so Shutdown closes it.
 	ownStore bool
+	// recovered is set once New read the stored inbound of every tenant
+	// (alone; among several instances each tenant's driver reads it), so
+	// SetTenants reads a tenant's it adds from then on.
+	recovered atomic.Bool
 	// fleet is set when cfg.Cluster is: several instances share the store.
 	fleet *fleet
 	// instance names this instance among those sharing the store ("" when
@@ -299,6 +304,12 @@ func New(cfg Config) (_ *Server, err error) {
 	cfg = cfg.WithDefaults()
 	if cfg.MaxTokenLifetime < contract.TokenTTL {
 		return nil, fmt.Errorf("relay: MaxTokenLifetime %v is below the gateway's %v token lifetime", cfg.MaxTokenLifetime, contract.TokenTTL)
+	}
+	if cfg.SendQueueBytes < 2*contract.MaxFrameBytes {
+		// Else an inbound frame offered to a queue under half its bound
+		// could overflow it, close the gateway 4408 and do so again at
+		// every redelivery.
+		return nil, fmt.Errorf("relay: SendQueueBytes %d is below %d, twice the largest frame", cfg.SendQueueBytes, 2*contract.MaxFrameBytes)
 	}
 	ownStore := cfg.Store == nil
 	if ownStore {
@@ -396,6 +407,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if n > 0 {
 		s.log.Info("buffered inbound recovered from the store", "entries", n)
 	}
+	s.recovered.Store(true)
 	return s, nil
 }
 
@@ -588,7 +600,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized: no Authorization header", http.StatusUnauthorized)
 		return
 	}
-	gw, claimed, authErr := s.authenticate(r.Header.Get("Authorization"))
+	gw, key, claimed, authErr := s.authenticateKey(r.Header.Get("Authorization"))
 	var place *slot
 	var admitErr error
 	if authErr == nil {
@@ -621,7 +633,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := newConn(s, gw, ws, hr.conn, r.RemoteAddr)
-	c.place = place
+	c.place, c.secret = place, key
 	if !gw.admission.attach(place, c) {
 		s.closeSocket(ws, hr.conn, contract.EndTooManyConns)
 		gw.admission.release(place)
@@ -629,6 +641,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !track(s, s.conns, &s.connsWG, c.key, c) {
 		s.closeSocket(ws, hr.conn, contract.EndShutdown)
+		gw.admission.release(place)
+		return
+	}
+	if s.gateway(gw.id) != gw || !gw.keys.Load().Holds(key) {
+		// SetTenants removed the gateway or the secret while this upgrade
+		// was under way (waiting for a slot, say) and closed only the
+		// tracked connections: either it saw c, or c sees the removal here.
+		s.logSource(slog.LevelInfo, r.RemoteAddr, "gateway refused", "gateway_id", gw.id, "reason", contract.ReasonRevoked)
+		s.closeSocket(ws, hr.conn, contract.EndRevoked)
+		untrack(s, s.conns, &s.connsWG, c.key)
 		gw.admission.release(place)
 		return
 	}

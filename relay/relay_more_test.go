@@ -158,6 +158,32 @@ func TestOversizedInboundIsTruncatedBelowTheGatewayLimit(t *testing.T) {
 	}
 }
 
+// TestInboundTooLargeWithoutItsTextIsDropped: an event whose other fields
+// alone exceed the gateway's frame limit (here the message it replies to)
+// is dropped, not cut forever: its delivery returns, and the next inbound
+// goes out.
+func TestInboundTooLargeWithoutItsTextIsDropped(t *testing.T) {
+	h, p := twoTenants(t)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	ev := &contract.Event{Text: "short", MessageID: "big", ReplyTo: &contract.ReplyTo{Text: strings.Repeat("x", contract.MaxFrameBytes)}}
+	ev.Source.Platform, ev.Source.ChatID, ev.Source.ChatType = "discord", "c1", "group"
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		p.publish(platform.Delivery{Kind: platform.KindInbound, Tenant: "t1", Platform: "discord", ChatID: "c1", Event: ev})
+	}()
+	select {
+	case <-delivered:
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("the oversized delivery did not return within %v", relaytest.Timeout)
+	}
+	p.deliver("t1", "c1", "u1", "next")
+	if got, _ := gw.NextInbound(t); got.Text != "next" {
+		t.Fatalf("inbound %q, want %q (the oversized one dropped)", got.Text, "next")
+	}
+}
+
 func TestTooManyConnectionsCloseTheOldest(t *testing.T) {
 	p := newFake("discord", nil)
 	h := relaytest.StartConfig(t, relay.Config{

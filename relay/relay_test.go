@@ -339,3 +339,16 @@ func TestOwnerLookupOutageIsUnavailable(t *testing.T) {
 		t.Fatalf("foreign chat = %+v, want the decline", res)
 	}
 }
+
+// TestOversizedGatewayMessageCloses1009: a gateway message over the 1 MiB
+// frame limit closes the connection with 1009, as docs/contract.md says.
+func TestOversizedGatewayMessageCloses1009(t *testing.T) {
+	p := newFake("discord", nil)
+	h := relaytest.Start(t, []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}, p)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	gw.SendRaw(t, `{"type":"going_idle","pad":"`+strings.Repeat("x", contract.MaxFrameBytes)+`"}`+"\n")
+	if code, _ := gw.Closed(t); code != int(contract.CloseMessageTooBig) {
+		t.Fatalf("closed with %d, want 1009", code)
+	}
+}

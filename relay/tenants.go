@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -77,13 +78,15 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 // touching the connections of gateways that stay under the same tenant:
 //
 //   - a new tenant gets its ledger (recovering what the store holds for
-//     it) and a new gateway id may connect at once;
+//     it, as New does) and a new gateway id may connect at once;
 //   - a gateway whose secrets changed accepts upgrades signed with the new
-//     set from now on; its open connections stay (a token is only checked
-//     at the upgrade);
+//     set from now on; its open connections stay, but for those that
+//     authenticated with a secret the set no longer has: they are closed
+//     with 4401 "revoked";
 //   - a gateway that is gone, or moved to another tenant, has its open
-//     connections closed with 4401 "revoked", and its later upgrades are
-//     refused with 4401 "unauthorized";
+//     connections, and those whose upgrade is under way, closed with 4401
+//     "revoked", and its later upgrades are refused with 4401
+//     "unauthorized";
 //   - a tenant that is gone keeps its ledger (buffered inbound waits in
 //     the store until buffer_max_age); only its gateways go.
 //
@@ -93,12 +96,16 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	if err != nil {
 		return err
 	}
-	var revoked []*gatewayRecord
+	// revoked maps each gateway whose connections close to whether only
+	// those on a secret it no longer has do.
+	revoked := make(map[*gatewayRecord]bool)
+	var added []*hub
 	s.regMu.Lock()
 	owner := make(map[string]string, len(keys))
 	for _, t := range tenants {
 		if s.tenants[t.ID] == nil {
 			s.tenants[t.ID] = s.newHub(t.ID)
+			added = append(added, s.tenants[t.ID])
 		}
 		for _, g := range t.Gateways {
 			owner[g.ID] = t.ID
@@ -107,7 +114,7 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	for id, gw := range s.gateways {
 		if owner[id] != gw.tenant.id {
 			delete(s.gateways, id)
-			revoked = append(revoked, gw)
+			revoked[gw] = false
 		}
 	}
 	for id, k := range keys {
@@ -115,30 +122,56 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 		if gw == nil {
 			gw = &gatewayRecord{id: id, tenant: s.tenants[owner[id]], admission: newAdmission(s.cfg.MaxConnsPerGateway)}
 			s.gateways[id] = gw
+		} else if !gw.keys.Load().HeldBy(&k) {
+			revoked[gw] = true
 		}
 		gw.keys.Store(&k)
 	}
 	s.regMu.Unlock()
-	for _, gw := range revoked {
-		s.closeGateway(gw)
+	if len(revoked) > 0 {
+		s.closeGateways(revoked)
+	}
+	if s.recovered.Load() {
+		for _, h := range added {
+			s.recoverAdded(h)
+		}
 	}
 	return nil
 }
 
-// closeGateway closes every open connection of gw with 4401 "revoked".
-func (s *Server) closeGateway(gw *gatewayRecord) {
+// recoverAdded reads what the store holds for h, a tenant added after New
+// recovered the others' (among several instances its driver reads it when
+// it takes the tenant's lease). A failure is logged: the entries stay in
+// the store for the next start.
+func (s *Server) recoverAdded(h *hub) {
+	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+	defer cancel()
+	n, err := h.ledger.Tail(ctx)
+	if err != nil {
+		s.log.Warn("buffered inbound of an added tenant not read from the store: it is delivered after the next start", "tenant", h.id, "err", err)
+	} else if n > 0 {
+		s.log.Info("buffered inbound recovered from the store", "tenant", h.id, "entries", n)
+	}
+}
+
+// closeGateways closes with 4401 "revoked" every open connection of each
+// gateway in revoked, or only those on a secret it no longer has where
+// revoked says so.
+func (s *Server) closeGateways(revoked map[*gatewayRecord]bool) {
 	s.mu.Lock()
 	var conns []*conn
 	for _, c := range s.conns {
-		if c.gw == gw {
+		if stale, ok := revoked[c.gw]; ok && (!stale || !c.gw.keys.Load().Holds(c.secret)) {
 			conns = append(conns, c)
 		}
 	}
 	s.mu.Unlock()
+	closed := make(map[*gatewayRecord]int)
 	for _, c := range conns {
 		c.closeWith(contract.EndRevoked)
+		closed[c.gw]++
 	}
-	if len(conns) > 0 {
-		s.log.Info("gateway revoked: its connections closed", "tenant", gw.tenant.id, "gateway_id", gw.id, "conns", len(conns))
+	for gw, n := range closed {
+		s.log.Info("gateway revoked: its connections closed", "tenant", gw.tenant.id, "gateway_id", gw.id, "conns", n)
 	}
 }

@@ -1,16 +1,24 @@
 package relay_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
+	"connector/store"
 )
 
 // TestSetTenantsLive adds a tenant and gateway, rotates a secret and
@@ -137,5 +145,207 @@ func TestStockClientLatchesRevokedAfterAHandshake(t *testing.T) {
 	}
 	if step := anonymous.DialFailed(err); step != relaytest.Reconnect || anonymous.Revoked() {
 		t.Fatalf("HTTP 401: %v, want %v", step, relaytest.Reconnect)
+	}
+}
+
+// TestRevokedWhileWaitingForAdmission: a connection whose upgrade is under
+// way when its gateway is removed (here: waiting for a slot at the
+// connection limit while the oldest connection closes) is closed 4401, not
+// served: a removed gateway keeps no connection.
+func TestRevokedWhileWaitingForAdmission(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	base := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:            []relay.Tenant{base},
+		Platforms:          []platform.Platform{p},
+		MaxConnsPerGateway: 1,
+		CloseTimeout:       relaytest.Timeout, // the oldest closes only when the test says so
+		Log:                relaytest.TestLogger(t),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer cancel()
+
+	// The oldest: a raw socket that never answers its close frame, so its
+	// slot stays held until the test drops it.
+	oldest, err := net.Dial("tcp", strings.TrimPrefix(h.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldest.Close()
+	_ = oldest.SetDeadline(time.Now().Add(relaytest.Timeout))
+	fmt.Fprintf(oldest, "GET /relay HTTP/1.1\r\nHost: relay\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer %s\r\n\r\n",
+		relaytest.Token("gw1", "s1", time.Now()))
+	br := bufio.NewReader(oldest)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("oldest upgrade: %v %v", resp, err)
+	}
+
+	// The newcomer waits for the oldest's slot; its arrival closes the
+	// oldest with 4409, whose close frame tells the test it is waiting.
+	type dialed struct {
+		c   *relaytest.Client
+		err error
+	}
+	newcomer := make(chan dialed, 1)
+	go func() {
+		c, err := relaytest.Dial(ctx, h.RelayURL(), relaytest.Token("gw1", "s1", time.Now()))
+		newcomer <- dialed{c, err}
+	}()
+	if b, err := br.ReadByte(); err != nil || b != 0x88 {
+		t.Fatalf("oldest: read %#x %v, want the first byte of a close frame", b, err)
+	}
+
+	if err := h.Server.SetTenants([]relay.Tenant{{ID: "t1"}}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	_ = oldest.Close() // its slot goes to the newcomer
+
+	var d dialed
+	select {
+	case d = <-newcomer:
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for the newcomer's upgrade")
+	}
+	if d.err != nil {
+		t.Fatalf("newcomer's upgrade: %v", d.err)
+	}
+	defer d.c.CloseNow()
+	if err := d.c.Send(ctx, map[string]string{"type": "hello", "platform": "discord", "botId": ""}); err != nil {
+		t.Logf("hello not sent: %v", err) // the relay may have closed it already
+	}
+	code, reason, err := d.c.Closed(ctx)
+	if err != nil || code != websocket.StatusCode(contract.CloseUnauthorized) {
+		t.Fatalf("the removed gateway's newcomer: closed %d %q (%v), want 4401", code, reason, err)
+	}
+}
+
+// maskedText is a client's WebSocket text frame carrying payload (under
+// 64 KiB), masked with a zero key.
+func maskedText(payload string) []byte {
+	b := []byte{0x81}
+	if n := len(payload); n < 126 {
+		b = append(b, 0x80|byte(n))
+	} else {
+		b = append(b, 0x80|126, byte(n>>8), byte(n))
+	}
+	return append(append(b, 0, 0, 0, 0), payload...)
+}
+
+// TestRevokedGatewaysLaterFramesAreNotActedOn: once a gateway is removed,
+// the outbound it sends while its socket closes (a gateway that never
+// answers the close frame holds it open for CloseTimeout) is not executed.
+func TestRevokedGatewaysLaterFramesAreNotActedOn(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	base := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:      []relay.Tenant{base},
+		Platforms:    []platform.Platform{p},
+		CloseTimeout: 500 * time.Millisecond,
+		Log:          relaytest.TestLogger(t),
+	})
+	sock, err := net.Dial("tcp", strings.TrimPrefix(h.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	_ = sock.SetDeadline(time.Now().Add(relaytest.Timeout))
+	fmt.Fprintf(sock, "GET /relay HTTP/1.1\r\nHost: relay\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nAuthorization: Bearer %s\r\n\r\n",
+		relaytest.Token("gw1", "s1", time.Now()))
+	br := bufio.NewReader(sock)
+	if resp, err := http.ReadResponse(br, nil); err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	if _, err := sock.Write(maskedText(`{"type": "hello", "platform": "discord", "botId": ""}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	// The descriptor answers the hello: the connection is served.
+	if _, err := br.ReadString('}'); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := h.Server.SetTenants([]relay.Tenant{{ID: "t1"}}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	if _, err := sock.Write(maskedText(`{"type": "outbound", "requestId": "r1", "action": {"op": "send", "chat_id": "c1", "content": "after revocation"}}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(io.Discard, br); err != nil { // until the relay closes the socket
+		t.Fatal(err)
+	}
+	if err := h.Server.Shutdown(context.Background()); err != nil { // every op started has ended
+		t.Fatal(err)
+	}
+	select {
+	case e := <-p.egress:
+		t.Fatalf("the revoked gateway's outbound was executed: %+v", e)
+	default:
+	}
+}
+
+// TestTenantAddedWhileRunningGetsItsStoredInbound: a tenant the store holds
+// inbound for, left out of the configuration at the last start, gets that
+// inbound once SetTenants adds it back, without waiting for a restart.
+func TestTenantAddedWhileRunningGetsItsStoredInbound(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	tenant := relay.Tenant{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+
+	// The first process stores an inbound nobody acknowledges.
+	first, err := relay.New(relay.Config{Tenants: []relay.Tenant{tenant}, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := &contract.Event{Text: "kept", MessageID: "m1"}
+	ev.Source.Platform, ev.Source.ChatID, ev.Source.ChatType = "discord", "c1", "group"
+	if err := first.Deliver(context.Background(), platform.Delivery{Kind: platform.KindInbound, Tenant: "t1", Platform: "discord", ChatID: "c1", Event: ev}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next one starts without the tenant, which is then added back.
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	h := relaytest.StartConfig(t, relay.Config{Platforms: []platform.Platform{p}, Store: st, Log: relaytest.TestLogger(t)})
+	if err := h.Server.SetTenants([]relay.Tenant{tenant}); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	if got, _ := gw.NextInbound(t); got.Text != "kept" {
+		t.Fatalf("inbound %q, want the stored %q", got.Text, "kept")
+	}
+}
+
+// TestRemovedSecretClosesItsSockets: a secret that leaves a gateway's
+// rotation list (a leak answered with a rotation without grace, say) ends
+// the sockets that authenticated with it, 4401 "revoked", as their next
+// upgrade would be refused; sockets on a secret that stays are not touched.
+func TestRemovedSecretClosesItsSockets(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	tenant := func(secrets ...string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: secrets}}}}
+	}
+	h := relaytest.Start(t, tenant("old"), p)
+	leaked := h.Dial(t, "gw1", "old")
+	leaked.Hello(t, "discord", "")
+	if err := h.Server.SetTenants(tenant("new", "old")); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	kept := h.Dial(t, "gw1", "new")
+	kept.Hello(t, "discord", "")
+
+	if err := h.Server.SetTenants(tenant("new")); err != nil {
+		t.Fatalf("SetTenants: %v", err)
+	}
+	if code, reason := leaked.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("the removed secret's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+	p.deliver("t1", "c1", "u1", "still here")
+	if ev, _ := kept.NextInbound(t); ev.Text != "still here" {
+		t.Fatalf("the kept secret's socket got %q", ev.Text)
 	}
 }

@@ -28,8 +28,10 @@
 //     session's entries reach gateways in sequence order.
 //
 //   - A consumer holds at most Config.AckWindow windowed entries in flight
-//     (sent, not acknowledged), and takes nothing while it reports no room
-//     (Full); one that reports Closing is offered nothing more.
+//     (sent, not acknowledged), and, if it has a ByteWindow, at most that
+//     many bytes of their frames (one entry whatever its size); it takes
+//     nothing while it reports no room (Full); one that reports Closing is
+//     offered nothing more.
 //
 //   - An idle consumer (Idle) gets nothing new but keeps what it holds; a
 //     detached one (Detach) gives its unacknowledged entries back, and they
@@ -100,6 +102,16 @@ type Consumer interface {
 	// sharing the store (its instance and its connection): a session's
 	// owner as it is stored (OnOwned).
 	Owner() (instance, conn string)
+}
+
+// ByteWindow is a Consumer whose windowed entries in flight are bounded in
+// frame bytes too: one that cannot tell when it has room, as a socket on
+// another instance, whose queue fills as fast as the frames reach it.
+type ByteWindow interface {
+	Consumer
+	// WindowBytes is the most frame bytes of windowed entries it holds in
+	// flight, one entry whatever its size.
+	WindowBytes() int64
 }
 
 // Offered is what a Consumer did with a frame it was offered.
@@ -263,6 +275,14 @@ type seat struct {
 	idle      bool
 	detached  bool
 	inflight  int // windowed entries sent and not acknowledged
+	// inflightBytes are their frames' bytes, bounded by maxBytes when it
+	// is set (ByteWindow).
+	inflightBytes, maxBytes int64
+}
+
+// full reports whether s has no room for e, a windowed entry.
+func (s *seat) full(e *entry, window int) bool {
+	return s.inflight >= window || (s.maxBytes > 0 && s.inflight > 0 && s.inflightBytes+int64(len(e.frame)) > s.maxBytes)
 }
 
 func (s *seat) serves(platform string) bool { return s.all || slices.Contains(s.platforms, platform) }
@@ -560,6 +580,7 @@ func (l *Ledger) removeLocked(e *entry) {
 	case e.seat != nil:
 		if e.windowed {
 			e.seat.inflight--
+			e.seat.inflightBytes -= int64(len(e.frame))
 		}
 		e.seat = nil
 	case len(l.pending) > 0 && l.pending[0] == e:
@@ -647,6 +668,7 @@ func (l *Ledger) dispatchLocked() {
 		e.seat = s
 		if e.windowed {
 			s.inflight++
+			s.inflightBytes += int64(len(e.frame))
 		}
 		if !e.sent {
 			e.sent = true
@@ -670,7 +692,7 @@ func (l *Ledger) dispatchLocked() {
 func (l *Ledger) offerLocked(e *entry) (*seat, Offered) {
 	for {
 		s := l.pickLocked(e)
-		if s == nil || (e.windowed && s.inflight >= l.pool.cfg.AckWindow) {
+		if s == nil || (e.windowed && s.full(e, l.pool.cfg.AckWindow)) {
 			return nil, Full
 		}
 		switch offered := s.c.Offer(e.frame); offered {
@@ -698,7 +720,7 @@ func (l *Ledger) noteUnservedLocked(entries ...*entry) {
 
 // pickLocked returns the consumer for e: the session's owner while it is
 // attached and serves e's platform, else the least loaded attached consumer
-// that does.
+// that does, among those with room for e if any has.
 func (l *Ledger) pickLocked(e *entry) *seat {
 	if e.sessionKey != "" {
 		if o, ok := l.owners.Get(e.sessionKey); ok && o.seat.attached && o.seat.serves(e.platform) {
@@ -706,9 +728,14 @@ func (l *Ledger) pickLocked(e *entry) *seat {
 		}
 	}
 	var best *seat
+	bestFull := false
 	for _, s := range l.attached {
-		if s.serves(e.platform) && (best == nil || s.inflight < best.inflight) {
-			best = s
+		if !s.serves(e.platform) {
+			continue
+		}
+		full := e.windowed && s.full(e, l.pool.cfg.AckWindow)
+		if best == nil || (bestFull && !full) || (full == bestFull && s.inflight < best.inflight) {
+			best, bestFull = s, full
 		}
 	}
 	return best
@@ -719,6 +746,9 @@ func (l *Ledger) seatLocked(c Consumer) *seat {
 	s := l.seats[c]
 	if s == nil {
 		s = &seat{c: c}
+		if w, ok := c.(ByteWindow); ok {
+			s.maxBytes = w.WindowBytes()
+		}
 		l.seats[c] = s
 	}
 	return s
@@ -773,7 +803,7 @@ func (l *Ledger) Detach(c Consumer) {
 		}
 	}
 	slices.SortFunc(l.pending, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
-	s.inflight = 0
+	s.inflight, s.inflightBytes = 0, 0
 	l.dispatchLocked()
 }
 

@@ -263,6 +263,49 @@ func TestAckWindowHoldsBackAndAckReleases(t *testing.T) {
 	}
 }
 
+// byteWindowed is a fakeConsumer with a ByteWindow.
+type byteWindowed struct {
+	fakeConsumer
+	window int64
+}
+
+func (b *byteWindowed) WindowBytes() int64 { return b.window }
+
+// TestByteWindowHoldsBackAndAckReleases: a consumer with a ByteWindow
+// takes windowed entries until their frames would pass it (one entry
+// whatever its size), entries without an owner go to a consumer with room
+// meanwhile, and an ack releases the next.
+func TestByteWindowHoldsBackAndAckReleases(t *testing.T) {
+	r := newRig(t, nil)
+	small := &byteWindowed{window: 20} // frames "p-1|m0" and "p-2|m1" fit, "p-3|m2-larger" not
+	r.Serve(small, "discord")
+	first := r.add(t, "s", "m0")
+	r.add(t, "s", "m1")
+	r.add(t, "s", "m2-larger")
+	want(t, "within the byte window", payloads(small.take()), "m0", "m1")
+
+	other := &fakeConsumer{}
+	r.Serve(other, "discord")
+	for i := range 3 {
+		r.add(t, "o", fmt.Sprint("o", i))
+	}
+	want(t, "the session still waits for its owner", payloads(other.take()), "o0", "o1", "o2")
+	r.add(t, "", "no session")
+	want(t, "an entry without an owner, to a consumer with room, however loaded", payloads(other.take()), "no session")
+
+	if !r.Ack(first) {
+		t.Fatal("ack of an entry in flight not found")
+	}
+	want(t, "after one ack", payloads(small.take()), "m2-larger")
+
+	big := &byteWindowed{window: 1}
+	r.Serve(big, "discord")
+	r.Idle(small)
+	r.Idle(other)
+	r.add(t, "t", "larger than the window")
+	want(t, "one entry whatever its size", payloads(big.take()), "larger than the window")
+}
+
 func TestDetachRedeliversUnackedInOriginalOrder(t *testing.T) {
 	r := newRig(t, nil)
 	a := &fakeConsumer{}
