@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"hash/fnv"
 	"strconv"
 
 	"connector/internal/cluster"
@@ -39,17 +38,28 @@ func tallyOf(fields [][]byte) tally {
 
 // seatHash is a 64-bit FNV-1a hash of what a socket's serve announces:
 // its connection, its link's generation, its platforms and whether it
-// went idle, each field ended by a 0xff byte.
+// went idle.
 func seatHash(conn string, gen uint64, platforms string, idle bool) uint64 {
-	fields := []string{conn, strconv.FormatUint(gen, 10), platforms}
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	add := func(s string) {
+		for i := range len(s) {
+			h ^= uint64(s[i])
+			h *= prime
+		}
+		h ^= 0xff // ends the field
+		h *= prime
+	}
+	add(conn)
+	add(strconv.FormatUint(gen, 10))
+	add(platforms)
 	if idle {
-		fields = append(fields, "1")
+		add("1")
 	}
-	h := fnv.New64a()
-	for _, f := range fields {
-		_, _ = h.Write(append([]byte(f), 0xff)) // a hash.Hash never fails
-	}
-	return h.Sum64()
+	return h
 }
 
 // linkDigest mixes a link's seatHash with one of its counters (splitmix64's
