@@ -289,7 +289,8 @@ func guildBindings(guilds map[string]string) []platform.Binding {
 // author kinds (platform.IsAuthorKind) replace the chat ownership
 // (platform.Ownership), and the guilds the guild table; ids (and a scope
 // claim's space) are read as the numbers they spell (a principal's is its
-// policy). Guilds whose tenant changed get their commands synced again.
+// policy). Guilds whose tenant changed get their commands synced again,
+// and guilds no longer bound have theirs removed.
 func (p *Platform) Bind(bindings []platform.Binding) error {
 	guilds := make(map[string]string, len(bindings))
 	canonical := make([]platform.Binding, 0, len(bindings))
@@ -323,6 +324,11 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 	for guild, tenant := range guilds {
 		if old[guild] != tenant {
 			p.cmds.rebound(guild)
+		}
+	}
+	for guild := range old {
+		if _, still := guilds[guild]; !still {
+			p.cmds.rebound(guild) // emptied: no tenant's commands stay
 		}
 	}
 	return nil
