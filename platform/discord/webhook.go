@@ -120,24 +120,26 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	}
 	// The deferred response confirms the interaction to Discord, which never
 	// sends it again: it goes out only once the interaction is delivered
-	// (stored by the relay). A webhook waits for that, within Discord's 3 s.
+	// (stored by the relay), within Discord's 3 s. A webhook waits for that;
+	// a Gateway interaction calls back once it is done.
 	p.work.Add(1)
-	process := func(ctx context.Context) error {
-		defer p.work.Done()
+	ctx := platform.WithTenant(life.ctx, tenant)
+	process := func() error {
 		defer func() { <-p.slots }()
-		return p.processInteraction(platform.WithTenant(ctx, tenant), tenant, in, received)
+		pctx, cancel := context.WithTimeout(ctx, processDeadline)
+		defer cancel()
+		return p.processInteraction(pctx, tenant, in, received)
 	}
 	if respond == nil {
-		ctx, cancel := context.WithTimeout(life.ctx, processDeadline)
-		defer cancel()
-		if err := process(ctx); err != nil {
+		defer p.work.Done()
+		if err := process(); err != nil {
 			return nil, http.StatusServiceUnavailable
 		}
 		return ack, 0
 	}
 	go func() {
-		ctx := platform.WithTenant(life.ctx, tenant)
-		if process(ctx) != nil {
+		defer p.work.Done()
+		if process() != nil {
 			return
 		}
 		if err := respond(ctx, ack); err != nil {
@@ -147,7 +149,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	return ack, 0
 }
 
-// processDeadline bounds the processing of a webhook interaction before its
+// processDeadline bounds the processing of an interaction before its
 // answer, within the 3 s Discord waits for it.
 const processDeadline = 2500 * time.Millisecond
 
