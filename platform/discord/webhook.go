@@ -105,7 +105,13 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	if u := in.user(); u != nil {
 		author = u.ID
 	}
-	tenant, _, drop := p.route(life.ctx, author, in.GuildID, in.ChannelID)
+	// Discord waits 3 s for the answer: routing (which may write a grant),
+	// the wait for a slot and the processing all end by deadline, on the
+	// wall clock as Discord's wait is.
+	deadline := time.Now().Add(processDeadline)
+	admit, cancel := context.WithDeadline(life.ctx, deadline)
+	defer cancel()
+	tenant, _, drop := p.route(admit, author, in.GuildID, in.ChannelID)
 	if drop != "" {
 		p.routeDropped(drop, in.GuildID, in.ChannelID)
 		return ackNotConnected, 0
@@ -114,7 +120,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	if in.Type == discordgo.InteractionMessageComponent {
 		ack = ackDeferredComp
 	}
-	if !p.acquireSlot(life.ctx) {
+	if !p.acquireSlot(admit) {
 		p.metrics.Dropped(platformName, "overloaded")
 		return nil, http.StatusServiceUnavailable
 	}
@@ -126,7 +132,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	ctx := platform.WithTenant(life.ctx, tenant)
 	process := func() error {
 		defer func() { <-p.slots }()
-		pctx, cancel := context.WithTimeout(ctx, processDeadline)
+		pctx, cancel := context.WithDeadline(ctx, deadline)
 		defer cancel()
 		return p.processInteraction(pctx, tenant, in, received)
 	}
@@ -149,8 +155,9 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	return ack, 0
 }
 
-// processDeadline bounds the processing of an interaction before its
-// answer, within the 3 s Discord waits for it.
+// processDeadline bounds everything before an interaction's answer
+// (routing, the wait for a slot, the processing), within the 3 s Discord
+// waits for it.
 const processDeadline = 2500 * time.Millisecond
 
 // slotWait bounds how long an interaction waits for a processing slot

@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -182,5 +183,61 @@ func TestInteractionConfirmedOnlyOnceDelivered(t *testing.T) {
 		if strings.HasSuffix(r.Path, "/callback") {
 			t.Fatalf("an undelivered Gateway interaction was acknowledged: %s %s", r.Method, r.Path)
 		}
+	}
+}
+
+// stallingGrants is a vault whose chat-grant writes hang until their
+// context ends, as a store that stopped answering would.
+type stallingGrants struct {
+	*vault.Memory
+	bounded chan bool // whether each stalled write had a deadline
+}
+
+func (v *stallingGrants) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind != vault.KindChatGrant {
+		return v.Memory.Put(ctx, k, e)
+	}
+	_, ok := ctx.Deadline()
+	v.bounded <- ok
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestInteractionAnsweredWithinDiscordsWait: everything before an
+// interaction's answer (routing, with the grant an author link writes; the
+// wait for a slot; the processing) runs under the one deadline Discord's
+// 3 s leave, so a store that hangs never holds the answer past it.
+func TestInteractionAnsweredWithinDiscordsWait(t *testing.T) {
+	sv := &stallingGrants{Memory: vault.NewMemory(vault.Config{}), bounded: make(chan bool, 4)}
+	e := newEnvDeps(t, platform.Deps{Vault: sv}, discordtest.Options{}, nil)
+	e.startReady(t)
+	// guildLab is no tenant's now: Ada's interaction there reaches her
+	// tenant by author link, which grants it the channel.
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	url := e.webhookServer(t)
+	req := discordtest.InteractionRequest(url, e.priv, time.Now(), byUser(t, slashBody("8420", "stalled-grant-token", guildLab, chanGeneral), userAda))
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- 0
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	select {
+	case code := <-answered:
+		if code != http.StatusOK && code != http.StatusServiceUnavailable {
+			t.Fatalf("answer = %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		e.cancel() // ends the stalled write, so the server can close
+		t.Fatal("no answer to the interaction after 10 s: its grant write is not bounded by Discord's wait")
+	}
+	if !<-sv.bounded {
+		t.Fatal("the grant was written without a deadline")
 	}
 }
