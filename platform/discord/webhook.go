@@ -111,7 +111,11 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	deadline := time.Now().Add(processDeadline)
 	admit, cancel := context.WithDeadline(life.ctx, deadline)
 	defer cancel()
-	tenant, _, drop := p.route(admit, author, in.GuildID, in.ChannelID)
+	chat := p.chatOf(in.GuildID, in.ChannelID)
+	if ch := in.Channel; ch != nil && ch.ID == in.ChannelID && ch.ParentID != "" {
+		chat.Parent = ch.ParentID // a thread the cache lacks (an instance without the Gateway)
+	}
+	tenant, _, drop := p.route(admit, author, chat)
 	if drop != "" {
 		p.routeDropped(drop, in.GuildID, in.ChannelID)
 		return ackNotConnected, 0
