@@ -63,11 +63,6 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		p.reject(w, http.StatusBadRequest, "not an interaction")
 		return
 	}
-	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(2*p.cfg.InteractionSkew)) {
-		p.metrics.Dropped(platformName, "duplicate")
-		p.reject(w, http.StatusConflict, "duplicate interaction")
-		return
-	}
 	ack, status := p.acceptInteraction(&in, received, nil)
 	if status != 0 {
 		p.reject(w, status, http.StatusText(status))
@@ -82,16 +77,21 @@ func (p *Platform) reject(w http.ResponseWriter, status int, msg string) {
 	http.Error(w, msg, status)
 }
 
-// acceptInteraction decides the immediate answer to a verified, new
-// interaction and starts its processing. respond, when set, sends that
-// answer through the REST callback first (interactions that arrive over the
-// Gateway); a webhook answers inline. A non-zero status means refuse.
+// acceptInteraction dedupes a verified interaction, decides its immediate
+// answer and starts its processing. respond, when set, sends that answer
+// through the REST callback (interactions that arrive over the Gateway,
+// where a PING needs none); a webhook answers inline. A non-zero status
+// means refuse (409 for an id already seen).
 func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, respond func(ctx context.Context, ack []byte) error) ([]byte, int) {
+	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(2*p.cfg.InteractionSkew)) {
+		p.metrics.Dropped(platformName, "duplicate")
+		return nil, http.StatusConflict
+	}
 	switch in.Type {
 	case discordgo.InteractionPing:
 		return ackPong, 0
 	case discordgo.InteractionApplicationCommandAutocomplete:
-		return ackNoChoices, 0
+		return p.answerNow(respond, ackNoChoices)
 	case discordgo.InteractionApplicationCommand, discordgo.InteractionMessageComponent, discordgo.InteractionModalSubmit:
 	default:
 		p.metrics.Dropped(platformName, "unsupported_interaction")
@@ -118,7 +118,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	tenant, _, drop := p.route(admit, author, chat)
 	if drop != "" {
 		p.routeDropped(drop, in.GuildID, in.ChannelID)
-		return ackNotConnected, 0
+		return p.answerNow(respond, ackNotConnected)
 	}
 	ack := ackDeferred
 	if in.Type == discordgo.InteractionMessageComponent {
@@ -224,27 +224,18 @@ func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 		p.metrics.Dropped(platformName, "malformed")
 		return
 	}
-	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(2*p.cfg.InteractionSkew)) {
-		p.metrics.Dropped(platformName, "duplicate")
-		return
-	}
 	token := in.Token
-	respond := func(ctx context.Context, ack []byte) error {
+	p.acceptInteraction(&in, received, func(ctx context.Context, ack []byte) error {
 		return p.rest(ctx, "POST", discordgo.EndpointInteractionResponse(in.ID, token), json.RawMessage(ack), nil)
-	}
-	// A PING needs no answer here; the other immediate answers go out on
-	// their own (a deferred one is sent once processing delivered it).
-	ack, status := p.acceptInteraction(&in, received, respond)
-	if status == 0 && (bytes.Equal(ack, ackNoChoices) || bytes.Equal(ack, ackNotConnected)) {
-		p.respondLater(respond, ack)
-	}
+	})
 }
 
-// respondLater sends a Gateway interaction's only answer in the background.
-func (p *Platform) respondLater(respond func(context.Context, []byte) error, ack []byte) {
+// answerNow returns ack, an interaction's only answer; a Gateway
+// interaction's (respond set) is sent in the background.
+func (p *Platform) answerNow(respond func(context.Context, []byte) error, ack []byte) ([]byte, int) {
 	life := p.running()
-	if life == nil {
-		return
+	if respond == nil || life == nil {
+		return ack, 0
 	}
 	p.work.Add(1)
 	go func() {
@@ -253,4 +244,5 @@ func (p *Platform) respondLater(respond func(context.Context, []byte) error, ack
 			p.log.Warn("discord interaction callback failed", "err", describe(err).msg)
 		}
 	}()
+	return ack, 0
 }
