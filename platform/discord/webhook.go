@@ -64,7 +64,12 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ack, status := p.acceptInteraction(&in, received, nil)
-	if status != 0 {
+	switch status {
+	case 0:
+	case http.StatusConflict:
+		p.reject(w, status, "duplicate interaction")
+		return
+	default:
 		p.reject(w, status, http.StatusText(status))
 		return
 	}

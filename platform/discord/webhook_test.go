@@ -70,9 +70,10 @@ func TestInteractionsWebhook(t *testing.T) {
 		t.Fatal("another tenant found the token")
 	}
 
-	// Replayed id -> 409, no second delivery.
-	if code, _ := post(t, discordtest.InteractionRequest(url, e.priv, now, body)); code != http.StatusConflict {
-		t.Fatalf("replay = %d", code)
+	// Replayed id -> 409 "duplicate interaction" (docs/security.md), no
+	// second delivery.
+	if code, text := post(t, discordtest.InteractionRequest(url, e.priv, now, body)); code != http.StatusConflict || !strings.Contains(text, "duplicate interaction") {
+		t.Fatalf("replay = %d %q", code, text)
 	}
 	// Bad signature -> 401.
 	bad := discordtest.InteractionRequest(url, e.priv, now, slashBody("8002", token, guildLab, chanGeneral))
