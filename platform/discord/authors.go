@@ -62,13 +62,21 @@ const dropUnclaimed = "unclaimed"
 
 // messageNormalizer resolves m's tenant (route) and returns the normalizer
 // to read it with: under the owner floor, without the tenant's mention
-// gates.
+// gates. A guild channel the cache lacks is looked up first, as
+// normalization would, so a thread is placed by its parent.
 func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *normalizer, tenant, drop string) {
 	author := ""
 	if m.Author != nil {
 		author = m.Author.ID
 	}
-	tenant, owner, drop := p.route(ctx, author, p.chatOf(m.GuildID, m.ChannelID))
+	chat := p.chatOf(m.GuildID, m.ChannelID)
+	if chat.Parent == "" && m.GuildID != "" {
+		// Not cached (or no parent): a thread's channel decides its claim.
+		if ci, err := p.cache.channel(ctx, m.ChannelID); err == nil {
+			chat.Parent = ci.ParentID
+		}
+	}
+	tenant, owner, drop := p.route(ctx, author, chat)
 	if drop != "" {
 		return nil, "", drop
 	}

@@ -143,3 +143,25 @@ func TestStandbyInteractionInAClaimedThread(t *testing.T) {
 		t.Fatalf("the interaction in t3's claimed channel's thread reached %q", d.Tenant)
 	}
 }
+
+// TestMessageInAnUncachedThreadOfAClaimedChannel: a message in a thread the
+// channel cache does not hold (pushed out of it) is placed by the thread's
+// parent all the same, so it reaches the claimant of the parent channel,
+// not its author's own tenant by author link.
+func TestMessageInAnUncachedThreadOfAClaimedChannel(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: chanGeneral, Tenant: "t3", Space: guildLab},
+		{Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "t3"},
+		{Kind: platform.BindUser, ID: userAda, Tenant: "t1"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.p.cache.chans.Remove(threadPlan)
+	e.dispatch(t, "MESSAGE_CREATE", msg("9301", threadPlan, guildLab, "in the thread", true))
+	if d := e.sink.Next(t); d.Tenant != "t3" {
+		t.Fatalf("the message in t3's claimed channel's thread reached %q", d.Tenant)
+	}
+}
