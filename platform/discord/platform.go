@@ -73,8 +73,8 @@ type Platform struct {
 	// chat-owner lookups (standby.go): (asking tenant, chat) pairs
 	// declined lately.
 	declined *ttlcache.Cache[[2]string, struct{}]
-	// seen remembers interaction ids for twice the timestamp skew: a
-	// replay older than that fails the freshness check anyway.
+	// seen remembers interaction ids for seenFor: a replay older than
+	// that fails the freshness check anyway.
 	seen *ttlcache.Cache[string, struct{}]
 	gw   *gateway
 	cmds *commandSync
@@ -157,7 +157,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
-	p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, 2*cfg.InteractionSkew, p.clock)
+	p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, p.seenFor(), p.clock)
 	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)
 	p.newSession()

@@ -88,7 +88,7 @@ func (p *Platform) reject(w http.ResponseWriter, status int, msg string) {
 // where a PING needs none); a webhook answers inline. A non-zero status
 // means refuse (409 for an id already seen).
 func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, respond func(ctx context.Context, ack []byte) error) ([]byte, int) {
-	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(2*p.cfg.InteractionSkew)) {
+	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(p.seenFor())) {
 		p.metrics.Dropped(platformName, "duplicate")
 		return nil, http.StatusConflict
 	}
@@ -163,6 +163,12 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	}()
 	return ack, 0
 }
+
+// seenFor is how long an interaction id is remembered: past the last
+// instant a replay still verifies. A timestamp may be InteractionSkew
+// ahead of the arrival and verifies until InteractionSkew after it, that
+// instant included, so the id outlives 2×InteractionSkew.
+func (p *Platform) seenFor() time.Duration { return 2*p.cfg.InteractionSkew + time.Second }
 
 // processDeadline bounds everything before an interaction's answer
 // (routing, the wait for a slot, the processing), within the 3 s Discord

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
@@ -240,5 +241,27 @@ func TestInteractionAnsweredWithinDiscordsWait(t *testing.T) {
 	}
 	if !<-sv.bounded {
 		t.Fatal("the grant was written without a deadline")
+	}
+}
+
+// TestReplayAtTheEdgeOfTheWindow: an interaction signed InteractionSkew
+// ahead of the clock still verifies InteractionSkew after that timestamp,
+// 2×InteractionSkew after it first arrived; its id must still be
+// remembered then, so the replay is refused 409.
+func TestReplayAtTheEdgeOfTheWindow(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, discordtest.Options{}, nil)
+	e.startReady(t)
+	url := e.webhookServer(t)
+	skew := e.p.cfg.InteractionSkew
+	stamp := clk.Now().Add(skew)
+	body := slashBody("8440", "edge-token", guildLab, chanGeneral)
+	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, stamp, body)); code != http.StatusOK {
+		t.Fatalf("first = %d %s", code, ack)
+	}
+	e.sink.Next(t)
+	clk.Advance(2 * skew)
+	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, stamp, body)); code != http.StatusConflict {
+		t.Fatalf("replay %v after the first = %d %s, want 409", 2*skew, code, ack)
 	}
 }
