@@ -253,3 +253,31 @@ func TestAutoThreadAnnouncedOnFirstSend(t *testing.T) {
 		t.Fatalf("later inbound from the auto-thread = %+v", src)
 	}
 }
+
+// TestReactEmojiCannotSteerTheRequest: the emoji is a path segment of the
+// reaction route and nothing more: one that would climb out of it (a
+// slash, a dot segment) is refused before any request, so t1 cannot react
+// in t2's channel by naming it inside the emoji (with api_base_url set,
+// the path is sent as it reads).
+func TestReactEmojiCannotSteerTheRequest(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	theirs := execute(t, e, "t2", `{"op":"send","chat_id":"`+chanOther+`","content":"t2's message","reply_to":null,"metadata":{}}`)
+	mine := execute(t, e, "t1", `{"op":"send","chat_id":"101","content":"t1's message","reply_to":null,"metadata":{}}`)
+	if !theirs.Success || !mine.Success {
+		t.Fatalf("sends = %+v %+v", theirs, mine)
+	}
+	n := len(e.fake.Requests())
+	for _, emoji := range []string{"../../../../" + chanOther + "/messages/" + theirs.MessageID + "/reactions/👀", "..", ".", "a/b"} {
+		body, _ := json.Marshal(map[string]any{"op": "react", "chat_id": chanGeneral, "message_id": mine.MessageID, "emoji": emoji, "metadata": map[string]any{}})
+		if r := execute(t, e, "t1", string(body)); r.Code != contract.CodeBadRequest {
+			t.Errorf("react with emoji %q = %+v, want bad_request", emoji, r)
+		}
+	}
+	for _, r := range e.fake.Requests()[n:] {
+		t.Errorf("a refused react reached Discord: %s %s", r.Method, r.Path)
+	}
+	if got := e.fake.Messages(chanOther)[0].Reactions; len(got) != 0 {
+		t.Fatalf("t1 reacted on t2's message: %v", got)
+	}
+}

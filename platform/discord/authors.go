@@ -36,23 +36,22 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 }
 
 // route resolves the tenant of an event by the ownership order, from its
-// author (their user id; empty when it has none) in channelID of guildID
-// (empty: a DM): the one rule for messages and interactions alike. owner
-// is set when the author is linked to the tenant (the owner floor); drop
-// is why no tenant takes the event (platform.DropPrincipal, or
-// dropUnclaimed). A tenant reached by claim or author link is granted the
-// channel.
-func (p *Platform) route(ctx context.Context, author, guildID, channelID string) (tenant string, owner bool, drop string) {
-	r, ok := p.owners.Load().Route(author, p.chatOf(guildID, channelID))
+// author (their user id; empty when it has none) in chat c (chatOf): the
+// one rule for messages and interactions alike. owner is set when the
+// author is linked to the tenant (the owner floor); drop is why no tenant
+// takes the event (platform.DropPrincipal, or dropUnclaimed). A tenant
+// reached by claim or author link is granted the channel.
+func (p *Platform) route(ctx context.Context, author string, c platform.Chat) (tenant string, owner bool, drop string) {
+	r, ok := p.owners.Load().Route(author, c)
 	switch {
 	case ok && r.Drop != "":
 		return "", false, r.Drop
 	case ok:
 		if r.Grant {
-			p.spoke.Add(ctx, channelID, guildID, r.Tenant)
+			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant)
 		}
 		return r.Tenant, r.Owner, ""
-	case guildID == "" && p.cfg.DMTenant != "":
+	case c.Space == "" && p.cfg.DMTenant != "":
 		return p.cfg.DMTenant, false, ""
 	}
 	return "", false, dropUnclaimed
@@ -63,13 +62,21 @@ const dropUnclaimed = "unclaimed"
 
 // messageNormalizer resolves m's tenant (route) and returns the normalizer
 // to read it with: under the owner floor, without the tenant's mention
-// gates.
+// gates. A guild channel the cache lacks is looked up first, as
+// normalization would, so a thread is placed by its parent.
 func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *normalizer, tenant, drop string) {
 	author := ""
 	if m.Author != nil {
 		author = m.Author.ID
 	}
-	tenant, owner, drop := p.route(ctx, author, m.GuildID, m.ChannelID)
+	chat := p.chatOf(m.GuildID, m.ChannelID)
+	if chat.Parent == "" && m.GuildID != "" {
+		// Not cached (or no parent): a thread's channel decides its claim.
+		if ci, err := p.cache.channel(ctx, m.ChannelID); err == nil {
+			chat.Parent = ci.ParentID
+		}
+	}
+	tenant, owner, drop := p.route(ctx, author, chat)
 	if drop != "" {
 		return nil, "", drop
 	}

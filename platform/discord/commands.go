@@ -180,8 +180,9 @@ func (c *commandSync) guildDelivered(guild string) {
 	}
 }
 
-// rebound queues guild, whose tenant changed, when the Gateway has
-// delivered it: its registry now follows the new tenant's manifest.
+// rebound queues guild, whose tenant changed or which is no longer bound,
+// when the Gateway has delivered it: its registry now follows the new
+// tenant's manifest, or is emptied.
 func (c *commandSync) rebound(guild string) {
 	c.mu.Lock()
 	queue := c.present[guild]

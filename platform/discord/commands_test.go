@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"connector/contract"
+	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
 )
@@ -233,4 +234,18 @@ func TestSameCommandsIgnoresServerFields(t *testing.T) {
 	if sameCommands(want, have) {
 		t.Fatal("a changed description compared equal")
 	}
+}
+
+// TestCommandsLeaveAnUnboundGuild: a guild whose binding is removed loses
+// its former tenant's commands, as a guild rebound to another tenant gets
+// the new tenant's: no tenant's commands stay in a guild it no longer owns.
+func TestCommandsLeaveAnUnboundGuild(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask", "bstatus"}, nil)))
+	waitRegistry(t, e, guildOther, 2)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitRegistry(t, e, guildOther, 0)
 }

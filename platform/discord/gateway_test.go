@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -256,5 +257,60 @@ func TestSlowChannelDelaysOnlyItself(t *testing.T) {
 		if d := e.sink.Next(t); d.Event.MessageID != want {
 			t.Fatalf("delivered %s, want %s: #random's messages in Gateway order", d.Event.MessageID, want)
 		}
+	}
+}
+
+// stallingSink holds every delivery until its context ends, as a relay
+// whose store hangs would, and reports how each ended.
+type stallingSink struct{ ended chan error }
+
+func (s *stallingSink) Deliver(ctx context.Context, _ platform.Delivery) error {
+	<-ctx.Done()
+	s.ended <- ctx.Err()
+	return ctx.Err()
+}
+
+// TestGatewayInteractionProcessingIsBounded: an interaction that arrived
+// over the Gateway is processed within the deadline a webhook one is
+// (Discord wants its answer within 3 s): a delivery that hangs is given up,
+// its slot freed, and the interaction never acknowledged late.
+func TestGatewayInteractionProcessingIsBounded(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	sink := &stallingSink{ended: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	platformtest.WaitUntil(t, "the Gateway session up and the guild snapshot loaded", func() bool {
+		return e.p.Status().Ready && e.p.snap.loaded.Load()
+	})
+	var in map[string]any
+	if err := json.Unmarshal(slashBody("8410", "stalled-gateway-token", guildLab, chanGeneral), &in); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "INTERACTION_CREATE", in)
+	select {
+	case err := <-sink.ended:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the stalled delivery ended with %v, want its processing deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("after 10 s a Gateway interaction's delivery still waits: its processing has no deadline")
+	}
+	e.p.work.Wait()
+	for _, r := range e.fake.Requests() {
+		if strings.HasSuffix(r.Path, "/callback") {
+			t.Fatalf("an interaction whose delivery was given up was acknowledged: %s %s", r.Method, r.Path)
+		}
+	}
+	if n := len(e.p.slots); n != 0 {
+		t.Fatalf("%d processing slots still taken", n)
 	}
 }

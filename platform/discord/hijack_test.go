@@ -1,7 +1,10 @@
 package discord
 
 import (
+	"encoding/json"
+	"net/http"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/platform"
@@ -109,4 +112,56 @@ func TestClaimantActsInItsThreads(t *testing.T) {
 		t.Fatalf("delivery to %q %+v, want the thread's message to t3", d.Tenant, d.Event)
 	}
 	check("after a message")
+}
+
+// TestStandbyInteractionInAClaimedThread: an instance without the Gateway
+// (its channel cache empty) places an interaction in a thread by the
+// parent the interaction names, so a thread of a claimed channel is the
+// claimant's there too: Ada, linked to t1, reaches t3, which claimed the
+// thread's channel, not her own tenant by author link.
+func TestStandbyInteractionInAClaimedThread(t *testing.T) {
+	e := newStandbyEnv(t, nil)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: chanGeneral, Tenant: "t3", Space: guildLab},
+		{Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "t3"},
+		{Kind: platform.BindUser, ID: userAda, Tenant: "t1"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var in map[string]any
+	if err := json.Unmarshal(slashBody("8430", "thread-token", guildLab, threadPlan), &in); err != nil {
+		t.Fatal(err)
+	}
+	in["channel"] = map[string]any{"id": threadPlan, "type": 11, "guild_id": guildLab, "name": "Deploy plan", "parent_id": chanGeneral}
+	body, _ := json.Marshal(in)
+	url := e.webhookServer(t)
+	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), body)); code != http.StatusOK || ack != `{"type":5}` {
+		t.Fatalf("slash in the claimed channel's thread = %d %s", code, ack)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t3" {
+		t.Fatalf("the interaction in t3's claimed channel's thread reached %q", d.Tenant)
+	}
+}
+
+// TestMessageInAnUncachedThreadOfAClaimedChannel: a message in a thread the
+// channel cache does not hold (pushed out of it) is placed by the thread's
+// parent all the same, so it reaches the claimant of the parent channel,
+// not its author's own tenant by author link.
+func TestMessageInAnUncachedThreadOfAClaimedChannel(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: chanGeneral, Tenant: "t3", Space: guildLab},
+		{Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "t3"},
+		{Kind: platform.BindUser, ID: userAda, Tenant: "t1"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.p.cache.chans.Remove(threadPlan)
+	e.dispatch(t, "MESSAGE_CREATE", msg("9301", threadPlan, guildLab, "in the thread", true))
+	if d := e.sink.Next(t); d.Tenant != "t3" {
+		t.Fatalf("the message in t3's claimed channel's thread reached %q", d.Tenant)
+	}
 }

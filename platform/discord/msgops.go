@@ -23,7 +23,7 @@ func (p *Platform) opReact(ctx context.Context, _, _ string, a *contract.Action)
 	switch {
 	case !isSnowflake(msgID):
 		return contract.Failed(contract.CodeBadRequest, "react: message_id is not a Discord message id")
-	case strings.TrimSpace(a.Emoji) == "" || len(a.Emoji) > maxEmojiBytes:
+	case strings.TrimSpace(a.Emoji) == "" || len(a.Emoji) > maxEmojiBytes || !pathSegment(a.Emoji):
 		return contract.Failed(contract.CodeBadRequest, "react: emoji must be a Unicode emoji or name:id")
 	}
 	endpoint := discordgo.EndpointMessageReaction(string(a.ChatID), msgID, url.PathEscape(a.Emoji), "@me")
@@ -49,6 +49,13 @@ func (p *Platform) opDelete(ctx context.Context, _, _ string, a *contract.Action
 		return p.failed("delete", err)
 	}
 	return contract.OK(msgID)
+}
+
+// pathSegment reports whether s stays one segment of a path however it is
+// sent: no slash, and not a dot segment, so no gateway steers a request
+// to another route through it.
+func pathSegment(s string) bool {
+	return !strings.ContainsAny(s, `/\`) && s != "." && s != ".."
 }
 
 // isUnknownMessage reports Discord's 10008 Unknown Message.

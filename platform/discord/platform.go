@@ -73,8 +73,8 @@ type Platform struct {
 	// chat-owner lookups (standby.go): (asking tenant, chat) pairs
 	// declined lately.
 	declined *ttlcache.Cache[[2]string, struct{}]
-	// seen remembers interaction ids for twice the timestamp skew: a
-	// replay older than that fails the freshness check anyway.
+	// seen remembers interaction ids for seenFor: a replay older than
+	// that fails the freshness check anyway.
 	seen *ttlcache.Cache[string, struct{}]
 	gw   *gateway
 	cmds *commandSync
@@ -157,7 +157,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
-	p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, 2*cfg.InteractionSkew, p.clock)
+	p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, p.seenFor(), p.clock)
 	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)
 	p.newSession()
@@ -289,7 +289,8 @@ func guildBindings(guilds map[string]string) []platform.Binding {
 // author kinds (platform.IsAuthorKind) replace the chat ownership
 // (platform.Ownership), and the guilds the guild table; ids (and a scope
 // claim's space) are read as the numbers they spell (a principal's is its
-// policy). Guilds whose tenant changed get their commands synced again.
+// policy). Guilds whose tenant changed get their commands synced again,
+// and guilds no longer bound have theirs removed.
 func (p *Platform) Bind(bindings []platform.Binding) error {
 	guilds := make(map[string]string, len(bindings))
 	canonical := make([]platform.Binding, 0, len(bindings))
@@ -323,6 +324,11 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 	for guild, tenant := range guilds {
 		if old[guild] != tenant {
 			p.cmds.rebound(guild)
+		}
+	}
+	for guild := range old {
+		if _, still := guilds[guild]; !still {
+			p.cmds.rebound(guild) // emptied: no tenant's commands stay
 		}
 	}
 	return nil

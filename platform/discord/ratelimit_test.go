@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -455,5 +456,42 @@ func TestOneTenantsInvalidRequestsDoNotStopOthers(t *testing.T) {
 	clk.Advance(breakerSlots * breakerSlotSpan) // the span Discord counts invalid answers over
 	if r := call("t1", `{"op":"typing","chat_id":"102","metadata":{}}`); !r.Success {
 		t.Fatalf("t1 after its answers left the window = %+v", r)
+	}
+}
+
+// reactBuckets answers every reaction with Discord's rate-limit headers
+// of one shared bucket, as Discord does for a channel's reactions.
+func reactBuckets(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+	if strings.Contains(r.URL.Path, "/reactions/") {
+		w.Header().Set("X-RateLimit-Limit", "5")
+		w.Header().Set("X-RateLimit-Remaining", "4")
+		w.Header().Set("X-RateLimit-Reset-After", "0.250")
+		w.Header().Set("X-RateLimit-Bucket", "reactions")
+	}
+	return false
+}
+
+// TestReactionEmojiIsNotARoute: the emoji of a reaction is a parameter of
+// one route, not a route of its own: reactions with many different emoji
+// leave the limiter one route template, so a gateway sending ever new
+// emoji neither grows its memory nor gets a fresh bucket each time.
+func TestReactionEmojiIsNotARoute(t *testing.T) {
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.fake.SetHook(reactBuckets)
+	sent := execute(t, e, "t1", `{"op":"send","chat_id":"101","content":"react to me","reply_to":null,"metadata":{}}`)
+	if !sent.Success {
+		t.Fatalf("send = %+v", sent)
+	}
+	for i := range 20 {
+		emoji := fmt.Sprintf("e%d:%d", i, 1000+i)
+		body, _ := json.Marshal(map[string]any{"op": "react", "chat_id": chanGeneral, "message_id": sent.MessageID, "emoji": emoji, "metadata": map[string]any{}})
+		execute(t, e, "t1", string(body)) // the fake knows no such emoji: the answer does not matter
+	}
+	routes := e.p.sess.Client.Transport.(*transport).routes
+	routes.mu.Lock()
+	defer routes.mu.Unlock()
+	if n := len(routes.hashes); n != 1 {
+		t.Fatalf("the limiter holds %d route templates after reactions with 20 emoji, want 1: %v", n, slices.Collect(maps.Keys(routes.hashes)))
 	}
 }

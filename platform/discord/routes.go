@@ -27,6 +27,9 @@ type route struct {
 }
 
 // parseRoute classifies an API path like /api/v9/channels/1/messages/2.
+// Only ids and fixed words may shape a route: a reaction's emoji, the one
+// free text a path holds, is a parameter, so ever new emoji never make
+// ever new routes (or buckets).
 func parseRoute(method, path string) route {
 	rest := path
 	if _, version, ok := strings.Cut(path, "/api/v"); ok {
@@ -53,6 +56,8 @@ func parseRoute(method, path string) route {
 		case i == 2 && segs[0] == "interactions":
 			b.WriteString(":token")
 			r.exemptGlobal = true
+		case i > 0 && segs[i-1] == "reactions":
+			b.WriteString(":emoji") // a parameter, chosen by the gateway
 		case isSnowflake(s):
 			b.WriteString(":id")
 		default:

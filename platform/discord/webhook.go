@@ -63,13 +63,13 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 		p.reject(w, http.StatusBadRequest, "not an interaction")
 		return
 	}
-	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(2*p.cfg.InteractionSkew)) {
-		p.metrics.Dropped(platformName, "duplicate")
-		p.reject(w, http.StatusConflict, "duplicate interaction")
-		return
-	}
 	ack, status := p.acceptInteraction(&in, received, nil)
-	if status != 0 {
+	switch status {
+	case 0:
+	case http.StatusConflict:
+		p.reject(w, status, "duplicate interaction")
+		return
+	default:
 		p.reject(w, status, http.StatusText(status))
 		return
 	}
@@ -82,16 +82,21 @@ func (p *Platform) reject(w http.ResponseWriter, status int, msg string) {
 	http.Error(w, msg, status)
 }
 
-// acceptInteraction decides the immediate answer to a verified, new
-// interaction and starts its processing. respond, when set, sends that
-// answer through the REST callback first (interactions that arrive over the
-// Gateway); a webhook answers inline. A non-zero status means refuse.
+// acceptInteraction dedupes a verified interaction, decides its immediate
+// answer and starts its processing. respond, when set, sends that answer
+// through the REST callback (interactions that arrive over the Gateway,
+// where a PING needs none); a webhook answers inline. A non-zero status
+// means refuse (409 for an id already seen).
 func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, respond func(ctx context.Context, ack []byte) error) ([]byte, int) {
+	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(p.seenFor())) {
+		p.metrics.Dropped(platformName, "duplicate")
+		return nil, http.StatusConflict
+	}
 	switch in.Type {
 	case discordgo.InteractionPing:
 		return ackPong, 0
 	case discordgo.InteractionApplicationCommandAutocomplete:
-		return ackNoChoices, 0
+		return p.answerNow(respond, ackNoChoices)
 	case discordgo.InteractionApplicationCommand, discordgo.InteractionMessageComponent, discordgo.InteractionModalSubmit:
 	default:
 		p.metrics.Dropped(platformName, "unsupported_interaction")
@@ -105,39 +110,51 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	if u := in.user(); u != nil {
 		author = u.ID
 	}
-	tenant, _, drop := p.route(life.ctx, author, in.GuildID, in.ChannelID)
+	// Discord waits 3 s for the answer: routing (which may write a grant),
+	// the wait for a slot and the processing all end by deadline, on the
+	// wall clock as Discord's wait is.
+	deadline := time.Now().Add(processDeadline)
+	admit, cancel := context.WithDeadline(life.ctx, deadline)
+	defer cancel()
+	chat := p.chatOf(in.GuildID, in.ChannelID)
+	if ch := in.Channel; ch != nil && ch.ID == in.ChannelID && ch.ParentID != "" {
+		chat.Parent = ch.ParentID // a thread the cache lacks (an instance without the Gateway)
+	}
+	tenant, _, drop := p.route(admit, author, chat)
 	if drop != "" {
 		p.routeDropped(drop, in.GuildID, in.ChannelID)
-		return ackNotConnected, 0
+		return p.answerNow(respond, ackNotConnected)
 	}
 	ack := ackDeferred
 	if in.Type == discordgo.InteractionMessageComponent {
 		ack = ackDeferredComp
 	}
-	if !p.acquireSlot(life.ctx) {
+	if !p.acquireSlot(admit) {
 		p.metrics.Dropped(platformName, "overloaded")
 		return nil, http.StatusServiceUnavailable
 	}
 	// The deferred response confirms the interaction to Discord, which never
 	// sends it again: it goes out only once the interaction is delivered
-	// (stored by the relay). A webhook waits for that, within Discord's 3 s.
+	// (stored by the relay), within Discord's 3 s. A webhook waits for that;
+	// a Gateway interaction calls back once it is done.
 	p.work.Add(1)
-	process := func(ctx context.Context) error {
-		defer p.work.Done()
+	ctx := platform.WithTenant(life.ctx, tenant)
+	process := func() error {
 		defer func() { <-p.slots }()
-		return p.processInteraction(platform.WithTenant(ctx, tenant), tenant, in, received)
+		pctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		return p.processInteraction(pctx, tenant, in, received)
 	}
 	if respond == nil {
-		ctx, cancel := context.WithTimeout(life.ctx, processDeadline)
-		defer cancel()
-		if err := process(ctx); err != nil {
+		defer p.work.Done()
+		if err := process(); err != nil {
 			return nil, http.StatusServiceUnavailable
 		}
 		return ack, 0
 	}
 	go func() {
-		ctx := platform.WithTenant(life.ctx, tenant)
-		if process(ctx) != nil {
+		defer p.work.Done()
+		if process() != nil {
 			return
 		}
 		if err := respond(ctx, ack); err != nil {
@@ -147,8 +164,15 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	return ack, 0
 }
 
-// processDeadline bounds the processing of a webhook interaction before its
-// answer, within the 3 s Discord waits for it.
+// seenFor is how long an interaction id is remembered: past the last
+// instant a replay still verifies. A timestamp may be InteractionSkew
+// ahead of the arrival and verifies until InteractionSkew after it, that
+// instant included, so the id outlives 2×InteractionSkew.
+func (p *Platform) seenFor() time.Duration { return 2*p.cfg.InteractionSkew + time.Second }
+
+// processDeadline bounds everything before an interaction's answer
+// (routing, the wait for a slot, the processing), within the 3 s Discord
+// waits for it.
 const processDeadline = 2500 * time.Millisecond
 
 // slotWait bounds how long an interaction waits for a processing slot
@@ -211,27 +235,18 @@ func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 		p.metrics.Dropped(platformName, "malformed")
 		return
 	}
-	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(2*p.cfg.InteractionSkew)) {
-		p.metrics.Dropped(platformName, "duplicate")
-		return
-	}
 	token := in.Token
-	respond := func(ctx context.Context, ack []byte) error {
+	p.acceptInteraction(&in, received, func(ctx context.Context, ack []byte) error {
 		return p.rest(ctx, "POST", discordgo.EndpointInteractionResponse(in.ID, token), json.RawMessage(ack), nil)
-	}
-	// A PING needs no answer here; the other immediate answers go out on
-	// their own (a deferred one is sent once processing delivered it).
-	ack, status := p.acceptInteraction(&in, received, respond)
-	if status == 0 && (bytes.Equal(ack, ackNoChoices) || bytes.Equal(ack, ackNotConnected)) {
-		p.respondLater(respond, ack)
-	}
+	})
 }
 
-// respondLater sends a Gateway interaction's only answer in the background.
-func (p *Platform) respondLater(respond func(context.Context, []byte) error, ack []byte) {
+// answerNow returns ack, an interaction's only answer; a Gateway
+// interaction's (respond set) is sent in the background.
+func (p *Platform) answerNow(respond func(context.Context, []byte) error, ack []byte) ([]byte, int) {
 	life := p.running()
-	if life == nil {
-		return
+	if respond == nil || life == nil {
+		return ack, 0
 	}
 	p.work.Add(1)
 	go func() {
@@ -240,4 +255,5 @@ func (p *Platform) respondLater(respond func(context.Context, []byte) error, ack
 			p.log.Warn("discord interaction callback failed", "err", describe(err).msg)
 		}
 	}()
+	return ack, 0
 }

@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
@@ -69,9 +71,10 @@ func TestInteractionsWebhook(t *testing.T) {
 		t.Fatal("another tenant found the token")
 	}
 
-	// Replayed id -> 409, no second delivery.
-	if code, _ := post(t, discordtest.InteractionRequest(url, e.priv, now, body)); code != http.StatusConflict {
-		t.Fatalf("replay = %d", code)
+	// Replayed id -> 409 "duplicate interaction" (docs/security.md), no
+	// second delivery.
+	if code, text := post(t, discordtest.InteractionRequest(url, e.priv, now, body)); code != http.StatusConflict || !strings.Contains(text, "duplicate interaction") {
+		t.Fatalf("replay = %d %q", code, text)
 	}
 	// Bad signature -> 401.
 	bad := discordtest.InteractionRequest(url, e.priv, now, slashBody("8002", token, guildLab, chanGeneral))
@@ -182,5 +185,83 @@ func TestInteractionConfirmedOnlyOnceDelivered(t *testing.T) {
 		if strings.HasSuffix(r.Path, "/callback") {
 			t.Fatalf("an undelivered Gateway interaction was acknowledged: %s %s", r.Method, r.Path)
 		}
+	}
+}
+
+// stallingGrants is a vault whose chat-grant writes hang until their
+// context ends, as a store that stopped answering would.
+type stallingGrants struct {
+	*vault.Memory
+	bounded chan bool // whether each stalled write had a deadline
+}
+
+func (v *stallingGrants) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind != vault.KindChatGrant {
+		return v.Memory.Put(ctx, k, e)
+	}
+	_, ok := ctx.Deadline()
+	v.bounded <- ok
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestInteractionAnsweredWithinDiscordsWait: everything before an
+// interaction's answer (routing, with the grant an author link writes; the
+// wait for a slot; the processing) runs under the one deadline Discord's
+// 3 s leave, so a store that hangs never holds the answer past it.
+func TestInteractionAnsweredWithinDiscordsWait(t *testing.T) {
+	sv := &stallingGrants{Memory: vault.NewMemory(vault.Config{}), bounded: make(chan bool, 4)}
+	e := newEnvDeps(t, platform.Deps{Vault: sv}, discordtest.Options{}, nil)
+	e.startReady(t)
+	// guildLab is no tenant's now: Ada's interaction there reaches her
+	// tenant by author link, which grants it the channel.
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	url := e.webhookServer(t)
+	req := discordtest.InteractionRequest(url, e.priv, time.Now(), byUser(t, slashBody("8420", "stalled-grant-token", guildLab, chanGeneral), userAda))
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- 0
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	select {
+	case code := <-answered:
+		if code != http.StatusOK && code != http.StatusServiceUnavailable {
+			t.Fatalf("answer = %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		e.cancel() // ends the stalled write, so the server can close
+		t.Fatal("no answer to the interaction after 10 s: its grant write is not bounded by Discord's wait")
+	}
+	if !<-sv.bounded {
+		t.Fatal("the grant was written without a deadline")
+	}
+}
+
+// TestReplayAtTheEdgeOfTheWindow: an interaction signed InteractionSkew
+// ahead of the clock still verifies InteractionSkew after that timestamp,
+// 2×InteractionSkew after it first arrived; its id must still be
+// remembered then, so the replay is refused 409.
+func TestReplayAtTheEdgeOfTheWindow(t *testing.T) {
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, discordtest.Options{}, nil)
+	e.startReady(t)
+	url := e.webhookServer(t)
+	skew := e.p.cfg.InteractionSkew
+	stamp := clk.Now().Add(skew)
+	body := slashBody("8440", "edge-token", guildLab, chanGeneral)
+	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, stamp, body)); code != http.StatusOK {
+		t.Fatalf("first = %d %s", code, ack)
+	}
+	e.sink.Next(t)
+	clk.Advance(2 * skew)
+	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, stamp, body)); code != http.StatusConflict {
+		t.Fatalf("replay %v after the first = %d %s, want 409", 2*skew, code, ack)
 	}
 }
