@@ -344,6 +344,9 @@ func (n *normalizer) messageEvent(m *wireMessage) contract.Event {
 			kind := mediaKind(a.ContentType, m.Flags)
 			if i == 0 {
 				ev.MessageType = kind
+				if kind == "image" {
+					ev.MessageType = contract.MessagePhoto
+				}
 			}
 			ev.MediaURLs = append(ev.MediaURLs, a.URL)
 			ev.Media = append(ev.Media, contract.Media{URL: a.URL, MIME: a.ContentType, Kind: kind, Size: a.Size, Filename: a.Filename})
@@ -352,18 +355,20 @@ func (n *normalizer) messageEvent(m *wireMessage) contract.Event {
 	return ev
 }
 
+// mediaKind is an attachment's kind, one of platform.MediaKinds (the first
+// attachment's gives the event's message_type, "photo" for an image).
 func mediaKind(mime string, flags discordgo.MessageFlags) string {
 	switch {
 	case flags&discordgo.MessageFlagsIsVoiceMessage != 0:
-		return contract.MessageVoice
+		return "voice"
 	case strings.HasPrefix(mime, "image/"):
-		return contract.MessagePhoto
+		return "image"
 	case strings.HasPrefix(mime, "video/"):
-		return contract.MessageVideo
+		return "video"
 	case strings.HasPrefix(mime, "audio/"):
-		return contract.MessageAudio
+		return "audio"
 	}
-	return contract.MessageDocument
+	return "document"
 }
 
 // memberName is the guild display name: nick, else global name, else

@@ -3,7 +3,10 @@ package discord
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
+
+	"connector/platform"
 
 	"github.com/bwmarrin/discordgo"
 )
@@ -72,6 +75,37 @@ func TestThreadName(t *testing.T) {
 	} {
 		if got := threadName(in, "9000"); got != want {
 			t.Errorf("threadName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestAttachmentKinds: an attachment's media kind is one of
+// platform.MediaKinds, as on every platform ("image", not the message type
+// "photo"), and the first attachment gives the message_type.
+func TestAttachmentKinds(t *testing.T) {
+	n := &normalizer{botID: "9000"}
+	for _, tc := range []struct {
+		raw         string
+		kind, mtype string
+	}{
+		{`{"attachments":[{"url":"u","content_type":"image/png"},{"url":"v","content_type":"application/pdf"}]}`, "image", "photo"},
+		{`{"attachments":[{"url":"u","content_type":"video/mp4"}]}`, "video", "video"},
+		{`{"attachments":[{"url":"u","content_type":"audio/ogg"}]}`, "audio", "audio"},
+		{`{"flags":8192,"attachments":[{"url":"u","content_type":"audio/ogg"}]}`, "voice", "voice"},
+		{`{"attachments":[{"url":"u","content_type":"text/plain"}]}`, "document", "document"},
+	} {
+		var m wireMessage
+		if err := json.Unmarshal([]byte(tc.raw), &m); err != nil {
+			t.Fatal(err)
+		}
+		ev := n.messageEvent(&m)
+		if ev.Media[0].Kind != tc.kind || ev.MessageType != tc.mtype {
+			t.Errorf("%s: media kind %q, message_type %q; want %q, %q", tc.raw, ev.Media[0].Kind, ev.MessageType, tc.kind, tc.mtype)
+		}
+		for _, md := range ev.Media {
+			if !slices.Contains(platform.MediaKinds, md.Kind) {
+				t.Errorf("%s: media kind %q is not one of %q", tc.raw, md.Kind, platform.MediaKinds)
+			}
 		}
 	}
 }
