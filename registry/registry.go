@@ -232,9 +232,9 @@ type Registry struct {
 	clock clock.Clock
 	// mu serializes this instance's read-modify-write changes. Instances
 	// sharing a store do not lock each other: a binding is written with
-	// the store's CompareAndSwap (swapBinding), so of concurrent writers
-	// one wins and the others judge again; for other entries the last
-	// write wins.
+	// the store's CompareAndSwap, with its platform's ownership guard
+	// (swapBinding), so of concurrent writers one wins and the others
+	// judge again; for other entries the last write wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
 }
@@ -681,6 +681,28 @@ func (r *Registry) gateway(ctx context.Context, tenant, id string) (Gateway, err
 // Of concurrent binds of one scope, on any instance, one wins: the others
 // see its binding (the store's CompareAndSwap).
 func (r *Registry) Bind(ctx context.Context, b Binding) error {
+	return r.bind(ctx, b, false)
+}
+
+// BindOwn is Bind for bindings a tenant makes for itself (a provision's
+// routeKeys), none of which may take a chat the ownership order gives
+// another tenant by claim or author link (platform.Ownership.YieldsTo):
+// that is ErrConflict too. Each is judged against the effective registry
+// and written in one step with it (swapBinding's ownership guard), so a
+// claim or link another instance stores meanwhile is never overridden;
+// they are bound in order, and an error names the binding it stopped at.
+// An operator's Bind overrides claims and links.
+func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
+	for _, b := range bs {
+		if err := r.bind(ctx, b, true); err != nil {
+			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
+		}
+	}
+	return nil
+}
+
+// bind is Bind, and with own BindOwn's judgement of one binding.
+func (r *Registry) bind(ctx context.Context, b Binding, own bool) error {
 	b, err := CanonicalBinding(b)
 	if err != nil {
 		return err
@@ -699,44 +721,22 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
 		switch {
 		case cur == nil:
-			return true, nil
 		case cur.Tenant != b.Tenant:
 			return false, ErrConflict
+		case cur.ID == b.ID:
+			return false, nil // nothing to do
 		}
-		return cur.ID != b.ID, nil // a tenant's principal replaced, or nothing to do
+		if own {
+			s, _, err := r.Effective(ctx)
+			if err != nil {
+				return false, err
+			}
+			if _, taken := platform.NewOwnership(s.PlatformBindings()[b.Platform]).YieldsTo(b.Tenant, b.ID); taken {
+				return false, ErrConflict
+			}
+		}
+		return true, nil // new, or a tenant's principal replaced
 	})
-}
-
-// BindOwn is Bind for bindings a tenant makes for itself (a provision's
-// routeKeys), none of which may take a chat the ownership order gives
-// another tenant by claim or author link (platform.Ownership.YieldsTo):
-// that is ErrConflict too. They are judged against one read of the
-// effective registry and bound in order; an error names the binding it
-// stopped at. An operator's Bind overrides claims and links.
-func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
-	s, _, err := r.Effective(ctx)
-	if err != nil {
-		return err
-	}
-	bindings, owners := s.PlatformBindings(), map[string]*platform.Ownership{}
-	for _, b := range bs {
-		b, err := CanonicalBinding(b)
-		if err != nil {
-			return err
-		}
-		if owners[b.Platform] == nil {
-			owners[b.Platform] = platform.NewOwnership(bindings[b.Platform])
-		}
-		if _, taken := owners[b.Platform].YieldsTo(b.Tenant, b.ID); taken {
-			err = ErrConflict
-		} else {
-			err = r.Bind(ctx, b)
-		}
-		if err != nil {
-			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
-		}
-	}
-	return nil
 }
 
 // Claim stores tenant's scope claim of chat on platformName, as the
@@ -795,15 +795,29 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 }
 
 // maxSwaps bounds swapBinding's rounds: each lost round means another
-// writer changed the binding meanwhile.
+// writer changed the binding, or the platform's bindings, meanwhile.
 const maxSwaps = 16
+
+// nsOwnership holds one guard entry per platform: a random value every
+// binding written through swapBinding replaces (see there). The ownership
+// order judges a binding by the platform's other bindings (claims, links),
+// which the store's CompareAndSwap of one key cannot hold still; the guard
+// is the one key every such write swaps.
+const nsOwnership = "registry/ownership"
 
 // swapBinding reads the stored binding under key and asks decide whether
 // to replace it with next (nil: remove it); decide's cur is nil when the
-// key is absent. It writes with the store's CompareAndSwap from the value
-// it read, so a change another writer made in between (on any instance)
-// is never overwritten: decide judges again with it. It tells every
-// instance after a write. Called under mu.
+// key is absent, and decide may judge by the effective registry. It
+// writes with the store's CompareAndSwap from the value it read, so a
+// change another writer made in between (on any instance) is never
+// overwritten: decide judges again with it. A write of next then swaps
+// the guard of next's platform (nsOwnership) from the value it had before
+// decide looked: when another write to the platform's bindings swapped it
+// meanwhile, decide may have judged without that write, so the binding is
+// put back as it was and decide judges again. Of concurrent writes that
+// the ownership order judges against each other (a provision's BindOwn
+// and another tenant's claim or link), on any instance, one stands. It
+// tells every instance after a write. Called under mu.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding) (bool, error)) error {
 	var value []byte
 	if next != nil {
@@ -813,6 +827,16 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 		}
 	}
 	for range maxSwaps {
+		var guard []byte
+		if next != nil {
+			e, ok, err := r.kv.Get(ctx, nsOwnership, next.Platform)
+			if err != nil {
+				return err
+			}
+			if ok {
+				guard = e.Value
+			}
+		}
 		var cur *Binding
 		e, ok, err := r.kv.Get(ctx, nsBindings, key)
 		if err != nil {
@@ -834,10 +858,26 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 		if err != nil {
 			return err
 		}
-		if swapped {
-			r.notify(ctx)
-			return nil
+		if !swapped {
+			continue
 		}
+		if next != nil {
+			held, err := r.kv.CompareAndSwap(ctx, nsOwnership, next.Platform, guard, []byte(newSecret()))
+			if err != nil || !held {
+				// Put the binding back as it was, unless another writer
+				// changed it since.
+				if _, uerr := r.kv.CompareAndSwap(ctx, nsBindings, key, value, old); uerr != nil && err == nil {
+					err = uerr
+				}
+				r.notify(ctx) // a look caught between the two swaps is made up for
+				if err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		r.notify(ctx)
+		return nil
 	}
 	return fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
 }
