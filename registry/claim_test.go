@@ -162,12 +162,12 @@ func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
 	}
 }
 
-// hookedStore is a store whose registry calls before, when set, ahead of
-// each CompareAndSwap: a test runs another instance's write there, in the
-// window between a judgement and its write.
+// hookedStore is a store whose registry calls before and after, when
+// set, around each CompareAndSwap ("cas") and Delete ("delete"): a test
+// runs another instance's write there, in the window between two steps.
 type hookedStore struct {
 	store.Store
-	before func(namespace, key string)
+	before, after func(op, namespace, key string)
 }
 
 func (s *hookedStore) Registry() store.Registry {
@@ -179,11 +179,39 @@ type hookedRegistry struct {
 	s *hookedStore
 }
 
-func (r hookedRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
-	if f := r.s.before; f != nil {
-		f(namespace, key)
+func (r hookedRegistry) hook(f func(op, namespace, key string), op, namespace, key string) {
+	if f != nil {
+		f(op, namespace, key)
 	}
+}
+
+func (r hookedRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	r.hook(r.s.before, "cas", namespace, key)
+	defer r.hook(r.s.after, "cas", namespace, key)
 	return r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+}
+
+func (r hookedRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	r.hook(r.s.before, "delete", namespace, key)
+	defer r.hook(r.s.after, "delete", namespace, key)
+	return r.Registry.Delete(ctx, namespace, key)
+}
+
+// hookedOnRedis returns two registries on one redis-server (two
+// instances), the first on a hookedStore.
+func hookedOnRedis(t *testing.T) (*hookedStore, *registry.Registry, *registry.Registry) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	open := func() store.Store {
+		st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	hooked := &hookedStore{Store: open()}
+	return hooked, registry.New(hooked, clock.System), registry.New(open(), clock.System)
 }
 
 // TestBindOwnRacesAClaimOnRedis: two instances on one redis-server; while
@@ -193,25 +221,15 @@ func (r hookedRegistry) CompareAndSwap(ctx context.Context, namespace, key strin
 // was written over the claim it had not seen, taking b's chat (rule 1).
 func TestBindOwnRacesAClaimOnRedis(t *testing.T) {
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Options{})
-	open := func() store.Store {
-		st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	}
-	hooked := &hookedStore{Store: open()}
-	one, two := registry.New(hooked, clock.System), registry.New(open(), clock.System)
+	hooked, one, two := hookedOnRedis(t)
 	for _, id := range []string{"a", "b"} {
 		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	raced := false
-	hooked.before = func(namespace, key string) {
-		if raced || key != "telegram/chat/-1401" {
+	hooked.before = func(op, _, key string) {
+		if raced || op != "cas" || key != "telegram/chat/-1401" {
 			return
 		}
 		raced = true

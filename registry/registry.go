@@ -709,16 +709,23 @@ func (r *Registry) bind(ctx context.Context, b Binding, own bool) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	_, err = r.bindLocked(ctx, b, own)
+	return err
+}
+
+// bindLocked is bind of the canonical b under mu; it reports whether it
+// wrote b (not when b was bound already).
+func (r *Registry) bindLocked(ctx context.Context, b Binding, own bool) (wrote bool, err error) {
 	if d, ok := r.declaredBinding(b); ok {
 		if d.Tenant == b.Tenant {
-			return nil
+			return false, nil
 		}
-		return ErrDeclared
+		return false, ErrDeclared
 	}
 	if _, err := r.tenant(ctx, b.Tenant); err != nil {
-		return err
+		return false, err
 	}
-	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
+	err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
 		switch {
 		case cur == nil:
 		case cur.Tenant != b.Tenant:
@@ -735,8 +742,10 @@ func (r *Registry) bind(ctx context.Context, b Binding, own bool) error {
 				return false, ErrConflict
 			}
 		}
-		return true, nil // new, or a tenant's principal replaced
+		wrote = true // new, or a tenant's principal replaced
+		return true, nil
 	})
+	return wrote && err == nil, err
 }
 
 // Claim stores tenant's scope claim of chat on platformName, as the
