@@ -130,7 +130,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	wrote, err := r.bindLocked(ctx, b, false)
+	wrote, err := r.bindLocked(ctx, b, nil)
 	if err != nil {
 		return "", err
 	}
