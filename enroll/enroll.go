@@ -149,7 +149,8 @@ func (h *Handler) Routes() map[string]http.Handler {
 // MaxRouteKeys bounds the routeKeys of one provision.
 const MaxRouteKeys = 1000
 
-// Bounds of a request body, and of the caller-given ids logged.
+// Bounds of a request body, and of the caller-given ids logged (the
+// identity token's sub too).
 const (
 	maxBodyBytes  = 64 << 10
 	maxLogIDBytes = 128
@@ -180,7 +181,7 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 		answer := classify(err)
 		outcome, status := change.Outcome(answer)
 		h.rec.Record(r.Context(), op, outcome, err,
-			append([]any{"tenant", req.caller.Tenant, "subject", req.caller.Subject, "remote", r.RemoteAddr}, req.what...)...)
+			append([]any{"tenant", req.caller.Tenant, "subject", textsplit.Truncate(req.caller.Subject, maxLogIDBytes), "remote", r.RemoteAddr}, req.what...)...)
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
 			var limited *rateLimited

@@ -47,6 +47,7 @@ import (
 	"connector/contract"
 	"connector/idtoken"
 	"connector/internal/httpjson"
+	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/registry"
 	"connector/registry/change"
@@ -206,7 +207,7 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 		}
 		args := []any{"tenant", c.tenant, "gateway_id", c.gateway, "auth", c.via}
 		if c.subject != "" {
-			args = append(args, "subject", c.subject)
+			args = append(args, "subject", textsplit.Truncate(c.subject, maxField)) // a signed claim, but up to 8 KiB
 		}
 		h.rec.Record(r.Context(), op, outcome, err, append(append(args, "remote", r.RemoteAddr), what...)...)
 		if err != nil {
