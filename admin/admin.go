@@ -349,7 +349,7 @@ func (h *Handler) listTenants(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, g := range s.Gateways {
 			if v := views[g.Tenant]; v != nil && !slices.ContainsFunc(v.Gateways, func(x GatewayView) bool { return x.ID == g.ID }) {
-				gv := GatewayView{ID: g.ID, Source: source, Origin: g.Origin, Secrets: len(g.Secrets), WakeURL: wakes[g.ID]}
+				gv := GatewayView{ID: g.ID, Source: source, Origin: g.Origin, Secrets: len(g.Secrets), WakeURL: wakes[g.Tenant][g.ID]}
 				for _, s := range g.Secrets {
 					if !s.Expires.IsZero() {
 						gv.SecretsExpire = append(gv.SecretsExpire, s.Expires.UTC().Format(time.RFC3339))

@@ -1,9 +1,15 @@
 package admin_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"connector/admin"
+	"connector/internal/clock"
+	"connector/registry"
+	"connector/store"
 )
 
 // TestWakeAndEnrollTokens: a gateway's wake URL is set (checked), cleared,
@@ -88,5 +94,50 @@ func TestMaxGateways(t *testing.T) {
 	}
 	if m.changes["create_gateway/limit"] != 1 || m.changes["set_max_gateways/ok"] != 1 {
 		t.Errorf("metrics %v", m.changes)
+	}
+}
+
+// TestWakeURLIsTheTenants: a wake URL set on a YAML gateway is listed
+// under that tenant only: after a SIGHUP removes the gateway and declares
+// one of the same id for another tenant, the new gateway lists none (and
+// wakes nobody). Before, the listing took wake URLs by gateway id alone
+// and showed the first tenant's URL under the second's gateway.
+func TestWakeURLIsTheTenants(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	reg := registry.New(st, clock.System)
+	declare := func(tenant string) {
+		t.Helper()
+		if err := reg.SetDeclared(registry.State{Tenants: []registry.Tenant{{ID: "a"}, {ID: "b"}},
+			Gateways: []registry.Gateway{{ID: "gw1", Tenant: tenant, Secrets: []registry.Secret{{Value: "s"}}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	declare("a")
+	h, err := admin.New(admin.Config{Registry: reg, Token: token, Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bearer := "Bearer " + token
+	if w := do(h, "PUT", "/admin/v1/tenants/a/gateways/gw1/wake", bearer, `{"url":"https://a.example/wake"}`); w.Code != 204 {
+		t.Fatalf("a's wake URL: %d %s", w.Code, w.Body)
+	}
+	declare("b") // SIGHUP: gw1 is b's now
+	var list struct {
+		Tenants []admin.TenantView `json:"tenants"`
+	}
+	if err := json.Unmarshal(do(h, "GET", "/admin/v1/tenants", bearer, "").Body.Bytes(), &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, tv := range list.Tenants {
+		for _, g := range tv.Gateways {
+			if g.WakeURL != "" {
+				t.Errorf("tenant %s gateway %s lists wake URL %q, set for tenant a's gateway of that id", tv.ID, g.ID, g.WakeURL)
+			}
+		}
+	}
+	if targets, err := reg.WakeTargets(ctx, "b"); err != nil || len(targets) != 0 {
+		t.Fatalf("b's wake targets %v (%v), want none", targets, err)
 	}
 }

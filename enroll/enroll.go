@@ -39,7 +39,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -149,7 +148,8 @@ func (h *Handler) Routes() map[string]http.Handler {
 // MaxRouteKeys bounds the routeKeys of one provision.
 const MaxRouteKeys = 1000
 
-// Bounds of a request body, and of the caller-given ids logged.
+// Bounds of a request body, and of the caller-given ids logged (the
+// identity token's sub too).
 const (
 	maxBodyBytes  = 64 << 10
 	maxLogIDBytes = 128
@@ -180,16 +180,13 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 		answer := classify(err)
 		outcome, status := change.Outcome(answer)
 		h.rec.Record(r.Context(), op, outcome, err,
-			append([]any{"tenant", req.caller.Tenant, "subject", req.caller.Subject, "remote", r.RemoteAddr}, req.what...)...)
+			append([]any{"tenant", req.caller.Tenant, "subject", textsplit.Truncate(req.caller.Subject, maxLogIDBytes), "remote", r.RemoteAddr}, req.what...)...)
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
-			var limited *rateLimited
-			switch {
-			case status == http.StatusUnauthorized:
+			if status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
-			case errors.As(err, &limited):
-				w.Header().Set("Retry-After", strconv.Itoa(int(max(time.Second, limited.retry.Round(time.Second))/time.Second)))
 			}
+			change.SetRetryAfter(w.Header(), answer)
 			httpjson.Error(w, status, answer.Error())
 			return
 		}
@@ -232,7 +229,9 @@ func classify(err error) error {
 	var limited *rateLimited
 	switch {
 	case errors.As(err, &limited):
-		return change.Refuse(http.StatusTooManyRequests, "rate_limited", "%v", err)
+		r := change.Refuse(http.StatusTooManyRequests, "rate_limited", "%v", err)
+		r.RetryAfter = limited.retry
+		return r
 	case errors.Is(err, registry.ErrEnrollToken):
 		return change.Refuse(http.StatusForbidden, "forbidden", "%v", err)
 	case errors.Is(err, registry.ErrNotFound):

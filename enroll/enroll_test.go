@@ -565,3 +565,18 @@ func TestProvisionReadsTheRegistryOnceForItsRouteKeys(t *testing.T) {
 		t.Fatalf("%d bindings, want %d", len(s.Bindings), len(keys))
 	}
 }
+
+// TestLongSubjectIsCut: the identity token's sub claim is logged cut to
+// maxLogIDBytes, as the ids of the body are: a signed token may carry
+// one of several KiB (the token is at most 8 KiB), which was logged whole
+// with every request.
+func TestLongSubjectIsCut(t *testing.T) {
+	r := newRig(t, true)
+	sub := strings.Repeat("s", 5<<10)
+	r.post(t, "/relay/provision", identityOf(t, "acme", sub), map[string]any{"gatewayId": "gw1", "platform": "nowhere"})
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	if logged := r.logs.String(); strings.Contains(logged, sub[:1024]) || !strings.Contains(logged, `"subject":"`+sub[:100]) {
+		t.Errorf("the log holds %d bytes: the subject not cut to a prefix", len(logged))
+	}
+}

@@ -148,3 +148,20 @@ func TestIdentityTokenNotConfigured(t *testing.T) {
 		t.Fatal("the log shows the token")
 	}
 }
+
+// TestLongSubjectIsCut: an identity token's sub claim is logged cut to
+// the bound of a request's fields: a signed token may carry one of
+// several KiB (the token is at most 8 KiB), which was logged whole with
+// every request.
+func TestLongSubjectIsCut(t *testing.T) {
+	r := newRig(t)
+	key := idtokentest.Key(t)
+	r.withIdentity(t, key)
+	sub := strings.Repeat("s", 5<<10)
+	token := idtokentest.Sign(t, key, map[string]any{"iss": "https://portal.example", "aud": "agent:gw-a",
+		"sub": sub, "tid": "a", "exp": identityNow.Add(time.Minute).Unix()})
+	r.post(t, token, "/manage/link", `{}`, http.StatusOK)
+	if logged := r.logs.String(); strings.Contains(logged, sub[:1024]) || !strings.Contains(logged, `"subject":"`+sub[:100]) {
+		t.Errorf("the log holds %d bytes: the subject not cut to a prefix", len(logged))
+	}
+}

@@ -28,7 +28,8 @@
 // see in the named guild, or of a DM), 404 (not held, not linked), 409
 // (the chat is another tenant's: bound to it in the YAML or through the
 // admin API, claimed by it; declared in the YAML), 429 (too many
-// outstanding link codes), 500, or 503 (the platform could not be asked).
+// outstanding link codes; the gateway's changes past change.Limiter's
+// rate, with Retry-After), 500, or 503 (the platform could not be asked).
 package manage
 
 import (
@@ -46,6 +47,7 @@ import (
 	"connector/contract"
 	"connector/idtoken"
 	"connector/internal/httpjson"
+	"connector/internal/textsplit"
 	"connector/platform"
 	"connector/registry"
 	"connector/registry/change"
@@ -88,6 +90,9 @@ type Config struct {
 	Log *slog.Logger
 	// Metrics counts changes; nil discards.
 	Metrics Metrics
+	// Limiter limits the changes each gateway stores (change.Limiter,
+	// shared with POST /relay/policy); nil is one of the Handler's own.
+	Limiter *change.Limiter
 }
 
 // MaxBodyBytes bounds a request body.
@@ -105,6 +110,9 @@ var _ platform.Linker = (*Handler)(nil)
 func New(cfg Config) *Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, change.Nop{})
+	if cfg.Limiter == nil {
+		cfg.Limiter = change.NewLimiter(nil)
+	}
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "manage change", Metrics: cfg.Metrics}}
 }
 
@@ -180,6 +188,9 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 		var what []any
 		var answer map[string]any
 		if err == nil {
+			err = h.cfg.Limiter.Check(c.tenant, c.gateway)
+		}
+		if err == nil {
 			var body []byte
 			if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes)); err != nil {
 				err = change.Invalid("body over %d bytes or unreadable", MaxBodyBytes)
@@ -191,12 +202,16 @@ func (h *Handler) change(op string, do changeFunc) http.Handler {
 			}
 		}
 		outcome, status := change.Outcome(err)
+		if err == nil {
+			h.cfg.Limiter.Spend(c.tenant, c.gateway)
+		}
 		args := []any{"tenant", c.tenant, "gateway_id", c.gateway, "auth", c.via}
 		if c.subject != "" {
-			args = append(args, "subject", c.subject)
+			args = append(args, "subject", textsplit.Truncate(c.subject, maxField)) // a signed claim, but up to 8 KiB
 		}
 		h.rec.Record(r.Context(), op, outcome, err, append(append(args, "remote", r.RemoteAddr), what...)...)
 		if err != nil {
+			change.SetRetryAfter(w.Header(), err)
 			httpjson.Error(w, status, err.Error())
 			return
 		}

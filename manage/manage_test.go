@@ -11,12 +11,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/manage"
 	"connector/platform"
 	"connector/registry"
+	"connector/registry/change"
 	"connector/store"
 )
 
@@ -293,4 +296,44 @@ func TestScopeOfAnotherTenantsChat(t *testing.T) {
 	}
 	r.post(t, "gw-b", "/manage/scope", `{"platform":"telegram","channelId":"-1001"}`, http.StatusOK)
 	r.post(t, "gw-b", "/manage/scope", `{"platform":"discord","guildId":"700","channelId":"701"}`, http.StatusOK)
+}
+
+// TestGatewayRateLimit: the changes a gateway stores are limited to
+// change.GatewayBurst at once and then one per change.GatewayEvery; past
+// them every request is answered 429 with Retry-After; requests refused
+// otherwise spend nothing, and another gateway has its own allowance.
+// Before, one token could make every instance apply the registry again
+// with every request, without end.
+func TestGatewayRateLimit(t *testing.T) {
+	r := newRig(t)
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	r.h = manage.New(manage.Config{
+		Registry: r.reg, Auth: bearers{"gw-a": "a", "gw-b": "b"},
+		Apply:     func(context.Context) error { return nil },
+		Platforms: []string{"discord", "telegram"},
+		Limiter:   change.NewLimiter(clk),
+	})
+	r.mux = http.NewServeMux()
+	for p, h := range r.h.Routes() {
+		r.mux.Handle(p, h)
+	}
+	for range 2 * change.GatewayBurst {
+		r.post(t, "gw-a", "/manage/dm-default", `{"platform":"telegram","userId":"4001"}`, http.StatusNotFound)
+	}
+	principal := `{"platform":"telegram","principal":"any"}`
+	for range change.GatewayBurst {
+		r.post(t, "gw-a", "/manage/principal", principal, http.StatusOK)
+	}
+	req := httptest.NewRequest(http.MethodPost, "/manage/principal", strings.NewReader(principal))
+	req.Header.Set("Authorization", "Bearer gw-a")
+	w := httptest.NewRecorder()
+	r.mux.ServeHTTP(w, req)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") != "1" {
+		t.Fatalf("request %d of gw-a: %d, Retry-After %q; want 429, 1", change.GatewayBurst+1, w.Code, w.Header().Get("Retry-After"))
+	}
+	r.post(t, "gw-a", "/manage/deprovision", `{}`, http.StatusTooManyRequests)
+	r.post(t, "gw-b", "/manage/principal", principal, http.StatusOK)
+	clk.Advance(change.GatewayEvery)
+	r.post(t, "gw-a", "/manage/principal", principal, http.StatusOK)
+	r.post(t, "gw-a", "/manage/principal", principal, http.StatusTooManyRequests)
 }

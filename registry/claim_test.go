@@ -8,8 +8,11 @@ import (
 	"sync"
 	"testing"
 
+	"connector/internal/clock"
+	"connector/internal/redistest"
 	"connector/platform"
 	"connector/registry"
+	"connector/store"
 )
 
 // TestClaimFollowsTheOwnershipOrder: a claim of a chat bound to another
@@ -156,5 +159,96 @@ func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
 	bindOwn("a", "telegram", platform.BindChat, "-1302", nil)                  // nobody's
 	if err := r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "4002", Tenant: "a"}); err != nil {
 		t.Fatalf("an operator's bind of a linked user's chat: %v", err)
+	}
+}
+
+// hookedStore is a store whose registry calls before and after, when
+// set, around each CompareAndSwap ("cas") and Delete ("delete"): a test
+// runs another instance's write there, in the window between two steps.
+type hookedStore struct {
+	store.Store
+	before, after func(op, namespace, key string)
+}
+
+func (s *hookedStore) Registry() store.Registry {
+	return hookedRegistry{s.Store.Registry(), s}
+}
+
+type hookedRegistry struct {
+	store.Registry
+	s *hookedStore
+}
+
+func (r hookedRegistry) hook(f func(op, namespace, key string), op, namespace, key string) {
+	if f != nil {
+		f(op, namespace, key)
+	}
+}
+
+func (r hookedRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	r.hook(r.s.before, "cas", namespace, key)
+	defer r.hook(r.s.after, "cas", namespace, key)
+	return r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+}
+
+func (r hookedRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	r.hook(r.s.before, "delete", namespace, key)
+	defer r.hook(r.s.after, "delete", namespace, key)
+	return r.Registry.Delete(ctx, namespace, key)
+}
+
+// hookedOnRedis returns two registries on one redis-server (two
+// instances), the first on a hookedStore.
+func hookedOnRedis(t *testing.T) (*hookedStore, *registry.Registry, *registry.Registry) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	open := func() store.Store {
+		st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	hooked := &hookedStore{Store: open()}
+	return hooked, registry.New(hooked, clock.System), registry.New(open(), clock.System)
+}
+
+// TestBindOwnRacesAClaimOnRedis: two instances on one redis-server; while
+// instance one's BindOwn of tenant a's chat has judged it free and is
+// about to write it, instance two stores tenant b's claim of that chat.
+// The claim stands and BindOwn is ErrConflict: before, BindOwn's binding
+// was written over the claim it had not seen, taking b's chat (rule 1).
+func TestBindOwnRacesAClaimOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raced := false
+	hooked.before = func(op, _, key string) {
+		if raced || op != "cas" || key != "telegram/chat/-1401" {
+			return
+		}
+		raced = true
+		if err := two.Claim(ctx, "b", "telegram", platform.Chat{ID: "-1401"}); err != nil {
+			t.Errorf("b's claim while a's bind is in flight: %v", err)
+		}
+	}
+	err := one.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1401", Tenant: "a"})
+	if !raced {
+		t.Fatal("the hook never ran: BindOwn wrote no binding")
+	}
+	if !errors.Is(err, registry.ErrConflict) {
+		t.Fatalf("a's BindOwn of the chat b claimed meanwhile: %v, want ErrConflict", err)
+	}
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindChat); len(got) != 0 {
+		t.Fatalf("a holds %q: it took b's claimed chat", got)
+	}
+	if got := bindingsOf(s, "b", platform.BindScope); !slices.Equal(got, []string{"telegram:-1401"}) {
+		t.Fatalf("b's claims %q, want its claim of -1401", got)
 	}
 }

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -98,6 +99,12 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 // tenant that issued it, which it returns. A code is redeemed once: of
 // concurrent redeemers (on any instance) one wins. An unknown, used,
 // expired or other-platform code is ErrNotFound.
+//
+// The link is written before the code is consumed, and taken back when
+// the code is gone by then: so a deprovision of the tenant (DropManaged,
+// which removes the codes before the links), on any instance, either
+// finds the link or leaves the redemption nothing to consume. Either way
+// no link outlives it.
 func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code string) (string, error) {
 	norm, ok := NormalizeLinkCode(code)
 	if !ok {
@@ -113,17 +120,35 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if c.Platform != "" && c.Platform != platformName {
 		return "", ErrNotFound
 	}
-	deleted, err := r.kv.Delete(ctx, nsLinkCodes, want)
+	if !r.clock.Now().Before(c.Expires) {
+		_, err := r.kv.Delete(ctx, nsLinkCodes, want)
+		return "", cmp.Or(err, ErrNotFound)
+	}
+	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindUser, ID: user, Tenant: c.Tenant})
 	if err != nil {
 		return "", err
 	}
-	if !deleted || !r.clock.Now().Before(c.Expires) {
-		return "", ErrNotFound
-	}
-	if err := r.Bind(ctx, Binding{Platform: platformName, Kind: platform.BindUser, ID: user, Tenant: c.Tenant}); err != nil {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	wrote, err := r.bindLocked(ctx, b, nil)
+	if err != nil {
 		return "", err
 	}
-	return c.Tenant, nil
+	deleted, err := r.kv.Delete(ctx, nsLinkCodes, want)
+	if err == nil && deleted {
+		return c.Tenant, nil
+	}
+	if wrote { // the code went meanwhile: another redeemer, or a deprovision
+		value, merr := json.Marshal(b)
+		if merr != nil {
+			return "", merr
+		}
+		if _, uerr := r.kv.CompareAndSwap(ctx, nsBindings, b.key(), value, nil); uerr != nil && err == nil {
+			err = uerr
+		}
+		r.notify(ctx)
+	}
+	return "", cmp.Or(err, ErrNotFound)
 }
 
 // NormalizeLinkCode spells code as issued: upper case, without the
@@ -225,10 +250,15 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 
 // DropManaged removes every binding the management plane made for tenant
 // (links, scope claims, DM defaults, principal, allow-list) and its
-// outstanding link codes, and returns how many bindings went.
+// outstanding link codes, and returns how many bindings went. The codes
+// go first: a redemption that consumed one before has written its link,
+// which goes with the others (see RedeemLinkCode).
 func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
+		return 0, err
+	}
 	n := 0
 	err := r.dropBindings(ctx, func(b Binding) bool {
 		drop := b.Tenant == tenant && managedKinds[b.Kind]
@@ -237,14 +267,8 @@ func (r *Registry) DropManaged(ctx context.Context, tenant string) (int, error) 
 		}
 		return drop
 	})
-	if err != nil {
-		return n, err
-	}
-	if _, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return c.Tenant == tenant }); err != nil {
-		return n, err
-	}
 	r.notify(ctx)
-	return n, nil
+	return n, err
 }
 
 // dropBindings deletes the stored bindings drop selects, each only while

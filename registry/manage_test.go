@@ -288,3 +288,55 @@ func TestUndecodableLinkCodeIsSwept(t *testing.T) {
 		t.Error("the undecodable entry is still stored")
 	}
 }
+
+// TestRedeemRacesADeprovisionOnRedis: two instances on one redis-server;
+// while instance one redeems tenant a's link code, instance two drops
+// what the management plane made for a (a deprovision), just before and
+// just after the redemption consumes the code. No link to a survives
+// either, and a redemption whose code the deprovision took is
+// ErrNotFound. Before, a redemption that had consumed its code linked the
+// user after the deprovision had cleared the tenant's links.
+func TestRedeemRacesADeprovisionOnRedis(t *testing.T) {
+	for _, when := range []string{"before", "after"} {
+		t.Run(when, func(t *testing.T) {
+			ctx := context.Background()
+			hooked, one, two := hookedOnRedis(t)
+			if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raced := false
+			hook := func(op, namespace, _ string) {
+				if raced || op != "delete" || namespace != "registry/linkcodes" {
+					return
+				}
+				raced = true
+				if _, err := two.DropManaged(ctx, "a"); err != nil {
+					t.Errorf("deprovision while the code is redeemed: %v", err)
+				}
+			}
+			if when == "before" {
+				hooked.before = hook
+			} else {
+				hooked.after = hook
+			}
+			_, err = one.RedeemLinkCode(ctx, "telegram", "4001", code)
+			if !raced {
+				t.Fatal("the hook never ran: the redemption consumed no code")
+			}
+			if when == "before" && !errors.Is(err, registry.ErrNotFound) {
+				t.Fatalf("redeeming a code the deprovision took: %v, want ErrNotFound", err)
+			}
+			if when == "after" && err != nil {
+				t.Fatalf("redeeming before the deprovision: %v", err)
+			}
+			s, _ := effective(t, two)
+			if got := bindingsOf(s, "a", platform.BindUser); len(got) != 0 {
+				t.Fatalf("links of a after its deprovision: %q", got)
+			}
+		})
+	}
+}

@@ -23,6 +23,7 @@
 package registry
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -232,9 +233,9 @@ type Registry struct {
 	clock clock.Clock
 	// mu serializes this instance's read-modify-write changes. Instances
 	// sharing a store do not lock each other: a binding is written with
-	// the store's CompareAndSwap (swapBinding), so of concurrent writers
-	// one wins and the others judge again; for other entries the last
-	// write wins.
+	// the store's CompareAndSwap, with its platform's ownership guard
+	// (swapBinding), so of concurrent writers one wins and the others
+	// judge again; for other entries the last write wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
 }
@@ -681,62 +682,116 @@ func (r *Registry) gateway(ctx context.Context, tenant, id string) (Gateway, err
 // Of concurrent binds of one scope, on any instance, one wins: the others
 // see its binding (the store's CompareAndSwap).
 func (r *Registry) Bind(ctx context.Context, b Binding) error {
+	return r.bind(ctx, b, nil)
+}
+
+// BindOwn is Bind for bindings a tenant makes for itself (a provision's
+// routeKeys), none of which may take a chat the ownership order gives
+// another tenant by claim or author link (platform.Ownership.YieldsTo):
+// that is ErrConflict too. Each is judged against the effective registry
+// and written in one step with it (swapBinding's ownership guard), so a
+// claim or link another instance stores meanwhile is never overridden.
+// They are bound in order, judged against one read of the registry as
+// long as no other write to the platform's bindings comes between; an
+// error names the binding it stopped at. An operator's Bind overrides
+// claims and links.
+func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
+	v := new(ownView)
+	for _, b := range bs {
+		if err := r.bind(ctx, b, v); err != nil {
+			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
+		}
+	}
+	return nil
+}
+
+// ownView is the view BindOwn judges by: one platform's effective
+// bindings as of its ownership guard's value guard, with BindOwn's own
+// writes since.
+type ownView struct {
+	platform string
+	guard    []byte
+	read     bool
+	bindings []platform.Binding
+	owners   *platform.Ownership // built from bindings when needed
+}
+
+// yieldsTo reports whether b must yield (Ownership.YieldsTo), judged by
+// the view, read again unless it is of b's platform at guard.
+func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []byte) (bool, error) {
+	if !v.read || v.platform != b.Platform || !bytes.Equal(v.guard, guard) {
+		s, _, err := r.Effective(ctx)
+		if err != nil {
+			return false, err
+		}
+		*v = ownView{platform: b.Platform, guard: guard, read: true, bindings: s.PlatformBindings()[b.Platform]}
+	}
+	if v.owners == nil {
+		v.owners = platform.NewOwnership(v.bindings)
+	}
+	_, taken := v.owners.YieldsTo(b.Tenant, b.ID)
+	return taken, nil
+}
+
+// wrote adds b, written with the platform's guard swapped to guard, to
+// the view.
+func (v *ownView) wrote(b Binding, guard []byte) {
+	if !v.read || v.platform != b.Platform {
+		return
+	}
+	v.guard = guard
+	v.bindings = append(v.bindings, platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant, Space: b.Space})
+	v.owners = nil
+}
+
+// bind is Bind, and with own (not nil) BindOwn's judgement of one
+// binding.
+func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) error {
 	b, err := CanonicalBinding(b)
 	if err != nil {
 		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if d, ok := r.declaredBinding(b); ok {
-		if d.Tenant == b.Tenant {
-			return nil
-		}
-		return ErrDeclared
-	}
-	if _, err := r.tenant(ctx, b.Tenant); err != nil {
-		return err
-	}
-	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
-		switch {
-		case cur == nil:
-			return true, nil
-		case cur.Tenant != b.Tenant:
-			return false, ErrConflict
-		}
-		return cur.ID != b.ID, nil // a tenant's principal replaced, or nothing to do
-	})
+	_, err = r.bindLocked(ctx, b, own)
+	return err
 }
 
-// BindOwn is Bind for bindings a tenant makes for itself (a provision's
-// routeKeys), none of which may take a chat the ownership order gives
-// another tenant by claim or author link (platform.Ownership.YieldsTo):
-// that is ErrConflict too. They are judged against one read of the
-// effective registry and bound in order; an error names the binding it
-// stopped at. An operator's Bind overrides claims and links.
-func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
-	s, _, err := r.Effective(ctx)
-	if err != nil {
-		return err
+// bindLocked is bind of the canonical b under mu; it reports whether it
+// wrote b (not when b was bound already).
+func (r *Registry) bindLocked(ctx context.Context, b Binding, own *ownView) (wrote bool, err error) {
+	if d, ok := r.declaredBinding(b); ok {
+		if d.Tenant == b.Tenant {
+			return false, nil
+		}
+		return false, ErrDeclared
 	}
-	bindings, owners := s.PlatformBindings(), map[string]*platform.Ownership{}
-	for _, b := range bs {
-		b, err := CanonicalBinding(b)
-		if err != nil {
-			return err
-		}
-		if owners[b.Platform] == nil {
-			owners[b.Platform] = platform.NewOwnership(bindings[b.Platform])
-		}
-		if _, taken := owners[b.Platform].YieldsTo(b.Tenant, b.ID); taken {
-			err = ErrConflict
-		} else {
-			err = r.Bind(ctx, b)
-		}
-		if err != nil {
-			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
-		}
+	if _, err := r.tenant(ctx, b.Tenant); err != nil {
+		return false, err
 	}
-	return nil
+	guard, err := r.swapBinding(ctx, b.key(), &b, func(cur *Binding, guard []byte) (bool, error) {
+		switch {
+		case cur == nil:
+		case cur.Tenant != b.Tenant:
+			return false, ErrConflict
+		case cur.ID == b.ID:
+			return false, nil // nothing to do
+		}
+		if own != nil {
+			if taken, err := own.yieldsTo(ctx, r, b, guard); err != nil || taken {
+				return false, cmp.Or(err, ErrConflict)
+			}
+		}
+		wrote = true // new, or a tenant's principal replaced
+		return true, nil
+	})
+	if err != nil || !wrote {
+		return false, err
+	}
+	if own != nil {
+		own.wrote(b, guard)
+	}
+	return true, nil
 }
 
 // Claim stores tenant's scope claim of chat on platformName, as the
@@ -756,7 +811,7 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	if _, err := r.tenant(ctx, tenant); err != nil {
 		return err
 	}
-	return r.swapBinding(ctx, b.key(), &b, func(cur *Binding) (bool, error) {
+	_, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
 		s, _, err := r.Effective(ctx)
 		if err != nil {
 			return false, err
@@ -773,6 +828,7 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 		}
 		return false, ErrConflict
 	})
+	return err
 }
 
 // Unbind removes b's scope from b.Tenant.
@@ -786,60 +842,105 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	if _, ok := r.declaredBinding(b); ok {
 		return ErrDeclared
 	}
-	return r.swapBinding(ctx, b.key(), nil, func(cur *Binding) (bool, error) {
+	_, err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding, _ []byte) (bool, error) {
 		if cur == nil || cur.Tenant != b.Tenant {
 			return false, ErrNotFound
 		}
 		return true, nil
 	})
+	return err
 }
 
 // maxSwaps bounds swapBinding's rounds: each lost round means another
-// writer changed the binding meanwhile.
+// writer changed the binding, or the platform's bindings, meanwhile.
 const maxSwaps = 16
+
+// nsOwnership holds one guard entry per platform: a random value every
+// binding written through swapBinding replaces (see there). The ownership
+// order judges a binding by the platform's other bindings (claims, links),
+// which the store's CompareAndSwap of one key cannot hold still; the guard
+// is the one key every such write swaps.
+const nsOwnership = "registry/ownership"
 
 // swapBinding reads the stored binding under key and asks decide whether
 // to replace it with next (nil: remove it); decide's cur is nil when the
-// key is absent. It writes with the store's CompareAndSwap from the value
-// it read, so a change another writer made in between (on any instance)
-// is never overwritten: decide judges again with it. It tells every
-// instance after a write. Called under mu.
-func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding) (bool, error)) error {
+// key is absent, and decide may judge by the effective registry, read
+// after the guard it is given (nil without next, or none stored). It
+// writes with the store's CompareAndSwap from the value it read, so a
+// change another writer made in between (on any instance) is never
+// overwritten: decide judges again with it. A write of next then swaps
+// the guard of next's platform (nsOwnership) from the value it had before
+// decide looked: when another write to the platform's bindings swapped it
+// meanwhile, decide may have judged without that write, so the binding is
+// put back as it was and decide judges again. Of concurrent writes that
+// the ownership order judges against each other (a provision's BindOwn
+// and another tenant's claim or link), on any instance, one stands. It
+// tells every instance after a write, and returns the guard it wrote
+// (nil when it wrote none). Called under mu.
+func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, error) {
 	var value []byte
 	if next != nil {
 		var err error
 		if value, err = json.Marshal(next); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for range maxSwaps {
+		var guard []byte
+		if next != nil {
+			e, ok, err := r.kv.Get(ctx, nsOwnership, next.Platform)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				guard = e.Value
+			}
+		}
 		var cur *Binding
 		e, ok, err := r.kv.Get(ctx, nsBindings, key)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var old []byte
 		if ok {
 			old = e.Value
 			cur = new(Binding)
 			if err := json.Unmarshal(e.Value, cur); err != nil {
-				return fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
+				return nil, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
 			}
 		}
-		write, err := decide(cur)
+		write, err := decide(cur, guard)
 		if err != nil || !write {
-			return err
+			return nil, err
 		}
 		swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, key, old, value)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if swapped {
-			r.notify(ctx)
-			return nil
+		if !swapped {
+			continue
 		}
+		var wrote []byte
+		if next != nil {
+			wrote = []byte(newSecret())
+			held, err := r.kv.CompareAndSwap(ctx, nsOwnership, next.Platform, guard, wrote)
+			if err != nil || !held {
+				// Put the binding back as it was, unless another writer
+				// changed it since.
+				if _, uerr := r.kv.CompareAndSwap(ctx, nsBindings, key, value, old); uerr != nil && err == nil {
+					err = uerr
+				}
+				r.notify(ctx) // a look caught between the two swaps is made up for
+				if err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
+		r.notify(ctx)
+		return wrote, nil
 	}
-	return fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
+	return nil, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
 }
 
 // SetPolicy stores p, replacing the tenant's earlier policy on the

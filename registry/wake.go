@@ -43,15 +43,20 @@ func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) 
 	return r.put(ctx, nsWake, gateway, Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
 }
 
-// Wakes returns every registered wake URL by gateway id.
-func (r *Registry) Wakes(ctx context.Context) (map[string]string, error) {
+// Wakes returns every registered wake URL by tenant, then gateway id: a
+// URL belongs to the tenant that registered it, so a gateway of the same
+// id declared for another tenant later (a SIGHUP) has none.
+func (r *Registry) Wakes(ctx context.Context) (map[string]map[string]string, error) {
 	var wakes []Wake
 	if err := list(ctx, r.kv, nsWake, &wakes); err != nil {
 		return nil, err
 	}
-	out := make(map[string]string, len(wakes))
+	out := make(map[string]map[string]string)
 	for _, w := range wakes {
-		out[w.Gateway] = w.URL
+		if out[w.Tenant] == nil {
+			out[w.Tenant] = make(map[string]string)
+		}
+		out[w.Tenant][w.Gateway] = w.URL
 	}
 	return out, nil
 }

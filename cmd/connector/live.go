@@ -327,7 +327,7 @@ const (
 )
 
 func newAdminMetrics(pm *metrics) *adminMetrics {
-	const outcomes = "ok, invalid, not_found, exists, declared, conflict, limit, refused, unauthorized, forbidden, unavailable, not_configured, error"
+	const outcomes = "ok, invalid, not_found, exists, declared, conflict, limit, rate_limited, refused, unauthorized, forbidden, unavailable, not_configured, error"
 	m := &adminMetrics{
 		changes: counterVec("connector_admin_changes_total",
 			"Admin API requests (/admin/v1/) that change or copy the registry, by op and outcome ("+outcomes+").", "op", "outcome"),

@@ -51,6 +51,7 @@ func newManagePlane(cfg *Config, reg *registry.Registry, c *connector, identity 
 		},
 		Log:     log,
 		Metrics: gatewayChanges{am},
+		Limiter: c.changes,
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/registry/change"
 	"connector/relay/relaytest"
 )
 
@@ -153,5 +154,46 @@ func TestStockGatewayTelegramPolicy(t *testing.T) {
 	say(5005, "unaddressed 4", false)
 	if got := next(); got != "unaddressed 4" {
 		t.Fatalf("inbound %q after requireAddress false, want %q (3 dropped)", got, "unaddressed 4")
+	}
+}
+
+// TestGatewayChangesAreRateLimited: a gateway's POST /relay/policy and
+// /manage/* requests share one allowance on an instance
+// (change.GatewayBurst, then one per change.GatewayEvery): beyond it both
+// are answered 429 with Retry-After, and nothing is stored or applied.
+// Before, every request stored a change that made every instance apply
+// the registry again, so one token could keep the fleet applying.
+func TestGatewayChangesAreRateLimited(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the connector binary")
+	}
+	r := newCrashRig(t, connectorBinary(t), false)
+	r.start(t)
+	send := func(path, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+relaytest.Token("gw1", crashGatewaySecret, time.Now()))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		_ = resp.Body.Close()
+		return resp
+	}
+	policy := `{"platform":"discord","requireAddress":true,"freeResponseScopes":[],"allowOtherBots":false}`
+	for i := range change.GatewayBurst {
+		if resp := send("/relay/policy", policy); resp.StatusCode != http.StatusOK {
+			t.Fatalf("declaration %d: %d, want 200", i+1, resp.StatusCode)
+		}
+	}
+	for _, path := range []string{"/relay/policy", "/manage/principal"} {
+		body := policy
+		if path != "/relay/policy" {
+			body = `{"platform":"discord","principal":"any"}`
+		}
+		resp := send(path, body)
+		if retry, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != http.StatusTooManyRequests || retry < 1 {
+			t.Fatalf("%s past the allowance: %d, Retry-After %q; want 429 and a wait", path, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
 	}
 }

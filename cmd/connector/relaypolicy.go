@@ -18,7 +18,9 @@ import (
 // The bearer is the gateway's upgrade token; the policy is stored in the
 // registry for the gateway's tenant and platform (a full replace) and
 // applied at once (platform.RelevanceTaker). Only 200 counts as accepted;
-// the gateway boots on regardless.
+// the gateway boots on regardless. A gateway's declarations share the
+// management plane's rate limit (change.Limiter): 429 with Retry-After
+// beyond it.
 
 // maxPolicyBodyBytes bounds a policy request body.
 const maxPolicyBodyBytes = 256 << 10
@@ -40,6 +42,13 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			c.live.metrics.gateways.WithLabelValues("relay_policy", "unauthorized").Inc()
 			c.log.Info("relevance policy refused", "remote", r.RemoteAddr, "reason", reason)
 			httpjson.Error(w, http.StatusUnauthorized, reason)
+			return
+		}
+		if err := c.changes.Check(tenant, gatewayID); err != nil {
+			c.live.metrics.gateways.WithLabelValues("relay_policy", "rate_limited").Inc()
+			c.log.Info("relevance policy refused", "tenant", tenant, "gateway_id", gatewayID, "remote", r.RemoteAddr, "reason", "rate_limited")
+			change.SetRetryAfter(w.Header(), err)
+			httpjson.Error(w, http.StatusTooManyRequests, err.Error())
 			return
 		}
 		var req policyRequest
@@ -67,6 +76,7 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			httpjson.Error(w, status, err.Error())
 			return
 		}
+		c.changes.Spend(tenant, gatewayID)
 		_ = c.live.apply(r.Context())
 		httpjson.Write(w, http.StatusOK, map[string]bool{"ok": true})
 	})

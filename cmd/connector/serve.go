@@ -33,6 +33,7 @@ import (
 	"connector/media"
 	"connector/platform"
 	"connector/registry"
+	"connector/registry/change"
 	"connector/relay"
 	"connector/store"
 	"connector/vault"
@@ -296,6 +297,9 @@ type connector struct {
 	media *media.Store
 	// poker sends the wake pokes; run waits for those under way.
 	poker *wake.Poker
+	// changes limits the registry changes of each gateway credential
+	// (/manage/*, POST /relay/policy).
+	changes *change.Limiter
 	// node is this instance among those sharing the redis backend
 	// (internal/cluster); nil for one instance. serveReloading closes it
 	// once the relay and the platforms stopped.
@@ -345,7 +349,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	am := newAdminMetrics(m)
 	m.watchStore(st)
 	leased := newLeaseMetrics(m).count(st)
-	c := &connector{cfg: cfg, log: log}
+	c := &connector{cfg: cfg, log: log, changes: change.NewLimiter(nil)}
 	leaseTTL := cmp.Or(cfg.Store.LeaseTTL, cluster.DefaultLeaseTTL)
 	deps, err := platformDeps(cfg, log, leased, keys, m, leaseTTL)
 	if err != nil {

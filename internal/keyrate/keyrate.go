@@ -68,3 +68,35 @@ func (l *Limiter) Allow(key string) (ok bool, retryAfter time.Duration) {
 	missing := 1 - b.TokensAt(now)
 	return false, time.Duration(missing * float64(l.cfg.Every))
 }
+
+// Check reports, without spending any, whether key has a request of its
+// allowance left, else how long until it has: for a caller that spends
+// only on what succeeded (Spend).
+func (l *Limiter) Check(key string) (ok bool, retryAfter time.Duration) {
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, found := l.keys.Get(key)
+	if !found {
+		return true, 0
+	}
+	if tokens := b.TokensAt(now); tokens < 1 {
+		return false, time.Duration((1 - tokens) * float64(l.cfg.Every))
+	}
+	return true, 0
+}
+
+// Spend spends one request of key's allowance, into debt when none is
+// left (requests checked at once and all succeeding): the debt is earned
+// back, at one per Every, before Check allows the next.
+func (l *Limiter) Spend(key string) {
+	now := l.cfg.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, found := l.keys.Get(key)
+	if !found {
+		b = rate.NewLimiter(rate.Every(l.cfg.Every), l.cfg.Burst)
+		l.keys.Add(key, b)
+	}
+	b.ReserveN(now, 1) // n <= Burst: always granted, into debt when due
+}

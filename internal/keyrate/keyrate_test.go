@@ -65,3 +65,28 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}()
 	keyrate.New(keyrate.Config{Every: time.Second, MaxKeys: 1})
 }
+
+// TestCheckThenSpend: Check spends nothing; Spend spends, past the burst
+// into debt that Check then waits out.
+func TestCheckThenSpend(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	l := keyrate.New(keyrate.Config{Burst: 2, Every: 10 * time.Second, MaxKeys: 10, Clock: clk})
+	for range 5 {
+		if ok, _ := l.Check("u1"); !ok {
+			t.Fatal("Check refused a key that spent nothing")
+		}
+	}
+	l.Spend("u1")
+	l.Spend("u1")
+	l.Spend("u1") // one into debt
+	if ok, wait := l.Check("u1"); ok || wait != 20*time.Second {
+		t.Fatalf("after 3 spent of 2: ok %v, retry after %v; want refused, 20s", ok, wait)
+	}
+	clk.Advance(20 * time.Second)
+	if ok, _ := l.Check("u1"); !ok {
+		t.Fatal("the debt earned back: still refused")
+	}
+	if ok, _ := l.Check("u2"); !ok {
+		t.Fatal("another key was refused")
+	}
+}

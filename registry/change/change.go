@@ -1,7 +1,8 @@
 // Package change is what the HTTP routes that change the registry share
 // (package admin, manage and enroll): the outcome label and HTTP status of a
-// route's error, and the record of every change: applied to this instance
-// before the answer, logged and counted.
+// route's error, the record of every change: applied to this instance
+// before the answer, logged and counted; and the rate limit of the changes
+// a gateway credential makes (Limiter).
 package change
 
 import (
@@ -12,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"connector/platform"
 	"connector/registry"
@@ -36,6 +38,8 @@ type Refusal struct {
 	Status  int
 	Outcome string
 	Msg     string
+	// RetryAfter, when set, is the answer's Retry-After (SetRetryAfter).
+	RetryAfter time.Duration
 }
 
 func (r *Refusal) Error() string { return r.Msg }

@@ -1,0 +1,68 @@
+package change
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"connector/internal/clock"
+	"connector/internal/keyrate"
+)
+
+// The rate limit of the changes one gateway credential stores on one
+// instance (the /manage/* routes and POST /relay/policy together): every
+// change tells every instance, which applies the registry again, so one
+// token must not be able to keep the fleet applying. The burst covers a
+// gateway's boot (a policy per fronted platform) and a user's session in
+// the Portal (a tenant's 16 link codes, claims of many channels); the
+// figures are the provisioning limit's (package enroll).
+const (
+	GatewayBurst = 100
+	GatewayEvery = time.Second
+)
+
+// maxLimitedGateways bounds the credentials whose rate is remembered (a
+// gateway is made by the operator, an enrollment or a provision; this
+// only bounds memory).
+const maxLimitedGateways = 10_000
+
+// Limiter limits the changes each gateway credential stores: GatewayBurst
+// at once, then one per GatewayEvery. A request is checked before it runs
+// (Check) and spends only when it stored a change (Spend): a refused one
+// tells no instance anything. It is safe for concurrent use.
+type Limiter struct{ keys *keyrate.Limiter }
+
+// NewLimiter returns a Limiter on clock c (nil: clock.System).
+func NewLimiter(c clock.Clock) *Limiter {
+	return &Limiter{keyrate.New(keyrate.Config{Burst: GatewayBurst, Every: GatewayEvery, MaxKeys: maxLimitedGateways, Clock: c})}
+}
+
+// key names gateway of tenant.
+func key(tenant, gateway string) string { return tenant + "\x00" + gateway }
+
+// Check returns, when gateway of tenant has spent its allowance, a
+// Refusal: 429, outcome rate_limited, with RetryAfter.
+func (l *Limiter) Check(tenant, gateway string) error {
+	ok, retry := l.keys.Check(key(tenant, gateway))
+	if ok {
+		return nil
+	}
+	retry = max(time.Second, retry.Round(time.Second))
+	r := Refuse(http.StatusTooManyRequests, "rate_limited", "this gateway is changing the registry too fast (%d at once, then one per %v); retry after %v",
+		GatewayBurst, GatewayEvery, retry)
+	r.RetryAfter = retry
+	return r
+}
+
+// Spend spends one change of gateway of tenant's allowance.
+func (l *Limiter) Spend(tenant, gateway string) { l.keys.Spend(key(tenant, gateway)) }
+
+// SetRetryAfter sets h's Retry-After, in whole seconds, when err is a
+// Refusal with a RetryAfter.
+func SetRetryAfter(h http.Header, err error) {
+	var r *Refusal
+	if errors.As(err, &r) && r.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int(max(time.Second, r.RetryAfter.Round(time.Second))/time.Second)))
+	}
+}
