@@ -102,7 +102,10 @@
 // The relay pings every member every HeartbeatInterval (30 s, less up to
 // a tenth of jitter) at the WebSocket level; a ping still unanswered at the next tick is a miss, and
 // the second consecutive miss closes the member with 4010 (logged as
-// heartbeat_timeout, no error frame). Any message over MaxPayload (10 MiB),
+// heartbeat_timeout, no error frame). A sender whose file chunks are held
+// back by a slow recipient is not reading its socket, so its pong waits
+// unread: a tick that finds it held back, or held back since the previous
+// tick, counts no miss (the transfer's deadline bounds the wait). Any message over MaxPayload (10 MiB),
 // text or binary, gets msg_too_large and close 4011. Nothing is persisted:
 // the relay holds only its member tables, locks and send queues.
 //

@@ -127,9 +127,9 @@ func (m *member) handleChunk(data []byte, held *chunk) {
 		m.abortTransfer(t, "chunks exceed attachment.size", true)
 		return
 	}
-	m.held.Store(true)
+	m.alive.Hold(true)
 	pushed := m.room.pushChunk(t, data, held)
-	m.held.Store(false)
+	m.alive.Hold(false)
 	if !pushed {
 		return
 	}
