@@ -139,7 +139,12 @@
 // has a public URL (platform.Deps.Media), its chunks are written to the
 // store as they arrive and the inbound carries the file's re-host URL in
 // media_urls and media (message_type by its mime); otherwise, or when the
-// store refuses it, the text plus a note naming the file and its size.
+// store refuses it, the text plus a note naming the file and its size. A
+// message reaches only the tenant bound when it was addressed to the bot
+// (a file: at its file-start, under whose store it is re-hosted): a room
+// rebound or unbound before the file-end discards the re-host at once, and
+// no tenant gets the file; the members do, and the ack lists the bot in
+// offline (metrics reason rebound).
 //
 // Gateways act through Execute on rooms bound to their tenant (others get
 // the uniform egress decline; ChatTenant resolves a room's tenant or
