@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -19,6 +20,11 @@ import (
 // runs on a goroutine of its own (coder/websocket's Ping waits for its
 // pong), which ends with the pong or the socket.
 //
+// A pong is read only by the socket's reader. Its owner marks the reader
+// held back (Hold) while it does not read because it waits to pass on what
+// the peer just sent (backpressure): the peer is alive then although its
+// pong waits unread, so neither a tick nor Probe counts it as silent.
+//
 // Its zero value is unusable until Init, and does not tick until Start. Its
 // lock is a leaf.
 type Keepalive struct {
@@ -33,6 +39,10 @@ type Keepalive struct {
 	missed   int
 	stopped  bool
 	pings    sync.WaitGroup
+
+	holding   atomic.Bool   // the reader is held back now
+	holds     atomic.Uint64 // Hold(true) calls so far
+	tickHolds uint64        // holds at the last tick
 }
 
 // Init binds k to ws and clk: ticks every interval once started, timedOut
@@ -66,10 +76,20 @@ func (k *Keepalive) tick() {
 		k.mu.Unlock()
 		return
 	}
-	if k.awaiting {
-		k.missed++
-	} else {
+	held := k.heldSince(k.tickHolds)
+	k.tickHolds = k.holds.Load()
+	switch {
+	case !k.awaiting:
 		k.missed = 0
+	case held:
+		// Alive, its reader held back behind the pong: no miss, and no
+		// new ping while the last one waits to be read.
+		k.missed = 0
+		k.timer.Reset(k.next())
+		k.mu.Unlock()
+		return
+	default:
+		k.missed++
 	}
 	if k.missed >= k.misses {
 		k.stopped = true
@@ -81,6 +101,26 @@ func (k *Keepalive) tick() {
 	k.pingLocked()
 	k.timer.Reset(k.next())
 	k.mu.Unlock()
+}
+
+// Hold marks the socket's reader held back (true: it waits to pass on a
+// frame the peer just sent, and reads nothing meanwhile) or reading again
+// (false). A peer whose reader is held back now, or was since the last tick
+// (or since a probe began), counts as alive although its pong is late.
+func (k *Keepalive) Hold(held bool) {
+	if held {
+		k.holds.Add(1)
+	}
+	k.holding.Store(held)
+}
+
+// Held reports whether the reader is held back now (Hold).
+func (k *Keepalive) Held() bool { return k.holding.Load() }
+
+// heldSince reports whether the reader is held back now or was since holds
+// read mark.
+func (k *Keepalive) heldSince(mark uint64) bool {
+	return k.holding.Load() || k.holds.Load() != mark
 }
 
 // pingLocked sends a ping from a goroutine Wait waits for; the channel gets
@@ -106,12 +146,18 @@ func (k *Keepalive) pingLocked() <-chan error {
 }
 
 // Probe sends a ping now and reports whether its pong arrives within
-// timeout on the clock; false once stopped.
+// timeout on the clock, or the reader is (or was meanwhile) held back
+// (Hold); false once stopped.
 func (k *Keepalive) Probe(timeout time.Duration) bool {
+	mark := k.holds.Load()
 	k.mu.Lock()
 	if k.stopped || k.ws == nil {
 		k.mu.Unlock()
 		return false
+	}
+	if k.holding.Load() {
+		k.mu.Unlock()
+		return true
 	}
 	// Armed before the ping goes out: a peer that has the ping knows the
 	// deadline runs.
@@ -124,7 +170,7 @@ func (k *Keepalive) Probe(timeout time.Duration) bool {
 	case err := <-result:
 		return err == nil
 	case <-expired:
-		return false
+		return k.heldSince(mark)
 	}
 }
 

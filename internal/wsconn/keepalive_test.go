@@ -196,3 +196,73 @@ func TestKeepaliveProbe(t *testing.T) {
 	k.Wait()
 	m.Wait()
 }
+
+// A peer whose reader is held back (Hold) cannot have its pong read, but it
+// is alive: no tick counts a miss while it is held or was since the
+// previous tick, and neither does a probe. Once it reads again, a pong
+// still missing counts as usual.
+func TestKeepaliveSparesAHeldPeer(t *testing.T) {
+	const interval = 30 * time.Second
+	ws, pings := pair(t, false) // mute: as if the pongs waited unread
+	clk := clocktest.New(time.Unix(0, 0))
+	timedOut := make(chan struct{})
+	var k Keepalive
+	k.Init(ws, clk, interval, 2, func() { close(timedOut) })
+	k.Start()
+	defer k.Wait()
+	defer ws.CloseNow()
+	notTimedOut := func(when string) {
+		t.Helper()
+		select {
+		case <-timedOut:
+			t.Fatalf("timed out %s", when)
+		default: // ticks run inside Advance
+		}
+	}
+
+	clk.Advance(interval) // ping 1
+	await(t, pings, "ping 1")
+	k.Hold(true)
+	k.Hold(false)
+	clk.Advance(interval) // held since the last tick: no miss
+	clk.Advance(interval) // miss 1
+	notTimedOut("at the first miss after a hold")
+	k.Hold(true)
+	for range 3 {
+		clk.Advance(interval)
+		notTimedOut("while held")
+	}
+	if !k.Held() || !k.Probe(5*time.Second) {
+		t.Fatal("a held peer failed the probe")
+	}
+	k.Hold(false)
+	clk.Advance(interval) // miss 1: not held since the last tick
+	notTimedOut("after one miss")
+	clk.Advance(interval) // miss 2
+	await(t, timedOut, "the timeout after two misses once the peer was no longer held")
+}
+
+// A probe whose ping gets no pong still passes when the reader was held
+// back meanwhile.
+func TestKeepaliveProbeHeldMeanwhile(t *testing.T) {
+	clk := clocktest.New(time.Unix(0, 0))
+	mute, pings := pair(t, false)
+	var k Keepalive
+	k.Init(mute, clk, time.Hour, 1, func() {})
+	result := make(chan bool, 1)
+	go func() { result <- k.Probe(5 * time.Second) }()
+	await(t, pings, "the probe's ping")
+	k.Hold(true)
+	k.Hold(false)
+	clk.Advance(5 * time.Second)
+	select {
+	case ok := <-result:
+		if !ok {
+			t.Fatal("a peer held back during the probe failed it")
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the probe outlived its deadline")
+	}
+	_ = mute.CloseNow()
+	k.Wait()
+}

@@ -15,6 +15,7 @@ const (
 	dropHopLimit    = "hop_limit"   // hopCount at or over HopLimit
 	dropMalformed   = "malformed"   // msgId not a non-empty string; threadId, text or hopCount of the wrong type
 	dropUnavailable = "unavailable" // Run is not bridging
+	dropRebound     = "rebound"     // the room was bound to another tenant since the frame was addressed to the bot
 )
 
 // dropReason reports why the bridge would drop f, a msg or file-start
@@ -55,11 +56,13 @@ func stringOrNull(raw []byte) bool {
 }
 
 // bridge turns a message the bot takes (dropReason "") into a delivery for
-// the room's tenant: an inbound MessageEvent, or an interrupt for "/stop".
-// note, when set, is appended to the text (a file's description); att,
-// when set, is the re-hosted file the message carries. It reports whether
-// the sink took the delivery (for an inbound: stored it durably).
-func (r *room) bridge(f *clientFrame, note string, att *contract.Media) bool {
+// tenant, the room's tenant when the message was addressed to its bot: an
+// inbound MessageEvent, or an interrupt for "/stop". note, when set, is
+// appended to the text (a file's description); att, when set, is the
+// re-hosted file the message carries (in tenant's store). It reports
+// whether the sink took the delivery (for an inbound: stored it durably);
+// a room bound to another tenant (or unbound) by now delivers nothing.
+func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) bool {
 	p := r.p
 	hop, _ := hopCount(f)
 	msgID, _ := stringValue(f.msgID)
@@ -78,15 +81,16 @@ func (r *room) bridge(f *clientFrame, note string, att *contract.Media) bool {
 		MessageID: string(msgID),
 		IsBot:     string(role) == "userAgent",
 	}
-	tenant := r.tenant()
-	if tenant == "" {
-		return false // unbound since the message was routed
+	if tenant == "" || r.tenant() != tenant {
+		p.deps.Metrics.Dropped(platformName, dropRebound)
+		return false // rebound or unbound since the message was routed
 	}
 	key := p.deps.Key(tenant, &src)
 	ref := msgRef{from: src.UserID.Value, thread: thread, hop: hop, valid: true}
 	r.mu.Lock()
 	if r.tenant() != tenant {
 		r.mu.Unlock()
+		p.deps.Metrics.Dropped(platformName, dropRebound)
 		return false // rebound meanwhile: its memory and prompt are another tenant's
 	}
 	r.msgs.Add(src.MessageID, ref)

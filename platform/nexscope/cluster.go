@@ -774,15 +774,15 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c 
 		if waiting < window {
 			break
 		}
-		m.held.Store(true)
+		m.alive.Hold(true)
 		select {
 		case <-l.credit:
 		case <-l.done:
-			m.held.Store(false)
+			m.alive.Hold(false)
 			return
 		}
 	}
-	m.held.Store(false)
+	m.alive.Hold(false)
 	l.mu.Lock()
 	if l.pending.closed {
 		l.mu.Unlock()

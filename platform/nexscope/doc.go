@@ -102,7 +102,10 @@
 // The relay pings every member every HeartbeatInterval (30 s, less up to
 // a tenth of jitter) at the WebSocket level; a ping still unanswered at the next tick is a miss, and
 // the second consecutive miss closes the member with 4010 (logged as
-// heartbeat_timeout, no error frame). Any message over MaxPayload (10 MiB),
+// heartbeat_timeout, no error frame). A sender whose file chunks are held
+// back by a slow recipient is not reading its socket, so its pong waits
+// unread: a tick that finds it held back, or held back since the previous
+// tick, counts no miss (the transfer's deadline bounds the wait). Any message over MaxPayload (10 MiB),
 // text or binary, gets msg_too_large and close 4011. Nothing is persisted:
 // the relay holds only its member tables, locks and send queues.
 //
@@ -136,7 +139,12 @@
 // has a public URL (platform.Deps.Media), its chunks are written to the
 // store as they arrive and the inbound carries the file's re-host URL in
 // media_urls and media (message_type by its mime); otherwise, or when the
-// store refuses it, the text plus a note naming the file and its size.
+// store refuses it, the text plus a note naming the file and its size. A
+// message reaches only the tenant bound when it was addressed to the bot
+// (a file: at its file-start, under whose store it is re-hosted): a room
+// rebound or unbound before the file-end discards the re-host at once, and
+// no tenant gets the file; the members do, and the ack lists the bot in
+// offline (metrics reason rebound).
 //
 // Gateways act through Execute on rooms bound to their tenant (others get
 // the uniform egress decline; ChatTenant resolves a room's tenant or

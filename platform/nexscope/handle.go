@@ -32,10 +32,11 @@ func (m *member) handleMsg(f *clientFrame) {
 	res := &m.routed
 	res.delivered, res.offline, res.toBot = res.delivered[:0], res.offline[:0], false
 	r.mu.Lock()
+	tenant := r.tenant() // the tenant whose bot the msg is addressed to
 	r.routeLocked(m, f, out, false, res)
 	r.unlock()
 	// The ack confirms the bot only once the bridge's delivery is stored.
-	if res.toBot && !r.bridge(f, "", nil) {
+	if res.toBot && !r.bridge(f, tenant, "", nil) {
 		res.botOffline()
 	}
 	m.send(appendAck(make([]byte, 0, ackSize(f.msgID, f.threadID, res.delivered, res.offline)),

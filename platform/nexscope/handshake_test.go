@@ -264,7 +264,7 @@ func TestBackpressuredHolderKeepsName(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, "alice's reader held back by bob's full window", holder.held.Load)
+	waitFor(t, "alice's reader held back by bob's full window", holder.alive.Held)
 
 	c := tr.dialURL(t, "/ws", "name=alice&token="+testToken, nil)
 	c.Name = "alice"
@@ -274,7 +274,7 @@ func TestBackpressuredHolderKeepsName(t *testing.T) {
 	select {
 	case got = <-answered:
 	case <-pings: // the relay probes alice: let the probe time out
-		waitFor(t, "alice's reader held back again", holder.held.Load)
+		waitFor(t, "alice's reader held back again", holder.alive.Held)
 		tr.clock.Advance(nameProbeTimeout)
 		got = <-answered
 	}

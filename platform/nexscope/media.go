@@ -125,16 +125,17 @@ func (r *room) abortBotTransfer(t *transfer) contract.Result {
 	return contract.Failed(contract.CodeUnavailable, "nexscope send_media: the transfer was aborted before file-end")
 }
 
-// beginRehost starts re-hosting a file addressed to the bot of r, or
-// returns nil when there is no media store with a public URL or the store
-// refuses (the file is then bridged as a note, as before).
-func (p *Platform) beginRehost(r *room, attachment []byte) *media.Upload {
+// beginRehost starts re-hosting, in tenant's store, a file addressed to
+// the bot of r, bound to tenant, or returns nil when there is no media
+// store with a public URL or the store refuses (the file is then bridged as
+// a note, as before).
+func (p *Platform) beginRehost(r *room, tenant string, attachment []byte) *media.Upload {
 	store := p.deps.Media
 	if store == nil || store.URL("x") == "" {
 		return nil
 	}
 	name, mimeType := attachmentText(attachment, "name"), attachmentText(attachment, "mime")
-	u, err := store.Begin(r.tenant(), cmp.Or(mimeType, "application/octet-stream"), name)
+	u, err := store.Begin(tenant, cmp.Or(mimeType, "application/octet-stream"), name)
 	if err != nil {
 		p.deps.Log.Warn("nexscope file to the bot cannot be re-hosted", "room", r.name, "err", err)
 		return nil

@@ -29,11 +29,7 @@ type member struct {
 	log    *slog.Logger
 
 	left atomic.Bool // removed from the room
-	// held is set while the reader waits for room in recipients' queues
-	// (handleChunk) or in the home's window (edgeLink.forward): it does not
-	// read, so it cannot take a probe's pong, but its client just sent a
-	// frame. reads counts the messages read. answersProbe uses both.
-	held  atomic.Bool
+	// reads counts the messages read (answersProbe).
 	reads atomic.Uint64
 
 	// Several instances (cluster.go): link is set on the instance holding
@@ -42,8 +38,13 @@ type member struct {
 	link   *edgeLink
 	remote *homeLink
 
-	alive wsconn.Keepalive // the heartbeat and name probes
-	watch wsconn.Watchdog  // disconnects a member whose write exceeds WriteTimeout
+	// alive is the heartbeat and name probes. The reader marks itself held
+	// back (alive.Hold) while it waits for room in recipients' queues
+	// (handleChunk) or in the home's window (edgeLink.forward): it does
+	// not read, so it cannot take a pong, but its client just sent a frame,
+	// so neither a heartbeat tick nor a probe counts it as silent.
+	alive wsconn.Keepalive
+	watch wsconn.Watchdog // disconnects a member whose write exceeds WriteTimeout
 
 	// reader goroutine only
 	strikes  int
@@ -212,12 +213,12 @@ func (m *member) End(c Close) {
 
 // answersProbe reports whether the member's client is alive (a new
 // connection asks for its name): it answers a fresh ping within
-// nameProbeTimeout, or its reader is held back by backpressure or read a
-// message meanwhile (a reader held back cannot read the pong; a message is
-// as good).
+// nameProbeTimeout or its reader is held back by backpressure
+// (wsconn.Keepalive.Probe), or it read a message meanwhile (a message is as
+// good as a pong).
 func (m *member) answersProbe() bool {
 	read := m.reads.Load()
-	return m.held.Load() || m.alive.Probe(nameProbeTimeout) || m.held.Load() || m.reads.Load() != read
+	return m.alive.Probe(nameProbeTimeout) || m.reads.Load() != read
 }
 
 // send queues a frame for this member; a queue overflow disconnects it.

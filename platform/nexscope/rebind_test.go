@@ -91,3 +91,57 @@ func TestMemberHoldingTheBotsNameAfterBind(t *testing.T) {
 	_ = hermes.WS.CloseNow()
 	alice.ExpectPresence("alice", "hermes") // the bot now
 }
+
+// A file to the bot belongs to the tenant bound at its file-start: its
+// re-host is stored under that tenant. When the room is bound to another
+// tenant before the file-end, no tenant gets the file: the new one must not
+// get a URL into the old one's store (nor the file, addressed to the old
+// one's bot), and the old one lost the room. The re-host is discarded at
+// the rebind, the members still get the file, and the sender's ack lists the
+// bot offline, so the loss is not silent.
+func TestFileToBotAcrossRebindIsNotBridged(t *testing.T) {
+	tr := newRelay(t, boundConfig())
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	tr.sink = platformtest.NewSink(64)
+	t.Cleanup(tr.run(t, tr.sink))
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.Expect("presence")
+
+	alice.SendJSON(fileStart("F1", "alice", []string{"hermes", "bob"}, 10))
+	bob.Expect("file-start")
+	alice.SendBinary([]byte("0123"))
+	if _, b := bob.Read(); string(b) != "0123" {
+		t.Fatalf("bob got %q, want alice's first chunk", b)
+	}
+	if err := tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	bob.ExpectPresence("alice", "bob", "hermes") // t2's bot
+	alice.Expect("presence")
+	if _, t1 := store.Usage("t1"); t1 != 0 {
+		t.Fatalf("t1's store holds %d bytes of the re-host after the rebind", t1)
+	}
+	alice.SendBinary([]byte("456789"))
+	alice.SendJSON(fileEnd("F1", "alice"))
+	if _, b := bob.Read(); string(b) != "456789" {
+		t.Fatalf("bob got %q, want alice's second chunk", b)
+	}
+	bob.Expect("file-end")
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" || fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("ack %v, want bob delivered and the bot offline", ack)
+	}
+	if _, t1 := store.Usage("t1"); t1 != 0 {
+		t.Fatalf("t1's store holds %d bytes of a file its room lost", t1)
+	}
+	// The next delivery is the next message to t2's bot, not the file.
+	alice.SendJSON(msg("after", "alice", []string{"hermes"}, "still there?"))
+	alice.Expect("ack")
+	if d := tr.sink.Next(t); d.Tenant != "t2" || d.Event == nil || d.Event.MessageID != "after" || len(d.Event.MediaURLs) != 0 {
+		t.Fatalf("delivery to %s %+v, want t2's msg after", d.Tenant, d.Event)
+	}
+}

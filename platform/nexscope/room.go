@@ -83,11 +83,16 @@ func (r *room) bot() string { return r.bound.Load().bot }
 
 // bindLocked binds the room to tenant ("" unbinds it): the bot joins or
 // leaves the presence list, which is broadcast, and the bridge forgets what
-// it remembered for the previous tenant, its open prompt included. A member already holding the
+// it remembered for the previous tenant, its open prompt included, and
+// drops a member's file to the previous tenant's bot in progress
+// (transfer.loseBot). A member already holding the
 // bot's name keeps it; the bot is then not listed twice.
 func (r *room) bindLocked(tenant string) {
 	if tenant == r.tenant() {
 		return
+	}
+	if t := r.transfer; t != nil && t.toBot {
+		t.loseBot()
 	}
 	if old := r.bot(); old != "" && r.members[old] == nil {
 		if i, ok := slices.BinarySearch(r.users, old); ok {

@@ -2,6 +2,7 @@ package nexscope
 
 import (
 	"bytes"
+	"sync/atomic"
 
 	"github.com/coder/websocket"
 
@@ -22,6 +23,12 @@ type transfer struct {
 	recipients []*member
 	offline    [][]byte
 	toBot      bool // the bot takes the file: delivered to it, bridged at file-end
+	// tenant is, when toBot, the tenant bound at file-start: the file was
+	// addressed to its bot and is re-hosted in its store, so it is the only
+	// tenant the file may reach. rebound is set when the room is bound to
+	// another tenant (or unbound) before the file-end (loseBot).
+	tenant  string
+	rebound atomic.Bool
 	// upload re-hosts a file the bot takes (nil without a media store);
 	// written by the sender's reader, aborted by finish unless committed.
 	upload *media.Upload
@@ -104,7 +111,8 @@ func (m *member) handleFileStart(f *clientFrame) {
 	r.routeLocked(m, &start, out, true, &res)
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
 	if t.toBot {
-		t.upload = m.p.beginRehost(r, start.attachment)
+		t.tenant = r.tenant()
+		t.upload = m.p.beginRehost(r, t.tenant, start.attachment)
 	}
 	r.transfer = t
 	r.unlock()
@@ -127,9 +135,9 @@ func (m *member) handleChunk(data []byte, held *chunk) {
 		m.abortTransfer(t, "chunks exceed attachment.size", true)
 		return
 	}
-	m.held.Store(true)
+	m.alive.Hold(true)
 	pushed := m.room.pushChunk(t, data, held)
-	m.held.Store(false)
+	m.alive.Hold(false)
 	if !pushed {
 		return
 	}
@@ -190,7 +198,7 @@ func (m *member) handleFileEnd(f *clientFrame) {
 		return
 	}
 	var att *contract.Media
-	if t.upload != nil {
+	if t.upload != nil && !t.rebound.Load() {
 		att = m.p.commitRehost(t.upload, t.start.attachment, t.start.text)
 	}
 	out := appendWithTS(make([]byte, 0, len(f.raw)+24), f.raw, m.p.nowMs())
@@ -200,21 +208,50 @@ func (m *member) handleFileEnd(f *clientFrame) {
 	if !ok {
 		return
 	}
-	toBot := t.toBot && m.p.sink.Load() != nil // Run may have ended since file-start
-	if !toBot && t.toBot {
-		m.p.deps.Metrics.Dropped(platformName, dropUnavailable)
-	}
 	// The ack confirms the bot only once the bridge's delivery is stored.
+	// It names the bot the sender addressed, also when the room is unbound
+	// by now.
+	if t.toBot && m.bridgeFile(t, att) {
+		delivered = append(delivered, session.AppendJSONString(nil, r.botName))
+	} else if t.toBot {
+		offline = append(offline, session.AppendJSONString(nil, r.botName))
+	}
+	m.send(appendAck(nil, t.start.msgID, t.start.threadID, delivered, offline))
+}
+
+// bridgeFile hands t, the member's file to the bot, ended (finishTransfer),
+// to the tenant bound at its file-start, with att its re-host (nil: a note
+// describes the file), and reports whether the tenant took it. A room
+// rebound since file-start (loseBot) delivers nothing to anyone.
+func (m *member) bridgeFile(t *transfer, att *contract.Media) bool {
+	switch {
+	case t.rebound.Load(): // final: t ended, so bindLocked no longer sees it
+		m.log.Info("nexscope file to the bot dropped: the room was rebound during the transfer")
+		m.p.deps.Metrics.Dropped(platformName, dropRebound)
+		return false
+	case m.p.sink.Load() == nil: // Run may have ended since file-start
+		m.p.deps.Metrics.Dropped(platformName, dropUnavailable)
+		return false
+	}
 	note := ""
 	if att == nil {
 		note = fileNote(t.start.attachment, t.size)
 	}
-	if toBot && r.bridge(&t.start, note, att) {
-		delivered = append(delivered, session.AppendJSONString(nil, r.bot()))
-	} else if t.toBot {
-		offline = append(offline, session.AppendJSONString(nil, r.bot()))
+	return m.room.bridge(&t.start, t.tenant, note, att)
+}
+
+// loseBot is called, under the room's lock, when the room is bound to
+// another tenant (or unbound) while t, a member's file to the bot, is in
+// progress: the file was addressed to the previous tenant's bot, which no
+// longer serves the room, and its re-host lies in that tenant's store, so
+// no tenant gets it. The re-host is discarded at once (no more bytes go to
+// that store; later writes fail quietly) and the file-end's ack lists the
+// bot offline.
+func (t *transfer) loseBot() {
+	t.rebound.Store(true)
+	if t.upload != nil {
+		t.upload.Abort()
 	}
-	m.send(appendAck(nil, t.start.msgID, t.start.threadID, delivered, offline))
 }
 
 // finishTransfer ends t, if it still holds the room's lock, and releases
