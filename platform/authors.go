@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -19,36 +20,44 @@ import (
 // where its authors spoke, and the account-link command users send the bot
 // in a DM.
 
-// Grants are the (chat, tenant) pairs where an author routed to the
-// tenant spoke (or linked their account): the tenant may act there
-// (ChatGranter). They are kept in the capability vault (kind
+// Grants are the (chat, tenant) pairs of one platform where an author
+// routed to the tenant spoke (or linked their account): the tenant may act
+// there (ChatGranter). They are kept in the capability vault (kind
 // vault.KindChatGrant), so with a durable vault every instance sharing the
 // store sees a grant another instance made, and grants survive restarts;
 // the vault's bounded in-memory front answers repeated lookups. A grant
 // lasts vault.ChatGrantTTL after the last message that renewed it, and
 // records the space the message was in (a Discord guild, a Slack
 // workspace), so an instance that never saw the chat can place it before
-// it lets the grant stand (Ownership.MayAct).
+// it lets the grant stand (Ownership.MayAct). A grant is keyed by the
+// platform, the chat and the tenant: the vault is shared by every platform,
+// whose chat ids may coincide (a Telegram private chat's id, a Discord
+// channel's snowflake and a WhatsApp number are all digits), and a grant
+// made on one platform authorizes nothing on another.
 type Grants struct {
-	vault vault.Store
-	clock clock.Clock
-	log   *slog.Logger
+	platform string
+	vault    vault.Store
+	clock    clock.Clock
+	log      *slog.Logger
 }
 
-// NewGrants returns grants kept in v (nil: a process-local vault.Memory),
-// judged by the clock c (nil: clock.System). Failures to store a grant are
-// logged on log (nil: discarded).
-func NewGrants(v vault.Store, c clock.Clock, log *slog.Logger) *Grants {
+// NewGrants returns the grants of the chats of platform name (its
+// Platform.Name), kept in v (nil: a process-local vault.Memory), judged by
+// the clock c (nil: clock.System). Failures to store a grant are logged on
+// log (nil: discarded).
+func NewGrants(name string, v vault.Store, c clock.Clock, log *slog.Logger) *Grants {
 	c = cmp.Or(c, clock.System)
 	if v == nil {
 		v = vault.NewMemory(vault.Config{Clock: c})
 	}
-	return &Grants{vault: v, clock: c, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
+	return &Grants{platform: name, vault: v, clock: c, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
 }
 
-// grantKey is the vault key of tenant's grant of chat.
-func grantKey(chat, tenant string) vault.Key {
-	return vault.Key{Tenant: tenant, SessionKey: chat, Kind: vault.KindChatGrant}
+// grantKey is the vault key of tenant's grant of chat on g's platform: the
+// session key is the platform name with its length, then the chat, so no
+// (platform, chat) pair shares another's key.
+func (g *Grants) grantKey(chat, tenant string) vault.Key {
+	return vault.Key{Tenant: tenant, SessionKey: strconv.Itoa(len(g.platform)) + ":" + g.platform + "/" + chat, Kind: vault.KindChatGrant}
 }
 
 // Add grants tenant the chat, in space ("" for none or unknown), or renews
@@ -59,13 +68,13 @@ func (g *Grants) Add(ctx context.Context, chat, space, tenant string) {
 	if chat == "" || tenant == "" {
 		return
 	}
-	k := grantKey(chat, tenant)
+	k := g.grantKey(chat, tenant)
 	now := g.clock.Now()
 	if e, ok := g.vault.Get(ctx, k); ok && e.Ref == space && now.Sub(e.Stored) < vault.ChatGrantTTL/2 {
 		return
 	}
 	if err := g.vault.Put(ctx, k, vault.Entry{Ref: space, Stored: now}); err != nil {
-		g.log.Warn("chat grant not stored", "chat_id", chat, "tenant", tenant, "err", err)
+		g.log.Warn("chat grant not stored", "platform", g.platform, "chat_id", chat, "tenant", tenant, "err", err)
 	}
 }
 
@@ -75,7 +84,7 @@ func (g *Grants) Granted(ctx context.Context, chat, tenant string) (space string
 	if chat == "" || tenant == "" {
 		return "", false
 	}
-	e, ok := g.vault.Get(ctx, grantKey(chat, tenant))
+	e, ok := g.vault.Get(ctx, g.grantKey(chat, tenant))
 	return e.Ref, ok
 }
 

@@ -32,8 +32,8 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = st.Close() })
-			a := platform.NewGrants(vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk}), clk, nil)
-			b := platform.NewGrants(vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk}), clk, nil)
+			a := platform.NewGrants("discord", vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk}), clk, nil)
+			b := platform.NewGrants("discord", vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk}), clk, nil)
 
 			if b.Has(t.Context(), "501", "t2") {
 				t.Fatal("granted before any message")
@@ -64,7 +64,7 @@ func TestGrantsSharedThroughTheStore(t *testing.T) {
 
 // TestGrantsWithoutVault: with no vault the grants are the process's own.
 func TestGrantsWithoutVault(t *testing.T) {
-	g := platform.NewGrants(nil, nil, nil)
+	g := platform.NewGrants("telegram", nil, nil, nil)
 	g.Add(t.Context(), "-100", "", "t1")
 	if !g.Has(t.Context(), "-100", "t1") || g.Has(t.Context(), "-100", "t2") {
 		t.Fatal("a process-local grant is not kept, or kept for another tenant")
@@ -75,7 +75,7 @@ func TestGrantsWithoutVault(t *testing.T) {
 // a renewal from another space (a Slack Connect channel's other
 // workspace) records that one at once.
 func TestGrantsRecordTheirSpace(t *testing.T) {
-	g := platform.NewGrants(nil, nil, nil)
+	g := platform.NewGrants("telegram", nil, nil, nil)
 	g.Add(t.Context(), "C1", "T1", "t1")
 	if space, ok := g.Granted(t.Context(), "C1", "t1"); !ok || space != "T1" {
 		t.Fatalf("granted %v in %q", ok, space)
@@ -86,5 +86,52 @@ func TestGrantsRecordTheirSpace(t *testing.T) {
 	}
 	if _, ok := g.Granted(t.Context(), "C1", "t2"); ok {
 		t.Fatal("another tenant holds the grant")
+	}
+}
+
+// TestGrantsKeyedByPlatform: the platforms share one vault (as the
+// connector's do) and chat ids that coincide (a Telegram private chat's
+// id, a Discord snowflake, a WhatsApp number are all digits): a grant made
+// on one platform grants nothing on another, to its tenant or any other,
+// on the durable vault (memory and a real redis-server) and read by
+// another instance too.
+func TestGrantsKeyedByPlatform(t *testing.T) {
+	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
+		t.Run(backend, func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+			cfg := store.Config{Backend: backend, Clock: clk}
+			if backend == store.BackendRedis {
+				cfg.RedisURL = redistest.Start(t, redistest.Options{}).URL()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := store.Open(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			shared := vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk})
+			tg := platform.NewGrants("telegram", shared, clk, nil)
+			dc := platform.NewGrants("discord", shared, clk, nil)
+			dcElsewhere := platform.NewGrants("discord", vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk}), clk, nil)
+
+			tg.Add(t.Context(), "801", "", "t1")
+			dc.Add(t.Context(), "802", "G", "t2")
+			if !tg.Has(t.Context(), "801", "t1") || !dc.Has(t.Context(), "802", "t2") || !dcElsewhere.Has(t.Context(), "802", "t2") {
+				t.Fatal("a grant is not seen on its own platform")
+			}
+			for _, c := range []struct {
+				g          *platform.Grants
+				on, tenant string
+				chat       string
+			}{
+				{dc, "discord", "t1", "801"}, {dcElsewhere, "discord (another instance)", "t1", "801"},
+				{dc, "discord", "t2", "801"}, {tg, "telegram", "t2", "802"}, {tg, "telegram", "t1", "802"},
+			} {
+				if space, ok := c.g.Granted(t.Context(), c.chat, c.tenant); ok {
+					t.Errorf("%s holds a grant of %s on %s (space %q) made on another platform", c.tenant, c.chat, c.on, space)
+				}
+			}
+		})
 	}
 }

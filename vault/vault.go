@@ -34,8 +34,9 @@ const KindDiscordInteractionToken Kind = "discord.interaction_token"
 const KindSlackResponseURL Kind = "slack.response_url"
 
 // KindChatGrant is a posting grant: the tenant may act with the shared bot
-// in the chat named by the key's SessionKey, because an author bound to it
-// spoke there (platform.Grants). The value is empty: the key is the grant.
+// in the chat of one platform named by the key's SessionKey (the platform
+// and the chat, platform.Grants), because an author bound to it spoke
+// there. The value is empty: the key is the grant.
 // It lasts ChatGrantTTL after the last message that renewed it.
 const KindChatGrant Kind = "platform.chat_grant"
 

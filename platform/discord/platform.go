@@ -147,7 +147,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	guilds := maps.Clone(cfg.Guilds)
 	p.guilds.Store(&guilds)
 	p.owners.Store(platform.NewOwnership(guildBindings(guilds)))
-	p.spoke = platform.NewGrants(deps.Vault, p.clock, p.log)
+	p.spoke = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.links = platform.NewLinkDesk(p.clock)
 	p.SetRelevance(nil)
 	weights := fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight })

@@ -138,7 +138,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	_ = p.Bind(bindings) // Validate checked the ids
 	p.links = platform.NewLinkDesk(p.clock)
-	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
+	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.chanTeams, _ = lru.New[string, []string](chanTeamsSize) // size > 0: cannot fail
 	p.notFound = ttlcache.New[string, struct{}](chanTeamsSize, declineMemory, p.clock)
 	p.placed = ttlcache.New[string, struct{}](chanTeamsSize, placementTTL, p.clock)

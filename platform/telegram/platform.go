@@ -127,7 +127,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	p.topics = &topicMemory{state: platform.StateOr(deps.Store, localTopics, p.clock), clock: p.clock}
-	p.grants = platform.NewGrants(deps.Vault, p.clock, p.log)
+	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
 	p.links = platform.NewLinkDesk(p.clock)
 	p.SetRelevance(nil)
 	p.secretSum = sha256.Sum256([]byte(cfg.WebhookSecret))
