@@ -550,7 +550,7 @@ func TestDiscordAttachmentsPassThrough(t *testing.T) {
 	if buf != "" {
 		l.gw.Ack(t, buf)
 	}
-	want := contract.Media{URL: cdn, MIME: "image/png", Kind: "photo", Size: 20480, Filename: "graph.png"}
+	want := contract.Media{URL: cdn, MIME: "image/png", Kind: "image", Size: 20480, Filename: "graph.png"}
 	if len(ev.MediaURLs) != 1 || ev.MediaURLs[0] != cdn || len(ev.Media) != 1 || ev.Media[0] != want {
 		t.Fatalf("media_urls %v, media %+v, want %+v", ev.MediaURLs, ev.Media, want)
 	}

@@ -68,8 +68,11 @@ func checkEventRun(t *testing.T, res *result, wantEvents int) {
 	// runtime shrinks meanwhile elsewhere in the process outweighs them
 	// (seen: -16 KiB under load). The goroutine count is exact with one
 	// instance; several instances in the process start and end goroutines
-	// of their own on every beat (seen: 0.5 per echo connection under load).
-	if res.Opts.Instances > 1 {
+	// of their own on every beat (seen: 0.5 per echo connection under load),
+	// and so does the telegram driver's long poll, whose HTTP connections'
+	// goroutines end and start again while the echo server connects (seen:
+	// 0.75 under load).
+	if res.Opts.Instances > 1 || res.Opts.Driver == "telegram" {
 		return
 	}
 	if m := res.Memory; m == nil || m.Goroutines < 1 {
