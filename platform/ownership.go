@@ -33,7 +33,8 @@ import (
 //     claimant is granted the chats of its claim where messages reached
 //     it, a thread of its claimed channel among them).
 //  4. Otherwise the platform's own fallback decides (Discord's dm_tenant
-//     for a DM), or nobody does.
+//     for a DM whose user is linked to no other tenant: LinkedElsewhere),
+//     or nobody does.
 //
 // A message reaches one tenant. Under rules 1 and 2 the owner floor
 // (Route.Owner) holds for authors linked to the chat's tenant, under rule
@@ -299,3 +300,10 @@ func (o *Ownership) YieldsTo(tenant, id string) (string, bool) {
 
 // Linked reports whether user is linked to tenant.
 func (o *Ownership) Linked(user, tenant string) bool { return slices.Contains(o.links[user], tenant) }
+
+// LinkedElsewhere reports whether user is linked to a tenant other than
+// tenant: then rule 3 places user's DMs, and a platform's DM fallback
+// (rule 4) must not give them to tenant.
+func (o *Ownership) LinkedElsewhere(user, tenant string) bool {
+	return slices.ContainsFunc(o.links[user], func(t string) bool { return t != tenant })
+}

@@ -36,6 +36,18 @@ func StateOr(st store.Store, size int, c clock.Clock) store.Capabilities {
 	return NewLocalState(size, c)
 }
 
+// ClaimsFor is where a platform keeps its claims (one holder per key:
+// Slack's event dedupe and slash replies, Discord's interaction ids): the
+// store's when several instances share it (deps.Cluster), so one instance
+// takes each key whichever gets it, else a local state of at most size
+// entries.
+func ClaimsFor(deps Deps, size int, c clock.Clock) store.Claims {
+	if deps.Cluster != nil && deps.Store != nil {
+		return deps.Store.Claims()
+	}
+	return NewLocalState(size, c)
+}
+
 // NewLocalState returns a local state of at most size entries.
 func NewLocalState(size int, c clock.Clock) LocalState {
 	return LocalState{c: ttlcache.New[string, []byte](size, 0, c)}

@@ -57,7 +57,9 @@ const (
 // matrixConfig is the connector's config: tenants ta (n=1) and tb (n=2),
 // each owning Discord guild 5n0 (channel 5n1), Telegram chat -100n,
 // WhatsApp business number 106n, Slack workspace TMX0000n (channel
-// CMX0000n) and nexscope room room-<x> by configuration. The admin API, provisioning and
+// CMX0000n) and nexscope room room-<x> by configuration; ta is Discord's
+// dm_tenant, so tb's linked user's Discord DM is where rule 4 must not
+// reach (docs/security.md "Chat ownership"). The admin API, provisioning and
 // the management plane add the rest in setup (mxTenant).
 const matrixConfig = `listen: 127.0.0.1:0
 ops: {listen: 127.0.0.1:0}
@@ -72,6 +74,7 @@ discord:
   api_base_url: %s
   gateway_url: %s
   guilds: {"510": ta, "520": tb}
+  dm_tenant: ta
   command_sync_debounce: 50ms
   tenants:
     ta: {free_response_channels: ["*"], auto_thread: false}
@@ -158,6 +161,7 @@ type mxTenant struct {
 	mediaBody   string
 
 	discordChannel, boundChannel, claimedChannel, thread, claimedThread mxTarget
+	discordDM                                                           mxTarget
 	tgChat, tgBound, tgProvisioned, tgClaimed, tgDM                     mxTarget
 	room, boundRoom                                                     mxTarget
 	waChat, waBound                                                     mxTarget
@@ -172,7 +176,7 @@ type mxTenant struct {
 
 // targets are every chat of t, in a fixed order.
 func (t *mxTenant) targets() []mxTarget {
-	return []mxTarget{t.discordChannel, t.boundChannel, t.claimedChannel, t.thread, t.claimedThread,
+	return []mxTarget{t.discordChannel, t.boundChannel, t.claimedChannel, t.thread, t.claimedThread, t.discordDM,
 		t.tgChat, t.tgBound, t.tgProvisioned, t.tgClaimed, t.tgDM, t.room, t.boundRoom, t.waChat, t.waBound, t.slackChat, t.slackBound}
 }
 
@@ -628,6 +632,9 @@ func (m *matrix) post(t *testing.T, g mxTarget, text string) {
 		ctx, cancel := context.WithTimeout(context.Background(), crashWait)
 		defer cancel()
 		msg := discordtest.MessageCreate(strconv.FormatInt(m.next(), 10), g.chat, g.guild, text, false)
+		if g.user != "" {
+			msg["author"] = map[string]any{"id": g.user, "username": "u" + g.user}
+		}
 		if err := m.dfake.Dispatch(ctx, "MESSAGE_CREATE", msg); err != nil {
 			t.Fatalf("dispatch %q: %v", text, err)
 		}
@@ -697,6 +704,26 @@ func (m *matrix) link(t *testing.T, x *mxTenant, bearer, user string, body any) 
 	m.redeem(t, a.body, user)
 }
 
+// linkDiscord links dm's user (a Discord user) to x: x's gateway asks for a
+// code, the user sends "/link <code>" in their DM dm and the bot answers
+// it linked there.
+func (m *matrix) linkDiscord(t *testing.T, x *mxTenant, bearer string, dm mxTarget) {
+	t.Helper()
+	a := m.do(t, http.MethodPost, "/manage/link", bearer, map[string]string{"platform": "discord"})
+	var out struct{ Code string }
+	if a.status != http.StatusOK || json.Unmarshal([]byte(a.body), &out) != nil || out.Code == "" {
+		t.Fatalf("%s's Discord /manage/link: %d %s", x.id, a.status, a.body)
+	}
+	m.post(t, dm, "/link "+out.Code)
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	if _, err := m.dfake.WaitRequest(ctx, func(q discordtest.Request) bool {
+		return q.Method == http.MethodPost && q.Path == "/api/v9/channels/"+dm.chat+"/messages" && strings.Contains(string(q.Body), platform.LinkedReply)
+	}); err != nil {
+		t.Fatalf("the /link reply in %s: %v", dm, err)
+	}
+}
+
 // redeem DMs "/link <code>" of the /manage/link answer as user and waits
 // for the bot to say it linked.
 func (m *matrix) redeem(t *testing.T, answer, user string) {
@@ -743,6 +770,7 @@ func newMatrix(t *testing.T, rows []mxRow) *matrix {
 			discordtest.Channel{ID: x.discordChannel.chat, Type: 0, GuildID: x.discordChannel.guild, Name: "general"})
 		m.dfake.AddGuild(discordtest.Guild{ID: x.boundChannel.guild, Name: "bound " + x.id},
 			discordtest.Channel{ID: x.boundChannel.chat, Type: 0, GuildID: x.boundChannel.guild, Name: "general"})
+		m.dfake.AddChannel(discordtest.Channel{ID: x.discordDM.chat, Type: 1, Recipients: []discordtest.Recipient{{ID: x.discordDM.user, Username: "u" + x.discordDM.user}}})
 	}
 	for _, x := range []*mxTenant{m.ta, m.tb} {
 		m.sfake.AddChannel(x.slackChat.guild, slacktest.Channel{ID: x.slackChat.chat, Name: "general"})
@@ -781,6 +809,7 @@ func newTenant(n int, id string) *mxTenant {
 		claimedChannel: mxTarget{platform: "discord", guild: "530", chat: d("53%d"), how: "claimed channel"},
 		thread:         mxTarget{platform: "discord", guild: d("5%d0"), how: "thread in its configured channel"},
 		claimedThread:  mxTarget{platform: "discord", guild: "530", how: "thread in its claimed channel"},
+		discordDM:      mxTarget{platform: "discord", chat: d("31%d"), user: d("61%d"), how: "its linked user's Discord DM"},
 		tgChat:         mxTarget{platform: "telegram", chat: d("-100%d"), how: "configured chat"},
 		tgBound:        mxTarget{platform: "telegram", chat: d("-110%d"), how: "chat bound by the admin API"},
 		tgProvisioned:  mxTarget{platform: "telegram", chat: d("-120%d"), how: "chat bound by its provision's routeKeys"},
@@ -843,12 +872,13 @@ func (m *matrix) setUp(t *testing.T, x *mxTenant) {
 	}
 	m.principalAny(t, x)
 	m.link(t, x, gw.token(), x.tgDM.user, map[string]string{"platform": "telegram"})
+	m.linkDiscord(t, x, gw.token(), x.discordDM)
 	for _, room := range []string{x.room.room, x.boundRoom.room} {
 		m.watchRoom(t, room)
 	}
 
 	// Every chat reaches x; the inbound names each chat as ops must.
-	for _, g := range []*mxTarget{&x.discordChannel, &x.boundChannel, &x.claimedChannel, &x.tgChat, &x.tgBound, &x.tgProvisioned, &x.tgClaimed, &x.tgDM, &x.room, &x.boundRoom, &x.waChat, &x.waBound, &x.slackChat, &x.slackBound} {
+	for _, g := range []*mxTarget{&x.discordChannel, &x.boundChannel, &x.claimedChannel, &x.discordDM, &x.tgChat, &x.tgBound, &x.tgProvisioned, &x.tgClaimed, &x.tgDM, &x.room, &x.boundRoom, &x.waChat, &x.waBound, &x.slackChat, &x.slackBound} {
 		f, ok := m.deliver(t, x, *g, "")
 		if !ok {
 			t.FailNow()

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"connector/internal/clock"
-	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
@@ -67,7 +66,7 @@ func BenchmarkInteractionPipeline(b *testing.B) {
 		for pb.Next() {
 			i := next.Add(1)
 			if i%int64(len(*pool)) == 0 {
-				p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, time.Hour, clock.System) // the pool's ids repeat
+				p.seen = platform.NewLocalState(maxSeenInteractions, clock.System) // the pool's ids repeat
 			}
 			w := httptest.NewRecorder()
 			p.serveInteractions(w, (*pool)[i%int64(len(*pool))].request())
@@ -92,7 +91,7 @@ func BenchmarkInteractionAckLatency(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		if i%len(*pool) == 0 {
-			p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, time.Hour, clock.System)
+			p.seen = platform.NewLocalState(maxSeenInteractions, clock.System)
 		}
 		r := (*pool)[i%len(*pool)].request()
 		w := httptest.NewRecorder()

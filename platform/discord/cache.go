@@ -20,6 +20,10 @@ type chanInfo struct {
 	// Topic is "" when absent or whitespace only (the adapter reads such a
 	// topic as None).
 	Topic string
+	// Recipient is a DM channel's user: from Discord's channel object, or
+	// the author of a message or interaction delivered from it; "" when
+	// unknown (then the DM tenant may not act there: channelTenant).
+	Recipient string
 }
 
 func infoFrom(c *wireChannel) chanInfo {
@@ -27,7 +31,11 @@ func infoFrom(c *wireChannel) chanInfo {
 	if strings.TrimSpace(topic) == "" {
 		topic = ""
 	}
-	return chanInfo{ID: c.ID, Type: c.Type, GuildID: c.GuildID, Name: c.Name, ParentID: c.ParentID, Topic: topic}
+	ci := chanInfo{ID: c.ID, Type: c.Type, GuildID: c.GuildID, Name: c.Name, ParentID: c.ParentID, Topic: topic}
+	if c.Type == discordgo.ChannelTypeDM && len(c.Recipients) == 1 && isSnowflake(c.Recipients[0].ID) {
+		ci.Recipient = c.Recipients[0].ID
+	}
+	return ci
 }
 
 func (c chanInfo) isThread() bool {
@@ -78,14 +86,24 @@ func (c *cache) putChannel(ch *wireChannel) {
 	if ch == nil || ch.ID == "" {
 		return
 	}
-	c.chans.Add(ch.ID, infoFrom(ch))
+	ci := infoFrom(ch)
+	if old, ok := c.chans.Peek(ch.ID); ok && ci.Type == discordgo.ChannelTypeDM && ci.Recipient == "" && old.Type == ci.Type {
+		ci.Recipient = old.Recipient // a DM channel's user never changes
+	}
+	c.chans.Add(ch.ID, ci)
 }
 
-// rememberDM records id as a DM channel unless the cache knows it already.
-func (c *cache) rememberDM(id string) {
-	if isSnowflake(id) {
-		c.chans.ContainsOrAdd(id, chanInfo{ID: id, Type: discordgo.ChannelTypeDM})
+// rememberDM records id as user's DM channel: added when the cache does
+// not know it, its recipient filled in when the cache holds the DM channel
+// without one. A channel the cache knows otherwise is left as it is.
+func (c *cache) rememberDM(id, user string) {
+	if !isSnowflake(id) || !isSnowflake(user) {
+		return
 	}
+	if old, ok := c.chans.Peek(id); ok && (old.Type != discordgo.ChannelTypeDM || old.Recipient != "") {
+		return
+	}
+	c.chans.Add(id, chanInfo{ID: id, Type: discordgo.ChannelTypeDM, Recipient: user})
 }
 
 func (c *cache) putGuild(id, name string) {

@@ -37,9 +37,10 @@ type Config struct {
 	// {"1310000000000000500": acme}). Default: none.
 	Guilds map[string]string `yaml:"guilds"`
 	// DMTenant receives every direct message and DM interaction of a user
-	// not linked to a tenant, and its command_manifest is the only one
-	// registered as global (DM-only) commands. Empty (the default) drops
-	// such DMs with a log line.
+	// not linked to a tenant, and acts only in such users' DM channels
+	// (not in the DM of a user linked to another tenant); its
+	// command_manifest is the only one registered as global (DM-only)
+	// commands. Empty (the default) drops such DMs with a log line.
 	DMTenant string `yaml:"dm_tenant"`
 	// Tenants holds per-tenant adapter knobs and fair-share weights. Values
 	// take the native adapter's spellings: a list may also be a bare number

@@ -25,12 +25,17 @@ import (
 //
 //   - before the snapshot of every claimed guild has loaded, no owner is
 //     known: unavailable (retryable), whatever the chat;
-//   - after it, a cached chat belongs to the tenant of its guild (a DM to
-//     DMTenant), and an id the cache does not hold belongs to no tenant.
+//   - after it, a cached chat belongs to the tenant of its guild (a DM
+//     channel to DMTenant when its user is known and linked to no other
+//     tenant: dmTenant), and an id the cache does not hold belongs to no
+//     tenant.
 //
 // A decline thus never depends on whether the chat exists or whom it
 // belongs to. The price: a DM channel or an archived thread the connector
-// has not seen since it started is declined until a message in it arrives,
+// has not seen since it started (the cache lives in memory only; a DM
+// channel's user comes from Discord's channel object or from the author of
+// a message or interaction delivered from it) is declined until a message
+// in it arrives,
 // and so is a channel pushed out of the cache (past maxCachedChannels, the
 // least recently used go) until an event names it again.
 
@@ -114,7 +119,8 @@ func (s *snapshot) known(now time.Time) (known, expired bool, missing int) {
 
 // ChatTenant implements platform.Platform. Where the Gateway runs, from the
 // cache only (see above): the tenant a cached channel's guild is bound to,
-// DMTenant for a cached DM channel, platform.ErrUnknownChat for anything
+// DMTenant for a cached DM channel under rule 4 (dmTenant),
+// platform.ErrUnknownChat for anything
 // else, and an error wrapping platform.ErrUnavailable for every chat until
 // the guild snapshot has loaded; it makes no network call. On an instance
 // of several that does not run the Gateway (or has not loaded its guild
@@ -149,13 +155,28 @@ func (p *Platform) ownersKnown() bool {
 }
 
 // channelTenant is ch's owner: the tenant a binding gives it
-// (platform.Ownership.Owner: its guild's), or DMTenant for a DM channel.
+// (platform.Ownership.Owner: its guild's), or for a DM channel the DM
+// tenant under rule 4 (dmTenant).
 func (p *Platform) channelTenant(ch chanInfo) (string, bool) {
 	switch ch.Type {
 	case discordgo.ChannelTypeDM:
-		return p.cfg.DMTenant, p.cfg.DMTenant != ""
+		return p.dmTenant(ch.Recipient)
 	case discordgo.ChannelTypeGroupDM:
 		return "", false
 	}
 	return p.owners.Load().Owner(chatOfInfo(ch))
+}
+
+// dmTenant is the owner of a DM channel with recipient by rule 4, the
+// fallback for a DM no rule above places: DMTenant, unless there is none,
+// the recipient is unknown ("": a DM channel Discord answered without its
+// user, whose owner cannot be told, so nobody), or the recipient is linked
+// to a tenant other than DMTenant (rule 3 places that DM: the linked
+// tenant acts there on its grant, ChatGranted, and DMTenant not at all).
+func (p *Platform) dmTenant(recipient string) (string, bool) {
+	dm := p.cfg.DMTenant
+	if dm == "" || recipient == "" || p.owners.Load().LinkedElsewhere(recipient, dm) {
+		return "", false
+	}
+	return dm, true
 }

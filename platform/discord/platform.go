@@ -24,6 +24,7 @@ import (
 	"connector/platform/chatcontext"
 	"connector/platform/chatorder"
 	"connector/platform/fairshare"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -73,9 +74,11 @@ type Platform struct {
 	// chat-owner lookups (standby.go): (asking tenant, chat) pairs
 	// declined lately.
 	declined *ttlcache.Cache[[2]string, struct{}]
-	// seen remembers interaction ids for seenFor: a replay older than
-	// that fails the freshness check anyway.
-	seen *ttlcache.Cache[string, struct{}]
+	// seen claims interaction ids for seenFor (platform.ClaimsFor: in the
+	// store with several instances, so a replay to another instance is
+	// refused too): a replay older than that fails the freshness check
+	// anyway.
+	seen store.Claims
 	gw   *gateway
 	cmds *commandSync
 	// policies are the tenants' policies, from Config.Tenants and the
@@ -157,7 +160,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
-	p.seen = ttlcache.New[string, struct{}](maxSeenInteractions, p.seenFor(), p.clock)
+	p.seen = platform.ClaimsFor(deps, maxSeenInteractions, p.clock)
 	p.turns = chatorder.New[string](maxIngesting)
 	p.cmds = newCommandSync(p)
 	p.newSession()

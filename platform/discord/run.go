@@ -110,9 +110,11 @@ func (p *Platform) deliver(ctx context.Context, tenant string, t *turn, received
 	}
 	src := &t.ev.Source
 	if src.ChatType == session.ChatTypeDM {
-		// The DM channel is the DM tenant's from now on, even when Discord
-		// could not be asked about it (normalization's stand-in).
-		p.cache.rememberDM(src.ChatID)
+		// The DM channel is known as its author's from now on, even when
+		// Discord could not be asked about it (normalization's stand-in):
+		// the bot's own messages are never delivered, so in a DM with the
+		// bot the author is the DM's user.
+		p.cache.rememberDM(src.ChatID, src.UserID.Value)
 	}
 	d := platform.Delivery{Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
 		SessionKey: p.key(tenant, src), ChatID: src.ChatID, Received: received, Event: &t.ev}

@@ -15,7 +15,8 @@ import (
 // the guild snapshot has loaded. An instance without it (a standby, or the
 // holder right after a takeover) answers a chat's owner by asking Discord,
 // GET /channels/{id}, and applies the same rule to the answer as the cache
-// path (channelTenant: the guild's tenant, DMTenant for a DM). To keep a
+// path (channelTenant: the guild's tenant, DMTenant for a DM under rule 4,
+// dmTenant: the DM's recipient comes from Discord's answer). To keep a
 // decline from telling a tenant whether a chat exists or whose it is:
 //
 //   - the lookup runs for the asking tenant (platform.TenantOf), on its share

@@ -86,11 +86,10 @@ func (p *Platform) reject(w http.ResponseWriter, status int, msg string) {
 // answer and starts its processing. respond, when set, sends that answer
 // through the REST callback (interactions that arrive over the Gateway,
 // where a PING needs none); a webhook answers inline. A non-zero status
-// means refuse (409 for an id already seen).
+// means refuse (409 for an id already seen, on any instance).
 func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, respond func(ctx context.Context, ack []byte) error) ([]byte, int) {
-	if !p.seen.AddIfAbsent(in.ID, struct{}{}, received.Add(p.seenFor())) {
-		p.metrics.Dropped(platformName, "duplicate")
-		return nil, http.StatusConflict
+	if status := p.claimInteraction(in.ID, received); status != 0 {
+		return nil, status
 	}
 	switch in.Type {
 	case discordgo.InteractionPing:
@@ -162,6 +161,25 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		}
 	}()
 	return ack, 0
+}
+
+// claimInteraction claims interaction id for seenFor, across instances
+// when there are several (platform.ClaimsFor); it returns 409 for an id
+// already claimed, 503 when the store could not be asked, else 0.
+func (p *Platform) claimInteraction(id string, received time.Time) int {
+	ctx, cancel := context.WithTimeout(context.Background(), processDeadline)
+	defer cancel()
+	took, err := p.seen.Claim(ctx, "discord/interaction/"+id, received.Add(p.seenFor()))
+	switch {
+	case err != nil:
+		p.metrics.Dropped(platformName, "dedupe_unavailable")
+		p.log.Warn("discord interaction id not claimed; refused", "interaction_id", id, "err", err)
+		return http.StatusServiceUnavailable
+	case !took:
+		p.metrics.Dropped(platformName, "duplicate")
+		return http.StatusConflict
+	}
+	return 0
 }
 
 // seenFor is how long an interaction id is remembered: past the last

@@ -31,6 +31,8 @@ type wireChannel struct {
 	ParentID string                `json:"parent_id"`
 	Topic    string                `json:"topic"`
 	OwnerID  string                `json:"owner_id"`
+	// Recipients is a DM channel's user (the bot is not listed).
+	Recipients []wireUser `json:"recipients"`
 }
 
 type wireAttachment struct {

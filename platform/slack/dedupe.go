@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"connector/internal/clock"
-	"connector/platform"
-	"connector/store"
 )
 
 // This file keeps Slack's duplicates out: a retried delivery
@@ -38,15 +34,6 @@ type dedupe struct{ p *Platform }
 // recently used are forgotten, which may let a late duplicate through but
 // never loses an event.
 const localClaims = 500_000
-
-// newClaims is where the platform's claims are kept: the store's with
-// several instances (so one instance takes each), else process memory.
-func newClaims(deps platform.Deps, c clock.Clock) store.Claims {
-	if deps.Cluster != nil && deps.Store != nil {
-		return deps.Store.Claims()
-	}
-	return platform.NewLocalState(localClaims, c)
-}
 
 // begin claims key for this copy. taken is false for a duplicate (err
 // nil: drop it, confirm it) and while another instance handles the key

@@ -60,7 +60,7 @@ type Platform struct {
 	names     *names
 	memory    *memory
 	dedupe    *dedupe
-	claims    store.Claims             // one holder per key (newClaims): dedupe, slash replies
+	claims    store.Claims             // one holder per key (platform.ClaimsFor): dedupe, slash replies
 	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
 	limits    *limits
 	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
@@ -146,7 +146,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
 	p.memory = &memory{caps: platform.StateOr(deps.Store, memorySize, p.clock), clock: p.clock}
-	p.claims = newClaims(deps, p.clock)
+	p.claims = platform.ClaimsFor(deps, localClaims, p.clock)
 	p.dedupe = &dedupe{p}
 	p.queues = chatorder.New[string](maxInFlight)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}

@@ -61,6 +61,15 @@ type Channel struct {
 	ParentID string  `json:"parent_id,omitempty"`
 	Topic    *string `json:"topic,omitempty"`
 	OwnerID  string  `json:"owner_id,omitempty"`
+	// Recipients is a DM channel's user, as Discord lists it (the bot is
+	// not listed).
+	Recipients []Recipient `json:"recipients,omitempty"`
+}
+
+// Recipient is a DM channel's user.
+type Recipient struct {
+	ID       string `json:"id"`
+	Username string `json:"username"`
 }
 
 // Guild is a guild with its channels and active threads.

@@ -52,7 +52,7 @@ func World(f *Server) {
 	)
 	f.AddGuild(Guild{ID: GuildOther, Name: "Other"},
 		Channel{ID: ChanOther, Type: 0, Name: "lobby"})
-	f.AddChannel(Channel{ID: ChanDMAda, Type: 1})
+	f.AddChannel(Channel{ID: ChanDMAda, Type: 1, Recipients: []Recipient{{ID: UserAda, Username: "ada.l"}}})
 }
 
 // MessageCreate builds a MESSAGE_CREATE payload by Ada in channel (of guild,

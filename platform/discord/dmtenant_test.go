@@ -1,0 +1,99 @@
+package discord
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/bwmarrin/discordgo"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/platform/discord/discordtest"
+)
+
+// TestDMTenantKeepsOutOfLinkedUsersDMs: rule 4 gives dm_tenant (t1) only
+// the DMs no rule above places. Ada, linked to t2, DMs the bot: t2 acts in
+// her DM on its grant, and t1 may not post, edit or delete there, nor
+// does any such call reach Discord. Bob, linked to nobody, DMs the bot:
+// t1 acts in his DM. A DM channel whose user is not known (cached from an
+// answer without recipients) is nobody's until a message in it tells its
+// user; unlinking Ada gives her DM back to t1.
+func TestDMTenantKeepsOutOfLinkedUsersDMs(t *testing.T) {
+	const userBob, chanDMBob, chanDMEve = "502", "302", "303"
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.fake.AddChannel(discordtest.Channel{ID: chanDMBob, Type: 1, Recipients: []discordtest.Recipient{{ID: userBob, Username: "bob"}}})
+	e.startReady(t)
+	guilds := []platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}, {Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"}}
+	if err := e.p.Bind(append(guilds, platform.Binding{Kind: platform.BindUser, ID: userAda, Tenant: "t2"})); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("7200", chanDMAda, "", "hi from Ada", false))
+	if d := e.sink.Next(t); d.ChatID != chanDMAda || d.Tenant != "t2" {
+		t.Fatalf("Ada's DM delivered as %+v, want to t2", d)
+	}
+	sent := execute(t, e, "t2", `{"op":"send","chat_id":"301","content":"t2 answers","reply_to":null,"metadata":{}}`)
+	if !sent.Success || sent.MessageID == "" {
+		t.Fatalf("t2 in its linked user's DM = %+v", sent)
+	}
+	before := len(e.fake.Requests())
+	for _, op := range []string{
+		`{"op":"send","chat_id":"301","content":"t1 intrudes","reply_to":null,"metadata":{}}`,
+		`{"op":"edit","chat_id":"301","message_id":"` + sent.MessageID + `","content":"t1 rewrote it","metadata":{}}`,
+		`{"op":"delete","chat_id":"301","message_id":"` + sent.MessageID + `","metadata":{}}`,
+		`{"op":"typing","chat_id":"301","metadata":{}}`,
+	} {
+		if r := execute(t, e, "t1", op); r.Code != contract.CodeEgressDeclined {
+			t.Fatalf("dm_tenant t1 in a DM of a user linked to t2: %s = %+v, want egress_declined", op, r)
+		}
+	}
+	for _, q := range e.fake.Requests()[before:] {
+		if strings.Contains(q.Path, "/channels/"+chanDMAda) {
+			t.Fatalf("t1's declined op reached Discord: %s %s", q.Method, q.Path)
+		}
+	}
+	if ms := e.fake.Messages(chanDMAda); len(ms) != 1 || ms[0].Content != "t2 answers" {
+		t.Fatalf("Ada's DM holds %+v, want t2's message alone, untouched", ms)
+	}
+
+	// Bob is linked to nobody: his DM is t1's by rule 4.
+	e.dispatch(t, "MESSAGE_CREATE", func() map[string]any {
+		m := msg("7201", chanDMBob, "", "hi from Bob", false)
+		m["author"] = map[string]any{"id": userBob, "username": "bob"}
+		return m
+	}())
+	if d := e.sink.Next(t); d.ChatID != chanDMBob || d.Tenant != "t1" {
+		t.Fatalf("Bob's DM delivered as %+v, want to t1", d)
+	}
+	if r := execute(t, e, "t1", `{"op":"send","chat_id":"302","content":"t1 answers Bob","reply_to":null,"metadata":{}}`); !r.Success {
+		t.Fatalf("dm_tenant t1 in an unlinked user's DM = %+v", r)
+	}
+	if r := execute(t, e, "t2", `{"op":"typing","chat_id":"302","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 in Bob's DM = %+v, want egress_declined", r)
+	}
+
+	// A DM channel known without its user is nobody's, until a message in
+	// it tells who the user is.
+	e.p.cache.putChannel(&wireChannel{ID: chanDMEve, Type: discordgo.ChannelTypeDM})
+	if _, err := e.p.ChatTenant(waitCtx(t), chanDMEve); !errors.Is(err, platform.ErrUnknownChat) {
+		t.Fatalf("a DM channel of an unknown user = %v, want ErrUnknownChat", err)
+	}
+	e.p.cache.rememberDM(chanDMEve, "504")
+	if owner, err := e.p.ChatTenant(waitCtx(t), chanDMEve); err != nil || owner != "t1" {
+		t.Fatalf("the DM channel once its unlinked user is known = %q, %v, want t1", owner, err)
+	}
+
+	// Unlinked, Ada's DM falls back to t1 again.
+	if err := e.p.Bind(guilds); err != nil {
+		t.Fatal(err)
+	}
+	if r := execute(t, e, "t1", `{"op":"typing","chat_id":"301","metadata":{}}`); !r.Success {
+		t.Fatalf("dm_tenant t1 in Ada's DM once she is unlinked = %+v", r)
+	}
+	if _, err := e.fake.WaitRequest(waitCtx(t), func(q discordtest.Request) bool {
+		return q.Method == http.MethodPost && q.Path == "/api/v9/channels/"+chanDMAda+"/typing"
+	}); err != nil {
+		t.Fatalf("t1's typing in Ada's DM never reached Discord: %v", err)
+	}
+}
