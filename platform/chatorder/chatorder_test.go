@@ -3,7 +3,9 @@ package chatorder_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -121,13 +123,36 @@ func TestBoundHoldsTheSource(t *testing.T) {
 	third := make(chan struct{})
 	queued := make(chan bool, 1)
 	go func() { queued <- q.Go(t.Context(), 3, func() { close(third) }) }()
-	select {
-	case <-queued:
-		t.Fatal("Go over the bound returned before room was made")
-	default:
+	// Go signals nothing while it waits: the test waits until its
+	// goroutine is parked waiting for a slot of the bound, or it returned.
+	deadline := time.Now().Add(10 * time.Second)
+	for !waitingForRoom() {
+		select {
+		case <-queued:
+			t.Fatal("Go over the bound returned before room was made")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out after 10s waiting for Go over the bound to wait for room")
+		}
+		time.Sleep(time.Millisecond) // polling: a goroutine parking signals nothing
 	}
 	close(release)
 	wait(t, queued, "Go to take the piece once room was made")
 	wait(t, third, "the third piece")
 	q.Wait()
+}
+
+// waitingForRoom reports whether a goroutine is blocked in the Queue's
+// wait for a slot of its bound.
+func waitingForRoom() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(header, "[select") && strings.Contains(g, "chatorder.(*Queue[...]).acquire(") {
+			return true
+		}
+	}
+	return false
 }
