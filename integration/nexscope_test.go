@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -447,7 +448,9 @@ func TestNexscopeSendMediaWaitsForTheRoomLock(t *testing.T) {
 		}
 		results <- r
 	}()
-	platformtest.WaitUntil(t, "send_media waiting for the lock", func() bool { return strings.Contains(e.logs.String(), "waiting for the room's file-transfer lock") })
+	platformtest.WaitUntil(t, "send_media waiting for the room's file-transfer lock", func() bool {
+		return parkedIn("connector/platform/nexscope.(*room).beginBotTransfer(")
+	})
 	src := nexscopetest.NewChunkSource(200_000, 65536)
 	for b := src.Next(); b != nil; b = src.Next() {
 		alice.SendBinary(b)
@@ -563,4 +566,19 @@ func TestNexscopeSendMediaFailures(t *testing.T) {
 func waitBridging(t *testing.T, p *nexscope.Platform) {
 	t.Helper()
 	platformtest.WaitUntil(t, "the nexscope bridge to run", func() bool { return p.Status().Ready })
+}
+
+// parkedIn reports whether a goroutine is blocked in a select inside fn
+// (a function as a goroutine's stack names it): waiting for something the
+// code under test signals nowhere else, such as a lock it queues for.
+func parkedIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(header, "[select") && strings.Contains(g, fn) {
+			return true
+		}
+	}
+	return false
 }
