@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/leakcheck"
 	"connector/media"
 	"connector/media/mediatest"
 	"connector/platform"
@@ -449,7 +449,7 @@ func TestNexscopeSendMediaWaitsForTheRoomLock(t *testing.T) {
 		results <- r
 	}()
 	platformtest.WaitUntil(t, "send_media waiting for the room's file-transfer lock", func() bool {
-		return parkedIn("connector/platform/nexscope.(*room).beginBotTransfer(")
+		return leakcheck.Parked("connector/platform/nexscope.(*room).beginBotTransfer(")
 	})
 	src := nexscopetest.NewChunkSource(200_000, 65536)
 	for b := src.Next(); b != nil; b = src.Next() {
@@ -566,19 +566,4 @@ func TestNexscopeSendMediaFailures(t *testing.T) {
 func waitBridging(t *testing.T, p *nexscope.Platform) {
 	t.Helper()
 	platformtest.WaitUntil(t, "the nexscope bridge to run", func() bool { return p.Status().Ready })
-}
-
-// parkedIn reports whether a goroutine is blocked in a select inside fn
-// (a function as a goroutine's stack names it): waiting for something the
-// code under test signals nowhere else, such as a lock it queues for.
-func parkedIn(fn string) bool {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		header, _, _ := strings.Cut(g, "\n")
-		if strings.Contains(header, "[select") && strings.Contains(g, fn) {
-			return true
-		}
-	}
-	return false
 }

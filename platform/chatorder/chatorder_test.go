@@ -3,13 +3,12 @@ package chatorder_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"connector/internal/leakcheck"
 	"connector/platform/chatorder"
 )
 
@@ -126,7 +125,7 @@ func TestBoundHoldsTheSource(t *testing.T) {
 	// Go signals nothing while it waits: the test waits until its
 	// goroutine is parked waiting for a slot of the bound, or it returned.
 	deadline := time.Now().Add(10 * time.Second)
-	for !waitingForRoom() {
+	for !leakcheck.Parked("connector/platform/chatorder.(*Queue[...]).acquire(") {
 		select {
 		case <-queued:
 			t.Fatal("Go over the bound returned before room was made")
@@ -141,18 +140,4 @@ func TestBoundHoldsTheSource(t *testing.T) {
 	wait(t, queued, "Go to take the piece once room was made")
 	wait(t, third, "the third piece")
 	q.Wait()
-}
-
-// waitingForRoom reports whether a goroutine is blocked in the Queue's
-// wait for a slot of its bound.
-func waitingForRoom() bool {
-	buf := make([]byte, 1<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		header, _, _ := strings.Cut(g, "\n")
-		if strings.Contains(header, "[select") && strings.Contains(g, "chatorder.(*Queue[...]).acquire(") {
-			return true
-		}
-	}
-	return false
 }
