@@ -473,15 +473,6 @@ func (s *Server) editMessageText(form map[string]string) (any, *Failure) {
 	return map[string]any{"message_id": id, "date": time.Now().Unix(), "chat": map[string]any{"id": chat, "type": "private"}, "text": text}, nil
 }
 
-// Queued counts the updates queued and not yet confirmed by a getUpdates
-// offset past them: a test waits for it to fall before it queues updates
-// whose confirmation must not be mixed up with the earlier ones'.
-func (s *Server) Queued() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.updates)
-}
-
 // getUpdates answers from the queue at once, or holds the long poll until
 // an update is queued, timeout seconds pass or the client goes away. An
 // answer carries at most limit updates (1-100, default 100), as Telegram's.
