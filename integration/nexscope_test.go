@@ -14,6 +14,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/leakcheck"
 	"connector/media"
 	"connector/media/mediatest"
 	"connector/platform"
@@ -447,7 +448,9 @@ func TestNexscopeSendMediaWaitsForTheRoomLock(t *testing.T) {
 		}
 		results <- r
 	}()
-	platformtest.WaitUntil(t, "send_media waiting for the lock", func() bool { return strings.Contains(e.logs.String(), "waiting for the room's file-transfer lock") })
+	platformtest.WaitUntil(t, "send_media waiting for the room's file-transfer lock", func() bool {
+		return leakcheck.Parked("connector/platform/nexscope.(*room).beginBotTransfer(")
+	})
 	src := nexscopetest.NewChunkSource(200_000, 65536)
 	for b := src.Next(); b != nil; b = src.Next() {
 		alice.SendBinary(b)

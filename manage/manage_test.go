@@ -131,7 +131,10 @@ func TestRoutes(t *testing.T) {
 		s, _, _ := r.reg.Effective(context.Background())
 		t.Fatalf("deprovision dropped %v; left %+v", out["dropped"], s.Bindings)
 	}
-	s, _, _ := r.reg.Effective(context.Background())
+	s, _, err := r.reg.Effective(context.Background())
+	if err != nil {
+		t.Fatalf("Effective after deprovision: %v", err)
+	}
 	for _, g := range s.Gateways {
 		if g.ID == "gw-b" {
 			t.Fatal("gw-b is still a gateway after deprovision")

@@ -62,7 +62,7 @@ func (c *child) waitDraining(t *testing.T) {
 	for {
 		resp, err := http.Get("http://" + c.ops + "/readyz")
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("waiting for /readyz to say the connector drains: %v", err)
 		}
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusServiceUnavailable {
@@ -181,11 +181,7 @@ tenants: [{id: t1, gateways: [{id: gw1, secrets: [%q]}]}]
 	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for status(ops+"/readyz") != http.StatusServiceUnavailable {
-		if time.Since(signaled) > serveWait {
-			t.Fatalf("timed out after %v waiting for /readyz to answer 503", serveWait)
-		}
-	}
+	r.waitDraining(t)
 	if got := status("http://" + r.addr + "/healthz"); got != http.StatusOK {
 		t.Fatalf("the public listener stopped serving with /readyz at 503: /healthz %d", got)
 	}

@@ -1,6 +1,7 @@
 // Package leakcheck fails a test binary when goroutines running the code
 // under test outlive its tests: every connection's reader, writer and timer
-// must end with the connection.
+// must end with the connection. It also tells a test when a goroutine is
+// parked in a function (Parked), for waits the code signals nowhere else.
 package leakcheck
 
 import (
@@ -59,4 +60,21 @@ func running(markers []string) string {
 		}
 	}
 	return strings.Join(out, "\n\n")
+}
+
+// Parked reports whether a goroutine is blocked in a select inside fn, a
+// function as goroutine stacks name it (e.g.
+// "connector/platform/chatorder.(*Queue[...]).acquire("): queued for a lock
+// or a slot that the code under test signals nowhere else. A test polls it
+// with a deadline.
+func Parked(fn string) bool {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(header, "[select") && strings.Contains(g, fn) {
+			return true
+		}
+	}
+	return false
 }

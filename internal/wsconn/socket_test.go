@@ -51,21 +51,23 @@ func TestWatchdogDropsAStuckWrite(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	// A write may complete between WaitPending and Advance; then the next
-	// one is tried.
-	var err error
-	for err == nil {
-		if clk.WaitPending(ctx, 1) != nil {
+	// A write may complete between WaitPending and Advance: the timer then
+	// fires with no write under way and disarms (the next write arms it
+	// again), and the next one is tried. Advance runs the timer before it
+	// returns, so fired says which it was.
+	for !w.fired.Load() {
+		if clk.WaitPending(ctx, 1) != nil || ctx.Err() != nil {
 			t.Fatalf("timed out after %v waiting for a write to outlive its watchdog", testTimeout)
 		}
 		clk.Advance(time.Second)
-		select {
-		case err = <-result:
-		case <-time.After(100 * time.Millisecond): // the Advance found no write under way
-		}
 	}
-	if err != ErrWriteTimeout {
-		t.Fatalf("the stuck write failed with %v, want ErrWriteTimeout", err)
+	select {
+	case err := <-result:
+		if err != ErrWriteTimeout {
+			t.Fatalf("the stuck write failed with %v, want ErrWriteTimeout", err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("timed out after %v waiting for the write the watchdog fired under to return", testTimeout)
 	}
 	if err := ws.Write(ctx, websocket.MessageText, []byte("x")); err == nil {
 		t.Fatal("the socket still takes writes after the watchdog fired")

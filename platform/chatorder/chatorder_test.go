@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/leakcheck"
 	"connector/platform/chatorder"
 )
 
@@ -121,10 +122,19 @@ func TestBoundHoldsTheSource(t *testing.T) {
 	third := make(chan struct{})
 	queued := make(chan bool, 1)
 	go func() { queued <- q.Go(t.Context(), 3, func() { close(third) }) }()
-	select {
-	case <-queued:
-		t.Fatal("Go over the bound returned before room was made")
-	default:
+	// Go signals nothing while it waits: the test waits until its
+	// goroutine is parked waiting for a slot of the bound, or it returned.
+	deadline := time.Now().Add(10 * time.Second)
+	for !leakcheck.Parked("connector/platform/chatorder.(*Queue[...]).acquire(") {
+		select {
+		case <-queued:
+			t.Fatal("Go over the bound returned before room was made")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("timed out after 10s waiting for Go over the bound to wait for room")
+		}
+		time.Sleep(time.Millisecond) // polling: a goroutine parking signals nothing
 	}
 	close(release)
 	wait(t, queued, "Go to take the piece once room was made")

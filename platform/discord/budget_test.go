@@ -37,10 +37,11 @@ func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
 		t.Fatal("timed out after 10s waiting for wait to sleep on the clock")
 	}
 	clk.Advance(21*time.Hour - time.Nanosecond)
-	select {
-	case err := <-waited:
-		t.Fatalf("wait returned %v before the first identify was 24h old", err)
-	default:
+	// A sleep Advance woke stops counting before Advance returns, so wait
+	// is still asleep unless it was woken early; its return would come
+	// later, on its own goroutine.
+	if n := clk.Sleepers(); n != 1 {
+		t.Fatalf("wait was woken before the first identify was 24h old (%d asleep on the clock, want 1)", n)
 	}
 	clk.Advance(time.Nanosecond) // the first identify is now 24h old
 	select {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
@@ -112,5 +111,4 @@ func TestSlashReplyFallsBackPrivately(t *testing.T) {
 	if r := e.execute(t, "t1", sprintf(slashSend, "late", "")); !r.Success || r.MessageID == "" || len(e.fake.Responses()) != 5 {
 		t.Fatalf("%+v", r)
 	}
-	_ = contract.OK
 }

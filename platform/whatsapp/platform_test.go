@@ -20,6 +20,7 @@ import (
 	"connector/internal/cluster"
 	"connector/media"
 	"connector/platform"
+	"connector/platform/pace"
 	"connector/platform/platformtest"
 	"connector/platform/whatsapp/whatsapptest"
 	"connector/store"
@@ -669,24 +670,51 @@ func TestGateDropsAsNatively(t *testing.T) {
 	}
 }
 
+// TestRateLimitBacksOffAndRetries: a rate-limit answer holds the user for
+// the backoff on the injected clock, and the message is sent again after
+// it; limits that outlast the request's deadline end in rate_limited with
+// nothing more sent.
 func TestRateLimitBacksOffAndRetries(t *testing.T) {
-	r := newRig(t, nil, nil)
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(_ *Config, d *platform.Deps) { d.Clock = clk })
 	const ada = "447700900123"
 	r.converse(t, biz1, ada, "wamid.RL")
+	// send runs one send in its own goroutine while the test drives the
+	// clock, and returns its result and how long it took on the clock.
+	send := func(content string) (contract.Result, time.Duration) {
+		t.Helper()
+		var (
+			res  contract.Result
+			done atomic.Int32
+		)
+		start := clk.Now()
+		go func() {
+			defer done.Add(1)
+			res = r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": content, "reply_to": nil})
+		}()
+		number := r.p.numberBudget(biz1.PhoneNumberID)
+		clk.Drive(t, 1, func() int { return int(done.Load()) }, func() int { return r.p.budget.Waiting("t1") + number.Waiting("t1") })
+		return res, clk.Now().Sub(start)
+	}
 	r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 131056, Message: "(#131056) (Business Account, Consumer Account) pair rate limit hit"})
-	res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "after a pause", "reply_to": nil})
+	res, took := send("after a pause")
 	if !res.Success || len(r.fake.Sent()) != 1 {
 		t.Fatalf("%+v, %d sent", res, len(r.fake.Sent()))
 	}
-	// Limits that outlast the deadline are rate_limited.
+	if took != pace.BackoffMin {
+		t.Errorf("the send after a pair limit took %v on the clock, want the backoff of %v", took, pace.BackoffMin)
+	}
+	// Limits that outlast the deadline (10 s, less the margin kept for
+	// the call) are rate_limited: backoffs of 1, 2 and 4 s, and the next
+	// 8 s are past it.
 	for range 8 {
 		r.fake.Fail(whatsapptest.GraphError{Status: 400, Code: 80007, Message: "(#80007) Rate limit issues"})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
-	defer cancel()
-	act := contract.Action{Op: contract.OpSend, ChatID: ada, Content: "x"}
-	if res := r.p.Execute(ctx, "t1", &act); res.Code != contract.CodeRateLimited || res.RetryAfterMS <= 0 {
+	if res, _ := send("x"); res.Code != contract.CodeRateLimited || res.RetryAfterMS <= 0 {
 		t.Fatalf("%+v", res)
+	}
+	if n := len(r.fake.Sent()); n != 1 {
+		t.Errorf("%d messages sent, want only the first: Meta refused the rest", n)
 	}
 }
 

@@ -154,11 +154,17 @@ func (c *Member) SendBinary(b []byte) {
 // Read returns the next message.
 func (c *Member) Read() (websocket.MessageType, []byte) {
 	c.T.Helper()
+	return c.read("the next frame")
+}
+
+// read returns the next message; what names it in a failure.
+func (c *Member) read(what string) (websocket.MessageType, []byte) {
+	c.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	typ, b, err := c.WS.Read(ctx)
 	if err != nil {
-		c.T.Fatalf("%s: read: %v", c.Name, err)
+		c.T.Fatalf("%s: waiting up to %v for %s: read: %v", c.Name, Timeout, what, err)
 	}
 	return typ, b
 }
@@ -166,9 +172,14 @@ func (c *Member) Read() (websocket.MessageType, []byte) {
 // ReadRaw returns the next text frame's bytes.
 func (c *Member) ReadRaw() []byte {
 	c.T.Helper()
-	typ, b := c.Read()
+	return c.readRaw("the next text frame")
+}
+
+func (c *Member) readRaw(what string) []byte {
+	c.T.Helper()
+	typ, b := c.read(what)
 	if typ != websocket.MessageText {
-		c.T.Fatalf("%s: got a binary frame of %d bytes, want text", c.Name, len(b))
+		c.T.Fatalf("%s: got a binary frame of %d bytes, want %s", c.Name, len(b), what)
 	}
 	return b
 }
@@ -176,7 +187,12 @@ func (c *Member) ReadRaw() []byte {
 // Next decodes the next text frame.
 func (c *Member) Next() map[string]any {
 	c.T.Helper()
-	b := c.ReadRaw()
+	return c.next("the next text frame")
+}
+
+func (c *Member) next(what string) map[string]any {
+	c.T.Helper()
+	b := c.readRaw(what)
 	m, err := DecodeFrame(b)
 	if err != nil {
 		c.T.Fatalf("%s: %v", c.Name, err)
@@ -187,7 +203,7 @@ func (c *Member) Next() map[string]any {
 // Expect reads the next text frame and checks its type.
 func (c *Member) Expect(typ string) map[string]any {
 	c.T.Helper()
-	m := c.Next()
+	m := c.next(`a frame of type "` + typ + `"`)
 	if m["type"] != typ {
 		c.T.Fatalf("%s: got %v, want a %s frame", c.Name, m, typ)
 	}
