@@ -694,7 +694,13 @@ func (ls redisLeases) Acquire(ctx context.Context, name, holder string, ttl time
 		return Lease{}, false, err
 	}
 	p, tag := ls.s.p, tagged(name)
-	res, err := acquireScript.Run(ctx, ls.s.c, []string{p + "lease:" + tag, p + "leasetoken:" + tag}, holder, pxMillis(ttl)).Slice()
+	call := leaseCall(acquireScript, ttl, []string{p + "lease:" + tag, p + "leasetoken:" + tag}, holder, pxMillis(ttl))
+	reply := ls.s.pipelined(ctx, call)
+	var res []any
+	err := reply.cmd.Err()
+	if c, ok := reply.cmd.(*redis.Cmd); ok && err == nil {
+		res, err = c.Slice()
+	}
 	if err != nil {
 		return Lease{}, false, fmt.Errorf("store: acquire lease %q: %w", name, rerr(err))
 	}
@@ -709,14 +715,31 @@ func (ls redisLeases) Acquire(ctx context.Context, name, holder string, ttl time
 	if err != nil {
 		return Lease{}, false, fmt.Errorf("store: acquire lease %q: %w", name, err)
 	}
+	if acquired == 1 && reply.unreplicated != nil {
+		// Taken, or extended, on the primary only: a failover could lose
+		// it (and its fencing token), so it is not the holder's yet. It
+		// expires on its own; the holder's next bid extends it and counts
+		// once the replicas have it.
+		return Lease{}, false, fmt.Errorf("store: acquire lease %q: %w", name, reply.unreplicated)
+	}
 	return l, acquired == 1, nil
+}
+
+// leaseCall is the pipelined call of a lease script that writes: with
+// Config.RedisMinReplicas it counts only once the replicas have it, and
+// waits for them at most a renewal period of ttl (Tenure), so a slow
+// replica cannot make a renewal outlast its period.
+func leaseCall(script *redis.Script, ttl time.Duration, keys []string, args ...any) pipeCall {
+	call := scriptCall(script, keys, args...)
+	call.replicate, call.waitAtMost = true, ttl/RenewEvery
+	return call
 }
 
 func (ls redisLeases) Renew(ctx context.Context, name string, l Lease, ttl time.Duration) (Lease, error) {
 	if err := checkLeaseArgs(name, l.Holder, ttl); err != nil {
 		return Lease{}, err
 	}
-	if err := ls.ifHeld(ctx, "renew", name, l, pxMillis(ttl)); err != nil {
+	if err := ls.ifHeld(ctx, "renew", name, l, ttl); err != nil {
 		return Lease{}, err
 	}
 	l.Expires = ls.s.clock.Now().Add(ttl)
@@ -730,15 +753,27 @@ func (ls redisLeases) Release(ctx context.Context, name string, l Lease) error {
 	return ls.ifHeld(ctx, "release", name, l, 0)
 }
 
-// ifHeld runs heldScript: it renews l for px ms, or releases it when px is
-// 0, and fails with ErrNotHeld when l is not the lease.
-func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, px int64) error {
-	ok, err := heldScript.Run(ctx, ls.s.c, []string{ls.key(name)}, leaseValue(l), px).Int()
+// ifHeld runs heldScript: it renews l for ttl, or releases it when ttl is
+// 0, and fails with ErrNotHeld when l is not the lease. A renewal counts
+// only once the replicas have it (leaseCall), else it fails with
+// ErrNotReplicated; a release does not wait for them (a lost release
+// leaves the lease to expire).
+func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, ttl time.Duration) error {
+	keys := []string{ls.key(name)}
+	call := scriptCall(heldScript, keys, leaseValue(l), 0)
+	if ttl > 0 {
+		call = leaseCall(heldScript, ttl, keys, leaseValue(l), pxMillis(ttl))
+	}
+	reply := ls.s.pipelined(ctx, call)
+	ok, err := redisInt(reply.cmd)
 	if err != nil {
 		return fmt.Errorf("store: %s lease %q: %w", op, name, rerr(err))
 	}
 	if ok != 1 {
 		return ErrNotHeld
+	}
+	if reply.unreplicated != nil {
+		return fmt.Errorf("store: %s lease %q: %w", op, name, reply.unreplicated)
 	}
 	return nil
 }

@@ -246,3 +246,82 @@ func mustReadAll(t *testing.T, s store.Store, tenant string) []store.Record {
 	}
 	return got
 }
+
+// With RedisMinReplicas a lease counts only once a replica has it: with the
+// replica gone, a new lease (and its fencing token) is not taken (Acquire
+// fails with ErrNotReplicated, Hold gives no tenure) and a renewal fails
+// with ErrNotReplicated, not ErrNotHeld, so a Tenure steps down by its
+// fence; each waits for the replica at most a renewal period (a quarter of
+// the TTL), not RedisReplicaTimeout. With the replica back the holder's
+// next bid takes the lease, and the fencing token has not gone back. A
+// store that asks for no replica takes leases as before.
+func TestRedisMinReplicasLeases(t *testing.T) {
+	primary := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplicas(t, primary, 1)[0]
+	ctx := context.Background()
+	cfg := redisConfig(primary)
+	cfg.RedisMinReplicas, cfg.RedisReplicaTimeout = 1, 4*time.Second
+	s := opener(t, cfg)(clock.System)
+	leases := s.Leases()
+	// The TTL's renewal period, 500 ms, is what each refused lease call
+	// waits, below the replica timeout.
+	const ttl = 2 * time.Second
+	held, acquired, err := leases.Acquire(ctx, "held", "a", ttl)
+	if err != nil || !acquired {
+		t.Fatalf("Acquire with a replica online = %v, %v", acquired, err)
+	}
+	other, acquired, err := leases.Acquire(ctx, "other", "a", ttl)
+	if err != nil || !acquired {
+		t.Fatalf("Acquire with a replica online = %v, %v", acquired, err)
+	}
+	// Acquire returned once the replica had the lease and its token.
+	rc := replica.Client(t)
+	for name, l := range map[string]store.Lease{"held": held, "other": other} {
+		onReplica, err := rc.Get(ctx, cfg.RedisPrefix+"leasetoken:{"+name+"}").Uint64()
+		if err != nil || onReplica != l.Token {
+			t.Fatalf("%s: token %d acquired, %d (%v) on the replica", name, l.Token, onReplica, err)
+		}
+	}
+
+	// Within the TTL of the leases taken above, so that each call finds
+	// its lease, whatever the replica wait before it.
+	replica.Kill(t)
+	if _, err := leases.Renew(ctx, "held", held, ttl); !errors.Is(err, store.ErrNotReplicated) || errors.Is(err, store.ErrNotHeld) {
+		t.Fatalf("Renew without a replica: %v, want ErrNotReplicated", err)
+	}
+	// Extending a lease one holds is no more its own than taking it.
+	if _, acquired, err := leases.Acquire(ctx, "other", "a", ttl); acquired || !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("Acquire of a lease held, without a replica = %v, %v; want ErrNotReplicated", acquired, err)
+	}
+	// A release does not wait for the replicas: lost, the lease expires.
+	if err := leases.Release(ctx, "other", other); err != nil {
+		t.Fatalf("Release without a replica: %v", err)
+	}
+	l, acquired, err := leases.Acquire(ctx, "new", "a", ttl)
+	if !errors.Is(err, store.ErrNotReplicated) || acquired || l != (store.Lease{}) {
+		t.Fatalf("Acquire without a replica = %+v, %v, %v; want not acquired, ErrNotReplicated", l, acquired, err)
+	}
+	if !strings.Contains(err.Error(), "within 500ms") {
+		t.Fatalf("the refused Acquire waited for the replica beyond the renewal period: %v", err)
+	}
+	if tn, _, err := store.Hold(ctx, clock.System, leases, "new", "a", ttl, nil); tn != nil || !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("Hold without a replica = tenure %v, %v; want none, ErrNotReplicated", tn != nil, err)
+	}
+	// A store that asks for no replica is not held up.
+	plainCfg := redisConfig(primary)
+	plainCfg.RedisPrefix = cfg.RedisPrefix
+	plain := opener(t, plainCfg)(clock.System)
+	if _, acquired, err := plain.Leases().Acquire(ctx, "plain", "b", ttl); err != nil || !acquired {
+		t.Fatalf("Acquire with RedisMinReplicas 0 and no replica = %v, %v", acquired, err)
+	}
+
+	replica.Restart(t)
+	primary.WaitReplicas(t, 1)
+	l, acquired, err = leases.Acquire(ctx, "new", "a", ttl)
+	if err != nil || !acquired {
+		t.Fatalf("Acquire with the replica back = %v, %v", acquired, err)
+	}
+	if _, err := leases.Renew(ctx, "new", l, ttl); err != nil {
+		t.Fatalf("Renew with the replica back: %v", err)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -24,10 +26,15 @@ type pipeCall struct {
 	// key is a key the command touches: on a Redis Cluster it goes to the
 	// primary serving that key's slot.
 	key string
-	// replicate marks a write a platform's confirmation waits for: with
-	// Config.RedisMinReplicas its reply also waits for the replicas.
+	// replicate marks a write a platform's confirmation waits for, or a
+	// lease's: with Config.RedisMinReplicas its reply also waits for the
+	// replicas.
 	replicate bool
-	reply     chan pipeReply
+	// waitAtMost, when above 0, bounds a replicate call's wait for the
+	// replicas below Config.RedisReplicaTimeout (a lease's, by its renewal
+	// period).
+	waitAtMost time.Duration
+	reply      chan pipeReply
 }
 
 // pipeReply is a pipelined command's reply.
@@ -153,32 +160,37 @@ func (s *redisStore) sendTo(c redis.UniversalClient, calls []pipeCall) (stale bo
 // SHA1, followed by WAIT when one of them is a write to replicate and
 // Config.RedisMinReplicas asks for replicas: WAIT counts the replicas
 // that acknowledged every write its connection made, so the whole
-// pipeline's writes wait together. It answers each call, except the scripts
-// sent by SHA1 that the server answered NOSCRIPT, which it returns, and
-// reports whether a call failed for a reason that makes the cluster's
-// layout stale (notServing).
+// pipeline's writes wait together. Calls with a shorter bound
+// (waitAtMost) get their own WAIT first, then the others' waits the rest
+// of theirs (waitBounds). It answers each call, except the scripts sent
+// by SHA1 that the server answered NOSCRIPT, which it returns, and reports
+// whether a call failed for a reason that makes the cluster's layout
+// stale (notServing).
 func (s *redisStore) exec(c redis.UniversalClient, calls []pipeCall, bodies bool) (again []pipeCall, stale bool) {
 	ctx := context.Background()
 	pipe := c.Pipeline()
 	cmds := make([]redis.Cmder, len(calls))
-	replicate := false
 	for i, call := range calls {
 		if bodies {
 			cmds[i] = call.reload(ctx, pipe)
 		} else {
 			cmds[i] = call.queue(ctx, pipe)
 		}
-		replicate = replicate || call.replicate
 	}
-	var wait *redis.IntCmd
-	if replicate && s.minReplicas > 0 {
-		wait = redis.NewIntCmd(ctx, "wait", s.minReplicas, s.replicaTimeout.Milliseconds())
-		_ = pipe.Process(ctx, wait)
+	bounds := s.waitBounds(calls)
+	waits := make([]*redis.IntCmd, len(bounds))
+	for i, ms := range bounds {
+		waited := int64(0)
+		if i > 0 {
+			waited = bounds[i-1]
+		}
+		waits[i] = redis.NewIntCmd(ctx, "wait", s.minReplicas, ms-waited)
+		_ = pipe.Process(ctx, waits[i])
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own error
-	var unreplicated error
-	if wait != nil {
-		unreplicated = s.replicated(wait)
+	unreplicated := make([]error, len(waits))
+	for i, wait := range waits {
+		unreplicated[i] = s.replicated(wait, time.Duration(bounds[i])*time.Millisecond)
 	}
 	for i, call := range calls {
 		if !bodies && call.reload != nil && redis.HasErrorPrefix(cmds[i].Err(), "NOSCRIPT") {
@@ -186,13 +198,45 @@ func (s *redisStore) exec(c redis.UniversalClient, calls []pipeCall, bodies bool
 			continue
 		}
 		r := pipeReply{cmd: cmds[i]}
-		if call.replicate {
-			r.unreplicated = unreplicated
+		if call.replicate && len(bounds) > 0 {
+			j, _ := slices.BinarySearch(bounds, s.waitBound(call))
+			r.unreplicated = unreplicated[j]
 		}
 		stale = stale || notServing(cmds[i].Err())
 		call.reply <- r
 	}
 	return again, stale
+}
+
+// waitBounds are the distinct bounds (waitBound) of the calls to
+// replicate, in ascending order, or none when Config.RedisMinReplicas asks
+// for no replica. exec sends one WAIT per bound, each for the time from
+// the previous bound to its own, so a call learns whether the replicas
+// had the pipeline's writes within its bound, and the whole pipeline
+// waits no longer than its longest bound.
+func (s *redisStore) waitBounds(calls []pipeCall) []int64 {
+	if s.minReplicas <= 0 {
+		return nil
+	}
+	var bounds []int64
+	for _, call := range calls {
+		if call.replicate {
+			bounds = append(bounds, s.waitBound(call))
+		}
+	}
+	slices.Sort(bounds)
+	return slices.Compact(bounds)
+}
+
+// waitBound is how long, in milliseconds (at least 1: WAIT's 0 waits for
+// ever), call waits for the replicas: Config.RedisReplicaTimeout, or its
+// waitAtMost when that is shorter.
+func (s *redisStore) waitBound(call pipeCall) int64 {
+	d := s.replicaTimeout
+	if call.waitAtMost > 0 {
+		d = min(d, call.waitAtMost)
+	}
+	return max(d.Milliseconds(), 1)
 }
 
 // notServing reports whether err says the server could not be reached or
@@ -215,14 +259,14 @@ func notServing(err error) bool {
 }
 
 // replicated is nil when WAIT's reply counts Config.RedisMinReplicas
-// replicas, else the ErrNotReplicated saying how many did.
-func (s *redisStore) replicated(wait *redis.IntCmd) error {
+// replicas, else the ErrNotReplicated saying how many did within bound.
+func (s *redisStore) replicated(wait *redis.IntCmd, bound time.Duration) error {
 	n, err := wait.Result()
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
 	case n < int64(s.minReplicas):
-		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.minReplicas, s.replicaTimeout)
+		return fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, n, s.minReplicas, bound)
 	}
 	return nil
 }

@@ -336,7 +336,11 @@ var (
 	// ErrNotReplicated is returned by the redis backend's ledger appends
 	// and capability writes when Config.RedisMinReplicas replicas did not
 	// acknowledge the write within Config.RedisReplicaTimeout: the write
-	// may survive or not, so it must not be confirmed to anyone.
+	// may survive or not, so it must not be confirmed to anyone. Lease
+	// acquisitions and renewals likewise (waiting at most a quarter of
+	// the lease's TTL): the lease is not the caller's (acquired false,
+	// the renewal failed), though the store may hold it for the caller
+	// until it expires.
 	ErrNotReplicated = errors.New("store: write not acknowledged by enough replicas")
 )
 
@@ -377,14 +381,16 @@ type Config struct {
 	// CA that signed the servers' certificates. Nil: the system's roots.
 	RedisTLS *tls.Config
 	// RedisMinReplicas, when above 0, makes the ledger's appends and the
-	// capabilities' writes (what a platform's confirmation waits for)
-	// return only once that many replicas acknowledged them (WAIT after
-	// each pipeline that carries one), and fail with ErrNotReplicated when
-	// they do not within RedisReplicaTimeout. 0: a write returns when the
-	// primary has it.
+	// capabilities' writes (what a platform's confirmation waits for),
+	// and the leases' acquisitions and renewals (with their fencing
+	// tokens), return only once that many replicas acknowledged them
+	// (WAIT after each pipeline that carries one), and fail with
+	// ErrNotReplicated when they do not within RedisReplicaTimeout. 0: a
+	// write returns when the primary has it.
 	RedisMinReplicas int
-	// RedisReplicaTimeout bounds that wait. 0 means
-	// DefaultRedisReplicaTimeout.
+	// RedisReplicaTimeout bounds that wait; a lease's wait is bounded by a
+	// quarter of its TTL (its renewal period, Tenure) when that is
+	// shorter. 0 means DefaultRedisReplicaTimeout.
 	RedisReplicaTimeout time.Duration
 	// RedisPrefix starts every key the redis backend writes, so several
 	// deployments (or tests) can share one server. Empty means

@@ -166,11 +166,15 @@ type StoreConfig struct {
 	// RedisMinReplicas is how many Redis replicas must have an inbound
 	// event (WAIT) before it is confirmed to its platform; when they do not
 	// within redis_replica_timeout the confirmation is refused and the
-	// platform sends the event again. Default 0: confirmed once the
-	// primary has it.
+	// platform sends the event again. Likewise a lease (and its fencing
+	// token) is taken or renewed only once that many replicas have it; if
+	// they do not, the instance does not act on it (and steps down by the
+	// lease_ttl rule when renewals keep failing). Default 0: confirmed once
+	// the primary has it.
 	RedisMinReplicas int `yaml:"redis_min_replicas"`
-	// RedisReplicaTimeout bounds the wait for redis_min_replicas. Default
-	// 1s.
+	// RedisReplicaTimeout bounds the wait for redis_min_replicas; a lease's
+	// wait is bounded by a quarter of lease_ttl (its renewal period) when
+	// that is shorter. Default 1s.
 	RedisReplicaTimeout time.Duration `yaml:"redis_replica_timeout"`
 	// Instance names this instance among those sharing the redis backend
 	// (in logs and leases); unique per process. $CONNECTOR_INSTANCE

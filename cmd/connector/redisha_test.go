@@ -54,7 +54,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	}
 	t.Parallel()
 	primary := redistest.Start(t, redistest.Options{Password: haPassword})
-	redistest.StartReplicas(t, primary, 2)
+	replicas := redistest.StartReplicas(t, primary, 2)
 	sentinels := redistest.StartSentinels(t, primary, 2, 3, redistest.SentinelOptions{Master: "mymaster", DownAfter: time.Second})
 	addrs := make([]string, len(sentinels))
 	for i, s := range sentinels {
@@ -64,11 +64,24 @@ func TestRedisSentinelFailover(t *testing.T) {
 		strings.Join(addrs, ", "), haPassword))
 	s.waitConfirmed(t, 50)
 	events := watchSentinels(t, sentinels)
+	held := leaseTokens(t, primary)
 
 	killed := time.Now()
 	primary.Kill(t)
 	resumed := s.waitResumed(t, killed, haAfter)
 	s.finish(t)
+	// A fencing token never goes back: each lease held before the kill was
+	// replicated (redis_min_replicas), so the promoted replica's token
+	// counter is not behind it.
+	promoted := promotedReplica(t, sentinels[0], replicas)
+	for key, token := range held {
+		counter := strings.Replace(key, ":lease:{", ":leasetoken:{", 1)
+		now, err := promoted.Client(t).Get(context.Background(), counter).Uint64()
+		if err != nil || now < token {
+			t.Errorf("%s: token %d held before the kill, the promoted replica's counter %d (%v)", key, token, now, err)
+		}
+	}
+	t.Logf("%d leases held before the kill; the promoted replica's token counters not behind any", len(held))
 	before, after, refused := s.counts(killed)
 	t.Logf("primary killed: confirmations resumed %v after the kill (bound %v), a replica promoted %v after it; %d updates confirmed before it, %d after, %d answers refused (%d updates, sent again), longest wait for a confirmation %v; every confirmed update delivered",
 		resumed.Round(time.Millisecond), haResumeBound, events.first("+promoted-slave", killed).Round(time.Millisecond),
@@ -88,6 +101,51 @@ func TestRedisSentinelFailover(t *testing.T) {
 	if !strings.Contains(logged, `"msg":"redis client"`) || !strings.Contains(logged, "new master") {
 		t.Error(`the log does not say the redis client followed the new primary ("redis client" ... "new master")`)
 	}
+}
+
+// leaseTokens returns the fencing token of every lease srv holds, by the
+// lease's key; at least one.
+func leaseTokens(t *testing.T, srv *redistest.Server) map[string]uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	c := srv.Client(t)
+	keys, err := c.Keys(ctx, "*:lease:{*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("the leases on %s: %q, %v; want at least one", srv.Addr(), keys, err)
+	}
+	out := make(map[string]uint64, len(keys))
+	for _, key := range keys {
+		v, err := c.Get(ctx, key).Result()
+		token, _, ok := strings.Cut(v, ":")
+		n, perr := strconv.ParseUint(token, 10, 64)
+		if err != nil || !ok || perr != nil {
+			t.Fatalf("lease %s = %q, %v", key, v, err)
+		}
+		out[key] = n
+	}
+	return out
+}
+
+// promotedReplica is the one of replicas the Sentinel names as the
+// primary.
+func promotedReplica(t *testing.T, sentinel *redistest.Server, replicas []*redistest.Server) *redistest.Server {
+	t.Helper()
+	c := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr()})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), crashWait)
+	defer cancel()
+	addr, err := c.GetMasterAddrByName(ctx, "mymaster").Result()
+	if err != nil || len(addr) != 2 {
+		t.Fatalf("the primary by Sentinel %s: %q, %v", sentinel.Addr(), addr, err)
+	}
+	for _, r := range replicas {
+		if r.Port() == addr[1] {
+			return r
+		}
+	}
+	t.Fatalf("Sentinel names %s:%s as the primary, none of the replicas", addr[0], addr[1])
+	return nil
 }
 
 // sentinelEvents records the events the Sentinels publish (+sdown, +odown,
