@@ -57,11 +57,7 @@ func (l *Limiter) Allow(key string) (ok bool, retryAfter time.Duration) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	b, found := l.keys.Get(key)
-	if !found {
-		b = rate.NewLimiter(rate.Every(l.cfg.Every), l.cfg.Burst)
-		l.keys.Add(key, b)
-	}
+	b := l.bucketLocked(key)
 	if b.AllowN(now, 1) {
 		return true, 0
 	}
@@ -93,10 +89,17 @@ func (l *Limiter) Spend(key string) {
 	now := l.cfg.Clock.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	b := l.bucketLocked(key)
+	b.ReserveN(now, 1) // n <= Burst: always granted, into debt when due
+}
+
+// bucketLocked is key's bucket, a full one for a key not seen (or
+// forgotten); l.mu is held.
+func (l *Limiter) bucketLocked(key string) *rate.Limiter {
 	b, found := l.keys.Get(key)
 	if !found {
 		b = rate.NewLimiter(rate.Every(l.cfg.Every), l.cfg.Burst)
 		l.keys.Add(key, b)
 	}
-	b.ReserveN(now, 1) // n <= Burst: always granted, into debt when due
+	return b
 }
