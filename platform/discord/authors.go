@@ -129,13 +129,39 @@ func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
 // stand where the channel is (platform.Ownership.MayAct: no binding or
 // claim of another tenant). Only then is the channel placed: from the
 // cache, else looked up for the tenant; a chat the tenant has neither
-// claim nor grant of costs no lookup.
+// claim nor grant of costs no lookup, except on a standby (standby.go),
+// whose cache lacks the threads the Gateway tells of: there a chat it has
+// not cached is looked up (standbyLookup, the call ChatTenant would make)
+// so that a thread of a channel the tenant claimed is placed by its parent.
 func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
 	own := p.owners.Load()
 	spoke := p.spoke.Has(ctx, chatID, tenant)
 	claimed := own.Claimed(chatID, tenant)
-	if ci, ok := p.cache.cachedChannel(chatID); ok && ci.ParentID != "" {
+	ci, cached := p.cache.cachedChannel(chatID)
+	if cached && ci.ParentID != "" {
 		claimed = claimed || own.Claimed(ci.ParentID, tenant)
+	}
+	if !spoke && !claimed && !cached && p.standby() {
+		// A standby's cache lacks the threads the Gateway tells of: the
+		// chat is looked up as standbyTenant would (one call on a first
+		// ask whatever the chat is, decline memory), so a thread is placed
+		// by its parent (rule 2). A chat found that is neither granted here
+		// nor the tenant's own is remembered declined, so ChatTenant asks
+		// no second time.
+		ci, found, err := p.standbyLookup(ctx, chatID, tenant)
+		switch {
+		case err != nil:
+			return false, err
+		case !found:
+			return false, nil
+		}
+		if ci.ParentID != "" && own.Claimed(ci.ParentID, tenant) && own.MayAct(tenant, chatOfInfo(ci), func() bool { return false }) {
+			return true, nil
+		}
+		if owner, ok := p.channelTenant(ci); !ok || owner != tenant {
+			p.declined.Add([2]string{tenant, chatID}, struct{}{})
+		}
+		return false, nil
 	}
 	if !spoke && !claimed {
 		return false, nil

@@ -114,6 +114,56 @@ func TestClaimantActsInItsThreads(t *testing.T) {
 	check("after a message")
 }
 
+// TestStandbyClaimantActsInItsThreads: TestClaimantActsInItsThreads on an
+// instance without the Gateway (its channel cache empty), before any
+// message: t3, which claimed channel general, may answer in general's
+// thread at once, the thread placed by its parent with one GET
+// /channels/{id} and the next send asking no more; t1 is declined there
+// with one lookup and then from its decline memory; t2 still acts in its
+// own guild.
+func TestStandbyClaimantActsInItsThreads(t *testing.T) {
+	e := newStandbyEnv(t, nil)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: chanGeneral, Tenant: "t3", Space: guildLab},
+		{Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "t3"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(tenant, chat string) contract.Result {
+		t.Helper()
+		return execute(t, e, tenant, `{"op":"send","chat_id":"`+chat+`","content":"from `+tenant+`","reply_to":null,"metadata":{}}`)
+	}
+	for i, want := range []int{1, 0} {
+		before := len(e.fake.Requests())
+		if r := send("t3", threadPlan); !r.Success {
+			t.Fatalf("send %d: t3's send into its claimed channel's thread: %+v", i, r)
+		}
+		if n := channelLookups(e, before, threadPlan); n != want {
+			t.Fatalf("send %d: t3's send made %d lookups of the thread, want %d", i, n, want)
+		}
+	}
+	if got := e.fake.Messages(threadPlan); len(got) != 2 {
+		t.Fatalf("the thread has %d messages, want t3's 2", len(got))
+	}
+	if r := send("t3", chanGeneral); !r.Success {
+		t.Fatalf("t3's send into its claimed channel: %+v", r)
+	}
+	e.p.cache.chans.Remove(threadPlan) // t1's first ask looks the thread up
+	for i, want := range []int{1, 0} {
+		before := len(e.fake.Requests())
+		if r := send("t1", threadPlan); r.Success || r.Code != contract.CodeEgressDeclined {
+			t.Fatalf("ask %d: t1's send into t3's thread: %+v, want the decline", i, r)
+		}
+		if n := channelLookups(e, before, threadPlan); n != want {
+			t.Fatalf("ask %d: t1's decline made %d lookups of the thread, want %d", i, n, want)
+		}
+	}
+	if r := send("t2", chanOther); !r.Success {
+		t.Fatalf("t2's send into its own channel: %+v", r)
+	}
+}
+
 // TestStandbyInteractionInAClaimedThread: an instance without the Gateway
 // (its channel cache empty) places an interaction in a thread by the
 // parent the interaction names, so a thread of a claimed channel is the

@@ -235,12 +235,24 @@ func TestRouteBucketsAreHonoured(t *testing.T) {
 	e.startReady(t)
 	b := &bucketed{clock: clk, used: map[string]int{}, reset: map[string]time.Time{}}
 	e.fake.SetHook(b.hook)
+	// The actions are decoded here, where t.Fatal may stop the test; the
+	// goroutine below only reports through t.Errorf and returns.
+	actions := make([]contract.Action, 7)
+	for i := range actions {
+		a, err := contract.DecodeAction(json.RawMessage(fmt.Sprintf(`{"op":"send","chat_id":"102","content":"seq-%d","reply_to":null,"metadata":{}}`, i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		actions[i] = a
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	start := clk.Now()
 	var finished atomic.Int64
 	go func() {
 		defer finished.Add(1)
-		for i := range 7 {
-			r := execute(t, e, "t1", fmt.Sprintf(`{"op":"send","chat_id":"102","content":"seq-%d","reply_to":null,"metadata":{}}`, i))
+		for i := range actions {
+			r := e.p.Execute(ctx, "t1", &actions[i])
 			if !r.Success {
 				t.Errorf("send %d = %+v", i, r)
 				return

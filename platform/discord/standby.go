@@ -59,22 +59,40 @@ func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, er
 			return owner, nil
 		}
 	}
-	if p.declined.Contains([2]string{asker, chatID}) {
-		return "", platform.ErrUnknownChat
+	ci, found, err := p.standbyLookup(ctx, chatID, asker)
+	if err != nil {
+		return "", err
 	}
-	wc, err := p.fetchChannel(ctx, chatID)
+	if found {
+		if owner, ok := p.channelTenant(ci); ok && owner == asker {
+			return owner, nil
+		}
+		p.declined.Add([2]string{asker, chatID}, struct{}{})
+	}
+	return "", platform.ErrUnknownChat
+}
+
+// standbyLookup is a standby's lookup of chatID for asker (see above): no
+// call while a decline of (asker, chat) is remembered, else GET
+// /channels/{id} on asker's share of the budget, its answer kept in the
+// channel cache. found is false for a chat Discord does not show the bot,
+// whose decline it remembers; the caller remembers one of a chat found
+// that is not asker's. The error wraps platform.ErrUnavailable.
+func (p *Platform) standbyLookup(ctx context.Context, chatID, asker string) (ci chanInfo, found bool, err error) {
+	if p.declined.Contains([2]string{asker, chatID}) {
+		return chanInfo{}, false, nil
+	}
+	wc, err := p.fetchChannel(platform.WithTenant(ctx, asker), chatID)
 	switch {
 	case errors.Is(err, errNotFound):
 	case err != nil:
-		return "", fmt.Errorf("discord: the chat's owner could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
+		return chanInfo{}, false, fmt.Errorf("discord: the chat's owner could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
 	case wc.ID == chatID:
 		p.cache.putChannel(&wc)
-		if owner, ok := p.channelTenant(infoFrom(&wc)); ok && owner == asker {
-			return owner, nil
-		}
+		return infoFrom(&wc), true, nil
 	}
 	p.declined.Add([2]string{asker, chatID}, struct{}{})
-	return "", platform.ErrUnknownChat
+	return chanInfo{}, false, nil
 }
 
 // LocateChat implements platform.ScopeLocator with the same lookup: the
