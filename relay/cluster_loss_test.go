@@ -452,6 +452,56 @@ func (r *clusterRig) waitAcquired(t *testing.T) string {
 	return ""
 }
 
+// leaseState is the tenant's lease as the shared store holds it; ok is
+// false when nobody holds it at the clock's reading.
+type leaseState struct {
+	store.Lease
+	ok bool
+}
+
+// lease reads the tenant's lease from the shared store.
+func (r *clusterRig) lease(t *testing.T) leaseState {
+	t.Helper()
+	l, ok, err := r.st.Leases().Holder(context.Background(), "relay/tenant/t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaseState{l, ok}
+}
+
+// requireUntaken fails t unless the store still holds the tenant's lease
+// was, live: same holder and token (each take of a free lease bumps the
+// token). A beat nudged during the advance that runs late can change
+// nothing: the clock stands still until the next Advance, and a lease
+// still live can be taken by no Acquire (nor can its holder's tenure end),
+// so the check does not depend on which beats ran yet.
+func (r *clusterRig) requireUntaken(t *testing.T, was leaseState, what string) {
+	t.Helper()
+	if l := r.lease(t); !l.ok || l.Holder != was.Holder || l.Token != was.Token {
+		t.Fatalf("during %s the lease went from %s's (token %d) to %+v: taken, or left free for the next bid",
+			what, was.Holder, was.Token, l)
+	}
+}
+
+// waitTaken waits until the store holds the tenant's lease under another
+// token than was's (a take of a free lease; a beat nudged by a bid may
+// still be on its way), and returns it.
+func (r *clusterRig) waitTaken(t *testing.T, was leaseState, what string) leaseState {
+	t.Helper()
+	deadline := time.Now().Add(relaytest.Timeout)
+	for {
+		l := r.lease(t)
+		if l.ok && l.Token != was.Token {
+			return l
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s: the lease is %+v, was %s's (token %d)",
+				relaytest.Timeout, what, l, was.Holder, was.Token)
+		}
+		runtime.Gosched() // polling: the store signals nothing
+	}
+}
+
 // advance moves the clock k beats, one at a time: each instance's beat
 // runs inside the Advance that reaches it.
 func (r *clusterRig) advance(k int) {
@@ -872,11 +922,14 @@ func TestClusterInterruptRightAfterTakeoverReachesTheOwner(t *testing.T) {
 	}
 
 	// Beats renew the lease: nobody takes it while i0 lives.
+	held, tenure := r.lease(t), relay.ClusterTenure(r.inst[0].h.Server, "t1")
+	if !held.ok || held.Holder != "i0" || tenure == nil {
+		t.Fatalf("lease %+v, i0's tenure %v: want i0 holding and driving", held, tenure)
+	}
 	r.advance(6)
-	select {
-	case who := <-r.acquired:
-		t.Fatalf("%s took the lease while i0 renewed it", who)
-	default:
+	r.requireUntaken(t, held, "six beats while i0 renews it")
+	if now := relay.ClusterTenure(r.inst[0].h.Server, "t1"); now != tenure || !tenure.Held() {
+		t.Fatalf("i0 lost its tenure (now %p, was %p) in six beats while it renewed the lease", now, tenure)
 	}
 
 	// i0 dies.
@@ -888,9 +941,8 @@ func TestClusterInterruptRightAfterTakeoverReachesTheOwner(t *testing.T) {
 			t.Fatalf("no instance took the lease %d beats after its holder died (LeaseTTL is 3 beats)", k-1)
 		}
 		r.advance(1)
-		select {
-		case next = <-r.acquired:
-		default:
+		if l := r.lease(t); !l.ok || l.Token != held.Token {
+			next = r.waitTaken(t, held, "the takeover after i0 died").Holder
 		}
 	}
 	t.Logf("gateway %d owns the session; %s took the tenant over", owner, next)
@@ -932,11 +984,7 @@ func TestClusterCutOffDriverStopsBeforeTheTakeover(t *testing.T) {
 	case <-time.After(relaytest.Timeout):
 		t.Fatalf("timed out after %v waiting for the cut-off driver to stop driving before its lease's expiry", relaytest.Timeout)
 	}
-	select {
-	case who := <-r.acquired:
-		t.Fatalf("%s took the lease before it expired", who)
-	default:
-	}
+	r.requireUntaken(t, leaseState{Lease: l, ok: true}, "the clock up to a millisecond before the lease's expiry")
 	r.clk.Advance(time.Millisecond) // the expiry: i1's bid
 	if who := r.waitAcquired(t); who != "i1" {
 		t.Fatalf("%s took the lease at its expiry, want i1", who)

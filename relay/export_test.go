@@ -1,6 +1,10 @@
 package relay
 
-import "time"
+import (
+	"time"
+
+	"connector/store"
+)
 
 // What cluster tests need to lose chosen pub/sub messages between
 // instances: the wake channel and each message's type byte.
@@ -72,4 +76,18 @@ func ClusterRemoteSeats(s *Server, tenant string) int {
 		n += len(p.seats)
 	}
 	return n
+}
+
+// ClusterTenure is, on s, the tenure of tenant's lease it holds while
+// driving (nil when it holds none). A tenure ends only on the clock (a
+// renewal or its view's end) or by Release, and a beat replaces it only
+// once it ended.
+func ClusterTenure(s *Server, tenant string) *store.Tenure {
+	h := s.hub(tenant)
+	if h == nil || h.fleet == nil {
+		return nil
+	}
+	h.fleet.beatMu.Lock()
+	defer h.fleet.beatMu.Unlock()
+	return h.fleet.tenure
 }
