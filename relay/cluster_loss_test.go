@@ -9,6 +9,7 @@ package relay_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -1002,3 +1003,46 @@ func (relayMetricsNop) Inbound(string, string, string)                 {}
 func (relayMetricsNop) Delivered(string, time.Duration)                {}
 func (relayMetricsNop) Outbound(string, string, string, time.Duration) {}
 func (relayMetricsNop) Buffered(string, int)                           {}
+
+// reencode returns msg, a message as an instance's cluster node encodes it
+// (a type byte, then uvarint-prefixed fields, the sender first), as sent
+// by from with old replaced by new in its fields.
+func reencode(t *testing.T, msg []byte, from string, old, new []byte) []byte {
+	t.Helper()
+	var fields [][]byte
+	for rest := msg[1:]; len(rest) > 0; {
+		l, k := binary.Uvarint(rest)
+		if k <= 0 || uint64(len(rest)-k) < l {
+			t.Fatalf("malformed cluster message %q", msg)
+		}
+		fields = append(fields, bytes.ReplaceAll(rest[k:k+int(l)], old, new))
+		rest = rest[k+int(l):]
+	}
+	return cluster.Encode(cluster.Type(msg), from, fields[1:]...)
+}
+
+// A frame for a socket on another instance from an instance that is not
+// the driver that instance follows (a former driver that woke from a pause
+// past its lease, or whose outbox still held frames when it lost the
+// lease) never reaches the socket, even when its link's generation and
+// next number match (every driver's links start at generation 1); nor
+// does it take the number of the driver's next frame.
+func TestClusterFrameFromAnotherThanTheDriverIsDropped(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	r.inst[0].net.loseFirst(cluster.Inbox("i1"), relay.ClusterMsgFrame)
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	lost := r.inst[0].net.nextLost(t, "e1's frame")
+	stale := reencode(t, lost, "i9", []byte(`"e1"`), []byte(`"stale"`))
+	if err := r.st.PubSub().Publish(context.Background(), cluster.Inbox("i1"), stale); err != nil {
+		t.Fatal(err)
+	}
+	r.waitFramesSent(t, 0, 2, "e1's frame") // e0's and e1's
+	r.advance(1)                            // the tally shows e1's frame lost
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1: a frame from i9, which is not t1's driver, reached it", ev.Text)
+	}
+	mark := r.inst[0].buffered.mark()
+	gb.Ack(t, id)
+	r.inst[0].buffered.wait(t, mark, 0, "e1's ack to reach the driver")
+}

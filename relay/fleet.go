@@ -224,16 +224,16 @@ func newFleet(s *Server) *fleet {
 	})
 	n.Handle(msgFrame, 5, func(m cluster.Msg) {
 		fl.atSocket(m, func(f *tenantFleet, c *conn) {
-			f.frameIn(c, cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]), m.Fields[4])
+			f.frameIn(m.From, c, cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]), m.Fields[4])
 		})
 	})
 	n.Handle(msgHold, 4, func(m cluster.Msg) {
 		fl.atSocket(m, func(f *tenantFleet, c *conn) {
-			f.holdIn(c, cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]))
+			f.holdIn(m.From, c, cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]))
 		})
 	})
 	n.Handle(msgBroken, 3, func(m cluster.Msg) {
-		fl.atSocket(m, func(f *tenantFleet, c *conn) { f.brokenIn(c, cluster.Uint(m.Fields[2])) })
+		fl.atSocket(m, func(f *tenantFleet, c *conn) { f.brokenIn(m.From, c, cluster.Uint(m.Fields[2])) })
 	})
 	n.Handle(msgRoster, 3, func(m cluster.Msg) {
 		fl.atDriver(m, func(f *tenantFleet) { f.rosterIn(m.From, tallyOf(m.Fields[1:])) })
@@ -647,19 +647,23 @@ func (f *tenantFleet) breakLinkLocked(c *conn, s *seat, why string) {
 	f.announceLocked(c, s)
 }
 
-// edgeSeat returns c's seat and link when another instance drives the
-// tenant and gen is the link's generation, under hub.mu.
-func (f *tenantFleet) edgeSeat(c *conn, gen uint64) (*seat, bool) {
+// edgeSeat returns c's seat and link when from is the instance this one
+// follows as the tenant's driver and gen is the link's generation, under
+// hub.mu. Every new driver's links start at generation 1, so a message
+// from a former driver (one that woke from a pause past its lease, or
+// whose outbox still held frames when it lost the lease) would otherwise
+// pass for the new driver's.
+func (f *tenantFleet) edgeSeat(from string, c *conn, gen uint64) (*seat, bool) {
 	s := f.h.seats[c]
-	return s, s != nil && s.link != nil && s.link.gen == gen && !f.driving.Load()
+	return s, s != nil && s.link != nil && s.link.gen == gen && !f.driving.Load() && from == f.driver
 }
 
-// frameIn takes a frame the driver sent for c: in order, it is queued; a
+// frameIn takes a frame the driver (from) sent for c: in order, it is queued; a
 // gap breaks the link.
-func (f *tenantFleet) frameIn(c *conn, gen, seq uint64, frame []byte) {
+func (f *tenantFleet) frameIn(from string, c *conn, gen, seq uint64, frame []byte) {
 	h := f.h
 	h.mu.Lock()
-	s, ok := f.edgeSeat(c, gen)
+	s, ok := f.edgeSeat(from, c, gen)
 	switch {
 	case !ok:
 	case !s.link.frames.Take(seq):
@@ -676,21 +680,21 @@ func (f *tenantFleet) frameIn(c *conn, gen, seq uint64, frame []byte) {
 // lost; more received than sent is a link the driver no longer knows (it
 // started driving again since), broken too. (The driver reads what it sent
 // with no frame between queued and counted, remoteSeat.framesSent.)
-func (f *tenantFleet) holdIn(c *conn, gen, sent uint64) {
+func (f *tenantFleet) holdIn(from string, c *conn, gen, sent uint64) {
 	h := f.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s, ok := f.edgeSeat(c, gen); ok && sent != s.link.frames.Received() {
+	if s, ok := f.edgeSeat(from, c, gen); ok && sent != s.link.frames.Received() {
 		f.breakLinkLocked(c, s, "last frames lost")
 	}
 }
 
 // brokenIn takes the driver's word that acks of c's link were lost.
-func (f *tenantFleet) brokenIn(c *conn, gen uint64) {
+func (f *tenantFleet) brokenIn(from string, c *conn, gen uint64) {
 	h := f.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s, ok := f.edgeSeat(c, gen); ok {
+	if s, ok := f.edgeSeat(from, c, gen); ok {
 		f.breakLinkLocked(c, s, "acks lost")
 	}
 }

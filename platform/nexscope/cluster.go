@@ -120,7 +120,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	})
 	node.Handle(msgJoined, 2, func(m cluster.Msg) {
 		if e := cl.edge(m.Fields[0]); e != nil {
-			e.link.answer(joinAnswer{home: m.From, refusal: string(m.Fields[1])})
+			e.link.answer(m.From, string(m.Fields[1]))
 		}
 	})
 	node.Handle(msgIn, 4, func(m cluster.Msg) {
@@ -129,12 +129,12 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		}
 	})
 	node.Handle(msgOut, 4, func(m cluster.Msg) {
-		if e := cl.edge(m.Fields[0]); e != nil {
+		if e := cl.edgeOf(m.From, m.Fields[0]); e != nil {
 			e.link.received(e, cluster.Uint(m.Fields[1]), string(m.Fields[2]) == "1", m.Fields[3], m.Held)
 		}
 	})
 	node.Handle(msgClose, 4, func(m cluster.Msg) {
-		if e := cl.edge(m.Fields[0]); e != nil {
+		if e := cl.edgeOf(m.From, m.Fields[0]); e != nil {
 			code, _ := strconv.Atoi(string(m.Fields[1]))
 			c := Close{Code: contract.CloseCode(code), Reason: string(m.Fields[2])}
 			if abandons(c) {
@@ -156,7 +156,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 		}
 	})
 	node.Handle(msgConsumed, 2, func(m cluster.Msg) {
-		if e := cl.edge(m.Fields[0]); e != nil {
+		if e := cl.edgeOf(m.From, m.Fields[0]); e != nil {
 			e.link.consumedUpTo(int64(cluster.Uint(m.Fields[1])))
 		}
 	})
@@ -256,6 +256,19 @@ func (cl *fleet) edge(conn []byte) *member {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	return cl.edges[string(conn)]
+}
+
+// edgeOf returns this instance's socket conn in a room homed on home:
+// the messages of a member's link count only from the home that took its
+// join, not from a former home of the room (one that woke from a pause
+// past its lease and still believed it was home).
+func (cl *fleet) edgeOf(home string, conn []byte) *member {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if m := cl.edges[string(conn)]; m != nil && m.link.home == home {
+		return m
+	}
+	return nil
 }
 
 // remote returns the remote member of a room homed here.
@@ -436,9 +449,6 @@ func (cl *fleet) joinRemote(m *member) error {
 				code, _ := strconv.Atoi(a.refusal)
 				return refusalClose(code)
 			}
-			cl.mu.Lock()
-			m.link.home, m.link.since = a.home, cl.p.deps.Clock.Now()
-			cl.mu.Unlock()
 			return nil
 		case <-m.link.done:
 			t.Stop()
@@ -733,8 +743,9 @@ type edgeLink struct {
 	joined chan joinAnswer // the home's answer to the join
 	done   chan struct{}   // closed when the member leaves
 
-	home  string    // under cl.mu, set once joined
-	since time.Time // under cl.mu: when joined
+	answered bool      // under cl.mu: the join was answered
+	home     string    // under cl.mu, set once joined
+	since    time.Time // under cl.mu: when joined
 
 	out cluster.Link // frames the member sent (its reader)
 	in  cluster.Link // frames for the member (inbox goroutine)
@@ -749,12 +760,22 @@ type edgeLink struct {
 	reported int64        // the member's writer: written as last reported
 }
 
-// answer delivers the home's answer to the join (the first one counts).
-func (l *edgeLink) answer(a joinAnswer) {
-	select {
-	case l.joined <- a:
-	default:
+// answer takes home's answer to the join, refusal "" when it joined (the
+// first answer counts): joined, the member's link is with home from then
+// on, before the home's next message (its first frame) is dispatched.
+func (l *edgeLink) answer(home, refusal string) {
+	cl := l.cl
+	cl.mu.Lock()
+	if l.answered {
+		cl.mu.Unlock()
+		return
 	}
+	l.answered = true
+	if refusal == "" {
+		l.home, l.since = home, cl.p.deps.Clock.Now()
+	}
+	cl.mu.Unlock()
+	l.joined <- joinAnswer{home: home, refusal: refusal} // the one send: joined holds one
 }
 
 // forward sends a frame the member sent to the home, after waiting while

@@ -635,3 +635,43 @@ func TestClusterLostMsgIsAnswered(t *testing.T) {
 	expectClose(alice, CloseFramesLost)
 	bob.ExpectPresence("bob")
 }
+
+// TestClusterMessagesFromAFormerHomeAreDropped: a member's frames and its
+// close count only from the home that took its join. A former home of the
+// room (one that woke from a pause past its lease, still believing it was
+// home) closing the member with 1012, or sending it a frame with the number
+// the member's link expects next, changes nothing: the member stays and
+// gets the home's next frame.
+func TestClusterMessagesFromAFormerHomeAreDropped(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	edge.p.cluster.mu.Lock()
+	var conn string
+	for c := range edge.p.cluster.edges {
+		conn = c
+	}
+	edge.p.cluster.mu.Unlock()
+
+	// The next frame alice's edge expects is number 3 (two presences).
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for _, forged := range [][]byte{
+		cluster.Encode(msgOut, "i9", []byte(conn), []byte("3"), []byte("0"),
+			[]byte(`{"type":"msg","msgId":"stale","from":"bob","to":["alice"],"text":"from a former home"}`)),
+		cluster.Encode(msgClose, "i9", []byte(conn), []byte(strconv.Itoa(int(CloseRoomMoved.Code))), []byte(CloseRoomMoved.Reason), []byte("0")),
+	} {
+		if err := home.st.PubSub().Publish(ctx, cluster.Inbox(edge.name), forged); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bob.SendJSON(msg("m1", "bob", []string{"alice"}, "from the home"))
+	if m := alice.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want m1 from the room's home", m)
+	}
+	bob.Expect("ack")
+}
