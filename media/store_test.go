@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -275,4 +276,33 @@ func httpMux(h http.Handler) *http.ServeMux {
 		mux.Handle(p, h)
 	}
 	return mux
+}
+
+// TestResolveRefusesPrivateIPv4InsideIPv6 checks that an IPv6 address
+// carrying an IPv4 one (NAT64 64:ff9b::/96 and 64:ff9b:1::/48, 6to4
+// 2002::/16) is judged by that IPv4 address: on a network with a NAT64
+// gateway, http://[64:ff9b::a9fe:a9fe]/ reaches 169.254.169.254.
+func TestResolveRefusesPrivateIPv4InsideIPv6(t *testing.T) {
+	s, _ := newStore(t, Config{})
+	for _, host := range []string{
+		"[64:ff9b::7f00:1]",      // NAT64 of 127.0.0.1
+		"[64:ff9b::a9fe:a9fe]",   // NAT64 of 169.254.169.254
+		"[64:ff9b:1::a00:1]",     // local-use NAT64 of 10.0.0.1
+		"[2002:c0a8:101::1]",     // 6to4 of 192.168.1.1
+		"[2002:7f00:1::1]",       // 6to4 of 127.0.0.1
+		"[::ffff:10.1.2.3]",      // IPv4-mapped
+		"[64:ff9b::c0a8:1]:8080", // NAT64 of 192.168.0.1, with a port
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := s.Resolve(ctx, "t1", "http://"+host+"/x.png")
+		cancel()
+		if !errors.Is(err, ErrForbiddenAddress) {
+			t.Errorf("%s: err = %v, want ErrForbiddenAddress", host, err)
+		}
+	}
+	for _, a := range []string{"64:ff9b::808:808", "2002:808:808::1", "2001:4860:4860::8888"} {
+		if !publicAddr(netip.MustParseAddr(a)) {
+			t.Errorf("%s (a public IPv4 inside, or plain public IPv6) refused", a)
+		}
+	}
 }
