@@ -131,11 +131,13 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id st
 	hdr.Set("Content-Type", cmp.Or(obj.MIME, "application/octet-stream"))
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Cache-Control", "private, no-store")
+	// Always an attachment, so a stored text/html or SVG is never rendered
+	// on this origin; the filename when there is one.
+	cd := "attachment"
 	if obj.Filename != "" {
-		if cd := mime.FormatMediaType("attachment", map[string]string{"filename": obj.Filename}); cd != "" {
-			hdr.Set("Content-Disposition", cd)
-		}
+		cd = cmp.Or(mime.FormatMediaType("attachment", map[string]string{"filename": obj.Filename}), cd)
 	}
+	hdr.Set("Content-Disposition", cd)
 	http.ServeContent(w, r, "", time.Time{}, obj.Section())
 }
 

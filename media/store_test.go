@@ -306,3 +306,36 @@ func TestResolveRefusesPrivateIPv4InsideIPv6(t *testing.T) {
 		}
 	}
 }
+
+// TestDownloadIsAlwaysAnAttachment checks that an object uploaded without
+// a filename is still served as an attachment (docs/contract.md), so an
+// uploaded text/html or image/svg+xml is never rendered by a browser on
+// the connector's origin.
+func TestDownloadIsAlwaysAnAttachment(t *testing.T) {
+	s, _ := newStore(t, Config{})
+	srv := httptest.NewServer(httpMux(s.Handler(HandlerConfig{Auth: tokens{"tok1": "t1"}})))
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/relay/media", strings.NewReader("<script>alert(document.domain)</script>"))
+	req.Header.Set("Authorization", "Bearer tok1")
+	req.Header.Set("Content-Type", "text/html")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var up struct{ ID string }
+	err = json.NewDecoder(resp.Body).Decode(&up)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("upload: %d %v", resp.StatusCode, err)
+	}
+	req, _ = http.NewRequest("GET", srv.URL+"/relay/media/"+up.ID, nil)
+	req.Header.Set("Authorization", "Bearer tok1")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if cd := resp.Header.Get("Content-Disposition"); resp.StatusCode != 200 || cd != "attachment" {
+		t.Fatalf("download: %d, Content-Disposition %q, want attachment", resp.StatusCode, cd)
+	}
+}
