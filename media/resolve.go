@@ -143,7 +143,7 @@ func newFetcher(allowPrivate bool) *http.Client {
 	return &http.Client{
 		Transport: tr,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= 5 {
+			if len(via) > 5 { // via holds the first request: five redirects are followed
 				return errors.New("too many redirects")
 			}
 			if req.URL.Scheme != "http" && req.URL.Scheme != "https" {

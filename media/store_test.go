@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -337,5 +338,29 @@ func TestDownloadIsAlwaysAnAttachment(t *testing.T) {
 	resp.Body.Close()
 	if cd := resp.Header.Get("Content-Disposition"); resp.StatusCode != 200 || cd != "attachment" {
 		t.Fatalf("download: %d, Content-Disposition %q, want attachment", resp.StatusCode, cd)
+	}
+}
+
+// TestResolveFollowsAtMostFiveRedirects checks docs/security.md's "at most
+// 5" redirects: a source five redirects away is downloaded, one six away
+// is not.
+func TestResolveFollowsAtMostFiveRedirects(t *testing.T) {
+	src := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n int
+		if _, err := fmt.Sscanf(r.URL.Path, "/r/%d", &n); err == nil && n > 0 {
+			http.Redirect(w, r, fmt.Sprintf("/r/%d", n-1), http.StatusFound)
+			return
+		}
+		_, _ = w.Write([]byte("payload"))
+	}))
+	defer src.Close()
+	s, _ := newStore(t, Config{AllowPrivateURLs: true})
+	obj, err := s.Resolve(context.Background(), "t1", src.URL+"/r/5")
+	if err != nil {
+		t.Fatalf("five redirects: %v", err)
+	}
+	obj.Close()
+	if _, err := s.Resolve(context.Background(), "t1", src.URL+"/r/6"); err == nil {
+		t.Fatal("six redirects followed")
 	}
 }
