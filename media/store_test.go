@@ -293,6 +293,9 @@ func TestResolveRefusesPrivateIPv4InsideIPv6(t *testing.T) {
 		"[2002:7f00:1::1]",       // 6to4 of 127.0.0.1
 		"[::ffff:10.1.2.3]",      // IPv4-mapped
 		"[64:ff9b::c0a8:1]:8080", // NAT64 of 192.168.0.1, with a port
+		"[::7f00:1]",             // IPv4-compatible 127.0.0.1 (deprecated)
+		"[::a9fe:a9fe]",          // IPv4-compatible 169.254.169.254
+		"[fec0::1]",              // site-local (deprecated, private)
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := s.Resolve(ctx, "t1", "http://"+host+"/x.png")
