@@ -38,8 +38,9 @@ type HandlerConfig struct {
 //	GET  /relay/media/{id}   the object's bytes (Range supported)
 //
 // Both need the gateway's bearer (401 without it) and act for its tenant
-// only. An upload over MaxBytes is 413, one past a quota 507; an unknown,
-// expired or another tenant's id is 404. Error bodies are {"error": text}.
+// only. An upload over MaxBytes is 413, one past a quota 507, one the store
+// cannot write (a full disk) 500; an unknown, expired or another tenant's
+// id is 404. Error bodies are {"error": text}.
 func (s *Store) Handler(cfg HandlerConfig) http.Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	return &handler{s: s, cfg: cfg}
@@ -100,9 +101,13 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request, tenant string) 
 	case errors.Is(err, ErrQuota):
 		httpjson.Error(w, http.StatusInsufficientStorage, "media storage quota exhausted; retry later")
 		return
-	case err != nil:
+	case errors.Is(err, errRead):
 		h.cfg.Log.Debug("media upload failed", "err", err)
 		httpjson.Error(w, http.StatusBadRequest, "upload body could not be read")
+		return
+	case err != nil:
+		h.cfg.Log.Warn("media upload could not be stored", "err", err)
+		httpjson.Error(w, http.StatusInternalServerError, "media could not be stored")
 		return
 	}
 	if info.Size == 0 {

@@ -367,3 +367,27 @@ func TestResolveFollowsAtMostFiveRedirects(t *testing.T) {
 		t.Fatal("six redirects followed")
 	}
 }
+
+// TestUploadStoreFailureIsAServerError checks that an upload the store
+// cannot write (here its directory is gone; in production a full disk) is
+// answered 500, not the 400 of a bad body a gateway would not retry.
+func TestUploadStoreFailureIsAServerError(t *testing.T) {
+	dir := t.TempDir() + "/media"
+	s, _ := newStore(t, Config{Dir: dir})
+	srv := httptest.NewServer(httpMux(s.Handler(HandlerConfig{Auth: tokens{"tok1": "t1"}})))
+	defer srv.Close()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", srv.URL+"/relay/media", strings.NewReader("payload"))
+	req.Header.Set("Authorization", "Bearer tok1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || strings.Contains(string(b), dir) {
+		t.Fatalf("upload to a store that cannot write: %d %s, want 500 without the path", resp.StatusCode, b)
+	}
+}
