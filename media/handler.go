@@ -38,8 +38,9 @@ type HandlerConfig struct {
 //	GET  /relay/media/{id}   the object's bytes (Range supported)
 //
 // Both need the gateway's bearer (401 without it) and act for its tenant
-// only. An upload over MaxBytes is 413, one past a quota 507; an unknown,
-// expired or another tenant's id is 404. Error bodies are {"error": text}.
+// only. An upload over MaxBytes is 413, one past a quota 507, one the store
+// cannot write (a full disk) 500; an unknown, expired or another tenant's
+// id is 404. Error bodies are {"error": text}.
 func (s *Store) Handler(cfg HandlerConfig) http.Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	return &handler{s: s, cfg: cfg}
@@ -100,9 +101,13 @@ func (h *handler) upload(w http.ResponseWriter, r *http.Request, tenant string) 
 	case errors.Is(err, ErrQuota):
 		httpjson.Error(w, http.StatusInsufficientStorage, "media storage quota exhausted; retry later")
 		return
-	case err != nil:
+	case errors.Is(err, errRead):
 		h.cfg.Log.Debug("media upload failed", "err", err)
 		httpjson.Error(w, http.StatusBadRequest, "upload body could not be read")
+		return
+	case err != nil:
+		h.cfg.Log.Warn("media upload could not be stored", "err", err)
+		httpjson.Error(w, http.StatusInternalServerError, "media could not be stored")
 		return
 	}
 	if info.Size == 0 {
@@ -131,11 +136,13 @@ func (h *handler) download(w http.ResponseWriter, r *http.Request, tenant, id st
 	hdr.Set("Content-Type", cmp.Or(obj.MIME, "application/octet-stream"))
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Cache-Control", "private, no-store")
+	// Always an attachment, so a stored text/html or SVG is never rendered
+	// on this origin; the filename when there is one.
+	cd := "attachment"
 	if obj.Filename != "" {
-		if cd := mime.FormatMediaType("attachment", map[string]string{"filename": obj.Filename}); cd != "" {
-			hdr.Set("Content-Disposition", cd)
-		}
+		cd = cmp.Or(mime.FormatMediaType("attachment", map[string]string{"filename": obj.Filename}), cd)
 	}
+	hdr.Set("Content-Disposition", cd)
 	http.ServeContent(w, r, "", time.Time{}, obj.Section())
 }
 

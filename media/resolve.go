@@ -143,7 +143,7 @@ func newFetcher(allowPrivate bool) *http.Client {
 	return &http.Client{
 		Transport: tr,
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= 5 {
+			if len(via) > 5 { // via holds the first request: five redirects are followed
 				return errors.New("too many redirects")
 			}
 			if req.URL.Scheme != "http" && req.URL.Scheme != "https" {
@@ -154,9 +154,35 @@ func newFetcher(allowPrivate bool) *http.Client {
 	}
 }
 
-// publicAddr reports whether a is a public unicast address.
+// Prefixes of IPv6 addresses that carry an IPv4 address a gateway or relay
+// on the path turns into an IPv4 packet: NAT64 (RFC 6052, RFC 8215) with it
+// in the last 32 bits, 6to4 (RFC 3056) with it in bits 16 to 47; and the
+// deprecated ranges an address of which is never public.
+var (
+	nat64Prefixes = []netip.Prefix{netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("64:ff9b:1::/48")}
+	sixToFour     = netip.MustParsePrefix("2002::/16")
+	// v4Compatible (RFC 4291 §2.5.5.1, deprecated) carries it in the last
+	// 32 bits too; siteLocal (RFC 3879, deprecated) is private.
+	v4Compatible = netip.MustParsePrefix("::/96")
+	siteLocal    = netip.MustParsePrefix("fec0::/10")
+)
+
+// publicAddr reports whether a is a public unicast address. An IPv6
+// address carrying an IPv4 one (NAT64, 6to4) is judged by that IPv4
+// address.
 func publicAddr(a netip.Addr) bool {
-	a = a.Unmap()
+	a = a.Unmap().WithZone("") // a zoned address matches no prefix
+	if a.Is6() {
+		b := a.As16()
+		switch {
+		case siteLocal.Contains(a):
+			return false
+		case nat64Prefixes[0].Contains(a), nat64Prefixes[1].Contains(a), v4Compatible.Contains(a):
+			a = netip.AddrFrom4([4]byte(b[12:16]))
+		case sixToFour.Contains(a):
+			a = netip.AddrFrom4([4]byte(b[2:6]))
+		}
+	}
 	switch {
 	case !a.IsValid(), a.IsLoopback(), a.IsPrivate(), a.IsLinkLocalUnicast(), a.IsLinkLocalMulticast(),
 		a.IsMulticast(), a.IsUnspecified(), a.IsInterfaceLocalMulticast():

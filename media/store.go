@@ -295,25 +295,43 @@ func (s *Store) Put(tenant string, r io.Reader, mimeType, filename string) (Info
 		return Info{}, err
 	}
 	bp := bufPool.Get().(*[]byte)
-	_, err = io.CopyBuffer(onlyWriter{u}, onlyReader{r}, *bp)
+	src := &onlyReader{Reader: r}
+	_, err = io.CopyBuffer(onlyWriter{u}, src, *bp)
 	bufPool.Put(bp)
 	if err != nil {
 		u.Abort()
-		if errors.Is(err, ErrTooLarge) || errors.Is(err, ErrQuota) {
-			return Info{}, err
+		if src.err != nil {
+			return Info{}, fmt.Errorf("%w: %w", errRead, err)
 		}
-		return Info{}, fmt.Errorf("media: read object: %w", err)
+		return Info{}, err // the store's: a limit, or a write that failed
 	}
 	return u.Commit()
 }
+
+// errRead wraps Put's failures to read r (the caller's source), as
+// opposed to the store's own (a limit, or the disk).
+var errRead = errors.New("media: read object")
 
 // bufPool holds the 64 KiB buffers objects are copied through.
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // onlyWriter and onlyReader hide ReadFrom/WriteTo so io.CopyBuffer uses the
 // pooled buffer and every write goes through Upload.Write's checks.
+// onlyReader also keeps the reader's failure, so Put tells it from the
+// store's.
 type onlyWriter struct{ io.Writer }
-type onlyReader struct{ io.Reader }
+type onlyReader struct {
+	io.Reader
+	err error
+}
+
+func (r *onlyReader) Read(p []byte) (int, error) {
+	n, err := r.Reader.Read(p)
+	if err != nil && err != io.EOF {
+		r.err = err
+	}
+	return n, err
+}
 
 // reserve counts n more bytes of obj against the limits. Expired objects
 // are removed first when the quota would be exceeded.

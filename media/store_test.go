@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -275,4 +277,117 @@ func httpMux(h http.Handler) *http.ServeMux {
 		mux.Handle(p, h)
 	}
 	return mux
+}
+
+// TestResolveRefusesPrivateIPv4InsideIPv6 checks that an IPv6 address
+// carrying an IPv4 one (NAT64 64:ff9b::/96 and 64:ff9b:1::/48, 6to4
+// 2002::/16) is judged by that IPv4 address: on a network with a NAT64
+// gateway, http://[64:ff9b::a9fe:a9fe]/ reaches 169.254.169.254.
+func TestResolveRefusesPrivateIPv4InsideIPv6(t *testing.T) {
+	s, _ := newStore(t, Config{})
+	for _, host := range []string{
+		"[64:ff9b::7f00:1]",      // NAT64 of 127.0.0.1
+		"[64:ff9b::a9fe:a9fe]",   // NAT64 of 169.254.169.254
+		"[64:ff9b:1::a00:1]",     // local-use NAT64 of 10.0.0.1
+		"[2002:c0a8:101::1]",     // 6to4 of 192.168.1.1
+		"[2002:7f00:1::1]",       // 6to4 of 127.0.0.1
+		"[::ffff:10.1.2.3]",      // IPv4-mapped
+		"[64:ff9b::c0a8:1]:8080", // NAT64 of 192.168.0.1, with a port
+		"[::7f00:1]",             // IPv4-compatible 127.0.0.1 (deprecated)
+		"[::a9fe:a9fe]",          // IPv4-compatible 169.254.169.254
+		"[fec0::1]",              // site-local (deprecated, private)
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := s.Resolve(ctx, "t1", "http://"+host+"/x.png")
+		cancel()
+		if !errors.Is(err, ErrForbiddenAddress) {
+			t.Errorf("%s: err = %v, want ErrForbiddenAddress", host, err)
+		}
+	}
+	for _, a := range []string{"64:ff9b::808:808", "2002:808:808::1", "2001:4860:4860::8888"} {
+		if !publicAddr(netip.MustParseAddr(a)) {
+			t.Errorf("%s (a public IPv4 inside, or plain public IPv6) refused", a)
+		}
+	}
+}
+
+// TestDownloadIsAlwaysAnAttachment checks that an object uploaded without
+// a filename is still served as an attachment (docs/contract.md), so an
+// uploaded text/html or image/svg+xml is never rendered by a browser on
+// the connector's origin.
+func TestDownloadIsAlwaysAnAttachment(t *testing.T) {
+	s, _ := newStore(t, Config{})
+	srv := httptest.NewServer(httpMux(s.Handler(HandlerConfig{Auth: tokens{"tok1": "t1"}})))
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/relay/media", strings.NewReader("<script>alert(document.domain)</script>"))
+	req.Header.Set("Authorization", "Bearer tok1")
+	req.Header.Set("Content-Type", "text/html")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var up struct{ ID string }
+	err = json.NewDecoder(resp.Body).Decode(&up)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("upload: %d %v", resp.StatusCode, err)
+	}
+	req, _ = http.NewRequest("GET", srv.URL+"/relay/media/"+up.ID, nil)
+	req.Header.Set("Authorization", "Bearer tok1")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if cd := resp.Header.Get("Content-Disposition"); resp.StatusCode != 200 || cd != "attachment" {
+		t.Fatalf("download: %d, Content-Disposition %q, want attachment", resp.StatusCode, cd)
+	}
+}
+
+// TestResolveFollowsAtMostFiveRedirects checks docs/security.md's "at most
+// 5" redirects: a source five redirects away is downloaded, one six away
+// is not.
+func TestResolveFollowsAtMostFiveRedirects(t *testing.T) {
+	src := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var n int
+		if _, err := fmt.Sscanf(r.URL.Path, "/r/%d", &n); err == nil && n > 0 {
+			http.Redirect(w, r, fmt.Sprintf("/r/%d", n-1), http.StatusFound)
+			return
+		}
+		_, _ = w.Write([]byte("payload"))
+	}))
+	defer src.Close()
+	s, _ := newStore(t, Config{AllowPrivateURLs: true})
+	obj, err := s.Resolve(context.Background(), "t1", src.URL+"/r/5")
+	if err != nil {
+		t.Fatalf("five redirects: %v", err)
+	}
+	obj.Close()
+	if _, err := s.Resolve(context.Background(), "t1", src.URL+"/r/6"); err == nil {
+		t.Fatal("six redirects followed")
+	}
+}
+
+// TestUploadStoreFailureIsAServerError checks that an upload the store
+// cannot write (here its directory is gone; in production a full disk) is
+// answered 500, not the 400 of a bad body a gateway would not retry.
+func TestUploadStoreFailureIsAServerError(t *testing.T) {
+	dir := t.TempDir() + "/media"
+	s, _ := newStore(t, Config{Dir: dir})
+	srv := httptest.NewServer(httpMux(s.Handler(HandlerConfig{Auth: tokens{"tok1": "t1"}})))
+	defer srv.Close()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", srv.URL+"/relay/media", strings.NewReader("payload"))
+	req.Header.Set("Authorization", "Bearer tok1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || strings.Contains(string(b), dir) {
+		t.Fatalf("upload to a store that cannot write: %d %s, want 500 without the path", resp.StatusCode, b)
+	}
 }

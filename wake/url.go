@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"connector/internal/textsplit"
 )
@@ -18,9 +19,9 @@ const MaxURLBytes = 2048
 var ErrInvalidURL = errors.New("wake: invalid wake URL")
 
 // ValidateURL checks a gateway's wake URL: an absolute http or https URL
-// with a host, at most MaxURLBytes long, without userinfo (no credentials
-// in a URL the connector stores and logs the host of) and without a
-// fragment. It returns the URL as given.
+// with an ASCII host (an IDN in its punycode form), at most MaxURLBytes
+// long, without userinfo (no credentials in a URL the connector stores and
+// logs the host of) and without a fragment. It returns the URL as given.
 func ValidateURL(raw string) (string, error) {
 	bad := func(why string) (string, error) { return "", fmt.Errorf("%w: %s", ErrInvalidURL, why) }
 	switch {
@@ -42,6 +43,10 @@ func ValidateURL(raw string) (string, error) {
 		return bad("userinfo (user:password@) is not allowed")
 	case u.Hostname() == "":
 		return bad("no host")
+	case strings.ContainsFunc(u.Hostname(), func(r rune) bool { return r >= utf8.RuneSelf }):
+		// HTTP clients map such a name (IDNA) to an ASCII one, so its many
+		// spellings would each get their own per-host poke budget.
+		return bad("a host name outside ASCII: give its punycode (xn--) form")
 	case u.Fragment != "" || strings.Contains(raw, "#"):
 		return bad("a fragment (#...) is not allowed")
 	}

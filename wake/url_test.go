@@ -101,3 +101,19 @@ func FuzzValidateURL(f *testing.F) {
 		}
 	})
 }
+
+// TestValidateURLWantsAnASCIIHost: a host name outside ASCII is refused
+// (its punycode xn-- form is taken). HTTP clients map it (IDNA) to an
+// ASCII name, so ｖictim.example, vｉctim.example, ... all reach
+// victim.example, and each such spelling would get its own per-host poke
+// budget (relay.wake_per_host).
+func TestValidateURLWantsAnASCIIHost(t *testing.T) {
+	for _, u := range []string{"https://ｖictim.example/wake", "https://victim。example/", "https://exämple.com/"} {
+		if _, err := wake.ValidateURL(u); !errors.Is(err, wake.ErrInvalidURL) {
+			t.Errorf("ValidateURL(%q): err = %v, want ErrInvalidURL", u, err)
+		}
+	}
+	if _, err := wake.ValidateURL("https://xn--exmple-cua.com/wake?t=é"); err != nil {
+		t.Errorf("a punycode host (non-ASCII query): %v", err)
+	}
+}

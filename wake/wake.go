@@ -42,6 +42,7 @@ import (
 	"maps"
 	mathrand "math/rand/v2"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -246,13 +247,19 @@ func (p *Poker) storeError(tenant string, gateways []string, err error) {
 
 // hostKey is the host a wake URL targets, as the per-host budget counts
 // it: the host name in lower case without a trailing dot, whatever the
-// scheme and port (ports of one machine share its budget).
+// scheme and port (ports of one machine share its budget); an IP address
+// in its one canonical spelling (IPv4-mapped IPv6 as IPv4, no zone), so
+// [::ffff:7f00:1] and 127.0.0.1 share one budget.
 func hostKey(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return raw
 	}
-	return strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Unmap().WithZone("").String()
+	}
+	return host
 }
 
 // digest names a URL or host in a lease name: a wake URL may carry a

@@ -377,3 +377,34 @@ func TestWakePokesPerHostAreBounded(t *testing.T) {
 		t.Fatalf("after a cooldown: %d GETs to the host, want 6", got)
 	}
 }
+
+// TestWakePerHostBudgetSeesThroughAddressSpellings: wake URLs naming one
+// IP address spelled differently ([::ffff:127.0.0.1], [::ffff:7f00:1],
+// [0:0::ffff:7f00:1] ... are all 127.0.0.1) share the host's budget;
+// otherwise a tenant multiplies Config.PerHost by the spellings it
+// registers.
+func TestWakePerHostBudgetSeesThroughAddressSpellings(t *testing.T) {
+	ws := newWakeServer(t, http.StatusOK)
+	port := ws.URL[strings.LastIndexByte(ws.URL, ':'):]
+	spellings := []string{"127.0.0.1", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[0:0::ffff:7f00:1]", "[0::ffff:7f00:0001]", "[0:0:0:0:0:ffff:127.0.0.1]"}
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk)
+	defer st.Close()
+	var targets []wake.Target
+	for i := range 18 {
+		url := "http://" + spellings[i%len(spellings)] + port + "/wake/" + strconv.Itoa(i)
+		if _, err := wake.ValidateURL(url); err != nil {
+			t.Fatalf("%s: %v", url, err)
+		}
+		targets = append(targets, wake.Target{Tenant: "acme", Gateway: "gw" + strconv.Itoa(i), URL: url})
+	}
+	p, err := wake.New(wake.Config{Targets: targetsOf(targets...), Leases: st.Leases(), Clock: clk, Cooldown: time.Minute, PerHost: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Away("acme")
+	p.Wait()
+	if got := ws.hits.Load(); got != 3 {
+		t.Fatalf("GETs to 127.0.0.1 from 18 wake URLs in %d spellings: %d, want 3 (PerHost)", len(spellings), got)
+	}
+}
