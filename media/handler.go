@@ -31,7 +31,7 @@ type HandlerConfig struct {
 }
 
 // Handler serves the media routes; mount it at both "/relay/media" and
-// "/relay/media/" (Routes):
+// "/relay/media/{id}" (Routes):
 //
 //	POST /relay/media        upload: raw body, Content-Type and optional
 //	                         X-Media-Filename; 200 {"id","size","url"}
