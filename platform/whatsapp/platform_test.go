@@ -899,3 +899,46 @@ func TestStatusCountedOnceWhenItsPayloadIsRetried(t *testing.T) {
 		t.Fatalf("%d deliveries, want the message once", n)
 	}
 }
+
+// A conversation through a number no tenant owns lets its tenant act only
+// while the user is linked to it: once the link is revoked, or once the
+// tenant's number is unbound at runtime, the conversation record (kept 30
+// days) no longer lets the tenant send from that number.
+func TestConversationOnAnUnownedNumberEndsWithTheGrant(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, d *platform.Deps) { d.Linker = linker{} })
+	const ada = "447700900123"
+	send := func(tenant string) contract.Result {
+		return r.exec(t, tenant, map[string]any{"op": "send", "chat_id": ada, "content": "hi", "reply_to": nil})
+	}
+	linked := []platform.Binding{
+		{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t1"},
+		{Kind: platform.BindUser, ID: ada, Tenant: "t2"},
+	}
+	if err := r.p.Bind(linked); err != nil {
+		t.Fatal(err)
+	}
+	r.converse(t, biz3, ada, "wamid.G1") // reaches t2 by author link
+	r.converse(t, biz1, ada, "wamid.G2") // reaches t1, the number's owner
+	if got := r.sink.all(); len(got) != 2 || got[0].Tenant != "t2" || got[1].Tenant != "t1" {
+		t.Fatalf("deliveries %+v", got)
+	}
+	if res := send("t2"); !res.Success {
+		t.Fatalf("t2 to its linked user: %+v", res)
+	}
+	// The link is revoked and t1's number unbound (SIGHUP or the admin API).
+	if err := r.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"t2", "t1"} {
+		if res := send(tenant); res.Code != contract.CodeEgressDeclined {
+			t.Errorf("%s after losing the user: %+v, want the decline", tenant, res)
+		}
+		ctx := platform.WithTenant(context.Background(), tenant)
+		if got, err := r.p.ChatTenant(ctx, ada); err == nil {
+			t.Errorf("ChatTenant for %s after losing the user: %q", tenant, got)
+		}
+	}
+	if n := len(r.fake.Sent()); n != 1 {
+		t.Fatalf("%d messages went out, want only the one before the unbinding", n)
+	}
+}
