@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -940,5 +941,67 @@ func TestConversationOnAnUnownedNumberEndsWithTheGrant(t *testing.T) {
 	}
 	if n := len(r.fake.Sent()); n != 1 {
 		t.Fatalf("%d messages went out, want only the one before the unbinding", n)
+	}
+}
+
+// refusingSink refuses one tenant's deliveries while refuse is set.
+type refusingSink struct {
+	*recordingSink
+	tenant string
+	refuse *atomic.Bool
+}
+
+func (s refusingSink) Deliver(ctx context.Context, d platform.Delivery) error {
+	if s.refuse.Load() && d.Tenant == s.tenant {
+		return errors.New("t1's ledger refused")
+	}
+	return s.recordingSink.Deliver(ctx, d)
+}
+
+// joinEntries is one payload carrying the entries of several.
+func joinEntries(t *testing.T, bodies ...[]byte) []byte {
+	t.Helper()
+	var entries []any
+	for _, b := range bodies {
+		var pl map[string]any
+		if err := json.Unmarshal(b, &pl); err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, pl["entry"].([]any)...)
+	}
+	out, _ := json.Marshal(map[string]any{"object": "whatsapp_business_account", "entry": entries})
+	return out
+}
+
+// A payload mixing two tenants' numbers: a message of t1 that cannot be
+// stored does not hold back t2's message behind it (it is delivered on
+// the first try, and once only when Meta retries), and t1's later message
+// of the same user waits for the retry, so t1's chat keeps its order.
+func TestOneTenantsFailureDoesNotHoldBackTheOthers(t *testing.T) {
+	r := newRig(t, nil, nil)
+	refuse := new(atomic.Bool)
+	refuse.Store(true)
+	r.p.sink.Store(ptr[platform.Sink](refusingSink{recordingSink: r.sink, tenant: "t1", refuse: refuse}))
+	const ada, bob = "447700900123", "14155550142"
+	body := joinEntries(t,
+		whatsapptest.Text(biz1, ada, "Ada", "wamid.H1", "first"),
+		whatsapptest.Text(biz2, bob, "Bob", "wamid.H2", "for t2"),
+		whatsapptest.Text(biz1, ada, "Ada", "wamid.H3", "second"))
+	if code := r.post(t, body); code != http.StatusServiceUnavailable {
+		t.Fatalf("webhook with t1's message not stored: %d, want 503", code)
+	}
+	if got := r.sink.all(); len(got) != 1 || got[0].Tenant != "t2" || got[0].Event.Text != "for t2" {
+		t.Fatalf("deliveries while t1's is refused: %+v, want t2's alone", got)
+	}
+	refuse.Store(false)
+	if code := r.post(t, body); code != http.StatusOK {
+		t.Fatalf("Meta's retry: %d", code)
+	}
+	var texts []string
+	for _, d := range r.sink.all() {
+		texts = append(texts, d.Tenant+":"+d.Event.Text)
+	}
+	if want := []string{"t2:for t2", "t1:first", "t1:second"}; !slices.Equal(texts, want) {
+		t.Fatalf("deliveries %q, want %q", texts, want)
 	}
 }
