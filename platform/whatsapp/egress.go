@@ -16,8 +16,20 @@ import (
 type chat struct {
 	user   string
 	number string
-	last   string // the user's latest message id, "" when unknown
+	last   string    // the user's latest message id, "" when unknown
+	wrote  time.Time // when the user last wrote to number, zero when unknown
 }
+
+// serviceWindow is Meta's customer-service window: a message other than
+// an approved template reaches a user only this long after they last
+// wrote to the business number. Meta accepts such a message past it all
+// the same and reports 131047 later, in a failed delivery status, so the
+// window is checked before the message is sent.
+const serviceWindow = 24 * time.Hour
+
+// windowed are the ops that send the user a message, which the
+// customer-service window bounds.
+var windowed = map[string]bool{contract.OpSend: true, contract.OpPrompt: true, contract.OpReact: true, contract.OpSendMedia: true}
 
 // handlers is the egress table; the descriptor's supported_ops are its
 // keys. edit, delete, thread_* and draft do not exist on the Cloud API.
@@ -45,6 +57,9 @@ func newEgress(timeout time.Duration) platform.Egress[*Platform, string] {
 			c, ok := p.sender(ctx, tenant, user)
 			if !ok { // the bindings changed since Authorize
 				return contract.Declined(platformName)
+			}
+			if windowed[name] && !c.wrote.IsZero() && p.clock.Now().Sub(c.wrote) >= serviceWindow {
+				return windowClosed("whatsapp_cloud " + name + ": ")
 			}
 			return h(p, ctx, tenant, c, a)
 		}
@@ -132,7 +147,7 @@ func (p *Platform) failure(op string, err error) contract.Result {
 	}
 	switch {
 	case errors.As(err, &ge) && ge.Code == codeReengagement:
-		return contract.Failed(contract.CodeWindowClosed, prefix+"the 24-hour customer-service window is closed: the user last wrote more than 24 hours ago, so WhatsApp delivers only approved templates until they write again (Graph error 131047)")
+		return windowClosed(prefix)
 	case errors.As(err, &ge) && rateLimitCodes[ge.Code]:
 		r := contract.Failed(contract.CodeRateLimited, prefix+p.errorText(ge))
 		r.RetryAfterMS = pace.BackoffMin.Milliseconds()
@@ -143,4 +158,10 @@ func (p *Platform) failure(op string, err error) contract.Result {
 		return contract.Failed(contract.CodePlatformError, prefix+p.errorText(ge))
 	}
 	return contract.Failed(contract.CodePlatformError, prefix+p.errorText(err))
+}
+
+// windowClosed is the result of a message the 24-hour customer-service
+// window refuses.
+func windowClosed(prefix string) contract.Result {
+	return contract.Failed(contract.CodeWindowClosed, prefix+"the 24-hour customer-service window is closed: the user last wrote more than 24 hours ago, so WhatsApp delivers only approved templates until they write again (Graph error 131047)")
 }

@@ -1005,3 +1005,38 @@ func TestOneTenantsFailureDoesNotHoldBackTheOthers(t *testing.T) {
 		t.Fatalf("deliveries %q, want %q", texts, want)
 	}
 }
+
+// Past 24 hours since the user last wrote, Meta accepts a free-form
+// message and fails it later in a status (131047), so the connector
+// answers window_closed itself, sending nothing; the user's next message
+// opens the window again.
+func TestWindowClosedAfter24HoursWithoutSending(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.X1")
+	send := func() contract.Result {
+		return r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "hello", "reply_to": nil})
+	}
+	clk.Advance(23 * time.Hour)
+	if res := send(); !res.Success {
+		t.Fatalf("send within the window: %+v", res)
+	}
+	clk.Advance(time.Hour)
+	for _, a := range []map[string]any{
+		{"op": "send", "chat_id": ada, "content": "too late", "reply_to": nil},
+		{"op": "prompt", "chat_id": ada, "content": "q", "prompt_id": "p1", "options": []any{map[string]any{"id": "a", "label": "A"}}},
+		{"op": "react", "chat_id": ada, "message_id": "wamid.X1", "emoji": "👀"},
+	} {
+		if res := r.exec(t, "t1", a); res.Code != contract.CodeWindowClosed || !strings.Contains(res.Error, "24-hour") {
+			t.Errorf("%s 24 h after the user wrote: %+v, want window_closed", a["op"], res)
+		}
+	}
+	if n := len(r.fake.Sent()); n != 1 {
+		t.Fatalf("%d messages went out, want only the one within the window", n)
+	}
+	r.converse(t, biz1, ada, "wamid.X2")
+	if res := send(); !res.Success {
+		t.Fatalf("send after the user wrote again: %+v", res)
+	}
+}
