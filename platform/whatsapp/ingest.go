@@ -303,7 +303,13 @@ func (p *Platform) linkCode(m *message, sender string) (string, bool) {
 // never wait for it) and the link replies' own share of the budget
 // (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) {
-	reply := p.deps.RedeemLink(ctx, platformName, sender, code, func(tenant string) { p.converse(ctx, tenant, sender, conv{Number: number}) })
+	reply := p.deps.RedeemLink(ctx, platformName, sender, code, func(tenant string) {
+		// Through another tenant's number the tenant may not act (sender):
+		// its own conversation with the user, if any, stays.
+		if owner, owned := p.owners.Load().Owner(chatOf(sender, number)); !owned || owner == tenant {
+			p.converse(ctx, tenant, sender, conv{Number: number})
+		}
+	})
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	msg := textMessage(sender, reply, "")

@@ -1040,3 +1040,33 @@ func TestWindowClosedAfter24HoursWithoutSending(t *testing.T) {
 		t.Fatalf("send after the user wrote again: %+v", res)
 	}
 }
+
+// A "/link" sent to another tenant's number does not replace the linked
+// tenant's conversation with the user: t2 still answers, and shows typing
+// on, the message the user wrote to t2's own number.
+func TestLinkOnAnotherTenantsNumberKeepsTheConversation(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, d *platform.Deps) { d.Linker = linker{} })
+	const ada = "447700900123"
+	r.converse(t, biz2, ada, "wamid.K1")
+	if code := r.post(t, whatsapptest.Text(biz1, ada, "Ada", "wamid.K2", "/link GOOD")); code != 200 {
+		t.Fatal(code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if sent, err := r.fake.WaitSent(ctx, 1); err != nil || sent[0].Block()["body"] != platform.LinkedReply {
+		t.Fatalf("link reply %+v: %v", sent, err)
+	}
+	if err := r.p.Bind([]platform.Binding{
+		{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t1"},
+		{Kind: platform.BindPhoneNumber, ID: biz2.PhoneNumberID, Tenant: "t2"},
+		{Kind: platform.BindUser, ID: ada, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.exec(t, "t2", map[string]any{"op": "typing", "chat_id": ada}); !res.Success {
+		t.Fatal(res)
+	}
+	if reads := r.fake.Reads(); len(reads) != 1 || reads[0].MessageID != "wamid.K1" || reads[0].PhoneNumberID != biz2.PhoneNumberID {
+		t.Fatalf("typing marked %+v, want wamid.K1 read on t2's number", reads)
+	}
+}
