@@ -1070,3 +1070,25 @@ func TestLinkOnAnotherTenantsNumberKeepsTheConversation(t *testing.T) {
 		t.Fatalf("typing marked %+v, want wamid.K1 read on t2's number", reads)
 	}
 }
+
+// typing and send_media's upload wait for the app's budget like a message
+// does: when it does not free up before the request's deadline, the
+// answer is rate_limited with a retry_after, not unavailable after the
+// whole deadline went by.
+func TestTypingWhenTheBudgetIsSpentIsRateLimited(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, _ *platform.Deps) { c.GlobalPerSecond = 1 })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.T1")
+	if res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "spends the budget", "reply_to": nil}); !res.Success {
+		t.Fatal(res)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 900*time.Millisecond) // less than the budget's next unit
+	defer cancel()
+	res := r.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpTyping, ChatID: ada})
+	if res.Code != contract.CodeRateLimited || res.RetryAfterMS <= 0 {
+		t.Fatalf("typing with the app's budget spent: %+v, want rate_limited with retry_after_ms", res)
+	}
+	if n := len(r.fake.Reads()); n != 0 {
+		t.Fatalf("%d read marks went out", n)
+	}
+}
