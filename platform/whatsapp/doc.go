@@ -35,9 +35,12 @@
 // (docs/contract.md). A tenant may act on a user (chat_id = wa_id) who
 // wrote to one of its numbers (the conversation, kept in the vault) or is
 // linked to it, from the number of that conversation (sender); anything
-// else gets the uniform decline. A message Meta refuses because the
-// 24-hour customer-service window is closed (131047) fails with
-// window_closed.
+// else gets the uniform decline. A message (send, prompt, react,
+// send_media) fails with window_closed, unsent, when the 24-hour
+// customer-service window is closed: the user last wrote to the
+// conversation's number more than 24 hours ago (Meta would accept the
+// message and fail it later, 131047 in a status), or Meta refuses it with
+// 131047.
 //
 // # Limits
 //

@@ -16,8 +16,20 @@ import (
 type chat struct {
 	user   string
 	number string
-	last   string // the user's latest message id, "" when unknown
+	last   string    // the user's latest message id, "" when unknown
+	wrote  time.Time // when the user last wrote to number, zero when unknown
 }
+
+// serviceWindow is Meta's customer-service window: a message other than
+// an approved template reaches a user only this long after they last
+// wrote to the business number. Meta accepts such a message past it all
+// the same and reports 131047 later, in a failed delivery status, so the
+// window is checked before the message is sent.
+const serviceWindow = 24 * time.Hour
+
+// windowed are the ops that send the user a message, which the
+// customer-service window bounds.
+var windowed = map[string]bool{contract.OpSend: true, contract.OpPrompt: true, contract.OpReact: true, contract.OpSendMedia: true}
 
 // handlers is the egress table; the descriptor's supported_ops are its
 // keys. edit, delete, thread_* and draft do not exist on the Cloud API.
@@ -46,6 +58,9 @@ func newEgress(timeout time.Duration) platform.Egress[*Platform, string] {
 			if !ok { // the bindings changed since Authorize
 				return contract.Declined(platformName)
 			}
+			if windowed[name] && !c.wrote.IsZero() && p.clock.Now().Sub(c.wrote) >= serviceWindow {
+				return windowClosed("whatsapp_cloud " + name + ": ")
+			}
 			return h(p, ctx, tenant, c, a)
 		}
 	}
@@ -72,12 +87,7 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 // while the deadline allows, since Meta did not take it. Any other error is returned as it is, never retried:
 // the call may have gone through.
 func (p *Platform) paced(ctx context.Context, tenant, number, user string, call func(context.Context) error) error {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(p.cfg.RequestTimeout)
-	}
-	// ctx's deadline is real time; latest is on p.clock, like the pacer.
-	latest := p.clock.Now().Add(time.Until(deadline) - callMargin)
+	latest := p.latest(ctx)
 	key := number + "/" + user
 	for {
 		now := p.clock.Now()
@@ -120,6 +130,24 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 	}
 }
 
+// latest is when, on p.clock, a call under ctx must start at the latest:
+// callMargin before ctx's deadline (real time; RequestTimeout from now
+// when it has none).
+func (p *Platform) latest(ctx context.Context) time.Time {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(p.cfg.RequestTimeout)
+	}
+	return p.clock.Now().Add(time.Until(deadline) - callMargin)
+}
+
+// appShare waits for one unit of tenant's fair share of the app's budget
+// for a call that is not a message (the read mark, a media upload): a
+// RateLimitedError when none comes before latest.
+func (p *Platform) appShare(ctx context.Context, tenant string) error {
+	return platform.WaitShare(ctx, p.budget, tenant, p.latest(ctx), p.clock)
+}
+
 // failure turns an egress error into a result whose text carries no
 // secret: the window's own code, rate_limited with a hint, unavailable for
 // what may be retried (no answer, the network, Meta's 5xx), platform_error
@@ -132,7 +160,7 @@ func (p *Platform) failure(op string, err error) contract.Result {
 	}
 	switch {
 	case errors.As(err, &ge) && ge.Code == codeReengagement:
-		return contract.Failed(contract.CodeWindowClosed, prefix+"the 24-hour customer-service window is closed: the user last wrote more than 24 hours ago, so WhatsApp delivers only approved templates until they write again (Graph error 131047)")
+		return windowClosed(prefix)
 	case errors.As(err, &ge) && rateLimitCodes[ge.Code]:
 		r := contract.Failed(contract.CodeRateLimited, prefix+p.errorText(ge))
 		r.RetryAfterMS = pace.BackoffMin.Milliseconds()
@@ -143,4 +171,10 @@ func (p *Platform) failure(op string, err error) contract.Result {
 		return contract.Failed(contract.CodePlatformError, prefix+p.errorText(ge))
 	}
 	return contract.Failed(contract.CodePlatformError, prefix+p.errorText(err))
+}
+
+// windowClosed is the result of a message the 24-hour customer-service
+// window refuses.
+func windowClosed(prefix string) contract.Result {
+	return contract.Failed(contract.CodeWindowClosed, prefix+"the 24-hour customer-service window is closed: the user last wrote more than 24 hours ago, so WhatsApp delivers only approved templates until they write again (Graph error 131047)")
 }

@@ -1,6 +1,7 @@
 package whatsapp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,10 +30,13 @@ var ownerGate = &access{policy: policyOpen, allowAll: true}
 
 // ingest walks one verified payload as _dispatch_payload does: only
 // whatsapp_business_account objects, only "messages" changes; messages are
-// ingested in order, then statuses counted. It returns an error only when
-// a message could not be stored, so the caller answers non-200 and Meta
-// retries the payload (what was stored is then dropped as a duplicate, and
-// the statuses, not counted yet, are counted once).
+// ingested in order, then statuses counted. A message that could not be
+// stored holds back only the later messages of its chat (number, user),
+// which keeps each chat's order: the other chats' messages, other tenants'
+// included, are stored all the same. ingest then returns the first such
+// error, so the caller answers non-200 and Meta retries the payload (what
+// was stored is then dropped as a duplicate, and the statuses, not counted
+// yet, are counted once).
 func (p *Platform) ingest(ctx context.Context, pl *payload, received time.Time) error {
 	sink := p.sink.Load()
 	if sink == nil {
@@ -43,6 +47,8 @@ func (p *Platform) ingest(ctx context.Context, pl *payload, received time.Time) 
 		return nil
 	}
 	var values []*changeValue
+	var first error
+	failed := map[string]bool{} // chats (number/user) with a message not stored
 	for _, e := range pl.Entry {
 		for i := range e.Changes {
 			c := &e.Changes[i]
@@ -53,11 +59,20 @@ func (p *Platform) ingest(ctx context.Context, pl *payload, received time.Time) 
 			values = append(values, &c.Value)
 			names := c.Value.contactNames()
 			for j := range c.Value.Messages {
-				if err := p.message(ctx, *sink, &c.Value, &c.Value.Messages[j], names, received); err != nil {
-					return err
+				m := &c.Value.Messages[j]
+				chat := strings.TrimSpace(c.Value.Metadata.PhoneNumberID) + "/" + strings.TrimSpace(m.From)
+				if failed[chat] { // after it on the retry, in order
+					continue
+				}
+				if err := p.message(ctx, *sink, &c.Value, m, names, received); err != nil {
+					failed[chat] = true
+					first = cmp.Or(first, err)
 				}
 			}
 		}
+	}
+	if first != nil {
+		return first
 	}
 	for _, v := range values {
 		for j := range v.Statuses {
@@ -288,7 +303,13 @@ func (p *Platform) linkCode(m *message, sender string) (string, bool) {
 // never wait for it) and the link replies' own share of the budget
 // (platform.LinkBudget).
 func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) {
-	reply := p.deps.RedeemLink(ctx, platformName, sender, code, func(tenant string) { p.converse(ctx, tenant, sender, conv{Number: number}) })
+	reply := p.deps.RedeemLink(ctx, platformName, sender, code, func(tenant string) {
+		// Through another tenant's number the tenant may not act (sender):
+		// its own conversation with the user, if any, stays.
+		if owner, owned := p.owners.Load().Owner(chatOf(sender, number)); !owned || owner == tenant {
+			p.converse(ctx, tenant, sender, conv{Number: number})
+		}
+	})
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	msg := textMessage(sender, reply, "")

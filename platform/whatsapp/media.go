@@ -50,7 +50,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, c chat, a *cont
 	filename := cmp.Or(a.Filename, obj.Filename, "file")
 	mime := cmp.Or(obj.MIME, "application/octet-stream")
 	var mediaID string
-	err := p.budget.Wait(ctx, tenant)
+	err := p.appShare(ctx, tenant)
 	if err == nil {
 		mediaID, err = p.graph.uploadMedia(ctx, c.number, filename, mime, obj.Section())
 		p.noteToken(err)

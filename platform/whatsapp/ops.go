@@ -199,7 +199,7 @@ func (p *Platform) typing(ctx context.Context, tenant string, c chat, a *contrac
 	if c.last == "" {
 		return contract.OK("")
 	}
-	err := p.budget.Wait(ctx, tenant)
+	err := p.appShare(ctx, tenant)
 	if err == nil {
 		err = p.graph.markRead(ctx, c.number, c.last)
 		p.noteToken(err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"connector/descriptor"
 	"connector/internal/clock"
@@ -266,14 +267,17 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 // number it goes out from, when the ownership order lets it: the
 // conversation the user's last message routed to tenant opened, while its
 // number is tenant's own or (a number no tenant owns) reached tenant by
-// author link (platform.Ownership.MayAct); else, for a user linked to
+// author link (platform.Ownership.MayAct), which holds only while the user
+// is still linked to tenant (the conversation outlives a revoked link or
+// an unbound number by up to 30 days); else, for a user linked to
 // tenant, tenant's own lowest number. ok is false otherwise.
 func (p *Platform) sender(ctx context.Context, tenant, user string) (chat, bool) {
 	own := p.owners.Load()
-	if cv, ok := p.conversation(ctx, tenant, user); ok && own.MayAct(tenant, chatOf(user, cv.Number), func() bool { return true }) {
-		return chat{user: user, number: cv.Number, last: cv.Last}, true
+	linked := func() bool { return own.Linked(user, tenant) } // how a number no tenant owns reaches one (Route, rule 3)
+	if cv, ok := p.conversation(ctx, tenant, user); ok && own.MayAct(tenant, chatOf(user, cv.Number), linked) {
+		return chat{user: user, number: cv.Number, last: cv.Last, wrote: cv.wrote}, true
 	}
-	if number := p.ownNumber(tenant); number != "" && own.Linked(user, tenant) {
+	if number := p.ownNumber(tenant); number != "" && linked() {
 		return chat{user: user, number: number}, true
 	}
 	return chat{}, false
@@ -282,8 +286,9 @@ func (p *Platform) sender(ctx context.Context, tenant, user string) (chat, bool)
 // conv is a tenant's conversation with a user: the business number the
 // user last wrote to and that message's id.
 type conv struct {
-	Number string `json:"n"`
-	Last   string `json:"m,omitempty"`
+	Number string    `json:"n"`
+	Last   string    `json:"m,omitempty"`
+	wrote  time.Time // when it was recorded (the vault entry's Stored)
 }
 
 // conversationKey is the vault key of tenant's conversation with user.
@@ -301,6 +306,7 @@ func (p *Platform) conversation(ctx context.Context, tenant, user string) (conv,
 	if json.Unmarshal([]byte(e.Ref), &c) != nil {
 		return conv{}, false
 	}
+	c.wrote = e.Stored
 	return c, true
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -897,5 +898,197 @@ func TestStatusCountedOnceWhenItsPayloadIsRetried(t *testing.T) {
 	}
 	if n := len(r.sink.all()); n != 1 {
 		t.Fatalf("%d deliveries, want the message once", n)
+	}
+}
+
+// A conversation through a number no tenant owns lets its tenant act only
+// while the user is linked to it: once the link is revoked, or once the
+// tenant's number is unbound at runtime, the conversation record (kept 30
+// days) no longer lets the tenant send from that number.
+func TestConversationOnAnUnownedNumberEndsWithTheGrant(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, d *platform.Deps) { d.Linker = linker{} })
+	const ada = "447700900123"
+	send := func(tenant string) contract.Result {
+		return r.exec(t, tenant, map[string]any{"op": "send", "chat_id": ada, "content": "hi", "reply_to": nil})
+	}
+	linked := []platform.Binding{
+		{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t1"},
+		{Kind: platform.BindUser, ID: ada, Tenant: "t2"},
+	}
+	if err := r.p.Bind(linked); err != nil {
+		t.Fatal(err)
+	}
+	r.converse(t, biz3, ada, "wamid.G1") // reaches t2 by author link
+	r.converse(t, biz1, ada, "wamid.G2") // reaches t1, the number's owner
+	if got := r.sink.all(); len(got) != 2 || got[0].Tenant != "t2" || got[1].Tenant != "t1" {
+		t.Fatalf("deliveries %+v", got)
+	}
+	if res := send("t2"); !res.Success {
+		t.Fatalf("t2 to its linked user: %+v", res)
+	}
+	// The link is revoked and t1's number unbound (SIGHUP or the admin API).
+	if err := r.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"t2", "t1"} {
+		if res := send(tenant); res.Code != contract.CodeEgressDeclined {
+			t.Errorf("%s after losing the user: %+v, want the decline", tenant, res)
+		}
+		ctx := platform.WithTenant(context.Background(), tenant)
+		if got, err := r.p.ChatTenant(ctx, ada); err == nil {
+			t.Errorf("ChatTenant for %s after losing the user: %q", tenant, got)
+		}
+	}
+	if n := len(r.fake.Sent()); n != 1 {
+		t.Fatalf("%d messages went out, want only the one before the unbinding", n)
+	}
+}
+
+// refusingSink refuses one tenant's deliveries while refuse is set.
+type refusingSink struct {
+	*recordingSink
+	tenant string
+	refuse *atomic.Bool
+}
+
+func (s refusingSink) Deliver(ctx context.Context, d platform.Delivery) error {
+	if s.refuse.Load() && d.Tenant == s.tenant {
+		return errors.New("t1's ledger refused")
+	}
+	return s.recordingSink.Deliver(ctx, d)
+}
+
+// joinEntries is one payload carrying the entries of several.
+func joinEntries(t *testing.T, bodies ...[]byte) []byte {
+	t.Helper()
+	var entries []any
+	for _, b := range bodies {
+		var pl map[string]any
+		if err := json.Unmarshal(b, &pl); err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, pl["entry"].([]any)...)
+	}
+	out, _ := json.Marshal(map[string]any{"object": "whatsapp_business_account", "entry": entries})
+	return out
+}
+
+// A payload mixing two tenants' numbers: a message of t1 that cannot be
+// stored does not hold back t2's message behind it (it is delivered on
+// the first try, and once only when Meta retries), and t1's later message
+// of the same user waits for the retry, so t1's chat keeps its order.
+func TestOneTenantsFailureDoesNotHoldBackTheOthers(t *testing.T) {
+	r := newRig(t, nil, nil)
+	refuse := new(atomic.Bool)
+	refuse.Store(true)
+	r.p.sink.Store(ptr[platform.Sink](refusingSink{recordingSink: r.sink, tenant: "t1", refuse: refuse}))
+	const ada, bob = "447700900123", "14155550142"
+	body := joinEntries(t,
+		whatsapptest.Text(biz1, ada, "Ada", "wamid.H1", "first"),
+		whatsapptest.Text(biz2, bob, "Bob", "wamid.H2", "for t2"),
+		whatsapptest.Text(biz1, ada, "Ada", "wamid.H3", "second"))
+	if code := r.post(t, body); code != http.StatusServiceUnavailable {
+		t.Fatalf("webhook with t1's message not stored: %d, want 503", code)
+	}
+	if got := r.sink.all(); len(got) != 1 || got[0].Tenant != "t2" || got[0].Event.Text != "for t2" {
+		t.Fatalf("deliveries while t1's is refused: %+v, want t2's alone", got)
+	}
+	refuse.Store(false)
+	if code := r.post(t, body); code != http.StatusOK {
+		t.Fatalf("Meta's retry: %d", code)
+	}
+	var texts []string
+	for _, d := range r.sink.all() {
+		texts = append(texts, d.Tenant+":"+d.Event.Text)
+	}
+	if want := []string{"t2:for t2", "t1:first", "t1:second"}; !slices.Equal(texts, want) {
+		t.Fatalf("deliveries %q, want %q", texts, want)
+	}
+}
+
+// Past 24 hours since the user last wrote, Meta accepts a free-form
+// message and fails it later in a status (131047), so the connector
+// answers window_closed itself, sending nothing; the user's next message
+// opens the window again.
+func TestWindowClosedAfter24HoursWithoutSending(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.X1")
+	send := func() contract.Result {
+		return r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "hello", "reply_to": nil})
+	}
+	clk.Advance(23 * time.Hour)
+	if res := send(); !res.Success {
+		t.Fatalf("send within the window: %+v", res)
+	}
+	clk.Advance(time.Hour)
+	for _, a := range []map[string]any{
+		{"op": "send", "chat_id": ada, "content": "too late", "reply_to": nil},
+		{"op": "prompt", "chat_id": ada, "content": "q", "prompt_id": "p1", "options": []any{map[string]any{"id": "a", "label": "A"}}},
+		{"op": "react", "chat_id": ada, "message_id": "wamid.X1", "emoji": "👀"},
+	} {
+		if res := r.exec(t, "t1", a); res.Code != contract.CodeWindowClosed || !strings.Contains(res.Error, "24-hour") {
+			t.Errorf("%s 24 h after the user wrote: %+v, want window_closed", a["op"], res)
+		}
+	}
+	if n := len(r.fake.Sent()); n != 1 {
+		t.Fatalf("%d messages went out, want only the one within the window", n)
+	}
+	r.converse(t, biz1, ada, "wamid.X2")
+	if res := send(); !res.Success {
+		t.Fatalf("send after the user wrote again: %+v", res)
+	}
+}
+
+// A "/link" sent to another tenant's number does not replace the linked
+// tenant's conversation with the user: t2 still answers, and shows typing
+// on, the message the user wrote to t2's own number.
+func TestLinkOnAnotherTenantsNumberKeepsTheConversation(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, d *platform.Deps) { d.Linker = linker{} })
+	const ada = "447700900123"
+	r.converse(t, biz2, ada, "wamid.K1")
+	if code := r.post(t, whatsapptest.Text(biz1, ada, "Ada", "wamid.K2", "/link GOOD")); code != 200 {
+		t.Fatal(code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if sent, err := r.fake.WaitSent(ctx, 1); err != nil || sent[0].Block()["body"] != platform.LinkedReply {
+		t.Fatalf("link reply %+v: %v", sent, err)
+	}
+	if err := r.p.Bind([]platform.Binding{
+		{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t1"},
+		{Kind: platform.BindPhoneNumber, ID: biz2.PhoneNumberID, Tenant: "t2"},
+		{Kind: platform.BindUser, ID: ada, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if res := r.exec(t, "t2", map[string]any{"op": "typing", "chat_id": ada}); !res.Success {
+		t.Fatal(res)
+	}
+	if reads := r.fake.Reads(); len(reads) != 1 || reads[0].MessageID != "wamid.K1" || reads[0].PhoneNumberID != biz2.PhoneNumberID {
+		t.Fatalf("typing marked %+v, want wamid.K1 read on t2's number", reads)
+	}
+}
+
+// typing and send_media's upload wait for the app's budget like a message
+// does: when it does not free up before the request's deadline, the
+// answer is rate_limited with a retry_after, not unavailable after the
+// whole deadline went by.
+func TestTypingWhenTheBudgetIsSpentIsRateLimited(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, _ *platform.Deps) { c.GlobalPerSecond = 1 })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.T1")
+	if res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "spends the budget", "reply_to": nil}); !res.Success {
+		t.Fatal(res)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 900*time.Millisecond) // less than the budget's next unit
+	defer cancel()
+	res := r.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpTyping, ChatID: ada})
+	if res.Code != contract.CodeRateLimited || res.RetryAfterMS <= 0 {
+		t.Fatalf("typing with the app's budget spent: %+v, want rate_limited with retry_after_ms", res)
+	}
+	if n := len(r.fake.Reads()); n != 0 {
+		t.Fatalf("%d read marks went out", n)
 	}
 }
