@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -170,6 +171,12 @@ func (r *adminRig) telegramRequest(update int, chat int64, text string) *http.Re
 	req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+"/telegram/webhook", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Telegram-Bot-Api-Secret-Token", adminTGSecret)
+	// An update is idempotent by its update_id, and Telegram delivers it
+	// again when a delivery fails: marked so, the client sends it again on a
+	// fresh connection when the keep-alive one it picked was closed at that
+	// moment (the connector's connection limit evicts idle keep-alives at
+	// its per-source bound, which a flood of 24 senders reaches).
+	req.Header.Set("Idempotency-Key", strconv.Itoa(update))
 	return req
 }
 
