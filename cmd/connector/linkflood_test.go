@@ -115,6 +115,11 @@ func TestLinkFloodLeavesOtherTenantsAlone(t *testing.T) {
 	stop = make(chan struct{})
 	during := make(chan []time.Duration, 1)
 	go func() { during <- measure(stop) }()
+	// t1's posting ends before the test does, also when it fails early: a
+	// post that fails after the test ended would panic the test binary.
+	var got []time.Duration
+	finish := sync.OnceFunc(func() { close(stop); got = <-during })
+	defer finish()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: floodParallel}}
 	slots := make(chan struct{}, floodParallel)
 	var wg sync.WaitGroup
@@ -158,8 +163,7 @@ func TestLinkFloodLeavesOtherTenantsAlone(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // polling interval of the metrics page
 	}
 	flood := time.Since(started)
-	close(stop)
-	got := <-during
+	finish()
 	replies := len(r.tfake.Calls("sendMessage"))
 	t.Logf("t1's webhook latency before the flood: %s", summary(baseline))
 	t.Logf("t1's webhook latency during the flood (%d /link DMs of %d users in %v): %s", floodDMs, floodUsers, flood.Round(time.Millisecond), summary(got))
