@@ -141,7 +141,7 @@ func (p *Platform) delivered(u *models.Update, in *inbound, r *readied) {
 func (p *Platform) delivery(tenant string, in *inbound, received time.Time) platform.Delivery {
 	src := &in.event.Source
 	d := platform.Delivery{Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
-		SessionKey: p.key(tenant, src), ChatID: src.ChatID, Received: received, Event: &in.event}
+		SessionKey: p.deps.Key(tenant, src), ChatID: src.ChatID, Received: received, Event: &in.event}
 	if in.stop {
 		d.Kind, d.Event = platform.KindInterrupt, nil
 	}
@@ -152,7 +152,7 @@ func (p *Platform) delivery(tenant string, in *inbound, received time.Time) plat
 // of an unclaimed chat is logged at info level (an operator may have to add
 // the chat to a tenant), later ones and the other reasons at debug.
 func (p *Platform) drop(reason string, updateID, chatID int64) {
-	p.metrics.Dropped(platformName, reason)
+	p.deps.Metrics.Dropped(platformName, reason)
 	if reason == dropUnclaimed {
 		if logged, _ := p.unclaimed.ContainsOrAdd(chatID, struct{}{}); !logged {
 			p.log.Info("telegram update from a chat no tenant claims dropped", "chat_id", chatID, "update_id", updateID)
