@@ -12,6 +12,8 @@
 package chatcontext
 
 import (
+	"slices"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
@@ -62,8 +64,12 @@ func (l *Log[K]) Keep(k K, msg contract.ContextMessage) {
 		return
 	}
 	old, _ := l.byChat.Get(k)
-	kept := append(make([]contract.ContextMessage, 0, len(old)+1), old...)
-	kept = append(kept, msg)
+	l.keep(k, append(append(make([]contract.ContextMessage, 0, len(old)+1), old...), msg))
+}
+
+// keep sets chat k's messages to kept, dropping the oldest beyond the
+// bounds.
+func (l *Log[K]) keep(k K, kept []contract.ContextMessage) {
 	size := 0
 	for i := len(kept) - 1; i >= 0; i-- {
 		size += len(kept[i].Text)
@@ -77,6 +83,24 @@ func (l *Log[K]) Keep(k K, msg contract.ContextMessage) {
 		return
 	}
 	l.byChat.Add(k, kept)
+}
+
+// Take returns the messages kept for chat k, oldest first, and forgets
+// them, for a delivery to carry; Restore gives them back when it fails.
+// Messages kept after Take are the next delivery's.
+func (l *Log[K]) Take(k K) []contract.ContextMessage {
+	kept, _ := l.byChat.Peek(k)
+	l.byChat.Remove(k)
+	return kept
+}
+
+// Restore puts msgs, which Take returned for a delivery that failed, back
+// before the messages chat k kept since, within the bounds.
+func (l *Log[K]) Restore(k K, msgs []contract.ContextMessage) {
+	if len(msgs) > 0 {
+		later, _ := l.byChat.Peek(k)
+		l.keep(k, append(slices.Clip(msgs), later...))
+	}
 }
 
 // Pending returns the messages kept for chat k, oldest first. The slice is

@@ -60,9 +60,10 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 		return nil
 	}
 	if err := (*sink).Deliver(ctx, r.d); err != nil {
+		p.observed.Restore(r.observed, in.event.Context)
 		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
 	}
-	p.delivered(u, in, &r)
+	p.delivered(u, in)
 	return nil
 }
 
@@ -116,7 +117,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		if pol.sharesSessions(in.msg) {
 			shareSession(&in.event)
 			observed = observedKeyOf(tenant, in.msg)
-			in.event.Context = p.observed.Pending(observed)
+			in.event.Context = p.observed.Take(observed) // Restore when not delivered
 		}
 		p.attachMedia(ctx, tenant, in.msg, &in.event)
 	}
@@ -124,10 +125,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 }
 
 // delivered does what follows an update's stored delivery.
-func (p *Platform) delivered(u *models.Update, in *inbound, r *readied) {
-	if len(in.event.Context) > 0 {
-		p.observed.Delivered(r.observed)
-	}
+func (p *Platform) delivered(u *models.Update, in *inbound) {
 	if u.ID != 0 {
 		p.seen.Add(u.ID, struct{}{})
 	}
