@@ -64,12 +64,8 @@ func (l *Log[K]) Keep(k K, msg contract.ContextMessage) {
 		return
 	}
 	old, _ := l.byChat.Get(k)
-	l.keep(k, append(append(make([]contract.ContextMessage, 0, len(old)+1), old...), msg))
-}
-
-// keep sets chat k's messages to kept, dropping the oldest beyond the
-// bounds.
-func (l *Log[K]) keep(k K, kept []contract.ContextMessage) {
+	kept := append(make([]contract.ContextMessage, 0, len(old)+1), old...)
+	kept = append(kept, msg)
 	size := 0
 	for i := len(kept) - 1; i >= 0; i-- {
 		size += len(kept[i].Text)
@@ -97,9 +93,8 @@ func (l *Log[K]) Take(k K) []contract.ContextMessage {
 // Restore puts msgs, which Take returned for a delivery that failed, back
 // before the messages chat k kept since, within the bounds.
 func (l *Log[K]) Restore(k K, msgs []contract.ContextMessage) {
-	if len(msgs) > 0 {
-		later, _ := l.byChat.Peek(k)
-		l.keep(k, append(slices.Clip(msgs), later...))
+	for _, msg := range append(slices.Clip(msgs), l.Take(k)...) {
+		l.Keep(k, msg)
 	}
 }
 
