@@ -60,7 +60,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, chat int64, a *
 	}
 	id := strconv.Itoa(msg.ID)
 	if longCaption {
-		rest := p.send(ctx, tenant, chat, &contract.Action{Content: a.Content, Metadata: a.Metadata})
+		rest := p.send(ctx, tenant, chat, &contract.Action{Op: a.Op, Content: a.Content, Metadata: a.Metadata})
 		if !rest.Success {
 			rest.Error += " (the media was sent; its caption was not)"
 			rest.MessageID = id
