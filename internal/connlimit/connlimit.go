@@ -79,14 +79,12 @@ type Config struct {
 	// MaxPerSource bounds those of one source (Source); zero or a value
 	// above Max means Max.
 	MaxPerSource int
-	// Log receives rate-limited lines about refusals; nil discards.
+	// Log receives lines about refusals, at most one a minute per reason,
+	// carrying the count held back since the last one
+	// (loglimit.SuppressedKey); nil discards.
 	Log *slog.Logger
 	// Refused is told of every refusal by reason; nil ignores them.
 	Refused func(reason string)
-	// LogEvery is the least time between two log lines about refusals of
-	// one reason; the line carries the count held back since the last one
-	// (loglimit.SuppressedKey). Zero means one minute.
-	LogEvery time.Duration
 	// Clock times the accept backoff and the log allowance; nil is
 	// clock.System.
 	Clock clock.Clock
@@ -160,12 +158,11 @@ func New(ln net.Listener, cfg Config) (*Listener, error) {
 	if cfg.MaxPerSource <= 0 || cfg.MaxPerSource > cfg.Max {
 		cfg.MaxPerSource = cfg.Max
 	}
-	cfg.LogEvery = cmp.Or(max(cfg.LogEvery, 0), time.Minute)
 	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	l := &Listener{Listener: ln, cfg: cfg, conns: make(map[net.Conn]*state),
 		sources: make(map[string]int), logs: make(map[string]*loglimit.Bucket, len(Reasons))}
 	for _, r := range Reasons {
-		l.logs[r] = loglimit.NewBucket(loglimit.Rate{Burst: 1, Every: cfg.LogEvery}, cfg.Clock)
+		l.logs[r] = loglimit.NewBucket(loglimit.Rate{Burst: 1, Every: time.Minute}, cfg.Clock)
 	}
 	l.reserve, _ = os.Open(os.DevNull)
 	return l, nil

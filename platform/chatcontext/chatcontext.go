@@ -12,6 +12,8 @@
 package chatcontext
 
 import (
+	"slices"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
@@ -77,6 +79,23 @@ func (l *Log[K]) Keep(k K, msg contract.ContextMessage) {
 		return
 	}
 	l.byChat.Add(k, kept)
+}
+
+// Take returns the messages kept for chat k, oldest first, and forgets
+// them, for a delivery to carry; Restore gives them back when it fails.
+// Messages kept after Take are the next delivery's.
+func (l *Log[K]) Take(k K) []contract.ContextMessage {
+	kept, _ := l.byChat.Peek(k)
+	l.byChat.Remove(k)
+	return kept
+}
+
+// Restore puts msgs, which Take returned for a delivery that failed, back
+// before the messages chat k kept since, within the bounds.
+func (l *Log[K]) Restore(k K, msgs []contract.ContextMessage) {
+	for _, msg := range append(slices.Clip(msgs), l.Take(k)...) {
+		l.Keep(k, msg)
+	}
 }
 
 // Pending returns the messages kept for chat k, oldest first. The slice is

@@ -61,3 +61,25 @@ func TestKeysSeparateTenants(t *testing.T) {
 		t.Fatalf("t2 sees %v", got)
 	}
 }
+
+// TestTakeAndRestore: Take empties a chat; Restore puts the taken messages
+// back before those kept since, within the bounds.
+func TestTakeAndRestore(t *testing.T) {
+	l := New[string](Bounds{PerChat: 3})
+	l.Keep("c", msg("a"))
+	l.Keep("c", msg("b"))
+	taken := l.Take("c")
+	if len(taken) != 2 || l.Pending("c") != nil {
+		t.Fatalf("took %v, left %v", taken, l.Pending("c"))
+	}
+	l.Keep("c", msg("c"))
+	l.Keep("c", msg("d"))
+	l.Restore("c", taken)
+	var texts []string
+	for _, m := range l.Pending("c") {
+		texts = append(texts, m.Text)
+	}
+	if strings.Join(texts, "") != "bcd" {
+		t.Fatalf("after Restore: %q, want the latest 3 in order (bcd)", texts)
+	}
+}

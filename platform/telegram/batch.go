@@ -74,15 +74,23 @@ func (p *Platform) ingestAnswer(ctx context.Context, answer []polledUpdate) {
 		return
 	}
 	errs := bs.DeliverAll(dctx, ds)
+	failed := func(n int) bool { return errs != nil && errs[n] != nil }
+	// The context a refused delivery took goes back to its chat topic
+	// before any retry, the latest first, so that it stays in order.
+	for n, i := range slices.Backward(idx) {
+		if failed(n) {
+			p.observed.Restore(ready[i].observed, answer[i].in.event.Context)
+		}
+	}
 	for n, i := range idx {
 		pu := &answer[i]
-		if errs != nil && errs[n] != nil {
+		if failed(n) {
 			p.log.Warn("telegram update not delivered, retrying", "update_id", pu.u.ID, "err", errs[n])
 			pu.in, _ = normalize(pu.u, p.mapping.Load()) // afresh: ready may have changed it
 			p.ingestOne(ctx, pu)
 			continue
 		}
-		p.delivered(pu.u, &pu.in, &ready[i])
+		p.delivered(pu.u, &pu.in)
 		p.offsets.done(pu.u.ID)
 	}
 }

@@ -61,31 +61,31 @@ func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGr
 	if !ok {
 		deadline = time.Now().Add(p.cfg.RequestTimeout)
 	}
-	// ctx's deadline is real time; latest is on p.clock, like the windows.
-	latest := p.clock.Now().Add(time.Until(deadline) - callMargin)
+	// ctx's deadline is real time; latest is on p.deps.Clock, like the windows.
+	latest := p.deps.Clock.Now().Add(time.Until(deadline) - callMargin)
 	for {
-		now := p.clock.Now()
+		now := p.deps.Clock.Now()
 		at, ok := p.limits.reserve(chat, countGroup, now, latest)
 		if !ok {
 			return &platform.RateLimitedError{Wait: at.Sub(now)}
 		}
-		if err := p.clock.Sleep(ctx, at.Sub(p.clock.Now())); err != nil {
+		if err := p.deps.Clock.Sleep(ctx, at.Sub(p.deps.Clock.Now())); err != nil {
 			return err
 		}
-		if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.clock); err != nil {
+		if err := platform.WaitShare(ctx, p.budget, tenant, latest, p.deps.Clock); err != nil {
 			return err
 		}
-		if d := p.clock.Now().Sub(now); d > 0 {
-			p.metrics.RateLimitWait(platformName, d)
+		if d := p.deps.Clock.Now().Sub(now); d > 0 {
+			p.deps.Metrics.RateLimitWait(platformName, d)
 		}
 		err := call(ctx)
 		var tooMany *bot.TooManyRequestsError
 		if !errors.As(err, &tooMany) {
 			return err
 		}
-		p.metrics.RateLimited(platformName)
+		p.deps.Metrics.RateLimited(platformName)
 		retry := time.Duration(max(tooMany.RetryAfter, 1)) * time.Second
-		p.limits.block(chat, p.clock.Now().Add(retry), p.clock.Now())
+		p.limits.block(chat, p.deps.Clock.Now().Add(retry), p.deps.Clock.Now())
 		p.log.Info("telegram 429; waiting retry_after", "chat_id", chat, "retry_after", retry)
 	}
 }

@@ -155,7 +155,7 @@ func TestSendHonours429RetryAfter(t *testing.T) {
 	m := &countingMetrics{}
 	clk := clocktest.New(epoch)
 	e := newEnvOn(t, clk, nil)
-	e.p.metrics = m
+	e.p.deps.Metrics = m
 	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 1", RetryAfter: 1})
 	r := e.actDriven(t, clk, "t1", sendAction("123456789", "once"))
 	if !r.Success {

@@ -185,3 +185,49 @@ func TestGateEndToEnd(t *testing.T) {
 		t.Fatalf("delivered chat types %v, want the group's message and the DM (DMs are not gated)", seen)
 	}
 }
+
+// storeAll is a platform.BatchSink that takes a batch as Deliver takes
+// each of its deliveries.
+type storeAll struct{ *platformtest.Sink }
+
+// DeliverAll implements platform.BatchSink.
+func (s storeAll) DeliverAll(ctx context.Context, ds []platform.Delivery) []error {
+	errs := make([]error, len(ds))
+	for i, d := range ds {
+		errs[i] = s.Deliver(ctx, d)
+	}
+	return errs
+}
+
+// TestObservedAfterADeliveryInOneAnswer: in one getUpdates answer, a
+// message observe mode holds back after a delivered message of its chat
+// stays kept, and rides the chat's next delivered message as context; the
+// delivered message forgets only the context it carried.
+func TestObservedAfterADeliveryInOneAnswer(t *testing.T) {
+	p, rec := observeEnv(t)
+	var sink platform.Sink = storeAll{rec}
+	p.sink.Store(&sink)
+	ctx := context.Background()
+	answer := func(us ...*models.Update) {
+		var pus []polledUpdate
+		for _, u := range us {
+			in, ok := p.prepare(ctx, u)
+			if !ok {
+				t.Fatalf("update %d dropped before its turn", u.ID)
+			}
+			pus = append(pus, polledUpdate{u: u, in: in, received: time.Now()})
+		}
+		p.ingestAnswer(ctx, pus)
+	}
+	answer(parityUpdate(t, "plain@group", 1), parityUpdate(t, "mention@group", 2), parityUpdate(t, "plain@group", 3))
+	if d := rec.Next(t); d.Event.MessageID != "42" || len(d.Event.Context) != 1 {
+		t.Fatalf("first delivery %s with context %+v, want 42 with the message held before it", d.Event.MessageID, d.Event.Context)
+	}
+	answer(parityUpdate(t, "mention@group", 4))
+	d := rec.Next(t)
+	want := []contract.ContextMessage{{Text: "hi", Source: contract.ContextAuthor{UserName: "Ada", UserID: "123456789"}}}
+	if d.Event.MessageID != "44" || !reflect.DeepEqual(d.Event.Context, want) {
+		t.Fatalf("second delivery %s with context %+v, want 44 with the message held after the first (43)", d.Event.MessageID, d.Event.Context)
+	}
+	rec.Empty(t)
+}

@@ -60,9 +60,10 @@ func (p *Platform) ingest(ctx context.Context, u *models.Update, in *inbound, re
 		return nil
 	}
 	if err := (*sink).Deliver(ctx, r.d); err != nil {
+		p.observed.Restore(r.observed, in.event.Context)
 		return fmt.Errorf("telegram: deliver update %d: %w", u.ID, err)
 	}
-	p.delivered(u, in, &r)
+	p.delivered(u, in)
 	return nil
 }
 
@@ -116,7 +117,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		if pol.sharesSessions(in.msg) {
 			shareSession(&in.event)
 			observed = observedKeyOf(tenant, in.msg)
-			in.event.Context = p.observed.Pending(observed)
+			in.event.Context = p.observed.Take(observed) // Restore when not delivered
 		}
 		p.attachMedia(ctx, tenant, in.msg, &in.event)
 	}
@@ -124,10 +125,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 }
 
 // delivered does what follows an update's stored delivery.
-func (p *Platform) delivered(u *models.Update, in *inbound, r *readied) {
-	if len(in.event.Context) > 0 {
-		p.observed.Delivered(r.observed)
-	}
+func (p *Platform) delivered(u *models.Update, in *inbound) {
 	if u.ID != 0 {
 		p.seen.Add(u.ID, struct{}{})
 	}
@@ -141,7 +139,7 @@ func (p *Platform) delivered(u *models.Update, in *inbound, r *readied) {
 func (p *Platform) delivery(tenant string, in *inbound, received time.Time) platform.Delivery {
 	src := &in.event.Source
 	d := platform.Delivery{Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
-		SessionKey: p.key(tenant, src), ChatID: src.ChatID, Received: received, Event: &in.event}
+		SessionKey: p.deps.Key(tenant, src), ChatID: src.ChatID, Received: received, Event: &in.event}
 	if in.stop {
 		d.Kind, d.Event = platform.KindInterrupt, nil
 	}
@@ -152,7 +150,7 @@ func (p *Platform) delivery(tenant string, in *inbound, received time.Time) plat
 // of an unclaimed chat is logged at info level (an operator may have to add
 // the chat to a tenant), later ones and the other reasons at debug.
 func (p *Platform) drop(reason string, updateID, chatID int64) {
-	p.metrics.Dropped(platformName, reason)
+	p.deps.Metrics.Dropped(platformName, reason)
 	if reason == dropUnclaimed {
 		if logged, _ := p.unclaimed.ContainsOrAdd(chatID, struct{}{}); !logged {
 			p.log.Info("telegram update from a chat no tenant claims dropped", "chat_id", chatID, "update_id", updateID)

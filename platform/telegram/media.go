@@ -60,7 +60,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, chat int64, a *
 	}
 	id := strconv.Itoa(msg.ID)
 	if longCaption {
-		rest := p.send(ctx, tenant, chat, &contract.Action{Content: a.Content, Metadata: a.Metadata})
+		rest := p.send(ctx, tenant, chat, &contract.Action{Op: a.Op, Content: a.Content, Metadata: a.Metadata})
 		if !rest.Success {
 			rest.Error += " (the media was sent; its caption was not)"
 			rest.MessageID = id
@@ -153,7 +153,7 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, msg *models.M
 	limit := min(maxDownloadBytes, store.MaxBytes())
 	if f.size > limit {
 		p.log.Info("telegram attachment too large to re-host; delivered without it", "chat_id", msg.Chat.ID, "size", f.size)
-		p.metrics.Dropped(platformName, "media_skipped")
+		p.deps.Metrics.Dropped(platformName, "media_skipped")
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, mediaDownloadTimeout)
@@ -161,7 +161,7 @@ func (p *Platform) attachMedia(ctx context.Context, tenant string, msg *models.M
 	info, err := p.rehost(ctx, tenant, f, limit)
 	if err != nil {
 		p.log.Warn("telegram attachment could not be re-hosted; delivered without it", "chat_id", msg.Chat.ID, "err", err)
-		p.metrics.Dropped(platformName, "media_skipped")
+		p.deps.Metrics.Dropped(platformName, "media_skipped")
 		return
 	}
 	url := store.URL(info.ID)

@@ -274,19 +274,17 @@ func authorName(msg *models.Message) string {
 	return msg.Chat.Title
 }
 
+// messageTypes is the gateway message_type of each kind of attachment
+// (fileOf).
+var messageTypes = map[string]string{"image": contract.MessagePhoto, "video": contract.MessageVideo,
+	"voice": contract.MessageVoice, "audio": contract.MessageAudio, "document": contract.MessageDocument}
+
 // messageKind is the gateway message_type of a media message, "" otherwise.
 func messageKind(msg *models.Message) string {
+	if f, ok := fileOf(msg); ok {
+		return messageTypes[f.kind]
+	}
 	switch {
-	case len(msg.Photo) > 0:
-		return contract.MessagePhoto
-	case msg.Video != nil || msg.Animation != nil || msg.VideoNote != nil:
-		return contract.MessageVideo
-	case msg.Voice != nil:
-		return contract.MessageVoice
-	case msg.Audio != nil:
-		return contract.MessageAudio
-	case msg.Document != nil:
-		return contract.MessageDocument
 	case msg.Sticker != nil:
 		return contract.MessageSticker
 	case msg.Location != nil || msg.Venue != nil:

@@ -108,7 +108,7 @@ func (p *Platform) edit(ctx context.Context, tenant string, chat int64, a *contr
 // typing shows "typing…" in the chat (and topic) via sendChatAction. It is
 // not paced: a chat under a 429 flood wait is skipped instead.
 func (p *Platform) typing(ctx context.Context, _ string, chat int64, a *contract.Action) contract.Result {
-	now := p.clock.Now()
+	now := p.deps.Clock.Now()
 	if until := p.limits.blockedUntil(chat); until.After(now) {
 		return p.failure(contract.OpTyping, &platform.RateLimitedError{Wait: until.Sub(now)})
 	}
@@ -120,7 +120,7 @@ func (p *Platform) typing(ctx context.Context, _ string, chat int64, a *contract
 	}
 	var tooMany *bot.TooManyRequestsError
 	if errors.As(err, &tooMany) {
-		p.metrics.RateLimited(platformName)
+		p.deps.Metrics.RateLimited(platformName)
 		p.limits.block(chat, now.Add(time.Duration(max(tooMany.RetryAfter, 1))*time.Second), now)
 	}
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/descriptor"
-	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/chatcontext"
 	"connector/platform/chatorder"
@@ -25,12 +24,9 @@ import (
 
 // Platform is the shared Telegram bot. Build it with New.
 type Platform struct {
-	deps    platform.Deps // for RunExclusive
-	cfg     Config
-	log     *slog.Logger
-	key     platform.KeyFunc
-	metrics platform.Metrics
-	clock   clock.Clock
+	deps platform.Deps // with defaults: Key, Metrics and Clock are set
+	cfg  Config
+	log  *slog.Logger
 
 	bot       *bot.Bot
 	transport *http.Transport
@@ -108,9 +104,6 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		cfg:       cfg,
 		log:       deps.Log.With("platform", platformName),
 		deps:      deps,
-		key:       deps.Key,
-		metrics:   deps.Metrics,
-		clock:     deps.Clock,
 		observed:  chatcontext.New[observedKey](chatcontext.Bounds{}),
 		limits:    newLimiter(cfg.ChatPerSecond, cfg.GroupPerMinute),
 		health:    newHealth("not started"),
@@ -126,15 +119,15 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts)
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
-	p.topics = &topicMemory{state: platform.StateOr(deps.Store, localTopics, p.clock), clock: p.clock}
-	p.grants = platform.NewGrants(platformName, deps.Vault, p.clock, p.log)
-	p.links = platform.NewLinkDesk(p.clock)
+	p.topics = &topicMemory{state: platform.StateOr(deps.Store, localTopics, p.deps.Clock), clock: p.deps.Clock}
+	p.grants = platform.NewGrants(platformName, deps.Vault, p.deps.Clock, p.log)
+	p.links = platform.NewLinkDesk(p.deps.Clock)
 	p.SetRelevance(nil)
 	p.secretSum = sha256.Sum256([]byte(cfg.WebhookSecret))
 	p.scrubber = newScrubber(cfg.BotToken, cfg.WebhookSecret)
 	p.budget = fairshare.New(fairshare.Config{
 		Rate: float64(max(cfg.GlobalPerSecond, 0)), Burst: max(cfg.GlobalPerSecond, 1), Weights: fairshare.WeightsOf(cfg.Tenants, func(tc TenantConfig) int { return tc.Weight }),
-		Clock: p.clock,
+		Clock: p.deps.Clock,
 	})
 	p.egress = platform.Egress[*Platform, int64]{Ops: handlers, Chat: chatIDOf, Timeout: cfg.RequestTimeout}
 	p.desc = descriptor.Telegram(handlers.Names())

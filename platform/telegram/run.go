@@ -84,7 +84,7 @@ func (p *Platform) connect(ctx context.Context) error {
 		}
 		p.health.set(platform.Status{Detail: detail + text})
 		p.log.Warn("telegram bot api unreachable or refusing, retrying", "err", text, "retry_in", backoff)
-		if p.clock.Sleep(ctx, backoff) != nil {
+		if p.deps.Clock.Sleep(ctx, backoff) != nil {
 			return nil
 		}
 		backoff = min(backoff*2, connectBackoffMax)
@@ -192,7 +192,7 @@ func (p *Platform) libraryError(err error) {
 // in one commit. Only a handled update lets the next poll confirm it
 // (offsetGate).
 func (p *Platform) polled(ctx context.Context, _ *bot.Bot, u *models.Update) {
-	received := p.clock.Now()
+	received := p.deps.Clock.Now()
 	last := p.offsets.handing(u.ID)
 	if p.inAnswer(u.ID) {
 		// Its first copy's done clears the id for the offset gate.
@@ -228,7 +228,7 @@ func (p *Platform) ingestOne(ctx context.Context, pu *polledUpdate) {
 				return
 			}
 			p.log.Warn("telegram update not delivered, retrying", "update_id", u.ID, "err", err, "retry_in", backoff)
-			_ = p.clock.Sleep(ctx, backoff) // a shutdown is seen above
+			_ = p.deps.Clock.Sleep(ctx, backoff) // a shutdown is seen above
 			backoff = min(backoff*2, 5*time.Second)
 			in, _ = normalize(u, p.mapping.Load()) // afresh: the failed attempt may have changed it
 		}

@@ -19,13 +19,13 @@ const secretHeader = "X-Telegram-Bot-Api-Secret-Token"
 // answered (its webhook queues updates per chat), so a chat's updates stay
 // in order.
 func (p *Platform) serveWebhook(w http.ResponseWriter, r *http.Request) {
-	received := p.clock.Now()
+	received := p.deps.Clock.Now()
 	if !p.secretOK(r.Header.Get(secretHeader)) {
-		p.metrics.Dropped(platformName, "unauthorized")
+		p.deps.Metrics.Dropped(platformName, "unauthorized")
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
-	body, release, ok := platform.ReadBody(w, r, p.cfg.MaxWebhookBytes, "update too large", p.metrics, platformName)
+	body, release, ok := platform.ReadBody(w, r, p.cfg.MaxWebhookBytes, "update too large", p.deps.Metrics, platformName)
 	if !ok {
 		return
 	}
