@@ -199,9 +199,12 @@ func declaredBot(ev *wireEvent, pol *policy) bool {
 
 // normalizer normalizes one tenant's messages.
 type normalizer struct {
-	pol   *policy
-	look  lookups
-	state threadState
+	// tenant is the tenant whose thread markers are read and set
+	// (threadMark).
+	tenant string
+	pol    *policy
+	look   lookups
+	state  threadState
 	// bot is the bot user of the message's workspace (mentions of it wake
 	// the bot and are removed from the text).
 	bot string
@@ -382,7 +385,7 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 			text, probe, command = stripped, stripped, true
 		}
 		if thread != "" && !n.pol.strictMention && !n.pol.threadRequireMention {
-			n.remember(n.state.set(ctx, markMentioned, m.scope+":"+thread))
+			n.remember(n.state.set(ctx, markMentioned, threadMark(n.tenant, m.scope, ev.Channel, thread)))
 		}
 	}
 	t := &turn{thread: thread}

@@ -69,7 +69,7 @@ func (p *Platform) postParts(ctx context.Context, tenant string, t target, a *co
 			return err
 		})
 		if err == nil {
-			p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, thread))
+			p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), tenant, t.team, t.channel, ts, thread))
 		}
 		return ts, err
 	}, func(err error) contract.Result { return p.failure(a.Op, err) })
@@ -223,7 +223,7 @@ const maxThreadName = 80
 // message is posted (":thread: Hermes handoff — *name*", as the native
 // adapter's create_handoff_thread) and its ts is the thread. The result's
 // thread_id and message_id are the thread's ts.
-func (p *Platform) threadCreate(ctx context.Context, _ string, t target, a *contract.Action) contract.Result {
+func (p *Platform) threadCreate(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	if ts := string(a.MessageID); ts != "" {
 		if !messageTS.MatchString(ts) {
 			return contract.Failed(contract.CodeBadRequest, "slack thread_create: message_id is not a Slack message ts")
@@ -242,7 +242,7 @@ func (p *Platform) threadCreate(ctx context.Context, _ string, t target, a *cont
 	if err != nil {
 		return p.failure(contract.OpThreadCreate, err)
 	}
-	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, ""))
+	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), tenant, t.team, t.channel, ts, ""))
 	r := contract.OK(ts)
 	r.ThreadID = ts
 	return r

@@ -44,7 +44,7 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 	if thread == "" || thread == ev.TS {
 		return nil, nil
 	}
-	switch active, err := p.memory.has(ctx, markActive, m.scope+":"+ev.Channel+":"+thread); {
+	switch active, err := p.memory.has(ctx, markActive, threadMark(tenant, m.scope, ev.Channel, thread)); {
 	case err != nil:
 		p.log.Debug("slack thread marker unreadable; the thread's context is read", "err", err)
 	case active:
