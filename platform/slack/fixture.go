@@ -11,6 +11,7 @@ import (
 	"github.com/slack-go/slack"
 	"go.yaml.in/yaml/v3"
 
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/session"
 )
@@ -121,7 +122,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 	if b := fc.TeamBotUserIDs[m.scope]; b != "" {
 		bot = b
 	}
-	n := &normalizer{pol: pol, look: look, state: &fixtureState{fc: &fc}, bot: bot}
+	n := &normalizer{pol: pol, look: look, state: &fixtureState{fc: &fc}, bot: bot, clock: clock.System}
 	t, drop, err := n.normalize(ctx, &m)
 	if err != nil {
 		return session.Outcome{}, err

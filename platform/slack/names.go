@@ -123,7 +123,7 @@ func lookup[V any](ctx context.Context, p *Platform, cache *ttlcache.Cache[strin
 	if p.names.failed.Contains(method + " " + key) {
 		return v, false
 	}
-	ctx, cancel := context.WithTimeout(ctx, deadline)
+	ctx, cancel := within(ctx, p.clock, deadline)
 	defer cancel()
 	err := p.call(ctx, team, method, func(ctx context.Context, c *slack.Client) (err error) {
 		v, err = fetch(ctx, c)
@@ -139,7 +139,7 @@ func lookup[V any](ctx context.Context, p *Platform, cache *ttlcache.Cache[strin
 }
 
 func (n *names) reacted(ctx context.Context, team, channel, ts string) ([]slack.Message, bool) {
-	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
+	ctx, cancel := within(ctx, n.p.clock, lookupDeadline)
 	defer cancel()
 	var msgs []slack.Message
 	err := n.p.call(ctx, team, "conversations.replies", func(ctx context.Context, c *slack.Client) (err error) {

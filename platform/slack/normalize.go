@@ -9,6 +9,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/pytext"
 	"connector/session"
 )
@@ -211,6 +212,9 @@ type normalizer struct {
 	// owner waives the mention gates: the author is linked to the tenant
 	// (the owner floor of author-first routing).
 	owner bool
+	// clock runs the deadline of the lookups of a message's mentions (the
+	// platform's clock, which the budgets wait on).
+	clock clock.Clock
 	// err is the first question state could not answer (normalize
 	// returns it).
 	err error
@@ -412,7 +416,7 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 	} else {
 		// One deadline for all the mentions: a message may hold thousands,
 		// and it must be stored within Slack's 3 s.
-		mctx, cancel := context.WithTimeout(ctx, mentionNamesDeadline)
+		mctx, cancel := within(ctx, n.clock, mentionNamesDeadline)
 		defer cancel()
 		text = userMention.ReplaceAllStringFunc(text, func(mention string) string {
 			id := userMention.FindStringSubmatch(mention)[1]
