@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -167,12 +168,16 @@ func (p *Platform) usedResponseURL(ctx context.Context, tenant, sessionKey strin
 // postResponseURL posts msg to a response_url: an https URL on slack.com
 // or a subdomain, or on the Web API's own host (a fake's in tests).
 // Anything else is refused, so a stored URL can never make the connector
-// post elsewhere.
+// post elsewhere. The URL is a capability: an error never names it.
 func (p *Platform) postResponseURL(ctx context.Context, raw string, msg *slack.WebhookMessage) error {
 	if u, err := url.Parse(raw); err != nil || !p.slackURL(u) {
 		return errors.New("slack: the response_url is not a Slack URL")
 	}
-	return slack.PostWebhookCustomHTTPContext(ctx, raw, p.http, msg)
+	err := slack.PostWebhookCustomHTTPContext(ctx, raw, p.http, msg)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		return fmt.Errorf("slack: post to the response_url: %w", &url.Error{Op: ue.Op, URL: "(response_url)", Err: ue.Err})
+	}
+	return err
 }
 
 // slackURL reports whether u is an https URL on slack.com (or a

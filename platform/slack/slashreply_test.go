@@ -112,3 +112,25 @@ func TestSlashReplyFallsBackPrivately(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 }
+
+// TestResponseURLNeverLogged: a slash command's response_url is a
+// capability (docs/security.md); when posting to it fails on the network,
+// neither the log nor the result names it.
+func TestResponseURLNeverLogged(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	url := e.fake.ResponseURL("r1-secret-capability")
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", url))
+	e.sink.Next(t)
+	e.p.seenIn(chanGeneral, teamA.ID) // as the chat's inbound does
+	e.fake.Close()
+	r := e.execute(t, "t1", sprintf(slashSend, "all good", ""))
+	if r.Success {
+		t.Fatalf("%+v with Slack down", r)
+	}
+	if strings.Contains(r.Error, "r1-secret-capability") || strings.Contains(e.logs.String(), "r1-secret-capability") {
+		t.Fatalf("the response_url reached the result or the log: %q\n%s", r.Error, e.logs.String())
+	}
+	if !strings.Contains(e.logs.String(), "slack response_url reply failed") {
+		t.Fatalf("the failure was not logged (%+v):\n%s", r, e.logs.String())
+	}
+}
