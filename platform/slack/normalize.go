@@ -361,7 +361,8 @@ func (n *normalizer) sessionThread(m *message, isDM bool) string {
 }
 
 // mentionNamesDeadline bounds the lookups of the names of one message's
-// mentions, together; a name not resolved by then stays its id.
+// mentions, together (and those of the authors of a thread's context,
+// threadcontext.go); a name not resolved by then stays its id.
 const mentionNamesDeadline = 2 * lookupDeadline
 
 // userMention matches a user mention, with or without a label.
