@@ -285,8 +285,9 @@ const maxResponseURLPosts = 5
 // replacing the "Running /x…" acknowledgement, as natively. Slack takes at
 // most five posts per response_url; later parts go as ephemeral messages
 // to the command's user in its channel (chat.postEphemeral), never as a
-// public post, while the capability lives (30 minutes). Without it the
-// result is capability_missing.
+// public post, while the capability lives (30 minutes), with the token of
+// the tenant's workspace in that channel (teamFor, as every action of the
+// tenant's there). Without it the result is capability_missing.
 func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *contract.Action) contract.Result {
 	if a.SessionKey == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack follow_up: session_key is required")
@@ -309,10 +310,13 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 			if ref.channel == "" || ref.user == "" {
 				return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
 			}
-			err := p.callIn(ctx, ref.team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
-				_, err := c.PostEphemeralContext(ctx, ref.channel, ref.user, slack.MsgOptionText(part, false))
-				return err
-			})
+			team, err := p.teamFor(ctx, tenant, ref.channel, ref.team)
+			if err == nil {
+				err = p.callIn(ctx, team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
+					_, err := c.PostEphemeralContext(ctx, ref.channel, ref.user, slack.MsgOptionText(part, false))
+					return err
+				})
+			}
 			if err != nil {
 				return p.failure(contract.OpFollowUp, err)
 			}

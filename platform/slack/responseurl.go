@@ -106,15 +106,16 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	case !took:
 		return contract.Result{}, false // answered already (on another instance)
 	}
-	return p.privateReply(ctx, tenant, sessionKey, ref, e.Value.Reveal(), a.Content), true
+	return p.privateReply(ctx, tenant, t.team, sessionKey, ref, e.Value.Reveal(), a.Content), true
 }
 
 // privateReply posts content to the command's user alone: through its
 // response_url while it takes posts, the first replacing the
 // acknowledgement, the parts beyond its remaining posts cut with a notice;
-// if a post fails, every part with chat.postEphemeral instead; if that
-// fails too, the result fails (nothing is posted publicly).
-func (p *Platform) privateReply(ctx context.Context, tenant, sessionKey string, ref responseRef, url, content string) contract.Result {
+// if a post fails, every part with chat.postEphemeral (with workspace
+// team's token: the tenant's, teamFor) instead; if that fails too, the
+// result fails (nothing is posted publicly).
+func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey string, ref responseRef, url, content string) contract.Result {
 	parts := mrkdwnParts(content)
 	used, err := ref.used, error(nil)
 	if room := maxResponseURLPosts - used; room > 0 {
@@ -138,7 +139,7 @@ func (p *Platform) privateReply(ctx context.Context, tenant, sessionKey string, 
 		p.log.Warn("slack response_url reply failed; posting it ephemerally", "err", p.errorText(err))
 	}
 	for _, part := range parts {
-		err := p.callIn(ctx, ref.team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
+		err := p.callIn(ctx, team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
 			_, err := c.PostEphemeralContext(ctx, ref.channel, ref.user, slack.MsgOptionText(part, false))
 			return err
 		})
