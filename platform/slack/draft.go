@@ -232,7 +232,7 @@ func (p *Platform) startStream(ctx context.Context, tenant string, t target, a *
 		return p.failure(contract.OpDraft, err)
 	}
 	p.streamNotKept(p.streams.save(ctx, k, &st))
-	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, st.TS, thread))
+	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), tenant, t.team, t.channel, st.TS, thread))
 	return contract.OK(st.TS)
 }
 

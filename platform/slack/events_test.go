@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,6 +203,39 @@ func TestEventsAreNotMisrouted(t *testing.T) {
 	}
 }
 
+// postDriven posts the signed event body while driving clk, one timer at
+// a time, whenever the request waits on it (sleeping, or waiting for the
+// users.info budget of workspace A, any tenant's share), and answers the request's status and
+// how far clk moved meanwhile.
+func (e *env) postDriven(t *testing.T, clk *clocktest.Fake, body []byte) (code int, took time.Duration) {
+	t.Helper()
+	ctx, cancel := contextFor()
+	defer cancel()
+	req := slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, e.now(), "application/json", body).WithContext(ctx)
+	var answered atomic.Int32
+	codes := make(chan int, 1)
+	go func() {
+		defer answered.Store(1)
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			codes <- 0
+			return
+		}
+		resp.Body.Close()
+		codes <- resp.StatusCode
+	}()
+	start := clk.Now()
+	users := e.p.limits.budget(teamA.ID, "users.info")
+	waiting := func() (n int) {
+		for _, tenant := range []string{"t1", "t2", "t3"} {
+			n += users.Waiting(tenant)
+		}
+		return n
+	}
+	clk.Drive(t, 1, func() int { return int(answered.Load()) }, waiting)
+	return <-codes, clk.Now().Sub(start)
+}
+
 // newSharedStore is one store two instances share.
 func newSharedStore(t *testing.T) store.Store {
 	t.Helper()
@@ -213,10 +247,11 @@ func newSharedStore(t *testing.T) store.Store {
 // TestManyMentionsStoredInTime: the names of a message's mentions are
 // looked up within one deadline, not one each: a message mentioning a
 // hundred users the workspace's users.info budget cannot answer (the
-// clock stands still, so the budget never refills past its burst) is
-// still stored, before Slack gives up on the request, with the names it
-// could not resolve left as ids. One lookup deadline each would hold the
-// request, and every message behind it in the chat, for over a minute.
+// budget's burst is spent and it refills at 100 a minute) is still stored
+// before Slack gives up on the request (3 s on the platform's clock, which
+// the test drives one timer at a time), with the names it could not
+// resolve left as ids. One lookup deadline each would hold the request,
+// and every message behind it in the chat, for over twenty seconds.
 func TestManyMentionsStoredInTime(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	e := newEnv(t, nil, &platform.Deps{Clock: clk})
@@ -226,12 +261,42 @@ func TestManyMentionsStoredInTime(t *testing.T) {
 		text.WriteString(sprintf(" <@U0X%07d>", i))
 	}
 	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", "", text.String()))
-	ctx, cancel := contextFor()
-	defer cancel()
-	if code, answer := e.do(t, slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, e.now(), "application/json", body).WithContext(ctx)); code != http.StatusOK {
-		t.Fatalf("%d %s", code, answer)
+	if code, took := e.postDriven(t, clk, body); code != http.StatusOK || took > 3*time.Second {
+		t.Fatalf("answered %d after %v of the platform's clock, want 200 within Slack's 3 s", code, took)
 	}
 	if d := e.sink.Next(t); !strings.HasPrefix(d.Event.Text, "ping @Ada @U0X0000000") {
 		t.Fatalf("text %.80q", d.Event.Text)
+	}
+}
+
+// TestNameNotLostToAnotherTenantsBudget: a name lookup that gives up
+// because the asking tenant's share of the budget or its deadline ran out
+// is not Slack's answer, so it is not remembered as failed. A member of
+// t3's channel ops (in t1's workspace) mentioning thirty users spends t3's
+// share; a message t1 gets from one of them a little later still carries
+// the user's name (and whether it is a bot), not its id.
+func TestNameNotLostToAnotherTenantsBudget(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	var text strings.Builder
+	text.WriteString("<@" + teamA.BotUser + "> ping")
+	for i := range 30 {
+		e.fake.AddUser(teamA.ID, slacktest.User{ID: sprintf("U0Z%07d", i), Name: sprintf("zed%d", i)})
+		text.WriteString(sprintf(" <@U0Z%07d>", i))
+	}
+	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", slacktest.MessageEvent(teamA.ID, chanOps, userAda, "1768490100.000100", "", text.String()))
+	if code, _ := e.postDriven(t, clk, body); code != http.StatusOK {
+		t.Fatalf("answered %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t3" || !strings.HasSuffix(d.Event.Text, " @U0Z0000029") {
+		t.Fatalf("%s %.80q: want t3's, the last name unresolved", d.Tenant, d.Event.Text)
+	}
+	clk.Advance(10 * time.Second) // the budget refills; failedTTL is a minute
+	body = slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev2", slacktest.MessageEvent(teamA.ID, chanGeneral, "U0Z0000029", "1768490110.000100", "", "<@"+teamA.BotUser+"> hi"))
+	if code, _ := e.postDriven(t, clk, body); code != http.StatusOK {
+		t.Fatalf("answered %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Source.UserName.Value != "zed29" {
+		t.Fatalf("%s %+v: want t1's, from zed29", d.Tenant, d.Event.Source)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/slack-go/slack"
 	"go.yaml.in/yaml/v3"
 
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/session"
 )
@@ -121,7 +122,7 @@ func NormalizeFixture(raw, ctxJSON json.RawMessage) (session.Outcome, error) {
 	if b := fc.TeamBotUserIDs[m.scope]; b != "" {
 		bot = b
 	}
-	n := &normalizer{pol: pol, look: look, state: &fixtureState{fc: &fc}, bot: bot}
+	n := &normalizer{pol: pol, look: look, state: &fixtureState{fc: &fc}, bot: bot, clock: clock.System}
 	t, drop, err := n.normalize(ctx, &m)
 	if err != nil {
 		return session.Outcome{}, err
@@ -185,17 +186,23 @@ func (l *fixtureLookup) reacted(ctx context.Context, team, channel, ts string) (
 // fixtureState answers the adapter memory from a fixture's context.
 type fixtureState struct{ fc *fixtureContext }
 
-// has answers a marker from the context's lists; the bot's posts and the
-// mentioned threads may be listed by their ts alone.
+// has answers a marker (threadMark's key) from the context's lists, the
+// native adapter's: the bot's posts and the mentioned threads listed as
+// "<team>:<ts>" or by their ts alone, the active threads as
+// "<team>:<channel>:<ts>".
 func (s *fixtureState) has(_ context.Context, kind markKind, key string) (bool, error) {
-	_, ts, _ := strings.Cut(key, ":")
+	parts := strings.SplitN(key, ":", 4)
+	if len(parts) < 3 {
+		return false, nil
+	}
+	team, channel, ts := parts[0], parts[1], parts[2]
 	switch kind {
 	case markPosted:
-		return slices.Contains(s.fc.BotMessageTS, key) || slices.Contains(s.fc.BotMessageTS, ts), nil
+		return slices.Contains(s.fc.BotMessageTS, team+":"+ts) || slices.Contains(s.fc.BotMessageTS, ts), nil
 	case markMentioned:
-		return slices.Contains(s.fc.MentionedThreads, key) || slices.Contains(s.fc.MentionedThreads, ts), nil
+		return slices.Contains(s.fc.MentionedThreads, team+":"+ts) || slices.Contains(s.fc.MentionedThreads, ts), nil
 	case markActive:
-		return slices.Contains(s.fc.ActiveThreadSessions, key), nil
+		return slices.Contains(s.fc.ActiveThreadSessions, team+":"+channel+":"+ts), nil
 	}
 	return false, nil
 }

@@ -56,18 +56,19 @@ func mentionsUser(text, user string) bool {
 // (memory.go) and the roots are read from Slack, so every instance and a
 // restart agree.
 func (n *normalizer) wakes(ctx context.Context, m *message, reply bool) bool {
-	ev, team := m.ev, m.scope
+	ev := m.ev
 	thread := ev.ThreadTS
+	key := threadMark(n.tenant, m.scope, ev.Channel, thread)
 	switch {
 	case thread == "":
 		return false
-	case reply && n.ask(n.state.has(ctx, markPosted, team+":"+thread)):
+	case reply && n.ask(n.state.has(ctx, markPosted, key)):
 		return true
-	case n.ask(n.state.has(ctx, markMentioned, team+":"+thread)):
+	case n.ask(n.state.has(ctx, markMentioned, key)):
 		return true
 	case !reply:
 		return false
-	case n.ask(n.state.has(ctx, markActive, team+":"+ev.Channel+":"+thread)):
+	case n.ask(n.state.has(ctx, markActive, key)):
 		return true
 	case n.err != nil:
 		return false
@@ -81,7 +82,7 @@ func (n *normalizer) wakes(ctx context.Context, m *message, reply bool) bool {
 		return true
 	case strings.Contains(root.Text, "<@"+n.bot+">"):
 		if !n.pol.strictMention {
-			n.remember(n.state.set(ctx, markMentioned, team+":"+thread))
+			n.remember(n.state.set(ctx, markMentioned, key))
 		}
 		return true
 	}

@@ -123,7 +123,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		if bot == "" {
 			bot = cmp.Or(p.works.botUser(ctx, m.install), env.botUser())
 		}
-		n := &normalizer{pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner, warn: p.markerNotKept}
+		n := &normalizer{tenant: tenant, pol: p.policy(tenant), look: p.names, state: p.memory, bot: bot, owner: owner, clock: p.clock, warn: p.markerNotKept}
 		tctx := platform.WithTenant(ctx, tenant)
 		t, drop, err := n.normalize(tctx, m)
 		if err != nil {
@@ -140,7 +140,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		if err := p.deliver(ctx, tenant, &t.ev, received); err != nil {
 			return err
 		}
-		p.markerNotKept(p.memory.turnStarted(ctx, m.scope, ev.Channel, ev.TS, t.thread))
+		p.markerNotKept(p.memory.turnStarted(ctx, tenant, m.scope, ev.Channel, ev.TS, t.thread))
 		return nil
 	})
 }

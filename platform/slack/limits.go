@@ -8,6 +8,7 @@ import (
 
 	"github.com/slack-go/slack"
 
+	"connector/internal/clock"
 	"connector/internal/ttlcache"
 	"connector/platform"
 	"connector/platform/fairshare"
@@ -110,6 +111,27 @@ func (l *limits) budget(team, method string) *fairshare.Scheduler {
 	return sched
 }
 
+// latestKey carries, in a context made by within, the instant on the
+// platform's clock by which its waits for a budget end.
+type latestKey struct{}
+
+// within is ctx bounded by d on clk, as context.WithTimeout bounds it on
+// the real clock: ended by clk, so the bound runs on the clock the budgets
+// wait on (a test's fake clock too), and waits for a budget in it (callIn)
+// end callMargin before it. An outer within's earlier bound holds.
+func within(ctx context.Context, clk clock.Clock, d time.Duration) (context.Context, context.CancelFunc) {
+	at := clk.Now().Add(d)
+	if outer, ok := ctx.Value(latestKey{}).(time.Time); ok && outer.Before(at) {
+		at = outer
+	}
+	ctx, cancel := context.WithCancel(context.WithValue(ctx, latestKey{}, at))
+	t := clk.AfterFunc(at.Sub(clk.Now()), cancel)
+	return ctx, func() {
+		t.Stop()
+		cancel()
+	}
+}
+
 // call makes one Web API call of method in workspace team with its
 // client, on the share of the tenant in ctx (platform.TenantOf), within
 // ctx's deadline.
@@ -130,8 +152,12 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 	if !ok {
 		deadline = time.Now().Add(p.cfg.RequestTimeout)
 	}
-	// ctx's deadline is real time; latest is on p.clock, like the budgets.
+	// ctx's deadline is real time; latest is on p.clock, like the budgets
+	// and within's bound.
 	latest := p.clock.Now().Add(time.Until(deadline) - callMargin)
+	if at, ok := ctx.Value(latestKey{}).(time.Time); ok && at.Add(-callMargin).Before(latest) {
+		latest = at.Add(-callMargin)
+	}
 	paced := channel != "" && channelPaced[method]
 	chanKey := team + "/" + channel
 	for {

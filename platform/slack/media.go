@@ -63,7 +63,7 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, t target, a *co
 		return p.failure(contract.OpSendMedia, err)
 	}
 	ts := p.shareTS(ctx, t, up.FileID)
-	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, thread))
+	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), tenant, t.team, t.channel, ts, thread))
 	return contract.OK(ts)
 }
 

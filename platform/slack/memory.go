@@ -39,8 +39,8 @@ const memorySize = 5 * 5000
 // markKind names a kind of marker.
 type markKind string
 
-// Marker kinds. Keys are "<team>:<ts>", for active "<team>:<channel>:<ts>",
-// for prompt "<channel>:<ts>".
+// Marker kinds. Keys are "<team>:<ts>" for turn, threadMark's for posted,
+// mentioned and active, "<channel>:<ts>" for prompt.
 const (
 	markTurn      markKind = "turn"      // a message that started a turn
 	markPosted    markKind = "posted"    // a message the bot posted, or a thread it posted into
@@ -50,6 +50,17 @@ const (
 )
 
 var _ threadState = (*memory)(nil)
+
+// threadMark is the key of a posted, mentioned or active marker: message
+// or thread ts of channel in workspace team, for tenant. A marker counts
+// only in its own channel and for its own tenant: Slack's ts are unique
+// per channel alone, and a tenant names any thread ts it posts into, so a
+// key without them would let one tenant's post or mention wake the bot
+// unmentioned in another's thread of the same ts. The tenant goes last:
+// the others hold no colon.
+func threadMark(tenant, team, channel, ts string) string {
+	return team + ":" + channel + ":" + ts + ":" + tenant
+}
 
 // markKey is a marker's key in the store.
 func markKey(kind markKind, key string) string { return "slack/mark/" + string(kind) + "/" + key }
@@ -69,25 +80,26 @@ func (m *memory) set(ctx context.Context, kind markKind, key string) error {
 	return m.caps.Put(ctx, markKey(kind, key), nil, m.clock.Now().Add(memoryTTL))
 }
 
-// turnStarted records a delivered turn: message ts of team in channel,
-// in session thread (may be "").
-func (m *memory) turnStarted(ctx context.Context, team, channel, ts, thread string) error {
+// turnStarted records a delivered turn of tenant: message ts of team in
+// channel, in session thread (may be "").
+func (m *memory) turnStarted(ctx context.Context, tenant, team, channel, ts, thread string) error {
 	if err := m.set(ctx, markTurn, team+":"+ts); err != nil {
 		return err
 	}
 	if thread == "" {
 		return nil
 	}
-	return m.set(ctx, markActive, team+":"+channel+":"+thread)
+	return m.set(ctx, markActive, threadMark(tenant, team, channel, thread))
 }
 
-// sent records a message the bot posted, and the thread it went into.
-func (m *memory) sent(ctx context.Context, team, ts, thread string) error {
+// sent records a message the bot posted for tenant with team's token in
+// channel, and the thread it went into.
+func (m *memory) sent(ctx context.Context, tenant, team, channel, ts, thread string) error {
 	for _, k := range []string{ts, thread} {
 		if k == "" {
 			continue
 		}
-		if err := m.set(ctx, markPosted, team+":"+k); err != nil {
+		if err := m.set(ctx, markPosted, threadMark(tenant, team, channel, k)); err != nil {
 			return err
 		}
 	}

@@ -69,3 +69,32 @@ func TestThreadMarkersSharedAcrossInstances(t *testing.T) {
 	c.event(t, teamA, "Ev7", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490130.000100", root, "anyone?"), http.StatusOK)
 	c.sink.Empty(t)
 }
+
+// TestThreadMarkersStayInTheirChannel: the markers that wake the bot on an
+// unmentioned reply count only in the channel (and for the tenant) they
+// were set in. Tenant t3, whose channel ops is in t1's workspace, posts
+// into a thread of its own channel under the ts of a thread of t1's
+// general, and is mentioned in a thread of ops under another such ts:
+// neither wakes the bot in general's threads of the same ts.
+func TestThreadMarkersStayInTheirChannel(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	const posted, mentioned = "1768490500.000100", "1768490600.000100"
+	if r := e.execute(t, "t3", `{"op":"send","chat_id":"C0OPS00002","content":"hi","metadata":{"thread_id":"`+posted+`"}}`); !r.Success {
+		t.Fatalf("%+v", r)
+	}
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanOps, userAda, mentioned, mentioned, "<@"+teamA.BotUser+"> look"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t3" {
+		t.Fatalf("the mention in ops went to %s", d.Tenant)
+	}
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490510.000100", posted, "chatter"), http.StatusOK)
+	e.event(t, teamA, "Ev3", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490610.000100", mentioned, "chatter"), http.StatusOK)
+	e.sink.Empty(t)
+	// In ops itself both still wake it.
+	e.event(t, teamA, "Ev4", slacktest.MessageEvent(teamA.ID, chanOps, userAda, "1768490520.000100", posted, "thanks"), http.StatusOK)
+	e.event(t, teamA, "Ev5", slacktest.MessageEvent(teamA.ID, chanOps, userAda, "1768490620.000100", mentioned, "more"), http.StatusOK)
+	for _, want := range []string{"thanks", "more"} {
+		if d := e.sink.Next(t); d.Tenant != "t3" || d.Event.Text != want {
+			t.Fatalf("%s %+v, want %q for t3", d.Tenant, d.Event, want)
+		}
+	}
+}

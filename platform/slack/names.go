@@ -2,11 +2,13 @@ package slack
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/slack-go/slack"
 
 	"connector/internal/ttlcache"
+	"connector/platform"
 )
 
 // This file resolves the names a source carries (users.info,
@@ -113,7 +115,10 @@ func (n *names) channelName(ctx context.Context, team, id string) string {
 
 // lookup returns what method answered about id in workspace team (fetch,
 // within deadline), cached for the cache's TTL. Any failure is logged and
-// answered ok false, and is not asked again for failedTTL.
+// answered ok false, and is not asked again for failedTTL, unless Slack
+// was not asked or did not answer in time (the asking tenant's share of
+// the budget, or the deadline, ran out): that says nothing of id, and is
+// the asker's, not every tenant's of the workspace.
 func lookup[V any](ctx context.Context, p *Platform, cache *ttlcache.Cache[string, V], team, id, method string, deadline time.Duration, fetch func(context.Context, *slack.Client) (V, error)) (V, bool) {
 	key := team + "/" + id
 	if v, ok := cache.Get(key); ok {
@@ -123,7 +128,7 @@ func lookup[V any](ctx context.Context, p *Platform, cache *ttlcache.Cache[strin
 	if p.names.failed.Contains(method + " " + key) {
 		return v, false
 	}
-	ctx, cancel := context.WithTimeout(ctx, deadline)
+	ctx, cancel := within(ctx, p.clock, deadline)
 	defer cancel()
 	err := p.call(ctx, team, method, func(ctx context.Context, c *slack.Client) (err error) {
 		v, err = fetch(ctx, c)
@@ -131,7 +136,9 @@ func lookup[V any](ctx context.Context, p *Platform, cache *ttlcache.Cache[strin
 	})
 	if err != nil {
 		p.log.Debug("slack "+method+" failed", "team", team, "id", id, "err", p.errorText(err))
-		p.names.failed.Add(method+" "+key, struct{}{})
+		if limited := (*platform.RateLimitedError)(nil); !errors.As(err, &limited) && ctx.Err() == nil {
+			p.names.failed.Add(method+" "+key, struct{}{})
+		}
 		return v, false
 	}
 	cache.Add(key, v)
@@ -139,7 +146,7 @@ func lookup[V any](ctx context.Context, p *Platform, cache *ttlcache.Cache[strin
 }
 
 func (n *names) reacted(ctx context.Context, team, channel, ts string) ([]slack.Message, bool) {
-	ctx, cancel := context.WithTimeout(ctx, lookupDeadline)
+	ctx, cancel := within(ctx, n.p.clock, lookupDeadline)
 	defer cancel()
 	var msgs []slack.Message
 	err := n.p.call(ctx, team, "conversations.replies", func(ctx context.Context, c *slack.Client) (err error) {

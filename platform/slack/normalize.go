@@ -9,6 +9,7 @@ import (
 	"github.com/slack-go/slack"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/internal/pytext"
 	"connector/session"
 )
@@ -199,15 +200,21 @@ func declaredBot(ev *wireEvent, pol *policy) bool {
 
 // normalizer normalizes one tenant's messages.
 type normalizer struct {
-	pol   *policy
-	look  lookups
-	state threadState
+	// tenant is the tenant whose thread markers are read and set
+	// (threadMark).
+	tenant string
+	pol    *policy
+	look   lookups
+	state  threadState
 	// bot is the bot user of the message's workspace (mentions of it wake
 	// the bot and are removed from the text).
 	bot string
 	// owner waives the mention gates: the author is linked to the tenant
 	// (the owner floor of author-first routing).
 	owner bool
+	// clock runs the deadline of the lookups of a message's mentions (the
+	// platform's clock, which the budgets wait on).
+	clock clock.Clock
 	// err is the first question state could not answer (normalize
 	// returns it).
 	err error
@@ -354,7 +361,8 @@ func (n *normalizer) sessionThread(m *message, isDM bool) string {
 }
 
 // mentionNamesDeadline bounds the lookups of the names of one message's
-// mentions, together; a name not resolved by then stays its id.
+// mentions, together (and those of the authors of a thread's context,
+// threadcontext.go); a name not resolved by then stays its id.
 const mentionNamesDeadline = 2 * lookupDeadline
 
 // userMention matches a user mention, with or without a label.
@@ -382,7 +390,7 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 			text, probe, command = stripped, stripped, true
 		}
 		if thread != "" && !n.pol.strictMention && !n.pol.threadRequireMention {
-			n.remember(n.state.set(ctx, markMentioned, m.scope+":"+thread))
+			n.remember(n.state.set(ctx, markMentioned, threadMark(n.tenant, m.scope, ev.Channel, thread)))
 		}
 	}
 	t := &turn{thread: thread}
@@ -409,7 +417,7 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 	} else {
 		// One deadline for all the mentions: a message may hold thousands,
 		// and it must be stored within Slack's 3 s.
-		mctx, cancel := context.WithTimeout(ctx, mentionNamesDeadline)
+		mctx, cancel := within(ctx, n.clock, mentionNamesDeadline)
 		defer cancel()
 		text = userMention.ReplaceAllStringFunc(text, func(mention string) string {
 			id := userMention.FindStringSubmatch(mention)[1]

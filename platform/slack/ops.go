@@ -69,7 +69,7 @@ func (p *Platform) postParts(ctx context.Context, tenant string, t target, a *co
 			return err
 		})
 		if err == nil {
-			p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, thread))
+			p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), tenant, t.team, t.channel, ts, thread))
 		}
 		return ts, err
 	}, func(err error) contract.Result { return p.failure(a.Op, err) })
@@ -223,7 +223,7 @@ const maxThreadName = 80
 // message is posted (":thread: Hermes handoff — *name*", as the native
 // adapter's create_handoff_thread) and its ts is the thread. The result's
 // thread_id and message_id are the thread's ts.
-func (p *Platform) threadCreate(ctx context.Context, _ string, t target, a *contract.Action) contract.Result {
+func (p *Platform) threadCreate(ctx context.Context, tenant string, t target, a *contract.Action) contract.Result {
 	if ts := string(a.MessageID); ts != "" {
 		if !messageTS.MatchString(ts) {
 			return contract.Failed(contract.CodeBadRequest, "slack thread_create: message_id is not a Slack message ts")
@@ -242,7 +242,7 @@ func (p *Platform) threadCreate(ctx context.Context, _ string, t target, a *cont
 	if err != nil {
 		return p.failure(contract.OpThreadCreate, err)
 	}
-	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), t.team, ts, ""))
+	p.markerNotKept(p.memory.sent(context.WithoutCancel(ctx), tenant, t.team, t.channel, ts, ""))
 	r := contract.OK(ts)
 	r.ThreadID = ts
 	return r
@@ -285,8 +285,9 @@ const maxResponseURLPosts = 5
 // replacing the "Running /x…" acknowledgement, as natively. Slack takes at
 // most five posts per response_url; later parts go as ephemeral messages
 // to the command's user in its channel (chat.postEphemeral), never as a
-// public post, while the capability lives (30 minutes). Without it the
-// result is capability_missing.
+// public post, while the capability lives (30 minutes), with the token of
+// the tenant's workspace in that channel (teamFor, as every action of the
+// tenant's there). Without it the result is capability_missing.
 func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *contract.Action) contract.Result {
 	if a.SessionKey == "" {
 		return contract.Failed(contract.CodeBadRequest, "slack follow_up: session_key is required")
@@ -309,10 +310,13 @@ func (p *Platform) followUp(ctx context.Context, tenant string, _ target, a *con
 			if ref.channel == "" || ref.user == "" {
 				return contract.Failed(contract.CodeCapabilityMissing, "slack follow_up: the response_url took its five replies")
 			}
-			err := p.callIn(ctx, ref.team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
-				_, err := c.PostEphemeralContext(ctx, ref.channel, ref.user, slack.MsgOptionText(part, false))
-				return err
-			})
+			team, err := p.teamFor(ctx, tenant, ref.channel, ref.team)
+			if err == nil {
+				err = p.callIn(ctx, team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
+					_, err := c.PostEphemeralContext(ctx, ref.channel, ref.user, slack.MsgOptionText(part, false))
+					return err
+				})
+			}
 			if err != nil {
 				return p.failure(contract.OpFollowUp, err)
 			}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
@@ -105,15 +106,16 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	case !took:
 		return contract.Result{}, false // answered already (on another instance)
 	}
-	return p.privateReply(ctx, tenant, sessionKey, ref, e.Value.Reveal(), a.Content), true
+	return p.privateReply(ctx, tenant, t.team, sessionKey, ref, e.Value.Reveal(), a.Content), true
 }
 
 // privateReply posts content to the command's user alone: through its
 // response_url while it takes posts, the first replacing the
 // acknowledgement, the parts beyond its remaining posts cut with a notice;
-// if a post fails, every part with chat.postEphemeral instead; if that
-// fails too, the result fails (nothing is posted publicly).
-func (p *Platform) privateReply(ctx context.Context, tenant, sessionKey string, ref responseRef, url, content string) contract.Result {
+// if a post fails, every part with chat.postEphemeral (with workspace
+// team's token: the tenant's, teamFor) instead; if that fails too, the
+// result fails (nothing is posted publicly).
+func (p *Platform) privateReply(ctx context.Context, tenant, team, sessionKey string, ref responseRef, url, content string) contract.Result {
 	parts := mrkdwnParts(content)
 	used, err := ref.used, error(nil)
 	if room := maxResponseURLPosts - used; room > 0 {
@@ -137,7 +139,7 @@ func (p *Platform) privateReply(ctx context.Context, tenant, sessionKey string, 
 		p.log.Warn("slack response_url reply failed; posting it ephemerally", "err", p.errorText(err))
 	}
 	for _, part := range parts {
-		err := p.callIn(ctx, ref.team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
+		err := p.callIn(ctx, team, ref.channel, "chat.postEphemeral", func(ctx context.Context, c *slack.Client) error {
 			_, err := c.PostEphemeralContext(ctx, ref.channel, ref.user, slack.MsgOptionText(part, false))
 			return err
 		})
@@ -167,12 +169,16 @@ func (p *Platform) usedResponseURL(ctx context.Context, tenant, sessionKey strin
 // postResponseURL posts msg to a response_url: an https URL on slack.com
 // or a subdomain, or on the Web API's own host (a fake's in tests).
 // Anything else is refused, so a stored URL can never make the connector
-// post elsewhere.
+// post elsewhere. The URL is a capability: an error never names it.
 func (p *Platform) postResponseURL(ctx context.Context, raw string, msg *slack.WebhookMessage) error {
 	if u, err := url.Parse(raw); err != nil || !p.slackURL(u) {
 		return errors.New("slack: the response_url is not a Slack URL")
 	}
-	return slack.PostWebhookCustomHTTPContext(ctx, raw, p.http, msg)
+	err := slack.PostWebhookCustomHTTPContext(ctx, raw, p.http, msg)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		return fmt.Errorf("slack: post to the response_url: %w", &url.Error{Op: ue.Op, URL: "(response_url)", Err: ue.Err})
+	}
+	return err
 }
 
 // slackURL reports whether u is an https URL on slack.com (or a

@@ -2,6 +2,7 @@ package slack
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -110,5 +111,85 @@ func TestSlashReplyFallsBackPrivately(t *testing.T) {
 	clk.Advance(slashReplyWindow)
 	if r := e.execute(t, "t1", sprintf(slashSend, "late", "")); !r.Success || r.MessageID == "" || len(e.fake.Responses()) != 5 {
 		t.Fatalf("%+v", r)
+	}
+}
+
+// TestResponseURLNeverLogged: a slash command's response_url is a
+// capability (docs/security.md); when posting to it fails on the network,
+// neither the log nor the result names it.
+func TestResponseURLNeverLogged(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	url := e.fake.ResponseURL("r1-secret-capability")
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", url))
+	e.sink.Next(t)
+	e.p.seenIn(chanGeneral, teamA.ID) // as the chat's inbound does
+	e.fake.Close()
+	r := e.execute(t, "t1", sprintf(slashSend, "all good", ""))
+	if r.Success {
+		t.Fatalf("%+v with Slack down", r)
+	}
+	if strings.Contains(r.Error, "r1-secret-capability") || strings.Contains(e.logs.String(), "r1-secret-capability") {
+		t.Fatalf("the response_url reached the result or the log: %q\n%s", r.Error, e.logs.String())
+	}
+	if !strings.Contains(e.logs.String(), "slack response_url reply failed") {
+		t.Fatalf("the failure was not logged (%+v):\n%s", r, e.logs.String())
+	}
+}
+
+// TestSlashReplyWithTheTenantsOwnToken: in a Slack Connect channel shared
+// by A (t1's) and B (t2's) and bound to t1, a slash command of B's Bob is
+// t1's; the private replies that go by chat.postEphemeral (the
+// response_url failing, or past its five posts) are made with A's token,
+// t1's own, as every other action of t1 there, never with B's.
+func TestSlashReplyWithTheTenantsOwnToken(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners", SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	e := newEnvOn(t, fake, nil, nil)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}, {Kind: platform.BindTeam, ID: teamB.ID, Tenant: "t2"},
+		{Kind: platform.BindChannel, ID: shared, Tenant: "t1"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.p.seenIn(shared, teamA.ID) // events of the channel came to both installations
+	e.p.seenIn(shared, teamB.ID)
+	command := func(responseURL string) platform.Delivery {
+		t.Helper()
+		e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamB.ID, shared, userBob, "/status", "", responseURL))
+		d := e.sink.Next(t)
+		if d.Tenant != "t1" {
+			t.Fatalf("Bob's command in the channel bound to t1 went to %s", d.Tenant)
+		}
+		return d
+	}
+	ephemeralTeam := func(n int) string {
+		t.Helper()
+		eph := fake.Calls("chat.postEphemeral")
+		if len(eph) != n || eph[n-1].Form.Get("user") != userBob {
+			t.Fatalf("%d ephemeral posts %+v, want %d to Bob", len(eph), eph, n)
+		}
+		return eph[n-1].Team
+	}
+	// The response_url fails: the reply goes ephemerally.
+	command(fake.URL + "no-such-path/r1")
+	send := `{"op":"send","chat_id":"` + shared + `","content":%q,"reply_to":null,"metadata":{"scope_id":"` + teamB.ID + `","user_id":"` + userBob + `"}}`
+	if r := e.execute(t, "t1", sprintf(send, "all good")); !r.Success || r.MessageID != "" {
+		t.Fatalf("%+v", r)
+	}
+	if team := ephemeralTeam(1); team != teamA.ID {
+		t.Fatalf("t1's private reply went with %s's token", team)
+	}
+	// follow_up past the response_url's five posts.
+	d := command(fake.ResponseURL("r2"))
+	for i := range 6 {
+		if r := e.execute(t, "t1", `{"op":"follow_up","session_key":"`+d.SessionKey+`","kind":"slack.response_url","content":"part `+strconv.Itoa(i)+`"}`); !r.Success {
+			t.Fatalf("follow_up %d: %+v", i, r)
+		}
+	}
+	if team := ephemeralTeam(2); team != teamA.ID {
+		t.Fatalf("t1's follow_up went with %s's token", team)
 	}
 }

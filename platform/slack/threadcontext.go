@@ -44,7 +44,7 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 	if thread == "" || thread == ev.TS {
 		return nil, nil
 	}
-	switch active, err := p.memory.has(ctx, markActive, m.scope+":"+ev.Channel+":"+thread); {
+	switch active, err := p.memory.has(ctx, markActive, threadMark(tenant, m.scope, ev.Channel, thread)); {
 	case err != nil:
 		p.log.Debug("slack thread marker unreadable; the thread's context is read", "err", err)
 	case active:
@@ -61,6 +61,11 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		}
 	}
 	pol := p.policy(tenant)
+	// One deadline for the authors' names, as for a message's mentions: a
+	// thread may have as many authors as messages, and the turn must be
+	// stored within Slack's 3 s.
+	nctx, cancel := within(ctx, p.clock, mentionNamesDeadline)
+	defer cancel()
 	var out []contract.ContextMessage
 	for i := range h {
 		msg := &h[i]
@@ -86,7 +91,7 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		name := ""
 		switch {
 		case author != "":
-			name = p.names.user(ctx, m.scope, author).name
+			name = p.names.user(nctx, m.scope, author).name
 		case isBot:
 			name = cmp.Or(msg.Username, "bot")
 		default:

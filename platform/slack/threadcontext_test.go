@@ -4,8 +4,10 @@ import (
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
 )
@@ -117,5 +119,31 @@ func TestThreadRootImages(t *testing.T) {
 	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768400000.000500", root, "<@"+teamA.BotUser+"> and?"), http.StatusOK)
 	if d := e.sink.Next(t); len(d.Event.Media) != 0 || d.Event.MessageType != "text" || len(d.Event.Context) != 0 {
 		t.Fatalf("second turn %+v", d.Event)
+	}
+}
+
+// TestThreadContextNamesInTime: the names of a thread's authors in the
+// context of a turn that enters it share one deadline: a thread of thirty
+// authors the workspace's users.info budget cannot answer (its burst spent,
+// refilling at 100 a minute) is still stored within Slack's 3 s (on the
+// platform's clock, which the test drives), the names not resolved left as
+// ids. One lookup deadline each held the request, and every message behind
+// it in the chat, for over five seconds.
+func TestThreadContextNamesInTime(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	const root = "1768400000.000100"
+	e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: root, User: userAda, Text: "the deploy failed"})
+	for i := range 30 {
+		e.fake.AddMessage(slacktest.Message{Team: teamA.ID, Channel: chanGeneral, TS: sprintf("1768400001.%06d", i), ThreadTS: root,
+			User: sprintf("U0Y%07d", i), Text: sprintf("me too %d", i)})
+	}
+	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768400002.000100", root, "<@"+teamA.BotUser+"> why?"))
+	if code, took := e.postDriven(t, clk, body); code != http.StatusOK || took > 3*time.Second {
+		t.Fatalf("answered %d after %v of the platform's clock, want 200 within Slack's 3 s", code, took)
+	}
+	d := e.sink.Next(t)
+	if len(d.Event.Context) != 31 || d.Event.Context[0].Source.UserName != "Ada" || d.Event.Context[30].Source.UserName != "U0Y0000029" {
+		t.Fatalf("context %+v", d.Event.Context)
 	}
 }
