@@ -16,6 +16,7 @@ import (
 )
 
 func TestGatewayGuildMessageAutoThreads(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7001", chanGeneral, guildLab, "deploy   the <#101> build", true))
@@ -44,6 +45,7 @@ func TestGatewayGuildMessageAutoThreads(t *testing.T) {
 }
 
 func TestGatewayDMThreadEditAndUnclaimed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 
@@ -88,6 +90,7 @@ func TestGatewayDMThreadEditAndUnclaimed(t *testing.T) {
 }
 
 func TestGatewayStopBecomesInterrupt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7010", threadPlan, guildLab, "/stop", true))
@@ -98,6 +101,7 @@ func TestGatewayStopBecomesInterrupt(t *testing.T) {
 }
 
 func TestGatewayTerminalCloseCodes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		opts discordtest.Options
@@ -136,6 +140,7 @@ func TestGatewayTerminalCloseCodes(t *testing.T) {
 }
 
 func TestGatewayReconnectResumes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	if err := e.fake.CloseGateway(4000, "Unknown error"); err != nil {
@@ -154,6 +159,7 @@ func TestGatewayReconnectResumes(t *testing.T) {
 }
 
 func TestGatewayHandshakeWatchdog(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{Silent: true}, func(c *Config) {
 		c.HandshakeTimeout = 100 * 1e6 // 100ms
 	})
@@ -165,6 +171,7 @@ func TestGatewayHandshakeWatchdog(t *testing.T) {
 }
 
 func TestGatewayAutoThreadThenFollowUpWithoutMention(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7030", chanGeneral, guildLab, "start a plan", true))
@@ -178,6 +185,7 @@ func TestGatewayAutoThreadThenFollowUpWithoutMention(t *testing.T) {
 }
 
 func TestGatewayInteractionAcksThroughCallback(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	var in map[string]any
@@ -201,6 +209,7 @@ func TestGatewayInteractionAcksThroughCallback(t *testing.T) {
 }
 
 func TestGatewayCacheFollowsChannelEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, func(c *Config) {
 		c.Tenants = map[string]TenantConfig{"t1": {AutoThread: new(false)}}
 	})
@@ -229,6 +238,7 @@ func TestGatewayCacheFollowsChannelEvents(t *testing.T) {
 // both hashed to shard 2 of 4) is delivered meanwhile, and each channel's
 // messages keep Gateway order.
 func TestSlowChannelDelaysOnlyItself(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	held, release := make(chan struct{}), make(chan struct{})
 	e.sink.Check = func(d platform.Delivery) error {
@@ -275,6 +285,7 @@ func (s *stallingSink) Deliver(ctx context.Context, _ platform.Delivery) error {
 // (Discord wants its answer within 3 s): a delivery that hangs is given up,
 // its slot freed, and the interaction never acknowledged late.
 func TestGatewayInteractionProcessingIsBounded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	sink := &stallingSink{ended: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())

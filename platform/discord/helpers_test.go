@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
+	"flag"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +19,26 @@ import (
 	"connector/session"
 	"connector/vault"
 )
+
+// testParallel is how many tests run at once unless -test.parallel says
+// otherwise. Most tests spend their last second idle, not on a CPU: stopping
+// the platform closes its Gateway session, and discordgo's Session.Close
+// sleeps one second after the close frame before it closes the socket
+// (bwmarrin/discordgo#1347), so the GOMAXPROCS default would serialize
+// those seconds on a small machine.
+const testParallel = 16
+
+// TestMain runs the tests testParallel at a time unless -test.parallel
+// was given.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(testParallel))
+	}
+	os.Exit(m.Run())
+}
 
 // The fixture world and helpers of discordtest, under this package's names.
 const (
