@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -323,5 +324,47 @@ func TestGatewayInteractionProcessingIsBounded(t *testing.T) {
 	}
 	if n := len(e.p.slots); n != 0 {
 		t.Fatalf("%d processing slots still taken", n)
+	}
+}
+
+// TestGatewayStopWhileAskingForTheGatewayURL: discordgo's Open asks GET
+// /gateway with no context of its own; stopping the platform (shutdown, or
+// the Gateway lease lost) while Discord has not answered must end Run at
+// once, not after RequestTimeout.
+func TestGatewayStopWhileAskingForTheGatewayURL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.RequestTimeout = time.Hour })
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.URL.Path != "/api/v9/gateway" {
+			return false
+		}
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		select { // Discord not answering
+		case <-r.Context().Done():
+		case <-release:
+		}
+		return true
+	})
+	e.start(t)
+	t.Cleanup(func() { close(release) }) // before the fake closes
+	select {
+	case <-asked:
+	case <-waitCtx(t).Done():
+		t.Fatal("timed out after 10s waiting for GET /gateway")
+	}
+	e.cancel()
+	select {
+	case err := <-e.done:
+		e.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-waitCtx(t).Done():
+		t.Fatal("Run did not return within 10s of its context's end: GET /gateway outlived it")
 	}
 }
