@@ -61,12 +61,16 @@
 // POST /discord/interactions (Routes) reads at most MaxInteractionBytes
 // (413 above), verifies Ed25519 over X-Signature-Timestamp + body with the
 // application's public key and rejects timestamps more than InteractionSkew
-// away (401 for both), dedupes interaction ids (409 for a replay), answers
-// PING with PONG, and otherwise writes the deferred response (type 5; type
-// 6 for components) before any processing. Processing then stores the
-// interaction token in the vault under (tenant, session key,
-// discord.interaction_token) for 15 minutes, with the application id as
-// Ref, and delivers a normalized inbound event: a slash command as the
+// away (401 for both), dedupes interaction ids (409 for a replay) and
+// answers PING with PONG (autocomplete with no choices; an interaction no
+// tenant takes with an ephemeral "not connected"). A command, component
+// press or modal submit is processed first, within
+// 2.5 s of Discord's 3: its token is stored in the vault under (tenant,
+// session key, discord.interaction_token) for 15 minutes, with the
+// application id as Ref, and a normalized inbound event is delivered; only
+// once the relay took it is the deferred response (type 5; type 6 for
+// components) written, which confirms the interaction to Discord (else
+// the webhook answers 503; webhook.go). The event is: a slash command as the
 // command message "/name args", a component press as its custom_id (a
 // prompt button "hp1:<prompt>:<option>" as a prompt_response with text
 // "/<option>"), a modal as "custom_id=value" lines. The token is never in
