@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"flag"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/leakcheck"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
@@ -29,7 +29,9 @@ import (
 const testParallel = 16
 
 // TestMain runs the tests testParallel at a time unless -test.parallel
-// was given.
+// was given, and fails the package when a goroutine of this package or of
+// discordgo outlives them (as Slack's and Telegram's do): with the tests in
+// parallel, TestRunLeavesNoGoroutines sees only its own platform.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	given := false
@@ -37,7 +39,7 @@ func TestMain(m *testing.M) {
 	if !given {
 		_ = flag.Set("test.parallel", strconv.Itoa(testParallel))
 	}
-	os.Exit(m.Run())
+	leakcheck.Main(m, 5*time.Second, "connector/platform/discord.", "bwmarrin/discordgo.")
 }
 
 // The fixture world and helpers of discordtest, under this package's names.
