@@ -29,13 +29,14 @@ import (
 const testParallel = 16
 
 // TestMain runs the tests testParallel at a time unless -test.parallel
-// was given, and fails the package when a goroutine of this package or of
-// discordgo outlives them (as Slack's and Telegram's do): with the tests in
-// parallel, TestRunLeavesNoGoroutines sees only its own platform.
+// was given (or -test.fuzz, whose workers it counts too), and fails the
+// package when a goroutine of this package or of discordgo outlives them
+// (as Slack's and Telegram's do): with the tests in parallel,
+// TestRunLeavesNoGoroutines sees only its own platform.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" || f.Name == "test.fuzz" })
 	if !given {
 		_ = flag.Set("test.parallel", strconv.Itoa(testParallel))
 	}
