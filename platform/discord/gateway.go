@@ -208,7 +208,7 @@ func gatewayErrText(err error) string {
 	if errors.As(err, &ce) {
 		return fmt.Sprintf("closed by Discord with %d", ce.Code)
 	}
-	return describe(err).msg
+	return describe(err).Error
 }
 
 // identifyWindow is the period of Discord's identify limit.

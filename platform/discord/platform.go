@@ -256,7 +256,7 @@ func (p *Platform) startThread(ctx context.Context, channelID, messageID, name s
 	}
 	var th wireChannel
 	if err := p.rest(ctx, "POST", endpoint, start, &th); err != nil {
-		p.log.Warn("thread creation failed", "channel_id", channelID, "err", describe(err).msg)
+		p.log.Warn("thread creation failed", "channel_id", channelID, "err", describe(err).Error)
 		return "", err
 	}
 	if th.ID == "" {
