@@ -49,10 +49,14 @@
 // The bot's own mention is stripped from the text; "/stop" becomes an
 // interrupt of the session instead of an inbound event. Every dropped event
 // is counted in Metrics.Dropped with its reason: unclaimed, dm_no_tenant,
-// own_message, system_message, not_an_edit, bot_author, user_not_allowed,
-// not_mentioned, mentions_others, group_dm, unknown_channel,
-// auto_thread_unsupported, auto_thread_failed, malformed, duplicate,
-// unsupported_interaction, overloaded, lookup_failed, principal. A guild message
+// principal, own_message, system_message, not_an_edit, bot_author,
+// bot_not_inline_mentioned, user_not_allowed, mentions_other_bots,
+// mentions_others, channel_not_allowed, channel_ignored, not_mentioned,
+// group_dm, unknown_channel, auto_thread_unsupported, auto_thread_failed,
+// malformed, lookup_failed; for interactions also duplicate,
+// dedupe_unavailable, unsupported_interaction, overloaded, and the
+// webhook's refusals oversized (413) and rejected_<HTTP status text>; for
+// /link DMs link_edit, link_rate_limited and link_shed. A guild message
 // dropped as not_mentioned or mentions_others is kept as its channel's
 // context (channelctx.go) unless the tenant turned channel_context off.
 //
