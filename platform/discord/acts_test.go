@@ -10,6 +10,7 @@ import (
 )
 
 func TestEgressPromptButtons(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	opts := []map[string]any{
@@ -67,6 +68,7 @@ func TestEgressPromptButtons(t *testing.T) {
 }
 
 func TestEgressReactAndDelete(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	sent := execute(t, e, "t1", `{"op":"send","chat_id":"101","content":"working on it","reply_to":null,"metadata":{}}`)
@@ -129,6 +131,7 @@ func TestEgressReactAndDelete(t *testing.T) {
 }
 
 func TestThreadCreateAndRename(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	act := func(tenant string, a map[string]any) contract.Result {
@@ -231,6 +234,7 @@ func TestThreadCreateAndRename(t *testing.T) {
 // new thread answers thread_id and auto_thread_name, later sends do not,
 // and later inbound from the thread still carries the markers.
 func TestAutoThreadAnnouncedOnFirstSend(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7500", chanGeneral, guildLab, "plan the v2.1 rollout", true))
@@ -260,6 +264,7 @@ func TestAutoThreadAnnouncedOnFirstSend(t *testing.T) {
 // in t2's channel by naming it inside the emoji (with api_base_url set,
 // the path is sent as it reads).
 func TestReactEmojiCannotSteerTheRequest(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	theirs := execute(t, e, "t2", `{"op":"send","chat_id":"`+chanOther+`","content":"t2's message","reply_to":null,"metadata":{}}`)

@@ -118,7 +118,7 @@ func (p *Platform) consumeLink(m *wireMessage, edit bool) bool {
 func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
 	reply := p.deps.RedeemLink(ctx, platformName, user, code, func(tenant string) { p.spoke.Add(ctx, channel, "", tenant) })
 	if err := p.rest(platform.WithTenant(ctx, platform.LinkBudget), "POST", discordgo.EndpointChannelMessages(channel), &discordgo.MessageSend{Content: reply}, nil); err != nil {
-		p.log.Warn("discord /link reply not sent", "channel_id", channel, "err", describe(err).msg)
+		p.log.Warn("discord /link reply not sent", "channel_id", channel, "err", describe(err).Error)
 	}
 }
 
@@ -171,7 +171,7 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool
 	case errors.Is(err, errNotFound):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
+		return false, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).Error, platform.ErrUnavailable)
 	}
 	return own.MayAct(tenant, chatOfInfo(ci), func() bool { return spoke }), nil
 }

@@ -12,6 +12,7 @@ import (
 )
 
 func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
 	b := &identifyBudget{max: 3, clock: clk}
 	for range 3 {
@@ -58,6 +59,7 @@ func TestIdentifyBudgetBlocksWhenSpent(t *testing.T) {
 }
 
 func TestBreakerWindow(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
 	b := newBreaker(3, 3, clk)
 	for range 3 {
@@ -88,6 +90,7 @@ func TestBreakerWindow(t *testing.T) {
 // alone, with the time until its oldest answers leave the window; the bot
 // and other tenants go on.
 func TestBreakerChargesTheTenant(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
 	b := newBreaker(40, 10, clk)
 	for range 4 {
@@ -128,6 +131,7 @@ func TestBreakerChargesTheTenant(t *testing.T) {
 // invalid answers reach the bot; seven such tenants never refuse a tenant
 // that behaves, thirty do (the bot-wide breaker, the last line).
 func TestBreakerKeepsTheBotBelowTheBan(t *testing.T) {
+	t.Parallel()
 	cfg := Config{}.WithDefaults()
 	if cfg.InvalidRequestLimit >= discordInvalidBan || cfg.TenantInvalidRequestLimit != cfg.InvalidRequestLimit/8 {
 		t.Fatalf("defaults %d / %d", cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit)
@@ -171,6 +175,7 @@ func TestBreakerKeepsTheBotBelowTheBan(t *testing.T) {
 }
 
 func TestParseRouteHashesTokens(t *testing.T) {
+	t.Parallel()
 	r := parseRoute("POST", "/api/v9/webhooks/9000/secret-token?wait=true")
 	if !r.exemptGlobal || r.key == "" || containsStr(r.key, "secret-token") || redactRoute(r.key) != "POST webhooks 9000 {token}" {
 		t.Fatalf("route = %+v (%s)", r, redactRoute(r.key))
@@ -193,6 +198,7 @@ func containsStr(s, sub string) bool {
 }
 
 func TestInvalidRequestLimitsValidated(t *testing.T) {
+	t.Parallel()
 	base := Config{BotToken: "x", PublicKey: strings.Repeat("ab", 32), ApplicationID: "9000"}
 	for _, tc := range []struct {
 		bot, tenant int

@@ -287,7 +287,7 @@ func (c *commandSync) reconcileScope(ctx context.Context, scope string) {
 	changed, err := c.reconcile(rctx, scope, want)
 	switch {
 	case err != nil:
-		c.p.log.Warn("discord command registry sync failed", "scope", name, "tenant", tenant, "err", describe(err).msg)
+		c.p.log.Warn("discord command registry sync failed", "scope", name, "tenant", tenant, "err", describe(err).Error)
 	case changed:
 		c.p.log.Info("discord commands updated", "scope", name, "tenant", tenant, "commands", len(want))
 	default:

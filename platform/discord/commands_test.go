@@ -78,6 +78,7 @@ func byName(cmds []map[string]any) map[string]map[string]any {
 // and "bstatus". Each tenant's commands land on its own guild, whole and in
 // its definitions; only the DM tenant's (t1) are global, and only for DMs.
 func TestCommandsRegisteredPerTenantGuild(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	aNames := []string{"ask"}
@@ -143,6 +144,7 @@ func TestCommandsRegisteredPerTenantGuild(t *testing.T) {
 // delivered (the bot is not in it) is left alone, so it draws no 403; its
 // GUILD_CREATE registers its tenant's commands.
 func TestCommandsWaitForTheGuild(t *testing.T) {
+	t.Parallel()
 	const guildLate = "300"
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds[guildLate] = "t2" })
 	e.startReady(t)
@@ -162,6 +164,7 @@ func TestCommandsWaitForTheGuild(t *testing.T) {
 // TestGlobalCommandsEmptyWithoutDMTenant: with no DM tenant no manifest is
 // global; the union an earlier version registered is removed.
 func TestGlobalCommandsEmptyWithoutDMTenant(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.DMTenant = "" })
 	req, _ := http.NewRequest("PUT", e.fake.URL+globalCommandsPath, strings.NewReader(manifestOf("old", []string{"ask", "bstatus"}, nil)))
 	req.Header.Set("Authorization", "Bot "+testToken)
@@ -181,6 +184,7 @@ func TestGlobalCommandsEmptyWithoutDMTenant(t *testing.T) {
 }
 
 func TestCommandManifestValidation(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.p.ObserveHello("t1", "gw1", helloWith(manifestV1))
@@ -204,6 +208,7 @@ func TestCommandManifestValidation(t *testing.T) {
 }
 
 func TestCommandManifestFailureIsBestEffort(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
@@ -223,6 +228,7 @@ func TestCommandManifestFailureIsBestEffort(t *testing.T) {
 }
 
 func TestSameCommandsIgnoresServerFields(t *testing.T) {
+	t.Parallel()
 	want, _, _ := parseManifest(json.RawMessage(`[{"name":"a","description":"d","options":[{"type":3,"name":"x","description":"y","required":false}]}]`))
 	var have []map[string]any
 	_ = json.Unmarshal([]byte(`[{"id":"1","application_id":"9","version":"2","type":1,"name":"a","description":"d","dm_permission":true,
@@ -240,6 +246,7 @@ func TestSameCommandsIgnoresServerFields(t *testing.T) {
 // its former tenant's commands, as a guild rebound to another tenant gets
 // the new tenant's: no tenant's commands stay in a guild it no longer owns.
 func TestCommandsLeaveAnUnboundGuild(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask", "bstatus"}, nil)))

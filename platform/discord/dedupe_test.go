@@ -22,6 +22,7 @@ import (
 // other within the freshness window, and reaches no gateway again; a new
 // interaction is accepted by the other instance as usual.
 func TestInteractionReplayedToAnotherInstance(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
 		t.Run(backend, func(t *testing.T) {
 			cfg := store.Config{Backend: backend}

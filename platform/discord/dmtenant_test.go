@@ -21,6 +21,7 @@ import (
 // answer without recipients) is nobody's until a message in it tells its
 // user; unlinking Ada gives her DM back to t1.
 func TestDMTenantKeepsOutOfLinkedUsersDMs(t *testing.T) {
+	t.Parallel()
 	const userBob, chanDMBob, chanDMEve = "502", "302", "303"
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.fake.AddChannel(discordtest.Channel{ID: chanDMBob, Type: 1, Recipients: []discordtest.Recipient{{ID: userBob, Username: "bob"}}})

@@ -49,10 +49,14 @@
 // The bot's own mention is stripped from the text; "/stop" becomes an
 // interrupt of the session instead of an inbound event. Every dropped event
 // is counted in Metrics.Dropped with its reason: unclaimed, dm_no_tenant,
-// own_message, system_message, not_an_edit, bot_author, user_not_allowed,
-// not_mentioned, mentions_others, group_dm, unknown_channel,
-// auto_thread_unsupported, auto_thread_failed, malformed, duplicate,
-// unsupported_interaction, overloaded, lookup_failed, principal. A guild message
+// principal, own_message, system_message, not_an_edit, bot_author,
+// bot_not_inline_mentioned, user_not_allowed, mentions_other_bots,
+// mentions_others, channel_not_allowed, channel_ignored, not_mentioned,
+// group_dm, unknown_channel, auto_thread_unsupported, auto_thread_failed,
+// malformed, lookup_failed; for interactions also duplicate,
+// dedupe_unavailable, unsupported_interaction, overloaded, and the
+// webhook's refusals oversized (413) and rejected_<HTTP status text>; for
+// /link DMs link_edit, link_rate_limited and link_shed. A guild message
 // dropped as not_mentioned or mentions_others is kept as its channel's
 // context (channelctx.go) unless the tenant turned channel_context off.
 //
@@ -61,12 +65,16 @@
 // POST /discord/interactions (Routes) reads at most MaxInteractionBytes
 // (413 above), verifies Ed25519 over X-Signature-Timestamp + body with the
 // application's public key and rejects timestamps more than InteractionSkew
-// away (401 for both), dedupes interaction ids (409 for a replay), answers
-// PING with PONG, and otherwise writes the deferred response (type 5; type
-// 6 for components) before any processing. Processing then stores the
-// interaction token in the vault under (tenant, session key,
-// discord.interaction_token) for 15 minutes, with the application id as
-// Ref, and delivers a normalized inbound event: a slash command as the
+// away (401 for both), dedupes interaction ids (409 for a replay) and
+// answers PING with PONG (autocomplete with no choices; an interaction no
+// tenant takes with an ephemeral "not connected"). A command, component
+// press or modal submit is processed first, within
+// 2.5 s of Discord's 3: its token is stored in the vault under (tenant,
+// session key, discord.interaction_token) for 15 minutes, with the
+// application id as Ref, and a normalized inbound event is delivered; only
+// once the relay took it is the deferred response (type 5; type 6 for
+// components) written, which confirms the interaction to Discord (else
+// the webhook answers 503; webhook.go). The event is: a slash command as the
 // command message "/name args", a component press as its custom_id (a
 // prompt button "hp1:<prompt>:<option>" as a prompt_response with text
 // "/<option>"), a modal as "custom_id=value" lines. The token is never in

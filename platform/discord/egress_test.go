@@ -36,6 +36,7 @@ func execute(t *testing.T, e *env, tenant string, action string) contract.Result
 // id, in the words every platform uses (platform.SendParts); the piece
 // count was dropped from the result.
 func TestEgressPartlySent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	var posts, refuseAt atomic.Int64
@@ -69,6 +70,7 @@ func TestEgressPartlySent(t *testing.T) {
 }
 
 func TestEgressSendSplitsAndReplies(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	long := strings.Repeat("word ", 300) + "\n```go\n" + strings.Repeat("fmt.Println(\"x\")\n", 120) + "```\nend"
@@ -102,6 +104,7 @@ func TestEgressSendSplitsAndReplies(t *testing.T) {
 }
 
 func TestEgressEditTypingChatInfo(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	r := execute(t, e, "t1", `{"op":"send","chat_id":"102","content":"draft","reply_to":null,"metadata":{}}`)
@@ -131,6 +134,7 @@ func TestEgressEditTypingChatInfo(t *testing.T) {
 }
 
 func TestEgressDeclinesForeignChats(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	before := len(e.fake.Requests())
@@ -165,6 +169,7 @@ func TestEgressDeclinesForeignChats(t *testing.T) {
 }
 
 func TestEgressFollowUp(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	token := "followup-token-secret"
@@ -205,6 +210,7 @@ func TestEgressFollowUp(t *testing.T) {
 }
 
 func TestFollowUpExpiredToken(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.New(epoch)
 	v := vault.NewMemory(vault.Config{Clock: clk})
 	key := vault.Key{Tenant: "t1", SessionKey: "s", Kind: vault.KindDiscordInteractionToken}
@@ -224,6 +230,7 @@ func TestFollowUpExpiredToken(t *testing.T) {
 // deadline and a dropped connection: every error names the failure, and no
 // log line or result holds the interaction token or the bot token.
 func TestErrorPathsLogNoSecrets(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.RequestTimeout = 2 * time.Second })
 	e.startReady(t)
 	token := "errpath-interaction-token-abcdef123456"
@@ -306,6 +313,7 @@ func closedPort(t *testing.T) string {
 // answered with the retryable "unavailable" (never the decline the gateway
 // treats as final), and the text carries no internal URL or address.
 func TestEgressWhileDiscordIsDown(t *testing.T) {
+	t.Parallel()
 	down := closedPort(t)
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.APIBaseURL = down })
 	_, port, _ := strings.Cut(strings.TrimPrefix(down, "http://"), ":")
@@ -334,6 +342,7 @@ func TestEgressWhileDiscordIsDown(t *testing.T) {
 // stretch is only form feeds: no blank piece may reach Discord, which
 // refuses it (50006) after the first piece went out.
 func TestEgressSendLongWhitespaceTail(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	content := "0G" + strings.Repeat("\f", 3372)

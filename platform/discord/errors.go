@@ -19,36 +19,32 @@ import (
 // message, or the class of a network failure (never its URL, address or
 // resolver).
 
-// failure is a failed REST call in a form safe to log and to return.
-type failure struct {
-	code       string
-	msg        string
-	retryAfter int64 // ms
-}
-
-// describe classifies err without ever quoting a URL: the refusals of
+// describe is the result of a failed REST call, safe to log and to
+// return: it classifies err without ever quoting a URL: the refusals of
 // the invalid-request breaker, Discord's error answers, then the failures
 // every platform describes alike (platform.CommonFailure: not paced in
 // time, no answer before the deadline, the network).
-func describe(err error) failure {
+func describe(err error) contract.Result {
 	var spent *shareSpentError
 	var re *discordgo.RESTError
 	switch {
 	case errors.As(err, &spent):
-		return failure{code: contract.CodeRateLimited, msg: spent.Error(), retryAfter: spent.retryAfter.Milliseconds()}
+		r := contract.Failed(contract.CodeRateLimited, spent.Error())
+		r.RetryAfterMS = spent.retryAfter.Milliseconds()
+		return r
 	case errors.Is(err, errBreakerOpen):
-		return failure{code: contract.CodeUnavailable, msg: errBreakerOpen.Error()}
+		return contract.Failed(contract.CodeUnavailable, errBreakerOpen.Error())
 	case errors.As(err, &re) && re.Response != nil:
 		msg := fmt.Sprintf("discord: HTTP %d", re.Response.StatusCode)
 		if re.Message != nil && (re.Message.Code != 0 || re.Message.Message != "") {
 			msg = fmt.Sprintf("%s (code %d: %s)", msg, re.Message.Code, textsplit.Truncate(re.Message.Message, 200))
 		}
-		return failure{code: contract.CodePlatformError, msg: msg}
+		return contract.Failed(contract.CodePlatformError, msg)
 	}
 	if r, ok := platform.CommonFailure("discord: ", "Discord", err); ok {
-		return failure{code: r.Code, msg: r.Error, retryAfter: r.RetryAfterMS}
+		return r
 	}
-	return failure{code: contract.CodePlatformError, msg: "discord request failed"}
+	return contract.Failed(contract.CodePlatformError, "discord request failed")
 }
 
 // isNotFound reports a 404 or 403 (a channel the bot cannot see).

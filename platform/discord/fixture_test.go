@@ -20,6 +20,7 @@ func loadFixtures(t testing.TB) []session.EventCase {
 // source must match the connector's Source JSON, and the session key must be
 // identical.
 func TestFixtures(t *testing.T) {
+	t.Parallel()
 	results, err := session.CheckOutcomes("../../testdata/platform_events.json", platformName,
 		func(c session.EventCase) (session.Outcome, error) { return NormalizeFixture(c.Raw, c.Context) })
 	if err != nil {

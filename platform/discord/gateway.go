@@ -54,8 +54,9 @@ type gateway struct {
 	budget       *identifyBudget
 
 	connMu  sync.Mutex
-	conn    net.Conn // the socket being opened, closed by the watchdog
-	aborted bool     // the watchdog fired: a socket dialed later is refused
+	conn    net.Conn        // the socket being opened, closed by the watchdog
+	aborted bool            // the watchdog fired: a socket dialed later is refused
+	openCtx context.Context // the latest open's ctx (openContext)
 }
 
 func newGateway(p *Platform) *gateway {
@@ -94,10 +95,23 @@ func (g *gateway) signalDisconnect() {
 	}
 }
 
+// openContext is the context of the latest open, for the one REST call
+// discordgo's Open makes, GET /gateway, which carries no context of its
+// own: the transport sends it under this one, so the end of run's ctx
+// ends it too.
+func (g *gateway) openContext() context.Context {
+	g.connMu.Lock()
+	defer g.connMu.Unlock()
+	if g.openCtx == nil {
+		return context.Background()
+	}
+	return g.openCtx
+}
+
 // open runs discordgo's Open under the handshake watchdog and ctx.
 func (g *gateway) open(ctx context.Context) error {
 	g.connMu.Lock()
-	g.conn, g.aborted = nil, false
+	g.conn, g.aborted, g.openCtx = nil, false, ctx
 	g.connMu.Unlock()
 	abort := func() {
 		g.connMu.Lock()
@@ -194,7 +208,7 @@ func gatewayErrText(err error) string {
 	if errors.As(err, &ce) {
 		return fmt.Sprintf("closed by Discord with %d", ce.Code)
 	}
-	return describe(err).msg
+	return describe(err).Error
 }
 
 // identifyWindow is the period of Discord's identify limit.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 )
 
 func TestGatewayGuildMessageAutoThreads(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7001", chanGeneral, guildLab, "deploy   the <#101> build", true))
@@ -44,6 +46,7 @@ func TestGatewayGuildMessageAutoThreads(t *testing.T) {
 }
 
 func TestGatewayDMThreadEditAndUnclaimed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 
@@ -88,6 +91,7 @@ func TestGatewayDMThreadEditAndUnclaimed(t *testing.T) {
 }
 
 func TestGatewayStopBecomesInterrupt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7010", threadPlan, guildLab, "/stop", true))
@@ -98,6 +102,7 @@ func TestGatewayStopBecomesInterrupt(t *testing.T) {
 }
 
 func TestGatewayTerminalCloseCodes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		opts discordtest.Options
@@ -136,6 +141,7 @@ func TestGatewayTerminalCloseCodes(t *testing.T) {
 }
 
 func TestGatewayReconnectResumes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	if err := e.fake.CloseGateway(4000, "Unknown error"); err != nil {
@@ -154,6 +160,7 @@ func TestGatewayReconnectResumes(t *testing.T) {
 }
 
 func TestGatewayHandshakeWatchdog(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{Silent: true}, func(c *Config) {
 		c.HandshakeTimeout = 100 * 1e6 // 100ms
 	})
@@ -165,6 +172,7 @@ func TestGatewayHandshakeWatchdog(t *testing.T) {
 }
 
 func TestGatewayAutoThreadThenFollowUpWithoutMention(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.dispatch(t, "MESSAGE_CREATE", msg("7030", chanGeneral, guildLab, "start a plan", true))
@@ -178,6 +186,7 @@ func TestGatewayAutoThreadThenFollowUpWithoutMention(t *testing.T) {
 }
 
 func TestGatewayInteractionAcksThroughCallback(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	var in map[string]any
@@ -201,6 +210,7 @@ func TestGatewayInteractionAcksThroughCallback(t *testing.T) {
 }
 
 func TestGatewayCacheFollowsChannelEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, func(c *Config) {
 		c.Tenants = map[string]TenantConfig{"t1": {AutoThread: new(false)}}
 	})
@@ -229,6 +239,7 @@ func TestGatewayCacheFollowsChannelEvents(t *testing.T) {
 // both hashed to shard 2 of 4) is delivered meanwhile, and each channel's
 // messages keep Gateway order.
 func TestSlowChannelDelaysOnlyItself(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	held, release := make(chan struct{}), make(chan struct{})
 	e.sink.Check = func(d platform.Delivery) error {
@@ -275,6 +286,7 @@ func (s *stallingSink) Deliver(ctx context.Context, _ platform.Delivery) error {
 // (Discord wants its answer within 3 s): a delivery that hangs is given up,
 // its slot freed, and the interaction never acknowledged late.
 func TestGatewayInteractionProcessingIsBounded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	sink := &stallingSink{ended: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -312,5 +324,47 @@ func TestGatewayInteractionProcessingIsBounded(t *testing.T) {
 	}
 	if n := len(e.p.slots); n != 0 {
 		t.Fatalf("%d processing slots still taken", n)
+	}
+}
+
+// TestGatewayStopWhileAskingForTheGatewayURL: discordgo's Open asks GET
+// /gateway with no context of its own; stopping the platform (shutdown, or
+// the Gateway lease lost) while Discord has not answered must end Run at
+// once, not after RequestTimeout.
+func TestGatewayStopWhileAskingForTheGatewayURL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.RequestTimeout = time.Hour })
+	asked := make(chan struct{}, 1)
+	release := make(chan struct{})
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.URL.Path != "/api/v9/gateway" {
+			return false
+		}
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		select { // Discord not answering
+		case <-r.Context().Done():
+		case <-release:
+		}
+		return true
+	})
+	e.start(t)
+	t.Cleanup(func() { close(release) }) // before the fake closes
+	select {
+	case <-asked:
+	case <-waitCtx(t).Done():
+		t.Fatal("timed out after 10s waiting for GET /gateway")
+	}
+	e.cancel()
+	select {
+	case err := <-e.done:
+		e.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-waitCtx(t).Done():
+		t.Fatal("Run did not return within 10s of its context's end: GET /gateway outlived it")
 	}
 }

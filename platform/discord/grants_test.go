@@ -19,6 +19,7 @@ import (
 // and t3 still may not. Ada's message in t1's guild Other reaches t1 and
 // grants t2 nothing there.
 func TestGrantsAcrossInstances(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
 		t.Run(backend, func(t *testing.T) {
 			cfg := store.Config{Backend: backend}

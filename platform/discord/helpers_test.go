@@ -4,18 +4,44 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
+	"flag"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/leakcheck"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
 	"connector/session"
 	"connector/vault"
 )
+
+// testParallel is how many tests run at once unless -test.parallel says
+// otherwise. Most tests spend their last second idle, not on a CPU: stopping
+// the platform closes its Gateway session, and discordgo's Session.Close
+// sleeps one second after the close frame before it closes the socket
+// (bwmarrin/discordgo#1347), so the GOMAXPROCS default would serialize
+// those seconds on a small machine.
+const testParallel = 16
+
+// TestMain runs the tests testParallel at a time unless -test.parallel
+// was given (or -test.fuzz, whose workers it counts too), and fails the
+// package when a goroutine of this package or of discordgo outlives them
+// (as Slack's and Telegram's do): with the tests in parallel,
+// TestRunLeavesNoGoroutines sees only its own platform.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" || f.Name == "test.fuzz" })
+	if !given {
+		_ = flag.Set("test.parallel", strconv.Itoa(testParallel))
+	}
+	leakcheck.Main(m, 5*time.Second, "connector/platform/discord.", "bwmarrin/discordgo.")
+}
 
 // The fixture world and helpers of discordtest, under this package's names.
 const (

@@ -20,6 +20,7 @@ import (
 // through. A claim of t2's in its own guild and a grant where no binding
 // holds still work.
 func TestClaimInBoundGuildIsSetAside(t *testing.T) {
+	t.Parallel()
 	bindings := []platform.Binding{
 		{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"},
 		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
@@ -82,6 +83,7 @@ func TestClaimInBoundGuildIsSetAside(t *testing.T) {
 // message and after one routed to it there; t1, whose guild Lab no longer
 // is, may not.
 func TestClaimantActsInItsThreads(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	if err := e.p.Bind([]platform.Binding{
@@ -122,6 +124,7 @@ func TestClaimantActsInItsThreads(t *testing.T) {
 // with one lookup and then from its decline memory; t2 still acts in its
 // own guild.
 func TestStandbyClaimantActsInItsThreads(t *testing.T) {
+	t.Parallel()
 	e := newStandbyEnv(t, nil)
 	if err := e.p.Bind([]platform.Binding{
 		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
@@ -170,6 +173,7 @@ func TestStandbyClaimantActsInItsThreads(t *testing.T) {
 // claimant's there too: Ada, linked to t1, reaches t3, which claimed the
 // thread's channel, not her own tenant by author link.
 func TestStandbyInteractionInAClaimedThread(t *testing.T) {
+	t.Parallel()
 	e := newStandbyEnv(t, nil)
 	if err := e.p.Bind([]platform.Binding{
 		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
@@ -199,6 +203,7 @@ func TestStandbyInteractionInAClaimedThread(t *testing.T) {
 // parent all the same, so it reaches the claimant of the parent channel,
 // not its author's own tenant by author link.
 func TestMessageInAnUncachedThreadOfAClaimedChannel(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	if err := e.p.Bind([]platform.Binding{

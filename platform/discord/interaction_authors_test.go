@@ -37,6 +37,7 @@ func byUser(t *testing.T, body []byte, user string) []byte {
 // vault alone; in a channel c claimed with the default owner-only
 // principal, Eve's and even Ada's are dropped (claims come before links).
 func TestInteractionsRouteByAuthor(t *testing.T) {
+	t.Parallel()
 	const userBob, userEve, chanDMBob, chanDesk = "502", "503", "302", "202"
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.fake.AddChannel(discordtest.Channel{ID: chanDMBob, Type: 1})

@@ -36,6 +36,7 @@ func (l *codeLinker) Link(_ context.Context, platformName, user, code string) (s
 // in the DM, never delivered; an edit into one is dropped unredeemed; a
 // DM of a linked user then reaches their tenant, not dm_tenant.
 func TestLinkDM(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	linker := &codeLinker{}
 	e.p.deps.Linker = linker
@@ -113,6 +114,7 @@ func (l *stalledLinker) Link(ctx context.Context, _, user, _ string) (string, er
 // chats were ingested side by side) is delivered at once; the link is
 // answered in the DM once the redemption returns.
 func TestLinkDMsDoNotHoldUpOtherTenants(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds["250"] = "t2" })
 	shard := func(id string) uint32 {
 		h := fnv.New32a()
@@ -160,6 +162,7 @@ func TestLinkDMsDoNotHoldUpOtherTenants(t *testing.T) {
 // platform.LinkBurst are consumed unredeemed and unanswered, counted
 // link_rate_limited.
 func TestLinkDMsAreLimitedPerUser(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	linker := &codeLinker{}
 	e.p.deps.Linker = linker

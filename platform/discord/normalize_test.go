@@ -14,6 +14,7 @@ import (
 // TestNormalizeGates covers the native adapter's drops and the cases the
 // fixtures do not: each event must be dropped for the named reason.
 func TestNormalizeGates(t *testing.T) {
+	t.Parallel()
 	topic := "t"
 	look := &fixtureLookup{
 		chans: map[string]chanInfo{
@@ -64,6 +65,7 @@ func TestNormalizeGates(t *testing.T) {
 }
 
 func TestThreadName(t *testing.T) {
+	t.Parallel()
 	long := ""
 	for range 90 {
 		long += "é"
@@ -83,6 +85,7 @@ func TestThreadName(t *testing.T) {
 // platform.MediaKinds, as on every platform ("image", not the message type
 // "photo"), and the first attachment gives the message_type.
 func TestAttachmentKinds(t *testing.T) {
+	t.Parallel()
 	n := &normalizer{botID: "9000"}
 	for _, tc := range []struct {
 		raw         string

@@ -159,9 +159,7 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 // failed turns a REST error into a result and logs it, never quoting a
 // URL. (postPieces adds what was already sent.)
 func (p *Platform) failed(op string, err error) contract.Result {
-	f := describe(err)
-	p.log.Warn("discord egress failed", "op", op, "code", f.code, "err", f.msg)
-	r := contract.Failed(f.code, f.msg)
-	r.RetryAfterMS = f.retryAfter
+	r := describe(err)
+	p.log.Warn("discord egress failed", "op", op, "code", r.Code, "err", r.Error)
 	return r
 }

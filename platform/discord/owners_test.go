@@ -33,6 +33,7 @@ var declineProbes = []struct{ name, chat string }{
 // the relay's ChatTenant makes no call either. The decline times are logged
 // as a figure only, never asserted.
 func TestDeclineDoesNotRevealExistence(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.fake.AddChannel(discordtest.Channel{ID: chanOtherLate, Type: 0, GuildID: guildOther, Name: "late"})
@@ -67,6 +68,7 @@ func TestDeclineDoesNotRevealExistence(t *testing.T) {
 // has loaded, every chat, the caller's own included, is answered
 // unavailable (retryable), never declined, and without a REST call.
 func TestOwnersUnknownUntilGuildSnapshot(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	for _, chat := range []string{chanGeneral, chanOther, "424242"} {
 		r := execute(t, e, "t1", `{"op":"get_chat_info","chat_id":"`+chat+`"}`)
@@ -91,6 +93,7 @@ func TestOwnersUnknownUntilGuildSnapshot(t *testing.T) {
 // guildSnapshotTimeout on the injected clock, then owners are answered from
 // the guilds that loaded.
 func TestGuildSnapshotWaitIsBounded(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.New(epoch)
 	e := newEnvOn(t, clk, discordtest.Options{}, nil)
 	e.p.onDispatch("READY", json.RawMessage(`{"user":{"id":"9000","username":"hermes","bot":true},
@@ -121,6 +124,7 @@ func TestGuildSnapshotWaitIsBounded(t *testing.T) {
 // be asked about (its lookup failed) is still the DM tenant's once a message
 // in it was delivered, so the reply is not declined.
 func TestDMChannelAddressableAfterItsMessage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {

@@ -176,8 +176,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 // order on the Gateway reader, and its package-global logging off.
 func (p *Platform) newSession() {
 	s, _ := discordgo.New("Bot " + p.cfg.BotToken) // never fails
+	p.gw = newGateway(p)
 	tr := &transport{
-		base: http.DefaultTransport, gatewayURL: p.cfg.GatewayURL, sched: p.sched,
+		base: http.DefaultTransport, gatewayURL: p.cfg.GatewayURL, gatewayCtx: p.gw.openContext, sched: p.sched,
 		routes: newRouteLimiter(p.clock), breaker: p.breaker, metrics: p.metrics,
 		log: p.log, clock: p.clock, timeout: p.cfg.RequestTimeout,
 	}
@@ -185,7 +186,6 @@ func (p *Platform) newSession() {
 		u, _ := url.Parse(p.cfg.APIBaseURL) // validated
 		tr.api = u
 	}
-	p.gw = newGateway(p)
 	s.Client = &http.Client{Transport: tr}
 	s.Dialer = &websocket.Dialer{
 		Proxy:            http.ProxyFromEnvironment,
@@ -256,7 +256,7 @@ func (p *Platform) startThread(ctx context.Context, channelID, messageID, name s
 	}
 	var th wireChannel
 	if err := p.rest(ctx, "POST", endpoint, start, &th); err != nil {
-		p.log.Warn("thread creation failed", "channel_id", channelID, "err", describe(err).msg)
+		p.log.Warn("thread creation failed", "channel_id", channelID, "err", describe(err).Error)
 		return "", err
 	}
 	if th.ID == "" {

@@ -87,6 +87,7 @@ func (s *storm) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 // instants the limiter let each request go, so "at most 50 a second" is
 // checked exactly, whatever the machine's load.
 func TestRateLimitStormLosesNothingAndHoldsGlobalLimit(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.New(epoch)
 	e := newEnvOn(t, clk, discordtest.Options{}, func(c *Config) {
 		c.GlobalPerSecond, c.GlobalBurst = 40, 5
@@ -230,6 +231,7 @@ func (b *bucketed) hook(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 }
 
 func TestRouteBucketsAreHonoured(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.New(epoch)
 	e := newEnvOn(t, clk, discordtest.Options{}, nil)
 	e.startReady(t)
@@ -277,6 +279,7 @@ func TestRouteBucketsAreHonoured(t *testing.T) {
 }
 
 func TestRateLimitBeyondDeadlineFailsFast(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.RequestTimeout = 500 * time.Millisecond })
 	e.startReady(t)
 	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
@@ -296,6 +299,7 @@ func TestRateLimitBeyondDeadlineFailsFast(t *testing.T) {
 }
 
 func TestBreakerStopsBeforeBan(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.InvalidRequestLimit, c.TenantInvalidRequestLimit = 5, 5 })
 	e.startReady(t)
 	var mu sync.Mutex
@@ -332,6 +336,7 @@ func TestBreakerStopsBeforeBan(t *testing.T) {
 }
 
 func TestUnauthorizedPausesREST(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	calls := 0
@@ -362,6 +367,7 @@ func TestUnauthorizedPausesREST(t *testing.T) {
 // about the token, not the bot's: it is charged to the tenant, and other
 // calls go on (a bot-token 401 pauses everything; see above).
 func TestExpiredInteractionTokenDoesNotPauseREST(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
@@ -426,6 +432,7 @@ func (f *forbidOn) count() int {
 // Discord, while t2's sends succeed and the platform stays ready. Its share
 // comes back as the answers leave the 10-minute window (injected clock).
 func TestOneTenantsInvalidRequestsDoNotStopOthers(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
 	const botLimit = 40 // default share: 40/8 = 5
 	e := newEnvOn(t, clk, discordtest.Options{}, func(c *Config) { c.InvalidRequestLimit = botLimit })
@@ -488,6 +495,7 @@ func reactBuckets(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 // leave the limiter one route template, so a gateway sending ever new
 // emoji neither grows its memory nor gets a fresh bucket each time.
 func TestReactionEmojiIsNotARoute(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	e.fake.SetHook(reactBuckets)

@@ -167,6 +167,7 @@ var discordParity = []parityCase{
 // row writes them, checked, and every probe message must come out as the
 // row says (or the settings must be refused with the row's error).
 func TestSettingsParity(t *testing.T) {
+	t.Parallel()
 	for _, c := range discordParity {
 		t.Run(c.knob+" "+c.setting, func(t *testing.T) {
 			var tc TenantConfig
@@ -204,6 +205,7 @@ func TestSettingsParity(t *testing.T) {
 // docs/settings-parity.md and discordParity name different rows: each
 // row's knob and YAML must be a case, in the same order.
 func TestSettingsParityDocInSync(t *testing.T) {
+	t.Parallel()
 	rows, err := doctabletest.Rows("../../docs/settings-parity.md", "## Discord")
 	if err != nil {
 		t.Fatal(err)
@@ -227,6 +229,7 @@ func TestSettingsParityDocInSync(t *testing.T) {
 // tags the same set, so no key is documented but unreadable or readable
 // but undocumented.
 func TestTenantKnobsCoverFields(t *testing.T) {
+	t.Parallel()
 	var tags []string
 	rt := reflect.TypeFor[TenantConfig]()
 	for i := range rt.NumField() {
@@ -246,6 +249,7 @@ func TestTenantKnobsCoverFields(t *testing.T) {
 // TestTenantSettingsErrors: unknown keys and wrong shapes are refused with
 // the line and the key.
 func TestTenantSettingsErrors(t *testing.T) {
+	t.Parallel()
 	for setting, want := range map[string]string{
 		"{free_respons_channels: 101}":        "line 1: field free_respons_channels not found in type discord.TenantConfig",
 		"{free_response_channels: {a: 1}}":    "discord tenant setting free_response_channels: want a list",
@@ -294,6 +298,7 @@ func FuzzTenantSettings(f *testing.F) {
 // TestFlagSpellings: a plain YAML 1.1 boolean word is a boolean; the same
 // word quoted or tagged !!str follows the knob's variable rule.
 func TestFlagSpellings(t *testing.T) {
+	t.Parallel()
 	for setting, want := range map[string]bool{
 		"{ignore_no_mention: on}":       true,
 		"{ignore_no_mention: 'on'}":     false,

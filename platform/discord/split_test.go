@@ -15,6 +15,7 @@ func splitAt(s string, limit int) []string {
 }
 
 func TestSplitMessage(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		in    string

@@ -86,7 +86,7 @@ func (p *Platform) standbyLookup(ctx context.Context, chatID, asker string) (ci 
 	switch {
 	case errors.Is(err, errNotFound):
 	case err != nil:
-		return chanInfo{}, false, fmt.Errorf("discord: the chat's owner could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
+		return chanInfo{}, false, fmt.Errorf("discord: the chat's owner could not be looked up (%s): %w", describe(err).Error, platform.ErrUnavailable)
 	case wc.ID == chatID:
 		p.cache.putChannel(&wc)
 		return infoFrom(&wc), true, nil
@@ -108,7 +108,7 @@ func (p *Platform) LocateChat(ctx context.Context, chatID string) (platform.Chat
 	case errors.Is(err, errNotFound):
 		return platform.Chat{}, platform.ErrUnknownChat
 	case err != nil:
-		return platform.Chat{}, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).msg, platform.ErrUnavailable)
+		return platform.Chat{}, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).Error, platform.ErrUnavailable)
 	}
 	return chatOfInfo(ci), nil
 }

@@ -45,6 +45,7 @@ func channelLookups(e *env, from int, id string) int {
 // GET /channels/{id} and the op reaches Discord; the answer is kept, so the
 // next op makes no lookup; another tenant's channel is declined.
 func TestStandbyAsksDiscordForChatOwners(t *testing.T) {
+	t.Parallel()
 	e := newStandbyEnv(t, nil)
 	for _, chat := range []string{chanGeneral, threadPlan, chanDMAda} {
 		before := len(e.fake.Requests())
@@ -77,6 +78,7 @@ func TestStandbyAsksDiscordForChatOwners(t *testing.T) {
 // tenant's decline memory with no lookup until standbyDeclineTTL has passed
 // on the injected clock.
 func TestStandbyDeclineDoesNotRevealExistence(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.New(epoch)
 	e := newStandbyEnv(t, clk)
 	e.fake.AddChannel(discordtest.Channel{ID: chanOtherLate, Type: 0, GuildID: guildOther, Name: "late"})
@@ -120,6 +122,7 @@ func TestStandbyDeclineDoesNotRevealExistence(t *testing.T) {
 // server error is unavailable (retryable), not a decline, and is not
 // remembered: the next ask looks up again and goes through.
 func TestStandbyLookupFailureIsUnavailable(t *testing.T) {
+	t.Parallel()
 	e := newStandbyEnv(t, nil)
 	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 		if r.Method != http.MethodGet || r.URL.Path != "/api/v9/channels/"+chanGeneral {
@@ -145,6 +148,7 @@ func TestStandbyLookupFailureIsUnavailable(t *testing.T) {
 // Gateway lease answers from the cache as a lone instance does, with no
 // lookup for a declined chat.
 func TestLeaseHolderAnswersOwnersFromTheCache(t *testing.T) {
+	t.Parallel()
 	holder := func(ctx context.Context, _ string, run func(context.Context) error) error { return run(ctx) }
 	e := newEnvDeps(t, platform.Deps{Exclusive: holder}, discordtest.Options{}, nil)
 	e.startReady(t)
@@ -165,6 +169,7 @@ func TestLeaseHolderAnswersOwnersFromTheCache(t *testing.T) {
 // answers); once the snapshot has loaded it answers from the cache, with no
 // lookup for a declined chat.
 func TestNewLeaseHolderAsksUntilItsSnapshotLoads(t *testing.T) {
+	t.Parallel()
 	holder := func(ctx context.Context, _ string, run func(context.Context) error) error { return run(ctx) }
 	e := newEnvDeps(t, platform.Deps{Exclusive: holder}, discordtest.Options{}, nil)
 	e.p.gwHere.Store(true) // as Run does on taking the lease
@@ -193,6 +198,7 @@ func TestNewLeaseHolderAsksUntilItsSnapshotLoads(t *testing.T) {
 // malformed id, and ErrUnavailable when Discord does not answer. An id
 // spelled with leading zeros is placed in its canonical spelling.
 func TestLocateChat(t *testing.T) {
+	t.Parallel()
 	e := newStandbyEnv(t, nil)
 	ctx := platform.WithTenant(waitCtx(t), "t2")
 	for chat, want := range map[string]platform.Chat{

@@ -68,6 +68,7 @@ func textMessage(t *testing.T, where, content string) *wireMessage {
 // default settings) and checks the event's text and the started thread's
 // name.
 func TestDiscordMessageTextParity(t *testing.T) {
+	t.Parallel()
 	for _, c := range discordTextParity {
 		t.Run(c.where+" "+strconv.Quote(c.content), func(t *testing.T) {
 			n := &normalizer{look: parityWorld(), botID: "9000", pol: newPolicy(TenantConfig{}), startThread: threadFromMessage}
@@ -91,6 +92,7 @@ func TestDiscordMessageTextParity(t *testing.T) {
 // the native cell) the text the gateway receives, Go-quoted, and the
 // native cell names the thread's name as a code span when one is started.
 func TestDiscordMessageTextDocInSync(t *testing.T) {
+	t.Parallel()
 	rows, err := doctabletest.Rows("../../docs/settings-parity.md", "### Discord message text")
 	if err != nil {
 		t.Fatal(err)

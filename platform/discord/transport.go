@@ -40,11 +40,12 @@ const maxRateLimitRetries = 8
 //     limiter never sleeps.
 //
 // It also points discord.com at APIBaseURL and answers GET /gateway with
-// GatewayURL when those are configured.
+// GatewayURL when those are configured, else asks it under gatewayCtx.
 type transport struct {
 	base       http.RoundTripper
 	api        *url.URL
 	gatewayURL string
+	gatewayCtx func() context.Context // the Gateway open's (gateway.openContext)
 	sched      *fairshare.Scheduler
 	routes     *routeLimiter
 	breaker    *breaker
@@ -60,10 +61,13 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.base.RoundTrip(req)
 	}
 	r := parseRoute(req.Method, req.URL.Path)
-	if r.gateway && t.gatewayURL != "" {
-		return gatewayAnswer(req, t.gatewayURL), nil
-	}
 	ctx := req.Context()
+	if r.gateway {
+		if t.gatewayURL != "" {
+			return gatewayAnswer(req, t.gatewayURL), nil
+		}
+		ctx = t.gatewayCtx() // discordgo's Open asks without a context
+	}
 	cancel := context.CancelFunc(func() {})
 	if _, ok := ctx.Deadline(); !ok {
 		ctx, cancel = context.WithTimeout(ctx, t.timeout)

@@ -157,7 +157,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 			return
 		}
 		if err := respond(ctx, ack); err != nil {
-			p.log.Warn("discord interaction callback failed", "interaction_id", in.ID, "err", describe(err).msg)
+			p.log.Warn("discord interaction callback failed", "interaction_id", in.ID, "err", describe(err).Error)
 		}
 	}()
 	return ack, 0
@@ -270,7 +270,7 @@ func (p *Platform) answerNow(respond func(context.Context, []byte) error, ack []
 	go func() {
 		defer p.work.Done()
 		if err := respond(life.ctx, ack); err != nil {
-			p.log.Warn("discord interaction callback failed", "err", describe(err).msg)
+			p.log.Warn("discord interaction callback failed", "err", describe(err).Error)
 		}
 	}()
 	return ack, 0

@@ -32,6 +32,7 @@ func (e *env) webhookServer(t *testing.T) string {
 }
 
 func TestInteractionsWebhook(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	url := e.webhookServer(t)
@@ -119,6 +120,7 @@ func TestInteractionsWebhook(t *testing.T) {
 }
 
 func TestInteractionComponentsAndDM(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	url := e.webhookServer(t)
@@ -153,6 +155,7 @@ func TestInteractionComponentsAndDM(t *testing.T) {
 }
 
 func TestInteractionsNotRunning(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	url := e.webhookServer(t)
 	code, _ := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), slashBody("8200", "tok", guildLab, chanGeneral)))
@@ -165,6 +168,7 @@ func TestInteractionsNotRunning(t *testing.T) {
 // it was delivered: when the sink refuses it, the webhook answers 503 and a
 // Gateway interaction gets no callback.
 func TestInteractionConfirmedOnlyOnceDelivered(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	url := e.webhookServer(t)
@@ -210,6 +214,7 @@ func (v *stallingGrants) Put(ctx context.Context, k vault.Key, e vault.Entry) er
 // wait for a slot; the processing) runs under the one deadline Discord's
 // 3 s leave, so a store that hangs never holds the answer past it.
 func TestInteractionAnsweredWithinDiscordsWait(t *testing.T) {
+	t.Parallel()
 	sv := &stallingGrants{Memory: vault.NewMemory(vault.Config{}), bounded: make(chan bool, 4)}
 	e := newEnvDeps(t, platform.Deps{Vault: sv}, discordtest.Options{}, nil)
 	e.startReady(t)
@@ -249,6 +254,7 @@ func TestInteractionAnsweredWithinDiscordsWait(t *testing.T) {
 // 2×InteractionSkew after it first arrived; its id must still be
 // remembered then, so the replay is refused 409.
 func TestReplayAtTheEdgeOfTheWindow(t *testing.T) {
+	t.Parallel()
 	clk := clocktest.New(epoch)
 	e := newEnvOn(t, clk, discordtest.Options{}, nil)
 	e.startReady(t)
