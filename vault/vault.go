@@ -56,8 +56,10 @@ const (
 	// delivered to the tenant, so Meta's redeliveries are dropped on every
 	// instance, for a day.
 	KindWhatsAppMessage Kind = "whatsapp_cloud.message"
-	// KindWhatsAppPrompt is a prompt the tenant sent and no tap has
-	// answered yet (SessionKey "<wa_id>:<prompt_id>"), for a day.
+	// KindWhatsAppPrompt is a prompt message sent to a user (SessionKey
+	// "<wa_id>:<message id>", under the business number it went out from):
+	// Ref names the tenant that posted it, which its taps go to, its
+	// prompt_id, and whether a tap answered it, for 7 days.
 	KindWhatsAppPrompt Kind = "whatsapp_cloud.prompt"
 )
 
@@ -74,7 +76,7 @@ var ttls = map[Kind]time.Duration{
 	KindChatGrant:               ChatGrantTTL,
 	KindWhatsAppConversation:    WhatsAppConversationTTL,
 	KindWhatsAppMessage:         24 * time.Hour,
-	KindWhatsAppPrompt:          24 * time.Hour,
+	KindWhatsAppPrompt:          7 * 24 * time.Hour,
 }
 
 // remembered are the kinds a Durable vault's in-memory front answers: marks

@@ -3,11 +3,13 @@ package whatsapp
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"connector/contract"
 	"connector/platform"
 	"connector/vault"
 )
@@ -115,6 +117,19 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			return nil
 		}
 		tenant, owner := p.route(number, sender)
+		var live liveTap
+		rec, tapped := p.promptOf(ctx, number, sender, m)
+		if tapped { // a tap on a prompt of the connector's: its poster's
+			own := p.owners.Load()
+			if !own.MayAct(rec.Tenant, chatOf(sender, number), func() bool { return own.Linked(sender, rec.Tenant) }) {
+				p.drop(dropPromptNotOwned, number, sender)
+				return nil
+			}
+			tenant, owner = rec.Tenant, own.Linked(sender, rec.Tenant)
+			if !rec.Answered {
+				live = liveTap(rec.PromptID)
+			}
+		}
 		if tenant == "" {
 			p.drop(dropUnclaimed, number, sender)
 			return nil
@@ -123,7 +138,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		if owner {
 			gate = ownerGate
 		}
-		ev, drop := classify(m, names, v.Metadata.DisplayPhoneNumber, gate, tenantTaps{ctx: ctx, p: p, tenant: tenant})
+		ev, drop := classify(m, names, v.Metadata.DisplayPhoneNumber, gate, live)
 		if drop != "" {
 			p.drop(drop, number, sender)
 			return nil
@@ -147,8 +162,9 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			return fmt.Errorf("whatsapp: deliver message of %s: %w", sender, err)
 		}
 		p.markDelivered(ctx, number, wamid)
-		if pr := ev.PromptResponse; pr != nil {
-			p.vault.Delete(ctx, promptKey(tenant, sender, pr.PromptID)) // one tap answers a prompt
+		if ev.PromptResponse != nil { // one tap answers a prompt
+			rec.Answered = true
+			p.promptPosted(ctx, number, sender, ev.PromptResponse.PromptMessageID, rec)
 		}
 		return nil
 	})
@@ -174,7 +190,7 @@ func (p *Platform) route(number, sender string) (tenant string, owner bool) {
 
 // deliveredKey is the vault key marking message wamid to number delivered.
 func deliveredKey(number, wamid string) vault.Key {
-	return vault.Key{Tenant: "number:" + number, SessionKey: wamid, Kind: vault.KindWhatsAppMessage}
+	return vault.Key{Tenant: numberSpace(number), SessionKey: wamid, Kind: vault.KindWhatsAppMessage}
 }
 
 // delivered reports whether message wamid to number was delivered (on any
@@ -267,26 +283,64 @@ func statusLabel(s string) string {
 	return "other"
 }
 
-// tenantTaps answers classify for one tenant's prompts.
-type tenantTaps struct {
-	ctx    context.Context // the message's: the vault lookup runs under it
-	p      *Platform
-	tenant string
+// liveTap answers classify for live ingest: the connector sends no native
+// adapter prompts, and the one prompt of its own a tap may answer is the
+// live one promptOf found for the tapped message (its prompt id; "" for
+// none).
+type liveTap string
+
+// native implements taps.
+func (liveTap) native(string, string) bool { return false }
+
+// prompt implements taps.
+func (l liveTap) prompt(_, promptID string) bool { return l != "" && promptID == string(l) }
+
+// promptRecord is who posted a prompt message (the tenant, and the
+// action's prompt_id) and whether a tap answered it already.
+type promptRecord struct {
+	Tenant   string    `json:"t"`
+	PromptID string    `json:"p"`
+	Answered bool      `json:"a,omitempty"`
+	stored   time.Time // when the prompt was sent (the vault entry's Stored)
 }
 
-// native implements taps: the connector sends no native adapter prompts.
-func (tenantTaps) native(string, string) bool { return false }
-
-// prompt implements taps from the vault; message forgets the prompt once
-// the tap is delivered.
-func (t tenantTaps) prompt(chat, promptID string) bool {
-	_, ok := t.p.vault.Get(t.ctx, promptKey(t.tenant, chat, promptID))
-	return ok
+// promptKey is the vault key of the prompt message msgID sent to user
+// from number.
+func promptKey(number, user, msgID string) vault.Key {
+	return vault.Key{Tenant: numberSpace(number), SessionKey: user + ":" + msgID, Kind: vault.KindWhatsAppPrompt}
 }
 
-// promptKey is the vault key of tenant's prompt promptID to user.
-func promptKey(tenant, user, promptID string) vault.Key {
-	return vault.Key{Tenant: tenant, SessionKey: user + ":" + promptID, Kind: vault.KindWhatsAppPrompt}
+// promptPosted records rec as the prompt message msgID sent to user from
+// number; the record expires the prompt kind's TTL after it was sent.
+func (p *Platform) promptPosted(ctx context.Context, number, user, msgID string, rec promptRecord) {
+	ref, _ := json.Marshal(rec) // strings and a bool: cannot fail
+	if err := p.vault.Put(ctx, promptKey(number, user, msgID), vault.Entry{Ref: string(ref), Stored: cmp.Or(rec.stored, p.clock.Now())}); err != nil {
+		p.log.Warn("whatsapp prompt not recorded; its taps go to the number's tenant as text", "tenant", rec.Tenant, "err", err)
+	}
+}
+
+// promptOf returns the record of the prompt m taps: a reply (button or
+// list row) whose id is a prompt token of the connector's, quoting (the
+// context Meta adds to a tap) a prompt message sent to sender from number
+// with that token's prompt id. A tap goes to the prompt's poster, never
+// by the number's owner of the moment, which may have changed since.
+func (p *Platform) promptOf(ctx context.Context, number, sender string, m *message) (promptRecord, bool) {
+	r := m.tap()
+	if r == nil || m.Context == nil {
+		return promptRecord{}, false
+	}
+	promptID, _, ok := contract.ParsePromptToken(strings.TrimSpace(r.ID))
+	msgID := strings.TrimSpace(m.Context.ID)
+	if !ok || msgID == "" {
+		return promptRecord{}, false
+	}
+	e, ok := p.vault.Get(ctx, promptKey(number, sender, msgID))
+	var rec promptRecord
+	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID {
+		return promptRecord{}, false
+	}
+	rec.stored = e.Stored
+	return rec, true
 }
 
 // linkCode returns the code of a "/link <code>" text message the platform

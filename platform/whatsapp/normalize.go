@@ -105,15 +105,16 @@ type status struct {
 
 // Drop reasons of normalization (the gate's are in gate.go).
 const (
-	dropNotWABA      = "not_whatsapp_business_account"
-	dropNonMessage   = "non_message_field"
-	dropGroup        = "group_not_supported"
-	dropDuplicate    = "duplicate"
-	dropTapResolved  = "interactive_tap_resolved"
-	dropStatus       = "status_update"
-	dropMalformed    = "malformed"
-	dropUnclaimed    = "unclaimed"
-	dropMediaSkipped = "media_skipped"
+	dropNotWABA        = "not_whatsapp_business_account"
+	dropNonMessage     = "non_message_field"
+	dropGroup          = "group_not_supported"
+	dropDuplicate      = "duplicate"
+	dropTapResolved    = "interactive_tap_resolved"
+	dropStatus         = "status_update"
+	dropMalformed      = "malformed"
+	dropUnclaimed      = "unclaimed"
+	dropMediaSkipped   = "media_skipped"
+	dropPromptNotOwned = "prompt_not_owned"
 )
 
 // errNotObject answers a body that is not one JSON object.

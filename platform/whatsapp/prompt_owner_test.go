@@ -1,0 +1,91 @@
+package whatsapp
+
+import (
+	"testing"
+
+	"connector/contract"
+	"connector/platform"
+	"connector/platform/whatsapp/whatsapptest"
+)
+
+// TestTapGoesToThePromptsPoster: a tap on a prompt goes to the tenant
+// that posted the prompt, not to the number's owner of the moment. After
+// t1's number moves to t2 at runtime, a tap on t1's prompt (even one
+// whose prompt_id t2 also used) reaches nobody; t2's own prompt is
+// answered as usual. On a number no tenant owns, a prompt of t1's is
+// answered to t1 while the user stays linked to it, even when the user's
+// messages now reach another linked tenant (their DM default).
+func TestTapGoesToThePromptsPoster(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	prompt := func(tenant string) string {
+		t.Helper()
+		res := r.exec(t, tenant, map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+			"options": []any{map[string]any{"id": "yes", "label": "Yes"}, map[string]any{"id": "no", "label": "No"}}})
+		if !res.Success {
+			t.Fatalf("%s's prompt: %+v", tenant, res)
+		}
+		return res.MessageID
+	}
+	tap := func(b whatsapptest.Business, wamid, promptMsg string) {
+		t.Helper()
+		if code := r.post(t, whatsapptest.Tap(b, ada, "Ada", wamid, promptMsg, "hp1:p1:yes", "Yes", false)); code != 200 {
+			t.Fatalf("tap %s: %d", wamid, code)
+		}
+	}
+	bind := func(bindings ...platform.Binding) {
+		t.Helper()
+		if err := r.p.Bind(bindings); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.converse(t, biz1, ada, "wamid.O1") // t1's number
+	old := prompt("t1")
+	// biz1 moves from t1 to t2; Ada writes to it again, now t2's.
+	bind(platform.Binding{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t2"})
+	r.converse(t, biz1, ada, "wamid.O2")
+	fresh := prompt("t2") // the same prompt_id as t1's
+	before := len(r.sink.all())
+	tap(biz1, "wamid.O3", old)
+	if got := r.sink.all()[before:]; len(got) != 0 {
+		t.Fatalf("a tap on t1's prompt was delivered to %s as %+v (prompt_response %+v)", got[0].Tenant, got[0].Event, got[0].Event.PromptResponse)
+	}
+	if n := r.stats.get(r.stats.dropped, dropPromptNotOwned); n != 1 {
+		t.Fatalf("%d taps dropped as %s, want 1", n, dropPromptNotOwned)
+	}
+	tap(biz1, "wamid.O4", fresh)
+	if got := r.sink.all()[before:]; len(got) != 1 || got[0].Tenant != "t2" || got[0].Event.PromptResponse == nil ||
+		got[0].Event.PromptResponse.PromptMessageID != fresh {
+		t.Fatalf("a tap on t2's prompt: %+v", got)
+	}
+	// biz3 is no tenant's: Ada, linked to t1, reaches t1 there.
+	bind(platform.Binding{Kind: platform.BindUser, ID: ada, Tenant: "t1"})
+	r.converse(t, biz3, ada, "wamid.O5")
+	if got := r.sink.all(); got[len(got)-1].Tenant != "t1" {
+		t.Fatalf("Ada on biz3 reached %s", got[len(got)-1].Tenant)
+	}
+	linked := prompt("t1")
+	if s := r.fake.Sent(); s[len(s)-1].PhoneNumberID != biz3.PhoneNumberID {
+		t.Fatalf("t1's prompt went out from %s", s[len(s)-1].PhoneNumberID)
+	}
+	// Ada links to t2 as well and makes it her DM default: her messages
+	// to biz3 now reach t2, but the tap on t1's prompt is t1's.
+	bind(platform.Binding{Kind: platform.BindUser, ID: ada, Tenant: "t1"}, platform.Binding{Kind: platform.BindUser, ID: ada, Tenant: "t2"},
+		platform.Binding{Kind: platform.BindDMDefault, ID: ada, Tenant: "t2"})
+	before = len(r.sink.all())
+	tap(biz3, "wamid.O6", linked)
+	if got := r.sink.all()[before:]; len(got) != 1 || got[0].Tenant != "t1" || got[0].Event.PromptResponse == nil ||
+		got[0].Event.PromptResponse.OptionID != "yes" || got[0].Event.MessageType != contract.MessageCommand {
+		t.Fatalf("a tap on t1's prompt on biz3 with t2 the DM default: %+v", got)
+	}
+	// Once Ada is no longer linked to t1, a second tap on its (answered)
+	// prompt reaches nobody either, not t2 as text.
+	bind(platform.Binding{Kind: platform.BindUser, ID: ada, Tenant: "t2"})
+	tap(biz3, "wamid.O7", linked)
+	if got := r.sink.all()[before:]; len(got) != 1 {
+		t.Fatalf("a tap on t1's answered prompt after t1 lost Ada went to %s as %+v", got[1].Tenant, got[1].Event)
+	}
+	if n := r.stats.get(r.stats.dropped, dropPromptNotOwned); n != 2 {
+		t.Fatalf("%d taps dropped as %s, want 2", n, dropPromptNotOwned)
+	}
+}
