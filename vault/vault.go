@@ -54,7 +54,7 @@ const (
 	KindWhatsAppConversation Kind = "whatsapp_cloud.conversation"
 	// KindWhatsAppMessage marks an inbound message id (SessionKey) as
 	// delivered to the tenant, so Meta's redeliveries are dropped on every
-	// instance, for a day.
+	// instance, for WhatsAppMessageTTL.
 	KindWhatsAppMessage Kind = "whatsapp_cloud.message"
 	// KindWhatsAppPrompt is a prompt message sent to a user (SessionKey
 	// "<wa_id>:<message id>", under the business number it went out from):
@@ -68,6 +68,11 @@ const (
 // window's own failure rather than a decline.
 const WhatsAppConversationTTL = 30 * 24 * time.Hour
 
+// WhatsAppMessageTTL is how long a KindWhatsAppMessage lasts: Meta
+// retries a webhook it did not see answered 200 for up to 7 days, and a
+// retry may carry messages stored from an earlier attempt.
+const WhatsAppMessageTTL = 7 * 24 * time.Hour
+
 // ttls are the kinds the vault stores, each with the lifetime of its
 // values.
 var ttls = map[Kind]time.Duration{
@@ -75,7 +80,7 @@ var ttls = map[Kind]time.Duration{
 	KindSlackResponseURL:        30 * time.Minute,
 	KindChatGrant:               ChatGrantTTL,
 	KindWhatsAppConversation:    WhatsAppConversationTTL,
-	KindWhatsAppMessage:         24 * time.Hour,
+	KindWhatsAppMessage:         WhatsAppMessageTTL,
 	KindWhatsAppPrompt:          7 * 24 * time.Hour,
 }
 

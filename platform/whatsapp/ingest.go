@@ -194,7 +194,8 @@ func deliveredKey(number, wamid string) vault.Key {
 }
 
 // delivered reports whether message wamid to number was delivered (on any
-// instance sharing the store, within a day).
+// instance sharing the store, within vault.WhatsAppMessageTTL: Meta's
+// retry period).
 func (p *Platform) delivered(ctx context.Context, number, wamid string) bool {
 	_, ok := p.vault.Get(ctx, deliveredKey(number, wamid))
 	return ok

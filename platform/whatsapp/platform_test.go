@@ -306,6 +306,34 @@ func TestRedeliveryDeliveredOnceAcrossInstances(t *testing.T) {
 	}
 }
 
+// TestRetryWithinMetasRetryPeriodIsDropped: Meta retries a webhook it
+// did not see answered 200 for up to 7 days, so a message's delivered
+// mark outlives that: a payload whose other message failed for days is
+// retried 3 days, then 6 days 23 hours later, and the message stored
+// from its first attempt is not delivered again, on either instance of
+// one store.
+func TestRetryWithinMetasRetryPeriodIsDropped(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { st.Close() })
+	shared := vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk})
+	withClock := func(_ *Config, d *platform.Deps) { d.Clock = clk }
+	a, b := newRig(t, shared, withClock), newRig(t, shared, withClock)
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.D1", "only once")
+	if a.post(t, body) != 200 {
+		t.Fatal("first delivery not answered 200")
+	}
+	for _, after := range []time.Duration{72 * time.Hour, 95*time.Hour - time.Minute} { // 3 days, then 6 days 23 hours in all
+		clk.Advance(after)
+		if a.post(t, body) != 200 || b.post(t, body) != 200 {
+			t.Fatal("a retry was not answered 200")
+		}
+		if n := len(a.sink.all()) + len(b.sink.all()); n != 1 {
+			t.Fatalf("delivered %d times after %v", n, clk.Now().Sub(time.Unix(1_800_000_000, 0)))
+		}
+	}
+}
+
 func TestStatusesCountedPerTenantNeverDelivered(t *testing.T) {
 	r := newRig(t, nil, nil)
 	for _, body := range [][]byte{
