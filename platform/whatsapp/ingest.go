@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -143,7 +144,9 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.drop(drop, number, sender)
 			return nil
 		}
-		p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid})
+		if sent := p.sentAt(m); !p.newerRecorded(ctx, tenant, sender, sent) {
+			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent)
+		}
 		if ev.ReplyTo != nil {
 			ev.ReplyTo.Text = p.quotes.text(tenant, sender, ev.ReplyToMessageID)
 		}
@@ -168,6 +171,34 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		}
 		return nil
 	})
+}
+
+// sentAt is when the user sent m, which the customer-service window runs
+// from: its timestamp, unless that is in the future or older than Meta's
+// retry period (vault.WhatsAppMessageTTL), and then now.
+func (p *Platform) sentAt(m *message) time.Time {
+	now := p.clock.Now()
+	if s, err := strconv.ParseInt(strings.TrimSpace(m.Timestamp), 10, 64); err == nil {
+		if sent := time.Unix(s, 0); !sent.After(now) && now.Sub(sent) < vault.WhatsAppMessageTTL {
+			return sent
+		}
+	}
+	return now
+}
+
+// lateAfter is how long after it was sent a message counts as late (a
+// retry, or one held up): its conversation is then looked up first.
+const lateAfter = time.Minute
+
+// newerRecorded reports whether tenant's conversation with user records a
+// message sent after sent already, which happens when a message arrives
+// late: the conversation keeps the latest message.
+func (p *Platform) newerRecorded(ctx context.Context, tenant, user string, sent time.Time) bool {
+	if p.clock.Now().Sub(sent) < lateAfter {
+		return false
+	}
+	cur, ok := p.conversation(ctx, tenant, user)
+	return ok && cur.wrote.After(sent)
 }
 
 // isStop reports the platform-side interrupt command "/stop", alone or
@@ -362,7 +393,7 @@ func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) 
 		// Through another tenant's number the tenant may not act (sender):
 		// its own conversation with the user, if any, stays.
 		if owner, owned := p.owners.Load().Owner(chatOf(sender, number)); !owned || owner == tenant {
-			p.converse(ctx, tenant, sender, conv{Number: number})
+			p.converse(ctx, tenant, sender, conv{Number: number}, p.clock.Now())
 		}
 	})
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)

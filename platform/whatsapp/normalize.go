@@ -51,10 +51,12 @@ type changeValue struct {
 
 // message is one inbound message object.
 type message struct {
-	From    string `json:"from"`
-	ID      string `json:"id"`
-	Type    string `json:"type"`
-	Context *struct {
+	From string `json:"from"`
+	ID   string `json:"id"`
+	// Timestamp is when the user sent it, in Unix seconds.
+	Timestamp string `json:"timestamp"`
+	Type      string `json:"type"`
+	Context   *struct {
 		From string `json:"from"`
 		ID   string `json:"id"`
 	} `json:"context"`
