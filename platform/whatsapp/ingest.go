@@ -98,14 +98,13 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.drop(dropDuplicate, number, sender)
 			return nil
 		}
-		switch taken, err := p.claim(ctx, number, wamid); {
-		case err != nil:
-			return fmt.Errorf("whatsapp: claim message: %w", err)
-		case !taken:
-			p.metrics.Dropped(platformName, "in_progress_elsewhere")
-			return errElsewhere
+		if wamid != "" {
+			key := claimKey(number, wamid)
+			if err := p.claim(ctx, key, "message"); err != nil {
+				return err
+			}
+			defer p.unclaim(key)
 		}
-		defer p.unclaim(number, wamid)
 		if wamid != "" && p.deps.Cluster != nil && p.delivered(ctx, number, wamid) { // delivered while we took the claim
 			p.drop(dropDuplicate, number, sender)
 			return nil
@@ -128,7 +127,14 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			}
 			tenant, owner = rec.Tenant, own.Linked(sender, rec.Tenant)
 			if !rec.Answered {
-				live = liveTap(rec.PromptID)
+				key := "whatsapp_cloud/prompt/" + number + "/" + sender + "/" + rec.msgID
+				if err := p.claim(ctx, key, "prompt"); err != nil {
+					return err
+				}
+				defer p.unclaim(key)
+				if again, ok := p.promptOf(ctx, number, sender, m); p.deps.Cluster == nil || ok && !again.Answered { // not answered meanwhile
+					live = liveTap(rec.PromptID)
+				}
 			}
 		}
 		if tenant == "" {
@@ -251,31 +257,39 @@ func claimKey(number, wamid string) string {
 	return "whatsapp_cloud/message/" + number + "/" + wamid
 }
 
-// claim takes message wamid to number for this instance (store.Claims,
-// atomic across the instances sharing the store) and reports whether it
-// may go on: false when another instance holds it, which is storing it
-// now (the claim ends with that, or after pendingTTL if it crashed, so a
-// copy is delayed, never lost). Once the claim is taken, a message
-// delivered meanwhile (its claim already released) is found by the caller's
-// second look at the delivered mark. With a single instance (Deps.Cluster
-// nil) the per-chat queue keeps copies apart, and nothing is written.
-func (p *Platform) claim(ctx context.Context, number, wamid string) (bool, error) {
-	if p.deps.Cluster == nil || p.deps.Store == nil || wamid == "" {
-		return true, nil
+// claim takes key for this instance (store.Claims, atomic across the
+// instances sharing the store): a message wamid to number being stored
+// (claimKey), or a prompt being answered by a tap. errElsewhere when
+// another instance holds it, which is storing it now (the claim ends with
+// that, or after pendingTTL if it crashed, so a copy is delayed, never
+// lost). Once the claim is taken, a message delivered (or a prompt
+// answered) meanwhile, its claim already released, is found by the
+// caller's second look. With a single instance (Deps.Cluster nil) the
+// per-chat queue keeps copies apart, and nothing is written.
+func (p *Platform) claim(ctx context.Context, key, what string) error {
+	if p.deps.Cluster == nil || p.deps.Store == nil {
+		return nil
 	}
-	return p.deps.Store.Claims().Claim(ctx, claimKey(number, wamid), p.clock.Now().Add(pendingTTL))
+	switch taken, err := p.deps.Store.Claims().Claim(ctx, key, p.clock.Now().Add(pendingTTL)); {
+	case err != nil:
+		return fmt.Errorf("whatsapp: claim %s: %w", what, err)
+	case !taken:
+		p.metrics.Dropped(platformName, "in_progress_elsewhere")
+		return errElsewhere
+	}
+	return nil
 }
 
-// unclaim releases the claim of message wamid to number, once it is
-// delivered or failed.
-func (p *Platform) unclaim(number, wamid string) {
-	if p.deps.Cluster == nil || p.deps.Store == nil || wamid == "" {
+// unclaim releases key's claim, once what it claimed is delivered or
+// failed.
+func (p *Platform) unclaim(key string) {
+	if p.deps.Cluster == nil || p.deps.Store == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := p.deps.Store.Claims().Release(ctx, claimKey(number, wamid)); err != nil {
-		p.log.Warn("whatsapp message claim not released; a redelivery waits for it to expire", "err", err)
+	if err := p.deps.Store.Claims().Release(ctx, key); err != nil {
+		p.log.Warn("whatsapp claim not released; a redelivery waits for it to expire", "err", err)
 	}
 }
 
@@ -334,6 +348,7 @@ type promptRecord struct {
 	PromptID string    `json:"p"`
 	Answered bool      `json:"a,omitempty"`
 	stored   time.Time // when the prompt was sent (the vault entry's Stored)
+	msgID    string    // the prompt message's id
 }
 
 // promptKey is the vault key of the prompt message msgID sent to user
@@ -371,7 +386,7 @@ func (p *Platform) promptOf(ctx context.Context, number, sender string, m *messa
 	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID {
 		return promptRecord{}, false
 	}
-	rec.stored = e.Stored
+	rec.stored, rec.msgID = e.Stored, msgID
 	return rec, true
 }
 

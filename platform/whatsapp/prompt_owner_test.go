@@ -1,11 +1,17 @@
 package whatsapp
 
 import (
+	"net/http"
+	"sync"
 	"testing"
+	"time"
 
 	"connector/contract"
+	"connector/internal/cluster"
 	"connector/platform"
 	"connector/platform/whatsapp/whatsapptest"
+	"connector/store"
+	"connector/vault"
 )
 
 // TestTapGoesToThePromptsPoster: a tap on a prompt goes to the tenant
@@ -87,5 +93,67 @@ func TestTapGoesToThePromptsPoster(t *testing.T) {
 	}
 	if n := r.stats.get(r.stats.dropped, dropPromptNotOwned); n != 2 {
 		t.Fatalf("%d taps dropped as %s, want 2", n, dropPromptNotOwned)
+	}
+}
+
+// TestTwoTapsOnTwoInstancesAnswerOnce: the user taps a prompt twice and
+// Meta hands the taps to two instances at once; while the first is being
+// stored as the prompt's answer the second is answered 503, and Meta's
+// retry of it is an ordinary text turn: the prompt is answered once.
+func TestTwoTapsOnTwoInstancesAnswerOnce(t *testing.T) {
+	shared, st := vault.NewMemory(vault.Config{}), store.NewMemory(nil)
+	t.Cleanup(func() { st.Close() })
+	node := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	a := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = node("i1"), st })
+	b := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = node("i2"), st })
+	const ada = "447700900123"
+	a.converse(t, biz1, ada, "wamid.A0")
+	res := a.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}, map[string]any{"id": "no", "label": "No"}}})
+	if !res.Success {
+		t.Fatal(res)
+	}
+	slow := blockingSink{recordingSink: a.sink, entered: make(chan struct{}), release: make(chan struct{})}
+	a.p.sink.Store(ptr[platform.Sink](slow))
+	release := sync.OnceFunc(func() { close(slow.release) })
+	defer release() // a failing check must not leave a's handler blocked
+	first := make(chan int)
+	go func() {
+		first <- a.post(t, whatsapptest.Tap(biz1, ada, "Ada", "wamid.A1", res.MessageID, "hp1:p1:yes", "Yes", false))
+	}()
+	select {
+	case <-slow.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first instance never delivered the first tap")
+	}
+	second := whatsapptest.Tap(biz1, ada, "Ada", "wamid.A2", res.MessageID, "hp1:p1:no", "No", false)
+	if code := b.post(t, second); code != http.StatusServiceUnavailable {
+		t.Fatalf("the second tap, while the first is being stored: %d, want 503", code)
+	}
+	release()
+	if code := <-first; code != 200 {
+		t.Fatalf("first tap: %d", code)
+	}
+	if code := b.post(t, second); code != 200 {
+		t.Fatalf("Meta's retry of the second tap: %d", code)
+	}
+	var answers []string
+	for _, d := range append(a.sink.all(), b.sink.all()...) {
+		if pr := d.Event.PromptResponse; pr != nil {
+			answers = append(answers, pr.OptionID)
+		}
+	}
+	if len(answers) != 1 || answers[0] != "yes" {
+		t.Fatalf("the prompt was answered with %v, want once with yes", answers)
+	}
+	if got := b.sink.all(); len(got) != 1 || got[0].Event.Text != "No" {
+		t.Fatalf("the second tap on b: %+v, want a text turn", got)
 	}
 }
