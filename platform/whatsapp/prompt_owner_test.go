@@ -1,6 +1,9 @@
 package whatsapp
 
 import (
+	"bytes"
+	"context"
+	"io"
 	"net/http"
 	"sync"
 	"testing"
@@ -155,5 +158,56 @@ func TestTwoTapsOnTwoInstancesAnswerOnce(t *testing.T) {
 	}
 	if got := b.sink.all(); len(got) != 1 || got[0].Event.Text != "No" {
 		t.Fatalf("the second tap on b: %+v, want a text turn", got)
+	}
+}
+
+// ctxVault is a vault whose writes fail once their context is done, as
+// the durable vault's store calls do.
+type ctxVault struct{ vault.Store }
+
+func (v ctxVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return v.Store.Put(ctx, k, e)
+}
+
+// cancelAfter is a transport that cancels the caller's context once Meta
+// has answered (the answer read in full): the op's deadline passes right
+// after the Graph call.
+type cancelAfter struct{ cancel context.CancelFunc }
+
+func (c cancelAfter) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	c.cancel()
+	return resp, err
+}
+
+// TestPromptRecordedWhenTheDeadlinePassesAfterItWasSent: a prompt Meta
+// took is recorded even when the op's context ends right after, so its
+// tap is the prompt's answer, not a text turn.
+func TestPromptRecordedWhenTheDeadlinePassesAfterItWasSent(t *testing.T) {
+	r := newRig(t, ctxVault{vault.NewMemory(vault.Config{})}, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.E0")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r.p.graph.hc = &http.Client{Transport: cancelAfter{cancel}}
+	res := r.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpPrompt, ChatID: ada, Content: "Deploy?", PromptID: "p1",
+		Options: []contract.PromptOption{{ID: "yes", Label: "Yes"}, {ID: "no", Label: "No"}}})
+	if !res.Success {
+		t.Fatalf("prompt: %+v", res)
+	}
+	if code := r.post(t, whatsapptest.Tap(biz1, ada, "Ada", "wamid.E1", res.MessageID, "hp1:p1:yes", "Yes", false)); code != 200 {
+		t.Fatal(code)
+	}
+	if got := r.sink.all(); len(got) != 2 || got[1].Event.PromptResponse == nil {
+		t.Fatalf("the tap: %+v, want the prompt's answer", got[len(got)-1].Event)
 	}
 }
