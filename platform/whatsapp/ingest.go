@@ -238,12 +238,13 @@ func (p *Platform) delivered(ctx context.Context, number, wamid string) bool {
 	return ok
 }
 
-// markDelivered records message wamid to number as delivered.
+// markDelivered records message wamid to number as delivered, even when
+// ctx ended as the message was stored (Meta stopped waiting: it retries).
 func (p *Platform) markDelivered(ctx context.Context, number, wamid string) {
 	if wamid == "" {
 		return
 	}
-	if err := p.vault.Put(ctx, deliveredKey(number, wamid), vault.Entry{Stored: p.clock.Now()}); err != nil {
+	if err := p.vault.Put(context.WithoutCancel(ctx), deliveredKey(number, wamid), vault.Entry{Stored: p.clock.Now()}); err != nil {
 		p.log.Warn("whatsapp delivered mark not stored; a redelivery would be delivered again", "err", err)
 	}
 }
@@ -358,10 +359,13 @@ func promptKey(number, user, msgID string) vault.Key {
 }
 
 // promptPosted records rec as the prompt message msgID sent to user from
-// number; the record expires the prompt kind's TTL after it was sent.
+// number; the record expires the prompt kind's TTL after it was sent. It
+// records what happened already (Meta took the prompt, a tap answering it
+// was stored), so it is written even when ctx ended meanwhile (the vault
+// bounds its store calls itself).
 func (p *Platform) promptPosted(ctx context.Context, number, user, msgID string, rec promptRecord) {
 	ref, _ := json.Marshal(rec) // strings and a bool: cannot fail
-	if err := p.vault.Put(ctx, promptKey(number, user, msgID), vault.Entry{Ref: string(ref), Stored: cmp.Or(rec.stored, p.clock.Now())}); err != nil {
+	if err := p.vault.Put(context.WithoutCancel(ctx), promptKey(number, user, msgID), vault.Entry{Ref: string(ref), Stored: cmp.Or(rec.stored, p.clock.Now())}); err != nil {
 		p.log.Warn("whatsapp prompt not recorded; its taps go to the number's tenant as text", "tenant", rec.Tenant, "err", err)
 	}
 }

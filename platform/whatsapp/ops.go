@@ -155,9 +155,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 	if err != nil {
 		return p.failure(a.Op, err)
 	}
-	// Meta took it: recorded even if the op's deadline passes now (the
-	// vault bounds its own store calls).
-	p.promptPosted(context.WithoutCancel(ctx), c.number, c.user, id, promptRecord{Tenant: tenant, PromptID: a.PromptID})
+	p.promptPosted(ctx, c.number, c.user, id, promptRecord{Tenant: tenant, PromptID: a.PromptID})
 	return contract.OK(id)
 }
 

@@ -3,6 +3,7 @@ package whatsapp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -209,5 +210,49 @@ func TestPromptRecordedWhenTheDeadlinePassesAfterItWasSent(t *testing.T) {
 	}
 	if got := r.sink.all(); len(got) != 2 || got[1].Event.PromptResponse == nil {
 		t.Fatalf("the tap: %+v, want the prompt's answer", got[len(got)-1].Event)
+	}
+}
+
+// hangUpSink stores a delivery, then hangs up Meta's request (hangUp) and
+// waits until the webhook's context has ended: Meta gave up waiting for
+// the answer right after the message was stored.
+type hangUpSink struct {
+	*recordingSink
+	hangUp context.CancelFunc
+}
+
+func (s hangUpSink) Deliver(ctx context.Context, d platform.Delivery) error {
+	if err := s.recordingSink.Deliver(ctx, d); err != nil {
+		return err
+	}
+	s.hangUp()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		return errors.New("the webhook's context did not end after Meta hung up")
+	}
+	return nil
+}
+
+// TestMessageStoredAsMetaHangsUpIsDeliveredOnce: when Meta stops waiting
+// for the answer just after a message was stored (its webhook timeout),
+// the delivered mark is written all the same, so Meta's retry is dropped.
+func TestMessageStoredAsMetaHangsUpIsDeliveredOnce(t *testing.T) {
+	r := newRig(t, ctxVault{vault.NewMemory(vault.Config{})}, nil)
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.H1", "slow answer")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.p.sink.Store(ptr[platform.Sink](hangUpSink{recordingSink: r.sink, hangUp: cancel}))
+	req := whatsapptest.SignedRequest(r.url, testSecret, body).WithContext(ctx)
+	if resp, err := http.DefaultClient.Do(req); err == nil { // Meta hung up: no answer
+		resp.Body.Close()
+		t.Fatalf("Meta's request was answered %d after it hung up", resp.StatusCode)
+	}
+	r.p.sink.Store(ptr[platform.Sink](r.sink))
+	if code := r.post(t, body); code != 200 { // Meta's retry
+		t.Fatalf("retry: %d", code)
+	}
+	if n := len(r.sink.all()); n != 1 {
+		t.Fatalf("delivered %d times, want once", n)
 	}
 }
