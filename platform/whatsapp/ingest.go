@@ -173,7 +173,7 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		p.markDelivered(ctx, number, wamid)
 		if ev.PromptResponse != nil { // one tap answers a prompt
 			rec.Answered = true
-			p.promptPosted(ctx, number, sender, ev.PromptResponse.PromptMessageID, rec)
+			p.promptPosted(ctx, number, sender, rec.msgID, rec)
 		}
 		return nil
 	})
