@@ -54,10 +54,12 @@ const (
 	KindWhatsAppConversation Kind = "whatsapp_cloud.conversation"
 	// KindWhatsAppMessage marks an inbound message id (SessionKey) as
 	// delivered to the tenant, so Meta's redeliveries are dropped on every
-	// instance, for a day.
+	// instance, for WhatsAppMessageTTL.
 	KindWhatsAppMessage Kind = "whatsapp_cloud.message"
-	// KindWhatsAppPrompt is a prompt the tenant sent and no tap has
-	// answered yet (SessionKey "<wa_id>:<prompt_id>"), for a day.
+	// KindWhatsAppPrompt is a prompt message sent to a user (SessionKey
+	// "<wa_id>:<message id>", under the business number it went out from):
+	// Ref names the tenant that posted it, which its taps go to, its
+	// prompt_id, and whether a tap answered it, for 7 days.
 	KindWhatsAppPrompt Kind = "whatsapp_cloud.prompt"
 )
 
@@ -66,6 +68,11 @@ const (
 // window's own failure rather than a decline.
 const WhatsAppConversationTTL = 30 * 24 * time.Hour
 
+// WhatsAppMessageTTL is how long a KindWhatsAppMessage lasts: Meta
+// retries a webhook it did not see answered 200 for up to 7 days, and a
+// retry may carry messages stored from an earlier attempt.
+const WhatsAppMessageTTL = 7 * 24 * time.Hour
+
 // ttls are the kinds the vault stores, each with the lifetime of its
 // values.
 var ttls = map[Kind]time.Duration{
@@ -73,8 +80,8 @@ var ttls = map[Kind]time.Duration{
 	KindSlackResponseURL:        30 * time.Minute,
 	KindChatGrant:               ChatGrantTTL,
 	KindWhatsAppConversation:    WhatsAppConversationTTL,
-	KindWhatsAppMessage:         24 * time.Hour,
-	KindWhatsAppPrompt:          24 * time.Hour,
+	KindWhatsAppMessage:         WhatsAppMessageTTL,
+	KindWhatsAppPrompt:          7 * 24 * time.Hour,
 }
 
 // remembered are the kinds a Durable vault's in-memory front answers: marks

@@ -20,8 +20,10 @@
 // business number it reached (phone_numbers, or phone_number bindings),
 // else the tenant its sender linked themselves to with "/link <code>"
 // (consumed on the link desk, platform.LinkDesk); a linked sender is the
-// tenant's owner and passes its DM gate. Messages of one (number, user)
-// pair are handled one at a time in arrival order (platform/chatorder);
+// tenant's owner and passes its DM gate. A tap on a prompt the connector
+// sent goes to the tenant that posted it (promptOf), or to nobody once that
+// tenant may no longer act in the conversation. Messages of one (number,
+// user) pair are handled one at a time in arrival order (platform/chatorder);
 // one already delivered is dropped, on every instance sharing the store
 // (message, claim). Classification, the DM gate and the source are the
 // native ones (classify); an attachment is re-hosted in the media store

@@ -3,6 +3,7 @@ package whatsapp
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"connector/platform"
@@ -42,7 +43,7 @@ func NormalizeFixture(raw, context json.RawMessage) (session.Outcome, error) {
 				continue
 			}
 			m := &v.Messages[0]
-			if id := strings.TrimSpace(m.ID); id != "" && fc.seen[id] {
+			if id := strings.TrimSpace(m.ID); id != "" && slices.Contains(fc.SeenWamids, id) {
 				return session.Outcome{Drop: dropDuplicate}, nil
 			}
 			ev, drop := classify(m, v.contactNames(), v.Metadata.DisplayPhoneNumber, acc, fc)
@@ -70,8 +71,6 @@ type fixtureContext struct {
 	ClarifyState      map[string]string `json:"clarify_state"`
 	ExecApprovalState map[string]string `json:"exec_approval_state"`
 	SlashConfirmState map[string]string `json:"slash_confirm_state"`
-
-	seen map[string]bool
 }
 
 // fixtureAdapterConfig is the native adapter's config.extra in a fixture.
@@ -92,10 +91,6 @@ func readFixtureContext(raw json.RawMessage) (*fixtureContext, error) {
 		if err := json.Unmarshal(raw, fc); err != nil {
 			return nil, fmt.Errorf("whatsapp: fixture context: %w", err)
 		}
-	}
-	fc.seen = make(map[string]bool, len(fc.SeenWamids))
-	for _, id := range fc.SeenWamids {
-		fc.seen[id] = true
 	}
 	return fc, nil
 }

@@ -3,11 +3,14 @@ package whatsapp
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
+	"connector/contract"
 	"connector/platform"
 	"connector/vault"
 )
@@ -95,14 +98,13 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.drop(dropDuplicate, number, sender)
 			return nil
 		}
-		switch taken, err := p.claim(ctx, number, wamid); {
-		case err != nil:
-			return fmt.Errorf("whatsapp: claim message: %w", err)
-		case !taken:
-			p.metrics.Dropped(platformName, "in_progress_elsewhere")
-			return errElsewhere
+		if wamid != "" {
+			key := claimKey(number, wamid)
+			if err := p.claim(ctx, key, "message"); err != nil {
+				return err
+			}
+			defer p.unclaim(key)
 		}
-		defer p.unclaim(number, wamid)
 		if wamid != "" && p.deps.Cluster != nil && p.delivered(ctx, number, wamid) { // delivered while we took the claim
 			p.drop(dropDuplicate, number, sender)
 			return nil
@@ -115,6 +117,26 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			return nil
 		}
 		tenant, owner := p.route(number, sender)
+		var live liveTap
+		rec, tapped := p.promptOf(ctx, number, sender, m)
+		if tapped { // a tap on a prompt of the connector's: its poster's
+			own := p.owners.Load()
+			if !own.MayAct(rec.Tenant, chatOf(sender, number), func() bool { return own.Linked(sender, rec.Tenant) }) {
+				p.drop(dropPromptNotOwned, number, sender)
+				return nil
+			}
+			tenant, owner = rec.Tenant, own.Linked(sender, rec.Tenant)
+			if !rec.Answered {
+				key := "whatsapp_cloud/prompt/" + number + "/" + sender + "/" + rec.msgID
+				if err := p.claim(ctx, key, "prompt"); err != nil {
+					return err
+				}
+				defer p.unclaim(key)
+				if again, ok := p.promptOf(ctx, number, sender, m); p.deps.Cluster == nil || ok && !again.Answered { // not answered meanwhile
+					live = liveTap(rec.PromptID)
+				}
+			}
+		}
 		if tenant == "" {
 			p.drop(dropUnclaimed, number, sender)
 			return nil
@@ -123,12 +145,14 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		if owner {
 			gate = ownerGate
 		}
-		ev, drop := classify(m, names, v.Metadata.DisplayPhoneNumber, gate, tenantTaps{ctx: ctx, p: p, tenant: tenant})
+		ev, drop := classify(m, names, v.Metadata.DisplayPhoneNumber, gate, live)
 		if drop != "" {
 			p.drop(drop, number, sender)
 			return nil
 		}
-		p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid})
+		if sent := p.sentAt(m); !p.newerRecorded(ctx, tenant, sender, sent) {
+			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent)
+		}
 		if ev.ReplyTo != nil {
 			ev.ReplyTo.Text = p.quotes.text(tenant, sender, ev.ReplyToMessageID)
 		}
@@ -147,11 +171,40 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			return fmt.Errorf("whatsapp: deliver message of %s: %w", sender, err)
 		}
 		p.markDelivered(ctx, number, wamid)
-		if pr := ev.PromptResponse; pr != nil {
-			p.vault.Delete(ctx, promptKey(tenant, sender, pr.PromptID)) // one tap answers a prompt
+		if ev.PromptResponse != nil { // one tap answers a prompt
+			rec.Answered = true
+			p.promptPosted(ctx, number, sender, rec.msgID, rec)
 		}
 		return nil
 	})
+}
+
+// sentAt is when the user sent m, which the customer-service window runs
+// from: its timestamp, unless that is in the future or older than Meta's
+// retry period (vault.WhatsAppMessageTTL), and then now.
+func (p *Platform) sentAt(m *message) time.Time {
+	now := p.clock.Now()
+	if s, err := strconv.ParseInt(strings.TrimSpace(m.Timestamp), 10, 64); err == nil {
+		if sent := time.Unix(s, 0); !sent.After(now) && now.Sub(sent) < vault.WhatsAppMessageTTL {
+			return sent
+		}
+	}
+	return now
+}
+
+// lateAfter is how long after it was sent a message counts as late (a
+// retry, or one held up): its conversation is then looked up first.
+const lateAfter = time.Minute
+
+// newerRecorded reports whether tenant's conversation with user records a
+// message sent after sent already, which happens when a message arrives
+// late: the conversation keeps the latest message.
+func (p *Platform) newerRecorded(ctx context.Context, tenant, user string, sent time.Time) bool {
+	if p.clock.Now().Sub(sent) < lateAfter {
+		return false
+	}
+	cur, ok := p.conversation(ctx, tenant, user)
+	return ok && cur.wrote.After(sent)
 }
 
 // isStop reports the platform-side interrupt command "/stop", alone or
@@ -174,22 +227,24 @@ func (p *Platform) route(number, sender string) (tenant string, owner bool) {
 
 // deliveredKey is the vault key marking message wamid to number delivered.
 func deliveredKey(number, wamid string) vault.Key {
-	return vault.Key{Tenant: "number:" + number, SessionKey: wamid, Kind: vault.KindWhatsAppMessage}
+	return vault.Key{Tenant: numberSpace(number), SessionKey: wamid, Kind: vault.KindWhatsAppMessage}
 }
 
 // delivered reports whether message wamid to number was delivered (on any
-// instance sharing the store, within a day).
+// instance sharing the store, within vault.WhatsAppMessageTTL: Meta's
+// retry period).
 func (p *Platform) delivered(ctx context.Context, number, wamid string) bool {
 	_, ok := p.vault.Get(ctx, deliveredKey(number, wamid))
 	return ok
 }
 
-// markDelivered records message wamid to number as delivered.
+// markDelivered records message wamid to number as delivered, even when
+// ctx ended as the message was stored (Meta stopped waiting: it retries).
 func (p *Platform) markDelivered(ctx context.Context, number, wamid string) {
 	if wamid == "" {
 		return
 	}
-	if err := p.vault.Put(ctx, deliveredKey(number, wamid), vault.Entry{Stored: p.clock.Now()}); err != nil {
+	if err := p.vault.Put(context.WithoutCancel(ctx), deliveredKey(number, wamid), vault.Entry{Stored: p.clock.Now()}); err != nil {
 		p.log.Warn("whatsapp delivered mark not stored; a redelivery would be delivered again", "err", err)
 	}
 }
@@ -203,31 +258,39 @@ func claimKey(number, wamid string) string {
 	return "whatsapp_cloud/message/" + number + "/" + wamid
 }
 
-// claim takes message wamid to number for this instance (store.Claims,
-// atomic across the instances sharing the store) and reports whether it
-// may go on: false when another instance holds it, which is storing it
-// now (the claim ends with that, or after pendingTTL if it crashed, so a
-// copy is delayed, never lost). Once the claim is taken, a message
-// delivered meanwhile (its claim already released) is found by the caller's
-// second look at the delivered mark. With a single instance (Deps.Cluster
-// nil) the per-chat queue keeps copies apart, and nothing is written.
-func (p *Platform) claim(ctx context.Context, number, wamid string) (bool, error) {
-	if p.deps.Cluster == nil || p.deps.Store == nil || wamid == "" {
-		return true, nil
+// claim takes key for this instance (store.Claims, atomic across the
+// instances sharing the store): a message wamid to number being stored
+// (claimKey), or a prompt being answered by a tap. errElsewhere when
+// another instance holds it, which is storing it now (the claim ends with
+// that, or after pendingTTL if it crashed, so a copy is delayed, never
+// lost). Once the claim is taken, a message delivered (or a prompt
+// answered) meanwhile, its claim already released, is found by the
+// caller's second look. With a single instance (Deps.Cluster nil) the
+// per-chat queue keeps copies apart, and nothing is written.
+func (p *Platform) claim(ctx context.Context, key, what string) error {
+	if p.deps.Cluster == nil || p.deps.Store == nil {
+		return nil
 	}
-	return p.deps.Store.Claims().Claim(ctx, claimKey(number, wamid), p.clock.Now().Add(pendingTTL))
+	switch taken, err := p.deps.Store.Claims().Claim(ctx, key, p.clock.Now().Add(pendingTTL)); {
+	case err != nil:
+		return fmt.Errorf("whatsapp: claim %s: %w", what, err)
+	case !taken:
+		p.metrics.Dropped(platformName, "in_progress_elsewhere")
+		return errElsewhere
+	}
+	return nil
 }
 
-// unclaim releases the claim of message wamid to number, once it is
-// delivered or failed.
-func (p *Platform) unclaim(number, wamid string) {
-	if p.deps.Cluster == nil || p.deps.Store == nil || wamid == "" {
+// unclaim releases key's claim, once what it claimed is delivered or
+// failed.
+func (p *Platform) unclaim(key string) {
+	if p.deps.Cluster == nil || p.deps.Store == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := p.deps.Store.Claims().Release(ctx, claimKey(number, wamid)); err != nil {
-		p.log.Warn("whatsapp message claim not released; a redelivery waits for it to expire", "err", err)
+	if err := p.deps.Store.Claims().Release(ctx, key); err != nil {
+		p.log.Warn("whatsapp claim not released; a redelivery waits for it to expire", "err", err)
 	}
 }
 
@@ -267,26 +330,68 @@ func statusLabel(s string) string {
 	return "other"
 }
 
-// tenantTaps answers classify for one tenant's prompts.
-type tenantTaps struct {
-	ctx    context.Context // the message's: the vault lookup runs under it
-	p      *Platform
-	tenant string
+// liveTap answers classify for live ingest: the connector sends no native
+// adapter prompts, and the one prompt of its own a tap may answer is the
+// live one promptOf found for the tapped message (its prompt id; "" for
+// none).
+type liveTap string
+
+// native implements taps.
+func (liveTap) native(string, string) bool { return false }
+
+// prompt implements taps.
+func (l liveTap) prompt(_, promptID string) bool { return l != "" && promptID == string(l) }
+
+// promptRecord is who posted a prompt message (the tenant, and the
+// action's prompt_id) and whether a tap answered it already.
+type promptRecord struct {
+	Tenant   string    `json:"t"`
+	PromptID string    `json:"p"`
+	Answered bool      `json:"a,omitempty"`
+	stored   time.Time // when the prompt was sent (the vault entry's Stored)
+	msgID    string    // the prompt message's id
 }
 
-// native implements taps: the connector sends no native adapter prompts.
-func (tenantTaps) native(string, string) bool { return false }
-
-// prompt implements taps from the vault; message forgets the prompt once
-// the tap is delivered.
-func (t tenantTaps) prompt(chat, promptID string) bool {
-	_, ok := t.p.vault.Get(t.ctx, promptKey(t.tenant, chat, promptID))
-	return ok
+// promptKey is the vault key of the prompt message msgID sent to user
+// from number.
+func promptKey(number, user, msgID string) vault.Key {
+	return vault.Key{Tenant: numberSpace(number), SessionKey: user + ":" + msgID, Kind: vault.KindWhatsAppPrompt}
 }
 
-// promptKey is the vault key of tenant's prompt promptID to user.
-func promptKey(tenant, user, promptID string) vault.Key {
-	return vault.Key{Tenant: tenant, SessionKey: user + ":" + promptID, Kind: vault.KindWhatsAppPrompt}
+// promptPosted records rec as the prompt message msgID sent to user from
+// number; the record expires the prompt kind's TTL after it was sent. It
+// records what happened already (Meta took the prompt, a tap answering it
+// was stored), so it is written even when ctx ended meanwhile (the vault
+// bounds its store calls itself).
+func (p *Platform) promptPosted(ctx context.Context, number, user, msgID string, rec promptRecord) {
+	ref, _ := json.Marshal(rec) // strings and a bool: cannot fail
+	if err := p.vault.Put(context.WithoutCancel(ctx), promptKey(number, user, msgID), vault.Entry{Ref: string(ref), Stored: cmp.Or(rec.stored, p.clock.Now())}); err != nil {
+		p.log.Warn("whatsapp prompt not recorded; its taps go to the number's tenant as text", "tenant", rec.Tenant, "err", err)
+	}
+}
+
+// promptOf returns the record of the prompt m taps: a reply (button or
+// list row) whose id is a prompt token of the connector's, quoting (the
+// context Meta adds to a tap) a prompt message sent to sender from number
+// with that token's prompt id. A tap goes to the prompt's poster, never
+// by the number's owner of the moment, which may have changed since.
+func (p *Platform) promptOf(ctx context.Context, number, sender string, m *message) (promptRecord, bool) {
+	r := m.tap()
+	if r == nil || m.Context == nil {
+		return promptRecord{}, false
+	}
+	promptID, _, ok := contract.ParsePromptToken(strings.TrimSpace(r.ID))
+	msgID := strings.TrimSpace(m.Context.ID)
+	if !ok || msgID == "" {
+		return promptRecord{}, false
+	}
+	e, ok := p.vault.Get(ctx, promptKey(number, sender, msgID))
+	var rec promptRecord
+	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID {
+		return promptRecord{}, false
+	}
+	rec.stored, rec.msgID = e.Stored, msgID
+	return rec, true
 }
 
 // linkCode returns the code of a "/link <code>" text message the platform
@@ -307,7 +412,7 @@ func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) 
 		// Through another tenant's number the tenant may not act (sender):
 		// its own conversation with the user, if any, stays.
 		if owner, owned := p.owners.Load().Owner(chatOf(sender, number)); !owned || owner == tenant {
-			p.converse(ctx, tenant, sender, conv{Number: number})
+			p.converse(ctx, tenant, sender, conv{Number: number}, p.clock.Now())
 		}
 	})
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)

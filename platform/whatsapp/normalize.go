@@ -51,10 +51,12 @@ type changeValue struct {
 
 // message is one inbound message object.
 type message struct {
-	From    string `json:"from"`
-	ID      string `json:"id"`
-	Type    string `json:"type"`
-	Context *struct {
+	From string `json:"from"`
+	ID   string `json:"id"`
+	// Timestamp is when the user sent it, in Unix seconds.
+	Timestamp string `json:"timestamp"`
+	Type      string `json:"type"`
+	Context   *struct {
 		From string `json:"from"`
 		ID   string `json:"id"`
 	} `json:"context"`
@@ -105,15 +107,16 @@ type status struct {
 
 // Drop reasons of normalization (the gate's are in gate.go).
 const (
-	dropNotWABA      = "not_whatsapp_business_account"
-	dropNonMessage   = "non_message_field"
-	dropGroup        = "group_not_supported"
-	dropDuplicate    = "duplicate"
-	dropTapResolved  = "interactive_tap_resolved"
-	dropStatus       = "status_update"
-	dropMalformed    = "malformed"
-	dropUnclaimed    = "unclaimed"
-	dropMediaSkipped = "media_skipped"
+	dropNotWABA        = "not_whatsapp_business_account"
+	dropNonMessage     = "non_message_field"
+	dropGroup          = "group_not_supported"
+	dropDuplicate      = "duplicate"
+	dropTapResolved    = "interactive_tap_resolved"
+	dropStatus         = "status_update"
+	dropMalformed      = "malformed"
+	dropUnclaimed      = "unclaimed"
+	dropMediaSkipped   = "media_skipped"
+	dropPromptNotOwned = "prompt_not_owned"
 )
 
 // errNotObject answers a body that is not one JSON object.

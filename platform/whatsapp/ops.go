@@ -9,7 +9,6 @@ import (
 	"connector/contract"
 	"connector/internal/textsplit"
 	"connector/platform"
-	"connector/vault"
 )
 
 // maxMessageRunes is the native adapter's MAX_MESSAGE_LENGTH: text is
@@ -101,8 +100,9 @@ func (p *Platform) post(ctx context.Context, tenant string, c chat, msg any) (st
 // prompt asks the question with one tap per option: reply buttons for up
 // to 3 options, a list for up to 10, and beyond that numbered text (the
 // user answers by typing). Each button or row id is the option's hp1
-// token; a tap comes back as a prompt_response (normalize.go classify)
-// once, while the prompt is remembered. A question longer than an
+// token; who posted the message (tenant, prompt_id) is recorded
+// (promptPosted), and a tap comes back to that tenant as a
+// prompt_response (normalize.go classify) once. A question longer than an
 // interactive body (1,024 code points) goes first as text, its last part
 // as the body. The result's message_id is the message carrying the taps.
 func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contract.Action) contract.Result {
@@ -155,9 +155,7 @@ func (p *Platform) prompt(ctx context.Context, tenant string, c chat, a *contrac
 	if err != nil {
 		return p.failure(a.Op, err)
 	}
-	if err := p.vault.Put(ctx, promptKey(tenant, c.user, a.PromptID), vault.Entry{Stored: p.clock.Now()}); err != nil {
-		p.log.Warn("whatsapp prompt not remembered; its taps arrive as text", "tenant", tenant, "err", err)
-	}
+	p.promptPosted(ctx, c.number, c.user, id, promptRecord{Tenant: tenant, PromptID: a.PromptID})
 	return contract.OK(id)
 }
 

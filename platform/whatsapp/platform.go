@@ -288,7 +288,7 @@ func (p *Platform) sender(ctx context.Context, tenant, user string) (chat, bool)
 type conv struct {
 	Number string    `json:"n"`
 	Last   string    `json:"m,omitempty"`
-	wrote  time.Time // when it was recorded (the vault entry's Stored)
+	wrote  time.Time // when the user sent that message (the vault entry's Stored)
 }
 
 // conversationKey is the vault key of tenant's conversation with user.
@@ -310,12 +310,12 @@ func (p *Platform) conversation(ctx context.Context, tenant, user string) (conv,
 	return c, true
 }
 
-// converse records that user wrote to number in tenant's conversation,
-// last as the latest message id. It is written before the message is
-// delivered, so the tenant's answer finds it.
-func (p *Platform) converse(ctx context.Context, tenant, user string, c conv) {
+// converse records that user wrote to number in tenant's conversation at
+// sent, last as the latest message id. It is written before the message
+// is delivered, so the tenant's answer finds it.
+func (p *Platform) converse(ctx context.Context, tenant, user string, c conv, sent time.Time) {
 	ref, _ := json.Marshal(c) // two strings: cannot fail
-	if err := p.vault.Put(ctx, conversationKey(tenant, user), vault.Entry{Ref: string(ref), Stored: p.clock.Now()}); err != nil {
+	if err := p.vault.Put(ctx, conversationKey(tenant, user), vault.Entry{Ref: string(ref), Stored: sent}); err != nil {
 		p.log.Warn("whatsapp conversation not stored", "tenant", tenant, "user_id", user, "err", err)
 	}
 }

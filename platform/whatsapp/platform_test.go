@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -303,6 +304,34 @@ func TestRedeliveryDeliveredOnceAcrossInstances(t *testing.T) {
 	}
 	if got := a.sink.all(); len(got) != 2 || got[1].Event.MessageID != "wamid.R2" {
 		t.Fatalf("after the retry: %d deliveries on a", len(got))
+	}
+}
+
+// TestRetryWithinMetasRetryPeriodIsDropped: Meta retries a webhook it
+// did not see answered 200 for up to 7 days, so a message's delivered
+// mark outlives that: a payload whose other message failed for days is
+// retried 3 days, then 6 days 23 hours later, and the message stored
+// from its first attempt is not delivered again, on either instance of
+// one store.
+func TestRetryWithinMetasRetryPeriodIsDropped(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { st.Close() })
+	shared := vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk})
+	withClock := func(_ *Config, d *platform.Deps) { d.Clock = clk }
+	a, b := newRig(t, shared, withClock), newRig(t, shared, withClock)
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.D1", "only once")
+	if a.post(t, body) != 200 {
+		t.Fatal("first delivery not answered 200")
+	}
+	for _, after := range []time.Duration{72 * time.Hour, 95*time.Hour - time.Minute} { // 3 days, then 6 days 23 hours in all
+		clk.Advance(after)
+		if a.post(t, body) != 200 || b.post(t, body) != 200 {
+			t.Fatal("a retry was not answered 200")
+		}
+		if n := len(a.sink.all()) + len(b.sink.all()); n != 1 {
+			t.Fatalf("delivered %d times after %v", n, clk.Now().Sub(time.Unix(1_800_000_000, 0)))
+		}
 	}
 }
 
@@ -1038,6 +1067,40 @@ func TestWindowClosedAfter24HoursWithoutSending(t *testing.T) {
 	r.converse(t, biz1, ada, "wamid.X2")
 	if res := send(); !res.Success {
 		t.Fatalf("send after the user wrote again: %+v", res)
+	}
+}
+
+// The window runs from when the user sent their message (its timestamp),
+// not from when Meta's webhook got through: a message stored on a retry
+// a day after it was sent leaves the window closed, and a late message
+// does not move back the window a later one opened.
+func TestWindowRunsFromTheMessagesTimestamp(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_800_000_000, 0))
+	r := newRig(t, nil, func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada, bob = "447700900123", "14155550142"
+	sentAgo := func(user, wamid string, ago time.Duration) {
+		t.Helper()
+		ts := strconv.FormatInt(clk.Now().Add(-ago).Unix(), 10)
+		body := whatsapptest.Message(biz1, user, "U", map[string]any{"id": wamid, "type": "text", "timestamp": ts, "text": map[string]any{"body": "hi"}})
+		if code := r.post(t, body); code != 200 {
+			t.Fatalf("webhook: %d", code)
+		}
+	}
+	send := func(user string) contract.Result {
+		return r.exec(t, "t1", map[string]any{"op": "send", "chat_id": user, "content": "hello", "reply_to": nil})
+	}
+	sentAgo(ada, "wamid.Y1", 25*time.Hour) // Meta's retry, a day late
+	if res := send(ada); res.Code != contract.CodeWindowClosed {
+		t.Fatalf("send to a user who wrote 25 h ago: %+v, want window_closed", res)
+	}
+	sentAgo(bob, "wamid.Y2", 0)
+	sentAgo(bob, "wamid.Y3", 20*time.Hour) // an older message, stored late
+	clk.Advance(23 * time.Hour)
+	if res := send(bob); !res.Success {
+		t.Fatalf("send 23 h after the user's latest message: %+v", res)
+	}
+	if n := len(r.sink.all()); n != 3 {
+		t.Fatalf("%d deliveries, want the three messages", n)
 	}
 }
 

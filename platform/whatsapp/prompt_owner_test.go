@@ -1,0 +1,258 @@
+package whatsapp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/internal/cluster"
+	"connector/platform"
+	"connector/platform/whatsapp/whatsapptest"
+	"connector/store"
+	"connector/vault"
+)
+
+// TestTapGoesToThePromptsPoster: a tap on a prompt goes to the tenant
+// that posted the prompt, not to the number's owner of the moment. After
+// t1's number moves to t2 at runtime, a tap on t1's prompt (even one
+// whose prompt_id t2 also used) reaches nobody; t2's own prompt is
+// answered as usual. On a number no tenant owns, a prompt of t1's is
+// answered to t1 while the user stays linked to it, even when the user's
+// messages now reach another linked tenant (their DM default).
+func TestTapGoesToThePromptsPoster(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	prompt := func(tenant string) string {
+		t.Helper()
+		res := r.exec(t, tenant, map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+			"options": []any{map[string]any{"id": "yes", "label": "Yes"}, map[string]any{"id": "no", "label": "No"}}})
+		if !res.Success {
+			t.Fatalf("%s's prompt: %+v", tenant, res)
+		}
+		return res.MessageID
+	}
+	tap := func(b whatsapptest.Business, wamid, promptMsg string) {
+		t.Helper()
+		if code := r.post(t, whatsapptest.Tap(b, ada, "Ada", wamid, promptMsg, "hp1:p1:yes", "Yes", false)); code != 200 {
+			t.Fatalf("tap %s: %d", wamid, code)
+		}
+	}
+	bind := func(bindings ...platform.Binding) {
+		t.Helper()
+		if err := r.p.Bind(bindings); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.converse(t, biz1, ada, "wamid.O1") // t1's number
+	old := prompt("t1")
+	// biz1 moves from t1 to t2; Ada writes to it again, now t2's.
+	bind(platform.Binding{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t2"})
+	r.converse(t, biz1, ada, "wamid.O2")
+	fresh := prompt("t2") // the same prompt_id as t1's
+	before := len(r.sink.all())
+	tap(biz1, "wamid.O3", old)
+	if got := r.sink.all()[before:]; len(got) != 0 {
+		t.Fatalf("a tap on t1's prompt was delivered to %s as %+v (prompt_response %+v)", got[0].Tenant, got[0].Event, got[0].Event.PromptResponse)
+	}
+	if n := r.stats.get(r.stats.dropped, dropPromptNotOwned); n != 1 {
+		t.Fatalf("%d taps dropped as %s, want 1", n, dropPromptNotOwned)
+	}
+	tap(biz1, "wamid.O4", fresh)
+	if got := r.sink.all()[before:]; len(got) != 1 || got[0].Tenant != "t2" || got[0].Event.PromptResponse == nil ||
+		got[0].Event.PromptResponse.PromptMessageID != fresh {
+		t.Fatalf("a tap on t2's prompt: %+v", got)
+	}
+	// biz3 is no tenant's: Ada, linked to t1, reaches t1 there.
+	bind(platform.Binding{Kind: platform.BindUser, ID: ada, Tenant: "t1"})
+	r.converse(t, biz3, ada, "wamid.O5")
+	if got := r.sink.all(); got[len(got)-1].Tenant != "t1" {
+		t.Fatalf("Ada on biz3 reached %s", got[len(got)-1].Tenant)
+	}
+	linked := prompt("t1")
+	if s := r.fake.Sent(); s[len(s)-1].PhoneNumberID != biz3.PhoneNumberID {
+		t.Fatalf("t1's prompt went out from %s", s[len(s)-1].PhoneNumberID)
+	}
+	// Ada links to t2 as well and makes it her DM default: her messages
+	// to biz3 now reach t2, but the tap on t1's prompt is t1's.
+	bind(platform.Binding{Kind: platform.BindUser, ID: ada, Tenant: "t1"}, platform.Binding{Kind: platform.BindUser, ID: ada, Tenant: "t2"},
+		platform.Binding{Kind: platform.BindDMDefault, ID: ada, Tenant: "t2"})
+	before = len(r.sink.all())
+	tap(biz3, "wamid.O6", linked)
+	if got := r.sink.all()[before:]; len(got) != 1 || got[0].Tenant != "t1" || got[0].Event.PromptResponse == nil ||
+		got[0].Event.PromptResponse.OptionID != "yes" || got[0].Event.MessageType != contract.MessageCommand {
+		t.Fatalf("a tap on t1's prompt on biz3 with t2 the DM default: %+v", got)
+	}
+	// Once Ada is no longer linked to t1, a second tap on its (answered)
+	// prompt reaches nobody either, not t2 as text.
+	bind(platform.Binding{Kind: platform.BindUser, ID: ada, Tenant: "t2"})
+	tap(biz3, "wamid.O7", linked)
+	if got := r.sink.all()[before:]; len(got) != 1 {
+		t.Fatalf("a tap on t1's answered prompt after t1 lost Ada went to %s as %+v", got[1].Tenant, got[1].Event)
+	}
+	if n := r.stats.get(r.stats.dropped, dropPromptNotOwned); n != 2 {
+		t.Fatalf("%d taps dropped as %s, want 2", n, dropPromptNotOwned)
+	}
+}
+
+// TestTwoTapsOnTwoInstancesAnswerOnce: the user taps a prompt twice and
+// Meta hands the taps to two instances at once; while the first is being
+// stored as the prompt's answer the second is answered 503, and Meta's
+// retry of it is an ordinary text turn: the prompt is answered once.
+func TestTwoTapsOnTwoInstancesAnswerOnce(t *testing.T) {
+	shared, st := vault.NewMemory(vault.Config{}), store.NewMemory(nil)
+	t.Cleanup(func() { st.Close() })
+	node := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	a := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = node("i1"), st })
+	b := newRig(t, shared, func(_ *Config, d *platform.Deps) { d.Cluster, d.Store = node("i2"), st })
+	const ada = "447700900123"
+	a.converse(t, biz1, ada, "wamid.A0")
+	res := a.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+		"options": []any{map[string]any{"id": "yes", "label": "Yes"}, map[string]any{"id": "no", "label": "No"}}})
+	if !res.Success {
+		t.Fatal(res)
+	}
+	slow := blockingSink{recordingSink: a.sink, entered: make(chan struct{}), release: make(chan struct{})}
+	a.p.sink.Store(ptr[platform.Sink](slow))
+	release := sync.OnceFunc(func() { close(slow.release) })
+	defer release() // a failing check must not leave a's handler blocked
+	first := make(chan int)
+	go func() {
+		first <- a.post(t, whatsapptest.Tap(biz1, ada, "Ada", "wamid.A1", res.MessageID, "hp1:p1:yes", "Yes", false))
+	}()
+	select {
+	case <-slow.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first instance never delivered the first tap")
+	}
+	second := whatsapptest.Tap(biz1, ada, "Ada", "wamid.A2", res.MessageID, "hp1:p1:no", "No", false)
+	if code := b.post(t, second); code != http.StatusServiceUnavailable {
+		t.Fatalf("the second tap, while the first is being stored: %d, want 503", code)
+	}
+	release()
+	if code := <-first; code != 200 {
+		t.Fatalf("first tap: %d", code)
+	}
+	if code := b.post(t, second); code != 200 {
+		t.Fatalf("Meta's retry of the second tap: %d", code)
+	}
+	var answers []string
+	for _, d := range append(a.sink.all(), b.sink.all()...) {
+		if pr := d.Event.PromptResponse; pr != nil {
+			answers = append(answers, pr.OptionID)
+		}
+	}
+	if len(answers) != 1 || answers[0] != "yes" {
+		t.Fatalf("the prompt was answered with %v, want once with yes", answers)
+	}
+	if got := b.sink.all(); len(got) != 1 || got[0].Event.Text != "No" {
+		t.Fatalf("the second tap on b: %+v, want a text turn", got)
+	}
+}
+
+// ctxVault is a vault whose writes fail once their context is done, as
+// the durable vault's store calls do.
+type ctxVault struct{ vault.Store }
+
+func (v ctxVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return v.Store.Put(ctx, k, e)
+}
+
+// cancelAfter is a transport that cancels the caller's context once Meta
+// has answered (the answer read in full): the op's deadline passes right
+// after the Graph call.
+type cancelAfter struct{ cancel context.CancelFunc }
+
+func (c cancelAfter) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	c.cancel()
+	return resp, err
+}
+
+// TestPromptRecordedWhenTheDeadlinePassesAfterItWasSent: a prompt Meta
+// took is recorded even when the op's context ends right after, so its
+// tap is the prompt's answer, not a text turn.
+func TestPromptRecordedWhenTheDeadlinePassesAfterItWasSent(t *testing.T) {
+	r := newRig(t, ctxVault{vault.NewMemory(vault.Config{})}, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.E0")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r.p.graph.hc = &http.Client{Transport: cancelAfter{cancel}}
+	res := r.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpPrompt, ChatID: ada, Content: "Deploy?", PromptID: "p1",
+		Options: []contract.PromptOption{{ID: "yes", Label: "Yes"}, {ID: "no", Label: "No"}}})
+	if !res.Success {
+		t.Fatalf("prompt: %+v", res)
+	}
+	if code := r.post(t, whatsapptest.Tap(biz1, ada, "Ada", "wamid.E1", res.MessageID, "hp1:p1:yes", "Yes", false)); code != 200 {
+		t.Fatal(code)
+	}
+	if got := r.sink.all(); len(got) != 2 || got[1].Event.PromptResponse == nil {
+		t.Fatalf("the tap: %+v, want the prompt's answer", got[len(got)-1].Event)
+	}
+}
+
+// hangUpSink stores a delivery, then hangs up Meta's request (hangUp) and
+// waits until the webhook's context has ended: Meta gave up waiting for
+// the answer right after the message was stored.
+type hangUpSink struct {
+	*recordingSink
+	hangUp context.CancelFunc
+}
+
+func (s hangUpSink) Deliver(ctx context.Context, d platform.Delivery) error {
+	if err := s.recordingSink.Deliver(ctx, d); err != nil {
+		return err
+	}
+	s.hangUp()
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		return errors.New("the webhook's context did not end after Meta hung up")
+	}
+	return nil
+}
+
+// TestMessageStoredAsMetaHangsUpIsDeliveredOnce: when Meta stops waiting
+// for the answer just after a message was stored (its webhook timeout),
+// the delivered mark is written all the same, so Meta's retry is dropped.
+func TestMessageStoredAsMetaHangsUpIsDeliveredOnce(t *testing.T) {
+	r := newRig(t, ctxVault{vault.NewMemory(vault.Config{})}, nil)
+	body := whatsapptest.Text(biz1, "447700900123", "Ada", "wamid.H1", "slow answer")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.p.sink.Store(ptr[platform.Sink](hangUpSink{recordingSink: r.sink, hangUp: cancel}))
+	req := whatsapptest.SignedRequest(r.url, testSecret, body).WithContext(ctx)
+	if resp, err := http.DefaultClient.Do(req); err == nil { // Meta hung up: no answer
+		resp.Body.Close()
+		t.Fatalf("Meta's request was answered %d after it hung up", resp.StatusCode)
+	}
+	r.p.sink.Store(ptr[platform.Sink](r.sink))
+	if code := r.post(t, body); code != 200 { // Meta's retry
+		t.Fatalf("retry: %d", code)
+	}
+	if n := len(r.sink.all()); n != 1 {
+		t.Fatalf("delivered %d times, want once", n)
+	}
+}
