@@ -169,30 +169,48 @@ func (e *embedded) Close() error {
 	return e.closeErr
 }
 
-// sweep deletes expired capabilities and owners.
+// sweep deletes expired capabilities and owners (claims among them), in
+// transactions of at most sweepBatch entries each through the group
+// commit, so the other writes interleave with a long sweep.
 func (e *embedded) sweep() {
-	_ = e.update(context.Background(), func(tx *bolt.Tx) error {
-		now := e.clock.Now()
-		for _, name := range [][]byte{bCaps, bOwners} {
-			b := tx.Bucket(name)
-			var gone [][]byte
-			err := b.ForEach(func(k, v []byte) error {
-				if _, exp, err := decodeExpiring(v); err != nil || expired(now, exp) {
-					gone = append(gone, k)
-				}
-				return nil
+	for _, name := range [][]byte{bCaps, bOwners} {
+		for from := []byte{}; from != nil; {
+			var next []byte
+			err := e.batch(context.Background(), func(tx *bolt.Tx) error {
+				var err error
+				next, err = sweepFrom(tx.Bucket(name), from, e.clock.Now())
+				return err
 			})
 			if err != nil {
-				return err
+				break
 			}
-			for _, k := range gone {
-				if err := b.Delete(k); err != nil {
-					return err
-				}
-			}
+			from = next
 		}
-		return nil
-	})
+	}
+}
+
+// sweepFrom deletes the expired entries among the sweepBatch of b from
+// key from on, and returns (a copy of) the key the next batch starts at,
+// or nil at the end of b.
+func sweepFrom(b *bolt.Bucket, from []byte, now time.Time) (next []byte, err error) {
+	var gone [][]byte
+	c := b.Cursor()
+	k, v := c.Seek(from)
+	for n := 0; k != nil && n < sweepBatch; k, v = c.Next() {
+		if _, exp, err := decodeExpiring(v); err != nil || expired(now, exp) {
+			gone = append(gone, k)
+		}
+		n++
+	}
+	if k != nil {
+		next = append([]byte{}, k...)
+	}
+	for _, k := range gone {
+		if err := b.Delete(k); err != nil {
+			return nil, err
+		}
+	}
+	return next, nil
 }
 
 type embLedger struct{ e *embedded }

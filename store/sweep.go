@@ -6,6 +6,10 @@ import (
 	"connector/internal/clock"
 )
 
+// sweepBatch bounds the entries one transaction of the embedded sweep looks
+// at, so the writes queued behind it wait for that many at most.
+const sweepBatch = 1000
+
 // sweepEvery is how often the memory and embedded backends delete expired
 // capabilities and owners. Lookups never return an expired value, so this
 // only bounds what is kept; Redis expires its keys itself.

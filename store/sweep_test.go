@@ -56,3 +56,47 @@ func fill(t *testing.T, s Store, c *clocktest.Fake) {
 	}
 	c.Advance(2 * time.Second)
 }
+
+// TestEmbeddedSweepInBatches: the sweep of many expired claims commits in
+// short transactions of at most sweepBatch entries each, queued with the
+// other writes, rather than in one transaction that holds every write up
+// for the whole scan.
+func TestEmbeddedSweepInBatches(t *testing.T) {
+	c := clocktest.New(time.Unix(1000, 0))
+	e, err := openEmbedded(context.Background(), t.TempDir(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	const n = 3*sweepBatch + 1
+	err = e.db.Update(func(tx *bolt.Tx) error {
+		for i := range n {
+			if err := tx.Bucket(bCaps).Put([]byte(fmt.Sprintf("%s%06d", claimPrefix, i)), encodeExpiring(c.Now().Add(time.Second), nil)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := c.Now().Add(time.Hour)
+	if err := e.Capabilities().Put(context.Background(), "live", []byte("v"), live); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(2 * time.Second)
+	before := e.CommitStats().Commits
+	e.sweep()
+	if got, want := e.CommitStats().Commits-before, uint64(n/sweepBatch+1); got < want {
+		t.Errorf("the sweep of %d expired claims committed %d transactions through the group commit; want at least %d of at most %d entries", n, got, want, sweepBatch)
+	}
+	err = e.db.View(func(tx *bolt.Tx) error {
+		if k := tx.Bucket(bCaps).Stats().KeyN; k != 1 {
+			return fmt.Errorf("after the sweep: %d capabilities; want the 1 live", k)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
