@@ -8,7 +8,9 @@
 // was stored. The store is bounded by Config.MaxBytes per object (25 MiB,
 // the gateway's MEDIA_MAX_BYTES), Config.TenantQuotaBytes per tenant and
 // Config.QuotaBytes in all; expired objects are removed before a write is
-// refused for lack of room. The index is in memory: files left by a previous
+// refused for lack of room. An upload not ended (committed or aborted)
+// within the longer of Config.TTL and Config.UploadTimeout after it began
+// is abandoned: the sweep removes it and releases its bytes. The index is in memory: files left by a previous
 // process are removed by New.
 //
 // Objects come from three places: a gateway's upload (POST /relay/media,
@@ -151,6 +153,8 @@ type object struct {
 	Info
 	path      string
 	committed bool
+	began     time.Time // when an in-progress object was begun
+	file      *os.File  // an in-progress object's, closed when it is abandoned
 }
 
 // New creates the store's directory, removes what a previous process left
@@ -222,8 +226,9 @@ func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
 	if err != nil {
 		return nil, fmt.Errorf("media: create object: %w", err)
 	}
-	obj := &object{Info: Info{ID: id, Tenant: tenant, MIME: mimeType, Filename: cleanFilename(filename)}, path: path}
+	obj := &object{Info: Info{ID: id, Tenant: tenant, MIME: mimeType, Filename: cleanFilename(filename)}, path: path, file: f}
 	s.mu.Lock()
+	obj.began = s.cfg.Clock.Now()
 	s.objects[id] = obj
 	s.mu.Unlock()
 	return &Upload{s: s, obj: obj, f: f}, nil
@@ -271,7 +276,10 @@ func (u *Upload) Commit() (Info, error) {
 	s := u.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u.obj.committed = true
+	if s.objects[u.obj.ID] != u.obj {
+		return Info{}, errAbandoned
+	}
+	u.obj.committed, u.obj.file = true, nil
 	u.obj.Expires = s.cfg.Clock.Now().Add(s.cfg.TTL)
 	return u.obj.Info, nil
 }
@@ -338,6 +346,9 @@ func (r *onlyReader) Read(p []byte) (int, error) {
 func (s *Store) reserve(obj *object, n int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.objects[obj.ID] != obj {
+		return errAbandoned
+	}
 	if obj.Size+n > s.cfg.MaxBytes {
 		return ErrTooLarge
 	}
@@ -357,17 +368,27 @@ func (s *Store) fits(tenant string, n int64) bool {
 	return s.used+n <= s.cfg.QuotaBytes && s.byTenant[tenant]+n <= s.cfg.TenantQuotaBytes
 }
 
-// sweepLocked removes every expired object. Called with mu held.
+// errAbandoned fails the writes and the commit of an upload the sweep
+// removed as abandoned.
+var errAbandoned = errors.New("media: upload abandoned: not ended in time")
+
+// sweepLocked removes every expired object and abandoned upload. Called
+// with mu held.
 func (s *Store) sweepLocked() {
 	now := s.cfg.Clock.Now()
+	abandoned := now.Add(-max(s.cfg.TTL, s.cfg.UploadTimeout))
 	for id, obj := range s.objects {
-		if obj.committed && !now.Before(obj.Expires) {
+		switch {
+		case obj.committed && !now.Before(obj.Expires):
+			s.removeLocked(id)
+		case !obj.committed && !obj.began.After(abandoned):
+			_ = obj.file.Close() // the upload's own Write or Commit then fails
 			s.removeLocked(id)
 		}
 	}
 }
 
-// Sweep removes every expired object (serve calls it periodically; writes
+// Sweep removes every expired object and abandoned upload (serve calls it periodically; writes
 // call it when the quota is reached).
 func (s *Store) Sweep() {
 	s.mu.Lock()

@@ -391,3 +391,53 @@ func TestUploadStoreFailureIsAServerError(t *testing.T) {
 		t.Fatalf("upload to a store that cannot write: %d %s, want 500 without the path", resp.StatusCode, b)
 	}
 }
+
+// TestSweepRemovesAbandonedUpload: an upload begun and never ended is
+// removed by the sweep once it is older than the TTL (and the upload
+// timeout), its bytes released and its file gone; its later writes and
+// commit fail. A younger one stays.
+func TestSweepRemovesAbandonedUpload(t *testing.T) {
+	dir := t.TempDir()
+	s, clk := newStore(t, Config{Dir: dir, TTL: time.Minute, UploadTimeout: 2 * time.Minute})
+	old, err := s.Begin("t1", "text/plain", "a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Write([]byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	young, err := s.Begin("t1", "text/plain", "b.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer young.Abort()
+	if _, err := young.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	s.Sweep()
+	if total, _ := s.Usage("t1"); total != 13 {
+		t.Fatalf("after a sweep at 1m: %d bytes in use; want 13 (no upload is older than the 2m upload timeout)", total)
+	}
+	clk.Advance(time.Minute)
+	s.Sweep()
+	if total, ofTenant := s.Usage("t1"); total != 3 || ofTenant != 3 {
+		t.Fatalf("after a sweep at 2m: %d bytes in use (%d of t1); want the young upload's 3", total, ofTenant)
+	}
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 {
+		t.Fatalf("after the sweep %d files remain; want the young upload's only", len(files))
+	}
+	if _, err := old.Write([]byte("x")); err == nil {
+		t.Error("a write to the swept upload succeeded")
+	}
+	if _, err := old.Commit(); err == nil {
+		t.Error("the swept upload committed")
+	}
+	if total, _ := s.Usage("t1"); total != 3 {
+		t.Fatalf("after the swept upload's write and commit: %d bytes in use; want 3", total)
+	}
+}
