@@ -114,7 +114,7 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate checks what the zero values do not cover: PublicURL is an
-// http(s) base URL without query.
+// http(s) base URL without query, its port (if written) 1 to 65535.
 func (c Config) Validate() error {
 	if c.PublicURL == "" {
 		return nil
@@ -122,6 +122,9 @@ func (c Config) Validate() error {
 	u, err := url.Parse(c.PublicURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return errors.New("media.public_url: must be an http:// or https:// base URL without query")
+	}
+	if _, ok := origin(u); !ok || strings.HasSuffix(u.Host, ":") {
+		return errors.New("media.public_url: the port must be 1 to 65535")
 	}
 	return nil
 }

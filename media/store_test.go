@@ -441,3 +441,37 @@ func TestSweepRemovesAbandonedUpload(t *testing.T) {
 		t.Fatalf("after the swept upload's write and commit: %d bytes in use; want 3", total)
 	}
 }
+
+// TestParseRefPorts: a port is compared as the port it dials: the
+// scheme's default port, written or not (or written empty), is the same
+// origin, and a port out of range or another port is not a reference.
+// A public URL with a malformed port is refused.
+func TestParseRefPorts(t *testing.T) {
+	id := strings.Repeat("ef", 16)
+	for _, tc := range []struct {
+		public, url string
+		ok          bool
+	}{
+		{"https://c.example", "https://c.example:443/relay/media/" + id, true},
+		{"https://c.example", "https://c.example:/relay/media/" + id, true},
+		{"https://c.example:443", "https://c.example/relay/media/" + id, true},
+		{"http://c.example", "http://c.example:80/relay/media/" + id, true},
+		{"https://c.example:8443", "https://c.example:08443/relay/media/" + id, true},
+		{"https://c.example", "https://c.example:8443/relay/media/" + id, false},
+		{"https://c.example", "http://c.example:443/relay/media/" + id, false},
+		{"https://c.example:8443", "https://c.example:8443000/relay/media/" + id, false},
+		{"https://c.example:8443", "https://c.example:74979/relay/media/" + id, false}, // 8443 modulo 65536
+		{"https://[::1]:8443", "https://[0::1]:8443/relay/media/" + id, true},
+	} {
+		s, _ := newStore(t, Config{PublicURL: tc.public})
+		got, ok := s.ParseRef(tc.url)
+		if ok != tc.ok || (ok && got != id) {
+			t.Errorf("public %s: ParseRef(%q) = %q, %v; want ok=%v", tc.public, tc.url, got, ok, tc.ok)
+		}
+	}
+	for _, public := range []string{"https://c.example:", "https://c.example:65536", "https://c.example:0", "https://c.example:+1"} {
+		if err := (Config{PublicURL: public}).Validate(); err == nil {
+			t.Errorf("public_url %q accepted", public)
+		}
+	}
+}
