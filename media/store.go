@@ -78,7 +78,8 @@ type Config struct {
 	// media directory in the data directory (store.path/media).
 	Dir string `yaml:"dir"`
 	// MaxBytes bounds one upload or re-hosted attachment; a larger upload
-	// is answered 413. Default 26214400 (25 MiB, the gateway's own cap).
+	// is answered 413. At most quota_bytes and tenant_quota_bytes. Default
+	// 26214400 (25 MiB, the gateway's own cap).
 	MaxBytes int64 `yaml:"max_bytes"`
 	// QuotaBytes bounds the bytes of every stored object together; an
 	// upload past it is answered 507 once expired objects are removed.
@@ -113,9 +114,20 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate checks what the zero values do not cover: PublicURL is an
-// http(s) base URL without query, its port (if written) 1 to 65535.
+// Validate checks what the zero values do not cover: MaxBytes (or its
+// default) is within both quotas (or theirs), else every upload between
+// the two would be refused as over quota; PublicURL is an http(s) base
+// URL without query, its port (if written) 1 to 65535.
 func (c Config) Validate() error {
+	d := c.WithDefaults()
+	for _, q := range []struct {
+		key   string
+		quota int64
+	}{{"quota_bytes", d.QuotaBytes}, {"tenant_quota_bytes", d.TenantQuotaBytes}} {
+		if d.MaxBytes > q.quota {
+			return fmt.Errorf("media.max_bytes (%d) exceeds media.%s (%d): an upload between the two could never be stored; lower max_bytes or raise %s", d.MaxBytes, q.key, q.quota, q.key)
+		}
+	}
 	if c.PublicURL == "" {
 		return nil
 	}
