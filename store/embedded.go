@@ -157,7 +157,7 @@ func (e *embedded) Owners() Owners             { return expiringOwners{e, e.cloc
 func (e *embedded) Leases() Leases             { return localLeases{e.clock, e.lease} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
 func (e *embedded) Registry() Registry         { return embRegistry{e, regWrites{e.writeRegistry}} }
-func (e *embedded) Claims() Claims             { return embClaims{e} }
+func (e *embedded) Claims() Claims             { return localClaims{e, e.claim} }
 
 func (e *embedded) Close() error {
 	e.closeOnce.Do(func() {
@@ -587,20 +587,15 @@ func (e *embedded) delExpiring(ctx context.Context, owner bool, a, b string) err
 	})
 }
 
-// embClaims keeps claims in the capabilities bucket under claimPrefix, so
-// the sweep forgets them.
-type embClaims struct{ e *embedded }
-
-func (c embClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
-	if err := checkName("claim key", key); err != nil {
-		return false, err
-	}
-	k := []byte(claimPrefix + key)
+// claim is localClaims' transaction: a group-committed one.
+func (e *embedded) claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	k := []byte(key)
 	var took bool
-	err := c.e.batch(ctx, func(tx *bolt.Tx) error {
+	err := e.batch(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bCaps)
+		took = false
 		if v := b.Get(k); v != nil {
-			if _, exp, err := decodeExpiring(v); err == nil && !expired(c.e.clock.Now(), exp) {
+			if _, exp, err := decodeExpiring(v); err == nil && !expired(e.clock.Now(), exp) {
 				return nil
 			}
 		}
@@ -608,14 +603,6 @@ func (c embClaims) Claim(ctx context.Context, key string, expires time.Time) (bo
 		return b.Put(k, encodeExpiring(expires, nil))
 	})
 	return took && err == nil, err
-}
-
-func (c embClaims) Hold(ctx context.Context, key string, expires time.Time) error {
-	return expiringCaps{c.e}.Put(ctx, claimPrefix+key, nil, expires)
-}
-
-func (c embClaims) Release(ctx context.Context, key string) error {
-	return expiringCaps{c.e}.Delete(ctx, claimPrefix+key)
 }
 
 // lease is localLeases' transaction: a bbolt one.
