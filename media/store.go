@@ -50,6 +50,16 @@ const (
 	DefaultTTL = time.Hour
 )
 
+// maxTenantObjects and maxObjects bound the objects (stored and in
+// progress) of one tenant and of the store, whatever their size, so tiny
+// uploads cannot fill memory (the index) and the disk's inodes within the
+// byte quotas. Objects of 16 KiB on average reach the default quotas at
+// these counts.
+const (
+	maxTenantObjects = 1 << 14
+	maxObjects       = 1 << 16
+)
+
 // Errors of the store. Their text carries no id, tenant or path.
 var (
 	// ErrNotFound: no object of this tenant has the id (unknown, expired,
@@ -58,7 +68,8 @@ var (
 	// ErrTooLarge: the object exceeds Config.MaxBytes.
 	ErrTooLarge = errors.New("media: object exceeds the size limit")
 	// ErrQuota: storing the object would exceed the tenant's or the store's
-	// quota, even after expired objects were removed.
+	// quota, or their object count, even after expired objects were
+	// removed.
 	ErrQuota = errors.New("media: storage quota exhausted")
 )
 
@@ -159,7 +170,11 @@ type Store struct {
 	objects  map[string]*object
 	used     int64
 	byTenant map[string]int64
-	fetcher  *http.Client // downloads public URLs (newFetcher)
+	count    map[string]int // objects per tenant
+	fetcher  *http.Client   // downloads public URLs (newFetcher)
+
+	// maxTenantObjects and maxObjects are the constants (tests lower them).
+	maxTenantObjects, maxObjects int
 }
 
 // object is one stored or in-progress object; size counts the bytes
@@ -194,7 +209,8 @@ func New(cfg Config) (*Store, error) {
 			_ = os.Remove(filepath.Join(cfg.Dir, e.Name()))
 		}
 	}
-	return &Store{cfg: cfg, objects: make(map[string]*object), byTenant: make(map[string]int64), fetcher: newFetcher(cfg.AllowPrivateURLs)}, nil
+	return &Store{cfg: cfg, objects: make(map[string]*object), byTenant: make(map[string]int64), count: make(map[string]int),
+		fetcher: newFetcher(cfg.AllowPrivateURLs), maxTenantObjects: maxTenantObjects, maxObjects: maxObjects}, nil
 }
 
 // fileSuffix marks the store's files, so New removes only those.
@@ -230,8 +246,9 @@ type Upload struct {
 	done bool
 }
 
-// Begin starts an object of tenant. Its size is reserved against the
-// quotas as bytes are written.
+// Begin starts an object of tenant, or refuses with ErrQuota past the
+// object counts. Its size is reserved against the quotas as bytes are
+// written.
 func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
@@ -243,9 +260,18 @@ func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
 	}
 	obj := &object{Info: Info{ID: id, Tenant: tenant, MIME: mimeType, Filename: cleanFilename(filename)}, path: path, file: f}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.roomFor(tenant) {
+		s.sweepLocked()
+		if !s.roomFor(tenant) {
+			_ = f.Close()
+			_ = os.Remove(path)
+			return nil, ErrQuota
+		}
+	}
 	obj.began = s.cfg.Clock.Now()
 	s.objects[id] = obj
-	s.mu.Unlock()
+	s.count[tenant]++
 	return &Upload{s: s, obj: obj, f: f}, nil
 }
 
@@ -379,6 +405,12 @@ func (s *Store) reserve(obj *object, n int64) error {
 	return nil
 }
 
+// roomFor reports whether tenant may begin one more object. Called with
+// mu held.
+func (s *Store) roomFor(tenant string) bool {
+	return len(s.objects) < s.maxObjects && s.count[tenant] < s.maxTenantObjects
+}
+
 func (s *Store) fits(tenant string, n int64) bool {
 	return s.used+n <= s.cfg.QuotaBytes && s.byTenant[tenant]+n <= s.cfg.TenantQuotaBytes
 }
@@ -428,6 +460,9 @@ func (s *Store) removeLocked(id string) {
 	s.used -= obj.Size
 	if s.byTenant[obj.Tenant] -= obj.Size; s.byTenant[obj.Tenant] <= 0 {
 		delete(s.byTenant, obj.Tenant)
+	}
+	if s.count[obj.Tenant]--; s.count[obj.Tenant] == 0 {
+		delete(s.count, obj.Tenant)
 	}
 	_ = os.Remove(obj.path)
 }

@@ -475,3 +475,50 @@ func TestParseRefPorts(t *testing.T) {
 		}
 	}
 }
+
+// TestObjectCountIsBounded: one-byte objects cannot fill memory and the
+// disk's inodes under a byte quota: past the tenant's or the store's
+// object count an upload is refused as over quota (507), an expired
+// object is removed first to make room, and nothing is left on disk.
+func TestObjectCountIsBounded(t *testing.T) {
+	if maxTenantObjects != 1<<14 || maxObjects != 1<<16 {
+		t.Fatalf("bounds %d per tenant, %d in all; docs/security.md says 16384 and 65536", maxTenantObjects, maxObjects)
+	}
+	dir := t.TempDir()
+	s, clk := newStore(t, Config{Dir: dir, TTL: time.Minute})
+	s.maxTenantObjects, s.maxObjects = 2, 3
+	put := func(tenant string) error {
+		_, err := s.Put(tenant, strings.NewReader("x"), "", "")
+		return err
+	}
+	for _, tenant := range []string{"t1", "t1", "t2"} {
+		if err := put(tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := put("t1"); !errors.Is(err, ErrQuota) {
+		t.Fatalf("t1's third object: err = %v, want ErrQuota", err)
+	}
+	if err := put("t3"); !errors.Is(err, ErrQuota) {
+		t.Fatalf("the store's fourth object: err = %v, want ErrQuota", err)
+	}
+	srv := httptest.NewServer(s.Handler(HandlerConfig{Auth: tokens{"tok": "t3"}}))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/relay/media", strings.NewReader("x"))
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInsufficientStorage {
+		t.Fatalf("an upload past the object count: %d, want 507", resp.StatusCode)
+	}
+	if files, _ := os.ReadDir(dir); len(files) != 3 {
+		t.Fatalf("%d files on disk; want the 3 stored objects", len(files))
+	}
+	clk.Advance(time.Minute)
+	if err := put("t3"); err != nil {
+		t.Fatalf("after the objects expired: %v", err)
+	}
+}
