@@ -171,12 +171,13 @@ func (e *embedded) Close() error {
 
 // sweep deletes expired capabilities and owners (claims among them), in
 // transactions of at most sweepBatch entries each through the group
-// commit, so the other writes interleave with a long sweep.
-func (e *embedded) sweep() {
+// commit, so the other writes interleave with a long sweep. It stops
+// between two transactions once ctx ends (the store closing).
+func (e *embedded) sweep(ctx context.Context) {
 	for _, name := range [][]byte{bCaps, bOwners} {
 		for from := []byte{}; from != nil; {
 			var next []byte
-			err := e.batch(context.Background(), func(tx *bolt.Tx) error {
+			err := e.batch(ctx, func(tx *bolt.Tx) error {
 				var err error
 				next, err = sweepFrom(tx.Bucket(name), from, e.clock.Now())
 				return err

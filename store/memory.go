@@ -64,7 +64,7 @@ func NewMemory(clk clock.Clock) *Memory {
 		owners: make(map[memKey]expiring), leases: make(map[string]Lease),
 		reg: make(map[string]*memNamespace),
 	}
-	m.stopSweep = startSweeper(clk, m.sweep)
+	m.stopSweep = startSweeper(clk, func(context.Context) { m.sweep() })
 	return m
 }
 

@@ -30,7 +30,7 @@ func TestEmbeddedSweep(t *testing.T) {
 	}
 	defer e.Close()
 	fill(t, e, c)
-	e.sweep()
+	e.sweep(context.Background())
 	err = e.db.View(func(tx *bolt.Tx) error {
 		if n, o := tx.Bucket(bCaps).Stats().KeyN, tx.Bucket(bOwners).Stats().KeyN; n != 1 || o != 1 {
 			return fmt.Errorf("after the sweep: %d capabilities, %d owners; want the 1 live of each", n, o)
@@ -86,13 +86,38 @@ func TestEmbeddedSweepInBatches(t *testing.T) {
 	}
 	c.Advance(2 * time.Second)
 	before := e.CommitStats().Commits
-	e.sweep()
+	e.sweep(context.Background())
 	if got, want := e.CommitStats().Commits-before, uint64(n/sweepBatch+1); got < want {
 		t.Errorf("the sweep of %d expired claims committed %d transactions through the group commit; want at least %d of at most %d entries", n, got, want, sweepBatch)
 	}
 	err = e.db.View(func(tx *bolt.Tx) error {
 		if k := tx.Bucket(bCaps).Stats().KeyN; k != 1 {
 			return fmt.Errorf("after the sweep: %d capabilities; want the 1 live", k)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEmbeddedSweepStopsWhenClosing: a sweep whose context ended (the
+// store closing) commits no further batch, so Close does not wait for a
+// long sweep to finish.
+func TestEmbeddedSweepStopsWhenClosing(t *testing.T) {
+	c := clocktest.New(time.Unix(1000, 0))
+	e, err := openEmbedded(context.Background(), t.TempDir(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	fill(t, e, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	e.sweep(ctx)
+	err = e.db.View(func(tx *bolt.Tx) error {
+		if n := tx.Bucket(bCaps).Stats().KeyN; n != 3 {
+			return fmt.Errorf("after a sweep whose context ended: %d capabilities; want the 3 unswept", n)
 		}
 		return nil
 	})
