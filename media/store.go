@@ -10,8 +10,8 @@
 // Config.QuotaBytes in all; expired objects are removed before a write is
 // refused for lack of room. An upload not ended (committed or aborted)
 // within the longer of Config.TTL and Config.UploadTimeout after it began
-// is abandoned: the sweep removes it and releases its bytes. The index is in memory: files left by a previous
-// process are removed by New.
+// is abandoned: the sweep removes it and releases its bytes. The index is
+// in memory: files left by a previous process are removed by New.
 //
 // Objects come from three places: a gateway's upload (POST /relay/media,
 // Handler), a platform re-hosting an inbound attachment (Begin, Put), and a
