@@ -22,6 +22,7 @@ func FuzzParseRef(f *testing.F) {
 		"https://c.example:8443/base/relay/media/" + strings.Repeat("a", 32),
 		"https://c.example:8443/base/relay/media/../../x", "http://[::1]:80/relay/media/%zz",
 		"https://cdn.example/a.png", "relay/media/x", "", "://", "https://c.example:8443/base/relay/media/",
+		"https://c.example:08443/base/relay/media/x", "https://c.example:/base/relay/media/x", "https://c.example:99999/base/relay/media/x",
 	} {
 		f.Add(seed)
 	}

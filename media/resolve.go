@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,8 +47,8 @@ func (e *FetchError) Unwrap() error { return e.Err }
 
 // ParseRef returns the media id a send_media source_url names when it is a
 // re-host URL of this store, and ok=false for any other URL. With
-// Config.PublicURL its scheme, host and port must match and its path be
-// the public URL's path + /relay/media/<id>; without, any host with the
+// Config.PublicURL its origin must be the public URL's (origin) and its
+// path the public URL's path + /relay/media/<id>; without, any host with the
 // path /relay/media/<id> names a stored object. A re-host path
 // with a malformed id is still a reference (to nothing).
 func (s *Store) ParseRef(sourceURL string) (id string, ok bool) {
@@ -58,7 +59,11 @@ func (s *Store) ParseRef(sourceURL string) (id string, ok bool) {
 	prefix := routePrefix
 	if s.cfg.PublicURL != "" {
 		base, err := url.Parse(s.cfg.PublicURL)
-		if err != nil || !strings.EqualFold(u.Host, base.Host) || !strings.EqualFold(u.Scheme, base.Scheme) {
+		if err != nil {
+			return "", false
+		}
+		o, ok := origin(u)
+		if bo, _ := origin(base); !ok || o != bo { // base's checked by Config.Validate
 			return "", false
 		}
 		prefix = strings.TrimSuffix(base.Path, "/") + routePrefix
@@ -67,6 +72,34 @@ func (s *Store) ParseRef(sourceURL string) (id string, ok bool) {
 		return "", false
 	}
 	return strings.TrimPrefix(u.Path, prefix), true
+}
+
+// urlOrigin is what a URL dials: its scheme, its host name (lower case, an
+// IP address in its canonical form) and its port.
+type urlOrigin struct {
+	scheme, host string
+	port         uint64
+}
+
+// origin returns u's origin, the port the scheme's default when u has
+// none or an empty one (RFC 3986 §6.2.3), and ok=false for a port that
+// is 0 or above 65535.
+func origin(u *url.URL) (o urlOrigin, ok bool) {
+	o = urlOrigin{scheme: strings.ToLower(u.Scheme), host: strings.ToLower(u.Hostname())}
+	if a, err := netip.ParseAddr(o.host); err == nil {
+		o.host = a.String()
+	}
+	if p := u.Port(); p != "" {
+		n, err := strconv.ParseUint(p, 10, 16)
+		return urlOrigin{o.scheme, o.host, n}, err == nil && n != 0
+	}
+	switch o.scheme {
+	case "http":
+		o.port = 80
+	case "https":
+		o.port = 443
+	}
+	return o, true
 }
 
 // Resolve opens what a send_media source_url names for tenant: a re-host

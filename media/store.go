@@ -8,8 +8,10 @@
 // was stored. The store is bounded by Config.MaxBytes per object (25 MiB,
 // the gateway's MEDIA_MAX_BYTES), Config.TenantQuotaBytes per tenant and
 // Config.QuotaBytes in all; expired objects are removed before a write is
-// refused for lack of room. The index is in memory: files left by a previous
-// process are removed by New.
+// refused for lack of room. An upload not ended (committed or aborted)
+// within the longer of Config.TTL and Config.UploadTimeout after it began
+// is abandoned: the sweep removes it and releases its bytes. The index is
+// in memory: files left by a previous process are removed by New.
 //
 // Objects come from three places: a gateway's upload (POST /relay/media,
 // Handler), a platform re-hosting an inbound attachment (Begin, Put), and a
@@ -48,6 +50,16 @@ const (
 	DefaultTTL = time.Hour
 )
 
+// maxTenantObjects and maxObjects bound the objects (stored and in
+// progress) of one tenant and of the store, whatever their size, so tiny
+// uploads cannot fill memory (the index) and the disk's inodes within the
+// byte quotas. Objects of 16 KiB on average reach the default quotas at
+// these counts.
+const (
+	maxTenantObjects = 1 << 14
+	maxObjects       = 1 << 16
+)
+
 // Errors of the store. Their text carries no id, tenant or path.
 var (
 	// ErrNotFound: no object of this tenant has the id (unknown, expired,
@@ -56,7 +68,8 @@ var (
 	// ErrTooLarge: the object exceeds Config.MaxBytes.
 	ErrTooLarge = errors.New("media: object exceeds the size limit")
 	// ErrQuota: storing the object would exceed the tenant's or the store's
-	// quota, even after expired objects were removed.
+	// quota, or their object count, even after expired objects were
+	// removed.
 	ErrQuota = errors.New("media: storage quota exhausted")
 )
 
@@ -76,7 +89,8 @@ type Config struct {
 	// media directory in the data directory (store.path/media).
 	Dir string `yaml:"dir"`
 	// MaxBytes bounds one upload or re-hosted attachment; a larger upload
-	// is answered 413. Default 26214400 (25 MiB, the gateway's own cap).
+	// is answered 413. At most quota_bytes and tenant_quota_bytes. Default
+	// 26214400 (25 MiB, the gateway's own cap).
 	MaxBytes int64 `yaml:"max_bytes"`
 	// QuotaBytes bounds the bytes of every stored object together; an
 	// upload past it is answered 507 once expired objects are removed.
@@ -111,15 +125,29 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate checks what the zero values do not cover: PublicURL is an
-// http(s) base URL without query.
+// Validate checks what the zero values do not cover: MaxBytes (or its
+// default) is within both quotas (or theirs), else every upload between
+// the two would be refused as over quota; PublicURL is an http(s) base
+// URL without query, its port (if written) 1 to 65535.
 func (c Config) Validate() error {
+	d := c.WithDefaults()
+	for _, q := range []struct {
+		key   string
+		quota int64
+	}{{"quota_bytes", d.QuotaBytes}, {"tenant_quota_bytes", d.TenantQuotaBytes}} {
+		if d.MaxBytes > q.quota {
+			return fmt.Errorf("media.max_bytes (%d) exceeds media.%s (%d): an upload between the two could never be stored; lower max_bytes or raise %s", d.MaxBytes, q.key, q.quota, q.key)
+		}
+	}
 	if c.PublicURL == "" {
 		return nil
 	}
 	u, err := url.Parse(c.PublicURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return errors.New("media.public_url: must be an http:// or https:// base URL without query")
+	}
+	if _, ok := origin(u); !ok || strings.HasSuffix(u.Host, ":") {
+		return errors.New("media.public_url: the port must be 1 to 65535")
 	}
 	return nil
 }
@@ -142,7 +170,11 @@ type Store struct {
 	objects  map[string]*object
 	used     int64
 	byTenant map[string]int64
-	fetcher  *http.Client // downloads public URLs (newFetcher)
+	count    map[string]int // objects per tenant
+	fetcher  *http.Client   // downloads public URLs (newFetcher)
+
+	// maxTenantObjects and maxObjects are the constants (tests lower them).
+	maxTenantObjects, maxObjects int
 }
 
 // object is one stored or in-progress object; size counts the bytes
@@ -151,6 +183,8 @@ type object struct {
 	Info
 	path      string
 	committed bool
+	began     time.Time // when an in-progress object was begun
+	file      *os.File  // an in-progress object's, closed when it is abandoned
 }
 
 // New creates the store's directory, removes what a previous process left
@@ -175,7 +209,8 @@ func New(cfg Config) (*Store, error) {
 			_ = os.Remove(filepath.Join(cfg.Dir, e.Name()))
 		}
 	}
-	return &Store{cfg: cfg, objects: make(map[string]*object), byTenant: make(map[string]int64), fetcher: newFetcher(cfg.AllowPrivateURLs)}, nil
+	return &Store{cfg: cfg, objects: make(map[string]*object), byTenant: make(map[string]int64), count: make(map[string]int),
+		fetcher: newFetcher(cfg.AllowPrivateURLs), maxTenantObjects: maxTenantObjects, maxObjects: maxObjects}, nil
 }
 
 // fileSuffix marks the store's files, so New removes only those.
@@ -211,8 +246,9 @@ type Upload struct {
 	done bool
 }
 
-// Begin starts an object of tenant. Its size is reserved against the
-// quotas as bytes are written.
+// Begin starts an object of tenant, or refuses with ErrQuota past the
+// object counts. Its size is reserved against the quotas as bytes are
+// written.
 func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
@@ -222,10 +258,20 @@ func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
 	if err != nil {
 		return nil, fmt.Errorf("media: create object: %w", err)
 	}
-	obj := &object{Info: Info{ID: id, Tenant: tenant, MIME: mimeType, Filename: cleanFilename(filename)}, path: path}
+	obj := &object{Info: Info{ID: id, Tenant: tenant, MIME: mimeType, Filename: cleanFilename(filename)}, path: path, file: f}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.roomFor(tenant) {
+		s.sweepLocked()
+		if !s.roomFor(tenant) {
+			_ = f.Close()
+			_ = os.Remove(path)
+			return nil, ErrQuota
+		}
+	}
+	obj.began = s.cfg.Clock.Now()
 	s.objects[id] = obj
-	s.mu.Unlock()
+	s.count[tenant]++
 	return &Upload{s: s, obj: obj, f: f}, nil
 }
 
@@ -271,7 +317,10 @@ func (u *Upload) Commit() (Info, error) {
 	s := u.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u.obj.committed = true
+	if s.objects[u.obj.ID] != u.obj {
+		return Info{}, errAbandoned
+	}
+	u.obj.committed, u.obj.file = true, nil
 	u.obj.Expires = s.cfg.Clock.Now().Add(s.cfg.TTL)
 	return u.obj.Info, nil
 }
@@ -338,6 +387,9 @@ func (r *onlyReader) Read(p []byte) (int, error) {
 func (s *Store) reserve(obj *object, n int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.objects[obj.ID] != obj {
+		return errAbandoned
+	}
 	if obj.Size+n > s.cfg.MaxBytes {
 		return ErrTooLarge
 	}
@@ -353,21 +405,37 @@ func (s *Store) reserve(obj *object, n int64) error {
 	return nil
 }
 
+// roomFor reports whether tenant may begin one more object. Called with
+// mu held.
+func (s *Store) roomFor(tenant string) bool {
+	return len(s.objects) < s.maxObjects && s.count[tenant] < s.maxTenantObjects
+}
+
 func (s *Store) fits(tenant string, n int64) bool {
 	return s.used+n <= s.cfg.QuotaBytes && s.byTenant[tenant]+n <= s.cfg.TenantQuotaBytes
 }
 
-// sweepLocked removes every expired object. Called with mu held.
+// errAbandoned fails the writes and the commit of an upload the sweep
+// removed as abandoned.
+var errAbandoned = errors.New("media: upload abandoned: not ended in time")
+
+// sweepLocked removes every expired object and abandoned upload. Called
+// with mu held.
 func (s *Store) sweepLocked() {
 	now := s.cfg.Clock.Now()
+	abandoned := now.Add(-max(s.cfg.TTL, s.cfg.UploadTimeout))
 	for id, obj := range s.objects {
-		if obj.committed && !now.Before(obj.Expires) {
+		switch {
+		case obj.committed && !now.Before(obj.Expires):
+			s.removeLocked(id)
+		case !obj.committed && !obj.began.After(abandoned):
+			_ = obj.file.Close() // the upload's own Write or Commit then fails
 			s.removeLocked(id)
 		}
 	}
 }
 
-// Sweep removes every expired object (serve calls it periodically; writes
+// Sweep removes every expired object and abandoned upload (serve calls it periodically; writes
 // call it when the quota is reached).
 func (s *Store) Sweep() {
 	s.mu.Lock()
@@ -392,6 +460,9 @@ func (s *Store) removeLocked(id string) {
 	s.used -= obj.Size
 	if s.byTenant[obj.Tenant] -= obj.Size; s.byTenant[obj.Tenant] <= 0 {
 		delete(s.byTenant, obj.Tenant)
+	}
+	if s.count[obj.Tenant]--; s.count[obj.Tenant] == 0 {
+		delete(s.count, obj.Tenant)
 	}
 	_ = os.Remove(obj.path)
 }

@@ -391,3 +391,134 @@ func TestUploadStoreFailureIsAServerError(t *testing.T) {
 		t.Fatalf("upload to a store that cannot write: %d %s, want 500 without the path", resp.StatusCode, b)
 	}
 }
+
+// TestSweepRemovesAbandonedUpload: an upload begun and never ended is
+// removed by the sweep once it is older than the TTL (and the upload
+// timeout), its bytes released and its file gone; its later writes and
+// commit fail. A younger one stays.
+func TestSweepRemovesAbandonedUpload(t *testing.T) {
+	dir := t.TempDir()
+	s, clk := newStore(t, Config{Dir: dir, TTL: time.Minute, UploadTimeout: 2 * time.Minute})
+	old, err := s.Begin("t1", "text/plain", "a.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Write([]byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	young, err := s.Begin("t1", "text/plain", "b.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer young.Abort()
+	if _, err := young.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	s.Sweep()
+	if total, _ := s.Usage("t1"); total != 13 {
+		t.Fatalf("after a sweep at 1m: %d bytes in use; want 13 (no upload is older than the 2m upload timeout)", total)
+	}
+	clk.Advance(time.Minute)
+	s.Sweep()
+	if total, ofTenant := s.Usage("t1"); total != 3 || ofTenant != 3 {
+		t.Fatalf("after a sweep at 2m: %d bytes in use (%d of t1); want the young upload's 3", total, ofTenant)
+	}
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 {
+		t.Fatalf("after the sweep %d files remain; want the young upload's only", len(files))
+	}
+	if _, err := old.Write([]byte("x")); err == nil {
+		t.Error("a write to the swept upload succeeded")
+	}
+	if _, err := old.Commit(); err == nil {
+		t.Error("the swept upload committed")
+	}
+	if total, _ := s.Usage("t1"); total != 3 {
+		t.Fatalf("after the swept upload's write and commit: %d bytes in use; want 3", total)
+	}
+}
+
+// TestParseRefPorts: a port is compared as the port it dials: the
+// scheme's default port, written or not (or written empty), is the same
+// origin, and a port out of range or another port is not a reference.
+// A public URL with a malformed port is refused.
+func TestParseRefPorts(t *testing.T) {
+	id := strings.Repeat("ef", 16)
+	for _, tc := range []struct {
+		public, url string
+		ok          bool
+	}{
+		{"https://c.example", "https://c.example:443/relay/media/" + id, true},
+		{"https://c.example", "https://c.example:/relay/media/" + id, true},
+		{"https://c.example:443", "https://c.example/relay/media/" + id, true},
+		{"http://c.example", "http://c.example:80/relay/media/" + id, true},
+		{"https://c.example:8443", "https://c.example:08443/relay/media/" + id, true},
+		{"https://c.example", "https://c.example:8443/relay/media/" + id, false},
+		{"https://c.example", "http://c.example:443/relay/media/" + id, false},
+		{"https://c.example:8443", "https://c.example:8443000/relay/media/" + id, false},
+		{"https://c.example:8443", "https://c.example:74979/relay/media/" + id, false}, // 8443 modulo 65536
+		{"https://[::1]:8443", "https://[0::1]:8443/relay/media/" + id, true},
+	} {
+		s, _ := newStore(t, Config{PublicURL: tc.public})
+		got, ok := s.ParseRef(tc.url)
+		if ok != tc.ok || (ok && got != id) {
+			t.Errorf("public %s: ParseRef(%q) = %q, %v; want ok=%v", tc.public, tc.url, got, ok, tc.ok)
+		}
+	}
+	for _, public := range []string{"https://c.example:", "https://c.example:65536", "https://c.example:0", "https://c.example:+1"} {
+		if err := (Config{PublicURL: public}).Validate(); err == nil {
+			t.Errorf("public_url %q accepted", public)
+		}
+	}
+}
+
+// TestObjectCountIsBounded: one-byte objects cannot fill memory and the
+// disk's inodes under a byte quota: past the tenant's or the store's
+// object count an upload is refused as over quota (507), an expired
+// object is removed first to make room, and nothing is left on disk.
+func TestObjectCountIsBounded(t *testing.T) {
+	if maxTenantObjects != 1<<14 || maxObjects != 1<<16 {
+		t.Fatalf("bounds %d per tenant, %d in all; docs/security.md says 16384 and 65536", maxTenantObjects, maxObjects)
+	}
+	dir := t.TempDir()
+	s, clk := newStore(t, Config{Dir: dir, TTL: time.Minute})
+	s.maxTenantObjects, s.maxObjects = 2, 3
+	put := func(tenant string) error {
+		_, err := s.Put(tenant, strings.NewReader("x"), "", "")
+		return err
+	}
+	for _, tenant := range []string{"t1", "t1", "t2"} {
+		if err := put(tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := put("t1"); !errors.Is(err, ErrQuota) {
+		t.Fatalf("t1's third object: err = %v, want ErrQuota", err)
+	}
+	if err := put("t3"); !errors.Is(err, ErrQuota) {
+		t.Fatalf("the store's fourth object: err = %v, want ErrQuota", err)
+	}
+	srv := httptest.NewServer(s.Handler(HandlerConfig{Auth: tokens{"tok": "t3"}}))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/relay/media", strings.NewReader("x"))
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInsufficientStorage {
+		t.Fatalf("an upload past the object count: %d, want 507", resp.StatusCode)
+	}
+	if files, _ := os.ReadDir(dir); len(files) != 3 {
+		t.Fatalf("%d files on disk; want the 3 stored objects", len(files))
+	}
+	clk.Advance(time.Minute)
+	if err := put("t3"); err != nil {
+		t.Fatalf("after the objects expired: %v", err)
+	}
+}

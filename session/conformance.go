@@ -128,11 +128,16 @@ func eventMismatches(got *EventFields, want json.RawMessage) []string {
 	return out
 }
 
+// connectorOnly are the keys Source writes that no native adapter does
+// and gateways ignore on the wire (hermes-wire.md §6.2, §12).
+var connectorOnly = map[string]bool{"is_bot": true, "message_is_edit": true}
+
 // Mismatches compares src with an oracle's SessionSource dict (want, in
-// to_dict() layout) and session key. Every key present in want must have
-// the same JSON value in src (src may carry more keys, such as is_bot), and
-// Key(src, DefaultOptions) must equal wantKey. It returns one line per
-// difference, in key order; none means the case passes.
+// to_dict() layout) and session key. src must carry want's keys with the
+// same JSON values and no other key but null ones (a gateway reads null
+// and absent alike) and the connectorOnly ones, and Key(src,
+// DefaultOptions) must equal wantKey. It returns one line per difference,
+// in key order; none means the case passes.
 func Mismatches(src *Source, want json.RawMessage, wantKey string) ([]string, error) {
 	var wantMap, gotMap map[string]any
 	if err := json.Unmarshal(want, &wantMap); err != nil {
@@ -151,6 +156,12 @@ func Mismatches(src *Source, want json.RawMessage, wantKey string) ([]string, er
 			out = append(out, fmt.Sprintf("source.%s: expected %s, got %s", k, jsonText(wantMap[k]), jsonText(g)))
 		}
 	}
+	for _, k := range slices.Sorted(maps.Keys(gotMap)) {
+		if _, present := wantMap[k]; !present && gotMap[k] != nil && !connectorOnly[k] {
+			out = append(out, fmt.Sprintf("source.%s: expected (absent), got %s", k, jsonText(gotMap[k])))
+		}
+	}
+	slices.Sort(out)
 	if key := Key(src, DefaultOptions); key != wantKey {
 		out = append(out, fmt.Sprintf("key: expected %s, got %s", wantKey, key))
 	}

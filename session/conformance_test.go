@@ -18,8 +18,9 @@ func TestMismatches(t *testing.T) {
 	}
 	tampered := json.RawMessage(`{"platform": "telegram", "chat_id": "43", "chat_type": "dm", "chat_topic": "x"}`)
 	d, err := session.Mismatches(&src, tampered, "agent:main:telegram:dm:43")
-	if err != nil || len(d) != 3 || !strings.Contains(d[0], `source.chat_id: expected "43", got "42"`) ||
-		!strings.Contains(d[1], `source.chat_topic: expected "x", got null`) || !strings.HasPrefix(d[2], "key:") {
+	if err != nil || len(d) != 4 || !strings.Contains(d[0], `source.chat_id: expected "43", got "42"`) ||
+		!strings.Contains(d[1], `source.chat_topic: expected "x", got null`) ||
+		d[2] != `source.user_id: expected (absent), got "42"` || !strings.HasPrefix(d[3], "key:") {
 		t.Fatalf("diffs %q %v", d, err)
 	}
 }
@@ -92,5 +93,19 @@ func TestCheckOutcomes(t *testing.T) {
 	res = check("", &session.EventFields{Text: "hi!", MessageType: "text", ReplyToMessageID: &m1})
 	if d := res[1].Diffs; len(d) != 3 || !strings.Contains(d[0], "event.message_id") || !strings.Contains(d[2], "event.text") {
 		t.Fatalf("event differences: %q", d)
+	}
+}
+
+// TestMismatchesReportsExtraKeys: a key the connector's source carries
+// and the native adapter's lacks is a difference (it reaches the gateway,
+// which may read it), but for the two connector additions is_bot and
+// message_is_edit, which gateways ignore on the wire.
+func TestMismatchesReportsExtraKeys(t *testing.T) {
+	src := session.Source{Platform: "discord", ChatID: "42", ChatType: "group", UserID: session.Str("7"), ChatIDAlt: "alt", ScopeID: "g1", IsBot: true, MessageIsEdit: true}
+	want := json.RawMessage(`{"platform": "discord", "chat_id": "42", "chat_name": null, "chat_type": "group", "user_id": "7", "user_name": null, "thread_id": null, "chat_topic": null}`)
+	d, err := session.Mismatches(&src, want, session.Key(&src, session.DefaultOptions))
+	if err != nil || len(d) != 3 || d[0] != `source.chat_id_alt: expected (absent), got "alt"` ||
+		d[1] != `source.guild_id: expected (absent), got "g1"` || d[2] != `source.scope_id: expected (absent), got "g1"` {
+		t.Fatalf("diffs %q %v", d, err)
 	}
 }

@@ -157,7 +157,7 @@ func (e *embedded) Owners() Owners             { return expiringOwners{e, e.cloc
 func (e *embedded) Leases() Leases             { return localLeases{e.clock, e.lease} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
 func (e *embedded) Registry() Registry         { return embRegistry{e, regWrites{e.writeRegistry}} }
-func (e *embedded) Claims() Claims             { return embClaims{e} }
+func (e *embedded) Claims() Claims             { return localClaims{e, e.claim} }
 
 func (e *embedded) Close() error {
 	e.closeOnce.Do(func() {
@@ -169,30 +169,49 @@ func (e *embedded) Close() error {
 	return e.closeErr
 }
 
-// sweep deletes expired capabilities and owners.
-func (e *embedded) sweep() {
-	_ = e.update(context.Background(), func(tx *bolt.Tx) error {
-		now := e.clock.Now()
-		for _, name := range [][]byte{bCaps, bOwners} {
-			b := tx.Bucket(name)
-			var gone [][]byte
-			err := b.ForEach(func(k, v []byte) error {
-				if _, exp, err := decodeExpiring(v); err != nil || expired(now, exp) {
-					gone = append(gone, k)
-				}
-				return nil
+// sweep deletes expired capabilities and owners (claims among them), in
+// transactions of at most sweepBatch entries each through the group
+// commit, so the other writes interleave with a long sweep. It stops
+// between two transactions once ctx ends (the store closing).
+func (e *embedded) sweep(ctx context.Context) {
+	for _, name := range [][]byte{bCaps, bOwners} {
+		for from := []byte{}; from != nil; {
+			var next []byte
+			err := e.batch(ctx, func(tx *bolt.Tx) error {
+				var err error
+				next, err = sweepFrom(tx.Bucket(name), from, e.clock.Now())
+				return err
 			})
 			if err != nil {
-				return err
+				break
 			}
-			for _, k := range gone {
-				if err := b.Delete(k); err != nil {
-					return err
-				}
-			}
+			from = next
 		}
-		return nil
-	})
+	}
+}
+
+// sweepFrom deletes the expired entries among the sweepBatch of b from
+// key from on, and returns (a copy of) the key the next batch starts at,
+// or nil at the end of b.
+func sweepFrom(b *bolt.Bucket, from []byte, now time.Time) (next []byte, err error) {
+	var gone [][]byte
+	c := b.Cursor()
+	k, v := c.Seek(from)
+	for n := 0; k != nil && n < sweepBatch; k, v = c.Next() {
+		if _, exp, err := decodeExpiring(v); err != nil || expired(now, exp) {
+			gone = append(gone, k)
+		}
+		n++
+	}
+	if k != nil {
+		next = append([]byte{}, k...)
+	}
+	for _, k := range gone {
+		if err := b.Delete(k); err != nil {
+			return nil, err
+		}
+	}
+	return next, nil
 }
 
 type embLedger struct{ e *embedded }
@@ -569,20 +588,15 @@ func (e *embedded) delExpiring(ctx context.Context, owner bool, a, b string) err
 	})
 }
 
-// embClaims keeps claims in the capabilities bucket under claimPrefix, so
-// the sweep forgets them.
-type embClaims struct{ e *embedded }
-
-func (c embClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
-	if err := checkName("claim key", key); err != nil {
-		return false, err
-	}
-	k := []byte(claimPrefix + key)
+// claim is localClaims' transaction: a group-committed one.
+func (e *embedded) claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	k := []byte(key)
 	var took bool
-	err := c.e.batch(ctx, func(tx *bolt.Tx) error {
+	err := e.batch(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bCaps)
+		took = false
 		if v := b.Get(k); v != nil {
-			if _, exp, err := decodeExpiring(v); err == nil && !expired(c.e.clock.Now(), exp) {
+			if _, exp, err := decodeExpiring(v); err == nil && !expired(e.clock.Now(), exp) {
 				return nil
 			}
 		}
@@ -590,14 +604,6 @@ func (c embClaims) Claim(ctx context.Context, key string, expires time.Time) (bo
 		return b.Put(k, encodeExpiring(expires, nil))
 	})
 	return took && err == nil, err
-}
-
-func (c embClaims) Hold(ctx context.Context, key string, expires time.Time) error {
-	return expiringCaps{c.e}.Put(ctx, claimPrefix+key, nil, expires)
-}
-
-func (c embClaims) Release(ctx context.Context, key string) error {
-	return expiringCaps{c.e}.Delete(ctx, claimPrefix+key)
 }
 
 // lease is localLeases' transaction: a bbolt one.

@@ -64,7 +64,7 @@ func NewMemory(clk clock.Clock) *Memory {
 		owners: make(map[memKey]expiring), leases: make(map[string]Lease),
 		reg: make(map[string]*memNamespace),
 	}
-	m.stopSweep = startSweeper(clk, m.sweep)
+	m.stopSweep = startSweeper(clk, func(context.Context) { m.sweep() })
 	return m
 }
 
@@ -106,9 +106,8 @@ func (m *Memory) PubSub() PubSub { return m.ps }
 // Registry implements Store.
 func (m *Memory) Registry() Registry { return memRegistry{m, regWrites{m.writeRegistry}} }
 
-// Claims implements Store: claims are capabilities under claimPrefix, so
-// the sweep forgets them.
-func (m *Memory) Claims() Claims { return memClaims{m} }
+// Claims implements Store.
+func (m *Memory) Claims() Claims { return localClaims{m, m.claim} }
 
 // Close implements Store.
 func (m *Memory) Close() error {
@@ -302,27 +301,18 @@ func (m *Memory) delExpiring(ctx context.Context, owner bool, a, b string) error
 	return nil
 }
 
-type memClaims struct{ *Memory }
-
-func (m memClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
-	if err := m.lock(ctx, checkName("claim key", key)); err != nil {
+// claim is localClaims' transaction: the store's mutex.
+func (m *Memory) claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	if err := m.lock(ctx, nil); err != nil {
 		return false, err
 	}
 	defer m.mu.Unlock()
-	k := memKey{a: claimPrefix + key}
+	k := memKey{a: key}
 	if e, ok := m.caps[k]; ok && !expired(m.clock.Now(), e.expires) {
 		return false, nil
 	}
 	m.caps[k] = expiring{expires: expires}
 	return true, nil
-}
-
-func (m memClaims) Hold(ctx context.Context, key string, expires time.Time) error {
-	return expiringCaps{m.Memory}.Put(ctx, claimPrefix+key, nil, expires)
-}
-
-func (m memClaims) Release(ctx context.Context, key string) error {
-	return expiringCaps{m.Memory}.Delete(ctx, claimPrefix+key)
 }
 
 // lease is localLeases' transaction: the store's mutex.

@@ -5,20 +5,15 @@ import (
 	"sync"
 )
 
-// subscription is one Subscribe's delivery channel. Sends never block: a
+// subscription is one Subscribe's delivery channel, of SubscriptionBuffer
+// messages.
+type subscription = chan []byte
+
+// offer delivers msg to s unless its buffer is full: sends never block, a
 // full buffer drops the message (PubSub is at most once).
-type subscription struct {
-	ch chan []byte
-}
-
-func newSubscription() *subscription {
-	return &subscription{ch: make(chan []byte, SubscriptionBuffer)}
-}
-
-// offer delivers msg unless the buffer is full.
-func (s *subscription) offer(msg []byte) {
+func offer(s subscription, msg []byte) {
 	select {
-	case s.ch <- msg:
+	case s <- msg:
 	default:
 	}
 }
@@ -27,13 +22,13 @@ func (s *subscription) offer(msg []byte) {
 type broker struct {
 	mu     sync.Mutex
 	closed bool
-	subs   map[string]map[*subscription]struct{} // channel -> subscribers
+	subs   map[string]map[subscription]struct{} // channel -> subscribers
 }
 
 var _ PubSub = (*broker)(nil)
 
 func newBroker() *broker {
-	return &broker{subs: make(map[string]map[*subscription]struct{})}
+	return &broker{subs: make(map[string]map[subscription]struct{})}
 }
 
 // Publish implements PubSub.
@@ -55,7 +50,7 @@ func (b *broker) Publish(ctx context.Context, channel string, msg []byte) error 
 	}
 	msg = append([]byte(nil), msg...) // one copy, shared read-only by the receivers
 	for s := range subs {
-		s.offer(msg)
+		offer(s, msg)
 	}
 	return nil
 }
@@ -73,9 +68,9 @@ func (b *broker) Subscribe(ctx context.Context, channel string) (<-chan []byte, 
 	if b.closed {
 		return nil, nil, ErrClosed
 	}
-	s := newSubscription()
+	s := make(subscription, SubscriptionBuffer)
 	if b.subs[channel] == nil {
-		b.subs[channel] = make(map[*subscription]struct{})
+		b.subs[channel] = make(map[subscription]struct{})
 	}
 	b.subs[channel][s] = struct{}{}
 	var once sync.Once
@@ -88,12 +83,12 @@ func (b *broker) Subscribe(ctx context.Context, channel string) (<-chan []byte, 
 				if len(b.subs[channel]) == 0 {
 					delete(b.subs, channel)
 				}
-				close(s.ch)
+				close(s)
 			}
 		})
 	}
 	stop := context.AfterFunc(ctx, cancel)
-	return s.ch, func() { stop(); cancel() }, nil
+	return s, func() { stop(); cancel() }, nil
 }
 
 // close ends every subscription; later calls fail with ErrClosed.
@@ -106,7 +101,7 @@ func (b *broker) close() {
 	b.closed = true
 	for _, subs := range b.subs {
 		for s := range subs {
-			close(s.ch)
+			close(s)
 		}
 	}
 	b.subs = nil

@@ -922,7 +922,7 @@ type redisPubSub struct{ s *redisStore }
 // redisSub forwards one Redis subscription to its channel.
 type redisSub struct {
 	ps   *redis.PubSub
-	sub  *subscription
+	sub  subscription
 	done chan struct{} // closed when forward returns
 }
 
@@ -974,7 +974,7 @@ func (p redisPubSub) Subscribe(ctx context.Context, channel string) (<-chan []by
 		_ = ps.Close()
 		return nil, nil, fmt.Errorf("store: subscribe: %w", rerr(err))
 	}
-	rs := &redisSub{ps: ps, sub: newSubscription(), done: make(chan struct{})}
+	rs := &redisSub{ps: ps, sub: make(subscription, SubscriptionBuffer), done: make(chan struct{})}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -991,7 +991,7 @@ func (p redisPubSub) Subscribe(ctx context.Context, channel string) (<-chan []by
 		rs.stop()
 	}
 	stopAfter := context.AfterFunc(ctx, cancel)
-	return rs.sub.ch, func() { stopAfter(); cancel() }, nil
+	return rs.sub, func() { stopAfter(); cancel() }, nil
 }
 
 // forward moves messages from Redis to the subscription until ps is
@@ -999,9 +999,9 @@ func (p redisPubSub) Subscribe(ctx context.Context, channel string) (<-chan []by
 // connection error; what was published meanwhile is lost.
 func (rs *redisSub) forward() {
 	defer close(rs.done)
-	defer close(rs.sub.ch)
+	defer close(rs.sub)
 	for msg := range rs.ps.Channel() {
-		rs.sub.offer([]byte(msg.Payload))
+		offer(rs.sub, []byte(msg.Payload))
 	}
 }
 

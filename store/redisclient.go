@@ -50,11 +50,7 @@ func redisClient(cfg Config) (c redis.UniversalClient, cluster *redis.ClusterCli
 		})
 		return cluster, cluster, "the cluster at " + strings.Join(rc.Addrs, ","), nil
 	}
-	opt, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		// The URL may carry a password: name the problem, not the URL.
-		return nil, nil, "", fmt.Errorf("%w: store.redis_url does not parse as redis[s]://[user:password@]host[:port][/db]", ErrInvalid)
-	}
+	opt, _ := redis.ParseURL(cfg.RedisURL) // parses: CheckRedis
 	if opt.TLSConfig != nil && cfg.RedisTLS != nil {
 		t := cfg.RedisTLS.Clone()
 		t.ServerName = cmp.Or(t.ServerName, opt.TLSConfig.ServerName)
@@ -88,6 +84,12 @@ func redisTLS(t *tls.Config, on bool) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12}
 }
 
+// parseURLErr is redis.ParseURL's error.
+func parseURLErr(u string) error {
+	_, err := redis.ParseURL(u)
+	return err
+}
+
 // CheckRedis returns what makes cfg's redis configuration unusable, naming
 // the config key: no servers or several kinds of them, an incomplete one, a
 // URL that is not redis[s]://, or a setting the key layout cannot work
@@ -116,6 +118,9 @@ func CheckRedis(cfg Config) error {
 		return errors.New("store.redis_url: not a URL")
 	case cfg.RedisURL != "" && u.Scheme != "redis" && u.Scheme != "rediss":
 		return errors.New("store.redis_url: the scheme must be redis or rediss (TLS)")
+	case cfg.RedisURL != "" && parseURLErr(cfg.RedisURL) != nil:
+		// The URL may carry a password: name the problem, not the URL.
+		return errors.New("store.redis_url: does not parse as redis[s]://[user:password@]host[:port][/db][?option=value]")
 	case cfg.RedisMinReplicas < 0:
 		return fmt.Errorf("store.redis_min_replicas: %d is negative", cfg.RedisMinReplicas)
 	case cfg.RedisReplicaTimeout < 0:

@@ -677,6 +677,37 @@ func opErr(op string, err error) error {
 	return fmt.Errorf("store: %s: %w", op, err)
 }
 
+// localClaims is Claims on the backends that keep claims beside their
+// capabilities, under claimPrefix (memory, embedded), so the sweep forgets
+// them. claim takes key (prefixed) until expires unless a live claim holds
+// it, atomically, and reports whether it took it.
+type localClaims struct {
+	s     expiringStore
+	claim func(ctx context.Context, key string, expires time.Time) (bool, error)
+}
+
+func (c localClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	if err := checkName("claim key", key); err != nil {
+		return false, err
+	}
+	took, err := c.claim(ctx, claimPrefix+key, expires)
+	return took, opErr("claim", err)
+}
+
+func (c localClaims) Hold(ctx context.Context, key string, expires time.Time) error {
+	if err := checkName("claim key", key); err != nil {
+		return err
+	}
+	return opErr("hold claim", c.s.putExpiring(ctx, false, claimPrefix+key, "", nil, expires))
+}
+
+func (c localClaims) Release(ctx context.Context, key string) error {
+	if err := checkName("claim key", key); err != nil {
+		return err
+	}
+	return opErr("release claim", c.s.delExpiring(ctx, false, claimPrefix+key, ""))
+}
+
 // localLeases is Leases on the backends that keep leases themselves
 // (memory, embedded), by the store's clock: the single statement of the
 // lease rules. lease runs fn on the stored lease name (zero when none) in

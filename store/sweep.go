@@ -1,10 +1,15 @@
 package store
 
 import (
+	"context"
 	"time"
 
 	"connector/internal/clock"
 )
+
+// sweepBatch bounds the entries one transaction of the embedded sweep looks
+// at, so the writes queued behind it wait for that many at most.
+const sweepBatch = 1000
 
 // sweepEvery is how often the memory and embedded backends delete expired
 // capabilities and owners. Lookups never return an expired value, so this
@@ -12,9 +17,9 @@ import (
 const sweepEvery = time.Minute
 
 // startSweeper runs sweep every sweepEvery of c until stop is called; stop
-// waits for a running sweep to finish.
-func startSweeper(c clock.Clock, sweep func()) (stop func()) {
-	done := make(chan struct{})
+// ends sweep's context and waits for a running sweep to return.
+func startSweeper(c clock.Clock, sweep func(context.Context)) (stop func()) {
+	ctx, done := context.WithCancel(context.Background())
 	finished := make(chan struct{})
 	t := clock.NewTicker(c, sweepEvery)
 	go func() {
@@ -23,14 +28,14 @@ func startSweeper(c clock.Clock, sweep func()) (stop func()) {
 		for {
 			select {
 			case <-t.C:
-				sweep()
-			case <-done:
+				sweep(ctx)
+			case <-ctx.Done():
 				return
 			}
 		}
 	}()
 	return func() {
-		close(done)
+		done()
 		<-finished
 	}
 }

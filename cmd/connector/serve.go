@@ -751,7 +751,8 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 	}
 }
 
-// sweepMedia removes expired media objects every minute until ctx ends.
+// sweepMedia removes expired media objects and abandoned uploads every
+// minute until ctx ends.
 func sweepMedia(ctx context.Context, ms *media.Store) {
 	tick := clock.NewTicker(clock.System, time.Minute)
 	defer tick.Stop()

@@ -158,3 +158,17 @@ func TestTooShortDurationsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckRefusesARedisURLOpenCannotParse: a redis_url store.Open would
+// refuse (a database that is not a number, an option that does not parse)
+// fails config load and -check too, and the error does not carry the
+// URL's password.
+func TestCheckRefusesARedisURLOpenCannotParse(t *testing.T) {
+	for _, u := range []string{"redis://u:hunter2@h:6379/x", "redis://u:hunter2@h:6379/0?dial_timeout=zz", "redis://u:hunter2@h:6379/0?nope=1"} {
+		doc := fmt.Sprintf("tenants: [{id: t1, gateways: [{id: gw1, secrets: [s1]}]}]\nstore: {backend: redis, redis_url: %q}\n", u)
+		code, out, errOut := runCmd(t, "serve", "-config", writeConfig(t, doc), "-check")
+		if code != 1 || !strings.Contains(errOut, "store.redis_url") || strings.Contains(out+errOut, "hunter2") {
+			t.Errorf("redis_url %q: exit %d, stdout %q, stderr %q; want exit 1 naming store.redis_url without the password", u, code, out, errOut)
+		}
+	}
+}

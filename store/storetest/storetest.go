@@ -15,6 +15,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -617,6 +618,15 @@ func testClaims(t *testing.T, b Backend) {
 	if err := c.Release(ctx, "never"); err != nil {
 		t.Fatalf("Release of an absent claim: %v", err)
 	}
+	// A key of MaxNameBytes is a claim key like any other.
+	longest := strings.Repeat("k", store.MaxNameBytes)
+	claim(c, longest, time.Minute, true)
+	if err := c.Hold(ctx, longest, f.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("Hold of a %d-byte key: %v", store.MaxNameBytes, err)
+	}
+	if err := c.Release(ctx, longest); err != nil {
+		t.Fatalf("Release of a %d-byte key: %v", store.MaxNameBytes, err)
+	}
 	// A claim is no capability: the vault's keys never see it.
 	if _, ok, err := f.s.Capabilities().Get(ctx, "ev/1"); ok || err != nil {
 		t.Fatalf("capability ev/1 = %v, %v; a claim leaked into the capabilities", ok, err)
@@ -1067,12 +1077,14 @@ func testInvalid(t *testing.T, b Backend) {
 		"capability empty key": func() error {
 			return s.Capabilities().Put(ctx, "", nil, time.Now())
 		},
-		"claim empty key":     func() error { _, err := s.Claims().Claim(ctx, "", time.Now()); return err },
-		"claim long key":      func() error { return s.Claims().Hold(ctx, long, time.Now()) },
-		"owner empty session": func() error { _, _, err := s.Owners().Get(ctx, "t", ""); return err },
-		"owner zero TTL":      func() error { return s.Owners().Set(ctx, "t", "s", store.Owner{}, 0) },
-		"lease empty holder":  func() error { _, _, err := s.Leases().Acquire(ctx, "n", "", time.Second); return err },
-		"lease negative TTL":  func() error { _, _, err := s.Leases().Acquire(ctx, "n", "h", -time.Second); return err },
+		"claim empty key":      func() error { _, err := s.Claims().Claim(ctx, "", time.Now()); return err },
+		"claim long key":       func() error { return s.Claims().Hold(ctx, long, time.Now()) },
+		"hold empty claim key": func() error { return s.Claims().Hold(ctx, "", time.Now()) },
+		"release empty claim":  func() error { return s.Claims().Release(ctx, "") },
+		"owner empty session":  func() error { _, _, err := s.Owners().Get(ctx, "t", ""); return err },
+		"owner zero TTL":       func() error { return s.Owners().Set(ctx, "t", "s", store.Owner{}, 0) },
+		"lease empty holder":   func() error { _, _, err := s.Leases().Acquire(ctx, "n", "", time.Second); return err },
+		"lease negative TTL":   func() error { _, _, err := s.Leases().Acquire(ctx, "n", "h", -time.Second); return err },
 		"renew zero TTL": func() error {
 			_, err := s.Leases().Renew(ctx, "n", store.Lease{Holder: "h", Token: 1}, 0)
 			return err
