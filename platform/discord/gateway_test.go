@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -156,6 +158,37 @@ func TestGatewayReconnectResumes(t *testing.T) {
 	e.dispatch(t, "MESSAGE_CREATE", msg("7020", threadPlan, guildLab, "still there?", true))
 	if d := e.sink.Next(t); d.Event.Source.MessageID != "7020" {
 		t.Fatalf("delivery after resume = %+v", d)
+	}
+}
+
+// TestGatewayNewSessionAfterRefusedResume: Discord closes a RESUME with 4007
+// (invalid seq) or 4009 (session timed out) to say "reconnect and start a
+// new session". discordgo keeps its session id and sequence, so reconnecting
+// it would RESUME the dead session again, forever, each attempt charged to
+// the identify budget; the next HELLO must be answered with IDENTIFY.
+func TestGatewayNewSessionAfterRefusedResume(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{4007, 4009} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, discordtest.Options{}, nil)
+			e.startReady(t)
+			e.fake.RefuseResumes(code)
+			if err := e.fake.CloseGateway(4000, "Unknown error"); err != nil { // resumable
+				t.Fatal(err)
+			}
+			platformtest.WaitUntil(t, "three Gateway handshakes", func() bool { return len(e.fake.Handshakes()) >= 3 })
+			if got := e.fake.Handshakes()[:3]; !slices.Equal(got, []int{2, 6, 2}) {
+				t.Fatalf("HELLOs answered with ops %v, want [2 6 2]: after close %d the session must be started anew, not resumed", got, code)
+			}
+			if err := e.fake.WaitSession(waitCtx(t), 2); err != nil {
+				t.Fatal(err)
+			}
+			e.dispatch(t, "MESSAGE_CREATE", msg("7021", threadPlan, guildLab, "new session?", true))
+			if d := e.sink.Next(t); d.Event.Source.MessageID != "7021" {
+				t.Fatalf("delivery on the new session = %+v", d)
+			}
+		})
 	}
 }
 

@@ -170,12 +170,10 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	return p, nil
 }
 
-// newSession configures discordgo: our transport under its REST client, our
-// dialer under its Gateway, no reconnect or rate-limit sleeping of its own
-// (the gateway supervisor and the transport do both), events delivered in
-// order on the Gateway reader, and its package-global logging off.
+// newSession configures discordgo for REST: our transport under its
+// client, no rate-limit sleeping of its own (the transport does it). The
+// Gateway runs on sessions of its own (gatewaySession).
 func (p *Platform) newSession() {
-	s, _ := discordgo.New("Bot " + p.cfg.BotToken) // never fails
 	p.gw = newGateway(p)
 	tr := &transport{
 		base: http.DefaultTransport, gatewayURL: p.cfg.GatewayURL, gatewayCtx: p.gw.openContext, sched: p.sched,
@@ -186,21 +184,38 @@ func (p *Platform) newSession() {
 		u, _ := url.Parse(p.cfg.APIBaseURL) // validated
 		tr.api = u
 	}
-	s.Client = &http.Client{Transport: tr}
+	p.sess = p.discordSession(&http.Client{Transport: tr})
+}
+
+// discordSession is a discordgo session on client with its package-global
+// logging off.
+func (p *Platform) discordSession(client *http.Client) *discordgo.Session {
+	s, _ := discordgo.New("Bot " + p.cfg.BotToken) // never fails
+	s.Client = client
+	s.LogLevel = -1 // discordgo logs through the global logger; we log ourselves
+	s.ShouldRetryOnRateLimit = false
+	return s
+}
+
+// gatewaySession is a new Gateway session, whose first open IDENTIFYs:
+// discordgo keeps its session id and sequence for good and RESUMEs with them
+// on every later open. It has our dialer under its Gateway, no reconnect of
+// its own (the gateway supervisor does it) and events delivered in order on
+// the Gateway reader.
+func (p *Platform) gatewaySession() *discordgo.Session {
+	s := p.discordSession(p.sess.Client)
 	s.Dialer = &websocket.Dialer{
 		Proxy:            http.ProxyFromEnvironment,
 		HandshakeTimeout: p.cfg.HandshakeTimeout,
 		NetDialContext:   p.gw.dial,
 	}
-	s.LogLevel = -1 // discordgo logs through the global logger; we log ourselves
 	s.StateEnabled = false
 	s.SyncEvents = true
 	s.ShouldReconnectOnError = false
-	s.ShouldRetryOnRateLimit = false
 	s.Identify.Intents = Intents
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.Event) { p.onDispatch(e.Type, e.RawData) })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { p.gw.signalDisconnect() })
-	p.sess = s
+	return s
 }
 
 // Name implements platform.Platform.
