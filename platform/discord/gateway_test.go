@@ -15,6 +15,7 @@ import (
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -399,5 +400,79 @@ func TestGatewayStopWhileAskingForTheGatewayURL(t *testing.T) {
 		}
 	case <-waitCtx(t).Done():
 		t.Fatal("Run did not return within 10s of its context's end: GET /gateway outlived it")
+	}
+}
+
+// hangingClaims is an interaction-id store whose Claim hangs until release
+// is closed, whatever the caller's deadline, as a stalled Redis's would.
+type hangingClaims struct {
+	store.Claims
+	entered chan string
+	release chan struct{}
+}
+
+func (c *hangingClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	c.entered <- key
+	<-c.release
+	return c.Claims.Claim(ctx, key, expires)
+}
+
+func (c *hangingClaims) waitEntered(t *testing.T, key string) {
+	t.Helper()
+	select {
+	case k := <-c.entered:
+		if k != key {
+			t.Fatalf("claimed %q, want %q", k, key)
+		}
+	case <-waitCtx(t).Done():
+		t.Fatalf("%s never claimed", key)
+	}
+}
+
+// TestGatewayInteractionAdmissionOffTheReader: an interaction's admission
+// (its id claimed in the store, a grant, the wait for a slot) must not run
+// on the Gateway reader, or a slow store stalls every message behind it.
+// Past the admission bound a further interaction is dropped, counted and
+// logged (Discord then shows its user a failure), and never claimed.
+func TestGatewayInteractionAdmissionOffTheReader(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	claims := &hangingClaims{Claims: e.p.seen, entered: make(chan string, 8), release: make(chan struct{})}
+	e.p.seen = claims
+	e.p.admitting = make(chan struct{}, 2)
+	e.startReady(t)
+	var once sync.Once
+	release := func() { once.Do(func() { close(claims.release) }) }
+	t.Cleanup(release) // before Run's cleanup, which waits for the claims
+	interaction := func(id string) {
+		var in map[string]any
+		if err := json.Unmarshal(slashBody(id, "token-"+id, guildLab, chanGeneral), &in); err != nil {
+			t.Fatal(err)
+		}
+		e.dispatch(t, "INTERACTION_CREATE", in)
+	}
+	interaction("8501")
+	claims.waitEntered(t, "discord/interaction/8501")
+	e.dispatch(t, "MESSAGE_CREATE", msg("7031", threadPlan, guildLab, "behind a slow claim?", true))
+	if d := e.sink.Next(t); d.Event.Source.MessageID != "7031" {
+		t.Fatalf("delivery = %+v, want message 7031 while the interaction's claim hangs", d.Event)
+	}
+	interaction("8502")
+	claims.waitEntered(t, "discord/interaction/8502")
+	interaction("8503") // over the bound of 2
+	e.metrics.waitDrop(t, "overloaded", 1)
+	e.logs.WaitFor(t, "8503")
+	release()
+	for _, id := range []string{"8501", "8502"} {
+		if _, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+			return r.Path == "/api/v9/interactions/"+id+"/token-"+id+"/callback"
+		}); err != nil {
+			t.Fatalf("interaction %s not acknowledged after its claim: %v", id, err)
+		}
+	}
+	select {
+	case k := <-claims.entered:
+		t.Fatalf("%s claimed: an interaction past the admission bound must be dropped before its claim", k)
+	default:
 	}
 }

@@ -92,10 +92,11 @@ type Platform struct {
 	// different channels side by side.
 	turns *chatorder.Queue[string]
 
-	lifeMu sync.Mutex
-	life   *lifecycle
-	work   sync.WaitGroup // interaction processing in flight
-	slots  chan struct{}  // bounds it
+	lifeMu    sync.Mutex
+	life      *lifecycle
+	work      sync.WaitGroup // interaction admission and processing in flight
+	slots     chan struct{}  // bounds processing
+	admitting chan struct{}  // bounds Gateway interactions being admitted
 }
 
 // lifecycle is what Run provides while it runs.
@@ -117,6 +118,10 @@ var (
 // maxProcessing bounds interactions being normalized and delivered at once.
 const maxProcessing = 256
 
+// maxAdmitting bounds Gateway interactions being admitted at once (claimed,
+// routed, waiting for a slot; gatewayInteraction).
+const maxAdmitting = 256
+
 // maxSeenInteractions bounds the interaction ids remembered (interactions
 // arrive at human rates; this only matters under a flood of valid
 // signatures).
@@ -135,16 +140,17 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	deps = deps.WithDefaults()
 	pub, _ := decodePublicKey(cfg.PublicKey) // validated above
 	p := &Platform{
-		cfg:      cfg,
-		log:      deps.Log.With("platform", platformName),
-		clock:    deps.Clock,
-		metrics:  deps.Metrics,
-		key:      deps.Key,
-		vault:    deps.Vault,
-		deps:     deps,
-		pubKey:   ed25519.PublicKey(pub),
-		fallback: newPolicy(TenantConfig{}),
-		slots:    make(chan struct{}, maxProcessing),
+		cfg:       cfg,
+		log:       deps.Log.With("platform", platformName),
+		clock:     deps.Clock,
+		metrics:   deps.Metrics,
+		key:       deps.Key,
+		vault:     deps.Vault,
+		deps:      deps,
+		pubKey:    ed25519.PublicKey(pub),
+		fallback:  newPolicy(TenantConfig{}),
+		slots:     make(chan struct{}, maxProcessing),
+		admitting: make(chan struct{}, maxAdmitting),
 	}
 	p.egress = platform.Egress[*Platform, string]{Ops: ops, Chat: channelOf, Timeout: cfg.RequestTimeout}
 	guilds := maps.Clone(cfg.Guilds)

@@ -245,7 +245,12 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 
 // gatewayInteraction handles INTERACTION_CREATE delivered over the Gateway
 // (when no interactions endpoint URL is set): same dedupe and processing,
-// acknowledged through POST /interactions/{id}/{token}/callback.
+// acknowledged through POST /interactions/{id}/{token}/callback. It runs on
+// the Gateway reader, so the admission (the id's claim in the store, a
+// grant, the wait for a slot) runs on a goroutine of its own, at most
+// maxAdmitting at once: past that the interaction is dropped, left
+// unanswered, and Discord shows its user a failure, rather than holding up
+// the messages read after it.
 func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 	received := p.clock.Now()
 	var in wireInteraction
@@ -253,10 +258,29 @@ func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 		p.metrics.Dropped(platformName, "malformed")
 		return
 	}
+	if p.running() == nil {
+		return
+	}
+	select {
+	case p.admitting <- struct{}{}:
+	default:
+		p.metrics.Dropped(platformName, "overloaded")
+		p.log.Warn("discord interaction dropped unanswered: too many Gateway interactions being admitted; it fails for its user",
+			"interaction_id", in.ID, "max_admitting", cap(p.admitting))
+		return
+	}
 	token := in.Token
-	p.acceptInteraction(&in, received, func(ctx context.Context, ack []byte) error {
-		return p.rest(ctx, "POST", discordgo.EndpointInteractionResponse(in.ID, token), json.RawMessage(ack), nil)
-	})
+	p.work.Add(1)
+	go func() {
+		defer p.work.Done()
+		defer func() { <-p.admitting }()
+		_, status := p.acceptInteraction(&in, received, func(ctx context.Context, ack []byte) error {
+			return p.rest(ctx, "POST", discordgo.EndpointInteractionResponse(in.ID, token), json.RawMessage(ack), nil)
+		})
+		if status != 0 && status != http.StatusConflict {
+			p.log.Warn("discord interaction refused unanswered; it fails for its user", "interaction_id", in.ID, "status", status)
+		}
+	}()
 }
 
 // answerNow returns ack, an interaction's only answer; a Gateway
