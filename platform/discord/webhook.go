@@ -88,7 +88,11 @@ func (p *Platform) reject(w http.ResponseWriter, status int, msg string) {
 // where a PING needs none); a webhook answers inline. A non-zero status
 // means refuse (409 for an id already seen, on any instance).
 func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, respond func(ctx context.Context, ack []byte) error) ([]byte, int) {
-	if status := p.claimInteraction(in.ID, received); status != 0 {
+	// Discord waits 3 s for the answer: the claim, routing (which may write
+	// a grant), the wait for a slot and the processing all end by deadline,
+	// on the wall clock as Discord's wait is.
+	deadline := time.Now().Add(processDeadline)
+	if status := p.claimInteraction(in.ID, received, deadline); status != 0 {
 		return nil, status
 	}
 	switch in.Type {
@@ -109,10 +113,6 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	if u := in.user(); u != nil {
 		author = u.ID
 	}
-	// Discord waits 3 s for the answer: routing (which may write a grant),
-	// the wait for a slot and the processing all end by deadline, on the
-	// wall clock as Discord's wait is.
-	deadline := time.Now().Add(processDeadline)
 	admit, cancel := context.WithDeadline(life.ctx, deadline)
 	defer cancel()
 	chat := p.chatOf(in.GuildID, in.ChannelID)
@@ -164,10 +164,10 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 }
 
 // claimInteraction claims interaction id for seenFor, across instances
-// when there are several (platform.ClaimsFor); it returns 409 for an id
-// already claimed, 503 when the store could not be asked, else 0.
-func (p *Platform) claimInteraction(id string, received time.Time) int {
-	ctx, cancel := context.WithTimeout(context.Background(), processDeadline)
+// when there are several (platform.ClaimsFor), by deadline; it returns 409
+// for an id already claimed, 503 when the store could not be asked, else 0.
+func (p *Platform) claimInteraction(id string, received, deadline time.Time) int {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	took, err := p.seen.Claim(ctx, "discord/interaction/"+id, received.Add(p.seenFor()))
 	switch {
@@ -188,9 +188,9 @@ func (p *Platform) claimInteraction(id string, received time.Time) int {
 // instant included, so the id outlives 2×InteractionSkew.
 func (p *Platform) seenFor() time.Duration { return 2*p.cfg.InteractionSkew + time.Second }
 
-// processDeadline bounds everything before an interaction's answer
-// (routing, the wait for a slot, the processing), within the 3 s Discord
-// waits for it.
+// processDeadline bounds everything before an interaction's answer (the
+// claim of its id, routing, the wait for a slot, the processing), within
+// the 3 s Discord waits for it.
 const processDeadline = 2500 * time.Millisecond
 
 // slotWait bounds how long an interaction waits for a processing slot
