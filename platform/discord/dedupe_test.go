@@ -123,17 +123,7 @@ func TestInteractionDeadlineIncludesTheClaim(t *testing.T) {
 	claims := &deadlineClaims{Claims: e.p.seen}
 	e.p.seen = claims
 	sink := &deadlineSink{deadlines: make(chan time.Time, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.p.Run(ctx, sink) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	})
+	e.startWith(t, sink)
 	platformtest.WaitUntil(t, "the Gateway session up and the guild snapshot loaded", func() bool {
 		return e.p.Status().Ready && e.p.snap.loaded.Load()
 	})
