@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"connector/internal/redistest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 	"connector/store"
 	"connector/vault"
 )
@@ -83,5 +85,63 @@ func TestInteractionReplayedToAnotherInstance(t *testing.T) {
 				t.Fatalf("deliveries: %d on the first instance, %d on the other, want 1 each", a, b)
 			}
 		})
+	}
+}
+
+// deadlineClaims records the deadline of the latest Claim.
+type deadlineClaims struct {
+	store.Claims
+	mu       sync.Mutex
+	deadline time.Time
+}
+
+func (c *deadlineClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	c.mu.Lock()
+	c.deadline, _ = ctx.Deadline()
+	c.mu.Unlock()
+	return c.Claims.Claim(ctx, key, expires)
+}
+
+// deadlineSink takes every delivery and reports the deadline it came with.
+type deadlineSink struct{ deadlines chan time.Time }
+
+func (s *deadlineSink) Deliver(ctx context.Context, _ platform.Delivery) error {
+	d, _ := ctx.Deadline()
+	s.deadlines <- d
+	return nil
+}
+
+// TestInteractionDeadlineIncludesTheClaim: Discord waits 3 s for an
+// interaction's answer from when it sent it, so the 2.5 s processDeadline
+// counts from the interaction's arrival, the claim of its id included; a
+// processing deadline that started again after a slow claim would confirm
+// the interaction after Discord gave up, when its user already saw a
+// failure.
+func TestInteractionDeadlineIncludesTheClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	claims := &deadlineClaims{Claims: e.p.seen}
+	e.p.seen = claims
+	sink := &deadlineSink{deadlines: make(chan time.Time, 1)}
+	e.startWith(t, sink)
+	platformtest.WaitUntil(t, "the Gateway session up and the guild snapshot loaded", func() bool {
+		return e.p.Status().Ready && e.p.snap.loaded.Load()
+	})
+	url := e.webhookServer(t)
+	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), slashBody("8601", "tok-8601", guildLab, chanGeneral))); code != 200 || ack != `{"type":5}` {
+		t.Fatalf("slash = %d %s", code, ack)
+	}
+	var delivered time.Time
+	select {
+	case delivered = <-sink.deadlines:
+	case <-waitCtx(t).Done():
+		t.Fatal("the interaction was answered but never delivered")
+	}
+	claims.mu.Lock()
+	claimed := claims.deadline
+	claims.mu.Unlock()
+	if claimed.IsZero() || delivered.IsZero() || delivered.After(claimed) {
+		t.Fatalf("delivery deadline %v, claim deadline %v: the processing must end by the deadline counted from the interaction's arrival, not restart after the claim",
+			delivered.Format(time.StampNano), claimed.Format(time.StampNano))
 	}
 }

@@ -40,11 +40,9 @@ type wireThreadMembersUpdate struct {
 // onDispatch handles one Gateway dispatch on discordgo's reader goroutine
 // (SyncEvents), so dispatches are seen in order: state events update the
 // cache at once; messages are decoded and queued to the ingest shard of
-// their channel; interactions are acknowledged and processed like webhook
-// ones. Nothing here waits on the network except a full ingest queue and
-// an interaction's admission (acceptInteraction: its id claimed in the
-// store with several instances, a grant its route may write, and up to
-// slotWait for a processing slot), each bounded by processDeadline.
+// their channel; interactions are handed to their own admission goroutine
+// (gatewayInteraction) and acknowledged and processed like webhook ones.
+// Nothing here waits on the network; only a full ingest queue blocks.
 func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 	switch typ {
 	case "READY":

@@ -80,7 +80,9 @@
 // "/<option>"), a modal as "custom_id=value" lines. The token is never in
 // anything sent to a gateway. Interactions that arrive over the Gateway
 // (no endpoint URL configured) are processed the same way and acknowledged
-// through the REST callback.
+// through the REST callback; their admission runs off the Gateway reader,
+// at most maxAdmitting at once: past that one is dropped unanswered
+// (overloaded, with a warning), and Discord shows its user a failure.
 //
 // # Egress
 //

@@ -41,15 +41,22 @@ var terminalCloses = map[int]string{
 	4014: "disallowed intents: enable the MESSAGE_CONTENT privileged intent in the developer portal",
 }
 
+// newSessionCloses are the Gateway close codes after which Discord wants a
+// new session (IDENTIFY), not a RESUME: 4007 (invalid seq) and 4009
+// (session timed out).
+var newSessionCloses = map[int]bool{4007: true, 4009: true}
+
 // gateway supervises discordgo's Gateway connection in place of its own
 // reconnect loop, which ignores close codes and would retry a bad token
 // forever. It opens the session with a handshake watchdog (discordgo sets no
 // read deadline while waiting for HELLO and READY), stops for good on a
-// terminal close code, reconnects with jittered exponential backoff that
-// only resets after a connection stayed up StableAfter, and keeps a rolling
-// 24-hour identify budget.
+// terminal close code, starts a new session after a close code saying the
+// old one cannot be resumed (discordgo would RESUME it forever), reconnects
+// with jittered exponential backoff that only resets after a connection
+// stayed up StableAfter, and keeps a rolling 24-hour identify budget.
 type gateway struct {
 	p            *Platform
+	sess         *discordgo.Session // run's; nil until the next open starts a new session
 	disconnected chan struct{}
 	budget       *identifyBudget
 
@@ -108,8 +115,12 @@ func (g *gateway) openContext() context.Context {
 	return g.openCtx
 }
 
-// open runs discordgo's Open under the handshake watchdog and ctx.
+// open runs discordgo's Open under the handshake watchdog and ctx, on a new
+// session if there is none.
 func (g *gateway) open(ctx context.Context) error {
+	if g.sess == nil {
+		g.sess = g.p.gatewaySession()
+	}
 	g.connMu.Lock()
 	g.conn, g.aborted, g.openCtx = nil, false, ctx
 	g.connMu.Unlock()
@@ -124,7 +135,7 @@ func (g *gateway) open(ctx context.Context) error {
 	}
 	timer := clock.System.AfterFunc(g.p.cfg.HandshakeTimeout, abort) // wall time: see run
 	stop := context.AfterFunc(ctx, abort)
-	err := g.p.sess.Open()
+	err := g.sess.Open()
 	timer.Stop()
 	stop()
 	return err
@@ -150,7 +161,7 @@ func (g *gateway) run(ctx context.Context) error {
 		err := g.open(ctx)
 		if ctx.Err() != nil {
 			if err == nil {
-				_ = g.p.sess.Close()
+				_ = g.sess.Close()
 			}
 			return nil
 		}
@@ -161,7 +172,7 @@ func (g *gateway) run(ctx context.Context) error {
 			g.p.log.Info("discord gateway connected")
 			select {
 			case <-ctx.Done():
-				_ = g.p.sess.Close()
+				_ = g.sess.Close()
 				return nil
 			case <-g.disconnected:
 			}
@@ -178,6 +189,9 @@ func (g *gateway) run(ctx context.Context) error {
 				g.p.setStatus(false, true, refused.Error())
 				g.p.log.Error("discord gateway refused the bot; not reconnecting", "close_code", ce.Code, "meaning", terminalCloses[ce.Code])
 				return refused
+			}
+			if errors.As(err, &ce) && newSessionCloses[ce.Code] {
+				g.sess = nil // Discord will not resume it
 			}
 			g.p.setStatus(false, false, "gateway connect failed; retrying")
 			g.p.log.Warn("discord gateway connect failed", "err", gatewayErrText(err), "retry_in", backoff)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/platform/platformtest"
+	"connector/store"
 	"connector/vault"
 )
 
@@ -159,6 +162,37 @@ func TestGatewayReconnectResumes(t *testing.T) {
 	}
 }
 
+// TestGatewayNewSessionAfterRefusedResume: Discord closes a RESUME with 4007
+// (invalid seq) or 4009 (session timed out) to say "reconnect and start a
+// new session". discordgo keeps its session id and sequence, so reconnecting
+// it would RESUME the dead session again, forever, each attempt charged to
+// the identify budget; the next HELLO must be answered with IDENTIFY.
+func TestGatewayNewSessionAfterRefusedResume(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{4007, 4009} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, discordtest.Options{}, nil)
+			e.startReady(t)
+			e.fake.RefuseResumes(code)
+			if err := e.fake.CloseGateway(4000, "Unknown error"); err != nil { // resumable
+				t.Fatal(err)
+			}
+			platformtest.WaitUntil(t, "three Gateway handshakes", func() bool { return len(e.fake.Handshakes()) >= 3 })
+			if got := e.fake.Handshakes()[:3]; !slices.Equal(got, []int{2, 6, 2}) {
+				t.Fatalf("HELLOs answered with ops %v, want [2 6 2]: after close %d the session must be started anew, not resumed", got, code)
+			}
+			if err := e.fake.WaitSession(waitCtx(t), 2); err != nil {
+				t.Fatal(err)
+			}
+			e.dispatch(t, "MESSAGE_CREATE", msg("7021", threadPlan, guildLab, "new session?", true))
+			if d := e.sink.Next(t); d.Event.Source.MessageID != "7021" {
+				t.Fatalf("delivery on the new session = %+v", d)
+			}
+		})
+	}
+}
+
 func TestGatewayHandshakeWatchdog(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{Silent: true}, func(c *Config) {
@@ -289,17 +323,7 @@ func TestGatewayInteractionProcessingIsBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	sink := &stallingSink{ended: make(chan error, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.p.Run(ctx, sink) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			t.Error("Run did not return after cancel")
-		}
-	})
+	e.startWith(t, sink)
 	platformtest.WaitUntil(t, "the Gateway session up and the guild snapshot loaded", func() bool {
 		return e.p.Status().Ready && e.p.snap.loaded.Load()
 	})
@@ -366,5 +390,79 @@ func TestGatewayStopWhileAskingForTheGatewayURL(t *testing.T) {
 		}
 	case <-waitCtx(t).Done():
 		t.Fatal("Run did not return within 10s of its context's end: GET /gateway outlived it")
+	}
+}
+
+// hangingClaims is an interaction-id store whose Claim hangs until release
+// is closed, whatever the caller's deadline, as a stalled Redis's would.
+type hangingClaims struct {
+	store.Claims
+	entered chan string
+	release chan struct{}
+}
+
+func (c *hangingClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	c.entered <- key
+	<-c.release
+	return c.Claims.Claim(ctx, key, expires)
+}
+
+func (c *hangingClaims) waitEntered(t *testing.T, key string) {
+	t.Helper()
+	select {
+	case k := <-c.entered:
+		if k != key {
+			t.Fatalf("claimed %q, want %q", k, key)
+		}
+	case <-waitCtx(t).Done():
+		t.Fatalf("%s never claimed", key)
+	}
+}
+
+// TestGatewayInteractionAdmissionOffTheReader: an interaction's admission
+// (its id claimed in the store, a grant, the wait for a slot) must not run
+// on the Gateway reader, or a slow store stalls every message behind it.
+// Past the admission bound a further interaction is dropped, counted and
+// logged (Discord then shows its user a failure), and never claimed.
+func TestGatewayInteractionAdmissionOffTheReader(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	claims := &hangingClaims{Claims: e.p.seen, entered: make(chan string, 8), release: make(chan struct{})}
+	e.p.seen = claims
+	e.p.admitting = make(chan struct{}, 2)
+	e.startReady(t)
+	var once sync.Once
+	release := func() { once.Do(func() { close(claims.release) }) }
+	t.Cleanup(release) // before Run's cleanup, which waits for the claims
+	interaction := func(id string) {
+		var in map[string]any
+		if err := json.Unmarshal(slashBody(id, "token-"+id, guildLab, chanGeneral), &in); err != nil {
+			t.Fatal(err)
+		}
+		e.dispatch(t, "INTERACTION_CREATE", in)
+	}
+	interaction("8501")
+	claims.waitEntered(t, "discord/interaction/8501")
+	e.dispatch(t, "MESSAGE_CREATE", msg("7031", threadPlan, guildLab, "behind a slow claim?", true))
+	if d := e.sink.Next(t); d.Event.Source.MessageID != "7031" {
+		t.Fatalf("delivery = %+v, want message 7031 while the interaction's claim hangs", d.Event)
+	}
+	interaction("8502")
+	claims.waitEntered(t, "discord/interaction/8502")
+	interaction("8503") // over the bound of 2
+	e.metrics.waitDrop(t, "overloaded", 1)
+	e.logs.WaitFor(t, "8503")
+	release()
+	for _, id := range []string{"8501", "8502"} {
+		if _, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
+			return r.Path == "/api/v9/interactions/"+id+"/token-"+id+"/callback"
+		}); err != nil {
+			t.Fatalf("interaction %s not acknowledged after its claim: %v", id, err)
+		}
+	}
+	select {
+	case k := <-claims.entered:
+		t.Fatalf("%s claimed: an interaction past the admission bound must be dropped before its claim", k)
+	default:
 	}
 }

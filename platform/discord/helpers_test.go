@@ -184,10 +184,16 @@ func newEnvDeps(t *testing.T, deps platform.Deps, opts discordtest.Options, muta
 // start runs the platform until the test ends.
 func (e *env) start(t *testing.T) {
 	t.Helper()
+	e.startWith(t, e.sink)
+}
+
+// startWith is start delivering into sink.
+func (e *env) startWith(t *testing.T, sink platform.Sink) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 	e.done = make(chan error, 1)
-	go func() { e.done <- e.p.Run(ctx, e.sink) }()
+	go func() { e.done <- e.p.Run(ctx, sink) }()
 	t.Cleanup(func() {
 		cancel()
 		select {

@@ -92,10 +92,11 @@ type Platform struct {
 	// different channels side by side.
 	turns *chatorder.Queue[string]
 
-	lifeMu sync.Mutex
-	life   *lifecycle
-	work   sync.WaitGroup // interaction processing in flight
-	slots  chan struct{}  // bounds it
+	lifeMu    sync.Mutex
+	life      *lifecycle
+	work      sync.WaitGroup // interaction admission and processing in flight
+	slots     chan struct{}  // bounds processing
+	admitting chan struct{}  // bounds Gateway interactions being admitted
 }
 
 // lifecycle is what Run provides while it runs.
@@ -117,6 +118,10 @@ var (
 // maxProcessing bounds interactions being normalized and delivered at once.
 const maxProcessing = 256
 
+// maxAdmitting bounds Gateway interactions being admitted at once (claimed,
+// routed, waiting for a slot; gatewayInteraction).
+const maxAdmitting = 256
+
 // maxSeenInteractions bounds the interaction ids remembered (interactions
 // arrive at human rates; this only matters under a flood of valid
 // signatures).
@@ -135,16 +140,17 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	deps = deps.WithDefaults()
 	pub, _ := decodePublicKey(cfg.PublicKey) // validated above
 	p := &Platform{
-		cfg:      cfg,
-		log:      deps.Log.With("platform", platformName),
-		clock:    deps.Clock,
-		metrics:  deps.Metrics,
-		key:      deps.Key,
-		vault:    deps.Vault,
-		deps:     deps,
-		pubKey:   ed25519.PublicKey(pub),
-		fallback: newPolicy(TenantConfig{}),
-		slots:    make(chan struct{}, maxProcessing),
+		cfg:       cfg,
+		log:       deps.Log.With("platform", platformName),
+		clock:     deps.Clock,
+		metrics:   deps.Metrics,
+		key:       deps.Key,
+		vault:     deps.Vault,
+		deps:      deps,
+		pubKey:    ed25519.PublicKey(pub),
+		fallback:  newPolicy(TenantConfig{}),
+		slots:     make(chan struct{}, maxProcessing),
+		admitting: make(chan struct{}, maxAdmitting),
 	}
 	p.egress = platform.Egress[*Platform, string]{Ops: ops, Chat: channelOf, Timeout: cfg.RequestTimeout}
 	guilds := maps.Clone(cfg.Guilds)
@@ -170,12 +176,10 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	return p, nil
 }
 
-// newSession configures discordgo: our transport under its REST client, our
-// dialer under its Gateway, no reconnect or rate-limit sleeping of its own
-// (the gateway supervisor and the transport do both), events delivered in
-// order on the Gateway reader, and its package-global logging off.
+// newSession configures discordgo for REST: our transport under its
+// client, no rate-limit sleeping of its own (the transport does it). The
+// Gateway runs on sessions of its own (gatewaySession).
 func (p *Platform) newSession() {
-	s, _ := discordgo.New("Bot " + p.cfg.BotToken) // never fails
 	p.gw = newGateway(p)
 	tr := &transport{
 		base: http.DefaultTransport, gatewayURL: p.cfg.GatewayURL, gatewayCtx: p.gw.openContext, sched: p.sched,
@@ -186,21 +190,38 @@ func (p *Platform) newSession() {
 		u, _ := url.Parse(p.cfg.APIBaseURL) // validated
 		tr.api = u
 	}
-	s.Client = &http.Client{Transport: tr}
+	p.sess = p.discordSession(&http.Client{Transport: tr})
+}
+
+// discordSession is a discordgo session on client with its package-global
+// logging off.
+func (p *Platform) discordSession(client *http.Client) *discordgo.Session {
+	s, _ := discordgo.New("Bot " + p.cfg.BotToken) // never fails
+	s.Client = client
+	s.LogLevel = -1 // discordgo logs through the global logger; we log ourselves
+	s.ShouldRetryOnRateLimit = false
+	return s
+}
+
+// gatewaySession is a new Gateway session, whose first open IDENTIFYs:
+// discordgo keeps its session id and sequence for good and RESUMEs with them
+// on every later open. It has our dialer under its Gateway, no reconnect of
+// its own (the gateway supervisor does it) and events delivered in order on
+// the Gateway reader.
+func (p *Platform) gatewaySession() *discordgo.Session {
+	s := p.discordSession(p.sess.Client)
 	s.Dialer = &websocket.Dialer{
 		Proxy:            http.ProxyFromEnvironment,
 		HandshakeTimeout: p.cfg.HandshakeTimeout,
 		NetDialContext:   p.gw.dial,
 	}
-	s.LogLevel = -1 // discordgo logs through the global logger; we log ourselves
 	s.StateEnabled = false
 	s.SyncEvents = true
 	s.ShouldReconnectOnError = false
-	s.ShouldRetryOnRateLimit = false
 	s.Identify.Intents = Intents
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.Event) { p.onDispatch(e.Type, e.RawData) })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { p.gw.signalDisconnect() })
-	p.sess = s
+	return s
 }
 
 // Name implements platform.Platform.

@@ -88,7 +88,11 @@ func (p *Platform) reject(w http.ResponseWriter, status int, msg string) {
 // where a PING needs none); a webhook answers inline. A non-zero status
 // means refuse (409 for an id already seen, on any instance).
 func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, respond func(ctx context.Context, ack []byte) error) ([]byte, int) {
-	if status := p.claimInteraction(in.ID, received); status != 0 {
+	// Discord waits 3 s for the answer: the claim, routing (which may write
+	// a grant), the wait for a slot and the processing all end by deadline,
+	// on the wall clock as Discord's wait is.
+	deadline := time.Now().Add(processDeadline)
+	if status := p.claimInteraction(in.ID, received, deadline); status != 0 {
 		return nil, status
 	}
 	switch in.Type {
@@ -109,10 +113,6 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	if u := in.user(); u != nil {
 		author = u.ID
 	}
-	// Discord waits 3 s for the answer: routing (which may write a grant),
-	// the wait for a slot and the processing all end by deadline, on the
-	// wall clock as Discord's wait is.
-	deadline := time.Now().Add(processDeadline)
 	admit, cancel := context.WithDeadline(life.ctx, deadline)
 	defer cancel()
 	chat := p.chatOf(in.GuildID, in.ChannelID)
@@ -164,10 +164,10 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 }
 
 // claimInteraction claims interaction id for seenFor, across instances
-// when there are several (platform.ClaimsFor); it returns 409 for an id
-// already claimed, 503 when the store could not be asked, else 0.
-func (p *Platform) claimInteraction(id string, received time.Time) int {
-	ctx, cancel := context.WithTimeout(context.Background(), processDeadline)
+// when there are several (platform.ClaimsFor), by deadline; it returns 409
+// for an id already claimed, 503 when the store could not be asked, else 0.
+func (p *Platform) claimInteraction(id string, received, deadline time.Time) int {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	took, err := p.seen.Claim(ctx, "discord/interaction/"+id, received.Add(p.seenFor()))
 	switch {
@@ -188,9 +188,9 @@ func (p *Platform) claimInteraction(id string, received time.Time) int {
 // instant included, so the id outlives 2×InteractionSkew.
 func (p *Platform) seenFor() time.Duration { return 2*p.cfg.InteractionSkew + time.Second }
 
-// processDeadline bounds everything before an interaction's answer
-// (routing, the wait for a slot, the processing), within the 3 s Discord
-// waits for it.
+// processDeadline bounds everything before an interaction's answer (the
+// claim of its id, routing, the wait for a slot, the processing), within
+// the 3 s Discord waits for it.
 const processDeadline = 2500 * time.Millisecond
 
 // slotWait bounds how long an interaction waits for a processing slot
@@ -245,7 +245,12 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 
 // gatewayInteraction handles INTERACTION_CREATE delivered over the Gateway
 // (when no interactions endpoint URL is set): same dedupe and processing,
-// acknowledged through POST /interactions/{id}/{token}/callback.
+// acknowledged through POST /interactions/{id}/{token}/callback. It runs on
+// the Gateway reader, so the admission (the id's claim in the store, a
+// grant, the wait for a slot) runs on a goroutine of its own, at most
+// maxAdmitting at once: past that the interaction is dropped, left
+// unanswered, and Discord shows its user a failure, rather than holding up
+// the messages read after it.
 func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 	received := p.clock.Now()
 	var in wireInteraction
@@ -253,10 +258,29 @@ func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 		p.metrics.Dropped(platformName, "malformed")
 		return
 	}
+	if p.running() == nil {
+		return
+	}
+	select {
+	case p.admitting <- struct{}{}:
+	default:
+		p.metrics.Dropped(platformName, "overloaded")
+		p.log.Warn("discord interaction dropped unanswered: too many Gateway interactions being admitted; it fails for its user",
+			"interaction_id", in.ID, "max_admitting", cap(p.admitting))
+		return
+	}
 	token := in.Token
-	p.acceptInteraction(&in, received, func(ctx context.Context, ack []byte) error {
-		return p.rest(ctx, "POST", discordgo.EndpointInteractionResponse(in.ID, token), json.RawMessage(ack), nil)
-	})
+	p.work.Add(1)
+	go func() {
+		defer p.work.Done()
+		defer func() { <-p.admitting }()
+		_, status := p.acceptInteraction(&in, received, func(ctx context.Context, ack []byte) error {
+			return p.rest(ctx, "POST", discordgo.EndpointInteractionResponse(in.ID, token), json.RawMessage(ack), nil)
+		})
+		if status != 0 && status != http.StatusConflict {
+			p.log.Warn("discord interaction refused unanswered; it fails for its user", "interaction_id", in.ID, "status", status)
+		}
+	}()
 }
 
 // answerNow returns ack, an interaction's only answer; a Gateway

@@ -140,6 +140,8 @@ type Server struct {
 	identify  int
 	resume    int
 	dials     int
+	answers   []int // the op answering each HELLO (2 IDENTIFY, 6 RESUME)
+	refuse    int   // close code every RESUME is answered with, 0 for none
 	closers   sync.WaitGroup
 	closed    bool
 }
@@ -292,6 +294,23 @@ func (s *Server) Dials() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.dials
+}
+
+// Handshakes lists, per Gateway connection that got past HELLO, the op the
+// client answered HELLO with: 2 (IDENTIFY) or 6 (RESUME).
+func (s *Server) Handshakes() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.answers...)
+}
+
+// RefuseResumes makes every later RESUME be answered by closing the Gateway
+// with code (4007 invalid seq, 4009 session timed out: the client must start
+// a new session); 0 resumes again.
+func (s *Server) RefuseResumes(code int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuse = code
 }
 
 // Resumes: see Identifies.

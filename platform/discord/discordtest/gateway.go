@@ -51,6 +51,7 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 	if g.send(ctx, map[string]any{"op": 10, "d": map[string]int{"heartbeat_interval": s.opts.HeartbeatInterval}}) != nil {
 		return
 	}
+	answered := false
 	for {
 		_, data, err := c.Read(ctx)
 		if err != nil {
@@ -65,6 +66,13 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 		if json.Unmarshal(data, &f) != nil {
 			s.closeWith(g, 4002, "Decode error")
 			return
+		}
+		if !answered && (f.Op == 2 || f.Op == 6) {
+			answered = true
+			s.mu.Lock()
+			s.answers = append(s.answers, f.Op)
+			s.notifyLocked()
+			s.mu.Unlock()
 		}
 		switch f.Op {
 		case 1:
@@ -178,6 +186,11 @@ func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage)
 		return false
 	}
 	s.mu.Lock()
+	if code := s.refuse; code != 0 {
+		s.mu.Unlock()
+		s.closeWith(g, code, "Resume refused.")
+		return false
+	}
 	valid := rs.SessionID == s.sessionID
 	if valid {
 		s.resume++
