@@ -212,26 +212,11 @@ func (h *Handler) authenticate(req *request) error {
 	return nil
 }
 
-// rateLimited is a provision refused by the tenant's rate limit: 429 with
-// Retry-After.
-type rateLimited struct{ retry time.Duration }
-
-func (e *rateLimited) Error() string {
-	return fmt.Sprintf("this tenant is creating or rotating gateways too fast (%d at once, then one per %v); retry after %v",
-		ProvisionBurst, ProvisionEvery, max(time.Second, e.retry.Round(time.Second)))
-}
-
 // classify is the answer to err where this API's contract differs from
 // change.Outcome's: a bad enrollment token and a tenant not onboarded are
-// forbidden, a conflict of any kind is one outcome, a rate limit is its
-// own.
+// forbidden, a conflict of any kind is one outcome.
 func classify(err error) error {
-	var limited *rateLimited
 	switch {
-	case errors.As(err, &limited):
-		r := change.Refuse(http.StatusTooManyRequests, "rate_limited", "%v", err)
-		r.RetryAfter = limited.retry
-		return r
 	case errors.Is(err, registry.ErrEnrollToken):
 		return change.Refuse(http.StatusForbidden, "forbidden", "%v", err)
 	case errors.Is(err, registry.ErrNotFound):
@@ -332,7 +317,7 @@ func (h *Handler) provision(req *request) (any, error) {
 	ctx := req.r.Context()
 	secret, outcome, err := h.cfg.Registry.Provision(ctx, tenant, body.GatewayID, req.minter, func() error {
 		if ok, retry := h.changes.Allow(tenant); !ok { // spends one of the tenant's credential changes
-			return &rateLimited{retry: retry}
+			return change.TooFast("this tenant is creating or rotating gateways", ProvisionBurst, ProvisionEvery, retry)
 		}
 		return nil
 	})

@@ -44,13 +44,18 @@ func key(tenant, gateway string) string { return tenant + "\x00" + gateway }
 // Check returns, when gateway of tenant has spent its allowance, a
 // Refusal: 429, outcome rate_limited, with RetryAfter.
 func (l *Limiter) Check(tenant, gateway string) error {
-	ok, retry := l.keys.Check(key(tenant, gateway))
-	if ok {
-		return nil
+	if ok, retry := l.keys.Check(key(tenant, gateway)); !ok {
+		return TooFast("this gateway is changing the registry", GatewayBurst, GatewayEvery, retry)
 	}
+	return nil
+}
+
+// TooFast is the Refusal of a rate limit of burst at once, then one per
+// every: 429, outcome rate_limited, with RetryAfter (retry, in whole
+// seconds, at least one); who names what went too fast.
+func TooFast(who string, burst int, every, retry time.Duration) *Refusal {
 	retry = max(time.Second, retry.Round(time.Second))
-	r := Refuse(http.StatusTooManyRequests, "rate_limited", "this gateway is changing the registry too fast (%d at once, then one per %v); retry after %v",
-		GatewayBurst, GatewayEvery, retry)
+	r := Refuse(http.StatusTooManyRequests, "rate_limited", "%s too fast (%d at once, then one per %v); retry after %v", who, burst, every, retry)
 	r.RetryAfter = retry
 	return r
 }
