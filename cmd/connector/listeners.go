@@ -106,15 +106,6 @@ func publicRoutes(relayHandler http.Handler, platforms []platform.Platform, extr
 	return routes, nil
 }
 
-// newMux returns a ServeMux serving routes.
-func newMux(routes map[string]http.Handler) *http.ServeMux {
-	mux := http.NewServeMux()
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
-	return mux
-}
-
 // opsMux serves the operations routes.
 func opsMux(metrics http.Handler, draining *atomic.Bool, platforms []platform.Platform) *http.ServeMux {
 	mux := http.NewServeMux()

@@ -1,9 +1,6 @@
 package main
 
-import (
-	"fmt"
-	"path/filepath"
-)
+import "fmt"
 
 // validateMedia checks the media section (media.Config).
 func (c *Config) validateMedia() error {
@@ -14,13 +11,4 @@ func (c *Config) validateMedia() error {
 		return fmt.Errorf("config: %w", err)
 	}
 	return nil
-}
-
-// mediaDir is media.dir, else the media directory in dataDir ("" when
-// neither is known: no media store).
-func mediaDir(dir, dataDir string) string {
-	if dir != "" || dataDir == "" {
-		return dir
-	}
-	return filepath.Join(dataDir, "media")
 }

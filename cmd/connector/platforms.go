@@ -22,15 +22,6 @@ func init() {
 	eventOutcomes["whatsapp_cloud"] = whatsapp.NormalizeFixture
 }
 
-// embeddedNexscope is the nexscope section of the embedded defaults: the
-// generated token, and the default room bound to the one tenant.
-func embeddedNexscope(gen *generatedSecrets, tenant string) *nexscope.Config {
-	return &nexscope.Config{
-		Token: gen.NexscopeToken,
-		Rooms: []nexscope.Room{{Name: nexscope.DefaultRoom, Tenant: tenant}},
-	}
-}
-
 // normalizePlatforms rewrites the guild and chat ids of the platform
 // sections to the numbers they spell; one id under two spellings is an
 // error.

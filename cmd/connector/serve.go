@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,10 +29,12 @@ import (
 
 	"connector/admin"
 	"connector/contract"
+	"connector/enroll"
 	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/media"
 	"connector/platform"
+	"connector/platform/nexscope"
 	"connector/registry"
 	"connector/registry/change"
 	"connector/relay"
@@ -156,7 +159,8 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
-		cfg.Nexscope = embeddedNexscope(gen, cfg.Tenants[0].ID)
+		// The generated token, and the default room bound to the one tenant.
+		cfg.Nexscope = &nexscope.Config{Token: gen.NexscopeToken, Rooms: []nexscope.Room{{Name: nexscope.DefaultRoom, Tenant: cfg.Tenants[0].ID}}}
 	} else {
 		var err error
 		if cfg, err = LoadConfig(src.configPath); err != nil {
@@ -181,7 +185,9 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if base == "" { // redis backend: the data directory holds only media
 			base, _ = dataDir(src.dataDir, "", lookup)
 		}
-		cfg.Media.Dir = mediaDir(cfg.Media.Dir, base)
+		if base != "" { // else no media store
+			cfg.Media.Dir = filepath.Join(base, "media")
+		}
 	}
 	if gen != nil {
 		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it
@@ -418,12 +424,17 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, Log: log}))
 	}
 	routes, err := publicRoutes(srv, platforms, mediaRoutes, map[string]http.Handler{"POST /relay/policy": c.relayPolicyHandler()},
-		mh.Routes(), c.credentialRoutes(reg, identity))
+		mh.Routes(), enroll.New(enroll.HandlerConfig{Verifier: identity, Registry: reg, Platforms: platformNames(platforms), Apply: c.live.apply, Log: log,
+			Metrics: gatewayChanges{am}}).Routes())
 	if err != nil {
 		return nil, err
 	}
 	c.publicPatterns = slices.Sorted(maps.Keys(routes))
-	c.handler = newMux(routes)
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
+	}
+	c.handler = mux
 	c.opsHandler = opsMux(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}), &c.draining, platforms)
 	return c, nil
 }
