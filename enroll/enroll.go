@@ -78,11 +78,6 @@ type Config struct {
 	MaxTokenLifetime time.Duration `yaml:"max_token_lifetime"`
 }
 
-// Metrics counts requests: op is relay_enroll or relay_provision, outcome
-// ok or the error class (unauthorized, forbidden, invalid, not_configured,
-// conflict, error).
-type Metrics = change.Metrics
-
 // HandlerConfig configures the Handler.
 type HandlerConfig struct {
 	// Verifier checks identity tokens; nil answers 404 (not configured).
@@ -96,8 +91,10 @@ type HandlerConfig struct {
 	Apply func(ctx context.Context) error
 	// Log receives one line per request; nil discards.
 	Log *slog.Logger
-	// Metrics counts requests; nil discards.
-	Metrics Metrics
+	// Metrics counts requests: op is relay_enroll or relay_provision,
+	// outcome ok or the error class (unauthorized, forbidden, invalid,
+	// not_configured, conflict, rate_limited, error); nil discards.
+	Metrics change.Metrics
 	// Clock is the clock of the provisioning rate limit; nil is
 	// clock.System.
 	Clock clock.Clock
@@ -129,7 +126,7 @@ const maxLimitedTenants = 10_000
 // New returns the Handler.
 func New(cfg HandlerConfig) *Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
-	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, change.Nop{})
+	cfg.Metrics = cmp.Or[change.Metrics](cfg.Metrics, change.Nop{})
 	if cfg.Apply == nil {
 		cfg.Apply = func(context.Context) error { return nil }
 	}
