@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -239,12 +238,6 @@ func loadGenerated(dir string) (*generatedSecrets, error) {
 	return gen, nil
 }
 
-func randomSecret() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
 // newLogger returns the slog logger log configures: text on a terminal,
 // JSON otherwise, unless the format is set. Durations print as "30s" in
 // both formats.
@@ -465,7 +458,7 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 	instance := cfg.Store.Instance
 	if instance == "" {
 		host, _ := os.Hostname()
-		instance = host + "-" + randomSecret()[:8]
+		instance = host + "-" + rand.Text()[:8]
 	}
 	deps.Exclusive = func(ctx context.Context, name string, run func(context.Context) error) error {
 		return store.RunExclusive(ctx, clock.System, st.Leases(), "ingest/"+name, instance, leaseTTL, run)
