@@ -64,3 +64,33 @@ func TestAdminCLIWithoutAdminListenerSaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminCLIEscapesIDsInThePath: an id on the command line is one path
+// segment, whatever it holds: "tenant rm acme/gateways/acme-gw" asks for
+// a tenant of that id (none: 404) instead of deleting acme's gateway, and
+// a "?" does not cut the path short.
+func TestAdminCLIEscapesIDsInThePath(t *testing.T) {
+	reg := registry.New(memStore(t), clock.System)
+	ctx := context.Background()
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.CreateGateway(ctx, "acme", "acme-gw"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := admin.New(admin.Config{Registry: reg, Token: adminToken, Apply: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Setenv(envAdminToken, adminToken)
+	for _, args := range [][]string{{"tenant", "rm", "acme/gateways/acme-gw"}, {"gateway", "rm", "acme", "acme-gw?x=1"}} {
+		if code, _, errOut := runCmd(t, append([]string{"admin", "-url", srv.URL}, args...)...); code != 1 || !strings.Contains(errOut, "404") {
+			t.Errorf("admin %s: exit %d, stderr %q; want 404", strings.Join(args, " "), code, errOut)
+		}
+	}
+	if ok, err := reg.GatewayOf(ctx, "acme", "acme-gw"); err != nil || !ok {
+		t.Fatalf("acme-gw is gone (%v): a command naming another resource deleted it", err)
+	}
+}
