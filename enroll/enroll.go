@@ -14,8 +14,10 @@
 // token gets a fresh one: registry.Provision), binds the body's routeKeys
 // to the tenant on the body's platform and registers (or, when absent,
 // clears) the wake URL. A tenant makes at most its max_gateways gateways,
-// and provisions that create or rotate a gateway are rate-limited per
-// tenant (ProvisionBurst, then one per ProvisionEvery).
+// provisions that create or rotate a gateway are rate-limited per tenant
+// (ProvisionBurst, then one per ProvisionEvery), and every provision of a
+// gateway id spends from its allowance of registry changes
+// (change.Limiter, which its /manage/* and /relay/policy requests share).
 //
 // Answers are JSON: 200 {"secret", "deliveryKey", "tenant", "gatewayId"}
 // (provision adds "routeKeys", the bindings as the connector spells them;
@@ -95,9 +97,13 @@ type HandlerConfig struct {
 	// outcome ok or the error class (unauthorized, forbidden, invalid,
 	// not_configured, conflict, rate_limited, error); nil discards.
 	Metrics change.Metrics
-	// Clock is the clock of the provisioning rate limit; nil is
-	// clock.System.
+	// Clock is the clock of the provisioning rate limit (and of the
+	// Handler's own Limiter); nil is clock.System.
 	Clock clock.Clock
+	// Limiter limits the provisions of each gateway id (change.Limiter,
+	// shared with /manage/* and POST /relay/policy); nil is one of the
+	// Handler's own.
+	Limiter *change.Limiter
 }
 
 // Handler serves the two routes.
@@ -129,6 +135,9 @@ func New(cfg HandlerConfig) *Handler {
 	cfg.Metrics = cmp.Or[change.Metrics](cfg.Metrics, change.Nop{})
 	if cfg.Apply == nil {
 		cfg.Apply = func(context.Context) error { return nil }
+	}
+	if cfg.Limiter == nil {
+		cfg.Limiter = change.NewLimiter(cfg.Clock)
 	}
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "relay credential request", Metrics: cfg.Metrics},
 		changes: keyrate.New(keyrate.Config{Burst: ProvisionBurst, Every: ProvisionEvery, MaxKeys: maxLimitedTenants, Clock: cfg.Clock})}
@@ -311,6 +320,11 @@ func (h *Handler) provision(req *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Even a repeat stores the wake URL and route keys again, which every
+	// instance applies: a gateway credential's changes are limited.
+	if err := h.cfg.Limiter.Check(tenant, body.GatewayID); err != nil {
+		return nil, err
+	}
 	ctx := req.r.Context()
 	secret, outcome, err := h.cfg.Registry.Provision(ctx, tenant, body.GatewayID, req.minter, func() error {
 		if ok, retry := h.changes.Allow(tenant); !ok { // spends one of the tenant's credential changes
@@ -332,6 +346,7 @@ func (h *Handler) provision(req *request) (any, error) {
 	if err := h.cfg.Registry.SetWake(ctx, tenant, body.GatewayID, body.WakeURL); err != nil {
 		return nil, err
 	}
+	h.cfg.Limiter.Spend(tenant, body.GatewayID)
 	return credentials{Secret: secret, Tenant: tenant, GatewayID: body.GatewayID, RouteKeys: keys}, nil
 }
 

@@ -297,7 +297,7 @@ type connector struct {
 	// poker sends the wake pokes; run waits for those under way.
 	poker *wake.Poker
 	// changes limits the registry changes of each gateway credential
-	// (/manage/*, POST /relay/policy).
+	// (/manage/*, POST /relay/policy, POST /relay/provision).
 	changes *change.Limiter
 	// node is this instance among those sharing the redis backend
 	// (internal/cluster); nil for one instance. serveReloading closes it
@@ -418,7 +418,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	}
 	routes, err := publicRoutes(srv, platforms, mediaRoutes, map[string]http.Handler{"POST /relay/policy": c.relayPolicyHandler()},
 		mh.Routes(), enroll.New(enroll.HandlerConfig{Verifier: identity, Registry: reg, Platforms: platformNames(platforms), Apply: c.live.apply, Log: log,
-			Metrics: gatewayChanges{am}}).Routes())
+			Metrics: gatewayChanges{am}, Limiter: c.changes}).Routes())
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,8 @@ import (
 )
 
 // The rate limit of the changes one gateway credential stores on one
-// instance (the /manage/* routes and POST /relay/policy together): every
+// instance (the /manage/* routes, POST /relay/policy and the provisions of
+// its gateway id together): every
 // change tells every instance, which applies the registry again, so one
 // token must not be able to keep the fleet applying. The burst covers a
 // gateway's boot (a policy per fronted platform) and a user's session in
