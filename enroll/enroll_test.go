@@ -500,7 +500,8 @@ func TestRepeatedProvisionsAreRateLimited(t *testing.T) {
 }
 
 // TestLongIDsAreNotEchoed: the ids a caller sends (gatewayId, platform,
-// the wake URL's host) are logged and answered bounded, however long: an
+// the wake URL's host, a route key) are logged and answered bounded,
+// however long: an
 // identity token's holder could otherwise make every request write its
 // 64 KiB body into the log twice (an attribute and the error naming it)
 // and get it back, with no rate limit on a refused request.
@@ -514,6 +515,7 @@ func TestLongIDsAreNotEchoed(t *testing.T) {
 		{"/relay/provision", map[string]any{"gatewayId": long, "platform": "relay"}},
 		{"/relay/provision", map[string]any{"gatewayId": "gw1", "platform": long}},
 		{"/relay/provision", map[string]any{"gatewayId": "gw1", "platform": "relay", "wakeUrl": "https://" + long + ".example/"}},
+		{"/relay/provision", map[string]any{"gatewayId": "gw1", "platform": "discord", "routeKeys": []string{long}}},
 		{"/relay/enroll", map[string]any{"gatewayId": long, "enrollmentToken": "enr_x"}},
 		{"/relay/enroll", map[string]any{"gatewayId": "gw1", "enrollmentToken": "enr_x", "wakeUrl": "https://" + long + ".example/"}},
 	} {

@@ -1061,8 +1061,9 @@ var roomPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)
 // a Discord id or a Telegram chat or user id as the number it spells, a
 // nexscope room name as it is, a principal as one of the policies.
 func CanonicalBinding(b Binding) (Binding, error) {
+	id := textsplit.Truncate(b.ID, 80) // a provision's route key is not bounded before
 	bad := func(want string) (Binding, error) {
-		return Binding{}, fmt.Errorf("%w: %s binding %s %q: want %s", ErrInvalid, b.Platform, b.Kind, b.ID, want)
+		return Binding{}, fmt.Errorf("%w: %s binding %s %q: want %s", ErrInvalid, b.Platform, b.Kind, id, want)
 	}
 	authorKind := b.Kind == platform.BindUser || b.Kind == platform.BindScope || b.Kind == platform.BindDMDefault || b.Kind == platform.BindAllow
 	switch {
