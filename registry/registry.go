@@ -100,9 +100,6 @@ func (t Tenant) checkLimits() error {
 	return nil
 }
 
-// gatewayLimit is the tenant's bound on its gateways.
-func (t Tenant) gatewayLimit() int { return cmp.Or(t.MaxGateways, DefaultMaxGateways) }
-
 // Session holds the knobs of a tenant's gateways that change session
 // keys: the YAML's tenants[].session, and the admin API's. Nil fields are
 // the gateway defaults.
@@ -582,7 +579,7 @@ func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) erro
 			n++
 		}
 	}
-	if limit := t.gatewayLimit(); n >= limit {
+	if limit := cmp.Or(t.MaxGateways, DefaultMaxGateways); n >= limit {
 		return fmt.Errorf("%w: tenant %q has %d gateways, its max_gateways is %d: remove one or raise the bound (connector admin tenant max-gateways)", ErrLimit, tenant, n, limit)
 	}
 	return nil
