@@ -49,12 +49,6 @@ func (c *Config) validatePlatforms() error {
 		}
 		return nil
 	}
-	valid := func(v interface{ Validate() error }) error {
-		if err := v.Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-		return nil
-	}
 	routed := func(key string, ids map[string]string) error { // id -> tenant
 		for _, id := range slices.Sorted(maps.Keys(ids)) {
 			if err := known(fmt.Sprintf("%s[%q]", key, id), ids[id]); err != nil {
@@ -93,6 +87,14 @@ func (c *Config) validatePlatforms() error {
 		}
 	}
 	return cmp.Or(errs...)
+}
+
+// valid is a section's own check (Validate), its error prefixed "config: ".
+func valid(v interface{ Validate() error }) error {
+	if err := v.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
 }
 
 // canonicalIDs rewrites the keys of ids (platform ids mapped to tenants,
