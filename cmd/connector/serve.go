@@ -151,7 +151,12 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if err != nil {
 			return nil, nil, err
 		}
-		if gen, err = loadGenerated(dir); err != nil {
+		// The embedded defaults' secrets, generated on first use.
+		gen = &generatedSecrets{GatewayID: "local", DataDir: dir}
+		if gen.GatewaySecret, err = storedSecret(dir, gatewaySecretFile); err != nil {
+			return nil, nil, err
+		}
+		if gen.NexscopeToken, err = storedSecret(dir, nexscopeTokenFile); err != nil {
 			return nil, nil, err
 		}
 		cfg = &Config{Store: StoreConfig{Path: dir}, Tenants: []TenantConfig{{
@@ -223,20 +228,6 @@ func (e *fileError) Error() string {
 }
 
 func (e *fileError) Unwrap() error { return e.err }
-
-// loadGenerated returns the embedded defaults' secrets from the data
-// directory dir, generating them on first use.
-func loadGenerated(dir string) (*generatedSecrets, error) {
-	var err error
-	gen := &generatedSecrets{GatewayID: "local", DataDir: dir}
-	if gen.GatewaySecret, err = storedSecret(dir, gatewaySecretFile); err != nil {
-		return nil, err
-	}
-	if gen.NexscopeToken, err = storedSecret(dir, nexscopeTokenFile); err != nil {
-		return nil, err
-	}
-	return gen, nil
-}
 
 // newLogger returns the slog logger log configures: text on a terminal,
 // JSON otherwise, unless the format is set. Durations print as "30s" in
@@ -407,8 +398,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 			return nil, err
 		}
 	}
-	if c.tls, err = loadTLS(cfg.TLS); err != nil {
-		return nil, err
+	if t := cfg.TLS; t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: tls: %w", err)
+		}
+		c.tls = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 
 	var mediaRoutes map[string]http.Handler
@@ -472,18 +467,6 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 	deps.Cluster = node
 	log.Info("sharing the store with other instances", "instance", instance, "lease_ttl", leaseTTL)
 	return deps, nil
-}
-
-// loadTLS loads the tls section's certificate; nil when none is set.
-func loadTLS(c TLSConfig) (*tls.Config, error) {
-	if c.CertFile == "" {
-		return nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("config: tls: %w", err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}}, nil
 }
 
 // serveReloading builds the connector cfg describes and runs it until ctx
