@@ -52,10 +52,8 @@ import (
 
 // Metrics counts admin requests.
 type Metrics interface {
-	// AdminChange counts one change request: op names the route, outcome
-	// is "ok" or the error class (invalid, not_found, exists, declared,
-	// conflict, error).
-	AdminChange(op, outcome string)
+	// AdminChange counts one change request (change.Metrics).
+	change.Metrics
 	// AdminRefused counts a request refused for its token.
 	AdminRefused()
 }

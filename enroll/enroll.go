@@ -14,8 +14,10 @@
 // token gets a fresh one: registry.Provision), binds the body's routeKeys
 // to the tenant on the body's platform and registers (or, when absent,
 // clears) the wake URL. A tenant makes at most its max_gateways gateways,
-// and provisions that create or rotate a gateway are rate-limited per
-// tenant (ProvisionBurst, then one per ProvisionEvery).
+// provisions that create or rotate a gateway are rate-limited per tenant
+// (ProvisionBurst, then one per ProvisionEvery), and every provision of a
+// gateway id spends from its allowance of registry changes
+// (change.Limiter, which its /manage/* and /relay/policy requests share).
 //
 // Answers are JSON: 200 {"secret", "deliveryKey", "tenant", "gatewayId"}
 // (provision adds "routeKeys", the bindings as the connector spells them;
@@ -78,11 +80,6 @@ type Config struct {
 	MaxTokenLifetime time.Duration `yaml:"max_token_lifetime"`
 }
 
-// Metrics counts requests: op is relay_enroll or relay_provision, outcome
-// ok or the error class (unauthorized, forbidden, invalid, not_configured,
-// conflict, error).
-type Metrics = change.Metrics
-
 // HandlerConfig configures the Handler.
 type HandlerConfig struct {
 	// Verifier checks identity tokens; nil answers 404 (not configured).
@@ -96,11 +93,17 @@ type HandlerConfig struct {
 	Apply func(ctx context.Context) error
 	// Log receives one line per request; nil discards.
 	Log *slog.Logger
-	// Metrics counts requests; nil discards.
-	Metrics Metrics
-	// Clock is the clock of the provisioning rate limit; nil is
-	// clock.System.
+	// Metrics counts requests: op is relay_enroll or relay_provision,
+	// outcome ok or the error class (unauthorized, forbidden, invalid,
+	// not_configured, conflict, rate_limited, error); nil discards.
+	Metrics change.Metrics
+	// Clock is the clock of the provisioning rate limit (and of the
+	// Handler's own Limiter); nil is clock.System.
 	Clock clock.Clock
+	// Limiter limits the provisions of each gateway id (change.Limiter,
+	// shared with /manage/* and POST /relay/policy); nil is one of the
+	// Handler's own.
+	Limiter *change.Limiter
 }
 
 // Handler serves the two routes.
@@ -129,9 +132,12 @@ const maxLimitedTenants = 10_000
 // New returns the Handler.
 func New(cfg HandlerConfig) *Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
-	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, change.Nop{})
+	cfg.Metrics = cmp.Or[change.Metrics](cfg.Metrics, change.Nop{})
 	if cfg.Apply == nil {
 		cfg.Apply = func(context.Context) error { return nil }
+	}
+	if cfg.Limiter == nil {
+		cfg.Limiter = change.NewLimiter(cfg.Clock)
 	}
 	return &Handler{cfg: cfg, rec: change.Recorder{Apply: cfg.Apply, Log: cfg.Log, Line: "relay credential request", Metrics: cfg.Metrics},
 		changes: keyrate.New(keyrate.Config{Burst: ProvisionBurst, Every: ProvisionEvery, MaxKeys: maxLimitedTenants, Clock: cfg.Clock})}
@@ -212,26 +218,11 @@ func (h *Handler) authenticate(req *request) error {
 	return nil
 }
 
-// rateLimited is a provision refused by the tenant's rate limit: 429 with
-// Retry-After.
-type rateLimited struct{ retry time.Duration }
-
-func (e *rateLimited) Error() string {
-	return fmt.Sprintf("this tenant is creating or rotating gateways too fast (%d at once, then one per %v); retry after %v",
-		ProvisionBurst, ProvisionEvery, max(time.Second, e.retry.Round(time.Second)))
-}
-
 // classify is the answer to err where this API's contract differs from
 // change.Outcome's: a bad enrollment token and a tenant not onboarded are
-// forbidden, a conflict of any kind is one outcome, a rate limit is its
-// own.
+// forbidden, a conflict of any kind is one outcome.
 func classify(err error) error {
-	var limited *rateLimited
 	switch {
-	case errors.As(err, &limited):
-		r := change.Refuse(http.StatusTooManyRequests, "rate_limited", "%v", err)
-		r.RetryAfter = limited.retry
-		return r
 	case errors.Is(err, registry.ErrEnrollToken):
 		return change.Refuse(http.StatusForbidden, "forbidden", "%v", err)
 	case errors.Is(err, registry.ErrNotFound):
@@ -329,10 +320,15 @@ func (h *Handler) provision(req *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Even a repeat stores the wake URL and route keys again, which every
+	// instance applies: a gateway credential's changes are limited.
+	if err := h.cfg.Limiter.Check(tenant, body.GatewayID); err != nil {
+		return nil, err
+	}
 	ctx := req.r.Context()
 	secret, outcome, err := h.cfg.Registry.Provision(ctx, tenant, body.GatewayID, req.minter, func() error {
 		if ok, retry := h.changes.Allow(tenant); !ok { // spends one of the tenant's credential changes
-			return &rateLimited{retry: retry}
+			return change.TooFast("this tenant is creating or rotating gateways", ProvisionBurst, ProvisionEvery, retry)
 		}
 		return nil
 	})
@@ -350,6 +346,7 @@ func (h *Handler) provision(req *request) (any, error) {
 	if err := h.cfg.Registry.SetWake(ctx, tenant, body.GatewayID, body.WakeURL); err != nil {
 		return nil, err
 	}
+	h.cfg.Limiter.Spend(tenant, body.GatewayID)
 	return credentials{Secret: secret, Tenant: tenant, GatewayID: body.GatewayID, RouteKeys: keys}, nil
 }
 

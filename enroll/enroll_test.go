@@ -21,6 +21,7 @@ import (
 	"connector/idtoken/idtokentest"
 	"connector/internal/clock/clocktest"
 	"connector/registry"
+	"connector/registry/change"
 	"connector/store"
 )
 
@@ -467,8 +468,40 @@ func TestProvisionRateLimit(t *testing.T) {
 	}
 }
 
+// TestRepeatedProvisionsAreRateLimited: a provision of an existing
+// gateway with the token its secret was minted for creates and rotates
+// nothing (the provisioning limit lets it through), but stores the wake
+// URL and route keys again, which has every instance apply the registry.
+// So the provisions of one gateway id share a gateway credential's
+// allowance of registry changes (change.Limiter: change.GatewayBurst at
+// once, then one per change.GatewayEvery), answered 429 beyond it with
+// nothing applied. Before, one identity token could repeat a provision
+// without end, each one applied on every instance.
+func TestRepeatedProvisionsAreRateLimited(t *testing.T) {
+	r := newRig(t, true)
+	id := identity(t, "acme")
+	for i := range change.GatewayBurst {
+		if code, got := r.post(t, "/relay/provision", id, provisionBody("gw", "discord", "")); code != http.StatusOK {
+			t.Fatalf("provision %d: %d %v", i+1, code, got)
+		}
+	}
+	applied := r.applied
+	if code, got := r.post(t, "/relay/provision", id, provisionBody("gw", "discord", "")); code != http.StatusTooManyRequests ||
+		!strings.Contains(fmt.Sprint(got["error"]), "retry after") || r.applied != applied {
+		t.Fatalf("provision past the allowance: %d %v, %d applies; want 429 and none", code, got, r.applied-applied)
+	}
+	if code, got := r.post(t, "/relay/provision", id, provisionBody("gw-other", "discord", "")); code != http.StatusOK {
+		t.Fatalf("another gateway id meanwhile: %d %v, want 200", code, got)
+	}
+	r.clk.Advance(change.GatewayEvery)
+	if code, got := r.post(t, "/relay/provision", id, provisionBody("gw", "discord", "")); code != http.StatusOK {
+		t.Fatalf("after %v: %d %v, want 200", change.GatewayEvery, code, got)
+	}
+}
+
 // TestLongIDsAreNotEchoed: the ids a caller sends (gatewayId, platform,
-// the wake URL's host) are logged and answered bounded, however long: an
+// the wake URL's host, a route key) are logged and answered bounded,
+// however long: an
 // identity token's holder could otherwise make every request write its
 // 64 KiB body into the log twice (an attribute and the error naming it)
 // and get it back, with no rate limit on a refused request.
@@ -482,6 +515,7 @@ func TestLongIDsAreNotEchoed(t *testing.T) {
 		{"/relay/provision", map[string]any{"gatewayId": long, "platform": "relay"}},
 		{"/relay/provision", map[string]any{"gatewayId": "gw1", "platform": long}},
 		{"/relay/provision", map[string]any{"gatewayId": "gw1", "platform": "relay", "wakeUrl": "https://" + long + ".example/"}},
+		{"/relay/provision", map[string]any{"gatewayId": "gw1", "platform": "discord", "routeKeys": []string{long}}},
 		{"/relay/enroll", map[string]any{"gatewayId": long, "enrollmentToken": "enr_x"}},
 		{"/relay/enroll", map[string]any{"gatewayId": "gw1", "enrollmentToken": "enr_x", "wakeUrl": "https://" + long + ".example/"}},
 	} {

@@ -60,10 +60,6 @@ type Authenticator interface {
 	Authenticate(header string) (tenant, gatewayID string, err error)
 }
 
-// Metrics counts management changes: op names the route (manage_link, …,
-// link_redeem), outcome is "ok" or the error class.
-type Metrics = change.Metrics
-
 // Config configures the Handler.
 type Config struct {
 	// Registry is where changes go.
@@ -88,8 +84,9 @@ type Config struct {
 	Locator func(platformName string) platform.ScopeLocator
 	// Log receives one line per change; nil discards.
 	Log *slog.Logger
-	// Metrics counts changes; nil discards.
-	Metrics Metrics
+	// Metrics counts changes, op naming the route (manage_link, …,
+	// link_redeem); nil discards.
+	Metrics change.Metrics
 	// Limiter limits the changes each gateway stores (change.Limiter,
 	// shared with POST /relay/policy); nil is one of the Handler's own.
 	Limiter *change.Limiter
@@ -109,7 +106,7 @@ var _ platform.Linker = (*Handler)(nil)
 // New returns the handler.
 func New(cfg Config) *Handler {
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
-	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, change.Nop{})
+	cfg.Metrics = cmp.Or[change.Metrics](cfg.Metrics, change.Nop{})
 	if cfg.Limiter == nil {
 		cfg.Limiter = change.NewLimiter(nil)
 	}

@@ -199,7 +199,8 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 	case g.Tenant != tenant:
 		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
 	case g.Origin != "" && g.Origin != OriginProvision:
-		return "", "", fmt.Errorf("%w: gateway id %q was made by the %s, not by provision; its secret is not handed out again (rotate it with the admin API)", ErrConflict, id, originName(g.Origin))
+		return "", "", fmt.Errorf("%w: gateway id %q was made by the %s, not by provision; its secret is not handed out again (rotate it with the admin API)", ErrConflict, id,
+			cmp.Or(map[string]string{OriginEnroll: "enrollment"}[g.Origin], "admin API"))
 	}
 	live := g.liveSecrets(r.clock.Now())
 	if len(live) > 0 && live[0].Minter != "" && subtle.ConstantTimeCompare([]byte(live[0].Minter), []byte(minter)) == 1 {
@@ -216,14 +217,6 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 // MinterOf is the digest Provision keeps of the identity token a secret
 // was minted for: its SHA-256, so the store never holds the token.
 func MinterOf(identityToken string) string { return tokenKey(identityToken) }
-
-// originName names an origin in an error.
-func originName(origin string) string {
-	if origin == OriginEnroll {
-		return "enrollment"
-	}
-	return "admin API"
-}
 
 // tokenKey is the store key of an enrollment token or a link code: its
 // SHA-256, so the store never holds one that could be redeemed.

@@ -100,9 +100,6 @@ func (t Tenant) checkLimits() error {
 	return nil
 }
 
-// gatewayLimit is the tenant's bound on its gateways.
-func (t Tenant) gatewayLimit() int { return cmp.Or(t.MaxGateways, DefaultMaxGateways) }
-
 // Session holds the knobs of a tenant's gateways that change session
 // keys: the YAML's tenants[].session, and the admin API's. Nil fields are
 // the gateway defaults.
@@ -582,7 +579,7 @@ func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) erro
 			n++
 		}
 	}
-	if limit := t.gatewayLimit(); n >= limit {
+	if limit := cmp.Or(t.MaxGateways, DefaultMaxGateways); n >= limit {
 		return fmt.Errorf("%w: tenant %q has %d gateways, its max_gateways is %d: remove one or raise the bound (connector admin tenant max-gateways)", ErrLimit, tenant, n, limit)
 	}
 	return nil
@@ -1061,8 +1058,9 @@ var roomPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,32}$`)
 // a Discord id or a Telegram chat or user id as the number it spells, a
 // nexscope room name as it is, a principal as one of the policies.
 func CanonicalBinding(b Binding) (Binding, error) {
+	id := textsplit.Truncate(b.ID, 80) // a provision's route key is not bounded before
 	bad := func(want string) (Binding, error) {
-		return Binding{}, fmt.Errorf("%w: %s binding %s %q: want %s", ErrInvalid, b.Platform, b.Kind, b.ID, want)
+		return Binding{}, fmt.Errorf("%w: %s binding %s %q: want %s", ErrInvalid, b.Platform, b.Kind, id, want)
 	}
 	authorKind := b.Kind == platform.BindUser || b.Kind == platform.BindScope || b.Kind == platform.BindDMDefault || b.Kind == platform.BindAllow
 	switch {

@@ -17,6 +17,23 @@ import (
 // 0s" says the previous secrets end now, not that they "stay valid until"
 // this instant; with a grace it says until when.
 func TestAdminCLIRotateWithoutGraceSaysTheOldSecretsEnded(t *testing.T) {
+	_, srv := adminCLIRig(t)
+	code, out, errOut := runCmd(t, "admin", "-url", srv.URL, "gateway", "rotate", "acme", "acme-gw", "0s")
+	if code != 0 || !strings.Contains(out, "GATEWAY_RELAY_SECRET=") ||
+		errOut != "the previous secrets are no longer valid: an upgrade signed with one is refused (4401) from now on; open sockets stay until they reconnect\n" {
+		t.Fatalf("rotate 0s: exit %d\nstdout %q\nstderr %q", code, out, errOut)
+	}
+	code, _, errOut = runCmd(t, "admin", "-url", srv.URL, "gateway", "rotate", "acme", "acme-gw", "10m")
+	until, err := time.Parse(time.RFC3339, strings.TrimSpace(strings.TrimPrefix(errOut, "the previous secrets stay valid until ")))
+	if code != 0 || err != nil || until.Before(time.Now().Add(9*time.Minute)) {
+		t.Fatalf("rotate 10m: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// adminCLIRig serves an admin API on a registry holding tenant acme and
+// its gateway acme-gw, with $CONNECTOR_ADMIN_TOKEN set for the CLI.
+func adminCLIRig(t *testing.T) (*registry.Registry, *httptest.Server) {
+	t.Helper()
 	reg := registry.New(memStore(t), clock.System)
 	ctx := context.Background()
 	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
@@ -32,17 +49,7 @@ func TestAdminCLIRotateWithoutGraceSaysTheOldSecretsEnded(t *testing.T) {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	t.Setenv(envAdminToken, adminToken)
-
-	code, out, errOut := runCmd(t, "admin", "-url", srv.URL, "gateway", "rotate", "acme", "acme-gw", "0s")
-	if code != 0 || !strings.Contains(out, "GATEWAY_RELAY_SECRET=") ||
-		errOut != "the previous secrets are no longer valid: an upgrade signed with one is refused (4401) from now on; open sockets stay until they reconnect\n" {
-		t.Fatalf("rotate 0s: exit %d\nstdout %q\nstderr %q", code, out, errOut)
-	}
-	code, _, errOut = runCmd(t, "admin", "-url", srv.URL, "gateway", "rotate", "acme", "acme-gw", "10m")
-	until, err := time.Parse(time.RFC3339, strings.TrimSpace(strings.TrimPrefix(errOut, "the previous secrets stay valid until ")))
-	if code != 0 || err != nil || until.Before(time.Now().Add(9*time.Minute)) {
-		t.Fatalf("rotate 10m: exit %d, stderr %q", code, errOut)
-	}
+	return reg, srv
 }
 
 // TestAdminCLIWithoutAdminListenerSaysWhy: pointed at an address where
@@ -62,5 +69,21 @@ func TestAdminCLIWithoutAdminListenerSaysWhy(t *testing.T) {
 			!strings.Contains(errOut, "-url or $CONNECTOR_ADMIN_URL") {
 			t.Errorf("admin %s: exit %d, stderr %q", args[0], code, errOut)
 		}
+	}
+}
+
+// TestAdminCLIEscapesIDsInThePath: an id on the command line is one path
+// segment, whatever it holds: "tenant rm acme/gateways/acme-gw" asks for
+// a tenant of that id (none: 404) instead of deleting acme's gateway, and
+// a "?" does not cut the path short.
+func TestAdminCLIEscapesIDsInThePath(t *testing.T) {
+	reg, srv := adminCLIRig(t)
+	for _, args := range [][]string{{"tenant", "rm", "acme/gateways/acme-gw"}, {"gateway", "rm", "acme", "acme-gw?x=1"}} {
+		if code, _, errOut := runCmd(t, append([]string{"admin", "-url", srv.URL}, args...)...); code != 1 || !strings.Contains(errOut, "404") {
+			t.Errorf("admin %s: exit %d, stderr %q; want 404", strings.Join(args, " "), code, errOut)
+		}
+	}
+	if ok, err := reg.GatewayOf(context.Background(), "acme", "acme-gw"); err != nil || !ok {
+		t.Fatalf("acme-gw is gone (%v): a command naming another resource deleted it", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/user"
 	"strconv"
@@ -108,8 +109,8 @@ func adminRequest(args []string) (adminCall, error) {
 		sub += " " + args[1]
 		args = args[1:]
 	}
-	tenant := tenants + "/" + at(args, 1)
-	gateway := tenant + "/gateways/" + at(args, 2)
+	tenant := tenants + "/" + url.PathEscape(at(args, 1)) // an id is one path segment
+	gateway := tenant + "/gateways/" + url.PathEscape(at(args, 2))
 	// optional is the count check of a subcommand whose last argument,
 	// the want-th, may be left out.
 	optional := func(want int) error {

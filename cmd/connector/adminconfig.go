@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -72,13 +71,6 @@ func (a *AdminConfig) validate() error {
 	return nil
 }
 
-// loopbackOnly reports whether addr, a listener's bound address, is
-// reachable from this host only.
-func loopbackOnly(addr net.Addr) bool {
-	ap, err := netip.ParseAddrPort(addr.String())
-	return err == nil && ap.Addr().IsLoopback()
-}
-
 // serveAdmin starts the admin listener when admin.listen is set and
 // returns its address ("" when off) and how to stop it.
 func (c *connector) serveAdmin() (addr string, stop func(), err error) {
@@ -89,7 +81,7 @@ func (c *connector) serveAdmin() (addr string, stop func(), err error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if !loopbackOnly(ln.Addr()) {
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err != nil || !ap.Addr().IsLoopback() { // reachable from other hosts
 		c.log.Warn("admin API listening on a non-loopback address: anyone who can reach it may try the admin token, and a token that works changes every tenant; keep admin.listen on loopback (127.0.0.1) or a private network behind a firewall",
 			"addr", ln.Addr().String())
 	}
@@ -132,7 +124,11 @@ func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
 				c.log.Error("SIGHUP: config not reloaded; the running one stays", "err", err)
 				continue
 			}
-			if err := c.live.reload(ctx, cfg); err != nil {
+			err = c.live.reg.SetDeclared(cfg.declared())
+			if err == nil {
+				err = c.live.apply(ctx)
+			}
+			if err != nil {
 				c.live.metrics.reloads.WithLabelValues(reloadNotApplied).Inc()
 				c.log.Error("SIGHUP: config read but not applied", "err", err)
 				continue

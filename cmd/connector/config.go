@@ -336,7 +336,7 @@ func (c *Config) Validate() error {
 		return errors.New("config: tls: cert_file and key_file must be set together")
 	}
 	// The first failing section, in this order, is reported.
-	return cmp.Or(c.validateHTTP(), c.Admin.validate(), c.distinctListeners(), c.validateMedia(), nonNegative("relay", &c.Relay),
+	return cmp.Or(c.validateHTTP(), c.Admin.validate(), c.distinctListeners(), nonNegative("media", &c.Media), valid(c.Media), nonNegative("relay", &c.Relay),
 		nonNegative("enroll", &c.Enroll), c.Store.validate(), c.validateTenants(), c.validatePlatforms())
 }
 

@@ -17,11 +17,8 @@ type configKey struct {
 	Key string
 	// Env is the variable that sets it; empty for a section (its keys have
 	// variables) and for a key inside a list item or a map entry (the
-	// list's or map's variable sets it whole: see Within).
+	// list's or map's variable sets it whole).
 	Env string
-	// Within is the list or map key whose variable sets this key, for a
-	// key inside a list item or a map entry.
-	Within string
 	// owner is the struct type declaring the key, field its field.
 	owner reflect.Type
 	field reflect.StructField
@@ -58,7 +55,7 @@ func configKeys() []configKey {
 			if tag == "" || tag == "-" || !f.IsExported() {
 				continue
 			}
-			k := configKey{Key: prefix + tag, Within: within, owner: t, field: f}
+			k := configKey{Key: prefix + tag, owner: t, field: f}
 			if within == "" {
 				k.index = append(append([]int(nil), index...), i)
 				if !k.isSection() {

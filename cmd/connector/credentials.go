@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"log/slog"
-	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -14,9 +13,9 @@ import (
 	"connector/wake"
 )
 
-// This file wires the Hermes gateway's credential routes (POST
-// /relay/enroll, POST /relay/provision; package enroll) and the wake poke
-// (package wake) into the connector.
+// This file wires the identity tokens of the Hermes gateway's credential
+// routes (POST /relay/enroll, POST /relay/provision; package enroll, which
+// build mounts) and the wake poke (package wake) into the connector.
 
 // identityVerifier returns the verifier of the enroll section's identity
 // tokens, nil when enroll.public_key_file is unset. build makes one and
@@ -35,13 +34,6 @@ func identityVerifier(ec enroll.Config) (*idtoken.Verifier, error) {
 		return nil, fmt.Errorf("config: enroll.public_key_file: %w", err)
 	}
 	return v, nil
-}
-
-// credentialRoutes returns the enroll package's routes for the public mux,
-// verifying identity tokens with v (nil: the routes answer 404).
-func (c *connector) credentialRoutes(reg *registry.Registry, v *idtoken.Verifier) map[string]http.Handler {
-	h := enroll.New(enroll.HandlerConfig{Verifier: v, Registry: reg, Platforms: platformNames(c.platforms), Apply: c.live.apply, Log: c.log, Metrics: gatewayChanges{c.live.metrics}})
-	return h.Routes()
 }
 
 // newPoker returns the wake poker of a connector on st: its cooldown is

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -60,7 +61,7 @@ func storedSecret(dir, name string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("data directory: %w", err)
 	}
-	secret := randomSecret()
+	secret := rand.Text() // 128 random bits
 	err := writeFile(path, os.Link, func(f *os.File) error {
 		_, err := f.WriteString(secret + "\n")
 		return err

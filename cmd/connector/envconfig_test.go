@@ -50,7 +50,7 @@ func TestEveryKeyVariableSetsItsKey(t *testing.T) {
 	seen := map[string]string{}
 	for _, k := range keys {
 		if k.Env == "" {
-			if k.Within == "" && !k.isSection() {
+			if k.index != nil && !k.isSection() { // index is nil within a list or map
 				t.Errorf("key %s has no variable and is in no list or map", k.Key)
 			}
 			continue

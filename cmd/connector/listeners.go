@@ -106,15 +106,6 @@ func publicRoutes(relayHandler http.Handler, platforms []platform.Platform, extr
 	return routes, nil
 }
 
-// newMux returns a ServeMux serving routes.
-func newMux(routes map[string]http.Handler) *http.ServeMux {
-	mux := http.NewServeMux()
-	for pattern, h := range routes {
-		mux.Handle(pattern, h)
-	}
-	return mux
-}
-
 // opsMux serves the operations routes.
 func opsMux(metrics http.Handler, draining *atomic.Bool, platforms []platform.Platform) *http.ServeMux {
 	mux := http.NewServeMux()
@@ -145,7 +136,12 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 // ready, 503 otherwise; for alerting, not for readiness.
 func statusHandler(platforms []platform.Platform, draining *atomic.Bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		status, ready := platformStatus(platforms)
+		status, ready := make(map[string]platform.Status, len(platforms)), true // every platform's, and whether all are ready
+		for _, p := range platforms {
+			st := p.Status()
+			status[p.Name()] = st
+			ready = ready && st.Ready
+		}
 		drain := draining != nil && draining.Load()
 		if draining != nil {
 			ready = !drain
@@ -160,16 +156,4 @@ func statusHandler(platforms []platform.Platform, draining *atomic.Bool) http.Ha
 			Platforms map[string]platform.Status `json:"platforms"`
 		}{ready, drain, status})
 	})
-}
-
-// platformStatus returns every platform's status and whether all are ready.
-func platformStatus(platforms []platform.Platform) (map[string]platform.Status, bool) {
-	status := make(map[string]platform.Status, len(platforms))
-	all := true
-	for _, p := range platforms {
-		st := p.Status()
-		status[p.Name()] = st
-		all = all && st.Ready
-	}
-	return status, all
 }

@@ -274,14 +274,6 @@ func (l *live) stop() {
 	l.schedule(time.Time{})
 }
 
-// reload replaces the declared layer with cfg's (SIGHUP) and applies it.
-func (l *live) reload(ctx context.Context, cfg *Config) error {
-	if err := l.reg.SetDeclared(cfg.declared()); err != nil {
-		return err
-	}
-	return l.apply(ctx)
-}
-
 // sessionKeys is the platforms' session-key function, following each
 // tenant's session settings as the registry changes them.
 type sessionKeys struct {

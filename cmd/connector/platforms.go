@@ -22,15 +22,6 @@ func init() {
 	eventOutcomes["whatsapp_cloud"] = whatsapp.NormalizeFixture
 }
 
-// embeddedNexscope is the nexscope section of the embedded defaults: the
-// generated token, and the default room bound to the one tenant.
-func embeddedNexscope(gen *generatedSecrets, tenant string) *nexscope.Config {
-	return &nexscope.Config{
-		Token: gen.NexscopeToken,
-		Rooms: []nexscope.Room{{Name: nexscope.DefaultRoom, Tenant: tenant}},
-	}
-}
-
 // normalizePlatforms rewrites the guild and chat ids of the platform
 // sections to the numbers they spell; one id under two spellings is an
 // error.
@@ -55,12 +46,6 @@ func (c *Config) validatePlatforms() error {
 	known := func(key, tenant string) error {
 		if tenant != "" && !tenants[tenant] {
 			return fmt.Errorf("config: %s: tenant %q is not defined in tenants", key, tenant)
-		}
-		return nil
-	}
-	valid := func(v interface{ Validate() error }) error {
-		if err := v.Validate(); err != nil {
-			return fmt.Errorf("config: %w", err)
 		}
 		return nil
 	}
@@ -102,6 +87,14 @@ func (c *Config) validatePlatforms() error {
 		}
 	}
 	return cmp.Or(errs...)
+}
+
+// valid is a section's own check (Validate), its error prefixed "config: ".
+func valid(v interface{ Validate() error }) error {
+	if err := v.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
 }
 
 // canonicalIDs rewrites the keys of ids (platform ids mapped to tenants,

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,10 +28,12 @@ import (
 
 	"connector/admin"
 	"connector/contract"
+	"connector/enroll"
 	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/media"
 	"connector/platform"
+	"connector/platform/nexscope"
 	"connector/registry"
 	"connector/registry/change"
 	"connector/relay"
@@ -149,14 +151,20 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if err != nil {
 			return nil, nil, err
 		}
-		if gen, err = loadGenerated(dir); err != nil {
+		// The embedded defaults' secrets, generated on first use.
+		gen = &generatedSecrets{GatewayID: "local", DataDir: dir}
+		if gen.GatewaySecret, err = storedSecret(dir, gatewaySecretFile); err != nil {
+			return nil, nil, err
+		}
+		if gen.NexscopeToken, err = storedSecret(dir, nexscopeTokenFile); err != nil {
 			return nil, nil, err
 		}
 		cfg = &Config{Store: StoreConfig{Path: dir}, Tenants: []TenantConfig{{
 			ID:       "local",
 			Gateways: []GatewayConfig{{ID: gen.GatewayID, Secrets: []string{gen.GatewaySecret}}},
 		}}}
-		cfg.Nexscope = embeddedNexscope(gen, cfg.Tenants[0].ID)
+		// The generated token, and the default room bound to the one tenant.
+		cfg.Nexscope = &nexscope.Config{Token: gen.NexscopeToken, Rooms: []nexscope.Room{{Name: nexscope.DefaultRoom, Tenant: cfg.Tenants[0].ID}}}
 	} else {
 		var err error
 		if cfg, err = LoadConfig(src.configPath); err != nil {
@@ -181,7 +189,9 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 		if base == "" { // redis backend: the data directory holds only media
 			base, _ = dataDir(src.dataDir, "", lookup)
 		}
-		cfg.Media.Dir = mediaDir(cfg.Media.Dir, base)
+		if base != "" { // else no media store
+			cfg.Media.Dir = filepath.Join(base, "media")
+		}
 	}
 	if gen != nil {
 		gen.NexscopeToken = cfg.Nexscope.Token // as the environment left it
@@ -218,26 +228,6 @@ func (e *fileError) Error() string {
 }
 
 func (e *fileError) Unwrap() error { return e.err }
-
-// loadGenerated returns the embedded defaults' secrets from the data
-// directory dir, generating them on first use.
-func loadGenerated(dir string) (*generatedSecrets, error) {
-	var err error
-	gen := &generatedSecrets{GatewayID: "local", DataDir: dir}
-	if gen.GatewaySecret, err = storedSecret(dir, gatewaySecretFile); err != nil {
-		return nil, err
-	}
-	if gen.NexscopeToken, err = storedSecret(dir, nexscopeTokenFile); err != nil {
-		return nil, err
-	}
-	return gen, nil
-}
-
-func randomSecret() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
 
 // newLogger returns the slog logger log configures: text on a terminal,
 // JSON otherwise, unless the format is set. Durations print as "30s" in
@@ -298,7 +288,7 @@ type connector struct {
 	// poker sends the wake pokes; run waits for those under way.
 	poker *wake.Poker
 	// changes limits the registry changes of each gateway credential
-	// (/manage/*, POST /relay/policy).
+	// (/manage/*, POST /relay/policy, POST /relay/provision).
 	changes *change.Limiter
 	// node is this instance among those sharing the redis backend
 	// (internal/cluster); nil for one instance. serveReloading closes it
@@ -408,8 +398,12 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 			return nil, err
 		}
 	}
-	if c.tls, err = loadTLS(cfg.TLS); err != nil {
-		return nil, err
+	if t := cfg.TLS; t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("config: tls: %w", err)
+		}
+		c.tls = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
 
 	var mediaRoutes map[string]http.Handler
@@ -418,12 +412,17 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, Log: log}))
 	}
 	routes, err := publicRoutes(srv, platforms, mediaRoutes, map[string]http.Handler{"POST /relay/policy": c.relayPolicyHandler()},
-		mh.Routes(), c.credentialRoutes(reg, identity))
+		mh.Routes(), enroll.New(enroll.HandlerConfig{Verifier: identity, Registry: reg, Platforms: platformNames(platforms), Apply: c.live.apply, Log: log,
+			Metrics: gatewayChanges{am}, Limiter: c.changes}).Routes())
 	if err != nil {
 		return nil, err
 	}
 	c.publicPatterns = slices.Sorted(maps.Keys(routes))
-	c.handler = newMux(routes)
+	mux := http.NewServeMux()
+	for pattern, h := range routes {
+		mux.Handle(pattern, h)
+	}
+	c.handler = mux
 	c.opsHandler = opsMux(promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}), &c.draining, platforms)
 	return c, nil
 }
@@ -454,7 +453,7 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 	instance := cfg.Store.Instance
 	if instance == "" {
 		host, _ := os.Hostname()
-		instance = host + "-" + randomSecret()[:8]
+		instance = host + "-" + rand.Text()[:8]
 	}
 	deps.Exclusive = func(ctx context.Context, name string, run func(context.Context) error) error {
 		return store.RunExclusive(ctx, clock.System, st.Leases(), "ingest/"+name, instance, leaseTTL, run)
@@ -468,18 +467,6 @@ func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKe
 	deps.Cluster = node
 	log.Info("sharing the store with other instances", "instance", instance, "lease_ttl", leaseTTL)
 	return deps, nil
-}
-
-// loadTLS loads the tls section's certificate; nil when none is set.
-func loadTLS(c TLSConfig) (*tls.Config, error) {
-	if c.CertFile == "" {
-		return nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("config: tls: %w", err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}}, nil
 }
 
 // serveReloading builds the connector cfg describes and runs it until ctx

@@ -11,7 +11,8 @@ import (
 )
 
 // The rate limit of the changes one gateway credential stores on one
-// instance (the /manage/* routes and POST /relay/policy together): every
+// instance (the /manage/* routes, POST /relay/policy and the provisions of
+// its gateway id together): every
 // change tells every instance, which applies the registry again, so one
 // token must not be able to keep the fleet applying. The burst covers a
 // gateway's boot (a policy per fronted platform) and a user's session in
@@ -44,13 +45,18 @@ func key(tenant, gateway string) string { return tenant + "\x00" + gateway }
 // Check returns, when gateway of tenant has spent its allowance, a
 // Refusal: 429, outcome rate_limited, with RetryAfter.
 func (l *Limiter) Check(tenant, gateway string) error {
-	ok, retry := l.keys.Check(key(tenant, gateway))
-	if ok {
-		return nil
+	if ok, retry := l.keys.Check(key(tenant, gateway)); !ok {
+		return TooFast("this gateway is changing the registry", GatewayBurst, GatewayEvery, retry)
 	}
+	return nil
+}
+
+// TooFast is the Refusal of a rate limit of burst at once, then one per
+// every: 429, outcome rate_limited, with RetryAfter (retry, in whole
+// seconds, at least one); who names what went too fast.
+func TooFast(who string, burst int, every, retry time.Duration) *Refusal {
 	retry = max(time.Second, retry.Round(time.Second))
-	r := Refuse(http.StatusTooManyRequests, "rate_limited", "this gateway is changing the registry too fast (%d at once, then one per %v); retry after %v",
-		GatewayBurst, GatewayEvery, retry)
+	r := Refuse(http.StatusTooManyRequests, "rate_limited", "%s too fast (%d at once, then one per %v); retry after %v", who, burst, every, retry)
 	r.RetryAfter = retry
 	return r
 }
