@@ -293,7 +293,8 @@ func (s *streams) accept() {
 }
 
 // read checks an incoming stream's hello and dispatches its messages until
-// it ends, breaks the framing, or is silent for streamReadBeats.
+// it ends, breaks the framing, carries a message that names another sender
+// than the hello (or a bundle), or is silent for streamReadBeats.
 func (s *streams) read(conn net.Conn) {
 	_ = conn.SetReadDeadline(time.Now().Add(s.beats(cluster.LostBeats)))
 	br := bufio.NewReaderSize(conn, 64<<10)
@@ -310,6 +311,10 @@ func (s *streams) read(conn net.Conn) {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.cl.p.deps.Log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)
 			}
+			return
+		}
+		if sender := cluster.Sender(msg); sender != from {
+			s.cl.p.deps.Log.Warn("nexscope stream from another instance closed: a message named another sender", "instance", from, "sender", sender)
 			return
 		}
 		if held != nil {

@@ -1,0 +1,105 @@
+package nexscope
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/internal/cluster"
+	"connector/internal/redistest"
+)
+
+// streamAddr waits for in's stream listener and returns its address.
+func streamAddr(t testing.TB, in *instance) string {
+	t.Helper()
+	s := in.p.cluster.streams
+	var addr string
+	waitFor(t, "the stream listener of "+in.name, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		addr = s.addr
+		return addr != ""
+	})
+	return addr
+}
+
+// askTicket has in give a stream ticket to instance from (as a ticket
+// request from it would) and returns the ticket's secret.
+func askTicket(t testing.TB, in *instance, from string) string {
+	t.Helper()
+	s := in.p.cluster.streams
+	in.p.cluster.node.Dispatch(cluster.Encode(msgStream, from, []byte("req-"+from)))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tk, ok := s.tickets[from]
+	if !ok {
+		t.Fatalf("%s gave %s no ticket", in.name, from)
+	}
+	return hex.EncodeToString(tk.secret[:])
+}
+
+// streamClosed reads conn until the other end closes it; an error when
+// it is still open after testTimeout.
+func streamClosed(conn net.Conn) error {
+	_ = conn.SetReadDeadline(time.Now().Add(testTimeout))
+	for {
+		_, err := conn.Read(make([]byte, 64))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("waited %v for the stream to be closed", testTimeout)
+		}
+		if err != nil {
+			return nil
+		}
+	}
+}
+
+// TestStreamMessagesCountOnlyFromTheHelloSender: a stream carries only its
+// dialer's messages. One naming another instance as its sender (here: a
+// leave of that instance's member) is not dispatched, and the stream is
+// closed: the member stays in the room.
+func TestStreamMessagesCountOnlyFromTheHelloSender(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	var conn string
+	home.p.cluster.mu.Lock()
+	for key := range home.p.cluster.remotes {
+		conn = strings.TrimPrefix(key, edge.name+"/")
+	}
+	home.p.cluster.mu.Unlock()
+
+	secret := askTicket(t, home, "i9")
+	c, err := net.Dial("tcp", streamAddr(t, home))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	forged := cluster.Encode(msgLeave, edge.name, []byte(conn))
+	stream := []byte(streamHello + " i9 " + secret + "\n")
+	stream = binary.AppendUvarint(stream, uint64(len(forged)))
+	stream = append(stream, forged...)
+	if _, err := c.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	if err := streamClosed(c); err != nil {
+		t.Fatalf("i9's stream carried a message from %s: %v", edge.name, err)
+	}
+
+	bob.SendJSON(msg("m1", "bob", []string{"alice"}, "still here?"))
+	if m := alice.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want m1", m)
+	}
+	if ack := bob.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[alice]" {
+		t.Fatalf("ack %v, want alice delivered", ack)
+	}
+}
