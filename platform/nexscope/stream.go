@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -261,14 +262,17 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 
 // ticketHere answers another instance's ticket request: this instance's
 // address and a fresh ticket for it, valid for LostBeats beats and one
-// stream; "" when this instance takes no streams.
+// stream; "" when this instance takes no streams. The tickets expired by
+// then, of instances that never dialed, are dropped.
 func (s *streams) ticketHere(req cluster.Msg) {
 	var t ticket
 	_, _ = rand.Read(t.secret[:]) // never fails (crypto/rand)
-	t.expires = s.cl.p.deps.Clock.Now().Add(s.beats(cluster.LostBeats))
+	now := s.cl.p.deps.Clock.Now()
+	t.expires = now.Add(s.beats(cluster.LostBeats))
 	var res []byte // none: this instance takes no streams
 	s.mu.Lock()
 	if s.addr != "" {
+		maps.DeleteFunc(s.tickets, func(_ string, t ticket) bool { return now.After(t.expires) })
 		s.tickets[req.From] = t
 		res = []byte(s.addr + " " + hex.EncodeToString(t.secret[:]))
 	}

@@ -8,12 +8,28 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/internal/redistest"
+	"connector/platform"
 )
+
+// jumpClock is a clock whose Now can be moved ahead of its timers, as a
+// process's clock is when it wakes from a pause: its timers, armed on the
+// underlying clock, have not fired yet.
+type jumpClock struct {
+	clock.Clock
+	ahead atomic.Int64
+}
+
+func (c *jumpClock) Now() time.Time { return c.Clock.Now().Add(time.Duration(c.ahead.Load())) }
+
+// jump moves Now d ahead.
+func (c *jumpClock) jump(d time.Duration) { c.ahead.Add(int64(d)) }
 
 // streamAddr waits for in's stream listener and returns its address.
 func streamAddr(t testing.TB, in *instance) string {
@@ -101,5 +117,26 @@ func TestStreamMessagesCountOnlyFromTheHelloSender(t *testing.T) {
 	}
 	if ack := bob.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[alice]" {
 		t.Fatalf("ack %v, want alice delivered", ack)
+	}
+}
+
+// TestStreamTicketsExpire: the tickets of instances that asked for one and
+// never dialed are dropped once expired, not kept for good.
+func TestStreamTicketsExpire(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clk := &jumpClock{Clock: clock.System}
+	in := startInstanceWith(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", clusterLeaseTTL, func(d *platform.Deps) { d.Clock = clk })
+	streamAddr(t, in)
+	for i := range 100 {
+		askTicket(t, in, fmt.Sprintf("gone%d", i))
+	}
+	clk.jump(in.p.cluster.streams.beats(cluster.LostBeats) + time.Second)
+	askTicket(t, in, "i1")
+	s := in.p.cluster.streams
+	s.mu.Lock()
+	n := len(s.tickets)
+	s.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d tickets kept, want 1 (the unexpired one)", n)
 	}
 }
