@@ -330,7 +330,9 @@ func (s *streams) read(conn net.Conn) {
 }
 
 // hello reads and checks a stream's first line: the magic, the dialer's
-// instance name and the ticket it was given (used up here).
+// instance name and the ticket it was given (used up here; a wrong secret
+// uses up nothing, so a hello in another instance's name cannot spoil the
+// ticket it is about to present).
 func (s *streams) hello(br *bufio.Reader) (string, error) {
 	line, err := readLine(br, maxHello)
 	if err != nil {
@@ -341,10 +343,13 @@ func (s *streams) hello(br *bufio.Reader) (string, error) {
 		return "", errors.New("malformed hello")
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	t, issued := s.tickets[from]
+	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 {
+		return "", errors.New("no valid ticket")
+	}
 	delete(s.tickets, from)
-	s.mu.Unlock()
-	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 || s.cl.p.deps.Clock.Now().After(t.expires) {
+	if s.cl.p.deps.Clock.Now().After(t.expires) {
 		return "", errors.New("no valid ticket")
 	}
 	return from, nil

@@ -1,6 +1,7 @@
 package nexscope
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -138,5 +139,53 @@ func TestStreamTicketsExpire(t *testing.T) {
 	s.mu.Unlock()
 	if n != 1 {
 		t.Fatalf("%d tickets kept, want 1 (the unexpired one)", n)
+	}
+}
+
+// TestStreamWrongSecretLeavesTheTicket: a hello with a wrong secret (from
+// anyone who can reach the listener and guesses an instance's name) does
+// not use up that instance's ticket: its own dial, just after, opens the
+// stream. Pub/sub loses the member frames here, so they must take the
+// streams.
+func TestStreamWrongSecretLeavesTheTicket(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, clusterLeaseTTL)
+	for _, in := range ins {
+		to := others(ins, in)[0].name
+		addr := streamAddr(t, in)
+		var spoiled atomic.Bool
+		lose := func(channel string, msg []byte) bool {
+			// in answers to's ticket request: a bad hello in to's name
+			// reaches in first.
+			if channel == cluster.Inbox(to) && bytes.Contains(msg, []byte(addr+" ")) && !spoiled.Swap(true) {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Error(err)
+					return false
+				}
+				defer c.Close()
+				if _, err := c.Write([]byte(streamHello + " " + to + " " + strings.Repeat("00", 16) + "\n")); err != nil {
+					t.Error(err)
+				}
+				if err := streamClosed(c); err != nil {
+					t.Errorf("a hello with a wrong secret: %v", err)
+				}
+			}
+			typ := cluster.Type(msg)
+			return strings.HasPrefix(channel, cluster.Inbox("")) && (typ == msgIn || typ == msgOut || typ == msgJoined)
+		}
+		in.lose.Store(&lose)
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	alice.SendJSON(msg("m1", "alice", []string{"bob"}, "over the stream"))
+	if m := bob.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("bob got %v, want m1", m)
+	}
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" {
+		t.Fatalf("ack %v, want bob delivered", ack)
 	}
 }
