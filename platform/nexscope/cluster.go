@@ -238,7 +238,7 @@ func (cl *fleet) home(runCtx, hctx context.Context, r *room) error {
 		cl.p.deps.Log.Warn("nexscope room channel not subscribed; the room's lease is given up", "room", r.name, "err", err)
 		return nil
 	}
-	r.becomeHome()
+	r.becomeHome(hctx)
 	cl.p.deps.Log.Info("nexscope room homed on this instance", "room", r.name)
 	<-hctx.Done()
 	cancel()
@@ -588,7 +588,11 @@ func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *con
 }
 
 // execHere executes an action another instance forwarded to a room homed
-// here and answers the result.
+// here and answers the result. An instance whose lease of the room lapsed
+// (it woke from a pause past it, and still reads the room's channel until
+// its tenure's timer resigns the room) neither executes nor answers it:
+// the first answer is the one the forwarder takes, and it must be the
+// home's.
 func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
 	if !p.track() {
@@ -600,6 +604,9 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		var a contract.Action
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
 		if json.Unmarshal(action, &a) == nil {
+			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
+				return // not (any more) the room's home: the home answers
+			}
 			// send and prompt do not wait; send_media waits for the room's
 			// lock and its recipients, within the bound the forwarding
 			// instance's relay gives the op by default.
