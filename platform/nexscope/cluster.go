@@ -470,12 +470,13 @@ func refusalClose(code int) Close {
 
 // joinHere decides a join that an edge sent to a room homed here: the
 // member joins (or is refused) as a local one would, and its frames then
-// flow through runRemote.
+// flow through runRemote. An instance whose lease of the room lapsed does
+// not answer (the edge takes the first answer; it must be the home's).
 func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	p := cl.p
 	r := p.room(roomName)
-	if r == nil || !validName(name) {
-		return
+	if r == nil || !validName(name) || !r.homeHeld() {
+		return // not (any more) the room's home: the home answers
 	}
 	key := edge + "/" + conn
 	cl.mu.Lock()
