@@ -162,7 +162,9 @@ func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
 }
 
 // run opens o and writes its queue until the stream fails, idles or the
-// fleet stops; then o is forgotten (its queue dropped).
+// fleet stops; then o is forgotten (its queue dropped). A failure is
+// remembered until the stream may be tried again; those past that, of
+// instances not sent to since (gone for good), are dropped then.
 func (s *streams) run(o *outStream) {
 	conn, err := s.dial(o.to)
 	if err != nil {
@@ -177,7 +179,9 @@ func (s *streams) run(o *outStream) {
 	s.mu.Lock()
 	delete(s.out, o.to)
 	if err != nil {
-		s.failed[o.to] = s.cl.p.deps.Clock.Now().Add(s.beats(streamRetryBeats))
+		now := s.cl.p.deps.Clock.Now()
+		maps.DeleteFunc(s.failed, func(_ string, retry time.Time) bool { return !now.Before(retry) })
+		s.failed[o.to] = now.Add(s.beats(streamRetryBeats))
 	}
 	s.mu.Unlock()
 	close(o.dead)

@@ -189,3 +189,35 @@ func TestStreamWrongSecretLeavesTheTicket(t *testing.T) {
 		t.Fatalf("ack %v, want bob delivered", ack)
 	}
 }
+
+// TestStreamFailuresExpire: what an instance remembers of failed streams
+// to instances that never come back (they stopped for good) is dropped once
+// it no longer matters, not kept for good.
+func TestStreamFailuresExpire(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clk := &jumpClock{Clock: clock.System}
+	in := startInstanceWith(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", takeoverTTL, func(d *platform.Deps) { d.Clock = clk })
+	streamAddr(t, in)
+	s := in.p.cluster.streams
+	failed := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.failed)
+	}
+	const gone = 20
+	for i := range gone { // no such instance answers a ticket request
+		s.send(fmt.Sprintf("gone%d", i), false, streamMsg{typ: msgEdgeBeat, fields: [][]byte{nil}})
+	}
+	waitFor(t, "the streams to the instances gone failed", func() bool { return failed() == gone })
+	clk.jump(s.beats(streamRetryBeats) + time.Second)
+	s.send("gone-late", false, streamMsg{typ: msgEdgeBeat, fields: [][]byte{nil}})
+	waitFor(t, "the stream to gone-late failed", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.failed["gone-late"]
+		return ok
+	})
+	if n := failed(); n != 1 {
+		t.Fatalf("%d failed streams remembered, want 1 (the one not expired)", n)
+	}
+}
