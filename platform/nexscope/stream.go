@@ -286,12 +286,24 @@ func (s *streams) ticketHere(req cluster.Msg) {
 
 // accept takes the other instances' streams until the listener closes;
 // close closes those still open (one accepted after close began, at once).
+// A failed accept (out of file descriptors) is tried again after a pause
+// that doubles up to a second, as net/http's server does.
 func (s *streams) accept() {
+	var pause time.Duration
 	for {
 		conn, err := s.ln.Accept()
 		if err != nil {
-			return
+			if errors.Is(err, net.ErrClosed) || s.ending.Err() != nil {
+				return
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			s.cl.p.deps.Log.Warn("nexscope stream listener: accept failed; trying again", "err", err, "pause", pause)
+			if s.cl.p.deps.Clock.Sleep(s.ending, pause) != nil {
+				return
+			}
+			continue
 		}
+		pause = 0
 		s.wg.Go(func() {
 			defer context.AfterFunc(s.ending, func() { _ = conn.Close() })()
 			s.read(conn)

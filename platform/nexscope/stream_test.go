@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -220,4 +221,51 @@ func TestStreamFailuresExpire(t *testing.T) {
 	if n := failed(); n != 1 {
 		t.Fatalf("%d failed streams remembered, want 1 (the one not expired)", n)
 	}
+}
+
+// failingListener fails its first Accept with a transient error (as
+// accept does when the process is out of file descriptors), then accepts.
+type failingListener struct {
+	net.Listener
+	failed atomic.Bool
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if !l.failed.Swap(true) {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestStreamListenerOutlivesAcceptErrors: an accept that fails for a while
+// (too many open files) does not end the stream listener: the next
+// instance's stream is still taken.
+func TestStreamListenerOutlivesAcceptErrors(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	s := in.p.cluster.streams
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.ln, s.addr = &failingListener{Listener: ln}, ln.Addr().String()
+	s.mu.Unlock()
+	s.wg.Go(s.accept)
+
+	secret := askTicket(t, in, "i9")
+	c, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(streamHello + " i9 " + secret + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i9's hello taken (its ticket used up)", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return !ok
+	})
 }
