@@ -317,16 +317,20 @@ func (s *streams) accept() {
 // than the hello (or a bundle), or is silent for streamReadBeats.
 func (s *streams) read(conn net.Conn) {
 	_ = conn.SetReadDeadline(time.Now().Add(s.beats(cluster.LostBeats)))
-	br := bufio.NewReaderSize(conn, 64<<10)
-	from, err := s.hello(br)
+	// The hello is read through a buffer of its size: a connection that
+	// never presents a ticket costs no stream buffer.
+	hr := bufio.NewReaderSize(conn, maxHello+1)
+	from, err := s.hello(hr)
 	if err != nil {
 		s.cl.p.deps.Log.Warn("nexscope stream refused", "remote", conn.RemoteAddr().String(), "err", err)
 		return
 	}
+	src := io.MultiReader(hr, conn) // what hr read past the hello, then the rest
+	br := bufio.NewReaderSize(src, 64<<10)
 	limit := uint64(s.cl.p.cfg.MaxPayload) + 64<<10 // a frame and its fields
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(s.beats(streamReadBeats)))
-		msg, held, err := readStreamMessage(br, conn, limit)
+		msg, held, err := readStreamMessage(br, src, limit)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.cl.p.deps.Log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)

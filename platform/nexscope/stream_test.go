@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -268,4 +269,38 @@ func TestStreamListenerOutlivesAcceptErrors(t *testing.T) {
 		_, ok := s.tickets["i9"]
 		return !ok
 	})
+}
+
+// TestStreamRefusedHelloCostsLittle: a connection to the stream listener
+// that never presents a valid ticket (anyone reaching the port may open
+// many, each held up to three beats) costs little memory: not the 64 KiB
+// read buffer a stream gets once its hello is taken.
+func TestStreamRefusedHelloCostsLittle(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", clusterLeaseTTL)
+	addr := streamAddr(t, in)
+	refuse := func() {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte(streamHello + " i9 " + strings.Repeat("00", 16) + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := streamClosed(c); err != nil {
+			t.Fatalf("a hello without a ticket: %v", err)
+		}
+	}
+	refuse() // warm up
+	const n = 50
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		refuse()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per >= 32<<10 {
+		t.Fatalf("a refused hello allocated %d bytes, want under 32 KiB", per)
+	}
 }
