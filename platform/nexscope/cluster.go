@@ -417,19 +417,13 @@ func (cl *fleet) homeBeat(home string, list []byte) {
 	}
 }
 
-// joinAnswer is a home's answer to a join.
-type joinAnswer struct {
-	home    string
-	refusal string // a close code; "" joined
-}
-
 // joinRemote joins m, a socket of this instance, to its room at the room's
 // home, asking again every beat until the home answers or joinBeats beats
 // pass. It returns the Close that refuses m, or nil once joined.
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
-	m.link = &edgeLink{cl: cl, conn: conn, joined: make(chan joinAnswer, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
+	m.link = &edgeLink{cl: cl, conn: conn, joined: make(chan string, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
 	cl.mu.Lock()
 	cl.edges[conn] = m
 	cl.mu.Unlock()
@@ -442,11 +436,11 @@ func (cl *fleet) joinRemote(m *member) error {
 		expired := make(chan struct{})
 		t := cl.p.deps.Clock.AfterFunc(cl.node.Beat(), func() { close(expired) })
 		select {
-		case a := <-m.link.joined:
+		case refusal := <-m.link.joined:
 			t.Stop()
-			if a.refusal != "" {
+			if refusal != "" {
 				m.leave()
-				code, _ := strconv.Atoi(a.refusal)
+				code, _ := strconv.Atoi(refusal)
 				return refusalClose(code)
 			}
 			return nil
@@ -748,8 +742,8 @@ func messageType(binary bool) websocket.MessageType {
 type edgeLink struct {
 	cl     *fleet
 	conn   string
-	joined chan joinAnswer // the home's answer to the join
-	done   chan struct{}   // closed when the member leaves
+	joined chan string   // the home's answer to the join: a refusing close code, "" joined
+	done   chan struct{} // closed when the member leaves
 
 	answered bool      // under cl.mu: the join was answered
 	home     string    // under cl.mu, set once joined
@@ -783,7 +777,7 @@ func (l *edgeLink) answer(home, refusal string) {
 		l.home, l.since = home, cl.p.deps.Clock.Now()
 	}
 	cl.mu.Unlock()
-	l.joined <- joinAnswer{home: home, refusal: refusal} // the one send: joined holds one
+	l.joined <- refusal // the one send: joined holds one
 }
 
 // forward sends a frame the member sent to the home, after waiting while
