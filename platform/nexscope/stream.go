@@ -14,6 +14,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connector/internal/cluster"
@@ -81,6 +82,10 @@ type outStream struct {
 	to   string
 	q    chan streamMsg
 	dead chan struct{} // closed when the stream ended
+	// senders counts the senders that took the stream (under streams.mu)
+	// and have not queued their message yet: the stream does not idle out
+	// while there are any.
+	senders atomic.Int32
 }
 
 // streamMsg is a message queued on a stream: its type and fields, which
@@ -145,7 +150,9 @@ func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
 		delete(s.failed, instance)
 		s.wg.Go(func() { s.run(o) })
 	}
+	o.senders.Add(1)
 	s.mu.Unlock()
+	defer o.senders.Add(-1)
 	if !wait {
 		select {
 		case o.q <- m:
@@ -177,7 +184,9 @@ func (s *streams) run(o *outStream) {
 		}
 	}
 	s.mu.Lock()
-	delete(s.out, o.to)
+	if s.out[o.to] == o { // not yet forgotten (idled out)
+		delete(s.out, o.to)
+	}
 	if err != nil {
 		now := s.cl.p.deps.Clock.Now()
 		maps.DeleteFunc(s.failed, func(_ string, retry time.Time) bool { return !now.Before(retry) })
@@ -254,6 +263,16 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 			}
 			timer.Reset(idle)
 		case <-idled:
+			// Idle only if nothing is queued or about to be: a new sender
+			// then opens a new stream.
+			s.mu.Lock()
+			if len(o.q) > 0 || o.senders.Load() > 0 {
+				s.mu.Unlock()
+				timer.Reset(idle)
+				continue
+			}
+			delete(s.out, o.to)
+			s.mu.Unlock()
 			return nil
 		case <-s.cl.ctx.Done():
 			for range len(o.q) {

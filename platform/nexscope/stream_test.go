@@ -1,6 +1,7 @@
 package nexscope
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -302,5 +304,106 @@ func TestStreamRefusedHelloCostsLittle(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	if per := (after.TotalAlloc - before.TotalAlloc) / n; per >= 32<<10 {
 		t.Fatalf("a refused hello allocated %d bytes, want under 32 KiB", per)
+	}
+}
+
+// writerBlocked reports whether a stream writer is waiting in a write to a
+// peer that reads nothing.
+func writerBlocked() bool {
+	buf := make([]byte, 4<<20)
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "nexscope.(*streams).write(") && strings.Contains(g, "waitWrite") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStreamIdleCloseLosesNothing: an outgoing stream that idles out as a
+// message is queued on it does not drop that message. Here the idle timer
+// fires while the writer is held in a write (its peer reads nothing), and
+// a marker is queued behind; once the peer reads again the marker must
+// arrive. Repeated: before the fix the writer picked the idle signal over
+// the queued marker about every other time.
+func TestStreamIdleCloseLosesNothing(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clk := newFakeClock()
+	in := startInstanceWith(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", clusterLeaseTTL, func(d *platform.Deps) { d.Clock = clk })
+	streamAddr(t, in)
+	s := in.p.cluster.streams
+
+	// i9 is a peer that takes i0's streams and reads each only when told,
+	// up to the marker.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	node, err := cluster.New(cluster.Config{Instance: "i9", PubSub: in.st.PubSub(), LeaseTTL: clusterLeaseTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	node.HandleCall(msgStream, 0, func(req cluster.Msg) {
+		node.Reply(req, []byte(ln.Addr().String()+" "+strings.Repeat("00", 16)))
+	})
+	release := make(chan struct{})
+	got := make(chan struct{}, 1) // the marker arrived
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if _, err := readLine(br, maxHello); err != nil {
+					return
+				}
+				for {
+					select {
+					case <-release:
+					case <-done:
+						return
+					}
+					for {
+						msg, _, err := readStreamMessage(br, br, 64<<20)
+						if err != nil {
+							// This stream ended (idled out): the next one
+							// reads in its place.
+							go func() {
+								select {
+								case release <- struct{}{}:
+								case <-done:
+								}
+							}()
+							return
+						}
+						if cluster.Type(msg) == 'm' {
+							got <- struct{}{}
+							break
+						}
+					}
+				}
+			}()
+		}
+	}()
+
+	filler := make([]byte, 1<<20)
+	for trial := range 8 {
+		for !writerBlocked() {
+			s.send("i9", true, streamMsg{typ: 'y', fields: [][]byte{filler}})
+		}
+		clk.Advance(s.beats(streamIdleBeats))
+		s.send("i9", false, streamMsg{typ: 'm', fields: [][]byte{[]byte(strconv.Itoa(trial))}})
+		release <- struct{}{}
+		select {
+		case <-got:
+		case <-time.After(testTimeout):
+			t.Fatalf("trial %d: no marker within %v: the stream idled out with it queued and dropped it", trial, testTimeout)
+		}
 	}
 }
