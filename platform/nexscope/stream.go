@@ -176,6 +176,7 @@ func (s *streams) run(o *outStream) {
 	conn, err := s.dial(o.to)
 	if err != nil {
 		s.cl.p.deps.Log.Warn("nexscope stream to another instance not opened; using pub/sub", "instance", o.to, "err", err)
+		s.publishQueued(o)
 	} else {
 		err = s.write(o, conn)
 		_ = conn.Close()
@@ -194,6 +195,34 @@ func (s *streams) run(o *outStream) {
 	}
 	s.mu.Unlock()
 	close(o.dead)
+}
+
+// publishQueued publishes what is queued on o, a stream that could not
+// open (nothing of it was written), over pub/sub in order, until nothing
+// is queued or about to be; then o is forgotten and the instance is sent
+// to over pub/sub (failed), so no message is lost or reordered. The
+// ticket request went after every message published to that inbox
+// before, and these after it.
+func (s *streams) publishQueued(o *outStream) {
+	for {
+		s.mu.Lock()
+		if len(o.q) == 0 && o.senders.Load() == 0 {
+			s.failed[o.to] = s.cl.p.deps.Clock.Now().Add(s.beats(streamRetryBeats))
+			delete(s.out, o.to)
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		select {
+		case m := <-o.q:
+			s.cl.node.SendWait(s.cl.ctx, cluster.Inbox(o.to), m.typ, m.fields...)
+			if m.held != nil {
+				m.held.Release()
+			}
+		case <-s.cl.ctx.Done():
+			return // stopping: what is left is lost
+		}
+	}
 }
 
 // dial asks instance for a ticket (through pub/sub) and opens the stream.

@@ -407,3 +407,33 @@ func TestStreamIdleCloseLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamToAnInstanceWithoutStreamsLosesNothing: an instance that takes
+// no streams (its cluster_addr unset, or not listened on) is sent what was
+// queued for it over pub/sub, in order, when the stream to it cannot open:
+// members linked with it lose no frame.
+func TestStreamToAnInstanceWithoutStreamsLosesNothing(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := []*instance{
+		startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", clusterLeaseTTL),
+		startInstance(t, srv, Config{}, "i1", clusterLeaseTTL),
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	for i := range 3 {
+		id := strconv.Itoa(i)
+		alice.SendJSON(msg("a"+id, "alice", []string{"bob"}, "to bob"))
+		if m := bob.Expect("msg"); m["msgId"] != "a"+id {
+			t.Fatalf("bob got %v", m)
+		}
+		alice.Expect("ack")
+		bob.SendJSON(msg("b"+id, "bob", []string{"alice"}, "to alice"))
+		if m := alice.Expect("msg"); m["msgId"] != "b"+id {
+			t.Fatalf("alice got %v", m)
+		}
+		bob.Expect("ack")
+	}
+}
