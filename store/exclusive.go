@@ -20,7 +20,8 @@ import (
 // on its own. After the holder dies another holder takes the lease at its
 // expiry, ttl after its last renewal, plus the time of a store call. clk
 // times the bids and renewals and judges expiry; it should be the clock
-// leases' store reads.
+// leases' store reads. Held tells run, at any moment, whether it still
+// holds the lease.
 func RunExclusive(ctx context.Context, clk clock.Clock, leases Leases, name, holder string, ttl time.Duration, run func(context.Context) error) error {
 	retry := ttl / RenewEvery
 	for {
@@ -29,7 +30,7 @@ func RunExclusive(ctx context.Context, clk clock.Clock, leases Leases, name, hol
 		t, cur, err := Hold(ctx, clk, leases, name, holder, ttl, cancel)
 		switch {
 		case err == nil && t != nil:
-			err := run(rctx)
+			err := run(context.WithValue(rctx, tenureKey{}, t))
 			ended := rctx.Err() != nil
 			cancel()
 			// Bounded by the TTL, when the lease expires anyway.
@@ -47,4 +48,20 @@ func RunExclusive(ctx context.Context, clk clock.Clock, leases Leases, name, hol
 			return nil
 		}
 	}
+}
+
+// tenureKey is the context key of the Tenure RunExclusive runs run under.
+type tenureKey struct{}
+
+// Held reports whether ctx, the context RunExclusive gave its run, still
+// holds the lease: ctx has not ended and the tenure's view has not expired
+// (Tenure.Held). A holder that wakes from a pause past its lease learns it
+// here at once, before the tenure's timer ends ctx. Any other context
+// holds while it has not ended.
+func Held(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	t, ok := ctx.Value(tenureKey{}).(*Tenure)
+	return !ok || t.Held()
 }

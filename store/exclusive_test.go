@@ -336,3 +336,43 @@ func TestRunExclusiveReleaseIsBounded(t *testing.T) {
 		t.Fatal("RunExclusive still releasing 10s after its run failed, on a store that does not answer")
 	}
 }
+
+// aheadClock is a fake clock whose Now is ahead of its timers by ahead, as
+// a process's clock is when it wakes from a pause before its timers fire.
+type aheadClock struct {
+	*clocktest.Fake
+	ahead time.Duration
+}
+
+func (c *aheadClock) Now() time.Time { return c.Fake.Now().Add(c.ahead) }
+
+// Held tells a run whether it still holds its lease by the tenure's own
+// view, at once: a holder whose clock went past that view (it woke from a
+// pause) reads false before the tenure's timer ends the run's context. A
+// context RunExclusive did not give holds until it ends.
+func TestHeldFollowsTheTenure(t *testing.T) {
+	r := newExclusiveRig(t)
+	clk := &aheadClock{Fake: r.clk}
+	var before, after bool
+	done := errors.New("checked")
+	err := RunExclusive(context.Background(), clk, r.leases, "job", "a", exclusiveTTL, func(ctx context.Context) error {
+		before = Held(ctx)
+		clk.ahead = exclusiveTTL
+		after = Held(ctx)
+		if ctx.Err() != nil {
+			t.Error("the run's context ended at once; want it ended by the tenure's timer only")
+		}
+		return done
+	})
+	if !errors.Is(err, done) || !before || after {
+		t.Fatalf("RunExclusive = %v; Held before the pause %v, after %v; want true, false", err, before, after)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if !Held(ctx) {
+		t.Fatal("Held(a context RunExclusive did not give) = false before it ended")
+	}
+	cancel()
+	if Held(ctx) {
+		t.Fatal("Held(an ended context) = true")
+	}
+}

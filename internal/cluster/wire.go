@@ -135,6 +135,16 @@ func Type(msg []byte) byte {
 	return msg[0]
 }
 
+// Sender is the instance an encoded message names as its sender; "" for
+// a malformed message or a bundle, whose messages name their own.
+func Sender(msg []byte) string {
+	typ, from, _, ok := decode(msg)
+	if !ok || typ == typeBundle {
+		return ""
+	}
+	return from
+}
+
 // Call sends a request of type typ with fields on channel and waits for its
 // result until ctx ends (false). The handler registered with HandleCall
 // answers it with Reply.

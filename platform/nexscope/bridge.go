@@ -93,11 +93,7 @@ func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) 
 		p.deps.Metrics.Dropped(platformName, dropRebound)
 		return false // rebound meanwhile: its memory and prompt are another tenant's
 	}
-	r.msgs.Add(src.MessageID, ref)
-	if thread != "" {
-		r.threads.Add(thread, ref)
-	}
-	r.last = ref
+	undo := r.rememberLocked(src.MessageID, ref)
 	var answer *contract.PromptResponse
 	if note == "" && string(role) != "userAgent" {
 		answer = r.answerPrompt(text)
@@ -128,7 +124,50 @@ func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) 
 		}
 		d.Event = ev
 	}
-	return p.deliver(d)
+	if p.deliver(d) {
+		return true
+	}
+	r.mu.Lock()
+	if r.tenant() == tenant { // else the memory is another tenant's by now
+		undo(answer)
+	}
+	r.mu.Unlock()
+	return false
+}
+
+// rememberLocked remembers ref, the inbound msgID, as the room's last
+// inbound and its thread's, and returns what forgets it again, under mu,
+// when the sink refused it (the tenant never got it): each of those that
+// still names it goes back to what it was, and a prompt it answered
+// (answer, when not nil; answerPrompt closed it) opens again unless
+// another replaced it. It is remembered before the delivery, so a reply
+// the gateway sends as soon as the delivery is stored finds it.
+func (r *room) rememberLocked(msgID string, ref msgRef) (undo func(answer *contract.PromptResponse)) {
+	prev, prevLast, open := msgRef{}, r.last, r.prompt
+	if ref.thread != "" {
+		prev, _ = r.threads.Peek(ref.thread)
+		r.threads.Add(ref.thread, ref)
+	}
+	r.msgs.Add(msgID, ref)
+	r.last = ref
+	return func(answer *contract.PromptResponse) {
+		if got, ok := r.msgs.Peek(msgID); ok && got == ref {
+			r.msgs.Remove(msgID)
+		}
+		if got, ok := r.threads.Peek(ref.thread); ok && got == ref {
+			if prev.valid {
+				r.threads.Add(ref.thread, prev)
+			} else {
+				r.threads.Remove(ref.thread)
+			}
+		}
+		if r.last == ref {
+			r.last = prevLast
+		}
+		if answer != nil && r.prompt == nil {
+			r.prompt = open
+		}
+	}
 }
 
 // optionalString reads a raw JSON string that may be absent or null.

@@ -391,3 +391,51 @@ func TestRebindForgetsOpenPrompt(t *testing.T) {
 		t.Fatalf("delivery to %s: %+v", d.Tenant, d.Event)
 	}
 }
+
+// A message to the bot that the sink refused never reached the tenant, so
+// the bridge does not count it: it leaves the room's open prompt open (the
+// member's "/<option_id>" sent again answers it) and is not the inbound a
+// gateway's send without reply_to answers.
+func TestRefusedDeliveryIsNotRemembered(t *testing.T) {
+	tr := newRelay(t, boundConfig())
+	sink := platformtest.NewSink(4)
+	t.Cleanup(tr.run(t, sink))
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.ExpectPresence("alice", "bob", "hermes")
+	var a contract.Action
+	if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"p1","metadata":{"user_id":"alice"},
+		"options":[{"id":"once","label":"Approve"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+		t.Fatalf("prompt = %+v", res)
+	}
+	alice.Expect("msg")
+
+	sink.RefuseAll(true)
+	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "/once"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("ack %v, want hermes offline", ack)
+	}
+	sink.RefuseAll(false)
+	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	if d := sink.Next(t); d.Event == nil || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "p1" {
+		t.Fatalf("alice's answer sent again: %+v, want the prompt_response of p1", d.Event)
+	}
+
+	sink.RefuseAll(true)
+	bob.SendJSON(msg("m3", "bob", []string{"hermes"}, "lost"))
+	if ack := bob.Expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("ack %v, want hermes offline", ack)
+	}
+	sink.RefuseAll(false)
+	if res := tr.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSend, ChatID: "lab", Content: "done"}); !res.Success {
+		t.Fatalf("send = %+v", res)
+	}
+	if m := alice.Expect("msg"); fmt.Sprint(m["to"]) != "[alice]" {
+		t.Fatalf("the bot's reply %v, want it to alice (the last inbound the tenant got)", m)
+	}
+}

@@ -238,7 +238,7 @@ func (cl *fleet) home(runCtx, hctx context.Context, r *room) error {
 		cl.p.deps.Log.Warn("nexscope room channel not subscribed; the room's lease is given up", "room", r.name, "err", err)
 		return nil
 	}
-	r.becomeHome()
+	r.becomeHome(hctx)
 	cl.p.deps.Log.Info("nexscope room homed on this instance", "room", r.name)
 	<-hctx.Done()
 	cancel()
@@ -417,19 +417,13 @@ func (cl *fleet) homeBeat(home string, list []byte) {
 	}
 }
 
-// joinAnswer is a home's answer to a join.
-type joinAnswer struct {
-	home    string
-	refusal string // a close code; "" joined
-}
-
 // joinRemote joins m, a socket of this instance, to its room at the room's
 // home, asking again every beat until the home answers or joinBeats beats
 // pass. It returns the Close that refuses m, or nil once joined.
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
-	m.link = &edgeLink{cl: cl, conn: conn, joined: make(chan joinAnswer, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
+	m.link = &edgeLink{cl: cl, conn: conn, joined: make(chan string, 1), done: make(chan struct{}), credit: make(chan struct{}, 1)}
 	cl.mu.Lock()
 	cl.edges[conn] = m
 	cl.mu.Unlock()
@@ -442,11 +436,11 @@ func (cl *fleet) joinRemote(m *member) error {
 		expired := make(chan struct{})
 		t := cl.p.deps.Clock.AfterFunc(cl.node.Beat(), func() { close(expired) })
 		select {
-		case a := <-m.link.joined:
+		case refusal := <-m.link.joined:
 			t.Stop()
-			if a.refusal != "" {
+			if refusal != "" {
 				m.leave()
-				code, _ := strconv.Atoi(a.refusal)
+				code, _ := strconv.Atoi(refusal)
 				return refusalClose(code)
 			}
 			return nil
@@ -470,12 +464,13 @@ func refusalClose(code int) Close {
 
 // joinHere decides a join that an edge sent to a room homed here: the
 // member joins (or is refused) as a local one would, and its frames then
-// flow through runRemote.
+// flow through runRemote. An instance whose lease of the room lapsed does
+// not answer (the edge takes the first answer; it must be the home's).
 func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	p := cl.p
 	r := p.room(roomName)
-	if r == nil || !validName(name) {
-		return
+	if r == nil || !validName(name) || !r.homeHeld() {
+		return // not (any more) the room's home: the home answers
 	}
 	key := edge + "/" + conn
 	cl.mu.Lock()
@@ -588,7 +583,11 @@ func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *con
 }
 
 // execHere executes an action another instance forwarded to a room homed
-// here and answers the result.
+// here and answers the result. An instance whose lease of the room lapsed
+// (it woke from a pause past it, and still reads the room's channel until
+// its tenure's timer resigns the room) neither executes nor answers it:
+// the first answer is the one the forwarder takes, and it must be the
+// home's.
 func (cl *fleet) execHere(req cluster.Msg) {
 	p := cl.p
 	if !p.track() {
@@ -600,6 +599,9 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		var a contract.Action
 		res := contract.Failed(contract.CodeBadRequest, "nexscope: forwarded action cannot be decoded")
 		if json.Unmarshal(action, &a) == nil {
+			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
+				return // not (any more) the room's home: the home answers
+			}
 			// send and prompt do not wait; send_media waits for the room's
 			// lock and its recipients, within the bound the forwarding
 			// instance's relay gives the op by default.
@@ -740,8 +742,8 @@ func messageType(binary bool) websocket.MessageType {
 type edgeLink struct {
 	cl     *fleet
 	conn   string
-	joined chan joinAnswer // the home's answer to the join
-	done   chan struct{}   // closed when the member leaves
+	joined chan string   // the home's answer to the join: a refusing close code, "" joined
+	done   chan struct{} // closed when the member leaves
 
 	answered bool      // under cl.mu: the join was answered
 	home     string    // under cl.mu, set once joined
@@ -775,7 +777,7 @@ func (l *edgeLink) answer(home, refusal string) {
 		l.home, l.since = home, cl.p.deps.Clock.Now()
 	}
 	cl.mu.Unlock()
-	l.joined <- joinAnswer{home: home, refusal: refusal} // the one send: joined holds one
+	l.joined <- refusal // the one send: joined holds one
 }
 
 // forward sends a frame the member sent to the home, after waiting while

@@ -675,3 +675,96 @@ func TestClusterMessagesFromAFormerHomeAreDropped(t *testing.T) {
 	}
 	bob.Expect("ack")
 }
+
+// formerHome starts two instances sharing a room bound to t1: i0 its home,
+// with bob joined there, and i1. Their leases are long, so i1 does not
+// take the room over and no renewal or tenure timer fires during a test;
+// jump(ttl) on the returned clock makes i0 a home that woke from a pause
+// past its lease (its clock is past its tenure; the tenure's timer, which
+// resigns the room, has not fired yet).
+func formerHome(t *testing.T) (former, edge *instance, paused *jumpClock, bob *client) {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	leasing := func(name string, clk clock.Clock) func(*platform.Deps) {
+		return func(d *platform.Deps) {
+			d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
+				return store.RunExclusive(ctx, clk, st.Leases(), lease, name, formerHomeTTL, run)
+			}
+		}
+	}
+	paused = &jumpClock{Clock: clock.System}
+	former = startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, leasing("i0", paused))
+	homeOf(t, []*instance{former}, DefaultRoom)
+	edge = startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, leasing("i1", clock.System))
+	bob = former.joinWith(t, "bob", "bob", "hermes")
+	return former, edge, paused, bob
+}
+
+// formerHomeTTL is the room leases' TTL in formerHome.
+const formerHomeTTL = 2 * time.Minute
+
+// TestClusterFormerHomeExecutesNoAction: a room's home that woke from a
+// pause past its lease neither executes a gateway's send forwarded to it
+// nor one a gateway gives it directly: no member gets the bot's msg, and
+// without a home holding the lease the send is unavailable.
+func TestClusterFormerHomeExecutesNoAction(t *testing.T) {
+	former, edge, paused, bob := formerHome(t)
+	send := func(in *instance, text string) contract.Result {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*former.p.cluster.node.Beat())
+		defer cancel()
+		return in.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: text})
+	}
+	if res := send(edge, "while home"); !res.Success {
+		t.Fatalf("send through the edge while i0 holds the lease: %+v", res)
+	}
+	if m := bob.Expect("msg"); m["text"] != "while home" {
+		t.Fatalf("bob got %v", m)
+	}
+
+	paused.jump(formerHomeTTL)
+	for _, in := range []*instance{edge, former} {
+		if res := send(in, "after the pause through "+in.name); res.Success || res.Code != contract.CodeUnavailable {
+			t.Fatalf("send through %s after i0's lease lapsed: %+v, want unavailable", in.name, res)
+		}
+	}
+	bob.SendJSON(map[string]any{"type": "ping"})
+	if m := bob.Next(); m["type"] != "pong" {
+		t.Fatalf("bob got %v, want only the pong (the former home sent nothing)", m)
+	}
+}
+
+// TestClusterFormerHomeTakesNoJoin: a room's home that woke from a pause
+// past its lease takes no member any more, neither one of its own sockets
+// nor one another instance asks it to take: without a home holding the
+// lease both are refused with 1013, and bob sees no one join.
+func TestClusterFormerHomeTakesNoJoin(t *testing.T) {
+	former, edge, paused, bob := formerHome(t)
+	paused.jump(formerHomeTTL)
+	done := make(chan struct{})
+	for i, in := range []*instance{edge, former} {
+		c := in.dialURL(t, "/ws", fmt.Sprintf("name=carol%d&token=%s&v=1", i, testToken), nil)
+		go func() {
+			defer func() { done <- struct{}{} }()
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			_, _, err := c.WS.Read(ctx)
+			if !endedWith(err, CloseNoHome) {
+				t.Errorf("carol%d joining through %s after i0's lease lapsed: %v, want closed %v", i, in.name, err, CloseNoHome)
+			}
+		}()
+	}
+	<-done
+	<-done
+	bob.SendJSON(map[string]any{"type": "ping"})
+	if m := bob.Next(); m["type"] != "pong" {
+		t.Fatalf("bob got %v, want only the pong (no one joined)", m)
+	}
+}

@@ -155,7 +155,8 @@
 //     inbound named by reply_to (or metadata.reply_to_message_id), else the
 //     last inbound of metadata.thread_id, else, when it names no message,
 //     the room's last inbound (a reply_to the bridge does not remember
-//     answers nothing); the threadId is metadata.thread_id, else that
+//     answers nothing; an inbound the sink refused is not remembered);
+//     the threadId is metadata.thread_id, else that
 //     inbound's, else DefaultThread ("main"); to is that inbound's author,
 //     else metadata.user_id, else everyone online ([]); hopCount is that
 //     inbound's hopCount + 1, else 0. No recipient online is unavailable
@@ -171,7 +172,8 @@
 //   - prompt: the question in the documented text form ("/<option_id>:
 //     <label>" lines) sent like send; it is the room's open prompt until a
 //     member's msg to the bot that is exactly "/<option_id>" answers it,
-//     delivered with prompt_response (prompt.go).
+//     delivered with prompt_response (prompt.go; one the sink refuses
+//     leaves it open).
 //
 // edit is not offered: the descriptor (descriptor.Nexscope) says
 // supports_edit false and supports_threads false, plain markdown, and

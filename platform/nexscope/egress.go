@@ -49,14 +49,14 @@ func newEgress() (edge, here platform.Egress[*Platform, *room]) {
 	return edge, here
 }
 
-// forwarded runs op here when the room is homed here, else has its home
-// execute the action. The home opens send_media's source_url itself: a
+// forwarded runs op here when the room is homed here (and its lease still
+// held: room.homeHeld), else has its home execute the action. The home opens send_media's source_url itself: a
 // public URL it downloads, a re-host it finds when the gateway uploaded it
 // there. A re-host stored on this instance cannot reach the home (the media
 // store is per instance): that send_media fails with unavailable.
 func forwarded(op platform.Op[*Platform, *room]) platform.Op[*Platform, *room] {
 	return func(p *Platform, ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result {
-		if r.home.Load() {
+		if r.homeHeld() {
 			return op(p, ctx, tenant, r, a)
 		}
 		if a.Op == contract.OpSendMedia && p.storedHere(tenant, a.SourceURL) {

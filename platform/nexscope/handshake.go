@@ -75,7 +75,7 @@ func (p *Platform) serveWS(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer p.unregister(m)
-	if p.cluster != nil && !r.home.Load() {
+	if p.cluster != nil && !r.homeHeld() {
 		err = p.cluster.joinRemote(m) // the room's home is another instance
 	} else {
 		err = r.join(m)

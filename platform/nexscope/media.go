@@ -44,6 +44,9 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 	if !ok {
 		return res
 	}
+	// A chunk waiting for room in a recipient's window waits for t only:
+	// the context's end aborts t, so it ends that wait too.
+	defer context.AfterFunc(ctx, func() { r.abort(t) })()
 	src := obj.Section()
 	buf := make([]byte, mediaChunk)
 	for {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/media"
@@ -143,5 +145,70 @@ func TestFileToBotAcrossRebindIsNotBridged(t *testing.T) {
 	alice.Expect("ack")
 	if d := tr.sink.Next(t); d.Tenant != "t2" || d.Event == nil || d.Event.MessageID != "after" || len(d.Event.MediaURLs) != 0 {
 		t.Fatalf("delivery to %s %+v, want t2's msg after", d.Tenant, d.Event)
+	}
+}
+
+// A gateway's send_media whose context ends while its chunks wait for a
+// recipient that reads nothing returns then (unavailable), and the room's
+// lock is released at once with transfer_incomplete to the recipient: it
+// does not hold the lock until the recipient reads or TransferTimeout.
+func TestSendMediaEndsWithItsContextWhileHeldBack(t *testing.T) {
+	const window, size = 64 << 10, 24 << 20
+	cfg := boundConfig()
+	cfg.SendQueueBytes = window
+	tr := newRelay(t, cfg)
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	tr.sink = platformtest.NewSink(64)
+	t.Cleanup(tr.run(t, tr.sink))
+	bob := tr.join(t, "lab", "bob") // reads nothing more until the end
+	info, err := store.Put("t1", mediatest.Content(7, size), "application/octet-stream", "big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- tr.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: "lab",
+			MediaKind: "document", SourceURL: store.URL(info.ID), Metadata: contract.Metadata{UserID: "bob"}})
+	}()
+	r := tr.p.rooms["lab"]
+	// Held back for good: bob's socket takes no more (his writer waits in a
+	// write) and send_media waits for room in his window.
+	waitFor(t, "send_media held back by bob's full window and socket", func() bool {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		return strings.Contains(stacks, "wsconn.(*Queue).WaitSpace") && strings.Contains(stacks, "poll.(*pollDesc).waitWrite")
+	})
+	cancel()
+	select {
+	case res := <-results:
+		if res.Success || res.Code != contract.CodeUnavailable {
+			t.Fatalf("send_media after its context ended = %+v, want unavailable", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("send_media still running %v after its context ended", testTimeout)
+	}
+	r.mu.Lock()
+	held := r.transfer != nil
+	r.mu.Unlock()
+	if held {
+		t.Fatal("the room's lock is still held after send_media returned")
+	}
+	for { // bob reads on: what was queued for him, then the abort
+		typ, b := bob.Read()
+		if typ.String() != "MessageText" {
+			continue
+		}
+		if f, _ := decodeFrame(b); f["type"] == "error" {
+			if f["code"] != string(CodeTransferIncomplete) {
+				t.Fatalf("bob got %v, want transfer_incomplete", f)
+			}
+			return
+		}
 	}
 }

@@ -2,6 +2,7 @@ package nexscope
 
 import (
 	"cmp"
+	"context"
 	"maps"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"connector/internal/wsconn"
 	"connector/session"
+	"connector/store"
 )
 
 // room is one relay room: its members, its file-transfer lock and, when bound
@@ -29,6 +31,9 @@ type room struct {
 	// home is set while this instance hosts the room: always on a single
 	// instance; with several, while it holds the room's lease (cluster.go).
 	home atomic.Bool
+	// tenure is, while this instance is the home of a room of several
+	// instances, the room lease's context (store.Held); under mu.
+	tenure context.Context
 
 	mu       sync.Mutex
 	members  map[string]*member
@@ -162,11 +167,27 @@ func (r *room) join(m *member) error {
 	return nil
 }
 
-// becomeHome makes this instance the room's home: members may join.
-func (r *room) becomeHome() {
+// becomeHome makes this instance the room's home while it holds the
+// room's lease (tenure, as store.RunExclusive gave it): members may join.
+func (r *room) becomeHome(tenure context.Context) {
 	r.mu.Lock()
 	r.home.Store(true)
+	r.tenure = tenure
 	r.mu.Unlock()
+}
+
+// homeHeld reports whether this instance is the room's home now: with
+// several instances, also that it still holds the room's lease
+// (store.Held). An instance that woke from a pause past its lease knows it
+// here at once, before its tenure's timer resigns the room.
+func (r *room) homeHeld() bool {
+	if !r.home.Load() {
+		return false
+	}
+	r.mu.Lock()
+	tenure := r.tenure
+	r.mu.Unlock()
+	return tenure == nil || store.Held(tenure)
 }
 
 // resign ends the room's tenure here: no one joins any more and every member
@@ -174,6 +195,7 @@ func (r *room) becomeHome() {
 func (r *room) resign(c Close) {
 	r.mu.Lock()
 	r.home.Store(false)
+	r.tenure = nil
 	members := slices.Collect(maps.Values(r.members))
 	r.unlock()
 	for _, m := range members {

@@ -10,9 +10,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connector/internal/cluster"
@@ -80,6 +82,10 @@ type outStream struct {
 	to   string
 	q    chan streamMsg
 	dead chan struct{} // closed when the stream ended
+	// senders counts the senders that took the stream (under streams.mu)
+	// and have not queued their message yet: the stream does not idle out
+	// while there are any.
+	senders atomic.Int32
 }
 
 // streamMsg is a message queued on a stream: its type and fields, which
@@ -144,7 +150,9 @@ func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
 		delete(s.failed, instance)
 		s.wg.Go(func() { s.run(o) })
 	}
+	o.senders.Add(1)
 	s.mu.Unlock()
+	defer o.senders.Add(-1)
 	if !wait {
 		select {
 		case o.q <- m:
@@ -161,11 +169,14 @@ func (s *streams) send(instance string, wait bool, m streamMsg) (ok bool) {
 }
 
 // run opens o and writes its queue until the stream fails, idles or the
-// fleet stops; then o is forgotten (its queue dropped).
+// fleet stops; then o is forgotten (its queue dropped). A failure is
+// remembered until the stream may be tried again; those past that, of
+// instances not sent to since (gone for good), are dropped then.
 func (s *streams) run(o *outStream) {
 	conn, err := s.dial(o.to)
 	if err != nil {
 		s.cl.p.deps.Log.Warn("nexscope stream to another instance not opened; using pub/sub", "instance", o.to, "err", err)
+		s.publishQueued(o)
 	} else {
 		err = s.write(o, conn)
 		_ = conn.Close()
@@ -174,12 +185,44 @@ func (s *streams) run(o *outStream) {
 		}
 	}
 	s.mu.Lock()
-	delete(s.out, o.to)
+	if s.out[o.to] == o { // not yet forgotten (idled out)
+		delete(s.out, o.to)
+	}
 	if err != nil {
-		s.failed[o.to] = s.cl.p.deps.Clock.Now().Add(s.beats(streamRetryBeats))
+		now := s.cl.p.deps.Clock.Now()
+		maps.DeleteFunc(s.failed, func(_ string, retry time.Time) bool { return !now.Before(retry) })
+		s.failed[o.to] = now.Add(s.beats(streamRetryBeats))
 	}
 	s.mu.Unlock()
 	close(o.dead)
+}
+
+// publishQueued publishes what is queued on o, a stream that could not
+// open (nothing of it was written), over pub/sub in order, until nothing
+// is queued or about to be; then o is forgotten and the instance is sent
+// to over pub/sub (failed), so no message is lost or reordered. The
+// ticket request went after every message published to that inbox
+// before, and these after it.
+func (s *streams) publishQueued(o *outStream) {
+	for {
+		s.mu.Lock()
+		if len(o.q) == 0 && o.senders.Load() == 0 {
+			s.failed[o.to] = s.cl.p.deps.Clock.Now().Add(s.beats(streamRetryBeats))
+			delete(s.out, o.to)
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		select {
+		case m := <-o.q:
+			s.cl.node.SendWait(s.cl.ctx, cluster.Inbox(o.to), m.typ, m.fields...)
+			if m.held != nil {
+				m.held.Release()
+			}
+		case <-s.cl.ctx.Done():
+			return // stopping: what is left is lost
+		}
+	}
 }
 
 // dial asks instance for a ticket (through pub/sub) and opens the stream.
@@ -249,6 +292,16 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 			}
 			timer.Reset(idle)
 		case <-idled:
+			// Idle only if nothing is queued or about to be: a new sender
+			// then opens a new stream.
+			s.mu.Lock()
+			if len(o.q) > 0 || o.senders.Load() > 0 {
+				s.mu.Unlock()
+				timer.Reset(idle)
+				continue
+			}
+			delete(s.out, o.to)
+			s.mu.Unlock()
 			return nil
 		case <-s.cl.ctx.Done():
 			for range len(o.q) {
@@ -261,14 +314,17 @@ func (s *streams) write(o *outStream, conn net.Conn) error {
 
 // ticketHere answers another instance's ticket request: this instance's
 // address and a fresh ticket for it, valid for LostBeats beats and one
-// stream; "" when this instance takes no streams.
+// stream; "" when this instance takes no streams. The tickets expired by
+// then, of instances that never dialed, are dropped.
 func (s *streams) ticketHere(req cluster.Msg) {
 	var t ticket
 	_, _ = rand.Read(t.secret[:]) // never fails (crypto/rand)
-	t.expires = s.cl.p.deps.Clock.Now().Add(s.beats(cluster.LostBeats))
+	now := s.cl.p.deps.Clock.Now()
+	t.expires = now.Add(s.beats(cluster.LostBeats))
 	var res []byte // none: this instance takes no streams
 	s.mu.Lock()
 	if s.addr != "" {
+		maps.DeleteFunc(s.tickets, func(_ string, t ticket) bool { return now.After(t.expires) })
 		s.tickets[req.From] = t
 		res = []byte(s.addr + " " + hex.EncodeToString(t.secret[:]))
 	}
@@ -278,12 +334,24 @@ func (s *streams) ticketHere(req cluster.Msg) {
 
 // accept takes the other instances' streams until the listener closes;
 // close closes those still open (one accepted after close began, at once).
+// A failed accept (out of file descriptors) is tried again after a pause
+// that doubles up to a second, as net/http's server does.
 func (s *streams) accept() {
+	var pause time.Duration
 	for {
 		conn, err := s.ln.Accept()
 		if err != nil {
-			return
+			if errors.Is(err, net.ErrClosed) || s.ending.Err() != nil {
+				return
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			s.cl.p.deps.Log.Warn("nexscope stream listener: accept failed; trying again", "err", err, "pause", pause)
+			if s.cl.p.deps.Clock.Sleep(s.ending, pause) != nil {
+				return
+			}
+			continue
 		}
+		pause = 0
 		s.wg.Go(func() {
 			defer context.AfterFunc(s.ending, func() { _ = conn.Close() })()
 			s.read(conn)
@@ -293,23 +361,32 @@ func (s *streams) accept() {
 }
 
 // read checks an incoming stream's hello and dispatches its messages until
-// it ends, breaks the framing, or is silent for streamReadBeats.
+// it ends, breaks the framing, carries a message that names another sender
+// than the hello (or a bundle), or is silent for streamReadBeats.
 func (s *streams) read(conn net.Conn) {
 	_ = conn.SetReadDeadline(time.Now().Add(s.beats(cluster.LostBeats)))
-	br := bufio.NewReaderSize(conn, 64<<10)
-	from, err := s.hello(br)
+	// The hello is read through a buffer of its size: a connection that
+	// never presents a ticket costs no stream buffer.
+	hr := bufio.NewReaderSize(conn, maxHello+1)
+	from, err := s.hello(hr)
 	if err != nil {
 		s.cl.p.deps.Log.Warn("nexscope stream refused", "remote", conn.RemoteAddr().String(), "err", err)
 		return
 	}
+	src := io.MultiReader(hr, conn) // what hr read past the hello, then the rest
+	br := bufio.NewReaderSize(src, 64<<10)
 	limit := uint64(s.cl.p.cfg.MaxPayload) + 64<<10 // a frame and its fields
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(s.beats(streamReadBeats)))
-		msg, held, err := readStreamMessage(br, conn, limit)
+		msg, held, err := readStreamMessage(br, src, limit)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.cl.p.deps.Log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)
 			}
+			return
+		}
+		if sender := cluster.Sender(msg); sender != from {
+			s.cl.p.deps.Log.Warn("nexscope stream from another instance closed: a message named another sender", "instance", from, "sender", sender)
 			return
 		}
 		if held != nil {
@@ -321,7 +398,9 @@ func (s *streams) read(conn net.Conn) {
 }
 
 // hello reads and checks a stream's first line: the magic, the dialer's
-// instance name and the ticket it was given (used up here).
+// instance name and the ticket it was given (used up here; a wrong secret
+// uses up nothing, so a hello in another instance's name cannot spoil the
+// ticket it is about to present).
 func (s *streams) hello(br *bufio.Reader) (string, error) {
 	line, err := readLine(br, maxHello)
 	if err != nil {
@@ -332,10 +411,13 @@ func (s *streams) hello(br *bufio.Reader) (string, error) {
 		return "", errors.New("malformed hello")
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	t, issued := s.tickets[from]
+	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 {
+		return "", errors.New("no valid ticket")
+	}
 	delete(s.tickets, from)
-	s.mu.Unlock()
-	if !issued || subtle.ConstantTimeCompare(secret, t.secret[:]) != 1 || s.cl.p.deps.Clock.Now().After(t.expires) {
+	if s.cl.p.deps.Clock.Now().After(t.expires) {
 		return "", errors.New("no valid ticket")
 	}
 	return from, nil

@@ -1,0 +1,439 @@
+package nexscope
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"connector/internal/clock"
+	"connector/internal/cluster"
+	"connector/internal/redistest"
+	"connector/platform"
+)
+
+// jumpClock is a clock whose Now can be moved ahead of its timers, as a
+// process's clock is when it wakes from a pause: its timers, armed on the
+// underlying clock, have not fired yet.
+type jumpClock struct {
+	clock.Clock
+	ahead atomic.Int64
+}
+
+func (c *jumpClock) Now() time.Time { return c.Clock.Now().Add(time.Duration(c.ahead.Load())) }
+
+// jump moves Now d ahead.
+func (c *jumpClock) jump(d time.Duration) { c.ahead.Add(int64(d)) }
+
+// streamAddr waits for in's stream listener and returns its address.
+func streamAddr(t testing.TB, in *instance) string {
+	t.Helper()
+	s := in.p.cluster.streams
+	var addr string
+	waitFor(t, "the stream listener of "+in.name, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		addr = s.addr
+		return addr != ""
+	})
+	return addr
+}
+
+// askTicket has in give a stream ticket to instance from (as a ticket
+// request from it would) and returns the ticket's secret.
+func askTicket(t testing.TB, in *instance, from string) string {
+	t.Helper()
+	s := in.p.cluster.streams
+	in.p.cluster.node.Dispatch(cluster.Encode(msgStream, from, []byte("req-"+from)))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tk, ok := s.tickets[from]
+	if !ok {
+		t.Fatalf("%s gave %s no ticket", in.name, from)
+	}
+	return hex.EncodeToString(tk.secret[:])
+}
+
+// streamClosed reads conn until the other end closes it; an error when
+// it is still open after testTimeout.
+func streamClosed(conn net.Conn) error {
+	_ = conn.SetReadDeadline(time.Now().Add(testTimeout))
+	for {
+		_, err := conn.Read(make([]byte, 64))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("waited %v for the stream to be closed", testTimeout)
+		}
+		if err != nil {
+			return nil
+		}
+	}
+}
+
+// TestStreamMessagesCountOnlyFromTheHelloSender: a stream carries only its
+// dialer's messages. One naming another instance as its sender (here: a
+// leave of that instance's member) is not dispatched, and the stream is
+// closed: the member stays in the room.
+func TestStreamMessagesCountOnlyFromTheHelloSender(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	var conn string
+	home.p.cluster.mu.Lock()
+	for key := range home.p.cluster.remotes {
+		conn = strings.TrimPrefix(key, edge.name+"/")
+	}
+	home.p.cluster.mu.Unlock()
+
+	secret := askTicket(t, home, "i9")
+	c, err := net.Dial("tcp", streamAddr(t, home))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	forged := cluster.Encode(msgLeave, edge.name, []byte(conn))
+	stream := []byte(streamHello + " i9 " + secret + "\n")
+	stream = binary.AppendUvarint(stream, uint64(len(forged)))
+	stream = append(stream, forged...)
+	if _, err := c.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	if err := streamClosed(c); err != nil {
+		t.Fatalf("i9's stream carried a message from %s: %v", edge.name, err)
+	}
+
+	bob.SendJSON(msg("m1", "bob", []string{"alice"}, "still here?"))
+	if m := alice.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want m1", m)
+	}
+	if ack := bob.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[alice]" {
+		t.Fatalf("ack %v, want alice delivered", ack)
+	}
+}
+
+// TestStreamTicketsExpire: the tickets of instances that asked for one and
+// never dialed are dropped once expired, not kept for good.
+func TestStreamTicketsExpire(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clk := &jumpClock{Clock: clock.System}
+	in := startInstanceWith(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", clusterLeaseTTL, func(d *platform.Deps) { d.Clock = clk })
+	streamAddr(t, in)
+	for i := range 100 {
+		askTicket(t, in, fmt.Sprintf("gone%d", i))
+	}
+	clk.jump(in.p.cluster.streams.beats(cluster.LostBeats) + time.Second)
+	askTicket(t, in, "i1")
+	s := in.p.cluster.streams
+	s.mu.Lock()
+	n := len(s.tickets)
+	s.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d tickets kept, want 1 (the unexpired one)", n)
+	}
+}
+
+// TestStreamWrongSecretLeavesTheTicket: a hello with a wrong secret (from
+// anyone who can reach the listener and guesses an instance's name) does
+// not use up that instance's ticket: its own dial, just after, opens the
+// stream. Pub/sub loses the member frames here, so they must take the
+// streams.
+func TestStreamWrongSecretLeavesTheTicket(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, clusterLeaseTTL)
+	for _, in := range ins {
+		to := others(ins, in)[0].name
+		addr := streamAddr(t, in)
+		var spoiled atomic.Bool
+		lose := func(channel string, msg []byte) bool {
+			// in answers to's ticket request: a bad hello in to's name
+			// reaches in first.
+			if channel == cluster.Inbox(to) && bytes.Contains(msg, []byte(addr+" ")) && !spoiled.Swap(true) {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Error(err)
+					return false
+				}
+				defer c.Close()
+				if _, err := c.Write([]byte(streamHello + " " + to + " " + strings.Repeat("00", 16) + "\n")); err != nil {
+					t.Error(err)
+				}
+				if err := streamClosed(c); err != nil {
+					t.Errorf("a hello with a wrong secret: %v", err)
+				}
+			}
+			typ := cluster.Type(msg)
+			return strings.HasPrefix(channel, cluster.Inbox("")) && (typ == msgIn || typ == msgOut || typ == msgJoined)
+		}
+		in.lose.Store(&lose)
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	alice.SendJSON(msg("m1", "alice", []string{"bob"}, "over the stream"))
+	if m := bob.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("bob got %v, want m1", m)
+	}
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[bob]" {
+		t.Fatalf("ack %v, want bob delivered", ack)
+	}
+}
+
+// TestStreamFailuresExpire: what an instance remembers of failed streams
+// to instances that never come back (they stopped for good) is dropped once
+// it no longer matters, not kept for good.
+func TestStreamFailuresExpire(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clk := &jumpClock{Clock: clock.System}
+	in := startInstanceWith(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", takeoverTTL, func(d *platform.Deps) { d.Clock = clk })
+	streamAddr(t, in)
+	s := in.p.cluster.streams
+	failed := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.failed)
+	}
+	const gone = 20
+	for i := range gone { // no such instance answers a ticket request
+		s.send(fmt.Sprintf("gone%d", i), false, streamMsg{typ: msgEdgeBeat, fields: [][]byte{nil}})
+	}
+	waitFor(t, "the streams to the instances gone failed", func() bool { return failed() == gone })
+	clk.jump(s.beats(streamRetryBeats) + time.Second)
+	s.send("gone-late", false, streamMsg{typ: msgEdgeBeat, fields: [][]byte{nil}})
+	waitFor(t, "the stream to gone-late failed", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.failed["gone-late"]
+		return ok
+	})
+	if n := failed(); n != 1 {
+		t.Fatalf("%d failed streams remembered, want 1 (the one not expired)", n)
+	}
+}
+
+// failingListener fails its first Accept with a transient error (as
+// accept does when the process is out of file descriptors), then accepts.
+type failingListener struct {
+	net.Listener
+	failed atomic.Bool
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if !l.failed.Swap(true) {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestStreamListenerOutlivesAcceptErrors: an accept that fails for a while
+// (too many open files) does not end the stream listener: the next
+// instance's stream is still taken.
+func TestStreamListenerOutlivesAcceptErrors(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	s := in.p.cluster.streams
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.ln, s.addr = &failingListener{Listener: ln}, ln.Addr().String()
+	s.mu.Unlock()
+	s.wg.Go(s.accept)
+
+	secret := askTicket(t, in, "i9")
+	c, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(streamHello + " i9 " + secret + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i9's hello taken (its ticket used up)", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return !ok
+	})
+}
+
+// TestStreamRefusedHelloCostsLittle: a connection to the stream listener
+// that never presents a valid ticket (anyone reaching the port may open
+// many, each held up to three beats) costs little memory: not the 64 KiB
+// read buffer a stream gets once its hello is taken.
+func TestStreamRefusedHelloCostsLittle(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", clusterLeaseTTL)
+	addr := streamAddr(t, in)
+	refuse := func() {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte(streamHello + " i9 " + strings.Repeat("00", 16) + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := streamClosed(c); err != nil {
+			t.Fatalf("a hello without a ticket: %v", err)
+		}
+	}
+	refuse() // warm up
+	const n = 50
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		refuse()
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per >= 32<<10 {
+		t.Fatalf("a refused hello allocated %d bytes, want under 32 KiB", per)
+	}
+}
+
+// writerBlocked reports whether a stream writer is waiting in a write to a
+// peer that reads nothing.
+func writerBlocked() bool {
+	buf := make([]byte, 4<<20)
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "nexscope.(*streams).write(") && strings.Contains(g, "waitWrite") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStreamIdleCloseLosesNothing: an outgoing stream that idles out as a
+// message is queued on it does not drop that message. Here the idle timer
+// fires while the writer is held in a write (its peer reads nothing), and
+// a marker is queued behind; once the peer reads again the marker must
+// arrive. Repeated: before the fix the writer picked the idle signal over
+// the queued marker about every other time.
+func TestStreamIdleCloseLosesNothing(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	clk := newFakeClock()
+	in := startInstanceWith(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", clusterLeaseTTL, func(d *platform.Deps) { d.Clock = clk })
+	streamAddr(t, in)
+	s := in.p.cluster.streams
+
+	// i9 is a peer that takes i0's streams and reads each only when told,
+	// up to the marker.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	node, err := cluster.New(cluster.Config{Instance: "i9", PubSub: in.st.PubSub(), LeaseTTL: clusterLeaseTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	node.HandleCall(msgStream, 0, func(req cluster.Msg) {
+		node.Reply(req, []byte(ln.Addr().String()+" "+strings.Repeat("00", 16)))
+	})
+	release := make(chan struct{})
+	got := make(chan struct{}, 1) // the marker arrived
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if _, err := readLine(br, maxHello); err != nil {
+					return
+				}
+				for {
+					select {
+					case <-release:
+					case <-done:
+						return
+					}
+					for {
+						msg, _, err := readStreamMessage(br, br, 64<<20)
+						if err != nil {
+							// This stream ended (idled out): the next one
+							// reads in its place.
+							go func() {
+								select {
+								case release <- struct{}{}:
+								case <-done:
+								}
+							}()
+							return
+						}
+						if cluster.Type(msg) == 'm' {
+							got <- struct{}{}
+							break
+						}
+					}
+				}
+			}()
+		}
+	}()
+
+	filler := make([]byte, 1<<20)
+	for trial := range 8 {
+		for !writerBlocked() {
+			s.send("i9", true, streamMsg{typ: 'y', fields: [][]byte{filler}})
+		}
+		clk.Advance(s.beats(streamIdleBeats))
+		s.send("i9", false, streamMsg{typ: 'm', fields: [][]byte{[]byte(strconv.Itoa(trial))}})
+		release <- struct{}{}
+		select {
+		case <-got:
+		case <-time.After(testTimeout):
+			t.Fatalf("trial %d: no marker within %v: the stream idled out with it queued and dropped it", trial, testTimeout)
+		}
+	}
+}
+
+// TestStreamToAnInstanceWithoutStreamsLosesNothing: an instance that takes
+// no streams (its cluster_addr unset, or not listened on) is sent what was
+// queued for it over pub/sub, in order, when the stream to it cannot open:
+// members linked with it lose no frame.
+func TestStreamToAnInstanceWithoutStreamsLosesNothing(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := []*instance{
+		startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", clusterLeaseTTL),
+		startInstance(t, srv, Config{}, "i1", clusterLeaseTTL),
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	for i := range 3 {
+		id := strconv.Itoa(i)
+		alice.SendJSON(msg("a"+id, "alice", []string{"bob"}, "to bob"))
+		if m := bob.Expect("msg"); m["msgId"] != "a"+id {
+			t.Fatalf("bob got %v", m)
+		}
+		alice.Expect("ack")
+		bob.SendJSON(msg("b"+id, "bob", []string{"alice"}, "to alice"))
+		if m := alice.Expect("msg"); m["msgId"] != "b"+id {
+			t.Fatalf("alice got %v", m)
+		}
+		bob.Expect("ack")
+	}
+}
