@@ -236,6 +236,17 @@ func CommonFailure(prefix, peer string, err error) (r contract.Result, ok bool) 
 	return r, false
 }
 
+// LatestStart is when, on clk (the clock rate limits wait on), a platform
+// call under ctx must start at the latest: margin before ctx's deadline,
+// which is real time, or before timeout from now when ctx has none.
+func LatestStart(ctx context.Context, clk clock.Clock, timeout, margin time.Duration) time.Time {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(timeout)
+	}
+	return clk.Now().Add(time.Until(deadline) - margin)
+}
+
 // WaitShare waits until latest (on clk, the budget's clock) for one unit
 // of tenant's fair share of budget: nil once granted, ctx's error when
 // ctx ended first, else a RateLimitedError (no share came in time, or too

@@ -279,23 +279,20 @@ func (o *Ownership) ClaimedIn(chatID, tenant string) (space string, ok bool) {
 }
 
 // YieldsTo reports whether a binding tenant makes of id for itself (a
-// provision's routeKeys, not an operator's binding) must yield, and to
-// whom: a tenant a self-made binding would take the chat from. That is
-// another tenant's claim of id or made inside it (id a Discord guild), and
-// a user linked to other tenants and not to tenant (a Telegram private
-// chat's id is its user's; ids of other kinds never name a user). Bindings
-// are the registry's to compare; a binding made by an operator overrides
-// claims and links (rule 1).
-func (o *Ownership) YieldsTo(tenant, id string) (string, bool) {
+// provision's routeKeys, not an operator's binding) must yield to a tenant
+// it would take the chat from: another tenant's claim of id or made inside
+// it (id a Discord guild), or a user linked to other tenants and not to
+// tenant (a Telegram private chat's id is its user's; ids of other kinds
+// never name a user). Bindings are the registry's to compare; a binding
+// made by an operator overrides claims and links (rule 1).
+func (o *Ownership) YieldsTo(tenant, id string) bool {
 	for _, cl := range o.claims {
 		if cl.Tenant != tenant && (cl.ID == id || cl.Space == id) {
-			return cl.Tenant, true
+			return true
 		}
 	}
-	if users := o.links[id]; len(users) > 0 && !slices.Contains(users, tenant) {
-		return users[0], true
-	}
-	return "", false
+	users := o.links[id]
+	return len(users) > 0 && !slices.Contains(users, tenant)
 }
 
 // Linked reports whether user is linked to tenant.

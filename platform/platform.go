@@ -223,6 +223,24 @@ func (d *Deps) RunExclusive(ctx context.Context, name string, run func(context.C
 	return d.Exclusive(ctx, name, run)
 }
 
+// RetryStart runs try, a platform's start-up call, each time within
+// timeout, until it succeeds or ctx ends (nil), or until failed, told of
+// each other failure and of the wait on clk before the next try (from
+// backoffMin, doubling up to backoffMax), ends it with an error.
+func RetryStart(ctx context.Context, clk clock.Clock, timeout, backoffMin, backoffMax time.Duration, try func(context.Context) error, failed func(err error, retryIn time.Duration) error) error {
+	for backoff := backoffMin; ; backoff = min(backoff*2, backoffMax) {
+		tctx, cancel := context.WithTimeout(ctx, timeout)
+		err := try(tctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		if err := failed(err, backoff); err != nil || clk.Sleep(ctx, backoff) != nil {
+			return err
+		}
+	}
+}
+
 // WithDefaults returns d with what is unset filled in: a discarding Log,
 // the default session Key (session.DefaultOptions), NopMetrics and
 // clock.System. Every platform's New starts from it, so each default is

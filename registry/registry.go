@@ -726,8 +726,7 @@ func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []
 	if v.owners == nil {
 		v.owners = platform.NewOwnership(v.bindings)
 	}
-	_, taken := v.owners.YieldsTo(b.Tenant, b.ID)
-	return taken, nil
+	return v.owners.YieldsTo(b.Tenant, b.ID), nil
 }
 
 // wrote adds b, written with the platform's guard swapped to guard, to

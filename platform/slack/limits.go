@@ -148,13 +148,7 @@ func (p *Platform) callIn(ctx context.Context, team, channel, method string, fn 
 		return err
 	}
 	tenant := platform.TenantOf(ctx)
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(p.cfg.RequestTimeout)
-	}
-	// ctx's deadline is real time; latest is on p.clock, like the budgets
-	// and within's bound.
-	latest := p.clock.Now().Add(time.Until(deadline) - callMargin)
+	latest := platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, callMargin)
 	if at, ok := ctx.Value(latestKey{}).(time.Time); ok && at.Add(-callMargin).Before(latest) {
 		latest = at.Add(-callMargin)
 	}

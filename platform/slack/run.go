@@ -57,35 +57,28 @@ func (p *Platform) identify(ctx context.Context) error {
 		return nil
 	}
 	p.setStatus(platform.Status{Detail: "asking Slack who bot_token is (auth.test)"})
-	backoff := connectBackoffMin
-	for {
-		actx, cancel := context.WithTimeout(ctx, connectTimeout)
+	return platform.RetryStart(ctx, p.clock, connectTimeout, connectBackoffMin, connectBackoffMax, func(ctx context.Context) error {
 		var who *slack.AuthTestResponse
-		err := p.call(actx, "", "auth.test", func(ctx context.Context, c *slack.Client) (err error) {
+		err := p.call(ctx, "", "auth.test", func(ctx context.Context, c *slack.Client) (err error) {
 			who, err = c.AuthTestContext(ctx)
 			return err
 		})
-		cancel()
-		switch {
-		case err == nil:
+		if err == nil {
 			p.works.identify(who.TeamID, who.UserID)
 			p.setStatus(platform.Status{Ready: true, Detail: "connected as @" + who.User + " in " + who.Team})
 			p.log.Info("slack bot token identified", "team", who.TeamID, "bot_user", who.UserID)
-			return nil
-		case ctx.Err() != nil:
-			return nil
-		case tokenRevoked(err):
+		}
+		return err
+	}, func(err error, retryIn time.Duration) error {
+		if tokenRevoked(err) {
 			p.setStatus(platform.Status{Detail: "Slack rejected bot_token (" + slackErr(err) + ")", Terminal: true})
 			p.log.Error("slack rejected the bot token; check slack.bot_token")
 			return errTokenRejected
 		}
 		p.setStatus(platform.Status{Detail: "cannot reach Slack: " + p.errorText(err)})
-		p.log.Warn("slack unreachable, retrying auth.test", "err", p.errorText(err), "retry_in", backoff)
-		if p.clock.Sleep(ctx, backoff) != nil {
-			return nil
-		}
-		backoff = min(backoff*2, connectBackoffMax)
-	}
+		p.log.Warn("slack unreachable, retrying auth.test", "err", p.errorText(err), "retry_in", retryIn)
+		return nil
+	})
 }
 
 // runSocket holds a Socket Mode connection until ctx ends (the lease is

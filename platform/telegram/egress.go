@@ -57,12 +57,7 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 // through). A ctx without a deadline is bounded by request_timeout, as on
 // WhatsApp and Slack.
 func (p *Platform) paced(ctx context.Context, tenant string, chat int64, countGroup bool, call func(context.Context) error) error {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(p.cfg.RequestTimeout)
-	}
-	// ctx's deadline is real time; latest is on p.deps.Clock, like the windows.
-	latest := p.deps.Clock.Now().Add(time.Until(deadline) - callMargin)
+	latest := platform.LatestStart(ctx, p.deps.Clock, p.cfg.RequestTimeout, callMargin)
 	for {
 		now := p.deps.Clock.Now()
 		at, ok := p.limits.reserve(chat, countGroup, now, latest)

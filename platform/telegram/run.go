@@ -64,15 +64,8 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 // rejected.
 func (p *Platform) connect(ctx context.Context) error {
 	p.health.set(platform.Status{Detail: "connecting to the Telegram Bot API"})
-	backoff := connectBackoffMin
-	for {
-		err := p.connectOnce(ctx)
-		switch {
-		case err == nil:
-			return nil
-		case ctx.Err() != nil:
-			return nil
-		case errors.Is(err, bot.ErrorUnauthorized):
+	return platform.RetryStart(ctx, p.deps.Clock, connectTimeout, connectBackoffMin, connectBackoffMax, p.connectOnce, func(err error, retryIn time.Duration) error {
+		if errors.Is(err, bot.ErrorUnauthorized) {
 			p.health.set(platform.Status{Detail: "Telegram rejected the bot token (401)", Terminal: true})
 			p.log.Error("telegram rejected the bot token; check telegram.bot_token")
 			return errTokenRejected
@@ -83,17 +76,12 @@ func (p *Platform) connect(ctx context.Context) error {
 			detail = "Telegram refused the bot's setup: "
 		}
 		p.health.set(platform.Status{Detail: detail + text})
-		p.log.Warn("telegram bot api unreachable or refusing, retrying", "err", text, "retry_in", backoff)
-		if p.deps.Clock.Sleep(ctx, backoff) != nil {
-			return nil
-		}
-		backoff = min(backoff*2, connectBackoffMax)
-	}
+		p.log.Warn("telegram bot api unreachable or refusing, retrying", "err", text, "retry_in", retryIn)
+		return nil
+	})
 }
 
 func (p *Platform) connectOnce(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
 	me, err := p.bot.GetMe(ctx)
 	if err != nil {
 		return err

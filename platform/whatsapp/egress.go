@@ -87,7 +87,7 @@ func (p *Platform) Execute(ctx context.Context, tenant string, a *contract.Actio
 // while the deadline allows, since Meta did not take it. Any other error is returned as it is, never retried:
 // the call may have gone through.
 func (p *Platform) paced(ctx context.Context, tenant, number, user string, call func(context.Context) error) error {
-	latest := p.latest(ctx)
+	latest := platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, callMargin)
 	key := number + "/" + user
 	for {
 		now := p.clock.Now()
@@ -130,22 +130,12 @@ func (p *Platform) paced(ctx context.Context, tenant, number, user string, call 
 	}
 }
 
-// latest is when, on p.clock, a call under ctx must start at the latest:
-// callMargin before ctx's deadline (real time; RequestTimeout from now
-// when it has none).
-func (p *Platform) latest(ctx context.Context) time.Time {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(p.cfg.RequestTimeout)
-	}
-	return p.clock.Now().Add(time.Until(deadline) - callMargin)
-}
-
 // appShare waits for one unit of tenant's fair share of the app's budget
 // for a call that is not a message (the read mark, a media upload): a
-// RateLimitedError when none comes before latest.
+// RateLimitedError when none comes in time for the call (LatestStart).
 func (p *Platform) appShare(ctx context.Context, tenant string) error {
-	return platform.WaitShare(ctx, p.budget, tenant, p.latest(ctx), p.clock)
+	latest := platform.LatestStart(ctx, p.clock, p.cfg.RequestTimeout, callMargin)
+	return platform.WaitShare(ctx, p.budget, tenant, latest, p.clock)
 }
 
 // failure turns an egress error into a result whose text carries no
