@@ -300,3 +300,41 @@ func TestNameNotLostToAnotherTenantsBudget(t *testing.T) {
 		t.Fatalf("%s %+v: want t1's, from zed29", d.Tenant, d.Event.Source)
 	}
 }
+
+// TestSameTSInTwoChannels: Slack's ts are unique per channel only, so two
+// messages of one workspace with the same ts in two channels (here bound
+// to two tenants) are two messages: both are delivered, each to its
+// tenant, and an edit in one is not taken for an edit of the other's
+// answered message. The message and app_mention of one mention (same
+// channel and ts) still deliver once.
+func TestSameTSInTwoChannels(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	const ts = "1768490100.000100"
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, ts, "", "<@U0BOTA0001> in general"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Text != "in general" {
+		t.Fatalf("general: %+v", d)
+	}
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, chanOps, userAda, ts, "", "<@U0BOTA0001> in ops"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t3" || d.Event.Text != "in ops" {
+		t.Fatalf("ops: %+v", d)
+	}
+	mention := slacktest.MessageEvent(teamA.ID, chanOps, userAda, ts, "", "<@U0BOTA0001> in ops")
+	mention["type"] = "app_mention"
+	delete(mention, "channel_type")
+	e.event(t, teamA, "Ev3", mention, http.StatusOK)
+	e.sink.Empty(t)
+	// A message of the same ts in a third channel, unmentioned, starts no
+	// turn; its edit adding the mention does, although general's message
+	// of that ts did.
+	e.fake.AddChannel(teamA.ID, slacktest.Channel{ID: "C0DEV00003", Name: "dev"})
+	e.event(t, teamA, "Ev5", slacktest.MessageEvent(teamA.ID, "C0DEV00003", userAda, ts, "", "can someone look?"), http.StatusOK)
+	e.sink.Empty(t)
+	edit := map[string]any{"type": "message", "subtype": "message_changed", "channel": "C0DEV00003", "channel_type": "channel",
+		"ts": "1768490160.000900", "event_ts": "1768490160.000900", "hidden": true,
+		"message": map[string]any{"client_msg_id": "m1", "type": "message", "user": userAda, "ts": ts,
+			"text": "<@U0BOTA0001> can someone look?", "team": teamA.ID, "edited": map[string]any{"user": userAda, "ts": "1768490160.000900"}}}
+	e.event(t, teamA, "Ev6", edit, http.StatusOK)
+	if d := e.sink.Next(t); d.Event.Source.ChatID != "C0DEV00003" || !d.Event.Source.MessageIsEdit {
+		t.Fatalf("edit: %+v", d.Event)
+	}
+}

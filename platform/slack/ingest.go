@@ -87,14 +87,14 @@ func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(contex
 	return p.queues.Do(ctx, chat, func() error { return job(context.WithoutCancel(ctx)) })
 }
 
-// ingestMessage is one message's pipeline: dedupe (team and ts, across
-// instances), the edit guard, the /link DM, routing, the tenant's gates,
-// the files, delivery.
+// ingestMessage is one message's pipeline: dedupe (team, channel and ts,
+// across instances), the edit guard, the /link DM, routing, the tenant's
+// gates, the files, delivery.
 func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message, received time.Time) error {
-	return p.dedupe.once(ctx, "msg/"+m.dedupeKey, env.EventID, func() error {
+	return p.dedupe.once(ctx, "msg/"+m.liveDedupeKey(), env.EventID, func() error {
 		ev := m.ev
 		if m.edit {
-			switch done, err := p.memory.has(ctx, markTurn, m.scope+":"+ev.TS); {
+			switch done, err := p.memory.has(ctx, markTurn, turnMark(m.scope, ev.Channel, ev.TS)); {
 			case err != nil:
 				return fmt.Errorf("slack: read the message's turn marker: %w", err)
 			case done:
