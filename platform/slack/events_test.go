@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
@@ -337,4 +338,53 @@ func TestSameTSInTwoChannels(t *testing.T) {
 	if d := e.sink.Next(t); d.Event.Source.ChatID != "C0DEV00003" || !d.Event.Source.MessageIsEdit {
 		t.Fatalf("edit: %+v", d.Event)
 	}
+}
+
+// countingStore counts the claims taken or held in its store.
+type countingStore struct {
+	store.Store
+	writes atomic.Int64
+}
+
+func (s *countingStore) Claims() store.Claims { return countingClaims{s.Store.Claims(), &s.writes} }
+
+type countingClaims struct {
+	store.Claims
+	writes *atomic.Int64
+}
+
+func (c countingClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	c.writes.Add(1)
+	return c.Claims.Claim(ctx, key, expires)
+}
+
+func (c countingClaims) Hold(ctx context.Context, key string, expires time.Time) error {
+	c.writes.Add(1)
+	return c.Claims.Hold(ctx, key, expires)
+}
+
+// TestUnclaimedCostsNoStoreWrite: the messages of an installed workspace
+// no tenant claims are dropped before their duplicate check, so they
+// write nothing to the store however many Slack sends; a claimed
+// workspace's message and its retry are still deduplicated.
+func TestUnclaimedCostsNoStoreWrite(t *testing.T) {
+	st := &countingStore{Store: newSharedStore(t)}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	before := st.writes.Load()
+	for i := range 20 {
+		ts := sprintf("1768490100.%06d", i)
+		e.event(t, teamB, "Ev"+ts, slacktest.MessageEvent(teamB.ID, chanAcme, userBob, ts, "", "<@U0BOTB0002> anyone?"), http.StatusOK)
+	}
+	if n := st.writes.Load() - before; n != 0 {
+		t.Fatalf("20 messages of an unclaimed workspace cost %d claim writes, want 0", n)
+	}
+	e.sink.Empty(t)
+	msg := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490200.000100", "", "claimed")
+	e.event(t, teamA, "Ev1", msg, http.StatusOK)
+	e.sink.Next(t)
+	e.event(t, teamA, "Ev1", msg, http.StatusOK)
+	e.sink.Empty(t)
 }
