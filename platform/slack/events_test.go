@@ -388,3 +388,33 @@ func TestUnclaimedCostsNoStoreWrite(t *testing.T) {
 	e.event(t, teamA, "Ev1", msg, http.StatusOK)
 	e.sink.Empty(t)
 }
+
+// TestGateHoldsWhileTheBotIsUnknown: a channel message of a workspace
+// whose bot user is not known (an install without one, an envelope
+// without a bot authorization) still goes through the tenant's channel
+// gate: unmentioned, it starts no turn; in a free-response channel it
+// does.
+func TestGateHoldsWhileTheBotIsUnknown(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.Tenants["t2"] = TenantConfig{FreeResponseChannels: []string{"C0FREE0001"}}
+	}, nil)
+	ctx, cancel := contextFor()
+	defer cancel()
+	if err := e.p.works.install(ctx, teamB.ID, installRecord{Token: teamB.Token}); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.AddChannel(teamB.ID, slacktest.Channel{ID: "C0FREE0001", Name: "free"})
+	post := func(id, channel, ts, text string) {
+		t.Helper()
+		body := slacktest.Envelope(teamB.ID, "", id, slacktest.MessageEvent(teamB.ID, channel, userBob, ts, "", text))
+		if code, b := e.post(t, EventsPath, "application/json", body); code != http.StatusOK {
+			t.Fatalf("%s: %d %s", id, code, b)
+		}
+	}
+	post("Ev1", chanAcme, "1768490100.000100", "just chatting, not for the bot")
+	e.sink.Empty(t)
+	post("Ev2", "C0FREE0001", "1768490100.000200", "anyone?")
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Text != "anyone?" {
+		t.Fatalf("%+v", d)
+	}
+}

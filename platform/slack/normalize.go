@@ -300,7 +300,11 @@ func (n *normalizer) run(ctx context.Context, m *message) (*turn, string) {
 	if n.peerBot(ctx, m, mentioned) {
 		return nil, dropBotSender
 	}
-	if channelType != "im" && n.bot != "" && !n.owner {
+	// The native adapter skips the gate while it does not know its bot
+	// user, which would let every channel message through, past
+	// allowed_channels too. Here the gate holds (fail closed): an unknown
+	// bot only means no mention of it is recognized.
+	if channelType != "im" && !n.owner {
 		if drop := n.gate(ctx, m, routing, mentioned); drop != "" {
 			return nil, drop
 		}
