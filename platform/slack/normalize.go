@@ -47,6 +47,7 @@ const (
 	dropUnknownPrompt    = "unknown_prompt"
 	dropLifecycle        = "lifecycle"
 	dropCommandNotRouted = "command_not_routed"
+	dropOverloaded       = "overloaded"
 )
 
 // lookups is what normalization asks Slack: live, the Web API with a
