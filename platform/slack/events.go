@@ -32,7 +32,7 @@ import (
 //
 // A 200 is written only after the event is stored. That is within Slack's
 // 3 s unless the message has files: they are fetched before it is stored
-// (media.go, up to mediaDownloadTimeout each), holding its chat's order,
+// (media.go, up to mediaDownloadTimeout in all), holding its chat's order,
 // and Slack retries it meanwhile (the retry is answered 503 while the
 // first copy is in hand, 200 once it is stored).
 
