@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/media"
 	"connector/platform"
 	"connector/platform/platformtest"
@@ -637,5 +638,44 @@ func TestDraftStreamMovesWithTheGateway(t *testing.T) {
 	}
 	if m := fake.Messages(chanGeneral); len(m) != 2 || m[1].Text != "Second answer" || m[1].Stream || len(fake.Calls("chat.postMessage")) != 0 {
 		t.Fatalf("the send posted again: %+v", m)
+	}
+}
+
+// TestInboundFilesShareOneDeadline: the files of a message are fetched
+// within one deadline together, on the platform's clock: when the first
+// stalls until the deadline, the others are not waited for one deadline
+// each (which would hold the chat for up to half an hour); the message is
+// stored with every file named in the notice.
+func TestInboundFilesShareOneDeadline(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	started := make(chan string, 8)
+	var files []any
+	for i := range 3 {
+		id := sprintf("F0SLOW000%d", i)
+		url := e.fake.AddStalledFile(teamA.ID, id, id+".png", "image/png", started)
+		files = append(files, map[string]any{"id": id, "name": id + ".png", "mimetype": "image/png", "size": 10, "url_private": url})
+	}
+	ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "three shots")
+	ev["files"] = files
+	codes := make(chan int, 1)
+	go func() {
+		code, _ := e.post(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", ev))
+		codes <- code
+	}()
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first file's download", waitFor)
+	}
+	clk.Advance(mediaDownloadTimeout)
+	d := e.sink.Next(t)
+	for i := range 3 {
+		if !strings.Contains(d.Event.Text, sprintf("F0SLOW000%d.png could not be fetched", i)) {
+			t.Fatalf("file %d not in the notice: %q", i, d.Event.Text)
+		}
+	}
+	if code := <-codes; code != http.StatusOK {
+		t.Fatalf("answered %d", code)
 	}
 }

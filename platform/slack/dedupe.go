@@ -9,7 +9,8 @@ import (
 // This file keeps Slack's duplicates out: a retried delivery
 // (X-Slack-Retry-Num, a Socket Mode redelivery), an event_id seen twice,
 // and the message and app_mention events one mention produces (they share
-// the message's team and ts: the native dedupe key "<team>:<ts>", for
+// the message's team, channel and ts: the native dedupe key "<team>:<ts>"
+// qualified by the channel, as a ts is unique in its channel only; for
 // DedupeWindow). With several instances the markers are the store's
 // Claims, so a duplicate is dropped whichever instance gets it; with one,
 // they are in memory.

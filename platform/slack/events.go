@@ -30,7 +30,11 @@ import (
 //	     another instance is handling a copy): Slack retries, and the
 //	     dedupe drops a copy that did get through
 //
-// A 200 is written only after the event is stored, within Slack's 3 s.
+// A 200 is written only after the event is stored. That is within Slack's
+// 3 s unless the message has files: they are fetched before it is stored
+// (media.go, up to mediaDownloadTimeout in all), holding its chat's order,
+// and Slack retries it meanwhile (the retry is answered 503 while the
+// first copy is in hand, 200 once it is stored).
 
 // signatureWindow is how far a request's timestamp may be from the
 // connector's clock.

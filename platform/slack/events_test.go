@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
@@ -298,5 +299,122 @@ func TestNameNotLostToAnotherTenantsBudget(t *testing.T) {
 	}
 	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Source.UserName.Value != "zed29" {
 		t.Fatalf("%s %+v: want t1's, from zed29", d.Tenant, d.Event.Source)
+	}
+}
+
+// TestSameTSInTwoChannels: Slack's ts are unique per channel only, so two
+// messages of one workspace with the same ts in two channels (here bound
+// to two tenants) are two messages: both are delivered, each to its
+// tenant, and an edit in one is not taken for an edit of the other's
+// answered message. The message and app_mention of one mention (same
+// channel and ts) still deliver once.
+func TestSameTSInTwoChannels(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	const ts = "1768490100.000100"
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, ts, "", "<@U0BOTA0001> in general"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Text != "in general" {
+		t.Fatalf("general: %+v", d)
+	}
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, chanOps, userAda, ts, "", "<@U0BOTA0001> in ops"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t3" || d.Event.Text != "in ops" {
+		t.Fatalf("ops: %+v", d)
+	}
+	mention := slacktest.MessageEvent(teamA.ID, chanOps, userAda, ts, "", "<@U0BOTA0001> in ops")
+	mention["type"] = "app_mention"
+	delete(mention, "channel_type")
+	e.event(t, teamA, "Ev3", mention, http.StatusOK)
+	e.sink.Empty(t)
+	// A message of the same ts in a third channel, unmentioned, starts no
+	// turn; its edit adding the mention does, although general's message
+	// of that ts did.
+	e.fake.AddChannel(teamA.ID, slacktest.Channel{ID: "C0DEV00003", Name: "dev"})
+	e.event(t, teamA, "Ev5", slacktest.MessageEvent(teamA.ID, "C0DEV00003", userAda, ts, "", "can someone look?"), http.StatusOK)
+	e.sink.Empty(t)
+	edit := map[string]any{"type": "message", "subtype": "message_changed", "channel": "C0DEV00003", "channel_type": "channel",
+		"ts": "1768490160.000900", "event_ts": "1768490160.000900", "hidden": true,
+		"message": map[string]any{"client_msg_id": "m1", "type": "message", "user": userAda, "ts": ts,
+			"text": "<@U0BOTA0001> can someone look?", "team": teamA.ID, "edited": map[string]any{"user": userAda, "ts": "1768490160.000900"}}}
+	e.event(t, teamA, "Ev6", edit, http.StatusOK)
+	if d := e.sink.Next(t); d.Event.Source.ChatID != "C0DEV00003" || !d.Event.Source.MessageIsEdit {
+		t.Fatalf("edit: %+v", d.Event)
+	}
+}
+
+// countingStore counts the claims taken or held in its store.
+type countingStore struct {
+	store.Store
+	writes atomic.Int64
+}
+
+func (s *countingStore) Claims() store.Claims { return countingClaims{s.Store.Claims(), &s.writes} }
+
+type countingClaims struct {
+	store.Claims
+	writes *atomic.Int64
+}
+
+func (c countingClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	c.writes.Add(1)
+	return c.Claims.Claim(ctx, key, expires)
+}
+
+func (c countingClaims) Hold(ctx context.Context, key string, expires time.Time) error {
+	c.writes.Add(1)
+	return c.Claims.Hold(ctx, key, expires)
+}
+
+// TestUnclaimedCostsNoStoreWrite: the messages of an installed workspace
+// no tenant claims are dropped before their duplicate check, so they
+// write nothing to the store however many Slack sends; a claimed
+// workspace's message and its retry are still deduplicated.
+func TestUnclaimedCostsNoStoreWrite(t *testing.T) {
+	st := &countingStore{Store: newSharedStore(t)}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamA.ID, Tenant: "t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	before := st.writes.Load()
+	for i := range 20 {
+		ts := sprintf("1768490100.%06d", i)
+		e.event(t, teamB, "Ev"+ts, slacktest.MessageEvent(teamB.ID, chanAcme, userBob, ts, "", "<@U0BOTB0002> anyone?"), http.StatusOK)
+	}
+	if n := st.writes.Load() - before; n != 0 {
+		t.Fatalf("20 messages of an unclaimed workspace cost %d claim writes, want 0", n)
+	}
+	e.sink.Empty(t)
+	msg := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490200.000100", "", "claimed")
+	e.event(t, teamA, "Ev1", msg, http.StatusOK)
+	e.sink.Next(t)
+	e.event(t, teamA, "Ev1", msg, http.StatusOK)
+	e.sink.Empty(t)
+}
+
+// TestGateHoldsWhileTheBotIsUnknown: a channel message of a workspace
+// whose bot user is not known (an install without one, an envelope
+// without a bot authorization) still goes through the tenant's channel
+// gate: unmentioned, it starts no turn; in a free-response channel it
+// does.
+func TestGateHoldsWhileTheBotIsUnknown(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.Tenants["t2"] = TenantConfig{FreeResponseChannels: []string{"C0FREE0001"}}
+	}, nil)
+	ctx, cancel := contextFor()
+	defer cancel()
+	if err := e.p.works.install(ctx, teamB.ID, installRecord{Token: teamB.Token}); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.AddChannel(teamB.ID, slacktest.Channel{ID: "C0FREE0001", Name: "free"})
+	post := func(id, channel, ts, text string) {
+		t.Helper()
+		body := slacktest.Envelope(teamB.ID, "", id, slacktest.MessageEvent(teamB.ID, channel, userBob, ts, "", text))
+		if code, b := e.post(t, EventsPath, "application/json", body); code != http.StatusOK {
+			t.Fatalf("%s: %d %s", id, code, b)
+		}
+	}
+	post("Ev1", chanAcme, "1768490100.000100", "just chatting, not for the bot")
+	e.sink.Empty(t)
+	post("Ev2", "C0FREE0001", "1768490100.000200", "anyone?")
+	if d := e.sink.Next(t); d.Tenant != "t2" || d.Event.Text != "anyone?" {
+		t.Fatalf("%+v", d)
 	}
 }

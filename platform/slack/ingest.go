@@ -87,14 +87,28 @@ func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(contex
 	return p.queues.Do(ctx, chat, func() error { return job(context.WithoutCancel(ctx)) })
 }
 
-// ingestMessage is one message's pipeline: dedupe (team and ts, across
-// instances), the edit guard, the /link DM, routing, the tenant's gates,
-// the files, delivery.
+// ingestMessage is one message's pipeline: the /link DM or routing, then
+// dedupe (team, channel and ts, across instances), the edit guard, the
+// tenant's gates, the files, delivery. A message no tenant takes is
+// dropped before its dedupe: an installed workspace or channel nobody
+// claims costs the store no write, whatever the rate Slack sends at.
 func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message, received time.Time) error {
-	return p.dedupe.once(ctx, "msg/"+m.dedupeKey, env.EventID, func() error {
-		ev := m.ev
+	ev := m.ev
+	dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
+	code, link := linkCommand(ev.Text)
+	link = link && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != ""
+	r := m.routed
+	if r == nil && !link {
+		tenant, owner, drop := p.route(ctx, ev.User, ev.Channel, m.install, dm)
+		if drop != "" {
+			p.drop(drop, env.EventID)
+			return nil
+		}
+		r = &routing{tenant: tenant, owner: owner}
+	}
+	return p.dedupe.once(ctx, "msg/"+m.liveDedupeKey(), env.EventID, func() error {
 		if m.edit {
-			switch done, err := p.memory.has(ctx, markTurn, m.scope+":"+ev.TS); {
+			switch done, err := p.memory.has(ctx, markTurn, turnMark(m.scope, ev.Channel, ev.TS)); {
 			case err != nil:
 				return fmt.Errorf("slack: read the message's turn marker: %w", err)
 			case done:
@@ -102,23 +116,12 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 				return nil
 			}
 		}
-		dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
-		if code, ok := linkCommand(ev.Text); ok && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != "" {
+		if link {
 			team, channel := m.install, ev.Channel
 			p.submitLink(team, ev.User, channel, code, func(ctx context.Context, reply string) { p.replyLink(ctx, team, channel, reply) })
 			return nil
 		}
-		var tenant, drop string
-		var owner bool
-		if m.routed != nil {
-			tenant, owner = m.routed.tenant, m.routed.owner
-		} else {
-			tenant, owner, drop = p.route(ctx, ev.User, ev.Channel, m.install, dm)
-		}
-		if drop != "" {
-			p.drop(drop, env.EventID)
-			return nil
-		}
+		tenant, owner := r.tenant, r.owner
 		bot := p.works.botUser(ctx, m.scope)
 		if bot == "" {
 			bot = cmp.Or(p.works.botUser(ctx, m.install), env.botUser())

@@ -87,7 +87,11 @@ func (p *Platform) shareTS(ctx context.Context, t target, file string) string {
 	return ""
 }
 
-// Limits of inbound files.
+// Limits of inbound files. mediaDownloadTimeout bounds the fetches of
+// all of a turn's files together (files.info lookups included): they
+// hold the message's chat (and its 200) until done, and one bound per file
+// would hold it for up to half an hour, past Slack's last retry of the
+// messages waiting behind it.
 const (
 	mediaDownloadTimeout = 2 * time.Minute
 	maxInjectedText      = 100 << 10 // a text file up to this is also put in the text, as natively
@@ -110,7 +114,8 @@ var unsafeName = regexp.MustCompile(`[^\w.\- ]`)
 // own host, ever get it) and lists them in media_urls and media, as
 // Telegram's files are. A small text document's content is also put in
 // front of the text ("[Content of name]:"); a file that cannot be fetched
-// is named in an attachment notice there instead, as natively. Without a
+// is named in an attachment notice there instead, as natively, as is
+// one not fetched within mediaDownloadTimeout of the first. Without a
 // media store with a public URL the event goes on without its files (its
 // message_type still says what they were).
 func (p *Platform) attachFiles(ctx context.Context, tenant, team string, t *turn) {
@@ -118,6 +123,8 @@ func (p *Platform) attachFiles(ctx context.Context, tenant, team string, t *turn
 	if (len(t.files) == 0 && len(t.rootFiles) == 0) || store == nil || store.URL("x") == "" {
 		return
 	}
+	ctx, cancel := within(ctx, p.clock, mediaDownloadTimeout)
+	defer cancel()
 	p.attachRootImages(ctx, tenant, team, t)
 	var injected, notices []string
 	for i, f := range t.files {
@@ -230,7 +237,8 @@ func (p *Platform) fileInfo(ctx context.Context, team string, f *wireFile) bool 
 	return f.URLPrivate != "" || f.URLPrivateDownload != ""
 }
 
-// rehost downloads f into the media store. Errors carry no token.
+// rehost downloads f into the media store, within ctx (attachFiles bounds
+// it). Errors carry no token.
 func (p *Platform) rehost(ctx context.Context, tenant, team string, f *wireFile, mime string) (media.Info, error) {
 	c, _, err := p.works.client(ctx, team)
 	if err != nil {
@@ -240,8 +248,6 @@ func (p *Platform) rehost(ctx context.Context, tenant, team string, f *wireFile,
 	if err != nil {
 		return media.Info{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, mediaDownloadTimeout)
-	defer cancel()
 	// slack-go sends the token only to Slack's https hosts or the Web
 	// API's, and refuses a redirect to the sign-in page (a file the token
 	// cannot read).

@@ -39,7 +39,7 @@ const memorySize = 5 * 5000
 // markKind names a kind of marker.
 type markKind string
 
-// Marker kinds. Keys are "<team>:<ts>" for turn, threadMark's for posted,
+// Marker kinds. Keys are turnMark's for turn, threadMark's for posted,
 // mentioned and active, "<channel>:<ts>" for prompt.
 const (
 	markTurn      markKind = "turn"      // a message that started a turn
@@ -62,6 +62,10 @@ func threadMark(tenant, team, channel, ts string) string {
 	return team + ":" + channel + ":" + ts + ":" + tenant
 }
 
+// turnMark is the key of a turn marker: message ts of channel in
+// workspace team (a ts is unique in its channel only).
+func turnMark(team, channel, ts string) string { return team + ":" + channel + ":" + ts }
+
 // markKey is a marker's key in the store.
 func markKey(kind markKind, key string) string { return "slack/mark/" + string(kind) + "/" + key }
 
@@ -83,7 +87,7 @@ func (m *memory) set(ctx context.Context, kind markKind, key string) error {
 // turnStarted records a delivered turn of tenant: message ts of team in
 // channel, in session thread (may be "").
 func (m *memory) turnStarted(ctx context.Context, tenant, team, channel, ts, thread string) error {
-	if err := m.set(ctx, markTurn, team+":"+ts); err != nil {
+	if err := m.set(ctx, markTurn, turnMark(team, channel, ts)); err != nil {
 		return err
 	}
 	if thread == "" {

@@ -47,6 +47,7 @@ const (
 	dropUnknownPrompt    = "unknown_prompt"
 	dropLifecycle        = "lifecycle"
 	dropCommandNotRouted = "command_not_routed"
+	dropOverloaded       = "overloaded"
 )
 
 // lookups is what normalization asks Slack: live, the Web API with a
@@ -107,7 +108,7 @@ type message struct {
 	// envelope's team): its token and tenant.
 	install string
 	// dedupeKey is the native dedupe key "<team>:<ts>" (for an edit, the
-	// edit's own ts).
+	// edit's own ts); live, its channel qualifies it (liveDedupeKey).
 	dedupeKey string
 	// force, set for a message a reaction synthesized, skips the mention
 	// rule of the channel gate (not allowed_channels, nor a message
@@ -172,6 +173,13 @@ func newMessage(env *envelope, ev *wireEvent) (message, bool) {
 	}
 	return m, true
 }
+
+// liveDedupeKey is the key a live copy of m is deduplicated on: the
+// native key of its channel. Slack's ts are unique per channel only, so
+// the native "<team>:<ts>" would drop a message of another channel (of
+// another tenant, maybe) that has the same ts; the message and app_mention
+// of one mention share their channel as well as their ts.
+func (m *message) liveDedupeKey() string { return m.ev.Channel + "/" + m.dedupeKey }
 
 // eventTeam is _event_team_id: the event's team_id or team, then the
 // envelope's, then its first authorization's.
@@ -293,7 +301,11 @@ func (n *normalizer) run(ctx context.Context, m *message) (*turn, string) {
 	if n.peerBot(ctx, m, mentioned) {
 		return nil, dropBotSender
 	}
-	if channelType != "im" && n.bot != "" && !n.owner {
+	// The native adapter skips the gate while it does not know its bot
+	// user, which would let every channel message through, past
+	// allowed_channels too. Here the gate holds (fail closed): an unknown
+	// bot only means no mention of it is recognized.
+	if channelType != "im" && !n.owner {
 		if drop := n.gate(ctx, m, routing, mentioned); drop != "" {
 			return nil, drop
 		}

@@ -82,6 +82,9 @@ type Platform struct {
 	running atomic.Bool
 	sink    atomic.Pointer[platform.Sink]
 	bg      sync.WaitGroup // background work Run waits for: socket mode jobs, prompt updates
+	// besides holds a slot per Socket Mode envelope handled beside the
+	// reader (beside, maxBeside).
+	besides chan struct{}
 }
 
 var (
@@ -149,6 +152,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.claims = platform.ClaimsFor(deps, localClaims, p.clock)
 	p.dedupe = &dedupe{p}
 	p.queues = chatorder.New[string](maxInFlight)
+	p.besides = make(chan struct{}, maxBeside)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
 	p.streams = &streams{state: platform.StateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0)}
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)

@@ -185,14 +185,14 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 		chat, job := p.envelopeJob(&env, received)
 		run := func() { ack(job(ctx), nil) }
 		if chat == "" {
-			p.bg.Go(run)
+			p.beside(run)
 			return
 		}
 		if !p.queues.Go(ctx, chat, run) {
 			ack(ctx.Err(), nil)
 		}
 	case socketmode.EventTypeInteractive:
-		p.bg.Go(func() {
+		p.beside(func() {
 			var ic slack.InteractionCallback
 			if json.Unmarshal(req.Payload, &ic) != nil {
 				ack(nil, nil)
@@ -201,7 +201,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(p.interaction(ctx, &ic, received), nil)
 		})
 	case socketmode.EventTypeSlashCommand:
-		p.bg.Go(func() {
+		p.beside(func() {
 			var form map[string]any
 			if json.Unmarshal(req.Payload, &form) != nil {
 				ack(nil, nil)
@@ -216,4 +216,27 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(err, payload)
 		})
 	}
+}
+
+// maxBeside bounds the Socket Mode envelopes handled beside the reader
+// (interactions, slash commands, events of no chat) at once.
+var maxBeside = 1024
+
+// beside runs fn on a goroutine of its own, unless maxBeside of them are
+// running: then fn does not run, its envelope is left unacknowledged (an
+// event is sent again by Slack; a press or slash command is not, and its
+// user sees Slack's timeout error), and it is counted as dropped
+// (overloaded) and logged.
+func (p *Platform) beside(fn func()) {
+	select {
+	case p.besides <- struct{}{}:
+	default:
+		p.metrics.Dropped(platformName, dropOverloaded)
+		p.log.Warn("slack socket mode: too many envelopes in hand; one left unacknowledged", "limit", cap(p.besides))
+		return
+	}
+	p.bg.Go(func() {
+		defer func() { <-p.besides }()
+		fn()
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"connector/platform"
 	"connector/platform/slack/slacktest"
 	"connector/store"
+	"connector/vault"
 )
 
 // socketDeps runs Exclusive on st's leases, as serve does with several
@@ -86,5 +88,82 @@ func TestSocketModeUnderALease(t *testing.T) {
 	push(a.fake, "1768490100.000200", "after the move")
 	if d := b.sink.Next(t); d.Event.Text != "after the move" {
 		t.Fatalf("%+v", d)
+	}
+}
+
+// blockingVault holds every response_url Put until release is closed,
+// telling entered of each.
+type blockingVault struct {
+	vault.Store
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (v *blockingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindSlackResponseURL {
+		v.entered <- struct{}{}
+		<-v.release
+	}
+	return v.Store.Put(ctx, k, e)
+}
+
+// TestSocketModeBoundsWorkBesideTheReader: the slash commands and
+// interactions handled beside the Socket Mode reader are bounded; one past
+// the bound is left unacknowledged (and logged), and once the work in hand
+// ends the next one is handled.
+func TestSocketModeBoundsWorkBesideTheReader(t *testing.T) {
+	old := maxBeside
+	maxBeside = 2
+	t.Cleanup(func() { maxBeside = old })
+	v := &blockingVault{Store: vault.NewMemory(vault.Config{}), entered: make(chan struct{}, 8), release: make(chan struct{})}
+	release := sync.OnceFunc(func() { close(v.release) })
+	t.Cleanup(release)
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnv(t, socket, &platform.Deps{Vault: v})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	push := func(n int) string {
+		t.Helper()
+		cmd, _ := json.Marshal(map[string]string{"team_id": teamA.ID, "channel_id": chanGeneral, "user_id": userAda, "command": "/status",
+			"text": sprintf("%d", n), "response_url": e.fake.ResponseURL(sprintf("r%d", n))})
+		id, err := e.fake.PushEvent(ctx, "slash_commands", cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	var held []string
+	for n := range 2 {
+		held = append(held, push(n))
+		select {
+		case <-v.entered:
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for slash command %d to be in hand", n)
+		}
+	}
+	over := push(2)
+	for !strings.Contains(e.logs.String(), "one left unacknowledged") {
+		if ctx.Err() != nil {
+			t.Fatal("timed out waiting for the envelope past the bound to be turned away")
+		}
+		time.Sleep(2 * time.Millisecond) // the platform signals nothing else
+	}
+	release()
+	for _, id := range held {
+		if _, err := e.fake.WaitAck(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.fake.Acked(over) {
+		t.Fatal("the envelope past the bound was acknowledged")
+	}
+	if _, err := e.fake.WaitAck(ctx, push(3)); err != nil {
+		t.Fatalf("after the work in hand ended: %v", err)
+	}
+	for range 3 {
+		e.sink.Next(t)
 	}
 }

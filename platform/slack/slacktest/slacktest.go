@@ -143,6 +143,7 @@ type Server struct {
 type servedFile struct {
 	team, id, name, contentType, url string
 	data                             []byte
+	started                          chan<- string // AddStalledFile's
 }
 
 // New starts a fake Slack and stops it when tb's test ends.
@@ -234,6 +235,20 @@ func (s *Server) AddFile(team, id, name, contentType string, data []byte) string
 	u := strings.TrimSuffix(s.URL, "/") + path
 	s.files[path] = servedFile{team: team, id: id, name: name, contentType: contentType, data: data, url: u}
 	s.fileIDs[team+"/"+id] = path
+	return u
+}
+
+// AddStalledFile is AddFile for a file whose download never answers: each
+// request for it is reported on started, then held until its client gives
+// up.
+func (s *Server) AddStalledFile(team, id, name, contentType string, started chan<- string) string {
+	u := s.AddFile(team, id, name, contentType, nil)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	path := s.fileIDs[team+"/"+id]
+	f := s.files[path]
+	f.started = started
+	s.files[path] = f
 	return u
 }
 
@@ -737,6 +752,11 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if !ok || team != f.team {
 		http.Redirect(w, r, "/signin?redir="+url.QueryEscape(r.URL.Path), http.StatusFound)
+		return
+	}
+	if f.started != nil {
+		f.started <- f.id
+		<-r.Context().Done()
 		return
 	}
 	w.Header().Set("Content-Type", f.contentType)
