@@ -16,8 +16,9 @@ import (
 // (HTTP 503, a Socket Mode envelope left unacknowledged).
 var ErrBusy = errors.New("platform: another instance is handling this event; try again later")
 
-// dedupeStoreTimeout bounds a claim's release, which does not wait for the
-// caller's context (it may have ended).
+// dedupeStoreTimeout bounds a claim's release and its done marker, which
+// do not end with the caller's context: a source that stopped waiting for
+// the answer retries, and the retry must find the event done.
 const dedupeStoreTimeout = 5 * time.Second
 
 // Dedupe lets one copy of an event through: a platform's retry (a lost or
@@ -95,8 +96,10 @@ func (d *Dedupe) Once(ctx context.Context, key string, handle func() error) (dup
 }
 
 // Finish records a taken key as done: the event was stored or deliberately
-// dropped.
+// dropped. It does so even when ctx has ended.
 func (d *Dedupe) Finish(ctx context.Context, key string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dedupeStoreTimeout)
+	defer cancel()
 	if err := d.Claims.Hold(ctx, d.Prefix+"done/"+key, d.Clock.Now().Add(d.Window)); err != nil {
 		d.Log.Warn("dedupe marker not stored; a retry of this event may be delivered again", "err", err)
 	}
