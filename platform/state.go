@@ -42,10 +42,20 @@ func StateOr(st store.Store, size int, c clock.Clock) store.Capabilities {
 // takes each key whichever gets it, else a local state of at most size
 // entries.
 func ClaimsFor(deps Deps, size int, c clock.Clock) store.Claims {
-	if deps.Cluster != nil && deps.Store != nil {
-		return deps.Store.Claims()
+	if claims := deps.SharedClaims(); claims != nil {
+		return claims
 	}
 	return NewLocalState(size, c)
+}
+
+// SharedClaims is the store's claims when several instances share it
+// (d.Cluster), else nil: a platform that needs claims only across
+// instances (Telegram's webhook dedupe) keeps none with one.
+func (d Deps) SharedClaims() store.Claims {
+	if d.Cluster != nil && d.Store != nil {
+		return d.Store.Claims()
+	}
+	return nil
 }
 
 // NewLocalState returns a local state of at most size entries.

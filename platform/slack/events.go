@@ -82,7 +82,7 @@ func (p *Platform) answer(w http.ResponseWriter, err error, what string) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	if !errors.Is(err, errBusy) {
+	if !errors.Is(err, platform.ErrBusy) {
 		p.log.Warn("slack "+what+" not stored; Slack will retry", "err", p.errorText(err))
 	}
 	http.Error(w, "try again later", http.StatusServiceUnavailable)

@@ -17,15 +17,12 @@ import (
 // This file ingests what Slack sends, whatever carried it (the HTTP
 // routes of events.go, Socket Mode): messages, slash commands, prompt
 // presses, and the uninstall events. Each returns nil once the event is
-// stored (Sink.Deliver returned) or deliberately dropped, errBusy when
+// stored (Sink.Deliver returned) or deliberately dropped, platform.ErrBusy when
 // another instance is handling its copy, and another error when it could
 // not be stored: the source must send it again.
 
-// Ingest errors.
-var (
-	errNotRunning = errors.New("slack: not running")
-	errBusy       = errors.New("slack: another instance is handling this event; try again later")
-)
+// errNotRunning answers events that arrive while Run is not running.
+var errNotRunning = errors.New("slack: not running")
 
 // envelopeJob reads an event_callback envelope into the job that handles
 // it, and the chat whose order a message's job runs in ("" for any other
@@ -106,7 +103,7 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 		}
 		r = &routing{tenant: tenant, owner: owner}
 	}
-	return p.dedupe.once(ctx, "msg/"+m.liveDedupeKey(), env.EventID, func() error {
+	return p.once(ctx, "msg/"+m.liveDedupeKey(), env.EventID, func() error {
 		if m.edit {
 			switch done, err := p.memory.has(ctx, markTurn, turnMark(m.scope, ev.Channel, ev.TS)); {
 			case err != nil:
@@ -292,7 +289,7 @@ func (p *Platform) ingestPress(ctx context.Context, pr *press, received time.Tim
 	pr.team = team
 	key := "press/" + team + ":" + pr.channel + ":" + pr.message
 	err = p.inChatOrder(ctx, team+"/"+pr.channel, func(ctx context.Context) error {
-		return p.dedupe.once(ctx, key, "", func() error {
+		return p.once(ctx, key, "", func() error {
 			tctx := platform.WithTenant(ctx, tenant)
 			ev := pr.event(p.names.user(tctx, team, pr.user).name, p.names.channelName(tctx, team, pr.channel))
 			err := p.deliver(ctx, tenant, &ev, received)

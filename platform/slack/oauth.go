@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
+
+	"connector/platform"
 )
 
 // This file is the OAuth v2 install flow that distributes the app to
@@ -120,8 +122,8 @@ func (p *Platform) serveOAuthCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: stateCookie, Value: "", Path: OAuthCallbackPath, MaxAge: -1})
 	key := "oauth/" + nonce
-	switch taken, err := p.dedupe.begin(r.Context(), key); {
-	case err != nil && !errors.Is(err, errBusy):
+	switch taken, err := p.dedupe.Begin(r.Context(), key); {
+	case err != nil && !errors.Is(err, platform.ErrBusy):
 		p.oauthPage(w, http.StatusServiceUnavailable, "The install could not be recorded; try again.")
 		return
 	case !taken:
@@ -130,7 +132,7 @@ func (p *Platform) serveOAuthCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A state is single-use whatever comes of its code.
-	defer p.dedupe.finish(r.Context(), key)
+	defer p.dedupe.Finish(r.Context(), key)
 	resp, err := slack.GetOAuthV2ResponseContext(r.Context(), p.http, p.cfg.ClientID, p.cfg.ClientSecret,
 		q.Get("code"), p.cfg.RedirectURL, slack.OAuthOptionAPIURL(p.cfg.APIURL))
 	var se slack.SlackErrorResponse

@@ -59,7 +59,7 @@ type Platform struct {
 	works     *workspaces
 	names     *names
 	memory    *memory
-	dedupe    *dedupe
+	dedupe    *platform.Dedupe         // events once (dedupe.go)
 	claims    store.Claims             // one holder per key (platform.ClaimsFor): dedupe, slash replies
 	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
 	limits    *limits
@@ -150,7 +150,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.names = newNames(p)
 	p.memory = &memory{caps: platform.StateOr(deps.Store, memorySize, p.clock), clock: p.clock}
 	p.claims = platform.ClaimsFor(deps, localClaims, p.clock)
-	p.dedupe = &dedupe{p}
+	p.dedupe = &platform.Dedupe{Claims: p.claims, Clock: p.clock, Prefix: "slack/", Pending: pendingTTL, Window: cfg.DedupeWindow, Log: p.log}
 	p.queues = chatorder.New[string](maxInFlight)
 	p.besides = make(chan struct{}, maxBeside)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}

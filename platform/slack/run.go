@@ -161,7 +161,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 	}
 	ack := func(err error, payload any) {
 		if err != nil {
-			if !errors.Is(err, errBusy) {
+			if !errors.Is(err, platform.ErrBusy) {
 				p.log.Warn("slack socket mode envelope not stored; Slack will send it again", "err", p.errorText(err))
 			}
 			return

@@ -85,8 +85,10 @@ type Config struct {
 	// MaxWebhookBytes limits a webhook request body; a larger one gets 413.
 	// Default 1 MiB.
 	MaxWebhookBytes int64 `yaml:"max_webhook_bytes"`
-	// DedupeWindow is how many recent update_ids are remembered to drop
-	// redeliveries. Default 10,000.
+	// DedupeWindow is how many recent update_ids each instance remembers to
+	// drop redeliveries. Default 10,000. With several instances, a webhook
+	// update's update_id is also claimed in the store for an hour, so a
+	// retry that reaches another instance is dropped too.
 	DedupeWindow int `yaml:"dedupe_window"`
 }
 

@@ -17,8 +17,9 @@
 //	     constant time; the library's own check answers 200 and uses !=)
 //	405  any method but POST
 //	413  the body exceeds max_webhook_bytes
-//	503  the relay refused the delivery, or Run is not running: Telegram
-//	     retries, and update_id dedupe drops a copy that did get through
+//	503  the relay refused the delivery, Run is not running, or another
+//	     instance is handling the same update: Telegram retries, and
+//	     update_id dedupe drops a copy that did get through
 //
 // Without webhook_url, Run long-polls getUpdates, so the connector works behind NAT; it first
 // calls deleteWebhook (keeping pending updates) so a leftover webhook does
@@ -79,7 +80,8 @@
 // op's hp1 token; its query is still answered),
 // or the gate's topic_not_allowed, thread_ignored, mentions_other_bots,
 // chat_not_allowed, bot_not_mentioned, not_mentioned and observed. Redeliveries are dropped by update_id
-// (the last dedupe_window ids). One chat's updates are delivered one at a
+// (the last dedupe_window ids of the instance; with several instances a
+// webhook's update_ids are claimed in the store too, webhook.go). One chat's updates are delivered one at a
 // time in arrival order, and different chats' side by side
 // (platform/chatorder), so a slow media download or delivery delays its own
 // chat only: the long poll's single worker hands each update its chat's

@@ -59,11 +59,20 @@ func newEnv(t *testing.T, configure func(*Config)) *env {
 // (nil: the real clock).
 func newEnvOn(t *testing.T, clk *clocktest.Fake, configure func(*Config)) *env {
 	t.Helper()
-	fake := telegramtest.New(t, testToken)
 	deps := platform.Deps{}
 	if clk != nil {
-		fake.SetClock(clk)
 		deps.Clock = clk
+	}
+	return newEnvDeps(t, deps, configure)
+}
+
+// newEnvDeps is newEnv with the platform built on deps (its Log is the
+// env's; a fake Clock stamps the fake's calls too).
+func newEnvDeps(t *testing.T, deps platform.Deps, configure func(*Config)) *env {
+	t.Helper()
+	fake := telegramtest.New(t, testToken)
+	if clk, ok := deps.Clock.(*clocktest.Fake); ok {
+		fake.SetClock(clk)
 	}
 	cfg := Config{
 		BotToken: testToken, APIServerURL: fake.URL, Chats: testChats,

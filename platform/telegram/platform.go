@@ -55,6 +55,10 @@ type Platform struct {
 	// seen remembers the last dedupe_window update_ids, so a redelivered
 	// update (a webhook retry, a replayed poll) is dropped, not delivered twice.
 	seen *lru.Cache[int64, struct{}]
+	// dedupe claims each webhook update in the store when several
+	// instances share it (webhook.go), so a retry another instance gets is
+	// not delivered twice; nil with one instance and when long polling.
+	dedupe *platform.Dedupe
 	// turns ingests each chat's updates in arrival order, and different
 	// chats side by side. Unbounded: a webhook's requests (at most
 	// webhook_max_connections) and a long poll's batch (its updates are
@@ -138,6 +142,10 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.download = &http.Client{Transport: p.transport}
 	p.bot = p.newBot()
 	p.mapping.Store(p.liveMapping())
+	if claims := deps.SharedClaims(); claims != nil && cfg.WebhookURL != "" {
+		p.dedupe = &platform.Dedupe{Claims: claims, Clock: p.deps.Clock, Prefix: "telegram/" + strconv.FormatInt(p.bot.ID(), 10) + "/",
+			Pending: webhookPending, Window: webhookDedupeWindow, Log: p.log}
+	}
 	return p, nil
 }
 

@@ -1,0 +1,116 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"connector/internal/clock"
+	"connector/store"
+)
+
+// ErrBusy answers a copy of an event that another instance is handling
+// (Dedupe.Begin): the caller answers so that the source tries again later
+// (HTTP 503, a Socket Mode envelope left unacknowledged).
+var ErrBusy = errors.New("platform: another instance is handling this event; try again later")
+
+// dedupeStoreTimeout bounds a claim's release and its done marker, which
+// do not end with the caller's context: a source that stopped waiting for
+// the answer retries, and the retry must find the event done.
+const dedupeStoreTimeout = 5 * time.Second
+
+// Dedupe lets one copy of an event through: a platform's retry (a lost or
+// late answer, an instance killed after storing the event) and a second
+// copy of the same event are dropped, whichever instance gets them, when
+// Claims is the store's (ClaimsFor with several instances); with local
+// claims, within one process.
+//
+// A key goes through two claims. Its pending claim is taken before the
+// event is handled and lasts Pending; its done claim is set once the event
+// is stored (or deliberately dropped) and lasts Window. A second copy that
+// finds the key done is a duplicate; one that finds it pending while
+// another instance handles it is busy (ErrBusy), answered so that the
+// source tries again later: if the first copy fails, its pending claim is
+// released, and the retry is handled. A crashed instance's pending claim
+// holds the key for Pending at most.
+type Dedupe struct {
+	// Claims holds the markers.
+	Claims store.Claims
+	// Clock times them.
+	Clock clock.Clock
+	// Prefix begins every claim key ("slack/"), so that platforms sharing
+	// one store keep apart.
+	Prefix string
+	// Pending is how long a pending claim lasts: longer than handling an
+	// event takes.
+	Pending time.Duration
+	// Window is how long a done claim lasts: a copy later than that is
+	// handled again.
+	Window time.Duration
+	// Log gets the markers that could not be stored or released.
+	Log *slog.Logger
+}
+
+// Begin claims key for this copy. taken is false for a duplicate (err nil:
+// drop it, confirm it) and while another instance handles the key (err
+// ErrBusy); then nothing is to be finished or released.
+func (d *Dedupe) Begin(ctx context.Context, key string) (taken bool, err error) {
+	now := d.Clock.Now()
+	took, err := d.Claims.Claim(ctx, d.Prefix+"pending/"+key, now.Add(d.Pending))
+	if err != nil {
+		return false, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
+	}
+	// Claiming until now takes nothing: it only tells whether a done claim
+	// holds the key.
+	free, err := d.Claims.Claim(ctx, d.Prefix+"done/"+key, now)
+	if took && (err != nil || !free) {
+		d.Release(key)
+	}
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
+	case !free:
+		return false, nil
+	case !took:
+		return false, ErrBusy
+	}
+	return true, nil
+}
+
+// Once handles the first copy of key with handle. duplicate reports a copy
+// already handled (dropped, err nil); a copy another instance is handling
+// is ErrBusy. key is done once handle returns nil (the event stored or
+// deliberately dropped), else released for a retry.
+func (d *Dedupe) Once(ctx context.Context, key string, handle func() error) (duplicate bool, err error) {
+	if taken, err := d.Begin(ctx, key); !taken {
+		return err == nil, err
+	}
+	if err := handle(); err != nil {
+		d.Release(key)
+		return false, err
+	}
+	d.Finish(ctx, key)
+	return false, nil
+}
+
+// Finish records a taken key as done: the event was stored or deliberately
+// dropped. It does so even when ctx has ended.
+func (d *Dedupe) Finish(ctx context.Context, key string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dedupeStoreTimeout)
+	defer cancel()
+	if err := d.Claims.Hold(ctx, d.Prefix+"done/"+key, d.Clock.Now().Add(d.Window)); err != nil {
+		d.Log.Warn("dedupe marker not stored; a retry of this event may be delivered again", "err", err)
+	}
+}
+
+// Release gives a taken key up (the event was not stored): a retry will be
+// handled.
+func (d *Dedupe) Release(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), dedupeStoreTimeout)
+	defer cancel()
+	if err := d.Claims.Release(ctx, d.Prefix+"pending/"+key); err != nil {
+		d.Log.Warn("dedupe claim not released; a retry waits for it to expire", "err", err)
+	}
+}

@@ -1,0 +1,110 @@
+package platform_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/internal/redistest"
+	"connector/platform"
+	"connector/store"
+)
+
+// dedupeInstances opens a store on backend (memory, or a real
+// redis-server) and returns two instances' Dedupes on it.
+func dedupeInstances(t *testing.T, backend string, clk *clocktest.Fake) (a, b *platform.Dedupe) {
+	t.Helper()
+	cfg := store.Config{Backend: backend, Clock: clk}
+	if backend == store.BackendRedis {
+		cfg.RedisURL = redistest.Start(t, redistest.Options{}).URL()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	d := func() *platform.Dedupe {
+		return &platform.Dedupe{Claims: st.Claims(), Clock: clk, Prefix: "test/", Pending: time.Minute, Window: time.Hour,
+			Log: slog.New(slog.DiscardHandler)}
+	}
+	return d(), d()
+}
+
+// TestDedupeAcrossInstances: two instances on one store (memory, and a
+// real redis-server) handle a key once; a copy the other instance is
+// handling is ErrBusy, a failed one is handled again, a key left pending
+// by a crashed instance is free after Pending, and a handled key is a
+// duplicate for Window.
+func TestDedupeAcrossInstances(t *testing.T) {
+	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
+		t.Run(backend, func(t *testing.T) {
+			clk := clocktest.New(time.Now())
+			a, b := dedupeInstances(t, backend, clk)
+			ctx := t.Context()
+			handled := 0
+			handle := func() error { handled++; return nil }
+			once := func(d *platform.Dedupe, key string, wantDup bool, wantErr error) {
+				t.Helper()
+				if dup, err := d.Once(ctx, key, handle); dup != wantDup || !errors.Is(err, wantErr) {
+					t.Fatalf("%s: duplicate %v, err %v; want %v, %v", key, dup, err, wantDup, wantErr)
+				}
+			}
+			_, err := a.Once(ctx, "k1", func() error {
+				once(b, "k1", false, platform.ErrBusy) // a copy while a handles it
+				return handle()
+			})
+			if err != nil || handled != 1 {
+				t.Fatalf("first copy: %v, handled %d", err, handled)
+			}
+			once(b, "k1", true, nil) // a retry after a handled it
+			once(a, "k1", true, nil)
+
+			refused := errors.New("not stored")
+			if _, err := a.Once(ctx, "k2", func() error { return refused }); !errors.Is(err, refused) {
+				t.Fatalf("failed copy: %v", err)
+			}
+			once(b, "k2", false, nil) // the retry is handled
+			if handled != 2 {
+				t.Fatalf("handled %d, want 2", handled)
+			}
+
+			if taken, err := a.Begin(ctx, "k3"); !taken || err != nil { // a crashes while handling k3
+				t.Fatalf("begin: %v, %v", taken, err)
+			}
+			once(b, "k3", false, platform.ErrBusy)
+			clk.Advance(time.Minute + time.Second)
+			once(b, "k3", false, nil)
+			clk.Advance(time.Hour + time.Second)
+			once(a, "k3", false, nil) // past the window: handled again
+			if handled != 4 {
+				t.Fatalf("handled %d, want 4", handled)
+			}
+		})
+	}
+}
+
+// TestDedupeDoneAfterTheCallerGaveUp: an event handled while its
+// caller's context ended (the source stopped waiting for the answer, as
+// Telegram and Slack do past their timeouts, and will retry) is still
+// marked done, so the retry, on the other instance, is a duplicate rather
+// than busy until the pending claim expires and then handled again.
+func TestDedupeDoneAfterTheCallerGaveUp(t *testing.T) {
+	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
+		t.Run(backend, func(t *testing.T) {
+			a, b := dedupeInstances(t, backend, clocktest.New(time.Now()))
+			ctx, gaveUp := context.WithCancel(t.Context())
+			if _, err := a.Once(ctx, "k", func() error { gaveUp(); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			dup, err := b.Once(t.Context(), "k", func() error { return errors.New("handled twice") })
+			if !dup || err != nil {
+				t.Fatalf("the retry: duplicate %v, err %v; want a duplicate", dup, err)
+			}
+		})
+	}
+}
