@@ -1046,3 +1046,35 @@ func TestClusterFrameFromAnotherThanTheDriverIsDropped(t *testing.T) {
 	gb.Ack(t, id)
 	r.inst[0].buffered.wait(t, mark, 0, "e1's ack to reach the driver")
 }
+
+// A socket on an instance that does not drive its tenant forwards an
+// inbound_ack to the driver only for an inbound it was sent: a flood of
+// acks of ids it never received (guessed, repeated) costs no message
+// between instances, whose outbox every tenant's frames, acks and
+// interrupts share (a full one loses them). Its real acks still go.
+func TestClusterAcksOfUnsentIdsStayOnTheSocketsInstance(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	i1 := r.inst[1].net
+	acks := i1.count(relay.ClusterMsgAck)
+	const flood = 5000
+	var msg strings.Builder
+	for n := range flood {
+		fmt.Fprintf(&msg, `{"type": "inbound_ack", "bufferId": "guess-%d"}`+"\n", n)
+	}
+	gb.SendRaw(t, msg.String())
+	gb.Hello(t, "discord", "") // answered once the flood before it was read
+	// A real ack after the flood: the outbox keeps its order, so once the
+	// driver took it every ack before it was published.
+	mark := r.inst[0].buffered.mark()
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	gb.Ack(t, id)
+	r.inst[0].buffered.wait(t, mark, 0, "e1's ack to reach the driver")
+	i1.waitCount(t, relay.ClusterMsgAck, acks+1, "e1's ack")
+	if n := i1.count(relay.ClusterMsgAck) - acks; n != 1 {
+		t.Fatalf("i1 sent the driver %d acks for %d acks of ids gb was never sent and one real one, want 1", n, flood)
+	}
+}

@@ -672,6 +672,7 @@ func (f *tenantFleet) frameIn(from string, c *conn, gen, seq uint64, frame []byt
 	}
 	h.mu.Unlock()
 	if ok {
+		c.inbound.Add(1)
 		c.enqueue(frame)
 	}
 }
@@ -699,8 +700,16 @@ func (f *tenantFleet) brokenIn(from string, c *conn, gen uint64) {
 	}
 }
 
-// ackOut sends c's ack of id to the driver; false when no driver is known.
+// ackOut sends c's ack of id to the driver; false when no driver is known,
+// or when c already sent as many acks as it was given inbound frames: an
+// ack beyond those names no entry c was sent (a guess, a repeat), and each
+// would cost a message on the outbox every tenant's frames, acks and
+// interrupts share, which loses what it has no room for. It runs on c's
+// read loop, which owns acksOut.
 func (f *tenantFleet) ackOut(c *conn, id string) bool {
+	if c.acksOut >= c.inbound.Load() {
+		return false
+	}
 	h := f.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -708,6 +717,7 @@ func (f *tenantFleet) ackOut(c *conn, id string) bool {
 	if s == nil || s.link == nil || f.driver == "" {
 		return false
 	}
+	c.acksOut++
 	l := s.link
 	l.acks.Send(func(seq uint64) {
 		f.send(f.driver, msgAck, []byte(c.key), cluster.AppendUint(nil, l.gen), cluster.AppendUint(nil, seq), []byte(id))
