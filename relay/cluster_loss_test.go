@@ -1078,3 +1078,31 @@ func TestClusterAcksOfUnsentIdsStayOnTheSocketsInstance(t *testing.T) {
 		t.Fatalf("i1 sent the driver %d acks for %d acks of ids gb was never sent and one real one, want 1", n, flood)
 	}
 }
+
+// A repeated hello or going_idle changes nothing, so a socket on an
+// instance that does not drive its tenant announces nothing for it: a
+// gateway repeating them cannot fill the outbox every tenant's messages
+// between instances share. The first going_idle, a change, is announced.
+func TestClusterRepeatedHelloAndGoingIdleAnnounceNothing(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	i1 := r.inst[1].net
+	serves := i1.count(relay.ClusterMsgServe)
+	const repeats = 500
+	var msg strings.Builder
+	for range repeats {
+		msg.WriteString(`{"type":"hello","platform":"discord"}` + "\n")
+	}
+	for range repeats {
+		msg.WriteString(`{"type":"going_idle"}` + "\n")
+	}
+	gb.SendRaw(t, msg.String())
+	for range repeats {
+		gb.Next(t, contract.TypeGoingIdleAck) // the last: every frame before it was handled
+	}
+	// gc's serve follows gb's in the outbox, which keeps its order.
+	r.dial(t, 1, "gc", "telegram")
+	i1.waitCount(t, relay.ClusterMsgServe, serves+2, "gb's going idle and gc's serve")
+	if n := i1.count(relay.ClusterMsgServe) - serves; n != 2 {
+		t.Fatalf("i1 sent %d serves for %d repeated hellos, %d going_idle and one new socket, want 2", n, repeats, repeats)
+	}
+}

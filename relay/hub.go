@@ -138,23 +138,30 @@ func (s *Server) newHub(id string) *hub {
 	return h
 }
 
-// serve attaches c for platform. A repeated hello serves it again and
-// grows nothing.
+// serve attaches c for platform. A repeated hello changes nothing, and
+// the role is not told of it: among several instances each change costs a
+// message to the tenant's driver, and a gateway can repeat hellos without
+// end.
 func (h *hub) serve(c *conn, platform string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.seatLocked(c)
-	if !slices.Contains(s.platforms, platform) {
-		s.platforms = append(s.platforms, platform)
+	if slices.Contains(s.platforms, platform) {
+		return
 	}
+	s.platforms = append(s.platforms, platform)
 	h.role.Load().serve(c, s, platform)
 }
 
-// idle switches c to buffered-only delivery.
+// idle switches c to buffered-only delivery; a repeated going_idle changes
+// nothing (see serve).
 func (h *hub) idle(c *conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.seatLocked(c)
+	if s.idle {
+		return
+	}
 	s.idle = true
 	h.role.Load().idle(c, s)
 }
