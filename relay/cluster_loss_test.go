@@ -350,6 +350,7 @@ type rigInstance struct {
 	discord  *fakePlatform // chat c1 of t1
 	telegram *fakePlatform // chat c2 of t1
 	buffered *bufferedWatch
+	away     chan string // the tenants it reported unserved (Config.Away)
 }
 
 // clusterRig is n relays (i0, i1, ...) of tenant t1 (gateways ga, gb, gc
@@ -380,6 +381,7 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 			discord:  newFake("discord", map[string]string{"c1": "t1"}),
 			telegram: newFake("telegram", map[string]string{"c2": "t1"}),
 			buffered: &bufferedWatch{Metrics: relayMetricsNop{}, changed: make(chan struct{}, 1)},
+			away:     make(chan string, 64),
 		}
 		log := slog.New(drivingWatch{relaytest.TestLogger(t).Handler(), name, r.acquired, r.lost})
 		node, err := cluster.New(cluster.Config{Instance: name, PubSub: in.net.PubSub(), LeaseTTL: 3 * beat, Clock: clk, Log: log})
@@ -391,6 +393,12 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 			Tenants: tenants, Platforms: []platform.Platform{in.discord, in.telegram},
 			Log:     log,
 			Metrics: in.buffered, Store: in.net, Cluster: node, Clock: clk,
+			Away: func(tenant string) {
+				select { // under the ledger's mutex: never blocks
+				case in.away <- tenant:
+				default:
+				}
+			},
 			// Neither pings nor the write watchdog come due while the test
 			// advances the clock by a few beats.
 			PingInterval: time.Hour, WriteTimeout: time.Hour,
@@ -1104,5 +1112,34 @@ func TestClusterRepeatedHelloAndGoingIdleAnnounceNothing(t *testing.T) {
 	i1.waitCount(t, relay.ClusterMsgServe, serves+2, "gb's going idle and gc's serve")
 	if n := i1.count(relay.ClusterMsgServe) - serves; n != 2 {
 		t.Fatalf("i1 sent %d serves for %d repeated hellos, %d going_idle and one new socket, want 2", n, repeats, repeats)
+	}
+}
+
+// Inbound stored for a tenant no instance drives, none having a socket of
+// it (every gateway sleeps, and the instances restarted or the driver
+// left), is still reported unserved, so the gateways are woken: an
+// instance that stores a delivery with no live driver known checks the
+// tenant's lease at its next beat and, finding it free, drives the tenant.
+func TestClusterInboundForATenantNobodyDrivesWakesItsGateways(t *testing.T) {
+	r := newClusterRig(t, 2)
+	r.inst[1].discord.deliver("t1", "c1", "u0", "e0")
+	select {
+	case tenant := <-r.inst[1].away:
+		if tenant != "t1" {
+			t.Fatalf("i1 reported %s unserved, want t1", tenant)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for i1, which stored e0, to report t1's inbound unserved (the wake poke)", relaytest.Timeout)
+	}
+	select {
+	case tenant := <-r.inst[0].away:
+		t.Fatalf("i0, which stored nothing and drives nothing, reported %s unserved", tenant)
+	default:
+	}
+	// i1 drives t1 now: a gateway that wakes gets the entry, wherever it
+	// connects.
+	ga := r.dial(t, 0, "ga", "discord")
+	if ev, _ := ga.NextInbound(t); ev.Text != "e0" {
+		t.Fatalf("ga got %q, want e0", ev.Text)
 	}
 }

@@ -116,6 +116,15 @@ type tenantFleet struct {
 	nudge   chan struct{} // beat now
 	looping atomic.Bool   // loop started
 
+	// unserved is set when this instance, not driving, stored a delivery
+	// of the tenant past drivenUntil, the known expiry of the lease another
+	// instance holds (Unix nanoseconds on the node's clock; 0 when none is
+	// known): its next beat checks the lease even without sockets here,
+	// and takes it when free, so a tenant whose gateways all sleep still
+	// has a driver to bound its stored inbound and wake its gateways.
+	unserved    atomic.Bool
+	drivenUntil atomic.Int64
+
 	beatMu sync.Mutex    // one beat at a time; guards tenure and bid
 	tenure *store.Tenure // while driving: the lease, renewed on its own timer
 	bid    clock.Timer   // while not driving: nudges a beat at the lease's known expiry
@@ -435,6 +444,8 @@ func (f *tenantFleet) store(ctx context.Context, ds []ledger.Delivery, kick bool
 	}
 	if kick {
 		f.kickTail()
+	} else if f.fl.node.Clock().Now().UnixNano() >= f.drivenUntil.Load() && f.unserved.CompareAndSwap(false, true) {
+		f.nudgeBeat() // no driver known live: the beat checks the lease
 	}
 	f.fl.node.Send(wakeChannel, msgWake, []byte(f.h.id))
 	return nil
@@ -473,8 +484,9 @@ func (f *tenantFleet) tail(ctx context.Context) {
 // tally (holdRemotes), or stops driving once the tenure ended (its lease
 // is renewed on its own timer, store.Tenure, which nudges a beat when it
 // ends). Not driving, it takes the lease when free and this instance holds
-// sockets of the tenant, and otherwise sends the driver this instance's
-// roster (follow) and arms a beat at the lease's known expiry.
+// sockets of the tenant or stored a delivery no driver was known to take
+// (unserved), and otherwise sends the driver this instance's roster
+// (follow) and arms a beat at the lease's known expiry.
 func (f *tenantFleet) beat(ctx context.Context) {
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
@@ -497,7 +509,7 @@ func (f *tenantFleet) beat(ctx context.Context) {
 	h.mu.Lock()
 	n := len(h.seats)
 	h.mu.Unlock()
-	if n == 0 {
+	if n == 0 && !f.unserved.Load() {
 		return
 	}
 	clk, ttl := fl.node.Clock(), fl.node.LeaseTTL()
@@ -508,9 +520,12 @@ func (f *tenantFleet) beat(ctx context.Context) {
 			fl.srv.log.Warn("tenant lease not checked", "tenant", h.id, "err", err)
 		}
 	case t != nil:
+		f.unserved.Store(false)
 		f.tenure = t
 		f.startDriving(l)
 	default:
+		f.drivenUntil.Store(l.Expires.UnixNano())
+		f.unserved.Store(false)
 		f.follow(l.Holder)
 		if f.bid == nil {
 			f.bid = clk.AfterFunc(store.BidIn(clk, l, ttl), f.nudgeBeat)
