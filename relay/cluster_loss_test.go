@@ -368,6 +368,13 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 	clk := clocktest.New(time.Now())
 	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
+	return newClusterRigOn(t, clk, st, n)
+}
+
+// newClusterRigOn is newClusterRig on st, a store on clk, which may hold
+// records already (what the instances of an earlier run left).
+func newClusterRigOn(t *testing.T, clk *clocktest.Fake, st *store.Memory, n int) *clusterRig {
+	t.Helper()
 	r := &clusterRig{clk: clk, st: st, acquired: make(chan string, 64), lost: make(chan string, 64)}
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{
 		{ID: "ga", Secrets: []string{"sa"}}, {ID: "gb", Secrets: []string{"sb"}}, {ID: "gc", Secrets: []string{"sc"}}}}}
@@ -1141,5 +1148,39 @@ func TestClusterInboundForATenantNobodyDrivesWakesItsGateways(t *testing.T) {
 	ga := r.dial(t, 0, "ga", "discord")
 	if ev, _ := ga.NextInbound(t); ev.Text != "e0" {
 		t.Fatalf("ga got %q, want e0", ev.Text)
+	}
+}
+
+// Inbound the store holds when the instances start, for a tenant none of
+// whose gateways connects (they sleep), is taken in by one instance, which
+// drives the tenant and reports it unserved (the wake poke), as a lone
+// relay does when it recovers its ledger.
+func TestClusterStoredInboundAtStartWakesItsGateways(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	ev := &contract.Event{Text: "e0", MessageID: "msg-e0"}
+	ev.Source.Platform, ev.Source.ChatID = "discord", "c1"
+	if _, err := st.Ledger().Append(context.Background(), "t1", []store.Record{{
+		Kind: uint8(platform.KindInbound), Platform: "discord", ChatID: "c1", Payload: ev.AppendJSON(nil), Received: clk.Now(),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	r := newClusterRigOn(t, clk, st, 2)
+	select {
+	case tenant := <-r.inst[0].away:
+		if tenant != "t1" {
+			t.Fatalf("i0 reported %s unserved, want t1", tenant)
+		}
+	case tenant := <-r.inst[1].away:
+		if tenant != "t1" {
+			t.Fatalf("i1 reported %s unserved, want t1", tenant)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("no instance reported t1's stored inbound unserved within %v (the wake poke)", relaytest.Timeout)
+	}
+	gb := r.dial(t, 1, "gb", "discord")
+	if got, _ := gb.NextInbound(t); got.Text != "e0" {
+		t.Fatalf("gb got %q, want e0", got.Text)
 	}
 }

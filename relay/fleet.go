@@ -331,10 +331,24 @@ func (fl *fleet) startLoop(f *tenantFleet) {
 }
 
 // start subscribes to the wake channel and starts the beats and the
-// tenants' loops.
+// tenants' loops. A tenant whose stored ledger holds records is unserved
+// until a beat found its driver: its gateways may all sleep, and one
+// instance then takes it in (and wakes them) as a lone relay recovering it
+// does.
 func (fl *fleet) start() error {
 	if _, err := fl.node.Subscribe(fl.ctx, wakeChannel); err != nil {
 		return err
+	}
+	ctx, cancel := context.WithTimeout(fl.ctx, recoverTimeout)
+	stored, err := fl.srv.cfg.Store.Ledger().Tenants(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	for _, t := range stored {
+		if h := fl.srv.hub(t); h != nil {
+			h.fleet.unserved.Store(true)
+		}
 	}
 	fl.wg.Go(fl.ownerLoop)
 	fl.stopBeats = fl.node.OnBeat(fl.beat)
