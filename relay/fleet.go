@@ -117,11 +117,13 @@ type tenantFleet struct {
 	looping atomic.Bool   // loop started
 
 	// unserved is set when this instance, not driving, stored a delivery
-	// of the tenant past drivenUntil, the known expiry of the lease another
-	// instance holds (Unix nanoseconds on the node's clock; 0 when none is
-	// known): its next beat checks the lease even without sockets here,
-	// and takes it when free, so a tenant whose gateways all sleep still
-	// has a driver to bound its stored inbound and wake its gateways.
+	// of the tenant a lease TTL or more past drivenUntil, the known expiry
+	// of the lease another instance holds (Unix nanoseconds on the node's
+	// clock; 0 when none is known): its next beat checks the lease even
+	// without sockets here, and takes it when free, so a tenant whose
+	// gateways all sleep still has a driver to bound its stored inbound and
+	// wake its gateways. The TTL's grace leaves a dead driver's lease to an
+	// instance with sockets of the tenant, which bids at its expiry.
 	unserved    atomic.Bool
 	drivenUntil atomic.Int64
 
@@ -458,7 +460,7 @@ func (f *tenantFleet) store(ctx context.Context, ds []ledger.Delivery, kick bool
 	}
 	if kick {
 		f.kickTail()
-	} else if f.fl.node.Clock().Now().UnixNano() >= f.drivenUntil.Load() && f.unserved.CompareAndSwap(false, true) {
+	} else if n := f.fl.node; n.Clock().Now().UnixNano()-f.drivenUntil.Load() >= int64(n.LeaseTTL()) && f.unserved.CompareAndSwap(false, true) {
 		f.nudgeBeat() // no driver known live: the beat checks the lease
 	}
 	f.fl.node.Send(wakeChannel, msgWake, []byte(f.h.id))
