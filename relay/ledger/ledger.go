@@ -260,10 +260,15 @@ type Ledger struct {
 
 	owned func(c Consumer, sessionKey, chatID string) // OnOwned's
 
-	// tailMu serializes Tail and Reset; it is taken before mu, and held
-	// across the store's Read.
-	tailMu  sync.Mutex
-	readPos uint64 // the highest seq Tail took in; guarded by tailMu
+	// resets counts Resets, under mu: a Tail whose store read began before
+	// one takes nothing in, and the next Tail reads from the start.
+	resets uint64
+
+	// tailMu serializes Tails; it is taken before mu, and held across the
+	// store's Read. Reset does not take it, so it never waits for a read.
+	tailMu     sync.Mutex
+	readPos    uint64 // the highest seq Tail took in; guarded by tailMu
+	readResets uint64 // resets as of readPos; guarded by tailMu
 }
 
 // seat is the ledger's state of one consumer.
@@ -965,6 +970,12 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	p := l.pool
 	l.tailMu.Lock()
 	defer l.tailMu.Unlock()
+	l.mu.Lock()
+	resets := l.resets
+	l.mu.Unlock()
+	if resets != l.readResets {
+		l.readPos, l.readResets = 0, resets
+	}
 	n := 0
 	for {
 		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, recoverBatch)
@@ -979,6 +990,12 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			entries[i] = l.newEntry(recs[i].Seq, &recs[i])
 		}
 		l.mu.Lock()
+		if l.resets != resets {
+			// Reset since this Tail began: what it read is not this
+			// ledger's to take in (its instance may have stopped driving).
+			l.mu.Unlock()
+			return n, nil
+		}
 		for _, e := range entries {
 			if l.byID[e.id] == nil {
 				l.insertLocked(e)
@@ -1003,11 +1020,10 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 
 // Reset empties the ledger: every entry, consumer and session owner is
 // forgotten (nothing is removed from the store) and the next Tail reads
-// from the start. An instance that stops driving a tenant resets its
-// ledger; the removals already queued are still written.
+// from the start; a Tail under way takes nothing more in, and Reset does
+// not wait for its store read. An instance that stops driving a tenant
+// resets its ledger; the removals already queued are still written.
 func (l *Ledger) Reset() {
-	l.tailMu.Lock()
-	defer l.tailMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for l.oldest != nil {
@@ -1017,7 +1033,7 @@ func (l *Ledger) Reset() {
 	l.attached = l.attached[:0]
 	l.pending = l.pending[:0]
 	l.owners.Purge()
-	l.readPos = 0
+	l.resets++
 	l.pool.cfg.Metrics.Buffered(l.tenant, 0)
 }
 
