@@ -338,9 +338,6 @@ func (fl *fleet) startLoop(f *tenantFleet) {
 // instance then takes it in (and wakes them) as a lone relay recovering it
 // does.
 func (fl *fleet) start() error {
-	if _, err := fl.node.Subscribe(fl.ctx, wakeChannel); err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(fl.ctx, recoverTimeout)
 	stored, err := fl.srv.cfg.Store.Ledger().Tenants(ctx)
 	cancel()
@@ -351,6 +348,9 @@ func (fl *fleet) start() error {
 		if h := fl.srv.hub(t); h != nil {
 			h.fleet.unserved.Store(true)
 		}
+	}
+	if _, err := fl.node.Subscribe(fl.ctx, wakeChannel); err != nil {
+		return err
 	}
 	fl.wg.Go(fl.ownerLoop)
 	fl.stopBeats = fl.node.OnBeat(fl.beat)
