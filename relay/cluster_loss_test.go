@@ -1167,6 +1167,7 @@ func TestClusterStoredInboundAtStartWakesItsGateways(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newClusterRigOn(t, clk, st, 2)
+	r.advance(3) // a lease TTL: the time a socket of t1 has to come first
 	select {
 	case tenant := <-r.inst[0].away:
 		if tenant != "t1" {

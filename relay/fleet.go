@@ -336,7 +336,8 @@ func (fl *fleet) startLoop(f *tenantFleet) {
 // tenants' loops. A tenant whose stored ledger holds records is unserved
 // until a beat found its driver: its gateways may all sleep, and one
 // instance then takes it in (and wakes them) as a lone relay recovering it
-// does.
+// does, a lease TTL after the start unless a socket of the tenant came
+// first.
 func (fl *fleet) start() error {
 	ctx, cancel := context.WithTimeout(fl.ctx, recoverTimeout)
 	stored, err := fl.srv.cfg.Store.Ledger().Tenants(ctx)
@@ -344,8 +345,12 @@ func (fl *fleet) start() error {
 	if err != nil {
 		return err
 	}
+	now := fl.node.Clock().Now().UnixNano()
 	for _, t := range stored {
 		if h := fl.srv.hub(t); h != nil {
+			// As if a lease had just expired: an instance that gets a
+			// socket of the tenant within a lease TTL takes it first.
+			h.fleet.drivenUntil.Store(now)
 			h.fleet.unserved.Store(true)
 		}
 	}
@@ -460,11 +465,18 @@ func (f *tenantFleet) store(ctx context.Context, ds []ledger.Delivery, kick bool
 	}
 	if kick {
 		f.kickTail()
-	} else if n := f.fl.node; n.Clock().Now().UnixNano()-f.drivenUntil.Load() >= int64(n.LeaseTTL()) && f.unserved.CompareAndSwap(false, true) {
+	} else if f.orphaned() && f.unserved.CompareAndSwap(false, true) {
 		f.nudgeBeat() // no driver known live: the beat checks the lease
 	}
 	f.fl.node.Send(wakeChannel, msgWake, []byte(f.h.id))
 	return nil
+}
+
+// orphaned reports whether a lease TTL has passed since drivenUntil: no
+// driver of the tenant is known live.
+func (f *tenantFleet) orphaned() bool {
+	n := f.fl.node
+	return n.Clock().Now().UnixNano()-f.drivenUntil.Load() >= int64(n.LeaseTTL())
 }
 
 func (f *tenantFleet) kickTail()  { wsconn.Signal(f.kick) }
@@ -525,7 +537,7 @@ func (f *tenantFleet) beat(ctx context.Context) {
 	h.mu.Lock()
 	n := len(h.seats)
 	h.mu.Unlock()
-	if n == 0 && !f.unserved.Load() {
+	if n == 0 && (!f.unserved.Load() || !f.orphaned()) {
 		return
 	}
 	clk, ttl := fl.node.Clock(), fl.node.LeaseTTL()
