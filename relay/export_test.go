@@ -6,6 +6,9 @@ import (
 	"connector/store"
 )
 
+// MaxProfileBytes is the longest chat profile remembered.
+const MaxProfileBytes = maxProfileBytes
+
 // What cluster tests need to lose chosen pub/sub messages between
 // instances: the wake channel and each message's type byte.
 const (

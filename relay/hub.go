@@ -202,6 +202,10 @@ func (h *hub) interrupt(ctx context.Context, in interrupt) {
 		"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id)
 }
 
+// maxProfileBytes bounds the profile remembered for a chat (noteProfile):
+// a Hermes profile name is far shorter.
+const maxProfileBytes = 256
+
 // pusher is a ledger.Consumer of the relay (a connection here, or a socket
 // on another instance) that also takes frames past the ledger's flow
 // control: interrupt_inbound, which must not wait behind inbound.
@@ -213,9 +217,11 @@ type pusher interface {
 // noteProfile remembers the profile a gateway's outbound action named for
 // a chat (metadata.profile), so the next inbound of that chat carries it
 // back (contract §4: the multiplex round trip). An empty profile is a
-// single-profile gateway: nothing is stamped for it.
+// single-profile gateway: nothing is stamped for it; nor is one longer
+// than maxProfileBytes, which no profile name is, and which would have the
+// tenant's gateway make the relay keep up to a frame per chat.
 func (h *hub) noteProfile(platformName, chatID, profile string) {
-	if profile == "" || chatID == "" {
+	if profile == "" || chatID == "" || len(profile) > maxProfileBytes {
 		return
 	}
 	h.chatsMu.Lock()

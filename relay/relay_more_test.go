@@ -423,3 +423,32 @@ func TestShutdownAnswersInFlightOutboundThenCloses1001(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A chat's profile (metadata.profile) is remembered only up to
+// maxProfileBytes: a gateway naming megabyte profiles for its chats would
+// otherwise have the relay keep one per chat (100,000 per tenant), and
+// every inbound of the chat carry it, past the frame limit. A profile of
+// that size is a Hermes profile name; a longer one is not remembered.
+func TestOverlongProfileIsNotRemembered(t *testing.T) {
+	h, p := twoTenants(t)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	for chat, profile := range map[string]string{
+		"c1":  strings.Repeat("p", relay.MaxProfileBytes),
+		"c1b": strings.Repeat("q", relay.MaxProfileBytes+1),
+	} {
+		a := sendAction(chat, "hi")
+		a["metadata"] = map[string]any{"profile": profile}
+		if res := gw.Outbound(t, "discord", a); !res.Success {
+			t.Fatalf("send to %s: %+v", chat, res)
+		}
+	}
+	for chat, want := range map[string]int{"c1": relay.MaxProfileBytes, "c1b": 0} {
+		p.deliver("t1", chat, "u1", "from "+chat)
+		ev, id := gw.NextInbound(t)
+		if ev.Source.ChatID != chat || len(ev.Source.Profile) != want {
+			t.Fatalf("inbound of %s carries a profile of %d bytes, want %d", ev.Source.ChatID, len(ev.Source.Profile), want)
+		}
+		gw.Ack(t, id)
+	}
+}
