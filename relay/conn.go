@@ -74,6 +74,7 @@ type conn struct {
 	logs *loglimit.Bucket
 
 	outSlots chan struct{} // bounds concurrent outbound ops
+	outBytes atomic.Int64  // their actions' bytes, bounded by maxOutboundBytes
 
 	place   *slot  // the admission slot, given up once c ended
 	secret  []byte // the key of the secret c authenticated with

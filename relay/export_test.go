@@ -6,6 +6,9 @@ import (
 	"connector/store"
 )
 
+// MaxOutboundBytes bounds the actions of one connection's ops in flight.
+const MaxOutboundBytes = maxOutboundBytes
+
 // MaxProfileBytes is the longest chat profile remembered.
 const MaxProfileBytes = maxProfileBytes
 

@@ -452,3 +452,37 @@ func TestOverlongProfileIsNotRemembered(t *testing.T) {
 		gw.Ack(t, id)
 	}
 }
+
+// The outbound ops in flight on one connection hold at most
+// MaxOutboundBytes of actions: past it an op is answered rate_limited at
+// once, as past MaxOutboundInFlight ops, so 1,024 slow ops of a megabyte
+// each cannot make the relay hold a gigabyte for one connection.
+func TestOutboundInFlightIsBoundedInBytes(t *testing.T) {
+	h, p := twoTenants(t)
+	release := p.slowChat("c1")
+	defer release()
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	const size = 512 << 10
+	n := relay.MaxOutboundBytes/size + 8
+	big := strings.Repeat("x", size)
+	for range n {
+		gw.Send(t, map[string]any{"type": "outbound", "requestId": relaytest.NewRequestID(), "action": sendAction("c1", big)})
+	}
+	// While the slow ops hold their room, the ops past the bound are
+	// answered at once.
+	refused := 0
+	for refused < 8 {
+		f := gw.Next(t, contract.TypeOutboundResult)
+		if f.Result.Success || f.Result.Code != contract.CodeRateLimited {
+			t.Fatalf("an op past the bound was answered %+v while the slow ones run, want rate_limited", f.Result)
+		}
+		refused++
+	}
+	release()
+	for done := refused; done < n; done++ {
+		if f := gw.Next(t, contract.TypeOutboundResult); !f.Result.Success && f.Result.Code != contract.CodeRateLimited {
+			t.Fatalf("result %+v", f.Result)
+		}
+	}
+}
