@@ -905,6 +905,24 @@ func (l *Ledger) forget(dropped []store.Dropped, reason string) {
 	l.mu.Unlock()
 }
 
+// expire drops the entries received before cutoff.
+func (l *Ledger) expire(cutoff time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.byID)
+	for e := l.oldest; e != nil; {
+		next := e.next
+		if e.received.Before(cutoff) {
+			l.dropLocked(e, DroppedExpired, true)
+		}
+		e = next
+	}
+	if len(l.byID) != n {
+		l.dispatchLocked()
+		l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	}
+}
+
 // boundTotal drops the oldest entries of the largest tenants while all
 // tenants together exceed MaxTotalBytes.
 func (p *Pool) boundTotal() {
@@ -1037,8 +1055,10 @@ func (l *Ledger) Reset() {
 	l.pool.cfg.Metrics.Buffered(l.tenant, 0)
 }
 
-// Sweep drops, from the store and memory, every entry older than MaxAge.
-// The pool's goroutine runs it every SweepEvery; tests call it directly.
+// Sweep drops, from the store and memory, every entry older than MaxAge:
+// what the store trims, and what a ledger holds that another instance
+// sharing the store trimmed first. The pool's goroutine runs it every
+// SweepEvery; tests call it directly.
 func (p *Pool) Sweep(ctx context.Context) error {
 	if p.cfg.MaxAge <= 0 {
 		return nil
@@ -1047,6 +1067,12 @@ func (p *Pool) Sweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		cutoff := p.cfg.Clock.Now().Add(-p.cfg.MaxAge)
+		for _, l := range p.all() {
+			l.expire(cutoff)
+		}
+	}()
 	for _, t := range tenants {
 		dropped, err := p.cfg.Store.Trim(ctx, t, store.Bounds{MaxAge: p.cfg.MaxAge})
 		if err != nil {

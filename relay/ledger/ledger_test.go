@@ -1041,3 +1041,33 @@ func TestResetDoesNotWaitForATailsRead(t *testing.T) {
 	}
 	want(t, "after Reset", payloads(c2.take()), "m0")
 }
+
+// Among several instances every pool trims the shared store, and the one
+// that trims first is told what it dropped: the driver's ledger, which
+// holds the entries in memory, drops (and counts) those older than MaxAge
+// at its own sweep all the same, rather than deliver them past the age
+// bound.
+func TestSweepDropsExpiredEntriesAnotherInstanceTrimmed(t *testing.T) {
+	mod := func(c *Config) { c.MaxAge, c.SweepEvery = time.Hour, 24*time.Hour }
+	driver := newRig(t, mod)
+	other := newRigOn(t, driver.store, driver.clock, mod)
+	other.store1(t, "s1", "old")
+	driver.clock.Advance(50 * time.Minute)
+	other.store1(t, "s2", "recent")
+	if n, err := driver.Tail(context.Background()); err != nil || n != 2 {
+		t.Fatalf("Tail took in %d (%v), want 2", n, err)
+	}
+	driver.clock.Advance(20 * time.Minute)
+	if err := other.pool.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := driver.pool.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := driver.metrics.count(DroppedExpired); n != 1 {
+		t.Fatalf("the driver counted %d entries as expired, want 1", n)
+	}
+	c := &fakeConsumer{}
+	driver.Serve(c, "discord")
+	want(t, "delivered after the sweeps", payloads(c.take()), "recent")
+}
