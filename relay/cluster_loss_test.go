@@ -1185,3 +1185,28 @@ func TestClusterStoredInboundAtStartWakesItsGateways(t *testing.T) {
 		t.Fatalf("gb got %q, want e0", got.Text)
 	}
 }
+
+// An interrupt whose session_key is longer than any session's key
+// (MaxSessionKeyBytes) is skipped where it is read: on an instance that
+// does not drive the tenant it would otherwise cost a read of the store
+// keyed by up to a megabyte, and a message between instances as large.
+func TestClusterOverlongInterruptKeyReadsNothing(t *testing.T) {
+	r, ga, gb := drivenRig(t, 2)
+	known := sessionKey("telegram", "c2", "u2")
+	r.inst[0].telegram.deliver("t1", "c2", "u2", "t0")
+	_, id := ga.NextInbound(t)
+	ga.Ack(t, id)
+	r.inst[0].net.waitOwned(t, known)
+
+	long := strings.Repeat("k", relay.MaxSessionKeyBytes+1)
+	gb.Send(t, map[string]any{"type": "interrupt", "session_key": long})
+	gb.Send(t, map[string]any{"type": "interrupt", "session_key": known}) // read after it
+	if f := ga.Next(t, contract.TypeInterruptInbound); f.SessionKey != known {
+		t.Fatalf("ga got interrupt_inbound for %q, want %q", f.SessionKey, known)
+	}
+	for _, in := range r.inst {
+		if n := in.net.reads(long); n != 0 {
+			t.Fatalf("%s read the stored owner of an overlong session key %d times, want 0", in.name, n)
+		}
+	}
+}

@@ -9,6 +9,9 @@ import (
 // MaxOutboundBytes bounds the actions of one connection's ops in flight.
 const MaxOutboundBytes = maxOutboundBytes
 
+// MaxSessionKeyBytes is the longest session_key an interrupt may name.
+const MaxSessionKeyBytes = maxSessionKeyBytes
+
 // MaxProfileBytes is the longest chat profile remembered.
 const MaxProfileBytes = maxProfileBytes
 

@@ -97,12 +97,22 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 	c.hub.serve(c, name)
 }
 
+// maxSessionKeyBytes bounds the session_key of a gateway's interrupt: far
+// above any session's key (session.Key), which no interrupt past it can
+// name, and far below the frame's limit, which among several instances
+// would key a store read and fill a message between instances.
+const maxSessionKeyBytes = 1024
+
 // handleInterrupt delivers a gateway's interrupt to the session's owner as
 // interrupt_inbound. It is looked up under the connection's own tenant
 // only.
 func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 	if f.SessionKey == "" {
 		c.ignore(ignoredNoSessionKey, slog.LevelDebug, "interrupt without session_key ignored")
+		return
+	}
+	if len(f.SessionKey) > maxSessionKeyBytes {
+		c.ignore(ignoredMalformed, slog.LevelDebug, "interrupt with an overlong session_key ignored", "bytes", len(f.SessionKey))
 		return
 	}
 	c.hub.interrupt(c.ctx, interrupt{sessionKey: f.SessionKey, gatewayID: c.gw.id})
