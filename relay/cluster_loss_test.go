@@ -1210,3 +1210,26 @@ func TestClusterOverlongInterruptKeyReadsNothing(t *testing.T) {
 		}
 	}
 }
+
+// An ack of a bufferId longer than any the relay gives (a store epoch and
+// a sequence number) names no entry: it is skipped where it is read, and
+// never sent to another instance's driver (up to a megabyte each), nor
+// does it use up the socket's allowance of acks to forward.
+func TestClusterOverlongAckIsNotForwarded(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	i1 := r.inst[1].net
+	acks := i1.count(relay.ClusterMsgAck)
+	mark := r.inst[0].buffered.mark()
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	gb.Ack(t, strings.Repeat("9", relay.MaxBufferIDBytes+1))
+	gb.Ack(t, id)
+	r.inst[0].buffered.wait(t, mark, 0, "e1's ack to reach the driver")
+	i1.waitCount(t, relay.ClusterMsgAck, acks+1, "e1's ack")
+	if n := i1.count(relay.ClusterMsgAck) - acks; n != 1 {
+		t.Fatalf("i1 sent the driver %d acks for one overlong bufferId and one real one, want 1", n)
+	}
+}

@@ -12,6 +12,9 @@ const MaxOutboundBytes = maxOutboundBytes
 // MaxSessionKeyBytes is the longest session_key an interrupt may name.
 const MaxSessionKeyBytes = maxSessionKeyBytes
 
+// MaxBufferIDBytes is the longest bufferId the relay gives.
+const MaxBufferIDBytes = maxBufferIDBytes
+
 // MaxProfileBytes is the longest chat profile remembered.
 const MaxProfileBytes = maxProfileBytes
 

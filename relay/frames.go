@@ -54,7 +54,7 @@ func (c *conn) handleLine(line []byte) {
 		c.enqueue([]byte(contract.GoingIdleAck))
 		c.logs.Log(c.log, slog.LevelInfo, "gateway going idle: inbound buffered until it reconnects")
 	case contract.TypeInboundAck:
-		if !c.hub.ack(c, string(f.BufferID)) {
+		if len(f.BufferID) > maxBufferIDBytes || !c.hub.ack(c, string(f.BufferID)) {
 			c.ignore(ignoredUnknownBufferID, slog.LevelDebug, "inbound_ack for an unknown bufferId", "buffer_id", truncateForLog(string(f.BufferID)))
 		}
 	default:
