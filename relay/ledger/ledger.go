@@ -46,7 +46,8 @@
 //     most Config.MaxEntries entries and Config.MaxBytes payload bytes, all
 //     tenants together at most Config.MaxTotalBytes (the largest tenant
 //     gives way), and no entry older than Config.MaxAge (checked every
-//     Config.SweepEvery with store.Ledger.Trim). The oldest entries go first;
+//     Config.SweepEvery with store.Ledger.Trim, and in memory, where an entry
+//     another instance trimmed may still be). The oldest entries go first;
 //     each is logged and counted.
 //
 //   - Recover loads every tenant's stored records, in order, after a
