@@ -1233,3 +1233,43 @@ func TestClusterOverlongAckIsNotForwarded(t *testing.T) {
 		t.Fatalf("i1 sent the driver %d acks for one overlong bufferId and one real one, want 1", n)
 	}
 }
+
+// A tenant added while the instances run, whose stored ledger holds
+// records (it was served before), is taken in by one instance and its
+// gateways woken, as a tenant with stored inbound at the start is.
+func TestClusterTenantAddedWithStoredInboundWakesItsGateways(t *testing.T) {
+	r := newClusterRig(t, 2)
+	ev := &contract.Event{Text: "e0", MessageID: "msg-e0"}
+	ev.Source.Platform, ev.Source.ChatID = "discord", "c9"
+	if _, err := r.st.Ledger().Append(context.Background(), "t2", []store.Record{{
+		Kind: uint8(platform.KindInbound), Platform: "discord", ChatID: "c9", Payload: ev.AppendJSON(nil), Received: r.clk.Now(),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	tenants := []relay.Tenant{
+		{ID: "t1", Gateways: []relay.Gateway{{ID: "ga", Secrets: []string{"sa"}}, {ID: "gb", Secrets: []string{"sb"}}, {ID: "gc", Secrets: []string{"sc"}}}},
+		{ID: "t2", Gateways: []relay.Gateway{{ID: "gd", Secrets: []string{"sd"}}}},
+	}
+	for _, in := range r.inst {
+		if err := in.h.Server.SetTenants(tenants); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.advance(3) // a lease TTL: the time a socket of t2 has to come first
+	select {
+	case tenant := <-r.inst[0].away:
+		if tenant != "t2" {
+			t.Fatalf("i0 reported %s unserved, want t2", tenant)
+		}
+	case tenant := <-r.inst[1].away:
+		if tenant != "t2" {
+			t.Fatalf("i1 reported %s unserved, want t2", tenant)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("no instance reported t2's stored inbound unserved within %v (the wake poke)", relaytest.Timeout)
+	}
+	gd := r.dial(t, 1, "gd", "discord")
+	if got, _ := gd.NextInbound(t); got.Text != "e0" {
+		t.Fatalf("gd got %q, want e0", got.Text)
+	}
+}

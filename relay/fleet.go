@@ -345,13 +345,9 @@ func (fl *fleet) start() error {
 	if err != nil {
 		return err
 	}
-	now := fl.node.Clock().Now().UnixNano()
 	for _, t := range stored {
 		if h := fl.srv.hub(t); h != nil {
-			// As if a lease had just expired: an instance that gets a
-			// socket of the tenant within a lease TTL takes it first.
-			h.fleet.drivenUntil.Store(now)
-			h.fleet.unserved.Store(true)
+			h.fleet.markUnserved()
 		}
 	}
 	if _, err := fl.node.Subscribe(fl.ctx, wakeChannel); err != nil {
@@ -470,6 +466,31 @@ func (f *tenantFleet) store(ctx context.Context, ds []ledger.Delivery, kick bool
 	}
 	f.fl.node.Send(wakeChannel, msgWake, []byte(f.h.id))
 	return nil
+}
+
+// markUnserved has the tenant's lease checked a lease TTL from now even
+// without sockets here (its stored ledger holds records): as if a lease
+// had just expired, so an instance that gets a socket of the tenant
+// meanwhile takes it first.
+func (f *tenantFleet) markUnserved() {
+	f.drivenUntil.Store(f.fl.node.Clock().Now().UnixNano())
+	f.unserved.Store(true)
+}
+
+// markStored is, for a tenant added while the instances run, what start
+// does for the others: it marks the tenant unserved when its stored ledger
+// holds records (it was served before).
+func (fl *fleet) markStored(h *hub) {
+	ctx, cancel := context.WithTimeout(fl.ctx, fl.node.LeaseTTL())
+	st, err := fl.srv.cfg.Store.Ledger().Stats(ctx, h.id)
+	cancel()
+	if err != nil {
+		fl.srv.log.Warn("stored inbound of an added tenant not counted: it waits for one of its gateways to connect", "tenant", h.id, "err", err)
+		return
+	}
+	if st.Entries > 0 {
+		h.fleet.markUnserved()
+	}
 }
 
 // orphaned reports whether a lease TTL has passed since drivenUntil: no
