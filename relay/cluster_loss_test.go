@@ -1273,3 +1273,41 @@ func TestClusterTenantAddedWithStoredInboundWakesItsGateways(t *testing.T) {
 		t.Fatalf("gd got %q, want e0", got.Text)
 	}
 }
+
+// An instance that took a tenant in without having a socket of it (it
+// stored inbound nobody drove) hands the tenant over once a socket of the
+// tenant is on another instance: it gives the lease up at its next beat,
+// and the socket's instance takes it, so inbound reaches that socket
+// without a hop between instances. What was in flight comes again, with
+// the same bufferId.
+func TestClusterDriverWithoutSocketsHandsTheTenantOver(t *testing.T) {
+	r := newClusterRig(t, 2)
+	r.inst[1].discord.deliver("t1", "c1", "u0", "e0")
+	if who := r.waitAcquired(t); who != "i1" {
+		t.Fatalf("%s took the tenant's lease, want i1 (it stored e0)", who)
+	}
+	ga := r.dial(t, 0, "ga", "discord")
+	first, id := ga.NextInbound(t) // through i1
+	if first.Text != "e0" {
+		t.Fatalf("ga got %q, want e0", first.Text)
+	}
+	deadline := time.Now().Add(relaytest.Timeout)
+	for {
+		r.advance(1)
+		select {
+		case who := <-r.acquired:
+			if who != "i0" {
+				t.Fatalf("%s took the tenant's lease, want i0 (ga's instance)", who)
+			}
+			if again, again2 := ga.NextInbound(t); again.Text != "e0" || again2 != id {
+				t.Fatalf("after the hand-over ga got %q as %s, want e0 again as %s", again.Text, again2, id)
+			}
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("i0, with ga's socket, did not take the tenant from i1, which has none, within %v", relaytest.Timeout)
+		}
+		runtime.Gosched() // a beat's lease calls signal nothing: step on
+	}
+}

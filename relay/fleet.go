@@ -127,9 +127,12 @@ type tenantFleet struct {
 	unserved    atomic.Bool
 	drivenUntil atomic.Int64
 
-	beatMu sync.Mutex    // one beat at a time; guards tenure and bid
+	beatMu sync.Mutex    // one beat at a time; guards tenure, bid and seatless
 	tenure *store.Tenure // while driving: the lease, renewed on its own timer
 	bid    clock.Timer   // while not driving: nudges a beat at the lease's known expiry
+	// seatless is set at a driving beat that found no socket of the tenant
+	// here and one on another instance (handOver).
+	seatless bool
 
 	// ownMu guards owned; a leaf, taken inside the ledger's mutex (by
 	// noteOwner, the ledger's OnOwned hook).
@@ -548,7 +551,9 @@ func (f *tenantFleet) beat(ctx context.Context) {
 	defer cancel()
 	if f.driving.Load() {
 		if f.tenure.Held() {
-			f.holdRemotes()
+			if !f.handOver(ctx) {
+				f.holdRemotes()
+			}
 			return
 		}
 		fl.srv.log.Warn("tenant lease lost: not renewed in time or taken by another instance", "tenant", h.id)
@@ -570,7 +575,7 @@ func (f *tenantFleet) beat(ctx context.Context) {
 		}
 	case t != nil:
 		f.unserved.Store(false)
-		f.tenure = t
+		f.tenure, f.seatless = t, false
 		f.startDriving(l)
 	default:
 		f.drivenUntil.Store(l.Expires.UnixNano())
@@ -582,6 +587,40 @@ func (f *tenantFleet) beat(ctx context.Context) {
 			f.bid.Reset(store.BidIn(clk, l, ttl))
 		}
 	}
+}
+
+// handOver gives the tenant's lease up, under beatMu while driving, when
+// this instance has had no socket of the tenant for a beat while another
+// instance has one (it took the tenant in for inbound nobody drove, or its
+// own sockets left; a socket reconnecting to it within the beat keeps it
+// the driver): that instance takes the lease at its next beat, and drives
+// its sockets without a hop between instances. It reports whether it gave
+// the lease up.
+func (f *tenantFleet) handOver(ctx context.Context) bool {
+	h := f.h
+	h.mu.Lock()
+	away := len(h.seats) == 0 && len(f.peers) > 0
+	h.mu.Unlock()
+	if !away {
+		f.seatless = false
+		return false
+	}
+	if !f.seatless {
+		f.seatless = true
+		return false
+	}
+	f.seatless = false
+	if err := f.tenure.Release(ctx); err != nil {
+		f.fl.srv.log.Warn("tenant lease not given up to an instance with its sockets", "tenant", h.id, "err", err)
+		return false
+	}
+	f.fl.srv.log.Info("tenant handed over: its sockets are on other instances", "tenant", h.id)
+	f.tenure = nil
+	f.stopDriving()
+	// Its sockets' instance takes the lease within a beat; this one checks
+	// it again only a lease TTL from now.
+	f.drivenUntil.Store(f.fl.node.Clock().Now().UnixNano())
+	return true
 }
 
 // startDriving makes this instance the tenant's driver under l: the ledger
