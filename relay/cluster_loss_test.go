@@ -350,6 +350,7 @@ type rigInstance struct {
 	discord  *fakePlatform // chat c1 of t1
 	telegram *fakePlatform // chat c2 of t1
 	buffered *bufferedWatch
+	away     chan string // the tenants it reported unserved (Config.Away)
 }
 
 // clusterRig is n relays (i0, i1, ...) of tenant t1 (gateways ga, gb, gc
@@ -367,6 +368,13 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 	clk := clocktest.New(time.Now())
 	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
+	return newClusterRigOn(t, clk, st, n)
+}
+
+// newClusterRigOn is newClusterRig on st, a store on clk, which may hold
+// records already (what the instances of an earlier run left).
+func newClusterRigOn(t *testing.T, clk *clocktest.Fake, st *store.Memory, n int) *clusterRig {
+	t.Helper()
 	r := &clusterRig{clk: clk, st: st, acquired: make(chan string, 64), lost: make(chan string, 64)}
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{
 		{ID: "ga", Secrets: []string{"sa"}}, {ID: "gb", Secrets: []string{"sb"}}, {ID: "gc", Secrets: []string{"sc"}}}}}
@@ -380,6 +388,7 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 			discord:  newFake("discord", map[string]string{"c1": "t1"}),
 			telegram: newFake("telegram", map[string]string{"c2": "t1"}),
 			buffered: &bufferedWatch{Metrics: relayMetricsNop{}, changed: make(chan struct{}, 1)},
+			away:     make(chan string, 64),
 		}
 		log := slog.New(drivingWatch{relaytest.TestLogger(t).Handler(), name, r.acquired, r.lost})
 		node, err := cluster.New(cluster.Config{Instance: name, PubSub: in.net.PubSub(), LeaseTTL: 3 * beat, Clock: clk, Log: log})
@@ -391,6 +400,12 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 			Tenants: tenants, Platforms: []platform.Platform{in.discord, in.telegram},
 			Log:     log,
 			Metrics: in.buffered, Store: in.net, Cluster: node, Clock: clk,
+			Away: func(tenant string) {
+				select { // under the ledger's mutex: never blocks
+				case in.away <- tenant:
+				default:
+				}
+			},
 			// Neither pings nor the write watchdog come due while the test
 			// advances the clock by a few beats.
 			PingInterval: time.Hour, WriteTimeout: time.Hour,
@@ -1045,4 +1060,254 @@ func TestClusterFrameFromAnotherThanTheDriverIsDropped(t *testing.T) {
 	mark := r.inst[0].buffered.mark()
 	gb.Ack(t, id)
 	r.inst[0].buffered.wait(t, mark, 0, "e1's ack to reach the driver")
+}
+
+// A socket on an instance that does not drive its tenant forwards an
+// inbound_ack to the driver only for an inbound it was sent: a flood of
+// acks of ids it never received (guessed, repeated) costs no message
+// between instances, whose outbox every tenant's frames, acks and
+// interrupts share (a full one loses them). Its real acks still go.
+func TestClusterAcksOfUnsentIdsStayOnTheSocketsInstance(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	i1 := r.inst[1].net
+	acks := i1.count(relay.ClusterMsgAck)
+	const flood = 5000
+	var msg strings.Builder
+	for n := range flood {
+		fmt.Fprintf(&msg, `{"type": "inbound_ack", "bufferId": "guess-%d"}`+"\n", n)
+	}
+	gb.SendRaw(t, msg.String())
+	gb.Hello(t, "discord", "") // answered once the flood before it was read
+	// A real ack after the flood: the outbox keeps its order, so once the
+	// driver took it every ack before it was published.
+	mark := r.inst[0].buffered.mark()
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	gb.Ack(t, id)
+	r.inst[0].buffered.wait(t, mark, 0, "e1's ack to reach the driver")
+	i1.waitCount(t, relay.ClusterMsgAck, acks+1, "e1's ack")
+	if n := i1.count(relay.ClusterMsgAck) - acks; n != 1 {
+		t.Fatalf("i1 sent the driver %d acks for %d acks of ids gb was never sent and one real one, want 1", n, flood)
+	}
+}
+
+// A repeated hello or going_idle changes nothing, so a socket on an
+// instance that does not drive its tenant announces nothing for it: a
+// gateway repeating them cannot fill the outbox every tenant's messages
+// between instances share. The first going_idle, a change, is announced.
+func TestClusterRepeatedHelloAndGoingIdleAnnounceNothing(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	i1 := r.inst[1].net
+	serves := i1.count(relay.ClusterMsgServe)
+	const repeats = 500
+	var msg strings.Builder
+	for range repeats {
+		msg.WriteString(`{"type":"hello","platform":"discord"}` + "\n")
+	}
+	for range repeats {
+		msg.WriteString(`{"type":"going_idle"}` + "\n")
+	}
+	gb.SendRaw(t, msg.String())
+	for range repeats {
+		gb.Next(t, contract.TypeGoingIdleAck) // the last: every frame before it was handled
+	}
+	// gc's serve follows gb's in the outbox, which keeps its order.
+	r.dial(t, 1, "gc", "telegram")
+	i1.waitCount(t, relay.ClusterMsgServe, serves+2, "gb's going idle and gc's serve")
+	if n := i1.count(relay.ClusterMsgServe) - serves; n != 2 {
+		t.Fatalf("i1 sent %d serves for %d repeated hellos, %d going_idle and one new socket, want 2", n, repeats, repeats)
+	}
+}
+
+// Inbound stored for a tenant no instance drives, none having a socket of
+// it (every gateway sleeps, and the instances restarted or the driver
+// left), is still reported unserved, so the gateways are woken: an
+// instance that stores a delivery with no live driver known checks the
+// tenant's lease at its next beat and, finding it free, drives the tenant.
+func TestClusterInboundForATenantNobodyDrivesWakesItsGateways(t *testing.T) {
+	r := newClusterRig(t, 2)
+	r.inst[1].discord.deliver("t1", "c1", "u0", "e0")
+	select {
+	case tenant := <-r.inst[1].away:
+		if tenant != "t1" {
+			t.Fatalf("i1 reported %s unserved, want t1", tenant)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for i1, which stored e0, to report t1's inbound unserved (the wake poke)", relaytest.Timeout)
+	}
+	select {
+	case tenant := <-r.inst[0].away:
+		t.Fatalf("i0, which stored nothing and drives nothing, reported %s unserved", tenant)
+	default:
+	}
+	// i1 drives t1 now: a gateway that wakes gets the entry, wherever it
+	// connects.
+	ga := r.dial(t, 0, "ga", "discord")
+	if ev, _ := ga.NextInbound(t); ev.Text != "e0" {
+		t.Fatalf("ga got %q, want e0", ev.Text)
+	}
+}
+
+// Inbound the store holds when the instances start, for a tenant none of
+// whose gateways connects (they sleep), is taken in by one instance, which
+// drives the tenant and reports it unserved (the wake poke), as a lone
+// relay does when it recovers its ledger.
+func TestClusterStoredInboundAtStartWakesItsGateways(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	ev := &contract.Event{Text: "e0", MessageID: "msg-e0"}
+	ev.Source.Platform, ev.Source.ChatID = "discord", "c1"
+	if _, err := st.Ledger().Append(context.Background(), "t1", []store.Record{{
+		Kind: uint8(platform.KindInbound), Platform: "discord", ChatID: "c1", Payload: ev.AppendJSON(nil), Received: clk.Now(),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	r := newClusterRigOn(t, clk, st, 2)
+	r.advance(3) // a lease TTL: the time a socket of t1 has to come first
+	select {
+	case tenant := <-r.inst[0].away:
+		if tenant != "t1" {
+			t.Fatalf("i0 reported %s unserved, want t1", tenant)
+		}
+	case tenant := <-r.inst[1].away:
+		if tenant != "t1" {
+			t.Fatalf("i1 reported %s unserved, want t1", tenant)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("no instance reported t1's stored inbound unserved within %v (the wake poke)", relaytest.Timeout)
+	}
+	gb := r.dial(t, 1, "gb", "discord")
+	if got, _ := gb.NextInbound(t); got.Text != "e0" {
+		t.Fatalf("gb got %q, want e0", got.Text)
+	}
+}
+
+// An interrupt whose session_key is longer than any session's key
+// (MaxSessionKeyBytes) is skipped where it is read: on an instance that
+// does not drive the tenant it would otherwise cost a read of the store
+// keyed by up to a megabyte, and a message between instances as large.
+func TestClusterOverlongInterruptKeyReadsNothing(t *testing.T) {
+	r, ga, gb := drivenRig(t, 2)
+	known := sessionKey("telegram", "c2", "u2")
+	r.inst[0].telegram.deliver("t1", "c2", "u2", "t0")
+	_, id := ga.NextInbound(t)
+	ga.Ack(t, id)
+	r.inst[0].net.waitOwned(t, known)
+
+	long := strings.Repeat("k", relay.MaxSessionKeyBytes+1)
+	gb.Send(t, map[string]any{"type": "interrupt", "session_key": long})
+	gb.Send(t, map[string]any{"type": "interrupt", "session_key": known}) // read after it
+	if f := ga.Next(t, contract.TypeInterruptInbound); f.SessionKey != known {
+		t.Fatalf("ga got interrupt_inbound for %q, want %q", f.SessionKey, known)
+	}
+	for _, in := range r.inst {
+		if n := in.net.reads(long); n != 0 {
+			t.Fatalf("%s read the stored owner of an overlong session key %d times, want 0", in.name, n)
+		}
+	}
+}
+
+// An ack of a bufferId longer than any the relay gives (a store epoch and
+// a sequence number) names no entry: it is skipped where it is read, and
+// never sent to another instance's driver (up to a megabyte each), nor
+// does it use up the socket's allowance of acks to forward.
+func TestClusterOverlongAckIsNotForwarded(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	i1 := r.inst[1].net
+	acks := i1.count(relay.ClusterMsgAck)
+	mark := r.inst[0].buffered.mark()
+	r.inst[1].discord.deliver("t1", "c1", "u1", "e1")
+	ev, id := gb.NextInbound(t)
+	if ev.Text != "e1" {
+		t.Fatalf("gb got %q, want e1", ev.Text)
+	}
+	gb.Ack(t, strings.Repeat("9", relay.MaxBufferIDBytes+1))
+	gb.Ack(t, id)
+	r.inst[0].buffered.wait(t, mark, 0, "e1's ack to reach the driver")
+	i1.waitCount(t, relay.ClusterMsgAck, acks+1, "e1's ack")
+	if n := i1.count(relay.ClusterMsgAck) - acks; n != 1 {
+		t.Fatalf("i1 sent the driver %d acks for one overlong bufferId and one real one, want 1", n)
+	}
+}
+
+// A tenant added while the instances run, whose stored ledger holds
+// records (it was served before), is taken in by one instance and its
+// gateways woken, as a tenant with stored inbound at the start is.
+func TestClusterTenantAddedWithStoredInboundWakesItsGateways(t *testing.T) {
+	r := newClusterRig(t, 2)
+	ev := &contract.Event{Text: "e0", MessageID: "msg-e0"}
+	ev.Source.Platform, ev.Source.ChatID = "discord", "c9"
+	if _, err := r.st.Ledger().Append(context.Background(), "t2", []store.Record{{
+		Kind: uint8(platform.KindInbound), Platform: "discord", ChatID: "c9", Payload: ev.AppendJSON(nil), Received: r.clk.Now(),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	tenants := []relay.Tenant{
+		{ID: "t1", Gateways: []relay.Gateway{{ID: "ga", Secrets: []string{"sa"}}, {ID: "gb", Secrets: []string{"sb"}}, {ID: "gc", Secrets: []string{"sc"}}}},
+		{ID: "t2", Gateways: []relay.Gateway{{ID: "gd", Secrets: []string{"sd"}}}},
+	}
+	for _, in := range r.inst {
+		if err := in.h.Server.SetTenants(tenants); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.advance(3) // a lease TTL: the time a socket of t2 has to come first
+	select {
+	case tenant := <-r.inst[0].away:
+		if tenant != "t2" {
+			t.Fatalf("i0 reported %s unserved, want t2", tenant)
+		}
+	case tenant := <-r.inst[1].away:
+		if tenant != "t2" {
+			t.Fatalf("i1 reported %s unserved, want t2", tenant)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("no instance reported t2's stored inbound unserved within %v (the wake poke)", relaytest.Timeout)
+	}
+	gd := r.dial(t, 1, "gd", "discord")
+	if got, _ := gd.NextInbound(t); got.Text != "e0" {
+		t.Fatalf("gd got %q, want e0", got.Text)
+	}
+}
+
+// An instance that took a tenant in without having a socket of it (it
+// stored inbound nobody drove) hands the tenant over once a socket of the
+// tenant is on another instance: it gives the lease up at its next beat,
+// and the socket's instance takes it, so inbound reaches that socket
+// without a hop between instances. What was in flight comes again, with
+// the same bufferId.
+func TestClusterDriverWithoutSocketsHandsTheTenantOver(t *testing.T) {
+	r := newClusterRig(t, 2)
+	r.inst[1].discord.deliver("t1", "c1", "u0", "e0")
+	if who := r.waitAcquired(t); who != "i1" {
+		t.Fatalf("%s took the tenant's lease, want i1 (it stored e0)", who)
+	}
+	ga := r.dial(t, 0, "ga", "discord")
+	first, id := ga.NextInbound(t) // through i1
+	if first.Text != "e0" {
+		t.Fatalf("ga got %q, want e0", first.Text)
+	}
+	deadline := time.Now().Add(relaytest.Timeout)
+	for {
+		r.advance(1)
+		select {
+		case who := <-r.acquired:
+			if who != "i0" {
+				t.Fatalf("%s took the tenant's lease, want i0 (ga's instance)", who)
+			}
+			if again, again2 := ga.NextInbound(t); again.Text != "e0" || again2 != id {
+				t.Fatalf("after the hand-over ga got %q as %s, want e0 again as %s", again.Text, again2, id)
+			}
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("i0, with ga's socket, did not take the tenant from i1, which has none, within %v", relaytest.Timeout)
+		}
+		runtime.Gosched() // a beat's lease calls signal nothing: step on
+	}
 }

@@ -54,6 +54,10 @@ type conn struct {
 	// wantPump is set when dispatch skipped c for a full queue; the writer
 	// asks the ledger to dispatch again once it drained.
 	wantPump atomic.Bool
+	// inbound counts the inbound frames c was given, by its tenant's ledger
+	// here or by its driver on another instance: the most acks c forwards to
+	// another instance (tenantFleet.ackOut).
+	inbound atomic.Uint64
 
 	closeCode atomic.Int32 // the code we closed with, for the log line
 	// closing is set once closeWith was called, revoked when it closed
@@ -70,10 +74,12 @@ type conn struct {
 	logs *loglimit.Bucket
 
 	outSlots chan struct{} // bounds concurrent outbound ops
+	outBytes atomic.Int64  // their actions' bytes, bounded by maxOutboundBytes
 
 	place   *slot  // the admission slot, given up once c ended
 	secret  []byte // the key of the secret c authenticated with
 	helloed bool   // a hello was read: reading goes on on a fresh goroutine (see read)
+	acksOut uint64 // acks forwarded to another instance (tenantFleet.ackOut)
 }
 
 func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, remote string) *conn {
@@ -106,6 +112,7 @@ func (c *conn) Offer(frame []byte) ledger.Offered {
 	if !c.enqueue(frame) {
 		return ledger.Closing
 	}
+	c.inbound.Add(1)
 	return ledger.Taken
 }
 

@@ -19,7 +19,7 @@ const frameHeadroom = 4096
 // maxEnvelopeBytes bounds what a frame adds around its payload: the frame
 // type, the bufferId (a store epoch of at most maxEpochBytes and a sequence
 // number) and the JSON punctuation.
-const maxEnvelopeBytes = frameEnvelopeBytes + maxEpochBytes + 1 + 20
+const maxEnvelopeBytes = frameEnvelopeBytes + maxBufferIDBytes
 
 // maxPayloadBytes is the largest encoded event or forward whose frame stays
 // within the gateway's 1 MiB message limit.

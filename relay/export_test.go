@@ -6,6 +6,18 @@ import (
 	"connector/store"
 )
 
+// MaxOutboundBytes bounds the actions of one connection's ops in flight.
+const MaxOutboundBytes = maxOutboundBytes
+
+// MaxSessionKeyBytes is the longest session_key an interrupt may name.
+const MaxSessionKeyBytes = maxSessionKeyBytes
+
+// MaxBufferIDBytes is the longest bufferId the relay gives.
+const MaxBufferIDBytes = maxBufferIDBytes
+
+// MaxProfileBytes is the longest chat profile remembered.
+const MaxProfileBytes = maxProfileBytes
+
 // What cluster tests need to lose chosen pub/sub messages between
 // instances: the wake channel and each message's type byte.
 const (

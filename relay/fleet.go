@@ -116,9 +116,23 @@ type tenantFleet struct {
 	nudge   chan struct{} // beat now
 	looping atomic.Bool   // loop started
 
-	beatMu sync.Mutex    // one beat at a time; guards tenure and bid
+	// unserved is set when this instance, not driving, stored a delivery
+	// of the tenant a lease TTL or more past drivenUntil, the known expiry
+	// of the lease another instance holds (Unix nanoseconds on the node's
+	// clock; 0 when none is known): its next beat checks the lease even
+	// without sockets here, and takes it when free, so a tenant whose
+	// gateways all sleep still has a driver to bound its stored inbound and
+	// wake its gateways. The TTL's grace leaves a dead driver's lease to an
+	// instance with sockets of the tenant, which bids at its expiry.
+	unserved    atomic.Bool
+	drivenUntil atomic.Int64
+
+	beatMu sync.Mutex    // one beat at a time; guards tenure, bid and seatless
 	tenure *store.Tenure // while driving: the lease, renewed on its own timer
 	bid    clock.Timer   // while not driving: nudges a beat at the lease's known expiry
+	// seatless is set at a driving beat that found no socket of the tenant
+	// here and one on another instance (handOver).
+	seatless bool
 
 	// ownMu guards owned; a leaf, taken inside the ledger's mutex (by
 	// noteOwner, the ledger's OnOwned hook).
@@ -322,8 +336,23 @@ func (fl *fleet) startLoop(f *tenantFleet) {
 }
 
 // start subscribes to the wake channel and starts the beats and the
-// tenants' loops.
+// tenants' loops. A tenant whose stored ledger holds records is unserved
+// until a beat found its driver: its gateways may all sleep, and one
+// instance then takes it in (and wakes them) as a lone relay recovering it
+// does, a lease TTL after the start unless a socket of the tenant came
+// first.
 func (fl *fleet) start() error {
+	ctx, cancel := context.WithTimeout(fl.ctx, recoverTimeout)
+	stored, err := fl.srv.cfg.Store.Ledger().Tenants(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	for _, t := range stored {
+		if h := fl.srv.hub(t); h != nil {
+			h.fleet.markUnserved()
+		}
+	}
 	if _, err := fl.node.Subscribe(fl.ctx, wakeChannel); err != nil {
 		return err
 	}
@@ -435,9 +464,43 @@ func (f *tenantFleet) store(ctx context.Context, ds []ledger.Delivery, kick bool
 	}
 	if kick {
 		f.kickTail()
+	} else if f.orphaned() && f.unserved.CompareAndSwap(false, true) {
+		f.nudgeBeat() // no driver known live: the beat checks the lease
 	}
 	f.fl.node.Send(wakeChannel, msgWake, []byte(f.h.id))
 	return nil
+}
+
+// markUnserved has the tenant's lease checked a lease TTL from now even
+// without sockets here (its stored ledger holds records): as if a lease
+// had just expired, so an instance that gets a socket of the tenant
+// meanwhile takes it first.
+func (f *tenantFleet) markUnserved() {
+	f.drivenUntil.Store(f.fl.node.Clock().Now().UnixNano())
+	f.unserved.Store(true)
+}
+
+// markStored is, for a tenant added while the instances run, what start
+// does for the others: it marks the tenant unserved when its stored ledger
+// holds records (it was served before).
+func (fl *fleet) markStored(h *hub) {
+	ctx, cancel := context.WithTimeout(fl.ctx, fl.node.LeaseTTL())
+	st, err := fl.srv.cfg.Store.Ledger().Stats(ctx, h.id)
+	cancel()
+	if err != nil {
+		fl.srv.log.Warn("stored inbound of an added tenant not counted: it waits for one of its gateways to connect", "tenant", h.id, "err", err)
+		return
+	}
+	if st.Entries > 0 {
+		h.fleet.markUnserved()
+	}
+}
+
+// orphaned reports whether a lease TTL has passed since drivenUntil: no
+// driver of the tenant is known live.
+func (f *tenantFleet) orphaned() bool {
+	n := f.fl.node
+	return n.Clock().Now().UnixNano()-f.drivenUntil.Load() >= int64(n.LeaseTTL())
 }
 
 func (f *tenantFleet) kickTail()  { wsconn.Signal(f.kick) }
@@ -473,8 +536,9 @@ func (f *tenantFleet) tail(ctx context.Context) {
 // tally (holdRemotes), or stops driving once the tenure ended (its lease
 // is renewed on its own timer, store.Tenure, which nudges a beat when it
 // ends). Not driving, it takes the lease when free and this instance holds
-// sockets of the tenant, and otherwise sends the driver this instance's
-// roster (follow) and arms a beat at the lease's known expiry.
+// sockets of the tenant or stored a delivery no driver was known to take
+// (unserved), and otherwise sends the driver this instance's roster
+// (follow) and arms a beat at the lease's known expiry.
 func (f *tenantFleet) beat(ctx context.Context) {
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
@@ -487,7 +551,9 @@ func (f *tenantFleet) beat(ctx context.Context) {
 	defer cancel()
 	if f.driving.Load() {
 		if f.tenure.Held() {
-			f.holdRemotes()
+			if !f.handOver(ctx) {
+				f.holdRemotes()
+			}
 			return
 		}
 		fl.srv.log.Warn("tenant lease lost: not renewed in time or taken by another instance", "tenant", h.id)
@@ -497,7 +563,7 @@ func (f *tenantFleet) beat(ctx context.Context) {
 	h.mu.Lock()
 	n := len(h.seats)
 	h.mu.Unlock()
-	if n == 0 {
+	if n == 0 && (!f.unserved.Load() || !f.orphaned()) {
 		return
 	}
 	clk, ttl := fl.node.Clock(), fl.node.LeaseTTL()
@@ -508,9 +574,12 @@ func (f *tenantFleet) beat(ctx context.Context) {
 			fl.srv.log.Warn("tenant lease not checked", "tenant", h.id, "err", err)
 		}
 	case t != nil:
-		f.tenure = t
+		f.unserved.Store(false)
+		f.tenure, f.seatless = t, false
 		f.startDriving(l)
 	default:
+		f.drivenUntil.Store(l.Expires.UnixNano())
+		f.unserved.Store(false)
 		f.follow(l.Holder)
 		if f.bid == nil {
 			f.bid = clk.AfterFunc(store.BidIn(clk, l, ttl), f.nudgeBeat)
@@ -518,6 +587,40 @@ func (f *tenantFleet) beat(ctx context.Context) {
 			f.bid.Reset(store.BidIn(clk, l, ttl))
 		}
 	}
+}
+
+// handOver gives the tenant's lease up, under beatMu while driving, when
+// this instance has had no socket of the tenant for a beat while another
+// instance has one (it took the tenant in for inbound nobody drove, or its
+// own sockets left; a socket reconnecting to it within the beat keeps it
+// the driver): that instance takes the lease at its next beat, and drives
+// its sockets without a hop between instances. It reports whether it gave
+// the lease up.
+func (f *tenantFleet) handOver(ctx context.Context) bool {
+	h := f.h
+	h.mu.Lock()
+	away := len(h.seats) == 0 && len(f.peers) > 0
+	h.mu.Unlock()
+	if !away {
+		f.seatless = false
+		return false
+	}
+	if !f.seatless {
+		f.seatless = true
+		return false
+	}
+	f.seatless = false
+	if err := f.tenure.Release(ctx); err != nil {
+		f.fl.srv.log.Warn("tenant lease not given up to an instance with its sockets", "tenant", h.id, "err", err)
+		return false
+	}
+	f.fl.srv.log.Info("tenant handed over: its sockets are on other instances", "tenant", h.id)
+	f.tenure = nil
+	f.stopDriving()
+	// Its sockets' instance takes the lease within a beat; this one checks
+	// it again only a lease TTL from now.
+	f.drivenUntil.Store(f.fl.node.Clock().Now().UnixNano())
+	return true
 }
 
 // startDriving makes this instance the tenant's driver under l: the ledger
@@ -672,6 +775,7 @@ func (f *tenantFleet) frameIn(from string, c *conn, gen, seq uint64, frame []byt
 	}
 	h.mu.Unlock()
 	if ok {
+		c.inbound.Add(1)
 		c.enqueue(frame)
 	}
 }
@@ -699,8 +803,16 @@ func (f *tenantFleet) brokenIn(from string, c *conn, gen uint64) {
 	}
 }
 
-// ackOut sends c's ack of id to the driver; false when no driver is known.
+// ackOut sends c's ack of id to the driver; false when no driver is known,
+// or when c already sent as many acks as it was given inbound frames: an
+// ack beyond those names no entry c was sent (a guess, a repeat), and each
+// would cost a message on the outbox every tenant's frames, acks and
+// interrupts share, which loses what it has no room for. It runs on c's
+// read loop, which owns acksOut.
 func (f *tenantFleet) ackOut(c *conn, id string) bool {
+	if c.acksOut >= c.inbound.Load() {
+		return false
+	}
 	h := f.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -708,6 +820,7 @@ func (f *tenantFleet) ackOut(c *conn, id string) bool {
 	if s == nil || s.link == nil || f.driver == "" {
 		return false
 	}
+	c.acksOut++
 	l := s.link
 	l.acks.Send(func(seq uint64) {
 		f.send(f.driver, msgAck, []byte(c.key), cluster.AppendUint(nil, l.gen), cluster.AppendUint(nil, seq), []byte(id))

@@ -54,7 +54,7 @@ func (c *conn) handleLine(line []byte) {
 		c.enqueue([]byte(contract.GoingIdleAck))
 		c.logs.Log(c.log, slog.LevelInfo, "gateway going idle: inbound buffered until it reconnects")
 	case contract.TypeInboundAck:
-		if !c.hub.ack(c, string(f.BufferID)) {
+		if len(f.BufferID) > maxBufferIDBytes || !c.hub.ack(c, string(f.BufferID)) {
 			c.ignore(ignoredUnknownBufferID, slog.LevelDebug, "inbound_ack for an unknown bufferId", "buffer_id", truncateForLog(string(f.BufferID)))
 		}
 	default:
@@ -97,12 +97,22 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 	c.hub.serve(c, name)
 }
 
+// maxSessionKeyBytes bounds the session_key of a gateway's interrupt: far
+// above any session's key (session.Key), which no interrupt past it can
+// name, and far below the frame's limit, which among several instances
+// would key a store read and fill a message between instances.
+const maxSessionKeyBytes = 1024
+
 // handleInterrupt delivers a gateway's interrupt to the session's owner as
 // interrupt_inbound. It is looked up under the connection's own tenant
 // only.
 func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 	if f.SessionKey == "" {
 		c.ignore(ignoredNoSessionKey, slog.LevelDebug, "interrupt without session_key ignored")
+		return
+	}
+	if len(f.SessionKey) > maxSessionKeyBytes {
+		c.ignore(ignoredMalformed, slog.LevelDebug, "interrupt with an overlong session_key ignored", "bytes", len(f.SessionKey))
 		return
 	}
 	c.hub.interrupt(c.ctx, interrupt{sessionKey: f.SessionKey, gatewayID: c.gw.id})
@@ -123,22 +133,22 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 		return
 	}
 	target := c.target(f.Platform)
-	select {
-	case c.outSlots <- struct{}{}:
-	default:
+	// What the op holds while it runs: its action, decoded, and its id.
+	cost := int64(len(f.Action) + len(reqID))
+	if !c.takeOutbound(cost) {
 		c.answer(reqID, noPlatform, a.Op, contract.Failed(contract.CodeRateLimited, "too many outbound requests in flight on this connection"), time.Time{})
 		return
 	}
 	s := c.srv
 	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Clock.Now(), platform: noPlatform}
 	if !track(s, s.ops, &s.outbound, op, struct{}{}) {
-		<-c.outSlots
+		c.releaseOutbound(cost)
 		c.answer(reqID, noPlatform, a.Op, contract.Failed(contract.CodeUnavailable, "connector is shutting down"), time.Time{})
 		return
 	}
 	go func() {
 		defer untrack(s, s.ops, &s.outbound, op)
-		defer func() { <-c.outSlots }()
+		defer c.releaseOutbound(cost)
 		defer func() {
 			if v := recover(); v != nil { // a platform bug fails this op, not the process
 				c.logs.Log(c.log, slog.LevelError, "outbound op failed: panic", "op", truncateForLog(a.Op), "platform", op.platform, "panic", v, "stack", string(debug.Stack()))
@@ -151,6 +161,33 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 		defer cancel()
 		op.finish(c.execute(ctx, target, &a, op))
 	}()
+}
+
+// maxOutboundBytes bounds the bytes of the actions of one connection's
+// outbound ops in flight (besides Config.MaxOutboundInFlight ops): up to
+// a frame each, 1,024 slow ops would otherwise hold a gigabyte.
+const maxOutboundBytes = 16 << 20
+
+// takeOutbound takes room for one more outbound op of cost bytes; false
+// when the connection has MaxOutboundInFlight ops, or maxOutboundBytes,
+// in flight.
+func (c *conn) takeOutbound(cost int64) bool {
+	select {
+	case c.outSlots <- struct{}{}:
+	default:
+		return false
+	}
+	if c.outBytes.Add(cost) > maxOutboundBytes {
+		c.releaseOutbound(cost)
+		return false
+	}
+	return true
+}
+
+// releaseOutbound gives back what takeOutbound took.
+func (c *conn) releaseOutbound(cost int64) {
+	c.outBytes.Add(-cost)
+	<-c.outSlots
 }
 
 // outboundTarget is the platform an outbound frame addresses, as decided on

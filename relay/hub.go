@@ -138,23 +138,30 @@ func (s *Server) newHub(id string) *hub {
 	return h
 }
 
-// serve attaches c for platform. A repeated hello serves it again and
-// grows nothing.
+// serve attaches c for platform. A repeated hello changes nothing, and
+// the role is not told of it: among several instances each change costs a
+// message to the tenant's driver, and a gateway can repeat hellos without
+// end.
 func (h *hub) serve(c *conn, platform string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.seatLocked(c)
-	if !slices.Contains(s.platforms, platform) {
-		s.platforms = append(s.platforms, platform)
+	if slices.Contains(s.platforms, platform) {
+		return
 	}
+	s.platforms = append(s.platforms, platform)
 	h.role.Load().serve(c, s, platform)
 }
 
-// idle switches c to buffered-only delivery.
+// idle switches c to buffered-only delivery; a repeated going_idle changes
+// nothing (see serve).
 func (h *hub) idle(c *conn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s := h.seatLocked(c)
+	if s.idle {
+		return
+	}
 	s.idle = true
 	h.role.Load().idle(c, s)
 }
@@ -195,6 +202,10 @@ func (h *hub) interrupt(ctx context.Context, in interrupt) {
 		"session_key", textsplit.Truncate(in.sessionKey, 256), "gateway_id", in.gatewayID, "tenant", h.id)
 }
 
+// maxProfileBytes bounds the profile remembered for a chat (noteProfile):
+// a Hermes profile name is far shorter.
+const maxProfileBytes = 256
+
 // pusher is a ledger.Consumer of the relay (a connection here, or a socket
 // on another instance) that also takes frames past the ledger's flow
 // control: interrupt_inbound, which must not wait behind inbound.
@@ -206,9 +217,11 @@ type pusher interface {
 // noteProfile remembers the profile a gateway's outbound action named for
 // a chat (metadata.profile), so the next inbound of that chat carries it
 // back (contract §4: the multiplex round trip). An empty profile is a
-// single-profile gateway: nothing is stamped for it.
+// single-profile gateway: nothing is stamped for it; nor is one longer
+// than maxProfileBytes, which no profile name is, and which would have the
+// tenant's gateway make the relay keep up to a frame per chat.
 func (h *hub) noteProfile(platformName, chatID, profile string) {
-	if profile == "" || chatID == "" {
+	if profile == "" || chatID == "" || len(profile) > maxProfileBytes {
 		return
 	}
 	h.chatsMu.Lock()

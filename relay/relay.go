@@ -415,6 +415,10 @@ func New(cfg Config) (_ *Server, err error) {
 // reserve room for it (maxEnvelopeBytes).
 const maxEpochBytes = 64
 
+// maxBufferIDBytes is the longest bufferId the relay gives: the epoch, "-"
+// and a sequence number.
+const maxBufferIDBytes = maxEpochBytes + 1 + 20
+
 // recoverTimeout bounds reading the stored inbound in New.
 const recoverTimeout = 5 * time.Minute
 

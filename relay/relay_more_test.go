@@ -423,3 +423,66 @@ func TestShutdownAnswersInFlightOutboundThenCloses1001(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A chat's profile (metadata.profile) is remembered only up to
+// maxProfileBytes: a gateway naming megabyte profiles for its chats would
+// otherwise have the relay keep one per chat (100,000 per tenant), and
+// every inbound of the chat carry it, past the frame limit. A profile of
+// that size is a Hermes profile name; a longer one is not remembered.
+func TestOverlongProfileIsNotRemembered(t *testing.T) {
+	h, p := twoTenants(t)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	for chat, profile := range map[string]string{
+		"c1":  strings.Repeat("p", relay.MaxProfileBytes),
+		"c1b": strings.Repeat("q", relay.MaxProfileBytes+1),
+	} {
+		a := sendAction(chat, "hi")
+		a["metadata"] = map[string]any{"profile": profile}
+		if res := gw.Outbound(t, "discord", a); !res.Success {
+			t.Fatalf("send to %s: %+v", chat, res)
+		}
+	}
+	for chat, want := range map[string]int{"c1": relay.MaxProfileBytes, "c1b": 0} {
+		p.deliver("t1", chat, "u1", "from "+chat)
+		ev, id := gw.NextInbound(t)
+		if ev.Source.ChatID != chat || len(ev.Source.Profile) != want {
+			t.Fatalf("inbound of %s carries a profile of %d bytes, want %d", ev.Source.ChatID, len(ev.Source.Profile), want)
+		}
+		gw.Ack(t, id)
+	}
+}
+
+// The outbound ops in flight on one connection hold at most
+// MaxOutboundBytes of actions: past it an op is answered rate_limited at
+// once, as past MaxOutboundInFlight ops, so 1,024 slow ops of a megabyte
+// each cannot make the relay hold a gigabyte for one connection.
+func TestOutboundInFlightIsBoundedInBytes(t *testing.T) {
+	h, p := twoTenants(t)
+	release := p.slowChat("c1")
+	defer release()
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	const size = 512 << 10
+	n := relay.MaxOutboundBytes/size + 8
+	big := strings.Repeat("x", size)
+	for range n {
+		gw.Send(t, map[string]any{"type": "outbound", "requestId": relaytest.NewRequestID(), "action": sendAction("c1", big)})
+	}
+	// While the slow ops hold their room, the ops past the bound are
+	// answered at once.
+	refused := 0
+	for refused < 8 {
+		f := gw.Next(t, contract.TypeOutboundResult)
+		if f.Result.Success || f.Result.Code != contract.CodeRateLimited {
+			t.Fatalf("an op past the bound was answered %+v while the slow ones run, want rate_limited", f.Result)
+		}
+		refused++
+	}
+	release()
+	for done := refused; done < n; done++ {
+		if f := gw.Next(t, contract.TypeOutboundResult); !f.Result.Success && f.Result.Code != contract.CodeRateLimited {
+			t.Fatalf("result %+v", f.Result)
+		}
+	}
+}

@@ -78,7 +78,8 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 // touching the connections of gateways that stay under the same tenant:
 //
 //   - a new tenant gets its ledger (recovering what the store holds for
-//     it, as New does) and a new gateway id may connect at once;
+//     it, as New does; among several instances, one of them takes it in)
+//     and a new gateway id may connect at once;
 //   - a gateway whose secrets changed accepts upgrades signed with the new
 //     set from now on; its open connections stay, but for those that
 //     authenticated with a secret the set no longer has: they are closed
@@ -134,6 +135,11 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	if s.recovered.Load() {
 		for _, h := range added {
 			s.recoverAdded(h)
+		}
+	}
+	if s.fleet != nil && s.fleet.started.Load() {
+		for _, h := range added {
+			s.fleet.markStored(h)
 		}
 	}
 	return nil

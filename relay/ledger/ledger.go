@@ -46,7 +46,8 @@
 //     most Config.MaxEntries entries and Config.MaxBytes payload bytes, all
 //     tenants together at most Config.MaxTotalBytes (the largest tenant
 //     gives way), and no entry older than Config.MaxAge (checked every
-//     Config.SweepEvery with store.Ledger.Trim). The oldest entries go first;
+//     Config.SweepEvery with store.Ledger.Trim, and in memory, where an entry
+//     another instance trimmed may still be). The oldest entries go first;
 //     each is logged and counted.
 //
 //   - Recover loads every tenant's stored records, in order, after a
@@ -260,10 +261,15 @@ type Ledger struct {
 
 	owned func(c Consumer, sessionKey, chatID string) // OnOwned's
 
-	// tailMu serializes Tail and Reset; it is taken before mu, and held
-	// across the store's Read.
-	tailMu  sync.Mutex
-	readPos uint64 // the highest seq Tail took in; guarded by tailMu
+	// resets counts Resets, under mu: a Tail whose store read began before
+	// one takes nothing in, and the next Tail reads from the start.
+	resets uint64
+
+	// tailMu serializes Tails; it is taken before mu, and held across the
+	// store's Read. Reset does not take it, so it never waits for a read.
+	tailMu     sync.Mutex
+	readPos    uint64 // the highest seq Tail took in; guarded by tailMu
+	readResets uint64 // resets as of readPos; guarded by tailMu
 }
 
 // seat is the ledger's state of one consumer.
@@ -900,6 +906,24 @@ func (l *Ledger) forget(dropped []store.Dropped, reason string) {
 	l.mu.Unlock()
 }
 
+// expire drops the entries received before cutoff.
+func (l *Ledger) expire(cutoff time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.byID)
+	for e := l.oldest; e != nil; {
+		next := e.next
+		if e.received.Before(cutoff) {
+			l.dropLocked(e, DroppedExpired, true)
+		}
+		e = next
+	}
+	if len(l.byID) != n {
+		l.dispatchLocked()
+		l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	}
+}
+
 // boundTotal drops the oldest entries of the largest tenants while all
 // tenants together exceed MaxTotalBytes.
 func (p *Pool) boundTotal() {
@@ -965,6 +989,12 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	p := l.pool
 	l.tailMu.Lock()
 	defer l.tailMu.Unlock()
+	l.mu.Lock()
+	resets := l.resets
+	l.mu.Unlock()
+	if resets != l.readResets {
+		l.readPos, l.readResets = 0, resets
+	}
 	n := 0
 	for {
 		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, recoverBatch)
@@ -979,6 +1009,12 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			entries[i] = l.newEntry(recs[i].Seq, &recs[i])
 		}
 		l.mu.Lock()
+		if l.resets != resets {
+			// Reset since this Tail began: what it read is not this
+			// ledger's to take in (its instance may have stopped driving).
+			l.mu.Unlock()
+			return n, nil
+		}
 		for _, e := range entries {
 			if l.byID[e.id] == nil {
 				l.insertLocked(e)
@@ -1003,11 +1039,10 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 
 // Reset empties the ledger: every entry, consumer and session owner is
 // forgotten (nothing is removed from the store) and the next Tail reads
-// from the start. An instance that stops driving a tenant resets its
-// ledger; the removals already queued are still written.
+// from the start; a Tail under way takes nothing more in, and Reset does
+// not wait for its store read. An instance that stops driving a tenant
+// resets its ledger; the removals already queued are still written.
 func (l *Ledger) Reset() {
-	l.tailMu.Lock()
-	defer l.tailMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for l.oldest != nil {
@@ -1017,12 +1052,14 @@ func (l *Ledger) Reset() {
 	l.attached = l.attached[:0]
 	l.pending = l.pending[:0]
 	l.owners.Purge()
-	l.readPos = 0
+	l.resets++
 	l.pool.cfg.Metrics.Buffered(l.tenant, 0)
 }
 
-// Sweep drops, from the store and memory, every entry older than MaxAge.
-// The pool's goroutine runs it every SweepEvery; tests call it directly.
+// Sweep drops, from the store and memory, every entry older than MaxAge:
+// what the store trims, and what a ledger holds that another instance
+// sharing the store trimmed first. The pool's goroutine runs it every
+// SweepEvery; tests call it directly.
 func (p *Pool) Sweep(ctx context.Context) error {
 	if p.cfg.MaxAge <= 0 {
 		return nil
@@ -1031,6 +1068,12 @@ func (p *Pool) Sweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		cutoff := p.cfg.Clock.Now().Add(-p.cfg.MaxAge)
+		for _, l := range p.all() {
+			l.expire(cutoff)
+		}
+	}()
 	for _, t := range tenants {
 		dropped, err := p.cfg.Store.Trim(ctx, t, store.Bounds{MaxAge: p.cfg.MaxAge})
 		if err != nil {

@@ -974,3 +974,100 @@ func TestAppendAllStoresABatchInOneStageOrNone(t *testing.T) {
 		}
 	}
 }
+
+// gatedReadLedger is a store.Ledger whose next Read, once armed, reads and
+// then waits for release before returning.
+type gatedReadLedger struct {
+	store.Ledger
+	mu      sync.Mutex
+	armed   bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedReadLedger) Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]store.Record, error) {
+	recs, err := g.Ledger.Read(ctx, tenant, afterSeq, max)
+	g.mu.Lock()
+	wait := g.armed
+	g.armed = false
+	g.mu.Unlock()
+	if wait {
+		close(g.entered)
+		<-g.release
+	}
+	return recs, err
+}
+
+// Reset does not wait for a Tail's store read under way (an instance that
+// lost a tenant's lease resets its ledger with the tenant's hub locked,
+// which every message between instances about the tenant needs), and that
+// Tail takes nothing in: what it read belongs to the ledger before the
+// Reset. The next Tail reads from the start.
+func TestResetDoesNotWaitForATailsRead(t *testing.T) {
+	gate := &gatedReadLedger{entered: make(chan struct{}), release: make(chan struct{})}
+	r := newRig(t, func(c *Config) { gate.Ledger = c.Store; c.Store = gate })
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	r.store1(t, "s1", "m0")
+	gate.armed = true
+	tailed := make(chan error, 1)
+	go func() {
+		_, err := r.Tail(context.Background())
+		tailed <- err
+	}()
+	<-gate.entered
+	reset := make(chan struct{})
+	go func() {
+		r.Reset()
+		close(reset)
+	}()
+	select {
+	case <-reset:
+	case <-time.After(5 * time.Second):
+		close(gate.release)
+		t.Fatal("Reset waited for a Tail's store read (5 s)")
+	}
+	close(gate.release)
+	if err := <-tailed; err != nil {
+		t.Fatal(err)
+	}
+	if n := r.Len(); n != 0 || len(c.frames) != 0 {
+		t.Fatalf("the Tail under way at the Reset took in %d entries and dispatched %q, want none", n, c.frames)
+	}
+	c2 := &fakeConsumer{}
+	r.Serve(c2, "discord")
+	if n, err := r.Tail(context.Background()); err != nil || n != 1 {
+		t.Fatalf("Tail after Reset took in %d (%v), want 1", n, err)
+	}
+	want(t, "after Reset", payloads(c2.take()), "m0")
+}
+
+// Among several instances every pool trims the shared store, and the one
+// that trims first is told what it dropped: the driver's ledger, which
+// holds the entries in memory, drops (and counts) those older than MaxAge
+// at its own sweep all the same, rather than deliver them past the age
+// bound.
+func TestSweepDropsExpiredEntriesAnotherInstanceTrimmed(t *testing.T) {
+	mod := func(c *Config) { c.MaxAge, c.SweepEvery = time.Hour, 24*time.Hour }
+	driver := newRig(t, mod)
+	other := newRigOn(t, driver.store, driver.clock, mod)
+	other.store1(t, "s1", "old")
+	driver.clock.Advance(50 * time.Minute)
+	other.store1(t, "s2", "recent")
+	if n, err := driver.Tail(context.Background()); err != nil || n != 2 {
+		t.Fatalf("Tail took in %d (%v), want 2", n, err)
+	}
+	driver.clock.Advance(20 * time.Minute)
+	if err := other.pool.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := driver.pool.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := driver.metrics.count(DroppedExpired); n != 1 {
+		t.Fatalf("the driver counted %d entries as expired, want 1", n)
+	}
+	c := &fakeConsumer{}
+	driver.Serve(c, "discord")
+	want(t, "delivered after the sweeps", payloads(c.take()), "recent")
+}
