@@ -1,8 +1,11 @@
 package relay
 
 import (
+	"maps"
+	"slices"
 	"time"
 
+	"connector/contract"
 	"connector/store"
 )
 
@@ -102,4 +105,15 @@ func ClusterTenure(s *Server, tenant string) *store.Tenure {
 	h.fleet.beatMu.Lock()
 	defer h.fleet.beatMu.Unlock()
 	return h.fleet.tenure
+}
+
+// CloseConns closes every gateway connection of s with e, as Shutdown
+// (1001) and a newer connection beyond MaxConnsPerGateway (4409) do.
+func CloseConns(s *Server, e contract.Close) {
+	s.mu.Lock()
+	conns := slices.Collect(maps.Values(s.conns))
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.closeWith(e)
+	}
 }
