@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/time/rate"
 
 	"connector/contract"
 	"connector/internal/loglimit"
@@ -72,6 +73,8 @@ type conn struct {
 
 	// logs is the allowance for the log lines c's frames cause.
 	logs *loglimit.Bucket
+	// interrupts is the allowance for c's interrupts, made by the first.
+	interrupts *rate.Limiter
 
 	outSlots chan struct{} // bounds concurrent outbound ops
 	outBytes atomic.Int64  // their actions' bytes, bounded by maxOutboundBytes

@@ -117,3 +117,10 @@ func CloseConns(s *Server, e contract.Close) {
 		c.closeWith(e)
 	}
 }
+
+// A connection's interrupt rate: InterruptBurst at once, then one per
+// InterruptEvery.
+const (
+	InterruptBurst = interruptBurst
+	InterruptEvery = interruptEvery
+)
