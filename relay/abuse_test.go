@@ -13,7 +13,9 @@ import (
 	"github.com/coder/websocket"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/internal/leakcheck"
+	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
 )
@@ -238,5 +240,57 @@ func TestBurstOfOneGatewayNeverExceedsTheLimit(t *testing.T) {
 			t.Fatalf("%d goroutines %v after the burst ended, %d before it", runtime.NumGoroutine(), relaytest.Timeout, base)
 		}
 		time.Sleep(10 * time.Millisecond) // polling: goroutines ending signal nothing
+	}
+}
+
+// A connection's interrupts past its rate (relay.InterruptBurst at once,
+// then one per relay.InterruptEvery on the relay's clock) are skipped and
+// counted, not routed: among several instances each would cost a store read
+// and a message between instances.
+func TestInterruptsPastTheConnectionsRateAreSkipped(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	clk := clocktest.New(time.Now())
+	g := newConnGauge()
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:      []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms:    []platform.Platform{p},
+		Clock:        clk,
+		PingInterval: time.Hour,
+		Metrics:      g,
+		Log:          relaytest.TestLogger(t),
+	})
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	p.deliver("t1", "c1", "u1", "start")
+	ev, id := gw.NextInbound(t)
+	gw.Ack(t, id)
+	key := sessionKey("discord", ev.Source.ChatID, "u1")
+	// routed sends n interrupts, then a hello, and counts the
+	// interrupt_inbound that come before its descriptor.
+	routed := func(n int) int {
+		t.Helper()
+		for range n {
+			gw.Send(t, map[string]any{"type": "interrupt", "session_key": key, "reason": nil})
+		}
+		gw.Send(t, map[string]any{"type": "hello", "platform": "discord", "botId": ""})
+		got := 0
+		for {
+			switch f := gw.Next(t); f.Type {
+			case contract.TypeInterruptInbound:
+				got++
+			case contract.TypeDescriptor:
+				return got
+			}
+		}
+	}
+	if got := routed(relay.InterruptBurst + 5); got != relay.InterruptBurst {
+		t.Fatalf("%d interrupts at once routed %d, want the burst, %d", relay.InterruptBurst+5, got, relay.InterruptBurst)
+	}
+	if n := g.ignoredFrames("interrupt_rate"); n != 5 {
+		t.Fatalf("%d interrupts counted as over the rate, want 5", n)
+	}
+	clk.Advance(relay.InterruptEvery)
+	if got := routed(2); got != 1 {
+		t.Fatalf("one interval later, 2 interrupts routed %d, want 1", got)
 	}
 }

@@ -40,6 +40,10 @@ type netStore struct {
 	store.Store
 	inst string
 	cut  atomic.Bool
+	// stuckLeases has lease acquisitions fail and lease-holder reads hang
+	// until their context ends; holderCalls counts those reads.
+	stuckLeases atomic.Bool
+	holderCalls atomic.Int32
 
 	mu   sync.Mutex
 	lose func(channel string, msg []byte) bool
@@ -178,7 +182,7 @@ func (p netPubSub) Subscribe(ctx context.Context, channel string) (<-chan []byte
 type netLeases struct{ n *netStore }
 
 func (l netLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, bool, error) {
-	if l.n.cut.Load() {
+	if l.n.cut.Load() || l.n.stuckLeases.Load() {
 		return store.Lease{}, false, errCut
 	}
 	return l.n.Store.Leases().Acquire(ctx, name, holder, ttl)
@@ -201,6 +205,11 @@ func (l netLeases) Release(ctx context.Context, name string, lease store.Lease) 
 func (l netLeases) Holder(ctx context.Context, name string) (store.Lease, bool, error) {
 	if l.n.cut.Load() {
 		return store.Lease{}, false, errCut
+	}
+	if l.n.stuckLeases.Load() { // a store that answers nothing
+		l.n.holderCalls.Add(1)
+		<-ctx.Done()
+		return store.Lease{}, false, ctx.Err()
 	}
 	return l.n.Store.Leases().Holder(ctx, name)
 }
@@ -864,6 +873,26 @@ func TestClusterInterruptReadsTheStoredOwnerOnce(t *testing.T) {
 	}
 	if reads != 1 {
 		t.Fatalf("the stored owner of the unowned session was read %d times for one interrupt, want 1", reads)
+	}
+}
+
+// An interrupt on an instance that does not know the tenant's driver reads
+// the lease's holder bounded by the lease TTL, as it reads the stored
+// owner: a store that answers nothing holds the connection's reader (which
+// handles the interrupt) that long, not until the connection ends.
+func TestClusterInterruptLeaseReadIsBounded(t *testing.T) {
+	r := newClusterRig(t, 2)
+	r.dial(t, 0, "ga", "telegram")
+	if who := r.waitAcquired(t); who != "i0" {
+		t.Fatalf("%s took the tenant's lease, want i0 (the only one with a socket)", who)
+	}
+	// i1's beats fail: it does not know the driver.
+	r.inst[1].net.stuckLeases.Store(true)
+	gb := r.dial(t, 1, "gb", "discord")
+	gb.Send(t, map[string]any{"type": "interrupt", "session_key": sessionKey("discord", "c1", "nobody")})
+	gb.Hello(t, "discord", "") // answered once the interrupt was handled
+	if n := r.inst[1].net.holderCalls.Load(); n != 1 {
+		t.Fatalf("the interrupt read the lease's holder %d times, want 1 (the test needs i1 not to know the driver)", n)
 	}
 }
 

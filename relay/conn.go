@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/time/rate"
 
 	"connector/contract"
 	"connector/internal/loglimit"
@@ -72,6 +73,8 @@ type conn struct {
 
 	// logs is the allowance for the log lines c's frames cause.
 	logs *loglimit.Bucket
+	// interrupts is the allowance for c's interrupts, made by the first.
+	interrupts *rate.Limiter
 
 	outSlots chan struct{} // bounds concurrent outbound ops
 	outBytes atomic.Int64  // their actions' bytes, bounded by maxOutboundBytes
@@ -134,17 +137,22 @@ func (c *conn) enqueue(frame []byte) bool {
 }
 
 // closeWith closes the socket with e, once, without waiting. Frames queued
-// before it are written first (each write bounded by WriteTimeout), so a
-// result answered just before a shutdown still reaches the gateway ahead of
-// the close frame; a slow consumer or an unanswered ping is closed at once,
-// since nothing more can get through. The close handshake that follows is
-// bounded by CloseTimeout (Server.closeSocket).
+// before it are written first, within WriteTimeout from the close in all
+// (then the socket is dropped: a gateway reading slowly but steadily cannot
+// keep a closing connection flushing), so a result answered just before a
+// shutdown still reaches the gateway ahead of the close frame; a slow
+// consumer or an unanswered ping is closed at once, since nothing more can
+// get through. The close handshake that follows is bounded by CloseTimeout
+// (Server.closeSocket).
 func (c *conn) closeWith(e contract.Close) {
 	if e == contract.EndRevoked {
 		c.revoked.Store(true)
 	}
 	c.closing.Store(true)
-	c.q.Close(e, e != contract.EndTooSlow && e != contract.EndPingTimeout)
+	flush := e != contract.EndTooSlow && e != contract.EndPingTimeout
+	if c.q.Close(e, flush) && flush {
+		c.watch.Expire()
+	}
 }
 
 // Write implements wsconn.Writer: it writes batch as one message (the

@@ -1,8 +1,11 @@
 package relay
 
 import (
+	"maps"
+	"slices"
 	"time"
 
+	"connector/contract"
 	"connector/store"
 )
 
@@ -103,3 +106,21 @@ func ClusterTenure(s *Server, tenant string) *store.Tenure {
 	defer h.fleet.beatMu.Unlock()
 	return h.fleet.tenure
 }
+
+// CloseConns closes every gateway connection of s with e, as Shutdown
+// (1001) and a newer connection beyond MaxConnsPerGateway (4409) do.
+func CloseConns(s *Server, e contract.Close) {
+	s.mu.Lock()
+	conns := slices.Collect(maps.Values(s.conns))
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.closeWith(e)
+	}
+}
+
+// A connection's interrupt rate: InterruptBurst at once, then one per
+// InterruptEvery.
+const (
+	InterruptBurst = interruptBurst
+	InterruptEvery = interruptEvery
+)

@@ -1025,14 +1025,21 @@ func (f *tenantFleet) interruptStored(ctx context.Context, in *interrupt) bool {
 }
 
 // forwardInterrupt sends in to the tenant's driver; false when this
-// instance drives it, or no instance does.
+// instance drives it, or no instance does. Reading the lease's holder, when
+// the driver is not known, is bounded by the lease TTL as interruptStored's
+// read is: the connection's reader waits for it.
 func (f *tenantFleet) forwardInterrupt(ctx context.Context, in interrupt) bool {
 	h := f.h
 	h.mu.Lock()
 	driver := f.driver
 	h.mu.Unlock()
 	if driver == "" {
+		ctx, cancel := context.WithTimeout(ctx, f.fl.node.LeaseTTL())
+		defer cancel()
 		l, ok, err := f.fl.leases.Holder(ctx, leasePrefix+h.id)
+		if err != nil {
+			f.fl.srv.log.Warn("tenant driver not read for an interrupt", "tenant", h.id, "err", err)
+		}
 		if err != nil || !ok {
 			return false
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"connector/contract"
 	"connector/internal/textsplit"
 	"connector/platform"
@@ -24,6 +26,16 @@ const (
 	ignoredNoRequestID     = "no_request_id"
 	ignoredNoSessionKey    = "no_session_key"
 	ignoredUnknownBufferID = "unknown_buffer_id"
+	ignoredInterruptRate   = "interrupt_rate"
+)
+
+// The interrupts one connection may send: interruptBurst at once, then one
+// more per interruptEvery. Among several instances each may cost a store
+// read and a message between instances; people's /stop come far slower.
+// Past it an interrupt is skipped and counted (ignoredInterruptRate).
+const (
+	interruptBurst = 20
+	interruptEvery = 100 * time.Millisecond
 )
 
 // handleLine dispatches one frame read from the gateway. Malformed frames,
@@ -105,7 +117,7 @@ const maxSessionKeyBytes = 1024
 
 // handleInterrupt delivers a gateway's interrupt to the session's owner as
 // interrupt_inbound. It is looked up under the connection's own tenant
-// only.
+// only, and skipped past the connection's interrupt rate.
 func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 	if f.SessionKey == "" {
 		c.ignore(ignoredNoSessionKey, slog.LevelDebug, "interrupt without session_key ignored")
@@ -113,6 +125,13 @@ func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 	}
 	if len(f.SessionKey) > maxSessionKeyBytes {
 		c.ignore(ignoredMalformed, slog.LevelDebug, "interrupt with an overlong session_key ignored", "bytes", len(f.SessionKey))
+		return
+	}
+	if c.interrupts == nil {
+		c.interrupts = rate.NewLimiter(rate.Every(interruptEvery), interruptBurst)
+	}
+	if !c.interrupts.AllowN(c.srv.cfg.Clock.Now(), 1) {
+		c.ignore(ignoredInterruptRate, slog.LevelInfo, "interrupt over the connection's rate skipped")
 		return
 	}
 	c.hub.interrupt(c.ctx, interrupt{sessionKey: f.SessionKey, gatewayID: c.gw.id})

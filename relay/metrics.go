@@ -17,7 +17,8 @@ type Metrics interface {
 	// skipped, by reason: "malformed" (not a JSON frame), "unknown_type",
 	// "no_request_id" (an outbound without one), "no_session_key" (an
 	// interrupt without one), "unknown_buffer_id" (an inbound_ack of no
-	// buffered entry, as after a redelivery).
+	// buffered entry, as after a redelivery), "interrupt_rate" (an interrupt
+	// past the connection's rate).
 	FrameIgnored(tenant, reason string)
 	// Inbound counts a delivery from a platform by outcome: "queued" (stored
 	// in the tenant's ledger), "store_failed" (refused: the store failed),

@@ -146,7 +146,9 @@ type Config struct {
 	// 30s.
 	PingInterval time.Duration `yaml:"ping_interval"`
 	// WriteTimeout bounds each socket write; a gateway whose write takes
-	// longer is a slow consumer and is closed. Zero means 10s.
+	// longer is a slow consumer and is closed. It also bounds, in all, the
+	// flush of what was queued to a connection being closed (4409, 1001),
+	// after which its socket is dropped. Zero means 10s.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// OutboundTimeout bounds each outbound op (a send, an edit...); the
 	// gateway itself gives up after 30s. Zero means 30s.

@@ -31,6 +31,8 @@ type Watchdog struct {
 	timeout time.Duration
 	timer   clock.Timer // made by the first write
 
+	deadline atomic.Pointer[clock.Timer] // Expire's
+
 	// started is when the write under way started, on clk, in Unix
 	// nanoseconds; noWrite while none is.
 	started atomic.Int64
@@ -95,11 +97,32 @@ func (w *Watchdog) fire() {
 // Stop. Tests that count the timers on a fake clock count these.
 func (w *Watchdog) Armed() bool { return w.armed.Load() && !w.stopped.Load() }
 
+// Expire drops the socket one timeout from now unless Stop comes first,
+// whatever writes are under way then, which return ErrWriteTimeout: a
+// closing connection's flush is bounded in total, not only per write, so a
+// peer that reads slowly but steadily cannot keep it flushing. Any
+// goroutine may call it, once.
+func (w *Watchdog) Expire() {
+	t := w.clk.AfterFunc(w.timeout, func() {
+		if !w.stopped.Load() {
+			w.fired.Store(true)
+			_ = w.ws.CloseNow()
+		}
+	})
+	w.deadline.Store(&t)
+	if w.stopped.Load() { // Stop ran before the Store: it missed t
+		t.Stop()
+	}
+}
+
 // Stop disarms the watchdog for good (the connection ended): a timer
 // firing meanwhile does not arm it again.
 func (w *Watchdog) Stop() {
 	w.stopped.Store(true)
 	if w.timer != nil {
 		w.timer.Stop()
+	}
+	if t := w.deadline.Load(); t != nil {
+		(*t).Stop()
 	}
 }
