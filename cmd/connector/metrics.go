@@ -59,7 +59,7 @@ func newMetrics() *metrics {
 		refused: counterVec("connector_gateway_refused_total",
 			"Gateway upgrades refused, by reason: unauthorized or expired (close 4401), too_many_connections (close 4409), no_credentials (HTTP 401: no Authorization header).", "reason"),
 		framesIgnored: counterVec("connector_gateway_frames_ignored_total",
-			"Gateway frames the relay skipped, by tenant and reason: malformed, unknown_type, no_request_id, no_session_key, unknown_buffer_id.", "tenant", "reason"),
+			"Gateway frames the relay skipped, by tenant and reason: malformed, unknown_type, no_request_id, no_session_key, unknown_buffer_id, interrupt_rate.", "tenant", "reason"),
 		inbound: counterVec("connector_inbound_events_total",
 			"Platform events by outcome: queued for the tenant's gateways, or dropped (with the reason); tenant is empty when no tenant claimed the event.", "platform", "tenant", "outcome"),
 		deliveryDelay: latencyVec("connector_inbound_delivery_seconds",
