@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"connector/internal/redistest"
+	"connector/platform"
 )
 
 // TestClosingFlushEndsWriteTimeoutAfterTheClose: a member closed after a
@@ -198,4 +201,84 @@ func (g *gatedConn) Write(p []byte) (int, error) {
 func (g *gatedConn) Close() error {
 	g.once.Do(func() { close(g.closed) })
 	return g.Conn.Close()
+}
+
+// TestClusterShutdownFlushEndsWriteTimeoutAfterTheClose: an edge that shuts
+// down closes its member with 1001 after the frames queued for it (and its
+// undelivered reports); a client reading slowly but steadily is dropped
+// WriteTimeout after the close, so Run returns then instead of once the
+// flush ends. The edge's socket lets through only the bytes the test
+// grants, and the edge's clock is fake.
+func TestClusterShutdownFlushEndsWriteTimeoutAfterTheClose(t *testing.T) {
+	const wt = 4 * time.Second
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{WriteTimeout: wt, HeartbeatInterval: time.Hour, MaxPayload: 64 << 10}
+	home := startInstance(t, srv, cfg, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	fake := newFakeClock()
+	edge := startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, func(d *platform.Deps) { d.Clock = fake })
+	gl := serveGated(t, edge.testRelay)
+	slow := edge.joinWith(t, "slow", "slow")
+	var gc *gatedConn
+	select {
+	case gc = <-gl.conns:
+	case <-time.After(testTimeout):
+		t.Fatal("timed out waiting for the edge's side of slow's connection")
+	}
+	t.Cleanup(func() { _ = gc.Close() }) // before Run stops: a flush still under way ends
+	sender := home.joinWith(t, "sender", "sender", "slow")
+	slow.ExpectPresence("sender", "slow")
+	gc.gate()
+	slow.DiscardInBackground()
+
+	// 3 MiB queued for slow at its edge, each frame well below what a step
+	// grants.
+	pad := strings.Repeat("x", 32<<10)
+	for i := range 96 {
+		sender.SendJSON(msg("m"+strconv.Itoa(i), "sender", []string{"slow"}, pad))
+		sender.Expect("ack")
+	}
+	slowMember := func() *member {
+		for _, m := range edge.members() {
+			if m.name == "slow" {
+				return m
+			}
+		}
+		return nil
+	}
+	waitFor(t, "the frames for slow queued at its edge", func() bool {
+		m := slowMember()
+		return m != nil && m.q.Queued() >= 96*32<<10
+	})
+	gc.waitStalled(t, "slow's writer to block on the gated socket")
+	stopped := make(chan struct{})
+	go func() {
+		edge.stop() // closes slow with 1001 after a flush
+		close(stopped)
+	}()
+	waitFor(t, "slow's queue closed by a flushing close", func() bool {
+		m := slowMember()
+		return m != nil && m.q.Flushing()
+	})
+	const steps = 4
+	for i := 1; i <= steps; i++ {
+		fake.Advance(wt / steps)
+		if i == steps {
+			select {
+			case <-gc.closed:
+				select {
+				case <-stopped:
+				case <-time.After(testTimeout):
+					t.Fatal("the edge's Run did not return once slow's socket was dropped")
+				}
+				return
+			default:
+			}
+		}
+		gc.grant(128 << 10)
+		if !gc.waitStalled(t, "slow's writer to block again or its socket to be dropped") {
+			t.Fatalf("socket dropped %v after the close, before WriteTimeout (%v): too little was queued for this test", wt/steps*time.Duration(i), wt)
+		}
+	}
+	t.Fatalf("the edge still flushing WriteTimeout (%v) after its 1001 close: its shutdown waits", wt)
 }
