@@ -142,7 +142,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 				return
 			}
 			e.leave()
-			e.q.Close(c, string(m.Fields[3]) == "1")
+			e.closeQueue(c, string(m.Fields[3]) == "1")
 		}
 	})
 	node.Handle(msgLeave, 1, func(m cluster.Msg) {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,7 +118,7 @@ func startInstanceWith(t testing.TB, srv *redistest.Server, cfg Config, name str
 	tr := &testRelay{p: p, srv: hs, logs: logs, url: "ws" + strings.TrimPrefix(hs.URL, "http"),
 		sink: platformtest.NewSink(64)}
 	in.testRelay = tr
-	in.stop = tr.run(t, tr.sink)
+	in.stop = sync.OnceFunc(tr.run(t, tr.sink)) // a test may stop it before its cleanup does
 	t.Cleanup(func() {
 		in.stop()
 		if t.Failed() {

@@ -94,8 +94,12 @@
 // MaxPayload is closed with 4016 (slow consumer, its backlog dropped) and
 // leaves the room; one whose single write takes longer than WriteTimeout
 // (10 s) leaves the room and its connection is dropped without a close
-// frame (none could get through). A transfer slowed by backpressure is still
-// bound by the 60 s deadline.
+// frame (none could get through). A member closed after the frames queued
+// for it (4011, 4013, and an edge's close that reports unanswered frames)
+// gets WriteTimeout from the close for that flush in all, then its
+// connection is dropped likewise: a client reading slowly but steadily
+// cannot keep a closing member flushing. A transfer slowed by backpressure
+// is still bound by the 60 s deadline.
 //
 // # Heartbeat and limits
 //

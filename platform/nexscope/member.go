@@ -249,8 +249,20 @@ func (m *member) kick(c Close) {
 // frames queued so far (an error frame) are written; the reader stops.
 func (m *member) closeAfterFlush(c Close) {
 	m.leave()
-	m.q.Close(c, true)
+	m.closeQueue(c, true)
 	m.stop = true
+}
+
+// closeQueue closes the member's queue with c: with flush, after writing
+// the frames queued so far, within WriteTimeout from now in all (then the
+// socket is dropped: a client reading slowly but steadily cannot keep a
+// closing member flushing, nor hold up a shutdown). Only the queue's first
+// close arms that bound, so the watchdog's Expire runs once; a member whose
+// socket is on another instance (ws nil) has its edge bound it.
+func (m *member) closeQueue(c Close, flush bool) {
+	if m.q.Close(c, flush) && flush && m.ws != nil {
+		m.watch.Expire()
+	}
 }
 
 // leave removes the member from its room once: presence goes to the others,

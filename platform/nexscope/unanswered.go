@@ -98,5 +98,5 @@ func (l *edgeLink) abandon(m *member, c Close) {
 	if len(p.sent) > 0 || p.incoming != nil {
 		m.log.Info("nexscope member's room home lost; unanswered frames reported", "undelivered", len(p.sent), "transfer_incomplete", p.incoming != nil, "close", int(c.Code))
 	}
-	m.q.Close(c, true)
+	m.closeQueue(c, true)
 }
