@@ -5,7 +5,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/gatetest"
 	"connector/platform"
 	"connector/relay"
 	"connector/relay/relaytest"
@@ -33,7 +33,7 @@ func TestClosingFlushEndsWriteTimeoutAfterTheClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gl := &gatedListener{Listener: ln, conns: make(chan *gatedConn, 4)}
+	gl := gatetest.NewListener(ln)
 	h := relaytest.StartWith(t, relay.Config{
 		Tenants:      []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
 		Platforms:    []platform.Platform{p},
@@ -58,13 +58,8 @@ func TestClosingFlushEndsWriteTimeoutAfterTheClose(t *testing.T) {
 	if _, msg, err := ws.Read(ctx); err != nil || !strings.Contains(string(msg), `"descriptor"`) {
 		t.Fatalf("descriptor: %s %v", msg, err)
 	}
-	var gc *gatedConn
-	select {
-	case gc = <-gl.conns:
-	case <-ctx.Done():
-		t.Fatal("timed out waiting for the server's side of the connection")
-	}
-	gc.gate()
+	gc := gl.Next(t, relaytest.Timeout, "the server's side of the connection")
+	gc.Gate()
 	go func() { // the gateway reads all it is sent
 		for {
 			if _, _, err := ws.Read(context.Background()); err != nil {
@@ -77,7 +72,7 @@ func TestClosingFlushEndsWriteTimeoutAfterTheClose(t *testing.T) {
 	for i := range 96 {
 		p.deliver("t1", "c1", "u1", strconv.Itoa(i)+":"+pad)
 	}
-	gc.waitStalled(t, ctx, "the writer to block on the gated socket")
+	gc.WaitStalled(t, relaytest.Timeout, "the writer to block on the gated socket")
 	relay.CloseConns(h.Server, contract.EndShutdown)
 	// Every step lets more than a whole message through, so no write under
 	// way is ever a step old, and the per-write watchdog never fires.
@@ -86,120 +81,15 @@ func TestClosingFlushEndsWriteTimeoutAfterTheClose(t *testing.T) {
 		clk.Advance(wt / steps)
 		if i == steps {
 			select {
-			case <-gc.closed:
+			case <-gc.Closed():
 				return
 			default:
 			}
 		}
-		gc.grant(128 << 10)
-		if !gc.waitStalled(t, ctx, "the writer to block again or the socket to be dropped") {
+		gc.Grant(128 << 10)
+		if !gc.WaitStalled(t, relaytest.Timeout, "the writer to block again or the socket to be dropped") {
 			t.Fatalf("socket dropped %v after the close, before WriteTimeout (%v): too little was queued for this test", wt/steps*time.Duration(i), wt)
 		}
 	}
 	t.Fatalf("still flushing WriteTimeout (%v) after the 1001 close", wt)
-}
-
-// gatedListener hands out gatedConns, each also sent on conns.
-type gatedListener struct {
-	net.Listener
-	conns chan *gatedConn
-}
-
-func (l *gatedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	g := &gatedConn{Conn: c, more: make(chan struct{}, 1), stalled: make(chan struct{}, 1), closed: make(chan struct{})}
-	select {
-	case l.conns <- g:
-	default:
-	}
-	return g, nil
-}
-
-// gatedConn is a server socket that, once gated, writes only the bytes
-// granted to it: a write past them blocks (and says so on stalled) until
-// more are granted or the socket is closed.
-type gatedConn struct {
-	net.Conn
-	mu      sync.Mutex
-	gated   bool
-	budget  int
-	more    chan struct{} // cap 1: bytes were granted
-	stalled chan struct{} // cap 1: a write waits for bytes
-	closed  chan struct{}
-	once    sync.Once
-}
-
-func (g *gatedConn) gate() {
-	g.mu.Lock()
-	g.gated = true
-	g.mu.Unlock()
-}
-
-func (g *gatedConn) grant(n int) {
-	g.mu.Lock()
-	g.budget += n
-	g.mu.Unlock()
-	select {
-	case g.more <- struct{}{}:
-	default:
-	}
-}
-
-// waitStalled waits for a write to block for want of bytes (true) or for
-// the socket to be closed (false).
-func (g *gatedConn) waitStalled(t *testing.T, ctx context.Context, what string) bool {
-	t.Helper()
-	select {
-	case <-g.stalled:
-		return true
-	case <-g.closed:
-		return false
-	case <-ctx.Done():
-		t.Fatalf("timed out waiting for %s", what)
-		return false
-	}
-}
-
-func (g *gatedConn) Write(p []byte) (int, error) {
-	written := 0
-	for len(p) > 0 {
-		select {
-		case <-g.closed:
-			return written, net.ErrClosed
-		default:
-		}
-		g.mu.Lock()
-		n := len(p)
-		if g.gated {
-			n = min(n, g.budget)
-			g.budget -= n
-		}
-		g.mu.Unlock()
-		if n == 0 {
-			select {
-			case g.stalled <- struct{}{}:
-			default:
-			}
-			select {
-			case <-g.more:
-			case <-g.closed:
-			}
-			continue
-		}
-		m, err := g.Conn.Write(p[:n])
-		written += m
-		if err != nil {
-			return written, err
-		}
-		p = p[n:]
-	}
-	return written, nil
-}
-
-func (g *gatedConn) Close() error {
-	g.once.Do(func() { close(g.closed) })
-	return g.Conn.Close()
 }
