@@ -87,3 +87,56 @@ func TestAdminCLIEscapesIDsInThePath(t *testing.T) {
 		t.Fatalf("acme-gw is gone (%v): a command naming another resource deleted it", err)
 	}
 }
+
+// TestAdminBackupGivesUpOnASilentPeer: `admin backup` against a peer that
+// takes the connection and never answers gives up after backupHeaderWait,
+// and against one that answers headers and then stops sending, once
+// adminWait passes without more bytes, instead of waiting forever.
+func TestAdminBackupGivesUpOnASilentPeer(t *testing.T) {
+	defer func(w, h time.Duration) { adminWait, backupHeaderWait = w, h }(adminWait, backupHeaderWait)
+	adminWait, backupHeaderWait = 200*time.Millisecond, 300*time.Millisecond
+	t.Setenv(envAdminToken, adminToken)
+	for name, tc := range map[string]struct{ answer, want string }{
+		"no answer":      {"", "no answer after 300ms"},
+		"stalled stream": {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789", "no progress for 200ms"},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns := make(chan net.Conn, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 4096)) // the request
+			_, _ = c.Write([]byte(tc.answer))
+			conns <- c // held open, silent
+		}()
+		type result struct {
+			code   int
+			errOut string
+		}
+		done := make(chan result, 1)
+		go func() {
+			code, _, errOut := runCmd(t, "admin", "-url", "http://"+ln.Addr().String(), "backup", "-o", t.TempDir()+"/b.db")
+			done <- result{code, errOut}
+		}()
+		select {
+		case r := <-done:
+			if r.code != 1 || !strings.Contains(r.errOut, tc.want) {
+				t.Errorf("%s: exit %d, stderr %q", name, r.code, r.errOut)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s: admin backup still waiting after 30s on a silent peer", name)
+		}
+		ln.Close()
+		select {
+		case c := <-conns:
+			c.Close()
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: the peer never took the request", name)
+		}
+	}
+}

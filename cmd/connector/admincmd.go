@@ -30,6 +30,10 @@ const (
 // $CONNECTOR_ADMIN_URL.
 const defaultAdminURL = "http://127.0.0.1:9091"
 
+// adminWait bounds an admin request: its whole exchange, or for a backup,
+// which may take long, each wait for more of the copy (tests lower it).
+var adminWait = 30 * time.Second
+
 // adminUsage lists the admin CLI's subcommands.
 const adminUsage = `subcommands:
   tenants                                  list tenants, their gateways (no secrets) and bindings
@@ -250,7 +254,7 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 		return 2
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	resp, err := (&http.Client{Timeout: adminWait}).Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "connector admin: %v\n", unreachable(base, err))
 		return 1
