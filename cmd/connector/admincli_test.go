@@ -140,3 +140,51 @@ func TestAdminBackupGivesUpOnASilentPeer(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminCLISessionResetIsExplicit: "session TENANT" with no setting is
+// refused with the usage and changes nothing, as it would put every
+// setting back to its default; "session TENANT -reset" does that on
+// purpose, and KEY=VALUE still sets.
+func TestAdminCLISessionResetIsExplicit(t *testing.T) {
+	reg, srv := adminCLIRig(t)
+	session := func() *registry.Session {
+		t.Helper()
+		s, err := reg.Stored(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range s.Tenants {
+			if tn.ID == "acme" {
+				return tn.Session
+			}
+		}
+		t.Fatal("acme is gone")
+		return nil
+	}
+	admin := func(args ...string) (int, string) {
+		t.Helper()
+		code, _, errOut := runCmd(t, append([]string{"admin", "-url", srv.URL, "session"}, args...)...)
+		return code, errOut
+	}
+	if code, errOut := admin("acme", "profile=lab", "group_sessions_per_user=false"); code != 0 {
+		t.Fatalf("session acme profile=lab ...: exit %d, stderr %q", code, errOut)
+	}
+	if s := session(); s == nil || s.Profile != "lab" || s.GroupSessionsPerUser == nil || *s.GroupSessionsPerUser {
+		t.Fatalf("after setting, acme's session is %+v", s)
+	}
+	if code, errOut := admin("acme"); code != 2 || !strings.Contains(errOut, "-reset") || !strings.Contains(errOut, "subcommands:") {
+		t.Fatalf("session acme: exit %d, stderr %q; want refused with the usage", code, errOut)
+	}
+	if s := session(); s == nil || s.Profile != "lab" {
+		t.Fatalf("a refused session acme changed the settings to %+v", s)
+	}
+	if code, errOut := admin("acme", "-reset", "profile=x"); code != 2 {
+		t.Fatalf("session acme -reset profile=x: exit %d, stderr %q; want refused", code, errOut)
+	}
+	if code, errOut := admin("acme", "-reset"); code != 0 {
+		t.Fatalf("session acme -reset: exit %d, stderr %q", code, errOut)
+	}
+	if s := session(); s != nil && (s.Profile != "" || s.GroupSessionsPerUser != nil) {
+		t.Fatalf("after -reset, acme's session is %+v", s)
+	}
+}
