@@ -119,6 +119,7 @@ func checkConfig(cfg *Config, log *slog.Logger, stdout, stderr io.Writer) int {
 	if c.node != nil {
 		c.node.Close()
 	}
+	c.media.Close()
 	fmt.Fprintln(stdout, "config ok")
 	return 0
 }
@@ -345,10 +346,13 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	if err != nil {
 		return nil, err
 	}
-	c.node = deps.Cluster
+	c.node, c.media = deps.Cluster, deps.Media
 	defer func() {
 		if err != nil && c.node != nil {
 			c.node.Close()
+		}
+		if err != nil && c.media != nil {
+			c.media.Close()
 		}
 	}()
 	identity, err := identityVerifier(cfg.Enroll)
@@ -408,7 +412,6 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 
 	var mediaRoutes map[string]http.Handler
 	if deps.Media != nil {
-		c.media = deps.Media
 		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, Log: log}))
 	}
 	routes, err := publicRoutes(srv, platforms, mediaRoutes, map[string]http.Handler{"POST /relay/policy": c.relayPolicyHandler()},
@@ -491,6 +494,9 @@ func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log
 	c.reload = reload
 	if c.node != nil {
 		defer c.node.Close()
+	}
+	if c.media != nil {
+		defer c.media.Close()
 	}
 	if ctx.Err() != nil { // SIGINT or SIGTERM while it was built: stop before listening
 		_ = c.relay.Shutdown(context.Background())
