@@ -95,10 +95,20 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// checkConfig is serve -check: it builds everything serve builds, without
-// listening (nor touching the media directory a running connector may
-// use), and says "config ok".
+// checkConfig is serve -check: it checks that the data and media
+// directories can be created (creatable: nothing is left behind), builds
+// everything serve builds, without listening (nor touching the media
+// directory a running connector may use), and says "config ok".
 func checkConfig(cfg *Config, log *slog.Logger, stdout, stderr io.Writer) int {
+	for _, d := range []struct{ key, dir string }{{"store.path", cfg.Store.Path}, {"media.dir", cfg.Media.Dir}} {
+		if d.dir == "" || (d.key == "store.path" && cfg.Store.Backend == store.BackendRedis) { // redis: no data file
+			continue
+		}
+		if err := creatable(d.dir); err != nil {
+			fmt.Fprintf(stderr, "connector: %s: %s cannot be created or written: %v\n", d.key, d.dir, err)
+			return 1
+		}
+	}
 	st := store.NewMemory(nil)
 	defer st.Close()
 	tmp, err := os.MkdirTemp("", "connector-check-media-")
