@@ -188,3 +188,33 @@ func TestAdminCLISessionResetIsExplicit(t *testing.T) {
 		t.Fatalf("after -reset, acme's session is %+v", s)
 	}
 }
+
+// TestAdminCLIAnswerCutShortFails: an answer whose body ends before its
+// Content-Length (the connector stopped, the connection broke) is a
+// failure, not printed as if whole with exit 0; for gateway add the
+// secret it would have carried is lost, and the operator must know.
+func TestAdminCLIAnswerCutShortFails(t *testing.T) {
+	t.Setenv(envAdminToken, adminToken)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 4096)) // the request
+			_, _ = c.Write([]byte("HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\": \"gw\", \"sec"))
+			c.Close()
+		}
+	}()
+	for _, args := range [][]string{{"tenants"}, {"gateway", "add", "acme", "gw"}} {
+		code, out, errOut := runCmd(t, append([]string{"admin", "-url", "http://" + ln.Addr().String()}, args...)...)
+		if code != 1 || !strings.Contains(errOut, "cut short") {
+			t.Errorf("admin %s: exit %d, stdout %q, stderr %q; want exit 1 saying the answer was cut short", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+}

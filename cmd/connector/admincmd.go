@@ -269,7 +269,11 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil { // e.g. a secret the answer was to carry is lost
+		fmt.Fprintf(stderr, "connector admin: %s: the answer was cut short (%v); the change may have been made: check with connector admin tenants\n", resp.Status, err)
+		return 1
+	}
 	if resp.StatusCode >= 300 {
 		fmt.Fprintf(stderr, "connector admin: %v\n", answerError(resp, data))
 		return 1
