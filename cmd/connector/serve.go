@@ -97,8 +97,8 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 
 // checkConfig is serve -check: it checks that the data and media
 // directories can be created (creatable: nothing is left behind), builds
-// everything serve builds, without listening (nor touching the media
-// directory a running connector may use), and says "config ok".
+// everything serve builds, without listening (nor opening a media store in
+// the directory a running connector may use), and says "config ok".
 func checkConfig(cfg *Config, log *slog.Logger, stdout, stderr io.Writer) int {
 	for _, d := range []struct{ key, dir string }{{"store.path", cfg.Store.Path}, {"media.dir", cfg.Media.Dir}} {
 		if d.dir == "" || (d.key == "store.path" && cfg.Store.Backend == store.BackendRedis) { // redis: no data file
