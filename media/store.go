@@ -11,7 +11,10 @@
 // refused for lack of room. An upload not ended (committed or aborted)
 // within the longer of Config.TTL and Config.UploadTimeout after it began
 // is abandoned: the sweep removes it and releases its bytes. The index is
-// in memory: files left by a previous process are removed by New.
+// in memory: files left by a previous process are removed by New. A store
+// holds its directory locked until Close or the process ends: a second
+// store there (another instance given the same directory) fails to start
+// instead of removing the first's objects.
 //
 // Objects come from three places: a gateway's upload (POST /relay/media,
 // Handler), a platform re-hosting an inbound attachment (Begin, Put), and a
@@ -32,6 +35,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"connector/internal/clock"
@@ -85,8 +89,10 @@ type Config struct {
 	// reach gateways as their caption only. A send_media source_url on this
 	// host names an uploaded object. Default none.
 	PublicURL string `yaml:"public_url"`
-	// Dir holds the media files (mode 0700; emptied at start). Default the
-	// media directory in the data directory (store.path/media).
+	// Dir holds the media files (mode 0700; emptied at start). It is
+	// locked while the connector runs: a second instance given the same
+	// directory fails to start. Default the media directory in the data
+	// directory (store.path/media).
 	Dir string `yaml:"dir"`
 	// MaxBytes bounds one upload or re-hosted attachment; a larger upload
 	// is answered 413. At most quota_bytes and tenant_quota_bytes. Default
@@ -164,7 +170,8 @@ type Info struct {
 
 // Store is the media store. Its methods are safe for concurrent use.
 type Store struct {
-	cfg Config
+	cfg  Config
+	lock *os.File // the directory, locked while the store is open (lockDir)
 
 	mu       sync.Mutex
 	objects  map[string]*object
@@ -187,8 +194,9 @@ type object struct {
 	file      *os.File  // an in-progress object's, closed when it is abandoned
 }
 
-// New creates the store's directory, removes what a previous process left
-// in it, and returns the store.
+// New creates the store's directory, locks it (refusing one another store
+// holds), removes what a previous process left in it, and returns the
+// store.
 func New(cfg Config) (*Store, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("media: no directory")
@@ -200,8 +208,13 @@ func New(cfg Config) (*Store, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("media: %w", err)
 	}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
 	entries, err := os.ReadDir(cfg.Dir)
 	if err != nil {
+		_ = lock.Close()
 		return nil, fmt.Errorf("media: %w", err)
 	}
 	for _, e := range entries {
@@ -209,9 +222,35 @@ func New(cfg Config) (*Store, error) {
 			_ = os.Remove(filepath.Join(cfg.Dir, e.Name()))
 		}
 	}
-	return &Store{cfg: cfg, objects: make(map[string]*object), byTenant: make(map[string]int64), count: make(map[string]int),
+	return &Store{cfg: cfg, lock: lock, objects: make(map[string]*object), byTenant: make(map[string]int64), count: make(map[string]int),
 		fetcher: newFetcher(cfg.AllowPrivateURLs), maxTenantObjects: maxTenantObjects, maxObjects: maxObjects}, nil
 }
+
+// lockDir takes an exclusive lock on dir (flock on the directory itself,
+// so no file is added), held until the returned file is closed or the
+// process ends, even by SIGKILL. It fails when another store holds it:
+// one in another process (two instances on one host given the same data
+// directory or media.dir) or, as flock locks belong to open files, an
+// unclosed one in this process.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("media: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("media: %s is in use by another connector: each instance needs its own media directory (media.dir, or its own data directory)", dir)
+		}
+		return nil, fmt.Errorf("media: lock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// Close releases the store's directory, for a store started there later
+// (a restart within the process); the store is not used after it. The
+// lock also ends with the process.
+func (s *Store) Close() { _ = s.lock.Close() }
 
 // fileSuffix marks the store's files, so New removes only those.
 const fileSuffix = ".media"

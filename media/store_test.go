@@ -1,6 +1,7 @@
 package media
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -12,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +42,35 @@ func newStore(t *testing.T, cfg Config) (*Store, *clocktest.Fake) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(s.Close)
 	return s, clk
+}
+
+// TestSecondStoreOnOneDirectoryIsRefused: a second store on a directory a
+// live store uses (two instances on one host sharing a data directory)
+// fails to start, saying why, instead of removing the live store's
+// objects; once the first is closed (or its process ends) a new one
+// starts there.
+func TestSecondStoreOnOneDirectoryIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	first, _ := newStore(t, Config{Dir: dir})
+	info, err := first.Put("t1", strings.NewReader("live"), "text/plain", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second, err := New(Config{Dir: dir}); err == nil || !strings.Contains(err.Error(), "in use by another") {
+		if second != nil {
+			second.Close()
+		}
+		t.Fatalf("a second store on %s: err = %v, want refused as in use", dir, err)
+	}
+	obj, err := first.Open("t1", info.ID)
+	if err != nil {
+		t.Fatalf("after the second store was refused, the first's object: %v", err)
+	}
+	obj.Close()
+	first.Close()
+	newStore(t, Config{Dir: dir})
 }
 
 func TestPutOpenTenantAndExpiry(t *testing.T) {
@@ -115,6 +145,7 @@ func TestNewRemovesLeftovers(t *testing.T) {
 	if err := os.WriteFile(dir+"/keep.txt", []byte("not ours"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	s.Close() // the previous process's store
 	newStore(t, Config{Dir: dir})
 	entries, _ := os.ReadDir(dir)
 	if len(entries) != 1 || entries[0].Name() != "keep.txt" {
@@ -521,4 +552,50 @@ func TestObjectCountIsBounded(t *testing.T) {
 	if err := put("t3"); err != nil {
 		t.Fatalf("after the objects expired: %v", err)
 	}
+}
+
+// TestStoreInAnotherProcessHoldsItsDirectory: a store opened by another
+// process (this test binary run again, standing in for a second instance)
+// refuses one here on the same directory; once that process is killed
+// (SIGKILL: no Close) the directory is free and a store starts there.
+func TestStoreInAnotherProcessHoldsItsDirectory(t *testing.T) {
+	if dir := os.Getenv("MEDIA_TEST_HOLD_DIR"); dir != "" {
+		if _, err := New(Config{Dir: dir}); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		fmt.Println("holding")
+		_, _ = io.Copy(io.Discard, os.Stdin) // until killed, or the test's end closes stdin
+		os.Exit(0)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStoreInAnotherProcessHoldsItsDirectory$")
+	cmd.Env = append(os.Environ(), "MEDIA_TEST_HOLD_DIR="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n') // ends when the child exits, if it does
+	if line != "holding\n" {
+		t.Fatalf("the other process did not open its store: %q %v", line, err)
+	}
+	if s, err := New(Config{Dir: dir}); err == nil || !strings.Contains(err.Error(), "in use by another connector") {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("a store beside another process's: err = %v, want refused as in use", err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	newStore(t, Config{Dir: dir})
 }

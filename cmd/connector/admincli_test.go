@@ -87,3 +87,134 @@ func TestAdminCLIEscapesIDsInThePath(t *testing.T) {
 		t.Fatalf("acme-gw is gone (%v): a command naming another resource deleted it", err)
 	}
 }
+
+// TestAdminBackupGivesUpOnASilentPeer: `admin backup` against a peer that
+// takes the connection and never answers gives up after backupHeaderWait,
+// and against one that answers headers and then stops sending, once
+// adminWait passes without more bytes, instead of waiting forever.
+func TestAdminBackupGivesUpOnASilentPeer(t *testing.T) {
+	defer func(w, h time.Duration) { adminWait, backupHeaderWait = w, h }(adminWait, backupHeaderWait)
+	adminWait, backupHeaderWait = 200*time.Millisecond, 300*time.Millisecond
+	t.Setenv(envAdminToken, adminToken)
+	for name, tc := range map[string]struct{ answer, want string }{
+		"no answer":      {"", "no answer after 300ms"},
+		"stalled stream": {"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789", "no progress for 200ms"},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns := make(chan net.Conn, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 4096)) // the request
+			_, _ = c.Write([]byte(tc.answer))
+			conns <- c // held open, silent
+		}()
+		type result struct {
+			code   int
+			errOut string
+		}
+		done := make(chan result, 1)
+		go func() {
+			code, _, errOut := runCmd(t, "admin", "-url", "http://"+ln.Addr().String(), "backup", "-o", t.TempDir()+"/b.db")
+			done <- result{code, errOut}
+		}()
+		select {
+		case r := <-done:
+			if r.code != 1 || !strings.Contains(r.errOut, tc.want) {
+				t.Errorf("%s: exit %d, stderr %q", name, r.code, r.errOut)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("%s: admin backup still waiting after 30s on a silent peer", name)
+		}
+		ln.Close()
+		select {
+		case c := <-conns:
+			c.Close()
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: the peer never took the request", name)
+		}
+	}
+}
+
+// TestAdminCLISessionResetIsExplicit: "session TENANT" with no setting is
+// refused with the usage and changes nothing, as it would put every
+// setting back to its default; "session TENANT -reset" does that on
+// purpose, and KEY=VALUE still sets.
+func TestAdminCLISessionResetIsExplicit(t *testing.T) {
+	reg, srv := adminCLIRig(t)
+	session := func() *registry.Session {
+		t.Helper()
+		s, err := reg.Stored(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tn := range s.Tenants {
+			if tn.ID == "acme" {
+				return tn.Session
+			}
+		}
+		t.Fatal("acme is gone")
+		return nil
+	}
+	admin := func(args ...string) (int, string) {
+		t.Helper()
+		code, _, errOut := runCmd(t, append([]string{"admin", "-url", srv.URL, "session"}, args...)...)
+		return code, errOut
+	}
+	if code, errOut := admin("acme", "profile=lab", "group_sessions_per_user=false"); code != 0 {
+		t.Fatalf("session acme profile=lab ...: exit %d, stderr %q", code, errOut)
+	}
+	if s := session(); s == nil || s.Profile != "lab" || s.GroupSessionsPerUser == nil || *s.GroupSessionsPerUser {
+		t.Fatalf("after setting, acme's session is %+v", s)
+	}
+	if code, errOut := admin("acme"); code != 2 || !strings.Contains(errOut, "-reset") || !strings.Contains(errOut, "subcommands:") {
+		t.Fatalf("session acme: exit %d, stderr %q; want refused with the usage", code, errOut)
+	}
+	if s := session(); s == nil || s.Profile != "lab" {
+		t.Fatalf("a refused session acme changed the settings to %+v", s)
+	}
+	if code, errOut := admin("acme", "-reset", "profile=x"); code != 2 {
+		t.Fatalf("session acme -reset profile=x: exit %d, stderr %q; want refused", code, errOut)
+	}
+	if code, errOut := admin("acme", "-reset"); code != 0 {
+		t.Fatalf("session acme -reset: exit %d, stderr %q", code, errOut)
+	}
+	if s := session(); s != nil && (s.Profile != "" || s.GroupSessionsPerUser != nil) {
+		t.Fatalf("after -reset, acme's session is %+v", s)
+	}
+}
+
+// TestAdminCLIAnswerCutShortFails: an answer whose body ends before its
+// Content-Length (the connector stopped, the connection broke) is a
+// failure, not printed as if whole with exit 0; for gateway add the
+// secret it would have carried is lost, and the operator must know.
+func TestAdminCLIAnswerCutShortFails(t *testing.T) {
+	t.Setenv(envAdminToken, adminToken)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 4096)) // the request
+			_, _ = c.Write([]byte("HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\": \"gw\", \"sec"))
+			c.Close()
+		}
+	}()
+	for _, args := range [][]string{{"tenants"}, {"gateway", "add", "acme", "gw"}} {
+		code, out, errOut := runCmd(t, append([]string{"admin", "-url", "http://" + ln.Addr().String()}, args...)...)
+		if code != 1 || !strings.Contains(errOut, "cut short") {
+			t.Errorf("admin %s: exit %d, stdout %q, stderr %q; want exit 1 saying the answer was cut short", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+}

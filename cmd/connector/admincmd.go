@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +31,10 @@ const (
 // $CONNECTOR_ADMIN_URL.
 const defaultAdminURL = "http://127.0.0.1:9091"
 
+// adminWait bounds an admin request: its whole exchange, or for a backup,
+// which may take long, each wait for more of the copy (tests lower it).
+var adminWait = 30 * time.Second
+
 // adminUsage lists the admin CLI's subcommands.
 const adminUsage = `subcommands:
   tenants                                  list tenants, their gateways (no secrets) and bindings
@@ -47,7 +52,9 @@ const adminUsage = `subcommands:
                                            (ID owner-only, allow-list or any)
   unbind TENANT PLATFORM KIND ID           remove that route
   session TENANT KEY=VALUE...              set the session settings: group_sessions_per_user, thread_sessions_per_user
-                                           (true/false), profile, nexscope_key_platform (relay/nexscope)
+                                           (true/false), profile, nexscope_key_platform (relay/nexscope); those
+                                           not given take their defaults
+  session TENANT -reset                    put every session setting back to its default
   backup -o FILE [-data-dir DIR]           copy the embedded store's data file while the connector runs; with
                                            -data-dir, copy DIR's file directly while no connector runs there`
 
@@ -168,10 +175,16 @@ func adminRequest(args []string) (adminCall, error) {
 		return adminCall{method: method, path: tenant + "/bindings",
 			body: map[string]string{"platform": at(args, 2), "kind": at(args, 3), "id": at(args, 4)}}, n(5)
 	case "session":
-		if len(args) < 2 {
-			return adminCall{}, fmt.Errorf("session: want TENANT KEY=VALUE...")
+		// With no setting the PUT would put every one back to its
+		// default: only on purpose, with -reset alone.
+		reset := len(args) == 3 && args[2] == "-reset"
+		if len(args) < 3 || (!reset && slices.Contains(args[2:], "-reset")) {
+			return adminCall{}, fmt.Errorf("session: want TENANT KEY=VALUE..., or TENANT -reset to put every setting back to its default")
 		}
 		body := map[string]any{}
+		if reset {
+			args = args[:2]
+		}
 		for _, kv := range args[2:] {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok {
@@ -250,13 +263,17 @@ func adminDo(base, token string, c adminCall, stdout, stderr io.Writer) int {
 		return 2
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	resp, err := (&http.Client{Timeout: adminWait}).Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "connector admin: %v\n", unreachable(base, err))
 		return 1
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil { // e.g. a secret the answer was to carry is lost
+		fmt.Fprintf(stderr, "connector admin: %s: the answer was cut short (%v); the change may have been made: check with connector admin tenants\n", resp.Status, err)
+		return 1
+	}
 	if resp.StatusCode >= 300 {
 		fmt.Fprintf(stderr, "connector admin: %v\n", answerError(resp, data))
 		return 1

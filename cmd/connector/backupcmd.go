@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"connector/store"
 )
@@ -66,16 +68,31 @@ func adminBackup(base string, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// backupHeaderWait bounds the wait for the backup's answer to begin: the
+// connector copies its data file to a temporary file before it answers,
+// and gives a backup at most 10 minutes (admin's backupTimeout). Tests
+// lower it.
+var backupHeaderWait = 11 * time.Minute
+
 // downloadBackup streams GET /admin/v1/backup into the writer start
-// returns for the announced size; a body short of it fails.
+// returns for the announced size; a body short of it fails. A big copy may
+// take long, so the transfer as a whole is not bounded here: the wait for
+// the answer's headers is, by backupHeaderWait, and then each wait for
+// more of its bytes, by adminWait.
 func downloadBackup(ctx context.Context, base, token string, start func(int64) (io.Writer, error)) (int64, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	idle := time.AfterFunc(backupHeaderWait, func() {
+		cancel(fmt.Errorf("no answer after %v: the admin API took the request but does not answer", backupHeaderWait))
+	})
+	defer idle.Stop()
 	req, err := newAdminRequest(ctx, http.MethodGet, base+"/admin/v1/backup", token, nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req) // no overall timeout: the server bounds a copy
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, unreachable(base, err)
+		return 0, cmp.Or(context.Cause(ctx), unreachable(base, err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -89,14 +106,34 @@ func downloadBackup(ctx context.Context, base, token string, start func(int64) (
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(w, resp.Body)
+	stalled := fmt.Errorf("no progress for %v: the copy stopped coming", adminWait)
+	idle.Stop()
+	idle = time.AfterFunc(adminWait, func() { cancel(stalled) })
+	n, err := io.Copy(w, progress{resp.Body, func() { idle.Reset(adminWait) }})
 	if err == nil && n != resp.ContentLength {
 		err = io.ErrUnexpectedEOF
+	}
+	if cause := context.Cause(ctx); err != nil && cause != nil {
+		err = cause
 	}
 	if err != nil {
 		return n, fmt.Errorf("the copy was cut short after %d of %d bytes: %w", n, resp.ContentLength, err)
 	}
 	return n, nil
+}
+
+// progress is a reader calling moved after each read that yields bytes.
+type progress struct {
+	io.Reader
+	moved func()
+}
+
+func (p progress) Read(b []byte) (int, error) {
+	n, err := p.Reader.Read(b)
+	if n > 0 {
+		p.moved()
+	}
+	return n, err
 }
 
 // writeFile puts a file at path whole or not at all: write fills a new

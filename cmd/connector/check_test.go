@@ -194,3 +194,37 @@ tenants:
 		}
 	}
 }
+
+// TestCheckRejectsDirectoriesServeCannotCreate: a store.path or media.dir
+// that cannot be created (under /proc, or below a file) fails -check with
+// an error naming the key, as serve would fail on it; one that can be
+// created passes, and -check leaves it uncreated.
+func TestCheckRejectsDirectoriesServeCannotCreate(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := "tenants: [{id: t1, gateways: [{id: gw1, secrets: [s1]}]}]\n"
+	good := "store: {path: " + filepath.Join(dir, "data") + "}\nmedia: {dir: " + filepath.Join(dir, "new", "media") + "}\n"
+	for doc, want := range map[string]string{
+		"store: {path: /proc/connector-check}\n":            "store.path",
+		"store: {path: " + file + "}\n":                     "store.path",
+		"store: {path: " + filepath.Join(file, "x") + "}\n": "store.path",
+		"media: {dir: /proc/connector-check/media}\n":       "media.dir",
+		"media: {dir: " + filepath.Join(file, "m") + "}\n":  "media.dir",
+	} {
+		path := writeConfig(t, base+doc)
+		code, _, errOut := runCmd(t, "serve", "-config", path, "-check")
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("config %q: exit %d, stderr %q, want exit 1 naming %s", doc, code, errOut, want)
+		}
+	}
+	path := writeConfig(t, base+good)
+	if code, out, errOut := runCmd(t, "serve", "-config", path, "-check"); code != 0 {
+		t.Fatalf("creatable directories: exit %d %q %q", code, out, errOut)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("-check left %v in %s, want only a-file", entries, dir)
+	}
+}

@@ -264,13 +264,18 @@ func collectValues(n *yaml.Node, prefix string, out *[]keyedValue) {
 }
 
 // keyAt returns the key of the value on line whose kind is tag and, for a
-// scalar, whose text is value; "" when none is.
+// scalar, whose text is value; "" when none is. yaml shortens a value of
+// more than 10 bytes to its first 7 and "...", which then matches by
+// those (so a long secret is placed, and hidden, too).
 func keyAt(values []keyedValue, line int, tag, value string) string {
+	short, shortened := strings.CutSuffix(value, "...")
+	shortened = shortened && len(short) == 7
 	for _, v := range values {
 		if v.node.Line != line || strings.TrimPrefix(v.node.ShortTag(), "!!") != tag {
 			continue
 		}
-		if v.node.Kind == yaml.ScalarNode && v.node.Value != value {
+		if v.node.Kind == yaml.ScalarNode && v.node.Value != value &&
+			!(shortened && len(v.node.Value) > 10 && strings.HasPrefix(v.node.Value, short)) {
 			continue
 		}
 		return v.key

@@ -91,3 +91,23 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestConfigTypeErrorsKeepLongSecretsOut: a long value of the wrong kind,
+// which yaml shortens in its error ("s3cr3tV..."), is still placed at its
+// key, so a secret's first characters are not repeated: a gateway secret,
+// a token, a Redis URL.
+func TestConfigTypeErrorsKeepLongSecretsOut(t *testing.T) {
+	for doc, key := range map[string]string{
+		"tenants: [{id: acme, gateways: [{id: g, secrets: s3cr3tVALUE-long}]}]\n":       "tenants[0].gateways[0].secrets (line 1)",
+		"telegram: {webhook_secret: [x]}\nhttp: {max_header_bytes: s3cr3tVALUE-long}\n": "http.max_header_bytes (line 2)",
+	} {
+		_, err := ParseConfig([]byte(doc))
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%q: error %v does not name %s", doc, err, key)
+			continue
+		}
+		if strings.Contains(doc, "secrets:") && strings.Contains(err.Error(), "s3cr3t") {
+			t.Errorf("%q: error %q repeats the secret's beginning", doc, err)
+		}
+	}
+}

@@ -194,7 +194,8 @@ const configDocHeader = `# Configuration reference
 The connector reads one YAML file: ` + "`-config FILE`" + `, else ` + "`$CONNECTOR_CONFIG`" + `, else the first of
 ` + "`./connector.yaml`" + ` and ` + "`/etc/connector/connector.yaml`" + ` that exists; with none it runs on embedded
 defaults (see the README), and the log says which it did. Unknown keys and invalid values are
-errors that name the key; ` + "`connector serve -config FILE -check`" + ` validates a file and exits, and
+errors that name the key; ` + "`connector serve -config FILE -check`" + ` validates a file, and that
+` + "`store.path`" + ` and ` + "`media.dir`" + ` can be created (it leaves nothing there), and exits, and
 ` + "`connector config example`" + ` prints a commented example. Every key is optional unless its
 description says otherwise; a missing key takes the default its description names. A duration
 of the top level and of the ` + "`http`" + `, ` + "`media`" + `, ` + "`relay`" + `, ` + "`enroll`" + ` and ` + "`store`" + ` sections is either

@@ -90,3 +90,31 @@ func readSecret(path string) (string, error) {
 	}
 	return s, nil
 }
+
+// creatable reports why dir could not be used as a directory of the
+// connector's files, nil when it could: it is one, or its nearest
+// existing ancestor is, and a directory can be made there. It makes and
+// removes one empty temporary directory to find out, so it leaves
+// nothing behind (-check).
+func creatable(dir string) error {
+	d := dir
+	for {
+		fi, err := os.Stat(d)
+		if err == nil && !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", d)
+		}
+		if err == nil {
+			break
+		}
+		parent := filepath.Dir(d)
+		if !errors.Is(err, fs.ErrNotExist) || parent == d {
+			return err
+		}
+		d = parent
+	}
+	probe, err := os.MkdirTemp(d, ".connector-check-")
+	if err != nil {
+		return err
+	}
+	return os.Remove(probe)
+}

@@ -95,10 +95,20 @@ func serveCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// checkConfig is serve -check: it builds everything serve builds, without
-// listening (nor touching the media directory a running connector may
-// use), and says "config ok".
+// checkConfig is serve -check: it checks that the data and media
+// directories can be created (creatable: nothing is left behind), builds
+// everything serve builds, without listening (nor opening a media store in
+// the directory a running connector may use), and says "config ok".
 func checkConfig(cfg *Config, log *slog.Logger, stdout, stderr io.Writer) int {
+	for _, d := range []struct{ key, dir string }{{"store.path", cfg.Store.Path}, {"media.dir", cfg.Media.Dir}} {
+		if d.dir == "" || (d.key == "store.path" && cfg.Store.Backend == store.BackendRedis) { // redis: no data file
+			continue
+		}
+		if err := creatable(d.dir); err != nil {
+			fmt.Fprintf(stderr, "connector: %s: %s cannot be created or written: %v\n", d.key, d.dir, err)
+			return 1
+		}
+	}
 	st := store.NewMemory(nil)
 	defer st.Close()
 	tmp, err := os.MkdirTemp("", "connector-check-media-")
@@ -119,6 +129,7 @@ func checkConfig(cfg *Config, log *slog.Logger, stdout, stderr io.Writer) int {
 	if c.node != nil {
 		c.node.Close()
 	}
+	c.media.Close()
 	fmt.Fprintln(stdout, "config ok")
 	return 0
 }
@@ -345,10 +356,13 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	if err != nil {
 		return nil, err
 	}
-	c.node = deps.Cluster
+	c.node, c.media = deps.Cluster, deps.Media
 	defer func() {
 		if err != nil && c.node != nil {
 			c.node.Close()
+		}
+		if err != nil && c.media != nil {
+			c.media.Close()
 		}
 	}()
 	identity, err := identityVerifier(cfg.Enroll)
@@ -408,7 +422,6 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 
 	var mediaRoutes map[string]http.Handler
 	if deps.Media != nil {
-		c.media = deps.Media
 		mediaRoutes = media.Routes(deps.Media.Handler(media.HandlerConfig{Auth: srv, Log: log}))
 	}
 	routes, err := publicRoutes(srv, platforms, mediaRoutes, map[string]http.Handler{"POST /relay/policy": c.relayPolicyHandler()},
@@ -491,6 +504,9 @@ func serveReloading(ctx context.Context, cfg *Config, gen *generatedSecrets, log
 	c.reload = reload
 	if c.node != nil {
 		defer c.node.Close()
+	}
+	if c.media != nil {
+		defer c.media.Close()
 	}
 	if ctx.Err() != nil { // SIGINT or SIGTERM while it was built: stop before listening
 		_ = c.relay.Shutdown(context.Background())
