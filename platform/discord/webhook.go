@@ -164,10 +164,16 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 }
 
 // claimInteraction claims interaction id for seenFor, across instances
-// when there are several (platform.ClaimsFor), by deadline; it returns 409
-// for an id already claimed, 503 when the store could not be asked, else 0.
+// when there are several (platform.ClaimsFor), by deadline and, while Run
+// runs, until it stops (a Gateway interaction's claim is work Run waits
+// for); it returns 409 for an id already claimed, 503 when the store could
+// not be asked, else 0.
 func (p *Platform) claimInteraction(id string, received, deadline time.Time) int {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	parent := context.Background() // a webhook while Run is not running
+	if life := p.running(); life != nil {
+		parent = life.ctx
+	}
+	ctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
 	took, err := p.seen.Claim(ctx, "discord/interaction/"+id, received.Add(p.seenFor()))
 	switch {
