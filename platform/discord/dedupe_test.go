@@ -2,6 +2,8 @@ package discord
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -143,5 +145,51 @@ func TestInteractionDeadlineIncludesTheClaim(t *testing.T) {
 	if claimed.IsZero() || delivered.IsZero() || delivered.After(claimed) {
 		t.Fatalf("delivery deadline %v, claim deadline %v: the processing must end by the deadline counted from the interaction's arrival, not restart after the claim",
 			delivered.Format(time.StampNano), claimed.Format(time.StampNano))
+	}
+}
+
+// stallingClaims is a claims store that never answers: every Claim waits
+// for its context to end, as a hung Redis would, and reports how it ended.
+type stallingClaims struct {
+	store.Claims
+	entered chan struct{}
+	ended   chan error
+}
+
+func (c *stallingClaims) Claim(ctx context.Context, _ string, _ time.Time) (bool, error) {
+	c.entered <- struct{}{}
+	<-ctx.Done()
+	c.ended <- ctx.Err()
+	return false, ctx.Err()
+}
+
+// TestStopWhileClaimingAGatewayInteraction: the claim of a Gateway
+// interaction's id runs in Run's work (Run waits for it), so stopping the
+// platform while the claims store hangs must end the claim at once, not
+// hold Run until the claim's 2.5 s deadline.
+func TestStopWhileClaimingAGatewayInteraction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	claims := &stallingClaims{Claims: e.p.seen, entered: make(chan struct{}, 1), ended: make(chan error, 1)}
+	e.p.seen = claims
+	e.startReady(t)
+	var in map[string]any
+	if err := json.Unmarshal(slashBody("8620", "tok-8620", guildLab, chanGeneral), &in); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "INTERACTION_CREATE", in)
+	select {
+	case <-claims.entered:
+	case <-waitCtx(t).Done():
+		t.Fatal("the Gateway interaction's id was never claimed")
+	}
+	e.cancel()
+	select {
+	case err := <-claims.ended:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the claim ended with %v when Run was stopped, want it cancelled with Run", err)
+		}
+	case <-waitCtx(t).Done():
+		t.Fatal("the claim still waits 10 s after Run was stopped")
 	}
 }

@@ -466,3 +466,58 @@ func TestGatewayInteractionAdmissionOffTheReader(t *testing.T) {
 	default:
 	}
 }
+
+// TestGatewayInteractionCallbackIsBounded: Discord honours an
+// interaction's callback only within 3 s of the interaction, so a
+// callback to a Discord that does not answer is given up then, whether it
+// carries the deferred answer (a slash command) or the only one (an
+// autocomplete), not held until RequestTimeout or shutdown.
+func TestGatewayInteractionCallbackIsBounded(t *testing.T) {
+	t.Parallel()
+	autocomplete := func(id, token string) []byte {
+		var in map[string]any
+		if err := json.Unmarshal(slashBody(id, token, guildLab, chanGeneral), &in); err != nil {
+			t.Fatal(err)
+		}
+		in["type"] = 4
+		b, _ := json.Marshal(in)
+		return b
+	}
+	for name, body := range map[string][]byte{
+		"deferred":     slashBody("8420", "token-8420", guildLab, chanGeneral),
+		"autocomplete": autocomplete("8421", "token-8421"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, discordtest.Options{}, func(c *Config) { c.RequestTimeout = time.Hour })
+			ended := make(chan struct{})
+			release := make(chan struct{})
+			e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+				if !strings.HasSuffix(r.URL.Path, "/callback") {
+					return false
+				}
+				select { // Discord not answering
+				case <-r.Context().Done():
+					close(ended)
+				case <-release:
+				}
+				return true
+			})
+			e.startReady(t)
+			t.Cleanup(func() { close(release) }) // before the fake closes
+			var in map[string]any
+			if err := json.Unmarshal(body, &in); err != nil {
+				t.Fatal(err)
+			}
+			e.dispatch(t, "INTERACTION_CREATE", in)
+			select {
+			case <-ended:
+			case <-time.After(10 * time.Second):
+				t.Fatal("after 10 s the interaction's callback still waits for Discord: it has no deadline of its own")
+			}
+			if e.p.running() == nil {
+				t.Fatal("Run stopped: the callback must have been given up by its own deadline")
+			}
+		})
+	}
+}

@@ -90,8 +90,9 @@ func (p *Platform) reject(w http.ResponseWriter, status int, msg string) {
 func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, respond func(ctx context.Context, ack []byte) error) ([]byte, int) {
 	// Discord waits 3 s for the answer: the claim, routing (which may write
 	// a grant), the wait for a slot and the processing all end by deadline,
-	// on the wall clock as Discord's wait is.
-	deadline := time.Now().Add(processDeadline)
+	// and a callback by answerBy, on the wall clock as Discord's wait is.
+	now := time.Now()
+	deadline, answerBy := now.Add(processDeadline), now.Add(answerWindow)
 	if status := p.claimInteraction(in.ID, received, deadline); status != 0 {
 		return nil, status
 	}
@@ -99,7 +100,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	case discordgo.InteractionPing:
 		return ackPong, 0
 	case discordgo.InteractionApplicationCommandAutocomplete:
-		return p.answerNow(respond, ackNoChoices)
+		return p.answerNow(respond, ackNoChoices, answerBy)
 	case discordgo.InteractionApplicationCommand, discordgo.InteractionMessageComponent, discordgo.InteractionModalSubmit:
 	default:
 		p.metrics.Dropped(platformName, "unsupported_interaction")
@@ -122,7 +123,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	tenant, _, drop := p.route(admit, author, chat)
 	if drop != "" {
 		p.routeDropped(drop, in.GuildID, in.ChannelID)
-		return p.answerNow(respond, ackNotConnected)
+		return p.answerNow(respond, ackNotConnected, answerBy)
 	}
 	ack := ackDeferred
 	if in.Type == discordgo.InteractionMessageComponent {
@@ -156,7 +157,9 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		if process() != nil {
 			return
 		}
-		if err := respond(ctx, ack); err != nil {
+		rctx, cancel := context.WithDeadline(ctx, answerBy)
+		defer cancel()
+		if err := respond(rctx, ack); err != nil {
 			p.log.Warn("discord interaction callback failed", "interaction_id", in.ID, "err", describe(err).Error)
 		}
 	}()
@@ -164,10 +167,16 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 }
 
 // claimInteraction claims interaction id for seenFor, across instances
-// when there are several (platform.ClaimsFor), by deadline; it returns 409
-// for an id already claimed, 503 when the store could not be asked, else 0.
+// when there are several (platform.ClaimsFor), by deadline and, while Run
+// runs, until it stops (a Gateway interaction's claim is work Run waits
+// for); it returns 409 for an id already claimed, 503 when the store could
+// not be asked, else 0.
 func (p *Platform) claimInteraction(id string, received, deadline time.Time) int {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	parent := context.Background() // a webhook while Run is not running
+	if life := p.running(); life != nil {
+		parent = life.ctx
+	}
+	ctx, cancel := context.WithDeadline(parent, deadline)
 	defer cancel()
 	took, err := p.seen.Claim(ctx, "discord/interaction/"+id, received.Add(p.seenFor()))
 	switch {
@@ -192,6 +201,11 @@ func (p *Platform) seenFor() time.Duration { return 2*p.cfg.InteractionSkew + ti
 // claim of its id, routing, the wait for a slot, the processing), within
 // the 3 s Discord waits for it.
 const processDeadline = 2500 * time.Millisecond
+
+// answerWindow is how long after its arrival Discord honours an
+// interaction's callback: a Gateway interaction's callback is given up
+// then.
+const answerWindow = 3 * time.Second
 
 // slotWait bounds how long an interaction waits for a processing slot
 // before it is refused with 503 (Discord gives up after 3 s).
@@ -284,8 +298,8 @@ func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 }
 
 // answerNow returns ack, an interaction's only answer; a Gateway
-// interaction's (respond set) is sent in the background.
-func (p *Platform) answerNow(respond func(context.Context, []byte) error, ack []byte) ([]byte, int) {
+// interaction's (respond set) is sent in the background, by answerBy.
+func (p *Platform) answerNow(respond func(context.Context, []byte) error, ack []byte, answerBy time.Time) ([]byte, int) {
 	life := p.running()
 	if respond == nil || life == nil {
 		return ack, 0
@@ -293,7 +307,9 @@ func (p *Platform) answerNow(respond func(context.Context, []byte) error, ack []
 	p.work.Add(1)
 	go func() {
 		defer p.work.Done()
-		if err := respond(life.ctx, ack); err != nil {
+		ctx, cancel := context.WithDeadline(life.ctx, answerBy)
+		defer cancel()
+		if err := respond(ctx, ack); err != nil {
 			p.log.Warn("discord interaction callback failed", "err", describe(err).Error)
 		}
 	}()
