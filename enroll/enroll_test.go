@@ -664,7 +664,7 @@ func TestProvisionRouteKeysBoundPerTenant(t *testing.T) {
 	provision := func(tenant string, routeKeys []string) (int, map[string]any) {
 		return r.post(t, "/relay/provision", identity(t, tenant), map[string]any{"gatewayId": "gw-" + tenant, "platform": "telegram", "routeKeys": routeKeys})
 	}
-	if code, body := provision("acme", keys(2)); code != http.StatusTooManyRequests || !strings.Contains(fmt.Sprint(body["error"]), "10000 bindings") {
+	if code, body := provision("acme", keys(2)); code != http.StatusTooManyRequests || !strings.Contains(fmt.Sprint(body["error"]), "more than 10000 stored bindings") {
 		t.Fatalf("2 new keys with %d of %d held: %d %v, want 429 naming the bound", filled, registry.MaxTenantBindings, code, body)
 	}
 	if n := stored("acme"); n != filled {

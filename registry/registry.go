@@ -757,7 +757,7 @@ func (r *Registry) roomForBindingsLocked(ctx context.Context, bs ...Binding) err
 		}
 		held[b.key()] = true
 		if count[b.Tenant]++; count[b.Tenant] > MaxTenantBindings {
-			return fmt.Errorf("%w: tenant %q would hold more than %d bindings (route keys and claimed chats); unbind some first", ErrLimit, b.Tenant, MaxTenantBindings)
+			return fmt.Errorf("%w: tenant %q would hold more than %d stored bindings; unbind some first", ErrLimit, b.Tenant, MaxTenantBindings)
 		}
 	}
 	return nil
