@@ -20,6 +20,7 @@ import (
 	"connector/idtoken"
 	"connector/idtoken/idtokentest"
 	"connector/internal/clock/clocktest"
+	"connector/platform"
 	"connector/registry"
 	"connector/registry/change"
 	"connector/store"
@@ -612,5 +613,70 @@ func TestLongSubjectIsCut(t *testing.T) {
 	defer r.logMu.Unlock()
 	if logged := r.logs.String(); strings.Contains(logged, sub[:1024]) || !strings.Contains(logged, `"subject":"`+sub[:100]) {
 		t.Errorf("the log holds %d bytes: the subject not cut to a prefix", len(logged))
+	}
+}
+
+// TestProvisionRouteKeysBoundPerTenant: a provision whose route keys would
+// take its tenant past registry.MaxTenantBindings is 429, as the tenant's
+// max_gateways is, and binds none of them; one up to the bound passes, and
+// another tenant's provision is unaffected. Before, every provision bound
+// up to 1,000 more keys without end.
+func TestProvisionRouteKeysBoundPerTenant(t *testing.T) {
+	r := newRig(t, true)
+	ctx := context.Background()
+	if err := r.reg.CreateTenant(ctx, registry.Tenant{ID: "globex"}); err != nil {
+		t.Fatal(err)
+	}
+	next := 0
+	keys := func(n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			next++
+			out[i] = fmt.Sprint(-1_000_000 - next)
+		}
+		return out
+	}
+	const filled = registry.MaxTenantBindings - 1
+	for held := 0; held < filled; {
+		batch := make([]registry.Binding, 0, enroll.MaxRouteKeys)
+		for _, k := range keys(min(enroll.MaxRouteKeys, filled-held)) {
+			batch = append(batch, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: k, Tenant: "acme"})
+		}
+		if err := r.reg.BindOwn(ctx, batch...); err != nil {
+			t.Fatal(err)
+		}
+		held += len(batch)
+	}
+	stored := func(tenant string) int {
+		t.Helper()
+		s, err := r.reg.Stored(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, b := range s.Bindings {
+			if b.Tenant == tenant {
+				n++
+			}
+		}
+		return n
+	}
+	provision := func(tenant string, routeKeys []string) (int, map[string]any) {
+		return r.post(t, "/relay/provision", identity(t, tenant), map[string]any{"gatewayId": "gw-" + tenant, "platform": "telegram", "routeKeys": routeKeys})
+	}
+	if code, body := provision("acme", keys(2)); code != http.StatusTooManyRequests || !strings.Contains(fmt.Sprint(body["error"]), "more than 10000 stored bindings") {
+		t.Fatalf("2 new keys with %d of %d held: %d %v, want 429 naming the bound", filled, registry.MaxTenantBindings, code, body)
+	}
+	if n := stored("acme"); n != filled {
+		t.Fatalf("after the refused provision acme holds %d bindings, want %d: part of it was bound", n, filled)
+	}
+	if code, body := provision("acme", keys(1)); code != http.StatusOK {
+		t.Fatalf("1 new key up to the bound: %d %v", code, body)
+	}
+	if code, body := provision("globex", keys(enroll.MaxRouteKeys)); code != http.StatusOK {
+		t.Fatalf("globex's provision while acme is at its bound: %d %v", code, body)
+	}
+	if n := stored("globex"); n != enroll.MaxRouteKeys {
+		t.Fatalf("globex holds %d bindings, want %d", n, enroll.MaxRouteKeys)
 	}
 }

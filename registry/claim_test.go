@@ -252,3 +252,74 @@ func TestBindOwnRacesAClaimOnRedis(t *testing.T) {
 		t.Fatalf("b's claims %q, want its claim of -1401", got)
 	}
 }
+
+// TestTenantBindingBound: a tenant's provisions (BindOwn) and claims bind
+// chats of its choosing up to registry.MaxTenantBindings stored bindings;
+// a request that would take it past the bound is ErrLimit and stores none
+// of its bindings, a repeat of bindings it holds still passes, and another
+// tenant is unaffected. Before, every provision bound up to 1,000 more
+// keys without end.
+func TestTenantBindingBound(t *testing.T) {
+	ctx := context.Background()
+	r, _ := newRegistry(t)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := 0
+	keys := func(tenant string, n int) []registry.Binding {
+		out := make([]registry.Binding, n)
+		for i := range out {
+			next++
+			out[i] = registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-1_000_000 - next), Tenant: tenant}
+		}
+		return out
+	}
+	stored := func(tenant string) int {
+		t.Helper()
+		s, err := r.Stored(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, b := range s.Bindings {
+			if b.Tenant == tenant {
+				n++
+			}
+		}
+		return n
+	}
+	var last []registry.Binding
+	for held := 0; held < registry.MaxTenantBindings-2; held += len(last) {
+		last = keys("a", min(1000, registry.MaxTenantBindings-2-held))
+		if err := r.BindOwn(ctx, last...); err != nil {
+			t.Fatalf("binding a's keys %d on: %v", held, err)
+		}
+	}
+	over := append(keys("a", 3), last[0])
+	if err := r.BindOwn(ctx, over...); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("3 new keys with %d of %d held: %v, want ErrLimit", registry.MaxTenantBindings-2, registry.MaxTenantBindings, err)
+	}
+	if n := stored("a"); n != registry.MaxTenantBindings-2 {
+		t.Fatalf("after the refused provision a holds %d bindings, want %d: part of it was stored", n, registry.MaxTenantBindings-2)
+	}
+	if err := r.BindOwn(ctx, over[:2]...); err != nil {
+		t.Fatalf("2 new keys up to the bound: %v", err)
+	}
+	if err := r.BindOwn(ctx, last...); err != nil {
+		t.Fatalf("a repeat of held keys at the bound: %v", err)
+	}
+	if err := r.Claim(ctx, "a", "discord", platform.Chat{ID: "801", Space: "800"}); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("a claim past the bound: %v, want ErrLimit", err)
+	}
+	if n := stored("a"); n != registry.MaxTenantBindings {
+		t.Fatalf("a holds %d bindings, want %d", n, registry.MaxTenantBindings)
+	}
+	if err := r.BindOwn(ctx, keys("b", 1000)...); err != nil {
+		t.Fatalf("b's provision while a is at its bound: %v", err)
+	}
+	if err := r.Claim(ctx, "b", "discord", platform.Chat{ID: "801", Space: "800"}); err != nil {
+		t.Fatalf("b's claim while a is at its bound: %v", err)
+	}
+}

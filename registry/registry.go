@@ -679,7 +679,14 @@ func (r *Registry) gateway(ctx context.Context, tenant, id string) (Gateway, err
 // Of concurrent binds of one scope, on any instance, one wins: the others
 // see its binding (the store's CompareAndSwap).
 func (r *Registry) Bind(ctx context.Context, b Binding) error {
-	return r.bind(ctx, b, nil)
+	b, err := CanonicalBinding(b)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, err = r.bindLocked(ctx, b, nil)
+	return err
 }
 
 // BindOwn is Bind for bindings a tenant makes for itself (a provision's
@@ -690,13 +697,67 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 // claim or link another instance stores meanwhile is never overridden.
 // They are bound in order, judged against one read of the registry as
 // long as no other write to the platform's bindings comes between; an
-// error names the binding it stopped at. An operator's Bind overrides
-// claims and links.
+// error names the binding it stopped at. Bindings that would take a
+// tenant past MaxTenantBindings are ErrLimit, and none of them is
+// written. An operator's Bind overrides claims and links.
 func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
-	v := new(ownView)
+	canon := make([]Binding, 0, len(bs))
 	for _, b := range bs {
-		if err := r.bind(ctx, b, v); err != nil {
+		c, err := CanonicalBinding(b)
+		if err != nil {
 			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
+		}
+		canon = append(canon, c)
+	}
+	if len(canon) == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.roomForBindingsLocked(ctx, canon...); err != nil {
+		return err
+	}
+	v := new(ownView)
+	for _, b := range canon {
+		if _, err := r.bindLocked(ctx, b, v); err != nil {
+			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
+		}
+	}
+	return nil
+}
+
+// MaxTenantBindings bounds a tenant's stored bindings, whoever made them,
+// as far as its provisions' routeKeys (BindOwn) and its scope claims
+// (Claim) may take them: each binds chats of its own choosing, and every
+// apply on every instance reads every binding. A request that would take
+// the tenant past it is ErrLimit and writes none of its bindings.
+const MaxTenantBindings = 10_000
+
+// roomForBindingsLocked is nil when, for each tenant of bs, its stored
+// bindings together with those of bs it does not hold yet (under their
+// key) are at most MaxTenantBindings; else ErrLimit. Called under mu, so
+// the writes that follow under the same hold of mu cannot be overtaken on
+// this instance; instances sharing a store check this each on their own:
+// racing requests may pass it together, by one request's bindings per
+// instance at most.
+func (r *Registry) roomForBindingsLocked(ctx context.Context, bs ...Binding) error {
+	var stored []Binding
+	if err := list(ctx, r.kv, nsBindings, &stored); err != nil {
+		return err
+	}
+	held := make(map[string]bool, len(stored))
+	count := make(map[string]int)
+	for _, b := range stored {
+		held[b.key()] = true
+		count[b.Tenant]++
+	}
+	for _, b := range bs {
+		if _, ok := r.declaredBinding(b); ok || held[b.key()] {
+			continue // declared, bound already, or another's (ErrConflict)
+		}
+		held[b.key()] = true
+		if count[b.Tenant]++; count[b.Tenant] > MaxTenantBindings {
+			return fmt.Errorf("%w: tenant %q would hold more than %d stored bindings; unbind some first", ErrLimit, b.Tenant, MaxTenantBindings)
 		}
 	}
 	return nil
@@ -740,21 +801,9 @@ func (v *ownView) wrote(b Binding, guard []byte) {
 	v.owners = nil
 }
 
-// bind is Bind, and with own (not nil) BindOwn's judgement of one
-// binding.
-func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) error {
-	b, err := CanonicalBinding(b)
-	if err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	_, err = r.bindLocked(ctx, b, own)
-	return err
-}
-
-// bindLocked is bind of the canonical b under mu; it reports whether it
-// wrote b (not when b was bound already).
+// bindLocked binds the canonical b under mu, with own (not nil)
+// BindOwn's judgement; it reports whether it wrote b (not when b was
+// bound already).
 func (r *Registry) bindLocked(ctx context.Context, b Binding, own *ownView) (wrote bool, err error) {
 	if d, ok := r.declaredBinding(b); ok {
 		if d.Tenant == b.Tenant {
@@ -795,7 +844,8 @@ func (r *Registry) bindLocked(ctx context.Context, b Binding, own *ownView) (wro
 // allows it (platform.Ownership.Claim over the effective bindings): else
 // ErrConflict. Claiming a chat the tenant holds is a no-op; a claim the
 // tenant's own binding of the chat sets aside is replaced. Of concurrent
-// claims of one chat, on any instance, one wins.
+// claims of one chat, on any instance, one wins. A claim that would take
+// the tenant past MaxTenantBindings is ErrLimit.
 func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat platform.Chat) error {
 	b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindScope, ID: chat.ID, Tenant: tenant, Space: chat.Space})
 	if err != nil {
@@ -805,6 +855,9 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, err := r.tenant(ctx, tenant); err != nil {
+		return err
+	}
+	if err := r.roomForBindingsLocked(ctx, b); err != nil {
 		return err
 	}
 	_, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
