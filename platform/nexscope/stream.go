@@ -55,6 +55,13 @@ const streamHello = "nexscope-stream/1"
 // maxHello bounds the hello line.
 const maxHello = 512
 
+// maxUnticketed bounds the incoming connections that have not presented
+// their hello yet (each holds a goroutine and a descriptor for up to
+// LostBeats beats): one past it is closed at once. An instance dials one
+// stream to each other instance, so far fewer are ever legitimately
+// waiting (docs/security.md).
+const maxUnticketed = 64
+
 // streams is this instance's direct streams: a listener for the other
 // instances' streams, and the streams it dialed, by instance.
 type streams struct {
@@ -67,6 +74,10 @@ type streams struct {
 	out     map[string]*outStream
 	failed  map[string]time.Time // instance -> when to try a stream again
 	tickets map[string]ticket    // instance -> the ticket it was given
+
+	// unticketed holds a token per incoming connection whose hello is
+	// not read yet (maxUnticketed).
+	unticketed chan struct{}
 
 	ending context.Context // ends with close, which closes the incoming streams
 	end    context.CancelFunc
@@ -101,7 +112,8 @@ type streamMsg struct {
 
 // newStreams returns cl's streams: none until listen.
 func newStreams(cl *fleet) *streams {
-	s := &streams{cl: cl, out: make(map[string]*outStream), failed: make(map[string]time.Time), tickets: make(map[string]ticket)}
+	s := &streams{cl: cl, out: make(map[string]*outStream), failed: make(map[string]time.Time), tickets: make(map[string]ticket),
+		unticketed: make(chan struct{}, maxUnticketed)}
 	s.ending, s.end = context.WithCancel(context.Background())
 	return s
 }
@@ -335,7 +347,8 @@ func (s *streams) ticketHere(req cluster.Msg) {
 // accept takes the other instances' streams until the listener closes;
 // close closes those still open (one accepted after close began, at once).
 // A failed accept (out of file descriptors) is tried again after a pause
-// that doubles up to a second, as net/http's server does.
+// that doubles up to a second, as net/http's server does. A connection
+// beyond maxUnticketed waiting for their hello is closed at once.
 func (s *streams) accept() {
 	var pause time.Duration
 	for {
@@ -352,6 +365,13 @@ func (s *streams) accept() {
 			continue
 		}
 		pause = 0
+		select {
+		case s.unticketed <- struct{}{}: // released once the hello is read
+		default:
+			s.cl.p.deps.Log.Debug("nexscope stream refused: too many connections without a hello", "remote", conn.RemoteAddr().String(), "max", maxUnticketed)
+			_ = conn.Close()
+			continue
+		}
 		s.wg.Go(func() {
 			defer context.AfterFunc(s.ending, func() { _ = conn.Close() })()
 			s.read(conn)
@@ -369,6 +389,7 @@ func (s *streams) read(conn net.Conn) {
 	// never presents a ticket costs no stream buffer.
 	hr := bufio.NewReaderSize(conn, maxHello+1)
 	from, err := s.hello(hr)
+	<-s.unticketed
 	if err != nil {
 		s.cl.p.deps.Log.Warn("nexscope stream refused", "remote", conn.RemoteAddr().String(), "err", err)
 		return

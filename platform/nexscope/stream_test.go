@@ -437,3 +437,59 @@ func TestStreamToAnInstanceWithoutStreamsLosesNothing(t *testing.T) {
 		bob.Expect("ack")
 	}
 }
+
+// TestStreamUnticketedConnectionsCapped: connections to the stream
+// listener that present no hello are bounded (maxUnticketed): one past it
+// is closed at once, not held for LostBeats beats (here a minute, longer
+// than the wait); once a waiting one presents its hello, its place is
+// free again and a dialer with a ticket streams.
+func TestStreamUnticketedConnectionsCapped(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", 3*time.Minute)
+	addr := streamAddr(t, in)
+	s := in.p.cluster.streams
+	waiting := func() int { return len(s.unticketed) }
+	var idle []net.Conn
+	for range maxUnticketed {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	waitFor(t, "the idle connections to be accepted", func() bool { return waiting() == maxUnticketed })
+	extra, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	if err := streamClosed(extra); err != nil {
+		t.Fatalf("a connection past %d without a hello: %v", maxUnticketed, err)
+	}
+
+	// One idle connection presents a wrong hello: refused, its place freed.
+	if _, err := idle[0].Write([]byte("nonsense\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := streamClosed(idle[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refused connection's place to be freed", func() bool { return waiting() == maxUnticketed-1 })
+	secret := askTicket(t, in, "i9")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(streamHello + " i9 " + secret + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i9's ticket to be used up", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return !ok
+	})
+	waitFor(t, "i9's hello to free its place", func() bool { return waiting() == maxUnticketed-1 })
+}
