@@ -396,7 +396,7 @@ func (s *streams) read(conn net.Conn) {
 	}
 	src := io.MultiReader(hr, conn) // what hr read past the hello, then the rest
 	br := bufio.NewReaderSize(src, 64<<10)
-	limit := uint64(s.cl.p.cfg.MaxPayload) + 64<<10 // a frame and its fields
+	limit := streamLimit(s.cl.p.cfg)
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(s.beats(streamReadBeats)))
 		msg, held, err := readStreamMessage(br, src, limit)
@@ -416,6 +416,20 @@ func (s *streams) read(conn net.Conn) {
 			s.cl.node.Dispatch(msg)
 		}
 	}
+}
+
+// streamLimit bounds one stream message: the largest frame a member is
+// sent, which is a broadcast's ack (it echoes the msgId and threadId of a
+// message of up to MaxPayload and names every other member of the largest
+// room, each a quoted name of up to 32 bytes and a comma), and 64 KiB for
+// the rest of the ack and the cluster fields around it. Every other frame
+// is smaller: a forwarded msg, an error, a presence.
+func streamLimit(cfg Config) uint64 {
+	users := cfg.MaxUsers
+	for _, r := range cfg.Rooms {
+		users = max(users, r.MaxUsers)
+	}
+	return uint64(cfg.MaxPayload) + uint64(users)*(32+3) + 64<<10
 }
 
 // hello reads and checks a stream's first line: the magic, the dialer's

@@ -493,3 +493,52 @@ func TestStreamUnticketedConnectionsCapped(t *testing.T) {
 	})
 	waitFor(t, "i9's hello to free its place", func() bool { return waiting() == maxUnticketed-1 })
 }
+
+// TestStreamCarriesTheLargestAck: the ack of a broadcast in the largest
+// room, echoing a msgId of nearly max_payload and naming every other
+// member, fits a stream message: the stream goes on (the ticket request
+// behind it is dispatched) instead of closing as out of bounds.
+func TestStreamCarriesTheLargestAck(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	const users = 5000
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: minPayload, Rooms: []Room{{Name: "big", MaxUsers: users}}}, "i0", clusterLeaseTTL)
+	s := in.p.cluster.streams
+	secret := askTicket(t, in, "i9")
+	c, err := net.Dial("tcp", streamAddr(t, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msgID := []byte(`"` + strings.Repeat("m", minPayload-64) + `"`)
+	names := make([][]byte, users-1)
+	for i := range names {
+		names[i] = fmt.Appendf(nil, `"%032d"`, i)
+	}
+	ack := appendAck(nil, msgID, nil, names, nil)
+	if _, err := c.Write([]byte(streamHello + " i9 " + secret + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i9's ticket to be used up", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return !ok
+	})
+	var stream []byte
+	for _, m := range [][]byte{
+		cluster.Encode(msgOut, "i9", []byte("no-such-conn"), cluster.AppendUint(nil, 1), cluster.Flag(false), ack),
+		cluster.Encode(msgStream, "i9", []byte("req-i9")),
+	} {
+		stream = binary.AppendUvarint(stream, uint64(len(m)))
+		stream = append(stream, m...)
+	}
+	if _, err := c.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("the ticket request behind a %d-byte ack to be dispatched", len(ack)), func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return ok
+	})
+}
