@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connector/contract"
 	"connector/internal/cluster"
 	"connector/internal/wsconn"
 )
@@ -421,15 +422,17 @@ func (s *streams) read(conn net.Conn) {
 // streamLimit bounds one stream message: the largest frame a member is
 // sent, which is a broadcast's ack (it echoes the msgId and threadId of a
 // message of up to MaxPayload and names every other member of the largest
-// room, each a quoted name of up to 32 bytes and a comma), and 64 KiB for
-// the rest of the ack and the cluster fields around it. Every other frame
-// is smaller: a forwarded msg, an error, a presence.
+// room, each a quoted name of up to 32 bytes and a comma), or the bot's
+// msg or file-start, whose strings come from one gateway frame and are
+// JSON-escaped again (at most 6 bytes for each byte); and 64 KiB for the
+// rest of the frame and the cluster fields around it. Every other frame is
+// smaller: a forwarded msg, an error, a presence.
 func streamLimit(cfg Config) uint64 {
 	users := cfg.MaxUsers
 	for _, r := range cfg.Rooms {
 		users = max(users, r.MaxUsers)
 	}
-	return uint64(cfg.MaxPayload) + uint64(users)*(32+3) + 64<<10
+	return max(uint64(cfg.MaxPayload)+uint64(users)*(32+3), 6*contract.MaxFrameBytes) + 64<<10
 }
 
 // hello reads and checks a stream's first line: the magic, the dialer's

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/internal/redistest"
@@ -536,6 +537,52 @@ func TestStreamCarriesTheLargestAck(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, fmt.Sprintf("the ticket request behind a %d-byte ack to be dispatched", len(ack)), func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return ok
+	})
+}
+
+// TestStreamCarriesTheLargestBotMsg: with a small max_payload, the bot's
+// msg carrying a thread id that fills a gateway frame, with every byte
+// escaped again, fits a stream message: the stream goes on instead of
+// closing as out of bounds (and losing what every tenant queued on it).
+func TestStreamCarriesTheLargestBotMsg(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: minPayload}, "i0", clusterLeaseTTL)
+	s := in.p.cluster.streams
+	secret := askTicket(t, in, "i9")
+	c, err := net.Dial("tcp", streamAddr(t, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(streamHello + " i9 " + secret + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i9's ticket to be used up", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return !ok
+	})
+	// A gateway frame's thread id of control characters: each arrived as
+	// \u0001 and is written so again.
+	bm := botMsg{msgID: "b1", from: "hermes", threadID: strings.Repeat("\x01", contract.MaxFrameBytes/6-64), text: "hi", to: []string{"alice"}}
+	frame := appendBotMsg(nil, "msg", &bm, `,"attachments":[]`, 1)
+	var stream []byte
+	for _, m := range [][]byte{
+		cluster.Encode(msgOut, "i9", []byte("no-such-conn"), cluster.AppendUint(nil, 1), cluster.Flag(false), frame),
+		cluster.Encode(msgStream, "i9", []byte("req-i9")),
+	} {
+		stream = binary.AppendUvarint(stream, uint64(len(m)))
+		stream = append(stream, m...)
+	}
+	if _, err := c.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("the ticket request behind a %d-byte bot msg to be dispatched", len(frame)), func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		_, ok := s.tickets["i9"]
