@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"connector/contract"
 	"connector/internal/cluster"
 	"connector/internal/wsconn"
 )
@@ -55,6 +56,13 @@ const streamHello = "nexscope-stream/1"
 // maxHello bounds the hello line.
 const maxHello = 512
 
+// maxUnticketed bounds the incoming connections that have not presented
+// their hello yet (each holds a goroutine and a descriptor for up to
+// LostBeats beats): one past it is closed at once. An instance dials one
+// stream to each other instance, so far fewer are ever legitimately
+// waiting (docs/security.md).
+const maxUnticketed = 64
+
 // streams is this instance's direct streams: a listener for the other
 // instances' streams, and the streams it dialed, by instance.
 type streams struct {
@@ -67,6 +75,10 @@ type streams struct {
 	out     map[string]*outStream
 	failed  map[string]time.Time // instance -> when to try a stream again
 	tickets map[string]ticket    // instance -> the ticket it was given
+
+	// unticketed holds a token per incoming connection whose hello is
+	// not read yet (maxUnticketed).
+	unticketed chan struct{}
 
 	ending context.Context // ends with close, which closes the incoming streams
 	end    context.CancelFunc
@@ -101,7 +113,8 @@ type streamMsg struct {
 
 // newStreams returns cl's streams: none until listen.
 func newStreams(cl *fleet) *streams {
-	s := &streams{cl: cl, out: make(map[string]*outStream), failed: make(map[string]time.Time), tickets: make(map[string]ticket)}
+	s := &streams{cl: cl, out: make(map[string]*outStream), failed: make(map[string]time.Time), tickets: make(map[string]ticket),
+		unticketed: make(chan struct{}, maxUnticketed)}
 	s.ending, s.end = context.WithCancel(context.Background())
 	return s
 }
@@ -335,7 +348,8 @@ func (s *streams) ticketHere(req cluster.Msg) {
 // accept takes the other instances' streams until the listener closes;
 // close closes those still open (one accepted after close began, at once).
 // A failed accept (out of file descriptors) is tried again after a pause
-// that doubles up to a second, as net/http's server does.
+// that doubles up to a second, as net/http's server does. A connection
+// beyond maxUnticketed waiting for their hello is closed at once.
 func (s *streams) accept() {
 	var pause time.Duration
 	for {
@@ -352,6 +366,13 @@ func (s *streams) accept() {
 			continue
 		}
 		pause = 0
+		select {
+		case s.unticketed <- struct{}{}: // released once the hello is read
+		default:
+			s.cl.p.deps.Log.Debug("nexscope stream refused: too many connections without a hello", "remote", conn.RemoteAddr().String(), "max", maxUnticketed)
+			_ = conn.Close()
+			continue
+		}
 		s.wg.Go(func() {
 			defer context.AfterFunc(s.ending, func() { _ = conn.Close() })()
 			s.read(conn)
@@ -369,13 +390,14 @@ func (s *streams) read(conn net.Conn) {
 	// never presents a ticket costs no stream buffer.
 	hr := bufio.NewReaderSize(conn, maxHello+1)
 	from, err := s.hello(hr)
+	<-s.unticketed
 	if err != nil {
 		s.cl.p.deps.Log.Warn("nexscope stream refused", "remote", conn.RemoteAddr().String(), "err", err)
 		return
 	}
 	src := io.MultiReader(hr, conn) // what hr read past the hello, then the rest
 	br := bufio.NewReaderSize(src, 64<<10)
-	limit := uint64(s.cl.p.cfg.MaxPayload) + 64<<10 // a frame and its fields
+	limit := streamLimit(s.cl.p.cfg)
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(s.beats(streamReadBeats)))
 		msg, held, err := readStreamMessage(br, src, limit)
@@ -395,6 +417,22 @@ func (s *streams) read(conn net.Conn) {
 			s.cl.node.Dispatch(msg)
 		}
 	}
+}
+
+// streamLimit bounds one stream message: the largest frame a member is
+// sent, which is a broadcast's ack (it echoes the msgId and threadId of a
+// message of up to MaxPayload and names every other member of the largest
+// room, each a quoted name of up to 32 bytes and a comma), or the bot's
+// msg or file-start, whose strings come from one gateway frame and are
+// JSON-escaped again (at most 6 bytes for each byte); and 64 KiB for the
+// rest of the frame and the cluster fields around it. Every other frame is
+// smaller: a forwarded msg, an error, a presence.
+func streamLimit(cfg Config) uint64 {
+	users := cfg.MaxUsers
+	for _, r := range cfg.Rooms {
+		users = max(users, r.MaxUsers)
+	}
+	return max(uint64(cfg.MaxPayload)+uint64(users)*(32+3), 6*contract.MaxFrameBytes) + 64<<10
 }
 
 // hello reads and checks a stream's first line: the magic, the dialer's

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/internal/redistest"
@@ -436,4 +437,155 @@ func TestStreamToAnInstanceWithoutStreamsLosesNothing(t *testing.T) {
 		}
 		bob.Expect("ack")
 	}
+}
+
+// TestStreamUnticketedConnectionsCapped: connections to the stream
+// listener that present no hello are bounded (maxUnticketed): one past it
+// is closed at once, not held for LostBeats beats (here a minute, longer
+// than the wait); once a waiting one presents its hello, its place is
+// free again and a dialer with a ticket streams.
+func TestStreamUnticketedConnectionsCapped(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", 3*time.Minute)
+	addr := streamAddr(t, in)
+	s := in.p.cluster.streams
+	waiting := func() int { return len(s.unticketed) }
+	var idle []net.Conn
+	for range maxUnticketed {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		idle = append(idle, c)
+	}
+	waitFor(t, "the idle connections to be accepted", func() bool { return waiting() == maxUnticketed })
+	extra, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	if err := streamClosed(extra); err != nil {
+		t.Fatalf("a connection past %d without a hello: %v", maxUnticketed, err)
+	}
+
+	// One idle connection presents a wrong hello: refused, its place freed.
+	if _, err := idle[0].Write([]byte("nonsense\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := streamClosed(idle[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the refused connection's place to be freed", func() bool { return waiting() == maxUnticketed-1 })
+	secret := askTicket(t, in, "i9")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(streamHello + " i9 " + secret + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i9's ticket to be used up", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return !ok
+	})
+	waitFor(t, "i9's hello to free its place", func() bool { return waiting() == maxUnticketed-1 })
+}
+
+// TestStreamCarriesTheLargestAck: the ack of a broadcast in the largest
+// room, echoing a msgId of nearly max_payload and naming every other
+// member, fits a stream message: the stream goes on (the ticket request
+// behind it is dispatched) instead of closing as out of bounds.
+func TestStreamCarriesTheLargestAck(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	const users = 5000
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: minPayload, Rooms: []Room{{Name: "big", MaxUsers: users}}}, "i0", clusterLeaseTTL)
+	s := in.p.cluster.streams
+	secret := askTicket(t, in, "i9")
+	c, err := net.Dial("tcp", streamAddr(t, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msgID := []byte(`"` + strings.Repeat("m", minPayload-64) + `"`)
+	names := make([][]byte, users-1)
+	for i := range names {
+		names[i] = fmt.Appendf(nil, `"%032d"`, i)
+	}
+	ack := appendAck(nil, msgID, nil, names, nil)
+	if _, err := c.Write([]byte(streamHello + " i9 " + secret + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i9's ticket to be used up", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return !ok
+	})
+	var stream []byte
+	for _, m := range [][]byte{
+		cluster.Encode(msgOut, "i9", []byte("no-such-conn"), cluster.AppendUint(nil, 1), cluster.Flag(false), ack),
+		cluster.Encode(msgStream, "i9", []byte("req-i9")),
+	} {
+		stream = binary.AppendUvarint(stream, uint64(len(m)))
+		stream = append(stream, m...)
+	}
+	if _, err := c.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("the ticket request behind a %d-byte ack to be dispatched", len(ack)), func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return ok
+	})
+}
+
+// TestStreamCarriesTheLargestBotMsg: with a small max_payload, the bot's
+// msg carrying a thread id that fills a gateway frame, with every byte
+// escaped again, fits a stream message: the stream goes on instead of
+// closing as out of bounds (and losing what every tenant queued on it).
+func TestStreamCarriesTheLargestBotMsg(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: minPayload}, "i0", clusterLeaseTTL)
+	s := in.p.cluster.streams
+	secret := askTicket(t, in, "i9")
+	c, err := net.Dial("tcp", streamAddr(t, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(streamHello + " i9 " + secret + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i9's ticket to be used up", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return !ok
+	})
+	// A gateway frame's thread id of control characters: each arrived as
+	// \u0001 and is written so again.
+	bm := botMsg{msgID: "b1", from: "hermes", threadID: strings.Repeat("\x01", contract.MaxFrameBytes/6-64), text: "hi", to: []string{"alice"}}
+	frame := appendBotMsg(nil, "msg", &bm, `,"attachments":[]`, 1)
+	var stream []byte
+	for _, m := range [][]byte{
+		cluster.Encode(msgOut, "i9", []byte("no-such-conn"), cluster.AppendUint(nil, 1), cluster.Flag(false), frame),
+		cluster.Encode(msgStream, "i9", []byte("req-i9")),
+	} {
+		stream = binary.AppendUvarint(stream, uint64(len(m)))
+		stream = append(stream, m...)
+	}
+	if _, err := c.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, fmt.Sprintf("the ticket request behind a %d-byte bot msg to be dispatched", len(frame)), func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.tickets["i9"]
+		return ok
+	})
 }

@@ -410,9 +410,14 @@ func (p *Platform) linkCode(m *message, sender string) (string, bool) {
 func (p *Platform) redeemLink(ctx context.Context, number, sender, code string) {
 	reply := p.deps.RedeemLink(ctx, platformName, sender, code, func(tenant string) {
 		// Through another tenant's number the tenant may not act (sender):
-		// its own conversation with the user, if any, stays.
+		// its own conversation with the user, if any, stays. On the same
+		// number it keeps the user's latest message id, which typing marks.
 		if owner, owned := p.owners.Load().Owner(chatOf(sender, number)); !owned || owner == tenant {
-			p.converse(ctx, tenant, sender, conv{Number: number}, p.clock.Now())
+			c := conv{Number: number}
+			if old, ok := p.conversation(ctx, tenant, sender); ok && old.Number == number {
+				c.Last = old.Last
+			}
+			p.converse(ctx, tenant, sender, c, p.clock.Now())
 		}
 	})
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)

@@ -1155,3 +1155,26 @@ func TestTypingWhenTheBudgetIsSpentIsRateLimited(t *testing.T) {
 		t.Fatalf("%d read marks went out", n)
 	}
 }
+
+// A "/link" sent to a number the linked tenant already owns keeps the
+// message id of the user's conversation on it: typing still marks the
+// user's message read, not nothing until the user writes again.
+func TestLinkOnTheTenantsOwnNumberKeepsTheLastMessage(t *testing.T) {
+	r := newRig(t, nil, func(c *Config, d *platform.Deps) { d.Linker = linker{} })
+	const ada = "447700900123"
+	r.converse(t, biz2, ada, "wamid.O1")
+	if code := r.post(t, whatsapptest.Text(biz2, ada, "Ada", "wamid.O2", "/link GOOD")); code != 200 {
+		t.Fatal(code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if sent, err := r.fake.WaitSent(ctx, 1); err != nil || sent[0].Block()["body"] != platform.LinkedReply {
+		t.Fatalf("link reply %+v: %v", sent, err)
+	}
+	if res := r.exec(t, "t2", map[string]any{"op": "typing", "chat_id": ada}); !res.Success {
+		t.Fatal(res)
+	}
+	if reads := r.fake.Reads(); len(reads) != 1 || reads[0].MessageID != "wamid.O1" || reads[0].PhoneNumberID != biz2.PhoneNumberID {
+		t.Fatalf("typing marked %+v, want wamid.O1 read on t2's number", reads)
+	}
+}
