@@ -52,9 +52,11 @@ func streamAddr(t testing.TB, in *instance) string {
 }
 
 // askTicket has in give a stream ticket to instance from (as a ticket
-// request from it would) and returns the ticket's secret.
+// request from it would) and returns the ticket's secret. It first waits
+// for in's stream listener: an instance without one gives no ticket.
 func askTicket(t testing.TB, in *instance, from string) string {
 	t.Helper()
+	streamAddr(t, in)
 	s := in.p.cluster.streams
 	in.p.cluster.node.Dispatch(cluster.Encode(msgStream, from, []byte("req-"+from)))
 	s.mu.Lock()
