@@ -2,7 +2,9 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,4 +119,64 @@ func expect(t *testing.T, gw *relaytest.Gateway, want string) {
 		t.Fatalf("gateway got %q, want %q", ev.Text, want)
 	}
 	gw.Ack(t, id)
+}
+
+// errRefused is the store error of refusingLedger.
+var errRefused = errors.New("refusingLedger: write refused")
+
+// refusingStore is a store whose ledger refuses the next write of tenant
+// refuse (once), as a failed commit would.
+type refusingStore struct {
+	store.Store
+	refuse string
+	done   atomic.Bool
+}
+
+func (s *refusingStore) Ledger() store.Ledger { return refusingLedger{s.Store.Ledger(), s} }
+
+type refusingLedger struct {
+	store.Ledger
+	s *refusingStore
+}
+
+func (l refusingLedger) Stage(ctx context.Context, tenant string, recs []store.Record) ([]uint64, func() error, error) {
+	if tenant == l.s.refuse && l.s.done.CompareAndSwap(false, true) {
+		return nil, nil, errRefused
+	}
+	return l.Ledger.Stage(ctx, tenant, recs)
+}
+
+// A batch whose first write for a tenant is refused refuses every later
+// delivery of that tenant too, an interrupt (a Telegram "/stop") and a
+// message after it: the source delivers them again after the refused one,
+// so they reach the gateway in order, the interrupt after the message it
+// followed. Another tenant's deliveries are taken.
+func TestDeliverAllKeepsOrderAfterARefusedWrite(t *testing.T) {
+	st := &refusingStore{Store: store.NewMemory(nil), refuse: "t1"}
+	t.Cleanup(func() { _ = st.Close() })
+	p := newFake("discord", map[string]string{"c1": "t1", "c2": "t2"})
+	tenants := []relay.Tenant{
+		{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}},
+		{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{"s2"}}}},
+	}
+	relaytest.StartConfig(t, relay.Config{Tenants: tenants, Platforms: []platform.Platform{p},
+		Store: st, Log: relaytest.TestLogger(t)})
+	sink := p.runningSink().(platform.BatchSink)
+	stop := platform.Delivery{Kind: platform.KindInterrupt, Tenant: "t1", Platform: "discord",
+		SessionKey: sessionKey("discord", "c1", "u1"), ChatID: "c1"}
+	batch := []platform.Delivery{
+		batchDelivery("t1", "c1", "u1", "before"),
+		batchDelivery("t2", "c2", "u2", "other"),
+		stop,
+		batchDelivery("t1", "c1", "u1", "after"),
+	}
+	errs := sink.DeliverAll(context.Background(), batch)
+	if errs == nil {
+		t.Fatal("DeliverAll took every delivery; the store refused t1's write")
+	}
+	for i, want := range []bool{true, false, true, true} {
+		if got := errs[i] != nil; got != want {
+			t.Errorf("delivery %d (kind %d of %s): refused %v (%v), want %v", i, batch[i].Kind, batch[i].Tenant, got, errs[i], want)
+		}
+	}
 }

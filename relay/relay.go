@@ -500,32 +500,41 @@ func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
 // passthrough deliveries between two interrupts are stored in one store
 // write (enqueueAll), different tenants' side by side; an interrupt is
 // handled, as Deliver handles it, once everything before it in ds is
-// stored, so the batch keeps its order.
+// stored, so the batch keeps its order. Once a tenant's delivery is not
+// taken, its later ones are not either (the same error): the source
+// delivers them again after it, in order.
 func (s *Server) DeliverAll(ctx context.Context, ds []platform.Delivery) []error {
 	var errs []error
+	failed := make(map[string]error) // by tenant: its first delivery not taken
 	fail := func(i int, err error) {
 		if errs == nil {
 			errs = make([]error, len(ds))
 		}
 		errs[i] = err
+		failed[ds[i].Tenant] = err
 	}
 	start := 0
 	for i := range ds {
 		if ds[i].Kind == platform.KindInterrupt {
-			s.deliverRun(ctx, ds, start, i, fail)
-			if err := s.Deliver(ctx, ds[i]); err != nil {
+			s.deliverRun(ctx, ds, start, i, failed, fail)
+			err := failed[ds[i].Tenant]
+			if err == nil {
+				err = s.Deliver(ctx, ds[i])
+			}
+			if err != nil {
 				fail(i, err)
 			}
 			start = i + 1
 		}
 	}
-	s.deliverRun(ctx, ds, start, len(ds), fail)
+	s.deliverRun(ctx, ds, start, len(ds), failed, fail)
 	return errs
 }
 
 // deliverRun stores ds[from:to], which holds no interrupt, with one
-// enqueueAll per tenant, and reports each delivery not taken to fail.
-func (s *Server) deliverRun(ctx context.Context, ds []platform.Delivery, from, to int, fail func(int, error)) {
+// enqueueAll per tenant not in failed, and reports each delivery not taken
+// to fail.
+func (s *Server) deliverRun(ctx context.Context, ds []platform.Delivery, from, to int, failed map[string]error, fail func(int, error)) {
 	if from >= to {
 		return
 	}
@@ -541,6 +550,9 @@ func (s *Server) deliverRun(ctx context.Context, ds []platform.Delivery, from, t
 	errs := make([]error, len(order))
 	var wg sync.WaitGroup
 	for n, t := range order {
+		if errs[n] = failed[t]; errs[n] != nil {
+			continue
+		}
 		store := func() { errs[n] = s.deliverTenant(ctx, t, ds, byTenant[t]) }
 		if len(order) == 1 {
 			store()

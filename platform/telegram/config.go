@@ -87,8 +87,9 @@ type Config struct {
 	MaxWebhookBytes int64 `yaml:"max_webhook_bytes"`
 	// DedupeWindow is how many recent update_ids each instance remembers to
 	// drop redeliveries. Default 10,000. With several instances, a webhook
-	// update's update_id is also claimed in the store for an hour, so a
-	// retry that reaches another instance is dropped too.
+	// update's update_id is also claimed in the store for 24 hours
+	// (Telegram's retry period), so a retry that reaches another instance
+	// is dropped too.
 	DedupeWindow int `yaml:"dedupe_window"`
 }
 

@@ -32,7 +32,7 @@ type draftKey struct {
 // preview is the message a draft stream of a group chat is shown in:
 // Telegram streams drafts into private chats only, so elsewhere the first
 // frame sends a message and later frames edit it. mu orders the frames of
-// one stream and guards the fields.
+// one stream and guards id and done; thread and turn never change.
 type preview struct {
 	mu     sync.Mutex
 	id     int    // the message; 0 until sent, and after it was gone
@@ -148,7 +148,7 @@ func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a
 	if err != nil {
 		return p.failure(contract.OpDraft, err)
 	}
-	pv.id, pv.thread = msg.ID, params.MessageThreadID
+	pv.id = msg.ID
 	return contract.OK("")
 }
 

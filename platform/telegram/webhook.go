@@ -25,8 +25,9 @@ const (
 	// killed instance's claim holds the update back.
 	webhookPending = mediaDownloadTimeout + 30*time.Second
 	// webhookDedupeWindow is how long a handled update_id is remembered
-	// across instances, as Slack's default dedupe_window.
-	webhookDedupeWindow = time.Hour
+	// across instances: Telegram keeps retrying an unconfirmed update for
+	// up to 24 hours.
+	webhookDedupeWindow = 24 * time.Hour
 )
 
 // serveWebhook handles POST /telegram/webhook; the package doc lists its

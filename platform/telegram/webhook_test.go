@@ -7,12 +7,74 @@ import (
 	"testing"
 	"time"
 
+	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
 	"connector/internal/redistest"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 	"connector/store"
 )
+
+// webhookInstances builds two webhook-mode instances sharing a store on
+// backend (memory, or a real redis-server), the store and both platforms
+// on clk (nil: the real clock).
+func webhookInstances(t *testing.T, backend string, clk *clocktest.Fake) (a, b *env) {
+	t.Helper()
+	cfg := store.Config{Backend: backend}
+	deps := platform.Deps{}
+	if clk != nil {
+		cfg.Clock, deps.Clock = clk, clk
+	}
+	if backend == store.BackendRedis {
+		cfg.RedisURL = redistest.Start(t, redistest.Options{}).URL()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st, err := store.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	instance := func(name string) *env {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		deps.Store, deps.Cluster = st, n
+		return newEnvDeps(t, deps, func(c *Config) {
+			c.WebhookURL = "https://connector.example" + WebhookPath
+			c.WebhookSecret = testSecret
+		})
+	}
+	return instance("i0"), instance("i1")
+}
+
+// TestWebhookRetryWithinTelegramsRetryPeriod: Telegram retries an
+// unconfirmed webhook update for up to 24 hours. A retry 23 hours after
+// the first copy was stored (its 200 lost), reaching the other instance,
+// is answered 200 and not delivered again (memory store, and a real
+// redis-server, on the fake clock).
+func TestWebhookRetryWithinTelegramsRetryPeriod(t *testing.T) {
+	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
+		t.Run(backend, func(t *testing.T) {
+			clk := clocktest.New(time.Now())
+			a, b := webhookInstances(t, backend, clk)
+			a.startWebhook(t)
+			b.startWebhook(t)
+			raw := withUpdateID(t, fixture(t, "telegram_shared_private_text").Raw, 884200003)
+			if code := a.post(t, raw); code != http.StatusOK {
+				t.Fatalf("first copy: status %d", code)
+			}
+			a.sink.Next(t)
+			clk.Advance(23 * time.Hour)
+			if code := b.post(t, raw); code != http.StatusOK {
+				t.Fatalf("retry 23 h later: status %d, want 200", code)
+			}
+			b.sink.Empty(t)
+		})
+	}
+}
 
 // TestWebhookUpdateOnceAcrossInstances: two instances behind one webhook
 // URL share a store (memory, and a real redis-server), and Telegram's
@@ -25,29 +87,9 @@ import (
 func TestWebhookUpdateOnceAcrossInstances(t *testing.T) {
 	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
 		t.Run(backend, func(t *testing.T) {
-			cfg := store.Config{Backend: backend}
-			if backend == store.BackendRedis {
-				cfg.RedisURL = redistest.Start(t, redistest.Options{}).URL()
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 			defer cancel()
-			st, err := store.Open(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = st.Close() })
-			instance := func(name string) *env {
-				n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(n.Close)
-				return newEnvDeps(t, platform.Deps{Store: st, Cluster: n}, func(c *Config) {
-					c.WebhookURL = "https://connector.example" + WebhookPath
-					c.WebhookSecret = testSecret
-				})
-			}
-			a, b := instance("i0"), instance("i1")
+			a, b := webhookInstances(t, backend, nil)
 			// a's first delivery waits until the test lets it go: the
 			// update is being handled on a.
 			handling, letGo := make(chan struct{}), make(chan struct{})
