@@ -16,11 +16,13 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
 	"connector/media"
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 	"connector/session"
+	"connector/store"
 )
 
 // TestPromptRoundTrip: a prompt posts Block Kit buttons whose action_ids
@@ -677,5 +679,61 @@ func TestInboundFilesShareOneDeadline(t *testing.T) {
 	}
 	if code := <-codes; code != http.StatusOK {
 		t.Fatalf("answered %d", code)
+	}
+}
+
+// TestSlowFilesKeepTheirClaim: a message whose files take longer than
+// Slack's 3 s is retried by Slack (after 1 minute), possibly on another
+// instance; while the first copy is still fetching the files, the retry is
+// busy (503), not handled a second time.
+func TestSlowFilesKeepTheirClaim(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	var envs []*env
+	for _, name := range []string{"i0", "i1"} {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		envs = append(envs, newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: n, Media: newMediaStore(t), Clock: clk}))
+	}
+	a, b := envs[0], envs[1]
+	started := make(chan string, 4)
+	url := fake.AddStalledFile(teamA.ID, "F0SLOW0001", "slow.png", "image/png", started)
+	ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "a slow shot")
+	ev["files"] = []any{map[string]any{"id": "F0SLOW0001", "name": "slow.png", "mimetype": "image/png", "size": 10, "url_private": url}}
+	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", ev)
+	first := make(chan int, 1)
+	go func() { code, _ := a.post(t, EventsPath, "application/json", body); first <- code }()
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first copy's download", waitFor)
+	}
+	clk.Advance(time.Minute) // Slack's second retry
+	retry := make(chan int, 1)
+	go func() { code, _ := b.post(t, EventsPath, "application/json", body); retry <- code }()
+	select {
+	case code := <-retry:
+		if code != http.StatusServiceUnavailable {
+			t.Errorf("the retry got %d while the first copy was fetching its files, want 503", code)
+		}
+	case <-started:
+		t.Error("the retry fetched the files again while the first copy was fetching them")
+	case <-time.After(waitFor):
+		t.Errorf("timed out after %v waiting for the retry's answer", waitFor)
+	}
+	clk.Advance(mediaDownloadTimeout)
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("the first copy got %d", code)
+	}
+	if t.Failed() {
+		<-retry
+	}
+	if n := a.sink.Taken() + b.sink.Taken(); n != 1 {
+		t.Fatalf("delivered %d times", n)
 	}
 }

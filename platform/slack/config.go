@@ -82,9 +82,9 @@ type Config struct {
 	// MaxEventBytes caps a request body of the HTTP routes; larger ones get
 	// 413. Default 1 MiB.
 	MaxEventBytes int64 `yaml:"max_event_bytes"`
-	// DedupeWindow is how long an event_id (and a message's team, channel
-	// and ts) is remembered to drop Slack's retries and duplicates, across
-	// instances. Default 1h (the native SLACK_DEDUP_TTL_SECONDS).
+	// DedupeWindow is how long a message's team, channel and ts (a press's
+	// prompt message) is remembered to drop Slack's retries and duplicates,
+	// across instances. Default 1h (the native SLACK_DEDUP_TTL_SECONDS).
 	DedupeWindow time.Duration `yaml:"dedupe_window"`
 }
 

@@ -17,8 +17,10 @@ import (
 // unacknowledged, so Slack tries again later.
 
 // pendingTTL bounds how long a crashed instance's pending claim holds a
-// key.
-const pendingTTL = 30 * time.Second
+// key: longer than handling a message may take, its files' downloads
+// (mediaDownloadTimeout) included, or Slack's retry of a message still
+// fetching its files would be handled again on another instance.
+const pendingTTL = mediaDownloadTimeout + time.Minute
 
 // localClaims bounds the claims kept in process memory: past it the least
 // recently used are forgotten, which may let a late duplicate through but

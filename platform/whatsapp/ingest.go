@@ -300,10 +300,15 @@ func (p *Platform) drop(reason, number, sender string) {
 	p.log.Debug("whatsapp message dropped", "reason", reason, "phone_number_id", number, "user_id", sender)
 }
 
-// status counts one delivery status for the tenant owning number; a
-// failed one is logged with Meta's error code.
+// status counts one delivery status for the tenant that sent the message
+// (senderMark), else (a message sent before the mark, or by another app)
+// for the tenant owning number; a failed one is logged with Meta's error
+// code.
 func (p *Platform) status(number string, st *status) {
-	tenant, _ := p.route(number, strings.TrimSpace(st.RecipientID))
+	tenant, marked := strings.CutPrefix(st.Callback, senderMark)
+	if !marked {
+		tenant, _ = p.route(number, strings.TrimSpace(st.RecipientID))
+	}
 	if tenant == "" {
 		p.metrics.Dropped(platformName, dropUnclaimed)
 		return

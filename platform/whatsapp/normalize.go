@@ -99,6 +99,7 @@ type mediaRef struct {
 type status struct {
 	Status      string `json:"status"`
 	RecipientID string `json:"recipient_id"`
+	Callback    string `json:"biz_opaque_callback_data"` // senderMark when the connector sent it
 	Errors      []struct {
 		Code  int    `json:"code"`
 		Title string `json:"title"`

@@ -87,8 +87,21 @@ func (p *Platform) sendText(ctx context.Context, tenant string, c chat, op, text
 	}, func(err error) contract.Result { return p.failure(op, err) })
 }
 
-// post sends one /messages payload from the conversation's number, paced.
-func (p *Platform) post(ctx context.Context, tenant string, c chat, msg any) (string, error) {
+// senderMark prefixes the tenant in a message's biz_opaque_callback_data,
+// which Meta echoes in the message's statuses: they are counted under the
+// tenant that sent it, whoever owns the number by then. Meta takes at most
+// maxCallback bytes there.
+const (
+	senderMark  = "connector.tenant:"
+	maxCallback = 512
+)
+
+// post sends one /messages payload from the conversation's number, paced,
+// marked with its sender (senderMark).
+func (p *Platform) post(ctx context.Context, tenant string, c chat, msg map[string]any) (string, error) {
+	if mark := senderMark + tenant; len(mark) <= maxCallback {
+		msg["biz_opaque_callback_data"] = mark
+	}
 	var id string
 	err := p.paced(ctx, tenant, c.number, c.user, func(ctx context.Context) (err error) {
 		id, err = p.graph.sendMessage(ctx, c.number, msg)

@@ -356,6 +356,30 @@ func TestStatusesCountedPerTenantNeverDelivered(t *testing.T) {
 	}
 }
 
+// A status is counted under the tenant that sent its message, which Meta
+// echoes (biz_opaque_callback_data), not under the number's owner of the
+// moment: the number moved to another tenant since.
+func TestStatusCountedUnderTheSenderAfterTheNumberMoved(t *testing.T) {
+	r := newRig(t, nil, nil)
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.I1")
+	if res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "hi", "reply_to": nil}); !res.Success {
+		t.Fatalf("send: %+v", res)
+	}
+	sent := r.fake.Sent()
+	if err := r.p.Bind([]platform.Binding{{Kind: platform.BindPhoneNumber, ID: biz1.PhoneNumberID, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if code := r.post(t, whatsapptest.StatusOf(biz1, sent[len(sent)-1], "read", 0)); code != 200 {
+		t.Fatalf("status: %d", code)
+	}
+	for k, want := range map[string]int{"t1/read": 1, "t2/read": 0} {
+		if got := r.stats.get(r.stats.counts, k); got != want {
+			t.Errorf("%s: %d, want %d", k, got, want)
+		}
+	}
+}
+
 // converse makes user write to b so that b's tenant has a conversation.
 func (r *rig) converse(t *testing.T, b whatsapptest.Business, user, wamid string) {
 	t.Helper()

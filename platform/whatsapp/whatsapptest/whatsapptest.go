@@ -431,7 +431,21 @@ func Tap(b Business, waID, name, wamid, replyTo, id, title string, list bool) []
 // Status is the payload of a delivery status of message wamid to waID;
 // a failed status carries errorCode.
 func Status(b Business, waID, wamid, status string, errorCode int) []byte {
+	return statusOf(b, waID, wamid, "", status, errorCode)
+}
+
+// StatusOf is the payload of a delivery status of message s, carrying
+// the biz_opaque_callback_data s was sent with, as Meta echoes it.
+func StatusOf(b Business, s Sent, status string, errorCode int) []byte {
+	callback, _ := s.Body["biz_opaque_callback_data"].(string)
+	return statusOf(b, s.To, s.ID, callback, status, errorCode)
+}
+
+func statusOf(b Business, waID, wamid, callback, status string, errorCode int) []byte {
 	st := map[string]any{"id": wamid, "status": status, "timestamp": "1768481400", "recipient_id": waID}
+	if callback != "" {
+		st["biz_opaque_callback_data"] = callback
+	}
 	if status == "failed" {
 		st["errors"] = []any{map[string]any{"code": errorCode, "title": "Message undeliverable"}}
 	}
