@@ -297,6 +297,29 @@ func (p *Platform) running() *lifecycle {
 	return p.life
 }
 
+// enter registers work Run waits for (p.work) and returns Run's
+// lifecycle, or nil, registering nothing, when Run is not running: the
+// check and the registration are one step under lifeMu, so no work is
+// added once stop began waiting.
+func (p *Platform) enter() *lifecycle {
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	if p.life == nil || p.life.ctx.Err() != nil {
+		return nil
+	}
+	p.work.Add(1)
+	return p.life
+}
+
+// stop ends Run's lifecycle with cancel, under lifeMu so that enter admits
+// nothing after it, and waits for the work entered before.
+func (p *Platform) stop(cancel context.CancelFunc) {
+	p.lifeMu.Lock()
+	cancel()
+	p.lifeMu.Unlock()
+	p.work.Wait()
+}
+
 // guildOwners maps each bound guild id to its tenant.
 func (p *Platform) guildOwners() map[string]string { return *p.guilds.Load() }
 
