@@ -94,7 +94,7 @@ type Platform struct {
 
 	lifeMu    sync.Mutex
 	life      *lifecycle
-	work      sync.WaitGroup // interaction admission and processing in flight
+	work      sync.WaitGroup // entered work in flight (enter): interactions, messages being queued
 	slots     chan struct{}  // bounds processing
 	admitting chan struct{}  // bounds Gateway interactions being admitted
 }
