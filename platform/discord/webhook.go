@@ -232,8 +232,8 @@ func (p *Platform) acquireSlot(ctx context.Context) bool {
 
 // processInteraction normalizes an interaction, moves its token into the
 // vault under the session it belongs to, and delivers the event, which never
-// carries the token. It returns the delivery's error; an interaction dropped
-// on purpose is not an error.
+// carries the token. It returns the error of the token's store or of the
+// delivery; an interaction dropped on purpose is not an error.
 func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wireInteraction, received time.Time) error {
 	token := vault.NewSecret(in.Token)
 	in.Token = ""
@@ -251,7 +251,8 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 		err := p.vault.Put(ctx, vault.Key{Tenant: tenant, SessionKey: key, Kind: vault.KindDiscordInteractionToken},
 			vault.Entry{Value: token, Ref: appID, Stored: received})
 		if err != nil {
-			p.log.Warn("discord interaction token not stored", "interaction_id", in.ID, "err", err)
+			p.log.Warn("discord interaction token not stored; not confirmed", "interaction_id", in.ID, "err", err)
+			return err
 		}
 	}
 	return p.deliver(ctx, tenant, t, received)

@@ -3,6 +3,7 @@ package discord
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -355,4 +356,33 @@ func waitingIn(fn string) bool {
 		}
 	}
 	return false
+}
+
+// refusingTokens is a vault that cannot store interaction tokens, as a
+// store that is down.
+type refusingTokens struct{ *vault.Memory }
+
+func (v refusingTokens) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindDiscordInteractionToken {
+		return errors.New("store unavailable")
+	}
+	return v.Memory.Put(ctx, k, e)
+}
+
+// TestInteractionNotConfirmedWithoutItsToken: the deferred response goes
+// out only once the token is in the vault (docs/durability.md): an
+// interaction whose token could not be stored is answered 503 and not
+// delivered, since the agent could never answer it.
+func TestInteractionNotConfirmedWithoutItsToken(t *testing.T) {
+	t.Parallel()
+	e := newEnvDeps(t, platform.Deps{Vault: refusingTokens{vault.NewMemory(vault.Config{})}}, discordtest.Options{}, nil)
+	e.startReady(t)
+	url := e.webhookServer(t)
+	body := slashBody("8460", "unstored-token", guildLab, chanGeneral)
+	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), body)); code != http.StatusServiceUnavailable {
+		t.Fatalf("slash whose token was not stored = %d %s, want 503", code, ack)
+	}
+	if n := e.sink.Calls(); n != 0 {
+		t.Fatalf("%d deliveries of an interaction whose token was not stored", n)
+	}
 }
