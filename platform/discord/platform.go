@@ -220,6 +220,7 @@ func (p *Platform) gatewaySession() *discordgo.Session {
 	s.ShouldReconnectOnError = false
 	s.Identify.Intents = Intents
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.Event) { p.onDispatch(e.Type, e.RawData) })
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Connect) { p.gw.handshakeDone() })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { p.gw.signalDisconnect() })
 	return s
 }
