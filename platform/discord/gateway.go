@@ -94,10 +94,11 @@ func (g *gateway) dial(ctx context.Context, network, addr string) (net.Conn, err
 // I/O on the socket).
 func (g *gateway) handshakeDone() {
 	g.connMu.Lock()
-	defer g.connMu.Unlock()
-	if g.conn != nil {
-		g.conn.lift()
-		g.conn = nil
+	c := g.conn
+	g.conn = nil
+	g.connMu.Unlock()
+	if c != nil {
+		c.lift()
 	}
 }
 
@@ -179,11 +180,13 @@ func (g *gateway) open(ctx context.Context) error {
 	g.conn, g.by, g.openCtx = nil, time.Now().Add(g.p.cfg.HandshakeTimeout), ctx // wall time: see run
 	g.connMu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
+		past := time.Unix(1, 0)
 		g.connMu.Lock()
-		defer g.connMu.Unlock()
-		g.by = time.Unix(1, 0) // a socket dialed later fails at once
-		if g.conn != nil {
-			g.conn.cut(g.by)
+		g.by = past // a socket dialed later fails at once
+		c := g.conn
+		g.connMu.Unlock()
+		if c != nil {
+			c.cut(past)
 		}
 	})
 	err := g.sess.Open()
