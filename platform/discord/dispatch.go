@@ -170,10 +170,11 @@ func (p *Platform) enqueueMessage(edit bool, raw json.RawMessage) {
 		p.log.Warn("discord message dispatch not decodable", "err", err)
 		return
 	}
-	life := p.running()
+	life := p.enter() // Run's turns.Wait follows its stop
 	if life == nil {
 		return
 	}
+	defer p.work.Done()
 	// Blocking here stalls the Gateway reader: Discord then resumes the
 	// session and replays, so nothing is lost.
 	p.turns.Go(life.ctx, it.msg.ChannelID, func() { p.ingestMessage(life.ctx, &it) })

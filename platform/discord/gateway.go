@@ -61,8 +61,8 @@ type gateway struct {
 	budget       *identifyBudget
 
 	connMu  sync.Mutex
-	conn    net.Conn        // the socket being opened, closed by the watchdog
-	aborted bool            // the watchdog fired: a socket dialed later is refused
+	conn    *handshakeConn  // the socket being opened, until its handshake was read
+	by      time.Time       // when the latest open's handshake must end (wall time)
 	openCtx context.Context // the latest open's ctx (openContext)
 }
 
@@ -74,8 +74,8 @@ func newGateway(p *Platform) *gateway {
 	}
 }
 
-// dial is the Gateway dialer's NetDialContext; it remembers the socket so
-// the watchdog can abort a stuck handshake.
+// dial is the Gateway dialer's NetDialContext: the socket's handshake must
+// end by the open's deadline (handshakeConn).
 func (g *gateway) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, network, addr)
@@ -84,16 +84,71 @@ func (g *gateway) dial(ctx context.Context, network, addr string) (net.Conn, err
 	}
 	g.connMu.Lock()
 	defer g.connMu.Unlock()
-	if g.aborted {
-		_ = c.Close()
-		return nil, errHandshakeTimeout
-	}
-	g.conn = c
-	return c, nil
+	g.conn = &handshakeConn{Conn: c, limit: g.by}
+	_ = c.SetDeadline(g.by)
+	return g.conn, nil
 }
 
-// errHandshakeTimeout reports a Gateway open that outlived HandshakeTimeout.
-var errHandshakeTimeout = errors.New("gateway handshake timed out")
+// handshakeDone lifts the handshake deadline once discordgo's Open read
+// READY or RESUMED (its Connect event, which it emits before any further
+// I/O on the socket).
+func (g *gateway) handshakeDone() {
+	g.connMu.Lock()
+	c := g.conn
+	g.conn = nil
+	g.connMu.Unlock()
+	if c != nil {
+		c.lift()
+	}
+}
+
+// handshakeConn is a Gateway socket whose handshake (the upgrade, HELLO,
+// then READY or RESUMED) must end by limit: every deadline set on it
+// meanwhile (gorilla sets and clears its own around the upgrade) is capped
+// there, so the read a silent server leaves waiting fails. Unlike closing
+// the socket from a timer, a deadline cannot cut a session whose READY was
+// read in time but whose Open returned after the limit.
+type handshakeConn struct {
+	net.Conn
+	mu    sync.Mutex
+	limit time.Time // zero once lifted
+}
+
+// SetDeadline implements net.Conn, capped at the limit.
+func (c *handshakeConn) SetDeadline(t time.Time) error { return c.set(t, c.Conn.SetDeadline) }
+
+// SetReadDeadline implements net.Conn, capped at the limit.
+func (c *handshakeConn) SetReadDeadline(t time.Time) error { return c.set(t, c.Conn.SetReadDeadline) }
+
+// SetWriteDeadline implements net.Conn, capped at the limit.
+func (c *handshakeConn) SetWriteDeadline(t time.Time) error { return c.set(t, c.Conn.SetWriteDeadline) }
+
+func (c *handshakeConn) set(t time.Time, apply func(time.Time) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.limit.IsZero() && (t.IsZero() || t.After(c.limit)) {
+		t = c.limit
+	}
+	return apply(t)
+}
+
+// cut brings the limit forward to t, unless lifted.
+func (c *handshakeConn) cut(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.limit.IsZero() {
+		c.limit = t
+		_ = c.Conn.SetDeadline(t)
+	}
+}
+
+// lift ends the cap: the session is up.
+func (c *handshakeConn) lift() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.limit = time.Time{}
+	_ = c.Conn.SetDeadline(time.Time{})
+}
 
 func (g *gateway) signalDisconnect() {
 	select {
@@ -115,28 +170,26 @@ func (g *gateway) openContext() context.Context {
 	return g.openCtx
 }
 
-// open runs discordgo's Open under the handshake watchdog and ctx, on a new
-// session if there is none.
+// open runs discordgo's Open under the handshake deadline (handshakeConn)
+// and ctx, on a new session if there is none.
 func (g *gateway) open(ctx context.Context) error {
 	if g.sess == nil {
 		g.sess = g.p.gatewaySession()
 	}
 	g.connMu.Lock()
-	g.conn, g.aborted, g.openCtx = nil, false, ctx
+	g.conn, g.by, g.openCtx = nil, time.Now().Add(g.p.cfg.HandshakeTimeout), ctx // wall time: see run
 	g.connMu.Unlock()
-	abort := func() {
+	stop := context.AfterFunc(ctx, func() {
+		past := time.Unix(1, 0)
 		g.connMu.Lock()
+		g.by = past // a socket dialed later fails at once
 		c := g.conn
-		g.aborted = true
 		g.connMu.Unlock()
 		if c != nil {
-			_ = c.Close()
+			c.cut(past)
 		}
-	}
-	timer := clock.System.AfterFunc(g.p.cfg.HandshakeTimeout, abort) // wall time: see run
-	stop := context.AfterFunc(ctx, abort)
+	})
 	err := g.sess.Open()
-	timer.Stop()
 	stop()
 	return err
 }

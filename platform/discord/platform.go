@@ -94,7 +94,7 @@ type Platform struct {
 
 	lifeMu    sync.Mutex
 	life      *lifecycle
-	work      sync.WaitGroup // interaction admission and processing in flight
+	work      sync.WaitGroup // entered work in flight (enter): interactions, messages being queued
 	slots     chan struct{}  // bounds processing
 	admitting chan struct{}  // bounds Gateway interactions being admitted
 }
@@ -220,6 +220,7 @@ func (p *Platform) gatewaySession() *discordgo.Session {
 	s.ShouldReconnectOnError = false
 	s.Identify.Intents = Intents
 	s.AddHandler(func(_ *discordgo.Session, e *discordgo.Event) { p.onDispatch(e.Type, e.RawData) })
+	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Connect) { p.gw.handshakeDone() })
 	s.AddHandler(func(_ *discordgo.Session, _ *discordgo.Disconnect) { p.gw.signalDisconnect() })
 	return s
 }
@@ -295,6 +296,29 @@ func (p *Platform) running() *lifecycle {
 		return nil
 	}
 	return p.life
+}
+
+// enter registers work Run waits for (p.work) and returns Run's
+// lifecycle, or nil, registering nothing, when Run is not running: the
+// check and the registration are one step under lifeMu, so no work is
+// added once stop began waiting.
+func (p *Platform) enter() *lifecycle {
+	p.lifeMu.Lock()
+	defer p.lifeMu.Unlock()
+	if p.life == nil || p.life.ctx.Err() != nil {
+		return nil
+	}
+	p.work.Add(1)
+	return p.life
+}
+
+// stop ends Run's lifecycle with cancel, under lifeMu so that enter admits
+// nothing after it, and waits for the work entered before.
+func (p *Platform) stop(cancel context.CancelFunc) {
+	p.lifeMu.Lock()
+	cancel()
+	p.lifeMu.Unlock()
+	p.work.Wait()
 }
 
 // guildOwners maps each bound guild id to its tenant.

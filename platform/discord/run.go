@@ -38,10 +38,9 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 		defer p.gwHere.Store(false)
 		return p.gw.run(ctx)
 	})
-	cancel()
+	p.stop(cancel)
 	wg.Wait()
 	p.turns.Wait()
-	p.work.Wait()
 	if err == nil {
 		p.setStatus(false, false, "stopped")
 	}

@@ -106,10 +106,11 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		p.metrics.Dropped(platformName, "unsupported_interaction")
 		return nil, http.StatusBadRequest
 	}
-	life := p.running()
+	life := p.enter()
 	if life == nil {
 		return nil, http.StatusServiceUnavailable
 	}
+	defer p.work.Done()
 	author := ""
 	if u := in.user(); u != nil {
 		author = u.ID
@@ -137,7 +138,6 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	// sends it again: it goes out only once the interaction is delivered
 	// (stored by the relay), within Discord's 3 s. A webhook waits for that;
 	// a Gateway interaction calls back once it is done.
-	p.work.Add(1)
 	ctx := platform.WithTenant(life.ctx, tenant)
 	process := func() error {
 		defer func() { <-p.slots }()
@@ -146,12 +146,12 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 		return p.processInteraction(pctx, tenant, in, received)
 	}
 	if respond == nil {
-		defer p.work.Done()
 		if err := process(); err != nil {
 			return nil, http.StatusServiceUnavailable
 		}
 		return ack, 0
 	}
+	p.work.Add(1) // while this call's own holds Run
 	go func() {
 		defer p.work.Done()
 		if process() != nil {
@@ -232,8 +232,8 @@ func (p *Platform) acquireSlot(ctx context.Context) bool {
 
 // processInteraction normalizes an interaction, moves its token into the
 // vault under the session it belongs to, and delivers the event, which never
-// carries the token. It returns the delivery's error; an interaction dropped
-// on purpose is not an error.
+// carries the token. It returns the error of the token's store or of the
+// delivery; an interaction dropped on purpose is not an error.
 func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wireInteraction, received time.Time) error {
 	token := vault.NewSecret(in.Token)
 	in.Token = ""
@@ -251,7 +251,8 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 		err := p.vault.Put(ctx, vault.Key{Tenant: tenant, SessionKey: key, Kind: vault.KindDiscordInteractionToken},
 			vault.Entry{Value: token, Ref: appID, Stored: received})
 		if err != nil {
-			p.log.Warn("discord interaction token not stored", "interaction_id", in.ID, "err", err)
+			p.log.Warn("discord interaction token not stored; not confirmed", "interaction_id", in.ID, "err", err)
+			return err
 		}
 	}
 	return p.deliver(ctx, tenant, t, received)
@@ -272,19 +273,19 @@ func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 		p.metrics.Dropped(platformName, "malformed")
 		return
 	}
-	if p.running() == nil {
+	if p.enter() == nil {
 		return
 	}
 	select {
 	case p.admitting <- struct{}{}:
 	default:
+		p.work.Done()
 		p.metrics.Dropped(platformName, "overloaded")
 		p.log.Warn("discord interaction dropped unanswered: too many Gateway interactions being admitted; it fails for its user",
 			"interaction_id", in.ID, "max_admitting", cap(p.admitting))
 		return
 	}
 	token := in.Token
-	p.work.Add(1)
 	go func() {
 		defer p.work.Done()
 		defer func() { <-p.admitting }()
@@ -300,11 +301,13 @@ func (p *Platform) gatewayInteraction(raw json.RawMessage) {
 // answerNow returns ack, an interaction's only answer; a Gateway
 // interaction's (respond set) is sent in the background, by answerBy.
 func (p *Platform) answerNow(respond func(context.Context, []byte) error, ack []byte, answerBy time.Time) ([]byte, int) {
-	life := p.running()
-	if respond == nil || life == nil {
+	if respond == nil {
 		return ack, 0
 	}
-	p.work.Add(1)
+	life := p.enter()
+	if life == nil {
+		return ack, 0
+	}
 	go func() {
 		defer p.work.Done()
 		ctx, cancel := context.WithDeadline(life.ctx, answerBy)

@@ -3,11 +3,14 @@ package discord
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,5 +272,117 @@ func TestReplayAtTheEdgeOfTheWindow(t *testing.T) {
 	clk.Advance(2 * skew)
 	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, stamp, body)); code != http.StatusConflict {
 		t.Fatalf("replay %v after the first = %d %s, want 409", 2*skew, code, ack)
+	}
+}
+
+// parkedGrants is a vault whose first chat-grant write waits for release,
+// counting the writes made after Run returned.
+type parkedGrants struct {
+	*vault.Memory
+	parked   chan struct{} // closed when the grant write waits
+	release  chan struct{}
+	returned atomic.Bool // set once Run returned
+	late     atomic.Int32
+}
+
+func (v *parkedGrants) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if v.returned.Load() {
+		v.late.Add(1)
+	}
+	if k.Kind == vault.KindChatGrant {
+		close(v.parked)
+		<-v.release
+	}
+	return v.Memory.Put(ctx, k, e)
+}
+
+// TestRunWaitsForAnInteractionItAdmitted: an interaction taken while Run
+// runs and still being routed when Run stops (its grant write hangs) is
+// work Run waits for: the grant write goes on once Run waits for it
+// (Platform.stop), or once Run returned if it did not, and nothing of the
+// interaction (its token's vault write) happens after Run returned.
+func TestRunWaitsForAnInteractionItAdmitted(t *testing.T) {
+	t.Parallel()
+	v := &parkedGrants{Memory: vault.NewMemory(vault.Config{}), parked: make(chan struct{}), release: make(chan struct{})}
+	e := newEnvDeps(t, platform.Deps{Vault: v}, discordtest.Options{}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		_ = e.p.Run(ctx, e.sink)
+		v.returned.Store(true)
+	}()
+	platformtest.WaitUntil(t, "the guild snapshot loaded", func() bool { return e.p.snap.loaded.Load() })
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	url := e.webhookServer(t)
+	req := discordtest.InteractionRequest(url, e.priv, time.Now(), byUser(t, slashBody("8450", "stopping-token", guildLab, chanGeneral), userAda))
+	answered := make(chan struct{})
+	go func() {
+		defer close(answered)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-v.parked
+	cancel()
+	platformtest.WaitUntil(t, "Run returned or waiting for the interaction", func() bool {
+		select {
+		case <-ran:
+			return true
+		default:
+			return waitingIn("connector/platform/discord.(*Platform).stop(")
+		}
+	})
+	close(v.release)
+	<-answered
+	<-ran
+	if n := v.late.Load(); n != 0 {
+		t.Fatalf("%d vault writes of the interaction after Run returned", n)
+	}
+}
+
+// waitingIn reports whether a goroutine is blocked in sync.WaitGroup.Wait
+// inside fn, a function as goroutine stacks name it.
+func waitingIn(fn string) bool {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(header, "[sync.WaitGroup.Wait") && strings.Contains(g, fn) {
+			return true
+		}
+	}
+	return false
+}
+
+// refusingTokens is a vault that cannot store interaction tokens, as a
+// store that is down.
+type refusingTokens struct{ *vault.Memory }
+
+func (v refusingTokens) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	if k.Kind == vault.KindDiscordInteractionToken {
+		return errors.New("store unavailable")
+	}
+	return v.Memory.Put(ctx, k, e)
+}
+
+// TestInteractionNotConfirmedWithoutItsToken: the deferred response goes
+// out only once the token is in the vault (docs/durability.md): an
+// interaction whose token could not be stored is answered 503 and not
+// delivered, since the agent could never answer it.
+func TestInteractionNotConfirmedWithoutItsToken(t *testing.T) {
+	t.Parallel()
+	e := newEnvDeps(t, platform.Deps{Vault: refusingTokens{vault.NewMemory(vault.Config{})}}, discordtest.Options{}, nil)
+	e.startReady(t)
+	url := e.webhookServer(t)
+	body := slashBody("8460", "unstored-token", guildLab, chanGeneral)
+	if code, ack := post(t, discordtest.InteractionRequest(url, e.priv, time.Now(), body)); code != http.StatusServiceUnavailable {
+		t.Fatalf("slash whose token was not stored = %d %s, want 503", code, ack)
+	}
+	if n := e.sink.Calls(); n != 0 {
+		t.Fatalf("%d deliveries of an interaction whose token was not stored", n)
 	}
 }
