@@ -480,7 +480,7 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	}
 	if cl.remotes[key] != nil {
 		cl.mu.Unlock()
-		cl.send(edge, msgJoined, []byte(conn), nil) // the first answer was lost
+		cl.sendNow(edge, msgJoined, []byte(conn), nil) // the first answer was lost; the edge asks again
 		return
 	}
 	cl.joining[key] = true
@@ -851,7 +851,13 @@ func (l *edgeLink) wrote(n int) {
 	l.cl.credit(l.home, l.conn, msgWritten, l.written.Add(int64(n)), &l.reported)
 }
 
-// leave forgets the member, which left, and tells its home.
+// leave forgets the member, which left, and tells its home. That message
+// does not wait (sendNow): leave runs on the goroutine reading a stream or
+// channel too (a close, a gap, a beat), which must never wait on a send
+// (two instances' readers waiting on each other's full streams would stall
+// both until a write deadline lost them). One found the queue full is lost,
+// as pub/sub may lose any: the home removes the member at its next beat
+// from this instance, which no longer lists it (edgeBeat).
 func (l *edgeLink) leave(m *member) {
 	cl := l.cl
 	cl.mu.Lock()
@@ -860,7 +866,7 @@ func (l *edgeLink) leave(m *member) {
 	cl.mu.Unlock()
 	close(l.done)
 	if home != "" {
-		cl.send(home, msgLeave, []byte(l.conn))
+		cl.sendNow(home, msgLeave, []byte(l.conn))
 	} else {
 		cl.node.SendWait(cl.ctx, roomPrefix+m.room.name, msgLeave, []byte(l.conn)) // a join in progress
 	}

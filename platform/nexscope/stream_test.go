@@ -591,3 +591,63 @@ func TestStreamCarriesTheLargestBotMsg(t *testing.T) {
 		return ok
 	})
 }
+
+// TestStreamReaderNeverWaitsOnASend: a message an incoming stream carries
+// is handled without waiting for room on an outgoing stream. Here the
+// stream from the edge to the home is stalled (its queue full, as when the
+// home's reader waits in turn: under two-way load both readers would), and
+// the home closes alice, whose leave is for the home: the edge's reader
+// must still dispatch the frames behind that close, here a msg to bob.
+// Before the fix it waited in the leave's send and bob got nothing.
+func TestStreamReaderNeverWaitsOnASend(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	// Pub/sub loses member frames and closes for the edge: they must take
+	// the stream.
+	lose := func(channel string, msg []byte) bool {
+		t := cluster.Type(msg)
+		return channel == cluster.Inbox(edge.name) && (t == msgOut || t == msgClose || t == msgJoined)
+	}
+	home.lose.Store(&lose)
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := edge.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	carol := home.joinWith(t, "carol", "alice", "bob", "carol")
+	alice.ExpectPresence("alice", "bob", "carol")
+	bob.ExpectPresence("alice", "bob", "carol")
+
+	var conn string
+	edge.p.cluster.mu.Lock()
+	for c, m := range edge.p.cluster.edges {
+		if m.name == "alice" {
+			conn = c
+		}
+	}
+	edge.p.cluster.mu.Unlock()
+	// The edge's stream to the home takes nothing more.
+	s := edge.p.cluster.streams
+	stalled := &outStream{to: home.name, q: make(chan streamMsg), dead: make(chan struct{})}
+	s.mu.Lock()
+	s.out[home.name] = stalled
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.out[home.name] == stalled {
+			delete(s.out, home.name)
+		}
+		s.mu.Unlock()
+		close(stalled.dead)
+	}()
+
+	code := strconv.Itoa(int(CloseTooManyErrors.Code))
+	if !home.p.cluster.streams.send(edge.name, true, streamMsg{typ: msgClose, fields: [][]byte{[]byte(conn), []byte(code), []byte(CloseTooManyErrors.Reason), cluster.Flag(false)}}) {
+		t.Fatal("the home has no stream to the edge")
+	}
+	expectClose(alice, CloseTooManyErrors)
+	carol.SendJSON(msg("m1", "carol", []string{"bob"}, "behind the close"))
+	if m := bob.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("bob got %v, want m1", m)
+	}
+}
