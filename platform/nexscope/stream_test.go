@@ -651,3 +651,50 @@ func TestStreamReaderNeverWaitsOnASend(t *testing.T) {
 		t.Fatalf("bob got %v, want m1", m)
 	}
 }
+
+// TestStreamCarriesWhatASenderWithLargerLimitsSends: instances configured
+// with different max_payload stream to each other: a msg the edge's
+// max_payload lets through, far over what the home's own configuration
+// ever sends, reaches the home over the stream instead of having the home
+// close it as out of bounds (the member then closed with 1011).
+func TestStreamCarriesWhatASenderWithLargerLimitsSends(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	home := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: minPayload, SendQueueBytes: 32 << 20}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: 16 << 20}, "i1", clusterLeaseTTL)
+	// Pub/sub loses member frames: they must take the streams.
+	lose := func(channel string, msg []byte) bool {
+		t := cluster.Type(msg)
+		return strings.HasPrefix(channel, cluster.Inbox("")) && (t == msgIn || t == msgOut)
+	}
+	edge.lose.Store(&lose)
+	home.lose.Store(&lose)
+	alice := edge.joinWith(t, "alice", "alice")
+	carol := home.joinWith(t, "carol", "alice", "carol")
+	alice.ExpectPresence("alice", "carol")
+	text := strings.Repeat("x", 7<<20)
+	alice.SendJSON(msg("m1", "alice", []string{"carol"}, text))
+	if m := carol.Expect("msg"); m["msgId"] != "m1" || m["text"] != text {
+		t.Fatalf("carol got msg %v with %d bytes of text, want m1", m["msgId"], len(fmt.Sprint(m["text"])))
+	}
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[carol]" {
+		t.Fatalf("ack %v", ack)
+	}
+}
+
+// TestStreamRefusedWhenItsMessagesCouldPassTheBound: an instance whose
+// largest message could pass maxStreamMessage takes no streams (and sends
+// none), and says why at start.
+func TestStreamRefusedWhenItsMessagesCouldPassTheBound(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: maxStreamMessage}, "i0", clusterLeaseTTL)
+	waitFor(t, "the log of the listener refused", func() bool {
+		return strings.Contains(in.logs.String(), "cluster_addr not listened on")
+	})
+	s := in.p.cluster.streams
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		t.Fatal("an instance whose messages could pass the bound takes streams")
+	}
+}
