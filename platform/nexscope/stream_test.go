@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/cluster"
@@ -601,7 +603,9 @@ func TestStreamCarriesTheLargestBotMsg(t *testing.T) {
 // Before the fix it waited in the leave's send and bob got nothing.
 func TestStreamReaderNeverWaitsOnASend(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
-	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, clusterLeaseTTL)
+	// A long lease: the home hears nothing from the edge once its stream
+	// stalls, and must not count it gone before the end.
+	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, 30*time.Second)
 	home := homeOf(t, ins, DefaultRoom)
 	edge := others(ins, home)[0]
 	// Pub/sub loses member frames and closes for the edge: they must take
@@ -653,9 +657,10 @@ func TestStreamReaderNeverWaitsOnASend(t *testing.T) {
 }
 
 // TestStreamCarriesWhatASenderWithLargerLimitsSends: instances configured
-// with different max_payload stream to each other: a msg the edge's
-// max_payload lets through, far over what the home's own configuration
-// ever sends, reaches the home over the stream instead of having the home
+// with different max_payload stream to each other: a file chunk the
+// edge's max_payload lets through, far over what the home's own
+// configuration ever sends, reaches the home over the stream instead of
+// having the home
 // close it as out of bounds (the member then closed with 1011).
 func TestStreamCarriesWhatASenderWithLargerLimitsSends(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
@@ -672,11 +677,16 @@ func TestStreamCarriesWhatASenderWithLargerLimitsSends(t *testing.T) {
 	alice := edge.joinWith(t, "alice", "alice")
 	carol := home.joinWith(t, "carol", "alice", "carol")
 	alice.ExpectPresence("alice", "carol")
-	text := strings.Repeat("x", 7<<20)
-	alice.SendJSON(msg("m1", "alice", []string{"carol"}, text))
-	if m := carol.Expect("msg"); m["msgId"] != "m1" || m["text"] != text {
-		t.Fatalf("carol got msg %v with %d bytes of text, want m1", m["msgId"], len(fmt.Sprint(m["text"])))
+	// A file chunk of 7 MiB (binary: nothing parses it on the way).
+	chunk := bytes.Repeat([]byte{'x'}, 7<<20)
+	alice.SendJSON(fileStart("f1", "alice", []string{"carol"}, int64(len(chunk))))
+	carol.Expect("file-start")
+	alice.SendBinary(chunk)
+	if typ, b := carol.Read(); typ != websocket.MessageBinary || !bytes.Equal(b, chunk) {
+		t.Fatalf("carol got a %v frame of %d bytes, want the %d-byte chunk", typ, len(b), len(chunk))
 	}
+	alice.SendJSON(fileEnd("f1", "alice"))
+	carol.Expect("file-end")
 	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[carol]" {
 		t.Fatalf("ack %v", ack)
 	}
