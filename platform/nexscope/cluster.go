@@ -83,7 +83,7 @@ func (cl *fleet) credit(instance, conn string, typ byte, total int64, reported *
 		return
 	}
 	*reported = total
-	cl.send(instance, typ, []byte(conn), strconv.AppendInt(nil, total, 10))
+	cl.send(instance, nil, typ, []byte(conn), strconv.AppendInt(nil, total, 10))
 }
 
 // fleet is this instance's part in the rooms of several instances.
@@ -205,14 +205,9 @@ func (cl *fleet) shutdown() {
 // send queues a message for instance's inbox, on the direct stream to it
 // when there is one (stream.go); it waits while the queue is full (bulk
 // frames hold their sender back). The fields must stay unchanged once
-// queued: a direct stream writes them from where they are.
-func (cl *fleet) send(instance string, typ byte, fields ...[]byte) {
-	cl.sendHeld(instance, nil, typ, fields...)
-}
-
-// sendHeld is send for fields that lie in c (when not nil), which stays
-// retained until they are written.
-func (cl *fleet) sendHeld(instance string, c *chunk, typ byte, fields ...[]byte) {
+// queued: a direct stream writes them from where they are. Fields that lie
+// in c (when not nil) keep it retained until they are written.
+func (cl *fleet) send(instance string, c *chunk, typ byte, fields ...[]byte) {
 	if c != nil {
 		c.Retain()
 	}
@@ -221,8 +216,9 @@ func (cl *fleet) sendHeld(instance string, c *chunk, typ byte, fields ...[]byte)
 	}
 }
 
-// sendNow is send for messages that must not wait (beats): one that finds
-// the queue full is lost, as pub/sub may lose any.
+// sendNow is send, of no chunk, for messages that must not wait (beats,
+// and what a stream's or channel's reader sends): one that finds the queue
+// full is lost, as pub/sub may lose any.
 func (cl *fleet) sendNow(instance string, typ byte, fields ...[]byte) {
 	if !cl.streams.send(instance, false, streamMsg{typ: typ, fields: fields}) {
 		cl.node.Send(cluster.Inbox(instance), typ, fields...)
@@ -480,7 +476,7 @@ func (cl *fleet) joinHere(roomName, name, edge, conn string) {
 	}
 	if cl.remotes[key] != nil {
 		cl.mu.Unlock()
-		cl.send(edge, msgJoined, []byte(conn), nil) // the first answer was lost
+		cl.sendNow(edge, msgJoined, []byte(conn), nil) // the first answer was lost; the edge asks again
 		return
 	}
 	cl.joining[key] = true
@@ -531,7 +527,7 @@ func (cl *fleet) decided(edge, conn string, m *member, refusal string) {
 		cl.remotes[key] = m
 	}
 	cl.mu.Unlock()
-	cl.send(edge, msgJoined, []byte(conn), []byte(refusal))
+	cl.send(edge, nil, msgJoined, []byte(conn), []byte(refusal))
 }
 
 // probe asks the edge of m, a remote member, whether m answers a WebSocket
@@ -705,7 +701,7 @@ func (w remoteWriter) Write(batch []wsconn.Frame) error {
 	for _, f := range batch {
 		c, _ := f.Owner.(*chunk) // a frame's only owner
 		l.out.Send(func(seq uint64) {
-			l.cl.sendHeld(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(f.Type == websocket.MessageBinary), f.Data)
+			l.cl.send(l.edge, c, msgOut, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(f.Type == websocket.MessageBinary), f.Data)
 		})
 	}
 	return nil
@@ -717,7 +713,7 @@ func (w remoteWriter) End(end Close) {
 		return
 	}
 	l := w.m.remote
-	l.cl.send(l.edge, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), cluster.Flag(w.m.q.Flushing()))
+	l.cl.send(l.edge, nil, msgClose, []byte(l.conn), strconv.AppendInt(nil, int64(end.Code), 10), []byte(end.Reason), cluster.Flag(w.m.q.Flushing()))
 }
 
 // retained is held, retained for a queued frame that borrows its memory
@@ -817,7 +813,7 @@ func (l *edgeLink) forward(m *member, typ websocket.MessageType, data []byte, c 
 	}
 	l.mu.Unlock()
 	l.out.Send(func(seq uint64) {
-		l.cl.sendHeld(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(typ == websocket.MessageBinary), data)
+		l.cl.send(l.home, c, msgIn, []byte(l.conn), cluster.AppendUint(nil, seq), cluster.Flag(typ == websocket.MessageBinary), data)
 	})
 }
 
@@ -851,7 +847,13 @@ func (l *edgeLink) wrote(n int) {
 	l.cl.credit(l.home, l.conn, msgWritten, l.written.Add(int64(n)), &l.reported)
 }
 
-// leave forgets the member, which left, and tells its home.
+// leave forgets the member, which left, and tells its home. That message
+// does not wait (sendNow): leave runs on the goroutine reading a stream or
+// channel too (a close, a gap, a beat), which must never wait on a send
+// (two instances' readers waiting on each other's full streams would stall
+// both until a write deadline lost them). One found the queue full is lost,
+// as pub/sub may lose any: the home removes the member at its next beat
+// from this instance, which no longer lists it (edgeBeat).
 func (l *edgeLink) leave(m *member) {
 	cl := l.cl
 	cl.mu.Lock()
@@ -860,7 +862,7 @@ func (l *edgeLink) leave(m *member) {
 	cl.mu.Unlock()
 	close(l.done)
 	if home != "" {
-		cl.send(home, msgLeave, []byte(l.conn))
+		cl.sendNow(home, msgLeave, []byte(l.conn))
 	} else {
 		cl.node.SendWait(cl.ctx, roomPrefix+m.room.name, msgLeave, []byte(l.conn)) // a join in progress
 	}

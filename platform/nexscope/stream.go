@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -120,8 +121,12 @@ func newStreams(cl *fleet) *streams {
 }
 
 // listen takes the other instances' streams on addr, and has this
-// instance stream to them: called once, before the first message.
+// instance stream to them: called once, before the first message. An
+// instance whose largest message could pass maxStreamMessage does neither.
 func (s *streams) listen(addr string) error {
+	if n := streamLimit(s.cl.p.cfg); n > maxStreamMessage {
+		return fmt.Errorf("its largest stream message (%d bytes, from max_payload and max_users) passes the %d bytes every instance takes", n, maxStreamMessage)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -397,10 +402,9 @@ func (s *streams) read(conn net.Conn) {
 	}
 	src := io.MultiReader(hr, conn) // what hr read past the hello, then the rest
 	br := bufio.NewReaderSize(src, 64<<10)
-	limit := streamLimit(s.cl.p.cfg)
 	for {
 		_ = conn.SetReadDeadline(time.Now().Add(s.beats(streamReadBeats)))
-		msg, held, err := readStreamMessage(br, src, limit)
+		msg, held, err := readStreamMessage(br, src, maxStreamMessage)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.cl.p.deps.Log.Warn("nexscope stream from another instance ended", "instance", from, "err", err)
@@ -419,10 +423,17 @@ func (s *streams) read(conn net.Conn) {
 	}
 }
 
-// streamLimit bounds one stream message: the largest frame a member is
-// sent, which is a broadcast's ack (it echoes the msgId and threadId of a
-// message of up to MaxPayload and names every other member of the largest
-// room, each a quoted name of up to 32 bytes and a comma), or the bot's
+// maxStreamMessage bounds one stream message, whatever the configurations
+// of its sender and receiver (which may differ): each instance takes
+// messages up to it, and one whose own largest message (streamLimit) could
+// pass it streams to nobody.
+const maxStreamMessage = 256 << 20
+
+// streamLimit is the largest stream message an instance configured with
+// cfg sends: the largest frame a member is sent, which is a broadcast's ack
+// (it echoes the msgId and threadId of a message of up to MaxPayload and
+// names every other member of the largest room, each a quoted name of up
+// to 32 bytes and a comma), or the bot's
 // msg or file-start, whose strings come from one gateway frame and are
 // JSON-escaped again (at most 6 bytes for each byte); and 64 KiB for the
 // rest of the frame and the cluster fields around it. Every other frame is

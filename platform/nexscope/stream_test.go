@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/cluster"
@@ -590,4 +592,119 @@ func TestStreamCarriesTheLargestBotMsg(t *testing.T) {
 		_, ok := s.tickets["i9"]
 		return ok
 	})
+}
+
+// TestStreamReaderNeverWaitsOnASend: a message an incoming stream carries
+// is handled without waiting for room on an outgoing stream. Here the
+// stream from the edge to the home is stalled (its queue full, as when the
+// home's reader waits in turn: under two-way load both readers would), and
+// the home closes alice, whose leave is for the home: the edge's reader
+// must still dispatch the frames behind that close, here a msg to bob.
+// Before the fix it waited in the leave's send and bob got nothing.
+func TestStreamReaderNeverWaitsOnASend(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	// A long lease: the home hears nothing from the edge once its stream
+	// stalls, and must not count it gone before the end.
+	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, 30*time.Second)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	// Pub/sub loses member frames and closes for the edge: they must take
+	// the stream.
+	lose := func(channel string, msg []byte) bool {
+		t := cluster.Type(msg)
+		return channel == cluster.Inbox(edge.name) && (t == msgOut || t == msgClose || t == msgJoined)
+	}
+	home.lose.Store(&lose)
+	alice := edge.joinWith(t, "alice", "alice")
+	bob := edge.joinWith(t, "bob", "alice", "bob")
+	alice.ExpectPresence("alice", "bob")
+	carol := home.joinWith(t, "carol", "alice", "bob", "carol")
+	alice.ExpectPresence("alice", "bob", "carol")
+	bob.ExpectPresence("alice", "bob", "carol")
+
+	var conn string
+	edge.p.cluster.mu.Lock()
+	for c, m := range edge.p.cluster.edges {
+		if m.name == "alice" {
+			conn = c
+		}
+	}
+	edge.p.cluster.mu.Unlock()
+	// The edge's stream to the home takes nothing more.
+	s := edge.p.cluster.streams
+	stalled := &outStream{to: home.name, q: make(chan streamMsg), dead: make(chan struct{})}
+	s.mu.Lock()
+	s.out[home.name] = stalled
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		if s.out[home.name] == stalled {
+			delete(s.out, home.name)
+		}
+		s.mu.Unlock()
+		close(stalled.dead)
+	}()
+
+	code := strconv.Itoa(int(CloseTooManyErrors.Code))
+	if !home.p.cluster.streams.send(edge.name, true, streamMsg{typ: msgClose, fields: [][]byte{[]byte(conn), []byte(code), []byte(CloseTooManyErrors.Reason), cluster.Flag(false)}}) {
+		t.Fatal("the home has no stream to the edge")
+	}
+	expectClose(alice, CloseTooManyErrors)
+	carol.SendJSON(msg("m1", "carol", []string{"bob"}, "behind the close"))
+	if m := bob.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("bob got %v, want m1", m)
+	}
+}
+
+// TestStreamCarriesWhatASenderWithLargerLimitsSends: instances configured
+// with different max_payload stream to each other: a file chunk the
+// edge's max_payload lets through, far over what the home's own
+// configuration ever sends, reaches the home over the stream instead of
+// having the home
+// close it as out of bounds (the member then closed with 1011).
+func TestStreamCarriesWhatASenderWithLargerLimitsSends(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	home := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: minPayload, SendQueueBytes: 32 << 20}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: 16 << 20}, "i1", clusterLeaseTTL)
+	// Pub/sub loses member frames: they must take the streams.
+	lose := func(channel string, msg []byte) bool {
+		t := cluster.Type(msg)
+		return strings.HasPrefix(channel, cluster.Inbox("")) && (t == msgIn || t == msgOut)
+	}
+	edge.lose.Store(&lose)
+	home.lose.Store(&lose)
+	alice := edge.joinWith(t, "alice", "alice")
+	carol := home.joinWith(t, "carol", "alice", "carol")
+	alice.ExpectPresence("alice", "carol")
+	// A file chunk of 7 MiB (binary: nothing parses it on the way).
+	chunk := bytes.Repeat([]byte{'x'}, 7<<20)
+	alice.SendJSON(fileStart("f1", "alice", []string{"carol"}, int64(len(chunk))))
+	carol.Expect("file-start")
+	alice.SendBinary(chunk)
+	if typ, b := carol.Read(); typ != websocket.MessageBinary || !bytes.Equal(b, chunk) {
+		t.Fatalf("carol got a %v frame of %d bytes, want the %d-byte chunk", typ, len(b), len(chunk))
+	}
+	alice.SendJSON(fileEnd("f1", "alice"))
+	carol.Expect("file-end")
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[carol]" {
+		t.Fatalf("ack %v", ack)
+	}
+}
+
+// TestStreamRefusedWhenItsMessagesCouldPassTheBound: an instance whose
+// largest message could pass maxStreamMessage takes no streams (and sends
+// none), and says why at start.
+func TestStreamRefusedWhenItsMessagesCouldPassTheBound(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0", MaxPayload: maxStreamMessage}, "i0", clusterLeaseTTL)
+	waitFor(t, "the log of the listener refused", func() bool {
+		return strings.Contains(in.logs.String(), "cluster_addr not listened on")
+	})
+	s := in.p.cluster.streams
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		t.Fatal("an instance whose messages could pass the bound takes streams")
+	}
 }
