@@ -143,8 +143,14 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 			SendQueueBytes: 2 << 20, WriteTimeout: time.Hour}))
 		ps = append(ps, p)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
-	defer cancel()
+	// Each wait has a deadline of its own: the next frame comes within it,
+	// where the whole burst, megabytes through two instances under -race on
+	// a loaded machine, may take longer.
+	step := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+		t.Cleanup(cancel)
+		return ctx
+	}
 
 	// i0 drives the tenant: its gateway is the only one, and gets the
 	// first inbound. Then it goes idle, so the burst is for i1's socket.
@@ -158,14 +164,14 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 	gwA.Next(t, contract.TypeGoingIdleAck)
 
 	// i1's gateway says hello and reads nothing until the burst is stored.
-	ws, _, err := websocket.Dial(ctx, hs[1].RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
+	ws, _, err := websocket.Dial(step(), hs[1].RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
 		"Authorization": {"Bearer " + relaytest.Token("gw1b", "s1b", time.Now())}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(contract.MaxFrameBytes)
-	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n")); err != nil {
+	if err := ws.Write(step(), websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n")); err != nil {
 		t.Fatal(err)
 	}
 	pad := strings.Repeat("x", size)
@@ -175,7 +181,7 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 
 	got := 0
 	for got < events {
-		_, msg, err := ws.Read(ctx)
+		_, msg, err := ws.Read(step())
 		if err != nil {
 			t.Fatalf("after %d of %d inbound: %v (code %d)", got, events, err, websocket.CloseStatus(err))
 		}
@@ -191,7 +197,7 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 				continue
 			}
 			got++
-			if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type": "inbound_ack", "bufferId": "`+f.BufferID+`"}`+"\n")); err != nil {
+			if err := ws.Write(step(), websocket.MessageText, []byte(`{"type": "inbound_ack", "bufferId": "`+f.BufferID+`"}`+"\n")); err != nil {
 				t.Fatal(err)
 			}
 		}
