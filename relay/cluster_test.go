@@ -119,13 +119,20 @@ func TestInstancesShareATenant(t *testing.T) {
 }
 
 // TestClusterBurstToARemoteSocketWaitsInTheLedger: a burst of large
-// inbound for a gateway whose socket is on another instance than the
-// tenant's driver waits in the driver's ledger while the socket's send
-// queue is over half its bound, as it does for a socket on the driver,
-// instead of overflowing the queue and closing the socket 4408 (after
-// which the same burst would close its next connection too).
+// inbound, or of passthrough (which is outside the ack window), for a
+// gateway whose socket is on another instance than the tenant's driver
+// waits in the driver's ledger while the socket's send queue is over half
+// its bound, as it does for a socket on the driver, instead of overflowing
+// the queue and closing the socket 4408 (after which the same burst would
+// close its next connection too).
 func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 	const events, size = 16, 500 << 10 // 8 MB, over the queue bound and the socket buffers together
+	for _, frameType := range []string{contract.TypeInbound, contract.TypePassthroughForward} {
+		t.Run(frameType, func(t *testing.T) { burstToARemoteSocket(t, frameType, events, size) })
+	}
+}
+
+func burstToARemoteSocket(t *testing.T, frameType string, events, size int) {
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}, {ID: "gw1b", Secrets: []string{"s1b"}}}}}
@@ -176,14 +183,19 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 	}
 	pad := strings.Repeat("x", size)
 	for i := range events {
-		ps[0].deliver("t1", "c1", "u1", fmt.Sprint(i, pad))
+		if frameType == contract.TypeInbound {
+			ps[0].deliver("t1", "c1", "u1", fmt.Sprint(i, pad))
+		} else {
+			ps[0].publish(platform.Delivery{Kind: platform.KindPassthrough, Tenant: "t1", Platform: "discord",
+				Forward: &contract.Forward{Platform: "discord", Method: "POST", Path: "/interactions", BodyB64: pad}})
+		}
 	}
 
 	got := 0
 	for got < events {
 		_, msg, err := ws.Read(step())
 		if err != nil {
-			t.Fatalf("after %d of %d inbound: %v (code %d)", got, events, err, websocket.CloseStatus(err))
+			t.Fatalf("after %d of %d %s: %v (code %d)", got, events, frameType, err, websocket.CloseStatus(err))
 		}
 		for line := range strings.SplitSeq(strings.TrimSpace(string(msg)), "\n") {
 			var f struct {
@@ -193,7 +205,7 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 			if err := json.Unmarshal([]byte(line), &f); err != nil {
 				t.Fatal(err)
 			}
-			if f.Type != contract.TypeInbound {
+			if f.Type != frameType {
 				continue
 			}
 			got++
