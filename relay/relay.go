@@ -606,7 +606,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized: no Authorization header", http.StatusUnauthorized)
 		return
 	}
-	gw, key, claimed, authErr := s.authenticateKey(r.Header.Get("Authorization"))
+	gw, key, claimed, authErr := s.authenticate(r.Header.Get("Authorization"))
 	var place *slot
 	var admitErr error
 	if authErr == nil {
