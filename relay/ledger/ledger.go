@@ -1070,9 +1070,10 @@ func (l *Ledger) Reset() {
 
 // Sweep drops, from the store and memory, every entry older than MaxAge:
 // what the store trims, and what a ledger holds that another instance
-// sharing the store trimmed first. The pool's goroutine runs it every
-// SweepEvery; tests call it directly.
-func (p *Pool) Sweep(ctx context.Context) error {
+// sharing the store trimmed first. A tenant the store fails to trim does
+// not keep it from the others; the first failure is returned. The pool's
+// goroutine runs it every SweepEvery; tests call it directly.
+func (p *Pool) Sweep(ctx context.Context) (err error) {
 	if p.cfg.MaxAge <= 0 {
 		return nil
 	}
@@ -1087,10 +1088,8 @@ func (p *Pool) Sweep(ctx context.Context) error {
 		}
 	}()
 	for _, t := range tenants {
-		dropped, err := p.cfg.Store.Trim(ctx, t, store.Bounds{MaxAge: p.cfg.MaxAge})
-		if err != nil {
-			return err
-		}
+		dropped, terr := p.cfg.Store.Trim(ctx, t, store.Bounds{MaxAge: p.cfg.MaxAge})
+		err = cmp.Or(err, terr)
 		if len(dropped) == 0 {
 			continue
 		}
@@ -1104,7 +1103,7 @@ func (p *Pool) Sweep(ctx context.Context) error {
 		p.cfg.Log.Warn("stored inbound of a tenant no longer configured dropped: older than the age bound",
 			"tenant", t, "entries", len(dropped), "max_age", p.cfg.MaxAge)
 	}
-	return nil
+	return err
 }
 
 // markDirty queues l for the next removal flush and wakes the goroutine.

@@ -774,6 +774,41 @@ func TestSweepDropsEntriesOlderThanMaxAge(t *testing.T) {
 	}
 }
 
+// brokenTrim is a store whose Trim fails for one tenant, listed first.
+type brokenTrim struct {
+	store.Ledger
+	tenant string
+}
+
+func (b brokenTrim) Tenants(ctx context.Context) ([]string, error) {
+	ts, err := b.Ledger.Tenants(ctx)
+	return append([]string{b.tenant}, ts...), err
+}
+
+func (b brokenTrim) Trim(ctx context.Context, tenant string, bounds store.Bounds) ([]store.Dropped, error) {
+	if tenant == b.tenant {
+		return nil, errors.New("trim failed")
+	}
+	return b.Ledger.Trim(ctx, tenant, bounds)
+}
+
+// TestSweepTrimsPastATenantItCannotTrim: a tenant whose records the store
+// fails to trim (a corrupt record, say) does not keep the sweep from the
+// tenants after it, which would otherwise keep their expired records in
+// the store for good; the sweep still reports the failure.
+func TestSweepTrimsPastATenantItCannotTrim(t *testing.T) {
+	r := newRig(t, func(c *Config) {
+		c.MaxAge, c.SweepEvery = time.Hour, 24*time.Hour
+		c.Store = brokenTrim{Ledger: c.Store, tenant: "broken"}
+	})
+	r.store1(t, "s1", "old, stored by another instance")
+	r.clock.Advance(2 * time.Hour)
+	if err := r.pool.Sweep(context.Background()); err == nil {
+		t.Fatal("the sweep reported no error for a tenant it could not trim")
+	}
+	want(t, "stored", r.stored(t))
+}
+
 // TestAgeSweepRunsOnTheClock: the pool enforces MaxAge by itself, every
 // SweepEvery of its clock (the injected one, not the wall clock).
 func TestAgeSweepRunsOnTheClock(t *testing.T) {
