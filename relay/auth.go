@@ -16,18 +16,11 @@ var errUnknownGateway = errors.New("unknown gateway id")
 var noKeys contract.TokenKeys
 
 // authenticate verifies the Authorization header of an upgrade and returns
-// the gateway it authenticates, and the gateway id the token claims (empty
-// when there is no readable token) for the log. Errors never carry the
-// token or a secret.
-func (s *Server) authenticate(header string) (gw *gatewayRecord, claimed string, err error) {
-	gw, _, claimed, err = s.authenticateKey(header)
-	return gw, claimed, err
-}
-
-// authenticateKey is authenticate that also returns the key of the secret
-// the token was signed with (TokenKeys.Holds tells whether the gateway
-// still has it).
-func (s *Server) authenticateKey(header string) (gw *gatewayRecord, key []byte, claimed string, err error) {
+// the gateway it authenticates, the key of the secret the token was signed
+// with (TokenKeys.Holds tells whether the gateway still has it), and the
+// gateway id the token claims (empty when there is no readable token) for
+// the log. Errors never carry the token or a secret.
+func (s *Server) authenticate(header string) (gw *gatewayRecord, key []byte, claimed string, err error) {
 	raw, err := contract.BearerToken(header)
 	if err != nil {
 		return nil, nil, "", err
@@ -56,7 +49,7 @@ func (s *Server) authenticateKey(header string) (gw *gatewayRecord, key []byte, 
 // upgrade, and returns the gateway's tenant and id. The error never
 // carries the token or a secret.
 func (s *Server) Authenticate(header string) (tenant, gatewayID string, err error) {
-	gw, _, err := s.authenticate(header)
+	gw, _, _, err := s.authenticate(header)
 	if err != nil {
 		return "", "", err
 	}

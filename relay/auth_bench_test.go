@@ -44,7 +44,7 @@ func BenchmarkAuthenticate(b *testing.B) {
 		header := "Bearer " + c.token
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
-				_, _, _ = s.authenticate(header)
+				_, _, _, _ = s.authenticate(header)
 			}
 		})
 	}

@@ -180,3 +180,29 @@ func TestDeliverAllKeepsOrderAfterARefusedWrite(t *testing.T) {
 		}
 	}
 }
+
+// A delivery of no kind the relay knows is dropped, by Deliver and in a
+// batch alike, without an error (the platform would deliver it again
+// forever) and without stopping the deliveries around it.
+func TestDeliveryOfAnUnknownKindIsDropped(t *testing.T) {
+	h, p := twoTenants(t)
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "")
+	sink := p.runningSink().(platform.BatchSink)
+	odd := batchDelivery("t1", "c1", "u1", "odd")
+	odd.Kind = 99
+	if err := sink.Deliver(context.Background(), odd); err != nil {
+		t.Fatalf("Deliver of an unknown kind: %v, want it dropped", err)
+	}
+	batch := []platform.Delivery{odd, batchDelivery("t1", "c1", "u1", "after"), odd}
+	if errs := sink.DeliverAll(context.Background(), batch); errs != nil {
+		t.Fatalf("DeliverAll with an unknown kind: %v, want it dropped", errs)
+	}
+	if ev, id := gw.NextInbound(t); ev.Text != "after" {
+		t.Fatalf("inbound %q (%s), want the delivery after the unknown kind", ev.Text, id)
+	}
+	p.deliver("t1", "c1", "u1", "last")
+	if ev, _ := gw.NextInbound(t); ev.Text != "last" {
+		t.Fatalf("inbound %q, want last: an unknown kind reached the gateway", ev.Text)
+	}
+}

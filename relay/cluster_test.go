@@ -119,13 +119,20 @@ func TestInstancesShareATenant(t *testing.T) {
 }
 
 // TestClusterBurstToARemoteSocketWaitsInTheLedger: a burst of large
-// inbound for a gateway whose socket is on another instance than the
-// tenant's driver waits in the driver's ledger while the socket's send
-// queue is over half its bound, as it does for a socket on the driver,
-// instead of overflowing the queue and closing the socket 4408 (after
-// which the same burst would close its next connection too).
+// inbound, or of passthrough (which is outside the ack window), for a
+// gateway whose socket is on another instance than the tenant's driver
+// waits in the driver's ledger while the socket's send queue is over half
+// its bound, as it does for a socket on the driver, instead of overflowing
+// the queue and closing the socket 4408 (after which the same burst would
+// close its next connection too).
 func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 	const events, size = 16, 500 << 10 // 8 MB, over the queue bound and the socket buffers together
+	for _, frameType := range []string{contract.TypeInbound, contract.TypePassthroughForward} {
+		t.Run(frameType, func(t *testing.T) { burstToARemoteSocket(t, frameType, events, size) })
+	}
+}
+
+func burstToARemoteSocket(t *testing.T, frameType string, events, size int) {
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}, {ID: "gw1b", Secrets: []string{"s1b"}}}}}
@@ -143,8 +150,14 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 			SendQueueBytes: 2 << 20, WriteTimeout: time.Hour}))
 		ps = append(ps, p)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
-	defer cancel()
+	// Each wait has a deadline of its own: the next frame comes within it,
+	// where the whole burst, megabytes through two instances under -race on
+	// a loaded machine, may take longer.
+	step := func() context.Context {
+		ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+		t.Cleanup(cancel)
+		return ctx
+	}
 
 	// i0 drives the tenant: its gateway is the only one, and gets the
 	// first inbound. Then it goes idle, so the burst is for i1's socket.
@@ -158,26 +171,31 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 	gwA.Next(t, contract.TypeGoingIdleAck)
 
 	// i1's gateway says hello and reads nothing until the burst is stored.
-	ws, _, err := websocket.Dial(ctx, hs[1].RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
+	ws, _, err := websocket.Dial(step(), hs[1].RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
 		"Authorization": {"Bearer " + relaytest.Token("gw1b", "s1b", time.Now())}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(contract.MaxFrameBytes)
-	if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n")); err != nil {
+	if err := ws.Write(step(), websocket.MessageText, []byte(`{"type": "hello", "platform": "discord", "botId": ""}`+"\n")); err != nil {
 		t.Fatal(err)
 	}
 	pad := strings.Repeat("x", size)
 	for i := range events {
-		ps[0].deliver("t1", "c1", "u1", fmt.Sprint(i, pad))
+		if frameType == contract.TypeInbound {
+			ps[0].deliver("t1", "c1", "u1", fmt.Sprint(i, pad))
+		} else {
+			ps[0].publish(platform.Delivery{Kind: platform.KindPassthrough, Tenant: "t1", Platform: "discord",
+				Forward: &contract.Forward{Platform: "discord", Method: "POST", Path: "/interactions", BodyB64: pad}})
+		}
 	}
 
 	got := 0
 	for got < events {
-		_, msg, err := ws.Read(ctx)
+		_, msg, err := ws.Read(step())
 		if err != nil {
-			t.Fatalf("after %d of %d inbound: %v (code %d)", got, events, err, websocket.CloseStatus(err))
+			t.Fatalf("after %d of %d %s: %v (code %d)", got, events, frameType, err, websocket.CloseStatus(err))
 		}
 		for line := range strings.SplitSeq(strings.TrimSpace(string(msg)), "\n") {
 			var f struct {
@@ -187,11 +205,11 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 			if err := json.Unmarshal([]byte(line), &f); err != nil {
 				t.Fatal(err)
 			}
-			if f.Type != contract.TypeInbound {
+			if f.Type != frameType {
 				continue
 			}
 			got++
-			if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type": "inbound_ack", "bufferId": "`+f.BufferID+`"}`+"\n")); err != nil {
+			if err := ws.Write(step(), websocket.MessageText, []byte(`{"type": "inbound_ack", "bufferId": "`+f.BufferID+`"}`+"\n")); err != nil {
 				t.Fatal(err)
 			}
 		}

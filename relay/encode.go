@@ -92,5 +92,6 @@ func (framer) Frame(kind uint8, bufferID string, payload []byte) []byte {
 }
 
 // Windowed implements ledger.Framer: older gateways never acknowledge
-// passthrough frames, so they must not stall a connection's inbound window.
+// passthrough frames, so they must not stall a connection's inbound window
+// (a socket on another instance bounds them by bytes apart, WindowBytes).
 func (framer) Windowed(kind uint8) bool { return platform.Kind(kind) != platform.KindPassthrough }

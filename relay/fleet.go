@@ -194,8 +194,9 @@ func (r *remoteSeat) Offer(frame []byte) ledger.Offered {
 }
 
 // WindowBytes implements ledger.ByteWindow: the socket's instance queues
-// every frame it receives, so the inbound in flight to it is bounded as
-// conn.Offer bounds a local socket's, by half its send queue.
+// every frame it receives, so the inbound (and apart, the passthrough) in
+// flight to it is bounded as conn.Offer bounds a local socket's, by half
+// its send queue.
 func (r *remoteSeat) WindowBytes() int64 { return int64(r.f.fl.srv.cfg.SendQueueBytes / 2) }
 
 // push implements pusher. A frame the outbox has no room for is lost like

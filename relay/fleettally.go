@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"hash/fnv"
+	"io"
 	"strconv"
 
 	"connector/internal/cluster"
@@ -38,28 +40,17 @@ func tallyOf(fields [][]byte) tally {
 
 // seatHash is a 64-bit FNV-1a hash of what a socket's serve announces:
 // its connection, its link's generation, its platforms and whether it
-// went idle.
+// went idle, each field ended by 0xff.
 func seatHash(conn string, gen uint64, platforms string, idle bool) uint64 {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
-	add := func(s string) {
-		for i := range len(s) {
-			h ^= uint64(s[i])
-			h *= prime
-		}
-		h ^= 0xff // ends the field
-		h *= prime
-	}
-	add(conn)
-	add(strconv.FormatUint(gen, 10))
-	add(platforms)
+	h := fnv.New64a()
+	fields := []string{conn, strconv.FormatUint(gen, 10), platforms}
 	if idle {
-		add("1")
+		fields = append(fields, "1")
 	}
-	return h
+	for _, f := range fields {
+		_, _ = io.WriteString(h, f+"\xff")
+	}
+	return h.Sum64()
 }
 
 // linkDigest mixes a link's seatHash with one of its counters (splitmix64's

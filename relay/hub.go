@@ -294,7 +294,8 @@ func (h *hub) enqueueAll(ctx context.Context, ds []platform.Delivery) error {
 }
 
 // encode encodes d into buf for the ledger; ok is false when d is dropped
-// (counted and logged) instead.
+// instead (logged; counted when oversized): of no kind the ledger takes,
+// without its payload, or too large.
 func (h *hub) encode(d *platform.Delivery, buf *[]byte) (ld ledger.Delivery, ok bool) {
 	m := h.srv.cfg.Metrics
 	var payload []byte
@@ -311,7 +312,7 @@ func (h *hub) encode(d *platform.Delivery, buf *[]byte) (ld ledger.Delivery, ok 
 	case d.Kind == platform.KindPassthrough && d.Forward != nil:
 		payload = appendForward((*buf)[:0], d.Forward)
 	default:
-		h.srv.log.Warn("delivery dropped: no payload", "tenant", h.id, "platform", d.Platform)
+		h.srv.log.Warn("delivery dropped: unknown kind or no payload", "tenant", h.id, "platform", d.Platform, "kind", d.Kind)
 		return ld, false
 	}
 	*buf = payload

@@ -484,15 +484,11 @@ func (s *Server) Deliver(ctx context.Context, d platform.Delivery) error {
 		s.log.Warn("delivery dropped: unknown tenant", "tenant", d.Tenant, "platform", d.Platform)
 		return nil
 	}
-	switch d.Kind {
-	case platform.KindInbound, platform.KindPassthrough:
-		return h.enqueue(ctx, d)
-	case platform.KindInterrupt:
+	if d.Kind == platform.KindInterrupt {
 		h.interrupt(ctx, interrupt{sessionKey: d.SessionKey, chatID: d.ChatID, gatewayID: d.GatewayID})
-	default:
-		s.log.Warn("delivery dropped: unknown kind", "tenant", d.Tenant, "kind", d.Kind)
+		return nil
 	}
-	return nil
+	return h.enqueue(ctx, d)
 }
 
 // DeliverAll implements platform.BatchSink: the deliveries of one source's
@@ -589,15 +585,7 @@ func (s *Server) deliverTenant(ctx context.Context, tenant string, ds []platform
 	}
 	batch := make([]platform.Delivery, 0, len(idx))
 	for _, i := range idx {
-		switch ds[i].Kind {
-		case platform.KindInbound, platform.KindPassthrough:
-			batch = append(batch, ds[i])
-		default:
-			s.log.Warn("delivery dropped: unknown kind", "tenant", tenant, "kind", ds[i].Kind)
-		}
-	}
-	if len(batch) == 0 {
-		return nil
+		batch = append(batch, ds[i])
 	}
 	return h.enqueueAll(ctx, batch)
 }
@@ -618,7 +606,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unauthorized: no Authorization header", http.StatusUnauthorized)
 		return
 	}
-	gw, key, claimed, authErr := s.authenticateKey(r.Header.Get("Authorization"))
+	gw, key, claimed, authErr := s.authenticate(r.Header.Get("Authorization"))
 	var place *slot
 	var admitErr error
 	if authErr == nil {

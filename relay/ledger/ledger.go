@@ -29,9 +29,10 @@
 //
 //   - A consumer holds at most Config.AckWindow windowed entries in flight
 //     (sent, not acknowledged), and, if it has a ByteWindow, at most that
-//     many bytes of their frames (one entry whatever its size); it takes
-//     nothing while it reports no room (Full); one that reports Closing is
-//     offered nothing more.
+//     many bytes of their frames (one entry whatever its size), and as many
+//     again of unwindowed entries' frames; it takes nothing while it
+//     reports no room (Full); one that reports Closing is offered nothing
+//     more.
 //
 //   - An idle consumer (Idle) gets nothing new but keeps what it holds; a
 //     detached one (Detach) gives its unacknowledged entries back, and they
@@ -105,13 +106,14 @@ type Consumer interface {
 	Owner() (instance, conn string)
 }
 
-// ByteWindow is a Consumer whose windowed entries in flight are bounded in
-// frame bytes too: one that cannot tell when it has room, as a socket on
-// another instance, whose queue fills as fast as the frames reach it.
+// ByteWindow is a Consumer whose entries in flight are bounded in frame
+// bytes too: one that cannot tell when it has room, as a socket on another
+// instance, whose queue fills as fast as the frames reach it.
 type ByteWindow interface {
 	Consumer
 	// WindowBytes is the most frame bytes of windowed entries it holds in
-	// flight, one entry whatever its size.
+	// flight, and apart from those of unwindowed ones, one entry whatever
+	// its size.
 	WindowBytes() int64
 }
 
@@ -281,13 +283,19 @@ type seat struct {
 	idle      bool
 	detached  bool
 	inflight  int // windowed entries sent and not acknowledged
-	// inflightBytes are their frames' bytes, bounded by maxBytes when it
+	// inflightBytes are their frames' bytes, and looseBytes those of the
+	// unwindowed entries in flight; each is bounded by maxBytes when it
 	// is set (ByteWindow).
-	inflightBytes, maxBytes int64
+	inflightBytes, looseBytes, maxBytes int64
 }
 
-// full reports whether s has no room for e, a windowed entry.
+// full reports whether s has no room for e: a windowed entry past the ack
+// window, or, on a ByteWindow, past its bytes (one entry whatever its
+// size), the unwindowed entries apart from the windowed ones.
 func (s *seat) full(e *entry, window int) bool {
+	if !e.windowed {
+		return s.maxBytes > 0 && s.looseBytes > 0 && s.looseBytes+int64(len(e.frame)) > s.maxBytes
+	}
 	return s.inflight >= window || (s.maxBytes > 0 && s.inflight > 0 && s.inflightBytes+int64(len(e.frame)) > s.maxBytes)
 }
 
@@ -587,6 +595,8 @@ func (l *Ledger) removeLocked(e *entry) {
 		if e.windowed {
 			e.seat.inflight--
 			e.seat.inflightBytes -= int64(len(e.frame))
+		} else {
+			e.seat.looseBytes -= int64(len(e.frame))
 		}
 		e.seat = nil
 	case len(l.pending) > 0 && l.pending[0] == e:
@@ -675,6 +685,8 @@ func (l *Ledger) dispatchLocked() {
 		if e.windowed {
 			s.inflight++
 			s.inflightBytes += int64(len(e.frame))
+		} else {
+			s.looseBytes += int64(len(e.frame))
 		}
 		if !e.sent {
 			e.sent = true
@@ -698,7 +710,7 @@ func (l *Ledger) dispatchLocked() {
 func (l *Ledger) offerLocked(e *entry) (*seat, Offered) {
 	for {
 		s := l.pickLocked(e)
-		if s == nil || (e.windowed && s.full(e, l.pool.cfg.AckWindow)) {
+		if s == nil || s.full(e, l.pool.cfg.AckWindow) {
 			return nil, Full
 		}
 		switch offered := s.c.Offer(e.frame); offered {
@@ -739,7 +751,7 @@ func (l *Ledger) pickLocked(e *entry) *seat {
 		if !s.serves(e.platform) {
 			continue
 		}
-		full := e.windowed && s.full(e, l.pool.cfg.AckWindow)
+		full := s.full(e, l.pool.cfg.AckWindow)
 		if best == nil || (bestFull && !full) || (full == bestFull && s.inflight < best.inflight) {
 			best, bestFull = s, full
 		}
@@ -809,7 +821,7 @@ func (l *Ledger) Detach(c Consumer) {
 		}
 	}
 	slices.SortFunc(l.pending, func(a, b *entry) int { return cmp.Compare(a.seq, b.seq) })
-	s.inflight, s.inflightBytes = 0, 0
+	s.inflight, s.inflightBytes, s.looseBytes = 0, 0, 0
 	l.dispatchLocked()
 }
 
@@ -1058,9 +1070,10 @@ func (l *Ledger) Reset() {
 
 // Sweep drops, from the store and memory, every entry older than MaxAge:
 // what the store trims, and what a ledger holds that another instance
-// sharing the store trimmed first. The pool's goroutine runs it every
-// SweepEvery; tests call it directly.
-func (p *Pool) Sweep(ctx context.Context) error {
+// sharing the store trimmed first. A tenant the store fails to trim does
+// not keep it from the others; the first failure is returned. The pool's
+// goroutine runs it every SweepEvery; tests call it directly.
+func (p *Pool) Sweep(ctx context.Context) (err error) {
 	if p.cfg.MaxAge <= 0 {
 		return nil
 	}
@@ -1075,10 +1088,8 @@ func (p *Pool) Sweep(ctx context.Context) error {
 		}
 	}()
 	for _, t := range tenants {
-		dropped, err := p.cfg.Store.Trim(ctx, t, store.Bounds{MaxAge: p.cfg.MaxAge})
-		if err != nil {
-			return err
-		}
+		dropped, terr := p.cfg.Store.Trim(ctx, t, store.Bounds{MaxAge: p.cfg.MaxAge})
+		err = cmp.Or(err, terr)
 		if len(dropped) == 0 {
 			continue
 		}
@@ -1092,7 +1103,7 @@ func (p *Pool) Sweep(ctx context.Context) error {
 		p.cfg.Log.Warn("stored inbound of a tenant no longer configured dropped: older than the age bound",
 			"tenant", t, "entries", len(dropped), "max_age", p.cfg.MaxAge)
 	}
-	return nil
+	return err
 }
 
 // markDirty queues l for the next removal flush and wakes the goroutine.

@@ -306,6 +306,35 @@ func TestByteWindowHoldsBackAndAckReleases(t *testing.T) {
 	want(t, "one entry whatever its size", payloads(big.take()), "larger than the window")
 }
 
+// TestByteWindowBoundsUnwindowed: unwindowed entries (passthrough, which
+// older gateways never acknowledge) are not held back by the ack window,
+// but on a consumer with a ByteWindow (a socket on another instance, which
+// cannot tell when it has room) their frames in flight are bounded by its
+// bytes as well, apart from the windowed ones: the rest waits in the
+// ledger, windowed entries still go, and an ack releases the next.
+func TestByteWindowBoundsUnwindowed(t *testing.T) {
+	r := newRig(t, nil)
+	remote := &byteWindowed{window: 20} // "p-1|pass0" and "p-2|pass1" fit, not a third
+	r.Serve(remote, "discord")
+	var first string
+	for i := range 4 {
+		id, err := r.Append(context.Background(), Delivery{Kind: unwindowed, Platform: "discord", Payload: []byte(fmt.Sprint("pass", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = id
+		}
+	}
+	want(t, "unwindowed, within the byte window", payloads(remote.take()), "pass0", "pass1")
+	r.add(t, "s", "m0")
+	want(t, "a windowed entry beside them", payloads(remote.take()), "m0")
+	if !r.Ack(first) {
+		t.Fatal("ack of an unwindowed entry in flight not found")
+	}
+	want(t, "after one ack", payloads(remote.take()), "pass2")
+}
+
 func TestDetachRedeliversUnackedInOriginalOrder(t *testing.T) {
 	r := newRig(t, nil)
 	a := &fakeConsumer{}
@@ -743,6 +772,41 @@ func TestSweepDropsEntriesOlderThanMaxAge(t *testing.T) {
 	if r.Len() != 1 {
 		t.Fatalf("memory holds %d entries, want 1", r.Len())
 	}
+}
+
+// brokenTrim is a store whose Trim fails for one tenant, listed first.
+type brokenTrim struct {
+	store.Ledger
+	tenant string
+}
+
+func (b brokenTrim) Tenants(ctx context.Context) ([]string, error) {
+	ts, err := b.Ledger.Tenants(ctx)
+	return append([]string{b.tenant}, ts...), err
+}
+
+func (b brokenTrim) Trim(ctx context.Context, tenant string, bounds store.Bounds) ([]store.Dropped, error) {
+	if tenant == b.tenant {
+		return nil, errors.New("trim failed")
+	}
+	return b.Ledger.Trim(ctx, tenant, bounds)
+}
+
+// TestSweepTrimsPastATenantItCannotTrim: a tenant whose records the store
+// fails to trim (a corrupt record, say) does not keep the sweep from the
+// tenants after it, which would otherwise keep their expired records in
+// the store for good; the sweep still reports the failure.
+func TestSweepTrimsPastATenantItCannotTrim(t *testing.T) {
+	r := newRig(t, func(c *Config) {
+		c.MaxAge, c.SweepEvery = time.Hour, 24*time.Hour
+		c.Store = brokenTrim{Ledger: c.Store, tenant: "broken"}
+	})
+	r.store1(t, "s1", "old, stored by another instance")
+	r.clock.Advance(2 * time.Hour)
+	if err := r.pool.Sweep(context.Background()); err == nil {
+		t.Fatal("the sweep reported no error for a tenant it could not trim")
+	}
+	want(t, "stored", r.stored(t))
 }
 
 // TestAgeSweepRunsOnTheClock: the pool enforces MaxAge by itself, every
