@@ -186,18 +186,32 @@ func (o *Ownership) home(user string) string {
 	return tenants[0]
 }
 
-// MayAct reports whether rules 1 to 3 let tenant act in c: in a bound
-// chat only its owner, in a claimed one only its claimant, elsewhere a
-// tenant granted the chat by author (rule 3), which granted reports; it is
-// called only there. Rule 4 is the platform's ChatTenant.
+// MayAct reports whether rules 1 to 3 let tenant act in c (Hold).
 func (o *Ownership) MayAct(tenant string, c Chat, granted func() bool) bool {
+	return o.Hold(tenant, c, granted) != HoldNone
+}
+
+// Hold is how rules 1 to 3 let tenant act in c: in a bound chat only its
+// owner, in a claimed one only its claimant (HoldOwn), elsewhere a tenant
+// granted the chat by author (rule 3, HoldGrant), which granted reports;
+// it is called only there. Rule 4 is the platform's ChatTenant.
+func (o *Ownership) Hold(tenant string, c Chat, granted func() bool) Hold {
+	sole := func(holder string) Hold {
+		if holder == tenant {
+			return HoldOwn
+		}
+		return HoldNone
+	}
 	if owner, ok := o.Owner(c); ok {
-		return owner == tenant
+		return sole(owner)
 	}
 	if cl, ok := o.claimOf(c); ok {
-		return cl.Tenant == tenant
+		return sole(cl.Tenant)
 	}
-	return granted()
+	if granted() {
+		return HoldGrant
+	}
+	return HoldNone
 }
 
 // ClaimOutcome is the ownership order's answer to a tenant's scope claim.
