@@ -196,19 +196,14 @@ func (o *Ownership) MayAct(tenant string, c Chat, granted func() bool) bool {
 // granted the chat by author (rule 3, HoldGrant), which granted reports;
 // it is called only there. Rule 4 is the platform's ChatTenant.
 func (o *Ownership) Hold(tenant string, c Chat, granted func() bool) Hold {
-	sole := func(holder string) Hold {
-		if holder == tenant {
-			return HoldOwn
-		}
-		return HoldNone
+	holder, held := o.Owner(c)
+	if cl, claimed := o.claimOf(c); !held && claimed {
+		holder, held = cl.Tenant, true
 	}
-	if owner, ok := o.Owner(c); ok {
-		return sole(owner)
-	}
-	if cl, ok := o.claimOf(c); ok {
-		return sole(cl.Tenant)
-	}
-	if granted() {
+	switch {
+	case held && holder == tenant:
+		return HoldOwn
+	case !held && granted():
 		return HoldGrant
 	}
 	return HoldNone
