@@ -94,6 +94,31 @@ func (g *Grants) Has(ctx context.Context, chat, tenant string) bool {
 	return ok
 }
 
+// postedKey is the vault key of the mark that the bot posted message in
+// chat for tenant on g's platform: the grant's key and the message (a
+// chat id, which the platform's Egress.Chat accepted, holds no "/").
+func (g *Grants) postedKey(chat, message, tenant string) vault.Key {
+	k := g.grantKey(chat, tenant)
+	k.SessionKey, k.Kind = k.SessionKey+"/"+message, vault.KindPostedMessage
+	return k
+}
+
+// Posted remembers, for vault.ChatGrantTTL, that the bot posted message in
+// chat for tenant, which holds the chat by grant (Execute): in a chat
+// several tenants may act in, only tenant may edit or delete it (PostedBy).
+func (g *Grants) Posted(ctx context.Context, chat, message, tenant string) {
+	if err := g.vault.Put(ctx, g.postedKey(chat, message, tenant), vault.Entry{Stored: g.clock.Now()}); err != nil {
+		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
+	}
+}
+
+// PostedBy reports whether the bot posted message in chat for tenant, as
+// Posted remembered it.
+func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
+	_, ok := g.vault.Get(ctx, g.postedKey(chat, message, tenant))
+	return ok
+}
+
 // Linker redeems the account-link codes users send the bot in a DM
 // ("/link <code>", Hermes contract §3): it links (platform, userID) to the
 // tenant that issued the code. The user id is the platform's own, off the

@@ -97,16 +97,32 @@ type RelevanceTaker interface {
 
 // ChatGranter is implemented by platforms where a chat may be open to a
 // tenant that ChatTenant does not name: its claimant, or a tenant an
-// author routed to spoke for (Ownership.MayAct, rules 2 and 3). Authorize
+// author routed to spoke for (Ownership.Hold, rules 2 and 3). Authorize
 // lets an action through when ChatGranted says so, before asking
 // ChatTenant.
 type ChatGranter interface {
-	// ChatGranted reports whether tenant may act in chatID by a claim or a
-	// grant, which the ownership order lets stand there. Placing the chat
-	// may ask the platform, on the share of the tenant in ctx
-	// (WithTenant); an error wrapping ErrUnavailable says it could not.
-	ChatGranted(ctx context.Context, chatID, tenant string) (bool, error)
+	// ChatGranted reports how tenant holds chatID by a claim or a grant
+	// that the ownership order lets stand there (HoldNone: by neither).
+	// Placing the chat may ask the platform, on the share of the tenant in
+	// ctx (WithTenant); an error wrapping ErrUnavailable says it could not.
+	ChatGranted(ctx context.Context, chatID, tenant string) (Hold, error)
 }
+
+// Hold is how a tenant holds a chat it may act in.
+type Hold uint8
+
+// Holds.
+const (
+	// HoldNone: the tenant may not act in the chat.
+	HoldNone Hold = iota
+	// HoldOwn: the chat is the tenant's alone: bound to it, claimed by
+	// it, or its by the platform's fallback (ChatTenant).
+	HoldOwn
+	// HoldGrant: the tenant acts there on an author-link grant (rule 3),
+	// as other tenants may: it edits and deletes only the messages the bot
+	// posted for it there (Execute, Grants.Posted).
+	HoldGrant
+)
 
 // ScopeLocator is implemented by platforms whose chats the management
 // plane claims: it places a chat before a claim is judged (the visibility

@@ -49,6 +49,10 @@ type Egress[P Platform, T any] struct {
 	// Timeout bounds an action whose ctx has no deadline (a platform called
 	// directly, not by the relay); zero means DefaultTimeout.
 	Timeout time.Duration
+	// Grants are a ChatGranter's grants, which remember the messages a
+	// tenant posts in a chat it holds by grant (HoldGrant); nil declines
+	// every edit and delete there.
+	Grants *Grants
 }
 
 // Execute performs action a for tenant on p through e. The checks, in
@@ -58,10 +62,15 @@ type Egress[P Platform, T any] struct {
 //  2. the op is in e.Ops: unsupported_op (Unsupported);
 //  3. a chat-addressed op's chat_id is a chat id of p (e.Chat): bad_request;
 //  4. that chat is one tenant may act in (Authorize): egress_declined, or
-//     unavailable when its owner could not be looked up.
+//     unavailable when its owner could not be looked up;
+//  5. in a chat tenant holds by grant (HoldGrant), which other tenants may
+//     hold too, an edit or delete names a message the bot posted for
+//     tenant there (Grants.PostedBy): egress_declined.
 //
-// The op then runs, charged to tenant (WithTenant). Everything from step 4
-// on runs under ctx's deadline, or e.Timeout when ctx has none.
+// The op then runs, charged to tenant (WithTenant); in a chat held by
+// grant, a message it answers other than the one it names is remembered as
+// tenant's (Grants.Posted). Everything from step 4 on runs under ctx's
+// deadline, or e.Timeout when ctx has none.
 func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenant string, a *contract.Action) contract.Result {
 	if r, missing := a.MissingTarget(); missing {
 		return r
@@ -77,15 +86,25 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	}
 	ctx = WithTenant(ctx, tenant)
 	var chat T
+	var hold Hold
+	chatID, message := string(a.ChatID), string(a.MessageID)
 	if contract.AddressesChat(a.Op) {
-		if chat, ok = e.Chat(p, string(a.ChatID)); !ok {
+		if chat, ok = e.Chat(p, chatID); !ok {
 			return contract.Failed(contract.CodeBadRequest, "chat_id is not a "+p.Name()+" chat id")
 		}
-		if r, ok := Authorize(ctx, p, tenant, string(a.ChatID)); !ok {
-			return r
+		var err error
+		if hold, err = authorize(ctx, p, tenant, chatID); err != nil {
+			return refusal(p.Name(), err)
+		}
+		if hold == HoldGrant && (a.Op == contract.OpEdit || a.Op == contract.OpDelete) && (e.Grants == nil || !e.Grants.PostedBy(ctx, chatID, message, tenant)) {
+			return contract.Declined(p.Name())
 		}
 	}
-	return op(p, ctx, tenant, chat, a)
+	r := op(p, ctx, tenant, chat, a)
+	if hold == HoldGrant && e.Grants != nil && r.MessageID != "" && r.MessageID != message {
+		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
+	}
+	return r
 }
 
 // Unsupported is the result of an op outside platform name's table.
@@ -100,46 +119,57 @@ func Unsupported(name string) contract.Result {
 // wraps ErrUnavailable, else the uniform decline. A chat Locate found for
 // the same tenant on p is not asked about again.
 func Authorize(ctx context.Context, p Platform, tenant, chatID string) (contract.Result, bool) {
-	switch err := authorize(ctx, p, tenant, chatID); {
-	case err == nil:
-		return contract.Result{}, true
-	case errors.Is(err, ErrUnavailable):
-		return OwnerUnknown(p.Name(), err), false
-	}
-	return contract.Declined(p.Name()), false
+	_, err := authorize(ctx, p, tenant, chatID)
+	return refusal(p.Name(), err), err == nil
 }
 
-// authorize is Authorize's check: nil, ErrUnknownChat, or an error
-// wrapping ErrUnavailable.
-func authorize(ctx context.Context, p Platform, tenant, chatID string) error {
-	if found, ok := ctx.Value(locatedKey{}).(located); ok && found == (located{p.Name(), tenant, chatID}) {
-		return nil
+// refusal is the answer of platform name to an action authorize refused
+// with err (nil: none).
+func refusal(name string, err error) contract.Result {
+	switch {
+	case err == nil:
+		return contract.Result{}
+	case errors.Is(err, ErrUnavailable):
+		return OwnerUnknown(name, err)
+	}
+	return contract.Declined(name)
+}
+
+// authorize is Authorize's check: how tenant holds the chat, else
+// ErrUnknownChat or an error wrapping ErrUnavailable.
+func authorize(ctx context.Context, p Platform, tenant, chatID string) (Hold, error) {
+	if found, ok := ctx.Value(locatedKey{}).(located); ok && found == (located{p.Name(), tenant, chatID, found.hold}) {
+		return found.hold, nil
 	}
 	ctx = WithTenant(ctx, tenant)
 	if g, ok := p.(ChatGranter); ok {
-		granted, err := g.ChatGranted(ctx, chatID, tenant)
+		hold, err := g.ChatGranted(ctx, chatID, tenant)
 		switch {
 		case errors.Is(err, ErrUnavailable):
-			return err
-		case granted:
-			return nil
+			return HoldNone, err
+		case hold != HoldNone:
+			return hold, nil
 		}
 	}
 	owner, err := p.ChatTenant(ctx, chatID)
 	switch {
 	case errors.Is(err, ErrUnavailable):
-		return err
+		return HoldNone, err
 	case err != nil || owner != tenant:
-		return ErrUnknownChat
+		return HoldNone, ErrUnknownChat
 	}
-	return nil
+	return HoldOwn, nil
 }
 
 // locatedKey is the context key of the chat Locate found.
 type locatedKey struct{}
 
-// located is a chat Locate found tenant may act in on a platform.
-type located struct{ platform, tenant, chat string }
+// located is a chat Locate found tenant may act in on a platform, and how
+// tenant holds it.
+type located struct {
+	platform, tenant, chat string
+	hold                   Hold
+}
 
 // Locate returns the first of ps on which tenant may act in chatID
 // (Authorize), for an action that names no platform, and ctx marked so that
@@ -149,9 +179,9 @@ type located struct{ platform, tenant, chat string }
 func Locate(ctx context.Context, ps []Platform, tenant, chatID string) (Platform, context.Context, error) {
 	failure := ErrUnknownChat
 	for _, p := range ps {
-		err := authorize(ctx, p, tenant, chatID)
+		hold, err := authorize(ctx, p, tenant, chatID)
 		if err == nil {
-			return p, context.WithValue(ctx, locatedKey{}, located{p.Name(), tenant, chatID}), nil
+			return p, context.WithValue(ctx, locatedKey{}, located{p.Name(), tenant, chatID, hold}), nil
 		}
 		if errors.Is(err, ErrUnavailable) {
 			failure = err

@@ -14,6 +14,7 @@ import (
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/fairshare"
+	"connector/vault"
 )
 
 // chatsPlatform owns the chats in owners, grants those in granted, and
@@ -42,9 +43,12 @@ func (p *chatsPlatform) ChatTenant(_ context.Context, chat string) (string, erro
 	return "", platform.ErrUnknownChat
 }
 
-func (p *chatsPlatform) ChatGranted(ctx context.Context, chat, tenant string) (bool, error) {
+func (p *chatsPlatform) ChatGranted(ctx context.Context, chat, tenant string) (platform.Hold, error) {
 	p.grantCtx = ctx
-	return p.granted[chat] == tenant, nil
+	if p.granted[chat] == tenant {
+		return platform.HoldGrant, nil
+	}
+	return platform.HoldNone, nil
 }
 
 var _ platform.ChatGranter = (*chatsPlatform)(nil)
@@ -215,5 +219,73 @@ func TestWaitShare(t *testing.T) {
 	cancel()
 	if err := platform.WaitShare(ctx, budget, "t1", clk.Now().Add(time.Second), clk); !errors.Is(err, context.Canceled) {
 		t.Fatalf("ended ctx: %v", err)
+	}
+}
+
+// countingVault counts a vault's writes.
+type countingVault struct {
+	vault.Store
+	puts int
+}
+
+func (v *countingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
+	v.puts++
+	return v.Store.Put(ctx, k, e)
+}
+
+// TestEditsInAGrantedChat: in a chat the tenant holds by grant, which
+// other tenants may hold too, a message its op answers is remembered as
+// its own (one vault write), and its edit or delete of any other message
+// is declined, Locate's answer included; in its own chat nothing is
+// written and every message may be edited.
+func TestEditsInAGrantedChat(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{owners: map[string]string{"own": "t1"}, granted: map[string]string{"shared": "t1"}}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpSend: func(_ *chatsPlatform, _ context.Context, _, chat string, _ *contract.Action) contract.Result {
+				return contract.OK("m-" + chat)
+			},
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	do := func(ctx context.Context, op, chat, message string) contract.Result {
+		return platform.Execute(ctx, &e, p, "t1", &contract.Action{Op: op, ChatID: contract.ID(chat), MessageID: contract.ID(message)})
+	}
+	do(t.Context(), contract.OpSend, "own", "")
+	if v.puts != 0 {
+		t.Fatalf("a send in the tenant's own chat wrote %d marks", v.puts)
+	}
+	if r := do(t.Context(), contract.OpEdit, "own", "anyone's"); !r.Success {
+		t.Fatalf("edit in the tenant's own chat: %+v", r)
+	}
+	do(t.Context(), contract.OpSend, "shared", "")
+	if v.puts != 1 {
+		t.Fatalf("a send in a granted chat wrote %d marks, want 1", v.puts)
+	}
+	located, ctx, err := platform.Locate(t.Context(), []platform.Platform{p}, "t1", "shared")
+	if err != nil || located != p {
+		t.Fatal(located, err)
+	}
+	for _, c := range []struct {
+		ctx     context.Context
+		message string
+		want    contract.Result
+	}{
+		{t.Context(), "m-shared", contract.OK("m-shared")},
+		{t.Context(), "m-other", contract.Declined("chats")},
+		{ctx, "m-other", contract.Declined("chats")},
+		{ctx, "m-shared", contract.OK("m-shared")},
+	} {
+		if r := do(c.ctx, contract.OpEdit, "shared", c.message); r != c.want {
+			t.Errorf("edit of %s in the granted chat: %+v, want %+v", c.message, r, c.want)
+		}
+	}
+	if v.puts != 1 {
+		t.Errorf("edits in a granted chat wrote %d marks, want the send's 1", v.puts)
 	}
 }

@@ -186,18 +186,27 @@ func (o *Ownership) home(user string) string {
 	return tenants[0]
 }
 
-// MayAct reports whether rules 1 to 3 let tenant act in c: in a bound
-// chat only its owner, in a claimed one only its claimant, elsewhere a
-// tenant granted the chat by author (rule 3), which granted reports; it is
-// called only there. Rule 4 is the platform's ChatTenant.
+// MayAct reports whether rules 1 to 3 let tenant act in c (Hold).
 func (o *Ownership) MayAct(tenant string, c Chat, granted func() bool) bool {
-	if owner, ok := o.Owner(c); ok {
-		return owner == tenant
+	return o.Hold(tenant, c, granted) != HoldNone
+}
+
+// Hold is how rules 1 to 3 let tenant act in c: in a bound chat only its
+// owner, in a claimed one only its claimant (HoldOwn), elsewhere a tenant
+// granted the chat by author (rule 3, HoldGrant), which granted reports;
+// it is called only there. Rule 4 is the platform's ChatTenant.
+func (o *Ownership) Hold(tenant string, c Chat, granted func() bool) Hold {
+	holder, held := o.Owner(c)
+	if cl, claimed := o.claimOf(c); !held && claimed {
+		holder, held = cl.Tenant, true
 	}
-	if cl, ok := o.claimOf(c); ok {
-		return cl.Tenant == tenant
+	switch {
+	case held && holder == tenant:
+		return HoldOwn
+	case !held && granted():
+		return HoldGrant
 	}
-	return granted()
+	return HoldNone
 }
 
 // ClaimOutcome is the ownership order's answer to a tenant's scope claim.

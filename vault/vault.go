@@ -43,6 +43,13 @@ const KindChatGrant Kind = "platform.chat_grant"
 // ChatGrantTTL is how long a KindChatGrant lasts.
 const ChatGrantTTL = 24 * time.Hour
 
+// KindPostedMessage marks a message the bot posted for the tenant in a chat
+// of one platform it held by grant (the key's SessionKey names the
+// platform, the chat and the message, platform.Grants.Posted): only that
+// tenant may edit or delete it there. The value is empty: the key is the
+// mark. It lasts ChatGrantTTL, the life of the grant it was posted on.
+const KindPostedMessage Kind = "platform.posted_message"
+
 // WhatsApp Cloud's records (platform/whatsapp), kept here so every
 // instance sharing the store sees them:
 const (
@@ -79,6 +86,7 @@ var ttls = map[Kind]time.Duration{
 	KindDiscordInteractionToken: 15 * time.Minute,
 	KindSlackResponseURL:        30 * time.Minute,
 	KindChatGrant:               ChatGrantTTL,
+	KindPostedMessage:           ChatGrantTTL,
 	KindWhatsAppConversation:    WhatsAppConversationTTL,
 	KindWhatsAppMessage:         WhatsAppMessageTTL,
 	KindWhatsAppPrompt:          7 * 24 * time.Hour,
@@ -91,7 +99,7 @@ var ttls = map[Kind]time.Duration{
 // business number, a prompt a tap answered), so it is read from the store
 // on every lookup: an instance never acts on a value another instance
 // replaced or deleted.
-var remembered = map[Kind]bool{KindChatGrant: true, KindWhatsAppMessage: true}
+var remembered = map[Kind]bool{KindChatGrant: true, KindPostedMessage: true, KindWhatsAppMessage: true}
 
 // TTL returns the lifetime of a kind's values (ok false for an unknown kind).
 func (k Kind) TTL() (time.Duration, bool) {

@@ -123,7 +123,7 @@ func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// when it claimed the channel (or, as the cache knows it, the thread's
+// (alone, platform.HoldOwn, or on a grant, platform.HoldGrant) when it claimed the channel (or, as the cache knows it, the thread's
 // channel), or a message routed to it by claim or author link was posted
 // there (and it is still remembered), and the ownership order lets that
 // stand where the channel is (platform.Ownership.MayAct: no binding or
@@ -133,7 +133,7 @@ func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
 // whose cache lacks the threads the Gateway tells of: there a chat it has
 // not cached is looked up (standbyLookup, the call ChatTenant would make)
 // so that a thread of a channel the tenant claimed is placed by its parent.
-func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
+func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	own := p.owners.Load()
 	spoke := p.spoke.Has(ctx, chatID, tenant)
 	claimed := own.Claimed(chatID, tenant)
@@ -151,27 +151,27 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool
 		ci, found, err := p.standbyLookup(ctx, chatID, tenant)
 		switch {
 		case err != nil:
-			return false, err
+			return platform.HoldNone, err
 		case !found:
-			return false, nil
+			return platform.HoldNone, nil
 		}
 		if ci.ParentID != "" && own.Claimed(ci.ParentID, tenant) && own.MayAct(tenant, chatOfInfo(ci), func() bool { return false }) {
-			return true, nil
+			return platform.HoldOwn, nil
 		}
 		if owner, ok := p.channelTenant(ci); !ok || owner != tenant {
 			p.declined.Add([2]string{tenant, chatID}, struct{}{})
 		}
-		return false, nil
+		return platform.HoldNone, nil
 	}
 	if !spoke && !claimed {
-		return false, nil
+		return platform.HoldNone, nil
 	}
 	ci, err := p.cache.channel(ctx, chatID)
 	switch {
 	case errors.Is(err, errNotFound):
-		return false, nil
+		return platform.HoldNone, nil
 	case err != nil:
-		return false, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).Error, platform.ErrUnavailable)
+		return platform.HoldNone, fmt.Errorf("discord: the channel could not be looked up (%s): %w", describe(err).Error, platform.ErrUnavailable)
 	}
-	return own.MayAct(tenant, chatOfInfo(ci), func() bool { return spoke }), nil
+	return own.Hold(tenant, chatOfInfo(ci), func() bool { return spoke }), nil
 }

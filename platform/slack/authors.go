@@ -44,7 +44,9 @@ func (p *Platform) route(ctx context.Context, user, channel, team string, dm boo
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// when it claimed the channel, or an event routed to it by claim or author
+// (on a grant, platform.HoldGrant, when a grant lets it in any of the
+// channel's workspaces; else alone, platform.HoldOwn) when it claimed the
+// channel, or an event routed to it by claim or author
 // link was posted there (and it is still remembered, platform.Grants), as
 // long as the ownership order lets that stand in every workspace the
 // channel is in (platform.Ownership.MayAct: no binding of the channel or of
@@ -52,26 +54,29 @@ func (p *Platform) route(ctx context.Context, user, channel, team string, dm boo
 // placed first (place), on any instance, whether this one saw it or not; a
 // channel that cannot be placed grants nothing. A chat the tenant has
 // neither claim nor grant of costs no lookup.
-func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
+func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	if !channelIDPattern.MatchString(chatID) {
-		return false, nil
+		return platform.HoldNone, nil
 	}
 	own := p.owners.Load()
 	claimSpace, claimed := own.ClaimedIn(chatID, tenant)
 	grantSpace, granted := p.grants.Granted(ctx, chatID, tenant)
 	if !claimed && !granted {
-		return false, nil
+		return platform.HoldNone, nil
 	}
 	teams, err := p.place(ctx, tenant, chatID, claimSpace, grantSpace)
 	if err != nil || len(teams) == 0 {
-		return false, err
+		return platform.HoldNone, err
 	}
+	hold := platform.HoldOwn
 	for _, team := range teams {
-		if !own.MayAct(tenant, chatOf(chatID, team), func() bool { return granted }) {
-			return false, nil
+		h := own.Hold(tenant, chatOf(chatID, team), func() bool { return granted })
+		if h == platform.HoldNone {
+			return platform.HoldNone, nil
 		}
+		hold = max(hold, h)
 	}
-	return true, nil
+	return hold, nil
 }
 
 // place returns the workspaces channel chat is in: those this instance

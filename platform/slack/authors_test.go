@@ -111,7 +111,7 @@ func TestGrantYieldsToALaterBinding(t *testing.T) {
 	e := ownershipEnv(t, link)
 	e.event(t, teamC, "Ev1", slacktest.MessageEvent(teamC.ID, chanNew, userCat, "1768490100.000100", "", "status?"), http.StatusOK)
 	e.sink.Next(t)
-	if granted, _ := e.p.ChatGranted(context.Background(), chanNew, "t2"); !granted {
+	if granted, _ := e.p.ChatGranted(context.Background(), chanNew, "t2"); granted != platform.HoldGrant {
 		t.Fatal("no grant after the linked author's message")
 	}
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamC.ID, Tenant: "t1"}, link}); err != nil {
@@ -203,7 +203,7 @@ func TestGrantPlacedOnEveryInstance(t *testing.T) {
 	// The Slack Connect channel is also in A, t1's: t2's grant does not
 	// stand there, on either instance.
 	for _, e := range []*env{a, b} {
-		if granted, err := e.p.ChatGranted(platform.WithTenant(context.Background(), "t2"), shared, "t2"); granted || err != nil {
+		if granted, err := e.p.ChatGranted(platform.WithTenant(context.Background(), "t2"), shared, "t2"); granted != platform.HoldNone || err != nil {
 			t.Fatalf("t2's grant stands in a channel shared with t1's workspace: %v %v", granted, err)
 		}
 	}
@@ -217,7 +217,7 @@ func TestGrantPlacedOnEveryInstance(t *testing.T) {
 		}
 	}
 	for name, e := range map[string]*env{"a": a, "b": b, "c": c} {
-		if granted, err := e.p.ChatGranted(platform.WithTenant(context.Background(), "t2"), chanNew, "t2"); granted || err != nil {
+		if granted, err := e.p.ChatGranted(platform.WithTenant(context.Background(), "t2"), chanNew, "t2"); granted != platform.HoldNone || err != nil {
 			t.Fatalf("%s: t2's grant stands in a channel of t1's workspace: %v %v", name, granted, err)
 		}
 		if r := send(e, "t2", chanNew); r.Code != contract.CodeEgressDeclined {

@@ -74,18 +74,19 @@ func (p *Platform) redeemLink(ctx context.Context, in *inbound, code string) {
 }
 
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
-// when it claimed the chat, when the chat is the DM of a user linked to
+// when it claimed the chat (alone, platform.HoldOwn; else on a grant,
+// platform.HoldGrant), when the chat is the DM of a user linked to
 // it (a private chat's id is its user's), or when an update routed to it
 // by author link was posted there (and it is still remembered), as long
 // as the ownership order lets that stand (platform.Ownership.MayAct: no
 // binding or claim of another tenant). The first two hold on every
 // instance and across restarts.
-func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (bool, error) {
+func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (platform.Hold, error) {
 	if _, err := parseChatID(chatID); err != nil {
-		return false, nil
+		return platform.HoldNone, nil
 	}
 	own, chat := p.owners.Load(), chatOf(chatID)
-	return own.MayAct(tenant, chat, func() bool {
+	return own.Hold(tenant, chat, func() bool {
 		return (chat.DM && own.Linked(chatID, tenant)) || p.grants.Has(ctx, chatID, tenant)
 	}), nil
 }
