@@ -1,12 +1,14 @@
 package registry_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"connector/internal/clock"
 	"connector/internal/redistest"
@@ -321,5 +323,65 @@ func TestTenantBindingBound(t *testing.T) {
 	}
 	if err := r.Claim(ctx, "b", "discord", platform.Chat{ID: "801", Space: "800"}); err != nil {
 		t.Fatalf("b's claim while a is at its bound: %v", err)
+	}
+}
+
+// TestBindOwnStallsNoOtherTenant: while tenant a's BindOwn waits on a
+// store write, tenant b's Bind and a read of the registry go through.
+// Before, BindOwn held the registry's lock across its writes (up to 1,000
+// of them), and every other tenant's bind waited behind it.
+func TestBindOwnStallsNoOtherTenant(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, clock.System)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once, first sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	hooked.before = func(op, _, key string) {
+		if op == "cas" && key == "telegram/chat/-1501" {
+			first.Do(func() { // its first try; b's write makes it judge again
+				close(reached)
+				<-release
+			})
+		}
+	}
+	own := make(chan error, 1)
+	go func() {
+		own <- r.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1501", Tenant: "a"})
+	}()
+	waitFor(t, reached, "a's BindOwn to reach its store write")
+	other := make(chan error, 1)
+	go func() {
+		_, _, err := r.Effective(ctx)
+		other <- cmp.Or(err, r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1502", Tenant: "b"}))
+	}()
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Fatalf("b's read and bind while a's BindOwn is in flight: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's read and bind stalled behind a's BindOwn for 10 s: it holds the registry's lock across its store writes")
+	}
+	once.Do(func() { close(release) })
+	if err := <-own; err != nil {
+		t.Fatalf("a's BindOwn: %v", err)
+	}
+}
+
+// waitFor waits for ch to close, failing after 10 s with what it waited for.
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s in 10 s", what)
 	}
 }

@@ -128,9 +128,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if err != nil {
 		return "", err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	wrote, err := r.bindLocked(ctx, b, nil)
+	wrote, err := r.bind(ctx, b, nil)
 	if err != nil {
 		return "", err
 	}

@@ -228,19 +228,27 @@ type Registry struct {
 	kv    store.Registry
 	ps    store.PubSub
 	clock clock.Clock
-	// mu serializes this instance's read-modify-write changes. Instances
+	// mu serializes this instance's read-modify-write changes made
+	// through the admin API and by gateways other than bindings. Instances
 	// sharing a store do not lock each other: a binding is written with
 	// the store's CompareAndSwap, with its platform's ownership guard
 	// (swapBinding), so of concurrent writers one wins and the others
-	// judge again; for other entries the last write wins.
+	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
+	// take no lock across I/O at all; for other entries the last write
+	// wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
+	// pendMu guards pending: the bindings this instance's requests
+	// counted against MaxTenantBindings (reserve) and may not have
+	// written yet, by key. A leaf, never held across I/O.
+	pendMu  sync.Mutex
+	pending map[string]Binding
 }
 
 // New returns the registry kept in st; now is its clock (secret expiry).
 func New(st store.Store, c clock.Clock) *Registry {
 	c = cmp.Or(c, clock.System)
-	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c}
+	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c, pending: make(map[string]Binding)}
 	r.declared.Store(&State{})
 	return r
 }
@@ -685,7 +693,7 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, err = r.bindLocked(ctx, b, nil)
+	_, err = r.bind(ctx, b, nil)
 	return err
 }
 
@@ -712,14 +720,14 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 	if len(canon) == 0 {
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.roomForBindingsLocked(ctx, canon...); err != nil {
+	release, err := r.reserve(ctx, canon...)
+	if err != nil {
 		return err
 	}
+	defer release()
 	v := new(ownView)
 	for _, b := range canon {
-		if _, err := r.bindLocked(ctx, b, v); err != nil {
+		if _, err := r.bind(ctx, b, v); err != nil {
 			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
 		}
 	}
@@ -733,17 +741,19 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 // the tenant past it is ErrLimit and writes none of its bindings.
 const MaxTenantBindings = 10_000
 
-// roomForBindingsLocked is nil when, for each tenant of bs, its stored
-// bindings together with those of bs it does not hold yet (under their
-// key) are at most MaxTenantBindings; else ErrLimit. Called under mu, so
-// the writes that follow under the same hold of mu cannot be overtaken on
-// this instance; instances sharing a store check this each on their own:
-// racing requests may pass it together, by one request's bindings per
-// instance at most.
-func (r *Registry) roomForBindingsLocked(ctx context.Context, bs ...Binding) error {
+// reserve counts, for each tenant of bs, its stored bindings, those this
+// instance's requests reserved and may not have written yet, and those
+// of bs it holds in neither way (under their key): past MaxTenantBindings
+// it is ErrLimit. Else it reserves bs's new bindings until release, which
+// the caller calls once it has written them or given up. The store I/O
+// holds no lock, so two requests of a tenant here cannot both pass, and
+// neither waits on the other's writes; instances sharing a store count
+// each on their own: racing requests may pass it together, by one
+// request's bindings per instance at most.
+func (r *Registry) reserve(ctx context.Context, bs ...Binding) (release func(), err error) {
 	var stored []Binding
 	if err := list(ctx, r.kv, nsBindings, &stored); err != nil {
-		return err
+		return nil, err
 	}
 	held := make(map[string]bool, len(stored))
 	count := make(map[string]int)
@@ -751,16 +761,35 @@ func (r *Registry) roomForBindingsLocked(ctx context.Context, bs ...Binding) err
 		held[b.key()] = true
 		count[b.Tenant]++
 	}
-	for _, b := range bs {
-		if _, ok := r.declaredBinding(b); ok || held[b.key()] {
-			continue // declared, bound already, or another's (ErrConflict)
-		}
-		held[b.key()] = true
-		if count[b.Tenant]++; count[b.Tenant] > MaxTenantBindings {
-			return fmt.Errorf("%w: tenant %q would hold more than %d stored bindings; unbind some first", ErrLimit, b.Tenant, MaxTenantBindings)
+	r.pendMu.Lock()
+	defer r.pendMu.Unlock()
+	for k, b := range r.pending {
+		if !held[k] {
+			held[k] = true
+			count[b.Tenant]++
 		}
 	}
-	return nil
+	var mine []Binding
+	for _, b := range bs {
+		if _, ok := r.declaredBinding(b); ok || held[b.key()] {
+			continue // declared, bound or reserved already, or another's (ErrConflict)
+		}
+		held[b.key()] = true
+		mine = append(mine, b)
+		if count[b.Tenant]++; count[b.Tenant] > MaxTenantBindings {
+			return nil, fmt.Errorf("%w: tenant %q would hold more than %d stored bindings; unbind some first", ErrLimit, b.Tenant, MaxTenantBindings)
+		}
+	}
+	for _, b := range mine {
+		r.pending[b.key()] = b
+	}
+	return func() {
+		r.pendMu.Lock()
+		defer r.pendMu.Unlock()
+		for _, b := range mine {
+			delete(r.pending, b.key())
+		}
+	}, nil
 }
 
 // ownView is the view BindOwn judges by: one platform's effective
@@ -801,10 +830,10 @@ func (v *ownView) wrote(b Binding, guard []byte) {
 	v.owners = nil
 }
 
-// bindLocked binds the canonical b under mu, with own (not nil)
-// BindOwn's judgement; it reports whether it wrote b (not when b was
-// bound already).
-func (r *Registry) bindLocked(ctx context.Context, b Binding, own *ownView) (wrote bool, err error) {
+// bind binds the canonical b, with own (not nil) BindOwn's judgement;
+// it reports whether it wrote b (not when b was bound already). It needs
+// no lock: swapBinding judges and writes in one step across instances.
+func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote bool, err error) {
 	if d, ok := r.declaredBinding(b); ok {
 		if d.Tenant == b.Tenant {
 			return false, nil
@@ -852,14 +881,14 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 		return err
 	}
 	chat.ID, chat.Space = b.ID, b.Space
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if _, err := r.tenant(ctx, tenant); err != nil {
 		return err
 	}
-	if err := r.roomForBindingsLocked(ctx, b); err != nil {
+	release, err := r.reserve(ctx, b)
+	if err != nil {
 		return err
 	}
+	defer release()
 	_, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
 		s, _, err := r.Effective(ctx)
 		if err != nil {
@@ -925,7 +954,7 @@ const nsOwnership = "registry/ownership"
 // the ownership order judges against each other (a provision's BindOwn
 // and another tenant's claim or link), on any instance, one stands. It
 // tells every instance after a write, and returns the guard it wrote
-// (nil when it wrote none). Called under mu.
+// (nil when it wrote none). It needs no lock.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, error) {
 	var value []byte
 	if next != nil {
