@@ -260,7 +260,7 @@ func TestBindOwnRacesAClaimOnRedis(t *testing.T) {
 // a request that would take it past the bound is ErrLimit and stores none
 // of its bindings, a repeat of bindings it holds still passes, and another
 // tenant is unaffected. Before, every provision bound up to 1,000 more
-// keys without end.
+// keys without end, and author links, which count, were never refused.
 func TestTenantBindingBound(t *testing.T) {
 	ctx := context.Background()
 	r, _ := newRegistry(t)
@@ -323,6 +323,23 @@ func TestTenantBindingBound(t *testing.T) {
 	}
 	if err := r.Claim(ctx, "b", "discord", platform.Chat{ID: "801", Space: "800"}); err != nil {
 		t.Fatalf("b's claim while a is at its bound: %v", err)
+	}
+	// An author link past the bound is refused too, its code unspent.
+	code, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RedeemLinkCode(ctx, "telegram", "55", code); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("a link past the bound: %v, want ErrLimit", err)
+	}
+	if n := stored("a"); n != registry.MaxTenantBindings {
+		t.Fatalf("after the refused link a holds %d bindings, want %d", n, registry.MaxTenantBindings)
+	}
+	if err := r.Unbind(ctx, over[0]); err != nil {
+		t.Fatal(err)
+	}
+	if tenant, err := r.RedeemLinkCode(ctx, "telegram", "55", code); err != nil || tenant != "a" {
+		t.Fatalf("the refused code, redeemed below the bound: %q, %v", tenant, err)
 	}
 }
 

@@ -735,10 +735,12 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 }
 
 // MaxTenantBindings bounds a tenant's stored bindings, whoever made them,
-// as far as its provisions' routeKeys (BindOwn) and its scope claims
-// (Claim) may take them: each binds chats of its own choosing, and every
-// apply on every instance reads every binding. A request that would take
-// the tenant past it is ErrLimit and writes none of its bindings.
+// as far as its provisions' routeKeys (BindOwn), its scope claims (Claim)
+// and its author links (RedeemLinkCode) may take them: each adds
+// bindings without another bound, and every apply on every instance reads
+// every binding. A request that would take the tenant past it is ErrLimit
+// and writes none of its bindings. Allow-lists (MaxAllowList a platform)
+// and DM defaults (one a link) count, bounded otherwise.
 const MaxTenantBindings = 10_000
 
 // reserve counts, for each tenant of bs, its stored bindings, those this
