@@ -3,6 +3,7 @@ package registry_test
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -400,5 +401,61 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	case <-ch:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no %s in 10 s", what)
+	}
+}
+
+// TestTenantBindingBoundAcrossInstances: two instances on one
+// redis-server; while
+// instance one's provision of tenant a's last 2 bindings under the bound
+// is writing, instance two's provision of 2 more is ErrLimit, and a ends
+// at the bound. Before, each instance counted on its own, and racing
+// provisions on N instances could overshoot it by 1,000 keys each.
+func TestTenantBindingBoundAcrossInstances(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	st := hooked.Store
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range registry.MaxTenantBindings - 2 { // written as the registry stores them, to be quick
+		b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-2_000_000 - i), Tenant: "a"}
+		value, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/chat/"+b.ID, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(id string) registry.Binding {
+		return registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: id, Tenant: "a"}
+	}
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once, first sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	hooked.before = func(op, _, key string) {
+		if op == "cas" && key == "telegram/chat/-1601" {
+			first.Do(func() {
+				close(reached)
+				<-release
+			})
+		}
+	}
+	own := make(chan error, 1)
+	go func() { own <- one.BindOwn(ctx, key("-1601"), key("-1602")) }()
+	waitFor(t, reached, "instance one's provision to reach its store write")
+	if err := two.BindOwn(ctx, key("-1603"), key("-1604")); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("instance two's provision past the bound while instance one's is writing: %v, want ErrLimit", err)
+	}
+	once.Do(func() { close(release) })
+	if err := <-own; err != nil {
+		t.Fatalf("instance one's provision up to the bound: %v", err)
+	}
+	s, err := two.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.Bindings); n != registry.MaxTenantBindings {
+		t.Fatalf("a holds %d bindings, want %d", n, registry.MaxTenantBindings)
 	}
 }

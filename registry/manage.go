@@ -129,7 +129,7 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if err != nil {
 		return "", err
 	}
-	release, err := r.reserve(ctx, b)
+	release, err := r.reserve(ctx, c.Tenant, b)
 	if err != nil {
 		return "", err
 	}

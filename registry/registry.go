@@ -238,17 +238,12 @@ type Registry struct {
 	// wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
-	// pendMu guards pending: the bindings this instance's requests
-	// counted against MaxTenantBindings (reserve) and may not have
-	// written yet, by key. A leaf, never held across I/O.
-	pendMu  sync.Mutex
-	pending map[string]Binding
 }
 
 // New returns the registry kept in st; now is its clock (secret expiry).
 func New(st store.Store, c clock.Clock) *Registry {
 	c = cmp.Or(c, clock.System)
-	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c, pending: make(map[string]Binding)}
+	r := &Registry{kv: st.Registry(), ps: st.PubSub(), clock: c}
 	r.declared.Store(&State{})
 	return r
 }
@@ -712,6 +707,9 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 	canon := make([]Binding, 0, len(bs))
 	for _, b := range bs {
 		c, err := CanonicalBinding(b)
+		if err == nil && c.Tenant != bs[0].Tenant {
+			err = fmt.Errorf("%w: BindOwn's bindings are of one tenant", ErrInvalid)
+		}
 		if err != nil {
 			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
 		}
@@ -720,7 +718,7 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 	if len(canon) == 0 {
 		return nil
 	}
-	release, err := r.reserve(ctx, canon...)
+	release, err := r.reserve(ctx, canon[0].Tenant, canon...)
 	if err != nil {
 		return err
 	}
@@ -743,55 +741,105 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 // and DM defaults (one a link) count, bounded otherwise.
 const MaxTenantBindings = 10_000
 
-// reserve counts, for each tenant of bs, its stored bindings, those this
-// instance's requests reserved and may not have written yet, and those
-// of bs it holds in neither way (under their key): past MaxTenantBindings
-// it is ErrLimit. Else it reserves bs's new bindings until release, which
-// the caller calls once it has written them or given up. The store I/O
-// holds no lock, so two requests of a tenant here cannot both pass, and
-// neither waits on the other's writes; instances sharing a store count
-// each on their own: racing requests may pass it together, by one
-// request's bindings per instance at most.
-func (r *Registry) reserve(ctx context.Context, bs ...Binding) (release func(), err error) {
-	var stored []Binding
-	if err := list(ctx, r.kv, nsBindings, &stored); err != nil {
-		return nil, err
-	}
-	held := make(map[string]bool, len(stored))
-	count := make(map[string]int)
-	for _, b := range stored {
-		held[b.key()] = true
-		count[b.Tenant]++
-	}
-	r.pendMu.Lock()
-	defer r.pendMu.Unlock()
-	for k, b := range r.pending {
-		if !held[k] {
+// nsReserved holds, by tenant, the bindings requests on any instance
+// counted against MaxTenantBindings and may not have written yet
+// (reserve): each binding's key, and when its reservation lapses.
+const nsReserved = "registry/reserved"
+
+// reserveFor is how long a reservation counts when its request never
+// releases it (its instance stopped).
+const reserveFor = time.Minute
+
+// reserve counts tenant's stored bindings, its reserved ones and those of
+// bs (all tenant's) held in neither way (under their key): past
+// MaxTenantBindings it is ErrLimit. Else it reserves bs's new bindings
+// until release, which the caller calls once it has written them or
+// given up. The reservations are one store entry a tenant, swapped with
+// CompareAndSwap, so racing requests on any instance count each other's.
+// It holds no lock.
+func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (release func(), err error) {
+	for range maxSwaps {
+		e, ok, err := r.kv.Get(ctx, nsReserved, tenant)
+		if err != nil {
+			return nil, err
+		}
+		reserved := make(map[string]time.Time)
+		if ok {
+			_ = json.Unmarshal(e.Value, &reserved) // a corrupt entry reserves nothing
+		}
+		var stored []Binding
+		if err := list(ctx, r.kv, nsBindings, &stored); err != nil {
+			return nil, err
+		}
+		held := make(map[string]bool, len(stored))
+		n := 0
+		for _, b := range stored {
+			held[b.key()] = true
+			if b.Tenant == tenant {
+				n++
+			}
+		}
+		now := r.clock.Now()
+		for k, until := range reserved {
+			if held[k] || !now.Before(until) {
+				delete(reserved, k) // written, or lapsed
+				continue
+			}
 			held[k] = true
-			count[b.Tenant]++
+			n++
+		}
+		var mine []string
+		for _, b := range bs {
+			if _, ok := r.declaredBinding(b); ok || held[b.key()] {
+				continue // declared, bound or reserved already, or another's (ErrConflict)
+			}
+			held[b.key()] = true
+			mine = append(mine, b.key())
+			reserved[b.key()] = now.Add(reserveFor)
+			if n++; n > MaxTenantBindings {
+				return nil, fmt.Errorf("%w: tenant %q would hold more than %d stored bindings; unbind some first", ErrLimit, tenant, MaxTenantBindings)
+			}
+		}
+		if len(mine) == 0 {
+			return func() {}, nil
+		}
+		if swapped, err := r.swapReserved(ctx, tenant, e.Value, reserved); err != nil || swapped {
+			return func() { r.unreserve(ctx, tenant, mine) }, err
 		}
 	}
-	var mine []Binding
-	for _, b := range bs {
-		if _, ok := r.declaredBinding(b); ok || held[b.key()] {
-			continue // declared, bound or reserved already, or another's (ErrConflict)
+	return nil, fmt.Errorf("registry: tenant %q's binding reservations changed %d times while being counted; try again", tenant, maxSwaps)
+}
+
+// unreserve ends tenant's reservations of keys. On an error they lapse
+// (reserveFor).
+func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string) {
+	for range maxSwaps {
+		e, ok, err := r.kv.Get(ctx, nsReserved, tenant)
+		if err != nil || !ok {
+			return
 		}
-		held[b.key()] = true
-		mine = append(mine, b)
-		if count[b.Tenant]++; count[b.Tenant] > MaxTenantBindings {
-			return nil, fmt.Errorf("%w: tenant %q would hold more than %d stored bindings; unbind some first", ErrLimit, b.Tenant, MaxTenantBindings)
+		reserved := make(map[string]time.Time)
+		_ = json.Unmarshal(e.Value, &reserved)
+		for _, k := range keys {
+			delete(reserved, k)
+		}
+		if swapped, err := r.swapReserved(ctx, tenant, e.Value, reserved); err != nil || swapped {
+			return
 		}
 	}
-	for _, b := range mine {
-		r.pending[b.key()] = b
-	}
-	return func() {
-		r.pendMu.Lock()
-		defer r.pendMu.Unlock()
-		for _, b := range mine {
-			delete(r.pending, b.key())
+}
+
+// swapReserved stores reserved as tenant's reservations if they are still
+// old (none: removed).
+func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, reserved map[string]time.Time) (bool, error) {
+	var value []byte
+	if len(reserved) > 0 {
+		var err error
+		if value, err = json.Marshal(reserved); err != nil {
+			return false, err
 		}
-	}, nil
+	}
+	return r.kv.CompareAndSwap(ctx, nsReserved, tenant, old, value)
 }
 
 // ownView is the view BindOwn judges by: one platform's effective
@@ -886,7 +934,7 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	if _, err := r.tenant(ctx, tenant); err != nil {
 		return err
 	}
-	release, err := r.reserve(ctx, b)
+	release, err := r.reserve(ctx, tenant, b)
 	if err != nil {
 		return err
 	}
