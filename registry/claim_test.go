@@ -459,3 +459,45 @@ func TestTenantBindingBoundAcrossInstances(t *testing.T) {
 		t.Fatalf("a holds %d bindings, want %d", n, registry.MaxTenantBindings)
 	}
 }
+
+func (r hookedRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+	r.hook(r.s.before, "put", namespace, key)
+	defer r.hook(r.s.after, "put", namespace, key)
+	return r.Registry.Put(ctx, namespace, key, value)
+}
+
+// TestGatewayCreationRaceOnRedis: two instances on one redis-server; while
+// instance one's provision of gateway id gw-x for tenant a has found the
+// id free and is about to store it, instance two stores gw-x for tenant
+// b. Instance one's creation is refused and gw-x stays b's: before, its
+// write replaced b's gateway, and b's secret stopped working although
+// both provisions had answered 200.
+func TestGatewayCreationRaceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raced := false
+	hooked.before = func(op, namespace, key string) {
+		if raced || namespace != "registry/gateways" || key != "gw-x" {
+			return
+		}
+		raced = true
+		if _, _, err := two.Provision(ctx, "b", "gw-x", "minter-b", func() error { return nil }); err != nil {
+			t.Errorf("b's provision while a's is in flight: %v", err)
+		}
+	}
+	_, _, err := one.Provision(ctx, "a", "gw-x", "minter-a", func() error { return nil })
+	if !raced {
+		t.Fatal("the hook never ran: a's provision stored no gateway")
+	}
+	if !errors.Is(err, registry.ErrExists) {
+		t.Fatalf("a's provision of the id b took meanwhile: %v, want ErrExists", err)
+	}
+	if ok, err := two.GatewayOf(ctx, "b", "gw-x"); err != nil || !ok {
+		t.Fatalf("gw-x is b's: %v, %v; a's creation replaced it", ok, err)
+	}
+}

@@ -234,8 +234,8 @@ type Registry struct {
 	// the store's CompareAndSwap, with its platform's ownership guard
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
-	// take no lock across I/O at all; for other entries the last write
-	// wins.
+	// take no lock across I/O at all; a gateway is created only while its
+	// id is free; for other entries the last write wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
 }
@@ -550,11 +550,21 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 // createGatewayLocked stores g with a fresh secret minted for minter (see
 // Secret.Minter), and returns the secret. The caller has checked that g's
 // id is free (not declared, not stored) and that its tenant exists and has
-// room for it; r.mu is held.
+// room for it; r.mu is held. The store's CompareAndSwap stores it only
+// while the id is still free: one another instance stored meanwhile is
+// ErrExists, never replaced.
 func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter string) (string, error) {
 	secret := newSecret()
 	g.Secrets = []Secret{{Value: secret, Minter: minter}}
-	return secret, r.put(ctx, nsGateways, g.ID, g)
+	data, err := json.Marshal(g)
+	if err != nil {
+		return "", err
+	}
+	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
+		return "", cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
+	}
+	r.notify(ctx)
+	return secret, nil
 }
 
 // roomForGatewayLocked is nil when tenant has fewer gateways, declared and
