@@ -769,13 +769,9 @@ const reserveFor = time.Minute
 // It holds no lock.
 func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (release func(), err error) {
 	for range maxSwaps {
-		e, ok, err := r.kv.Get(ctx, nsReserved, tenant)
+		old, reserved, err := r.reservations(ctx, tenant)
 		if err != nil {
 			return nil, err
-		}
-		reserved := make(map[string]time.Time)
-		if ok {
-			_ = json.Unmarshal(e.Value, &reserved) // a corrupt entry reserves nothing
 		}
 		var stored []Binding
 		if err := list(ctx, r.kv, nsBindings, &stored); err != nil {
@@ -813,7 +809,7 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 		if len(mine) == 0 {
 			return func() {}, nil
 		}
-		if swapped, err := r.swapReserved(ctx, tenant, e.Value, reserved); err != nil || swapped {
+		if swapped, err := r.swapReserved(ctx, tenant, old, reserved); err != nil || swapped {
 			return func() { r.unreserve(ctx, tenant, mine) }, err
 		}
 	}
@@ -824,19 +820,28 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 // (reserveFor).
 func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string) {
 	for range maxSwaps {
-		e, ok, err := r.kv.Get(ctx, nsReserved, tenant)
-		if err != nil || !ok {
+		old, reserved, err := r.reservations(ctx, tenant)
+		if err != nil || old == nil {
 			return
 		}
-		reserved := make(map[string]time.Time)
-		_ = json.Unmarshal(e.Value, &reserved)
 		for _, k := range keys {
 			delete(reserved, k)
 		}
-		if swapped, err := r.swapReserved(ctx, tenant, e.Value, reserved); err != nil || swapped {
+		if swapped, err := r.swapReserved(ctx, tenant, old, reserved); err != nil || swapped {
 			return
 		}
 	}
+}
+
+// reservations reads tenant's reservations and the value they are stored
+// as (nil: none).
+func (r *Registry) reservations(ctx context.Context, tenant string) (old []byte, reserved map[string]time.Time, err error) {
+	e, _, err := r.kv.Get(ctx, nsReserved, tenant)
+	reserved = make(map[string]time.Time)
+	if len(e.Value) > 0 {
+		_ = json.Unmarshal(e.Value, &reserved) // a corrupt entry reserves nothing
+	}
+	return e.Value, reserved, err
 }
 
 // swapReserved stores reserved as tenant's reservations if they are still
