@@ -885,14 +885,17 @@ func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []
 }
 
 // wrote adds b, written with the platform's guard swapped to guard, to
-// the view.
+// the view. Only a claim or a link can change what YieldsTo answers, so
+// only those rebuild the ownership: a provision's keys do not, each time.
 func (v *ownView) wrote(b Binding, guard []byte) {
 	if !v.read || v.platform != b.Platform {
 		return
 	}
 	v.guard = guard
 	v.bindings = append(v.bindings, platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant, Space: b.Space})
-	v.owners = nil
+	if platform.IsAuthorKind(b.Kind) {
+		v.owners = nil
+	}
 }
 
 // bind binds the canonical b, with own (not nil) BindOwn's judgement;
