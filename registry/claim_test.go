@@ -1,12 +1,15 @@
 package registry_test
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"connector/internal/clock"
 	"connector/internal/redistest"
@@ -258,7 +261,7 @@ func TestBindOwnRacesAClaimOnRedis(t *testing.T) {
 // a request that would take it past the bound is ErrLimit and stores none
 // of its bindings, a repeat of bindings it holds still passes, and another
 // tenant is unaffected. Before, every provision bound up to 1,000 more
-// keys without end.
+// keys without end, and author links, which count, were never refused.
 func TestTenantBindingBound(t *testing.T) {
 	ctx := context.Background()
 	r, _ := newRegistry(t)
@@ -321,5 +324,180 @@ func TestTenantBindingBound(t *testing.T) {
 	}
 	if err := r.Claim(ctx, "b", "discord", platform.Chat{ID: "801", Space: "800"}); err != nil {
 		t.Fatalf("b's claim while a is at its bound: %v", err)
+	}
+	// An author link past the bound is refused too, its code unspent.
+	code, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.RedeemLinkCode(ctx, "telegram", "55", code); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("a link past the bound: %v, want ErrLimit", err)
+	}
+	if n := stored("a"); n != registry.MaxTenantBindings {
+		t.Fatalf("after the refused link a holds %d bindings, want %d", n, registry.MaxTenantBindings)
+	}
+	if err := r.Unbind(ctx, over[0]); err != nil {
+		t.Fatal(err)
+	}
+	if tenant, err := r.RedeemLinkCode(ctx, "telegram", "55", code); err != nil || tenant != "a" {
+		t.Fatalf("the refused code, redeemed below the bound: %q, %v", tenant, err)
+	}
+}
+
+// TestBindOwnStallsNoOtherTenant: while tenant a's BindOwn waits on a
+// store write, tenant b's Bind and a read of the registry go through.
+// Before, BindOwn held the registry's lock across its writes (up to 1,000
+// of them), and every other tenant's bind waited behind it.
+func TestBindOwnStallsNoOtherTenant(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, clock.System)
+	for _, id := range []string{"a", "b"} {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once, first sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	hooked.before = func(op, _, key string) {
+		if op == "cas" && key == "telegram/chat/-1501" {
+			first.Do(func() { // its first try; b's write makes it judge again
+				close(reached)
+				<-release
+			})
+		}
+	}
+	own := make(chan error, 1)
+	go func() {
+		own <- r.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1501", Tenant: "a"})
+	}()
+	waitFor(t, reached, "a's BindOwn to reach its store write")
+	other := make(chan error, 1)
+	go func() {
+		_, _, err := r.Effective(ctx)
+		other <- cmp.Or(err, r.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1502", Tenant: "b"}))
+	}()
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Fatalf("b's read and bind while a's BindOwn is in flight: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's read and bind stalled behind a's BindOwn for 10 s: it holds the registry's lock across its store writes")
+	}
+	once.Do(func() { close(release) })
+	if err := <-own; err != nil {
+		t.Fatalf("a's BindOwn: %v", err)
+	}
+}
+
+// waitFor waits for ch to close, failing after 10 s with what it waited for.
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s in 10 s", what)
+	}
+}
+
+// TestTenantBindingBoundAcrossInstances: two instances on one
+// redis-server; while
+// instance one's provision of tenant a's last 2 bindings under the bound
+// is writing, instance two's provision of 2 more is ErrLimit, and a ends
+// at the bound. Before, each instance counted on its own, and racing
+// provisions on N instances could overshoot it by 1,000 keys each.
+func TestTenantBindingBoundAcrossInstances(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	st := hooked.Store
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range registry.MaxTenantBindings - 2 { // written as the registry stores them, to be quick
+		b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-2_000_000 - i), Tenant: "a"}
+		value, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/chat/"+b.ID, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(id string) registry.Binding {
+		return registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: id, Tenant: "a"}
+	}
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once, first sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	hooked.before = func(op, _, key string) {
+		if op == "cas" && key == "telegram/chat/-1601" {
+			first.Do(func() {
+				close(reached)
+				<-release
+			})
+		}
+	}
+	own := make(chan error, 1)
+	go func() { own <- one.BindOwn(ctx, key("-1601"), key("-1602")) }()
+	waitFor(t, reached, "instance one's provision to reach its store write")
+	if err := two.BindOwn(ctx, key("-1603"), key("-1604")); !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("instance two's provision past the bound while instance one's is writing: %v, want ErrLimit", err)
+	}
+	once.Do(func() { close(release) })
+	if err := <-own; err != nil {
+		t.Fatalf("instance one's provision up to the bound: %v", err)
+	}
+	s, err := two.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.Bindings); n != registry.MaxTenantBindings {
+		t.Fatalf("a holds %d bindings, want %d", n, registry.MaxTenantBindings)
+	}
+}
+
+func (r hookedRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+	r.hook(r.s.before, "put", namespace, key)
+	defer r.hook(r.s.after, "put", namespace, key)
+	return r.Registry.Put(ctx, namespace, key, value)
+}
+
+// TestGatewayCreationRaceOnRedis: two instances on one redis-server; while
+// instance one's provision of gateway id gw-x for tenant a has found the
+// id free and is about to store it, instance two stores gw-x for tenant
+// b. Instance one's creation is refused and gw-x stays b's: before, its
+// write replaced b's gateway, and b's secret stopped working although
+// both provisions had answered 200.
+func TestGatewayCreationRaceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raced := false
+	hooked.before = func(op, namespace, key string) {
+		if raced || namespace != "registry/gateways" || key != "gw-x" {
+			return
+		}
+		raced = true
+		if _, _, err := two.Provision(ctx, "b", "gw-x", "minter-b", func() error { return nil }); err != nil {
+			t.Errorf("b's provision while a's is in flight: %v", err)
+		}
+	}
+	_, _, err := one.Provision(ctx, "a", "gw-x", "minter-a", func() error { return nil })
+	if !raced {
+		t.Fatal("the hook never ran: a's provision stored no gateway")
+	}
+	if !errors.Is(err, registry.ErrExists) {
+		t.Fatalf("a's provision of the id b took meanwhile: %v, want ErrExists", err)
+	}
+	if ok, err := two.GatewayOf(ctx, "b", "gw-x"); err != nil || !ok {
+		t.Fatalf("gw-x is b's: %v, %v; a's creation replaced it", ok, err)
 	}
 }

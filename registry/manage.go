@@ -98,7 +98,8 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 // RedeemLinkCode consumes code and links (platformName, user) to the
 // tenant that issued it, which it returns. A code is redeemed once: of
 // concurrent redeemers (on any instance) one wins. An unknown, used,
-// expired or other-platform code is ErrNotFound.
+// expired or other-platform code is ErrNotFound; a link that would take
+// the tenant past MaxTenantBindings is ErrLimit, the code unspent.
 //
 // The link is written before the code is consumed, and taken back when
 // the code is gone by then: so a deprovision of the tenant (DropManaged,
@@ -128,9 +129,12 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if err != nil {
 		return "", err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	wrote, err := r.bindLocked(ctx, b, nil)
+	release, err := r.reserve(ctx, c.Tenant, b)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	wrote, err := r.bind(ctx, b, nil)
 	if err != nil {
 		return "", err
 	}

@@ -228,11 +228,14 @@ type Registry struct {
 	kv    store.Registry
 	ps    store.PubSub
 	clock clock.Clock
-	// mu serializes this instance's read-modify-write changes. Instances
+	// mu serializes this instance's read-modify-write changes made
+	// through the admin API and by gateways other than bindings. Instances
 	// sharing a store do not lock each other: a binding is written with
 	// the store's CompareAndSwap, with its platform's ownership guard
 	// (swapBinding), so of concurrent writers one wins and the others
-	// judge again; for other entries the last write wins.
+	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
+	// take no lock across I/O at all; a gateway is created only while its
+	// id is free; for other entries the last write wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
 }
@@ -547,11 +550,21 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 // createGatewayLocked stores g with a fresh secret minted for minter (see
 // Secret.Minter), and returns the secret. The caller has checked that g's
 // id is free (not declared, not stored) and that its tenant exists and has
-// room for it; r.mu is held.
+// room for it; r.mu is held. The store's CompareAndSwap stores it only
+// while the id is still free: one another instance stored meanwhile is
+// ErrExists, never replaced.
 func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter string) (string, error) {
 	secret := newSecret()
 	g.Secrets = []Secret{{Value: secret, Minter: minter}}
-	return secret, r.put(ctx, nsGateways, g.ID, g)
+	data, err := json.Marshal(g)
+	if err != nil {
+		return "", err
+	}
+	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
+		return "", cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
+	}
+	r.notify(ctx)
+	return secret, nil
 }
 
 // roomForGatewayLocked is nil when tenant has fewer gateways, declared and
@@ -685,7 +698,7 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, err = r.bindLocked(ctx, b, nil)
+	_, err = r.bind(ctx, b, nil)
 	return err
 }
 
@@ -704,6 +717,9 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 	canon := make([]Binding, 0, len(bs))
 	for _, b := range bs {
 		c, err := CanonicalBinding(b)
+		if err == nil && c.Tenant != bs[0].Tenant {
+			err = fmt.Errorf("%w: BindOwn's bindings are of one tenant", ErrInvalid)
+		}
 		if err != nil {
 			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
 		}
@@ -712,14 +728,14 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 	if len(canon) == 0 {
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.roomForBindingsLocked(ctx, canon...); err != nil {
+	release, err := r.reserve(ctx, canon[0].Tenant, canon...)
+	if err != nil {
 		return err
 	}
+	defer release()
 	v := new(ownView)
 	for _, b := range canon {
-		if _, err := r.bindLocked(ctx, b, v); err != nil {
+		if _, err := r.bind(ctx, b, v); err != nil {
 			return fmt.Errorf("%s %q: %w", b.Kind, b.ID, err)
 		}
 	}
@@ -727,40 +743,118 @@ func (r *Registry) BindOwn(ctx context.Context, bs ...Binding) error {
 }
 
 // MaxTenantBindings bounds a tenant's stored bindings, whoever made them,
-// as far as its provisions' routeKeys (BindOwn) and its scope claims
-// (Claim) may take them: each binds chats of its own choosing, and every
-// apply on every instance reads every binding. A request that would take
-// the tenant past it is ErrLimit and writes none of its bindings.
+// as far as its provisions' routeKeys (BindOwn), its scope claims (Claim)
+// and its author links (RedeemLinkCode) may take them: each adds
+// bindings without another bound, and every apply on every instance reads
+// every binding. A request that would take the tenant past it is ErrLimit
+// and writes none of its bindings. Allow-lists (MaxAllowList a platform)
+// and DM defaults (one a link) count, bounded otherwise.
 const MaxTenantBindings = 10_000
 
-// roomForBindingsLocked is nil when, for each tenant of bs, its stored
-// bindings together with those of bs it does not hold yet (under their
-// key) are at most MaxTenantBindings; else ErrLimit. Called under mu, so
-// the writes that follow under the same hold of mu cannot be overtaken on
-// this instance; instances sharing a store check this each on their own:
-// racing requests may pass it together, by one request's bindings per
-// instance at most.
-func (r *Registry) roomForBindingsLocked(ctx context.Context, bs ...Binding) error {
-	var stored []Binding
-	if err := list(ctx, r.kv, nsBindings, &stored); err != nil {
-		return err
-	}
-	held := make(map[string]bool, len(stored))
-	count := make(map[string]int)
-	for _, b := range stored {
-		held[b.key()] = true
-		count[b.Tenant]++
-	}
-	for _, b := range bs {
-		if _, ok := r.declaredBinding(b); ok || held[b.key()] {
-			continue // declared, bound already, or another's (ErrConflict)
+// nsReserved holds, by tenant, the bindings requests on any instance
+// counted against MaxTenantBindings and may not have written yet
+// (reserve): each binding's key, and when its reservation lapses.
+const nsReserved = "registry/reserved"
+
+// reserveFor is how long a reservation counts when its request never
+// releases it (its instance stopped).
+const reserveFor = time.Minute
+
+// reserve counts tenant's stored bindings, its reserved ones and those of
+// bs (all tenant's) held in neither way (under their key): past
+// MaxTenantBindings it is ErrLimit. Else it reserves bs's new bindings
+// until release, which the caller calls once it has written them or
+// given up. The reservations are one store entry a tenant, swapped with
+// CompareAndSwap, so racing requests on any instance count each other's.
+// It holds no lock.
+func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (release func(), err error) {
+	for range maxSwaps {
+		old, reserved, err := r.reservations(ctx, tenant)
+		if err != nil {
+			return nil, err
 		}
-		held[b.key()] = true
-		if count[b.Tenant]++; count[b.Tenant] > MaxTenantBindings {
-			return fmt.Errorf("%w: tenant %q would hold more than %d stored bindings; unbind some first", ErrLimit, b.Tenant, MaxTenantBindings)
+		var stored []Binding
+		if err := list(ctx, r.kv, nsBindings, &stored); err != nil {
+			return nil, err
+		}
+		held := make(map[string]bool, len(stored))
+		n := 0
+		for _, b := range stored {
+			held[b.key()] = true
+			if b.Tenant == tenant {
+				n++
+			}
+		}
+		now := r.clock.Now()
+		for k, until := range reserved {
+			if held[k] || !now.Before(until) {
+				delete(reserved, k) // written, or lapsed
+				continue
+			}
+			held[k] = true
+			n++
+		}
+		var mine []string
+		for _, b := range bs {
+			if _, ok := r.declaredBinding(b); ok || held[b.key()] {
+				continue // declared, bound or reserved already, or another's (ErrConflict)
+			}
+			held[b.key()] = true
+			mine = append(mine, b.key())
+			reserved[b.key()] = now.Add(reserveFor)
+			if n++; n > MaxTenantBindings {
+				return nil, fmt.Errorf("%w: tenant %q would hold more than %d stored bindings; unbind some first", ErrLimit, tenant, MaxTenantBindings)
+			}
+		}
+		if len(mine) == 0 {
+			return func() {}, nil
+		}
+		if swapped, err := r.swapReserved(ctx, tenant, old, reserved); err != nil || swapped {
+			return func() { r.unreserve(ctx, tenant, mine) }, err
 		}
 	}
-	return nil
+	return nil, fmt.Errorf("registry: tenant %q's binding reservations changed %d times while being counted; try again", tenant, maxSwaps)
+}
+
+// unreserve ends tenant's reservations of keys. On an error they lapse
+// (reserveFor).
+func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string) {
+	for range maxSwaps {
+		old, reserved, err := r.reservations(ctx, tenant)
+		if err != nil || old == nil {
+			return
+		}
+		for _, k := range keys {
+			delete(reserved, k)
+		}
+		if swapped, err := r.swapReserved(ctx, tenant, old, reserved); err != nil || swapped {
+			return
+		}
+	}
+}
+
+// reservations reads tenant's reservations and the value they are stored
+// as (nil: none).
+func (r *Registry) reservations(ctx context.Context, tenant string) (old []byte, reserved map[string]time.Time, err error) {
+	e, _, err := r.kv.Get(ctx, nsReserved, tenant)
+	reserved = make(map[string]time.Time)
+	if len(e.Value) > 0 {
+		_ = json.Unmarshal(e.Value, &reserved) // a corrupt entry reserves nothing
+	}
+	return e.Value, reserved, err
+}
+
+// swapReserved stores reserved as tenant's reservations if they are still
+// old (none: removed).
+func (r *Registry) swapReserved(ctx context.Context, tenant string, old []byte, reserved map[string]time.Time) (bool, error) {
+	var value []byte
+	if len(reserved) > 0 {
+		var err error
+		if value, err = json.Marshal(reserved); err != nil {
+			return false, err
+		}
+	}
+	return r.kv.CompareAndSwap(ctx, nsReserved, tenant, old, value)
 }
 
 // ownView is the view BindOwn judges by: one platform's effective
@@ -791,20 +885,23 @@ func (v *ownView) yieldsTo(ctx context.Context, r *Registry, b Binding, guard []
 }
 
 // wrote adds b, written with the platform's guard swapped to guard, to
-// the view.
+// the view. Only a claim or a link can change what YieldsTo answers, so
+// only those rebuild the ownership: a provision's keys do not, each time.
 func (v *ownView) wrote(b Binding, guard []byte) {
 	if !v.read || v.platform != b.Platform {
 		return
 	}
 	v.guard = guard
 	v.bindings = append(v.bindings, platform.Binding{Kind: b.Kind, ID: b.ID, Tenant: b.Tenant, Space: b.Space})
-	v.owners = nil
+	if platform.IsAuthorKind(b.Kind) {
+		v.owners = nil
+	}
 }
 
-// bindLocked binds the canonical b under mu, with own (not nil)
-// BindOwn's judgement; it reports whether it wrote b (not when b was
-// bound already).
-func (r *Registry) bindLocked(ctx context.Context, b Binding, own *ownView) (wrote bool, err error) {
+// bind binds the canonical b, with own (not nil) BindOwn's judgement;
+// it reports whether it wrote b (not when b was bound already). It needs
+// no lock: swapBinding judges and writes in one step across instances.
+func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote bool, err error) {
 	if d, ok := r.declaredBinding(b); ok {
 		if d.Tenant == b.Tenant {
 			return false, nil
@@ -852,14 +949,14 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 		return err
 	}
 	chat.ID, chat.Space = b.ID, b.Space
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if _, err := r.tenant(ctx, tenant); err != nil {
 		return err
 	}
-	if err := r.roomForBindingsLocked(ctx, b); err != nil {
+	release, err := r.reserve(ctx, tenant, b)
+	if err != nil {
 		return err
 	}
+	defer release()
 	_, err = r.swapBinding(ctx, b.key(), &b, func(cur *Binding, _ []byte) (bool, error) {
 		s, _, err := r.Effective(ctx)
 		if err != nil {
@@ -925,7 +1022,7 @@ const nsOwnership = "registry/ownership"
 // the ownership order judges against each other (a provision's BindOwn
 // and another tenant's claim or link), on any instance, one stands. It
 // tells every instance after a write, and returns the guard it wrote
-// (nil when it wrote none). Called under mu.
+// (nil when it wrote none). It needs no lock.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, error) {
 	var value []byte
 	if next != nil {
