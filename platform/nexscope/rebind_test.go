@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -210,5 +213,141 @@ func TestSendMediaEndsWithItsContextWhileHeldBack(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// The room's lock is never held across disk I/O (docs/locks.md): a file to
+// the bot whose re-host waits for a slow media store does not stall the
+// other members of its room, and it is re-hosted once the store answers.
+func TestRehostOnASlowDiskDoesNotStallTheRoom(t *testing.T) {
+	tr, store, dir := relayWithMedia(t)
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.Expect("presence")
+
+	release := slowDisk(t, store, dir)
+	alice.SendJSON(fileStart("F1", "alice", []string{"hermes"}, 4))
+	waitFor(t, "alice's re-host waiting for the store", stacksHold("media.(*Store).Begin"))
+	expectNotStalled(bob, alice)
+
+	release()
+	alice.SendBinary([]byte("0123"))
+	alice.SendJSON(fileEnd("F1", "alice"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
+		t.Fatalf("ack %v, want the bot delivered", ack)
+	}
+	if d := tr.sink.Next(t); d.Tenant != "t1" || d.Event == nil || len(d.Event.MediaURLs) != 1 {
+		t.Fatalf("delivery to %s %+v, want t1's re-hosted file", d.Tenant, d.Event)
+	}
+}
+
+// Nor is the room's lock held while a re-host is discarded (its file
+// removed): a rebind during a file to the bot, on a slow disk, does not
+// stall the room's members either.
+func TestRehostDiscardOnASlowDiskDoesNotStallTheRoom(t *testing.T) {
+	tr, store, dir := relayWithMedia(t)
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.Expect("presence")
+	alice.SendJSON(fileStart("F1", "alice", []string{"hermes"}, 4))
+	alice.SendBinary([]byte("01"))
+	waitFor(t, "the re-host holding alice's first chunk", func() bool {
+		_, t1 := store.Usage("t1")
+		return t1 == 2
+	})
+
+	release := slowDisk(t, store, dir)
+	bound := make(chan error, 1)
+	go func() { bound <- tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t2"}}) }()
+	waitFor(t, "the rebind discarding the re-host on the slow disk", stacksHold("media.(*Upload).Abort"))
+	bob.Expect("presence") // t2's bot
+	alice.Expect("presence")
+	expectNotStalled(bob, alice)
+
+	release()
+	if err := <-bound; err != nil {
+		t.Fatal(err)
+	}
+	if _, t1 := store.Usage("t1"); t1 != 10 { // the slow disk's object
+		t.Fatalf("t1's store holds %d bytes, want the re-host discarded", t1)
+	}
+}
+
+// relayWithMedia is a relay bound as boundConfig with a media store in dir,
+// run with a sink.
+func relayWithMedia(t *testing.T) (tr *testRelay, store *media.Store, dir string) {
+	tr = newRelay(t, boundConfig())
+	dir = t.TempDir()
+	store, err := media.New(media.Config{Dir: dir, PublicURL: "http://connector.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	tr.sink = platformtest.NewSink(64)
+	t.Cleanup(tr.run(t, tr.sink))
+	return tr, store, dir
+}
+
+// slowDisk makes store, in dir, wait until release as a slow disk would: a
+// read of an object of t1 (10 bytes) whose file is a fifo opens it under
+// the store's lock, so every call taking that lock (Begin, an Abort's
+// removal) waits until the fifo gets a writer.
+func slowDisk(t *testing.T, store *media.Store, dir string) (release func()) {
+	info, err := store.Put("t1", mediatest.Content(7, 10), "application/pdf", "other.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, info.ID+".media")
+	if err := os.Remove(fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		obj, err := store.Open("t1", info.ID)
+		if err == nil {
+			err = obj.Close()
+		}
+		opened <- err
+	}()
+	waitFor(t, "the store's Open waiting for the fifo under the store's lock", stacksHold("media.(*Store).Open", "os.Open"))
+	return func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0) // the disk answers
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Close()
+		if err := <-opened; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// stacksHold reports whether the goroutines' stacks contain every one of
+// subs.
+func stacksHold(subs ...string) func() bool {
+	return func() bool {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		for _, s := range subs {
+			if !strings.Contains(stacks, s) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// expectNotStalled checks that from's msg reaches to and is acked.
+func expectNotStalled(from, to *client) {
+	from.T.Helper()
+	from.SendJSON(msg("m1", from.Name, []string{to.Name}, "not stalled"))
+	if m := to.Expect("msg"); m["msgId"] != "m1" {
+		from.T.Fatalf("%s got %v, want %s's msg", to.Name, m, from.Name)
+	}
+	if ack := from.Expect("ack"); fmt.Sprint(ack["delivered"]) != "["+to.Name+"]" {
+		from.T.Fatalf("%s's ack %v, want %s delivered", from.Name, ack, to.Name)
 	}
 }

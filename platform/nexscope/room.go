@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"connector/internal/wsconn"
+	"connector/media"
 	"connector/session"
 	"connector/store"
 )
@@ -40,6 +41,9 @@ type room struct {
 	users    []string // sorted presence list, the bot included
 	transfer *transfer
 	kicks    []*member // slow consumers found under mu, kicked by unlock
+	// discards are the re-hosts ended under mu, aborted by unlock: their
+	// file's removal is disk I/O, never done under mu.
+	discards []*media.Upload
 
 	// Bridge memory (under mu): inbound message id -> its author, thread and
 	// hop count, the last inbound per thread, and the room's last inbound.
@@ -97,7 +101,7 @@ func (r *room) bindLocked(tenant string) {
 		return
 	}
 	if t := r.transfer; t != nil && t.toBot {
-		t.loseBot()
+		t.loseBot(r)
 	}
 	if old := r.bot(); old != "" && r.members[old] == nil {
 		if i, ok := slices.BinarySearch(r.users, old); ok {
@@ -119,14 +123,24 @@ func (r *room) bindLocked(tenant string) {
 	r.broadcastPresenceLocked()
 }
 
-// unlock releases mu and then disconnects the slow consumers found while it
-// was held (their leave needs mu).
+// unlock releases mu and then discards the re-hosts ended while it was held
+// and disconnects the slow consumers found meanwhile (their leave needs mu).
 func (r *room) unlock() {
-	kicks := r.kicks
-	r.kicks = nil
+	kicks, discards := r.kicks, r.discards
+	r.kicks, r.discards = nil, nil
 	r.mu.Unlock()
+	for _, u := range discards {
+		u.Abort()
+	}
 	for _, m := range kicks {
 		m.kick(CloseSlowConsumer)
+	}
+}
+
+// discardLocked has unlock abort u (nil: none), under mu.
+func (r *room) discardLocked(u *media.Upload) {
+	if u != nil {
+		r.discards = append(r.discards, u)
 	}
 }
 

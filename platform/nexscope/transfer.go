@@ -30,7 +30,8 @@ type transfer struct {
 	tenant  string
 	rebound atomic.Bool
 	// upload re-hosts a file the bot takes (nil without a media store);
-	// written by the sender's reader, aborted by finish unless committed.
+	// set under room.mu by the sender's reader (rehost), which writes it;
+	// aborted by room.unlock after finish or loseBot unless committed.
 	upload *media.Upload
 	timer  clock.Timer
 	done   chan struct{} // closed when the transfer ends either way
@@ -112,11 +113,34 @@ func (m *member) handleFileStart(f *clientFrame) {
 	t.recipients, t.offline, t.toBot = res.recipients, res.offline, res.toBot
 	if t.toBot {
 		t.tenant = r.tenant()
-		t.upload = m.p.beginRehost(r, t.tenant, start.attachment)
 	}
 	r.transfer = t
 	r.unlock()
 	m.transfer = t
+	if t.toBot {
+		m.rehost(t)
+	}
+}
+
+// rehost begins the re-host of t, the member's file to the bot, with the
+// room's lock released (it creates a file: the lock is never held across
+// disk I/O), and gives it to t unless t ended or lost the bot meanwhile.
+// The member's reader runs it before reading t's first chunk.
+func (m *member) rehost(t *transfer) {
+	u := m.p.beginRehost(m.room, t.tenant, t.start.attachment)
+	if u == nil {
+		return
+	}
+	r := m.room
+	r.mu.Lock()
+	live := r.transfer == t && !t.rebound.Load()
+	if live {
+		t.upload = u // under mu: finish and loseBot read it there
+	}
+	r.unlock()
+	if !live {
+		u.Abort()
+	}
 }
 
 // handleChunk forwards a binary frame of the member's transfer, waiting
@@ -240,18 +264,16 @@ func (m *member) bridgeFile(t *transfer, att *contract.Media) bool {
 	return m.room.bridge(&t.start, t.tenant, note, att)
 }
 
-// loseBot is called, under the room's lock, when the room is bound to
+// loseBot is called, under the room's lock r, when the room is bound to
 // another tenant (or unbound) while t, a member's file to the bot, is in
 // progress: the file was addressed to the previous tenant's bot, which no
 // longer serves the room, and its re-host lies in that tenant's store, so
 // no tenant gets it. The re-host is discarded at once (no more bytes go to
-// that store; later writes fail quietly) and the file-end's ack lists the
-// bot offline.
-func (t *transfer) loseBot() {
+// that store; later writes fail quietly: r.unlock aborts it) and the
+// file-end's ack lists the bot offline.
+func (t *transfer) loseBot(r *room) {
 	t.rebound.Store(true)
-	if t.upload != nil {
-		t.upload.Abort()
-	}
+	r.discardLocked(t.upload)
 }
 
 // finishTransfer ends t, if it still holds the room's lock, and releases
@@ -264,7 +286,7 @@ func (r *room) finishTransfer(t *transfer, end []byte) (delivered, offline [][]b
 		return nil, nil, false
 	}
 	r.transfer = nil
-	t.finish()
+	t.finish(r)
 	offline = t.offline
 	for _, rc := range t.recipients {
 		if rc.left.Load() {
@@ -291,14 +313,12 @@ func (m *member) abortTransfer(t *transfer, why string, dropRest bool) {
 	m.send(appendError(nil, CodeSizeMismatch, why, t.start.msgID))
 }
 
-// finish marks the transfer over, stops its deadline and discards an
-// upload not committed by then.
-func (t *transfer) finish() {
+// finish marks the transfer over, under the lock of its room r, stops its
+// deadline and has r.unlock discard an upload not committed by then.
+func (t *transfer) finish(r *room) {
 	close(t.done)
 	t.timer.Stop()
-	if t.upload != nil {
-		t.upload.Abort()
-	}
+	r.discardLocked(t.upload)
 }
 
 // abort is abortLocked while t holds the room's lock; it reports whether
@@ -317,7 +337,7 @@ func (r *room) abort(t *transfer) bool {
 // its file-start that it will not complete.
 func (r *room) abortLocked(t *transfer) {
 	r.transfer = nil
-	t.finish()
+	t.finish(r)
 	frame := appendError(nil, CodeTransferIncomplete, "the sender's file transfer did not complete", t.start.msgID)
 	for _, rc := range t.recipients {
 		r.pushLocked(rc, frame)
