@@ -626,3 +626,45 @@ func TestGatewayRotationRaceBoundOnRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestGatewayDeleteRaceOnRedis: two instances on one redis-server; while
+// instance one's DeleteGateway of tenant a's gateway has found it a's and
+// is about to remove it, instance two deletes it and tenant b creates a
+// gateway of that id. b's gateway stands and the delete answers as for a
+// gateway not a's: before, it removed b's gateway.
+func TestGatewayDeleteRaceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-del"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, key string) {
+		if raced || namespace != "registry/gateways" || key != "gw-del" {
+			return
+		}
+		raced = true
+		err := two.DeleteGateway(ctx, "a", "gw-del")
+		if err == nil {
+			_, err = two.CreateGateway(ctx, "b", "gw-del")
+		}
+		if err != nil {
+			t.Fatalf("instance two's delete and b's creation while one's delete is in flight: %v", err)
+		}
+	}
+	err := one.DeleteGateway(ctx, "a", "gw-del")
+	if !raced {
+		t.Fatal("the hook never ran: the delete removed no gateway")
+	}
+	if !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("a's delete of the id b took meanwhile: %v, want ErrNotFound", err)
+	}
+	if ok, err := two.GatewayOf(ctx, "b", "gw-del"); err != nil || !ok {
+		t.Fatalf("gw-del is b's: %v, %v; a's delete removed it", ok, err)
+	}
+}

@@ -634,21 +634,21 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 	return secret, err
 }
 
-// errRaced is rotateLocked's answer when the gateway it rotated changed
-// in the store since its caller read it (another instance's rotation, or
-// a delete and a re-create, perhaps by another tenant).
+// errRaced is the answer of rotateLocked and DeleteGateway's removal when
+// the gateway changed in the store since it was read (another instance's
+// rotation, or a delete and a re-create, perhaps by another tenant).
 var errRaced = errors.New("registry: the gateway changed meanwhile")
 
-// againIfRaced runs decide, which reads a gateway and rotates it, again
-// while its rotation is errRaced (so it decides anew from what the store
-// holds now), a few times at most: past them ErrConflict.
+// againIfRaced runs decide, which reads a gateway and rotates or removes
+// it, again while its write is errRaced (so it decides anew from what the
+// store holds now), a few times at most: past them ErrConflict.
 func againIfRaced(decide func() error) error {
 	for range 4 {
 		if err := decide(); !errors.Is(err, errRaced) {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: the gateway kept changing while it was rotated; try again", ErrConflict)
+	return fmt.Errorf("%w: the gateway kept changing meanwhile; try again", ErrConflict)
 }
 
 // rotateLocked stores g, read as raw, with a fresh secret minted for
@@ -688,22 +688,27 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 	return secret, nil
 }
 
-// DeleteGateway removes gateway id of tenant.
+// DeleteGateway removes gateway id of tenant. The store's CompareAndSwap
+// removes it only while it is the gateway read: one another tenant made
+// of the id meanwhile, on any instance, stays (ErrNotFound).
 func (r *Registry) DeleteGateway(ctx context.Context, tenant, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return ErrDeclared
 	}
-	if _, _, err := r.gateway(ctx, tenant, id); err != nil {
-		return err
-	}
-	_, err := r.kv.Delete(ctx, nsGateways, id)
-	if err == nil {
+	return againIfRaced(func() error {
+		_, raw, err := r.gateway(ctx, tenant, id)
+		if err != nil {
+			return err
+		}
+		if deleted, err := r.kv.CompareAndSwap(ctx, nsGateways, id, raw, nil); err != nil || !deleted {
+			return cmp.Or(err, errRaced)
+		}
 		_, err = r.kv.Delete(ctx, nsWake, id)
-	}
-	r.notify(ctx)
-	return err
+		r.notify(ctx)
+		return err
+	})
 }
 
 // gateway reads stored gateway id, which must belong to tenant, and its
