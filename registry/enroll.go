@@ -119,7 +119,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 		return nil
 	})
 	var secret string
-	err := againIfRaced(func() (err error) {
+	err := againIfRaced(func() error {
 		var g Gateway
 		raw, exists, err := r.getRaw(ctx, nsGateways, id, &g)
 		if err != nil {
