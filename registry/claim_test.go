@@ -166,7 +166,8 @@ func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
 }
 
 // hookedStore is a store whose registry calls before and after, when
-// set, around each CompareAndSwap ("cas") and Delete ("delete"): a test
+// set, around each CompareAndSwap ("cas"), Put ("put") and Delete
+// ("delete"): a test
 // runs another instance's write there, in the window between two steps.
 type hookedStore struct {
 	store.Store
@@ -499,5 +500,171 @@ func TestGatewayCreationRaceOnRedis(t *testing.T) {
 	}
 	if ok, err := two.GatewayOf(ctx, "b", "gw-x"); err != nil || !ok {
 		t.Fatalf("gw-x is b's: %v, %v; a's creation replaced it", ok, err)
+	}
+}
+
+// TestGatewayRotationRaceOnRedis: two instances on one redis-server; while
+// instance one's rotation of tenant a's gateway (the admin API's Rotate, a
+// Provision with another identity token, an Enroll) has read it and is
+// about to write it, instance two rotates it too ("rotated"), or deletes
+// it and tenant b creates a gateway of that id ("re-created"). Every
+// secret handed out stays valid, and b's gateway stands, instance one
+// refusing (Rotate answers as for any gateway not a's, the others 409).
+// Before, instance one wrote what it had read with a plain Put: two's
+// secret was lost although its caller had it, or a's gateway was put back
+// over b's.
+func TestGatewayRotationRaceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admit := func() error { return nil }
+	rotations := []struct {
+		name   string
+		rotate func(gw string) (string, error)
+		lost   error // its answer once b holds the id
+	}{
+		{"rotate", func(gw string) (string, error) { return one.Rotate(ctx, "a", gw, 0) }, registry.ErrNotFound},
+		{"provision", func(gw string) (string, error) {
+			secret, _, err := one.Provision(ctx, "a", gw, "minter-one", admit)
+			return secret, err
+		}, registry.ErrConflict},
+		{"enroll", func(gw string) (string, error) {
+			token, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
+			if err != nil {
+				return "", err
+			}
+			return one.Enroll(ctx, "a", token, gw)
+		}, registry.ErrConflict},
+	}
+	for _, rot := range rotations {
+		for _, race := range []string{"rotated", "re-created"} {
+			t.Run(rot.name+"/"+race, func(t *testing.T) {
+				gw := "gw-" + rot.name + "-" + race
+				first, _, err := two.Provision(ctx, "a", gw, "minter-two", admit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var raced string // the secret instance two handed out meanwhile
+				hooked.before = func(op, namespace, key string) {
+					if raced != "" || (op != "put" && op != "cas") || namespace != "registry/gateways" || key != gw {
+						return
+					}
+					if race == "rotated" {
+						raced, err = two.Rotate(ctx, "a", gw, 0)
+					} else if err = two.DeleteGateway(ctx, "a", gw); err == nil {
+						raced, err = two.CreateGateway(ctx, "b", gw)
+					}
+					if err != nil {
+						t.Fatalf("instance two's %s gateway while one's %s is in flight: %v", race, rot.name, err)
+					}
+				}
+				defer func() { hooked.before = nil }()
+				secret, err := rot.rotate(gw)
+				if raced == "" {
+					t.Fatalf("the hook never ran: a's %s wrote no gateway", rot.name)
+				}
+				s, _ := effective(t, two)
+				got := secretsOf(s, gw)
+				if race == "re-created" {
+					if !errors.Is(err, rot.lost) {
+						t.Fatalf("a's %s of the id b took meanwhile: %v, want %v", rot.name, err, rot.lost)
+					}
+					if ok, err := two.GatewayOf(ctx, "b", gw); err != nil || !ok || !slices.Equal(got, []string{raced}) {
+						t.Fatalf("%s is b's: %v, %v, its secrets %d (want b's one): a's %s put its gateway back", gw, ok, err, len(got), rot.name)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("a's %s racing another instance's rotation: %v", rot.name, err)
+				}
+				for _, want := range []string{secret, raced, first} {
+					if !slices.Contains(got, want) {
+						t.Fatalf("a secret handed out is not valid after a's %s raced a rotation (%d of 3 valid): lost", rot.name, len(got))
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestGatewayRotationRaceBoundOnRedis: a rotation whose every write loses
+// to another instance's rotation of the gateway gives up after a few
+// tries with ErrConflict (409: try again), and every secret instance two
+// handed out meanwhile stays valid.
+func TestGatewayRotationRaceBoundOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-busy"); err != nil {
+		t.Fatal(err)
+	}
+	var raced []string
+	hooked.before = func(op, namespace, key string) {
+		if op != "cas" || key != "gw-busy" {
+			return
+		}
+		secret, err := two.Rotate(ctx, "a", "gw-busy", 0)
+		if err != nil {
+			t.Fatalf("instance two's rotation: %v", err)
+		}
+		raced = append(raced, secret)
+	}
+	_, err := one.Rotate(ctx, "a", "gw-busy", 0)
+	if !errors.Is(err, registry.ErrConflict) || len(raced) == 0 || len(raced) > 8 {
+		t.Fatalf("a rotation losing each write: %v after %d tries, want ErrConflict after a few", err, len(raced))
+	}
+	s, _ := effective(t, two)
+	for _, want := range raced {
+		if !slices.Contains(secretsOf(s, "gw-busy"), want) {
+			t.Fatal("a secret instance two handed out is not valid")
+		}
+	}
+}
+
+// TestGatewayDeleteRaceOnRedis: two instances on one redis-server; while
+// instance one's DeleteGateway of tenant a's gateway has found it a's and
+// is about to remove it, instance two deletes it and tenant b creates a
+// gateway of that id. b's gateway stands and the delete answers as for a
+// gateway not a's: before, it removed b's gateway.
+func TestGatewayDeleteRaceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-del"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, key string) {
+		if raced || namespace != "registry/gateways" || key != "gw-del" {
+			return
+		}
+		raced = true
+		err := two.DeleteGateway(ctx, "a", "gw-del")
+		if err == nil {
+			_, err = two.CreateGateway(ctx, "b", "gw-del")
+		}
+		if err != nil {
+			t.Fatalf("instance two's delete and b's creation while one's delete is in flight: %v", err)
+		}
+	}
+	err := one.DeleteGateway(ctx, "a", "gw-del")
+	if !raced {
+		t.Fatal("the hook never ran: the delete removed no gateway")
+	}
+	if !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("a's delete of the id b took meanwhile: %v, want ErrNotFound", err)
+	}
+	if ok, err := two.GatewayOf(ctx, "b", "gw-del"); err != nil || !ok {
+		t.Fatalf("gw-del is b's: %v, %v; a's delete removed it", ok, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -109,29 +110,41 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
-	var g Gateway
-	exists, err := r.get(ctx, nsGateways, id, &g)
-	if err != nil {
-		return "", err
-	}
-	if exists && g.Tenant != tenant {
-		return "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
-	}
-	if !exists {
-		if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
-			return "", err
+	spend := sync.OnceValue(func() error { // once, though a race decides again
+		if deleted, err := r.kv.Delete(ctx, nsEnroll, key); err != nil {
+			return err
+		} else if !deleted {
+			return ErrEnrollToken // redeemed meanwhile
 		}
-	}
-	if deleted, err := r.kv.Delete(ctx, nsEnroll, key); err != nil {
-		return "", err
-	} else if !deleted {
-		return "", ErrEnrollToken // redeemed meanwhile
-	}
-	if exists {
-		g.Origin = OriginEnroll
-		return r.rotateLocked(ctx, g, DefaultGrace, "")
-	}
-	return r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "")
+		return nil
+	})
+	var secret string
+	err := againIfRaced(func() error {
+		var g Gateway
+		raw, exists, err := r.getRaw(ctx, nsGateways, id, &g)
+		if err != nil {
+			return err
+		}
+		if exists && g.Tenant != tenant {
+			return fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
+		}
+		if !exists {
+			if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
+				return err
+			}
+		}
+		if err := spend(); err != nil {
+			return err
+		}
+		if exists {
+			g.Origin = OriginEnroll
+			secret, err = r.rotateLocked(ctx, g, raw, DefaultGrace, "")
+		} else {
+			secret, err = r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "")
+		}
+		return err
+	})
+	return secret, err
 }
 
 // What Provision did.
@@ -181,8 +194,19 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 	if _, err := r.tenant(ctx, tenant); err != nil {
 		return "", "", err
 	}
+	admit = sync.OnceValue(admit) // once, though a race decides again
+	err = againIfRaced(func() error {
+		secret, outcome, err = r.provisionLocked(ctx, tenant, id, minter, admit)
+		return err
+	})
+	return secret, outcome, err
+}
+
+// provisionLocked is Provision's decision on what the store holds now;
+// r.mu is held.
+func (r *Registry) provisionLocked(ctx context.Context, tenant, id, minter string, admit func() error) (secret, outcome string, err error) {
 	var g Gateway
-	exists, err := r.get(ctx, nsGateways, id, &g)
+	raw, exists, err := r.getRaw(ctx, nsGateways, id, &g)
 	if err != nil {
 		return "", "", err
 	}
@@ -210,7 +234,7 @@ func (r *Registry) Provision(ctx context.Context, tenant, id, minter string, adm
 		return "", "", err
 	}
 	g.Origin = OriginProvision
-	secret, err = r.rotateLocked(ctx, g, DefaultGrace, minter)
+	secret, err = r.rotateLocked(ctx, g, raw, DefaultGrace, minter)
 	return secret, ProvisionRotated, err
 }
 

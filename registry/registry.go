@@ -618,23 +618,47 @@ func (r *Registry) tenant(ctx context.Context, id string) (Tenant, error) {
 // Rotate gives gateway id of tenant a fresh secret, which it returns; the
 // secrets it had stay valid for grace (DefaultGrace when zero; negative
 // ends them now), or until their own earlier expiry.
-func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (string, error) {
+func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Duration) (secret string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
-	g, err := r.gateway(ctx, tenant, id)
-	if err != nil {
-		return "", err
-	}
-	return r.rotateLocked(ctx, g, grace, "")
+	err = againIfRaced(func() error {
+		g, raw, err := r.gateway(ctx, tenant, id)
+		if err == nil {
+			secret, err = r.rotateLocked(ctx, g, raw, grace, "")
+		}
+		return err
+	})
+	return secret, err
 }
 
-// rotateLocked stores g with a fresh secret minted for minter first,
-// which it returns, and its live secrets after it, each valid for grace
-// at most (as Rotate). r.mu is held.
-func (r *Registry) rotateLocked(ctx context.Context, g Gateway, grace time.Duration, minter string) (string, error) {
+// errRaced is the answer of rotateLocked and DeleteGateway's removal when
+// the gateway changed in the store since it was read (another instance's
+// rotation, or a delete and a re-create, perhaps by another tenant).
+var errRaced = errors.New("registry: the gateway changed meanwhile")
+
+// againIfRaced runs decide, which reads a gateway and rotates or removes
+// it, again while its write is errRaced (so it decides anew from what the
+// store holds now), a few times at most: past them ErrConflict.
+func againIfRaced(decide func() error) error {
+	for range 4 {
+		if err := decide(); !errors.Is(err, errRaced) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: the gateway kept changing meanwhile; try again", ErrConflict)
+}
+
+// rotateLocked stores g, read as raw, with a fresh secret minted for
+// minter first, which it returns, and its live secrets after it, each
+// valid for grace at most (as Rotate). r.mu is held. The store's
+// CompareAndSwap stores it only while the gateway is still raw: else
+// errRaced, and nothing is written, so a secret another instance has
+// handed out meanwhile is never dropped, nor another tenant's gateway of
+// the id replaced.
+func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grace time.Duration, minter string) (string, error) {
 	grace = cmp.Or(grace, DefaultGrace)
 	now := r.clock.Now()
 	until := now.Add(max(grace, 0))
@@ -653,38 +677,52 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, grace time.Durat
 		keep = keep[:contract.MaxSecretsPerGateway] // the newest first: the oldest go
 	}
 	g.Secrets = keep
-	return secret, r.put(ctx, nsGateways, g.ID, g)
+	data, err := json.Marshal(g)
+	if err != nil {
+		return "", err
+	}
+	if swapped, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, raw, data); err != nil || !swapped {
+		return "", cmp.Or(err, errRaced)
+	}
+	r.notify(ctx)
+	return secret, nil
 }
 
-// DeleteGateway removes gateway id of tenant.
+// DeleteGateway removes gateway id of tenant. The store's CompareAndSwap
+// removes it only while it is the gateway read: one another tenant made
+// of the id meanwhile, on any instance, stays (ErrNotFound).
 func (r *Registry) DeleteGateway(ctx context.Context, tenant, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return ErrDeclared
 	}
-	if _, err := r.gateway(ctx, tenant, id); err != nil {
-		return err
-	}
-	_, err := r.kv.Delete(ctx, nsGateways, id)
-	if err == nil {
+	return againIfRaced(func() error {
+		_, raw, err := r.gateway(ctx, tenant, id)
+		if err != nil {
+			return err
+		}
+		if deleted, err := r.kv.CompareAndSwap(ctx, nsGateways, id, raw, nil); err != nil || !deleted {
+			return cmp.Or(err, errRaced)
+		}
 		_, err = r.kv.Delete(ctx, nsWake, id)
-	}
-	r.notify(ctx)
-	return err
+		r.notify(ctx)
+		return err
+	})
 }
 
-// gateway reads stored gateway id, which must belong to tenant.
-func (r *Registry) gateway(ctx context.Context, tenant, id string) (Gateway, error) {
+// gateway reads stored gateway id, which must belong to tenant, and its
+// value as stored (rotateLocked's raw).
+func (r *Registry) gateway(ctx context.Context, tenant, id string) (Gateway, []byte, error) {
 	var g Gateway
-	ok, err := r.get(ctx, nsGateways, id, &g)
+	raw, ok, err := r.getRaw(ctx, nsGateways, id, &g)
 	if err != nil {
-		return Gateway{}, err
+		return Gateway{}, nil, err
 	}
 	if !ok || g.Tenant != tenant {
-		return Gateway{}, ErrNotFound
+		return Gateway{}, nil, ErrNotFound
 	}
-	return g, nil
+	return g, raw, nil
 }
 
 // Bind gives b's scope to b.Tenant. Binding a scope the same tenant holds
@@ -1129,14 +1167,21 @@ func (s State) Relevance(platforms []string) map[string]map[string]platform.Rele
 
 // get decodes the stored entry under key into v.
 func (r *Registry) get(ctx context.Context, namespace, key string, v any) (bool, error) {
+	_, ok, err := r.getRaw(ctx, namespace, key, v)
+	return ok, err
+}
+
+// getRaw is get, and returns the value as stored too (a CompareAndSwap's
+// old).
+func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]byte, bool, error) {
 	e, ok, err := r.kv.Get(ctx, namespace, key)
 	if err != nil || !ok {
-		return false, err
+		return nil, false, err
 	}
 	if err := json.Unmarshal(e.Value, v); err != nil {
-		return false, fmt.Errorf("registry: %s entry %q is corrupt: %w", namespace, key, err)
+		return nil, false, fmt.Errorf("registry: %s entry %q is corrupt: %w", namespace, key, err)
 	}
-	return true, nil
+	return e.Value, true, nil
 }
 
 // put stores v under key and tells every instance.
