@@ -182,17 +182,19 @@ func TestRedisMinReplicas(t *testing.T) {
 	replica := redistest.StartReplicas(t, primary, 1)[0]
 	ctx := context.Background()
 	cfg := redisConfig(primary)
-	// The timeout is what each refused write below waits; long enough
-	// that a loaded machine does not refuse the ones that should pass.
+	// The timeout is what each refused write below waits; one that should
+	// pass is retried until the replica acknowledges it (untilReplicated).
 	cfg.RedisMinReplicas, cfg.RedisReplicaTimeout = 1, time.Second
 	s := opener(t, cfg)(clock.System)
 	l := s.Ledger()
-	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("replicated")}}); err != nil {
-		t.Fatalf("Append with a replica online: %v", err)
-	}
-	if err := s.Capabilities().Put(ctx, "cap1", []byte("v"), time.Now().Add(time.Hour)); err != nil {
-		t.Fatalf("Put with a replica online: %v", err)
-	}
+	// A refused append removes what it stored, so a retry leaves one record.
+	untilReplicated(t, "Append", func() error {
+		_, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("replicated")}})
+		return err
+	})
+	untilReplicated(t, "Put", func() error {
+		return s.Capabilities().Put(ctx, "cap1", []byte("v"), time.Now().Add(time.Hour))
+	})
 
 	replica.Kill(t)
 	start := time.Now()
@@ -217,9 +219,10 @@ func TestRedisMinReplicas(t *testing.T) {
 
 	replica.Restart(t)
 	primary.WaitReplicas(t, 1)
-	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("again")}}); err != nil {
-		t.Fatalf("Append with the replica back: %v", err)
-	}
+	untilReplicated(t, "Append with the replica back", func() error {
+		_, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("again")}})
+		return err
+	})
 }
 
 // A data set written before the hash-tag key layout (an epoch and no
@@ -338,10 +341,11 @@ func acquireReplicated(t *testing.T, leases store.Leases, name string, ttl time.
 	return l
 }
 
-// untilReplicated runs op, a lease call made while a replica is online,
-// until the replica acknowledges it: the wait for that is bounded by a
-// quarter of the lease's TTL, which a loaded machine may outlast (the
-// primary keeps the write, so the next call finds the lease the caller's).
+// untilReplicated runs op, a write made while a replica is online, until
+// the replica acknowledges it: the wait for that is bounded (by
+// RedisReplicaTimeout; for a lease by a quarter of its TTL), which a
+// loaded machine may outlast (a lease stays on the primary, so the next
+// call finds it the caller's; a refused append is removed).
 // Any other error fails the test, and so does no acknowledgement within
 // 30 s.
 func untilReplicated(t *testing.T, what string, op func() error) {
