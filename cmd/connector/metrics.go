@@ -149,6 +149,7 @@ func (m *metrics) preinit(tenants []string, platforms []platform.Platform) {
 var outboundResults = []string{
 	"ok", contract.CodeEgressDeclined, contract.CodeUnsupportedOp, contract.CodeBadRequest,
 	contract.CodeCapabilityMissing, contract.CodeRateLimited, contract.CodePlatformError, contract.CodeUnavailable,
+	contract.CodeNameChanged, contract.CodeWindowClosed,
 }
 
 // watchListener exports the public listener's unauthenticated connections.
