@@ -182,17 +182,19 @@ func TestRedisMinReplicas(t *testing.T) {
 	replica := redistest.StartReplicas(t, primary, 1)[0]
 	ctx := context.Background()
 	cfg := redisConfig(primary)
-	// The timeout is what each refused write below waits; long enough
-	// that a loaded machine does not refuse the ones that should pass.
+	// The timeout is what each refused write below waits; one that should
+	// pass is retried until the replica acknowledges it (untilReplicated).
 	cfg.RedisMinReplicas, cfg.RedisReplicaTimeout = 1, time.Second
 	s := opener(t, cfg)(clock.System)
 	l := s.Ledger()
-	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("replicated")}}); err != nil {
-		t.Fatalf("Append with a replica online: %v", err)
-	}
-	if err := s.Capabilities().Put(ctx, "cap1", []byte("v"), time.Now().Add(time.Hour)); err != nil {
-		t.Fatalf("Put with a replica online: %v", err)
-	}
+	// A refused append removes what it stored, so a retry leaves one record.
+	untilReplicated(t, "Append", func() error {
+		_, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("replicated")}})
+		return err
+	})
+	untilReplicated(t, "Put", func() error {
+		return s.Capabilities().Put(ctx, "cap1", []byte("v"), time.Now().Add(time.Hour))
+	})
 
 	replica.Kill(t)
 	start := time.Now()
@@ -217,9 +219,10 @@ func TestRedisMinReplicas(t *testing.T) {
 
 	replica.Restart(t)
 	primary.WaitReplicas(t, 1)
-	if _, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("again")}}); err != nil {
-		t.Fatalf("Append with the replica back: %v", err)
-	}
+	untilReplicated(t, "Append with the replica back", func() error {
+		_, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("again")}})
+		return err
+	})
 }
 
 // A data set written before the hash-tag key layout (an epoch and no
@@ -266,14 +269,11 @@ func TestRedisMinReplicasLeases(t *testing.T) {
 	// The TTL's renewal period, 500 ms, is what each refused lease call
 	// waits, below the replica timeout.
 	const ttl = 2 * time.Second
-	held, acquired, err := leases.Acquire(ctx, "held", "a", ttl)
-	if err != nil || !acquired {
-		t.Fatalf("Acquire with a replica online = %v, %v", acquired, err)
-	}
-	other, acquired, err := leases.Acquire(ctx, "other", "a", ttl)
-	if err != nil || !acquired {
-		t.Fatalf("Acquire with a replica online = %v, %v", acquired, err)
-	}
+	// The leases taken with the replica online outlast the steps below,
+	// however long a loaded machine makes them.
+	const long = time.Minute
+	held := acquireReplicated(t, leases, "held", long)
+	other := acquireReplicated(t, leases, "other", long)
 	// Acquire returned once the replica had the lease and its token.
 	rc := replica.Client(t)
 	for name, l := range map[string]store.Lease{"held": held, "other": other} {
@@ -284,7 +284,7 @@ func TestRedisMinReplicasLeases(t *testing.T) {
 	}
 
 	// Within the TTL of the leases taken above, so that each call finds
-	// its lease, whatever the replica wait before it.
+	// its lease.
 	replica.Kill(t)
 	if _, err := leases.Renew(ctx, "held", held, ttl); !errors.Is(err, store.ErrNotReplicated) || errors.Is(err, store.ErrNotHeld) {
 		t.Fatalf("Renew without a replica: %v, want ErrNotReplicated", err)
@@ -317,11 +317,47 @@ func TestRedisMinReplicasLeases(t *testing.T) {
 
 	replica.Restart(t)
 	primary.WaitReplicas(t, 1)
-	l, acquired, err = leases.Acquire(ctx, "new", "a", ttl)
-	if err != nil || !acquired {
-		t.Fatalf("Acquire with the replica back = %v, %v", acquired, err)
-	}
-	if _, err := leases.Renew(ctx, "new", l, ttl); err != nil {
-		t.Fatalf("Renew with the replica back: %v", err)
+	l = acquireReplicated(t, leases, "new", ttl)
+	untilReplicated(t, "Renew with the replica back", func() error {
+		_, err := leases.Renew(ctx, "new", l, ttl)
+		return err
+	})
+}
+
+// acquireReplicated acquires lease name for holder "a" while a replica is
+// online (untilReplicated).
+func acquireReplicated(t *testing.T, leases store.Leases, name string, ttl time.Duration) store.Lease {
+	t.Helper()
+	var l store.Lease
+	untilReplicated(t, "Acquire "+name, func() error {
+		var acquired bool
+		var err error
+		l, acquired, err = leases.Acquire(context.Background(), name, "a", ttl)
+		if err == nil && !acquired {
+			err = fmt.Errorf("held by %+v", l)
+		}
+		return err
+	})
+	return l
+}
+
+// untilReplicated runs op, a write made while a replica is online, until
+// the replica acknowledges it: the wait for that is bounded (by
+// RedisReplicaTimeout; for a lease by a quarter of its TTL), which a
+// loaded machine may outlast (a lease stays on the primary, so the next
+// call finds it the caller's; a refused append is removed).
+// Any other error fails the test, and so does no acknowledgement within
+// 30 s.
+func untilReplicated(t *testing.T, what string, op func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := op()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, store.ErrNotReplicated) || time.Now().After(deadline) {
+			t.Fatalf("%s with a replica online: %v", what, err)
+		}
 	}
 }

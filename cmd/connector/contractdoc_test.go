@@ -210,3 +210,17 @@ func markdownTables(doc string) map[string][][]string {
 	}
 	return out
 }
+
+// TestOutboundResultsAreEveryCode: connector_outbound_ops_total's series
+// are pre-created (preinit) for ok and every result code of the contract,
+// so a code a platform answers reads 0 before its first answer instead of
+// being absent.
+func TestOutboundResultsAreEveryCode(t *testing.T) {
+	codes := prefixed(contractConsts(t), "Code")
+	slices.Sort(codes)
+	got := slices.DeleteFunc(slices.Clone(outboundResults), func(r string) bool { return r == "ok" })
+	slices.Sort(got)
+	if !slices.Equal(got, codes) || !slices.Contains(outboundResults, "ok") {
+		t.Fatalf("outboundResults %v, want ok and the contract's codes %v", outboundResults, codes)
+	}
+}

@@ -105,3 +105,34 @@ func TestDataDirLocation(t *testing.T) {
 		t.Errorf("no home: %v, want an error pointing at CONNECTOR_DATA_DIR", err)
 	}
 }
+
+// TestMediaFollowsTheDataDirOnRedis: on the redis backend the data
+// directory holds only media, and -data-dir and $CONNECTOR_DATA_DIR
+// override store.path there as on the embedded backend: the media
+// directory is <data directory>/media, not store.path's.
+func TestMediaFollowsTheDataDirOnRedis(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "connector.yaml")
+	yaml := "store: {backend: redis, redis_url: \"redis://127.0.0.1:6379/0\", path: " + filepath.Join(dir, "config") + "}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		flag string
+		env  map[string]string
+		want string
+	}{
+		{filepath.Join(dir, "flag"), nil, filepath.Join(dir, "flag", "media")},
+		{"", map[string]string{"CONNECTOR_DATA_DIR": filepath.Join(dir, "env")}, filepath.Join(dir, "env", "media")},
+		{"", nil, filepath.Join(dir, "config", "media")},
+	}
+	for _, c := range cases {
+		cfg, _, err := loadOrDefault(sources{configPath: path, dataDir: c.flag}, envOf(c.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Media.Dir != c.want {
+			t.Errorf("-data-dir %q, env %v: media.dir %q, want %q", c.flag, c.env, cfg.Media.Dir, c.want)
+		}
+	}
+}

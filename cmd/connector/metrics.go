@@ -73,7 +73,7 @@ func newMetrics() *metrics {
 		rateLimited: counterVec("connector_platform_rate_limited_total",
 			"Answers in which the platform refused a call for its rate limit (HTTP 429, or Telegram's error 429); the call waited retry_after and was made again within its deadline.", "platform"),
 		httpRefused: counterVec("connector_http_connections_refused_total",
-			"Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), out_of_fds (accept failed for lack of file descriptors).", "reason"),
+			"Public listener connections refused or closed before authenticating: evicted_idle (an idle keep-alive closed for a new one at the limit), over_limit (a new one closed at the limit), source_limit (a new one closed at its source address's share, none of that source's idle), out_of_fds (accept failed for lack of file descriptors).", "reason"),
 		statuses: counterVec("connector_delivery_statuses_total",
 			"Delivery statuses the platform reported for tenants' messages (WhatsApp Cloud: sent, delivered, read, failed, other), consumed, never delivered to gateways.", "platform", "tenant", "status"),
 	}
@@ -149,6 +149,7 @@ func (m *metrics) preinit(tenants []string, platforms []platform.Platform) {
 var outboundResults = []string{
 	"ok", contract.CodeEgressDeclined, contract.CodeUnsupportedOp, contract.CodeBadRequest,
 	contract.CodeCapabilityMissing, contract.CodeRateLimited, contract.CodePlatformError, contract.CodeUnavailable,
+	contract.CodeNameChanged, contract.CodeWindowClosed,
 }
 
 // watchListener exports the public listener's unauthenticated connections.

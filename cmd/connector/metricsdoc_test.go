@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"connector/internal/connlimit"
 	"connector/store"
 )
 
@@ -184,4 +185,26 @@ func TestMetricsDoc(t *testing.T) {
 		}
 	}
 	keepInStep(t, "docs/metrics.md", metricsReference(ms), "the registered metrics", "TestMetricsDoc")
+}
+
+// TestRefusedHelpNamesEveryReason: the help of
+// connector_http_connections_refused_total (and so docs/metrics.md) names
+// every reason the public listener counts refusals under.
+func TestRefusedHelpNamesEveryReason(t *testing.T) {
+	mfs, err := newMetrics().reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "connector_http_connections_refused_total" {
+			continue
+		}
+		for _, r := range connlimit.Reasons {
+			if !strings.Contains(mf.GetHelp(), r+" (") {
+				t.Errorf("the help does not say what reason %q means: %s", r, mf.GetHelp())
+			}
+		}
+		return
+	}
+	t.Fatal("connector_http_connections_refused_total not registered")
 }

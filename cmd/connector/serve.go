@@ -195,12 +195,8 @@ func loadOrDefault(src sources, lookup func(string) (string, bool)) (*Config, *g
 			return nil, nil, err
 		}
 	}
-	if cfg.Media.Dir == "" {
-		base := cfg.Store.Path
-		if base == "" { // redis backend: the data directory holds only media
-			base, _ = dataDir(src.dataDir, "", lookup)
-		}
-		if base != "" { // else no media store
+	if cfg.Media.Dir == "" { // in the data directory (on redis it holds only media); none: no media store
+		if base, err := dataDir(src.dataDir, cfg.Store.Path, lookup); err == nil {
 			cfg.Media.Dir = filepath.Join(base, "media")
 		}
 	}
