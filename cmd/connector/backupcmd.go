@@ -139,8 +139,10 @@ func (p progress) Read(b []byte) (int, error) {
 // writeFile puts a file at path whole or not at all: write fills a new
 // temporary file beside it (mode 0600), which is synced and then
 // published at path: os.Rename replaces what is there, os.Link fails with
-// fs.ErrExist instead. The temporary file never stays; on failure path is
-// left as it was.
+// fs.ErrExist instead. The directory is synced after, so the new name
+// survives a power loss (a data directory's secret, which was printed,
+// must not be generated again). The temporary file never stays; on
+// failure path is left as it was.
 func writeFile(path string, publish func(tmp, path string) error, write func(*os.File) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
@@ -156,6 +158,22 @@ func writeFile(path string, publish func(tmp, path string) error, write func(*os
 	}
 	if err == nil {
 		err = publish(f.Name(), path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	return err
+}
+
+// syncDir flushes dir's entries to stable storage.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }
