@@ -115,6 +115,11 @@ func (w *Watchdog) Expire() {
 	}
 }
 
+// Expiring reports whether Expire has armed its deadline. A closing
+// connection's queue reports its flush (Queue.Flushing) just before Expire
+// arms it: a test on a fake clock waits for both before advancing.
+func (w *Watchdog) Expiring() bool { return w.deadline.Load() != nil }
+
 // Stop disarms the watchdog for good (the connection ended): a timer
 // firing meanwhile does not arm it again.
 func (w *Watchdog) Stop() {
