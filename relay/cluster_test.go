@@ -173,11 +173,16 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 		ps[0].deliver("t1", "c1", "u1", fmt.Sprint(i, pad))
 	}
 
+	// 8 MB across two instances takes seconds under -race on a loaded
+	// machine (up to 13 s seen): each inbound, not the whole burst, gets
+	// relaytest.Timeout, so only a burst that stops moving fails.
 	got := 0
 	for got < events {
-		_, msg, err := ws.Read(ctx)
+		rctx, rcancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+		_, msg, err := ws.Read(rctx)
 		if err != nil {
-			t.Fatalf("after %d of %d inbound: %v (code %d)", got, events, err, websocket.CloseStatus(err))
+			rcancel()
+			t.Fatalf("after %d of %d inbound, none more within %v: %v (code %d)", got, events, relaytest.Timeout, err, websocket.CloseStatus(err))
 		}
 		for line := range strings.SplitSeq(strings.TrimSpace(string(msg)), "\n") {
 			var f struct {
@@ -191,9 +196,10 @@ func TestClusterBurstToARemoteSocketWaitsInTheLedger(t *testing.T) {
 				continue
 			}
 			got++
-			if err := ws.Write(ctx, websocket.MessageText, []byte(`{"type": "inbound_ack", "bufferId": "`+f.BufferID+`"}`+"\n")); err != nil {
+			if err := ws.Write(rctx, websocket.MessageText, []byte(`{"type": "inbound_ack", "bufferId": "`+f.BufferID+`"}`+"\n")); err != nil {
 				t.Fatal(err)
 			}
 		}
+		rcancel()
 	}
 }
