@@ -457,8 +457,17 @@ func TestOverlongProfileIsNotRemembered(t *testing.T) {
 // MaxOutboundBytes of actions: past it an op is answered rate_limited at
 // once, as past MaxOutboundInFlight ops, so 1,024 slow ops of a megabyte
 // each cannot make the relay hold a gigabyte for one connection.
+//
+// The slow ops are held until the test releases them: under -race on a
+// loaded machine the 20 MB of ops take long enough to send that the
+// default outbound_timeout (30 s) answered the first ones unavailable
+// before the last ones came, so here an op has an hour.
 func TestOutboundInFlightIsBoundedInBytes(t *testing.T) {
-	h, p := twoTenants(t)
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	h := relaytest.StartConfig(t, relay.Config{
+		Tenants:   []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}},
+		Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t), OutboundTimeout: time.Hour,
+	})
 	release := p.slowChat("c1")
 	defer release()
 	gw := h.Dial(t, "gw1", "s1")
