@@ -280,8 +280,16 @@ func LatestStart(ctx context.Context, clk clock.Clock, timeout, margin time.Dura
 // WaitShare waits until latest (on clk, the budget's clock) for one unit
 // of tenant's fair share of budget: nil once granted, ctx's error when
 // ctx ended first, else a RateLimitedError (no share came in time, or too
-// many of tenant's requests wait already).
+// many of tenant's requests wait already). With latest already past, no
+// call can start in time: it takes no unit, even one at hand (as
+// pace.Pacer.Reserve gives no slot past latest).
 func WaitShare(ctx context.Context, budget *fairshare.Scheduler, tenant string, latest time.Time, clk clock.Clock) error {
+	if clk.Now().After(latest) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return &RateLimitedError{Wait: time.Second}
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	bound := clk.AfterFunc(latest.Sub(clk.Now()), cancel)

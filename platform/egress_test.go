@@ -189,10 +189,16 @@ func TestCommonFailure(t *testing.T) {
 }
 
 // TestWaitShare: a unit within the budget is granted; one that would come
-// after latest is rate limited; a ctx that ended answers its own error.
+// after latest is rate limited, and so is one at hand when latest is
+// already past (no call can start in time: the unit is kept); a ctx that
+// ended answers its own error.
 func TestWaitShare(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	budget := fairshare.New(fairshare.Config{Rate: 0.001, Burst: 1, Clock: clk}) // the next unit in 1,000 s
+	var limited *platform.RateLimitedError
+	if err := platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(-time.Millisecond), clk); !errors.As(err, &limited) {
+		t.Fatalf("a unit at hand with latest past: %v, want a RateLimitedError", err)
+	}
 	if err := platform.WaitShare(context.Background(), budget, "t1", clk.Now().Add(time.Second), clk); err != nil {
 		t.Fatalf("first unit: %v", err)
 	}
@@ -206,7 +212,6 @@ func TestWaitShare(t *testing.T) {
 		t.Fatalf("a unit past latest came back before clk reached latest: %v", <-done)
 	}
 	clk.Advance(100 * time.Second)
-	var limited *platform.RateLimitedError
 	select {
 	case err := <-done:
 		if !errors.As(err, &limited) {

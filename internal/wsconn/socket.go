@@ -115,6 +115,16 @@ func (w *Watchdog) Expire() {
 	}
 }
 
+// Fired reports whether the watchdog dropped the socket: a write ran for
+// the timeout, or Expire's deadline passed. On a fake clock it is set
+// inside the Advance that reached it.
+func (w *Watchdog) Fired() bool { return w.fired.Load() }
+
+// Expiring reports whether Expire has armed its deadline. A closing
+// connection's queue reports its flush (Queue.Flushing) just before Expire
+// arms it: a test on a fake clock waits for both before advancing.
+func (w *Watchdog) Expiring() bool { return w.deadline.Load() != nil }
+
 // Stop disarms the watchdog for good (the connection ended): a timer
 // firing meanwhile does not arm it again.
 func (w *Watchdog) Stop() {

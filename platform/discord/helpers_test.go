@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,6 +179,12 @@ func newEnvDeps(t *testing.T, deps platform.Deps, opts discordtest.Options, muta
 		t.Fatal(err)
 	}
 	e.p = p
+	t.Cleanup(func() {
+		if t.Failed() {
+			lines := strings.Split(e.logs.Text(), "\n")
+			t.Logf("platform log (last 40 lines):\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+	})
 	return e
 }
 

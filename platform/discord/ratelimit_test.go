@@ -278,9 +278,13 @@ func TestRouteBucketsAreHonoured(t *testing.T) {
 	}
 }
 
+// TestRateLimitBeyondDeadlineFailsFast: a 429 whose retry_after (30 s)
+// lies beyond the op's deadline (request_timeout, 10 s: the whole call to
+// the fake fits it however loaded the machine) answers rate_limited at
+// once instead of waiting.
 func TestRateLimitBeyondDeadlineFailsFast(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.RequestTimeout = 500 * time.Millisecond })
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.RequestTimeout = 10 * time.Second })
 	e.startReady(t)
 	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
 		if r.Method != "POST" {

@@ -44,10 +44,12 @@ func TestClosingFlushEndsWriteTimeoutAfterTheClose(t *testing.T) {
 	}
 	gc.WaitStalled(t, testTimeout, "slow's writer to block on the gated socket")
 	slow.SendText(strings.Repeat("y", 65<<10)) // over max_payload: 4011 after the flush
-	waitFor(t, "slow's queue closed by a flushing close", func() bool {
+	// The flush's bound is armed just after the queue reports the flush:
+	// the clock must not move before.
+	waitFor(t, "slow's queue closed by a flushing close, WriteTimeout from now armed", func() bool {
 		for _, m := range tr.members() {
 			if m.name == "slow" {
-				return m.q.Flushing()
+				return m.q.Flushing() && m.watch.Expiring()
 			}
 		}
 		return false
@@ -137,9 +139,9 @@ func TestClusterShutdownFlushEndsWriteTimeoutAfterTheClose(t *testing.T) {
 		edge.stop() // closes slow with 1001 after a flush
 		close(stopped)
 	}()
-	waitFor(t, "slow's queue closed by a flushing close", func() bool {
+	waitFor(t, "slow's queue closed by a flushing close, WriteTimeout from now armed", func() bool {
 		m := slowMember()
-		return m != nil && m.q.Flushing()
+		return m != nil && m.q.Flushing() && m.watch.Expiring()
 	})
 	const steps = 4
 	for i := 1; i <= steps; i++ {

@@ -3,7 +3,6 @@ package nexscope
 import (
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -386,20 +385,23 @@ func (tr *testRelay) member(name string) *member {
 // A member stuck in one write for WriteTimeout is disconnected even while
 // its queue is within bounds. The clock moves only while alice, the other
 // member, has every ack and nothing left to write, so the write watchdog
-// that fires is the stuck member's.
+// that drops a socket is the stuck member's. The test runs until stuck's
+// watchdog dropped it, not until any watchdog timer fired: one firing
+// between two of stuck's writes only disarms (it used to end the loop with
+// stuck connected, and alice waited for its leave in vain).
 func TestStuckWriteDisconnects(t *testing.T) {
 	const timeout = 50 * time.Millisecond
-	var clk *watchdogClock
+	var clk *clocktest.Fake
 	tr := startRelayOn(t, Config{WriteTimeout: timeout, HeartbeatInterval: 24 * time.Hour, SendQueueBytes: 1 << 30, MaxPayload: 2 << 20},
 		func(f *clocktest.Fake) clock.Clock {
-			clk = &watchdogClock{Fake: f, timeout: timeout}
-			return clk
+			clk = f
+			return f
 		})
 	tr.join(t, "", "stuck") // never reads
 	alice := tr.join(t, "", "alice")
 	stuck, me := tr.member("stuck"), tr.member("alice")
 	text := strings.Repeat("x", 1<<20)
-	for i := 0; clk.fired.Load() == 0; i++ {
+	for i := 0; !stuck.watch.Fired(); i++ {
 		if i > 10000 {
 			t.Fatal("stuck member never dropped")
 		}
@@ -416,25 +418,6 @@ func TestStuckWriteDisconnects(t *testing.T) {
 	// Its reader, seeing the socket dropped, may have left before the
 	// writer logs.
 	waitFor(t, "the write timeout logged", func() bool { return strings.Contains(tr.logs.String(), "too slow") })
-}
-
-// watchdogClock is a fake clock that counts the calls of timers armed for
-// timeout: the members' write watchdogs.
-type watchdogClock struct {
-	*clocktest.Fake
-	timeout time.Duration
-	fired   atomic.Int64
-}
-
-func (c *watchdogClock) AfterFunc(d time.Duration, f func()) clock.Timer {
-	if d == c.timeout {
-		call := f
-		f = func() {
-			c.fired.Add(1)
-			call()
-		}
-	}
-	return c.Fake.AfterFunc(d, f)
 }
 
 // Empty (or tiny) file chunks fill a recipient's send window too: each

@@ -41,6 +41,9 @@ type Platform struct {
 
 	mu      sync.Mutex
 	members map[*member]struct{}
+	// started is set once Run has started the cluster (its stream
+	// listener listens, its rooms bid): Status is Ready only from then.
+	started bool
 	closed  bool
 	wg      sync.WaitGroup // connection handlers
 	nextID  atomic.Uint64
@@ -112,6 +115,9 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 		defer p.cluster.shutdown()
 		p.cluster.start(ctx)
 	}
+	p.mu.Lock()
+	p.started = true
+	p.mu.Unlock()
 	<-ctx.Done()
 	p.sink.Store(nil)
 	p.mu.Lock()
@@ -134,15 +140,17 @@ func (p *Platform) ChatTenant(_ context.Context, chatID string) (string, error) 
 	return "", platform.ErrUnknownChat
 }
 
-// Status implements platform.Platform: ready while Run is bridging.
+// Status implements platform.Platform: ready while Run is bridging, from
+// when it has started the cluster (the stream listener listens, the rooms
+// bid) on.
 func (p *Platform) Status() platform.Status {
 	p.mu.Lock()
-	n, closed := len(p.members), p.closed
+	n, started, closed := len(p.members), p.started, p.closed
 	p.mu.Unlock()
 	p.roomsMu.RLock()
 	rooms := len(p.rooms)
 	p.roomsMu.RUnlock()
-	if closed || p.sink.Load() == nil {
+	if !started || closed || p.sink.Load() == nil {
 		return platform.Status{Detail: "nexscope bridge not running"}
 	}
 	return platform.Status{Ready: true, Detail: fmt.Sprintf("%d rooms, %d members online", rooms, n)}

@@ -3,6 +3,7 @@ package nexscope
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -24,6 +25,8 @@ import (
 	"connector/internal/cluster"
 	"connector/internal/redistest"
 	"connector/platform"
+	"connector/platform/platformtest"
+	"connector/store"
 )
 
 // jumpClock is a clock whose Now can be moved ahead of its timers, as a
@@ -706,5 +709,45 @@ func TestStreamRefusedWhenItsMessagesCouldPassTheBound(t *testing.T) {
 	defer s.mu.Unlock()
 	if s.ln != nil {
 		t.Fatal("an instance whose messages could pass the bound takes streams")
+	}
+}
+
+// TestReadyOnlyOnceTheStreamListenerListens: Status turns Ready only once
+// Run has started the cluster, its stream listener listening; an instance
+// reported ready was seen without a listener (and gave no ticket: the CI
+// flake of TestStreamCarriesTheLargestAck). Status is read in a tight loop
+// as Run starts, many times over, to catch the window.
+func TestReadyOnlyOnceTheStreamListenerListens(t *testing.T) {
+	st := store.NewMemory(clock.System)
+	for i := range 50 {
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: clusterLeaseTTL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := New(Config{Token: testToken, ClusterAddr: "127.0.0.1:0"}, platform.Deps{Cluster: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Run(ctx, platformtest.NewSink(1)) }()
+		deadline := time.Now().Add(testTimeout)
+		for !p.Status().Ready { // no sleep: the window is short
+			if time.Now().After(deadline) {
+				t.Fatalf("start %d: not ready after %v", i, testTimeout)
+			}
+		}
+		s := p.cluster.streams
+		s.mu.Lock()
+		addr := s.addr
+		s.mu.Unlock()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		node.Close()
+		if addr == "" {
+			t.Fatalf("start %d: Ready before the stream listener listened", i)
+		}
 	}
 }

@@ -176,10 +176,9 @@ func TestSendHonours429RetryAfter(t *testing.T) {
 func TestSend429BeyondDeadline(t *testing.T) {
 	e := newEnv(t, nil)
 	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 60", RetryAfter: 60})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	a := sendAction("123456789", "later")
-	r := e.p.Execute(ctx, "t1", &a)
+	// act's deadline (30 s) is short of the 60 s retry, and long enough
+	// that a loaded machine never spends it before the send goes out.
+	r := e.act(t, "t1", sendAction("123456789", "later"))
 	if r.Success || r.Code != contract.CodeRateLimited || r.RetryAfterMS < 50_000 {
 		t.Fatalf("result %+v, want rate_limited with retry_after_ms ≈ 60 s", r)
 	}
@@ -205,10 +204,10 @@ func TestPacedWithoutDeadline(t *testing.T) {
 	clk := clocktest.New(epoch)
 	e := newEnvOn(t, clk, nil)
 	e.fake.Fail("sendMessage", telegramtest.Failure{Code: 429, Description: "Too Many Requests: retry after 60", RetryAfter: 60})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
+	// The first send goes out under act's 30 s deadline (a 3 s one less
+	// the 1 s kept for the call left a loaded machine 2 s to reach it).
 	a := sendAction("123456789", "held")
-	if r := e.p.Execute(ctx, "t1", &a); r.Code != contract.CodeRateLimited {
+	if r := e.act(t, "t1", a); r.Code != contract.CodeRateLimited {
 		t.Fatalf("send into the chat = %+v, want rate_limited by the 429", r)
 	}
 
@@ -357,11 +356,16 @@ func TestWindowsPaceSends(t *testing.T) {
 		a := sendAction(chat, "hi")
 		return e.p.Execute(ctx, "t1", &a)
 	}
-	if r := short("123456789"); !r.Success {
+	// The first send has the usual deadline: under the short one, a
+	// machine slow enough to spend half a second before its slot is
+	// checked (as a loaded one under -race may) would find its slot, now,
+	// after that request's last one.
+	if r := e.act(t, "t1", sendAction("123456789", "hi")); !r.Success {
 		t.Fatalf("first send %+v", r)
 	}
 	// The DM's next slot is a second away, after this request's last slot
-	// (its 1.5 s deadline less the 1 s kept for the call).
+	// (its 1.5 s deadline less the 1 s kept for the call, less the time
+	// gone since: the slower the machine, the further).
 	if r := short("123456789"); r.Code != contract.CodeRateLimited || r.RetryAfterMS != 1000 {
 		t.Errorf("second send within the second: %+v, want rate_limited for 1000 ms", r)
 	}

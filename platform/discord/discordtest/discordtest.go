@@ -14,7 +14,8 @@
 // e.g. with a 429.
 //
 // Gateway (/gw/): HELLO, IDENTIFY -> READY plus one GUILD_CREATE per guild,
-// RESUME -> RESUMED, heartbeat -> ACK. A wrong token is closed with 4004,
+// RESUME -> the dispatches past its sequence number, then RESUMED;
+// heartbeat -> ACK. A wrong token is closed with 4004,
 // an intent in DisallowedIntents with 4014. Dispatch sends any event,
 // CloseGateway closes the current connection with a code.
 package discordtest
@@ -137,6 +138,7 @@ type Server struct {
 	conn      *gwConn
 	sessionID string
 	seq       int64
+	sent      []dispatched // this session's dispatches, for a RESUME
 	identify  int
 	resume    int
 	dials     int

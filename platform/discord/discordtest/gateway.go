@@ -125,7 +125,7 @@ func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessag
 	s.mu.Lock()
 	s.identify++
 	s.sessionID = "session-" + strconv.Itoa(s.identify)
-	s.seq = 0
+	s.seq, s.sent = 0, nil
 	guilds := make([]map[string]any, 0, len(s.guilds))
 	creates := make([]map[string]any, 0, len(s.guilds))
 	for _, gl := range s.guilds {
@@ -154,13 +154,14 @@ func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessag
 	}
 	s.conn = g
 	s.mu.Unlock()
-	if s.dispatchTo(ctx, g, "READY", ready) != nil {
-		return false
-	}
+	// Each dispatch is kept for a RESUME even once the connection failed,
+	// as Discord keeps a session's events.
+	failed := s.dispatchTo(ctx, g, "READY", ready) != nil
 	for _, gc := range creates {
-		if s.dispatchTo(ctx, g, "GUILD_CREATE", gc) != nil {
-			return false
-		}
+		failed = s.dispatchTo(ctx, g, "GUILD_CREATE", gc) != nil || failed
+	}
+	if failed {
+		return false
 	}
 	s.mu.Lock()
 	s.notifyLocked()
@@ -179,6 +180,7 @@ func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage)
 	var rs struct {
 		Token     string `json:"token"`
 		SessionID string `json:"session_id"`
+		Seq       int64  `json:"seq"`
 	}
 	_ = json.Unmarshal(d, &rs)
 	if rs.Token != "Bot "+s.opts.Token {
@@ -191,15 +193,37 @@ func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage)
 		s.closeWith(g, code, "Resume refused.")
 		return false
 	}
+	s.mu.Unlock()
+	// Like Discord, a resumed session is first sent the dispatches past
+	// the client's last sequence number, which the lost connection did not
+	// deliver (e.g. the GUILD_CREATEs right after READY), then RESUMED.
+	// g.wmu is held from before s.conn names g, so no new dispatch comes
+	// between them.
+	g.wmu.Lock()
+	s.mu.Lock()
 	valid := rs.SessionID == s.sessionID
+	var missed [][]byte
 	if valid {
 		s.resume++
 		s.conn = g
+		for _, d := range s.sent {
+			if d.seq > rs.Seq {
+				missed = append(missed, d.frame)
+			}
+		}
 	}
 	s.mu.Unlock()
 	if !valid {
+		g.wmu.Unlock()
 		return g.send(ctx, map[string]any{"op": 9, "d": false}) == nil
 	}
+	for _, f := range missed {
+		if g.c.Write(ctx, websocket.MessageText, f) != nil {
+			g.wmu.Unlock()
+			return false
+		}
+	}
+	g.wmu.Unlock()
 	if s.dispatchTo(ctx, g, "RESUMED", map[string]any{}) != nil {
 		return false
 	}
@@ -209,16 +233,36 @@ func (s *Server) handleResume(ctx context.Context, g *gwConn, d json.RawMessage)
 	return true
 }
 
-// dispatchTo sends an op 0 dispatch with the next sequence number.
+// dispatchTo sends an op 0 dispatch with the next sequence number, kept
+// for a RESUME of the session (the last maxKept).
 func (s *Server) dispatchTo(ctx context.Context, g *gwConn, typ string, d any) error {
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
 	s.mu.Lock()
 	s.seq++
 	seq := s.seq
+	frame, err := json.Marshal(map[string]any{"op": 0, "s": seq, "t": typ, "d": d})
+	if err == nil {
+		if len(s.sent) == maxKept {
+			s.sent = append(s.sent[:0], s.sent[1:]...)
+		}
+		s.sent = append(s.sent, dispatched{seq, frame})
+	}
 	s.mu.Unlock()
-	return g.send(ctx, map[string]any{"op": 0, "s": seq, "t": typ, "d": d})
+	if err != nil {
+		return err
+	}
+	return g.c.Write(ctx, websocket.MessageText, frame)
 }
+
+// dispatched is a dispatch sent in the current session.
+type dispatched struct {
+	seq   int64
+	frame []byte
+}
+
+// maxKept bounds the dispatches kept for a RESUME.
+const maxKept = 1024
 
 // Dispatch sends an event to the current Gateway session.
 func (s *Server) Dispatch(ctx context.Context, typ string, d any) error {
