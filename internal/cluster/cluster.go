@@ -30,7 +30,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connector/internal/clock"
@@ -83,12 +82,16 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	out      chan store.Message
-	wantRoom atomic.Bool
+	out chan store.Message
+
+	// roomyHook, set only by tests, runs in Roomy once it found the outbox
+	// at least half full.
+	roomyHook func()
 
 	mu       sync.Mutex // guards what follows; a leaf
 	handlers map[byte]handler
 	onRoom   []func()
+	wantRoom bool                 // Roomy said no since the OnRoom callbacks last ran
 	heard    map[string]time.Time // instance -> when its last message arrived
 	calls    map[string]chan []byte
 	nextReq  uint64
@@ -313,7 +316,19 @@ func (n *Node) Roomy() bool {
 	if len(n.out) < OutboxSize/2 {
 		return true
 	}
-	n.wantRoom.Store(true)
+	if n.roomyHook != nil {
+		n.roomyHook()
+	}
+	// Looked at again and answered under mu, as the publisher looks after
+	// each publication: either its look comes later and sees wantRoom, or
+	// this one does and sees the messages it took out, so a no is never
+	// left without its OnRoom.
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.out) < OutboxSize/2 {
+		return true
+	}
+	n.wantRoom = true
 	return false
 }
 
@@ -362,12 +377,15 @@ func (n *Node) publishLoop() {
 		}
 		clear(batch)
 		batch = batch[:0]
-		if len(n.out) < OutboxSize/2 && n.wantRoom.CompareAndSwap(true, false) {
+		if len(n.out) < OutboxSize/2 {
 			n.mu.Lock()
-			fs := n.onRoom
+			want, fs := n.wantRoom, n.onRoom
+			n.wantRoom = false
 			n.mu.Unlock()
-			for _, f := range fs {
-				f()
+			if want {
+				for _, f := range fs {
+					f()
+				}
 			}
 		}
 	}

@@ -205,6 +205,84 @@ func TestFullOutbox(t *testing.T) {
 	}
 }
 
+// gate is a channel closed at most once.
+type gate struct {
+	once sync.Once
+	c    chan struct{}
+}
+
+func newGate() *gate { return &gate{c: make(chan struct{})} }
+
+func (g *gate) open() { g.once.Do(func() { close(g.c) }) }
+
+// gatedPubSub holds each publication until release opens, and those on
+// the channel "last" until hold opens, telling last when one arrives.
+type gatedPubSub struct {
+	store.PubSub
+	release, hold *gate
+	last          chan struct{}
+}
+
+func (p gatedPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
+	g := p.release
+	if channel == "last" {
+		p.last <- struct{}{}
+		g = p.hold
+	}
+	select {
+	case <-g.c:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return p.PubSub.Publish(ctx, channel, msg)
+}
+
+// A sender Roomy turns away is woken even when the publisher drains the
+// outbox after Roomy found it full and before Roomy answered, and then has
+// nothing more to publish: Roomy answers yes, or OnRoom runs. (The
+// publisher is held in the publication of one later message, so it cannot
+// look at the outbox again: as though it were idle.)
+func TestRoomyRacingTheDrain(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	ps := gatedPubSub{PubSub: st.PubSub(), release: newGate(), hold: newGate(), last: make(chan struct{}, 1)}
+	n, err := cluster.New(cluster.Config{Instance: "a", PubSub: ps, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	unpark := newGate()
+	t.Cleanup(func() { ps.release.open(); ps.hold.open(); unpark.open() }) // before Close
+	parked := make(chan struct{}, 1)
+	cluster.SetRoomyHook(n, func() {
+		parked <- struct{}{}
+		<-unpark.c
+	})
+	room := make(chan struct{}, 1)
+	n.OnRoom(func() {
+		select {
+		case room <- struct{}{}:
+		default:
+		}
+	})
+	for n.Send("elsewhere", 'x') {
+	}
+	answer := make(chan bool, 1)
+	go func() { answer <- n.Roomy() }()
+	receive(t, parked, "Roomy to find the outbox full")
+	ps.release.open()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	if !n.SendWait(ctx, "last", 'x') {
+		t.Fatal("the last message not queued: the outbox did not drain")
+	}
+	receive(t, ps.last, "the publisher to take the last message, the others published")
+	unpark.open()
+	if !receive(t, answer, "Roomy's answer") {
+		receive(t, room, "OnRoom after Roomy said no, the outbox empty and the publisher done with it")
+	}
+}
+
 // Close publishes what the outbox still holds.
 func TestClosePublishesWhatIsQueued(t *testing.T) {
 	a, b, _, _ := pair(t)
