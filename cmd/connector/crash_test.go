@@ -285,7 +285,8 @@ slack:
 }
 
 // start runs the connector on the rig's data directory and waits until it
-// listens and its Discord Gateway session is up.
+// listens, its Discord Gateway session is up and every platform is ready
+// (a webhook before its platform runs is answered 503, to be retried).
 func (r *crashRig) start(t *testing.T) {
 	t.Helper()
 	r.child, r.queued, r.member = startChild(t, r.bin, r.env, r.config, r.dir, false), 0, nil
@@ -295,6 +296,7 @@ func (r *crashRig) start(t *testing.T) {
 	if r.dfake.WaitSession(ctx, r.sessions) != nil {
 		t.Fatalf("waiting for Discord Gateway session %d: %v", r.sessions, context.Cause(ctx))
 	}
+	r.child.waitReady(t)
 }
 
 // stop ends the child with sig and waits for it: SIGTERM must end it

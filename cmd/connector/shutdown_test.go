@@ -58,18 +58,32 @@ func startBinary(t *testing.T, bin, doc string, env ...string) *child {
 // took the signal and is shutting down.
 func (c *child) waitDraining(t *testing.T) {
 	t.Helper()
+	c.waitReadyz(t, http.StatusServiceUnavailable, "say the connector drains")
+}
+
+// waitReady waits until the child's /readyz answers 200: every platform
+// runs and is ready, so its webhooks take events.
+func (c *child) waitReady(t *testing.T) {
+	t.Helper()
+	c.waitReadyz(t, http.StatusOK, "say every platform is ready")
+}
+
+// waitReadyz waits until the child's /readyz answers code; what says what
+// that means, for the failure.
+func (c *child) waitReadyz(t *testing.T, code int, what string) {
+	t.Helper()
 	deadline := time.Now().Add(crashWait)
 	for {
 		resp, err := http.Get("http://" + c.ops + "/readyz")
 		if err != nil {
-			t.Fatalf("waiting for /readyz to say the connector drains: %v", err)
+			t.Fatalf("waiting for /readyz to %s: %v", what, err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusServiceUnavailable {
+		if resp.StatusCode == code {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for /readyz to say the connector drains (%d)", crashWait, resp.StatusCode)
+			t.Fatalf("timed out after %v waiting for /readyz to %s (%d)", crashWait, what, resp.StatusCode)
 		}
 		time.Sleep(20 * time.Millisecond) // polling interval of /readyz
 	}
