@@ -84,10 +84,12 @@ whatsapp:
 	return r
 }
 
-// start runs the binary on the rig's data directory.
+// start runs the binary on the rig's data directory and waits until it is
+// ready (a webhook before WhatsApp's Run runs is answered 503).
 func (r *waRig) start(t *testing.T) {
 	t.Helper()
 	r.child = startChild(t, r.bin, r.env, r.config, r.dir, false)
+	r.child.waitReady(t)
 }
 
 func (r *waRig) webhook() string { return "http://" + r.child.addr + "/whatsapp/webhook" }
