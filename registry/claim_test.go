@@ -668,3 +668,81 @@ func TestGatewayDeleteRaceOnRedis(t *testing.T) {
 		t.Fatalf("gw-del is b's: %v, %v; a's delete removed it", ok, err)
 	}
 }
+
+// TestDeleteTenantRaceOnRedis: two instances on one redis-server; while
+// instance one's write for tenant a (a provision's or an enrollment's new
+// gateway, a provision's route key, a claim, an author link) has found a
+// and is about to store, instance two deletes a and creates it again. The
+// write is refused (ErrNotFound) and the new tenant a holds nothing: before,
+// DeleteTenant had listed a's entries before the write, which survived,
+// and the new a inherited a gateway whose secret the old provisioner held,
+// and the old a's chats.
+func TestDeleteTenantRaceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	admit := func() error { return nil }
+	writes := []struct {
+		name, namespace string
+		write           func() error
+	}{
+		{"provision", "registry/gateways", func() error {
+			_, _, err := one.Provision(ctx, "a", "gw-p", "minter", admit)
+			return err
+		}},
+		{"enroll", "registry/gateways", func() error {
+			token, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
+			if err == nil {
+				_, err = one.Enroll(ctx, "a", token, "gw-e")
+			}
+			return err
+		}},
+		{"bind-own", "registry/bindings", func() error {
+			return one.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1501", Tenant: "a"})
+		}},
+		{"claim", "registry/bindings", func() error {
+			return one.Claim(ctx, "a", "telegram", platform.Chat{ID: "-1502"})
+		}},
+		{"link", "registry/bindings", func() error {
+			code, _, err := one.IssueLinkCode(ctx, "a", "gw", "telegram", 0)
+			if err == nil {
+				_, err = one.RedeemLinkCode(ctx, "telegram", "4501", code)
+			}
+			return err
+		}},
+	}
+	for _, w := range writes {
+		t.Run(w.name, func(t *testing.T) {
+			if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			raced := false
+			hooked.before = func(op, namespace, _ string) {
+				if raced || op != "cas" || namespace != w.namespace {
+					return
+				}
+				raced = true
+				if err := cmp.Or(two.DeleteTenant(ctx, "a"), two.CreateTenant(ctx, registry.Tenant{ID: "a"})); err != nil {
+					t.Errorf("instance two's delete and re-creation of a while one's %s is in flight: %v", w.name, err)
+				}
+			}
+			defer func() { hooked.before = nil }()
+			err := w.write()
+			if !raced {
+				t.Fatalf("the hook never ran: a's %s wrote nothing", w.name)
+			}
+			if !errors.Is(err, registry.ErrNotFound) {
+				t.Errorf("a's %s racing a's deletion: %v, want ErrNotFound", w.name, err)
+			}
+			s, err := two.Stored(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.Gateways) != 0 || len(s.Bindings) != 0 {
+				t.Errorf("the new tenant a inherited %d gateways and %d bindings of the old a's %s", len(s.Gateways), len(s.Bindings), w.name)
+			}
+			if err := two.DeleteTenant(ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

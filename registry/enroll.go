@@ -128,8 +128,9 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 		if exists && g.Tenant != tenant {
 			return fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
 		}
+		var gen string
 		if !exists {
-			if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
+			if gen, err = r.roomForGatewayLocked(ctx, tenant); err != nil {
 				return err
 			}
 		}
@@ -140,7 +141,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 			g.Origin = OriginEnroll
 			secret, err = r.rotateLocked(ctx, g, raw, DefaultGrace, "")
 		} else {
-			secret, err = r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "")
+			secret, err = r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "", gen)
 		}
 		return err
 	})
@@ -212,13 +213,14 @@ func (r *Registry) provisionLocked(ctx context.Context, tenant, id, minter strin
 	}
 	switch {
 	case !exists:
-		if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
+		gen, err := r.roomForGatewayLocked(ctx, tenant)
+		if err != nil {
 			return "", "", err
 		}
 		if err := admit(); err != nil {
 			return "", "", err
 		}
-		secret, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter)
+		secret, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen)
 		return secret, ProvisionCreated, err
 	case g.Tenant != tenant:
 		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
