@@ -69,7 +69,8 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	ttl = cmp.Or(ttl, DefaultEnrollTTL)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, err := r.tenant(ctx, tenant); err != nil {
+	t, err := r.tenant(ctx, tenant)
+	if err != nil {
 		return "", time.Time{}, err
 	}
 	now := r.clock.Now()
@@ -80,7 +81,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	}
 	token := "enr_" + newSecret()
 	expires := now.Add(ttl)
-	if err := r.put(ctx, nsEnroll, tokenKey(token), expiring{Tenant: tenant, Expires: expires}); err != nil {
+	if err := r.put(ctx, tenant, t.Gen, nsEnroll, tokenKey(token), expiring{Tenant: tenant, Expires: expires}); err != nil {
 		return "", time.Time{}, err
 	}
 	return token, expires, nil

@@ -251,7 +251,9 @@ type Registry struct {
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
 	// take no lock across I/O at all; a gateway is created only while its
-	// id is free; for other entries the last write wins.
+	// id is free; a write for a tenant is taken back when the tenant's
+	// deletion began meanwhile (keptFor); for other entries the last write
+	// wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
 }
@@ -1232,7 +1234,11 @@ func (r *Registry) SetPolicy(ctx context.Context, p Policy) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.put(ctx, nsPolicies, p.key(), p)
+	t, err := r.tenant(ctx, p.Tenant)
+	if err != nil {
+		return err
+	}
+	return r.put(ctx, p.Tenant, t.Gen, nsPolicies, p.key(), p)
 }
 
 // Relevance returns, for each platform, the tenants' policies in s in the
@@ -1273,13 +1279,21 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 	return e.Value, true, nil
 }
 
-// put stores v under key and tells every instance.
-func (r *Registry) put(ctx context.Context, namespace, key string, v any) error {
+// put stores v under key for tenant, read of generation gen, and tells
+// every instance; a deletion of the tenant meanwhile takes it back
+// (keptFor).
+func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	if _, err := r.kv.Put(ctx, namespace, key, data); err != nil {
+		return err
+	}
+	if err := r.keptFor(ctx, tenant, gen, func() error {
+		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
+		return err
+	}); err != nil {
 		return err
 	}
 	r.notify(ctx)
