@@ -780,3 +780,47 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 		})
 	}
 }
+
+// TestDeleteTenantFinishesOnRedis: a DeleteTenant that fails half-way (its
+// context ends while it removes the tenant's gateway) has ended the tenant
+// already: it is not found, its gateway is out of the effective registry,
+// and the id cannot be created again until DeleteTenant, run again,
+// finishes the sweep; then it can, and holds nothing of the old tenant.
+func TestDeleteTenantFinishesOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := two.CreateGateway(ctx, "a", "gw-a"); err != nil {
+		t.Fatal(err)
+	}
+	failing, cancel := context.WithCancel(ctx)
+	hooked.before = func(_, namespace, _ string) {
+		if namespace == "registry/gateways" {
+			cancel()
+		}
+	}
+	if err := one.DeleteTenant(failing, "a"); err == nil {
+		t.Fatal("DeleteTenant whose context ended while it removed the gateway: nil error")
+	}
+	hooked.before = nil
+	if s, _ := effective(t, two); len(s.Tenants) != 0 || len(s.Gateways) != 0 {
+		t.Fatalf("after a failed delete: %d tenants, %d gateways effective, want none", len(s.Tenants), len(s.Gateways))
+	}
+	if _, err := two.CreateGateway(ctx, "a", "gw-b"); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("a gateway of the tenant being deleted: %v, want ErrNotFound", err)
+	}
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); !errors.Is(err, registry.ErrExists) {
+		t.Fatalf("creating the tenant being deleted: %v, want ErrExists", err)
+	}
+	if err := two.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatalf("DeleteTenant run again: %v", err)
+	}
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := two.Stored(ctx); err != nil || len(s.Gateways) != 0 {
+		t.Fatalf("the new a holds %d gateways (%v), want none", len(s.Gateways), err)
+	}
+}
