@@ -457,7 +457,7 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 		return err
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsTenants, t.ID, nil, data); err != nil || !created {
-		return cmp.Or(err, ErrExists) // stored, or being deleted (DeleteTenant finishes it)
+		return cmp.Or(err, fmt.Errorf("%w: tenant %q exists, or its deletion did not finish (delete it again)", ErrExists, t.ID))
 	}
 	r.notify(ctx)
 	return nil
