@@ -669,6 +669,118 @@ func TestGatewayDeleteRaceOnRedis(t *testing.T) {
 	}
 }
 
+// TestDeleteTenantRaceOnRedis: two instances on one redis-server; while
+// instance one's write for tenant a (a provision's or an enrollment's new
+// gateway, a provision's route key, a claim, an author link, an enrollment
+// token, a link code, a principal, a DM default, a relevance policy, a
+// wake URL) has found a and is about to store, instance two deletes a and
+// creates it again. The write is refused (ErrNotFound) and the new tenant
+// a holds nothing: before, DeleteTenant had listed a's entries before the
+// write, which survived, and the new a inherited a gateway whose secret
+// the old provisioner held, the old a's chats, and tokens and codes the
+// old a's holders could redeem.
+func TestDeleteTenantRaceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	admit := func() error { return nil }
+	link := func(user string) error {
+		code, _, err := one.IssueLinkCode(ctx, "a", "gw", "telegram", 0)
+		if err == nil {
+			_, err = one.RedeemLinkCode(ctx, "telegram", user, code)
+		}
+		return err
+	}
+	writes := []struct {
+		name, op, namespace string
+		write               func() error
+	}{
+		{"provision", "cas", "registry/gateways", func() error {
+			_, _, err := one.Provision(ctx, "a", "gw-p", "minter", admit)
+			return err
+		}},
+		{"enroll", "cas", "registry/gateways", func() error {
+			token, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
+			if err == nil {
+				_, err = one.Enroll(ctx, "a", token, "gw-e")
+			}
+			return err
+		}},
+		{"bind-own", "cas", "registry/bindings", func() error {
+			return one.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1501", Tenant: "a"})
+		}},
+		{"claim", "cas", "registry/bindings", func() error {
+			return one.Claim(ctx, "a", "telegram", platform.Chat{ID: "-1502"})
+		}},
+		{"link", "cas", "registry/bindings", func() error { return link("4501") }},
+		{"enroll-token", "put", "registry/enroll", func() error {
+			_, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
+			return err
+		}},
+		{"link-code", "put", "registry/linkcodes", func() error {
+			_, _, err := one.IssueLinkCode(ctx, "a", "gw", "telegram", 0)
+			return err
+		}},
+		{"principal", "put", "registry/bindings", func() error {
+			return one.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"4503"})
+		}},
+		{"dm-default", "put", "registry/bindings", func() error {
+			if err := link("4504"); err != nil {
+				return err
+			}
+			return one.SetDMDefault(ctx, "a", "telegram", "4504")
+		}},
+		{"policy", "put", "registry/policies", func() error {
+			return one.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "telegram", Gateway: "gw", RequireAddress: true})
+		}},
+		{"wake", "put", "registry/wake", func() error {
+			if _, err := one.CreateGateway(ctx, "a", "gw-w"); err != nil {
+				return err
+			}
+			return one.SetWake(ctx, "a", "gw-w", "https://a.example/wake")
+		}},
+	}
+	for _, w := range writes {
+		t.Run(w.name, func(t *testing.T) {
+			if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+				t.Fatal(err)
+			}
+			raced := false
+			hooked.before = func(op, namespace, _ string) {
+				if raced || op != w.op || namespace != w.namespace {
+					return
+				}
+				raced = true
+				if err := cmp.Or(two.DeleteTenant(ctx, "a"), two.CreateTenant(ctx, registry.Tenant{ID: "a"})); err != nil {
+					t.Errorf("instance two's delete and re-creation of a while one's %s is in flight: %v", w.name, err)
+				}
+			}
+			defer func() { hooked.before = nil }()
+			err := w.write()
+			if !raced {
+				t.Fatalf("the hook never ran: a's %s wrote nothing", w.name)
+			}
+			if !errors.Is(err, registry.ErrNotFound) {
+				t.Errorf("a's %s racing a's deletion: %v, want ErrNotFound", w.name, err)
+			}
+			s, err := two.Stored(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.Gateways) != 0 || len(s.Bindings) != 0 || len(s.Policies) != 0 {
+				t.Errorf("the new tenant a inherited %d gateways, %d bindings and %d policies of the old a's %s", len(s.Gateways), len(s.Bindings), len(s.Policies), w.name)
+			}
+			for _, ns := range []string{"registry/enroll", "registry/linkcodes", "registry/wake"} {
+				if left, _, err := hooked.Store.Registry().List(ctx, ns); err != nil || len(left) != 0 {
+					t.Errorf("the old a's %s left %d entries in %s (%v)", w.name, len(left), ns, err)
+				}
+			}
+			if err := two.DeleteTenant(ctx, "a"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // TestDeleteTenantFinishesOnRedis: a DeleteTenant that fails half-way (its
 // context ends while it removes the tenant's gateway) has ended the tenant
 // already: it is not found, its gateway is out of the effective registry,

@@ -69,7 +69,8 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	ttl = cmp.Or(ttl, DefaultEnrollTTL)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, err := r.tenant(ctx, tenant); err != nil {
+	t, err := r.tenant(ctx, tenant)
+	if err != nil {
 		return "", time.Time{}, err
 	}
 	now := r.clock.Now()
@@ -80,7 +81,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 	}
 	token := "enr_" + newSecret()
 	expires := now.Add(ttl)
-	if err := r.put(ctx, nsEnroll, tokenKey(token), expiring{Tenant: tenant, Expires: expires}); err != nil {
+	if err := r.put(ctx, tenant, t.Gen, nsEnroll, tokenKey(token), expiring{Tenant: tenant, Expires: expires}); err != nil {
 		return "", time.Time{}, err
 	}
 	return token, expires, nil
@@ -128,8 +129,9 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 		if exists && g.Tenant != tenant {
 			return fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
 		}
+		var gen string
 		if !exists {
-			if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
+			if gen, err = r.roomForGatewayLocked(ctx, tenant); err != nil {
 				return err
 			}
 		}
@@ -140,7 +142,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 			g.Origin = OriginEnroll
 			secret, err = r.rotateLocked(ctx, g, raw, DefaultGrace, "")
 		} else {
-			secret, err = r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "")
+			secret, err = r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "", gen)
 		}
 		return err
 	})
@@ -212,13 +214,14 @@ func (r *Registry) provisionLocked(ctx context.Context, tenant, id, minter strin
 	}
 	switch {
 	case !exists:
-		if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
+		gen, err := r.roomForGatewayLocked(ctx, tenant)
+		if err != nil {
 			return "", "", err
 		}
 		if err := admit(); err != nil {
 			return "", "", err
 		}
-		secret, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter)
+		secret, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen)
 		return secret, ProvisionCreated, err
 	case g.Tenant != tenant:
 		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)

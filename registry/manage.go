@@ -76,7 +76,8 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, err := r.tenant(ctx, tenant); err != nil {
+	t, err := r.tenant(ctx, tenant)
+	if err != nil {
 		return "", time.Time{}, err
 	}
 	now := r.clock.Now()
@@ -89,7 +90,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 	}
 	code := newLinkCode()
 	c := linkCode{Hash: tokenKey(code), Tenant: tenant, Gateway: gateway, Platform: platformName, Expires: now.Add(ttl)}
-	if err := r.put(ctx, nsLinkCodes, c.Hash, c); err != nil {
+	if err := r.put(ctx, tenant, t.Gen, nsLinkCodes, c.Hash, c); err != nil {
 		return "", time.Time{}, err
 	}
 	return code, c.Expires, nil
@@ -217,7 +218,8 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, err := r.tenant(ctx, tenant); err != nil {
+	t, err := r.tenant(ctx, tenant)
+	if err != nil {
 		return err
 	}
 	if err := r.dropBindings(ctx, func(b Binding) bool {
@@ -226,7 +228,7 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 		return err
 	}
 	for _, b := range entries {
-		if err := r.put(ctx, nsBindings, b.key(), b); err != nil {
+		if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b); err != nil {
 			return err
 		}
 	}
@@ -244,12 +246,16 @@ func (r *Registry) SetDMDefault(ctx context.Context, tenant, platformName, user 
 	link := Binding{Platform: b.Platform, Kind: platform.BindUser, ID: b.ID, Tenant: tenant}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	t, err := r.tenant(ctx, tenant)
+	if err != nil {
+		return err
+	}
 	if _, ok, err := r.kv.Get(ctx, nsBindings, link.key()); err != nil {
 		return err
 	} else if !ok {
 		return fmt.Errorf("%w: the user is not linked to this tenant (have them send /link <code> first)", ErrNotFound)
 	}
-	return r.put(ctx, nsBindings, b.key(), b)
+	return r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b)
 }
 
 // DropManaged removes every binding the management plane made for tenant

@@ -84,6 +84,22 @@ type Tenant struct {
 	MaxGateways int `json:"max_gateways,omitempty"`
 }
 
+// storedTenant is a tenant as the store holds it, with its generation:
+// random, given by CreateTenant ("" in a record stored before generations
+// were kept, and for a declared tenant), and tombstone from the moment
+// DeleteTenant begins. A write for a tenant checks after it that the
+// generation is still the one it read before (keptFor), so one racing a
+// deletion, on any instance, is either seen by its sweep or taken back,
+// and never inherited by a tenant made again under the id.
+type storedTenant struct {
+	Tenant
+	Gen string `json:"gen,omitempty"`
+}
+
+// tombstone is the generation of a tenant being deleted: it is not found,
+// and DeleteTenant run again finishes it.
+const tombstone = "deleted"
+
 // Bounds of a tenant's gateways (Tenant.MaxGateways). Every gateway may
 // register a wake URL and is a socket the tenant may hold open, so one
 // identity token must not be able to make them without end.
@@ -235,7 +251,9 @@ type Registry struct {
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
 	// take no lock across I/O at all; a gateway is created only while its
-	// id is free; for other entries the last write wins.
+	// id is free; a write for a tenant is taken back when the tenant's
+	// deletion began meanwhile (keptFor); for other entries the last write
+	// wins.
 	mu       sync.Mutex
 	declared atomic.Pointer[State]
 }
@@ -272,10 +290,16 @@ func (r *Registry) Declared() State { return *r.declared.Load() }
 // Stored returns the stored layer.
 func (r *Registry) Stored(ctx context.Context) (State, error) {
 	var s State
-	err := cmp.Or(list(ctx, r.kv, nsTenants, &s.Tenants), list(ctx, r.kv, nsGateways, &s.Gateways),
+	var tenants []storedTenant
+	err := cmp.Or(list(ctx, r.kv, nsTenants, &tenants), list(ctx, r.kv, nsGateways, &s.Gateways),
 		list(ctx, r.kv, nsBindings, &s.Bindings), list(ctx, r.kv, nsPolicies, &s.Policies))
 	if err != nil {
 		return State{}, err
+	}
+	for _, t := range tenants {
+		if t.Gen != tombstone {
+			s.Tenants = append(s.Tenants, t.Tenant)
+		}
 	}
 	return s, nil
 }
@@ -428,12 +452,15 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if r.declaredTenant(t.ID) {
 		return ErrDeclared
 	}
-	if _, ok, err := r.kv.Get(ctx, nsTenants, t.ID); err != nil {
+	data, err := json.Marshal(storedTenant{t, newSecret()})
+	if err != nil {
 		return err
-	} else if ok {
-		return ErrExists
 	}
-	return r.put(ctx, nsTenants, t.ID, t)
+	if created, err := r.kv.CompareAndSwap(ctx, nsTenants, t.ID, nil, data); err != nil || !created {
+		return cmp.Or(err, fmt.Errorf("%w: tenant %q exists, or its deletion did not finish (delete it again)", ErrExists, t.ID))
+	}
+	r.notify(ctx)
+	return nil
 }
 
 // SetSession replaces a stored tenant's session settings.
@@ -462,23 +489,62 @@ func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Ten
 	if r.declaredTenant(id) {
 		return ErrDeclared
 	}
-	var t Tenant
-	if ok, err := r.get(ctx, nsTenants, id, &t); err != nil {
+	var t storedTenant
+	raw, ok, err := r.getRaw(ctx, nsTenants, id, &t)
+	if err != nil {
 		return err
-	} else if !ok {
+	} else if !ok || t.Gen == tombstone {
 		return ErrNotFound
 	}
-	change(&t)
-	return r.put(ctx, nsTenants, t.ID, t)
+	change(&t.Tenant)
+	return r.swapTenant(ctx, id, raw, &t)
+}
+
+// swapTenant stores t (nil: removes it) as tenant id if it is still raw:
+// a tenant another instance changed or began deleting meanwhile is
+// ErrConflict, not written over.
+func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *storedTenant) error {
+	var data []byte
+	if t != nil {
+		var err error
+		if data, err = json.Marshal(t); err != nil {
+			return err
+		}
+	}
+	swapped, err := r.kv.CompareAndSwap(ctx, nsTenants, id, raw, data)
+	r.notify(ctx)
+	if err != nil || !swapped {
+		return cmp.Or(err, fmt.Errorf("%w: tenant %q changed meanwhile; try again", ErrConflict, id))
+	}
+	return nil
 }
 
 // DeleteTenant removes a stored tenant with its stored gateways,
-// bindings, wake URLs, policies, enrollment tokens and link codes.
+// bindings, wake URLs, policies, enrollment tokens and link codes. The
+// tenant ends first (its generation becomes tombstone), so a write for it
+// on any instance that the sweep after cannot see takes itself back
+// (keptFor); run again after a failure, it finishes the sweep.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredTenant(id) {
 		return ErrDeclared
+	}
+	var t storedTenant
+	raw, ok, err := r.getRaw(ctx, nsTenants, id, &t)
+	if err != nil {
+		return err
+	} else if !ok {
+		return ErrNotFound
+	}
+	if t.Gen != tombstone {
+		t = storedTenant{Tenant{ID: id}, tombstone}
+		if err := r.swapTenant(ctx, id, raw, &t); err != nil {
+			return err
+		}
+		if raw, err = json.Marshal(t); err != nil {
+			return err
+		}
 	}
 	stored, err := r.Stored(ctx)
 	if err != nil {
@@ -486,10 +552,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	}
 	for _, g := range stored.Gateways {
 		if g.Tenant == id {
-			if _, err := r.kv.Delete(ctx, nsGateways, g.ID); err != nil {
-				return err
-			}
-			if _, err := r.kv.Delete(ctx, nsWake, g.ID); err != nil {
+			if err := r.removeGateway(ctx, id, g.ID); err != nil && !errors.Is(err, ErrNotFound) {
 				return err
 			}
 		}
@@ -511,15 +574,23 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	deleted, err := r.kv.Delete(ctx, nsTenants, id)
+	return r.swapTenant(ctx, id, raw, nil)
+}
+
+// keptFor follows a write for tenant made after reading it of generation
+// gen: nil while the tenant is still of gen. Else a DeleteTenant began
+// after that read, on some instance, and its sweep may have missed the
+// write: undo takes it back, and it is ErrNotFound.
+func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func() error) error {
+	t, err := r.tenant(ctx, tenant)
+	if err == nil && t.Gen == gen {
+		return nil
+	}
+	if uerr := undo(); uerr != nil && (err == nil || errors.Is(err, ErrNotFound)) {
+		err = uerr
+	}
 	r.notify(ctx)
-	if err != nil {
-		return err
-	}
-	if !deleted {
-		return ErrNotFound
-	}
-	return nil
+	return cmp.Or(err, ErrNotFound)
 }
 
 // CreateGateway stores a new gateway of tenant with a fresh secret, which
@@ -541,19 +612,21 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	} else if ok {
 		return "", ErrExists
 	}
-	if err := r.roomForGatewayLocked(ctx, tenant); err != nil {
+	gen, err := r.roomForGatewayLocked(ctx, tenant)
+	if err != nil {
 		return "", err
 	}
-	return r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "")
+	return r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
 }
 
 // createGatewayLocked stores g with a fresh secret minted for minter (see
 // Secret.Minter), and returns the secret. The caller has checked that g's
-// id is free (not declared, not stored) and that its tenant exists and has
-// room for it; r.mu is held. The store's CompareAndSwap stores it only
-// while the id is still free: one another instance stored meanwhile is
-// ErrExists, never replaced.
-func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter string) (string, error) {
+// id is free (not declared, not stored) and that its tenant exists, of
+// generation gen, and has room for it; r.mu is held. The store's
+// CompareAndSwap stores it only while the id is still free: one another
+// instance stored meanwhile is ErrExists, never replaced. A deletion of
+// the tenant meanwhile removes it again (keptFor): ErrNotFound.
+func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, gen string) (string, error) {
 	secret := newSecret()
 	g.Secrets = []Secret{{Value: secret, Minter: minter}}
 	data, err := json.Marshal(g)
@@ -563,18 +636,21 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter st
 	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
 		return "", cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
+	if err := r.keptFor(ctx, g.Tenant, gen, func() error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
+		return "", err
+	}
 	r.notify(ctx)
 	return secret, nil
 }
 
-// roomForGatewayLocked is nil when tenant has fewer gateways, declared and
-// stored, than its bound, else ErrLimit. Instances sharing a store check
-// this each on their own: racing creations may pass it together, by one
-// gateway per instance at most.
-func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) error {
+// roomForGatewayLocked returns tenant's generation when it has fewer
+// gateways, declared and stored, than its bound, else ErrLimit. Instances
+// sharing a store check this each on their own: racing creations may pass
+// it together, by one gateway per instance at most.
+func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) (string, error) {
 	t, err := r.tenant(ctx, tenant)
 	if err != nil {
-		return err
+		return "", err
 	}
 	decl := r.declared.Load()
 	n := 0
@@ -585,7 +661,7 @@ func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) erro
 	}
 	var stored []Gateway
 	if err := list(ctx, r.kv, nsGateways, &stored); err != nil {
-		return err
+		return "", err
 	}
 	for _, g := range stored {
 		if g.Tenant == tenant && !r.declaredGateway(g.ID) {
@@ -593,24 +669,24 @@ func (r *Registry) roomForGatewayLocked(ctx context.Context, tenant string) erro
 		}
 	}
 	if limit := cmp.Or(t.MaxGateways, DefaultMaxGateways); n >= limit {
-		return fmt.Errorf("%w: tenant %q has %d gateways, its max_gateways is %d: remove one or raise the bound (connector admin tenant max-gateways)", ErrLimit, tenant, n, limit)
+		return "", fmt.Errorf("%w: tenant %q has %d gateways, its max_gateways is %d: remove one or raise the bound (connector admin tenant max-gateways)", ErrLimit, tenant, n, limit)
 	}
-	return nil
+	return t.Gen, nil
 }
 
-// tenant returns tenant id, declared or stored; ErrNotFound when neither
-// layer has it.
-func (r *Registry) tenant(ctx context.Context, id string) (Tenant, error) {
+// tenant returns tenant id, declared or stored, with its generation;
+// ErrNotFound when neither layer has it, or it is being deleted.
+func (r *Registry) tenant(ctx context.Context, id string) (storedTenant, error) {
 	for _, t := range r.declared.Load().Tenants {
 		if t.ID == id {
-			return t, nil
+			return storedTenant{Tenant: t}, nil
 		}
 	}
-	var t Tenant
+	var t storedTenant
 	if ok, err := r.get(ctx, nsTenants, id, &t); err != nil {
-		return Tenant{}, err
-	} else if !ok {
-		return Tenant{}, ErrNotFound
+		return storedTenant{}, err
+	} else if !ok || t.Gen == tombstone {
+		return storedTenant{}, ErrNotFound
 	}
 	return t, nil
 }
@@ -688,15 +764,20 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 	return secret, nil
 }
 
-// DeleteGateway removes gateway id of tenant. The store's CompareAndSwap
-// removes it only while it is the gateway read: one another tenant made
-// of the id meanwhile, on any instance, stays (ErrNotFound).
+// DeleteGateway removes gateway id of tenant (removeGateway).
 func (r *Registry) DeleteGateway(ctx context.Context, tenant, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.declaredGateway(id) {
 		return ErrDeclared
 	}
+	return r.removeGateway(ctx, tenant, id)
+}
+
+// removeGateway removes gateway id of tenant and its wake URL. The store's
+// CompareAndSwap removes it only while it is the gateway read: one another
+// tenant made of the id meanwhile, on any instance, stays (ErrNotFound).
+func (r *Registry) removeGateway(ctx context.Context, tenant, id string) error {
 	return againIfRaced(func() error {
 		_, raw, err := r.gateway(ctx, tenant, id)
 		if err != nil {
@@ -946,9 +1027,6 @@ func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote boo
 		}
 		return false, ErrDeclared
 	}
-	if _, err := r.tenant(ctx, b.Tenant); err != nil {
-		return false, err
-	}
 	guard, err := r.swapBinding(ctx, b.key(), &b, func(cur *Binding, guard []byte) (bool, error) {
 		switch {
 		case cur == nil:
@@ -1060,11 +1138,18 @@ const nsOwnership = "registry/ownership"
 // the ownership order judges against each other (a provision's BindOwn
 // and another tenant's claim or link), on any instance, one stands. It
 // tells every instance after a write, and returns the guard it wrote
-// (nil when it wrote none). It needs no lock.
+// (nil when it wrote none). next's tenant must exist (else ErrNotFound),
+// and a deletion of it meanwhile takes next back (keptFor). It needs no
+// lock.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, error) {
 	var value []byte
+	var gen string
 	if next != nil {
-		var err error
+		t, err := r.tenant(ctx, next.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		gen = t.Gen
 		if value, err = json.Marshal(next); err != nil {
 			return nil, err
 		}
@@ -1120,6 +1205,12 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 				}
 				continue
 			}
+			if err := r.keptFor(ctx, next.Tenant, gen, func() error {
+				_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
+				return err
+			}); err != nil {
+				return nil, err
+			}
 		}
 		r.notify(ctx)
 		return wrote, nil
@@ -1143,7 +1234,11 @@ func (r *Registry) SetPolicy(ctx context.Context, p Policy) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.put(ctx, nsPolicies, p.key(), p)
+	t, err := r.tenant(ctx, p.Tenant)
+	if err != nil {
+		return err
+	}
+	return r.put(ctx, p.Tenant, t.Gen, nsPolicies, p.key(), p)
 }
 
 // Relevance returns, for each platform, the tenants' policies in s in the
@@ -1184,13 +1279,21 @@ func (r *Registry) getRaw(ctx context.Context, namespace, key string, v any) ([]
 	return e.Value, true, nil
 }
 
-// put stores v under key and tells every instance.
-func (r *Registry) put(ctx context.Context, namespace, key string, v any) error {
+// put stores v under key for tenant, read of generation gen, and tells
+// every instance; a deletion of the tenant meanwhile takes it back
+// (keptFor).
+func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, v any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	if _, err := r.kv.Put(ctx, namespace, key, data); err != nil {
+		return err
+	}
+	if err := r.keptFor(ctx, tenant, gen, func() error {
+		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
+		return err
+	}); err != nil {
 		return err
 	}
 	r.notify(ctx)

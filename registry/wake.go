@@ -30,6 +30,10 @@ func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	t, err := r.tenant(ctx, tenant)
+	if err != nil {
+		return err
+	}
 	if ok, err := r.GatewayOf(ctx, tenant, gateway); err != nil {
 		return err
 	} else if !ok {
@@ -40,7 +44,7 @@ func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) 
 		r.notify(ctx)
 		return err
 	}
-	return r.put(ctx, nsWake, gateway, Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
+	return r.put(ctx, tenant, t.Gen, nsWake, gateway, Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
 }
 
 // Wakes returns every registered wake URL by tenant, then gateway id: a
