@@ -192,12 +192,35 @@ func (c *child) waitExit(t *testing.T, what string) int {
 // metrics, not on the log.
 func (c *child) waitLog(t *testing.T, s string) {
 	t.Helper()
+	c.waitLogPast(t, 0, s)
+}
+
+// waitLogPast waits until the child's log past the offset from holds s, and
+// returns the log past from.
+func (c *child) waitLogPast(t *testing.T, from int, s string) string {
+	t.Helper()
 	deadline := time.Now().Add(crashWait)
-	for !strings.Contains(c.stderr.String(), s) {
+	for {
+		logged := c.stderr.String()[from:]
+		if strings.Contains(logged, s) {
+			return logged
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for the log line %q", crashWait, s)
 		}
 		time.Sleep(10 * time.Millisecond) // the pipe's bytes arrive on exec's copying goroutine
+	}
+}
+
+// waitLogOrder waits until the child's log, past the offset from (the
+// length of c.stderr taken before the request), holds then, and fails
+// unless first comes before it there: what logged first was done before
+// what logged then (one process's log is written in order).
+func (c *child) waitLogOrder(t *testing.T, from int, first, then string) {
+	t.Helper()
+	logged := c.waitLogPast(t, from, then)
+	if i := strings.Index(logged, first); i < 0 || i > strings.Index(logged, then) {
+		t.Fatalf("the log line %q does not come before %q:\n%s", first, then, logged)
 	}
 }
 
