@@ -103,6 +103,17 @@ type child struct {
 // the tail of its log shown if the test failed.
 func startChild(t *testing.T, bin string, env []string, config, dataDir string, admin bool) *child {
 	t.Helper()
+	c, err := launchChild(t, bin, env, config, dataDir, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// launchChild is startChild, returning an error, with the child (its log),
+// when the child exits before listening.
+func launchChild(t *testing.T, bin string, env []string, config, dataDir string, admin bool) (*child, error) {
+	t.Helper()
 	cmd := exec.Command(bin, "serve", "-config", config, "-data-dir", dataDir)
 	cmd.Env = env
 	stdout, err := cmd.StdoutPipe()
@@ -151,11 +162,11 @@ func startChild(t *testing.T, bin string, env []string, config, dataDir string, 
 	case a := <-listening:
 		c.addr, c.ops, c.admin = a[0], a[1], a[2]
 	case <-c.exited:
-		t.Fatalf("connector exited before listening: %v\n%s", c.err, c.stderr.String())
+		return c, fmt.Errorf("connector exited before listening: %v\n%s", c.err, c.stderr.String())
 	case <-time.After(crashWait):
 		t.Fatalf("timed out after %v waiting for the connector to listen\n%s", crashWait, c.stderr.String())
 	}
-	return c
+	return c, nil
 }
 
 // alive returns a context that ends after crashWait or as soon as the
