@@ -135,8 +135,8 @@ func TestAdminBackupGivesUpOnASilentPeer(t *testing.T) {
 		select {
 		case c := <-conns:
 			c.Close()
-		case <-time.After(5 * time.Second):
-			t.Errorf("%s: the peer never took the request", name)
+		case <-time.After(serveWait):
+			t.Errorf("%s: timed out after %v waiting for the peer to take the request", name, serveWait)
 		}
 	}
 }
