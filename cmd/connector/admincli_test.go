@@ -56,12 +56,7 @@ func adminCLIRig(t *testing.T) (*registry.Registry, *httptest.Server) {
 // nothing listens, the admin CLI says how the admin API is turned on and
 // found, not just "connection refused".
 func TestAdminCLIWithoutAdminListenerSaysWhy(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := "http://" + ln.Addr().String()
-	ln.Close() // nothing listens there now
+	url := "http://" + refusedAddr(t)
 	t.Setenv(envAdminToken, adminToken)
 	for _, args := range [][]string{{"tenants"}, {"backup", "-o", t.TempDir() + "/b.db"}} {
 		code, _, errOut := runCmd(t, append([]string{"admin", "-url", url}, args...)...)
@@ -135,8 +130,8 @@ func TestAdminBackupGivesUpOnASilentPeer(t *testing.T) {
 		select {
 		case c := <-conns:
 			c.Close()
-		case <-time.After(5 * time.Second):
-			t.Errorf("%s: the peer never took the request", name)
+		case <-time.After(serveWait):
+			t.Errorf("%s: timed out after %v waiting for the peer to take the request", name, serveWait)
 		}
 	}
 }

@@ -99,10 +99,10 @@ func TestBannerPlatformsGetEachPlatformsOps(t *testing.T) {
 	case addr = <-ready:
 	case err := <-done:
 		t.Fatalf("serve: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("timed out after 20s waiting for serve to listen")
+	case <-time.After(serveWait):
+		t.Fatalf("timed out after %v waiting for serve to listen", serveWait)
 	}
-	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	dctx, dcancel := context.WithTimeout(context.Background(), serveWait)
 	defer dcancel()
 	dial := func() *relaytest.Client {
 		gw, err := relaytest.Dial(dctx, "ws://"+addr+"/relay", relaytest.Token("gw1", "s1", time.Now()))

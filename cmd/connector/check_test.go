@@ -88,8 +88,8 @@ func TestCheckAcceptsWhatServeRuns(t *testing.T) {
 	case <-ready:
 	case err := <-done:
 		t.Fatalf("serve refused what -check accepted: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("timed out after 20s waiting for serve to listen")
+	case <-time.After(serveWait):
+		t.Fatalf("timed out after %v waiting for serve to listen", serveWait)
 	}
 	cancel()
 	if err := <-done; err != nil {

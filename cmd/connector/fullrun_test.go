@@ -87,7 +87,7 @@ nexscope:
 	}()
 	addr := listening(t, addrCh, done)
 	base := "http://" + addr
-	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	wctx, wcancel := context.WithTimeout(context.Background(), serveWait)
 	defer wcancel()
 
 	// Refused credentials of every kind.

@@ -30,13 +30,7 @@ func TestHealthProbesTheOpsListener(t *testing.T) {
 		t.Fatalf("health with $CONNECTOR_OPS_LISTEN: exit %d %q", code, errOut)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := ln.Addr().String()
-	ln.Close()
-	code, _, errOut := runCmd(t, "health", "-url", "http://"+closed)
+	code, _, errOut := runCmd(t, "health", "-url", "http://"+refusedAddr(t))
 	if code != 1 || !strings.Contains(errOut, "connection refused") {
 		t.Fatalf("health against nothing: exit %d %q", code, errOut)
 	}

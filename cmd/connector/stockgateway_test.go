@@ -72,7 +72,7 @@ nexscope:
 		cancel()
 		served(t, done)
 	})
-	wctx, wcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	wctx, wcancel := context.WithTimeout(context.Background(), serveWait)
 	defer wcancel()
 
 	gw1 := dialGateway(t, wctx, addr, "gw1", "s1", "nexscope", "telegram")

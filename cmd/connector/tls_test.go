@@ -49,7 +49,7 @@ func TestServeTLS(t *testing.T) {
 		t.Fatalf("banner:\n%s", banner.String())
 	}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	dctx, dcancel := context.WithTimeout(context.Background(), serveWait)
 	defer dcancel()
 	ws, _, err := websocket.Dial(dctx, "wss://"+addr+"/relay", &websocket.DialOptions{HTTPClient: client,
 		HTTPHeader: http.Header{"Authorization": {"Bearer " + relaytest.Token(gen.GatewayID, gen.GatewaySecret, time.Now())}}})

@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// serveWait bounds how long the tests wait for serve to listen or return.
+// serveWait bounds every wait of the tests that run serve, or a command,
+// in this process: for it to listen, return, or do what the test asked.
 const serveWait = 20 * time.Second
 
 // listening waits for serve, started with onListen sending to addrCh and

@@ -51,8 +51,20 @@ type waRig struct {
 }
 
 func newWARig(t *testing.T) *waRig {
-	r := &waRig{bin: connectorBinary(t), dir: t.TempDir(), fake: whatsapptest.New(t, waAccessToken)}
-	// Re-host URLs name the public listener, so its port is chosen first.
+	r := &waRig{bin: connectorBinary(t), dir: t.TempDir(), fake: whatsapptest.New(t, waAccessToken),
+		config: filepath.Join(t.TempDir(), "connector.yaml")}
+	r.env = []string{"PATH=" + os.Getenv("PATH"), "WHATSAPP_APP_SECRET=" + waAppSecret,
+		"WHATSAPP_VERIFY_TOKEN=" + waVerifyToken, "WHATSAPP_ACCESS_TOKEN=" + waAccessToken}
+	r.listenOnFreePort(t)
+	return r
+}
+
+// listenOnFreePort writes the rig's config with the public listener on a
+// port free now. Re-host URLs name the public listener (media.public_url),
+// so its port is chosen before the start and released for the child to
+// bind: start moves to another when a process took it in between.
+func (r *waRig) listenOnFreePort(t *testing.T) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -75,21 +87,33 @@ whatsapp:
   allow_all_users: false
   tenants: {t1: {allow_all_users: true}, t2: {dm_policy: pairing}}
 `, addr, filepath.Join(r.dir, "media"), addr, waSecret1, waSecret2, r.fake.URL, waBiz1.PhoneNumberID, waBiz2.PhoneNumberID)
-	r.config = filepath.Join(t.TempDir(), "connector.yaml")
 	if err := os.WriteFile(r.config, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r.env = []string{"PATH=" + os.Getenv("PATH"), "WHATSAPP_APP_SECRET=" + waAppSecret,
-		"WHATSAPP_VERIFY_TOKEN=" + waVerifyToken, "WHATSAPP_ACCESS_TOKEN=" + waAccessToken}
-	return r
 }
 
+// waBindTries is how many ports start tries for the public listener.
+const waBindTries = 5
+
 // start runs the binary on the rig's data directory and waits until it is
-// ready (a webhook before WhatsApp's Run runs is answered 503).
+// ready (a webhook before WhatsApp's Run runs is answered 503). When its
+// public port was taken by another process since it was chosen (the
+// connector exits saying so), it starts again on another.
 func (r *waRig) start(t *testing.T) {
 	t.Helper()
-	r.child = startChild(t, r.bin, r.env, r.config, r.dir, false)
-	r.child.waitReady(t)
+	for try := 1; ; try++ {
+		c, err := launchChild(t, r.bin, r.env, r.config, r.dir, false)
+		if err == nil {
+			r.child = c
+			c.waitReady(t)
+			return
+		}
+		if try == waBindTries || !strings.Contains(c.stderr.String(), "is taken by another process") {
+			t.Fatal(err)
+		}
+		t.Logf("the public port was taken since it was chosen; starting on another: %v", err)
+		r.listenOnFreePort(t)
+	}
 }
 
 func (r *waRig) webhook() string { return "http://" + r.child.addr + "/whatsapp/webhook" }
