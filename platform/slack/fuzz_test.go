@@ -168,17 +168,17 @@ func FuzzState(f *testing.F) {
 	f.Add(20, byte(0x80), "x")
 	f.Add(55, byte(7), "not a state")
 	f.Fuzz(func(t *testing.T, at int, flip byte, text string) {
-		_, _ = p.checkState(text)
+		_, _, _ = p.checkState(text)
 		good := p.newState()
 		raw, _ := base64.RawURLEncoding.DecodeString(good)
-		if _, err := p.checkState(good); err != nil {
+		if _, _, err := p.checkState(good); err != nil {
 			t.Fatalf("a state just signed fails: %v", err)
 		}
 		if flip == 0 || at < 0 {
 			return
 		}
 		raw[at%len(raw)] ^= flip
-		if _, err := p.checkState(base64.RawURLEncoding.EncodeToString(raw)); err == nil {
+		if _, _, err := p.checkState(base64.RawURLEncoding.EncodeToString(raw)); err == nil {
 			t.Fatalf("a state with byte %d changed passed", at%len(raw))
 		}
 	})

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	"github.com/slack-go/slack"
-
-	"connector/platform"
 )
 
 // This file is the OAuth v2 install flow that distributes the app to
@@ -61,21 +59,23 @@ func (p *Platform) newState() string {
 	return base64.RawURLEncoding.EncodeToString(mac.Sum(b))
 }
 
-// checkState verifies a state's MAC and expiry and returns its nonce.
-func (p *Platform) checkState(state string) (string, error) {
+// checkState verifies a state's MAC and expiry and returns its nonce and
+// expiry.
+func (p *Platform) checkState(state string) (string, time.Time, error) {
 	b, err := base64.RawURLEncoding.DecodeString(state)
 	if err != nil || len(b) != 16+8+sha256.Size {
-		return "", errors.New("malformed state")
+		return "", time.Time{}, errors.New("malformed state")
 	}
 	mac := hmac.New(sha256.New, p.stateKey())
 	mac.Write(b[:24])
 	if !hmac.Equal(mac.Sum(nil), b[24:]) {
-		return "", errors.New("state signature mismatch")
+		return "", time.Time{}, errors.New("state signature mismatch")
 	}
-	if exp := time.Unix(int64(binary.BigEndian.Uint64(b[16:24])), 0); !p.clock.Now().Before(exp) {
-		return "", errors.New("state expired")
+	exp := time.Unix(int64(binary.BigEndian.Uint64(b[16:24])), 0)
+	if !p.clock.Now().Before(exp) {
+		return "", time.Time{}, errors.New("state expired")
 	}
-	return base64.RawURLEncoding.EncodeToString(b[:16]), nil
+	return base64.RawURLEncoding.EncodeToString(b[:16]), exp, nil
 }
 
 // authorizeURL is Slack's authorize page, beside the Web API (a fake's in
@@ -109,7 +109,7 @@ func (p *Platform) serveOAuthCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	state := q.Get("state")
-	nonce, err := p.checkState(state)
+	nonce, exp, err := p.checkState(state)
 	c, cerr := r.Cookie(stateCookie)
 	if err == nil && (cerr != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(state)) != 1) {
 		err = errors.New("the state is not this browser's")
@@ -121,9 +121,11 @@ func (p *Platform) serveOAuthCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: stateCookie, Value: "", Path: OAuthCallbackPath, MaxAge: -1})
-	key := "oauth/" + nonce
-	switch taken, err := p.dedupe.Begin(r.Context(), key); {
-	case err != nil && !errors.Is(err, platform.ErrBusy):
+	// A state is single-use whatever comes of its code, for its whole life
+	// (not slack.dedupe_window, which may be shorter): its claim is never
+	// released and lasts until the state expires.
+	switch taken, err := p.claims.Claim(r.Context(), "slack/oauth/"+nonce, exp); {
+	case err != nil:
 		p.oauthPage(w, http.StatusServiceUnavailable, "The install could not be recorded; try again.")
 		return
 	case !taken:
@@ -131,8 +133,6 @@ func (p *Platform) serveOAuthCallback(w http.ResponseWriter, r *http.Request) {
 		p.oauthPage(w, http.StatusBadRequest, "This install link was already used. Start again at "+InstallPath+".")
 		return
 	}
-	// A state is single-use whatever comes of its code.
-	defer p.dedupe.Finish(r.Context(), key)
 	resp, err := slack.GetOAuthV2ResponseContext(r.Context(), p.http, p.cfg.ClientID, p.cfg.ClientSecret,
 		q.Get("code"), p.cfg.RedirectURL, slack.OAuthOptionAPIURL(p.cfg.APIURL))
 	var se slack.SlackErrorResponse

@@ -60,7 +60,7 @@ type Platform struct {
 	names     *names
 	memory    *memory
 	dedupe    *platform.Dedupe         // events once (dedupe.go)
-	claims    store.Claims             // one holder per key (platform.ClaimsFor): dedupe, slash replies
+	claims    store.Claims             // one holder per key (platform.ClaimsFor): dedupe, slash replies, install states
 	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
 	limits    *limits
 	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
