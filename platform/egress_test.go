@@ -294,3 +294,41 @@ func TestEditsInAGrantedChat(t *testing.T) {
 		t.Errorf("edits in a granted chat wrote %d marks, want the send's 1", v.puts)
 	}
 }
+
+// TestGrantedChatMarksOnlyNewMessages: in a chat the tenant holds by grant,
+// an op that names a message acts on one that exists, whatever id it
+// answers: Discord answers a thread_create from message 42 with the
+// thread's id, which is 42, also when the action spelled it "042" (a
+// snowflake with a leading zero). That answer is not remembered as the
+// tenant's, so its edit and delete of message 42, another tenant's, stay
+// declined.
+func TestGrantedChatMarksOnlyNewMessages(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{granted: map[string]string{"shared": "t1"}}
+	canonical := func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+		return contract.OK(strings.TrimLeft(string(a.MessageID), "0"))
+	}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpThreadCreate: canonical,
+			contract.OpEdit:         canonical,
+			contract.OpDelete:       canonical,
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	do := func(op, message string) contract.Result {
+		return platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: op, ChatID: "shared", MessageID: contract.ID(message), ThreadName: "x"})
+	}
+	if r := do(contract.OpThreadCreate, "042"); !r.Success || r.MessageID != "42" {
+		t.Fatalf("thread_create from message 042: %+v", r)
+	}
+	for _, op := range []string{contract.OpEdit, contract.OpDelete} {
+		if r := do(op, "42"); r != contract.Declined("chats") {
+			t.Errorf("%s of another tenant's message 42 after a thread_create from it: %+v, want the decline", op, r)
+		}
+	}
+	if v.puts != 0 {
+		t.Errorf("an op naming a message wrote %d marks, want none", v.puts)
+	}
+}
