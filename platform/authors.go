@@ -106,8 +106,12 @@ func (g *Grants) postedKey(chat, message, tenant string) vault.Key {
 // Posted remembers, for vault.ChatGrantTTL, that the bot posted message in
 // chat for tenant, which holds the chat by grant (Execute): in a chat
 // several tenants may act in, only tenant may edit or delete it (PostedBy).
+// The mark is stored even when ctx ended (the op that posted message
+// returned as its deadline came, or its caller went): the message went
+// out, and without the mark its tenant could not edit it. The vault bounds
+// its store call.
 func (g *Grants) Posted(ctx context.Context, chat, message, tenant string) {
-	if err := g.vault.Put(ctx, g.postedKey(chat, message, tenant), vault.Entry{Stored: g.clock.Now()}); err != nil {
+	if err := g.vault.Put(context.WithoutCancel(ctx), g.postedKey(chat, message, tenant), vault.Entry{Stored: g.clock.Now()}); err != nil {
 		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 	}
 }

@@ -74,7 +74,8 @@ type Egress[P Platform, T any] struct {
 // it answers (a Discord thread started from a message has its id, which
 // the action may have spelled otherwise), so it marks nothing.
 // Everything from step 4 on runs under ctx's deadline, or e.Timeout when
-// ctx has none.
+// ctx has none, but the mark, stored even when ctx ended as the op
+// returned.
 func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenant string, a *contract.Action) contract.Result {
 	if r, missing := a.MissingTarget(); missing {
 		return r
