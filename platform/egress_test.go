@@ -332,3 +332,36 @@ func TestGrantedChatMarksOnlyNewMessages(t *testing.T) {
 		t.Errorf("an op naming a message wrote %d marks, want none", v.puts)
 	}
 }
+
+// TestGrantedChatMarksAMessageOnce: a Slack draft answers every frame of
+// its stream with the stream's message; in a chat the tenant holds by
+// grant that message is marked once (one vault write), not once per frame,
+// and stays the tenant's to edit.
+func TestGrantedChatMarksAMessageOnce(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{granted: map[string]string{"shared": "t1"}}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpDraft: func(_ *chatsPlatform, _ context.Context, _, _ string, _ *contract.Action) contract.Result {
+				return contract.OK("1768490100.000100")
+			},
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	for i := range 3 {
+		a := &contract.Action{Op: contract.OpDraft, ChatID: "shared", DraftID: 7, Content: strings.Repeat("x", i+1)}
+		if r := platform.Execute(t.Context(), &e, p, "t1", a); !r.Success {
+			t.Fatalf("frame %d: %+v", i, r)
+		}
+	}
+	if v.puts != 1 {
+		t.Errorf("three frames of one stream wrote %d marks, want 1", v.puts)
+	}
+	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpEdit, ChatID: "shared", MessageID: "1768490100.000100", Content: "y"}); !r.Success {
+		t.Errorf("edit of the stream's message: %+v", r)
+	}
+}
