@@ -227,10 +227,17 @@ func TestWaitShare(t *testing.T) {
 	}
 }
 
-// countingVault counts a vault's writes.
+// countingVault counts a vault's writes, and its reads of posted marks.
 type countingVault struct {
 	vault.Store
-	puts int
+	puts, markReads int
+}
+
+func (v *countingVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool) {
+	if k.Kind == vault.KindPostedMessage {
+		v.markReads++
+	}
+	return v.Store.Get(ctx, k)
 }
 
 func (v *countingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
@@ -363,5 +370,42 @@ func TestGrantedChatMarksAMessageOnce(t *testing.T) {
 	}
 	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpEdit, ChatID: "shared", MessageID: "1768490100.000100", Content: "y"}); !r.Success {
 		t.Errorf("edit of the stream's message: %+v", r)
+	}
+}
+
+// TestGrantedChatEditsOwnMessageWithoutARead: edit-based streaming in a
+// chat the tenant holds by grant (a linked user's Discord DM) edits the
+// message it sent again and again; the instance that stored the mark
+// answers from what it stored, without a store read per edit, while a
+// message it did not mark is still looked up (and declined).
+func TestGrantedChatEditsOwnMessageWithoutARead(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{granted: map[string]string{"dm": "t1"}}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpSend: func(_ *chatsPlatform, _ context.Context, _, _ string, _ *contract.Action) contract.Result {
+				return contract.OK("m1")
+			},
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	do := func(op, message string) contract.Result {
+		return platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: op, ChatID: "dm", MessageID: contract.ID(message), Content: "x"})
+	}
+	do(contract.OpSend, "")
+	for range 3 {
+		if r := do(contract.OpEdit, "m1"); !r.Success {
+			t.Fatalf("edit of the tenant's own message: %+v", r)
+		}
+	}
+	if v.markReads != 0 {
+		t.Errorf("three edits of a message this instance marked read the store %d times, want 0", v.markReads)
+	}
+	if r := do(contract.OpEdit, "m2"); r != contract.Declined("chats") || v.markReads != 1 {
+		t.Errorf("edit of a message not marked: %+v after %d reads, want the decline after 1", r, v.markReads)
 	}
 }
