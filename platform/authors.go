@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"connector/internal/clock"
+	"connector/internal/ttlcache"
 	"connector/vault"
 )
 
@@ -39,7 +40,14 @@ type Grants struct {
 	vault    vault.Store
 	clock    clock.Clock
 	log      *slog.Logger
+	// stored are the marks Posted stored lately (ChatGrantTTL/2), which it
+	// does not store again and PostedBy does not read.
+	stored *ttlcache.Cache[vault.Key, struct{}]
 }
+
+// postedStored bounds Grants.stored: the messages an instance answers
+// again and again (a Slack stream's, once per frame) are its latest.
+const postedStored = 4096
 
 // NewGrants returns the grants of the chats of platform name (its
 // Platform.Name), kept in v (nil: a process-local vault.Memory), judged by
@@ -50,7 +58,10 @@ func NewGrants(name string, v vault.Store, c clock.Clock, log *slog.Logger) *Gra
 	if v == nil {
 		v = vault.NewMemory(vault.Config{Clock: c})
 	}
-	return &Grants{platform: name, vault: v, clock: c, log: cmp.Or(log, slog.New(slog.DiscardHandler))}
+	return &Grants{
+		platform: name, vault: v, clock: c, log: cmp.Or(log, slog.New(slog.DiscardHandler)),
+		stored: ttlcache.New[vault.Key, struct{}](postedStored, vault.ChatGrantTTL/2, c),
+	}
 }
 
 // grantKey is the vault key of tenant's grant of chat on g's platform: the
@@ -106,16 +117,36 @@ func (g *Grants) postedKey(chat, message, tenant string) vault.Key {
 // Posted remembers, for vault.ChatGrantTTL, that the bot posted message in
 // chat for tenant, which holds the chat by grant (Execute): in a chat
 // several tenants may act in, only tenant may edit or delete it (PostedBy).
+// The mark is stored even when ctx ended (the op that posted message
+// returned as its deadline came, or its caller went): the message went
+// out, and without the mark its tenant could not edit it. The vault bounds
+// its store call. A mark this instance stored less than half its TTL ago
+// is not stored again (as Add leaves a fresh grant), so a message answered
+// once per frame (a Slack stream's) costs the store one write, not one
+// per frame.
 func (g *Grants) Posted(ctx context.Context, chat, message, tenant string) {
-	if err := g.vault.Put(ctx, g.postedKey(chat, message, tenant), vault.Entry{Stored: g.clock.Now()}); err != nil {
-		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
+	k := g.postedKey(chat, message, tenant)
+	if g.stored.Contains(k) {
+		return
 	}
+	if err := g.vault.Put(context.WithoutCancel(ctx), k, vault.Entry{Stored: g.clock.Now()}); err != nil {
+		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
+		return
+	}
+	g.stored.Add(k, struct{}{})
 }
 
 // PostedBy reports whether the bot posted message in chat for tenant, as
-// Posted remembered it.
+// Posted remembered it. A mark this instance stored lately is known
+// without a store read (it lasts twice as long in the vault, and nothing
+// takes one back before its TTL), so edit-based streaming of a message
+// costs no read per edit.
 func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
-	_, ok := g.vault.Get(ctx, g.postedKey(chat, message, tenant))
+	k := g.postedKey(chat, message, tenant)
+	if g.stored.Contains(k) {
+		return true
+	}
+	_, ok := g.vault.Get(ctx, k)
 	return ok
 }
 

@@ -68,9 +68,14 @@ type Egress[P Platform, T any] struct {
 //     tenant there (Grants.PostedBy): egress_declined.
 //
 // The op then runs, charged to tenant (WithTenant); in a chat held by
-// grant, a message it answers other than the one it names is remembered as
-// tenant's (Grants.Posted). Everything from step 4 on runs under ctx's
-// deadline, or e.Timeout when ctx has none.
+// grant, the message an op that names none answers is remembered as
+// tenant's (Grants.Posted). An op that names a message (edit, delete,
+// react, a thread_create from it) acts on one that exists, whatever id
+// it answers (a Discord thread started from a message has its id, which
+// the action may have spelled otherwise), so it marks nothing.
+// Everything from step 4 on runs under ctx's deadline, or e.Timeout when
+// ctx has none, but the mark, stored even when ctx ended as the op
+// returned.
 func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenant string, a *contract.Action) contract.Result {
 	if r, missing := a.MissingTarget(); missing {
 		return r
@@ -101,7 +106,7 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 		}
 	}
 	r := op(p, ctx, tenant, chat, a)
-	if hold == HoldGrant && e.Grants != nil && r.MessageID != "" && r.MessageID != message {
+	if hold == HoldGrant && e.Grants != nil && r.MessageID != "" && message == "" {
 		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
 	}
 	return r

@@ -227,10 +227,17 @@ func TestWaitShare(t *testing.T) {
 	}
 }
 
-// countingVault counts a vault's writes.
+// countingVault counts a vault's writes, and its reads of posted marks.
 type countingVault struct {
 	vault.Store
-	puts int
+	puts, markReads int
+}
+
+func (v *countingVault) Get(ctx context.Context, k vault.Key) (vault.Entry, bool) {
+	if k.Kind == vault.KindPostedMessage {
+		v.markReads++
+	}
+	return v.Store.Get(ctx, k)
 }
 
 func (v *countingVault) Put(ctx context.Context, k vault.Key, e vault.Entry) error {
@@ -292,5 +299,113 @@ func TestEditsInAGrantedChat(t *testing.T) {
 	}
 	if v.puts != 1 {
 		t.Errorf("edits in a granted chat wrote %d marks, want the send's 1", v.puts)
+	}
+}
+
+// TestGrantedChatMarksOnlyNewMessages: in a chat the tenant holds by grant,
+// an op that names a message acts on one that exists, whatever id it
+// answers: Discord answers a thread_create from message 42 with the
+// thread's id, which is 42, also when the action spelled it "042" (a
+// snowflake with a leading zero). That answer is not remembered as the
+// tenant's, so its edit and delete of message 42, another tenant's, stay
+// declined.
+func TestGrantedChatMarksOnlyNewMessages(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{granted: map[string]string{"shared": "t1"}}
+	canonical := func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+		return contract.OK(strings.TrimLeft(string(a.MessageID), "0"))
+	}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpThreadCreate: canonical,
+			contract.OpEdit:         canonical,
+			contract.OpDelete:       canonical,
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	do := func(op, message string) contract.Result {
+		return platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: op, ChatID: "shared", MessageID: contract.ID(message), ThreadName: "x"})
+	}
+	if r := do(contract.OpThreadCreate, "042"); !r.Success || r.MessageID != "42" {
+		t.Fatalf("thread_create from message 042: %+v", r)
+	}
+	for _, op := range []string{contract.OpEdit, contract.OpDelete} {
+		if r := do(op, "42"); r != contract.Declined("chats") {
+			t.Errorf("%s of another tenant's message 42 after a thread_create from it: %+v, want the decline", op, r)
+		}
+	}
+	if v.puts != 0 {
+		t.Errorf("an op naming a message wrote %d marks, want none", v.puts)
+	}
+}
+
+// TestGrantedChatMarksAMessageOnce: a Slack draft answers every frame of
+// its stream with the stream's message; in a chat the tenant holds by
+// grant that message is marked once (one vault write), not once per frame,
+// and stays the tenant's to edit.
+func TestGrantedChatMarksAMessageOnce(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{granted: map[string]string{"shared": "t1"}}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpDraft: func(_ *chatsPlatform, _ context.Context, _, _ string, _ *contract.Action) contract.Result {
+				return contract.OK("1768490100.000100")
+			},
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	for i := range 3 {
+		a := &contract.Action{Op: contract.OpDraft, ChatID: "shared", DraftID: 7, Content: strings.Repeat("x", i+1)}
+		if r := platform.Execute(t.Context(), &e, p, "t1", a); !r.Success {
+			t.Fatalf("frame %d: %+v", i, r)
+		}
+	}
+	if v.puts != 1 {
+		t.Errorf("three frames of one stream wrote %d marks, want 1", v.puts)
+	}
+	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpEdit, ChatID: "shared", MessageID: "1768490100.000100", Content: "y"}); !r.Success {
+		t.Errorf("edit of the stream's message: %+v", r)
+	}
+}
+
+// TestGrantedChatEditsOwnMessageWithoutARead: edit-based streaming in a
+// chat the tenant holds by grant (a linked user's Discord DM) edits the
+// message it sent again and again; the instance that stored the mark
+// answers from what it stored, without a store read per edit, while a
+// message it did not mark is still looked up (and declined).
+func TestGrantedChatEditsOwnMessageWithoutARead(t *testing.T) {
+	v := &countingVault{Store: vault.NewMemory(vault.Config{})}
+	p := &chatsPlatform{granted: map[string]string{"dm": "t1"}}
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpSend: func(_ *chatsPlatform, _ context.Context, _, _ string, _ *contract.Action) contract.Result {
+				return contract.OK("m1")
+			},
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", v, nil, nil),
+	}
+	do := func(op, message string) contract.Result {
+		return platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: op, ChatID: "dm", MessageID: contract.ID(message), Content: "x"})
+	}
+	do(contract.OpSend, "")
+	for range 3 {
+		if r := do(contract.OpEdit, "m1"); !r.Success {
+			t.Fatalf("edit of the tenant's own message: %+v", r)
+		}
+	}
+	if v.markReads != 0 {
+		t.Errorf("three edits of a message this instance marked read the store %d times, want 0", v.markReads)
+	}
+	if r := do(contract.OpEdit, "m2"); r != contract.Declined("chats") || v.markReads != 1 {
+		t.Errorf("edit of a message not marked: %+v after %d reads, want the decline after 1", r, v.markReads)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/internal/redistest"
 	"connector/platform"
@@ -133,5 +134,42 @@ func TestGrantsKeyedByPlatform(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPostedWhenTheOpsContextEnded: an op that posted a message answers
+// it even when its ctx ended as it returned (its deadline reached on the
+// way back, the relay's connection gone); the mark that the message is
+// the tenant's is stored all the same (a real redis-server, which refuses
+// a command on an ended ctx), so the tenant may edit it after.
+func TestPostedWhenTheOpsContextEnded(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, Clock: clk, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	p := &chatsPlatform{granted: map[string]string{"shared": "t1"}}
+	opCtx, endOp := context.WithCancel(t.Context())
+	e := platform.Egress[*chatsPlatform, string]{
+		Ops: platform.Ops[*chatsPlatform, string]{
+			contract.OpSend: func(_ *chatsPlatform, _ context.Context, _, _ string, _ *contract.Action) contract.Result {
+				endOp()
+				return contract.OK("m1")
+			},
+			contract.OpEdit: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+				return contract.OK(string(a.MessageID))
+			},
+		},
+		Chat:   func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+		Grants: platform.NewGrants("chats", vault.NewDurable(st.Capabilities(), vault.Config{Clock: clk}), clk, nil),
+	}
+	if r := platform.Execute(opCtx, &e, p, "t1", &contract.Action{Op: contract.OpSend, ChatID: "shared", Content: "hi"}); !r.Success || r.MessageID != "m1" {
+		t.Fatalf("send: %+v", r)
+	}
+	if r := platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpEdit, ChatID: "shared", MessageID: "m1", Content: "hi!"}); !r.Success {
+		t.Fatalf("edit of the tenant's own message, posted as its op's ctx ended: %+v", r)
 	}
 }
