@@ -105,6 +105,10 @@ type fleet struct {
 	edges   map[string]*member // this instance's sockets in rooms homed elsewhere, by conn
 	remotes map[string]*member // members of rooms homed here with their socket elsewhere, by edge/conn
 	joining map[string]bool    // remote joins being decided, by edge/conn
+	// left are the homes a socket of this instance left lately, by name:
+	// the beats still to send each, whether or not a socket here is homed
+	// there then, so that a leave lost on the way is repaired (edgeBeat).
+	left map[string]int
 }
 
 func newCluster(p *Platform, node *cluster.Node) *fleet {
@@ -112,7 +116,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	cl := &fleet{
 		p: p, node: node, ctx: ctx, stop: stop,
 		edges: make(map[string]*member), remotes: make(map[string]*member),
-		joining: make(map[string]bool),
+		joining: make(map[string]bool), left: make(map[string]int),
 	}
 	cl.streams = newStreams(cl)
 	node.Handle(msgJoin, 3, func(m cluster.Msg) {
@@ -298,6 +302,16 @@ func (cl *fleet) sendBeats() {
 			continue
 		}
 		toEdge[l.edge] = appendBeat(toEdge[l.edge], l.conn, l.out.Sent(), l.consumed.Load())
+	}
+	for h, n := range cl.left {
+		if _, ok := toHome[h]; !ok {
+			toHome[h] = nil // no socket here is homed there any more
+		}
+		if n > 1 {
+			cl.left[h] = n - 1
+		} else {
+			delete(cl.left, h)
+		}
 	}
 	cl.mu.Unlock()
 	for _, m := range lost {
@@ -853,12 +867,18 @@ func (l *edgeLink) wrote(n int) {
 // (two instances' readers waiting on each other's full streams would stall
 // both until a write deadline lost them). One found the queue full is lost,
 // as pub/sub may lose any: the home removes the member at its next beat
-// from this instance, which no longer lists it (edgeBeat).
+// from this instance, which no longer lists it (edgeBeat); this instance
+// beats to that home for LostBeats beats from now even when no socket here
+// is homed there any more (fleet.left), or a home that hears from it
+// otherwise would keep the member.
 func (l *edgeLink) leave(m *member) {
 	cl := l.cl
 	cl.mu.Lock()
 	delete(cl.edges, l.conn)
 	home := l.home
+	if home != "" {
+		cl.left[home] = cluster.LostBeats
+	}
 	cl.mu.Unlock()
 	close(l.done)
 	if home != "" {

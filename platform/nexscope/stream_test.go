@@ -751,3 +751,52 @@ func TestReadyOnlyOnceTheStreamListenerListens(t *testing.T) {
 		}
 	}
 }
+
+// TestLostLeaveOfAnEdgesLastMemberIsRepaired: an edge member's leave
+// does not wait (sendNow), so a full stream to the home loses it, and the
+// home's beat from the edge must repair it. When the member was the edge's
+// last one homed there, the edge must still beat to the home: otherwise a
+// home that hears from the edge otherwise (it is not gone) keeps the member
+// listed for good.
+func TestLostLeaveOfAnEdgesLastMemberIsRepaired(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	// The edge keeps talking to the home (as a gateway's sends to a room
+	// homed there do), over pub/sub: the home never counts it gone.
+	talk, stopTalk := context.WithCancel(context.Background())
+	defer stopTalk()
+	go func() {
+		for talk.Err() == nil {
+			edge.p.cluster.node.Send(cluster.Inbox(home.name), msgWritten, []byte("no-such-conn"), []byte("0"))
+			select {
+			case <-talk.Done():
+			case <-time.After(edge.p.cluster.node.Beat() / 4):
+			}
+		}
+	}()
+	carol := home.joinWith(t, "carol", "carol")
+	alice := edge.joinWith(t, "alice", "alice", "carol")
+	carol.ExpectPresence("alice", "carol")
+
+	// The edge's stream to the home takes nothing more: alice's leave is
+	// lost.
+	s := edge.p.cluster.streams
+	stalled := &outStream{to: home.name, q: make(chan streamMsg), dead: make(chan struct{})}
+	s.mu.Lock()
+	s.out[home.name] = stalled
+	s.mu.Unlock()
+	_ = alice.WS.CloseNow()
+	waitFor(t, "alice's leave run at the edge", func() bool {
+		edge.p.cluster.mu.Lock()
+		defer edge.p.cluster.mu.Unlock()
+		return len(edge.p.cluster.edges) == 0
+	})
+	s.mu.Lock()
+	delete(s.out, home.name)
+	s.mu.Unlock()
+	close(stalled.dead)
+
+	carol.ExpectPresence("carol")
+}
