@@ -461,6 +461,50 @@ func TestTenantBindingBoundAcrossInstances(t *testing.T) {
 	}
 }
 
+// TestTenantBindingBoundAfterACancelledRequest: a provision of tenant
+// a's last 2 bindings under the bound whose request is cancelled before
+// its writes (its client went away) leaves no reservation behind, and a
+// provision of 2 other keys right after goes through. Before, its release
+// used the cancelled context, failed, and the 2 keys counted against a for
+// a minute (ErrLimit), though nothing had stopped.
+func TestTenantBindingBoundAfterACancelledRequest(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, clock.System)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range registry.MaxTenantBindings - 2 { // written as the registry stores them, to be quick
+		b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-3_000_000 - i), Tenant: "a"}
+		value, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/chat/"+b.ID, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(id string) registry.Binding {
+		return registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: id, Tenant: "a"}
+	}
+	reqCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hooked.before = func(op, _, key string) {
+		if op == "cas" && key == "telegram/chat/-1701" {
+			cancel() // the client goes away as the first binding is written
+		}
+	}
+	if err := r.BindOwn(reqCtx, key("-1701"), key("-1702")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled provision: %v, want context.Canceled", err)
+	}
+	hooked.before = nil
+	if err := r.BindOwn(ctx, key("-1703"), key("-1704")); err != nil {
+		t.Fatalf("2 keys up to the bound after a cancelled provision of 2 others: %v (its reservation outlived it)", err)
+	}
+}
+
 func (r hookedRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
 	r.hook(r.s.before, "put", namespace, key)
 	defer r.hook(r.s.after, "put", namespace, key)

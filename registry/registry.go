@@ -879,6 +879,10 @@ const nsReserved = "registry/reserved"
 // releases it (its instance stopped).
 const reserveFor = time.Minute
 
+// releaseTimeout bounds a release of reservations (reserve), which
+// outlives its request's context.
+const releaseTimeout = 10 * time.Second
+
 // reserve counts tenant's stored bindings, its reserved ones and those of
 // bs (all tenant's) held in neither way (under their key): past
 // MaxTenantBindings it is ErrLimit. Else it reserves bs's new bindings
@@ -929,7 +933,13 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 			return func() {}, nil
 		}
 		if swapped, err := r.swapReserved(ctx, tenant, old, reserved); err != nil || swapped {
-			return func() { r.unreserve(ctx, tenant, mine) }, err
+			return func() {
+				// Not the request's context: a request given up (its
+				// client gone) releases what it reserved all the same.
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+				defer cancel()
+				r.unreserve(ctx, tenant, mine)
+			}, err
 		}
 	}
 	return nil, fmt.Errorf("registry: tenant %q's binding reservations changed %d times while being counted; try again", tenant, maxSwaps)
