@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/internal/redistest"
 	"connector/platform"
 	"connector/registry"
@@ -866,5 +867,52 @@ func TestDeleteTenantFinishesOnRedis(t *testing.T) {
 	}
 	if s, err := two.Stored(ctx); err != nil || len(s.Gateways) != 0 {
 		t.Fatalf("the new a holds %d gateways (%v), want none", len(s.Gateways), err)
+	}
+}
+
+// TestDeleteTenantEndsItsReservations: the binding reservations of a
+// tenant's request whose instance stopped before releasing them end with
+// the tenant, so a tenant made again under the id at once may bind up to
+// the bound. Before, DeleteTenant left them (and their store entry), and
+// the new tenant was refused 2 keys under its bound (ErrLimit) for a
+// minute.
+func TestDeleteTenantEndsItsReservations(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, clk)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	// The old a's provision of 2 keys, reserved by an instance that then
+	// stopped (as reserve stores them).
+	left, err := json.Marshal(map[string]time.Time{
+		"telegram/chat/-1801": clk.Now().Add(time.Minute), "telegram/chat/-1802": clk.Now().Add(time.Minute),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/reserved", "a", left); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmp.Or(r.DeleteTenant(ctx, "a"), r.CreateTenant(ctx, registry.Tenant{ID: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	for i := range registry.MaxTenantBindings - 2 { // written as the registry stores them, to be quick
+		b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-4_000_000 - i), Tenant: "a"}
+		value, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/chat/"+b.ID, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(id string) registry.Binding {
+		return registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: id, Tenant: "a"}
+	}
+	if err := r.BindOwn(ctx, key("-1803"), key("-1804")); err != nil {
+		t.Fatalf("the new a's 2 keys up to the bound: %v (the old a's reservations outlived it)", err)
 	}
 }

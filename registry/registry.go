@@ -520,10 +520,11 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *sto
 }
 
 // DeleteTenant removes a stored tenant with its stored gateways,
-// bindings, wake URLs, policies, enrollment tokens and link codes. The
-// tenant ends first (its generation becomes tombstone), so a write for it
-// on any instance that the sweep after cannot see takes itself back
-// (keptFor); run again after a failure, it finishes the sweep.
+// bindings, wake URLs, policies, enrollment tokens, link codes and binding
+// reservations (reserve). The tenant ends first (its generation becomes
+// tombstone), so a write for it on any instance that the sweep after
+// cannot see takes itself back (keptFor); run again after a failure, it
+// finishes the sweep.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -573,6 +574,11 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 		if _, err := r.sweep(ctx, ns, id, func(e expiring) bool { return e.Tenant == id }); err != nil {
 			return err
 		}
+	}
+	// So do the reservations of its requests whose instance stopped: a
+	// tenant made again under the id must not count them.
+	if _, err := r.kv.Delete(ctx, nsReserved, id); err != nil {
+		return err
 	}
 	return r.swapTenant(ctx, id, raw, nil)
 }
