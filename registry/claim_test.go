@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,6 +174,8 @@ func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
 type hookedStore struct {
 	store.Store
 	before, after func(op, namespace, key string)
+	// get, when set, is called before each Get.
+	get func(namespace, key string)
 }
 
 func (s *hookedStore) Registry() store.Registry {
@@ -194,6 +197,13 @@ func (r hookedRegistry) CompareAndSwap(ctx context.Context, namespace, key strin
 	r.hook(r.s.before, "cas", namespace, key)
 	defer r.hook(r.s.after, "cas", namespace, key)
 	return r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+}
+
+func (r hookedRegistry) Get(ctx context.Context, namespace, key string) (store.Entry, bool, error) {
+	if r.s.get != nil {
+		r.s.get(namespace, key)
+	}
+	return r.Registry.Get(ctx, namespace, key)
 }
 
 func (r hookedRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
@@ -347,9 +357,11 @@ func TestTenantBindingBound(t *testing.T) {
 }
 
 // TestBindOwnStallsNoOtherTenant: while tenant a's BindOwn waits on a
-// store write, tenant b's Bind and a read of the registry go through.
-// Before, BindOwn held the registry's lock across its writes (up to 1,000
-// of them), and every other tenant's bind waited behind it.
+// store call between two of its bindings, tenant b's Bind on the same
+// platform and a read of the registry go through. Before, BindOwn held
+// the registry's lock across its writes (up to 1,000 of them), and every
+// other tenant's bind waited behind it; binding writes on one instance
+// now take a lock across one binding's store calls only (bindMu).
 func TestBindOwnStallsNoOtherTenant(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory(clock.System)
@@ -363,10 +375,16 @@ func TestBindOwnStallsNoOtherTenant(t *testing.T) {
 	}
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once, first sync.Once
+	var wroteFirst atomic.Bool
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	hooked.before = func(op, _, key string) {
+	hooked.after = func(op, _, key string) {
 		if op == "cas" && key == "telegram/chat/-1501" {
-			first.Do(func() { // its first try; b's write makes it judge again
+			wroteFirst.Store(true)
+		}
+	}
+	hooked.get = func(namespace, key string) {
+		if namespace == "registry/tenants" && key == "a" && wroteFirst.Load() {
+			first.Do(func() { // a's first binding is written, its second not yet
 				close(reached)
 				<-release
 			})
@@ -374,9 +392,10 @@ func TestBindOwnStallsNoOtherTenant(t *testing.T) {
 	}
 	own := make(chan error, 1)
 	go func() {
-		own <- r.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1501", Tenant: "a"})
+		own <- r.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1501", Tenant: "a"},
+			registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1503", Tenant: "a"})
 	}()
-	waitFor(t, reached, "a's BindOwn to reach its store write")
+	waitFor(t, reached, "a's BindOwn to reach a store call after its first binding")
 	other := make(chan error, 1)
 	go func() {
 		_, _, err := r.Effective(ctx)
@@ -388,11 +407,48 @@ func TestBindOwnStallsNoOtherTenant(t *testing.T) {
 			t.Fatalf("b's read and bind while a's BindOwn is in flight: %v", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("b's read and bind stalled behind a's BindOwn for 10 s: it holds the registry's lock across its store writes")
+		t.Fatal("b's read and bind stalled behind a's BindOwn for 10 s: it holds a lock across its store calls between bindings")
 	}
 	once.Do(func() { close(release) })
 	if err := <-own; err != nil {
 		t.Fatalf("a's BindOwn: %v", err)
+	}
+}
+
+// TestConcurrentProvisionsOnOneInstanceOnRedis: two tenants' provisions
+// of 300 keys each on one platform, at once on one instance, both go
+// through. Before, their writes raced for the platform's ownership guard
+// with no lock between them, the loser of each round put its binding
+// back and was late for the next, and one provision failed with a
+// binding that "changed 16 times".
+func TestConcurrentProvisionsOnOneInstanceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	_, r, _ := hookedOnRedis(t)
+	tenants := []string{"a", "b"}
+	errs := make([]error, len(tenants))
+	var wg sync.WaitGroup
+	for i, id := range tenants {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		keys := make([]registry.Binding, 300)
+		for k := range keys {
+			keys[k] = registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-5_000_000 - i*1000 - k), Tenant: id}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.BindOwn(ctx, keys...)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("%s's provision beside the other's: %v", tenants[i], err)
+		}
+	}
+	if s, err := r.Stored(ctx); err != nil || len(s.Bindings) != 600 {
+		t.Fatalf("%d bindings stored (%v), want 600", len(s.Bindings), err)
 	}
 }
 

@@ -250,11 +250,20 @@ type Registry struct {
 	// the store's CompareAndSwap, with its platform's ownership guard
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
-	// take no lock across I/O at all; a gateway is created only while its
+	// do not take mu (bindMu, one binding at a time); a gateway is created only while its
 	// id is free; a write for a tenant is taken back when the tenant's
 	// deletion began meanwhile (keptFor); for other entries the last write
 	// wins.
-	mu       sync.Mutex
+	mu sync.Mutex
+	// bindMu serializes this instance's binding writes (swapBinding's
+	// rounds, from reading the platform's ownership guard to swapping it):
+	// writers on one instance racing for one guard would otherwise starve
+	// each other (a writer that lost the guard puts its binding back and
+	// is late for the next round), and a provision fail with a binding
+	// that "changed 16 times". Held across one binding's store calls, not
+	// a request's: another tenant's bind waits for one write at most.
+	// Instances sharing a store still race, as before.
+	bindMu   sync.Mutex
 	declared atomic.Pointer[State]
 }
 
@@ -1035,7 +1044,8 @@ func (v *ownView) wrote(b Binding, guard []byte) {
 
 // bind binds the canonical b, with own (not nil) BindOwn's judgement;
 // it reports whether it wrote b (not when b was bound already). It needs
-// no lock: swapBinding judges and writes in one step across instances.
+// no lock of its caller's: swapBinding judges and writes in one step
+// across instances.
 func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote bool, err error) {
 	if d, ok := r.declaredBinding(b); ok {
 		if d.Tenant == b.Tenant {
@@ -1156,7 +1166,7 @@ const nsOwnership = "registry/ownership"
 // tells every instance after a write, and returns the guard it wrote
 // (nil when it wrote none). next's tenant must exist (else ErrNotFound),
 // and a deletion of it meanwhile takes next back (keptFor). It needs no
-// lock.
+// lock of its caller's, and takes bindMu for its rounds.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, error) {
 	var value []byte
 	var gen string
@@ -1170,12 +1180,33 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 			return nil, err
 		}
 	}
+	r.bindMu.Lock()
+	wrote, written, err := r.swapBindingLocked(ctx, key, next, value, decide)
+	r.bindMu.Unlock()
+	if err != nil || !written {
+		return nil, err
+	}
+	if next != nil {
+		if err := r.keptFor(ctx, next.Tenant, gen, func() error {
+			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	r.notify(ctx)
+	return wrote, nil
+}
+
+// swapBindingLocked is swapBinding's rounds, under bindMu: the guard it
+// wrote, and whether it wrote (value under key; nil: removed it).
+func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Binding, value []byte, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, bool, error) {
 	for range maxSwaps {
 		var guard []byte
 		if next != nil {
 			e, ok, err := r.kv.Get(ctx, nsOwnership, next.Platform)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			if ok {
 				guard = e.Value
@@ -1184,23 +1215,23 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 		var cur *Binding
 		e, ok, err := r.kv.Get(ctx, nsBindings, key)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		var old []byte
 		if ok {
 			old = e.Value
 			cur = new(Binding)
 			if err := json.Unmarshal(e.Value, cur); err != nil {
-				return nil, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
+				return nil, false, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
 			}
 		}
 		write, err := decide(cur, guard)
 		if err != nil || !write {
-			return nil, err
+			return nil, false, err
 		}
 		swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, key, old, value)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if !swapped {
 			continue
@@ -1217,21 +1248,14 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 				}
 				r.notify(ctx) // a look caught between the two swaps is made up for
 				if err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				continue
 			}
-			if err := r.keptFor(ctx, next.Tenant, gen, func() error {
-				_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
-				return err
-			}); err != nil {
-				return nil, err
-			}
 		}
-		r.notify(ctx)
-		return wrote, nil
+		return wrote, true, nil
 	}
-	return nil, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
+	return nil, false, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
 }
 
 // SetPolicy stores p, replacing the tenant's earlier policy on the
