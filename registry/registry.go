@@ -263,8 +263,14 @@ type Registry struct {
 	// that "changed 16 times". Held across one binding's store calls, not
 	// a request's: another tenant's bind waits for one write at most.
 	// Instances sharing a store still race, as before.
-	bindMu   sync.Mutex
-	declared atomic.Pointer[State]
+	bindMu sync.Mutex
+	// reserveMu serializes this instance's swaps of binding reservations
+	// (reserve, unreserve), for the same reason: a tenant's requests
+	// racing for its one reservation entry would otherwise starve each
+	// other (32 at once on one instance: some failed, the reservations
+	// "changed 16 times"). Held across one reservation's store calls.
+	reserveMu sync.Mutex
+	declared  atomic.Pointer[State]
 }
 
 // New returns the registry kept in st; now is its clock (secret expiry).
@@ -904,8 +910,10 @@ const releaseTimeout = 10 * time.Second
 // until release, which the caller calls once it has written them or
 // given up. The reservations are one store entry a tenant, swapped with
 // CompareAndSwap, so racing requests on any instance count each other's.
-// It holds no lock.
+// It holds reserveMu across its store calls.
 func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (release func(), err error) {
+	r.reserveMu.Lock()
+	defer r.reserveMu.Unlock()
 	for range maxSwaps {
 		old, reserved, err := r.reservations(ctx, tenant)
 		if err != nil {
@@ -963,6 +971,8 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 // unreserve ends tenant's reservations of keys. On an error they lapse
 // (reserveFor).
 func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string) {
+	r.reserveMu.Lock()
+	defer r.reserveMu.Unlock()
 	for range maxSwaps {
 		old, reserved, err := r.reservations(ctx, tenant)
 		if err != nil || old == nil {
