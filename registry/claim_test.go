@@ -1009,3 +1009,51 @@ func TestDeleteTenantEndsItsReservations(t *testing.T) {
 		t.Fatalf("the new a's 2 keys up to the bound: %v (the old a's reservations outlived it)", err)
 	}
 }
+
+// TestTenantStoredBeforeGenerations: a tenant stored by an earlier
+// version (no generation) is found, changed, written for on every path
+// that checks the generation, deleted with everything it had, and made
+// again under its id.
+func TestTenantStoredBeforeGenerations(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, clock.System)
+	old, err := json.Marshal(registry.Tenant{ID: "a"}) // as the earlier version stored it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/tenants", "a", old); err != nil {
+		t.Fatal(err)
+	}
+	_, _, codeErr := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	_, _, tokenErr := r.MintEnrollToken(ctx, "a", 0)
+	_, gwErr := r.CreateGateway(ctx, "a", "gw-a")
+	for name, err := range map[string]error{
+		"set max gateways": r.SetMaxGateways(ctx, "a", 5),
+		"create gateway":   gwErr,
+		"set wake":         r.SetWake(ctx, "a", "gw-a", "https://gw.example/wake"),
+		"bind own":         r.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1901", Tenant: "a"}),
+		"claim":            r.Claim(ctx, "a", "discord", platform.Chat{ID: "901", Space: "900"}),
+		"policy":           r.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "telegram", Gateway: "gw-a"}),
+		"link code":        codeErr,
+		"enroll token":     tokenErr,
+	} {
+		if err != nil {
+			t.Errorf("%s for a tenant stored before generations: %v", name, err)
+		}
+	}
+	if err := r.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Tenants)+len(s.Gateways)+len(s.Bindings)+len(s.Policies) != 0 {
+		t.Fatalf("after its delete: %d tenants, %d gateways, %d bindings, %d policies", len(s.Tenants), len(s.Gateways), len(s.Bindings), len(s.Policies))
+	}
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatalf("a made again: %v", err)
+	}
+}
