@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/internal/redistest"
 	"connector/platform"
 	"connector/registry"
@@ -172,6 +174,8 @@ func TestBindOwnYieldsToClaimsAndLinks(t *testing.T) {
 type hookedStore struct {
 	store.Store
 	before, after func(op, namespace, key string)
+	// get, when set, is called before each Get.
+	get func(namespace, key string)
 }
 
 func (s *hookedStore) Registry() store.Registry {
@@ -193,6 +197,13 @@ func (r hookedRegistry) CompareAndSwap(ctx context.Context, namespace, key strin
 	r.hook(r.s.before, "cas", namespace, key)
 	defer r.hook(r.s.after, "cas", namespace, key)
 	return r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+}
+
+func (r hookedRegistry) Get(ctx context.Context, namespace, key string) (store.Entry, bool, error) {
+	if r.s.get != nil {
+		r.s.get(namespace, key)
+	}
+	return r.Registry.Get(ctx, namespace, key)
 }
 
 func (r hookedRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
@@ -346,9 +357,11 @@ func TestTenantBindingBound(t *testing.T) {
 }
 
 // TestBindOwnStallsNoOtherTenant: while tenant a's BindOwn waits on a
-// store write, tenant b's Bind and a read of the registry go through.
-// Before, BindOwn held the registry's lock across its writes (up to 1,000
-// of them), and every other tenant's bind waited behind it.
+// store call between two of its bindings, tenant b's Bind on the same
+// platform and a read of the registry go through. Before, BindOwn held
+// the registry's lock across its writes (up to 1,000 of them), and every
+// other tenant's bind waited behind it; binding writes on one instance
+// now take a lock across one binding's store calls only (bindMu).
 func TestBindOwnStallsNoOtherTenant(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory(clock.System)
@@ -362,10 +375,16 @@ func TestBindOwnStallsNoOtherTenant(t *testing.T) {
 	}
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once, first sync.Once
+	var wroteFirst atomic.Bool
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	hooked.before = func(op, _, key string) {
+	hooked.after = func(op, _, key string) {
 		if op == "cas" && key == "telegram/chat/-1501" {
-			first.Do(func() { // its first try; b's write makes it judge again
+			wroteFirst.Store(true)
+		}
+	}
+	hooked.get = func(namespace, key string) {
+		if namespace == "registry/tenants" && key == "a" && wroteFirst.Load() {
+			first.Do(func() { // a's first binding is written, its second not yet
 				close(reached)
 				<-release
 			})
@@ -373,9 +392,10 @@ func TestBindOwnStallsNoOtherTenant(t *testing.T) {
 	}
 	own := make(chan error, 1)
 	go func() {
-		own <- r.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1501", Tenant: "a"})
+		own <- r.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1501", Tenant: "a"},
+			registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1503", Tenant: "a"})
 	}()
-	waitFor(t, reached, "a's BindOwn to reach its store write")
+	waitFor(t, reached, "a's BindOwn to reach a store call after its first binding")
 	other := make(chan error, 1)
 	go func() {
 		_, _, err := r.Effective(ctx)
@@ -387,11 +407,85 @@ func TestBindOwnStallsNoOtherTenant(t *testing.T) {
 			t.Fatalf("b's read and bind while a's BindOwn is in flight: %v", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("b's read and bind stalled behind a's BindOwn for 10 s: it holds the registry's lock across its store writes")
+		t.Fatal("b's read and bind stalled behind a's BindOwn for 10 s: it holds a lock across its store calls between bindings")
 	}
 	once.Do(func() { close(release) })
 	if err := <-own; err != nil {
 		t.Fatalf("a's BindOwn: %v", err)
+	}
+}
+
+// TestConcurrentProvisionsOnOneInstanceOnRedis: two tenants' provisions
+// of 300 keys each on one platform, at once on one instance, both go
+// through. Before, their writes raced for the platform's ownership guard
+// with no lock between them, the loser of each round put its binding
+// back and was late for the next, and one provision failed with a
+// binding that "changed 16 times".
+func TestConcurrentProvisionsOnOneInstanceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	_, r, _ := hookedOnRedis(t)
+	tenants := []string{"a", "b"}
+	errs := make([]error, len(tenants))
+	var wg sync.WaitGroup
+	for i, id := range tenants {
+		if err := r.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		keys := make([]registry.Binding, 300)
+		for k := range keys {
+			keys[k] = registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-5_000_000 - i*1000 - k), Tenant: id}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.BindOwn(ctx, keys...)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("%s's provision beside the other's: %v", tenants[i], err)
+		}
+	}
+	if s, err := r.Stored(ctx); err != nil || len(s.Bindings) != 600 {
+		t.Fatalf("%d bindings stored (%v), want 600", len(s.Bindings), err)
+	}
+}
+
+// TestConcurrentBindsOfOneTenantOnOneInstanceOnRedis: 32 requests of one
+// tenant binding a key each, ten times over, at once on one instance, all
+// go through. Before, their reservations raced for the tenant's one entry
+// with no lock between them, and some failed with reservations that
+// "changed 16 times".
+func TestConcurrentBindsOfOneTenantOnOneInstanceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	_, r, _ := hookedOnRedis(t)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	const requests, each = 32, 10
+	errs := make([]error, requests)
+	var wg sync.WaitGroup
+	for i := range requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range each {
+				b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-6_000_000 - i*100 - k), Tenant: "a"}
+				if errs[i] = r.BindOwn(ctx, b); errs[i] != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("request %d: %v", i, err)
+		}
+	}
+	if s, err := r.Stored(ctx); err != nil || len(s.Bindings) != requests*each {
+		t.Fatalf("%d bindings stored (%v), want %d", len(s.Bindings), err, requests*each)
 	}
 }
 
@@ -458,6 +552,50 @@ func TestTenantBindingBoundAcrossInstances(t *testing.T) {
 	}
 	if n := len(s.Bindings); n != registry.MaxTenantBindings {
 		t.Fatalf("a holds %d bindings, want %d", n, registry.MaxTenantBindings)
+	}
+}
+
+// TestTenantBindingBoundAfterACancelledRequest: a provision of tenant
+// a's last 2 bindings under the bound whose request is cancelled before
+// its writes (its client went away) leaves no reservation behind, and a
+// provision of 2 other keys right after goes through. Before, its release
+// used the cancelled context, failed, and the 2 keys counted against a for
+// a minute (ErrLimit), though nothing had stopped.
+func TestTenantBindingBoundAfterACancelledRequest(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = st.Close() })
+	hooked := &hookedStore{Store: st}
+	r := registry.New(hooked, clock.System)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range registry.MaxTenantBindings - 2 { // written as the registry stores them, to be quick
+		b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-3_000_000 - i), Tenant: "a"}
+		value, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/chat/"+b.ID, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(id string) registry.Binding {
+		return registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: id, Tenant: "a"}
+	}
+	reqCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hooked.before = func(op, _, key string) {
+		if op == "cas" && key == "telegram/chat/-1701" {
+			cancel() // the client goes away as the first binding is written
+		}
+	}
+	if err := r.BindOwn(reqCtx, key("-1701"), key("-1702")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled provision: %v, want context.Canceled", err)
+	}
+	hooked.before = nil
+	if err := r.BindOwn(ctx, key("-1703"), key("-1704")); err != nil {
+		t.Fatalf("2 keys up to the bound after a cancelled provision of 2 others: %v (its reservation outlived it)", err)
 	}
 }
 
@@ -822,5 +960,100 @@ func TestDeleteTenantFinishesOnRedis(t *testing.T) {
 	}
 	if s, err := two.Stored(ctx); err != nil || len(s.Gateways) != 0 {
 		t.Fatalf("the new a holds %d gateways (%v), want none", len(s.Gateways), err)
+	}
+}
+
+// TestDeleteTenantEndsItsReservations: the binding reservations of a
+// tenant's request whose instance stopped before releasing them end with
+// the tenant, so a tenant made again under the id at once may bind up to
+// the bound. Before, DeleteTenant left them (and their store entry), and
+// the new tenant was refused 2 keys under its bound (ErrLimit) for a
+// minute.
+func TestDeleteTenantEndsItsReservations(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, clk)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	// The old a's provision of 2 keys, reserved by an instance that then
+	// stopped (as reserve stores them).
+	left, err := json.Marshal(map[string]time.Time{
+		"telegram/chat/-1801": clk.Now().Add(time.Minute), "telegram/chat/-1802": clk.Now().Add(time.Minute),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/reserved", "a", left); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmp.Or(r.DeleteTenant(ctx, "a"), r.CreateTenant(ctx, registry.Tenant{ID: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	for i := range registry.MaxTenantBindings - 2 { // written as the registry stores them, to be quick
+		b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: fmt.Sprint(-4_000_000 - i), Tenant: "a"}
+		value, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Registry().Put(ctx, "registry/bindings", "telegram/chat/"+b.ID, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := func(id string) registry.Binding {
+		return registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: id, Tenant: "a"}
+	}
+	if err := r.BindOwn(ctx, key("-1803"), key("-1804")); err != nil {
+		t.Fatalf("the new a's 2 keys up to the bound: %v (the old a's reservations outlived it)", err)
+	}
+}
+
+// TestTenantStoredBeforeGenerations: a tenant stored by an earlier
+// version (no generation) is found, changed, written for on every path
+// that checks the generation, deleted with everything it had, and made
+// again under its id.
+func TestTenantStoredBeforeGenerations(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, clock.System)
+	old, err := json.Marshal(registry.Tenant{ID: "a"}) // as the earlier version stored it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Registry().Put(ctx, "registry/tenants", "a", old); err != nil {
+		t.Fatal(err)
+	}
+	_, _, codeErr := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+	_, _, tokenErr := r.MintEnrollToken(ctx, "a", 0)
+	_, gwErr := r.CreateGateway(ctx, "a", "gw-a")
+	for name, err := range map[string]error{
+		"set max gateways": r.SetMaxGateways(ctx, "a", 5),
+		"create gateway":   gwErr,
+		"set wake":         r.SetWake(ctx, "a", "gw-a", "https://gw.example/wake"),
+		"bind own":         r.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1901", Tenant: "a"}),
+		"claim":            r.Claim(ctx, "a", "discord", platform.Chat{ID: "901", Space: "900"}),
+		"policy":           r.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "telegram", Gateway: "gw-a"}),
+		"link code":        codeErr,
+		"enroll token":     tokenErr,
+	} {
+		if err != nil {
+			t.Errorf("%s for a tenant stored before generations: %v", name, err)
+		}
+	}
+	if err := r.DeleteTenant(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Tenants)+len(s.Gateways)+len(s.Bindings)+len(s.Policies) != 0 {
+		t.Fatalf("after its delete: %d tenants, %d gateways, %d bindings, %d policies", len(s.Tenants), len(s.Gateways), len(s.Bindings), len(s.Policies))
+	}
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatalf("a made again: %v", err)
 	}
 }

@@ -250,12 +250,27 @@ type Registry struct {
 	// the store's CompareAndSwap, with its platform's ownership guard
 	// (swapBinding), so of concurrent writers one wins and the others
 	// judge again, and a tenant's own bindings (BindOwn, Claim, a link)
-	// take no lock across I/O at all; a gateway is created only while its
+	// do not take mu (bindMu, one binding at a time); a gateway is created only while its
 	// id is free; a write for a tenant is taken back when the tenant's
 	// deletion began meanwhile (keptFor); for other entries the last write
 	// wins.
-	mu       sync.Mutex
-	declared atomic.Pointer[State]
+	mu sync.Mutex
+	// bindMu serializes this instance's binding writes (swapBinding's
+	// rounds, from reading the platform's ownership guard to swapping it):
+	// writers on one instance racing for one guard would otherwise starve
+	// each other (a writer that lost the guard puts its binding back and
+	// is late for the next round), and a provision fail with a binding
+	// that "changed 16 times". Held across one binding's store calls, not
+	// a request's: another tenant's bind waits for one write at most.
+	// Instances sharing a store still race, as before.
+	bindMu sync.Mutex
+	// reserveMu serializes this instance's swaps of binding reservations
+	// (reserve, unreserve), for the same reason: a tenant's requests
+	// racing for its one reservation entry would otherwise starve each
+	// other (32 at once on one instance: some failed, the reservations
+	// "changed 16 times"). Held across one reservation's store calls.
+	reserveMu sync.Mutex
+	declared  atomic.Pointer[State]
 }
 
 // New returns the registry kept in st; now is its clock (secret expiry).
@@ -520,10 +535,11 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *sto
 }
 
 // DeleteTenant removes a stored tenant with its stored gateways,
-// bindings, wake URLs, policies, enrollment tokens and link codes. The
-// tenant ends first (its generation becomes tombstone), so a write for it
-// on any instance that the sweep after cannot see takes itself back
-// (keptFor); run again after a failure, it finishes the sweep.
+// bindings, wake URLs, policies, enrollment tokens, link codes and binding
+// reservations (reserve). The tenant ends first (its generation becomes
+// tombstone), so a write for it on any instance that the sweep after
+// cannot see takes itself back (keptFor); run again after a failure, it
+// finishes the sweep.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -573,6 +589,11 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 		if _, err := r.sweep(ctx, ns, id, func(e expiring) bool { return e.Tenant == id }); err != nil {
 			return err
 		}
+	}
+	// So do the reservations of its requests whose instance stopped: a
+	// tenant made again under the id must not count them.
+	if _, err := r.kv.Delete(ctx, nsReserved, id); err != nil {
+		return err
 	}
 	return r.swapTenant(ctx, id, raw, nil)
 }
@@ -879,14 +900,20 @@ const nsReserved = "registry/reserved"
 // releases it (its instance stopped).
 const reserveFor = time.Minute
 
+// releaseTimeout bounds a release of reservations (reserve), which
+// outlives its request's context.
+const releaseTimeout = 10 * time.Second
+
 // reserve counts tenant's stored bindings, its reserved ones and those of
 // bs (all tenant's) held in neither way (under their key): past
 // MaxTenantBindings it is ErrLimit. Else it reserves bs's new bindings
 // until release, which the caller calls once it has written them or
 // given up. The reservations are one store entry a tenant, swapped with
 // CompareAndSwap, so racing requests on any instance count each other's.
-// It holds no lock.
+// It holds reserveMu across its store calls.
 func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (release func(), err error) {
+	r.reserveMu.Lock()
+	defer r.reserveMu.Unlock()
 	for range maxSwaps {
 		old, reserved, err := r.reservations(ctx, tenant)
 		if err != nil {
@@ -929,7 +956,13 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 			return func() {}, nil
 		}
 		if swapped, err := r.swapReserved(ctx, tenant, old, reserved); err != nil || swapped {
-			return func() { r.unreserve(ctx, tenant, mine) }, err
+			return func() {
+				// Not the request's context: a request given up (its
+				// client gone) releases what it reserved all the same.
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+				defer cancel()
+				r.unreserve(ctx, tenant, mine)
+			}, err
 		}
 	}
 	return nil, fmt.Errorf("registry: tenant %q's binding reservations changed %d times while being counted; try again", tenant, maxSwaps)
@@ -938,6 +971,8 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 // unreserve ends tenant's reservations of keys. On an error they lapse
 // (reserveFor).
 func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string) {
+	r.reserveMu.Lock()
+	defer r.reserveMu.Unlock()
 	for range maxSwaps {
 		old, reserved, err := r.reservations(ctx, tenant)
 		if err != nil || old == nil {
@@ -1019,7 +1054,8 @@ func (v *ownView) wrote(b Binding, guard []byte) {
 
 // bind binds the canonical b, with own (not nil) BindOwn's judgement;
 // it reports whether it wrote b (not when b was bound already). It needs
-// no lock: swapBinding judges and writes in one step across instances.
+// no lock of its caller's: swapBinding judges and writes in one step
+// across instances.
 func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote bool, err error) {
 	if d, ok := r.declaredBinding(b); ok {
 		if d.Tenant == b.Tenant {
@@ -1140,7 +1176,7 @@ const nsOwnership = "registry/ownership"
 // tells every instance after a write, and returns the guard it wrote
 // (nil when it wrote none). next's tenant must exist (else ErrNotFound),
 // and a deletion of it meanwhile takes next back (keptFor). It needs no
-// lock.
+// lock of its caller's, and takes bindMu for its rounds.
 func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, error) {
 	var value []byte
 	var gen string
@@ -1154,12 +1190,33 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 			return nil, err
 		}
 	}
+	r.bindMu.Lock()
+	wrote, written, err := r.swapBindingLocked(ctx, key, next, value, decide)
+	r.bindMu.Unlock()
+	if err != nil || !written {
+		return nil, err
+	}
+	if next != nil {
+		if err := r.keptFor(ctx, next.Tenant, gen, func() error {
+			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	r.notify(ctx)
+	return wrote, nil
+}
+
+// swapBindingLocked is swapBinding's rounds, under bindMu: the guard it
+// wrote, and whether it wrote (value under key; nil: removed it).
+func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Binding, value []byte, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, bool, error) {
 	for range maxSwaps {
 		var guard []byte
 		if next != nil {
 			e, ok, err := r.kv.Get(ctx, nsOwnership, next.Platform)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			if ok {
 				guard = e.Value
@@ -1168,23 +1225,23 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 		var cur *Binding
 		e, ok, err := r.kv.Get(ctx, nsBindings, key)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		var old []byte
 		if ok {
 			old = e.Value
 			cur = new(Binding)
 			if err := json.Unmarshal(e.Value, cur); err != nil {
-				return nil, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
+				return nil, false, fmt.Errorf("registry: %s entry %q is corrupt: %w", nsBindings, key, err)
 			}
 		}
 		write, err := decide(cur, guard)
 		if err != nil || !write {
-			return nil, err
+			return nil, false, err
 		}
 		swapped, err := r.kv.CompareAndSwap(ctx, nsBindings, key, old, value)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if !swapped {
 			continue
@@ -1201,21 +1258,14 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 				}
 				r.notify(ctx) // a look caught between the two swaps is made up for
 				if err != nil {
-					return nil, err
+					return nil, false, err
 				}
 				continue
 			}
-			if err := r.keptFor(ctx, next.Tenant, gen, func() error {
-				_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
-				return err
-			}); err != nil {
-				return nil, err
-			}
 		}
-		r.notify(ctx)
-		return wrote, nil
+		return wrote, true, nil
 	}
-	return nil, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
+	return nil, false, fmt.Errorf("registry: binding %q changed %d times while being written; try again", key, maxSwaps)
 }
 
 // SetPolicy stores p, replacing the tenant's earlier policy on the

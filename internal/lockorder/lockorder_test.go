@@ -24,6 +24,7 @@ var checked = []string{
 	"connector/internal/wsconn",
 	"connector/internal/cluster",
 	"connector/platform/nexscope",
+	"connector/registry",
 }
 
 // TestLockOrder: every place the checked packages take a lock while
