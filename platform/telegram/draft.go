@@ -3,6 +3,8 @@ package telegram
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +21,8 @@ import (
 // answers the same message id and sends nothing. It is per instance; the
 // least recently sealed stream is forgotten first. The gateway keeps the
 // same number of sealed streams per process. It also bounds
-// Platform.previews, the open streams of group chats.
+// Platform.previews, the open streams of group chats, and Platform.drafts,
+// the draft ids sent to private chats (wireDraftID).
 const sealedDrafts = 512
 
 // draftKey names one draft stream of a tenant's chat.
@@ -27,6 +30,37 @@ type draftKey struct {
 	tenant string
 	chat   int64
 	draft  int64
+}
+
+// wireDraft names a draft id Telegram was sent in a private chat.
+type wireDraft struct {
+	chat int64
+	id   int64
+}
+
+// wireDraftID is the draft_id sendMessageDraft carries for stream k of a
+// private chat. Telegram keys a native draft by chat and draft_id, and the
+// DM of a user linked to several tenants is every one's (platform.Grants),
+// whose gateways all pick small ids: the first stream to use an id in the
+// chat keeps it (one tenant's ids go out unchanged), another stream that
+// names it gets an id hashed from its tenant and id into [2^30, 2^31), the
+// next free one. Platform.drafts remembers the holder of each (the latest
+// sealedDrafts, per instance: gateways of different tenants on different
+// instances may still collide).
+func (p *Platform) wireDraftID(k draftKey) int64 {
+	id := k.draft
+	for try := uint64(0); ; try++ {
+		w := wireDraft{chat: k.chat, id: id}
+		holder, held, _ := p.drafts.PeekOrAdd(w, k)
+		if !held || holder == k {
+			p.drafts.Get(w) // the latest used is forgotten last
+			return id
+		}
+		h := fnv.New64a()
+		h.Write([]byte(k.tenant))
+		h.Write(binary.AppendVarint(binary.AppendUvarint([]byte{0}, try), k.draft))
+		id = 1<<30 + int64(h.Sum64()%(1<<30))
+	}
 }
 
 // preview is the message a draft stream of a group chat is shown in:
@@ -77,7 +111,8 @@ func draftTurn(a *contract.Action) string {
 // the preview of draft_id in the chat (and topic) with content, rendered as
 // MarkdownV2 (plain text if Telegram rejects the entities) and cut to one
 // message: in a private chat through sendMessageDraft (Telegram's native,
-// ephemeral drafts), elsewhere in a message of its own that the first frame
+// ephemeral drafts; under a draft id no other tenant's stream in the chat
+// holds, wireDraftID), elsewhere in a message of its own that the first frame
 // sends and later frames edit, and that the reply replaces as a native
 // draft is replaced: the tenant's next send into the chat and topic, for
 // the same turn, deletes it (replacePreviews). final: true seals the
@@ -100,7 +135,7 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 	params := &bot.SendMessageDraftParams{
 		ChatID:          chat,
 		MessageThreadID: topicThread(a.Metadata.ThreadID),
-		DraftID:         strconv.FormatInt(a.DraftID, 10),
+		DraftID:         strconv.FormatInt(p.wireDraftID(draftKey{tenant: tenant, chat: chat, draft: a.DraftID}), 10),
 		Text:            renderMarkdownV2(preview),
 		ParseMode:       models.ParseModeMarkdown,
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 )
 
@@ -67,4 +69,62 @@ func TestPreviewSentWhileASendReplacesIt(t *testing.T) {
 		t.Fatalf("send: %+v", r)
 	}
 	e.calls(t, "deleteMessage", 1)
+}
+
+// TestDraftIDsOfTenantsSharingADM: a user linked to t1 and t2 has one DM
+// both may stream drafts into, and both gateways name their stream
+// draft_id 1. Telegram keys a native draft by chat and draft_id, so each
+// tenant's frames must reach it under an id of their own: t1, first,
+// keeps 1, t2 gets another, each draft shows its own tenant's text after
+// the other's frame, and each seal becomes its tenant's message. Both
+// used to go out as draft_id 1, t2's frame replacing t1's preview.
+func TestDraftIDsOfTenantsSharingADM(t *testing.T) {
+	e := newEnv(t, nil)
+	bindings := []platform.Binding{
+		{Kind: platform.BindUser, ID: "501", Tenant: "t1"},
+		{Kind: platform.BindUser, ID: "501", Tenant: "t2"},
+	}
+	for chat, tenant := range testChats {
+		bindings = append(bindings, platform.Binding{Kind: platform.BindChat, ID: chat, Tenant: tenant})
+	}
+	if err := e.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	frame := func(tenant, content string, final bool) contract.Result {
+		t.Helper()
+		r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: "501", DraftID: 1, Content: content, Final: final})
+		if !r.Success {
+			t.Fatalf("%s draft %q: %+v", tenant, content, r)
+		}
+		return r
+	}
+	frame("t1", "t1 thinking", false)
+	frame("t2", "t2 thinking", false)
+	frame("t1", "t1 still thinking", false)
+	frame("t2", "t2 still thinking", false)
+	calls := e.calls(t, "sendMessageDraft", 4)
+	ids := map[string]string{}
+	for _, c := range calls {
+		tenant := c.Form["text"][:2]
+		if id, ok := ids[tenant]; ok && id != c.Form["draft_id"] {
+			t.Fatalf("%s's frames went out as draft_id %s and %s", tenant, id, c.Form["draft_id"])
+		}
+		ids[tenant] = c.Form["draft_id"]
+	}
+	if ids["t1"] != "1" || ids["t2"] == ids["t1"] {
+		t.Fatalf("draft ids on the wire %v: want t1's 1 and another for t2", ids)
+	}
+	t2id, _ := strconv.ParseInt(ids["t2"], 10, 64)
+	for id, want := range map[int64]string{1: "t1 still thinking", t2id: "t2 still thinking"} {
+		if text, ok := e.fake.Draft(501, 0, id); !ok || text != want {
+			t.Errorf("draft %d shows %q (%v), want %q", id, text, ok, want)
+		}
+	}
+	for _, tenant := range []string{"t1", "t2"} {
+		r := frame(tenant, tenant+" answer", true)
+		id, _ := strconv.Atoi(r.MessageID)
+		if got := e.fake.Messages(501)[id]; got != tenant+" answer" {
+			t.Errorf("%s's sealed message %d is %q", tenant, id, got)
+		}
+	}
 }

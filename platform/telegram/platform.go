@@ -48,8 +48,9 @@ type Platform struct {
 	// absent.
 	policies atomic.Pointer[map[string]*policy]
 	observed *chatcontext.Log[observedKey]
-	sealed   *lru.Cache[draftKey, string]   // see sealedDrafts
-	previews *lru.Cache[draftKey, *preview] // open draft streams of group chats
+	sealed   *lru.Cache[draftKey, string]    // see sealedDrafts
+	previews *lru.Cache[draftKey, *preview]  // open draft streams of group chats
+	drafts   *lru.Cache[wireDraft, draftKey] // the stream holding each draft id sent to a private chat (wireDraftID)
 	topics   *topicMemory
 	mapping  atomic.Pointer[mapping]
 	// seen remembers the last dedupe_window update_ids, so a redelivered
@@ -123,6 +124,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.sealed, _ = lru.New[draftKey, string](sealedDrafts)
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
+	p.drafts, _ = lru.New[wireDraft, draftKey](sealedDrafts)
 	p.topics = &topicMemory{state: platform.StateOr(deps.Store, localTopics, p.deps.Clock), clock: p.deps.Clock}
 	p.grants = platform.NewGrants(platformName, deps.Vault, p.deps.Clock, p.log)
 	p.links = platform.NewLinkDesk(p.deps.Clock)
