@@ -89,6 +89,29 @@ func (g *Grants) Add(ctx context.Context, chat, space, tenant string) {
 	}
 }
 
+// AddThread grants tenant the thread it created in chat, which it holds
+// by grant, for as long as that grant lasts (the thread's grant is
+// stored with the chat's space and renewal time, so it ends with it
+// unless a message routed to tenant in the thread renews it). Only
+// tenant is granted the thread: another tenant holding the chat is not.
+// It is stored even when ctx ended (thread_create returned as its
+// deadline came): the thread exists, and without the grant its creator
+// could not post in it. Nothing is stored when tenant's grant of chat is
+// gone.
+func (g *Grants) AddThread(ctx context.Context, chat, thread, tenant string) {
+	if thread == "" || tenant == "" {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	e, ok := g.vault.Get(ctx, g.grantKey(chat, tenant))
+	if !ok {
+		return
+	}
+	if err := g.vault.Put(ctx, g.grantKey(thread, tenant), vault.Entry{Ref: e.Ref, Stored: e.Stored}); err != nil {
+		g.log.Warn("thread grant not stored", "platform", g.platform, "chat_id", chat, "thread_id", thread, "tenant", tenant, "err", err)
+	}
+}
+
 // Granted reports whether tenant holds a live grant of the chat, looking it
 // up under ctx, and the space the grant was last renewed in.
 func (g *Grants) Granted(ctx context.Context, chat, tenant string) (space string, ok bool) {

@@ -53,6 +53,12 @@ type Egress[P Platform, T any] struct {
 	// tenant posts in a chat it holds by grant (HoldGrant); nil declines
 	// every edit and delete there.
 	Grants *Grants
+	// ThreadChats is set when a thread a thread_create answers (its
+	// thread_id) is a chat of the platform, which actions name as their
+	// chat_id (a Discord thread is a channel), not a thread inside the
+	// chat (a Telegram forum topic, a Slack thread's ts): then a thread
+	// made in a chat held by grant is granted to its creator.
+	ThreadChats bool
 }
 
 // Execute performs action a for tenant on p through e. The checks, in
@@ -69,7 +75,10 @@ type Egress[P Platform, T any] struct {
 //
 // The op then runs, charged to tenant (WithTenant); in a chat held by
 // grant, the message an op that names none answers is remembered as
-// tenant's (Grants.Posted). An op that names a message (edit, delete,
+// tenant's (Grants.Posted), and a thread a thread_create made there, on
+// a platform whose threads are chats (ThreadChats), is granted to tenant
+// alone, for as long as its grant of the chat lasts
+// (Grants.AddThread), so it may post in it before anyone writes there. An op that names a message (edit, delete,
 // react, a thread_create from it) acts on one that exists, whatever id
 // it answers (a Discord thread started from a message has its id, which
 // the action may have spelled otherwise), so it marks nothing.
@@ -108,6 +117,9 @@ func Execute[P Platform, T any](ctx context.Context, e *Egress[P, T], p P, tenan
 	r := op(p, ctx, tenant, chat, a)
 	if hold == HoldGrant && e.Grants != nil && r.MessageID != "" && message == "" {
 		e.Grants.Posted(ctx, chatID, r.MessageID, tenant)
+	}
+	if hold == HoldGrant && e.ThreadChats && e.Grants != nil && a.Op == contract.OpThreadCreate && r.Success && r.ThreadID != "" {
+		e.Grants.AddThread(ctx, chatID, r.ThreadID, tenant)
 	}
 	return r
 }

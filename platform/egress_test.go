@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -407,5 +408,54 @@ func TestGrantedChatEditsOwnMessageWithoutARead(t *testing.T) {
 	}
 	if r := do(contract.OpEdit, "m2"); r != contract.Declined("chats") || v.markReads != 1 {
 		t.Errorf("edit of a message not marked: %+v after %d reads, want the decline after 1", r, v.markReads)
+	}
+}
+
+// TestThreadCreateOnAGrantGrantsTheThread: a thread_create in a chat the
+// tenant holds by grant grants the answered thread to the tenant when the
+// platform's threads are chats (Egress.ThreadChats, Discord), and not
+// otherwise (a Telegram topic's id "5" is no chat: granting it would give
+// the tenant the private chat of user 5); in a chat the tenant owns, or
+// for a thread_create that failed, nothing is granted.
+func TestThreadCreateOnAGrantGrantsTheThread(t *testing.T) {
+	for _, threadChats := range []bool{true, false} {
+		grants := platform.NewGrants("chats", nil, nil, nil)
+		grants.Add(t.Context(), "shared", "", "t1")
+		p := &chatsPlatform{granted: map[string]string{"shared": "t1"}, owners: map[string]string{"own": "t1"}}
+		next := 5
+		e := platform.Egress[*chatsPlatform, string]{
+			Ops: platform.Ops[*chatsPlatform, string]{
+				contract.OpThreadCreate: func(_ *chatsPlatform, _ context.Context, _, _ string, a *contract.Action) contract.Result {
+					if a.ThreadName == "fails" {
+						r := contract.Failed(contract.CodePlatformError, "no")
+						r.ThreadID = "9"
+						return r
+					}
+					id := strconv.Itoa(next)
+					next++
+					r := contract.OK(id)
+					r.ThreadID = id
+					return r
+				},
+			},
+			Chat:        func(_ *chatsPlatform, chat string) (string, bool) { return chat, true },
+			Grants:      grants,
+			ThreadChats: threadChats,
+		}
+		create := func(chat, name string) contract.Result {
+			return platform.Execute(t.Context(), &e, p, "t1", &contract.Action{Op: contract.OpThreadCreate, ChatID: contract.ID(chat), ThreadName: name})
+		}
+		if r := create("shared", "x"); !r.Success || r.ThreadID != "5" {
+			t.Fatalf("thread_create in the granted chat: %+v", r)
+		}
+		if got := grants.Has(t.Context(), "5", "t1"); got != threadChats {
+			t.Errorf("ThreadChats %v: the thread granted %v", threadChats, got)
+		}
+		if r := create("own", "x"); !r.Success || grants.Has(t.Context(), r.ThreadID, "t1") {
+			t.Errorf("ThreadChats %v: a thread of an owned chat granted (%+v)", threadChats, r)
+		}
+		if create("shared", "fails"); grants.Has(t.Context(), "9", "t1") {
+			t.Errorf("ThreadChats %v: a failed thread_create granted its answer", threadChats)
+		}
 	}
 }

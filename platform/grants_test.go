@@ -173,3 +173,30 @@ func TestPostedWhenTheOpsContextEnded(t *testing.T) {
 		t.Fatalf("edit of the tenant's own message, posted as its op's ctx ended: %+v", r)
 	}
 }
+
+// TestThreadGrantLastsAsTheChatGrant: a thread tenant t2 created in a
+// chat it holds by grant is granted to t2 alone, in the chat's space, and
+// ends with the chat's grant, not a TTL after its creation; a thread made
+// where t2's grant is gone is granted nothing.
+func TestThreadGrantLastsAsTheChatGrant(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	g := platform.NewGrants("discord", vault.NewMemory(vault.Config{Clock: clk}), clk, nil)
+	g.Add(t.Context(), "C1", "G1", "t2")
+	g.Add(t.Context(), "C1", "G1", "t3")
+	clk.Advance(vault.ChatGrantTTL / 2)
+	g.AddThread(t.Context(), "C1", "TH1", "t2")
+	if space, ok := g.Granted(t.Context(), "TH1", "t2"); !ok || space != "G1" {
+		t.Fatalf("t2's thread granted %v in %q, want in G1", ok, space)
+	}
+	if g.Has(t.Context(), "TH1", "t3") {
+		t.Fatal("t2's thread granted to t3, which holds its channel too")
+	}
+	clk.Advance(vault.ChatGrantTTL/2 + time.Minute)
+	if g.Has(t.Context(), "C1", "t2") || g.Has(t.Context(), "TH1", "t2") {
+		t.Fatal("the thread's grant outlived the chat grant it was made on")
+	}
+	g.AddThread(t.Context(), "C1", "TH2", "t2")
+	if g.Has(t.Context(), "TH2", "t2") {
+		t.Fatal("a thread granted on an expired grant")
+	}
+}

@@ -44,7 +44,8 @@ slack:
 // both speak, so a and b both act there on their grants. Each tenant's
 // gateway posts a message there over its real wire; the other tenant's
 // edit and delete of it are the uniform decline and reach no platform,
-// while each tenant edits and deletes its own.
+// while each tenant edits and deletes its own. A Discord thread a creates
+// there is a's alone (docs/security.md rule 3).
 func TestGrantedTenantsKeepToTheirMessages(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the connector binary")
@@ -121,6 +122,20 @@ func TestGrantedTenantsKeepToTheirMessages(t *testing.T) {
 				}
 			}
 		}
+	}
+	// A thread a creates in the Discord channel it holds by grant is a's at
+	// once: its first send goes in before anyone wrote there. b, which
+	// holds the channel too, is declined in it.
+	thread := act("a", "discord", "801", map[string]any{"op": "thread_create", "thread_name": "a's conversation"})
+	if !thread.Success || thread.ThreadID == "" {
+		t.Fatalf("tenant a's thread_create in discord 801, granted: %+v", thread)
+	}
+	if res := r.send(t, "a", "discord", thread.ThreadID, "a in its thread"); !res.Success {
+		t.Errorf("tenant a's first send into its own thread %s: %+v", thread.ThreadID, res)
+	}
+	r.declined(t, "b", "discord", thread.ThreadID)
+	if got := r.dfake.Messages(thread.ThreadID); len(got) != 1 || got[0].Content != "a in its thread" {
+		t.Errorf("a's thread holds %+v, want a's one message", got)
 	}
 	// Only the owners' own edits and deletes reached the platforms.
 	var discordEdits, discordDeletes int

@@ -2,8 +2,10 @@ package discord
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
+	"connector/contract"
 	"connector/internal/redistest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
@@ -84,5 +86,76 @@ func TestGrantsAcrossInstances(t *testing.T) {
 				t.Fatal("t2 sent into t1's channel where its author spoke")
 			}
 		})
+	}
+}
+
+// TestThreadCreatedOnAGrant: in guild Lab, which no tenant is bound to
+// and nobody claims, Ada (linked to t2) and Bea (linked to t3) speak in
+// one channel, so t2 and t3 both hold it by grant. A thread t2 creates
+// there, plain or from Ada's message, is t2's at once: its first send
+// goes in, before anyone wrote in the thread. t3, which holds the
+// channel too, may neither send into t2's thread nor rename it, and t2
+// may not send into the thread t3 created.
+func TestThreadCreatedOnAGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	const userBea = "502"
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t1"},
+		{Kind: platform.BindUser, ID: userAda, Tenant: "t2"},
+		{Kind: platform.BindUser, ID: userBea, Tenant: "t3"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	act := func(tenant string, a map[string]any) contract.Result {
+		t.Helper()
+		a["metadata"] = map[string]any{}
+		body, _ := json.Marshal(a)
+		return execute(t, e, tenant, string(body))
+	}
+	send := func(tenant, chat, text string) contract.Result {
+		t.Helper()
+		return act(tenant, map[string]any{"op": "send", "chat_id": chat, "content": text, "reply_to": nil})
+	}
+
+	e.dispatch(t, "MESSAGE_CREATE", msg("7101", chanGeneral, guildLab, "ada to her agent", false))
+	if d := e.sink.Next(t); d.Event == nil || d.Tenant != "t2" {
+		t.Fatalf("delivery %+v, want Ada's message to t2", d)
+	}
+	bea := msg("7102", chanGeneral, guildLab, "bea to hers", false)
+	bea["author"] = map[string]any{"id": userBea, "username": "bea", "global_name": "Bea", "discriminator": "0"}
+	e.dispatch(t, "MESSAGE_CREATE", bea)
+	if d := e.sink.Next(t); d.Event == nil || d.Tenant != "t3" {
+		t.Fatalf("delivery %+v, want Bea's message to t3", d)
+	}
+
+	plain := act("t2", map[string]any{"op": "thread_create", "chat_id": chanGeneral, "thread_name": "t2's"})
+	anchored := act("t2", map[string]any{"op": "thread_create", "chat_id": chanGeneral, "message_id": "7101", "thread_name": "Ada's"})
+	theirs := act("t3", map[string]any{"op": "thread_create", "chat_id": chanGeneral, "thread_name": "t3's"})
+	for _, r := range []contract.Result{plain, anchored, theirs} {
+		if !r.Success || r.ThreadID == "" {
+			t.Fatalf("thread_create on a grant = %+v", r)
+		}
+	}
+	for _, th := range []string{plain.ThreadID, anchored.ThreadID} {
+		if r := send("t2", th, "first words"); !r.Success {
+			t.Errorf("t2's first send into its own thread %s = %+v", th, r)
+		}
+		if r := send("t3", th, "not mine"); r.Code != contract.CodeEgressDeclined {
+			t.Errorf("t3's send into t2's thread %s = %+v, want egress_declined", th, r)
+		}
+		if r := act("t3", map[string]any{"op": "thread_rename", "chat_id": chanGeneral, "message_id": th, "thread_name": "hijack"}); r.Code != contract.CodeEgressDeclined {
+			t.Errorf("t3's rename of t2's thread %s = %+v, want egress_declined", th, r)
+		}
+	}
+	if r := send("t3", theirs.ThreadID, "mine"); !r.Success {
+		t.Errorf("t3's first send into its own thread = %+v", r)
+	}
+	if r := send("t2", theirs.ThreadID, "not mine"); r.Code != contract.CodeEgressDeclined {
+		t.Errorf("t2's send into t3's thread = %+v, want egress_declined", r)
+	}
+	if got := e.fake.Messages(plain.ThreadID); len(got) != 1 || got[0].Content != "first words" {
+		t.Errorf("t2's thread holds %+v", got)
 	}
 }
