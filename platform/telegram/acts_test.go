@@ -1,11 +1,13 @@
 package telegram
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 
 	"connector/contract"
+	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 )
 
@@ -209,5 +211,38 @@ func TestForumTopics(t *testing.T) {
 	unknown.MessageID = "999"
 	if r := act("t1", unknown); r.Code != contract.CodePlatformError {
 		t.Errorf("rename of an unknown topic = %+v", r)
+	}
+}
+
+// TestPromptPressInASharedDMReachesItsPoster: user 501 is linked to t1
+// (the DM's home) and t2, which prompts the user in the DM. The press is
+// t2's answer: it used to go by the DM's route, to t1, which got t2's
+// prompt_id and the user's choice while t2 never did.
+func TestPromptPressInASharedDMReachesItsPoster(t *testing.T) {
+	e := webhookEnv(t, nil)
+	bindings := []platform.Binding{
+		{Kind: platform.BindUser, ID: "501", Tenant: "t1"},
+		{Kind: platform.BindUser, ID: "501", Tenant: "t2"},
+	}
+	if err := e.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	r := e.act(t, "t2", promptAction("501", contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t2's prompt: %+v", r)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	user := map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"}
+	chat := map[string]any{"id": int64(501), "type": "private", "first_name": "Ada"}
+	press, err := e.fake.PressButton(884100900, chat, msgID, "hp1:f00dba.1234abcd:once", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("press: status %d", code)
+	}
+	d := e.sink.Next(t)
+	if d.Tenant != "t2" || d.Event == nil || d.Event.PromptResponse == nil || d.Event.PromptResponse.OptionID != "once" {
+		t.Fatalf("press delivered to %q: %+v, want t2's prompt_response", d.Tenant, d.Event)
 	}
 }

@@ -24,16 +24,37 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 	src := &in.event.Source
 	chat := chatOf(src.ChatID)
 	chat.DM = src.ChatType == session.ChatTypeDM
-	r, ok := p.owners.Load().Route(src.UserID.Value, chat)
+	own := p.owners.Load()
+	r, ok := own.Route(src.UserID.Value, chat)
 	switch {
 	case !ok:
 		return "", false, dropUnclaimed
 	case r.Drop != "":
 		return "", false, r.Drop
+	case r.Grant && chat.DM && in.event.PromptResponse != nil:
+		r.Tenant = p.promptPoster(ctx, own, src.UserID.Value, src.ChatID, in.event.PromptResponse.PromptMessageID, r.Tenant)
+		fallthrough
 	case r.Grant:
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant)
 	}
 	return r.Tenant, r.Owner, ""
+}
+
+// promptPoster is the tenant a button press in the DM of user, linked to
+// several tenants, answers: the linked tenant that posted the prompt
+// message (the mark Execute stores for a chat held by grant,
+// platform.Grants.Posted), else home, the tenant the DM routes to.
+func (p *Platform) promptPoster(ctx context.Context, own *platform.Ownership, user, chatID, message, home string) string {
+	tenants := own.LinkedTenants(user)
+	if len(tenants) < 2 || p.grants.PostedBy(ctx, chatID, message, home) {
+		return home
+	}
+	for _, t := range tenants {
+		if t != home && p.grants.PostedBy(ctx, chatID, message, t) {
+			return t
+		}
+	}
+	return home
 }
 
 // linkCode returns the code of in when it is a "/link <code>" DM the

@@ -41,25 +41,34 @@ type wireDraft struct {
 // wireDraftID is the draft_id sendMessageDraft carries for stream k of a
 // private chat. Telegram keys a native draft by chat and draft_id, and the
 // DM of a user linked to several tenants is every one's (platform.Grants),
-// whose gateways all pick small ids: the first stream to use an id in the
-// chat keeps it (one tenant's ids go out unchanged), another stream that
-// names it gets an id hashed from its tenant and id into [2^30, 2^31), the
-// next free one. Platform.drafts remembers the holder of each (the latest
-// sealedDrafts, per instance: gateways of different tenants on different
-// instances may still collide).
+// whose gateways all pick small ids, on any instance: the DM's home tenant
+// (the one its user's messages reach, platform.Ownership.Route) sends its
+// ids unchanged, every other tenant an id hashed from its tenant and id
+// into [2^30, 2^31), so two instances, each knowing only its own streams,
+// pick distinct ids with no shared state. Platform.drafts remembers the
+// holder of each id (the latest sealedDrafts, per instance): a stream
+// naming an id another holds there takes the next hashed one.
 func (p *Platform) wireDraftID(k draftKey) int64 {
-	id := k.draft
-	for try := uint64(0); ; try++ {
+	chat := strconv.FormatInt(k.chat, 10)
+	r, _ := p.owners.Load().Route(chat, chatOf(chat))
+	hashed := func(try uint64) int64 {
+		h := fnv.New64a()
+		h.Write([]byte(k.tenant))
+		h.Write(binary.AppendVarint(binary.AppendUvarint([]byte{0}, try), k.draft))
+		return 1<<30 + int64(h.Sum64()%(1<<30))
+	}
+	id, try := k.draft, uint64(0)
+	if r.Tenant != k.tenant {
+		id, try = hashed(0), 1
+	}
+	for ; ; try++ {
 		w := wireDraft{chat: k.chat, id: id}
 		holder, held, _ := p.drafts.PeekOrAdd(w, k)
 		if !held || holder == k {
 			p.drafts.Get(w) // the latest used is forgotten last
 			return id
 		}
-		h := fnv.New64a()
-		h.Write([]byte(k.tenant))
-		h.Write(binary.AppendVarint(binary.AppendUvarint([]byte{0}, try), k.draft))
-		id = 1<<30 + int64(h.Sum64()%(1<<30))
+		id = hashed(try)
 	}
 }
 

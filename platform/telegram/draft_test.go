@@ -1,6 +1,7 @@
 package telegram
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -74,7 +75,7 @@ func TestPreviewSentWhileASendReplacesIt(t *testing.T) {
 // TestDraftIDsOfTenantsSharingADM: a user linked to t1 and t2 has one DM
 // both may stream drafts into, and both gateways name their stream
 // draft_id 1. Telegram keys a native draft by chat and draft_id, so each
-// tenant's frames must reach it under an id of their own: t1, first,
+// tenant's frames must reach it under an id of their own: t1, the home,
 // keeps 1, t2 gets another, each draft shows its own tenant's text after
 // the other's frame, and each seal becomes its tenant's message. Both
 // used to go out as draft_id 1, t2's frame replacing t1's preview.
@@ -125,6 +126,57 @@ func TestDraftIDsOfTenantsSharingADM(t *testing.T) {
 		id, _ := strconv.Atoi(r.MessageID)
 		if got := e.fake.Messages(501)[id]; got != tenant+" answer" {
 			t.Errorf("%s's sealed message %d is %q", tenant, id, got)
+		}
+	}
+}
+
+// TestDraftIDsOfTenantsSharingADMAcrossInstances: the DM of a user linked
+// to t1 and t2, whose gateways are served by two instances of the
+// connector, each naming its stream draft_id 1. Each instance knows only
+// its own streams, so t2's (on the first instance) and t1's (on the
+// second) each went out as draft_id 1, the later frame replacing the
+// other tenant's draft in the chat. The DM's home tenant (t1, the first
+// linked) keeps its ids; another tenant's reach Telegram under ids of its
+// own on every instance.
+func TestDraftIDsOfTenantsSharingADMAcrossInstances(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.p.cfg
+	other, err := New(cfg, platform.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.transport.CloseIdleConnections)
+	bindings := []platform.Binding{
+		{Kind: platform.BindUser, ID: "501", Tenant: "t1"},
+		{Kind: platform.BindUser, ID: "501", Tenant: "t2"},
+	}
+	for _, p := range []*Platform{e.p, other} {
+		if err := p.Bind(bindings); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frame := func(p *Platform, tenant, content string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		a := contract.Action{Op: contract.OpDraft, ChatID: "501", DraftID: 1, Content: content}
+		if r := p.Execute(ctx, tenant, &a); !r.Success {
+			t.Fatalf("%s draft %q: %+v", tenant, content, r)
+		}
+	}
+	frame(e.p, "t2", "t2 thinking")
+	frame(other, "t1", "t1 thinking")
+	ids := map[string]string{}
+	for _, c := range e.calls(t, "sendMessageDraft", 2) {
+		ids[c.Form["text"][:2]] = c.Form["draft_id"]
+	}
+	if ids["t1"] == ids["t2"] {
+		t.Fatalf("both tenants' drafts went out as draft_id %s", ids["t1"])
+	}
+	for tenant, id := range ids {
+		n, _ := strconv.ParseInt(id, 10, 64)
+		if text, ok := e.fake.Draft(501, 0, n); !ok || text != tenant+" thinking" {
+			t.Errorf("%s's draft %d shows %q (%v)", tenant, n, text, ok)
 		}
 	}
 }
