@@ -48,6 +48,7 @@ const (
 	dropLifecycle        = "lifecycle"
 	dropCommandNotRouted = "command_not_routed"
 	dropOverloaded       = "overloaded"
+	dropStaleUninstall   = "stale_uninstall" // an uninstall older than the install (ingest.go uninstalled)
 )
 
 // lookups is what normalization asks Slack: live, the Web API with a

@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -147,5 +148,44 @@ func TestOAuthStateSingleUseForItsLife(t *testing.T) {
 	}
 	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); ok {
 		t.Fatal("a used state installed the workspace again")
+	}
+}
+
+// TestStaleUninstallKeepsANewerInstall: Slack retries an app_uninstalled
+// it got no 200 for (the same envelope, its event_time unchanged) for
+// minutes. A retry that arrives after the workspace was installed again
+// leaves the new install in place; an uninstall after it forgets it.
+func TestStaleUninstallKeepsANewerInstall(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, func(c *Config) { c.Teams[teamC.ID] = "t3" }, &platform.Deps{Clock: clk})
+	uninstall := func(eventID string, at time.Time) {
+		t.Helper()
+		var env map[string]any
+		if err := json.Unmarshal(slacktest.Envelope(teamC.ID, teamC.BotUser, eventID, map[string]any{"type": "app_uninstalled"}), &env); err != nil {
+			t.Fatal(err)
+		}
+		env["event_time"] = at.Unix()
+		body, _ := json.Marshal(env)
+		req := slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, clk.Now(), "application/json", body)
+		req.Header.Set("X-Slack-Retry-Num", "1")
+		if code, text := e.do(t, req); code != http.StatusOK {
+			t.Fatalf("app_uninstalled %s: %d %s", eventID, code, text)
+		}
+	}
+	uninstalledAt := clk.Now()
+	clk.Advance(2 * time.Minute) // the admin installs the app again
+	state, cookie := e.install(t)
+	e.fake.AddOAuthCode("code-1", teamC)
+	if code, body := e.callback(t, "code-1", state, cookie); code != http.StatusOK {
+		t.Fatalf("callback: %d %s", code, body)
+	}
+	clk.Advance(3 * time.Minute) // Slack's last retry of the uninstall
+	uninstall("Ev1", uninstalledAt)
+	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); !ok {
+		t.Fatal("a retried uninstall older than the install forgot it")
+	}
+	uninstall("Ev2", clk.Now())
+	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); ok {
+		t.Fatal("an uninstall after the install left it")
 	}
 }
