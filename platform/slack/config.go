@@ -147,6 +147,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.BotToken != "" && !strings.HasPrefix(c.BotToken, "xoxb-"):
 		return errors.New("slack.bot_token: want a bot token (xoxb-...)")
+	case strings.ContainsAny(c.BotToken, ", \t\n"):
+		return errors.New("slack.bot_token: want one bot token, without commas or spaces (more workspaces install the app through OAuth: client_id)")
 	case c.AppToken != "" && !strings.HasPrefix(c.AppToken, "xapp-"):
 		return errors.New("slack.app_token: want an app-level token (xapp-...)")
 	case (c.ClientID == "") != (c.ClientSecret == ""):

@@ -418,3 +418,35 @@ func TestGateHoldsWhileTheBotIsUnknown(t *testing.T) {
 		t.Fatalf("%+v", d)
 	}
 }
+
+// TestSharedChannelNamesUseTheInstallsToken: a partner's message in a
+// Slack Connect channel (its team B's, B installed for t2) delivered to
+// A's installation goes to t1 with the names A's token reads: the
+// sender's, the mentioned user's and the channel's are looked up in A,
+// never with B's token (t2's credential, B's names of the channel). The
+// bot it mentions is still judged by its scope (B's bot user), as before.
+func TestSharedChannelNamesUseTheInstallsToken(t *testing.T) {
+	const shared = "C0SHR00001"
+	fake := newFake(t)
+	for _, team := range []string{teamA.ID, teamB.ID} {
+		fake.AddChannel(team, slacktest.Channel{ID: shared, Name: "partners-" + team, SharedTeams: []string{teamA.ID, teamB.ID}})
+	}
+	fake.AddUser(teamA.ID, slacktest.User{ID: userBob, Name: "bob", RealName: "Bob (partner)"})
+	e := newEnvOn(t, fake, nil, nil)
+	ev := slacktest.MessageEvent(teamB.ID, shared, userBob, "1768490100.000100", "", "<@"+teamB.BotUser+"> ask <@"+userAda+">")
+	delete(ev, "client_msg_id") // probed with users.info for a bot too
+	e.event(t, teamA, "Ev1", ev, http.StatusOK)
+	d := e.sink.Next(t)
+	src := d.Event.Source
+	if d.Tenant != "t1" || src.ScopeID != teamB.ID || src.UserName.Value != "Bob (partner)" ||
+		src.ChatName.Value != "partners-"+teamA.ID || d.Event.Text != "ask @Ada" {
+		t.Fatalf("delivery to %s: text %q source %+v", d.Tenant, d.Event.Text, src)
+	}
+	for _, method := range []string{"users.info", "conversations.info"} {
+		for _, c := range e.fake.Calls(method) {
+			if c.Team != teamA.ID {
+				t.Fatalf("%s for t1's event called with %s's token", method, c.Team)
+			}
+		}
+	}
+}

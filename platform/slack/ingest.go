@@ -177,11 +177,21 @@ func (p *Platform) drop(reason, eventID string) {
 }
 
 // uninstalled forgets a workspace's install when Slack says the app was
-// uninstalled or its bot token revoked.
+// uninstalled or its bot token revoked. An install stored after the event
+// happened (its event_time: Slack retries an event it got no 200 for, for
+// minutes, the same envelope) is a newer one, and is kept.
 func (p *Platform) uninstalled(ctx context.Context, env *envelope, ev *wireEvent) error {
 	team := env.installTeam()
 	if ev.Type == "tokens_revoked" && (ev.Tokens == nil || len(ev.Tokens.Bot) == 0) {
 		p.drop(dropUnsupported, env.EventID) // only user tokens were revoked
+		return nil
+	}
+	switch rec, found, err := p.works.load(ctx, team); {
+	case err != nil:
+		return fmt.Errorf("slack: read the install of %s: %w", team, err)
+	case found && env.EventTime > 0 && rec.Installed > int64(env.EventTime):
+		p.drop(dropStaleUninstall, env.EventID)
+		p.log.Info("slack workspace install kept: installed after the event", "team", team, "event", ev.Type)
 		return nil
 	}
 	removed, err := p.works.remove(ctx, team)

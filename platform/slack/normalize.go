@@ -48,14 +48,18 @@ const (
 	dropLifecycle        = "lifecycle"
 	dropCommandNotRouted = "command_not_routed"
 	dropOverloaded       = "overloaded"
+	dropStaleUninstall   = "stale_uninstall" // an uninstall older than the install (ingest.go uninstalled)
 )
 
 // lookups is what normalization asks Slack: live, the Web API with a
 // bounded cache (names.go); in a fixture, the case's context.
 type lookups interface {
-	// user resolves a user of team to its display name (users.info:
-	// display_name, real_name, user.real_name, name; any failure: the id)
-	// and whether it is a bot.
+	// user resolves a user to its display name (users.info with team's
+	// token: display_name, real_name, user.real_name, name; any failure:
+	// the id) and whether it is a bot. A message's names are read with
+	// the token of the workspace whose installation got it (a Slack
+	// Connect partner's too), never with the sender's workspace's: that
+	// one may be another tenant's.
 	user(ctx context.Context, team, user string) userInfo
 	// channelName resolves a conversation to its name, an IM to its peer's
 	// name (conversations.info; any failure: the id).
@@ -319,7 +323,7 @@ func (n *normalizer) dropBotSender(ctx context.Context, m *message, routing stri
 	ev := m.ev
 	isBot := declaredBot(ev, n.pol)
 	if !isBot && ev.User != "" && ev.ClientMsgID == "" {
-		isBot = n.look.user(ctx, m.scope, ev.User).isBot
+		isBot = n.look.user(ctx, m.install, ev.User).isBot
 	}
 	switch {
 	case !isBot:
@@ -339,7 +343,7 @@ func (n *normalizer) peerBot(ctx context.Context, m *message, mentioned bool) bo
 	if ev.User == "" || ev.User == n.bot {
 		return false
 	}
-	if !declaredBot(ev, n.pol) && !n.look.user(ctx, m.scope, ev.User).isBot {
+	if !declaredBot(ev, n.pol) && !n.look.user(ctx, m.install, ev.User).isBot {
 		return false
 	}
 	return n.pol.allowBots == AllowBotsNone || (n.pol.allowBots == AllowBotsMentions && !mentioned)
@@ -433,17 +437,17 @@ func (n *normalizer) build(ctx context.Context, m *message, blocks []any, thread
 		defer cancel()
 		text = userMention.ReplaceAllStringFunc(text, func(mention string) string {
 			id := userMention.FindStringSubmatch(mention)[1]
-			name := strings.TrimSpace(n.look.user(mctx, m.scope, id).name)
+			name := strings.TrimSpace(n.look.user(mctx, m.install, id).name)
 			return "@" + cmp.Or(name, id)
 		})
 	}
 	src := session.Source{
 		Platform:      platformName,
 		ChatID:        ev.Channel,
-		ChatName:      session.Str(n.look.channelName(ctx, m.scope, ev.Channel)),
+		ChatName:      session.Str(n.look.channelName(ctx, m.install, ev.Channel)),
 		ChatType:      session.ChatTypeGroup,
 		UserID:        session.StrOrNull(ev.User),
-		UserName:      session.Str(n.look.user(ctx, m.scope, ev.User).name),
+		UserName:      session.Str(n.look.user(ctx, m.install, ev.User).name),
 		ThreadID:      session.StrOrNull(thread),
 		ScopeID:       m.scope,
 		MessageID:     ev.TS,

@@ -1,7 +1,10 @@
 package slack
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -9,7 +12,10 @@ import (
 
 	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
+	"connector/store"
+	"connector/vault"
 )
 
 var teamC = slacktest.Team{ID: "T0CCC00003", Name: "Newco", Token: "xoxb-3-newco-token", BotUser: "U0BOTC0003", BotID: "B0BOTC0003"}
@@ -147,5 +153,99 @@ func TestOAuthStateSingleUseForItsLife(t *testing.T) {
 	}
 	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); ok {
 		t.Fatal("a used state installed the workspace again")
+	}
+}
+
+// TestStaleUninstallKeepsANewerInstall: Slack retries an app_uninstalled
+// it got no 200 for (the same envelope, its event_time unchanged) for
+// minutes. A retry that arrives after the workspace was installed again
+// leaves the new install in place; an uninstall after it forgets it.
+func TestStaleUninstallKeepsANewerInstall(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, func(c *Config) { c.Teams[teamC.ID] = "t3" }, &platform.Deps{Clock: clk})
+	uninstall := func(eventID string, at time.Time) {
+		t.Helper()
+		var env map[string]any
+		if err := json.Unmarshal(slacktest.Envelope(teamC.ID, teamC.BotUser, eventID, map[string]any{"type": "app_uninstalled"}), &env); err != nil {
+			t.Fatal(err)
+		}
+		env["event_time"] = at.Unix()
+		body, _ := json.Marshal(env)
+		req := slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, clk.Now(), "application/json", body)
+		req.Header.Set("X-Slack-Retry-Num", "1")
+		if code, text := e.do(t, req); code != http.StatusOK {
+			t.Fatalf("app_uninstalled %s: %d %s", eventID, code, text)
+		}
+	}
+	uninstalledAt := clk.Now()
+	clk.Advance(2 * time.Minute) // the admin installs the app again
+	state, cookie := e.install(t)
+	e.fake.AddOAuthCode("code-1", teamC)
+	if code, body := e.callback(t, "code-1", state, cookie); code != http.StatusOK {
+		t.Fatalf("callback: %d %s", code, body)
+	}
+	clk.Advance(3 * time.Minute) // Slack's last retry of the uninstall
+	uninstall("Ev1", uninstalledAt)
+	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); !ok {
+		t.Fatal("a retried uninstall older than the install forgot it")
+	}
+	uninstall("Ev2", clk.Now())
+	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); ok {
+		t.Fatal("an uninstall after the install left it")
+	}
+}
+
+// TestRejectedBotTokenKeepsTheInstalls: Slack refusing bot_token (its
+// workspace uninstalled the app, the token revoked) stops that
+// workspace only: with OAuth installs Run keeps serving, and an
+// installed workspace's events still reach their tenant.
+func TestRejectedBotTokenKeepsTheInstalls(t *testing.T) {
+	fake := newFake(t)
+	fake.Revoke(teamA.Token)
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	p, err := New(Config{
+		SigningSecret: testSecret, BotToken: teamA.Token, ClientID: "1.2", ClientSecret: "client-secret-7a1c",
+		APIURL: fake.URL, Teams: map[string]string{teamA.ID: "t1", teamB.ID: "t2"}, ChannelPerSecond: -1,
+	}, platform.Deps{Store: st, Vault: vault.NewMemory(vault.Config{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.works.install(t.Context(), teamB.ID, installRecord{Token: teamB.Token, BotUser: teamB.BotUser}); err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	for pattern, h := range p.Routes() {
+		mux.Handle(pattern, h)
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	sink := platformtest.NewSink(16)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx, sink) }()
+	deadline := time.Now().Add(waitFor)
+	for !strings.Contains(p.Status().Detail, "rejected bot_token") {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for auth.test's refusal: %+v", waitFor, p.Status())
+		}
+		time.Sleep(2 * time.Millisecond) // the platform signals no readiness
+	}
+	body := slacktest.Envelope(teamB.ID, teamB.BotUser, "Ev1", slacktest.MessageEvent(teamB.ID, chanAcme, userBob, "1768490100.000100", "", "<@U0BOTB0002> status?"))
+	resp, err := srv.Client().Do(slacktest.SignedRequest(srv.URL+EventsPath, testSecret, time.Now(), "application/json", body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("an installed workspace's event while bot_token is refused: %d", resp.StatusCode)
+	}
+	if d := sink.Next(t); d.Tenant != "t2" || d.Event.Text != "status?" {
+		t.Fatalf("delivery %+v", d)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

@@ -29,7 +29,9 @@ const (
 // bot_token is (retrying with backoff while Slack is unreachable), and,
 // with app_token, holds the Socket Mode connection while this instance
 // holds the lease slack/socket (of several instances, one at a time). It
-// returns when ctx is done, or with an error when Slack rejects a token.
+// returns when ctx is done, or with an error when Slack rejects app_token,
+// or bot_token without client_id (with it, the OAuth installs are served
+// on).
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	if !p.running.CompareAndSwap(false, true) {
 		return errors.New("slack: Run is already running")
@@ -50,14 +52,20 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	return p.deps.RunExclusive(ctx, "slack/socket", p.runSocket)
 }
 
-// identify runs auth.test for bot_token until it answers.
+// errBotTokenSkipped ends identify without ending Run: Slack refused
+// bot_token, but the workspaces installed through OAuth are served.
+var errBotTokenSkipped = errors.New("slack: bot_token refused; serving the OAuth installs")
+
+// identify runs auth.test for bot_token until it answers, or until Slack
+// refuses the token: that ends Run, unless workspaces are installed
+// through OAuth (client_id), which are served on.
 func (p *Platform) identify(ctx context.Context) error {
 	if p.cfg.BotToken == "" {
 		p.setStatus(platform.Status{Ready: true, Detail: "serving the workspaces installed through OAuth"})
 		return nil
 	}
 	p.setStatus(platform.Status{Detail: "asking Slack who bot_token is (auth.test)"})
-	return platform.RetryStart(ctx, p.clock, connectTimeout, connectBackoffMin, connectBackoffMax, func(ctx context.Context) error {
+	err := platform.RetryStart(ctx, p.clock, connectTimeout, connectBackoffMin, connectBackoffMax, func(ctx context.Context) error {
 		var who *slack.AuthTestResponse
 		err := p.call(ctx, "", "auth.test", func(ctx context.Context, c *slack.Client) (err error) {
 			who, err = c.AuthTestContext(ctx)
@@ -70,6 +78,12 @@ func (p *Platform) identify(ctx context.Context) error {
 		}
 		return err
 	}, func(err error, retryIn time.Duration) error {
+		if tokenRevoked(err) && p.cfg.ClientID != "" {
+			// Its workspace only: the OAuth installs still serve theirs.
+			p.setStatus(platform.Status{Ready: true, Detail: "Slack rejected bot_token (" + slackErr(err) + "); serving the workspaces installed through OAuth"})
+			p.log.Error("slack rejected the bot token; its workspace is not served, the OAuth installs are; check slack.bot_token")
+			return errBotTokenSkipped
+		}
 		if tokenRevoked(err) {
 			p.setStatus(platform.Status{Detail: "Slack rejected bot_token (" + slackErr(err) + ")", Terminal: true})
 			p.log.Error("slack rejected the bot token; check slack.bot_token")
@@ -79,6 +93,10 @@ func (p *Platform) identify(ctx context.Context) error {
 		p.log.Warn("slack unreachable, retrying auth.test", "err", p.errorText(err), "retry_in", retryIn)
 		return nil
 	})
+	if errors.Is(err, errBotTokenSkipped) {
+		return nil
+	}
+	return err
 }
 
 // runSocket holds a Socket Mode connection until ctx ends (the lease is

@@ -83,3 +83,16 @@ func TestSlackPolicyDefaults(t *testing.T) {
 		t.Fatal("slack.allow_all_users does not lift allowed_users")
 	}
 }
+
+// TestConfigRefusesATokenList: the native SLACK_BOT_TOKEN may list
+// several workspaces' tokens, comma-separated; bot_token takes one (more
+// workspaces install through OAuth), so a list is refused at load, naming
+// the key and no token, rather than sent to Slack as one token.
+func TestConfigRefusesATokenList(t *testing.T) {
+	for _, token := range []string{teamA.Token + "," + teamB.Token, teamA.Token + ", " + teamB.Token, teamA.Token + " " + teamB.Token} {
+		err := Config{SigningSecret: testSecret, BotToken: token}.Validate()
+		if err == nil || !strings.Contains(err.Error(), "slack.bot_token") || strings.Contains(err.Error(), teamB.Token) {
+			t.Fatalf("bot_token %q: %v", token, err)
+		}
+	}
+}

@@ -91,7 +91,7 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 		name := ""
 		switch {
 		case author != "":
-			name = p.names.user(nctx, m.scope, author).name
+			name = p.names.user(nctx, m.install, author).name
 		case isBot:
 			name = cmp.Or(msg.Username, "bot")
 		default:

@@ -38,11 +38,12 @@ func SignedRequest(url, secret string, ts time.Time, contentType string, body []
 }
 
 // Envelope is an Events API event_callback envelope of event, delivered
-// for the app's installation in team whose bot user is bot.
+// for the app's installation in team whose bot user is bot, dispatched
+// now (event_time, as Slack sets it).
 func Envelope(team, bot, eventID string, event map[string]any) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"token": "fake-verification-token", "team_id": team, "api_app_id": "A0FAKEAPP1", "event": event,
-		"type": "event_callback", "event_id": eventID, "event_time": 1768490000,
+		"type": "event_callback", "event_id": eventID, "event_time": time.Now().Unix(),
 		"authorizations":        []any{map[string]any{"enterprise_id": nil, "team_id": team, "user_id": bot, "is_bot": true}},
 		"is_ext_shared_channel": false,
 	})
