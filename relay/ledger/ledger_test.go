@@ -369,8 +369,11 @@ func TestByteWindowFreesUnwindowedOnWritten(t *testing.T) {
 	}
 	r.Ack(sent[0])
 	r.Detach(remote)
-	r.Serve(other, "discord")
-	want(t, "redelivered after the detach", payloads(other.take()), "pass1", "pass2", "pass3", "pass4")
+	next := &byteWindowed{window: 20}
+	r.Serve(next, "discord")
+	want(t, "redelivered after the detach, within the byte window", payloads(next.take()), "pass1", "pass2")
+	r.Written(next, sent[1]) // reported on the detached consumer before: this report is next's own
+	want(t, "after the frame written again", payloads(next.take()), "pass3")
 }
 
 func TestDetachRedeliversUnackedInOriginalOrder(t *testing.T) {
