@@ -124,6 +124,23 @@ func TestEncodedFramesAreNewlineTerminatedJSON(t *testing.T) {
 	}
 }
 
+// TestPassthroughBufferID reads back the bufferId of a passthrough frame
+// only.
+func TestPassthroughBufferID(t *testing.T) {
+	if id, ok := PassthroughBufferID(AppendPassthroughForward(nil, "e1-42", []byte(`{"path":"\"x\""}`))); !ok || id != "e1-42" {
+		t.Fatalf("passthrough: %q %v", id, ok)
+	}
+	for _, f := range [][]byte{
+		AppendPassthroughForward(nil, "", []byte(`{"platform":"discord"}`)),
+		AppendInboundEvent(nil, "e1-43", []byte(`{}`)),
+		[]byte(`{"type":"passthrough_forward","bufferId":"e1-4`),
+	} {
+		if id, ok := PassthroughBufferID(f); ok {
+			t.Errorf("%s: bufferId %q", f, id)
+		}
+	}
+}
+
 func TestSplitLines(t *testing.T) {
 	var got []string
 	SplitLines([]byte("a\n\n  \nb\r\nc"), func(l []byte) { got = append(got, string(l)) })

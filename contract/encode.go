@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"connector/descriptor"
@@ -23,6 +24,22 @@ func AppendInboundEvent(dst []byte, bufferID string, eventJSON []byte) []byte {
 // the encoded Forward.
 func AppendPassthroughForward(dst []byte, bufferID string, forwardJSON []byte) []byte {
 	return append(append(appendHead(dst, TypePassthroughForward, bufferID, "forward"), forwardJSON...), "}\n"...)
+}
+
+// passthroughHead starts every frame AppendPassthroughForward appends with
+// a bufferId.
+const passthroughHead = `{"type":"` + TypePassthroughForward + `","bufferId":"`
+
+// PassthroughBufferID returns the bufferId of a frame
+// AppendPassthroughForward appended, and false for any other frame (or
+// one without a bufferId).
+func PassthroughBufferID(frame []byte) (string, bool) {
+	rest, ok := bytes.CutPrefix(frame, []byte(passthroughHead))
+	if !ok {
+		return "", false
+	}
+	id, _, ok := bytes.Cut(rest, []byte(`"`))
+	return string(id), ok
 }
 
 // appendHead appends a frame of type typ with its bufferId (when set) up

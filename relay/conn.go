@@ -128,8 +128,12 @@ func (c *conn) Owner() (instance, conn string) { return c.srv.instance, c.key }
 // enqueue queues one complete frame for the writer. It never blocks: a queue
 // over Config.SendQueueBytes means the gateway does not keep up, and the
 // connection is closed 4408 (its unacknowledged inbound is redelivered).
-func (c *conn) enqueue(frame []byte) bool {
-	err := c.q.Push(wsconn.Frame{Type: websocket.MessageText, Data: frame})
+func (c *conn) enqueue(frame []byte) bool { return c.enqueueOwned(frame, nil) }
+
+// enqueueOwned is enqueue with owner released once frame was written (or
+// dropped).
+func (c *conn) enqueueOwned(frame []byte, owner wsconn.Releaser) bool {
+	err := c.q.Push(wsconn.Frame{Type: websocket.MessageText, Data: frame, Owner: owner})
 	if err == wsconn.ErrOverflow {
 		c.closeWith(contract.EndTooSlow)
 	}

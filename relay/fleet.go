@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"connector/contract"
 	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/internal/wsconn"
@@ -50,6 +51,7 @@ const (
 	msgDetach    = 'D' // driver: tenant, conn
 	msgAck       = 'A' // driver: tenant, conn, gen, seq, bufferId
 	msgFrame     = 'F' // socket's instance: tenant, conn, gen, seq, frame
+	msgWritten   = 'P' // driver: tenant, conn, gen, bufferId (a passthrough frame written)
 	msgHold      = 'H' // socket's instance, when it asks (msgAskHolds): tenant, conn, gen, frames sent
 	msgBroken    = 'B' // socket's instance: tenant, conn, gen (acks were lost)
 	msgRoster    = 'R' // driver, every beat: tenant, links, digest of (link, acks sent)
@@ -196,7 +198,8 @@ func (r *remoteSeat) Offer(frame []byte) ledger.Offered {
 // WindowBytes implements ledger.ByteWindow: the socket's instance queues
 // every frame it receives, so the inbound (and apart, the passthrough) in
 // flight to it is bounded as conn.Offer bounds a local socket's, by half
-// its send queue.
+// its send queue. The socket's instance reports each passthrough frame
+// written (msgWritten), since older gateways never acknowledge those.
 func (r *remoteSeat) WindowBytes() int64 { return int64(r.f.fl.srv.cfg.SendQueueBytes / 2) }
 
 // push implements pusher. A frame the outbox has no room for is lost like
@@ -240,6 +243,11 @@ func newFleet(s *Server) *fleet {
 	n.Handle(msgFrame, 5, func(m cluster.Msg) {
 		fl.atSocket(m, func(f *tenantFleet, c *conn) {
 			f.frameIn(m.From, c, cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]), m.Fields[4])
+		})
+	})
+	n.Handle(msgWritten, 4, func(m cluster.Msg) {
+		fl.atDriver(m, func(f *tenantFleet) {
+			f.writtenRemote(m.From, string(m.Fields[1]), cluster.Uint(m.Fields[2]), string(m.Fields[3]))
 		})
 	})
 	n.Handle(msgHold, 4, func(m cluster.Msg) {
@@ -775,9 +783,42 @@ func (f *tenantFleet) frameIn(from string, c *conn, gen, seq uint64, frame []byt
 		ok = false
 	}
 	h.mu.Unlock()
-	if ok {
-		c.inbound.Add(1)
+	if !ok {
+		return
+	}
+	c.inbound.Add(1)
+	if id, pass := contract.PassthroughBufferID(frame); pass {
+		c.enqueueOwned(frame, &passthroughWritten{f: f, driver: from, conn: c.key, gen: gen, id: id})
+	} else {
 		c.enqueue(frame)
+	}
+}
+
+// passthroughWritten, released once the socket wrote a passthrough frame
+// from the driver (or dropped it, closing), reports it written to the
+// driver: its bytes leave the socket's window there (ledger.Written),
+// which an acknowledgement alone would free, and older gateways never
+// acknowledge passthrough. Lost, the bytes stay counted until the link's
+// next generation or an ack.
+type passthroughWritten struct {
+	f                *tenantFleet
+	driver, conn, id string
+	gen              uint64
+}
+
+// Release implements wsconn.Releaser.
+func (w *passthroughWritten) Release() {
+	w.f.send(w.driver, msgWritten, []byte(w.conn), cluster.AppendUint(nil, w.gen), []byte(w.id))
+}
+
+// writtenRemote takes the word of a socket on another instance that it
+// wrote the passthrough frame id.
+func (f *tenantFleet) writtenRemote(inst, conn string, gen uint64, id string) {
+	h := f.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if rs := f.remoteLocked(inst, conn); rs != nil && rs.gen == gen && !rs.broken {
+		h.ledger.Written(rs, id)
 	}
 }
 

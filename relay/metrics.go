@@ -28,7 +28,8 @@ type Metrics interface {
 	// "dropped_expired" (older than the age bound).
 	Inbound(platform, tenant, outcome string)
 	// Delivered records the time from platform receipt to the frame being
-	// written to a gateway socket (first delivery only).
+	// handed to a gateway connection's writer, or sent to its instance
+	// (first delivery only).
 	Delivered(platform string, d time.Duration)
 	// Outbound records one outbound op, the platform that ran it ("none"
 	// when it was answered before one was chosen) and its result code ("ok"

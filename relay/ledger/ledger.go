@@ -30,9 +30,10 @@
 //   - A consumer holds at most Config.AckWindow windowed entries in flight
 //     (sent, not acknowledged), and, if it has a ByteWindow, at most that
 //     many bytes of their frames (one entry whatever its size), and as many
-//     again of unwindowed entries' frames; it takes nothing while it
-//     reports no room (Full); one that reports Closing is offered nothing
-//     more.
+//     again of unwindowed entries' frames until it reports each written
+//     (Written: a gateway need not acknowledge those); it takes nothing
+//     while it reports no room (Full); one that reports Closing is offered
+//     nothing more.
 //
 //   - An idle consumer (Idle) gets nothing new but keeps what it holds; a
 //     detached one (Detach) gives its unacknowledged entries back, and they
@@ -112,8 +113,8 @@ type Consumer interface {
 type ByteWindow interface {
 	Consumer
 	// WindowBytes is the most frame bytes of windowed entries it holds in
-	// flight, and apart from those of unwindowed ones, one entry whatever
-	// its size.
+	// flight, and apart from those of unwindowed ones it has not reported
+	// written (Ledger.Written), one entry whatever its size.
 	WindowBytes() int64
 }
 
@@ -315,6 +316,9 @@ type entry struct {
 	seat       *seat  // in flight on this consumer; nil while waiting
 	sent       bool   // delivered at least once
 	windowed   bool
+	// written is set when the consumer an unwindowed entry is in flight on
+	// reported its frame written: its bytes left the consumer's window.
+	written bool
 	// staged is set while the entry's commit is under way: it may be
 	// dispatched, but its removal from the store waits for the commit.
 	staged bool
@@ -595,10 +599,10 @@ func (l *Ledger) removeLocked(e *entry) {
 		if e.windowed {
 			e.seat.inflight--
 			e.seat.inflightBytes -= int64(len(e.frame))
-		} else {
+		} else if !e.written {
 			e.seat.looseBytes -= int64(len(e.frame))
 		}
-		e.seat = nil
+		e.seat, e.written = nil, false
 	case len(l.pending) > 0 && l.pending[0] == e:
 		l.pending[0] = nil
 		l.pending = l.pending[1:]
@@ -816,7 +820,7 @@ func (l *Ledger) Detach(c Consumer) {
 	l.unattachLocked(s)
 	for e := l.oldest; e != nil; e = e.next {
 		if e.seat == s {
-			e.seat = nil
+			e.seat, e.written = nil, false
 			l.pending = append(l.pending, e)
 		}
 	}
@@ -850,6 +854,24 @@ func (l *Ledger) Ack(id string) bool {
 	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 	l.mu.Unlock()
 	return true
+}
+
+// Written reports that c, a ByteWindow, wrote the frame of the unwindowed
+// entry id it holds in flight: its bytes leave c's window, so a gateway
+// that never acknowledges such entries (older ones do not acknowledge
+// passthrough) is not held back by them. The entry stays in flight until
+// acknowledged, and goes out again if c detaches first. Any other id
+// (another consumer's, waiting, windowed, reported already) is ignored.
+func (l *Ledger) Written(c Consumer, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.byID[id]
+	if e == nil || e.windowed || e.written || e.seat == nil || e.seat.c != c {
+		return
+	}
+	e.written = true
+	e.seat.looseBytes -= int64(len(e.frame))
+	l.dispatchLocked()
 }
 
 // OnOwned has f called for every entry of a session dispatched, with the

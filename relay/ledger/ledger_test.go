@@ -335,6 +335,47 @@ func TestByteWindowBoundsUnwindowed(t *testing.T) {
 	want(t, "after one ack", payloads(remote.take()), "pass2")
 }
 
+// TestByteWindowFreesUnwindowedOnWritten: an unwindowed entry's bytes
+// leave a ByteWindow once its consumer reports the frame written, so a
+// gateway that never acknowledges passthrough (older adapters) keeps
+// getting it; the entry stays in flight until acknowledged (a detach
+// hands it out again), and a second report, or one from a consumer it
+// is not in flight on, frees nothing.
+func TestByteWindowFreesUnwindowedOnWritten(t *testing.T) {
+	r := newRig(t, nil)
+	remote := &byteWindowed{window: 20} // "p-1|pass0" and "p-2|pass1" fit, not a third
+	r.Serve(remote, "discord")
+	var sent []string
+	for i := range 5 {
+		id, err := r.Append(context.Background(), Delivery{Kind: unwindowed, Platform: "discord", Payload: []byte(fmt.Sprint("pass", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, id)
+	}
+	want(t, "within the byte window", payloads(remote.take()), "pass0", "pass1")
+	other := &fakeConsumer{}
+	r.Written(other, sent[0])
+	r.Written(remote, sent[2]) // waiting, not in flight
+	want(t, "after reports that free nothing", payloads(remote.take()))
+	r.Written(remote, sent[0])
+	r.Written(remote, sent[0])
+	want(t, "after one frame written, reported twice", payloads(remote.take()), "pass2")
+	r.Written(remote, sent[1])
+	r.Written(remote, sent[2])
+	want(t, "after two more written", payloads(remote.take()), "pass3", "pass4")
+	if n := r.Len(); n != 5 {
+		t.Fatalf("ledger holds %d entries, want the 5 unacknowledged", n)
+	}
+	r.Ack(sent[0])
+	r.Detach(remote)
+	next := &byteWindowed{window: 20}
+	r.Serve(next, "discord")
+	want(t, "redelivered after the detach, within the byte window", payloads(next.take()), "pass1", "pass2")
+	r.Written(next, sent[1]) // reported on the detached consumer before: this report is next's own
+	want(t, "after the frame written again", payloads(next.take()), "pass3")
+}
+
 func TestDetachRedeliversUnackedInOriginalOrder(t *testing.T) {
 	r := newRig(t, nil)
 	a := &fakeConsumer{}
