@@ -207,6 +207,9 @@ func (g *gateway) run(ctx context.Context) error {
 		if err := g.budget.wait(ctx); err != nil {
 			return nil
 		}
+		if g.sess == nil && g.sessionStarts(ctx) != nil {
+			return nil
+		}
 		select {
 		case <-g.disconnected:
 		default:
@@ -258,6 +261,33 @@ func (g *gateway) run(ctx context.Context) error {
 			return nil
 		}
 		backoff = min(2*backoff, cfg.ReconnectMax)
+	}
+}
+
+// sessionStarts waits, before a new session IDENTIFYs, while Discord's own
+// count of the bot's sessions started (GET /gateway/bot's
+// session_start_limit) has reached MaxIdentifiesPerDay or left none: that
+// count spans every process that ran the bot, where the identify budget
+// forgets what a restarted process spent. If Discord cannot be asked, the
+// identify budget alone applies. It returns ctx's error once ctx ended.
+func (g *gateway) sessionStarts(ctx context.Context) error {
+	for {
+		var gb discordgo.GatewayBotResponse
+		if err := g.p.rest(ctx, "GET", discordgo.EndpointGatewayBot, nil, &gb); err != nil {
+			g.p.log.Warn("discord session start limit not read; the identify budget alone applies", "err", describe(err).Error)
+			return ctx.Err()
+		}
+		lim := gb.SessionStartLimit
+		if lim.Remaining > 0 && lim.Total-lim.Remaining < g.p.cfg.MaxIdentifiesPerDay {
+			return nil
+		}
+		wait := max(time.Duration(lim.ResetAfter)*time.Millisecond, g.p.cfg.ReconnectMin)
+		g.p.setStatus(false, false, "identify budget for 24h spent; waiting before reconnecting")
+		g.p.log.Error("discord identify budget spent (Discord's session start limit); waiting",
+			"max_per_day", g.p.cfg.MaxIdentifiesPerDay, "remaining", lim.Remaining, "retry_in", wait)
+		if err := g.p.clock.Sleep(ctx, wait); err != nil {
+			return err
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,6 +191,48 @@ func TestGatewayNewSessionAfterRefusedResume(t *testing.T) {
 				t.Fatalf("delivery on the new session = %+v", d)
 			}
 		})
+	}
+}
+
+// TestGatewayHonoursDiscordSessionStartLimit: the identify budget lives in
+// memory, so a process restarted in a crash loop starts it empty; Discord's
+// own count (GET /gateway/bot session_start_limit) spans every process. A
+// new process finding 950 of 1,000 spent (past MaxIdentifiesPerDay, 900)
+// must wait, neither dialling nor IDENTIFYing, until Discord's count
+// leaves room.
+func TestGatewayHonoursDiscordSessionStartLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	var spent atomic.Bool
+	spent.Store(true)
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.URL.Path != "/api/v9/gateway/bot" || !spent.Load() {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"url":"wss://unused","shards":1,"session_start_limit":{"total":1000,"remaining":50,"reset_after":1,"max_concurrency":1}}`))
+		return true
+	})
+	e.start(t)
+	asks := func() int {
+		n := 0
+		for _, r := range e.fake.Requests() {
+			if r.Path == "/api/v9/gateway/bot" {
+				n++
+			}
+		}
+		return n
+	}
+	platformtest.WaitUntil(t, "Discord's session start limit asked three times", func() bool { return asks() >= 3 })
+	if d, i := e.fake.Dials(), e.fake.Identifies(); d != 0 || i != 0 {
+		t.Fatalf("%d dials and %d IDENTIFYs with 950 of Discord's 1000 session starts spent, want none", d, i)
+	}
+	if st := e.p.Status(); st.Ready || !strings.Contains(st.Detail, "identify budget") {
+		t.Fatalf("status while Discord's session starts are spent = %+v", st)
+	}
+	spent.Store(false)
+	if err := e.fake.WaitSession(waitCtx(t), 1); err != nil {
+		t.Fatal(err)
 	}
 }
 
