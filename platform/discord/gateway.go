@@ -195,8 +195,11 @@ func (g *gateway) open(ctx context.Context) error {
 }
 
 // run keeps the Gateway connected until ctx ends (nil) or Discord refuses
-// the bot (*RefusedError).
+// the bot (*RefusedError). The session is dropped when it returns: Close
+// ended it at Discord (close 1000), so a later run (the lease back on this
+// instance) starts a new one rather than RESUME it.
 func (g *gateway) run(ctx context.Context) error {
+	defer func() { g.sess = nil }()
 	cfg := &g.p.cfg
 	backoff := cfg.ReconnectMin
 	for {

@@ -236,6 +236,37 @@ func TestGatewayHonoursDiscordSessionStartLimit(t *testing.T) {
 	}
 }
 
+// TestGatewayNewSessionAfterLeaseReturns: when the Gateway lease is lost,
+// run closes its session with 1000, which ends the session at Discord;
+// when the lease comes back the instance must IDENTIFY anew (through the
+// session start check), not RESUME the session it closed.
+func TestGatewayNewSessionAfterLeaseReturns(t *testing.T) {
+	t.Parallel()
+	lost := make(chan struct{})
+	holder := func(ctx context.Context, _ string, run func(context.Context) error) error {
+		term, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-lost:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		_ = run(term) // until the lease is lost
+		cancel()
+		return run(ctx) // the lease is back
+	}
+	e := newEnvDeps(t, platform.Deps{Exclusive: holder}, discordtest.Options{}, nil)
+	e.startReady(t)
+	close(lost)
+	if err := e.fake.WaitSession(waitCtx(t), 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.fake.Handshakes(); !slices.Equal(got, []int{2, 2}) {
+		t.Fatalf("HELLOs answered with ops %v, want [2 2]: the session closed when the lease was lost must not be resumed", got)
+	}
+}
+
 func TestGatewayHandshakeWatchdog(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{Silent: true}, func(c *Config) {
