@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -210,8 +211,10 @@ func (g *gateway) run(ctx context.Context) error {
 		if err := g.budget.wait(ctx); err != nil {
 			return nil
 		}
-		if g.sess == nil && g.sessionStarts(ctx) != nil {
-			return nil
+		if g.sess == nil {
+			if err := g.sessionStarts(ctx); err != nil {
+				return g.refusedOr(err)
+			}
 		}
 		select {
 		case <-g.disconnected:
@@ -244,10 +247,7 @@ func (g *gateway) run(ctx context.Context) error {
 			g.budget.record() // a failed open may have spent an identify
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) && terminalCloses[ce.Code] != "" {
-				refused := &RefusedError{Code: ce.Code}
-				g.p.setStatus(false, true, refused.Error())
-				g.p.log.Error("discord gateway refused the bot; not reconnecting", "close_code", ce.Code, "meaning", terminalCloses[ce.Code])
-				return refused
+				return g.refusedOr(&RefusedError{Code: ce.Code})
 			}
 			if errors.As(err, &ce) && newSessionCloses[ce.Code] {
 				g.sess = nil // Discord will not resume it
@@ -267,22 +267,42 @@ func (g *gateway) run(ctx context.Context) error {
 	}
 }
 
+// refusedOr ends run: with err when it is a *RefusedError, which turns
+// Status terminal, else (ctx ended) with nil.
+func (g *gateway) refusedOr(err error) error {
+	var refused *RefusedError
+	if !errors.As(err, &refused) {
+		return nil
+	}
+	g.p.setStatus(false, true, refused.Error())
+	g.p.log.Error("discord gateway refused the bot; not reconnecting", "close_code", refused.Code, "meaning", terminalCloses[refused.Code])
+	return refused
+}
+
 // sessionStarts waits, before a new session IDENTIFYs, while Discord's own
 // count of the bot's sessions started (GET /gateway/bot's
 // session_start_limit) has reached MaxIdentifiesPerDay or left none: that
 // count spans every process that ran the bot, where the identify budget
-// forgets what a restarted process spent. If Discord cannot be asked, the
-// identify budget alone applies. It returns ctx's error once ctx ended.
+// forgets what a restarted process spent. If Discord cannot be asked or
+// tells no limit, the identify budget alone applies. It returns a
+// *RefusedError (4004) when Discord answers 401 (the bot token is wrong: the
+// 401 pauses REST, so the Gateway could not be asked to say so), else ctx's
+// error once ctx ended.
 func (g *gateway) sessionStarts(ctx context.Context) error {
 	for {
 		var gb discordgo.GatewayBotResponse
-		if err := g.p.rest(ctx, "GET", discordgo.EndpointGatewayBot, nil, &gb); err != nil {
+		err := g.p.rest(ctx, "GET", discordgo.EndpointGatewayBot, nil, &gb)
+		var re *discordgo.RESTError
+		switch {
+		case errors.As(err, &re) && re.Response != nil && re.Response.StatusCode == http.StatusUnauthorized:
+			return &RefusedError{Code: 4004} // what the Gateway would close with
+		case err != nil:
 			g.p.log.Warn("discord session start limit not read; the identify budget alone applies", "err", describe(err).Error)
 			return ctx.Err()
 		}
 		lim := gb.SessionStartLimit
-		if lim.Remaining > 0 && lim.Total-lim.Remaining < g.p.cfg.MaxIdentifiesPerDay {
-			return nil
+		if lim.Total == 0 || lim.Remaining > 0 && lim.Total-lim.Remaining < g.p.cfg.MaxIdentifiesPerDay {
+			return nil // no limit told (not Discord's answer), or room left
 		}
 		wait := max(time.Duration(lim.ResetAfter)*time.Millisecond, g.p.cfg.ReconnectMin)
 		g.p.setStatus(false, false, "identify budget for 24h spent; waiting before reconnecting")

@@ -144,6 +144,42 @@ func TestGatewayTerminalCloseCodes(t *testing.T) {
 	}
 }
 
+// TestGatewayBadTokenAtSessionStartLimit: Discord answers GET /gateway/bot
+// with 401 for a wrong bot token. That 401 pauses REST (GET /gateway
+// included), so the Gateway would never get to close with 4004: Run must
+// end at once with the same terminal refusal, dialling nothing.
+func TestGatewayBadTokenAtSessionStartLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.URL.Path != "/api/v9/gateway/bot" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"message":"401: Unauthorized","code":0}`))
+		return true
+	})
+	e.start(t)
+	var err error
+	select {
+	case err = <-e.done:
+	case <-waitCtx(t).Done():
+		t.Fatal("Run kept retrying after Discord answered 401 for the bot token")
+	}
+	e.done <- nil // for the cleanup
+	var refused *RefusedError
+	if !errors.As(err, &refused) || refused.Code != 4004 {
+		t.Fatalf("Run = %v, want RefusedError 4004", err)
+	}
+	if st := e.p.Status(); st.Ready || !st.Terminal || !strings.Contains(st.Detail, "bot_token") {
+		t.Fatalf("status = %+v", st)
+	}
+	if n := e.fake.Dials(); n != 0 {
+		t.Fatalf("the Gateway was dialled %d times, want 0", n)
+	}
+}
+
 func TestGatewayReconnectResumes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
