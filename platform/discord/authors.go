@@ -20,19 +20,18 @@ import (
 // as no binding or claim of another tenant covers it.
 
 // chatOf places a channel of guildID ("" for a DM) for the ownership
-// order: its parent (a thread's channel, a channel's category) comes from
-// the channel cache.
+// order: a thread's parent channel comes from the channel cache.
 func (p *Platform) chatOf(guildID, channelID string) platform.Chat {
 	c := platform.Chat{ID: channelID, Space: guildID, DM: guildID == ""}
 	if ci, ok := p.cache.cachedChannel(channelID); ok {
-		c.Parent = ci.ParentID
+		c.Parent = ci.threadParent()
 	}
 	return c
 }
 
 // chatOfInfo places a cached or looked-up channel for the ownership order.
 func chatOfInfo(ci chanInfo) platform.Chat {
-	return platform.Chat{ID: ci.ID, Parent: ci.ParentID, Space: ci.GuildID, DM: ci.Type == discordgo.ChannelTypeDM || ci.Type == discordgo.ChannelTypeGroupDM}
+	return platform.Chat{ID: ci.ID, Parent: ci.threadParent(), Space: ci.GuildID, DM: ci.Type == discordgo.ChannelTypeDM || ci.Type == discordgo.ChannelTypeGroupDM}
 }
 
 // route resolves the tenant of an event by the ownership order, from its
@@ -73,7 +72,7 @@ func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *no
 	if chat.Parent == "" && m.GuildID != "" {
 		// Not cached (or no parent): a thread's channel decides its claim.
 		if ci, err := p.cache.channel(ctx, m.ChannelID); err == nil {
-			chat.Parent = ci.ParentID
+			chat.Parent = ci.threadParent()
 		}
 	}
 	tenant, owner, drop := p.route(ctx, author, chat)
@@ -138,8 +137,8 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 	spoke := p.spoke.Has(ctx, chatID, tenant)
 	claimed := own.Claimed(chatID, tenant)
 	ci, cached := p.cache.cachedChannel(chatID)
-	if cached && ci.ParentID != "" {
-		claimed = claimed || own.Claimed(ci.ParentID, tenant)
+	if parent := ci.threadParent(); cached && parent != "" {
+		claimed = claimed || own.Claimed(parent, tenant)
 	}
 	if !spoke && !claimed && !cached && p.standby() {
 		// A standby's cache lacks the threads the Gateway tells of: the
@@ -155,7 +154,7 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 		case !found:
 			return platform.HoldNone, nil
 		}
-		if ci.ParentID != "" && own.Claimed(ci.ParentID, tenant) && own.MayAct(tenant, chatOfInfo(ci), func() bool { return false }) {
+		if parent := ci.threadParent(); parent != "" && own.Claimed(parent, tenant) && own.MayAct(tenant, chatOfInfo(ci), func() bool { return false }) {
 			return platform.HoldOwn, nil
 		}
 		if owner, ok := p.channelTenant(ci); !ok || owner != tenant {

@@ -42,6 +42,17 @@ func (c chanInfo) isThread() bool {
 	return c.Type == discordgo.ChannelTypeGuildNewsThread || c.Type == discordgo.ChannelTypeGuildPublicThread || c.Type == discordgo.ChannelTypeGuildPrivateThread
 }
 
+// threadParent is the channel a thread is in, and "" for any other chat: a
+// channel's category is no parent in the ownership order (a claim holds
+// the claimed chat and a claimed channel's threads, not the channels filed
+// under a claimed category).
+func (c chanInfo) threadParent() string {
+	if c.isThread() {
+		return c.ParentID
+	}
+	return ""
+}
+
 func (c chanInfo) isForum() bool {
 	return c.Type == discordgo.ChannelTypeGuildForum || c.Type == discordgo.ChannelTypeGuildMedia
 }

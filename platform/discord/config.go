@@ -101,7 +101,9 @@ type Config struct {
 	// resets to ReconnectMin, so a crash loop keeps backing off. Default 60s.
 	StableAfter time.Duration `yaml:"stable_after"`
 	// MaxIdentifiesPerDay bounds Gateway sessions started per rolling 24
-	// hours (Discord allows 1,000); when spent, reconnects wait. Default 900.
+	// hours (Discord allows 1,000), counted by this process and, before each
+	// new session, by Discord (GET /gateway/bot, which also counts what
+	// restarted processes spent); when spent, reconnects wait. Default 900.
 	MaxIdentifiesPerDay int `yaml:"max_identifies_per_day"`
 
 	// CommandSyncDebounce is the quiet period after the last discord hello

@@ -15,8 +15,10 @@
 // *RefusedError and Status turns Terminal instead of reconnecting forever),
 // resumes after other closes with jittered backoff (ReconnectMin doubling to
 // ReconnectMax, reset only after StableAfter of uptime) and keeps a rolling
-// 24-hour identify budget (MaxIdentifiesPerDay), so a crash loop never burns
-// Discord's 1,000 identifies a day.
+// 24-hour identify budget (MaxIdentifiesPerDay), checked before each new
+// session against Discord's own count (GET /gateway/bot
+// session_start_limit, which a restart does not forget), so a crash loop
+// never burns Discord's 1,000 identifies a day.
 //
 // Dispatches are handled on discordgo's reader goroutine, in order. GUILD_*,
 // CHANNEL_*, THREAD_* events feed a channel/thread/guild cache (ingest

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -195,8 +196,11 @@ func (g *gateway) open(ctx context.Context) error {
 }
 
 // run keeps the Gateway connected until ctx ends (nil) or Discord refuses
-// the bot (*RefusedError).
+// the bot (*RefusedError). The session is dropped when it returns: Close
+// ended it at Discord (close 1000), so a later run (the lease back on this
+// instance) starts a new one rather than RESUME it.
 func (g *gateway) run(ctx context.Context) error {
+	defer func() { g.sess = nil }()
 	cfg := &g.p.cfg
 	backoff := cfg.ReconnectMin
 	for {
@@ -206,6 +210,11 @@ func (g *gateway) run(ctx context.Context) error {
 		}
 		if err := g.budget.wait(ctx); err != nil {
 			return nil
+		}
+		if g.sess == nil {
+			if err := g.sessionStarts(ctx); err != nil {
+				return g.refusedOr(err)
+			}
 		}
 		select {
 		case <-g.disconnected:
@@ -238,10 +247,7 @@ func (g *gateway) run(ctx context.Context) error {
 			g.budget.record() // a failed open may have spent an identify
 			var ce *websocket.CloseError
 			if errors.As(err, &ce) && terminalCloses[ce.Code] != "" {
-				refused := &RefusedError{Code: ce.Code}
-				g.p.setStatus(false, true, refused.Error())
-				g.p.log.Error("discord gateway refused the bot; not reconnecting", "close_code", ce.Code, "meaning", terminalCloses[ce.Code])
-				return refused
+				return g.refusedOr(&RefusedError{Code: ce.Code})
 			}
 			if errors.As(err, &ce) && newSessionCloses[ce.Code] {
 				g.sess = nil // Discord will not resume it
@@ -258,6 +264,53 @@ func (g *gateway) run(ctx context.Context) error {
 			return nil
 		}
 		backoff = min(2*backoff, cfg.ReconnectMax)
+	}
+}
+
+// refusedOr ends run: with err when it is a *RefusedError, which turns
+// Status terminal, else (ctx ended) with nil.
+func (g *gateway) refusedOr(err error) error {
+	var refused *RefusedError
+	if !errors.As(err, &refused) {
+		return nil
+	}
+	g.p.setStatus(false, true, refused.Error())
+	g.p.log.Error("discord gateway refused the bot; not reconnecting", "close_code", refused.Code, "meaning", terminalCloses[refused.Code])
+	return refused
+}
+
+// sessionStarts waits, before a new session IDENTIFYs, while Discord's own
+// count of the bot's sessions started (GET /gateway/bot's
+// session_start_limit) has reached MaxIdentifiesPerDay or left none: that
+// count spans every process that ran the bot, where the identify budget
+// forgets what a restarted process spent. If Discord cannot be asked or
+// tells no limit, the identify budget alone applies. It returns a
+// *RefusedError (4004) when Discord answers 401 (the bot token is wrong: the
+// 401 pauses REST, so the Gateway could not be asked to say so), else ctx's
+// error once ctx ended.
+func (g *gateway) sessionStarts(ctx context.Context) error {
+	for {
+		var gb discordgo.GatewayBotResponse
+		err := g.p.rest(ctx, "GET", discordgo.EndpointGatewayBot, nil, &gb)
+		var re *discordgo.RESTError
+		switch {
+		case errors.As(err, &re) && re.Response != nil && re.Response.StatusCode == http.StatusUnauthorized:
+			return &RefusedError{Code: 4004} // what the Gateway would close with
+		case err != nil:
+			g.p.log.Warn("discord session start limit not read; the identify budget alone applies", "err", describe(err).Error)
+			return ctx.Err()
+		}
+		lim := gb.SessionStartLimit
+		if lim.Total == 0 || lim.Remaining > 0 && lim.Total-lim.Remaining < g.p.cfg.MaxIdentifiesPerDay {
+			return nil // no limit told (not Discord's answer), or room left
+		}
+		wait := max(time.Duration(lim.ResetAfter)*time.Millisecond, g.p.cfg.ReconnectMin)
+		g.p.setStatus(false, false, "identify budget for 24h spent; waiting before reconnecting")
+		g.p.log.Error("discord identify budget spent (Discord's session start limit); waiting",
+			"max_per_day", g.p.cfg.MaxIdentifiesPerDay, "remaining", lim.Remaining, "retry_in", wait)
+		if err := g.p.clock.Sleep(ctx, wait); err != nil {
+			return err
+		}
 	}
 }
 

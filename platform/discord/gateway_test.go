@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -143,6 +144,42 @@ func TestGatewayTerminalCloseCodes(t *testing.T) {
 	}
 }
 
+// TestGatewayBadTokenAtSessionStartLimit: Discord answers GET /gateway/bot
+// with 401 for a wrong bot token. That 401 pauses REST (GET /gateway
+// included), so the Gateway would never get to close with 4004: Run must
+// end at once with the same terminal refusal, dialling nothing.
+func TestGatewayBadTokenAtSessionStartLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.URL.Path != "/api/v9/gateway/bot" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"message":"401: Unauthorized","code":0}`))
+		return true
+	})
+	e.start(t)
+	var err error
+	select {
+	case err = <-e.done:
+	case <-waitCtx(t).Done():
+		t.Fatal("Run kept retrying after Discord answered 401 for the bot token")
+	}
+	e.done <- nil // for the cleanup
+	var refused *RefusedError
+	if !errors.As(err, &refused) || refused.Code != 4004 {
+		t.Fatalf("Run = %v, want RefusedError 4004", err)
+	}
+	if st := e.p.Status(); st.Ready || !st.Terminal || !strings.Contains(st.Detail, "bot_token") {
+		t.Fatalf("status = %+v", st)
+	}
+	if n := e.fake.Dials(); n != 0 {
+		t.Fatalf("the Gateway was dialled %d times, want 0", n)
+	}
+}
+
 func TestGatewayReconnectResumes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
@@ -190,6 +227,79 @@ func TestGatewayNewSessionAfterRefusedResume(t *testing.T) {
 				t.Fatalf("delivery on the new session = %+v", d)
 			}
 		})
+	}
+}
+
+// TestGatewayHonoursDiscordSessionStartLimit: the identify budget lives in
+// memory, so a process restarted in a crash loop starts it empty; Discord's
+// own count (GET /gateway/bot session_start_limit) spans every process. A
+// new process finding 950 of 1,000 spent (past MaxIdentifiesPerDay, 900)
+// must wait, neither dialling nor IDENTIFYing, until Discord's count
+// leaves room.
+func TestGatewayHonoursDiscordSessionStartLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	var spent atomic.Bool
+	spent.Store(true)
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.URL.Path != "/api/v9/gateway/bot" || !spent.Load() {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"url":"wss://unused","shards":1,"session_start_limit":{"total":1000,"remaining":50,"reset_after":1,"max_concurrency":1}}`))
+		return true
+	})
+	e.start(t)
+	asks := func() int {
+		n := 0
+		for _, r := range e.fake.Requests() {
+			if r.Path == "/api/v9/gateway/bot" {
+				n++
+			}
+		}
+		return n
+	}
+	platformtest.WaitUntil(t, "Discord's session start limit asked three times", func() bool { return asks() >= 3 })
+	if d, i := e.fake.Dials(), e.fake.Identifies(); d != 0 || i != 0 {
+		t.Fatalf("%d dials and %d IDENTIFYs with 950 of Discord's 1000 session starts spent, want none", d, i)
+	}
+	if st := e.p.Status(); st.Ready || !strings.Contains(st.Detail, "identify budget") {
+		t.Fatalf("status while Discord's session starts are spent = %+v", st)
+	}
+	spent.Store(false)
+	if err := e.fake.WaitSession(waitCtx(t), 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGatewayNewSessionAfterLeaseReturns: when the Gateway lease is lost,
+// run closes its session with 1000, which ends the session at Discord;
+// when the lease comes back the instance must IDENTIFY anew (through the
+// session start check), not RESUME the session it closed.
+func TestGatewayNewSessionAfterLeaseReturns(t *testing.T) {
+	t.Parallel()
+	lost := make(chan struct{})
+	holder := func(ctx context.Context, _ string, run func(context.Context) error) error {
+		term, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-lost:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		_ = run(term) // until the lease is lost
+		cancel()
+		return run(ctx) // the lease is back
+	}
+	e := newEnvDeps(t, platform.Deps{Exclusive: holder}, discordtest.Options{}, nil)
+	e.startReady(t)
+	close(lost)
+	if err := e.fake.WaitSession(waitCtx(t), 2); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.fake.Handshakes(); !slices.Equal(got, []int{2, 2}) {
+		t.Fatalf("HELLOs answered with ops %v, want [2 2]: the session closed when the lease was lost must not be resumed", got)
 	}
 }
 

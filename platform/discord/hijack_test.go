@@ -220,3 +220,35 @@ func TestMessageInAnUncachedThreadOfAClaimedChannel(t *testing.T) {
 		t.Fatalf("the message in t3's claimed channel's thread reached %q", d.Tenant)
 	}
 }
+
+// TestCategoryClaimHoldsNoChannel: a scope claim holds the claimed chat and
+// the threads of a claimed channel (docs/security.md, rule 2), nothing
+// more. A Discord category is a channel the bot sees, so a tenant can
+// claim it, but the channels filed under it are not its threads: t3,
+// which claimed category Projects in guild Lab (bound to nobody), may not
+// act in channel "plans" under it, which it never claimed (nor would a
+// later channel filed there be its), and a message there does not reach it.
+func TestCategoryClaimHoldsNoChannel(t *testing.T) {
+	t.Parallel()
+	const category, filed = "150", "151"
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.fake.AddChannel(discordtest.Channel{ID: category, Type: 4, GuildID: guildLab, Name: "Projects"})
+	e.fake.AddChannel(discordtest.Channel{ID: filed, Type: 0, GuildID: guildLab, Name: "plans", ParentID: category})
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+		{Kind: platform.BindScope, ID: category, Tenant: "t3", Space: guildLab},
+		{Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "t3"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r := execute(t, e, "t3", `{"op":"send","chat_id":"`+filed+`","content":"mine?","reply_to":null,"metadata":{}}`); r.Success || r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t3's send into a channel of the category it claimed = %+v, want the decline", r)
+	}
+	if got := e.fake.Messages(filed); len(got) != 0 {
+		t.Fatalf("the channel holds %+v", got)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("9301", filed, guildLab, "hello plans", true))
+	e.metrics.waitDrop(t, "unclaimed", 1)
+	e.sink.Empty(t)
+}

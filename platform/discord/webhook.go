@@ -118,7 +118,7 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	admit, cancel := context.WithDeadline(life.ctx, deadline)
 	defer cancel()
 	chat := p.chatOf(in.GuildID, in.ChannelID)
-	if ch := in.Channel; ch != nil && ch.ID == in.ChannelID && ch.ParentID != "" {
+	if ch := in.Channel; ch != nil && ch.ID == in.ChannelID && infoFrom(ch).threadParent() != "" {
 		chat.Parent = ch.ParentID // a thread the cache lacks (an instance without the Gateway)
 	}
 	tenant, _, drop := p.route(admit, author, chat)

@@ -34,6 +34,9 @@ func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case route == "GET gateway" && len(segs) == 1:
 		writeJSON(w, http.StatusOK, map[string]string{"url": s.GatewayURL})
+	case route == "GET gateway" && len(segs) == 2 && segs[1] == "bot":
+		writeJSON(w, http.StatusOK, map[string]any{"url": s.GatewayURL, "shards": 1,
+			"session_start_limit": map[string]int{"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}})
 	case route == "GET channels" && len(segs) == 2:
 		s.getChannel(w, segs[1])
 	case route == "GET guilds" && len(segs) == 2:
