@@ -96,7 +96,10 @@
 // one per update. A
 // delivery the relay refuses is retried (polling) or answered 503 so
 // Telegram retries (webhook). When polling, an update whose delivery
-// is still failing when the connector shuts down is logged as lost.
+// is still failing when the poll stops is logged and left unconfirmed, so
+// the next poll fetches it again; a poll that stops with every update of
+// its last answer handled confirms them (run.go, confirmHandled), so the
+// next poller, after a handover or a restart, is not handed them again.
 //
 // # Egress
 //

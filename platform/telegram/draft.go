@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-telegram/bot"
 	"github.com/go-telegram/bot/models"
@@ -24,6 +25,49 @@ import (
 // Platform.previews, the open streams of group chats, and Platform.drafts,
 // the draft ids sent to private chats (wireDraftID).
 const sealedDrafts = 512
+
+// sealRetryWindow is how long a sealed stream answers a repeated seal
+// (sealedDraft). The gateway retries an ambiguous seal once, after its 30 s
+// wait for the result (or a reconnect, backed off up to 30 s); but it
+// numbers its streams from 1 in each process, so after a restart it names
+// draft ids it sealed before in the same chat, and such a seal must become
+// a message of its own.
+const sealRetryWindow = 5 * time.Minute
+
+// sealedDraft is the message a draft stream was sealed as (Platform.sealed).
+// Only a seal of the same content within sealRetryWindow is its repeat;
+// any other starts the stream anew.
+type sealedDraft struct {
+	id  string    // the message (its first part)
+	at  time.Time // when it was sealed
+	sum uint64    // contentSum of the sealed content
+}
+
+// contentSum is the digest of a seal's content that tells a repeated seal
+// from a new stream under a reused draft_id.
+func contentSum(content string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(content))
+	return h.Sum64()
+}
+
+// recentSeal is stream k's seal, when it was sealed within sealRetryWindow.
+func (p *Platform) recentSeal(k draftKey) (sealedDraft, bool) {
+	s, ok := p.sealed.Get(k)
+	return s, ok && p.deps.Clock.Now().Sub(s.at) < sealRetryWindow
+}
+
+// resealed is the message a repeated seal a of stream k answers, if it is
+// one.
+func (p *Platform) resealed(k draftKey, a *contract.Action) (string, bool) {
+	s, ok := p.recentSeal(k)
+	return s.id, ok && s.sum == contentSum(a.Content)
+}
+
+// seal records that stream k, sealing a, became message id.
+func (p *Platform) seal(k draftKey, a *contract.Action, id string) {
+	p.sealed.Add(k, sealedDraft{id: id, at: p.deps.Clock.Now(), sum: contentSum(a.Content)})
+}
 
 // draftKey names one draft stream of a tenant's chat.
 type draftKey struct {
@@ -164,10 +208,11 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 
 // showPreview shows a group chat's draft frame in the stream's preview
 // message: it edits the message, or sends it when there is none yet (or it
-// is gone). A frame of a sealed stream shows nothing.
+// is gone). A frame of a stream sealed within sealRetryWindow shows
+// nothing.
 func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
-	if _, ok := p.sealed.Get(k); ok {
+	if _, ok := p.recentSeal(k); ok {
 		return contract.OK("")
 	}
 	pv := p.openPreview(k, a)
@@ -220,18 +265,18 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 }
 
 // sealDraft sends a stream's final content as a real message, once per
-// stream, and answers the first part's id. In a group chat the stream's
-// preview becomes that first part.
+// stream (a repeated seal answers it: resealed), and answers the first
+// part's id. In a group chat the stream's preview becomes that first part.
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
-	if id, ok := p.sealed.Get(k); ok {
+	if id, ok := p.resealed(k, a); ok {
 		return contract.OK(id)
 	}
 	parts := textsplit.Split(a.Content, splitRules)
 	if _, open := p.previews.Peek(k); open {
 		pv := p.openPreview(k, a)
 		defer pv.mu.Unlock()
-		if id, ok := p.sealed.Get(k); ok { // sealed while this seal waited
+		if id, ok := p.resealed(k, a); ok { // sealed while this seal waited
 			return contract.OK(id)
 		}
 		if pv.id != 0 {
@@ -241,7 +286,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 			}
 			if !gone {
 				first := strconv.Itoa(pv.id)
-				p.sealed.Add(k, first)
+				p.seal(k, a, first)
 				p.closePreview(k, pv)
 				if len(parts) > 1 {
 					if _, _, r := p.sendParts(ctx, tenant, chat, a, parts[1:], nil); !r.Success {
@@ -258,7 +303,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	if first != "" {
 		// Even a partly sent seal is the stream's message: a retry must not
 		// send the parts that went out again.
-		p.sealed.Add(k, first)
+		p.seal(k, a, first)
 	}
 	return r // contract.OK(first) when every part went out
 }

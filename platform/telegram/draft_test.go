@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 )
@@ -178,5 +179,48 @@ func TestDraftIDsOfTenantsSharingADMAcrossInstances(t *testing.T) {
 		if text, ok := e.fake.Draft(501, 0, n); !ok || text != tenant+" thinking" {
 			t.Errorf("%s's draft %d shows %q (%v)", tenant, n, text, ok)
 		}
+	}
+}
+
+// TestDraftIDReusedAfterTheSealWindow: the gateway numbers its draft
+// streams from 1 in each process, so after a restart it names a draft_id
+// it sealed before in the same chat. A repeated seal (the gateway retries
+// an ambiguous one) shortly after is answered from the first; a seal with
+// other content, or one after sealRetryWindow, is a new stream and becomes
+// a message of its own. Both used to answer the old message and send
+// nothing, so the user never saw the reply. Private chat and group alike.
+func TestDraftIDReusedAfterTheSealWindow(t *testing.T) {
+	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
+		t.Run(chat, func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+			e := newEnvOn(t, clk, nil)
+			tenant := testChats[chat]
+			id, _ := strconv.ParseInt(chat, 10, 64)
+			seal := func(content string) string {
+				t.Helper()
+				if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: content + " thinking"}); !r.Success {
+					t.Fatalf("draft frame %q: %+v", content, r)
+				}
+				r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: content, Final: true})
+				n, _ := strconv.Atoi(r.MessageID)
+				if !r.Success || e.fake.Messages(id)[n] != content {
+					t.Fatalf("seal %q = %+v, the message says %q", content, r, e.fake.Messages(id)[n])
+				}
+				return r.MessageID
+			}
+			first := seal("first answer")
+			clk.Advance(sealRetryWindow / 2)
+			if retry := seal("first answer"); retry != first {
+				t.Fatalf("a retried seal became message %s, want %s", retry, first)
+			}
+			second := seal("second answer")
+			if second == first {
+				t.Fatalf("a seal with other content was answered with the first message %s", first)
+			}
+			clk.Advance(sealRetryWindow + time.Second)
+			if third := seal("second answer"); third == second {
+				t.Fatalf("a seal after the window was answered with message %s", second)
+			}
+		})
 	}
 }

@@ -142,6 +142,16 @@ func (g *offsetGate) done(id int64) {
 	g.changed = make(chan struct{})
 }
 
+// handled returns the highest update id of the last answer the worker
+// took, when every update it took was handled: an offset past it confirms
+// them all, and none of the answer it did not take (ids rise within an
+// answer). ok is false when nothing was taken or one is still pending.
+func (g *offsetGate) handled() (last int64, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reached, g.reached > 0 && len(g.pending) == 0
+}
+
 // reset forgets every update handed out: a new poll starts, and the last
 // one's updates are ingested or given up.
 func (g *offsetGate) reset() {

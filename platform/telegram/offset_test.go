@@ -1,10 +1,13 @@
 package telegram
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -14,6 +17,8 @@ import (
 	"time"
 
 	"connector/internal/clock/clocktest"
+	"connector/platform"
+	"connector/platform/platformtest"
 )
 
 // roundTripFunc is an http.RoundTripper from a function.
@@ -265,4 +270,89 @@ func TestOffsetGateTimesCallsFromWhenTheyGoOut(t *testing.T) {
 	if err := call("hang"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a hanging call returned %v, want its deadline exceeded", err)
 	}
+}
+
+// heldSink holds its first delivery until release is closed, telling held
+// when it has it; then it delivers into Sink.
+type heldSink struct {
+	*platformtest.Sink
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func (s *heldSink) Deliver(ctx context.Context, d platform.Delivery) error {
+	s.once.Do(func() {
+		close(s.held)
+		<-s.release
+	})
+	return s.Sink.Deliver(ctx, d)
+}
+
+// A poll that stops cleanly (SIGTERM, or a lease handed over) while the
+// last answer's update is still being stored confirms it once it is stored:
+// the next poller (another instance, or this one restarted) is not handed
+// it again. Only the next poll's getUpdates used to confirm it, so every
+// clean handover delivered the last answer twice.
+func TestCleanStopConfirmsTheLastAnswer(t *testing.T) {
+	e := newEnv(t, nil)
+	sink := &heldSink{Sink: newSink(), held: make(chan struct{}), release: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, sink) }()
+	t.Cleanup(cancel)
+	first := fixture(t, "telegram_shared_private_text")
+	e.fake.Enqueue(first.Raw)
+	select {
+	case <-sink.held:
+	case <-time.After(waitFor):
+		t.Fatal("timed out waiting for the update's delivery")
+	}
+	cancel() // the stop, while the update is being stored
+	close(sink.release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("Run did not return after the stop")
+	}
+	if d := sink.Next(t); d.SessionKey != first.Key {
+		t.Fatalf("delivered %s, want %s", d.SessionKey, first.Key)
+	}
+	// The next poller, with a fresh client whose first offset confirms
+	// nothing, asks Telegram for what is pending.
+	nctx, ncancel := context.WithTimeout(context.Background(), waitFor)
+	defer ncancel()
+	if pending := pendingUpdates(nctx, t, e.fake.URL); pending != 0 {
+		t.Fatalf("the next poller is handed %d updates again", pending)
+	}
+}
+
+// pendingUpdates asks the fake Bot API at url, as a fresh poller does (no
+// offset, no wait), how many updates it hands out.
+func pendingUpdates(ctx context.Context, t *testing.T, url string) int {
+	t.Helper()
+	var body bytes.Buffer
+	form := multipart.NewWriter(&body)
+	_ = form.WriteField("timeout", "0")
+	_ = form.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/bot"+testToken+"/getUpdates", &body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", form.FormDataContentType())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		OK     bool              `json:"ok"`
+		Result []json.RawMessage `json:"result"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil || !answer.OK {
+		t.Fatalf("getUpdates answered %v (%v)", answer, err)
+	}
+	return len(answer.Result)
 }

@@ -48,9 +48,9 @@ type Platform struct {
 	// absent.
 	policies atomic.Pointer[map[string]*policy]
 	observed *chatcontext.Log[observedKey]
-	sealed   *lru.Cache[draftKey, string]    // see sealedDrafts
-	previews *lru.Cache[draftKey, *preview]  // open draft streams of group chats
-	drafts   *lru.Cache[wireDraft, draftKey] // the stream holding each draft id sent to a private chat (wireDraftID)
+	sealed   *lru.Cache[draftKey, sealedDraft] // see sealedDrafts
+	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
+	drafts   *lru.Cache[wireDraft, draftKey]   // the stream holding each draft id sent to a private chat (wireDraftID)
 	topics   *topicMemory
 	mapping  atomic.Pointer[mapping]
 	// seen remembers the last dedupe_window update_ids, so a redelivered
@@ -121,7 +121,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	}
 	p.owners.Store(platform.NewOwnership(chats))
 	p.seen, _ = lru.New[int64, struct{}](cfg.DedupeWindow) // sizes > 0 (Validate, WithDefaults): cannot fail
-	p.sealed, _ = lru.New[draftKey, string](sealedDrafts)
+	p.sealed, _ = lru.New[draftKey, sealedDraft](sealedDrafts)
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	p.drafts, _ = lru.New[wireDraft, draftKey](sealedDrafts)

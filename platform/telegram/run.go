@@ -1,9 +1,14 @@
 package telegram
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"mime/multipart"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +29,9 @@ const (
 	connectBackoffMax = 30 * time.Second
 	connectTimeout    = 15 * time.Second
 	answerTimeout     = 10 * time.Second
+	// confirmTimeout bounds the getUpdates that confirms the last answer
+	// when a poll stops (confirmHandled).
+	confirmTimeout = 5 * time.Second
 )
 
 // Run implements platform.Platform. It introduces the bot to Telegram
@@ -118,14 +126,15 @@ func (p *Platform) connectOnce(ctx context.Context) error {
 // handed out is ingested (or given up at shutdown). Each poll (a lease
 // may end and come back) starts afresh: with a new library client, whose
 // first offset confirms nothing, since the last poll may have given up
-// updates it was handed, and with an open offset gate.
+// updates it was handed, and with an open offset gate. A poll that stops
+// confirms what its last answer handed out once it is handled
+// (confirmHandled).
 func (p *Platform) poll(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	p.stopPoll.Store(&cancel)
 	defer p.stopPoll.Store(nil)
 	p.log.Info("telegram long polling started")
-	defer p.turns.Wait()
 	p.offsets.reset()
 	p.newBot().Start(ctx)
 	// An answer cut short by the end of ctx: the part the worker took is
@@ -135,10 +144,51 @@ func (p *Platform) poll(ctx context.Context) error {
 		p.answer = nil
 		p.ingestAnswer(ctx, answer)
 	}
+	p.turns.Wait()
 	if errors.Is(context.Cause(ctx), errTokenRejected) {
 		return errTokenRejected
 	}
+	p.confirmHandled(ctx)
 	return nil
+}
+
+// confirmHandled confirms to Telegram, as a poll stops, the updates of its
+// last answer: only the next getUpdates' offset would, so the next poller
+// (another instance after a handover, this one after a restart) would be
+// handed them again. It sends one getUpdates with the offset past them,
+// limit 1 and timeout 0, bounded by confirmTimeout: that confirms them
+// and waits for nothing, and the update it may answer is not confirmed
+// (the next poll fetches it). It confirms nothing unless every update the
+// worker took was handled: one given up at shutdown is fetched again.
+func (p *Platform) confirmHandled(ctx context.Context) {
+	last, ok := p.offsets.handled()
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
+	defer cancel()
+	var body bytes.Buffer
+	form := multipart.NewWriter(&body)
+	_ = form.WriteField("offset", strconv.FormatInt(last+1, 10)) // a bytes.Buffer cannot fail
+	_ = form.WriteField("limit", "1")
+	_ = form.WriteField("timeout", "0")
+	_ = form.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.APIServerURL+"/bot"+p.cfg.BotToken+"/getUpdates", &body)
+	if err == nil {
+		req.Header.Set("Content-Type", form.FormDataContentType())
+		var resp *http.Response
+		if resp, err = p.transport.RoundTrip(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = errors.New(resp.Status)
+			}
+		}
+	}
+	if err != nil {
+		p.log.Warn("telegram updates not confirmed as the poll stopped; the next poll fetches them again",
+			"last_update_id", last, "err", p.errorText(err))
+	}
 }
 
 // isAPIError reports an answer from Telegram (as opposed to no answer).
