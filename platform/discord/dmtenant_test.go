@@ -98,3 +98,63 @@ func TestDMTenantKeepsOutOfLinkedUsersDMs(t *testing.T) {
 		t.Fatalf("t1's typing in Ada's DM never reached Discord: %v", err)
 	}
 }
+
+// TestDMTenantKeepsToItsMessages: Ada, linked to t2, DMs the bot and t2
+// answers her on its grant; then she is unlinked, and her DM falls back to
+// dm_tenant t1 while t2's grant there still stands. Two tenants act in the
+// DM: t1 may not edit or delete t2's message (before, rule 4 held the DM
+// as t1's alone and let it), nor may t2 edit t1's; each edits its own.
+func TestDMTenantKeepsToItsMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	guilds := []platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}, {Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"}}
+	if err := e.p.Bind(append(guilds, platform.Binding{Kind: platform.BindUser, ID: userAda, Tenant: "t2"})); err != nil {
+		t.Fatal(err)
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("7300", chanDMAda, "", "hi from Ada", false))
+	if d := e.sink.Next(t); d.ChatID != chanDMAda || d.Tenant != "t2" {
+		t.Fatalf("Ada's DM delivered as %+v, want to t2", d)
+	}
+	send := func(tenant, text string) string {
+		t.Helper()
+		r := execute(t, e, tenant, `{"op":"send","chat_id":"`+chanDMAda+`","content":"`+text+`","reply_to":null,"metadata":{}}`)
+		if !r.Success || r.MessageID == "" {
+			t.Fatalf("%s's send into Ada's DM = %+v", tenant, r)
+		}
+		return r.MessageID
+	}
+	edit := func(tenant, id, text string) contract.Result {
+		t.Helper()
+		return execute(t, e, tenant, `{"op":"edit","chat_id":"`+chanDMAda+`","message_id":"`+id+`","content":"`+text+`","metadata":{}}`)
+	}
+	t2msg := send("t2", "t2 answers")
+	if err := e.p.Bind(guilds); err != nil { // Ada unlinked: rule 4
+		t.Fatal(err)
+	}
+	t1msg := send("t1", "t1 answers")
+	for _, op := range []string{
+		`{"op":"edit","chat_id":"` + chanDMAda + `","message_id":"` + t2msg + `","content":"t1 rewrote it","metadata":{}}`,
+		`{"op":"delete","chat_id":"` + chanDMAda + `","message_id":"` + t2msg + `","metadata":{}}`,
+	} {
+		if r := execute(t, e, "t1", op); r.Code != contract.CodeEgressDeclined {
+			t.Fatalf("dm_tenant t1 on t2's message in Ada's DM: %s = %+v, want egress_declined", op, r)
+		}
+	}
+	if r := edit("t2", t1msg, "t2 rewrote it"); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 on t1's message in Ada's DM = %+v, want egress_declined", r)
+	}
+	if r := edit("t1", t1msg, "t1 edited"); !r.Success {
+		t.Fatalf("t1 editing its own message = %+v", r)
+	}
+	if r := edit("t2", t2msg, "t2 edited"); !r.Success {
+		t.Fatalf("t2 editing its own message = %+v", r)
+	}
+	got := map[string]string{}
+	for _, m := range e.fake.Messages(chanDMAda) {
+		got[m.ID] = m.Content
+	}
+	if got[t2msg] != "t2 edited" || got[t1msg] != "t1 edited" {
+		t.Fatalf("Ada's DM holds %v, want each tenant's message edited by it alone", got)
+	}
+}
