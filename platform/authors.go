@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -40,9 +41,9 @@ type Grants struct {
 	vault    vault.Store
 	clock    clock.Clock
 	log      *slog.Logger
-	// stored are the marks Posted stored lately (ChatGrantTTL/2), which it
-	// does not store again and PostedBy does not read.
-	stored *ttlcache.Cache[vault.Key, struct{}]
+	// stored are the marks Posted stored lately (ChatGrantTTL/2), with
+	// when, which it does not store again and PostedBy does not read.
+	stored *ttlcache.Cache[vault.Key, time.Time]
 }
 
 // postedStored bounds Grants.stored: the messages an instance answers
@@ -60,7 +61,7 @@ func NewGrants(name string, v vault.Store, c clock.Clock, log *slog.Logger) *Gra
 	}
 	return &Grants{
 		platform: name, vault: v, clock: c, log: cmp.Or(log, slog.New(slog.DiscardHandler)),
-		stored: ttlcache.New[vault.Key, struct{}](postedStored, vault.ChatGrantTTL/2, c),
+		stored: ttlcache.New[vault.Key, time.Time](postedStored, vault.ChatGrantTTL/2, c),
 	}
 }
 
@@ -152,22 +153,26 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string) {
 	if g.stored.Contains(k) {
 		return
 	}
-	if err := g.vault.Put(context.WithoutCancel(ctx), k, vault.Entry{Stored: g.clock.Now()}); err != nil {
+	now := g.clock.Now()
+	if err := g.vault.Put(context.WithoutCancel(ctx), k, vault.Entry{Stored: now}); err != nil {
 		g.log.Warn("posted message not remembered", "platform", g.platform, "chat_id", chat, "message_id", message, "tenant", tenant, "err", err)
 		return
 	}
-	g.stored.Add(k, struct{}{})
+	g.stored.Add(k, now)
 }
 
 // PostedBy reports whether the bot posted message in chat for tenant, as
 // Posted remembered it. A mark this instance stored lately is known
 // without a store read (it lasts twice as long in the vault, and nothing
 // takes one back before its TTL), so edit-based streaming of a message
-// costs no read per edit.
+// costs no read per edit, unless it was stored for an earlier tenant of
+// the id, deleted since (vault.Config.Since, which the vault applies to
+// what it reads).
 func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
 	k := g.postedKey(chat, message, tenant)
-	if g.stored.Contains(k) {
-		return true
+	if at, ok := g.stored.Get(k); ok {
+		since, judged := g.vault.(interface{ Since(tenant string) time.Time })
+		return !judged || at.UnixMicro() >= since.Since(tenant).UnixMicro()
 	}
 	_, ok := g.vault.Get(ctx, k)
 	return ok

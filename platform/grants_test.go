@@ -200,3 +200,52 @@ func TestThreadGrantLastsAsTheChatGrant(t *testing.T) {
 		t.Fatal("a thread granted on an expired grant")
 	}
 }
+
+// TestGrantsOfAnEarlierTenant: t1 holds a chat by grant and posted a
+// message there; t1 is deleted and made again under its id (the vault's
+// Since moves to its new start), on a real redis-server. The new t1 holds
+// neither the grant nor the mark, neither on the instance that stored the
+// mark (which answers its marks from memory) nor on another; what it
+// stores itself counts.
+func TestGrantsOfAnEarlierTenant(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, Clock: clk, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	var began time.Time
+	cfg := vault.Config{Clock: clk, Since: func(tenant string) time.Time {
+		if tenant == "t1" {
+			return began
+		}
+		return time.Time{}
+	}}
+	a := platform.NewGrants("chats", vault.NewDurable(st.Capabilities(), cfg), clk, nil)
+	b := platform.NewGrants("chats", vault.NewDurable(st.Capabilities(), cfg), clk, nil)
+	a.Add(t.Context(), "shared", "", "t1")
+	a.Posted(t.Context(), "shared", "m1", "t1")
+	for name, g := range map[string]*platform.Grants{"a": a, "b": b} {
+		if !g.Has(t.Context(), "shared", "t1") || !g.PostedBy(t.Context(), "shared", "m1", "t1") {
+			t.Fatalf("instance %s: t1's grant or mark not found before t1 was made again", name)
+		}
+	}
+	clk.Advance(time.Second)
+	began = clk.Now()
+	for name, g := range map[string]*platform.Grants{"a": a, "b": b} {
+		if g.Has(t.Context(), "shared", "t1") {
+			t.Errorf("instance %s: the new t1 holds the earlier t1's grant", name)
+		}
+		if g.PostedBy(t.Context(), "shared", "m1", "t1") {
+			t.Errorf("instance %s: the new t1 may edit the earlier t1's message", name)
+		}
+	}
+	clk.Advance(time.Second)
+	a.Add(t.Context(), "shared", "", "t1")
+	a.Posted(t.Context(), "shared", "m2", "t1")
+	for name, g := range map[string]*platform.Grants{"a": a, "b": b} {
+		if !g.Has(t.Context(), "shared", "t1") || !g.PostedBy(t.Context(), "shared", "m2", "t1") {
+			t.Errorf("instance %s: the new t1's own grant or mark not found", name)
+		}
+	}
+}

@@ -82,6 +82,12 @@ type Tenant struct {
 	// together: creating one more (admin API, enrollment, provision) is
 	// ErrLimit. Zero is DefaultMaxGateways; at most GatewayLimitCeiling.
 	MaxGateways int `json:"max_gateways,omitempty"`
+	// Created is when CreateTenant stored the tenant (zero for a declared
+	// tenant, and for one stored before creation times were kept): what
+	// the capability vault holds for the id from before then was stored
+	// for an earlier tenant of the id, deleted since, and is not its
+	// (vault.Config.Since).
+	Created time.Time `json:"created,omitzero"`
 }
 
 // storedTenant is a tenant as the store holds it, with its generation:
@@ -467,6 +473,7 @@ func (r *Registry) CreateTenant(ctx context.Context, t Tenant) error {
 	if r.declaredTenant(t.ID) {
 		return ErrDeclared
 	}
+	t.Created = r.clock.Now()
 	data, err := json.Marshal(storedTenant{t, newSecret()})
 	if err != nil {
 		return err

@@ -106,7 +106,7 @@ func (d *Durable) Get(ctx context.Context, k Key) (Entry, bool) {
 		return Entry{}, false
 	}
 	e := Entry{Value: NewSecret(se.Value), Ref: se.Ref, Stored: time.UnixMicro(se.Stored)}
-	if e.expiredAt(d.mem.clock.Now(), ttl) {
+	if e.expiredAt(d.mem.clock.Now(), ttl) || d.mem.predates(k, e) {
 		d.expiries.Add(1)
 		d.misses.Add(1)
 		return Entry{}, false
@@ -125,6 +125,9 @@ func (d *Durable) Delete(ctx context.Context, k Key) {
 		d.storeErrors.Add(1)
 	}
 }
+
+// Since is when tenant began (Memory.Since).
+func (d *Durable) Since(tenant string) time.Time { return d.mem.Since(tenant) }
 
 // Stats implements Store. Size and Evicted are those of the in-memory
 // front.

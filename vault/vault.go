@@ -210,6 +210,13 @@ type Config struct {
 	MaxEntries int
 	// Clock is the clock expiry is judged by. Nil means clock.System.
 	Clock clock.Clock
+	// Since, when set, is when a tenant began (the registry's
+	// Tenant.Created; zero for always): an entry of the tenant stored
+	// before then is not found, whatever its kind's TTL says. It was
+	// stored for an earlier tenant of the id, deleted since, whose grants,
+	// posted messages and capabilities the tenant made again under the id
+	// must not inherit.
+	Since func(tenant string) time.Time
 }
 
 // Memory is a bounded in-process Store: one LRU per kind, whose entries
@@ -219,6 +226,7 @@ type Config struct {
 // goroutine, so any number may be created.
 type Memory struct {
 	clock clock.Clock
+	since func(tenant string) time.Time // Config.Since; nil: none
 
 	mu     sync.Mutex // guards caches; a leaf
 	caches map[Kind]*simplelru.LRU[Key, Entry]
@@ -231,7 +239,7 @@ var _ Store = (*Memory)(nil)
 // NewMemory creates the vault.
 func NewMemory(cfg Config) *Memory {
 	cfg.MaxEntries = cmp.Or(max(cfg.MaxEntries, 0), 100_000)
-	m := &Memory{caches: make(map[Kind]*simplelru.LRU[Key, Entry]), clock: cmp.Or(cfg.Clock, clock.System)}
+	m := &Memory{caches: make(map[Kind]*simplelru.LRU[Key, Entry]), clock: cmp.Or(cfg.Clock, clock.System), since: cfg.Since}
 	for k := range ttls {
 		// The eviction callback runs under mu, so it only counts.
 		m.caches[k], _ = simplelru.NewLRU(cfg.MaxEntries, func(Key, Entry) { m.evicted.Add(1) }) // size > 0: cannot fail
@@ -295,11 +303,27 @@ func (m *Memory) lookup(k Key) (Entry, lookupState) {
 		return Entry{}, absent
 	}
 	ttl, _ := k.Kind.TTL()
-	if e.expiredAt(m.clock.Now(), ttl) {
+	if e.expiredAt(m.clock.Now(), ttl) || m.predates(k, e) {
 		c.Remove(k)
 		return Entry{}, expired
 	}
 	return e, found
+}
+
+// Since is when tenant began, as Config.Since says (zero without one):
+// entries of the tenant stored before then are not found.
+func (m *Memory) Since(tenant string) time.Time {
+	if m.since == nil {
+		return time.Time{}
+	}
+	return m.since(tenant)
+}
+
+// predates reports whether e was stored for an earlier tenant of k's
+// tenant id (Config.Since).
+func (m *Memory) predates(k Key, e Entry) bool {
+	since := m.Since(k.Tenant) // judged in whole microseconds, as a Durable stores Entry.Stored
+	return !since.IsZero() && e.Stored.UnixMicro() < since.UnixMicro()
 }
 
 // Delete implements Store.

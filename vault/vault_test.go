@@ -346,3 +346,56 @@ func TestDurableFallsBackOnWhatItHolds(t *testing.T) {
 		t.Fatal("with the store closed Get found a token another instance had deleted")
 	}
 }
+
+// TestSinceHidesAnEarlierTenantsEntries: a tenant deleted and made again
+// under its id (Config.Since moves to the new tenant's start) finds none
+// of the entries stored for the earlier one, of any kind, neither in a
+// Memory, nor in a Durable's in-memory front, nor in its store as another
+// instance reads it; what is stored for the new tenant is found.
+func TestSinceHidesAnEarlierTenantsEntries(t *testing.T) {
+	clk := clocktest.New(time.Unix(1_767_225_300, 0))
+	var since time.Time
+	cfg := vault.Config{Clock: clk, Since: func(tenant string) time.Time {
+		if tenant == "t1" {
+			return since
+		}
+		return time.Time{}
+	}}
+	st := store.NewMemory(clk)
+	defer st.Close()
+	stores := map[string]vault.Store{"memory": vault.NewMemory(cfg), "durable": vault.NewDurable(st.Capabilities(), cfg)}
+	kinds := []vault.Kind{vault.KindChatGrant, vault.KindPostedMessage, vault.KindDiscordInteractionToken, vault.KindWhatsAppConversation}
+	for _, s := range stores {
+		for _, kind := range kinds {
+			for _, tenant := range []string{"t1", "t2"} {
+				if err := s.Put(t.Context(), vault.Key{Tenant: tenant, SessionKey: "s", Kind: kind}, vault.Entry{Ref: "earlier"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	clk.Advance(time.Second)
+	since = clk.Now() // t1 deleted and made again
+	other := vault.NewDurable(st.Capabilities(), cfg)
+	stores["durable, another instance"] = other
+	for name, s := range stores {
+		for _, kind := range kinds {
+			if e, ok := s.Get(t.Context(), vault.Key{Tenant: "t1", SessionKey: "s", Kind: kind}); ok {
+				t.Errorf("%s: the new t1 found the earlier t1's %s: %+v", name, kind, e)
+			}
+			if _, ok := s.Get(t.Context(), vault.Key{Tenant: "t2", SessionKey: "s", Kind: kind}); !ok {
+				t.Errorf("%s: t2 lost its %s", name, kind)
+			}
+		}
+	}
+	clk.Advance(time.Second)
+	for name, s := range stores {
+		k := vault.Key{Tenant: "t1", SessionKey: "s", Kind: vault.KindPostedMessage}
+		if err := s.Put(t.Context(), k, vault.Entry{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := s.Get(t.Context(), k); !ok {
+			t.Errorf("%s: the new t1 lost its own mark", name)
+		}
+	}
+}

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"connector/contract"
+	"connector/internal/clock"
+	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/registry"
 )
 
 // TestGrantPerPlatform: Telegram private chats and Discord channels share
@@ -62,5 +68,65 @@ func TestGrantPerPlatform(t *testing.T) {
 		if strings.Contains(call.Form["text"], "hijacked") {
 			t.Fatalf("a's message reached Telegram: %v", call.Form)
 		}
+	}
+}
+
+// TestTenantMadeAgainInheritsNoGrants: tenant acme, stored through the
+// registry, holds a Discord channel by grant and posted a message there;
+// acme is deleted and created again under its id, and the registry is
+// applied. The vault the platforms are built with (platformDeps) then
+// finds neither the grant nor the mark for the new acme, which may
+// neither post there nor edit the earlier acme's message; what it is
+// granted itself counts.
+func TestTenantMadeAgainInheritsNoGrants(t *testing.T) {
+	st := memStore(t)
+	ctx := t.Context()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	cfg.Media.Dir = "" // build's platforms hold it
+	deps, err := platformDeps(cfg, slog.New(slog.DiscardHandler), st, c.live.keys, newMetrics(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registry.New(st, clock.System)
+	create := func() {
+		t.Helper()
+		if err := reg.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.live.apply(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create()
+	grants := platform.NewGrants("discord", deps.Vault, nil, nil)
+	grants.Add(ctx, "801", "800", "acme")
+	grants.Posted(ctx, "801", "901", "acme")
+	if !grants.Has(ctx, "801", "acme") || !grants.PostedBy(ctx, "801", "901", "acme") {
+		t.Fatal("acme's grant or mark not found")
+	}
+	if err := reg.DeleteTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	create()
+	for name, g := range map[string]*platform.Grants{"the instance that stored them": grants, "a fresh look": platform.NewGrants("discord", deps.Vault, nil, nil)} {
+		if g.Has(ctx, "801", "acme") {
+			t.Errorf("%s: acme made again holds the earlier acme's grant", name)
+		}
+		if g.PostedBy(ctx, "801", "901", "acme") {
+			t.Errorf("%s: acme made again may edit the earlier acme's message", name)
+		}
+	}
+	grants.Add(ctx, "801", "800", "acme")
+	grants.Posted(ctx, "801", "902", "acme")
+	if !grants.Has(ctx, "801", "acme") || !grants.PostedBy(ctx, "801", "902", "acme") {
+		t.Error("acme made again lost its own grant or mark")
 	}
 }

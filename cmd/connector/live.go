@@ -183,6 +183,7 @@ func (l *live) applyLocked(ctx context.Context) error {
 	}
 	tenants := relayTenants(s)
 	l.keys.set(tenants)
+	l.keys.setCreated(s.Tenants)
 	if err := l.relay.SetTenants(tenants); err != nil {
 		return failed(slog.LevelError, "registry not applied to the relay", err)
 	}
@@ -278,6 +279,9 @@ func (l *live) stop() {
 // tenant's session settings as the registry changes them.
 type sessionKeys struct {
 	fn atomic.Pointer[platform.KeyFunc]
+	// created is when each stored tenant was created
+	// (registry.Tenant.Created), as the registry last applied says.
+	created atomic.Pointer[map[string]time.Time]
 }
 
 func newSessionKeys(tenants []relay.Tenant) *sessionKeys {
@@ -289,6 +293,27 @@ func newSessionKeys(tenants []relay.Tenant) *sessionKeys {
 func (k *sessionKeys) set(tenants []relay.Tenant) {
 	fn := relay.KeyFunc(tenants)
 	k.fn.Store(&fn)
+}
+
+// setCreated keeps the creation times of tenants.
+func (k *sessionKeys) setCreated(tenants []registry.Tenant) {
+	created := make(map[string]time.Time, len(tenants))
+	for _, t := range tenants {
+		if !t.Created.IsZero() {
+			created[t.ID] = t.Created
+		}
+	}
+	k.created.Store(&created)
+}
+
+// since is the vault's Config.Since: when tenant was created, zero when
+// it was declared, or stored before creation times were kept, or is not
+// known.
+func (k *sessionKeys) since(tenant string) time.Time {
+	if created := k.created.Load(); created != nil {
+		return (*created)[tenant]
+	}
+	return time.Time{}
 }
 
 // key is the platform.KeyFunc the platforms are built with.

@@ -342,6 +342,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	}
 	tenants := relayTenants(effective)
 	keys := newSessionKeys(tenants)
+	keys.setCreated(effective.Tenants)
 	m := newMetrics()
 	am := newAdminMetrics(m)
 	m.watchStore(st)
@@ -444,7 +445,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 func platformDeps(cfg *Config, log *slog.Logger, st store.Store, keys *sessionKeys, m *metrics, leaseTTL time.Duration) (platform.Deps, error) {
 	deps := platform.Deps{
 		Log:     log,
-		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{}),
+		Vault:   vault.NewDurable(st.Capabilities(), vault.Config{Since: keys.since}),
 		Key:     keys.key,
 		Metrics: m,
 		Store:   st,

@@ -121,12 +121,22 @@ func (p *Platform) redeemLink(ctx context.Context, user, channel, code string) {
 	}
 }
 
+// dmFallback reports whether ci is a DM channel tenant holds by rule 4
+// (dmTenant). The tenant its user was linked to until lately may still
+// act there on its grant, so rule 4 holds the DM as a grant does
+// (platform.HoldGrant): each edits and deletes only its own messages.
+func (p *Platform) dmFallback(ci chanInfo, tenant string) bool {
+	owner, ok := p.channelTenant(ci)
+	return ok && owner == tenant && ci.Type == discordgo.ChannelTypeDM
+}
+
 // ChatGranted implements platform.ChatGranter: tenant may act in chatID
 // (alone, platform.HoldOwn, or on a grant, platform.HoldGrant) when it claimed the channel (or, as the cache knows it, the thread's
 // channel), or a message routed to it by claim or author link was posted
 // there (and it is still remembered), and the ownership order lets that
 // stand where the channel is (platform.Ownership.MayAct: no binding or
-// claim of another tenant). Only then is the channel placed: from the
+// claim of another tenant), or holds it as a grant does when it is a
+// cached DM channel of dm_tenant's (dmFallback). Only then is the channel placed: from the
 // cache, else looked up for the tenant; a chat the tenant has neither
 // claim nor grant of costs no lookup, except on a standby (standby.go),
 // whose cache lacks the threads the Gateway tells of: there a chat it has
@@ -157,12 +167,18 @@ func (p *Platform) ChatGranted(ctx context.Context, chatID, tenant string) (plat
 		if parent := ci.threadParent(); parent != "" && own.Claimed(parent, tenant) && own.MayAct(tenant, chatOfInfo(ci), func() bool { return false }) {
 			return platform.HoldOwn, nil
 		}
+		if p.dmFallback(ci, tenant) {
+			return platform.HoldGrant, nil
+		}
 		if owner, ok := p.channelTenant(ci); !ok || owner != tenant {
 			p.declined.Add([2]string{tenant, chatID}, struct{}{})
 		}
 		return platform.HoldNone, nil
 	}
 	if !spoke && !claimed {
+		if cached && p.dmFallback(ci, tenant) {
+			return platform.HoldGrant, nil
+		}
 		return platform.HoldNone, nil
 	}
 	ci, err := p.cache.channel(ctx, chatID)

@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -96,5 +97,83 @@ func TestDMTenantKeepsOutOfLinkedUsersDMs(t *testing.T) {
 		return q.Method == http.MethodPost && q.Path == "/api/v9/channels/"+chanDMAda+"/typing"
 	}); err != nil {
 		t.Fatalf("t1's typing in Ada's DM never reached Discord: %v", err)
+	}
+}
+
+// TestDMTenantKeepsToItsMessages: Ada, linked to t2, DMs the bot and t2
+// answers her on its grant; then she is unlinked, and her DM falls back to
+// dm_tenant t1 while t2's grant there still stands. Two tenants act in the
+// DM: t1 may not edit or delete t2's message (before, rule 4 held the DM
+// as t1's alone and let it), on the instance holding the Gateway or on a
+// standby sharing its vault, nor may t2 edit t1's; each edits its own.
+func TestDMTenantKeepsToItsMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	standby := &env{fake: e.fake, sink: newSink(), logs: newLogCapture(), metrics: newMetrics(), cfg: e.cfg}
+	var err error
+	standby.p, err = New(e.cfg, platform.Deps{Log: standby.logs.Logger(), Metrics: standby.metrics, Vault: e.vault,
+		Exclusive: func(ctx context.Context, _ string, _ func(context.Context) error) error {
+			<-ctx.Done() // the Gateway lease stays with e
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	standby.start(t)
+	bind := func(bindings []platform.Binding) {
+		t.Helper()
+		for _, x := range []*env{e, standby} {
+			if err := x.p.Bind(bindings); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	guilds := []platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}, {Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"}}
+	bind(append(guilds, platform.Binding{Kind: platform.BindUser, ID: userAda, Tenant: "t2"}))
+	e.dispatch(t, "MESSAGE_CREATE", msg("7300", chanDMAda, "", "hi from Ada", false))
+	if d := e.sink.Next(t); d.ChatID != chanDMAda || d.Tenant != "t2" {
+		t.Fatalf("Ada's DM delivered as %+v, want to t2", d)
+	}
+	send := func(tenant, text string) string {
+		t.Helper()
+		r := execute(t, e, tenant, `{"op":"send","chat_id":"`+chanDMAda+`","content":"`+text+`","reply_to":null,"metadata":{}}`)
+		if !r.Success || r.MessageID == "" {
+			t.Fatalf("%s's send into Ada's DM = %+v", tenant, r)
+		}
+		return r.MessageID
+	}
+	edit := func(tenant, id, text string) contract.Result {
+		t.Helper()
+		return execute(t, e, tenant, `{"op":"edit","chat_id":"`+chanDMAda+`","message_id":"`+id+`","content":"`+text+`","metadata":{}}`)
+	}
+	t2msg := send("t2", "t2 answers")
+	bind(guilds) // Ada unlinked: rule 4
+	t1msg := send("t1", "t1 answers")
+	for _, x := range []*env{standby, e} {
+		for _, op := range []string{
+			`{"op":"edit","chat_id":"` + chanDMAda + `","message_id":"` + t2msg + `","content":"t1 rewrote it","metadata":{}}`,
+			`{"op":"delete","chat_id":"` + chanDMAda + `","message_id":"` + t2msg + `","metadata":{}}`,
+		} {
+			if r := execute(t, x, "t1", op); r.Code != contract.CodeEgressDeclined {
+				t.Fatalf("dm_tenant t1 on t2's message in Ada's DM (standby %v): %s = %+v, want egress_declined", x == standby, op, r)
+			}
+		}
+	}
+	if r := edit("t2", t1msg, "t2 rewrote it"); r.Code != contract.CodeEgressDeclined {
+		t.Fatalf("t2 on t1's message in Ada's DM = %+v, want egress_declined", r)
+	}
+	if r := edit("t1", t1msg, "t1 edited"); !r.Success {
+		t.Fatalf("t1 editing its own message = %+v", r)
+	}
+	if r := edit("t2", t2msg, "t2 edited"); !r.Success {
+		t.Fatalf("t2 editing its own message = %+v", r)
+	}
+	got := map[string]string{}
+	for _, m := range e.fake.Messages(chanDMAda) {
+		got[m.ID] = m.Content
+	}
+	if got[t2msg] != "t2 edited" || got[t1msg] != "t1 edited" {
+		t.Fatalf("Ada's DM holds %v, want each tenant's message edited by it alone", got)
 	}
 }

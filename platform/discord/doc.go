@@ -73,7 +73,7 @@
 // press or modal submit is processed first, within
 // 2.5 s of Discord's 3: its token is stored in the vault under (tenant,
 // session key, discord.interaction_token) for 15 minutes, with the
-// application id as Ref, and a normalized inbound event is delivered; only
+// application id and the interaction's channel as Ref ("app/channel"), and a normalized inbound event is delivered; only
 // once the relay took it is the deferred response (type 5; type 6 for
 // components) written, which confirms the interaction to Discord (else
 // the webhook answers 503; webhook.go). The event is: a slash command as the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/internal/redistest"
@@ -157,5 +158,58 @@ func TestThreadCreatedOnAGrant(t *testing.T) {
 	}
 	if got := e.fake.Messages(plain.ThreadID); len(got) != 1 || got[0].Content != "first words" {
 		t.Errorf("t2's thread holds %+v", got)
+	}
+}
+
+// TestFollowUpOnAGrant: a and b both hold chanOther by grant (Ada, a's,
+// ran a slash command there; Bob, b's, wrote there). a's follow_up to
+// Ada's command is a message of chanOther: a may edit and delete it there
+// (before, a follow_up names no chat and was not remembered as a's, so its
+// edit was declined), and b may not.
+func TestFollowUpOnAGrant(t *testing.T) {
+	t.Parallel()
+	const userBob = "502"
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "c"},
+		{Kind: platform.BindUser, ID: userAda, Tenant: "a"}, {Kind: platform.BindUser, ID: userBob, Tenant: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	e.fake.AddInteractionTokenIn("tok-8301", chanOther)
+	body := byUser(t, slashBody("8301", "tok-8301", guildOther, chanOther), userAda)
+	if code, ack := post(t, discordtest.InteractionRequest(e.webhookServer(t), e.priv, time.Now(), body)); code != 200 || ack != `{"type":5}` {
+		t.Fatalf("Ada's slash command = %d %s", code, ack)
+	}
+	d := e.sink.Next(t)
+	if d.Tenant != "a" {
+		t.Fatalf("Ada's slash command delivered as %+v, want to a", d)
+	}
+	bob := msg("7301", chanOther, guildOther, "bob to his agent", false)
+	bob["author"] = map[string]any{"id": userBob, "username": "bob"}
+	e.dispatch(t, "MESSAGE_CREATE", bob)
+	if d := e.sink.Next(t); d.Tenant != "b" {
+		t.Fatalf("Bob's message delivered as %+v, want to b", d)
+	}
+	r := execute(t, e, "a", `{"op":"follow_up","session_key":"`+d.SessionKey+`","kind":"discord.interaction_token","content":"done","metadata":{}}`)
+	if !r.Success || r.MessageID == "" {
+		t.Fatalf("a's follow_up = %+v", r)
+	}
+	followUp := r.MessageID
+	for _, op := range []string{
+		`{"op":"edit","chat_id":"` + chanOther + `","message_id":"` + followUp + `","content":"b rewrote it","metadata":{}}`,
+		`{"op":"delete","chat_id":"` + chanOther + `","message_id":"` + followUp + `","metadata":{}}`,
+	} {
+		if r := execute(t, e, "b", op); r.Code != contract.CodeEgressDeclined {
+			t.Fatalf("b on a's follow_up: %s = %+v, want egress_declined", op, r)
+		}
+	}
+	if r := execute(t, e, "a", `{"op":"edit","chat_id":"`+chanOther+`","message_id":"`+followUp+`","content":"done, edited","metadata":{}}`); !r.Success {
+		t.Fatalf("a editing its follow_up = %+v", r)
+	}
+	if ms := e.fake.Messages(chanOther); len(ms) != 1 || ms[0].ID != followUp || ms[0].Content != "done, edited" {
+		t.Fatalf("chanOther holds %+v, want a's follow_up edited by a", ms)
+	}
+	if r := execute(t, e, "a", `{"op":"delete","chat_id":"`+chanOther+`","message_id":"`+followUp+`","metadata":{}}`); !r.Success {
+		t.Fatalf("a deleting its follow_up = %+v", r)
 	}
 }

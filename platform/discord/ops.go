@@ -139,7 +139,12 @@ func (p *Platform) guildLabel(ctx context.Context, guildID string) string {
 // opFollowUp posts to the interaction webhook with the token the vault holds
 // for (caller's tenant, session_key). The gateway names only the session; a
 // token of another tenant's session is a different vault key and is never
-// found. Absent or expired: capability_missing.
+// found. Absent or expired: capability_missing. A follow-up is a message of
+// the interaction's channel (the token's Ref names it after the
+// application): where tenant holds that channel by grant, the follow-up is
+// remembered as tenant's (platform.Grants.Posted), as Execute remembers a
+// send there, so tenant may edit and delete it there and no other tenant
+// may.
 func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract.Action) contract.Result {
 	if a.Kind != string(vault.KindDiscordInteractionToken) {
 		return contract.Failed(contract.CodeBadRequest, "discord follow_up supports kind "+string(vault.KindDiscordInteractionToken))
@@ -148,11 +153,17 @@ func (p *Platform) opFollowUp(ctx context.Context, tenant, _ string, a *contract
 		return contract.Failed(contract.CodeBadRequest, "follow_up needs content")
 	}
 	e, ok := p.vault.Get(ctx, vault.Key{Tenant: tenant, SessionKey: a.SessionKey, Kind: vault.KindDiscordInteractionToken})
-	if !ok || !isSnowflake(e.Ref) {
+	app, channel, _ := strings.Cut(e.Ref, "/")
+	if !ok || !isSnowflake(app) {
 		return contract.Failed(contract.CodeCapabilityMissing, "no live discord.interaction_token for this session (absent or expired)")
 	}
-	endpoint := discordgo.EndpointWebhookToken(e.Ref, e.Value.Reveal()) + "?wait=true"
+	endpoint := discordgo.EndpointWebhookToken(app, e.Value.Reveal()) + "?wait=true"
 	_, _, r := p.postPieces("follow_up", textsplit.Split(a.Content, splitRules), p.poster(ctx, endpoint, nil))
+	if r.MessageID != "" && isSnowflake(channel) {
+		if hold, err := p.ChatGranted(ctx, channel, tenant); err == nil && hold == platform.HoldGrant {
+			p.spoke.Posted(ctx, channel, r.MessageID, tenant)
+		}
+	}
 	return r
 }
 

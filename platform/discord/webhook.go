@@ -249,7 +249,7 @@ func (p *Platform) processInteraction(ctx context.Context, tenant string, in *wi
 			appID = in.ApplicationID
 		}
 		err := p.vault.Put(ctx, vault.Key{Tenant: tenant, SessionKey: key, Kind: vault.KindDiscordInteractionToken},
-			vault.Entry{Value: token, Ref: appID, Stored: received})
+			vault.Entry{Value: token, Ref: appID + "/" + in.ChannelID, Stored: received})
 		if err != nil {
 			p.log.Warn("discord interaction token not stored; not confirmed", "interaction_id", in.ID, "err", err)
 			return err

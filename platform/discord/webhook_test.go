@@ -68,7 +68,7 @@ func TestInteractionsWebhook(t *testing.T) {
 		t.Fatalf("inbound frame carries the interaction token: %s", frame)
 	}
 	entry, ok := e.vault.Get(t.Context(), vault.Key{Tenant: "t1", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken})
-	if !ok || entry.Value.Reveal() != token || entry.Ref != "9000" {
+	if !ok || entry.Value.Reveal() != token || entry.Ref != "9000/"+chanGeneral {
 		t.Fatalf("vault entry = %v %v", entry, ok)
 	}
 	if _, ok := e.vault.Get(t.Context(), vault.Key{Tenant: "t2", SessionKey: d.SessionKey, Kind: vault.KindDiscordInteractionToken}); ok {

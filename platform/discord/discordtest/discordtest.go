@@ -129,7 +129,7 @@ type Server struct {
 	channels  map[string]Channel
 	messages  map[string]*Message
 	order     []string
-	tokens    map[string]bool
+	tokens    map[string]string // interaction token -> the channel its follow-ups go to
 	commands  []map[string]any
 	guildCmds map[string][]map[string]any
 	requests  []Request
@@ -160,7 +160,7 @@ func New(tb interface {
 	opts.HeartbeatInterval = cmp.Or(opts.HeartbeatInterval, 41250)
 	s := &Server{
 		opts: opts, channels: map[string]Channel{}, messages: map[string]*Message{},
-		tokens: map[string]bool{}, guildCmds: map[string][]map[string]any{}, changed: make(chan struct{}), nextID: 1_400_000_000_000_000_000,
+		tokens: map[string]string{}, guildCmds: map[string][]map[string]any{}, changed: make(chan struct{}), nextID: 1_400_000_000_000_000_000,
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/gw/", s.serveGateway)
@@ -213,11 +213,17 @@ func (s *Server) AddChannel(c Channel) {
 	s.channels[c.ID] = c
 }
 
-// AddInteractionToken makes POST /webhooks/{app}/{token} accept token.
-func (s *Server) AddInteractionToken(token string) {
+// AddInteractionToken makes POST /webhooks/{app}/{token} accept token,
+// its follow-ups kept in a channel named "webhook".
+func (s *Server) AddInteractionToken(token string) { s.AddInteractionTokenIn(token, "webhook") }
+
+// AddInteractionTokenIn makes POST /webhooks/{app}/{token} accept token,
+// its follow-ups posted in channelID, the interaction's channel, as on
+// Discord (where PATCH and DELETE of the channel's messages reach them).
+func (s *Server) AddInteractionTokenIn(token, channelID string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.tokens[token] = true
+	s.tokens[token] = channelID
 }
 
 // SetHook installs fn in front of every REST route: when it returns true it
@@ -389,7 +395,7 @@ func (s *Server) PressButton(id, token, msgID, customID, userID, userName string
 		return nil, fmt.Errorf("discordtest: message %s has no button %q", msgID, customID)
 	}
 	ch := s.channels[m.ChannelID]
-	s.tokens[token] = true
+	s.tokens[token] = "webhook"
 	user := map[string]any{"id": userID, "username": userName, "global_name": nil, "discriminator": "0", "avatar": nil}
 	in := map[string]any{
 		"id": id, "application_id": s.opts.AppID, "type": 3, "token": token, "version": 1,

@@ -264,12 +264,13 @@ func (s *Server) followUp(w http.ResponseWriter, token string, body []byte) {
 		return
 	}
 	s.mu.Lock()
-	if !s.tokens[token] {
+	channel, ok := s.tokens[token]
+	if !ok {
 		s.mu.Unlock()
 		apiError(w, http.StatusNotFound, 10015, "Unknown Webhook")
 		return
 	}
-	m := &Message{ID: s.newIDLocked(), ChannelID: "webhook", Content: *b.Content}
+	m := &Message{ID: s.newIDLocked(), ChannelID: channel, Content: *b.Content}
 	s.messages[m.ID] = m
 	s.order = append(s.order, m.ID)
 	s.notifyLocked()
