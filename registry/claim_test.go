@@ -919,6 +919,63 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 	}
 }
 
+// TestDeleteTenantTwiceRacingARecreateOnRedis: two instances on one
+// redis-server delete tenant a at once; while instance one's deletion is
+// about to remove a's gateway, instance two's deletion finishes, a is made
+// again and the new a makes a gateway of the same id, a binding, a policy,
+// a wake URL, an enrollment token and a link code. Instance one's deletion
+// leaves all of them (a was deleted; what it holds now is the new a's):
+// before, its sweep went on and removed the new a's entries.
+func TestDeleteTenantTwiceRacingARecreateOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-a"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, key string) {
+		if raced || op != "cas" || namespace != "registry/gateways" || key != "gw-a" {
+			return
+		}
+		raced = true
+		if err := cmp.Or(two.DeleteTenant(ctx, "a"), two.CreateTenant(ctx, registry.Tenant{ID: "a"})); err != nil {
+			t.Fatalf("instance two's delete and re-creation of a: %v", err)
+		}
+		_, err := two.CreateGateway(ctx, "a", "gw-a")
+		_, _, tokErr := two.MintEnrollToken(ctx, "a", time.Hour)
+		_, _, codeErr := two.IssueLinkCode(ctx, "a", "gw-a", "telegram", 0)
+		if err := cmp.Or(err, tokErr, codeErr,
+			two.SetWake(ctx, "a", "gw-a", "https://a.example/wake"),
+			two.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1601", Tenant: "a"}),
+			two.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "telegram", Gateway: "gw-a"})); err != nil {
+			t.Fatalf("the new a's writes: %v", err)
+		}
+	}
+	err := one.DeleteTenant(ctx, "a")
+	hooked.before = nil
+	if !raced {
+		t.Fatal("the hook never ran: instance one's delete removed no gateway")
+	}
+	if err != nil {
+		t.Errorf("a deletion another instance finished meanwhile: %v, want nil", err)
+	}
+	s, err := two.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Tenants) != 1 || len(s.Gateways) != 1 || len(s.Bindings) != 1 || len(s.Policies) != 1 {
+		t.Errorf("the new a holds %d tenants, %d gateways, %d bindings, %d policies, want 1 each: the old a's deletion swept them", len(s.Tenants), len(s.Gateways), len(s.Bindings), len(s.Policies))
+	}
+	for _, ns := range []string{"registry/enroll", "registry/linkcodes", "registry/wake"} {
+		if left, _, err := hooked.Store.Registry().List(ctx, ns); err != nil || len(left) != 1 {
+			t.Errorf("the new a has %d entries in %s (%v), want 1: the old a's deletion swept it", len(left), ns, err)
+		}
+	}
+}
+
 // TestDeleteTenantFinishesOnRedis: a DeleteTenant that fails half-way (its
 // context ends while it removes the tenant's gateway) has ended the tenant
 // already: it is not found, its gateway is out of the effective registry,

@@ -539,7 +539,11 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *sto
 // reservations (reserve). The tenant ends first (its generation becomes
 // tombstone), so a write for it on any instance that the sweep after
 // cannot see takes itself back (keptFor); run again after a failure, it
-// finishes the sweep.
+// finishes the sweep. Of deletions racing on several instances, the first
+// to finish removes the tenant and the others stop (nil): each removes
+// only entries it listed while the tenant was still being deleted, each
+// only while it is still what was listed, so a tenant made again under the
+// id meanwhile keeps what it made.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -562,40 +566,42 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	stored, err := r.Stored(ctx)
-	if err != nil {
-		return err
+	// Its unredeemed enrollment tokens and link codes end with it (a
+	// tenant made again under the id must not redeem them), and so do the
+	// reservations of its requests whose instance stopped (it must not
+	// count them).
+	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved}
+	listed := make([][]store.Entry, len(namespaces))
+	for i, ns := range namespaces {
+		if listed[i], _, err = r.kv.List(ctx, ns); err != nil {
+			return fmt.Errorf("registry: read %s: %w", ns, err)
+		}
 	}
-	for _, g := range stored.Gateways {
-		if g.Tenant == id {
-			if err := r.removeGateway(ctx, id, g.ID); err != nil && !errors.Is(err, ErrNotFound) {
-				return err
+	if e, ok, err := r.kv.Get(ctx, nsTenants, id); err != nil || !ok || !bytes.Equal(e.Value, raw) {
+		return err // another instance's deletion finished it
+	}
+	for i, ns := range namespaces {
+		for _, e := range listed[i] {
+			var of struct{ Tenant string } // every entry but a reservation names its tenant
+			err := json.Unmarshal(e.Value, &of)
+			switch {
+			case ns == nsReserved:
+				of.Tenant = e.Key
+			case err != nil && (ns == nsEnroll || ns == nsLinkCodes):
+				of.Tenant = id // as sweep: an entry that does not decode goes
+			case err != nil:
+				return fmt.Errorf("registry: %s entry %q is corrupt: %w", ns, e.Key, err)
+			}
+			if of.Tenant == id {
+				if _, err := r.kv.CompareAndSwap(ctx, ns, e.Key, e.Value, nil); err != nil {
+					return err
+				}
 			}
 		}
 	}
-	if err := r.dropBindings(ctx, func(b Binding) bool { return b.Tenant == id }); err != nil {
-		return err
-	}
-	for _, p := range stored.Policies {
-		if p.Tenant == id {
-			if _, err := r.kv.Delete(ctx, nsPolicies, p.key()); err != nil {
-				return err
-			}
-		}
-	}
-	// Its unredeemed enrollment tokens and link codes end with it: a tenant
-	// made again under the id must not redeem them.
-	for _, ns := range []string{nsEnroll, nsLinkCodes} {
-		if _, err := r.sweep(ctx, ns, id, func(e expiring) bool { return e.Tenant == id }); err != nil {
-			return err
-		}
-	}
-	// So do the reservations of its requests whose instance stopped: a
-	// tenant made again under the id must not count them.
-	if _, err := r.kv.Delete(ctx, nsReserved, id); err != nil {
-		return err
-	}
-	return r.swapTenant(ctx, id, raw, nil)
+	_, err = r.kv.CompareAndSwap(ctx, nsTenants, id, raw, nil) // not swapped: another deletion finished it
+	r.notify(ctx)
+	return err
 }
 
 // keptFor follows a write for tenant made after reading it of generation
