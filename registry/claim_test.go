@@ -976,6 +976,55 @@ func TestDeleteTenantTwiceRacingARecreateOnRedis(t *testing.T) {
 	}
 }
 
+// TestEnrollRaceKeepsTheTokenOnRedis: two instances on one redis-server;
+// while instance one's enrollment of tenant a's gateway gw-e (a rotation)
+// has spent its token and is about to write, instance two deletes gw-e
+// and makes another gateway, taking a to its max_gateways of 1. The
+// enrollment, deciding again, is ErrLimit, and the token is not spent: it
+// enrolls once a has room again. Before, the token was gone and the
+// caller had no gateway.
+func TestEnrollRaceKeepsTheTokenOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a", MaxGateways: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-e"); err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, key string) {
+		if raced || op != "cas" || namespace != "registry/gateways" || key != "gw-e" {
+			return
+		}
+		raced = true
+		if err := two.DeleteGateway(ctx, "a", "gw-e"); err != nil {
+			t.Fatalf("instance two's delete of gw-e: %v", err)
+		}
+		if _, err := two.CreateGateway(ctx, "a", "gw-other"); err != nil {
+			t.Fatalf("instance two's creation of gw-other: %v", err)
+		}
+	}
+	_, err = one.Enroll(ctx, "a", token, "gw-e")
+	hooked.before = nil
+	if !raced {
+		t.Fatal("the hook never ran: the enrollment wrote no gateway")
+	}
+	if !errors.Is(err, registry.ErrLimit) {
+		t.Fatalf("an enrollment whose tenant filled up meanwhile: %v, want ErrLimit", err)
+	}
+	if err := two.DeleteGateway(ctx, "a", "gw-other"); err != nil {
+		t.Fatal(err)
+	}
+	if secret, err := two.Enroll(ctx, "a", token, "gw-e"); err != nil || secret == "" {
+		t.Fatalf("the token of an enrollment that made no gateway, again: %v (it was spent)", err)
+	}
+}
+
 // TestDeleteTenantFinishesOnRedis: a DeleteTenant that fails half-way (its
 // context ends while it removes the tenant's gateway) has ended the tenant
 // already: it is not found, its gateway is out of the effective registry,
