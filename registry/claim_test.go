@@ -1065,6 +1065,44 @@ func TestEnrollRaceKeepsTheTokenOnRedis(t *testing.T) {
 	}
 }
 
+// TestDeleteTenantRacingARotationOnRedis: two instances on one
+// redis-server; while instance one's deletion of tenant a is about to
+// remove a's gateway, instance two rotates it (an admin rotation, which
+// does not look at the tenant). The deletion removes the rotated gateway
+// all the same: a tenant made again under the id must not inherit it,
+// with a secret instance two handed out.
+func TestDeleteTenantRacingARotationOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-a"); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, key string) {
+		if raced || op != "cas" || namespace != "registry/gateways" || key != "gw-a" {
+			return
+		}
+		raced = true
+		if _, err := two.Rotate(ctx, "a", "gw-a", 0); err != nil {
+			t.Fatalf("instance two's rotation of gw-a: %v", err)
+		}
+	}
+	err := one.DeleteTenant(ctx, "a")
+	hooked.before = nil
+	if !raced || err != nil {
+		t.Fatalf("the deletion racing a rotation: %v (raced %v)", err, raced)
+	}
+	if err := two.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := two.GatewayOf(ctx, "a", "gw-a"); err != nil || ok {
+		t.Fatalf("the new a holds the old a's rotated gateway: %v, %v", ok, err)
+	}
+}
+
 // TestDeleteTenantFinishesOnRedis: a DeleteTenant that fails half-way (its
 // context ends while it removes the tenant's gateway) has ended the tenant
 // already: it is not found, its gateway is out of the effective registry,

@@ -579,31 +579,58 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			return fmt.Errorf("registry: read %s: %w", ns, err)
 		}
 	}
-	if e, ok, err := r.kv.Get(ctx, nsTenants, id); err != nil || !ok || !bytes.Equal(e.Value, raw) {
+	deleting := func() (bool, error) {
+		e, ok, err := r.kv.Get(ctx, nsTenants, id)
+		return ok && bytes.Equal(e.Value, raw), err
+	}
+	if still, err := deleting(); err != nil || !still {
 		return err // another instance's deletion finished it
 	}
 	for i, ns := range namespaces {
 		for _, e := range listed[i] {
-			var of struct{ Tenant string } // every entry but a reservation names its tenant
-			err := json.Unmarshal(e.Value, &of)
-			switch {
-			case ns == nsReserved:
-				of.Tenant = e.Key
-			case err != nil && (ns == nsEnroll || ns == nsLinkCodes):
-				of.Tenant = id // as sweep: an entry that does not decode goes
-			case err != nil:
-				return fmt.Errorf("registry: %s entry %q is corrupt: %w", ns, e.Key, err)
-			}
-			if of.Tenant == id {
-				if _, err := r.kv.CompareAndSwap(ctx, ns, e.Key, e.Value, nil); err != nil {
-					return err
-				}
+			if err := r.sweepEntry(ctx, ns, e, id, deleting); err != nil {
+				return err
 			}
 		}
 	}
 	_, err = r.kv.CompareAndSwap(ctx, nsTenants, id, raw, nil) // not swapped: another deletion finished it
 	r.notify(ctx)
 	return err
+}
+
+// sweepEntry removes e, listed in namespace by DeleteTenant, when it is
+// tenant's: a reservation under the tenant's key, any other entry naming
+// it (an enrollment token or link code that does not decode goes too, as
+// sweep has it). An entry changed since it was listed (a rotation on
+// another instance) is read again and removed as it is now, as long as
+// deleting reports the tenant still being deleted (nil once it is not:
+// the entry may be a tenant's made again under the id).
+func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Entry, tenant string, deleting func() (bool, error)) error {
+	for range maxSwaps {
+		var of struct{ Tenant string }
+		if err := json.Unmarshal(e.Value, &of); namespace == nsReserved {
+			of.Tenant = e.Key
+		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes) {
+			of.Tenant = tenant
+		} else if err != nil {
+			return fmt.Errorf("registry: %s entry %q is corrupt: %w", namespace, e.Key, err)
+		}
+		if of.Tenant != tenant {
+			return nil
+		}
+		if removed, err := r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, nil); err != nil || removed {
+			return err
+		}
+		now, ok, err := r.kv.Get(ctx, namespace, e.Key)
+		if err != nil || !ok {
+			return err
+		}
+		if still, err := deleting(); err != nil || !still {
+			return err
+		}
+		e.Value = now.Value
+	}
+	return fmt.Errorf("%w: %s entry %q kept changing while tenant %q was deleted; delete it again", ErrConflict, namespace, e.Key, tenant)
 }
 
 // keptFor follows a write for tenant made after reading it of generation
