@@ -544,8 +544,8 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *sto
 // finishes the sweep. Of deletions racing on several instances, the first
 // to finish removes the tenant and the others stop (nil): each removes
 // only entries it listed while the tenant was still being deleted, each
-// only while it is still what was listed, so a tenant made again under the
-// id meanwhile keeps what it made.
+// as listed or as read again while it still is (sweepEntry), so a tenant
+// made again under the id meanwhile keeps what it made.
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
