@@ -1103,6 +1103,45 @@ func TestDeleteTenantRacingARotationOnRedis(t *testing.T) {
 	}
 }
 
+// TestDeleteTenantRaceWithAGivenUpRequestOnRedis: as
+// TestDeleteTenantRaceOnRedis, and instance one's request is given up (its
+// client gone) right after its write: the write is still taken back, so
+// the tenant made again under the id holds nothing. Before, the check
+// after the write failed with the request's context, and the gateway
+// survived the deletion.
+func TestDeleteTenantRaceWithAGivenUpRequestOnRedis(t *testing.T) {
+	hooked, one, two := hookedOnRedis(t)
+	bg := context.Background()
+	if err := one.CreateTenant(bg, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	raced := false
+	hooked.before = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/gateways" {
+			return
+		}
+		raced = true
+		if err := cmp.Or(two.DeleteTenant(bg, "a"), two.CreateTenant(bg, registry.Tenant{ID: "a"})); err != nil {
+			t.Errorf("instance two's delete and re-creation of a: %v", err)
+		}
+	}
+	hooked.after = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/gateways" {
+			cancel()
+		}
+	}
+	_, _, err := one.Provision(ctx, "a", "gw-p", "minter", func() error { return nil })
+	hooked.before, hooked.after = nil, nil
+	if !raced || err == nil {
+		t.Fatalf("a's provision racing its deletion, given up after its write: %v (raced %v), want an error", err, raced)
+	}
+	if s, err := two.Stored(bg); err != nil || len(s.Gateways) != 0 {
+		t.Fatalf("the new tenant a holds %d gateways (%v): the old a's given-up provision left its gateway", len(s.Gateways), err)
+	}
+}
+
 // TestDeleteTenantFinishesOnRedis: a DeleteTenant that fails half-way (its
 // context ends while it removes the tenant's gateway) has ended the tenant
 // already: it is not found, its gateway is out of the effective registry,

@@ -161,7 +161,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		defer cancel()
 		if back, rerr := r.kv.CompareAndSwap(ctx, nsEnroll, key, nil, tokRaw); rerr == nil && back {
-			_ = r.keptFor(ctx, tenant, t.Gen, func() error {
+			_ = r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
 				_, err := r.kv.CompareAndSwap(ctx, nsEnroll, key, tokRaw, nil)
 				return err
 			})

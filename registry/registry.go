@@ -636,13 +636,18 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 // keptFor follows a write for tenant made after reading it of generation
 // gen: nil while the tenant is still of gen. Else a DeleteTenant began
 // after that read, on some instance, and its sweep may have missed the
-// write: undo takes it back, and it is ErrNotFound.
-func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func() error) error {
+// write: undo takes it back, and it is ErrNotFound. It looks, and undo
+// runs, on ctx without its cancellation (bounded by releaseTimeout): a
+// request given up right after its write is judged all the same; undo
+// must use the ctx it is given.
+func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	t, err := r.tenant(ctx, tenant)
 	if err == nil && t.Gen == gen {
 		return nil
 	}
-	if uerr := undo(); uerr != nil && (err == nil || errors.Is(err, ErrNotFound)) {
+	if uerr := undo(ctx); uerr != nil && (err == nil || errors.Is(err, ErrNotFound)) {
 		err = uerr
 	}
 	r.notify(ctx)
@@ -692,7 +697,7 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, g
 	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
 		return "", cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
-	if err := r.keptFor(ctx, g.Tenant, gen, func() error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
+	if err := r.keptFor(ctx, g.Tenant, gen, func(ctx context.Context) error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
 		return "", err
 	}
 	r.notify(ctx)
@@ -1258,7 +1263,7 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 		return nil, err
 	}
 	if next != nil {
-		if err := r.keptFor(ctx, next.Tenant, gen, func() error {
+		if err := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
 			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
 			return err
 		}); err != nil {
@@ -1404,7 +1409,7 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 	if _, err := r.kv.Put(ctx, namespace, key, data); err != nil {
 		return err
 	}
-	if err := r.keptFor(ctx, tenant, gen, func() error {
+	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
 		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
 		return err
 	}); err != nil {
