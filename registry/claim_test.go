@@ -268,6 +268,46 @@ func TestBindOwnRacesAClaimOnRedis(t *testing.T) {
 	}
 }
 
+// TestBindOwnRacesAClaimGivenUpOnRedis: as TestBindOwnRacesAClaimOnRedis,
+// and a's request is given up (its client gone) right after its binding
+// is written: the binding is still put back. Before, the put-back ran on
+// the request's context, failed, and a held b's claimed chat.
+func TestBindOwnRacesAClaimGivenUpOnRedis(t *testing.T) {
+	bg := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(bg, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	raced := false
+	hooked.before = func(op, _, key string) {
+		if raced || op != "cas" || key != "telegram/chat/-1411" {
+			return
+		}
+		raced = true
+		if err := two.Claim(bg, "b", "telegram", platform.Chat{ID: "-1411"}); err != nil {
+			t.Errorf("b's claim while a's bind is in flight: %v", err)
+		}
+	}
+	hooked.after = func(op, _, key string) {
+		if op == "cas" && key == "telegram/chat/-1411" {
+			cancel()
+		}
+	}
+	err := one.BindOwn(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1411", Tenant: "a"})
+	hooked.before, hooked.after = nil, nil
+	if !raced || err == nil {
+		t.Fatalf("a's BindOwn racing b's claim, given up: %v (raced %v), want an error", err, raced)
+	}
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindChat); len(got) != 0 {
+		t.Fatalf("a holds %q: it took b's claimed chat", got)
+	}
+}
+
 // TestTenantBindingBound: a tenant's provisions (BindOwn) and claims bind
 // chats of its choosing up to registry.MaxTenantBindings stored bindings;
 // a request that would take it past the bound is ErrLimit and stores none

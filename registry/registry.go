@@ -1321,11 +1321,13 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 			held, err := r.kv.CompareAndSwap(ctx, nsOwnership, next.Platform, guard, wrote)
 			if err != nil || !held {
 				// Put the binding back as it was, unless another writer
-				// changed it since.
-				if _, uerr := r.kv.CompareAndSwap(ctx, nsBindings, key, value, old); uerr != nil && err == nil {
+				// changed it since; for a request given up meanwhile too.
+				back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+				if _, uerr := r.kv.CompareAndSwap(back, nsBindings, key, value, old); uerr != nil && err == nil {
 					err = uerr
 				}
-				r.notify(ctx) // a look caught between the two swaps is made up for
+				r.notify(back) // a look caught between the two swaps is made up for
+				cancel()
 				if err != nil {
 					return nil, false, err
 				}
