@@ -1105,6 +1105,45 @@ func TestEnrollRaceKeepsTheTokenOnRedis(t *testing.T) {
 	}
 }
 
+// TestDeleteTenantTwiceRacingARecreateSameBindingOnRedis: as
+// TestDeleteTenantTwiceRacingARecreateOnRedis, and the new a binds the
+// very route key the old a had (a provision made again: the same stored
+// bytes). Instance one's deletion, which listed the old a's binding,
+// leaves the new a's: before, its CompareAndSwap from the listed value
+// matched the new binding and removed it.
+func TestDeleteTenantTwiceRacingARecreateSameBindingOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	key := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1701", Tenant: "a"}
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.BindOwn(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/gateways" {
+			return
+		}
+		raced = true
+		if err := cmp.Or(two.DeleteTenant(ctx, "a"), two.CreateTenant(ctx, registry.Tenant{ID: "a"}), two.BindOwn(ctx, key)); err != nil {
+			t.Fatalf("instance two's delete, re-creation of a and its binding: %v", err)
+		}
+	}
+	err := one.DeleteTenant(ctx, "a")
+	hooked.before = nil
+	if !raced || err != nil {
+		t.Fatalf("a deletion another instance finished meanwhile: %v (raced %v), want nil", err, raced)
+	}
+	if s, err := two.Stored(ctx); err != nil || len(s.Bindings) != 1 {
+		t.Fatalf("the new a holds %d bindings (%v), want its one: the old a's deletion swept it", len(s.Bindings), err)
+	}
+}
+
 // TestDeleteTenantRacingARotationOnRedis: two instances on one
 // redis-server; while instance one's deletion of tenant a is about to
 // remove a's gateway, instance two rotates it (an admin rotation, which

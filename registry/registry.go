@@ -543,9 +543,10 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *sto
 // cannot see takes itself back (keptFor); run again after a failure, it
 // finishes the sweep. Of deletions racing on several instances, the first
 // to finish removes the tenant and the others stop (nil): each removes
-// only entries it listed while the tenant was still being deleted, each
-// as listed or as read again while it still is (sweepEntry), so a tenant
-// made again under the id meanwhile keeps what it made.
+// only entries it listed, each only after reading the tenant still being
+// deleted (sweepEntry), so a tenant made again under the id meanwhile
+// keeps what it made (but for a write of the same bytes between that read
+// and the removal, one store round trip).
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -583,9 +584,6 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 		e, ok, err := r.kv.Get(ctx, nsTenants, id)
 		return ok && bytes.Equal(e.Value, raw), err
 	}
-	if still, err := deleting(); err != nil || !still {
-		return err // another instance's deletion finished it
-	}
 	for i, ns := range namespaces {
 		for _, e := range listed[i] {
 			if err := r.sweepEntry(ctx, ns, e, id, deleting); err != nil {
@@ -601,10 +599,11 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 // sweepEntry removes e, listed in namespace by DeleteTenant, when it is
 // tenant's: a reservation under the tenant's key, any other entry naming
 // it (an enrollment token or link code that does not decode goes too, as
-// sweep has it). An entry changed since it was listed (a rotation on
-// another instance) is read again and removed as it is now, as long as
-// deleting reports the tenant still being deleted (nil once it is not:
-// the entry may be a tenant's made again under the id).
+// sweep has it), and only while deleting reports the tenant still being
+// deleted (nil once it is not: another instance's deletion finished it,
+// and an entry of the same bytes may be a tenant's made again under the
+// id, a route key bound again). An entry changed since it was listed (a
+// rotation on another instance) is read again and removed as it is now.
 func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Entry, tenant string, deleting func() (bool, error)) error {
 	for range maxSwaps {
 		var of struct{ Tenant string }
@@ -618,14 +617,14 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		if of.Tenant != tenant {
 			return nil
 		}
+		if still, err := deleting(); err != nil || !still {
+			return err
+		}
 		if removed, err := r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, nil); err != nil || removed {
 			return err
 		}
 		now, ok, err := r.kv.Get(ctx, namespace, e.Key)
 		if err != nil || !ok {
-			return err
-		}
-		if still, err := deleting(); err != nil || !still {
 			return err
 		}
 		e.Value = now.Value
