@@ -335,6 +335,9 @@ func (h *Handler) provision(req *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// From here it stores route keys and the wake URL, which every
+	// instance applies, though a later one fail.
+	defer h.cfg.Limiter.Spend(tenant, body.GatewayID)
 	req.what = append(req.what, "provision", outcome)
 	if err := h.cfg.Registry.BindOwn(ctx, bindings...); err != nil {
 		return nil, fmt.Errorf("routeKeys: %w", err)
@@ -346,7 +349,6 @@ func (h *Handler) provision(req *request) (any, error) {
 	if err := h.cfg.Registry.SetWake(ctx, tenant, body.GatewayID, body.WakeURL); err != nil {
 		return nil, err
 	}
-	h.cfg.Limiter.Spend(tenant, body.GatewayID)
 	return credentials{Secret: secret, Tenant: tenant, GatewayID: body.GatewayID, RouteKeys: keys}, nil
 }
 

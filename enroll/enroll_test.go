@@ -680,3 +680,42 @@ func TestProvisionRouteKeysBoundPerTenant(t *testing.T) {
 		t.Fatalf("globex holds %d bindings, want %d", n, enroll.MaxRouteKeys)
 	}
 }
+
+// TestFailedProvisionsThatStoredAreRateLimited: a provision whose route
+// keys end in one another tenant holds answers 409, but has stored the
+// keys before it, which every instance applies: it spends from the
+// gateway id's allowance of registry changes like one that succeeded, and
+// past change.GatewayBurst it is 429 with nothing stored. Before, a
+// failed provision spent nothing, and one identity token could have the
+// fleet apply the registry without end (a fresh key each time).
+func TestFailedProvisionsThatStoredAreRateLimited(t *testing.T) {
+	r := newRig(t, true)
+	ctx := context.Background()
+	if err := r.reg.CreateTenant(ctx, registry.Tenant{ID: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.reg.Bind(ctx, registry.Binding{Platform: "telegram", Kind: "chat", ID: "-1", Tenant: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	id := identity(t, "acme")
+	body := func(i int) map[string]any {
+		b := provisionBody("gw", "telegram", "")
+		b["routeKeys"] = []string{fmt.Sprint(-1000 - i), "-1"}
+		return b
+	}
+	for i := range change.GatewayBurst {
+		if code, got := r.post(t, "/relay/provision", id, body(i)); code != http.StatusConflict {
+			t.Fatalf("provision %d with another tenant's route key: %d %v, want 409", i+1, code, got)
+		}
+	}
+	if code, got := r.post(t, "/relay/provision", id, body(change.GatewayBurst)); code != http.StatusTooManyRequests {
+		t.Fatalf("a provision past the allowance spent by failed ones that stored: %d %v, want 429", code, got)
+	}
+	s, err := r.reg.Stored(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Bindings) != change.GatewayBurst+1 {
+		t.Fatalf("%d bindings stored, want %d (the refused provision stored one)", len(s.Bindings), change.GatewayBurst+1)
+	}
+}

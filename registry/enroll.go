@@ -93,15 +93,18 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 // ErrLimit, the token unspent), or a rotation of the tenant's gateway of
 // that id (its earlier secrets keep DefaultGrace; from then on it is an
 // enrolled gateway, which Provision leaves alone). The token is spent once
-// the gateway is checked, whatever happens next: of two redemptions
-// racing, across instances too, at most one gets past the store's delete.
+// the gateway is checked: of two redemptions racing, across instances
+// too, at most one gets past the store's delete; it is given back when
+// the gateway is then not written (another instance's writes meanwhile
+// left no room, or took the id), unless the tenant's deletion began.
 func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string, error) {
 	if err := checkID("gateway", id); err != nil {
 		return "", err
 	}
 	key := tokenKey(token)
 	var tok expiring
-	if ok, err := r.get(ctx, nsEnroll, key, &tok); err != nil {
+	tokRaw, ok, err := r.getRaw(ctx, nsEnroll, key, &tok)
+	if err != nil {
 		return "", err
 	} else if now := r.clock.Now(); !ok || tok.Tenant != tenant || !now.Before(tok.Expires) || tok.Expires.After(now.Add(MaxEnrollTTL)) {
 		return "", ErrEnrollToken
@@ -111,16 +114,22 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 	if r.declaredGateway(id) {
 		return "", ErrDeclared
 	}
+	t, err := r.tenant(ctx, tenant)
+	if err != nil {
+		return "", err
+	}
+	spent := false
 	spend := sync.OnceValue(func() error { // once, though a race decides again
 		if deleted, err := r.kv.Delete(ctx, nsEnroll, key); err != nil {
 			return err
 		} else if !deleted {
 			return ErrEnrollToken // redeemed meanwhile
 		}
+		spent = true
 		return nil
 	})
 	var secret string
-	err := againIfRaced(func() error {
+	err = againIfRaced(func() error {
 		var g Gateway
 		raw, exists, err := r.getRaw(ctx, nsGateways, id, &g)
 		if err != nil {
@@ -146,6 +155,18 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 		}
 		return err
 	})
+	if err != nil && spent {
+		// Give the token back, as it was; a request given up (its client
+		// gone) too. Failing that, it stays spent, as before the refund.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		if back, rerr := r.kv.CompareAndSwap(ctx, nsEnroll, key, nil, tokRaw); rerr == nil && back {
+			_ = r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
+				_, err := r.kv.CompareAndSwap(ctx, nsEnroll, key, tokRaw, nil)
+				return err
+			})
+		}
+	}
 	return secret, err
 }
 

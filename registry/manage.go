@@ -139,6 +139,10 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if err != nil {
 		return "", err
 	}
+	// Consume the code, or take the link back, for a request given up
+	// meanwhile too: one code makes one link.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	deleted, err := r.kv.Delete(ctx, nsLinkCodes, want)
 	if err == nil && deleted {
 		return c.Tenant, nil

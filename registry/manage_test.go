@@ -340,3 +340,37 @@ func TestRedeemRacesADeprovisionOnRedis(t *testing.T) {
 		})
 	}
 }
+
+// TestRedeemGivenUpAfterTheLinkOnRedis: a redemption whose request is
+// given up right after the link is written still consumes the code, or
+// takes its link back: one code makes one link, whoever redeems it next.
+// Before, the code's delete and the link's undo both ran on the request's
+// context and failed: the link stood and the code stayed redeemable.
+func TestRedeemGivenUpAfterTheLinkOnRedis(t *testing.T) {
+	bg := context.Background()
+	hooked, one, _ := hookedOnRedis(t)
+	if err := one.CreateTenant(bg, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := one.IssueLinkCode(bg, "a", "gw-a", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	hooked.after = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/ownership" { // the link written
+			cancel()
+		}
+	}
+	_, first := one.RedeemLinkCode(ctx, "telegram", "4101", code)
+	hooked.after = nil
+	_, second := one.RedeemLinkCode(bg, "telegram", "4102", code)
+	s, err := one.Stored(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if links := len(s.Bindings); (first == nil) == (second == nil) || links != 1 {
+		t.Fatalf("one code, a redemption given up after its link (%v), then another (%v): %d links, want one redemption and its link", first, second, links)
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"regexp"
 	"slices"
 	"strconv"
@@ -267,8 +268,9 @@ type Registry struct {
 	// each other (a writer that lost the guard puts its binding back and
 	// is late for the next round), and a provision fail with a binding
 	// that "changed 16 times". Held across one binding's store calls, not
-	// a request's: another tenant's bind waits for one write at most.
-	// Instances sharing a store still race, as before.
+	// a request's: another tenant's bind waits for one write at most (its
+	// rounds and their backoff). Instances sharing a store still race,
+	// each losing writer backing off between rounds.
 	bindMu sync.Mutex
 	// reserveMu serializes this instance's swaps of binding reservations
 	// (reserve, unreserve), for the same reason: a tenant's requests
@@ -546,7 +548,12 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *sto
 // reservations (reserve). The tenant ends first (its generation becomes
 // tombstone), so a write for it on any instance that the sweep after
 // cannot see takes itself back (keptFor); run again after a failure, it
-// finishes the sweep.
+// finishes the sweep. Of deletions racing on several instances, the first
+// to finish removes the tenant and the others stop (nil): each removes
+// only entries it listed, each only after reading the tenant still being
+// deleted (sweepEntry), so a tenant made again under the id meanwhile
+// keeps what it made (but for a write of the same bytes between that read
+// and the removal, one store round trip).
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -569,52 +576,84 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	stored, err := r.Stored(ctx)
-	if err != nil {
-		return err
+	// Its unredeemed enrollment tokens and link codes end with it (a
+	// tenant made again under the id must not redeem them), and so do the
+	// reservations of its requests whose instance stopped (it must not
+	// count them).
+	namespaces := []string{nsGateways, nsWake, nsBindings, nsPolicies, nsEnroll, nsLinkCodes, nsReserved}
+	listed := make([][]store.Entry, len(namespaces))
+	for i, ns := range namespaces {
+		if listed[i], _, err = r.kv.List(ctx, ns); err != nil {
+			return fmt.Errorf("registry: read %s: %w", ns, err)
+		}
 	}
-	for _, g := range stored.Gateways {
-		if g.Tenant == id {
-			if err := r.removeGateway(ctx, id, g.ID); err != nil && !errors.Is(err, ErrNotFound) {
+	deleting := func() (bool, error) {
+		e, ok, err := r.kv.Get(ctx, nsTenants, id)
+		return ok && bytes.Equal(e.Value, raw), err
+	}
+	for i, ns := range namespaces {
+		for _, e := range listed[i] {
+			if err := r.sweepEntry(ctx, ns, e, id, deleting); err != nil {
 				return err
 			}
 		}
 	}
-	if err := r.dropBindings(ctx, func(b Binding) bool { return b.Tenant == id }); err != nil {
-		return err
-	}
-	for _, p := range stored.Policies {
-		if p.Tenant == id {
-			if _, err := r.kv.Delete(ctx, nsPolicies, p.key()); err != nil {
-				return err
-			}
+	_, err = r.kv.CompareAndSwap(ctx, nsTenants, id, raw, nil) // not swapped: another deletion finished it
+	r.notify(ctx)
+	return err
+}
+
+// sweepEntry removes e, listed in namespace by DeleteTenant, when it is
+// tenant's: a reservation under the tenant's key, any other entry naming
+// it (an enrollment token or link code that does not decode goes too, as
+// sweep has it), and only while deleting reports the tenant still being
+// deleted (nil once it is not: another instance's deletion finished it,
+// and an entry of the same bytes may be a tenant's made again under the
+// id, a route key bound again). An entry changed since it was listed (a
+// rotation on another instance) is read again and removed as it is now.
+func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Entry, tenant string, deleting func() (bool, error)) error {
+	for range maxSwaps {
+		var of struct{ Tenant string }
+		if err := json.Unmarshal(e.Value, &of); namespace == nsReserved {
+			of.Tenant = e.Key
+		} else if err != nil && (namespace == nsEnroll || namespace == nsLinkCodes) {
+			of.Tenant = tenant
+		} else if err != nil {
+			return fmt.Errorf("registry: %s entry %q is corrupt: %w", namespace, e.Key, err)
 		}
-	}
-	// Its unredeemed enrollment tokens and link codes end with it: a tenant
-	// made again under the id must not redeem them.
-	for _, ns := range []string{nsEnroll, nsLinkCodes} {
-		if _, err := r.sweep(ctx, ns, id, func(e expiring) bool { return e.Tenant == id }); err != nil {
+		if of.Tenant != tenant {
+			return nil
+		}
+		if still, err := deleting(); err != nil || !still {
 			return err
 		}
+		if removed, err := r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, nil); err != nil || removed {
+			return err
+		}
+		now, ok, err := r.kv.Get(ctx, namespace, e.Key)
+		if err != nil || !ok {
+			return err
+		}
+		e.Value = now.Value
 	}
-	// So do the reservations of its requests whose instance stopped: a
-	// tenant made again under the id must not count them.
-	if _, err := r.kv.Delete(ctx, nsReserved, id); err != nil {
-		return err
-	}
-	return r.swapTenant(ctx, id, raw, nil)
+	return fmt.Errorf("%w: %s entry %q kept changing while tenant %q was deleted; delete it again", ErrConflict, namespace, e.Key, tenant)
 }
 
 // keptFor follows a write for tenant made after reading it of generation
 // gen: nil while the tenant is still of gen. Else a DeleteTenant began
 // after that read, on some instance, and its sweep may have missed the
-// write: undo takes it back, and it is ErrNotFound.
-func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func() error) error {
+// write: undo takes it back, and it is ErrNotFound. It looks, and undo
+// runs, on ctx without its cancellation (bounded by releaseTimeout): a
+// request given up right after its write is judged all the same; undo
+// must use the ctx it is given.
+func (r *Registry) keptFor(ctx context.Context, tenant, gen string, undo func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	t, err := r.tenant(ctx, tenant)
 	if err == nil && t.Gen == gen {
 		return nil
 	}
-	if uerr := undo(); uerr != nil && (err == nil || errors.Is(err, ErrNotFound)) {
+	if uerr := undo(ctx); uerr != nil && (err == nil || errors.Is(err, ErrNotFound)) {
 		err = uerr
 	}
 	r.notify(ctx)
@@ -664,7 +703,7 @@ func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, g
 	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
 		return "", cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
-	if err := r.keptFor(ctx, g.Tenant, gen, func() error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
+	if err := r.keptFor(ctx, g.Tenant, gen, func(ctx context.Context) error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
 		return "", err
 	}
 	r.notify(ctx)
@@ -921,7 +960,10 @@ const releaseTimeout = 10 * time.Second
 func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (release func(), err error) {
 	r.reserveMu.Lock()
 	defer r.reserveMu.Unlock()
-	for range maxSwaps {
+	for round := range maxSwaps {
+		if err := backoff(ctx, round); err != nil {
+			return nil, err
+		}
 		old, reserved, err := r.reservations(ctx, tenant)
 		if err != nil {
 			return nil, err
@@ -980,7 +1022,10 @@ func (r *Registry) reserve(ctx context.Context, tenant string, bs ...Binding) (r
 func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string) {
 	r.reserveMu.Lock()
 	defer r.reserveMu.Unlock()
-	for range maxSwaps {
+	for round := range maxSwaps {
+		if backoff(ctx, round) != nil {
+			return
+		}
 		old, reserved, err := r.reservations(ctx, tenant)
 		if err != nil || old == nil {
 			return
@@ -1156,9 +1201,29 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	return err
 }
 
-// maxSwaps bounds swapBinding's rounds: each lost round means another
-// writer changed the binding, or the platform's bindings, meanwhile.
-const maxSwaps = 16
+// maxSwaps bounds swapBinding's and reserve's rounds: each lost round
+// means another writer changed the binding, the platform's bindings or
+// the tenant's reservations meanwhile. With backoff between them they
+// cover about a second: a fleet's instances all binding on one platform
+// at once (16 rounds without backoff failed 1 in 100 of them).
+const maxSwaps = 64
+
+// backoff waits before round (0, 1, ...) of a write whose rounds before it
+// lost to other writers (swapBinding's, reserve's): none before the first,
+// then a random time up to 1 ms doubled each round, at most maxBackoff, so
+// instances racing for one store entry spread out instead of colliding
+// again in step.
+// It waits on the real clock, which times no rule here (a fake clock would
+// hold a test's losing writer for good), and ends early with ctx.
+func backoff(ctx context.Context, round int) error {
+	if round == 0 {
+		return nil
+	}
+	return clock.System.Sleep(ctx, mathrand.N(min(time.Millisecond<<min(round, 10), maxBackoff)))
+}
+
+// maxBackoff bounds one wait of backoff.
+const maxBackoff = 32 * time.Millisecond
 
 // nsOwnership holds one guard entry per platform: a random value every
 // binding written through swapBinding replaces (see there). The ownership
@@ -1204,7 +1269,7 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 		return nil, err
 	}
 	if next != nil {
-		if err := r.keptFor(ctx, next.Tenant, gen, func() error {
+		if err := r.keptFor(ctx, next.Tenant, gen, func(ctx context.Context) error {
 			_, err := r.kv.CompareAndSwap(ctx, nsBindings, key, value, nil)
 			return err
 		}); err != nil {
@@ -1218,7 +1283,10 @@ func (r *Registry) swapBinding(ctx context.Context, key string, next *Binding, d
 // swapBindingLocked is swapBinding's rounds, under bindMu: the guard it
 // wrote, and whether it wrote (value under key; nil: removed it).
 func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Binding, value []byte, decide func(cur *Binding, guard []byte) (bool, error)) ([]byte, bool, error) {
-	for range maxSwaps {
+	for round := range maxSwaps {
+		if err := backoff(ctx, round); err != nil {
+			return nil, false, err
+		}
 		var guard []byte
 		if next != nil {
 			e, ok, err := r.kv.Get(ctx, nsOwnership, next.Platform)
@@ -1259,11 +1327,13 @@ func (r *Registry) swapBindingLocked(ctx context.Context, key string, next *Bind
 			held, err := r.kv.CompareAndSwap(ctx, nsOwnership, next.Platform, guard, wrote)
 			if err != nil || !held {
 				// Put the binding back as it was, unless another writer
-				// changed it since.
-				if _, uerr := r.kv.CompareAndSwap(ctx, nsBindings, key, value, old); uerr != nil && err == nil {
+				// changed it since; for a request given up meanwhile too.
+				back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+				if _, uerr := r.kv.CompareAndSwap(back, nsBindings, key, value, old); uerr != nil && err == nil {
 					err = uerr
 				}
-				r.notify(ctx) // a look caught between the two swaps is made up for
+				r.notify(back) // a look caught between the two swaps is made up for
+				cancel()
 				if err != nil {
 					return nil, false, err
 				}
@@ -1347,7 +1417,7 @@ func (r *Registry) put(ctx context.Context, tenant, gen, namespace, key string, 
 	if _, err := r.kv.Put(ctx, namespace, key, data); err != nil {
 		return err
 	}
-	if err := r.keptFor(ctx, tenant, gen, func() error {
+	if err := r.keptFor(ctx, tenant, gen, func(ctx context.Context) error {
 		_, err := r.kv.CompareAndSwap(ctx, namespace, key, data, nil)
 		return err
 	}); err != nil {
