@@ -67,7 +67,9 @@ const (
 const (
 	// joinBeats is how many beats an edge waits for a room's home to answer
 	// a join (sent again every beat) before it refuses the client with
-	// 1013: long enough for a lease takeover (four beats).
+	// 1013: long enough for a lease takeover (four beats). The edge waits
+	// the longest decision more (joinRemote): the home's probe of a ghost
+	// holding the name (fleet.probe).
 	joinBeats = 6
 )
 
@@ -429,7 +431,8 @@ func (cl *fleet) homeBeat(home string, list []byte) {
 
 // joinRemote joins m, a socket of this instance, to its room at the room's
 // home, asking again every beat until the home answers or joinBeats beats
-// pass. It returns the Close that refuses m, or nil once joined.
+// and the bound of a ghost probe pass. It returns the Close that refuses m,
+// or nil once joined.
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
@@ -437,8 +440,9 @@ func (cl *fleet) joinRemote(m *member) error {
 	cl.mu.Lock()
 	cl.edges[conn] = m
 	cl.mu.Unlock()
+	tries := joinBeats + int((nameProbeTimeout+2*cl.node.Beat()-1)/cl.node.Beat()) // joinBeats, then ⌈probe bound⌉
 	for try := 0; ; try++ {
-		if try == joinBeats {
+		if try == tries {
 			m.leave()
 			return CloseNoHome
 		}

@@ -769,3 +769,46 @@ func TestClusterFormerHomeTakesNoJoin(t *testing.T) {
 		t.Fatalf("bob got %v, want only the pong (no one joined)", m)
 	}
 }
+
+// TestClusterGhostReplacedThroughAnEdge: a client reconnecting through an
+// instance that is not the room's home, to take back its name from a ghost
+// (here on the home), waits for the home's probe of the ghost (up to
+// nameProbeTimeout): it is admitted, not refused with 1013 because the
+// decision took longer than the edge's join timeout (6 beats, 3 s at this
+// lease TTL), which left the home with a member nobody held.
+func TestClusterGhostReplacedThroughAnEdge(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, takeoverTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	ghost := home.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool { return false }, // its network is gone
+	})
+	ghost.Name = "alice (ghost)"
+	ghost.ExpectPresence("alice")
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := ghost.WS.Read(context.Background()); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+
+	again := edge.joinWith(t, "alice", "alice")
+	select {
+	case err := <-ended:
+		if !endedWith(err, CloseGhostReplaced) {
+			t.Fatalf("ghost ended with %v, want %v", err, CloseGhostReplaced)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the ghost's close", testTimeout)
+	}
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	again.ExpectPresence("alice", "bob")
+	bob.SendJSON(msg("m1", "bob", []string{"alice"}, "back?"))
+	if m := again.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want m1", m)
+	}
+}
