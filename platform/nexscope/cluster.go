@@ -368,8 +368,9 @@ func parseBeat(list []byte) map[string]beatEntry {
 // takeBeat reads a peer's beat against the members linked with it (linked
 // gives each one's conn, join time and link from the peer): one not listed
 // and joined over a beat ago is stale, one with frames lost is broken, and
-// each other one listed is credited the total the peer reported.
-func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64) {
+// each other one listed is credited the total the peer reported. unknown
+// are the conns listed that no member here matches.
+func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64, unknown map[string]beatEntry) {
 	now := cl.p.deps.Clock.Now()
 	listed := parseBeat(list)
 	credits = make(map[*member]int64)
@@ -381,6 +382,7 @@ func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*
 			continue
 		}
 		e, ok := listed[conn]
+		delete(listed, conn)
 		switch {
 		case !ok && now.Sub(since) > cl.node.Beat():
 			stale = append(stale, m)
@@ -390,14 +392,16 @@ func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*
 			credits[m] = e.total
 		}
 	}
-	return stale, broken, credits
+	return stale, broken, credits, listed
 }
 
 // edgeBeat takes an edge's beat: a remote member it no longer holds is
 // removed, one whose frames were lost on the way here is closed with 1011,
-// and the bytes written are credited.
+// and the bytes written are credited. A member it lists that is not here
+// (removed as stale or gone, which told the edge nothing) is closed there
+// with 1011: the frames it sends are dropped here, never answered.
 func (cl *fleet) edgeBeat(edge string, list []byte) {
-	stale, broken, credits := cl.takeBeat(list, cl.remotes, func(m *member) (string, time.Time, *cluster.Link, bool) {
+	stale, broken, credits, unknown := cl.takeBeat(list, cl.remotes, func(m *member) (string, time.Time, *cluster.Link, bool) {
 		l := m.remote
 		return l.conn, l.since, &l.in.Link, l.edge == edge
 	})
@@ -411,13 +415,16 @@ func (cl *fleet) edgeBeat(edge string, list []byte) {
 	for m, total := range credits {
 		m.remote.wrote(m, total)
 	}
+	for conn := range unknown {
+		cl.sendNow(edge, msgClose, []byte(conn), strconv.AppendInt(nil, int64(CloseFramesLost.Code), 10), []byte(CloseFramesLost.Reason), cluster.Flag(false))
+	}
 }
 
 // homeBeat takes a home's beat: this instance's members the home no longer
 // keeps, or whose frames from the home were lost on the way, are closed
 // with 1011, and the bytes the home processed are credited.
 func (cl *fleet) homeBeat(home string, list []byte) {
-	stale, broken, credits := cl.takeBeat(list, cl.edges, func(m *member) (string, time.Time, *cluster.Link, bool) {
+	stale, broken, credits, _ := cl.takeBeat(list, cl.edges, func(m *member) (string, time.Time, *cluster.Link, bool) {
 		return m.link.conn, m.link.since, &m.link.in, m.link.home == home
 	})
 	for _, m := range append(stale, broken...) {
