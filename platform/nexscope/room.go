@@ -205,7 +205,9 @@ func (r *room) homeHeld() bool {
 }
 
 // resign ends the room's tenure here: no one joins any more and every member
-// is closed with c (their leaves abandon a transfer and free the lock).
+// is closed with c after the frames queued for it (as an edge closes its
+// members when their home goes), once all have left: their leaves abandon
+// a transfer and free the lock, its recipients told first.
 func (r *room) resign(c Close) {
 	r.mu.Lock()
 	r.home.Store(false)
@@ -213,7 +215,10 @@ func (r *room) resign(c Close) {
 	members := slices.Collect(maps.Values(r.members))
 	r.unlock()
 	for _, m := range members {
-		m.kick(c)
+		m.leave()
+	}
+	for _, m := range members {
+		m.closeQueue(c, true)
 	}
 }
 
