@@ -217,4 +217,14 @@ func TestClusterResignFlushesTheHomesOwnMembers(t *testing.T) {
 	if !incomplete {
 		t.Fatal("bob was closed with 1012 without the transfer_incomplete of f1 queued for it")
 	}
+	// alice, f1's sender, had no answer for it: undelivered (after the
+	// presence of the others leaving, if it came first), then 1012.
+	e := alice.Next()
+	for e["type"] == "presence" {
+		e = alice.Next()
+	}
+	if e["type"] != "error" || e["code"] != string(CodeUndelivered) || e["msgId"] != "f1" {
+		t.Fatalf("alice got %v, want undelivered for f1", e)
+	}
+	expectClose(alice, CloseRoomMoved)
 }
