@@ -1,6 +1,7 @@
 package nexscope
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -164,4 +165,66 @@ func TestClusterShutdownFlushEndsWriteTimeoutAfterTheClose(t *testing.T) {
 		}
 	}
 	t.Fatalf("the edge still flushing WriteTimeout (%v) after its 1001 close: its shutdown waits", wt)
+}
+
+// TestClusterResignFlushesTheHomesOwnMembers: a home that loses the room's
+// lease closes its own members with 1012 after the frames queued for them,
+// as an edge does: a recipient whose writer is held up still gets the
+// transfer_incomplete of the file it was receiving (its sender left with
+// the room) before the close, not a bare 1012.
+func TestClusterResignFlushesTheHomesOwnMembers(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	home := startInstance(t, srv, Config{HeartbeatInterval: time.Hour}, "i0", takeoverTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	gl := serveGated(t, home.testRelay)
+	bob := home.joinWith(t, "bob", "bob")
+	gc := gl.Next(t, testTimeout, "the home's side of bob's connection")
+	t.Cleanup(func() { _ = gc.Close() })
+	alice := home.joinWith(t, "alice", "alice", "bob")
+	bob.ExpectPresence("alice", "bob")
+	alice.SendJSON(fileStart("f1", "alice", []string{"bob"}, 100))
+	bob.Expect("file-start")
+
+	gc.Gate()
+	alice.SendJSON(msg("m1", "alice", []string{"bob"}, strings.Repeat("x", 1000)))
+	alice.Expect("ack") // m1 is queued for bob
+	gc.WaitStalled(t, testTimeout, "bob's writer to block on the gated socket")
+	var bobMember *member
+	for _, m := range home.members() {
+		if m.name == "bob" {
+			bobMember = m
+		}
+	}
+	_ = home.st.Close() // the home is cut off: its lease lapses, it resigns
+	waitFor(t, "bob removed from the room by the resign", bobMember.left.Load)
+	gc.Grant(1 << 20)
+
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	incomplete := false
+	for {
+		_, b, err := bob.WS.Read(ctx)
+		if err != nil {
+			if !endedWith(err, CloseRoomMoved) {
+				t.Fatalf("bob ended with %v, want %v", err, CloseRoomMoved)
+			}
+			break
+		}
+		if strings.Contains(string(b), `"code":"transfer_incomplete"`) && strings.Contains(string(b), `"msgId":"f1"`) {
+			incomplete = true
+		}
+	}
+	if !incomplete {
+		t.Fatal("bob was closed with 1012 without the transfer_incomplete of f1 queued for it")
+	}
+	// alice, f1's sender, had no answer for it: undelivered (after the
+	// presence of the others leaving, if it came first), then 1012.
+	e := alice.Next()
+	for e["type"] == "presence" {
+		e = alice.Next()
+	}
+	if e["type"] != "error" || e["code"] != string(CodeUndelivered) || e["msgId"] != "f1" {
+		t.Fatalf("alice got %v, want undelivered for f1", e)
+	}
+	expectClose(alice, CloseRoomMoved)
 }

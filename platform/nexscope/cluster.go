@@ -67,7 +67,9 @@ const (
 const (
 	// joinBeats is how many beats an edge waits for a room's home to answer
 	// a join (sent again every beat) before it refuses the client with
-	// 1013: long enough for a lease takeover (four beats).
+	// 1013: long enough for a lease takeover (four beats). The edge waits
+	// the longest decision more (joinRemote): the home's probe of a ghost
+	// holding the name (fleet.probe).
 	joinBeats = 6
 )
 
@@ -366,8 +368,9 @@ func parseBeat(list []byte) map[string]beatEntry {
 // takeBeat reads a peer's beat against the members linked with it (linked
 // gives each one's conn, join time and link from the peer): one not listed
 // and joined over a beat ago is stale, one with frames lost is broken, and
-// each other one listed is credited the total the peer reported.
-func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64) {
+// each other one listed is credited the total the peer reported. unknown
+// are the conns listed that no member here matches.
+func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*member) (conn string, since time.Time, in *cluster.Link, ok bool)) (stale, broken []*member, credits map[*member]int64, unknown map[string]beatEntry) {
 	now := cl.p.deps.Clock.Now()
 	listed := parseBeat(list)
 	credits = make(map[*member]int64)
@@ -379,6 +382,7 @@ func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*
 			continue
 		}
 		e, ok := listed[conn]
+		delete(listed, conn)
 		switch {
 		case !ok && now.Sub(since) > cl.node.Beat():
 			stale = append(stale, m)
@@ -388,14 +392,16 @@ func (cl *fleet) takeBeat(list []byte, members map[string]*member, linked func(*
 			credits[m] = e.total
 		}
 	}
-	return stale, broken, credits
+	return stale, broken, credits, listed
 }
 
 // edgeBeat takes an edge's beat: a remote member it no longer holds is
 // removed, one whose frames were lost on the way here is closed with 1011,
-// and the bytes written are credited.
+// and the bytes written are credited. A member it lists that is not here
+// (removed as stale or gone, which told the edge nothing) is closed there
+// with 1011: the frames it sends are dropped here, never answered.
 func (cl *fleet) edgeBeat(edge string, list []byte) {
-	stale, broken, credits := cl.takeBeat(list, cl.remotes, func(m *member) (string, time.Time, *cluster.Link, bool) {
+	stale, broken, credits, unknown := cl.takeBeat(list, cl.remotes, func(m *member) (string, time.Time, *cluster.Link, bool) {
 		l := m.remote
 		return l.conn, l.since, &l.in.Link, l.edge == edge
 	})
@@ -409,13 +415,16 @@ func (cl *fleet) edgeBeat(edge string, list []byte) {
 	for m, total := range credits {
 		m.remote.wrote(m, total)
 	}
+	for conn := range unknown {
+		cl.sendNow(edge, msgClose, []byte(conn), strconv.AppendInt(nil, int64(CloseFramesLost.Code), 10), []byte(CloseFramesLost.Reason), cluster.Flag(false))
+	}
 }
 
 // homeBeat takes a home's beat: this instance's members the home no longer
 // keeps, or whose frames from the home were lost on the way, are closed
 // with 1011, and the bytes the home processed are credited.
 func (cl *fleet) homeBeat(home string, list []byte) {
-	stale, broken, credits := cl.takeBeat(list, cl.edges, func(m *member) (string, time.Time, *cluster.Link, bool) {
+	stale, broken, credits, _ := cl.takeBeat(list, cl.edges, func(m *member) (string, time.Time, *cluster.Link, bool) {
 		return m.link.conn, m.link.since, &m.link.in, m.link.home == home
 	})
 	for _, m := range append(stale, broken...) {
@@ -429,7 +438,8 @@ func (cl *fleet) homeBeat(home string, list []byte) {
 
 // joinRemote joins m, a socket of this instance, to its room at the room's
 // home, asking again every beat until the home answers or joinBeats beats
-// pass. It returns the Close that refuses m, or nil once joined.
+// and the bound of a ghost probe pass. It returns the Close that refuses m,
+// or nil once joined.
 func (cl *fleet) joinRemote(m *member) error {
 	r := m.room
 	conn := strconv.FormatUint(m.id, 10)
@@ -437,8 +447,9 @@ func (cl *fleet) joinRemote(m *member) error {
 	cl.mu.Lock()
 	cl.edges[conn] = m
 	cl.mu.Unlock()
+	tries := joinBeats + int((nameProbeTimeout+2*cl.node.Beat()-1)/cl.node.Beat()) // joinBeats, then ⌈probe bound⌉
 	for try := 0; ; try++ {
-		if try == joinBeats {
+		if try == tries {
 			m.leave()
 			return CloseNoHome
 		}

@@ -22,6 +22,7 @@ import (
 	"connector/internal/clock"
 	"connector/internal/cluster"
 	"connector/internal/redistest"
+	"connector/internal/wsconn"
 	"connector/platform"
 	"connector/platform/platformtest"
 	"connector/store"
@@ -767,5 +768,103 @@ func TestClusterFormerHomeTakesNoJoin(t *testing.T) {
 	bob.SendJSON(map[string]any{"type": "ping"})
 	if m := bob.Next(); m["type"] != "pong" {
 		t.Fatalf("bob got %v, want only the pong (no one joined)", m)
+	}
+}
+
+// TestClusterGhostReplacedThroughAnEdge: a client reconnecting through an
+// instance that is not the room's home, to take back its name from a ghost
+// (here on the home), waits for the home's probe of the ghost (up to
+// nameProbeTimeout): it is admitted, not refused with 1013 because the
+// decision took longer than the edge's join timeout (6 beats, 3 s at this
+// lease TTL), which left the home with a member nobody held.
+func TestClusterGhostReplacedThroughAnEdge(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ins := startInstances(t, srv, Config{}, 2, takeoverTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	ghost := home.dialURL(t, "/ws", "name=alice&token="+testToken+"&v=1", &websocket.DialOptions{
+		OnPingReceived: func(context.Context, []byte) bool { return false }, // its network is gone
+	})
+	ghost.Name = "alice (ghost)"
+	ghost.ExpectPresence("alice")
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, _, err := ghost.WS.Read(context.Background()); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+
+	again := edge.joinWith(t, "alice", "alice")
+	select {
+	case err := <-ended:
+		if !endedWith(err, CloseGhostReplaced) {
+			t.Fatalf("ghost ended with %v, want %v", err, CloseGhostReplaced)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("timed out after %v waiting for the ghost's close", testTimeout)
+	}
+	bob := home.joinWith(t, "bob", "alice", "bob")
+	again.ExpectPresence("alice", "bob")
+	bob.SendJSON(msg("m1", "bob", []string{"alice"}, "back?"))
+	if m := again.Expect("msg"); m["msgId"] != "m1" {
+		t.Fatalf("alice got %v, want m1", m)
+	}
+}
+
+// TestClusterMemberTheHomeDroppedIsClosed: a member its home removed
+// while its edge still holds it (the home took the edge's beat for stale,
+// or the edge for gone, and a remote member's removal tells the edge
+// nothing) is closed with 1011 once the edge's next beat lists it, and a
+// msg it had sent is answered undelivered: it is not left forwarding
+// frames the home drops, never answered. The edge keeps hearing from the
+// home meanwhile (a member of a room homed on the edge is on the home), so
+// it never takes the home for gone.
+func TestClusterMemberTheHomeDroppedIsClosed(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	home := startInstance(t, srv, Config{}, "i0", clusterLeaseTTL)
+	homeOf(t, []*instance{home}, DefaultRoom)
+	edge := startInstance(t, srv, Config{Rooms: []Room{{Name: "r2"}}}, "i1", clusterLeaseTTL)
+	waitFor(t, "i1 the home of r2", func() bool { return edge.p.room("r2").home.Load() })
+	if err := home.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "r2", Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	dave := home.dialURL(t, "/ws/r2", "name=dave&token="+testToken+"&v=1", nil)
+	dave.Name = "dave"
+	dave.ExpectPresence("dave") // homed on i1: i0 beats to i1 for dave
+	dave.DiscardInBackground()
+
+	carol := home.joinWith(t, "carol", "carol")
+	alice := edge.joinWith(t, "alice", "alice", "carol")
+	carol.ExpectPresence("alice", "carol")
+	var dropped *member
+	home.p.cluster.mu.Lock()
+	for key, m := range home.p.cluster.remotes {
+		if strings.HasPrefix(key, edge.name+"/") {
+			dropped = m
+		}
+	}
+	home.p.cluster.mu.Unlock()
+	dropped.kick(wsconn.Drop) // as a stale beat or the edge taken for gone do
+	carol.ExpectPresence("carol")
+
+	alice.SendJSON(msg("m1", "alice", []string{"carol"}, "anyone?"))
+	// m1 is answered undelivered, unless the close came before it was
+	// forwarded (then it is not forwarded at all).
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	for {
+		_, b, err := alice.WS.Read(ctx)
+		if err != nil {
+			if !endedWith(err, CloseFramesLost) {
+				t.Fatalf("alice ended with %v, want %v", err, CloseFramesLost)
+			}
+			break
+		}
+		if !strings.Contains(string(b), `"code":"undelivered"`) || !strings.Contains(string(b), `"msgId":"m1"`) {
+			t.Fatalf("alice got %s, want only undelivered for m1 before the close", b)
+		}
 	}
 }

@@ -135,6 +135,15 @@ func (m *member) readLoop() error {
 			return err
 		}
 		m.reads.Add(1)
+		if m.left.Load() {
+			// Removed from the room, its close on its way (after a flush
+			// of up to WriteTimeout): what it sends goes nowhere, not to a
+			// room it left (which may have been homed here again).
+			if held != nil {
+				held.Release()
+			}
+			continue
+		}
 		if m.link != nil {
 			m.link.forward(m, typ, data, held)
 			held.Release()

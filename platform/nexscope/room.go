@@ -205,15 +205,30 @@ func (r *room) homeHeld() bool {
 }
 
 // resign ends the room's tenure here: no one joins any more and every member
-// is closed with c (their leaves abandon a transfer and free the lock).
+// is closed with c after the frames queued for it (as an edge closes its
+// members when their home goes), once all have left: their leaves abandon
+// a transfer and free the lock, its recipients told first. A member on
+// this instance sending a file gets undelivered for it (one on another
+// instance gets it from its edge: unanswered.go).
 func (r *room) resign(c Close) {
 	r.mu.Lock()
 	r.home.Store(false)
 	r.tenure = nil
 	members := slices.Collect(maps.Values(r.members))
+	t := r.transfer
+	if t != nil && t.sender != nil {
+		r.abortLocked(t) // here, not at its sender's leave: a file-end under way gets no ack
+	}
 	r.unlock()
 	for _, m := range members {
-		m.kick(c)
+		m.leave()
+	}
+	if t != nil && t.sender != nil && t.sender.remote == nil {
+		_ = t.sender.q.Push(wsconn.Frame{Type: websocket.MessageText, Data: appendError(nil, CodeUndelivered,
+			"the room moved to another instance before this file transfer ended; it was not delivered", t.start.msgID)})
+	}
+	for _, m := range members {
+		m.closeQueue(c, true)
 	}
 }
 

@@ -504,7 +504,9 @@ func parseHello(line []byte) (from string, secret []byte, ok bool) {
 // back to the pool once the handlers that Retained it Released it (none: it
 // stays the GC's); a smaller one into a fresh buffer. What br does not hold
 // yet of a large message is read from r straight into the message, not
-// through br's buffer.
+// through br's buffer. The length is only a claim: past maxPooledChunk a
+// message's buffer doubles as its bytes arrive, so a peer that announces
+// more than it sends costs at most twice what it sent, not the length.
 func readStreamMessage(br *bufio.Reader, r io.Reader, limit uint64) (msg []byte, held *chunk, err error) {
 	n, err := binary.ReadUvarint(br)
 	if err != nil {
@@ -515,25 +517,33 @@ func readStreamMessage(br *bufio.Reader, r io.Reader, limit uint64) (msg []byte,
 	}
 	if n < cluster.RefBytes {
 		msg = make([]byte, n)
-	} else {
-		held = newChunk(nil, 0)
-		if uint64(cap(held.buf)) < n {
-			held.buf = make([]byte, n)
+		if _, err := io.ReadFull(br, msg); err != nil {
+			return nil, nil, err
 		}
-		held.buf = held.buf[:n]
-		msg = held.buf
+		return msg, nil, nil
 	}
-	k := min(int(n), br.Buffered())
-	if _, err := io.ReadFull(br, msg[:k]); err != nil {
-		return nil, nil, err
+	held = newChunk(nil, 0)
+	msg = held.buf
+	if cap(msg) < int(n) {
+		msg = make([]byte, 0, min(int(n), maxPooledChunk))
 	}
-	src := io.Reader(br)
-	if len(msg)-k >= cluster.RefBytes {
-		src = r // br is empty
+	for len(msg) < int(n) {
+		if len(msg) == cap(msg) {
+			msg = append(make([]byte, 0, min(int(n), 2*cap(msg))), msg...)
+		}
+		k, end := len(msg), min(int(n), cap(msg))
+		src := io.Reader(br)
+		if b := br.Buffered(); b > 0 {
+			end = min(end, k+b)
+		} else if int(n)-k >= cluster.RefBytes {
+			src = r // br is empty: the rest goes straight into msg
+		}
+		msg = msg[:end]
+		if _, err := io.ReadFull(src, msg[k:]); err != nil {
+			return nil, nil, err
+		}
 	}
-	if _, err := io.ReadFull(src, msg[k:]); err != nil {
-		return nil, nil, err
-	}
+	held.buf = msg
 	return msg, held, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"connector/internal/cluster"
@@ -106,5 +107,28 @@ func TestReadStreamMessageLargeAndSmall(t *testing.T) {
 	}
 	if _, _, err := readStreamMessage(br, rd, 1<<20); err != io.EOF {
 		t.Fatalf("after the last message: %v, want EOF", err)
+	}
+}
+
+// readStreamMessage reads a message past maxPooledChunk, whose buffer grows
+// as its bytes arrive, whole, and the message behind it intact, with the
+// stream delivered in short reads.
+func TestReadStreamMessageGrowsAsBytesArrive(t *testing.T) {
+	big := make([]byte, 5*maxPooledChunk/2+7)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	stream := binary.AppendUvarint(nil, uint64(len(big)))
+	stream = append(stream, big...)
+	stream = binary.AppendUvarint(stream, 3)
+	stream = append(stream, "end"...)
+	rd := iotest.HalfReader(bytes.NewReader(stream))
+	br := bufio.NewReaderSize(rd, 4096)
+	got, held, err := readStreamMessage(br, rd, 8*maxPooledChunk)
+	if err != nil || held == nil || !bytes.Equal(got, big) || &held.buf[0] != &got[0] {
+		t.Fatalf("large message: %d bytes, held %v, %v; want the %d written, in its chunk", len(got), held != nil, err, len(big))
+	}
+	if got, _, err := readStreamMessage(br, rd, 8*maxPooledChunk); err != nil || string(got) != "end" {
+		t.Fatalf("message behind it: %q, %v", got, err)
 	}
 }

@@ -800,3 +800,34 @@ func TestLostLeaveOfAnEdgesLastMemberIsRepaired(t *testing.T) {
 
 	carol.ExpectPresence("carol")
 }
+
+// TestStreamMessageLengthAllocatesNothingUnsent: a stream's length prefix
+// is a claim, not bytes: a peer with a ticket that announces a message of
+// nearly maxStreamMessage and sends a few KiB of it makes the instance
+// allocate about what it sent, not the 256 MiB announced.
+func TestStreamMessageLengthAllocatesNothingUnsent(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	in := startInstance(t, srv, Config{ClusterAddr: "127.0.0.1:0"}, "i0", clusterLeaseTTL)
+	secret := askTicket(t, in, "i9")
+	c, err := net.Dial("tcp", streamAddr(t, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stream := []byte(streamHello + " i9 " + secret + "\n")
+	stream = binary.AppendUvarint(stream, maxStreamMessage-1)
+	stream = append(stream, bytes.Repeat([]byte{'x'}, 16<<10)...)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := c.Write(stream); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close() // the message ends short: the stream ends
+	waitFor(t, "the stream's end logged", func() bool {
+		return strings.Contains(in.logs.String(), "nexscope stream from another instance ended")
+	})
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got >= 32<<20 {
+		t.Fatalf("a message announced at %d bytes, of which 16 KiB were sent, allocated %d bytes; want under 32 MiB", maxStreamMessage-1, got)
+	}
+}
