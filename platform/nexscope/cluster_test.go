@@ -755,7 +755,9 @@ func TestClusterFormerHomeTakesNoJoin(t *testing.T) {
 		c := in.dialURL(t, "/ws", fmt.Sprintf("name=carol%d&token=%s&v=1", i, testToken), nil)
 		go func() {
 			defer func() { done <- struct{}{} }()
-			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			// The edge refuses only after joinBeats beats and a ghost probe's
+			// bound (about 13 s here): the deadline adds them to testTimeout.
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout+nameProbeTimeout+joinBeats*clusterLeaseTTL)
 			defer cancel()
 			_, _, err := c.WS.Read(ctx)
 			if !endedWith(err, CloseNoHome) {
