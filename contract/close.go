@@ -37,8 +37,10 @@ const (
 	// dials) if refused again, so it is only sent when a token really fails.
 	CloseUnauthorized CloseCode = 4401
 	// CloseUnsupportedPlatform (4404): a hello named a platform this connector
-	// does not front (or the tenant has no route on it). Sent instead of
-	// leaving the gateway to time out its 30 s handshake.
+	// does not front. Only that is checked (relay handleHello): a hello
+	// naming a fronted platform is answered with its descriptor whether or
+	// not the tenant has any route on it. Sent instead of leaving the
+	// gateway to time out its 30 s handshake.
 	CloseUnsupportedPlatform CloseCode = 4404
 	// CloseSlowConsumer (4408): the gateway did not read fast enough: its
 	// bounded send queue overflowed or a write to it timed out. Undelivered

@@ -159,7 +159,7 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 		return
 	}
 	s := c.srv
-	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Clock.Now(), platform: noPlatform}
+	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Clock.Now()}
 	if !track(s, s.ops, &s.outbound, op, struct{}{}) {
 		c.releaseOutbound(cost)
 		c.answer(reqID, noPlatform, a.Op, contract.Failed(contract.CodeUnavailable, "connector is shutting down"), time.Time{})
@@ -170,7 +170,7 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 		defer c.releaseOutbound(cost)
 		defer func() {
 			if v := recover(); v != nil { // a platform bug fails this op, not the process
-				c.logs.Log(c.log, slog.LevelError, "outbound op failed: panic", "op", truncateForLog(a.Op), "platform", op.platform, "panic", v, "stack", string(debug.Stack()))
+				c.logs.Log(c.log, slog.LevelError, "outbound op failed: panic", "op", truncateForLog(a.Op), "platform", op.platformName(), "panic", v, "stack", string(debug.Stack()))
 				op.finish(contract.Failed(contract.CodePlatformError, "internal error"))
 			}
 		}()
@@ -272,7 +272,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 	if p == nil {
 		return contract.Declined(name)
 	}
-	op.platform = name
+	op.setPlatform(name)
 	r := p.Execute(ctx, c.hub.id, a)
 	if !contract.AddressesChat(a.Op) {
 		return r

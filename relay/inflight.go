@@ -17,18 +17,33 @@ const noPlatform = "none"
 // the op when the platform call returns, or by Shutdown when the grace
 // period ends first.
 type outboundOp struct {
-	c        *conn
-	reqID    string
-	op       string
-	start    time.Time
-	platform string // set by execute once the platform is known
+	c     *conn
+	reqID string
+	op    string
+	start time.Time
+	// platform is set by execute once the platform is known (nil until
+	// then: noPlatform). Atomic: abandonOps reads it on the shutdown's
+	// goroutine while the op's own may still be resolving it.
+	platform atomic.Pointer[string]
 	answered atomic.Bool
+}
+
+// setPlatform records the platform the op runs on.
+func (o *outboundOp) setPlatform(name string) { o.platform.Store(&name) }
+
+// platformName is the platform the op runs on, noPlatform before it is
+// known.
+func (o *outboundOp) platformName() string {
+	if p := o.platform.Load(); p != nil {
+		return *p
+	}
+	return noPlatform
 }
 
 // finish answers o with r unless Shutdown answered it already.
 func (o *outboundOp) finish(r contract.Result) {
 	if o.answered.CompareAndSwap(false, true) {
-		o.c.answer(o.reqID, o.platform, o.op, r, o.start)
+		o.c.answer(o.reqID, o.platformName(), o.op, r, o.start)
 	}
 }
 
@@ -51,7 +66,7 @@ func (s *Server) abandonOps() int {
 	n := 0
 	for _, o := range ops {
 		if o.answered.CompareAndSwap(false, true) {
-			o.c.answer(o.reqID, o.platform, o.op, shutdownResult, o.start)
+			o.c.answer(o.reqID, o.platformName(), o.op, shutdownResult, o.start)
 			n++
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"hash/fnv"
 	"strconv"
 	"strings"
@@ -17,13 +18,13 @@ import (
 	"connector/internal/textsplit"
 )
 
-// sealedDrafts bounds Platform.sealed, the message each sealed draft stream
-// became, so a repeated seal (the gateway retries an ambiguous one once)
-// answers the same message id and sends nothing. It is per instance; the
-// least recently sealed stream is forgotten first. The gateway keeps the
-// same number of sealed streams per process. It also bounds
-// Platform.previews, the open streams of group chats, and Platform.drafts,
-// the draft ids sent to private chats (wireDraftID).
+// sealedDrafts bounds Platform.sealed, this instance's record of the
+// message each sealed draft stream became, so a repeated seal (the gateway
+// retries an ambiguous one once) answers the same message id and sends
+// nothing; the least recently sealed stream is forgotten first. The
+// gateway keeps the same number of sealed streams per process. It also
+// bounds Platform.previews, the open streams of group chats, and
+// Platform.drafts, the draft ids sent to private chats (wireDraftID).
 const sealedDrafts = 512
 
 // sealRetryWindow is how long a sealed stream answers a repeated seal
@@ -31,16 +32,17 @@ const sealedDrafts = 512
 // wait for the result (or a reconnect, backed off up to 30 s); but it
 // numbers its streams from 1 in each process, so after a restart it names
 // draft ids it sealed before in the same chat, and such a seal must become
-// a message of its own.
+// a message of its own. It is also how long the store keeps a seal's
+// record (Platform.seals).
 const sealRetryWindow = 5 * time.Minute
 
-// sealedDraft is the message a draft stream was sealed as (Platform.sealed).
-// Only a seal of the same content within sealRetryWindow is its repeat;
-// any other starts the stream anew.
+// sealedDraft is the message a draft stream was sealed as (Platform.sealed,
+// and JSON in Platform.seals). Only a seal of the same content within
+// sealRetryWindow is its repeat; any other starts the stream anew.
 type sealedDraft struct {
-	id  string    // the message (its first part)
-	at  time.Time // when it was sealed
-	sum uint64    // contentSum of the sealed content
+	ID  string    `json:"id"`  // the message (its first part)
+	At  time.Time `json:"at"`  // when it was sealed
+	Sum uint64    `json:"sum"` // contentSum of the sealed content
 }
 
 // contentSum is the digest of a seal's content that tells a repeated seal
@@ -51,22 +53,64 @@ func contentSum(content string) uint64 {
 	return h.Sum64()
 }
 
-// recentSeal is stream k's seal, when it was sealed within sealRetryWindow.
+// recent reports whether s was sealed within sealRetryWindow.
+func (p *Platform) recent(s sealedDraft) bool {
+	return p.deps.Clock.Now().Sub(s.At) < sealRetryWindow
+}
+
+// recentSeal is stream k's seal on this instance, when it was sealed
+// within sealRetryWindow.
 func (p *Platform) recentSeal(k draftKey) (sealedDraft, bool) {
 	s, ok := p.sealed.Get(k)
-	return s, ok && p.deps.Clock.Now().Sub(s.at) < sealRetryWindow
+	return s, ok && p.recent(s)
+}
+
+// resealedHere is the message a repeated seal a of stream k answers, if it
+// repeats a seal made on this instance.
+func (p *Platform) resealedHere(k draftKey, a *contract.Action) (string, bool) {
+	s, ok := p.recentSeal(k)
+	return s.ID, ok && s.Sum == contentSum(a.Content)
 }
 
 // resealed is the message a repeated seal a of stream k answers, if it is
-// one.
-func (p *Platform) resealed(k draftKey, a *contract.Action) (string, bool) {
-	s, ok := p.recentSeal(k)
-	return s.id, ok && s.sum == contentSum(a.Content)
+// one: of a seal on this instance (resealedHere), else of one on any
+// instance sharing the store, which the gateway's retry reaches after a
+// reconnect. A record the store cannot give is logged and taken as none:
+// the seal is sent, as it was before any instance shared it.
+func (p *Platform) resealed(ctx context.Context, k draftKey, a *contract.Action) (string, bool) {
+	if id, ok := p.resealedHere(k, a); ok || p.seals == nil {
+		return id, ok
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	raw, ok, err := p.seals.Get(ctx, k.sealKey())
+	if err != nil {
+		p.log.Warn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		return "", false
+	}
+	var s sealedDraft
+	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) || s.Sum != contentSum(a.Content) {
+		return "", false
+	}
+	p.sealed.Add(k, s)
+	return s.ID, true
 }
 
-// seal records that stream k, sealing a, became message id.
-func (p *Platform) seal(k draftKey, a *contract.Action, id string) {
-	p.sealed.Add(k, sealedDraft{id: id, at: p.deps.Clock.Now(), sum: contentSum(a.Content)})
+// seal records that stream k, sealing a, became message id: on this
+// instance, and for sealRetryWindow in the store when there is one (a
+// failure is logged: only a retry reaching another instance sends again).
+func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id string) {
+	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content)}
+	p.sealed.Add(k, s)
+	if p.seals == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
+	defer cancel()
+	raw, _ := json.Marshal(s) // plain fields: cannot fail
+	if err := p.seals.Put(ctx, k.sealKey(), raw, s.At.Add(sealRetryWindow)); err != nil {
+		p.log.Warn("telegram draft seal not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+	}
 }
 
 // draftKey names one draft stream of a tenant's chat.
@@ -74,6 +118,11 @@ type draftKey struct {
 	tenant string
 	chat   int64
 	draft  int64
+}
+
+// sealKey is the store key of stream k's seal record.
+func (k draftKey) sealKey() string {
+	return "telegram/seal/" + k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10)
 }
 
 // wireDraft names a draft id Telegram was sent in a private chat.
@@ -269,14 +318,14 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 // part's id. In a group chat the stream's preview becomes that first part.
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
-	if id, ok := p.resealed(k, a); ok {
+	if id, ok := p.resealed(ctx, k, a); ok {
 		return contract.OK(id)
 	}
 	parts := textsplit.Split(a.Content, splitRules)
 	if _, open := p.previews.Peek(k); open {
 		pv := p.openPreview(k, a)
 		defer pv.mu.Unlock()
-		if id, ok := p.resealed(k, a); ok { // sealed while this seal waited
+		if id, ok := p.resealedHere(k, a); ok { // sealed here while this seal waited
 			return contract.OK(id)
 		}
 		if pv.id != 0 {
@@ -286,7 +335,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 			}
 			if !gone {
 				first := strconv.Itoa(pv.id)
-				p.seal(k, a, first)
+				p.seal(ctx, k, a, first)
 				p.closePreview(k, pv)
 				if len(parts) > 1 {
 					if _, _, r := p.sendParts(ctx, tenant, chat, a, parts[1:], nil); !r.Success {
@@ -303,7 +352,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	if first != "" {
 		// Even a partly sent seal is the stream's message: a retry must not
 		// send the parts that went out again.
-		p.seal(k, a, first)
+		p.seal(ctx, k, a, first)
 	}
 	return r // contract.OK(first) when every part went out
 }

@@ -15,8 +15,10 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/redistest"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
+	"connector/store"
 )
 
 // TestPreviewSentWhileASendReplacesIt: a group draft's first frame is
@@ -220,6 +222,52 @@ func TestDraftIDReusedAfterTheSealWindow(t *testing.T) {
 			clk.Advance(sealRetryWindow + time.Second)
 			if third := seal("second answer"); third == second {
 				t.Fatalf("a seal after the window was answered with message %s", second)
+			}
+		})
+	}
+}
+
+// TestRetriedSealOnAnotherInstance: a seal's result is lost (the gateway's
+// connection drops), the gateway reconnects to another instance sharing
+// the store (a real redis-server) and retries the seal there. The retry
+// is answered with the first seal's message id and sends nothing; the seal
+// record was per instance, so the second instance sent the reply again.
+// Private chat and group alike.
+func TestRetriedSealOnAnotherInstance(t *testing.T) {
+	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
+		t.Run(chat, func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk}, nil)
+			other, err := New(e.p.cfg, platform.Deps{Store: st, Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(other.transport.CloseIdleConnections)
+			tenant := testChats[chat]
+			id, _ := strconv.ParseInt(chat, 10, 64)
+			seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true}
+			if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+				t.Fatalf("draft frame: %+v", r)
+			}
+			first := e.act(t, tenant, seal)
+			if !first.Success || first.MessageID == "" {
+				t.Fatalf("seal on the first instance: %+v", first)
+			}
+			sent := len(e.fake.Messages(id))
+			clk.Advance(sealRetryWindow / 2)
+			retry := other.Execute(ctx, tenant, &seal)
+			if !retry.Success || retry.MessageID != first.MessageID {
+				t.Fatalf("the retried seal on the other instance = %+v, want message %s", retry, first.MessageID)
+			}
+			if n := len(e.fake.Messages(id)); n != sent {
+				t.Fatalf("the retried seal sent %d more messages: %v", n-sent, e.fake.Messages(id))
 			}
 		})
 	}

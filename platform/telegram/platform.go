@@ -20,6 +20,7 @@ import (
 	"connector/platform/chatcontext"
 	"connector/platform/chatorder"
 	"connector/platform/fairshare"
+	"connector/store"
 )
 
 // Platform is the shared Telegram bot. Build it with New.
@@ -49,6 +50,7 @@ type Platform struct {
 	policies atomic.Pointer[map[string]*policy]
 	observed *chatcontext.Log[observedKey]
 	sealed   *lru.Cache[draftKey, sealedDraft] // see sealedDrafts
+	seals    store.Capabilities                // every instance's seals (draft.go), in deps.Store; nil without one
 	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
 	drafts   *lru.Cache[wireDraft, draftKey]   // the stream holding each draft id sent to a private chat (wireDraftID)
 	topics   *topicMemory
@@ -122,6 +124,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.owners.Store(platform.NewOwnership(chats))
 	p.seen, _ = lru.New[int64, struct{}](cfg.DedupeWindow) // sizes > 0 (Validate, WithDefaults): cannot fail
 	p.sealed, _ = lru.New[draftKey, sealedDraft](sealedDrafts)
+	if deps.Store != nil {
+		p.seals = deps.Store.Capabilities()
+	}
 	p.unclaimed, _ = lru.New[int64, struct{}](1024)
 	p.previews, _ = lru.New[draftKey, *preview](sealedDrafts)
 	p.drafts, _ = lru.New[wireDraft, draftKey](sealedDrafts)
