@@ -89,7 +89,15 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //     "revoked", and its later upgrades are refused with 4401
 //     "unauthorized";
 //   - a tenant that is gone keeps its ledger (buffered inbound waits in
-//     the store until buffer_max_age); only its gateways go.
+//     the store until buffer_max_age); only its gateways go;
+//   - a tenant whose Created changed was deleted and created again under
+//     its id: the earlier tenant's connections are closed with 4401
+//     "revoked", its buffered inbound is dropped (from memory and the
+//     store; Ledger.Begin), and its session owners and chat profiles are
+//     forgotten, before the new tenant's gateways may connect. Among
+//     several instances the new tenant has its own lease (leaseName), so
+//     an instance that has not applied the change yet, still driving the
+//     earlier tenant, sends nothing to the new tenant's sockets.
 //
 // An invalid set changes nothing.
 func (s *Server) SetTenants(tenants []Tenant) error {
@@ -100,37 +108,45 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	// revoked maps each gateway whose connections close to whether only
 	// those on a secret it no longer has do.
 	revoked := make(map[*gatewayRecord]bool)
-	var added []*hub
+	var added, renewed []*hub
 	s.regMu.Lock()
 	owner := make(map[string]string, len(keys))
-	for _, t := range tenants {
-		if s.tenants[t.ID] == nil {
-			s.tenants[t.ID] = s.newHub(t.ID)
+	// later are the tenants made again, whose gateways are added once the
+	// earlier tenant's state is gone.
+	later := make(map[string]*hub)
+	for i := range tenants {
+		t := &tenants[i]
+		switch h := s.tenants[t.ID]; {
+		case h == nil:
+			s.tenants[t.ID] = s.newHub(t)
 			added = append(added, s.tenants[t.ID])
+		case !h.created.Equal(t.Created):
+			h.created = t.Created
+			renewed = append(renewed, h)
+			later[t.ID] = h
 		}
 		for _, g := range t.Gateways {
 			owner[g.ID] = t.ID
 		}
 	}
 	for id, gw := range s.gateways {
-		if owner[id] != gw.tenant.id {
+		if owner[id] != gw.tenant.id || later[gw.tenant.id] != nil {
 			delete(s.gateways, id)
 			revoked[gw] = false
 		}
 	}
-	for id, k := range keys {
-		gw := s.gateways[id]
-		if gw == nil {
-			gw = &gatewayRecord{id: id, tenant: s.tenants[owner[id]], admission: newAdmission(s.cfg.MaxConnsPerGateway)}
-			s.gateways[id] = gw
-		} else if !gw.keys.Load().HeldBy(&k) {
-			revoked[gw] = true
-		}
-		gw.keys.Store(&k)
-	}
+	s.addGatewaysLocked(keys, owner, func(tenant string) bool { return later[tenant] == nil }, revoked)
 	s.regMu.Unlock()
 	if len(revoked) > 0 {
 		s.closeGateways(revoked)
+	}
+	if len(renewed) > 0 {
+		for _, h := range renewed {
+			h.renew()
+		}
+		s.regMu.Lock()
+		s.addGatewaysLocked(keys, owner, func(tenant string) bool { return later[tenant] != nil }, revoked)
+		s.regMu.Unlock()
 	}
 	if s.recovered.Load() {
 		for _, h := range added {
@@ -143,6 +159,46 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 		}
 	}
 	return nil
+}
+
+// addGatewaysLocked adds or updates, under regMu, the gateways in keys
+// of the tenants that pick, and marks in revoked those that keep only the
+// connections on a secret they still have.
+func (s *Server) addGatewaysLocked(keys map[string]contract.TokenKeys, owner map[string]string, pick func(tenant string) bool, revoked map[*gatewayRecord]bool) {
+	for id, k := range keys {
+		if !pick(owner[id]) {
+			continue
+		}
+		gw := s.gateways[id]
+		if gw == nil {
+			gw = &gatewayRecord{id: id, tenant: s.tenants[owner[id]], admission: newAdmission(s.cfg.MaxConnsPerGateway)}
+			s.gateways[id] = gw
+		} else if !gw.keys.Load().HeldBy(&k) {
+			revoked[gw] = true
+		}
+		gw.keys.Store(&k)
+	}
+}
+
+// renew drops the state of the earlier tenant of h's id, deleted and
+// created again (SetTenants), whose connections were closed: among
+// several instances its role (the earlier tenant's lease), then its
+// buffered inbound and session owners (Ledger.Begin), and its chats'
+// platforms and profiles.
+func (h *hub) renew() {
+	s := h.srv
+	s.regMu.RLock()
+	created := h.created
+	s.regMu.RUnlock()
+	if h.fleet != nil {
+		h.fleet.renew(created)
+	}
+	n := h.ledger.Begin(created)
+	h.chatsMu.Lock()
+	h.chats.Purge()
+	h.profiles.Purge()
+	h.chatsMu.Unlock()
+	s.log.Info("tenant created again under its id: the earlier tenant's connections closed and its state dropped", "tenant", h.id, "entries", n)
 }
 
 // recoverAdded reads what the store holds for h, a tenant added after New
