@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"connector/contract"
 )
@@ -88,9 +89,15 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //     connections, and those whose upgrade is under way, closed with 4401
 //     "revoked", and its later upgrades are refused with 4401
 //     "unauthorized";
-//   - a tenant that is gone keeps its ledger (buffered inbound waits in
-//     the store until buffer_max_age); only its gateways go;
-//   - a tenant whose Created changed was deleted and created again under
+//   - a declared tenant that is gone (Created zero: removed from the
+//     YAML, maybe for a while) keeps its ledger (buffered inbound waits in
+//     the store until buffer_max_age); only its gateways go. A tenant
+//     stored through the registry (Created set) that is gone was deleted:
+//     its buffered inbound is dropped from memory at once, and from the
+//     store as the ledger reads it or ages it out (Ledger.Begin), and its
+//     session owners and chat profiles are forgotten;
+//   - a tenant whose Created changed to another time was deleted and
+//     created again under
 //     its id: the earlier tenant's connections are closed with 4401
 //     "revoked", its buffered inbound is dropped (from memory and the
 //     store; Ledger.Begin), and its session owners and chat profiles are
@@ -108,25 +115,41 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	// revoked maps each gateway whose connections close to whether only
 	// those on a secret it no longer has do.
 	revoked := make(map[*gatewayRecord]bool)
-	var added, renewed []*hub
+	var added, renewed, declared, deleted []*hub
 	s.regMu.Lock()
 	owner := make(map[string]string, len(keys))
 	// later are the tenants made again, whose gateways are added once the
 	// earlier tenant's state is gone.
 	later := make(map[string]*hub)
+	kept := make(map[string]bool, len(tenants))
 	for i := range tenants {
 		t := &tenants[i]
+		kept[t.ID] = true
 		switch h := s.tenants[t.ID]; {
 		case h == nil:
 			s.tenants[t.ID] = s.newHub(t)
 			added = append(added, s.tenants[t.ID])
-		case !h.created.Equal(t.Created):
-			h.created = t.Created
+		case !h.created.Equal(t.Created) && !t.Created.IsZero():
+			h.created, h.deleted = t.Created, false
 			renewed = append(renewed, h)
 			later[t.ID] = h
+		case !h.created.Equal(t.Created):
+			// Declared in the YAML now, which shadows the stored tenant:
+			// the same tenant, which keeps its state.
+			h.created, h.deleted = t.Created, false
+			declared = append(declared, h)
+		case h.deleted:
+			h.deleted = false
+			declared = append(declared, h)
 		}
 		for _, g := range t.Gateways {
 			owner[g.ID] = t.ID
+		}
+	}
+	for id, h := range s.tenants {
+		if !h.created.IsZero() && !h.deleted && !kept[id] {
+			h.deleted = true
+			deleted = append(deleted, h)
 		}
 	}
 	for id, gw := range s.gateways {
@@ -139,6 +162,13 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	s.regMu.Unlock()
 	if len(revoked) > 0 {
 		s.closeGateways(revoked)
+	}
+	for _, h := range declared {
+		h.redeclare()
+	}
+	for _, h := range deleted {
+		h.drop(s.cfg.Clock.Now())
+		s.log.Info("tenant deleted: its buffered inbound dropped", "tenant", h.id)
 	}
 	if len(renewed) > 0 {
 		for _, h := range renewed {
@@ -183,8 +213,7 @@ func (s *Server) addGatewaysLocked(keys map[string]contract.TokenKeys, owner map
 // renew drops the state of the earlier tenant of h's id, deleted and
 // created again (SetTenants), whose connections were closed: among
 // several instances its role (the earlier tenant's lease), then its
-// buffered inbound and session owners (Ledger.Begin), and its chats'
-// platforms and profiles.
+// buffered inbound, session owners, chats and profiles (drop).
 func (h *hub) renew() {
 	s := h.srv
 	s.regMu.RLock()
@@ -193,12 +222,37 @@ func (h *hub) renew() {
 	if h.fleet != nil {
 		h.fleet.renew(created)
 	}
-	n := h.ledger.Begin(created)
+	n := h.drop(created)
+	s.log.Info("tenant created again under its id: the earlier tenant's connections closed and its state dropped", "tenant", h.id, "entries", n)
+}
+
+// drop drops the tenant's buffered inbound received before since, from
+// memory and the store (Ledger.Begin), its session owners, and its chats'
+// platforms and profiles, and reports how many entries it dropped: what a
+// tenant deleted (stored through the registry, so gone for good), or
+// deleted and created again, leaves.
+func (h *hub) drop(since time.Time) int {
+	n := h.ledger.Begin(since)
 	h.chatsMu.Lock()
 	h.chats.Purge()
 	h.profiles.Purge()
 	h.chatsMu.Unlock()
-	s.log.Info("tenant created again under its id: the earlier tenant's connections closed and its state dropped", "tenant", h.id, "entries", n)
+	return n
+}
+
+// redeclare follows a change of h's generation that is no new tenant (a
+// stored tenant now declared in the YAML, which shadows it, or one back
+// in the registry's state after SetTenants dropped it): the tenant keeps
+// its state; among several instances it has the lease of its generation.
+func (h *hub) redeclare() {
+	s := h.srv
+	s.regMu.RLock()
+	created := h.created
+	s.regMu.RUnlock()
+	h.ledger.SetSince(created)
+	if h.fleet != nil {
+		h.fleet.renew(created)
+	}
 }
 
 // recoverAdded reads what the store holds for h, a tenant added after New

@@ -403,3 +403,43 @@ func TestTenantMadeAgainInheritsNoInbound(t *testing.T) {
 		t.Fatalf("t1 made again twice: its gateway got %q, want %q", ev.Text, "newest")
 	}
 }
+
+// TestDeletedTenantsInboundIsDropped: t1, stored through the registry
+// (Created set), has buffered inbound when it is deleted: the inbound
+// leaves the store. t2, declared (Created zero), removed from the tenants
+// keeps its buffered inbound, which its gateway gets when t2 is back.
+func TestDeletedTenantsInboundIsDropped(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1", "c2": "t2"})
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	t1 := relay.Tenant{ID: "t1", Created: time.Now().Add(-time.Hour), Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	t2 := relay.Tenant{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{"s2"}}}}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: []relay.Tenant{t1, t2}, Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t), Store: st})
+	p.deliver("t1", "c1", "u1", "t1's")
+	p.deliver("t2", "c2", "u1", "t2's")
+	if err := h.Server.SetTenants(nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(relaytest.Timeout)
+	for {
+		recs, err := st.Ledger().Read(context.Background(), "t1", 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v the store still holds %d records of the deleted t1", relaytest.Timeout, len(recs))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := h.Server.SetTenants([]relay.Tenant{t2}); err != nil {
+		t.Fatal(err)
+	}
+	gw := h.Dial(t, "gw2", "s2")
+	gw.Hello(t, "discord", "app")
+	if ev, _ := gw.NextInbound(t); ev.Text != "t2's" {
+		t.Fatalf("t2 back: its gateway got %q, want %q", ev.Text, "t2's")
+	}
+}
