@@ -167,8 +167,8 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 		h.redeclare()
 	}
 	for _, h := range deleted {
-		h.drop(s.cfg.Clock.Now())
-		s.log.Info("tenant deleted: its buffered inbound dropped", "tenant", h.id)
+		n := h.drop(s.cfg.Clock.Now())
+		s.log.Info("tenant deleted: its buffered inbound dropped", "tenant", h.id, "entries", n)
 	}
 	if len(renewed) > 0 {
 		for _, h := range renewed {
