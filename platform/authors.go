@@ -171,8 +171,7 @@ func (g *Grants) Posted(ctx context.Context, chat, message, tenant string) {
 func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) bool {
 	k := g.postedKey(chat, message, tenant)
 	if at, ok := g.stored.Get(k); ok {
-		since, judged := g.vault.(interface{ Since(tenant string) time.Time })
-		return !judged || at.UnixMicro() >= since.Since(tenant).UnixMicro()
+		return !vault.Predates(g.vault, tenant, at)
 	}
 	_, ok := g.vault.Get(ctx, k)
 	return ok

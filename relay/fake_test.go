@@ -138,6 +138,11 @@ func (p *fakePlatform) runningSink() platform.Sink {
 
 // deliver publishes an inbound message from chat for tenant.
 func (p *fakePlatform) deliver(tenant, chatID, userID, text string) {
+	p.deliverAt(tenant, chatID, userID, text, time.Now())
+}
+
+// deliverAt is deliver of an event received at at.
+func (p *fakePlatform) deliverAt(tenant, chatID, userID, text string, at time.Time) {
 	sink := p.runningSink()
 	ev := &contract.Event{Text: text, MessageID: "msg-" + text}
 	ev.Source.Platform = p.name
@@ -146,7 +151,7 @@ func (p *fakePlatform) deliver(tenant, chatID, userID, text string) {
 	ev.Source.UserID.Value, ev.Source.UserID.Valid = userID, true
 	_ = sink.Deliver(context.Background(), platform.Delivery{
 		Kind: platform.KindInbound, Tenant: tenant, Platform: p.name,
-		SessionKey: sessionKey(p.name, chatID, userID), ChatID: chatID, Event: ev, Received: time.Now(),
+		SessionKey: sessionKey(p.name, chatID, userID), ChatID: chatID, Event: ev, Received: at,
 	})
 }
 

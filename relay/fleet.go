@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,6 +118,9 @@ type tenantFleet struct {
 	kick    chan struct{} // take stored records in now
 	nudge   chan struct{} // beat now
 	looping atomic.Bool   // loop started
+	// lease is the name of the tenant's lease (leaseName): the tenant's
+	// generation's, which renew changes.
+	lease atomic.Pointer[string]
 
 	// unserved is set when this instance, not driving, stored a delivery
 	// of the tenant a lease TTL or more past drivenUntil, the known expiry
@@ -329,12 +333,59 @@ func (fl *fleet) join(h *hub) {
 		h: h, fl: fl, kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1), owned: owned,
 		peers: make(map[string]*peer),
 	}
+	f.lease.Store(new(leaseName(h.id, h.created)))
 	h.fleet = f
 	h.role.Store(&roleRef{remote{f}})
 	h.ledger.OnOwned(f.noteOwner)
 	if fl.started.Load() {
 		fl.startLoop(f)
 	}
+}
+
+// leaseName is the name of the lease of tenant id created at created
+// (relay.Tenant.Created): "relay/tenant/<id>", and "@<Unix microseconds>"
+// after it for a tenant created through the registry, so that a tenant
+// deleted and created again under its id has a driver of its own, never
+// the earlier tenant's.
+func leaseName(id string, created time.Time) string {
+	if created.IsZero() {
+		return leasePrefix + id
+	}
+	return leasePrefix + id + "@" + strconv.FormatInt(created.UnixMicro(), 10)
+}
+
+// renew has the tenant, deleted and created again under its id at
+// created (hub.renew), bid for its own lease from its next beat, which it
+// nudges: this instance gives up the earlier tenant's lease if it drove
+// it (its ledger is forgotten), and forgets the driver it followed and
+// the session owners it stored.
+func (f *tenantFleet) renew(created time.Time) {
+	h := f.h
+	f.beatMu.Lock()
+	defer f.beatMu.Unlock()
+	f.lease.Store(new(leaseName(h.id, created)))
+	if f.driving.Load() {
+		if f.tenure != nil {
+			ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
+			if err := f.tenure.Release(ctx); err != nil && f.fl.ctx.Err() == nil {
+				f.fl.srv.log.Warn("earlier tenant's lease not given up: it expires", "tenant", h.id, "err", err)
+			}
+			cancel()
+			f.tenure = nil
+		}
+		f.stopDriving()
+	}
+	h.mu.Lock()
+	f.driver = ""
+	for _, s := range h.seats {
+		s.link = nil
+	}
+	f.ownMu.Lock()
+	f.owned.Purge()
+	f.ownMu.Unlock()
+	h.mu.Unlock()
+	f.drivenUntil.Store(0)
+	f.nudgeBeat()
 }
 
 // startLoop starts f's loop unless it runs already.
@@ -555,7 +606,7 @@ func (f *tenantFleet) beat(ctx context.Context) {
 		return
 	}
 	h, fl := f.h, f.fl
-	name := leasePrefix + h.id
+	name := *f.lease.Load()
 	ctx, cancel := context.WithTimeout(ctx, fl.node.Beat())
 	defer cancel()
 	if f.driving.Load() {
@@ -1078,7 +1129,7 @@ func (f *tenantFleet) forwardInterrupt(ctx context.Context, in interrupt) bool {
 	if driver == "" {
 		ctx, cancel := context.WithTimeout(ctx, f.fl.node.LeaseTTL())
 		defer cancel()
-		l, ok, err := f.fl.leases.Holder(ctx, leasePrefix+h.id)
+		l, ok, err := f.fl.leases.Holder(ctx, *f.lease.Load())
 		if err != nil {
 			f.fl.srv.log.Warn("tenant driver not read for an interrupt", "tenant", h.id, "err", err)
 		}

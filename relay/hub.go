@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
@@ -24,6 +25,13 @@ type hub struct {
 	srv    *Server
 	id     string
 	ledger *ledger.Ledger
+	// created is the tenant's Tenant.Created, guarded by regMu: the
+	// generation of the id the hub serves (SetTenants).
+	created time.Time
+	// deleted is set, under regMu, while a tenant stored through the
+	// registry (created set) is gone from the tenants: deleted, its
+	// buffered inbound dropped.
+	deleted bool
 
 	// chats maps chat id -> platform, from deliveries; profiles maps
 	// platform+"\x00"+chat id -> the Hermes profile the tenant's gateway
@@ -126,9 +134,10 @@ func (in interrupt) frame(chatID string) []byte {
 	return contract.AppendInterruptInbound(nil, in.sessionKey, chatID)
 }
 
-// newHub makes tenant id's hub, with its ledger and its role, under regMu.
-func (s *Server) newHub(id string) *hub {
-	h := &hub{srv: s, id: id, ledger: s.ledgers.Ledger(id), seats: make(map[*conn]*seat)}
+// newHub makes tenant t's hub, with its ledger and its role, under regMu.
+func (s *Server) newHub(t *Tenant) *hub {
+	h := &hub{srv: s, id: t.ID, ledger: s.ledgers.Ledger(t.ID), created: t.Created, seats: make(map[*conn]*seat)}
+	h.ledger.SetSince(t.Created)
 	h.chats, _ = simplelru.NewLRU[string, string](s.cfg.SessionOwners, nil)
 	h.profiles, _ = simplelru.NewLRU[string, string](s.cfg.SessionOwners, nil)
 	h.role.Store(&roleRef{local{h}})

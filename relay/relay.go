@@ -107,6 +107,12 @@ type Tenant struct {
 	// Session holds the tenant's gateway knobs that change session keys
 	// (group/thread per-user, profile). Nil means the gateway defaults.
 	Session *session.Options
+	// Created is when the tenant was created (registry.Tenant.Created);
+	// zero for always. When it changes for an id, the tenant was deleted
+	// and created again: SetTenants closes the earlier tenant's
+	// connections and drops its buffered inbound, session owners and chat
+	// profiles, none of which the new tenant inherits.
+	Created time.Time
 }
 
 // Gateway is one gateway identity allowed to dial /relay.

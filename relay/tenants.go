@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"connector/contract"
 )
@@ -88,8 +89,22 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //     connections, and those whose upgrade is under way, closed with 4401
 //     "revoked", and its later upgrades are refused with 4401
 //     "unauthorized";
-//   - a tenant that is gone keeps its ledger (buffered inbound waits in
-//     the store until buffer_max_age); only its gateways go.
+//   - a declared tenant that is gone (Created zero: removed from the
+//     YAML, maybe for a while) keeps its ledger (buffered inbound waits in
+//     the store until buffer_max_age); only its gateways go. A tenant
+//     stored through the registry (Created set) that is gone was deleted:
+//     its buffered inbound is dropped from memory at once, and from the
+//     store as the ledger reads it or ages it out (Ledger.Begin), and its
+//     session owners and chat profiles are forgotten;
+//   - a tenant whose Created changed to another time was deleted and
+//     created again under
+//     its id: the earlier tenant's connections are closed with 4401
+//     "revoked", its buffered inbound is dropped (from memory and the
+//     store; Ledger.Begin), and its session owners and chat profiles are
+//     forgotten, before the new tenant's gateways may connect. Among
+//     several instances the new tenant has its own lease (leaseName), so
+//     an instance that has not applied the change yet, still driving the
+//     earlier tenant, sends nothing to the new tenant's sockets.
 //
 // An invalid set changes nothing.
 func (s *Server) SetTenants(tenants []Tenant) error {
@@ -100,37 +115,68 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	// revoked maps each gateway whose connections close to whether only
 	// those on a secret it no longer has do.
 	revoked := make(map[*gatewayRecord]bool)
-	var added []*hub
+	var added, renewed, declared, deleted []*hub
 	s.regMu.Lock()
 	owner := make(map[string]string, len(keys))
-	for _, t := range tenants {
-		if s.tenants[t.ID] == nil {
-			s.tenants[t.ID] = s.newHub(t.ID)
+	// later are the tenants made again, whose gateways are added once the
+	// earlier tenant's state is gone.
+	later := make(map[string]*hub)
+	kept := make(map[string]bool, len(tenants))
+	for i := range tenants {
+		t := &tenants[i]
+		kept[t.ID] = true
+		switch h := s.tenants[t.ID]; {
+		case h == nil:
+			s.tenants[t.ID] = s.newHub(t)
 			added = append(added, s.tenants[t.ID])
+		case !h.created.Equal(t.Created) && !t.Created.IsZero():
+			h.created, h.deleted = t.Created, false
+			renewed = append(renewed, h)
+			later[t.ID] = h
+		case !h.created.Equal(t.Created):
+			// Declared in the YAML now, which shadows the stored tenant:
+			// the same tenant, which keeps its state.
+			h.created, h.deleted = t.Created, false
+			declared = append(declared, h)
+		case h.deleted:
+			h.deleted = false
+			declared = append(declared, h)
 		}
 		for _, g := range t.Gateways {
 			owner[g.ID] = t.ID
 		}
 	}
+	for id, h := range s.tenants {
+		if !h.created.IsZero() && !h.deleted && !kept[id] {
+			h.deleted = true
+			deleted = append(deleted, h)
+		}
+	}
 	for id, gw := range s.gateways {
-		if owner[id] != gw.tenant.id {
+		if owner[id] != gw.tenant.id || later[gw.tenant.id] != nil {
 			delete(s.gateways, id)
 			revoked[gw] = false
 		}
 	}
-	for id, k := range keys {
-		gw := s.gateways[id]
-		if gw == nil {
-			gw = &gatewayRecord{id: id, tenant: s.tenants[owner[id]], admission: newAdmission(s.cfg.MaxConnsPerGateway)}
-			s.gateways[id] = gw
-		} else if !gw.keys.Load().HeldBy(&k) {
-			revoked[gw] = true
-		}
-		gw.keys.Store(&k)
-	}
+	s.addGatewaysLocked(keys, owner, func(tenant string) bool { return later[tenant] == nil }, revoked)
 	s.regMu.Unlock()
 	if len(revoked) > 0 {
 		s.closeGateways(revoked)
+	}
+	for _, h := range declared {
+		h.redeclare()
+	}
+	for _, h := range deleted {
+		n := h.drop(s.cfg.Clock.Now())
+		s.log.Info("tenant deleted: its buffered inbound dropped", "tenant", h.id, "entries", n)
+	}
+	if len(renewed) > 0 {
+		for _, h := range renewed {
+			h.renew()
+		}
+		s.regMu.Lock()
+		s.addGatewaysLocked(keys, owner, func(tenant string) bool { return later[tenant] != nil }, revoked)
+		s.regMu.Unlock()
 	}
 	if s.recovered.Load() {
 		for _, h := range added {
@@ -143,6 +189,70 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 		}
 	}
 	return nil
+}
+
+// addGatewaysLocked adds or updates, under regMu, the gateways in keys
+// of the tenants that pick, and marks in revoked those that keep only the
+// connections on a secret they still have.
+func (s *Server) addGatewaysLocked(keys map[string]contract.TokenKeys, owner map[string]string, pick func(tenant string) bool, revoked map[*gatewayRecord]bool) {
+	for id, k := range keys {
+		if !pick(owner[id]) {
+			continue
+		}
+		gw := s.gateways[id]
+		if gw == nil {
+			gw = &gatewayRecord{id: id, tenant: s.tenants[owner[id]], admission: newAdmission(s.cfg.MaxConnsPerGateway)}
+			s.gateways[id] = gw
+		} else if !gw.keys.Load().HeldBy(&k) {
+			revoked[gw] = true
+		}
+		gw.keys.Store(&k)
+	}
+}
+
+// renew drops the state of the earlier tenant of h's id, deleted and
+// created again (SetTenants), whose connections were closed: among
+// several instances its role (the earlier tenant's lease), then its
+// buffered inbound, session owners, chats and profiles (drop).
+func (h *hub) renew() {
+	s := h.srv
+	s.regMu.RLock()
+	created := h.created
+	s.regMu.RUnlock()
+	if h.fleet != nil {
+		h.fleet.renew(created)
+	}
+	n := h.drop(created)
+	s.log.Info("tenant created again under its id: the earlier tenant's connections closed and its state dropped", "tenant", h.id, "entries", n)
+}
+
+// drop drops the tenant's buffered inbound received before since, from
+// memory and the store (Ledger.Begin), its session owners, and its chats'
+// platforms and profiles, and reports how many entries it dropped: what a
+// tenant deleted (stored through the registry, so gone for good), or
+// deleted and created again, leaves.
+func (h *hub) drop(since time.Time) int {
+	n := h.ledger.Begin(since)
+	h.chatsMu.Lock()
+	h.chats.Purge()
+	h.profiles.Purge()
+	h.chatsMu.Unlock()
+	return n
+}
+
+// redeclare follows a change of h's generation that is no new tenant (a
+// stored tenant now declared in the YAML, which shadows it, or one back
+// in the registry's state after SetTenants dropped it): the tenant keeps
+// its state; among several instances it has the lease of its generation.
+func (h *hub) redeclare() {
+	s := h.srv
+	s.regMu.RLock()
+	created := h.created
+	s.regMu.RUnlock()
+	h.ledger.SetSince(created)
+	if h.fleet != nil {
+		h.fleet.renew(created)
+	}
 }
 
 // recoverAdded reads what the store holds for h, a tenant added after New

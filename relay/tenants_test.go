@@ -349,3 +349,97 @@ func TestRemovedSecretClosesItsSockets(t *testing.T) {
 		t.Fatalf("the kept secret's socket got %q", ev.Text)
 	}
 }
+
+// TestTenantMadeAgainInheritsNoInbound: tenant t1 (created through the
+// registry: relay.Tenant.Created) has inbound in flight on its gateway
+// and buffered; it is deleted, then created again under its id with a
+// gateway of the same id (new secret). The new tenant's gateway receives
+// only the new tenant's inbound, none of the earlier tenant's. Then t1 is
+// made again while the new gateway is connected, holding an entry: its
+// socket is closed 4401 "revoked", and the next tenant's gateway gets
+// none of what it held.
+func TestTenantMadeAgainInheritsNoInbound(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	now := time.Now()
+	tenant := func(created time.Time, secret string) relay.Tenant {
+		return relay.Tenant{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}
+	}
+	h := relaytest.Start(t, []relay.Tenant{tenant(now.Add(-4*time.Hour), "s1")}, p)
+	old := h.Dial(t, "gw1", "s1")
+	old.Hello(t, "discord", "app")
+	p.deliverAt("t1", "c1", "u1", "in flight", now.Add(-3*time.Hour))
+	if ev, _ := old.NextInbound(t); ev.Text != "in flight" {
+		t.Fatalf("earlier t1's gateway got %q, want %q", ev.Text, "in flight")
+	}
+	p.deliverAt("t1", "c1", "u2", "buffered", now.Add(-3*time.Hour))
+
+	if err := h.Server.SetTenants(nil); err != nil { // deleted
+		t.Fatal(err)
+	}
+	if code, reason := old.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("deleted tenant's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+	if err := h.Server.SetTenants([]relay.Tenant{tenant(now.Add(-2*time.Hour), "s2")}); err != nil {
+		t.Fatal(err)
+	}
+	gw := h.Dial(t, "gw1", "s2")
+	gw.Hello(t, "discord", "app")
+	p.deliverAt("t1", "c1", "u1", "new", now.Add(-time.Hour))
+	if ev, _ := gw.NextInbound(t); ev.Text != "new" {
+		t.Fatalf("t1 made again: its gateway got %q, want %q (the earlier t1's inbound)", ev.Text, "new")
+	}
+
+	// Made again while its gateway is connected and holds "new".
+	if err := h.Server.SetTenants([]relay.Tenant{tenant(now.Add(-30*time.Minute), "s3")}); err != nil {
+		t.Fatal(err)
+	}
+	if code, reason := gw.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("earlier tenant's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+	next := h.Dial(t, "gw1", "s3")
+	next.Hello(t, "discord", "app")
+	p.deliver("t1", "c1", "u1", "newest")
+	if ev, _ := next.NextInbound(t); ev.Text != "newest" {
+		t.Fatalf("t1 made again twice: its gateway got %q, want %q", ev.Text, "newest")
+	}
+}
+
+// TestDeletedTenantsInboundIsDropped: t1, stored through the registry
+// (Created set), has buffered inbound when it is deleted: the inbound
+// leaves the store. t2, declared (Created zero), removed from the tenants
+// keeps its buffered inbound, which its gateway gets when t2 is back.
+func TestDeletedTenantsInboundIsDropped(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1", "c2": "t2"})
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	t1 := relay.Tenant{ID: "t1", Created: time.Now().Add(-time.Hour), Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}
+	t2 := relay.Tenant{ID: "t2", Gateways: []relay.Gateway{{ID: "gw2", Secrets: []string{"s2"}}}}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: []relay.Tenant{t1, t2}, Platforms: []platform.Platform{p}, Log: relaytest.TestLogger(t), Store: st})
+	p.deliver("t1", "c1", "u1", "t1's")
+	p.deliver("t2", "c2", "u1", "t2's")
+	if err := h.Server.SetTenants(nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(relaytest.Timeout)
+	for {
+		recs, err := st.Ledger().Read(context.Background(), "t1", 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v the store still holds %d records of the deleted t1", relaytest.Timeout, len(recs))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := h.Server.SetTenants([]relay.Tenant{t2}); err != nil {
+		t.Fatal(err)
+	}
+	gw := h.Dial(t, "gw2", "s2")
+	gw.Hello(t, "discord", "app")
+	if ev, _ := gw.NextInbound(t); ev.Text != "t2's" {
+		t.Fatalf("t2 back: its gateway got %q, want %q", ev.Text, "t2's")
+	}
+}

@@ -319,6 +319,19 @@ func (m *Memory) Since(tenant string) time.Time {
 	return m.since(tenant)
 }
 
+// Predates reports whether what was stored for tenant at at (a record
+// kept outside s, which s does not judge itself) was stored for an
+// earlier tenant of the id, deleted since, as s judges its own entries
+// (Config.Since): false when s does not know when tenants began.
+func Predates(s Store, tenant string, at time.Time) bool {
+	b, ok := s.(interface{ Since(tenant string) time.Time })
+	if !ok {
+		return false
+	}
+	since := b.Since(tenant)
+	return !since.IsZero() && at.UnixMicro() < since.UnixMicro()
+}
+
 // predates reports whether e was stored for an earlier tenant of k's
 // tenant id (Config.Since).
 func (m *Memory) predates(k Key, e Entry) bool {

@@ -9,6 +9,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/registry"
@@ -128,5 +129,40 @@ func TestTenantMadeAgainInheritsNoGrants(t *testing.T) {
 	grants.Posted(ctx, "801", "902", "acme")
 	if !grants.Has(ctx, "801", "acme") || !grants.PostedBy(ctx, "801", "902", "acme") {
 		t.Error("acme made again lost its own grant or mark")
+	}
+}
+
+// TestRelayTenantsCarryTheirCreation: the relay is handed each stored
+// tenant's creation (registry.Tenant.Created), which changes when the
+// tenant is deleted and created again under its id: the relay then drops
+// what the earlier tenant left (its buffered inbound, session owners and
+// profiles; relay.Tenant.Created).
+func TestRelayTenantsCarryTheirCreation(t *testing.T) {
+	st := memStore(t)
+	ctx := t.Context()
+	clk := clocktest.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	reg := registry.New(st, clk)
+	created := func() time.Time {
+		t.Helper()
+		if err := reg.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+		s, _, err := reg.Effective(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenants := relayTenants(s)
+		if len(tenants) != 1 || tenants[0].Created.IsZero() {
+			t.Fatalf("relay tenants %+v, want acme with its creation", tenants)
+		}
+		return tenants[0].Created
+	}
+	first := created()
+	if err := reg.DeleteTenant(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	if again := created(); !again.After(first) {
+		t.Fatalf("acme made again is handed %v, want after %v", again, first)
 	}
 }

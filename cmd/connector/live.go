@@ -124,7 +124,7 @@ func relayTenants(s registry.State) []relay.Tenant {
 	for _, t := range s.Tenants {
 		opts := t.Session.Options()
 		index[t.ID] = len(out)
-		out = append(out, relay.Tenant{ID: t.ID, Session: &opts})
+		out = append(out, relay.Tenant{ID: t.ID, Session: &opts, Created: t.Created})
 	}
 	for _, g := range s.Gateways {
 		i, ok := index[g.Tenant]

@@ -23,6 +23,7 @@ import (
 	"connector/platform/slack/slacktest"
 	"connector/session"
 	"connector/store"
+	"connector/vault"
 )
 
 // TestPromptRoundTrip: a prompt posts Block Kit buttons whose action_ids
@@ -735,5 +736,43 @@ func TestSlowFilesKeepTheirClaim(t *testing.T) {
 	}
 	if n := a.sink.Taken() + b.sink.Taken(); n != 1 {
 		t.Fatalf("delivered %d times", n)
+	}
+}
+
+// TestPressOfAnEarlierTenantsPrompt: t1 posted a prompt, and is deleted
+// and created again under its id (the vault's Since moves to its new
+// start): a press of the earlier t1's prompt is dropped, not delivered to
+// the new t1; a press of the new t1's own prompt is.
+func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
+	clk := clocktest.New(time.Now()) // requests are signed at the time of day
+	var began atomic.Int64
+	since := func(tenant string) time.Time {
+		if us := began.Load(); tenant == "t1" && us != 0 {
+			return time.UnixMicro(us)
+		}
+		return time.Time{}
+	}
+	e := newEnvOn(t, newFake(t), nil, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	press := func(id string) {
+		t.Helper()
+		r := e.execute(t, "t1", `{"op":"prompt","chat_id":"C0GEN00001","content":"Deploy?","prompt_id":"`+id+`","options":[{"id":"once","label":"Approve once"}]}`)
+		if !r.Success {
+			t.Fatalf("%+v", r)
+		}
+		if id == "p1" { // posted by the earlier t1, pressed once t1 was made again
+			clk.Advance(time.Second)
+			began.Store(clk.Now().UnixMicro())
+			clk.Advance(time.Second)
+		}
+		body := slacktest.Press(teamA.ID, chanGeneral, userAda, r.MessageID, "", "hp1:"+id+":once", "Approve once")
+		if code, text := e.post(t, InteractionsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+			t.Fatalf("press of %s: %d %s", id, code, text)
+		}
+	}
+	press("p1")
+	e.sink.Empty(t)
+	press("p2")
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "p2" {
+		t.Fatalf("the new t1's press delivered to %s as %+v", d.Tenant, d.Event)
 	}
 }

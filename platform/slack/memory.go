@@ -7,6 +7,7 @@ import (
 
 	"connector/internal/clock"
 	"connector/store"
+	"connector/vault"
 )
 
 // memory is what the connector remembers of the workspaces' messages and
@@ -27,6 +28,9 @@ import (
 type memory struct {
 	caps  store.Capabilities // the store's, else a platform.LocalState
 	clock clock.Clock
+	// vault judges whether a prompt was posted by an earlier tenant of
+	// its tenant's id (vault.Predates); nil judges none so.
+	vault vault.Store
 }
 
 // memoryTTL is how long a marker lasts after it was last set.
@@ -116,18 +120,25 @@ func (m *memory) sent(ctx context.Context, tenant, team, channel, ts, thread str
 type promptOwner struct {
 	Tenant string `json:"tenant"`
 	Team   string `json:"team"`
+	// At is when the prompt was posted, in Unix microseconds (zero in
+	// records stored before it was kept, which only tenants created before
+	// then, judged by nothing, hold).
+	At int64 `json:"at,omitempty"`
 }
 
 // promptPosted records that o posted the prompt message ts in channel.
 func (m *memory) promptPosted(ctx context.Context, channel, ts string, o promptOwner) error {
-	value, _ := json.Marshal(o) // two strings: cannot fail
+	o.At = m.clock.Now().UnixMicro()
+	value, _ := json.Marshal(o) // two strings and an integer: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	return m.caps.Put(ctx, markKey(markPrompt, channel+":"+ts), value, m.clock.Now().Add(memoryTTL))
 }
 
 // promptOwnerOf returns who posted the prompt message ts in channel; ok
-// is false when no prompt of the connector's is remembered there.
+// is false when no prompt of the connector's is remembered there, or when
+// an earlier tenant of its tenant's id, deleted since, posted it (a tenant
+// created again under the id does not get the presses of its prompts).
 func (m *memory) promptOwnerOf(ctx context.Context, channel, ts string) (o promptOwner, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -135,7 +146,7 @@ func (m *memory) promptOwnerOf(ctx context.Context, channel, ts string) (o promp
 	if err != nil || !found {
 		return promptOwner{}, false, err
 	}
-	if json.Unmarshal(value, &o) != nil || o.Tenant == "" || o.Team == "" {
+	if json.Unmarshal(value, &o) != nil || o.Tenant == "" || o.Team == "" || vault.Predates(m.vault, o.Tenant, time.UnixMicro(o.At)) {
 		return promptOwner{}, false, nil
 	}
 	return o, true, nil

@@ -148,7 +148,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.histories = ttlcache.New[string, []slack.Message](threadContextSize, threadContextTTL, p.clock)
 	p.works = newWorkspaces(p)
 	p.names = newNames(p)
-	p.memory = &memory{caps: platform.StateOr(deps.Store, memorySize, p.clock), clock: p.clock}
+	p.memory = &memory{caps: platform.StateOr(deps.Store, memorySize, p.clock), clock: p.clock, vault: deps.Vault}
 	p.claims = platform.ClaimsFor(deps, localClaims, p.clock)
 	p.dedupe = &platform.Dedupe{Claims: p.claims, Clock: p.clock, Prefix: "slack/", Pending: pendingTTL, Window: cfg.DedupeWindow, Log: p.log}
 	p.queues = chatorder.New[string](maxInFlight)

@@ -392,7 +392,8 @@ func (p *Platform) promptOf(ctx context.Context, number, sender string, m *messa
 	}
 	e, ok := p.vault.Get(ctx, promptKey(number, sender, msgID))
 	var rec promptRecord
-	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID {
+	if !ok || json.Unmarshal([]byte(e.Ref), &rec) != nil || rec.Tenant == "" || rec.PromptID != promptID ||
+		vault.Predates(p.vault, rec.Tenant, e.Stored) { // posted by an earlier tenant of the id, deleted since
 		return promptRecord{}, false
 	}
 	rec.stored, rec.msgID = e.Stored, msgID

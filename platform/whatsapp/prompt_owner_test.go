@@ -7,10 +7,12 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connector/contract"
+	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
 	"connector/platform"
 	"connector/platform/whatsapp/whatsapptest"
@@ -254,5 +256,57 @@ func TestMessageStoredAsMetaHangsUpIsDeliveredOnce(t *testing.T) {
 	}
 	if n := len(r.sink.all()); n != 1 {
 		t.Fatalf("delivered %d times, want once", n)
+	}
+}
+
+// TestTapOnAnEarlierTenantsPrompt: t1 posted a prompt, and is deleted and
+// created again under its id (the vault's Since moves to its new start)
+// with the same number: a tap on the earlier t1's prompt is no prompt
+// answer of the new t1's (it reaches the number's tenant as any tap on a
+// prompt the connector does not know); a tap on the new t1's own prompt
+// is.
+func TestTapOnAnEarlierTenantsPrompt(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	var began atomic.Int64
+	since := func(tenant string) time.Time {
+		if us := began.Load(); tenant == "t1" && us != 0 {
+			return time.UnixMicro(us)
+		}
+		return time.Time{}
+	}
+	r := newRig(t, vault.NewMemory(vault.Config{Clock: clk, Since: since}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	prompt := func() string {
+		t.Helper()
+		res := r.exec(t, "t1", map[string]any{"op": "prompt", "chat_id": ada, "content": "Deploy?", "prompt_id": "p1",
+			"options": []any{map[string]any{"id": "yes", "label": "Yes"}}})
+		if !res.Success {
+			t.Fatalf("t1's prompt: %+v", res)
+		}
+		return res.MessageID
+	}
+	tap := func(wamid, promptMsg string) *contract.PromptResponse {
+		t.Helper()
+		before := len(r.sink.all())
+		if code := r.post(t, whatsapptest.Tap(biz1, ada, "Ada", wamid, promptMsg, "hp1:p1:yes", "Yes", false)); code != 200 {
+			t.Fatalf("tap %s: %d", wamid, code)
+		}
+		got := r.sink.all()[before:]
+		if len(got) != 1 || got[0].Tenant != "t1" {
+			t.Fatalf("tap %s delivered %+v, want one delivery to t1", wamid, got)
+		}
+		return got[0].Event.PromptResponse
+	}
+	r.converse(t, biz1, ada, "wamid.O1")
+	old := prompt()
+	clk.Advance(time.Second)
+	began.Store(clk.Now().UnixMicro())
+	clk.Advance(time.Second)
+	r.converse(t, biz1, ada, "wamid.O2")
+	if pr := tap("wamid.O3", old); pr != nil {
+		t.Fatalf("a tap on the earlier t1's prompt answered the new t1's: %+v", pr)
+	}
+	if pr := tap("wamid.O4", prompt()); pr == nil || pr.OptionID != "yes" {
+		t.Fatalf("a tap on the new t1's prompt: %+v", pr)
 	}
 }

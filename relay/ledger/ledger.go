@@ -264,6 +264,11 @@ type Ledger struct {
 
 	owned func(c Consumer, sessionKey, chatID string) // OnOwned's
 
+	// since is when the ledger's tenant began, in Unix microseconds (0:
+	// always): a record received before then was an earlier tenant's of
+	// the id (SetSince).
+	since atomic.Int64
+
 	// resets counts Resets, under mu: a Tail whose store read began before
 	// one takes nothing in, and the next Tail reads from the start.
 	resets uint64
@@ -1050,7 +1055,11 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			return n, nil
 		}
 		for _, e := range entries {
-			if l.byID[e.id] == nil {
+			switch {
+			case l.byID[e.id] != nil:
+			case l.earlierLocked(e):
+				l.queueRemovalLocked(e.seq)
+			default:
 				l.insertLocked(e)
 				n++
 			}
@@ -1069,6 +1078,52 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		p.boundTotal()
 	}
 	return n, nil
+}
+
+// SetSince has the ledger's tenant begin at t (when the tenant was
+// created; zero for always): from then on a record received before t,
+// stored for an earlier tenant of the id (deleted since), is never taken
+// in (Tail, Recover) and is removed from the store as it is read, so the
+// tenant's gateways get none of it. It drops nothing the ledger holds:
+// Begin does.
+func (l *Ledger) SetSince(t time.Time) {
+	var us int64
+	if !t.IsZero() {
+		us = t.UnixMicro()
+	}
+	l.since.Store(us)
+}
+
+// earlierLocked reports whether e was received before the tenant began
+// (SetSince), under mu.
+func (l *Ledger) earlierLocked(e *entry) bool {
+	since := l.since.Load()
+	return since != 0 && e.received.UnixMicro() < since
+}
+
+// Begin is SetSince for a ledger in use, whose tenant was deleted and
+// created again under its id: it also drops, from memory and the store,
+// the entries received before t, and forgets every session owner (the
+// earlier tenant's connections'). It reports how many entries it dropped.
+// Dropping is idempotent: any instance may do it, and those that read the
+// records later (Tail) drop them too.
+func (l *Ledger) Begin(t time.Time) int {
+	l.SetSince(t)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for e := l.oldest; e != nil; {
+		next := e.next
+		if l.earlierLocked(e) {
+			l.removeLocked(e)
+			l.removeStoredLocked(e)
+			n++
+		}
+		e = next
+	}
+	l.owners.Purge()
+	l.pool.cfg.Metrics.Buffered(l.tenant, len(l.byID))
+	return n
 }
 
 // Reset empties the ledger: every entry, consumer and session owner is

@@ -1176,3 +1176,39 @@ func TestSweepDropsExpiredEntriesAnotherInstanceTrimmed(t *testing.T) {
 	driver.Serve(c, "discord")
 	want(t, "delivered after the sweeps", payloads(c.take()), "recent")
 }
+
+// TestBeginDropsAnEarlierTenantsEntries: t1 holds entries in memory and
+// the store (one in flight, one waiting) when it is deleted and created
+// again (Begin): both leave memory and the store, and the owner of their
+// session is forgotten. An instance that reads the store after (Tail,
+// SetSince only, as a restarted or lagging one) takes in none of the
+// earlier tenant's records and removes them; the new tenant's own count.
+func TestBeginDropsAnEarlierTenantsEntries(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.AckWindow = 1 })
+	other := newRigOn(t, r.store, r.clock, nil)
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	r.add(t, "s1", "in flight")
+	r.add(t, "s1", "waiting")
+	other.store1(t, "s2", "stored elsewhere")
+	want(t, "before", payloads(c.take()), "in flight")
+
+	r.clock.Advance(time.Second)
+	began := r.clock.Now()
+	if n := r.Begin(began); n != 2 {
+		t.Fatalf("Begin dropped %d entries, want 2", n)
+	}
+	if _, _, ok := r.Owner("s1"); ok {
+		t.Fatal("the earlier tenant's session owner is still known")
+	}
+	r.add(t, "s1", "new")
+	other.SetSince(began)
+	if n, err := other.Tail(context.Background()); err != nil || n != 1 {
+		t.Fatalf("Tail after SetSince took in %d (%v), want 1 (the new tenant's)", n, err)
+	}
+	other.pool.Flush(context.Background())
+	want(t, "stored", r.stored(t), "new")
+	c2 := &fakeConsumer{}
+	other.Serve(c2, "discord")
+	want(t, "the other instance's", payloads(c2.take()), "new")
+}

@@ -1,0 +1,108 @@
+package relay_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"connector/contract"
+	"connector/internal/cluster"
+	"connector/internal/redistest"
+	"connector/platform"
+	"connector/relay"
+	"connector/relay/relaytest"
+	"connector/store"
+)
+
+// TestTenantMadeAgainOnTwoInstances, on a real redis-server: t1's
+// gateway on i0 (which so drives t1) is idle while t1's inbound is
+// buffered. t1 is deleted and created again under its id, and i1 applies
+// it first: the new t1's gateway on i1 receives the new t1's inbound and
+// none of what i0, still driving the earlier t1, holds. Once i0 applies
+// it, its socket of the earlier t1 is closed 4401 "revoked", inbound
+// ingested on i0 reaches the new t1's gateway, and the store holds none
+// of the earlier t1's records.
+func TestTenantMadeAgainOnTwoInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs redis-server")
+	}
+	ctx := t.Context()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	now := time.Now()
+	tenant := func(created time.Time, gw, secret string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: gw, Secrets: []string{secret}}}}}
+	}
+	earlier := tenant(now.Add(-4*time.Hour), "gw1", "s1")
+	var hs []*relaytest.Harness
+	var ps []*fakePlatform
+	for i := range 2 {
+		p := newFake("discord", map[string]string{"c1": "t1"})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(node.Close)
+		hs = append(hs, relaytest.StartConfig(t, relay.Config{Tenants: earlier, Platforms: []platform.Platform{p},
+			Log: relaytest.TestLogger(t), Store: st, Cluster: node}))
+		ps = append(ps, p)
+	}
+
+	old := hs[0].Dial(t, "gw1", "s1")
+	old.Hello(t, "discord", "")
+	ps[0].deliverAt("t1", "c1", "u0", "warm", now.Add(-3*time.Hour))
+	if ev, id := old.NextInbound(t); ev.Text != "warm" {
+		t.Fatalf("earlier t1's gateway got %q, want warm", ev.Text)
+	} else {
+		old.Ack(t, id)
+	}
+	old.Send(t, map[string]string{"type": "going_idle"})
+	old.Next(t, contract.TypeGoingIdleAck)
+	for i := range 3 {
+		ps[i%2].deliverAt("t1", "c1", "u1", fmt.Sprint("old", i), now.Add(-3*time.Hour))
+	}
+
+	again := tenant(now.Add(-2*time.Hour), "gw1", "s2")
+	if err := hs[1].Server.SetTenants(again); err != nil {
+		t.Fatal(err)
+	}
+	gw := hs[1].Dial(t, "gw1", "s2")
+	gw.Hello(t, "discord", "")
+	ps[1].deliver("t1", "c1", "u1", "new")
+	if ev, id := gw.NextInbound(t); ev.Text != "new" {
+		t.Fatalf("t1 made again, applied on i1 only: its gateway got %q, want new (the earlier t1's inbound)", ev.Text)
+	} else {
+		gw.Ack(t, id)
+	}
+
+	if err := hs[0].Server.SetTenants(again); err != nil {
+		t.Fatal(err)
+	}
+	if code, reason := old.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("earlier t1's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+	ps[0].deliver("t1", "c1", "u1", "new on i0")
+	if ev, id := gw.NextInbound(t); ev.Text != "new on i0" {
+		t.Fatalf("t1 made again: its gateway got %q, want %q", ev.Text, "new on i0")
+	} else {
+		gw.Ack(t, id)
+	}
+	deadline := time.Now().Add(relaytest.Timeout)
+	for {
+		recs, err := st.Ledger().Read(ctx, "t1", 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(recs, func(r store.Record) bool { return r.Received.Before(now.Add(-2 * time.Hour)) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v the store still holds %d records of the earlier t1", relaytest.Timeout, len(recs))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
