@@ -4,10 +4,12 @@ import (
 	"context"
 	"log/slog"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/registry"
 )
 
@@ -53,5 +55,50 @@ func TestRegistryPollAppliesOnlyAChange(t *testing.T) {
 	c.live.applyChanged(ctx)
 	if got := applied(); got != before+1 {
 		t.Fatalf("the change was applied twice: %v applies, want %v", got, before+1)
+	}
+}
+
+// TestNoExpiryApplyAfterStop: once the live loop is stopped, an apply that
+// still runs (an admin change or a change notification before the live
+// context ends, as run's deferred calls order them) arms no timer for a
+// rotated-out secret's grace end, so nothing re-applies the registry to a
+// connector that stopped following it.
+func TestNoExpiryApplyAfterStop(t *testing.T) {
+	st := memStore(t)
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg := c.live.reg
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.CreateGateway(ctx, "t1", "gw1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Rotate(ctx, "t1", "gw1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	fake := clocktest.New(time.Now())
+	c.live.clock = fake
+	if err := c.live.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := fake.Pending(); n != 1 {
+		t.Fatalf("%d timers pending after start, want 1 (the old secret's grace end)", n)
+	}
+	c.live.stop()
+	if err := c.live.apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := fake.Pending(); n != 0 {
+		t.Fatalf("%d timers pending after stop and a later apply, want 0: the stopped loop would re-apply at the grace end", n)
 	}
 }
