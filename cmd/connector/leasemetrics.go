@@ -77,10 +77,9 @@ type countedLeases struct {
 func (c countedLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, bool, error) {
 	l, acquired, err := c.Leases.Acquire(ctx, name, holder, ttl)
 	switch {
-	case err != nil:
-	case acquired:
+	case err == nil && acquired:
 		c.m.took(name)
-	case c.m.gone(name): // given up unrenewed, and another instance's now
+	case c.m.gone(name): // given up unrenewed, and another instance's now or the store unreachable
 		c.m.lost.WithLabelValues(leaseKind(name)).Inc()
 	}
 	return l, acquired, err
