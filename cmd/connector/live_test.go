@@ -88,17 +88,24 @@ func TestNoExpiryApplyAfterStop(t *testing.T) {
 	}
 	fake := clocktest.New(time.Now())
 	c.live.clock = fake
+	// Under the live loop's lock, as a registry poll may re-arm the timer
+	// meanwhile (stop and arm under that lock).
+	pending := func() int {
+		c.live.mu.Lock()
+		defer c.live.mu.Unlock()
+		return fake.Pending()
+	}
 	if err := c.live.start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := fake.Pending(); n != 1 {
+	if n := pending(); n != 1 {
 		t.Fatalf("%d timers pending after start, want 1 (the old secret's grace end)", n)
 	}
 	c.live.stop()
 	if err := c.live.apply(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := fake.Pending(); n != 0 {
+	if n := pending(); n != 0 {
 		t.Fatalf("%d timers pending after stop and a later apply, want 0: the stopped loop would re-apply at the grace end", n)
 	}
 }
