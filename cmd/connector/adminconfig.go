@@ -124,9 +124,15 @@ func (c *connector) reloadOnHangup(ctx context.Context) (stop func()) {
 				c.log.Error("SIGHUP: config not reloaded; the running one stays", "err", err)
 				continue
 			}
+			prev := c.live.reg.Declared()
 			err = c.live.reg.SetDeclared(cfg.declared())
 			if err == nil {
-				err = c.live.apply(ctx)
+				if err = c.live.apply(ctx); err != nil {
+					// Not applied: the running layer stays, so later
+					// applies are not refused for the file's.
+					_ = c.live.reg.SetDeclared(prev)
+					_ = c.live.apply(ctx)
+				}
 			}
 			if err != nil {
 				c.live.metrics.reloads.WithLabelValues(reloadNotApplied).Inc()

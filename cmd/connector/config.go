@@ -132,7 +132,9 @@ type StoreConfig struct {
 	// Backend is embedded (a bbolt file in the data directory; no
 	// external service; one process at a time) or redis (Redis 6.2 or
 	// later shared by several instances: one server, a primary found
-	// through Sentinel, or a Redis Cluster). Default embedded.
+	// through Sentinel, or a Redis Cluster). Default embedded; a Redis
+	// address (redis_url, redis_sentinel, redis_cluster_addrs) with it is
+	// refused.
 	Backend string `yaml:"backend"`
 	// Path is the data directory: the embedded store's file (connector.db)
 	// and the secrets embedded defaults generate. The -data-dir flag and
@@ -473,12 +475,29 @@ func (s *StoreConfig) validate() error {
 	}
 	switch s.Backend {
 	case "", store.BackendEmbedded:
+		return s.noRedisAddress()
 	case store.BackendRedis:
 		return s.validateRedis()
 	default:
 		return fmt.Errorf("config: store.backend: %q is not one of embedded, redis", s.Backend)
 	}
-	return nil
+}
+
+// noRedisAddress refuses a Redis address on the embedded backend: an
+// instance meant to share that Redis would run on its own store instead.
+func (s *StoreConfig) noRedisAddress() error {
+	key := ""
+	switch {
+	case s.RedisURL != "":
+		key = "redis_url (or $" + EnvRedisURL + ")"
+	case s.RedisSentinel != nil:
+		key = "redis_sentinel"
+	case len(s.RedisClusterAddrs) > 0:
+		key = "redis_cluster_addrs"
+	default:
+		return nil
+	}
+	return fmt.Errorf("config: store.%s is set but store.backend is embedded (the default), which would not use Redis: set store.backend: redis, or remove it", key)
 }
 
 // validateRedis checks the redis backend's keys: exactly one way to reach

@@ -32,7 +32,7 @@ func newLeaseMetrics(m *metrics) *leaseMetrics {
 		acquired: counterVec("connector_lease_acquired_total",
 			"Leases this instance took over (a new tenure: at start, after a release or after the holder's lease ran out), by kind.", "kind"),
 		lost: counterVec("connector_lease_lost_total",
-			"Leases this instance held and lost while it lived, by kind: found taken by another instance (or expired) when it renewed them, or given up because no renewal succeeded in time (then taken again, or by another instance). A false takeover when no instance died.", "kind"),
+			"Leases this instance held and lost while it lived, by kind: found taken by another instance (or expired) when it renewed them, or given up because no renewal succeeded in time (counted at the next bid: taken again, found another instance's, or failed with the store unreachable). A false takeover when no instance died.", "kind"),
 		holding: map[string]bool{},
 	}
 	m.register(l.held, l.acquired, l.lost)
@@ -77,10 +77,9 @@ type countedLeases struct {
 func (c countedLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, bool, error) {
 	l, acquired, err := c.Leases.Acquire(ctx, name, holder, ttl)
 	switch {
-	case err != nil:
-	case acquired:
+	case err == nil && acquired:
 		c.m.took(name)
-	case c.m.gone(name): // given up unrenewed, and another instance's now
+	case c.m.gone(name): // given up unrenewed, and another instance's now or the store unreachable
 		c.m.lost.WithLabelValues(leaseKind(name)).Inc()
 	}
 	return l, acquired, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -86,4 +87,43 @@ func value(m prometheus.Metric) float64 {
 		return c.GetValue()
 	}
 	return d.GetGauge().GetValue()
+}
+
+// TestLeaseMetricsLostInAnOutage: a tenure that gave its lease up because
+// the store could not be reached is no longer counted held once the
+// holder's next bid fails too: during a Redis outage (or a failover whose
+// writes are not replicated) connector_leases_held says no lease is held
+// and the loss is counted, instead of the lease staying held until the
+// store answers again.
+func TestLeaseMetricsLostInAnOutage(t *testing.T) {
+	clk := clocktest.New(time.Unix(1767225600, 0))
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	lm := newLeaseMetrics(newMetrics())
+	ctx := context.Background()
+	const name, ttl = "ingest/telegram/poll", 5 * time.Second
+	if _, ok, err := lm.count(mem).Leases().Acquire(ctx, name, "i0", ttl); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	down := countedLeases{Leases: unreachableLeases{mem.Leases()}, m: lm}
+	if _, _, err := down.Acquire(ctx, name, "i0", ttl); err == nil {
+		t.Fatal("a bid on an unreachable store succeeded")
+	}
+	held, lost := lm.held.WithLabelValues("telegram_poll"), lm.lost.WithLabelValues("telegram_poll")
+	if value(held) != 0 || value(lost) != 1 {
+		t.Fatalf("held %v lost %v after the tenure ended and the next bid failed, want 0 and 1", value(held), value(lost))
+	}
+	if _, ok, err := lm.count(mem).Leases().Acquire(ctx, name, "i0", ttl); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if value(held) != 1 || value(lost) != 1 || value(lm.acquired.WithLabelValues("telegram_poll")) != 2 {
+		t.Fatalf("held %v lost %v once the store is back and the lease taken again, want 1 and 1", value(held), value(lost))
+	}
+}
+
+// unreachableLeases fails every bid, as a store that cannot be reached.
+type unreachableLeases struct{ store.Leases }
+
+func (unreachableLeases) Acquire(context.Context, string, string, time.Duration) (store.Lease, bool, error) {
+	return store.Lease{}, false, errors.New("dial tcp: connection refused")
 }

@@ -41,6 +41,7 @@ type live struct {
 	keys      *sessionKeys
 	log       *slog.Logger
 	metrics   *adminMetrics
+	clock     clock.Clock // times the expiry timer
 
 	mu     sync.Mutex // serializes apply
 	expiry clock.Timer
@@ -52,7 +53,7 @@ type live struct {
 	// setAside are the scope claims the last apply found set aside by a
 	// binding of another tenant (reportSetAside).
 	setAside map[setAsideClaim]bool
-	ctx      context.Context // ends the expiry timer's applies
+	ctx      context.Context // ends the expiry timer's applies; nil before start and after stop
 
 	// tenants is how many tenants the last apply served: the config's and
 	// the admin API's.
@@ -63,7 +64,7 @@ type live struct {
 // policies in step with reg.
 func newLive(reg *registry.Registry, srv *relay.Server, platforms []platform.Platform, keys *sessionKeys, log *slog.Logger, am *adminMetrics) *live {
 	l := &live{reg: reg, relay: srv, binders: map[string]platform.Binder{}, relevance: map[string]platform.RelevanceTaker{},
-		keys: keys, log: log, metrics: am}
+		keys: keys, log: log, metrics: am, clock: clock.System}
 	for _, p := range platforms {
 		if b, ok := p.(platform.Binder); ok {
 			l.binders[p.Name()] = b
@@ -249,9 +250,11 @@ func (l *live) schedule(next time.Time) {
 	if next.IsZero() || l.ctx == nil {
 		return
 	}
-	l.expiry = clock.System.AfterFunc(time.Until(next), func() {
-		if l.ctx.Err() == nil {
-			_ = l.apply(l.ctx)
+	l.expiry = l.clock.AfterFunc(next.Sub(l.clock.Now()), func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.ctx != nil && l.ctx.Err() == nil { // not stopped meanwhile
+			_ = l.applyLocked(l.ctx)
 		}
 	})
 }
@@ -268,10 +271,12 @@ func (l *live) start(ctx context.Context) error {
 	return l.apply(ctx)
 }
 
-// stop ends the expiry timer.
+// stop ends the expiry timer; an apply after it (an admin change, a
+// notification before start's ctx ends) arms none.
 func (l *live) stop() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.ctx = nil
 	l.schedule(time.Time{})
 }
 

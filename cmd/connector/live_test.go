@@ -3,11 +3,15 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
+	"syscall"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/registry"
 )
 
@@ -53,5 +57,103 @@ func TestRegistryPollAppliesOnlyAChange(t *testing.T) {
 	c.live.applyChanged(ctx)
 	if got := applied(); got != before+1 {
 		t.Fatalf("the change was applied twice: %v applies, want %v", got, before+1)
+	}
+}
+
+// TestNoExpiryApplyAfterStop: once the live loop is stopped, an apply that
+// still runs (an admin change or a change notification before the live
+// context ends, as run's deferred calls order them) arms no timer for a
+// rotated-out secret's grace end, so nothing re-applies the registry to a
+// connector that stopped following it.
+func TestNoExpiryApplyAfterStop(t *testing.T) {
+	st := memStore(t)
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg := c.live.reg
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.CreateGateway(ctx, "t1", "gw1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Rotate(ctx, "t1", "gw1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	fake := clocktest.New(time.Now())
+	c.live.clock = fake
+	// Under the live loop's lock, as a registry poll may re-arm the timer
+	// meanwhile (stop and arm under that lock).
+	pending := func() int {
+		c.live.mu.Lock()
+		defer c.live.mu.Unlock()
+		return fake.Pending()
+	}
+	if err := c.live.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(); n != 1 {
+		t.Fatalf("%d timers pending after start, want 1 (the old secret's grace end)", n)
+	}
+	c.live.stop()
+	if err := c.live.apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := pending(); n != 0 {
+		t.Fatalf("%d timers pending after stop and a later apply, want 0: the stopped loop would re-apply at the grace end", n)
+	}
+}
+
+// TestSighupNotAppliedChangesNothing: a SIGHUP whose file validates but
+// that the relay refuses (nine secrets for a gateway, which serve would
+// not start with) is counted not_applied and leaves the declared layer as
+// it was: later applies (admin changes, polls) are not refused for it.
+func TestSighupNotAppliedChangesNothing(t *testing.T) {
+	st := memStore(t)
+	good := "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, good), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	bad, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1, s2, s3, s4, s5, s6, s7, s8, s9]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hangups := make(chan os.Signal, 1)
+	c.reload = &reloader{hangups: hangups, read: func() (*Config, error) { return bad, nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := c.reloadOnHangup(ctx)
+	defer stop()
+	hangups <- syscall.SIGHUP
+	notApplied := c.live.metrics.reloads.WithLabelValues(reloadNotApplied)
+	for deadline := time.Now().Add(10 * time.Second); value(notApplied) != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no not_applied reload counted 10 s after SIGHUP (%v)", value(notApplied))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	gws, secrets := c.live.reg.Declared().Gateways, 0
+	for _, g := range gws {
+		secrets += len(g.Secrets)
+	}
+	if len(gws) != 1 || secrets != 1 {
+		t.Fatalf("%d declared gateways with %d secrets after the refused reload, want gw1 with its one secret", len(gws), secrets)
+	}
+	if err := c.live.apply(ctx); err != nil {
+		t.Fatalf("an apply after the refused reload: %v", err)
 	}
 }

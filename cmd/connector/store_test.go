@@ -172,3 +172,27 @@ func TestCheckRefusesARedisURLOpenCannotParse(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisAddressNeedsTheRedisBackend: a Redis address (redis_url, from
+// the file or $CONNECTOR_REDIS_URL, redis_sentinel, redis_cluster_addrs)
+// with store.backend left embedded is refused by name, never ignored: each
+// instance meant to share that Redis would otherwise run on its own
+// embedded store. The error never shows the URL's password.
+func TestRedisAddressNeedsTheRedisBackend(t *testing.T) {
+	for _, c := range []struct {
+		doc  string
+		env  map[string]string
+		want string
+	}{
+		{"store: {redis_url: \"redis://:hunter2-pw@h:6379/0\"}\n", nil, "store.redis_url"},
+		{"store: {backend: embedded, redis_url: \"redis://:hunter2-pw@h:6379/0\"}\n", nil, "store.redis_url"},
+		{"listen: 127.0.0.1:0\n", map[string]string{"CONNECTOR_REDIS_URL": "redis://:hunter2-pw@h:6379/0"}, "store.redis_url"},
+		{"store: {redis_sentinel: {master: m, addrs: [\"h:26379\"]}}\n", nil, "store.redis_sentinel"},
+		{"store: {redis_cluster_addrs: [\"h:7000\"]}\n", nil, "store.redis_cluster_addrs"},
+	} {
+		_, _, err := loadOrDefault(sources{configPath: writeConfig(t, c.doc), dataDir: t.TempDir()}, envOf(c.env))
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "store.backend: redis") || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("%s %v: %v; want an error naming %s and store.backend: redis, without the password", strings.TrimSpace(c.doc), c.env, err, c.want)
+		}
+	}
+}
