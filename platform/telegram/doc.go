@@ -98,8 +98,10 @@
 // Telegram retries (webhook). When polling, an update whose delivery
 // is still failing when the poll stops is logged and left unconfirmed, so
 // the next poll fetches it again; a poll that stops with every update of
-// its last answer handled confirms them (run.go, confirmHandled), so the
-// next poller, after a handover or a restart, is not handed them again.
+// its last answer handled, and its lease still held, confirms them
+// (run.go, confirmHandled), so the next poller, after a handover or a
+// restart, is not handed them again. One that lost its lease leaves them
+// to the new poller's offset rather than end its long poll with 409.
 //
 // # Egress
 //

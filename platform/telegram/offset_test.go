@@ -13,12 +13,15 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/platformtest"
+	"connector/store"
 )
 
 // roundTripFunc is an http.RoundTripper from a function.
@@ -355,4 +358,100 @@ func pendingUpdates(ctx context.Context, t *testing.T, url string) int {
 		t.Fatalf("getUpdates answered %v (%v)", answer, err)
 	}
 	return len(answer.Result)
+}
+
+// stolenLeases is a store's leases that another holder can take at once:
+// once stolen, a renewal or a release fails with ErrNotHeld and a bid
+// finds the lease held by "other".
+type stolenLeases struct {
+	store.Leases
+	stolen atomic.Bool
+}
+
+func (l *stolenLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, bool, error) {
+	if l.stolen.Load() {
+		return store.Lease{Holder: "other", Token: 99, Expires: time.Now().Add(time.Hour)}, false, nil
+	}
+	return l.Leases.Acquire(ctx, name, holder, ttl)
+}
+
+func (l *stolenLeases) Renew(ctx context.Context, name string, le store.Lease, ttl time.Duration) (store.Lease, error) {
+	if l.stolen.Load() {
+		return store.Lease{}, store.ErrNotHeld
+	}
+	return l.Leases.Renew(ctx, name, le, ttl)
+}
+
+func (l *stolenLeases) Release(ctx context.Context, name string, le store.Lease) error {
+	if l.stolen.Load() {
+		return store.ErrNotHeld
+	}
+	return l.Leases.Release(ctx, name, le)
+}
+
+// A poll that stops because another instance took its lease does not send
+// the confirming getUpdates of a clean stop: the new holder is polling,
+// and Telegram would end its long poll with 409 (reported as a conflict
+// with another poller); the new holder confirms the update with its own
+// offset. It used to confirm regardless.
+func TestLostLeaseStopSendsNoConfirmingPoll(t *testing.T) {
+	e := newEnv(t, nil)
+	leases := &stolenLeases{Leases: store.NewMemory(clock.System).Leases()}
+	lost, ended := make(chan struct{}), make(chan struct{})
+	var endOnce sync.Once
+	e.p.deps.Exclusive = func(ctx context.Context, name string, run func(context.Context) error) error {
+		return store.RunExclusive(ctx, clock.System, leases, name, "this", 400*time.Millisecond, func(rctx context.Context) error {
+			// lost is closed once the poll's contexts all ended (a cancel
+			// returns after its children's), not as soon as rctx's did.
+			pctx, pcancel := context.WithCancel(rctx)
+			defer pcancel()
+			go func() {
+				<-rctx.Done()
+				pcancel()
+				close(lost)
+			}()
+			err := run(pctx)
+			endOnce.Do(func() { close(ended) })
+			return err
+		})
+	}
+	sink := &heldSink{Sink: newSink(), held: make(chan struct{}), release: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.p.Run(ctx, sink) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(waitFor):
+			t.Error("Run did not return after the stop")
+		}
+	})
+	first := fixture(t, "telegram_shared_private_text")
+	e.fake.Enqueue(first.Raw)
+	select {
+	case <-sink.held:
+	case <-time.After(waitFor):
+		t.Fatal("timed out waiting for the update's delivery")
+	}
+	leases.stolen.Store(true)
+	select {
+	case <-lost:
+	case <-time.After(waitFor):
+		t.Fatal("timed out waiting for the poll to see its lease lost")
+	}
+	close(sink.release)
+	select {
+	case <-ended:
+	case <-time.After(waitFor):
+		t.Fatal("timed out waiting for the poll to end with its lease")
+	}
+	if d := sink.Next(t); d.SessionKey != first.Key {
+		t.Fatalf("delivered %s, want %s", d.SessionKey, first.Key)
+	}
+	nctx, ncancel := context.WithTimeout(context.Background(), waitFor)
+	defer ncancel()
+	if pending := pendingUpdates(nctx, t, e.fake.URL); pending != 1 {
+		t.Fatalf("%d updates pending at Telegram, want 1: the poll that lost its lease confirmed it (getUpdates: %+v)", pending, e.fake.Calls("getUpdates"))
+	}
 }

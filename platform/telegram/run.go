@@ -17,6 +17,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/platform"
+	"connector/store"
 )
 
 // errTokenRejected ends Run: Telegram answered 401, so nothing works until
@@ -159,10 +160,13 @@ func (p *Platform) poll(ctx context.Context) error {
 // limit 1 and timeout 0, bounded by confirmTimeout: that confirms them
 // and waits for nothing, and the update it may answer is not confirmed
 // (the next poll fetches it). It confirms nothing unless every update the
-// worker took was handled: one given up at shutdown is fetched again.
+// worker took was handled: one given up at shutdown is fetched again. Nor
+// does it once the poll's lease was lost (store.Held): another instance
+// may be polling, and Telegram would end that long poll with 409; the new
+// poller's own offset confirms the updates.
 func (p *Platform) confirmHandled(ctx context.Context) {
 	last, ok := p.offsets.handled()
-	if !ok {
+	if !ok || !store.Held(context.WithoutCancel(ctx)) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), confirmTimeout)
