@@ -37,10 +37,13 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 		return errors.New("slack: Run is already running")
 	}
 	defer p.running.Store(false)
-	p.sink.Store(&sink)
 	defer p.sink.Store(nil)
 	defer p.bg.Wait()
 	defer p.queues.Wait()
+	ready := make(chan struct{})
+	p.startIntake(ctx, ready) // the entries left run first
+	p.sink.Store(&sink)
+	close(ready)
 	p.bg.Go(func() { p.links.Run(ctx) })
 	if err := p.identify(ctx); err != nil || ctx.Err() != nil {
 		return err
@@ -200,7 +203,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(nil, nil)
 			return
 		}
-		chat, job := p.envelopeJob(&env, received)
+		chat, _, job := p.envelopeJob(&env, received)
 		run := func() { ack(job(ctx), nil) }
 		if chat == "" {
 			p.beside(run)
