@@ -165,6 +165,13 @@ func (in *intake) setRunCtx(ctx context.Context) {
 	in.ctx = ctx
 }
 
+// intakeKey is the key of rec, an entry of chat: in key order, a chat's
+// entries are in the order received.
+func intakeKey(chat string, rec intakeRecord) string {
+	sum := sha256.Sum256(rec.Body)
+	return fmt.Sprintf("%s/%020d/%s", chat, rec.Received, hex.EncodeToString(sum[:8]))
+}
+
 // intakeClaim is the claim key of entry key.
 func intakeClaim(key string) string { return "slack/intake/" + key }
 
@@ -185,8 +192,7 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 			return nil
 		}
 	}
-	sum := sha256.Sum256(r.rec.Body)
-	key := fmt.Sprintf("%s/%020d/%s", chat, r.rec.Received, hex.EncodeToString(sum[:8]))
+	key := intakeKey(chat, r.rec)
 	value, err := json.Marshal(r.rec)
 	if err != nil {
 		return fmt.Errorf("slack: encode an intake entry: %w", err)
