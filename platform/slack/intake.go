@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connector/internal/clock"
@@ -109,6 +110,19 @@ type intake struct {
 	ctx     context.Context   // Run's; nil while Run is not running
 	pending map[string]int    // chat -> entries held
 	held    map[string]string // entry key -> its chat
+	resumed atomic.Uint64     // entries taken by sweepIntake
+}
+
+// IntakeStats reports the entries of the durable intake this instance
+// holds, and how many it resumed since it started: left by a restart, or
+// taken over from a stopped or killed instance.
+func (p *Platform) IntakeStats() (pending int, resumed uint64) {
+	if p.intake == nil {
+		return 0, 0
+	}
+	p.intake.mu.Lock()
+	defer p.intake.mu.Unlock()
+	return len(p.intake.held), p.intake.resumed.Load()
 }
 
 // take records key of chat as held; false when it already is.
@@ -333,6 +347,7 @@ func (p *Platform) sweepIntake(ctx context.Context, ready <-chan struct{}) {
 			continue
 		}
 		resumed++
+		p.intake.resumed.Add(1)
 		p.queueIntake(ctx, e.Key, chat, rec, ready)
 	}
 	if resumed > 0 {

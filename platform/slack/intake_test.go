@@ -139,6 +139,10 @@ func TestIntakeResumesAfterRestart(t *testing.T) {
 		t.Fatalf("resumed delivery %+v, want it with its file", d.Event)
 	}
 	intakeEmpty(t, st)
+	platformtest.WaitUntil(t, "no intake entry held", func() bool { pending, _ := b.p.IntakeStats(); return pending == 0 })
+	if _, resumed := b.p.IntakeStats(); resumed != 1 {
+		t.Fatalf("%d intake entries resumed, want 1", resumed)
+	}
 	req := slacktest.SignedRequest(b.srv.URL+EventsPath, testSecret, b.now(), "application/json", body)
 	req.Header.Set("X-Slack-Retry-Num", "1")
 	if code, _ := b.do(t, req); code != http.StatusOK {
