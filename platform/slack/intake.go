@@ -106,6 +106,10 @@ func withIntake(ctx context.Context, route string, body []byte, received time.Ti
 
 // intake is the entries this instance holds.
 type intake struct {
+	// queueMu is held while entries are taken and queued (admit,
+	// sweepIntake), so a chat's entries are queued in key order. It is
+	// taken before mu.
+	queueMu sync.Mutex
 	mu      sync.Mutex        // guards what follows; a leaf
 	ctx     context.Context   // Run's; nil while Run is not running
 	pending map[string]int    // chat -> entries held
@@ -224,21 +228,16 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 	}
 	rec := r.rec
 	rec.Body = bytes.Clone(rec.Body) // the request's buffer is reused once it is answered
+	p.intake.queueMu.Lock()
+	defer p.intake.queueMu.Unlock()
 	p.intake.take(key, chat)
-	p.queueIntake(run, key, chat, rec, nil)
+	p.queueIntake(run, key, chat, rec)
 	return nil
 }
 
-// queueIntake gives entry key its turn in chat; it runs once ready is
-// closed (nil: at once).
-func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intakeRecord, ready <-chan struct{}) {
+// queueIntake gives entry key, held, its turn in chat.
+func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intakeRecord) {
 	ok := p.queues.Go(ctx, chat, func() {
-		if ready != nil {
-			select {
-			case <-ready:
-			case <-ctx.Done():
-			}
-		}
 		p.handleIntake(ctx, key, rec)
 		p.intake.done(key, chat)
 	})
@@ -322,16 +321,22 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 	return nil
 }
 
-// sweepIntake takes the entries no live claim holds, in key order (each
-// chat's in arrival order), and queues them; they run once ready is
-// closed (nil: at once).
-func (p *Platform) sweepIntake(ctx context.Context, ready <-chan struct{}) {
+// sweepIntake takes the entries no live claim holds and queues them in
+// key order (each chat's in arrival order). taken, when set, runs once
+// they are taken, before they are queued: a request of their chats that
+// comes after it is queued behind them (Run takes deliveries there).
+func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
+	p.intake.queueMu.Lock()
+	defer p.intake.queueMu.Unlock()
 	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
 	if err != nil {
 		p.log.Warn("slack intake not listed; retrying later", "err", p.errorText(err))
-		return
 	}
-	resumed := 0
+	type held struct {
+		key, chat string
+		rec       intakeRecord
+	}
+	var queue []held
 	for _, e := range entries {
 		chat, ok := entryChat(e.Key)
 		var rec intakeRecord
@@ -346,12 +351,17 @@ func (p *Platform) sweepIntake(ctx context.Context, ready <-chan struct{}) {
 			p.intake.done(e.Key, chat)
 			continue
 		}
-		resumed++
-		p.intake.resumed.Add(1)
-		p.queueIntake(ctx, e.Key, chat, rec, ready)
+		queue = append(queue, held{e.Key, chat, rec})
 	}
-	if resumed > 0 {
-		p.log.Info("slack intake entries resumed", "entries", resumed)
+	if taken != nil {
+		taken()
+	}
+	for _, h := range queue {
+		p.intake.resumed.Add(1)
+		p.queueIntake(ctx, h.key, h.chat, h.rec)
+	}
+	if len(queue) > 0 {
+		p.log.Info("slack intake entries resumed", "entries", len(queue))
 	}
 }
 
@@ -386,17 +396,17 @@ func (p *Platform) keepIntake(ctx context.Context) {
 	}
 }
 
-// startIntake takes the entries nobody holds before Run takes deliveries
-// (they run once ready is closed, ahead of any later request of their
-// chats) and, with several instances (claims in the store), keeps the
-// claims and sweeps until ctx ends. One instance alone holds every entry
-// from its start.
-func (p *Platform) startIntake(ctx context.Context, ready <-chan struct{}) {
+// startIntake takes the entries nobody holds, then runs takeDeliveries,
+// then queues them (ahead of any later request of their chats), and, with
+// several instances (claims in the store), keeps the claims and sweeps
+// until ctx ends. One instance alone holds every entry from its start.
+func (p *Platform) startIntake(ctx context.Context, takeDeliveries func()) {
 	if p.intake == nil {
+		takeDeliveries()
 		return
 	}
 	p.intake.setRunCtx(ctx)
-	p.sweepIntake(ctx, ready)
+	p.sweepIntake(ctx, takeDeliveries)
 	if p.deps.SharedClaims() != nil {
 		p.bg.Go(func() { p.keepIntake(ctx) })
 	}

@@ -40,10 +40,7 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	defer p.sink.Store(nil)
 	defer p.bg.Wait()
 	defer p.queues.Wait()
-	ready := make(chan struct{})
-	p.startIntake(ctx, ready) // the entries left run first
-	p.sink.Store(&sink)
-	close(ready)
+	p.startIntake(ctx, func() { p.sink.Store(&sink) }) // the entries left run first
 	p.bg.Go(func() { p.links.Run(ctx) })
 	if err := p.identify(ctx); err != nil || ctx.Err() != nil {
 		return err
