@@ -24,10 +24,11 @@ const (
 	ackTimeout        = 10 * time.Second
 )
 
-// Run implements platform.Platform. It takes deliveries at once (the HTTP
-// routes serve from then on), asks auth.test which workspace and bot user
-// bot_token is (retrying with backoff while Slack is unreachable), and,
-// with app_token, holds the Socket Mode connection while this instance
+// Run implements platform.Platform. It takes the durable intake's entries
+// left by a stopped instance (intake.go), then deliveries (the HTTP routes
+// serve from then on, a request of those entries' chats behind them),
+// asks auth.test which workspace and bot user bot_token is (retrying with
+// backoff while Slack is unreachable), and, with app_token, holds the Socket Mode connection while this instance
 // holds the lease slack/socket (of several instances, one at a time). It
 // returns when ctx is done, or with an error when Slack rejects app_token,
 // or bot_token without client_id (with it, the OAuth installs are served
