@@ -114,3 +114,24 @@ func (d *Dedupe) Release(key string) {
 		d.Log.Warn("dedupe claim not released; a retry waits for it to expire", "err", err)
 	}
 }
+
+// Check tells, without taking key, whether a copy of it was handled
+// (duplicate, err nil) or is being handled (ErrBusy).
+func (d *Dedupe) Check(ctx context.Context, key string) (duplicate bool, err error) {
+	now := d.Clock.Now()
+	// Claiming until now takes nothing (Begin).
+	free, err := d.Claims.Claim(ctx, d.Prefix+"done/"+key, now)
+	if err != nil {
+		return false, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
+	}
+	if !free {
+		return true, nil
+	}
+	if free, err = d.Claims.Claim(ctx, d.Prefix+"pending/"+key, now); err != nil {
+		return false, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
+	}
+	if !free {
+		return false, ErrBusy
+	}
+	return false, nil
+}

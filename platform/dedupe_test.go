@@ -108,3 +108,29 @@ func TestDedupeDoneAfterTheCallerGaveUp(t *testing.T) {
 		})
 	}
 }
+
+// TestDedupeCheck: Check tells, without taking the key, a key free (it is
+// then still free to Begin), one being handled (ErrBusy) and one handled
+// (a duplicate), on memory and a real redis-server.
+func TestDedupeCheck(t *testing.T) {
+	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
+		t.Run(backend, func(t *testing.T) {
+			clk := clocktest.New(time.Now())
+			a, b := dedupeInstances(t, backend, clk)
+			ctx := t.Context()
+			check := func(wantDup bool, wantErr error) {
+				t.Helper()
+				if dup, err := b.Check(ctx, "k"); dup != wantDup || !errors.Is(err, wantErr) {
+					t.Fatalf("duplicate %v, err %v; want %v, %v", dup, err, wantDup, wantErr)
+				}
+			}
+			check(false, nil)
+			if taken, err := a.Begin(ctx, "k"); !taken || err != nil {
+				t.Fatalf("Begin after Check: taken %v, err %v", taken, err)
+			}
+			check(false, platform.ErrBusy)
+			a.Finish(ctx, "k")
+			check(true, nil)
+		})
+	}
+}

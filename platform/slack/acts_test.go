@@ -683,10 +683,9 @@ func TestInboundFilesShareOneDeadline(t *testing.T) {
 	}
 }
 
-// TestSlowFilesKeepTheirClaim: a message whose files take longer than
-// Slack's 3 s is retried by Slack (after 1 minute), possibly on another
-// instance; while the first copy is still fetching the files, the retry is
-// busy (503), not handled a second time.
+// TestSlowFilesKeepTheirClaim: a retry of a message whose files are still
+// being fetched (its 200 lost, Slack retries after 1 minute, possibly on
+// another instance) is busy (503), not handled a second time.
 func TestSlowFilesKeepTheirClaim(t *testing.T) {
 	clk := clocktest.New(time.Now())
 	st := store.NewMemory(clk)
@@ -734,6 +733,8 @@ func TestSlowFilesKeepTheirClaim(t *testing.T) {
 	if t.Failed() {
 		<-retry
 	}
+	// The 200 came before the files (the intake); the delivery follows.
+	platformtest.WaitUntil(t, "the first copy's delivery", func() bool { return a.sink.Taken()+b.sink.Taken() > 0 })
 	if n := a.sink.Taken() + b.sink.Taken(); n != 1 {
 		t.Fatalf("delivered %d times", n)
 	}

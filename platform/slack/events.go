@@ -26,15 +26,19 @@ import (
 //	     nothing is delivered
 //	405  any method but POST (the mux's)
 //	413  the body is over max_event_bytes
-//	503  not stored (the relay refused it, the chat's queue is full, or
-//	     another instance is handling a copy): Slack retries, and the
-//	     dedupe drops a copy that did get through
+//	503  not stored (the relay refused it, the chat's queue is full,
+//	     another instance is handling a copy, or the intake could not be
+//	     written): Slack retries, and the dedupe drops a copy that did get
+//	     through
 //
-// A 200 is written only after the event is stored. That is within Slack's
-// 3 s unless the message has files: they are fetched before it is stored
-// (media.go, up to mediaDownloadTimeout in all), holding its chat's order,
-// and Slack retries it meanwhile (the retry is answered 503 while the
-// first copy is in hand, 200 once it is stored).
+// A 200 is written only after the event is stored, or, for what may
+// outlast Slack's 3 s, after its request is stored in the durable intake
+// (intake.go): a message with files (fetched after the 200, up to
+// mediaDownloadTimeout in all), and any event, press or slash command of
+// a chat while an intake entry of that chat is pending here, so that none
+// overtakes it and none waits behind its files. A retry of a message whose
+// files are being fetched is answered 503 while the first copy is in
+// hand, 200 once it is stored.
 
 // signatureWindow is how far a request's timestamp may be from the
 // connector's clock.
@@ -120,12 +124,13 @@ func (p *Platform) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if n := r.Header.Get(headerRetryNum); n != "" {
 		p.log.Debug("slack event retried", "event_id", env.EventID, "retry", n, "reason", r.Header.Get("X-Slack-Retry-Reason"))
 	}
-	chat, job := p.envelopeJob(&env, received)
+	chat, slow, job := p.envelopeJob(&env, received)
 	if chat == "" {
 		p.answer(w, job(r.Context()), "event")
 		return
 	}
-	p.answer(w, p.inChatOrder(r.Context(), chat, job), "event") // a message, in its chat's order
+	ctx := withIntake(r.Context(), routeEvents, body, received, slow)
+	p.answer(w, p.inChatOrder(ctx, chat, job), "event") // a message, in its chat's order
 }
 
 // serveInteractions handles POST /slack/interactions: a prompt press is
@@ -137,15 +142,29 @@ func (p *Platform) serveInteractions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	form, err := url.ParseQuery(string(body))
-	release()
-	var ic slack.InteractionCallback
-	if err != nil || json.Unmarshal([]byte(form.Get("payload")), &ic) != nil {
+	defer release()
+	ic, ok := interactionOf(body)
+	if !ok {
 		p.drop(dropMalformed, "")
 		http.Error(w, "malformed interaction", http.StatusBadRequest)
 		return
 	}
-	p.answer(w, p.interaction(r.Context(), &ic, received), "prompt press")
+	p.answer(w, p.interaction(withIntake(r.Context(), routeInteractions, body, received, ""), &ic, received), "prompt press")
+}
+
+// interactionOf reads the payload of an interactions request body.
+func interactionOf(body []byte) (ic slack.InteractionCallback, ok bool) {
+	form, err := url.ParseQuery(string(body))
+	return ic, err == nil && json.Unmarshal([]byte(form.Get("payload")), &ic) == nil
+}
+
+// commandOf reads a slash command request body.
+func commandOf(body []byte) (slashCommand, bool) {
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return slashCommand{}, false
+	}
+	return slashFromFields(form.Get), true
 }
 
 // serveCommands handles POST /slack/commands: the command is delivered
@@ -157,15 +176,14 @@ func (p *Platform) serveCommands(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	form, err := url.ParseQuery(string(body))
-	release()
-	if err != nil {
+	defer release()
+	c, ok := commandOf(body)
+	if !ok {
 		p.drop(dropMalformed, "")
 		http.Error(w, "malformed command", http.StatusBadRequest)
 		return
 	}
-	c := slashFromFields(form.Get)
-	text, err := p.ingestCommand(r.Context(), &c, received)
+	text, err := p.ingestCommand(withIntake(r.Context(), routeCommands, body, received, ""), &c, received)
 	if err != nil || text == "" {
 		p.answer(w, err, "slash command")
 		return

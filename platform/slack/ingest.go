@@ -26,10 +26,11 @@ var errNotRunning = errors.New("slack: not running")
 
 // envelopeJob reads an event_callback envelope into the job that handles
 // it, and the chat whose order a message's job runs in ("" for any other
-// event).
-func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat string, job func(context.Context) error) {
-	done := func(reason string) (string, func(context.Context) error) {
-		return "", func(context.Context) error {
+// event). slow is the dedupe key of a message whose handling may outlast
+// Slack's 3 s (it has files to fetch), "" for any other event.
+func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow string, job func(context.Context) error) {
+	done := func(reason string) (string, string, func(context.Context) error) {
+		return "", "", func(context.Context) error {
 			if p.sink.Load() == nil {
 				return errNotRunning
 			}
@@ -43,14 +44,14 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat string, 
 	}
 	switch ev.Type {
 	case "app_uninstalled", "tokens_revoked":
-		return "", func(ctx context.Context) error { return p.uninstalled(ctx, env, &ev) }
+		return "", "", func(ctx context.Context) error { return p.uninstalled(ctx, env, &ev) }
 	case "reaction_added", "reaction_removed":
 		if ev.Item == nil || ev.Item.Channel == "" {
 			return done(dropMalformed)
 		}
 		team := env.installTeam()
 		p.seenIn(ev.Item.Channel, team)
-		return team + "/" + ev.Item.Channel, func(ctx context.Context) error {
+		return team + "/" + ev.Item.Channel, "", func(ctx context.Context) error {
 			if p.sink.Load() == nil {
 				return errNotRunning
 			}
@@ -67,7 +68,10 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat string, 
 		return done(dropMalformed)
 	}
 	p.seenIn(m.ev.Channel, m.install)
-	return m.install + "/" + m.ev.Channel, func(ctx context.Context) error {
+	if len(m.ev.Files) > 0 {
+		slow = "msg/" + m.liveDedupeKey()
+	}
+	return m.install + "/" + m.ev.Channel, slow, func(ctx context.Context) error {
 		if p.sink.Load() == nil {
 			return errNotRunning
 		}
@@ -79,8 +83,17 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat string, 
 // chat at a time, in arrival order, chats side by side) in the caller's
 // goroutine. A job that started runs to its end even when the request
 // that queued it is gone; one still waiting for its turn when ctx ends
-// does not run.
+// does not run. An HTTP request (withIntake) that is a slow message, or
+// of a chat with an intake entry pending here, is stored in the intake
+// instead (intake.go), and job runs from there; an intake entry's job
+// runs at once: it holds its chat's turn.
 func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(context.Context) error) error {
+	if ctx.Value(inTurnKey{}) != nil {
+		return job(ctx)
+	}
+	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil && p.intake != nil && (r.once != "" || p.intake.waiting(chat)) {
+		return p.admit(ctx, chat, r)
+	}
 	return p.queues.Do(ctx, chat, func() error { return job(context.WithoutCancel(ctx)) })
 }
 
@@ -137,6 +150,12 @@ func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message,
 			t.ev.Context, t.rootFiles = p.threadContext(tctx, tenant, m, ev.ThreadTS, bot)
 		}
 		p.attachFiles(tctx, tenant, m.install, t)
+		if err := ctx.Err(); err != nil {
+			// A shutdown cut the fetches short: never delivered without
+			// what it lost; its source sends it again (or the intake
+			// keeps it).
+			return fmt.Errorf("slack: the message's files and thread were not all fetched: %w", err)
+		}
 		if err := p.deliver(ctx, tenant, &t.ev, received); err != nil {
 			return err
 		}

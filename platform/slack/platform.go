@@ -62,6 +62,7 @@ type Platform struct {
 	dedupe    *platform.Dedupe         // events once (dedupe.go)
 	claims    store.Claims             // one holder per key (platform.ClaimsFor): dedupe, slash replies, install states
 	queues    *chatorder.Queue[string] // ingest in order per chat (team/channel)
+	intake    *intake                  // the durable intake (intake.go); nil without a store
 	limits    *limits
 	chanTeams *lru.Cache[string, []string] // channel -> workspaces it was seen in
 	chanMu    sync.Mutex                   // serializes seenIn's read and write of chanTeams
@@ -152,6 +153,9 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.claims = platform.ClaimsFor(deps, localClaims, p.clock)
 	p.dedupe = &platform.Dedupe{Claims: p.claims, Clock: p.clock, Prefix: "slack/", Pending: pendingTTL, Window: cfg.DedupeWindow, Log: p.log}
 	p.queues = chatorder.New[string](maxInFlight)
+	if deps.Store != nil {
+		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}}
+	}
 	p.besides = make(chan struct{}, maxBeside)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
 	p.streams = &streams{state: platform.StateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0)}

@@ -24,10 +24,11 @@ const (
 	ackTimeout        = 10 * time.Second
 )
 
-// Run implements platform.Platform. It takes deliveries at once (the HTTP
-// routes serve from then on), asks auth.test which workspace and bot user
-// bot_token is (retrying with backoff while Slack is unreachable), and,
-// with app_token, holds the Socket Mode connection while this instance
+// Run implements platform.Platform. It takes the durable intake's entries
+// left by a stopped instance (intake.go), then deliveries (the HTTP routes
+// serve from then on, a request of those entries' chats behind them),
+// asks auth.test which workspace and bot user bot_token is (retrying with
+// backoff while Slack is unreachable), and, with app_token, holds the Socket Mode connection while this instance
 // holds the lease slack/socket (of several instances, one at a time). It
 // returns when ctx is done, or with an error when Slack rejects app_token,
 // or bot_token without client_id (with it, the OAuth installs are served
@@ -37,10 +38,10 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 		return errors.New("slack: Run is already running")
 	}
 	defer p.running.Store(false)
-	p.sink.Store(&sink)
 	defer p.sink.Store(nil)
 	defer p.bg.Wait()
 	defer p.queues.Wait()
+	p.startIntake(ctx, func() { p.sink.Store(&sink) }) // the entries left run first
 	p.bg.Go(func() { p.links.Run(ctx) })
 	if err := p.identify(ctx); err != nil || ctx.Err() != nil {
 		return err
@@ -200,7 +201,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(nil, nil)
 			return
 		}
-		chat, job := p.envelopeJob(&env, received)
+		chat, _, job := p.envelopeJob(&env, received)
 		run := func() { ack(job(ctx), nil) }
 		if chat == "" {
 			p.beside(run)

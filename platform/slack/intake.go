@@ -1,0 +1,413 @@
+package slack
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connector/internal/clock"
+)
+
+// This file keeps the durable intake: a request of the HTTP routes whose
+// handling may outlast Slack's 3 s is stored and answered 200 at once,
+// then handled off the request. That is a message or app_mention with
+// files, or a thread reply (its root's images and context are fetched),
+// and, so that nothing overtakes it, every event, press and slash command
+// of a chat while an entry of that chat is pending on this instance.
+//
+// An entry lives in the store's Registry, namespace slack/intake, under
+// "<team>/<channel>/<received ns>/<hash of the body>" (so a chat's
+// entries list in arrival order): the verified request body, which route
+// it came to, and when. The instance that stores it claims it
+// (slack/intake/<key>, in the platform's claims) and renews the claim
+// while it holds the entry; it handles the chat's entries one at a time,
+// in order, in the chat's turn, then deletes each. One whose delivery
+// fails is tried again with backoff until dedupe_window after it was
+// received, then dropped (intake_expired). One whose handling a shutdown
+// interrupted (its files not all fetched) is kept, and its claim
+// released: the next Run, or another instance, handles it. Every Run
+// starts by taking the entries no live claim holds, before it takes
+// deliveries; then each instance looks for such entries (their instance
+// was stopped or killed) every intakeSweepEvery. The message dedupe
+// (dedupe.go) keeps an entry handled by two instances from being
+// delivered twice.
+
+// intakeNamespace is the store Registry namespace of the entries.
+const intakeNamespace = "slack/intake"
+
+// Timings of the intake.
+const (
+	// intakeClaimTTL is how long a claim on an entry lasts unrenewed: a
+	// killed instance's entries are taken over this long after its last
+	// renewal at most, plus intakeSweepEvery.
+	intakeClaimTTL = 2 * time.Minute
+	// intakeRenewEvery is how often the claims held are renewed.
+	intakeRenewEvery = intakeClaimTTL / 4
+	// intakeSweepEvery is how often the entries nobody holds are looked
+	// for.
+	intakeSweepEvery = time.Minute
+	// intakeBackoffMin and intakeBackoffMax bound the wait between two
+	// tries of an entry whose delivery failed.
+	intakeBackoffMin = time.Second
+	intakeBackoffMax = time.Minute
+	// intakeStoreTimeout bounds an entry's deletion and its claim's
+	// release, which do not end with Run.
+	intakeStoreTimeout = 5 * time.Second
+)
+
+// dropIntakeExpired counts an entry not delivered within dedupe_window.
+const dropIntakeExpired = "intake_expired"
+
+// The routes an entry came to.
+const (
+	routeEvents       = "events"
+	routeInteractions = "interactions"
+	routeCommands     = "commands"
+)
+
+// intakeRecord is an entry's value.
+type intakeRecord struct {
+	Route    string `json:"route"`
+	Body     []byte `json:"body"`
+	Received int64  `json:"received"` // unix nanoseconds
+}
+
+// intakeRequest is the HTTP request being ingested, which inChatOrder
+// may store in the intake.
+type intakeRequest struct {
+	rec intakeRecord
+	// once is the dedupe key of a message whose handling may be slow (its
+	// files, its thread); "" for any other request, which is stored only
+	// behind a pending entry of its chat.
+	once string
+}
+
+// Context keys: the HTTP request an ingest path handles, and the mark of
+// an entry being handled in its chat's turn.
+type (
+	intakeRequestKey struct{}
+	inTurnKey        struct{}
+)
+
+// withIntake is ctx carrying the request r of route, received at
+// received, that inChatOrder may store in the intake; once is as in
+// intakeRequest.
+func withIntake(ctx context.Context, route string, body []byte, received time.Time, once string) context.Context {
+	r := &intakeRequest{rec: intakeRecord{Route: route, Body: body, Received: received.UnixNano()}, once: once}
+	return context.WithValue(ctx, intakeRequestKey{}, r)
+}
+
+// intake is the entries this instance holds.
+type intake struct {
+	// queueMu is held while entries are taken and queued (admit,
+	// sweepIntake), so a chat's entries are queued in key order. It is
+	// taken before mu.
+	queueMu sync.Mutex
+	mu      sync.Mutex        // guards what follows; a leaf
+	ctx     context.Context   // Run's; nil while Run is not running
+	pending map[string]int    // chat -> entries held
+	held    map[string]string // entry key -> its chat
+	resumed atomic.Uint64     // entries taken by sweepIntake
+}
+
+// IntakeStats reports the entries of the durable intake this instance
+// holds, and how many it resumed since it started: left by a restart, or
+// taken over from a stopped or killed instance.
+func (p *Platform) IntakeStats() (pending int, resumed uint64) {
+	if p.intake == nil {
+		return 0, 0
+	}
+	p.intake.mu.Lock()
+	defer p.intake.mu.Unlock()
+	return len(p.intake.held), p.intake.resumed.Load()
+}
+
+// take records key of chat as held; false when it already is.
+func (in *intake) take(key, chat string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if _, ok := in.held[key]; ok {
+		return false
+	}
+	in.held[key] = chat
+	in.pending[chat]++
+	return true
+}
+
+// done forgets key of chat.
+func (in *intake) done(key, chat string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	delete(in.held, key)
+	if in.pending[chat]--; in.pending[chat] <= 0 {
+		delete(in.pending, chat)
+	}
+}
+
+// waiting reports whether an entry of chat is held.
+func (in *intake) waiting(chat string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.pending[chat] > 0
+}
+
+// keys are the entries held.
+func (in *intake) keys() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	keys := make([]string, 0, len(in.held))
+	for k := range in.held {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// runCtx is Run's context, nil while Run is not running.
+func (in *intake) runCtx() context.Context {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.ctx
+}
+
+// setRunCtx sets Run's context.
+func (in *intake) setRunCtx(ctx context.Context) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.ctx = ctx
+}
+
+// intakeKey is the key of rec, an entry of chat: in key order, a chat's
+// entries are in the order received.
+func intakeKey(chat string, rec intakeRecord) string {
+	sum := sha256.Sum256(rec.Body)
+	return fmt.Sprintf("%s/%020d/%s", chat, rec.Received, hex.EncodeToString(sum[:8]))
+}
+
+// intakeClaim is the claim key of entry key.
+func intakeClaim(key string) string { return "slack/intake/" + key }
+
+// admit stores r as an entry of chat and queues it, or answers it without:
+// a slow message already handled is a duplicate (nil), one another
+// instance is handling is platform.ErrBusy.
+func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) error {
+	run := p.intake.runCtx()
+	if run == nil || run.Err() != nil || p.sink.Load() == nil {
+		return errNotRunning
+	}
+	if r.once != "" {
+		switch dup, err := p.dedupe.Check(ctx, r.once); {
+		case err != nil:
+			return err
+		case dup:
+			p.drop(dropDuplicate, "")
+			return nil
+		}
+	}
+	key := intakeKey(chat, r.rec)
+	value, err := json.Marshal(r.rec)
+	if err != nil {
+		return fmt.Errorf("slack: encode an intake entry: %w", err)
+	}
+	if took, err := p.claims.Claim(ctx, intakeClaim(key), p.clock.Now().Add(intakeClaimTTL)); err != nil || !took {
+		return err // not taken: this very request is stored already
+	}
+	swapped, err := p.deps.Store.Registry().CompareAndSwap(ctx, intakeNamespace, key, nil, value)
+	if err != nil || !swapped {
+		p.releaseIntake(key)
+		if err != nil {
+			return fmt.Errorf("slack: store an intake entry: %w", err)
+		}
+		return nil
+	}
+	rec := r.rec
+	rec.Body = bytes.Clone(rec.Body) // the request's buffer is reused once it is answered
+	p.intake.queueMu.Lock()
+	defer p.intake.queueMu.Unlock()
+	p.intake.take(key, chat)
+	p.queueIntake(run, key, chat, rec)
+	return nil
+}
+
+// queueIntake gives entry key, held, its turn in chat.
+func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intakeRecord) {
+	ok := p.queues.Go(ctx, chat, func() {
+		p.handleIntake(ctx, key, rec)
+		p.intake.done(key, chat)
+	})
+	if !ok {
+		p.releaseIntake(key)
+		p.intake.done(key, chat)
+	}
+}
+
+// handleIntake handles entry key until it is delivered, deliberately
+// dropped or expired (then deletes it), or until ctx ends (then keeps it);
+// then it gives the entry's claim up.
+func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecord) {
+	defer p.releaseIntake(key)
+	received := time.Unix(0, rec.Received)
+	backoff := intakeBackoffMin
+	for {
+		if ctx.Err() != nil {
+			return
+		}
+		err := p.replay(context.WithValue(ctx, inTurnKey{}, true), rec, received)
+		if err != nil && ctx.Err() != nil {
+			return // its files may be missing: the next holder handles it
+		}
+		if err != nil && p.clock.Now().Before(received.Add(p.cfg.DedupeWindow)) {
+			p.log.Warn("slack intake entry not stored; retrying", "key", key, "err", p.errorText(err), "retry_in", backoff)
+			_ = p.clock.Sleep(ctx, backoff)
+			backoff = min(backoff*2, intakeBackoffMax)
+			continue
+		}
+		if err != nil {
+			p.drop(dropIntakeExpired, key)
+			p.log.Warn("slack intake entry dropped: not stored within dedupe_window", "key", key, "err", p.errorText(err))
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intakeStoreTimeout)
+		defer cancel()
+		if _, err := p.deps.Store.Registry().Delete(sctx, intakeNamespace, key); err != nil {
+			p.log.Warn("slack intake entry not deleted; it may be handled again", "key", key, "err", err)
+		}
+		return
+	}
+}
+
+// releaseIntake gives up the claim on entry key.
+func (p *Platform) releaseIntake(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), intakeStoreTimeout)
+	defer cancel()
+	if err := p.claims.Release(ctx, intakeClaim(key)); err != nil {
+		p.log.Warn("slack intake claim not released; the entry waits for it to expire", "key", key, "err", err)
+	}
+}
+
+// replay handles an entry as its route would have, in its chat's turn.
+func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.Time) error {
+	switch rec.Route {
+	case routeEvents:
+		var env envelope
+		if decodeEnvelope(rec.Body, &env) != nil {
+			p.drop(dropMalformed, "")
+			return nil
+		}
+		_, _, job := p.envelopeJob(&env, received)
+		return job(ctx)
+	case routeInteractions:
+		ic, ok := interactionOf(rec.Body)
+		if !ok {
+			p.drop(dropMalformed, "")
+			return nil
+		}
+		return p.interaction(ctx, &ic, received)
+	case routeCommands:
+		c, ok := commandOf(rec.Body)
+		if !ok {
+			p.drop(dropMalformed, "")
+			return nil
+		}
+		_, err := p.ingestCommand(ctx, &c, received)
+		return err
+	}
+	p.drop(dropMalformed, "")
+	return nil
+}
+
+// sweepIntake takes the entries no live claim holds and queues them in
+// key order (each chat's in arrival order). taken, when set, runs once
+// they are taken, before they are queued: a request of their chats that
+// comes after it is queued behind them (Run takes deliveries there).
+func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
+	p.intake.queueMu.Lock()
+	defer p.intake.queueMu.Unlock()
+	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
+	if err != nil {
+		p.log.Warn("slack intake not listed; retrying later", "err", p.errorText(err))
+	}
+	type held struct {
+		key, chat string
+		rec       intakeRecord
+	}
+	var queue []held
+	for _, e := range entries {
+		chat, ok := entryChat(e.Key)
+		var rec intakeRecord
+		if !ok || json.Unmarshal(e.Value, &rec) != nil {
+			continue
+		}
+		if !p.intake.take(e.Key, chat) {
+			continue // held here
+		}
+		took, err := p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL))
+		if err != nil || !took {
+			p.intake.done(e.Key, chat)
+			continue
+		}
+		queue = append(queue, held{e.Key, chat, rec})
+	}
+	if taken != nil {
+		taken()
+	}
+	for _, h := range queue {
+		p.intake.resumed.Add(1)
+		p.queueIntake(ctx, h.key, h.chat, h.rec)
+	}
+	if len(queue) > 0 {
+		p.log.Info("slack intake entries resumed", "entries", len(queue))
+	}
+}
+
+// entryChat is the chat ("<team>/<channel>") of entry key.
+func entryChat(key string) (string, bool) {
+	team, rest, ok := strings.Cut(key, "/")
+	channel, _, ok2 := strings.Cut(rest, "/")
+	return team + "/" + channel, ok && ok2
+}
+
+// keepIntake renews the claims held and sweeps for entries nobody holds
+// until ctx ends.
+func (p *Platform) keepIntake(ctx context.Context) {
+	renew := clock.NewTicker(p.clock, intakeRenewEvery)
+	defer renew.Stop()
+	sweep := clock.NewTicker(p.clock, intakeSweepEvery)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-renew.C:
+			expires := p.clock.Now().Add(intakeClaimTTL)
+			for _, key := range p.intake.keys() {
+				if err := p.claims.Hold(ctx, intakeClaim(key), expires); err != nil && ctx.Err() == nil {
+					p.log.Warn("slack intake claim not renewed", "key", key, "err", err)
+				}
+			}
+		case <-sweep.C:
+			p.sweepIntake(ctx, nil)
+		}
+	}
+}
+
+// startIntake takes the entries nobody holds, then runs takeDeliveries,
+// then queues them (ahead of any later request of their chats), and, with
+// several instances (claims in the store), keeps the claims and sweeps
+// until ctx ends. One instance alone holds every entry from its start.
+func (p *Platform) startIntake(ctx context.Context, takeDeliveries func()) {
+	if p.intake == nil {
+		takeDeliveries()
+		return
+	}
+	p.intake.setRunCtx(ctx)
+	p.sweepIntake(ctx, takeDeliveries)
+	if p.deps.SharedClaims() != nil {
+		p.bg.Go(func() { p.keepIntake(ctx) })
+	}
+}

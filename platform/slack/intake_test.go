@@ -1,0 +1,237 @@
+package slack
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/internal/redistest"
+	"connector/platform"
+	"connector/platform/platformtest"
+	"connector/platform/slack/slacktest"
+	"connector/store"
+)
+
+// fileMessage is a message of Ada in channel with the one PNG file id the
+// fake serves at url.
+func fileMessage(channel, ts, id, url string) map[string]any {
+	ev := slacktest.MessageEvent(teamA.ID, channel, userAda, ts, "", "<@"+teamA.BotUser+"> a shot")
+	ev["subtype"] = "file_share"
+	ev["files"] = []any{map[string]any{"id": id, "name": id + ".png", "mimetype": "image/png", "size": 10, "url_private": url}}
+	return ev
+}
+
+// postAsync posts the signed body to path and answers its status on the
+// channel returned.
+func (e *env) postAsync(t *testing.T, path, contentType string, body []byte) <-chan int {
+	codes := make(chan int, 1)
+	req := slacktest.SignedRequest(e.srv.URL+path, testSecret, e.now(), contentType, body)
+	go func() {
+		resp, err := e.srv.Client().Do(req)
+		if err != nil {
+			codes <- 0
+			return
+		}
+		resp.Body.Close()
+		codes <- resp.StatusCode
+	}()
+	return codes
+}
+
+// answered waits for the status on codes and wants 200; what names the
+// request.
+func answered(t *testing.T, codes <-chan int, what string) {
+	t.Helper()
+	select {
+	case code := <-codes:
+		if code != http.StatusOK {
+			t.Fatalf("%s answered %d, want 200", what, code)
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the answer to %s", waitFor, what)
+	}
+}
+
+// started waits for a stalled file's download to start.
+func waitStarted(t *testing.T, started <-chan string, what string) {
+	t.Helper()
+	select {
+	case <-started:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the download of %s", waitFor, what)
+	}
+}
+
+// TestStalledFileAnsweredFirst: a message whose file stalls is answered
+// 200 at once (its request stored in the intake); a later message and a
+// slash command of its chat are answered 200 too, and delivered after it,
+// in order; another chat's message is delivered meanwhile.
+func TestStalledFileAnsweredFirst(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	started := make(chan string, 4)
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // a failed test's download ends
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "", "and then"), http.StatusOK)
+	answered(t, e.postAsync(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, dmAda, userAda, "/status", "", "")), "the slash command")
+	e.event(t, teamB, "Ev3", slacktest.MessageEvent(teamB.ID, chanAcme, userBob, "1768490100.000300", "", "<@"+teamB.BotUser+"> elsewhere"), http.StatusOK)
+	if d := e.sink.Next(t); !strings.Contains(d.Event.Text, "elsewhere") {
+		t.Fatalf("first delivery %q, want the other chat's message", d.Event.Text)
+	}
+	e.sink.Empty(t)
+	clk.Advance(mediaDownloadTimeout)
+	for i, want := range []string{"F0SLOW0001.png could not be fetched", "and then", "/status"} {
+		if d := e.sink.Next(t); !strings.Contains(d.Event.Text, want) {
+			t.Fatalf("delivery %d %q, want it to hold %q", i, d.Event.Text, want)
+		}
+	}
+	intakeEmpty(t, e.store)
+}
+
+// openEmbedded opens the embedded store in dir on clk.
+func openEmbedded(t *testing.T, dir string, clk *clocktest.Fake) store.Store {
+	t.Helper()
+	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendEmbedded, Path: dir, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestIntakeResumesAfterRestart: an instance stopped while it fetches a
+// message's file keeps the entry; the next one, on the same embedded
+// store, delivers the message once, with its file, and a Slack retry of it
+// is answered 200 without a second delivery.
+func TestIntakeResumesAfterRestart(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	dir := t.TempDir()
+	ms := newMediaStore(t)
+	fake := newFake(t)
+	st := openEmbedded(t, dir, clk)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0"), Media: ms, Clock: clk})
+	started := make(chan string, 4)
+	url := fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	body := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))
+	answered(t, a.postAsync(t, EventsPath, "application/json", body), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	a.stop()
+	a.stop = func() {}
+	if n := a.sink.Taken(); n != 0 {
+		t.Fatalf("the stopped instance delivered %d events, want none (its file was not fetched)", n)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	png := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 100)...)
+	fake.AddFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", png) // it answers now
+	st = openEmbedded(t, dir, clk)
+	t.Cleanup(func() { _ = st.Close() })
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i1"), Media: ms, Clock: clk})
+	d := b.sink.Next(t)
+	if len(d.Event.Media) != 1 || d.Event.Media[0].Size != int64(len(png)) {
+		t.Fatalf("resumed delivery %+v, want it with its file", d.Event)
+	}
+	intakeEmpty(t, st)
+	platformtest.WaitUntil(t, "no intake entry held", func() bool { pending, _ := b.p.IntakeStats(); return pending == 0 })
+	if _, resumed := b.p.IntakeStats(); resumed != 1 {
+		t.Fatalf("%d intake entries resumed, want 1", resumed)
+	}
+	req := slacktest.SignedRequest(b.srv.URL+EventsPath, testSecret, b.now(), "application/json", body)
+	req.Header.Set("X-Slack-Retry-Num", "1")
+	if code, _ := b.do(t, req); code != http.StatusOK {
+		t.Fatalf("the retry answered %d, want 200", code)
+	}
+	b.stop()
+	b.stop = func() {}
+	if n := b.sink.Taken(); n != 1 {
+		t.Fatalf("delivered %d times, want once", n)
+	}
+	intakeEmpty(t, st)
+}
+
+// TestIntakeTakenOverOnRedis: of two instances on one Redis, the entry of
+// one stopped while it fetched the file is taken by the other at its next
+// sweep, and an entry a killed instance holds (its claim unreleased) once
+// the claim expires; each is delivered once, with its file.
+func TestIntakeTakenOverOnRedis(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	url := redistest.Start(t, redistest.Options{}).URL()
+	open := func() store.Store {
+		st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: url, Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	fake := newFake(t)
+	ms := newMediaStore(t)
+	sa, sb := open(), open()
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: sa, Cluster: newNode(t, sa, "i0"), Media: ms, Clock: clk})
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: sb, Cluster: newNode(t, sb, "i1"), Media: ms, Clock: clk})
+	started := make(chan string, 4)
+	slow := fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	answered(t, a.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", slow))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	a.stop()
+	a.stop = func() {}
+	png := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 100)...)
+	fake.AddFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", png)
+	clk.Advance(intakeSweepEvery)
+	if d := b.sink.Next(t); len(d.Event.Media) != 1 || d.Event.Source.ChatID != dmAda {
+		t.Fatalf("taken-over delivery %+v, want it with its file", d.Event)
+	}
+
+	// A killed instance's entry: stored and claimed, never released.
+	killed := fileMessage(chanGeneral, "1768490100.000200", "F0KILL0001", fake.AddFile(teamA.ID, "F0KILL0001", "F0KILL0001.png", "image/png", png))
+	rec := intakeRecord{Route: routeEvents, Body: slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev2", killed), Received: clk.Now().UnixNano()}
+	key := intakeKey(teamA.ID+"/"+chanGeneral, rec)
+	ctx, cancel := contextFor()
+	defer cancel()
+	if ok, err := sa.Claims().Claim(ctx, intakeClaim(key), clk.Now().Add(intakeClaimTTL)); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if ok, err := sa.Registry().CompareAndSwap(ctx, intakeNamespace, key, nil, mustJSON(t, rec)); err != nil || !ok {
+		t.Fatalf("store the entry: %v %v", ok, err)
+	}
+	clk.Advance(intakeSweepEvery) // the claim holds: not taken
+	b.sink.Empty(t)
+	clk.Advance(intakeClaimTTL)
+	d := b.sink.Next(t)
+	if len(d.Event.Media) != 1 || d.Event.Source.ChatID != chanGeneral {
+		t.Fatalf("taken-over delivery %+v, want the killed instance's with its file", d.Event)
+	}
+	intakeEmpty(t, sb)
+	b.sink.Empty(t)
+	if n := a.sink.Taken(); n != 0 {
+		t.Fatalf("the stopped instance delivered %d events", n)
+	}
+}
+
+// mustJSON is v in JSON.
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// intakeEmpty waits until st's intake holds no entry (each is deleted once
+// handled, its dedupe marker set).
+func intakeEmpty(t *testing.T, st store.Store) {
+	t.Helper()
+	platformtest.WaitUntil(t, "the intake to empty", func() bool {
+		entries, _, err := st.Registry().List(context.Background(), intakeNamespace)
+		return err == nil && len(entries) == 0
+	})
+}
