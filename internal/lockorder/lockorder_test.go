@@ -25,6 +25,7 @@ var checked = []string{
 	"connector/internal/cluster",
 	"connector/platform/nexscope",
 	"connector/registry",
+	"connector/platform/slack",
 }
 
 // TestLockOrder: every place the checked packages take a lock while
