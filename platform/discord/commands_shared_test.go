@@ -7,7 +7,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
 	"connector/internal/redistest"
 	"connector/platform"
@@ -157,4 +159,41 @@ func TestManifestForgottenWithItsTenant(t *testing.T) {
 	if _, ok := manifests["t2"]; ok {
 		t.Fatal("t2 made again has its old manifest")
 	}
+}
+
+// TestLostNoticeMadeUpByThePoll: a manifest stored by another instance
+// whose notice never came (written to the store without one) is
+// registered by the Gateway's instance at its next look, commandPoll
+// later on the injected clock.
+func TestLostNoticeMadeUpByThePoll(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	n, err := cluster.New(cluster.Config{Instance: "i0", PubSub: st.PubSub()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	clk := clocktest.New(epoch)
+	holder := newEnvDeps(t, platform.Deps{Clock: clk, Store: st, Cluster: n}, discordtest.Options{}, nil)
+	holder.startReady(t)
+	registered := func(what string, want string, step time.Duration) {
+		t.Helper()
+		platformtest.WaitUntil(t, what+" registered on guild 200 as the injected clock moves "+step.String()+" at a time", func() bool {
+			clk.Advance(step)
+			cmds := holder.fake.GuildCommands(guildOther)
+			return len(cmds) == 1 && cmds[0]["description"] == want
+		})
+	}
+	// A hello here first: its reconcile also takes the guilds the
+	// Gateway delivered, so none is left queued.
+	holder.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	registered("the hello's manifest", "A ask", holder.cfg.CommandSyncDebounce)
+	if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, "t2", []byte(manifestOf("B", []string{"ask"}, nil))); err != nil {
+		t.Fatal(err)
+	}
+	registered("the manifest stored without a notice", "B ask", commandPoll)
 }
