@@ -50,11 +50,13 @@ import (
 // the guilds. So the manifests live in the store (Registry namespace
 // discord/commands, one entry per tenant), and every reconcile reads them
 // there: a new session never applies an older manifest than the newest
-// stored. The instance that stores a manifest publishes a notice on the
-// pub/sub channel discord/commands; on a notice, and every commandPoll in
-// case one was lost, every instance looks at the namespace again and queues
-// the guilds of each tenant whose entry changed (the Gateway's instance
-// reconciles them). With one instance they are kept in memory.
+// stored. The instance that stores a manifest (a hello repeating the
+// stored one stores nothing) publishes a notice naming the tenant on the
+// pub/sub channel discord/commands; every instance reads that tenant's
+// entry on a notice, and the whole namespace every commandPoll when its
+// revision moved (a lost notice), and queues the guilds of each tenant
+// whose entry changed (the Gateway's instance reconciles them). With one
+// instance the manifests are kept in memory.
 //
 // A manifest ends with its tenant: once the registry no longer configures
 // the tenant (SetTenants) it is ignored and deleted, so a tenant deleted and
@@ -230,9 +232,18 @@ func (c *commandSync) queueTenantLocked(tenant string) {
 // next look).
 func (c *commandSync) setTenants(ids []string) {
 	c.mu.Lock()
+	before := c.tenants
 	c.tenants = make(map[string]bool, len(ids))
 	for _, id := range ids {
 		c.tenants[id] = true
+	}
+	left := before == nil
+	for tenant := range before {
+		left = left || !c.tenants[tenant]
+	}
+	if !left {
+		c.mu.Unlock()
+		return
 	}
 	for tenant := range c.manifests {
 		if !c.tenants[tenant] {
@@ -312,31 +323,52 @@ func (c *commandSync) take() []scopeSync {
 	return scopes
 }
 
-// load returns the configured tenants' manifests: the stored ones with
-// several instances.
-func (c *commandSync) load(ctx context.Context) (map[string][]map[string]any, error) {
-	var stored []store.Entry
+// load returns the manifests of the tenants of scopes that are configured:
+// the stored ones with several instances.
+func (c *commandSync) load(ctx context.Context, scopes []scopeSync) (map[string][]map[string]any, error) {
+	tenants := map[string]bool{}
+	for _, s := range scopes {
+		tenant := c.p.cfg.DMTenant
+		if s.scope != globalScope {
+			tenant = c.p.guildOwners()[s.scope]
+		}
+		tenants[tenant] = tenant != ""
+	}
+	stored := map[string][]byte{}
 	if c.shared != nil {
 		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		defer cancel()
-		var err error
-		if stored, _, err = c.shared.List(ctx, manifestsNamespace); err != nil {
-			return nil, err
+		for tenant, ok := range tenants {
+			if !ok {
+				continue
+			}
+			e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
+			if err != nil {
+				return nil, err
+			}
+			if found {
+				stored[tenant] = e.Value
+			}
 		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := maps.Clone(c.manifests) // empty with several instances
-	for _, e := range stored {
-		var entries []map[string]any
-		if err := json.Unmarshal(e.Value, &entries); err != nil {
-			c.p.log.Warn("discord stored command_manifest unreadable", "tenant", e.Key)
+	out := map[string][]map[string]any{}
+	for tenant, ok := range tenants {
+		if !ok || (c.tenants != nil && !c.tenants[tenant]) {
 			continue
 		}
-		out[e.Key] = entries
-	}
-	if c.tenants != nil {
-		maps.DeleteFunc(out, func(tenant string, _ []map[string]any) bool { return !c.tenants[tenant] })
+		if entries, ok := c.manifests[tenant]; ok { // one instance
+			out[tenant] = entries
+		}
+		if value, ok := stored[tenant]; ok {
+			var entries []map[string]any
+			if err := json.Unmarshal(value, &entries); err != nil {
+				c.p.log.Warn("discord stored command_manifest unreadable", "tenant", tenant)
+				continue
+			}
+			out[tenant] = entries
+		}
 	}
 	return out, nil
 }
@@ -409,7 +441,7 @@ func (c *commandSync) loop(ctx context.Context) {
 		if len(scopes) == 0 {
 			continue
 		}
-		manifests, err := c.load(ctx)
+		manifests, err := c.load(ctx, scopes)
 		if err != nil {
 			c.p.log.Warn("discord command registry sync failed: the manifests could not be read", "err", err)
 			continue
@@ -431,34 +463,50 @@ func (c *commandSync) save(ctx context.Context) {
 	unsaved := maps.Clone(c.unsaved)
 	clear(c.unsaved)
 	c.mu.Unlock()
-	saved := false
 	for _, tenant := range slices.Sorted(maps.Keys(unsaved)) {
 		value, _ := json.Marshal(unsaved[tenant]) // decoded JSON: cannot fail
-		sctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		rev, err := c.shared.Put(sctx, manifestsNamespace, tenant, value)
-		cancel()
-		c.mu.Lock()
+		changed, err := c.store(ctx, tenant, value)
 		if err != nil {
+			c.mu.Lock()
 			if _, newer := c.unsaved[tenant]; !newer {
 				c.unsaved[tenant] = unsaved[tenant]
 			}
-		} else {
-			c.revs[tenant] = rev // this instance queued its scopes already
-		}
-		c.mu.Unlock()
-		if err != nil {
+			c.mu.Unlock()
 			c.p.log.Warn("discord command_manifest not stored; trying again later", "tenant", tenant, "err", err)
 			continue
 		}
-		saved = true
-	}
-	if saved {
+		if !changed {
+			continue
+		}
 		pctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		defer cancel()
-		if err := c.ps.Publish(pctx, manifestsChannel, []byte("1")); err != nil {
-			c.p.log.Warn("discord command_manifest notice not sent; the other instances see it within their poll", "err", err)
+		err = c.ps.Publish(pctx, manifestsChannel, []byte(tenant))
+		cancel()
+		if err != nil {
+			c.p.log.Warn("discord command_manifest notice not sent; the other instances see it within their poll", "tenant", tenant, "err", err)
 		}
 	}
+}
+
+// store stores tenant's manifest value unless the store holds it already,
+// and reports whether it changed.
+func (c *commandSync) store(ctx context.Context, tenant string, value []byte) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
+	if err != nil {
+		return false, err
+	}
+	if found && bytes.Equal(e.Value, value) {
+		return false, nil
+	}
+	rev, err := c.shared.Put(ctx, manifestsNamespace, tenant, value)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	c.revs[tenant] = max(c.revs[tenant], rev) // this instance queued its scopes already
+	c.mu.Unlock()
+	return true, nil
 }
 
 // watch looks at the stored manifests on every notice, every commandPoll
@@ -484,7 +532,7 @@ func (c *commandSync) watch(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-msgs:
+		case tenant, ok := <-msgs:
 			if !ok {
 				if ctx.Err() != nil {
 					return
@@ -492,6 +540,8 @@ func (c *commandSync) watch(ctx context.Context) {
 				msgs = nil
 				continue
 			}
+			c.lookAt(ctx, string(tenant))
+			continue
 		case <-tick.C:
 			c.mu.Lock()
 			retry := len(c.unsaved) > 0
@@ -502,6 +552,27 @@ func (c *commandSync) watch(ctx context.Context) {
 		case <-c.poke:
 		}
 		c.look(ctx)
+	}
+}
+
+// lookAt reads tenant's stored manifest, named by a notice, and queues its
+// guilds when it changed.
+func (c *commandSync) lookAt(ctx context.Context, tenant string) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
+	if err != nil || !found {
+		return // the next look reads it
+	}
+	c.mu.Lock()
+	changed := e.Rev > c.revs[tenant]
+	if changed {
+		c.revs[tenant] = e.Rev
+		c.queueTenantLocked(tenant)
+	}
+	c.mu.Unlock()
+	if changed {
+		c.signal()
 	}
 }
 

@@ -152,7 +152,7 @@ func TestManifestForgottenWithItsTenant(t *testing.T) {
 	platformtest.WaitUntil(t, "t2's stored manifest deleted", func() bool { return !stored() })
 	sp.holder.p.SetTenants([]string{"t1", "t2"})
 	sp.other.p.SetTenants([]string{"t1", "t2"})
-	manifests, err := sp.holder.p.cmds.load(waitCtx(t))
+	manifests, err := sp.holder.p.cmds.load(waitCtx(t), []scopeSync{{scope: guildOther}})
 	if err != nil {
 		t.Fatal(err)
 	}
