@@ -95,6 +95,15 @@ type RelevanceTaker interface {
 	SetRelevance(byTenant map[string]Relevance)
 }
 
+// TenantKeeper is implemented by platforms that keep state of a tenant's
+// that must end with the tenant (Discord's command manifests). SetTenants
+// is given the ids of every configured tenant at each apply of the
+// registry; the platform forgets what it keeps for any other, so a tenant
+// deleted and made again under its id starts afresh.
+type TenantKeeper interface {
+	SetTenants(ids []string)
+}
+
 // ChatGranter is implemented by platforms where a chat may be open to a
 // tenant that ChatTenant does not name: its claimant, or a tenant an
 // author routed to spoke for (Ownership.Hold, rules 2 and 3). Authorize

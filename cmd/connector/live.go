@@ -38,10 +38,12 @@ type live struct {
 	binders map[string]platform.Binder
 	// relevance are the platforms that apply declared relevance policies.
 	relevance map[string]platform.RelevanceTaker
-	keys      *sessionKeys
-	log       *slog.Logger
-	metrics   *adminMetrics
-	clock     clock.Clock // times the expiry timer
+	// keepers are the platforms that forget a tenant's state with it.
+	keepers []platform.TenantKeeper
+	keys    *sessionKeys
+	log     *slog.Logger
+	metrics *adminMetrics
+	clock   clock.Clock // times the expiry timer
 
 	mu     sync.Mutex // serializes apply
 	expiry clock.Timer
@@ -71,6 +73,9 @@ func newLive(reg *registry.Registry, srv *relay.Server, platforms []platform.Pla
 		}
 		if rt, ok := p.(platform.RelevanceTaker); ok {
 			l.relevance[p.Name()] = rt
+		}
+		if k, ok := p.(platform.TenantKeeper); ok {
+			l.keepers = append(l.keepers, k)
 		}
 	}
 	return l
@@ -187,6 +192,13 @@ func (l *live) applyLocked(ctx context.Context) error {
 	l.keys.setCreated(s.Tenants)
 	if err := l.relay.SetTenants(tenants); err != nil {
 		return failed(slog.LevelError, "registry not applied to the relay", err)
+	}
+	ids := make([]string, len(tenants))
+	for i, t := range tenants {
+		ids[i] = t.ID
+	}
+	for _, k := range l.keepers {
+		k.SetTenants(ids)
 	}
 	bindings := s.PlatformBindings()
 	for name, b := range l.binders {

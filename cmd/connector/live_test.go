@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -155,5 +156,48 @@ func TestSighupNotAppliedChangesNothing(t *testing.T) {
 	}
 	if err := c.live.apply(ctx); err != nil {
 		t.Fatalf("an apply after the refused reload: %v", err)
+	}
+}
+
+// tenantKeeper records the tenant ids each apply gives it.
+type tenantKeeper struct{ last []string }
+
+func (k *tenantKeeper) SetTenants(ids []string) { k.last = slices.Sorted(slices.Values(ids)) }
+
+// TestApplyTellsKeepersTheTenants: every apply gives the platforms that keep
+// per-tenant state (platform.TenantKeeper: Discord's command manifests) the
+// configured tenants, so a deleted tenant's state is forgotten.
+func TestApplyTellsKeepersTheTenants(t *testing.T) {
+	st := memStore(t)
+	ctx := context.Background()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()) })
+	k := &tenantKeeper{}
+	c.live.keepers = append(c.live.keepers, k)
+	reg := registry.New(st, clock.System)
+	if err := reg.CreateTenant(ctx, registry.Tenant{ID: "added"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.live.apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(k.last, []string{"added", "t1"}) {
+		t.Fatalf("tenants given after a create = %v, want [added t1]", k.last)
+	}
+	if err := reg.DeleteTenant(ctx, "added"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.live.apply(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(k.last, []string{"t1"}) {
+		t.Fatalf("tenants given after a delete = %v, want [t1]", k.last)
 	}
 }

@@ -9,12 +9,15 @@ import (
 	"regexp"
 	"slices"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/bwmarrin/discordgo"
 
 	"connector/contract"
+	"connector/internal/clock"
 	"connector/platform"
+	"connector/store"
 )
 
 // Command registration. The bot is shared, its commands are not: each
@@ -41,6 +44,24 @@ import (
 // no 403. A guild's calls count against its tenant's share of the budgets.
 // It is best effort: a failure is logged per scope and retried on the next
 // manifest or GUILD_CREATE, and never touches a handshake.
+//
+// With several instances (platform.Deps.Cluster and Store) a hello may
+// reach any instance, while only the one running the Gateway session knows
+// the guilds. So the manifests live in the store (Registry namespace
+// discord/commands, one entry per tenant), and every reconcile reads them
+// there: a new session never applies an older manifest than the newest
+// stored. The instance that stores a manifest (a hello repeating the
+// stored one stores nothing) publishes a notice naming the tenant on the
+// pub/sub channel discord/commands; every instance reads that tenant's
+// entry on a notice, and the whole namespace every commandPoll when its
+// revision moved (a lost notice), and queues the guilds of each tenant
+// whose entry changed (the Gateway's instance reconciles them). With one
+// instance the manifests are kept in memory.
+//
+// A manifest ends with its tenant: once the registry no longer configures
+// the tenant (SetTenants) it is ignored and deleted, so a tenant deleted and
+// made again under its id starts without commands until its gateway sends a
+// manifest.
 
 // commandName is what the contract lets through; invalid entries are
 // dropped one by one.
@@ -71,23 +92,49 @@ var (
 // every other scope is a guild id.
 const globalScope = ""
 
+// Where the manifests are shared with several instances: the Registry
+// namespace and the notice channel, and how often the namespace is looked
+// at in case a notice was lost.
+const (
+	manifestsNamespace = "discord/commands"
+	manifestsChannel   = "discord/commands"
+	commandPoll        = 30 * time.Second
+	storeTimeout       = 5 * time.Second
+)
+
 // commandSync holds the tenants' manifests and reconciles the registries
 // they decide (see above) on its loop.
 type commandSync struct {
 	p     *Platform
 	dirty chan struct{}
+	// shared is where the manifests live with several instances; nil with
+	// one (manifests then).
+	shared store.Registry
+	ps     store.PubSub
+	poke   chan struct{} // a look at the shared manifests is due
 
 	mu        sync.Mutex
-	manifests map[string][]map[string]any // tenant -> its latest entries
+	manifests map[string][]map[string]any // one instance: tenant -> its latest entries
+	unsaved   map[string][]map[string]any // several: the latest entries not stored yet
+	revs      map[string]uint64           // several: the stored entries' revisions a look or a save saw
+	lastRev   uint64                      // several: the namespace's revision the last look read
+	tenants   map[string]bool             // the configured tenants; nil until SetTenants
 	present   map[string]bool             // guilds the Gateway delivered
-	pending   map[string]bool             // scopes to reconcile
+	// pending are the scopes to reconcile, each with whether to empty its
+	// registry when its tenant has no manifest (a guild rebound).
+	pending map[string]bool
 }
 
 func newCommandSync(p *Platform) *commandSync {
-	return &commandSync{
-		p: p, dirty: make(chan struct{}, 1),
-		manifests: map[string][]map[string]any{}, present: map[string]bool{}, pending: map[string]bool{},
+	c := &commandSync{
+		p: p, dirty: make(chan struct{}, 1), poke: make(chan struct{}, 1),
+		manifests: map[string][]map[string]any{}, unsaved: map[string][]map[string]any{}, revs: map[string]uint64{},
+		present: map[string]bool{}, pending: map[string]bool{},
 	}
+	if p.deps.Cluster != nil && p.deps.Store != nil {
+		c.shared, c.ps = p.deps.Store.Registry(), p.deps.Store.PubSub()
+	}
+	return c
 }
 
 // ObserveHello implements platform.HelloObserver: a discord hello's
@@ -107,6 +154,10 @@ func (p *Platform) ObserveHello(tenant, gatewayID string, hello *contract.Gatewa
 	}
 	p.cmds.set(tenant, entries)
 }
+
+// SetTenants implements platform.TenantKeeper: the manifests of tenants
+// not in ids are ignored and forgotten.
+func (p *Platform) SetTenants(ids []string) { p.cmds.setTenants(ids) }
 
 // parseManifest validates a command_manifest array entry by entry.
 func parseManifest(raw json.RawMessage) (entries []map[string]any, dropped int, err error) {
@@ -143,41 +194,87 @@ func parseManifest(raw json.RawMessage) (entries []map[string]any, dropped int, 
 	return entries, dropped, nil
 }
 
-// set records tenant's manifest and queues the scopes it decides: the
-// tenant's guilds, and the global registry (DMTenant's manifest, or kept
-// empty when there is no DMTenant).
+// set records tenant's manifest (in memory, or to be stored by the loop)
+// and queues the scopes it decides: the tenant's guilds, and the global
+// registry (DMTenant's manifest, or kept empty when there is no DMTenant).
 func (c *commandSync) set(tenant string, entries []map[string]any) {
 	c.mu.Lock()
-	c.manifests[tenant] = entries
-	for guild, owner := range c.p.guildOwners() {
-		if owner == tenant {
-			c.pending[guild] = true
-		}
+	if c.shared != nil {
+		c.unsaved[tenant] = entries
+	} else {
+		c.manifests[tenant] = entries
 	}
+	c.queueTenantLocked(tenant)
 	if dm := c.p.cfg.DMTenant; dm == "" || dm == tenant {
-		c.pending[globalScope] = true
+		c.queueLocked(globalScope, false)
 	}
 	c.mu.Unlock()
 	c.signal()
 }
 
+// queueLocked queues scope, to be emptied when its tenant has no manifest
+// if empty (or if queued so before). Called under mu.
+func (c *commandSync) queueLocked(scope string, empty bool) {
+	c.pending[scope] = c.pending[scope] || empty
+}
+
+// queueTenantLocked queues tenant's guilds. Called under mu.
+func (c *commandSync) queueTenantLocked(tenant string) {
+	for guild, owner := range c.p.guildOwners() {
+		if owner == tenant {
+			c.queueLocked(guild, false)
+		}
+	}
+}
+
+// setTenants records the configured tenants: the manifests of any other
+// are ignored from now on, and forgotten (deleted from the store by the
+// next look).
+func (c *commandSync) setTenants(ids []string) {
+	c.mu.Lock()
+	before := c.tenants
+	c.tenants = make(map[string]bool, len(ids))
+	for _, id := range ids {
+		c.tenants[id] = true
+	}
+	left := before == nil
+	for tenant := range before {
+		left = left || !c.tenants[tenant]
+	}
+	if !left {
+		c.mu.Unlock()
+		return
+	}
+	for tenant := range c.manifests {
+		if !c.tenants[tenant] {
+			delete(c.manifests, tenant)
+		}
+	}
+	for tenant := range c.unsaved {
+		if !c.tenants[tenant] {
+			delete(c.unsaved, tenant)
+		}
+	}
+	c.lastRev = 0 // the next look lists the namespace
+	c.mu.Unlock()
+	select {
+	case c.poke <- struct{}{}:
+	default:
+	}
+}
+
 // guildDelivered records that the Gateway delivered guild (GUILD_CREATE)
-// and queues it when its tenant has sent a manifest.
+// and queues it when it is bound; it is reconciled when its tenant has a
+// manifest then.
 func (c *commandSync) guildDelivered(guild string) {
-	tenant, ok := c.p.guildOwners()[guild]
-	if !ok {
+	if _, ok := c.p.guildOwners()[guild]; !ok {
 		return
 	}
 	c.mu.Lock()
 	c.present[guild] = true
-	_, known := c.manifests[tenant]
-	if known {
-		c.pending[guild] = true
-	}
+	c.queueLocked(guild, false)
 	c.mu.Unlock()
-	if known {
-		c.signal()
-	}
+	c.signal()
 }
 
 // rebound queues guild, whose tenant changed or which is no longer bound,
@@ -187,7 +284,7 @@ func (c *commandSync) rebound(guild string) {
 	c.mu.Lock()
 	queue := c.present[guild]
 	if queue {
-		c.pending[guild] = true
+		c.queueLocked(guild, true)
 	}
 	c.mu.Unlock()
 	if queue {
@@ -202,53 +299,122 @@ func (c *commandSync) signal() {
 	}
 }
 
-// take returns the queued scopes, sorted, leaving out guilds the Gateway has
-// not delivered (GUILD_CREATE queues them again), and empties the queue.
-func (c *commandSync) take() []string {
+// scopeSync is a queued scope; empty says to empty its registry when its
+// tenant has no manifest.
+type scopeSync struct {
+	scope string
+	empty bool
+}
+
+// take returns the queued scopes, sorted, leaving out guilds while the
+// Gateway session does not run here or has not delivered them (GUILD_CREATE
+// queues them again), and empties the queue.
+func (c *commandSync) take() []scopeSync {
+	gwHere := c.p.gwHere.Load()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	scopes := make([]string, 0, len(c.pending))
+	scopes := make([]scopeSync, 0, len(c.pending))
 	for _, scope := range slices.Sorted(maps.Keys(c.pending)) {
-		if scope == globalScope || c.present[scope] {
-			scopes = append(scopes, scope)
+		if scope == globalScope || (gwHere && c.present[scope]) {
+			scopes = append(scopes, scopeSync{scope, c.pending[scope]})
 		}
 	}
 	clear(c.pending)
 	return scopes
 }
 
-// desired is what scope should hold, and the tenant its calls count
-// against: a guild's tenant's manifest without the global-only fields; for
-// the global registry DMTenant's, usable in DMs with the bot only.
-func (c *commandSync) desired(scope string) (tenant string, want []map[string]any) {
+// load returns the manifests of the tenants of scopes that are configured:
+// the stored ones with several instances.
+func (c *commandSync) load(ctx context.Context, scopes []scopeSync) (map[string][]map[string]any, error) {
+	tenants := map[string]bool{}
+	for _, s := range scopes {
+		tenant := c.p.cfg.DMTenant
+		if s.scope != globalScope {
+			tenant = c.p.guildOwners()[s.scope]
+		}
+		tenants[tenant] = tenant != ""
+	}
+	stored := map[string][]byte{}
+	if c.shared != nil {
+		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		defer cancel()
+		for tenant, ok := range tenants {
+			if !ok {
+				continue
+			}
+			e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
+			if err != nil {
+				return nil, err
+			}
+			if found {
+				stored[tenant] = e.Value
+			}
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if scope == globalScope {
+	out := map[string][]map[string]any{}
+	for tenant, ok := range tenants {
+		if !ok || (c.tenants != nil && !c.tenants[tenant]) {
+			continue
+		}
+		if entries, ok := c.manifests[tenant]; ok { // one instance
+			out[tenant] = entries
+		}
+		if value, ok := stored[tenant]; ok {
+			var entries []map[string]any
+			if err := json.Unmarshal(value, &entries); err != nil {
+				c.p.log.Warn("discord stored command_manifest unreadable", "tenant", tenant)
+				continue
+			}
+			out[tenant] = entries
+		}
+	}
+	return out, nil
+}
+
+// desired is what scope should hold, and the tenant its calls count
+// against: a guild's tenant's manifest without the global-only fields; for
+// the global registry DMTenant's, usable in DMs with the bot only. ok is
+// false when the tenant has no manifest and the registry is to be left as
+// it is.
+func (c *commandSync) desired(s scopeSync, manifests map[string][]map[string]any) (tenant string, want []map[string]any, ok bool) {
+	if s.scope == globalScope {
 		tenant = c.p.cfg.DMTenant
 	} else {
-		tenant = c.p.guildOwners()[scope]
+		tenant = c.p.guildOwners()[s.scope]
 	}
-	entries := c.manifests[tenant]
+	entries, known := manifests[tenant]
 	want = make([]map[string]any, 0, len(entries))
-	if scope == globalScope && tenant == "" {
-		return tenant, want
+	if s.scope == globalScope && tenant == "" {
+		return tenant, want, true
+	}
+	if !known && !s.empty {
+		return tenant, nil, false
 	}
 	for _, e := range entries {
 		cmd := maps.Clone(e)
 		for _, k := range globalOnlyKeys {
 			delete(cmd, k)
 		}
-		if scope == globalScope {
+		if s.scope == globalScope {
 			cmd["contexts"] = dmContexts
 			cmd["integration_types"] = guildInstall
 		}
 		want = append(want, cmd)
 	}
-	return tenant, want
+	return tenant, want, true
 }
 
-// loop reconciles after each debounced burst of manifests until ctx ends.
+// loop stores the new manifests at once and reconciles after each
+// debounced burst of them until ctx ends; with several instances it also
+// watches the stored ones.
 func (c *commandSync) loop(ctx context.Context) {
+	if c.shared != nil {
+		var wg sync.WaitGroup
+		defer wg.Wait()
+		wg.Go(func() { c.watch(ctx) })
+	}
 	debounce := c.p.cfg.CommandSyncDebounce
 	for {
 		select {
@@ -256,6 +422,7 @@ func (c *commandSync) loop(ctx context.Context) {
 			return
 		case <-c.dirty:
 		}
+		c.save(ctx)
 		for quiet := false; !quiet; { // until debounce passes without a signal
 			fired := make(chan struct{})
 			t := c.p.clock.AfterFunc(debounce, func() { close(fired) })
@@ -265,23 +432,204 @@ func (c *commandSync) loop(ctx context.Context) {
 				return
 			case <-c.dirty:
 				t.Stop()
+				c.save(ctx)
 			case <-fired:
 				quiet = true
 			}
 		}
-		for _, scope := range c.take() {
-			c.reconcileScope(ctx, scope)
+		scopes := c.take()
+		if len(scopes) == 0 {
+			continue
+		}
+		manifests, err := c.load(ctx, scopes)
+		if err != nil {
+			c.p.log.Warn("discord command registry sync failed: the manifests could not be read", "err", err)
+			continue
+		}
+		for _, s := range scopes {
+			c.reconcileScope(ctx, s, manifests)
+		}
+	}
+}
+
+// save stores the manifests set since the last save, with several
+// instances, and notifies the others. One that could not be stored is
+// tried again at the next save (a new manifest, or the next look).
+func (c *commandSync) save(ctx context.Context) {
+	if c.shared == nil {
+		return
+	}
+	c.mu.Lock()
+	unsaved := maps.Clone(c.unsaved)
+	clear(c.unsaved)
+	c.mu.Unlock()
+	for _, tenant := range slices.Sorted(maps.Keys(unsaved)) {
+		value, _ := json.Marshal(unsaved[tenant]) // decoded JSON: cannot fail
+		changed, err := c.store(ctx, tenant, value)
+		if err != nil {
+			c.mu.Lock()
+			if _, newer := c.unsaved[tenant]; !newer {
+				c.unsaved[tenant] = unsaved[tenant]
+			}
+			c.mu.Unlock()
+			c.p.log.Warn("discord command_manifest not stored; trying again later", "tenant", tenant, "err", err)
+			continue
+		}
+		if !changed {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		err = c.ps.Publish(pctx, manifestsChannel, []byte(tenant))
+		cancel()
+		if err != nil {
+			c.p.log.Warn("discord command_manifest notice not sent; the other instances see it within their poll", "tenant", tenant, "err", err)
+		}
+	}
+}
+
+// store stores tenant's manifest value unless the store holds it already,
+// and reports whether it changed.
+func (c *commandSync) store(ctx context.Context, tenant string, value []byte) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
+	if err != nil {
+		return false, err
+	}
+	if found && bytes.Equal(e.Value, value) {
+		return false, nil
+	}
+	rev, err := c.shared.Put(ctx, manifestsNamespace, tenant, value)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	c.revs[tenant] = max(c.revs[tenant], rev) // this instance queued its scopes already
+	c.mu.Unlock()
+	return true, nil
+}
+
+// watch looks at the stored manifests on every notice, every commandPoll
+// and when the configured tenants change, until ctx ends.
+func (c *commandSync) watch(ctx context.Context) {
+	tick := clock.NewTicker(c.p.clock, commandPoll)
+	defer tick.Stop()
+	var msgs <-chan []byte
+	unsubscribe := func() {}
+	defer func() { unsubscribe() }()
+	for {
+		if msgs == nil { // not subscribed yet, or the subscription ended
+			unsubscribe()
+			m, cancel, err := c.ps.Subscribe(ctx, manifestsChannel)
+			if err != nil {
+				c.p.log.Warn("discord command_manifest notices not followed; looking every poll", "err", err)
+				unsubscribe = func() {}
+			} else {
+				msgs, unsubscribe = m, cancel
+			}
+			c.look(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case tenant, ok := <-msgs:
+			if !ok {
+				if ctx.Err() != nil {
+					return
+				}
+				msgs = nil
+				continue
+			}
+			c.lookAt(ctx, string(tenant))
+			continue
+		case <-tick.C:
+			c.mu.Lock()
+			retry := len(c.unsaved) > 0
+			c.mu.Unlock()
+			if retry {
+				c.signal()
+			}
+		case <-c.poke:
+		}
+		c.look(ctx)
+	}
+}
+
+// lookAt reads tenant's stored manifest, named by a notice, and queues its
+// guilds when it changed.
+func (c *commandSync) lookAt(ctx context.Context, tenant string) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
+	if err != nil || !found {
+		return // the next look reads it
+	}
+	c.mu.Lock()
+	changed := e.Rev > c.revs[tenant]
+	if changed {
+		c.revs[tenant] = e.Rev
+		c.queueTenantLocked(tenant)
+	}
+	c.mu.Unlock()
+	if changed {
+		c.signal()
+	}
+}
+
+// look reads the stored manifests when the namespace changed since the
+// last look, queues the guilds of each tenant whose entry changed, and
+// deletes the entries of tenants no longer configured.
+func (c *commandSync) look(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	rev, err := c.shared.Revision(ctx, manifestsNamespace)
+	c.mu.Lock()
+	same := err == nil && rev == c.lastRev
+	c.mu.Unlock()
+	if err != nil || same {
+		return
+	}
+	stored, rev, err := c.shared.List(ctx, manifestsNamespace)
+	if err != nil {
+		return
+	}
+	var gone []store.Entry
+	queued := false
+	c.mu.Lock()
+	c.lastRev = rev
+	for _, e := range stored {
+		if c.tenants != nil && !c.tenants[e.Key] {
+			gone = append(gone, e)
+			continue
+		}
+		if e.Rev > c.revs[e.Key] {
+			c.revs[e.Key] = e.Rev
+			c.queueTenantLocked(e.Key)
+			queued = true
+		}
+	}
+	c.mu.Unlock()
+	if queued {
+		c.signal()
+	}
+	for _, e := range gone {
+		// Only the value read: a manifest stored since stays.
+		if _, err := c.shared.CompareAndSwap(ctx, manifestsNamespace, e.Key, e.Value, nil); err != nil {
+			c.p.log.Warn("discord command_manifest of a removed tenant not forgotten", "tenant", e.Key, "err", err)
 		}
 	}
 }
 
 // reconcileScope reconciles one scope and logs the outcome.
-func (c *commandSync) reconcileScope(ctx context.Context, scope string) {
-	name := "global"
+func (c *commandSync) reconcileScope(ctx context.Context, s scopeSync, manifests map[string][]map[string]any) {
+	scope, name := s.scope, "global"
 	if scope != globalScope {
 		name = "guild " + scope
 	}
-	tenant, want := c.desired(scope)
+	tenant, want, ok := c.desired(s, manifests)
+	if !ok {
+		return
+	}
 	rctx, cancel := context.WithTimeout(platform.WithTenant(ctx, tenant), c.p.cfg.RequestTimeout)
 	defer cancel()
 	changed, err := c.reconcile(rctx, scope, want)

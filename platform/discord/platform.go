@@ -113,6 +113,7 @@ var (
 	_ platform.RelevanceTaker = (*Platform)(nil)
 	_ platform.ChatGranter    = (*Platform)(nil)
 	_ platform.ScopeLocator   = (*Platform)(nil)
+	_ platform.TenantKeeper   = (*Platform)(nil)
 )
 
 // maxProcessing bounds interactions being normalized and delivered at once.

@@ -1,0 +1,199 @@
+package discord
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/internal/cluster"
+	"connector/internal/redistest"
+	"connector/platform"
+	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
+	"connector/store"
+)
+
+// sharedPair is two instances of the platform on one real redis-server
+// against one fake Discord: holder runs the Gateway session, other never
+// gets the lease.
+type sharedPair struct {
+	holder, other *env
+	st            store.Store
+}
+
+func newSharedPair(t *testing.T) *sharedPair {
+	t.Helper()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	node := func(name string) *cluster.Node {
+		n, err := cluster.New(cluster.Config{Instance: name, PubSub: st.PubSub()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	holder := newEnvDeps(t, platform.Deps{Store: st, Cluster: node("i0")}, discordtest.Options{}, nil)
+	holder.startReady(t)
+	standby := func(ctx context.Context, _ string, _ func(context.Context) error) error {
+		<-ctx.Done() // the Gateway lease stays with holder
+		return nil
+	}
+	other := &env{fake: holder.fake, sink: newSink(), logs: newLogCapture(), metrics: newMetrics(), priv: holder.priv, cfg: holder.cfg}
+	other.p, err = New(holder.cfg, platform.Deps{Log: other.logs.Logger(), Metrics: other.metrics, Store: st, Cluster: node("i1"),
+		Vault: sharedVault, Exclusive: standby})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.start(t)
+	return &sharedPair{holder: holder, other: other, st: st}
+}
+
+// waitGuildDescriptions waits until guild's registry holds exactly the
+// commands named in names, each described with prefix (manifestOf).
+func waitGuildDescriptions(t *testing.T, f *discordtest.Server, guild, prefix string, names []string) {
+	t.Helper()
+	platformtest.WaitUntil(t, fmt.Sprintf("guild %s's registry holding %v described %q", guild, names, prefix), func() bool {
+		cmds := f.GuildCommands(guild)
+		if len(cmds) != len(names) {
+			return false
+		}
+		for _, c := range cmds {
+			name, _ := c["name"].(string)
+			if !slices.Contains(names, name) || c["description"] != prefix+" "+name {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// seedGuildCommands overwrites guild's registry at the fake directly, as
+// if someone else had changed it.
+func seedGuildCommands(t *testing.T, f *discordtest.Server, guild, manifest string) {
+	t.Helper()
+	req, _ := http.NewRequest("PUT", f.URL+fmt.Sprintf(guildCommandsPath, guild), strings.NewReader(manifest))
+	req.Header.Set("Authorization", "Bot "+testToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
+
+// TestCommandsFromAHelloOnAnotherInstance: with two instances on one
+// Redis, a tenant's hello reaching the instance without the Gateway
+// session still gets its manifest registered on its guild (by the
+// instance that has the guild), and a newer one replaces it there.
+func TestCommandsFromAHelloOnAnotherInstance(t *testing.T) {
+	t.Parallel()
+	sp := newSharedPair(t)
+	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B1", []string{"ask", "bstatus"}, nil)))
+	waitGuildDescriptions(t, sp.holder.fake, guildOther, "B1", []string{"ask", "bstatus"})
+	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B2", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, sp.holder.fake, guildOther, "B2", []string{"ask"})
+}
+
+// TestNewSessionKeepsTheNewestManifest: the Gateway's instance saw t2's
+// first manifest; a newer one reaches the other instance. A new Gateway
+// session (Discord refused the RESUME) delivers the guilds again and
+// reconciles them: with the newest manifest, never the older one the
+// Gateway's instance had seen itself.
+func TestNewSessionKeepsTheNewestManifest(t *testing.T) {
+	t.Parallel()
+	sp := newSharedPair(t)
+	f := sp.holder.fake
+	sp.holder.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, f, guildOther, "Old", []string{"ask"})
+	sp.other.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask", "bstatus"}, nil)))
+	waitGuildDescriptions(t, f, guildOther, "New", []string{"ask", "bstatus"})
+	// Someone changes the registry behind the connector's back; only a
+	// reconcile on the new session puts the manifest back.
+	seedGuildCommands(t, f, guildOther, manifestOf("Junk", []string{"junk"}, nil))
+	f.RefuseResumes(4009)
+	if err := f.CloseGateway(4000, "Unknown error"); err != nil { // resumable
+		t.Fatal(err)
+	}
+	if err := f.WaitSession(waitCtx(t), 2); err != nil {
+		t.Fatal(err)
+	}
+	waitGuildDescriptions(t, f, guildOther, "New", []string{"ask", "bstatus"})
+}
+
+// TestManifestForgottenWithItsTenant: once the registry no longer
+// configures a tenant its stored manifest is deleted, and a tenant made
+// again under the id has none until its gateway sends one.
+func TestManifestForgottenWithItsTenant(t *testing.T) {
+	t.Parallel()
+	sp := newSharedPair(t)
+	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, sp.holder.fake, guildOther, "B", []string{"ask"})
+	stored := func() bool {
+		_, ok, err := sp.st.Registry().Get(waitCtx(t), manifestsNamespace, "t2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !stored() {
+		t.Fatal("t2's manifest is not in the store")
+	}
+	sp.holder.p.SetTenants([]string{"t1"})
+	sp.other.p.SetTenants([]string{"t1"})
+	platformtest.WaitUntil(t, "t2's stored manifest deleted", func() bool { return !stored() })
+	sp.holder.p.SetTenants([]string{"t1", "t2"})
+	sp.other.p.SetTenants([]string{"t1", "t2"})
+	manifests, err := sp.holder.p.cmds.load(waitCtx(t), []scopeSync{{scope: guildOther}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := manifests["t2"]; ok {
+		t.Fatal("t2 made again has its old manifest")
+	}
+}
+
+// TestLostNoticeMadeUpByThePoll: a manifest stored by another instance
+// whose notice never came (written to the store without one) is
+// registered by the Gateway's instance at its next look, commandPoll
+// later on the injected clock.
+func TestLostNoticeMadeUpByThePoll(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	n, err := cluster.New(cluster.Config{Instance: "i0", PubSub: st.PubSub()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	clk := clocktest.New(epoch)
+	holder := newEnvDeps(t, platform.Deps{Clock: clk, Store: st, Cluster: n}, discordtest.Options{}, nil)
+	holder.startReady(t)
+	registered := func(what string, want string, step time.Duration) {
+		t.Helper()
+		platformtest.WaitUntil(t, what+" registered on guild 200 as the injected clock moves "+step.String()+" at a time", func() bool {
+			clk.Advance(step)
+			cmds := holder.fake.GuildCommands(guildOther)
+			return len(cmds) == 1 && cmds[0]["description"] == want
+		})
+	}
+	// A hello here first: its reconcile also takes the guilds the
+	// Gateway delivered, so none is left queued.
+	holder.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	registered("the hello's manifest", "A ask", holder.cfg.CommandSyncDebounce)
+	if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, "t2", []byte(manifestOf("B", []string{"ask"}, nil))); err != nil {
+		t.Fatal(err)
+	}
+	registered("the manifest stored without a notice", "B ask", commandPoll)
+}
