@@ -300,3 +300,65 @@ func TestShutdownFlushesLocalMembers(t *testing.T) {
 		t.Fatal("Run did not return once slow's queue was flushed and closed")
 	}
 }
+
+// TestShutdownFlushesMembersAtOnce: the members a shutdown closes flush
+// together, each bounded by WriteTimeout from the shutdown, so two members
+// whose clients read nothing hold Run up WriteTimeout in all, not one
+// WriteTimeout each: both flushes' bounds are armed before the fake clock
+// moves, and one WriteTimeout later both sockets are dropped and Run
+// returns.
+func TestShutdownFlushesMembersAtOnce(t *testing.T) {
+	const wt = 4 * time.Second
+	tr := newRelay(t, Config{WriteTimeout: wt, HeartbeatInterval: time.Hour})
+	var once sync.Once
+	run := tr.run(t, platformtest.NewSink(64))
+	stop := func() { once.Do(run) }
+	t.Cleanup(stop)
+	gl := serveGated(t, tr)
+	var gated []*gatetest.Conn
+	for _, name := range []string{"a", "b"} {
+		tr.join(t, "", name).DiscardInBackground()
+		gc := gl.Next(t, testTimeout, "the relay's side of "+name+"'s connection")
+		t.Cleanup(func() { _ = gc.Close() })
+		gated = append(gated, gc)
+	}
+	peer := tr.join(t, "", "peer")
+	waitFor(t, "a and b listed with peer", func() bool { return len(tr.members()) == 3 })
+	for _, gc := range gated {
+		gc.Gate()
+	}
+	peer.SendJSON(msg("big", "peer", []string{"a", "b"}, strings.Repeat("x", 1000)))
+	peer.Expect("ack")
+	peer.DiscardInBackground()
+	for i, gc := range gated {
+		gc.WaitStalled(t, testTimeout, "the writer of member "+strconv.Itoa(i)+" to block on its gated socket")
+	}
+
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	waitFor(t, "both a's and b's queues flushing, WriteTimeout from now armed for each", func() bool {
+		n := 0
+		for _, m := range tr.members() {
+			if m.name != "peer" && m.q.Flushing() && m.watch.Expiring() {
+				n++
+			}
+		}
+		return n == 2
+	})
+	tr.clock.Advance(wt)
+	for i, gc := range gated {
+		select {
+		case <-gc.Closed():
+		case <-time.After(testTimeout):
+			t.Fatalf("member %d's socket still open WriteTimeout (%v) after the shutdown", i, wt)
+		}
+	}
+	select {
+	case <-stopped:
+	case <-time.After(testTimeout):
+		t.Fatal("Run did not return once both sockets were dropped")
+	}
+}
