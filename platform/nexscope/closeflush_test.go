@@ -362,3 +362,54 @@ func TestShutdownFlushesMembersAtOnce(t *testing.T) {
 		t.Fatal("Run did not return once both sockets were dropped")
 	}
 }
+
+// TestShutdownTellsAFilesSenderAndRecipients: a connector that shuts down
+// during a file transfer tells its sender the file was not delivered
+// (undelivered, naming the shutdown) and its recipient that it did not
+// complete (transfer_incomplete), each before its 1001.
+func TestShutdownTellsAFilesSenderAndRecipients(t *testing.T) {
+	tr := newRelay(t, Config{HeartbeatInterval: time.Hour})
+	var once sync.Once
+	run := tr.run(t, platformtest.NewSink(64))
+	stop := func() { once.Do(run) }
+	t.Cleanup(stop)
+	bob := tr.join(t, "", "bob")
+	alice := tr.join(t, "", "alice")
+	bob.ExpectPresence("alice", "bob")
+	alice.SendJSON(fileStart("f1", "alice", []string{"bob"}, 100))
+	bob.Expect("file-start")
+
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	readToClose := func(c *client, name, want string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		told := false
+		for {
+			_, b, err := c.WS.Read(ctx)
+			if err != nil {
+				if !told {
+					t.Fatalf("%s ended with %v before %s for f1", name, err, want)
+				}
+				if !endedWith(err, CloseGoingAway) {
+					t.Fatalf("%s ended with %v, want %v", name, err, CloseGoingAway)
+				}
+				return
+			}
+			if strings.Contains(string(b), want) && strings.Contains(string(b), `"msgId":"f1"`) {
+				told = true
+			}
+		}
+	}
+	readToClose(alice, "alice", `"code":"undelivered"`)
+	readToClose(bob, "bob", `"code":"transfer_incomplete"`)
+	select {
+	case <-stopped:
+	case <-time.After(testTimeout):
+		t.Fatal("Run did not return once alice and bob were closed")
+	}
+}
