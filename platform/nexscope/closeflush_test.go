@@ -6,12 +6,14 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"connector/internal/gatetest"
 	"connector/internal/redistest"
 	"connector/platform"
+	"connector/platform/platformtest"
 )
 
 // TestClosingFlushEndsWriteTimeoutAfterTheClose: a member closed after a
@@ -227,4 +229,187 @@ func TestClusterResignFlushesTheHomesOwnMembers(t *testing.T) {
 		t.Fatalf("alice got %v, want undelivered for f1", e)
 	}
 	expectClose(alice, CloseRoomMoved)
+}
+
+// TestShutdownFlushesLocalMembers: a connector that shuts down closes its
+// members with 1001 after the frames queued for them: a member whose ack
+// sits behind a write its client has not read yet gets the ack, then the
+// 1001, instead of a bare 1001 that leaves it not knowing its msg was
+// accepted. The relay's socket to that member lets through only the bytes
+// the test grants; the clock is fake and not moved, so the flush's
+// WriteTimeout bound never ends it early.
+func TestShutdownFlushesLocalMembers(t *testing.T) {
+	tr := newRelay(t, Config{HeartbeatInterval: time.Hour})
+	var once sync.Once
+	run := tr.run(t, platformtest.NewSink(64))
+	stop := func() { once.Do(run) }
+	t.Cleanup(stop)
+	gl := serveGated(t, tr)
+	slow := tr.join(t, "", "slow")
+	gc := gl.Next(t, testTimeout, "the relay's side of slow's connection")
+	t.Cleanup(func() { _ = gc.Close() })
+	peer := tr.join(t, "", "peer")
+	slow.ExpectPresence("peer", "slow")
+	var slowMember *member
+	for _, m := range tr.members() {
+		if m.name == "slow" {
+			slowMember = m
+		}
+	}
+
+	gc.Gate()
+	peer.SendJSON(msg("big", "peer", []string{"slow"}, strings.Repeat("x", 1000)))
+	peer.Expect("ack")
+	gc.WaitStalled(t, testTimeout, "slow's writer to block on the gated socket")
+	slow.SendJSON(msg("m1", "slow", []string{"peer"}, "hi"))
+	peer.Expect("msg")
+	peer.DiscardInBackground() // reads up to its 1001, which the relay's close waits for
+	waitFor(t, "slow's ack of m1 queued behind its blocked write", func() bool { return slowMember.q.Len() > 0 })
+
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	waitFor(t, "slow's queue closed by the shutdown (flushing, or its frames dropped)", func() bool {
+		return slowMember.left.Load() && (slowMember.q.Flushing() || slowMember.q.Len() == 0)
+	})
+	gc.Grant(1 << 20)
+
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	acked := false
+	for {
+		_, b, err := slow.WS.Read(ctx)
+		if err != nil {
+			if !endedWith(err, CloseGoingAway) {
+				t.Fatalf("slow ended with %v, want %v", err, CloseGoingAway)
+			}
+			break
+		}
+		if strings.Contains(string(b), `"type":"ack"`) && strings.Contains(string(b), `"msgId":"m1"`) {
+			acked = true
+		}
+	}
+	if !acked {
+		t.Fatal("slow was closed with 1001 without the ack of m1 queued for it")
+	}
+	select {
+	case <-stopped:
+	case <-time.After(testTimeout):
+		t.Fatal("Run did not return once slow's queue was flushed and closed")
+	}
+}
+
+// TestShutdownFlushesMembersAtOnce: the members a shutdown closes flush
+// together, each bounded by WriteTimeout from the shutdown, so two members
+// whose clients read nothing hold Run up WriteTimeout in all, not one
+// WriteTimeout each: both flushes' bounds are armed before the fake clock
+// moves, and one WriteTimeout later both sockets are dropped and Run
+// returns.
+func TestShutdownFlushesMembersAtOnce(t *testing.T) {
+	const wt = 4 * time.Second
+	tr := newRelay(t, Config{WriteTimeout: wt, HeartbeatInterval: time.Hour})
+	var once sync.Once
+	run := tr.run(t, platformtest.NewSink(64))
+	stop := func() { once.Do(run) }
+	t.Cleanup(stop)
+	gl := serveGated(t, tr)
+	var gated []*gatetest.Conn
+	for _, name := range []string{"a", "b"} {
+		tr.join(t, "", name).DiscardInBackground()
+		gc := gl.Next(t, testTimeout, "the relay's side of "+name+"'s connection")
+		t.Cleanup(func() { _ = gc.Close() })
+		gated = append(gated, gc)
+	}
+	peer := tr.join(t, "", "peer")
+	waitFor(t, "a and b listed with peer", func() bool { return len(tr.members()) == 3 })
+	for _, gc := range gated {
+		gc.Gate()
+	}
+	peer.SendJSON(msg("big", "peer", []string{"a", "b"}, strings.Repeat("x", 1000)))
+	peer.Expect("ack")
+	peer.DiscardInBackground()
+	for i, gc := range gated {
+		gc.WaitStalled(t, testTimeout, "the writer of member "+strconv.Itoa(i)+" to block on its gated socket")
+	}
+
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	waitFor(t, "both a's and b's queues flushing, WriteTimeout from now armed for each", func() bool {
+		n := 0
+		for _, m := range tr.members() {
+			if m.name != "peer" && m.q.Flushing() && m.watch.Expiring() {
+				n++
+			}
+		}
+		return n == 2
+	})
+	tr.clock.Advance(wt)
+	for i, gc := range gated {
+		select {
+		case <-gc.Closed():
+		case <-time.After(testTimeout):
+			t.Fatalf("member %d's socket still open WriteTimeout (%v) after the shutdown", i, wt)
+		}
+	}
+	select {
+	case <-stopped:
+	case <-time.After(testTimeout):
+		t.Fatal("Run did not return once both sockets were dropped")
+	}
+}
+
+// TestShutdownTellsAFilesSenderAndRecipients: a connector that shuts down
+// during a file transfer tells its sender the file was not delivered
+// (undelivered, naming the shutdown) and its recipient that it did not
+// complete (transfer_incomplete), each before its 1001.
+func TestShutdownTellsAFilesSenderAndRecipients(t *testing.T) {
+	tr := newRelay(t, Config{HeartbeatInterval: time.Hour})
+	var once sync.Once
+	run := tr.run(t, platformtest.NewSink(64))
+	stop := func() { once.Do(run) }
+	t.Cleanup(stop)
+	bob := tr.join(t, "", "bob")
+	alice := tr.join(t, "", "alice")
+	bob.ExpectPresence("alice", "bob")
+	alice.SendJSON(fileStart("f1", "alice", []string{"bob"}, 100))
+	bob.Expect("file-start")
+
+	stopped := make(chan struct{})
+	go func() {
+		stop()
+		close(stopped)
+	}()
+	readToClose := func(c *client, name, want string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		told := false
+		for {
+			_, b, err := c.WS.Read(ctx)
+			if err != nil {
+				if !told {
+					t.Fatalf("%s ended with %v before %s for f1", name, err, want)
+				}
+				if !endedWith(err, CloseGoingAway) {
+					t.Fatalf("%s ended with %v, want %v", name, err, CloseGoingAway)
+				}
+				return
+			}
+			if strings.Contains(string(b), want) && strings.Contains(string(b), `"msgId":"f1"`) {
+				told = true
+			}
+		}
+	}
+	readToClose(alice, "alice", `"code":"undelivered"`)
+	readToClose(bob, "bob", `"code":"transfer_incomplete"`)
+	select {
+	case <-stopped:
+	case <-time.After(testTimeout):
+		t.Fatal("Run did not return once alice and bob were closed")
+	}
 }

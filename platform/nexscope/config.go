@@ -59,8 +59,9 @@ type Config struct {
 	// WriteTimeout bounds one WebSocket write to a member; a member that does
 	// not take a frame within it is disconnected. It also bounds, in all, the
 	// flush of what was queued to a member being closed after it (4011, 4013,
-	// and with several instances the closes that report unanswered frames),
-	// after which its socket is dropped. Default 10 s.
+	// 1001 at shutdown, and with several instances the closes that report
+	// unanswered frames), after which its socket is dropped; a shutdown's
+	// flushes run together, so it waits this long at most. Default 10 s.
 	WriteTimeout time.Duration `yaml:"write_timeout"`
 	// SendQueueBytes is the per-member send window: a file chunk waits
 	// (backpressure on the sender) while a recipient has this many bytes

@@ -44,9 +44,11 @@ type Platform struct {
 	// started is set once Run has started the cluster (its stream
 	// listener listens, its rooms bid): Status is Ready only from then.
 	started bool
-	closed  bool
-	wg      sync.WaitGroup // connection handlers
-	nextID  atomic.Uint64
+	// closed is set, under mu, once Run is shutting down; room.join reads
+	// it without mu.
+	closed atomic.Bool
+	wg     sync.WaitGroup // connection handlers
+	nextID atomic.Uint64
 }
 
 // sinkRef is the Sink given to Run, with Run's context.
@@ -106,7 +108,8 @@ func (p *Platform) Routes() map[string]http.Handler {
 }
 
 // Run bridges messages addressed to the bot into sink until ctx is done,
-// then closes every member with 1001 and waits for their handlers. With
+// then closes every member with 1001 after the frames queued for it and
+// waits for their handlers. With
 // several instances it also bids for the rooms' leases and talks to the
 // other instances until then.
 func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
@@ -121,9 +124,24 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	<-ctx.Done()
 	p.sink.Store(nil)
 	p.mu.Lock()
-	p.closed = true
+	p.closed.Store(true)
 	members := slices.Collect(maps.Keys(p.members))
 	p.mu.Unlock()
+	// Every room ends its tenure here as a home that loses its lease does
+	// (room.resign): its members are closed with 1001 after the frames
+	// queued for them. The flushes run at once, each on its member's
+	// writer and bounded by WriteTimeout from now, so they hold the
+	// shutdown up WriteTimeout at most however many members there are.
+	p.roomsMu.RLock()
+	rooms := slices.Collect(maps.Values(p.rooms))
+	p.roomsMu.RUnlock()
+	for _, r := range rooms {
+		r.resign(CloseGoingAway)
+	}
+	// The others: members here of rooms homed elsewhere, abandoned after
+	// their queued frames too (unanswered.go), and members not joined yet,
+	// whose join then refuses them with 1001. A member closed above is not
+	// closed again (its queue's first close counts).
 	for _, m := range members {
 		m.kick(CloseGoingAway)
 	}
@@ -145,7 +163,7 @@ func (p *Platform) ChatTenant(_ context.Context, chatID string) (string, error) 
 // bid) on.
 func (p *Platform) Status() platform.Status {
 	p.mu.Lock()
-	n, started, closed := len(p.members), p.started, p.closed
+	n, started, closed := len(p.members), p.started, p.closed.Load()
 	p.mu.Unlock()
 	p.roomsMu.RLock()
 	rooms := len(p.rooms)
@@ -186,7 +204,7 @@ func (p *Platform) nowMs() int64 { return p.deps.Clock.Now().UnixMilli() }
 func (p *Platform) register(m *member) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed.Load() {
 		return false
 	}
 	p.members[m] = struct{}{}
@@ -203,7 +221,7 @@ func (p *Platform) unregister(m *member) {
 func (p *Platform) track() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed.Load() {
 		return false
 	}
 	p.wg.Add(1)

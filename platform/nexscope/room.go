@@ -158,11 +158,12 @@ func (r *room) pushFrameLocked(m *member, f wsconn.Frame) {
 
 // join adds m, or returns the Close that refuses it: CloseNameTaken,
 // CloseRoomFull, or CloseGoingAway for a member closed by shutdown before it
-// joined.
+// joined or joining once the shutdown began (which resigns the room: the
+// member would not be closed with the others).
 func (r *room) join(m *member) error {
 	r.mu.Lock()
 	defer r.unlock()
-	if m.left.Load() {
+	if m.left.Load() || r.p.closed.Load() {
 		return CloseGoingAway
 	}
 	if !r.home.Load() {
@@ -204,7 +205,8 @@ func (r *room) homeHeld() bool {
 	return tenure == nil || store.Held(tenure)
 }
 
-// resign ends the room's tenure here: no one joins any more and every member
+// resign ends the room's tenure here (its lease lost, or the connector
+// shutting down: Platform.Run): no one joins any more and every member
 // is closed with c after the frames queued for it (as an edge closes its
 // members when their home goes), once all have left: their leaves abandon
 // a transfer and free the lock, its recipients told first. A member on
@@ -224,8 +226,12 @@ func (r *room) resign(c Close) {
 		m.leave()
 	}
 	if t != nil && t.sender != nil && t.sender.remote == nil {
+		why := "the room moved to another instance"
+		if c.Code == CloseGoingAway.Code {
+			why = "the connector shut down"
+		}
 		_ = t.sender.q.Push(wsconn.Frame{Type: websocket.MessageText, Data: appendError(nil, CodeUndelivered,
-			"the room moved to another instance before this file transfer ended; it was not delivered", t.start.msgID)})
+			why+" before this file transfer ended; it was not delivered", t.start.msgID)})
 	}
 	for _, m := range members {
 		m.closeQueue(c, true)
