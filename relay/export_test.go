@@ -124,3 +124,10 @@ const (
 	InterruptBurst = interruptBurst
 	InterruptEvery = interruptEvery
 )
+
+// Hubs is how many tenants' hubs s holds.
+func Hubs(s *Server) int {
+	s.regMu.RLock()
+	defer s.regMu.RUnlock()
+	return len(s.tenants)
+}

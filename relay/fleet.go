@@ -118,6 +118,10 @@ type tenantFleet struct {
 	kick    chan struct{} // take stored records in now
 	nudge   chan struct{} // beat now
 	looping atomic.Bool   // loop started
+	// quit is closed, and left set, when the tenant left this instance
+	// (leave): its loop ends and it beats no more.
+	quit chan struct{}
+	left atomic.Bool
 	// lease is the name of the tenant's lease (leaseName): the tenant's
 	// generation's, which renew changes.
 	lease atomic.Pointer[string]
@@ -330,7 +334,7 @@ func (f *tenantFleet) send(instance string, typ byte, fields ...[]byte) {
 func (fl *fleet) join(h *hub) {
 	owned, _ := simplelru.NewLRU[string, ownerNote](fl.srv.cfg.SessionOwners, nil)
 	f := &tenantFleet{
-		h: h, fl: fl, kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1), owned: owned,
+		h: h, fl: fl, kick: make(chan struct{}, 1), nudge: make(chan struct{}, 1), quit: make(chan struct{}), owned: owned,
 		peers: make(map[string]*peer),
 	}
 	f.lease.Store(new(leaseName(h.id, h.created)))
@@ -386,6 +390,33 @@ func (f *tenantFleet) renew(created time.Time) {
 	h.mu.Unlock()
 	f.drivenUntil.Store(0)
 	f.nudgeBeat()
+}
+
+// leave ends the tenant's part here, once it is gone from the tenants
+// (hub.release): its loop and beats stop, and this instance gives its
+// lease up if it drove it, so no instance renews the lease of a tenant
+// none serves; the stored records stay.
+func (f *tenantFleet) leave() {
+	f.beatMu.Lock() // a beat under way ends first
+	defer f.beatMu.Unlock()
+	if !f.left.CompareAndSwap(false, true) {
+		return
+	}
+	close(f.quit)
+	if f.bid != nil {
+		f.bid.Stop()
+	}
+	if f.tenure != nil {
+		ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
+		if err := f.tenure.Release(ctx); err != nil && f.fl.ctx.Err() == nil {
+			f.fl.srv.log.Warn("lease of a tenant gone not given up: it expires", "tenant", f.h.id, "err", err)
+		}
+		cancel()
+		f.tenure = nil
+	}
+	if f.driving.Load() {
+		f.stopDriving()
+	}
 }
 
 // startLoop starts f's loop unless it runs already.
@@ -574,6 +605,8 @@ func (f *tenantFleet) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-f.quit:
+			return
 		case <-f.kick:
 		case <-f.nudge:
 			f.beat(ctx)
@@ -602,7 +635,7 @@ func (f *tenantFleet) tail(ctx context.Context) {
 func (f *tenantFleet) beat(ctx context.Context) {
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || f.left.Load() {
 		return
 	}
 	h, fl := f.h, f.fl

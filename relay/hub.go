@@ -28,10 +28,6 @@ type hub struct {
 	// created is the tenant's Tenant.Created, guarded by regMu: the
 	// generation of the id the hub serves (SetTenants).
 	created time.Time
-	// deleted is set, under regMu, while a tenant stored through the
-	// registry (created set) is gone from the tenants: deleted, its
-	// buffered inbound dropped.
-	deleted bool
 
 	// chats maps chat id -> platform, from deliveries; profiles maps
 	// platform+"\x00"+chat id -> the Hermes profile the tenant's gateway

@@ -89,13 +89,16 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //     connections, and those whose upgrade is under way, closed with 4401
 //     "revoked", and its later upgrades are refused with 4401
 //     "unauthorized";
-//   - a declared tenant that is gone (Created zero: removed from the
-//     YAML, maybe for a while) keeps its ledger (buffered inbound waits in
-//     the store until buffer_max_age); only its gateways go. A tenant
-//     stored through the registry (Created set) that is gone was deleted:
-//     its buffered inbound is dropped from memory at once, and from the
-//     store as the ledger reads it or ages it out (Ledger.Begin), and its
-//     session owners and chat profiles are forgotten;
+//   - a tenant that is gone has its gateways go and its hub freed
+//     (hub.release): among several instances its lease is given up and no
+//     instance renews it. A declared tenant (Created zero: removed from
+//     the YAML, maybe for a while) keeps its buffered inbound in the store
+//     until buffer_max_age; back, its new hub reads it as a new tenant's
+//     does. A tenant stored through the registry (Created set) that is
+//     gone was deleted: first its buffered inbound is dropped from memory
+//     and the store (Ledger.Begin; what another instance stored ages out,
+//     or is dropped by a driver of a tenant created again under the id),
+//     and its session owners and chat profiles are forgotten;
 //   - a tenant whose Created changed to another time was deleted and
 //     created again under
 //     its id: the earlier tenant's connections are closed with 4401
@@ -115,7 +118,7 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	// revoked maps each gateway whose connections close to whether only
 	// those on a secret it no longer has do.
 	revoked := make(map[*gatewayRecord]bool)
-	var added, renewed, declared, deleted []*hub
+	var added, renewed, declared, gone []*hub
 	s.regMu.Lock()
 	owner := make(map[string]string, len(keys))
 	// later are the tenants made again, whose gateways are added once the
@@ -130,16 +133,13 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 			s.tenants[t.ID] = s.newHub(t)
 			added = append(added, s.tenants[t.ID])
 		case !h.created.Equal(t.Created) && !t.Created.IsZero():
-			h.created, h.deleted = t.Created, false
+			h.created = t.Created
 			renewed = append(renewed, h)
 			later[t.ID] = h
 		case !h.created.Equal(t.Created):
 			// Declared in the YAML now, which shadows the stored tenant:
 			// the same tenant, which keeps its state.
-			h.created, h.deleted = t.Created, false
-			declared = append(declared, h)
-		case h.deleted:
-			h.deleted = false
+			h.created = t.Created
 			declared = append(declared, h)
 		}
 		for _, g := range t.Gateways {
@@ -147,9 +147,9 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 		}
 	}
 	for id, h := range s.tenants {
-		if !h.created.IsZero() && !h.deleted && !kept[id] {
-			h.deleted = true
-			deleted = append(deleted, h)
+		if !kept[id] {
+			delete(s.tenants, id)
+			gone = append(gone, h)
 		}
 	}
 	for id, gw := range s.gateways {
@@ -166,9 +166,12 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 	for _, h := range declared {
 		h.redeclare()
 	}
-	for _, h := range deleted {
-		n := h.drop(s.cfg.Clock.Now())
-		s.log.Info("tenant deleted: its buffered inbound dropped", "tenant", h.id, "entries", n)
+	for _, h := range gone {
+		if !h.created.IsZero() {
+			n := h.drop(s.cfg.Clock.Now())
+			s.log.Info("tenant deleted: its buffered inbound dropped", "tenant", h.id, "entries", n)
+		}
+		h.release()
 	}
 	if len(renewed) > 0 {
 		for _, h := range renewed {
@@ -240,10 +243,23 @@ func (h *hub) drop(since time.Time) int {
 	return n
 }
 
+// release frees the hub of a tenant gone from the tenants (SetTenants),
+// whose connections were closed: among several instances its lease is
+// given up and its loop ends (tenantFleet.leave), and its ledger leaves
+// memory and the pool (the store keeps what it holds: a declared tenant's
+// buffered inbound waits there until buffer_max_age, for the tenant's
+// next hub if it comes back).
+func (h *hub) release() {
+	if h.fleet != nil {
+		h.fleet.leave()
+	}
+	h.srv.ledgers.Forget(h.ledger)
+}
+
 // redeclare follows a change of h's generation that is no new tenant (a
-// stored tenant now declared in the YAML, which shadows it, or one back
-// in the registry's state after SetTenants dropped it): the tenant keeps
-// its state; among several instances it has the lease of its generation.
+// stored tenant now declared in the YAML, which shadows it): the tenant
+// keeps its state; among several instances it has the lease of its
+// generation.
 func (h *hub) redeclare() {
 	s := h.srv
 	s.regMu.RLock()

@@ -364,6 +364,20 @@ func (p *Pool) known(tenant string) *Ledger {
 	return p.ledgers[tenant]
 }
 
+// Forget forgets l, the ledger of a tenant the process no longer
+// serves: its entries leave memory (Reset: the store keeps them, to be
+// read by the tenant's next ledger or aged out by Sweep) and the pool
+// drops it, so Ledger makes a new one for the tenant. Removals already
+// queued are still written.
+func (p *Pool) Forget(l *Ledger) {
+	l.Reset()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ledgers[l.tenant] == l {
+		delete(p.ledgers, l.tenant)
+	}
+}
+
 // all returns every ledger.
 func (p *Pool) all() []*Ledger {
 	p.mu.Lock()
