@@ -197,3 +197,44 @@ func TestLostNoticeMadeUpByThePoll(t *testing.T) {
 	}
 	registered("the manifest stored without a notice", "B ask", commandPoll)
 }
+
+// TestStaleTenantsKeepANewerTenantsManifest: an instance whose last
+// registry apply is older than a tenant (its next apply failed, or has not
+// come yet) does not know the tenant; its look must not delete the
+// manifest another instance stored for it. A tenant it saw leave is
+// forgotten as before (TestManifestForgottenWithItsTenant).
+func TestStaleTenantsKeepANewerTenantsManifest(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
+	c := newCommandSync(e.p) // no loop: each look is the test's
+	c.shared, c.ps = st.Registry(), st.PubSub()
+	c.setTenants([]string{"t1", "t3"})
+	c.look(waitCtx(t))
+	put := func(tenant string) {
+		if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, tenant, []byte(manifestOf("X", []string{"ask"}, nil))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func(tenant string) bool {
+		_, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	put("t2") // t2 made and its hello stored on another instance
+	put("t3")
+	c.setTenants([]string{"t1"}) // t3 deleted; t2 not seen yet
+	c.look(waitCtx(t))
+	if !stored("t2") {
+		t.Fatal("a tenant newer than this instance's registry apply lost its stored manifest")
+	}
+	if stored("t3") {
+		t.Fatal("a deleted tenant's manifest is still stored")
+	}
+}
