@@ -461,7 +461,12 @@ func (c *commandSync) loop(ctx context.Context) {
 		}
 		manifests, err := c.load(ctx, scopes)
 		if err != nil {
-			c.p.log.Warn("discord command registry sync failed: the manifests could not be read", "err", err)
+			c.p.log.Warn("discord command registry sync failed: the manifests could not be read; trying again later", "err", err)
+			c.mu.Lock()
+			for _, s := range scopes { // tried again at the next look's tick
+				c.queueLocked(s.scope, s.empty)
+			}
+			c.mu.Unlock()
 			continue
 		}
 		for _, s := range scopes {
@@ -562,7 +567,7 @@ func (c *commandSync) watch(ctx context.Context) {
 			continue
 		case <-tick.C:
 			c.mu.Lock()
-			retry := len(c.unsaved) > 0
+			retry := len(c.unsaved) > 0 || len(c.pending) > 0
 			c.mu.Unlock()
 			if retry {
 				c.signal()
