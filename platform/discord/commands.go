@@ -61,7 +61,9 @@ import (
 // A manifest ends with its tenant: once the registry no longer configures
 // the tenant (SetTenants) it is ignored and deleted, so a tenant deleted and
 // made again under its id starts without commands until its gateway sends a
-// manifest.
+// manifest. The instances that delete it are those that saw the tenant
+// configured and then not, or that started since: one whose registry apply
+// lags never deletes the manifest of a tenant newer than that apply.
 
 // commandName is what the contract lets through; invalid entries are
 // dropped one by one.
@@ -119,7 +121,16 @@ type commandSync struct {
 	revs      map[string]uint64           // several: the stored entries' revisions a look or a save saw
 	lastRev   uint64                      // several: the namespace's revision the last look read
 	tenants   map[string]bool             // the configured tenants; nil until SetTenants
-	present   map[string]bool             // guilds the Gateway delivered
+	// forget are the tenants this instance saw configured and then not
+	// (deleted): their stored manifests are deleted by a look. A tenant it
+	// never saw may be newer than its last registry apply (one that failed,
+	// or has not come yet): its manifest stays. forgetAll, from the first
+	// SetTenants to the first look that lists the namespace, deletes every
+	// tenant's not configured (deleted while this instance was not
+	// running).
+	forget    map[string]bool
+	forgetAll bool
+	present   map[string]bool // guilds the Gateway delivered
 	// pending are the scopes to reconcile, each with whether to empty its
 	// registry when its tenant has no manifest (a guild rebound).
 	pending map[string]bool
@@ -129,7 +140,7 @@ func newCommandSync(p *Platform) *commandSync {
 	c := &commandSync{
 		p: p, dirty: make(chan struct{}, 1), poke: make(chan struct{}, 1),
 		manifests: map[string][]map[string]any{}, unsaved: map[string][]map[string]any{}, revs: map[string]uint64{},
-		present: map[string]bool{}, pending: map[string]bool{},
+		present: map[string]bool{}, pending: map[string]bool{}, forget: map[string]bool{},
 	}
 	if p.deps.Cluster != nil && p.deps.Store != nil {
 		c.shared, c.ps = p.deps.Store.Registry(), p.deps.Store.PubSub()
@@ -238,8 +249,15 @@ func (c *commandSync) setTenants(ids []string) {
 		c.tenants[id] = true
 	}
 	left := before == nil
+	c.forgetAll = c.forgetAll || before == nil
 	for tenant := range before {
-		left = left || !c.tenants[tenant]
+		if !c.tenants[tenant] {
+			left = true
+			c.forget[tenant] = true
+		}
+	}
+	for tenant := range c.tenants {
+		delete(c.forget, tenant)
 	}
 	if !left {
 		c.mu.Unlock()
@@ -443,7 +461,12 @@ func (c *commandSync) loop(ctx context.Context) {
 		}
 		manifests, err := c.load(ctx, scopes)
 		if err != nil {
-			c.p.log.Warn("discord command registry sync failed: the manifests could not be read", "err", err)
+			c.p.log.Warn("discord command registry sync failed: the manifests could not be read; trying again later", "err", err)
+			c.mu.Lock()
+			for _, s := range scopes { // tried again at the next look's tick
+				c.queueLocked(s.scope, s.empty)
+			}
+			c.mu.Unlock()
 			continue
 		}
 		for _, s := range scopes {
@@ -544,7 +567,7 @@ func (c *commandSync) watch(ctx context.Context) {
 			continue
 		case <-tick.C:
 			c.mu.Lock()
-			retry := len(c.unsaved) > 0
+			retry := len(c.unsaved) > 0 || len(c.pending) > 0
 			c.mu.Unlock()
 			if retry {
 				c.signal()
@@ -578,13 +601,17 @@ func (c *commandSync) lookAt(ctx context.Context, tenant string) {
 
 // look reads the stored manifests when the namespace changed since the
 // last look, queues the guilds of each tenant whose entry changed, and
-// deletes the entries of tenants no longer configured.
+// deletes the entries of tenants no longer configured that it forgets
+// (commandSync.forget).
 func (c *commandSync) look(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	rev, err := c.shared.Revision(ctx, manifestsNamespace)
 	c.mu.Lock()
 	same := err == nil && rev == c.lastRev
+	if same { // listed already since the first SetTenants, or never written
+		c.forgetAll = c.forgetAll && c.tenants == nil
+	}
 	c.mu.Unlock()
 	if err != nil || same {
 		return
@@ -599,7 +626,9 @@ func (c *commandSync) look(ctx context.Context) {
 	c.lastRev = rev
 	for _, e := range stored {
 		if c.tenants != nil && !c.tenants[e.Key] {
-			gone = append(gone, e)
+			if c.forgetAll || c.forget[e.Key] {
+				gone = append(gone, e)
+			}
 			continue
 		}
 		if e.Rev > c.revs[e.Key] {
@@ -608,6 +637,7 @@ func (c *commandSync) look(ctx context.Context) {
 			queued = true
 		}
 	}
+	c.forgetAll = c.forgetAll && c.tenants == nil
 	c.mu.Unlock()
 	if queued {
 		c.signal()

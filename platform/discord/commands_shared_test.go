@@ -2,10 +2,12 @@ package discord
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,4 +198,109 @@ func TestLostNoticeMadeUpByThePoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	registered("the manifest stored without a notice", "B ask", commandPoll)
+}
+
+// TestStaleTenantsKeepANewerTenantsManifest: an instance whose last
+// registry apply is older than a tenant (its next apply failed, or has not
+// come yet) does not know the tenant; its look must not delete the
+// manifest another instance stored for it. A tenant it saw leave is
+// forgotten as before (TestManifestForgottenWithItsTenant).
+func TestStaleTenantsKeepANewerTenantsManifest(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
+	c := newCommandSync(e.p) // no loop: each look is the test's
+	c.shared, c.ps = st.Registry(), st.PubSub()
+	c.setTenants([]string{"t1", "t3"})
+	c.look(waitCtx(t))
+	put := func(tenant string) {
+		if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, tenant, []byte(manifestOf("X", []string{"ask"}, nil))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored := func(tenant string) bool {
+		_, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	put("t2") // t2 made and its hello stored on another instance
+	put("t3")
+	c.setTenants([]string{"t1"}) // t3 deleted; t2 not seen yet
+	c.look(waitCtx(t))
+	if !stored("t2") {
+		t.Fatal("a tenant newer than this instance's registry apply lost its stored manifest")
+	}
+	if stored("t3") {
+		t.Fatal("a deleted tenant's manifest is still stored")
+	}
+}
+
+// failingGets is a Registry whose Get fails once armed; a Put arms it
+// when armOnPut is set.
+type failingGets struct {
+	store.Registry
+	armOnPut, armed atomic.Bool
+}
+
+func (r *failingGets) Get(ctx context.Context, ns, key string) (store.Entry, bool, error) {
+	if r.armed.Load() {
+		return store.Entry{}, false, errors.New("store unreachable")
+	}
+	return r.Registry.Get(ctx, ns, key)
+}
+
+func (r *failingGets) Put(ctx context.Context, ns, key string, value []byte) (uint64, error) {
+	rev, err := r.Registry.Put(ctx, ns, key, value)
+	if err == nil && r.armOnPut.Load() {
+		r.armed.Store(true)
+	}
+	return rev, err
+}
+
+// TestManifestsReadFailureRetried: a reconcile whose stored manifests
+// could not be read (the store unreachable for a moment) keeps its scopes
+// queued; the guild gets its manifest once the store answers again, a
+// commandPoll later on the injected clock, with no new hello.
+func TestManifestsReadFailureRetried(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	n, err := cluster.New(cluster.Config{Instance: "i0", PubSub: st.PubSub()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	clk := clocktest.New(epoch)
+	holder := newEnvDeps(t, platform.Deps{Clock: clk, Store: st, Cluster: n}, discordtest.Options{}, nil)
+	reg := &failingGets{Registry: st.Registry()}
+	holder.p.cmds.shared = reg
+	holder.startReady(t)
+	registered := func(what string, want string, step time.Duration) {
+		t.Helper()
+		platformtest.WaitUntil(t, what+" registered on guild 200 as the injected clock moves "+step.String()+" at a time", func() bool {
+			clk.Advance(step)
+			cmds := holder.fake.GuildCommands(guildOther)
+			return len(cmds) == 1 && cmds[0]["description"] == want
+		})
+	}
+	holder.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	registered("the first hello's manifest", "A ask", holder.cfg.CommandSyncDebounce)
+	reg.armOnPut.Store(true) // the store fails right after the next manifest is stored
+	holder.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
+	platformtest.WaitUntil(t, "the reconcile's read of the manifests failing as the injected clock moves", func() bool {
+		clk.Advance(holder.cfg.CommandSyncDebounce)
+		return strings.Contains(holder.logs.Text(), "the manifests could not be read")
+	})
+	reg.armOnPut.Store(false)
+	reg.armed.Store(false)
+	registered("the manifest whose read failed", "B ask", commandPoll)
 }
