@@ -372,12 +372,11 @@ func entryChat(key string) (string, bool) {
 	return team + "/" + channel, ok && ok2
 }
 
-// keepIntake renews the claims held and sweeps for entries nobody holds
-// until ctx ends.
-func (p *Platform) keepIntake(ctx context.Context) {
-	renew := clock.NewTicker(p.clock, intakeRenewEvery)
+// keepIntake renews the claims held (each tick of renew) and sweeps for
+// entries nobody holds (each tick of sweep) until ctx ends, then stops
+// both tickers.
+func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 	defer renew.Stop()
-	sweep := clock.NewTicker(p.clock, intakeSweepEvery)
 	defer sweep.Stop()
 	for {
 		select {
@@ -408,6 +407,10 @@ func (p *Platform) startIntake(ctx context.Context, takeDeliveries func()) {
 	p.intake.setRunCtx(ctx)
 	p.sweepIntake(ctx, takeDeliveries)
 	if p.deps.SharedClaims() != nil {
-		p.bg.Go(func() { p.keepIntake(ctx) })
+		// Armed here, before Run goes on to report ready, not on the
+		// goroutine: an injected clock moved once Run is ready moves them.
+		renew := clock.NewTicker(p.clock, intakeRenewEvery)
+		sweep := clock.NewTicker(p.clock, intakeSweepEvery)
+		p.bg.Go(func() { p.keepIntake(ctx, renew, sweep) })
 	}
 }
