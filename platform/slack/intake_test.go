@@ -202,7 +202,11 @@ func TestIntakeTakenOverOnRedis(t *testing.T) {
 	if ok, err := sa.Registry().CompareAndSwap(ctx, intakeNamespace, key, nil, mustJSON(t, rec)); err != nil || !ok {
 		t.Fatalf("store the entry: %v %v", ok, err)
 	}
-	clk.Advance(intakeSweepEvery) // the claim holds: not taken
+	clk.Advance(intakeSweepEvery)
+	b.p.sweepIntake(ctx, nil) // a sweep that surely ran: the claim holds, the entry is not taken
+	if pending, _ := b.p.IntakeStats(); pending != 0 {
+		t.Fatalf("%d intake entries taken while the killed instance's claim holds, want none", pending)
+	}
 	b.sink.Empty(t)
 	clk.Advance(intakeClaimTTL)
 	d := b.sink.Next(t)
