@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -202,7 +203,11 @@ func TestIntakeTakenOverOnRedis(t *testing.T) {
 	if ok, err := sa.Registry().CompareAndSwap(ctx, intakeNamespace, key, nil, mustJSON(t, rec)); err != nil || !ok {
 		t.Fatalf("store the entry: %v %v", ok, err)
 	}
-	clk.Advance(intakeSweepEvery) // the claim holds: not taken
+	clk.Advance(intakeSweepEvery)
+	b.p.sweepIntake(ctx, nil) // a sweep that surely ran: the claim holds, the entry is not taken
+	if slices.Contains(b.p.intake.keys(), key) {
+		t.Fatal("the killed instance's entry was taken while its claim holds")
+	}
 	b.sink.Empty(t)
 	clk.Advance(intakeClaimTTL)
 	d := b.sink.Next(t)
