@@ -17,23 +17,26 @@
 //   - gateways sharing a wake URL share one GET;
 //   - each wake URL is poked at most once per Config.Cooldown across every
 //     instance sharing the store: an instance pokes only after taking the
-//     lease "wake/<tenant>/url/<digest>" for the cooldown, with a holder
-//     name of its own for each attempt, so no instance (itself included)
-//     takes it again before it lapses;
+//     claim "wake/<tenant>/url/<digest>" until a cooldown from now, so no
+//     instance (itself included) takes it again before it lapses;
 //   - at most Config.PerHost wake URLs of a tenant on one host (its host
 //     name, whatever the scheme and port) are poked per cooldown, counted
-//     with the leases "wake/<tenant>/host/<digest>/<slot>" across the
+//     with the claims "wake/<tenant>/host/<digest>/<slot>" across the
 //     instances; the others wait for a later cooldown (result host_limit).
 //
+// The cooldowns are store.Claims, not leases: they need no holder nor
+// fencing token, and the store forgets a lapsed claim (swept on the
+// embedded and memory backends, expired by Redis), so wake URLs that
+// change (a tunnel's, at every boot) leave nothing behind.
+//
 // Each instance also keeps a per-tenant cooldown of its own, so a burst of
-// buffered inbound costs one registry read and one round of leases per
+// buffered inbound costs one registry read and one round of claims per
 // tenant, not one per event.
 package wake
 
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -65,7 +68,7 @@ const (
 	ResultOK          = "ok"          // the wake URL answered (any status below 400)
 	ResultHTTPError   = "http_error"  // it answered 4xx or 5xx
 	ResultUnreachable = "unreachable" // no answer within the timeout (refused, DNS, TLS, timeout)
-	ResultStoreError  = "store_error" // the cooldown lease could not be read or taken
+	ResultStoreError  = "store_error" // the cooldown claim could not be read or taken
 	ResultHostLimit   = "host_limit"  // not sent: the tenant's wake URLs on that host had Config.PerHost pokes this cooldown
 )
 
@@ -84,10 +87,8 @@ type Metrics interface {
 type Config struct {
 	// Targets returns the wake URLs of tenant's gateways (the registry).
 	Targets func(ctx context.Context, tenant string) ([]Target, error)
-	// Leases hold each gateway's cooldown among the instances sharing them.
-	Leases store.Leases
-	// Instance names this instance in lease holders; empty is "local".
-	Instance string
+	// Claims hold each wake URL's cooldown among the instances sharing them.
+	Claims store.Claims
 	// Cooldown is the least time between two pokes of one wake URL; zero
 	// is DefaultCooldown.
 	Cooldown time.Duration
@@ -95,11 +96,12 @@ type Config struct {
 	// host name, whatever its scheme and port) poked per Cooldown; zero is
 	// DefaultPerHost.
 	PerHost int
-	// Timeout bounds one poke of a tenant (the registry read, the leases,
+	// Timeout bounds one poke of a tenant (the registry read, the claims,
 	// the GETs); zero is DefaultTimeout.
 	Timeout time.Duration
-	// Clock is the time source of the per-tenant cooldown; nil is
-	// clock.System. (The lease follows the store's clock.)
+	// Clock is the time source of the cooldowns (the per-tenant one and
+	// the claims' expiry, which the store compares with its own clock);
+	// nil is clock.System.
 	Clock clock.Clock
 	// Client sends the GETs; nil is a client that does not follow
 	// redirects. Its CheckRedirect is replaced to refuse them either way.
@@ -120,15 +122,14 @@ type Poker struct {
 	wg   sync.WaitGroup
 }
 
-// New returns a Poker; Targets and Leases are required.
+// New returns a Poker; Targets and Claims are required.
 func New(cfg Config) (*Poker, error) {
-	if cfg.Targets == nil || cfg.Leases == nil {
-		return nil, errors.New("wake: Targets and Leases are required")
+	if cfg.Targets == nil || cfg.Claims == nil {
+		return nil, errors.New("wake: Targets and Claims are required")
 	}
 	cfg.Cooldown = cmp.Or(max(cfg.Cooldown, 0), DefaultCooldown)
 	cfg.Timeout = cmp.Or(max(cfg.Timeout, 0), DefaultTimeout)
 	cfg.PerHost = cmp.Or(max(cfg.PerHost, 0), DefaultPerHost)
-	cfg.Instance = cmp.Or(cfg.Instance, "local")
 	cfg.Clock = cmp.Or(cfg.Clock, clock.System)
 	cfg.Log = cmp.Or(cfg.Log, slog.New(slog.DiscardHandler))
 	cfg.Metrics = cmp.Or[Metrics](cfg.Metrics, nopMetrics{})
@@ -166,7 +167,7 @@ func (p *Poker) Away(tenant string) {
 func (p *Poker) Wait() { p.wg.Wait() }
 
 // pokeTenant pokes each distinct wake URL of tenant's gateways whose
-// cooldown lease it takes, host by host, within each host's budget.
+// cooldown claim it takes, host by host, within each host's budget.
 func (p *Poker) pokeTenant(tenant string) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
 	defer cancel()
@@ -198,13 +199,13 @@ func (p *Poker) pokeTenant(tenant string) {
 
 // pokeHost pokes urls, all on host, each unless it was poked less than a
 // cooldown ago: at most Config.PerHost of them per cooldown, across the
-// instances sharing the leases. The GETs run on wg.
+// instances sharing the claims. The GETs run on wg.
 func (p *Poker) pokeHost(ctx context.Context, wg *sync.WaitGroup, tenant, host string, urls []string, gateways map[string][]string) {
 	slot, limited := 0, 0
 	for _, url := range urls {
-		holder := p.cfg.Instance + "/" + rand.Text()
 		name := "wake/" + tenant + "/url/" + digest(url)
-		lease, acquired, err := p.cfg.Leases.Acquire(ctx, name, holder, p.cfg.Cooldown)
+		until := p.cfg.Clock.Now().Add(p.cfg.Cooldown)
+		acquired, err := p.cfg.Claims.Claim(ctx, name, until)
 		if err != nil {
 			p.storeError(tenant, gateways[url], err)
 			return
@@ -214,7 +215,7 @@ func (p *Poker) pokeHost(ctx context.Context, wg *sync.WaitGroup, tenant, host s
 		}
 		got := false
 		for ; slot < p.cfg.PerHost && !got; slot++ {
-			_, got, err = p.cfg.Leases.Acquire(ctx, "wake/"+tenant+"/host/"+digest(host)+"/"+strconv.Itoa(slot), holder, p.cfg.Cooldown)
+			got, err = p.cfg.Claims.Claim(ctx, "wake/"+tenant+"/host/"+digest(host)+"/"+strconv.Itoa(slot), until)
 			if err != nil {
 				p.storeError(tenant, gateways[url], err)
 				return
@@ -222,8 +223,11 @@ func (p *Poker) pokeHost(ctx context.Context, wg *sync.WaitGroup, tenant, host s
 		}
 		if !got {
 			// The host had its pokes this cooldown: free the URL for a
-			// later look.
-			_ = p.cfg.Leases.Release(ctx, name, lease)
+			// later look, unless the claim lapsed meanwhile (a store
+			// slower than the cooldown) and may be another instance's.
+			if p.cfg.Clock.Now().Before(until) {
+				_ = p.cfg.Claims.Release(ctx, name)
+			}
 			p.cfg.Metrics.WakePoke(ResultHostLimit)
 			limited++
 			continue
@@ -239,10 +243,10 @@ func (p *Poker) pokeHost(ctx context.Context, wg *sync.WaitGroup, tenant, host s
 	}
 }
 
-// storeError counts and logs a lease the store could not give.
+// storeError counts and logs a claim the store could not give.
 func (p *Poker) storeError(tenant string, gateways []string, err error) {
 	p.cfg.Metrics.WakePoke(ResultStoreError)
-	p.cfg.Log.Warn("wake poke skipped: cannot take the cooldown lease", "tenant", tenant, "gateway_ids", gateways, "err", err)
+	p.cfg.Log.Warn("wake poke skipped: cannot take the cooldown claim", "tenant", tenant, "gateway_ids", gateways, "err", err)
 }
 
 // hostKey is the host a wake URL targets, as the per-host budget counts
@@ -262,7 +266,7 @@ func hostKey(raw string) string {
 	return host
 }
 
-// digest names a URL or host in a lease name: a wake URL may carry a
+// digest names a URL or host in a claim key: a wake URL may carry a
 // token, which the store must not hold.
 func digest(s string) string {
 	sum := sha256.Sum256([]byte(s))

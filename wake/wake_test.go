@@ -94,7 +94,7 @@ func TestPokeOncePerCooldown(t *testing.T) {
 	m := &counter{}
 	p, err := wake.New(wake.Config{
 		Targets: targetsOf(wake.Target{Tenant: "acme", Gateway: "gw1", URL: ws.URL + "/wake?k=1"}),
-		Leases:  st.Leases(), Clock: clk, Cooldown: time.Minute, Metrics: m,
+		Claims:  st.Claims(), Clock: clk, Cooldown: time.Minute, Metrics: m,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -140,8 +140,8 @@ func TestOnePokeAcrossInstances(t *testing.T) {
 	defer st.Close()
 	targets := targetsOf(wake.Target{Tenant: "acme", Gateway: "gw1", URL: ws.URL})
 	var pokers []*wake.Poker
-	for _, inst := range []string{"a", "b"} {
-		p, err := wake.New(wake.Config{Targets: targets, Leases: st.Leases(), Instance: inst, Clock: clk, Cooldown: 30 * time.Second})
+	for range 2 {
+		p, err := wake.New(wake.Config{Targets: targets, Claims: st.Claims(), Clock: clk, Cooldown: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +181,7 @@ func TestPokeOutcomes(t *testing.T) {
 			wake.Target{Tenant: "acme", Gateway: "failing", URL: failing.URL},
 			wake.Target{Tenant: "acme", Gateway: "gone", URL: goneURL},
 		),
-		Leases: st.Leases(), Clock: clk, Metrics: m, Log: newLogger(&logs, &logMu),
+		Claims: st.Claims(), Clock: clk, Metrics: m, Log: newLogger(&logs, &logMu),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestPokeTimeout(t *testing.T) {
 	m := &counter{}
 	p, err := wake.New(wake.Config{
 		Targets: targetsOf(wake.Target{Tenant: "slow", Gateway: "g1", URL: hang.URL}, wake.Target{Tenant: "fast", Gateway: "g2", URL: ok.URL}),
-		Leases:  st.Leases(), Clock: clk, Metrics: m, Timeout: 200 * time.Millisecond,
+		Claims:  st.Claims(), Clock: clk, Metrics: m, Timeout: 200 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestPokeStoreError(t *testing.T) {
 	m := &counter{}
 	p, err := wake.New(wake.Config{
 		Targets: func(context.Context, string) ([]wake.Target, error) { return nil, errors.New("down") },
-		Leases:  st.Leases(), Clock: clk, Metrics: m,
+		Claims:  st.Claims(), Clock: clk, Metrics: m,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestPokeStoreError(t *testing.T) {
 		t.Fatalf("store errors counted %d, want 1", got)
 	}
 	if _, err := wake.New(wake.Config{}); err == nil {
-		t.Fatal("New without Targets and Leases: want an error")
+		t.Fatal("New without Targets and Claims: want an error")
 	}
 }
 
@@ -268,7 +268,7 @@ func TestOnePokeAcrossInstancesOnRedis(t *testing.T) {
 	ws := newWakeServer(t, http.StatusOK)
 	targets := targetsOf(wake.Target{Tenant: "acme", Gateway: "gw1", URL: ws.URL})
 	var pokers []*wake.Poker
-	for _, inst := range []string{"a", "b"} {
+	for range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "waketest:"})
 		cancel()
@@ -276,7 +276,7 @@ func TestOnePokeAcrossInstancesOnRedis(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = st.Close() })
-		p, err := wake.New(wake.Config{Targets: targets, Leases: st.Leases(), Instance: inst, Cooldown: time.Hour})
+		p, err := wake.New(wake.Config{Targets: targets, Claims: st.Claims(), Cooldown: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +309,7 @@ func TestGatewaysSharingAWakeURLShareOnePoke(t *testing.T) {
 	for i := range 500 {
 		targets = append(targets, wake.Target{Tenant: "acme", Gateway: "gw" + strconv.Itoa(i), URL: ws.URL + "/wake"})
 	}
-	p, err := wake.New(wake.Config{Targets: targetsOf(targets...), Leases: st.Leases(), Clock: clk, Cooldown: time.Minute})
+	p, err := wake.New(wake.Config{Targets: targetsOf(targets...), Claims: st.Claims(), Clock: clk, Cooldown: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,8 +342,8 @@ func TestWakePokesPerHostAreBounded(t *testing.T) {
 	targets = append(targets, wake.Target{Tenant: "acme", Gateway: "elsewhere", URL: strings.Replace(other.URL, "127.0.0.1", "localhost", 1) + "/w"})
 	m := &counter{}
 	var pokers []*wake.Poker
-	for _, inst := range []string{"a", "b"} {
-		p, err := wake.New(wake.Config{Targets: targetsOf(targets...), Leases: st.Leases(), Instance: inst, Clock: clk, Cooldown: time.Minute, PerHost: 3, Metrics: m})
+	for range 2 {
+		p, err := wake.New(wake.Config{Targets: targetsOf(targets...), Claims: st.Claims(), Clock: clk, Cooldown: time.Minute, PerHost: 3, Metrics: m})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -398,7 +398,7 @@ func TestWakePerHostBudgetSeesThroughAddressSpellings(t *testing.T) {
 		}
 		targets = append(targets, wake.Target{Tenant: "acme", Gateway: "gw" + strconv.Itoa(i), URL: url})
 	}
-	p, err := wake.New(wake.Config{Targets: targetsOf(targets...), Leases: st.Leases(), Clock: clk, Cooldown: time.Minute, PerHost: 3})
+	p, err := wake.New(wake.Config{Targets: targetsOf(targets...), Claims: st.Claims(), Clock: clk, Cooldown: time.Minute, PerHost: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

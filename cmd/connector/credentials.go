@@ -39,15 +39,15 @@ func identityVerifier(ec enroll.Config) (*idtoken.Verifier, error) {
 // newPoker returns the wake poker of a connector on st: its cooldown is
 // relay.wake_cooldown and its budget per host relay.wake_per_host, held
 // across the instances sharing st.
-func newPoker(cfg *Config, reg *registry.Registry, st store.Store, instance string, log *slog.Logger, m *metrics) (*wake.Poker, error) {
+func newPoker(cfg *Config, reg *registry.Registry, st store.Store, log *slog.Logger, m *metrics) (*wake.Poker, error) {
 	pokes := counterVec("connector_wake_pokes_total",
-		"Wake pokes sent to gateways' wake URLs, by result: ok, http_error (4xx/5xx), unreachable, store_error (the registry or the cooldown lease could not be read), host_limit (not sent: the tenant's wake URLs on that host had relay.wake_per_host pokes this cooldown).", "result")
+		"Wake pokes sent to gateways' wake URLs, by result: ok, http_error (4xx/5xx), unreachable, store_error (the registry or the cooldown claim could not be read), host_limit (not sent: the tenant's wake URLs on that host had relay.wake_per_host pokes this cooldown).", "result")
 	m.register(pokes)
 	for _, r := range []string{wake.ResultOK, wake.ResultHTTPError, wake.ResultUnreachable, wake.ResultStoreError, wake.ResultHostLimit} {
 		pokes.WithLabelValues(r)
 	}
 	return wake.New(wake.Config{
-		Targets: reg.WakeTargets, Leases: st.Leases(), Instance: instance, Cooldown: cfg.Relay.WakeCooldown, PerHost: cfg.Relay.WakePerHost,
+		Targets: reg.WakeTargets, Claims: st.Claims(), Cooldown: cfg.Relay.WakeCooldown, PerHost: cfg.Relay.WakePerHost,
 		Log: log, Metrics: wakeMetrics{pokes},
 	})
 }

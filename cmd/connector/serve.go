@@ -378,11 +378,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	rc := cfg.Relay // the relay section; the rest is wiring
 	rc.Tenants, rc.Platforms, rc.Log, rc.Metrics, rc.Store = tenants, platforms, log, m, leased
 	rc.Cluster = deps.Cluster
-	instance := ""
-	if deps.Cluster != nil {
-		instance = deps.Cluster.Instance()
-	}
-	poker, err := newPoker(cfg, reg, st, instance, log, m)
+	poker, err := newPoker(cfg, reg, st, log, m)
 	if err != nil {
 		return nil, err
 	}
