@@ -755,7 +755,7 @@ func TestGatewayRotationRaceOnRedis(t *testing.T) {
 			if err != nil {
 				return "", err
 			}
-			return one.Enroll(ctx, "a", token, gw)
+			return one.Enroll(ctx, "a", token, gw, "")
 		}, registry.ErrConflict},
 	}
 	for _, rot := range rotations {
@@ -919,7 +919,7 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 		{"enroll", "cas", "registry/gateways", func() error {
 			token, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
 			if err == nil {
-				_, err = one.Enroll(ctx, "a", token, "gw-e")
+				_, err = one.Enroll(ctx, "a", token, "gw-e", "")
 			}
 			return err
 		}},
@@ -1089,7 +1089,7 @@ func TestEnrollRaceKeepsTheTokenOnRedis(t *testing.T) {
 			t.Fatalf("instance two's creation of gw-other: %v", err)
 		}
 	}
-	_, err = one.Enroll(ctx, "a", token, "gw-e")
+	_, err = one.Enroll(ctx, "a", token, "gw-e", "")
 	hooked.before = nil
 	if !raced {
 		t.Fatal("the hook never ran: the enrollment wrote no gateway")
@@ -1100,7 +1100,7 @@ func TestEnrollRaceKeepsTheTokenOnRedis(t *testing.T) {
 	if err := two.DeleteGateway(ctx, "a", "gw-other"); err != nil {
 		t.Fatal(err)
 	}
-	if secret, err := two.Enroll(ctx, "a", token, "gw-e"); err != nil || secret == "" {
+	if secret, err := two.Enroll(ctx, "a", token, "gw-e", ""); err != nil || secret == "" {
 		t.Fatalf("the token of an enrollment that made no gateway, again: %v (it was spent)", err)
 	}
 }
