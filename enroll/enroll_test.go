@@ -731,11 +731,12 @@ func TestFailedProvisionsThatStoredAreRateLimited(t *testing.T) {
 }
 
 // faulty is a store whose registry calls put, when set, before each Put
-// (an error it returns is the Put's, which writes nothing), with the
-// namespace written.
+// (an error it returns is the Put's, which writes nothing), and cas, when
+// set, after each CompareAndSwap, with the namespace written.
 type faulty struct {
 	store.Store
 	put func(namespace string) error
+	cas func(namespace string)
 }
 
 func (s *faulty) Registry() store.Registry { return faultyRegistry{s.Store.Registry(), s} }
@@ -752,6 +753,14 @@ func (r faultyRegistry) Put(ctx context.Context, namespace, key string, value []
 		}
 	}
 	return r.Registry.Put(ctx, namespace, key, value)
+}
+
+func (r faultyRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	ok, err := r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+	if r.s.cas != nil {
+		r.s.cas(namespace)
+	}
+	return ok, err
 }
 
 // enrollAgain checks that after a failed enrollment of gw-host, the
@@ -799,6 +808,41 @@ func TestEnrollWithAFailedWakeWriteSpendsNothing(t *testing.T) {
 	}
 	if code != http.StatusInternalServerError || got["secret"] != nil {
 		t.Fatalf("an enrollment whose wake URL was not written: %d %v, want 500 without a secret", code, got)
+	}
+	enrollAgain(t, r, body)
+}
+
+// TestEnrollGivenUpAfterItsGatewayWriteSpendsNothing: an enrollment
+// whose request is given up (its client gone) right after its gateway is
+// written is an error and leaves nothing: no gateway, the token unspent,
+// so the client enrolls again with it. Before, the token was spent and
+// the gateway stored, its secret never answered.
+func TestEnrollGivenUpAfterItsGatewayWriteSpendsNothing(t *testing.T) {
+	st := &faulty{}
+	r := newRigOn(t, true, func(mem store.Store) store.Store { st.Store = mem; return st })
+	tok, _, err := r.reg.MintEnrollToken(context.Background(), "acme", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := map[string]string{"enrollmentToken": tok, "gatewayId": "gw-host", "wakeUrl": "https://gw.example/wake"}
+	data, _ := json.Marshal(body)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st.cas = func(namespace string) {
+		if namespace == "registry/gateways" {
+			cancel()
+		}
+	}
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/relay/enroll", bytes.NewReader(data))
+	req.Header.Set("Authorization", "Bearer "+identity(t, "acme"))
+	w := httptest.NewRecorder()
+	r.handler.Routes()["POST /relay/enroll"].ServeHTTP(w, req)
+	st.cas = nil
+	if ctx.Err() == nil {
+		t.Fatal("the enrollment wrote no gateway")
+	}
+	if w.Code == http.StatusOK {
+		t.Fatalf("an enrollment given up after its gateway write: %d %s, want an error", w.Code, w.Body)
 	}
 	enrollAgain(t, r, body)
 }

@@ -100,6 +100,7 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 // too, at most one gets past the store's delete. Its writes are all or
 // nothing: when the gateway is then not written (another instance's
 // writes meanwhile left no room, or took the id), or the wake URL is not,
+// or the request is given up (ctx done) before the wake URL is written,
 // the gateway is put back as it was and the token given back, unless the
 // tenant's deletion began.
 func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string) (string, error) {
@@ -182,7 +183,8 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 		return err
 	})
 	if err == nil {
-		if wakeURL != "" {
+		err = ctx.Err() // given up: the caller would never see the secret
+		if err == nil && wakeURL != "" {
 			err = r.put(wctx, tenant, t.Gen, nsWake, id, Wake{Gateway: id, Tenant: tenant, URL: wakeURL})
 		}
 		if err != nil && undo(wctx) != nil {
