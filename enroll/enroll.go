@@ -265,14 +265,9 @@ func (h *Handler) enroll(req *request) (any, error) {
 		}
 	}
 	ctx, tenant := req.r.Context(), req.caller.Tenant
-	secret, err := h.cfg.Registry.Enroll(ctx, tenant, body.EnrollmentToken, body.GatewayID)
+	secret, err := h.cfg.Registry.Enroll(ctx, tenant, body.EnrollmentToken, body.GatewayID, body.WakeURL)
 	if err != nil {
 		return nil, err
-	}
-	if body.WakeURL != "" {
-		if err := h.cfg.Registry.SetWake(ctx, tenant, body.GatewayID, body.WakeURL); err != nil {
-			return nil, err
-		}
 	}
 	return credentials{Secret: secret, Tenant: tenant, GatewayID: body.GatewayID}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rsa"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -50,6 +51,8 @@ type rig struct {
 	logs    *bytes.Buffer
 	logMu   *sync.Mutex
 	applied int
+	// handler is the rig's Handler, which srv serves.
+	handler *enroll.Handler
 }
 
 type syncWriter struct {
@@ -65,11 +68,17 @@ func (w syncWriter) Write(p []byte) (int, error) {
 
 func newRig(t *testing.T, configured bool) *rig {
 	t.Helper()
+	return newRigOn(t, configured, func(st store.Store) store.Store { return st })
+}
+
+// newRigOn is newRig with its memory store wrapped by wrap.
+func newRigOn(t *testing.T, configured bool, wrap func(store.Store) store.Store) *rig {
+	t.Helper()
 	keyOnce.Do(func() { key = idtokentest.Key(t) })
 	clk := clocktest.New(time.Unix(1_700_000_000, 0))
 	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
-	r := &rig{clk: clk, reg: registry.New(st, clk), metrics: &counts{n: map[string]int{}}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	r := &rig{clk: clk, reg: registry.New(wrap(st), clk), metrics: &counts{n: map[string]int{}}, logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
 	var v *idtoken.Verifier
 	if configured {
 		pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
@@ -87,6 +96,7 @@ func newRig(t *testing.T, configured bool) *rig {
 		Metrics: r.metrics,
 		Clock:   clk,
 	})
+	r.handler = h
 	mux := http.NewServeMux()
 	for pattern, handler := range h.Routes() {
 		mux.Handle(pattern, handler)
@@ -385,7 +395,7 @@ func TestProvisionNeverHandsOutAnExistingSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.reg.Enroll(ctx, "acme", enrollTok, "gw-laptop"); err != nil {
+	if _, err := r.reg.Enroll(ctx, "acme", enrollTok, "gw-laptop", ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, gw := range []string{"gw-admin", "gw-laptop"} {
@@ -718,4 +728,121 @@ func TestFailedProvisionsThatStoredAreRateLimited(t *testing.T) {
 	if len(s.Bindings) != change.GatewayBurst+1 {
 		t.Fatalf("%d bindings stored, want %d (the refused provision stored one)", len(s.Bindings), change.GatewayBurst+1)
 	}
+}
+
+// faulty is a store whose registry calls put, when set, before each Put
+// (an error it returns is the Put's, which writes nothing), and cas, when
+// set, after each CompareAndSwap, with the namespace written.
+type faulty struct {
+	store.Store
+	put func(namespace string) error
+	cas func(namespace string)
+}
+
+func (s *faulty) Registry() store.Registry { return faultyRegistry{s.Store.Registry(), s} }
+
+type faultyRegistry struct {
+	store.Registry
+	s *faulty
+}
+
+func (r faultyRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
+	if r.s.put != nil {
+		if err := r.s.put(namespace); err != nil {
+			return 0, err
+		}
+	}
+	return r.Registry.Put(ctx, namespace, key, value)
+}
+
+func (r faultyRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	ok, err := r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+	if r.s.cas != nil {
+		r.s.cas(namespace)
+	}
+	return ok, err
+}
+
+// enrollAgain checks that after a failed enrollment of gw-host, the
+// gateway is not stored and the same token enrolls it.
+func enrollAgain(t *testing.T, r *rig, body map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	if ok, err := r.reg.GatewayOf(ctx, "acme", "gw-host"); err != nil || ok {
+		t.Errorf("after the failed enrollment gw-host is stored (%v, %v): a gateway nobody has the secret of", ok, err)
+	}
+	code, got := r.post(t, "/relay/enroll", identity(t, "acme"), body)
+	if code != http.StatusOK || got["secret"] == "" {
+		t.Fatalf("the same token again: %d %v, want 200 (the failed enrollment spent it)", code, got)
+	}
+	wakes, err := r.reg.Wakes(ctx)
+	if err != nil || wakes["acme"]["gw-host"] != body["wakeUrl"] {
+		t.Errorf("wake URLs %v (%v), want gw-host's %q", wakes, err, body["wakeUrl"])
+	}
+}
+
+// TestEnrollWithAFailedWakeWriteSpendsNothing: an enrollment whose
+// gateway is written and whose wake URL then is not (a store error) is
+// an error and leaves nothing: no gateway, the token unspent. Before, the
+// token was spent and the gateway stored, its secret never answered.
+func TestEnrollWithAFailedWakeWriteSpendsNothing(t *testing.T) {
+	st := &faulty{}
+	r := newRigOn(t, true, func(mem store.Store) store.Store { st.Store = mem; return st })
+	tok, _, err := r.reg.MintEnrollToken(context.Background(), "acme", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := false
+	st.put = func(namespace string) error {
+		if namespace != "registry/wake" {
+			return nil
+		}
+		failed = true
+		return errors.New("injected store failure")
+	}
+	body := map[string]string{"enrollmentToken": tok, "gatewayId": "gw-host", "wakeUrl": "https://gw.example/wake"}
+	code, got := r.post(t, "/relay/enroll", identity(t, "acme"), body)
+	st.put = nil
+	if !failed {
+		t.Fatal("the enrollment wrote no wake URL")
+	}
+	if code != http.StatusInternalServerError || got["secret"] != nil {
+		t.Fatalf("an enrollment whose wake URL was not written: %d %v, want 500 without a secret", code, got)
+	}
+	enrollAgain(t, r, body)
+}
+
+// TestEnrollGivenUpAfterItsGatewayWriteSpendsNothing: an enrollment
+// whose request is given up (its client gone) right after its gateway is
+// written is an error and leaves nothing: no gateway, the token unspent,
+// so the client enrolls again with it. Before, the token was spent and
+// the gateway stored, its secret never answered.
+func TestEnrollGivenUpAfterItsGatewayWriteSpendsNothing(t *testing.T) {
+	st := &faulty{}
+	r := newRigOn(t, true, func(mem store.Store) store.Store { st.Store = mem; return st })
+	tok, _, err := r.reg.MintEnrollToken(context.Background(), "acme", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := map[string]string{"enrollmentToken": tok, "gatewayId": "gw-host", "wakeUrl": "https://gw.example/wake"}
+	data, _ := json.Marshal(body)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st.cas = func(namespace string) {
+		if namespace == "registry/gateways" {
+			cancel()
+		}
+	}
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/relay/enroll", bytes.NewReader(data))
+	req.Header.Set("Authorization", "Bearer "+identity(t, "acme"))
+	w := httptest.NewRecorder()
+	r.handler.Routes()["POST /relay/enroll"].ServeHTTP(w, req)
+	st.cas = nil
+	if ctx.Err() == nil {
+		t.Fatal("the enrollment wrote no gateway")
+	}
+	if w.Code == http.StatusOK {
+		t.Fatalf("an enrollment given up after its gateway write: %d %s, want an error", w.Code, w.Body)
+	}
+	enrollAgain(t, r, body)
 }

@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -176,6 +177,9 @@ type hookedStore struct {
 	before, after func(op, namespace, key string)
 	// get, when set, is called before each Get.
 	get func(namespace, key string)
+	// put, when set, is called before each Put: an error it returns is
+	// the Put's, which writes nothing.
+	put func(namespace, key string) error
 }
 
 func (s *hookedStore) Registry() store.Registry {
@@ -682,6 +686,11 @@ func TestTenantBindingBoundAfterACancelledRequest(t *testing.T) {
 func (r hookedRegistry) Put(ctx context.Context, namespace, key string, value []byte) (uint64, error) {
 	r.hook(r.s.before, "put", namespace, key)
 	defer r.hook(r.s.after, "put", namespace, key)
+	if r.s.put != nil {
+		if err := r.s.put(namespace, key); err != nil {
+			return 0, err
+		}
+	}
 	return r.Registry.Put(ctx, namespace, key, value)
 }
 
@@ -755,7 +764,7 @@ func TestGatewayRotationRaceOnRedis(t *testing.T) {
 			if err != nil {
 				return "", err
 			}
-			return one.Enroll(ctx, "a", token, gw)
+			return one.Enroll(ctx, "a", token, gw, "")
 		}, registry.ErrConflict},
 	}
 	for _, rot := range rotations {
@@ -919,7 +928,7 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 		{"enroll", "cas", "registry/gateways", func() error {
 			token, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
 			if err == nil {
-				_, err = one.Enroll(ctx, "a", token, "gw-e")
+				_, err = one.Enroll(ctx, "a", token, "gw-e", "")
 			}
 			return err
 		}},
@@ -1089,7 +1098,7 @@ func TestEnrollRaceKeepsTheTokenOnRedis(t *testing.T) {
 			t.Fatalf("instance two's creation of gw-other: %v", err)
 		}
 	}
-	_, err = one.Enroll(ctx, "a", token, "gw-e")
+	_, err = one.Enroll(ctx, "a", token, "gw-e", "")
 	hooked.before = nil
 	if !raced {
 		t.Fatal("the hook never ran: the enrollment wrote no gateway")
@@ -1100,7 +1109,7 @@ func TestEnrollRaceKeepsTheTokenOnRedis(t *testing.T) {
 	if err := two.DeleteGateway(ctx, "a", "gw-other"); err != nil {
 		t.Fatal(err)
 	}
-	if secret, err := two.Enroll(ctx, "a", token, "gw-e"); err != nil || secret == "" {
+	if secret, err := two.Enroll(ctx, "a", token, "gw-e", ""); err != nil || secret == "" {
 		t.Fatalf("the token of an enrollment that made no gateway, again: %v (it was spent)", err)
 	}
 }
@@ -1357,5 +1366,52 @@ func TestTenantStoredBeforeGenerations(t *testing.T) {
 	}
 	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
 		t.Fatalf("a made again: %v", err)
+	}
+}
+
+// TestEnrollRotationWithAFailedWakeWriteOnRedis: two instances on one
+// redis-server; instance one's enrollment of tenant a's existing gateway
+// gw-e (a rotation) fails to write its wake URL. The gateway is back as
+// it was (its secret without an expiry, no new one) and the token is not
+// spent: instance two enrolls with it.
+func TestEnrollRotationWithAFailedWakeWriteOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := one.CreateGateway(ctx, "a", "gw-e"); err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := hooked.Store.Registry().Get(ctx, "registry/gateways", "gw-e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := one.MintEnrollToken(ctx, "a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := false
+	hooked.put = func(namespace, _ string) error {
+		if namespace != "registry/wake" {
+			return nil
+		}
+		failed = true
+		return errors.New("injected store failure")
+	}
+	_, err = one.Enroll(ctx, "a", token, "gw-e", "https://gw.example/wake")
+	hooked.put = nil
+	if !failed || err == nil {
+		t.Fatalf("an enrollment whose wake URL was not written: %v (wake write tried: %v), want the store's error", err, failed)
+	}
+	after, _, err := hooked.Store.Registry().Get(ctx, "registry/gateways", "gw-e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(after.Value, before.Value) {
+		t.Error("gw-e after the failed enrollment is not as it was (a new secret, or its old one given an expiry)")
+	}
+	if secret, err := two.Enroll(ctx, "a", token, "gw-e", "https://gw.example/wake"); err != nil || secret == "" {
+		t.Fatalf("the token of the failed enrollment, again: %v (it was spent)", err)
 	}
 }

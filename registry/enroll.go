@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"connector/wake"
 )
 
 // nsEnroll holds the unredeemed enrollment tokens, keyed by the SHA-256 of
@@ -92,14 +94,23 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 // new secret: a new gateway (OriginEnroll; a tenant at its MaxGateways is
 // ErrLimit, the token unspent), or a rotation of the tenant's gateway of
 // that id (its earlier secrets keep DefaultGrace; from then on it is an
-// enrolled gateway, which Provision leaves alone). The token is spent once
+// enrolled gateway, which Provision leaves alone). A wakeURL (checked as
+// SetWake does) becomes the gateway's wake URL. The token is spent once
 // the gateway is checked: of two redemptions racing, across instances
-// too, at most one gets past the store's delete; it is given back when
-// the gateway is then not written (another instance's writes meanwhile
-// left no room, or took the id), unless the tenant's deletion began.
-func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string, error) {
+// too, at most one gets past the store's delete. Its writes are all or
+// nothing: when the gateway is then not written (another instance's
+// writes meanwhile left no room, or took the id), or the wake URL is not,
+// or the request is given up (ctx done) before the wake URL is written,
+// the gateway is put back as it was and the token given back, unless the
+// tenant's deletion began.
+func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string) (string, error) {
 	if err := checkID("gateway", id); err != nil {
 		return "", err
+	}
+	if wakeURL != "" {
+		if _, err := wake.ValidateURL(wakeURL); err != nil {
+			return "", fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
 	}
 	key := tokenKey(token)
 	var tok expiring
@@ -118,6 +129,10 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 	if err != nil {
 		return "", err
 	}
+	// Once the token is spent, the writes and their undoing run on a
+	// context a request given up (its client gone) does not cancel.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	spent := false
 	spend := sync.OnceValue(func() error { // once, though a race decides again
 		if deleted, err := r.kv.Delete(ctx, nsEnroll, key); err != nil {
@@ -129,6 +144,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 		return nil
 	})
 	var secret string
+	var undo func(ctx context.Context) error // puts the gateway back as it was
 	err = againIfRaced(func() error {
 		var g Gateway
 		raw, exists, err := r.getRaw(ctx, nsGateways, id, &g)
@@ -147,25 +163,44 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id string) (string
 		if err := spend(); err != nil {
 			return err
 		}
+		var data []byte
 		if exists {
 			g.Origin = OriginEnroll
-			secret, err = r.rotateLocked(ctx, g, raw, DefaultGrace, "")
+			secret, data, err = r.rotateLocked(wctx, g, raw, DefaultGrace, "")
 		} else {
-			secret, err = r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "", gen)
+			secret, data, err = r.createGatewayLocked(wctx, Gateway{ID: id, Tenant: tenant, Origin: OriginEnroll}, "", gen)
+			raw = nil
+		}
+		if err == nil {
+			undo = func(ctx context.Context) error {
+				if back, err := r.kv.CompareAndSwap(ctx, nsGateways, id, data, raw); err != nil || !back {
+					return cmp.Or(err, errRaced)
+				}
+				r.notify(ctx)
+				return nil
+			}
 		}
 		return err
 	})
+	if err == nil {
+		err = ctx.Err() // given up: the caller would never see the secret
+		if err == nil && wakeURL != "" {
+			err = r.put(wctx, tenant, t.Gen, nsWake, id, Wake{Gateway: id, Tenant: tenant, URL: wakeURL})
+		}
+		if err != nil && undo(wctx) != nil {
+			return "", err // the gateway stays as written: so does the spend
+		}
+	}
 	if err != nil && spent {
-		// Give the token back, as it was; a request given up (its client
-		// gone) too. Failing that, it stays spent, as before the refund.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
-		if back, rerr := r.kv.CompareAndSwap(ctx, nsEnroll, key, nil, tokRaw); rerr == nil && back {
-			_ = r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
+		// Give the token back, as it was. Failing that, it stays spent,
+		// as before the refund.
+		if back, rerr := r.kv.CompareAndSwap(wctx, nsEnroll, key, nil, tokRaw); rerr == nil && back {
+			_ = r.keptFor(wctx, tenant, t.Gen, func(ctx context.Context) error {
 				_, err := r.kv.CompareAndSwap(ctx, nsEnroll, key, tokRaw, nil)
 				return err
 			})
 		}
+		return "", err
 	}
 	return secret, err
 }
@@ -242,7 +277,7 @@ func (r *Registry) provisionLocked(ctx context.Context, tenant, id, minter strin
 		if err := admit(); err != nil {
 			return "", "", err
 		}
-		secret, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen)
+		secret, _, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginProvision}, minter, gen)
 		return secret, ProvisionCreated, err
 	case g.Tenant != tenant:
 		return "", "", fmt.Errorf("%w: gateway id %q belongs to another tenant", ErrConflict, id)
@@ -258,7 +293,7 @@ func (r *Registry) provisionLocked(ctx context.Context, tenant, id, minter strin
 		return "", "", err
 	}
 	g.Origin = OriginProvision
-	secret, err = r.rotateLocked(ctx, g, raw, DefaultGrace, minter)
+	secret, _, err = r.rotateLocked(ctx, g, raw, DefaultGrace, minter)
 	return secret, ProvisionRotated, err
 }
 

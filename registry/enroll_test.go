@@ -35,17 +35,17 @@ func TestEnrollTokenSingleUse(t *testing.T) {
 	if err != nil || !exp.Equal(c.Now().Add(time.Hour)) {
 		t.Fatalf("MintEnrollToken = %v, %v", exp, err)
 	}
-	if _, err := r.Enroll(ctx, "other", tok, "gw1"); !errors.Is(err, registry.ErrEnrollToken) {
+	if _, err := r.Enroll(ctx, "other", tok, "gw1", ""); !errors.Is(err, registry.ErrEnrollToken) {
 		t.Fatalf("another tenant's token: %v, want ErrEnrollToken", err)
 	}
-	if _, err := r.Enroll(ctx, "acme", tok+"x", "gw1"); !errors.Is(err, registry.ErrEnrollToken) {
+	if _, err := r.Enroll(ctx, "acme", tok+"x", "gw1", ""); !errors.Is(err, registry.ErrEnrollToken) {
 		t.Fatalf("a wrong token: %v, want ErrEnrollToken", err)
 	}
-	first, err := r.Enroll(ctx, "acme", tok, "gw1")
+	first, err := r.Enroll(ctx, "acme", tok, "gw1", "")
 	if err != nil || first == "" {
 		t.Fatalf("Enroll = %q, %v", first, err)
 	}
-	if _, err := r.Enroll(ctx, "acme", tok, "gw2"); !errors.Is(err, registry.ErrEnrollToken) {
+	if _, err := r.Enroll(ctx, "acme", tok, "gw2", ""); !errors.Is(err, registry.ErrEnrollToken) {
 		t.Fatalf("a spent token: %v, want ErrEnrollToken", err)
 	}
 	s, _ := effective(t, r)
@@ -55,7 +55,7 @@ func TestEnrollTokenSingleUse(t *testing.T) {
 
 	// Enrolling gw1 again rotates: the old secret keeps the grace.
 	tok2, _, _ := r.MintEnrollToken(ctx, "acme", 0)
-	second, err := r.Enroll(ctx, "acme", tok2, "gw1")
+	second, err := r.Enroll(ctx, "acme", tok2, "gw1", "")
 	if err != nil || second == first {
 		t.Fatalf("re-enrollment = %v; want a new secret", err)
 	}
@@ -65,13 +65,13 @@ func TestEnrollTokenSingleUse(t *testing.T) {
 	}
 	// Another tenant cannot take gw1 over with its own token.
 	tok3, _, _ := r.MintEnrollToken(ctx, "other", 0)
-	if _, err := r.Enroll(ctx, "other", tok3, "gw1"); !errors.Is(err, registry.ErrConflict) {
+	if _, err := r.Enroll(ctx, "other", tok3, "gw1", ""); !errors.Is(err, registry.ErrConflict) {
 		t.Fatalf("enrolling another tenant's gateway id: %v, want ErrConflict", err)
 	}
 	// Expiry.
 	tok4, _, _ := r.MintEnrollToken(ctx, "acme", time.Minute)
 	c.Advance(time.Minute)
-	if _, err := r.Enroll(ctx, "acme", tok4, "gw3"); !errors.Is(err, registry.ErrEnrollToken) {
+	if _, err := r.Enroll(ctx, "acme", tok4, "gw3", ""); !errors.Is(err, registry.ErrEnrollToken) {
 		t.Fatalf("an expired token: %v, want ErrEnrollToken", err)
 	}
 }
@@ -144,7 +144,7 @@ func TestProvisionAnswersASecretToItsTokenOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok, _, _ := r.MintEnrollToken(ctx, "acme", 0)
-	if _, err := r.Enroll(ctx, "acme", tok, "gw-enrolled"); err != nil {
+	if _, err := r.Enroll(ctx, "acme", tok, "gw-enrolled", ""); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"gw-admin", "gw-enrolled"} {
@@ -154,7 +154,7 @@ func TestProvisionAnswersASecretToItsTokenOnly(t *testing.T) {
 	}
 	// Enrolling a provisioned gateway pins it: provision leaves it alone.
 	tok, _, _ = r.MintEnrollToken(ctx, "acme", 0)
-	if _, err := r.Enroll(ctx, "acme", tok, "gw1"); err != nil {
+	if _, err := r.Enroll(ctx, "acme", tok, "gw1", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := r.Provision(ctx, "acme", "gw1", "boot4", admit); !errors.Is(err, registry.ErrConflict) {
@@ -200,7 +200,7 @@ func TestGatewayCap(t *testing.T) {
 		t.Fatalf("gateway 101 by the admin API: %v, want ErrLimit naming the bound", err)
 	}
 	tok, _, _ := r.MintEnrollToken(ctx, "acme", 0)
-	if _, err := r.Enroll(ctx, "acme", tok, "one-more"); !errors.Is(err, registry.ErrLimit) {
+	if _, err := r.Enroll(ctx, "acme", tok, "one-more", ""); !errors.Is(err, registry.ErrLimit) {
 		t.Fatalf("gateway 101 by enrollment: %v, want ErrLimit", err)
 	}
 	if _, _, err := r.Provision(ctx, "acme", "one-more", "boot", func() error { return nil }); !errors.Is(err, registry.ErrLimit) {
@@ -209,7 +209,7 @@ func TestGatewayCap(t *testing.T) {
 	if err := r.SetMaxGateways(ctx, "acme", 101); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Enroll(ctx, "acme", tok, "one-more"); err != nil {
+	if _, err := r.Enroll(ctx, "acme", tok, "one-more", ""); err != nil {
 		t.Fatalf("the enrollment token after the bound was raised: %v (it must not have been spent)", err)
 	}
 	for _, bad := range []int{-1, registry.GatewayLimitCeiling + 1} {
@@ -310,7 +310,7 @@ func TestEnrollTokenLifetimeIsBounded(t *testing.T) {
 	if err != nil || !exp.Equal(now.Add(24*time.Hour)) {
 		t.Fatalf("MintEnrollToken(24h) = %v, %v", exp, err)
 	}
-	if _, err := r.Enroll(ctx, "acme", tok, "gw1"); err != nil {
+	if _, err := r.Enroll(ctx, "acme", tok, "gw1", ""); err != nil {
 		t.Fatalf("redeeming a 24 h token: %v", err)
 	}
 
@@ -320,7 +320,7 @@ func TestEnrollTokenLifetimeIsBounded(t *testing.T) {
 	if _, err := st.Registry().Put(ctx, "registry/enroll", hex.EncodeToString(sum[:]), rec); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Enroll(ctx, "acme", old, "gw2"); !errors.Is(err, registry.ErrEnrollToken) {
+	if _, err := r.Enroll(ctx, "acme", old, "gw2", ""); !errors.Is(err, registry.ErrEnrollToken) {
 		t.Fatalf("redeeming a stored 100-year token: %v, want ErrEnrollToken", err)
 	}
 	if s, _, _ := r.Effective(ctx); slices.ContainsFunc(s.Gateways, func(g registry.Gateway) bool { return g.ID == "gw2" }) {
@@ -357,13 +357,13 @@ func TestDeleteTenantEndsItsTokens(t *testing.T) {
 	if err := r.CreateTenant(ctx, registry.Tenant{ID: "acme"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Enroll(ctx, "acme", tok, "gw1"); !errors.Is(err, registry.ErrEnrollToken) {
+	if _, err := r.Enroll(ctx, "acme", tok, "gw1", ""); !errors.Is(err, registry.ErrEnrollToken) {
 		t.Errorf("the deleted tenant's enrollment token, redeemed for the tenant made again: %v, want ErrEnrollToken", err)
 	}
 	if tenant, err := r.RedeemLinkCode(ctx, "discord", "71", code); !errors.Is(err, registry.ErrNotFound) {
 		t.Errorf("the deleted tenant's link code: linked to %q, %v; want ErrNotFound", tenant, err)
 	}
-	if _, err := r.Enroll(ctx, "other", otherTok, "gw2"); err != nil {
+	if _, err := r.Enroll(ctx, "other", otherTok, "gw2", ""); err != nil {
 		t.Errorf("another tenant's enrollment token: %v", err)
 	}
 	if tenant, err := r.RedeemLinkCode(ctx, "discord", "72", otherCode); err != nil || tenant != "other" {

@@ -683,31 +683,32 @@ func (r *Registry) CreateGateway(ctx context.Context, tenant, id string) (string
 	if err != nil {
 		return "", err
 	}
-	return r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
+	secret, _, err := r.createGatewayLocked(ctx, Gateway{ID: id, Tenant: tenant, Origin: OriginAdmin}, "", gen)
+	return secret, err
 }
 
 // createGatewayLocked stores g with a fresh secret minted for minter (see
-// Secret.Minter), and returns the secret. The caller has checked that g's
+// Secret.Minter), and returns the secret and the gateway as stored. The caller has checked that g's
 // id is free (not declared, not stored) and that its tenant exists, of
 // generation gen, and has room for it; r.mu is held. The store's
 // CompareAndSwap stores it only while the id is still free: one another
 // instance stored meanwhile is ErrExists, never replaced. A deletion of
 // the tenant meanwhile removes it again (keptFor): ErrNotFound.
-func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, gen string) (string, error) {
+func (r *Registry) createGatewayLocked(ctx context.Context, g Gateway, minter, gen string) (string, []byte, error) {
 	secret := newSecret()
 	g.Secrets = []Secret{{Value: secret, Minter: minter}}
 	data, err := json.Marshal(g)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if created, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, nil, data); err != nil || !created {
-		return "", cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
+		return "", nil, cmp.Or(err, fmt.Errorf("%w: gateway id %q was stored meanwhile", ErrExists, g.ID))
 	}
 	if err := r.keptFor(ctx, g.Tenant, gen, func(ctx context.Context) error { return r.removeGateway(ctx, g.Tenant, g.ID) }); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	r.notify(ctx)
-	return secret, nil
+	return secret, data, nil
 }
 
 // roomForGatewayLocked returns tenant's generation when it has fewer
@@ -770,7 +771,7 @@ func (r *Registry) Rotate(ctx context.Context, tenant, id string, grace time.Dur
 	err = againIfRaced(func() error {
 		g, raw, err := r.gateway(ctx, tenant, id)
 		if err == nil {
-			secret, err = r.rotateLocked(ctx, g, raw, grace, "")
+			secret, _, err = r.rotateLocked(ctx, g, raw, grace, "")
 		}
 		return err
 	})
@@ -795,13 +796,13 @@ func againIfRaced(decide func() error) error {
 }
 
 // rotateLocked stores g, read as raw, with a fresh secret minted for
-// minter first, which it returns, and its live secrets after it, each
+// minter first, which it returns with the gateway as stored, and its live secrets after it, each
 // valid for grace at most (as Rotate). r.mu is held. The store's
 // CompareAndSwap stores it only while the gateway is still raw: else
 // errRaced, and nothing is written, so a secret another instance has
 // handed out meanwhile is never dropped, nor another tenant's gateway of
 // the id replaced.
-func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grace time.Duration, minter string) (string, error) {
+func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grace time.Duration, minter string) (string, []byte, error) {
 	grace = cmp.Or(grace, DefaultGrace)
 	now := r.clock.Now()
 	until := now.Add(max(grace, 0))
@@ -822,13 +823,13 @@ func (r *Registry) rotateLocked(ctx context.Context, g Gateway, raw []byte, grac
 	g.Secrets = keep
 	data, err := json.Marshal(g)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if swapped, err := r.kv.CompareAndSwap(ctx, nsGateways, g.ID, raw, data); err != nil || !swapped {
-		return "", cmp.Or(err, errRaced)
+		return "", nil, cmp.Or(err, errRaced)
 	}
 	r.notify(ctx)
-	return secret, nil
+	return secret, data, nil
 }
 
 // DeleteGateway removes gateway id of tenant (removeGateway).
