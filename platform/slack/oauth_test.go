@@ -128,12 +128,12 @@ func TestTokensRevokedForgetsTheBotToken(t *testing.T) {
 
 // TestOAuthStateSingleUseForItsLife: a state stays used for its whole
 // life, however short slack.dedupe_window is: a second callback with it
-// and a good code, later than the window (and than an event's pending
-// claim, pendingTTL) but within the state's ten minutes, is refused and
-// installs nothing.
+// and a good code, later than the shortest window (and than an event's
+// pending claim, pendingTTL) but within the state's ten minutes, is
+// refused and installs nothing.
 func TestOAuthStateSingleUseForItsLife(t *testing.T) {
 	clk := clocktest.New(time.Now())
-	e := newEnv(t, func(c *Config) { c.DedupeWindow = time.Minute }, &platform.Deps{Clock: clk})
+	e := newEnv(t, func(c *Config) { c.DedupeWindow = signatureWindow }, &platform.Deps{Clock: clk})
 	state, cookie := e.install(t)
 	e.fake.AddOAuthCode("code-1", teamC)
 	if code, body := e.callback(t, "code-1", state, cookie); code != http.StatusOK {
@@ -142,14 +142,14 @@ func TestOAuthStateSingleUseForItsLife(t *testing.T) {
 	if ok, err := e.p.works.remove(t.Context(), teamC.ID); !ok || err != nil {
 		t.Fatalf("remove: %v %v", ok, err)
 	}
-	later := pendingTTL + time.Minute
+	later := max(pendingTTL, signatureWindow) + time.Minute
 	if later >= stateTTL {
 		t.Fatalf("%v is not within the state's life %v", later, stateTTL)
 	}
 	clk.Advance(later)
 	e.fake.AddOAuthCode("code-2", teamC)
 	if code, body := e.callback(t, "code-2", state, cookie); code != http.StatusBadRequest || !strings.Contains(body, "already used") {
-		t.Fatalf("a state used %v ago, dedupe_window 1 min: %d %s", later, code, body)
+		t.Fatalf("a state used %v ago, dedupe_window %v: %d %s", later, signatureWindow, code, body)
 	}
 	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); ok {
 		t.Fatal("a used state installed the workspace again")
