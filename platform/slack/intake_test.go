@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -239,4 +240,50 @@ func intakeEmpty(t *testing.T, st store.Store) {
 		entries, _, err := st.Registry().List(context.Background(), intakeNamespace)
 		return err == nil && len(entries) == 0
 	})
+}
+
+// drops counts the dropped events by reason.
+type drops struct {
+	platform.NopMetrics
+	mu  sync.Mutex
+	got map[string]int
+}
+
+// Dropped implements platform.Metrics.
+func (d *drops) Dropped(_, reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.got[reason]++
+}
+
+// count is how many were dropped for reason.
+func (d *drops) count(reason string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.got[reason]
+}
+
+// TestIntakeDeletesUnreadableEntries: a stored entry whose value cannot be
+// parsed, or whose key names no chat, is deleted at the sweep that finds
+// it and counted dropped (malformed), not skipped at every sweep.
+func TestIntakeDeletesUnreadableEntries(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	for key, value := range map[string]string{
+		teamA.ID + "/" + dmAda + "/00000000000000000001/0011223344556677": "{not json",
+		"nochat": `{"route":"events","body":"e30=","received":1}`,
+	} {
+		if _, err := st.Registry().Put(t.Context(), intakeNamespace, key, []byte(value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &drops{got: map[string]int{}}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Metrics: m})
+	intakeEmpty(t, st)
+	if n := m.count(dropMalformed); n != 2 {
+		t.Fatalf("%d entries dropped malformed, want 2", n)
+	}
+	if n := e.sink.Taken(); n != 0 {
+		t.Fatalf("%d unreadable entries delivered, want none", n)
+	}
 }
