@@ -84,7 +84,9 @@ type Config struct {
 	MaxEventBytes int64 `yaml:"max_event_bytes"`
 	// DedupeWindow is how long a message's team, channel and ts (a press's
 	// prompt message) is remembered to drop Slack's retries and duplicates,
-	// across instances. Default 1h (the native SLACK_DEDUP_TTL_SECONDS).
+	// across instances. Default 1h (the native SLACK_DEDUP_TTL_SECONDS);
+	// at least 5m, the signature tolerance: a shorter one would let a
+	// captured signed request be replayed once it is forgotten.
 	DedupeWindow time.Duration `yaml:"dedupe_window"`
 }
 
@@ -157,6 +159,8 @@ func (c Config) Validate() error {
 		return errors.New("slack: set bot_token (one workspace) or client_id and client_secret (OAuth installs)")
 	case c.SigningSecret == "" && c.AppToken == "":
 		return errors.New("slack: set signing_secret (HTTP events) or app_token (Socket Mode)")
+	case c.DedupeWindow != 0 && c.DedupeWindow < signatureWindow:
+		return fmt.Errorf("slack.dedupe_window: want at least %v, the signature tolerance (a signed request is accepted that long, so a shorter window lets it be replayed)", signatureWindow)
 	}
 	for _, u := range []struct{ key, value string }{{"api_url", c.APIURL}, {"redirect_url", c.RedirectURL}} {
 		if u.value == "" {

@@ -198,7 +198,10 @@ func (p *Platform) drop(reason, eventID string) {
 // uninstalled forgets a workspace's install when Slack says the app was
 // uninstalled or its bot token revoked. An install stored after the event
 // happened (its event_time: Slack retries an event it got no 200 for, for
-// minutes, the same envelope) is a newer one, and is kept.
+// minutes, the same envelope) is a newer one, and is kept. Both times are
+// whole seconds, so one stored in the event's second cannot be told from
+// it: it is kept too, since a revoked token left in place is refused at
+// its first use, while a new install forgotten is lost without a word.
 func (p *Platform) uninstalled(ctx context.Context, env *envelope, ev *wireEvent) error {
 	team := env.installTeam()
 	if ev.Type == "tokens_revoked" && (ev.Tokens == nil || len(ev.Tokens.Bot) == 0) {
@@ -208,7 +211,7 @@ func (p *Platform) uninstalled(ctx context.Context, env *envelope, ev *wireEvent
 	switch rec, found, err := p.works.load(ctx, team); {
 	case err != nil:
 		return fmt.Errorf("slack: read the install of %s: %w", team, err)
-	case found && env.EventTime > 0 && rec.Installed > int64(env.EventTime):
+	case found && env.EventTime > 0 && rec.Installed >= int64(env.EventTime):
 		p.drop(dropStaleUninstall, env.EventID)
 		p.log.Info("slack workspace install kept: installed after the event", "team", team, "event", ev.Type)
 		return nil

@@ -36,7 +36,9 @@ import (
 // released: the next Run, or another instance, handles it. Every Run
 // starts by taking the entries no live claim holds, before it takes
 // deliveries; then each instance looks for such entries (their instance
-// was stopped or killed) every intakeSweepEvery. The message dedupe
+// was stopped or killed, or a store error kept it) every intakeSweepEvery. An entry that cannot be
+// read (its value, or a key naming no chat) is deleted, dropped as
+// malformed. The message dedupe
 // (dedupe.go) keeps an entry handled by two instances from being
 // delivered twice.
 
@@ -342,6 +344,7 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		chat, ok := entryChat(e.Key)
 		var rec intakeRecord
 		if !ok || json.Unmarshal(e.Value, &rec) != nil {
+			p.deleteUnreadable(ctx, e.Key)
 			continue
 		}
 		if !p.intake.take(e.Key, chat) {
@@ -363,6 +366,19 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	}
 	if len(queue) > 0 {
 		p.log.Info("slack intake entries resumed", "entries", len(queue))
+	}
+}
+
+// deleteUnreadable deletes entry key, whose value cannot be parsed or
+// whose key names no chat, and counts it dropped (malformed) if it was
+// still there: no instance could ever handle it.
+func (p *Platform) deleteUnreadable(ctx context.Context, key string) {
+	switch deleted, err := p.deps.Store.Registry().Delete(ctx, intakeNamespace, key); {
+	case err != nil:
+		p.log.Warn("slack intake entry unreadable and not deleted; retrying at the next sweep", "key", key, "err", p.errorText(err))
+	case deleted:
+		p.drop(dropMalformed, "")
+		p.log.Warn("slack intake entry unreadable: deleted", "key", key)
 	}
 }
 
@@ -397,9 +413,10 @@ func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 }
 
 // startIntake takes the entries nobody holds, then runs takeDeliveries,
-// then queues them (ahead of any later request of their chats), and, with
-// several instances (claims in the store), keeps the claims and sweeps
-// until ctx ends. One instance alone holds every entry from its start.
+// then queues them (ahead of any later request of their chats), and keeps
+// the claims and sweeps until ctx ends. One instance alone sweeps too: an
+// entry its start could not list, or whose deletion failed, is taken at a
+// later sweep rather than at the next restart.
 func (p *Platform) startIntake(ctx context.Context, takeDeliveries func()) {
 	if p.intake == nil {
 		takeDeliveries()
@@ -407,11 +424,9 @@ func (p *Platform) startIntake(ctx context.Context, takeDeliveries func()) {
 	}
 	p.intake.setRunCtx(ctx)
 	p.sweepIntake(ctx, takeDeliveries)
-	if p.deps.SharedClaims() != nil {
-		// Armed here, before Run goes on to report ready, not on the
-		// goroutine: an injected clock moved once Run is ready moves them.
-		renew := clock.NewTicker(p.clock, intakeRenewEvery)
-		sweep := clock.NewTicker(p.clock, intakeSweepEvery)
-		p.bg.Go(func() { p.keepIntake(ctx, renew, sweep) })
-	}
+	// Armed here, before Run goes on to report ready, not on the
+	// goroutine: an injected clock moved once Run is ready moves them.
+	renew := clock.NewTicker(p.clock, intakeRenewEvery)
+	sweep := clock.NewTicker(p.clock, intakeSweepEvery)
+	p.bg.Go(func() { p.keepIntake(ctx, renew, sweep) })
 }

@@ -3,9 +3,12 @@ package slack
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -239,4 +242,106 @@ func intakeEmpty(t *testing.T, st store.Store) {
 		entries, _, err := st.Registry().List(context.Background(), intakeNamespace)
 		return err == nil && len(entries) == 0
 	})
+}
+
+// drops counts the dropped events by reason.
+type drops struct {
+	platform.NopMetrics
+	mu  sync.Mutex
+	got map[string]int
+}
+
+// Dropped implements platform.Metrics.
+func (d *drops) Dropped(_, reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.got[reason]++
+}
+
+// count is how many were dropped for reason.
+func (d *drops) count(reason string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.got[reason]
+}
+
+// TestIntakeDeletesUnreadableEntries: a stored entry whose value cannot be
+// parsed, or whose key names no chat, is deleted at the sweep that finds
+// it and counted dropped (malformed), not skipped at every sweep.
+func TestIntakeDeletesUnreadableEntries(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	for key, value := range map[string]string{
+		teamA.ID + "/" + dmAda + "/00000000000000000001/0011223344556677": "{not json",
+		"nochat": `{"route":"events","body":"e30=","received":1}`,
+	} {
+		if _, err := st.Registry().Put(t.Context(), intakeNamespace, key, []byte(value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &drops{got: map[string]int{}}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Metrics: m})
+	intakeEmpty(t, st)
+	if n := m.count(dropMalformed); n != 2 {
+		t.Fatalf("%d entries dropped malformed, want 2", n)
+	}
+	if n := e.sink.Taken(); n != 0 {
+		t.Fatalf("%d unreadable entries delivered, want none", n)
+	}
+}
+
+// listFails is a store whose Registry's List fails while fail is set.
+type listFails struct {
+	store.Store
+	fail *atomic.Bool
+}
+
+// Registry implements store.Store.
+func (s listFails) Registry() store.Registry { return failingList{s.Store.Registry(), s.fail} }
+
+// failingList is a Registry whose List fails while fail is set.
+type failingList struct {
+	store.Registry
+	fail *atomic.Bool
+}
+
+// List implements store.Registry.
+func (r failingList) List(ctx context.Context, namespace string) ([]store.Entry, uint64, error) {
+	if r.fail.Load() {
+		return nil, 0, errors.New("registry unavailable")
+	}
+	return r.Registry.List(ctx, namespace)
+}
+
+// TestIntakeRetriedOnOneInstance: on a single instance (no cluster), an
+// entry its start could not list (the store failing) is resumed at a
+// later sweep, intakeSweepEvery on, not left until the next restart.
+func TestIntakeRetriedOnOneInstance(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(nil)
+	t.Cleanup(func() { _ = mem.Close() })
+	rec := intakeRecord{
+		Route:    routeEvents,
+		Body:     slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "left behind")),
+		Received: clk.Now().UnixNano(),
+	}
+	value, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mem.Registry().Put(t.Context(), intakeNamespace, intakeKey(teamA.ID+"/"+dmAda, rec), value); err != nil {
+		t.Fatal(err)
+	}
+	fail := &atomic.Bool{}
+	fail.Store(true)
+	e := newEnv(t, nil, &platform.Deps{Store: listFails{mem, fail}, Clock: clk})
+	if n := e.sink.Taken(); n != 0 {
+		t.Fatalf("%d delivered while the intake could not be listed, want none", n)
+	}
+	fail.Store(false)
+	clk.Advance(intakeSweepEvery)
+	if d := e.sink.Next(t); d.Event.Text != "left behind" {
+		t.Fatalf("resumed %+v, want the stored message", d.Event)
+	}
+	intakeEmpty(t, mem)
 }

@@ -44,7 +44,7 @@ func TestFairShareInAWorkspace(t *testing.T) {
 	if _, err := e.fake.WaitMessages(ctx, chanGeneral, tierPost.burst); err != nil {
 		t.Fatal(err)
 	}
-	if err := clk.WaitPending(ctx, 1); err != nil {
+	if err := clk.WaitPending(ctx, standingTimers+1); err != nil {
 		t.Fatal(err)
 	}
 	b := e.p.limits.budget(teamA.ID, "chat.postMessage")
@@ -66,7 +66,7 @@ func TestFairShareInAWorkspace(t *testing.T) {
 		if steps > 3 {
 			t.Fatalf("t3's send still waiting after %d tokens", steps)
 		}
-		if err := clk.WaitPending(ctx, 1); err != nil {
+		if err := clk.WaitPending(ctx, standingTimers+1); err != nil {
 			t.Fatal(err)
 		}
 		clk.Advance(100 * time.Millisecond)

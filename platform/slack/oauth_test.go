@@ -58,7 +58,9 @@ func (e *env) callback(t *testing.T, code, state string, cookie *http.Cookie) (i
 // its token. Its state is single-use, bound to the browser, and expires;
 // app_uninstalled forgets the token.
 func TestOAuthInstallThenEvent(t *testing.T) {
-	clk := clocktest.New(time.Now())
+	// The install is a minute before the uninstall's event_time (the
+	// real clock's, slacktest.Envelope's).
+	clk := clocktest.New(time.Now().Add(-time.Minute))
 	e := newEnv(t, func(c *Config) { c.Teams[teamC.ID] = "t3" }, &platform.Deps{Clock: clk})
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindTeam, ID: teamC.ID, Tenant: "t3"}}); err != nil {
 		t.Fatal(err)
@@ -128,12 +130,12 @@ func TestTokensRevokedForgetsTheBotToken(t *testing.T) {
 
 // TestOAuthStateSingleUseForItsLife: a state stays used for its whole
 // life, however short slack.dedupe_window is: a second callback with it
-// and a good code, later than the window (and than an event's pending
-// claim, pendingTTL) but within the state's ten minutes, is refused and
-// installs nothing.
+// and a good code, later than the shortest window (and than an event's
+// pending claim, pendingTTL) but within the state's ten minutes, is
+// refused and installs nothing.
 func TestOAuthStateSingleUseForItsLife(t *testing.T) {
 	clk := clocktest.New(time.Now())
-	e := newEnv(t, func(c *Config) { c.DedupeWindow = time.Minute }, &platform.Deps{Clock: clk})
+	e := newEnv(t, func(c *Config) { c.DedupeWindow = signatureWindow }, &platform.Deps{Clock: clk})
 	state, cookie := e.install(t)
 	e.fake.AddOAuthCode("code-1", teamC)
 	if code, body := e.callback(t, "code-1", state, cookie); code != http.StatusOK {
@@ -142,14 +144,14 @@ func TestOAuthStateSingleUseForItsLife(t *testing.T) {
 	if ok, err := e.p.works.remove(t.Context(), teamC.ID); !ok || err != nil {
 		t.Fatalf("remove: %v %v", ok, err)
 	}
-	later := pendingTTL + time.Minute
+	later := max(pendingTTL, signatureWindow) + time.Minute
 	if later >= stateTTL {
 		t.Fatalf("%v is not within the state's life %v", later, stateTTL)
 	}
 	clk.Advance(later)
 	e.fake.AddOAuthCode("code-2", teamC)
 	if code, body := e.callback(t, "code-2", state, cookie); code != http.StatusBadRequest || !strings.Contains(body, "already used") {
-		t.Fatalf("a state used %v ago, dedupe_window 1 min: %d %s", later, code, body)
+		t.Fatalf("a state used %v ago, dedupe_window %v: %d %s", later, signatureWindow, code, body)
 	}
 	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); ok {
 		t.Fatal("a used state installed the workspace again")
@@ -192,6 +194,34 @@ func TestStaleUninstallKeepsANewerInstall(t *testing.T) {
 	uninstall("Ev2", clk.Now())
 	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); ok {
 		t.Fatal("an uninstall after the install left it")
+	}
+}
+
+// TestUninstallInTheInstallSecondKeepsIt: event_time is whole seconds, as
+// is the install time stored, so an uninstall whose event_time is the
+// install's second cannot be told from a retry of an older one. It keeps
+// the install: a revoked token left in place is refused by Slack at its
+// first use, a new install forgotten is lost without a word.
+func TestUninstallInTheInstallSecondKeepsIt(t *testing.T) {
+	clk := clocktest.New(time.Now().Truncate(time.Second).Add(900 * time.Millisecond))
+	e := newEnv(t, func(c *Config) { c.Teams[teamC.ID] = "t3" }, &platform.Deps{Clock: clk})
+	state, cookie := e.install(t)
+	e.fake.AddOAuthCode("code-1", teamC)
+	if code, body := e.callback(t, "code-1", state, cookie); code != http.StatusOK {
+		t.Fatalf("callback: %d %s", code, body)
+	}
+	var env map[string]any
+	if err := json.Unmarshal(slacktest.Envelope(teamC.ID, teamC.BotUser, "Ev1", map[string]any{"type": "app_uninstalled"}), &env); err != nil {
+		t.Fatal(err)
+	}
+	env["event_time"] = clk.Now().Unix() // the install's second, 0.9 s into it
+	body, _ := json.Marshal(env)
+	req := slacktest.SignedRequest(e.srv.URL+EventsPath, testSecret, clk.Now(), "application/json", body)
+	if code, text := e.do(t, req); code != http.StatusOK {
+		t.Fatalf("app_uninstalled: %d %s", code, text)
+	}
+	if _, ok, _ := e.p.works.load(t.Context(), teamC.ID); !ok {
+		t.Fatal("an uninstall whose event_time is the install's second forgot the install")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -93,6 +94,23 @@ func TestConfigRefusesATokenList(t *testing.T) {
 		err := Config{SigningSecret: testSecret, BotToken: token}.Validate()
 		if err == nil || !strings.Contains(err.Error(), "slack.bot_token") || strings.Contains(err.Error(), teamB.Token) {
 			t.Fatalf("bot_token %q: %v", token, err)
+		}
+	}
+}
+
+// TestConfigRefusesAShortDedupeWindow: a signed request is accepted for
+// signatureWindow, so a dedupe_window below it would let a captured one be
+// replayed once the dedupe forgets it; Validate refuses it, naming the key.
+func TestConfigRefusesAShortDedupeWindow(t *testing.T) {
+	for _, w := range []time.Duration{time.Second, signatureWindow - time.Second} {
+		err := Config{SigningSecret: testSecret, BotToken: teamA.Token, DedupeWindow: w}.Validate()
+		if err == nil || !strings.Contains(err.Error(), "slack.dedupe_window") {
+			t.Fatalf("dedupe_window %v: %v", w, err)
+		}
+	}
+	for _, w := range []time.Duration{0, signatureWindow, time.Hour} {
+		if err := (Config{SigningSecret: testSecret, BotToken: teamA.Token, DedupeWindow: w}).Validate(); err != nil {
+			t.Fatalf("dedupe_window %v refused: %v", w, err)
 		}
 	}
 }
