@@ -102,6 +102,9 @@ const (
 	manifestsChannel   = "discord/commands"
 	commandPoll        = 30 * time.Second
 	storeTimeout       = 5 * time.Second
+	// manifestGets is how many tenants' entries a reconcile reads one by
+	// one; for more it lists the namespace once.
+	manifestGets = 16
 )
 
 // commandSync holds the tenants' manifests and reconciles the registries
@@ -352,22 +355,9 @@ func (c *commandSync) load(ctx context.Context, scopes []scopeSync) (map[string]
 		}
 		tenants[tenant] = tenant != ""
 	}
-	stored := map[string][]byte{}
-	if c.shared != nil {
-		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		defer cancel()
-		for tenant, ok := range tenants {
-			if !ok {
-				continue
-			}
-			e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
-			if err != nil {
-				return nil, err
-			}
-			if found {
-				stored[tenant] = e.Value
-			}
-		}
+	stored, err := c.read(ctx, tenants)
+	if err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -389,6 +379,44 @@ func (c *commandSync) load(ctx context.Context, scopes []scopeSync) (map[string]
 		}
 	}
 	return out, nil
+}
+
+// read returns the stored values of the tenants marked true, with several
+// instances: one read each for a few, one listing of the namespace for
+// more (a new Gateway session delivers every guild at once), so the reads
+// stay within storeTimeout however many tenants there are.
+func (c *commandSync) read(ctx context.Context, tenants map[string]bool) (map[string][]byte, error) {
+	stored := map[string][]byte{}
+	if c.shared == nil {
+		return stored, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if len(tenants) > manifestGets {
+		entries, _, err := c.shared.List(ctx, manifestsNamespace)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if tenants[e.Key] {
+				stored[e.Key] = e.Value
+			}
+		}
+		return stored, nil
+	}
+	for tenant, ok := range tenants {
+		if !ok {
+			continue
+		}
+		e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			stored[tenant] = e.Value
+		}
+	}
+	return stored, nil
 }
 
 // desired is what scope should hold, and the tenant its calls count
