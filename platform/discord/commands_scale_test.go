@@ -65,14 +65,14 @@ func TestManyTenantsManifestsRead(t *testing.T) {
 				ids = append(ids, tenant)
 				bindings = append(bindings, platform.Binding{Kind: platform.BindGuild, ID: guild, Tenant: tenant})
 				scopes = append(scopes, scopeSync{scope: guild})
-				if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, tenant, []byte(`[{"name":"ask","description":"`+tenant+`"}]`)); err != nil {
+				if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, tenant, storedManifest(`[{"name":"ask","description":"`+tenant+`"}]`)); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if err := e.p.Bind(bindings); err != nil {
 				t.Fatal(err)
 			}
-			e.p.SetTenants(ids)
+			e.p.SetTenants(declared(ids...))
 			reg := &countingRegistry{Registry: st.Registry()}
 			e.p.cmds.shared = reg
 			manifests, err := e.p.cmds.load(waitCtx(t), scopes)
