@@ -64,9 +64,10 @@ import (
 // manifest. A manifest is kept with the creation time of the tenant it was
 // sent for (registry.Tenant.Created), so one of an earlier creation is
 // ignored and deleted too, and the re-created tenant's guilds emptied, when
-// the deletion and the creation came in one registry apply. The instances that delete it are those that saw the tenant
-// configured and then not, or that started since: one whose registry apply
-// lags never deletes the manifest of a tenant newer than that apply.
+// the deletion and the creation came in one registry apply. The instances
+// that delete it are those that saw the tenant configured and then not, or
+// that started since: one whose registry apply lags never deletes the
+// manifest of a tenant newer than that apply.
 
 // commandName is what the contract lets through; invalid entries are
 // dropped one by one.
@@ -290,20 +291,21 @@ func (c *commandSync) setTenants(created map[string]time.Time) {
 	for tenant := range c.tenants {
 		delete(c.forget, tenant)
 	}
-	if !left {
-		c.mu.Unlock()
-		return
-	}
 	for _, kept := range []map[string]manifest{c.manifests, c.unsaved} {
 		for tenant, m := range kept {
-			if before == nil && m.Created.IsZero() { // a hello before the first apply
+			if _, known := before[tenant]; !known && m.Created.IsZero() {
+				// Its hello came before this instance's apply of the tenant.
 				m.Created = c.tenants[tenant]
 				kept[tenant] = m
 			}
-			if !c.currentLocked(tenant, m.Created) {
+			if left && !c.currentLocked(tenant, m.Created) {
 				delete(kept, tenant)
 			}
 		}
+	}
+	if !left {
+		c.mu.Unlock()
+		return
 	}
 	c.lastRev = 0 // the next look lists the namespace
 	c.mu.Unlock()
