@@ -3,6 +3,7 @@ package platform
 import (
 	"context"
 	"strings"
+	"time"
 )
 
 // Binding gives one chat scope of a platform to a tenant: a Discord guild,
@@ -97,11 +98,13 @@ type RelevanceTaker interface {
 
 // TenantKeeper is implemented by platforms that keep state of a tenant's
 // that must end with the tenant (Discord's command manifests). SetTenants
-// is given the ids of every configured tenant at each apply of the
-// registry; the platform forgets what it keeps for any other, so a tenant
-// deleted and made again under its id starts afresh.
+// is given every configured tenant, id -> its creation time
+// (registry.Tenant.Created, zero for a declared tenant), at each apply of
+// the registry; the platform forgets what it keeps for any other tenant and
+// for an earlier creation of one, so a tenant deleted and made again under
+// its id starts afresh, even within one apply.
 type TenantKeeper interface {
-	SetTenants(ids []string)
+	SetTenants(created map[string]time.Time)
 }
 
 // ChatGranter is implemented by platforms where a chat may be open to a

@@ -193,12 +193,12 @@ func (l *live) applyLocked(ctx context.Context) error {
 	if err := l.relay.SetTenants(tenants); err != nil {
 		return failed(slog.LevelError, "registry not applied to the relay", err)
 	}
-	ids := make([]string, len(tenants))
-	for i, t := range tenants {
-		ids[i] = t.ID
+	created := make(map[string]time.Time, len(tenants))
+	for _, t := range tenants {
+		created[t.ID] = t.Created
 	}
 	for _, k := range l.keepers {
-		k.SetTenants(ids)
+		k.SetTenants(created)
 	}
 	bindings := s.PlatformBindings()
 	for name, b := range l.binders {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"syscall"
@@ -159,14 +160,21 @@ func TestSighupNotAppliedChangesNothing(t *testing.T) {
 	}
 }
 
-// tenantKeeper records the tenant ids each apply gives it.
-type tenantKeeper struct{ last []string }
+// tenantKeeper records the tenants each apply gives it: their ids, and
+// their creation times.
+type tenantKeeper struct {
+	last    []string
+	created map[string]time.Time
+}
 
-func (k *tenantKeeper) SetTenants(ids []string) { k.last = slices.Sorted(slices.Values(ids)) }
+func (k *tenantKeeper) SetTenants(created map[string]time.Time) {
+	k.last, k.created = slices.Sorted(maps.Keys(created)), created
+}
 
 // TestApplyTellsKeepersTheTenants: every apply gives the platforms that keep
 // per-tenant state (platform.TenantKeeper: Discord's command manifests) the
-// configured tenants, so a deleted tenant's state is forgotten.
+// configured tenants with their creation times, so a deleted tenant's
+// state is forgotten, and a re-created one's kept state is told apart.
 func TestApplyTellsKeepersTheTenants(t *testing.T) {
 	st := memStore(t)
 	ctx := context.Background()
@@ -190,6 +198,9 @@ func TestApplyTellsKeepersTheTenants(t *testing.T) {
 	}
 	if !slices.Equal(k.last, []string{"added", "t1"}) {
 		t.Fatalf("tenants given after a create = %v, want [added t1]", k.last)
+	}
+	if k.created["added"].IsZero() || !k.created["t1"].IsZero() {
+		t.Fatalf("creation times given = %v, want added's set and t1's (declared) zero", k.created)
 	}
 	if err := reg.DeleteTenant(ctx, "added"); err != nil {
 		t.Fatal(err)

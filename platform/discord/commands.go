@@ -61,9 +61,13 @@ import (
 // A manifest ends with its tenant: once the registry no longer configures
 // the tenant (SetTenants) it is ignored and deleted, so a tenant deleted and
 // made again under its id starts without commands until its gateway sends a
-// manifest. The instances that delete it are those that saw the tenant
-// configured and then not, or that started since: one whose registry apply
-// lags never deletes the manifest of a tenant newer than that apply.
+// manifest. A manifest is kept with the creation time of the tenant it was
+// sent for (registry.Tenant.Created), so one of an earlier creation is
+// ignored and deleted too, and the re-created tenant's guilds emptied, when
+// the deletion and the creation came in one registry apply. The instances
+// that delete it are those that saw the tenant configured and then not, or
+// that started since: one whose registry apply lags never deletes the
+// manifest of a tenant newer than that apply.
 
 // commandName is what the contract lets through; invalid entries are
 // dropped one by one.
@@ -102,7 +106,17 @@ const (
 	manifestsChannel   = "discord/commands"
 	commandPoll        = 30 * time.Second
 	storeTimeout       = 5 * time.Second
+	// manifestGets is how many tenants' entries a reconcile reads one by
+	// one; for more it lists the namespace once.
+	manifestGets = 16
 )
+
+// manifest is a tenant's manifest as kept and stored: its entries, and the
+// creation time of the tenant it was sent for (zero for a declared tenant).
+type manifest struct {
+	Created  time.Time        `json:"created,omitzero"`
+	Commands []map[string]any `json:"commands"`
+}
 
 // commandSync holds the tenants' manifests and reconciles the registries
 // they decide (see above) on its loop.
@@ -116,11 +130,11 @@ type commandSync struct {
 	poke   chan struct{} // a look at the shared manifests is due
 
 	mu        sync.Mutex
-	manifests map[string][]map[string]any // one instance: tenant -> its latest entries
-	unsaved   map[string][]map[string]any // several: the latest entries not stored yet
-	revs      map[string]uint64           // several: the stored entries' revisions a look or a save saw
-	lastRev   uint64                      // several: the namespace's revision the last look read
-	tenants   map[string]bool             // the configured tenants; nil until SetTenants
+	manifests map[string]manifest  // one instance: tenant -> its latest manifest
+	unsaved   map[string]manifest  // several: the latest manifests not stored yet
+	revs      map[string]uint64    // several: the stored entries' revisions a look or a save saw
+	lastRev   uint64               // several: the namespace's revision the last look read
+	tenants   map[string]time.Time // the configured tenants and their creation; nil until SetTenants
 	// forget are the tenants this instance saw configured and then not
 	// (deleted): their stored manifests are deleted by a look. A tenant it
 	// never saw may be newer than its last registry apply (one that failed,
@@ -139,7 +153,7 @@ type commandSync struct {
 func newCommandSync(p *Platform) *commandSync {
 	c := &commandSync{
 		p: p, dirty: make(chan struct{}, 1), poke: make(chan struct{}, 1),
-		manifests: map[string][]map[string]any{}, unsaved: map[string][]map[string]any{}, revs: map[string]uint64{},
+		manifests: map[string]manifest{}, unsaved: map[string]manifest{}, revs: map[string]uint64{},
 		present: map[string]bool{}, pending: map[string]bool{}, forget: map[string]bool{},
 	}
 	if p.deps.Cluster != nil && p.deps.Store != nil {
@@ -167,8 +181,9 @@ func (p *Platform) ObserveHello(tenant, gatewayID string, hello *contract.Gatewa
 }
 
 // SetTenants implements platform.TenantKeeper: the manifests of tenants
-// not in ids are ignored and forgotten.
-func (p *Platform) SetTenants(ids []string) { p.cmds.setTenants(ids) }
+// not in created, or sent for an earlier creation, are ignored and
+// forgotten.
+func (p *Platform) SetTenants(created map[string]time.Time) { p.cmds.setTenants(created) }
 
 // parseManifest validates a command_manifest array entry by entry.
 func parseManifest(raw json.RawMessage) (entries []map[string]any, dropped int, err error) {
@@ -210,12 +225,13 @@ func parseManifest(raw json.RawMessage) (entries []map[string]any, dropped int, 
 // registry (DMTenant's manifest, or kept empty when there is no DMTenant).
 func (c *commandSync) set(tenant string, entries []map[string]any) {
 	c.mu.Lock()
+	m := manifest{Created: c.tenants[tenant], Commands: entries}
 	if c.shared != nil {
-		c.unsaved[tenant] = entries
+		c.unsaved[tenant] = m
 	} else {
-		c.manifests[tenant] = entries
+		c.manifests[tenant] = m
 	}
-	c.queueTenantLocked(tenant)
+	c.queueTenantLocked(tenant, false)
 	if dm := c.p.cfg.DMTenant; dm == "" || dm == tenant {
 		c.queueLocked(globalScope, false)
 	}
@@ -229,55 +245,76 @@ func (c *commandSync) queueLocked(scope string, empty bool) {
 	c.pending[scope] = c.pending[scope] || empty
 }
 
-// queueTenantLocked queues tenant's guilds. Called under mu.
-func (c *commandSync) queueTenantLocked(tenant string) {
+// queueTenantLocked queues tenant's guilds, as queueLocked. Called under
+// mu.
+func (c *commandSync) queueTenantLocked(tenant string, empty bool) {
 	for guild, owner := range c.p.guildOwners() {
 		if owner == tenant {
-			c.queueLocked(guild, false)
+			c.queueLocked(guild, empty)
 		}
 	}
 }
 
-// setTenants records the configured tenants: the manifests of any other
-// are ignored from now on, and forgotten (deleted from the store by the
-// next look).
-func (c *commandSync) setTenants(ids []string) {
+// currentLocked reports whether a manifest of tenant sent for its creation
+// at created is to be used: the tenant is configured (or SetTenants not
+// called yet) and was not made again since. Called under mu.
+func (c *commandSync) currentLocked(tenant string, created time.Time) bool {
+	if c.tenants == nil {
+		return true
+	}
+	t, ok := c.tenants[tenant]
+	return ok && !created.Before(t)
+}
+
+// setTenants records the configured tenants and their creation: the
+// manifests of any other, or of an earlier creation, are ignored from now
+// on, and forgotten (deleted from the store by the next look). The guilds
+// of a tenant made again since the last call are emptied.
+func (c *commandSync) setTenants(created map[string]time.Time) {
 	c.mu.Lock()
 	before := c.tenants
-	c.tenants = make(map[string]bool, len(ids))
-	for _, id := range ids {
-		c.tenants[id] = true
-	}
-	left := before == nil
+	c.tenants = make(map[string]time.Time, len(created))
+	maps.Copy(c.tenants, created)
+	left, remade := before == nil, false
 	c.forgetAll = c.forgetAll || before == nil
-	for tenant := range before {
-		if !c.tenants[tenant] {
+	for tenant, was := range before {
+		now, ok := c.tenants[tenant]
+		switch {
+		case !ok:
 			left = true
 			c.forget[tenant] = true
+		case now.After(was): // deleted and made again
+			left, remade = true, true
+			c.queueTenantLocked(tenant, true)
 		}
 	}
 	for tenant := range c.tenants {
 		delete(c.forget, tenant)
 	}
+	for _, kept := range []map[string]manifest{c.manifests, c.unsaved} {
+		for tenant, m := range kept {
+			if _, known := before[tenant]; !known && m.Created.IsZero() {
+				// Its hello came before this instance's apply of the tenant.
+				m.Created = c.tenants[tenant]
+				kept[tenant] = m
+			}
+			if left && !c.currentLocked(tenant, m.Created) {
+				delete(kept, tenant)
+			}
+		}
+	}
 	if !left {
 		c.mu.Unlock()
 		return
-	}
-	for tenant := range c.manifests {
-		if !c.tenants[tenant] {
-			delete(c.manifests, tenant)
-		}
-	}
-	for tenant := range c.unsaved {
-		if !c.tenants[tenant] {
-			delete(c.unsaved, tenant)
-		}
 	}
 	c.lastRev = 0 // the next look lists the namespace
 	c.mu.Unlock()
 	select {
 	case c.poke <- struct{}{}:
 	default:
+	}
+	if remade {
+		c.signal()
 	}
 }
 
@@ -352,43 +389,70 @@ func (c *commandSync) load(ctx context.Context, scopes []scopeSync) (map[string]
 		}
 		tenants[tenant] = tenant != ""
 	}
-	stored := map[string][]byte{}
-	if c.shared != nil {
-		ctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		defer cancel()
-		for tenant, ok := range tenants {
-			if !ok {
-				continue
-			}
-			e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
-			if err != nil {
-				return nil, err
-			}
-			if found {
-				stored[tenant] = e.Value
-			}
-		}
+	stored, err := c.read(ctx, tenants)
+	if err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string][]map[string]any{}
 	for tenant, ok := range tenants {
-		if !ok || (c.tenants != nil && !c.tenants[tenant]) {
+		if !ok {
 			continue
 		}
-		if entries, ok := c.manifests[tenant]; ok { // one instance
-			out[tenant] = entries
+		if m, ok := c.manifests[tenant]; ok && c.currentLocked(tenant, m.Created) { // one instance
+			out[tenant] = m.Commands
 		}
 		if value, ok := stored[tenant]; ok {
-			var entries []map[string]any
-			if err := json.Unmarshal(value, &entries); err != nil {
+			var m manifest
+			if err := json.Unmarshal(value, &m); err != nil {
 				c.p.log.Warn("discord stored command_manifest unreadable", "tenant", tenant)
 				continue
 			}
-			out[tenant] = entries
+			if c.currentLocked(tenant, m.Created) {
+				out[tenant] = m.Commands
+			}
 		}
 	}
 	return out, nil
+}
+
+// read returns the stored values of the tenants marked true, with several
+// instances: one read each for a few, one listing of the namespace for
+// more (a new Gateway session delivers every guild at once), so the reads
+// stay within storeTimeout however many tenants there are.
+func (c *commandSync) read(ctx context.Context, tenants map[string]bool) (map[string][]byte, error) {
+	stored := map[string][]byte{}
+	if c.shared == nil {
+		return stored, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	if len(tenants) > manifestGets {
+		entries, _, err := c.shared.List(ctx, manifestsNamespace)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if tenants[e.Key] {
+				stored[e.Key] = e.Value
+			}
+		}
+		return stored, nil
+	}
+	for tenant, ok := range tenants {
+		if !ok {
+			continue
+		}
+		e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			stored[tenant] = e.Value
+		}
+	}
+	return stored, nil
 }
 
 // desired is what scope should hold, and the tenant its calls count
@@ -591,7 +655,7 @@ func (c *commandSync) lookAt(ctx context.Context, tenant string) {
 	changed := e.Rev > c.revs[tenant]
 	if changed {
 		c.revs[tenant] = e.Rev
-		c.queueTenantLocked(tenant)
+		c.queueTenantLocked(tenant, false)
 	}
 	c.mu.Unlock()
 	if changed {
@@ -602,7 +666,8 @@ func (c *commandSync) lookAt(ctx context.Context, tenant string) {
 // look reads the stored manifests when the namespace changed since the
 // last look, queues the guilds of each tenant whose entry changed, and
 // deletes the entries of tenants no longer configured that it forgets
-// (commandSync.forget).
+// (commandSync.forget), and those of an earlier creation of a configured
+// tenant.
 func (c *commandSync) look(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -625,15 +690,20 @@ func (c *commandSync) look(ctx context.Context) {
 	c.mu.Lock()
 	c.lastRev = rev
 	for _, e := range stored {
-		if c.tenants != nil && !c.tenants[e.Key] {
-			if c.forgetAll || c.forget[e.Key] {
+		if c.tenants != nil {
+			var m manifest
+			_ = json.Unmarshal(e.Value, &m) // unreadable: as of no creation
+			created, ok := c.tenants[e.Key]
+			if !ok && (c.forgetAll || c.forget[e.Key]) || ok && m.Created.Before(created) {
 				gone = append(gone, e)
 			}
-			continue
+			if !ok || m.Created.Before(created) {
+				continue
+			}
 		}
 		if e.Rev > c.revs[e.Key] {
 			c.revs[e.Key] = e.Rev
-			c.queueTenantLocked(e.Key)
+			c.queueTenantLocked(e.Key, false)
 			queued = true
 		}
 	}

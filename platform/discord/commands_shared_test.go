@@ -59,6 +59,21 @@ func newSharedPair(t *testing.T) *sharedPair {
 	return &sharedPair{holder: holder, other: other, st: st}
 }
 
+// declared is SetTenants' argument for the declared tenants ids (no
+// creation time).
+func declared(ids ...string) map[string]time.Time {
+	out := make(map[string]time.Time, len(ids))
+	for _, id := range ids {
+		out[id] = time.Time{}
+	}
+	return out
+}
+
+// storedManifest is the stored value of a manifest of a declared tenant.
+func storedManifest(commands string) []byte {
+	return []byte(`{"commands":` + commands + `}`)
+}
+
 // waitGuildDescriptions waits until guild's registry holds exactly the
 // commands named in names, each described with prefix (manifestOf).
 func waitGuildDescriptions(t *testing.T, f *discordtest.Server, guild, prefix string, names []string) {
@@ -149,11 +164,11 @@ func TestManifestForgottenWithItsTenant(t *testing.T) {
 	if !stored() {
 		t.Fatal("t2's manifest is not in the store")
 	}
-	sp.holder.p.SetTenants([]string{"t1"})
-	sp.other.p.SetTenants([]string{"t1"})
+	sp.holder.p.SetTenants(declared("t1"))
+	sp.other.p.SetTenants(declared("t1"))
 	platformtest.WaitUntil(t, "t2's stored manifest deleted", func() bool { return !stored() })
-	sp.holder.p.SetTenants([]string{"t1", "t2"})
-	sp.other.p.SetTenants([]string{"t1", "t2"})
+	sp.holder.p.SetTenants(declared("t1", "t2"))
+	sp.other.p.SetTenants(declared("t1", "t2"))
 	manifests, err := sp.holder.p.cmds.load(waitCtx(t), []scopeSync{{scope: guildOther}})
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +209,7 @@ func TestLostNoticeMadeUpByThePoll(t *testing.T) {
 	// Gateway delivered, so none is left queued.
 	holder.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
 	registered("the hello's manifest", "A ask", holder.cfg.CommandSyncDebounce)
-	if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, "t2", []byte(manifestOf("B", []string{"ask"}, nil))); err != nil {
+	if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, "t2", storedManifest(manifestOf("B", []string{"ask"}, nil))); err != nil {
 		t.Fatal(err)
 	}
 	registered("the manifest stored without a notice", "B ask", commandPoll)
@@ -215,10 +230,10 @@ func TestStaleTenantsKeepANewerTenantsManifest(t *testing.T) {
 	e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
 	c := newCommandSync(e.p) // no loop: each look is the test's
 	c.shared, c.ps = st.Registry(), st.PubSub()
-	c.setTenants([]string{"t1", "t3"})
+	c.setTenants(declared("t1", "t3"))
 	c.look(waitCtx(t))
 	put := func(tenant string) {
-		if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, tenant, []byte(manifestOf("X", []string{"ask"}, nil))); err != nil {
+		if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, tenant, storedManifest(manifestOf("X", []string{"ask"}, nil))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -231,7 +246,7 @@ func TestStaleTenantsKeepANewerTenantsManifest(t *testing.T) {
 	}
 	put("t2") // t2 made and its hello stored on another instance
 	put("t3")
-	c.setTenants([]string{"t1"}) // t3 deleted; t2 not seen yet
+	c.setTenants(declared("t1")) // t3 deleted; t2 not seen yet
 	c.look(waitCtx(t))
 	if !stored("t2") {
 		t.Fatal("a tenant newer than this instance's registry apply lost its stored manifest")
@@ -303,4 +318,56 @@ func TestManifestsReadFailureRetried(t *testing.T) {
 	reg.armOnPut.Store(false)
 	reg.armed.Store(false)
 	registered("the manifest whose read failed", "B ask", commandPoll)
+}
+
+// TestRemadeTenantLosesTheEarlierManifest: t2 deleted and made again
+// under its id within one registry apply (the keeper sees t2 throughout,
+// with a later creation time): the earlier t2's stored manifest is
+// ignored and deleted, and t2's guild emptied, until the new t2's gateway
+// sends a manifest; the new one is then registered.
+func TestRemadeTenantLosesTheEarlierManifest(t *testing.T) {
+	t.Parallel()
+	sp := newSharedPair(t)
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	apply := func(created time.Time) {
+		tenants := map[string]time.Time{"t1": {}, "t2": created}
+		sp.holder.p.SetTenants(tenants)
+		sp.other.p.SetTenants(tenants)
+	}
+	apply(first)
+	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, sp.holder.fake, guildOther, "Old", []string{"ask"})
+	apply(again)
+	platformtest.WaitUntil(t, "the earlier t2's stored manifest deleted", func() bool {
+		_, ok, err := sp.st.Registry().Get(waitCtx(t), manifestsNamespace, "t2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !ok
+	})
+	waitGuildDescriptions(t, sp.holder.fake, guildOther, "", nil)
+	sp.other.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, sp.holder.fake, guildOther, "New", []string{"ask"})
+}
+
+// TestRemadeTenantLosesTheEarlierManifestOneInstance is
+// TestRemadeTenantLosesTheEarlierManifest with one instance, whose
+// manifests are kept in memory; the first hello comes before the first
+// registry apply.
+func TestRemadeTenantLosesTheEarlierManifestOneInstance(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, e.fake, guildOther, "Old", []string{"ask"})
+	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
+	manifests, err := e.p.cmds.load(waitCtx(t), []scopeSync{{scope: guildOther}})
+	if err != nil || len(manifests["t2"]) != 1 {
+		t.Fatalf("t2's manifest after the first apply = %v (%v), want its one command kept", manifests["t2"], err)
+	}
+	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": again})
+	waitGuildDescriptions(t, e.fake, guildOther, "", nil)
+	e.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, e.fake, guildOther, "New", []string{"ask"})
 }
