@@ -136,7 +136,11 @@ func testConfig(f *discordtest.Server, pub ed25519.PublicKey) Config {
 		BotToken: testToken, PublicKey: hex.EncodeToString(pub), ApplicationID: f.Options().AppID,
 		Guilds: map[string]string{guildLab: "t1", guildOther: "t2"}, DMTenant: "t1",
 		APIBaseURL: f.URL, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 200 * time.Millisecond,
-		HandshakeTimeout: 2 * time.Second, CommandSyncDebounce: 20 * time.Millisecond,
+		// The handshake deadline is waitCtx's: a handshake slowed by a loaded
+		// machine must not be cut and retried, which tests counting dials,
+		// HELLOs or IDENTIFYs would see (TestGatewayHandshakeWatchdog sets
+		// its own).
+		HandshakeTimeout: 10 * time.Second, CommandSyncDebounce: 20 * time.Millisecond,
 	}
 }
 
