@@ -272,3 +272,47 @@ func TestRetriedSealOnAnotherInstance(t *testing.T) {
 		})
 	}
 }
+
+// TestLateGroupFrameAfterASealOnAnotherInstance: a group stream is sealed
+// on one instance, then a late frame of it (sent before the seal, slowed
+// on the way) reaches another instance sharing the store (a real
+// redis-server), as after the gateway reconnected there. The frame shows
+// nothing: the stream's seal is in the store. The check was this
+// instance's memory only, so the other instance sent the frame as a new
+// preview message that no seal or send ever replaced.
+func TestLateGroupFrameAfterASealOnAnotherInstance(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk}, nil)
+	other, err := New(e.p.cfg, platform.Deps{Store: st, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.transport.CloseIdleConnections)
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true}); !r.Success {
+		t.Fatalf("seal: %+v", r)
+	}
+	before := e.fake.Messages(id)
+	late := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"}
+	if r := other.Execute(ctx, tenant, &late); !r.Success {
+		t.Fatalf("late frame on the other instance: %+v", r)
+	}
+	if after := e.fake.Messages(id); len(after) != len(before) {
+		t.Fatalf("the late frame on the other instance sent a message: %v, before %v", after, before)
+	}
+	if n := len(e.fake.Calls("editMessageText")); n != 1 {
+		t.Fatalf("editMessageText called %d times, want the seal's 1", n)
+	}
+}
