@@ -283,6 +283,10 @@ func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a
 	}
 	pv := p.openPreview(k, a)
 	defer pv.mu.Unlock()
+	if _, ok := p.recentSeal(k); ok { // sealed here while this frame waited
+		p.closePreview(k, pv)
+		return contract.OK("")
+	}
 	text := textsplit.Split(a.Content, splitRules)[0]
 	if pv.id != 0 {
 		gone, err := p.editText(ctx, tenant, chat, pv.id, text)
@@ -332,17 +336,20 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 
 // sealDraft sends a stream's final content as a real message, once per
 // stream (a repeated seal answers it: resealed), and answers the first
-// part's id. In a group chat the stream's preview becomes that first part.
+// part's id. In a group chat the stream's preview becomes that first part;
+// the seal holds the preview (one made if there is none) until it is
+// recorded, so a frame racing it shows nothing.
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
 	if id, ok := p.resealed(ctx, k, a); ok {
 		return contract.OK(id)
 	}
 	parts := textsplit.Split(a.Content, splitRules)
-	if _, open := p.previews.Peek(k); open {
+	if chat < 0 { // holding the preview: a frame waiting for it then finds the seal (showPreview)
 		pv := p.openPreview(k, a)
 		defer pv.mu.Unlock()
 		if id, ok := p.resealedHere(k, a); ok { // sealed here while this seal waited
+			p.closePreview(k, pv)
 			return contract.OK(id)
 		}
 		if pv.id != 0 {
@@ -363,7 +370,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 				return contract.OK(first)
 			}
 		}
-		p.closePreview(k, pv)
+		defer p.closePreview(k, pv) // once the seal below is recorded
 	}
 	first, _, r := p.sendParts(ctx, tenant, chat, a, parts, nil)
 	if first != "" {

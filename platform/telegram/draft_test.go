@@ -316,3 +316,168 @@ func TestLateGroupFrameAfterASealOnAnotherInstance(t *testing.T) {
 		t.Fatalf("editMessageText called %d times, want the seal's 1", n)
 	}
 }
+
+// hookedSeals is a seal store that calls onGet after each read.
+type hookedSeals struct {
+	store.Capabilities
+	onGet func()
+}
+
+func (h hookedSeals) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	v, ok, err := h.Capabilities.Get(ctx, key)
+	h.onGet()
+	return v, ok, err
+}
+
+// TestGroupFrameRacingItsSeal: a group stream's seal is editing the
+// preview into the reply (editMessageText held) when a late frame of the
+// stream comes in on the same instance and finds no seal yet. Once the
+// seal is done the frame shows nothing. It used to wait for the preview,
+// find it closed by the seal, and send a new preview message after the
+// reply, which nothing ever replaced.
+func TestGroupFrameRacingItsSeal(t *testing.T) {
+	var target atomic.Pointer[url.URL]
+	held, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target.Load()) }}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/editMessageText") {
+			first.Do(func() {
+				close(held)
+				<-release
+			})
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.APIServerURL = front.URL })
+	u, _ := url.Parse(e.fake.URL)
+	target.Store(u)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	var armed atomic.Bool
+	checked := make(chan struct{})
+	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
+		if armed.CompareAndSwap(true, false) {
+			close(checked)
+		}
+	}}
+
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	sealed := make(chan contract.Result, 1)
+	go func() {
+		sealed <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true})
+	}()
+	select {
+	case <-held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal edited no preview")
+	}
+	armed.Store(true)
+	late := make(chan contract.Result, 1)
+	go func() {
+		late <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"})
+	}()
+	select {
+	case <-checked:
+	case <-time.After(waitFor):
+		t.Fatal("the late frame did not look for the stream's seal")
+	}
+	close(release)
+	if r := <-sealed; !r.Success {
+		t.Fatalf("seal: %+v", r)
+	}
+	if r := <-late; !r.Success {
+		t.Fatalf("late frame: %+v", r)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("the chat has %v, want the reply alone", msgs)
+	}
+}
+
+// TestGroupFirstFrameRacingItsSeal: a group stream's seal comes with no
+// preview shown yet on this instance and is sending the reply
+// (sendMessage held) when the stream's frame, sent before it, comes in and
+// finds no seal yet. Once the seal is done the frame shows nothing. It
+// used to send a preview message of its own beside the reply, which
+// nothing ever replaced.
+func TestGroupFirstFrameRacingItsSeal(t *testing.T) {
+	var target atomic.Pointer[url.URL]
+	held, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target.Load()) }}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/sendMessage") {
+			first.Do(func() {
+				close(held)
+				<-release
+			})
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.APIServerURL = front.URL })
+	u, _ := url.Parse(e.fake.URL)
+	target.Store(u)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	var armed atomic.Bool
+	checked := make(chan struct{})
+	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
+		if armed.CompareAndSwap(true, false) {
+			close(checked)
+		}
+	}}
+
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	sealed := make(chan contract.Result, 1)
+	go func() {
+		sealed <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true})
+	}()
+	select {
+	case <-held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no message")
+	}
+	armed.Store(true)
+	late := make(chan contract.Result, 1)
+	go func() {
+		late <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"})
+	}()
+	select {
+	case <-checked:
+	case <-time.After(waitFor):
+		t.Fatal("the frame did not look for the stream's seal")
+	}
+	close(release)
+	if r := <-sealed; !r.Success {
+		t.Fatalf("seal: %+v", r)
+	}
+	if r := <-late; !r.Success {
+		t.Fatalf("late frame: %+v", r)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("the chat has %v, want the reply alone", msgs)
+	}
+}
