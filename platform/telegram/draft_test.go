@@ -21,6 +21,45 @@ import (
 	"connector/store"
 )
 
+// heldAPI is a front for the fake Bot API (to) that holds the first call
+// of one method until release; held is closed once that call came.
+type heldAPI struct {
+	URL      string
+	held     chan struct{}
+	released chan struct{}
+	target   atomic.Pointer[url.URL]
+	once     sync.Once
+}
+
+// holdFirst starts a heldAPI holding method; the test's end releases it.
+func holdFirst(t *testing.T, method string) *heldAPI {
+	h := &heldAPI{held: make(chan struct{}), released: make(chan struct{})}
+	var first sync.Once
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(h.target.Load()) }}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/"+method) {
+			first.Do(func() {
+				close(h.held)
+				<-h.released
+			})
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	t.Cleanup(h.release) // before front.Close: a held call ends first
+	h.URL = front.URL
+	return h
+}
+
+// to points the front at the fake Bot API at fakeURL.
+func (h *heldAPI) to(fakeURL string) {
+	u, _ := url.Parse(fakeURL)
+	h.target.Store(u)
+}
+
+// release lets the held call go on; later calls are not held.
+func (h *heldAPI) release() { h.once.Do(func() { close(h.released) }) }
+
 // TestPreviewSentWhileASendReplacesIt: a group draft's first frame is
 // still sending its preview (sendMessage held) when the tenant's send
 // into the chat looks for previews to replace: the send waits for the
@@ -28,30 +67,9 @@ import (
 // once sent, which the send reads unlocked: a data race, reported under
 // -race.
 func TestPreviewSentWhileASendReplacesIt(t *testing.T) {
-	var target atomic.Pointer[url.URL]
-	held, release := make(chan struct{}), make(chan struct{})
-	var first sync.Once
-	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target.Load()) }}
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/sendMessage") {
-			first.Do(func() {
-				close(held)
-				<-release
-			})
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(front.Close)
-	e := newEnv(t, func(c *Config) { c.APIServerURL = front.URL })
-	u, _ := url.Parse(e.fake.URL)
-	target.Store(u)
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
+	h := holdFirst(t, "sendMessage")
+	e := newEnv(t, func(c *Config) { c.APIServerURL = h.URL })
+	h.to(e.fake.URL)
 
 	chat := telegramtest.ChatT2
 	frame := make(chan contract.Result, 1)
@@ -59,13 +77,13 @@ func TestPreviewSentWhileASendReplacesIt(t *testing.T) {
 		frame <- e.act(t, "t2", contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 7, Content: "thinking"})
 	}()
 	select {
-	case <-held:
+	case <-h.held:
 	case <-time.After(waitFor):
 		t.Fatal("the draft frame sent no preview")
 	}
 	sent := make(chan contract.Result, 1)
 	go func() { sent <- e.act(t, "t2", sendAction(chat, "the answer")) }()
-	close(release)
+	h.release()
 	if r := <-frame; !r.Success {
 		t.Fatalf("draft frame: %+v", r)
 	}
@@ -336,32 +354,11 @@ func (h hookedSeals) Get(ctx context.Context, key string) ([]byte, bool, error) 
 // find it closed by the seal, and send a new preview message after the
 // reply, which nothing ever replaced.
 func TestGroupFrameRacingItsSeal(t *testing.T) {
-	var target atomic.Pointer[url.URL]
-	held, release := make(chan struct{}), make(chan struct{})
-	var first sync.Once
-	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target.Load()) }}
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/editMessageText") {
-			first.Do(func() {
-				close(held)
-				<-release
-			})
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(front.Close)
+	h := holdFirst(t, "editMessageText")
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
-	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.APIServerURL = front.URL })
-	u, _ := url.Parse(e.fake.URL)
-	target.Store(u)
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
+	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.APIServerURL = h.URL })
+	h.to(e.fake.URL)
 	var armed atomic.Bool
 	checked := make(chan struct{})
 	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
@@ -381,7 +378,7 @@ func TestGroupFrameRacingItsSeal(t *testing.T) {
 		sealed <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true})
 	}()
 	select {
-	case <-held:
+	case <-h.held:
 	case <-time.After(waitFor):
 		t.Fatal("the seal edited no preview")
 	}
@@ -395,7 +392,7 @@ func TestGroupFrameRacingItsSeal(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the late frame did not look for the stream's seal")
 	}
-	close(release)
+	h.release()
 	if r := <-sealed; !r.Success {
 		t.Fatalf("seal: %+v", r)
 	}
@@ -414,32 +411,11 @@ func TestGroupFrameRacingItsSeal(t *testing.T) {
 // used to send a preview message of its own beside the reply, which
 // nothing ever replaced.
 func TestGroupFirstFrameRacingItsSeal(t *testing.T) {
-	var target atomic.Pointer[url.URL]
-	held, release := make(chan struct{}), make(chan struct{})
-	var first sync.Once
-	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target.Load()) }}
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/sendMessage") {
-			first.Do(func() {
-				close(held)
-				<-release
-			})
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(front.Close)
+	h := holdFirst(t, "sendMessage")
 	st := store.NewMemory(nil)
 	t.Cleanup(func() { _ = st.Close() })
-	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.APIServerURL = front.URL })
-	u, _ := url.Parse(e.fake.URL)
-	target.Store(u)
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
+	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.APIServerURL = h.URL })
+	h.to(e.fake.URL)
 	var armed atomic.Bool
 	checked := make(chan struct{})
 	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
@@ -456,7 +432,7 @@ func TestGroupFirstFrameRacingItsSeal(t *testing.T) {
 		sealed <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true})
 	}()
 	select {
-	case <-held:
+	case <-h.held:
 	case <-time.After(waitFor):
 		t.Fatal("the seal sent no message")
 	}
@@ -470,7 +446,7 @@ func TestGroupFirstFrameRacingItsSeal(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("the frame did not look for the stream's seal")
 	}
-	close(release)
+	h.release()
 	if r := <-sealed; !r.Success {
 		t.Fatalf("seal: %+v", r)
 	}
