@@ -246,3 +246,63 @@ func TestPromptPressInASharedDMReachesItsPoster(t *testing.T) {
 		t.Fatalf("press delivered to %q: %+v, want t2's prompt_response", d.Tenant, d.Event)
 	}
 }
+
+// TestPromptPressInASharedGroupReachesItsPoster: in a group no tenant
+// binds or claims, t2 holds the chat by grant (its user 505 wrote there)
+// and prompts there; user 501, linked to t1 (501's home) and t2, presses.
+// The press is t2's answer, as in a shared DM: it went by the author's
+// route, to t1, which got t2's prompt_id and the choice while t2 never
+// did.
+func TestPromptPressInASharedGroupReachesItsPoster(t *testing.T) {
+	e := webhookEnv(t, nil)
+	bindings := []platform.Binding{
+		{Kind: platform.BindUser, ID: "501", Tenant: "t1"},
+		{Kind: platform.BindUser, ID: "501", Tenant: "t2"},
+		{Kind: platform.BindUser, ID: "505", Tenant: "t2"},
+	}
+	if err := e.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	const group = -100888
+	chat := map[string]any{"id": int64(group), "type": "supergroup", "title": "G"}
+	say := `{"update_id":884100901,"message":{"message_id":1,"date":1767225300,"chat":{"id":-100888,"type":"supergroup","title":"G"},"from":{"id":505,"is_bot":false,"first_name":"U"},"text":"hello"}}`
+	if code := e.post(t, []byte(say)); code != http.StatusOK {
+		t.Fatalf("t2's user's message: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t2" {
+		t.Fatalf("t2's user's message delivered to %q", d.Tenant)
+	}
+	r := e.act(t, "t2", promptAction(strconv.Itoa(group), contract.PromptOption{ID: "once", Label: "Approve once"}))
+	if !r.Success {
+		t.Fatalf("t2's prompt: %+v", r)
+	}
+	msgID, _ := strconv.Atoi(r.MessageID)
+	user := map[string]any{"id": int64(501), "is_bot": false, "first_name": "Ada"}
+	press, err := e.fake.PressButton(884100902, chat, msgID, "hp1:f00dba.1234abcd:once", user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("press: status %d", code)
+	}
+	d := e.sink.Next(t)
+	if d.Tenant != "t2" || d.Event == nil || d.Event.PromptResponse == nil || d.Event.PromptResponse.OptionID != "once" {
+		t.Fatalf("press delivered to %q: %+v, want t2's prompt_response", d.Tenant, d.Event)
+	}
+	// t3 claims the group since, and 501 is linked to it too: t2 may no
+	// longer act there, so a press on its prompt is t3's, as any message.
+	bindings = append(bindings, platform.Binding{Kind: platform.BindUser, ID: "501", Tenant: "t3"},
+		platform.Binding{Kind: platform.BindScope, ID: strconv.Itoa(group), Tenant: "t3"})
+	if err := e.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	if press, err = e.fake.PressButton(884100903, chat, msgID, "hp1:f00dba.1234abcd:once", user); err != nil {
+		t.Fatal(err)
+	}
+	if code := e.post(t, press); code != http.StatusOK {
+		t.Fatalf("press in the claimed group: status %d", code)
+	}
+	if d := e.sink.Next(t); d.Tenant != "t3" {
+		t.Fatalf("press in t3's claimed group delivered to %q, want t3", d.Tenant)
+	}
+}

@@ -31,8 +31,8 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 		return "", false, dropUnclaimed
 	case r.Drop != "":
 		return "", false, r.Drop
-	case r.Grant && chat.DM && in.event.PromptResponse != nil:
-		r.Tenant = p.promptPoster(ctx, own, src.UserID.Value, src.ChatID, in.event.PromptResponse.PromptMessageID, r.Tenant)
+	case r.Grant && in.event.PromptResponse != nil:
+		r.Tenant = p.promptPoster(ctx, own, src.UserID.Value, chat, in.event.PromptResponse.PromptMessageID, r.Tenant)
 		fallthrough
 	case r.Grant:
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant)
@@ -40,17 +40,18 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 	return r.Tenant, r.Owner, ""
 }
 
-// promptPoster is the tenant a button press in the DM of user, linked to
-// several tenants, answers: the linked tenant that posted the prompt
-// message (the mark Execute stores for a chat held by grant,
-// platform.Grants.Posted), else home, the tenant the DM routes to.
-func (p *Platform) promptPoster(ctx context.Context, own *platform.Ownership, user, chatID, message, home string) string {
+// promptPoster is the tenant a button press by user, linked to several
+// tenants, answers in a chat it reached by grant (its DM, or a group no
+// binding covers): the linked tenant that posted the prompt message (the
+// mark Execute stores for a chat held by grant, platform.Grants.Posted)
+// while it may act in chat, else home, the tenant the press routes to.
+func (p *Platform) promptPoster(ctx context.Context, own *platform.Ownership, user string, chat platform.Chat, message, home string) string {
 	tenants := own.LinkedTenants(user)
-	if len(tenants) < 2 || p.grants.PostedBy(ctx, chatID, message, home) {
+	if len(tenants) < 2 || p.grants.PostedBy(ctx, chat.ID, message, home) {
 		return home
 	}
 	for _, t := range tenants {
-		if t != home && p.grants.PostedBy(ctx, chatID, message, t) {
+		if t != home && p.grants.PostedBy(ctx, chat.ID, message, t) && own.MayAct(t, chat, func() bool { return true }) {
 			return t
 		}
 	}

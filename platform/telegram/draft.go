@@ -75,25 +75,38 @@ func (p *Platform) resealedHere(k draftKey, a *contract.Action) (string, bool) {
 // resealed is the message a repeated seal a of stream k answers, if it is
 // one: of a seal on this instance (resealedHere), else of one on any
 // instance sharing the store, which the gateway's retry reaches after a
-// reconnect. A record the store cannot give is logged and taken as none:
-// the seal is sent, as it was before any instance shared it.
+// reconnect (storedSeal).
 func (p *Platform) resealed(ctx context.Context, k draftKey, a *contract.Action) (string, bool) {
-	if id, ok := p.resealedHere(k, a); ok || p.seals == nil {
+	if id, ok := p.resealedHere(k, a); ok {
 		return id, ok
+	}
+	s, ok := p.storedSeal(ctx, k)
+	if !ok || s.Sum != contentSum(a.Content) {
+		return "", false
+	}
+	p.sealed.Add(k, s)
+	return s.ID, true
+}
+
+// storedSeal is stream k's seal within sealRetryWindow as the store holds
+// it, made on any instance. A record the store cannot give is logged and
+// taken as none: the seal is sent, as it was before any instance shared it.
+func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, bool) {
+	var s sealedDraft
+	if p.seals == nil {
+		return s, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
 	defer cancel()
 	raw, ok, err := p.seals.Get(ctx, k.sealKey())
 	if err != nil {
 		p.log.Warn("telegram draft seal not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
-		return "", false
+		return s, false
 	}
-	var s sealedDraft
-	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) || s.Sum != contentSum(a.Content) {
-		return "", false
+	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) {
+		return s, false
 	}
-	p.sealed.Add(k, s)
-	return s.ID, true
+	return s, true
 }
 
 // seal records that stream k, sealing a, became message id: on this
@@ -257,15 +270,23 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 
 // showPreview shows a group chat's draft frame in the stream's preview
 // message: it edits the message, or sends it when there is none yet (or it
-// is gone). A frame of a stream sealed within sealRetryWindow shows
-// nothing.
+// is gone). A frame of a stream sealed within sealRetryWindow, on any
+// instance sharing the store, shows nothing.
 func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
 	if _, ok := p.recentSeal(k); ok {
 		return contract.OK("")
 	}
+	if s, ok := p.storedSeal(ctx, k); ok {
+		p.sealed.Add(k, s)
+		return contract.OK("")
+	}
 	pv := p.openPreview(k, a)
 	defer pv.mu.Unlock()
+	if _, ok := p.recentSeal(k); ok { // sealed here while this frame waited
+		p.closePreview(k, pv)
+		return contract.OK("")
+	}
 	text := textsplit.Split(a.Content, splitRules)[0]
 	if pv.id != 0 {
 		gone, err := p.editText(ctx, tenant, chat, pv.id, text)
@@ -315,17 +336,20 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 
 // sealDraft sends a stream's final content as a real message, once per
 // stream (a repeated seal answers it: resealed), and answers the first
-// part's id. In a group chat the stream's preview becomes that first part.
+// part's id. In a group chat the stream's preview becomes that first part;
+// the seal holds the preview (one made if there is none) until it is
+// recorded, so a frame racing it shows nothing.
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
 	if id, ok := p.resealed(ctx, k, a); ok {
 		return contract.OK(id)
 	}
 	parts := textsplit.Split(a.Content, splitRules)
-	if _, open := p.previews.Peek(k); open {
+	if chat < 0 { // holding the preview: a frame waiting for it then finds the seal (showPreview)
 		pv := p.openPreview(k, a)
 		defer pv.mu.Unlock()
 		if id, ok := p.resealedHere(k, a); ok { // sealed here while this seal waited
+			p.closePreview(k, pv)
 			return contract.OK(id)
 		}
 		if pv.id != 0 {
@@ -346,7 +370,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 				return contract.OK(first)
 			}
 		}
-		p.closePreview(k, pv)
+		defer p.closePreview(k, pv) // once the seal below is recorded
 	}
 	first, _, r := p.sendParts(ctx, tenant, chat, a, parts, nil)
 	if first != "" {

@@ -21,6 +21,45 @@ import (
 	"connector/store"
 )
 
+// heldAPI is a front for the fake Bot API (to) that holds the first call
+// of one method until release; held is closed once that call came.
+type heldAPI struct {
+	URL      string
+	held     chan struct{}
+	released chan struct{}
+	target   atomic.Pointer[url.URL]
+	once     sync.Once
+}
+
+// holdFirst starts a heldAPI holding method; the test's end releases it.
+func holdFirst(t *testing.T, method string) *heldAPI {
+	h := &heldAPI{held: make(chan struct{}), released: make(chan struct{})}
+	var first sync.Once
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(h.target.Load()) }}
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/"+method) {
+			first.Do(func() {
+				close(h.held)
+				<-h.released
+			})
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	t.Cleanup(h.release) // before front.Close: a held call ends first
+	h.URL = front.URL
+	return h
+}
+
+// to points the front at the fake Bot API at fakeURL.
+func (h *heldAPI) to(fakeURL string) {
+	u, _ := url.Parse(fakeURL)
+	h.target.Store(u)
+}
+
+// release lets the held call go on; later calls are not held.
+func (h *heldAPI) release() { h.once.Do(func() { close(h.released) }) }
+
 // TestPreviewSentWhileASendReplacesIt: a group draft's first frame is
 // still sending its preview (sendMessage held) when the tenant's send
 // into the chat looks for previews to replace: the send waits for the
@@ -28,30 +67,9 @@ import (
 // once sent, which the send reads unlocked: a data race, reported under
 // -race.
 func TestPreviewSentWhileASendReplacesIt(t *testing.T) {
-	var target atomic.Pointer[url.URL]
-	held, release := make(chan struct{}), make(chan struct{})
-	var first sync.Once
-	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(target.Load()) }}
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasSuffix(r.URL.Path, "/sendMessage") {
-			first.Do(func() {
-				close(held)
-				<-release
-			})
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(front.Close)
-	e := newEnv(t, func(c *Config) { c.APIServerURL = front.URL })
-	u, _ := url.Parse(e.fake.URL)
-	target.Store(u)
-	t.Cleanup(func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	})
+	h := holdFirst(t, "sendMessage")
+	e := newEnv(t, func(c *Config) { c.APIServerURL = h.URL })
+	h.to(e.fake.URL)
 
 	chat := telegramtest.ChatT2
 	frame := make(chan contract.Result, 1)
@@ -59,13 +77,13 @@ func TestPreviewSentWhileASendReplacesIt(t *testing.T) {
 		frame <- e.act(t, "t2", contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 7, Content: "thinking"})
 	}()
 	select {
-	case <-held:
+	case <-h.held:
 	case <-time.After(waitFor):
 		t.Fatal("the draft frame sent no preview")
 	}
 	sent := make(chan contract.Result, 1)
 	go func() { sent <- e.act(t, "t2", sendAction(chat, "the answer")) }()
-	close(release)
+	h.release()
 	if r := <-frame; !r.Success {
 		t.Fatalf("draft frame: %+v", r)
 	}
@@ -270,5 +288,172 @@ func TestRetriedSealOnAnotherInstance(t *testing.T) {
 				t.Fatalf("the retried seal sent %d more messages: %v", n-sent, e.fake.Messages(id))
 			}
 		})
+	}
+}
+
+// TestLateGroupFrameAfterASealOnAnotherInstance: a group stream is sealed
+// on one instance, then a late frame of it (sent before the seal, slowed
+// on the way) reaches another instance sharing the store (a real
+// redis-server), as after the gateway reconnected there. The frame shows
+// nothing: the stream's seal is in the store. The check was this
+// instance's memory only, so the other instance sent the frame as a new
+// preview message that no seal or send ever replaced.
+func TestLateGroupFrameAfterASealOnAnotherInstance(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk}, nil)
+	other, err := New(e.p.cfg, platform.Deps{Store: st, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.transport.CloseIdleConnections)
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true}); !r.Success {
+		t.Fatalf("seal: %+v", r)
+	}
+	before := e.fake.Messages(id)
+	late := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"}
+	if r := other.Execute(ctx, tenant, &late); !r.Success {
+		t.Fatalf("late frame on the other instance: %+v", r)
+	}
+	if after := e.fake.Messages(id); len(after) != len(before) {
+		t.Fatalf("the late frame on the other instance sent a message: %v, before %v", after, before)
+	}
+	if n := len(e.fake.Calls("editMessageText")); n != 1 {
+		t.Fatalf("editMessageText called %d times, want the seal's 1", n)
+	}
+}
+
+// hookedSeals is a seal store that calls onGet after each read.
+type hookedSeals struct {
+	store.Capabilities
+	onGet func()
+}
+
+func (h hookedSeals) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	v, ok, err := h.Capabilities.Get(ctx, key)
+	h.onGet()
+	return v, ok, err
+}
+
+// TestGroupFrameRacingItsSeal: a group stream's seal is editing the
+// preview into the reply (editMessageText held) when a late frame of the
+// stream comes in on the same instance and finds no seal yet. Once the
+// seal is done the frame shows nothing. It used to wait for the preview,
+// find it closed by the seal, and send a new preview message after the
+// reply, which nothing ever replaced.
+func TestGroupFrameRacingItsSeal(t *testing.T) {
+	h := holdFirst(t, "editMessageText")
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.APIServerURL = h.URL })
+	h.to(e.fake.URL)
+	var armed atomic.Bool
+	checked := make(chan struct{})
+	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
+		if armed.CompareAndSwap(true, false) {
+			close(checked)
+		}
+	}}
+
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	sealed := make(chan contract.Result, 1)
+	go func() {
+		sealed <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true})
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal edited no preview")
+	}
+	armed.Store(true)
+	late := make(chan contract.Result, 1)
+	go func() {
+		late <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"})
+	}()
+	select {
+	case <-checked:
+	case <-time.After(waitFor):
+		t.Fatal("the late frame did not look for the stream's seal")
+	}
+	h.release()
+	if r := <-sealed; !r.Success {
+		t.Fatalf("seal: %+v", r)
+	}
+	if r := <-late; !r.Success {
+		t.Fatalf("late frame: %+v", r)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("the chat has %v, want the reply alone", msgs)
+	}
+}
+
+// TestGroupFirstFrameRacingItsSeal: a group stream's seal comes with no
+// preview shown yet on this instance and is sending the reply
+// (sendMessage held) when the stream's frame, sent before it, comes in and
+// finds no seal yet. Once the seal is done the frame shows nothing. It
+// used to send a preview message of its own beside the reply, which
+// nothing ever replaced.
+func TestGroupFirstFrameRacingItsSeal(t *testing.T) {
+	h := holdFirst(t, "sendMessage")
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.APIServerURL = h.URL })
+	h.to(e.fake.URL)
+	var armed atomic.Bool
+	checked := make(chan struct{})
+	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
+		if armed.CompareAndSwap(true, false) {
+			close(checked)
+		}
+	}}
+
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	sealed := make(chan contract.Result, 1)
+	go func() {
+		sealed <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true})
+	}()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no message")
+	}
+	armed.Store(true)
+	late := make(chan contract.Result, 1)
+	go func() {
+		late <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"})
+	}()
+	select {
+	case <-checked:
+	case <-time.After(waitFor):
+		t.Fatal("the frame did not look for the stream's seal")
+	}
+	h.release()
+	if r := <-sealed; !r.Success {
+		t.Fatalf("seal: %+v", r)
+	}
+	if r := <-late; !r.Success {
+		t.Fatalf("late frame: %+v", r)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("the chat has %v, want the reply alone", msgs)
 	}
 }

@@ -150,7 +150,13 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			p.drop(drop, number, sender)
 			return nil
 		}
-		if sent := p.sentAt(m); !p.newerRecorded(ctx, tenant, sender, sent) {
+		sent := p.sentAt(m)
+		if vault.Predates(p.vault, tenant, sent) {
+			// Sent before the tenant (re-created under its id) began: a
+			// conversation stamped then would read as its predecessor's.
+			sent = p.vault.(interface{ Since(string) time.Time }).Since(tenant)
+		}
+		if !p.newerRecorded(ctx, tenant, sender, sent) {
 			p.converse(ctx, tenant, sender, conv{Number: number, Last: wamid}, sent)
 		}
 		if ev.ReplyTo != nil {

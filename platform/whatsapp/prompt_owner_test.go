@@ -310,3 +310,30 @@ func TestTapOnAnEarlierTenantsPrompt(t *testing.T) {
 		t.Fatalf("a tap on the new t1's prompt: %+v", pr)
 	}
 }
+
+// TestMessageSentBeforeItsTenantBegan: t1 is deleted and created again
+// under its id (the vault's Since moves to its new start) between a
+// user's message being sent and Meta delivering it. The message reaches
+// the new t1, which can answer it. Its conversation was stamped with the
+// send time, which the vault took for the earlier t1's, so the answer was
+// declined as a chat t1 may not act in.
+func TestMessageSentBeforeItsTenantBegan(t *testing.T) {
+	sent := time.Unix(1768480800, 0) // whatsapptest's message timestamp
+	clk := clocktest.New(sent.Add(time.Minute))
+	began := sent.Add(30 * time.Second)
+	since := func(tenant string) time.Time {
+		if tenant == "t1" {
+			return began
+		}
+		return time.Time{}
+	}
+	r := newRig(t, vault.NewMemory(vault.Config{Clock: clk, Since: since}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	r.converse(t, biz1, ada, "wamid.B1")
+	if got := r.sink.all(); len(got) != 1 || got[0].Tenant != "t1" {
+		t.Fatalf("delivered %+v, want the message to t1", got)
+	}
+	if res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": "hi"}); !res.Success {
+		t.Fatalf("t1's answer: %+v", res)
+	}
+}
