@@ -1415,3 +1415,36 @@ func TestEnrollRotationWithAFailedWakeWriteOnRedis(t *testing.T) {
 		t.Fatalf("the token of the failed enrollment, again: %v (it was spent)", err)
 	}
 }
+
+// TestDeleteTenantSweepRacingARecreateSameBindingOnRedis: as
+// TestDeleteTenantTwiceRacingARecreateSameBindingOnRedis, with instance
+// two's delete, re-creation of a and its binding of the very route key
+// landing right before instance one's sweep swaps the binding, after it
+// read a still being deleted. The new a keeps its binding: before, the
+// sweep's CompareAndSwap from the listed bytes removed it.
+func TestDeleteTenantSweepRacingARecreateSameBindingOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	key := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1702", Tenant: "a"}
+	if err := cmp.Or(one.CreateTenant(ctx, registry.Tenant{ID: "a"}), one.BindOwn(ctx, key)); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/bindings" {
+			return
+		}
+		raced = true
+		if err := cmp.Or(two.DeleteTenant(ctx, "a"), two.CreateTenant(ctx, registry.Tenant{ID: "a"}), two.BindOwn(ctx, key)); err != nil {
+			t.Fatalf("instance two's delete, re-creation of a and its binding: %v", err)
+		}
+	}
+	err := one.DeleteTenant(ctx, "a")
+	hooked.before = nil
+	if !raced || err != nil {
+		t.Fatalf("a deletion another instance finished meanwhile: %v (raced %v), want nil", err, raced)
+	}
+	if s, err := two.Stored(ctx); err != nil || len(s.Bindings) != 1 || len(s.Tenants) != 1 {
+		t.Fatalf("the new a holds %d bindings (%v), want its one: the old a's deletion swept it", len(s.Bindings), err)
+	}
+}

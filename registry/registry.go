@@ -552,8 +552,8 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *sto
 // to finish removes the tenant and the others stop (nil): each removes
 // only entries it listed, each only after reading the tenant still being
 // deleted (sweepEntry), so a tenant made again under the id meanwhile
-// keeps what it made (but for a write of the same bytes between that read
-// and the removal, one store round trip).
+// keeps what it made, the same bytes as the old tenant's too
+// (removeMarked).
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -627,7 +627,7 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		if still, err := deleting(); err != nil || !still {
 			return err
 		}
-		if removed, err := r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, nil); err != nil || removed {
+		if done, err := r.removeMarked(ctx, namespace, e, deleting); err != nil || done {
 			return err
 		}
 		now, ok, err := r.kv.Get(ctx, namespace, e.Key)
@@ -637,6 +637,37 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		e.Value = now.Value
 	}
 	return fmt.Errorf("%w: %s entry %q kept changing while tenant %q was deleted; delete it again", ErrConflict, namespace, e.Key, tenant)
+}
+
+// removeMarked removes e while deleting reports the tenant still being
+// deleted, and reports whether it is done with e: removed, or the tenant
+// no longer being deleted. It first swaps e for a marked copy
+// (a field no entry has, of random value: e as every reader decodes it,
+// bytes no writer makes), and looks at the tenant after that: a tenant
+// made again under the id meanwhile that wrote the same bytes as e had
+// them marked, and gets them back; the marked copy goes only while
+// nothing replaced it. An entry that is no JSON object is removed
+// unmarked.
+func (r *Registry) removeMarked(ctx context.Context, namespace string, e store.Entry, deleting func() (bool, error)) (bool, error) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(e.Value, &fields) != nil || fields == nil {
+		return r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, nil)
+	}
+	fields["swept"] = json.RawMessage(strconv.Quote(newSecret()))
+	marked, err := json.Marshal(fields)
+	if err != nil {
+		return false, err
+	}
+	if swapped, err := r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, marked); err != nil || !swapped {
+		return false, err
+	}
+	if still, err := deleting(); err != nil || !still {
+		back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		_, uerr := r.kv.CompareAndSwap(back, namespace, e.Key, marked, e.Value)
+		return !still && err == nil, cmp.Or(err, uerr)
+	}
+	return r.kv.CompareAndSwap(ctx, namespace, e.Key, marked, nil)
 }
 
 // keptFor follows a write for tenant made after reading it of generation
