@@ -873,7 +873,7 @@ func (r *Registry) DeleteGateway(ctx context.Context, tenant, id string) error {
 	return r.removeGateway(ctx, tenant, id)
 }
 
-// removeGateway removes gateway id of tenant and its wake URL. The store's
+// removeGateway removes gateway id of tenant and its wake URL (dropWake). The store's
 // CompareAndSwap removes it only while it is the gateway read: one another
 // tenant made of the id meanwhile, on any instance, stays (ErrNotFound).
 func (r *Registry) removeGateway(ctx context.Context, tenant, id string) error {
@@ -885,7 +885,7 @@ func (r *Registry) removeGateway(ctx context.Context, tenant, id string) error {
 		if deleted, err := r.kv.CompareAndSwap(ctx, nsGateways, id, raw, nil); err != nil || !deleted {
 			return cmp.Or(err, errRaced)
 		}
-		_, err = r.kv.Delete(ctx, nsWake, id)
+		err = r.dropWake(ctx, tenant, id)
 		r.notify(ctx)
 		return err
 	})
