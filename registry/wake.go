@@ -84,15 +84,19 @@ func (r *Registry) writeWake(ctx context.Context, tenant, gen, gateway, rawURL s
 	})
 }
 
-// dropWake removes gateway's wake URL when tenant registered it: another
-// tenant's, for its gateway made again under the id, stays.
+// dropWake removes gateway's wake URL when tenant registered it, or it
+// does not decode: another tenant's, for its gateway made again under the
+// id, stays.
 func (r *Registry) dropWake(ctx context.Context, tenant, gateway string) error {
-	var w Wake
-	raw, ok, err := r.getRaw(ctx, nsWake, gateway, &w)
-	if err != nil || !ok || w.Tenant != tenant {
+	e, ok, err := r.kv.Get(ctx, nsWake, gateway)
+	if err != nil || !ok {
 		return err
 	}
-	_, err = r.kv.CompareAndSwap(ctx, nsWake, gateway, raw, nil)
+	var w Wake
+	if json.Unmarshal(e.Value, &w) == nil && w.Tenant != tenant {
+		return nil
+	}
+	_, err = r.kv.CompareAndSwap(ctx, nsWake, gateway, e.Value, nil)
 	return err
 }
 
