@@ -1213,7 +1213,9 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	return err
 }
 
-// Unbind removes b's scope from b.Tenant.
+// Unbind removes b's scope from b.Tenant. A scope the YAML gives
+// b.Tenant is ErrDeclared; one it gives another tenant is ErrNotFound, as
+// one nobody holds.
 func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	b, err := CanonicalBinding(b)
 	if err != nil {
@@ -1221,7 +1223,7 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.declaredBinding(b); ok {
+	if d, ok := r.declaredBinding(b); ok && d.Tenant == b.Tenant {
 		return ErrDeclared
 	}
 	_, err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding, _ []byte) (bool, error) {
