@@ -521,26 +521,24 @@ func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Ten
 		return ErrNotFound
 	}
 	change(&t.Tenant)
-	return r.swapTenant(ctx, id, raw, &t)
+	_, err = r.swapTenant(ctx, id, raw, t)
+	return err
 }
 
-// swapTenant stores t (nil: removes it) as tenant id if it is still raw:
-// a tenant another instance changed or began deleting meanwhile is
-// ErrConflict, not written over.
-func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *storedTenant) error {
-	var data []byte
-	if t != nil {
-		var err error
-		if data, err = json.Marshal(t); err != nil {
-			return err
-		}
+// swapTenant stores t as tenant id if it is still raw, and returns it as
+// stored: a tenant another instance changed or began deleting meanwhile
+// is ErrConflict, not written over.
+func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t storedTenant) ([]byte, error) {
+	data, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
 	}
 	swapped, err := r.kv.CompareAndSwap(ctx, nsTenants, id, raw, data)
 	r.notify(ctx)
 	if err != nil || !swapped {
-		return cmp.Or(err, fmt.Errorf("%w: tenant %q changed meanwhile; try again", ErrConflict, id))
+		return nil, cmp.Or(err, fmt.Errorf("%w: tenant %q changed meanwhile; try again", ErrConflict, id))
 	}
-	return nil
+	return data, nil
 }
 
 // DeleteTenant removes a stored tenant with its stored gateways,
@@ -568,11 +566,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 		return ErrNotFound
 	}
 	if t.Gen != tombstone {
-		t = storedTenant{Tenant{ID: id}, tombstone}
-		if err := r.swapTenant(ctx, id, raw, &t); err != nil {
-			return err
-		}
-		if raw, err = json.Marshal(t); err != nil {
+		if raw, err = r.swapTenant(ctx, id, raw, storedTenant{Tenant{ID: id}, tombstone}); err != nil {
 			return err
 		}
 	}
