@@ -731,8 +731,9 @@ func TestFailedProvisionsThatStoredAreRateLimited(t *testing.T) {
 }
 
 // faulty is a store whose registry calls put, when set, before each Put
-// (an error it returns is the Put's, which writes nothing), and cas, when
-// set, after each CompareAndSwap, with the namespace written.
+// and CompareAndSwap (an error it returns is the write's, which writes
+// nothing), and cas, when set, after each CompareAndSwap, with the
+// namespace written.
 type faulty struct {
 	store.Store
 	put func(namespace string) error
@@ -756,6 +757,11 @@ func (r faultyRegistry) Put(ctx context.Context, namespace, key string, value []
 }
 
 func (r faultyRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if r.s.put != nil {
+		if err := r.s.put(namespace); err != nil {
+			return false, err
+		}
+	}
 	ok, err := r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
 	if r.s.cas != nil {
 		r.s.cas(namespace)

@@ -340,3 +340,22 @@ func TestGatewayRateLimit(t *testing.T) {
 	r.post(t, "gw-a", "/manage/principal", principal, http.StatusOK)
 	r.post(t, "gw-a", "/manage/principal", principal, http.StatusTooManyRequests)
 }
+
+// TestReleaseOfAnotherTenantsDeclaredScope: releasing a chat the YAML
+// gives another tenant as a scope is 404 with the text of releasing a chat
+// nobody holds: before, it was 409 "declared in the YAML config", which
+// told a tenant which chats the YAML gives others.
+func TestReleaseOfAnotherTenantsDeclaredScope(t *testing.T) {
+	r := newRig(t)
+	if err := r.reg.SetDeclared(registry.State{Bindings: []registry.Binding{
+		{Platform: "telegram", Kind: platform.BindScope, ID: "-1003", Tenant: "b"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	declared := r.post(t, "gw-a", "/manage/scope/release", `{"platform":"telegram","channelId":"-1003"}`, http.StatusNotFound)
+	none := r.post(t, "gw-a", "/manage/scope/release", `{"platform":"telegram","channelId":"-1004"}`, http.StatusNotFound)
+	if declared["error"] != none["error"] {
+		t.Errorf("release of b's declared scope: %v; of no one's: %v; want one text", declared["error"], none["error"])
+	}
+	r.post(t, "gw-b", "/manage/scope/release", `{"platform":"telegram","channelId":"-1003"}`, http.StatusConflict)
+}

@@ -177,8 +177,8 @@ type hookedStore struct {
 	before, after func(op, namespace, key string)
 	// get, when set, is called before each Get.
 	get func(namespace, key string)
-	// put, when set, is called before each Put: an error it returns is
-	// the Put's, which writes nothing.
+	// put, when set, is called before each Put and CompareAndSwap: an
+	// error it returns is the write's, which writes nothing.
 	put func(namespace, key string) error
 }
 
@@ -200,6 +200,11 @@ func (r hookedRegistry) hook(f func(op, namespace, key string), op, namespace, k
 func (r hookedRegistry) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
 	r.hook(r.s.before, "cas", namespace, key)
 	defer r.hook(r.s.after, "cas", namespace, key)
+	if r.s.put != nil {
+		if err := r.s.put(namespace, key); err != nil {
+			return false, err
+		}
+	}
 	return r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
 }
 
@@ -959,7 +964,7 @@ func TestDeleteTenantRaceOnRedis(t *testing.T) {
 		{"policy", "put", "registry/policies", func() error {
 			return one.SetPolicy(ctx, registry.Policy{Tenant: "a", Platform: "telegram", Gateway: "gw", RequireAddress: true})
 		}},
-		{"wake", "put", "registry/wake", func() error {
+		{"wake", "cas", "registry/wake", func() error {
 			if _, err := one.CreateGateway(ctx, "a", "gw-w"); err != nil {
 				return err
 			}
@@ -1413,5 +1418,105 @@ func TestEnrollRotationWithAFailedWakeWriteOnRedis(t *testing.T) {
 	}
 	if secret, err := two.Enroll(ctx, "a", token, "gw-e", "https://gw.example/wake"); err != nil || secret == "" {
 		t.Fatalf("the token of the failed enrollment, again: %v (it was spent)", err)
+	}
+}
+
+// TestDeleteTenantSweepRacingARecreateSameBindingOnRedis: as
+// TestDeleteTenantTwiceRacingARecreateSameBindingOnRedis, with instance
+// two's delete, re-creation of a and its binding of the very route key
+// landing right before instance one's sweep swaps the binding, after it
+// read a still being deleted. The new a keeps its binding: before, the
+// sweep's CompareAndSwap from the listed bytes removed it.
+func TestDeleteTenantSweepRacingARecreateSameBindingOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	key := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1702", Tenant: "a"}
+	if err := cmp.Or(one.CreateTenant(ctx, registry.Tenant{ID: "a"}), one.BindOwn(ctx, key)); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, _ string) {
+		if raced || op != "cas" || namespace != "registry/bindings" {
+			return
+		}
+		raced = true
+		if err := cmp.Or(two.DeleteTenant(ctx, "a"), two.CreateTenant(ctx, registry.Tenant{ID: "a"}), two.BindOwn(ctx, key)); err != nil {
+			t.Fatalf("instance two's delete, re-creation of a and its binding: %v", err)
+		}
+	}
+	err := one.DeleteTenant(ctx, "a")
+	hooked.before = nil
+	if !raced || err != nil {
+		t.Fatalf("a deletion another instance finished meanwhile: %v (raced %v), want nil", err, raced)
+	}
+	if s, err := two.Stored(ctx); err != nil || len(s.Bindings) != 1 || len(s.Tenants) != 1 {
+		t.Fatalf("the new a holds %d bindings (%v), want its one: the old a's deletion swept it", len(s.Bindings), err)
+	}
+}
+
+// TestWakeRacingAGatewayOfAnotherTenantOnRedis: two instances on one
+// redis-server. While instance one's SetWake for tenant a's gateway gw-w
+// has found it a's and is about to write, instance two deletes gw-w, makes
+// it again for tenant b and registers b's wake URL: one's SetWake is
+// ErrNotFound and b's URL stays. Then, while instance one's deletion of
+// a's gateway gw-v has removed it and is about to remove its wake URL,
+// instance two makes gw-v for b with b's URL: that stays too. Before,
+// a's URL replaced b's, and the deletion removed b's.
+func TestWakeRacingAGatewayOfAnotherTenantOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, gw := range []string{"gw-w", "gw-v"} {
+		if _, err := one.CreateGateway(ctx, "a", gw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	takeOver := func(gw string) {
+		_, err := two.CreateGateway(ctx, "b", gw)
+		if err := cmp.Or(err, two.SetWake(ctx, "b", gw, "https://b.example/wake")); err != nil {
+			t.Fatalf("instance two's gateway %s of b and its wake URL: %v", gw, err)
+		}
+	}
+	raced := false
+	hooked.before = func(op, namespace, _ string) {
+		if raced || namespace != "registry/wake" || (op != "cas" && op != "put") {
+			return
+		}
+		raced = true
+		if err := two.DeleteGateway(ctx, "a", "gw-w"); err != nil {
+			t.Fatal(err)
+		}
+		takeOver("gw-w")
+	}
+	err := one.SetWake(ctx, "a", "gw-w", "https://a.example/wake")
+	hooked.before = nil
+	if !raced || !errors.Is(err, registry.ErrNotFound) {
+		t.Errorf("a's wake URL for a gateway b made meanwhile: %v (raced %v), want ErrNotFound", err, raced)
+	}
+	raced = false
+	hooked.after = func(op, namespace, key string) {
+		if raced || op != "cas" || namespace != "registry/gateways" || key != "gw-v" {
+			return
+		}
+		raced = true
+		takeOver("gw-v")
+	}
+	err = one.DeleteGateway(ctx, "a", "gw-v")
+	hooked.after = nil
+	if !raced || err != nil {
+		t.Errorf("a's deletion of gw-v: %v (raced %v)", err, raced)
+	}
+	wakes, err := two.Wakes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gw := range []string{"gw-w", "gw-v"} {
+		if wakes["b"][gw] != "https://b.example/wake" || wakes["a"][gw] != "" {
+			t.Errorf("wake URLs of %s: %v, want b's only", gw, wakes)
+		}
 	}
 }

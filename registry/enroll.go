@@ -185,7 +185,7 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 	if err == nil {
 		err = ctx.Err() // given up: the caller would never see the secret
 		if err == nil && wakeURL != "" {
-			err = r.put(wctx, tenant, t.Gen, nsWake, id, Wake{Gateway: id, Tenant: tenant, URL: wakeURL})
+			err = r.writeWake(wctx, tenant, t.Gen, id, wakeURL)
 		}
 		if err != nil && undo(wctx) != nil {
 			return "", err // the gateway stays as written: so does the spend

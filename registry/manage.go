@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -200,7 +202,9 @@ func newLinkCode() string {
 }
 
 // SetPrincipal replaces tenant's principal policy on platformName, with
-// its allow-list (only for platform.PrincipalAllowList).
+// its allow-list (only for platform.PrincipalAllowList). Of requests
+// racing on several instances the last to store the principal wins, its
+// allow-list whole (principalEntry).
 func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode string, allow []string) error {
 	p, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindPrincipal, ID: mode, Tenant: tenant})
 	if err != nil {
@@ -212,13 +216,17 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	if len(allow) > MaxAllowList {
 		return fmt.Errorf("%w: more than %d users on the allow-list", ErrInvalid, MaxAllowList)
 	}
-	entries := []Binding{p}
+	entry := principalEntry{Binding: p, Rev: newSecret()}
 	for _, u := range allow {
 		b, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindAllow, ID: u, Tenant: tenant})
 		if err != nil {
 			return err
 		}
-		entries = append(entries, b)
+		entry.Allow = append(entry.Allow, b.ID)
+	}
+	value, err := json.Marshal(entry)
+	if err != nil {
+		return err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -226,17 +234,48 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	if err != nil {
 		return err
 	}
-	if err := r.dropBindings(ctx, func(b Binding) bool {
-		return b.Tenant == tenant && b.Platform == platformName && (b.Kind == platform.BindPrincipal || b.Kind == platform.BindAllow)
+	if _, err := r.kv.Put(ctx, nsBindings, p.key(), value); err != nil {
+		return err
+	}
+	if err := r.keptFor(ctx, tenant, t.Gen, func(ctx context.Context) error {
+		_, err := r.kv.CompareAndSwap(ctx, nsBindings, p.key(), value, nil)
+		return err
 	}); err != nil {
 		return err
 	}
-	for _, b := range entries {
-		if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b); err != nil {
+	// Make the allow-list the stored principal's, until it stays the
+	// one made: a request that stored the principal after this one may
+	// have dropped the allow-list before this one wrote it.
+	for range maxSwaps {
+		var cur principalEntry
+		_ = json.Unmarshal(value, &cur) // none, or another's plain binding: no allow-list
+		if err := r.dropBindings(ctx, func(b Binding) bool {
+			return b.Tenant == tenant && b.Platform == platformName && b.Kind == platform.BindAllow && !slices.Contains(cur.Allow, b.ID)
+		}); err != nil {
 			return err
 		}
+		for _, u := range cur.Allow {
+			b := Binding{Platform: platformName, Kind: platform.BindAllow, ID: u, Tenant: tenant}
+			if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b); err != nil {
+				return err
+			}
+		}
+		e, _, err := r.kv.Get(ctx, nsBindings, p.key())
+		if err != nil || bytes.Equal(e.Value, value) {
+			return err
+		}
+		value = e.Value
 	}
-	return nil
+	return fmt.Errorf("%w: tenant %q's principal on %s kept changing meanwhile; try again", ErrConflict, tenant, platformName)
+}
+
+// principalEntry is a principal binding as SetPrincipal stores it: with
+// its allow-list, and a value no other request's is (Rev), so the
+// allow-list on the platform is the last request's whole.
+type principalEntry struct {
+	Binding
+	Allow []string `json:"allow,omitempty"`
+	Rev   string   `json:"rev"`
 }
 
 // SetDMDefault makes tenant the one user's DMs on platformName reach; the

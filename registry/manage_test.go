@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -372,5 +373,43 @@ func TestRedeemGivenUpAfterTheLinkOnRedis(t *testing.T) {
 	}
 	if links := len(s.Bindings); (first == nil) == (second == nil) || links != 1 {
 		t.Fatalf("one code, a redemption given up after its link (%v), then another (%v): %d links, want one redemption and its link", first, second, links)
+	}
+}
+
+// TestSetPrincipalRaceOnRedis: two instances on one redis-server; while
+// instance one's SetPrincipal of tenant a's allow-list [4601 4602] has
+// stored the principal and is about to write the list, instance two sets a's allow-list to [4603]. The stored
+// allow-list is two's, the last to store the principal, whole, not the
+// union of the two: before, each
+// dropped the old list and then wrote its own, so the lists added up.
+func TestSetPrincipalRaceOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, key string) {
+		if raced || op != "put" || namespace != "registry/bindings" || !strings.Contains(key, "/allow/") {
+			return
+		}
+		raced = true
+		if err := two.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"4603"}); err != nil {
+			t.Errorf("instance two's SetPrincipal: %v", err)
+		}
+	}
+	err := one.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"4601", "4602"})
+	hooked.before = nil
+	if !raced || err != nil {
+		t.Fatalf("instance one's SetPrincipal: %v (raced %v)", err, raced)
+	}
+	s, _, err := two.Effective(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := bindingsOf(s, "a", platform.BindAllow)
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"telegram:4603"}) {
+		t.Errorf("a's allow-list after two racing SetPrincipal: %v, want [telegram:4603], that of the last to store the principal", got)
 	}
 }

@@ -521,26 +521,24 @@ func (r *Registry) updateTenant(ctx context.Context, id string, change func(*Ten
 		return ErrNotFound
 	}
 	change(&t.Tenant)
-	return r.swapTenant(ctx, id, raw, &t)
+	_, err = r.swapTenant(ctx, id, raw, t)
+	return err
 }
 
-// swapTenant stores t (nil: removes it) as tenant id if it is still raw:
-// a tenant another instance changed or began deleting meanwhile is
-// ErrConflict, not written over.
-func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *storedTenant) error {
-	var data []byte
-	if t != nil {
-		var err error
-		if data, err = json.Marshal(t); err != nil {
-			return err
-		}
+// swapTenant stores t as tenant id if it is still raw, and returns it as
+// stored: a tenant another instance changed or began deleting meanwhile
+// is ErrConflict, not written over.
+func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t storedTenant) ([]byte, error) {
+	data, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
 	}
 	swapped, err := r.kv.CompareAndSwap(ctx, nsTenants, id, raw, data)
 	r.notify(ctx)
 	if err != nil || !swapped {
-		return cmp.Or(err, fmt.Errorf("%w: tenant %q changed meanwhile; try again", ErrConflict, id))
+		return nil, cmp.Or(err, fmt.Errorf("%w: tenant %q changed meanwhile; try again", ErrConflict, id))
 	}
-	return nil
+	return data, nil
 }
 
 // DeleteTenant removes a stored tenant with its stored gateways,
@@ -552,8 +550,8 @@ func (r *Registry) swapTenant(ctx context.Context, id string, raw []byte, t *sto
 // to finish removes the tenant and the others stop (nil): each removes
 // only entries it listed, each only after reading the tenant still being
 // deleted (sweepEntry), so a tenant made again under the id meanwhile
-// keeps what it made (but for a write of the same bytes between that read
-// and the removal, one store round trip).
+// keeps what it made, the same bytes as the old tenant's too
+// (removeMarked).
 func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -568,11 +566,7 @@ func (r *Registry) DeleteTenant(ctx context.Context, id string) error {
 		return ErrNotFound
 	}
 	if t.Gen != tombstone {
-		t = storedTenant{Tenant{ID: id}, tombstone}
-		if err := r.swapTenant(ctx, id, raw, &t); err != nil {
-			return err
-		}
-		if raw, err = json.Marshal(t); err != nil {
+		if raw, err = r.swapTenant(ctx, id, raw, storedTenant{Tenant{ID: id}, tombstone}); err != nil {
 			return err
 		}
 	}
@@ -627,7 +621,7 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		if still, err := deleting(); err != nil || !still {
 			return err
 		}
-		if removed, err := r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, nil); err != nil || removed {
+		if done, err := r.removeMarked(ctx, namespace, e, deleting); err != nil || done {
 			return err
 		}
 		now, ok, err := r.kv.Get(ctx, namespace, e.Key)
@@ -637,6 +631,37 @@ func (r *Registry) sweepEntry(ctx context.Context, namespace string, e store.Ent
 		e.Value = now.Value
 	}
 	return fmt.Errorf("%w: %s entry %q kept changing while tenant %q was deleted; delete it again", ErrConflict, namespace, e.Key, tenant)
+}
+
+// removeMarked removes e while deleting reports the tenant still being
+// deleted, and reports whether it is done with e: removed, or the tenant
+// no longer being deleted. It first swaps e for a marked copy
+// (a field no entry has, of random value: e as every reader decodes it,
+// bytes no writer makes), and looks at the tenant after that: a tenant
+// made again under the id meanwhile that wrote the same bytes as e had
+// them marked, and gets them back; the marked copy goes only while
+// nothing replaced it. An entry that is no JSON object is removed
+// unmarked.
+func (r *Registry) removeMarked(ctx context.Context, namespace string, e store.Entry, deleting func() (bool, error)) (bool, error) {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(e.Value, &fields) != nil || fields == nil {
+		return r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, nil)
+	}
+	fields["swept"] = json.RawMessage(strconv.Quote(newSecret()))
+	marked, err := json.Marshal(fields)
+	if err != nil {
+		return false, err
+	}
+	if swapped, err := r.kv.CompareAndSwap(ctx, namespace, e.Key, e.Value, marked); err != nil || !swapped {
+		return false, err
+	}
+	if still, err := deleting(); err != nil || !still {
+		back, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		_, uerr := r.kv.CompareAndSwap(back, namespace, e.Key, marked, e.Value)
+		return !still && err == nil, cmp.Or(err, uerr)
+	}
+	return r.kv.CompareAndSwap(ctx, namespace, e.Key, marked, nil)
 }
 
 // keptFor follows a write for tenant made after reading it of generation
@@ -842,7 +867,7 @@ func (r *Registry) DeleteGateway(ctx context.Context, tenant, id string) error {
 	return r.removeGateway(ctx, tenant, id)
 }
 
-// removeGateway removes gateway id of tenant and its wake URL. The store's
+// removeGateway removes gateway id of tenant and its wake URL (dropWake). The store's
 // CompareAndSwap removes it only while it is the gateway read: one another
 // tenant made of the id meanwhile, on any instance, stays (ErrNotFound).
 func (r *Registry) removeGateway(ctx context.Context, tenant, id string) error {
@@ -854,7 +879,7 @@ func (r *Registry) removeGateway(ctx context.Context, tenant, id string) error {
 		if deleted, err := r.kv.CompareAndSwap(ctx, nsGateways, id, raw, nil); err != nil || !deleted {
 			return cmp.Or(err, errRaced)
 		}
-		_, err = r.kv.Delete(ctx, nsWake, id)
+		err = r.dropWake(ctx, tenant, id)
 		r.notify(ctx)
 		return err
 	})
@@ -1182,7 +1207,9 @@ func (r *Registry) Claim(ctx context.Context, tenant, platformName string, chat 
 	return err
 }
 
-// Unbind removes b's scope from b.Tenant.
+// Unbind removes b's scope from b.Tenant. A scope the YAML gives
+// b.Tenant is ErrDeclared; one it gives another tenant is ErrNotFound, as
+// one nobody holds.
 func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	b, err := CanonicalBinding(b)
 	if err != nil {
@@ -1190,7 +1217,7 @@ func (r *Registry) Unbind(ctx context.Context, b Binding) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.declaredBinding(b); ok {
+	if d, ok := r.declaredBinding(b); ok && d.Tenant == b.Tenant {
 		return ErrDeclared
 	}
 	_, err = r.swapBinding(ctx, b.key(), nil, func(cur *Binding, _ []byte) (bool, error) {

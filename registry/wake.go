@@ -1,7 +1,9 @@
 package registry
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"connector/wake"
@@ -34,17 +36,68 @@ func (r *Registry) SetWake(ctx context.Context, tenant, gateway, rawURL string) 
 	if err != nil {
 		return err
 	}
-	if ok, err := r.GatewayOf(ctx, tenant, gateway); err != nil {
-		return err
-	} else if !ok {
-		return ErrNotFound
-	}
-	if rawURL == "" {
-		_, err := r.kv.Delete(ctx, nsWake, gateway)
+	return r.writeWake(ctx, tenant, t.Gen, gateway, rawURL)
+}
+
+// writeWake makes rawURL ("": none) the wake URL of gateway of tenant, read
+// of generation gen, with the store's CompareAndSwap from the entry it
+// read (again while another writer changes it meanwhile). A URL is looked
+// at again after the write: when the gateway is no longer the tenant's (a
+// deletion and a re-creation by another tenant, on any instance) or the
+// tenant's deletion began, the entry is put back as it was and it is
+// ErrNotFound. So a wake URL never replaces or removes one another tenant
+// registered for its gateway of the id.
+func (r *Registry) writeWake(ctx context.Context, tenant, gen, gateway, rawURL string) error {
+	return againIfRaced(func() error {
+		if ok, err := r.GatewayOf(ctx, tenant, gateway); err != nil || !ok {
+			return cmp.Or(err, ErrNotFound)
+		}
+		if rawURL == "" {
+			err := r.dropWake(ctx, tenant, gateway)
+			r.notify(ctx)
+			return err
+		}
+		e, _, err := r.kv.Get(ctx, nsWake, gateway)
+		if err != nil {
+			return err
+		}
+		value, err := json.Marshal(Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
+		if err != nil {
+			return err
+		}
+		if swapped, err := r.kv.CompareAndSwap(ctx, nsWake, gateway, e.Value, value); err != nil || !swapped {
+			return cmp.Or(err, errRaced)
+		}
+		undo := func(ctx context.Context) error {
+			_, err := r.kv.CompareAndSwap(ctx, nsWake, gateway, value, e.Value)
+			return err
+		}
+		kept := gen
+		if ok, err := r.GatewayOf(ctx, tenant, gateway); err != nil || !ok {
+			kept = tombstone // of no tenant: keptFor takes the URL back
+		}
+		if err := r.keptFor(ctx, tenant, kept, undo); err != nil {
+			return err
+		}
 		r.notify(ctx)
+		return nil
+	})
+}
+
+// dropWake removes gateway's wake URL when tenant registered it, or it
+// does not decode: another tenant's, for its gateway made again under the
+// id, stays.
+func (r *Registry) dropWake(ctx context.Context, tenant, gateway string) error {
+	e, ok, err := r.kv.Get(ctx, nsWake, gateway)
+	if err != nil || !ok {
 		return err
 	}
-	return r.put(ctx, tenant, t.Gen, nsWake, gateway, Wake{Gateway: gateway, Tenant: tenant, URL: rawURL})
+	var w Wake
+	if json.Unmarshal(e.Value, &w) == nil && w.Tenant != tenant {
+		return nil
+	}
+	_, err = r.kv.CompareAndSwap(ctx, nsWake, gateway, e.Value, nil)
+	return err
 }
 
 // Wakes returns every registered wake URL by tenant, then gateway id: a
