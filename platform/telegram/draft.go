@@ -138,6 +138,75 @@ func (k draftKey) sealKey() string {
 	return "telegram/seal/" + k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10)
 }
 
+// previewWindow is how long the store keeps the record of a group
+// stream's preview (storedPreview): longer than a stream lasts, so the
+// instance a gateway reconnects to mid-stream finds it, and one that
+// showed the preview finds it sealed when it would replace it.
+const previewWindow = 24 * time.Hour
+
+// previewRecord is the store's record of a group stream's preview message
+// (JSON under previewKey), shared by the instances so the stream's frames
+// and seal edit it whichever instance they reach.
+type previewRecord struct {
+	ID     int  `json:"id"`               // the message
+	Sealed bool `json:"sealed,omitempty"` // it became the stream's reply
+}
+
+// previewKey is the store key of the preview record of stream k's turn:
+// the gateway reuses draft ids after a restart, never within a turn.
+func (k draftKey) previewKey(turn string) string {
+	return "telegram/preview/" + k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10) + "/" + turn
+}
+
+// storedPreview is the preview record of stream k's turn as the store
+// holds it, written by any instance; ok is false when there is none (or no
+// store). A record the store cannot give is logged and answers err.
+func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (r previewRecord, ok bool, err error) {
+	if p.seals == nil {
+		return r, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	raw, ok, err := p.seals.Get(ctx, k.previewKey(turn))
+	if err != nil {
+		p.log.Warn("telegram draft preview not read from the store", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+		return r, false, err
+	}
+	if !ok || json.Unmarshal(raw, &r) != nil || r.ID == 0 {
+		return r, false, nil
+	}
+	return r, true, nil
+}
+
+// storePreview records pv, stream k's preview (locked), in the store for
+// previewWindow when there is one; sealed marks it the stream's reply. A
+// failure is logged: only an instance without the record misses it.
+func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, sealed bool) {
+	if p.seals == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
+	defer cancel()
+	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed}) // plain fields: cannot fail
+	if err := p.seals.Put(ctx, k.previewKey(pv.turn), raw, p.deps.Clock.Now().Add(previewWindow)); err != nil {
+		p.log.Warn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
+	}
+}
+
+// adoptPreview takes up the preview another instance showed for stream
+// k's turn (its record in the store, not sealed) as pv's, locked, so the
+// stream goes on editing it after the gateway reconnected here. The store
+// is asked once per preview this instance remembers.
+func (p *Platform) adoptPreview(ctx context.Context, k draftKey, pv *preview) {
+	if pv.asked {
+		return
+	}
+	pv.asked = true
+	if r, ok, _ := p.storedPreview(ctx, k, pv.turn); ok && !r.Sealed {
+		pv.id = r.ID
+	}
+}
+
 // wireDraft names a draft id Telegram was sent in a private chat.
 type wireDraft struct {
 	chat int64
@@ -181,12 +250,13 @@ func (p *Platform) wireDraftID(k draftKey) int64 {
 // preview is the message a draft stream of a group chat is shown in:
 // Telegram streams drafts into private chats only, so elsewhere the first
 // frame sends a message and later frames edit it. mu orders the frames of
-// one stream and guards id and done; thread and turn never change.
+// one stream and guards id, asked and done; thread and turn never change.
 type preview struct {
 	mu     sync.Mutex
-	id     int    // the message; 0 until sent, and after it was gone
+	id     int    // the message; 0 until sent (or adopted), and after it was gone
 	thread int    // the topic it is in
 	turn   string // the turn it answers (draftTurn)
+	asked  bool   // the store was asked for the stream's preview (adoptPreview)
 	// done is set once the preview left Platform.previews (sealed or
 	// replaced): a frame that was waiting for it takes the stream's next
 	// preview instead.
@@ -269,9 +339,10 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 }
 
 // showPreview shows a group chat's draft frame in the stream's preview
-// message: it edits the message, or sends it when there is none yet (or it
-// is gone). A frame of a stream sealed within sealRetryWindow, on any
-// instance sharing the store, shows nothing.
+// message: it edits the message (one another instance sharing the store
+// showed, too: adoptPreview), or sends it when there is none yet (or it is
+// gone) and records it in the store. A frame of a stream sealed within
+// sealRetryWindow, on any instance sharing the store, shows nothing.
 func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
 	if _, ok := p.recentSeal(k); ok {
@@ -287,6 +358,7 @@ func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a
 		p.closePreview(k, pv)
 		return contract.OK("")
 	}
+	p.adoptPreview(ctx, k, pv)
 	text := textsplit.Split(a.Content, splitRules)[0]
 	if pv.id != 0 {
 		gone, err := p.editText(ctx, tenant, chat, pv.id, text)
@@ -308,6 +380,7 @@ func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a
 		return p.failure(contract.OpDraft, err)
 	}
 	pv.id = msg.ID
+	p.storePreview(ctx, k, pv, false)
 	return contract.OK("")
 }
 
@@ -336,9 +409,10 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 
 // sealDraft sends a stream's final content as a real message, once per
 // stream (a repeated seal answers it: resealed), and answers the first
-// part's id. In a group chat the stream's preview becomes that first part;
-// the seal holds the preview (one made if there is none) until it is
-// recorded, so a frame racing it shows nothing.
+// part's id. In a group chat the stream's preview (shown by any instance
+// sharing the store: adoptPreview) becomes that first part, and its record
+// says so; the seal holds the preview (one made if there is none) until it
+// is recorded, so a frame racing it shows nothing.
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
 	if id, ok := p.resealed(ctx, k, a); ok {
@@ -352,6 +426,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 			p.closePreview(k, pv)
 			return contract.OK(id)
 		}
+		p.adoptPreview(ctx, k, pv)
 		if pv.id != 0 {
 			gone, err := p.editText(ctx, tenant, chat, pv.id, parts[0])
 			if err != nil && !gone {
@@ -359,6 +434,7 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 			}
 			if !gone {
 				first := strconv.Itoa(pv.id)
+				p.storePreview(ctx, k, pv, true) // first, so no instance replaces it as a preview
 				p.seal(ctx, k, a, first)
 				p.closePreview(k, pv)
 				if len(parts) > 1 {
@@ -384,7 +460,10 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // replacePreviews deletes the previews of tenant's open draft streams in a
 // group chat's topic that a's reply replaces: those of a's turn, or every
 // one of the topic when a names no turn, as Telegram's sendMessage replaces
-// a native draft. Deleting is best effort: a preview that stays is logged.
+// a native draft. A preview the store records as its stream's reply,
+// sealed on another instance after the gateway reconnected there, is
+// forgotten, not deleted; so is one whose record the store cannot give.
+// Deleting is best effort: a preview that stays is logged.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
 	if chat > 0 || p.previews.Len() == 0 {
 		return
@@ -405,6 +484,9 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		}
 		pv.mu.Unlock()
 		if !open || id == 0 {
+			continue
+		}
+		if r, ok, err := p.storedPreview(ctx, k, pv.turn); err != nil || (ok && r.Sealed && r.ID == id) {
 			continue
 		}
 		_, err := p.bot.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chat, MessageID: id})

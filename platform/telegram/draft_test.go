@@ -255,19 +255,9 @@ func TestRetriedSealOnAnotherInstance(t *testing.T) {
 	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
 		t.Run(chat, func(t *testing.T) {
 			clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+			e, other := sharedStoreEnv(t, clk)
 			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 			defer cancel()
-			st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = st.Close() })
-			e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk}, nil)
-			other, err := New(e.p.cfg, platform.Deps{Store: st, Clock: clk})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(other.transport.CloseIdleConnections)
 			tenant := testChats[chat]
 			id, _ := strconv.ParseInt(chat, 10, 64)
 			seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true}
@@ -300,19 +290,9 @@ func TestRetriedSealOnAnotherInstance(t *testing.T) {
 // preview message that no seal or send ever replaced.
 func TestLateGroupFrameAfterASealOnAnotherInstance(t *testing.T) {
 	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	e := newEnvDeps(t, platform.Deps{Store: st, Clock: clk}, nil)
-	other, err := New(e.p.cfg, platform.Deps{Store: st, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(other.transport.CloseIdleConnections)
 	chat := telegramtest.ChatT2
 	tenant := testChats[chat]
 	id, _ := strconv.ParseInt(chat, 10, 64)
@@ -455,5 +435,92 @@ func TestGroupFirstFrameRacingItsSeal(t *testing.T) {
 	}
 	if msgs := e.fake.Messages(id); len(msgs) != 1 {
 		t.Fatalf("the chat has %v, want the reply alone", msgs)
+	}
+}
+
+// sharedStoreEnv is an env whose platform and a second instance of it
+// (other) share a store on a real redis-server and the fake clock clk.
+func sharedStoreEnv(t *testing.T, clk *clocktest.Fake) (e *env, other *Platform) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e = newEnvDeps(t, platform.Deps{Store: st, Clock: clk}, nil)
+	other, err = New(e.p.cfg, platform.Deps{Store: st, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.transport.CloseIdleConnections)
+	return e, other
+}
+
+// TestGroupStreamMovingToAnotherInstance: a group stream's first frames
+// reach one instance, which shows them in a preview message; the gateway
+// then reconnects to another instance sharing the store (a real
+// redis-server, as in a rolling deploy), which gets the next frames and
+// the seal. The chat ends with the reply alone, in the preview's message;
+// and the tenant's next send through the first instance, for the same
+// turn, leaves the reply be, as does a later stream reusing the draft_id.
+// The open preview was known to the first instance only, so the second
+// sent a preview of its own and the reply (the seal with no frame there),
+// and the first one's stayed in the chat.
+func TestGroupStreamMovingToAnotherInstance(t *testing.T) {
+	for _, frames := range []int{1, 0} { // frames that reach the second instance before the seal
+		t.Run(strconv.Itoa(frames)+" frames moved", func(t *testing.T) {
+			clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+			e, other := sharedStoreEnv(t, clk)
+			ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+			defer cancel()
+			chat := telegramtest.ChatT2
+			tenant := testChats[chat]
+			id, _ := strconv.ParseInt(chat, 10, 64)
+			act := func(p *Platform, a contract.Action) contract.Result {
+				t.Helper()
+				a.ChatID = contract.ID(chat)
+				a.Metadata.MessageID = "77"
+				r := p.Execute(ctx, tenant, &a)
+				if !r.Success {
+					t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+				}
+				return r
+			}
+			frame := contract.Action{Op: contract.OpDraft, DraftID: 1}
+			frame.Content = "the"
+			act(e.p, frame)
+			frame.Content = "the ans"
+			act(e.p, frame)
+			preview := e.fake.Messages(id)
+			if len(preview) != 1 {
+				t.Fatalf("the first instance's frames left %v, want one preview", preview)
+			}
+			if frames > 0 {
+				frame.Content = "the answ"
+				act(other, frame)
+			}
+			sealed := act(other, contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the answer", Final: true})
+			n, _ := strconv.Atoi(sealed.MessageID)
+			if msgs := e.fake.Messages(id); len(msgs) != 1 || msgs[n] != "the answer" {
+				t.Fatalf("after the seal (message %d) the chat has %v (the preview was %v), want the reply alone", n, msgs, preview)
+			}
+			if _, ok := preview[n]; !ok {
+				t.Fatalf("the reply is message %d, not the preview %v", n, preview)
+			}
+			act(e.p, contract.Action{Op: contract.OpSend, Content: "and one more thing"})
+			if msgs := e.fake.Messages(id); len(msgs) != 2 || msgs[n] != "the answer" {
+				t.Fatalf("after a send through the first instance the chat has %v, want the reply %d and the send", msgs, n)
+			}
+			// A gateway restarted names draft_id 1 again, past the seal's
+			// window: a new stream, which must not take the reply as its preview.
+			clk.Advance(sealRetryWindow + time.Second)
+			frame.Content = "another"
+			act(other, frame)
+			if msgs := e.fake.Messages(id); len(msgs) != 3 || msgs[n] != "the answer" {
+				t.Fatalf("after a new stream of draft_id 1 the chat has %v, want the reply %d, the send and a new preview", msgs, n)
+			}
+		})
 	}
 }

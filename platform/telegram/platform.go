@@ -50,7 +50,7 @@ type Platform struct {
 	policies atomic.Pointer[map[string]*policy]
 	observed *chatcontext.Log[observedKey]
 	sealed   *lru.Cache[draftKey, sealedDraft] // see sealedDrafts
-	seals    store.Capabilities                // every instance's seals (draft.go), in deps.Store; nil without one
+	seals    store.Capabilities                // every instance's seals and group previews (draft.go), in deps.Store; nil without one
 	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
 	drafts   *lru.Cache[wireDraft, draftKey]   // the stream holding each draft id sent to a private chat (wireDraftID)
 	topics   *topicMemory
