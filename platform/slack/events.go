@@ -34,7 +34,8 @@ import (
 // A 200 is written only after the event is stored, or, for what may
 // outlast Slack's 3 s, after its request is stored in the durable intake
 // (intake.go): a message with files (fetched after the 200, up to
-// mediaDownloadTimeout in all), and any event, press or slash command of
+// mediaDownloadTimeout in all) or in a thread (its thread's context and
+// root images fetched after the 200), and any event, press or slash command of
 // a chat while an intake entry of that chat is pending here, so that none
 // overtakes it and none waits behind its files. A retry of a message whose
 // files are being fetched is answered 503 while the first copy is in

@@ -17,11 +17,11 @@ import (
 
 // This file keeps the durable intake: a request of the HTTP routes whose
 // handling may outlast Slack's 3 s is stored and answered 200 at once,
-// then handled off the request. That is a message or app_mention with
-// files (envelopeJob's slow), and, so that nothing overtakes it, every
-// event, press and slash command of a chat while an entry of that chat is
-// pending on this instance. A thread reply without files is not: its
-// thread's context and root images are still fetched before its answer.
+// then handled off the request. That is a message or app_mention a tenant
+// takes that has files, or is a thread reply (its thread's context and
+// root images may be fetched: envelopeJob's slow), and, so that nothing
+// overtakes it, every event, press and slash command of a chat while an
+// entry of that chat is pending on this instance.
 //
 // An entry lives in the store's Registry, namespace slack/intake, under
 // "<team>/<channel>/<received ns>/<hash of the body>" (so a chat's

@@ -70,6 +70,22 @@ func waitStarted(t *testing.T, started <-chan string, what string) {
 	}
 }
 
+// settled waits until the intake entries this instance holds are handled
+// (delivered, dropped or expired): each is held from before its 200.
+func (e *env) settled(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		if n, _ := e.p.IntakeStats(); n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for the intake entries to be handled", waitFor)
+		}
+		time.Sleep(time.Millisecond) // polling: nothing signals it
+	}
+}
+
 // TestStalledFileAnsweredFirst: a message whose file stalls is answered
 // 200 at once (its request stored in the intake); a later message and a
 // slash command of its chat are answered 200 too, and delivered after it,

@@ -2,10 +2,11 @@ package slack
 
 import (
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"connector/internal/clock/clocktest"
+	"connector/internal/clock"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
 	"connector/store"
@@ -20,8 +21,11 @@ import (
 // expires memoryTTL after it was set.
 func TestThreadMarkersSharedAcrossInstances(t *testing.T) {
 	// The store's clock judges expiry; the platforms run on real time (the
-	// Slack signatures do).
-	clk := clocktest.New(time.Now())
+	// Slack signatures do). The store's is real time too, moved on a week
+	// when the test says: never behind the platforms', as in production (a
+	// store whose clock lagged would hold a duplicate check's claim "until
+	// now" live, and drop the message it checked).
+	clk := &shiftedClock{Clock: clock.System}
 	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
 	fake := newFake(t)
@@ -98,3 +102,15 @@ func TestThreadMarkersStayInTheirChannel(t *testing.T) {
 		}
 	}
 }
+
+// shiftedClock is real time moved on by what Advance added.
+type shiftedClock struct {
+	clock.Clock
+	by atomic.Int64
+}
+
+// Now implements clock.Clock.
+func (c *shiftedClock) Now() time.Time { return c.Clock.Now().Add(time.Duration(c.by.Load())) }
+
+// Advance moves the clock on by d.
+func (c *shiftedClock) Advance(d time.Duration) { c.by.Add(int64(d)) }
