@@ -90,6 +90,13 @@ func (p *Platform) routable(m *message) bool {
 	return ok && r.Drop == ""
 }
 
+// intakes reports whether a request of chat goes to the durable intake:
+// a slow message (once, its dedupe key, set), or any request of a chat
+// with an entry pending here.
+func (p *Platform) intakes(chat, once string) bool {
+	return p.intake != nil && (once != "" || p.intake.waiting(chat))
+}
+
 // isDM reports whether ev was posted in a 1:1 DM.
 func isDM(ev *wireEvent) bool {
 	return ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
@@ -107,7 +114,7 @@ func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(contex
 	if ctx.Value(inTurnKey{}) != nil {
 		return job(ctx)
 	}
-	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil && p.intake != nil && (r.once != "" || p.intake.waiting(chat)) {
+	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil && p.intakes(chat, r.once) {
 		return p.admit(ctx, chat, r)
 	}
 	return p.queues.Do(ctx, chat, func() error { return job(context.WithoutCancel(ctx)) })
