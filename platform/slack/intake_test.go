@@ -215,7 +215,12 @@ func TestIntakeTakenOverOnRedis(t *testing.T) {
 	}
 	clk.Advance(intakeSweepEvery)
 	b.p.sweepIntake(ctx, nil) // a sweep that surely ran: the claim holds, the entry is not taken
-	if slices.Contains(b.p.intake.keys(), key) {
+	// Read under queueMu: the sweep the clock's tick started may be under
+	// way, holding the key between its take and its failed claim.
+	b.p.intake.queueMu.Lock()
+	taken := slices.Contains(b.p.intake.keys(), key)
+	b.p.intake.queueMu.Unlock()
+	if taken {
 		t.Fatal("the killed instance's entry was taken while its claim holds")
 	}
 	b.sink.Empty(t)
