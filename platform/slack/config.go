@@ -26,6 +26,12 @@ type Config struct {
 	// the app must use Socket Mode. It never appears in logs, errors or
 	// frames.
 	SigningSecret string `yaml:"signing_secret"`
+	// PreviousSigningSecret, set while the app's signing secret is being
+	// rotated in Slack, also verifies those requests, so the ones Slack
+	// still signs with the old secret are accepted. Remove it once the
+	// rotation is done. Default: empty, signing_secret alone. It never
+	// appears in logs, errors or frames.
+	PreviousSigningSecret string `yaml:"previous_signing_secret"`
 	// BotToken is the xoxb- bot token of a single workspace (the one
 	// auth.test names). More workspaces install the app through OAuth.
 	BotToken string `yaml:"bot_token"`
@@ -157,6 +163,8 @@ func (c Config) Validate() error {
 		return errors.New("slack.client_id and slack.client_secret: set both or neither")
 	case c.BotToken == "" && c.ClientID == "":
 		return errors.New("slack: set bot_token (one workspace) or client_id and client_secret (OAuth installs)")
+	case c.PreviousSigningSecret != "" && c.SigningSecret == "":
+		return errors.New("slack.previous_signing_secret: set only with signing_secret, during its rotation")
 	case c.SigningSecret == "" && c.AppToken == "":
 		return errors.New("slack: set signing_secret (HTTP events) or app_token (Socket Mode)")
 	case c.DedupeWindow != 0 && c.DedupeWindow < signatureWindow:

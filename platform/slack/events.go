@@ -16,8 +16,9 @@ import (
 // This file serves the signed HTTP routes Slack calls. Every request is
 // verified first: X-Slack-Request-Timestamp within signatureWindow of the
 // connector's clock, then X-Slack-Signature, the v0 HMAC-SHA256 of
-// "v0:<timestamp>:<body>" with the signing secret, compared in constant
-// time (slack.SecretsVerifier). Answers:
+// "v0:<timestamp>:<body>" with the signing secret (or, during its
+// rotation, previous_signing_secret), compared in constant time
+// (slack.SecretsVerifier). Answers:
 //
 //	200  handled: stored, deliberately dropped, a duplicate, or a
 //	     url_verification challenge answered
@@ -34,7 +35,8 @@ import (
 // A 200 is written only after the event is stored, or, for what may
 // outlast Slack's 3 s, after its request is stored in the durable intake
 // (intake.go): a message with files (fetched after the 200, up to
-// mediaDownloadTimeout in all), and any event, press or slash command of
+// mediaDownloadTimeout in all) or in a thread (its thread's context and
+// root images fetched after the 200), and any event, press or slash command of
 // a chat while an intake entry of that chat is pending here, so that none
 // overtakes it and none waits behind its files. A retry of a message whose
 // files are being fetched is answered 503 while the first copy is in
@@ -70,13 +72,31 @@ func (p *Platform) verified(w http.ResponseWriter, r *http.Request) (body []byte
 	if !ok {
 		return nil, nil, false
 	}
-	if _, err := sv.Write(body); err != nil || sv.Ensure() != nil {
+	if !signed(sv, r.Header, body, p.cfg.PreviousSigningSecret) {
 		release()
 		p.metrics.Dropped(platformName, "unauthorized")
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return nil, nil, false
 	}
 	return body, release, true
+}
+
+// signed reports whether body's signature is sv's (the signing secret's)
+// or, when set, previous's (the secret being rotated out); each compared
+// in constant time.
+func signed(sv slack.SecretsVerifier, header http.Header, body []byte, previous string) bool {
+	if _, err := sv.Write(body); err == nil && sv.Ensure() == nil {
+		return true
+	}
+	if previous == "" {
+		return false
+	}
+	old, err := slack.NewSecretsVerifier(header, previous)
+	if err != nil {
+		return false
+	}
+	_, err = old.Write(body)
+	return err == nil && old.Ensure() == nil
 }
 
 // answer writes the status of an ingest error: 200 for nil, 503 when the

@@ -2,6 +2,7 @@ package slack
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -74,6 +75,44 @@ func TestForgedOrStaleSignatureRefused(t *testing.T) {
 		t.Fatalf("a request 4m59s old: %d", code)
 	}
 	e.sink.Next(t)
+}
+
+// TestSigningSecretRotation: while previous_signing_secret is set, a
+// request signed with it is accepted as well as one signed with
+// signing_secret; without it, the old secret's request is refused 401, as
+// is one signed with neither; a log line naming either secret shows
+// neither.
+func TestSigningSecretRotation(t *testing.T) {
+	const old = "old-signing-secret-3c9a"
+	body := func(ts string) []byte {
+		return slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev"+ts, slacktest.MessageEvent(teamA.ID, dmAda, userAda, ts, "", "hi"))
+	}
+	send := func(e *env, secret, ts string) int {
+		code, _ := e.do(t, slacktest.SignedRequest(e.srv.URL+EventsPath, secret, time.Now(), "application/json", body(ts)))
+		return code
+	}
+	rotating := newEnv(t, func(c *Config) { c.PreviousSigningSecret = old }, nil)
+	for i, secret := range []string{testSecret, old} {
+		if code := send(rotating, secret, sprintf("1768490100.00010%d", i)); code != http.StatusOK {
+			t.Fatalf("during the rotation, signed with secret %d: %d, want 200", i, code)
+		}
+		rotating.sink.Next(t)
+	}
+	if code := send(rotating, "another-secret", "1768490100.000200"); code != http.StatusUnauthorized {
+		t.Fatalf("during the rotation, signed with neither secret: %d, want 401", code)
+	}
+	if text := rotating.p.errorText(errors.New("got " + testSecret + " and " + old)); strings.Contains(text, testSecret) || strings.Contains(text, old) {
+		t.Fatalf("errorText left a signing secret: %q", text)
+	}
+	plain := newEnv(t, nil, nil)
+	if code := send(plain, old, "1768490100.000300"); code != http.StatusUnauthorized {
+		t.Fatalf("without previous_signing_secret, signed with the old secret: %d, want 401", code)
+	}
+	rotating.sink.Empty(t)
+	plain.sink.Empty(t)
+	if err := (Config{PreviousSigningSecret: old, AppToken: "xapp-1-A0FAKE-socket", BotToken: teamA.Token}).Validate(); err == nil || strings.Contains(err.Error(), old) {
+		t.Fatalf("previous_signing_secret without signing_secret: %v, want refused without the secret", err)
+	}
 }
 
 // TestOversizedBodyIs413: a signed body over max_event_bytes is answered

@@ -27,7 +27,9 @@ var errNotRunning = errors.New("slack: not running")
 // envelopeJob reads an event_callback envelope into the job that handles
 // it, and the chat whose order a message's job runs in ("" for any other
 // event). slow is the dedupe key of a message whose handling may outlast
-// Slack's 3 s (it has files to fetch), "" for any other event.
+// Slack's 3 s (it has files to fetch, or is a thread reply, whose
+// thread's context and root images may be fetched) and that a tenant
+// takes, "" for any other event.
 func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow string, job func(context.Context) error) {
 	done := func(reason string) (string, string, func(context.Context) error) {
 		return "", "", func(context.Context) error {
@@ -68,7 +70,7 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 		return done(dropMalformed)
 	}
 	p.seenIn(m.ev.Channel, m.install)
-	if len(m.ev.Files) > 0 {
+	if (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && p.routable(&m) {
 		slow = "msg/" + m.liveDedupeKey()
 	}
 	return m.install + "/" + m.ev.Channel, slow, func(ctx context.Context) error {
@@ -77,6 +79,27 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 		}
 		return p.ingestMessage(ctx, env, &m, received)
 	}
+}
+
+// routable reports whether a tenant takes m by the ownership order alone
+// (no grant recorded): one no tenant takes is not worth an intake entry.
+func (p *Platform) routable(m *message) bool {
+	chat := chatOf(m.ev.Channel, m.install)
+	chat.DM = isDM(m.ev)
+	r, ok := p.owners.Load().Route(m.ev.User, chat)
+	return ok && r.Drop == ""
+}
+
+// intakes reports whether a request of chat goes to the durable intake:
+// a slow message (once, its dedupe key, set), or any request of a chat
+// with an entry pending here.
+func (p *Platform) intakes(chat, once string) bool {
+	return p.intake != nil && (once != "" || p.intake.waiting(chat))
+}
+
+// isDM reports whether ev was posted in a 1:1 DM.
+func isDM(ev *wireEvent) bool {
+	return ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
 }
 
 // inChatOrder runs job in chat's turn (platform/chatorder: one job of a
@@ -91,7 +114,7 @@ func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(contex
 	if ctx.Value(inTurnKey{}) != nil {
 		return job(ctx)
 	}
-	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil && p.intake != nil && (r.once != "" || p.intake.waiting(chat)) {
+	if r, _ := ctx.Value(intakeRequestKey{}).(*intakeRequest); r != nil && p.intakes(chat, r.once) {
 		return p.admit(ctx, chat, r)
 	}
 	return p.queues.Do(ctx, chat, func() error { return job(context.WithoutCancel(ctx)) })
@@ -104,7 +127,7 @@ func (p *Platform) inChatOrder(ctx context.Context, chat string, job func(contex
 // claims costs the store no write, whatever the rate Slack sends at.
 func (p *Platform) ingestMessage(ctx context.Context, env *envelope, m *message, received time.Time) error {
 	ev := m.ev
-	dm := ev.ChannelType == "im" || (ev.ChannelType == "" && strings.HasPrefix(ev.Channel, "D"))
+	dm := isDM(ev)
 	code, link := linkCommand(ev.Text)
 	link = link && dm && !m.edit && p.deps.Linker != nil && !declaredBot(ev, p.defPol) && ev.User != ""
 	r := m.routed

@@ -17,11 +17,11 @@ import (
 
 // This file keeps the durable intake: a request of the HTTP routes whose
 // handling may outlast Slack's 3 s is stored and answered 200 at once,
-// then handled off the request. That is a message or app_mention with
-// files (envelopeJob's slow), and, so that nothing overtakes it, every
-// event, press and slash command of a chat while an entry of that chat is
-// pending on this instance. A thread reply without files is not: its
-// thread's context and root images are still fetched before its answer.
+// then handled off the request. That is a message or app_mention a tenant
+// takes that has files, or is a thread reply (its thread's context and
+// root images may be fetched: envelopeJob's slow), and, so that nothing
+// overtakes it, every event, press and slash command of a chat while an
+// entry of that chat is pending on this instance.
 //
 // An entry lives in the store's Registry, namespace slack/intake, under
 // "<team>/<channel>/<received ns>/<hash of the body>" (so a chat's
@@ -30,8 +30,9 @@ import (
 // (slack/intake/<key>, in the platform's claims) and renews the claim
 // while it holds the entry; it handles the chat's entries one at a time,
 // in order, in the chat's turn, then deletes each. One whose delivery
-// fails is tried again with backoff until dedupe_window after it was
-// received, then dropped (intake_expired). One whose handling a shutdown
+// fails is tried again with backoff until intakeRetryFor after it was
+// received, then dropped (intake_expired): it holds its chat's turn
+// meanwhile. One whose handling a shutdown
 // interrupted (its files not all fetched) is kept, and its claim
 // released: the next Run, or another instance, handles it. Every Run
 // starts by taking the entries no live claim holds, before it takes
@@ -60,12 +61,17 @@ const (
 	// tries of an entry whose delivery failed.
 	intakeBackoffMin = time.Second
 	intakeBackoffMax = time.Minute
+	// intakeRetryFor is how long after it was received an entry whose
+	// delivery fails is tried again, holding its chat's turn: about as
+	// long as Slack retries a request it got no 200 for (three retries
+	// over some 5 minutes).
+	intakeRetryFor = 5 * time.Minute
 	// intakeStoreTimeout bounds an entry's deletion and its claim's
 	// release, which do not end with Run.
 	intakeStoreTimeout = 5 * time.Second
 )
 
-// dropIntakeExpired counts an entry not delivered within dedupe_window.
+// dropIntakeExpired counts an entry not delivered within intakeRetryFor.
 const dropIntakeExpired = "intake_expired"
 
 // The routes an entry came to.
@@ -265,7 +271,7 @@ func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecor
 		if err != nil && ctx.Err() != nil {
 			return // its files may be missing: the next holder handles it
 		}
-		if err != nil && p.clock.Now().Before(received.Add(p.cfg.DedupeWindow)) {
+		if err != nil && p.clock.Now().Before(received.Add(intakeRetryFor)) {
 			p.log.Warn("slack intake entry not stored; retrying", "key", key, "err", p.errorText(err), "retry_in", backoff)
 			_ = p.clock.Sleep(ctx, backoff)
 			backoff = min(backoff*2, intakeBackoffMax)
@@ -273,7 +279,7 @@ func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecor
 		}
 		if err != nil {
 			p.drop(dropIntakeExpired, key)
-			p.log.Warn("slack intake entry dropped: not stored within dedupe_window", "key", key, "err", p.errorText(err))
+			p.log.Warn("slack intake entry dropped: not stored within 5 minutes", "key", key, "err", p.errorText(err))
 		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intakeStoreTimeout)
 		defer cancel()

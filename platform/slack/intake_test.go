@@ -70,6 +70,13 @@ func waitStarted(t *testing.T, started <-chan string, what string) {
 	}
 }
 
+// settled waits until the intake entries this instance holds are handled
+// (delivered, dropped or expired): each is held from before its 200.
+func (e *env) settled(t *testing.T) {
+	t.Helper()
+	platformtest.WaitUntil(t, "the intake entries handled", func() bool { pending, _ := e.p.IntakeStats(); return pending == 0 })
+}
+
 // TestStalledFileAnsweredFirst: a message whose file stalls is answered
 // 200 at once (its request stored in the intake); a later message and a
 // slash command of its chat are answered 200 too, and delivered after it,
@@ -208,7 +215,12 @@ func TestIntakeTakenOverOnRedis(t *testing.T) {
 	}
 	clk.Advance(intakeSweepEvery)
 	b.p.sweepIntake(ctx, nil) // a sweep that surely ran: the claim holds, the entry is not taken
-	if slices.Contains(b.p.intake.keys(), key) {
+	// Read under queueMu: the sweep the clock's tick started may be under
+	// way, holding the key between its take and its failed claim.
+	b.p.intake.queueMu.Lock()
+	taken := slices.Contains(b.p.intake.keys(), key)
+	b.p.intake.queueMu.Unlock()
+	if taken {
 		t.Fatal("the killed instance's entry was taken while its claim holds")
 	}
 	b.sink.Empty(t)
@@ -344,4 +356,40 @@ func TestIntakeRetriedOnOneInstance(t *testing.T) {
 		t.Fatalf("resumed %+v, want the stored message", d.Event)
 	}
 	intakeEmpty(t, mem)
+}
+
+// TestIntakeFailingDeliveryBounded: an intake entry whose delivery the
+// relay keeps refusing holds its chat's turn for intakeRetryFor at most,
+// tried again with backoff on the platform's clock, then is dropped
+// (intake_expired); the chat's next message, behind it, is delivered
+// then. It held the chat for dedupe_window (an hour by default).
+func TestIntakeFailingDeliveryBounded(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	drops := &platformtest.LastDrop{}
+	e := newEnv(t, nil, &platform.Deps{Clock: clk, Metrics: drops})
+	e.sink.Check = func(d platform.Delivery) error {
+		if strings.Contains(d.Event.Text, "refused") {
+			return errors.New("the relay refuses it")
+		}
+		return nil
+	}
+	const root = "1768490100.000100"
+	start := clk.Now()
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", root, "refused"), http.StatusOK)
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000300", "", "behind it"), http.StatusOK)
+	clk.Drive(t, 1, func() int { return int(e.sink.Taken()) }, func() int { return 0 })
+	if took := clk.Now().Sub(start); took < intakeRetryFor || took > intakeRetryFor+intakeBackoffMax {
+		t.Fatalf("the next message delivered %v after, want the refused one tried for %v, then dropped", took, intakeRetryFor)
+	}
+	if d := e.sink.Next(t); d.Event.Text != "behind it" {
+		t.Fatalf("delivered %q, want the message behind the refused one", d.Event.Text)
+	}
+	if n := e.sink.Calls(); n < 3 {
+		t.Fatalf("%d deliveries offered, want the refused one tried again", n)
+	}
+	e.settled(t)
+	if r := drops.Take(); r != dropIntakeExpired {
+		t.Fatalf("last drop %q, want %s", r, dropIntakeExpired)
+	}
+	intakeEmpty(t, e.store)
 }

@@ -3,6 +3,8 @@ package slack
 import (
 	"context"
 	"encoding/json"
+	"strconv"
+	"strings"
 	"time"
 
 	"connector/internal/clock"
@@ -73,19 +75,29 @@ func turnMark(team, channel, ts string) string { return team + ":" + channel + "
 // markKey is a marker's key in the store.
 func markKey(kind markKind, key string) string { return "slack/mark/" + string(kind) + "/" + key }
 
-// has reports whether the marker kind/key is set.
+// has reports whether the marker kind/key is set. A thread marker
+// (threadMark's key) set for an earlier tenant of its tenant's id, deleted
+// since, is not (vault.Predates): a tenant created again under the id does
+// not inherit its threads. One stored without its time (before it was
+// kept) counts.
 func (m *memory) has(ctx context.Context, kind markKind, key string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	_, ok, err := m.caps.Get(ctx, markKey(kind, key))
-	return ok, err
+	value, ok, err := m.caps.Get(ctx, markKey(kind, key))
+	if !ok || err != nil || kind == markTurn || len(value) == 0 {
+		return ok, err
+	}
+	at, perr := strconv.ParseInt(string(value), 10, 64)
+	return perr != nil || !vault.Predates(m.vault, key[strings.LastIndexByte(key, ':')+1:], time.UnixMicro(at)), nil
 }
 
-// set sets the marker kind/key for memoryTTL from now.
+// set sets the marker kind/key for memoryTTL from now, valued with when
+// (Unix microseconds).
 func (m *memory) set(ctx context.Context, kind markKind, key string) error {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	return m.caps.Put(ctx, markKey(kind, key), nil, m.clock.Now().Add(memoryTTL))
+	now := m.clock.Now()
+	return m.caps.Put(ctx, markKey(kind, key), []byte(strconv.FormatInt(now.UnixMicro(), 10)), now.Add(memoryTTL))
 }
 
 // turnStarted records a delivered turn of tenant: message ts of team in

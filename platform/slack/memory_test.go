@@ -2,13 +2,17 @@ package slack
 
 import (
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"connector/internal/clock"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 	"connector/store"
+	"connector/vault"
 )
 
 // TestThreadMarkersSharedAcrossInstances: the markers the mention gating
@@ -20,8 +24,11 @@ import (
 // expires memoryTTL after it was set.
 func TestThreadMarkersSharedAcrossInstances(t *testing.T) {
 	// The store's clock judges expiry; the platforms run on real time (the
-	// Slack signatures do).
-	clk := clocktest.New(time.Now())
+	// Slack signatures do). The store's is real time too, moved on a week
+	// when the test says: never behind the platforms', as in production (a
+	// store whose clock lagged would hold a duplicate check's claim "until
+	// now" live, and drop the message it checked).
+	clk := &shiftedClock{Clock: clock.System}
 	st := store.NewMemory(clk)
 	t.Cleanup(func() { _ = st.Close() })
 	fake := newFake(t)
@@ -96,5 +103,58 @@ func TestThreadMarkersStayInTheirChannel(t *testing.T) {
 		if d := e.sink.Next(t); d.Tenant != "t3" || d.Event.Text != want {
 			t.Fatalf("%s %+v, want %q for t3", d.Tenant, d.Event, want)
 		}
+	}
+}
+
+// shiftedClock is real time moved on by what Advance added.
+type shiftedClock struct {
+	clock.Clock
+	by atomic.Int64
+}
+
+// Now implements clock.Clock.
+func (c *shiftedClock) Now() time.Time { return c.Clock.Now().Add(time.Duration(c.by.Load())) }
+
+// Advance moves the clock on by d.
+func (c *shiftedClock) Advance(d time.Duration) { c.by.Add(int64(d)) }
+
+// TestThreadMarkersOfAnEarlierTenant: t1 posted into a thread, and is
+// deleted and created again under its id (the vault's Since moves to its
+// new start): an unmentioned reply in that thread does not wake the bot
+// for the new t1 (the thread was the earlier t1's); in a thread the new t1
+// posted into, one does.
+func TestThreadMarkersOfAnEarlierTenant(t *testing.T) {
+	clk := clocktest.New(time.Now()) // requests are signed at the time of day
+	var began atomic.Int64
+	since := func(tenant string) time.Time {
+		if us := began.Load(); tenant == "t1" && us != 0 {
+			return time.UnixMicro(us)
+		}
+		return time.Time{}
+	}
+	drops := &platformtest.LastDrop{}
+	e := newEnvOn(t, newFake(t), nil, &platform.Deps{Clock: clk, Metrics: drops, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	post := func(root string) {
+		t.Helper()
+		if r := e.execute(t, "t1", `{"op":"send","chat_id":"C0GEN00001","content":"looking","metadata":{"thread_id":"`+root+`"}}`); !r.Success {
+			t.Fatalf("%+v", r)
+		}
+	}
+	const earlier, later = "1768490100.000100", "1768490200.000100"
+	post(earlier)
+	clk.Advance(time.Second)
+	began.Store(clk.Now().UnixMicro()) // t1 deleted and created again
+	clk.Advance(time.Second)
+	post(later)
+	drops.Take()
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490110.000100", earlier, "thanks"), http.StatusOK)
+	e.settled(t)
+	e.sink.Empty(t)
+	if r := drops.Take(); r != dropMentionRequired {
+		t.Fatalf("the reply in the earlier t1's thread: drop %q, want %s", r, dropMentionRequired)
+	}
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490210.000100", later, "thanks"), http.StatusOK)
+	if d := e.sink.Next(t); d.Tenant != "t1" || d.Event.Text != "thanks" {
+		t.Fatalf("the reply in the new t1's thread: %s %+v", d.Tenant, d.Event)
 	}
 }

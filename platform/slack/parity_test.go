@@ -243,7 +243,8 @@ func TestSlackSettingsParity(t *testing.T) {
 					got = paritySend(t, e)
 				} else {
 					e.event(t, teamA, fmt.Sprintf("EvP%d", i), parityProbe(t, probe[0], ts), http.StatusOK)
-					var d *platform.Delivery // delivered before the 200, if at all
+					e.settled(t)             // a thread reply is handled after its 200, from the intake
+					var d *platform.Delivery // delivered by now, if at all
 					if got, ok := e.sink.TryNext(); ok {
 						d = &got
 					}

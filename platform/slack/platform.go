@@ -210,10 +210,10 @@ func (p *Platform) Routes() map[string]http.Handler {
 var tokenPattern = regexp.MustCompile(`x(?:ox[abeprs]|app)-[A-Za-z0-9-]+`)
 
 // errorText is err's text for logs and results, with every Slack token,
-// the signing secret and the client secret removed.
+// the signing secrets and the client secret removed.
 func (p *Platform) errorText(err error) string {
 	s := tokenPattern.ReplaceAllString(err.Error(), "[redacted]")
-	for _, secret := range []string{p.cfg.SigningSecret, p.cfg.ClientSecret} {
+	for _, secret := range []string{p.cfg.SigningSecret, p.cfg.PreviousSigningSecret, p.cfg.ClientSecret} {
 		if secret != "" {
 			s = strings.ReplaceAll(s, secret, "[redacted]")
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"time"
 
 	"github.com/slack-go/slack"
@@ -159,7 +160,10 @@ func (l slogLogger) Output(_ int, s string) error {
 }
 
 // socketEvent handles one event of the socketmode client. Messages are
-// queued in their chat's order before the next envelope is read; the rest
+// queued in their chat's order before the next envelope is read, or, as on
+// the HTTP route, stored in the durable intake and acknowledged at once (a
+// message with files or in a thread, and every event, press and slash
+// command of a chat while an entry of that chat is pending here); the rest
 // run beside.
 func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, ev *socketmode.Event) {
 	received := p.clock.Now()
@@ -201,10 +205,20 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			ack(nil, nil)
 			return
 		}
-		chat, _, job := p.envelopeJob(&env, received)
+		chat, slow, job := p.envelopeJob(&env, received)
 		run := func() { ack(job(ctx), nil) }
 		if chat == "" {
 			p.beside(run)
+			return
+		}
+		if p.intakes(chat, slow) {
+			// Acknowledged once stored in the intake, before its files or
+			// thread are fetched; still before the next envelope is read,
+			// so the chat's order holds.
+			actx, cancel := context.WithTimeout(ctx, ackTimeout)
+			defer cancel()
+			r := &intakeRequest{rec: intakeRecord{Route: routeEvents, Body: req.Payload, Received: received.UnixNano()}, once: slow}
+			ack(p.admit(actx, chat, r), nil)
 			return
 		}
 		if !p.queues.Go(ctx, chat, run) {
@@ -217,7 +231,8 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 				ack(nil, nil)
 				return
 			}
-			ack(p.interaction(ctx, &ic, received), nil)
+			body := url.Values{"payload": {string(req.Payload)}}.Encode() // as the HTTP route's
+			ack(p.interaction(withIntake(ctx, routeInteractions, []byte(body), received, ""), &ic, received), nil)
 		})
 	case socketmode.EventTypeSlashCommand:
 		p.beside(func() {
@@ -226,8 +241,14 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 				ack(nil, nil)
 				return
 			}
-			c := slashFromFields(func(k string) string { s, _ := form[k].(string); return s })
-			text, err := p.ingestCommand(ctx, &c, received)
+			fields := url.Values{} // as the HTTP route's body
+			for k, v := range form {
+				if s, ok := v.(string); ok {
+					fields.Set(k, s)
+				}
+			}
+			c := slashFromFields(fields.Get)
+			text, err := p.ingestCommand(withIntake(ctx, routeCommands, []byte(fields.Encode()), received, ""), &c, received)
 			var payload any
 			if text != "" {
 				payload = map[string]string{"response_type": "ephemeral", "text": text}

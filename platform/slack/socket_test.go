@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"connector/internal/clock"
+	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
 	"connector/platform"
 	"connector/platform/slack/slacktest"
@@ -166,4 +167,54 @@ func TestSocketModeBoundsWorkBesideTheReader(t *testing.T) {
 	for range 3 {
 		e.sink.Next(t)
 	}
+}
+
+// TestSocketModeStalledFileAckedFirst: over Socket Mode, as on the HTTP
+// route, a message whose file stalls is acknowledged at once (its envelope
+// stored in the durable intake), and so are a later message and a slash
+// command of its chat; they are delivered after it, in order, once its
+// download ends. The message held its chat's turn, and every envelope
+// behind it, unacknowledged while it downloaded.
+func TestSocketModeStalledFileAckedFirst(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnv(t, socket, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan string, 4)
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // a failed test's download ends
+	push := func(kind string, payload []byte) string {
+		t.Helper()
+		id, err := e.fake.PushEvent(ctx, kind, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	acked := func(id, what string) {
+		t.Helper()
+		if _, err := e.fake.WaitAck(ctx, id); err != nil {
+			t.Fatalf("%s not acknowledged: %v", what, err)
+		}
+	}
+	acked(push("events_api", slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(dmAda, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	acked(push("events_api", slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev2", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "", "and then"))), "the later message")
+	cmd, _ := json.Marshal(map[string]string{"team_id": teamA.ID, "channel_id": dmAda, "user_id": userAda, "command": "/status",
+		"text": "", "response_url": e.fake.ResponseURL("r1")})
+	acked(push("slash_commands", cmd), "the slash command")
+	e.sink.Empty(t)
+	clk.Advance(mediaDownloadTimeout)
+	for i, want := range []string{"F0SLOW0001.png could not be fetched", "and then", "/status"} {
+		if d := e.sink.Next(t); !strings.Contains(d.Event.Text, want) {
+			t.Fatalf("delivery %d %q, want it to hold %q", i, d.Event.Text, want)
+		}
+	}
+	e.settled(t)
+	e.sink.Empty(t)
+	intakeEmpty(t, e.store)
 }

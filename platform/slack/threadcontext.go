@@ -62,8 +62,8 @@ func (p *Platform) threadContext(ctx context.Context, tenant string, m *message,
 	}
 	pol := p.policy(tenant)
 	// One deadline for the authors' names, as for a message's mentions: a
-	// thread may have as many authors as messages, and the turn must be
-	// stored within Slack's 3 s.
+	// thread may have as many authors as messages, and the chat's turn is
+	// held meanwhile.
 	nctx, cancel := within(ctx, p.clock, mentionNamesDeadline)
 	defer cancel()
 	var out []contract.ContextMessage
