@@ -1340,3 +1340,34 @@ func TestClusterDriverWithoutSocketsHandsTheTenantOver(t *testing.T) {
 		runtime.Gosched() // a beat's lease calls signal nothing: step on
 	}
 }
+
+// Word that passthrough frames were written, lost on its way to the
+// driver, does not keep their bytes counted in the socket's window there
+// for good (older gateways never acknowledge passthrough, so the window
+// would stay full and stall every later passthrough to the socket): it
+// rides the socket's link with the acks, and the next beat's roster shows
+// the loss; the link breaks, and what it held goes out again.
+func TestClusterLostPassthroughWrittenFreesTheWindow(t *testing.T) {
+	r, _, gb := drivenRig(t, 2)
+	r.inst[1].net.setLose(func(_ string, msg []byte) bool { return len(msg) > 0 && msg[0] == relay.ClusterMsgWritten })
+	// Four frames fill the socket's byte window on the driver (half of
+	// the 8 MiB send queue); the fifth waits for word of one written.
+	const events, size = 8, 900 << 10
+	pad := strings.Repeat("x", size)
+	for range events {
+		r.inst[1].discord.publish(platform.Delivery{Kind: platform.KindPassthrough, Tenant: "t1", Platform: "discord",
+			Forward: &contract.Forward{Platform: "discord", Method: "POST", Path: "/interactions", BodyB64: pad}})
+	}
+	got := make(map[string]bool)
+	for len(got) < 4 {
+		got[gb.Next(t, contract.TypePassthroughForward).BufferID] = true
+	}
+	for i := range 4 {
+		r.inst[1].net.nextLost(t, fmt.Sprintf("word of passthrough %d written", i+1))
+	}
+	r.inst[1].net.setLose(nil)
+	r.step(t)
+	for len(got) < events {
+		got[gb.Next(t, contract.TypePassthroughForward).BufferID] = true
+	}
+}
