@@ -202,6 +202,13 @@ func (l netLeases) Release(ctx context.Context, name string, lease store.Lease) 
 	return l.n.Store.Leases().Release(ctx, name, lease)
 }
 
+func (l netLeases) Drop(ctx context.Context, name string) error {
+	if l.n.cut.Load() {
+		return errCut
+	}
+	return l.n.Store.Leases().Drop(ctx, name)
+}
+
 func (l netLeases) Holder(ctx context.Context, name string) (store.Lease, bool, error) {
 	if l.n.cut.Load() {
 		return store.Lease{}, false, errCut
@@ -1370,4 +1377,42 @@ func TestClusterLostPassthroughWrittenFreesTheWindow(t *testing.T) {
 	for len(got) < events {
 		got[gb.Next(t, contract.TypePassthroughForward).BufferID] = true
 	}
+}
+
+// The lease of a tenant created through the registry is the tenant's
+// generation's (its name ends in its creation time): once the tenant is
+// created again under its id, or deleted, no instance uses it again, and
+// its record (its fencing token) leaves the store instead of staying there
+// for good, one per tenant generation.
+func TestClusterGenerationsLeaseIsForgotten(t *testing.T) {
+	r := newClusterRig(t, 1)
+	s := r.inst[0].h.Server
+	c1 := r.clk.Now().Add(-time.Hour).Truncate(time.Microsecond)
+	drive := func(created time.Time) string {
+		t.Helper()
+		err := s.SetTenants([]relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "ga", Secrets: []string{"sa"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.dial(t, 0, "ga", "discord")
+		if who := r.waitAcquired(t); who != "i0" {
+			t.Fatalf("%s took the tenant's lease, want i0", who)
+		}
+		return fmt.Sprintf("relay/tenant/t1@%d", created.UnixMicro())
+	}
+	forgotten := func(name, what string) {
+		t.Helper()
+		l, ok, err := r.st.Leases().Acquire(context.Background(), name, "probe", time.Second)
+		if err != nil || !ok || l.Token != 1 {
+			t.Fatalf("after %s, Acquire of %s = %+v, %v, %v; want it acquired with token 1 (its record forgotten)", what, name, l, ok, err)
+		}
+	}
+	first := drive(c1)
+	drive(c1.Add(time.Minute))
+	forgotten(first, "the tenant was created again")
+	second := drive(c1.Add(2 * time.Minute))
+	if err := s.SetTenants(nil); err != nil {
+		t.Fatal(err)
+	}
+	forgotten(second, "the tenant was deleted")
 }

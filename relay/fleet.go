@@ -379,7 +379,8 @@ func (f *tenantFleet) renew(created time.Time) {
 	h := f.h
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
-	f.lease.Store(new(leaseName(h.id, created)))
+	earlier := f.lease.Swap(new(leaseName(h.id, created)))
+	defer f.retire(*earlier)
 	if f.driving.Load() {
 		if f.tenure != nil {
 			ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
@@ -414,6 +415,7 @@ func (f *tenantFleet) leave() {
 	if !f.left.CompareAndSwap(false, true) {
 		return
 	}
+	defer f.retire(*f.lease.Load())
 	close(f.quit)
 	if f.bid != nil {
 		f.bid.Stop()
@@ -428,6 +430,23 @@ func (f *tenantFleet) leave() {
 	}
 	if f.driving.Load() {
 		f.stopDriving()
+	}
+}
+
+// retire drops the lease name from the store, under beatMu once this
+// instance gave it up, when it is a generation's (leaseName with a
+// creation time): no instance uses it again once the tenant was deleted
+// or created again. Held by an instance that has not applied the change
+// yet, it stays, and that instance drops it when it does; a lease its
+// holder never gives up (it died) expires and keeps its record.
+func (f *tenantFleet) retire(name string) {
+	if name == leasePrefix+f.h.id {
+		return // the declared tenant's, the same whatever its generation
+	}
+	ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
+	defer cancel()
+	if err := f.fl.leases.Drop(ctx, name); err != nil && f.fl.ctx.Err() == nil {
+		f.fl.srv.log.Warn("lease of a tenant generation gone not dropped from the store", "tenant", f.h.id, "err", err)
 	}
 }
 
