@@ -29,6 +29,7 @@ const (
 	ClusterMsgDetach   = msgDetach
 	ClusterMsgAck      = msgAck
 	ClusterMsgFrame    = msgFrame
+	ClusterMsgWritten  = msgWritten
 	ClusterMsgHold     = msgHold
 	ClusterMsgRoster   = msgRoster
 	ClusterMsgTally    = msgTally

@@ -52,7 +52,7 @@ const (
 	msgDetach    = 'D' // driver: tenant, conn
 	msgAck       = 'A' // driver: tenant, conn, gen, seq, bufferId
 	msgFrame     = 'F' // socket's instance: tenant, conn, gen, seq, frame
-	msgWritten   = 'P' // driver: tenant, conn, gen, bufferId (a passthrough frame written)
+	msgWritten   = 'P' // driver: tenant, conn, gen, seq (the acks'), bufferId (a passthrough frame written)
 	msgHold      = 'H' // socket's instance, when it asks (msgAskHolds): tenant, conn, gen, frames sent
 	msgBroken    = 'B' // socket's instance: tenant, conn, gen (acks were lost)
 	msgRoster    = 'R' // driver, every beat: tenant, links, digest of (link, acks sent)
@@ -162,12 +162,24 @@ type peer struct {
 
 // edgeLink is, while another instance drives the tenant, a local
 // connection's link to it: its generation (a new one after a loss), the
-// frames received and the acks sent.
+// frames received and the acks sent, with the word of passthrough frames
+// written (msgWritten) numbered among them.
 type edgeLink struct {
 	gen    uint64
 	hash   uint64 // seatHash of what the last serve announced
 	frames cluster.Link
+	// sendMu numbers and queues one ack or written at a time: acks come
+	// from the connection's reader, word of a frame written from its
+	// writer (or whoever drops its queue).
+	sendMu sync.Mutex
 	acks   cluster.Link
+}
+
+// sendAck numbers and queues one message of the link's acks.
+func (l *edgeLink) sendAck(send func(seq uint64)) {
+	l.sendMu.Lock()
+	defer l.sendMu.Unlock()
+	l.acks.Send(send)
 }
 
 // remoteSeat is, on the driver, a socket on another instance: a ledger
@@ -253,9 +265,9 @@ func newFleet(s *Server) *fleet {
 			f.frameIn(m.From, c, cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]), m.Fields[4])
 		})
 	})
-	n.Handle(msgWritten, 4, func(m cluster.Msg) {
+	n.Handle(msgWritten, 5, func(m cluster.Msg) {
 		fl.atDriver(m, func(f *tenantFleet) {
-			f.writtenRemote(m.From, string(m.Fields[1]), cluster.Uint(m.Fields[2]), string(m.Fields[3]))
+			f.writtenRemote(m.From, string(m.Fields[1]), cluster.Uint(m.Fields[2]), cluster.Uint(m.Fields[3]), string(m.Fields[4]))
 		})
 	})
 	n.Handle(msgHold, 4, func(m cluster.Msg) {
@@ -367,7 +379,8 @@ func (f *tenantFleet) renew(created time.Time) {
 	h := f.h
 	f.beatMu.Lock()
 	defer f.beatMu.Unlock()
-	f.lease.Store(new(leaseName(h.id, created)))
+	earlier := f.lease.Swap(new(leaseName(h.id, created)))
+	defer f.retire(*earlier)
 	if f.driving.Load() {
 		if f.tenure != nil {
 			ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
@@ -402,6 +415,7 @@ func (f *tenantFleet) leave() {
 	if !f.left.CompareAndSwap(false, true) {
 		return
 	}
+	defer f.retire(*f.lease.Load())
 	close(f.quit)
 	if f.bid != nil {
 		f.bid.Stop()
@@ -416,6 +430,23 @@ func (f *tenantFleet) leave() {
 	}
 	if f.driving.Load() {
 		f.stopDriving()
+	}
+}
+
+// retire drops the lease name from the store, under beatMu once this
+// instance gave it up, when it is a generation's (leaseName with a
+// creation time): no instance uses it again once the tenant was deleted
+// or created again. Held by an instance that has not applied the change
+// yet, it stays, and that instance drops it when it does; a lease its
+// holder never gives up (it died) expires and keeps its record.
+func (f *tenantFleet) retire(name string) {
+	if name == leasePrefix+f.h.id {
+		return // the declared tenant's, the same whatever its generation
+	}
+	ctx, cancel := context.WithTimeout(f.fl.ctx, f.fl.node.Beat())
+	defer cancel()
+	if err := f.fl.leases.Drop(ctx, name); err != nil && f.fl.ctx.Err() == nil {
+		f.fl.srv.log.Warn("lease of a tenant generation gone not dropped from the store", "tenant", f.h.id, "err", err)
 	}
 }
 
@@ -872,7 +903,7 @@ func (f *tenantFleet) frameIn(from string, c *conn, gen, seq uint64, frame []byt
 	}
 	c.inbound.Add(1)
 	if id, pass := contract.PassthroughBufferID(frame); pass {
-		c.enqueueOwned(frame, &passthroughWritten{f: f, driver: from, conn: c.key, gen: gen, id: id})
+		c.enqueueOwned(frame, &passthroughWritten{f: f, driver: from, conn: c.key, link: s.link, id: id})
 	} else {
 		c.enqueue(frame)
 	}
@@ -882,26 +913,30 @@ func (f *tenantFleet) frameIn(from string, c *conn, gen, seq uint64, frame []byt
 // from the driver (or dropped it, closing), reports it written to the
 // driver: its bytes leave the socket's window there (ledger.Written),
 // which an acknowledgement alone would free, and older gateways never
-// acknowledge passthrough. Lost, the bytes stay counted until the link's
-// next generation or an ack.
+// acknowledge passthrough. It is numbered among the link's acks, so one
+// lost shows as an ack lost does (at the next ack, or the next beat's
+// roster), and breaks the link: its next generation holds nothing.
 type passthroughWritten struct {
 	f                *tenantFleet
 	driver, conn, id string
-	gen              uint64
+	link             *edgeLink
 }
 
 // Release implements wsconn.Releaser.
 func (w *passthroughWritten) Release() {
-	w.f.send(w.driver, msgWritten, []byte(w.conn), cluster.AppendUint(nil, w.gen), []byte(w.id))
+	l := w.link
+	l.sendAck(func(seq uint64) {
+		w.f.send(w.driver, msgWritten, []byte(w.conn), cluster.AppendUint(nil, l.gen), cluster.AppendUint(nil, seq), []byte(w.id))
+	})
 }
 
 // writtenRemote takes the word of a socket on another instance that it
 // wrote the passthrough frame id.
-func (f *tenantFleet) writtenRemote(inst, conn string, gen uint64, id string) {
+func (f *tenantFleet) writtenRemote(inst, conn string, gen, seq uint64, id string) {
 	h := f.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if rs := f.remoteLocked(inst, conn); rs != nil && rs.gen == gen && !rs.broken {
+	if rs := f.takeAckLocked(inst, conn, gen, seq); rs != nil {
 		h.ledger.Written(rs, id)
 	}
 }
@@ -948,7 +983,7 @@ func (f *tenantFleet) ackOut(c *conn, id string) bool {
 	}
 	c.acksOut++
 	l := s.link
-	l.acks.Send(func(seq uint64) {
+	l.sendAck(func(seq uint64) {
 		f.send(f.driver, msgAck, []byte(c.key), cluster.AppendUint(nil, l.gen), cluster.AppendUint(nil, seq), []byte(id))
 	})
 	return true
@@ -1007,10 +1042,23 @@ func (f *tenantFleet) ackRemote(inst, conn string, gen, seq uint64, id string) {
 	h.ledger.Ack(id)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if rs := f.remoteLocked(inst, conn); rs != nil && rs.gen == gen && !rs.broken && !rs.acks.Take(seq) {
+	f.takeAckLocked(inst, conn, gen, seq)
+}
+
+// takeAckLocked takes message seq of the acks of inst's connection conn,
+// generation gen, under hub.mu, and returns its seat when it came in
+// order on a live link; a gap breaks the link.
+func (f *tenantFleet) takeAckLocked(inst, conn string, gen, seq uint64) *remoteSeat {
+	rs := f.remoteLocked(inst, conn)
+	if rs == nil || rs.gen != gen || rs.broken {
+		return nil
+	}
+	if !rs.acks.Take(seq) {
 		f.breakRemoteLocked(rs)
 		f.send(inst, msgBroken, []byte(conn), cluster.AppendUint(nil, gen))
+		return nil
 	}
+	return rs
 }
 
 // breakRemoteLocked gives up rs's link, whose acks were lost: what it held

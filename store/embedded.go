@@ -624,6 +624,9 @@ func (e *embedded) lease(ctx context.Context, name string, write bool, fn func(L
 		if !put || err != nil {
 			return err
 		}
+		if l == (Lease{}) {
+			return tx.Bucket(bLeases).Delete([]byte(name))
+		}
 		return tx.Bucket(bLeases).Put([]byte(name), encodeLease(l))
 	})
 }

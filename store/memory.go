@@ -322,7 +322,11 @@ func (m *Memory) lease(ctx context.Context, name string, _ bool, fn func(Lease) 
 	}
 	defer m.mu.Unlock()
 	l, put, err := fn(m.leases[name])
-	if put && err == nil {
+	switch {
+	case !put || err != nil:
+	case l == (Lease{}):
+		delete(m.leases, name)
+	default:
 		m.leases[name] = l
 	}
 	return err

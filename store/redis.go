@@ -668,6 +668,13 @@ end
 return 1
 `)
 
+// dropScript: KEYS lease, token counter. Deletes the counter unless the
+// lease is held.
+var dropScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+return redis.call('DEL', KEYS[2])
+`)
+
 // holderScript: KEYS lease. Returns {value, remaining ms} or nil.
 var holderScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
@@ -774,6 +781,17 @@ func (ls redisLeases) ifHeld(ctx context.Context, op, name string, l Lease, ttl 
 	}
 	if reply.unreplicated != nil {
 		return fmt.Errorf("store: %s lease %q: %w", op, name, reply.unreplicated)
+	}
+	return nil
+}
+
+func (ls redisLeases) Drop(ctx context.Context, name string) error {
+	if err := checkName("lease name", name); err != nil {
+		return err
+	}
+	p, tag := ls.s.p, tagged(name)
+	if err := dropScript.Run(ctx, ls.s.c, []string{p + "lease:" + tag, p + "leasetoken:" + tag}).Err(); err != nil {
+		return fmt.Errorf("store: drop lease %q: %w", name, rerr(err))
 	}
 	return nil
 }

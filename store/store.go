@@ -246,6 +246,11 @@ type Leases interface {
 	Release(ctx context.Context, name string, l Lease) error
 	// Holder returns the current lease, ok false when it is free.
 	Holder(ctx context.Context, name string) (l Lease, ok bool, err error)
+	// Drop forgets the lease name, its fencing token included, when it is
+	// free; a held lease stays (its holder drops it once it released it).
+	// It is for a name never used again (a one-off name, such as a
+	// generation's): a later Acquire starts its tokens over.
+	Drop(ctx context.Context, name string) error
 }
 
 // Lease is one holder's tenure of a named lease.
@@ -712,7 +717,7 @@ func (c localClaims) Release(ctx context.Context, key string) error {
 // (memory, embedded), by the store's clock: the single statement of the
 // lease rules. lease runs fn on the stored lease name (zero when none) in
 // one transaction, a writing one when write is set, and stores what fn
-// returns when fn says so.
+// returns when fn says so (a zero Lease: removes the record).
 type localLeases struct {
 	clock clock.Clock
 	lease func(ctx context.Context, name string, write bool, fn func(cur Lease) (next Lease, put bool, err error)) error
@@ -769,6 +774,18 @@ func (ls localLeases) Release(ctx context.Context, name string, l Lease) error {
 			return Lease{}, false, ErrNotHeld
 		}
 		return Lease{Token: l.Token}, true, nil // the token outlives the tenure
+	})
+}
+
+func (ls localLeases) Drop(ctx context.Context, name string) error {
+	if err := checkName("lease name", name); err != nil {
+		return err
+	}
+	return ls.lease(ctx, name, true, func(cur Lease) (Lease, bool, error) {
+		if cur.liveAt(ls.clock.Now()) {
+			return cur, false, nil
+		}
+		return Lease{}, true, nil // a zero lease is no record
 	})
 }
 

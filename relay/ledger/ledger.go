@@ -272,6 +272,9 @@ type Ledger struct {
 	// resets counts Resets, under mu: a Tail whose store read began before
 	// one takes nothing in, and the next Tail reads from the start.
 	resets uint64
+	// forgotten is set, under mu, once the pool forgot the ledger
+	// (Forget): it takes nothing in from then on.
+	forgotten bool
 
 	// tailMu serializes Tails; it is taken before mu, and held across the
 	// store's Read. Reset does not take it, so it never waits for a read.
@@ -368,8 +371,13 @@ func (p *Pool) known(tenant string) *Ledger {
 // serves: its entries leave memory (Reset: the store keeps them, to be
 // read by the tenant's next ledger or aged out by Sweep) and the pool
 // drops it, so Ledger makes a new one for the tenant. Removals already
-// queued are still written.
+// queued are still written. From then on l takes nothing in: an Append of
+// a delivery that found l just before stores its record (for the tenant's
+// next ledger) without holding it or counting its bytes in the pool's.
 func (p *Pool) Forget(l *Ledger) {
+	l.mu.Lock()
+	l.forgotten = true
+	l.mu.Unlock()
 	l.Reset()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -456,14 +464,15 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	}
 	l.mu.Lock()
 	l.countAppendingLocked(recs, -1)
-	if err == nil {
+	take := err == nil && !l.forgotten
+	if take {
 		for _, e := range es {
 			l.insertLocked(e)
 		}
 		l.boundLocked()
 	}
 	l.dispatchLocked()
-	if err == nil {
+	if take {
 		l.noteUnservedLocked(es...)
 		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 	}
@@ -1062,9 +1071,10 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			entries[i] = l.newEntry(recs[i].Seq, &recs[i])
 		}
 		l.mu.Lock()
-		if l.resets != resets {
-			// Reset since this Tail began: what it read is not this
-			// ledger's to take in (its instance may have stopped driving).
+		if l.resets != resets || l.forgotten {
+			// Reset since this Tail began, or forgotten: what it read is
+			// not this ledger's to take in (its instance may have stopped
+			// driving).
 			l.mu.Unlock()
 			return n, nil
 		}

@@ -1212,3 +1212,28 @@ func TestBeginDropsAnEarlierTenantsEntries(t *testing.T) {
 	other.Serve(c2, "discord")
 	want(t, "the other instance's", payloads(c2.take()), "new")
 }
+
+// A ledger the pool forgot (its tenant removed) takes nothing in: an
+// Append of a delivery that found it just before (or a Tail) stores the
+// record, for the tenant's next ledger, but neither holds it nor counts it
+// in the pool's bytes, which would otherwise stay counted until a restart.
+func TestForgottenLedgerTakesNothingIn(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	r.pool.Forget(r.Ledger)
+	r.add(t, "s1", "late")
+	if n, err := r.Tail(ctx); n != 0 || err != nil {
+		t.Fatalf("the forgotten ledger's Tail took %d in (%v), want 0", n, err)
+	}
+	if n, b := r.Len(), r.pool.Stats().Bytes; n != 0 || b != 0 {
+		t.Fatalf("the forgotten ledger holds %d entries, the pool counts %d bytes; want none", n, b)
+	}
+	want(t, "stored", r.stored(t), "late")
+	next := r.pool.Ledger("t1")
+	if n, err := next.Tail(ctx); n != 1 || err != nil {
+		t.Fatalf("the tenant's next ledger took %d in (%v), want 1", n, err)
+	}
+	if b := r.pool.Stats().Bytes; b != int64(len("late")) {
+		t.Fatalf("the pool counts %d bytes, want %d", b, len("late"))
+	}
+}

@@ -66,6 +66,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("Owners", func(t *testing.T) { testOwners(t, b) })
 	t.Run("Leases", func(t *testing.T) { testLeases(t, b) })
 	t.Run("LeaseTakeoverAfterExpiry", func(t *testing.T) { testLeaseTakeover(t, b) })
+	t.Run("LeaseDrop", func(t *testing.T) { testLeaseDrop(t, b) })
 	t.Run("PubSub", func(t *testing.T) { testPubSub(t, b) })
 	t.Run("PubSubAcrossInstances", func(t *testing.T) { testPubSubAcrossInstances(t, b) })
 	t.Run("Registry", func(t *testing.T) { testRegistry(t, b) })
@@ -770,6 +771,42 @@ func testLeases(t *testing.T, b Backend) {
 	l3, ok, err := ls.Acquire(ctx, "other", "h1", long)
 	if err != nil || !ok {
 		t.Fatalf("Acquire of another name = %+v, %v, %v", l3, ok, err)
+	}
+}
+
+// testLeaseDrop: Drop forgets a free lease's record, its token included (a
+// later Acquire starts the tokens over), and leaves a held one alone.
+func testLeaseDrop(t *testing.T, b Backend) {
+	f := newFixture(t, b)
+	ls := f.s.Leases()
+	long, _ := leaseTTLs(b)
+	if err := ls.Drop(ctx, "gen@1"); err != nil {
+		t.Fatalf("Drop of an unused lease: %v", err)
+	}
+	var l store.Lease
+	for range 2 {
+		var err error
+		if l, _, err = ls.Acquire(ctx, "gen@1", "h1", long); err != nil {
+			t.Fatal(err)
+		}
+		if err := ls.Drop(ctx, "gen@1"); err != nil {
+			t.Fatalf("Drop of a held lease: %v", err)
+		}
+		if h, ok, err := ls.Holder(ctx, "gen@1"); err != nil || !ok || h.Token != l.Token {
+			t.Fatalf("Holder after a Drop of the held lease = %+v, %v, %v; want it held with token %d", h, ok, err, l.Token)
+		}
+		if err := ls.Release(ctx, "gen@1", l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.Token < 2 {
+		t.Fatalf("second tenure's token %d, want above the first's", l.Token)
+	}
+	if err := ls.Drop(ctx, "gen@1"); err != nil {
+		t.Fatalf("Drop of a released lease: %v", err)
+	}
+	if l, ok, err := ls.Acquire(ctx, "gen@1", "h2", long); err != nil || !ok || l.Token != 1 {
+		t.Fatalf("Acquire after Drop = %+v, %v, %v; want acquired with token 1 (the record forgotten)", l, ok, err)
 	}
 }
 
