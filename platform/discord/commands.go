@@ -67,7 +67,9 @@ import (
 // the deletion and the creation came in one registry apply. The instances
 // that delete it are those that saw the tenant configured and then not, or
 // that started since: one whose registry apply lags never deletes the
-// manifest of a tenant newer than that apply.
+// manifest of a tenant newer than that apply, nor replaces one of a later
+// creation than it knows (a hello from the earlier tenant's gateway, still
+// connected there).
 
 // commandName is what the contract lets through; invalid entries are
 // dropped one by one.
@@ -551,8 +553,11 @@ func (c *commandSync) save(ctx context.Context) {
 	clear(c.unsaved)
 	c.mu.Unlock()
 	for _, tenant := range slices.Sorted(maps.Keys(unsaved)) {
-		value, _ := json.Marshal(unsaved[tenant]) // decoded JSON: cannot fail
-		changed, err := c.store(ctx, tenant, value)
+		changed, err := c.store(ctx, tenant, unsaved[tenant])
+		if errors.Is(err, errEarlierCreation) {
+			c.p.log.Warn("discord command_manifest not stored: it was sent for an earlier creation of the tenant than the stored one", "tenant", tenant)
+			continue
+		}
 		if err != nil {
 			c.mu.Lock()
 			if _, newer := c.unsaved[tenant]; !newer {
@@ -574,9 +579,17 @@ func (c *commandSync) save(ctx context.Context) {
 	}
 }
 
-// store stores tenant's manifest value unless the store holds it already,
-// and reports whether it changed.
-func (c *commandSync) store(ctx context.Context, tenant string, value []byte) (bool, error) {
+// errEarlierCreation refuses to store a manifest sent for an earlier
+// creation of its tenant than the stored one's.
+var errEarlierCreation = errors.New("manifest of an earlier creation")
+
+// store stores tenant's manifest m unless the store holds it already, and
+// reports whether it changed. It never replaces the manifest of a later
+// creation of the tenant (errEarlierCreation): this instance has not
+// applied that creation yet, and the others would delete the manifest it
+// stored as of an earlier one.
+func (c *commandSync) store(ctx context.Context, tenant string, m manifest) (bool, error) {
+	value, _ := json.Marshal(m) // decoded JSON: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
@@ -585,6 +598,10 @@ func (c *commandSync) store(ctx context.Context, tenant string, value []byte) (b
 	}
 	if found && bytes.Equal(e.Value, value) {
 		return false, nil
+	}
+	var have manifest
+	if found && json.Unmarshal(e.Value, &have) == nil && have.Created.After(m.Created) {
+		return false, errEarlierCreation
 	}
 	rev, err := c.shared.Put(ctx, manifestsNamespace, tenant, value)
 	if err != nil {

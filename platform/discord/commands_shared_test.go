@@ -2,6 +2,7 @@ package discord
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -370,4 +371,38 @@ func TestRemadeTenantLosesTheEarlierManifestOneInstance(t *testing.T) {
 	waitGuildDescriptions(t, e.fake, guildOther, "", nil)
 	e.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildOther, "New", []string{"ask"})
+}
+
+// TestStaleCreationDoesNotReplaceTheManifest: t2 was deleted and made
+// again; instance other has not applied it yet, and the earlier t2's
+// gateway, still connected there, says hello. Its manifest, of the
+// earlier creation, must not replace the new t2's stored one: holder would
+// ignore and delete it, and the new t2 would have no manifest until its
+// gateway's next hello.
+func TestStaleCreationDoesNotReplaceTheManifest(t *testing.T) {
+	t.Parallel()
+	sp := newSharedPair(t)
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	sp.other.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
+	sp.holder.p.SetTenants(map[string]time.Time{"t1": {}, "t2": again})
+	sp.holder.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, sp.holder.fake, guildOther, "New", []string{"ask"})
+	stored := func() manifest {
+		e, ok, err := sp.st.Registry().Get(waitCtx(t), manifestsNamespace, "t2")
+		if err != nil || !ok {
+			t.Fatalf("t2's stored manifest: found %v, %v", ok, err)
+		}
+		var m manifest
+		if err := json.Unmarshal(e.Value, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
+	platformtest.WaitUntil(t, "other's save of the earlier t2's manifest refused, or done", func() bool {
+		return strings.Contains(sp.other.logs.Text(), "earlier creation") || !stored().Created.Equal(again)
+	})
+	if m := stored(); !m.Created.Equal(again) || m.Commands[0]["description"] != "New ask" {
+		t.Fatalf("t2's stored manifest = %+v, want the new t2's (created %v)", m, again)
+	}
 }
