@@ -138,13 +138,14 @@ type commandSync struct {
 	lastRev   uint64               // several: the namespace's revision the last look read
 	tenants   map[string]time.Time // the configured tenants and their creation; nil until SetTenants
 	// forget are the tenants this instance saw configured and then not
-	// (deleted): their stored manifests are deleted by a look. A tenant it
+	// (deleted), with the creation it saw: their stored manifests of that
+	// creation or an earlier one are deleted by a look. A tenant it
 	// never saw may be newer than its last registry apply (one that failed,
 	// or has not come yet): its manifest stays. forgetAll, from the first
 	// SetTenants to the first look that lists the namespace, deletes every
 	// tenant's not configured (deleted while this instance was not
 	// running).
-	forget    map[string]bool
+	forget    map[string]time.Time
 	forgetAll bool
 	present   map[string]bool // guilds the Gateway delivered
 	// pending are the scopes to reconcile, each with whether to empty its
@@ -156,7 +157,7 @@ func newCommandSync(p *Platform) *commandSync {
 	c := &commandSync{
 		p: p, dirty: make(chan struct{}, 1), poke: make(chan struct{}, 1),
 		manifests: map[string]manifest{}, unsaved: map[string]manifest{}, revs: map[string]uint64{},
-		present: map[string]bool{}, pending: map[string]bool{}, forget: map[string]bool{},
+		present: map[string]bool{}, pending: map[string]bool{}, forget: map[string]time.Time{},
 	}
 	if p.deps.Cluster != nil && p.deps.Store != nil {
 		c.shared, c.ps = p.deps.Store.Registry(), p.deps.Store.PubSub()
@@ -284,7 +285,7 @@ func (c *commandSync) setTenants(created map[string]time.Time) {
 		switch {
 		case !ok:
 			left = true
-			c.forget[tenant] = true
+			c.forget[tenant] = was
 		case now.After(was): // deleted and made again
 			left, remade = true, true
 			c.queueTenantLocked(tenant, true)
@@ -711,7 +712,8 @@ func (c *commandSync) look(ctx context.Context) {
 			var m manifest
 			_ = json.Unmarshal(e.Value, &m) // unreadable: as of no creation
 			created, ok := c.tenants[e.Key]
-			if !ok && (c.forgetAll || c.forget[e.Key]) || ok && m.Created.Before(created) {
+			left, saw := c.forget[e.Key]
+			if !ok && (c.forgetAll || saw && !m.Created.After(left)) || ok && m.Created.Before(created) {
 				gone = append(gone, e)
 			}
 			if !ok || m.Created.Before(created) {

@@ -406,3 +406,32 @@ func TestStaleCreationDoesNotReplaceTheManifest(t *testing.T) {
 		t.Fatalf("t2's stored manifest = %+v, want the new t2's (created %v)", m, again)
 	}
 }
+
+// TestDeletionSeenKeepsTheRemadeTenantsManifest: an instance that applied
+// t2's deletion but not yet its creation again (its next apply failed, or
+// has not come yet) must not delete the manifest another instance stored
+// for the new t2: it is of a later creation than the t2 it saw leave.
+func TestDeletionSeenKeepsTheRemadeTenantsManifest(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
+	c := newCommandSync(e.p) // no loop: each look is the test's
+	c.shared, c.ps = st.Registry(), st.PubSub()
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	c.setTenants(map[string]time.Time{"t1": {}, "t2": first})
+	c.look(waitCtx(t))
+	c.setTenants(declared("t1")) // t2 deleted
+	c.look(waitCtx(t))
+	value, _ := json.Marshal(manifest{Created: again, Commands: []map[string]any{{"name": "ask", "description": "New ask"}}})
+	if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, "t2", value); err != nil { // the new t2's hello, on another instance
+		t.Fatal(err)
+	}
+	c.look(waitCtx(t))
+	if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || !ok {
+		t.Fatalf("the new t2's stored manifest: found %v, %v; want it kept by an instance that saw only the earlier t2 leave", ok, err)
+	}
+}
