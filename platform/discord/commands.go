@@ -40,8 +40,8 @@ import (
 // the global registry) is reconciled: GET, compare, and a bulk PUT
 // (PUT /applications/{app}/guilds/{guild}/commands, or .../commands) only
 // when it differs. A guild is reconciled only once the Gateway delivered it
-// (GUILD_CREATE, which also queues it), so a guild the bot is not in draws
-// no 403. A guild's calls count against its tenant's share of the budgets.
+// (GUILD_CREATE, which also queues it), and not after the bot left it
+// (GUILD_DELETE), so a guild the bot is not in draws no 403. A guild's calls count against its tenant's share of the budgets.
 // It is best effort: a failure is logged per scope and retried on the next
 // manifest or GUILD_CREATE, and never touches a handshake.
 //
@@ -333,6 +333,14 @@ func (c *commandSync) guildDelivered(guild string) {
 	c.queueLocked(guild, false)
 	c.mu.Unlock()
 	c.signal()
+}
+
+// guildLeft records that the bot was removed from guild (GUILD_DELETE):
+// it is no longer reconciled until a GUILD_CREATE delivers it again.
+func (c *commandSync) guildLeft(guild string) {
+	c.mu.Lock()
+	delete(c.present, guild)
+	c.mu.Unlock()
 }
 
 // rebound queues guild, whose tenant changed or which is no longer bound,

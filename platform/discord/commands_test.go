@@ -242,6 +242,34 @@ func TestSameCommandsIgnoresServerFields(t *testing.T) {
 	}
 }
 
+// TestCommandsLeaveAGuildTheBotLeft: a guild the bot was removed from
+// (GUILD_DELETE without unavailable) is no longer reconciled: its calls
+// would draw 403s, each an invalid request against the bot's budget, for
+// as long as the process runs.
+func TestCommandsLeaveAGuildTheBotLeft(t *testing.T) {
+	t.Parallel()
+	const guildGone = "150" // reconciled before guild 200 (scopes go in order)
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds[guildGone] = "t2" })
+	e.fake.AddGuild(discordtest.Guild{ID: guildGone, Name: "Gone"})
+	e.startReady(t)
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, e.fake, guildGone, "A", []string{"ask"})
+	waitGuildDescriptions(t, e.fake, guildOther, "A", []string{"ask"})
+	e.dispatch(t, "GUILD_DELETE", map[string]any{"id": guildGone})
+	// A later event shows the reader has handled the GUILD_DELETE.
+	e.dispatch(t, "CHANNEL_CREATE", map[string]any{"id": "1999", "type": 0, "guild_id": guildOther, "name": "marker"})
+	platformtest.WaitUntil(t, "the channel created after the GUILD_DELETE cached", func() bool {
+		_, ok := e.p.cache.cachedChannel("1999")
+		return ok
+	})
+	gets := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildGone))
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, e.fake, guildOther, "B", []string{"ask"})
+	if n := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildGone)) - gets; n != 0 {
+		t.Fatalf("%d calls for guild %s after the bot left it", n, guildGone)
+	}
+}
+
 // TestCommandsLeaveAnUnboundGuild: a guild whose binding is removed loses
 // its former tenant's commands, as a guild rebound to another tenant gets
 // the new tenant's: no tenant's commands stay in a guild it no longer owns.
