@@ -40,8 +40,9 @@ import (
 // the global registry) is reconciled: GET, compare, and a bulk PUT
 // (PUT /applications/{app}/guilds/{guild}/commands, or .../commands) only
 // when it differs. A guild is reconciled only once the Gateway delivered it
-// (GUILD_CREATE, which also queues it), and not after the bot left it
-// (GUILD_DELETE), so a guild the bot is not in draws no 403. A guild's calls count against its tenant's share of the budgets.
+// (GUILD_CREATE, which also queues it) in the current session, and not
+// after the bot left it (GUILD_DELETE), so a guild the bot is not in draws
+// no 403. A guild's calls count against its tenant's share of the budgets.
 // It is best effort: a failure is logged per scope and retried on the next
 // manifest or GUILD_CREATE, and never touches a handshake.
 //
@@ -340,6 +341,15 @@ func (c *commandSync) guildDelivered(guild string) {
 func (c *commandSync) guildLeft(guild string) {
 	c.mu.Lock()
 	delete(c.present, guild)
+	c.mu.Unlock()
+}
+
+// sessionStarted forgets the guilds delivered so far: a new Gateway session
+// (READY) delivers each guild the bot is in again, and the bot may have
+// left others meanwhile, unseen.
+func (c *commandSync) sessionStarted() {
+	c.mu.Lock()
+	clear(c.present)
 	c.mu.Unlock()
 }
 

@@ -53,6 +53,7 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 			p.botID.Store(&id)
 		}
 		p.gw.budget.record()
+		p.cmds.sessionStarted()
 		if err == nil {
 			p.readySnapshot(&r)
 		}
