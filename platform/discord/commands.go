@@ -322,18 +322,20 @@ func (c *commandSync) setTenants(created map[string]time.Time) {
 	}
 }
 
-// guildDelivered records that the Gateway delivered guild (GUILD_CREATE)
-// and queues it when it is bound; it is reconciled when its tenant has a
-// manifest then.
+// guildDelivered records that the Gateway delivered guild (GUILD_CREATE),
+// bound or not (one bound later is queued then: rebound), and queues it
+// when it is bound; it is reconciled when its tenant has a manifest then.
 func (c *commandSync) guildDelivered(guild string) {
-	if _, ok := c.p.guildOwners()[guild]; !ok {
-		return
-	}
+	_, bound := c.p.guildOwners()[guild]
 	c.mu.Lock()
 	c.present[guild] = true
-	c.queueLocked(guild, false)
+	if bound {
+		c.queueLocked(guild, false)
+	}
 	c.mu.Unlock()
-	c.signal()
+	if bound {
+		c.signal()
+	}
 }
 
 // guildLeft records that the bot was removed from guild (GUILD_DELETE):

@@ -306,6 +306,28 @@ func TestCommandsForgetGuildsOfAnEarlierSession(t *testing.T) {
 	}
 }
 
+// TestCommandsInAGuildBoundLater: a guild the bot is in, bound to a
+// tenant only after the Gateway delivered it (a provision's route key, an
+// admin bind), gets the tenant's commands, without waiting for a new
+// Gateway session to deliver it again.
+func TestCommandsInAGuildBoundLater(t *testing.T) {
+	t.Parallel()
+	const guildLater = "300"
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.fake.AddGuild(discordtest.Guild{ID: guildLater, Name: "Later"})
+	e.startReady(t)
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, e.fake, guildOther, "A", []string{"ask"})
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"},
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+		{Kind: platform.BindGuild, ID: guildLater, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitGuildDescriptions(t, e.fake, guildLater, "A", []string{"ask"})
+}
+
 // TestCommandsLeaveAnUnboundGuild: a guild whose binding is removed loses
 // its former tenant's commands, as a guild rebound to another tenant gets
 // the new tenant's: no tenant's commands stay in a guild it no longer owns.
