@@ -207,16 +207,19 @@ func TestGatewayReconnectResumes(t *testing.T) {
 // accepts.
 func TestGatewayZombieConnectionResumes(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, discordtest.Options{HeartbeatInterval: 20}, nil)
+	e := newEnv(t, discordtest.Options{HeartbeatInterval: 50}, nil)
 	e.startReady(t)
+	// A loaded machine may delay an ACK past discordgo's patience on its
+	// own: that connection resumes too, so sessions are counted from here.
+	sessions := e.fake.Identifies() + e.fake.Resumes()
 	if err := e.fake.Zombie(); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.fake.WaitSession(waitCtx(t), 2); err != nil {
+	if err := e.fake.WaitSession(waitCtx(t), sessions+1); err != nil {
 		t.Fatal(err)
 	}
-	if i, r := e.fake.Identifies(), e.fake.Resumes(); i != 1 || r != 1 {
-		t.Fatalf("identifies %d resumes %d after a zombie connection, want 1 and 1 (HELLOs answered with %v)", i, r, e.fake.Handshakes())
+	if i := e.fake.Identifies(); i != 1 {
+		t.Fatalf("%d identifies after a zombie connection, want 1: the session must be resumed (HELLOs answered with %v)", i, e.fake.Handshakes())
 	}
 	e.dispatch(t, "MESSAGE_CREATE", msg("7022", threadPlan, guildLab, "back?", true))
 	if d := e.sink.Next(t); d.Event.Source.MessageID != "7022" {
