@@ -40,7 +40,8 @@ import (
 // the global registry) is reconciled: GET, compare, and a bulk PUT
 // (PUT /applications/{app}/guilds/{guild}/commands, or .../commands) only
 // when it differs. A guild is reconciled only once the Gateway delivered it
-// (GUILD_CREATE, which also queues it), so a guild the bot is not in draws
+// (GUILD_CREATE, which also queues it) in the current session, and not
+// after the bot left it (GUILD_DELETE), so a guild the bot is not in draws
 // no 403. A guild's calls count against its tenant's share of the budgets.
 // It is best effort: a failure is logged per scope and retried on the next
 // manifest or GUILD_CREATE, and never touches a handshake.
@@ -67,7 +68,9 @@ import (
 // the deletion and the creation came in one registry apply. The instances
 // that delete it are those that saw the tenant configured and then not, or
 // that started since: one whose registry apply lags never deletes the
-// manifest of a tenant newer than that apply.
+// manifest of a tenant newer than that apply, nor replaces one of a later
+// creation than it knows (a hello from the earlier tenant's gateway, still
+// connected there).
 
 // commandName is what the contract lets through; invalid entries are
 // dropped one by one.
@@ -136,13 +139,14 @@ type commandSync struct {
 	lastRev   uint64               // several: the namespace's revision the last look read
 	tenants   map[string]time.Time // the configured tenants and their creation; nil until SetTenants
 	// forget are the tenants this instance saw configured and then not
-	// (deleted): their stored manifests are deleted by a look. A tenant it
+	// (deleted), with the creation it saw: their stored manifests of that
+	// creation or an earlier one are deleted by a look. A tenant it
 	// never saw may be newer than its last registry apply (one that failed,
 	// or has not come yet): its manifest stays. forgetAll, from the first
 	// SetTenants to the first look that lists the namespace, deletes every
 	// tenant's not configured (deleted while this instance was not
 	// running).
-	forget    map[string]bool
+	forget    map[string]time.Time
 	forgetAll bool
 	present   map[string]bool // guilds the Gateway delivered
 	// pending are the scopes to reconcile, each with whether to empty its
@@ -154,7 +158,7 @@ func newCommandSync(p *Platform) *commandSync {
 	c := &commandSync{
 		p: p, dirty: make(chan struct{}, 1), poke: make(chan struct{}, 1),
 		manifests: map[string]manifest{}, unsaved: map[string]manifest{}, revs: map[string]uint64{},
-		present: map[string]bool{}, pending: map[string]bool{}, forget: map[string]bool{},
+		present: map[string]bool{}, pending: map[string]bool{}, forget: map[string]time.Time{},
 	}
 	if p.deps.Cluster != nil && p.deps.Store != nil {
 		c.shared, c.ps = p.deps.Store.Registry(), p.deps.Store.PubSub()
@@ -282,7 +286,7 @@ func (c *commandSync) setTenants(created map[string]time.Time) {
 		switch {
 		case !ok:
 			left = true
-			c.forget[tenant] = true
+			c.forget[tenant] = was
 		case now.After(was): // deleted and made again
 			left, remade = true, true
 			c.queueTenantLocked(tenant, true)
@@ -318,18 +322,37 @@ func (c *commandSync) setTenants(created map[string]time.Time) {
 	}
 }
 
-// guildDelivered records that the Gateway delivered guild (GUILD_CREATE)
-// and queues it when it is bound; it is reconciled when its tenant has a
-// manifest then.
+// guildDelivered records that the Gateway delivered guild (GUILD_CREATE),
+// bound or not (one bound later is queued then: rebound), and queues it
+// when it is bound; it is reconciled when its tenant has a manifest then.
 func (c *commandSync) guildDelivered(guild string) {
-	if _, ok := c.p.guildOwners()[guild]; !ok {
-		return
-	}
+	_, bound := c.p.guildOwners()[guild]
 	c.mu.Lock()
 	c.present[guild] = true
-	c.queueLocked(guild, false)
+	if bound {
+		c.queueLocked(guild, false)
+	}
 	c.mu.Unlock()
-	c.signal()
+	if bound {
+		c.signal()
+	}
+}
+
+// guildLeft records that the bot was removed from guild (GUILD_DELETE):
+// it is no longer reconciled until a GUILD_CREATE delivers it again.
+func (c *commandSync) guildLeft(guild string) {
+	c.mu.Lock()
+	delete(c.present, guild)
+	c.mu.Unlock()
+}
+
+// sessionStarted forgets the guilds delivered so far: a new Gateway session
+// (READY) delivers each guild the bot is in again, and the bot may have
+// left others meanwhile, unseen.
+func (c *commandSync) sessionStarted() {
+	c.mu.Lock()
+	clear(c.present)
+	c.mu.Unlock()
 }
 
 // rebound queues guild, whose tenant changed or which is no longer bound,
@@ -551,8 +574,11 @@ func (c *commandSync) save(ctx context.Context) {
 	clear(c.unsaved)
 	c.mu.Unlock()
 	for _, tenant := range slices.Sorted(maps.Keys(unsaved)) {
-		value, _ := json.Marshal(unsaved[tenant]) // decoded JSON: cannot fail
-		changed, err := c.store(ctx, tenant, value)
+		changed, err := c.store(ctx, tenant, unsaved[tenant])
+		if errors.Is(err, errEarlierCreation) {
+			c.p.log.Warn("discord command_manifest not stored: it was sent for an earlier creation of the tenant than the stored one", "tenant", tenant)
+			continue
+		}
 		if err != nil {
 			c.mu.Lock()
 			if _, newer := c.unsaved[tenant]; !newer {
@@ -574,9 +600,17 @@ func (c *commandSync) save(ctx context.Context) {
 	}
 }
 
-// store stores tenant's manifest value unless the store holds it already,
-// and reports whether it changed.
-func (c *commandSync) store(ctx context.Context, tenant string, value []byte) (bool, error) {
+// errEarlierCreation refuses to store a manifest sent for an earlier
+// creation of its tenant than the stored one's.
+var errEarlierCreation = errors.New("manifest of an earlier creation")
+
+// store stores tenant's manifest m unless the store holds it already, and
+// reports whether it changed. It never replaces the manifest of a later
+// creation of the tenant (errEarlierCreation): this instance has not
+// applied that creation yet, and the others would delete the manifest it
+// stored as of an earlier one.
+func (c *commandSync) store(ctx context.Context, tenant string, m manifest) (bool, error) {
+	value, _ := json.Marshal(m) // decoded JSON: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	e, found, err := c.shared.Get(ctx, manifestsNamespace, tenant)
@@ -585,6 +619,10 @@ func (c *commandSync) store(ctx context.Context, tenant string, value []byte) (b
 	}
 	if found && bytes.Equal(e.Value, value) {
 		return false, nil
+	}
+	var have manifest
+	if found && json.Unmarshal(e.Value, &have) == nil && have.Created.After(m.Created) {
+		return false, errEarlierCreation
 	}
 	rev, err := c.shared.Put(ctx, manifestsNamespace, tenant, value)
 	if err != nil {
@@ -694,7 +732,8 @@ func (c *commandSync) look(ctx context.Context) {
 			var m manifest
 			_ = json.Unmarshal(e.Value, &m) // unreadable: as of no creation
 			created, ok := c.tenants[e.Key]
-			if !ok && (c.forgetAll || c.forget[e.Key]) || ok && m.Created.Before(created) {
+			left, saw := c.forget[e.Key]
+			if !ok && (c.forgetAll || saw && !m.Created.After(left)) || ok && m.Created.Before(created) {
 				gone = append(gone, e)
 			}
 			if !ok || m.Created.Before(created) {

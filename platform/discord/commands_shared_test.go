@@ -2,6 +2,7 @@ package discord
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -370,4 +371,67 @@ func TestRemadeTenantLosesTheEarlierManifestOneInstance(t *testing.T) {
 	waitGuildDescriptions(t, e.fake, guildOther, "", nil)
 	e.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildOther, "New", []string{"ask"})
+}
+
+// TestStaleCreationDoesNotReplaceTheManifest: t2 was deleted and made
+// again; instance other has not applied it yet, and the earlier t2's
+// gateway, still connected there, says hello. Its manifest, of the
+// earlier creation, must not replace the new t2's stored one: holder would
+// ignore and delete it, and the new t2 would have no manifest until its
+// gateway's next hello.
+func TestStaleCreationDoesNotReplaceTheManifest(t *testing.T) {
+	t.Parallel()
+	sp := newSharedPair(t)
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	sp.other.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
+	sp.holder.p.SetTenants(map[string]time.Time{"t1": {}, "t2": again})
+	sp.holder.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, sp.holder.fake, guildOther, "New", []string{"ask"})
+	stored := func() manifest {
+		e, ok, err := sp.st.Registry().Get(waitCtx(t), manifestsNamespace, "t2")
+		if err != nil || !ok {
+			t.Fatalf("t2's stored manifest: found %v, %v", ok, err)
+		}
+		var m manifest
+		if err := json.Unmarshal(e.Value, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
+	platformtest.WaitUntil(t, "other's save of the earlier t2's manifest refused, or done", func() bool {
+		return strings.Contains(sp.other.logs.Text(), "earlier creation") || !stored().Created.Equal(again)
+	})
+	if m := stored(); !m.Created.Equal(again) || m.Commands[0]["description"] != "New ask" {
+		t.Fatalf("t2's stored manifest = %+v, want the new t2's (created %v)", m, again)
+	}
+}
+
+// TestDeletionSeenKeepsTheRemadeTenantsManifest: an instance that applied
+// t2's deletion but not yet its creation again (its next apply failed, or
+// has not come yet) must not delete the manifest another instance stored
+// for the new t2: it is of a later creation than the t2 it saw leave.
+func TestDeletionSeenKeepsTheRemadeTenantsManifest(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
+	c := newCommandSync(e.p) // no loop: each look is the test's
+	c.shared, c.ps = st.Registry(), st.PubSub()
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	c.setTenants(map[string]time.Time{"t1": {}, "t2": first})
+	c.look(waitCtx(t))
+	c.setTenants(declared("t1")) // t2 deleted
+	c.look(waitCtx(t))
+	value, _ := json.Marshal(manifest{Created: again, Commands: []map[string]any{{"name": "ask", "description": "New ask"}}})
+	if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, "t2", value); err != nil { // the new t2's hello, on another instance
+		t.Fatal(err)
+	}
+	c.look(waitCtx(t))
+	if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || !ok {
+		t.Fatalf("the new t2's stored manifest: found %v, %v; want it kept by an instance that saw only the earlier t2 leave", ok, err)
+	}
 }

@@ -242,6 +242,92 @@ func TestSameCommandsIgnoresServerFields(t *testing.T) {
 	}
 }
 
+// TestCommandsLeaveAGuildTheBotLeft: a guild the bot was removed from
+// (GUILD_DELETE without unavailable) is no longer reconciled: its calls
+// would draw 403s, each an invalid request against the bot's budget, for
+// as long as the process runs.
+func TestCommandsLeaveAGuildTheBotLeft(t *testing.T) {
+	t.Parallel()
+	const guildGone = "150" // reconciled before guild 200 (scopes go in order)
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds[guildGone] = "t2" })
+	e.fake.AddGuild(discordtest.Guild{ID: guildGone, Name: "Gone"})
+	e.startReady(t)
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, e.fake, guildGone, "A", []string{"ask"})
+	waitGuildDescriptions(t, e.fake, guildOther, "A", []string{"ask"})
+	e.dispatch(t, "GUILD_DELETE", map[string]any{"id": guildGone})
+	// A later event shows the reader has handled the GUILD_DELETE.
+	e.dispatch(t, "CHANNEL_CREATE", map[string]any{"id": "1999", "type": 0, "guild_id": guildOther, "name": "marker"})
+	platformtest.WaitUntil(t, "the channel created after the GUILD_DELETE cached", func() bool {
+		_, ok := e.p.cache.cachedChannel("1999")
+		return ok
+	})
+	gets := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildGone))
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, e.fake, guildOther, "B", []string{"ask"})
+	if n := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildGone)) - gets; n != 0 {
+		t.Fatalf("%d calls for guild %s after the bot left it", n, guildGone)
+	}
+}
+
+// TestCommandsForgetGuildsOfAnEarlierSession: a new Gateway session
+// (IDENTIFY) delivers the guilds the bot is in now; one it was removed from
+// meanwhile, whose GUILD_DELETE went to no session here (another instance
+// held the Gateway, or the session was down), is no longer reconciled.
+func TestCommandsForgetGuildsOfAnEarlierSession(t *testing.T) {
+	t.Parallel()
+	const guildGone = "150" // reconciled before guild 200 (scopes go in order)
+	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds[guildGone] = "t2" })
+	e.fake.AddGuild(discordtest.Guild{ID: guildGone, Name: "Gone"})
+	e.startReady(t)
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, e.fake, guildGone, "A", []string{"ask"})
+	waitGuildDescriptions(t, e.fake, guildOther, "A", []string{"ask"})
+	e.fake.RemoveGuild(guildGone)
+	e.fake.RefuseResumes(4009) // the next connection starts a new session
+	if err := e.fake.CloseGateway(4000, "Unknown error"); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitUntil(t, "a second session identified", func() bool { return e.fake.Identifies() == 2 })
+	if err := e.fake.WaitSession(waitCtx(t), 2); err != nil { // and its connection up
+		t.Fatal(err)
+	}
+	// A later event shows the reader has handled the new session's READY.
+	e.dispatch(t, "CHANNEL_CREATE", map[string]any{"id": "1999", "type": 0, "guild_id": guildOther, "name": "marker"})
+	platformtest.WaitUntil(t, "the channel created after the new session's READY cached", func() bool {
+		_, ok := e.p.cache.cachedChannel("1999")
+		return ok
+	})
+	gets := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildGone))
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, e.fake, guildOther, "B", []string{"ask"})
+	if n := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildGone)) - gets; n != 0 {
+		t.Fatalf("%d calls for guild %s, which the new session did not deliver", n, guildGone)
+	}
+}
+
+// TestCommandsInAGuildBoundLater: a guild the bot is in, bound to a
+// tenant only after the Gateway delivered it (a provision's route key, an
+// admin bind), gets the tenant's commands, without waiting for a new
+// Gateway session to deliver it again.
+func TestCommandsInAGuildBoundLater(t *testing.T) {
+	t.Parallel()
+	const guildLater = "300"
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.fake.AddGuild(discordtest.Guild{ID: guildLater, Name: "Later"})
+	e.startReady(t)
+	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	waitGuildDescriptions(t, e.fake, guildOther, "A", []string{"ask"})
+	if err := e.p.Bind([]platform.Binding{
+		{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"},
+		{Kind: platform.BindGuild, ID: guildOther, Tenant: "t2"},
+		{Kind: platform.BindGuild, ID: guildLater, Tenant: "t2"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitGuildDescriptions(t, e.fake, guildLater, "A", []string{"ask"})
+}
+
 // TestCommandsLeaveAnUnboundGuild: a guild whose binding is removed loses
 // its former tenant's commands, as a guild rebound to another tenant gets
 // the new tenant's: no tenant's commands stay in a guild it no longer owns.

@@ -59,7 +59,9 @@ type Config struct {
 	// GlobalPerSecond is the bot-wide REST budget in requests per second,
 	// shared between tenants by weighted fair share (each tenant's Weight).
 	// Default 45 (Discord allows 50; GlobalPerSecond+GlobalBurst never
-	// exceeds 50 in any second by default).
+	// exceeds 50 in any second by default). It is each instance's own:
+	// with several, Discord counts their sum against the bot, so divide
+	// it (and GlobalBurst) by the number of instances.
 	GlobalPerSecond float64 `yaml:"global_per_second"`
 	// GlobalBurst is how many requests may go at once after a quiet period.
 	// Default 5.

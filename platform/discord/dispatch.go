@@ -53,6 +53,7 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 			p.botID.Store(&id)
 		}
 		p.gw.budget.record()
+		p.cmds.sessionStarted()
 		if err == nil {
 			p.readySnapshot(&r)
 		}
@@ -74,6 +75,14 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 			p.log.Info("discord guild snapshot loaded")
 		}
 		p.cmds.guildDelivered(g.ID)
+	case "GUILD_DELETE":
+		var g struct {
+			ID          string `json:"id"`
+			Unavailable bool   `json:"unavailable"`
+		}
+		if json.Unmarshal(raw, &g) == nil && !g.Unavailable { // the bot left it (not an outage)
+			p.cmds.guildLeft(g.ID)
+		}
 	case "CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE":
 		var t wireThread
 		if json.Unmarshal(raw, &t) == nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bwmarrin/discordgo"
@@ -61,6 +62,8 @@ type gateway struct {
 	disconnected chan struct{}
 	budget       *identifyBudget
 
+	ending atomic.Bool // run closes the session: its close frame (1000) goes out
+
 	connMu  sync.Mutex
 	conn    *handshakeConn  // the socket being opened, until its handshake was read
 	by      time.Time       // when the latest open's handshake must end (wall time)
@@ -85,7 +88,7 @@ func (g *gateway) dial(ctx context.Context, network, addr string) (net.Conn, err
 	}
 	g.connMu.Lock()
 	defer g.connMu.Unlock()
-	g.conn = &handshakeConn{Conn: c, limit: g.by}
+	g.conn = &handshakeConn{Conn: c, limit: g.by, ending: &g.ending}
 	_ = c.SetDeadline(g.by)
 	return g.conn, nil
 }
@@ -108,11 +111,28 @@ func (g *gateway) handshakeDone() {
 // meanwhile (gorilla sets and clears its own around the upgrade) is capped
 // there, so the read a silent server leaves waiting fails. Unlike closing
 // the socket from a timer, a deadline cannot cut a session whose READY was
-// read in time but whose Open returned after the limit.
+// read in time but whose Open returned after the limit. It also drops the
+// close frames run did not ask for (Write).
 type handshakeConn struct {
 	net.Conn
-	mu    sync.Mutex
-	limit time.Time // zero once lifted
+	ending *atomic.Bool // gateway.ending
+	mu     sync.Mutex
+	limit  time.Time // zero once lifted
+}
+
+// Write implements net.Conn. It drops a close frame (gorilla writes each
+// client frame in one Write; 0x88 is a final close frame's first byte)
+// unless run is closing the session: discordgo closes with 1000 on its own
+// when it judges the connection dead (a heartbeat unacknowledged for five
+// intervals, a read error), and a 1000 ends the session at Discord, so the
+// next open's RESUME would be refused, an identify spent and the events in
+// between lost. Without a close frame Discord sees the socket drop and keeps
+// the session for that RESUME.
+func (c *handshakeConn) Write(b []byte) (int, error) {
+	if len(b) > 0 && b[0] == 0x88 && !c.ending.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
 }
 
 // SetDeadline implements net.Conn, capped at the limit.
@@ -211,6 +231,7 @@ func (g *gateway) run(ctx context.Context) error {
 		if err := g.budget.wait(ctx); err != nil {
 			return nil
 		}
+		g.ending.Store(false)
 		if g.sess == nil {
 			if err := g.sessionStarts(ctx); err != nil {
 				return g.refusedOr(err)
@@ -223,7 +244,7 @@ func (g *gateway) run(ctx context.Context) error {
 		err := g.open(ctx)
 		if ctx.Err() != nil {
 			if err == nil {
-				_ = g.sess.Close()
+				g.close()
 			}
 			return nil
 		}
@@ -234,7 +255,7 @@ func (g *gateway) run(ctx context.Context) error {
 			g.p.log.Info("discord gateway connected")
 			select {
 			case <-ctx.Done():
-				_ = g.sess.Close()
+				g.close()
 				return nil
 			case <-g.disconnected:
 			}
@@ -265,6 +286,12 @@ func (g *gateway) run(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, cfg.ReconnectMax)
 	}
+}
+
+// close ends the session at Discord (close 1000): run's end.
+func (g *gateway) close() {
+	g.ending.Store(true)
+	_ = g.sess.Close()
 }
 
 // refusedOr ends run: with err when it is a *RefusedError, which turns

@@ -199,6 +199,34 @@ func TestGatewayReconnectResumes(t *testing.T) {
 	}
 }
 
+// TestGatewayZombieConnectionResumes: a connection whose heartbeats go
+// unanswered is closed by discordgo itself (after five intervals), with
+// 1000, which would end the session at Discord: the next open's RESUME
+// refused, an identify spent and the events in between lost. The session
+// must survive it: the next HELLO is answered with a RESUME that Discord
+// accepts.
+func TestGatewayZombieConnectionResumes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{HeartbeatInterval: 50}, nil)
+	e.startReady(t)
+	// A loaded machine may delay an ACK past discordgo's patience on its
+	// own: that connection resumes too, so sessions are counted from here.
+	sessions := e.fake.Identifies() + e.fake.Resumes()
+	if err := e.fake.Zombie(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fake.WaitSession(waitCtx(t), sessions+1); err != nil {
+		t.Fatal(err)
+	}
+	if i := e.fake.Identifies(); i != 1 {
+		t.Fatalf("%d identifies after a zombie connection, want 1: the session must be resumed (HELLOs answered with %v)", i, e.fake.Handshakes())
+	}
+	e.dispatch(t, "MESSAGE_CREATE", msg("7022", threadPlan, guildLab, "back?", true))
+	if d := e.sink.Next(t); d.Event.Source.MessageID != "7022" {
+		t.Fatalf("delivery after the zombie's resume = %+v", d)
+	}
+}
+
 // TestGatewayNewSessionAfterRefusedResume: Discord closes a RESUME with 4007
 // (invalid seq) or 4009 (session timed out) to say "reconnect and start a
 // new session". discordgo keeps its session id and sequence, so reconnecting

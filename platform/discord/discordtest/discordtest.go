@@ -32,6 +32,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -204,6 +205,14 @@ func (s *Server) AddGuild(g Guild, channels ...Channel) {
 		}
 		s.channels[c.ID] = c
 	}
+}
+
+// RemoveGuild removes guild id, as when the bot is removed from it: the
+// next session's READY no longer lists it (no GUILD_DELETE is sent).
+func (s *Server) RemoveGuild(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.guilds = slices.DeleteFunc(s.guilds, func(g Guild) bool { return g.ID == id })
 }
 
 // AddChannel adds a channel or thread that GET /channels/{id} answers.

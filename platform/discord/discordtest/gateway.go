@@ -6,14 +6,17 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/coder/websocket"
 )
 
 // gwConn is one Gateway connection.
 type gwConn struct {
-	c   *websocket.Conn
-	wmu sync.Mutex // orders sequence numbers with writes
+	c       *websocket.Conn
+	wmu     sync.Mutex  // orders sequence numbers with writes
+	closing atomic.Bool // the server closes it (closeWith)
+	zombie  atomic.Bool // heartbeats go unanswered (Zombie)
 }
 
 func (g *gwConn) send(ctx context.Context, v any) error {
@@ -55,9 +58,15 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 	for {
 		_, data, err := c.Read(ctx)
 		if err != nil {
+			// Like Discord, a client closing with 1000 or 1001 ends its
+			// session: a RESUME of it is answered with op 9.
+			code := websocket.CloseStatus(err)
 			s.mu.Lock()
 			if s.conn == g {
 				s.conn = nil
+				if !g.closing.Load() && (code == websocket.StatusNormalClosure || code == websocket.StatusGoingAway) {
+					s.sessionID = ""
+				}
 			}
 			s.mu.Unlock()
 			return
@@ -76,7 +85,9 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 		}
 		switch f.Op {
 		case 1:
-			_ = g.send(ctx, map[string]any{"op": 11})
+			if !g.zombie.Load() {
+				_ = g.send(ctx, map[string]any{"op": 11})
+			}
 		case 2:
 			if !s.handleIdentify(ctx, g, f.D) {
 				return
@@ -96,6 +107,7 @@ func (s *Server) serveGateway(w http.ResponseWriter, r *http.Request) {
 // before the close frame went out, so the client would see 1006 and retry
 // instead of the terminal code.
 func (s *Server) closeWith(g *gwConn, code int, reason string) {
+	g.closing.Store(true)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -291,6 +303,18 @@ func (s *Server) WaitSession(ctx context.Context, n int) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// Zombie makes the current Gateway connection stop answering heartbeats
+// while it stays open, as a zombied connection does.
+func (s *Server) Zombie() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return errNoGateway
+	}
+	s.conn.zombie.Store(true)
+	return nil
 }
 
 // CloseGateway closes the current Gateway connection with code and returns
