@@ -51,8 +51,8 @@ type metrics struct {
 // (Inbound, Buffered twice, Delivered) then costs a map read instead of
 // WithLabelValues' hashing and label checks, which were about half of the
 // metrics' cost per event (BenchmarkEventMetrics). No series is ever
-// deleted, so a cached child
-// stays its vector's; the keys are those of the vector's own series.
+// deleted, so a cached child stays its vector's; the keys are those of the
+// vector's own series.
 type children[K comparable, M any] struct {
 	mu  sync.RWMutex
 	m   map[K]M
