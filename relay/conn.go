@@ -106,13 +106,17 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, rem
 // instead of closing c; the writer pumps the ledger once it drained).
 func (c *conn) Offer(frame []byte) ledger.Offered {
 	half := int64(c.srv.cfg.SendQueueBytes / 2)
-	if c.q.Queued() >= half {
+	f := wsconn.Frame{Type: websocket.MessageText, Data: frame}
+	took, err := c.q.PushBelow(f, half)
+	if !took {
 		c.wantPump.Store(true)
-		if c.q.Queued() >= half { // else the writer drained it meanwhile
+		// Again after wantPump is set: the writer may have drained the
+		// queue meanwhile, and then saw no wantPump to pump on.
+		if took, err = c.q.PushBelow(f, half); !took {
 			return ledger.Full
 		}
 	}
-	if !c.enqueue(frame) {
+	if !c.pushed(err) {
 		return ledger.Closing
 	}
 	c.inbound.Add(1)
@@ -133,7 +137,13 @@ func (c *conn) enqueue(frame []byte) bool { return c.enqueueOwned(frame, nil) }
 // enqueueOwned is enqueue with owner released once frame was written (or
 // dropped).
 func (c *conn) enqueueOwned(frame []byte, owner wsconn.Releaser) bool {
-	err := c.q.Push(wsconn.Frame{Type: websocket.MessageText, Data: frame, Owner: owner})
+	return c.pushed(c.q.Push(wsconn.Frame{Type: websocket.MessageText, Data: frame, Owner: owner}))
+}
+
+// pushed acts on what a push onto c's queue returned: an overflow closes c
+// (EndTooSlow). It reports whether the frame was queued for a connection
+// that stays open.
+func (c *conn) pushed(err error) bool {
 	if err == wsconn.ErrOverflow {
 		c.closeWith(contract.EndTooSlow)
 	}

@@ -201,17 +201,40 @@ func (m memLedger) AckAll(ctx context.Context, acks map[string][]uint64) (int, e
 		if lg == nil {
 			continue
 		}
-		for _, seq := range seqs {
-			i, found := sort.Find(len(lg.recs), func(i int) int { return cmp.Compare(seq, lg.recs[i].Seq) })
-			if !found {
-				continue
-			}
-			lg.bytes -= int64(len(lg.recs[i].Payload))
-			lg.recs = slices.Delete(lg.recs, i, i+1)
-			removed++
-		}
+		removed += lg.remove(seqs)
 	}
 	return removed, nil
+}
+
+// remove deletes the records numbered seqs (in any order; repeated and
+// unknown numbers are ignored) in one pass over the log, and reports how
+// many it deleted: a flush of k acks costs one shift of the log, not k
+// (a record deleted at a time moved every later one, each time).
+func (lg *memLog) remove(seqs []uint64) int {
+	at := make([]int, 0, 16) // the indexes to delete; on the stack for a small flush
+	for _, seq := range seqs {
+		if i, found := sort.Find(len(lg.recs), func(i int) int { return cmp.Compare(seq, lg.recs[i].Seq) }); found {
+			at = append(at, i)
+		}
+	}
+	if len(at) == 0 {
+		return 0
+	}
+	slices.Sort(at)
+	at = slices.Compact(at)
+	kept, next := at[0], 0
+	for i := at[0]; i < len(lg.recs); i++ {
+		if next < len(at) && at[next] == i {
+			lg.bytes -= int64(len(lg.recs[i].Payload))
+			next++
+			continue
+		}
+		lg.recs[kept] = lg.recs[i]
+		kept++
+	}
+	clear(lg.recs[kept:])
+	lg.recs = lg.recs[:kept]
+	return len(at)
 }
 
 func (m memLedger) Trim(ctx context.Context, tenant string, b Bounds) ([]Dropped, error) {

@@ -119,6 +119,24 @@ func NewQueue(w Writer, window, limit int64, batch int) *Queue {
 // (dropped: the queue is closing).
 func (q *Queue) Push(f Frame) error {
 	q.mu.Lock()
+	return q.pushLocked(f)
+}
+
+// PushBelow is Push unless max or more bytes are queued (closing or not):
+// then it queues nothing, keeps f (its Owner is not released), and reports
+// false. One lock serves the test and the push, so a sender holding back
+// below a bound does not take the queue's mutex twice per frame.
+func (q *Queue) PushBelow(f Frame, max int64) (bool, error) {
+	q.mu.Lock()
+	if q.queued >= max {
+		q.mu.Unlock()
+		return false, nil
+	}
+	return true, q.pushLocked(f)
+}
+
+// pushLocked is Push with q.mu held, which it releases.
+func (q *Queue) pushLocked(f Frame) error {
 	if q.closing {
 		q.mu.Unlock()
 		f.release()

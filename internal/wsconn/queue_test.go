@@ -294,3 +294,60 @@ func TestQueueChargeFrames(t *testing.T) {
 		t.Fatalf("%d bytes queued after a drop", q.Queued())
 	}
 }
+
+// PushBelow queues a frame only while fewer than max bytes are queued,
+// closing or not (then it keeps the frame: its owner is not released);
+// below max it is Push, ErrOverflow and ErrClosed included.
+func TestQueuePushBelow(t *testing.T) {
+	q, _ := newRecorded(0, 10, 0)
+	var owner counter
+	if took, err := q.PushBelow(Frame{Data: []byte("123456"), Owner: &owner}, 6); !took || err != nil {
+		t.Fatalf("into an empty queue: took %v, %v; want true, nil", took, err)
+	}
+	if took, err := q.PushBelow(Frame{Data: []byte("7"), Owner: &owner}, 6); took || err != nil || q.Len() != 1 {
+		t.Fatalf("with 6 of at most 6 bytes queued: took %v, %v, %d queued; want false, nil, 1", took, err, q.Len())
+	}
+	if took, err := q.PushBelow(Frame{Data: []byte("78901"), Owner: &owner}, 7); !took || err != ErrOverflow {
+		t.Fatalf("past the 10-byte limit: took %v, %v; want true, ErrOverflow", took, err)
+	}
+	if owner.n.Load() != 0 {
+		t.Fatalf("%d frames released before any write", owner.n.Load())
+	}
+	q.Close(Close{Code: 1000}, true)
+	if took, _ := q.PushBelow(Frame{Data: []byte("x"), Owner: &owner}, 11); took {
+		t.Fatal("a closing queue over max took a frame")
+	}
+	if took, err := q.PushBelow(Frame{Data: []byte("x"), Owner: &owner}, 12); !took || err != ErrClosed || owner.n.Load() != 1 {
+		t.Fatalf("a closing queue under max: took %v, %v, %d released; want true, ErrClosed, 1", took, err, owner.n.Load())
+	}
+}
+
+// BenchmarkQueueOffer is a bounded sender's offer of one frame, which a
+// writer then takes: the test and the push under one lock (PushBelow)
+// against Queued then Push.
+func BenchmarkQueueOffer(b *testing.B) {
+	f := frame(strings.Repeat("x", 434))
+	for _, tc := range []struct {
+		name string
+		push func(q *Queue)
+	}{
+		{"PushBelow", func(q *Queue) { _, _ = q.PushBelow(f, 1<<20) }},
+		{"Queued+Push", func(q *Queue) {
+			if q.Queued() < 1<<20 {
+				_ = q.Push(f)
+			}
+		}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			q := NewQueue(nil, 0, 1<<30, 0) // not started: no writer runs
+			for i := 0; b.Loop(); i++ {
+				tc.push(q)
+				if i%64 == 63 {
+					q.mu.Lock()
+					q.queued, q.frames, q.head = 0, q.frames[:0], 0
+					q.mu.Unlock()
+				}
+			}
+		})
+	}
+}

@@ -702,7 +702,7 @@ func (l *Ledger) dispatchLocked() {
 			keep = append(keep, e)
 			continue
 		}
-		s, offered := l.offerLocked(e)
+		s, remembered, offered := l.offerLocked(e)
 		if offered != Taken {
 			if e.sessionKey != "" {
 				if blocked == nil {
@@ -725,7 +725,9 @@ func (l *Ledger) dispatchLocked() {
 			cfg.Metrics.Delivered(e.platform, now.Sub(e.received))
 		}
 		if e.sessionKey != "" {
-			l.owners.Add(e.sessionKey, owner{seat: s, chatID: e.chatID})
+			if !remembered { // else pickLocked's Get made it the most recent
+				l.owners.Add(e.sessionKey, owner{seat: s, chatID: e.chatID})
+			}
 			if l.owned != nil {
 				l.owned(s.c, e.sessionKey, e.chatID)
 			}
@@ -738,18 +740,19 @@ func (l *Ledger) dispatchLocked() {
 // offerLocked offers e to the consumer pickLocked chooses, and on to the
 // next while one says it is closing (it is offered nothing more). It
 // returns the consumer that took e, or why nobody did (Full: none with room
-// or window).
-func (l *Ledger) offerLocked(e *entry) (*seat, Offered) {
+// or window), and whether the consumer is the session's remembered owner
+// for e's chat (pickLocked).
+func (l *Ledger) offerLocked(e *entry) (*seat, bool, Offered) {
 	for {
-		s := l.pickLocked(e)
+		s, remembered := l.pickLocked(e)
 		if s == nil || s.full(e, l.pool.cfg.AckWindow) {
-			return nil, Full
+			return nil, false, Full
 		}
 		switch offered := s.c.Offer(e.frame); offered {
 		case Closing:
 			l.unattachLocked(s)
 		default:
-			return s, offered
+			return s, remembered, offered
 		}
 	}
 }
@@ -761,7 +764,10 @@ func (l *Ledger) noteUnservedLocked(entries ...*entry) {
 		return
 	}
 	for _, e := range entries {
-		if e.seat == nil && l.byID[e.id] == e && l.pickLocked(e) == nil {
+		if e.seat != nil || l.byID[e.id] != e {
+			continue
+		}
+		if s, _ := l.pickLocked(e); s == nil {
 			l.pool.cfg.Unserved(l.tenant)
 			return
 		}
@@ -770,11 +776,13 @@ func (l *Ledger) noteUnservedLocked(entries ...*entry) {
 
 // pickLocked returns the consumer for e: the session's owner while it is
 // attached and serves e's platform, else the least loaded attached consumer
-// that does, among those with room for e if any has.
-func (l *Ledger) pickLocked(e *entry) *seat {
+// that does, among those with room for e if any has. remembered reports
+// that the owner was picked and is remembered with e's chat: the owners
+// already hold what dispatching e would store, as their most recent.
+func (l *Ledger) pickLocked(e *entry) (*seat, bool) {
 	if e.sessionKey != "" {
 		if o, ok := l.owners.Get(e.sessionKey); ok && o.seat.attached && o.seat.serves(e.platform) {
-			return o.seat
+			return o.seat, o.chatID == e.chatID
 		}
 	}
 	var best *seat
@@ -788,7 +796,7 @@ func (l *Ledger) pickLocked(e *entry) *seat {
 			best, bestFull = s, full
 		}
 	}
-	return best
+	return best, false
 }
 
 // seatLocked returns c's seat, creating it.

@@ -1,0 +1,38 @@
+package ledger
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/store"
+)
+
+// takeAll is a Consumer that takes every frame and keeps none.
+type takeAll struct{}
+
+func (takeAll) Offer([]byte) Offered           { return Taken }
+func (takeAll) Owner() (instance, conn string) { return "i", "takeAll" }
+
+// BenchmarkAppendAck is one event of a session through a tenant's ledger
+// on the memory store: its Append, dispatched to the one consumer (the
+// session's owner after the first), and its Ack.
+func BenchmarkAppendAck(b *testing.B) {
+	c := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	st := store.NewMemory(c)
+	defer func() { _ = st.Close() }()
+	p := NewPool(testConfig(st.Ledger(), c, &fakeMetrics{outcomes: make(map[string]int)}))
+	defer p.Close(context.Background())
+	l := p.Ledger("t1")
+	l.Serve(takeAll{}, AllPlatforms)
+	d := Delivery{Platform: "p", SessionKey: "s", ChatID: "c", Payload: []byte(`{"text":"hello"}`)}
+	b.ReportAllocs()
+	for b.Loop() {
+		id, err := l.Append(context.Background(), d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Ack(id)
+	}
+}
