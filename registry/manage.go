@@ -261,8 +261,12 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 			}
 		}
 		e, _, err := r.kv.Get(ctx, nsBindings, p.key())
-		if err != nil || bytes.Equal(e.Value, value) {
+		if err != nil {
 			return err
+		}
+		if bytes.Equal(e.Value, value) {
+			r.notify(ctx) // the principal, and a list dropped but not written
+			return nil
 		}
 		value = e.Value
 	}

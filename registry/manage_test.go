@@ -413,3 +413,31 @@ func TestSetPrincipalRaceOnRedis(t *testing.T) {
 		t.Errorf("a's allow-list after two racing SetPrincipal: %v, want [telegram:4603], that of the last to store the principal", got)
 	}
 }
+
+// TestSetPrincipalNotifiesOnRedis: two instances on one redis-server;
+// instance one's SetPrincipal of a principal without an allow-list
+// (owner-only, any) tells instance two, watching, at once: before, only
+// the allow-list's writes told the other instances, so such a principal
+// reached them only at their next periodic look (registryPoll).
+func TestSetPrincipalNotifiesOnRedis(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan struct{}, 16)
+	if err := two.Watch(ctx, time.Hour, func() { changed <- struct{}{} }); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{platform.PrincipalOwnerOnly, platform.PrincipalAny} {
+		if err := one.SetPrincipal(ctx, "a", "telegram", mode, nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("instance two not told of a's principal %s within 10 s", mode)
+		}
+	}
+}
