@@ -351,3 +351,53 @@ func expectNotStalled(from, to *client) {
 		from.T.Fatalf("%s's ack %v, want %s delivered", from.Name, ack, to.Name)
 	}
 }
+
+// A room bound to a tenant deleted and created again under its id within
+// one apply of the registry (SetTenants gives the new creation, Bind the
+// same bindings) forgets what the bridge remembered for the earlier
+// tenant: the earlier tenant's open prompt is not answered to the new one,
+// and a send without reply_to does not answer the earlier one's inbound.
+func TestTenantCreatedAgainForgetsBridgeMemory(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	bindings := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	tr.p.SetTenants(map[string]time.Time{"t1": first})
+	if err := tr.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.ExpectPresence("alice", "bob", "hermes")
+	var a contract.Action
+	if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"old.1","metadata":{"user_id":"alice"},
+		"options":[{"id":"once","label":"Approve the earlier t1's deploy"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+		t.Fatalf("prompt = %+v", res)
+	}
+	alice.Expect("msg")
+	bob.SendJSON(msg("m1", "bob", []string{"hermes"}, "for the earlier t1"))
+	bob.Expect("ack")
+	if d := tr.sink.Next(t); d.Tenant != "t1" {
+		t.Fatalf("delivery to %s, want t1", d.Tenant)
+	}
+
+	tr.p.SetTenants(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again
+	if err := tr.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSend, ChatID: "lab", Content: "hi"}); !res.Success {
+		t.Fatalf("send = %+v", res)
+	}
+	if m := alice.Expect("msg"); fmt.Sprint(m["to"]) != "[]" {
+		t.Fatalf("the new t1's send %v, want a broadcast, not a reply to bob's message to the earlier t1", m)
+	}
+	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	d := tr.sink.Next(t)
+	if d.Tenant != "t1" || d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
+		t.Fatalf("delivery to %s: %+v, want a plain command, not an answer to the earlier t1's prompt", d.Tenant, d.Event)
+	}
+}
