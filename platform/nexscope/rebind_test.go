@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"connector/contract"
 	"connector/media"
 	"connector/media/mediatest"
@@ -400,4 +402,47 @@ func TestTenantCreatedAgainForgetsBridgeMemory(t *testing.T) {
 	if d.Tenant != "t1" || d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
 		t.Fatalf("delivery to %s: %+v, want a plain command, not an answer to the earlier t1's prompt", d.Tenant, d.Event)
 	}
+}
+
+// The bot's file transfer (send_media) under way when the room's tenure
+// here ends (a shutdown, as a lost lease) is aborted as a member's is: a
+// recipient gets transfer_incomplete before its close, and the gateway a
+// failure, not a success for a file nobody got whole.
+func TestBotFileAbortedWhenTheRoomResigns(t *testing.T) {
+	tr := newRelay(t, Config{Rooms: []Room{{Name: "lab", Tenant: "t1"}}, SendQueueBytes: 64 << 10})
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test", MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	stop := tr.run(t, platformtest.NewSink(64))
+	alice := tr.join(t, "lab", "alice")
+	info, err := store.Put("t1", mediatest.Content(7, 32<<20), "application/pdf", "big.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- tr.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: "lab",
+			MediaKind: "document", SourceURL: store.URL(info.ID), Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	// alice does not read: the transfer waits for room in her queue.
+	waitFor(t, "send_media waiting for room in alice's queue", stacksHold("nexscope.(*Platform).sendMedia", "wsconn.(*Queue).WaitSpace"))
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	waitFor(t, "the shutdown begun", func() bool { return !tr.p.Status().Ready })
+	for {
+		typ, b := alice.Read()
+		if typ == websocket.MessageBinary || strings.Contains(string(b), `"presence"`) || strings.Contains(string(b), `"file-start"`) {
+			continue
+		}
+		if !strings.Contains(string(b), `"transfer_incomplete"`) {
+			t.Fatalf("alice got %s, want transfer_incomplete for the bot's file", b)
+		}
+		break
+	}
+	if res := <-results; res.Success {
+		t.Fatalf("send_media = %+v, want a failure: alice never got the whole file", res)
+	}
+	<-stopped
 }

@@ -220,15 +220,18 @@ func (r *room) homeHeld() bool {
 // members when their home goes), once all have left: their leaves abandon
 // a transfer and free the lock, its recipients told first. A member on
 // this instance sending a file gets undelivered for it (one on another
-// instance gets it from its edge: unanswered.go).
+// instance gets it from its edge: unanswered.go); the bot's file
+// (send_media) is aborted too, and its op fails.
 func (r *room) resign(c Close) {
 	r.mu.Lock()
 	r.home.Store(false)
 	r.tenure = nil
 	members := slices.Collect(maps.Values(r.members))
 	t := r.transfer
-	if t != nil && t.sender != nil {
-		r.abortLocked(t) // here, not at its sender's leave: a file-end under way gets no ack
+	if t != nil {
+		// Here, not at its sender's leave: a file-end under way gets no
+		// ack; and the bot's own (send_media) fails, as its pushes see.
+		r.abortLocked(t)
 	}
 	r.unlock()
 	for _, m := range members {
