@@ -55,7 +55,11 @@ func (l *edgeLink) relayed(data []byte) {
 			p.incoming = nil
 			return
 		}
-		if i := slices.IndexFunc(p.sent, func(id []byte) bool { return sameValue(id, msgID) }); i >= 0 {
+		switch i := slices.IndexFunc(p.sent, func(id []byte) bool { return sameValue(id, msgID) }); {
+		case i == 0: // the usual answer, in order: no copy of the rest
+			p.sent[0] = nil
+			p.sent = p.sent[1:]
+		case i > 0:
 			p.sent = slices.Delete(p.sent, i, i+1)
 		}
 	case "file-start":
