@@ -297,9 +297,10 @@ func rssBytes() uint64 {
 	return 0
 }
 
-// BenchmarkEdgeAnswers: an edge member with 50,000 msgs unanswered by the
-// home (its window holds that many small ones) takes their acks, oldest
-// first, as the home sends them; reported per ack.
+// BenchmarkEdgeAnswers: an edge member with a file-start and 50,000 msgs
+// unanswered by the home (its window holds that many small ones) takes the
+// msgs' acks, oldest first, as the home sends them (the file-start's comes
+// at its file-end); reported per ack.
 func BenchmarkEdgeAnswers(b *testing.B) {
 	const outstanding = 50000
 	acks := make([][]byte, outstanding)
@@ -313,7 +314,7 @@ func BenchmarkEdgeAnswers(b *testing.B) {
 	for i := range b.N {
 		if i%outstanding == 0 {
 			b.StopTimer()
-			l.pending.sent = append(l.pending.sent[:0], ids...)
+			l.pending.sent = append(append(l.pending.sent[:0], []byte(`"file"`)), ids...)
 			b.StartTimer()
 		}
 		l.relayed(acks[i%outstanding])

@@ -55,12 +55,13 @@ func (l *edgeLink) relayed(data []byte) {
 			p.incoming = nil
 			return
 		}
-		switch i := slices.IndexFunc(p.sent, func(id []byte) bool { return sameValue(id, msgID) }); {
-		case i == 0: // the usual answer, in order: no copy of the rest
+		if i := slices.IndexFunc(p.sent, func(id []byte) bool { return sameValue(id, msgID) }); i >= 0 {
+			// Answers come oldest first but for a file-start's (at its
+			// file-end, after the msgs sent meanwhile): the entries before
+			// the answered one move up one, none after it.
+			copy(p.sent[1:i+1], p.sent[:i])
 			p.sent[0] = nil
 			p.sent = p.sent[1:]
-		case i > 0:
-			p.sent = slices.Delete(p.sent, i, i+1)
 		}
 	case "file-start":
 		p.incoming = bytes.Clone(msgID)
