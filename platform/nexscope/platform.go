@@ -276,6 +276,16 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 	return nil
 }
 
+// tenantGone reports whether tenant is not among the tenants SetTenants
+// last gave (a YAML binding may name an API tenant deleted since); false
+// before the first SetTenants.
+func (p *Platform) tenantGone(tenant string) bool {
+	p.roomsMu.RLock()
+	defer p.roomsMu.RUnlock()
+	_, ok := p.created[tenant]
+	return p.created != nil && !ok
+}
+
 // SetTenants implements platform.TenantKeeper: a room bound to a tenant
 // created again since it was bound (deleted and made again under its id,
 // even within one apply of the registry) is bound afresh to the new

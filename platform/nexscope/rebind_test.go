@@ -446,3 +446,24 @@ func TestBotFileAbortedWhenTheRoomResigns(t *testing.T) {
 	}
 	<-stopped
 }
+
+// A room bound (in the YAML) to a tenant that is not configured any more
+// (an API tenant deleted) bridges nothing, and the sender's ack lists the
+// bot offline: the relay would drop the message as an unknown tenant's.
+func TestRoomOfADeletedTenantListsTheBotOffline(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	tr.p.SetTenants(map[string]time.Time{"t2": {}}) // t1 deleted
+	alice := tr.join(t, "lab", "alice")
+	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "hello"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("ack %v, want hermes offline", ack)
+	}
+	tr.p.SetTenants(map[string]time.Time{"t1": {}, "t2": {}}) // t1 configured again
+	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "hello again"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
+		t.Fatalf("ack %v, want hermes delivered", ack)
+	}
+	if d := tr.sink.Next(t); d.Event == nil || d.Event.MessageID != "m2" {
+		t.Fatalf("delivery %+v, want m2 only", d.Event)
+	}
+}
