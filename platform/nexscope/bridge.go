@@ -93,7 +93,8 @@ func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) 
 	key := p.deps.Key(tenant, &src)
 	ref := msgRef{from: src.UserID.Value, thread: thread, hop: hop, valid: true}
 	r.mu.Lock()
-	if r.tenant() != tenant {
+	bound := r.bound.Load() // its memory; bindLocked replaces both
+	if bound.tenant != tenant {
 		r.mu.Unlock()
 		p.deps.Metrics.Dropped(platformName, dropRebound)
 		return false // rebound meanwhile: its memory and prompt are another tenant's
@@ -133,7 +134,7 @@ func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) 
 		return true
 	}
 	r.mu.Lock()
-	if r.tenant() == tenant { // else the memory is another tenant's by now
+	if r.bound.Load() == bound { // else the memory is another tenant's (or creation's) by now
 		undo(answer)
 	}
 	r.mu.Unlock()

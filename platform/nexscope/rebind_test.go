@@ -3,11 +3,13 @@ package nexscope
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -465,5 +467,61 @@ func TestRoomOfADeletedTenantListsTheBotOffline(t *testing.T) {
 	}
 	if d := tr.sink.Next(t); d.Event == nil || d.Event.MessageID != "m2" {
 		t.Fatalf("delivery %+v, want m2 only", d.Event)
+	}
+}
+
+// gateSink refuses its first delivery once release is closed, telling
+// entered when it has it; it passes the others to deliveries.
+type gateSink struct {
+	entered, release chan struct{}
+	deliveries       chan platform.Delivery
+	calls            atomic.Int32
+}
+
+func (s *gateSink) Deliver(_ context.Context, d platform.Delivery) error {
+	if s.calls.Add(1) == 1 {
+		close(s.entered)
+		<-s.release
+		return errors.New("refused")
+	}
+	s.deliveries <- d
+	return nil
+}
+
+// A delivery the sink refuses after the room's tenant was created again
+// meanwhile does not undo into the new tenant's memory: the earlier
+// tenant's prompt it answered stays closed for the new tenant.
+func TestRefusedDeliveryAcrossRecreationRestoresNothing(t *testing.T) {
+	tr := newRelay(t, boundConfig())
+	sink := &gateSink{entered: make(chan struct{}), release: make(chan struct{}), deliveries: make(chan platform.Delivery, 4)}
+	t.Cleanup(tr.run(t, sink))
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	bindings := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	tr.p.SetTenants(map[string]time.Time{"t1": first})
+	if err := tr.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	alice := tr.join(t, "lab", "alice")
+	var a contract.Action
+	if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"old.1","metadata":{"user_id":"alice"},
+		"options":[{"id":"once","label":"Approve"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+		t.Fatalf("prompt = %+v", res)
+	}
+	alice.Expect("msg")
+	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "/once"))
+	<-sink.entered // the earlier t1's prompt answered, its delivery under way
+	tr.p.SetTenants(map[string]time.Time{"t1": first.Add(time.Hour)})
+	close(sink.release)
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("ack %v, want hermes offline", ack)
+	}
+	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	if d := <-sink.deliveries; d.Event == nil || d.Event.PromptResponse != nil {
+		t.Fatalf("the new t1 got %+v, want a plain command, not an answer to the earlier t1's prompt", d.Event)
 	}
 }
