@@ -443,6 +443,7 @@ func TestBotFileAbortedWhenTheRoomResigns(t *testing.T) {
 		}
 		break
 	}
+	expectClose(alice, CloseGoingAway)
 	if res := <-results; res.Success {
 		t.Fatalf("send_media = %+v, want a failure: alice never got the whole file", res)
 	}
