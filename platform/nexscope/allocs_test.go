@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"connector/platform"
@@ -71,5 +72,32 @@ func TestStreamChunkReusesPooledBuffers(t *testing.T) {
 	read()
 	if n := testing.AllocsPerRun(100, read); n != 0 {
 		t.Fatalf("reading a chunk from a stream allocates %v times, want 0", n)
+	}
+}
+
+// The routed lists a member keeps between msgs stay small: a msg naming a
+// million members who are not there (a 10 MiB frame can) does not leave
+// its member holding a list that long for the rest of its connection.
+func TestRoutedListsKeptSmall(t *testing.T) {
+	p, err := New(Config{Token: testToken}, platform.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := newMember(p, p.room(DefaultRoom), "alice")
+	alice.log = p.deps.Log
+	if err := alice.room.join(alice); err != nil {
+		t.Fatal(err)
+	}
+	frame := []byte(`{"type":"msg","msgId":"m1","from":"alice","role":"user","text":"hi","to":[`)
+	for i := range 100000 {
+		if i > 0 {
+			frame = append(frame, ',')
+		}
+		frame = append(frame, fmt.Sprintf(`"n%d"`, i)...)
+	}
+	frame = append(frame, "]}"...)
+	alice.handleText(frame)
+	if n := cap(alice.routed.offline); n > maxKeptRouted {
+		t.Fatalf("alice keeps a list of %d names after the msg, want at most %d", n, maxKeptRouted)
 	}
 }

@@ -296,3 +296,27 @@ func rssBytes() uint64 {
 	}
 	return 0
 }
+
+// BenchmarkEdgeAnswers: an edge member with a file-start and 50,000 msgs
+// unanswered by the home (its window holds that many small ones) takes the
+// msgs' acks, oldest first, as the home sends them (the file-start's comes
+// at its file-end); reported per ack.
+func BenchmarkEdgeAnswers(b *testing.B) {
+	const outstanding = 50000
+	acks := make([][]byte, outstanding)
+	ids := make([][]byte, outstanding)
+	for i := range acks {
+		ids[i] = []byte(`"m` + strconv.Itoa(i) + `"`)
+		acks[i] = appendAck(nil, ids[i], []byte(`"t"`), nil, nil)
+	}
+	var l edgeLink
+	b.ResetTimer()
+	for i := range b.N {
+		if i%outstanding == 0 {
+			b.StopTimer()
+			l.pending.sent = append(append(l.pending.sent[:0], []byte(`"file"`)), ids...)
+			b.StartTimer()
+		}
+		l.relayed(acks[i%outstanding])
+	}
+}

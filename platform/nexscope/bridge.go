@@ -16,6 +16,7 @@ const (
 	dropMalformed   = "malformed"   // msgId not a non-empty string; threadId, text or hopCount of the wrong type
 	dropUnavailable = "unavailable" // Run is not bridging
 	dropRebound     = "rebound"     // the room was bound to another tenant since the frame was addressed to the bot
+	dropNoTenant    = "no_tenant"   // the room's tenant is not configured (deleted while a YAML binding names it)
 )
 
 // dropReason reports why the bridge would drop f, a msg or file-start
@@ -85,10 +86,15 @@ func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) 
 		p.deps.Metrics.Dropped(platformName, dropRebound)
 		return false // rebound or unbound since the message was routed
 	}
+	if p.tenantGone(tenant) {
+		p.deps.Metrics.Dropped(platformName, dropNoTenant)
+		return false // the relay would drop it as an unknown tenant's, and the ack say delivered
+	}
 	key := p.deps.Key(tenant, &src)
 	ref := msgRef{from: src.UserID.Value, thread: thread, hop: hop, valid: true}
 	r.mu.Lock()
-	if r.tenant() != tenant {
+	bound := r.bound.Load() // its memory; bindLocked replaces both
+	if bound.tenant != tenant {
 		r.mu.Unlock()
 		p.deps.Metrics.Dropped(platformName, dropRebound)
 		return false // rebound meanwhile: its memory and prompt are another tenant's
@@ -128,7 +134,7 @@ func (r *room) bridge(f *clientFrame, tenant, note string, att *contract.Media) 
 		return true
 	}
 	r.mu.Lock()
-	if r.tenant() == tenant { // else the memory is another tenant's by now
+	if r.bound.Load() == bound { // else the memory is another tenant's (or creation's) by now
 		undo(answer)
 	}
 	r.mu.Unlock()

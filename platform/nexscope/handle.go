@@ -43,7 +43,15 @@ func (m *member) handleMsg(f *clientFrame) {
 		f.msgID, f.threadID, res.delivered, res.offline))
 	clear(res.delivered) // drop references into the frame
 	clear(res.offline)
+	if cap(res.offline) > maxKeptRouted { // a msg to many absent names
+		res.offline = nil
+	}
 }
+
+// maxKeptRouted bounds the offline list a member keeps between msgs (a msg
+// may name a million members who are not there; the room's cap bounds the
+// delivered one).
+const maxKeptRouted = 1024
 
 // checkFrom enforces that from is present and is the member's own name;
 // a failure is a strike.

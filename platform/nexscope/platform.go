@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"connector/descriptor"
 	"connector/platform"
@@ -29,6 +30,9 @@ type Platform struct {
 	// rooms are the rooms by name, guarded by roomsMu; Bind adds rooms.
 	roomsMu sync.RWMutex
 	rooms   map[string]*room
+	// created is each tenant's creation as SetTenants last gave it, under
+	// roomsMu: Bind binds a room to the tenant's current creation.
+	created map[string]time.Time
 	desc    descriptor.Descriptor
 	// edge executes a gateway's actions; here those another instance
 	// forwarded to a room homed here (egress.go).
@@ -58,9 +62,10 @@ type sinkRef struct {
 }
 
 var (
-	_ platform.Platform = (*Platform)(nil)
-	_ platform.Routes   = (*Platform)(nil)
-	_ platform.Binder   = (*Platform)(nil)
+	_ platform.Platform     = (*Platform)(nil)
+	_ platform.Routes       = (*Platform)(nil)
+	_ platform.Binder       = (*Platform)(nil)
+	_ platform.TenantKeeper = (*Platform)(nil)
 )
 
 // New validates cfg, applies its defaults and builds the relay. Rooms are
@@ -261,11 +266,42 @@ func (p *Platform) Bind(bindings []platform.Binding) error {
 		}
 	}
 	rooms := slices.Collect(maps.Values(p.rooms))
+	created := p.created
 	p.roomsMu.Unlock()
 	for _, r := range rooms {
 		r.mu.Lock()
-		r.bindLocked(want[r.name])
+		r.bindLocked(want[r.name], created[want[r.name]])
 		r.unlock()
 	}
 	return nil
+}
+
+// tenantGone reports whether tenant is not among the tenants SetTenants
+// last gave (a YAML binding may name an API tenant deleted since); false
+// before the first SetTenants.
+func (p *Platform) tenantGone(tenant string) bool {
+	p.roomsMu.RLock()
+	defer p.roomsMu.RUnlock()
+	_, ok := p.created[tenant]
+	return p.created != nil && !ok
+}
+
+// SetTenants implements platform.TenantKeeper: a room bound to a tenant
+// created again since it was bound (deleted and made again under its id,
+// even within one apply of the registry) is bound afresh to the new
+// creation, so the bridge forgets what it remembered for the earlier one
+// (bindLocked). Bind, which follows, binds rooms to the creations given
+// here.
+func (p *Platform) SetTenants(created map[string]time.Time) {
+	p.roomsMu.Lock()
+	p.created = created
+	rooms := slices.Collect(maps.Values(p.rooms))
+	p.roomsMu.Unlock()
+	for _, r := range rooms {
+		r.mu.Lock()
+		if at, ok := created[r.tenant()]; ok {
+			r.bindLocked(r.tenant(), at)
+		}
+		r.unlock()
+	}
 }

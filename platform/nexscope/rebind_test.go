@@ -3,14 +3,18 @@ package nexscope
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"connector/contract"
 	"connector/media"
@@ -349,5 +353,176 @@ func expectNotStalled(from, to *client) {
 	}
 	if ack := from.Expect("ack"); fmt.Sprint(ack["delivered"]) != "["+to.Name+"]" {
 		from.T.Fatalf("%s's ack %v, want %s delivered", from.Name, ack, to.Name)
+	}
+}
+
+// A room bound to a tenant deleted and created again under its id within
+// one apply of the registry (SetTenants gives the new creation, Bind the
+// same bindings) forgets what the bridge remembered for the earlier
+// tenant: the earlier tenant's open prompt is not answered to the new one,
+// and a send without reply_to does not answer the earlier one's inbound.
+func TestTenantCreatedAgainForgetsBridgeMemory(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	bindings := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	tr.p.SetTenants(map[string]time.Time{"t1": first})
+	if err := tr.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	alice := tr.join(t, "lab", "alice")
+	bob := tr.join(t, "lab", "bob")
+	alice.ExpectPresence("alice", "bob", "hermes")
+	var a contract.Action
+	if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"old.1","metadata":{"user_id":"alice"},
+		"options":[{"id":"once","label":"Approve the earlier t1's deploy"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+		t.Fatalf("prompt = %+v", res)
+	}
+	alice.Expect("msg")
+	bob.SendJSON(msg("m1", "bob", []string{"hermes"}, "for the earlier t1"))
+	bob.Expect("ack")
+	if d := tr.sink.Next(t); d.Tenant != "t1" {
+		t.Fatalf("delivery to %s, want t1", d.Tenant)
+	}
+
+	tr.p.SetTenants(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again
+	if err := tr.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSend, ChatID: "lab", Content: "hi"}); !res.Success {
+		t.Fatalf("send = %+v", res)
+	}
+	if m := alice.Expect("msg"); fmt.Sprint(m["to"]) != "[]" {
+		t.Fatalf("the new t1's send %v, want a broadcast, not a reply to bob's message to the earlier t1", m)
+	}
+	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	d := tr.sink.Next(t)
+	if d.Tenant != "t1" || d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
+		t.Fatalf("delivery to %s: %+v, want a plain command, not an answer to the earlier t1's prompt", d.Tenant, d.Event)
+	}
+}
+
+// The bot's file transfer (send_media) under way when the room's tenure
+// here ends (a shutdown, as a lost lease) is aborted as a member's is: a
+// recipient gets transfer_incomplete before its close, and the gateway a
+// failure, not a success for a file nobody got whole.
+func TestBotFileAbortedWhenTheRoomResigns(t *testing.T) {
+	tr := newRelay(t, Config{Rooms: []Room{{Name: "lab", Tenant: "t1"}}, SendQueueBytes: 64 << 10})
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test", MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	stop := tr.run(t, platformtest.NewSink(64))
+	alice := tr.join(t, "lab", "alice")
+	info, err := store.Put("t1", mediatest.Content(7, 32<<20), "application/pdf", "big.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- tr.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: "lab",
+			MediaKind: "document", SourceURL: store.URL(info.ID), Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	// alice does not read: the transfer waits for room in her queue.
+	waitFor(t, "send_media waiting for room in alice's queue", stacksHold("nexscope.(*Platform).sendMedia", "wsconn.(*Queue).WaitSpace"))
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	waitFor(t, "the shutdown begun", func() bool { return !tr.p.Status().Ready })
+	for {
+		typ, b := alice.Read()
+		if typ == websocket.MessageBinary || strings.Contains(string(b), `"presence"`) || strings.Contains(string(b), `"file-start"`) {
+			continue
+		}
+		if !strings.Contains(string(b), `"transfer_incomplete"`) {
+			t.Fatalf("alice got %s, want transfer_incomplete for the bot's file", b)
+		}
+		break
+	}
+	expectClose(alice, CloseGoingAway)
+	if res := <-results; res.Success {
+		t.Fatalf("send_media = %+v, want a failure: alice never got the whole file", res)
+	}
+	<-stopped
+}
+
+// A room bound (in the YAML) to a tenant that is not configured any more
+// (an API tenant deleted) bridges nothing, and the sender's ack lists the
+// bot offline: the relay would drop the message as an unknown tenant's.
+func TestRoomOfADeletedTenantListsTheBotOffline(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	tr.p.SetTenants(map[string]time.Time{"t2": {}}) // t1 deleted
+	alice := tr.join(t, "lab", "alice")
+	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "hello"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("ack %v, want hermes offline", ack)
+	}
+	tr.p.SetTenants(map[string]time.Time{"t1": {}, "t2": {}}) // t1 configured again
+	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "hello again"))
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["delivered"]) != "[hermes]" {
+		t.Fatalf("ack %v, want hermes delivered", ack)
+	}
+	if d := tr.sink.Next(t); d.Event == nil || d.Event.MessageID != "m2" {
+		t.Fatalf("delivery %+v, want m2 only", d.Event)
+	}
+}
+
+// gateSink refuses its first delivery once release is closed, telling
+// entered when it has it; it passes the others to deliveries.
+type gateSink struct {
+	entered, release chan struct{}
+	deliveries       chan platform.Delivery
+	calls            atomic.Int32
+}
+
+func (s *gateSink) Deliver(_ context.Context, d platform.Delivery) error {
+	if s.calls.Add(1) == 1 {
+		close(s.entered)
+		<-s.release
+		return errors.New("refused")
+	}
+	s.deliveries <- d
+	return nil
+}
+
+// A delivery the sink refuses after the room's tenant was created again
+// meanwhile does not undo into the new tenant's memory: the earlier
+// tenant's prompt it answered stays closed for the new tenant.
+func TestRefusedDeliveryAcrossRecreationRestoresNothing(t *testing.T) {
+	tr := newRelay(t, boundConfig())
+	sink := &gateSink{entered: make(chan struct{}), release: make(chan struct{}), deliveries: make(chan platform.Delivery, 4)}
+	t.Cleanup(tr.run(t, sink))
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	bindings := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	tr.p.SetTenants(map[string]time.Time{"t1": first})
+	if err := tr.p.Bind(bindings); err != nil {
+		t.Fatal(err)
+	}
+	alice := tr.join(t, "lab", "alice")
+	var a contract.Action
+	if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"old.1","metadata":{"user_id":"alice"},
+		"options":[{"id":"once","label":"Approve"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+		t.Fatalf("prompt = %+v", res)
+	}
+	alice.Expect("msg")
+	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "/once"))
+	<-sink.entered // the earlier t1's prompt answered, its delivery under way
+	tr.p.SetTenants(map[string]time.Time{"t1": first.Add(time.Hour)})
+	close(sink.release)
+	if ack := alice.Expect("ack"); fmt.Sprint(ack["offline"]) != "[hermes]" {
+		t.Fatalf("ack %v, want hermes offline", ack)
+	}
+	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	if d := <-sink.deliveries; d.Event == nil || d.Event.PromptResponse != nil {
+		t.Fatalf("the new t1 got %+v, want a plain command, not an answer to the earlier t1's prompt", d.Event)
 	}
 }

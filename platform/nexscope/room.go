@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -62,9 +63,13 @@ type msgRef struct {
 	valid        bool
 }
 
-// roomBinding is a bound room's tenant and the bot member that stands for
-// it.
-type roomBinding struct{ tenant, bot string }
+// roomBinding is a bound room's tenant, the tenant's creation
+// (registry.Tenant.Created, zero for a declared tenant: Platform.SetTenants)
+// and the bot member that stands for it.
+type roomBinding struct {
+	tenant, bot string
+	created     time.Time
+}
 
 func newRoom(p *Platform, rc Room) *room {
 	r := &room{
@@ -78,7 +83,7 @@ func newRoom(p *Platform, rc Room) *room {
 	r.bound.Store(&roomBinding{})
 	if rc.Tenant != "" {
 		r.mu.Lock()
-		r.bindLocked(rc.Tenant)
+		r.bindLocked(rc.Tenant, time.Time{})
 		r.mu.Unlock() // a new room has no member to kick (unlock's work)
 	}
 	return r
@@ -90,14 +95,16 @@ func (r *room) tenant() string { return r.bound.Load().tenant }
 // bot is the bot's member name; "" when the room is unbound.
 func (r *room) bot() string { return r.bound.Load().bot }
 
-// bindLocked binds the room to tenant ("" unbinds it): the bot joins or
-// leaves the presence list, which is broadcast, and the bridge forgets what
-// it remembered for the previous tenant, its open prompt included, and
-// drops a member's file to the previous tenant's bot in progress
-// (transfer.loseBot). A member already holding the
+// bindLocked binds the room to tenant ("" unbinds it), created at created:
+// the bot joins or leaves the presence list, which is broadcast, and the
+// bridge forgets what it remembered for the previous tenant, or for an
+// earlier creation of the same one (deleted and made again), its open
+// prompt included, and drops a member's file to the previous tenant's bot
+// in progress (transfer.loseBot). A member already holding the
 // bot's name keeps it; the bot is then not listed twice.
-func (r *room) bindLocked(tenant string) {
-	if tenant == r.tenant() {
+func (r *room) bindLocked(tenant string, created time.Time) {
+	prev := r.bound.Load()
+	if tenant == prev.tenant && (tenant == "" || created.Equal(prev.created)) {
 		return
 	}
 	if t := r.transfer; t != nil && t.toBot {
@@ -112,7 +119,7 @@ func (r *room) bindLocked(tenant string) {
 	if tenant == "" {
 		r.bound.Store(&roomBinding{})
 	} else {
-		r.bound.Store(&roomBinding{tenant: tenant, bot: r.botName})
+		r.bound.Store(&roomBinding{tenant: tenant, bot: r.botName, created: created})
 		if i, ok := slices.BinarySearch(r.users, r.botName); !ok {
 			r.users = slices.Insert(r.users, i, r.botName)
 		}
@@ -120,7 +127,9 @@ func (r *room) bindLocked(tenant string) {
 		r.msgs, _ = simplelru.NewLRU[string, msgRef](r.p.cfg.RememberMessages, nil)
 		r.threads, _ = simplelru.NewLRU[string, msgRef](r.p.cfg.RememberMessages, nil)
 	}
-	r.broadcastPresenceLocked()
+	if tenant != prev.tenant { // else created again: the same bot stays listed
+		r.broadcastPresenceLocked()
+	}
 }
 
 // unlock releases mu and then discards the re-hosts ended while it was held
@@ -211,15 +220,18 @@ func (r *room) homeHeld() bool {
 // members when their home goes), once all have left: their leaves abandon
 // a transfer and free the lock, its recipients told first. A member on
 // this instance sending a file gets undelivered for it (one on another
-// instance gets it from its edge: unanswered.go).
+// instance gets it from its edge: unanswered.go); the bot's file
+// (send_media) is aborted too, and its op fails.
 func (r *room) resign(c Close) {
 	r.mu.Lock()
 	r.home.Store(false)
 	r.tenure = nil
 	members := slices.Collect(maps.Values(r.members))
 	t := r.transfer
-	if t != nil && t.sender != nil {
-		r.abortLocked(t) // here, not at its sender's leave: a file-end under way gets no ack
+	if t != nil {
+		// Here, not at its sender's leave: a file-end under way gets no
+		// ack; and the bot's own (send_media) fails, as its pushes see.
+		r.abortLocked(t)
 	}
 	r.unlock()
 	for _, m := range members {

@@ -56,7 +56,12 @@ func (l *edgeLink) relayed(data []byte) {
 			return
 		}
 		if i := slices.IndexFunc(p.sent, func(id []byte) bool { return sameValue(id, msgID) }); i >= 0 {
-			p.sent = slices.Delete(p.sent, i, i+1)
+			// Answers come oldest first but for a file-start's (at its
+			// file-end, after the msgs sent meanwhile): the entries before
+			// the answered one move up one, none after it.
+			copy(p.sent[1:i+1], p.sent[:i])
+			p.sent[0] = nil
+			p.sent = p.sent[1:]
 		}
 	case "file-start":
 		p.incoming = bytes.Clone(msgID)
