@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -179,6 +180,8 @@ type Store struct {
 	byTenant map[string]int64
 	count    map[string]int // objects per tenant
 	fetcher  *http.Client   // downloads public URLs (newFetcher)
+	// created is each tenant's creation time as SetTenants last gave it.
+	created map[string]time.Time
 
 	// maxTenantObjects and maxObjects are the constants (tests lower them).
 	maxTenantObjects, maxObjects int
@@ -504,6 +507,27 @@ func (s *Store) removeLocked(id string) {
 		delete(s.count, obj.Tenant)
 	}
 	_ = os.Remove(obj.path)
+}
+
+// SetTenants implements platform.TenantKeeper: it removes the objects,
+// stored and in progress, of every tenant not in created (deleted, or
+// dropped from the YAML) and of every tenant made again under its id
+// since the last call (another creation time, not zero: zero is a
+// declared tenant, the same one), so they do not wait for their expiry
+// and a tenant made again never fetches the earlier one's.
+func (s *Store) SetTenants(created map[string]time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, obj := range s.objects {
+		now, ok := created[obj.Tenant]
+		if was, known := s.created[obj.Tenant]; !ok || known && !now.IsZero() && !now.Equal(was) {
+			if !obj.committed {
+				_ = obj.file.Close() // the upload's own Write or Commit then fails
+			}
+			s.removeLocked(id)
+		}
+	}
+	s.created = maps.Clone(created)
 }
 
 // Usage reports the bytes stored in all and for tenant.

@@ -599,3 +599,53 @@ func TestStoreInAnotherProcessHoldsItsDirectory(t *testing.T) {
 	_ = cmd.Wait()
 	newStore(t, Config{Dir: dir})
 }
+
+// TestSetTenantsRemovesADeletedTenantsObjects: the objects, stored and in
+// progress, of a tenant no longer configured, or made again under its id
+// (another creation time), are removed at once rather than at their
+// expiry, so a tenant made again under the id never fetches the earlier
+// one's; a declared tenant (zero creation time) and an unchanged one keep
+// theirs.
+func TestSetTenantsRemovesADeletedTenantsObjects(t *testing.T) {
+	dir := t.TempDir()
+	s, clk := newStore(t, Config{Dir: dir})
+	created := clk.Now()
+	s.SetTenants(map[string]time.Time{"gone": created, "again": created, "kept": created, "declared": {}})
+	put := func(tenant string) string {
+		t.Helper()
+		info, err := s.Put(tenant, strings.NewReader("bytes of "+tenant), "text/plain", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.ID
+	}
+	ids := map[string]string{"gone": put("gone"), "again": put("again"), "kept": put("kept"), "declared": put("declared")}
+	writing, err := s.Begin("gone", "text/plain", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writing.Write([]byte("partial")); err != nil {
+		t.Fatal(err)
+	}
+	s.SetTenants(map[string]time.Time{"again": created.Add(time.Second), "kept": created, "declared": {}})
+	for tenant, id := range ids {
+		obj, err := s.Open(tenant, id)
+		if want := tenant == "kept" || tenant == "declared"; want != (err == nil) {
+			t.Errorf("%s's object after the apply: err = %v, want kept %v", tenant, err, want)
+		}
+		if err == nil {
+			obj.Close()
+		}
+	}
+	if _, err := writing.Commit(); err == nil {
+		t.Error("the deleted tenant's upload in progress committed")
+	}
+	for _, tenant := range []string{"gone", "again"} {
+		if _, ofTenant := s.Usage(tenant); ofTenant != 0 {
+			t.Errorf("%s still uses %d bytes", tenant, ofTenant)
+		}
+	}
+	if files, err := os.ReadDir(dir); err != nil || len(files) != 2 {
+		t.Fatalf("%d files remain (%v); want kept's and declared's", len(files), err)
+	}
+}
