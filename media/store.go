@@ -510,17 +510,19 @@ func (s *Store) removeLocked(id string) {
 }
 
 // SetTenants implements platform.TenantKeeper: it removes the objects,
-// stored and in progress, of every tenant not in created (deleted, or
-// dropped from the YAML) and of every tenant made again under its id
-// since the last call (another creation time, not zero: zero is a
-// declared tenant, the same one), so they do not wait for their expiry
-// and a tenant made again never fetches the earlier one's.
+// stored and in progress, of every stored tenant (one with a creation
+// time) deleted or made again under its id (another creation time) since
+// the last call, so they do not wait for their expiry and a tenant made
+// again never fetches the earlier one's. A declared tenant (zero
+// creation time: one the YAML declares now is the same tenant) dropped
+// from the YAML keeps its objects until they expire, as the relay keeps
+// its buffered inbound, which may name them.
 func (s *Store) SetTenants(created map[string]time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, obj := range s.objects {
-		now, ok := created[obj.Tenant]
-		if was, known := s.created[obj.Tenant]; !ok || known && !now.IsZero() && !now.Equal(was) {
+		was := s.created[obj.Tenant]
+		if now, ok := created[obj.Tenant]; !was.IsZero() && (!ok || !now.IsZero() && !now.Equal(was)) {
 			if !obj.committed {
 				_ = obj.file.Close() // the upload's own Write or Commit then fails
 			}

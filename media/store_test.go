@@ -601,16 +601,17 @@ func TestStoreInAnotherProcessHoldsItsDirectory(t *testing.T) {
 }
 
 // TestSetTenantsRemovesADeletedTenantsObjects: the objects, stored and in
-// progress, of a tenant no longer configured, or made again under its id
+// progress, of a stored tenant deleted, or made again under its id
 // (another creation time), are removed at once rather than at their
 // expiry, so a tenant made again under the id never fetches the earlier
-// one's; a declared tenant (zero creation time) and an unchanged one keep
+// one's; an unchanged tenant, a declared one (zero creation time) even
+// dropped from the YAML, and a stored one the YAML now declares keep
 // theirs.
 func TestSetTenantsRemovesADeletedTenantsObjects(t *testing.T) {
 	dir := t.TempDir()
 	s, clk := newStore(t, Config{Dir: dir})
 	created := clk.Now()
-	s.SetTenants(map[string]time.Time{"gone": created, "again": created, "kept": created, "declared": {}})
+	s.SetTenants(map[string]time.Time{"gone": created, "again": created, "kept": created, "declared": {}, "dropped": {}, "shadowed": created})
 	put := func(tenant string) string {
 		t.Helper()
 		info, err := s.Put(tenant, strings.NewReader("bytes of "+tenant), "text/plain", "")
@@ -619,7 +620,10 @@ func TestSetTenantsRemovesADeletedTenantsObjects(t *testing.T) {
 		}
 		return info.ID
 	}
-	ids := map[string]string{"gone": put("gone"), "again": put("again"), "kept": put("kept"), "declared": put("declared")}
+	ids := map[string]string{}
+	for _, tenant := range []string{"gone", "again", "kept", "declared", "dropped", "shadowed"} {
+		ids[tenant] = put(tenant)
+	}
 	writing, err := s.Begin("gone", "text/plain", "")
 	if err != nil {
 		t.Fatal(err)
@@ -627,10 +631,10 @@ func TestSetTenantsRemovesADeletedTenantsObjects(t *testing.T) {
 	if _, err := writing.Write([]byte("partial")); err != nil {
 		t.Fatal(err)
 	}
-	s.SetTenants(map[string]time.Time{"again": created.Add(time.Second), "kept": created, "declared": {}})
+	s.SetTenants(map[string]time.Time{"again": created.Add(time.Second), "kept": created, "declared": {}, "shadowed": {}})
 	for tenant, id := range ids {
 		obj, err := s.Open(tenant, id)
-		if want := tenant == "kept" || tenant == "declared"; want != (err == nil) {
+		if want := tenant != "gone" && tenant != "again"; want != (err == nil) {
 			t.Errorf("%s's object after the apply: err = %v, want kept %v", tenant, err, want)
 		}
 		if err == nil {
@@ -645,7 +649,7 @@ func TestSetTenantsRemovesADeletedTenantsObjects(t *testing.T) {
 			t.Errorf("%s still uses %d bytes", tenant, ofTenant)
 		}
 	}
-	if files, err := os.ReadDir(dir); err != nil || len(files) != 2 {
-		t.Fatalf("%d files remain (%v); want kept's and declared's", len(files), err)
+	if files, err := os.ReadDir(dir); err != nil || len(files) != 4 {
+		t.Fatalf("%d files remain (%v); want the 4 kept objects'", len(files), err)
 	}
 }
