@@ -653,3 +653,30 @@ func TestSetTenantsRemovesADeletedTenantsObjects(t *testing.T) {
 		t.Fatalf("%d files remain (%v); want the 4 kept objects'", len(files), err)
 	}
 }
+
+// TestSetTenantsRemovesAnUploadOfATenantGone: an object begun for a tenant
+// the last SetTenants did not list (an upload its gateway's bearer let in
+// just before the tenant's deletion was applied) is removed by the next
+// call, so a tenant made again under the id does not inherit it.
+func TestSetTenantsRemovesAnUploadOfATenantGone(t *testing.T) {
+	s, clk := newStore(t, Config{})
+	s.SetTenants(map[string]time.Time{"kept": clk.Now()})
+	late, err := s.Put("gone", strings.NewReader("late"), "text/plain", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := s.Put("kept", strings.NewReader("kept"), "text/plain", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetTenants(map[string]time.Time{"kept": clk.Now(), "gone": clk.Now().Add(time.Second)})
+	if obj, err := s.Open("gone", late.ID); err == nil {
+		obj.Close()
+		t.Error("the object stored for a tenant gone is fetchable by the tenant made again under its id")
+	}
+	obj, err := s.Open("kept", kept.ID)
+	if err != nil {
+		t.Fatalf("the kept tenant's object: %v", err)
+	}
+	obj.Close()
+}
