@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -179,6 +180,8 @@ type Store struct {
 	byTenant map[string]int64
 	count    map[string]int // objects per tenant
 	fetcher  *http.Client   // downloads public URLs (newFetcher)
+	// created is each tenant's creation time as SetTenants last gave it.
+	created map[string]time.Time
 
 	// maxTenantObjects and maxObjects are the constants (tests lower them).
 	maxTenantObjects, maxObjects int
@@ -192,6 +195,7 @@ type object struct {
 	committed bool
 	began     time.Time // when an in-progress object was begun
 	file      *os.File  // an in-progress object's, closed when it is abandoned
+	orphan    bool      // begun for a tenant SetTenants did not list (one gone)
 }
 
 // New creates the store's directory, locks it (refusing one another store
@@ -309,6 +313,10 @@ func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
 		}
 	}
 	obj.began = s.cfg.Clock.Now()
+	if s.created != nil {
+		_, listed := s.created[tenant]
+		obj.orphan = !listed
+	}
 	s.objects[id] = obj
 	s.count[tenant]++
 	return &Upload{s: s, obj: obj, f: f}, nil
@@ -504,6 +512,31 @@ func (s *Store) removeLocked(id string) {
 		delete(s.count, obj.Tenant)
 	}
 	_ = os.Remove(obj.path)
+}
+
+// SetTenants implements platform.TenantKeeper: it removes the objects,
+// stored and in progress, of every stored tenant (one with a creation
+// time) deleted or made again under its id (another creation time) since
+// the last call, so they do not wait for their expiry and a tenant made
+// again never fetches the earlier one's. A declared tenant (zero
+// creation time: one the YAML declares now is the same tenant) dropped
+// from the YAML keeps its objects until they expire, as the relay keeps
+// its buffered inbound, which may name them. An object begun for a
+// tenant the last call did not list (an upload let in just before its
+// deletion was applied) is removed too.
+func (s *Store) SetTenants(created map[string]time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, obj := range s.objects {
+		was := s.created[obj.Tenant]
+		if now, ok := created[obj.Tenant]; obj.orphan || !was.IsZero() && (!ok || !now.IsZero() && !now.Equal(was)) {
+			if !obj.committed {
+				_ = obj.file.Close() // the upload's own Write or Commit then fails
+			}
+			s.removeLocked(id)
+		}
+	}
+	s.created = maps.Clone(created)
 }
 
 // Usage reports the bytes stored in all and for tenant.

@@ -599,3 +599,84 @@ func TestStoreInAnotherProcessHoldsItsDirectory(t *testing.T) {
 	_ = cmd.Wait()
 	newStore(t, Config{Dir: dir})
 }
+
+// TestSetTenantsRemovesADeletedTenantsObjects: the objects, stored and in
+// progress, of a stored tenant deleted, or made again under its id
+// (another creation time), are removed at once rather than at their
+// expiry, so a tenant made again under the id never fetches the earlier
+// one's; an unchanged tenant, a declared one (zero creation time) even
+// dropped from the YAML, and a stored one the YAML now declares keep
+// theirs.
+func TestSetTenantsRemovesADeletedTenantsObjects(t *testing.T) {
+	dir := t.TempDir()
+	s, clk := newStore(t, Config{Dir: dir})
+	created := clk.Now()
+	s.SetTenants(map[string]time.Time{"gone": created, "again": created, "kept": created, "declared": {}, "dropped": {}, "shadowed": created})
+	put := func(tenant string) string {
+		t.Helper()
+		info, err := s.Put(tenant, strings.NewReader("bytes of "+tenant), "text/plain", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.ID
+	}
+	ids := map[string]string{}
+	for _, tenant := range []string{"gone", "again", "kept", "declared", "dropped", "shadowed"} {
+		ids[tenant] = put(tenant)
+	}
+	writing, err := s.Begin("gone", "text/plain", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writing.Write([]byte("partial")); err != nil {
+		t.Fatal(err)
+	}
+	s.SetTenants(map[string]time.Time{"again": created.Add(time.Second), "kept": created, "declared": {}, "shadowed": {}})
+	for tenant, id := range ids {
+		obj, err := s.Open(tenant, id)
+		if want := tenant != "gone" && tenant != "again"; want != (err == nil) {
+			t.Errorf("%s's object after the apply: err = %v, want kept %v", tenant, err, want)
+		}
+		if err == nil {
+			obj.Close()
+		}
+	}
+	if _, err := writing.Commit(); err == nil {
+		t.Error("the deleted tenant's upload in progress committed")
+	}
+	for _, tenant := range []string{"gone", "again"} {
+		if _, ofTenant := s.Usage(tenant); ofTenant != 0 {
+			t.Errorf("%s still uses %d bytes", tenant, ofTenant)
+		}
+	}
+	if files, err := os.ReadDir(dir); err != nil || len(files) != 4 {
+		t.Fatalf("%d files remain (%v); want the 4 kept objects'", len(files), err)
+	}
+}
+
+// TestSetTenantsRemovesAnUploadOfATenantGone: an object begun for a tenant
+// the last SetTenants did not list (an upload its gateway's bearer let in
+// just before the tenant's deletion was applied) is removed by the next
+// call, so a tenant made again under the id does not inherit it.
+func TestSetTenantsRemovesAnUploadOfATenantGone(t *testing.T) {
+	s, clk := newStore(t, Config{})
+	s.SetTenants(map[string]time.Time{"kept": clk.Now()})
+	late, err := s.Put("gone", strings.NewReader("late"), "text/plain", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := s.Put("kept", strings.NewReader("kept"), "text/plain", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetTenants(map[string]time.Time{"kept": clk.Now(), "gone": clk.Now().Add(time.Second)})
+	if obj, err := s.Open("gone", late.ID); err == nil {
+		obj.Close()
+		t.Error("the object stored for a tenant gone is fetchable by the tenant made again under its id")
+	}
+	obj, err := s.Open("kept", kept.ID)
+	if err != nil {
+		t.Fatalf("the kept tenant's object: %v", err)
+	}
+	obj.Close()
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,7 +24,7 @@ func conformanceCmd(args []string, stdout, stderr io.Writer) int {
 	const about = "Checks the connector against an oracle fixture made by running the gateway's real Python code:\n" +
 		"  keys FILE     session_keys.json: source and options in, session key out\n" +
 		"  events FILE   platform_events.json: a raw platform payload through its platform's normalizer\n" +
-		"Exits 0 when every case passes, 1 when one fails, 2 when the fixture cannot be read."
+		"Exits 0 when every case passes, 1 when one fails, 2 when the fixture cannot be read or holds no case."
 	kind := ""
 	if len(args) > 0 && (args[0] == "keys" || args[0] == "events") {
 		kind, args = args[0], args[1:]
@@ -44,6 +45,9 @@ func conformanceCmd(args []string, stdout, stderr io.Writer) int {
 		total, failures, err = checkKeys(path)
 	} else {
 		total, failures, err = checkEvents(path)
+	}
+	if err == nil && total == 0 { // checks nothing: no pass
+		err = errors.New("the fixture holds no case")
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "connector conformance: %s: %v\n", path, err)

@@ -38,7 +38,8 @@ type live struct {
 	binders map[string]platform.Binder
 	// relevance are the platforms that apply declared relevance policies.
 	relevance map[string]platform.RelevanceTaker
-	// keepers are the platforms that forget a tenant's state with it.
+	// keepers are the platforms, and the media store, that forget a
+	// tenant's state with it.
 	keepers []platform.TenantKeeper
 	keys    *sessionKeys
 	log     *slog.Logger

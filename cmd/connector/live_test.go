@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -210,5 +211,66 @@ func TestApplyTellsKeepersTheTenants(t *testing.T) {
 	}
 	if !slices.Equal(k.last, []string{"t1"}) {
 		t.Fatalf("tenants given after a delete = %v, want [t1]", k.last)
+	}
+}
+
+// TestDeletedTenantsMediaGoesWithIt: an apply that finds a stored tenant
+// deleted removes its media objects then, not at their expiry (media.ttl),
+// and one that finds it made again under its id removes the earlier
+// one's, so the new tenant's gateways never fetch them.
+func TestDeletedTenantsMediaGoesWithIt(t *testing.T) {
+	st := memStore(t)
+	ctx := context.Background()
+	cfg, _, err := loadOrDefault(sources{configPath: writeConfig(t, "listen: 127.0.0.1:0\ntenants:\n  - id: t1\n    gateways: [{id: gw1, secrets: [s1]}]\n"), dataDir: t.TempDir()}, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := build(cfg, slog.New(slog.DiscardHandler), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.relay.Shutdown(context.Background()); c.media.Close() })
+	reg := registry.New(st, clock.System)
+	put := func(tenant string) string {
+		t.Helper()
+		info, err := c.media.Put(tenant, strings.NewReader("bytes"), "text/plain", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.ID
+	}
+	fetchable := func(tenant, id string) bool {
+		obj, err := c.media.Open(tenant, id)
+		if err == nil {
+			obj.Close()
+		}
+		return err == nil
+	}
+	for round := range 2 {
+		if err := reg.CreateTenant(ctx, registry.Tenant{ID: "added"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.live.apply(ctx); err != nil {
+			t.Fatal(err)
+		}
+		id, declared := put("added"), put("t1")
+		if err := reg.DeleteTenant(ctx, "added"); err != nil {
+			t.Fatal(err)
+		}
+		if round == 0 {
+			if err := c.live.apply(ctx); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := reg.CreateTenant(ctx, registry.Tenant{ID: "added"}); err != nil {
+			t.Fatal(err) // made again before this instance applied the deletion
+		} else if err := c.live.apply(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if fetchable("added", id) {
+			t.Errorf("round %d: the deleted tenant's media object is still fetchable under its id", round)
+		}
+		if !fetchable("t1", declared) {
+			t.Errorf("round %d: the declared tenant's media object went too", round)
+		}
 	}
 }

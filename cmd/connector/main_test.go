@@ -45,6 +45,23 @@ func TestConformanceReportsFailuresWithExpectedAndGot(t *testing.T) {
 	}
 }
 
+// TestConformanceRefusesAnEmptyFixture: a fixture without a case (an
+// oracle run that wrote none, a JSON null) checks nothing, so it is not
+// a pass: exit 2, as for a fixture that cannot be read.
+func TestConformanceRefusesAnEmptyFixture(t *testing.T) {
+	for _, kind := range []string{"keys", "events"} {
+		for _, body := range []string{"[]", "null"} {
+			path := filepath.Join(t.TempDir(), "empty.json")
+			if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if code, out, errOut := runCmd(t, "conformance", kind, path); code != 2 || !strings.Contains(errOut, "no case") {
+				t.Errorf("conformance %s of %s: exit %d, stdout %q, stderr %q; want 2 saying it holds no case", kind, body, code, out, errOut)
+			}
+		}
+	}
+}
+
 func TestConformanceEventsPassesEveryFixture(t *testing.T) {
 	code, out, errOut := runCmd(t, "conformance", "events", "../../testdata/platform_events.json")
 	if code != 0 || !strings.HasSuffix(out, "62 passed, 0 failed\n") {

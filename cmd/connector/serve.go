@@ -395,6 +395,9 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	m.watchLedger(srv)
 	c.metrics, c.platforms, c.relay, c.poker = m, platforms, srv, poker
 	c.live = newLive(reg, srv, platforms, keys, log, am)
+	if c.media != nil { // a deleted tenant's media goes with it
+		c.live.keepers = append(c.live.keepers, c.media)
+	}
 	if err := c.live.apply(rctx); err != nil {
 		return nil, err
 	}
