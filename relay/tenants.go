@@ -107,7 +107,12 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //     forgotten, before the new tenant's gateways may connect. Among
 //     several instances the new tenant has its own lease (leaseName), so
 //     an instance that has not applied the change yet, still driving the
-//     earlier tenant, sends nothing to the new tenant's sockets.
+//     earlier tenant, sends nothing to the new tenant's sockets; and each
+//     stored record carries the generation it was stored for, of which
+//     each driver takes in only its own (ledger.Ledger.SetSince), so that
+//     instance sends the earlier tenant's sockets none of the new
+//     tenant's inbound, nor does the new tenant's driver take in what that
+//     instance stores for the earlier tenant meanwhile.
 //
 // An invalid set changes nothing.
 func (s *Server) SetTenants(tenants []Tenant) error {
