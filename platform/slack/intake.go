@@ -271,7 +271,11 @@ func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecor
 		if ctx.Err() != nil {
 			return
 		}
-		err := p.replay(context.WithValue(ctx, inTurnKey{}, true), rec, received)
+		turn := &intakeTurn{key: key}
+		err := p.replay(context.WithValue(ctx, inTurnKey{}, turn), rec, received)
+		if turn.deleted {
+			return // delivered, and deleted then (delivered)
+		}
 		if err != nil && ctx.Err() != nil {
 			return // its files may be missing: the next holder handles it
 		}
@@ -292,6 +296,34 @@ func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecor
 		}
 		return
 	}
+}
+
+// intakeTurn is the entry handled in its chat's turn (the value of
+// inTurnKey).
+type intakeTurn struct {
+	key string
+	// deleted is set once the entry is deleted after its delivery.
+	deleted bool
+}
+
+// delivered deletes the entry ctx handles in its turn, if any, once the
+// relay stored its delivery: at once, before what follows the delivery
+// (the thread's markers, the dedupe marker), so that a kill leaves an
+// entry delivered already for as short a time as one store write
+// (deliveredBefore finds it then). A deletion that fails is tried again
+// when the entry's handling ends.
+func (p *Platform) delivered(ctx context.Context) {
+	turn, _ := ctx.Value(inTurnKey{}).(*intakeTurn)
+	if turn == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intakeStoreTimeout)
+	defer cancel()
+	if _, err := p.deps.Store.Registry().Delete(sctx, intakeNamespace, turn.key); err != nil {
+		p.log.Warn("slack intake entry not deleted once delivered; retrying", "key", turn.key, "err", p.errorText(err))
+		return
+	}
+	turn.deleted = true
 }
 
 // releaseIntake gives up the claim on entry key.
