@@ -209,6 +209,7 @@ func (p *Platform) deliver(ctx context.Context, tenant string, ev *contract.Even
 	if err := (*sink).Deliver(ctx, d); err != nil {
 		return fmt.Errorf("slack: deliver: %w", err)
 	}
+	p.delivered(ctx)
 	return nil
 }
 

@@ -393,3 +393,68 @@ func TestIntakeFailingDeliveryBounded(t *testing.T) {
 	}
 	intakeEmpty(t, e.store)
 }
+
+// TestIntakeDeliveredBeforeKillNotDeliveredAgain: an instance killed after
+// the relay stored a thread reply's delivery (in the store's ledger) and
+// before it deleted the reply's intake entry leaves both; the next one, on
+// the same store, deletes that entry without delivering it again, and
+// delivers the reply queued behind it, once.
+func TestIntakeDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	// The relay's part: the delivery stored in the ledger, as relay/hub.go
+	// stores it; then the instance dies before Deliver returns.
+	stored := make(chan struct{})
+	var once sync.Once
+	a.sink.Check = func(d platform.Delivery) error {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return errors.New("the instance is dying")
+		}
+		_, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: []byte(d.Event.Text), Received: d.Received,
+		}})
+		close(stored)
+		if err != nil {
+			return err
+		}
+		return errors.New("killed after the ledger's commit")
+	}
+	const thread = "1768490000.000100"
+	for i, text := range []string{"first reply", "second reply"} {
+		ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, sprintf("1768490100.00020%d", i), thread, text)
+		answered(t, a.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, sprintf("EvT%d", i), ev)), text)
+		clk.Advance(time.Millisecond) // entries of one chat are ordered by when they were received
+	}
+	select {
+	case <-stored:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first reply's delivery", waitFor)
+	}
+	a.stop() // the backoff after the "failed" delivery waits on clk: nothing more is delivered
+	a.stop = func() {}
+	if n := a.sink.Taken(); n != 0 {
+		t.Fatalf("the killed instance's sink took %d deliveries, want none", n)
+	}
+	if entries, _, err := st.Registry().List(context.Background(), intakeNamespace); err != nil || len(entries) != 2 {
+		t.Fatalf("intake after the kill: %d entries (%v), want both replies'", len(entries), err)
+	}
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	if d := b.sink.Next(t); d.Event.Text != "second reply" {
+		t.Fatalf("delivery after the restart %q, want only the second reply", d.Event.Text)
+	}
+	intakeEmpty(t, st)
+	b.settled(t)
+	b.stop()
+	b.stop = func() {}
+	if n := b.sink.Taken(); n != 1 {
+		t.Fatalf("the restarted instance delivered %d times, want once (the second reply)", n)
+	}
+	if _, resumed := b.p.IntakeStats(); resumed != 1 {
+		t.Fatalf("%d intake entries resumed, want 1 (the first was delivered already)", resumed)
+	}
+}
