@@ -154,6 +154,14 @@ func (in *intake) take(key, chat string) bool {
 	return true
 }
 
+// holds reports whether key is held.
+func (in *intake) holds(key string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	_, ok := in.held[key]
+	return ok
+}
+
 // done forgets key of chat.
 func (in *intake) done(key, chat string) {
 	in.mu.Lock()
@@ -371,6 +379,13 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 // they are taken, before they are queued: a request of their chats that
 // comes after it is queued behind them (Run takes deliveries there).
 func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
+	// The relay's ledger is read (when an entry this instance does not
+	// hold is listed) before the queue lock is taken: every request the
+	// intake takes waits for that lock before it is answered.
+	stored, err := p.ledgerIfUnheld(ctx)
+	if err != nil {
+		p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
+	}
 	p.intake.queueMu.Lock()
 	defer p.intake.queueMu.Unlock()
 	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
@@ -399,12 +414,6 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		}
 		queue = append(queue, held{e.Key, chat, rec})
 	}
-	var stored map[string]bool
-	if len(queue) > 0 {
-		if stored, err = p.ledgerHeld(ctx); err != nil {
-			p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
-		}
-	}
 	// Of a chat's entries only the first may have been delivered: they are
 	// handled one at a time, in order, each deleted before the next.
 	first := make(map[string]bool)
@@ -425,6 +434,23 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	if len(queue) > 0 {
 		p.log.Info("slack intake entries resumed", "entries", len(queue))
 	}
+}
+
+// ledgerIfUnheld is ledgerHeld when the intake lists an entry this
+// instance does not hold (one a sweep may take), else nil: a sweep that
+// finds none reads no ledger. A listing that fails is nil too (the sweep
+// lists again, and logs).
+func (p *Platform) ledgerIfUnheld(ctx context.Context) (map[string]bool, error) {
+	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
+	if err != nil {
+		return nil, nil
+	}
+	for _, e := range entries {
+		if !p.intake.holds(e.Key) {
+			return p.ledgerHeld(ctx)
+		}
+	}
+	return nil, nil
 }
 
 // ledgerPage is how many ledger records ledgerHeld reads at a time.
