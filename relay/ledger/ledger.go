@@ -475,6 +475,12 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	take := err == nil && !l.forgotten
 	if take {
 		for _, e := range es {
+			if l.earlierLocked(e) || l.laterLocked(e) {
+				// Stamped with the generation Begin ended while it was
+				// staged: the earlier tenant's, removed once committed.
+				e.removeStored = true
+				continue
+			}
 			l.insertLocked(e)
 		}
 		l.boundLocked()
