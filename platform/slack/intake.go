@@ -379,10 +379,15 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 // they are taken, before they are queued: a request of their chats that
 // comes after it is queued behind them (Run takes deliveries there).
 func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
-	// The relay's ledger is read (when an entry this instance does not
-	// hold is listed) before the queue lock is taken: every request the
+	// The entries nobody holds are claimed, and the relay's ledger read
+	// (when one was), before the queue lock is taken: every request the
 	// intake takes waits for that lock before it is answered.
-	stored, err := p.ledgerIfUnheld(ctx)
+	claimed := p.claimUnheld(ctx)
+	var stored map[string]bool
+	var err error
+	if len(claimed) > 0 {
+		stored, err = p.ledgerHeld(ctx)
+	}
 	if err != nil {
 		p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
 	}
@@ -407,12 +412,19 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		if !p.intake.take(e.Key, chat) {
 			continue // held here
 		}
-		took, err := p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL))
+		took, err := claimed[e.Key], error(nil)
+		delete(claimed, e.Key)
+		if !took {
+			took, err = p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL))
+		}
 		if err != nil || !took {
 			p.intake.done(e.Key, chat)
 			continue
 		}
 		queue = append(queue, held{e.Key, chat, rec})
+	}
+	for key := range claimed {
+		p.releaseIntake(key) // claimed, and unreadable or gone since
 	}
 	// Of a chat's entries only the first may have been delivered: they are
 	// handled one at a time, in order, each deleted before the next.
@@ -436,21 +448,25 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	}
 }
 
-// ledgerIfUnheld is ledgerHeld when the intake lists an entry this
-// instance does not hold (one a sweep may take), else nil: a sweep that
-// finds none reads no ledger. A listing that fails is nil too (the sweep
-// lists again, and logs).
-func (p *Platform) ledgerIfUnheld(ctx context.Context) (map[string]bool, error) {
+// claimUnheld claims the entries the intake lists that no live claim
+// holds and this instance does not, and names those it claimed: what a
+// sweep takes, before its queue lock (sweepIntake). A listing that fails
+// claims none (the sweep lists again, and logs).
+func (p *Platform) claimUnheld(ctx context.Context) map[string]bool {
 	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
 	if err != nil {
-		return nil, nil
+		return nil
 	}
+	claimed := make(map[string]bool)
 	for _, e := range entries {
-		if !p.intake.holds(e.Key) {
-			return p.ledgerHeld(ctx)
+		if p.intake.holds(e.Key) {
+			continue
+		}
+		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL)); err == nil && took {
+			claimed[e.Key] = true
 		}
 	}
-	return nil, nil
+	return claimed
 }
 
 // ledgerPage is how many ledger records ledgerHeld reads at a time.
