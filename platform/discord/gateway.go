@@ -1,11 +1,9 @@
 package discord
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -120,46 +118,6 @@ func (g *gateway) dialTLS(ctx context.Context, network, addr string, cfg *tls.Co
 		return nil, err
 	}
 	return &closeGuard{Conn: tc, ending: &g.ending}, nil
-}
-
-// tunnel is a socket to addr (dialTCP), through an HTTP CONNECT tunnel when
-// g.proxy names a proxy for it.
-func (g *gateway) tunnel(ctx context.Context, network, addr string) (net.Conn, error) {
-	proxy, err := g.proxy(&http.Request{URL: &url.URL{Scheme: "https", Host: addr}})
-	if err != nil || proxy == nil {
-		if err != nil {
-			return nil, err
-		}
-		return g.dialTCP(ctx, network, addr)
-	}
-	if proxy.Scheme != "http" {
-		return nil, fmt.Errorf("discord gateway: proxy scheme %q not supported (http only)", proxy.Scheme)
-	}
-	c, err := g.dialTCP(ctx, network, net.JoinHostPort(proxy.Hostname(), cmp.Or(proxy.Port(), "80")))
-	if err != nil {
-		return nil, err
-	}
-	req := &http.Request{Method: http.MethodConnect, URL: &url.URL{Opaque: addr}, Host: addr, Header: http.Header{}}
-	if u := proxy.User; u != nil {
-		pass, _ := u.Password()
-		req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pass)))
-	}
-	if err := req.Write(c); err != nil {
-		_ = c.Close()
-		return nil, err
-	}
-	// A proxy sends nothing past its answer before the TLS handshake.
-	resp, err := http.ReadResponse(bufio.NewReader(c), req)
-	if err != nil {
-		_ = c.Close()
-		return nil, err
-	}
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		_ = c.Close()
-		return nil, fmt.Errorf("discord gateway: proxy answered CONNECT with %s", resp.Status)
-	}
-	return c, nil
 }
 
 // dialTCP dials the socket under a Gateway connection: its handshake must

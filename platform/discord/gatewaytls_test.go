@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -62,6 +63,7 @@ func TestGatewayCloseFramesDroppedOverTLS(t *testing.T) {
 	}))
 	t.Cleanup(proxy.Close)
 	proxyURL, _ := url.Parse(proxy.URL)
+	socks := fakeSOCKS5(t, &tunnels)
 
 	e := newEnv(t, discordtest.Options{}, nil)
 	d := e.p.gatewaySession().Dialer
@@ -77,6 +79,8 @@ func TestGatewayCloseFramesDroppedOverTLS(t *testing.T) {
 		{"run's close", nil, true, websocket.StatusNormalClosure},
 		{"discordgo's own close, proxied", proxyURL, false, -1},
 		{"run's close, proxied", proxyURL, true, websocket.StatusNormalClosure},
+		{"discordgo's own close, over SOCKS5", socks, false, -1},
+		{"run's close, over SOCKS5", socks, true, websocket.StatusNormalClosure},
 	} {
 		e.p.gw.proxy = func(*http.Request) (*url.URL, error) { return c.proxy, nil }
 		e.p.gw.ending.Store(c.ending)
@@ -101,4 +105,49 @@ func TestGatewayCloseFramesDroppedOverTLS(t *testing.T) {
 			t.Fatalf("%s: %d CONNECT tunnels through the proxy", c.name, tunnelled)
 		}
 	}
+}
+
+// fakeSOCKS5 is a SOCKS5 proxy (no authentication, CONNECT to an IPv4
+// address) on loopback, counting its tunnels in tunnels, until the test
+// ends.
+func fakeSOCKS5(t *testing.T, tunnels *atomic.Int32) *url.URL {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer down.Close()
+				b := make([]byte, 10)
+				if _, err := io.ReadFull(down, b[:3]); err != nil || b[0] != 5 || b[2] != 0 {
+					return
+				}
+				if _, err := down.Write([]byte{5, 0}); err != nil {
+					return
+				}
+				if _, err := io.ReadFull(down, b[:10]); err != nil || b[1] != 1 || b[3] != 1 {
+					return
+				}
+				up, err := net.Dial("tcp", net.JoinHostPort(net.IP(b[4:8]).String(), strconv.Itoa(int(b[8])<<8|int(b[9]))))
+				if err != nil {
+					_, _ = down.Write([]byte{5, 5, 0, 1, 0, 0, 0, 0, 0, 0})
+					return
+				}
+				defer up.Close()
+				tunnels.Add(1)
+				if _, err := down.Write([]byte{5, 0, 0, 1, 0, 0, 0, 0, 0, 0}); err != nil {
+					return
+				}
+				go func() { _, _ = io.Copy(up, down); _ = up.Close() }()
+				_, _ = io.Copy(down, up)
+			}()
+		}
+	}()
+	return &url.URL{Scheme: "socks5", Host: ln.Addr().String()}
 }
