@@ -19,7 +19,8 @@ import (
 // handling may outlast Slack's 3 s is stored and answered 200 at once,
 // then handled off the request. That is a message or app_mention a tenant
 // takes that has files, or is a thread reply (its thread's context and
-// root images may be fetched: envelopeJob's slow), and, so that nothing
+// root images may be fetched: envelopeJob's slow; not the bot's own, nor a
+// deletion: ownOrDeleted), and, so that nothing
 // overtakes it, every event, press and slash command of a chat while an
 // entry of that chat is pending on this instance.
 //
