@@ -531,8 +531,9 @@ func TestRefusedDeliveryAcrossRecreationRestoresNothing(t *testing.T) {
 // YAML declares that tenant (its creation reads zero: the same tenant, as
 // the relay keeps its state) and when the stored tenant shows again (the
 // YAML's declaration dropped, or a SIGHUP reload whose Bind failed and was
-// rolled back): the open prompt is still answered. Another creation after
-// that forgets it.
+// rolled back): the open prompt is still answered. A room bound while the
+// tenant was declared keeps its memory when the stored tenant shows.
+// Another creation after that forgets it.
 func TestTenantDeclaredInTheYAMLKeepsBridgeMemory(t *testing.T) {
 	tr := startRelay(t, boundConfig())
 	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
@@ -568,11 +569,28 @@ func TestTenantDeclaredInTheYAMLKeepsBridgeMemory(t *testing.T) {
 		t.Fatalf("delivery %+v, want the answer to p1: the same tenant's prompt", d.Event)
 	}
 
+	apply(time.Time{})
+	tr.p.SetTenants(map[string]time.Time{}) // a reload that drops the room's binding meanwhile
+	if err := tr.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	alice.ExpectPresence("alice")
+	apply(time.Time{}) // bound again while declared: it knows no creation
+	alice.ExpectPresence("alice", "hermes")
 	prompt("p2")
+	alice.Expect("msg")
+	apply(first) // stored: the same tenant
+	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	if d := tr.sink.Next(t); d.Event == nil || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "p2" {
+		t.Fatalf("delivery %+v, want the answer to p2: the declared tenant's prompt", d.Event)
+	}
+
+	prompt("p3")
 	alice.Expect("msg")
 	apply(time.Time{})
 	apply(first.Add(time.Hour)) // created again while the YAML declared it
-	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "/once"))
+	alice.SendJSON(msg("m3", "alice", []string{"hermes"}, "/once"))
 	alice.Expect("ack")
 	if d := tr.sink.Next(t); d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
 		t.Fatalf("delivery %+v, want a plain command, not an answer to the earlier t1's prompt", d.Event)

@@ -108,10 +108,15 @@ func (r *room) bot() string { return r.bound.Load().bot }
 // (relay.Server.SetTenants): the room keeps its memory and the creation it
 // knew, so the stored tenant showing again (the declaration dropped, or a
 // SIGHUP reload whose Bind failed rolled back) keeps it too, and another
-// creation forgets it.
+// creation forgets it. A room that knew only the declared tenant takes
+// the stored one's creation and keeps its memory.
 func (r *room) bindLocked(tenant string, created time.Time) {
 	prev := r.bound.Load()
 	if tenant == prev.tenant && (tenant == "" || created.IsZero() || created.Equal(prev.created)) {
+		return
+	}
+	if tenant == prev.tenant && prev.created.IsZero() {
+		r.bound.Store(&roomBinding{tenant: tenant, bot: prev.bot, created: created})
 		return
 	}
 	if t := r.transfer; t != nil && t.toBot {
