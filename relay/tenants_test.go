@@ -449,18 +449,19 @@ func TestDeletedTenantsInboundIsDropped(t *testing.T) {
 // and then stored again with its creation (the declaration dropped, or a
 // SIGHUP reload whose Bind failed rolled back): its gateway's socket stays
 // open, not closed 4401 "revoked" (which the stock gateway takes as
-// terminal), and it keeps getting the tenant's inbound. A creation other
-// than the one it had before it was declared still closes it.
+// terminal), and it keeps getting the tenant's inbound; so too when the
+// relay started with the declaration. A creation other than the one it had
+// before it was declared still closes it.
 func TestStoredTenantDeclaredAndBackKeepsItsConnections(t *testing.T) {
 	p := newFake("discord", map[string]string{"c1": "t1"})
 	created := time.Now().Add(-time.Hour)
 	tenant := func(created time.Time) []relay.Tenant {
 		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
 	}
-	h := relaytest.Start(t, tenant(created), p)
+	h := relaytest.Start(t, tenant(time.Time{}), p) // declared: the stored tenant under it shows later
 	gw := h.Dial(t, "gw1", "s1")
 	gw.Hello(t, "discord", "app")
-	for _, step := range []time.Time{{}, created} { // declared, then stored again
+	for _, step := range []time.Time{created, {}, created} { // stored, declared, then stored again
 		if err := h.Server.SetTenants(tenant(step)); err != nil {
 			t.Fatal(err)
 		}
