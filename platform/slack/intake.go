@@ -21,7 +21,8 @@ import (
 // handling may outlast Slack's 3 s is stored and answered 200 at once,
 // then handled off the request. That is a message or app_mention a tenant
 // takes that has files, or is a thread reply (its thread's context and
-// root images may be fetched: envelopeJob's slow), and, so that nothing
+// root images may be fetched: envelopeJob's slow; not the bot's own, nor a
+// deletion: ownOrDeleted), and, so that nothing
 // overtakes it, every event, press and slash command of a chat while an
 // entry of that chat is pending on this instance.
 //
@@ -34,7 +35,9 @@ import (
 // in order, in the chat's turn, then deletes each. One whose delivery
 // fails is tried again with backoff until intakeRetryFor after it was
 // received, then dropped (intake_expired): it holds its chat's turn
-// meanwhile. One whose handling a shutdown
+// meanwhile. One that cannot be deleted then either (the store out) is
+// not dropped: its turn is given up, and a later sweep takes it again.
+// One whose handling a shutdown
 // interrupted (its files not all fetched) is kept, and its claim
 // released: the next Run, or another instance, handles it. Every Run
 // starts by taking the entries no live claim holds, before it takes
@@ -293,14 +296,19 @@ func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecor
 			backoff = min(backoff*2, intakeBackoffMax)
 			continue
 		}
-		if err != nil {
-			p.drop(dropIntakeExpired, key)
-			p.log.Warn("slack intake entry dropped: not stored within 5 minutes", "key", key, "err", p.errorText(err))
-		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intakeStoreTimeout)
 		defer cancel()
-		if _, err := p.deps.Store.Registry().Delete(sctx, intakeNamespace, key); err != nil {
-			p.log.Warn("slack intake entry not deleted; it may be handled again", "key", key, "err", err)
+		_, derr := p.deps.Store.Registry().Delete(sctx, intakeNamespace, key)
+		switch {
+		case err != nil && derr != nil:
+			// Not dropped: the store that would not take it is out, most
+			// likely; a later sweep takes it again.
+			p.log.Warn("slack intake entry not stored within 5 minutes nor deleted; kept for a later sweep", "key", key, "err", p.errorText(err))
+		case err != nil:
+			p.drop(dropIntakeExpired, key)
+			p.log.Warn("slack intake entry dropped: not stored within 5 minutes", "key", key, "err", p.errorText(err))
+		case derr != nil:
+			p.log.Warn("slack intake entry not deleted; it may be handled again", "key", key, "err", derr)
 		}
 		return
 	}

@@ -532,3 +532,75 @@ func TestIntakeAnsweredWhileASweepReadsTheLedger(t *testing.T) {
 		t.Fatalf("b delivered %v, want the reply a left and the one it got meanwhile", got)
 	}
 }
+
+// intakeUndeletable is a store whose intake entries cannot be deleted
+// while failing is set.
+type intakeUndeletable struct {
+	store.Store
+	failing atomic.Bool
+}
+
+func (s *intakeUndeletable) Registry() store.Registry {
+	return undeletableRegistry{s.Store.Registry(), &s.failing}
+}
+
+type undeletableRegistry struct {
+	store.Registry
+	failing *atomic.Bool
+}
+
+func (r undeletableRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	if namespace == intakeNamespace && r.failing.Load() {
+		return false, errors.New("store unreachable")
+	}
+	return r.Registry.Delete(ctx, namespace, key)
+}
+
+// TestIntakeExpiredKeptWhileTheStoreIsOut: an entry whose delivery failed
+// for intakeRetryFor and that cannot be deleted either (the store out, the
+// likely cause of both) gives its chat's turn up but is not dropped: it
+// stays stored, no intake_expired is counted, and a later sweep delivers
+// it once the store is back.
+func TestIntakeExpiredKeptWhileTheStoreIsOut(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	drops := &platformtest.LastDrop{}
+	st := &intakeUndeletable{Store: store.NewMemory(nil)}
+	t.Cleanup(func() { _ = st.Close() })
+	st.failing.Store(true)
+	e := newEnv(t, nil, &platform.Deps{Clock: clk, Metrics: drops, Store: st})
+	var out atomic.Bool
+	out.Store(true)
+	e.sink.Check = func(d platform.Delivery) error {
+		if out.Load() && d.Event.Text == "kept" {
+			return errors.New("the relay's store is unreachable")
+		}
+		return nil
+	}
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "1768490100.000100", "kept"), http.StatusOK)
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000300", "", "behind it"), http.StatusOK)
+	clk.Drive(t, 1, func() int { return int(e.sink.Taken()) }, func() int { return 0 })
+	if d := e.sink.Next(t); d.Event.Text != "behind it" {
+		t.Fatalf("delivered %q, want the message behind the failing one", d.Event.Text)
+	}
+	e.settled(t)
+	if r := drops.Take(); r == dropIntakeExpired {
+		t.Fatalf("an entry the store kept was counted dropped (%s)", r)
+	}
+	entries, _, err := st.Store.Registry().List(context.Background(), intakeNamespace)
+	if err != nil || !slices.ContainsFunc(entries, func(en store.Entry) bool {
+		var rec intakeRecord
+		return json.Unmarshal(en.Value, &rec) == nil && strings.Contains(string(rec.Body), `"text":"kept"`)
+	}) {
+		t.Fatalf("intake entries %d (%v), want the failing one kept", len(entries), err)
+	}
+	st.failing.Store(false)
+	out.Store(false)
+	platformtest.WaitUntil(t, "the kept entry delivered by a sweep as the injected clock moves a sweep at a time", func() bool {
+		clk.Advance(intakeSweepEvery)
+		return e.sink.Taken() >= 2
+	})
+	if d := e.sink.Next(t); d.Event.Text != "kept" {
+		t.Fatalf("delivered %q, want the kept entry, taken again by a sweep", d.Event.Text)
+	}
+	intakeEmpty(t, st)
+}
