@@ -157,6 +157,14 @@ func (in *intake) take(key, chat string) bool {
 	return true
 }
 
+// holds reports whether key is held.
+func (in *intake) holds(key string) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	_, ok := in.held[key]
+	return ok
+}
+
 // done forgets key of chat.
 func (in *intake) done(key, chat string) {
 	in.mu.Lock()
@@ -379,6 +387,18 @@ func (p *Platform) replay(ctx context.Context, rec intakeRecord, received time.T
 // they are taken, before they are queued: a request of their chats that
 // comes after it is queued behind them (Run takes deliveries there).
 func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
+	// The entries nobody holds are claimed, and the relay's ledger read
+	// (when one was), before the queue lock is taken: every request the
+	// intake takes waits for that lock before it is answered.
+	claimed := p.claimUnheld(ctx)
+	var stored map[string]bool
+	var err error
+	if len(claimed) > 0 {
+		stored, err = p.ledgerHeld(ctx)
+	}
+	if err != nil {
+		p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
+	}
 	p.intake.queueMu.Lock()
 	defer p.intake.queueMu.Unlock()
 	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
@@ -400,18 +420,19 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		if !p.intake.take(e.Key, chat) {
 			continue // held here
 		}
-		took, err := p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL))
+		took, err := claimed[e.Key], error(nil)
+		delete(claimed, e.Key)
+		if !took {
+			took, err = p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL))
+		}
 		if err != nil || !took {
 			p.intake.done(e.Key, chat)
 			continue
 		}
 		queue = append(queue, held{e.Key, chat, rec})
 	}
-	var stored map[string]bool
-	if len(queue) > 0 {
-		if stored, err = p.ledgerHeld(ctx); err != nil {
-			p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
-		}
+	for key := range claimed {
+		p.releaseIntake(key) // claimed, and unreadable or gone since
 	}
 	// Of a chat's entries only the first may have been delivered: they are
 	// handled one at a time, in order, each deleted before the next.
@@ -433,6 +454,27 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	if len(queue) > 0 {
 		p.log.Info("slack intake entries resumed", "entries", len(queue))
 	}
+}
+
+// claimUnheld claims the entries the intake lists that no live claim
+// holds and this instance does not, and names those it claimed: what a
+// sweep takes, before its queue lock (sweepIntake). A listing that fails
+// claims none (the sweep lists again, and logs).
+func (p *Platform) claimUnheld(ctx context.Context) map[string]bool {
+	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
+	if err != nil {
+		return nil
+	}
+	claimed := make(map[string]bool)
+	for _, e := range entries {
+		if p.intake.holds(e.Key) {
+			continue
+		}
+		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL)); err == nil && took {
+			claimed[e.Key] = true
+		}
+	}
+	return claimed
 }
 
 // ledgerPage is how many ledger records ledgerHeld reads at a time.

@@ -459,6 +459,80 @@ func TestIntakeDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
 	}
 }
 
+// blockingLedger is a store whose ledger's Read, once armed, signals
+// reading and waits for release.
+type blockingLedger struct {
+	store.Store
+	armed   atomic.Bool
+	reading chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *blockingLedger) Ledger() store.Ledger { return blockingLedgerReads{s.Store.Ledger(), s} }
+
+type blockingLedgerReads struct {
+	store.Ledger
+	s *blockingLedger
+}
+
+func (l blockingLedgerReads) Read(ctx context.Context, tenant string, after uint64, limit int) ([]store.Record, error) {
+	if l.s.armed.Load() {
+		l.s.once.Do(func() { close(l.s.reading) })
+		select {
+		case <-l.s.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return l.Ledger.Read(ctx, tenant, after, limit)
+}
+
+// TestIntakeAnsweredWhileASweepReadsTheLedger: a sweep that took an entry
+// another instance left reads the relay's ledger (every tenant's record)
+// before it queues it; a request the intake takes meanwhile, of another
+// chat, is answered without waiting for that read (it took the intake's
+// queue lock, which the sweep held across the whole read).
+func TestIntakeAnsweredWhileASweepReadsTheLedger(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &blockingLedger{Store: mem, reading: make(chan struct{}), release: make(chan struct{})}
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: mem, Clock: clk})
+	a.sink.Check = func(platform.Delivery) error { return errors.New("the instance is dying") }
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	answered(t, a.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvLeft",
+		slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "1768490000.000100", "left behind"))), "the reply a leaves")
+	// The relay's ledger holds a record (so the sweep has one to read).
+	if _, err := mem.Ledger().Append(t.Context(), "t1", []store.Record{{Platform: "discord", ChatID: "c1", Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	st.armed.Store(true)
+	var release sync.Once
+	unblock := func() { release.Do(func() { close(st.release) }) }
+	t.Cleanup(unblock)
+	a.stop() // its claim released: b's next sweep takes the entry
+	a.stop = func() {}
+	go b.p.sweepIntake(t.Context(), nil)
+	select {
+	case <-st.reading:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to read the ledger", waitFor)
+	}
+	codes := b.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvOther",
+		slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490200.000300", "1768490000.000900", "<@"+teamA.BotUser+"> meanwhile")))
+	answered(t, codes, "a reply of another chat while the sweep reads the ledger")
+	unblock()
+	var got []string
+	for range 2 {
+		got = append(got, b.sink.Next(t).Event.Text)
+	}
+	if !slices.Contains(got, "left behind") || !slices.ContainsFunc(got, func(s string) bool { return strings.HasSuffix(s, "meanwhile") }) {
+		t.Fatalf("b delivered %v, want the reply a left and the one it got meanwhile", got)
+	}
+}
+
 // intakeUndeletable is a store whose intake entries cannot be deleted
 // while failing is set.
 type intakeUndeletable struct {

@@ -475,6 +475,12 @@ func (l *Ledger) appendRecords(ctx context.Context, recs []store.Record, es []*e
 	take := err == nil && !l.forgotten
 	if take {
 		for _, e := range es {
+			if l.earlierLocked(e) || l.laterLocked(e) {
+				// Stamped with the generation Begin ended while it was
+				// staged: the earlier tenant's, removed once committed.
+				e.removeStored = true
+				continue
+			}
 			l.insertLocked(e)
 		}
 		l.boundLocked()
@@ -1174,8 +1180,11 @@ func (l *Ledger) laterLocked(e *entry) bool {
 
 // Begin is SetSince for a ledger in use, whose tenant was deleted and
 // created again under its id: it also drops, from memory and the store,
-// the entries received before t, and forgets every session owner (the
-// earlier tenant's connections'). It reports how many entries it dropped.
+// the entries of another generation than t (or, carrying none, received
+// before t): every one the earlier tenant stored, even where t is before
+// its generation (created again on an instance whose clock is behind),
+// and forgets every session owner (the earlier tenant's connections').
+// It reports how many entries it dropped.
 // Dropping is idempotent: any instance may do it, and those that read the
 // records later (Tail) drop them too.
 func (l *Ledger) Begin(t time.Time) int {
@@ -1185,7 +1194,7 @@ func (l *Ledger) Begin(t time.Time) int {
 	n := 0
 	for e := l.oldest; e != nil; {
 		next := e.next
-		if l.earlierLocked(e) {
+		if l.earlierLocked(e) || l.laterLocked(e) {
 			l.removeLocked(e)
 			l.removeStoredLocked(e)
 			n++

@@ -1213,6 +1213,59 @@ func TestBeginDropsAnEarlierTenantsEntries(t *testing.T) {
 	want(t, "the other instance's", payloads(c2.take()), "new")
 }
 
+// TestBeginDropsTheEarlierGenerationOnAClockBehind: t1 is created again
+// on an instance whose clock is behind the one that created the earlier
+// tenant, so the new generation is before the earlier one. Begin still
+// drops every entry of the earlier generation the ledger holds (its
+// generation is another, whatever their order), so the new tenant's
+// gateways get none of them.
+func TestBeginDropsTheEarlierGenerationOnAClockBehind(t *testing.T) {
+	r := newRig(t, nil)
+	earlier := r.clock.Now()
+	r.SetSince(earlier)
+	r.clock.Advance(time.Second)
+	r.add(t, "s1", "earlier")
+	if n := r.Begin(earlier.Add(-time.Minute)); n != 1 {
+		t.Fatalf("Begin of a generation before the earlier one dropped %d entries, want 1", n)
+	}
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	want(t, "the new tenant's", payloads(c.take()))
+	want(t, "stored", r.stored(t))
+}
+
+// stageHook is a ledger store that runs before, once, as a Stage begins.
+type stageHook struct {
+	store.Ledger
+	before *func()
+}
+
+func (s stageHook) Stage(ctx context.Context, tenant string, recs []store.Record) ([]uint64, func() error, error) {
+	if f := *s.before; f != nil {
+		*s.before = nil
+		f()
+	}
+	return s.Ledger.Stage(ctx, tenant, recs)
+}
+
+// TestAppendStagedAcrossBeginIsNotTheNewTenants: an Append of the earlier
+// tenant (its record stamped with the earlier generation) is being staged
+// when the tenant is created again under its id (Begin): the new tenant's
+// gateways never get it, and the store does not keep it.
+func TestAppendStagedAcrossBeginIsNotTheNewTenants(t *testing.T) {
+	var hook func()
+	r := newRig(t, func(c *Config) { c.Store = stageHook{c.Store, &hook} })
+	r.SetSince(r.clock.Now())
+	r.clock.Advance(time.Second)
+	again := r.clock.Now()
+	hook = func() { r.Begin(again) }
+	r.add(t, "s1", "earlier's")
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	want(t, "the new tenant's", payloads(c.take()))
+	want(t, "stored", r.stored(t))
+}
+
 // TestTailTakesInItsGenerationsOnly: t1 is deleted and created again
 // under its id, and one instance applied it (other, generation g2) while
 // another has not yet (r, still the earlier tenant's, g1). Each takes in
