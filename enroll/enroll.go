@@ -341,7 +341,11 @@ func (h *Handler) provision(req *request) (any, error) {
 	for _, b := range bindings {
 		keys = append(keys, b.ID)
 	}
-	if err := h.cfg.Registry.SetWake(ctx, tenant, body.GatewayID, body.WakeURL); err != nil {
+	if err := h.cfg.Registry.SetWake(ctx, tenant, body.GatewayID, body.WakeURL); errors.Is(err, registry.ErrNotFound) {
+		// Provision wrote the gateway: another instance deleted it, or
+		// the tenant, meanwhile.
+		return nil, change.Refuse(http.StatusConflict, "conflict", "the gateway was deleted or taken by another tenant while it was provisioned; provision again")
+	} else if err != nil {
 		return nil, err
 	}
 	return credentials{Secret: secret, Tenant: tenant, GatewayID: body.GatewayID, RouteKeys: keys}, nil

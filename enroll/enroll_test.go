@@ -852,3 +852,59 @@ func TestEnrollGivenUpAfterItsGatewayWriteSpendsNothing(t *testing.T) {
 	}
 	enrollAgain(t, r, body)
 }
+
+// TestGatewayTakenMeanwhileIsAConflict: a provision or enrollment whose
+// gateway another instance deletes and another tenant makes again under
+// the id right after it is written answers 409 conflict (the id changed
+// hands), not 403 "not onboarded": before, the wake URL write's not found
+// was taken for the tenant's.
+func TestGatewayTakenMeanwhileIsAConflict(t *testing.T) {
+	for _, path := range []string{"/relay/provision", "/relay/enroll"} {
+		t.Run(strings.TrimPrefix(path, "/relay/"), func(t *testing.T) {
+			st := &faulty{}
+			var other *registry.Registry // another instance on the same store
+			r := newRigOn(t, true, func(mem store.Store) store.Store {
+				st.Store, other = mem, registry.New(mem, clocktest.New(time.Unix(1_700_000_000, 0)))
+				return st
+			})
+			ctx := context.Background()
+			if err := other.CreateTenant(ctx, registry.Tenant{ID: "globex"}); err != nil {
+				t.Fatal(err)
+			}
+			body := map[string]any{"gatewayId": "gw-host", "wakeUrl": "https://gw.example/wake"}
+			if path == "/relay/provision" {
+				body = provisionBody("gw-host", "relay", "https://gw.example/wake")
+			} else {
+				tok, _, err := r.reg.MintEnrollToken(ctx, "acme", time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body["enrollmentToken"] = tok
+			}
+			taken := false
+			st.cas = func(namespace string) {
+				if taken || namespace != "registry/gateways" {
+					return
+				}
+				taken = true
+				if err := other.DeleteGateway(ctx, "acme", "gw-host"); err != nil {
+					t.Errorf("the other instance's delete of acme's gw-host: %v", err)
+				}
+				if _, err := other.CreateGateway(ctx, "globex", "gw-host"); err != nil {
+					t.Errorf("globex's gw-host on the other instance: %v", err)
+				}
+			}
+			code, got := r.post(t, path, identity(t, "acme"), body)
+			st.cas = nil
+			if !taken {
+				t.Fatal("no gateway was written")
+			}
+			if code != http.StatusConflict || got["secret"] != nil {
+				t.Fatalf("a gateway taken by another tenant while written: %d %v, want 409 without a secret", code, got)
+			}
+			if wakes, err := r.reg.Wakes(ctx); err != nil || len(wakes) != 0 {
+				t.Errorf("wake URLs %v (%v), want none", wakes, err)
+			}
+		})
+	}
+}

@@ -21,6 +21,14 @@ var ErrBusy = errors.New("platform: another instance is handling this event; try
 // the answer retries, and the retry must find the event done.
 const dedupeStoreTimeout = 5 * time.Second
 
+// probeUntil is the expiry of a probe: a claim that only tells whether a
+// live claim holds its key, and takes nothing. It is long past on every
+// instance's clock, so what a probe stores (the redis backend keeps a
+// claim's key a minute past its expiry) is expired for all of them,
+// whatever their skew; a probe until the prober's now would hold the key,
+// on a clock behind it, for as long as the skew.
+var probeUntil = time.Unix(1, 0)
+
 // Dedupe lets one copy of an event through: a platform's retry (a lost or
 // late answer, an instance killed after storing the event) and a second
 // copy of the same event are dropped, whichever instance gets them, when
@@ -62,9 +70,8 @@ func (d *Dedupe) Begin(ctx context.Context, key string) (taken bool, err error) 
 	if err != nil {
 		return false, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
 	}
-	// Claiming until now takes nothing: it only tells whether a done claim
-	// holds the key.
-	free, err := d.Claims.Claim(ctx, d.Prefix+"done/"+key, now)
+	// A probe: whether a done claim holds the key.
+	free, err := d.Claims.Claim(ctx, d.Prefix+"done/"+key, probeUntil)
 	if took && (err != nil || !free) {
 		d.Release(key)
 	}
@@ -118,16 +125,14 @@ func (d *Dedupe) Release(key string) {
 // Check tells, without taking key, whether a copy of it was handled
 // (duplicate, err nil) or is being handled (ErrBusy).
 func (d *Dedupe) Check(ctx context.Context, key string) (duplicate bool, err error) {
-	now := d.Clock.Now()
-	// Claiming until now takes nothing (Begin).
-	free, err := d.Claims.Claim(ctx, d.Prefix+"done/"+key, now)
+	free, err := d.Claims.Claim(ctx, d.Prefix+"done/"+key, probeUntil)
 	if err != nil {
 		return false, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
 	}
 	if !free {
 		return true, nil
 	}
-	if free, err = d.Claims.Claim(ctx, d.Prefix+"pending/"+key, now); err != nil {
+	if free, err = d.Claims.Claim(ctx, d.Prefix+"pending/"+key, probeUntil); err != nil {
 		return false, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
 	}
 	if !free {

@@ -134,3 +134,33 @@ func TestDedupeCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestDedupeProbesAcrossClockSkew: an instance whose clock is ahead of the
+// store's and the other instance's checks a key (Check) and begins another
+// that it then fails (Begin, Release); the other instance then takes both
+// keys. The probes (a claim that only tells whether a live one holds its
+// key) leave nothing the other clock still sees live: before, a probe
+// stored a claim until the prober's now, so the other instance dropped its
+// copy as a duplicate (or answered it busy) for as long as the skew.
+func TestDedupeProbesAcrossClockSkew(t *testing.T) {
+	for _, backend := range []string{store.BackendMemory, store.BackendRedis} {
+		t.Run(backend, func(t *testing.T) {
+			clk := clocktest.New(time.Now())
+			a, b := dedupeInstances(t, backend, clk)
+			a.Clock = clocktest.New(clk.Now().Add(10 * time.Second)) // a's clock is ahead
+			ctx := t.Context()
+			if dup, err := a.Check(ctx, "k1"); dup || err != nil {
+				t.Fatalf("a's check of k1: duplicate %v, err %v; want neither", dup, err)
+			}
+			if taken, err := a.Begin(ctx, "k2"); !taken || err != nil {
+				t.Fatalf("a's begin of k2: taken %v, err %v; want taken", taken, err)
+			}
+			a.Release("k2") // its handling failed
+			for _, key := range []string{"k1", "k2"} {
+				if taken, err := b.Begin(ctx, key); !taken || err != nil {
+					t.Fatalf("b's begin of %s: taken %v, err %v; want taken (no copy of it was handled)", key, taken, err)
+				}
+			}
+		})
+	}
+}

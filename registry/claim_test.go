@@ -1520,3 +1520,64 @@ func TestWakeRacingAGatewayOfAnotherTenantOnRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteTenantSweepMarkingReservationsOnRedis: instance one's sweep
+// of the old a marks a reservations entry of the same bytes a made again
+// under the id (on instance two) stored meanwhile; a request of the new
+// a reads them before the sweep puts them back. Its reservation of -1902
+// is counted with -1901's, which stays reserved. Before, the marked entry
+// did not decode as reservations: the request counted none and wrote
+// its own over it, and -1901's reservation was lost.
+func TestDeleteTenantSweepMarkingReservationsOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	// A provision of -1901, reserved by an instance that then stopped (as
+	// reserve stores it): the old a's, then the new a's of the same bytes.
+	left, err := json.Marshal(map[string]time.Time{"telegram/chat/-1901": clock.System.Now().Add(time.Hour).UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := hooked.Store.Registry()
+	if _, err := kv.Put(ctx, "registry/reserved", "a", left); err != nil {
+		t.Fatal(err)
+	}
+	marking, marked := false, false
+	hooked.before = func(op, namespace, _ string) {
+		if marking || op != "cas" || namespace != "registry/reserved" {
+			return
+		}
+		marking = true
+		if err := cmp.Or(two.DeleteTenant(ctx, "a"), two.CreateTenant(ctx, registry.Tenant{ID: "a"})); err != nil {
+			t.Fatalf("instance two's delete and re-creation of a: %v", err)
+		}
+		if _, err := kv.Put(ctx, "registry/reserved", "a", left); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hooked.after = func(op, namespace, _ string) {
+		if marked || op != "cas" || namespace != "registry/reserved" {
+			return
+		}
+		marked = true
+		b := registry.Binding{Platform: "telegram", Kind: platform.BindChat, ID: "-1902", Tenant: "a"}
+		if err := two.BindOwn(ctx, b); err != nil {
+			t.Fatalf("the new a's bind while its reservations are marked: %v", err)
+		}
+	}
+	err = one.DeleteTenant(ctx, "a")
+	hooked.before, hooked.after = nil, nil
+	if !marked || err != nil {
+		t.Fatalf("a deletion another instance finished meanwhile: %v (marked %v), want nil", err, marked)
+	}
+	e, ok, err := kv.Get(ctx, "registry/reserved", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reserved map[string]time.Time
+	if !ok || json.Unmarshal(e.Value, &reserved) != nil || len(reserved) != 1 || reserved["telegram/chat/-1901"].IsZero() {
+		t.Fatalf("the new a's reservations are %q (stored %v), want -1901's alone", e.Value, ok)
+	}
+}

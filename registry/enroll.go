@@ -102,7 +102,8 @@ func (r *Registry) MintEnrollToken(ctx context.Context, tenant string, ttl time.
 // writes meanwhile left no room, or took the id), or the wake URL is not,
 // or the request is given up (ctx done) before the wake URL is written,
 // the gateway is put back as it was and the token given back, unless the
-// tenant's deletion began.
+// tenant's deletion began. A gateway deleted or taken by another tenant
+// on another instance before its wake URL is written is ErrConflict.
 func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string) (string, error) {
 	if err := checkID("gateway", id); err != nil {
 		return "", err
@@ -185,7 +186,9 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 	if err == nil {
 		err = ctx.Err() // given up: the caller would never see the secret
 		if err == nil && wakeURL != "" {
-			err = r.writeWake(wctx, tenant, t.Gen, id, wakeURL)
+			if err = r.writeWake(wctx, tenant, t.Gen, id, wakeURL); errors.Is(err, ErrNotFound) {
+				err = fmt.Errorf("%w: gateway %q was deleted or taken by another tenant while it enrolled", ErrConflict, id)
+			}
 		}
 		if err != nil && undo(wctx) != nil {
 			return "", err // the gateway stays as written: so does the spend

@@ -204,7 +204,8 @@ func newLinkCode() string {
 // SetPrincipal replaces tenant's principal policy on platformName, with
 // its allow-list (only for platform.PrincipalAllowList). Of requests
 // racing on several instances the last to store the principal wins, its
-// allow-list whole (principalEntry).
+// allow-list whole (principalEntry); a principal stored otherwise
+// meanwhile (Bind, an earlier version) keeps the allow-list.
 func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode string, allow []string) error {
 	p, err := CanonicalBinding(Binding{Platform: platformName, Kind: platform.BindPrincipal, ID: mode, Tenant: tenant})
 	if err != nil {
@@ -245,19 +246,23 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 	}
 	// Make the allow-list the stored principal's, until it stays the
 	// one made: a request that stored the principal after this one may
-	// have dropped the allow-list before this one wrote it.
+	// have dropped the allow-list before this one wrote it. A principal
+	// SetPrincipal did not store (none: unbound; no Rev: an operator's
+	// Bind, an instance of an earlier version) keeps the allow-list as
+	// it is, as it would coming after this request.
 	for range maxSwaps {
 		var cur principalEntry
-		_ = json.Unmarshal(value, &cur) // none, or another's plain binding: no allow-list
-		if err := r.dropBindings(ctx, func(b Binding) bool {
-			return b.Tenant == tenant && b.Platform == platformName && b.Kind == platform.BindAllow && !slices.Contains(cur.Allow, b.ID)
-		}); err != nil {
-			return err
-		}
-		for _, u := range cur.Allow {
-			b := Binding{Platform: platformName, Kind: platform.BindAllow, ID: u, Tenant: tenant}
-			if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b); err != nil {
+		if json.Unmarshal(value, &cur) == nil && cur.Rev != "" {
+			if err := r.dropBindings(ctx, func(b Binding) bool {
+				return b.Tenant == tenant && b.Platform == platformName && b.Kind == platform.BindAllow && !slices.Contains(cur.Allow, b.ID)
+			}); err != nil {
 				return err
+			}
+			for _, u := range cur.Allow {
+				b := Binding{Platform: platformName, Kind: platform.BindAllow, ID: u, Tenant: tenant}
+				if err := r.put(ctx, tenant, t.Gen, nsBindings, b.key(), b); err != nil {
+					return err
+				}
 			}
 		}
 		e, _, err := r.kv.Get(ctx, nsBindings, p.key())
@@ -274,8 +279,8 @@ func (r *Registry) SetPrincipal(ctx context.Context, tenant, platformName, mode 
 }
 
 // principalEntry is a principal binding as SetPrincipal stores it: with
-// its allow-list, and a value no other request's is (Rev), so the
-// allow-list on the platform is the last request's whole.
+// its allow-list, and a value no other request's is (Rev, never empty),
+// so the allow-list on the platform is the last request's whole.
 type principalEntry struct {
 	Binding
 	Allow []string `json:"allow,omitempty"`

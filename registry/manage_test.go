@@ -441,3 +441,45 @@ func TestSetPrincipalNotifiesOnRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestSetPrincipalRacingABindOnRedis: while instance one's SetPrincipal
+// of tenant a's allow-list [4701 4702] has stored the principal and is
+// about to write the list, an operator's Bind on instance two makes a's
+// principal "any" (a plain binding, as an instance of an earlier version
+// stores a principal too). The allow-list stays one's, as after a Bind
+// that comes later: before, one took the principal without an allow-list
+// for an empty one and dropped a's whole list.
+func TestSetPrincipalRacingABindOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	hooked.before = func(op, namespace, key string) {
+		if raced || op != "put" || namespace != "registry/bindings" || !strings.Contains(key, "/allow/") {
+			return
+		}
+		raced = true
+		if err := two.Bind(ctx, registry.Binding{Platform: "telegram", Kind: platform.BindPrincipal, ID: platform.PrincipalAny, Tenant: "a"}); err != nil {
+			t.Errorf("instance two's Bind of the principal: %v", err)
+		}
+	}
+	err := one.SetPrincipal(ctx, "a", "telegram", platform.PrincipalAllowList, []string{"4701", "4702"})
+	hooked.before = nil
+	if !raced || err != nil {
+		t.Fatalf("instance one's SetPrincipal: %v (raced %v)", err, raced)
+	}
+	s, _, err := two.Effective(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := bindingsOf(s, "a", platform.BindAllow)
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"telegram:4701", "telegram:4702"}) {
+		t.Errorf("a's allow-list after a SetPrincipal raced by a Bind of the principal: %v, want [telegram:4701 telegram:4702]", got)
+	}
+	if got := bindingsOf(s, "a", platform.BindPrincipal); !slices.Equal(got, []string{"telegram:" + platform.PrincipalAny}) {
+		t.Errorf("a's principal %v, want the Bind's, the last stored", got)
+	}
+}

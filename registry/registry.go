@@ -1066,12 +1066,20 @@ func (r *Registry) unreserve(ctx context.Context, tenant string, keys []string) 
 }
 
 // reservations reads tenant's reservations and the value they are stored
-// as (nil: none).
+// as (nil: none). A field that is no time reserves nothing, the others
+// all the same: the mark of a sweep (removeMarked) is such a field, and
+// a marked entry may be put back as a tenant's made again under the id.
 func (r *Registry) reservations(ctx context.Context, tenant string) (old []byte, reserved map[string]time.Time, err error) {
 	e, _, err := r.kv.Get(ctx, nsReserved, tenant)
 	reserved = make(map[string]time.Time)
-	if len(e.Value) > 0 {
-		_ = json.Unmarshal(e.Value, &reserved) // a corrupt entry reserves nothing
+	var fields map[string]json.RawMessage
+	if len(e.Value) > 0 && json.Unmarshal(e.Value, &fields) == nil { // a corrupt entry reserves nothing
+		for k, v := range fields {
+			var until time.Time
+			if json.Unmarshal(v, &until) == nil {
+				reserved[k] = until
+			}
+		}
 	}
 	return e.Value, reserved, err
 }

@@ -28,6 +28,11 @@ type hub struct {
 	// created is the tenant's Tenant.Created, guarded by regMu: the
 	// generation of the id the hub serves (SetTenants).
 	created time.Time
+	// storedAt is the last non-zero created SetTenants gave, guarded by
+	// regMu: the stored tenant's creation, kept while the YAML declares
+	// the tenant (created zero), so its return tells the same tenant
+	// from one created again meanwhile.
+	storedAt time.Time
 
 	// chats maps chat id -> platform, from deliveries; profiles maps
 	// platform+"\x00"+chat id -> the Hermes profile the tenant's gateway
@@ -132,7 +137,7 @@ func (in interrupt) frame(chatID string) []byte {
 
 // newHub makes tenant t's hub, with its ledger and its role, under regMu.
 func (s *Server) newHub(t *Tenant) *hub {
-	h := &hub{srv: s, id: t.ID, ledger: s.ledgers.Ledger(t.ID), created: t.Created, seats: make(map[*conn]*seat)}
+	h := &hub{srv: s, id: t.ID, ledger: s.ledgers.Ledger(t.ID), created: t.Created, storedAt: t.Created, seats: make(map[*conn]*seat)}
 	h.ledger.SetSince(t.Created)
 	h.chats, _ = simplelru.NewLRU[string, string](s.cfg.SessionOwners, nil)
 	h.profiles, _ = simplelru.NewLRU[string, string](s.cfg.SessionOwners, nil)

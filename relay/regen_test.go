@@ -106,3 +106,88 @@ func TestTenantMadeAgainOnTwoInstances(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestTenantMadeAgainGetsNoneOfTheOtherGeneration, on a real
+// redis-server: t1's gateway on i0 (which so drives the earlier t1) is
+// connected when t1 is deleted and created again under its id, and i1
+// applies it first. While i0 has not applied it, the new t1's inbound,
+// stored by i1, reaches the new t1's gateway (on i1) and never the earlier
+// t1's, although i0 still drives the earlier t1 and reads every record of
+// the id; and the earlier t1's inbound i0 stores meanwhile reaches the
+// earlier t1's gateway and never the new t1's.
+func TestTenantMadeAgainGetsNoneOfTheOtherGeneration(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs redis-server")
+	}
+	st, err := store.Open(t.Context(), store.Config{Backend: store.BackendRedis, RedisURL: redistest.Start(t, redistest.Options{}).URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	now := time.Now()
+	tenant := func(created time.Time, gw, secret string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: gw, Secrets: []string{secret}}}}}
+	}
+	earlier := tenant(now.Add(-4*time.Hour), "gw1", "s1")
+	var hs []*relaytest.Harness
+	var ps []*fakePlatform
+	for i := range 2 {
+		p := newFake("discord", map[string]string{"c1": "t1"})
+		node, err := cluster.New(cluster.Config{Instance: fmt.Sprintf("i%d", i), PubSub: st.PubSub(), LeaseTTL: 600 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(node.Close)
+		hs = append(hs, relaytest.StartConfig(t, relay.Config{Tenants: earlier, Platforms: []platform.Platform{p},
+			Log: relaytest.TestLogger(t), Store: st, Cluster: node}))
+		ps = append(ps, p)
+	}
+
+	old := hs[0].Dial(t, "gw1", "s1")
+	old.Hello(t, "discord", "")
+	ps[1].deliverAt("t1", "c1", "u1", "warm", now.Add(-3*time.Hour))
+	if ev, id := old.NextInbound(t); ev.Text != "warm" {
+		t.Fatalf("earlier t1's gateway got %q, want warm", ev.Text)
+	} else {
+		old.Ack(t, id)
+	}
+
+	again := tenant(now.Add(-2*time.Hour), "gw1", "s2")
+	if err := hs[1].Server.SetTenants(again); err != nil {
+		t.Fatal(err)
+	}
+	gw := hs[1].Dial(t, "gw1", "s2")
+	gw.Hello(t, "discord", "")
+	ps[1].deliver("t1", "c1", "u1", "new")
+	ev, newID := gw.NextInbound(t)
+	if ev.Text != "new" {
+		t.Fatalf("t1 made again, applied on i1 only: its gateway got %q, want new", ev.Text)
+	}
+	// "new" stays unacknowledged, so in the store, until the earlier t1's
+	// gateway got what i0 stores after it: i0, driving the earlier t1,
+	// reads both in order.
+	ps[0].deliver("t1", "c1", "u1", "earlier")
+	if ev, _ := old.NextInbound(t); ev.Text != "earlier" {
+		t.Fatalf("t1 made again, applied on i1 only: the earlier t1's gateway on i0 got %q, want earlier (the earlier t1's, stored by i0)", ev.Text)
+	}
+	gw.Ack(t, newID)
+	ps[1].deliver("t1", "c1", "u1", "new2")
+	if ev, id := gw.NextInbound(t); ev.Text != "new2" {
+		t.Fatalf("t1 made again, applied on i1 only: its gateway got %q, want new2", ev.Text)
+	} else {
+		gw.Ack(t, id)
+	}
+
+	if err := hs[0].Server.SetTenants(again); err != nil {
+		t.Fatal(err)
+	}
+	if code, reason := old.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("earlier t1's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+	ps[0].deliver("t1", "c1", "u1", "new on i0")
+	if ev, id := gw.NextInbound(t); ev.Text != "new on i0" {
+		t.Fatalf("t1 made again: its gateway got %q, want %q", ev.Text, "new on i0")
+	} else {
+		gw.Ack(t, id)
+	}
+}

@@ -99,6 +99,11 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //     and the store (Ledger.Begin; what another instance stored ages out,
 //     or is dropped by a driver of a tenant created again under the id),
 //     and its session owners and chat profiles are forgotten;
+//   - a tenant declared in the YAML now (Created zero), or whose
+//     declaration is gone with its stored tenant under it (Created back
+//     to the time it had before it was declared, or set where the hub
+//     knew only the declared tenant), is the same tenant: it keeps its
+//     state and its connections;
 //   - a tenant whose Created changed to another time was deleted and
 //     created again under
 //     its id: the earlier tenant's connections are closed with 4401
@@ -107,7 +112,12 @@ func checkTenants(tenants []Tenant) (map[string]contract.TokenKeys, error) {
 //     forgotten, before the new tenant's gateways may connect. Among
 //     several instances the new tenant has its own lease (leaseName), so
 //     an instance that has not applied the change yet, still driving the
-//     earlier tenant, sends nothing to the new tenant's sockets.
+//     earlier tenant, sends nothing to the new tenant's sockets; and each
+//     stored record carries the generation it was stored for, of which
+//     each driver takes in only its own (ledger.Ledger.SetSince), so that
+//     instance sends the earlier tenant's sockets none of the new
+//     tenant's inbound, nor does the new tenant's driver take in what that
+//     instance stores for the earlier tenant meanwhile.
 //
 // An invalid set changes nothing.
 func (s *Server) SetTenants(tenants []Tenant) error {
@@ -132,14 +142,20 @@ func (s *Server) SetTenants(tenants []Tenant) error {
 		case h == nil:
 			s.tenants[t.ID] = s.newHub(t)
 			added = append(added, s.tenants[t.ID])
-		case !h.created.Equal(t.Created) && !t.Created.IsZero():
-			h.created = t.Created
+		case !h.created.Equal(t.Created) && !t.Created.IsZero() && !h.storedAt.IsZero() && !h.storedAt.Equal(t.Created):
+			h.created, h.storedAt = t.Created, t.Created
 			renewed = append(renewed, h)
 			later[t.ID] = h
 		case !h.created.Equal(t.Created):
-			// Declared in the YAML now, which shadows the stored tenant:
-			// the same tenant, which keeps its state.
+			// Declared in the YAML now, which shadows the stored tenant,
+			// or no longer (the declaration dropped, or a SIGHUP reload
+			// that failed rolled back), the stored tenant the hub knew
+			// (or knew none of) back: the same tenant, which keeps its
+			// state and connections.
 			h.created = t.Created
+			if !t.Created.IsZero() {
+				h.storedAt = t.Created
+			}
 			declared = append(declared, h)
 		}
 		for _, g := range t.Gateways {
@@ -257,9 +273,9 @@ func (h *hub) release() {
 }
 
 // redeclare follows a change of h's generation that is no new tenant (a
-// stored tenant now declared in the YAML, which shadows it): the tenant
-// keeps its state; among several instances it has the lease of its
-// generation.
+// stored tenant now declared in the YAML, which shadows it, or declared
+// no longer): the tenant keeps its state; among several instances it has
+// the lease of its generation.
 func (h *hub) redeclare() {
 	s := h.srv
 	s.regMu.RLock()

@@ -443,3 +443,41 @@ func TestDeletedTenantsInboundIsDropped(t *testing.T) {
 		t.Fatalf("t2 back: its gateway got %q, want %q", ev.Text, "t2's")
 	}
 }
+
+// TestStoredTenantDeclaredAndBackKeepsItsConnections: t1, stored through
+// the registry, is declared in the YAML (Created zero: the same tenant)
+// and then stored again with its creation (the declaration dropped, or a
+// SIGHUP reload whose Bind failed rolled back): its gateway's socket stays
+// open, not closed 4401 "revoked" (which the stock gateway takes as
+// terminal), and it keeps getting the tenant's inbound; so too when the
+// relay started with the declaration. A creation other than the one it had
+// before it was declared still closes it.
+func TestStoredTenantDeclaredAndBackKeepsItsConnections(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	created := time.Now().Add(-time.Hour)
+	tenant := func(created time.Time) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
+	}
+	h := relaytest.Start(t, tenant(time.Time{}), p) // declared: the stored tenant under it shows later
+	gw := h.Dial(t, "gw1", "s1")
+	gw.Hello(t, "discord", "app")
+	for _, step := range []time.Time{created, {}, created} { // stored, declared, then stored again
+		if err := h.Server.SetTenants(tenant(step)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.deliver("t1", "c1", "u1", "still t1's")
+	if ev, _ := gw.NextInbound(t); ev.Text != "still t1's" {
+		t.Fatalf("t1's gateway got %q, want %q", ev.Text, "still t1's")
+	}
+
+	// Created again while the YAML declared it: the earlier tenant's socket goes.
+	for _, step := range []time.Time{{}, created.Add(30 * time.Minute)} {
+		if err := h.Server.SetTenants(tenant(step)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, reason := gw.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("t1 created again: the earlier t1's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+}

@@ -162,16 +162,19 @@ func pxMillis(d time.Duration) int64 {
 type redisLedger struct{ s *redisStore }
 
 // appendScript assigns ARGV[2] consecutive seqs to the records that follow
-// (six arguments each) and adds them to the stream with ids 0-<seq>.
+// (seven arguments each) and adds them to the stream with ids 0-<seq>. A
+// record's generation (field g) is a field of its own, which versions that
+// knew none pass over, and which reads back as zero from records they
+// stored.
 var appendScript = redis.NewScript(`
 local n = tonumber(ARGV[2])
 local last = redis.call('INCRBY', KEYS[1], n)
 local first = last - n + 1
 local size = 0
 for i = 0, n - 1 do
-  local a = 3 + i * 6
+  local a = 3 + i * 7
   redis.call('XADD', KEYS[2], string.format('0-%d', first + i),
-    'k', ARGV[a], 'p', ARGV[a + 1], 's', ARGV[a + 2], 'c', ARGV[a + 3], 'r', ARGV[a + 4], 'd', ARGV[a + 5])
+    'k', ARGV[a], 'p', ARGV[a + 1], 's', ARGV[a + 2], 'c', ARGV[a + 3], 'r', ARGV[a + 4], 'd', ARGV[a + 5], 'g', ARGV[a + 6])
   size = size + string.len(ARGV[a + 5])
 end
 redis.call('INCRBY', KEYS[3], size)
@@ -211,12 +214,12 @@ func (l redisLedger) Append(ctx context.Context, tenant string, recs []Record) (
 		return nil, ctx.Err()
 	}
 	now := l.s.clock.Now()
-	args := make([]any, 0, 2+6*len(recs))
+	args := make([]any, 0, 2+7*len(recs))
 	args = append(args, tenant, len(recs))
 	for i := range recs {
 		r := &recs[i]
 		received := receivedAt(r.Received, now)
-		args = append(args, r.Kind, r.Platform, r.SessionKey, r.ChatID, received.UnixMicro(), r.Payload)
+		args = append(args, r.Kind, r.Platform, r.SessionKey, r.ChatID, received.UnixMicro(), r.Payload, r.Generation)
 	}
 	calls := make([]pipeCall, 0, 2)
 	_, indexed := l.s.indexed.Load(tenant)
@@ -320,12 +323,17 @@ func streamRecord(m redis.XMessage) (Record, error) {
 	}
 	kind, err1 := strconv.ParseUint(field("k"), 10, 8)
 	received, err2 := strconv.ParseInt(field("r"), 10, 64)
-	if err1 != nil || err2 != nil {
+	var gen int64
+	var err3 error
+	if g := field("g"); g != "" { // none in a record an older version stored
+		gen, err3 = strconv.ParseInt(g, 10, 64)
+	}
+	if err1 != nil || err2 != nil || err3 != nil {
 		return Record{}, errCorrupt
 	}
 	return Record{
 		Seq: seq, Kind: uint8(kind), Platform: field("p"), SessionKey: field("s"), ChatID: field("c"),
-		Payload: []byte(field("d")), Received: time.UnixMicro(received),
+		Payload: []byte(field("d")), Received: time.UnixMicro(received), Generation: gen,
 	}, nil
 }
 

@@ -112,6 +112,39 @@ func TestRedisPipelineSurvivesScriptFlush(t *testing.T) {
 	}
 }
 
+// TestRedisRecordOfAnOlderVersion: a ledger record stored by a version
+// that wrote no generation (no field g) reads back with generation zero,
+// its other fields whole.
+func TestRedisRecordOfAnOlderVersion(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx := context.Background()
+	cfg := redisConfig(srv)
+	s := opener(t, cfg)(clock.System)
+	l := s.Ledger()
+	first, err := l.Append(ctx, "t1", []store.Record{{Payload: []byte("a"), Generation: 42}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	received := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	if err := c.XAdd(ctx, &redis.XAddArgs{Stream: cfg.RedisPrefix + "log:{t1}", ID: fmt.Sprintf("0-%d", first[0]+1),
+		Values: []any{"k", 3, "p", "discord", "s", "sk", "c", "c1", "r", received.UnixMicro(), "d", "old"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := l.Read(ctx, "t1", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Generation != 42 {
+		t.Fatalf("read %+v, want the appended record of generation 42 and the older version's", got)
+	}
+	if r := got[1]; r.Generation != 0 || r.Kind != 3 || r.Platform != "discord" || r.SessionKey != "sk" || r.ChatID != "c1" ||
+		string(r.Payload) != "old" || !r.Received.Equal(received) {
+		t.Fatalf("the older version's record read as %+v, want generation 0 and its fields", r)
+	}
+}
+
 // TestRedisPublishAllKeepsOrder: the redis backend's PublishAll (the
 // cluster layer's batched outbox) delivers every message, in order, across
 // channels and over more than one pipeline; a bad channel name fails alone.

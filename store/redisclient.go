@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,9 +91,16 @@ func parseURLErr(u string) error {
 	return err
 }
 
+// portInRange reports whether port, a URL's (digits; "": the default),
+// is a TCP port.
+func portInRange(port string) bool {
+	n, err := strconv.Atoi(port)
+	return port == "" || err == nil && n >= 1 && n <= 65535
+}
+
 // CheckRedis returns what makes cfg's redis configuration unusable, naming
 // the config key: no servers or several kinds of them, an incomplete one, a
-// URL that is not redis[s]://, or a setting the key layout cannot work
+// URL that is not redis[s]:// or whose port is no TCP port, or a setting the key layout cannot work
 // with; nil when there is none. Open wraps it in ErrInvalid.
 func CheckRedis(cfg Config) error {
 	modes := 0
@@ -121,6 +129,8 @@ func CheckRedis(cfg Config) error {
 	case cfg.RedisURL != "" && parseURLErr(cfg.RedisURL) != nil:
 		// The URL may carry a password: name the problem, not the URL.
 		return errors.New("store.redis_url: does not parse as redis[s]://[user:password@]host[:port][/db][?option=value]")
+	case cfg.RedisURL != "" && !portInRange(u.Port()):
+		return fmt.Errorf("store.redis_url: port %s is not one of 1-65535", u.Port())
 	case cfg.RedisMinReplicas < 0:
 		return fmt.Errorf("store.redis_min_replicas: %d is negative", cfg.RedisMinReplicas)
 	case cfg.RedisReplicaTimeout < 0:

@@ -361,3 +361,22 @@ func untilReplicated(t *testing.T, what string, op func() error) {
 		}
 	}
 }
+
+// TestCheckRedisRefusesAPortOutOfRange: a redis_url whose port is no TCP
+// port is refused with the key named, as serve -check reports it; the
+// URL (which may carry a password) is not repeated. Before, go-redis
+// parsed port 99999 and the config was ok until serve dialled it.
+func TestCheckRedisRefusesAPortOutOfRange(t *testing.T) {
+	for _, port := range []string{"0", "65536", "99999"} {
+		u := "redis://:pw-x7@h:" + port + "/0"
+		err := store.CheckRedis(store.Config{Backend: store.BackendRedis, RedisURL: u})
+		if err == nil || !strings.Contains(err.Error(), "store.redis_url") || strings.Contains(err.Error(), "pw-x7") {
+			t.Errorf("port %s: %v, want an error naming store.redis_url, not the password", port, err)
+		}
+	}
+	for _, u := range []string{"redis://h:1/0", "redis://h:65535/0", "rediss://h/0"} {
+		if err := store.CheckRedis(store.Config{Backend: store.BackendRedis, RedisURL: u}); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+	}
+}

@@ -143,6 +143,13 @@ type Record struct {
 	Payload []byte
 	// Received is when the platform event reached the connector.
 	Received time.Time
+	// Generation is the creation, in Unix microseconds, of the tenant the
+	// record was stored for (the relay's Tenant.Created, as the storing
+	// instance knew it); zero for none known. The redis and memory
+	// backends keep it; the embedded store, which one process alone opens,
+	// reads it back as zero (its layout has no room for it), as every
+	// backend does for a record stored by a version that set none.
+	Generation int64
 }
 
 // Bounds limit a tenant's ledger. A zero field is no limit.

@@ -108,7 +108,7 @@ func decodeNode(root *yaml.Node, out any, key string, withLines bool) error {
 		}
 		return errors.New(strings.TrimPrefix(msg, "yaml: "))
 	}
-	return errors.New(strings.Join(explainTypeError(root, key, te, withLines), "; "))
+	return errors.New(strings.Join(explainTypeError(root, reflect.TypeOf(out).Elem(), key, te, withLines), "; "))
 }
 
 // unmarshalerType is implemented by the types that read their own keys
@@ -187,16 +187,18 @@ func joinKey(key, name string) string {
 var typeErrorLine = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+)(?: `(.*)`)? into (.+)$")
 
 // explainTypeError rewrites the lines of a yaml.TypeError so each names the
-// key (found in the document's node tree by line and value; root holds
-// key) and, where it can, the fix: "shutdown_grace (line 2): 30 has no
-// unit; write a duration such as 30s". The value of a key holding a secret
-// is not repeated. Lines it cannot place are kept as yaml wrote them.
-func explainTypeError(root *yaml.Node, key string, te *yaml.TypeError, withLines bool) []string {
+// key (found in the document's node tree by line, value and the Go type
+// it decodes into; root holds key, of type t) and, where it can, the fix:
+// "shutdown_grace (line 2): 30 has no unit; write a duration such as
+// 30s". The value of a key holding a secret is not repeated. Lines it
+// cannot place are kept as yaml wrote them.
+func explainTypeError(root *yaml.Node, t reflect.Type, key string, te *yaml.TypeError, withLines bool) []string {
 	var values []keyedValue
 	if key != "" && root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		values = append(values, keyedValue{key, root.Content[0]})
+		values = append(values, keyedValue{key, root.Content[0], derefType(t)})
 	}
-	collectValues(root, key, &values)
+	collectValues(root, t, key, &values)
+	placed := make(map[*yaml.Node]bool)
 	out := make([]string, 0, len(te.Errors))
 	for _, line := range te.Errors {
 		if f := unknownField.FindStringSubmatch(line); f != nil {
@@ -210,7 +212,7 @@ func explainTypeError(root *yaml.Node, key string, te *yaml.TypeError, withLines
 		}
 		n, _ := strconv.Atoi(m[1])
 		tag, value, into := m[2], m[3], m[4]
-		at := keyAt(values, n, tag, value)
+		at := keyAt(values, placed, n, tag, value, into)
 		if at == "" {
 			out = append(out, line)
 			continue
@@ -234,53 +236,102 @@ func holdsSecret(key string) bool {
 		strings.HasPrefix(last, "redis_url")
 }
 
-// keyedValue is a value node and the key path that leads to it.
+// keyedValue is a value node, the key path that leads to it and the Go
+// type it decodes into (nil: not known, as inside a section that decodes
+// itself).
 type keyedValue struct {
 	key  string
 	node *yaml.Node
+	typ  reflect.Type
 }
 
-// collectValues lists every mapping value and sequence item under n with
-// its key path (relay.ack_window, tenants[0].gateways[0].secrets).
-func collectValues(n *yaml.Node, prefix string, out *[]keyedValue) {
+// collectValues lists every mapping value and sequence item under n, of
+// Go type t (nil: not known), with its key path (relay.ack_window,
+// tenants[0].gateways[0].secrets) and type.
+func collectValues(n *yaml.Node, t reflect.Type, prefix string, out *[]keyedValue) {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != nil && reflect.PointerTo(t).Implements(unmarshalerType) {
+		t = nil // its keys are its own
+	}
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
-			collectValues(c, prefix, out)
+			collectValues(c, t, prefix, out)
 		}
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := joinKey(prefix, n.Content[i].Value)
-			*out = append(*out, keyedValue{key, n.Content[i+1]})
-			collectValues(n.Content[i+1], key, out)
+			name := n.Content[i].Value
+			key := joinKey(prefix, name)
+			var vt reflect.Type
+			switch {
+			case t == nil:
+			case t.Kind() == reflect.Map:
+				vt = t.Elem()
+			case t.Kind() == reflect.Struct && name == "<<": // a merge: its mappings' keys are this one's
+				vt = t
+			case t.Kind() == reflect.Struct:
+				if f, ok := fieldByKey(t, name); ok {
+					vt = f.Type
+				}
+			}
+			*out = append(*out, keyedValue{key, n.Content[i+1], derefType(vt)})
+			collectValues(n.Content[i+1], vt, key, out)
 		}
 	case yaml.SequenceNode:
+		var et reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			et = t.Elem()
+		}
 		for i, c := range n.Content {
 			key := fmt.Sprintf("%s[%d]", prefix, i)
-			*out = append(*out, keyedValue{key, c})
-			collectValues(c, key, out)
+			*out = append(*out, keyedValue{key, c, derefType(et)})
+			collectValues(c, et, key, out)
 		}
 	}
 }
 
+// derefType is t without its pointers: the type yaml decodes into.
+func derefType(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t
+}
+
 // keyAt returns the key of the value on line whose kind is tag and, for a
-// scalar, whose text is value; "" when none is. yaml shortens a value of
-// more than 10 bytes to its first 7 and "...", which then matches by
-// those (so a long secret is placed, and hidden, too).
-func keyAt(values []keyedValue, line int, tag, value string) string {
+// scalar, whose text is value, not placed yet, which it then marks
+// placed; "" when none is. Of several, the first that decodes into the Go
+// type into is it, else the first (its type not known, or spelt
+// otherwise). yaml shortens a value of more than 10 bytes to its first 7
+// and "...", which then matches by those (so a long secret is placed, and
+// hidden, too).
+func keyAt(values []keyedValue, placed map[*yaml.Node]bool, line int, tag, value, into string) string {
 	short, shortened := strings.CutSuffix(value, "...")
 	shortened = shortened && len(short) == 7
-	for _, v := range values {
-		if v.node.Line != line || strings.TrimPrefix(v.node.ShortTag(), "!!") != tag {
+	var first *keyedValue
+	for i, v := range values {
+		if placed[v.node] || v.node.Line != line || strings.TrimPrefix(v.node.ShortTag(), "!!") != tag {
 			continue
 		}
 		if v.node.Kind == yaml.ScalarNode && v.node.Value != value &&
 			!(shortened && len(v.node.Value) > 10 && strings.HasPrefix(v.node.Value, short)) {
 			continue
 		}
-		return v.key
+		if v.typ != nil && v.typ.String() == into {
+			first = &values[i]
+			break
+		}
+		if first == nil {
+			first = &values[i]
+		}
 	}
-	return ""
+	if first == nil {
+		return ""
+	}
+	placed[first.node] = true
+	return first.key
 }
 
 // typeHint says what was expected instead of a tag value, and how to write it.

@@ -111,3 +111,30 @@ func TestConfigTypeErrorsKeepLongSecretsOut(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigTypeErrorsOnOneLineNameTheirKeys: on a one-line flow-style
+// section, a value of the wrong kind is placed at its own key, not at the
+// first value of the same kind on the line: the Go type the key decodes
+// into tells them apart, and of two of one type each error takes its own.
+// A secret's value stays out. Before, both were blamed on addrs or master.
+func TestConfigTypeErrorsOnOneLineNameTheirKeys(t *testing.T) {
+	for doc, want := range map[string][]string{
+		"store: {backend: redis, redis_sentinel: {addrs: [a:1], password: [x]}}\n":              {"store.redis_sentinel.password (line 1)"},
+		"store: {backend: redis, redis_sentinel: {master: [m], addrs: [a:1], password: [x]}}\n": {"store.redis_sentinel.master (line 1)", "store.redis_sentinel.password (line 1)"},
+		"relay: {ack_window: 7, clock_skew: 7}\n":                                               {"relay.clock_skew (line 1)"},
+	} {
+		_, err := ParseConfig([]byte(doc))
+		if err == nil {
+			t.Errorf("%q: accepted", doc)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q: error %q does not name %s", doc, err, w)
+			}
+		}
+		if n := strings.Count(err.Error(), "(line 1)"); n != len(want) {
+			t.Errorf("%q: error %q places %d errors, want %d", doc, err, n, len(want))
+		}
+	}
+}

@@ -88,6 +88,7 @@ func TestStoreSection(t *testing.T) {
 		"store: {backend: redis, redis_url: \"redis://h/0\", redis_cluster_addrs: [\"h:7000\"]}\n":  "set only one of redis_url, redis_sentinel and redis_cluster_addrs",
 		"store: {backend: redis, redis_sentinel: {addrs: [\"h:26379\"]}}\n":                         "store.redis_sentinel.master: required",
 		"store: {backend: redis, redis_url: \"http://h/0\"}\n":                                      "the scheme must be redis or rediss",
+		"store: {backend: redis, redis_url: \"redis://h:99999/0\"}\n":                               "store.redis_url: port 99999 is not one of 1-65535",
 		"store: {backend: redis, redis_url: \"redis://h/0\", redis_min_replicas: -1}\n":             "store.redis_min_replicas: must not be negative",
 		"store: {backend: redis, redis_url: \"redis://h/0\", lease_ttl: -1s}\n":                     "store.lease_ttl: must not be negative",
 		"store: {backend: redis, redis_url: \"redis://h/0\", redis_tls: {ca_file: /nonexistent}}\n": "store.redis_tls.ca_file",

@@ -620,9 +620,10 @@ var errEarlierCreation = errors.New("manifest of an earlier creation")
 
 // store stores tenant's manifest m unless the store holds it already, and
 // reports whether it changed. It never replaces the manifest of a later
-// creation of the tenant (errEarlierCreation): this instance has not
-// applied that creation yet, and the others would delete the manifest it
-// stored as of an earlier one.
+// creation of the tenant (errEarlierCreation), nor one stored since it
+// read (errManifestChanged): this instance has not applied that creation
+// yet, and the others would delete the manifest it stored as of an
+// earlier one.
 func (c *commandSync) store(ctx context.Context, tenant string, m manifest) (bool, error) {
 	value, _ := json.Marshal(m) // decoded JSON: cannot fail
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
@@ -638,15 +639,29 @@ func (c *commandSync) store(ctx context.Context, tenant string, m manifest) (boo
 	if found && json.Unmarshal(e.Value, &have) == nil && have.Created.After(m.Created) {
 		return false, errEarlierCreation
 	}
-	rev, err := c.shared.Put(ctx, manifestsNamespace, tenant, value)
-	if err != nil {
-		return false, err
+	var old []byte // absent
+	if found {
+		old = e.Value
 	}
-	c.mu.Lock()
-	c.revs[tenant] = max(c.revs[tenant], rev) // save queues its scopes
-	c.mu.Unlock()
+	// Only over the value read: a manifest stored since (of a later
+	// creation, maybe) is judged again at the next save.
+	switch swapped, err := c.shared.CompareAndSwap(ctx, manifestsNamespace, tenant, old, value); {
+	case err != nil:
+		return false, err
+	case !swapped:
+		return false, errManifestChanged
+	}
+	if e, ok, err := c.shared.Get(ctx, manifestsNamespace, tenant); err == nil && ok && bytes.Equal(e.Value, value) {
+		c.mu.Lock()
+		c.revs[tenant] = max(c.revs[tenant], e.Rev) // save queues its scopes
+		c.mu.Unlock()
+	}
 	return true, nil
 }
+
+// errManifestChanged is a manifest not stored because the stored one
+// changed between its read and the write; the next save tries again.
+var errManifestChanged = errors.New("the stored manifest changed meanwhile")
 
 // watch looks at the stored manifests on every notice, every commandPoll
 // and when the configured tenants change, until ctx ends.

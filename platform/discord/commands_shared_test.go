@@ -1,6 +1,7 @@
 package discord
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -257,8 +258,8 @@ func TestStaleTenantsKeepANewerTenantsManifest(t *testing.T) {
 	}
 }
 
-// failingGets is a Registry whose Get fails once armed; a Put arms it
-// when armOnPut is set.
+// failingGets is a Registry whose Get fails once armed; a write (a
+// manifest stored) arms it when armOnPut is set.
 type failingGets struct {
 	store.Registry
 	armOnPut, armed atomic.Bool
@@ -271,12 +272,12 @@ func (r *failingGets) Get(ctx context.Context, ns, key string) (store.Entry, boo
 	return r.Registry.Get(ctx, ns, key)
 }
 
-func (r *failingGets) Put(ctx context.Context, ns, key string, value []byte) (uint64, error) {
-	rev, err := r.Registry.Put(ctx, ns, key, value)
-	if err == nil && r.armOnPut.Load() {
+func (r *failingGets) CompareAndSwap(ctx context.Context, ns, key string, old, value []byte) (bool, error) {
+	swapped, err := r.Registry.CompareAndSwap(ctx, ns, key, old, value)
+	if swapped && r.armOnPut.Load() {
 		r.armed.Store(true)
 	}
-	return rev, err
+	return swapped, err
 }
 
 // TestManifestsReadFailureRetried: a reconcile whose stored manifests
@@ -433,6 +434,53 @@ func TestDeletionSeenKeepsTheRemadeTenantsManifest(t *testing.T) {
 	c.look(waitCtx(t))
 	if _, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2"); err != nil || !ok {
 		t.Fatalf("the new t2's stored manifest: found %v, %v; want it kept by an instance that saw only the earlier t2 leave", ok, err)
+	}
+}
+
+// racingRegistry is a Registry whose next Get runs meanwhile once it read.
+type racingRegistry struct {
+	store.Registry
+	meanwhile func()
+}
+
+func (r *racingRegistry) Get(ctx context.Context, namespace, key string) (store.Entry, bool, error) {
+	e, ok, err := r.Registry.Get(ctx, namespace, key)
+	if f := r.meanwhile; f != nil {
+		r.meanwhile = nil
+		f()
+	}
+	return e, ok, err
+}
+
+// TestStaleCreationRacingTheManifest: an instance that has not applied
+// t2's creation again stores the earlier t2's manifest while another
+// instance stores the new t2's, between its read and its write. The new
+// t2's manifest must stay: the earlier one would be deleted by every
+// instance that knows the new t2, leaving it none until its next hello.
+func TestStaleCreationRacingTheManifest(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
+	c := newCommandSync(e.p) // no loop: each save is the test's
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	newer, _ := json.Marshal(manifest{Created: again, Commands: []map[string]any{{"name": "ask", "description": "New ask"}}})
+	c.shared = &racingRegistry{Registry: st.Registry(), meanwhile: func() {
+		if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, "t2", newer); err != nil { // the new t2's hello, on another instance
+			t.Error(err)
+		}
+	}}
+	c.ps = st.PubSub()
+	c.setTenants(map[string]time.Time{"t1": {}, "t2": first})
+	c.unsaved["t2"] = manifest{Created: first, Commands: []map[string]any{{"name": "ask", "description": "Old ask"}}}
+	c.save(waitCtx(t)) // read before the new t2's was stored, written after
+	c.save(waitCtx(t)) // tried again, if it was kept
+	got, ok, err := st.Registry().Get(waitCtx(t), manifestsNamespace, "t2")
+	if err != nil || !ok || !bytes.Equal(got.Value, newer) {
+		t.Fatalf("t2's stored manifest = %s (found %v, %v), want the new t2's %s", got.Value, ok, err, newer)
 	}
 }
 

@@ -3,11 +3,13 @@ package discord
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +65,9 @@ type gateway struct {
 	budget       *identifyBudget
 
 	ending atomic.Bool // run closes the session: its close frame (1000) goes out
+	// proxy names the HTTP proxy of a wss:// Gateway (tunnel):
+	// http.ProxyFromEnvironment.
+	proxy func(*http.Request) (*url.URL, error)
 
 	connMu  sync.Mutex
 	conn    *handshakeConn  // the socket being opened, until its handshake was read
@@ -75,12 +80,49 @@ func newGateway(p *Platform) *gateway {
 		p:            p,
 		disconnected: make(chan struct{}, 1),
 		budget:       &identifyBudget{max: p.cfg.MaxIdentifiesPerDay, clock: p.clock},
+		proxy:        http.ProxyFromEnvironment,
 	}
 }
 
-// dial is the Gateway dialer's NetDialContext: the socket's handshake must
-// end by the open's deadline (handshakeConn).
+// dial is the Gateway dialer's NetDialContext, for a ws:// Gateway: the
+// socket's handshake must end by the open's deadline (handshakeConn), and
+// the close frames run did not ask for are dropped (closeGuard).
 func (g *gateway) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := g.dialTCP(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &closeGuard{Conn: c, ending: &g.ending}, nil
+}
+
+// dialTLS is the Gateway dialer's NetDialTLSContext, for a wss:// Gateway
+// (Discord's): dial's socket, through the environment's HTTP proxy when it
+// names one (as gorilla's own dialer did), under TLS with cfg (nil: the
+// system's roots); the close frames are dropped above TLS, where gorilla
+// writes them, not on the socket, which carries TLS records.
+func (g *gateway) dialTLS(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
+	c, err := g.tunnel(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.Clone()
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(addr)
+	}
+	tc := tls.Client(c, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &closeGuard{Conn: tc, ending: &g.ending}, nil
+}
+
+// dialTCP dials the socket under a Gateway connection: its handshake must
+// end by the open's deadline (handshakeConn).
+func (g *gateway) dialTCP(ctx context.Context, network, addr string) (net.Conn, error) {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, network, addr)
 	if err != nil {
@@ -88,7 +130,7 @@ func (g *gateway) dial(ctx context.Context, network, addr string) (net.Conn, err
 	}
 	g.connMu.Lock()
 	defer g.connMu.Unlock()
-	g.conn = &handshakeConn{Conn: c, limit: g.by, ending: &g.ending}
+	g.conn = &handshakeConn{Conn: c, limit: g.by}
 	_ = c.SetDeadline(g.by)
 	return g.conn, nil
 }
@@ -111,13 +153,19 @@ func (g *gateway) handshakeDone() {
 // meanwhile (gorilla sets and clears its own around the upgrade) is capped
 // there, so the read a silent server leaves waiting fails. Unlike closing
 // the socket from a timer, a deadline cannot cut a session whose READY was
-// read in time but whose Open returned after the limit. It also drops the
-// close frames run did not ask for (Write).
+// read in time but whose Open returned after the limit.
 type handshakeConn struct {
 	net.Conn
+	mu    sync.Mutex
+	limit time.Time // zero once lifted
+}
+
+// closeGuard is a Gateway connection's stream of WebSocket frames (the
+// socket, or the TLS above it) that drops the close frames run did not ask
+// for (Write).
+type closeGuard struct {
+	net.Conn
 	ending *atomic.Bool // gateway.ending
-	mu     sync.Mutex
-	limit  time.Time // zero once lifted
 }
 
 // Write implements net.Conn. It drops a close frame (gorilla writes each
@@ -128,7 +176,7 @@ type handshakeConn struct {
 // next open's RESUME would be refused, an identify spent and the events in
 // between lost. Without a close frame Discord sees the socket drop and keeps
 // the session for that RESUME.
-func (c *handshakeConn) Write(b []byte) (int, error) {
+func (c *closeGuard) Write(b []byte) (int, error) {
 	if len(b) > 0 && b[0] == 0x88 && !c.ending.Load() {
 		return len(b), nil
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -211,11 +212,11 @@ func (p *Platform) discordSession(client *http.Client) *discordgo.Session {
 // the Gateway reader.
 func (p *Platform) gatewaySession() *discordgo.Session {
 	s := p.discordSession(p.sess.Client)
-	s.Dialer = &websocket.Dialer{
-		Proxy:            http.ProxyFromEnvironment,
-		HandshakeTimeout: p.cfg.HandshakeTimeout,
-		NetDialContext:   p.gw.dial,
+	d := &websocket.Dialer{HandshakeTimeout: p.cfg.HandshakeTimeout, NetDialContext: p.gw.dial}
+	d.NetDialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return p.gw.dialTLS(ctx, network, addr, d.TLSClientConfig)
 	}
+	s.Dialer = d
 	s.StateEnabled = false
 	s.SyncEvents = true
 	s.ShouldReconnectOnError = false

@@ -526,3 +526,73 @@ func TestRefusedDeliveryAcrossRecreationRestoresNothing(t *testing.T) {
 		t.Fatalf("the new t1 got %+v, want a plain command, not an answer to the earlier t1's prompt", d.Event)
 	}
 }
+
+// A room bound to a stored tenant keeps what the bridge remembered when the
+// YAML declares that tenant (its creation reads zero: the same tenant, as
+// the relay keeps its state) and when the stored tenant shows again (the
+// YAML's declaration dropped, or a SIGHUP reload whose Bind failed and was
+// rolled back): the open prompt is still answered. A room bound while the
+// tenant was declared keeps its memory when the stored tenant shows.
+// Another creation after that forgets it.
+func TestTenantDeclaredInTheYAMLKeepsBridgeMemory(t *testing.T) {
+	tr := startRelay(t, boundConfig())
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	bindings := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	apply := func(created time.Time) {
+		t.Helper()
+		tr.p.SetTenants(map[string]time.Time{"t1": created})
+		if err := tr.p.Bind(bindings); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prompt := func(id string) {
+		t.Helper()
+		var a contract.Action
+		if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"Deploy?","prompt_kind":"approval",
+		"prompt_id":"`+id+`","metadata":{"user_id":"alice"},"options":[{"id":"once","label":"Approve"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+			t.Fatal(err)
+		}
+		if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+			t.Fatalf("prompt = %+v", res)
+		}
+	}
+	apply(first)
+	alice := tr.join(t, "lab", "alice")
+	prompt("p1")
+	alice.Expect("msg")
+
+	apply(time.Time{}) // declared in the YAML now
+	apply(first)       // and stored again (declaration dropped, or a failed reload rolled back)
+	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	if d := tr.sink.Next(t); d.Event == nil || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "p1" {
+		t.Fatalf("delivery %+v, want the answer to p1: the same tenant's prompt", d.Event)
+	}
+
+	apply(time.Time{})
+	tr.p.SetTenants(map[string]time.Time{}) // a reload that drops the room's binding meanwhile
+	if err := tr.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	alice.ExpectPresence("alice")
+	apply(time.Time{}) // bound again while declared: it knows no creation
+	alice.ExpectPresence("alice", "hermes")
+	prompt("p2")
+	alice.Expect("msg")
+	apply(first) // stored: the same tenant
+	alice.SendJSON(msg("m2", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	if d := tr.sink.Next(t); d.Event == nil || d.Event.PromptResponse == nil || d.Event.PromptResponse.PromptID != "p2" {
+		t.Fatalf("delivery %+v, want the answer to p2: the declared tenant's prompt", d.Event)
+	}
+
+	prompt("p3")
+	alice.Expect("msg")
+	apply(time.Time{})
+	apply(first.Add(time.Hour)) // created again while the YAML declared it
+	alice.SendJSON(msg("m3", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	if d := tr.sink.Next(t); d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
+		t.Fatalf("delivery %+v, want a plain command, not an answer to the earlier t1's prompt", d.Event)
+	}
+}

@@ -64,8 +64,9 @@ type msgRef struct {
 }
 
 // roomBinding is a bound room's tenant, the tenant's creation
-// (registry.Tenant.Created, zero for a declared tenant: Platform.SetTenants)
-// and the bot member that stands for it.
+// (registry.Tenant.Created, zero for a declared tenant: Platform.SetTenants;
+// a stored tenant's when the YAML declared it after the room was bound to
+// it: bindLocked) and the bot member that stands for it.
 type roomBinding struct {
 	tenant, bot string
 	created     time.Time
@@ -101,10 +102,21 @@ func (r *room) bot() string { return r.bound.Load().bot }
 // earlier creation of the same one (deleted and made again), its open
 // prompt included, and drops a member's file to the previous tenant's bot
 // in progress (transfer.loseBot). A member already holding the
-// bot's name keeps it; the bot is then not listed twice.
+// bot's name keeps it; the bot is then not listed twice. A zero created
+// for the tenant the room is bound to (the YAML declares it now, which
+// shadows the stored tenant) is the same tenant, as the relay holds
+// (relay.Server.SetTenants): the room keeps its memory and the creation it
+// knew, so the stored tenant showing again (the declaration dropped, or a
+// SIGHUP reload whose Bind failed rolled back) keeps it too, and another
+// creation forgets it. A room that knew only the declared tenant takes
+// the stored one's creation and keeps its memory.
 func (r *room) bindLocked(tenant string, created time.Time) {
 	prev := r.bound.Load()
-	if tenant == prev.tenant && (tenant == "" || created.Equal(prev.created)) {
+	if tenant == prev.tenant && (tenant == "" || created.IsZero() || created.Equal(prev.created)) {
+		return
+	}
+	if tenant == prev.tenant && prev.created.IsZero() {
+		r.bound.Store(&roomBinding{tenant: tenant, bot: prev.bot, created: created})
 		return
 	}
 	if t := r.transfer; t != nil && t.toBot {

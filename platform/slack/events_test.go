@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -379,21 +380,27 @@ func TestSameTSInTwoChannels(t *testing.T) {
 	}
 }
 
-// countingStore counts the claims taken or held in its store.
+// countingStore counts the claims taken or held in its store, and apart
+// those taken on intake entries.
 type countingStore struct {
 	store.Store
-	writes atomic.Int64
+	writes, intake atomic.Int64
 }
 
-func (s *countingStore) Claims() store.Claims { return countingClaims{s.Store.Claims(), &s.writes} }
+func (s *countingStore) Claims() store.Claims {
+	return countingClaims{s.Store.Claims(), &s.writes, &s.intake}
+}
 
 type countingClaims struct {
 	store.Claims
-	writes *atomic.Int64
+	writes, intake *atomic.Int64
 }
 
 func (c countingClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
 	c.writes.Add(1)
+	if strings.HasPrefix(key, "slack/intake/") {
+		c.intake.Add(1)
+	}
 	return c.Claims.Claim(ctx, key, expires)
 }
 
@@ -426,6 +433,39 @@ func TestUnclaimedCostsNoStoreWrite(t *testing.T) {
 	e.sink.Next(t)
 	e.event(t, teamA, "Ev1", msg, http.StatusOK)
 	e.sink.Empty(t)
+}
+
+// TestBotsOwnThreadPostsSkipTheIntake: Slack sends the bot's own posts in
+// a thread, and every edit of its drafts there, back as message events;
+// each is dropped (bot_sender), as is a deleted message's event, so none
+// is worth an intake entry (a claim, a write, a deletion and a release in
+// the store) ahead of that. A user's thread reply still takes one.
+func TestBotsOwnThreadPostsSkipTheIntake(t *testing.T) {
+	st := &countingStore{Store: newSharedStore(t)}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	const root = "1768490100.000100"
+	own := slacktest.MessageEvent(teamA.ID, chanGeneral, teamA.BotUser, "1768490100.000200", root, "working on it")
+	delete(own, "client_msg_id")
+	own["bot_id"] = teamA.BotID
+	e.event(t, teamA, "Ev1", own, http.StatusOK)
+	edited := maps.Clone(own)
+	edited["text"], edited["edited"] = "working on it: done", map[string]any{"user": teamA.BotUser, "ts": "1768490100.000300"}
+	e.event(t, teamA, "Ev2", map[string]any{"type": "message", "subtype": "message_changed", "channel": chanGeneral,
+		"channel_type": "channel", "ts": "1768490100.000300", "event_ts": "1768490100.000300", "message": edited}, http.StatusOK)
+	e.event(t, teamA, "Ev3", map[string]any{"type": "message", "subtype": "message_deleted", "channel": chanGeneral,
+		"channel_type": "channel", "ts": "1768490100.000400", "event_ts": "1768490100.000400", "deleted_ts": "1768490100.000200",
+		"thread_ts": root, "previous_message": own}, http.StatusOK)
+	e.settled(t)
+	e.sink.Empty(t)
+	if n := st.intake.Load(); n != 0 {
+		t.Fatalf("the bot's own thread post, its edit and a deletion took %d intake entries, want 0", n)
+	}
+	e.event(t, teamA, "Ev4", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000500", root, "<@U0BOTA0001> and now?"), http.StatusOK)
+	e.settled(t)
+	e.sink.Next(t)
+	if n := st.intake.Load(); n != 1 {
+		t.Fatalf("a user's thread reply took %d intake entries, want 1", n)
+	}
 }
 
 // TestGateHoldsWhileTheBotIsUnknown: a channel message of a workspace

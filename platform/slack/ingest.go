@@ -70,7 +70,7 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 		return done(dropMalformed)
 	}
 	p.seenIn(m.ev.Channel, m.install)
-	if (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && p.routable(&m) {
+	if (len(m.ev.Files) > 0 || m.ev.ThreadTS != "" && m.ev.ThreadTS != m.ev.TS) && !ownOrDeleted(&m, env) && p.routable(&m) {
 		slow = "msg/" + m.liveDedupeKey()
 	}
 	return m.install + "/" + m.ev.Channel, slow, func(ctx context.Context) error {
@@ -79,6 +79,20 @@ func (p *Platform) envelopeJob(env *envelope, received time.Time) (chat, slow st
 		}
 		return p.ingestMessage(ctx, env, &m, received)
 	}
+}
+
+// ownOrDeleted reports whether m is a deletion or the bot's own message
+// (a bot's, posted by the user the envelope authorizes as the bot), which
+// normalize drops whatever the tenant's settings: Slack sends the bot's
+// posts in a thread, and each edit of its drafts there, back as events,
+// and none is worth an intake entry. It asks nothing: a message it misses
+// only takes one, and the rare own message normalize keeps (a Slack
+// Connect channel whose event names another workspace's bot) has its
+// thread read before its 200, as every thread reply did before the intake
+// took them.
+func ownOrDeleted(m *message, env *envelope) bool {
+	bot := env.botUser()
+	return m.ev.Subtype == "message_deleted" || m.ev.BotID != "" && bot != "" && m.ev.User == bot
 }
 
 // routable reports whether a tenant takes m by the ownership order alone
@@ -209,6 +223,7 @@ func (p *Platform) deliver(ctx context.Context, tenant string, ev *contract.Even
 	if err := (*sink).Deliver(ctx, d); err != nil {
 		return fmt.Errorf("slack: deliver: %w", err)
 	}
+	p.delivered(ctx)
 	return nil
 }
 

@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +21,8 @@ import (
 // handling may outlast Slack's 3 s is stored and answered 200 at once,
 // then handled off the request. That is a message or app_mention a tenant
 // takes that has files, or is a thread reply (its thread's context and
-// root images may be fetched: envelopeJob's slow), and, so that nothing
+// root images may be fetched: envelopeJob's slow; not the bot's own, nor a
+// deletion: ownOrDeleted), and, so that nothing
 // overtakes it, every event, press and slash command of a chat while an
 // entry of that chat is pending on this instance.
 //
@@ -32,7 +35,9 @@ import (
 // in order, in the chat's turn, then deletes each. One whose delivery
 // fails is tried again with backoff until intakeRetryFor after it was
 // received, then dropped (intake_expired): it holds its chat's turn
-// meanwhile. One whose handling a shutdown
+// meanwhile. One that cannot be deleted then either (the store out) is
+// not dropped: its turn is given up, and a later sweep takes it again.
+// One whose handling a shutdown
 // interrupted (its files not all fetched) is kept, and its claim
 // released: the next Run, or another instance, handles it. Every Run
 // starts by taking the entries no live claim holds, before it takes
@@ -41,7 +46,9 @@ import (
 // read (its value, or a key naming no chat) is deleted, dropped as
 // malformed. The message dedupe
 // (dedupe.go) keeps an entry handled by two instances from being
-// delivered twice.
+// delivered twice; an entry whose delivery the relay stored before its
+// instance was killed, and which it did not delete, is found in the
+// ledger by the sweep that takes it, and deleted (deliveredBefore).
 
 // intakeNamespace is the store Registry namespace of the entries.
 const intakeNamespace = "slack/intake"
@@ -267,7 +274,11 @@ func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecor
 		if ctx.Err() != nil {
 			return
 		}
-		err := p.replay(context.WithValue(ctx, inTurnKey{}, true), rec, received)
+		turn := &intakeTurn{key: key}
+		err := p.replay(context.WithValue(ctx, inTurnKey{}, turn), rec, received)
+		if turn.deleted {
+			return // delivered, and deleted then (delivered)
+		}
 		if err != nil && ctx.Err() != nil {
 			return // its files may be missing: the next holder handles it
 		}
@@ -277,17 +288,50 @@ func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecor
 			backoff = min(backoff*2, intakeBackoffMax)
 			continue
 		}
-		if err != nil {
-			p.drop(dropIntakeExpired, key)
-			p.log.Warn("slack intake entry dropped: not stored within 5 minutes", "key", key, "err", p.errorText(err))
-		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intakeStoreTimeout)
 		defer cancel()
-		if _, err := p.deps.Store.Registry().Delete(sctx, intakeNamespace, key); err != nil {
-			p.log.Warn("slack intake entry not deleted; it may be handled again", "key", key, "err", err)
+		_, derr := p.deps.Store.Registry().Delete(sctx, intakeNamespace, key)
+		switch {
+		case err != nil && derr != nil:
+			// Not dropped: the store that would not take it is out, most
+			// likely; a later sweep takes it again.
+			p.log.Warn("slack intake entry not stored within 5 minutes nor deleted; kept for a later sweep", "key", key, "err", p.errorText(err))
+		case err != nil:
+			p.drop(dropIntakeExpired, key)
+			p.log.Warn("slack intake entry dropped: not stored within 5 minutes", "key", key, "err", p.errorText(err))
+		case derr != nil:
+			p.log.Warn("slack intake entry not deleted; it may be handled again", "key", key, "err", derr)
 		}
 		return
 	}
+}
+
+// intakeTurn is the entry handled in its chat's turn (the value of
+// inTurnKey).
+type intakeTurn struct {
+	key string
+	// deleted is set once the entry is deleted after its delivery.
+	deleted bool
+}
+
+// delivered deletes the entry ctx handles in its turn, if any, once the
+// relay stored its delivery: at once, before what follows the delivery
+// (the thread's markers, the dedupe marker), so that a kill leaves an
+// entry delivered already for as short a time as one store write
+// (deliveredBefore finds it then). A deletion that fails is tried again
+// when the entry's handling ends.
+func (p *Platform) delivered(ctx context.Context) {
+	turn, _ := ctx.Value(inTurnKey{}).(*intakeTurn)
+	if turn == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intakeStoreTimeout)
+	defer cancel()
+	if _, err := p.deps.Store.Registry().Delete(sctx, intakeNamespace, turn.key); err != nil {
+		p.log.Warn("slack intake entry not deleted once delivered; retrying", "key", turn.key, "err", p.errorText(err))
+		return
+	}
+	turn.deleted = true
 }
 
 // releaseIntake gives up the claim on entry key.
@@ -363,6 +407,22 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		}
 		queue = append(queue, held{e.Key, chat, rec})
 	}
+	var stored map[string]bool
+	if len(queue) > 0 {
+		if stored, err = p.ledgerHeld(ctx); err != nil {
+			p.log.Warn("slack intake: the relay's ledger not read; the entries it holds already may be delivered again", "err", p.errorText(err))
+		}
+	}
+	// Of a chat's entries only the first may have been delivered: they are
+	// handled one at a time, in order, each deleted before the next.
+	first := make(map[string]bool)
+	queue = slices.DeleteFunc(queue, func(h held) bool {
+		if first[h.chat] {
+			return false
+		}
+		first[h.chat] = true
+		return p.deliveredBefore(ctx, h.key, h.chat, h.rec, stored)
+	})
 	if taken != nil {
 		taken()
 	}
@@ -373,6 +433,72 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 	if len(queue) > 0 {
 		p.log.Info("slack intake entries resumed", "entries", len(queue))
 	}
+}
+
+// ledgerPage is how many ledger records ledgerHeld reads at a time.
+const ledgerPage = 1000
+
+// ledgerHeld names the deliveries of this platform the store's ledger (the
+// relay's, every tenant's) holds, by ledgerName.
+func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
+	l := p.deps.Store.Ledger()
+	tenants, err := l.Tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	held := make(map[string]bool)
+	for _, tenant := range tenants {
+		for after := uint64(0); ; {
+			recs, err := l.Read(ctx, tenant, after, ledgerPage)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range recs {
+				if r.Platform == platformName {
+					held[ledgerName(r.ChatID, r.Received)] = true
+				}
+				after = r.Seq
+			}
+			if len(recs) < ledgerPage {
+				break
+			}
+		}
+	}
+	return held, nil
+}
+
+// ledgerName names a delivery of chat id chatID received at received: an
+// entry's delivery carries its chat's channel and the entry's received
+// time, which the ledger keeps to the microsecond.
+func ledgerName(chatID string, received time.Time) string {
+	return chatID + "/" + strconv.FormatInt(received.UnixMicro(), 10)
+}
+
+// deliveredBefore reports whether entry key of chat, the first of its chat
+// a sweep took, was delivered already: the ledger (stored, read before the
+// sweep queues anything) holds a delivery of its chat received when it
+// was. An instance killed after the relay stored an entry's delivery,
+// before it deleted the entry, leaves both; the entry is then deleted (its
+// claim released) rather than delivered again. One whose deletion fails is
+// let go too, for the next sweep.
+//
+// What it cannot tell: a delivery a gateway acknowledged (and the relay
+// removed from the store) between the relay's commit and the kill, or
+// after the restart before this sweep, is no longer in the ledger, and its
+// entry is delivered again (at least once).
+func (p *Platform) deliveredBefore(ctx context.Context, key, chat string, rec intakeRecord, stored map[string]bool) bool {
+	_, channel, _ := strings.Cut(chat, "/")
+	if !stored[ledgerName(channel, time.Unix(0, rec.Received))] {
+		return false
+	}
+	defer p.intake.done(key, chat)
+	defer p.releaseIntake(key)
+	if _, err := p.deps.Store.Registry().Delete(ctx, intakeNamespace, key); err != nil {
+		p.log.Warn("slack intake entry delivered before a restart and not deleted; retrying at the next sweep", "key", key, "err", p.errorText(err))
+		return true
+	}
+	p.log.Info("slack intake entry delivered before a restart: deleted", "key", key)
+	return true
 }
 
 // deleteUnreadable deletes entry key, whose value cannot be parsed or

@@ -393,3 +393,140 @@ func TestIntakeFailingDeliveryBounded(t *testing.T) {
 	}
 	intakeEmpty(t, e.store)
 }
+
+// TestIntakeDeliveredBeforeKillNotDeliveredAgain: an instance killed after
+// the relay stored a thread reply's delivery (in the store's ledger) and
+// before it deleted the reply's intake entry leaves both; the next one, on
+// the same store, deletes that entry without delivering it again, and
+// delivers the reply queued behind it, once.
+func TestIntakeDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	// The relay's part: the delivery stored in the ledger, as relay/hub.go
+	// stores it; then the instance dies before Deliver returns.
+	stored := make(chan struct{})
+	var once sync.Once
+	a.sink.Check = func(d platform.Delivery) error {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return errors.New("the instance is dying")
+		}
+		_, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: []byte(d.Event.Text), Received: d.Received,
+		}})
+		close(stored)
+		if err != nil {
+			return err
+		}
+		return errors.New("killed after the ledger's commit")
+	}
+	const thread = "1768490000.000100"
+	for i, text := range []string{"first reply", "second reply"} {
+		ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, sprintf("1768490100.00020%d", i), thread, text)
+		answered(t, a.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, sprintf("EvT%d", i), ev)), text)
+		clk.Advance(time.Millisecond) // entries of one chat are ordered by when they were received
+	}
+	select {
+	case <-stored:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first reply's delivery", waitFor)
+	}
+	a.stop() // the backoff after the "failed" delivery waits on clk: nothing more is delivered
+	a.stop = func() {}
+	if n := a.sink.Taken(); n != 0 {
+		t.Fatalf("the killed instance's sink took %d deliveries, want none", n)
+	}
+	if entries, _, err := st.Registry().List(context.Background(), intakeNamespace); err != nil || len(entries) != 2 {
+		t.Fatalf("intake after the kill: %d entries (%v), want both replies'", len(entries), err)
+	}
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	if d := b.sink.Next(t); d.Event.Text != "second reply" {
+		t.Fatalf("delivery after the restart %q, want only the second reply", d.Event.Text)
+	}
+	intakeEmpty(t, st)
+	b.settled(t)
+	b.stop()
+	b.stop = func() {}
+	if n := b.sink.Taken(); n != 1 {
+		t.Fatalf("the restarted instance delivered %d times, want once (the second reply)", n)
+	}
+	if _, resumed := b.p.IntakeStats(); resumed != 1 {
+		t.Fatalf("%d intake entries resumed, want 1 (the first was delivered already)", resumed)
+	}
+}
+
+// intakeUndeletable is a store whose intake entries cannot be deleted
+// while failing is set.
+type intakeUndeletable struct {
+	store.Store
+	failing atomic.Bool
+}
+
+func (s *intakeUndeletable) Registry() store.Registry {
+	return undeletableRegistry{s.Store.Registry(), &s.failing}
+}
+
+type undeletableRegistry struct {
+	store.Registry
+	failing *atomic.Bool
+}
+
+func (r undeletableRegistry) Delete(ctx context.Context, namespace, key string) (bool, error) {
+	if namespace == intakeNamespace && r.failing.Load() {
+		return false, errors.New("store unreachable")
+	}
+	return r.Registry.Delete(ctx, namespace, key)
+}
+
+// TestIntakeExpiredKeptWhileTheStoreIsOut: an entry whose delivery failed
+// for intakeRetryFor and that cannot be deleted either (the store out, the
+// likely cause of both) gives its chat's turn up but is not dropped: it
+// stays stored, no intake_expired is counted, and a later sweep delivers
+// it once the store is back.
+func TestIntakeExpiredKeptWhileTheStoreIsOut(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	drops := &platformtest.LastDrop{}
+	st := &intakeUndeletable{Store: store.NewMemory(nil)}
+	t.Cleanup(func() { _ = st.Close() })
+	st.failing.Store(true)
+	e := newEnv(t, nil, &platform.Deps{Clock: clk, Metrics: drops, Store: st})
+	var out atomic.Bool
+	out.Store(true)
+	e.sink.Check = func(d platform.Delivery) error {
+		if out.Load() && d.Event.Text == "kept" {
+			return errors.New("the relay's store is unreachable")
+		}
+		return nil
+	}
+	e.event(t, teamA, "Ev1", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "1768490100.000100", "kept"), http.StatusOK)
+	e.event(t, teamA, "Ev2", slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000300", "", "behind it"), http.StatusOK)
+	clk.Drive(t, 1, func() int { return int(e.sink.Taken()) }, func() int { return 0 })
+	if d := e.sink.Next(t); d.Event.Text != "behind it" {
+		t.Fatalf("delivered %q, want the message behind the failing one", d.Event.Text)
+	}
+	e.settled(t)
+	if r := drops.Take(); r == dropIntakeExpired {
+		t.Fatalf("an entry the store kept was counted dropped (%s)", r)
+	}
+	entries, _, err := st.Store.Registry().List(context.Background(), intakeNamespace)
+	if err != nil || !slices.ContainsFunc(entries, func(en store.Entry) bool {
+		var rec intakeRecord
+		return json.Unmarshal(en.Value, &rec) == nil && strings.Contains(string(rec.Body), `"text":"kept"`)
+	}) {
+		t.Fatalf("intake entries %d (%v), want the failing one kept", len(entries), err)
+	}
+	st.failing.Store(false)
+	out.Store(false)
+	platformtest.WaitUntil(t, "the kept entry delivered by a sweep as the injected clock moves a sweep at a time", func() bool {
+		clk.Advance(intakeSweepEvery)
+		return e.sink.Taken() >= 2
+	})
+	if d := e.sink.Next(t); d.Event.Text != "kept" {
+		t.Fatalf("delivered %q, want the kept entry, taken again by a sweep", d.Event.Text)
+	}
+	intakeEmpty(t, st)
+}

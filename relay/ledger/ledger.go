@@ -281,6 +281,7 @@ type Ledger struct {
 	tailMu     sync.Mutex
 	readPos    uint64 // the highest seq Tail took in; guarded by tailMu
 	readResets uint64 // resets as of readPos; guarded by tailMu
+	readSince  int64  // since as of readPos; guarded by tailMu
 }
 
 // seat is the ledger's state of one consumer.
@@ -320,6 +321,9 @@ type entry struct {
 	frame      []byte // immutable
 	size       int64  // payload bytes
 	received   time.Time
+	// gen is the generation of the tenant the entry was stored for
+	// (store.Record.Generation): zero for none known.
+	gen        int64
 	prev, next *entry // neighbours in seq order
 	seat       *seat  // in flight on this consumer; nil while waiting
 	sent       bool   // delivered at least once
@@ -439,10 +443,14 @@ func (l *Ledger) AppendAll(ctx context.Context, ds []Delivery) ([]string, error)
 	return ids, nil
 }
 
-// stamp sets r's Received to now when it is zero.
+// stamp sets r's Received to now when it is zero, and its Generation to
+// the ledger's tenant's (SetSince) when it is zero.
 func (l *Ledger) stamp(r *store.Record) {
 	if r.Received.IsZero() {
 		r.Received = l.pool.cfg.Clock.Now()
+	}
+	if r.Generation == 0 {
+		r.Generation = l.since.Load()
 	}
 }
 
@@ -568,7 +576,7 @@ func (l *Ledger) newEntry(seq uint64, r *store.Record) *entry {
 	return &entry{
 		id: id, seq: seq, platform: r.Platform, sessionKey: r.SessionKey, chatID: r.ChatID,
 		frame: p.cfg.Framer.Frame(r.Kind, id, r.Payload), size: int64(len(r.Payload)),
-		received: r.Received, windowed: p.cfg.Framer.Windowed(r.Kind),
+		received: r.Received, gen: r.Generation, windowed: p.cfg.Framer.Windowed(r.Kind),
 	}
 }
 
@@ -1065,6 +1073,12 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	if resets != l.readResets {
 		l.readPos, l.readResets = 0, resets
 	}
+	if since := l.since.Load(); since != l.readSince {
+		// A record Tail passed over as a later tenant's may be this one's
+		// now: read from the start (what the ledger holds is not taken
+		// twice).
+		l.readPos, l.readSince = 0, since
+	}
 	n := 0
 	for {
 		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, recoverBatch)
@@ -1091,6 +1105,10 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 			case l.byID[e.id] != nil:
 			case l.earlierLocked(e):
 				l.queueRemovalLocked(e.seq)
+			case l.laterLocked(e):
+				// Stored for a tenant of the id created since, by an instance
+				// that applied it before this one: not this tenant's, and not
+				// this ledger's to remove.
 			default:
 				l.insertLocked(e)
 				n++
@@ -1113,11 +1131,18 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 }
 
 // SetSince has the ledger's tenant begin at t (when the tenant was
-// created; zero for always): from then on a record received before t,
-// stored for an earlier tenant of the id (deleted since), is never taken
-// in (Tail, Recover) and is removed from the store as it is read, so the
-// tenant's gateways get none of it. It drops nothing the ledger holds:
-// Begin does.
+// created; zero for always), its generation: from then on the records it
+// stores carry it (store.Record.Generation), and Tail and Recover take in
+// only this tenant's records. A record of another generation is never
+// taken in: one of an earlier generation (deleted since), or, carrying
+// none (stored by an older version, or by a declared tenant), received
+// before t, is removed from the store as it is read; one of a later
+// generation (a tenant created again under the id, which another instance
+// applied first and this one not yet) is passed over and left in the
+// store. A generation is compared with t as stored, to the microsecond,
+// so no clock decides which tenant a record is for; only its ordering
+// with t decides who removes it. A zero t takes in every record. It
+// drops nothing the ledger holds: Begin does.
 func (l *Ledger) SetSince(t time.Time) {
 	var us int64
 	if !t.IsZero() {
@@ -1126,11 +1151,25 @@ func (l *Ledger) SetSince(t time.Time) {
 	l.since.Store(us)
 }
 
-// earlierLocked reports whether e was received before the tenant began
-// (SetSince), under mu.
+// earlierLocked reports whether e was an earlier tenant's of the id
+// (SetSince), under mu: of an earlier generation, or, of none known,
+// received before the tenant began.
 func (l *Ledger) earlierLocked(e *entry) bool {
 	since := l.since.Load()
-	return since != 0 && e.received.UnixMicro() < since
+	if since == 0 {
+		return false
+	}
+	if e.gen != 0 {
+		return e.gen < since
+	}
+	return e.received.UnixMicro() < since
+}
+
+// laterLocked reports whether e was stored for a later tenant of the id
+// than the ledger's (SetSince), under mu.
+func (l *Ledger) laterLocked(e *entry) bool {
+	since := l.since.Load()
+	return since != 0 && e.gen > since
 }
 
 // Begin is SetSince for a ledger in use, whose tenant was deleted and

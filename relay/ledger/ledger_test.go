@@ -1213,6 +1213,62 @@ func TestBeginDropsAnEarlierTenantsEntries(t *testing.T) {
 	want(t, "the other instance's", payloads(c2.take()), "new")
 }
 
+// TestTailTakesInItsGenerationsOnly: t1 is deleted and created again
+// under its id, and one instance applied it (other, generation g2) while
+// another has not yet (r, still the earlier tenant's, g1). Each takes in
+// only the records of its generation: r passes over the new tenant's,
+// which stays in the store for other, and other removes the earlier
+// tenant's, although both were received after g2. A record of an older
+// version (no generation) keeps the receipt-time rule. Once r applied the
+// change (Begin), its next Tail reads from the start again and takes in
+// the new tenant's record it had passed over.
+func TestTailTakesInItsGenerationsOnly(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t, nil)
+	other := newRigOn(t, r.store, r.clock, nil)
+	g1 := r.clock.Now()
+	r.clock.Advance(time.Second)
+	g2 := r.clock.Now()
+	r.SetSince(g1)
+	other.SetSince(g2)
+	r.clock.Advance(time.Second)
+	r.store1(t, "s1", "earlier")
+	other.store1(t, "s1", "new")
+	for _, legacy := range []store.Record{
+		{Platform: "discord", SessionKey: "s1", Payload: []byte("legacy before g2"), Received: g2.Add(-time.Millisecond)},
+		{Platform: "discord", SessionKey: "s1", Payload: []byte("legacy after g2"), Received: g2.Add(time.Millisecond)},
+	} {
+		if _, err := r.store.Ledger().Append(ctx, "t1", []store.Record{legacy}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	if n, err := r.Tail(ctx); err != nil || n != 3 {
+		t.Fatalf("the earlier tenant's Tail took in %d (%v), want 3", n, err)
+	}
+	want(t, "the earlier tenant's", payloads(c.take()), "earlier", "legacy before g2", "legacy after g2")
+	want(t, "stored after the earlier tenant's Tail", r.stored(t), "earlier", "new", "legacy before g2", "legacy after g2")
+
+	c2 := &fakeConsumer{}
+	other.Serve(c2, "discord")
+	if n, err := other.Tail(ctx); err != nil || n != 2 {
+		t.Fatalf("the new tenant's Tail took in %d (%v), want 2", n, err)
+	}
+	want(t, "the new tenant's", payloads(c2.take()), "new", "legacy after g2")
+	other.pool.Flush(ctx)
+	want(t, "stored after the new tenant's Tail", r.stored(t), "new", "legacy after g2")
+
+	if n := r.Begin(g2); n != 2 {
+		t.Fatalf("Begin dropped %d entries, want 2 (earlier, legacy before g2)", n)
+	}
+	r.Serve(c, "discord")
+	if n, err := r.Tail(ctx); err != nil || n != 1 {
+		t.Fatalf("Tail after Begin took in %d (%v), want 1 (the new tenant's it passed over)", n, err)
+	}
+	want(t, "after Begin", payloads(c.take()), "new")
+}
+
 // A ledger the pool forgot (its tenant removed) takes nothing in: an
 // Append of a delivery that found it just before (or a Tail) stores the
 // record, for the tenant's next ledger, but neither holds it nor counts it

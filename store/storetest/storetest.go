@@ -468,6 +468,16 @@ func testSeqsAcrossInstances(t *testing.T, b Backend) {
 		wantSeqs(t, fmt.Sprintf("Append %d", i), seqs, want[len(want)-2:])
 	}
 	wantSeqs(t, "Read on the other instance", seqsOf(mustRead(t, c, "t1", 0, 100)), want)
+	// The generation a record was stored for reaches the other instances.
+	gen := rec("p", "s", "c", "g")
+	gen.Generation = f.clock.Now().UnixMicro()
+	seq := mustAppend(t, a, "t1", gen)[0]
+	if got := mustRead(t, c, "t1", seq-1, 1); len(got) != 1 || got[0].Generation != gen.Generation {
+		t.Fatalf("record of generation %d read on the other instance as %+v", gen.Generation, got)
+	}
+	if n, err := c.Ack(ctx, "t1", seq); err != nil || n != 1 {
+		t.Fatalf("Ack of the generation's record = %d, %v; want 1", n, err)
+	}
 	if n, err := c.Ack(ctx, "t1", 1, 2); err != nil || n != 2 {
 		t.Fatalf("Ack on the second instance = %d, %v; want 2", n, err)
 	}
