@@ -9,6 +9,7 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,10 @@ import (
 	"strings"
 	"testing"
 )
+
+// raceEnabled is whether this test binary was built with -race
+// (race_test.go).
+var raceEnabled bool
 
 // checked are the packages whose locks docs/locks.md orders.
 var checked = []string{
@@ -193,19 +198,43 @@ func analyze(t *testing.T, pkgs ...string) *analysis {
 	t.Helper()
 	a := &analysis{fset: token.NewFileSet(), funcs: map[string]*function{}, methods: map[string][]*function{},
 		locks: map[string]bool{}, edges: map[[2]string]string{}}
-	out, err := exec.Command("go", append([]string{"list", "-json=ImportPath,Dir,GoFiles"}, pkgs...)...).Output()
+	// The imports come from the compiler's export data, which go list
+	// -export builds (with -race when this test binary has it, so from the
+	// build cache go test -race just filled): type-checking every
+	// dependency from source, under -race, took minutes on a loaded
+	// machine.
+	args := []string{"list", "-deps", "-export", "-json=ImportPath,Dir,GoFiles,Export"}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	out, err := exec.Command("go", append(args, pkgs...)...).Output()
 	if err != nil {
 		t.Fatalf("go list %v: %v", pkgs, err)
 	}
-	imp := importer.ForCompiler(a.fset, "source", nil)
+	type listed struct {
+		ImportPath, Dir, Export string
+		GoFiles                 []string
+	}
+	var listing []listed
+	exports := map[string]string{}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	for dec.More() {
-		var p struct {
-			ImportPath, Dir string
-			GoFiles         []string
-		}
+		var p listed
 		if err := dec.Decode(&p); err != nil {
 			t.Fatal(err)
+		}
+		exports[p.ImportPath] = p.Export
+		listing = append(listing, p)
+	}
+	imp := importer.ForCompiler(a.fset, "gc", func(path string) (io.ReadCloser, error) {
+		if exports[path] == "" {
+			return nil, fmt.Errorf("no export data for %s", path)
+		}
+		return os.Open(exports[path])
+	})
+	for _, p := range listing {
+		if !slices.Contains(pkgs, p.ImportPath) {
+			continue // a dependency: imported from its export data
 		}
 		var files []*ast.File
 		for _, name := range p.GoFiles {

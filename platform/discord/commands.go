@@ -235,12 +235,19 @@ func (c *commandSync) set(tenant string, entries []map[string]any) {
 	} else {
 		c.manifests[tenant] = m
 	}
+	c.queueManifestLocked(tenant)
+	c.mu.Unlock()
+	c.signal()
+}
+
+// queueManifestLocked queues the scopes tenant's manifest decides: its
+// guilds, and the global registry when it is DMTenant's (or there is no
+// DMTenant). Called under mu.
+func (c *commandSync) queueManifestLocked(tenant string) {
 	c.queueTenantLocked(tenant, false)
 	if dm := c.p.cfg.DMTenant; dm == "" || dm == tenant {
 		c.queueLocked(globalScope, false)
 	}
-	c.mu.Unlock()
-	c.signal()
 }
 
 // queueLocked queues scope, to be emptied when its tenant has no manifest
@@ -591,6 +598,13 @@ func (c *commandSync) save(ctx context.Context) {
 		if !changed {
 			continue
 		}
+		// A reconcile may have taken the tenant's scopes, queued by set,
+		// between the hello and this save and found nothing stored yet (or
+		// a store that failed before): queued again, the next take has
+		// them read what is stored now.
+		c.mu.Lock()
+		c.queueManifestLocked(tenant)
+		c.mu.Unlock()
 		pctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		err = c.ps.Publish(pctx, manifestsChannel, []byte(tenant))
 		cancel()
@@ -639,7 +653,7 @@ func (c *commandSync) store(ctx context.Context, tenant string, m manifest) (boo
 	}
 	if e, ok, err := c.shared.Get(ctx, manifestsNamespace, tenant); err == nil && ok && bytes.Equal(e.Value, value) {
 		c.mu.Lock()
-		c.revs[tenant] = max(c.revs[tenant], e.Rev) // this instance queued its scopes already
+		c.revs[tenant] = max(c.revs[tenant], e.Rev) // save queues its scopes
 		c.mu.Unlock()
 	}
 	return true, nil

@@ -483,3 +483,40 @@ func TestStaleCreationRacingTheManifest(t *testing.T) {
 		t.Fatalf("t2's stored manifest = %s (found %v, %v), want the new t2's %s", got.Value, ok, err, newer)
 	}
 }
+
+// TestHelloDuringAReconcileIsReconciledOnceStored: a reconcile that took
+// t2's guild after its hello and before the save stored the manifest
+// found nothing stored and left the guild alone; the save queues the
+// guild again, so the next reconcile registers the manifest (it was never
+// registered, with the hello's scopes taken already).
+func TestHelloDuringAReconcileIsReconciledOnceStored(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(waitCtx(t), store.Config{Backend: store.BackendMemory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, discordtest.Options{}, nil)
+	c := newCommandSync(e.p) // no loop: each step is the test's
+	c.shared, c.ps = st.Registry(), st.PubSub()
+	e.p.gwHere.Store(true)
+	c.guildDelivered(guildOther)
+	c.take() // the delivery's reconcile
+	entries, _, err := parseManifest(json.RawMessage(manifestOf("B", []string{"ask"}, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.set("t2", entries)
+	scopes := c.take() // a reconcile running when the hello came
+	if manifests, err := c.load(waitCtx(t), scopes); err != nil || manifests["t2"] != nil {
+		t.Fatalf("before the save: manifests %v, %v; want none stored", manifests, err)
+	}
+	c.save(waitCtx(t))
+	scopes = c.take()
+	if !slices.Contains(scopes, scopeSync{scope: guildOther}) {
+		t.Fatalf("after the save the reconcile takes %v, want guild %s (t2's) again", scopes, guildOther)
+	}
+	if manifests, err := c.load(waitCtx(t), scopes); err != nil || len(manifests["t2"]) != 1 {
+		t.Fatalf("after the save: manifests %v, %v; want t2's stored one", manifests, err)
+	}
+}

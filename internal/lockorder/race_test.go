@@ -1,0 +1,5 @@
+//go:build race
+
+package lockorder
+
+func init() { raceEnabled = true }
