@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
@@ -391,6 +394,13 @@ func newClusterRig(t *testing.T, n int) *clusterRig {
 // records already (what the instances of an earlier run left).
 func newClusterRigOn(t *testing.T, clk *clocktest.Fake, st *store.Memory, n int) *clusterRig {
 	t.Helper()
+	return newClusterRigWith(t, clk, st, n, nil)
+}
+
+// newClusterRigWith is newClusterRigOn with each instance's configuration
+// changed by tune, when set.
+func newClusterRigWith(t *testing.T, clk *clocktest.Fake, st *store.Memory, n int, tune func(*relay.Config)) *clusterRig {
+	t.Helper()
 	r := &clusterRig{clk: clk, st: st, acquired: make(chan string, 64), lost: make(chan string, 64)}
 	tenants := []relay.Tenant{{ID: "t1", Gateways: []relay.Gateway{
 		{ID: "ga", Secrets: []string{"sa"}}, {ID: "gb", Secrets: []string{"sb"}}, {ID: "gc", Secrets: []string{"sc"}}}}}
@@ -412,7 +422,7 @@ func newClusterRigOn(t *testing.T, clk *clocktest.Fake, st *store.Memory, n int)
 			t.Fatal(err)
 		}
 		t.Cleanup(node.Close)
-		in.h = relaytest.StartConfig(t, relay.Config{
+		cfg := relay.Config{
 			Tenants: tenants, Platforms: []platform.Platform{in.discord, in.telegram},
 			Log:     log,
 			Metrics: in.buffered, Store: in.net, Cluster: node, Clock: clk,
@@ -425,7 +435,11 @@ func newClusterRigOn(t *testing.T, clk *clocktest.Fake, st *store.Memory, n int)
 			// Neither pings nor the write watchdog come due while the test
 			// advances the clock by a few beats.
 			PingInterval: time.Hour, WriteTimeout: time.Hour,
-		})
+		}
+		if tune != nil {
+			tune(&cfg)
+		}
+		in.h = relaytest.StartConfig(t, cfg)
 		r.inst = append(r.inst, in)
 	}
 	return r
@@ -1415,4 +1429,104 @@ func TestClusterGenerationsLeaseIsForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	forgotten(second, "the tenant was deleted")
+}
+
+// A link to a socket on another instance that breaks while the driver's
+// frames wait in the socket's send queue ends with them: they are dropped
+// there, and the link's next generation sends their entries again within
+// its own byte window. Kept, they would count in no window, and a burst
+// across two breaks (of a gateway that does not read meanwhile) would
+// overflow the queue and close the socket 4408. The gateway then reads
+// every passthrough frame of the burst.
+func TestClusterBrokenLinkDropsItsQueuedFrames(t *testing.T) {
+	const events, size = 24, 500 << 10 // 12 MB: over the queue bound and the socket buffers together
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	r := newClusterRigWith(t, clk, st, 2, func(c *relay.Config) { c.SendQueueBytes = 2 << 20 })
+	r.dial(t, 0, "ga", "telegram")
+	if who := r.waitAcquired(t); who != "i0" {
+		t.Fatalf("%s took the tenant's lease, want i0 (the only one with a socket)", who)
+	}
+	// gb on i1 says hello and reads nothing until the link broke twice.
+	i1 := r.inst[1]
+	ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, i1.h.RelayURL(), &websocket.DialOptions{HTTPHeader: map[string][]string{
+		"Authorization": {"Bearer " + relaytest.Token("gb", "sb", r.clk.Now())}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	ws.SetReadLimit(contract.MaxFrameBytes)
+	write := func(msg string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+		defer cancel()
+		if err := ws.Write(ctx, websocket.MessageText, []byte(msg+"\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"type": "hello", "platform": "discord", "botId": ""}`)
+	r.waitRemoteSeats(t, 1, "gb's serve")
+	pad := strings.Repeat("x", size)
+	for range events {
+		i1.discord.publish(platform.Delivery{Kind: platform.KindPassthrough, Tenant: "t1", Platform: "discord",
+			Forward: &contract.Forward{Platform: "discord", Method: "POST", Path: "/interactions", BodyB64: pad}})
+	}
+	// waitQueued waits until i1's link took at least n frames and, when
+	// stuck is set, a frame waits in gb's queue behind the one being
+	// written, two frames in all: a link's byte window (half the queue)
+	// while the socket takes nothing more.
+	waitQueued := func(n uint64, stuck bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(relaytest.Timeout)
+		for {
+			waiting, queued, received := relay.ClusterSocketQueue(i1.h.Server, "t1")
+			if received >= n && (!stuck || waiting > 0 && queued >= 2*size) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out after %v waiting for %s: the link took %d frames (want %d), %d wait in gb's queue (%d bytes)",
+					relaytest.Timeout, what, received, n, waiting, queued)
+			}
+			runtime.Gosched() // polling: the queue signals nothing
+		}
+	}
+	// The first generation fills the socket's buffers (a few frames: gb
+	// reads nothing, so they do not grow) and its byte window.
+	waitQueued(6, true, "the burst to fill gb's socket and queue")
+	for k := range 2 {
+		// An ack lost, then the next one: the driver sees the gap and breaks
+		// the link, and i1 starts the next generation (acks of no entry
+		// still go to the driver, as many as the frames gb was given).
+		serves := i1.net.count(relay.ClusterMsgServe)
+		i1.net.loseFirst(cluster.Inbox("i0"), relay.ClusterMsgAck)
+		write(`{"type": "inbound_ack", "bufferId": "none"}`)
+		i1.net.nextLost(t, "gb's ack")
+		write(`{"type": "inbound_ack", "bufferId": "none"}`)
+		i1.net.waitCount(t, relay.ClusterMsgServe, serves+1, fmt.Sprintf("the serve of gb's link's generation %d", k+2))
+		waitQueued(2, false, fmt.Sprintf("the frames of generation %d", k+2))
+	}
+	seen := make(map[string]bool)
+	for len(seen) < events {
+		ctx, cancel := context.WithTimeout(context.Background(), relaytest.Timeout)
+		_, msg, err := ws.Read(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("after %d of %d passthrough frames: %v (code %d)", len(seen), events, err, websocket.CloseStatus(err))
+		}
+		for line := range strings.SplitSeq(strings.TrimSpace(string(msg)), "\n") {
+			var f struct {
+				Type     string `json:"type"`
+				BufferID string `json:"bufferId"`
+			}
+			if err := json.Unmarshal([]byte(line), &f); err != nil {
+				t.Fatal(err)
+			}
+			if f.Type == contract.TypePassthroughForward {
+				seen[f.BufferID] = true
+			}
+		}
+	}
 }

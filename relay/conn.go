@@ -106,7 +106,7 @@ func newConn(s *Server, gw *gatewayRecord, ws *websocket.Conn, raw net.Conn, rem
 // instead of closing c; the writer pumps the ledger once it drained).
 func (c *conn) Offer(frame []byte) ledger.Offered {
 	half := int64(c.srv.cfg.SendQueueBytes / 2)
-	f := wsconn.Frame{Type: websocket.MessageText, Data: frame}
+	f := wsconn.Frame{Type: websocket.MessageText, Data: frame, Owner: ledgerFrame{}}
 	took, err := c.q.PushBelow(f, half)
 	if !took {
 		c.wantPump.Store(true)
@@ -121,6 +121,31 @@ func (c *conn) Offer(frame []byte) ledger.Offered {
 	}
 	c.inbound.Add(1)
 	return ledger.Taken
+}
+
+// fed is the Owner of a frame of the tenant's ledger queued on a
+// connection: its driver's, here (Offer) or on another instance (frameIn).
+type fed interface {
+	wsconn.Releaser
+	fed()
+}
+
+// ledgerFrame is the Owner of a ledger's frame that nothing waits for.
+type ledgerFrame struct{}
+
+// Release implements wsconn.Releaser.
+func (ledgerFrame) Release() {}
+
+func (ledgerFrame) fed() {}
+
+// dropFed drops the ledger's frames queued on c and not being written yet,
+// once whoever fed them stopped: the ledger that sent them forgot them, or
+// gave them back to be sent again (endLinkLocked).
+func (c *conn) dropFed() {
+	c.q.Remove(func(f wsconn.Frame) bool {
+		_, ok := f.Owner.(fed)
+		return ok
+	})
 }
 
 // push implements pusher.

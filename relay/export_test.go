@@ -132,3 +132,24 @@ func Hubs(s *Server) int {
 	defer s.regMu.RUnlock()
 	return len(s.tenants)
 }
+
+// ClusterSocketQueue is, on s, the frames waiting in the send queue of
+// tenant's connections here (not those being written) and the bytes
+// queued, being written included, and the frames their links to the
+// tenant's driver on another instance received.
+func ClusterSocketQueue(s *Server, tenant string) (waiting int, queued int64, received uint64) {
+	h := s.hub(tenant)
+	if h == nil {
+		return 0, 0, 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for c, st := range h.seats {
+		waiting += c.q.Len()
+		queued += c.q.Queued()
+		if st.link != nil {
+			received += st.link.frames.Received()
+		}
+	}
+	return waiting, queued, received
+}

@@ -168,6 +168,9 @@ type edgeLink struct {
 	gen    uint64
 	hash   uint64 // seatHash of what the last serve announced
 	frames cluster.Link
+	// ended is set once the link ended (endLinkLocked): no word of a frame
+	// written goes out on it, its driver forgot it.
+	ended atomic.Bool
 	// sendMu numbers and queues one ack or written at a time: acks come
 	// from the connection's reader, word of a frame written from its
 	// writer (or whoever drops its queue).
@@ -394,8 +397,8 @@ func (f *tenantFleet) renew(created time.Time) {
 	}
 	h.mu.Lock()
 	f.driver = ""
-	for _, s := range h.seats {
-		s.link = nil
+	for c, s := range h.seats {
+		endLinkLocked(c, s)
 	}
 	f.ownMu.Lock()
 	f.owned.Purge()
@@ -763,7 +766,7 @@ func (f *tenantFleet) startDriving(l store.Lease) {
 	f.driving.Store(true)
 	h.role.Store(&roleRef{driver{local{h}, f}})
 	for c, s := range h.seats {
-		s.link = nil
+		endLinkLocked(c, s)
 		for _, p := range s.platforms {
 			h.ledger.Serve(c, p)
 		}
@@ -784,6 +787,9 @@ func (f *tenantFleet) stopDriving() {
 	f.driver = ""
 	clear(f.peers)
 	h.ledger.Reset()
+	for c := range h.seats {
+		c.dropFed() // the next driver sends them again
+	}
 }
 
 // follow records driver as the tenant's driver and sends it this
@@ -796,8 +802,8 @@ func (f *tenantFleet) follow(driver string) {
 	defer h.mu.Unlock()
 	if driver != f.driver {
 		f.driver = driver
-		for _, s := range h.seats {
-			s.link = nil
+		for c, s := range h.seats {
+			endLinkLocked(c, s)
 		}
 	}
 	var t tally
@@ -870,8 +876,25 @@ func (f *tenantFleet) announceLocked(c *conn, s *seat) {
 func (f *tenantFleet) breakLinkLocked(c *conn, s *seat, why string) {
 	f.fl.srv.log.Info("link to the tenant's driver broken: its unacknowledged inbound comes again",
 		"tenant", f.h.id, "conn", c.id, "driver", f.driver, "why", why)
-	s.link = &edgeLink{gen: s.link.gen + 1}
+	gen := s.link.gen
+	endLinkLocked(c, s)
+	s.link = &edgeLink{gen: gen + 1}
 	f.announceLocked(c, s)
+}
+
+// endLinkLocked ends c's link to the tenant's driver, if any, under hub.mu:
+// c's frames from the driver still queued are dropped (fed), and the link
+// reports nothing more. The driver (or the next one) sends their entries
+// again, held unacknowledged on the ended link, within the next link's
+// byte window; kept, they would count in none, and a burst over a few
+// generations or drivers would overflow c's queue (closing it 4408) and
+// reach the gateway twice.
+func endLinkLocked(c *conn, s *seat) {
+	if s.link != nil {
+		s.link.ended.Store(true)
+		s.link = nil
+	}
+	c.dropFed()
 }
 
 // edgeSeat returns c's seat and link when from is the instance this one
@@ -890,22 +913,20 @@ func (f *tenantFleet) edgeSeat(from string, c *conn, gen uint64) (*seat, bool) {
 func (f *tenantFleet) frameIn(from string, c *conn, gen, seq uint64, frame []byte) {
 	h := f.h
 	h.mu.Lock()
+	defer h.mu.Unlock() // queued under it: a frame of a link that ended is dropped
 	s, ok := f.edgeSeat(from, c, gen)
 	switch {
 	case !ok:
+		return
 	case !s.link.frames.Take(seq):
 		f.breakLinkLocked(c, s, "frames lost")
-		ok = false
-	}
-	h.mu.Unlock()
-	if !ok {
 		return
 	}
 	c.inbound.Add(1)
 	if id, pass := contract.PassthroughBufferID(frame); pass {
 		c.enqueueOwned(frame, &passthroughWritten{f: f, driver: from, conn: c.key, link: s.link, id: id})
 	} else {
-		c.enqueue(frame)
+		c.enqueueOwned(frame, ledgerFrame{})
 	}
 }
 
@@ -925,10 +946,15 @@ type passthroughWritten struct {
 // Release implements wsconn.Releaser.
 func (w *passthroughWritten) Release() {
 	l := w.link
+	if l.ended.Load() {
+		return
+	}
 	l.sendAck(func(seq uint64) {
 		w.f.send(w.driver, msgWritten, []byte(w.conn), cluster.AppendUint(nil, l.gen), cluster.AppendUint(nil, seq), []byte(w.id))
 	})
 }
+
+func (*passthroughWritten) fed() {}
 
 // writtenRemote takes the word of a socket on another instance that it
 // wrote the passthrough frame id.

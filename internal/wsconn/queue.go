@@ -279,6 +279,32 @@ func (q *Queue) Close(end Close, flush bool) bool {
 // needs Start).
 func (q *Queue) Done() <-chan struct{} { return q.done }
 
+// Remove drops the frames waiting for the writer for which drop reports
+// true (it is called with q.mu held), releasing their owners; the others
+// keep their order, and frames the writer took already are written.
+func (q *Queue) Remove(drop func(Frame) bool) {
+	q.mu.Lock()
+	kept := q.frames[:q.head]
+	for i := q.head; i < len(q.frames); i++ {
+		if f := q.frames[i]; drop(f) {
+			q.queued -= int64(q.Cost(f))
+			q.frames[i].release()
+		} else {
+			kept = append(kept, f)
+		}
+	}
+	clear(q.frames[len(kept):])
+	q.frames = kept
+	if q.head == len(q.frames) {
+		q.frames, q.head = q.frames[:0], 0
+	}
+	below := q.queued < q.window
+	q.mu.Unlock()
+	if below && q.space != nil {
+		Signal(q.space)
+	}
+}
+
 // dropLocked releases every queued frame. q.mu must be held.
 func (q *Queue) dropLocked() {
 	for i := q.head; i < len(q.frames); i++ {

@@ -322,6 +322,35 @@ func TestQueuePushBelow(t *testing.T) {
 	}
 }
 
+// Remove drops and releases the waiting frames it is told to, and their
+// bytes leave the queue; the others keep their order, and a frame the
+// writer took already is written.
+func TestQueueRemove(t *testing.T) {
+	q, r := newRecorded(0, 100, 0)
+	r.entered, r.block = make(chan struct{}, 3), make(chan struct{})
+	var gone, kept counter
+	for _, f := range []Frame{{Data: []byte("a1"), Owner: &gone}, {Data: []byte("b1"), Owner: &kept},
+		{Data: []byte("a2"), Owner: &gone}, {Data: []byte("b2"), Owner: &kept}, {Data: []byte("a3"), Owner: &gone}} {
+		if err := q.Push(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Start()
+	<-r.entered // the writer took a1
+	q.Remove(func(f Frame) bool { return f.Owner == &gone })
+	if gone.n.Load() != 2 || kept.n.Load() != 0 || q.Len() != 2 || q.Queued() != 6 {
+		t.Fatalf("%d of 2 frames released, %d kept released, %d frames and %d bytes queued; want 2, 0, 2 and 6 (a1 under way, b1, b2)",
+			gone.n.Load(), kept.n.Load(), q.Len(), q.Queued())
+	}
+	close(r.block)
+	q.Close(Close{Code: 1000}, true)
+	waitDone(t, q)
+	want := [][]string{{"a1"}, {"b1"}, {"b2"}}
+	if got := r.written(); !slices.EqualFunc(got, want, slices.Equal) || q.Queued() != 0 {
+		t.Fatalf("wrote %q with %d bytes left, want %q and none", got, q.Queued(), want)
+	}
+}
+
 // BenchmarkQueueOffer is a bounded sender's offer of one frame, which a
 // writer then takes: the test and the push under one lock (PushBelow)
 // against Queued then Push.
