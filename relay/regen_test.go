@@ -3,6 +3,7 @@ package relay_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,20 +92,9 @@ func TestTenantMadeAgainOnTwoInstances(t *testing.T) {
 	} else {
 		gw.Ack(t, id)
 	}
-	deadline := time.Now().Add(relaytest.Timeout)
-	for {
-		recs, err := st.Ledger().Read(ctx, "t1", 0, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.ContainsFunc(recs, func(r store.Record) bool { return r.Received.Before(now.Add(-2 * time.Hour)) }) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v the store still holds %d records of the earlier t1", relaytest.Timeout, len(recs))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitStored(t, st, "t1", func(recs []store.Record) bool {
+		return !slices.ContainsFunc(recs, func(r store.Record) bool { return r.Received.Before(now.Add(-2 * time.Hour)) })
+	}, "no record of the earlier t1")
 }
 
 // TestTenantMadeAgainGetsNoneOfTheOtherGeneration, on a real
@@ -113,8 +103,9 @@ func TestTenantMadeAgainOnTwoInstances(t *testing.T) {
 // applies it first. While i0 has not applied it, the new t1's inbound,
 // stored by i1, reaches the new t1's gateway (on i1) and never the earlier
 // t1's, although i0 still drives the earlier t1 and reads every record of
-// the id; and the earlier t1's inbound i0 stores meanwhile reaches the
-// earlier t1's gateway and never the new t1's.
+// the id; and the earlier t1's inbound i0 stores meanwhile never reaches
+// the new t1's gateway (the new t1's driver removes it as it reads it:
+// the earlier t1's gateway gets it only if i0 read it first).
 func TestTenantMadeAgainGetsNoneOfTheOtherGeneration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs redis-server")
@@ -163,13 +154,18 @@ func TestTenantMadeAgainGetsNoneOfTheOtherGeneration(t *testing.T) {
 	if ev.Text != "new" {
 		t.Fatalf("t1 made again, applied on i1 only: its gateway got %q, want new", ev.Text)
 	}
-	// "new" stays unacknowledged, so in the store, until the earlier t1's
-	// gateway got what i0 stores after it: i0, driving the earlier t1,
-	// reads both in order.
+	// "new" stays unacknowledged, so in the store, while i0 stores the
+	// earlier t1's inbound after it: i0, driving the earlier t1, reads
+	// both and passes over "new"; i1, driving the new t1, reads "earlier"
+	// and removes it from the store as an earlier generation's. Which of
+	// them reads it first is left open (docs/operations.md: the earlier
+	// tenant's gateways may still get it), so the test waits for the
+	// state both orders end in: "earlier" gone from the store, read by
+	// the new t1's driver, which so never takes it in.
 	ps[0].deliver("t1", "c1", "u1", "earlier")
-	if ev, _ := old.NextInbound(t); ev.Text != "earlier" {
-		t.Fatalf("t1 made again, applied on i1 only: the earlier t1's gateway on i0 got %q, want earlier (the earlier t1's, stored by i0)", ev.Text)
-	}
+	waitStored(t, st, "t1", func(recs []store.Record) bool {
+		return !slices.ContainsFunc(recs, func(r store.Record) bool { return strings.Contains(string(r.Payload), `"text":"earlier"`) })
+	}, "the earlier t1's inbound stored by i0 removed by the new t1's driver")
 	gw.Ack(t, newID)
 	ps[1].deliver("t1", "c1", "u1", "new2")
 	if ev, id := gw.NextInbound(t); ev.Text != "new2" {
@@ -184,10 +180,41 @@ func TestTenantMadeAgainGetsNoneOfTheOtherGeneration(t *testing.T) {
 	if code, reason := old.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
 		t.Fatalf("earlier t1's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
 	}
+	// What the earlier t1's gateway got before its close (its frames are
+	// all read by now): at most the earlier t1's own.
+	for {
+		f, err := old.Client.Next(t.Context(), contract.TypeInbound)
+		if err != nil {
+			break
+		}
+		if f.Event.Text != "earlier" {
+			t.Fatalf("t1 made again, applied on i1 only: the earlier t1's gateway on i0 got %q, want none of the new t1's inbound", f.Event.Text)
+		}
+	}
 	ps[0].deliver("t1", "c1", "u1", "new on i0")
 	if ev, id := gw.NextInbound(t); ev.Text != "new on i0" {
 		t.Fatalf("t1 made again: its gateway got %q, want %q", ev.Text, "new on i0")
 	} else {
 		gw.Ack(t, id)
+	}
+}
+
+// waitStored waits until the records st holds for tenant satisfy done,
+// failing with what after relaytest.Timeout.
+func waitStored(t *testing.T, st store.Store, tenant string, done func([]store.Record) bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(relaytest.Timeout)
+	for {
+		recs, err := st.Ledger().Read(t.Context(), tenant, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done(recs) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v, still waiting for %s: the store holds %d records", relaytest.Timeout, what, len(recs))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
