@@ -109,6 +109,20 @@ func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, boo
 	return s, true
 }
 
+// sealedStream reports whether stream k was sealed within sealRetryWindow,
+// on this instance or on any sharing the store: a late frame of it then
+// shows nothing.
+func (p *Platform) sealedStream(ctx context.Context, k draftKey) bool {
+	if _, ok := p.recentSeal(k); ok {
+		return true
+	}
+	s, ok := p.storedSeal(ctx, k)
+	if ok {
+		p.sealed.Add(k, s)
+	}
+	return ok
+}
+
 // seal records that stream k, sealing a, became message id: on this
 // instance, and for sealRetryWindow in the store when there is one (a
 // failure is logged: only a retry reaching another instance sends again).
@@ -303,7 +317,8 @@ func draftTurn(a *contract.Action) string {
 // the same turn, deletes it (replacePreviews). final: true seals the
 // stream: content becomes a real message (split like send; in a group the
 // preview becomes its first part) whose id is answered, once: a repeated
-// seal answers the same id. A zero draft_id or blank content fails with
+// seal answers the same id, and a late frame of a sealed stream shows
+// nothing (sealedStream). A zero draft_id or blank content fails with
 // bad_request and calls nothing.
 func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	switch {
@@ -316,11 +331,15 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 	case chat < 0:
 		return p.showPreview(ctx, tenant, chat, a)
 	}
+	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
+	if p.sealedStream(ctx, k) {
+		return contract.OK("")
+	}
 	preview := textsplit.Split(a.Content, splitRules)[0]
 	params := &bot.SendMessageDraftParams{
 		ChatID:          chat,
 		MessageThreadID: topicThread(a.Metadata.ThreadID),
-		DraftID:         strconv.FormatInt(p.wireDraftID(draftKey{tenant: tenant, chat: chat, draft: a.DraftID}), 10),
+		DraftID:         strconv.FormatInt(p.wireDraftID(k), 10),
 		Text:            renderMarkdownV2(preview),
 		ParseMode:       models.ParseModeMarkdown,
 	}
@@ -345,11 +364,7 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 // sealRetryWindow, on any instance sharing the store, shows nothing.
 func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
-	if _, ok := p.recentSeal(k); ok {
-		return contract.OK("")
-	}
-	if s, ok := p.storedSeal(ctx, k); ok {
-		p.sealed.Add(k, s)
+	if p.sealedStream(ctx, k) {
 		return contract.OK("")
 	}
 	pv := p.openPreview(k, a)

@@ -524,3 +524,33 @@ func TestGroupStreamMovingToAnotherInstance(t *testing.T) {
 		})
 	}
 }
+
+// TestLateDMFrameAfterItsSeal: a private chat's stream is sealed, then a
+// late frame of it (sent before the seal, slowed on the way) reaches the
+// instance that sealed it and another sharing the store (a real
+// redis-server). Neither shows it: the reply is out. Only group frames
+// looked for the seal, so a DM's late frame called sendMessageDraft and
+// Telegram showed a stale draft under the reply.
+func TestLateDMFrameAfterItsSeal(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true}); !r.Success {
+		t.Fatalf("seal: %+v", r)
+	}
+	for _, p := range []*Platform{e.p, other} {
+		late := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"}
+		if r := p.Execute(ctx, tenant, &late); !r.Success {
+			t.Fatalf("late frame: %+v", r)
+		}
+	}
+	if n := len(e.fake.Calls("sendMessageDraft")); n != 1 {
+		t.Fatalf("sendMessageDraft called %d times, want the first frame's 1", n)
+	}
+}
