@@ -172,6 +172,14 @@ func (k draftKey) previewKey(turn string) string {
 	return "telegram/preview/" + k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10) + "/" + turn
 }
 
+// turnPreviewKey is the store key naming the draft stream that shows a
+// preview for tenant's turn in a group chat's topic (thread), so a send of
+// the turn finds the preview on any instance (replacePreviews): the
+// gateway keys a stream by its turn, and a send carries no draft_id.
+func turnPreviewKey(tenant string, chat int64, thread int, turn string) string {
+	return "telegram/preview-turn/" + tenant + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread) + "/" + turn
+}
+
 // storedPreview is the preview record of stream k's turn as the store
 // holds it, written by any instance; ok is false when there is none (or no
 // store). A record the store cannot give is logged and answers err.
@@ -193,8 +201,9 @@ func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (
 }
 
 // storePreview records pv, stream k's preview (locked), in the store for
-// previewWindow when there is one; sealed marks it the stream's reply. A
-// failure is logged: only an instance without the record misses it.
+// previewWindow when there is one; sealed marks it the stream's reply, and
+// an open one of a turn is named for the turn (turnPreviewKey). A failure
+// is logged: only an instance without the record misses it.
 func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, sealed bool) {
 	if p.seals == nil {
 		return
@@ -202,7 +211,12 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 	defer cancel()
 	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed}) // plain fields: cannot fail
-	if err := p.seals.Put(ctx, k.previewKey(pv.turn), raw, p.deps.Clock.Now().Add(previewWindow)); err != nil {
+	expires := p.deps.Clock.Now().Add(previewWindow)
+	err := p.seals.Put(ctx, k.previewKey(pv.turn), raw, expires)
+	if err == nil && !sealed && pv.turn != "" {
+		err = p.seals.Put(ctx, turnPreviewKey(k.tenant, k.chat, pv.thread, pv.turn), strconv.AppendInt(nil, k.draft, 10), expires)
+	}
+	if err != nil {
 		p.log.Warn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 	}
 }
@@ -478,12 +492,15 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // a native draft. A preview the store records as its stream's reply,
 // sealed on another instance after the gateway reconnected there, is
 // forgotten, not deleted; so is one whose record the store cannot give.
-// Deleting is best effort: a preview that stays is logged.
+// The preview of a's turn that another instance showed is found in the
+// store (replaceStoredPreview). Deleting is best effort: a preview that
+// stays is logged.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
-	if chat > 0 || p.previews.Len() == 0 {
+	if chat > 0 {
 		return
 	}
 	thread, turn := topicThread(a.Metadata.ThreadID), draftTurn(a)
+	here := false // the preview of a's turn is this instance's
 	for _, k := range p.previews.Keys() {
 		if k.tenant != tenant || k.chat != chat {
 			continue
@@ -492,6 +509,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) {
 			continue
 		}
+		here = here || pv.turn == turn
 		pv.mu.Lock()
 		id, open := pv.id, !pv.done
 		if open {
@@ -504,9 +522,41 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		if r, ok, err := p.storedPreview(ctx, k, pv.turn); err != nil || (ok && r.Sealed && r.ID == id) {
 			continue
 		}
-		_, err := p.bot.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chat, MessageID: id})
-		if err != nil && !isBadRequest(err, "message to delete not found") {
-			p.log.Info("telegram draft preview not deleted", "chat_id", chat, "message_id", id, "err", p.errorText(err))
+		p.deletePreview(ctx, chat, id)
+		if p.seals != nil && pv.turn != "" { // best effort, as replaceStoredPreview
+			_ = p.seals.Delete(ctx, turnPreviewKey(tenant, chat, thread, pv.turn))
 		}
+	}
+	if !here && turn != "" && p.seals != nil {
+		p.replaceStoredPreview(ctx, tenant, chat, thread, turn)
+	}
+}
+
+// replaceStoredPreview deletes the open preview the store names for
+// tenant's turn in chat's topic (turnPreviewKey), which another instance
+// showed before the gateway reconnected here, and forgets its name.
+func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat int64, thread int, turn string) {
+	key := turnPreviewKey(tenant, chat, thread, turn)
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	raw, ok, err := p.seals.Get(sctx, key)
+	if err != nil {
+		p.log.Warn("telegram draft preview not read from the store", "chat_id", chat, "turn", turn, "err", err)
+	}
+	draft, _ := strconv.ParseInt(string(raw), 10, 64)
+	if !ok || draft == 0 {
+		return
+	}
+	if r, ok, _ := p.storedPreview(ctx, draftKey{tenant: tenant, chat: chat, draft: draft}, turn); ok && !r.Sealed {
+		p.deletePreview(ctx, chat, r.ID)
+	}
+	_ = p.seals.Delete(sctx, key) // best effort: a send of the turn then finds the preview gone
+}
+
+// deletePreview deletes preview message id from chat, logging a failure.
+func (p *Platform) deletePreview(ctx context.Context, chat int64, id int) {
+	_, err := p.bot.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chat, MessageID: id})
+	if err != nil && !isBadRequest(err, "message to delete not found") {
+		p.log.Info("telegram draft preview not deleted", "chat_id", chat, "message_id", id, "err", p.errorText(err))
 	}
 }

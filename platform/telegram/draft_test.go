@@ -554,3 +554,49 @@ func TestLateDMFrameAfterItsSeal(t *testing.T) {
 		t.Fatalf("sendMessageDraft called %d times, want the first frame's 1", n)
 	}
 }
+
+// TestGroupSendOnAnotherInstanceReplacesThePreview: a group stream's
+// frames reach one instance, which shows them in a preview message; the
+// gateway then reconnects to another instance sharing the store (a real
+// redis-server) and posts the turn's reply there with send, not a seal.
+// The send deletes the preview, as on the instance that showed it. A send
+// carries no draft_id, so the other instance found no preview to replace
+// and the chat kept the stale preview beside the reply.
+func TestGroupSendOnAnotherInstanceReplacesThePreview(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	turn := "77"
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID = contract.ID(chat)
+		a.Metadata.MessageID = contract.ID(turn)
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+		}
+		return r
+	}
+	act(e.p, contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the ans"})
+	sent := act(other, contract.Action{Op: contract.OpSend, Content: "the answer"})
+	n, _ := strconv.Atoi(sent.MessageID)
+	if msgs := e.fake.Messages(id); len(msgs) != 1 || msgs[n] != "the answer" {
+		t.Fatalf("after the send (message %d) the chat has %v, want the reply alone", n, msgs)
+	}
+	// The next turn's preview is replaced where it was shown; later sends
+	// of either turn, on either instance, have no preview left to delete.
+	turn = "78"
+	act(e.p, contract.Action{Op: contract.OpDraft, DraftID: 2, Content: "the next"})
+	act(e.p, contract.Action{Op: contract.OpSend, Content: "the next answer"})
+	for _, again := range []string{"77", "78"} {
+		turn = again
+		act(other, contract.Action{Op: contract.OpSend, Content: "and one more thing"})
+	}
+	if calls := e.fake.Calls("deleteMessage"); len(calls) != 2 {
+		t.Fatalf("deleteMessage called %d times, want once per preview", len(calls))
+	}
+}
