@@ -441,7 +441,8 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 // part's id. In a group chat the stream's preview (shown by any instance
 // sharing the store: adoptPreview) becomes that first part, and its record
 // says so; the seal holds the preview (one made if there is none) until it
-// is recorded, so a frame racing it shows nothing.
+// is recorded, so a frame racing it shows nothing (and, once it is, does
+// not wait for the rest of the parts).
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
 	if id, ok := p.resealed(ctx, k, a); ok {
@@ -450,7 +451,12 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	parts := textsplit.Split(a.Content, splitRules)
 	if chat < 0 { // holding the preview: a frame waiting for it then finds the seal (showPreview)
 		pv := p.openPreview(k, a)
-		defer pv.mu.Unlock()
+		held := true
+		defer func() {
+			if held {
+				pv.mu.Unlock()
+			}
+		}()
 		if id, ok := p.resealedHere(k, a); ok { // sealed here while this seal waited
 			p.closePreview(k, pv)
 			return contract.OK(id)
@@ -466,6 +472,8 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 				p.storePreview(ctx, k, pv, true) // first, so no instance replaces it as a preview
 				p.seal(ctx, k, a, first)
 				p.closePreview(k, pv)
+				held = false
+				pv.mu.Unlock()
 				if len(parts) > 1 {
 					if _, _, r := p.sendParts(ctx, tenant, chat, a, parts[1:], nil); !r.Success {
 						r.MessageID = first

@@ -600,3 +600,72 @@ func TestGroupSendOnAnotherInstanceReplacesThePreview(t *testing.T) {
 		t.Fatalf("deleteMessage called %d times, want once per preview", len(calls))
 	}
 }
+
+// TestGroupFrameWaitingOnASealOfTwoParts: a late frame of a group stream
+// waits for the preview while the stream's two-part seal edits it into the
+// first part (editMessageText held); the seal then sends the second part
+// (sendMessage held). The frame is answered without waiting for that part:
+// once the seal is recorded the preview is no longer the stream's. The
+// seal held the preview across the rest of its parts, so the frame waited
+// on their sending.
+func TestGroupFrameWaitingOnASealOfTwoParts(t *testing.T) {
+	edit := holdFirst(t, "editMessageText")
+	rest := holdFirst(t, "sendMessage")
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.APIServerURL = edit.URL })
+	edit.to(e.fake.URL)
+	var armed atomic.Bool
+	checked := make(chan struct{})
+	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
+		if armed.CompareAndSwap(true, false) {
+			close(checked)
+		}
+	}}
+
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	edit.to(rest.URL) // the seal's calls go on through the second front
+	rest.to(e.fake.URL)
+	sealed := make(chan contract.Result, 1)
+	go func() {
+		content := "the answer " + strings.Repeat("and more ", 600)
+		sealed <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: content, Final: true})
+	}()
+	select {
+	case <-edit.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal edited no preview")
+	}
+	armed.Store(true)
+	late := make(chan contract.Result, 1)
+	go func() {
+		late <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"})
+	}()
+	select {
+	case <-checked:
+	case <-time.After(waitFor):
+		t.Fatal("the late frame did not look for the stream's seal")
+	}
+	edit.release()
+	select {
+	case <-rest.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no second part")
+	}
+	select {
+	case r := <-late:
+		if !r.Success {
+			t.Fatalf("late frame: %+v", r)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the late frame waited for the seal's second part")
+	}
+	rest.release()
+	if r := <-sealed; !r.Success {
+		t.Fatalf("seal: %+v", r)
+	}
+}
