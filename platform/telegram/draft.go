@@ -38,11 +38,13 @@ const sealRetryWindow = 5 * time.Minute
 
 // sealedDraft is the message a draft stream was sealed as (Platform.sealed,
 // and JSON in Platform.seals). Only a seal of the same content within
-// sealRetryWindow is its repeat; any other starts the stream anew.
+// sealRetryWindow is its repeat; any other starts the stream anew. Only a
+// frame of the same turn is a late one (sealedStream).
 type sealedDraft struct {
-	ID  string    `json:"id"`  // the message (its first part)
-	At  time.Time `json:"at"`  // when it was sealed
-	Sum uint64    `json:"sum"` // contentSum of the sealed content
+	ID   string    `json:"id"`             // the message (its first part)
+	At   time.Time `json:"at"`             // when it was sealed
+	Sum  uint64    `json:"sum"`            // contentSum of the sealed content
+	Turn string    `json:"turn,omitempty"` // draftTurn of the seal
 }
 
 // contentSum is the digest of a seal's content that tells a repeated seal
@@ -109,25 +111,27 @@ func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, boo
 	return s, true
 }
 
-// sealedStream reports whether stream k was sealed within sealRetryWindow,
-// on this instance or on any sharing the store: a late frame of it then
-// shows nothing.
-func (p *Platform) sealedStream(ctx context.Context, k draftKey) bool {
-	if _, ok := p.recentSeal(k); ok {
+// sealedStream reports whether frame a is a late one of stream k: the
+// stream was sealed within sealRetryWindow, for a's turn, on this instance
+// or on any sharing the store. A late frame shows nothing; a frame of
+// another turn is of a new stream reusing the draft_id (the gateway
+// restarted).
+func (p *Platform) sealedStream(ctx context.Context, k draftKey, a *contract.Action) bool {
+	if s, ok := p.recentSeal(k); ok && s.Turn == draftTurn(a) {
 		return true
 	}
 	s, ok := p.storedSeal(ctx, k)
 	if ok {
 		p.sealed.Add(k, s)
 	}
-	return ok
+	return ok && s.Turn == draftTurn(a)
 }
 
 // seal records that stream k, sealing a, became message id: on this
 // instance, and for sealRetryWindow in the store when there is one (a
 // failure is logged: only a retry reaching another instance sends again).
 func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id string) {
-	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content)}
+	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content), Turn: draftTurn(a)}
 	p.sealed.Add(k, s)
 	if p.seals == nil {
 		return
@@ -346,7 +350,7 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 		return p.showPreview(ctx, tenant, chat, a)
 	}
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
-	if p.sealedStream(ctx, k) {
+	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")
 	}
 	preview := textsplit.Split(a.Content, splitRules)[0]
@@ -378,12 +382,12 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 // sealRetryWindow, on any instance sharing the store, shows nothing.
 func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
-	if p.sealedStream(ctx, k) {
+	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")
 	}
 	pv := p.openPreview(k, a)
 	defer pv.mu.Unlock()
-	if _, ok := p.recentSeal(k); ok { // sealed here while this frame waited
+	if s, ok := p.recentSeal(k); ok && s.Turn == draftTurn(a) { // sealed here while this frame waited
 		p.closePreview(k, pv)
 		return contract.OK("")
 	}

@@ -669,3 +669,34 @@ func TestGroupFrameWaitingOnASealOfTwoParts(t *testing.T) {
 		t.Fatalf("seal: %+v", r)
 	}
 }
+
+// TestNewStreamReusingASealedDraftID: the gateway restarts and numbers its
+// streams from 1 again, so the next turn's stream names the draft_id of a
+// stream sealed a moment before in the same chat. Its frames are shown: a
+// late frame is one of the sealed stream's turn. They were taken for late
+// frames of the sealed stream and showed nothing for 5 minutes. Private
+// chat and group alike.
+func TestNewStreamReusingASealedDraftID(t *testing.T) {
+	for chat, method := range map[string]string{telegramtest.ChatAda: "sendMessageDraft", telegramtest.ChatT2: "editMessageText"} {
+		t.Run(chat, func(t *testing.T) {
+			e := newEnv(t, nil)
+			tenant := testChats[chat]
+			act := func(turn string, a contract.Action) {
+				t.Helper()
+				a.ChatID, a.Metadata.MessageID = contract.ID(chat), contract.ID(turn)
+				if r := e.act(t, tenant, a); !r.Success {
+					t.Fatalf("%q: %+v", a.Content, r)
+				}
+			}
+			act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the ans"})
+			act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the answer", Final: true})
+			before := len(e.fake.Calls(method)) + len(e.fake.Calls("sendMessage"))
+			act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the answ"}) // late: shows nothing
+			act("78", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the next"})
+			act("78", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the next one"})
+			if n := len(e.fake.Calls(method)) + len(e.fake.Calls("sendMessage")) - before; n != 2 {
+				t.Fatalf("the frames after the seal made %d calls, want the new stream's 2", n)
+			}
+		})
+	}
+}
