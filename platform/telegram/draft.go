@@ -345,10 +345,32 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 	case strings.TrimSpace(a.Content) == "":
 		return contract.Failed(contract.CodeBadRequest, "telegram draft: content is empty")
 	case a.Final:
-		return p.sealDraft(ctx, tenant, chat, a)
+		return p.inStream(ctx, tenant, chat, a, func() contract.Result { return p.sealDraft(ctx, tenant, chat, a) })
 	case chat < 0:
 		return p.showPreview(ctx, tenant, chat, a)
 	}
+	return p.inStream(ctx, tenant, chat, a, func() contract.Result { return p.showDraft(ctx, tenant, chat, a) })
+}
+
+// inStream runs op, a frame or seal of a's stream, in the stream's turn in
+// a private chat (Platform.dmStreams): one at a time, so a frame or a
+// repeated seal that came in behind a seal finds it. A group stream's
+// preview orders its frames and seal (openPreview).
+func (p *Platform) inStream(ctx context.Context, tenant string, chat int64, a *contract.Action, op func() contract.Result) contract.Result {
+	if chat < 0 {
+		return op()
+	}
+	var r contract.Result
+	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
+	if err := p.dmStreams.Do(ctx, k, func() error { r = op(); return nil }); err != nil {
+		return p.failure(contract.OpDraft, err)
+	}
+	return r
+}
+
+// showDraft shows a private chat's draft frame through sendMessageDraft,
+// unless its stream was sealed (sealedStream).
+func (p *Platform) showDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
 	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")

@@ -700,3 +700,49 @@ func TestNewStreamReusingASealedDraftID(t *testing.T) {
 		})
 	}
 }
+
+// TestDMSealRacedByItsFrameAndItsRetry: a private chat's seal is sending
+// the reply (sendMessage held) when a frame of the stream sent before it
+// and the seal's retry (the gateway reconnected; the relay runs each op on
+// its own goroutine, and finishes the first) come in. Once the seal is
+// done the frame shows nothing and the retry answers the seal's message.
+// A private chat's stream had no order: the frame re-showed a stale draft
+// under the reply and the retry sent the reply twice.
+func TestDMSealRacedByItsFrameAndItsRetry(t *testing.T) {
+	h := holdFirst(t, "sendMessage")
+	e := newEnv(t, func(c *Config) { c.APIServerURL = h.URL })
+	h.to(e.fake.URL)
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true}
+	sealed := make(chan contract.Result, 2)
+	go func() { sealed <- e.act(t, tenant, seal) }()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no message")
+	}
+	late := make(chan contract.Result, 1)
+	go func() {
+		late <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"})
+	}()
+	go func() { sealed <- e.act(t, tenant, seal) }()
+	h.release()
+	first, retry := <-sealed, <-sealed
+	if !first.Success || retry.MessageID != first.MessageID {
+		t.Fatalf("the seal and its retry answered %+v and %+v, want one message", first, retry)
+	}
+	if r := <-late; !r.Success {
+		t.Fatalf("late frame: %+v", r)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("the chat has %v, want the reply alone", msgs)
+	}
+	if n := len(e.fake.Calls("sendMessageDraft")); n != 1 {
+		t.Fatalf("sendMessageDraft called %d times, want the first frame's 1", n)
+	}
+}
