@@ -83,16 +83,13 @@ func (p *Platform) resealed(ctx context.Context, k draftKey, a *contract.Action)
 		return id, ok
 	}
 	s, ok := p.storedSeal(ctx, k)
-	if !ok || s.Sum != contentSum(a.Content) {
-		return "", false
-	}
-	p.sealed.Add(k, s)
-	return s.ID, true
+	return s.ID, ok && s.Sum == contentSum(a.Content)
 }
 
 // storedSeal is stream k's seal within sealRetryWindow as the store holds
-// it, made on any instance. A record the store cannot give is logged and
-// taken as none: the seal is sent, as it was before any instance shared it.
+// it, made on any instance; one found is remembered here too. A record the
+// store cannot give is logged and taken as none: the seal is sent, as it
+// was before any instance shared it.
 func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, bool) {
 	var s sealedDraft
 	if p.seals == nil {
@@ -108,6 +105,7 @@ func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, boo
 	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) {
 		return s, false
 	}
+	p.sealed.Add(k, s)
 	return s, true
 }
 
@@ -121,9 +119,6 @@ func (p *Platform) sealedStream(ctx context.Context, k draftKey, a *contract.Act
 		return true
 	}
 	s, ok := p.storedSeal(ctx, k)
-	if ok {
-		p.sealed.Add(k, s)
-	}
 	return ok && s.Turn == draftTurn(a)
 }
 
