@@ -38,11 +38,13 @@ const sealRetryWindow = 5 * time.Minute
 
 // sealedDraft is the message a draft stream was sealed as (Platform.sealed,
 // and JSON in Platform.seals). Only a seal of the same content within
-// sealRetryWindow is its repeat; any other starts the stream anew.
+// sealRetryWindow is its repeat; any other starts the stream anew. Only a
+// frame of the same turn is a late one (sealedStream).
 type sealedDraft struct {
-	ID  string    `json:"id"`  // the message (its first part)
-	At  time.Time `json:"at"`  // when it was sealed
-	Sum uint64    `json:"sum"` // contentSum of the sealed content
+	ID   string    `json:"id"`             // the message (its first part)
+	At   time.Time `json:"at"`             // when it was sealed
+	Sum  uint64    `json:"sum"`            // contentSum of the sealed content
+	Turn string    `json:"turn,omitempty"` // draftTurn of the seal
 }
 
 // contentSum is the digest of a seal's content that tells a repeated seal
@@ -81,16 +83,13 @@ func (p *Platform) resealed(ctx context.Context, k draftKey, a *contract.Action)
 		return id, ok
 	}
 	s, ok := p.storedSeal(ctx, k)
-	if !ok || s.Sum != contentSum(a.Content) {
-		return "", false
-	}
-	p.sealed.Add(k, s)
-	return s.ID, true
+	return s.ID, ok && s.Sum == contentSum(a.Content)
 }
 
 // storedSeal is stream k's seal within sealRetryWindow as the store holds
-// it, made on any instance. A record the store cannot give is logged and
-// taken as none: the seal is sent, as it was before any instance shared it.
+// it, made on any instance; one found is remembered here too. A record the
+// store cannot give is logged and taken as none: the seal is sent, as it
+// was before any instance shared it.
 func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, bool) {
 	var s sealedDraft
 	if p.seals == nil {
@@ -106,14 +105,28 @@ func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, boo
 	if !ok || json.Unmarshal(raw, &s) != nil || !p.recent(s) {
 		return s, false
 	}
+	p.sealed.Add(k, s)
 	return s, true
+}
+
+// sealedStream reports whether frame a is a late one of stream k: the
+// stream was sealed within sealRetryWindow, for a's turn, on this instance
+// or on any sharing the store. A late frame shows nothing; a frame of
+// another turn is of a new stream reusing the draft_id (the gateway
+// restarted).
+func (p *Platform) sealedStream(ctx context.Context, k draftKey, a *contract.Action) bool {
+	if s, ok := p.recentSeal(k); ok && s.Turn == draftTurn(a) {
+		return true
+	}
+	s, ok := p.storedSeal(ctx, k)
+	return ok && s.Turn == draftTurn(a)
 }
 
 // seal records that stream k, sealing a, became message id: on this
 // instance, and for sealRetryWindow in the store when there is one (a
 // failure is logged: only a retry reaching another instance sends again).
 func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id string) {
-	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content)}
+	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content), Turn: draftTurn(a)}
 	p.sealed.Add(k, s)
 	if p.seals == nil {
 		return
@@ -158,6 +171,14 @@ func (k draftKey) previewKey(turn string) string {
 	return "telegram/preview/" + k.tenant + "/" + strconv.FormatInt(k.chat, 10) + "/" + strconv.FormatInt(k.draft, 10) + "/" + turn
 }
 
+// turnPreviewKey is the store key naming the draft stream that shows a
+// preview for tenant's turn in a group chat's topic (thread), so a send of
+// the turn finds the preview on any instance (replacePreviews): the
+// gateway keys a stream by its turn, and a send carries no draft_id.
+func turnPreviewKey(tenant string, chat int64, thread int, turn string) string {
+	return "telegram/preview-turn/" + tenant + "/" + strconv.FormatInt(chat, 10) + "/" + strconv.Itoa(thread) + "/" + turn
+}
+
 // storedPreview is the preview record of stream k's turn as the store
 // holds it, written by any instance; ok is false when there is none (or no
 // store). A record the store cannot give is logged and answers err.
@@ -179,8 +200,9 @@ func (p *Platform) storedPreview(ctx context.Context, k draftKey, turn string) (
 }
 
 // storePreview records pv, stream k's preview (locked), in the store for
-// previewWindow when there is one; sealed marks it the stream's reply. A
-// failure is logged: only an instance without the record misses it.
+// previewWindow when there is one; sealed marks it the stream's reply, and
+// an open one of a turn is named for the turn (turnPreviewKey). A failure
+// is logged: only an instance without the record misses it.
 func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, sealed bool) {
 	if p.seals == nil {
 		return
@@ -188,7 +210,12 @@ func (p *Platform) storePreview(ctx context.Context, k draftKey, pv *preview, se
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RequestTimeout)
 	defer cancel()
 	raw, _ := json.Marshal(previewRecord{ID: pv.id, Sealed: sealed}) // plain fields: cannot fail
-	if err := p.seals.Put(ctx, k.previewKey(pv.turn), raw, p.deps.Clock.Now().Add(previewWindow)); err != nil {
+	expires := p.deps.Clock.Now().Add(previewWindow)
+	err := p.seals.Put(ctx, k.previewKey(pv.turn), raw, expires)
+	if err == nil && !sealed && pv.turn != "" {
+		err = p.seals.Put(ctx, turnPreviewKey(k.tenant, k.chat, pv.thread, pv.turn), strconv.AppendInt(nil, k.draft, 10), expires)
+	}
+	if err != nil {
 		p.log.Warn("telegram draft preview not stored", "chat_id", k.chat, "draft_id", k.draft, "err", err)
 	}
 }
@@ -303,7 +330,8 @@ func draftTurn(a *contract.Action) string {
 // the same turn, deletes it (replacePreviews). final: true seals the
 // stream: content becomes a real message (split like send; in a group the
 // preview becomes its first part) whose id is answered, once: a repeated
-// seal answers the same id. A zero draft_id or blank content fails with
+// seal answers the same id, and a late frame of a sealed stream shows
+// nothing (sealedStream). A zero draft_id or blank content fails with
 // bad_request and calls nothing.
 func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	switch {
@@ -312,15 +340,41 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 	case strings.TrimSpace(a.Content) == "":
 		return contract.Failed(contract.CodeBadRequest, "telegram draft: content is empty")
 	case a.Final:
-		return p.sealDraft(ctx, tenant, chat, a)
+		return p.inStream(ctx, tenant, chat, a, func() contract.Result { return p.sealDraft(ctx, tenant, chat, a) })
 	case chat < 0:
 		return p.showPreview(ctx, tenant, chat, a)
+	}
+	return p.inStream(ctx, tenant, chat, a, func() contract.Result { return p.showDraft(ctx, tenant, chat, a) })
+}
+
+// inStream runs op, a frame or seal of a's stream, in the stream's turn in
+// a private chat (Platform.dmStreams): one at a time, so a frame or a
+// repeated seal that came in behind a seal finds it. A group stream's
+// preview orders its frames and seal (openPreview).
+func (p *Platform) inStream(ctx context.Context, tenant string, chat int64, a *contract.Action, op func() contract.Result) contract.Result {
+	if chat < 0 {
+		return op()
+	}
+	var r contract.Result
+	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
+	if err := p.dmStreams.Do(ctx, k, func() error { r = op(); return nil }); err != nil {
+		return p.failure(contract.OpDraft, err)
+	}
+	return r
+}
+
+// showDraft shows a private chat's draft frame through sendMessageDraft,
+// unless its stream was sealed (sealedStream).
+func (p *Platform) showDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
+	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
+	if p.sealedStream(ctx, k, a) {
+		return contract.OK("")
 	}
 	preview := textsplit.Split(a.Content, splitRules)[0]
 	params := &bot.SendMessageDraftParams{
 		ChatID:          chat,
 		MessageThreadID: topicThread(a.Metadata.ThreadID),
-		DraftID:         strconv.FormatInt(p.wireDraftID(draftKey{tenant: tenant, chat: chat, draft: a.DraftID}), 10),
+		DraftID:         strconv.FormatInt(p.wireDraftID(k), 10),
 		Text:            renderMarkdownV2(preview),
 		ParseMode:       models.ParseModeMarkdown,
 	}
@@ -345,16 +399,12 @@ func (p *Platform) draft(ctx context.Context, tenant string, chat int64, a *cont
 // sealRetryWindow, on any instance sharing the store, shows nothing.
 func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
-	if _, ok := p.recentSeal(k); ok {
-		return contract.OK("")
-	}
-	if s, ok := p.storedSeal(ctx, k); ok {
-		p.sealed.Add(k, s)
+	if p.sealedStream(ctx, k, a) {
 		return contract.OK("")
 	}
 	pv := p.openPreview(k, a)
 	defer pv.mu.Unlock()
-	if _, ok := p.recentSeal(k); ok { // sealed here while this frame waited
+	if s, ok := p.recentSeal(k); ok && s.Turn == draftTurn(a) { // sealed here while this frame waited
 		p.closePreview(k, pv)
 		return contract.OK("")
 	}
@@ -412,7 +462,8 @@ func (p *Platform) editText(ctx context.Context, tenant string, chat int64, id i
 // part's id. In a group chat the stream's preview (shown by any instance
 // sharing the store: adoptPreview) becomes that first part, and its record
 // says so; the seal holds the preview (one made if there is none) until it
-// is recorded, so a frame racing it shows nothing.
+// is recorded, so a frame racing it shows nothing (and, once it is, does
+// not wait for the rest of the parts).
 func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *contract.Action) contract.Result {
 	k := draftKey{tenant: tenant, chat: chat, draft: a.DraftID}
 	if id, ok := p.resealed(ctx, k, a); ok {
@@ -421,7 +472,12 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 	parts := textsplit.Split(a.Content, splitRules)
 	if chat < 0 { // holding the preview: a frame waiting for it then finds the seal (showPreview)
 		pv := p.openPreview(k, a)
-		defer pv.mu.Unlock()
+		held := true
+		defer func() {
+			if held {
+				pv.mu.Unlock()
+			}
+		}()
 		if id, ok := p.resealedHere(k, a); ok { // sealed here while this seal waited
 			p.closePreview(k, pv)
 			return contract.OK(id)
@@ -437,6 +493,8 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 				p.storePreview(ctx, k, pv, true) // first, so no instance replaces it as a preview
 				p.seal(ctx, k, a, first)
 				p.closePreview(k, pv)
+				held = false
+				pv.mu.Unlock()
 				if len(parts) > 1 {
 					if _, _, r := p.sendParts(ctx, tenant, chat, a, parts[1:], nil); !r.Success {
 						r.MessageID = first
@@ -463,12 +521,15 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // a native draft. A preview the store records as its stream's reply,
 // sealed on another instance after the gateway reconnected there, is
 // forgotten, not deleted; so is one whose record the store cannot give.
-// Deleting is best effort: a preview that stays is logged.
+// The preview of a's turn that another instance showed is found in the
+// store (replaceStoredPreview). Deleting is best effort: a preview that
+// stays is logged.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
-	if chat > 0 || p.previews.Len() == 0 {
+	if chat > 0 {
 		return
 	}
 	thread, turn := topicThread(a.Metadata.ThreadID), draftTurn(a)
+	here := false // the preview of a's turn is this instance's
 	for _, k := range p.previews.Keys() {
 		if k.tenant != tenant || k.chat != chat {
 			continue
@@ -477,6 +538,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) {
 			continue
 		}
+		here = here || pv.turn == turn
 		pv.mu.Lock()
 		id, open := pv.id, !pv.done
 		if open {
@@ -489,9 +551,41 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		if r, ok, err := p.storedPreview(ctx, k, pv.turn); err != nil || (ok && r.Sealed && r.ID == id) {
 			continue
 		}
-		_, err := p.bot.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chat, MessageID: id})
-		if err != nil && !isBadRequest(err, "message to delete not found") {
-			p.log.Info("telegram draft preview not deleted", "chat_id", chat, "message_id", id, "err", p.errorText(err))
+		p.deletePreview(ctx, chat, id)
+		if p.seals != nil && pv.turn != "" { // best effort, as replaceStoredPreview
+			_ = p.seals.Delete(ctx, turnPreviewKey(tenant, chat, thread, pv.turn))
 		}
+	}
+	if !here && turn != "" && p.seals != nil {
+		p.replaceStoredPreview(ctx, tenant, chat, thread, turn)
+	}
+}
+
+// replaceStoredPreview deletes the open preview the store names for
+// tenant's turn in chat's topic (turnPreviewKey), which another instance
+// showed before the gateway reconnected here, and forgets its name.
+func (p *Platform) replaceStoredPreview(ctx context.Context, tenant string, chat int64, thread int, turn string) {
+	key := turnPreviewKey(tenant, chat, thread, turn)
+	sctx, cancel := context.WithTimeout(ctx, p.cfg.RequestTimeout)
+	defer cancel()
+	raw, ok, err := p.seals.Get(sctx, key)
+	if err != nil {
+		p.log.Warn("telegram draft preview not read from the store", "chat_id", chat, "turn", turn, "err", err)
+	}
+	draft, _ := strconv.ParseInt(string(raw), 10, 64)
+	if !ok || draft == 0 {
+		return
+	}
+	if r, ok, _ := p.storedPreview(ctx, draftKey{tenant: tenant, chat: chat, draft: draft}, turn); ok && !r.Sealed {
+		p.deletePreview(ctx, chat, r.ID)
+	}
+	_ = p.seals.Delete(sctx, key) // best effort: a send of the turn then finds the preview gone
+}
+
+// deletePreview deletes preview message id from chat, logging a failure.
+func (p *Platform) deletePreview(ctx context.Context, chat int64, id int) {
+	_, err := p.bot.DeleteMessage(ctx, &bot.DeleteMessageParams{ChatID: chat, MessageID: id})
+	if err != nil && !isBadRequest(err, "message to delete not found") {
+		p.log.Info("telegram draft preview not deleted", "chat_id", chat, "message_id", id, "err", p.errorText(err))
 	}
 }

@@ -524,3 +524,225 @@ func TestGroupStreamMovingToAnotherInstance(t *testing.T) {
 		})
 	}
 }
+
+// TestLateDMFrameAfterItsSeal: a private chat's stream is sealed, then a
+// late frame of it (sent before the seal, slowed on the way) reaches the
+// instance that sealed it and another sharing the store (a real
+// redis-server). Neither shows it: the reply is out. Only group frames
+// looked for the seal, so a DM's late frame called sendMessageDraft and
+// Telegram showed a stale draft under the reply.
+func TestLateDMFrameAfterItsSeal(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true}); !r.Success {
+		t.Fatalf("seal: %+v", r)
+	}
+	for _, p := range []*Platform{e.p, other} {
+		late := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"}
+		if r := p.Execute(ctx, tenant, &late); !r.Success {
+			t.Fatalf("late frame: %+v", r)
+		}
+	}
+	if n := len(e.fake.Calls("sendMessageDraft")); n != 1 {
+		t.Fatalf("sendMessageDraft called %d times, want the first frame's 1", n)
+	}
+}
+
+// TestGroupSendOnAnotherInstanceReplacesThePreview: a group stream's
+// frames reach one instance, which shows them in a preview message; the
+// gateway then reconnects to another instance sharing the store (a real
+// redis-server) and posts the turn's reply there with send, not a seal.
+// The send deletes the preview, as on the instance that showed it. A send
+// carries no draft_id, so the other instance found no preview to replace
+// and the chat kept the stale preview beside the reply.
+func TestGroupSendOnAnotherInstanceReplacesThePreview(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	turn := "77"
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID = contract.ID(chat)
+		a.Metadata.MessageID = contract.ID(turn)
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+		}
+		return r
+	}
+	act(e.p, contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the ans"})
+	sent := act(other, contract.Action{Op: contract.OpSend, Content: "the answer"})
+	n, _ := strconv.Atoi(sent.MessageID)
+	if msgs := e.fake.Messages(id); len(msgs) != 1 || msgs[n] != "the answer" {
+		t.Fatalf("after the send (message %d) the chat has %v, want the reply alone", n, msgs)
+	}
+	// The next turn's preview is replaced where it was shown; later sends
+	// of either turn, on either instance, have no preview left to delete.
+	turn = "78"
+	act(e.p, contract.Action{Op: contract.OpDraft, DraftID: 2, Content: "the next"})
+	act(e.p, contract.Action{Op: contract.OpSend, Content: "the next answer"})
+	for _, again := range []string{"77", "78"} {
+		turn = again
+		act(other, contract.Action{Op: contract.OpSend, Content: "and one more thing"})
+	}
+	if calls := e.fake.Calls("deleteMessage"); len(calls) != 2 {
+		t.Fatalf("deleteMessage called %d times, want once per preview", len(calls))
+	}
+}
+
+// TestGroupFrameWaitingOnASealOfTwoParts: a late frame of a group stream
+// waits for the preview while the stream's two-part seal edits it into the
+// first part (editMessageText held); the seal then sends the second part
+// (sendMessage held). The frame is answered without waiting for that part:
+// once the seal is recorded the preview is no longer the stream's. The
+// seal held the preview across the rest of its parts, so the frame waited
+// on their sending.
+func TestGroupFrameWaitingOnASealOfTwoParts(t *testing.T) {
+	edit := holdFirst(t, "editMessageText")
+	rest := holdFirst(t, "sendMessage")
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	e := newEnvDeps(t, platform.Deps{Store: st}, func(c *Config) { c.APIServerURL = edit.URL })
+	edit.to(e.fake.URL)
+	var armed atomic.Bool
+	checked := make(chan struct{})
+	e.p.seals = hookedSeals{Capabilities: e.p.seals, onGet: func() {
+		if armed.CompareAndSwap(true, false) {
+			close(checked)
+		}
+	}}
+
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	edit.to(rest.URL) // the seal's calls go on through the second front
+	rest.to(e.fake.URL)
+	sealed := make(chan contract.Result, 1)
+	go func() {
+		content := "the answer " + strings.Repeat("and more ", 600)
+		sealed <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: content, Final: true})
+	}()
+	select {
+	case <-edit.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal edited no preview")
+	}
+	armed.Store(true)
+	late := make(chan contract.Result, 1)
+	go func() {
+		late <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"})
+	}()
+	select {
+	case <-checked:
+	case <-time.After(waitFor):
+		t.Fatal("the late frame did not look for the stream's seal")
+	}
+	edit.release()
+	select {
+	case <-rest.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no second part")
+	}
+	select {
+	case r := <-late:
+		if !r.Success {
+			t.Fatalf("late frame: %+v", r)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the late frame waited for the seal's second part")
+	}
+	rest.release()
+	if r := <-sealed; !r.Success {
+		t.Fatalf("seal: %+v", r)
+	}
+}
+
+// TestNewStreamReusingASealedDraftID: the gateway restarts and numbers its
+// streams from 1 again, so the next turn's stream names the draft_id of a
+// stream sealed a moment before in the same chat. Its frames are shown: a
+// late frame is one of the sealed stream's turn. They were taken for late
+// frames of the sealed stream and showed nothing for 5 minutes. Private
+// chat and group alike.
+func TestNewStreamReusingASealedDraftID(t *testing.T) {
+	for chat, method := range map[string]string{telegramtest.ChatAda: "sendMessageDraft", telegramtest.ChatT2: "editMessageText"} {
+		t.Run(chat, func(t *testing.T) {
+			e := newEnv(t, nil)
+			tenant := testChats[chat]
+			act := func(turn string, a contract.Action) {
+				t.Helper()
+				a.ChatID, a.Metadata.MessageID = contract.ID(chat), contract.ID(turn)
+				if r := e.act(t, tenant, a); !r.Success {
+					t.Fatalf("%q: %+v", a.Content, r)
+				}
+			}
+			act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the ans"})
+			act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the answer", Final: true})
+			before := len(e.fake.Calls(method)) + len(e.fake.Calls("sendMessage"))
+			act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the answ"}) // late: shows nothing
+			act("78", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the next"})
+			act("78", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the next one"})
+			if n := len(e.fake.Calls(method)) + len(e.fake.Calls("sendMessage")) - before; n != 2 {
+				t.Fatalf("the frames after the seal made %d calls, want the new stream's 2", n)
+			}
+		})
+	}
+}
+
+// TestDMSealRacedByItsFrameAndItsRetry: a private chat's seal is sending
+// the reply (sendMessage held) when a frame of the stream sent before it
+// and the seal's retry (the gateway reconnected; the relay runs each op on
+// its own goroutine, and finishes the first) come in. Once the seal is
+// done the frame shows nothing and the retry answers the seal's message.
+// A private chat's stream had no order: the frame re-showed a stale draft
+// under the reply and the retry sent the reply twice.
+func TestDMSealRacedByItsFrameAndItsRetry(t *testing.T) {
+	h := holdFirst(t, "sendMessage")
+	e := newEnv(t, func(c *Config) { c.APIServerURL = h.URL })
+	h.to(e.fake.URL)
+	chat := telegramtest.ChatAda
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	if r := e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the ans"}); !r.Success {
+		t.Fatalf("draft frame: %+v", r)
+	}
+	seal := contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answer", Final: true}
+	sealed := make(chan contract.Result, 2)
+	go func() { sealed <- e.act(t, tenant, seal) }()
+	select {
+	case <-h.held:
+	case <-time.After(waitFor):
+		t.Fatal("the seal sent no message")
+	}
+	late := make(chan contract.Result, 1)
+	go func() {
+		late <- e.act(t, tenant, contract.Action{Op: contract.OpDraft, ChatID: contract.ID(chat), DraftID: 1, Content: "the answ"})
+	}()
+	go func() { sealed <- e.act(t, tenant, seal) }()
+	h.release()
+	first, retry := <-sealed, <-sealed
+	if !first.Success || retry.MessageID != first.MessageID {
+		t.Fatalf("the seal and its retry answered %+v and %+v, want one message", first, retry)
+	}
+	if r := <-late; !r.Success {
+		t.Fatalf("late frame: %+v", r)
+	}
+	if msgs := e.fake.Messages(id); len(msgs) != 1 {
+		t.Fatalf("the chat has %v, want the reply alone", msgs)
+	}
+	if n := len(e.fake.Calls("sendMessageDraft")); n != 1 {
+		t.Fatalf("sendMessageDraft called %d times, want the first frame's 1", n)
+	}
+}

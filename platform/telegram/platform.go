@@ -53,8 +53,11 @@ type Platform struct {
 	seals    store.Capabilities                // every instance's seals and group previews (draft.go), in deps.Store; nil without one
 	previews *lru.Cache[draftKey, *preview]    // open draft streams of group chats
 	drafts   *lru.Cache[wireDraft, draftKey]   // the stream holding each draft id sent to a private chat (wireDraftID)
-	topics   *topicMemory
-	mapping  atomic.Pointer[mapping]
+	// dmStreams runs each private chat stream's frames and seals one at a
+	// time (inStream); it holds the streams with one in flight only.
+	dmStreams *chatorder.Queue[draftKey]
+	topics    *topicMemory
+	mapping   atomic.Pointer[mapping]
 	// seen remembers the last dedupe_window update_ids, so a redelivered
 	// update (a webhook retry, a replayed poll) is dropped, not delivered twice.
 	seen *lru.Cache[int64, struct{}]
@@ -116,6 +119,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 		health:    newHealth("not started"),
 		callbacks: make(chan string, 256),
 		turns:     chatorder.New[int64](0),
+		dmStreams: chatorder.New[draftKey](0),
 	}
 	chats := make([]platform.Binding, 0, len(cfg.Chats))
 	for chat, tenant := range cfg.Chats { // Validate checked the ids
