@@ -416,7 +416,7 @@ func TestIntakeDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
 			return errors.New("the instance is dying")
 		}
 		_, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
-			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: []byte(d.Event.Text), Received: d.Received,
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: d.Event.AppendJSON(nil), Received: d.Received,
 		}})
 		close(stored)
 		if err != nil {
@@ -457,6 +457,49 @@ func TestIntakeDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
 	if _, resumed := b.p.IntakeStats(); resumed != 1 {
 		t.Fatalf("%d intake entries resumed, want 1 (the first was delivered already)", resumed)
 	}
+}
+
+// TestIntakeEntryNotTakenForAnotherDeliveryOfItsMicrosecond: a message of
+// a chat delivered at once, and a thread reply of the same chat received in
+// the same microsecond that went to the intake, whose instance was killed
+// before it was delivered: the restarted instance finds a delivery of that
+// chat and microsecond in the ledger, but of another message (its ts), and
+// delivers the reply rather than taking it for delivered.
+func TestIntakeEntryNotTakenForAnotherDeliveryOfItsMicrosecond(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	a.sink.Check = func(d platform.Delivery) error {
+		if d.Event.Text != "at once" {
+			return errors.New("the instance is dying")
+		}
+		_, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: d.Event.AppendJSON(nil), Received: d.Received,
+		}})
+		return err
+	}
+	// The clock stands still: both are received in the same microsecond.
+	ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "at once")
+	if code, _ := a.post(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvT0", ev)); code != http.StatusOK {
+		t.Fatalf("the message: %d, want 200", code)
+	}
+	if d := a.sink.Next(t); d.Event.Text != "at once" {
+		t.Fatalf("delivered %q, want the message", d.Event.Text)
+	}
+	reply := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "1768490000.000100", "a reply")
+	answered(t, a.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvT1", reply)), "the reply")
+	a.stop()
+	a.stop = func() {}
+	if entries, _, err := st.Registry().List(context.Background(), intakeNamespace); err != nil || len(entries) != 1 {
+		t.Fatalf("intake after the kill: %d entries (%v), want the reply's", len(entries), err)
+	}
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	if d := b.sink.Next(t); d.Event.Text != "a reply" {
+		t.Fatalf("delivery after the restart %q, want the reply", d.Event.Text)
+	}
+	intakeEmpty(t, st)
 }
 
 // blockingLedger is a store whose ledger's Read, once armed, signals
