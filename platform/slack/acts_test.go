@@ -270,6 +270,28 @@ func TestPressOfAPromptPostedOnAnotherInstance(t *testing.T) {
 	}
 }
 
+// TestSlashCommandReplayedOnce: a signed slash command request sent again
+// within the signature's window (a captured request replayed, on this
+// instance or another on the same store) is answered but not delivered
+// again: its trigger_id is claimed once, as a message's ts is.
+func TestSlashCommandReplayedOnce(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	body := slacktest.Command(teamA.ID, chanGeneral, userAda, "/reset", "", e.fake.ResponseURL("r1"))
+	for i := range 2 {
+		if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+			t.Fatalf("copy %d: %d %s", i, code, resp)
+		}
+	}
+	if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", "")); code != http.StatusOK {
+		t.Fatalf("the next command: %d %s", code, resp)
+	}
+	for _, want := range []string{"/reset", "/status"} {
+		if d := e.sink.Next(t); d.Event.Text != want {
+			t.Fatalf("delivered %q, want %q (the replay of /reset not delivered again)", d.Event.Text, want)
+		}
+	}
+}
+
 // TestSlashCommandFollowUp: a slash command is delivered as the native
 // adapter delivers it, acknowledged ephemerally; its response_url stays in
 // the vault under its session and tenant, never in the event; follow_up

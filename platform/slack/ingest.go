@@ -301,7 +301,12 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 		}
 	}
 	err := p.inChatOrder(ctx, c.TeamID+"/"+c.ChannelID, func(ctx context.Context) error {
-		return p.deliver(ctx, tenant, &ev, received)
+		if c.TriggerID == "" {
+			return p.deliver(ctx, tenant, &ev, received)
+		}
+		// Once per trigger_id: a signed request replayed within the
+		// signature's window is not delivered again.
+		return p.once(ctx, "cmd/"+c.TeamID+":"+c.TriggerID, "", func() error { return p.deliver(ctx, tenant, &ev, received) })
 	})
 	if err != nil {
 		return "", err
