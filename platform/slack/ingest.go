@@ -96,12 +96,38 @@ func ownOrDeleted(m *message, env *envelope) bool {
 }
 
 // routable reports whether a tenant takes m by the ownership order alone
-// (no grant recorded): one no tenant takes is not worth an intake entry.
+// (no grant recorded), and its settings alone do not drop it
+// (settingsDrop): one no tenant takes is not worth an intake entry.
 func (p *Platform) routable(m *message) bool {
 	chat := chatOf(m.ev.Channel, m.install)
 	chat.DM = isDM(m.ev)
 	r, ok := p.owners.Load().Route(m.ev.User, chat)
-	return ok && r.Drop == ""
+	return ok && r.Drop == "" && !settingsDrop(m, p.policy(r.Tenant), r.Owner)
+}
+
+// settingsDrop reports whether pol, the settings of the tenant m is routed
+// to (owner: its author linked to it), drop m by themselves, with no marker
+// read and no Slack lookup (normalizer.run decides, with them): an ignored
+// channel, or, outside a 1:1 DM, a message mentioning nobody where
+// strict_mention, or thread_require_mention for a thread reply, asks for a
+// mention, or, for one in no thread, require_mention. Such a message is
+// handled before its 200 as a fast one (its drop fetches nothing), rather
+// than stored in the intake; one it misses only takes an entry.
+func settingsDrop(m *message, pol *policy, owner bool) bool {
+	ev := m.ev
+	if pol.ignoreAll || pol.ignored[ev.Channel] {
+		return true
+	}
+	if owner || isDM(ev) {
+		return false
+	}
+	routing := mentionText(ev.Text, decodeBlocks(ev.Blocks))
+	if strings.Contains(routing, "<@") || pol.mentionPattern(routing) {
+		return false
+	}
+	free := !pol.requireMentionIn[ev.Channel] && (pol.freeResponse[ev.Channel] || !pol.requireMention)
+	reply := ev.ThreadTS != "" && ev.ThreadTS != ev.TS
+	return !free && (pol.strictMention || ev.ThreadTS == "") || pol.threadRequireMention && reply
 }
 
 // intakes reports whether a request of chat goes to the durable intake:

@@ -22,7 +22,8 @@ import (
 // then handled off the request. That is a message or app_mention a tenant
 // takes that has files, or is a thread reply (its thread's context and
 // root images may be fetched: envelopeJob's slow; not the bot's own, nor a
-// deletion: ownOrDeleted), and, so that nothing
+// deletion: ownOrDeleted, nor one its tenant's settings drop by
+// themselves: settingsDrop), and, so that nothing
 // overtakes it, every event, press and slash command of a chat while an
 // entry of that chat is pending on this instance.
 //

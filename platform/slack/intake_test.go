@@ -502,6 +502,66 @@ func TestIntakeEntryNotTakenForAnotherDeliveryOfItsMicrosecond(t *testing.T) {
 	intakeEmpty(t, st)
 }
 
+// intakeWrites is a store counting the intake entries written.
+type intakeWrites struct {
+	store.Store
+	n *atomic.Int64
+}
+
+// Registry implements store.Store.
+func (s intakeWrites) Registry() store.Registry { return countingCAS{s.Store.Registry(), s.n} }
+
+// countingCAS is a Registry counting its CompareAndSwap calls in the
+// intake's namespace.
+type countingCAS struct {
+	store.Registry
+	n *atomic.Int64
+}
+
+// CompareAndSwap implements store.Registry.
+func (r countingCAS) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if namespace == intakeNamespace {
+		r.n.Add(1)
+	}
+	return r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+}
+
+// TestIntakeSkipsWhatTheSettingsDrop: a thread reply without a mention
+// where thread_require_mention asks for one, and a top-level message with
+// files without a mention where require_mention does, are dropped before
+// their 200 as any message is, with no intake entry written; a reply that
+// mentions the bot takes one.
+func TestIntakeSkipsWhatTheSettingsDrop(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	var writes atomic.Int64
+	m := &drops{got: map[string]int{}}
+	on := true
+	e := newEnv(t, func(c *Config) { c.Tenants["t1"] = TenantConfig{ThreadRequireMention: &on} }, &platform.Deps{Store: intakeWrites{st, &writes}, Metrics: m})
+	const thread = "1768490000.000100"
+	e.event(t, teamA, "EvT1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", thread, "no mention"), http.StatusOK)
+	file := fileMessage(chanGeneral, "1768490100.000200", "F0SHOT0001", e.fake.URL+"/files/shot.png")
+	file["text"] = "a shot"
+	e.event(t, teamA, "EvT2", file, http.StatusOK)
+	if n, want := m.count(dropThreadMention), 1; n != want {
+		t.Fatalf("%d dropped %s, want %d", n, dropThreadMention, want)
+	}
+	if n, want := m.count(dropMentionRequired), 1; n != want {
+		t.Fatalf("%d dropped %s, want %d", n, dropMentionRequired, want)
+	}
+	if n := writes.Load(); n != 0 {
+		t.Fatalf("%d intake entries written for messages the settings drop, want none", n)
+	}
+	e.event(t, teamA, "EvT3", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000300", thread, "<@"+teamA.BotUser+"> hi"), http.StatusOK)
+	if d := e.sink.Next(t); d.Event.Text != "hi" {
+		t.Fatalf("delivered %q, want the mentioned reply", d.Event.Text)
+	}
+	if n := writes.Load(); n != 1 {
+		t.Fatalf("%d intake entries written, want the mentioned reply's", n)
+	}
+	intakeEmpty(t, st)
+}
+
 // blockingLedger is a store whose ledger's Read, once armed, signals
 // reading and waits for release.
 type blockingLedger struct {
