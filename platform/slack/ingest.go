@@ -3,6 +3,7 @@ package slack
 import (
 	"cmp"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -322,8 +323,13 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	if c.ResponseURL != "" && ev.MessageType == "command" {
 		k := vault.Key{Tenant: tenant, SessionKey: p.deps.Key(tenant, &ev.Source), Kind: vault.KindSlackResponseURL}
 		ref := responseRef{team: c.TeamID, channel: c.ChannelID, user: c.UserID}.String()
-		if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.clock.Now()}); err != nil {
-			return "", fmt.Errorf("slack: keep the response_url: %w", err)
+		// A copy of a command kept already (a replayed request) leaves
+		// it as it is: the posts it took stay counted.
+		kept, ok := p.deps.Vault.Get(ctx, k)
+		if !ok || subtle.ConstantTimeCompare([]byte(kept.Value.Reveal()), []byte(c.ResponseURL)) != 1 {
+			if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.clock.Now()}); err != nil {
+				return "", fmt.Errorf("slack: keep the response_url: %w", err)
+			}
 		}
 	}
 	err := p.inChatOrder(ctx, c.TeamID+"/"+c.ChannelID, func(ctx context.Context) error {
