@@ -270,6 +270,47 @@ func TestPressOfAPromptPostedOnAnotherInstance(t *testing.T) {
 	}
 }
 
+// TestSlashCommandReplayedOnce: a signed slash command request sent again
+// within the signature's window (a captured request replayed, on this
+// instance or another on the same store) is answered but not delivered
+// again: its trigger_id is claimed once, as a message's ts is.
+func TestSlashCommandReplayedOnce(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	body := slacktest.Command(teamA.ID, chanGeneral, userAda, "/reset", "", e.fake.ResponseURL("r1"))
+	for i := range 2 {
+		if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+			t.Fatalf("copy %d: %d %s", i, code, resp)
+		}
+	}
+	if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", "")); code != http.StatusOK {
+		t.Fatalf("the next command: %d %s", code, resp)
+	}
+	for _, want := range []string{"/reset", "/status"} {
+		if d := e.sink.Next(t); d.Event.Text != want {
+			t.Fatalf("delivered %q, want %q (the replay of /reset not delivered again)", d.Event.Text, want)
+		}
+	}
+}
+
+// TestSlashCommandReplayKeepsItsResponseURLUse: a replayed slash command
+// request does not store its response_url again: the posts the first copy's
+// replies took stay counted (Slack takes five per response_url).
+func TestSlashCommandReplayKeepsItsResponseURLUse(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	body := slacktest.Command(teamA.ID, chanGeneral, userAda, "/model", "gpt-5", e.fake.ResponseURL("r1"))
+	if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+		t.Fatalf("%d %s", code, resp)
+	}
+	d := e.sink.Next(t)
+	e.p.usedResponseURL(t.Context(), "t1", d.SessionKey, 3)
+	if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+		t.Fatalf("the replay: %d %s", code, resp)
+	}
+	if ref, _, ok := e.p.takeResponseURL(t.Context(), "t1", d.SessionKey); !ok || ref.used != 3 {
+		t.Fatalf("after the replay the response_url is kept %v with %d posts used, want 3", ok, ref.used)
+	}
+}
+
 // TestSlashCommandFollowUp: a slash command is delivered as the native
 // adapter delivers it, acknowledged ephemerally; its response_url stays in
 // the vault under its session and tenant, never in the event; follow_up

@@ -6,7 +6,8 @@ import (
 )
 
 // This file keeps Slack's duplicates out: a retried delivery
-// (X-Slack-Retry-Num, a Socket Mode redelivery), a press seen twice,
+// (X-Slack-Retry-Num, a Socket Mode redelivery), a press seen twice, a
+// slash command request replayed (its trigger_id),
 // and the message and app_mention events one mention produces (they share
 // the message's team, channel and ts: the native dedupe key "<team>:<ts>"
 // qualified by the channel, as a ts is unique in its channel only; for

@@ -141,6 +141,7 @@ func slashFromFields(get func(string) string) slashCommand {
 		SlashCommand: slack.SlashCommand{
 			TeamID: get("team_id"), ChannelID: get("channel_id"), UserID: get("user_id"), UserName: get("user_name"),
 			Command: get("command"), Text: get("text"), ResponseURL: get("response_url"), APIAppID: get("api_app_id"),
+			TriggerID: get("trigger_id"),
 		},
 		thread: cmp.Or(get("thread_ts"), get("message_ts")),
 	}

@@ -3,6 +3,7 @@ package slack
 import (
 	"cmp"
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,12 +97,38 @@ func ownOrDeleted(m *message, env *envelope) bool {
 }
 
 // routable reports whether a tenant takes m by the ownership order alone
-// (no grant recorded): one no tenant takes is not worth an intake entry.
+// (no grant recorded), and its settings alone do not drop it
+// (settingsDrop): one no tenant takes is not worth an intake entry.
 func (p *Platform) routable(m *message) bool {
 	chat := chatOf(m.ev.Channel, m.install)
 	chat.DM = isDM(m.ev)
 	r, ok := p.owners.Load().Route(m.ev.User, chat)
-	return ok && r.Drop == ""
+	return ok && r.Drop == "" && !settingsDrop(m, p.policy(r.Tenant), r.Owner)
+}
+
+// settingsDrop reports whether pol, the settings of the tenant m is routed
+// to (owner: its author linked to it), drop m by themselves, with no marker
+// read and no Slack lookup (normalizer.run decides, with them): an ignored
+// channel, or, outside a 1:1 DM, a message mentioning nobody where
+// strict_mention, or thread_require_mention for a thread reply, asks for a
+// mention, or, for one in no thread, require_mention. Such a message is
+// handled before its 200 as a fast one (its drop fetches nothing), rather
+// than stored in the intake; one it misses only takes an entry.
+func settingsDrop(m *message, pol *policy, owner bool) bool {
+	ev := m.ev
+	if pol.ignoreAll || pol.ignored[ev.Channel] {
+		return true
+	}
+	if owner || isDM(ev) {
+		return false
+	}
+	routing := mentionText(ev.Text, decodeBlocks(ev.Blocks))
+	if strings.Contains(routing, "<@") || pol.mentionPattern(routing) {
+		return false
+	}
+	free := !pol.requireMentionIn[ev.Channel] && (pol.freeResponse[ev.Channel] || !pol.requireMention)
+	reply := ev.ThreadTS != "" && ev.ThreadTS != ev.TS
+	return !free && (pol.strictMention || ev.ThreadTS == "") || pol.threadRequireMention && reply
 }
 
 // intakes reports whether a request of chat goes to the durable intake:
@@ -296,12 +323,22 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 	if c.ResponseURL != "" && ev.MessageType == "command" {
 		k := vault.Key{Tenant: tenant, SessionKey: p.deps.Key(tenant, &ev.Source), Kind: vault.KindSlackResponseURL}
 		ref := responseRef{team: c.TeamID, channel: c.ChannelID, user: c.UserID}.String()
-		if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.clock.Now()}); err != nil {
-			return "", fmt.Errorf("slack: keep the response_url: %w", err)
+		// A copy of a command kept already (a replayed request) leaves
+		// it as it is: the posts it took stay counted.
+		kept, ok := p.deps.Vault.Get(ctx, k)
+		if !ok || subtle.ConstantTimeCompare([]byte(kept.Value.Reveal()), []byte(c.ResponseURL)) != 1 {
+			if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.clock.Now()}); err != nil {
+				return "", fmt.Errorf("slack: keep the response_url: %w", err)
+			}
 		}
 	}
 	err := p.inChatOrder(ctx, c.TeamID+"/"+c.ChannelID, func(ctx context.Context) error {
-		return p.deliver(ctx, tenant, &ev, received)
+		if c.TriggerID == "" {
+			return p.deliver(ctx, tenant, &ev, received)
+		}
+		// Once per trigger_id: a signed request replayed within the
+		// signature's window is not delivered again.
+		return p.once(ctx, "cmd/"+c.TeamID+":"+c.TriggerID, "", func() error { return p.deliver(ctx, tenant, &ev, received) })
 	})
 	if err != nil {
 		return "", err

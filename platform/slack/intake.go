@@ -22,7 +22,8 @@ import (
 // then handled off the request. That is a message or app_mention a tenant
 // takes that has files, or is a thread reply (its thread's context and
 // root images may be fetched: envelopeJob's slow; not the bot's own, nor a
-// deletion: ownOrDeleted), and, so that nothing
+// deletion: ownOrDeleted, nor one its tenant's settings drop by
+// themselves: settingsDrop), and, so that nothing
 // overtakes it, every event, press and slash command of a chat while an
 // entry of that chat is pending on this instance.
 //
@@ -496,8 +497,11 @@ func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
 				return nil, err
 			}
 			for _, r := range recs {
-				if r.Platform == platformName {
-					held[ledgerName(r.ChatID, r.Received)] = true
+				var ev struct {
+					MessageID string `json:"message_id"`
+				}
+				if r.Platform == platformName && json.Unmarshal(r.Payload, &ev) == nil {
+					held[ledgerName(r.ChatID, r.Received, ev.MessageID)] = true
 				}
 				after = r.Seq
 			}
@@ -509,17 +513,47 @@ func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
 	return held, nil
 }
 
-// ledgerName names a delivery of chat id chatID received at received: an
-// entry's delivery carries its chat's channel and the entry's received
-// time, which the ledger keeps to the microsecond.
-func ledgerName(chatID string, received time.Time) string {
-	return chatID + "/" + strconv.FormatInt(received.UnixMicro(), 10)
+// ledgerName names a delivery of chat id chatID received at received,
+// of message id message: an entry's delivery carries its chat's channel,
+// the entry's received time, which the ledger keeps to the microsecond,
+// and its message's id (entryMessage), which tells it from another
+// delivery of its chat received in the same microsecond.
+func ledgerName(chatID string, received time.Time, message string) string {
+	return chatID + "/" + strconv.FormatInt(received.UnixMicro(), 10) + "/" + message
+}
+
+// entryMessage is the message id the delivery of entry rec carries: a
+// message's ts (an edit's, the edited message's), a reaction turn's, a
+// prompt press's action ts; "" for a slash command, and for a body that
+// names none.
+func entryMessage(rec intakeRecord) string {
+	switch rec.Route {
+	case routeEvents:
+		var env envelope
+		var ev wireEvent
+		if decodeEnvelope(rec.Body, &env) != nil || env.InnerEvent == nil || json.Unmarshal(*env.InnerEvent, &ev) != nil {
+			return ""
+		}
+		if ev.Item != nil && (ev.Type == "reaction_added" || ev.Type == "reaction_removed") {
+			return reactionTS(&ev)
+		}
+		if m, ok := newMessage(&env, &ev); ok {
+			return m.ev.TS
+		}
+	case routeInteractions:
+		if ic, ok := interactionOf(rec.Body); ok {
+			if pr, ok := pressOf(&ic); ok {
+				return pr.actionTS
+			}
+		}
+	}
+	return ""
 }
 
 // deliveredBefore reports whether entry key of chat, the first of its chat
 // a sweep took, was delivered already: the ledger (stored, read before the
-// sweep queues anything) holds a delivery of its chat received when it
-// was. An instance killed after the relay stored an entry's delivery,
+// sweep queues anything) holds a delivery of its chat and message received
+// when it was. An instance killed after the relay stored an entry's delivery,
 // before it deleted the entry, leaves both; the entry is then deleted (its
 // claim released) rather than delivered again. One whose deletion fails is
 // let go too, for the next sweep.
@@ -530,7 +564,7 @@ func ledgerName(chatID string, received time.Time) string {
 // entry is delivered again (at least once).
 func (p *Platform) deliveredBefore(ctx context.Context, key, chat string, rec intakeRecord, stored map[string]bool) bool {
 	_, channel, _ := strings.Cut(chat, "/")
-	if !stored[ledgerName(channel, time.Unix(0, rec.Received))] {
+	if !stored[ledgerName(channel, time.Unix(0, rec.Received), entryMessage(rec))] {
 		return false
 	}
 	defer p.intake.done(key, chat)

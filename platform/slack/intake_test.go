@@ -416,7 +416,7 @@ func TestIntakeDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
 			return errors.New("the instance is dying")
 		}
 		_, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
-			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: []byte(d.Event.Text), Received: d.Received,
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: d.Event.AppendJSON(nil), Received: d.Received,
 		}})
 		close(stored)
 		if err != nil {
@@ -457,6 +457,109 @@ func TestIntakeDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
 	if _, resumed := b.p.IntakeStats(); resumed != 1 {
 		t.Fatalf("%d intake entries resumed, want 1 (the first was delivered already)", resumed)
 	}
+}
+
+// TestIntakeEntryNotTakenForAnotherDeliveryOfItsMicrosecond: a message of
+// a chat delivered at once, and a thread reply of the same chat received in
+// the same microsecond that went to the intake, whose instance was killed
+// before it was delivered: the restarted instance finds a delivery of that
+// chat and microsecond in the ledger, but of another message (its ts), and
+// delivers the reply rather than taking it for delivered.
+func TestIntakeEntryNotTakenForAnotherDeliveryOfItsMicrosecond(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	a.sink.Check = func(d platform.Delivery) error {
+		if d.Event.Text != "at once" {
+			return errors.New("the instance is dying")
+		}
+		_, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: d.Event.AppendJSON(nil), Received: d.Received,
+		}})
+		return err
+	}
+	// The clock stands still: both are received in the same microsecond.
+	ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000100", "", "at once")
+	if code, _ := a.post(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvT0", ev)); code != http.StatusOK {
+		t.Fatalf("the message: %d, want 200", code)
+	}
+	if d := a.sink.Next(t); d.Event.Text != "at once" {
+		t.Fatalf("delivered %q, want the message", d.Event.Text)
+	}
+	reply := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "1768490000.000100", "a reply")
+	answered(t, a.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvT1", reply)), "the reply")
+	a.stop()
+	a.stop = func() {}
+	if entries, _, err := st.Registry().List(context.Background(), intakeNamespace); err != nil || len(entries) != 1 {
+		t.Fatalf("intake after the kill: %d entries (%v), want the reply's", len(entries), err)
+	}
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	if d := b.sink.Next(t); d.Event.Text != "a reply" {
+		t.Fatalf("delivery after the restart %q, want the reply", d.Event.Text)
+	}
+	intakeEmpty(t, st)
+}
+
+// intakeWrites is a store counting the intake entries written.
+type intakeWrites struct {
+	store.Store
+	n *atomic.Int64
+}
+
+// Registry implements store.Store.
+func (s intakeWrites) Registry() store.Registry { return countingCAS{s.Store.Registry(), s.n} }
+
+// countingCAS is a Registry counting its CompareAndSwap calls in the
+// intake's namespace.
+type countingCAS struct {
+	store.Registry
+	n *atomic.Int64
+}
+
+// CompareAndSwap implements store.Registry.
+func (r countingCAS) CompareAndSwap(ctx context.Context, namespace, key string, old, value []byte) (bool, error) {
+	if namespace == intakeNamespace {
+		r.n.Add(1)
+	}
+	return r.Registry.CompareAndSwap(ctx, namespace, key, old, value)
+}
+
+// TestIntakeSkipsWhatTheSettingsDrop: a thread reply without a mention
+// where thread_require_mention asks for one, and a top-level message with
+// files without a mention where require_mention does, are dropped before
+// their 200 as any message is, with no intake entry written; a reply that
+// mentions the bot takes one.
+func TestIntakeSkipsWhatTheSettingsDrop(t *testing.T) {
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	var writes atomic.Int64
+	m := &drops{got: map[string]int{}}
+	on := true
+	e := newEnv(t, func(c *Config) { c.Tenants["t1"] = TenantConfig{ThreadRequireMention: &on} }, &platform.Deps{Store: intakeWrites{st, &writes}, Metrics: m})
+	const thread = "1768490000.000100"
+	e.event(t, teamA, "EvT1", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000100", thread, "no mention"), http.StatusOK)
+	file := fileMessage(chanGeneral, "1768490100.000200", "F0SHOT0001", e.fake.URL+"/files/shot.png")
+	file["text"] = "a shot"
+	e.event(t, teamA, "EvT2", file, http.StatusOK)
+	if n, want := m.count(dropThreadMention), 1; n != want {
+		t.Fatalf("%d dropped %s, want %d", n, dropThreadMention, want)
+	}
+	if n, want := m.count(dropMentionRequired), 1; n != want {
+		t.Fatalf("%d dropped %s, want %d", n, dropMentionRequired, want)
+	}
+	if n := writes.Load(); n != 0 {
+		t.Fatalf("%d intake entries written for messages the settings drop, want none", n)
+	}
+	e.event(t, teamA, "EvT3", slacktest.MessageEvent(teamA.ID, chanGeneral, userAda, "1768490100.000300", thread, "<@"+teamA.BotUser+"> hi"), http.StatusOK)
+	if d := e.sink.Next(t); d.Event.Text != "hi" {
+		t.Fatalf("delivered %q, want the mentioned reply", d.Event.Text)
+	}
+	if n := writes.Load(); n != 1 {
+		t.Fatalf("%d intake entries written, want the mentioned reply's", n)
+	}
+	intakeEmpty(t, st)
 }
 
 // blockingLedger is a store whose ledger's Read, once armed, signals

@@ -41,6 +41,12 @@ var reactionEmoji = map[string]string{
 	"eyes": "👀", "rocket": "🚀", "tada": "🎉", "fire": "🔥", "wave": "👋",
 }
 
+// reactionTS is the ts of the message reaction event ev (its item set)
+// makes.
+func reactionTS(ev *wireEvent) string {
+	return cmp.Or(ev.EventTS, fmt.Sprintf("reaction-%s-%s-%s", ev.Item.TS, ev.Reaction, ev.User))
+}
+
 // reactionTurn reads reaction event ev (of envelope env, in workspace
 // team, whose bot user is bot) into the message it makes under the
 // tenant's policy pol, or says why it makes none. look reads the
@@ -75,7 +81,7 @@ func reactionTurn(ctx context.Context, look lookups, env *envelope, ev *wireEven
 		Type: "message", User: ev.User, Channel: item.Channel, ThreadTS: thread, TeamID: team,
 		// ev.Type is reaction_added or reaction_removed.
 		Text: "reaction:" + strings.TrimPrefix(ev.Type, "reaction_") + ":" + cmp.Or(reactionEmoji[ev.Reaction], ev.Reaction),
-		TS:   cmp.Or(ev.EventTS, fmt.Sprintf("reaction-%s-%s-%s", item.TS, ev.Reaction, ev.User)),
+		TS:   reactionTS(ev),
 	}
 	m := message{ev: syn, scope: team, install: team, dedupeKey: team + ":" + syn.TS, force: true}
 	if pol.reactionTarget != "" {

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -66,12 +67,16 @@ func MessageEvent(team, channel, user, ts, thread, text string) map[string]any {
 	return ev
 }
 
+// triggers numbers the slash commands Command makes: each has a
+// trigger_id of its own, as Slack gives every invocation.
+var triggers atomic.Uint64
+
 // Command is a slash command's form body.
 func Command(team, channel, user, command, text, responseURL string) []byte {
 	return []byte(url.Values{
 		"token": {"fake-verification-token"}, "team_id": {team}, "channel_id": {channel}, "user_id": {user},
 		"user_name": {"u"}, "command": {command}, "text": {text}, "response_url": {responseURL},
-		"trigger_id": {"1.2.3"}, "api_app_id": {"A0FAKEAPP1"},
+		"trigger_id": {"1.2." + strconv.FormatUint(triggers.Add(1), 10)}, "api_app_id": {"A0FAKEAPP1"},
 	}.Encode())
 }
 
