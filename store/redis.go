@@ -303,7 +303,9 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 	out := make([]Record, 0, len(msgs))
 	for _, m := range msgs {
 		r, err := streamRecord(m)
-		if err != nil {
+		if seq, ok := streamSeq(m.ID); err != nil && ok {
+			return out, fmt.Errorf("store: read tenant %q: %w", tenant, &UnreadableRecord{Seq: seq})
+		} else if err != nil {
 			return nil, fmt.Errorf("store: read tenant %q: entry %s: %w", tenant, m.ID, err)
 		}
 		out = append(out, r)
