@@ -25,7 +25,8 @@ type Metrics interface {
 	// "dropped_unknown_tenant", "dropped_oversized", "truncated", and for
 	// buffered entries dropped later "dropped_overflow" (over the tenant's
 	// bounds), "dropped_total" (over the bound across tenants),
-	// "dropped_expired" (older than the age bound).
+	// "dropped_expired" (older than the age bound), "dropped_malformed" (a
+	// stored record that does not decode; platform empty).
 	Inbound(platform, tenant, outcome string)
 	// Delivered records the time from platform receipt to the frame being
 	// handed to a gateway connection's writer, or sent to its instance

@@ -303,7 +303,9 @@ func (l redisLedger) Read(ctx context.Context, tenant string, afterSeq uint64, m
 	out := make([]Record, 0, len(msgs))
 	for _, m := range msgs {
 		r, err := streamRecord(m)
-		if err != nil {
+		if seq, ok := streamSeq(m.ID); err != nil && ok {
+			return out, fmt.Errorf("store: read tenant %q: %w", tenant, &UnreadableRecord{Seq: seq})
+		} else if err != nil {
 			return nil, fmt.Errorf("store: read tenant %q: entry %s: %w", tenant, m.ID, err)
 		}
 		out = append(out, r)
@@ -427,7 +429,9 @@ func redisInt(cmd redis.Cmder) (int64, error) {
 
 // trimScript is trimRule.drop over the stream, oldest first: ARGV are the
 // max entries, max bytes and the cutoff in Unix µs (0: none). It returns
-// {id, kind, platform, bytes, received} per dropped entry.
+// {id, kind, platform, bytes, received} per dropped entry. An entry whose
+// receipt time does not decode (another program or version wrote it) is
+// older than any cutoff: no instance can read it (Read).
 var trimScript = redis.NewScript(`
 local maxN, maxB, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local n = redis.call('XLEN', KEYS[1])
@@ -441,7 +445,7 @@ while not done and n > 0 do
   for _, e in ipairs(es) do
     local f, v = e[2], {}
     for j = 1, #f, 2 do v[f[j]] = f[j + 1] end
-    local size, r = string.len(v['d'] or ''), tonumber(v['r'] or '0')
+    local size, r = string.len(v['d'] or ''), tonumber(v['r'] or '0') or 0
     if not ((maxN > 0 and n > maxN) or (maxB > 0 and b > maxB) or (cutoff ~= 0 and r < cutoff)) then
       done = true
       break
@@ -489,12 +493,18 @@ func trimmedEntry(row any) (Dropped, bool) {
 	size, _ := f[3].(int64)
 	received, _ := f[4].(string)
 	seq, ok := streamSeq(id)
-	k, err1 := strconv.ParseUint(kind, 10, 8)
-	r, err2 := strconv.ParseInt(received, 10, 64)
-	if !ok || err1 != nil || err2 != nil {
+	if !ok {
 		return Dropped{}, false
 	}
-	return Dropped{Seq: seq, Kind: uint8(k), Platform: platform, Bytes: int(size), Received: time.UnixMicro(r)}, true
+	// A kind or receipt time that does not decode (another program or
+	// version wrote it; the script took such a record as expired) is
+	// reported as zero: the record is gone either way.
+	k, _ := strconv.ParseUint(kind, 10, 8)
+	d := Dropped{Seq: seq, Kind: uint8(k), Platform: platform, Bytes: int(size)}
+	if r, err := strconv.ParseInt(received, 10, 64); err == nil {
+		d.Received = time.UnixMicro(r)
+	}
+	return d, true
 }
 
 func (l redisLedger) Stats(ctx context.Context, tenant string) (Stats, error) {

@@ -107,7 +107,9 @@ type Ledger interface {
 	// and its commit returns nil.
 	Stage(ctx context.Context, tenant string, recs []Record) (seqs []uint64, commit func() error, err error)
 	// Read returns up to max (> 0) of tenant's records with a sequence
-	// number above afterSeq, in sequence order.
+	// number above afterSeq, in sequence order. At a record that does not
+	// decode the redis backend stops and returns those before it with an
+	// *UnreadableRecord.
 	Read(ctx context.Context, tenant string, afterSeq uint64, max int) ([]Record, error)
 	// Ack removes tenant's records with the given sequence numbers and
 	// reports how many it removed. Unknown numbers (acknowledged before,
@@ -355,6 +357,22 @@ var (
 	// until it expires.
 	ErrNotReplicated = errors.New("store: write not acknowledged by enough replicas")
 )
+
+// UnreadableRecord is the error, wrapped, of a Ledger.Read that met a
+// stored record that does not decode (a field another program or version
+// wrote into a redis stream): Read returns the records before it with this
+// error, so the caller can pass over Seq and remove it (Ack) instead of
+// stopping there for good. It wraps the store's corrupt-value error.
+type UnreadableRecord struct {
+	// Seq is the record's sequence number.
+	Seq uint64
+}
+
+func (e *UnreadableRecord) Error() string {
+	return fmt.Sprintf("record %d: %v", e.Seq, errCorrupt)
+}
+
+func (e *UnreadableRecord) Unwrap() error { return errCorrupt }
 
 // claimPrefix puts the memory and embedded backends' claims beside their
 // capabilities, where no vault key can start (those start "vault/").

@@ -152,6 +152,8 @@ const (
 	DroppedOverflow = "dropped_overflow" // over the tenant's entries or bytes bound
 	DroppedTotal    = "dropped_total"    // over the bytes bound across tenants
 	DroppedExpired  = "dropped_expired"  // older than MaxAge
+	// DroppedMalformed is a stored record that does not decode.
+	DroppedMalformed = "dropped_malformed"
 )
 
 // Metrics receives the ledger's measurements; relay.Metrics satisfies it.
@@ -1088,10 +1090,11 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	n := 0
 	for {
 		recs, err := p.cfg.Store.Read(ctx, l.tenant, l.readPos, recoverBatch)
-		if err != nil {
+		var bad *store.UnreadableRecord
+		if err != nil && !errors.As(err, &bad) {
 			return n, err
 		}
-		if len(recs) == 0 {
+		if len(recs) == 0 && bad == nil {
 			break
 		}
 		entries := make([]*entry, len(recs))
@@ -1120,11 +1123,18 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 				n++
 			}
 		}
+		if bad != nil {
+			l.dropUnreadableLocked(bad.Seq)
+		}
 		l.boundLocked()
 		l.dispatchLocked()
 		l.noteUnservedLocked(entries...) // it passes over those not inserted
 		p.cfg.Metrics.Buffered(l.tenant, len(l.byID))
 		l.mu.Unlock()
+		if bad != nil {
+			l.readPos = bad.Seq
+			continue
+		}
 		l.readPos = recs[len(recs)-1].Seq
 		if len(recs) < recoverBatch {
 			break
@@ -1134,6 +1144,17 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 		p.boundTotal()
 	}
 	return n, nil
+}
+
+// dropUnreadableLocked logs and counts (DroppedMalformed) the stored
+// record seq that does not decode, which no instance can deliver, and
+// queues its removal from the store, under mu.
+func (l *Ledger) dropUnreadableLocked(seq uint64) {
+	cfg := &l.pool.cfg
+	l.queueRemovalLocked(seq)
+	cfg.Metrics.Inbound("", l.tenant, DroppedMalformed)
+	cfg.Log.Warn("buffered inbound dropped", "reason", DroppedMalformed,
+		"tenant", l.tenant, "buffer_id", cfg.IDPrefix+strconv.FormatUint(seq, 10))
 }
 
 // SetSince has the ledger's tenant begin at t (when the tenant was

@@ -1,0 +1,129 @@
+package ledger
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"connector/internal/clock/clocktest"
+	"connector/internal/redistest"
+	"connector/store"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisRig is a pool of ledgers on a store on a real redis-server, with a
+// client to that server to write records as another program would.
+type redisRig struct {
+	store   store.Store
+	pool    *Pool
+	metrics *fakeMetrics
+	client  *redis.Client
+}
+
+func newRedisRig(t *testing.T, mod func(*Config)) *redisRig {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	m := &fakeMetrics{outcomes: make(map[string]int)}
+	cfg := testConfig(st.Ledger(), clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), m)
+	if mod != nil {
+		mod(&cfg)
+	}
+	p := NewPool(cfg)
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return &redisRig{store: st, pool: p, metrics: m, client: srv.Client(t)}
+}
+
+// append stores a record of tenant with payload text.
+func (r *redisRig) append(t *testing.T, tenant, session, text string) {
+	t.Helper()
+	if _, err := r.store.Ledger().Append(context.Background(), tenant, []store.Record{{Platform: "discord", SessionKey: session, Payload: []byte(text)}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// appendRaw stores a record of tenant with the stream fields values, with
+// the next seq, as another program or version would.
+func (r *redisRig) appendRaw(t *testing.T, tenant string, values ...any) {
+	t.Helper()
+	ctx := context.Background()
+	seq, err := r.client.Incr(ctx, "connector:seq:{"+tenant+"}").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.client.SAdd(ctx, "connector:ledgers", tenant).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.client.XAdd(ctx, &redis.XAddArgs{Stream: "connector:log:{" + tenant + "}", ID: "0-" + strconv.FormatInt(seq, 10), Values: values}).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stored returns the payloads the store holds for tenant, after writing
+// the queued removals.
+func (r *redisRig) stored(t *testing.T, tenant string) []string {
+	t.Helper()
+	ctx := context.Background()
+	r.pool.Flush(ctx)
+	recs, err := r.store.Ledger().Read(ctx, tenant, 0, 10)
+	if err != nil {
+		t.Fatalf("%s's records: %v", tenant, err)
+	}
+	got := make([]string, len(recs))
+	for i, rec := range recs {
+		got[i] = string(rec.Payload)
+	}
+	return got
+}
+
+// A stored record that does not decode (a field another program or
+// version wrote: here a generation g that is not a number) is passed over,
+// logged and counted as dropped_malformed and removed from the store,
+// on real Redis: the tenant's records before and after it are delivered.
+// It stalled the tenant's reads for good before (every Read failed at it,
+// and Recover failed the start).
+func TestTailPassesOverARecordThatDoesNotDecode(t *testing.T) {
+	ctx := context.Background()
+	r := newRedisRig(t, nil)
+	l := r.pool.Ledger("t1")
+	r.append(t, "t1", "s1", "before")
+	r.appendRaw(t, "t1", "k", "1", "p", "discord", "s", "s1", "c", "", "r", "1767323045000000", "d", "bad", "g", "x")
+	r.append(t, "t1", "s2", "after")
+
+	n, err := r.pool.Recover(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("Recover took in %d (%v), want 2", n, err)
+	}
+	cons := &fakeConsumer{}
+	l.Serve(cons, "discord")
+	want(t, "delivered", payloads(cons.take()), "before", "after")
+	if got := r.metrics.count("dropped_malformed"); got != 1 {
+		t.Fatalf("counted %d dropped_malformed, want 1", got)
+	}
+	want(t, "stored", r.stored(t, "t1"), "before", "after")
+}
+
+// The age sweep drops a stored record whose receipt time does not decode
+// (a tenant no ledger reads, so Tail does not drop it) as expired, and
+// trims past it, on real Redis. Its trim failed on it before at every
+// sweep, for good, and the records after it never aged out.
+func TestSweepDropsARecordWhoseReceiptTimeDoesNotDecode(t *testing.T) {
+	r := newRedisRig(t, func(c *Config) { c.MaxAge, c.SweepEvery = time.Hour, 24*time.Hour })
+	old := strconv.FormatInt(time.Now().Add(-2*time.Hour).UnixMicro(), 10)
+	r.appendRaw(t, "t2", "k", "1", "p", "discord", "s", "s1", "c", "", "r", "x", "d", "bad")
+	r.appendRaw(t, "t2", "k", "1", "p", "discord", "s", "s1", "c", "", "r", old, "d", "old")
+	r.append(t, "t2", "s1", "new")
+	if err := r.pool.Sweep(context.Background()); err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	want(t, "stored", r.stored(t, "t2"), "new")
+	if got := r.metrics.count(DroppedExpired); got != 2 {
+		t.Fatalf("counted %d dropped_expired, want 2", got)
+	}
+}
