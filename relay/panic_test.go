@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/platform"
@@ -21,7 +22,7 @@ type panickyPlatform struct {
 	panicked *atomic.Bool
 }
 
-func (p panickyPlatform) ObserveHello(_, gatewayID string, _ *contract.GatewayFrame) {
+func (p panickyPlatform) ObserveHello(_ string, _ time.Time, gatewayID string, _ *contract.GatewayFrame) {
 	if gatewayID == p.victim && p.panicked.CompareAndSwap(false, true) {
 		panic("a bug in hello handling")
 	}
