@@ -126,6 +126,21 @@ func (c *cache) putGuild(id, name string) {
 	c.guildMu.Unlock()
 }
 
+// dropGuild forgets a guild the bot left, its channels and threads with
+// it: they belong to no tenant (ChatTenant) until a GUILD_CREATE brings
+// the guild back.
+func (c *cache) dropGuild(id string) {
+	c.guildMu.Lock()
+	delete(c.guilds, id)
+	c.guildMu.Unlock()
+	for _, k := range c.chans.Keys() {
+		if ci, ok := c.chans.Peek(k); ok && ci.GuildID == id {
+			c.chans.Remove(k)
+			c.leave(k)
+		}
+	}
+}
+
 func (c *cache) join(threadID string) {
 	if threadID != "" {
 		c.joined.Add(threadID, struct{}{})

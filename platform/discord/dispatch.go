@@ -81,6 +81,7 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 			Unavailable bool   `json:"unavailable"`
 		}
 		if json.Unmarshal(raw, &g) == nil && !g.Unavailable { // the bot left it (not an outage)
+			p.cache.dropGuild(g.ID)
 			p.cmds.guildLeft(g.ID)
 		}
 	case "CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE":
