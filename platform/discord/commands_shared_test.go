@@ -565,3 +565,30 @@ func TestHelloBeforeThePlatformsApplyOfTheRemadeTenant(t *testing.T) {
 		})
 	})
 }
+
+// TestRemadeTenantGetsNoEarlierChannelContext: guild chatter the earlier
+// t2 held back as channel context must not reach t2 made again under its
+// id (it was received before the new t2's creation), while chatter held
+// for the new t2 still does.
+func TestRemadeTenantGetsNoEarlierChannelContext(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
+	chatter := func(id, text string) {
+		e.dispatch(t, "MESSAGE_CREATE", msg(id, chanOther, guildOther, text, false))
+		// Logged once kept.
+		platformtest.WaitUntil(t, "message "+id+" held back as channel context", func() bool {
+			return strings.Contains(e.logs.Text(), "message_id="+id+" reason=not_mentioned")
+		})
+	}
+	chatter("7600", "the earlier t2's chatter")
+	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": again})
+	chatter("7601", "the new t2's chatter")
+	e.dispatch(t, "MESSAGE_CREATE", msg("7602", chanOther, guildOther, "hello", true))
+	d := e.sink.Next(t)
+	if d.Event == nil || len(d.Event.Context) != 1 || d.Event.Context[0].Text != "the new t2's chatter" {
+		t.Fatalf("the new t2's inbound carries context %+v, want its own chatter only", d.Event)
+	}
+}
