@@ -3,6 +3,7 @@ package discord
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 
@@ -126,15 +127,15 @@ func (c *cache) putGuild(id, name string) {
 	c.guildMu.Unlock()
 }
 
-// dropGuild forgets a guild the bot left, its channels and threads with
-// it: they belong to no tenant (ChatTenant) until a GUILD_CREATE brings
-// the guild back.
-func (c *cache) dropGuild(id string) {
+// dropGuilds forgets the guilds the bot is no longer in (gone), their
+// channels and threads with them: they belong to no tenant (ChatTenant)
+// until a GUILD_CREATE brings a guild back.
+func (c *cache) dropGuilds(gone func(guildID string) bool) {
 	c.guildMu.Lock()
-	delete(c.guilds, id)
+	maps.DeleteFunc(c.guilds, func(id, _ string) bool { return gone(id) })
 	c.guildMu.Unlock()
 	for _, k := range c.chans.Keys() {
-		if ci, ok := c.chans.Peek(k); ok && ci.GuildID == id {
+		if ci, ok := c.chans.Peek(k); ok && ci.GuildID != "" && gone(ci.GuildID) {
 			c.chans.Remove(k)
 			c.leave(k)
 		}
