@@ -86,9 +86,11 @@ type Routes interface {
 
 // HelloObserver is implemented by platforms that act on a gateway's hello,
 // such as Discord reconciling the gateway's slash-command manifest. It must
-// return quickly and never fail the handshake.
+// return quickly and never fail the handshake. created is the tenant's
+// creation as the relay served the hello (relay.Tenant.Created), which the
+// relay learns before the platforms do.
 type HelloObserver interface {
-	ObserveHello(tenant, gatewayID string, hello *contract.GatewayFrame)
+	ObserveHello(tenant string, created time.Time, gatewayID string, hello *contract.GatewayFrame)
 }
 
 // Kind says what a Delivery carries.

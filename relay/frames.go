@@ -101,7 +101,10 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 	c.enqueue(frame)
 	c.logs.Log(c.log, slog.LevelInfo, "hello", "platform", name, "bot_id", truncateForLog(string(f.BotID)))
 	if p, ok := c.srv.platforms[name].(platform.HelloObserver); ok {
-		p.ObserveHello(c.hub.id, c.gw.id, &f)
+		c.srv.regMu.RLock()
+		created := c.hub.created
+		c.srv.regMu.RUnlock()
+		p.ObserveHello(c.hub.id, created, c.gw.id, &f)
 	}
 	if name == contract.PlatformRelay {
 		name = ledger.AllPlatforms

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/platform"
@@ -21,7 +22,7 @@ type panickyPlatform struct {
 	panicked *atomic.Bool
 }
 
-func (p panickyPlatform) ObserveHello(_, gatewayID string, _ *contract.GatewayFrame) {
+func (p panickyPlatform) ObserveHello(_ string, _ time.Time, gatewayID string, _ *contract.GatewayFrame) {
 	if gatewayID == p.victim && p.panicked.CompareAndSwap(false, true) {
 		panic("a bug in hello handling")
 	}
@@ -104,5 +105,43 @@ func TestOutboundPanicFailsOnlyItsOp(t *testing.T) {
 	}
 	if res := gw2.Outbound(t, "discord", sendAction("c2", "other tenant")); !res.Success {
 		t.Fatalf("the other tenant's send after the panic: %+v", res)
+	}
+}
+
+// helloRecorder is a fakePlatform that records the creation each hello's
+// tenant had as the relay served it.
+type helloRecorder struct {
+	*fakePlatform
+	created chan time.Time
+}
+
+func (p helloRecorder) ObserveHello(_ string, created time.Time, _ string, _ *contract.GatewayFrame) {
+	p.created <- created
+}
+
+// TestHelloObservedWithTheTenantsCreation: a platform observing hellos is
+// told the tenant's creation as the relay serves it, the relay's view,
+// which a tenant made again under its id reaches before the platforms'
+// (SetTenants), so a hello in between belongs to the new tenant.
+func TestHelloObservedWithTheTenantsCreation(t *testing.T) {
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	p := helloRecorder{newFake("discord", map[string]string{"c1": "t1"}), make(chan time.Time, 4)}
+	tenant := func(created time.Time) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
+	}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: tenant(first), Platforms: []platform.Platform{p}})
+	for _, created := range []time.Time{first, again} {
+		if err := h.Server.SetTenants(tenant(created)); err != nil {
+			t.Fatal(err)
+		}
+		h.Dial(t, "gw1", "s1").Hello(t, "discord", "")
+		select {
+		case got := <-p.created:
+			if !got.Equal(created) {
+				t.Fatalf("hello observed with creation %v, want %v", got, created)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("no hello observed within 10 s")
+		}
 	}
 }

@@ -3,6 +3,7 @@ package discord
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"sync"
 
@@ -124,6 +125,21 @@ func (c *cache) putGuild(id, name string) {
 	c.guildMu.Lock()
 	c.guilds[id] = name
 	c.guildMu.Unlock()
+}
+
+// dropGuilds forgets the guilds the bot is no longer in (gone), their
+// channels and threads with them: they belong to no tenant (ChatTenant)
+// until a GUILD_CREATE brings a guild back.
+func (c *cache) dropGuilds(gone func(guildID string) bool) {
+	c.guildMu.Lock()
+	maps.DeleteFunc(c.guilds, func(id, _ string) bool { return gone(id) })
+	c.guildMu.Unlock()
+	for _, k := range c.chans.Keys() {
+		if ci, ok := c.chans.Peek(k); ok && ci.GuildID != "" && gone(ci.GuildID) {
+			c.chans.Remove(k)
+			c.leave(k)
+		}
+	}
 }
 
 func (c *cache) join(threadID string) {

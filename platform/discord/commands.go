@@ -168,8 +168,11 @@ func newCommandSync(p *Platform) *commandSync {
 
 // ObserveHello implements platform.HelloObserver: a discord hello's
 // command_manifest is validated and scheduled for reconciliation. It never
-// blocks and never fails the handshake.
-func (p *Platform) ObserveHello(tenant, gatewayID string, hello *contract.GatewayFrame) {
+// blocks and never fails the handshake. The manifest is kept as sent for
+// created, the relay's view of the tenant: the platform's (SetTenants)
+// follows it, so a hello between the two of a tenant made again belongs to
+// the new tenant.
+func (p *Platform) ObserveHello(tenant string, created time.Time, gatewayID string, hello *contract.GatewayFrame) {
 	if hello == nil || hello.Platform != platformName || len(hello.CommandManifest) == 0 {
 		return
 	}
@@ -181,7 +184,7 @@ func (p *Platform) ObserveHello(tenant, gatewayID string, hello *contract.Gatewa
 	if dropped > 0 {
 		p.log.Warn("discord command_manifest entries dropped", "tenant", tenant, "gateway_id", gatewayID, "dropped", dropped, "kept", len(entries))
 	}
-	p.cmds.set(tenant, entries)
+	p.cmds.set(tenant, created, entries)
 }
 
 // SetTenants implements platform.TenantKeeper: the manifests of tenants
@@ -224,12 +227,12 @@ func parseManifest(raw json.RawMessage) (entries []map[string]any, dropped int, 
 	return entries, dropped, nil
 }
 
-// set records tenant's manifest (in memory, or to be stored by the loop)
-// and queues the scopes it decides: the tenant's guilds, and the global
+// set records tenant's manifest, sent for its creation at created (in
+// memory, or to be stored by the loop), and queues the scopes it decides: the tenant's guilds, and the global
 // registry (DMTenant's manifest, or kept empty when there is no DMTenant).
-func (c *commandSync) set(tenant string, entries []map[string]any) {
+func (c *commandSync) set(tenant string, created time.Time, entries []map[string]any) {
 	c.mu.Lock()
-	m := manifest{Created: c.tenants[tenant], Commands: entries}
+	m := manifest{Created: created, Commands: entries}
 	if c.shared != nil {
 		c.unsaved[tenant] = m
 	} else {
@@ -275,6 +278,14 @@ func (c *commandSync) currentLocked(tenant string, created time.Time) bool {
 	}
 	t, ok := c.tenants[tenant]
 	return ok && !created.Before(t)
+}
+
+// created is when tenant was created, as setTenants last gave it (zero
+// when declared, or not known).
+func (c *commandSync) created(tenant string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tenants[tenant]
 }
 
 // setTenants records the configured tenants and their creation: the

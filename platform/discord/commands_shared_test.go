@@ -116,9 +116,9 @@ func seedGuildCommands(t *testing.T, f *discordtest.Server, guild, manifest stri
 func TestCommandsFromAHelloOnAnotherInstance(t *testing.T) {
 	t.Parallel()
 	sp := newSharedPair(t)
-	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B1", []string{"ask", "bstatus"}, nil)))
+	sp.other.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("B1", []string{"ask", "bstatus"}, nil)))
 	waitGuildDescriptions(t, sp.holder.fake, guildOther, "B1", []string{"ask", "bstatus"})
-	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B2", []string{"ask"}, nil)))
+	sp.other.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("B2", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, sp.holder.fake, guildOther, "B2", []string{"ask"})
 }
 
@@ -131,9 +131,9 @@ func TestNewSessionKeepsTheNewestManifest(t *testing.T) {
 	t.Parallel()
 	sp := newSharedPair(t)
 	f := sp.holder.fake
-	sp.holder.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
+	sp.holder.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, f, guildOther, "Old", []string{"ask"})
-	sp.other.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask", "bstatus"}, nil)))
+	sp.other.p.ObserveHello("t2", time.Time{}, "gw-c", helloWith(manifestOf("New", []string{"ask", "bstatus"}, nil)))
 	waitGuildDescriptions(t, f, guildOther, "New", []string{"ask", "bstatus"})
 	// Someone changes the registry behind the connector's back; only a
 	// reconcile on the new session puts the manifest back.
@@ -154,7 +154,7 @@ func TestNewSessionKeepsTheNewestManifest(t *testing.T) {
 func TestManifestForgottenWithItsTenant(t *testing.T) {
 	t.Parallel()
 	sp := newSharedPair(t)
-	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
+	sp.other.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, sp.holder.fake, guildOther, "B", []string{"ask"})
 	stored := func() bool {
 		_, ok, err := sp.st.Registry().Get(waitCtx(t), manifestsNamespace, "t2")
@@ -209,7 +209,7 @@ func TestLostNoticeMadeUpByThePoll(t *testing.T) {
 	}
 	// A hello here first: its reconcile also takes the guilds the
 	// Gateway delivered, so none is left queued.
-	holder.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	holder.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
 	registered("the hello's manifest", "A ask", holder.cfg.CommandSyncDebounce)
 	if _, err := st.Registry().Put(waitCtx(t), manifestsNamespace, "t2", storedManifest(manifestOf("B", []string{"ask"}, nil))); err != nil {
 		t.Fatal(err)
@@ -309,10 +309,10 @@ func TestManifestsReadFailureRetried(t *testing.T) {
 			return len(cmds) == 1 && cmds[0]["description"] == want
 		})
 	}
-	holder.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	holder.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
 	registered("the first hello's manifest", "A ask", holder.cfg.CommandSyncDebounce)
 	reg.armOnPut.Store(true) // the store fails right after the next manifest is stored
-	holder.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
+	holder.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
 	platformtest.WaitUntil(t, "the reconcile's read of the manifests failing as the injected clock moves", func() bool {
 		clk.Advance(holder.cfg.CommandSyncDebounce)
 		return strings.Contains(holder.logs.Text(), "the manifests could not be read")
@@ -337,7 +337,7 @@ func TestRemadeTenantLosesTheEarlierManifest(t *testing.T) {
 		sp.other.p.SetTenants(tenants)
 	}
 	apply(first)
-	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
+	sp.other.p.ObserveHello("t2", first, "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, sp.holder.fake, guildOther, "Old", []string{"ask"})
 	apply(again)
 	platformtest.WaitUntil(t, "the earlier t2's stored manifest deleted", func() bool {
@@ -348,7 +348,7 @@ func TestRemadeTenantLosesTheEarlierManifest(t *testing.T) {
 		return !ok
 	})
 	waitGuildDescriptions(t, sp.holder.fake, guildOther, "", nil)
-	sp.other.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
+	sp.other.p.ObserveHello("t2", again, "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, sp.holder.fake, guildOther, "New", []string{"ask"})
 }
 
@@ -361,7 +361,7 @@ func TestRemadeTenantLosesTheEarlierManifestOneInstance(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
 	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
-	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildOther, "Old", []string{"ask"})
 	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
 	manifests, err := e.p.cmds.load(waitCtx(t), []scopeSync{{scope: guildOther}})
@@ -370,7 +370,7 @@ func TestRemadeTenantLosesTheEarlierManifestOneInstance(t *testing.T) {
 	}
 	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": again})
 	waitGuildDescriptions(t, e.fake, guildOther, "", nil)
-	e.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
+	e.p.ObserveHello("t2", again, "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildOther, "New", []string{"ask"})
 }
 
@@ -386,7 +386,7 @@ func TestStaleCreationDoesNotReplaceTheManifest(t *testing.T) {
 	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
 	sp.other.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
 	sp.holder.p.SetTenants(map[string]time.Time{"t1": {}, "t2": again})
-	sp.holder.p.ObserveHello("t2", "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
+	sp.holder.p.ObserveHello("t2", again, "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, sp.holder.fake, guildOther, "New", []string{"ask"})
 	stored := func() manifest {
 		e, ok, err := sp.st.Registry().Get(waitCtx(t), manifestsNamespace, "t2")
@@ -399,7 +399,7 @@ func TestStaleCreationDoesNotReplaceTheManifest(t *testing.T) {
 		}
 		return m
 	}
-	sp.other.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
+	sp.other.p.ObserveHello("t2", first, "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
 	platformtest.WaitUntil(t, "other's save of the earlier t2's manifest refused, or done", func() bool {
 		return strings.Contains(sp.other.logs.Text(), "earlier creation") || !stored().Created.Equal(again)
 	})
@@ -506,7 +506,7 @@ func TestHelloDuringAReconcileIsReconciledOnceStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.set("t2", entries)
+	c.set("t2", time.Time{}, entries)
 	scopes := c.take() // a reconcile running when the hello came
 	if manifests, err := c.load(waitCtx(t), scopes); err != nil || manifests["t2"] != nil {
 		t.Fatalf("before the save: manifests %v, %v; want none stored", manifests, err)
@@ -518,5 +518,77 @@ func TestHelloDuringAReconcileIsReconciledOnceStored(t *testing.T) {
 	}
 	if manifests, err := c.load(waitCtx(t), scopes); err != nil || len(manifests["t2"]) != 1 {
 		t.Fatalf("after the save: manifests %v, %v; want t2's stored one", manifests, err)
+	}
+}
+
+// TestHelloBeforeThePlatformsApplyOfTheRemadeTenant: t2 was deleted and
+// made again; the relay applied it first (it serves the new t2's gateway)
+// and that gateway's hello comes before the platform's SetTenants. Its
+// manifest is the new t2's: the platform's apply must not take it for
+// the earlier t2's and delete it.
+func TestHelloBeforeThePlatformsApplyOfTheRemadeTenant(t *testing.T) {
+	t.Parallel()
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	// settled waits, with several instances, until the hello's manifest
+	// is stored.
+	check := func(t *testing.T, p *Platform, fake *discordtest.Server, apply func(time.Time), settled func()) {
+		apply(first)
+		p.ObserveHello("t2", first, "gw-b", helloWith(manifestOf("Old", []string{"ask"}, nil)))
+		waitGuildDescriptions(t, fake, guildOther, "Old", []string{"ask"})
+		p.ObserveHello("t2", again, "gw-c", helloWith(manifestOf("New", []string{"ask"}, nil)))
+		settled()
+		apply(again)
+		waitGuildDescriptions(t, fake, guildOther, "New", []string{"ask"})
+		manifests, err := p.cmds.load(waitCtx(t), []scopeSync{{scope: guildOther}})
+		if err != nil || len(manifests["t2"]) != 1 || manifests["t2"][0]["description"] != "New ask" {
+			t.Fatalf("t2's manifest after the platform's apply = %v (%v), want the new t2's", manifests["t2"], err)
+		}
+	}
+	t.Run("one instance", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, discordtest.Options{}, nil)
+		e.startReady(t)
+		check(t, e.p, e.fake, func(created time.Time) { e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": created}) }, func() {})
+	})
+	t.Run("two instances", func(t *testing.T) {
+		t.Parallel()
+		sp := newSharedPair(t)
+		check(t, sp.holder.p, sp.holder.fake, func(created time.Time) {
+			tenants := map[string]time.Time{"t1": {}, "t2": created}
+			sp.holder.p.SetTenants(tenants)
+			sp.other.p.SetTenants(tenants)
+		}, func() {
+			platformtest.WaitUntil(t, "the new t2's manifest stored", func() bool {
+				e, ok, err := sp.st.Registry().Get(waitCtx(t), manifestsNamespace, "t2")
+				return err == nil && ok && strings.Contains(string(e.Value), "New ask")
+			})
+		})
+	})
+}
+
+// TestRemadeTenantGetsNoEarlierChannelContext: guild chatter the earlier
+// t2 held back as channel context must not reach t2 made again under its
+// id (it was received before the new t2's creation), while chatter held
+// for the new t2 still does.
+func TestRemadeTenantGetsNoEarlierChannelContext(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": first})
+	chatter := func(id, text string) {
+		e.dispatch(t, "MESSAGE_CREATE", msg(id, chanOther, guildOther, text, false))
+		// Logged once kept.
+		platformtest.WaitUntil(t, "message "+id+" held back as channel context", func() bool {
+			return strings.Contains(e.logs.Text(), "message_id="+id+" reason=not_mentioned")
+		})
+	}
+	chatter("7600", "the earlier t2's chatter")
+	e.p.SetTenants(map[string]time.Time{"t1": {}, "t2": again})
+	chatter("7601", "the new t2's chatter")
+	e.dispatch(t, "MESSAGE_CREATE", msg("7602", chanOther, guildOther, "hello", true))
+	d := e.sink.Next(t)
+	if d.Event == nil || len(d.Event.Context) != 1 || d.Event.Context[0].Text != "the new t2's chatter" {
+		t.Fatalf("the new t2's inbound carries context %+v, want its own chatter only", d.Event)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/platform"
@@ -85,8 +86,8 @@ func TestCommandsRegisteredPerTenantGuild(t *testing.T) {
 	for i := range maxCommands - 1 {
 		aNames = append(aNames, fmt.Sprintf("a%02d", i))
 	}
-	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask", "bstatus"}, map[string]any{"dm_permission": true, "contexts": []int{0, 1, 2}})))
-	e.p.ObserveHello("t1", "gw-a", helloWith(manifestOf("A", aNames, nil)))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("B", []string{"ask", "bstatus"}, map[string]any{"dm_permission": true, "contexts": []int{0, 1, 2}})))
+	e.p.ObserveHello("t1", time.Time{}, "gw-a", helloWith(manifestOf("A", aNames, nil)))
 	waitRegistry(t, e, guildLab, maxCommands)
 	waitRegistry(t, e, guildOther, 2)
 	waitRegistry(t, e, globalScope, maxCommands)
@@ -123,7 +124,7 @@ func TestCommandsRegisteredPerTenantGuild(t *testing.T) {
 			countRequests(e.fake, "PUT", fmt.Sprintf(guildCommandsPath, guildOther))
 	}
 	before, gets := puts(), countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildOther))
-	e.p.ObserveHello("t2", "gw-b2", helloWith(manifestOf("B", []string{"ask", "bstatus"}, map[string]any{"dm_permission": true, "contexts": []int{0, 1, 2}})))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b2", helloWith(manifestOf("B", []string{"ask", "bstatus"}, map[string]any{"dm_permission": true, "contexts": []int{0, 1, 2}})))
 	seen := 0 // WaitRequest offers each request once, in order
 	if _, err := e.fake.WaitRequest(waitCtx(t), func(r discordtest.Request) bool {
 		if r.Method == "GET" && r.Path == fmt.Sprintf(guildCommandsPath, guildOther) {
@@ -133,7 +134,7 @@ func TestCommandsRegisteredPerTenantGuild(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("timed out after 10s waiting for the second reconcile of t2's guild: %v", err)
 	}
-	e.p.ObserveHello("t2", "gw-b3", helloWith(manifestOf("B", []string{"ask", "bstatus", "bnew"}, nil)))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b3", helloWith(manifestOf("B", []string{"ask", "bstatus", "bnew"}, nil)))
 	waitRegistry(t, e, guildOther, 3)
 	if after := puts(); after != before+1 {
 		t.Fatalf("%d PUTs for an unchanged manifest then a changed one, want 1", after-before)
@@ -148,7 +149,7 @@ func TestCommandsWaitForTheGuild(t *testing.T) {
 	const guildLate = "300"
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds[guildLate] = "t2" })
 	e.startReady(t)
-	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"bstatus"}, nil)))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("B", []string{"bstatus"}, nil)))
 	waitRegistry(t, e, guildOther, 1)
 	if n := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildLate)); n != 0 {
 		t.Fatalf("%d calls for a guild the bot is not in", n)
@@ -178,7 +179,7 @@ func TestGlobalCommandsEmptyWithoutDMTenant(t *testing.T) {
 		t.Fatal("could not seed the global registry")
 	}
 	e.startReady(t)
-	e.p.ObserveHello("t1", "gw-a", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	e.p.ObserveHello("t1", time.Time{}, "gw-a", helloWith(manifestOf("A", []string{"ask"}, nil)))
 	waitRegistry(t, e, guildLab, 1)
 	waitRegistry(t, e, globalScope, 0)
 }
@@ -187,7 +188,7 @@ func TestCommandManifestValidation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
-	e.p.ObserveHello("t1", "gw1", helloWith(manifestV1))
+	e.p.ObserveHello("t1", time.Time{}, "gw1", helloWith(manifestV1))
 	waitRegistry(t, e, guildLab, 2)
 	cmds := byName(e.fake.GuildCommands(guildLab))
 	if len(cmds) != 2 || cmds["model"] == nil || cmds["new"]["description"] != "Start a new conversation" {
@@ -200,8 +201,8 @@ func TestCommandManifestValidation(t *testing.T) {
 	}
 	// Hellos of other platforms, without a manifest, or with a non-array
 	// manifest change nothing and never block.
-	e.p.ObserveHello("t1", "gw1", &contract.GatewayFrame{Type: "hello", Platform: "telegram", CommandManifest: json.RawMessage(manifestV1)})
-	e.p.ObserveHello("t1", "gw1", helloWith(`{"name":"x"}`))
+	e.p.ObserveHello("t1", time.Time{}, "gw1", &contract.GatewayFrame{Type: "hello", Platform: "telegram", CommandManifest: json.RawMessage(manifestV1)})
+	e.p.ObserveHello("t1", time.Time{}, "gw1", helloWith(`{"name":"x"}`))
 	if !strings.Contains(e.logs.Text(), "command_manifest ignored") {
 		t.Error("the manifest that is not an array was not logged")
 	}
@@ -220,7 +221,7 @@ func TestCommandManifestFailureIsBestEffort(t *testing.T) {
 		_, _ = w.Write([]byte(`{"message":"boom","code":0}`))
 		return true
 	})
-	e.p.ObserveHello("t1", "gw1", helloWith(manifestV1))
+	e.p.ObserveHello("t1", time.Time{}, "gw1", helloWith(manifestV1))
 	e.logs.WaitFor(t, "discord command registry sync failed")
 	if st := e.p.Status(); !st.Ready {
 		t.Fatalf("a failed sync changed readiness: %+v", st)
@@ -252,7 +253,7 @@ func TestCommandsLeaveAGuildTheBotLeft(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds[guildGone] = "t2" })
 	e.fake.AddGuild(discordtest.Guild{ID: guildGone, Name: "Gone"})
 	e.startReady(t)
-	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildGone, "A", []string{"ask"})
 	waitGuildDescriptions(t, e.fake, guildOther, "A", []string{"ask"})
 	e.dispatch(t, "GUILD_DELETE", map[string]any{"id": guildGone})
@@ -263,7 +264,7 @@ func TestCommandsLeaveAGuildTheBotLeft(t *testing.T) {
 		return ok
 	})
 	gets := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildGone))
-	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildOther, "B", []string{"ask"})
 	if n := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildGone)) - gets; n != 0 {
 		t.Fatalf("%d calls for guild %s after the bot left it", n, guildGone)
@@ -280,7 +281,7 @@ func TestCommandsForgetGuildsOfAnEarlierSession(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.Guilds[guildGone] = "t2" })
 	e.fake.AddGuild(discordtest.Guild{ID: guildGone, Name: "Gone"})
 	e.startReady(t)
-	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildGone, "A", []string{"ask"})
 	waitGuildDescriptions(t, e.fake, guildOther, "A", []string{"ask"})
 	e.fake.RemoveGuild(guildGone)
@@ -299,7 +300,7 @@ func TestCommandsForgetGuildsOfAnEarlierSession(t *testing.T) {
 		return ok
 	})
 	gets := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildGone))
-	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("B", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildOther, "B", []string{"ask"})
 	if n := countRequests(e.fake, "GET", fmt.Sprintf(guildCommandsPath, guildGone)) - gets; n != 0 {
 		t.Fatalf("%d calls for guild %s, which the new session did not deliver", n, guildGone)
@@ -316,7 +317,7 @@ func TestCommandsInAGuildBoundLater(t *testing.T) {
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.fake.AddGuild(discordtest.Guild{ID: guildLater, Name: "Later"})
 	e.startReady(t)
-	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("A", []string{"ask"}, nil)))
 	waitGuildDescriptions(t, e.fake, guildOther, "A", []string{"ask"})
 	if err := e.p.Bind([]platform.Binding{
 		{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"},
@@ -335,7 +336,7 @@ func TestCommandsLeaveAnUnboundGuild(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, discordtest.Options{}, nil)
 	e.startReady(t)
-	e.p.ObserveHello("t2", "gw-b", helloWith(manifestOf("B", []string{"ask", "bstatus"}, nil)))
+	e.p.ObserveHello("t2", time.Time{}, "gw-b", helloWith(manifestOf("B", []string{"ask", "bstatus"}, nil)))
 	waitRegistry(t, e, guildOther, 2)
 	if err := e.p.Bind([]platform.Binding{{Kind: platform.BindGuild, ID: guildLab, Tenant: "t1"}}); err != nil {
 		t.Fatal(err)

@@ -81,6 +81,7 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 			Unavailable bool   `json:"unavailable"`
 		}
 		if json.Unmarshal(raw, &g) == nil && !g.Unavailable { // the bot left it (not an outage)
+			p.cache.dropGuilds(func(id string) bool { return id == g.ID })
 			p.cmds.guildLeft(g.ID)
 		}
 	case "CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE":
@@ -134,14 +135,19 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 	}
 }
 
-// readySnapshot starts waiting for the GUILD_CREATE of every claimed guild
-// READY lists (each announced as unavailable; a GUILD_CREATE with its
-// channels follows for each).
+// readySnapshot forgets the cached guilds READY no longer lists (the bot
+// was removed while no session here saw the GUILD_DELETE), and starts
+// waiting for the GUILD_CREATE of every claimed guild READY lists (each
+// announced as unavailable; a GUILD_CREATE with its channels follows for
+// each).
 func (p *Platform) readySnapshot(r *discordgo.Ready) {
 	listed := make([]string, len(r.Guilds))
+	in := make(map[string]bool, len(r.Guilds))
 	for i, g := range r.Guilds {
 		listed[i] = g.ID
+		in[g.ID] = true
 	}
+	p.cache.dropGuilds(func(id string) bool { return !in[id] })
 	claimed := func(id string) bool { _, ok := p.guildOwners()[id]; return ok }
 	if p.snap.ready(p.clock.Now(), listed, claimed) {
 		p.log.Info("discord guild snapshot loaded")

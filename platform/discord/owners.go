@@ -20,7 +20,9 @@ import (
 // The cache holds every channel and active thread of the bot's guilds once
 // the Gateway's guild snapshot (READY, then one GUILD_CREATE per guild) has
 // arrived, plus whatever events and ingest taught it since (new channels
-// and threads, DM channels a message came from, threads a message revived).
+// and threads, DM channels a message came from, threads a message revived),
+// less the guilds the bot left since (a GUILD_DELETE, or a guild a new
+// session's READY no longer lists: cache.dropGuilds).
 // So, for any chat id:
 //
 //   - before the snapshot of every claimed guild has loaded, no owner is

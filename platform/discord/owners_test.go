@@ -13,6 +13,7 @@ import (
 	"connector/internal/clock/clocktest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
+	"connector/platform/platformtest"
 )
 
 // chanOtherLate is a channel of t2's guild created while the connector was
@@ -146,5 +147,77 @@ func TestDMChannelAddressableAfterItsMessage(t *testing.T) {
 	}
 	if r := execute(t, e, "t2", `{"op":"typing","chat_id":"301","metadata":{}}`); r.Code != contract.CodeEgressDeclined {
 		t.Fatalf("another tenant in the DM = %+v", r)
+	}
+}
+
+// TestGuildTheBotLeftBelongsToNoTenant: once the bot has left a guild
+// (GUILD_DELETE without unavailable) its cached channels no longer
+// resolve to the guild's tenant: an action there is declined with the
+// uniform text, without a REST call Discord would refuse with a 403. A
+// guild in an outage (unavailable) keeps its channels.
+func TestGuildTheBotLeftBelongsToNoTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.dispatch(t, "GUILD_DELETE", map[string]any{"id": guildLab, "unavailable": true})
+	e.dispatch(t, "GUILD_DELETE", map[string]any{"id": guildOther})
+	// A later event shows the reader has handled both GUILD_DELETEs.
+	e.dispatch(t, "CHANNEL_CREATE", map[string]any{"id": "1999", "type": 0, "guild_id": guildLab, "name": "marker"})
+	platformtest.WaitUntil(t, "the channel created after the GUILD_DELETEs cached", func() bool {
+		_, ok := e.p.cache.cachedChannel("1999")
+		return ok
+	})
+	if tenant, err := e.p.ChatTenant(waitCtx(t), chanGeneral); err != nil || tenant != "t1" {
+		t.Fatalf("ChatTenant of a channel of the guild in an outage = %q, %v; want t1", tenant, err)
+	}
+	if _, err := e.p.ChatTenant(waitCtx(t), chanOther); !errors.Is(err, platform.ErrUnknownChat) {
+		t.Fatalf("ChatTenant of a channel of the guild the bot left = %v, want ErrUnknownChat", err)
+	}
+	before := len(e.fake.Requests())
+	a := contract.Action{Op: contract.OpSend, ChatID: chanOther, Content: "hi"}
+	if r, declined := e.p.Execute(waitCtx(t), "t2", &a), contract.Declined(platformName); r.Success || r.Code != declined.Code || r.Error != declined.Error {
+		t.Fatalf("send into the guild the bot left = %+v, want the uniform decline", r)
+	}
+	if calls := e.fake.Requests()[before:]; len(calls) != 0 {
+		t.Fatalf("%d REST calls for the guild the bot left, first %s %s", len(calls), calls[0].Method, calls[0].Path)
+	}
+}
+
+// TestGuildLeftBetweenSessionsBelongsToNoTenant: a guild the bot was
+// removed from while no session here saw its GUILD_DELETE is missing from
+// the next session's READY: its cached channels no longer resolve to the
+// guild's tenant, and an action there is declined without a REST call.
+func TestGuildLeftBetweenSessionsBelongsToNoTenant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	e.fake.RemoveGuild(guildOther)
+	e.fake.RefuseResumes(4009) // the next connection starts a new session
+	if err := e.fake.CloseGateway(4000, "Unknown error"); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitUntil(t, "a second session identified", func() bool { return e.fake.Identifies() == 2 })
+	if err := e.fake.WaitSession(waitCtx(t), 2); err != nil { // and its connection up
+		t.Fatal(err)
+	}
+	// A later event shows the reader has handled the new session's READY.
+	e.dispatch(t, "CHANNEL_CREATE", map[string]any{"id": "1999", "type": 0, "guild_id": guildLab, "name": "marker"})
+	platformtest.WaitUntil(t, "the channel created after the new session's READY cached", func() bool {
+		_, ok := e.p.cache.cachedChannel("1999")
+		return ok
+	})
+	if tenant, err := e.p.ChatTenant(waitCtx(t), chanGeneral); err != nil || tenant != "t1" {
+		t.Fatalf("ChatTenant of a channel of a guild READY listed = %q, %v; want t1", tenant, err)
+	}
+	if _, err := e.p.ChatTenant(waitCtx(t), chanOther); !errors.Is(err, platform.ErrUnknownChat) {
+		t.Fatalf("ChatTenant of a channel of the guild READY no longer lists = %v, want ErrUnknownChat", err)
+	}
+	before := len(e.fake.Requests())
+	a := contract.Action{Op: contract.OpSend, ChatID: chanOther, Content: "hi"}
+	if r, declined := e.p.Execute(waitCtx(t), "t2", &a), contract.Declined(platformName); r.Success || r.Code != declined.Code || r.Error != declined.Error {
+		t.Fatalf("send into the guild the bot left = %+v, want the uniform decline", r)
+	}
+	if calls := e.fake.Requests()[before:]; len(calls) != 0 {
+		t.Fatalf("%d REST calls for the guild the bot left, first %s %s", len(calls), calls[0].Method, calls[0].Path)
 	}
 }

@@ -75,6 +75,9 @@ type Platform struct {
 	// chat-owner lookups (standby.go): (asking tenant, chat) pairs
 	// declined lately.
 	declined *ttlcache.Cache[[2]string, struct{}]
+	// owned are the (asking tenant, chat) pairs a standby's lookup found
+	// to be the asker's lately, with the chat (standby.go).
+	owned *ttlcache.Cache[[2]string, chanInfo]
 	// seen claims interaction ids for seenFor (platform.ClaimsFor: in the
 	// store with several instances, so a replay to another instance is
 	// refused too): a replay older than that fails the freshness check
@@ -166,6 +169,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.breaker = newBreaker(cfg.InvalidRequestLimit, cfg.TenantInvalidRequestLimit, p.clock)
 	p.cache = newCache(p)
 	p.declined = ttlcache.New[[2]string, struct{}](maxStandbyDeclines, standbyDeclineTTL, p.clock)
+	p.owned = ttlcache.New[[2]string, chanInfo](maxStandbyDeclines, standbyOwnTTL, p.clock)
 	p.created = newCreatedThreads()
 	p.channelContext = chatcontext.New[contextKey](chatcontext.Bounds{})
 	p.seen = platform.ClaimsFor(deps, maxSeenInteractions, p.clock)

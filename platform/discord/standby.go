@@ -23,9 +23,11 @@ import (
 //     of the REST budget, and every first ask of a chat costs one call
 //     whether the chat is the asker's, another tenant's or nobody's;
 //   - what a lookup found is kept in the channel cache (a channel's guild
-//     never changes), but only ever used to let the asker through when the
-//     chat is the asker's: a chat cached as another tenant's is looked up
-//     again, like one never seen;
+//     never changes), and a chat found to be the asker's lets the asker
+//     through for standbyOwnTTL without a lookup (the bot may leave the
+//     guild meanwhile, and a standby sees no GUILD_DELETE); a chat found
+//     or cached as another tenant's is looked up again, like one never
+//     seen;
 //   - a decline is remembered per (asking tenant, chat) for
 //     standbyDeclineTTL, whatever its reason (not found, not visible to the
 //     bot, another tenant's), so a repeated ask is answered from memory
@@ -34,10 +36,12 @@ import (
 // A lookup Discord does not answer (timeout, 5xx, rate limit, breaker) is
 // unavailable (retryable), never a decline.
 
-// Decline memory of a standby: how long and how many.
+// Decline memory of a standby: how long and how many; and how long a
+// chat found to be its asker's is trusted (as many).
 const (
 	standbyDeclineTTL  = 30 * time.Second
 	maxStandbyDeclines = 100_000
+	standbyOwnTTL      = 5 * time.Minute
 )
 
 // standby reports whether chat owners are looked up at Discord: there are
@@ -54,8 +58,8 @@ func (p *Platform) standby() bool {
 // platform.ErrUnavailable when Discord could not be asked.
 func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, error) {
 	asker := platform.TenantOf(ctx)
-	if ch, ok := p.cache.cachedChannel(chatID); ok {
-		if owner, ok := p.channelTenant(ch); ok && owner == asker {
+	if ch, ok := p.owned.Get([2]string{asker, chatID}); ok {
+		if owner, ok := p.channelTenant(ch); ok && owner == asker { // the bindings may have changed since
 			return owner, nil
 		}
 	}
@@ -75,8 +79,9 @@ func (p *Platform) standbyTenant(ctx context.Context, chatID string) (string, er
 // standbyLookup is a standby's lookup of chatID for asker (see above): no
 // call while a decline of (asker, chat) is remembered, else GET
 // /channels/{id} on asker's share of the budget, its answer kept in the
-// channel cache. found is false for a chat Discord does not show the bot,
-// whose decline it remembers; the caller remembers one of a chat found
+// channel cache, and remembered as asker's chat when it is (owned).
+// found is false for a chat Discord does not show the bot, whose decline
+// it remembers; the caller remembers one of a chat found
 // that is not asker's. The error wraps platform.ErrUnavailable.
 func (p *Platform) standbyLookup(ctx context.Context, chatID, asker string) (ci chanInfo, found bool, err error) {
 	if p.declined.Contains([2]string{asker, chatID}) {
@@ -89,7 +94,11 @@ func (p *Platform) standbyLookup(ctx context.Context, chatID, asker string) (ci 
 		return chanInfo{}, false, fmt.Errorf("discord: the chat's owner could not be looked up (%s): %w", describe(err).Error, platform.ErrUnavailable)
 	case wc.ID == chatID:
 		p.cache.putChannel(&wc)
-		return infoFrom(&wc), true, nil
+		ci := infoFrom(&wc)
+		if owner, ok := p.channelTenant(ci); ok && owner == asker {
+			p.owned.Add([2]string{asker, chatID}, ci)
+		}
+		return ci, true, nil
 	}
 	p.declined.Add([2]string{asker, chatID}, struct{}{})
 	return chanInfo{}, false, nil

@@ -233,3 +233,37 @@ func TestLocateChat(t *testing.T) {
 		t.Fatalf("LocateChat with Discord failing = %v, want ErrUnavailable", err)
 	}
 }
+
+// TestStandbyForgetsAGuildTheBotLeft: a standby sees no GUILD_DELETE, so
+// what its lookup found for a tenant is trusted for standbyOwnTTL only:
+// once the bot was removed from the guild (Discord answers 403), the
+// tenant's next action there after that is declined, not sent to Discord
+// again and again for a 403 each.
+func TestStandbyForgetsAGuildTheBotLeft(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(epoch)
+	e := newStandbyEnv(t, clk)
+	send := `{"op":"send","chat_id":"` + chanGeneral + `","content":"hi","reply_to":null,"metadata":{}}`
+	if r := execute(t, e, "t1", send); !r.Success {
+		t.Fatalf("t1's send in its channel = %+v", r)
+	}
+	e.fake.SetHook(func(w http.ResponseWriter, r *http.Request, _ []byte) bool {
+		if r.URL.Path != "/api/v9/channels/"+chanGeneral && r.URL.Path != "/api/v9/channels/"+chanGeneral+"/messages" {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden) // the bot was removed from the guild
+		_, _ = w.Write([]byte(`{"message":"Missing Access","code":50001}`))
+		return true
+	})
+	clk.Advance(standbyOwnTTL)
+	before := len(e.fake.Requests())
+	if r, declined := execute(t, e, "t1", send), contract.Declined(platformName); r.Success || r.Code != declined.Code || r.Error != declined.Error {
+		t.Fatalf("t1's send in the guild the bot left = %+v, want the uniform decline", r)
+	}
+	for _, r := range e.fake.Requests()[before:] {
+		if r.Method == http.MethodPost {
+			t.Fatalf("a send reached Discord after the bot left the guild: %s %s", r.Method, r.Path)
+		}
+	}
+}
