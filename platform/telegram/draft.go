@@ -522,14 +522,16 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // sealed on another instance after the gateway reconnected there, is
 // forgotten, not deleted; so is one whose record the store cannot give.
 // The preview of a's turn that another instance showed is found in the
-// store (replaceStoredPreview). Deleting is best effort: a preview that
+// store (replaceStoredPreview) unless one was deleted here: a preview of
+// the turn this instance remembers may be a stream sealed elsewhere since.
+// Deleting is best effort: a preview that
 // stays is logged.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
 	if chat > 0 {
 		return
 	}
 	thread, turn := topicThread(a.Metadata.ThreadID), draftTurn(a)
-	here := false // the preview of a's turn is this instance's
+	here := false // a preview of a's turn was deleted here
 	for _, k := range p.previews.Keys() {
 		if k.tenant != tenant || k.chat != chat {
 			continue
@@ -538,7 +540,6 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) {
 			continue
 		}
-		here = here || pv.turn == turn
 		pv.mu.Lock()
 		id, open := pv.id, !pv.done
 		if open {
@@ -552,6 +553,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 			continue
 		}
 		p.deletePreview(ctx, chat, id)
+		here = here || pv.turn == turn
 		if p.seals != nil && pv.turn != "" { // best effort, as replaceStoredPreview
 			_ = p.seals.Delete(ctx, turnPreviewKey(tenant, chat, thread, pv.turn))
 		}
