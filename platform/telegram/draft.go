@@ -38,8 +38,8 @@ const sealRetryWindow = 5 * time.Minute
 
 // sealedDraft is the message a draft stream was sealed as (Platform.sealed,
 // and JSON in Platform.seals). Only a seal of the same content within
-// sealRetryWindow is its repeat; any other starts the stream anew. Only a
-// frame of the same turn is a late one (sealedStream).
+// sealRetryWindow, of the same turn, is its repeat; any other starts the
+// stream anew. Only a frame of the same turn is a late one (sealedStream).
 type sealedDraft struct {
 	ID   string    `json:"id"`             // the message (its first part)
 	At   time.Time `json:"at"`             // when it was sealed
@@ -71,7 +71,13 @@ func (p *Platform) recentSeal(k draftKey) (sealedDraft, bool) {
 // repeats a seal made on this instance.
 func (p *Platform) resealedHere(k draftKey, a *contract.Action) (string, bool) {
 	s, ok := p.recentSeal(k)
-	return s.ID, ok && s.Sum == contentSum(a.Content)
+	return s.ID, ok && s.repeatedBy(a)
+}
+
+// repeatedBy reports whether seal a repeats s: the same content, of the
+// same turn (a new stream reusing the draft_id may say the same).
+func (s sealedDraft) repeatedBy(a *contract.Action) bool {
+	return s.Sum == contentSum(a.Content) && s.Turn == draftTurn(a)
 }
 
 // resealed is the message a repeated seal a of stream k answers, if it is
@@ -83,7 +89,7 @@ func (p *Platform) resealed(ctx context.Context, k draftKey, a *contract.Action)
 		return id, ok
 	}
 	s, ok := p.storedSeal(ctx, k)
-	return s.ID, ok && s.Sum == contentSum(a.Content)
+	return s.ID, ok && s.repeatedBy(a)
 }
 
 // storedSeal is stream k's seal within sealRetryWindow as the store holds

@@ -784,3 +784,41 @@ func TestGroupSendBesideAStalePreviewOfItsTurn(t *testing.T) {
 		t.Fatalf("after the send the chat has %v, want the sealed reply %d and the send %d alone", msgs, s, n)
 	}
 }
+
+// TestSameReplyOfANewStreamReusingASealedDraftID: the gateway restarts and
+// numbers its streams from 1 again, so the next turn's stream names the
+// draft_id of one sealed a moment before in the chat, and its reply says
+// the same as that one's ("Done."). It is a new stream, of another turn:
+// its reply is a message of its own, and in a group it replaces the
+// stream's preview. The seal was taken for a retry of the first (same
+// draft_id and content) and answered its message: the user never saw the
+// reply, and a group kept the new stream's preview. Private chat and group
+// alike.
+func TestSameReplyOfANewStreamReusingASealedDraftID(t *testing.T) {
+	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
+		t.Run(chat, func(t *testing.T) {
+			e := newEnv(t, nil)
+			tenant := testChats[chat]
+			id, _ := strconv.ParseInt(chat, 10, 64)
+			act := func(turn string, a contract.Action) contract.Result {
+				t.Helper()
+				a.ChatID, a.Metadata.MessageID = contract.ID(chat), contract.ID(turn)
+				r := e.act(t, tenant, a)
+				if !r.Success {
+					t.Fatalf("%q: %+v", a.Content, r)
+				}
+				return r
+			}
+			act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "Do"})
+			first := act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "Done.", Final: true})
+			act("78", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "Do"})
+			second := act("78", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "Done.", Final: true})
+			if second.MessageID == first.MessageID {
+				t.Fatalf("the new stream's seal was answered with the first's message %s", first.MessageID)
+			}
+			if msgs := e.fake.Messages(id); len(msgs) != 2 {
+				t.Fatalf("the chat has %v, want the two replies alone", msgs)
+			}
+		})
+	}
+}
