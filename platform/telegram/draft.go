@@ -38,8 +38,8 @@ const sealRetryWindow = 5 * time.Minute
 
 // sealedDraft is the message a draft stream was sealed as (Platform.sealed,
 // and JSON in Platform.seals). Only a seal of the same content within
-// sealRetryWindow is its repeat; any other starts the stream anew. Only a
-// frame of the same turn is a late one (sealedStream).
+// sealRetryWindow, of the same turn, is its repeat; any other starts the
+// stream anew. Only a frame of the same turn is a late one (sealedStream).
 type sealedDraft struct {
 	ID   string    `json:"id"`             // the message (its first part)
 	At   time.Time `json:"at"`             // when it was sealed
@@ -71,7 +71,13 @@ func (p *Platform) recentSeal(k draftKey) (sealedDraft, bool) {
 // repeats a seal made on this instance.
 func (p *Platform) resealedHere(k draftKey, a *contract.Action) (string, bool) {
 	s, ok := p.recentSeal(k)
-	return s.ID, ok && s.Sum == contentSum(a.Content)
+	return s.ID, ok && s.repeatedBy(a)
+}
+
+// repeatedBy reports whether seal a repeats s: the same content, of the
+// same turn (a new stream reusing the draft_id may say the same).
+func (s sealedDraft) repeatedBy(a *contract.Action) bool {
+	return s.Sum == contentSum(a.Content) && s.Turn == draftTurn(a)
 }
 
 // resealed is the message a repeated seal a of stream k answers, if it is
@@ -83,7 +89,7 @@ func (p *Platform) resealed(ctx context.Context, k draftKey, a *contract.Action)
 		return id, ok
 	}
 	s, ok := p.storedSeal(ctx, k)
-	return s.ID, ok && s.Sum == contentSum(a.Content)
+	return s.ID, ok && s.repeatedBy(a)
 }
 
 // storedSeal is stream k's seal within sealRetryWindow as the store holds
@@ -522,14 +528,16 @@ func (p *Platform) sealDraft(ctx context.Context, tenant string, chat int64, a *
 // sealed on another instance after the gateway reconnected there, is
 // forgotten, not deleted; so is one whose record the store cannot give.
 // The preview of a's turn that another instance showed is found in the
-// store (replaceStoredPreview). Deleting is best effort: a preview that
+// store (replaceStoredPreview) unless one was deleted here: a preview of
+// the turn this instance remembers may be a stream sealed elsewhere since.
+// Deleting is best effort: a preview that
 // stays is logged.
 func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int64, a *contract.Action) {
 	if chat > 0 {
 		return
 	}
 	thread, turn := topicThread(a.Metadata.ThreadID), draftTurn(a)
-	here := false // the preview of a's turn is this instance's
+	here := false // a preview of a's turn was deleted here
 	for _, k := range p.previews.Keys() {
 		if k.tenant != tenant || k.chat != chat {
 			continue
@@ -538,7 +546,6 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 		if !ok || pv.thread != thread || (turn != "" && pv.turn != "" && pv.turn != turn) {
 			continue
 		}
-		here = here || pv.turn == turn
 		pv.mu.Lock()
 		id, open := pv.id, !pv.done
 		if open {
@@ -552,6 +559,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 			continue
 		}
 		p.deletePreview(ctx, chat, id)
+		here = here || pv.turn == turn
 		if p.seals != nil && pv.turn != "" { // best effort, as replaceStoredPreview
 			_ = p.seals.Delete(ctx, turnPreviewKey(tenant, chat, thread, pv.turn))
 		}

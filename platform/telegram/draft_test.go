@@ -746,3 +746,79 @@ func TestDMSealRacedByItsFrameAndItsRetry(t *testing.T) {
 		t.Fatalf("sendMessageDraft called %d times, want the first frame's 1", n)
 	}
 }
+
+// TestGroupSendBesideAStalePreviewOfItsTurn: a group stream's frames reach
+// one instance, the gateway reconnects to another sharing the store (a
+// real redis-server), which seals the stream there and shows the turn's
+// next stream; then the gateway reconnects back and posts the turn's reply
+// with send. The send deletes the next stream's preview, which none of
+// its frames showed here. The first instance still remembered the sealed
+// stream as its open preview of the turn, took the turn's preview for its
+// own, and so never asked the store which stream shows it: the next
+// stream's preview stayed beside the reply.
+func TestGroupSendBesideAStalePreviewOfItsTurn(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC))
+	e, other := sharedStoreEnv(t, clk)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	chat := telegramtest.ChatT2
+	tenant := testChats[chat]
+	id, _ := strconv.ParseInt(chat, 10, 64)
+	act := func(p *Platform, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID = contract.ID(chat)
+		a.Metadata.MessageID = "77"
+		r := p.Execute(ctx, tenant, &a)
+		if !r.Success {
+			t.Fatalf("%s %q: %+v", a.Op, a.Content, r)
+		}
+		return r
+	}
+	act(e.p, contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the ans"})
+	sealed := act(other, contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the answer", Final: true})
+	act(other, contract.Action{Op: contract.OpDraft, DraftID: 2, Content: "and the res"})
+	sent := act(e.p, contract.Action{Op: contract.OpSend, Content: "and the rest"})
+	s, _ := strconv.Atoi(sealed.MessageID)
+	n, _ := strconv.Atoi(sent.MessageID)
+	if msgs := e.fake.Messages(id); len(msgs) != 2 || msgs[s] != "the answer" || msgs[n] != "and the rest" {
+		t.Fatalf("after the send the chat has %v, want the sealed reply %d and the send %d alone", msgs, s, n)
+	}
+}
+
+// TestSameReplyOfANewStreamReusingASealedDraftID: the gateway restarts and
+// numbers its streams from 1 again, so the next turn's stream names the
+// draft_id of one sealed a moment before in the chat, and its reply says
+// the same as that one's ("Done."). It is a new stream, of another turn:
+// its reply is a message of its own, and in a group it replaces the
+// stream's preview. The seal was taken for a retry of the first (same
+// draft_id and content) and answered its message: the user never saw the
+// reply, and a group kept the new stream's preview. Private chat and group
+// alike.
+func TestSameReplyOfANewStreamReusingASealedDraftID(t *testing.T) {
+	for _, chat := range []string{telegramtest.ChatAda, telegramtest.ChatT2} {
+		t.Run(chat, func(t *testing.T) {
+			e := newEnv(t, nil)
+			tenant := testChats[chat]
+			id, _ := strconv.ParseInt(chat, 10, 64)
+			act := func(turn string, a contract.Action) contract.Result {
+				t.Helper()
+				a.ChatID, a.Metadata.MessageID = contract.ID(chat), contract.ID(turn)
+				r := e.act(t, tenant, a)
+				if !r.Success {
+					t.Fatalf("%q: %+v", a.Content, r)
+				}
+				return r
+			}
+			act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "Do"})
+			first := act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "Done.", Final: true})
+			act("78", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "Do"})
+			second := act("78", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "Done.", Final: true})
+			if second.MessageID == first.MessageID {
+				t.Fatalf("the new stream's seal was answered with the first's message %s", first.MessageID)
+			}
+			if msgs := e.fake.Messages(id); len(msgs) != 2 {
+				t.Fatalf("the chat has %v, want the two replies alone", msgs)
+			}
+		})
+	}
+}
