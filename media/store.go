@@ -523,13 +523,21 @@ func (s *Store) removeLocked(id string) {
 // from the YAML keeps its objects until they expire, as the relay keeps
 // its buffered inbound, which may name them. An object begun for a
 // tenant the last call did not list (an upload let in just before its
-// deletion was applied) is removed too.
+// deletion was applied) is removed too, unless this call lists the tenant
+// as created before the object was begun, or declared: then the upload
+// came before this store's apply of a new tenant, which the relay had
+// applied first.
 func (s *Store) SetTenants(created map[string]time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, obj := range s.objects {
 		was := s.created[obj.Tenant]
-		if now, ok := created[obj.Tenant]; obj.orphan || !was.IsZero() && (!ok || !now.IsZero() && !now.Equal(was)) {
+		now, ok := created[obj.Tenant]
+		if obj.orphan && ok && !now.After(obj.began) {
+			obj.orphan = false
+			continue
+		}
+		if obj.orphan || !was.IsZero() && (!ok || !now.IsZero() && !now.Equal(was)) {
 			if !obj.committed {
 				_ = obj.file.Close() // the upload's own Write or Commit then fails
 			}

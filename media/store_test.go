@@ -680,3 +680,34 @@ func TestSetTenantsRemovesAnUploadOfATenantGone(t *testing.T) {
 	}
 	obj.Close()
 }
+
+// TestSetTenantsKeepsAnUploadOfATenantNotYetApplied: an object begun for a
+// tenant the last SetTenants did not list because it was created since
+// (the relay applied the change, and let its gateway's upload in, before
+// the media store did) is kept by the next call, which lists the tenant
+// as created before the upload began; so is one of a tenant the YAML now
+// declares. Before, both were removed as a deleted tenant's, after their
+// ids had been answered.
+func TestSetTenantsKeepsAnUploadOfATenantNotYetApplied(t *testing.T) {
+	s, clk := newStore(t, Config{})
+	created := clk.Now()
+	s.SetTenants(map[string]time.Time{"kept": created})
+	clk.Advance(time.Second)
+	var ids []string
+	for _, tenant := range []string{"new", "declared"} {
+		info, err := s.Put(tenant, strings.NewReader("early"), "text/plain", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, info.ID)
+	}
+	s.SetTenants(map[string]time.Time{"kept": created, "new": created.Add(time.Millisecond), "declared": {}})
+	s.SetTenants(map[string]time.Time{"kept": created, "new": created.Add(time.Millisecond), "declared": {}})
+	for i, tenant := range []string{"new", "declared"} {
+		obj, err := s.Open(tenant, ids[i])
+		if err != nil {
+			t.Fatalf("%s's upload made before its tenant was applied: %v", tenant, err)
+		}
+		obj.Close()
+	}
+}

@@ -878,7 +878,11 @@ var registryListScript = redis.NewScript(`
 return {redis.call('GET', KEYS[2]) or '0', redis.call('HGETALL', KEYS[1])}
 `)
 
-// writeRegistry implements regWrites with registryWriteScript.
+// writeRegistry implements regWrites with registryWriteScript. A write
+// that applied counts only once the replicas have it (Config.RedisMinReplicas),
+// as an append does: a platform may confirm an event once it is in the
+// registry (Slack's durable intake). Else it fails with ErrNotReplicated,
+// the change left on the primary.
 func (s *redisStore) writeRegistry(ctx context.Context, namespace string, w regWrite) (uint64, bool, error) {
 	flag := func(b bool) string {
 		if b {
@@ -886,11 +890,17 @@ func (s *redisStore) writeRegistry(ctx context.Context, namespace string, w regW
 		}
 		return "0"
 	}
-	rev, err := registryWriteScript.Run(ctx, s.c, s.registryKeys(namespace), w.key, int(w.when), flag(w.old != nil), w.old, flag(w.del), w.value).Uint64()
+	call := scriptCall(registryWriteScript, s.registryKeys(namespace), w.key, int(w.when), flag(w.old != nil), w.old, flag(w.del), w.value)
+	call.replicate = true
+	reply := s.pipelined(ctx, call)
+	rev, err := redisInt(reply.cmd)
+	if err == nil && rev > 0 {
+		err = reply.unreplicated
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("store: registry %s: %w", w.op, rerr(err))
 	}
-	return rev, rev > 0, nil
+	return uint64(rev), rev > 0, nil
 }
 
 func (r redisRegistry) Get(ctx context.Context, namespace, key string) (Entry, bool, error) {

@@ -195,6 +195,10 @@ func TestRedisMinReplicas(t *testing.T) {
 	untilReplicated(t, "Put", func() error {
 		return s.Capabilities().Put(ctx, "cap1", []byte("v"), time.Now().Add(time.Hour))
 	})
+	untilReplicated(t, "registry Put", func() error {
+		_, err := s.Registry().Put(ctx, "slack/intake", "k1", []byte("v"))
+		return err
+	})
 
 	replica.Kill(t)
 	start := time.Now()
@@ -210,6 +214,18 @@ func TestRedisMinReplicas(t *testing.T) {
 	}
 	if err := s.Capabilities().Put(ctx, "cap2", []byte("v"), time.Now().Add(time.Hour)); !errors.Is(err, store.ErrNotReplicated) {
 		t.Fatalf("Put without a replica: %v, want ErrNotReplicated", err)
+	}
+	// A registry write a confirmation waits for (Slack's durable intake)
+	// is refused the same way; one that does not apply writes nothing and
+	// is answered as before.
+	if swapped, err := s.Registry().CompareAndSwap(ctx, "slack/intake", "k2", nil, []byte("v")); !errors.Is(err, store.ErrNotReplicated) || swapped {
+		t.Fatalf("registry CompareAndSwap without a replica: %v, %v; want ErrNotReplicated", swapped, err)
+	}
+	if _, err := s.Registry().Put(ctx, "slack/intake", "k3", []byte("v")); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("registry Put without a replica: %v, want ErrNotReplicated", err)
+	}
+	if deleted, err := s.Registry().Delete(ctx, "slack/intake", "absent"); err != nil || deleted {
+		t.Fatalf("registry Delete of an absent key without a replica: %v, %v; want false, nil", deleted, err)
 	}
 	// A store that asks for no replica is not held up.
 	plain := opener(t, store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisPrefix: cfg.RedisPrefix})(clock.System)
