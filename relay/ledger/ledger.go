@@ -568,7 +568,7 @@ func (l *Ledger) StoreAll(ctx context.Context, ds []Delivery) ([]string, error) 
 	}
 	ids := make([]string, len(seqs))
 	for i, seq := range seqs {
-		ids[i] = l.pool.cfg.IDPrefix + strconv.FormatUint(seq, 10)
+		ids[i] = l.pool.bufferID(seq)
 	}
 	return ids, nil
 }
@@ -577,10 +577,23 @@ func (l *Ledger) StoreAll(ctx context.Context, ds []Delivery) ([]string, error) 
 // them.
 var records = sync.Pool{New: func() any { return new([1]store.Record) }}
 
+// bufferID is the bufferId of the record the store numbered seq: one
+// allocation (the prefix and the number joined with + take two once the
+// number has three digits).
+func (p *Pool) bufferID(seq uint64) string {
+	var b [64]byte
+	return string(p.appendID(b[:0], seq))
+}
+
+// appendID appends the bufferId of the record numbered seq to dst.
+func (p *Pool) appendID(dst []byte, seq uint64) []byte {
+	return strconv.AppendUint(append(dst, p.cfg.IDPrefix...), seq, 10)
+}
+
 // newEntry builds the entry for a stored record: its bufferId and frame.
 func (l *Ledger) newEntry(seq uint64, r *store.Record) *entry {
 	p := l.pool
-	id := p.cfg.IDPrefix + strconv.FormatUint(seq, 10)
+	id := p.bufferID(seq)
 	return &entry{
 		id: id, seq: seq, platform: r.Platform, sessionKey: r.SessionKey, chatID: r.ChatID,
 		frame: p.cfg.Framer.Frame(r.Kind, id, r.Payload), size: int64(len(r.Payload)),
@@ -983,7 +996,8 @@ func (l *Ledger) shed(n int64) int64 {
 func (l *Ledger) forget(dropped []store.Dropped, reason string) {
 	l.mu.Lock()
 	for _, d := range dropped {
-		if e := l.byID[l.pool.cfg.IDPrefix+strconv.FormatUint(d.Seq, 10)]; e != nil {
+		var b [64]byte
+		if e := l.byID[string(l.pool.appendID(b[:0], d.Seq))]; e != nil {
 			l.dropLocked(e, reason, false)
 		}
 	}

@@ -36,3 +36,21 @@ func BenchmarkAppendAck(b *testing.B) {
 		l.Ack(id)
 	}
 }
+
+// A bufferId costs one allocation, its string: the prefix and the number
+// are joined in a stack buffer (joined with + they take two once the number
+// has three digits: strconv keeps only 0–99 as constants).
+func TestBufferIDAllocatesOnce(t *testing.T) {
+	c := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	st := store.NewMemory(c)
+	defer func() { _ = st.Close() }()
+	p := NewPool(testConfig(st.Ledger(), c, &fakeMetrics{outcomes: make(map[string]int)}))
+	defer p.Close(context.Background())
+	seq := uint64(1_000_000)
+	if n := testing.AllocsPerRun(1000, func() { _ = p.bufferID(seq); seq++ }); n != 1 {
+		t.Fatalf("a bufferId allocates %v times, want 1", n)
+	}
+	if got := p.bufferID(1234); got != "p-1234" {
+		t.Fatalf("bufferID(1234) = %q, want p-1234", got)
+	}
+}
