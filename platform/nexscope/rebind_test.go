@@ -596,3 +596,54 @@ func TestTenantDeclaredInTheYAMLKeepsBridgeMemory(t *testing.T) {
 		t.Fatalf("delivery %+v, want a plain command, not an answer to the earlier t1's prompt", d.Event)
 	}
 }
+
+// hookMetrics runs onDrop (once) when reason is first counted as a drop;
+// it counts nothing.
+type hookMetrics struct {
+	platform.NopMetrics
+	reason string
+	onDrop func()
+	once   atomic.Bool
+}
+
+func (h *hookMetrics) Dropped(_, reason string) {
+	if reason == h.reason && !h.once.Swap(true) {
+		h.onDrop()
+	}
+}
+
+// A prompt whose tenant is deleted and created again under its id while
+// the prompt is being sent does not open for the new tenant: the earlier
+// tenant's options are not answered to the new one. The re-creation is
+// forced into the op: the prompt's frame overflows its recipient's send
+// queue, and the slow consumer's kick, which runs once the room's lock is
+// released, counts a drop whose hook re-creates the tenant.
+func TestPromptTenantCreatedAgainWhileSent(t *testing.T) {
+	tr := newRelay(t, Config{Rooms: []Room{{Name: "lab", Tenant: "t1"}}, SendQueueBytes: 1, MaxPayload: 4096, MaxText: 8192})
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	tr.p.SetTenants(map[string]time.Time{"t1": first})
+	tr.p.deps.Metrics = &hookMetrics{reason: "slow_consumer", onDrop: func() {
+		tr.p.SetTenants(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again
+	}}
+	sink := platformtest.NewSink(64)
+	t.Cleanup(tr.run(t, sink))
+	alice := tr.join(t, "lab", "alice")
+	tr.join(t, "lab", "slow")
+	alice.ExpectPresence("alice", "hermes", "slow")
+	var a contract.Action
+	if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"`+strings.Repeat("x", 5000)+`",
+		"prompt_kind":"approval","prompt_id":"old.1","metadata":{"user_id":"slow"},
+		"options":[{"id":"once","label":"Approve the earlier t1's deploy"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+		t.Fatalf("prompt = %+v", res)
+	}
+	alice.ExpectPresence("alice", "hermes") // slow kicked: the re-creation ran
+	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	d := sink.Next(t)
+	if d.Tenant != "t1" || d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
+		t.Fatalf("delivery to %s: %+v, want a plain command, not an answer to the earlier t1's prompt", d.Tenant, d.Event)
+	}
+}
