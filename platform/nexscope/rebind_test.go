@@ -647,3 +647,37 @@ func TestPromptTenantCreatedAgainWhileSent(t *testing.T) {
 		t.Fatalf("delivery to %s: %+v, want a plain command, not an answer to the earlier t1's prompt", d.Tenant, d.Event)
 	}
 }
+
+// The bot's file transfer (send_media) whose every recipient leaves
+// before its file-end fails with unavailable, as one to nobody online
+// does: no member got the file whole (a member's ack lists them offline).
+func TestBotFileWhoseRecipientsAllLeftFails(t *testing.T) {
+	tr := newRelay(t, Config{Rooms: []Room{{Name: "lab", Tenant: "t1"}}, SendQueueBytes: 64 << 10})
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test", MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	t.Cleanup(tr.run(t, platformtest.NewSink(64)))
+	alice := tr.join(t, "lab", "alice")
+	info, err := store.Put("t1", mediatest.Content(7, 32<<20), "application/pdf", "big.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- tr.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: "lab",
+			MediaKind: "document", SourceURL: store.URL(info.ID), Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	// alice does not read: the transfer waits for room in her queue.
+	waitFor(t, "send_media waiting for room in alice's queue", stacksHold("nexscope.(*Platform).sendMedia", "wsconn.(*Queue).WaitSpace"))
+	alice.WS.CloseNow()
+	select {
+	case res := <-results:
+		if res.Success || res.Code != contract.CodeUnavailable {
+			t.Fatalf("send_media = %+v, want unavailable: its only recipient left before the file ended", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("send_media still running %v after its recipient left", testTimeout)
+	}
+}
