@@ -681,3 +681,46 @@ func TestBotFileWhoseRecipientsAllLeftFails(t *testing.T) {
 		t.Fatalf("send_media still running %v after its recipient left", testTimeout)
 	}
 }
+
+// The bot's file transfer (send_media) under way when its room is bound
+// to another tenant is aborted: the rest of the earlier tenant's file must
+// not reach the members of a room that tenant lost (as one still waiting
+// for the lock is declined). The recipient gets transfer_incomplete, the
+// gateway a failure.
+func TestBotFileAbortedWhenTheRoomRebinds(t *testing.T) {
+	tr := newRelay(t, Config{Rooms: []Room{{Name: "lab", Tenant: "t1"}}, SendQueueBytes: 64 << 10})
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test", MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	t.Cleanup(tr.run(t, platformtest.NewSink(64)))
+	alice := tr.join(t, "lab", "alice")
+	info, err := store.Put("t1", mediatest.Content(7, 32<<20), "application/pdf", "t1-secret.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- tr.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: "lab",
+			MediaKind: "document", SourceURL: store.URL(info.ID), Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	// alice does not read: the transfer waits for room in her queue.
+	waitFor(t, "send_media waiting for room in alice's queue", stacksHold("nexscope.(*Platform).sendMedia", "wsconn.(*Queue).WaitSpace"))
+	if err := tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		typ, b := alice.Read()
+		if typ == websocket.MessageBinary || strings.Contains(string(b), `"presence"`) || strings.Contains(string(b), `"file-start"`) {
+			continue
+		}
+		if !strings.Contains(string(b), `"transfer_incomplete"`) {
+			t.Fatalf("alice got %s, want transfer_incomplete for t1's file after the room was bound to t2", b)
+		}
+		break
+	}
+	if res := <-results; res.Success {
+		t.Fatalf("send_media = %+v, want a failure: the room was bound to another tenant before the file ended", res)
+	}
+}
