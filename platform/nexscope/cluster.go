@@ -34,9 +34,10 @@ import (
 // gateway's send, prompt and send_media are executed by the home (a
 // cluster call).
 
-// forwardedExecTimeout bounds an action another instance forwarded: the
-// relay's default outbound_timeout, after which that instance has answered
-// the gateway anyway.
+// forwardedExecTimeout bounds an action another instance forwarded, with
+// what was left of its caller's deadline: the relay's default
+// outbound_timeout, after which that instance has answered the gateway
+// anyway.
 const forwardedExecTimeout = 30 * time.Second
 
 // The room's channel (the store prefixes it) and the room lease's name.
@@ -58,7 +59,7 @@ const (
 	msgConsumed = 'u' // edge inbox: conn, bytes processed in total
 	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
-	msgExec     = 'x' // call on the room channel: tenant, action (JSON)
+	msgExec     = 'x' // call on the room channel: tenant, action (JSON), budget (ms)
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
@@ -168,7 +169,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	})
 	node.Handle(msgEdgeBeat, 1, func(m cluster.Msg) { cl.edgeBeat(m.From, m.Fields[0]) })
 	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
-	node.HandleCall(msgExec, 2, cl.execHere)
+	node.HandleCall(msgExec, 3, cl.execHere)
 	node.HandleCall(msgProbe, 1, cl.probeHere)
 	node.HandleCall(msgStream, 0, cl.streams.ticketHere)
 	return cl
@@ -585,14 +586,19 @@ func (cl *fleet) probeHere(req cluster.Msg) {
 	}()
 }
 
-// forwardExec asks the home of r to execute a (the home authorizes it) and
-// waits for its result until ctx ends.
+// forwardExec asks the home of r to execute a (the home authorizes it)
+// within what is left of ctx's deadline and waits for its result until
+// ctx ends.
 func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *contract.Action) contract.Result {
 	action, err := json.Marshal(a)
 	if err != nil {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: action cannot be encoded")
 	}
-	raw, ok := cl.node.Call(ctx, roomPrefix+r.name, msgExec, []byte(tenant), action)
+	budget := forwardedExecTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		budget = min(budget, time.Until(dl))
+	}
+	raw, ok := cl.node.Call(ctx, roomPrefix+r.name, msgExec, []byte(tenant), action, strconv.AppendInt(nil, budget.Milliseconds(), 10))
 	if !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
@@ -615,6 +621,10 @@ func (cl *fleet) execHere(req cluster.Msg) {
 		return
 	}
 	tenant, action := string(req.Fields[0]), req.Fields[1]
+	// The forwarder's caller gives up after budget: an action still
+	// running then would act after the gateway was told it failed.
+	budgetMs, _ := strconv.ParseInt(string(req.Fields[2]), 10, 64)
+	budget := min(time.Duration(budgetMs)*time.Millisecond, forwardedExecTimeout)
 	go func() {
 		defer p.wg.Done()
 		var a contract.Action
@@ -624,9 +634,9 @@ func (cl *fleet) execHere(req cluster.Msg) {
 				return // not (any more) the room's home: the home answers
 			}
 			// send and prompt do not wait; send_media waits for the room's
-			// lock and its recipients, within the bound the forwarding
-			// instance's relay gives the op by default.
-			ctx, cancel := context.WithTimeout(cl.ctx, forwardedExecTimeout)
+			// lock and its recipients, within what the forwarder's caller
+			// had left (at most the relay's default bound of an op).
+			ctx, cancel := context.WithTimeout(cl.ctx, budget)
 			res = platform.Execute(ctx, &p.here, p, tenant, &a)
 			cancel()
 		}

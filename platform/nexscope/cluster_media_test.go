@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connector/contract"
 	"connector/internal/redistest"
@@ -91,5 +92,63 @@ func TestClusterSendMediaAtHome(t *testing.T) {
 	alice.SendJSON(map[string]any{"type": "ping"})
 	if f := alice.Next(); f["type"] != "pong" {
 		t.Fatalf("alice got %v after a refused send_media", f)
+	}
+}
+
+// TestClusterForwardedSendMediaEndsWithItsCaller: a send_media the edge
+// forwards to the home is bounded there by what is left of the edge's
+// deadline, not by the home's own 30 s: once the gateway was told it
+// failed, the home does not send the file after all (a gateway that
+// retries would send it twice).
+func TestClusterForwardedSendMediaEndsWithItsCaller(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	stores := map[string]*media.Store{}
+	withMedia := func(name string) func(*platform.Deps) {
+		return func(d *platform.Deps) {
+			s, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stores[name], d.Media = s, s
+		}
+	}
+	ins := []*instance{
+		startInstanceWith(t, srv, cfg, "i0", clusterLeaseTTL, withMedia("i0")),
+		startInstanceWith(t, srv, cfg, "i1", clusterLeaseTTL, withMedia("i1")),
+	}
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	store := stores[home.name] // the home's store holds the re-host
+	alice := edge.joinWith(t, "alice", "alice", "hermes")
+	bob := home.joinWith(t, "bob", "alice", "bob", "hermes")
+	alice.ExpectPresence("alice", "bob", "hermes")
+	info, err := store.Put("t1", mediatest.Content(5, 1000), "application/pdf", "spec.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// bob's file to alice holds the room's lock.
+	bob.SendJSON(fileStart("f1", "bob", []string{"alice"}, 3))
+	if f := alice.Expect("file-start"); f["msgId"] != "f1" {
+		t.Fatalf("alice got %v, want bob's file-start", f)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	res := edge.p.Execute(ctx, "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: DefaultRoom,
+		MediaKind: "document", SourceURL: store.URL(info.ID), Metadata: contract.Metadata{UserID: "alice"}})
+	if res.Success {
+		t.Fatalf("send_media = %+v, want a failure: the room's lock was held past its deadline", res)
+	}
+	waitFor(t, "the home's send_media given up", func() bool { return !stacksHold("nexscope.(*room).beginBotTransfer")() })
+	bob.SendBinary([]byte("abc"))
+	bob.SendJSON(fileEnd("f1", "bob"))
+	bob.Expect("ack")
+	alice.Read() // bob's chunk
+	if f := alice.Expect("file-end"); f["msgId"] != "f1" {
+		t.Fatalf("alice got %v, want bob's file-end", f)
+	}
+	alice.SendJSON(map[string]any{"type": "ping"})
+	if f := alice.Next(); f["type"] != "pong" {
+		t.Fatalf("alice got %v after the gateway was told send_media failed, want nothing more", f)
 	}
 }

@@ -172,7 +172,10 @@
 //     sha256, chunkSize 65536; text = content), 64 KiB chunks that wait for
 //     room in the recipients' send queues, file-end. It waits within the
 //     op's deadline while another transfer holds the room's lock
-//     (rate_limited after it). message_id is the file-start's msgId.
+//     (rate_limited after it). message_id is the file-start's msgId. Every
+//     recipient gone before the file-end is unavailable; the room bound to
+//     another tenant (or its tenant created again) before then aborts the
+//     transfer (transfer_incomplete to the recipients) and the op fails.
 //   - prompt: the question in the documented text form ("/<option_id>:
 //     <label>" lines) sent like send; it is the room's open prompt until a
 //     member's msg to the bot that is exactly "/<option_id>" answers it,

@@ -99,11 +99,16 @@ func (p *Platform) storedHere(tenant, sourceURL string) bool {
 // first one's msgId. No recipient online is unavailable (the relay keeps no
 // queue).
 func (p *Platform) send(_ context.Context, tenant string, r *room, a *contract.Action) contract.Result {
+	r.mu.Lock()
+	defer r.unlock()
+	return p.sendLocked(tenant, r, a)
+}
+
+// sendLocked is send under r.mu.
+func (p *Platform) sendLocked(tenant string, r *room, a *contract.Action) contract.Result {
 	if a.Content == "" {
 		return contract.Failed(contract.CodeBadRequest, "nexscope: send needs content")
 	}
-	r.mu.Lock()
-	defer r.unlock()
 	if r.tenant() != tenant {
 		return contract.Declined(platformName) // rebound since Execute authorized the action
 	}

@@ -21,7 +21,7 @@ const mediaChunk = 64 << 10
 // sendMedia streams the object source_url names to the addressed members
 // as the bot's file transfer (the package doc's send_media), whatever the
 // media_kind; chunks wait for room in the recipients' send queues. No
-// recipient online is unavailable; a transfer that stalls past
+// recipient online, at file-start or still at file-end, is unavailable; a transfer that stalls past
 // TransferTimeout or ends with the context is aborted (recipients get
 // transfer_incomplete).
 func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result {
@@ -65,8 +65,12 @@ func (p *Platform) sendMedia(ctx context.Context, tenant string, r *room, a *con
 		}
 	}
 	end := appendWithTS(nil, mustJSON(map[string]string{"type": "file-end", "msgId": msgID, "from": r.bot()}), p.nowMs())
-	if _, _, ok := r.finishTransfer(t, end); !ok {
+	delivered, _, ok := r.finishTransfer(t, end)
+	if !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope send_media: the transfer stalled and was aborted")
+	}
+	if len(delivered) == 0 {
+		return contract.Failed(contract.CodeUnavailable, "nexscope send_media: every recipient left before the file ended; it was not delivered")
 	}
 	return contract.OK(msgID)
 }

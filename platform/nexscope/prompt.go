@@ -32,26 +32,27 @@ func promptText(question string, buttons []contract.PromptButton) string {
 // and makes it the room's open prompt, replacing an earlier one. A
 // member's next msg to the bot whose whole text is "/<option_id>" of it is
 // delivered with prompt_response (bridge), and the prompt is closed.
-func (p *Platform) prompt(ctx context.Context, tenant string, r *room, a *contract.Action) contract.Result {
+func (p *Platform) prompt(_ context.Context, tenant string, r *room, a *contract.Action) contract.Result {
 	buttons, err := contract.PromptButtons(a, maxPromptOptions)
 	if err != nil {
 		return contract.Failed(contract.CodeBadRequest, "nexscope prompt: "+err.Error())
 	}
 	text := *a
 	text.Content = promptText(a.Content, buttons)
-	res := p.send(ctx, tenant, r, &text)
+	// One hold of mu sends the question and opens the prompt, so that the
+	// prompt opens for the binding the question was sent under: the room
+	// rebound, or its tenant created again, in between would have it open
+	// for (and be answered to) a tenant that never asked.
+	r.mu.Lock()
+	defer r.unlock()
+	res := p.sendLocked(tenant, r, &text)
 	if !res.Success {
 		return res
 	}
-	op := &openPrompt{promptID: a.PromptID, msgID: res.MessageID, labels: make(map[string]string, len(buttons))}
+	r.prompt = &openPrompt{promptID: a.PromptID, msgID: res.MessageID, labels: make(map[string]string, len(buttons))}
 	for _, b := range buttons {
-		op.labels[b.ID] = b.Label
+		r.prompt.labels[b.ID] = b.Label
 	}
-	r.mu.Lock()
-	if r.tenant() == tenant { // not rebound since send
-		r.prompt = op
-	}
-	r.mu.Unlock()
 	return res
 }
 

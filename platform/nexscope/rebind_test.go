@@ -596,3 +596,131 @@ func TestTenantDeclaredInTheYAMLKeepsBridgeMemory(t *testing.T) {
 		t.Fatalf("delivery %+v, want a plain command, not an answer to the earlier t1's prompt", d.Event)
 	}
 }
+
+// hookMetrics runs onDrop (once) when reason is first counted as a drop;
+// it counts nothing.
+type hookMetrics struct {
+	platform.NopMetrics
+	reason string
+	onDrop func()
+	once   atomic.Bool
+}
+
+func (h *hookMetrics) Dropped(_, reason string) {
+	if reason == h.reason && !h.once.Swap(true) {
+		h.onDrop()
+	}
+}
+
+// A prompt whose tenant is deleted and created again under its id while
+// the prompt is being sent does not open for the new tenant: the earlier
+// tenant's options are not answered to the new one. The re-creation is
+// forced into the op: the prompt's frame overflows its recipient's send
+// queue, and the slow consumer's kick, which runs once the room's lock is
+// released, counts a drop whose hook re-creates the tenant.
+func TestPromptTenantCreatedAgainWhileSent(t *testing.T) {
+	tr := newRelay(t, Config{Rooms: []Room{{Name: "lab", Tenant: "t1"}}, SendQueueBytes: 1, MaxPayload: 4096, MaxText: 8192})
+	first := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	tr.p.SetTenants(map[string]time.Time{"t1": first})
+	tr.p.deps.Metrics = &hookMetrics{reason: "slow_consumer", onDrop: func() {
+		tr.p.SetTenants(map[string]time.Time{"t1": first.Add(time.Hour)}) // deleted and created again
+	}}
+	sink := platformtest.NewSink(64)
+	t.Cleanup(tr.run(t, sink))
+	alice := tr.join(t, "lab", "alice")
+	tr.join(t, "lab", "slow")
+	alice.ExpectPresence("alice", "hermes", "slow")
+	var a contract.Action
+	if err := json.Unmarshal([]byte(`{"op":"prompt","chat_id":"lab","content":"`+strings.Repeat("x", 5000)+`",
+		"prompt_kind":"approval","prompt_id":"old.1","metadata":{"user_id":"slow"},
+		"options":[{"id":"once","label":"Approve the earlier t1's deploy"},{"id":"deny","label":"Deny"}]}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if res := tr.p.Execute(context.Background(), "t1", &a); !res.Success {
+		t.Fatalf("prompt = %+v", res)
+	}
+	alice.ExpectPresence("alice", "hermes") // slow kicked: the re-creation ran
+	alice.SendJSON(msg("m1", "alice", []string{"hermes"}, "/once"))
+	alice.Expect("ack")
+	d := sink.Next(t)
+	if d.Tenant != "t1" || d.Event == nil || d.Event.PromptResponse != nil || d.Event.Text != "/once" {
+		t.Fatalf("delivery to %s: %+v, want a plain command, not an answer to the earlier t1's prompt", d.Tenant, d.Event)
+	}
+}
+
+// The bot's file transfer (send_media) whose every recipient leaves
+// before its file-end fails with unavailable, as one to nobody online
+// does: no member got the file whole (a member's ack lists them offline).
+func TestBotFileWhoseRecipientsAllLeftFails(t *testing.T) {
+	tr := newRelay(t, Config{Rooms: []Room{{Name: "lab", Tenant: "t1"}}, SendQueueBytes: 64 << 10})
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test", MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	t.Cleanup(tr.run(t, platformtest.NewSink(64)))
+	alice := tr.join(t, "lab", "alice")
+	info, err := store.Put("t1", mediatest.Content(7, 32<<20), "application/pdf", "big.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- tr.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: "lab",
+			MediaKind: "document", SourceURL: store.URL(info.ID), Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	// alice does not read: the transfer waits for room in her queue.
+	waitFor(t, "send_media waiting for room in alice's queue", stacksHold("nexscope.(*Platform).sendMedia", "wsconn.(*Queue).WaitSpace"))
+	alice.WS.CloseNow()
+	select {
+	case res := <-results:
+		if res.Success || res.Code != contract.CodeUnavailable {
+			t.Fatalf("send_media = %+v, want unavailable: its only recipient left before the file ended", res)
+		}
+	case <-time.After(testTimeout):
+		t.Fatalf("send_media still running %v after its recipient left", testTimeout)
+	}
+}
+
+// The bot's file transfer (send_media) under way when its room is bound
+// to another tenant is aborted: the rest of the earlier tenant's file must
+// not reach the members of a room that tenant lost (as one still waiting
+// for the lock is declined). The recipient gets transfer_incomplete, the
+// gateway a failure.
+func TestBotFileAbortedWhenTheRoomRebinds(t *testing.T) {
+	tr := newRelay(t, Config{Rooms: []Room{{Name: "lab", Tenant: "t1"}}, SendQueueBytes: 64 << 10})
+	store, err := media.New(media.Config{Dir: t.TempDir(), PublicURL: "http://connector.test", MaxBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.p.deps.Media = store
+	t.Cleanup(tr.run(t, platformtest.NewSink(64)))
+	alice := tr.join(t, "lab", "alice")
+	info, err := store.Put("t1", mediatest.Content(7, 32<<20), "application/pdf", "t1-secret.pdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan contract.Result, 1)
+	go func() {
+		results <- tr.p.Execute(context.Background(), "t1", &contract.Action{Op: contract.OpSendMedia, ChatID: "lab",
+			MediaKind: "document", SourceURL: store.URL(info.ID), Metadata: contract.Metadata{UserID: "alice"}})
+	}()
+	// alice does not read: the transfer waits for room in her queue.
+	waitFor(t, "send_media waiting for room in alice's queue", stacksHold("nexscope.(*Platform).sendMedia", "wsconn.(*Queue).WaitSpace"))
+	if err := tr.p.Bind([]platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t2"}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		typ, b := alice.Read()
+		if typ == websocket.MessageBinary || strings.Contains(string(b), `"presence"`) || strings.Contains(string(b), `"file-start"`) {
+			continue
+		}
+		if !strings.Contains(string(b), `"transfer_incomplete"`) {
+			t.Fatalf("alice got %s, want transfer_incomplete for t1's file after the room was bound to t2", b)
+		}
+		break
+	}
+	if res := <-results; res.Success {
+		t.Fatalf("send_media = %+v, want a failure: the room was bound to another tenant before the file ended", res)
+	}
+}

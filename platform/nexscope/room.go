@@ -101,7 +101,8 @@ func (r *room) bot() string { return r.bound.Load().bot }
 // bridge forgets what it remembered for the previous tenant, or for an
 // earlier creation of the same one (deleted and made again), its open
 // prompt included, and drops a member's file to the previous tenant's bot
-// in progress (transfer.loseBot). A member already holding the
+// in progress (transfer.loseBot) and aborts the bot's own (send_media;
+// its recipients get transfer_incomplete). A member already holding the
 // bot's name keeps it; the bot is then not listed twice. A zero created
 // for the tenant the room is bound to (the YAML declares it now, which
 // shadows the stored tenant) is the same tenant, as the relay holds
@@ -121,6 +122,8 @@ func (r *room) bindLocked(tenant string, created time.Time) {
 	}
 	if t := r.transfer; t != nil && t.toBot {
 		t.loseBot(r)
+	} else if t != nil && t.sender == nil {
+		r.abortLocked(t) // the bot's own file (send_media): its tenant lost the room
 	}
 	if old := r.bot(); old != "" && r.members[old] == nil {
 		if i, ok := slices.BinarySearch(r.users, old); ok {
