@@ -101,10 +101,15 @@ func (c *conn) handleHello(f contract.GatewayFrame) {
 	c.enqueue(frame)
 	c.logs.Log(c.log, slog.LevelInfo, "hello", "platform", name, "bot_id", truncateForLog(string(f.BotID)))
 	if p, ok := c.srv.platforms[name].(platform.HelloObserver); ok {
+		// A connection of a gateway SetTenants dropped (its tenant deleted,
+		// or made again under its id) is closing: its hello is no tenant's
+		// now, and would be observed with the new tenant's creation.
 		c.srv.regMu.RLock()
-		created := c.hub.created
+		created, current := c.hub.created, c.srv.gateways[c.gw.id] == c.gw
 		c.srv.regMu.RUnlock()
-		p.ObserveHello(c.hub.id, created, c.gw.id, &f)
+		if current {
+			p.ObserveHello(c.hub.id, created, c.gw.id, &f)
+		}
 	}
 	if name == contract.PlatformRelay {
 		name = ledger.AllPlatforms

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,5 +144,79 @@ func TestHelloObservedWithTheTenantsCreation(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("no hello observed within 10 s")
 		}
+	}
+}
+
+// helloGate is a slog.Handler that holds the first "hello" line (logged
+// by a connection's reader before it tells the platforms of the hello)
+// until release is closed, having closed held.
+type helloGate struct {
+	slog.Handler
+	once          *sync.Once
+	held, release chan struct{}
+}
+
+func (h helloGate) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "hello" {
+		h.once.Do(func() {
+			close(h.held)
+			<-h.release
+		})
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h helloGate) WithAttrs(attrs []slog.Attr) slog.Handler {
+	h.Handler = h.Handler.WithAttrs(attrs)
+	return h
+}
+
+func (h helloGate) WithGroup(name string) slog.Handler {
+	h.Handler = h.Handler.WithGroup(name)
+	return h
+}
+
+// TestHelloOfARevokedConnectionIsNotObserved: the hello of an earlier
+// tenant's connection, read while its tenant was made again under its id
+// (after SetTenants took in the new creation, before the connection
+// closed), is not told to the platforms: it was observed as the new
+// tenant's, so Discord kept the earlier gateway's command manifest for the
+// new tenant.
+func TestHelloOfARevokedConnectionIsNotObserved(t *testing.T) {
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	p := helloRecorder{newFake("discord", map[string]string{"c1": "t1"}), make(chan time.Time, 4)}
+	tenant := func(created time.Time) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{"s1"}}}}}
+	}
+	logs := newLogBuffer()
+	gate := helloGate{slog.NewTextHandler(logs, nil), new(sync.Once), make(chan struct{}), make(chan struct{})}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: tenant(first), Platforms: []platform.Platform{p}, Log: slog.New(gate)})
+
+	old := h.Dial(t, "gw1", "s1")
+	old.SendRaw(t, `{"type": "hello", "platform": "discord", "botId": ""}`+"\n")
+	select {
+	case <-gate.held:
+	case <-time.After(relaytest.Timeout):
+		t.Fatal("the hello was not read within the timeout")
+	}
+	if err := h.Server.SetTenants(tenant(again)); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.release)
+	logs.waitLine(t, "gateway disconnected")
+	select {
+	case got := <-p.created:
+		t.Fatalf("the earlier tenant's hello was observed with creation %v", got)
+	default:
+	}
+
+	h.Dial(t, "gw1", "s1").Hello(t, "discord", "")
+	select {
+	case got := <-p.created:
+		if !got.Equal(again) {
+			t.Fatalf("the new tenant's hello observed with creation %v, want %v", got, again)
+		}
+	case <-time.After(relaytest.Timeout):
+		t.Fatal("the new tenant's hello was not observed within the timeout")
 	}
 }

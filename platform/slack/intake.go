@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"connector/internal/clock"
+	"connector/store"
 )
 
 // This file keeps the durable intake: a request of the HTTP routes whose
@@ -493,7 +495,8 @@ func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
 	for _, tenant := range tenants {
 		for after := uint64(0); ; {
 			recs, err := l.Read(ctx, tenant, after, ledgerPage)
-			if err != nil {
+			var bad *store.UnreadableRecord
+			if err != nil && !errors.As(err, &bad) {
 				return nil, err
 			}
 			for _, r := range recs {
@@ -504,6 +507,12 @@ func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
 					held[ledgerName(r.ChatID, r.Received, ev.MessageID)] = true
 				}
 				after = r.Seq
+			}
+			if bad != nil {
+				// A record that does not decode tells no delivery (the
+				// relay drops it: dropped_malformed); read on past it.
+				after = bad.Seq
+				continue
 			}
 			if len(recs) < ledgerPage {
 				break

@@ -18,6 +18,8 @@ import (
 	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 	"connector/store"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // fileMessage is a message of Ada in channel with the one PNG file id the
@@ -456,6 +458,80 @@ func TestIntakeDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
 	}
 	if _, resumed := b.p.IntakeStats(); resumed != 1 {
 		t.Fatalf("%d intake entries resumed, want 1 (the first was delivered already)", resumed)
+	}
+}
+
+// TestIntakeSweepReadsPastAnUnreadableLedgerRecord: on Redis, a ledger
+// record that does not decode (another program or version wrote it;
+// store.UnreadableRecord), stored before a delivery of an entry a killed
+// instance left, does not keep the next instance from finding that
+// delivery: the entry is deleted without being delivered again. The
+// sweep failed its ledger read at that record before, for as long as it
+// was stored, and delivered every such entry again.
+func TestIntakeSweepReadsPastAnUnreadableLedgerRecord(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	rc := srv.Client(t)
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	stored := make(chan struct{})
+	var once sync.Once
+	a.sink.Check = func(d platform.Delivery) error {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return errors.New("the instance is dying")
+		}
+		defer close(stored)
+		ctx := context.Background()
+		// The record that does not decode, then the delivery, as
+		// relay/hub.go stores it; then the instance dies.
+		if _, err := st.Ledger().Append(ctx, d.Tenant, []store.Record{{Platform: "discord", Payload: []byte("x")}}); err != nil {
+			return err
+		}
+		seq, err := rc.Incr(ctx, "connector:seq:{"+d.Tenant+"}").Result()
+		if err != nil {
+			return err
+		}
+		if err := rc.XAdd(ctx, &redis.XAddArgs{Stream: "connector:log:{" + d.Tenant + "}", ID: sprintf("0-%d", seq),
+			Values: []any{"k", "1", "p", platformName, "s", "s1", "c", d.ChatID, "r", "x", "d", "bad", "g", "x"}}).Err(); err != nil {
+			return err
+		}
+		if _, err := st.Ledger().Append(ctx, d.Tenant, []store.Record{{
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: d.Event.AppendJSON(nil), Received: d.Received,
+		}}); err != nil {
+			return err
+		}
+		return errors.New("killed after the ledger's commit")
+	}
+	const thread = "1768490000.000100"
+	for i, text := range []string{"first reply", "second reply"} {
+		ev := slacktest.MessageEvent(teamA.ID, dmAda, userAda, sprintf("1768490100.00020%d", i), thread, text)
+		answered(t, a.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, sprintf("EvT%d", i), ev)), text)
+		clk.Advance(time.Millisecond) // entries of one chat are ordered by when they were received
+	}
+	select {
+	case <-stored:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the first reply's delivery", waitFor)
+	}
+	a.stop()
+	a.stop = func() {}
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	if d := b.sink.Next(t); d.Event.Text != "second reply" {
+		t.Fatalf("delivery after the restart %q, want only the second reply", d.Event.Text)
+	}
+	intakeEmpty(t, st)
+	b.settled(t)
+	b.stop()
+	b.stop = func() {}
+	if n := b.sink.Taken(); n != 1 {
+		t.Fatalf("the restarted instance delivered %d times, want once (the second reply)", n)
 	}
 }
 

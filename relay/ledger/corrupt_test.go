@@ -25,13 +25,14 @@ type redisRig struct {
 func newRedisRig(t *testing.T, mod func(*Config)) *redisRig {
 	t.Helper()
 	srv := redistest.Start(t, redistest.Options{})
-	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL()})
+	clk := clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	st, err := store.Open(context.Background(), store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	m := &fakeMetrics{outcomes: make(map[string]int)}
-	cfg := testConfig(st.Ledger(), clocktest.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)), m)
+	cfg := testConfig(st.Ledger(), clk, m)
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -115,7 +116,7 @@ func TestTailPassesOverARecordThatDoesNotDecode(t *testing.T) {
 // sweep, for good, and the records after it never aged out.
 func TestSweepDropsARecordWhoseReceiptTimeDoesNotDecode(t *testing.T) {
 	r := newRedisRig(t, func(c *Config) { c.MaxAge, c.SweepEvery = time.Hour, 24*time.Hour })
-	old := strconv.FormatInt(time.Now().Add(-2*time.Hour).UnixMicro(), 10)
+	old := strconv.FormatInt(r.pool.cfg.Clock.Now().Add(-2*time.Hour).UnixMicro(), 10)
 	r.appendRaw(t, "t2", "k", "1", "p", "discord", "s", "s1", "c", "", "r", "x", "d", "bad")
 	r.appendRaw(t, "t2", "k", "1", "p", "discord", "s", "s1", "c", "", "r", old, "d", "old")
 	r.append(t, "t2", "s1", "new")
