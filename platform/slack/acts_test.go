@@ -311,6 +311,57 @@ func TestSlashCommandReplayKeepsItsResponseURLUse(t *testing.T) {
 	}
 }
 
+// TestSlashCommandReplayLeavesALaterCommandsResponseURL: a slash command
+// request replayed after a later command of its session is not delivered
+// again, nor does it put its own response_url back in the vault: the
+// session's next send is still the later command's reply.
+func TestSlashCommandReplayLeavesALaterCommandsResponseURL(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	first := slacktest.Command(teamA.ID, chanGeneral, userAda, "/model", "gpt-5", e.fake.ResponseURL("r1"))
+	later := e.fake.ResponseURL("r2")
+	for i, body := range [][]byte{first, slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", later), first} {
+		if code, resp := e.post(t, CommandsPath, "application/x-www-form-urlencoded", body); code != http.StatusOK {
+			t.Fatalf("request %d: %d %s", i, code, resp)
+		}
+	}
+	e.sink.Next(t)
+	d := e.sink.Next(t)
+	e.sink.Empty(t)
+	if _, u, ok := e.p.takeResponseURL(t.Context(), "t1", d.SessionKey); !ok || u != later {
+		t.Fatalf("after the replay the session keeps the response_url of %q (kept %v), want the later command's", u, ok)
+	}
+}
+
+// TestSlashCommandBehindAnIntakeEntryRepliesPrivately: a slash command of
+// a chat whose message is still fetching its file waits in the intake; its
+// reply, however long it waited, goes to its user alone: the two minutes in
+// which the session's next send is the command's reply run from when it is
+// delivered, not from when its request came.
+func TestSlashCommandBehindAnIntakeEntryRepliesPrivately(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Media: newMediaStore(t), Clock: clk})
+	started := make(chan string, 4)
+	url := e.fake.AddStalledFile(teamA.ID, "F0SLOW0001", "F0SLOW0001.png", "image/png", started)
+	t.Cleanup(func() { clk.Advance(mediaDownloadTimeout) }) // a failed test's download ends
+	answered(t, e.postAsync(t, EventsPath, "application/json",
+		slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev1", fileMessage(chanGeneral, "1768490100.000100", "F0SLOW0001", url))), "the message with a stalled file")
+	waitStarted(t, started, "the stalled file")
+	answered(t, e.postAsync(t, CommandsPath, "application/x-www-form-urlencoded",
+		slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", e.fake.ResponseURL("r1"))), "the slash command")
+	clk.Advance(mediaDownloadTimeout)
+	for i, want := range []string{"F0SLOW0001.png could not be fetched", "/status"} {
+		if d := e.sink.Next(t); !strings.Contains(d.Event.Text, want) {
+			t.Fatalf("delivery %d %q, want it to hold %q", i, d.Event.Text, want)
+		}
+	}
+	if r := e.execute(t, "t1", sprintf(slashSend, "all good", "")); !r.Success || r.MessageID != "" {
+		t.Fatalf("the command's reply %+v, want it private", r)
+	}
+	if posts := e.fake.Responses(); len(posts) != 1 || posts[0].ID != "r1" || len(e.fake.Calls("chat.postMessage")) != 0 {
+		t.Fatalf("response_url posts %+v, %d public posts; want the reply through r1 alone", posts, len(e.fake.Calls("chat.postMessage")))
+	}
+}
+
 // TestSlashCommandFollowUp: a slash command is delivered as the native
 // adapter delivers it, acknowledged ephemerally; its response_url stays in
 // the vault under its session and tenant, never in the event; follow_up

@@ -89,8 +89,8 @@ type Config struct {
 	// 413. Default 1 MiB.
 	MaxEventBytes int64 `yaml:"max_event_bytes"`
 	// DedupeWindow is how long a message's team, channel and ts (a press's
-	// prompt message) is remembered to drop Slack's retries and duplicates,
-	// across instances. Default 1h (the native SLACK_DEDUP_TTL_SECONDS);
+	// prompt message, a slash command's trigger_id) is remembered to drop
+	// Slack's retries and duplicates, across instances. Default 1h (the native SLACK_DEDUP_TTL_SECONDS);
 	// at least 5m, the signature tolerance: a shorter one would let a
 	// captured signed request be replayed once it is forgotten.
 	DedupeWindow time.Duration `yaml:"dedupe_window"`

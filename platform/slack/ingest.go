@@ -3,7 +3,6 @@ package slack
 import (
 	"cmp"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -320,25 +319,28 @@ func (p *Platform) ingestCommand(ctx context.Context, c *slashCommand, received 
 		return "", nil
 	}
 	ev := slashEvent(c)
-	if c.ResponseURL != "" && ev.MessageType == "command" {
-		k := vault.Key{Tenant: tenant, SessionKey: p.deps.Key(tenant, &ev.Source), Kind: vault.KindSlackResponseURL}
-		ref := responseRef{team: c.TeamID, channel: c.ChannelID, user: c.UserID}.String()
-		// A copy of a command kept already (a replayed request) leaves
-		// it as it is: the posts it took stay counted.
-		kept, ok := p.deps.Vault.Get(ctx, k)
-		if !ok || subtle.ConstantTimeCompare([]byte(kept.Value.Reveal()), []byte(c.ResponseURL)) != 1 {
-			if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.clock.Now()}); err != nil {
-				return "", fmt.Errorf("slack: keep the response_url: %w", err)
-			}
-		}
-	}
 	err := p.inChatOrder(ctx, c.TeamID+"/"+c.ChannelID, func(ctx context.Context) error {
-		if c.TriggerID == "" {
+		// The response_url goes to the vault as the command is
+		// delivered, in its chat's turn: a command that waited in the
+		// intake has its reply window from then, and a replayed
+		// request, not delivered again, leaves the vault as it is (the
+		// posts the first copy took, a later command's response_url).
+		handle := func() error {
+			if c.ResponseURL != "" && ev.MessageType == "command" {
+				k := vault.Key{Tenant: tenant, SessionKey: p.deps.Key(tenant, &ev.Source), Kind: vault.KindSlackResponseURL}
+				ref := responseRef{team: c.TeamID, channel: c.ChannelID, user: c.UserID}.String()
+				if err := p.deps.Vault.Put(ctx, k, vault.Entry{Value: vault.NewSecret(c.ResponseURL), Ref: ref, Stored: p.clock.Now()}); err != nil {
+					return fmt.Errorf("slack: keep the response_url: %w", err)
+				}
+			}
 			return p.deliver(ctx, tenant, &ev, received)
+		}
+		if c.TriggerID == "" {
+			return handle()
 		}
 		// Once per trigger_id: a signed request replayed within the
 		// signature's window is not delivered again.
-		return p.once(ctx, "cmd/"+c.TeamID+":"+c.TriggerID, "", func() error { return p.deliver(ctx, tenant, &ev, received) })
+		return p.once(ctx, "cmd/"+c.TeamID+":"+c.TriggerID, "", handle)
 	})
 	if err != nil {
 		return "", err

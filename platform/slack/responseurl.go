@@ -78,7 +78,7 @@ const slashReplyWindow = 120 * time.Second
 // chat, workspace (metadata.scope_id), thread and author (metadata.user_id:
 // the gateway stamps the author of the chat's last inbound) of a command
 // whose response_url the vault holds under that session for the tenant,
-// received within slashReplyWindow and not answered yet (a claim, so of
+// delivered within slashReplyWindow and not answered yet (a claim, so of
 // the instances sharing the store one answers it). The response_url stays
 // in the vault; no frame ever carries it.
 func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *contract.Action) (contract.Result, bool) {

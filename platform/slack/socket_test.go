@@ -128,7 +128,9 @@ func TestSocketModeBoundsWorkBesideTheReader(t *testing.T) {
 	}
 	push := func(n int) string {
 		t.Helper()
-		cmd, _ := json.Marshal(map[string]string{"team_id": teamA.ID, "channel_id": chanGeneral, "user_id": userAda, "command": "/status",
+		// Each in a channel of its own: a chat's commands are delivered,
+		// their response_urls kept, one at a time.
+		cmd, _ := json.Marshal(map[string]string{"team_id": teamA.ID, "channel_id": sprintf("C0BND%05d", n), "user_id": userAda, "command": "/status",
 			"text": sprintf("%d", n), "response_url": e.fake.ResponseURL(sprintf("r%d", n))})
 		id, err := e.fake.PushEvent(ctx, "slash_commands", cmd)
 		if err != nil {
