@@ -12,6 +12,7 @@ import (
 	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 	"connector/store"
 	"connector/vault"
@@ -163,6 +164,9 @@ func TestSocketModeBoundsWorkBesideTheReader(t *testing.T) {
 	if e.fake.Acked(over) {
 		t.Fatal("the envelope past the bound was acknowledged")
 	}
+	// A slot is given back once its work has returned, just after its ack
+	// was sent: the fake may see the ack first.
+	platformtest.WaitUntil(t, "the slash commands in hand to give their slots back", func() bool { return len(e.p.besides) == 0 })
 	if _, err := e.fake.WaitAck(ctx, push(3)); err != nil {
 		t.Fatalf("after the work in hand ended: %v", err)
 	}
