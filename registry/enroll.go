@@ -37,6 +37,8 @@ var ErrEnrollToken = errors.New("registry: enrollment token invalid, expired, al
 type expiring struct {
 	Tenant  string    `json:"tenant"`
 	Expires time.Time `json:"expires"`
+	// Redeemed is a spent link code's (linkCode.Redeemed).
+	Redeemed string `json:"redeemed,omitempty"`
 }
 
 // sweep deletes the entries of namespace (enrollment tokens, link codes)
