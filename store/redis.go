@@ -646,11 +646,27 @@ func (c redisClaims) Hold(ctx context.Context, key string, expires time.Time) er
 	return nil
 }
 
-func (c redisClaims) Release(ctx context.Context, key string) error {
+// releaseScript: KEYS claim; ARGV the expiry's seconds and nanoseconds.
+// Deletes the claim unless it lasts past that expiry (compared as in
+// claimScript); an unreadable one goes.
+var releaseScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local s, ns = string.match(cur, '^(%d+) (%d+)$')
+  s, ns = tonumber(s), tonumber(ns)
+  local es, ens = tonumber(ARGV[1]), tonumber(ARGV[2])
+  if s and (s > es or (s == es and ns > ens)) then return 0 end
+  redis.call('DEL', KEYS[1])
+end
+return 1
+`)
+
+func (c redisClaims) Release(ctx context.Context, key string, expires time.Time) error {
 	if err := checkName("claim key", key); err != nil {
 		return err
 	}
-	return opErr("release claim", rerr(c.s.c.Del(ctx, c.s.p+"claim:"+key).Err()))
+	err := releaseScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, expires.Unix(), expires.Nanosecond()).Err()
+	return opErr("release claim", rerr(err))
 }
 
 type redisLeases struct{ s *redisStore }
