@@ -133,7 +133,10 @@ type intake struct {
 	ctx     context.Context   // Run's; nil while Run is not running
 	pending map[string]int    // chat -> entries held
 	held    map[string]string // entry key -> its chat
-	resumed atomic.Uint64     // entries taken by sweepIntake
+	// until is, of an entry held, the latest expiry this instance gave
+	// its claim (claimed, renewed): what its release compares.
+	until   map[string]time.Time
+	resumed atomic.Uint64 // entries taken by sweepIntake
 }
 
 // IntakeStats reports the entries of the durable intake this instance
@@ -168,11 +171,29 @@ func (in *intake) holds(key string) bool {
 	return ok
 }
 
+// claimed records that key's claim was given expires, unless it was
+// given a later one already or key is not held.
+func (in *intake) claimed(key string, expires time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if _, ok := in.held[key]; ok && expires.After(in.until[key]) {
+		in.until[key] = expires
+	}
+}
+
+// claimUntil is the latest expiry key's claim was given (claimed).
+func (in *intake) claimUntil(key string) time.Time {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.until[key]
+}
+
 // done forgets key of chat.
 func (in *intake) done(key, chat string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	delete(in.held, key)
+	delete(in.until, key)
 	if in.pending[chat]--; in.pending[chat] <= 0 {
 		delete(in.pending, chat)
 	}
@@ -242,12 +263,13 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 	if err != nil {
 		return fmt.Errorf("slack: encode an intake entry: %w", err)
 	}
-	if took, err := p.claims.Claim(ctx, intakeClaim(key), p.clock.Now().Add(intakeClaimTTL)); err != nil || !took {
+	until := p.clock.Now().Add(intakeClaimTTL)
+	if took, err := p.claims.Claim(ctx, intakeClaim(key), until); err != nil || !took {
 		return err // not taken: this very request is stored already
 	}
 	swapped, err := p.deps.Store.Registry().CompareAndSwap(ctx, intakeNamespace, key, nil, value)
 	if err != nil || !swapped {
-		p.releaseIntake(key)
+		p.releaseIntake(key, until)
 		if err != nil {
 			return fmt.Errorf("slack: store an intake entry: %w", err)
 		}
@@ -258,6 +280,7 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 	p.intake.queueMu.Lock()
 	defer p.intake.queueMu.Unlock()
 	p.intake.take(key, chat)
+	p.intake.claimed(key, until)
 	p.queueIntake(run, key, chat, rec)
 	return nil
 }
@@ -269,7 +292,7 @@ func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intake
 		p.intake.done(key, chat)
 	})
 	if !ok {
-		p.releaseIntake(key)
+		p.releaseHeld(key)
 		p.intake.done(key, chat)
 	}
 }
@@ -278,7 +301,7 @@ func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intake
 // dropped or expired (then deletes it), or until ctx ends (then keeps it);
 // then it gives the entry's claim up.
 func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecord) {
-	defer p.releaseIntake(key)
+	defer p.releaseHeld(key)
 	received := time.Unix(0, rec.Received)
 	backoff := intakeBackoffMin
 	for {
@@ -345,11 +368,15 @@ func (p *Platform) delivered(ctx context.Context) {
 	turn.deleted = true
 }
 
-// releaseIntake gives up the claim on entry key.
-func (p *Platform) releaseIntake(key string) {
+// releaseHeld gives up the claim on entry key, held (intake.take).
+func (p *Platform) releaseHeld(key string) { p.releaseIntake(key, p.intake.claimUntil(key)) }
+
+// releaseIntake gives up the claim on entry key, given until at the
+// latest: one another instance took since it lapsed stays.
+func (p *Platform) releaseIntake(key string, until time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), intakeStoreTimeout)
 	defer cancel()
-	if err := p.claims.Release(ctx, intakeClaim(key)); err != nil {
+	if err := p.claims.Release(ctx, intakeClaim(key), until); err != nil {
 		p.log.Warn("slack intake claim not released; the entry waits for it to expire", "key", key, "err", err)
 	}
 }
@@ -423,19 +450,22 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		if !p.intake.take(e.Key, chat) {
 			continue // held here
 		}
-		took, err := claimed[e.Key], error(nil)
+		until, took := claimed[e.Key]
+		err := error(nil)
 		delete(claimed, e.Key)
 		if !took {
-			took, err = p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL))
+			until = p.clock.Now().Add(intakeClaimTTL)
+			took, err = p.claims.Claim(ctx, intakeClaim(e.Key), until)
 		}
 		if err != nil || !took {
 			p.intake.done(e.Key, chat)
 			continue
 		}
+		p.intake.claimed(e.Key, until)
 		queue = append(queue, held{e.Key, chat, rec})
 	}
-	for key := range claimed {
-		p.releaseIntake(key) // claimed, and unreadable or gone since
+	for key, until := range claimed {
+		p.releaseIntake(key, until) // claimed, and unreadable or gone since
 	}
 	// Of a chat's entries only the first may have been delivered: they are
 	// handled one at a time, in order, each deleted before the next.
@@ -460,21 +490,23 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 }
 
 // claimUnheld claims the entries the intake lists that no live claim
-// holds and this instance does not, and names those it claimed: what a
+// holds and this instance does not, and names those it claimed with
+// their claims' expiry: what a
 // sweep takes, before its queue lock (sweepIntake). A listing that fails
 // claims none (the sweep lists again, and logs).
-func (p *Platform) claimUnheld(ctx context.Context) map[string]bool {
+func (p *Platform) claimUnheld(ctx context.Context) map[string]time.Time {
 	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
 	if err != nil {
 		return nil
 	}
-	claimed := make(map[string]bool)
+	claimed := make(map[string]time.Time)
 	for _, e := range entries {
 		if p.intake.holds(e.Key) {
 			continue
 		}
-		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL)); err == nil && took {
-			claimed[e.Key] = true
+		until := p.clock.Now().Add(intakeClaimTTL)
+		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), until); err == nil && took {
+			claimed[e.Key] = until
 		}
 	}
 	return claimed
@@ -577,7 +609,7 @@ func (p *Platform) deliveredBefore(ctx context.Context, key, chat string, rec in
 		return false
 	}
 	defer p.intake.done(key, chat)
-	defer p.releaseIntake(key)
+	defer p.releaseHeld(key)
 	if _, err := p.deps.Store.Registry().Delete(ctx, intakeNamespace, key); err != nil {
 		p.log.Warn("slack intake entry delivered before a restart and not deleted; retrying at the next sweep", "key", key, "err", p.errorText(err))
 		return true
@@ -619,9 +651,13 @@ func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 		case <-renew.C:
 			expires := p.clock.Now().Add(intakeClaimTTL)
 			for _, key := range p.intake.keys() {
-				if err := p.claims.Hold(ctx, intakeClaim(key), expires); err != nil && ctx.Err() == nil {
-					p.log.Warn("slack intake claim not renewed", "key", key, "err", err)
+				if err := p.claims.Hold(ctx, intakeClaim(key), expires); err != nil {
+					if ctx.Err() == nil {
+						p.log.Warn("slack intake claim not renewed", "key", key, "err", err)
+					}
+					continue
 				}
+				p.intake.claimed(key, expires)
 			}
 		case <-sweep.C:
 			p.sweepIntake(ctx, nil)
