@@ -26,9 +26,9 @@ import (
 
 // observedKey names the chat topic of a message (thread 0: none) for the
 // tenant it was delivered to, as created at created (Unix nanoseconds of
-// registry.Tenant.Created, as SetTenants last gave it): a tenant deleted
-// and made again under its id never gets the messages held back for the
-// earlier one, received before its creation.
+// registry.Tenant.Created, as SetTenants last gave it; 0 when zero or not
+// given): a tenant deleted and made again under its id never gets the
+// messages held back for the earlier one, received before its creation.
 type observedKey struct {
 	tenant  string
 	created int64
@@ -37,11 +37,13 @@ type observedKey struct {
 
 // observedKeyOf is the key of msg for tenant.
 func (p *Platform) observedKeyOf(tenant string, msg *models.Message) observedKey {
-	var created time.Time
+	k := observedKey{tenant: tenant, topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
 	if c := p.created.Load(); c != nil {
-		created = (*c)[tenant]
+		if at := (*c)[tenant]; !at.IsZero() { // the zero time has no Unix nanoseconds
+			k.created = at.UnixNano()
+		}
 	}
-	return observedKey{tenant: tenant, created: created.UnixNano(), topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
+	return k
 }
 
 // SetTenants implements platform.TenantKeeper: the messages observe mode
