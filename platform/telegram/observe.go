@@ -7,6 +7,7 @@ import (
 	"github.com/go-telegram/bot/models"
 
 	"connector/contract"
+	"connector/platform/chatcontext"
 	"connector/session"
 )
 
@@ -25,25 +26,22 @@ import (
 // as chat topic.
 
 // observedKey names the chat topic of a message (thread 0: none) for the
-// tenant it was delivered to, as created at created (Unix nanoseconds of
-// registry.Tenant.Created, as SetTenants last gave it; 0 when zero or not
-// given): a tenant deleted and made again under its id never gets the
-// messages held back for the earlier one, received before its creation.
+// tenant it was delivered to, as created (registry.Tenant.Created, as
+// SetTenants last gave it): a tenant deleted and made again under its id
+// never gets the messages held back for the earlier one, received before
+// its creation.
 type observedKey struct {
-	tenant  string
-	created int64
-	topic   topicKey
+	tenant chatcontext.Tenant
+	topic  topicKey
 }
 
 // observedKeyOf is the key of msg for tenant.
 func (p *Platform) observedKeyOf(tenant string, msg *models.Message) observedKey {
-	k := observedKey{tenant: tenant, topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
+	var created time.Time
 	if c := p.created.Load(); c != nil {
-		if at := (*c)[tenant]; !at.IsZero() { // the zero time has no Unix nanoseconds
-			k.created = at.UnixNano()
-		}
+		created = (*c)[tenant]
 	}
-	return k
+	return observedKey{tenant: chatcontext.TenantOf(tenant, created), topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
 }
 
 // SetTenants implements platform.TenantKeeper: the messages observe mode
