@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"connector/store"
 	"connector/wake"
 )
 
@@ -139,6 +140,10 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 	spent := false
 	spend := sync.OnceValue(func() error { // once, though a race decides again
 		if deleted, err := r.kv.Delete(ctx, nsEnroll, key); err != nil {
+			// A delete the replicas did not acknowledge applied on the
+			// primary (store.ErrNotReplicated): the token is spent there,
+			// so it is given back with the rest.
+			spent = errors.Is(err, store.ErrNotReplicated)
 			return err
 		} else if !deleted {
 			return ErrEnrollToken // redeemed meanwhile
