@@ -2,6 +2,7 @@ package slack
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -32,9 +33,10 @@ import (
 // An entry lives in the store's Registry, namespace slack/intake, under
 // "<team>/<channel>/<received ns>/<hash of the body>" (so a chat's
 // entries list in arrival order): the verified request body, which route
-// it came to, and when. The instance that stores it claims it
-// (slack/intake/<key>, in the platform's claims) and renews the claim
-// while it holds the entry; it handles the chat's entries one at a time,
+// it came to, and when (and, once known, the channel its delivery goes to
+// when that is another's: deliveringTo). The instance that stores it
+// claims it (slack/intake/<key>, in the platform's claims) and renews the
+// claim while it holds the entry; it handles the chat's entries one at a time,
 // in order, in the chat's turn, then deletes each. One whose delivery
 // fails is tried again with backoff until intakeRetryFor after it was
 // received, then dropped (intake_expired): it holds its chat's turn
@@ -96,6 +98,11 @@ type intakeRecord struct {
 	Route    string `json:"route"`
 	Body     []byte `json:"body"`
 	Received int64  `json:"received"` // unix nanoseconds
+	// To is the channel the entry's delivery goes to when that is not its
+	// chat's (a reaction turn its tenant's reaction_trigger_target sends
+	// elsewhere), recorded before that delivery (deliveringTo): a sweep
+	// looks for the delivery in the ledger there (deliveredBefore).
+	To string `json:"to,omitempty"`
 }
 
 // intakeRequest is the HTTP request being ingested, which inChatOrder
@@ -308,8 +315,9 @@ func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecor
 		if ctx.Err() != nil {
 			return
 		}
-		turn := &intakeTurn{key: key}
+		turn := &intakeTurn{key: key, rec: rec}
 		err := p.replay(context.WithValue(ctx, inTurnKey{}, turn), rec, received)
+		rec = turn.rec // as stored now: with where it is delivered
 		if turn.deleted {
 			return // delivered, and deleted then (delivered)
 		}
@@ -344,6 +352,8 @@ func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecor
 // inTurnKey).
 type intakeTurn struct {
 	key string
+	// rec is the entry's value as stored.
+	rec intakeRecord
 	// deleted is set once the entry is deleted after its delivery.
 	deleted bool
 }
@@ -366,6 +376,44 @@ func (p *Platform) delivered(ctx context.Context) {
 		return
 	}
 	turn.deleted = true
+}
+
+// deliveringTo records channel in the entry ctx handles in its turn, if
+// any, as where its delivery goes, when that is not its chat's (nor
+// recorded already): before the delivery, so that a sweep after a kill
+// looks for it in the ledger there (deliveredBefore) rather than in its
+// chat's, where it is not. An error is the store's: the entry is tried
+// again.
+func (p *Platform) deliveringTo(ctx context.Context, channel string) error {
+	turn, _ := ctx.Value(inTurnKey{}).(*intakeTurn)
+	if turn == nil {
+		return nil
+	}
+	chat, _ := entryChat(turn.key)
+	if _, own, _ := strings.Cut(chat, "/"); cmp.Or(turn.rec.To, own) == channel {
+		return nil
+	}
+	rec := turn.rec
+	rec.To = channel
+	old, err := json.Marshal(turn.rec)
+	if err != nil {
+		return fmt.Errorf("slack: encode an intake entry: %w", err)
+	}
+	value, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("slack: encode an intake entry: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intakeStoreTimeout)
+	defer cancel()
+	switch swapped, err := p.deps.Store.Registry().CompareAndSwap(sctx, intakeNamespace, turn.key, old, value); {
+	case err != nil:
+		return fmt.Errorf("slack: record where an intake entry is delivered: %w", err)
+	case !swapped:
+		p.log.Warn("slack intake entry not stored as read; where it is delivered not recorded, and a restart may deliver it again", "key", turn.key)
+	default:
+		turn.rec = rec
+	}
+	return nil
 }
 
 // releaseHeld gives up the claim on entry key, held (intake.take).
@@ -593,8 +641,9 @@ func entryMessage(rec intakeRecord) string {
 
 // deliveredBefore reports whether entry key of chat, the first of its chat
 // a sweep took, was delivered already: the ledger (stored, read before the
-// sweep queues anything) holds a delivery of its chat and message received
-// when it was. An instance killed after the relay stored an entry's delivery,
+// sweep queues anything) holds a delivery of its message received when it
+// was, in the chat it recorded as its delivery's (rec.To, deliveringTo),
+// else in its own. An instance killed after the relay stored an entry's delivery,
 // before it deleted the entry, leaves both; the entry is then deleted (its
 // claim released) rather than delivered again. One whose deletion fails is
 // let go too, for the next sweep.
@@ -605,7 +654,7 @@ func entryMessage(rec intakeRecord) string {
 // entry is delivered again (at least once).
 func (p *Platform) deliveredBefore(ctx context.Context, key, chat string, rec intakeRecord, stored map[string]bool) bool {
 	_, channel, _ := strings.Cut(chat, "/")
-	if !stored[ledgerName(channel, time.Unix(0, rec.Received), entryMessage(rec))] {
+	if !stored[ledgerName(cmp.Or(rec.To, channel), time.Unix(0, rec.Received), entryMessage(rec))] {
 		return false
 	}
 	defer p.intake.done(key, chat)
