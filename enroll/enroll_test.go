@@ -908,3 +908,37 @@ func TestGatewayTakenMeanwhileIsAConflict(t *testing.T) {
 		})
 	}
 }
+
+// TestProvisionRouteKeyOfAnotherTenantTellsNotWhere: a provision's route
+// key another tenant holds gets one answer whether the YAML declares it
+// or the store binds it: 409 with the same text but for the key. Before,
+// a key the YAML declares answered "declared in the YAML config; edit the
+// file and send SIGHUP", telling a tenant which layer holds another
+// tenant's chat (and asking it to edit a file it does not own).
+func TestProvisionRouteKeyOfAnotherTenantTellsNotWhere(t *testing.T) {
+	r := newRig(t, true)
+	ctx := context.Background()
+	if err := r.reg.SetDeclared(registry.State{
+		Tenants:  []registry.Tenant{{ID: "yaml"}},
+		Bindings: []registry.Binding{{Platform: "discord", Kind: platform.BindGuild, ID: "700", Tenant: "yaml"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.reg.CreateTenant(ctx, registry.Tenant{ID: "stored"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.reg.Bind(ctx, registry.Binding{Platform: "discord", Kind: platform.BindGuild, ID: "800", Tenant: "stored"}); err != nil {
+		t.Fatal(err)
+	}
+	answer := func(key string) string {
+		t.Helper()
+		code, got := r.post(t, "/relay/provision", identity(t, "acme"), map[string]any{"gatewayId": "gw-acme", "platform": "discord", "routeKeys": []string{key}})
+		if code != http.StatusConflict {
+			t.Fatalf("route key %s of another tenant: %d %v, want 409", key, code, got)
+		}
+		return strings.ReplaceAll(fmt.Sprint(got["error"]), key, "KEY")
+	}
+	if declared, stored := answer("700"), answer("800"); declared != stored {
+		t.Fatalf("a declared key answers %q, a stored one %q: want one answer", declared, stored)
+	}
+}

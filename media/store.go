@@ -182,6 +182,8 @@ type Store struct {
 	fetcher  *http.Client   // downloads public URLs (newFetcher)
 	// created is each tenant's creation time as SetTenants last gave it.
 	created map[string]time.Time
+	// refused counts the writes refused with ErrQuota.
+	refused uint64
 
 	// maxTenantObjects and maxObjects are the constants (tests lower them).
 	maxTenantObjects, maxObjects int
@@ -309,6 +311,7 @@ func (s *Store) Begin(tenant, mimeType, filename string) (*Upload, error) {
 		if !s.roomFor(tenant) {
 			_ = f.Close()
 			_ = os.Remove(path)
+			s.refused++
 			return nil, ErrQuota
 		}
 	}
@@ -443,6 +446,7 @@ func (s *Store) reserve(obj *object, n int64) error {
 	if !s.fits(obj.Tenant, n) {
 		s.sweepLocked()
 		if !s.fits(obj.Tenant, n) {
+			s.refused++
 			return ErrQuota
 		}
 	}
@@ -552,6 +556,26 @@ func (s *Store) Usage(tenant string) (total, ofTenant int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.used, s.byTenant[tenant]
+}
+
+// Stats is what the store holds, for its metrics.
+type Stats struct {
+	// Bytes are those of every object, stored or in progress; QuotaBytes
+	// bounds them (Config.QuotaBytes).
+	Bytes, QuotaBytes int64
+	// Objects counts the objects, stored or in progress.
+	Objects int
+	// QuotaRefusals counts the writes refused with ErrQuota (an upload
+	// answered 507, an attachment not re-hosted, a source_url not
+	// downloaded).
+	QuotaRefusals uint64
+}
+
+// Stats reports what the store holds.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Bytes: s.used, QuotaBytes: s.cfg.QuotaBytes, Objects: len(s.objects), QuotaRefusals: s.refused}
 }
 
 // Object is an open stored object. Section returns a fresh reader of its

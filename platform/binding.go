@@ -98,7 +98,8 @@ type RelevanceTaker interface {
 
 // TenantKeeper is implemented by platforms that keep state of a tenant's
 // that must end with the tenant (Discord's command manifests, what the
-// nexscope bridge remembers of a room's messages and prompt), and by the
+// nexscope bridge remembers of a room's messages and prompt, the group
+// messages Telegram's observe mode holds back as context), and by the
 // media store (the objects of stored tenants). SetTenants
 // is given every configured tenant, id -> its creation time
 // (registry.Tenant.Created, zero for a declared tenant), at each apply of

@@ -61,29 +61,30 @@ type Dedupe struct {
 	Log *slog.Logger
 }
 
-// Begin claims key for this copy. taken is false for a duplicate (err nil:
-// drop it, confirm it) and while another instance handles the key (err
-// ErrBusy); then nothing is to be finished or released.
-func (d *Dedupe) Begin(ctx context.Context, key string) (taken bool, err error) {
-	now := d.Clock.Now()
-	took, err := d.Claims.Claim(ctx, d.Prefix+"pending/"+key, now.Add(d.Pending))
+// Begin claims key for this copy until the returned expiry (zero when not
+// taken): a duplicate (err nil: drop it, confirm it), and a key another
+// instance handles (err ErrBusy), are not taken, and nothing is then to be
+// finished or released.
+func (d *Dedupe) Begin(ctx context.Context, key string) (pending time.Time, err error) {
+	pending = d.Clock.Now().Add(d.Pending)
+	took, err := d.Claims.Claim(ctx, d.Prefix+"pending/"+key, pending)
 	if err != nil {
-		return false, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
+		return time.Time{}, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
 	}
 	// A probe: whether a done claim holds the key.
 	free, err := d.Claims.Claim(ctx, d.Prefix+"done/"+key, probeUntil)
 	if took && (err != nil || !free) {
-		d.Release(key)
+		d.Release(key, pending)
 	}
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
+		return time.Time{}, fmt.Errorf("%sdedupe: %w", d.Prefix, err)
 	case !free:
-		return false, nil
+		return time.Time{}, nil
 	case !took:
-		return false, ErrBusy
+		return time.Time{}, ErrBusy
 	}
-	return true, nil
+	return pending, nil
 }
 
 // Once handles the first copy of key with handle. duplicate reports a copy
@@ -91,11 +92,12 @@ func (d *Dedupe) Begin(ctx context.Context, key string) (taken bool, err error) 
 // is ErrBusy. key is done once handle returns nil (the event stored or
 // deliberately dropped), else released for a retry.
 func (d *Dedupe) Once(ctx context.Context, key string, handle func() error) (duplicate bool, err error) {
-	if taken, err := d.Begin(ctx, key); !taken {
+	pending, err := d.Begin(ctx, key)
+	if pending.IsZero() {
 		return err == nil, err
 	}
 	if err := handle(); err != nil {
-		d.Release(key)
+		d.Release(key, pending)
 		return false, err
 	}
 	d.Finish(ctx, key)
@@ -112,12 +114,13 @@ func (d *Dedupe) Finish(ctx context.Context, key string) {
 	}
 }
 
-// Release gives a taken key up (the event was not stored): a retry will be
-// handled.
-func (d *Dedupe) Release(key string) {
+// Release gives up key, taken until pending (Begin), the event not stored:
+// a retry will be handled. A claim another instance took since this one
+// lapsed (handling outlasted Pending) stays theirs.
+func (d *Dedupe) Release(key string, pending time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), dedupeStoreTimeout)
 	defer cancel()
-	if err := d.Claims.Release(ctx, d.Prefix+"pending/"+key); err != nil {
+	if err := d.Claims.Release(ctx, d.Prefix+"pending/"+key, pending); err != nil {
 		d.Log.Warn("dedupe claim not released; a retry waits for it to expire", "err", err)
 	}
 }

@@ -73,8 +73,8 @@ func TestDedupeAcrossInstances(t *testing.T) {
 				t.Fatalf("handled %d, want 2", handled)
 			}
 
-			if taken, err := a.Begin(ctx, "k3"); !taken || err != nil { // a crashes while handling k3
-				t.Fatalf("begin: %v, %v", taken, err)
+			if pending, err := a.Begin(ctx, "k3"); pending.IsZero() || err != nil { // a crashes while handling k3
+				t.Fatalf("begin: %v, %v", pending, err)
 			}
 			once(b, "k3", false, platform.ErrBusy)
 			clk.Advance(time.Minute + time.Second)
@@ -125,8 +125,8 @@ func TestDedupeCheck(t *testing.T) {
 				}
 			}
 			check(false, nil)
-			if taken, err := a.Begin(ctx, "k"); !taken || err != nil {
-				t.Fatalf("Begin after Check: taken %v, err %v", taken, err)
+			if pending, err := a.Begin(ctx, "k"); pending.IsZero() || err != nil {
+				t.Fatalf("Begin after Check: pending %v, err %v", pending, err)
 			}
 			check(false, platform.ErrBusy)
 			a.Finish(ctx, "k")
@@ -152,14 +152,51 @@ func TestDedupeProbesAcrossClockSkew(t *testing.T) {
 			if dup, err := a.Check(ctx, "k1"); dup || err != nil {
 				t.Fatalf("a's check of k1: duplicate %v, err %v; want neither", dup, err)
 			}
-			if taken, err := a.Begin(ctx, "k2"); !taken || err != nil {
-				t.Fatalf("a's begin of k2: taken %v, err %v; want taken", taken, err)
+			pending, err := a.Begin(ctx, "k2")
+			if pending.IsZero() || err != nil {
+				t.Fatalf("a's begin of k2: pending %v, err %v; want taken", pending, err)
 			}
-			a.Release("k2") // its handling failed
+			a.Release("k2", pending) // its handling failed
 			for _, key := range []string{"k1", "k2"} {
-				if taken, err := b.Begin(ctx, key); !taken || err != nil {
-					t.Fatalf("b's begin of %s: taken %v, err %v; want taken (no copy of it was handled)", key, taken, err)
+				if pending, err := b.Begin(ctx, key); pending.IsZero() || err != nil {
+					t.Fatalf("b's begin of %s: pending %v, err %v; want taken (no copy of it was handled)", key, pending, err)
 				}
+			}
+		})
+	}
+}
+
+// TestDedupeLateReleaseKeepsAnotherClaim: an instance whose handling
+// outlasts its pending claim, and then fails, releases its claim after
+// another instance took the key; the other's claim stays, so a third copy
+// is busy rather than handled beside the second. Before, the release
+// deleted whatever claim held the key. On memory, a real redis-server, and
+// a local state (one process).
+func TestDedupeLateReleaseKeepsAnotherClaim(t *testing.T) {
+	for _, backend := range []string{store.BackendMemory, store.BackendRedis, "local"} {
+		t.Run(backend, func(t *testing.T) {
+			clk := clocktest.New(time.Now())
+			var a, b *platform.Dedupe
+			if backend == "local" {
+				a, b = dedupeInstances(t, store.BackendMemory, clk)
+				a.Claims = platform.NewLocalState(100, clk)
+				b.Claims = a.Claims
+			} else {
+				a, b = dedupeInstances(t, backend, clk)
+			}
+			ctx := t.Context()
+			_, err := a.Once(ctx, "k", func() error {
+				clk.Advance(a.Pending) // a's claim lapses while it handles k
+				if pending, err := b.Begin(ctx, "k"); pending.IsZero() || err != nil {
+					t.Fatalf("b's begin once a's claim lapsed: pending %v, err %v; want taken", pending, err)
+				}
+				return errors.New("not stored")
+			})
+			if err == nil {
+				t.Fatal("a's failed copy: no error")
+			}
+			if dup, err := a.Once(ctx, "k", func() error { return errors.New("handled beside b") }); dup || !errors.Is(err, platform.ErrBusy) {
+				t.Fatalf("a third copy while b handles k: duplicate %v, err %v; want ErrBusy", dup, err)
 			}
 		})
 	}

@@ -93,7 +93,7 @@ func (s LocalState) Hold(_ context.Context, key string, expires time.Time) error
 }
 
 // Release implements store.Claims.
-func (s LocalState) Release(_ context.Context, key string) error {
-	s.c.Remove(key)
+func (s LocalState) Release(_ context.Context, key string, expires time.Time) error {
+	s.c.RemoveUntil(key, expires)
 	return nil
 }

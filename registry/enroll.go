@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"connector/store"
 	"connector/wake"
 )
 
@@ -37,6 +38,8 @@ var ErrEnrollToken = errors.New("registry: enrollment token invalid, expired, al
 type expiring struct {
 	Tenant  string    `json:"tenant"`
 	Expires time.Time `json:"expires"`
+	// Redeemed is a spent link code's (linkCode.Redeemed).
+	Redeemed string `json:"redeemed,omitempty"`
 }
 
 // sweep deletes the entries of namespace (enrollment tokens, link codes)
@@ -137,6 +140,10 @@ func (r *Registry) Enroll(ctx context.Context, tenant, token, id, wakeURL string
 	spent := false
 	spend := sync.OnceValue(func() error { // once, though a race decides again
 		if deleted, err := r.kv.Delete(ctx, nsEnroll, key); err != nil {
+			// A delete the replicas did not acknowledge applied on the
+			// primary (store.ErrNotReplicated): the token is spent there,
+			// so it is given back with the rest.
+			spent = errors.Is(err, store.ErrNotReplicated)
 			return err
 		} else if !deleted {
 			return ErrEnrollToken // redeemed meanwhile

@@ -57,6 +57,9 @@ type linkCode struct {
 	Gateway  string    `json:"gateway"`
 	Platform string    `json:"platform,omitempty"`
 	Expires  time.Time `json:"expires"`
+	// Redeemed, once the code is spent, is the key of the link it made:
+	// the entry stays, redeemable no more, until it would have expired.
+	Redeemed string `json:"redeemed,omitempty"`
 }
 
 // managedKinds are the binding kinds the management plane makes.
@@ -83,7 +86,7 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 		return "", time.Time{}, err
 	}
 	now := r.clock.Now()
-	live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) })
+	live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) || c.Redeemed != "" })
 	if err != nil {
 		return "", time.Time{}, err
 	}
@@ -116,9 +119,10 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	}
 	want := tokenKey(norm)
 	var c linkCode
-	if ok, err := r.get(ctx, nsLinkCodes, want, &c); err != nil {
+	raw, ok, err := r.getRaw(ctx, nsLinkCodes, want, &c)
+	if err != nil {
 		return "", err
-	} else if !ok || subtle.ConstantTimeCompare([]byte(c.Hash), []byte(want)) != 1 {
+	} else if !ok || c.Redeemed != "" || subtle.ConstantTimeCompare([]byte(c.Hash), []byte(want)) != 1 {
 		return "", ErrNotFound
 	}
 	if c.Platform != "" && c.Platform != platformName {
@@ -141,12 +145,29 @@ func (r *Registry) RedeemLinkCode(ctx context.Context, platformName, user, code 
 	if err != nil {
 		return "", err
 	}
-	// Consume the code, or take the link back, for a request given up
-	// meanwhile too: one code makes one link.
+	// Consume the code (mark it redeemed by this link), or take the link
+	// back, for a request given up meanwhile too: one code makes one link.
+	// A code another redemption of the same link consumed meanwhile (the
+	// user sent it twice) leaves the link, which that one's success
+	// counts on.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	deleted, err := r.kv.Delete(ctx, nsLinkCodes, want)
-	if err == nil && deleted {
+	spent := c
+	spent.Redeemed = b.key()
+	value, err := json.Marshal(spent)
+	if err != nil {
+		return "", err
+	}
+	consumed, err := r.kv.CompareAndSwap(ctx, nsLinkCodes, want, raw, value)
+	if err == nil && !consumed {
+		var now linkCode
+		if ok, gerr := r.get(ctx, nsLinkCodes, want, &now); gerr != nil {
+			err = gerr
+		} else {
+			consumed = ok && now.Redeemed == b.key()
+		}
+	}
+	if err == nil && consumed {
 		return c.Tenant, nil
 	}
 	if wrote { // the code went meanwhile: another redeemer, or a deprovision

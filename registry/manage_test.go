@@ -229,6 +229,49 @@ func TestLinkCodeSingleUseAcrossInstances(t *testing.T) {
 	}
 }
 
+// TestSameUserRedeemingTwiceStaysLinkedOnRedis: two instances on one
+// redis-server; the user sends one code twice. While instance one's
+// redemption has written the link and is about to consume the code,
+// instance two's redemption of the same code for the same user finds the
+// link already there and consumes the code: it answers success, and the
+// user stays linked (both answer so). Before, instance one, finding the
+// code gone, took its link back: the user was told "linked" and was not,
+// with the code spent.
+func TestSameUserRedeemingTwiceStaysLinkedOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	if err := one.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "telegram", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raced atomic.Bool
+	var twoTenant string
+	var twoErr error
+	hooked.before = func(op, namespace, _ string) {
+		if (op == "cas" || op == "delete") && namespace == "registry/linkcodes" && raced.CompareAndSwap(false, true) {
+			twoTenant, twoErr = two.RedeemLinkCode(ctx, "telegram", "42", code)
+		}
+	}
+	oneTenant, oneErr := one.RedeemLinkCode(ctx, "telegram", "42", code)
+	hooked.before = nil
+	if !raced.Load() {
+		t.Fatal("the hook never ran: instance one consumed no code")
+	}
+	if oneErr != nil || oneTenant != "a" || twoErr != nil || twoTenant != "a" {
+		t.Fatalf("the two redemptions of one code by one user: %q %v and %q %v, want a linked by both", oneTenant, oneErr, twoTenant, twoErr)
+	}
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:42"}) {
+		t.Fatalf("links of a after both succeeded: %q, want telegram:42", got)
+	}
+	if _, err := two.RedeemLinkCode(ctx, "telegram", "43", code); !errors.Is(err, registry.ErrNotFound) {
+		t.Fatalf("another user's redemption of the spent code: %v, want ErrNotFound", err)
+	}
+}
+
 // TestBindPrincipal: binding a principal (the admin CLI's way) replaces
 // the tenant's earlier one.
 func TestBindPrincipal(t *testing.T) {
@@ -311,7 +354,7 @@ func TestRedeemRacesADeprovisionOnRedis(t *testing.T) {
 			}
 			raced := false
 			hook := func(op, namespace, _ string) {
-				if raced || op != "delete" || namespace != "registry/linkcodes" {
+				if raced || op != "delete" && op != "cas" || namespace != "registry/linkcodes" { // the code consumed: deleted, or marked redeemed
 					return
 				}
 				raced = true

@@ -917,7 +917,8 @@ func (r *Registry) Bind(ctx context.Context, b Binding) error {
 // BindOwn is Bind for bindings a tenant makes for itself (a provision's
 // routeKeys), none of which may take a chat the ownership order gives
 // another tenant by claim or author link (platform.Ownership.YieldsTo):
-// that is ErrConflict too. Each is judged against the effective registry
+// that is ErrConflict too, as is one the YAML gives another tenant (not
+// ErrDeclared: the tenant is not told which layer holds the chat). Each is judged against the effective registry
 // and written in one step with it (swapBinding's ownership guard), so a
 // claim or link another instance stores meanwhile is never overridden.
 // They are bound in order, judged against one read of the registry as
@@ -1146,6 +1147,9 @@ func (r *Registry) bind(ctx context.Context, b Binding, own *ownView) (wrote boo
 	if d, ok := r.declaredBinding(b); ok {
 		if d.Tenant == b.Tenant {
 			return false, nil
+		}
+		if own != nil { // a tenant is not told which layer holds another's chat
+			return false, ErrConflict
 		}
 		return false, ErrDeclared
 	}

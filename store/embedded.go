@@ -157,7 +157,7 @@ func (e *embedded) Owners() Owners             { return expiringOwners{e, e.cloc
 func (e *embedded) Leases() Leases             { return localLeases{e.clock, e.lease} }
 func (e *embedded) PubSub() PubSub             { return e.ps }
 func (e *embedded) Registry() Registry         { return embRegistry{e, regWrites{e.writeRegistry}} }
-func (e *embedded) Claims() Claims             { return localClaims{e, e.claim} }
+func (e *embedded) Claims() Claims             { return localClaims{e, e.claim, e.release} }
 
 func (e *embedded) Close() error {
 	e.closeOnce.Do(func() {
@@ -604,6 +604,21 @@ func (e *embedded) claim(ctx context.Context, key string, expires time.Time) (bo
 		return b.Put(k, encodeExpiring(expires, nil))
 	})
 	return took && err == nil, err
+}
+
+// release is localClaims' compare-and-delete: a group-committed one. An
+// unreadable claim goes.
+func (e *embedded) release(ctx context.Context, key string, expires time.Time) error {
+	k := []byte(key)
+	return e.batch(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bCaps)
+		if v := b.Get(k); v != nil {
+			if _, exp, err := decodeExpiring(v); err == nil && exp.After(expires) {
+				return nil
+			}
+		}
+		return b.Delete(k)
+	})
 }
 
 // lease is localLeases' transaction: a bbolt one.

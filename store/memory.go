@@ -107,7 +107,7 @@ func (m *Memory) PubSub() PubSub { return m.ps }
 func (m *Memory) Registry() Registry { return memRegistry{m, regWrites{m.writeRegistry}} }
 
 // Claims implements Store.
-func (m *Memory) Claims() Claims { return localClaims{m, m.claim} }
+func (m *Memory) Claims() Claims { return localClaims{m, m.claim, m.release} }
 
 // Close implements Store.
 func (m *Memory) Close() error {
@@ -336,6 +336,19 @@ func (m *Memory) claim(ctx context.Context, key string, expires time.Time) (bool
 	}
 	m.caps[k] = expiring{expires: expires}
 	return true, nil
+}
+
+// release is localClaims' compare-and-delete: the store's mutex.
+func (m *Memory) release(ctx context.Context, key string, expires time.Time) error {
+	if err := m.lock(ctx, nil); err != nil {
+		return err
+	}
+	defer m.mu.Unlock()
+	k := memKey{a: key}
+	if e, ok := m.caps[k]; ok && !e.expires.After(expires) {
+		delete(m.caps, k)
+	}
+	return nil
 }
 
 // lease is localLeases' transaction: the store's mutex.

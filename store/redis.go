@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"math"
@@ -36,6 +37,8 @@ import (
 //	claim:<key>            a claim's expiry "<Unix s> <ns>" by the store's clock, PX as garbage collection
 //	registry:{<namespace>} hash key -> entry
 //	registryrev:{<namespace>} the namespace's revision (INCR)
+//	registryanswer:{<namespace>}:<write>  a registry write's answer (its
+//	                       revision, 0: not applied) for its resends, PX
 //	channel:<channel>      a pub/sub channel
 //
 // Every multi-key change is one Lua script, so it is atomic on the server
@@ -70,6 +73,9 @@ type redisStore struct {
 	// Config.RedisReplicaTimeout.
 	minReplicas    int
 	replicaTimeout time.Duration
+	// regAnswerPX is how long (ms) a registry write's answer is kept for
+	// its resends (registryWriteScript): past go-redis's last one.
+	regAnswerPX int64
 	// pipe sends the ledger's appends, acks and reads, the capabilities'
 	// writes and the pub/sub publishes, every command queued while the
 	// previous round trip was under way in one pipeline per server
@@ -91,7 +97,8 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 	s := &redisStore{
 		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
-		subs: make(map[*redisSub]struct{}),
+		regAnswerPX: pxMillis(redisSends * (readTimeoutFor(cfg) + time.Second)),
+		subs:        make(map[*redisSub]struct{}),
 	}
 	if err := s.init(ctx); err != nil {
 		_ = c.Close()
@@ -646,11 +653,27 @@ func (c redisClaims) Hold(ctx context.Context, key string, expires time.Time) er
 	return nil
 }
 
-func (c redisClaims) Release(ctx context.Context, key string) error {
+// releaseScript: KEYS claim; ARGV the expiry's seconds and nanoseconds.
+// Deletes the claim unless it lasts past that expiry (compared as in
+// claimScript); an unreadable one goes.
+var releaseScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local s, ns = string.match(cur, '^(%d+) (%d+)$')
+  s, ns = tonumber(s), tonumber(ns)
+  local es, ens = tonumber(ARGV[1]), tonumber(ARGV[2])
+  if s and (s > es or (s == es and ns > ens)) then return 0 end
+  redis.call('DEL', KEYS[1])
+end
+return 1
+`)
+
+func (c redisClaims) Release(ctx context.Context, key string, expires time.Time) error {
 	if err := checkName("claim key", key); err != nil {
 		return err
 	}
-	return opErr("release claim", rerr(c.s.c.Del(ctx, c.s.p+"claim:"+key).Err()))
+	err := releaseScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, expires.Unix(), expires.Nanosecond()).Err()
+	return opErr("release claim", rerr(err))
 }
 
 type redisLeases struct{ s *redisStore }
@@ -849,19 +872,31 @@ func (s *redisStore) registryKeys(namespace string) []string {
 	return []string{s.p + "registry:" + tag, s.p + "registryrev:" + tag}
 }
 
-// registryWriteScript is regWrite: KEYS hash, revision; ARGV key, when
-// (regWhen), "1" when an entry is expected (regFrom; its value in
-// ARGV[4]) else "0", "1" to remove key else "0" (store ARGV[6] as the
-// entry: rev as 8 big-endian bytes, then the value). Returns the new
-// revision, or 0 when the write does not apply.
+// registryWriteScript is regWrite: KEYS hash, revision, the write's
+// answer; ARGV key, when (regWhen), "1" when an entry is expected
+// (regFrom; its value in ARGV[4]) else "0", "1" to remove key else "0"
+// (store ARGV[6] as the entry: rev as 8 big-endian bytes, then the value),
+// the answer's PX. Returns the new revision, or 0 when the write does not
+// apply. The answer (its key named by the write, fresh for each) is kept
+// for ARGV[7] ms and returned to a resend of the write: go-redis resends a
+// pipeline whose reply it lost (an EOF, a read timeout) even when the
+// server ran it, and the write, run again, would find its own value (a
+// swap "not swapped", a deletion "not deleted", a put bumping the revision
+// again).
 var registryWriteScript = redis.NewScript(`
+local done = redis.call('GET', KEYS[3])
+if done then return tonumber(done) end
+local function answer(rev)
+  redis.call('SET', KEYS[3], rev, 'PX', ARGV[7])
+  return rev
+end
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if ARGV[2] == '1' and not cur then return 0 end
+if ARGV[2] == '1' and not cur then return answer(0) end
 if ARGV[2] == '2' then
   if ARGV[3] == '1' then
-    if not cur or string.sub(cur, 9) ~= ARGV[4] then return 0 end
+    if not cur or string.sub(cur, 9) ~= ARGV[4] then return answer(0) end
   elseif cur then
-    return 0
+    return answer(0)
   end
 end
 local rev = redis.call('INCR', KEYS[2])
@@ -870,7 +905,7 @@ if ARGV[5] == '1' then
 else
   redis.call('HSET', KEYS[1], ARGV[1], struct.pack('>I8', rev) .. ARGV[6])
 end
-return rev
+return answer(rev)
 `)
 
 // registryListScript: KEYS hash, revision. Returns {rev, {key, entry, ...}}.
@@ -890,7 +925,8 @@ func (s *redisStore) writeRegistry(ctx context.Context, namespace string, w regW
 		}
 		return "0"
 	}
-	call := scriptCall(registryWriteScript, s.registryKeys(namespace), w.key, int(w.when), flag(w.old != nil), w.old, flag(w.del), w.value)
+	keys := append(s.registryKeys(namespace), s.p+"registryanswer:"+tagged(namespace)+":"+rand.Text())
+	call := scriptCall(registryWriteScript, keys, w.key, int(w.when), flag(w.old != nil), w.old, flag(w.del), w.value, s.regAnswerPX)
 	call.replicate = true
 	reply := s.pipelined(ctx, call)
 	rev, err := redisInt(reply.cmd)

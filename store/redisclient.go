@@ -19,6 +19,17 @@ import (
 // ending in WAIT must outlast.
 const redisReadTimeout = 3 * time.Second
 
+// redisSends is how many times go-redis sends a command or pipeline at
+// most: with its default MaxRetries (3) it sends it again after an EOF or
+// a read timeout, even when the server ran it and only the reply was lost.
+const redisSends = 4
+
+// readTimeoutFor is the client's read timeout under cfg: a pipeline ending
+// in WAIT is read within it.
+func readTimeoutFor(cfg Config) time.Duration {
+	return max(redisReadTimeout, cfg.RedisReplicaTimeout+time.Second)
+}
+
 // redisClient connects to the server or servers cfg names: one server
 // (RedisURL), a primary through Sentinel (RedisSentinel: go-redis's
 // failover client, which asks the Sentinels for the primary and follows
@@ -29,10 +40,10 @@ func redisClient(cfg Config) (c redis.UniversalClient, cluster *redis.ClusterCli
 	if err := CheckRedis(cfg); err != nil {
 		return nil, nil, "", fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	// A pipeline ending in WAIT is read within this. A call's own deadline
-	// bounds it further (ContextTimeoutEnabled): go-redis otherwise reads
-	// and writes without it.
-	readTimeout := max(redisReadTimeout, cfg.RedisReplicaTimeout+time.Second)
+	// A call's own deadline bounds the read timeout further
+	// (ContextTimeoutEnabled): go-redis otherwise reads and writes without
+	// it.
+	readTimeout := readTimeoutFor(cfg)
 	switch {
 	case cfg.RedisSentinel != nil:
 		sc := cfg.RedisSentinel

@@ -206,8 +206,11 @@ type Claims interface {
 	Claim(ctx context.Context, key string, expires time.Time) (bool, error)
 	// Hold makes key's claim last until expires, whoever held it.
 	Hold(ctx context.Context, key string, expires time.Time) error
-	// Release drops key's claim; an absent one is not an error.
-	Release(ctx context.Context, key string) error
+	// Release drops key's claim unless it lasts past expires: the claim
+	// the caller took (Claim) or last held (Hold) until expires goes, one
+	// another caller took since it lapsed stays (taken once it expired, by
+	// any clock, that one lasts past it). An absent claim is not an error.
+	Release(ctx context.Context, key string, expires time.Time) error
 }
 
 // Owners records which instance and connection own a tenant's session, so
@@ -711,10 +714,12 @@ func opErr(op string, err error) error {
 // localClaims is Claims on the backends that keep claims beside their
 // capabilities, under claimPrefix (memory, embedded), so the sweep forgets
 // them. claim takes key (prefixed) until expires unless a live claim holds
-// it, atomically, and reports whether it took it.
+// it, atomically, and reports whether it took it; release deletes key's
+// claim (prefixed) unless it lasts past expires, atomically.
 type localClaims struct {
-	s     expiringStore
-	claim func(ctx context.Context, key string, expires time.Time) (bool, error)
+	s       expiringStore
+	claim   func(ctx context.Context, key string, expires time.Time) (bool, error)
+	release func(ctx context.Context, key string, expires time.Time) error
 }
 
 func (c localClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
@@ -732,11 +737,11 @@ func (c localClaims) Hold(ctx context.Context, key string, expires time.Time) er
 	return opErr("hold claim", c.s.putExpiring(ctx, false, claimPrefix+key, "", nil, expires))
 }
 
-func (c localClaims) Release(ctx context.Context, key string) error {
+func (c localClaims) Release(ctx context.Context, key string, expires time.Time) error {
 	if err := checkName("claim key", key); err != nil {
 		return err
 	}
-	return opErr("release claim", c.s.delExpiring(ctx, false, claimPrefix+key, ""))
+	return opErr("release claim", c.release(ctx, claimPrefix+key, expires))
 }
 
 // localLeases is Leases on the backends that keep leases themselves

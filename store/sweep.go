@@ -21,18 +21,9 @@ const sweepEvery = time.Minute
 func startSweeper(c clock.Clock, sweep func(context.Context)) (stop func()) {
 	ctx, done := context.WithCancel(context.Background())
 	finished := make(chan struct{})
-	t := clock.NewTicker(c, sweepEvery)
 	go func() {
 		defer close(finished)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				sweep(ctx)
-			case <-ctx.Done():
-				return
-			}
-		}
+		clock.Every(ctx, c, sweepEvery, sweep)
 	}()
 	return func() {
 		done()

@@ -224,10 +224,8 @@ func (p *Poker) pokeHost(ctx context.Context, wg *sync.WaitGroup, tenant, host s
 		if !got {
 			// The host had its pokes this cooldown: free the URL for a
 			// later look, unless the claim lapsed meanwhile (a store
-			// slower than the cooldown) and may be another instance's.
-			if p.cfg.Clock.Now().Before(until) {
-				_ = p.cfg.Claims.Release(ctx, name)
-			}
+			// slower than the cooldown) and another instance took it.
+			_ = p.cfg.Claims.Release(ctx, name, until)
 			p.cfg.Metrics.WakePoke(ResultHostLimit)
 			limited++
 			continue

@@ -9,6 +9,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/connlimit"
+	"connector/media"
 	"connector/platform"
 	"connector/platform/whatsapp"
 	"connector/relay"
@@ -215,6 +216,22 @@ func (m *metrics) watchVault(v vault.Store) {
 			stat(func(s vault.Stats) float64 { return float64(s.Expiries) })),
 		counterFunc("connector_vault_store_errors_total", "Failed calls to the vault's durable store.",
 			stat(func(s vault.Stats) float64 { return float64(s.StoreErrors) })),
+	)
+}
+
+// watchMedia exports the media store's usage and refusals.
+func (m *metrics) watchMedia(ms *media.Store) {
+	stat := func(f func(media.Stats) float64) func() float64 { return func() float64 { return f(ms.Stats()) } }
+	m.register(
+		gaugeFunc("connector_media_bytes", "Bytes of the media store's objects, stored and being uploaded (media.quota_bytes bounds them).",
+			stat(func(s media.Stats) float64 { return float64(s.Bytes) })),
+		gaugeFunc("connector_media_quota_bytes", "media.quota_bytes: the bytes the media store may hold.",
+			stat(func(s media.Stats) float64 { return float64(s.QuotaBytes) })),
+		gaugeFunc("connector_media_objects", "Objects of the media store, stored and being uploaded.",
+			stat(func(s media.Stats) float64 { return float64(s.Objects) })),
+		counterFunc("connector_media_quota_refusals_total",
+			"Media writes refused for lack of room (a quota or an object count, expired objects removed first): uploads answered 507, attachments not re-hosted, source_urls not downloaded.",
+			stat(func(s media.Stats) float64 { return float64(s.QuotaRefusals) })),
 	)
 }
 

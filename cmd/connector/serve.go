@@ -396,6 +396,7 @@ func build(cfg *Config, log *slog.Logger, st store.Store) (_ *connector, err err
 	c.metrics, c.platforms, c.relay, c.poker = m, platforms, srv, poker
 	c.live = newLive(reg, srv, platforms, keys, log, am)
 	if c.media != nil { // a deleted tenant's media goes with it
+		m.watchMedia(c.media)
 		c.live.keepers = append(c.live.keepers, c.media)
 	}
 	if err := c.live.apply(rctx); err != nil {
@@ -630,7 +631,7 @@ func (c *connector) startIngest() (stop func()) {
 		})
 	}
 	if c.media != nil {
-		ingest.Go(func() { sweepMedia(ctx, c.media) })
+		ingest.Go(func() { clock.Every(ctx, clock.System, time.Minute, func(context.Context) { c.media.Sweep() }) }) // expired objects, abandoned uploads
 	}
 	return func() {
 		cancel()
@@ -747,20 +748,5 @@ func printBanner(w io.Writer, addrs listenAddrs, tlsOn bool, cfg *Config, gen *g
 			token = "$" + name
 		}
 		fmt.Fprintf(w, "  admin:     http://%s/admin/v1/ (bearer %s; keep private)\n", addrs.AdminAddr, token)
-	}
-}
-
-// sweepMedia removes expired media objects and abandoned uploads every
-// minute until ctx ends.
-func sweepMedia(ctx context.Context, ms *media.Store) {
-	tick := clock.NewTicker(clock.System, time.Minute)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			ms.Sweep()
-		}
 	}
 }

@@ -101,3 +101,18 @@ func (t *Ticker) Stop() {
 	t.stop = true
 	t.timer.Stop()
 }
+
+// Every calls f with ctx every period of c (a Ticker's ticks) until ctx is
+// done; a call under way then finishes before Every returns.
+func Every(ctx context.Context, c Clock, period time.Duration, f func(context.Context)) {
+	t := NewTicker(c, period)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			f(ctx)
+		case <-ctx.Done():
+			return
+		}
+	}
+}

@@ -91,6 +91,15 @@ func (c *Cache[K, V]) AddIfAbsent(k K, v V, expires time.Time) bool {
 	return true
 }
 
+// RemoveUntil forgets k unless it expires after expires.
+func (c *Cache[K, V]) RemoveUntil(k K, expires time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.lru.Peek(k); ok && !e.expires.After(expires) {
+		c.lru.Remove(k)
+	}
+}
+
 // Remove forgets k.
 func (c *Cache[K, V]) Remove(k K) {
 	c.mu.Lock()

@@ -54,3 +54,20 @@ func TestAddIfAbsent(t *testing.T) {
 		t.Fatal("asking with an expiry of now must report free and hold nothing")
 	}
 }
+
+// TestRemoveUntil: an entry expiring at or before the given expiry is
+// removed, one expiring after it stays.
+func TestRemoveUntil(t *testing.T) {
+	clk := clocktest.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := New[string, int](4, time.Minute, clk)
+	c.AddUntil("a", 1, clk.Now().Add(time.Minute))
+	c.RemoveUntil("a", clk.Now().Add(time.Minute-time.Nanosecond))
+	if !c.Contains("a") {
+		t.Fatal("an entry expiring after the given expiry was removed")
+	}
+	c.RemoveUntil("a", clk.Now().Add(time.Minute))
+	if c.Contains("a") {
+		t.Fatal("an entry expiring at the given expiry stayed")
+	}
+	c.RemoveUntil("absent", clk.Now())
+}

@@ -6,18 +6,40 @@
 //
 // Memory is bounded: per chat the latest PerChat messages within
 // BytesPerChat bytes of text, for at most Chats chats (the least recently
-// used is forgotten first). Keys are the platform's; they name the tenant
-// as well as the chat, so a chat that changes tenants never shows one
-// tenant's messages to another.
+// used is forgotten first). Keys are the platform's; they name the tenant,
+// as created (Tenant), as well as the chat, so a chat that changes tenants
+// never shows one tenant's messages to another, nor a tenant deleted and
+// made again under its id the messages kept for the earlier one.
 package chatcontext
 
 import (
 	"slices"
+	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"connector/contract"
 )
+
+// Tenant names a tenant as created at a time, in a platform's keys: a
+// tenant deleted and made again under its id is another Tenant, so it never
+// gets the messages kept for the earlier one, received before its
+// creation (docs/operations.md). The earlier one's age out of the Log.
+type Tenant struct {
+	id      string
+	created int64 // Unix nanoseconds; 0 for the zero time
+}
+
+// TenantOf is tenant id as created at created: registry.Tenant.Created as
+// the platform last applied it (platform.TenantKeeper), zero when the
+// tenant is declared or its creation not known.
+func TenantOf(id string, created time.Time) Tenant {
+	t := Tenant{id: id}
+	if !created.IsZero() { // the zero time has no Unix nanoseconds
+		t.created = created.UnixNano()
+	}
+	return t
+}
 
 // Default bounds.
 const (

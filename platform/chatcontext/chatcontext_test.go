@@ -3,6 +3,7 @@ package chatcontext
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"connector/contract"
 )
@@ -51,14 +52,28 @@ func TestBounds(t *testing.T) {
 	}
 }
 
-// TestKeysSeparateTenants: the same chat under two tenants' keys are two
-// chats.
+// TestKeysSeparateTenants: the same chat under two tenants' keys, or two
+// creations of one tenant id, are two chats; a declared tenant (no
+// creation) and the same creation are the same tenant again.
 func TestKeysSeparateTenants(t *testing.T) {
-	type key struct{ tenant, chat string }
+	type key struct {
+		tenant Tenant
+		chat   string
+	}
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
 	l := New[key](Bounds{})
-	l.Keep(key{"t1", "c"}, msg("for t1"))
-	if got := l.Pending(key{"t2", "c"}); got != nil {
-		t.Fatalf("t2 sees %v", got)
+	l.Keep(key{TenantOf("t1", first), "c"}, msg("for the first t1"))
+	l.Keep(key{TenantOf("d1", time.Time{}), "c"}, msg("for d1"))
+	for _, other := range []Tenant{TenantOf("t2", first), TenantOf("t1", again), TenantOf("t1", time.Time{})} {
+		if got := l.Pending(key{other, "c"}); got != nil {
+			t.Fatalf("%+v sees %v", other, got)
+		}
+	}
+	if got := l.Pending(key{TenantOf("t1", first.In(time.FixedZone("x", 3600))), "c"}); len(got) != 1 {
+		t.Fatalf("the first t1, its creation in another zone, sees %v", got)
+	}
+	if got := l.Pending(key{TenantOf("d1", time.Time{}), "c"}); len(got) != 1 {
+		t.Fatalf("d1 sees %v", got)
 	}
 }
 

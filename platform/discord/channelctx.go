@@ -1,6 +1,9 @@
 package discord
 
-import "connector/session"
+import (
+	"connector/platform/chatcontext"
+	"connector/session"
+)
 
 // Channel context (supports_context, the contract's "Model B"): a guild
 // message of an admitted author that only the mention gates held back
@@ -14,13 +17,12 @@ import "connector/session"
 // never kept, nor anything of a tenant whose channel_context is off. Memory is bounded by package chatcontext (per channel the
 // latest 20 messages within 32 KiB, 1,024 channels) and per instance.
 
-// contextKey names a channel (or thread) of a tenant, as created at
-// created (Unix nanoseconds of registry.Tenant.Created, as SetTenants
-// last gave it): a tenant deleted and made again under its id never gets
-// the chatter held for the earlier one, received before its creation.
+// contextKey names a channel (or thread) of a tenant, as created
+// (registry.Tenant.Created, as SetTenants last gave it): a tenant deleted
+// and made again under its id never gets the chatter held for the earlier
+// one, received before its creation.
 type contextKey struct {
-	tenant  string
-	created int64
+	tenant  chatcontext.Tenant
 	channel string
 }
 

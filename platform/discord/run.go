@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connector/platform"
+	"connector/platform/chatcontext"
 	"connector/session"
 )
 
@@ -60,7 +61,7 @@ func (p *Platform) ingestMessage(ctx context.Context, it *ingestItem) {
 		return
 	}
 	t, err := n.message(platform.WithTenant(ctx, tenant), m, it.edit)
-	k := contextKey{tenant: tenant, created: p.cmds.created(tenant).UnixNano(), channel: m.ChannelID}
+	k := contextKey{tenant: chatcontext.TenantOf(tenant, p.cmds.created(tenant)), channel: m.ChannelID}
 	var d *dropError
 	switch {
 	case errors.As(err, &d) && d.seen != nil:

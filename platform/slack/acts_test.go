@@ -869,3 +869,51 @@ func TestPressOfAnEarlierTenantsPrompt(t *testing.T) {
 		t.Fatalf("the new t1's press delivered to %s as %+v", d.Tenant, d.Event)
 	}
 }
+
+// TestRemadeTenantStreamsAfresh: t1 sealed a draft stream and left
+// another open in a channel, and is deleted and created again under its
+// id (the vault's Since moves to its new start): the new t1's gateway,
+// naming the same draft ids there, streams new messages of its own. Its
+// seal is not taken for a repeat of the earlier t1's seal, nor its frame
+// appended to the earlier t1's open stream.
+func TestRemadeTenantStreamsAfresh(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	var began atomic.Int64
+	since := func(tenant string) time.Time {
+		if us := began.Load(); tenant == "t1" && us != 0 {
+			return time.UnixMicro(us)
+		}
+		return time.Time{}
+	}
+	e := newEnvOn(t, newFake(t), nil, &platform.Deps{Clock: clk, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	frame := func(id int, content string, final bool) contract.Result {
+		t.Helper()
+		b, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": id, "content": content, "final": final,
+			"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda}})
+		r := e.execute(t, "t1", string(b))
+		if !r.Success {
+			t.Fatalf("draft %d %q: %+v", id, content, r)
+		}
+		return r
+	}
+	earlierSealed := frame(1, "Hello", false).MessageID
+	frame(1, "Hello.", true)
+	earlierOpen := frame(2, "Hi", false).MessageID
+	clk.Advance(time.Second)
+	began.Store(clk.Now().UnixMicro())
+	clk.Advance(time.Second)
+	if r := frame(2, "Hi there", false); r.MessageID == earlierOpen {
+		t.Fatalf("the new t1's frame appended to the earlier t1's open stream %s", earlierOpen)
+	}
+	own := frame(1, "Good", false).MessageID
+	if r := frame(1, "Good.", true); r.MessageID != own || own == earlierSealed {
+		t.Fatalf("the new t1's seal answered %s, want its own stream %s (the earlier t1's was %s)", r.MessageID, own, earlierSealed)
+	}
+	texts := map[string]bool{}
+	for _, m := range e.fake.Messages(chanGeneral) {
+		texts[m.Text] = true
+	}
+	if !texts["Good."] || !texts["Hi there"] || !texts["Hello."] {
+		t.Fatalf("messages %v, want the new t1's own besides the earlier t1's", texts)
+	}
+}

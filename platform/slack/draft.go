@@ -16,6 +16,7 @@ import (
 	"connector/internal/clock"
 	"connector/platform/chatorder"
 	"connector/store"
+	"connector/vault"
 )
 
 // This file streams drafts with Slack's native message streaming
@@ -39,7 +40,11 @@ import (
 // and fails, as natively. Frames of one stream on one instance run one at
 // a time; two instances racing on one stream (the old connection's last
 // frame still running while the new one's first arrives) may append a
-// frame twice or fail it, never open a second message.
+// frame twice or fail it, never open a second message. Records are kept
+// with when they were written, and one written for an earlier tenant of
+// its tenant's id, deleted since (vault.Predates), is none: a tenant
+// created again under the id streams afresh where its predecessor
+// streamed, under the same draft ids.
 
 // streamTTL is how long a stream's record lasts after its last frame, and
 // a seal's (so a repeated seal answers the same message). Slack ends a
@@ -70,6 +75,17 @@ type stream struct {
 	// Done is set once the stream is sealed (or abandoned): a new frame
 	// starts another.
 	Done bool `json:"done,omitempty"`
+	// At is when the record was written, in Unix microseconds (zero in
+	// records written before it was kept, which count).
+	At int64 `json:"at,omitempty"`
+}
+
+// sealRecord is the record of a sealed draft.
+type sealRecord struct {
+	TS string `json:"ts"` // the message ("" for a reply that has none)
+	// At is when the draft was sealed, in Unix microseconds. A record
+	// stored before it was kept is the message's ts alone, and counts.
+	At int64 `json:"at"`
 }
 
 // extendedBy reports whether text begins with what was streamed.
@@ -89,6 +105,16 @@ type streams struct {
 	state store.Capabilities
 	clock clock.Clock
 	turns *chatorder.Queue[streamKey]
+	// vault judges whether a record was written for an earlier tenant of
+	// its tenant's id (vault.Predates); nil judges none so.
+	vault vault.Store
+}
+
+// predates reports whether a record of k written at at (Unix
+// microseconds; zero: not known) was written for an earlier tenant of k's
+// tenant id, deleted since.
+func (s *streams) predates(k streamKey, at int64) bool {
+	return at != 0 && vault.Predates(s.vault, k.tenant, time.UnixMicro(at))
 }
 
 func (k streamKey) stateKey() string { return "slack/stream/" + k.tenant + "/" + k.channel }
@@ -97,7 +123,8 @@ func (k streamKey) sealKey(draft int64) string {
 	return k.stateKey() + "/sealed/" + strconv.FormatInt(draft, 10)
 }
 
-// load returns k's stream record; ok is false when there is none.
+// load returns k's stream record; ok is false when there is none (or it
+// is an earlier tenant's of the id).
 func (s *streams) load(ctx context.Context, k streamKey) (st stream, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
@@ -108,6 +135,9 @@ func (s *streams) load(ctx context.Context, k streamKey) (st stream, ok bool, er
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return stream{}, false, errors.New("slack: unreadable stream record")
 	}
+	if s.predates(k, st.At) {
+		return stream{}, false, nil
+	}
 	return st, true, nil
 }
 
@@ -115,17 +145,29 @@ func (s *streams) load(ctx context.Context, k streamKey) (st stream, ok bool, er
 func (s *streams) save(ctx context.Context, k streamKey, st *stream) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
+	now := s.clock.Now()
+	st.At = now.UnixMicro()
 	raw, _ := json.Marshal(st) // plain fields: cannot fail
-	return s.state.Put(ctx, k.stateKey(), raw, s.clock.Now().Add(streamTTL))
+	return s.state.Put(ctx, k.stateKey(), raw, now.Add(streamTTL))
 }
 
 // sealed returns the message of k's sealed draft; ok is false when it was
-// not sealed lately.
+// not sealed lately (or by an earlier tenant of the id).
 func (s *streams) sealed(ctx context.Context, k streamKey, draft int64) (string, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	raw, ok, err := s.state.Get(ctx, k.sealKey(draft))
-	return string(raw), ok, err
+	if err != nil || !ok {
+		return "", false, err
+	}
+	var rec sealRecord
+	if !strings.HasPrefix(string(raw), "{") || json.Unmarshal(raw, &rec) != nil {
+		return string(raw), true, nil // stored before records were stamped: the ts alone
+	}
+	if s.predates(k, rec.At) {
+		return "", false, nil
+	}
+	return rec.TS, true, nil
 }
 
 // seal records k's draft as sealed as message ts ("" for a reply that
@@ -133,7 +175,9 @@ func (s *streams) sealed(ctx context.Context, k streamKey, draft int64) (string,
 func (s *streams) seal(ctx context.Context, k streamKey, draft int64, ts string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
-	return s.state.Put(ctx, k.sealKey(draft), []byte(ts), s.clock.Now().Add(streamTTL))
+	now := s.clock.Now()
+	raw, _ := json.Marshal(sealRecord{TS: ts, At: now.UnixMicro()}) // plain fields: cannot fail
+	return s.state.Put(ctx, k.sealKey(draft), raw, now.Add(streamTTL))
 }
 
 // cutCursor removes a trailing cursor glyph.

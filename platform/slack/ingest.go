@@ -246,6 +246,9 @@ func (p *Platform) deliver(ctx context.Context, tenant string, ev *contract.Even
 		Kind: platform.KindInbound, Tenant: tenant, Platform: platformName,
 		SessionKey: p.deps.Key(tenant, &ev.Source), ChatID: ev.Source.ChatID, Event: ev, Received: received,
 	}
+	if err := p.deliveringTo(ctx, d.ChatID); err != nil {
+		return err
+	}
 	if err := (*sink).Deliver(ctx, d); err != nil {
 		return fmt.Errorf("slack: deliver: %w", err)
 	}

@@ -2,6 +2,7 @@ package slack
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -32,9 +33,10 @@ import (
 // An entry lives in the store's Registry, namespace slack/intake, under
 // "<team>/<channel>/<received ns>/<hash of the body>" (so a chat's
 // entries list in arrival order): the verified request body, which route
-// it came to, and when. The instance that stores it claims it
-// (slack/intake/<key>, in the platform's claims) and renews the claim
-// while it holds the entry; it handles the chat's entries one at a time,
+// it came to, and when (and, once known, the channel its delivery goes to
+// when that is another's: deliveringTo). The instance that stores it
+// claims it (slack/intake/<key>, in the platform's claims) and renews the
+// claim while it holds the entry; it handles the chat's entries one at a time,
 // in order, in the chat's turn, then deletes each. One whose delivery
 // fails is tried again with backoff until intakeRetryFor after it was
 // received, then dropped (intake_expired): it holds its chat's turn
@@ -96,6 +98,11 @@ type intakeRecord struct {
 	Route    string `json:"route"`
 	Body     []byte `json:"body"`
 	Received int64  `json:"received"` // unix nanoseconds
+	// To is the channel the entry's delivery goes to when that is not its
+	// chat's (a reaction turn its tenant's reaction_trigger_target sends
+	// elsewhere), recorded before that delivery (deliveringTo): a sweep
+	// looks for the delivery in the ledger there (deliveredBefore).
+	To string `json:"to,omitempty"`
 }
 
 // intakeRequest is the HTTP request being ingested, which inChatOrder
@@ -133,7 +140,10 @@ type intake struct {
 	ctx     context.Context   // Run's; nil while Run is not running
 	pending map[string]int    // chat -> entries held
 	held    map[string]string // entry key -> its chat
-	resumed atomic.Uint64     // entries taken by sweepIntake
+	// until is, of an entry held, the latest expiry this instance gave
+	// its claim (claimed, renewed): what its release compares.
+	until   map[string]time.Time
+	resumed atomic.Uint64 // entries taken by sweepIntake
 }
 
 // IntakeStats reports the entries of the durable intake this instance
@@ -168,11 +178,29 @@ func (in *intake) holds(key string) bool {
 	return ok
 }
 
+// claimed records that key's claim was given expires, unless it was
+// given a later one already or key is not held.
+func (in *intake) claimed(key string, expires time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if _, ok := in.held[key]; ok && expires.After(in.until[key]) {
+		in.until[key] = expires
+	}
+}
+
+// claimUntil is the latest expiry key's claim was given (claimed).
+func (in *intake) claimUntil(key string) time.Time {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.until[key]
+}
+
 // done forgets key of chat.
 func (in *intake) done(key, chat string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	delete(in.held, key)
+	delete(in.until, key)
 	if in.pending[chat]--; in.pending[chat] <= 0 {
 		delete(in.pending, chat)
 	}
@@ -242,12 +270,13 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 	if err != nil {
 		return fmt.Errorf("slack: encode an intake entry: %w", err)
 	}
-	if took, err := p.claims.Claim(ctx, intakeClaim(key), p.clock.Now().Add(intakeClaimTTL)); err != nil || !took {
+	until := p.clock.Now().Add(intakeClaimTTL)
+	if took, err := p.claims.Claim(ctx, intakeClaim(key), until); err != nil || !took {
 		return err // not taken: this very request is stored already
 	}
 	swapped, err := p.deps.Store.Registry().CompareAndSwap(ctx, intakeNamespace, key, nil, value)
 	if err != nil || !swapped {
-		p.releaseIntake(key)
+		p.releaseIntake(key, until)
 		if err != nil {
 			return fmt.Errorf("slack: store an intake entry: %w", err)
 		}
@@ -258,6 +287,7 @@ func (p *Platform) admit(ctx context.Context, chat string, r *intakeRequest) err
 	p.intake.queueMu.Lock()
 	defer p.intake.queueMu.Unlock()
 	p.intake.take(key, chat)
+	p.intake.claimed(key, until)
 	p.queueIntake(run, key, chat, rec)
 	return nil
 }
@@ -269,7 +299,7 @@ func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intake
 		p.intake.done(key, chat)
 	})
 	if !ok {
-		p.releaseIntake(key)
+		p.releaseHeld(key)
 		p.intake.done(key, chat)
 	}
 }
@@ -278,15 +308,16 @@ func (p *Platform) queueIntake(ctx context.Context, key, chat string, rec intake
 // dropped or expired (then deletes it), or until ctx ends (then keeps it);
 // then it gives the entry's claim up.
 func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecord) {
-	defer p.releaseIntake(key)
+	defer p.releaseHeld(key)
 	received := time.Unix(0, rec.Received)
 	backoff := intakeBackoffMin
 	for {
 		if ctx.Err() != nil {
 			return
 		}
-		turn := &intakeTurn{key: key}
+		turn := &intakeTurn{key: key, rec: rec}
 		err := p.replay(context.WithValue(ctx, inTurnKey{}, turn), rec, received)
+		rec = turn.rec // as stored now: with where it is delivered
 		if turn.deleted {
 			return // delivered, and deleted then (delivered)
 		}
@@ -321,6 +352,8 @@ func (p *Platform) handleIntake(ctx context.Context, key string, rec intakeRecor
 // inTurnKey).
 type intakeTurn struct {
 	key string
+	// rec is the entry's value as stored.
+	rec intakeRecord
 	// deleted is set once the entry is deleted after its delivery.
 	deleted bool
 }
@@ -345,11 +378,53 @@ func (p *Platform) delivered(ctx context.Context) {
 	turn.deleted = true
 }
 
-// releaseIntake gives up the claim on entry key.
-func (p *Platform) releaseIntake(key string) {
+// deliveringTo records channel in the entry ctx handles in its turn, if
+// any, as where its delivery goes, when that is not its chat's (nor
+// recorded already): before the delivery, so that a sweep after a kill
+// looks for it in the ledger there (deliveredBefore) rather than in its
+// chat's, where it is not. An error is the store's: the entry is tried
+// again.
+func (p *Platform) deliveringTo(ctx context.Context, channel string) error {
+	turn, _ := ctx.Value(inTurnKey{}).(*intakeTurn)
+	if turn == nil {
+		return nil
+	}
+	chat, _ := entryChat(turn.key)
+	if _, own, _ := strings.Cut(chat, "/"); cmp.Or(turn.rec.To, own) == channel {
+		return nil
+	}
+	rec := turn.rec
+	rec.To = channel
+	old, err := json.Marshal(turn.rec)
+	if err != nil {
+		return fmt.Errorf("slack: encode an intake entry: %w", err)
+	}
+	value, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("slack: encode an intake entry: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), intakeStoreTimeout)
+	defer cancel()
+	switch swapped, err := p.deps.Store.Registry().CompareAndSwap(sctx, intakeNamespace, turn.key, old, value); {
+	case err != nil:
+		return fmt.Errorf("slack: record where an intake entry is delivered: %w", err)
+	case !swapped:
+		p.log.Warn("slack intake entry not stored as read; where it is delivered not recorded, and a restart may deliver it again", "key", turn.key)
+	default:
+		turn.rec = rec
+	}
+	return nil
+}
+
+// releaseHeld gives up the claim on entry key, held (intake.take).
+func (p *Platform) releaseHeld(key string) { p.releaseIntake(key, p.intake.claimUntil(key)) }
+
+// releaseIntake gives up the claim on entry key, given until at the
+// latest: one another instance took since it lapsed stays.
+func (p *Platform) releaseIntake(key string, until time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), intakeStoreTimeout)
 	defer cancel()
-	if err := p.claims.Release(ctx, intakeClaim(key)); err != nil {
+	if err := p.claims.Release(ctx, intakeClaim(key), until); err != nil {
 		p.log.Warn("slack intake claim not released; the entry waits for it to expire", "key", key, "err", err)
 	}
 }
@@ -423,10 +498,12 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		if !p.intake.take(e.Key, chat) {
 			continue // held here
 		}
-		took, err := claimed[e.Key], error(nil)
+		until, took := claimed[e.Key]
+		err := error(nil)
 		delete(claimed, e.Key)
 		if !took {
-			took, err = p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL))
+			until = p.clock.Now().Add(intakeClaimTTL)
+			took, err = p.claims.Claim(ctx, intakeClaim(e.Key), until)
 		}
 		if err != nil || !took {
 			p.intake.done(e.Key, chat)
@@ -436,14 +513,15 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		// instance held while it listed, handled and deleted since, is
 		// let go (it is deleted before it is, so it is gone now).
 		if _, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key); err != nil || !ok {
-			p.releaseIntake(e.Key)
+			p.releaseIntake(e.Key, until)
 			p.intake.done(e.Key, chat)
 			continue
 		}
+		p.intake.claimed(e.Key, until)
 		queue = append(queue, held{e.Key, chat, rec})
 	}
-	for key := range claimed {
-		p.releaseIntake(key) // claimed, and unreadable or gone since
+	for key, until := range claimed {
+		p.releaseIntake(key, until) // claimed, and unreadable or gone since
 	}
 	// Of a chat's entries only the first may have been delivered: they are
 	// handled one at a time, in order, each deleted before the next.
@@ -468,21 +546,23 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 }
 
 // claimUnheld claims the entries the intake lists that no live claim
-// holds and this instance does not, and names those it claimed: what a
+// holds and this instance does not, and names those it claimed with
+// their claims' expiry: what a
 // sweep takes, before its queue lock (sweepIntake). A listing that fails
 // claims none (the sweep lists again, and logs).
-func (p *Platform) claimUnheld(ctx context.Context) map[string]bool {
+func (p *Platform) claimUnheld(ctx context.Context) map[string]time.Time {
 	entries, _, err := p.deps.Store.Registry().List(ctx, intakeNamespace)
 	if err != nil {
 		return nil
 	}
-	claimed := make(map[string]bool)
+	claimed := make(map[string]time.Time)
 	for _, e := range entries {
 		if p.intake.holds(e.Key) {
 			continue
 		}
-		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), p.clock.Now().Add(intakeClaimTTL)); err == nil && took {
-			claimed[e.Key] = true
+		until := p.clock.Now().Add(intakeClaimTTL)
+		if took, err := p.claims.Claim(ctx, intakeClaim(e.Key), until); err == nil && took {
+			claimed[e.Key] = until
 		}
 	}
 	return claimed
@@ -569,8 +649,9 @@ func entryMessage(rec intakeRecord) string {
 
 // deliveredBefore reports whether entry key of chat, the first of its chat
 // a sweep took, was delivered already: the ledger (stored, read before the
-// sweep queues anything) holds a delivery of its chat and message received
-// when it was. An instance killed after the relay stored an entry's delivery,
+// sweep queues anything) holds a delivery of its message received when it
+// was, in the chat it recorded as its delivery's (rec.To, deliveringTo),
+// else in its own. An instance killed after the relay stored an entry's delivery,
 // before it deleted the entry, leaves both; the entry is then deleted (its
 // claim released) rather than delivered again. One whose deletion fails is
 // let go too, for the next sweep.
@@ -581,11 +662,11 @@ func entryMessage(rec intakeRecord) string {
 // entry is delivered again (at least once).
 func (p *Platform) deliveredBefore(ctx context.Context, key, chat string, rec intakeRecord, stored map[string]bool) bool {
 	_, channel, _ := strings.Cut(chat, "/")
-	if !stored[ledgerName(channel, time.Unix(0, rec.Received), entryMessage(rec))] {
+	if !stored[ledgerName(cmp.Or(rec.To, channel), time.Unix(0, rec.Received), entryMessage(rec))] {
 		return false
 	}
 	defer p.intake.done(key, chat)
-	defer p.releaseIntake(key)
+	defer p.releaseHeld(key)
 	if _, err := p.deps.Store.Registry().Delete(ctx, intakeNamespace, key); err != nil {
 		p.log.Warn("slack intake entry delivered before a restart and not deleted; retrying at the next sweep", "key", key, "err", p.errorText(err))
 		return true
@@ -627,9 +708,13 @@ func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 		case <-renew.C:
 			expires := p.clock.Now().Add(intakeClaimTTL)
 			for _, key := range p.intake.keys() {
-				if err := p.claims.Hold(ctx, intakeClaim(key), expires); err != nil && ctx.Err() == nil {
-					p.log.Warn("slack intake claim not renewed", "key", key, "err", err)
+				if err := p.claims.Hold(ctx, intakeClaim(key), expires); err != nil {
+					if ctx.Err() == nil {
+						p.log.Warn("slack intake claim not renewed", "key", key, "err", err)
+					}
+					continue
 				}
+				p.intake.claimed(key, expires)
 			}
 		case <-sweep.C:
 			p.sweepIntake(ctx, nil)

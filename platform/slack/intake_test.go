@@ -461,6 +461,85 @@ func TestIntakeDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
 	}
 }
 
+// TestIntakeReactionToItsTargetDeliveredBeforeKillNotDeliveredAgain: a
+// reaction turn the tenant's reaction_trigger_target sends to another chat
+// than the reaction's, in the intake behind a thread reply of the
+// reaction's chat, whose instance was killed after the relay stored its
+// delivery (in the target's chat) and before it deleted the entry: the
+// next instance finds that delivery in the ledger under the chat it went
+// to, and deletes the entry without delivering it again. The sweep looked
+// for it under the reaction's chat before, and delivered it twice.
+func TestIntakeReactionToItsTargetDeliveredBeforeKillNotDeliveredAgain(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	configure := func(c *Config) {
+		c.Tenants["t1"] = TenantConfig{ReactionTriggers: &[]string{}, ReactionTriggerTarget: chanGeneral}
+	}
+	a := newEnvOn(t, fake, configure, &platform.Deps{Store: st, Clock: clk})
+	release, stored := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	a.sink.Check = func(d platform.Delivery) error {
+		if d.Event.Text == "a reply" {
+			// Held until the reaction is in the intake behind it.
+			select {
+			case <-release:
+				return nil
+			case <-time.After(waitFor):
+				return errors.New("the reaction was not answered")
+			}
+		}
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return errors.New("the instance is dying")
+		}
+		defer close(stored)
+		if d.ChatID != chanGeneral {
+			return errors.New("the reaction turn not sent to its target")
+		}
+		// The relay's part, as relay/hub.go stores it; then the instance
+		// dies before Deliver returns.
+		if _, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: d.Event.AppendJSON(nil), Received: d.Received,
+		}}); err != nil {
+			return err
+		}
+		return errors.New("killed after the ledger's commit")
+	}
+	reply := slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "1768490000.000100", "a reply")
+	answered(t, a.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvT0", reply)), "the reply")
+	clk.Advance(time.Millisecond) // entries of one chat are ordered by when they were received
+	a.event(t, teamA, "EvT1", map[string]any{"type": "reaction_added", "user": userAda, "reaction": "eyes", "item_user": teamA.BotUser,
+		"item": map[string]any{"type": "message", "channel": dmAda, "ts": "1768490000.000300"}, "event_ts": "1768490100.000300"}, http.StatusOK)
+	close(release)
+	select {
+	case <-stored:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the reaction turn's delivery", waitFor)
+	}
+	a.stop() // the backoff after the "failed" delivery waits on clk: nothing more is delivered
+	a.stop = func() {}
+	if n := a.sink.Taken(); n != 1 {
+		t.Fatalf("the killed instance's sink took %d deliveries, want the reply's", n)
+	}
+	if entries, _, err := st.Registry().List(context.Background(), intakeNamespace); err != nil || len(entries) != 1 {
+		t.Fatalf("intake after the kill: %d entries (%v), want the reaction's", len(entries), err)
+	}
+	b := newEnvOn(t, fake, configure, &platform.Deps{Store: st, Clock: clk})
+	intakeEmpty(t, st)
+	b.settled(t)
+	b.stop()
+	b.stop = func() {}
+	if n := b.sink.Taken(); n != 0 {
+		t.Fatalf("the restarted instance delivered %d times, want none (the reaction turn was delivered already)", n)
+	}
+	if _, resumed := b.p.IntakeStats(); resumed != 0 {
+		t.Fatalf("%d intake entries resumed, want none", resumed)
+	}
+}
+
 // TestIntakeSweepReadsPastAnUnreadableLedgerRecord: on Redis, a ledger
 // record that does not decode (another program or version wrote it;
 // store.UnreadableRecord), stored before a delivery of an entry a killed

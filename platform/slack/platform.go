@@ -154,11 +154,11 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.dedupe = &platform.Dedupe{Claims: p.claims, Clock: p.clock, Prefix: "slack/", Pending: pendingTTL, Window: cfg.DedupeWindow, Log: p.log}
 	p.queues = chatorder.New[string](maxInFlight)
 	if deps.Store != nil {
-		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}}
+		p.intake = &intake{pending: map[string]int{}, held: map[string]string{}, until: map[string]time.Time{}}
 	}
 	p.besides = make(chan struct{}, maxBeside)
 	p.limits = &limits{p: p, budgets: ttlcache.New[budgetKey, *fairshare.Scheduler](budgetsSize, budgetIdle, p.clock), channels: pace.New(cfg.ChannelPerSecond)}
-	p.streams = &streams{state: platform.StateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0)}
+	p.streams = &streams{state: platform.StateOr(deps.Store, localStreams, p.clock), clock: p.clock, turns: chatorder.New[streamKey](0), vault: deps.Vault}
 	p.egress = newEgress(cfg.assistant(), cfg.RequestTimeout)
 	p.egress.Grants = p.grants
 	p.desc = descriptor.Slack(p.egress.Ops.Names())

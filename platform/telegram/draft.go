@@ -297,14 +297,22 @@ type preview struct {
 }
 
 // openPreview returns the preview of stream k, locked, adding one for a's
-// topic and turn when there is none.
+// topic and turn when there is none. An open preview of another turn is of
+// a stream the gateway left (it restarted, or the tenant was deleted and
+// made again under its id: either names draft ids from 1 again, never
+// within a turn): it is left as it is, and a's stream gets a preview of
+// its own, as the store keeps one per turn (previewKey).
 func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
+	turn := draftTurn(a)
 	for {
-		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: draftTurn(a)}
+		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn}
 		if old, ok, _ := p.previews.PeekOrAdd(k, pv); ok {
 			pv = old
 		}
 		pv.mu.Lock()
+		if !pv.done && pv.turn != turn && pv.turn != "" && turn != "" {
+			p.closePreview(k, pv)
+		}
 		if !pv.done {
 			return pv
 		}

@@ -822,3 +822,34 @@ func TestSameReplyOfANewStreamReusingASealedDraftID(t *testing.T) {
 		})
 	}
 }
+
+// TestGroupStreamReusingTheDraftIDOfAnOpenPreview: a group stream left
+// open (its gateway restarted mid-stream, or its tenant was deleted and
+// made again under its id) and a stream of another turn under the same
+// draft_id: the new stream shows a preview of its own and its reply is a
+// message of its own, not the earlier turn's preview edited, which stays.
+func TestGroupStreamReusingTheDraftIDOfAnOpenPreview(t *testing.T) {
+	e := newEnv(t, nil)
+	chat := telegramtest.ChatT2
+	act := func(turn string, a contract.Action) contract.Result {
+		t.Helper()
+		a.ChatID, a.Metadata.MessageID = contract.ID(chat), contract.ID(turn)
+		r := e.act(t, testChats[chat], a)
+		if !r.Success {
+			t.Fatalf("%q: %+v", a.Content, r)
+		}
+		return r
+	}
+	act("77", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the earlier preview"})
+	left := e.fake.Calls("sendMessage")
+	act("90", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the new preview"})
+	if sent := e.fake.Calls("sendMessage"); len(sent) != len(left)+1 || len(e.fake.Calls("editMessageText")) != 0 {
+		t.Fatalf("the new turn's first frame made %d sendMessage and %d editMessageText calls, want a preview of its own",
+			len(sent)-len(left), len(e.fake.Calls("editMessageText")))
+	}
+	reply := act("90", contract.Action{Op: contract.OpDraft, DraftID: 1, Content: "the new reply", Final: true})
+	edits := e.fake.Calls("editMessageText")
+	if len(edits) != 1 || edits[0].Form["text"] != "the new reply" || edits[0].Form["message_id"] != reply.MessageID {
+		t.Fatalf("the seal answered %s with edits %+v, want the new preview made the reply", reply.MessageID, edits)
+	}
+}

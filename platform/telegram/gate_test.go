@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -230,4 +231,34 @@ func TestObservedAfterADeliveryInOneAnswer(t *testing.T) {
 		t.Fatalf("second delivery %s with context %+v, want 44 with the message held after the first (43)", d.Event.MessageID, d.Event.Context)
 	}
 	rec.Empty(t)
+}
+
+// TestRemadeTenantGetsNoEarlierObservedContext: a group message observe
+// mode held back for the earlier t1 must not reach t1 made again under its
+// id (it was received before the new t1's creation), while one held back
+// for the new t1 still does. Long polling against the fake Bot API.
+func TestRemadeTenantGetsNoEarlierObservedContext(t *testing.T) {
+	e := pollingEnv(t, func(c *Config) {
+		if err := yaml.Unmarshal([]byte("{tenants: {t1: {require_mention: true, observe_unmentioned_group_messages: true, group_allowed_chats: -4001234567}}}"), c); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.waitStatus(t, func(st platform.Status) bool { return st.Ready })
+	first, again := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)
+	e.p.SetTenants(map[string]time.Time{"t1": first})
+	chatter := func(id int, text string) {
+		e.fake.Enqueue(parityRaw(t, "say("+text+")@group", id))
+		held := `"reason":"observed","chat_id":-4001234567,"update_id":` + strconv.Itoa(id) + "}"
+		platformtest.WaitUntil(t, "update "+strconv.Itoa(id)+" held back as context", func() bool {
+			return strings.Contains(e.logs.String(), held)
+		})
+	}
+	chatter(1, "the earlier t1's chatter")
+	e.p.SetTenants(map[string]time.Time{"t1": again})
+	chatter(2, "the new t1's chatter")
+	e.fake.Enqueue(parityRaw(t, "say(@hermes_test_bot hi)@group", 3))
+	d := e.sink.Next(t)
+	if d.Event == nil || len(d.Event.Context) != 1 || d.Event.Context[0].Text != "the new t1's chatter" {
+		t.Fatalf("the new t1's inbound carries context %+v, want its own chatter only", d.Event)
+	}
 }

@@ -105,7 +105,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		if reason := pol.admit(in.msg, m); reason != "" && !owner {
 			if pol.observes(in.msg, m) {
 				in.event.Text = m.heldBackText(in.msg)
-				p.observed.Keep(observedKeyOf(tenant, in.msg), contextMessage(&in.event))
+				p.observed.Keep(p.observedKeyOf(tenant, in.msg), contextMessage(&in.event))
 				reason = dropObserved
 			}
 			if u.ID != 0 {
@@ -116,7 +116,7 @@ func (p *Platform) ready(ctx context.Context, u *models.Update, in *inbound, rec
 		}
 		if pol.sharesSessions(in.msg) {
 			shareSession(&in.event)
-			observed = observedKeyOf(tenant, in.msg)
+			observed = p.observedKeyOf(tenant, in.msg)
 			in.event.Context = p.observed.Take(observed) // Restore when not delivered
 		}
 		p.attachMedia(ctx, tenant, in.msg, &in.event)

@@ -1,9 +1,13 @@
 package telegram
 
 import (
+	"maps"
+	"time"
+
 	"github.com/go-telegram/bot/models"
 
 	"connector/contract"
+	"connector/platform/chatcontext"
 	"connector/session"
 )
 
@@ -18,18 +22,36 @@ import (
 
 // The held-back messages live in memory only, bounded as package
 // chatcontext bounds them (per chat topic the latest 20 within 32 KiB, for
-// at most 1,024 chat topics), keyed by tenant as well as chat topic.
+// at most 1,024 chat topics), keyed by tenant, and its creation, as well
+// as chat topic.
 
 // observedKey names the chat topic of a message (thread 0: none) for the
-// tenant it was delivered to.
+// tenant it was delivered to, as created (registry.Tenant.Created, as
+// SetTenants last gave it): a tenant deleted and made again under its id
+// never gets the messages held back for the earlier one, received before
+// its creation.
 type observedKey struct {
-	tenant string
+	tenant chatcontext.Tenant
 	topic  topicKey
 }
 
 // observedKeyOf is the key of msg for tenant.
-func observedKeyOf(tenant string, msg *models.Message) observedKey {
-	return observedKey{tenant: tenant, topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
+func (p *Platform) observedKeyOf(tenant string, msg *models.Message) observedKey {
+	var created time.Time
+	if c := p.created.Load(); c != nil {
+		created = (*c)[tenant]
+	}
+	return observedKey{tenant: chatcontext.TenantOf(tenant, created), topic: topicKey{chat: msg.Chat.ID, thread: threadID(&msg.Chat, msg)}}
+}
+
+// SetTenants implements platform.TenantKeeper: the messages observe mode
+// holds back from now on are kept under each tenant's creation, so those
+// held for any other tenant, or for an earlier creation of one (deleted
+// and made again under its id, even within one apply of the registry),
+// never ride a delivery again; they age out of the bounded log.
+func (p *Platform) SetTenants(created map[string]time.Time) {
+	c := maps.Clone(created)
+	p.created.Store(&c)
 }
 
 // contextMessage is a held-back event as context: its text and sender.

@@ -100,10 +100,11 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 		}
 		if wamid != "" {
 			key := claimKey(number, wamid)
-			if err := p.claim(ctx, key, "message"); err != nil {
+			claimed, err := p.claim(ctx, key, "message")
+			if err != nil {
 				return err
 			}
-			defer p.unclaim(key)
+			defer p.unclaim(key, claimed)
 		}
 		if wamid != "" && p.deps.Cluster != nil && p.delivered(ctx, number, wamid) { // delivered while we took the claim
 			p.drop(dropDuplicate, number, sender)
@@ -128,10 +129,11 @@ func (p *Platform) message(ctx context.Context, sink platform.Sink, v *changeVal
 			tenant, owner = rec.Tenant, own.Linked(sender, rec.Tenant)
 			if !rec.Answered {
 				key := "whatsapp_cloud/prompt/" + number + "/" + sender + "/" + rec.msgID
-				if err := p.claim(ctx, key, "prompt"); err != nil {
+				claimed, err := p.claim(ctx, key, "prompt")
+				if err != nil {
 					return err
 				}
-				defer p.unclaim(key)
+				defer p.unclaim(key, claimed)
 				if again, ok := p.promptOf(ctx, number, sender, m); p.deps.Cluster == nil || ok && !again.Answered { // not answered meanwhile
 					live = liveTap(rec.PromptID)
 				}
@@ -272,30 +274,33 @@ func claimKey(number, wamid string) string {
 // lost). Once the claim is taken, a message delivered (or a prompt
 // answered) meanwhile, its claim already released, is found by the
 // caller's second look. With a single instance (Deps.Cluster nil) the
-// per-chat queue keeps copies apart, and nothing is written.
-func (p *Platform) claim(ctx context.Context, key, what string) error {
+// per-chat queue keeps copies apart, and nothing is written. expires is
+// the claim's, for unclaim.
+func (p *Platform) claim(ctx context.Context, key, what string) (expires time.Time, err error) {
 	if p.deps.Cluster == nil || p.deps.Store == nil {
-		return nil
+		return time.Time{}, nil
 	}
-	switch taken, err := p.deps.Store.Claims().Claim(ctx, key, p.clock.Now().Add(pendingTTL)); {
+	expires = p.clock.Now().Add(pendingTTL)
+	switch taken, err := p.deps.Store.Claims().Claim(ctx, key, expires); {
 	case err != nil:
-		return fmt.Errorf("whatsapp: claim %s: %w", what, err)
+		return time.Time{}, fmt.Errorf("whatsapp: claim %s: %w", what, err)
 	case !taken:
 		p.metrics.Dropped(platformName, "in_progress_elsewhere")
-		return errElsewhere
+		return time.Time{}, errElsewhere
 	}
-	return nil
+	return expires, nil
 }
 
-// unclaim releases key's claim, once what it claimed is delivered or
-// failed.
-func (p *Platform) unclaim(key string) {
+// unclaim releases key's claim, taken until expires (claim), once what it
+// claimed is delivered or failed; one another instance took since it
+// lapsed stays.
+func (p *Platform) unclaim(key string, expires time.Time) {
 	if p.deps.Cluster == nil || p.deps.Store == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := p.deps.Store.Claims().Release(ctx, key); err != nil {
+	if err := p.deps.Store.Claims().Release(ctx, key, expires); err != nil {
 		p.log.Warn("whatsapp claim not released; a redelivery waits for it to expire", "err", err)
 	}
 }

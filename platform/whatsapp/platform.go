@@ -105,7 +105,7 @@ func New(cfg Config, deps platform.Deps) (*Platform, error) {
 	p.budget = p.newBudget(cfg.GlobalPerSecond)
 	p.perNumber = make(map[string]*fairshare.Scheduler)
 	p.pace = pace.New(cfg.ChatPerSecond)
-	p.quotes = newQuotes()
+	p.quotes = newQuotes(p.clock, p.vault)
 	p.links = platform.NewLinkDesk(deps.Clock)
 	p.egress = newEgress(cfg.RequestTimeout)
 	p.turns = chatorder.New[string](0)

@@ -337,3 +337,58 @@ func TestMessageSentBeforeItsTenantBegan(t *testing.T) {
 		t.Fatalf("t1's answer: %+v", res)
 	}
 }
+
+// TestRemadeTenantQuotesNothingOfTheEarlier: t1 is deleted and created
+// again under its id (the vault's Since moves to its new start) with the
+// same number: a reply to a message of the earlier t1's conversation, the
+// user's or the bot's, reaches the new t1 without the quoted text (it was
+// received or sent before the new t1's creation); a reply to the new
+// t1's own message quotes it.
+func TestRemadeTenantQuotesNothingOfTheEarlier(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	var began atomic.Int64
+	since := func(tenant string) time.Time {
+		if us := began.Load(); tenant == "t1" && us != 0 {
+			return time.UnixMicro(us)
+		}
+		return time.Time{}
+	}
+	r := newRig(t, vault.NewMemory(vault.Config{Clock: clk, Since: since}), func(_ *Config, d *platform.Deps) { d.Clock = clk })
+	const ada = "447700900123"
+	send := func(text string) string {
+		t.Helper()
+		res := r.exec(t, "t1", map[string]any{"op": "send", "chat_id": ada, "content": text})
+		if !res.Success {
+			t.Fatalf("t1's send: %+v", res)
+		}
+		return res.MessageID
+	}
+	reply := func(wamid, quoted string) string {
+		t.Helper()
+		before := len(r.sink.all())
+		msg := whatsapptest.Message(biz1, ada, "Ada", map[string]any{"id": wamid, "type": "text", "text": map[string]any{"body": "why?"},
+			"context": map[string]any{"from": ada, "id": quoted}})
+		if code := r.post(t, msg); code != 200 {
+			t.Fatalf("reply %s: %d", wamid, code)
+		}
+		got := r.sink.all()[before:]
+		if len(got) != 1 || got[0].Tenant != "t1" || got[0].Event == nil || got[0].Event.ReplyTo == nil {
+			t.Fatalf("reply %s delivered %+v, want one reply delivered to t1", wamid, got)
+		}
+		return got[0].Event.ReplyTo.Text
+	}
+	r.converse(t, biz1, ada, "wamid.E1")
+	earlier := send("the earlier t1's answer")
+	clk.Advance(time.Second)
+	began.Store(clk.Now().UnixMicro())
+	clk.Advance(time.Second)
+	if text := reply("wamid.E2", earlier); text != "" {
+		t.Fatalf("a reply to the earlier t1's answer quotes %q to the new t1", text)
+	}
+	if text := reply("wamid.E3", "wamid.E1"); text != "" {
+		t.Fatalf("a reply to a message the earlier t1 received quotes %q to the new t1", text)
+	}
+	if text := reply("wamid.E4", send("the new t1's answer")); text != "the new t1's answer" {
+		t.Fatalf("a reply to the new t1's answer quotes %q", text)
+	}
+}

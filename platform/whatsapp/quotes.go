@@ -1,9 +1,13 @@
 package whatsapp
 
 import (
+	"time"
+
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"connector/internal/clock"
 	"connector/internal/textsplit"
+	"connector/vault"
 )
 
 // quotes remembers the text of recent messages of each tenant's
@@ -11,12 +15,23 @@ import (
 // rich_sent_store does: Meta's reply context carries only the quoted
 // message's id, and this is how a reply gets the quoted text
 // (reply_to.text). It is per instance and bounded: an unknown id leaves the
-// text empty.
+// text empty. A text is kept with when it was, and one kept for an earlier
+// tenant of its tenant's id, deleted since (vault.Predates), is not given:
+// a tenant created again under the id quotes nothing of its predecessor's
+// conversations.
 type quotes struct {
-	cache *lru.Cache[quoteKey, string]
+	cache *lru.Cache[quoteKey, quote]
+	clock clock.Clock
+	vault vault.Store // judges the earlier tenants of an id (vault.Predates)
 }
 
 type quoteKey struct{ tenant, user, id string }
+
+// quote is a remembered text and when it was kept.
+type quote struct {
+	text string
+	at   time.Time
+}
 
 // Bounds of the quote memory: entries, and bytes kept of each text.
 const (
@@ -24,20 +39,26 @@ const (
 	maxQuoteBytes = 2048
 )
 
-func newQuotes() *quotes {
-	c, _ := lru.New[quoteKey, string](maxQuotes) // size > 0: cannot fail
-	return &quotes{cache: c}
+func newQuotes(clk clock.Clock, v vault.Store) *quotes {
+	c, _ := lru.New[quoteKey, quote](maxQuotes) // size > 0: cannot fail
+	return &quotes{cache: c, clock: clk, vault: v}
 }
 
 // add remembers text as message id of tenant's conversation with user.
 func (q *quotes) add(tenant, user, id, text string) {
 	if id != "" && text != "" {
-		q.cache.Add(quoteKey{tenant, user, id}, textsplit.Truncate(text, maxQuoteBytes))
+		q.cache.Add(quoteKey{tenant, user, id}, quote{text: textsplit.Truncate(text, maxQuoteBytes), at: q.clock.Now()})
 	}
 }
 
-// text returns what add remembered for message id, "" when nothing.
+// text returns what add remembered for message id, "" when nothing or
+// when it was remembered for an earlier tenant of the id.
 func (q *quotes) text(tenant, user, id string) string {
-	t, _ := q.cache.Get(quoteKey{tenant, user, id})
-	return t
+	k := quoteKey{tenant, user, id}
+	t, ok := q.cache.Get(k)
+	if ok && vault.Predates(q.vault, tenant, t.at) {
+		q.cache.Remove(k)
+		return ""
+	}
+	return t.text
 }

@@ -622,20 +622,38 @@ func testClaims(t *testing.T, b Backend) {
 	}
 	f.clock.Advance(30 * time.Minute)
 	claim(c, "ev/1", time.Minute, false)
-	if err := c.Release(ctx, "ev/1"); err != nil {
+	if err := c.Release(ctx, "ev/1", f.clock.Now().Add(30*time.Minute)); err != nil { // as held
 		t.Fatalf("Release: %v", err)
 	}
 	claim(c, "ev/1", time.Minute, true)
-	if err := c.Release(ctx, "never"); err != nil {
+	if err := c.Release(ctx, "never", f.clock.Now()); err != nil {
 		t.Fatalf("Release of an absent claim: %v", err)
 	}
+	// A caller whose claim lapsed releases it after another took the key:
+	// that one stays.
+	lapsed := f.clock.Now().Add(time.Minute)
+	claim(c, "ev/3", time.Minute, true)
+	f.clock.Advance(time.Minute)
+	other := c
+	if b.Shared {
+		other = f.open(f.clock).Claims()
+	}
+	claim(other, "ev/3", time.Minute, true)
+	if err := c.Release(ctx, "ev/3", lapsed); err != nil {
+		t.Fatalf("Release of a lapsed claim: %v", err)
+	}
+	claim(c, "ev/3", time.Minute, false) // the other's claim holds
+	if err := other.Release(ctx, "ev/3", f.clock.Now().Add(time.Minute)); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	claim(c, "ev/3", time.Minute, true)
 	// A key of MaxNameBytes is a claim key like any other.
 	longest := strings.Repeat("k", store.MaxNameBytes)
 	claim(c, longest, time.Minute, true)
 	if err := c.Hold(ctx, longest, f.clock.Now().Add(time.Hour)); err != nil {
 		t.Fatalf("Hold of a %d-byte key: %v", store.MaxNameBytes, err)
 	}
-	if err := c.Release(ctx, longest); err != nil {
+	if err := c.Release(ctx, longest, f.clock.Now().Add(time.Hour)); err != nil {
 		t.Fatalf("Release of a %d-byte key: %v", store.MaxNameBytes, err)
 	}
 	// A claim is no capability: the vault's keys never see it.
@@ -1127,7 +1145,7 @@ func testInvalid(t *testing.T, b Backend) {
 		"claim empty key":      func() error { _, err := s.Claims().Claim(ctx, "", time.Now()); return err },
 		"claim long key":       func() error { return s.Claims().Hold(ctx, long, time.Now()) },
 		"hold empty claim key": func() error { return s.Claims().Hold(ctx, "", time.Now()) },
-		"release empty claim":  func() error { return s.Claims().Release(ctx, "") },
+		"release empty claim":  func() error { return s.Claims().Release(ctx, "", time.Now()) },
 		"owner empty session":  func() error { _, _, err := s.Owners().Get(ctx, "t", ""); return err },
 		"owner zero TTL":       func() error { return s.Owners().Set(ctx, "t", "s", store.Owner{}, 0) },
 		"lease empty holder":   func() error { _, _, err := s.Leases().Acquire(ctx, "n", "", time.Second); return err },

@@ -1,0 +1,59 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"connector/internal/clock"
+	"connector/internal/redistest"
+	"connector/registry"
+	"connector/store"
+)
+
+// onRedisWithAReplica returns two registries on one redis-server primary
+// with a replica: strict waits for redis_min_replicas 1, plain does not;
+// and the replica.
+func onRedisWithAReplica(t *testing.T) (strict, plain *registry.Registry, replica *redistest.Server) {
+	t.Helper()
+	primary := redistest.Start(t, redistest.Options{})
+	replica = redistest.StartReplicas(t, primary, 1)[0]
+	open := func(minReplicas int) *registry.Registry {
+		cfg := store.Config{Backend: store.BackendRedis, RedisURL: primary.URL(), RedisMinReplicas: minReplicas, RedisReplicaTimeout: 200 * time.Millisecond}
+		st, err := store.Open(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return registry.New(st, clock.System)
+	}
+	return open(1), open(0), replica
+}
+
+// TestEnrollNotReplicatedGivesTheTokenBackOnRedis: with redis_min_replicas
+// and the replica gone, an enrollment's spend of its token (a registry
+// Delete) applies on the primary but fails with store.ErrNotReplicated.
+// The enrollment is refused and its token given back, as for any failure
+// after the spend (Enroll's writes are all or nothing): the same token
+// enrolls once the store is whole. Before, the spend's error was taken for
+// a delete that did not apply, the token was not given back, and the
+// retry was ErrEnrollToken: a refused enrollment had burnt its token.
+func TestEnrollNotReplicatedGivesTheTokenBackOnRedis(t *testing.T) {
+	ctx := context.Background()
+	strict, plain, replica := onRedisWithAReplica(t)
+	if err := plain.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := plain.MintEnrollToken(ctx, "a", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica.Kill(t)
+	if _, err := strict.Enroll(ctx, "a", token, "gw-e", ""); !errors.Is(err, store.ErrNotReplicated) {
+		t.Fatalf("an enrollment without the replica: %v, want ErrNotReplicated", err)
+	}
+	if secret, err := plain.Enroll(ctx, "a", token, "gw-e", ""); err != nil || secret == "" {
+		t.Fatalf("the token of the refused enrollment, again: %v (it was burnt)", err)
+	}
+}

@@ -1,0 +1,154 @@
+package store_test
+
+import (
+	"bytes"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"connector/internal/redistest"
+	"connector/store"
+)
+
+// replyDropper is a TCP proxy to a redis-server that, once armed with a
+// marker, forwards the next request holding it and then, instead of the
+// server's reply, closes the connection: the reply of a command that ran
+// is lost, and the client sees EOF.
+type replyDropper struct {
+	ln      net.Listener
+	target  string
+	marker  atomic.Pointer[[]byte]
+	dropped atomic.Int64
+	wg      sync.WaitGroup
+}
+
+// newReplyDropper proxies to target until t ends.
+func newReplyDropper(t *testing.T, target string) *replyDropper {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &replyDropper{ln: ln, target: target}
+	p.wg.Go(p.serve)
+	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
+	return p
+}
+
+// arm makes the next request holding marker lose its reply.
+func (p *replyDropper) arm(marker string) {
+	m := []byte(marker)
+	p.marker.Store(&m)
+}
+
+func (p *replyDropper) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Go(func() { p.pipe(c) })
+	}
+}
+
+// pipe forwards between client and a connection of its own to the
+// server until either ends.
+func (p *replyDropper) pipe(client net.Conn) {
+	defer client.Close()
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	var drop atomic.Bool
+	p.wg.Go(func() {
+		defer client.Close()
+		defer server.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := server.Read(buf)
+			if n > 0 && drop.Load() {
+				p.dropped.Add(1)
+				return // the command ran; its reply is lost
+			}
+			if n > 0 {
+				if _, err := client.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			if m := p.marker.Load(); m != nil && bytes.Contains(buf[:n], *m) && p.marker.CompareAndSwap(m, nil) {
+				drop.Store(true)
+			}
+			if _, err := server.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// TestRedisRegistryWriteReplyLost: a registry write whose reply is lost
+// after it ran (the connection cut: go-redis resends the pipeline) is
+// answered as it ran. Before, the resent compare-and-swap found its own
+// value and answered "not swapped" (an admin create answered as a
+// conflict), the resent Delete "not deleted", and the resent Put bumped
+// the revision again.
+func TestRedisRegistryWriteReplyLost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := newReplyDropper(t, srv.Addr())
+	cfg := redisConfig(srv)
+	cfg.RedisURL = "redis://" + proxy.ln.Addr().String() + "/0"
+	reg := opener(t, cfg)(nil).Registry()
+	ctx := t.Context()
+	lost := func(what string) {
+		t.Helper()
+		if n := proxy.dropped.Swap(0); n != 1 {
+			t.Fatalf("%s: %d replies dropped, want 1", what, n)
+		}
+	}
+
+	// The write script loaded first: a lost NOSCRIPT reply is no test.
+	if _, err := reg.Put(ctx, "warm", "k", nil); err != nil {
+		t.Fatal(err)
+	}
+	proxy.arm("created-value")
+	if swapped, err := reg.CompareAndSwap(ctx, "ns", "k", nil, []byte("created-value")); !swapped || err != nil {
+		t.Fatalf("create whose reply was lost: swapped %v, err %v; want swapped", swapped, err)
+	}
+	lost("create")
+	proxy.arm("swapped-value")
+	if swapped, err := reg.CompareAndSwap(ctx, "ns", "k", []byte("created-value"), []byte("swapped-value")); !swapped || err != nil {
+		t.Fatalf("swap whose reply was lost: swapped %v, err %v; want swapped", swapped, err)
+	}
+	lost("swap")
+	proxy.arm("put-value")
+	rev, err := reg.Put(ctx, "ns", "p", []byte("put-value"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost("put")
+	if now, err := reg.Revision(ctx, "ns"); now != rev || err != nil {
+		t.Fatalf("revision after a put whose reply was lost: %d, %v; want the put's %d (it ran once)", now, err, rev)
+	}
+	proxy.arm("\r\nk\r\n")
+	if deleted, err := reg.Delete(ctx, "ns", "k"); !deleted || err != nil {
+		t.Fatalf("delete whose reply was lost: deleted %v, err %v; want deleted", deleted, err)
+	}
+	lost("delete")
+	want := []store.Entry{{Key: "p", Value: []byte("put-value"), Rev: rev}}
+	if got, _, err := reg.List(ctx, "ns"); err != nil || len(got) != 1 || got[0].Key != want[0].Key || !bytes.Equal(got[0].Value, want[0].Value) {
+		t.Fatalf("entries %+v, %v; want %+v", got, err, want)
+	}
+}
