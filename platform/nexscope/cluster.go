@@ -59,7 +59,7 @@ const (
 	msgConsumed = 'u' // edge inbox: conn, bytes processed in total
 	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
-	msgExec     = 'x' // call on the room channel: tenant, action (JSON), budget (ms)
+	msgExec     = 'x' // call on the room channel: tenant, action (JSON), budget (ms; absent: 30 s)
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
@@ -169,7 +169,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	})
 	node.Handle(msgEdgeBeat, 1, func(m cluster.Msg) { cl.edgeBeat(m.From, m.Fields[0]) })
 	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
-	node.HandleCall(msgExec, 3, cl.execHere)
+	node.HandleCallOptional(msgExec, 3, 1, cl.execHere) // an earlier release sends no budget
 	node.HandleCall(msgProbe, 1, cl.probeHere)
 	node.HandleCall(msgStream, 0, cl.streams.ticketHere)
 	return cl
@@ -625,12 +625,16 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	// running then would act after the gateway was told it failed. One
 	// spent when it was forwarded (0 or less; a field that is no number
 	// counts as spent) is not executed at all: send and prompt do not
-	// wait on their context.
-	budgetMs, err := strconv.ParseInt(string(req.Fields[2]), 10, 64)
-	if err != nil {
-		budgetMs = 0
+	// wait on their context. An earlier release's call carries no budget:
+	// it has the 30 s of before.
+	budget := forwardedExecTimeout
+	if len(req.Fields) == 3 {
+		budgetMs, err := strconv.ParseInt(string(req.Fields[2]), 10, 64)
+		if err != nil {
+			budgetMs = 0
+		}
+		budget = time.Duration(min(budgetMs, forwardedExecTimeout.Milliseconds())) * time.Millisecond
 	}
-	budget := time.Duration(min(budgetMs, forwardedExecTimeout.Milliseconds())) * time.Millisecond
 	go func() {
 		defer p.wg.Done()
 		var a contract.Action

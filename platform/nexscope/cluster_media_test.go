@@ -160,6 +160,8 @@ func TestClusterForwardedSendMediaEndsWithItsCaller(t *testing.T) {
 // answered unavailable and the action is not executed: send and prompt do
 // not wait on their context, so the home would otherwise send a msg the
 // gateway was told failed (Call may still publish with its context done).
+// A call without the field (an earlier release's instance, during a
+// rolling deploy) is executed with the 30 s of before.
 func TestClusterForwardedExecBudget(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
@@ -200,5 +202,11 @@ func TestClusterForwardedExecBudget(t *testing.T) {
 	}
 	if f := alice.Expect("msg"); f["text"] != "in time" {
 		t.Fatalf("alice got %v, want only the msg sent within its budget", f)
+	}
+	if res, ok := exec("no budget"); !ok || !res.Success {
+		t.Fatalf("exec without a budget field = %+v (answered %v), want success", res, ok)
+	}
+	if f := alice.Expect("msg"); f["text"] != "no budget" {
+		t.Fatalf("alice got %v, want the msg of the call without a budget", f)
 	}
 }
