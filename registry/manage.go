@@ -86,7 +86,10 @@ func (r *Registry) IssueLinkCode(ctx context.Context, tenant, gateway, platformN
 		return "", time.Time{}, err
 	}
 	now := r.clock.Now()
-	live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) || c.Redeemed != "" })
+	// A spent code's record stays until the code would have expired: a
+	// second redemption of it by the same user may yet look for it. It is
+	// not outstanding (sweep does not count it).
+	live, err := r.sweep(ctx, nsLinkCodes, tenant, func(c expiring) bool { return !now.Before(c.Expires) })
 	if err != nil {
 		return "", time.Time{}, err
 	}

@@ -272,6 +272,73 @@ func TestSameUserRedeemingTwiceStaysLinkedOnRedis(t *testing.T) {
 	}
 }
 
+// TestSpentCodeOutlivesAnotherIssueOnRedis: as
+// TestSameUserRedeemingTwiceStaysLinkedOnRedis, and another tenant's
+// IssueLinkCode (its sweep) runs between instance two's consumption and
+// instance one's. The spent code's record is kept until the code would
+// have expired, so instance one still finds its link recorded and keeps
+// it. Before, the sweep deleted every spent record, of any tenant:
+// instance one found the code gone and took the link back that instance
+// two had answered "linked" for.
+func TestSpentCodeOutlivesAnotherIssueOnRedis(t *testing.T) {
+	ctx := context.Background()
+	hooked, one, two := hookedOnRedis(t)
+	for _, id := range []string{"a", "b"} {
+		if err := one.CreateTenant(ctx, registry.Tenant{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, err := one.IssueLinkCode(ctx, "a", "gw-a", "telegram", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raced atomic.Bool
+	var twoTenant string
+	var twoErr, issueErr error
+	hooked.before = func(op, namespace, _ string) {
+		if op == "cas" && namespace == "registry/linkcodes" && raced.CompareAndSwap(false, true) {
+			twoTenant, twoErr = two.RedeemLinkCode(ctx, "telegram", "42", code)
+			_, _, issueErr = two.IssueLinkCode(ctx, "b", "gw-b", "", 0)
+		}
+	}
+	oneTenant, oneErr := one.RedeemLinkCode(ctx, "telegram", "42", code)
+	hooked.before = nil
+	if !raced.Load() {
+		t.Fatal("the hook never ran: instance one consumed no code")
+	}
+	if issueErr != nil {
+		t.Fatalf("IssueLinkCode of b: %v", issueErr)
+	}
+	if oneErr != nil || oneTenant != "a" || twoErr != nil || twoTenant != "a" {
+		t.Fatalf("the two redemptions of one code by one user, b issuing a code between: %q %v and %q %v, want a linked by both", oneTenant, oneErr, twoTenant, twoErr)
+	}
+	s, _ := effective(t, two)
+	if got := bindingsOf(s, "a", platform.BindUser); !slices.Equal(got, []string{"telegram:42"}) {
+		t.Fatalf("links of a after both succeeded: %q, want telegram:42", got)
+	}
+}
+
+// TestSpentCodesAreNotOutstanding: a tenant's redeemed codes, kept until
+// they would have expired, do not count against its MaxLinkCodes.
+func TestSpentCodesAreNotOutstanding(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory(clock.System)
+	t.Cleanup(func() { _ = st.Close() })
+	r := registry.New(st, clock.System)
+	if err := r.CreateTenant(ctx, registry.Tenant{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range registry.MaxLinkCodes + 1 {
+		code, _, err := r.IssueLinkCode(ctx, "a", "gw-a", "", 0)
+		if err != nil {
+			t.Fatalf("code %d, the earlier ones redeemed: %v", i, err)
+		}
+		if _, err := r.RedeemLinkCode(ctx, "telegram", strconv.Itoa(i), code); err != nil {
+			t.Fatalf("redeem code %d: %v", i, err)
+		}
+	}
+}
+
 // TestBindPrincipal: binding a principal (the admin CLI's way) replaces
 // the tenant's earlier one.
 func TestBindPrincipal(t *testing.T) {

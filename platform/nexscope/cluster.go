@@ -59,7 +59,7 @@ const (
 	msgConsumed = 'u' // edge inbox: conn, bytes processed in total
 	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
-	msgExec     = 'x' // call on the room channel: tenant, action (JSON), budget (ms)
+	msgExec     = 'x' // call on the room channel: tenant, action (JSON), budget (ms; absent: 30 s)
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
@@ -169,7 +169,7 @@ func newCluster(p *Platform, node *cluster.Node) *fleet {
 	})
 	node.Handle(msgEdgeBeat, 1, func(m cluster.Msg) { cl.edgeBeat(m.From, m.Fields[0]) })
 	node.Handle(msgHomeBeat, 1, func(m cluster.Msg) { cl.homeBeat(m.From, m.Fields[0]) })
-	node.HandleCall(msgExec, 3, cl.execHere)
+	node.HandleCallOptional(msgExec, 3, 1, cl.execHere) // an earlier release sends no budget
 	node.HandleCall(msgProbe, 1, cl.probeHere)
 	node.HandleCall(msgStream, 0, cl.streams.ticketHere)
 	return cl
@@ -622,9 +622,19 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	}
 	tenant, action := string(req.Fields[0]), req.Fields[1]
 	// The forwarder's caller gives up after budget: an action still
-	// running then would act after the gateway was told it failed.
-	budgetMs, _ := strconv.ParseInt(string(req.Fields[2]), 10, 64)
-	budget := min(time.Duration(budgetMs)*time.Millisecond, forwardedExecTimeout)
+	// running then would act after the gateway was told it failed. One
+	// spent when it was forwarded (0 or less; a field that is no number
+	// counts as spent) is not executed at all: send and prompt do not
+	// wait on their context. An earlier release's call carries no budget:
+	// it has the 30 s of before.
+	budget := forwardedExecTimeout
+	if len(req.Fields) == 3 {
+		budgetMs, err := strconv.ParseInt(string(req.Fields[2]), 10, 64)
+		if err != nil {
+			budgetMs = 0
+		}
+		budget = time.Duration(min(budgetMs, forwardedExecTimeout.Milliseconds())) * time.Millisecond
+	}
 	go func() {
 		defer p.wg.Done()
 		var a contract.Action
@@ -633,12 +643,17 @@ func (cl *fleet) execHere(req cluster.Msg) {
 			if r, _ := roomOf(p, string(a.ChatID)); r == nil || !r.homeHeld() {
 				return // not (any more) the room's home: the home answers
 			}
-			// send and prompt do not wait; send_media waits for the room's
-			// lock and its recipients, within what the forwarder's caller
-			// had left (at most the relay's default bound of an op).
-			ctx, cancel := context.WithTimeout(cl.ctx, budget)
-			res = platform.Execute(ctx, &p.here, p, tenant, &a)
-			cancel()
+			if budget <= 0 {
+				res = contract.Failed(contract.CodeUnavailable, "nexscope: the action's deadline had passed when it was forwarded to the room's home")
+			} else {
+				// send and prompt do not wait; send_media waits for the
+				// room's lock and its recipients, within what the
+				// forwarder's caller had left (at most the relay's default
+				// bound of an op).
+				ctx, cancel := context.WithTimeout(cl.ctx, budget)
+				res = platform.Execute(ctx, &p.here, p, tenant, &a)
+				cancel()
+			}
 		}
 		raw, _ := json.Marshal(res) // a Result always encodes
 		cl.node.Reply(req, raw)

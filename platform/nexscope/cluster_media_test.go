@@ -3,6 +3,7 @@ package nexscope
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -169,5 +170,62 @@ func TestClusterForwardedSendMediaEndsWithItsCaller(t *testing.T) {
 	alice.SendJSON(map[string]any{"type": "ping"})
 	if f := alice.Next(); f["type"] != "pong" {
 		t.Fatalf("alice got %v after the gateway was told send_media failed, want nothing more", f)
+	}
+}
+
+// TestClusterForwardedExecBudget: the exec call's budget field at a real
+// home (redis-server, two instances). A budget already spent when the
+// action was forwarded (0, negative, or a field that is no number) is
+// answered unavailable and the action is not executed: send and prompt do
+// not wait on their context, so the home would otherwise send a msg the
+// gateway was told failed (Call may still publish with its context done).
+// A call without the field (an earlier release's instance, during a
+// rolling deploy) is executed with the 30 s of before.
+func TestClusterForwardedExecBudget(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	cfg := Config{Rooms: []Room{{Name: DefaultRoom, Tenant: "t1"}}}
+	ins := startInstances(t, srv, cfg, 2, clusterLeaseTTL)
+	home := homeOf(t, ins, DefaultRoom)
+	edge := others(ins, home)[0]
+	alice := home.joinWith(t, "alice", "alice", "hermes")
+	exec := func(content string, budget ...string) (contract.Result, bool) {
+		t.Helper()
+		action, err := json.Marshal(&contract.Action{Op: contract.OpSend, ChatID: DefaultRoom, Content: content})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		fields := [][]byte{[]byte("t1"), action}
+		for _, b := range budget {
+			fields = append(fields, []byte(b))
+		}
+		raw, ok := edge.p.cluster.node.Call(ctx, roomPrefix+DefaultRoom, msgExec, fields...)
+		if !ok {
+			return contract.Result{}, false
+		}
+		var res contract.Result
+		if err := json.Unmarshal(raw, &res); err != nil {
+			t.Fatal(err)
+		}
+		return res, true
+	}
+	for _, budget := range []string{"0", "-250", "soon"} {
+		res, ok := exec("spent "+budget, budget)
+		if !ok || res.Success || res.Code != contract.CodeUnavailable {
+			t.Fatalf("exec with budget %q = %+v (answered %v), want unavailable", budget, res, ok)
+		}
+	}
+	if res, ok := exec("in time", "5000"); !ok || !res.Success {
+		t.Fatalf("exec with budget 5000 = %+v (answered %v), want success", res, ok)
+	}
+	if f := alice.Expect("msg"); f["text"] != "in time" {
+		t.Fatalf("alice got %v, want only the msg sent within its budget", f)
+	}
+	if res, ok := exec("no budget"); !ok || !res.Success {
+		t.Fatalf("exec without a budget field = %+v (answered %v), want success", res, ok)
+	}
+	if f := alice.Expect("msg"); f["text"] != "no budget" {
+		t.Fatalf("alice got %v, want the msg of the call without a budget", f)
 	}
 }

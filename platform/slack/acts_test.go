@@ -917,3 +917,35 @@ func TestRemadeTenantStreamsAfresh(t *testing.T) {
 		t.Fatalf("messages %v, want the new t1's own besides the earlier t1's", texts)
 	}
 }
+
+// TestSealRecordOfAnEarlierReleaseCounts: a seal record an earlier
+// release stored (the message's ts alone, no time it was written) still
+// answers a repeated seal of its draft with that message, sending nothing,
+// even for a tenant the vault dates (the record may be its own).
+func TestSealRecordOfAnEarlierReleaseCounts(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	began := clk.Now()
+	clk.Advance(time.Second)
+	st := store.NewMemory(nil)
+	t.Cleanup(func() { _ = st.Close() })
+	const ts = "1768490200.000100"
+	if err := st.Capabilities().Put(context.Background(), "slack/stream/t1/"+chanGeneral+"/sealed/1", []byte(ts), clk.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	since := func(tenant string) time.Time {
+		if tenant == "t1" {
+			return began
+		}
+		return time.Time{}
+	}
+	e := newEnvOn(t, newFake(t), nil, &platform.Deps{Clock: clk, Store: st, Vault: vault.NewMemory(vault.Config{Clock: clk, Since: since})})
+	b, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 1, "content": "Hello.", "final": true,
+		"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda}})
+	r := e.execute(t, "t1", string(b))
+	if !r.Success || r.MessageID != ts {
+		t.Fatalf("the repeated seal answered %+v, want the stored message %s", r, ts)
+	}
+	if sent := e.fake.Messages(chanGeneral); len(sent) != 0 {
+		t.Fatalf("the repeated seal sent %v", sent)
+	}
+}
