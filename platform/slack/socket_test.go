@@ -88,11 +88,12 @@ func TestSocketModeUnderALease(t *testing.T) {
 	if err != nil || !strings.Contains(string(payload), "Running `/status`") {
 		t.Fatalf("ack %s %v", payload, err)
 	}
-	// Instance i0 stops, releasing the lease: i1, which sleeps on clk
-	// until its next bid, takes it then, and the connection.
+	// Instance i0 stops, releasing the lease: i1, which lost its bid to
+	// i0 and sleeps on clk until its next, takes it then, and the
+	// connection.
+	platformtest.WaitUntil(t, "i1 to lose its bid for the lease and sleep until its next", func() bool { return clk.Sleepers() > 0 })
 	a.stop()
 	a.stop = func() {}
-	platformtest.WaitUntil(t, "i1 to sleep until its next bid for the lease", func() bool { return clk.Sleepers() > 0 })
 	clk.Advance(socketLease)
 	if err := a.fake.WaitSocket(ctx, 2); err != nil {
 		t.Fatal(err)
