@@ -90,10 +90,12 @@ func TestSocketModeUnderALease(t *testing.T) {
 	}
 	// Instance i0 stops, releasing the lease: i1, which lost its bid to
 	// i0 and sleeps on clk until its next, takes it then, and the
-	// connection.
+	// connection. The next event is pushed on i1's connection alone: the
+	// fake pushes on any connection it still has open.
 	platformtest.WaitUntil(t, "i1 to lose its bid for the lease and sleep until its next", func() bool { return clk.Sleepers() > 0 })
 	a.stop()
 	a.stop = func() {}
+	platformtest.WaitUntil(t, "i0's connection closed at the fake", func() bool { return a.fake.OpenSockets() == 0 })
 	clk.Advance(socketLease)
 	if err := a.fake.WaitSocket(ctx, 2); err != nil {
 		t.Fatal(err)
