@@ -187,7 +187,6 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 		outcome, status := change.Outcome(answer)
 		h.rec.Record(r.Context(), op, outcome, err,
 			append([]any{"tenant", req.caller.Tenant, "subject", textsplit.Truncate(req.caller.Subject, maxLogIDBytes), "remote", r.RemoteAddr}, req.what...)...)
-		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
 			if status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
