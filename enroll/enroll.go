@@ -69,7 +69,13 @@ type Config struct {
 	Issuer string `yaml:"issuer"`
 	// Audience is the aud claim (or one of them) the identity tokens of
 	// /relay/enroll and /relay/provision must carry; unset, any. A
-	// /manage/* token's aud is agent:{gatewayId} instead.
+	// /manage/* token's aud is agent:{gatewayId} instead; with Audience
+	// unset such a token, minted for one gateway, is taken by
+	// /relay/provision too, for any gateway id of its tenant: it can
+	// create one, or rotate a provisioned one and be answered its new
+	// secret, and so act as that gateway. Never another tenant's: the
+	// tenant is the token's, and another tenant's gateway id is 409. Set
+	// it to keep /manage/* tokens off these two routes.
 	Audience string `yaml:"audience"`
 	// TenantClaim names the identity token's claim that carries the tenant
 	// id. Default tid.
