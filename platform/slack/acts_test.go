@@ -1019,3 +1019,38 @@ func TestSealRecordedWithoutATurn(t *testing.T) {
 		t.Fatalf("messages %+v, want the seal naming a turn posted", m)
 	}
 }
+
+// TestNewStreamReusingAnOpenDraftID: the gateway restarts mid-stream, so
+// the stream of its earlier turn stays open, and the next turn's stream
+// names the same draft_id. It is a stream of its own: its first frame
+// seals the open one (as a frame of another draft_id does) and starts a
+// message, even when its text extends the open stream's; a first frame
+// that is final posts the reply. Both were taken for frames of the open
+// stream: the one appended to it, the other stopped it and answered its
+// message, posting no reply.
+func TestNewStreamReusingAnOpenDraftID(t *testing.T) {
+	for _, final := range []bool{false, true} {
+		t.Run(map[bool]string{false: "frame", true: "final"}[final], func(t *testing.T) {
+			e := newEnv(t, nil, nil)
+			frame := func(turn, content string, final bool) contract.Result {
+				t.Helper()
+				raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 1, "content": content, "final": final,
+					"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda, "message_id": turn}})
+				r := e.execute(t, "t1", string(raw))
+				if !r.Success {
+					t.Fatalf("turn %s %q: %+v", turn, content, r)
+				}
+				return r
+			}
+			left := frame("1768490100.000100", "Work", false).MessageID
+			own := frame("1768490200.000100", "Working fine.", final).MessageID
+			if own == left {
+				t.Fatalf("the new turn's frame was answered with the open stream %s of the earlier turn", left)
+			}
+			m := e.fake.Messages(chanGeneral)
+			if len(m) != 2 || m[0].Text != "Work" || m[0].Stream || m[1].Text != "Working fine." || m[1].Stream == final {
+				t.Fatalf("messages %+v, want the earlier turn's stopped as it was and the new turn's own", m)
+			}
+		})
+	}
+}

@@ -26,7 +26,8 @@ import (
 // starts a message in the thread, later frames append what they add, and
 // the seal (final: true, or a send whose content extends the stream)
 // stops it with the rest. One stream is open per tenant and chat; a frame
-// of another draft_id seals the open one first.
+// of another draft_id, or of another turn (stream.otherTurn), seals the
+// open one first.
 //
 // A gateway sends a stream's frames over its one connection, but when that
 // connection drops mid-stream the gateway dials again, possibly to another
@@ -101,6 +102,14 @@ type sealRecord struct {
 // stored before the turn was kept is repeated only by a seal naming none.
 func (rec sealRecord) repeatedBy(a *contract.Action) bool {
 	return rec.Turn == a.Metadata.Turn()
+}
+
+// otherTurn reports whether frame a is of another turn than the stream,
+// both naming one: a new stream reusing the draft_id of one the gateway
+// left open when it restarted (it numbers its streams from 1 again).
+func (st *stream) otherTurn(a *contract.Action) bool {
+	turn := a.Metadata.Turn()
+	return st.Turn != "" && turn != "" && st.Turn != turn
 }
 
 // extendedBy reports whether text begins with what was streamed.
@@ -244,7 +253,7 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 		return p.streamUnreadable(err)
 	}
 	open = open && !st.Done
-	if open && st.Draft != a.DraftID {
+	if open && (st.Draft != a.DraftID || st.otherTurn(a)) {
 		p.seal(ctx, k, &st, st.Turn, "")
 		open = false
 	}
