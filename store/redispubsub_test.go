@@ -102,11 +102,13 @@ func TestRedisSubscriptionsShareOneConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopTwin()
+	after := connectedClients(t, admin)
+	t.Logf("connected_clients %d before %d subscriptions, %d after", before, n+1, after)
+	if after > before+2 {
+		t.Fatalf("connected_clients went from %d to %d for %d subscriptions, want at most 2 more", before, after, n+1)
+	}
 	if got := pubsubClients(t, admin); len(got) != 1 || got[0] != n {
 		t.Fatalf("after %d subscriptions the server has subscribed clients %v, want one with %d channels", n+1, got, n)
-	}
-	if after := connectedClients(t, admin); after > before+2 {
-		t.Fatalf("connected_clients went from %d to %d for %d subscriptions, want at most 2 more", before, after, n+1)
 	}
 
 	publishEach := func(round string) {
