@@ -197,3 +197,51 @@ func TestRedisResubscribeAfterCancel(t *testing.T) {
 		t.Fatalf("Subscribe after Close: %v, want ErrClosed", err)
 	}
 }
+
+// TestRedisClusterSubscriptionsShareOneConnection: on a Redis Cluster of
+// three shards too, channels of every shard's slots share one connection,
+// to one node, and each gets the messages published on it through any
+// primary (the cluster bus carries PUBLISH to every node).
+func TestRedisClusterSubscriptionsShareOneConnection(t *testing.T) {
+	const n = 30
+	c := redistest.StartCluster(t, 3, 0, redistest.Options{})
+	s := opener(t, store.Config{
+		Backend:      store.BackendRedis,
+		RedisCluster: &store.RedisCluster{Addrs: c.Addrs()[:1]},
+		RedisPrefix:  fmt.Sprintf("test%d:", prefixes.Add(1)),
+	})(clock.System)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ps := s.PubSub()
+	subs := make([]<-chan []byte, n)
+	for i := range n {
+		ch, stop, err := ps.Subscribe(ctx, fmt.Sprintf("room%d", i))
+		if err != nil {
+			t.Fatalf("Subscribe(room%d): %v", i, err)
+		}
+		defer stop()
+		subs[i] = ch
+	}
+	var clients []int
+	for _, node := range c.Nodes() {
+		clients = append(clients, pubsubClients(t, node.Client(t))...)
+	}
+	if len(clients) != 1 || clients[0] != n {
+		t.Fatalf("the cluster's nodes have subscribed clients %v, want one with %d channels", clients, n)
+	}
+	for i := range n {
+		if err := ps.Publish(ctx, fmt.Sprintf("room%d", i), []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		select {
+		case m := <-subs[i]:
+			if string(m) != strconv.Itoa(i) {
+				t.Fatalf("room%d got %q, want its own message", i, m)
+			}
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for room%d's message", i)
+		}
+	}
+}
