@@ -392,6 +392,7 @@ func (h *Handler) backup(w http.ResponseWriter, r *http.Request) {
 	begun := false
 	n, err := h.cfg.Backup.Backup(ctx, func(size int64) (io.Writer, error) {
 		w.Header().Set("Content-Type", "application/octet-stream")
+		httpjson.NoStore(w.Header()) // the copy holds the tenants' secrets
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 		w.WriteHeader(http.StatusOK)
 		begun = true

@@ -161,3 +161,32 @@ func TestBindingOnAPlatformNotRunningIsRefused(t *testing.T) {
 		t.Fatalf("bind on nexscope, running: %d %s", w.Code, w.Body)
 	}
 }
+
+// TestSecretAnswersAreNotCached: over HTTP, the answers that carry a
+// gateway secret (create, rotate) or an enrollment token forbid any cache
+// to keep them (Cache-Control: no-store), as /relay/enroll's do.
+func TestSecretAnswersAreNotCached(t *testing.T) {
+	h, _, _ := newHandler(t)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for _, s := range []struct {
+		path, body string
+		want       int
+	}{
+		{"/admin/v1/tenants", `{"id":"acme"}`, http.StatusCreated},
+		{"/admin/v1/tenants/acme/gateways", `{"id":"gw"}`, http.StatusCreated},
+		{"/admin/v1/tenants/acme/gateways/gw/rotate", ``, http.StatusOK},
+		{"/admin/v1/tenants/acme/enroll-tokens", `{"ttl":"1h"}`, http.StatusCreated},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+s.path, strings.NewReader(s.body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", s.path, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != s.want || resp.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("POST %s: %d Cache-Control %q, want %d no-store", s.path, resp.StatusCode, resp.Header.Get("Cache-Control"), s.want)
+		}
+	}
+}

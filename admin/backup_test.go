@@ -38,7 +38,8 @@ func getBackup(t *testing.T, srv *httptest.Server, auth string) (*http.Response,
 
 // TestBackupRoute: over HTTP, GET /admin/v1/backup with the token answers
 // the embedded store's data file, which opens as a store holding what was
-// appended; without the token it is 401; a store without Backuper is 501.
+// appended, never to be stored by a cache (it holds the tenants'
+// secrets); without the token it is 401; a store without Backuper is 501.
 func TestBackupRoute(t *testing.T) {
 	ctx := context.Background()
 	st, err := store.Open(ctx, store.Config{Backend: store.BackendEmbedded, Path: t.TempDir()})
@@ -65,7 +66,8 @@ func TestBackupRoute(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("backup = %d, %v", resp.StatusCode, err)
 	}
-	if resp.Header.Get("Content-Length") != strconv.Itoa(len(body)) || resp.Header.Get("Content-Type") != "application/octet-stream" {
+	if resp.Header.Get("Content-Length") != strconv.Itoa(len(body)) || resp.Header.Get("Content-Type") != "application/octet-stream" ||
+		resp.Header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("backup headers %v for %d bytes", resp.Header, len(body))
 	}
 	dir := t.TempDir()

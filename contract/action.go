@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,6 +114,12 @@ type Metadata struct {
 	// gateway keys a turn's draft stream by it, else by
 	// reply_to_message_id).
 	MessageID ID `json:"message_id"`
+}
+
+// Turn is the turn an action belongs to, as the gateway keys a draft
+// stream: MessageID, else ReplyToMessageID; "" when it names none.
+func (m Metadata) Turn() string {
+	return string(cmp.Or(m.MessageID, m.ReplyToMessageID))
 }
 
 // UnmarshalJSON tolerates a null or non-object metadata (read as empty).

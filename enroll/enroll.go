@@ -69,7 +69,13 @@ type Config struct {
 	Issuer string `yaml:"issuer"`
 	// Audience is the aud claim (or one of them) the identity tokens of
 	// /relay/enroll and /relay/provision must carry; unset, any. A
-	// /manage/* token's aud is agent:{gatewayId} instead.
+	// /manage/* token's aud is agent:{gatewayId} instead; with Audience
+	// unset such a token, minted for one gateway, is taken by
+	// /relay/provision too, for any gateway id of its tenant: it can
+	// create one, or rotate a provisioned one and be answered its new
+	// secret, and so act as that gateway. Never another tenant's: the
+	// tenant is the token's, and another tenant's gateway id is 409. Set
+	// it to keep /manage/* tokens off these two routes.
 	Audience string `yaml:"audience"`
 	// TenantClaim names the identity token's claim that carries the tenant
 	// id. Default tid.
@@ -187,7 +193,6 @@ func (h *Handler) route(op string, do func(*request) (any, error)) http.Handler 
 		outcome, status := change.Outcome(answer)
 		h.rec.Record(r.Context(), op, outcome, err,
 			append([]any{"tenant", req.caller.Tenant, "subject", textsplit.Truncate(req.caller.Subject, maxLogIDBytes), "remote", r.RemoteAddr}, req.what...)...)
-		w.Header().Set("Cache-Control", "no-store")
 		if err != nil {
 			if status == http.StatusUnauthorized {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)

@@ -942,3 +942,69 @@ func TestProvisionRouteKeyOfAnotherTenantTellsNotWhere(t *testing.T) {
 		t.Fatalf("a declared key answers %q, a stored one %q: want one answer", declared, stored)
 	}
 }
+
+// TestUnsetAudienceTakesManageTokensWithinTheirTenant pins what
+// enroll.audience's documentation says of leaving it unset: a /manage/*
+// token of acme minted for gw-a1 (aud agent:gw-a1) provisions acme's other
+// provisioned gateway and is answered its new secret, but never a gateway
+// of another tenant (409, no secret: the tenant is the token's). With the
+// audience set, the same token is 401.
+func TestUnsetAudienceTakesManageTokensWithinTheirTenant(t *testing.T) {
+	keyOnce.Do(func() { key = idtokentest.Key(t) })
+	clk := clocktest.New(time.Unix(1_700_000_000, 0))
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	reg := registry.New(mem, clk)
+	ctx := context.Background()
+	for _, tenant := range []string{"acme", "rival"} {
+		if err := reg.CreateTenant(ctx, registry.Tenant{ID: tenant}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub, err := idtoken.ParsePublicKey(idtokentest.PublicPEM(t, key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(audience string) *httptest.Server {
+		v, err := idtoken.New(idtoken.Config{Key: pub, Audience: audience, Clock: clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := enroll.New(enroll.HandlerConfig{Verifier: v, Registry: reg, Platforms: []string{"discord"}, Clock: clk})
+		srv := httptest.NewServer(h.Routes()["POST /relay/provision"])
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	provision := func(srv *httptest.Server, bearer, gateway string) (int, map[string]any) {
+		t.Helper()
+		data, _ := json.Marshal(provisionBody(gateway, "discord", ""))
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/relay/provision", bytes.NewReader(data))
+		req.Header.Set("Authorization", "Bearer "+bearer)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatalf("provision %s: answer not JSON: %v", gateway, err)
+		}
+		return resp.StatusCode, out
+	}
+	unset := serve("")
+	for tenant, gw := range map[string]string{"acme": "gw-a2", "rival": "gw-r"} {
+		if code, out := provision(unset, identityOf(t, tenant, "boot of "+gw), gw); code != http.StatusOK {
+			t.Fatalf("%s's own provision of %s: %d %v", tenant, gw, code, out)
+		}
+	}
+	manageToken := idtokentest.Sign(t, key, map[string]any{"tid": "acme", "aud": "agent:gw-a1", "sub": "owner@acme", "exp": 1_700_000_300})
+	if code, out := provision(unset, manageToken, "gw-a2"); code != http.StatusOK || out["secret"] == nil {
+		t.Errorf("audience unset, acme's agent:gw-a1 token provisioning acme's gw-a2: %d %v, want 200 with a new secret (the documented consequence)", code, out)
+	}
+	if code, out := provision(unset, manageToken, "gw-r"); code != http.StatusConflict || out["secret"] != nil {
+		t.Errorf("audience unset, acme's agent:gw-a1 token provisioning rival's gw-r: %d %v, want 409 without a secret", code, out)
+	}
+	if code, out := provision(serve("connector"), manageToken, "gw-a2"); code != http.StatusUnauthorized {
+		t.Errorf("audience set, an agent:gw-a1 token provisioning: %d %v, want 401", code, out)
+	}
+}

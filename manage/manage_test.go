@@ -359,3 +359,21 @@ func TestReleaseOfAnotherTenantsDeclaredScope(t *testing.T) {
 	}
 	r.post(t, "gw-b", "/manage/scope/release", `{"platform":"telegram","channelId":"-1003"}`, http.StatusConflict)
 }
+
+// TestLinkCodeIsNotCached: over HTTP, the /manage/link answer, which
+// carries a link code, forbids any cache to keep it.
+func TestLinkCodeIsNotCached(t *testing.T) {
+	r := newRig(t)
+	srv := httptest.NewServer(r.mux)
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/manage/link", strings.NewReader(`{}`))
+	req.Header.Set("Authorization", "Bearer gw-a")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("POST /manage/link: %d Cache-Control %q, want 200 no-store", resp.StatusCode, resp.Header.Get("Cache-Control"))
+	}
+}

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -84,9 +83,12 @@ type redisStore struct {
 	// indexed holds the tenants this store has added to the ledgers set.
 	indexed sync.Map
 
+	// subs holds every subscription of the store on one connection
+	// (redispubsub.go).
+	subs *redisSubs
+
 	mu     sync.Mutex
 	closed bool
-	subs   map[*redisSub]struct{}
 }
 
 func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
@@ -98,7 +100,7 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
 		regAnswerPX: pxMillis(redisSends * (readTimeoutFor(cfg) + time.Second)),
-		subs:        make(map[*redisSub]struct{}),
+		subs:        newRedisSubs(c),
 	}
 	if err := s.init(ctx); err != nil {
 		_ = c.Close()
@@ -151,12 +153,8 @@ func (s *redisStore) Close() error {
 		return nil
 	}
 	s.closed = true
-	subs := s.subs
-	s.subs = nil
 	s.mu.Unlock()
-	for sub := range subs {
-		sub.stop()
-	}
+	s.subs.close()
 	s.pipe.close()
 	return s.c.Close()
 }
@@ -997,98 +995,4 @@ func (r redisRegistry) Revision(ctx context.Context, namespace string) (uint64, 
 		return 0, fmt.Errorf("store: registry revision: %w", rerr(err))
 	}
 	return rev, nil
-}
-
-type redisPubSub struct{ s *redisStore }
-
-// redisSub forwards one Redis subscription to its channel.
-type redisSub struct {
-	ps   *redis.PubSub
-	sub  subscription
-	done chan struct{} // closed when forward returns
-}
-
-func (p redisPubSub) Publish(ctx context.Context, channel string, msg []byte) error {
-	_, err := p.PublishAll(ctx, []Message{{Channel: channel, Msg: msg}})
-	return err
-}
-
-var _ BatchPublisher = redisPubSub{}
-
-// PublishAll implements BatchPublisher: the messages go in one pipeline
-// (several when they fill one; on a Redis Cluster one per primary, a
-// channel always on the same one), in order.
-func (p redisPubSub) PublishAll(ctx context.Context, msgs []Message) (failed int, err error) {
-	calls := make([]pipeCall, 0, len(msgs))
-	for _, m := range msgs {
-		if e := checkName("channel", m.Channel); e != nil {
-			failed++
-			err = cmp.Or(err, e)
-			continue
-		}
-		key, msg := p.s.p+"channel:"+m.Channel, m.Msg
-		calls = append(calls, pipeCall{key: key, queue: func(ctx context.Context, pipe redis.Pipeliner) redis.Cmder { return pipe.Publish(ctx, key, msg) }})
-	}
-	for _, c := range p.s.pipelinedAll(ctx, calls) {
-		if e := c.err(); e != nil {
-			failed++
-			err = cmp.Or(err, fmt.Errorf("store: publish: %w", rerr(e)))
-		}
-	}
-	return failed, err
-}
-
-func (p redisPubSub) Subscribe(ctx context.Context, channel string) (<-chan []byte, func(), error) {
-	if err := checkName("channel", channel); err != nil {
-		return nil, nil, err
-	}
-	s := p.s
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return nil, nil, ErrClosed
-	}
-	ps := s.c.Subscribe(ctx, s.p+"channel:"+channel)
-	// Wait for the server's confirmation, so a message published after
-	// Subscribe returns is delivered.
-	if _, err := ps.Receive(ctx); err != nil {
-		_ = ps.Close()
-		return nil, nil, fmt.Errorf("store: subscribe: %w", rerr(err))
-	}
-	rs := &redisSub{ps: ps, sub: make(subscription, SubscriptionBuffer), done: make(chan struct{})}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		_ = ps.Close()
-		return nil, nil, ErrClosed
-	}
-	s.subs[rs] = struct{}{}
-	s.mu.Unlock()
-	go rs.forward()
-	cancel := func() {
-		s.mu.Lock()
-		delete(s.subs, rs)
-		s.mu.Unlock()
-		rs.stop()
-	}
-	stopAfter := context.AfterFunc(ctx, cancel)
-	return rs.sub, func() { stopAfter(); cancel() }, nil
-}
-
-// forward moves messages from Redis to the subscription until ps is
-// closed. go-redis's channel reconnects and resubscribes after a
-// connection error; what was published meanwhile is lost.
-func (rs *redisSub) forward() {
-	defer close(rs.done)
-	defer close(rs.sub)
-	for msg := range rs.ps.Channel() {
-		offer(rs.sub, []byte(msg.Payload))
-	}
-}
-
-// stop closes the subscription and waits for forward to end.
-func (rs *redisSub) stop() {
-	_ = rs.ps.Close()
-	<-rs.done
 }

@@ -16,7 +16,8 @@ import (
 
 // TestStockGatewayPolicyThenHello plays the stock gateway's boot against a
 // running connector and the fake Discord: POST /relay/policy with its
-// upgrade token (a wrong token is refused 401), then the upgrade and
+// upgrade token (a wrong token is refused 401 with a Bearer challenge, a
+// body with more than one JSON value 400), then the upgrade and
 // hello. The declared policy decides which Discord messages reach the
 // tenant: with requireAddress an unaddressed message is dropped and an
 // addressed one delivered; a later boot declaring requireAddress false
@@ -37,7 +38,20 @@ func TestStockGatewayPolicyThenHello(t *testing.T) {
 		post(t, req, want, "POST /relay/policy "+body)
 	}
 	token := relaytest.Token("gw1", crashGatewaySecret, time.Now())
-	declare(relaytest.Token("gw1", "wrong-secret", time.Now()), `{"platform":"discord","requireAddress":true}`, http.StatusUnauthorized)
+	// A refused bearer is told the scheme (RFC 9110 §11.6.1).
+	req, _ := http.NewRequest(http.MethodPost, "http://"+r.child.addr+"/relay/policy", strings.NewReader(`{"platform":"discord","requireAddress":true}`))
+	req.Header.Set("Authorization", "Bearer "+relaytest.Token("gw1", "wrong-secret", time.Now()))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST /relay/policy with a wrong secret: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") != `Bearer realm="connector relay"` {
+		t.Fatalf("POST /relay/policy with a wrong secret: %d WWW-Authenticate %q, want 401 with a Bearer challenge", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+	// One JSON value, as on every other JSON route: anything after it is refused.
+	declare(token, `{"platform":"discord","requireAddress":false} {"platform":"discord"}`, http.StatusBadRequest)
+	declare(token, `{"platform":"discord","requireAddress":false}garbage`, http.StatusBadRequest)
 	declare(token, `{"platform":"discord","requireAddress":true,"freeResponseScopes":[],"allowOtherBots":false}`, http.StatusOK)
 	gw := r.gateway(t)
 

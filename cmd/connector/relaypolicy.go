@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"net/http"
 	"slices"
 
@@ -41,6 +40,7 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			reason := contract.Refusal(err).Reason
 			c.live.metrics.gateways.WithLabelValues("relay_policy", "unauthorized").Inc()
 			c.log.Info("relevance policy refused", "remote", r.RemoteAddr, "reason", reason)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="connector relay"`)
 			httpjson.Error(w, http.StatusUnauthorized, reason)
 			return
 		}
@@ -52,10 +52,10 @@ func (c *connector) relayPolicyHandler() http.Handler {
 			return
 		}
 		var req policyRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxPolicyBodyBytes))
-		if err := dec.Decode(&req); err != nil {
+		// Unknown fields ignored, as the other gateway routes do: the body grows additively.
+		if err := change.Decode(http.MaxBytesReader(w, r.Body, maxPolicyBodyBytes), &req, false); err != nil {
 			c.live.metrics.gateways.WithLabelValues("relay_policy", "invalid").Inc()
-			httpjson.Error(w, http.StatusBadRequest, "malformed JSON body")
+			httpjson.Error(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		if req.Platform != contract.PlatformRelay && !slices.ContainsFunc(c.platforms, func(p platform.Platform) bool { return p.Name() == req.Platform }) {

@@ -21,8 +21,8 @@ func TestWriteAndError(t *testing.T) {
 		rec := httptest.NewRecorder()
 		tc.write(rec)
 		if rec.Code != tc.status || rec.Body.String() != tc.body || rec.Header().Get("Content-Type") != "application/json" ||
-			rec.Header().Get("X-Content-Type-Options") != "nosniff" {
-			t.Errorf("%s: got %d %q (Content-Type %q), want %d %q (application/json)", tc.name, rec.Code, rec.Body.String(), rec.Header().Get("Content-Type"), tc.status, tc.body)
+			rec.Header().Get("X-Content-Type-Options") != "nosniff" || rec.Header().Get("Cache-Control") != "no-store" {
+			t.Errorf("%s: got %d %q (headers %v), want %d %q (application/json, nosniff, no-store)", tc.name, rec.Code, rec.Body.String(), rec.Header(), tc.status, tc.body)
 		}
 	}
 }

@@ -949,3 +949,140 @@ func TestSealRecordOfAnEarlierReleaseCounts(t *testing.T) {
 		t.Fatalf("the repeated seal sent %v", sent)
 	}
 }
+
+// TestNewStreamReusingASealedDraftID: the gateway restarts and numbers its
+// streams from 1 again, so the next turn's stream names the draft_id of
+// one sealed a moment before in the channel, by the same tenant. It is a
+// new stream, of another turn (metadata.message_id): its seal stops its
+// own stream with the reply's rest and answers its message; a retry of
+// that seal answers the same. The seal was taken for a repeat of the
+// earlier one (same draft_id, within 10 minutes) and answered the
+// earlier message: the new stream was never stopped, its final text never
+// posted. On one instance, and with the seal on one instance and the new
+// stream, after the restart, on another sharing the store.
+func TestNewStreamReusingASealedDraftID(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one instance", true: "two instances"}[shared], func(t *testing.T) {
+			fake := newFake(t)
+			var a, b *env
+			if shared {
+				st := newSharedStore(t)
+				a = newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+				b = newEnvOn(t, fake, nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i1")})
+			} else {
+				a = newEnvOn(t, fake, nil, nil)
+				b = a
+			}
+			frame := func(e *env, turn, content string, final bool) contract.Result {
+				t.Helper()
+				raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 1, "content": content, "final": final,
+					"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda, "message_id": turn}})
+				r := e.execute(t, "t1", string(raw))
+				if !r.Success {
+					t.Fatalf("turn %s %q: %+v", turn, content, r)
+				}
+				return r
+			}
+			first := frame(a, "1768490100.000100", "Work", false).MessageID
+			if r := frame(a, "1768490100.000100", "Working on it.", true); r.MessageID != first {
+				t.Fatalf("the first seal answered %s, want %s", r.MessageID, first)
+			}
+			second := frame(b, "1768490200.000100", "Done", false).MessageID
+			if second == first {
+				t.Fatalf("the new stream appended to the sealed one %s", first)
+			}
+			if r := frame(b, "1768490200.000100", "Done, merged.", true); r.MessageID != second {
+				t.Fatalf("the new stream's seal answered %s, want its own message %s (the sealed one is %s)", r.MessageID, second, first)
+			}
+			if r := frame(a, "1768490200.000100", "Done, merged.", true); r.MessageID != second {
+				t.Fatalf("a retried seal of the new stream answered %s, want %s", r.MessageID, second)
+			}
+			if n := len(fake.Calls("chat.stopStream")); n != 2 {
+				t.Fatalf("chat.stopStream called %d times, want once for each stream", n)
+			}
+			m := fake.Messages(chanGeneral)
+			if len(m) != 2 || m[0].Text != "Working on it." || m[1].Text != "Done, merged." || m[0].Stream || m[1].Stream {
+				t.Fatalf("messages %+v, want the two replies, both stopped", m)
+			}
+		})
+	}
+}
+
+// TestSealRecordedWithoutATurn: seal records stored before seals kept
+// their turn (a {ts, at} record, and the older ts alone) are repeated by
+// a retried seal naming no turn, which answers their message without
+// posting; a seal naming a turn is not their repeat (as Telegram's): it
+// is sent as a reply of its own.
+func TestSealRecordedWithoutATurn(t *testing.T) {
+	st := newSharedStore(t)
+	e := newEnvOn(t, newFake(t), nil, &platform.Deps{Store: st, Cluster: newNode(t, st, "i0")})
+	ctx, cancel := contextFor()
+	defer cancel()
+	k := streamKey{"t1", chanGeneral}
+	stamped, _ := json.Marshal(map[string]any{"ts": "1768480000.000100", "at": time.Now().UnixMicro()})
+	for draft, raw := range map[int64][]byte{1: stamped, 2: []byte("1768480000.000200")} {
+		if err := st.Capabilities().Put(ctx, k.sealKey(draft), raw, time.Now().Add(streamTTL)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seal := func(draft int, turn string) contract.Result {
+		t.Helper()
+		raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": draft, "content": "Done.", "final": true,
+			"metadata": map[string]any{"thread_id": "1768490100.000100", "message_id": turn}})
+		r := e.execute(t, "t1", string(raw))
+		if !r.Success {
+			t.Fatalf("seal of draft %d, turn %q: %+v", draft, turn, r)
+		}
+		return r
+	}
+	if r := seal(1, ""); r.MessageID != "1768480000.000100" {
+		t.Fatalf("a retried seal naming no turn answered %s, want the stamped record's message", r.MessageID)
+	}
+	if r := seal(2, ""); r.MessageID != "1768480000.000200" {
+		t.Fatalf("a retried seal naming no turn answered %s, want the bare record's message", r.MessageID)
+	}
+	if m := e.fake.Messages(chanGeneral); len(m) != 0 {
+		t.Fatalf("the repeats posted %+v", m)
+	}
+	if r := seal(1, "1768490100.000100"); r.MessageID == "1768480000.000100" {
+		t.Fatal("a seal naming a turn was taken for a repeat of a record with none")
+	}
+	if m := e.fake.Messages(chanGeneral); len(m) != 1 || m[0].Text != "Done." {
+		t.Fatalf("messages %+v, want the seal naming a turn posted", m)
+	}
+}
+
+// TestNewStreamReusingAnOpenDraftID: the gateway restarts mid-stream, so
+// the stream of its earlier turn stays open, and the next turn's stream
+// names the same draft_id. It is a stream of its own: its first frame
+// seals the open one (as a frame of another draft_id does) and starts a
+// message, even when its text extends the open stream's; a first frame
+// that is final posts the reply. Both were taken for frames of the open
+// stream: the one appended to it, the other stopped it and answered its
+// message, posting no reply.
+func TestNewStreamReusingAnOpenDraftID(t *testing.T) {
+	for _, final := range []bool{false, true} {
+		t.Run(map[bool]string{false: "frame", true: "final"}[final], func(t *testing.T) {
+			e := newEnv(t, nil, nil)
+			frame := func(turn, content string, final bool) contract.Result {
+				t.Helper()
+				raw, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 1, "content": content, "final": final,
+					"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda, "message_id": turn}})
+				r := e.execute(t, "t1", string(raw))
+				if !r.Success {
+					t.Fatalf("turn %s %q: %+v", turn, content, r)
+				}
+				return r
+			}
+			left := frame("1768490100.000100", "Work", false).MessageID
+			own := frame("1768490200.000100", "Working fine.", final).MessageID
+			if own == left {
+				t.Fatalf("the new turn's frame was answered with the open stream %s of the earlier turn", left)
+			}
+			m := e.fake.Messages(chanGeneral)
+			if len(m) != 2 || m[0].Text != "Work" || m[0].Stream || m[1].Text != "Working fine." || m[1].Stream == final {
+				t.Fatalf("messages %+v, want the earlier turn's stopped as it was and the new turn's own", m)
+			}
+		})
+	}
+}

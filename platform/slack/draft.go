@@ -26,7 +26,8 @@ import (
 // starts a message in the thread, later frames append what they add, and
 // the seal (final: true, or a send whose content extends the stream)
 // stops it with the rest. One stream is open per tenant and chat; a frame
-// of another draft_id seals the open one first.
+// of another draft_id, or of another turn (stream.otherTurn), seals the
+// open one first.
 //
 // A gateway sends a stream's frames over its one connection, but when that
 // connection drops mid-stream the gateway dials again, possibly to another
@@ -66,10 +67,13 @@ type streamKey struct {
 
 // stream is the record of one native stream.
 type stream struct {
-	Draft int64  `json:"draft"`
-	Team  string `json:"team"`
-	TS    string `json:"ts"`   // the message
-	Sent  int    `json:"sent"` // bytes of text streamed so far
+	Draft int64 `json:"draft"`
+	// Turn is the turn the stream answers (contract.Metadata.Turn of its
+	// first frame); "" in records written before it was kept.
+	Turn string `json:"turn,omitempty"`
+	Team string `json:"team"`
+	TS   string `json:"ts"`   // the message
+	Sent int    `json:"sent"` // bytes of text streamed so far
 	// Digest is the hex SHA-256 of the text streamed so far.
 	Digest string `json:"digest"`
 	// Done is set once the stream is sealed (or abandoned): a new frame
@@ -86,6 +90,26 @@ type sealRecord struct {
 	// At is when the draft was sealed, in Unix microseconds. A record
 	// stored before it was kept is the message's ts alone, and counts.
 	At int64 `json:"at"`
+	// Turn is the turn of the seal (contract.Metadata.Turn); "" in records
+	// stored before it was kept.
+	Turn string `json:"turn,omitempty"`
+}
+
+// repeatedBy reports whether seal a repeats the seal rec records: only a
+// seal of the same turn does. A gateway that restarts numbers its streams
+// from 1 again, so a new stream of another turn names the draft_id of one
+// sealed a moment before in the chat; it is a stream of its own. A record
+// stored before the turn was kept is repeated only by a seal naming none.
+func (rec sealRecord) repeatedBy(a *contract.Action) bool {
+	return rec.Turn == a.Metadata.Turn()
+}
+
+// otherTurn reports whether frame a is of another turn than the stream,
+// both naming one: a new stream reusing the draft_id of one the gateway
+// left open when it restarted (it numbers its streams from 1 again).
+func (st *stream) otherTurn(a *contract.Action) bool {
+	turn := a.Metadata.Turn()
+	return st.Turn != "" && turn != "" && st.Turn != turn
 }
 
 // extendedBy reports whether text begins with what was streamed.
@@ -151,32 +175,32 @@ func (s *streams) save(ctx context.Context, k streamKey, st *stream) error {
 	return s.state.Put(ctx, k.stateKey(), raw, now.Add(streamTTL))
 }
 
-// sealed returns the message of k's sealed draft; ok is false when it was
+// sealed returns the record of k's sealed draft; ok is false when it was
 // not sealed lately (or by an earlier tenant of the id).
-func (s *streams) sealed(ctx context.Context, k streamKey, draft int64) (string, bool, error) {
+func (s *streams) sealed(ctx context.Context, k streamKey, draft int64) (sealRecord, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	raw, ok, err := s.state.Get(ctx, k.sealKey(draft))
 	if err != nil || !ok {
-		return "", false, err
+		return sealRecord{}, false, err
 	}
 	var rec sealRecord
 	if !strings.HasPrefix(string(raw), "{") || json.Unmarshal(raw, &rec) != nil {
-		return string(raw), true, nil // stored before records were stamped: the ts alone
+		return sealRecord{TS: string(raw)}, true, nil // stored before records were stamped: the ts alone
 	}
 	if s.predates(k, rec.At) {
-		return "", false, nil
+		return sealRecord{}, false, nil
 	}
-	return rec.TS, true, nil
+	return rec, true, nil
 }
 
-// seal records k's draft as sealed as message ts ("" for a reply that
-// has no message: a slash command's).
-func (s *streams) seal(ctx context.Context, k streamKey, draft int64, ts string) error {
+// seal records k's draft as sealed for turn as message ts ("" for a
+// reply that has no message: a slash command's).
+func (s *streams) seal(ctx context.Context, k streamKey, draft int64, turn, ts string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 	defer cancel()
 	now := s.clock.Now()
-	raw, _ := json.Marshal(sealRecord{TS: ts, At: now.UnixMicro()}) // plain fields: cannot fail
+	raw, _ := json.Marshal(sealRecord{TS: ts, At: now.UnixMicro(), Turn: turn}) // plain fields: cannot fail
 	return s.state.Put(ctx, k.sealKey(draft), raw, now.Add(streamTTL))
 }
 
@@ -216,11 +240,11 @@ func (p *Platform) draft(ctx context.Context, tenant string, t target, a *contra
 // frame is draft in k's turn.
 func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contract.Action, k streamKey) contract.Result {
 	if a.Final {
-		switch ts, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
+		switch rec, ok, err := p.streams.sealed(ctx, k, a.DraftID); {
 		case err != nil:
 			return p.streamUnreadable(err)
-		case ok:
-			return contract.OK(ts)
+		case ok && rec.repeatedBy(a):
+			return contract.OK(rec.TS)
 		}
 	}
 	text := cutCursor(a.Content)
@@ -229,8 +253,8 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 		return p.streamUnreadable(err)
 	}
 	open = open && !st.Done
-	if open && st.Draft != a.DraftID {
-		p.seal(ctx, k, &st, "")
+	if open && (st.Draft != a.DraftID || st.otherTurn(a)) {
+		p.seal(ctx, k, &st, st.Turn, "")
 		open = false
 	}
 	switch {
@@ -242,13 +266,13 @@ func (p *Platform) frame(ctx context.Context, tenant string, t target, a *contra
 			r = p.post(ctx, tenant, t, a)
 		}
 		if r.Success || r.MessageID != "" {
-			p.streamNotKept(p.streams.seal(ctx, k, a.DraftID, r.MessageID))
+			p.streamNotKept(p.streams.seal(ctx, k, a.DraftID, a.Metadata.Turn(), r.MessageID))
 		}
 		return r
 	case !open:
 		return p.startStream(ctx, tenant, t, a, k, text)
 	case a.Final:
-		ts, err := p.seal(ctx, k, &st, text)
+		ts, err := p.seal(ctx, k, &st, a.Metadata.Turn(), text)
 		if err != nil {
 			return p.failure(contract.OpDraft, err)
 		}
@@ -267,7 +291,7 @@ func (p *Platform) startStream(ctx context.Context, tenant string, t target, a *
 	if u := string(a.Metadata.UserID); u != "" {
 		opts = append(opts, slack.MsgOptionRecipientUserID(u))
 	}
-	st := stream{Draft: a.DraftID, Team: t.team, Sent: len(text), Digest: digest(text)}
+	st := stream{Draft: a.DraftID, Turn: a.Metadata.Turn(), Team: t.team, Sent: len(text), Digest: digest(text)}
 	err := p.callIn(ctx, t.team, t.channel, "chat.startStream", func(ctx context.Context, c *slack.Client) (err error) {
 		_, st.TS, err = c.StartStreamContext(ctx, t.channel, opts...)
 		return err
@@ -285,7 +309,7 @@ func (p *Platform) startStream(ctx context.Context, tenant string, t target, a *
 // and fails, so the gateway streams by editing instead, as natively.
 func (p *Platform) appendStream(ctx context.Context, t target, k streamKey, st *stream, text string) contract.Result {
 	if !st.extendedBy(text) {
-		p.seal(ctx, k, st, "")
+		p.seal(ctx, k, st, st.Turn, "")
 		return contract.Failed(contract.CodeBadRequest, "slack draft: the frame does not extend the streamed text; the stream was sealed")
 	}
 	if len(text) == st.Sent {
@@ -305,15 +329,17 @@ func (p *Platform) appendStream(ctx context.Context, t target, k streamKey, st *
 }
 
 // seal stops st, with what final adds to the streamed text (nothing when
-// it does not extend it), records it as sealed and returns its message.
-func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, final string) (string, error) {
+// it does not extend it), records it as sealed for turn (a retried seal of
+// that turn answers the same: sealRecord.repeatedBy) and returns its
+// message.
+func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, turn, final string) (string, error) {
 	var opts []slack.MsgOption
 	if final != "" && len(final) > st.Sent && st.extendedBy(final) {
 		opts = append(opts, slack.MsgOptionMarkdownText(final[st.Sent:]))
 	}
 	st.Done = true
 	p.streamNotKept(p.streams.save(ctx, k, st))
-	p.streamNotKept(p.streams.seal(ctx, k, st.Draft, st.TS))
+	p.streamNotKept(p.streams.seal(ctx, k, st.Draft, turn, st.TS))
 	err := p.call(ctx, st.Team, "chat.stopStream", func(ctx context.Context, c *slack.Client) error {
 		_, _, err := c.StopStreamContext(ctx, k.channel, st.TS, opts...)
 		return err
@@ -341,7 +367,7 @@ func (p *Platform) sealByContent(ctx context.Context, tenant string, t target, a
 		if !st.extendedBy(text) {
 			return contract.Result{}
 		}
-		ts, err := p.seal(ctx, k, &st, text)
+		ts, err := p.seal(ctx, k, &st, st.Turn, text)
 		if err != nil {
 			return contract.Result{} // post it normally; Slack ends the stream
 		}

@@ -1,7 +1,6 @@
 package telegram
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -44,7 +43,7 @@ type sealedDraft struct {
 	ID   string    `json:"id"`             // the message (its first part)
 	At   time.Time `json:"at"`             // when it was sealed
 	Sum  uint64    `json:"sum"`            // contentSum of the sealed content
-	Turn string    `json:"turn,omitempty"` // draftTurn of the seal
+	Turn string    `json:"turn,omitempty"` // contract.Metadata.Turn of the seal
 }
 
 // contentSum is the digest of a seal's content that tells a repeated seal
@@ -77,7 +76,7 @@ func (p *Platform) resealedHere(k draftKey, a *contract.Action) (string, bool) {
 // repeatedBy reports whether seal a repeats s: the same content, of the
 // same turn (a new stream reusing the draft_id may say the same).
 func (s sealedDraft) repeatedBy(a *contract.Action) bool {
-	return s.Sum == contentSum(a.Content) && s.Turn == draftTurn(a)
+	return s.Sum == contentSum(a.Content) && s.Turn == a.Metadata.Turn()
 }
 
 // resealed is the message a repeated seal a of stream k answers, if it is
@@ -121,18 +120,18 @@ func (p *Platform) storedSeal(ctx context.Context, k draftKey) (sealedDraft, boo
 // another turn is of a new stream reusing the draft_id (the gateway
 // restarted).
 func (p *Platform) sealedStream(ctx context.Context, k draftKey, a *contract.Action) bool {
-	if s, ok := p.recentSeal(k); ok && s.Turn == draftTurn(a) {
+	if s, ok := p.recentSeal(k); ok && s.Turn == a.Metadata.Turn() {
 		return true
 	}
 	s, ok := p.storedSeal(ctx, k)
-	return ok && s.Turn == draftTurn(a)
+	return ok && s.Turn == a.Metadata.Turn()
 }
 
 // seal records that stream k, sealing a, became message id: on this
 // instance, and for sealRetryWindow in the store when there is one (a
 // failure is logged: only a retry reaching another instance sends again).
 func (p *Platform) seal(ctx context.Context, k draftKey, a *contract.Action, id string) {
-	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content), Turn: draftTurn(a)}
+	s := sealedDraft{ID: id, At: p.deps.Clock.Now(), Sum: contentSum(a.Content), Turn: a.Metadata.Turn()}
 	p.sealed.Add(k, s)
 	if p.seals == nil {
 		return
@@ -288,7 +287,7 @@ type preview struct {
 	mu     sync.Mutex
 	id     int    // the message; 0 until sent (or adopted), and after it was gone
 	thread int    // the topic it is in
-	turn   string // the turn it answers (draftTurn)
+	turn   string // the turn it answers (contract.Metadata.Turn)
 	asked  bool   // the store was asked for the stream's preview (adoptPreview)
 	// done is set once the preview left Platform.previews (sealed or
 	// replaced): a frame that was waiting for it takes the stream's next
@@ -303,7 +302,7 @@ type preview struct {
 // within a turn): it is left as it is, and a's stream gets a preview of
 // its own, as the store keeps one per turn (previewKey).
 func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
-	turn := draftTurn(a)
+	turn := a.Metadata.Turn()
 	for {
 		pv := &preview{thread: topicThread(a.Metadata.ThreadID), turn: turn}
 		if old, ok, _ := p.previews.PeekOrAdd(k, pv); ok {
@@ -324,13 +323,6 @@ func (p *Platform) openPreview(k draftKey, a *contract.Action) *preview {
 func (p *Platform) closePreview(k draftKey, pv *preview) {
 	pv.done = true
 	p.previews.Remove(k)
-}
-
-// draftTurn is the turn an action belongs to, as the gateway keys a draft
-// stream: metadata.message_id, else metadata.reply_to_message_id; "" when
-// it names none.
-func draftTurn(a *contract.Action) string {
-	return string(cmp.Or(a.Metadata.MessageID, a.Metadata.ReplyToMessageID))
 }
 
 // draft streams a preview of a reply being generated. Every frame replaces
@@ -418,7 +410,7 @@ func (p *Platform) showPreview(ctx context.Context, tenant string, chat int64, a
 	}
 	pv := p.openPreview(k, a)
 	defer pv.mu.Unlock()
-	if s, ok := p.recentSeal(k); ok && s.Turn == draftTurn(a) { // sealed here while this frame waited
+	if s, ok := p.recentSeal(k); ok && s.Turn == a.Metadata.Turn() { // sealed here while this frame waited
 		p.closePreview(k, pv)
 		return contract.OK("")
 	}
@@ -544,7 +536,7 @@ func (p *Platform) replacePreviews(ctx context.Context, tenant string, chat int6
 	if chat > 0 {
 		return
 	}
-	thread, turn := topicThread(a.Metadata.ThreadID), draftTurn(a)
+	thread, turn := topicThread(a.Metadata.ThreadID), a.Metadata.Turn()
 	here := false // a preview of a's turn was deleted here
 	for _, k := range p.previews.Keys() {
 		if k.tenant != tenant || k.chat != chat {
