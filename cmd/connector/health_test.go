@@ -4,6 +4,8 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"connector/internal/refused"
 )
 
 // TestHealthProbesTheOpsListener: connector health exits 0 against a
@@ -30,7 +32,7 @@ func TestHealthProbesTheOpsListener(t *testing.T) {
 		t.Fatalf("health with $CONNECTOR_OPS_LISTEN: exit %d %q", code, errOut)
 	}
 
-	code, _, errOut := runCmd(t, "health", "-url", "http://"+refusedAddr(t))
+	code, _, errOut := runCmd(t, "health", "-url", "http://"+refused.Addr(t))
 	if code != 1 || !strings.Contains(errOut, "connection refused") {
 		t.Fatalf("health against nothing: exit %d %q", code, errOut)
 	}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"connector/internal/refused"
 )
 
 // wrap dresses a cause the way net/http returns it: a url.Error holding
@@ -63,13 +65,7 @@ func TestDescribeNamesTheClassOnly(t *testing.T) {
 // TestDescribeRealFailures runs real requests: to a closed loopback port
 // and past a deadline against a server that never answers.
 func TestDescribeRealFailures(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	_, err = http.Get("http://" + addr + "/")
+	_, err := http.Get(refused.URL(t) + "/")
 	if got := Describe(err); got != "connection refused" {
 		t.Fatalf("closed port: %q (from %v)", got, err)
 	}

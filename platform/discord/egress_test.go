@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/refused"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/vault"
@@ -293,28 +293,13 @@ func TestErrorPathsLogNoSecrets(t *testing.T) {
 	}
 }
 
-// closedPort returns a loopback URL nothing listens on: every connection to
-// it is refused at once.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := "http://" + l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 // TestEgressWhileDiscordIsDown: with Discord unreachable the Gateway's
 // guild snapshot never loads, so no chat's owner can be checked. That is
 // answered with the retryable "unavailable" (never the decline the gateway
 // treats as final), and the text carries no internal URL or address.
 func TestEgressWhileDiscordIsDown(t *testing.T) {
 	t.Parallel()
-	down := closedPort(t)
+	down := refused.URL(t)
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.APIBaseURL = down })
 	_, port, _ := strings.Cut(strings.TrimPrefix(down, "http://"), ":")
 	for _, a := range []string{

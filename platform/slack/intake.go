@@ -509,6 +509,14 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 			p.intake.done(e.Key, chat)
 			continue
 		}
+		// The listing may be older than the entry's end: one this
+		// instance held while it listed, handled and deleted since, is
+		// let go (it is deleted before it is, so it is gone now).
+		if _, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key); err != nil || !ok {
+			p.releaseIntake(e.Key, until)
+			p.intake.done(e.Key, chat)
+			continue
+		}
 		p.intake.claimed(e.Key, until)
 		queue = append(queue, held{e.Key, chat, rec})
 	}

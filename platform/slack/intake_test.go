@@ -862,3 +862,93 @@ func TestIntakeExpiredKeptWhileTheStoreIsOut(t *testing.T) {
 	}
 	intakeEmpty(t, st)
 }
+
+// listGate is a store whose intake listing, once armed, holds the
+// armed-th listing's answer (telling listed) until release is closed.
+type listGate struct {
+	store.Store
+	armed   atomic.Int32 // listings to go until the one held; 0: none
+	listed  chan struct{}
+	release chan struct{}
+}
+
+func (s *listGate) Registry() store.Registry { return gatedList{s.Store.Registry(), s} }
+
+type gatedList struct {
+	store.Registry
+	s *listGate
+}
+
+func (r gatedList) List(ctx context.Context, namespace string) ([]store.Entry, uint64, error) {
+	entries, rev, err := r.Registry.List(ctx, namespace)
+	if namespace == intakeNamespace && r.s.armed.Load() > 0 && r.s.armed.Add(-1) == 0 {
+		close(r.s.listed)
+		<-r.s.release
+	}
+	return entries, rev, err
+}
+
+// TestSweepLeavesAnEntryHandledWhileItListed: a sweep lists the intake
+// while an entry this instance holds is being delivered; the entry is
+// delivered, deleted and let go before the sweep goes through its listing.
+// The sweep does not take it again: it is gone. It was taken for one a
+// killed instance left, handled again and dropped as a duplicate (an
+// event of no dedupe key would have been delivered twice).
+func TestSweepLeavesAnEntryHandledWhileItListed(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &listGate{Store: mem, listed: make(chan struct{}), release: make(chan struct{})}
+	listDone := sync.OnceFunc(func() { close(st.release) })
+	t.Cleanup(listDone)
+	drops := &platformtest.LastDrop{}
+	e := newEnv(t, nil, &platform.Deps{Store: st, Clock: clk, Metrics: drops})
+	offered, deliver := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	e.sink.Check = func(platform.Delivery) error {
+		first.Do(func() {
+			close(offered)
+			<-deliver
+		})
+		return nil
+	}
+	delivered := sync.OnceFunc(func() { close(deliver) })
+	t.Cleanup(delivered)
+	answered(t, e.postAsync(t, EventsPath, "application/json", slacktest.Envelope(teamA.ID, teamA.BotUser, "EvT1",
+		slacktest.MessageEvent(teamA.ID, dmAda, userAda, "1768490100.000200", "1768490000.000100", "a reply"))), "the reply")
+	select {
+	case <-offered:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the reply's delivery", waitFor)
+	}
+	st.armed.Store(2) // the sweep's listing under its queue lock, after claimUnheld's
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		e.p.sweepIntake(t.Context(), nil)
+	}()
+	select {
+	case <-st.listed:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to list the intake", waitFor)
+	}
+	delivered()
+	if d := e.sink.Next(t); d.Event.Text != "a reply" {
+		t.Fatalf("delivered %q, want the reply", d.Event.Text)
+	}
+	e.settled(t)
+	listDone()
+	select {
+	case <-swept:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to end", waitFor)
+	}
+	e.settled(t)
+	if _, resumed := e.p.IntakeStats(); resumed != 0 {
+		t.Fatalf("the sweep took %d entries again, want none: the reply was delivered and deleted", resumed)
+	}
+	if r := drops.Take(); r != "" {
+		t.Fatalf("dropped %q, want nothing", r)
+	}
+	e.sink.Empty(t)
+}

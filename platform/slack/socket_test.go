@@ -12,15 +12,21 @@ import (
 	"connector/internal/clock/clocktest"
 	"connector/internal/cluster"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 	"connector/store"
 	"connector/vault"
 )
 
+// socketLease is the TTL of the leases socketDeps runs Exclusive on.
+const socketLease = time.Minute
+
 // socketDeps runs Exclusive on st's leases, as serve does with several
-// instances, under instance's name.
-func socketDeps(t *testing.T, st store.Store, instance string) *platform.Deps {
-	node, err := cluster.New(cluster.Config{Instance: instance, PubSub: st.PubSub(), LeaseTTL: 300 * time.Millisecond})
+// instances, under instance's name; the leases and the cluster node run on
+// clk (st's clock too), so that a lease is held, and another instance
+// bids again, only as the test moves clk, however slow the machine.
+func socketDeps(t *testing.T, st store.Store, clk clock.Clock, instance string) *platform.Deps {
+	node, err := cluster.New(cluster.Config{Instance: instance, PubSub: st.PubSub(), LeaseTTL: socketLease, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +35,7 @@ func socketDeps(t *testing.T, st store.Store, instance string) *platform.Deps {
 		Store:   st,
 		Cluster: node,
 		Exclusive: func(ctx context.Context, name string, run func(context.Context) error) error {
-			return store.RunExclusive(ctx, clock.System, st.Leases(), "ingest/"+name, instance, 300*time.Millisecond, run)
+			return store.RunExclusive(ctx, clk, st.Leases(), "ingest/"+name, instance, socketLease, run)
 		},
 	}
 }
@@ -39,15 +45,17 @@ func socketDeps(t *testing.T, st store.Store, instance string) *platform.Deps {
 // when that instance stops, the other takes the lease and connects, and
 // events keep flowing.
 func TestSocketModeUnderALease(t *testing.T) {
-	st := newSharedStore(t)
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
 	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
-	a := newEnv(t, socket, socketDeps(t, st, "i0"))
+	a := newEnv(t, socket, socketDeps(t, st, clk, "i0"))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	if err := a.fake.WaitSocket(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	b := newEnvOn(t, a.fake, socket, socketDeps(t, st, "i1"))
+	b := newEnvOn(t, a.fake, socket, socketDeps(t, st, clk, "i1"))
 	push := func(fake *slacktest.Server, ts, text string) string {
 		t.Helper()
 		env := slacktest.Envelope(teamA.ID, teamA.BotUser, "Ev"+ts, slacktest.MessageEvent(teamA.ID, dmAda, userAda, ts, "", text))
@@ -80,9 +88,15 @@ func TestSocketModeUnderALease(t *testing.T) {
 	if err != nil || !strings.Contains(string(payload), "Running `/status`") {
 		t.Fatalf("ack %s %v", payload, err)
 	}
-	// Instance i0 stops: i1 takes the lease and the connection.
+	// Instance i0 stops, releasing the lease: i1, which lost its bid to
+	// i0 and sleeps on clk until its next, takes it then, and the
+	// connection. The next event is pushed on i1's connection alone: the
+	// fake pushes on any connection it still has open.
+	platformtest.WaitUntil(t, "i1 to lose its bid for the lease and sleep until its next", func() bool { return clk.Sleepers() > 0 })
 	a.stop()
 	a.stop = func() {}
+	platformtest.WaitUntil(t, "i0's connection closed at the fake", func() bool { return a.fake.OpenSockets() == 0 })
+	clk.Advance(socketLease)
 	if err := a.fake.WaitSocket(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +177,9 @@ func TestSocketModeBoundsWorkBesideTheReader(t *testing.T) {
 	if e.fake.Acked(over) {
 		t.Fatal("the envelope past the bound was acknowledged")
 	}
+	// A slot is given back once its work has returned, just after its ack
+	// was sent: the fake may see the ack first.
+	platformtest.WaitUntil(t, "the slash commands in hand to give their slots back", func() bool { return len(e.p.besides) == 0 })
 	if _, err := e.fake.WaitAck(ctx, push(3)); err != nil {
 		t.Fatalf("after the work in hand ended: %v", err)
 	}

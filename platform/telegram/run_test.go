@@ -3,31 +3,19 @@ package telegram
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
+	"connector/internal/refused"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 )
 
-// closedURL is the URL of a loopback port nothing listens on.
-func closedURL(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "http://" + addr
-}
-
 func TestStartsWhileTelegramIsUnreachable(t *testing.T) {
-	url := closedURL(t)
+	url := refused.URL(t)
 	e := newEnv(t, func(c *Config) { c.APIServerURL = url })
 	if st := e.p.Status(); st.Ready {
 		t.Fatalf("ready before Run: %+v", st)

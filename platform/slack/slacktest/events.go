@@ -228,6 +228,13 @@ func (s *Server) WaitSocket(ctx context.Context, n int) error {
 	return err
 }
 
+// OpenSockets counts the Socket Mode connections open now.
+func (s *Server) OpenSockets() int {
+	s.sockets.mu.Lock()
+	defer s.sockets.mu.Unlock()
+	return len(s.sockets.conns)
+}
+
 // PushEvent sends payload as an envelope of typ (events_api, interactive,
 // slash_commands) to an open Socket Mode connection and returns its id.
 // Until acknowledged it is sent again on every new connection, as Slack
