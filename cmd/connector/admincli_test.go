@@ -10,7 +10,7 @@ import (
 
 	"connector/admin"
 	"connector/internal/clock"
-	"connector/internal/refused"
+	"connector/internal/refusedtest"
 	"connector/registry"
 )
 
@@ -57,7 +57,7 @@ func adminCLIRig(t *testing.T) (*registry.Registry, *httptest.Server) {
 // nothing listens, the admin CLI says how the admin API is turned on and
 // found, not just "connection refused".
 func TestAdminCLIWithoutAdminListenerSaysWhy(t *testing.T) {
-	url := "http://" + refused.Addr(t)
+	url := "http://" + refusedtest.Addr(t)
 	t.Setenv(envAdminToken, adminToken)
 	for _, args := range [][]string{{"tenants"}, {"backup", "-o", t.TempDir() + "/b.db"}} {
 		code, _, errOut := runCmd(t, append([]string{"admin", "-url", url}, args...)...)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"connector/internal/refused"
+	"connector/internal/refusedtest"
 )
 
 // TestHealthProbesTheOpsListener: connector health exits 0 against a
@@ -32,7 +32,7 @@ func TestHealthProbesTheOpsListener(t *testing.T) {
 		t.Fatalf("health with $CONNECTOR_OPS_LISTEN: exit %d %q", code, errOut)
 	}
 
-	code, _, errOut := runCmd(t, "health", "-url", "http://"+refused.Addr(t))
+	code, _, errOut := runCmd(t, "health", "-url", "http://"+refusedtest.Addr(t))
 	if code != 1 || !strings.Contains(errOut, "connection refused") {
 		t.Fatalf("health against nothing: exit %d %q", code, errOut)
 	}

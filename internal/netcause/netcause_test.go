@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"connector/internal/refused"
+	"connector/internal/refusedtest"
 )
 
 // wrap dresses a cause the way net/http returns it: a url.Error holding
@@ -65,7 +65,7 @@ func TestDescribeNamesTheClassOnly(t *testing.T) {
 // TestDescribeRealFailures runs real requests: to a closed loopback port
 // and past a deadline against a server that never answers.
 func TestDescribeRealFailures(t *testing.T) {
-	_, err := http.Get(refused.URL(t) + "/")
+	_, err := http.Get(refusedtest.URL(t) + "/")
 	if got := Describe(err); got != "connection refused" {
 		t.Fatalf("closed port: %q (from %v)", got, err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
-	"connector/internal/refused"
+	"connector/internal/refusedtest"
 	"connector/platform"
 	"connector/platform/discord/discordtest"
 	"connector/vault"
@@ -299,7 +299,7 @@ func TestErrorPathsLogNoSecrets(t *testing.T) {
 // treats as final), and the text carries no internal URL or address.
 func TestEgressWhileDiscordIsDown(t *testing.T) {
 	t.Parallel()
-	down := refused.URL(t)
+	down := refusedtest.URL(t)
 	e := newEnv(t, discordtest.Options{}, func(c *Config) { c.APIBaseURL = down })
 	_, port, _ := strings.Cut(strings.TrimPrefix(down, "http://"), ":")
 	for _, a := range []string{

@@ -14,7 +14,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
-	"connector/internal/refused"
+	"connector/internal/refusedtest"
 	"connector/platform/telegram/telegramtest"
 )
 
@@ -475,7 +475,7 @@ func (m *countingMetrics) Dropped(_, reason string) {
 // answers the retryable "unavailable" (not platform_error), and the text
 // names neither the Bot API server's address nor the request URL.
 func TestEgressWhileTelegramIsDown(t *testing.T) {
-	down := refused.URL(t)
+	down := refusedtest.URL(t)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(down, "http://"))
 	e := newEnv(t, func(c *Config) { c.APIServerURL = down })
 	for _, a := range []contract.Action{

@@ -9,13 +9,13 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock/clocktest"
-	"connector/internal/refused"
+	"connector/internal/refusedtest"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 )
 
 func TestStartsWhileTelegramIsUnreachable(t *testing.T) {
-	url := refused.URL(t)
+	url := refusedtest.URL(t)
 	e := newEnv(t, func(c *Config) { c.APIServerURL = url })
 	if st := e.p.Status(); st.Ready {
 		t.Fatalf("ready before Run: %+v", st)

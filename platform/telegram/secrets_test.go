@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"connector/contract"
-	"connector/internal/refused"
+	"connector/internal/refusedtest"
 	"connector/platform"
 	"connector/platform/telegram/telegramtest"
 )
@@ -52,7 +52,7 @@ func TestNoSecretInLogsOrResults(t *testing.T) {
 	status(p.p)
 
 	// Unreachable API: startup and egress.
-	u := newEnv(t, func(c *Config) { c.APIServerURL = refused.URL(t) })
+	u := newEnv(t, func(c *Config) { c.APIServerURL = refusedtest.URL(t) })
 	u.run(t)
 	u.waitStatus(t, func(st platform.Status) bool { return strings.Contains(st.Detail, "cannot reach") })
 	record(u.act(t, "t1", sendAction("123456789", "anyone?")))

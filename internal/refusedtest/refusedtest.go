@@ -1,6 +1,6 @@
-// Package refused gives tests a loopback address where every connection is
+// Package refusedtest gives tests a loopback address where every connection is
 // refused at once, for as long as the test runs.
-package refused
+package refusedtest
 
 import (
 	"net"
