@@ -141,3 +141,51 @@ func TestBoundHoldsTheSource(t *testing.T) {
 	wait(t, third, "the third piece")
 	q.Wait()
 }
+
+// Close takes no more work and returns only once the work in flight has
+// ended, a Do running in its caller's goroutine included; Open takes work
+// again. Under -race, a Go beside Close is no WaitGroup misuse.
+func TestCloseWaitsForWorkInFlight(t *testing.T) {
+	q := chatorder.New[string](0)
+	release := make(chan struct{})
+	running := make(chan struct{})
+	doing := make(chan error, 1)
+	go func() {
+		doing <- q.Do(t.Context(), "x", func() error { close(running); <-release; return nil })
+	}()
+	wait(t, running, "the Do to run")
+	closed := make(chan struct{})
+	go func() { q.Close(); close(closed) }()
+	// Close refuses work as soon as it is called; until then Go is taken.
+	var refused bool
+	deadline := time.Now().Add(10 * time.Second)
+	for !refused {
+		refused = !q.Go(t.Context(), "y", func() {})
+		if time.Now().After(deadline) {
+			t.Fatal("timed out after 10s waiting for Close to refuse Go")
+		}
+	}
+	if err := q.Do(t.Context(), "y", func() error { t.Error("a closed queue ran Do's fn"); return nil }); !errors.Is(err, chatorder.ErrClosed) {
+		t.Fatalf("Do on a closed queue = %v, want ErrClosed", err)
+	}
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a Do was running")
+	default:
+	}
+	close(release)
+	wait(t, closed, "Close once the Do ended")
+	if err := <-doing; err != nil {
+		t.Fatalf("Do = %v", err)
+	}
+	q.Open()
+	ran := make(chan struct{})
+	if !q.Go(t.Context(), "x", func() { close(ran) }) {
+		t.Fatal("an opened queue refused Go")
+	}
+	wait(t, ran, "Go's fn after Open")
+	q.Wait()
+	if n := q.Keys(); n != 0 {
+		t.Fatalf("%d keys left", n)
+	}
+}

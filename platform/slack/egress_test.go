@@ -10,6 +10,7 @@ import (
 	"connector/contract"
 	"connector/internal/clock/clocktest"
 	"connector/platform"
+	"connector/platform/platformtest"
 	"connector/platform/slack/slacktest"
 )
 
@@ -257,7 +258,13 @@ func TestRateLimitedCallWaitsRetryAfter(t *testing.T) {
 	if _, err := e.fake.WaitCalls(ctx, "chat.postMessage", 1); err != nil {
 		t.Fatal(err)
 	}
-	waitClockWaiters(t, clk)
+	// The sender is parked once the 429 is handled: asleep on the
+	// channel's pace (held for the Retry-After) or queued on the paused
+	// budget. Not the number of timers: the request's own deadline is one
+	// before the 429 is even read.
+	budget := e.p.limits.budget(teamA.ID, "chat.postMessage")
+	parked := func() bool { return clk.Sleepers()+budget.Waiting("t1") == 1 }
+	platformtest.WaitUntil(t, "the send parked on the clock for Retry-After", parked)
 	select {
 	case r := <-done:
 		t.Fatalf("answered %+v before Retry-After passed", r)
@@ -266,7 +273,7 @@ func TestRateLimitedCallWaitsRetryAfter(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	// The paused budget refills its first token 100 ms (at 600 a minute)
 	// after the pause.
-	waitClockWaiters(t, clk)
+	platformtest.WaitUntil(t, "the send parked on the refilling budget", parked)
 	clk.Advance(100 * time.Millisecond)
 	select {
 	case r := <-done:
@@ -303,17 +310,6 @@ func allocated(f func()) uint64 {
 // standingTimers are the timers a running platform always keeps on its
 // clock: the intake's renew and sweep tickers.
 const standingTimers = 2
-
-// waitClockWaiters waits until something sleeps on clk, besides the
-// standing timers.
-func waitClockWaiters(t *testing.T, clk *clocktest.Fake) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	if err := clk.WaitPending(ctx, standingTimers+1); err != nil {
-		t.Fatalf("waiting for a sleeper on the clock: %v", err)
-	}
-}
 
 // TestUnreachableSlack: egress while Slack is down answers unavailable
 // naming no address.

@@ -1,6 +1,7 @@
 package slack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,8 +41,12 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	}
 	defer p.running.Store(false)
 	defer p.sink.Store(nil)
+	// The queues first: closed, they take nothing more from the jobs
+	// still running (the intake's sweep, a socket event's), which Run
+	// then waits for.
+	p.queues.Open()
 	defer p.bg.Wait()
-	defer p.queues.Wait()
+	defer p.queues.Close()
 	p.startIntake(ctx, func() { p.sink.Store(&sink) }) // the entries left run first
 	p.bg.Go(func() { p.links.Run(ctx) })
 	if err := p.identify(ctx); err != nil || ctx.Err() != nil {
@@ -222,7 +227,7 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 			return
 		}
 		if !p.queues.Go(ctx, chat, run) {
-			ack(ctx.Err(), nil)
+			ack(cmp.Or(ctx.Err(), errNotRunning), nil) // not taken: Slack sends it again
 		}
 	case socketmode.EventTypeInteractive:
 		p.beside(func() {
