@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -103,7 +104,11 @@ func (rs *redisSubs) subscribe(ctx context.Context, key string) (<-chan []byte, 
 	ch := rs.chans[key]
 	if ch == nil {
 		ch = &redisChan{subs: make(map[subscription]struct{}), ready: make(chan struct{})}
-		err := rs.ps.Subscribe(ctx, key)
+		// Without ctx's deadline: go-redis writes on the shared connection
+		// with it, and a write failed by a deadline that passed while this
+		// call waited for its turn would drop every subscription's
+		// connection. ctx's cancellation still ends a dial.
+		err := rs.ps.Subscribe(noDeadline{ctx}, key)
 		if err == nil && rs.done == nil {
 			// Started after the first SUBSCRIBE written, whose channel
 			// then picks the node of a Redis Cluster.
@@ -230,3 +235,9 @@ func (rs *redisSubs) close() {
 		<-done
 	}
 }
+
+// noDeadline is a context without its parent's deadline, still done when
+// the parent is.
+type noDeadline struct{ context.Context }
+
+func (noDeadline) Deadline() (time.Time, bool) { return time.Time{}, false }

@@ -1,0 +1,119 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"connector/internal/redistest"
+)
+
+// checkedCtx is a context whose first Err call is signalled on checked,
+// so a test knows subscribe has passed its early ctx check.
+type checkedCtx struct {
+	context.Context
+	once    sync.Once
+	checked chan struct{}
+}
+
+func (c *checkedCtx) Err() error {
+	c.once.Do(func() { close(c.checked) })
+	return c.Context.Err()
+}
+
+// subscribedClientIDs is the ids of the server's clients subscribed to a
+// channel.
+func subscribedClientIDs(t *testing.T, admin *redis.Client) []string {
+	t.Helper()
+	list, err := admin.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for line := range strings.SplitSeq(strings.TrimSpace(list), "\n") {
+		var id string
+		subscribed := false
+		for f := range strings.FieldsSeq(line) {
+			if v, ok := strings.CutPrefix(f, "id="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(f, "sub="); ok {
+				n, _ := strconv.Atoi(v)
+				subscribed = n > 0
+			}
+		}
+		if subscribed {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// TestRedisSubscribeExpiredCtxKeepsConnection: a Subscribe whose ctx
+// deadline passes while it waits for its turn writes its SUBSCRIBE on the
+// shared connection without that deadline, so it does not fail the write
+// and make go-redis drop the connection every other subscription is on.
+func TestRedisSubscribeExpiredCtxKeepsConnection(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	admin := srv.Client(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	defer c.Close()
+	rs := newRedisSubs(c)
+	defer rs.close()
+	bg, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if _, _, err := rs.subscribe(bg, "a"); err != nil {
+		t.Fatal(err)
+	}
+	before := subscribedClientIDs(t, admin)
+	if len(before) != 1 {
+		t.Fatalf("subscribed clients %v, want one", before)
+	}
+
+	// The deadline passes while subscribe waits for rs.mu.
+	dctx, dcancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer dcancel()
+	ctx := &checkedCtx{Context: dctx, checked: make(chan struct{})}
+	rs.mu.Lock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, stop, err := rs.subscribe(ctx, "b")
+		if err == nil {
+			stop()
+		}
+	}()
+	<-ctx.checked
+	<-dctx.Done()
+	rs.mu.Unlock()
+	select {
+	case <-done:
+	case <-bg.Done():
+		t.Fatal("timed out waiting for subscribe to return")
+	}
+
+	// A confirmed subscription: the connection subscribed now is up.
+	if _, _, err := rs.subscribe(bg, "c"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		after := subscribedClientIDs(t, admin)
+		if len(after) == 1 {
+			if after[0] != before[0] {
+				t.Fatalf("subscribed client %s replaced by %s: the expired ctx dropped the shared connection", before[0], after[0])
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for one subscribed client: %v", after)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server, not synchronising goroutines
+	}
+}
