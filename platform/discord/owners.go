@@ -90,8 +90,9 @@ func (s *snapshot) ready(now time.Time, listed []string, claimed func(string) bo
 	return s.completeLocked()
 }
 
-// created records a guild's GUILD_CREATE; it reports whether that completed
-// the first snapshot.
+// created records a guild's GUILD_CREATE, or its GUILD_DELETE (the bot
+// left it, or it is in an outage: no GUILD_CREATE of it is coming); it
+// reports whether that completed the first snapshot.
 func (s *snapshot) created(guildID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

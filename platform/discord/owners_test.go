@@ -309,3 +309,22 @@ func TestGuildReloadWaitIsBounded(t *testing.T) {
 		t.Fatalf("ChatTenant after the wait = %v, want t2", err)
 	}
 }
+
+// TestGuildDeletedBeforeItsSnapshot: a claimed guild READY listed whose
+// GUILD_DELETE comes instead of its GUILD_CREATE (the bot left it, or it
+// is in an outage, which Discord reports so after READY) is waited for no
+// longer: owners are known once the others have loaded.
+func TestGuildDeletedBeforeItsSnapshot(t *testing.T) {
+	t.Parallel()
+	for _, del := range []string{`{"id":"200"}`, `{"id":"200","unavailable":true}`} {
+		clk := clocktest.New(epoch)
+		e := newEnvOn(t, clk, discordtest.Options{}, nil)
+		e.p.onDispatch("READY", json.RawMessage(`{"user":{"id":"9000","username":"hermes","bot":true},
+			"guilds":[{"id":"100","unavailable":true},{"id":"200","unavailable":true}]}`))
+		e.p.onDispatch("GUILD_DELETE", json.RawMessage(del))
+		e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"100","name":"Lab","channels":[{"id":"101","type":0,"name":"general"}]}`))
+		if owner, err := e.p.ChatTenant(platform.WithTenant(waitCtx(t), "t1"), chanGeneral); err != nil || owner != "t1" {
+			t.Fatalf("GUILD_DELETE %s: ChatTenant once the other guild has loaded = %q, %v; want t1", del, owner, err)
+		}
+	}
+}
