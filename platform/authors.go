@@ -177,6 +177,24 @@ func (g *Grants) PostedBy(ctx context.Context, chat, message, tenant string) boo
 	return ok
 }
 
+// PromptPoster is the tenant a button press by user, linked to several
+// tenants, answers in a chat it reached by grant (its DM, or a chat no
+// binding covers): the linked tenant that posted the prompt message (the
+// mark Posted stores for a chat held by grant) while it may act in chat,
+// else home, the tenant the press routes to.
+func (g *Grants) PromptPoster(ctx context.Context, own *Ownership, user string, chat Chat, message, home string) string {
+	tenants := own.LinkedTenants(user)
+	if len(tenants) < 2 || g.PostedBy(ctx, chat.ID, message, home) {
+		return home
+	}
+	for _, t := range tenants {
+		if t != home && g.PostedBy(ctx, chat.ID, message, t) && own.MayAct(t, chat, func() bool { return true }) {
+			return t
+		}
+	}
+	return home
+}
+
 // Linker redeems the account-link codes users send the bot in a DM
 // ("/link <code>", Hermes contract §3): it links (platform, userID) to the
 // tenant that issued the code. The user id is the platform's own, off the

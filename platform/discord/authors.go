@@ -39,13 +39,20 @@ func chatOfInfo(ci chanInfo) platform.Chat {
 // one rule for messages and interactions alike. owner is set when the
 // author is linked to the tenant (the owner floor); drop is why no tenant
 // takes the event (platform.DropPrincipal, or dropUnclaimed). A tenant
-// reached by claim or author link is granted the channel.
-func (p *Platform) route(ctx context.Context, author string, c platform.Chat) (tenant string, owner bool, drop string) {
-	r, ok := p.owners.Load().Route(author, c)
+// reached by claim or author link is granted the channel. pressed is the
+// prompt message a button press answers ("" for any other event): in a
+// chat reached by grant, the press goes to the linked tenant that posted
+// it (platform.Grants.PromptPoster).
+func (p *Platform) route(ctx context.Context, author string, c platform.Chat, pressed string) (tenant string, owner bool, drop string) {
+	own := p.owners.Load()
+	r, ok := own.Route(author, c)
 	switch {
 	case ok && r.Drop != "":
 		return "", false, r.Drop
 	case ok:
+		if r.Grant && pressed != "" {
+			r.Tenant = p.spoke.PromptPoster(ctx, own, author, c, pressed, r.Tenant)
+		}
 		if r.Grant {
 			p.spoke.Add(ctx, c.ID, c.Space, r.Tenant)
 		}
@@ -75,7 +82,7 @@ func (p *Platform) messageNormalizer(ctx context.Context, m *wireMessage) (n *no
 			chat.Parent = ci.threadParent()
 		}
 	}
-	tenant, owner, drop := p.route(ctx, author, chat)
+	tenant, owner, drop := p.route(ctx, author, chat, "")
 	if drop != "" {
 		return nil, "", drop
 	}

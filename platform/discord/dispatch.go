@@ -71,19 +71,23 @@ func (p *Platform) onDispatch(typ string, raw json.RawMessage) {
 		for i := range g.Threads {
 			p.putThread(&g.Threads[i], g.ID)
 		}
-		if p.snap.created(g.ID) {
-			p.log.Info("discord guild snapshot loaded")
-		}
+		p.guildSettled(g.ID)
 		p.cmds.guildDelivered(g.ID)
 	case "GUILD_DELETE":
 		var g struct {
 			ID          string `json:"id"`
 			Unavailable bool   `json:"unavailable"`
 		}
-		if json.Unmarshal(raw, &g) == nil && !g.Unavailable { // the bot left it (not an outage)
+		if json.Unmarshal(raw, &g) != nil {
+			return
+		}
+		if !g.Unavailable { // the bot left it (not an outage)
 			p.cache.dropGuilds(func(id string) bool { return id == g.ID })
 			p.cmds.guildLeft(g.ID)
 		}
+		// Left, or in an outage (Discord says so after READY instead of a
+		// GUILD_CREATE): no GUILD_CREATE of it to wait for.
+		p.guildSettled(g.ID)
 	case "CHANNEL_CREATE", "CHANNEL_UPDATE", "THREAD_CREATE", "THREAD_UPDATE":
 		var t wireThread
 		if json.Unmarshal(raw, &t) == nil {
@@ -150,6 +154,14 @@ func (p *Platform) readySnapshot(r *discordgo.Ready) {
 	p.cache.dropGuilds(func(id string) bool { return !in[id] })
 	claimed := func(id string) bool { _, ok := p.guildOwners()[id]; return ok }
 	if p.snap.ready(p.clock.Now(), listed, claimed) {
+		p.log.Info("discord guild snapshot loaded")
+	}
+}
+
+// guildSettled records that guildID's snapshot wait is over
+// (snapshot.created), logging the first snapshot's completion.
+func (p *Platform) guildSettled(guildID string) {
+	if p.snap.created(guildID) {
 		p.log.Info("discord guild snapshot loaded")
 	}
 }

@@ -30,7 +30,13 @@ import (
 //   - after it, a cached chat belongs to the tenant of its guild (a DM
 //     channel to DMTenant when its user is known and linked to no other
 //     tenant: dmTenant), and an id the cache does not hold belongs to no
-//     tenant.
+//     tenant;
+//   - but after a later new session's READY, until the GUILD_CREATEs of the
+//     claimed guilds it lists have arrived (they bring what changed while
+//     no session was connected, a channel created then) or
+//     guildSnapshotTimeout has passed, any chat not cached as the asker's
+//     is answered only then (awaitGuilds), or unavailable if the ask's
+//     context ends first.
 //
 // A decline thus never depends on whether the chat exists or whom it
 // belongs to. The price: a DM channel or an archived thread the connector
@@ -53,21 +59,22 @@ const errOwnersUnknown = platform.UnavailableError("discord chat owners are unkn
 
 // snapshot tracks whether the Gateway's first guild snapshot has loaded:
 // READY lists the guilds, GUILD_CREATE delivers each one's channels and
-// active threads. It latches: later sessions find the cache already full.
+// active threads. It latches: later sessions find the cache already full,
+// but for what changed while no session was connected (a channel created
+// then), which their own GUILD_CREATEs bring; until they have (settled),
+// an ask the cache alone cannot answer for its asker waits (awaitGuilds).
 type snapshot struct {
 	loaded atomic.Bool
 
 	mu      sync.Mutex
 	readyAt time.Time
 	pending map[string]bool // claimed guilds listed in READY, not yet created
+	settled chan struct{}   // closed once pending empties; nil when it has
 }
 
 // ready starts the wait for the claimed guilds among those READY listed;
-// it reports whether that completed the snapshot (none to wait for).
+// it reports whether that completed the first snapshot (none to wait for).
 func (s *snapshot) ready(now time.Time, listed []string, claimed func(string) bool) bool {
-	if s.loaded.Load() {
-		return false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.readyAt = now
@@ -77,15 +84,16 @@ func (s *snapshot) ready(now time.Time, listed []string, claimed func(string) bo
 			s.pending[id] = true
 		}
 	}
+	if s.settled == nil {
+		s.settled = make(chan struct{})
+	}
 	return s.completeLocked()
 }
 
-// created records a guild's GUILD_CREATE; it reports whether that completed
-// the snapshot.
+// created records a guild's GUILD_CREATE, or its GUILD_DELETE (the bot
+// left it, or it is in an outage: no GUILD_CREATE of it is coming); it
+// reports whether that completed the first snapshot.
 func (s *snapshot) created(guildID string) bool {
-	if s.loaded.Load() {
-		return false
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pending == nil {
@@ -96,11 +104,27 @@ func (s *snapshot) created(guildID string) bool {
 }
 
 func (s *snapshot) completeLocked() bool {
-	if len(s.pending) > 0 || s.loaded.Load() {
+	if len(s.pending) > 0 {
 		return false
 	}
-	s.loaded.Store(true)
-	return true
+	if s.settled != nil {
+		close(s.settled)
+		s.settled = nil
+	}
+	return !s.loaded.Swap(true)
+}
+
+// loading returns, while the guilds of the latest READY have not all been
+// created and guildSnapshotTimeout has not passed since, a channel closed
+// once they have, and how long the wait has left; nil otherwise.
+func (s *snapshot) loading(now time.Time) (<-chan struct{}, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	left := guildSnapshotTimeout - now.Sub(s.readyAt)
+	if s.settled == nil || left <= 0 {
+		return nil, 0
+	}
+	return s.settled, left
 }
 
 // known reports whether owners can be answered at now; missing is how many
@@ -124,7 +148,9 @@ func (s *snapshot) known(now time.Time) (known, expired bool, missing int) {
 // DMTenant for a cached DM channel under rule 4 (dmTenant),
 // platform.ErrUnknownChat for anything
 // else, and an error wrapping platform.ErrUnavailable for every chat until
-// the guild snapshot has loaded; it makes no network call. On an instance
+// the guild snapshot has loaded (and for a chat not cached as the asker's
+// while a new session's guilds load, should ctx end first); it makes no
+// network call. On an instance
 // of several that does not run the Gateway (or has not loaded its guild
 // snapshot yet), it asks Discord for the tenant platform.TenantOf(ctx)
 // names (standbyTenant).
@@ -138,12 +164,45 @@ func (p *Platform) ChatTenant(ctx context.Context, chatID string) (string, error
 	if !p.ownersKnown() {
 		return "", errOwnersUnknown
 	}
-	if ch, ok := p.cache.cachedChannel(chatID); ok {
-		if tenant, ok := p.channelTenant(ch); ok {
-			return tenant, nil
-		}
+	tenant, ok := p.cachedOwner(chatID)
+	if ok && tenant == platform.TenantOf(ctx) {
+		return tenant, nil
+	}
+	if err := p.awaitGuilds(ctx); err != nil {
+		return "", err
+	}
+	if tenant, ok := p.cachedOwner(chatID); ok {
+		return tenant, nil
 	}
 	return "", platform.ErrUnknownChat
+}
+
+// cachedOwner is the owner of a cached chat (channelTenant).
+func (p *Platform) cachedOwner(chatID string) (string, bool) {
+	if ch, ok := p.cache.cachedChannel(chatID); ok {
+		return p.channelTenant(ch)
+	}
+	return "", false
+}
+
+// awaitGuilds waits while a new session's guilds load (snapshot.loading),
+// for every chat alike, so neither the wait nor its outcome tells whether
+// a chat exists or whose it is. It fails, unavailable, when ctx ends first.
+func (p *Platform) awaitGuilds(ctx context.Context) error {
+	settled, left := p.snap.loading(p.clock.Now())
+	if settled == nil {
+		return nil
+	}
+	expired := make(chan struct{})
+	t := p.clock.AfterFunc(left, func() { close(expired) })
+	defer t.Stop()
+	select {
+	case <-settled:
+	case <-expired:
+	case <-ctx.Done():
+		return errOwnersUnknown
+	}
+	return nil
 }
 
 // ownersKnown reports whether the guild snapshot has loaded (or the wait for

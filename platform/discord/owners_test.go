@@ -1,8 +1,10 @@
 package discord
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -219,5 +221,110 @@ func TestGuildLeftBetweenSessionsBelongsToNoTenant(t *testing.T) {
 	}
 	if calls := e.fake.Requests()[before:]; len(calls) != 0 {
 		t.Fatalf("%d REST calls for the guild the bot left, first %s %s", len(calls), calls[0].Method, calls[0].Path)
+	}
+}
+
+// TestChannelCreatedBetweenSessionsIsNotDeclined: a channel created while
+// no session here was connected is unknown to the cache until the next
+// session's GUILD_CREATE of its guild. Between that session's READY and
+// the GUILD_CREATEs an ask for any chat not cached as the asker's waits
+// for them (ctx ending first answers unavailable, never a decline, alike
+// for every such chat); then the new channel is its guild's tenant's.
+func TestChannelCreatedBetweenSessionsIsNotDeclined(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, discordtest.Options{}, nil)
+	e.startReady(t)
+	release := e.fake.HoldGuildCreates()
+	defer release()
+	const late = "1777"
+	e.fake.AddChannel(discordtest.Channel{ID: late, Type: 0, GuildID: guildLab, Name: "late"})
+	e.fake.RefuseResumes(4009) // the next connection starts a new session
+	if err := e.fake.CloseGateway(4000, "Unknown error"); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitUntil(t, "the second session's READY sent, its GUILD_CREATEs held", e.fake.Holding)
+	// A later event shows the reader has handled that READY.
+	e.dispatch(t, "CHANNEL_CREATE", map[string]any{"id": "1999", "type": 0, "guild_id": guildLab, "name": "marker"})
+	platformtest.WaitUntil(t, "the channel created after the new session's READY cached", func() bool {
+		_, ok := e.p.cache.cachedChannel("1999")
+		return ok
+	})
+	asT1 := platform.WithTenant(waitCtx(t), "t1")
+	if owner, err := e.p.ChatTenant(asT1, chanGeneral); err != nil || owner != "t1" {
+		t.Fatalf("the asker's cached channel while the guilds load = %q, %v; want t1 at once", owner, err)
+	}
+	ended, cancel := context.WithCancel(asT1)
+	cancel()
+	for _, chat := range []string{late, chanOther, "424242"} {
+		if _, err := e.p.ChatTenant(ended, chat); !errors.Is(err, platform.ErrUnavailable) {
+			t.Fatalf("%s while the guilds load, ctx ended: %v, want ErrUnavailable", chat, err)
+		}
+	}
+	got := make(chan error, 1)
+	go func() {
+		owner, err := e.p.ChatTenant(asT1, late)
+		if err == nil && owner != "t1" {
+			err = fmt.Errorf("owner %q", owner)
+		}
+		got <- err
+	}()
+	release()
+	if err := <-got; err != nil {
+		t.Fatalf("ChatTenant of the channel created between sessions = %v, want t1", err)
+	}
+	if r := execute(t, e, "t1", `{"op":"send","chat_id":"`+late+`","content":"hi"}`); !r.Success {
+		t.Fatalf("send into the channel created between sessions = %+v", r)
+	}
+}
+
+// TestGuildReloadWaitIsBounded: a later session's claimed guild whose
+// GUILD_CREATE never comes holds an ask for a chat not cached as the
+// asker's for at most guildSnapshotTimeout on the injected clock; then it
+// is answered from the cache.
+func TestGuildReloadWaitIsBounded(t *testing.T) {
+	t.Parallel()
+	clk := clocktest.New(epoch)
+	e := newEnvOn(t, clk, discordtest.Options{}, nil)
+	ready := json.RawMessage(`{"user":{"id":"9000","username":"hermes","bot":true},
+		"guilds":[{"id":"100","unavailable":true},{"id":"200","unavailable":true}]}`)
+	e.p.onDispatch("READY", ready)
+	e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"100","name":"Lab","channels":[{"id":"101","type":0,"name":"general"}]}`))
+	e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"200","name":"Other","channels":[{"id":"201","type":0,"name":"other"}]}`))
+	e.p.onDispatch("READY", ready) // a new session; guild 200 never arrives
+	e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"100","name":"Lab","channels":[{"id":"101","type":0,"name":"general"}]}`))
+	timers := clk.Pending()
+	got := make(chan error, 1)
+	go func() {
+		owner, err := e.p.ChatTenant(platform.WithTenant(waitCtx(t), "t1"), chanOther)
+		if err == nil && owner != "t2" {
+			err = fmt.Errorf("owner %q", owner)
+		}
+		got <- err
+	}()
+	if err := clk.WaitPending(waitCtx(t), timers+1); err != nil { // the ask waits on its timer
+		t.Fatal(err)
+	}
+	clk.Advance(guildSnapshotTimeout)
+	if err := <-got; err != nil {
+		t.Fatalf("ChatTenant after the wait = %v, want t2", err)
+	}
+}
+
+// TestGuildDeletedBeforeItsSnapshot: a claimed guild READY listed whose
+// GUILD_DELETE comes instead of its GUILD_CREATE (the bot left it, or it
+// is in an outage, which Discord reports so after READY) is waited for no
+// longer: owners are known once the others have loaded.
+func TestGuildDeletedBeforeItsSnapshot(t *testing.T) {
+	t.Parallel()
+	for _, del := range []string{`{"id":"200"}`, `{"id":"200","unavailable":true}`} {
+		clk := clocktest.New(epoch)
+		e := newEnvOn(t, clk, discordtest.Options{}, nil)
+		e.p.onDispatch("READY", json.RawMessage(`{"user":{"id":"9000","username":"hermes","bot":true},
+			"guilds":[{"id":"100","unavailable":true},{"id":"200","unavailable":true}]}`))
+		e.p.onDispatch("GUILD_DELETE", json.RawMessage(del))
+		e.p.onDispatch("GUILD_CREATE", json.RawMessage(`{"id":"100","name":"Lab","channels":[{"id":"101","type":0,"name":"general"}]}`))
+		if owner, err := e.p.ChatTenant(platform.WithTenant(waitCtx(t), "t1"), chanGeneral); err != nil || owner != "t1" {
+			t.Fatalf("GUILD_DELETE %s: ChatTenant once the other guild has loaded = %q, %v; want t1", del, owner, err)
+		}
 	}
 }

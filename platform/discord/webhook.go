@@ -10,6 +10,7 @@ import (
 
 	"github.com/bwmarrin/discordgo"
 
+	"connector/contract"
 	"connector/platform"
 	"connector/vault"
 )
@@ -121,7 +122,11 @@ func (p *Platform) acceptInteraction(in *wireInteraction, received time.Time, re
 	if ch := in.Channel; ch != nil && ch.ID == in.ChannelID && infoFrom(ch).threadParent() != "" {
 		chat.Parent = ch.ParentID // a thread the cache lacks (an instance without the Gateway)
 	}
-	tenant, _, drop := p.route(admit, author, chat)
+	pressed := ""
+	if _, _, ok := contract.ParsePromptToken(in.Data.CustomID); ok && in.Type == discordgo.InteractionMessageComponent && in.Message != nil {
+		pressed = in.Message.ID
+	}
+	tenant, _, drop := p.route(admit, author, chat, pressed)
 	if drop != "" {
 		p.routeDropped(drop, in.GuildID, in.ChannelID)
 		return p.answerNow(respond, ackNotConnected, answerBy)

@@ -32,30 +32,12 @@ func (p *Platform) route(ctx context.Context, in *inbound) (tenant string, owner
 	case r.Drop != "":
 		return "", false, r.Drop
 	case r.Grant && in.event.PromptResponse != nil:
-		r.Tenant = p.promptPoster(ctx, own, src.UserID.Value, chat, in.event.PromptResponse.PromptMessageID, r.Tenant)
+		r.Tenant = p.grants.PromptPoster(ctx, own, src.UserID.Value, chat, in.event.PromptResponse.PromptMessageID, r.Tenant)
 		fallthrough
 	case r.Grant:
 		p.grants.Add(ctx, src.ChatID, "", r.Tenant)
 	}
 	return r.Tenant, r.Owner, ""
-}
-
-// promptPoster is the tenant a button press by user, linked to several
-// tenants, answers in a chat it reached by grant (its DM, or a group no
-// binding covers): the linked tenant that posted the prompt message (the
-// mark Execute stores for a chat held by grant, platform.Grants.Posted)
-// while it may act in chat, else home, the tenant the press routes to.
-func (p *Platform) promptPoster(ctx context.Context, own *platform.Ownership, user string, chat platform.Chat, message, home string) string {
-	tenants := own.LinkedTenants(user)
-	if len(tenants) < 2 || p.grants.PostedBy(ctx, chat.ID, message, home) {
-		return home
-	}
-	for _, t := range tenants {
-		if t != home && p.grants.PostedBy(ctx, chat.ID, message, t) && own.MayAct(t, chat, func() bool { return true }) {
-			return t
-		}
-	}
-	return home
 }
 
 // linkCode returns the code of in when it is a "/link <code>" DM the

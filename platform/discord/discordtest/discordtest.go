@@ -143,8 +143,10 @@ type Server struct {
 	identify  int
 	resume    int
 	dials     int
-	answers   []int // the op answering each HELLO (2 IDENTIFY, 6 RESUME)
-	refuse    int   // close code every RESUME is answered with, 0 for none
+	answers   []int         // the op answering each HELLO (2 IDENTIFY, 6 RESUME)
+	refuse    int           // close code every RESUME is answered with, 0 for none
+	held      chan struct{} // while non-nil, a new session's GUILD_CREATEs wait for its close
+	holding   bool          // a session's READY went out and its GUILD_CREATEs wait
 	closers   sync.WaitGroup
 	closed    bool
 }
@@ -328,6 +330,35 @@ func (s *Server) RefuseResumes(code int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refuse = code
+}
+
+// HoldGuildCreates makes the next sessions' GUILD_CREATEs wait, after
+// their READY, until release is called (as a new session's guilds arrive
+// over the seconds after READY).
+func (s *Server) HoldGuildCreates() (release func()) {
+	held := make(chan struct{})
+	s.mu.Lock()
+	s.held = held
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.held == held {
+				s.held = nil
+			}
+			s.mu.Unlock()
+			close(held)
+		})
+	}
+}
+
+// Holding reports whether a session's READY went out and its GUILD_CREATEs
+// wait for HoldGuildCreates' release.
+func (s *Server) Holding() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holding
 }
 
 // Resumes: see Identifies.

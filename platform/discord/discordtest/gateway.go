@@ -165,10 +165,26 @@ func (s *Server) handleIdentify(ctx context.Context, g *gwConn, d json.RawMessag
 		"application": map[string]any{"id": s.opts.AppID, "flags": 0},
 	}
 	s.conn = g
+	held := s.held
 	s.mu.Unlock()
 	// Each dispatch is kept for a RESUME even once the connection failed,
 	// as Discord keeps a session's events.
 	failed := s.dispatchTo(ctx, g, "READY", ready) != nil
+	if held != nil {
+		s.mu.Lock()
+		s.holding = true
+		s.mu.Unlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		s.holding = false
+		s.mu.Unlock()
+		if ctx.Err() != nil {
+			return false
+		}
+	}
 	for _, gc := range creates {
 		failed = s.dispatchTo(ctx, g, "GUILD_CREATE", gc) != nil || failed
 	}
