@@ -1351,8 +1351,13 @@ func (p *Pool) Flush(ctx context.Context) {
 		l.dirty = false
 		l.mu.Unlock()
 		if len(seqs) > 0 {
-			acks[l.tenant] = seqs
 			entries += len(seqs)
+			if prev := acks[l.tenant]; prev != nil {
+				// A ledger the pool forgot and the tenant's next one: the
+				// removals of both, in a slice of neither.
+				seqs = append(slices.Clip(prev), seqs...)
+			}
+			acks[l.tenant] = seqs
 		}
 	}
 	if len(acks) > 0 {
@@ -1361,6 +1366,7 @@ func (p *Pool) Flush(ctx context.Context) {
 	for i, l := range dirty {
 		dirty[i] = nil
 		if seqs := acks[l.tenant]; seqs != nil {
+			delete(acks, l.tenant) // the spare of one ledger only
 			l.mu.Lock()
 			l.spare = seqs
 			l.mu.Unlock()
