@@ -88,7 +88,7 @@ func TestEncodeAllocatesTheFrameOnly(t *testing.T) {
 // the profile to the heap: 1).
 func TestStampProfileAllocatesNothingWithoutAProfile(t *testing.T) {
 	_, h := allocHub(t)
-	h.noteProfile("p", "c", "prof")
+	h.noteProfile(0, "p", "c", "prof")
 	fw := &contract.Forward{}
 	d := platform.Delivery{Platform: "p", ChatID: "another chat", Forward: fw}
 	if n := testing.AllocsPerRun(1000, func() { h.stampProfile(&d) }); n != 0 {

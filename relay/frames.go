@@ -149,6 +149,12 @@ func (c *conn) handleInterrupt(f contract.GatewayFrame) {
 // outbound_result, on its own goroutine so a slow platform call never holds
 // up the connection.
 func (c *conn) handleOutbound(f contract.GatewayFrame) {
+	// Read before the revocation is checked again: a drop of the tenant's
+	// state since handleLine checked it shows in the count (noteProfile).
+	drops := c.hub.drops.Load()
+	if c.revoked.Load() {
+		return
+	}
 	reqID := string(f.RequestID)
 	if reqID == "" {
 		c.ignore(ignoredNoRequestID, slog.LevelWarn, "outbound without requestId ignored")
@@ -167,7 +173,7 @@ func (c *conn) handleOutbound(f contract.GatewayFrame) {
 		return
 	}
 	s := c.srv
-	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Clock.Now()}
+	op := &outboundOp{c: c, reqID: reqID, op: a.Op, start: s.cfg.Clock.Now(), drops: drops}
 	if !track(s, s.ops, &s.outbound, op, struct{}{}) {
 		c.releaseOutbound(cost)
 		c.answer(reqID, noPlatform, a.Op, contract.Failed(contract.CodeUnavailable, "connector is shutting down"), time.Time{})
@@ -291,7 +297,7 @@ func (c *conn) execute(ctx context.Context, t outboundTarget, a *contract.Action
 	switch r.Code {
 	case contract.CodeUnsupportedOp, contract.CodeBadRequest, contract.CodeEgressDeclined, contract.CodeUnavailable:
 	default:
-		c.hub.noteProfile(name, string(a.ChatID), a.Metadata.Profile)
+		c.hub.noteProfile(op.drops, name, string(a.ChatID), a.Metadata.Profile)
 	}
 	return r
 }

@@ -41,6 +41,9 @@ type hub struct {
 	chatsMu  sync.Mutex
 	chats    *simplelru.LRU[string, string]
 	profiles *simplelru.LRU[string, string]
+	// drops counts the tenant's state dropped (drop), added to under
+	// chatsMu: an outbound op begun before one notes no profile.
+	drops atomic.Uint64
 
 	// role is how this instance reaches the tenant's ledger: the one
 	// choice serve, idle, detach, ack, interrupt and enqueue make. Alone it
@@ -229,13 +232,18 @@ type pusher interface {
 // back (contract §4: the multiplex round trip). An empty profile is a
 // single-profile gateway: nothing is stamped for it; nor is one longer
 // than maxProfileBytes, which no profile name is, and which would have the
-// tenant's gateway make the relay keep up to a frame per chat.
-func (h *hub) noteProfile(platformName, chatID, profile string) {
+// tenant's gateway make the relay keep up to a frame per chat; nor one of
+// an op begun when drops was other than now (an earlier tenant's of the
+// id, deleted and created again since).
+func (h *hub) noteProfile(drops uint64, platformName, chatID, profile string) {
 	if profile == "" || chatID == "" || len(profile) > maxProfileBytes {
 		return
 	}
 	h.chatsMu.Lock()
 	defer h.chatsMu.Unlock()
+	if h.drops.Load() != drops {
+		return
+	}
 	h.profiles.Add(platformName+"\x00"+chatID, profile)
 }
 

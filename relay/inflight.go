@@ -21,6 +21,7 @@ type outboundOp struct {
 	reqID string
 	op    string
 	start time.Time
+	drops uint64 // the hub's drops when the op began (hub.noteProfile)
 	// platform is set by execute once the platform is known (nil until
 	// then: noPlatform). Atomic: abandonOps reads it on the shutdown's
 	// goroutine while the op's own may still be resolving it.

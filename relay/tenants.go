@@ -253,6 +253,7 @@ func (h *hub) renew() {
 func (h *hub) drop(since time.Time) int {
 	n := h.ledger.Begin(since)
 	h.chatsMu.Lock()
+	h.drops.Add(1)
 	h.chats.Purge()
 	h.profiles.Purge()
 	h.chatsMu.Unlock()

@@ -481,3 +481,60 @@ func TestStoredTenantDeclaredAndBackKeepsItsConnections(t *testing.T) {
 		t.Fatalf("t1 created again: the earlier t1's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
 	}
 }
+
+// outboundDone is a relay.Metrics that reports each outbound op answered
+// (the last thing an op does, after it noted its chat's profile).
+type outboundDone struct {
+	relayMetricsNop
+	done chan string
+}
+
+func (m outboundDone) Outbound(_, op, _ string, _ time.Duration) { m.done <- op }
+
+// An outbound op of a tenant's gateway that is still running when the
+// tenant is deleted and created again under its id (its connection
+// revoked) does not leave its chat's profile to the new tenant: the new
+// tenant's inbound of that chat carries no profile. The op noted it after
+// the earlier tenant's profiles were dropped before, and the new tenant's
+// gateway got the earlier tenant's profile name on that chat's inbound.
+func TestOutboundOfAnEarlierTenantLeavesNoProfile(t *testing.T) {
+	p := newFake("discord", map[string]string{"c1": "t1"})
+	tenant := func(created time.Time, secret string) []relay.Tenant {
+		return []relay.Tenant{{ID: "t1", Created: created, Gateways: []relay.Gateway{{ID: "gw1", Secrets: []string{secret}}}}}
+	}
+	now := time.Now()
+	m := outboundDone{done: make(chan string, 10)}
+	h := relaytest.StartConfig(t, relay.Config{Tenants: tenant(now.Add(-2*time.Hour), "s1"), Platforms: []platform.Platform{p},
+		Log: relaytest.TestLogger(t), Metrics: m})
+	old := h.Dial(t, "gw1", "s1")
+	old.Hello(t, "discord", "")
+	release := p.slowChat("c1")
+	defer release()
+	a := sendAction("c1", "hi")
+	a["metadata"] = map[string]any{"profile": "earlier"}
+	old.Send(t, map[string]any{"type": "outbound", "requestId": "r1", "platform": "discord", "action": a})
+	if chat := p.nextEntered(t); chat != "c1" {
+		t.Fatalf("the platform started an action on %q, want c1", chat)
+	}
+
+	if err := h.Server.SetTenants(tenant(now.Add(-time.Hour), "s2")); err != nil {
+		t.Fatal(err)
+	}
+	if code, reason := old.Closed(t); code != int(contract.CloseUnauthorized) || reason != relay.ReasonRevoked {
+		t.Fatalf("earlier tenant's socket closed %d %q, want 4401 %q", code, reason, relay.ReasonRevoked)
+	}
+	release()
+	p.nextEgress(t)
+	select {
+	case <-m.done:
+	case <-time.After(relaytest.Timeout):
+		t.Fatalf("timed out after %v waiting for the earlier tenant's op to be answered", relaytest.Timeout)
+	}
+
+	gw := h.Dial(t, "gw1", "s2")
+	gw.Hello(t, "discord", "")
+	p.deliver("t1", "c1", "u1", "new")
+	if ev, _ := gw.NextInbound(t); ev.Text != "new" || ev.Source.Profile != "" {
+		t.Fatalf("the new tenant got %q with profile %q, want %q with none", ev.Text, ev.Source.Profile, "new")
+	}
+}

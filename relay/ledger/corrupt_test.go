@@ -128,3 +128,30 @@ func TestSweepDropsARecordWhoseReceiptTimeDoesNotDecode(t *testing.T) {
 		t.Fatalf("counted %d dropped_expired, want 2", got)
 	}
 }
+
+// A record that does not decode is counted and logged once, even when the
+// ledger reads it again before its removal is written (a Reset, as when
+// the instance stops and starts driving the tenant): the second read
+// queues its removal again without a second dropped_malformed. It was
+// counted and logged at each read before.
+func TestUnreadableRecordCountedOnceWhenReadAgainBeforeItsRemoval(t *testing.T) {
+	ctx := context.Background()
+	r := newRedisRig(t, nil)
+	l := r.pool.Ledger("t1")
+	r.appendRaw(t, "t1", "k", "1", "p", "discord", "s", "s1", "c", "", "r", "1767323045000000", "d", "bad", "g", "x")
+	r.append(t, "t1", "s2", "after")
+	// Hold the pool's goroutine off: the removal stays unwritten.
+	r.pool.flushMu.Lock()
+	if n, err := l.Tail(ctx); err != nil || n != 1 {
+		t.Fatalf("first Tail took in %d (%v), want 1", n, err)
+	}
+	l.Reset()
+	if n, err := l.Tail(ctx); err != nil || n != 1 {
+		t.Fatalf("Tail after Reset took in %d (%v), want 1", n, err)
+	}
+	r.pool.flushMu.Unlock()
+	if got := r.metrics.count(DroppedMalformed); got != 1 {
+		t.Fatalf("counted %d dropped_malformed, want 1", got)
+	}
+	want(t, "stored", r.stored(t, "t1"), "after")
+}

@@ -277,6 +277,10 @@ type Ledger struct {
 	// forgotten is set, under mu, once the pool forgot the ledger
 	// (Forget): it takes nothing in from then on.
 	forgotten bool
+	// unreadable holds the seqs of the last maxUnreadable stored records
+	// Tail dropped as unreadable, under mu; it outlives Reset, so one read
+	// again before its removal is written is not counted twice.
+	unreadable []uint64
 
 	// tailMu serializes Tails; it is taken before mu, and held across the
 	// store's Read. Reset does not take it, so it never waits for a read.
@@ -1160,12 +1164,23 @@ func (l *Ledger) Tail(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// maxUnreadable bounds Ledger.unreadable.
+const maxUnreadable = 64
+
 // dropUnreadableLocked logs and counts (DroppedMalformed) the stored
 // record seq that does not decode, which no instance can deliver, and
-// queues its removal from the store, under mu.
+// queues its removal from the store, under mu; one it dropped already is
+// only queued again.
 func (l *Ledger) dropUnreadableLocked(seq uint64) {
 	cfg := &l.pool.cfg
 	l.queueRemovalLocked(seq)
+	if slices.Contains(l.unreadable, seq) {
+		return
+	}
+	if len(l.unreadable) == maxUnreadable {
+		l.unreadable = slices.Delete(l.unreadable, 0, 1)
+	}
+	l.unreadable = append(l.unreadable, seq)
 	cfg.Metrics.Inbound("", l.tenant, DroppedMalformed)
 	cfg.Log.Warn("buffered inbound dropped", "reason", DroppedMalformed,
 		"tenant", l.tenant, "buffer_id", cfg.IDPrefix+strconv.FormatUint(seq, 10))
@@ -1336,8 +1351,13 @@ func (p *Pool) Flush(ctx context.Context) {
 		l.dirty = false
 		l.mu.Unlock()
 		if len(seqs) > 0 {
-			acks[l.tenant] = seqs
 			entries += len(seqs)
+			if prev := acks[l.tenant]; prev != nil {
+				// A ledger the pool forgot and the tenant's next one: the
+				// removals of both, in a slice of neither.
+				seqs = append(slices.Clip(prev), seqs...)
+			}
+			acks[l.tenant] = seqs
 		}
 	}
 	if len(acks) > 0 {
@@ -1346,6 +1366,7 @@ func (p *Pool) Flush(ctx context.Context) {
 	for i, l := range dirty {
 		dirty[i] = nil
 		if seqs := acks[l.tenant]; seqs != nil {
+			delete(acks, l.tenant) // the spare of one ledger only
 			l.mu.Lock()
 			l.spare = seqs
 			l.mu.Unlock()

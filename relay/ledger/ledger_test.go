@@ -1346,3 +1346,44 @@ func TestForgottenLedgerTakesNothingIn(t *testing.T) {
 		t.Fatalf("the pool counts %d bytes, want %d", b, len("late"))
 	}
 }
+
+// The removals a ledger queued before the pool forgot it are written in
+// the same flush as those of the tenant's next ledger: both reach the
+// store, and neither ledger is left reusing the other's removal slice.
+// The next ledger's replaced the forgotten one's in the flush before (one
+// slice per tenant), so an acknowledged entry stayed stored and was
+// delivered again, and both ledgers were handed the same slice to queue
+// their next removals in.
+func TestForgottenLedgersRemovalsWrittenWithTheNextOnes(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	c := &fakeConsumer{}
+	r.Serve(c, "discord")
+	first := r.add(t, "s1", "acked before the tenant was removed")
+	r.add(t, "s2", "kept")
+	// Hold the pool's goroutine off: both ledgers' removals wait for one
+	// flush.
+	r.pool.flushMu.Lock()
+	r.Ack(first)
+	r.pool.Forget(r.Ledger)
+	next := r.pool.Ledger("t1")
+	c2 := &fakeConsumer{}
+	next.Serve(c2, "discord")
+	if n, err := next.Tail(ctx); n != 2 || err != nil {
+		t.Fatalf("the tenant's next ledger took %d in (%v), want 2", n, err)
+	}
+	got := c2.take()
+	want(t, "the next ledger's", payloads(got), "acked before the tenant was removed", "kept")
+	next.Ack(ids(got)[1])
+	r.pool.flushMu.Unlock()
+	want(t, "stored", r.stored(t))
+	r.Ledger.mu.Lock()
+	spare := r.Ledger.spare
+	r.Ledger.mu.Unlock()
+	next.mu.Lock()
+	nextSpare := next.spare
+	next.mu.Unlock()
+	if cap(spare) > 0 && cap(nextSpare) > 0 && &spare[:1][0] == &nextSpare[:1][0] {
+		t.Fatal("the forgotten ledger and the next one were handed the same removal slice")
+	}
+}
