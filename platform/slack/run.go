@@ -47,6 +47,10 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.queues.Open()
 	defer p.bg.Wait()
 	defer p.queues.Close()
+	// Run's own end (a token refused) ends what it started too, before
+	// it waits for it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	p.startIntake(ctx, func() { p.sink.Store(&sink) }) // the entries left run first
 	p.bg.Go(func() { p.links.Run(ctx) })
 	if err := p.identify(ctx); err != nil || ctx.Err() != nil {

@@ -471,6 +471,10 @@ func (s *Server) serveMethod(w http.ResponseWriter, r *http.Request) {
 		s.oauthAccess(w, a)
 		return
 	case "apps.connections.open":
+		if s.revoked[token] {
+			fail(w, "token_revoked")
+			return
+		}
 		if !strings.HasPrefix(token, "xapp-") {
 			fail(w, "invalid_auth")
 			return
