@@ -511,8 +511,12 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		}
 		// The listing may be older than the entry's end: one this
 		// instance held while it listed, handled and deleted since, is
-		// let go (it is deleted before it is, so it is gone now).
-		if _, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key); err != nil || !ok {
+		// let go (it is deleted before it is, so it is gone now). It is
+		// handled as stored now: its instance may have recorded where
+		// its delivery goes since (deliveringTo).
+		now, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key)
+		rec = intakeRecord{}
+		if err != nil || !ok || json.Unmarshal(now.Value, &rec) != nil {
 			p.releaseIntake(e.Key, until)
 			p.intake.done(e.Key, chat)
 			continue

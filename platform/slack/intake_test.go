@@ -952,3 +952,59 @@ func TestSweepLeavesAnEntryHandledWhileItListed(t *testing.T) {
 	}
 	e.sink.Empty(t)
 }
+
+// TestSweepTakesAnEntryAsStoredNow: an entry's instance records where its
+// delivery goes (deliveringTo) after a sweep listed the intake, before
+// the sweep re-reads the entry: the sweep handles the entry as stored
+// now, and its delivery goes there with nothing left to record. It
+// handled the listing's copy before: its record of where the delivery
+// goes did not match the entry's, and was refused with a warning.
+func TestSweepTakesAnEntryAsStoredNow(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &listGate{Store: mem, listed: make(chan struct{}), release: make(chan struct{})}
+	listDone := sync.OnceFunc(func() { close(st.release) })
+	t.Cleanup(listDone)
+	configure := func(c *Config) {
+		c.Tenants["t1"] = TenantConfig{ReactionTriggers: &[]string{}, ReactionTriggerTarget: chanGeneral}
+	}
+	e := newEnv(t, configure, &platform.Deps{Store: st, Clock: clk})
+	reaction := map[string]any{"type": "reaction_added", "user": userAda, "reaction": "eyes", "item_user": teamA.BotUser,
+		"item": map[string]any{"type": "message", "channel": dmAda, "ts": "1768490000.000300"}, "event_ts": "1768490100.000300"}
+	rec := intakeRecord{Route: routeEvents, Body: slacktest.Envelope(teamA.ID, teamA.BotUser, "EvT1", reaction), Received: clk.Now().UnixNano()}
+	key := intakeKey(teamA.ID+"/"+dmAda, rec)
+	if _, err := mem.Registry().Put(t.Context(), intakeNamespace, key, mustJSON(t, rec)); err != nil {
+		t.Fatal(err)
+	}
+	st.armed.Store(2) // the sweep's listing under its queue lock, after claimUnheld's
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		e.p.sweepIntake(t.Context(), nil)
+	}()
+	select {
+	case <-st.listed:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to list the intake", waitFor)
+	}
+	to := rec
+	to.To = chanGeneral
+	if ok, err := mem.Registry().CompareAndSwap(t.Context(), intakeNamespace, key, mustJSON(t, rec), mustJSON(t, to)); err != nil || !ok {
+		t.Fatalf("record where the entry is delivered: %v %v", ok, err)
+	}
+	listDone()
+	if d := e.sink.Next(t); d.ChatID != chanGeneral {
+		t.Fatalf("delivered to %s, want the reaction's target %s", d.ChatID, chanGeneral)
+	}
+	intakeEmpty(t, mem)
+	select {
+	case <-swept:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to end", waitFor)
+	}
+	e.settled(t)
+	if logs := e.logs.String(); strings.Contains(logs, "not stored as read") {
+		t.Fatalf("the sweep handled the listing's copy of the entry:\n%s", logs)
+	}
+}
