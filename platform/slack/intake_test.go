@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -653,6 +654,50 @@ func TestIntakeEntryNotTakenForAnotherDeliveryOfItsMicrosecond(t *testing.T) {
 	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
 	if d := b.sink.Next(t); d.Event.Text != "a reply" {
 		t.Fatalf("delivery after the restart %q, want the reply", d.Event.Text)
+	}
+	intakeEmpty(t, st)
+}
+
+// TestIntakeCommandNotTakenForAnotherOfItsMicrosecond: a slash command of
+// a chat delivered at once, and another of the same chat received in the
+// same microsecond, left in the intake by a killed instance: the restarted
+// instance finds a delivery of that chat and microsecond in the ledger,
+// with no message id (a command's), but of another command, and delivers
+// the entry's. It took the entry for delivered before, and lost it.
+func TestIntakeCommandNotTakenForAnotherOfItsMicrosecond(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	a.sink.Check = func(d platform.Delivery) error {
+		_, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: d.Event.AppendJSON(nil), Received: d.Received,
+		}})
+		return err
+	}
+	command := func(name, trigger string) []byte {
+		return []byte(url.Values{"team_id": {teamA.ID}, "channel_id": {chanGeneral}, "user_id": {userAda}, "command": {name},
+			"trigger_id": {trigger}}.Encode())
+	}
+	// The clock stands still: both are received in the same microsecond.
+	if code, body := a.post(t, CommandsPath, "application/x-www-form-urlencoded", command("/status", "1.1.a")); code != http.StatusOK {
+		t.Fatalf("the first command: %d %s", code, body)
+	}
+	if d := a.sink.Next(t); d.Event.Text != "/status" {
+		t.Fatalf("delivered %q, want the first command", d.Event.Text)
+	}
+	a.stop()
+	a.stop = func() {}
+	// The second, stored in the intake behind an entry of its chat when
+	// its instance was killed.
+	rec := intakeRecord{Route: routeCommands, Body: command("/new", "1.1.b"), Received: clk.Now().UnixNano()}
+	if _, err := st.Registry().Put(t.Context(), intakeNamespace, intakeKey(teamA.ID+"/"+chanGeneral, rec), mustJSON(t, rec)); err != nil {
+		t.Fatal(err)
+	}
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	if d := b.sink.Next(t); d.Event.Text != "/new" {
+		t.Fatalf("delivery after the restart %q, want the second command", d.Event.Text)
 	}
 	intakeEmpty(t, st)
 }
