@@ -180,9 +180,6 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 	case socketmode.EventTypeConnected:
 		p.setStatus(platform.Status{Ready: true, Detail: "socket mode connected"})
 		return
-	case socketmode.EventTypeInvalidAuth:
-		p.setStatus(platform.Status{Detail: "Slack rejected app_token", Terminal: true})
-		return
 	case socketmode.EventTypeEventsAPI, socketmode.EventTypeInteractive, socketmode.EventTypeSlashCommand:
 	default:
 		return

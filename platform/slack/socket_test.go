@@ -274,3 +274,26 @@ func TestRunEndsWhenATokenIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestSocketModeRecoversFromA404: apps.connections.open answering HTTP 404
+// (which the socketmode client reports as invalid auth) a few times is
+// retried, not taken for a refused app_token: once the socket connects,
+// the platform reports ready. Its status stayed terminal before ("Slack
+// rejected app_token") while it reconnected, and once connected.
+func TestSocketModeRecoversFromA404(t *testing.T) {
+	fake := newFake(t)
+	fake.Fail404("apps.connections.open", 3)
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnvOn(t, fake, socket, nil)
+	ctx, cancel := contextFor()
+	defer cancel()
+	if err := fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitUntil(t, "the platform to report the socket connected", func() bool {
+		return e.p.Status().Ready
+	})
+	if st := e.p.Status(); st.Terminal {
+		t.Fatalf("status %+v, want it not terminal", st)
+	}
+}
