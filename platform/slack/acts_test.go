@@ -1086,3 +1086,33 @@ func TestNewStreamReusingAnOpenDraftID(t *testing.T) {
 		})
 	}
 }
+
+// TestDraftSealRetriedAfterA429: a seal whose chat.stopStream Slack
+// answers 429 past the frame's deadline fails (rate_limited) and leaves
+// the stream open: the gateway's retry stops it, with the final text.
+// The retry was answered with the message as sealed before, the stream
+// never stopped and its final text never posted.
+func TestDraftSealRetriedAfterA429(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	frame := func(content string, final bool) contract.Result {
+		b, _ := json.Marshal(map[string]any{"op": "draft", "chat_id": chanGeneral, "draft_id": 7, "content": content, "final": final,
+			"metadata": map[string]any{"thread_id": "1768490100.000100", "user_id": userAda}})
+		return e.execute(t, "t1", string(b))
+	}
+	first := frame("Hello", false)
+	if !first.Success {
+		t.Fatalf("%+v", first)
+	}
+	e.fake.Fail429("chat.stopStream", 1, 30*time.Second) // past the frame's deadline: not waited for
+	if r := frame("Hello, world.", true); r.Success || r.Code != contract.CodeRateLimited {
+		t.Fatalf("seal under a 429: %+v, want it rate_limited", r)
+	}
+	clk.Advance(31 * time.Second) // past the Retry-After
+	if r := frame("Hello, world.", true); !r.Success || r.MessageID != first.MessageID {
+		t.Fatalf("retried seal %+v", r)
+	}
+	if m := e.fake.Messages(chanGeneral); len(m) != 1 || m[0].Text != "Hello, world." || m[0].Stream {
+		t.Fatalf("streamed message %+v, want it stopped with the final text", m)
+	}
+}

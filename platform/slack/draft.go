@@ -14,6 +14,7 @@ import (
 
 	"connector/contract"
 	"connector/internal/clock"
+	"connector/platform"
 	"connector/platform/chatorder"
 	"connector/store"
 	"connector/vault"
@@ -331,19 +332,23 @@ func (p *Platform) appendStream(ctx context.Context, t target, k streamKey, st *
 // seal stops st, with what final adds to the streamed text (nothing when
 // it does not extend it), records it as sealed for turn (a retried seal of
 // that turn answers the same: sealRecord.repeatedBy) and returns its
-// message.
+// message. A stop Slack did not take (rate limited past the deadline)
+// leaves the stream open, for a retried seal to stop.
 func (p *Platform) seal(ctx context.Context, k streamKey, st *stream, turn, final string) (string, error) {
 	var opts []slack.MsgOption
 	if final != "" && len(final) > st.Sent && st.extendedBy(final) {
 		opts = append(opts, slack.MsgOptionMarkdownText(final[st.Sent:]))
 	}
-	st.Done = true
-	p.streamNotKept(p.streams.save(ctx, k, st))
-	p.streamNotKept(p.streams.seal(ctx, k, st.Draft, turn, st.TS))
 	err := p.call(ctx, st.Team, "chat.stopStream", func(ctx context.Context, c *slack.Client) error {
 		_, _, err := c.StopStreamContext(ctx, k.channel, st.TS, opts...)
 		return err
 	})
+	if limited := (*platform.RateLimitedError)(nil); errors.As(err, &limited) {
+		return st.TS, err
+	}
+	st.Done = true
+	p.streamNotKept(p.streams.save(ctx, k, st))
+	p.streamNotKept(p.streams.seal(ctx, k, st.Draft, turn, st.TS))
 	if err != nil {
 		p.log.Debug("slack chat.stopStream failed; Slack ends the stream by itself", "err", p.errorText(err))
 		return st.TS, err

@@ -511,8 +511,12 @@ func (p *Platform) sweepIntake(ctx context.Context, taken func()) {
 		}
 		// The listing may be older than the entry's end: one this
 		// instance held while it listed, handled and deleted since, is
-		// let go (it is deleted before it is, so it is gone now).
-		if _, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key); err != nil || !ok {
+		// let go (it is deleted before it is, so it is gone now). It is
+		// handled as stored now: its instance may have recorded where
+		// its delivery goes since (deliveringTo).
+		now, ok, err := p.deps.Store.Registry().Get(ctx, intakeNamespace, e.Key)
+		rec = intakeRecord{}
+		if err != nil || !ok || json.Unmarshal(now.Value, &rec) != nil {
 			p.releaseIntake(e.Key, until)
 			p.intake.done(e.Key, chat)
 			continue
@@ -590,9 +594,16 @@ func (p *Platform) ledgerHeld(ctx context.Context) (map[string]bool, error) {
 			for _, r := range recs {
 				var ev struct {
 					MessageID string `json:"message_id"`
+					Text      string `json:"text"`
+					Source    struct {
+						UserID string `json:"user_id"`
+					} `json:"source"`
 				}
 				if r.Platform == platformName && json.Unmarshal(r.Payload, &ev) == nil {
 					held[ledgerName(r.ChatID, r.Received, ev.MessageID)] = true
+					if ev.MessageID == "" {
+						held[ledgerName(r.ChatID, r.Received, commandMessage(ev.Source.UserID, ev.Text))] = true
+					}
 				}
 				after = r.Seq
 			}
@@ -619,12 +630,21 @@ func ledgerName(chatID string, received time.Time, message string) string {
 	return chatID + "/" + strconv.FormatInt(received.UnixMicro(), 10) + "/" + message
 }
 
+// commandMessage stands for the message id of a slash command's delivery,
+// which carries none: its user and text (what tells it from another
+// command of its chat received in the same microsecond).
+func commandMessage(user, text string) string { return "/" + user + " " + text }
+
 // entryMessage is the message id the delivery of entry rec carries: a
 // message's ts (an edit's, the edited message's), a reaction turn's, a
-// prompt press's action ts; "" for a slash command, and for a body that
-// names none.
+// prompt press's action ts; a slash command's commandMessage; "" for a
+// body that names none.
 func entryMessage(rec intakeRecord) string {
 	switch rec.Route {
+	case routeCommands:
+		if c, ok := commandOf(rec.Body); ok {
+			return commandMessage(c.UserID, slashEvent(&c).Text)
+		}
 	case routeEvents:
 		var env envelope
 		var ev wireEvent

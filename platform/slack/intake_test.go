@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -657,6 +658,50 @@ func TestIntakeEntryNotTakenForAnotherDeliveryOfItsMicrosecond(t *testing.T) {
 	intakeEmpty(t, st)
 }
 
+// TestIntakeCommandNotTakenForAnotherOfItsMicrosecond: a slash command of
+// a chat delivered at once, and another of the same chat received in the
+// same microsecond, left in the intake by a killed instance: the restarted
+// instance finds a delivery of that chat and microsecond in the ledger,
+// with no message id (a command's), but of another command, and delivers
+// the entry's. It took the entry for delivered before, and lost it.
+func TestIntakeCommandNotTakenForAnotherOfItsMicrosecond(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	st := store.NewMemory(clk)
+	t.Cleanup(func() { _ = st.Close() })
+	fake := newFake(t)
+	a := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	a.sink.Check = func(d platform.Delivery) error {
+		_, err := st.Ledger().Append(context.Background(), d.Tenant, []store.Record{{
+			Kind: uint8(d.Kind), Platform: d.Platform, SessionKey: d.SessionKey, ChatID: d.ChatID, Payload: d.Event.AppendJSON(nil), Received: d.Received,
+		}})
+		return err
+	}
+	command := func(name, trigger string) []byte {
+		return []byte(url.Values{"team_id": {teamA.ID}, "channel_id": {chanGeneral}, "user_id": {userAda}, "command": {name},
+			"trigger_id": {trigger}}.Encode())
+	}
+	// The clock stands still: both are received in the same microsecond.
+	if code, body := a.post(t, CommandsPath, "application/x-www-form-urlencoded", command("/status", "1.1.a")); code != http.StatusOK {
+		t.Fatalf("the first command: %d %s", code, body)
+	}
+	if d := a.sink.Next(t); d.Event.Text != "/status" {
+		t.Fatalf("delivered %q, want the first command", d.Event.Text)
+	}
+	a.stop()
+	a.stop = func() {}
+	// The second, stored in the intake behind an entry of its chat when
+	// its instance was killed.
+	rec := intakeRecord{Route: routeCommands, Body: command("/new", "1.1.b"), Received: clk.Now().UnixNano()}
+	if _, err := st.Registry().Put(t.Context(), intakeNamespace, intakeKey(teamA.ID+"/"+chanGeneral, rec), mustJSON(t, rec)); err != nil {
+		t.Fatal(err)
+	}
+	b := newEnvOn(t, fake, nil, &platform.Deps{Store: st, Clock: clk})
+	if d := b.sink.Next(t); d.Event.Text != "/new" {
+		t.Fatalf("delivery after the restart %q, want the second command", d.Event.Text)
+	}
+	intakeEmpty(t, st)
+}
+
 // intakeWrites is a store counting the intake entries written.
 type intakeWrites struct {
 	store.Store
@@ -951,4 +996,60 @@ func TestSweepLeavesAnEntryHandledWhileItListed(t *testing.T) {
 		t.Fatalf("dropped %q, want nothing", r)
 	}
 	e.sink.Empty(t)
+}
+
+// TestSweepTakesAnEntryAsStoredNow: an entry's instance records where its
+// delivery goes (deliveringTo) after a sweep listed the intake, before
+// the sweep re-reads the entry: the sweep handles the entry as stored
+// now, and its delivery goes there with nothing left to record. It
+// handled the listing's copy before: its record of where the delivery
+// goes did not match the entry's, and was refused with a warning.
+func TestSweepTakesAnEntryAsStoredNow(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	mem := store.NewMemory(clk)
+	t.Cleanup(func() { _ = mem.Close() })
+	st := &listGate{Store: mem, listed: make(chan struct{}), release: make(chan struct{})}
+	listDone := sync.OnceFunc(func() { close(st.release) })
+	t.Cleanup(listDone)
+	configure := func(c *Config) {
+		c.Tenants["t1"] = TenantConfig{ReactionTriggers: &[]string{}, ReactionTriggerTarget: chanGeneral}
+	}
+	e := newEnv(t, configure, &platform.Deps{Store: st, Clock: clk})
+	reaction := map[string]any{"type": "reaction_added", "user": userAda, "reaction": "eyes", "item_user": teamA.BotUser,
+		"item": map[string]any{"type": "message", "channel": dmAda, "ts": "1768490000.000300"}, "event_ts": "1768490100.000300"}
+	rec := intakeRecord{Route: routeEvents, Body: slacktest.Envelope(teamA.ID, teamA.BotUser, "EvT1", reaction), Received: clk.Now().UnixNano()}
+	key := intakeKey(teamA.ID+"/"+dmAda, rec)
+	if _, err := mem.Registry().Put(t.Context(), intakeNamespace, key, mustJSON(t, rec)); err != nil {
+		t.Fatal(err)
+	}
+	st.armed.Store(2) // the sweep's listing under its queue lock, after claimUnheld's
+	swept := make(chan struct{})
+	go func() {
+		defer close(swept)
+		e.p.sweepIntake(t.Context(), nil)
+	}()
+	select {
+	case <-st.listed:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to list the intake", waitFor)
+	}
+	to := rec
+	to.To = chanGeneral
+	if ok, err := mem.Registry().CompareAndSwap(t.Context(), intakeNamespace, key, mustJSON(t, rec), mustJSON(t, to)); err != nil || !ok {
+		t.Fatalf("record where the entry is delivered: %v %v", ok, err)
+	}
+	listDone()
+	if d := e.sink.Next(t); d.ChatID != chanGeneral {
+		t.Fatalf("delivered to %s, want the reaction's target %s", d.ChatID, chanGeneral)
+	}
+	intakeEmpty(t, mem)
+	select {
+	case <-swept:
+	case <-time.After(waitFor):
+		t.Fatalf("timed out after %v waiting for the sweep to end", waitFor)
+	}
+	e.settled(t)
+	if logs := e.logs.String(); strings.Contains(logs, "not stored as read") {
+		t.Fatalf("the sweep handled the listing's copy of the entry:\n%s", logs)
+	}
 }

@@ -98,7 +98,9 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	// and never the secret itself).
 	digest := sha256.Sum256([]byte(e.Value.Reveal()))
 	claim := "slack/slash-reply/" + tenant + "/" + sessionKey + "/" + hex.EncodeToString(digest[:16])
-	switch took, err := p.claims.Claim(ctx, claim, e.Stored.Add(slashReplyWindow)); {
+	until := e.Stored.Add(slashReplyWindow)
+	took, err := p.claims.Claim(ctx, claim, until)
+	switch {
 	case err != nil:
 		// Answered as the command's reply all the same: a private reply
 		// must not become public because the store did not answer.
@@ -106,7 +108,16 @@ func (p *Platform) slashReply(ctx context.Context, tenant string, t target, a *c
 	case !took:
 		return contract.Result{}, false // answered already (on another instance)
 	}
-	return p.privateReply(ctx, tenant, t.team, sessionKey, ref, e.Value.Reveal(), a.Content), true
+	r := p.privateReply(ctx, tenant, t.team, sessionKey, ref, e.Value.Reveal(), a.Content)
+	if took && !r.Success {
+		// Not answered: the gateway's retry is the command's reply too.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		defer cancel()
+		if err := p.claims.Release(rctx, claim, until); err != nil {
+			p.log.Warn("slack slash reply claim not released; a retry of the reply is posted publicly", "err", err)
+		}
+	}
+	return r, true
 }
 
 // privateReply posts content to the command's user alone: through its

@@ -47,6 +47,10 @@ func (p *Platform) Run(ctx context.Context, sink platform.Sink) error {
 	p.queues.Open()
 	defer p.bg.Wait()
 	defer p.queues.Close()
+	// Run's own end (a token refused) ends what it started too, before
+	// it waits for it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	p.startIntake(ctx, func() { p.sink.Store(&sink) }) // the entries left run first
 	p.bg.Go(func() { p.links.Run(ctx) })
 	if err := p.identify(ctx); err != nil || ctx.Err() != nil {
@@ -175,9 +179,6 @@ func (p *Platform) socketEvent(ctx context.Context, client *socketmode.Client, e
 	switch ev.Type {
 	case socketmode.EventTypeConnected:
 		p.setStatus(platform.Status{Ready: true, Detail: "socket mode connected"})
-		return
-	case socketmode.EventTypeInvalidAuth:
-		p.setStatus(platform.Status{Detail: "Slack rejected app_token", Terminal: true})
 		return
 	case socketmode.EventTypeEventsAPI, socketmode.EventTypeInteractive, socketmode.EventTypeSlashCommand:
 	default:

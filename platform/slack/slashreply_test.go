@@ -193,3 +193,29 @@ func TestSlashReplyWithTheTenantsOwnToken(t *testing.T) {
 		t.Fatalf("t1's follow_up went with %s's token", team)
 	}
 }
+
+// TestSlashReplyRetriedStaysPrivate: a slash command's reply that could
+// not be posted privately (its response_url failing, chat.postEphemeral
+// answered 429 past the send's deadline) fails, and the gateway's retry
+// is posted to the command's user alone. The retry found the reply's
+// claim taken, took it for answered already, and posted it publicly.
+func TestSlashReplyRetriedStaysPrivate(t *testing.T) {
+	clk := clocktest.New(time.Now())
+	e := newEnv(t, nil, &platform.Deps{Clock: clk})
+	e.post(t, CommandsPath, "application/x-www-form-urlencoded", slacktest.Command(teamA.ID, chanGeneral, userAda, "/status", "", e.fake.URL+"no-such-path/r1"))
+	e.sink.Next(t)
+	e.fake.Fail429("chat.postEphemeral", 1, 30*time.Second) // past the send's deadline: not waited for
+	if r := e.execute(t, "t1", sprintf(slashSend, "all good", "")); r.Success {
+		t.Fatalf("the reply under a 429: %+v, want it failed", r)
+	}
+	clk.Advance(31 * time.Second) // past the Retry-After
+	if r := e.execute(t, "t1", sprintf(slashSend, "all good", "")); !r.Success || r.MessageID != "" {
+		t.Fatalf("the retried reply: %+v, want it posted privately", r)
+	}
+	if n := len(e.fake.Calls("chat.postMessage")); n != 0 {
+		t.Fatalf("the command's reply was posted publicly (%d chat.postMessage)", n)
+	}
+	if eph := e.fake.Calls("chat.postEphemeral"); len(eph) != 2 || eph[1].Form.Get("user") != userAda || eph[1].Form.Get("text") != "all good" {
+		t.Fatalf("ephemeral posts %+v", eph)
+	}
+}

@@ -3,6 +3,7 @@ package slack
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -236,4 +237,63 @@ func TestSocketModeStalledFileAckedFirst(t *testing.T) {
 	e.settled(t)
 	e.sink.Empty(t)
 	intakeEmpty(t, e.store)
+}
+
+// TestRunEndsWhenATokenIsRefused: Slack refusing app_token, or bot_token
+// without client_id, ends Run with its error while Run's context is still
+// live; Run returns, every background goroutine (the intake's keeper, the
+// link desk) ended with it.
+func TestRunEndsWhenATokenIsRefused(t *testing.T) {
+	for _, refused := range []string{"app", "bot"} {
+		t.Run(refused, func(t *testing.T) {
+			fake := newFake(t)
+			cfg := Config{AppToken: "xapp-1-A0FAKE-socket", BotToken: teamA.Token, APIURL: fake.URL, ChannelPerSecond: -1,
+				Teams: map[string]string{teamA.ID: "t1"}}
+			fake.Revoke(map[string]string{"app": cfg.AppToken, "bot": cfg.BotToken}[refused])
+			st := store.NewMemory(nil)
+			t.Cleanup(func() { _ = st.Close() })
+			p, err := New(cfg, platform.Deps{Store: st, Vault: vault.NewMemory(vault.Config{})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel() // live until Run has returned
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx, platformtest.NewSink(1)) }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, errTokenRejected) {
+					t.Fatalf("Run: %v, want the token's rejection", err)
+				}
+			case <-time.After(waitFor):
+				t.Fatalf("timed out after %v waiting for Run to return once Slack refused the %s token", waitFor, refused)
+			}
+			if st := p.Status(); !st.Terminal {
+				t.Errorf("status %+v, want terminal", st)
+			}
+		})
+	}
+}
+
+// TestSocketModeRecoversFromA404: apps.connections.open answering HTTP 404
+// (which the socketmode client reports as invalid auth) a few times is
+// retried, not taken for a refused app_token: once the socket connects,
+// the platform reports ready. Its status stayed terminal before ("Slack
+// rejected app_token") while it reconnected, and once connected.
+func TestSocketModeRecoversFromA404(t *testing.T) {
+	fake := newFake(t)
+	fake.Fail404("apps.connections.open", 3)
+	socket := func(c *Config) { c.AppToken, c.SigningSecret = "xapp-1-A0FAKE-socket", "" }
+	e := newEnvOn(t, fake, socket, nil)
+	ctx, cancel := contextFor()
+	defer cancel()
+	if err := fake.WaitSocket(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	platformtest.WaitUntil(t, "the platform to report the socket connected", func() bool {
+		return e.p.Status().Ready
+	})
+	if st := e.p.Status(); st.Terminal {
+		t.Fatalf("status %+v, want it not terminal", st)
+	}
 }

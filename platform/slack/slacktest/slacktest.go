@@ -134,6 +134,7 @@ type Server struct {
 	fileIDs   map[string]string     // team/id -> path
 	responses []ResponsePost
 	fail429   map[string]int // method -> 429s left
+	fail404   map[string]int // method -> 404s left
 	retry     time.Duration
 	codes     map[string]Team // oauth code -> the install it grants
 	lastTS    int64
@@ -155,7 +156,7 @@ func New(tb interface {
 	s := &Server{
 		changed: make(chan struct{}), teams: map[string]*Team{}, tokens: map[string]string{}, revoked: map[string]bool{},
 		users: map[string]User{}, channels: map[string]Channel{}, uploads: map[string]*Upload{},
-		files: map[string]servedFile{}, fileIDs: map[string]string{}, fail429: map[string]int{}, codes: map[string]Team{},
+		files: map[string]servedFile{}, fileIDs: map[string]string{}, fail429: map[string]int{}, fail404: map[string]int{}, codes: map[string]Team{},
 		lastTS: 1768490000 * 1_000_000,
 	}
 	s.sockets = newSockets(s)
@@ -257,6 +258,14 @@ func (s *Server) Revoke(token string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.revoked[token] = true
+}
+
+// Fail404 makes the next n calls of method answer HTTP 404, as a host
+// that is not Slack's, or Slack having a bad moment, may.
+func (s *Server) Fail404(method string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fail404[method] = n
 }
 
 // Fail429 makes the next n calls of method answer HTTP 429 with
@@ -460,6 +469,11 @@ func (s *Server) serveMethod(w http.ResponseWriter, r *http.Request) {
 	team := s.tokens[token]
 	s.calls = append(s.calls, Call{Method: method, Team: team, Form: a.form, JSON: a.raw})
 	defer s.notifyLocked()
+	if n := s.fail404[method]; n > 0 {
+		s.fail404[method] = n - 1
+		http.NotFound(w, r)
+		return
+	}
 	if n := s.fail429[method]; n > 0 {
 		s.fail429[method] = n - 1
 		w.Header().Set("Retry-After", strconv.Itoa(max(int((s.retry+time.Second-1)/time.Second), 1)))
@@ -471,6 +485,10 @@ func (s *Server) serveMethod(w http.ResponseWriter, r *http.Request) {
 		s.oauthAccess(w, a)
 		return
 	case "apps.connections.open":
+		if s.revoked[token] {
+			fail(w, "token_revoked")
+			return
+		}
 		if !strings.HasPrefix(token, "xapp-") {
 			fail(w, "invalid_auth")
 			return
