@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connector/internal/redistest"
 	"connector/store"
@@ -150,5 +151,46 @@ func TestRedisRegistryWriteReplyLost(t *testing.T) {
 	want := []store.Entry{{Key: "p", Value: []byte("put-value"), Rev: rev}}
 	if got, _, err := reg.List(ctx, "ns"); err != nil || len(got) != 1 || got[0].Key != want[0].Key || !bytes.Equal(got[0].Value, want[0].Value) {
 		t.Fatalf("entries %+v, %v; want %+v", got, err, want)
+	}
+}
+
+// TestRedisClaimReplyLost: a Claim whose reply is lost after it ran (go-redis
+// sends it again) answers that it took the claim, and so does a Renew.
+// Before, the resent Claim found its own live claim and answered "not
+// taken", so its caller dropped what it had just claimed.
+func TestRedisClaimReplyLost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := newReplyDropper(t, srv.Addr())
+	cfg := redisConfig(srv)
+	cfg.RedisURL = "redis://" + proxy.ln.Addr().String() + "/0"
+	open := opener(t, cfg)
+	claims := open(nil).Claims()
+	ctx := t.Context()
+	expires := time.Now().Add(time.Hour)
+
+	// The scripts loaded first: a lost NOSCRIPT reply is no test.
+	if _, err := claims.Claim(ctx, "warm", expires); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claims.Renew(ctx, "warm", expires, expires); err != nil {
+		t.Fatal(err)
+	}
+	proxy.arm("ev/lost")
+	if took, err := claims.Claim(ctx, "ev/lost", expires); !took || err != nil {
+		t.Fatalf("claim whose reply was lost: took %v, err %v; want taken", took, err)
+	}
+	if n := proxy.dropped.Swap(0); n != 1 {
+		t.Fatalf("claim: %d replies dropped, want 1", n)
+	}
+	if took, err := open(nil).Claims().Claim(ctx, "ev/lost", expires); took || err != nil {
+		t.Fatalf("another caller's claim of the same key with the same expiry: took %v, err %v; want refused", took, err)
+	}
+	later := expires.Add(time.Hour)
+	proxy.arm("ev/lost")
+	if renewed, err := claims.Renew(ctx, "ev/lost", expires, later); !renewed || err != nil {
+		t.Fatalf("renewal whose reply was lost: renewed %v, err %v; want renewed", renewed, err)
+	}
+	if n := proxy.dropped.Swap(0); n != 1 {
+		t.Fatalf("renewal: %d replies dropped, want 1", n)
 	}
 }
