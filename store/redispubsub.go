@@ -119,7 +119,7 @@ func (rs *redisSubs) subscribe(ctx context.Context, key string) (<-chan []byte, 
 			// The connection was replaced without key, or is down: take
 			// key out of the PubSub's channels again, so no reconnection
 			// subscribes it.
-			_ = rs.ps.Unsubscribe(context.WithoutCancel(ctx), key)
+			rs.unsubscribe(key)
 			rs.mu.Unlock()
 			return nil, nil, fmt.Errorf("store: subscribe: %w", rerr(err))
 		}
@@ -158,13 +158,22 @@ func (rs *redisSubs) leave(key string, ch *redisChan, sub subscription) {
 	}
 }
 
-// unsubscribe forgets key and sends its UNSUBSCRIBE. A failed write makes
-// go-redis reconnect without key, which ends its subscription too. rs.mu
-// is held.
+// unsubscribe forgets key and sends its UNSUBSCRIBE on the connection if
+// it is up. A failed write makes go-redis reconnect without key, which
+// ends its subscription too. rs.mu is held: a connection that is down is
+// not dialled (noDial); dispatch's reading reconnects it, without key.
 func (rs *redisSubs) unsubscribe(key string) {
 	delete(rs.chans, key)
-	_ = rs.ps.Unsubscribe(context.Background(), key)
+	_ = rs.ps.Unsubscribe(noDial, key)
 }
+
+// noDial is done from the start: go-redis writes with it on a connection
+// that is up, and fails at once the dial of one that is down.
+var noDial = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // dispatch reads the PubSub until it is closed.
 func (rs *redisSubs) dispatch(in <-chan any) {

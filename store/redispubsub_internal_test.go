@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,5 +117,45 @@ func TestRedisSubscribeExpiredCtxKeepsConnection(t *testing.T) {
 			t.Fatalf("timed out waiting for one subscribed client: %v", after)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the server, not synchronising goroutines
+	}
+}
+
+// TestRedisFailedSubscribeDoesNotDialAgain: a SUBSCRIBE that failed, its
+// connection down, is taken out of the PubSub without dialling again: its
+// cleanup runs under rs.mu, where a dial to a black-holed host would hold
+// every subscribe and delivery for go-redis's dial timeouts. The server
+// here is a listener that closes each connection it accepts.
+func TestRedisFailedSubscribeDoesNotDialAgain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int64
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			_ = c.Close()
+		}
+	})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	defer c.Close()
+	rs := newRedisSubs(c)
+	defer rs.close()
+
+	if _, _, err := rs.subscribe(t.Context(), "a"); err == nil {
+		t.Fatal("subscribe through a server that closes every connection succeeded")
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d connections dialled by a failed subscribe, want 1 (its own): its cleanup dialled again", n)
+	}
+	if _, ok := rs.chans["a"]; ok {
+		t.Fatal("a failed subscribe left its channel")
 	}
 }
