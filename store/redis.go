@@ -101,7 +101,7 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 	s := &redisStore{
 		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
-		regAnswerPX: pxMillis(redisSends * (readTimeoutFor(cfg) + time.Second)),
+		regAnswerPX: pxMillis(redisSends * (redisDialBudget + readTimeoutFor(cfg) + time.Second)),
 		subs:        newRedisSubs(c),
 	}
 	if err := s.init(ctx); err != nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"connector/internal/redistest"
 	"connector/store"
 )
@@ -192,5 +194,35 @@ func TestRedisClaimReplyLost(t *testing.T) {
 	}
 	if n := proxy.dropped.Swap(0); n != 1 {
 		t.Fatalf("renewal: %d replies dropped, want 1", n)
+	}
+}
+
+// TestRedisRegistryAnswerOutlastsResends: a registry write's kept answer
+// lasts until go-redis's last resend even when each resend first dials for
+// the client's whole dial budget (a failover: the old primary black-holed,
+// the new one named by Sentinel only after dials time out). Before, it was
+// kept four read timeouts (16 s), and a resend after it expired answered
+// from its second run (a create answered as a conflict).
+func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	reg := opener(t, redisConfig(srv))(nil).Registry()
+	ctx := t.Context()
+	if _, err := reg.Put(ctx, "ns", "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	keys, err := admin.Keys(ctx, "*registryanswer:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("answer keys %v, %v; want one", keys, err)
+	}
+	pttl, err := admin.PTTL(ctx, keys[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := redis.NewClient(&redis.Options{}).Options() // go-redis's defaults
+	resends := time.Duration(o.MaxRetries)
+	dials := time.Duration(o.DialerRetries) * (o.DialTimeout + o.DialerRetryTimeout)
+	if want := resends * (dials + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
+		t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v: want at least %v", pttl, o.MaxRetries, dials, want)
 	}
 }
