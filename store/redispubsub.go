@@ -70,6 +70,10 @@ type redisSubs struct {
 	chans  map[string]*redisChan // Redis channel -> its subscribers
 	done   chan struct{}         // closed when dispatch returns
 	stop   chan struct{}         // closed by close
+	// leaving counts each channel's UNSUBSCRIBEs written whose reply
+	// dispatch has not read: a confirmation read before them answers a
+	// SUBSCRIBE sent earlier (a reconnection's), not the channel's last.
+	leaving map[string]int
 }
 
 // redisChan is one subscribed Redis channel.
@@ -84,7 +88,7 @@ type redisChan struct {
 }
 
 func newRedisSubs(c redis.UniversalClient) *redisSubs {
-	return &redisSubs{c: c, chans: make(map[string]*redisChan), stop: make(chan struct{})}
+	return &redisSubs{c: c, chans: make(map[string]*redisChan), leaving: make(map[string]int), stop: make(chan struct{})}
 }
 
 // subscribe adds a subscriber of the Redis channel key and returns once the
@@ -164,7 +168,9 @@ func (rs *redisSubs) leave(key string, ch *redisChan, sub subscription) {
 // not dialled (noDial); dispatch's reading reconnects it, without key.
 func (rs *redisSubs) unsubscribe(key string) {
 	delete(rs.chans, key)
-	_ = rs.ps.Unsubscribe(noDial, key)
+	if rs.ps.Unsubscribe(noDial, key) == nil {
+		rs.leaving[key]++
+	}
 }
 
 // noDial is done from the start: go-redis writes with it on a connection
@@ -183,8 +189,11 @@ func (rs *redisSubs) dispatch(in <-chan any) {
 		case *redis.Message:
 			rs.deliver(m.Channel, []byte(m.Payload))
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			switch m.Kind {
+			case "subscribe":
 				rs.confirm(m.Channel)
+			case "unsubscribe":
+				rs.unsubscribed(m.Channel)
 			}
 		}
 	}
@@ -203,7 +212,11 @@ func (rs *redisSubs) deliver(key string, msg []byte) {
 
 // confirm marks key's subscription confirmed by the server and releases
 // its waiting Subscribe calls; a channel left meanwhile is unsubscribed.
-// A confirmation after a reconnection finds the channel confirmed.
+// A confirmation after a reconnection finds the channel confirmed. One read
+// while an UNSUBSCRIBE of key is unanswered may be a reconnection's, sent
+// before it: key is subscribed again, and the next confirmation answers a
+// SUBSCRIBE sent after that UNSUBSCRIBE (the channel's own, or this one,
+// whose UNSUBSCRIBE's reply a reconnection lost).
 func (rs *redisSubs) confirm(key string) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -211,10 +224,26 @@ func (rs *redisSubs) confirm(key string) {
 	if ch == nil || ch.confirmed {
 		return
 	}
+	if rs.leaving[key] > 0 {
+		delete(rs.leaving, key)
+		_ = rs.ps.Subscribe(noDial, key)
+		return
+	}
 	ch.confirmed = true
 	close(ch.ready)
 	if len(ch.subs) == 0 {
 		rs.unsubscribe(key)
+	}
+}
+
+// unsubscribed counts the reply to an UNSUBSCRIBE of key.
+func (rs *redisSubs) unsubscribed(key string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.leaving[key] > 1 {
+		rs.leaving[key]--
+	} else {
+		delete(rs.leaving, key)
 	}
 }
 
