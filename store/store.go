@@ -202,7 +202,8 @@ type Capabilities interface {
 // made per event do not accumulate.
 type Claims interface {
 	// Claim takes key until expires unless a live claim holds it, and
-	// reports whether this call took it.
+	// reports whether this call took it (on Redis, a resend of this call
+	// after a lost reply finds its own claim: taken).
 	Claim(ctx context.Context, key string, expires time.Time) (bool, error)
 	// Hold makes key's claim last until expires, whoever held it.
 	Hold(ctx context.Context, key string, expires time.Time) error
@@ -212,7 +213,7 @@ type Claims interface {
 	// caller's: it stays as it is, and Renew reports false.
 	Renew(ctx context.Context, key string, held, expires time.Time) (bool, error)
 	// Release drops key's claim unless it lasts past expires: the claim
-	// the caller took (Claim) or last held (Hold) until expires goes, one
+	// the caller took (Claim) or last held (Hold, Renew) until expires goes, one
 	// another caller took since it lapsed stays (taken once it expired, by
 	// any clock, that one lasts past it). An absent claim is not an error.
 	Release(ctx context.Context, key string, expires time.Time) error
