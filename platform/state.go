@@ -92,6 +92,13 @@ func (s LocalState) Hold(_ context.Context, key string, expires time.Time) error
 	return nil
 }
 
+// Renew implements store.Claims: key's claim, unless it lasts past held,
+// gives way to one until expires.
+func (s LocalState) Renew(_ context.Context, key string, held, expires time.Time) (bool, error) {
+	s.c.RemoveUntil(key, held)
+	return s.c.AddIfAbsent(key, nil, expires), nil
+}
+
 // Release implements store.Claims.
 func (s LocalState) Release(_ context.Context, key string, expires time.Time) error {
 	s.c.RemoveUntil(key, expires)

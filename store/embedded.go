@@ -589,14 +589,14 @@ func (e *embedded) delExpiring(ctx context.Context, owner bool, a, b string) err
 }
 
 // claim is localClaims' transaction: a group-committed one.
-func (e *embedded) claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+func (e *embedded) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	k := []byte(key)
 	var took bool
 	err := e.batch(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bCaps)
 		took = false
 		if v := b.Get(k); v != nil {
-			if _, exp, err := decodeExpiring(v); err == nil && !expired(e.clock.Now(), exp) {
+			if _, exp, err := decodeExpiring(v); err == nil && !expired(e.clock.Now(), exp) && exp.After(held) {
 				return nil
 			}
 		}

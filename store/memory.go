@@ -325,13 +325,13 @@ func (m *Memory) delExpiring(ctx context.Context, owner bool, a, b string) error
 }
 
 // claim is localClaims' transaction: the store's mutex.
-func (m *Memory) claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+func (m *Memory) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	if err := m.lock(ctx, nil); err != nil {
 		return false, err
 	}
 	defer m.mu.Unlock()
 	k := memKey{a: key}
-	if e, ok := m.caps[k]; ok && !expired(m.clock.Now(), e.expires) {
+	if e, ok := m.caps[k]; ok && !expired(m.clock.Now(), e.expires) && e.expires.After(held) {
 		return false, nil
 	}
 	m.caps[k] = expiring{expires: expires}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	mathrand "math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,7 +34,8 @@ import (
 //	owner:<n>:{<tenant>}<session key>  expiring owner (n = len(tenant)), PX
 //	lease:{<name>}         "<token>:<holder>", PX the lease's TTL
 //	leasetoken:{<name>}    the last fencing token (INCR)
-//	claim:<key>            a claim's expiry "<Unix s> <ns>" by the store's clock, PX as garbage collection
+//	claim:<key>            a claim's expiry "<Unix s> <tag><ns, 9 digits>" by the store's clock
+//	                       (tag: random, per write), PX as garbage collection
 //	registry:{<namespace>} hash key -> entry
 //	registryrev:{<namespace>} the namespace's revision (INCR)
 //	registryanswer:{<namespace>}:<write>  a registry write's answer (its
@@ -99,7 +101,7 @@ func openRedis(ctx context.Context, cfg Config) (*redisStore, error) {
 	s := &redisStore{
 		c: c, cluster: cluster, where: where, p: cfg.RedisPrefix, clock: cfg.Clock,
 		minReplicas: cfg.RedisMinReplicas, replicaTimeout: cfg.RedisReplicaTimeout,
-		regAnswerPX: pxMillis(redisSends * (readTimeoutFor(cfg) + time.Second)),
+		regAnswerPX: pxMillis(redisSends * (redisDialBudget + readTimeoutFor(cfg) + time.Second)),
 		subs:        newRedisSubs(c),
 	}
 	if err := s.init(ctx); err != nil {
@@ -605,15 +607,21 @@ func (s *redisStore) delExpiring(ctx context.Context, owner bool, a, b string) e
 
 type redisClaims struct{ s *redisStore }
 
-// claimScript: KEYS claim; ARGV now's seconds and nanoseconds, the
-// expiry as stored ("<s> <ns>"), PX. Takes the claim unless a live one
-// holds it (its expiry after now; seconds and nanoseconds apart, as Lua
-// numbers are doubles); returns 1 when it took it.
+// claimScript: KEYS claim; ARGV the later of now and the caller's held
+// expiry, in seconds and nanoseconds, the expiry as stored, PX. Takes the
+// claim unless a live one lasting past held holds it (its expiry after
+// that; seconds and nanoseconds apart, as Lua numbers are doubles), or
+// finds the very value it sets: its own write, sent again by go-redis after
+// a lost reply. Returns 1 when it took it. A stored nanosecond field's
+// last nine digits are the nanoseconds; the tag before them makes each
+// write's value its own, and an earlier release reading the whole field
+// sees a claim lasting at most to the end of its second.
 var claimScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[3] then return 1 end
 if cur then
   local s, ns = string.match(cur, '^(%d+) (%d+)$')
-  s, ns = tonumber(s), tonumber(ns)
+  s, ns = tonumber(s), ns and tonumber(string.sub(ns, -9))
   local nows, nowns = tonumber(ARGV[1]), tonumber(ARGV[2])
   if s and (s > nows or (s == nows and ns > nowns)) then return 0 end
 end
@@ -621,23 +629,36 @@ redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
 return 1
 `)
 
-// claimValue is a claim's expiry as stored, and its key's PX.
+// claimValue is a claim's expiry as stored, under a random tag of its
+// own, and its key's PX.
 func (c redisClaims) claimValue(expires time.Time) (string, int64) {
-	return strconv.FormatInt(expires.Unix(), 10) + " " + strconv.Itoa(expires.Nanosecond()),
+	return fmt.Sprintf("%d %d%09d", expires.Unix(), 1+mathrand.Int64N(1e9-1), expires.Nanosecond()),
 		pxMillis(max(expires.Sub(c.s.clock.Now()), 0) + redisExpirySlack)
 }
 
 func (c redisClaims) Claim(ctx context.Context, key string, expires time.Time) (bool, error) {
+	took, err := c.claim(ctx, key, time.Time{}, expires)
+	return took, opErr("claim", err)
+}
+
+func (c redisClaims) Renew(ctx context.Context, key string, held, expires time.Time) (bool, error) {
+	renewed, err := c.claim(ctx, key, held, expires)
+	return renewed, opErr("renew claim", err)
+}
+
+// claim runs claimScript: key taken until expires unless a live claim
+// lasting past held holds it.
+func (c redisClaims) claim(ctx context.Context, key string, held, expires time.Time) (bool, error) {
 	if err := checkName("claim key", key); err != nil {
 		return false, err
 	}
 	exp, px := c.claimValue(expires)
-	now := c.s.clock.Now()
-	n, err := claimScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, now.Unix(), now.Nanosecond(), exp, px).Int()
-	if err != nil {
-		return false, fmt.Errorf("store: claim: %w", rerr(err))
+	after := c.s.clock.Now()
+	if held.After(after) {
+		after = held
 	}
-	return n == 1, nil
+	n, err := claimScript.Run(ctx, c.s.c, []string{c.s.p + "claim:" + key}, after.Unix(), after.Nanosecond(), exp, px).Int()
+	return n == 1, rerr(err)
 }
 
 func (c redisClaims) Hold(ctx context.Context, key string, expires time.Time) error {
@@ -658,7 +679,7 @@ var releaseScript = redis.NewScript(`
 local cur = redis.call('GET', KEYS[1])
 if cur then
   local s, ns = string.match(cur, '^(%d+) (%d+)$')
-  s, ns = tonumber(s), tonumber(ns)
+  s, ns = tonumber(s), ns and tonumber(string.sub(ns, -9))
   local es, ens = tonumber(ARGV[1]), tonumber(ARGV[2])
   if s and (s > es or (s == es and ns > ens)) then return 0 end
   redis.call('DEL', KEYS[1])

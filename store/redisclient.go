@@ -24,6 +24,11 @@ const redisReadTimeout = 3 * time.Second
 // a read timeout, even when the server ran it and only the reply was lost.
 const redisSends = 4
 
+// redisDialBudget is how long go-redis may take to get a connection for a
+// send (its default DialerRetries, 5, dials of DialTimeout, 5 s, 100 ms
+// apart): a resend after a failover may dial that long before it is sent.
+const redisDialBudget = 5 * (5*time.Second + 100*time.Millisecond)
+
 // readTimeoutFor is the client's read timeout under cfg: a pipeline ending
 // in WAIT is read within it.
 func readTimeoutFor(cfg Config) time.Duration {

@@ -70,6 +70,10 @@ type redisSubs struct {
 	chans  map[string]*redisChan // Redis channel -> its subscribers
 	done   chan struct{}         // closed when dispatch returns
 	stop   chan struct{}         // closed by close
+	// leaving counts each channel's UNSUBSCRIBEs written whose reply
+	// dispatch has not read: a confirmation read before them answers a
+	// SUBSCRIBE sent earlier (a reconnection's), not the channel's last.
+	leaving map[string]int
 }
 
 // redisChan is one subscribed Redis channel.
@@ -84,7 +88,7 @@ type redisChan struct {
 }
 
 func newRedisSubs(c redis.UniversalClient) *redisSubs {
-	return &redisSubs{c: c, chans: make(map[string]*redisChan), stop: make(chan struct{})}
+	return &redisSubs{c: c, chans: make(map[string]*redisChan), leaving: make(map[string]int), stop: make(chan struct{})}
 }
 
 // subscribe adds a subscriber of the Redis channel key and returns once the
@@ -119,7 +123,7 @@ func (rs *redisSubs) subscribe(ctx context.Context, key string) (<-chan []byte, 
 			// The connection was replaced without key, or is down: take
 			// key out of the PubSub's channels again, so no reconnection
 			// subscribes it.
-			_ = rs.ps.Unsubscribe(context.WithoutCancel(ctx), key)
+			rs.unsubscribe(key)
 			rs.mu.Unlock()
 			return nil, nil, fmt.Errorf("store: subscribe: %w", rerr(err))
 		}
@@ -158,13 +162,24 @@ func (rs *redisSubs) leave(key string, ch *redisChan, sub subscription) {
 	}
 }
 
-// unsubscribe forgets key and sends its UNSUBSCRIBE. A failed write makes
-// go-redis reconnect without key, which ends its subscription too. rs.mu
-// is held.
+// unsubscribe forgets key and sends its UNSUBSCRIBE on the connection if
+// it is up. A failed write makes go-redis reconnect without key, which
+// ends its subscription too. rs.mu is held: a connection that is down is
+// not dialled (noDial); dispatch's reading reconnects it, without key.
 func (rs *redisSubs) unsubscribe(key string) {
 	delete(rs.chans, key)
-	_ = rs.ps.Unsubscribe(context.Background(), key)
+	if rs.ps.Unsubscribe(noDial, key) == nil {
+		rs.leaving[key]++
+	}
 }
+
+// noDial is done from the start: go-redis writes with it on a connection
+// that is up, and fails at once the dial of one that is down.
+var noDial = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // dispatch reads the PubSub until it is closed.
 func (rs *redisSubs) dispatch(in <-chan any) {
@@ -174,8 +189,11 @@ func (rs *redisSubs) dispatch(in <-chan any) {
 		case *redis.Message:
 			rs.deliver(m.Channel, []byte(m.Payload))
 		case *redis.Subscription:
-			if m.Kind == "subscribe" {
+			switch m.Kind {
+			case "subscribe":
 				rs.confirm(m.Channel)
+			case "unsubscribe":
+				rs.unsubscribed(m.Channel)
 			}
 		}
 	}
@@ -194,7 +212,11 @@ func (rs *redisSubs) deliver(key string, msg []byte) {
 
 // confirm marks key's subscription confirmed by the server and releases
 // its waiting Subscribe calls; a channel left meanwhile is unsubscribed.
-// A confirmation after a reconnection finds the channel confirmed.
+// A confirmation after a reconnection finds the channel confirmed. One read
+// while an UNSUBSCRIBE of key is unanswered may be a reconnection's, sent
+// before it: key is subscribed again, and the next confirmation answers a
+// SUBSCRIBE sent after that UNSUBSCRIBE (the channel's own, or this one,
+// whose UNSUBSCRIBE's reply a reconnection lost).
 func (rs *redisSubs) confirm(key string) {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -202,10 +224,26 @@ func (rs *redisSubs) confirm(key string) {
 	if ch == nil || ch.confirmed {
 		return
 	}
+	if rs.leaving[key] > 0 {
+		delete(rs.leaving, key)
+		_ = rs.ps.Subscribe(noDial, key)
+		return
+	}
 	ch.confirmed = true
 	close(ch.ready)
 	if len(ch.subs) == 0 {
 		rs.unsubscribe(key)
+	}
+}
+
+// unsubscribed counts the reply to an UNSUBSCRIBE of key.
+func (rs *redisSubs) unsubscribed(key string) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.leaving[key] > 1 {
+		rs.leaving[key]--
+	} else {
+		delete(rs.leaving, key)
 	}
 }
 

@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,5 +117,186 @@ func TestRedisSubscribeExpiredCtxKeepsConnection(t *testing.T) {
 			t.Fatalf("timed out waiting for one subscribed client: %v", after)
 		}
 		time.Sleep(10 * time.Millisecond) // polling the server, not synchronising goroutines
+	}
+}
+
+// TestRedisFailedSubscribeDoesNotDialAgain: a SUBSCRIBE that failed, its
+// connection down, is taken out of the PubSub without dialling again: its
+// cleanup runs under rs.mu, where a dial to a black-holed host would hold
+// every subscribe and delivery for go-redis's dial timeouts. The server
+// here is a listener that closes each connection it accepts.
+func TestRedisFailedSubscribeDoesNotDialAgain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dials atomic.Int64
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer ln.Close()
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			_ = c.Close()
+		}
+	})
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1})
+	defer c.Close()
+	rs := newRedisSubs(c)
+	defer rs.close()
+
+	if _, _, err := rs.subscribe(t.Context(), "a"); err == nil {
+		t.Fatal("subscribe through a server that closes every connection succeeded")
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d connections dialled by a failed subscribe, want 1 (its own): its cleanup dialled again", n)
+	}
+	if _, ok := rs.chans["a"]; ok {
+		t.Fatal("a failed subscribe left its channel")
+	}
+}
+
+// TestRedisStaleConfirmationDoesNotConfirm: a confirmation of a channel's
+// SUBSCRIBE sent before its UNSUBSCRIBE (a reconnection subscribes every
+// channel again) that dispatch reads after the channel was left and
+// subscribed again does not confirm the new subscription: the server may
+// not have taken its SUBSCRIBE yet, and a message published meanwhile
+// would be lost. The test stands between go-redis and dispatch, so it
+// hands dispatch each server reply when it chooses.
+func TestRedisStaleConfirmationDoesNotConfirm(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rs := newRedisSubs(c)
+	rs.ps = c.Subscribe(ctx)
+	replies := rs.ps.ChannelWithSubscriptions()
+	mid := make(chan any) // unbuffered: a send returns once dispatch took the one before
+	rs.done = make(chan struct{})
+	go rs.dispatch(mid)
+	next := func(want string) any {
+		t.Helper()
+		select {
+		case m := <-replies:
+			if s, ok := m.(*redis.Subscription); !ok || s.Kind+" "+s.Channel != want {
+				t.Fatalf("server reply %v, want %s", m, want)
+			}
+			return m
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for the server's %s", want)
+			return nil
+		}
+	}
+	hand := func(m any) {
+		mid <- m
+		mid <- &redis.Pong{} // dispatch passes it over once it handled m
+	}
+	confirmed := func() bool {
+		rs.mu.Lock()
+		defer rs.mu.Unlock()
+		ch := rs.chans["k"]
+		return ch != nil && ch.confirmed
+	}
+	type result struct {
+		msgs <-chan []byte
+		stop func()
+		err  error
+	}
+	subscribe := func() <-chan result {
+		r := make(chan result, 1)
+		go func() {
+			msgs, stop, err := rs.subscribe(ctx, "k")
+			r <- result{msgs, stop, err}
+		}()
+		return r
+	}
+
+	first := subscribe()
+	hand(next("subscribe k"))
+	r := <-first
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	// A reconnection's SUBSCRIBE, its confirmation not read yet.
+	if err := rs.ps.Subscribe(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	stale := next("subscribe k")
+	r.stop() // the last subscriber leaves: UNSUBSCRIBE
+	second := subscribe()
+	unsubscribed := next("unsubscribe k")
+	own := next("subscribe k") // the second subscription's SUBSCRIBE
+	hand(stale)
+	if confirmed() {
+		t.Fatal("a confirmation sent before the channel's UNSUBSCRIBE confirmed its next subscription")
+	}
+	hand(unsubscribed)
+	hand(own)
+	if !confirmed() {
+		t.Fatal("the channel's own confirmation, read after its UNSUBSCRIBE's reply, did not confirm it")
+	}
+	go func() { // the rest as it comes
+		defer close(mid)
+		for m := range replies {
+			mid <- m
+		}
+	}()
+	r = <-second
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.stop()
+	if err := c.Publish(ctx, "k", "hello").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-r.msgs:
+		if string(m) != "hello" {
+			t.Fatalf("message %q, want hello", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for the message")
+	}
+	rs.close()
+}
+
+// TestRedisSubscribeAfterALostUnsubscribeReply: a channel whose last
+// UNSUBSCRIBE's reply a reconnection lost is still confirmed when
+// subscribed again: the confirmation it distrusts makes it subscribe once
+// more, and the answer to that confirms it.
+func TestRedisSubscribeAfterALostUnsubscribeReply(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	rs := newRedisSubs(c)
+	defer rs.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := rs.subscribe(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	rs.mu.Lock()
+	rs.leaving["k"] = 1 // its reply lost with the connection it was written on
+	rs.mu.Unlock()
+	msgs, stop, err := rs.subscribe(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if err := c.Publish(ctx, "k", "hello").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-msgs:
+		if string(m) != "hello" {
+			t.Fatalf("message %q, want hello", m)
+		}
+	case <-ctx.Done():
+		t.Fatal("timed out waiting for the message")
 	}
 }

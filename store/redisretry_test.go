@@ -6,6 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"connector/internal/redistest"
 	"connector/store"
@@ -150,5 +153,76 @@ func TestRedisRegistryWriteReplyLost(t *testing.T) {
 	want := []store.Entry{{Key: "p", Value: []byte("put-value"), Rev: rev}}
 	if got, _, err := reg.List(ctx, "ns"); err != nil || len(got) != 1 || got[0].Key != want[0].Key || !bytes.Equal(got[0].Value, want[0].Value) {
 		t.Fatalf("entries %+v, %v; want %+v", got, err, want)
+	}
+}
+
+// TestRedisClaimReplyLost: a Claim whose reply is lost after it ran (go-redis
+// sends it again) answers that it took the claim, and so does a Renew.
+// Before, the resent Claim found its own live claim and answered "not
+// taken", so its caller dropped what it had just claimed.
+func TestRedisClaimReplyLost(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := newReplyDropper(t, srv.Addr())
+	cfg := redisConfig(srv)
+	cfg.RedisURL = "redis://" + proxy.ln.Addr().String() + "/0"
+	open := opener(t, cfg)
+	claims := open(nil).Claims()
+	ctx := t.Context()
+	expires := time.Now().Add(time.Hour)
+
+	// The scripts loaded first: a lost NOSCRIPT reply is no test.
+	if _, err := claims.Claim(ctx, "warm", expires); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claims.Renew(ctx, "warm", expires, expires); err != nil {
+		t.Fatal(err)
+	}
+	proxy.arm("ev/lost")
+	if took, err := claims.Claim(ctx, "ev/lost", expires); !took || err != nil {
+		t.Fatalf("claim whose reply was lost: took %v, err %v; want taken", took, err)
+	}
+	if n := proxy.dropped.Swap(0); n != 1 {
+		t.Fatalf("claim: %d replies dropped, want 1", n)
+	}
+	if took, err := open(nil).Claims().Claim(ctx, "ev/lost", expires); took || err != nil {
+		t.Fatalf("another caller's claim of the same key with the same expiry: took %v, err %v; want refused", took, err)
+	}
+	later := expires.Add(time.Hour)
+	proxy.arm("ev/lost")
+	if renewed, err := claims.Renew(ctx, "ev/lost", expires, later); !renewed || err != nil {
+		t.Fatalf("renewal whose reply was lost: renewed %v, err %v; want renewed", renewed, err)
+	}
+	if n := proxy.dropped.Swap(0); n != 1 {
+		t.Fatalf("renewal: %d replies dropped, want 1", n)
+	}
+}
+
+// TestRedisRegistryAnswerOutlastsResends: a registry write's kept answer
+// lasts until go-redis's last resend even when each resend first dials for
+// the client's whole dial budget (a failover: the old primary black-holed,
+// the new one named by Sentinel only after dials time out). Before, it was
+// kept four read timeouts (16 s), and a resend after it expired answered
+// from its second run (a create answered as a conflict).
+func TestRedisRegistryAnswerOutlastsResends(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	reg := opener(t, redisConfig(srv))(nil).Registry()
+	ctx := t.Context()
+	if _, err := reg.Put(ctx, "ns", "k", []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	admin := srv.Client(t)
+	keys, err := admin.Keys(ctx, "*registryanswer:*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("answer keys %v, %v; want one", keys, err)
+	}
+	pttl, err := admin.PTTL(ctx, keys[0]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := redis.NewClient(&redis.Options{}).Options() // go-redis's defaults
+	resends := time.Duration(o.MaxRetries)
+	dials := time.Duration(o.DialerRetries) * (o.DialTimeout + o.DialerRetryTimeout)
+	if want := resends * (dials + o.MaxRetryBackoff + o.ReadTimeout); pttl < want {
+		t.Fatalf("answer kept %v; go-redis's %d resends may each dial for %v: want at least %v", pttl, o.MaxRetries, dials, want)
 	}
 }

@@ -202,12 +202,18 @@ type Capabilities interface {
 // made per event do not accumulate.
 type Claims interface {
 	// Claim takes key until expires unless a live claim holds it, and
-	// reports whether this call took it.
+	// reports whether this call took it (on Redis, a resend of this call
+	// after a lost reply finds its own claim: taken).
 	Claim(ctx context.Context, key string, expires time.Time) (bool, error)
 	// Hold makes key's claim last until expires, whoever held it.
 	Hold(ctx context.Context, key string, expires time.Time) error
+	// Renew makes the caller's claim on key last until expires: the claim
+	// it took (Claim) or renewed until held, or none when key's claim
+	// lapsed or is absent. A live claim lasting past held is another
+	// caller's: it stays as it is, and Renew reports false.
+	Renew(ctx context.Context, key string, held, expires time.Time) (bool, error)
 	// Release drops key's claim unless it lasts past expires: the claim
-	// the caller took (Claim) or last held (Hold) until expires goes, one
+	// the caller took (Claim) or last held (Hold, Renew) until expires goes, one
 	// another caller took since it lapsed stays (taken once it expired, by
 	// any clock, that one lasts past it). An absent claim is not an error.
 	Release(ctx context.Context, key string, expires time.Time) error
@@ -713,12 +719,13 @@ func opErr(op string, err error) error {
 
 // localClaims is Claims on the backends that keep claims beside their
 // capabilities, under claimPrefix (memory, embedded), so the sweep forgets
-// them. claim takes key (prefixed) until expires unless a live claim holds
-// it, atomically, and reports whether it took it; release deletes key's
-// claim (prefixed) unless it lasts past expires, atomically.
+// them. claim takes key (prefixed) until expires unless a live claim
+// lasting past held holds it, atomically, and reports whether it took it;
+// release deletes key's claim (prefixed) unless it lasts past expires,
+// atomically.
 type localClaims struct {
 	s       expiringStore
-	claim   func(ctx context.Context, key string, expires time.Time) (bool, error)
+	claim   func(ctx context.Context, key string, held, expires time.Time) (bool, error)
 	release func(ctx context.Context, key string, expires time.Time) error
 }
 
@@ -726,8 +733,16 @@ func (c localClaims) Claim(ctx context.Context, key string, expires time.Time) (
 	if err := checkName("claim key", key); err != nil {
 		return false, err
 	}
-	took, err := c.claim(ctx, claimPrefix+key, expires)
+	took, err := c.claim(ctx, claimPrefix+key, time.Time{}, expires)
 	return took, opErr("claim", err)
+}
+
+func (c localClaims) Renew(ctx context.Context, key string, held, expires time.Time) (bool, error) {
+	if err := checkName("claim key", key); err != nil {
+		return false, err
+	}
+	renewed, err := c.claim(ctx, claimPrefix+key, held, expires)
+	return renewed, opErr("renew claim", err)
 }
 
 func (c localClaims) Hold(ctx context.Context, key string, expires time.Time) error {

@@ -728,10 +728,18 @@ func (p *Platform) keepIntake(ctx context.Context, renew, sweep *clock.Ticker) {
 		case <-renew.C:
 			expires := p.clock.Now().Add(intakeClaimTTL)
 			for _, key := range p.intake.keys() {
-				if err := p.claims.Hold(ctx, intakeClaim(key), expires); err != nil {
+				held := p.intake.claimUntil(key)
+				if held.IsZero() {
+					continue // being claimed (a sweep)
+				}
+				switch renewed, err := p.claims.Renew(ctx, intakeClaim(key), held, expires); {
+				case err != nil:
 					if ctx.Err() == nil {
 						p.log.Warn("slack intake claim not renewed", "key", key, "err", err)
 					}
+					continue
+				case !renewed:
+					p.log.Warn("slack intake claim lapsed and taken by another instance; not renewed", "key", key)
 					continue
 				}
 				p.intake.claimed(key, expires)

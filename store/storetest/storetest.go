@@ -660,6 +660,56 @@ func testClaims(t *testing.T, b Backend) {
 	if _, ok, err := f.s.Capabilities().Get(ctx, "ev/1"); ok || err != nil {
 		t.Fatalf("capability ev/1 = %v, %v; a claim leaked into the capabilities", ok, err)
 	}
+	testRenew(t, f, b)
+}
+
+// testRenew: Renew extends the caller's own claim, takes one that lapsed or
+// is absent, and leaves another caller's live claim as it is.
+func testRenew(t *testing.T, f *fixture, b Backend) {
+	c, other := f.s.Claims(), f.s.Claims()
+	if b.Shared {
+		other = f.open(f.clock).Claims()
+	}
+	renew := func(c store.Claims, key string, held, expires time.Time, want bool) {
+		t.Helper()
+		renewed, err := c.Renew(ctx, key, held, expires)
+		if err != nil || renewed != want {
+			t.Fatalf("Renew(%q) = %v, %v; want %v", key, renewed, err, want)
+		}
+	}
+	took := func(c store.Claims, key string, want bool) {
+		t.Helper()
+		if got, err := c.Claim(ctx, key, f.clock.Now().Add(time.Minute)); err != nil || got != want {
+			t.Fatalf("Claim(%q) = %v, %v; want %v", key, got, err, want)
+		}
+	}
+	held := f.clock.Now().Add(time.Minute)
+	if ok, err := c.Claim(ctx, "rn/1", held); !ok || err != nil {
+		t.Fatalf("Claim(rn/1) = %v, %v", ok, err)
+	}
+	renew(c, "rn/1", held, f.clock.Now().Add(time.Hour), true)
+	f.clock.Advance(30 * time.Minute) // past held, within the renewal
+	took(other, "rn/1", false)
+	// Another caller, whose claim it is not (held earlier), renews nothing.
+	renew(other, "rn/1", f.clock.Now().Add(-time.Minute), f.clock.Now().Add(2*time.Hour), false)
+	if err := c.Release(ctx, "rn/1", f.clock.Now().Add(30*time.Minute)); err != nil { // as renewed
+		t.Fatalf("Release: %v", err)
+	}
+	took(other, "rn/1", true)
+	// A claim that lapsed and another caller took stays that caller's.
+	lapsed := f.clock.Now().Add(time.Minute)
+	took(c, "rn/2", true)
+	f.clock.Advance(time.Minute)
+	took(other, "rn/2", true)
+	renew(c, "rn/2", lapsed, f.clock.Now().Add(time.Hour), false)
+	f.clock.Advance(time.Minute - time.Nanosecond)
+	took(c, "rn/2", false) // the other's claim holds, not renewed
+	f.clock.Advance(time.Nanosecond)
+	// A lapsed claim nobody took, or an absent one, is taken again.
+	renew(c, "rn/2", lapsed, f.clock.Now().Add(time.Hour), true)
+	took(other, "rn/2", false)
+	renew(c, "rn/3", f.clock.Now(), f.clock.Now().Add(time.Hour), true)
+	took(other, "rn/3", false)
 }
 
 func testOwners(t *testing.T, b Backend) {
