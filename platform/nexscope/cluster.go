@@ -189,8 +189,11 @@ func (cl *fleet) start(ctx context.Context) {
 	cl.p.roomsMu.Lock()
 	defer cl.p.roomsMu.Unlock()
 	cl.bid = func(r *room) {
+		bidCtx, unbid := context.WithCancel(ctx)
+		r.unbid = unbid // the room dropped (Platform.dropIdle): its bid ends
 		cl.wg.Go(func() {
-			_ = cl.p.deps.RunExclusive(ctx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
+			defer unbid()
+			_ = cl.p.deps.RunExclusive(bidCtx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
 		})
 	}
 	for _, r := range cl.p.rooms {
