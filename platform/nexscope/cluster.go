@@ -59,10 +59,18 @@ const (
 	msgConsumed = 'u' // edge inbox: conn, bytes processed in total
 	msgEdgeBeat = 'b' // home inbox: "conn:sent:written" for each member (",")
 	msgHomeBeat = 'h' // edge inbox: "conn:sent:consumed" for each member (",")
-	msgExec     = 'x' // call on the room channel: tenant, action (JSON), budget (ms; absent: 30 s)
+	msgExec     = 'x' // call on the room channel: tenant, action (JSON, its budget in it: budgetKey), budget (ms; unreleased form)
 	msgProbe    = 'p' // call on an edge's inbox: conn (ping the member for its name)
 	// msgStream ('s', stream.go): call on an instance's inbox for a ticket
 )
+
+// budgetKey is the key of a forwarded action's JSON (msgExec) that carries
+// what was left of its caller's deadline, in ms: a key contract.Action
+// lacks, so a home of an earlier release, whose exec call takes exactly
+// two fields and drops any other, executes the action with its 30 s and
+// answers it. Absent (an earlier release forwarding), the home gives the
+// action 30 s.
+const budgetKey = "nexscope_budget_ms"
 
 // Cluster tuning.
 const (
@@ -601,7 +609,11 @@ func (cl *fleet) forwardExec(ctx context.Context, r *room, tenant string, a *con
 	if dl, ok := ctx.Deadline(); ok {
 		budget = min(budget, time.Until(dl))
 	}
-	raw, ok := cl.node.Call(ctx, roomPrefix+r.name, msgExec, []byte(tenant), action, strconv.AppendInt(nil, budget.Milliseconds(), 10))
+	// The budget is relative: the instances' clocks may disagree, so a
+	// deadline would move by their skew; counted from the home's receipt,
+	// it ends one hop late at most (as the answer's way back takes one).
+	action = append(strconv.AppendInt([]byte(`{"`+budgetKey+`":`), budget.Milliseconds(), 10), append([]byte{','}, action[1:]...)...)
+	raw, ok := cl.node.Call(ctx, roomPrefix+r.name, msgExec, []byte(tenant), action)
 	if !ok {
 		return contract.Failed(contract.CodeUnavailable, "nexscope: the room's home instance did not answer")
 	}
@@ -631,8 +643,16 @@ func (cl *fleet) execHere(req cluster.Msg) {
 	// wait on their context. An earlier release's call carries no budget:
 	// it has the 30 s of before.
 	budget := forwardedExecTimeout
+	var field struct {
+		Budget json.RawMessage `json:"nexscope_budget_ms"` // budgetKey
+	}
 	if len(req.Fields) == 3 {
-		budgetMs, err := strconv.ParseInt(string(req.Fields[2]), 10, 64)
+		field.Budget = req.Fields[2]
+	} else if json.Unmarshal(action, &field) != nil {
+		field.Budget = nil // the action's decoding fails below
+	}
+	if field.Budget != nil {
+		budgetMs, err := strconv.ParseInt(string(field.Budget), 10, 64)
 		if err != nil {
 			budgetMs = 0
 		}
