@@ -301,6 +301,7 @@ func (p *Platform) dropIdle(r *room) {
 		if r.unbid != nil {
 			r.unbid()
 		}
+		p.deps.Log.Info("nexscope room dropped: unbound, with no member here", "room", r.name)
 	}
 }
 
