@@ -61,6 +61,9 @@ func TestUnboundRoomIsDropped(t *testing.T) {
 	}
 	lab := platform.Binding{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}
 
+	waitFor(t, "i0 the home of the configured rooms", func() bool {
+		return in.p.room("kept").home.Load() && in.p.room(DefaultRoom).home.Load()
+	})
 	bind(lab)
 	waitFor(t, "i0 the home of lab", func() bool { r := in.p.room("lab"); return r != nil && r.home.Load() })
 	bind()
