@@ -196,17 +196,45 @@ func (cl *fleet) start(ctx context.Context) {
 	// every room bids once: those here now, and later ones through cl.bid.
 	cl.p.roomsMu.Lock()
 	defer cl.p.roomsMu.Unlock()
+	bids := make(map[string]chan struct{}) // the bids running, by room; under roomsMu
 	cl.bid = func(r *room) {
 		bidCtx, unbid := context.WithCancel(ctx)
 		r.unbid = unbid // the room dropped (Platform.dropIdle): its bid ends
+		prev, done := bids[r.name], make(chan struct{})
+		bids[r.name] = done
 		cl.wg.Go(func() {
-			defer unbid()
-			_ = cl.p.deps.RunExclusive(bidCtx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
+			defer func() {
+				unbid()
+				cl.p.roomsMu.Lock()
+				if bids[r.name] == done {
+					delete(bids, r.name)
+				}
+				cl.p.roomsMu.Unlock()
+				close(done)
+			}()
+			if afterBid(bidCtx, prev) {
+				_ = cl.p.deps.RunExclusive(bidCtx, leasePrefix+r.name, func(hctx context.Context) error { return cl.home(ctx, hctx, r) })
+			}
 		})
 	}
 	for _, r := range cl.p.rooms {
 		cl.bid(r)
 	}
+}
+
+// afterBid waits until prev (nil: none), the bid of a room dropped under
+// the same name, has ended, and reports whether ctx is still alive then.
+// That bid releases the room's lease as it ends; this instance bidding
+// meanwhile would take the lease as the same holder (store.Leases.Acquire
+// extends it), and the release would free it under the new room's home.
+func afterBid(ctx context.Context, prev <-chan struct{}) bool {
+	if prev != nil {
+		select {
+		case <-prev:
+		case <-ctx.Done():
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // shutdown stops the beat and waits for the bids, which end with Run's

@@ -3,7 +3,9 @@ package nexscope
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"connector/internal/clock"
 	"connector/internal/redistest"
@@ -88,5 +90,83 @@ func TestUnboundRoomIsDropped(t *testing.T) {
 	_ = alice.WS.CloseNow()
 	waitFor(t, "lab dropped once alice left", func() bool {
 		return in.p.room("lab") == nil && bids("lab") == 0 && !held("lab")
+	})
+}
+
+// gatedLeases holds a release of the lease named gated, once gate is set,
+// until gate closes, and counts the bids for it meanwhile.
+type gatedLeases struct {
+	store.Leases
+	gated string
+	gate  atomic.Pointer[chan struct{}]
+	bids  atomic.Int32
+}
+
+func (l *gatedLeases) Acquire(ctx context.Context, name, holder string, ttl time.Duration) (store.Lease, bool, error) {
+	if gate := l.gate.Load(); gate != nil && name == l.gated {
+		select {
+		case <-*gate:
+		default:
+			l.bids.Add(1)
+		}
+	}
+	return l.Leases.Acquire(ctx, name, holder, ttl)
+}
+
+func (l *gatedLeases) Release(ctx context.Context, name string, lease store.Lease) error {
+	if gate := l.gate.Load(); gate != nil && name == l.gated {
+		<-*gate
+	}
+	return l.Leases.Release(ctx, name, lease)
+}
+
+// TestRoomBoundAgainWaitsForItsDroppedBid: a room bound again while the
+// bid of its dropped self is still ending (releasing the lease) bids only
+// once that release is done. The holder is the instance, so a bid meanwhile
+// would take the lease as the same holder, and the release that follows
+// would free it under the new room's home: another instance could then
+// become a second home of the room.
+func TestRoomBoundAgainWaitsForItsDroppedBid(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	leases := &gatedLeases{Leases: st.Leases(), gated: leasePrefix + "lab"}
+	in := startInstanceWith(t, srv, Config{}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
+		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
+			return store.RunExclusive(ctx, clock.System, leases, lease, "i0", clusterLeaseTTL, run)
+		}
+	})
+	lab := []platform.Binding{{Kind: platform.BindRoom, ID: "lab", Tenant: "t1"}}
+	if err := in.p.Bind(lab); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "i0 the home of lab", func() bool { r := in.p.room("lab"); return r != nil && r.home.Load() })
+	gate := make(chan struct{})
+	openGate := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(openGate) // before Run stops
+	leases.gate.Store(&gate)
+	if err := in.p.Bind(nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lab's release under way", stacksHold("nexscope.(*gatedLeases).Release"))
+	if err := in.p.Bind(lab); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lab's new bid under way or waiting for the dropped one's", func() bool {
+		return leases.bids.Load() > 0 || stacksHold("nexscope.afterBid")()
+	})
+	if n := leases.bids.Load(); n > 0 {
+		t.Fatalf("lab bound again bid %d times while its dropped self was releasing the lease", n)
+	}
+	openGate()
+	waitFor(t, "i0 the home of lab again, holding its lease", func() bool {
+		r := in.p.room("lab")
+		l, ok, err := st.Leases().Holder(ctx, leasePrefix+"lab")
+		return err == nil && ok && l.Holder == "i0" && r != nil && r.home.Load()
 	})
 }
