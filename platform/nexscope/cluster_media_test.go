@@ -271,11 +271,7 @@ func TestClusterForwardToAnEarlierReleaseHome(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := openStore(t, srv)
 	old, err := cluster.New(cluster.Config{Instance: "old", PubSub: st.PubSub(), LeaseTTL: clusterLeaseTTL})
 	if err != nil {
 		t.Fatal(err)

@@ -25,11 +25,7 @@ func TestUnboundRoomIsDropped(t *testing.T) {
 	bidding := make(map[string]int) // lease -> bids running
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := openStore(t, srv)
 	in := startInstanceWith(t, srv, Config{Rooms: []Room{{Name: "kept"}}}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
 		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
 			mu.Lock()
@@ -130,11 +126,7 @@ func TestRoomBoundAgainWaitsForItsDroppedBid(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := openStore(t, srv)
 	leases := &gatedLeases{Leases: st.Leases(), gated: leasePrefix + "lab"}
 	in := startInstanceWith(t, srv, Config{}, "i0", clusterLeaseTTL, func(d *platform.Deps) {
 		d.Exclusive = func(ctx context.Context, lease string, run func(context.Context) error) error {
@@ -169,4 +161,18 @@ func TestRoomBoundAgainWaitsForItsDroppedBid(t *testing.T) {
 		l, ok, err := st.Leases().Holder(ctx, leasePrefix+"lab")
 		return err == nil && ok && l.Holder == "i0" && r != nil && r.home.Load()
 	})
+}
+
+// openStore opens a store on srv, as the cluster tests' instances do,
+// closed when the test ends.
+func openStore(t testing.TB, srv *redistest.Server) store.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	st, err := store.Open(ctx, store.Config{Backend: store.BackendRedis, RedisURL: srv.URL(), RedisPrefix: "nexscope-cluster-test:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
 }
